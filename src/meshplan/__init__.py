@@ -1,0 +1,23 @@
+"""meshplan: how fast will this model train on this hardware, will it fit, and which parallel plan is best."""
+
+from meshplan.errors import MeshplanError, PlanError, SpecError
+from meshplan.hardware import Accelerator, Cluster, System, Tier, load_system
+from meshplan.model import ModelSpec, from_hf_config, load_model
+from meshplan.plan import Plan, check
+
+__all__ = [
+    "Accelerator",
+    "Cluster",
+    "MeshplanError",
+    "ModelSpec",
+    "Plan",
+    "PlanError",
+    "SpecError",
+    "System",
+    "Tier",
+    "check",
+    "from_hf_config",
+    "load_model",
+    "load_system",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,227 @@
+"""Accelerators and clusters. A cluster is N accelerators arranged as an N-dimensional mesh of tiers.
+
+Tier 0 is the NVLink (scale-up) domain: groups of ``size`` GPUs that talk at ``bandwidth`` bytes/s per GPU
+per direction. The next tier is the scale-out network: the NVLink domains joined by NICs, ``nics_per_gpu``
+NICs of ``nic_bandwidth`` each, so a GPU's share of it is ``nics_per_gpu * nic_bandwidth``. Each tier has an
+α (latency per message step, seconds) and a β (1 / bandwidth), as in seed 000's device-mesh abstraction
+(time_i = latency_i + bytes / bandwidth_i per mesh dimension) and seed 003's two-tier NVLink / InfiniBand model
+(the effective inter-domain bandwidth scales with the NICs per NVLink domain).
+
+Bandwidths are unidirectional per GPU: NVIDIA's "900 GB/s NVLink" for H100 is bidirectional, so 450 GB/s here.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from meshplan.errors import SpecError
+from meshplan.units import parse_quantity
+
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Accelerator:
+    """One GPU: dense peak FLOP/s per precision, HBM capacity and bandwidth, scale-up link bandwidth."""
+
+    name: str
+    peak_flops: dict[str, float] = field(hash=False)  # precision -> dense FLOP/s (no sparsity)
+    hbm_bytes: float
+    hbm_bandwidth: float  # bytes/s
+    nvlink_bandwidth: float  # bytes/s per GPU per direction
+    num_sms: int = 132
+    tdp_watts: float = 0.0
+    source: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("hbm_bytes", "hbm_bandwidth", "nvlink_bandwidth", "num_sms"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise SpecError(f"{self.name}: {name}={value!r} must be positive")
+        unknown = set(self.peak_flops) - set(PRECISIONS)
+        if unknown:
+            raise SpecError(f"{self.name}: peak_flops has unknown precision {sorted(unknown)[0]!r}")
+        if "bf16" not in self.peak_flops:
+            raise SpecError(f"{self.name}: peak_flops needs a 'bf16' entry")
+        for precision, value in self.peak_flops.items():
+            if not value > 0:
+                raise SpecError(f"{self.name}: peak_flops.{precision}={value!r} must be positive")
+
+    def flops(self, precision: str) -> float:
+        """Dense peak FLOP/s for the tensor-core GEMMs of a run in ``precision`` (fp16 falls back to bf16)."""
+        if precision in self.peak_flops:
+            return self.peak_flops[precision]
+        if precision == "fp16":
+            return self.peak_flops["bf16"]
+        raise SpecError(f"precision={precision!r} is not supported by {self.name} "
+                        f"(it has {', '.join(sorted(self.peak_flops))})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tier:
+    """One mesh dimension: ``size`` GPUs per group at this level, bandwidth per GPU per direction, latency."""
+
+    name: str
+    size: int
+    bandwidth: float  # bytes/s per GPU per direction
+    latency: float  # seconds per message step (α)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.size, int) or self.size < 1:
+            raise SpecError(f"tier {self.name}: size={self.size!r} must be a positive integer")
+        if not self.bandwidth > 0:
+            raise SpecError(f"tier {self.name}: bandwidth={self.bandwidth!r} must be positive")
+        if not self.latency >= 0:
+            raise SpecError(f"tier {self.name}: latency={self.latency!r} must be non-negative")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cluster:
+    """``num_gpus`` accelerators as a mesh: tiers from the innermost (NVLink) outwards.
+
+    The product of tier sizes equals num_gpus. ``nvlink_domain`` is tier 0's nominal size (a 4-GPU job on
+    8-GPU nodes has tier sizes (4, 1)).
+    """
+
+    name: str
+    accelerator: Accelerator
+    num_gpus: int
+    tiers: tuple[Tier, ...]
+    host_bandwidth: float = 55e9  # bytes/s per GPU to host memory (PCIe Gen5 x16 ≈ 64 GB/s raw) for offload
+    source: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_gpus, int) or self.num_gpus < 1:
+            raise SpecError(f"gpus={self.num_gpus!r} must be a positive integer")
+        product = 1
+        for tier in self.tiers:
+            product *= tier.size
+        if product != self.num_gpus:
+            sizes = " x ".join(str(t.size) for t in self.tiers)
+            raise SpecError(f"mesh {sizes} = {product} GPUs does not equal gpus={self.num_gpus}")
+
+    @property
+    def nvlink_domain(self) -> int:
+        return self.tiers[0].size
+
+    @property
+    def mesh_shape(self) -> tuple[int, ...]:
+        return tuple(t.size for t in self.tiers)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Network:
+    """How a system preset builds its mesh: NVLink domain size, NICs per GPU and their bandwidth."""
+
+    nvlink_domain: int
+    nvlink_latency: float
+    nics_per_gpu: float
+    nic_bandwidth: float  # bytes/s per NIC per direction
+    nic_latency: float
+    host_bandwidth: float = 55e9
+    source: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.nvlink_domain, int) or self.nvlink_domain < 1:
+            raise SpecError(f"nvlink_domain={self.nvlink_domain!r} must be a positive integer")
+        for name in ("nics_per_gpu", "nic_bandwidth"):
+            if not getattr(self, name) > 0:
+                raise SpecError(f"{name}={getattr(self, name)!r} must be positive")
+
+
+@dataclass(frozen=True, kw_only=True)
+class System:
+    """A system preset: an accelerator and the network it usually ships with (DGX H100, GB200 NVL72 …)."""
+
+    name: str
+    accelerator: Accelerator
+    network: Network
+    source: str = field(default="", compare=False)
+
+    def cluster(self, num_gpus: int, **network_overrides: Any) -> Cluster:
+        """The mesh for ``num_gpus`` GPUs: (NVLink domain, number of domains)."""
+        net = replace(self.network, **network_overrides) if network_overrides else self.network
+        return build_cluster(self.name, self.accelerator, net, num_gpus)
+
+
+def build_cluster(name: str, accelerator: Accelerator, net: Network, num_gpus: int) -> Cluster:
+    if not isinstance(num_gpus, int) or num_gpus < 1:
+        raise SpecError(f"gpus={num_gpus!r} must be a positive integer")
+    domain = min(net.nvlink_domain, num_gpus)
+    if num_gpus % domain:
+        raise SpecError(f"gpus={num_gpus} is not a multiple of the NVLink domain size {domain}")
+    tiers = (
+        Tier(name="nvlink", size=domain, bandwidth=accelerator.nvlink_bandwidth, latency=net.nvlink_latency),
+        Tier(name="network", size=num_gpus // domain, bandwidth=net.nics_per_gpu * net.nic_bandwidth,
+             latency=net.nic_latency),
+    )
+    return Cluster(name=name, accelerator=accelerator, num_gpus=num_gpus, tiers=tiers,
+                   host_bandwidth=net.host_bandwidth)
+
+
+# ---- loading ----------------------------------------------------------------------------------------------
+def accelerator_from_dict(data: dict[str, Any], where: str) -> Accelerator:
+    data = dict(data)
+    try:
+        peak = {k: parse_quantity(v, f"{where}.peak_flops.{k}") for k, v in data.pop("peak_flops").items()}
+        sources = data.pop("sources", None)
+        quantities = {k: parse_quantity(data.pop(k), f"{where}.{k}")
+                      for k in ("hbm_bytes", "hbm_bandwidth", "nvlink_bandwidth") if k in data}
+        acc = Accelerator(peak_flops=peak, **quantities, **data)
+    except KeyError as exc:
+        raise SpecError(f"{where}: missing field {exc.args[0]!r}") from None
+    except TypeError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    del sources  # per-number provenance lives in the TOML beside the numbers
+    return acc
+
+
+def network_from_dict(data: dict[str, Any], where: str) -> Network:
+    data = dict(data)
+    data.pop("sources", None)
+    for key in ("nvlink_latency", "nic_bandwidth", "nic_latency", "host_bandwidth"):
+        if key in data:
+            data[key] = parse_quantity(data[key], f"{where}.{key}")
+    try:
+        return Network(**data)
+    except TypeError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+
+
+def system_from_dict(data: dict[str, Any], where: str) -> System:
+    try:
+        acc = accelerator_from_dict(data["accelerator"], f"{where}.accelerator")
+        net = network_from_dict(data["network"], f"{where}.network")
+    except KeyError as exc:
+        raise SpecError(f"{where}: missing table [{exc.args[0]}]") from None
+    return System(name=data.get("name", where), accelerator=acc, network=net, source=data.get("source", ""))
+
+
+def system_names() -> list[str]:
+    root = resources.files("meshplan") / "presets" / "hardware"
+    return sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml"))
+
+
+def load_system(ref: str) -> System:
+    """A system preset name (``h100``, ``gb200`` …) or a TOML file in the same format."""
+    path = Path(ref)
+    if path.suffix == ".toml":
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise SpecError(f"system={ref!r}: no such file") from None
+        where = str(path)
+    else:
+        preset = resources.files("meshplan") / "presets" / "hardware" / f"{ref}.toml"
+        if not preset.is_file():
+            raise SpecError(f"system={ref!r} is not a preset or a .toml file (presets: {', '.join(system_names())})")
+        text, where = preset.read_text(), f"preset {ref}"
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"system={ref!r}: malformed TOML: {exc}") from None
+    return system_from_dict(data, where)

@@ -1,0 +1,283 @@
+"""ModelSpec: a decoder-only transformer, dense or mixture-of-experts, with exact parameter counts.
+
+Symbols (used across meshplan):
+    L layers, H hidden size, A attention heads, K key/value heads, d head dim, F FFN hidden size,
+    V vocabulary, S sequence length, E experts, k experts per token (top-k), Fe expert FFN size.
+
+Parameter counts follow the module structure of the Hugging Face implementations (Llama, Mistral/Mixtral,
+Qwen2/Qwen3(-MoE), GPT-2, GPT-NeoX, DeepSeek-V3) so that they equal ``sum(p.numel() for p in model.parameters())``.
+Sources for the layouts: HF ``modeling_llama.py`` (q/k/v/o, gate/up/down, RMSNorm weight only),
+``modeling_gpt2.py`` (Conv1D with bias, LayerNorm weight+bias, learned positions, tied head),
+DeepSeek-V3 technical report §2.1 (MLA: low-rank q and kv compression with decoupled RoPE keys).
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from meshplan.errors import SpecError
+
+MLP_KINDS = ("gelu", "swiglu")
+NORM_KINDS = ("layernorm", "rmsnorm")
+POSITION_KINDS = ("rope", "learned", "none")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer. Sizes are per layer unless stated; see the module glossary."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    ffn_hidden_size: int
+    vocab_size: int
+    num_kv_heads: int = 0  # 0 → num_heads (MHA); 1 → MQA; in between → GQA
+    head_dim: int = 0  # 0 → hidden_size // num_heads
+    seq_length: int = 2048
+    mlp: str = "gelu"  # "gelu": up → act → down;  "swiglu": (act(gate) * up) → down
+    norm: str = "layernorm"
+    tied_embeddings: bool = False
+    qkv_bias: bool = False  # bias on the q, k, v projections (GPT-2, NeoX, Qwen2)
+    linear_bias: bool = False  # bias on the attention output and MLP linears (GPT-2, NeoX)
+    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
+    position_embedding: str = "rope"
+    dropout: bool = False  # dropout after attention / MLP (GPT-3-era Megatron); adds masks to activations
+    max_position_embeddings: int = 0  # rows of the learned position table
+    # Mixture of experts. num_experts = 0 is a dense model.
+    num_experts: int = 0
+    moe_topk: int = 0
+    moe_ffn_hidden_size: int = 0
+    shared_expert_ffn_size: int = 0  # total FFN width of the shared experts (0: none)
+    first_k_dense_layers: int = 0  # the first k layers use a dense MLP of ffn_hidden_size
+    moe_layer_freq: int = 1  # after those, every n-th layer is MoE
+    router_bias: bool = False  # per-expert score-correction bias (DeepSeek-V3)
+    # Multi-head latent attention (DeepSeek-V2/V3). kv_lora_rank = 0 means standard attention.
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    source: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_length"):
+            _positive(self, name)
+        for name in ("num_kv_heads", "head_dim", "num_experts", "moe_topk", "moe_ffn_hidden_size",
+                     "shared_expert_ffn_size", "first_k_dense_layers", "q_lora_rank", "kv_lora_rank",
+                     "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings"):
+            _non_negative(self, name)
+        _positive(self, "moe_layer_freq")
+        if self.num_kv_heads == 0:
+            object.__setattr__(self, "num_kv_heads", self.num_heads)
+        if self.head_dim == 0:
+            if self.hidden_size % self.num_heads and not self.is_mla:
+                raise SpecError(f"num_heads={self.num_heads} does not divide hidden_size={self.hidden_size}; "
+                                "give head_dim explicitly")
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
+        if self.num_heads % self.num_kv_heads:
+            raise SpecError(f"num_kv_heads={self.num_kv_heads} does not divide num_heads={self.num_heads}")
+        _choice(self, "mlp", MLP_KINDS)
+        _choice(self, "norm", NORM_KINDS)
+        _choice(self, "position_embedding", POSITION_KINDS)
+        if self.num_experts:
+            if not 0 < self.moe_topk <= self.num_experts:
+                raise SpecError(f"moe_topk={self.moe_topk} must be in 1..num_experts={self.num_experts}")
+            if self.moe_ffn_hidden_size == 0:
+                object.__setattr__(self, "moe_ffn_hidden_size", self.ffn_hidden_size)
+        if self.is_mla and not (self.qk_nope_head_dim and self.qk_rope_head_dim and self.v_head_dim):
+            raise SpecError("MLA (kv_lora_rank > 0) needs qk_nope_head_dim, qk_rope_head_dim and v_head_dim")
+        if self.position_embedding == "learned" and self.max_position_embeddings == 0:
+            object.__setattr__(self, "max_position_embeddings", self.seq_length)
+
+    # ---- structure ------------------------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def gated(self) -> bool:
+        return self.mlp == "swiglu"
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Layer i (0-based) has an MoE MLP: after the first k dense layers, every moe_layer_freq-th layer."""
+        return self.is_moe and i >= self.first_k_dense_layers and (i - self.first_k_dense_layers) % self.moe_layer_freq == 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the concatenated queries (A·d; MLA: A·(d_nope + d_rope))."""
+        if self.is_mla:
+            return self.num_heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the keys (= values for standard attention): K·d."""
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def attn_out_dim(self) -> int:
+        """Width of the attention output fed to the output projection (A·d; MLA: A·d_v)."""
+        return self.num_heads * (self.v_head_dim if self.is_mla else self.head_dim)
+
+    # ---- parameters -----------------------------------------------------------------------------------
+    def norm_params(self, width: int) -> int:
+        """LayerNorm has a weight and a bias; RMSNorm only a weight."""
+        return width * (2 if self.norm == "layernorm" else 1)
+
+    def attention_params(self) -> int:
+        """Parameters of one attention block (projections, biases, q/k norms), without the pre-norm."""
+        h = self.hidden_size
+        if self.is_mla:
+            a, rope, nope, dv = self.num_heads, self.qk_rope_head_dim, self.qk_nope_head_dim, self.v_head_dim
+            if self.q_lora_rank:
+                q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * a * (nope + rope)
+            else:
+                q = h * a * (nope + rope)
+            kv = h * (self.kv_lora_rank + rope) + self.kv_lora_rank + self.kv_lora_rank * a * (nope + dv)
+            return q + kv + a * dv * h
+        q, kv = self.q_dim, self.kv_dim
+        total = h * q + 2 * h * kv + q * h
+        if self.qkv_bias:
+            total += q + 2 * kv
+        if self.linear_bias:
+            total += h
+        if self.qk_norm:
+            total += 2 * self.head_dim
+        return total
+
+    def mlp_params(self, ffn: int) -> int:
+        """A dense MLP of width ffn: 2·H·F (GeLU) or 3·H·F (SwiGLU), plus biases."""
+        h = self.hidden_size
+        mats = 3 if self.gated else 2
+        total = mats * h * ffn
+        if self.linear_bias:
+            total += (mats - 1) * ffn + h
+        return total
+
+    def moe_params(self, active: bool = False) -> int:
+        """One MoE MLP: router H·E (+E bias), E (or top-k when active) experts, shared experts."""
+        experts = self.moe_topk if active else self.num_experts
+        total = self.hidden_size * self.num_experts + (self.num_experts if self.router_bias else 0)
+        total += experts * self.mlp_params(self.moe_ffn_hidden_size)
+        if self.shared_expert_ffn_size:
+            total += self.mlp_params(self.shared_expert_ffn_size)
+        return total
+
+    def layer_params(self, i: int, active: bool = False) -> int:
+        mlp = self.moe_params(active) if self.is_moe_layer(i) else self.mlp_params(self.ffn_hidden_size)
+        return self.attention_params() + mlp + 2 * self.norm_params(self.hidden_size)
+
+    def embedding_params(self) -> int:
+        """Token embedding V·H plus learned positions (if any)."""
+        return self.vocab_size * self.hidden_size + self.max_position_embeddings * self.hidden_size * (
+            self.position_embedding == "learned")
+
+    def head_params(self) -> int:
+        """Final norm plus the LM head (V·H unless tied to the embedding)."""
+        return self.norm_params(self.hidden_size) + (0 if self.tied_embeddings else self.vocab_size * self.hidden_size)
+
+    def params(self, active: bool = False) -> int:
+        """Total parameters (``active=True``: those used per token, i.e. top-k experts only)."""
+        layers = sum(self.layer_params(i, active) for i in range(self.num_layers))
+        return self.embedding_params() + layers + self.head_params()
+
+    def with_seq_length(self, seq_length: int) -> ModelSpec:
+        return replace(self, seq_length=seq_length)
+
+
+# ---- validation helpers -----------------------------------------------------------------------------------
+def _positive(spec: Any, name: str) -> None:
+    value = getattr(spec, name)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise SpecError(f"{name}={value!r} must be a positive integer")
+
+
+def _non_negative(spec: Any, name: str) -> None:
+    value = getattr(spec, name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise SpecError(f"{name}={value!r} must be a non-negative integer")
+
+
+def _choice(spec: Any, name: str, allowed: tuple[str, ...]) -> None:
+    value = getattr(spec, name)
+    if value not in allowed:
+        raise SpecError(f"{name}={value!r} must be one of {', '.join(allowed)}")
+
+
+# ---- loading ------------------------------------------------------------------------------------------------
+_FIELDS = {f.name for f in fields(ModelSpec)}
+
+
+def model_from_dict(data: dict[str, Any], where: str = "model") -> ModelSpec:
+    """Build a ModelSpec from a flat mapping of its field names (as in a TOML preset)."""
+    unknown = sorted(set(data) - _FIELDS)
+    if unknown:
+        raise SpecError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(sorted(_FIELDS))})")
+    try:
+        return ModelSpec(**data)
+    except TypeError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+
+
+def from_hf_config(config: dict[str, Any], name: str = "hf-model") -> ModelSpec:
+    """Translate a Hugging Face ``config.json`` (Llama, Mistral, Mixtral, Qwen2/3(-MoE), GPT-2, GPT-NeoX,
+    DeepSeek-V3) into a ModelSpec. Unknown architectures are read as Llama-like if the keys are present."""
+    from meshplan.hf_config import translate  # noqa: PLC0415  (kept separate: one translator per family)
+
+    return model_from_dict(translate(config, name), where=name)
+
+
+def preset_names() -> list[str]:
+    root = resources.files("meshplan") / "presets" / "models"
+    return sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml"))
+
+
+def load_model(ref: str) -> ModelSpec:
+    """A preset name (``llama3-70b``), a ``.toml`` preset file or a Hugging Face ``config.json``."""
+    path = Path(ref)
+    if path.suffix == ".json":
+        return from_hf_config(_read_json(path), name=path.parent.name or path.stem)
+    if path.suffix == ".toml":
+        return model_from_dict(_read_toml(path), where=str(path))
+    root = resources.files("meshplan") / "presets" / "models"
+    preset = root / f"{ref}.toml"
+    if not preset.is_file():
+        raise SpecError(f"model={ref!r} is not a preset, a .toml file or a config.json "
+                        f"(presets: {', '.join(preset_names())})")
+    return model_from_dict(tomllib.loads(preset.read_text()), where=f"preset {ref}")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SpecError(f"model={str(path)!r}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"model={str(path)!r}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise SpecError(f"model={str(path)!r}: no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"model={str(path)!r}: malformed TOML: {exc}") from None

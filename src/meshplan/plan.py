@@ -1,0 +1,199 @@
+"""Plan: how one training step is parallelised, and ``check()``, which lists every violated constraint.
+
+Axes (Megatron-LM / Megatron-Core names): data ``dp``, tensor ``tp``, pipeline ``pp``, context ``cp``; the
+GPUs are dp·tp·pp·cp. Expert parallelism ``ep`` and expert-tensor parallelism ``etp`` re-partition the
+tp·cp·dp ranks of a pipeline stage for the MoE layers (Megatron-Core "MoE parallel folding",
+arXiv 2504.14960): expert-data-parallel = tp·cp·dp / (etp·ep) must be an integer.
+
+Placement is the order in which the dense axes are laid onto the device mesh, innermost first (default
+tp, cp, dp, pp, the Megatron-LM rank order). An axis' *stride* is the product of the sizes inside it; with the
+mesh's tier sizes that decides which tiers a group spans (see comm.py). Expert groups follow Megatron-Core's
+expert rank order: etp innermost, then ep.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from meshplan.errors import PlanError
+
+if TYPE_CHECKING:
+    from meshplan.hardware import Cluster
+    from meshplan.model import ModelSpec
+
+DENSE_AXES = ("tp", "cp", "dp", "pp")
+RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+PRECISION = ("bf16", "fp16", "fp8", "fp4")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """A parallel configuration. Defaults are the plain data-parallel run."""
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int = 0  # 0 → same as tp
+    vpp: int = 1  # virtual pipeline stages (model chunks) per pipeline rank
+    sequence_parallel: bool = False
+    micro_batch: int = 1
+    global_batch: int = 0  # sequences per step; 0 → dp·micro_batch (no gradient accumulation)
+    zero: int = 0  # 0 none, 1 optimizer state (= Megatron distributed optimizer), 2 + gradients, 3 + weights
+    recompute: str = "none"
+    recompute_layers: int = 0  # with recompute="full": layers per stage recomputed, 0 → all of them
+    offload_optimizer: bool = False  # optimizer state and step on the host (ZeRO-Offload)
+    offload_activations: bool = False  # saved activations copied to host memory between fwd and bwd
+    precision: str = "bf16"
+    grad_bytes: int = 2  # bytes per gradient element (2: bf16 as in ZeRO's 16Ψ; 4: fp32 main grads)
+    schedule: str = "1f1b"
+    placement: tuple[str, ...] = DENSE_AXES
+    overlap_tp: bool = False  # TP collectives overlapped with GEMMs (Megatron tp-comm-overlap)
+    overlap_dp: bool = True  # DP gradient reduction overlapped with the backward pass
+    flash_attention: bool = True
+    tags: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        if self.etp == 0:
+            object.__setattr__(self, "etp", self.tp)
+        if self.global_batch == 0:
+            object.__setattr__(self, "global_batch", self.dp * self.micro_batch)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def grad_accum(self) -> int:
+        """Micro-batches per pipeline per step: global_batch / (dp · micro_batch)."""
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    @property
+    def num_micro_batches(self) -> int:
+        return self.grad_accum
+
+    def stride(self, axis: str) -> int:
+        """Rank distance between neighbours of ``axis``: the product of the axes placed inside it."""
+        stride = 1
+        for inner in self.placement:
+            if inner == axis:
+                return stride
+            stride *= getattr(self, inner)
+        raise ValueError(axis)
+
+    def with_(self, **changes: object) -> Plan:
+        return replace(self, **changes)
+
+    def describe(self) -> str:
+        parts = [f"dp={self.dp}", f"tp={self.tp}", f"pp={self.pp}"]
+        parts += [f"{k}={getattr(self, k)}" for k in ("cp", "ep", "vpp") if getattr(self, k) > 1]
+        if self.etp != self.tp:
+            parts.append(f"etp={self.etp}")
+        parts += [f"mbs={self.micro_batch}", f"gbs={self.global_batch}", f"zero={self.zero}",
+                  f"recompute={self.recompute}"]
+        if self.sequence_parallel:
+            parts.append("sp")
+        return " ".join(parts)
+
+
+def check(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> list[str]:
+    """Every constraint ``plan`` violates for this model (and cluster), each with its numbers. [] = valid."""
+    reasons: list[str] = []
+    for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch"):
+        value = getattr(plan, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            reasons.append(f"{name}={value!r} must be a positive integer")
+    if reasons:
+        return reasons
+    if cluster is not None and plan.num_gpus != cluster.num_gpus:
+        reasons.append(f"dp*tp*pp*cp = {plan.dp}*{plan.tp}*{plan.pp}*{plan.cp} = {plan.num_gpus} "
+                       f"!= gpus={cluster.num_gpus}")
+    reasons += _check_tensor(model, plan)
+    reasons += _check_pipeline(model, plan)
+    reasons += _check_experts(model, plan)
+    reasons += _check_options(model, cluster, plan)
+    return reasons
+
+
+def validate(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> None:
+    """Raise PlanError listing every violation (for user input; the search records reasons instead)."""
+    reasons = check(model, cluster, plan)
+    if reasons:
+        raise PlanError(reasons)
+
+
+def _check_tensor(model: ModelSpec, plan: Plan) -> list[str]:
+    reasons = []
+    if model.num_heads % plan.tp:
+        reasons.append(f"tp={plan.tp} does not divide num_heads={model.num_heads}")
+    elif not model.is_mla and model.num_kv_heads % plan.tp and plan.tp % model.num_kv_heads:
+        reasons.append(f"tp={plan.tp} and num_kv_heads={model.num_kv_heads}: neither divides the other")
+    if model.ffn_hidden_size % plan.tp:
+        reasons.append(f"tp={plan.tp} does not divide ffn_hidden_size={model.ffn_hidden_size}")
+    if plan.cp > 1 and model.seq_length % (2 * plan.cp):
+        reasons.append(f"2*cp={2 * plan.cp} does not divide seq_length={model.seq_length} "
+                       "(load-balanced causal split)")
+    if plan.sequence_parallel and plan.tp == 1:
+        reasons.append("sequence_parallel needs tp > 1")
+    return reasons
+
+
+def _check_pipeline(model: ModelSpec, plan: Plan) -> list[str]:
+    reasons = []
+    micro = plan.dp * plan.micro_batch
+    if plan.global_batch % micro:
+        reasons.append(f"dp*micro_batch = {plan.dp}*{plan.micro_batch} = {micro} does not divide "
+                       f"global_batch={plan.global_batch}")
+    stages = plan.pp * plan.vpp
+    if stages > model.num_layers:
+        reasons.append(f"pp*vpp = {stages} exceeds num_layers={model.num_layers}")
+    if plan.schedule not in SCHEDULES:
+        reasons.append(f"schedule={plan.schedule!r} must be one of {', '.join(SCHEDULES)}")
+    elif plan.vpp > 1 and plan.schedule != "interleaved":
+        reasons.append(f"vpp={plan.vpp} needs schedule='interleaved' (got {plan.schedule!r})")
+    elif plan.schedule == "interleaved":
+        if plan.vpp == 1 or plan.pp == 1:
+            reasons.append(f"schedule='interleaved' needs pp > 1 and vpp > 1 (pp={plan.pp}, vpp={plan.vpp})")
+        elif not plan.global_batch % micro and plan.grad_accum % plan.pp:
+            reasons.append(f"interleaved schedule: pp={plan.pp} does not divide the "
+                           f"{plan.grad_accum} micro-batches")
+    return reasons
+
+
+def _check_experts(model: ModelSpec, plan: Plan) -> list[str]:
+    if not model.is_moe:
+        if plan.ep > 1:
+            return [f"ep={plan.ep} but {model.name} has no experts"]
+        return []
+    reasons = []
+    if model.num_experts % plan.ep:
+        reasons.append(f"ep={plan.ep} does not divide num_experts={model.num_experts}")
+    ranks = plan.tp * plan.cp * plan.dp
+    if ranks % (plan.ep * plan.etp):
+        reasons.append(f"ep*etp = {plan.ep}*{plan.etp} does not divide tp*cp*dp = {ranks}")
+    if model.moe_ffn_hidden_size % plan.etp:
+        reasons.append(f"etp={plan.etp} does not divide moe_ffn_hidden_size={model.moe_ffn_hidden_size}")
+    return reasons
+
+
+def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> list[str]:
+    reasons = []
+    if plan.zero not in (0, 1, 2, 3):
+        reasons.append(f"zero={plan.zero!r} must be 0, 1, 2 or 3")
+    if plan.recompute not in RECOMPUTE:
+        reasons.append(f"recompute={plan.recompute!r} must be one of {', '.join(RECOMPUTE)}")
+    if plan.recompute_layers < 0:
+        reasons.append(f"recompute_layers={plan.recompute_layers} must be >= 0")
+    if plan.precision not in PRECISION:
+        reasons.append(f"precision={plan.precision!r} must be one of {', '.join(PRECISION)}")
+    elif cluster is not None and plan.precision not in ("bf16", "fp16") and \
+            plan.precision not in cluster.accelerator.peak_flops:
+        reasons.append(f"precision={plan.precision} is not supported by {cluster.accelerator.name}")
+    if plan.grad_bytes not in (2, 4):
+        reasons.append(f"grad_bytes={plan.grad_bytes} must be 2 or 4")
+    if sorted(plan.placement) != sorted(DENSE_AXES):
+        reasons.append(f"placement={','.join(plan.placement)} must order each of {', '.join(DENSE_AXES)} once")
+    return reasons

@@ -1,0 +1,67 @@
+"""Units. Inside meshplan everything is SI: bytes, seconds, FLOP, bytes/s, FLOP/s.
+
+Human units (``"80 GiB"``, ``"900 GB/s"``, ``"1.2 us"``) are parsed and formatted here, at the edges only.
+Decimal prefixes (k, M, G, T, P) are powers of 1000; binary ones (Ki, Mi, Gi, Ti) powers of 1024, as in IEC 80000-13.
+"""
+
+from __future__ import annotations
+
+import re
+
+from meshplan.errors import SpecError
+
+KiB = 1024
+MiB = 1024**2
+GiB = 1024**3
+TiB = 1024**4
+GB = 1e9
+TB = 1e12
+
+_PREFIX = {
+    "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40,
+    "u": 1e-6, "µ": 1e-6, "n": 1e-9, "m": 1e-3,
+}
+_UNIT = {"B", "B/s", "FLOP/s", "FLOPS", "s", "b/s", "bit/s", "bps", ""}
+_QUANTITY = re.compile(r"^\s*([-+0-9.eE_]+)\s*([a-zA-Zµ]*?)(B/s|FLOP/s|FLOPS|bit/s|b/s|bps|B|s|)\s*$")
+
+
+def parse_quantity(text: str | float | int, field: str = "value") -> float:
+    """Parse ``"80 GiB"``, ``"3.35 TB/s"``, ``"400 Gb/s"`` (bits → bytes), ``"989 TFLOP/s"``, ``"2 us"``.
+
+    Numbers pass through unchanged; bit rates are converted to bytes/s.
+    """
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return float(text)
+    match = _QUANTITY.match(str(text))
+    if not match or match.group(2) not in _PREFIX:
+        raise SpecError(f"{field}={text!r} is not a quantity like '80 GiB', '900 GB/s' or '989 TFLOP/s'")
+    number, prefix, unit = match.groups()
+    value = float(number) * _PREFIX[prefix]
+    if unit in ("b/s", "bit/s", "bps"):
+        value /= 8.0
+    return value
+
+
+def fmt_bytes(n: float) -> str:
+    """Binary units for memory: ``fmt_bytes(80 * GiB) == '80.0 GiB'``."""
+    for unit, size in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_time(seconds: float) -> str:
+    """``fmt_time(0.0123) == '12.3 ms'``."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
+def fmt_count(n: float) -> str:
+    """``fmt_count(8.03e9) == '8.03 B'`` for parameter counts and token rates."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.3g}"
