@@ -45,18 +45,24 @@ class Accelerator:
         unknown = set(self.peak_flops) - set(PRECISIONS)
         if unknown:
             raise SpecError(f"{self.name}: peak_flops has unknown precision {sorted(unknown)[0]!r}")
-        if "bf16" not in self.peak_flops:
-            raise SpecError(f"{self.name}: peak_flops needs a 'bf16' entry")
+        if "bf16" not in self.peak_flops and "fp16" not in self.peak_flops:
+            raise SpecError(f"{self.name}: peak_flops needs a 'bf16' or 'fp16' entry")
         for precision, value in self.peak_flops.items():
             if not value > 0:
                 raise SpecError(f"{self.name}: peak_flops.{precision}={value!r} must be positive")
 
+    @property
+    def half_flops(self) -> float:
+        """Dense 16-bit tensor-core peak (bf16, or fp16 on GPUs without bf16 such as V100): the MFU basis."""
+        return self.peak_flops.get("bf16", self.peak_flops.get("fp16", 0.0))
+
     def flops(self, precision: str) -> float:
-        """Dense peak FLOP/s for the tensor-core GEMMs of a run in ``precision`` (fp16 falls back to bf16)."""
+        """Dense peak FLOP/s for the tensor-core GEMMs of a run in ``precision``; bf16 and fp16 stand in for
+        each other (same tensor-core rate on every NVIDIA GPU that has both)."""
         if precision in self.peak_flops:
             return self.peak_flops[precision]
-        if precision == "fp16":
-            return self.peak_flops["bf16"]
+        if precision in ("bf16", "fp16"):
+            return self.half_flops
         raise SpecError(f"precision={precision!r} is not supported by {self.name} "
                         f"(it has {', '.join(sorted(self.peak_flops))})")
 

@@ -104,6 +104,8 @@ def check(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> list[str]:
     reasons: list[str] = []
     for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch"):
         value = getattr(plan, name)
+        if name == "etp" and value == plan.tp:
+            continue  # defaulted to tp: reported under tp
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             reasons.append(f"{name}={value!r} must be a positive integer")
     if reasons:
@@ -189,9 +191,10 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> lis
         reasons.append(f"recompute_layers={plan.recompute_layers} must be >= 0")
     if plan.precision not in PRECISION:
         reasons.append(f"precision={plan.precision!r} must be one of {', '.join(PRECISION)}")
-    elif cluster is not None and plan.precision not in ("bf16", "fp16") and \
-            plan.precision not in cluster.accelerator.peak_flops:
-        reasons.append(f"precision={plan.precision} is not supported by {cluster.accelerator.name}")
+    elif cluster is not None and plan.precision not in cluster.accelerator.peak_flops and (
+            plan.precision != "fp16" or "bf16" not in cluster.accelerator.peak_flops):
+        reasons.append(f"precision={plan.precision} is not supported by {cluster.accelerator.name} "
+                       f"(it has {', '.join(sorted(cluster.accelerator.peak_flops))})")
     if plan.grad_bytes not in (2, 4):
         reasons.append(f"grad_bytes={plan.grad_bytes} must be 2 or 4")
     if sorted(plan.placement) != sorted(DENSE_AXES):

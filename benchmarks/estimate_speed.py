@@ -1,0 +1,42 @@
+"""Time one estimate() call (with its per-op table) and one step_costs() call on built-in presets.
+
+Run: python benchmarks/estimate_speed.py
+"""
+
+from __future__ import annotations
+
+import time
+
+from meshplan.estimate import estimate, step_costs
+from meshplan.hardware import load_system
+from meshplan.model import load_model
+from meshplan.plan import Plan
+
+CASES = [
+    ("llama3-70b", "h100", 1024, Plan(dp=32, tp=8, pp=4, global_batch=512, sequence_parallel=True,
+                                       recompute="selective", zero=1, grad_bytes=4)),
+    ("gpt3-175b", "a100", 1024, Plan(dp=16, tp=8, pp=8, vpp=4, schedule="interleaved", global_batch=1536,
+                                      sequence_parallel=True, zero=1)),
+    ("mixtral-8x7b", "h100", 64, Plan(dp=8, tp=2, pp=4, ep=8, etp=1, global_batch=256, sequence_parallel=True)),
+]
+
+
+def per_call(fn, repeat: int = 2000) -> float:
+    fn()
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    return (time.perf_counter() - start) / repeat
+
+
+def main() -> None:
+    print(f"{'case':<32} {'estimate()':>12} {'step_costs()':>14}")
+    for model_name, system, gpus, plan in CASES:
+        model, cluster = load_model(model_name), load_system(system).cluster(gpus)
+        full = per_call(lambda m=model, c=cluster, p=plan: estimate(m, c, p))
+        core = per_call(lambda m=model, c=cluster, p=plan: step_costs(m, c, p))
+        print(f"{model_name + ' / ' + system + ' x' + str(gpus):<32} {full * 1e6:>9.0f} us {core * 1e6:>11.0f} us")
+
+
+if __name__ == "__main__":
+    main()

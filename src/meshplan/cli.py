@@ -1,0 +1,164 @@
+"""Command line: parse arguments, call the API, print. Errors become one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import click
+
+from meshplan.errors import MeshplanError, SpecError
+
+DEFAULT_BATCH_TOKENS = 4 * 2**20  # default global batch ≈ 4M tokens (GPT-3: 3.2M; Llama 2: 4M)
+
+
+def default_global_batch(seq_length: int, dp: int, micro_batch: int) -> int:
+    """≈ 4M tokens per step, rounded up to a whole number of dp × micro-batch sequences."""
+    unit = dp * micro_batch
+    return max(1, math.ceil(DEFAULT_BATCH_TOKENS / seq_length / unit)) * unit
+
+
+def _split_ints(text: str | None, field: str) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise SpecError(f"{field}={text!r} must be integers separated by commas") from None
+    return values
+
+
+common_model = [
+    click.option("--model", "model_ref", required=True, help="preset name, .toml file or HF config.json"),
+    click.option("--system", "system_ref", required=True, help="system preset (h100, gb200 …) or .toml file"),
+    click.option("--seq", "seq", type=int, default=None, help="sequence length (default: the model's)"),
+    click.option("--nvlink-domain", type=int, default=None, help="override the NVLink domain size"),
+]
+
+
+def _apply(options):
+    def deco(f):
+        for opt in reversed(options):
+            f = opt(f)
+        return f
+    return deco
+
+
+def load_inputs(model_ref: str, system_ref: str, seq: int | None, nvlink_domain: int | None, gpus: int):
+    from meshplan.hardware import load_system
+    from meshplan.model import load_model
+
+    model = load_model(model_ref)
+    if seq is not None:
+        if seq <= 0:
+            raise SpecError(f"seq={seq} must be a positive integer")
+        model = model.with_seq_length(seq)
+    system = load_system(system_ref)
+    overrides = {"nvlink_domain": nvlink_domain} if nvlink_domain is not None else {}
+    return model, system.cluster(gpus, **overrides)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(package_name="meshplan")
+def cli() -> None:
+    """meshplan: how fast will this model train on this hardware, will it fit, and which plan is best."""
+
+
+@cli.command()
+@_apply(common_model)
+@click.option("--gpus", type=int, required=True, help="number of GPUs")
+@click.option("--tp", type=int, default=1, show_default=True)
+@click.option("--pp", type=int, default=1, show_default=True)
+@click.option("--cp", type=int, default=1, show_default=True)
+@click.option("--dp", type=int, default=None, help="default: gpus / (tp·pp·cp)")
+@click.option("--ep", type=int, default=1, show_default=True)
+@click.option("--etp", type=int, default=0, help="expert tensor parallel size (default: tp)")
+@click.option("--vpp", type=int, default=1, show_default=True, help="virtual pipeline stages per rank")
+@click.option("--sp/--no-sp", "sequence_parallel", default=None, help="sequence parallelism (default: on if tp>1)")
+@click.option("--micro-batch", type=int, default=1, show_default=True)
+@click.option("--global-batch", type=int, default=None, help="sequences per step (default ≈ 4M tokens)")
+@click.option("--zero", type=int, default=1, show_default=True, help="ZeRO stage 0-3 (1 = distributed optimizer)")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="selective",
+              show_default=True)
+@click.option("--recompute-layers", type=int, default=0, help="with --recompute full: layers per stage (0 = all)")
+@click.option("--offload-optimizer", is_flag=True)
+@click.option("--offload-activations", is_flag=True)
+@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8", "fp4"]), default="bf16", show_default=True)
+@click.option("--grad-bytes", type=int, default=4, show_default=True, help="bytes per gradient (4: fp32 main grads)")
+@click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), default=None,
+              help="default: interleaved if vpp>1 else 1f1b")
+@click.option("--placement", default="tp,cp,dp,pp", show_default=True, help="axis order on the mesh, innermost first")
+@click.option("--overlap-tp", is_flag=True, help="overlap TP communication with GEMMs")
+@click.option("--no-overlap-dp", is_flag=True, help="do not overlap the DP gradient reduction")
+@click.option("--ops", "show_ops", is_flag=True, help="print the per-op table")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep, etp, vpp, sequence_parallel,
+             micro_batch, global_batch, zero, recompute, recompute_layers, offload_optimizer, offload_activations,
+             precision, grad_bytes, schedule, placement, overlap_tp, no_overlap_dp, show_ops, as_json) -> None:
+    """Estimate one training step of MODEL on GPUS accelerators of SYSTEM under one parallel plan."""
+    from meshplan.estimate import estimate as run
+    from meshplan.plan import Plan
+
+    model, cluster = load_inputs(model_ref, system_ref, seq, nvlink_domain, gpus)
+    for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("micro-batch", micro_batch)):
+        if value < 1:
+            raise SpecError(f"{name}={value} must be a positive integer")
+    if dp is None:
+        if gpus % (tp * pp * cp):
+            raise SpecError(f"tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp} does not divide gpus={gpus}")
+        dp = gpus // (tp * pp * cp)
+    if global_batch is None:
+        global_batch = default_global_batch(model.seq_length, dp, micro_batch)
+    plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp,
+                sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel,
+                micro_batch=micro_batch, global_batch=global_batch, zero=zero, recompute=recompute,
+                recompute_layers=recompute_layers, offload_optimizer=offload_optimizer,
+                offload_activations=offload_activations, precision=precision, grad_bytes=grad_bytes,
+                schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"),
+                placement=tuple(a.strip() for a in placement.split(",")), overlap_tp=overlap_tp,
+                overlap_dp=not no_overlap_dp)
+    est = run(model, cluster, plan)
+    if as_json:
+        click.echo(json.dumps(est.to_dict(), indent=None if show_ops else 2))
+        return
+    from rich.console import Console
+
+    from meshplan.report.text import estimate_tables
+
+    estimate_tables(est, Console(), ops=show_ops)
+
+
+@cli.command("presets")
+def presets() -> None:
+    """List the built-in model and system presets."""
+    from meshplan.hardware import system_names
+    from meshplan.model import preset_names
+
+    click.echo("models:  " + " ".join(preset_names()))
+    click.echo("systems: " + " ".join(system_names()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the CLI; any bad input becomes one line on stderr and exit status 2."""
+    try:
+        cli.main(args=argv, prog_name="meshplan", standalone_mode=False)
+    except MeshplanError as exc:
+        click.echo(f"meshplan: error: {exc}", err=True)
+        return 2
+    except click.exceptions.Abort:
+        click.echo("meshplan: aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        click.echo(f"meshplan: error: {exc.format_message()}", err=True)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+def run() -> None:
+    """Console-script wrapper: exit with main()'s status."""
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""Collectives on a hierarchical mesh under the α-β model.
+
+Symbols: g group size, n message bytes (the full buffer: the all-reduce input, the all-gather *output*, the
+reduce-scatter *input*, the bytes one rank sends in an all-to-all), α latency per step, B bandwidth per GPU
+per direction, g_i the part of the group inside tier i.
+
+Single tier (Thakur, Rabenseifner & Gropp 2005, "Optimization of collective communication operations in
+MPICH"; Chan et al. 2007; NCCL's ring and double-binary-tree algorithms):
+    ring all-reduce       2(g-1)·α + 2(g-1)/g · n/B
+    tree all-reduce       2⌈log2 g⌉·α + 2 · n/B            (pipelined double binary tree; NCCL picks the faster)
+    reduce-scatter / all-gather   (g-1)·α + (g-1)/g · n/B
+    all-to-all            (g-1)·α + (g-1)/g · n/B
+    broadcast / reduce    (g-1)·α + n/B                    (pipelined chain)
+    p2p                   α + n/B
+
+Hierarchical (the group spans tiers 0..T): reduce-scatter inside each tier from the innermost outwards, each
+tier working on what the inner tiers left (n / Π_{j<i} g_j), then all-gather back; this is how NCCL's
+NVLS/tree and Megatron's hierarchical schemes use the NVLink domain, and it is seed 003's observation that the
+effective scale-out bandwidth grows with the NICs per NVLink domain (each of the g_0 GPUs drives its own NIC).
+
+Bus bandwidth vs algorithm bandwidth (NCCL ``PERFORMANCE.md``): algbw = n / t; busbw = algbw · factor with
+factor 2(g-1)/g for all-reduce, (g-1)/g for all-gather / reduce-scatter / all-to-all, 1 for broadcast / reduce /
+p2p. Link bandwidths in meshplan are bus bandwidths (what the link sustains), so t = factor · n / busbw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from meshplan.efficiency import DEFAULT, Efficiency
+from meshplan.hardware import Cluster
+from meshplan.xp import Num, ceil_log2, maximum, minimum
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "p2p")
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """One collective of an op: kind, bytes (see the module glossary), the plan axis and its group size."""
+
+    kind: str
+    nbytes: Num
+    axis: str  # tp | cp | ep | etp | dp | edp | pp | tp_in | tp_out
+    group: Num
+
+
+def bus_factor(kind: str, group: Num) -> Num:
+    """busbw / algbw for a collective of ``group`` ranks (NCCL PERFORMANCE.md)."""
+    if kind == "all_reduce":
+        return 2.0 * (group - 1) / group
+    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (group - 1) / group
+    return 1.0
+
+
+def split_group(cluster: Cluster, group: Num, stride: Num) -> list[Num]:
+    """How many members of a group (``group`` ranks, ``stride`` apart) share each tier: [g_0, g_1, …].
+
+    A tier-i block spans Π_{j≤i} n_j consecutive ranks, so it holds min(group, max(1, span // stride))
+    members; g_i is that count divided by the inner tiers' count. The product of the g_i is ``group``.
+    """
+    parts, inner, span = [], 1, 1
+    for i, tier in enumerate(cluster.tiers):
+        span = span * tier.size
+        last = i == len(cluster.tiers) - 1
+        members = group if last else minimum(group, maximum(1, span // stride))
+        parts.append(members / inner)
+        inner = members
+    return parts
+
+
+def collective_time(kind: str, nbytes: Num, group: Num, stride: Num, cluster: Cluster,
+                    eff: Efficiency = DEFAULT) -> Num:
+    """Seconds for one collective; zero for a group of one."""
+    parts = split_group(cluster, group, stride)
+    bandwidths = [t.bandwidth * eff.link(t.name) for t in cluster.tiers]
+    latencies = [t.latency for t in cluster.tiers]
+    if kind == "all_reduce":
+        return _all_reduce(nbytes, parts, bandwidths, latencies)
+    if kind in ("all_gather", "reduce_scatter"):
+        return _scatter_gather(nbytes, parts, bandwidths, latencies)
+    if kind == "all_to_all":
+        return _all_to_all(nbytes, group, parts, bandwidths, latencies)
+    if kind in ("broadcast", "reduce"):
+        return _chain(nbytes, parts, bandwidths, latencies)
+    if kind == "p2p":
+        return _chain(nbytes, parts, bandwidths, latencies) * (group > 1)
+    raise ValueError(f"unknown collective {kind!r}")
+
+
+def _scatter_gather(n: Num, parts: Sequence[Num], bw: Sequence[float], lat: Sequence[float]) -> Num:
+    """Σ_i (g_i-1)·α_i + (g_i-1)/g_i · n_i / B_i, with n_i = n / Π_{j<i} g_j."""
+    total, remaining = 0.0, n
+    for g, b, a in zip(parts, bw, lat, strict=True):
+        total = total + (g - 1) * a + (g - 1) / g * remaining / b
+        remaining = remaining / g
+    return total
+
+
+def _all_reduce(n: Num, parts: Sequence[Num], bw: Sequence[float], lat: Sequence[float]) -> Num:
+    """Per tier the faster of ring (2× scatter-gather) and tree; tiers compose hierarchically."""
+    total, remaining = 0.0, n
+    for g, b, a in zip(parts, bw, lat, strict=True):
+        ring = 2 * ((g - 1) * a + (g - 1) / g * remaining / b)
+        tree = (2 * ceil_log2(g) * a + 2 * remaining / b) * (g > 1)
+        total = total + minimum(ring, tree)
+        remaining = remaining / g
+    return total
+
+
+def _all_to_all(n: Num, group: Num, parts: Sequence[Num], bw: Sequence[float], lat: Sequence[float]) -> Num:
+    """Traffic to peers beyond tier i-1 leaves through tier i; the tiers run concurrently (max)."""
+    slowest, latency, inner = 0.0, 0.0, 1
+    for g, b, a in zip(parts, bw, lat, strict=True):
+        outer = inner * g
+        slowest = maximum(slowest, n * (outer - inner) / group / b)
+        latency = latency + (g - 1) * a
+        inner = outer
+    return latency + slowest
+
+
+def _chain(n: Num, parts: Sequence[Num], bw: Sequence[float], lat: Sequence[float]) -> Num:
+    """A pipelined chain runs at the slowest tier it crosses."""
+    latency, slowest = 0.0, 0.0
+    for g, b, a in zip(parts, bw, lat, strict=True):
+        latency = latency + (g - 1) * a
+        slowest = maximum(slowest, (g > 1) * n / b)
+    return latency + slowest
+
+
+def all_reduce_traffic(nbytes: Num, group: Num, algorithm: str = "ring") -> Num:
+    """Bytes one rank moves (sent + received) in an all-reduce of ``nbytes``.
+
+    ``ring``: reduce-scatter + all-gather, each rank sends and receives 2(g-1)/g · n, i.e. 4(g-1)/g · n moved;
+    ``multicast``: seed 001's bandwidth-optimal pattern: send g-1 parts of n/g, receive g-1 copies of one's
+    own part, reduce, multicast the result (free), receive g-1 reduced parts: 3(g-1)/g · n.
+    """
+    if algorithm == "ring":
+        return 4 * (group - 1) / group * nbytes
+    if algorithm == "multicast":
+        return 3 * (group - 1) / group * nbytes
+    raise ValueError(f"unknown all-reduce algorithm {algorithm!r}")

@@ -1,0 +1,448 @@
+"""estimate(model, cluster, plan) -> Estimate: the one place that composes costs into a training step.
+
+Per micro-batch, on the busiest pipeline rank (the first, with the embedding, or the last, with the LM head):
+    t_stage = Σ_layers (fwd + bwd kernels) + recompute + exposed TP / CP / EP communication + pipeline p2p
+Per step (Narayanan et al. 2021 §2.2; bubble (p-1)/m for 1F1B and (p-1)/(v·m) for the interleaved schedule):
+    t_step = m · t_stage + (p-1)/v · t_stage + exposed DP / ZeRO communication + optimizer step
+Overlap rules (stated once, here):
+- TP collectives are exposed unless ``plan.overlap_tp``; then they hide behind the GEMMs of the same pass.
+- Context-parallel K/V exchange hides behind the attention kernel of the same pass (ring attention).
+- EP all-to-all and pipeline p2p are exposed.
+- DP gradient reduction hides behind the backward pass of the last micro-batch, the distributed optimizer's
+  parameter all-gather behind the forward pass of the first (Megatron overlap-grad-reduce /
+  overlap-param-gather) when ``plan.overlap_dp``; ZeRO-3 gathers hide behind each micro-batch's compute.
+The arithmetic accepts NumPy arrays in the numeric plan fields, so the search evaluates many plans with this
+same code (``step_costs``); ``estimate`` adds the per-op table and the feasibility verdict for one plan.
+
+MFU counts model FLOPs: 6·N per token for the matmul parameters N (embedding lookup excluded, LM head
+included) plus 6·s·A·(d_qk + d_v) per layer for attention, without causal savings (PaLM, Chowdhery et al.
+2022, App. B), against the dense bf16 peak. HFU adds the FLOPs of recomputed forward passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from meshplan.comm import collective_time
+from meshplan.efficiency import DEFAULT, Efficiency
+from meshplan.hardware import Cluster
+from meshplan.memory import (
+    WEIGHT_BYTES,
+    Memory,
+    StageParams,
+    activation_bytes,
+    in_flight_chunks,
+    layer_params,
+    layers_on_stage,
+    model_states,
+    moe_fraction,
+    stage_params,
+)
+from meshplan.model import ModelSpec
+from meshplan.ops import (
+    ACT_BYTES,
+    OpCost,
+    dense_layer,
+    embedding_ops,
+    head_ops,
+    moe_layer,
+    pipeline_p2p,
+)
+from meshplan.plan import Plan, validate
+from meshplan.roofline import compute_time, memory_time, op_time
+from meshplan.units import fmt_bytes
+from meshplan.xp import Num, maximum, minimum, where
+
+COMPONENTS = ("compute", "recompute", "tp", "cp", "ep", "pp", "bubble", "dp", "optimizer", "offload")
+MEMORY = ("weights", "grads", "optimizer", "activations", "buffers")
+
+
+# ---- timing a list of ops -----------------------------------------------------------------------------------
+def axis_stride(plan: Plan, axis: str) -> Num:
+    """Rank distance between members of a collective's group (plan.py placement; experts: etp innermost)."""
+    if axis in ("tp", "cp", "pp"):
+        return plan.stride(axis)
+    if axis == "dp":  # gradients are reduced over dp·cp together
+        return where(plan.cp > 1, minimum(plan.stride("cp"), plan.stride("dp")), plan.stride("dp"))
+    if axis == "ep":
+        return plan.etp
+    if axis == "edp":
+        return plan.ep * plan.etp
+    return 1
+
+
+def time_ops(ops: list[OpCost], cluster: Cluster, plan: Plan, eff: Efficiency) -> list[Num]:
+    times = []
+    for op in ops:
+        if op.kind == "collective":
+            c = op.collective
+            times.append(collective_time(c.kind, c.nbytes, c.group, axis_stride(plan, c.axis), cluster, eff))
+        else:
+            times.append(op_time(op, cluster.accelerator, plan.precision, eff))
+    return times
+
+
+@dataclass(frozen=True, slots=True)
+class PassTimes:
+    """Per micro-batch times of a group of ops (a layer, the embedding, the head), split by component."""
+
+    fwd: Num = 0.0  # forward kernels
+    bwd: Num = 0.0  # backward kernels
+    recompute: Num = 0.0
+    tp: Num = 0.0
+    cp: Num = 0.0
+    ep: Num = 0.0
+    pp: Num = 0.0
+
+    @property
+    def total(self) -> Num:
+        return self.fwd + self.bwd + self.recompute + self.tp + self.cp + self.ep + self.pp
+
+    def scaled(self, k: Num) -> PassTimes:
+        return PassTimes(*(getattr(self, f) * k for f in PassTimes.__slots__))
+
+    def plus(self, other: PassTimes) -> PassTimes:
+        return PassTimes(*(getattr(self, f) + getattr(other, f) for f in PassTimes.__slots__))
+
+
+def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, recompute: str) -> PassTimes:
+    """Sum kernels per pass, apply the overlap rules, add recompute (``"full"``: the forward again;
+    ``"selective"``: the core-attention forward again)."""
+    s: dict[tuple[str, str], Num] = {}
+    for op, t in zip(ops, times, strict=True):
+        bucket = {"etp": "ep"}.get(op.collective.axis, op.collective.axis) if op.collective else op.kind
+        key = ("f" if op.phase == "fwd" else "b", bucket)
+        s[key] = s.get(key, 0.0) + t
+    g = s.get
+    kernels_f = g(("f", "gemm"), 0.0) + g(("f", "attention"), 0.0) + g(("f", "memory"), 0.0)
+    kernels_b = g(("b", "gemm"), 0.0) + g(("b", "attention"), 0.0) + g(("b", "memory"), 0.0)
+    tp_f, tp_b = g(("f", "tp"), 0.0), g(("b", "tp"), 0.0)
+    if plan.overlap_tp:
+        tp_f = maximum(0.0, tp_f - g(("f", "gemm"), 0.0))
+        tp_b = maximum(0.0, tp_b - g(("b", "gemm"), 0.0))
+    cp_f = maximum(0.0, g(("f", "cp"), 0.0) - g(("f", "attention"), 0.0))
+    cp_b = maximum(0.0, g(("b", "cp"), 0.0) - g(("b", "attention"), 0.0))
+    ep_f, ep_b = g(("f", "ep"), 0.0), g(("b", "ep"), 0.0)
+    if recompute == "full":
+        redo = kernels_f + tp_f + cp_f + ep_f
+    elif recompute == "selective":
+        redo = g(("f", "attention"), 0.0)
+    else:
+        redo = 0.0
+    return PassTimes(fwd=kernels_f, bwd=kernels_b, recompute=redo, tp=tp_f + tp_b, cp=cp_f + cp_b,
+                     ep=ep_f + ep_b, pp=g(("f", "pp"), 0.0) + g(("b", "pp"), 0.0))
+
+
+# ---- the step -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class StepCosts:
+    """Everything the search ranks on. Fields are floats for one plan or arrays for many."""
+
+    breakdown: dict[str, Num]
+    step_time: Num
+    memory: dict[str, Num]  # of the pipeline rank with the larger footprint
+    peak_memory: Num
+    stage_fwd: Num  # forward time of one micro-batch on the busiest rank (for the timeline)
+    stage_bwd: Num
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    ops: dict[str, list[OpCost]]
+    times: dict[str, list[Num]]
+
+
+def _parts(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency) -> _Parts:
+    ops = {"dense": dense_layer(model, plan), "embed": embedding_ops(model, plan), "head": head_ops(model, plan),
+           "p2p": pipeline_p2p(model, plan)}
+    if model.is_moe:
+        ops["moe"] = moe_layer(model, plan)
+    return _Parts(ops, {k: time_ops(v, cluster, plan, eff) for k, v in ops.items()})
+
+
+def _layer(model: ModelSpec, plan: Plan, parts: _Parts, recompute: str) -> PassTimes:
+    dense = pass_times(parts.ops["dense"], parts.times["dense"], plan, recompute)
+    if not model.is_moe:
+        return dense
+    f = moe_fraction(model)
+    moe = pass_times(parts.ops["moe"], parts.times["moe"], plan, recompute)
+    return dense.scaled(1 - f).plus(moe.scaled(f))
+
+
+def _stage(model: ModelSpec, plan: Plan, parts: _Parts) -> tuple[PassTimes, PassTimes]:
+    """Per micro-batch times of the first and the last pipeline rank."""
+    layers = layers_on_stage(model, plan)
+    if plan.recompute == "full":
+        redone = layers if plan.recompute_layers == 0 else minimum(plan.recompute_layers, layers)
+        body = _layer(model, plan, parts, "full").scaled(redone).plus(
+            _layer(model, plan, parts, "none").scaled(layers - redone))
+    else:
+        body = _layer(model, plan, parts, plan.recompute).scaled(layers)
+    embed = pass_times(parts.ops["embed"], parts.times["embed"], plan, "none")
+    head = pass_times(parts.ops["head"], parts.times["head"], plan, "none")
+    p2p = pass_times(parts.ops["p2p"], parts.times["p2p"], plan, "none").scaled(plan.vpp * (plan.pp > 1))
+    single = plan.pp == 1
+    first = body.plus(embed).plus(head.scaled(single)).plus(p2p)
+    last = body.plus(head).plus(embed.scaled(single)).plus(p2p)
+    return first, last
+
+
+def _dp_times(model: ModelSpec, cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency
+              ) -> tuple[Num, Num, Num]:
+    """(gradient reduction, parameter all-gather, per-micro-batch ZeRO-3 traffic) in seconds."""
+    dense_group, expert_group = plan.dp * plan.cp, plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp)
+    stride_d, stride_e = axis_stride(plan, "dp"), axis_stride(plan, "edp")
+
+    def coll(kind: str, dense_bytes: Num, expert_bytes: Num) -> Num:
+        t = collective_time(kind, dense_bytes, dense_group, stride_d, cluster, eff)
+        return t + collective_time(kind, expert_bytes, expert_group, stride_e, cluster, eff)
+
+    g, w = plan.grad_bytes, WEIGHT_BYTES
+    if plan.zero == 0:
+        return coll("all_reduce", params.dense * g, params.expert * g), 0.0, 0.0
+    if plan.zero < 3:
+        grads = coll("reduce_scatter", params.dense * g, params.expert * g)
+        return grads, coll("all_gather", params.dense * w, params.expert * w), 0.0
+    per_mb = 2 * coll("all_gather", params.dense * w, params.expert * w) + coll(
+        "reduce_scatter", params.dense * g, params.expert * g)
+    return 0.0, 0.0, per_mb
+
+
+def _optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency) -> Num:
+    """Adam over this GPU's shard: read gradient, read + write master weight and both moments, write the
+    bf16 weight: (g + 24 + 2) bytes per parameter, memory-bound. Offloaded: the gradient goes to the host
+    and the weight comes back over PCIe, and the host's update streams the same 24 bytes per parameter."""
+    if plan.zero >= 1:
+        shard = params.dense / (plan.dp * plan.cp) + params.expert * plan.ep * plan.etp / (
+            plan.tp * plan.cp * plan.dp)
+    else:
+        shard = params.total
+    if plan.offload_optimizer:
+        return shard * (plan.grad_bytes + WEIGHT_BYTES + 24) / cluster.host_bandwidth
+    return shard * (plan.grad_bytes + 24 + WEIGHT_BYTES) / (cluster.accelerator.hbm_bandwidth * eff.memory)
+
+
+def _saved(ops: list[OpCost]) -> Num:
+    return sum((op.saved for op in ops if op.phase == "fwd"), 0.0)
+
+
+def _memory(model: ModelSpec, plan: Plan, parts: _Parts) -> tuple[Memory, Memory]:
+    f = moe_fraction(model)
+    layer_saved = _saved(parts.ops["dense"]) * (1 - f) + (_saved(parts.ops["moe"]) * f if model.is_moe else 0.0)
+    layer_input = plan.micro_batch * model.seq_length / plan.cp * model.hidden_size * ACT_BYTES / (
+        plan.tp if plan.sequence_parallel else 1)
+    embed_saved, head_saved = _saved(parts.ops["embed"]), _saved(parts.ops["head"])
+    single = plan.pp == 1
+    per_layer = layer_params(model, plan)
+    prefetch = (plan.zero == 3) * 2 * per_layer.total * WEIGHT_BYTES
+    buffers = prefetch + 2 * layer_input * (plan.tp if plan.sequence_parallel else 1)
+    result = []
+    for first in (True, False):
+        weights, grads, optimizer = model_states(stage_params(model, plan, first), plan)
+        acts = activation_bytes(model, plan, layer_saved, layer_input, last=not first)
+        if first:
+            acts = acts + embed_saved * in_flight_chunks(plan) + head_saved * single
+        else:
+            acts = acts + head_saved + embed_saved * single * in_flight_chunks(plan)
+        result.append(Memory(weights, grads, optimizer, acts, buffers))
+    return result[0], result[1]
+
+
+def step_costs(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = DEFAULT,
+               parts: _Parts | None = None) -> StepCosts:
+    """Step time, its breakdown and memory, without validation (the search validates in bulk)."""
+    parts = parts or _parts(model, cluster, plan, eff)
+    first, last = _stage(model, plan, parts)
+    use_first = first.total >= last.total
+    stage = PassTimes(*(where(use_first, getattr(first, f), getattr(last, f)) for f in PassTimes.__slots__))
+    params = _bottleneck_params(model, plan, use_first)
+    m, v = plan.grad_accum, plan.vpp
+    t_stage = stage.total
+    grads, gather, zero3 = _dp_times(model, cluster, plan, params, eff)
+    if plan.overlap_dp:
+        dp = maximum(0.0, grads - stage.bwd) + maximum(0.0, gather - stage.fwd) + m * maximum(
+            0.0, zero3 - stage.fwd - stage.bwd)
+    else:
+        dp = grads + gather + m * zero3
+    mem_first, mem_last = _memory(model, plan, parts)
+    offload = 0.0
+    if plan.offload_activations:
+        moved = 2 * (mem_first.activations / 2) * layers_on_stage(model, plan) / cluster.host_bandwidth
+        offload = m * maximum(0.0, moved - stage.fwd - stage.bwd)
+    breakdown = {
+        "compute": m * (stage.fwd + stage.bwd), "recompute": m * stage.recompute, "tp": m * stage.tp,
+        "cp": m * stage.cp, "ep": m * stage.ep, "pp": m * stage.pp, "bubble": (plan.pp - 1) / v * t_stage,
+        "dp": dp, "optimizer": _optimizer_time(cluster, plan, params, eff), "offload": offload,
+    }
+    step = sum(breakdown.values(), 0.0)
+    use_mem_first = mem_first.total >= mem_last.total
+    memory = {k: where(use_mem_first, getattr(mem_first, k), getattr(mem_last, k)) for k in MEMORY}
+    return StepCosts(breakdown=breakdown, step_time=step, memory=memory,
+                     peak_memory=maximum(mem_first.total, mem_last.total),
+                     stage_fwd=stage.fwd, stage_bwd=stage.bwd + stage.recompute)
+
+
+def _bottleneck_params(model: ModelSpec, plan: Plan, use_first: Num) -> StageParams:
+    a, b = stage_params(model, plan, True), stage_params(model, plan, False)
+    return StageParams(dense=where(use_first, a.dense, b.dense), expert=where(use_first, a.expert, b.expert))
+
+
+# ---- FLOP accounting --------------------------------------------------------------------------------------
+@lru_cache(maxsize=256)
+def matmul_params(model: ModelSpec) -> int:
+    """Parameters that take part in a matmul per token (active experts only; the LM head even if tied)."""
+    lookup = model.embedding_params()
+    head = model.vocab_size * model.hidden_size if model.tied_embeddings else 0
+    return model.params(active=True) - lookup + head
+
+
+def attention_flops_per_token(model: ModelSpec) -> float:
+    """Forward FLOPs of Q·Kᵀ and A·V per token over all layers, no causal savings: 2·s·A·(d_qk + d_v)·L."""
+    if model.is_mla:
+        d_qk, d_v = model.qk_nope_head_dim + model.qk_rope_head_dim, model.v_head_dim
+    else:
+        d_qk = d_v = model.head_dim
+    return 2.0 * model.seq_length * model.num_heads * (d_qk + d_v) * model.num_layers
+
+
+def model_flops_per_token(model: ModelSpec) -> float:
+    """Training (forward + backward) model FLOPs per token: 6·N + 3 · attention forward (PaLM App. B)."""
+    return 6.0 * matmul_params(model) + 3.0 * attention_flops_per_token(model)
+
+
+def recompute_flops_per_token(model: ModelSpec, plan: Plan) -> float:
+    """Extra forward FLOPs per token that recomputation executes (counted like model FLOPs)."""
+    forward = model_flops_per_token(model) / 3
+    if plan.recompute == "full":
+        layers = layers_on_stage(model, plan)
+        share = 1.0 if plan.recompute_layers == 0 else min(plan.recompute_layers, layers) / layers
+        return share * (forward - 2.0 * model.vocab_size * model.hidden_size)
+    if plan.recompute == "selective":
+        return attention_flops_per_token(model)
+    return 0.0
+
+
+# ---- the public result ------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class OpRow:
+    """One op of the per-op table: per occurrence on the busiest rank, and how often it runs per step."""
+
+    name: str
+    phase: str
+    kind: str
+    count: float
+    flops: float
+    nbytes: float
+    seconds: float
+    bound: str  # compute | memory | network
+
+    @property
+    def total_seconds(self) -> float:
+        return self.count * self.seconds
+
+
+@dataclass(frozen=True)
+class Estimate:
+    model: ModelSpec
+    cluster: Cluster
+    plan: Plan
+    step_time: float
+    breakdown: dict[str, float]
+    memory: dict[str, float]
+    peak_memory: float
+    model_flops: float  # per step, all GPUs
+    hardware_flops: float
+    ops: tuple[OpRow, ...] = field(repr=False)
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        return not self.reasons
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.plan.global_batch * self.model.seq_length
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_time
+
+    @property
+    def tflops_per_gpu(self) -> float:
+        """Model TFLOP/s per GPU (the NeMo / Megatron-Bridge "model TFLOP/s")."""
+        return self.model_flops / self.step_time / self.cluster.num_gpus / 1e12
+
+    @property
+    def mfu(self) -> float:
+        peak = self.cluster.accelerator.half_flops * self.cluster.num_gpus
+        return self.model_flops / self.step_time / peak
+
+    @property
+    def hfu(self) -> float:
+        peak = self.cluster.accelerator.half_flops * self.cluster.num_gpus
+        return self.hardware_flops / self.step_time / peak
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.plan
+        return {
+            "model": self.model.name, "system": self.cluster.name, "gpus": self.cluster.num_gpus,
+            "params": self.model.params(), "active_params": self.model.params(active=True),
+            "plan": {k: getattr(p, k) for k in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch",
+                                                 "global_batch", "zero", "recompute", "recompute_layers",
+                                                 "sequence_parallel", "schedule", "precision", "overlap_tp",
+                                                 "overlap_dp", "offload_optimizer", "offload_activations")}
+            | {"placement": list(p.placement), "grad_accum": p.grad_accum},
+            "step_time_s": self.step_time, "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s / self.cluster.num_gpus,
+            "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu, "hfu": self.hfu,
+            "breakdown_s": dict(self.breakdown), "memory_bytes": dict(self.memory),
+            "peak_memory_bytes": self.peak_memory, "hbm_bytes": self.cluster.accelerator.hbm_bytes,
+            "fits": self.fits, "reasons": list(self.reasons),
+            "ops": [{"name": o.name, "phase": o.phase, "kind": o.kind, "count": o.count, "flops": o.flops,
+                     "bytes": o.nbytes, "seconds": o.seconds, "bound": o.bound} for o in self.ops],
+        }
+
+
+def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = DEFAULT) -> Estimate:
+    """Predict one training step of ``model`` on ``cluster`` under ``plan``.
+
+    Raises PlanError if the plan is invalid (divisibility, sizes); a plan that does not fit in memory is a
+    valid result with ``fits == False`` and its reason.
+    """
+    validate(model, cluster, plan)
+    parts = _parts(model, cluster, plan, eff)
+    costs = step_costs(model, cluster, plan, eff, parts)
+    tokens = plan.global_batch * model.seq_length
+    model_flops = model_flops_per_token(model) * tokens
+    hardware_flops = model_flops + recompute_flops_per_token(model, plan) * tokens
+    capacity = cluster.accelerator.hbm_bytes
+    reasons = ()
+    if costs.peak_memory > capacity:
+        reasons = (f"memory {fmt_bytes(costs.peak_memory)} > {fmt_bytes(capacity)} HBM",)
+    return Estimate(model=model, cluster=cluster, plan=plan, step_time=float(costs.step_time),
+                    breakdown={k: float(v) for k, v in costs.breakdown.items()},
+                    memory={k: float(v) for k, v in costs.memory.items()}, peak_memory=float(costs.peak_memory),
+                    model_flops=model_flops, hardware_flops=hardware_flops,
+                    ops=_op_table(model, cluster, plan, eff, parts), reasons=reasons)
+
+
+def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, parts: _Parts
+              ) -> tuple[OpRow, ...]:
+    """Every op with its time per occurrence and how many times the busiest rank runs it per step."""
+    m, layers, f = plan.grad_accum, layers_on_stage(model, plan), moe_fraction(model)
+    counts = {"dense": m * layers * (1 - f), "moe": m * layers * f, "embed": m, "head": m,
+              "p2p": m * plan.vpp * (plan.pp > 1)}
+    rows = []
+    acc = cluster.accelerator
+    for group, ops in parts.ops.items():
+        for op, t in zip(ops, parts.times[group], strict=True):
+            if op.kind == "collective":
+                bound = "network"
+            else:
+                bound = "compute" if compute_time(op, acc, plan.precision, eff) >= memory_time(op, acc, eff) \
+                    else "memory"
+            rows.append(OpRow(op.name, op.phase, op.kind, float(counts[group]), float(op.flops),
+                              float(op.nbytes), float(t), bound))
+    return tuple(r for r in rows if r.count > 0 and (r.seconds > 0 or r.flops > 0))

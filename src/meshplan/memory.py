@@ -1,0 +1,150 @@
+"""Memory per GPU: weights, gradients, optimizer state, activations, buffers.
+
+Symbols: Ψ parameters on a GPU before ZeRO sharding, N_d = dp·cp the ranks that replicate them (Megatron
+reduces gradients over the data- and context-parallel ranks together), N_e = tp·cp·dp / (ep·etp) the
+expert-data-parallel ranks replicating expert weights, m micro-batches, p pipeline stages, v chunks per stage.
+
+Model states with mixed-precision Adam (Rajbhandari et al. 2020, ZeRO §3 and Fig. 1), 2-byte gradients:
+    stage 0: 2Ψ + 2Ψ + 12Ψ = 16Ψ;  stage 1: 4Ψ + 12Ψ/N;  stage 2: 2Ψ + 14Ψ/N;  stage 3: 16Ψ/N.
+With fp32 main gradients (Megatron's default for bf16) the 2Ψ of gradients becomes 4Ψ.
+
+Activations: the bytes each op saves (ops.py, Korthikanti et al. 2022) times the layers of the first stage
+times the micro-batches in flight there: m for GPipe, min(p, m) for 1F1B, and for the interleaved schedule
+min(v·m, 2(p-1) + (v-1)·p + 1) model chunks (Megatron-LM's warm-up count + 1). Full recompute keeps only
+each recomputed layer's input plus one layer's activations while it is recomputed (Korthikanti Table 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from meshplan.model import ModelSpec
+from meshplan.plan import Plan
+from meshplan.xp import Num, maximum, minimum
+
+OPTIMIZER_BYTES = 12  # fp32 master weights + Adam m and v
+WEIGHT_BYTES = 2  # bf16 weights
+
+
+@dataclass(frozen=True, slots=True)
+class StageParams:
+    """Parameters held by one GPU of a pipeline stage before ZeRO sharding."""
+
+    dense: Num  # replicated across the dp·cp ranks
+    expert: Num  # replicated across the expert-data-parallel ranks
+
+    @property
+    def total(self) -> Num:
+        return self.dense + self.expert
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    weights: Num
+    grads: Num
+    optimizer: Num
+    activations: Num
+    buffers: Num
+
+    @property
+    def total(self) -> Num:
+        return self.weights + self.grads + self.optimizer + self.activations + self.buffers
+
+    def as_dict(self) -> dict[str, Num]:
+        return {"weights": self.weights, "grads": self.grads, "optimizer": self.optimizer,
+                "activations": self.activations, "buffers": self.buffers}
+
+
+def layers_on_stage(model: ModelSpec, plan: Plan) -> Num:
+    """Layers on the busiest pipeline rank: ⌈L / p⌉."""
+    return -(-model.num_layers // plan.pp)
+
+
+@lru_cache(maxsize=256)
+def moe_fraction(model: ModelSpec) -> float:
+    """Share of layers that are MoE (layers of each kind are assumed spread evenly over the stages)."""
+    return model.num_moe_layers / model.num_layers
+
+
+def layer_params(model: ModelSpec, plan: Plan) -> StageParams:
+    """Average parameters per layer on one GPU: dense parts split t-ways, experts split ep·etp-ways."""
+    t = plan.tp
+    attn_and_norms = model.attention_params() + 2 * model.norm_params(model.hidden_size)
+    dense_mlp = model.mlp_params(model.ffn_hidden_size)
+    f = moe_fraction(model)
+    if not model.is_moe:
+        return StageParams(dense=(attn_and_norms + dense_mlp) / t, expert=0.0)
+    experts = model.num_experts * model.mlp_params(model.moe_ffn_hidden_size)
+    router_shared = model.moe_params() - experts
+    dense = (attn_and_norms + (1 - f) * dense_mlp + f * router_shared) / t
+    return StageParams(dense=dense, expert=f * experts / (plan.ep * plan.etp))
+
+
+def stage_params(model: ModelSpec, plan: Plan, first: bool) -> StageParams:
+    """The first (embedding) or last (final norm + LM head) stage; with p = 1 one stage holds both.
+    A tied LM head keeps its own copy on the last stage when p > 1 (Megatron)."""
+    per_layer = layer_params(model, plan)
+    layers = layers_on_stage(model, plan)
+    single = plan.pp == 1
+    embed = model.embedding_params() / plan.tp
+    head = model.head_params() / plan.tp
+    if model.tied_embeddings:
+        head = head + (model.vocab_size * model.hidden_size / plan.tp) * (1 - single)
+    extra = embed + head * single if first else head + embed * single
+    return StageParams(dense=per_layer.dense * layers + extra, expert=per_layer.expert * layers)
+
+
+def model_states(params: StageParams, plan: Plan) -> tuple[Num, Num, Num]:
+    """(weights, gradients, optimizer) bytes per GPU under ZeRO stage ``plan.zero``."""
+    n_dense = plan.dp * plan.cp
+    n_expert = plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp)
+    z = plan.zero
+
+    def sharded(stage: int, bytes_per_param: float) -> Num:
+        if z >= stage:
+            return bytes_per_param * (params.dense / n_dense + params.expert / n_expert)
+        return bytes_per_param * params.total
+
+    weights = sharded(3, WEIGHT_BYTES)
+    grads = sharded(2, plan.grad_bytes)
+    optimizer = 0.0 if plan.offload_optimizer else sharded(1, OPTIMIZER_BYTES)
+    return weights, grads, optimizer
+
+
+def in_flight_chunks(plan: Plan, last: bool = False) -> Num:
+    """Model chunks whose activations the first (or last) pipeline rank holds at its peak.
+
+    Megatron-LM warm-up forwards on rank r: p - r - 1 (1F1B), 2(p - r - 1) + (v - 1)·p (interleaved);
+    the peak is warm-up + 1. GPipe keeps all m.
+    """
+    m = plan.grad_accum
+    if plan.schedule == "gpipe":
+        return m
+    rank = plan.pp - 1 if last else 0
+    if plan.schedule == "interleaved":
+        return minimum(plan.vpp * m, 2 * (plan.pp - rank - 1) + (plan.vpp - 1) * plan.pp + 1)
+    return minimum(plan.pp - rank, m)
+
+
+def activation_bytes(model: ModelSpec, plan: Plan, layer_saved: Num, layer_input: Num, last: bool = False
+                     ) -> Num:
+    """Activations on the first pipeline rank (see the module docstring).
+
+    ``layer_saved``: bytes one layer saves for one micro-batch; ``layer_input``: its input (kept by a
+    fully recomputed layer).
+    """
+    layers = layers_on_stage(model, plan)
+    chunk_layers = layers / plan.vpp
+    chunks = in_flight_chunks(plan, last)
+    if plan.offload_activations:
+        return 2 * layer_saved  # double-buffered: the layer computing and the one being copied
+    if plan.recompute == "full":
+        recomputed = layers if plan.recompute_layers == 0 else minimum(plan.recompute_layers, layers)
+        per_chunk = (recomputed * layer_input + (layers - recomputed) * layer_saved) / plan.vpp
+        return chunks * per_chunk + layer_saved
+    return chunks * chunk_layers * layer_saved
+
+
+def peak_of(first: Memory, last: Memory) -> Num:
+    return maximum(first.total, last.total)

@@ -1,0 +1,369 @@
+"""Per-op cost of one micro-batch on one GPU: FLOPs, HBM bytes, saved activations and collectives.
+
+Symbols: b micro-batch, s sequence, t tensor-parallel size, c context-parallel size, H hidden, F FFN,
+A heads, K kv-heads, d head dim, V vocabulary, E experts, k top-k, Fe expert FFN, e ep, et etp,
+T = b·s/c tokens a GPU processes in the tensor-parallel region, Tsp = T/t with sequence parallelism (else T),
+a = 2 bytes per activation element (bf16).
+
+Every record is flat (DESIGN.md): name ``"attn/qkv"``, phase ``fwd`` / ``bwd_x`` (input gradient) /
+``bwd_w`` (weight gradient), kind ``gemm`` / ``attention`` / ``memory`` / ``collective``. Totals are sums.
+
+Sources:
+- GEMM FLOPs 2·m·k·n per pass; backward = input-gradient + weight-gradient GEMMs = 2 × forward
+  (Narayanan et al. 2021, §5.1 / eq. 3).
+- Saved activations per layer: Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+  Transformer Models"), §4 and Table 2: s·b·h·(34 + 5·a·s/h) bytes without parallelism; 10 + 24/t with tensor
+  parallelism; 34/t with sequence parallelism; 5·a·s/h dropped by selective recompute; 2 with full recompute.
+  Each op below stores what that paper lists for it, generalised to GQA, SwiGLU and no-dropout models.
+- Megatron tensor parallelism: all-reduce after the row-parallel GEMM forward and before the column-parallel
+  GEMM backward (Shoeybi et al. 2019, Fig. 3); with sequence parallelism all-gather / reduce-scatter instead,
+  plus an all-gather of the saved input in the backward pass (Korthikanti et al. 2022, §4.2.2).
+- FlashAttention: causal blocks above the diagonal are skipped (half the FLOPs); the backward pass recomputes
+  the scores: 5 GEMMs vs 2 forward = 2.5 × (Dao et al. 2022, Alg. 2 and 4).
+- Context parallelism: ring exchange of K and V, c-1 steps forward, K/V and dK/dV backward
+  (Liu et al. 2023 "Ring Attention"; Megatron-Core context parallelism), overlapped with attention.
+- MoE: token dispatch and combine all-to-all over the ep group, forward and backward (Lepikhin et al. 2020,
+  GShard; Megatron-Core MoE), routing assumed balanced (the NVIDIA benchmark tables force-balance it).
+- Mixed-precision Adam: fp32 master weights and two moments, 12 bytes per parameter (Rajbhandari et al.
+  2020, ZeRO §3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshplan.comm import Collective
+from meshplan.model import ModelSpec
+from meshplan.plan import Plan
+from meshplan.xp import Num, minimum
+
+ACT_BYTES = 2  # bf16 activations
+MASK_BYTES = 1  # dropout masks are stored as bytes
+FP32 = 4
+
+
+@dataclass(frozen=True, slots=True)
+class OpCost:
+    """One op in one pass on one GPU for one micro-batch."""
+
+    name: str
+    phase: str  # fwd | bwd_x | bwd_w | step
+    kind: str  # gemm | attention | memory | collective
+    flops: Num = 0.0
+    nbytes: Num = 0.0  # HBM traffic, or the message size of a collective
+    saved: Num = 0.0  # activation bytes kept from the forward pass for the backward pass
+    m: Num = 0.0  # GEMM shape (m×k)·(k×n) of this pass, for shape-dependent efficiency
+    n: Num = 0.0
+    k: Num = 0.0
+    collective: Collective | None = None
+    overlap: str = ""  # "" exposed; "tp", "cp", "dp", "zero3": may hide behind compute (see estimate.py)
+
+
+@dataclass(frozen=True, slots=True)
+class Dims:
+    """Token counts and sizes one GPU sees for one micro-batch under a plan."""
+
+    tokens: Num  # T = b·s/c
+    tokens_sp: Num  # Tsp: T/t with sequence parallelism, else T
+    tp: Num
+    seq: int
+    micro_batch: Num
+    grad_bytes: int
+    dropout: bool
+
+
+def dims(model: ModelSpec, plan: Plan) -> Dims:
+    tokens = plan.micro_batch * model.seq_length / plan.cp
+    tokens_sp = tokens / plan.tp if plan.sequence_parallel else tokens
+    return Dims(tokens=tokens, tokens_sp=tokens_sp, tp=plan.tp, seq=model.seq_length,
+                micro_batch=plan.micro_batch, grad_bytes=plan.grad_bytes, dropout=model.dropout)
+
+
+# ---- building blocks -------------------------------------------------------------------------------------
+def gemm(name: str, m: Num, k: Num, n: Num, d: Dims, saved: Num | None = None) -> list[OpCost]:
+    """(m×k)·(k×n) = m×n. Forward, input gradient (m×n)·(n×k), weight gradient (k×m)·(m×n).
+
+    HBM bytes: read both operands, write the result; the weight gradient is accumulated (read + write) in
+    the gradient buffer. ``saved`` defaults to the input (m×k), stored for the weight gradient.
+    """
+    a = ACT_BYTES
+    flops = 2.0 * m * k * n
+    stored = m * k * a if saved is None else saved
+    return [
+        OpCost(name, "fwd", "gemm", flops, a * (m * k + k * n + m * n), stored, m=m, n=n, k=k),
+        OpCost(name, "bwd_x", "gemm", flops, a * (m * n + n * k + m * k), m=m, n=k, k=n),
+        OpCost(name, "bwd_w", "gemm", flops, a * (m * k + m * n) + 2 * d.grad_bytes * k * n, m=k, n=n, k=m),
+    ]
+
+
+def elementwise(name: str, elems_in: Num, elems_out: Num, flops_per_elem: float, saved: Num = 0.0
+                ) -> list[OpCost]:
+    """A memory-bound op: the forward reads its input and writes its output; the backward reads the
+    output gradient and the saved input and writes the input gradient."""
+    a = ACT_BYTES
+    return [
+        OpCost(name, "fwd", "memory", flops_per_elem * elems_in, a * (elems_in + elems_out), saved),
+        OpCost(name, "bwd_x", "memory", 2 * flops_per_elem * elems_in, a * (2 * elems_in + elems_out)),
+    ]
+
+
+def collective(name: str, phase: str, kind: str, nbytes: Num, axis: str, group: Num, overlap: str = ""
+               ) -> OpCost:
+    return OpCost(name, phase, "collective", nbytes=nbytes, collective=Collective(kind, nbytes, axis, group),
+                  overlap=overlap)
+
+
+def norm(name: str, model: ModelSpec, d: Dims) -> list[OpCost]:
+    """Pre-norm over the residual stream; stores its input (Korthikanti: 2sbh per LayerNorm)."""
+    elems = d.tokens_sp * model.hidden_size
+    return elementwise(name, elems, elems, 5.0, saved=elems * ACT_BYTES)
+
+
+def tp_enter(name: str, model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """Entering a column-parallel GEMM ("f" in Shoeybi et al. 2019): identity forward, all-reduce backward;
+    with sequence parallelism all-gather forward, reduce-scatter backward, plus re-gathering the saved input
+    for the weight gradient."""
+    full = d.tokens * model.hidden_size * ACT_BYTES
+    if plan.sequence_parallel:
+        return [collective(name, "fwd", "all_gather", full, "tp", plan.tp, "tp"),
+                collective(name, "bwd_x", "reduce_scatter", full, "tp", plan.tp, "tp"),
+                collective(name + "/regather", "bwd_w", "all_gather", full, "tp", plan.tp, "tp")]
+    return [collective(name, "bwd_x", "all_reduce", full, "tp", plan.tp, "tp")]
+
+
+def tp_exit(name: str, model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """Leaving a row-parallel GEMM ("g"): all-reduce forward (reduce-scatter with sequence parallelism),
+    identity backward (all-gather with sequence parallelism)."""
+    full = d.tokens * model.hidden_size * ACT_BYTES
+    if plan.sequence_parallel:
+        return [collective(name, "fwd", "reduce_scatter", full, "tp", plan.tp, "tp"),
+                collective(name, "bwd_x", "all_gather", full, "tp", plan.tp, "tp")]
+    return [collective(name, "fwd", "all_reduce", full, "tp", plan.tp, "tp")]
+
+
+def residual(name: str, model: ModelSpec, d: Dims) -> list[OpCost]:
+    """Dropout (if the model has it) and the residual add; stores the dropout mask (Korthikanti: sbh)."""
+    elems = d.tokens_sp * model.hidden_size
+    mask = elems * MASK_BYTES if d.dropout else 0.0
+    return elementwise(name, 2 * elems, elems, 2.0, saved=mask)
+
+
+# ---- attention ----------------------------------------------------------------------------------------------
+def qkv_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """Q, K, V projections. Standard: one column-parallel GEMM H → (A·d + 2·K·d)/t.
+    MLA (DeepSeek-V3 §2.1.1): down-projections (replicated across TP) to the q and kv latents, then
+    column-parallel up-projections; the decoupled RoPE key comes from the kv down-projection."""
+    h, t, T = model.hidden_size, d.tp, d.tokens
+    stored_input = d.tokens_sp * h * ACT_BYTES  # stored sharded under SP, re-gathered in backward
+    if not model.is_mla:
+        return gemm("attn/qkv", T, h, (model.q_dim + 2 * model.kv_dim) / t, d, saved=stored_input)
+    a_heads = model.num_heads
+    qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+    ops: list[OpCost] = []
+    if model.q_lora_rank:
+        ops += gemm("attn/q_down", T, h, model.q_lora_rank, d, saved=stored_input)
+        ops += gemm("attn/q_up", T, model.q_lora_rank, a_heads * qk / t, d)
+    else:
+        ops += gemm("attn/q", T, h, a_heads * qk / t, d, saved=stored_input)
+    ops += gemm("attn/kv_down", T, h, model.kv_lora_rank + model.qk_rope_head_dim, d, saved=0.0)
+    ops += gemm("attn/kv_up", T, model.kv_lora_rank, a_heads * (model.qk_nope_head_dim + model.v_head_dim) / t, d)
+    return ops
+
+
+def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """softmax(Q·Kᵀ/√d)·V for A/t heads, T queries against s keys, causal.
+
+    FLOPs: 2·T·s·(A/t)·(d_qk + d_v) for the two batched GEMMs, halved by the causal mask for a
+    flash kernel that skips masked blocks; an unfused kernel computes the full square.
+    Saved (Korthikanti §4.1): Q and K (4sbh), V (2sbh); unfused adds softmax output (2as²b), dropout mask
+    (as²b) and dropout output (2as²b); FlashAttention stores the log-sum-exp instead (4 bytes per row).
+    """
+    a = ACT_BYTES
+    heads = model.num_heads / d.tp
+    if model.is_mla:
+        d_qk, d_v, kv_heads = model.qk_nope_head_dim + model.qk_rope_head_dim, model.v_head_dim, heads
+    else:
+        d_qk = d_v = model.head_dim
+        kv_heads = model.num_kv_heads / d.tp
+    T, s = d.tokens, d.seq
+    full = 2.0 * T * s * heads * (d_qk + d_v)
+    qkv_elems = T * (heads * d_qk + kv_heads * (d_qk + d_v))
+    out_elems = T * heads * d_v
+    saved_qkv = qkv_elems * a
+    if plan.flash_attention:
+        flops = full / 2
+        lse = T * heads * FP32
+        return [
+            OpCost("attn/core", "fwd", "attention", flops, a * (qkv_elems + out_elems), saved_qkv + lse),
+            OpCost("attn/core", "bwd_x", "attention", 2.5 * flops, a * (2 * qkv_elems + 3 * out_elems)),
+        ]
+    scores = d.micro_batch * heads * (s / plan.cp) * s  # full square: the mask is applied, not skipped
+    kept = scores * (2 * a + MASK_BYTES if d.dropout else a)  # softmax out (+ mask + dropout out)
+    if plan.recompute == "selective":  # Korthikanti §5: recompute the scores, keep only Q, K, V
+        kept = 0.0
+    traffic = scores * (6 * a + (2 * MASK_BYTES if d.dropout else 0))  # write S, softmax r/w, dropout, read P
+    return [
+        OpCost("attn/core", "fwd", "attention", full, a * (qkv_elems + out_elems) + traffic, saved_qkv + kept),
+        OpCost("attn/core", "bwd_x", "attention", 2 * full, a * (2 * qkv_elems + 2 * out_elems) + 1.5 * traffic),
+    ]
+
+
+def context_exchange(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """Ring attention: c-1 exchanges of this rank's K and V forward; backward sends K, V and dK, dV."""
+    if model.is_mla:
+        kv_width = model.num_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim)
+    else:
+        kv_width = 2 * model.kv_dim
+    chunk = d.tokens * kv_width / d.tp * ACT_BYTES
+    steps = plan.cp - 1
+    return [collective("attn/cp_ring", "fwd", "p2p", steps * chunk, "cp", plan.cp, "cp"),
+            collective("attn/cp_ring", "bwd_x", "p2p", 2 * steps * chunk, "cp", plan.cp, "cp")]
+
+
+def attention_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    ops = norm("attn/norm", model, d)
+    ops += tp_enter("attn/tp_in", model, plan, d)
+    ops += qkv_ops(model, plan, d)
+    ops += core_attention(model, plan, d)
+    ops += context_exchange(model, plan, d)
+    ops += gemm("attn/out", d.tokens, model.attn_out_dim / d.tp, model.hidden_size, d)
+    ops += tp_exit("attn/tp_out", model, plan, d)
+    ops += residual("attn/residual", model, d)
+    return ops
+
+
+# ---- MLP and MoE ------------------------------------------------------------------------------------------
+def mlp_gemms(prefix: str, model: ModelSpec, rows: Num, ffn: Num, d: Dims, input_saved: Num | None = None
+              ) -> list[OpCost]:
+    """fc1 (H → F, or H → 2F gate+up for SwiGLU), activation, fc2 (F → H). ``ffn`` is the local width;
+    ``input_saved`` is what fc1 keeps of its input (the sequence-parallel shard, by default all rows)."""
+    width_in = 2 * ffn if model.gated else ffn
+    ops = gemm(f"{prefix}/fc1", rows, model.hidden_size, width_in, d, saved=input_saved)
+    act_in, act_out = rows * width_in, rows * ffn
+    ops += elementwise(f"{prefix}/act", act_in, act_out, 8.0, saved=act_in * ACT_BYTES)
+    ops += gemm(f"{prefix}/fc2", rows, ffn, model.hidden_size, d)
+    return ops
+
+
+def mlp_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    ops = norm("mlp/norm", model, d)
+    ops += tp_enter("mlp/tp_in", model, plan, d)
+    ops += mlp_gemms("mlp", model, d.tokens, model.ffn_hidden_size / d.tp, d,
+                     input_saved=d.tokens_sp * model.hidden_size * ACT_BYTES)
+    ops += tp_exit("mlp/tp_out", model, plan, d)
+    ops += residual("mlp/residual", model, d)
+    return ops
+
+
+def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """Router, dispatch all-to-all (ep), expert MLPs (sharded etp-ways), combine all-to-all, shared experts.
+
+    Megatron-Core runs MoE layers with sequence parallelism whenever t > 1, so each rank routes T/t tokens;
+    the etp group all-gathers its members' tokens so each expert GEMM sees etp·T/t·k rows and F_e/etp columns.
+    """
+    h, k = model.hidden_size, model.moe_topk
+    routed = d.tokens / d.tp  # tokens this rank routes
+    a = ACT_BYTES
+    ops = norm("moe/norm", model, d)
+    ops += gemm("moe/router", routed, h, model.num_experts, d)  # its input is also the shared experts'
+    sent = routed * k * h * a
+    for phase in ("fwd", "bwd_x"):
+        ops.append(collective("moe/dispatch", phase, "all_to_all", sent, "ep", plan.ep))
+        ops.append(collective("moe/combine", phase, "all_to_all", sent, "ep", plan.ep))
+    rows = routed * k * plan.etp
+    ops.append(collective("moe/etp_gather", "fwd", "all_gather", rows * h * a, "etp", plan.etp))
+    ops.append(collective("moe/etp_scatter", "fwd", "reduce_scatter", rows * h * a, "etp", plan.etp))
+    ops.append(collective("moe/etp_gather", "bwd_x", "all_gather", rows * h * a, "etp", plan.etp))
+    ops.append(collective("moe/etp_scatter", "bwd_x", "reduce_scatter", rows * h * a, "etp", plan.etp))
+    ops += mlp_gemms("moe/experts", model, rows, model.moe_ffn_hidden_size / plan.etp, d)
+    if model.shared_expert_ffn_size:
+        ops += tp_enter("moe/shared_tp_in", model, plan, d)
+        ops += mlp_gemms("moe/shared", model, d.tokens, model.shared_expert_ffn_size / d.tp, d, input_saved=0.0)
+        ops += tp_exit("moe/shared_tp_out", model, plan, d)
+    ops += residual("moe/residual", model, d)
+    return ops
+
+
+def dense_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
+    """One transformer layer with a dense MLP, one micro-batch, one GPU."""
+    d = dims(model, plan)
+    return attention_block(model, plan, d) + mlp_block(model, plan, d)
+
+
+def moe_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
+    d = dims(model, plan)
+    return attention_block(model, plan, d) + moe_block(model, plan, d)
+
+
+# ---- first and last pipeline stage ------------------------------------------------------------------------
+def embedding_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
+    """Vocabulary-parallel embedding lookup (first stage): gather rows, all-reduce (reduce-scatter with SP)
+    across TP; the backward scatter-adds into the table's gradient."""
+    d = dims(model, plan)
+    h = model.hidden_size
+    elems = d.tokens * h
+    mask = d.tokens_sp * h * MASK_BYTES if d.dropout else 0.0
+    ops = [OpCost("embed/lookup", "fwd", "memory", 0.0, 2 * elems * ACT_BYTES, mask),
+           OpCost("embed/lookup", "bwd_w", "memory", elems, elems * ACT_BYTES + elems * 2 * d.grad_bytes)]
+    kind = "reduce_scatter" if plan.sequence_parallel else "all_reduce"
+    ops.append(collective("embed/tp", "fwd", kind, elems * ACT_BYTES, "tp", plan.tp, "tp"))
+    if plan.sequence_parallel:
+        ops.append(collective("embed/tp", "bwd_x", "all_gather", elems * ACT_BYTES, "tp", plan.tp, "tp"))
+    return ops
+
+
+def head_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
+    """Final norm, vocabulary-parallel LM head (H → V/t) and cross-entropy (last stage).
+
+    The loss upcasts the logits to fp32 and keeps them for the backward pass: 4·T·V/t bytes
+    (Korthikanti et al. 2022 §4.1, "4sbv/t" for the output layer); three small all-reduces (max, sum,
+    target logit) of T fp32 values each across TP (Megatron vocab-parallel cross-entropy).
+    """
+    d = dims(model, plan)
+    vocab = model.vocab_size / d.tp
+    logits = d.tokens * vocab
+    ops = norm("head/norm", model, d)
+    ops += tp_enter("head/tp_in", model, plan, d)
+    ops += gemm("head/logits", d.tokens, model.hidden_size, vocab, d, saved=d.tokens_sp * model.hidden_size * ACT_BYTES)
+    ops.append(OpCost("head/loss", "fwd", "memory", 6.0 * logits, logits * (ACT_BYTES + 2 * FP32), logits * FP32))
+    ops.append(OpCost("head/loss", "bwd_x", "memory", 2.0 * logits, logits * (FP32 + ACT_BYTES)))
+    ops.append(collective("head/loss_tp", "fwd", "all_reduce", 3 * d.tokens * FP32, "tp", plan.tp))
+    return ops
+
+
+def pipeline_p2p(model: ModelSpec, plan: Plan) -> list[OpCost]:
+    """Activations to the next stage forward and their gradients back, once per micro-batch and model chunk
+    (Megatron sends the sequence-parallel shard)."""
+    d = dims(model, plan)
+    msg = d.tokens_sp * model.hidden_size * ACT_BYTES
+    group = minimum(plan.pp, 2)
+    return [collective("pp/send_act", "fwd", "p2p", msg, "pp", group),
+            collective("pp/send_grad", "bwd_x", "p2p", msg, "pp", group)]
+
+
+# ---- a single linear layer under 2D tensor parallelism (seed 001) ----------------------------------------
+def linear_2d(d_in: Num, d_out: Num, tokens: Num, tp_in: Num, tp_out: Num, dp: Num = 1,
+              elem_bytes: int = ACT_BYTES) -> list[OpCost]:
+    """Y = X·W for W of d_in × d_out sharded over a tp_in × tp_out grid, ``tokens`` split over dp.
+
+    The per-GPU accounting of seed 001 (a notebook modelling one linear layer on an H100): each GPU holds
+    N_local = (d_in/tp_in)·(d_out/tp_out) weights and b_local = tokens/dp rows.
+        forward:      2·N_local·b_local FLOPs; HBM reads the weights; all-reduce of the d_out/tp_out
+                      partial outputs over tp_in
+        weight grad:  2·N_local·b_local FLOPs; HBM reloads the input and accumulates the gradient (r + w)
+        input grad:   2·N_local·b_local FLOPs; HBM reads the weights; all-reduce of the d_in/tp_in
+                      partial input gradients over tp_out
+    Activations are assumed to stay in L2 between neighbouring kernels (the seed's assumption), so only the
+    weights, the gradient and the reloaded input cross HBM.
+    """
+    din, dout, rows = d_in / tp_in, d_out / tp_out, tokens / dp
+    n_local = din * dout
+    flops = 2.0 * n_local * rows
+    b = elem_bytes
+    return [
+        OpCost("linear/fwd", "fwd", "gemm", flops, n_local * b, m=rows, n=dout, k=din),
+        collective("linear/tp_in", "fwd", "all_reduce", dout * rows * b, "tp_in", tp_in),
+        OpCost("linear/wgrad", "bwd_w", "gemm", flops, (din * rows + 2 * n_local) * b, m=din, n=dout, k=rows),
+        OpCost("linear/dgrad", "bwd_x", "gemm", flops, n_local * b, m=rows, n=din, k=dout),
+        collective("linear/tp_out", "bwd_x", "all_reduce", din * rows * b, "tp_out", tp_out),
+    ]

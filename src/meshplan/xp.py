@@ -1,0 +1,43 @@
+"""Scalar-or-array arithmetic, so one cost formula serves one plan (Python floats, fast) or a million
+(NumPy arrays, vectorised). Formulas must not branch on numeric plan fields; they call these instead."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+Num = Any  # float | int | np.ndarray
+
+_SCALAR = (int, float)
+
+
+def maximum(a: Num, b: Num) -> Num:
+    if type(a) in _SCALAR and type(b) in _SCALAR:
+        return a if a >= b else b
+    return np.maximum(a, b)
+
+
+def minimum(a: Num, b: Num) -> Num:
+    if type(a) in _SCALAR and type(b) in _SCALAR:
+        return a if a <= b else b
+    return np.minimum(a, b)
+
+
+def where(cond: Num, a: Num, b: Num) -> Num:
+    if type(cond) is bool:
+        return a if cond else b
+    return np.where(cond, a, b)
+
+
+def ceil_log2(x: Num) -> Num:
+    """⌈log2 x⌉ for x ≥ 1 (tree depth)."""
+    if type(x) in _SCALAR:
+        return float(max(0, int(x - 1).bit_length())) if x >= 1 else 0.0
+    return np.ceil(np.log2(np.maximum(x, 1)))
+
+
+def floor_div(a: Num, b: Num) -> Num:
+    if type(a) is int and type(b) is int:
+        return a // b
+    return np.floor_divide(a, b)

@@ -1,0 +1,80 @@
+"""The command line: a real estimate, JSON that scripts rely on, one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from meshplan.cli import main
+
+
+def run(args: list[str], capsys) -> tuple[int, str, str]:
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_estimate_with_defaults_only(capsys):
+    code, out, _ = run(["estimate", "--model", "llama3-8b", "--system", "h100", "--gpus", "8"], capsys)
+    assert code == 0 and "step time" in out and "MFU" in out
+
+
+def test_estimate_json_keys(capsys):
+    code, out, _ = run(["estimate", "--model", "llama3-70b", "--system", "h100", "--gpus", "1024", "--tp", "8",
+                        "--pp", "4", "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0
+    assert data["params"] == 70_553_706_496
+    for key in ("step_time_s", "tokens_per_s", "mfu", "hfu", "peak_memory_bytes"):
+        assert data[key] > 0
+    assert data["plan"]["dp"] == 1024 // 32
+
+
+def test_hf_config_model(capsys, tmp_path):
+    cfg = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1376, "num_attention_heads": 8,
+           "num_key_value_heads": 4, "num_hidden_layers": 4, "vocab_size": 32000, "max_position_embeddings": 1024,
+           "tie_word_embeddings": False, "rms_norm_eps": 1e-5}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    code, out, _ = run(["estimate", "--model", str(path), "--system", "a100", "--gpus", "8", "--json"], capsys)
+    assert code == 0 and json.loads(out)["step_time_s"] > 0
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--model", "nope", "--system", "h100", "--gpus", "8"], "model='nope' is not a preset"),
+    (["--model", "llama3-8b", "--system", "h999", "--gpus", "8"], "system='h999' is not a preset"),
+    (["--model", "llama3-70b", "--system", "h100", "--gpus", "48", "--tp", "6"], "tp=6 does not divide num_heads=64"),
+    (["--model", "llama3-8b", "--system", "h100", "--gpus", "16", "--dp", "3"], "!= gpus=16"),
+    (["--model", "llama3-8b", "--system", "h100", "--gpus", "0"], "gpus=0 must be a positive integer"),
+    (["--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--tp", "-2"], "tp=-2 must be a positive"),
+    (["--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--seq", "0"], "seq=0 must be a positive"),
+    (["--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--zero", "7"], "zero=7 must be 0, 1, 2 or 3"),
+    (["--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--recompute", "some"], "'some' is not one of"),
+    (["--model", "llama3-8b", "--system", "h100", "--gpus", "eight"], "'eight' is not a valid integer"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, args, message):
+    code, out, err = run(["estimate", *args], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and message in err, err
+    assert "Traceback" not in err
+
+
+def test_malformed_files(capsys, tmp_path):
+    bad_json = tmp_path / "config.json"
+    bad_json.write_text("{not json")
+    bad_toml = tmp_path / "model.toml"
+    bad_toml.write_text("name = \n")
+    for path, message in ((bad_json, "malformed JSON"), (bad_toml, "malformed TOML")):
+        code, _, err = run(["estimate", "--model", str(path), "--system", "h100", "--gpus", "8"], capsys)
+        assert code == 2 and message in err and err.count("\n") == 1
+    code, _, err = run(["estimate", "--model", "llama3-8b", "--system", str(bad_toml), "--gpus", "8"], capsys)
+    assert code == 2 and "malformed TOML" in err
+
+
+def test_console_script_exit_code():
+    proc = subprocess.run([sys.executable, "-m", "meshplan.cli", "estimate", "--model", "nope", "--system", "h100",
+                           "--gpus", "8"], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.startswith("meshplan: error:") and "Traceback" not in proc.stderr

@@ -1,0 +1,85 @@
+"""Collectives under the α-β model, hand-computed (Thakur et al. 2005; NCCL PERFORMANCE.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshplan.comm import all_reduce_traffic, bus_factor, collective_time, split_group
+from meshplan.efficiency import Efficiency
+from meshplan.hardware import Accelerator, Cluster, Tier
+
+PERFECT = Efficiency(nvlink=1.0, network=1.0)
+
+
+def cluster(domain: int, domains: int, nv_bw=100e9, net_bw=10e9, nv_lat=1e-6, net_lat=5e-6) -> Cluster:
+    acc = Accelerator(name="x", peak_flops={"bf16": 1e15}, hbm_bytes=80e9, hbm_bandwidth=2e12,
+                      nvlink_bandwidth=nv_bw)
+    return Cluster(name="c", accelerator=acc, num_gpus=domain * domains,
+                   tiers=(Tier(name="nvlink", size=domain, bandwidth=nv_bw, latency=nv_lat),
+                          Tier(name="network", size=domains, bandwidth=net_bw, latency=net_lat)))
+
+
+def test_split_group_by_stride():
+    c = cluster(8, 16)
+    assert split_group(c, 8, 1) == [8, 1]  # tp=8 inside a node
+    assert split_group(c, 16, 8) == [1, 16]  # dp across nodes, stride 8
+    assert split_group(c, 16, 2) == [4, 4]  # 4 members per node, 4 nodes
+    assert split_group(c, 1, 1) == [1, 1]
+
+
+def test_ring_all_reduce_inside_nvlink():
+    # 2(g-1)α + 2(g-1)/g · n/B = 2·7·1e-6 + 2·7/8 · 1e9/1e11 = 14e-6 + 0.0175
+    t = collective_time("all_reduce", 1e9, 8, 1, cluster(8, 2), PERFECT)
+    assert t == pytest.approx(14e-6 + 0.0175)
+
+
+def test_small_all_reduce_takes_the_tree():
+    # 1 KB on 8 ranks: ring 14 α = 14 µs; tree 2·3 α + 2n/B = 6 µs + 0.02 µs
+    t = collective_time("all_reduce", 1e3, 8, 1, cluster(8, 2), PERFECT)
+    assert t == pytest.approx(6e-6 + 2e3 / 100e9)
+
+
+def test_hierarchical_all_reduce_across_nodes():
+    # group 16 = 8 per node × 2 nodes: ring RS+AG in the node on n, then across nodes on n/8
+    n = 8e9
+    inner = 2 * (7 * 1e-6 + 7 / 8 * n / 100e9)
+    outer = 2 * (1 * 5e-6 + 1 / 2 * (n / 8) / 10e9)
+    assert collective_time("all_reduce", n, 16, 1, cluster(8, 2), PERFECT) == pytest.approx(inner + outer)
+
+
+def test_all_gather_and_reduce_scatter_are_half_an_all_reduce_ring():
+    c = cluster(8, 1)
+    ag = collective_time("all_gather", 1e9, 8, 1, c, PERFECT)
+    assert ag == pytest.approx(7e-6 + 7 / 8 * 1e9 / 100e9)
+    assert collective_time("reduce_scatter", 1e9, 8, 1, c, PERFECT) == ag
+
+
+def test_all_to_all_is_limited_by_the_slowest_tier():
+    # 16 ranks, 8 per node: 7/16 of the bytes stay on NVLink, 8/16 leave through the NIC
+    n = 1.6e9
+    t = collective_time("all_to_all", n, 16, 1, cluster(8, 2), PERFECT)
+    assert t == pytest.approx(7 * 1e-6 + 1 * 5e-6 + max(n * 7 / 16 / 100e9, n * 8 / 16 / 10e9))
+
+
+def test_group_of_one_costs_nothing():
+    for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p"):
+        assert collective_time(kind, 1e9, 1, 1, cluster(8, 2)) == 0
+
+
+def test_bus_bandwidth_factors():
+    assert bus_factor("all_reduce", 8) == 2 * 7 / 8
+    assert bus_factor("all_gather", 8) == 7 / 8
+    assert bus_factor("broadcast", 8) == 1
+
+
+def test_seed_001_all_reduce_volume():
+    # bandwidth-optimal reduce-scatter + multicast: 3(p-1)/p · n
+    assert all_reduce_traffic(1000, 4, "multicast") == 3 * 3 / 4 * 1000
+    assert all_reduce_traffic(1000, 4, "ring") == 4 * 3 / 4 * 1000
+
+
+def test_more_bandwidth_is_never_slower():
+    for kind in ("all_reduce", "all_gather", "all_to_all", "p2p"):
+        slow = collective_time(kind, 1e8, 32, 1, cluster(8, 4, net_bw=10e9))
+        fast = collective_time(kind, 1e8, 32, 1, cluster(8, 4, net_bw=20e9))
+        assert fast <= slow

@@ -1,0 +1,238 @@
+"""System presets (src/meshplan/presets/hardware/*.toml), the TOML loader and the cluster mesh.
+
+Expected numbers are the datasheet figures quoted in the preset comments, with the arithmetic shown here so a
+reader can check them without opening a PDF. FLOP/s are dense: NVIDIA's starred (sparse) figures are halved.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from meshplan.errors import SpecError
+from meshplan.hardware import PRECISIONS, System, load_system, system_names
+from meshplan.units import GiB, MiB
+
+PRESETS = ("a100", "a100-40gb", "b200", "b300", "gb200", "gb300", "h100", "h100-96gb", "h200", "v100")
+
+
+def test_system_names_lists_every_preset():
+    assert system_names() == sorted(PRESETS)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_preset_loads(name):
+    system = load_system(name)
+    assert isinstance(system, System)
+    assert system.name == name
+    acc, net = system.accelerator, system.network
+    assert acc.source and system.source
+    assert set(acc.peak_flops) <= set(PRECISIONS)
+    assert acc.tdp_watts > 0 and acc.num_sms > 0
+    # Sanity of orders of magnitude: HBM faster than NVLink, NVLink faster than the per-GPU NIC share.
+    assert acc.hbm_bandwidth > acc.nvlink_bandwidth > net.nics_per_gpu * net.nic_bandwidth
+    assert 16 * GiB < acc.hbm_bytes < 300 * GiB
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_latencies_are_the_same_in_every_preset(name):
+    # One α per tier everywhere (NCCL tuning.cc hwLat: NVLink ring Simple 3.4 us, NET ring 4.0-9.6 us),
+    # so differences between presets come from bandwidths, not from inconsistent latency guesses.
+    net = load_system(name).network
+    assert net.nvlink_latency == pytest.approx(3e-6)
+    assert net.nic_latency == pytest.approx(5e-6)
+
+
+# name -> dense bf16 FLOP/s per GPU, as quoted in the preset comments.
+DENSE_BF16 = {
+    "v100": 125e12,      # fp16 tensor peak (DGX-2 2 PFLOPS / 16); Volta has no bf16, the entry is a stand-in
+    "a100-40gb": 312e12,  # A100 datasheet BF16 312 | 624*
+    "a100": 312e12,      # same GA100 part
+    "h100": 989e12,      # H100 datasheet (SXM) 1,979* / 2 = 989.5, quoted as 989
+    "h100-96gb": 989e12,  # H100 SXM silicon peak, not derated for the 500 W cap
+    "h200": 989e12,      # H200 datasheet (SXM) 1,979* / 2
+    "b200": 2250e12,     # HGX B200 36 PFLOPS* / 8 GPUs / 2 = 2.25 PFLOPS
+    "b300": 2250e12,     # HGX B300 36 PFLOPS* / 8 GPUs / 2 = 2.25 PFLOPS
+    "gb200": 2500e12,    # GB200 NVL72 360 PFLOPS* / 72 GPUs / 2 = 2.5 PFLOPS
+    "gb300": 2500e12,    # GB300 NVL72 360 PFLOPS* / 72 GPUs / 2 = 2.5 PFLOPS
+}
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_dense_bf16_peak_matches_datasheet(name):
+    assert load_system(name).accelerator.flops("bf16") == pytest.approx(DENSE_BF16[name])
+
+
+def test_v100_tensor_peak_is_fp16_only():
+    acc = load_system("v100").accelerator
+    assert acc.flops("fp16") == pytest.approx(125e12)  # DGX-2: 2 PFLOPS / 16 GPUs = 125 TFLOP/s
+    assert acc.flops("fp32") == pytest.approx(15.7e12)
+    for missing in ("tf32", "fp8", "fp4"):  # Volta has none of these
+        with pytest.raises(SpecError, match=missing):
+            acc.flops(missing)
+
+
+def test_fp16_falls_back_to_bf16_where_not_listed():
+    acc = load_system("h100").accelerator
+    assert acc.flops("fp16") == acc.flops("bf16")
+
+
+@pytest.mark.parametrize(("name", "fp8"), [
+    ("h100", 1979e12),   # 3,958* / 2
+    ("h200", 1979e12),   # 3,958* / 2
+    ("b200", 4500e12),   # DGX B200 72 PFLOPS FP8* / 8 GPUs = 9* / 2 = 4.5 PFLOPS
+    ("b300", 4500e12),   # DGX B300 72 PFLOPS FP8* / 8 GPUs = 9* / 2 = 4.5 PFLOPS
+    ("gb200", 5000e12),  # NVL72 720 PFLOPS* / 72 = 10* / 2 = 5 PFLOPS
+    ("gb300", 5000e12),  # NVL72 720 PFLOPS* / 72 = 10* / 2 = 5 PFLOPS
+])
+def test_dense_fp8_peak(name, fp8):
+    acc = load_system(name).accelerator
+    assert acc.flops("fp8") == pytest.approx(fp8)
+    # FP8 tensor cores run at twice the bf16 rate on Hopper and Blackwell (989 x 2 = 1978 ~ 1979).
+    assert acc.flops("fp8") == pytest.approx(2 * acc.flops("bf16"), rel=1e-3)
+
+
+@pytest.mark.parametrize(("name", "fp4"), [
+    ("b200", 9000e12),    # DGX B200 144 PFLOPS FP4* / 8 = 18* / 2 = 9 PFLOPS
+    ("gb200", 10000e12),  # NVL72 1,440 PFLOPS* / 72 = 20* / 2 = 10 PFLOPS
+    ("b300", 13500e12),   # DGX B300 FP4 108 PFLOPS dense / 8 = 13.5 PFLOPS ("Ultra": 1.5x B200's 9)
+    ("gb300", 15000e12),  # NVL72 1,080 PFLOPS dense / 72 = 15 PFLOPS (1.5x GB200's 10)
+])
+def test_dense_fp4_peak(name, fp4):
+    assert load_system(name).accelerator.flops("fp4") == pytest.approx(fp4)
+
+
+@pytest.mark.parametrize("name", ["v100", "a100", "a100-40gb"])
+def test_pre_hopper_parts_have_no_fp8(name):
+    with pytest.raises(SpecError, match="fp8"):
+        load_system(name).accelerator.flops("fp8")
+
+
+@pytest.mark.parametrize("name", ["h100", "h100-96gb", "h200"])
+def test_hopper_has_no_fp4(name):
+    with pytest.raises(SpecError, match="fp4"):
+        load_system(name).accelerator.flops("fp4")
+
+
+@pytest.mark.parametrize(("name", "mib"), [
+    ("h100", 81559),   # nvidia-smi on H100 80GB HBM3: 80 GiB = 81920 MiB minus the driver's reserve
+    ("h200", 143771),  # "141GB" = 140.4 GiB exposed
+    ("b200", 183359),  # "180GB" = 179.1 GiB exposed
+    ("b300", 275040),  # marketed 288 GB, 268.6 GiB exposed
+    ("a100", 81920),   # Ampere exposes the full 80 GiB
+])
+def test_hbm_capacity_is_what_the_driver_exposes(name, mib):
+    assert load_system(name).accelerator.hbm_bytes == mib * MiB
+
+
+def test_bandwidths_are_per_direction():
+    # NVIDIA quotes NVLink bidirectionally: 900 GB/s (H100) -> 450; 1.8 TB/s (Blackwell) -> 900;
+    # 600 GB/s (A100) -> 300.
+    assert load_system("h100").accelerator.nvlink_bandwidth == pytest.approx(450e9)
+    assert load_system("b200").accelerator.nvlink_bandwidth == pytest.approx(900e9)
+    assert load_system("a100").accelerator.nvlink_bandwidth == pytest.approx(300e9)
+    # NICs are quoted in bits per direction: 400 Gb/s = 50 GB/s; DGX-2 has 8 x 100 Gb/s for 16 GPUs.
+    assert load_system("h100").network.nic_bandwidth == pytest.approx(50e9)
+    v100 = load_system("v100").network
+    assert v100.nics_per_gpu * v100.nic_bandwidth == pytest.approx(0.5 * 12.5e9)
+
+
+# ---- cluster meshes ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("name", "gpus", "shape"), [
+    ("h100", 1024, (8, 128)),   # 1024 / 8 per DGX = 128 nodes
+    ("h100", 8, (8, 1)),
+    ("h100", 4, (4, 1)),        # a job smaller than a node uses part of one NVLink domain
+    ("v100", 1024, (16, 64)),   # DGX-2: 16 GPUs per NVSwitch domain
+    ("gb200", 144, (72, 2)),    # two NVL72 racks
+    ("gb200", 72, (72, 1)),
+    ("gb300", 576, (72, 8)),
+    ("b300", 64, (8, 8)),
+])
+def test_cluster_mesh_shape(name, gpus, shape):
+    cluster = load_system(name).cluster(gpus)
+    assert cluster.mesh_shape == shape
+    assert cluster.num_gpus == gpus
+    assert cluster.nvlink_domain == shape[0]
+
+
+def test_cluster_tier_bandwidths_come_from_the_preset():
+    cluster = load_system("h100").cluster(16)
+    nvlink, network = cluster.tiers
+    assert nvlink.bandwidth == pytest.approx(450e9)
+    assert network.bandwidth == pytest.approx(1 * 50e9)  # 1 NIC per GPU x 400 Gb/s
+    assert (nvlink.latency, network.latency) == pytest.approx((3e-6, 5e-6))
+
+
+def test_gpus_not_a_multiple_of_the_nvlink_domain_raises():
+    # 1024 = 14 x 72 + 16: not a whole number of NVL72 racks.
+    with pytest.raises(SpecError) as info:
+        load_system("gb200").cluster(1024)
+    message = str(info.value)
+    assert "gpus=1024" in message and "72" in message
+
+
+def test_cluster_nvlink_domain_override():
+    # An 8-GPU part modelled as if it were in a 72-GPU NVLink domain: 144 / 72 = 2 domains.
+    cluster = load_system("h100").cluster(144, nvlink_domain=72)
+    assert cluster.mesh_shape == (72, 2)
+    # The other way round: a GB200 rack split into 4-GPU trays (no multi-node NVLink): 144 / 4 = 36.
+    assert load_system("gb200").cluster(144, nvlink_domain=4).mesh_shape == (4, 36)
+    # The preset itself is unchanged.
+    assert load_system("h100").cluster(144).mesh_shape == (8, 18)
+
+
+# ---- loader errors ----------------------------------------------------------------------------------------
+def test_unknown_preset_lists_the_presets():
+    with pytest.raises(SpecError) as info:
+        load_system("h1000")
+    message = str(info.value)
+    assert "h1000" in message
+    for name in PRESETS:
+        assert name in message
+
+
+def test_malformed_toml_raises_one_line(tmp_path):
+    path = tmp_path / "broken.toml"
+    path.write_text('name = "broken"\n[accelerator\nnum_sms = 132\n')
+    with pytest.raises(SpecError) as info:
+        load_system(str(path))
+    message = str(info.value)
+    assert "malformed TOML" in message
+    assert "\n" not in message
+
+
+def test_missing_toml_file_raises(tmp_path):
+    with pytest.raises(SpecError, match="no such file"):
+        load_system(str(tmp_path / "absent.toml"))
+
+
+def test_toml_file_in_preset_format_loads(tmp_path):
+    # A user-supplied file in the preset format: a 4-GPU box, one 200 Gb/s NIC shared by all four.
+    path = tmp_path / "mybox.toml"
+    path.write_text(
+        'name = "mybox"\n'
+        "[accelerator]\n"
+        'name = "test GPU"\nnum_sms = 100\nhbm_bytes = "48 GiB"\nhbm_bandwidth = "1 TB/s"\n'
+        'nvlink_bandwidth = "100 GB/s"\n'
+        '[accelerator.peak_flops]\nbf16 = "100 TFLOP/s"\n'
+        "[network]\n"
+        'nvlink_domain = 4\nnvlink_latency = "3 us"\nnics_per_gpu = 0.25\n'
+        'nic_bandwidth = "200 Gb/s"\nnic_latency = "5 us"\n'
+    )
+    system = load_system(str(path))
+    assert system.accelerator.hbm_bytes == 48 * GiB
+    assert system.cluster(8).mesh_shape == (4, 2)
+    assert system.cluster(8).tiers[1].bandwidth == pytest.approx(0.25 * 25e9)
+
+
+def test_missing_required_field_raises(tmp_path):
+    path = tmp_path / "nohbm.toml"
+    path.write_text(
+        "[accelerator]\n"
+        'name = "x"\nhbm_bandwidth = "1 TB/s"\nnvlink_bandwidth = "100 GB/s"\n'
+        '[accelerator.peak_flops]\nbf16 = "1 TFLOP/s"\n'
+        "[network]\n"
+        'nvlink_domain = 8\nnvlink_latency = "3 us"\nnics_per_gpu = 1\n'
+        'nic_bandwidth = "400 Gb/s"\nnic_latency = "5 us"\n'
+    )
+    with pytest.raises(SpecError, match="hbm_bytes"):
+        load_system(str(path))

@@ -1,0 +1,142 @@
+"""Per-op costs: relations and closed forms (Narayanan 2021 eq. 3, PaLM App. B, Korthikanti 2022 Table 2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import gpt
+from meshplan.estimate import attention_flops_per_token, matmul_params, model_flops_per_token
+from meshplan.model import ModelSpec
+from meshplan.ops import ACT_BYTES, dense_layer, head_ops, linear_2d, moe_layer
+from meshplan.plan import Plan
+
+
+def _flops(ops, phase=None, kind=None):
+    return sum(o.flops for o in ops if (phase is None or o.phase == phase) and (kind is None or o.kind == kind))
+
+
+def test_gemm_backward_is_twice_forward():
+    ops = dense_layer(gpt(), Plan())
+    fwd = _flops(ops, "fwd", "gemm")
+    bwd = _flops(ops, "bwd_x", "gemm") + _flops(ops, "bwd_w", "gemm")
+    assert bwd == pytest.approx(2 * fwd)
+
+
+def test_gemm_flops_of_one_layer_match_hand_count():
+    # h=1024, s=2048, b=1: qkv 2·T·h·3h, out 2·T·h·h, fc1 2·T·h·4h, fc2 2·T·4h·h → 2·T·12h² = 24·T·h²
+    ops = dense_layer(gpt(), Plan())
+    assert _flops(ops, "fwd", "gemm") == 24 * 2048 * 1024**2
+
+
+def test_per_op_training_flops_match_6n_plus_attention():
+    """Σ per-op FLOPs (unfused attention, no recompute) = 6·N·tokens + 3·attention (PaLM App. B).
+
+    N counts the matmul weights; norms and biases are not matmul parameters, so allow 0.1 %."""
+    model = gpt(layers=4, hidden=2048, heads=16)
+    plan = Plan(flash_attention=False)
+    per_layer = _flops(dense_layer(model, plan), kind="gemm") + _flops(dense_layer(model, plan), kind="attention")
+    head = _flops(head_ops(model, plan), kind="gemm")
+    tokens = model.seq_length
+    assert (model.num_layers * per_layer + head) / tokens == pytest.approx(model_flops_per_token(model), rel=1e-3)
+
+
+def test_attention_term_is_palm_12_l_h_s():
+    model = gpt(layers=3, hidden=1024, heads=16, seq=4096)
+    # 3 · 2·s·A·2d·L = 12·L·h·s with A·d = h
+    assert 3 * attention_flops_per_token(model) == 12 * 3 * 1024 * 4096
+
+
+def test_flash_attention_skips_the_masked_half_and_recomputes_in_backward():
+    model = gpt()
+    unfused = [o for o in dense_layer(model, Plan(flash_attention=False)) if o.kind == "attention"]
+    fused = [o for o in dense_layer(model, Plan()) if o.kind == "attention"]
+    assert fused[0].flops == unfused[0].flops / 2  # causal blocks skipped
+    assert fused[1].flops == 2.5 * fused[0].flops  # 5 GEMMs backward vs 2 forward
+
+
+def _saved(model: ModelSpec, plan: Plan) -> float:
+    return sum(o.saved for o in dense_layer(model, plan) if o.phase == "fwd")
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_activations_per_layer_korthikanti_table2(tp):
+    s, b, h, a = 2048, 1, 1024, 16
+    model = gpt(hidden=h, heads=a, seq=s)
+    sbh = s * b * h
+    scores = 5 * a * s * s * b
+    # no parallelism row generalised to tp: 10·sbh + 24·sbh/t + 5·a·s²·b/t
+    plan = Plan(tp=tp, flash_attention=False)
+    assert _saved(model, plan) == pytest.approx(10 * sbh + 24 * sbh / tp + scores / tp)
+    # sequence parallel: 34·sbh/t + 5·a·s²·b/t (needs tp > 1)
+    if tp > 1:
+        sp = Plan(tp=tp, sequence_parallel=True, flash_attention=False)
+        assert _saved(model, sp) == pytest.approx(34 * sbh / tp + scores / tp)
+        sel = Plan(tp=tp, sequence_parallel=True, flash_attention=False, recompute="selective")
+        assert _saved(model, sel) == pytest.approx(34 * sbh / tp)
+
+
+def test_activations_without_parallelism_are_34_plus_5as_over_h():
+    s, b, h, a = 1024, 2, 512, 8
+    model = gpt(hidden=h, heads=a, seq=s)
+    plan = Plan(micro_batch=b, flash_attention=False)
+    assert _saved(model, plan) == pytest.approx(s * b * h * (34 + 5 * a * s / h))
+
+
+def test_flash_attention_saves_like_selective_recompute_plus_lse():
+    model = gpt()
+    flash = _saved(model, Plan(tp=4, sequence_parallel=True))
+    selective = _saved(model, Plan(tp=4, sequence_parallel=True, flash_attention=False, recompute="selective"))
+    lse = 2048 * (16 / 4) * 4  # T · A/t heads · fp32
+    assert flash == pytest.approx(selective + lse)
+
+
+def test_tp_1_has_no_tp_traffic_time():
+    from meshplan.estimate import estimate
+    from meshplan.hardware import load_system
+
+    est = estimate(gpt(), load_system("h100").cluster(8), Plan(dp=8, global_batch=64))
+    assert est.breakdown["tp"] == 0.0
+
+
+def test_sequence_parallel_replaces_all_reduce_with_gather_and_scatter():
+    ops = dense_layer(gpt(), Plan(tp=4, sequence_parallel=True))
+    kinds = {o.collective.kind for o in ops if o.kind == "collective" and o.collective.axis == "tp"}
+    assert kinds == {"all_gather", "reduce_scatter"}
+    ops = dense_layer(gpt(), Plan(tp=4))
+    kinds = {o.collective.kind for o in ops if o.kind == "collective" and o.collective.axis == "tp"}
+    assert kinds == {"all_reduce"}
+
+
+def test_moe_expert_flops_scale_with_top_k_not_expert_count():
+    base = dict(name="moe", num_layers=2, hidden_size=1024, num_heads=8, ffn_hidden_size=4096, vocab_size=32000,
+                mlp="swiglu", norm="rmsnorm", moe_ffn_hidden_size=1024)
+    few = ModelSpec(num_experts=8, moe_topk=2, **base)
+    many = ModelSpec(num_experts=64, moe_topk=2, **base)
+    expert = [o for o in moe_layer(few, Plan()) if o.name.startswith("moe/experts") and o.kind == "gemm"]
+    expert_many = [o for o in moe_layer(many, Plan()) if o.name.startswith("moe/experts") and o.kind == "gemm"]
+    assert _flops(expert) == _flops(expert_many)
+    # top-2 SwiGLU experts: 3 GEMMs of 2·T·k·H·Fe, ×3 passes = 18·T·k·H·Fe
+    assert _flops(expert) == 18 * 2048 * 2 * 1024 * 1024
+
+
+def test_moe_dispatch_bytes():
+    model = ModelSpec(name="moe", num_layers=2, hidden_size=1024, num_heads=8, ffn_hidden_size=4096,
+                      vocab_size=32000, num_experts=8, moe_topk=2, moe_ffn_hidden_size=1024)
+    ops = moe_layer(model, Plan(tp=2, dp=4, ep=4, sequence_parallel=True))
+    dispatch = [o for o in ops if o.name == "moe/dispatch" and o.phase == "fwd"][0]
+    # T/t tokens routed · k copies · h · 2 bytes = 1024 · 2 · 1024 · 2
+    assert dispatch.nbytes == 1024 * 2 * 1024 * ACT_BYTES
+    assert dispatch.collective.group == 4
+
+
+def test_matmul_params_excludes_lookup_but_keeps_tied_head():
+    model = gpt(layers=2, hidden=256, heads=4, vocab=1000)
+    assert matmul_params(model) == model.params() - model.embedding_params() + 1000 * 256
+
+
+def test_linear_2d_tp2_equal_one_is_1d_layout():
+    # tp_out = 1: a row-parallel (1D) layer; FLOPs per GPU 2·(d_in/tp_in)·d_out·b per pass, 3 passes
+    ops = linear_2d(1024, 4096, 512, tp_in=4, tp_out=1)
+    assert _flops(ops) == 3 * 2 * (1024 / 4) * 4096 * 512
+    tp_out = [o for o in ops if o.kind == "collective" and o.collective.axis == "tp_out"]
+    assert tp_out[0].collective.group == 1

@@ -1,0 +1,63 @@
+"""Plan.check lists every violated constraint with its numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import gpt
+from meshplan.errors import PlanError
+from meshplan.hardware import load_system
+from meshplan.model import load_model
+from meshplan.plan import Plan, check, validate
+
+
+def test_valid_plan_has_no_reasons():
+    assert check(gpt(), load_system("h100").cluster(16), Plan(dp=2, tp=8, global_batch=8)) == []
+
+
+def test_tp_must_divide_heads():
+    model = load_model("llama3-70b")  # 64 heads
+    reasons = check(model, None, Plan(tp=6))
+    assert "tp=6 does not divide num_heads=64" in reasons
+
+
+def test_gpu_count_must_match():
+    reasons = check(gpt(), load_system("h100").cluster(16), Plan(dp=3, tp=2))
+    assert "dp*tp*pp*cp = 3*2*1*1 = 6 != gpus=16" in reasons
+
+
+def test_every_violation_is_listed():
+    reasons = check(gpt(heads=16), None, Plan(tp=3, pp=64, micro_batch=3, global_batch=8, zero=5))
+    assert len(reasons) >= 4
+    with pytest.raises(PlanError) as err:
+        validate(gpt(heads=16), None, Plan(tp=3, pp=64, micro_batch=3, global_batch=8, zero=5))
+    assert "tp=3" in str(err.value) and "zero=5" in str(err.value)
+
+
+def test_zero_or_negative_sizes():
+    assert check(gpt(), None, Plan(tp=0)) == ["tp=0 must be a positive integer"]
+
+
+def test_expert_parallel_constraints():
+    mixtral = load_model("mixtral-8x7b")  # 8 experts
+    assert "ep=3 does not divide num_experts=8" in check(mixtral, None, Plan(dp=6, ep=3))
+    assert check(gpt(), None, Plan(dp=4, ep=2)) == ["ep=2 but gpt-test has no experts"]
+
+
+def test_interleaved_needs_vpp_and_divisible_micro_batches():
+    reasons = check(gpt(layers=8), None, Plan(pp=2, vpp=2, global_batch=3, schedule="interleaved"))
+    assert any("does not divide the 3 micro-batches" in r for r in reasons)
+    assert any("needs schedule='interleaved'" in r for r in check(gpt(layers=8), None, Plan(pp=2, vpp=2)))
+
+
+def test_bf16_rejected_on_v100():
+    reasons = check(gpt(), load_system("v100").cluster(16), Plan(dp=16, precision="bf16"))
+    assert any("precision=bf16 is not supported" in r for r in reasons)
+    assert check(gpt(), load_system("v100").cluster(16), Plan(dp=16, precision="fp16")) == []
+
+
+def test_stride_follows_placement():
+    plan = Plan(dp=4, tp=8, pp=2, cp=2)
+    assert (plan.stride("tp"), plan.stride("cp"), plan.stride("dp"), plan.stride("pp")) == (1, 8, 16, 64)
+    moved = plan.with_(placement=("dp", "tp", "cp", "pp"))
+    assert moved.stride("tp") == 4 and moved.stride("dp") == 1
