@@ -56,7 +56,10 @@ class ModelSpec:
     shared_expert_ffn_size: int = 0  # total FFN width of the shared experts (0: none)
     first_k_dense_layers: int = 0  # the first k layers use a dense MLP of ffn_hidden_size
     moe_layer_freq: int = 1  # after those, every n-th layer is MoE
-    router_bias: bool = False  # per-expert score-correction bias (DeepSeek-V3)
+    router_bias: bool = False  # per-expert score-correction bias (DeepSeek-V3), router linear bias (GPT-OSS)
+    shared_expert_gate: bool = False  # sigmoid(Linear(H, 1)) on the shared expert (Qwen2-MoE): H per layer
+    attention_sinks: bool = False  # one learned sink logit per head (GPT-OSS ``sinks``): A per layer
+    embedding_norm: bool = False  # a norm right after the token embedding (BLOOM word_embeddings_layernorm)
     # Multi-head latent attention (DeepSeek-V2/V3). kv_lora_rank = 0 means standard attention.
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
@@ -110,7 +113,8 @@ class ModelSpec:
 
     def is_moe_layer(self, i: int) -> bool:
         """Layer i (0-based) has an MoE MLP: after the first k dense layers, every moe_layer_freq-th layer."""
-        return self.is_moe and i >= self.first_k_dense_layers and (i - self.first_k_dense_layers) % self.moe_layer_freq == 0
+        after = i - self.first_k_dense_layers
+        return self.is_moe and after >= 0 and after % self.moe_layer_freq == 0
 
     @property
     def num_moe_layers(self) -> int:
@@ -161,6 +165,8 @@ class ModelSpec:
             total += h
         if self.qk_norm:
             total += 2 * self.head_dim
+        if self.attention_sinks:
+            total += self.num_heads
         return total
 
     def mlp_params(self, ffn: int) -> int:
@@ -179,6 +185,8 @@ class ModelSpec:
         total += experts * self.mlp_params(self.moe_ffn_hidden_size)
         if self.shared_expert_ffn_size:
             total += self.mlp_params(self.shared_expert_ffn_size)
+        if self.shared_expert_gate:
+            total += self.hidden_size
         return total
 
     def layer_params(self, i: int, active: bool = False) -> int:
@@ -186,9 +194,10 @@ class ModelSpec:
         return self.attention_params() + mlp + 2 * self.norm_params(self.hidden_size)
 
     def embedding_params(self) -> int:
-        """Token embedding V·H plus learned positions (if any)."""
-        return self.vocab_size * self.hidden_size + self.max_position_embeddings * self.hidden_size * (
-            self.position_embedding == "learned")
+        """Token embedding V·H plus learned positions (if any) and the embedding norm (if any)."""
+        positions = self.max_position_embeddings if self.position_embedding == "learned" else 0
+        norm = self.norm_params(self.hidden_size) if self.embedding_norm else 0
+        return (self.vocab_size + positions) * self.hidden_size + norm
 
     def head_params(self) -> int:
         """Final norm plus the LM head (V·H unless tied to the embedding)."""
@@ -200,6 +209,9 @@ class ModelSpec:
         return self.embedding_params() + layers + self.head_params()
 
     def with_seq_length(self, seq_length: int) -> ModelSpec:
+        """The same model at another sequence length; a learned position table grows to cover it."""
+        if self.position_embedding == "learned" and seq_length > self.max_position_embeddings:
+            return replace(self, seq_length=seq_length, max_position_embeddings=seq_length)
         return replace(self, seq_length=seq_length)
 
 

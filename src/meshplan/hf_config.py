@@ -1,0 +1,271 @@
+"""Translate a Hugging Face ``config.json`` into ModelSpec fields.
+
+``translate(config, name)`` returns a flat dict of ModelSpec field names; ``model.from_hf_config`` builds the
+spec from it. One small function per family, each reading the keys that the family's ``modeling_*.py`` in
+``transformers`` reads when it builds its modules, so that ``ModelSpec.params()`` equals
+``sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())``
+(``tests/test_model.py`` checks this on the meta device when torch and transformers are installed).
+
+Families (``model_type``) and the modules their parameter counts come from:
+
+    llama, mistral, qwen2, qwen3   q/k/v/o, gate/up/down, RMSNorm       models/llama/modeling_llama.py,
+                                   (qwen2: q/k/v bias; qwen3: q/k norm)  mistral/, qwen2/, qwen3/
+    mixtral, qwen2_moe, qwen3_moe  router H->E, E experts (+ shared)   models/mixtral/, qwen2_moe/, qwen3_moe/
+    gpt2                           Conv1D + biases, LayerNorm, learned positions, tied head   models/gpt2/
+    gpt_neox                       fused qkv + bias, LayerNorm, rotary (no weights), untied   models/gpt_neox/
+    deepseek_v2, deepseek_v3       MLA (low-rank q and kv) + MoE with shared experts   models/deepseek_v3/
+    gpt_oss                        biased attention + sinks, biased experts and router   models/gpt_oss/
+
+Any other ``model_type`` whose config has the Llama keys is read as Llama. A missing key raises SpecError
+naming it. ``seq_length`` is the config's ``max_position_embeddings`` (``n_positions`` for GPT-2): the
+longest context the checkpoint supports, often far longer than it was pretrained at; override it with
+``ModelSpec.with_seq_length``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from meshplan.errors import SpecError
+
+_MISSING = object()
+
+
+class _Reader:
+    """Reads keys of one config.json; a missing required key is a one-line SpecError naming the key."""
+
+    def __init__(self, config: dict[str, Any], name: str, model_type: str):
+        self.config, self.name, self.model_type = config, name, model_type
+
+    def need(self, key: str) -> Any:
+        value = self.config.get(key, _MISSING)
+        if value is _MISSING or value is None:
+            raise SpecError(f"{self.name}: config.json (model_type={self.model_type!r}) has no {key!r}")
+        return value
+
+    def get(self, key: str, default: Any) -> Any:
+        """``default`` also replaces an explicit null, as the HF config classes do for these keys."""
+        value = self.config.get(key)
+        return default if value is None else value
+
+    def dropout(self, *keys: str) -> bool:
+        return any(float(self.get(k, 0.0)) > 0.0 for k in keys)
+
+
+# ---- families ---------------------------------------------------------------------------------------------
+def _llama(c: _Reader) -> dict[str, Any]:
+    """Llama / Mistral / Qwen2 / Qwen3 (models/llama/modeling_llama.py: LlamaAttention, LlamaMLP, RMSNorm).
+
+    q_proj H->A*d, k_proj and v_proj H->K*d, o_proj A*d->H, bias=config.attention_bias on all four;
+    gate/up/down H<->F, bias=config.mlp_bias; two RMSNorm weights per layer plus the final norm.
+    ``head_dim`` defaults to H/A (``getattr(config, "head_dim", None) or hidden_size // num_heads``).
+    """
+    heads = c.need("num_attention_heads")
+    hidden = c.need("hidden_size")
+    attention_bias = bool(c.get("attention_bias", False))
+    mlp_bias = bool(c.get("mlp_bias", False))
+    spec: dict[str, Any] = {
+        "num_layers": c.need("num_hidden_layers"),
+        "hidden_size": hidden,
+        "num_heads": heads,
+        "num_kv_heads": c.get("num_key_value_heads", heads),
+        "head_dim": c.get("head_dim", 0),  # 0 -> hidden_size // num_heads in ModelSpec
+        "ffn_hidden_size": c.need("intermediate_size"),
+        "vocab_size": c.need("vocab_size"),
+        "seq_length": c.need("max_position_embeddings"),
+        "mlp": "swiglu",  # LlamaMLP is gated whatever hidden_act is: down(act(gate(x)) * up(x))
+        "norm": "rmsnorm",
+        "position_embedding": "rope",
+        "tied_embeddings": bool(c.get("tie_word_embeddings", False)),  # LlamaConfig default False
+        "qkv_bias": attention_bias,
+        # ModelSpec has one switch for the o_proj and MLP biases; Llama's attention_bias alone also biases
+        # o_proj (H per layer, uncounted when mlp_bias is off): no published Llama-family model does this.
+        "linear_bias": attention_bias and mlp_bias,
+        "dropout": c.dropout("attention_dropout"),
+    }
+    if c.model_type == "qwen2":
+        # models/qwen2/modeling_qwen2.py: q/k/v are nn.Linear(..., bias=True), o_proj bias=False.
+        spec["qkv_bias"] = True
+    if c.model_type == "qwen2_moe":
+        # models/qwen2_moe/modeling_qwen2_moe.py: q/k/v bias=config.qkv_bias (default True), o_proj bias=False.
+        spec["qkv_bias"] = bool(c.get("qkv_bias", True))
+    if c.model_type in ("qwen3", "qwen3_moe"):
+        # models/qwen3/modeling_qwen3.py: q_norm and k_norm are RMSNorm(head_dim) applied per head.
+        spec["qk_norm"] = True
+    return spec
+
+
+def _mixtral(c: _Reader) -> dict[str, Any]:
+    """models/mixtral/modeling_mixtral.py: every layer is MoE; router gate H->E without bias; each expert is a
+    gated MLP of intermediate_size (w1, w3: H->F, w2: F->H)."""
+    spec = _llama(c)
+    spec.update(num_experts=c.need("num_local_experts"), moe_topk=c.need("num_experts_per_tok"),
+                moe_ffn_hidden_size=c.need("intermediate_size"))
+    return spec
+
+
+def _qwen_moe(c: _Reader) -> dict[str, Any]:
+    """models/qwen2_moe/modeling_qwen2_moe.py and qwen3_moe/: layer i is MoE when i is not in mlp_only_layers
+    and (i + 1) % decoder_sparse_step == 0; otherwise a dense MLP of intermediate_size. Router H->E without
+    bias; experts of moe_intermediate_size. Qwen2-MoE adds one shared expert of
+    shared_expert_intermediate_size gated by sigmoid(Linear(H, 1))."""
+    spec = _llama(c)
+    layers = spec["num_layers"]
+    step = c.get("decoder_sparse_step", 1)
+    dense = sorted(c.get("mlp_only_layers", []))
+    if dense != list(range(len(dense))):
+        raise SpecError(f"{c.name}: mlp_only_layers={dense} is not a leading run of layers 0..k-1 "
+                        "(meshplan models the first k layers as dense)")
+    if step != 1 and (dense or layers % step):
+        # HF: MoE at layers step-1, 2*step-1, ...; ModelSpec: at k, k+step, ... (same count when step | L).
+        raise SpecError(f"{c.name}: decoder_sparse_step={step} with num_hidden_layers={layers} and "
+                        f"mlp_only_layers={dense} cannot be modelled")
+    spec.update(num_experts=c.need("num_experts"), moe_topk=c.need("num_experts_per_tok"),
+                moe_ffn_hidden_size=c.need("moe_intermediate_size"), first_k_dense_layers=len(dense),
+                moe_layer_freq=step)
+    if c.model_type == "qwen2_moe":
+        spec.update(shared_expert_ffn_size=c.need("shared_expert_intermediate_size"), shared_expert_gate=True)
+    return spec
+
+
+def _gpt2(c: _Reader) -> dict[str, Any]:
+    """models/gpt2/modeling_gpt2.py: wte V*H, wpe n_positions*H (learned positions are parameters), per layer
+    ln_1, ln_2 (LayerNorm weight+bias), c_attn Conv1D H->3H and c_proj H->H with biases, mlp c_fc H->n_inner
+    and c_proj n_inner->H with biases (n_inner defaults to 4H); ln_f; lm_head tied to wte."""
+    hidden = c.need("n_embd")
+    positions = c.need("n_positions")
+    return {
+        "num_layers": c.need("n_layer"),
+        "hidden_size": hidden,
+        "num_heads": c.need("n_head"),
+        "ffn_hidden_size": c.get("n_inner", 4 * hidden),
+        "vocab_size": c.need("vocab_size"),
+        "seq_length": positions,
+        "max_position_embeddings": positions,
+        "position_embedding": "learned",
+        "mlp": "gelu",
+        "norm": "layernorm",
+        "tied_embeddings": bool(c.get("tie_word_embeddings", True)),  # PretrainedConfig default True
+        "qkv_bias": True,
+        "linear_bias": True,
+        "dropout": c.dropout("resid_pdrop", "attn_pdrop", "embd_pdrop"),
+    }
+
+
+def _gpt_neox(c: _Reader) -> dict[str, Any]:
+    """models/gpt_neox/modeling_gpt_neox.py: embed_in V*H; per layer input_layernorm, post_attention_layernorm
+    (LayerNorm weight+bias), query_key_value H->3H and dense H->H (bias=config.attention_bias, default True),
+    dense_h_to_4h / dense_4h_to_h with biases; final_layer_norm; embed_out V*H untied. Rotary: no weights."""
+    attention_bias = bool(c.get("attention_bias", True))
+    return {
+        "num_layers": c.need("num_hidden_layers"),
+        "hidden_size": c.need("hidden_size"),
+        "num_heads": c.need("num_attention_heads"),
+        "ffn_hidden_size": c.need("intermediate_size"),
+        "vocab_size": c.need("vocab_size"),
+        "seq_length": c.need("max_position_embeddings"),
+        "position_embedding": "rope",
+        "mlp": "gelu",
+        "norm": "layernorm",
+        "tied_embeddings": bool(c.get("tie_word_embeddings", False)),
+        "qkv_bias": attention_bias,
+        "linear_bias": True,  # MLP linears always have a bias; dense follows attention_bias (default True)
+        "dropout": c.dropout("attention_dropout", "hidden_dropout", "attention_probs_dropout_prob",
+                             "hidden_dropout_prob"),
+    }
+
+
+def _deepseek(c: _Reader) -> dict[str, Any]:
+    """models/deepseek_v3/modeling_deepseek_v3.py (and the checkpoint's own modeling_deepseek.py).
+
+    MLA (DeepSeek-V2 §2.1, V3 §2.1.1): q_a_proj H->q_lora_rank, q_a_layernorm, q_b_proj -> A*(nope+rope)
+    (or q_proj H->A*(nope+rope) when q_lora_rank is null); kv_a_proj_with_mqa H->kv_lora_rank+rope,
+    kv_a_layernorm, kv_b_proj kv_lora_rank -> A*(nope+v); o_proj A*v->H; no biases.
+    MoE after the first first_k_dense_replace layers (dense MLP of intermediate_size), every moe_layer_freq-th
+    layer: router (E, H), n_routed_experts gated experts of moe_intermediate_size, and n_shared_experts merged
+    into one gated MLP of moe_intermediate_size * n_shared_experts. topk_method "noaux_tc" (V3) adds the
+    per-expert score-correction bias e_score_correction_bias (E): an nn.Parameter in modeling_deepseek.py and
+    a tensor in the checkpoint, a buffer in transformers (so not in its parameters()).
+    The multi-token-prediction module (num_nextn_predict_layers) is not built by either modeling file and is
+    not counted: DeepSeek-V3's 671B excludes it (README_WEIGHTS.md: MTP adds 11.5B unique parameters).
+    """
+    heads = c.need("num_attention_heads")
+    nope, rope = c.need("qk_nope_head_dim"), c.need("qk_rope_head_dim")
+    return {
+        "num_layers": c.need("num_hidden_layers"),
+        "hidden_size": c.need("hidden_size"),
+        "num_heads": heads,
+        "num_kv_heads": heads,  # MLA: every head has its own (decompressed) key and value
+        "head_dim": nope + rope,  # query/key width per head, the inner dimension of the score GEMM
+        "ffn_hidden_size": c.need("intermediate_size"),
+        "vocab_size": c.need("vocab_size"),
+        "seq_length": c.need("max_position_embeddings"),
+        "mlp": "swiglu",
+        "norm": "rmsnorm",
+        "position_embedding": "rope",
+        "tied_embeddings": bool(c.get("tie_word_embeddings", False)),
+        "dropout": c.dropout("attention_dropout"),
+        "q_lora_rank": c.get("q_lora_rank", 0),
+        "kv_lora_rank": c.need("kv_lora_rank"),
+        "qk_nope_head_dim": nope,
+        "qk_rope_head_dim": rope,
+        "v_head_dim": c.need("v_head_dim"),
+        "num_experts": c.need("n_routed_experts"),
+        "moe_topk": c.need("num_experts_per_tok"),
+        "moe_ffn_hidden_size": c.need("moe_intermediate_size"),
+        "shared_expert_ffn_size": c.need("moe_intermediate_size") * c.get("n_shared_experts", 0),
+        "first_k_dense_layers": c.get("first_k_dense_replace", 0),
+        "moe_layer_freq": c.get("moe_layer_freq", 1),
+        "router_bias": c.get("topk_method", "") == "noaux_tc",
+    }
+
+
+def _gpt_oss(c: _Reader) -> dict[str, Any]:
+    """models/gpt_oss/modeling_gpt_oss.py: q/k/v/o with bias (attention_bias, default True), one sink logit
+    per head (``sinks``), router weight E*H + bias E, experts gate_up_proj (E, H, 2F) + bias (E, 2F) and
+    down_proj (E, F, H) + bias (E, H); RMSNorm; untied head. Every layer is MoE."""
+    spec = _llama(c)
+    attention_bias = bool(c.get("attention_bias", True))
+    spec.update(qkv_bias=attention_bias, linear_bias=True, attention_sinks=True, router_bias=True,
+                num_experts=c.need("num_local_experts"),
+                moe_topk=c.need("num_experts_per_tok"),
+                moe_ffn_hidden_size=c.need("intermediate_size"))
+    return spec
+
+
+_FAMILIES: dict[str, Callable[[_Reader], dict[str, Any]]] = {
+    "llama": _llama,
+    "mistral": _llama,
+    "qwen2": _llama,
+    "qwen3": _llama,
+    "mixtral": _mixtral,
+    "qwen2_moe": _qwen_moe,
+    "qwen3_moe": _qwen_moe,
+    "gpt2": _gpt2,
+    "gpt_neox": _gpt_neox,
+    "deepseek_v2": _deepseek,
+    "deepseek_v3": _deepseek,
+    "gpt_oss": _gpt_oss,
+}
+_LLAMA_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
+               "max_position_embeddings")
+
+
+def translate(config: dict[str, Any], name: str) -> dict[str, Any]:
+    """ModelSpec fields (a flat dict) for a Hugging Face ``config.json`` dict."""
+    if not isinstance(config, dict):
+        raise SpecError(f"{name}: config.json must be a JSON object, not {type(config).__name__}")
+    model_type = str(config.get("model_type", ""))
+    family = _FAMILIES.get(model_type)
+    reader = _Reader(config, name, model_type)
+    if family is None:
+        missing = [k for k in _LLAMA_KEYS if config.get(k) is None]
+        if missing:
+            raise SpecError(f"{name}: model_type={model_type!r} is not supported and config.json has no "
+                            f"{missing[0]!r} to read it as Llama (supported: {', '.join(sorted(_FAMILIES))})")
+        family = _llama  # unknown but Llama-shaped: read as Llama
+    spec = family(reader)
+    spec["name"] = name
+    spec["source"] = f"Hugging Face config.json, model_type={model_type or 'unknown'}"
+    return spec

@@ -1,0 +1,514 @@
+"""ModelSpec parameter counts, presets and the Hugging Face config.json import.
+
+Two independent methods agree: the closed forms below (arithmetic in the comments) and PyTorch's count of the
+same Hugging Face model built on the meta device (``test_torch_*``, skipped without torch + transformers).
+Published counts are compared at the precision they were printed with.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from meshplan.errors import SpecError
+from meshplan.hf_config import translate
+from meshplan.model import ModelSpec, from_hf_config, load_model, model_from_dict, preset_names
+
+HF = Path(__file__).parent / "data" / "hf"
+VALIDATION = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_runs.jsonl"
+
+
+def fixture(name: str) -> ModelSpec:
+    return load_model(str(HF / name / "config.json"))
+
+
+def hf_dict(name: str) -> dict:
+    return json.loads((HF / name / "config.json").read_text())
+
+
+# ---- exact counts: closed form = PyTorch's count of the HF model --------------------------------------------
+BOTH = ["preset", "config.json"]
+
+
+@pytest.mark.parametrize("spec", [load_model("llama3-8b"), fixture("llama-3-8b")], ids=BOTH)
+def test_llama3_8b(spec: ModelSpec) -> None:
+    # attention: q 4096*4096 + k, v 2*4096*1024 + o 4096*4096 = 16,777,216 + 8,388,608 + 16,777,216
+    assert spec.attention_params() == 41_943_040
+    # MLP: gate, up, down 3*4096*14336 = 176,160,768; layer = 41,943,040 + 176,160,768 + 2 RMSNorms 2*4096
+    assert spec.layer_params(0) == 41_943_040 + 176_160_768 + 8_192 == 218_112_000
+    # 32 * 218,112,000 = 6,979,584,000; untied embedding + head 2*128256*4096 = 1,050,673,152; final norm 4096
+    assert spec.params() == 6_979_584_000 + 1_050_673_152 + 4_096 == 8_030_261_248
+
+
+@pytest.mark.parametrize("spec", [load_model("mixtral-8x7b"), fixture("mixtral-8x7b")], ids=BOTH)
+def test_mixtral_8x7b(spec: ModelSpec) -> None:
+    # attention as Llama-3-8B: 41,943,040; router 4096*8 = 32,768; experts 8 * 3*4096*14336 = 1,409,286,144
+    assert spec.moe_params() == 32_768 + 1_409_286_144
+    # layer 41,943,040 + 1,409,318,912 + 8,192 = 1,451,270,144; * 32 = 46,440,644,608
+    # + embedding and head 2*32000*4096 = 262,144,000 + final norm 4096
+    assert spec.params() == 46_440_644_608 + 262_144_000 + 4_096 == 46_702_792_704
+    # active: 2 of 8 experts, 2*176,160,768 = 352,321,536 -> layer 394,305,536; * 32 = 12,617,777,152
+    assert spec.params(active=True) == 12_617_777_152 + 262_144_000 + 4_096 == 12_879_925_248
+
+
+@pytest.mark.parametrize("spec", [load_model("gpt2"), fixture("gpt2")], ids=BOTH)
+def test_gpt2_small(spec: ModelSpec) -> None:
+    # c_attn 768*2304 + 2304 = 1,771,776; attn.c_proj 768*768 + 768 = 590,592
+    assert spec.attention_params() == 1_771_776 + 590_592
+    # c_fc 768*3072 + 3072 = 2,362,368; mlp.c_proj 3072*768 + 768 = 2,360,064; ln_1, ln_2 4*768 = 3,072
+    assert spec.layer_params(0) == 2_362_368 + 2_360_064 + 1_771_776 + 590_592 + 3_072 == 7_087_872
+    # 12 * 7,087,872 = 85,054,464; wte 50257*768 = 38,597,376; wpe 1024*768 = 786,432; ln_f 1,536; head tied
+    assert spec.params() == 85_054_464 + 38_597_376 + 786_432 + 1_536 == 124_439_808
+
+
+@pytest.mark.parametrize("spec", [load_model("qwen3-30b-a3b"), fixture("qwen3-30b-a3b")], ids=BOTH)
+def test_qwen3_30b_a3b(spec: ModelSpec) -> None:
+    # head_dim 128: q 2048*4096 + k, v 2*2048*512 + o 4096*2048 + q_norm, k_norm 2*128
+    assert spec.attention_params() == 8_388_608 + 2_097_152 + 8_388_608 + 256 == 18_874_624
+    # router 2048*128 = 262,144; experts 128 * 3*2048*768 = 603,979,776
+    assert spec.moe_params() == 262_144 + 603_979_776
+    # layer 18,874,624 + 604,241,920 + 4,096 = 623,120,640; * 48 = 29,909,790,720
+    # + embedding and head 2*151936*2048 = 622,329,856 + final norm 2048
+    assert spec.params() == 29_909_790_720 + 622_329_856 + 2_048 == 30_532_122_624
+    # active: 8 experts 8*4,718,592 = 37,748,736 -> layer 56,889,600; * 48 = 2,730,700,800
+    assert spec.params(active=True) == 2_730_700_800 + 622_329_856 + 2_048 == 3_353_032_704
+
+
+def test_deepseek_v3_config_json() -> None:
+    spec = fixture("deepseek-v3")
+    # MLA: q_a 7168*1536 + norm 1536 + q_b 1536*128*192 + kv_a 7168*576 + norm 512 + kv_b 512*128*256
+    #      + o 16384*7168
+    assert spec.attention_params() == (11_010_048 + 1_536 + 37_748_736 + 4_128_768 + 512 + 16_777_216
+                                       + 117_440_512) == 187_107_328
+    # MoE: router 256*7168 + bias 256; 256 experts * 3*7168*2048 = 11,274,289,152; shared 3*7168*2048
+    assert spec.moe_params() == 1_835_008 + 256 + 11_274_289_152 + 44_040_192
+    # 3 dense layers: 187,107,328 + 3*7168*18432 + 2*7168 = 583,483,392; 58 MoE layers: 11,507,286,272 each
+    assert (spec.num_dense_layers, spec.num_moe_layers) == (3, 58)
+    # 3*583,483,392 + 58*11,507,286,272 + embedding and head 2*129280*7168 + final norm 7168
+    assert spec.params() == 1_750_450_176 + 667_422_603_776 + 1_853_358_080 + 7_168 == 671_026_419_200
+    assert spec == replace(load_model("deepseek-v3"), seq_length=163_840)
+
+
+def test_other_fixtures() -> None:
+    # GPT-NeoX-20B layer: qkv 6144*18432 + 18432, dense 6144^2 + 6144, MLP 2*6144*24576 + 24576 + 6144, 4 LN
+    neox = fixture("gpt-neox-20b")
+    assert neox.layer_params(0) == 113_264_640 + 37_754_880 + 302_020_608 + 24_576 == 453_064_704
+    # 44 * 453,064,704 + embed_in, embed_out 2*50432*6144 + final LayerNorm 2*6144
+    assert neox.params() == 19_934_846_976 + 619_708_416 + 12_288 == 20_554_567_680
+    # Mistral-7B: Llama-3-8B's layer (218,112,000) * 32 + 2*32000*4096 + 4096
+    assert fixture("mistral-7b").params() == 6_979_584_000 + 262_144_000 + 4_096 == 7_241_732_096
+    # Qwen2-7B layer: q 3584^2 + 3584, k, v 2*(3584*512 + 512), o 3584^2, MLP 3*3584*18944, 2 norms 2*3584
+    qwen2 = fixture("qwen2-7b")
+    assert qwen2.layer_params(0) == 12_848_640 + 3_671_040 + 12_845_056 + 203_685_888 + 7_168 == 233_057_792
+    # 28 * 233,057,792 + 2*152064*3584 + 3584
+    assert qwen2.params() == 6_525_618_176 + 1_089_994_752 + 3_584 == 7_615_616_512
+
+
+@pytest.mark.parametrize("hf, preset", [("llama-3-8b", "llama3-8b"), ("mixtral-8x7b", "mixtral-8x7b"),
+                                        ("qwen3-30b-a3b", "qwen3-30b-a3b"), ("gpt2", "gpt2"),
+                                        ("gpt-neox-20b", "gpt-neox-20b"), ("mistral-7b", "mistral-7b"),
+                                        ("deepseek-v3", "deepseek-v3")])
+def test_config_json_and_preset_are_the_same_model(hf: str, preset: str) -> None:
+    """Equal in every field but the name and seq_length (config.json gives the longest context it allows)."""
+    spec = fixture(hf)
+    assert spec == replace(load_model(preset), name=spec.name, seq_length=spec.seq_length)
+
+
+def test_seq_length_comes_from_max_position_embeddings() -> None:
+    assert fixture("llama-3-8b").seq_length == 8192
+    assert fixture("deepseek-v3").seq_length == 163_840  # long; override with with_seq_length
+    assert fixture("deepseek-v3").with_seq_length(4096).seq_length == 4096
+    gpt2 = fixture("gpt2")  # learned positions: n_positions rows are parameters
+    assert (gpt2.seq_length, gpt2.max_position_embeddings) == (1024, 1024)
+
+
+# ---- published counts -------------------------------------------------------------------------------------
+# Narayanan et al. 2021, Table 1 (billions as printed). P = 12*l*h^2*(1 + 13/(12h) + (V + s)/(12*l*h)) + 2h,
+# e.g. 1.7B: 12*24*2304^2 = 1,528,823,808 + 13*2304*24 = 718,848 + (51200 + 2048)*2304 = 122,683,392 + 4608.
+NARAYANAN_TABLE_1 = [("megatron-1.7b", "1.7"), ("megatron-3.6b", "3.6"), ("megatron-7.5b", "7.5"),
+                     ("megatron-18b", "18.4"), ("megatron-39b", "39.1"), ("megatron-76b", "76.1"),
+                     ("megatron-145b", "145.6"), ("megatron-310b", "310.1"), ("megatron-530b", "529.6"),
+                     ("megatron-1t", "1008")]
+
+
+def billions_as_printed(params: int, printed: str) -> str:
+    decimals = len(printed.partition(".")[2])
+    return f"{params / 1e9:.{decimals}f}"
+
+
+@pytest.mark.parametrize("preset, printed", NARAYANAN_TABLE_1)
+def test_megatron_series_matches_narayanan_2021(preset: str, printed: str) -> None:
+    assert billions_as_printed(load_model(preset).params(), printed) == printed
+
+
+def test_megatron_1_7b_arithmetic() -> None:
+    params = load_model("megatron-1.7b").params()
+    assert params == 1_528_823_808 + 718_848 + 122_683_392 + 4_608 == 1_652_230_656
+
+
+@pytest.mark.parametrize("preset, printed", [("megatron2020-1.16b", "1.16"), ("megatron2020-2.03b", "2.03"),
+                                             ("megatron2020-4.24b", "4.24"), ("megatron2020-8.67b", "8.67"),
+                                             ("megatron-291b", "290.8")])
+def test_megatron_readme_tables(preset: str, printed: str) -> None:
+    assert billions_as_printed(load_model(preset).params(), printed) == printed
+
+
+def test_gpt3_175b() -> None:
+    # 12*96*12288^2 = 173,946,175,488 + 13*12288*96 = 15,335,424 + (51200 + 2048)*12288 = 654,311,424
+    # + final LayerNorm 2*12288
+    assert load_model("gpt3-175b").params() == 173_946_175_488 + 15_335_424 + 654_311_424 + 24_576
+    assert billions_as_printed(load_model("gpt3-175b").params(), "174.6") == "174.6"
+
+
+def test_deepseek_v3_671b_total_37b_active() -> None:
+    spec = load_model("deepseek-v3")
+    assert spec.params() == pytest.approx(671e9, rel=0.005)  # 671,026,419,200 (MTP module excluded)
+    active = spec.params(active=True)  # 37,552,297,472
+    # README_WEIGHTS.md: "Activation parameters: 36.6B (including 0.9B for the output head)", i.e. without the
+    # input embedding 129280*7168 = 926,679,040; the report's "37B activated" rounds it.
+    assert billions_as_printed(active - 129_280 * 7_168, "36.6") == "36.6"
+    assert active == pytest.approx(37e9, rel=0.015)
+
+
+def test_llama31_405b() -> None:
+    # 126 * (16384^2*2 + 2*16384*1024 + 3*16384*53248 + 2*16384) + 2*128256*16384 + 16384 = 405,853,388,800
+    assert load_model("llama3.1-405b").params() == 405_853_388_800
+    assert billions_as_printed(load_model("llama3.1-405b").params(), "405.9") == "405.9"
+
+
+@pytest.mark.parametrize("preset, total, active", [
+    ("llama2-7b", 6_738_415_616, None), ("llama2-13b", 13_015_864_320, None),
+    ("llama2-70b", 68_976_648_192, None),
+    ("llama3-70b", 70_553_706_496, None), ("mixtral-8x22b", 140_630_071_296, 39_161_468_928),
+    ("qwen3-235b-a22b", 235_093_634_560, 22_190_763_520), ("gpt-oss-120b", 116_829_156_672, 5_711_982_912),
+    ("nemotron4-15b", 15_628_775_424, None), ("nemotron4-340b", 341_029_195_776, None),
+    ("bloom-176b", 176_247_271_424, None), ("opt-175b", 174_604_468_224, None),
+])
+def test_presets_equal_torch_counts(preset: str, total: int, active: int | None) -> None:
+    """Totals measured with torch on the meta device (test_torch_preset_counts repeats it where installed)."""
+    spec = load_model(preset)
+    assert spec.params() == total
+    assert spec.params(active=True) == (active or total)
+
+
+def test_gpt_oss_and_bloom_extras() -> None:
+    oss = load_model("gpt-oss-120b")
+    # q 2880*4096 + 4096, k, v 2*(2880*512 + 512), o 4096*2880 + 2880, sinks 64
+    assert oss.attention_params() == 11_800_576 + 2_950_144 + 11_799_360 + 64
+    # router 2880*128 + 128; 128 experts * (3*2880*2880 + 2*2880 + 2880 biases)
+    assert oss.moe_params() == 368_768 + 128 * (24_883_200 + 8_640)
+    bloom = load_model("bloom-176b")  # word_embeddings_layernorm: 2*14336 after the 250880*14336 embedding
+    assert bloom.embedding_params() == 250_880 * 14_336 + 28_672
+
+
+# MPT as benchmarked by llm-foundry: learned positions of the run's sequence length, so the published count
+# moves with it: P(s) = P(2048) + (s - 2048) * h.
+@pytest.mark.parametrize("preset, seq, published", [
+    ("mpt-125m", 512, 124_131_840), ("mpt-125m", 2048, 125_311_488), ("mpt-125m", 65536, 174_070_272),
+    ("mpt-1b", 2048, 1_315_950_592), ("mpt-7b", 2048, 6_658_859_008), ("mpt-7b", 65536, 6_918_905_856),
+    ("mpt-30b", 8192, 30_019_254_272), ("mpt-70b", 2048, 64_862_437_376),
+])
+def test_mpt_matches_llm_foundry_table(preset: str, seq: int, published: int) -> None:
+    spec = load_model(preset)
+    assert spec.params() + (seq - 2048) * spec.hidden_size == published
+    assert replace(spec, seq_length=seq, max_position_embeddings=seq).params() == published
+
+
+def test_mpt_7b_arithmetic() -> None:
+    # 32 * (12*4096^2 + 13*4096) = 6,444,154,880; wte 50368*4096 = 206,307,328; wpe 2048*4096 = 8,388,608;
+    # ln_f 2*4096
+    assert load_model("mpt-7b").params() == 6_444_154_880 + 206_307_328 + 8_388_608 + 8_192 == 6_658_859_008
+
+
+# ---- the validation set: every model has a preset of the same sizes ----------------------------------------
+VALIDATION_PRESETS = {
+    "BLOOM-176B": "bloom-176b", "DeepSeek-V3": "deepseek-v3", "GPT-OSS-120B": "gpt-oss-120b",
+    "GPT-1.7B (Megatron)": "megatron-1.7b", "GPT-3.6B (Megatron)": "megatron-3.6b",
+    "GPT-7.5B (Megatron)": "megatron-7.5b", "GPT-18B (Megatron)": "megatron-18b",
+    "GPT-39B (Megatron)": "megatron-39b",
+    "GPT-76B (Megatron)": "megatron-76b", "GPT-145B (Megatron)": "megatron-145b",
+    "GPT-291B (Megatron)": "megatron-291b", "GPT-310B (Megatron)": "megatron-310b",
+    "GPT-530B (Megatron)": "megatron-530b", "GPT-1T (Megatron)": "megatron-1t",
+    "GPT-22B (Korthikanti 2022)": "megatron-22b", "GPT-175B (Korthikanti 2022)": "gpt3-175b",
+    "GPT-530B (Korthikanti 2022)": "megatron-530b", "GPT-1T (Korthikanti 2022)": "megatron-1t",
+    "GPT-2-style 1B (Megatron 2020)": "megatron2020-1.16b",
+    "GPT-2-style 2B (Megatron 2020)": "megatron2020-2.03b",
+    "GPT-2-style 4B (Megatron 2020)": "megatron2020-4.24b",
+    "GPT-2-style 8B (Megatron 2020)": "megatron2020-8.67b",
+    "GPT-1.7B (Megatron-Core 2024)": "mcore-gpt-1.7b", "GPT-7.1B (Megatron-Core 2024)": "mcore-gpt-7.1b",
+    "GPT-16B (Megatron-Core 2024)": "mcore-gpt-16b", "GPT-32B (Megatron-Core 2024)": "mcore-gpt-32b",
+    "GPT-70B (Megatron-Core 2024)": "mcore-gpt-70b", "GPT-119B (Megatron-Core 2024)": "mcore-gpt-119b",
+    "GPT-177B (Megatron-Core 2024)": "mcore-gpt-177b", "GPT-314B (Megatron-Core 2024)": "mcore-gpt-314b",
+    "GPT-462B (Megatron-Core 2024)": "mcore-gpt-462b",
+    "GPT3-5B": "nemo-gpt3-5b", "GPT3-20B": "nemo-gpt3-20b", "GPT3-175B": "gpt3-175b",
+    "Llama2-7B": "llama2-7b", "Llama2-13B": "llama2-13b", "Llama2-70B": "llama2-70b",
+    "Llama3-8B": "llama3-8b", "Llama3-70B": "llama3-70b", "Llama3.1-405B": "llama3.1-405b",
+    "MPT-125m": "mpt-125m", "MPT-350m": "mpt-350m", "MPT-760m": "mpt-760m", "MPT-1b": "mpt-1b",
+    "MPT-3b": "mpt-3b",
+    "MPT-7b": "mpt-7b", "MPT-13b": "mpt-13b", "MPT-30b": "mpt-30b", "MPT-70b": "mpt-70b",
+    "Nemotron3-8B": "nemotron3-8b", "Nemotron3-22B": "nemotron3-22b", "Nemotron4-340B": "nemotron4-340b",
+    "OPT-175B": "opt-175b", "Qwen3-30B-A3B": "qwen3-30b-a3b", "Qwen3-235B-A22B": "qwen3-235b-a22b",
+}
+NOT_MODELLED = {  # hybrid Mamba-Transformer MoE, or no architecture in the record
+    "Nemotron-3-Nano", "Nemotron-3-Super", "Nemotron-3-Ultra", "Nemotron-3.5-Lightning", "DeepSeek-V4-Flash",
+}
+# Where the record prints the tokenizer's size and the model has padded / special-token rows.
+VOCAB_AS_TRAINED = {"Llama3-8B": (128_000, 128_256), "Llama3-70B": (128_000, 128_256),
+                    "Llama3.1-405B": (128_000, 128_256), "BLOOM-176B": (250_680, 250_880)}
+SIZES = {"num_layers": "num_layers", "hidden_size": "hidden_size", "num_heads": "num_heads",
+         "num_kv_heads": "num_kv_heads", "ffn_hidden_size": "ffn_hidden_size", "vocab_size": "vocab_size",
+         "num_experts": "num_experts", "moe_topk": "moe_topk", "moe_ffn_hidden_size": "moe_ffn_hidden_size",
+         "shared_expert_ffn": "shared_expert_ffn_size"}
+
+
+def validation_models() -> list[dict]:
+    if not VALIDATION.is_file():
+        pytest.skip(f"{VALIDATION} not present")
+    models = {}
+    for line in VALIDATION.read_text().splitlines():
+        model = json.loads(line)["model"]
+        models[json.dumps(model, sort_keys=True)] = model
+    return list(models.values())
+
+
+def test_every_validation_model_has_a_preset_of_its_sizes() -> None:
+    mismatches = []
+    for record in validation_models():
+        name = record["name"]
+        if name in NOT_MODELLED:
+            continue
+        assert name in VALIDATION_PRESETS, f"validation model {name!r} has no preset"
+        spec = load_model(VALIDATION_PRESETS[name])
+        for key, field in SIZES.items():
+            want = record.get(key)
+            if key == "vocab_size" and name in VOCAB_AS_TRAINED:
+                assert (want, spec.vocab_size) == VOCAB_AS_TRAINED[name]
+            elif want is not None and getattr(spec, field) != want:
+                mismatches.append(f"{name}: {key} {want} != {getattr(spec, field)}")
+        if "params_b" in record:
+            printed = str(record["params_b"]).removesuffix(".0")
+            assert billions_as_printed(spec.params(), printed) == printed, name
+        if "params_as_reported" in record:
+            seq = record["seq_length"]
+            at_seq = replace(spec, seq_length=seq, max_position_embeddings=seq)
+            assert at_seq.params() == record["params_as_reported"], name
+    assert not mismatches, mismatches
+
+
+# ---- presets -----------------------------------------------------------------------------------------------
+PRESETS_DIR = Path(__file__).resolve().parents[1] / "src" / "meshplan" / "presets" / "models"
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_preset_is_well_formed(name: str) -> None:
+    text = (PRESETS_DIR / f"{name}.toml").read_text()
+    data = tomllib.loads(text)
+    assert data["name"] == name
+    assert data["source"], f"{name}: no source"
+    assert text.startswith("#"), f"{name}: no provenance comment"
+    spec = load_model(name)
+    if spec.is_moe:
+        assert spec.params() > spec.params(active=True)
+    else:
+        assert spec.params() == spec.params(active=True)
+
+
+# ---- config.json translation -------------------------------------------------------------------------------
+def test_unknown_model_type_with_llama_keys_reads_as_llama() -> None:
+    config = hf_dict("llama-3-8b") | {"model_type": "my_llama_variant"}
+    assert from_hf_config(config, "custom").params() == 8_030_261_248
+
+
+def test_unsupported_model_type_names_the_missing_key() -> None:
+    with pytest.raises(SpecError, match="model_type='t5'.*'num_hidden_layers'"):
+        translate({"model_type": "t5", "d_model": 512}, "t5-small")
+
+
+@pytest.mark.parametrize("hf, key", [("llama-3-8b", "intermediate_size"), ("gpt2", "n_embd"),
+                                     ("deepseek-v3", "kv_lora_rank"), ("mixtral-8x7b", "num_local_experts"),
+                                     ("qwen3-30b-a3b", "moe_intermediate_size"),
+                                     ("gpt-neox-20b", "vocab_size")])
+def test_missing_key_is_a_one_line_spec_error_naming_it(hf: str, key: str) -> None:
+    config = hf_dict(hf)
+    del config[key]
+    with pytest.raises(SpecError, match=f"'{key}'") as err:
+        translate(config, hf)
+    assert "\n" not in str(err.value)
+
+
+def test_qwen2_moe_shared_expert_and_gate() -> None:
+    config = {"model_type": "qwen2_moe", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 100,
+              "max_position_embeddings": 256, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+              "shared_expert_intermediate_size": 96, "decoder_sparse_step": 1, "mlp_only_layers": [0]}
+    spec = from_hf_config(config, "tiny-qwen2-moe")
+    assert (spec.num_dense_layers, spec.num_moe_layers, spec.shared_expert_ffn_size) == (1, 1, 96)
+    # attention (q/k/v biased, as Qwen2): q 64*64 + 64, k, v 2*(64*32 + 32), o 64*64 = 12,416; two norms 2*64
+    assert spec.attention_params() == 4_160 + 4_160 + 4_096 == 12_416
+    # dense layer: 12,416 + 3*64*128 + 128 = 37,120
+    # MoE layer: 12,416 + router 64*4 + experts 4*3*64*32 + shared 3*64*96 + shared gate 64 + 128 = 55,872
+    assert spec.moe_params() == 256 + 24_576 + 18_432 + 64
+    # + embedding and head 2*100*64 + final norm 64
+    assert spec.params() == 37_120 + 55_872 + 12_800 + 64 == 105_856
+
+
+def test_unsupported_moe_layouts_are_spec_errors() -> None:
+    base = translate(hf_dict("qwen3-30b-a3b"), "q")
+    assert base["moe_layer_freq"] == 1 and base["first_k_dense_layers"] == 0
+    with pytest.raises(SpecError, match="mlp_only_layers"):
+        translate(hf_dict("qwen3-30b-a3b") | {"mlp_only_layers": [5]}, "q")
+    with pytest.raises(SpecError, match="decoder_sparse_step=5"):
+        translate(hf_dict("qwen3-30b-a3b") | {"decoder_sparse_step": 5}, "q")
+
+
+def test_translate_marks_provenance() -> None:
+    fields = translate(hf_dict("gpt2"), "gpt2")
+    assert fields["name"] == "gpt2" and "model_type=gpt2" in fields["source"]
+
+
+# ---- bad input ---------------------------------------------------------------------------------------------
+def test_unknown_preset_names_it() -> None:
+    with pytest.raises(SpecError, match="'no-such-model'"):
+        load_model("no-such-model")
+
+
+def test_malformed_toml(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text('name = "x"\nnum_layers = = 2\n')
+    with pytest.raises(SpecError, match="malformed TOML"):
+        load_model(str(path))
+
+
+def test_malformed_json(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama", "hidden_size": 4096,')
+    with pytest.raises(SpecError, match="malformed JSON"):
+        load_model(str(path))
+    path.write_text("[1, 2]")
+    with pytest.raises(SpecError, match="JSON object"):
+        load_model(str(path))
+
+
+def test_missing_file() -> None:
+    with pytest.raises(SpecError, match="no such file"):
+        load_model("/nonexistent/config.json")
+
+
+TINY = {"name": "tiny", "num_layers": 2, "hidden_size": 64, "num_heads": 4, "ffn_hidden_size": 256,
+        "vocab_size": 100}
+
+
+@pytest.mark.parametrize("field, value", [("hidden_size", 0), ("num_layers", -2), ("vocab_size", 0),
+                                          ("ffn_hidden_size", -1), ("num_heads", 0), ("seq_length", 0),
+                                          ("num_kv_heads", -1)])
+def test_non_positive_size_names_field_and_value(field: str, value: int) -> None:
+    with pytest.raises(SpecError, match=f"{field}={value}"):
+        model_from_dict(TINY | {field: value})
+
+
+def test_non_positive_size_from_files(tmp_path: Path) -> None:
+    path = tmp_path / "tiny.toml"
+    path.write_text("\n".join(f"{k} = {json.dumps(v)}" for k, v in (TINY | {"num_layers": 0}).items()))
+    with pytest.raises(SpecError, match="num_layers=0"):
+        load_model(str(path))
+    with pytest.raises(SpecError, match="hidden_size=-4096"):
+        from_hf_config(hf_dict("llama-3-8b") | {"hidden_size": -4096}, "neg")
+
+
+def test_unknown_field_is_named(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="'hidden'"):
+        model_from_dict(TINY | {"hidden": 64})
+
+
+# ---- PyTorch's count of the same models (optional dependencies) --------------------------------------------
+def torch_count(config: dict) -> int:
+    """Parameters of AutoModelForCausalLM built on the meta device (no memory, no weights downloaded).
+    DeepSeek-V3's router score-correction bias is a buffer in transformers (an nn.Parameter in the
+    checkpoint's own modeling_deepseek.py, and a tensor in its weights), so it is added."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = {k: v for k, v in config.items() if k not in ("quantization_config", "auto_map")}
+    cfg = transformers.AutoConfig.for_model(config.pop("model_type"), **config)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    params = sum(p.numel() for p in model.parameters())
+    return params + sum(b.numel() for n, b in model.named_buffers() if n.endswith("e_score_correction_bias"))
+
+
+@pytest.mark.parametrize("hf", sorted(p.name for p in HF.iterdir() if (p / "config.json").is_file()))
+def test_torch_fixture_counts(hf: str) -> None:
+    assert fixture(hf).params() == torch_count(hf_dict(hf))
+
+
+def test_torch_small_families() -> None:
+    """Tiny configs of the families without a fixture: Qwen2-MoE (shared expert + gate), GPT-OSS (sinks,
+    biased experts), DeepSeek-V2-Lite style MLA (q_lora_rank null), Qwen3 dense (q/k norm)."""
+    small = {"num_hidden_layers": 3, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "intermediate_size": 96, "vocab_size": 128, "max_position_embeddings": 256}
+    configs = [
+        small | {"model_type": "qwen2_moe", "num_experts": 4, "num_experts_per_tok": 2,
+                 "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48, "mlp_only_layers": [0]},
+        small | {"model_type": "gpt_oss", "num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 32,
+                 "layer_types": ["full_attention"] * 3},
+        small | {"model_type": "deepseek_v2", "num_key_value_heads": 4, "q_lora_rank": None,
+                 "kv_lora_rank": 16,
+                 "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "n_routed_experts": 4,
+                 "num_experts_per_tok": 2, "moe_intermediate_size": 32, "n_shared_experts": 2,
+                 "first_k_dense_replace": 1, "topk_method": "greedy"},
+        small | {"model_type": "qwen3", "head_dim": 32},
+    ]
+    for config in configs:
+        kind = config["model_type"]
+        assert from_hf_config(config, kind).params() == torch_count(config), kind
+
+
+def _llama_like(name: str, model_type: str = "llama", **extra) -> dict:
+    s = load_model(name)
+    return {"model_type": model_type, "num_hidden_layers": s.num_layers, "hidden_size": s.hidden_size,
+            "num_attention_heads": s.num_heads, "num_key_value_heads": s.num_kv_heads, "head_dim": s.head_dim,
+            "intermediate_size": s.ffn_hidden_size, "vocab_size": s.vocab_size,
+            "tie_word_embeddings": s.tied_embeddings} | extra
+
+
+def _gpt2_like(name: str) -> dict:
+    s = load_model(name)
+    return {"model_type": "gpt2", "n_layer": s.num_layers, "n_embd": s.hidden_size, "n_head": s.num_heads,
+            "n_inner": s.ffn_hidden_size, "vocab_size": s.vocab_size,
+            "n_positions": s.max_position_embeddings}
+
+
+# Presets built as the Hugging Face class of the same module layout: Megatron GPT and MPT as benchmarked =
+# GPT-2; Nemotron-4 = NemotronForCausalLM (squared ReLU, LayerNorm1p); BLOOM; OPT; Megatron-Core GPT = GPT-NeoX.
+TORCH_PRESETS = {
+    "llama2-70b": lambda: _llama_like("llama2-70b"),
+    "llama3.1-405b": lambda: _llama_like("llama3.1-405b"),
+    "mixtral-8x22b": lambda: _llama_like("mixtral-8x22b", "mixtral", num_local_experts=8,
+                                         num_experts_per_tok=2),
+    "qwen3-235b-a22b": lambda: _llama_like("qwen3-235b-a22b", "qwen3_moe", num_experts=128,
+                                           num_experts_per_tok=8, moe_intermediate_size=1536),
+    "gpt-oss-120b": lambda: _llama_like("gpt-oss-120b", "gpt_oss", num_local_experts=128,
+                                        num_experts_per_tok=4),
+    "nemotron4-340b": lambda: _llama_like("nemotron4-340b", "nemotron", hidden_act="relu2",
+                                          partial_rotary_factor=0.5),
+    "bloom-176b": lambda: {"model_type": "bloom", "n_layer": 70, "hidden_size": 14336, "n_head": 112,
+                           "vocab_size": 250880},
+    "opt-175b": lambda: {"model_type": "opt", "num_hidden_layers": 96, "hidden_size": 12288,
+                         "num_attention_heads": 96, "ffn_dim": 49152, "vocab_size": 50272,
+                         "max_position_embeddings": 2048, "word_embed_proj_dim": 12288},
+    "mcore-gpt-177b": lambda: {"model_type": "gpt_neox", "num_hidden_layers": 96, "hidden_size": 12288,
+                               "num_attention_heads": 96, "intermediate_size": 49152, "vocab_size": 131072,
+                               "tie_word_embeddings": False},
+    "gpt3-175b": lambda: _gpt2_like("gpt3-175b"),
+    "megatron-1t": lambda: _gpt2_like("megatron-1t"),
+    "megatron2020-1.16b": lambda: _gpt2_like("megatron2020-1.16b"),
+    "mpt-70b": lambda: _gpt2_like("mpt-70b"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TORCH_PRESETS))
+def test_torch_preset_counts(name: str) -> None:
+    assert load_model(name).params() == torch_count(TORCH_PRESETS[name]())
