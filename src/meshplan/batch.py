@@ -1,9 +1,10 @@
 """PlanBatch: many plans that share their categorical settings, with the numeric axes as NumPy arrays.
 
-The cost code (ops, memory, estimate.step_costs) never branches on a numeric plan field, so it evaluates a
-PlanBatch exactly as it evaluates a Plan, one element per plan (DESIGN.md: one code path for one plan or a
-million). Categorical settings (schedule, ZeRO stage, recompute mode, sequence parallelism, precision,
-placement, overlap and offload flags) are shared by the whole batch: the search groups plans by them.
+The cost code (ops, memory, estimate) never branches on a numeric plan field, so it evaluates a PlanBatch
+exactly as it evaluates a Plan, one element per plan (DESIGN.md: one code path for one plan or a million).
+Categorical settings (schedule, ZeRO stage, recompute mode, sequence parallelism, precision, overlap and
+offload flags) are shared by the whole batch: the search groups plans by them. Placement varies per element
+and is carried as the stride of each axis.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from meshplan.plan import Plan
+from meshplan.plan import DENSE_AXES, Plan
 
 NUMERIC = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch")
-CATEGORICAL = tuple(f.name for f in fields(Plan) if f.name not in NUMERIC and f.name != "tags")
+CATEGORICAL = tuple(f.name for f in fields(Plan) if f.name not in NUMERIC and f.name not in ("tags", "placement"))
+
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,6 +32,8 @@ class PlanBatch:
     vpp: np.ndarray
     micro_batch: np.ndarray
     global_batch: np.ndarray
+    placement_id: np.ndarray  # index into ``placements``
+    placements: tuple[tuple[str, ...], ...] = (DENSE_AXES,)
     sequence_parallel: bool = False
     zero: int = 0
     recompute: str = "none"
@@ -39,10 +43,10 @@ class PlanBatch:
     precision: str = "bf16"
     grad_bytes: int = 2
     schedule: str = "1f1b"
-    placement: tuple[str, ...] = ("tp", "cp", "dp", "pp")
     overlap_tp: bool = False
     overlap_dp: bool = True
     flash_attention: bool = True
+    strides: dict[str, np.ndarray] | None = None  # per axis; computed from the placements when not given
 
     @classmethod
     def of(cls, plans: Sequence[Plan]) -> PlanBatch:
@@ -52,8 +56,11 @@ class PlanBatch:
             for name in CATEGORICAL:
                 if getattr(p, name) != getattr(first, name):
                     raise ValueError(f"plans differ in {name}: {getattr(first, name)!r} vs {getattr(p, name)!r}")
+        placements = tuple(dict.fromkeys(p.placement for p in plans))
         numeric = {n: np.array([getattr(p, n) for p in plans], dtype=np.int64) for n in NUMERIC}
-        return cls(**numeric, **{n: getattr(first, n) for n in CATEGORICAL})
+        ids = np.array([placements.index(p.placement) for p in plans], dtype=np.int64)
+        return cls(**numeric, placement_id=ids, placements=placements,
+                   **{n: getattr(first, n) for n in CATEGORICAL})
 
     def __len__(self) -> int:
         return len(self.dp)
@@ -70,15 +77,34 @@ class PlanBatch:
     def num_gpus(self) -> np.ndarray:
         return self.dp * self.tp * self.pp * self.cp
 
+    def __post_init__(self) -> None:
+        # Per element and axis: the product of the sizes of the axes placed inside it (computed once).
+        if self.strides is not None:
+            return
+        sizes = np.stack([getattr(self, a) for a in DENSE_AXES])  # (4, n) in DENSE_AXES order
+        strides = np.ones_like(sizes)
+        for pid, order in enumerate(self.placements):
+            rows = self.placement_id == pid
+            inner = np.ones_like(self.dp[rows])
+            for axis in order:
+                i = DENSE_AXES.index(axis)
+                strides[i, rows] = inner
+                inner = inner * sizes[i, rows]
+        object.__setattr__(self, "strides", {a: strides[i] for i, a in enumerate(DENSE_AXES)})
+
     def stride(self, axis: str) -> np.ndarray:
-        stride = np.ones_like(self.dp)
-        for inner in self.placement:
-            if inner == axis:
-                return stride
-            stride = stride * getattr(self, inner)
-        raise ValueError(axis)
+        """Per element: the product of the sizes of the axes placed inside ``axis``."""
+        return self.strides[axis]
+
+    def select(self, index: np.ndarray, **settings: object) -> PlanBatch:
+        """The plans at ``index`` (a boolean mask or integer array), optionally with other categorical settings."""
+        numeric = {n: getattr(self, n)[index] for n in (*NUMERIC, "placement_id")}
+        shared = {n: getattr(self, n) for n in CATEGORICAL} | settings
+        strides = {a: v[index] for a, v in self.strides.items()}
+        return PlanBatch(**numeric, placements=self.placements, strides=strides, **shared)
 
     def plan(self, i: int) -> Plan:
         """The i-th plan as a Plan."""
         values = {n: int(getattr(self, n)[i]) for n in NUMERIC}
-        return Plan(**values, **{n: getattr(self, n) for n in CATEGORICAL})
+        return Plan(**values, placement=self.placements[int(self.placement_id[i])],
+                    **{n: getattr(self, n) for n in CATEGORICAL})

@@ -171,21 +171,66 @@ def _layer(model: ModelSpec, plan: Plan, parts: _Parts, recompute: str) -> PassT
     return dense.scaled(1 - f).plus(moe.scaled(f))
 
 
-def _stage(model: ModelSpec, plan: Plan, parts: _Parts) -> tuple[PassTimes, PassTimes]:
+def _saved(ops: list[OpCost]) -> Num:
+    return sum((op.saved for op in ops if op.phase == "fwd"), 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Units:
+    """Per-micro-batch costs of the pieces a step repeats: an average layer (with and without the plan's
+    recompute), the embedding, the head, one pipeline send each way, and the activations each saves.
+
+    They depend only on tp, cp, micro-batch, ep, etp, the tp / cp / pp strides and the categorical settings,
+    so the search computes them once per distinct key and ``assemble`` reuses them across plans.
+    """
+
+    layer: PassTimes
+    layer_plain: PassTimes
+    embed: PassTimes
+    head: PassTimes
+    p2p: PassTimes
+    layer_saved: Num
+    embed_saved: Num
+    head_saved: Num
+
+    def take(self, index: Any) -> Units:
+        """Select elements (NumPy fancy indexing) of every array field."""
+        def pick(v: Num) -> Num:
+            return v[index] if hasattr(v, "shape") and v.shape else v
+
+        def pick_times(t: PassTimes) -> PassTimes:
+            return PassTimes(*(pick(getattr(t, f)) for f in PassTimes.__slots__))
+
+        return Units(*(pick_times(getattr(self, f)) if isinstance(getattr(self, f), PassTimes)
+                       else pick(getattr(self, f)) for f in Units.__slots__))
+
+
+def unit_costs(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = DEFAULT,
+               parts: _Parts | None = None) -> Units:
+    parts = parts or _parts(model, cluster, plan, eff)
+    plain = _layer(model, plan, parts, "none")
+    redo = plain if plan.recompute == "none" else _layer(model, plan, parts, plan.recompute)
+    f = moe_fraction(model)
+    saved = _saved(parts.ops["dense"]) * (1 - f) + (_saved(parts.ops["moe"]) * f if model.is_moe else 0.0)
+    return Units(layer=redo, layer_plain=plain,
+                 embed=pass_times(parts.ops["embed"], parts.times["embed"], plan, "none"),
+                 head=pass_times(parts.ops["head"], parts.times["head"], plan, "none"),
+                 p2p=pass_times(parts.ops["p2p"], parts.times["p2p"], plan, "none"),
+                 layer_saved=saved, embed_saved=_saved(parts.ops["embed"]), head_saved=_saved(parts.ops["head"]))
+
+
+def _stage(model: ModelSpec, plan: Plan, u: Units) -> tuple[PassTimes, PassTimes]:
     """Per micro-batch times of the first and the last pipeline rank."""
     layers = layers_on_stage(model, plan)
     if plan.recompute == "full":
         redone = layers if plan.recompute_layers == 0 else minimum(plan.recompute_layers, layers)
-        body = _layer(model, plan, parts, "full").scaled(redone).plus(
-            _layer(model, plan, parts, "none").scaled(layers - redone))
+        body = u.layer.scaled(redone).plus(u.layer_plain.scaled(layers - redone))
     else:
-        body = _layer(model, plan, parts, plan.recompute).scaled(layers)
-    embed = pass_times(parts.ops["embed"], parts.times["embed"], plan, "none")
-    head = pass_times(parts.ops["head"], parts.times["head"], plan, "none")
-    p2p = pass_times(parts.ops["p2p"], parts.times["p2p"], plan, "none").scaled(plan.vpp * (plan.pp > 1))
+        body = u.layer.scaled(layers)
+    p2p = u.p2p.scaled(plan.vpp * (plan.pp > 1))
     single = plan.pp == 1
-    first = body.plus(embed).plus(head.scaled(single)).plus(p2p)
-    last = body.plus(head).plus(embed.scaled(single)).plus(p2p)
+    first = body.plus(u.embed).plus(u.head.scaled(single)).plus(p2p)
+    last = body.plus(u.head).plus(u.embed.scaled(single)).plus(p2p)
     return first, last
 
 
@@ -197,6 +242,8 @@ def _dp_times(model: ModelSpec, cluster: Cluster, plan: Plan, params: StageParam
 
     def coll(kind: str, dense_bytes: Num, expert_bytes: Num) -> Num:
         t = collective_time(kind, dense_bytes, dense_group, stride_d, cluster, eff)
+        if not model.is_moe:
+            return t
         return t + collective_time(kind, expert_bytes, expert_group, stride_e, cluster, eff)
 
     g, w = plan.grad_bytes, WEIGHT_BYTES
@@ -224,37 +271,28 @@ def _optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Effi
     return shard * (plan.grad_bytes + 24 + WEIGHT_BYTES) / (cluster.accelerator.hbm_bandwidth * eff.memory)
 
 
-def _saved(ops: list[OpCost]) -> Num:
-    return sum((op.saved for op in ops if op.phase == "fwd"), 0.0)
-
-
-def _memory(model: ModelSpec, plan: Plan, parts: _Parts) -> tuple[Memory, Memory]:
-    f = moe_fraction(model)
-    layer_saved = _saved(parts.ops["dense"]) * (1 - f) + (_saved(parts.ops["moe"]) * f if model.is_moe else 0.0)
-    layer_input = plan.micro_batch * model.seq_length / plan.cp * model.hidden_size * ACT_BYTES / (
-        plan.tp if plan.sequence_parallel else 1)
-    embed_saved, head_saved = _saved(parts.ops["embed"]), _saved(parts.ops["head"])
+def _memory(model: ModelSpec, plan: Plan, u: Units) -> tuple[Memory, Memory]:
+    sp_shard = plan.tp if plan.sequence_parallel else 1
+    layer_input = plan.micro_batch * model.seq_length / plan.cp * model.hidden_size * ACT_BYTES / sp_shard
     single = plan.pp == 1
     per_layer = layer_params(model, plan)
     prefetch = (plan.zero == 3) * 2 * per_layer.total * WEIGHT_BYTES
-    buffers = prefetch + 2 * layer_input * (plan.tp if plan.sequence_parallel else 1)
+    buffers = prefetch + 2 * layer_input * sp_shard
     result = []
     for first in (True, False):
         weights, grads, optimizer = model_states(stage_params(model, plan, first), plan)
-        acts = activation_bytes(model, plan, layer_saved, layer_input, last=not first)
+        acts = activation_bytes(model, plan, u.layer_saved, layer_input, last=not first)
         if first:
-            acts = acts + embed_saved * in_flight_chunks(plan) + head_saved * single
+            acts = acts + u.embed_saved * in_flight_chunks(plan) + u.head_saved * single
         else:
-            acts = acts + head_saved + embed_saved * single * in_flight_chunks(plan)
+            acts = acts + u.head_saved + u.embed_saved * single * in_flight_chunks(plan)
         result.append(Memory(weights, grads, optimizer, acts, buffers))
     return result[0], result[1]
 
 
-def step_costs(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = DEFAULT,
-               parts: _Parts | None = None) -> StepCosts:
-    """Step time, its breakdown and memory, without validation (the search validates in bulk)."""
-    parts = parts or _parts(model, cluster, plan, eff)
-    first, last = _stage(model, plan, parts)
+def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, eff: Efficiency = DEFAULT) -> StepCosts:
+    """The step from its per-micro-batch units: pipeline, bubble, DP / ZeRO, optimizer, offload, memory."""
+    first, last = _stage(model, plan, u)
     use_first = first.total >= last.total
     stage = PassTimes(*(where(use_first, getattr(first, f), getattr(last, f)) for f in PassTimes.__slots__))
     params = _bottleneck_params(model, plan, use_first)
@@ -266,11 +304,11 @@ def step_costs(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency =
             0.0, zero3 - stage.fwd - stage.bwd)
     else:
         dp = grads + gather + m * zero3
-    mem_first, mem_last = _memory(model, plan, parts)
+    mem_first, mem_last = _memory(model, plan, u)
     offload = 0.0
-    if plan.offload_activations:
-        moved = 2 * (mem_first.activations / 2) * layers_on_stage(model, plan) / cluster.host_bandwidth
-        offload = m * maximum(0.0, moved - stage.fwd - stage.bwd)
+    if plan.offload_activations:  # every saved byte goes to the host during the forward, back during the backward
+        moved = u.layer_saved * layers_on_stage(model, plan) / cluster.host_bandwidth
+        offload = m * (maximum(0.0, moved - stage.fwd) + maximum(0.0, moved - stage.bwd))
     breakdown = {
         "compute": m * (stage.fwd + stage.bwd), "recompute": m * stage.recompute, "tp": m * stage.tp,
         "cp": m * stage.cp, "ep": m * stage.ep, "pp": m * stage.pp, "bubble": (plan.pp - 1) / v * t_stage,
@@ -282,6 +320,12 @@ def step_costs(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency =
     return StepCosts(breakdown=breakdown, step_time=step, memory=memory,
                      peak_memory=maximum(mem_first.total, mem_last.total),
                      stage_fwd=stage.fwd, stage_bwd=stage.bwd + stage.recompute)
+
+
+def step_costs(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = DEFAULT,
+               parts: _Parts | None = None) -> StepCosts:
+    """Step time, its breakdown and memory, without validation (the search validates in bulk)."""
+    return assemble(model, cluster, plan, unit_costs(model, cluster, plan, eff, parts), eff)
 
 
 def _bottleneck_params(model: ModelSpec, plan: Plan, use_first: Num) -> StageParams:

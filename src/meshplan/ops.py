@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from meshplan.comm import Collective
 from meshplan.model import ModelSpec
 from meshplan.plan import Plan
-from meshplan.xp import Num, minimum
+from meshplan.xp import Num
 
 ACT_BYTES = 2  # bf16 activations
 MASK_BYTES = 1  # dropout masks are stored as bytes
@@ -336,9 +336,8 @@ def pipeline_p2p(model: ModelSpec, plan: Plan) -> list[OpCost]:
     (Megatron sends the sequence-parallel shard)."""
     d = dims(model, plan)
     msg = d.tokens_sp * model.hidden_size * ACT_BYTES
-    group = minimum(plan.pp, 2)
-    return [collective("pp/send_act", "fwd", "p2p", msg, "pp", group),
-            collective("pp/send_grad", "bwd_x", "p2p", msg, "pp", group)]
+    return [collective("pp/send_act", "fwd", "p2p", msg, "pp", 2),  # between two neighbours; estimate.py
+            collective("pp/send_grad", "bwd_x", "p2p", msg, "pp", 2)]  # counts it only when p > 1
 
 
 # ---- a single linear layer under 2D tensor parallelism (seed 001) ----------------------------------------

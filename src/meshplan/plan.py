@@ -96,6 +96,12 @@ class Plan:
                   f"recompute={self.recompute}"]
         if self.sequence_parallel:
             parts.append("sp")
+        if self.schedule != "1f1b" and self.pp > 1:
+            parts.append(self.schedule)
+        parts += [name for name, on in (("offload-opt", self.offload_optimizer),
+                                        ("offload-act", self.offload_activations)) if on]
+        if self.placement != DENSE_AXES:
+            parts.append("placement=" + ",".join(self.placement))
         return " ".join(parts)
 
 
