@@ -122,11 +122,112 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
     if as_json:
         click.echo(json.dumps(est.to_dict(), indent=None if show_ops else 2))
         return
-    from rich.console import Console
+    from meshplan.report.text import _console, estimate_tables
 
-    from meshplan.report.text import estimate_tables
+    estimate_tables(est, _console(), ops=show_ops)
 
-    estimate_tables(est, Console(), ops=show_ops)
+
+def _parse_count(text: str, field: str) -> float:
+    """``15T``, ``1.5e12``, ``400B`` → a number."""
+    from meshplan.units import parse_quantity
+
+    scale = {"k": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+    text = text.strip()
+    if text and text[-1] in scale:
+        return parse_quantity(text[:-1], field) * scale[text[-1]]
+    return parse_quantity(text, field)
+
+
+def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]:
+    values = tuple(v.strip() for v in text.split(",") if v.strip())
+    for v in values:
+        if v not in allowed:
+            raise SpecError(f"{field}={v!r} must be one of {', '.join(allowed)}")
+    if not values:
+        raise SpecError(f"{field} is empty")
+    return values
+
+
+@cli.command("plan")
+@_apply(common_model)
+@click.option("--gpus", required=True, help="GPU count, or several separated by commas (strong scaling)")
+@click.option("--global-batch", type=int, default=None, help="sequences per step (default ≈ 4M tokens)")
+@click.option("--top", "top_k", type=int, default=10, show_default=True, help="plans to list")
+@click.option("--zero", "zero_opts", default="0,1,2,3", show_default=True, help="ZeRO stages to consider")
+@click.option("--recompute", "recompute_opts", default="none,selective,full", show_default=True)
+@click.option("--sp", "sp_opts", default="off,on", show_default=True, help="sequence parallelism options")
+@click.option("--offload/--no-offload", default=True, show_default=True, help="consider optimizer / activation offload")
+@click.option("--placements", type=click.Choice(["all", "default"]), default="all", show_default=True,
+              help="every placement of the axes on the mesh, or tp,cp,dp,pp only")
+@click.option("--max-micro-batch", type=int, default=64, show_default=True)
+@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8", "fp4"]), default="bf16", show_default=True)
+@click.option("--grad-bytes", type=int, default=4, show_default=True)
+@click.option("--overlap-tp", is_flag=True, help="TP communication overlapped with GEMMs")
+@click.option("--tokens", default=None, help="token budget (e.g. 15T) to report days and cost")
+@click.option("--price", type=float, default=None, help="price per GPU-hour, for --tokens")
+@click.option("--rank", "rank_by", type=click.Choice(["time", "cost"]), default="time", show_default=True,
+              help="across GPU counts: fastest, or cheapest for the token budget")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_k, zero_opts, recompute_opts,
+             sp_opts, offload, placements, max_micro_batch, precision, grad_bytes, overlap_tp, tokens, price,
+             rank_by, as_json) -> None:
+    """Search every parallel plan of MODEL on GPUS accelerators of SYSTEM and rank the feasible ones."""
+    from meshplan.search import Space, search
+
+    counts = _split_ints(gpus, "gpus") or []
+    if not counts or min(counts) < 1:
+        raise SpecError(f"gpus={gpus!r} must be positive integers")
+    for name, value in (("top", top_k), ("max-micro-batch", max_micro_batch)):
+        if value < 1:
+            raise SpecError(f"{name}={value} must be a positive integer")
+    zeros = tuple(int(z) for z in _choices(zero_opts, ("0", "1", "2", "3"), "zero"))
+    recomputes = _choices(recompute_opts, ("none", "selective", "full"), "recompute")
+    sps = tuple(v == "on" for v in _choices(sp_opts, ("off", "on"), "sp"))
+    budget = _parse_count(tokens, "tokens") if tokens else None
+    if price is not None and price < 0:
+        raise SpecError(f"price={price} must be non-negative")
+    results = []
+    for n in counts:
+        model, cluster = load_inputs(model_ref, system_ref, seq, nvlink_domain, n)
+        gbs = global_batch or default_global_batch(model.seq_length, 1, 1)
+        if gbs < 1:
+            raise SpecError(f"global-batch={gbs} must be a positive integer")
+        space = Space(global_batch=gbs, zero=zeros, recompute=recomputes, sequence_parallel=sps,
+                      offload_optimizer=(False, True) if offload else (False,),
+                      offload_activations=(False, True) if offload else (False,),
+                      all_placements=placements == "all", max_micro_batch=max_micro_batch, precision=precision,
+                      grad_bytes=grad_bytes, overlap_tp=overlap_tp)
+        with _progress(as_json) as progress:
+            results.append(search(model, cluster, space, top_k=top_k, progress=progress))
+    from meshplan.report.text import print_search
+
+    print_search(results, as_json=as_json, tokens=budget, price=price, rank_by=rank_by)
+
+
+class _progress:
+    """A progress bar on stderr for searches that take more than a moment (interactive terminals only)."""
+
+    def __init__(self, quiet: bool):
+        self.quiet, self.bar, self.task = quiet or not sys.stderr.isatty(), None, None
+
+    def __enter__(self):
+        if self.quiet:
+            return None
+        from rich.progress import Progress
+
+        self.bar = Progress(transient=True)
+        self.bar.__enter__()
+        self.task = self.bar.add_task("evaluating plans", total=None)
+        return self.update
+
+    def update(self, done: int, total: int) -> None:
+        if total > 5_000_000:
+            self.bar.update(self.task, completed=done, total=total)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+        return False
 
 
 @cli.command("presets")

@@ -234,30 +234,43 @@ def _stage(model: ModelSpec, plan: Plan, u: Units) -> tuple[PassTimes, PassTimes
     return first, last
 
 
-def _dp_times(model: ModelSpec, cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency
-              ) -> tuple[Num, Num, Num]:
-    """(gradient reduction, parameter all-gather, per-micro-batch ZeRO-3 traffic) in seconds."""
+def _dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency
+                    ) -> tuple[Num, Num, Num]:
+    """Seconds of one (gradient all-reduce or reduce-scatter, parameter all-gather, gradient reduce-scatter)
+    over the dp·cp ranks (and the expert-data-parallel ranks for expert weights)."""
     dense_group, expert_group = plan.dp * plan.cp, plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp)
     stride_d, stride_e = axis_stride(plan, "dp"), axis_stride(plan, "edp")
 
-    def coll(kind: str, dense_bytes: Num, expert_bytes: Num) -> Num:
-        t = collective_time(kind, dense_bytes, dense_group, stride_d, cluster, eff)
+    def coll(kind: str, per_param: int) -> Num:
+        t = collective_time(kind, params.dense * per_param, dense_group, stride_d, cluster, eff)
         if not model.is_moe:
             return t
-        return t + collective_time(kind, expert_bytes, expert_group, stride_e, cluster, eff)
+        return t + collective_time(kind, params.expert * per_param, expert_group, stride_e, cluster, eff)
 
-    g, w = plan.grad_bytes, WEIGHT_BYTES
+    return (coll("all_reduce", plan.grad_bytes), coll("all_gather", WEIGHT_BYTES),
+            coll("reduce_scatter", plan.grad_bytes))
+
+
+def dp_time(model: ModelSpec, cluster: Cluster, plan: Plan, params: StageParams, stage: PassTimes,
+            eff: Efficiency) -> Num:
+    """Exposed data-parallel communication per step, by ZeRO stage (Rajbhandari et al. 2020 §5, §7):
+    0: all-reduce the gradients once per step; 1: reduce-scatter them once, all-gather the updated weights;
+    2: gradients are partitioned, so they are reduce-scattered after every micro-batch;
+    3: weights are gathered before each micro-batch's forward and again for its backward, gradients
+    reduce-scattered after it. Overlap: see the module docstring."""
+    all_reduce, gather, scatter = _dp_collectives(model, cluster, plan, params, eff)
+    m, ov = plan.grad_accum, plan.overlap_dp
+    fwd, bwd = stage.fwd if ov else 0.0, stage.bwd if ov else 0.0
     if plan.zero == 0:
-        return coll("all_reduce", params.dense * g, params.expert * g), 0.0, 0.0
-    if plan.zero < 3:
-        grads = coll("reduce_scatter", params.dense * g, params.expert * g)
-        return grads, coll("all_gather", params.dense * w, params.expert * w), 0.0
-    per_mb = 2 * coll("all_gather", params.dense * w, params.expert * w) + coll(
-        "reduce_scatter", params.dense * g, params.expert * g)
-    return 0.0, 0.0, per_mb
+        return maximum(0.0, all_reduce - bwd)
+    if plan.zero == 1:
+        return maximum(0.0, scatter - bwd) + maximum(0.0, gather - fwd)
+    if plan.zero == 2:
+        return m * maximum(0.0, scatter - bwd) + maximum(0.0, gather - fwd)
+    return m * (maximum(0.0, gather - fwd) + maximum(0.0, gather + scatter - bwd))
 
 
-def _optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency) -> Num:
+def optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency) -> Num:
     """Adam over this GPU's shard: read gradient, read + write master weight and both moments, write the
     bf16 weight: (g + 24 + 2) bytes per parameter, memory-bound. Offloaded: the gradient goes to the host
     and the weight comes back over PCIe, and the host's update streams the same 24 bytes per parameter."""
@@ -271,55 +284,86 @@ def _optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Effi
     return shard * (plan.grad_bytes + 24 + WEIGHT_BYTES) / (cluster.accelerator.hbm_bandwidth * eff.memory)
 
 
-def _memory(model: ModelSpec, plan: Plan, u: Units) -> tuple[Memory, Memory]:
-    sp_shard = plan.tp if plan.sequence_parallel else 1
-    layer_input = plan.micro_batch * model.seq_length / plan.cp * model.hidden_size * ACT_BYTES / sp_shard
-    single = plan.pp == 1
-    per_layer = layer_params(model, plan)
-    prefetch = (plan.zero == 3) * 2 * per_layer.total * WEIGHT_BYTES
-    buffers = prefetch + 2 * layer_input * sp_shard
-    result = []
-    for first in (True, False):
-        weights, grads, optimizer = model_states(stage_params(model, plan, first), plan)
-        acts = activation_bytes(model, plan, u.layer_saved, layer_input, last=not first)
-        if first:
-            acts = acts + u.embed_saved * in_flight_chunks(plan) + u.head_saved * single
-        else:
-            acts = acts + u.head_saved + u.embed_saved * single * in_flight_chunks(plan)
-        result.append(Memory(weights, grads, optimizer, acts, buffers))
-    return result[0], result[1]
+def offload_time(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, stage: PassTimes) -> Num:
+    """Activation offload: every saved byte goes to the host during the forward pass and comes back during
+    the backward pass over PCIe; what the compute of that pass cannot hide is exposed, per micro-batch."""
+    if not plan.offload_activations:
+        return 0.0
+    moved = u.layer_saved * layers_on_stage(model, plan) / cluster.host_bandwidth
+    return plan.grad_accum * (maximum(0.0, moved - stage.fwd) + maximum(0.0, moved - stage.bwd))
 
 
-def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, eff: Efficiency = DEFAULT) -> StepCosts:
-    """The step from its per-micro-batch units: pipeline, bubble, DP / ZeRO, optimizer, offload, memory."""
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """The pipelined part of a step: the busiest rank's per-micro-batch times, and the bubble."""
+
+    stage: PassTimes
+    use_first: Num  # the first rank (embedding) is the busiest, else the last (head)
+    micro_batches: Num
+    bubble: Num
+
+    def breakdown(self) -> dict[str, Num]:
+        s, m = self.stage, self.micro_batches
+        return {"compute": m * (s.fwd + s.bwd), "recompute": m * s.recompute, "tp": m * s.tp, "cp": m * s.cp,
+                "ep": m * s.ep, "pp": m * s.pp, "bubble": self.bubble}
+
+
+def pipeline(model: ModelSpec, plan: Plan, u: Units) -> Pipeline:
+    """m · t_stage + (p - 1)/v · t_stage on the busiest rank (Narayanan et al. 2021 §2.2)."""
     first, last = _stage(model, plan, u)
     use_first = first.total >= last.total
     stage = PassTimes(*(where(use_first, getattr(first, f), getattr(last, f)) for f in PassTimes.__slots__))
-    params = _bottleneck_params(model, plan, use_first)
-    m, v = plan.grad_accum, plan.vpp
-    t_stage = stage.total
-    grads, gather, zero3 = _dp_times(model, cluster, plan, params, eff)
-    if plan.overlap_dp:
-        dp = maximum(0.0, grads - stage.bwd) + maximum(0.0, gather - stage.fwd) + m * maximum(
-            0.0, zero3 - stage.fwd - stage.bwd)
-    else:
-        dp = grads + gather + m * zero3
-    mem_first, mem_last = _memory(model, plan, u)
-    offload = 0.0
-    if plan.offload_activations:  # every saved byte goes to the host during the forward, back during the backward
-        moved = u.layer_saved * layers_on_stage(model, plan) / cluster.host_bandwidth
-        offload = m * (maximum(0.0, moved - stage.fwd) + maximum(0.0, moved - stage.bwd))
-    breakdown = {
-        "compute": m * (stage.fwd + stage.bwd), "recompute": m * stage.recompute, "tp": m * stage.tp,
-        "cp": m * stage.cp, "ep": m * stage.ep, "pp": m * stage.pp, "bubble": (plan.pp - 1) / v * t_stage,
-        "dp": dp, "optimizer": _optimizer_time(cluster, plan, params, eff), "offload": offload,
+    return Pipeline(stage, use_first, plan.grad_accum, (plan.pp - 1) / plan.vpp * stage.total)
+
+
+def model_state_memory(model: ModelSpec, plan: Plan) -> tuple[tuple[Num, Num, Num], tuple[Num, Num, Num]]:
+    """(weights, grads, optimizer) of the first and of the last pipeline rank."""
+    return (model_states(stage_params(model, plan, True), plan),
+            model_states(stage_params(model, plan, False), plan))
+
+
+def _layer_input(model: ModelSpec, plan: Plan) -> Num:
+    sp_shard = plan.tp if plan.sequence_parallel else 1
+    return plan.micro_batch * model.seq_length / plan.cp * model.hidden_size * ACT_BYTES / sp_shard
+
+
+def activation_memory(model: ModelSpec, plan: Plan, u: Units) -> tuple[Num, Num]:
+    """Saved activations on the first and on the last pipeline rank (memory.py)."""
+    single, layer_input = plan.pp == 1, _layer_input(model, plan)
+    first = activation_bytes(model, plan, u.layer_saved, layer_input) + u.embed_saved * in_flight_chunks(plan) + (
+        u.head_saved * single)
+    last = activation_bytes(model, plan, u.layer_saved, layer_input, last=True) + u.head_saved + (
+        u.embed_saved * single * in_flight_chunks(plan))
+    return first, last
+
+
+def buffer_memory(model: ModelSpec, plan: Plan) -> Num:
+    """Transient buffers: the gathered activations of a TP collective (×2, in and out) and, with ZeRO-3, the
+    unsharded weights of the layer in use and the one being prefetched."""
+    prefetch = (plan.zero == 3) * 2 * layer_params(model, plan).total * WEIGHT_BYTES
+    return prefetch + 2 * _layer_input(model, plan) * (plan.tp if plan.sequence_parallel else 1)
+
+
+def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, eff: Efficiency = DEFAULT) -> StepCosts:
+    """The step from its per-micro-batch units: the sum of its independent parts (which the search
+    evaluates separately and broadcasts): pipeline, DP / ZeRO, optimizer, offload; and memory."""
+    pipe = pipeline(model, plan, u)
+    params = _bottleneck_params(model, plan, pipe.use_first)
+    breakdown = pipe.breakdown() | {
+        "dp": dp_time(model, cluster, plan, params, pipe.stage, eff),
+        "optimizer": optimizer_time(cluster, plan, params, eff),
+        "offload": offload_time(model, cluster, plan, u, pipe.stage),
     }
-    step = sum(breakdown.values(), 0.0)
+    states_first, states_last = model_state_memory(model, plan)
+    acts_first, acts_last = activation_memory(model, plan, u)
+    buffers = buffer_memory(model, plan)
+    mem_first = Memory(*states_first, acts_first, buffers)
+    mem_last = Memory(*states_last, acts_last, buffers)
     use_mem_first = mem_first.total >= mem_last.total
     memory = {k: where(use_mem_first, getattr(mem_first, k), getattr(mem_last, k)) for k in MEMORY}
-    return StepCosts(breakdown=breakdown, step_time=step, memory=memory,
+    return StepCosts(breakdown=breakdown, step_time=sum(breakdown.values(), 0.0), memory=memory,
                      peak_memory=maximum(mem_first.total, mem_last.total),
-                     stage_fwd=stage.fwd, stage_bwd=stage.bwd + stage.recompute)
+                     stage_fwd=pipe.stage.fwd, stage_bwd=pipe.stage.bwd + pipe.stage.recompute)
 
 
 def step_costs(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = DEFAULT,

@@ -22,20 +22,33 @@ import itertools
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from meshplan.batch import PlanBatch
 from meshplan.efficiency import DEFAULT, Efficiency
-from meshplan.estimate import Estimate, Units, assemble, estimate, unit_costs
+from meshplan.estimate import (
+    Estimate,
+    Units,
+    _bottleneck_params,
+    activation_memory,
+    buffer_memory,
+    dp_time,
+    estimate,
+    offload_time,
+    optimizer_time,
+    pipeline,
+    unit_costs,
+)
 from meshplan.hardware import Cluster
+from meshplan.memory import model_states, stage_params
 from meshplan.model import ModelSpec
 from meshplan.plan import DENSE_AXES, Plan
 from meshplan.units import fmt_bytes
 
 PLACEMENTS = tuple(itertools.permutations(DENSE_AXES))
-CHUNK = 1 << 16
+CHUNK = 65536
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,7 +59,8 @@ class Space:
     zero: tuple[int, ...] = (0, 1, 2, 3)
     recompute: tuple[str, ...] = ("none", "selective", "full")
     sequence_parallel: tuple[bool, ...] = (False, True)
-    offload: tuple[tuple[bool, bool], ...] = ((False, False), (True, False), (False, True), (True, True))
+    offload_optimizer: tuple[bool, ...] = (False, True)
+    offload_activations: tuple[bool, ...] = (False, True)
     gpipe: bool = True
     all_placements: bool = True
     max_micro_batch: int = 64
@@ -151,7 +165,7 @@ def candidates(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[dict[s
     An invalid numeric combination is counted once per categorical setting it would have been paired with.
     """
     n, gbs, layers = cluster.num_gpus, space.global_batch, model.num_layers
-    cat = len(space.zero) * len(space.recompute) * len(space.offload)
+    cat = len(space.zero) * len(space.recompute) * len(space.offload_optimizer) * len(space.offload_activations)
     tally, columns = _Tally(), []
     for tp, cp, pp in itertools.product(divisors(n), repeat=3):
         if n % (tp * cp * pp):
@@ -201,7 +215,12 @@ _UNIT_KEYS = ("tp", "cp", "micro_batch", "ep", "etp")
 def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, eff: Efficiency) -> Units:
     """Units for every plan of ``batch``, computed once per distinct key."""
     keys = np.stack([getattr(batch, k) for k in _UNIT_KEYS] + [batch.stride(a) for a in ("tp", "cp", "pp")])
-    unique, inverse = np.unique(keys, axis=1, return_inverse=True)
+    radix = keys.max(axis=1) + 1  # pack each key column into one integer (mixed radix) for a fast 1-D unique
+    packed = np.zeros(keys.shape[1], dtype=np.int64)
+    for column, base in zip(keys, radix, strict=True):
+        packed = packed * base + column
+    _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+    unique = keys[:, first]
     ones = np.ones(unique.shape[1], dtype=np.int64)
     cols = dict(zip(_UNIT_KEYS, unique[:5], strict=True))
     strides = {"tp": unique[5], "cp": unique[6], "pp": unique[7], "dp": ones}
@@ -212,15 +231,56 @@ def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, eff: Effici
     return unit_costs(model, cluster, keyed, eff).take(inverse.reshape(-1))
 
 
-def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray, dict[str, object]]]:
-    """(rows, categorical settings) of every group assemble() evaluates in one call."""
+def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray, str]]:
+    """(rows, schedule) of the plans that share a pipeline schedule."""
     flat = batch.vpp == 1
-    for zero, (off_opt, off_act) in itertools.product(space.zero, space.offload):
-        base = {"zero": zero, "offload_optimizer": off_opt, "offload_activations": off_act}
-        yield np.flatnonzero(flat), base | {"schedule": "1f1b"}
-        if space.gpipe:
-            yield np.flatnonzero(flat & (batch.pp > 1)), base | {"schedule": "gpipe"}
-        yield np.flatnonzero(~flat), base | {"schedule": "interleaved"}
+    yield np.flatnonzero(flat), "1f1b"
+    if space.gpipe:
+        yield np.flatnonzero(flat & (batch.pp > 1)), "gpipe"
+    yield np.flatnonzero(~flat), "interleaved"
+
+
+@dataclass(frozen=True)
+class _Scored:
+    """Step time and peak memory of a chunk over the settings grid (recompute, zero, offload opt, offload act)."""
+
+    time: np.ndarray  # shape (R, Z, O, A, n)
+    peak: np.ndarray
+
+
+def _score(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict[str, Units], space: Space,
+           eff: Efficiency) -> _Scored:
+    """Evaluate every settings combination of a chunk: each part of the step (estimate.assemble) depends on
+    only some settings, so each is computed for those and the sums are broadcast (time = pipeline[rc] +
+    dp[zero] + optimizer[zero, offload opt] + offload[rc, offload act]; memory likewise). The sums are
+    float32 (ranking only; the winners are re-estimated in float64)."""
+    rcs, zeros = space.recompute, space.zero
+    oos, oas = space.offload_optimizer, space.offload_activations
+    n = len(batch)
+
+    def vec(x: object) -> np.ndarray:
+        return np.broadcast_to(np.asarray(x, dtype=np.float32), (n,))
+
+    with_rc = {rc: replace(batch, recompute=rc) for rc in rcs}
+    pipes = {rc: pipeline(model, with_rc[rc], units[rc]) for rc in rcs}
+    base = pipes[rcs[0]]
+    params = _bottleneck_params(model, batch, base.use_first)
+    ends = (stage_params(model, batch, True), stage_params(model, batch, False))
+    t_pipe = np.array([vec(sum(pipes[rc].breakdown().values())) for rc in rcs])  # (R, n)
+    t_dp = np.array([vec(dp_time(model, cluster, replace(batch, zero=z), params, base.stage, eff)) for z in zeros])
+    t_opt = np.array([[vec(optimizer_time(cluster, replace(batch, zero=z, offload_optimizer=oo), params, eff))
+                       for oo in oos] for z in zeros])  # (Z, O, n)
+    t_off = np.array([[vec(offload_time(model, cluster, replace(with_rc[rc], offload_activations=oa), units[rc],
+                                        pipes[rc].stage)) for oa in oas] for rc in rcs])  # (R, A, n)
+    states = np.array([[[vec(sum(model_states(end, replace(batch, zero=z, offload_optimizer=oo)))) for end in ends]
+                        for oo in oos] for z in zeros])  # (Z, O, 2, n)
+    acts = np.array([[[vec(a) for a in activation_memory(model, replace(with_rc[rc], offload_activations=oa),
+                                                         units[rc])] for oa in oas] for rc in rcs])  # (R, A, 2, n)
+    buffers = np.array([vec(buffer_memory(model, replace(batch, zero=z))) for z in zeros])  # (Z, n)
+    time = t_pipe[:, None, None, None] + t_dp[None, :, None, None] + t_opt[None, :, :, None] + t_off[:, None, None]
+    mem = states[None, :, :, None] + acts[:, None, None]  # (R, Z, O, A, 2, n)
+    peak = mem.max(axis=4) + buffers[None, :, None, None]
+    return _Scored(time, peak)
 
 
 @dataclass
@@ -229,14 +289,18 @@ class _Best:
 
     k: int
     rows: list[tuple[float, float, tuple]] = field(default_factory=list)
+    threshold: float = np.inf  # the k-th best time so far: nothing slower can enter
 
     def offer(self, times: np.ndarray, peaks: np.ndarray, make: Callable[[int], Plan]) -> None:
         if not len(times):
             return
-        top = np.argsort(times, kind="stable")[: self.k]
+        top = np.argpartition(times, self.k)[: self.k] if len(times) > self.k else np.arange(len(times))
+        top = top[np.argsort(times[top], kind="stable")]
         self.rows += [(float(times[i]), float(peaks[i]), _plan_key(make(int(i)))) for i in top]
         self.rows.sort(key=lambda r: (r[0], r[1], r[2][0]))
         del self.rows[self.k * 4:]
+        if len(self.rows) >= self.k:
+            self.threshold = self.rows[self.k - 1][0]
 
 
 def _plan_key(plan: Plan) -> tuple:
@@ -255,33 +319,51 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
     capacity = cluster.accelerator.hbm_bytes
     best, evaluated, feasible = _Best(top_k), 0, 0
     total = _total_work(columns, space)
+    grid = (space.recompute, space.zero, space.offload_optimizer, space.offload_activations)
     if columns:
         base = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
         for sp in space.sequence_parallel:
             pool = base.select(base.tp > 1 if sp else np.ones(len(base), bool), sequence_parallel=sp)
-            for recompute in space.recompute:
-                with_rc = pool.select(np.arange(len(pool)), recompute=recompute)
-                units = _units_for(model, cluster, with_rc, eff)
-                for rows, settings in _groups(with_rc, space):
-                    for chunk in _chunks(rows):
-                        batch = with_rc.select(chunk, **settings)
-                        costs = assemble(model, cluster, batch, units.take(chunk), eff)
-                        peak, step = np.asarray(costs.peak_memory), np.asarray(costs.step_time)
-                        fits = peak <= capacity
-                        evaluated += len(chunk)
-                        feasible += int(fits.sum())
-                        over = np.flatnonzero(~fits)
-                        if len(over):
-                            tally.add("memory exceeds HBM", f"{batch.plan(int(over[0])).describe()}: memory "
-                                      f"{fmt_bytes(float(peak[over[0]]))} > {fmt_bytes(capacity)}", len(over))
-                        ok = np.flatnonzero(fits)
-                        best.offer(step[ok], peak[ok], lambda i, b=batch, ok=ok: b.plan(int(ok[i])))
-                        if progress:
-                            progress(evaluated, total)
-    plans = tuple(estimate(model, cluster, key[1], eff) for _, _, key in best.rows[:top_k])
+            units = {rc: _units_for(model, cluster, replace(pool, recompute=rc), eff) for rc in space.recompute}
+            for rows, schedule in _groups(pool, space):
+                for chunk in _chunks(rows):
+                    batch = pool.select(chunk, schedule=schedule)
+                    scored = _score(model, cluster, batch, {rc: u.take(chunk) for rc, u in units.items()}, space,
+                                    eff)
+                    fits = scored.peak <= capacity
+                    evaluated += fits.size
+                    feasible += int(fits.sum())
+                    _tally_memory(tally, scored, fits, batch, grid, capacity)
+                    ok = np.flatnonzero((fits & (scored.time <= best.threshold)).reshape(-1))
+                    best.offer(scored.time.reshape(-1)[ok], scored.peak.reshape(-1)[ok],
+                               lambda i, b=batch, ok=ok, shape=fits.shape: _decode(b, grid, shape, int(ok[i])))
+                    if progress:
+                        progress(evaluated, total)
+    estimates = [estimate(model, cluster, key[1], eff) for _, _, key in best.rows]
+    estimates.sort(key=lambda e: (e.step_time, e.peak_memory, _plan_key(e.plan)[0]))
+    plans = tuple(estimates[:top_k])
     return SearchResult(model=model, cluster=cluster, space=space, plans=plans, evaluated=evaluated,
                         feasible=feasible, rejected=dict(tally.counts), examples=dict(tally.examples),
                         seconds=time.perf_counter() - start)
+
+
+def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], flat: int) -> Plan:
+    """The plan at a flat index of the (recompute, zero, offload opt, offload act, row) grid."""
+    r, z, o, a, row = np.unravel_index(flat, shape)
+    return replace(batch.plan(int(row)), recompute=grid[0][r], zero=grid[1][z], offload_optimizer=grid[2][o],
+                   offload_activations=grid[3][a])
+
+
+def _tally_memory(tally: _Tally, scored: _Scored, fits: np.ndarray, batch: PlanBatch, grid: tuple[tuple, ...],
+                  capacity: float) -> None:
+    over = int(fits.size - fits.sum())
+    if over and "memory exceeds HBM" not in tally.examples:
+        flat = int(np.flatnonzero(~fits.reshape(-1))[0])
+        plan = _decode(batch, grid, fits.shape, flat)
+        peak = float(scored.peak.reshape(-1)[flat])
+        tally.add("memory exceeds HBM", f"{plan.describe()}: {fmt_bytes(peak)} > {fmt_bytes(capacity)}", over)
+    else:
+        tally.add("memory exceeds HBM", "", over)
 
 
 def _chunks(rows: np.ndarray) -> Iterator[np.ndarray]:
@@ -293,8 +375,9 @@ def _total_work(columns: dict[str, np.ndarray], space: Space) -> int:
     if not columns:
         return 0
     tp, vpp, pp = columns["tp"], columns["vpp"], columns["pp"]
-    per_setting = len(space.zero) * len(space.offload) * len(space.recompute)
-    rows = sum(int((tp > 1).sum()) if sp else len(tp) for sp in space.sequence_parallel)
-    gpipe = sum(int(((tp > 1) & (vpp == 1) & (pp > 1)).sum()) if sp else int(((vpp == 1) & (pp > 1)).sum())
-                for sp in space.sequence_parallel) if space.gpipe else 0
-    return per_setting * (rows + gpipe)
+    grid = len(space.zero) * len(space.recompute) * len(space.offload_optimizer) * len(space.offload_activations)
+    rows = 0
+    for sp in space.sequence_parallel:
+        pool = tp > 1 if sp else np.ones(len(tp), bool)
+        rows += int(pool.sum()) + (int((pool & (vpp == 1) & (pp > 1)).sum()) if space.gpipe else 0)
+    return grid * rows

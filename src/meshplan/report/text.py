@@ -13,6 +13,15 @@ if TYPE_CHECKING:
     from meshplan.estimate import Estimate
 
 
+def _console() -> Console:
+    """A console as wide as the terminal, or 150 columns when the output is a file or a pipe."""
+    import sys
+
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=150)
+
+
 def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
     from rich.table import Table
 
@@ -72,3 +81,134 @@ def op_table(est: Estimate):  # -> rich.table.Table
         table.add_row(name, fmt_count(flops), fmt_bytes(nbytes), fmt_time(seconds), f"{seconds / total:.1%}",
                       bound[name])
     return table
+
+
+# ---- search results --------------------------------------------------------------------------------------
+def training_cost(est: Estimate, tokens: float | None, price: float | None) -> dict[str, float]:
+    """Days to train on ``tokens`` tokens and the cost at ``price`` per GPU-hour."""
+    if not tokens:
+        return {}
+    days = tokens / est.tokens_per_s / 86400
+    out = {"days": days, "gpu_hours": days * 24 * est.cluster.num_gpus}
+    if price is not None:
+        out["cost"] = out["gpu_hours"] * price
+    return out
+
+
+def _nvlink_axes(est: Estimate) -> str:
+    """The parallel axes whose groups stay inside the NVLink domain."""
+    domain, stride, inside = est.cluster.nvlink_domain, 1, []
+    for axis in est.plan.placement:
+        size = getattr(est.plan, axis)
+        if size > 1 and stride * size <= domain:
+            inside.append(f"{axis}{size}")
+        stride *= size
+    return "+".join(inside) or "-"
+
+
+def plans_table(result, tokens: float | None, price: float | None):  # -> rich Table
+    from rich.table import Table
+
+    table = Table(title=f"best plans: {result.model.name} on {result.cluster.num_gpus} x "
+                        f"{result.cluster.accelerator.name}, global batch {result.space.global_batch}",
+                  title_justify="left")
+    cols = ["#", "dp·tp·pp·cp", "ep/etp", "vpp", "mbs", "zero", "recompute", "sp", "offload", "in NVLink",
+            "step", "tokens/s", "MFU", "memory"]
+    if tokens:
+        cols += ["days"] + (["cost"] if price is not None else [])
+    for c in cols:
+        table.add_column(c, justify="left" if c in ("recompute", "offload", "in NVLink") else "right", no_wrap=True)
+    for i, est in enumerate(result.plans, 1):
+        p = est.plan
+        off = "+".join(k for k, on in (("opt", p.offload_optimizer), ("act", p.offload_activations)) if on) or "-"
+        ep = f"{p.ep}/{p.etp}" if est.model.is_moe else "-"
+        row = [str(i), f"{p.dp}·{p.tp}·{p.pp}·{p.cp}", ep, str(p.vpp), str(p.micro_batch), str(p.zero),
+               p.recompute, "on" if p.sequence_parallel else "-", off, _nvlink_axes(est), fmt_time(est.step_time),
+               fmt_count(est.tokens_per_s), f"{est.mfu:.1%}", fmt_bytes(est.peak_memory)]
+        cost = training_cost(est, tokens, price)
+        if tokens:
+            row.append(f"{cost['days']:.1f}")
+            if price is not None:
+                row.append(f"${cost['cost']:,.0f}")
+        table.add_row(*row)
+    return table
+
+
+def rejected_table(result):  # -> rich Table
+    from rich.table import Table
+
+    table = Table(title=f"rejected: {result.rejected_total:,} plans", title_justify="left")
+    table.add_column("reason")
+    table.add_column("plans", justify="right")
+    table.add_column("for example")
+    for reason, count in sorted(result.rejected.items(), key=lambda kv: -kv[1]):
+        table.add_row(reason, f"{count:,}", result.examples.get(reason, ""))
+    return table
+
+
+def scaling_table(results, tokens: float | None, price: float | None):  # -> rich Table
+    from rich.table import Table
+
+    table = Table(title="strong scaling: the best plan per GPU count", title_justify="left")
+    cols = ["GPUs", "best plan", "step", "tokens/s", "MFU", "memory", "evaluated"]
+    if tokens:
+        cols += ["days"] + (["cost"] if price is not None else [])
+    for c in cols:
+        table.add_column(c, justify="left" if c == "best plan" else "right")
+    for r in results:
+        if not r.plans:
+            table.add_row(str(r.cluster.num_gpus), "no feasible plan", *[""] * (len(cols) - 2))
+            continue
+        est = r.plans[0]
+        row = [str(r.cluster.num_gpus), est.plan.describe(), fmt_time(est.step_time), fmt_count(est.tokens_per_s),
+               f"{est.mfu:.1%}", fmt_bytes(est.peak_memory), f"{r.evaluated:,}"]
+        cost = training_cost(est, tokens, price)
+        if tokens:
+            row.append(f"{cost['days']:.1f}")
+            if price is not None:
+                row.append(f"${cost['cost']:,.0f}")
+        table.add_row(*row)
+    return table
+
+
+def search_json(results, tokens: float | None, price: float | None, rank_by: str) -> dict:
+    def one(r) -> dict:
+        d = r.to_dict()
+        for plan, est in zip(d["plans"], r.plans, strict=True):
+            del plan["ops"]
+            plan.update(training_cost(est, tokens, price))
+        return d
+
+    if len(results) == 1:
+        return one(results[0])
+    runs = [one(r) for r in results]
+    best = [r["plans"][0] for r in runs if r["plans"]]
+    key = "cost" if rank_by == "cost" and tokens and price is not None else "step_time_s"
+    return {"scaling": runs, "plans": sorted(best, key=lambda p: p[key] * (1 if key == "cost" else p["gpus"])),
+            "evaluated": sum(r["evaluated"] for r in runs), "seconds": sum(r["seconds"] for r in runs),
+            "rejected": {"count": sum(r["rejected"]["count"] for r in runs)}}
+
+
+def print_search(results, as_json: bool, tokens: float | None, price: float | None, rank_by: str) -> None:
+    import json
+
+    import click
+
+    if as_json:
+        click.echo(json.dumps(search_json(results, tokens, price, rank_by)))
+        return
+    console = _console()
+    if len(results) > 1:
+        console.print(scaling_table(results, tokens, price))
+    else:
+        r = results[0]
+        if r.plans:
+            console.print(plans_table(r, tokens, price))
+            console.print("[bold]the best plan in detail[/bold]")
+            estimate_tables(r.plans[0], console)
+        else:
+            console.print("[bold red]no feasible plan[/bold red]")
+        console.print(rejected_table(r))
+    evaluated = sum(r.evaluated for r in results)
+    seconds = sum(r.seconds for r in results)
+    console.print(f"evaluated {evaluated:,} plans in {seconds:.2f} s ({evaluated / max(seconds, 1e-9):,.0f} plans/s)")

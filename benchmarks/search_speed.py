@@ -1,0 +1,54 @@
+"""Plans evaluated per second by the exhaustive search, and the wall time of the whole CLI call.
+
+Run: python benchmarks/search_speed.py
+Peers, for scale (measured on this kind of machine, per issue 3): the seed-003 reference evaluates about
+150-200 plans/s; Calculon about 160 plans/s stock and 1,850 plans/s with its logging silenced.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+
+from meshplan.hardware import load_system
+from meshplan.model import load_model
+from meshplan.search import Space, search
+
+CASES = [  # model, system, GPUs, global batch (sequences), NVLink domain override
+    ("gpt3-175b", "a100", 1024, 1536, None),
+    ("megatron-1t", "b200", 4096, 4096, 8),
+    ("llama3.1-405b", "h100", 16384, 2048, None),
+    ("deepseek-v3", "h100", 2048, 8192, None),
+]
+
+
+def cli_seconds(args: list[str]) -> float:
+    exe = shutil.which("meshplan") or sys.executable
+    cmd = [exe, *args] if exe.endswith("meshplan") else [exe, "-m", "meshplan.cli", *args]
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    print(f"{'case':<40} {'plans evaluated':>16} {'feasible':>12} {'seconds':>8} {'plans/s':>12}  best plan")
+    for name, system, gpus, gbs, domain in CASES:
+        model = load_model(name)
+        overrides = {"nvlink_domain": domain} if domain else {}
+        cluster = load_system(system).cluster(gpus, **overrides)
+        result = search(model, cluster, Space(global_batch=gbs), top_k=1)
+        best = result.plans[0].plan.describe() if result.plans else "none feasible"
+        label = f"{name} on {gpus} x {system}" + (f" (NVLink {domain})" if domain else "")
+        print(f"{label:<40} {result.evaluated:>16,} {result.feasible:>12,} {result.seconds:>8.2f} "
+              f"{result.evaluated / result.seconds:>12,.0f}  {best}")
+    args = ["plan", "--model", "megatron-1t", "--system", "b200", "--gpus", "4096", "--global-batch", "4096",
+            "--nvlink-domain", "8", "--json"]
+    runs = sorted(cli_seconds(args) for _ in range(3))
+    print(f"whole CLI call, megatron-1t on 4096 x b200 (start-up included): median {runs[1]:.2f} s "
+          f"(min {runs[0]:.2f} s)")
+
+
+if __name__ == "__main__":
+    main()

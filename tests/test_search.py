@@ -1,0 +1,131 @@
+"""The search: exhaustive, exact (same best plan as estimate() on every candidate), reasons, determinism."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import replace
+
+import pytest
+
+from meshplan.batch import PlanBatch
+from meshplan.cli import main
+from meshplan.estimate import estimate
+from meshplan.hardware import load_system
+from meshplan.model import load_model
+from meshplan.search import PLACEMENTS, Space, candidates, search
+
+SMALL = Space(global_batch=16, zero=(0, 3), recompute=("none", "full"), offload_optimizer=(False,),
+              offload_activations=(False, True), max_micro_batch=4)
+
+
+def every_plan(model, cluster, space):
+    """All candidates as Plans, one by one (the slow way)."""
+    columns, _ = candidates(model, cluster, space)
+    base = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
+    for i in range(len(base)):
+        plan = base.plan(i)
+        schedules = ["1f1b", "gpipe"] if plan.vpp == 1 and plan.pp > 1 else ["1f1b" if plan.vpp == 1 else
+                                                                            "interleaved"]
+        sps = [sp for sp in space.sequence_parallel if plan.tp > 1 or not sp]
+        for sched, sp, rc, z, oo, oa in itertools.product(schedules, sps, space.recompute, space.zero,
+                                                          space.offload_optimizer, space.offload_activations):
+            yield replace(plan, schedule=sched, sequence_parallel=sp, recompute=rc, zero=z, offload_optimizer=oo,
+                          offload_activations=oa)
+
+
+@pytest.fixture(scope="module")
+def small_case():
+    model = load_model("llama3-8b").with_seq_length(2048)
+    cluster = load_system("h100").cluster(8)
+    return model, cluster, search(model, cluster, SMALL, top_k=5)
+
+
+def test_search_equals_estimate_on_every_candidate(small_case):
+    model, cluster, result = small_case
+    ests = [estimate(model, cluster, p) for p in every_plan(model, cluster, SMALL)]
+    assert len(ests) == result.evaluated
+    feasible = [e for e in ests if e.fits]
+    assert len(feasible) == result.feasible
+    best = min(e.step_time for e in feasible)
+    assert result.plans[0].step_time == pytest.approx(best, rel=1e-12)
+    assert sum(1 for e in ests if not e.fits) == result.rejected["memory exceeds HBM"]
+
+
+def test_returned_plans_are_feasible_and_sorted(small_case):
+    _, _, result = small_case
+    assert all(e.fits for e in result.plans)
+    times = [e.step_time for e in result.plans]
+    assert times == sorted(times)
+
+
+def test_every_rejection_has_a_reason_and_an_example(small_case):
+    _, _, result = small_case
+    assert result.rejected and all(result.examples.get(reason) for reason in result.rejected)
+
+
+def test_ranking_is_deterministic(small_case):
+    model, cluster, result = small_case
+    again = search(model, cluster, SMALL, top_k=5)
+    assert [e.plan for e in again.plans] == [e.plan for e in result.plans]
+
+
+def test_structural_rejections_are_counted():
+    model = load_model("llama3-70b")  # 64 heads: tp=3 is impossible
+    result = search(model, load_system("h100").cluster(24), Space(global_batch=24, zero=(1,), recompute=("full",),
+                                                                   offload_optimizer=(False,),
+                                                                   offload_activations=(False,)))
+    assert result.rejected["tp does not divide num_heads"] > 0
+    assert "tp=3 does not divide num_heads=64" in result.examples["tp does not divide num_heads"]
+
+
+def test_placement_decides_what_shares_nvlink():
+    """With tp inside the NVLink domain the best plan is faster than with tp forced across nodes."""
+    model, cluster = load_model("llama3-70b"), load_system("h100").cluster(64)
+    space = Space(global_batch=64, zero=(1,), recompute=("selective",), offload_optimizer=(False,),
+                  offload_activations=(False,))
+    best = search(model, cluster, space, top_k=1).plans[0]
+    assert best.plan.stride("tp") * best.plan.tp <= cluster.nvlink_domain or best.plan.tp == 1
+
+
+def test_no_feasible_plan_is_a_result():
+    result = search(load_model("llama3.1-405b"), load_system("h100").cluster(8),
+                    Space(global_batch=8, zero=(0,), recompute=("none",), offload_optimizer=(False,),
+                          offload_activations=(False,)))
+    assert result.plans == () and result.rejected["memory exceeds HBM"] == result.evaluated
+
+
+def test_cli_plan_json(capsys):
+    code = main(["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "16", "--global-batch", "64",
+                 "--top", "3", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert len(data["plans"]) == 3 and data["evaluated"] > 1000 and data["seconds"] > 0
+    assert data["rejected"]["count"] >= 0 and isinstance(data["rejected"]["reasons"], dict)
+    for key in ("step_time_s", "tokens_per_s", "mfu", "peak_memory_bytes"):
+        assert data["plans"][0][key] > 0
+    assert data["plans"][0]["plan"]["dp"] * data["plans"][0]["plan"]["tp"] * data["plans"][0]["plan"]["pp"] * \
+        data["plans"][0]["plan"]["cp"] == 16
+
+
+def test_cli_strong_scaling_with_cost(capsys):
+    code = main(["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "8,16", "--global-batch", "64",
+                 "--tokens", "1T", "--price", "2", "--json", "--no-offload", "--recompute", "selective"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and [r["gpus"] for r in data["scaling"]] == [8, 16]
+    best = data["scaling"][1]["plans"][0]
+    # days = 1e12 tokens / tokens_per_s / 86400; cost = days · 24 · 16 GPUs · $2
+    assert best["days"] == pytest.approx(1e12 / best["tokens_per_s"] / 86400)
+    assert best["cost"] == pytest.approx(best["days"] * 24 * 16 * 2)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--gpus", "0"], "must be positive"),
+    (["--gpus", "8", "--zero", "4"], "zero='4' must be one of"),
+    (["--gpus", "8", "--recompute", "half"], "recompute='half' must be one of"),
+    (["--gpus", "8", "--tokens", "lots"], "tokens="),
+])
+def test_cli_plan_bad_input(capsys, args, message):
+    code = main(["plan", "--model", "llama3-8b", "--system", "h100", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1
