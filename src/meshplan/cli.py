@@ -240,6 +240,19 @@ def presets() -> None:
     click.echo("systems: " + " ".join(system_names()))
 
 
+def _register_extra_commands() -> None:
+    """Commands defined beside the code they drive (report / sweep in meshplan.report.commands)."""
+    try:
+        from meshplan.report import commands
+    except ImportError:  # pragma: no cover - the module is optional while it is being written
+        return
+    for command in commands.COMMANDS:
+        cli.add_command(command)
+
+
+_register_extra_commands()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI; any bad input becomes one line on stderr and exit status 2."""
     try:
