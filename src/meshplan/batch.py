@@ -16,7 +16,7 @@ import numpy as np
 
 from meshplan.plan import DENSE_AXES, Plan
 
-NUMERIC = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch")
+NUMERIC = ("dp", "tp", "pp", "cp", "tp2", "ep", "etp", "vpp", "micro_batch", "global_batch", "summa_panels")
 CATEGORICAL = tuple(f.name for f in fields(Plan) if f.name not in NUMERIC and f.name not in ("tags", "placement"))
 
 
@@ -27,11 +27,13 @@ class PlanBatch:
     tp: np.ndarray
     pp: np.ndarray
     cp: np.ndarray
+    tp2: np.ndarray
     ep: np.ndarray
     etp: np.ndarray
     vpp: np.ndarray
     micro_batch: np.ndarray
     global_batch: np.ndarray
+    summa_panels: np.ndarray
     placement_id: np.ndarray  # index into ``placements``
     placements: tuple[tuple[str, ...], ...] = (DENSE_AXES,)
     sequence_parallel: bool = False
@@ -46,6 +48,8 @@ class PlanBatch:
     overlap_tp: bool = False
     overlap_dp: bool = True
     flash_attention: bool = True
+    tensor_layout: str = "1d"
+    cp_comm: str = "ring"
     strides: dict[str, np.ndarray] | None = None  # per axis; computed from the placements when not given
 
     @classmethod
@@ -75,21 +79,21 @@ class PlanBatch:
 
     @property
     def num_gpus(self) -> np.ndarray:
-        return self.dp * self.tp * self.pp * self.cp
+        return self.dp * self.tp * self.tp2 * self.pp * self.cp
 
     def __post_init__(self) -> None:
         # Per element and axis: the product of the sizes of the axes placed inside it (computed once).
         if self.strides is not None:
             return
-        sizes = np.stack([getattr(self, a) for a in DENSE_AXES])  # (4, n) in DENSE_AXES order
-        strides = np.ones_like(sizes)
-        for pid, order in enumerate(self.placements):
-            rows = self.placement_id == pid
-            inner = np.ones_like(self.dp[rows])
-            for axis in order:
-                i = DENSE_AXES.index(axis)
-                strides[i, rows] = inner
-                inner = inner * sizes[i, rows]
+        # before[p, i, j]: axis j is placed inside axis i in placement p; stride_i = Π_j size_j^before[p, i, j]
+        order = np.array([[list(p).index(a) for a in DENSE_AXES] for p in self.placements])
+        before = order[:, None, :] < order[:, :, None]
+        pid = self.placement_id
+        strides = np.ones((len(DENSE_AXES), len(self.dp)), dtype=np.int64)
+        for i in range(len(DENSE_AXES)):
+            for j, inner in enumerate(DENSE_AXES):
+                if before[:, i, j].any():
+                    strides[i] *= np.where(before[pid, i, j], getattr(self, inner), 1)
         object.__setattr__(self, "strides", {a: strides[i] for i, a in enumerate(DENSE_AXES)})
 
     def stride(self, axis: str) -> np.ndarray:

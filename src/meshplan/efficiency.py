@@ -1,16 +1,54 @@
-"""Efficiency: the fraction of a datasheet peak that real kernels and collectives sustain.
+"""Efficiency: the fraction of a datasheet peak that real kernels and collectives sustain, from physics.
 
-This is the one place where such factors live, so that accuracy work and calibration can replace them.
-Each value is a physical quantity with its provenance; none is tuned per run.
+This is the one place where such factors live. Every factor is a function of the op's shape and the hardware,
+built from a handful of constants; each constant says where it comes from. Four of them (``gemm``,
+``attention``, ``memory``, ``overlap_slowdown``) were fitted once, on the fixed half of the published runs that
+``meshplan.validate.in_fit_set`` selects (CRC-32 of the run id even), by ``benchmarks/fit_efficiency.py``; the
+other half is the out-of-sample check (docs/ACCURACY.md). Nothing is tuned per run, per source or per GPU.
 
-Defaults (before calibration):
-- ``gemm``: large bf16 GEMMs reach ~70–80 % of dense peak on A100/H100 (NVIDIA's cuBLAS/Transformer Engine
-  benchmarks; Megatron-LM reaches 52 % *end to end* on A100 per Narayanan et al. 2021 Table 1).
-- ``attention``: FlashAttention-2 forward reaches 50–73 % of A100 peak, backward ~45–60 %
-  (Dao 2023, "FlashAttention-2", Fig. 4–5); FlashAttention-3 ~75 % on H100 (Shah et al. 2024).
-- ``memory``: streaming kernels sustain ~80–90 % of HBM peak (STREAM-like copy on A100/H100).
-- ``nvlink`` / ``network``: NCCL all-reduce bus bandwidth vs link peak: ~80 % on NVLink/NVSwitch and
-  ~90 % on InfiniBand NDR at large messages (nccl-tests bus bandwidth reports).
+Symbols: m×k·k×n a GEMM's shape, S the SM count, f the sustained clock as a fraction of the datasheet clock,
+d the attention head dimension, s the key length, B_attn the attention kernel's block size.
+
+GEMMs. The best a GPU sustains on its best GEMM shape is a measured property of the silicon, its clocks and
+its power limit: the "maximum achievable matmul FLOPS" (MAMF; S. Bekman, ml-engineering, compute/accelerator
+README, "Maximum Achievable Matmul FLOPS comparison table", brute-force shape search with PyTorch matmul):
+BF16 86.9 % of peak on A100 SXM, 80.3 % on H100 SXM, 77.6 % on B200, 72.9 % on GB200; FP8 70.9 % on H100,
+76.3 % on B200, 72.3 % on GB200 (``MATMUL`` below). It falls as peaks rise because the tensor cores cannot
+hold the boost clock within the power limit (AMD, "Understanding Peak, Max-Achievable & Delivered FLOPs").
+Training shapes then lose to tile and wave quantization (NVIDIA "Matrix Multiplication Background User's
+Guide", Deep Learning Performance docs, §"Tile quantization" and §"Wave quantization"): cuBLAS computes C
+in output tiles; a tile that sticks out of C does full work for partial output, and the tiles run in waves
+of S (one tile per SM at a time), so the last, partial wave idles SMs. The library picks, per shape, the tile
+that wastes least; for a tile t_m×t_n:
+    quantization(t) = m·n / (⌈⌈m/t_m⌉·⌈n/t_n⌉ / S⌉ · S · t_m · t_n)
+    efficiency      = gemm · MAMF(precision) · f · max_t quantization(t) · k / (k + k_0)
+``gemm`` (fitted, ≈ 1) is what a training step's GEMMs keep of the isolated benchmark's rate (the HBM and
+NVLink traffic of a real step draws from the same power budget).
+The k / (k + k_0) factor is the fixed per-tile cost (pipeline prologue, epilogue writing C) amortised over the
+reduction. The roofline (roofline.py) separately caps a skinny GEMM by its HBM traffic.
+
+Attention (FlashAttention-2, Dao 2023, Fig. 4–5: forward 50–73 % of A100 peak, backward lower; FlashAttention-3,
+Shah et al. 2024, abstract: 75 % of H100 peak forward at d = 128, FA2 only 35 % on H100, and Fig. 5: d = 64 runs
+at about 0.7× the d = 128 rate): the softmax, exponentials and rescaling per score element do not shrink with
+the head dimension, so efficiency ∝ d / (d + d_0); with a causal mask the diagonal blocks are computed whole,
+executing (1 + B_attn/s) × the useful half. The backward pass (five GEMMs, dS computed in fp32) runs at
+``attention_bwd`` × the forward rate (FA2 Fig. 5 vs Fig. 4, FA3 Fig. 6 vs Fig. 5: ≈ 0.8).
+
+Memory-bound kernels stream at ``memory`` × HBM peak (STREAM-like copies reach 85–93 % on A100/H100).
+
+Collectives: NCCL bus bandwidth vs link peak, ``nvlink`` ≈ 0.80 (nccl-tests all_reduce_perf busbw of
+~360–370 GB/s on an 8×H100 NVSwitch node without NVLS, of 450 GB/s per direction; ~230 GB/s of 300 on A100)
+and ``network`` ≈ 0.90 (~45 GB/s on 400 Gb/s NDR, ~22–23 GB/s on 200 Gb/s HDR); latency α per step comes from
+the presets (NCCL's tuning model), which is what makes small messages slow (comm.py, α + n/B).
+
+Overlap: communication that runs concurrently with compute takes SMs (NCCL channels: 8–32 CTAs of ~132 SMs)
+and HBM bandwidth from it, so the overlapped compute is slowed by ``overlap_slowdown`` × the overlapped
+communication time (estimate.py applies it wherever a collective is hidden).
+
+Sustained clocks: a part capped below the power its datasheet peak is rated at runs slower. Dynamic power
+∝ f·V² and V ∝ f near the top of the curve, so P ∝ f³ and f = (P_cap / P_rated)^(1/3) (check: H100 NVL,
+400 W, is rated at 835 dense BF16 TFLOP/s vs the 700 W SXM5's 989: (400/700)^(1/3) = 0.83 vs 0.845).
+The rated power is that of the part the MAMF was measured on (``MATMUL``), else the accelerator's TDP (f = 1).
 """
 
 from __future__ import annotations
@@ -19,34 +57,103 @@ from dataclasses import dataclass, replace
 
 from meshplan.xp import Num, maximum, minimum
 
+@dataclass(frozen=True)
+class Matmul:
+    """Measured best-shape GEMM efficiency (MAMF / dense peak) of one silicon configuration, identified by its
+    dense 16-bit peak and SM count (so an H200 or a power-capped H100 matches the H100 entry), and the board
+    power it was measured at."""
+
+    half_peak: float  # dense bf16/fp16 FLOP/s
+    num_sms: int
+    bf16: float
+    fp8: float  # also used for fp4 (no published MAMF yet)
+    watts: float
+    source: str
+
+
+MAMF_SOURCE = "stas00/ml-engineering compute/accelerator/README.md, Maximum Achievable Matmul FLOPS table"
+MATMUL: tuple[Matmul, ...] = (
+    Matmul(312e12, 108, 0.869, 0.869, 400, f"A100 SXM: 271.2 of 312 TFLOP/s BF16 ({MAMF_SOURCE})"),
+    Matmul(989e12, 132, 0.803, 0.709, 700, f"H100 SXM: 794.5 BF16, 1402.6 FP8 of 989 / 1979 ({MAMF_SOURCE})"),
+    Matmul(2250e12, 148, 0.776, 0.763, 1000, f"B200 SXM: 1745.0 BF16, 3432.5 FP8 of 2250 / 4500 ({MAMF_SOURCE})"),
+    Matmul(2500e12, 152, 0.729, 0.723, 1200, f"GB200: 1822.0 BF16, 3615.6 FP8 of 2500 / 5000 ({MAMF_SOURCE})"),
+)
+MAMF_UNKNOWN = 0.80  # a GPU not in the table: the table's median BF16 efficiency
+
+
+def matmul_entry(accelerator: object) -> Matmul | None:
+    peak = float(getattr(accelerator, "half_flops", 0.0))
+    sms = getattr(accelerator, "num_sms", 0)
+    return next((e for e in MATMUL if e.num_sms == sms and abs(peak / e.half_peak - 1) < 0.02), None)
+
+
+# Output tiles cuBLAS / CUTLASS choose among for large bf16/fp8 GEMMs on A100, H100 and B200 (CUTLASS
+# profiler default configurations; the heuristic picks the least wasteful one per shape).
+TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
+
 
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
-    gemm: float = 0.75
-    attention: float = 0.55
-    memory: float = 0.8
-    nvlink: float = 0.8
-    network: float = 0.9
-    # GEMMs with few rows (small M) cannot fill the SMs: efficiency falls as M shrinks below this many rows.
-    gemm_full_rows: float = 1024.0
-    # Fraction of an overlapped collective's time that still shows (SM and HBM contention while overlapping).
-    overlap_slowdown: float = 0.0
+    # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
+    gemm: float = 0.843  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
+    attention: float = 0.317  # flash-attention forward at d = 128, long sequences, vs the bf16 peak
+    memory: float = 0.85  # streaming kernels vs HBM peak
+    overlap_slowdown: float = 0.577  # compute slowdown per second of communication hidden behind it
+    # ---- documented, not fitted -------------------------------------------------------------------------
+    gemm_k0: float = 64.0  # per-tile fixed cost, in units of reduction depth (one 64-deep k-block of CUTLASS)
+    attention_bwd: float = 0.8  # backward / forward kernel rate (FA2 Fig. 4-5, FA3 Fig. 5-6)
+    attention_d0: float = 64.0  # head dimension at which the per-score softmax work equals the matmuls'
+    attention_block: float = 128.0  # FlashAttention query/key block (FA2 and FA3 use 128 for d <= 128)
+    nvlink: float = 0.8  # NCCL bus bandwidth / NVLink peak (nccl-tests)
+    network: float = 0.9  # NCCL bus bandwidth / NIC peak (nccl-tests over InfiniBand NDR/HDR)
+    clock_exponent: float = 1 / 3  # P ∝ f³ (see the module docstring)
 
-    def gemm_efficiency(self, m: Num, n: Num, k: Num) -> Num:
-        """Efficiency of an (m×k)·(k×n) GEMM: the large-GEMM figure, reduced for skinny shapes.
+    # ---- GEMMs ----------------------------------------------------------------------------------------------
+    def mamf(self, accelerator: object, precision: str) -> float:
+        """Best-shape GEMM efficiency of this accelerator at this precision (``MATMUL``)."""
+        entry = matmul_entry(accelerator)
+        if entry is None:
+            return MAMF_UNKNOWN
+        return entry.fp8 if precision in ("fp8", "fp4") else entry.bf16
 
-        Simplification: a linear ramp in the smallest dimension up to ``gemm_full_rows`` (tile/wave
-        quantisation is averaged out); the calibration module fits this curve per accelerator.
-        """
-        smallest = minimum(minimum(m, n), k)
-        ramp = minimum(1.0, maximum(smallest / self.gemm_full_rows, 0.05))
-        return self.gemm * (0.5 + 0.5 * ramp)
+    def gemm_efficiency(self, m: Num, n: Num, k: Num, num_sms: int = 132) -> Num:
+        """Shape efficiency of an (m×k)·(k×n) GEMM on ``num_sms`` SMs: ``gemm`` × quantization × depth.
+        Multiply by ``mamf`` and ``clock`` for the fraction of the datasheet peak."""
+        best = 0.0
+        for tm, tn in TILES:
+            tiles = _ceil(m / tm) * _ceil(n / tn)
+            waves = maximum(_ceil(tiles / num_sms), 1.0)
+            best = maximum(best, m * n / (waves * num_sms * tm * tn))
+        return self.gemm * minimum(best, 1.0) * k / (k + self.gemm_k0)
 
+    # ---- attention ------------------------------------------------------------------------------------------
+    def attention_efficiency(self, head_dim: Num, keys: Num, backward: bool = False, causal: bool = True) -> Num:
+        """Fraction of the bf16 peak a flash-attention kernel sustains on its useful FLOPs."""
+        d0 = self.attention_d0
+        shape = (1 + d0 / 128.0) * head_dim / (head_dim + d0)  # 1 at d = 128
+        wasted = (1 + self.attention_block / keys) if causal else 1.0
+        return self.attention * shape / wasted * (self.attention_bwd if backward else 1.0)
+
+    # ---- links and clocks -----------------------------------------------------------------------------------
     def link(self, tier_name: str) -> float:
         return self.nvlink if tier_name == "nvlink" else self.network
 
+    def clock(self, accelerator: object) -> float:
+        """Sustained tensor clock / the clock of the measured part: (P_cap / P_rated)^(1/3), at most 1."""
+        tdp = float(getattr(accelerator, "tdp_watts", 0.0) or 0.0)
+        entry = matmul_entry(accelerator)
+        rated = entry.watts if entry is not None else tdp
+        if tdp <= 0 or rated <= 0:
+            return 1.0
+        return min(1.0, (tdp / rated) ** self.clock_exponent)
+
     def with_(self, **changes: float) -> Efficiency:
         return replace(self, **changes)
+
+
+def _ceil(x: Num) -> Num:
+    """⌈x⌉ for floats or arrays (no Python branching on values)."""
+    return -((-x) // 1)
 
 
 DEFAULT = Efficiency()

@@ -43,8 +43,10 @@ from meshplan.memory import (
 from meshplan.model import ModelSpec
 from meshplan.ops import (
     ACT_BYTES,
+    FP32,
     OpCost,
     dense_layer,
+    dims,
     embedding_ops,
     head_ops,
     moe_layer,
@@ -62,7 +64,7 @@ MEMORY = ("weights", "grads", "optimizer", "activations", "buffers")
 # ---- timing a list of ops -----------------------------------------------------------------------------------
 def axis_stride(plan: Plan, axis: str) -> Num:
     """Rank distance between members of a collective's group (plan.py placement; experts: etp innermost)."""
-    if axis in ("tp", "cp", "pp"):
+    if axis in ("tp", "tp2", "cp", "pp"):
         return plan.stride(axis)
     if axis == "dp":  # gradients are reduced over dp·cp together
         return where(plan.cp > 1, minimum(plan.stride("cp"), plan.stride("dp")), plan.stride("dp"))
@@ -78,7 +80,8 @@ def time_ops(ops: list[OpCost], cluster: Cluster, plan: Plan, eff: Efficiency) -
     for op in ops:
         if op.kind == "collective":
             c = op.collective
-            times.append(collective_time(c.kind, c.nbytes, c.group, axis_stride(plan, c.axis), cluster, eff))
+            one = collective_time(c.kind, c.nbytes, c.group, axis_stride(plan, c.axis), cluster, eff)
+            times.append(one * op.repeat if type(op.repeat) is not float or op.repeat != 1.0 else one)
         else:
             times.append(op_time(op, cluster.accelerator, plan.precision, eff))
     return times
@@ -107,32 +110,55 @@ class PassTimes:
         return PassTimes(*(getattr(self, f) + getattr(other, f) for f in PassTimes.__slots__))
 
 
-def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, recompute: str) -> PassTimes:
+def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, recompute: str, eff: Efficiency = DEFAULT
+               ) -> PassTimes:
     """Sum kernels per pass, apply the overlap rules, add recompute (``"full"``: the forward again;
-    ``"selective"``: the core-attention forward again)."""
+    ``"selective"``: the core-attention forward again). A hidden collective still slows the compute it
+    overlaps by ``eff.overlap_slowdown`` × its hidden time (SMs and HBM it takes; efficiency.py); that cost
+    is booked under the collective's component."""
     s: dict[tuple[str, str], Num] = {}
-    for op, t in zip(ops, times, strict=True):
-        bucket = {"etp": "ep"}.get(op.collective.axis, op.collective.axis) if op.collective else op.kind
-        key = ("f" if op.phase == "fwd" else "b", bucket)
+
+    def add(key: tuple[str, str], t: Num) -> None:
         s[key] = s.get(key, 0.0) + t
+
+    for op, t in zip(ops, times, strict=True):
+        ph = "f" if op.phase == "fwd" else "b"
+        if op.collective is None:
+            add((ph, op.kind), t)
+        elif op.overlap in ("tp", "cp"):
+            add((ph, op.overlap), t)
+        elif op.overlap == "summa":
+            add((ph, "summa"), t)
+            add((ph, "summa_panel"), t / op.repeat)
+        else:  # exposed, under its axis (expert-TP under ep; the K/V exchange across tp2 under cp)
+            add((ph, {"etp": "ep", "tp2": "cp"}.get(op.collective.axis, op.collective.axis) + "_exposed"), t)
     g = s.get
-    kernels_f = g(("f", "gemm"), 0.0) + g(("f", "attention"), 0.0) + g(("f", "memory"), 0.0)
-    kernels_b = g(("b", "gemm"), 0.0) + g(("b", "attention"), 0.0) + g(("b", "memory"), 0.0)
-    tp_f, tp_b = g(("f", "tp"), 0.0), g(("b", "tp"), 0.0)
-    if plan.overlap_tp:
-        tp_f = maximum(0.0, tp_f - g(("f", "gemm"), 0.0))
-        tp_b = maximum(0.0, tp_b - g(("b", "gemm"), 0.0))
-    cp_f = maximum(0.0, g(("f", "cp"), 0.0) - g(("f", "attention"), 0.0))
-    cp_b = maximum(0.0, g(("b", "cp"), 0.0) - g(("b", "attention"), 0.0))
-    ep_f, ep_b = g(("f", "ep"), 0.0), g(("b", "ep"), 0.0)
+    kernels = {ph: g((ph, "gemm"), 0.0) + g((ph, "attention"), 0.0) + g((ph, "memory"), 0.0) for ph in "fb"}
+    tp, cp, ep = {}, {}, {}
+    sd = eff.overlap_slowdown
+    for ph in "fb":
+        gemm = g((ph, "gemm"), 0.0)
+        tp[ph] = hide(g((ph, "tp"), 0.0), gemm, sd) if plan.overlap_tp else g((ph, "tp"), 0.0)
+        # SUMMA (seed 003): the first panel is exposed, the rest hides behind the GEMMs of the pass
+        tp[ph] = tp[ph] + g((ph, "tp_exposed"), 0.0) + g((ph, "summa_panel"), 0.0) + maximum(
+            0.0, g((ph, "summa"), 0.0) - gemm)
+        cp[ph] = hide(g((ph, "cp"), 0.0), g((ph, "attention"), 0.0), sd) + g((ph, "cp_exposed"), 0.0)
+        ep[ph] = g((ph, "ep_exposed"), 0.0)
     if recompute == "full":
-        redo = kernels_f + tp_f + cp_f + ep_f
+        redo = kernels["f"] + tp["f"] + cp["f"] + ep["f"]
     elif recompute == "selective":
         redo = g(("f", "attention"), 0.0)
     else:
         redo = 0.0
-    return PassTimes(fwd=kernels_f, bwd=kernels_b, recompute=redo, tp=tp_f + tp_b, cp=cp_f + cp_b,
-                     ep=ep_f + ep_b, pp=g(("f", "pp"), 0.0) + g(("b", "pp"), 0.0))
+    return PassTimes(fwd=kernels["f"], bwd=kernels["b"], recompute=redo, tp=tp["f"] + tp["b"],
+                     cp=cp["f"] + cp["b"], ep=ep["f"] + ep["b"],
+                     pp=g(("f", "pp_exposed"), 0.0) + g(("b", "pp_exposed"), 0.0))
+
+
+def hide(comm: Num, window: Num, slowdown: float) -> Num:
+    """Exposed time of ``comm`` seconds of communication overlapped with ``window`` seconds of compute:
+    what does not fit, plus the slowdown it inflicts on the compute while it runs (efficiency.py)."""
+    return maximum(0.0, comm - window) + slowdown * minimum(comm, window)
 
 
 # ---- the step -----------------------------------------------------------------------------------------------
@@ -162,12 +188,12 @@ def _parts(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency) -> _
     return _Parts(ops, {k: time_ops(v, cluster, plan, eff) for k, v in ops.items()})
 
 
-def _layer(model: ModelSpec, plan: Plan, parts: _Parts, recompute: str) -> PassTimes:
-    dense = pass_times(parts.ops["dense"], parts.times["dense"], plan, recompute)
+def _layer(model: ModelSpec, plan: Plan, parts: _Parts, recompute: str, eff: Efficiency = DEFAULT) -> PassTimes:
+    dense = pass_times(parts.ops["dense"], parts.times["dense"], plan, recompute, eff)
     if not model.is_moe:
         return dense
     f = moe_fraction(model)
-    moe = pass_times(parts.ops["moe"], parts.times["moe"], plan, recompute)
+    moe = pass_times(parts.ops["moe"], parts.times["moe"], plan, recompute, eff)
     return dense.scaled(1 - f).plus(moe.scaled(f))
 
 
@@ -208,14 +234,14 @@ class Units:
 def unit_costs(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = DEFAULT,
                parts: _Parts | None = None) -> Units:
     parts = parts or _parts(model, cluster, plan, eff)
-    plain = _layer(model, plan, parts, "none")
-    redo = plain if plan.recompute == "none" else _layer(model, plan, parts, plan.recompute)
+    plain = _layer(model, plan, parts, "none", eff)
+    redo = plain if plan.recompute == "none" else _layer(model, plan, parts, plan.recompute, eff)
     f = moe_fraction(model)
     saved = _saved(parts.ops["dense"]) * (1 - f) + (_saved(parts.ops["moe"]) * f if model.is_moe else 0.0)
     return Units(layer=redo, layer_plain=plain,
-                 embed=pass_times(parts.ops["embed"], parts.times["embed"], plan, "none"),
-                 head=pass_times(parts.ops["head"], parts.times["head"], plan, "none"),
-                 p2p=pass_times(parts.ops["p2p"], parts.times["p2p"], plan, "none"),
+                 embed=pass_times(parts.ops["embed"], parts.times["embed"], plan, "none", eff),
+                 head=pass_times(parts.ops["head"], parts.times["head"], plan, "none", eff),
+                 p2p=pass_times(parts.ops["p2p"], parts.times["p2p"], plan, "none", eff),
                  layer_saved=saved, embed_saved=_saved(parts.ops["embed"]), head_saved=_saved(parts.ops["head"]))
 
 
@@ -259,15 +285,15 @@ def dp_time(model: ModelSpec, cluster: Cluster, plan: Plan, params: StageParams,
     3: weights are gathered before each micro-batch's forward and again for its backward, gradients
     reduce-scattered after it. Overlap: see the module docstring."""
     all_reduce, gather, scatter = _dp_collectives(model, cluster, plan, params, eff)
-    m, ov = plan.grad_accum, plan.overlap_dp
+    m, ov, sd = plan.grad_accum, plan.overlap_dp, eff.overlap_slowdown
     fwd, bwd = stage.fwd if ov else 0.0, stage.bwd if ov else 0.0
     if plan.zero == 0:
-        return maximum(0.0, all_reduce - bwd)
+        return hide(all_reduce, bwd, sd)
     if plan.zero == 1:
-        return maximum(0.0, scatter - bwd) + maximum(0.0, gather - fwd)
+        return hide(scatter, bwd, sd) + hide(gather, fwd, sd)
     if plan.zero == 2:
-        return m * maximum(0.0, scatter - bwd) + maximum(0.0, gather - fwd)
-    return m * (maximum(0.0, gather - fwd) + maximum(0.0, gather + scatter - bwd))
+        return m * hide(scatter, bwd, sd) + hide(gather, fwd, sd)
+    return m * (hide(gather, fwd, sd) + hide(gather + scatter, bwd, sd))
 
 
 def optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency) -> Num:
@@ -323,16 +349,26 @@ def model_state_memory(model: ModelSpec, plan: Plan) -> tuple[tuple[Num, Num, Nu
 
 
 def _layer_input(model: ModelSpec, plan: Plan) -> Num:
-    sp_shard = plan.tp if plan.sequence_parallel else 1
-    return plan.micro_batch * model.seq_length / plan.cp * model.hidden_size * ACT_BYTES / sp_shard
+    """The bytes of a layer's input on one GPU: its rows of the residual stream (sharded under SP / SUMMA)."""
+    return dims(model, plan).tokens_sp * model.hidden_size * ACT_BYTES
+
+
+def loss_workspace(model: ModelSpec, plan: Plan) -> Num:
+    """Transient peak of the cross-entropy backward on the last stage: while the saved fp32 softmax of the
+    logits is alive, the fp32 gradient of the logits is materialised and cast to the 16-bit gradient the LM
+    head's backward consumes: (4 + 2)·T·V/t bytes (PyTorch ``cross_entropy`` on upcast logits; Megatron's
+    fused vocab-parallel loss writes the gradient in place but still emits the 16-bit copy)."""
+    return dims(model, plan).tokens * model.vocab_size / plan.tp * (FP32 + ACT_BYTES)
 
 
 def activation_memory(model: ModelSpec, plan: Plan, u: Units) -> tuple[Num, Num]:
-    """Saved activations on the first and on the last pipeline rank (memory.py)."""
+    """Saved activations on the first and on the last pipeline rank (memory.py), with the loss's transient
+    workspace on the rank that computes the loss."""
     single, layer_input = plan.pp == 1, _layer_input(model, plan)
+    loss = loss_workspace(model, plan)
     first = activation_bytes(model, plan, u.layer_saved, layer_input) + u.embed_saved * in_flight_chunks(plan) + (
-        u.head_saved * single)
-    last = activation_bytes(model, plan, u.layer_saved, layer_input, last=True) + u.head_saved + (
+        (u.head_saved + loss) * single)
+    last = activation_bytes(model, plan, u.layer_saved, layer_input, last=True) + u.head_saved + loss + (
         u.embed_saved * single * in_flight_chunks(plan))
     return first, last
 
@@ -341,7 +377,7 @@ def buffer_memory(model: ModelSpec, plan: Plan) -> Num:
     """Transient buffers: the gathered activations of a TP collective (×2, in and out) and, with ZeRO-3, the
     unsharded weights of the layer in use and the one being prefetched."""
     prefetch = (plan.zero == 3) * 2 * layer_params(model, plan).total * WEIGHT_BYTES
-    return prefetch + 2 * _layer_input(model, plan) * (plan.tp if plan.sequence_parallel else 1)
+    return prefetch + 2 * dims(model, plan).tokens * model.hidden_size * ACT_BYTES
 
 
 def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, eff: Efficiency = DEFAULT) -> StepCosts:

@@ -68,8 +68,9 @@ def moe_fraction(model: ModelSpec) -> float:
 
 
 def layer_params(model: ModelSpec, plan: Plan) -> StageParams:
-    """Average parameters per layer on one GPU: dense parts split t-ways, experts split ep·etp-ways."""
-    t = plan.tp
+    """Average parameters per layer on one GPU: dense parts split t-ways (t·t2 on a SUMMA grid), experts
+    split ep·etp-ways."""
+    t = plan.tp * plan.tp2
     attn_and_norms = model.attention_params() + 2 * model.norm_params(model.hidden_size)
     dense_mlp = model.mlp_params(model.ffn_hidden_size)
     f = moe_fraction(model)

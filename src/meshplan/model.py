@@ -48,6 +48,7 @@ class ModelSpec:
     qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
     position_embedding: str = "rope"
     dropout: bool = False  # dropout after attention / MLP (GPT-3-era Megatron); adds masks to activations
+    causal: bool = True  # causal (decoder) attention; False for encoders such as ViT
     max_position_embeddings: int = 0  # rows of the learned position table
     # Mixture of experts. num_experts = 0 is a dense model.
     num_experts: int = 0

@@ -30,7 +30,7 @@ Sources:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from meshplan.comm import Collective
 from meshplan.model import ModelSpec
@@ -56,7 +56,11 @@ class OpCost:
     n: Num = 0.0
     k: Num = 0.0
     collective: Collective | None = None
-    overlap: str = ""  # "" exposed; "tp", "cp", "dp", "zero3": may hide behind compute (see estimate.py)
+    overlap: str = ""  # "" exposed; "tp", "cp", "summa": may hide behind compute (see estimate.py)
+    repeat: Num = 1.0  # a collective sent this many times (SUMMA panels), each of ``nbytes``
+    # attention kernel: "flash_causal" / "flash" (one fused kernel: time = max(compute, memory)) or "unfused"
+    # (batched score GEMMs and a separate softmax kernel: times add). m, n, k: queries·heads, keys, head dim.
+    variant: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +77,11 @@ class Dims:
 
 
 def dims(model: ModelSpec, plan: Plan) -> Dims:
-    tokens = plan.micro_batch * model.seq_length / plan.cp
-    tokens_sp = tokens / plan.tp if plan.sequence_parallel else tokens
+    """T = b·s/(c·tp2) rows per GPU (tp2 = 1 outside the summa layout); Tsp = T/t where the residual stream
+    is sharded t-ways (sequence parallelism, or the summa layout's feature split)."""
+    tokens = plan.micro_batch * model.seq_length / (plan.cp * plan.tp2)
+    sharded = plan.sequence_parallel or plan.tensor_layout == "summa"
+    tokens_sp = tokens / plan.tp if sharded else tokens
     return Dims(tokens=tokens, tokens_sp=tokens_sp, tp=plan.tp, seq=model.seq_length,
                 micro_batch=plan.micro_batch, grad_bytes=plan.grad_bytes, dropout=model.dropout)
 
@@ -107,10 +114,10 @@ def elementwise(name: str, elems_in: Num, elems_out: Num, flops_per_elem: float,
     ]
 
 
-def collective(name: str, phase: str, kind: str, nbytes: Num, axis: str, group: Num, overlap: str = ""
-               ) -> OpCost:
+def collective(name: str, phase: str, kind: str, nbytes: Num, axis: str, group: Num, overlap: str = "",
+               repeat: Num = 1.0) -> OpCost:
     return OpCost(name, phase, "collective", nbytes=nbytes, collective=Collective(kind, nbytes, axis, group),
-                  overlap=overlap)
+                  overlap=overlap, repeat=repeat)
 
 
 def norm(name: str, model: ModelSpec, d: Dims) -> list[OpCost]:
@@ -191,33 +198,57 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     out_elems = T * heads * d_v
     saved_qkv = qkv_elems * a
     if plan.flash_attention:
-        flops = full / 2
+        flops = full / 2 if model.causal else full
         lse = T * heads * FP32
+        shape = {"m": T * heads, "n": s, "k": d_qk, "variant": "flash_causal" if model.causal else "flash"}
         return [
-            OpCost("attn/core", "fwd", "attention", flops, a * (qkv_elems + out_elems), saved_qkv + lse),
-            OpCost("attn/core", "bwd_x", "attention", 2.5 * flops, a * (2 * qkv_elems + 3 * out_elems)),
+            OpCost("attn/core", "fwd", "attention", flops, a * (qkv_elems + out_elems), saved_qkv + lse, **shape),
+            OpCost("attn/core", "bwd_x", "attention", 2.5 * flops, a * (2 * qkv_elems + 3 * out_elems), **shape),
         ]
-    scores = d.micro_batch * heads * (s / plan.cp) * s  # full square: the mask is applied, not skipped
+    scores = T * heads * s  # full square: the mask is applied, not skipped
     kept = scores * (2 * a + MASK_BYTES if d.dropout else a)  # softmax out (+ mask + dropout out)
     if plan.recompute == "selective":  # Korthikanti §5: recompute the scores, keep only Q, K, V
         kept = 0.0
     traffic = scores * (6 * a + (2 * MASK_BYTES if d.dropout else 0))  # write S, softmax r/w, dropout, read P
+    # Q·Kᵀ reduces over d, P·V over s (equal FLOPs): the pair runs like one GEMM of depth 2ds/(d+s)
+    shape = {"m": T * heads, "n": s, "k": 2.0 * d_qk * s / (d_qk + s), "variant": "unfused"}
     return [
-        OpCost("attn/core", "fwd", "attention", full, a * (qkv_elems + out_elems) + traffic, saved_qkv + kept),
-        OpCost("attn/core", "bwd_x", "attention", 2 * full, a * (2 * qkv_elems + 2 * out_elems) + 1.5 * traffic),
+        OpCost("attn/core", "fwd", "attention", full, a * (qkv_elems + out_elems) + traffic, saved_qkv + kept,
+               **shape),
+        OpCost("attn/core", "bwd_x", "attention", 2 * full, a * (2 * qkv_elems + 2 * out_elems) + 1.5 * traffic,
+               **shape),
     ]
 
 
-def context_exchange(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
-    """Ring attention: c-1 exchanges of this rank's K and V forward; backward sends K, V and dK, dV."""
+def kv_chunk(model: ModelSpec, d: Dims) -> Num:
+    """Bytes of this GPU's K and V (its T rows, its heads)."""
     if model.is_mla:
         kv_width = model.num_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim)
     else:
         kv_width = 2 * model.kv_dim
-    chunk = d.tokens * kv_width / d.tp * ACT_BYTES
-    steps = plan.cp - 1
-    return [collective("attn/cp_ring", "fwd", "p2p", steps * chunk, "cp", plan.cp, "cp"),
-            collective("attn/cp_ring", "bwd_x", "p2p", 2 * steps * chunk, "cp", plan.cp, "cp")]
+    return d.tokens * kv_width / d.tp * ACT_BYTES
+
+
+def kv_exchange(name: str, axis: str, group: Num, how: str, chunk: Num) -> list[OpCost]:
+    """Give every rank of a sequence-sharded group the whole sequence's K and V.
+
+    ``ring`` (ring attention, Liu et al. 2023; Megatron-Core cp_comm_type="p2p"): g-1 steps forward, K/V and
+    dK/dV backward, overlapped with the attention kernel. ``allgather`` (seed 003's fused attention for the
+    2D context layout; Megatron-Core cp_comm_type="all_gather"): all-gather K and V before the kernel
+    forward and again backward, reduce-scatter dK and dV after it; exposed.
+    """
+    if how == "ring":
+        return [collective(name, "fwd", "p2p", (group - 1) * chunk, axis, group, "cp"),
+                collective(name, "bwd_x", "p2p", 2 * (group - 1) * chunk, axis, group, "cp")]
+    full = group * chunk
+    return [collective(name, "fwd", "all_gather", full, axis, group),
+            collective(name, "bwd_x", "all_gather", full, axis, group),
+            collective(name, "bwd_x", "reduce_scatter", full, axis, group)]
+
+
+def context_exchange(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """K/V exchange across the context-parallel ranks (none when c = 1: a group of one costs nothing)."""
+    return kv_exchange("attn/cp_kv", "cp", plan.cp, plan.cp_comm, kv_chunk(model, d))
 
 
 def attention_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
@@ -275,6 +306,10 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     ops.append(collective("moe/etp_scatter", "fwd", "reduce_scatter", rows * h * a, "etp", plan.etp))
     ops.append(collective("moe/etp_gather", "bwd_x", "all_gather", rows * h * a, "etp", plan.etp))
     ops.append(collective("moe/etp_scatter", "bwd_x", "reduce_scatter", rows * h * a, "etp", plan.etp))
+    # token permutation around the all-to-alls (Megatron-Core MoE token dispatcher: permute before dispatch,
+    # unpermute + probability-weighted sum after combine): a gather and a scatter of the k·T/t routed rows
+    ops += elementwise("moe/permute", routed * k * h, routed * k * h, 0.0)
+    ops += elementwise("moe/unpermute", routed * k * h, routed * h, 2.0)
     ops += mlp_gemms("moe/experts", model, rows, model.moe_ffn_hidden_size / plan.etp, d)
     if model.shared_expert_ffn_size:
         ops += tp_enter("moe/shared_tp_in", model, plan, d)
@@ -284,15 +319,38 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     return ops
 
 
+LOW_PRECISION_BYTES = {"fp8": 1.0, "fp4": 0.5}
+
+
+def low_precision_casts(ops: list[OpCost], plan: Plan) -> list[OpCost]:
+    """With fp8 / fp4 GEMMs (Transformer Engine), each GEMM's activation operand is quantized before the
+    forward GEMM and its output gradient before the backward GEMMs, each to a row-wise and a transposed
+    (column-wise) copy for the weight-gradient GEMM (TE ``cast_transpose``): read 2 bytes, write 2 × the
+    low-precision bytes per element. Weights are cast once per step (TE caches them across micro-batches),
+    which is neglected. GEMMs marked ``variant="bf16"`` (the LM head) stay in 16 bits."""
+    low = LOW_PRECISION_BYTES.get(plan.precision)
+    if low is None:
+        return ops
+    per_elem = ACT_BYTES + 2 * low
+    casts = [OpCost(op.name + "/cast", op.phase, "memory", 0.0, per_elem * (op.m * op.k if op.phase == "fwd"
+                                                                           else op.m * op.n))
+             for op in ops if op.kind == "gemm" and op.phase in ("fwd", "bwd_x") and op.variant != "bf16"]
+    return ops + casts
+
+
 def dense_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
     """One transformer layer with a dense MLP, one micro-batch, one GPU."""
     d = dims(model, plan)
-    return attention_block(model, plan, d) + mlp_block(model, plan, d)
+    if plan.tensor_layout == "summa":
+        from meshplan.ops2d import summa_layer
+
+        return summa_layer(model, plan, d)
+    return low_precision_casts(attention_block(model, plan, d) + mlp_block(model, plan, d), plan)
 
 
 def moe_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
     d = dims(model, plan)
-    return attention_block(model, plan, d) + moe_block(model, plan, d)
+    return low_precision_casts(attention_block(model, plan, d) + moe_block(model, plan, d), plan)
 
 
 # ---- first and last pipeline stage ------------------------------------------------------------------------
@@ -324,7 +382,9 @@ def head_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
     logits = d.tokens * vocab
     ops = norm("head/norm", model, d)
     ops += tp_enter("head/tp_in", model, plan, d)
-    ops += gemm("head/logits", d.tokens, model.hidden_size, vocab, d, saved=d.tokens_sp * model.hidden_size * ACT_BYTES)
+    # the output layer is outside Transformer Engine's fp8 region: it runs in 16 bits whatever the plan's precision
+    ops += [replace(op, variant="bf16") for op in gemm("head/logits", d.tokens, model.hidden_size, vocab, d,
+                                                        saved=d.tokens_sp * model.hidden_size * ACT_BYTES)]
     ops.append(OpCost("head/loss", "fwd", "memory", 6.0 * logits, logits * (ACT_BYTES + 2 * FP32), logits * FP32))
     ops.append(OpCost("head/loss", "bwd_x", "memory", 2.0 * logits, logits * (FP32 + ACT_BYTES)))
     ops.append(collective("head/loss_tp", "fwd", "all_reduce", 3 * d.tokens * FP32, "tp", plan.tp))

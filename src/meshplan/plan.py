@@ -5,8 +5,14 @@ GPUs are dp·tp·pp·cp. Expert parallelism ``ep`` and expert-tensor parallelism
 tp·cp·dp ranks of a pipeline stage for the MoE layers (Megatron-Core "MoE parallel folding",
 arXiv 2504.14960): expert-data-parallel = tp·cp·dp / (etp·ep) must be an integer.
 
+Tensor layouts (seed 003, arXiv 2410.00273): ``1d`` is Megatron tensor parallelism over ``tp`` GPUs
+(with optional sequence parallelism); ``summa`` is 2D tensor parallelism on a tp × tp2 grid: activations
+(b, s/tp2, h/tp), weights (h/tp2, f/tp), SUMMA broadcasts in ``summa_panels`` panels. Context parallelism
+(``cp``) shards the sequence further and exchanges K/V by a ring or an all-gather (``cp_comm``); tp × cp is
+seed 003's "2D context parallel" strategy.
+
 Placement is the order in which the dense axes are laid onto the device mesh, innermost first (default
-tp, cp, dp, pp, the Megatron-LM rank order). An axis' *stride* is the product of the sizes inside it; with the
+tp, tp2, cp, dp, pp, the Megatron-LM rank order). An axis' *stride* is the product of the sizes inside it; with the
 mesh's tier sizes that decides which tiers a group spans (see comm.py). Expert groups follow Megatron-Core's
 expert rank order: etp innermost, then ep.
 """
@@ -22,7 +28,9 @@ if TYPE_CHECKING:
     from meshplan.hardware import Cluster
     from meshplan.model import ModelSpec
 
-DENSE_AXES = ("tp", "cp", "dp", "pp")
+DENSE_AXES = ("tp", "tp2", "cp", "dp", "pp")
+LAYOUTS = ("1d", "summa")
+CP_COMM = ("ring", "allgather")
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 PRECISION = ("bf16", "fp16", "fp8", "fp4")
@@ -36,6 +44,7 @@ class Plan:
     tp: int = 1
     pp: int = 1
     cp: int = 1
+    tp2: int = 1  # second tensor-parallel grid dimension (summa layout)
     ep: int = 1
     etp: int = 0  # 0 → same as tp
     vpp: int = 1  # virtual pipeline stages (model chunks) per pipeline rank
@@ -54,6 +63,9 @@ class Plan:
     overlap_tp: bool = False  # TP collectives overlapped with GEMMs (Megatron tp-comm-overlap)
     overlap_dp: bool = True  # DP gradient reduction overlapped with the backward pass
     flash_attention: bool = True
+    tensor_layout: str = "1d"
+    summa_panels: int = 0  # SUMMA panels nb; 0 → max(tp, tp2)
+    cp_comm: str = "ring"
     tags: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -61,10 +73,15 @@ class Plan:
             object.__setattr__(self, "etp", self.tp)
         if self.global_batch == 0:
             object.__setattr__(self, "global_batch", self.dp * self.micro_batch)
+        if "tp2" not in self.placement and "tp" in self.placement:  # a 4-axis order: tp2 sits next to tp
+            i = self.placement.index("tp") + 1
+            object.__setattr__(self, "placement", (*self.placement[:i], "tp2", *self.placement[i:]))
+        if self.summa_panels == 0:
+            object.__setattr__(self, "summa_panels", max(self.tp, self.tp2))
 
     @property
     def num_gpus(self) -> int:
-        return self.dp * self.tp * self.pp * self.cp
+        return self.dp * self.tp * self.tp2 * self.pp * self.cp
 
     @property
     def grad_accum(self) -> int:
@@ -89,7 +106,11 @@ class Plan:
 
     def describe(self) -> str:
         parts = [f"dp={self.dp}", f"tp={self.tp}", f"pp={self.pp}"]
+        if self.tensor_layout == "summa":
+            parts[1] = f"summa={self.tp}x{self.tp2}/nb{self.summa_panels}"
         parts += [f"{k}={getattr(self, k)}" for k in ("cp", "ep", "vpp") if getattr(self, k) > 1]
+        if self.cp > 1 and self.cp_comm != "ring":
+            parts.append(f"cp-{self.cp_comm}")
         if self.etp != self.tp:
             parts.append(f"etp={self.etp}")
         parts += [f"mbs={self.micro_batch}", f"gbs={self.global_batch}", f"zero={self.zero}",
@@ -100,15 +121,16 @@ class Plan:
             parts.append(self.schedule)
         parts += [name for name, on in (("offload-opt", self.offload_optimizer),
                                         ("offload-act", self.offload_activations)) if on]
-        if self.placement != DENSE_AXES:
-            parts.append("placement=" + ",".join(self.placement))
+        shown = [a for a in self.placement if getattr(self, a) > 1]
+        if shown != [a for a in DENSE_AXES if getattr(self, a) > 1]:
+            parts.append("placement=" + ",".join(shown))
         return " ".join(parts)
 
 
 def check(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> list[str]:
     """Every constraint ``plan`` violates for this model (and cluster), each with its numbers. [] = valid."""
     reasons: list[str] = []
-    for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch"):
+    for name in ("dp", "tp", "pp", "cp", "tp2", "ep", "etp", "vpp", "micro_batch", "global_batch", "summa_panels"):
         value = getattr(plan, name)
         if name == "etp" and value == plan.tp:
             continue  # defaulted to tp: reported under tp
@@ -117,9 +139,14 @@ def check(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> list[str]:
     if reasons:
         return reasons
     if cluster is not None and plan.num_gpus != cluster.num_gpus:
-        reasons.append(f"dp*tp*pp*cp = {plan.dp}*{plan.tp}*{plan.pp}*{plan.cp} = {plan.num_gpus} "
-                       f"!= gpus={cluster.num_gpus}")
+        if plan.tp2 > 1:
+            reasons.append(f"dp*tp*tp2*pp*cp = {plan.dp}*{plan.tp}*{plan.tp2}*{plan.pp}*{plan.cp} = "
+                           f"{plan.num_gpus} != gpus={cluster.num_gpus}")
+        else:
+            reasons.append(f"dp*tp*pp*cp = {plan.dp}*{plan.tp}*{plan.pp}*{plan.cp} = {plan.num_gpus} "
+                           f"!= gpus={cluster.num_gpus}")
     reasons += _check_tensor(model, plan)
+    reasons += _check_summa(model, plan)
     reasons += _check_pipeline(model, plan)
     reasons += _check_experts(model, plan)
     reasons += _check_options(model, cluster, plan)
@@ -146,6 +173,29 @@ def _check_tensor(model: ModelSpec, plan: Plan) -> list[str]:
                        "(load-balanced causal split)")
     if plan.sequence_parallel and plan.tp == 1:
         reasons.append("sequence_parallel needs tp > 1")
+    return reasons
+
+
+def _check_summa(model: ModelSpec, plan: Plan) -> list[str]:
+    """The 2D SUMMA grid: tp2 shards the sequence and the weights' rows; panels split the hidden size."""
+    if plan.tensor_layout not in LAYOUTS:
+        return [f"tensor_layout={plan.tensor_layout!r} must be one of {', '.join(LAYOUTS)}"]
+    if plan.cp_comm not in CP_COMM:
+        return [f"cp_comm={plan.cp_comm!r} must be one of {', '.join(CP_COMM)}"]
+    if plan.tensor_layout == "1d":
+        return [f"tp2={plan.tp2} needs tensor_layout='summa'"] if plan.tp2 > 1 else []
+    reasons = []
+    if model.is_moe or model.is_mla:
+        reasons.append(f"tensor_layout='summa' models dense standard-attention layers only ({model.name})")
+    if model.seq_length % (plan.tp2 * plan.cp):
+        reasons.append(f"tp2*cp = {plan.tp2 * plan.cp} does not divide seq_length={model.seq_length}")
+    for name, size in (("hidden_size", model.hidden_size), ("ffn_hidden_size", model.ffn_hidden_size)):
+        if size % plan.tp2:
+            reasons.append(f"tp2={plan.tp2} does not divide {name}={size}")
+    if model.hidden_size % plan.summa_panels:
+        reasons.append(f"summa_panels={plan.summa_panels} does not divide hidden_size={model.hidden_size}")
+    if plan.sequence_parallel:
+        reasons.append("sequence_parallel does not apply to the summa layout (activations are already sharded)")
     return reasons
 
 

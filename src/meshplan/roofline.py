@@ -16,11 +16,21 @@ from meshplan.xp import Num, maximum
 
 
 def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Num:
+    """Math time at the sustained clock: GEMMs at the plan's precision with their shape's efficiency,
+    attention at the 16-bit rate (flash kernels: attention efficiency; unfused: batched score GEMMs),
+    element-wise math at the fp32 CUDA-core rate."""
+    clock = eff.clock(acc)
     if op.kind == "gemm":
-        return op.flops / (acc.flops(precision) * eff.gemm_efficiency(op.m, op.n, op.k))
+        precision = "bf16" if op.variant == "bf16" else precision
+        rate = acc.flops(precision) * clock * eff.mamf(acc, precision)
+        return op.flops / (rate * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms))
     if op.kind == "attention":
-        return op.flops / (acc.half_flops * eff.attention)
-    return op.flops / acc.peak_flops.get("fp32", acc.half_flops / 16)
+        if op.variant == "unfused":
+            rate = acc.half_flops * clock * eff.mamf(acc, "bf16")
+            return op.flops / (rate * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms))
+        rate = eff.attention_efficiency(op.k, op.n, backward=op.phase != "fwd", causal=op.variant == "flash_causal")
+        return op.flops / (acc.half_flops * clock * rate)
+    return op.flops / (acc.peak_flops.get("fp32", acc.half_flops / 16) * clock)
 
 
 def memory_time(op: OpCost, acc: Accelerator, eff: Efficiency) -> Num:
@@ -28,7 +38,11 @@ def memory_time(op: OpCost, acc: Accelerator, eff: Efficiency) -> Num:
 
 
 def op_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Num:
-    """Seconds for a compute op: max(compute, memory)."""
+    """Seconds for a compute op: max(compute, memory) for one kernel that streams while it computes; the
+    sum for unfused attention, whose score GEMMs and softmax are separate kernels (the scores round-trip
+    through HBM between them)."""
+    if op.variant == "unfused":
+        return compute_time(op, acc, precision, eff) + memory_time(op, acc, eff)
     return maximum(compute_time(op, acc, precision, eff), memory_time(op, acc, eff))
 
 

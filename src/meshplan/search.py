@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from meshplan.batch import PlanBatch
 from meshplan.efficiency import DEFAULT, Efficiency
 from meshplan.estimate import (
     Estimate,
+    PassTimes,
     Units,
     _bottleneck_params,
     activation_memory,
@@ -44,7 +46,7 @@ from meshplan.estimate import (
 from meshplan.hardware import Cluster
 from meshplan.memory import model_states, stage_params
 from meshplan.model import ModelSpec
-from meshplan.plan import DENSE_AXES, Plan
+from meshplan.plan import DENSE_AXES, LAYOUTS, Plan
 from meshplan.units import fmt_bytes
 
 PLACEMENTS = tuple(itertools.permutations(DENSE_AXES))
@@ -59,6 +61,7 @@ class Space:
     zero: tuple[int, ...] = (0, 1, 2, 3)
     recompute: tuple[str, ...] = ("none", "selective", "full")
     sequence_parallel: tuple[bool, ...] = (False, True)
+    layouts: tuple[str, ...] = ("1d", "summa")
     offload_optimizer: tuple[bool, ...] = (False, True)
     offload_activations: tuple[bool, ...] = (False, True)
     gpipe: bool = True
@@ -69,11 +72,12 @@ class Space:
     overlap_tp: bool = False
     overlap_dp: bool = True
     flash_attention: bool = True
+    cp_comm: str = "ring"
 
     @property
     def settings(self) -> dict[str, object]:
         return {"precision": self.precision, "grad_bytes": self.grad_bytes, "overlap_tp": self.overlap_tp,
-                "overlap_dp": self.overlap_dp, "flash_attention": self.flash_attention}
+                "overlap_dp": self.overlap_dp, "flash_attention": self.flash_attention, "cp_comm": self.cp_comm}
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,7 @@ class SearchResult:
 
 
 # ---- candidates ------------------------------------------------------------------------------------------------
+@lru_cache(maxsize=4096)
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -128,21 +133,67 @@ def _tensor_reason(model: ModelSpec, tp: int) -> tuple[str, str] | None:
     return None
 
 
-def _placements(sizes: dict[str, int], everything: bool) -> list[int]:
-    """Indices into PLACEMENTS with distinct strides for the axes larger than 1."""
+_PLACEMENT_ID = {order: i for i, order in enumerate(PLACEMENTS)}
+
+
+def _members(tiers: tuple[int, ...], group: int, stride: int) -> tuple[int, ...]:
+    """How a group (``group`` ranks ``stride`` apart) splits over the mesh tiers (comm.split_group, integers)."""
+    parts, inner, span = [], 1, 1
+    for i, size in enumerate(tiers):
+        span *= size
+        members = group if i == len(tiers) - 1 else min(group, max(1, span // stride))
+        parts.append(members // inner)
+        inner = members
+    return tuple(parts)
+
+
+def _placement_key(order: tuple[str, ...], sizes: dict[str, int], tiers: tuple[int, ...]) -> tuple:
+    """Everything a placement changes in the cost model: the tier split of each collective's group
+    (tp, tp2, cp, the pipeline neighbours, and dp·cp for the gradient reduction; estimate.axis_stride)."""
+    stride, strides = 1, {}
+    for axis in order:
+        strides[axis] = stride
+        stride *= sizes[axis]
+    dp_stride = min(strides["cp"], strides["dp"]) if sizes["cp"] > 1 else strides["dp"]
+    return (tuple(_members(tiers, sizes[a], strides[a]) for a in ("tp", "tp2", "cp"))
+            + (_members(tiers, 2, strides["pp"]), _members(tiers, sizes["dp"] * sizes["cp"], dp_stride)))
+
+
+def _placements(sizes: dict[str, int], tiers: tuple[int, ...], everything: bool) -> list[int]:
+    """Indices into PLACEMENTS of the placements that differ in cost.
+
+    Orders are built innermost first until they fill every tier but the outermost (the order of the axes
+    beyond that changes nothing); axes of size 1 go last. Orders with the same tier split for every
+    communicating group (``_placement_key``) cost the same, so one of each is kept: exact, not a heuristic.
+    """
     if not everything:
         return [0]
-    seen, keep = set(), []
-    for i, order in enumerate(PLACEMENTS):
-        stride, key = 1, []
-        for axis in order:
-            if sizes[axis] > 1:
-                key.append((axis, stride))
-            stride *= sizes[axis]
-        if tuple(key) not in seen:
-            seen.add(tuple(key))
-            keep.append(i)
-    return keep
+    active = [a for a in DENSE_AXES if sizes[a] > 1]
+    limit = 1
+    for size in tiers[:-1]:
+        limit *= size
+    kept: dict[tuple, int] = {}
+
+    def extend(prefix: tuple[str, ...], product: int) -> None:
+        if product >= limit or len(prefix) == len(active):
+            order = prefix + tuple(a for a in DENSE_AXES if a not in prefix)
+            kept.setdefault(_placement_key(order, sizes, tiers), _PLACEMENT_ID[order])
+            return
+        for axis in active:
+            if axis not in prefix:
+                extend((*prefix, axis), product * sizes[axis])
+
+    extend((), 1)
+    return sorted(kept.values())
+
+
+@lru_cache(maxsize=4096)
+def _panels(model: ModelSpec, tp: int, tp2: int) -> list[int]:
+    """SUMMA panel counts nb (seed 003 ``summa_nb_candidates``): max(tp, tp2)·2^i dividing the hidden size
+    while panels keep at least 512 columns (or just the first one if none does)."""
+    start, h = max(tp, tp2), model.hidden_size
+    options = [nb for nb in (start << i for i in range(16)) if nb <= h and h % nb == 0 and h // nb >= 512]
+    return options or ([start] if h % start == 0 else [])
 
 
 def _expert_pairs(model: ModelSpec, tp: int, ranks: int) -> tuple[list[tuple[int, int]], int]:
@@ -159,6 +210,31 @@ def _expert_pairs(model: ModelSpec, tp: int, ranks: int) -> tuple[list[tuple[int
     return pairs, bad
 
 
+def _layout_reason(model: ModelSpec, layout: str, tp2: int, cp: int) -> tuple[str, str] | None:
+    if layout == "1d":
+        return None
+    if model.is_moe or model.is_mla:
+        return "summa: dense standard-attention models only", f"{model.name} is MoE or MLA"
+    if model.seq_length % (tp2 * cp):
+        return "tp2*cp does not divide seq_length", f"tp2={tp2}, cp={cp}, seq_length={model.seq_length}"
+    if model.hidden_size % tp2 or model.ffn_hidden_size % tp2:
+        return "tp2 does not divide the hidden or FFN size", f"tp2={tp2}, hidden={model.hidden_size}"
+    return None
+
+
+def _grids(n: int, space: Space) -> Iterator[tuple[int, int, int, int, str]]:
+    """(tp, tp2, cp, pp, layout) with tp·tp2·cp·pp dividing n: tp2 = 1 for 1D, tp2 >= 2 for SUMMA."""
+    divs = divisors(n)
+    for tp, cp, pp in itertools.product(divs, repeat=3):
+        if n % (tp * cp * pp):
+            continue
+        if "1d" in space.layouts:
+            yield tp, 1, cp, pp, "1d"
+        if "summa" in space.layouts:
+            for tp2 in divisors(n // (tp * cp * pp))[1:]:
+                yield tp, tp2, cp, pp, "summa"
+
+
 def candidates(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[dict[str, np.ndarray], _Tally]:
     """Numeric columns of every structurally valid candidate, and the tally of the invalid ones.
 
@@ -167,18 +243,19 @@ def candidates(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[dict[s
     n, gbs, layers = cluster.num_gpus, space.global_batch, model.num_layers
     cat = len(space.zero) * len(space.recompute) * len(space.offload_optimizer) * len(space.offload_activations)
     tally, columns = _Tally(), []
-    for tp, cp, pp in itertools.product(divisors(n), repeat=3):
-        if n % (tp * cp * pp):
-            continue
-        dp = n // (tp * cp * pp)
-        mult = cat * (len(space.sequence_parallel) if tp > 1 else 1)
-        reason = _tensor_reason(model, tp)
+    for tp, tp2, cp, pp, layout in _grids(n, space):
+        dp = n // (tp * tp2 * cp * pp)
+        mult = cat * (len(space.sequence_parallel) if tp > 1 and layout == "1d" else 1)
+        reason = _tensor_reason(model, tp) or _layout_reason(model, layout, tp2, cp)
         if reason is None and cp > 1 and model.seq_length % (2 * cp):
             reason = ("2*cp does not divide seq_length", f"cp={cp}, seq_length={model.seq_length}")
         if reason is None and pp > layers:
             reason = ("pp exceeds num_layers", f"pp={pp} > num_layers={layers}")
         if reason is None and gbs % dp:
             reason = ("dp does not divide global_batch", f"dp={dp} does not divide global_batch={gbs}")
+        panels = _panels(model, tp, tp2) if layout == "summa" else [max(tp, tp2)]
+        if reason is None and not panels:
+            reason = ("no SUMMA panel count divides hidden_size", f"tp={tp}, tp2={tp2}")
         if reason is not None:
             tally.add(*reason, mult)
             continue
@@ -187,12 +264,13 @@ def candidates(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[dict[s
         experts, bad = _expert_pairs(model, tp, tp * cp * dp)
         tally.add("ep*etp does not divide tp*cp*dp or num_experts", f"tp={tp} cp={cp} dp={dp}",
                   bad * mult * len(micro) * len(vpps))
-        sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
-        grid = np.array(list(itertools.product(micro, vpps, range(len(experts)),
-                                               _placements(sizes, space.all_placements))), dtype=np.int64)
+        sizes = {"tp": tp, "tp2": tp2, "cp": cp, "dp": dp, "pp": pp}
+        grid = np.array(list(itertools.product(micro, vpps, range(len(experts)), panels[:1],
+                                               _placements(sizes, cluster.mesh_shape, space.all_placements))),
+                        dtype=np.int64)
         if not len(grid):
             continue
-        mbs, vpp, e, pid = grid.T
+        mbs, vpp, e, nb, pid = grid.T
         m = gbs // (dp * mbs)
         bad_interleave = (vpp > 1) & (m % pp != 0)
         tally.add("interleaved: pp does not divide the micro-batches", f"pp={pp}, dp={dp}",
@@ -201,34 +279,83 @@ def candidates(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[dict[s
         pairs = np.array(experts, dtype=np.int64)[e[keep]]
         count = int(keep.sum())
         columns.append({"dp": np.full(count, dp), "tp": np.full(count, tp), "pp": np.full(count, pp),
-                        "cp": np.full(count, cp), "ep": pairs[:, 0], "etp": pairs[:, 1], "vpp": vpp[keep],
-                        "micro_batch": mbs[keep], "global_batch": np.full(count, gbs), "placement_id": pid[keep]})
+                        "cp": np.full(count, cp), "tp2": np.full(count, tp2), "ep": pairs[:, 0],
+                        "etp": pairs[:, 1], "vpp": vpp[keep], "micro_batch": mbs[keep],
+                        "global_batch": np.full(count, gbs), "summa_panels": nb[keep], "placement_id": pid[keep],
+                        "layout": np.full(count, LAYOUTS.index(layout))})
     if not columns:
         return {}, tally
     return {k: np.concatenate([c[k] for c in columns]).astype(np.int64) for k in columns[0]}, tally
 
 
 # ---- evaluation ------------------------------------------------------------------------------------------------
-_UNIT_KEYS = ("tp", "cp", "micro_batch", "ep", "etp")
+_UNIT_KEYS = ("tp", "tp2", "cp", "micro_batch", "ep", "etp", "summa_panels")
+_UNIT_STRIDES = ("tp", "tp2", "cp", "pp")
 
 
-def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, eff: Efficiency) -> Units:
-    """Units for every plan of ``batch``, computed once per distinct key."""
-    keys = np.stack([getattr(batch, k) for k in _UNIT_KEYS] + [batch.stride(a) for a in ("tp", "cp", "pp")])
+def _split_codes(cluster: Cluster, batch: PlanBatch) -> list[np.ndarray]:
+    """For each axis a unit's collectives use, how many group members share each tier but the last: the
+    collective times depend on the stride only through this split (comm.split_group)."""
+    codes, span = [], 1
+    for tier in cluster.tiers[:-1]:
+        span *= tier.size
+        for axis in _UNIT_STRIDES:
+            group = 2 if axis == "pp" else getattr(batch, axis)
+            codes.append(np.minimum(group, np.maximum(1, span // batch.stride(axis))))
+    return codes
+
+
+def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, eff: Efficiency) -> tuple[Units, np.ndarray]:
+    """Units for every plan of ``batch``, computed once per distinct key, and each plan's SUMMA panel count.
+
+    The panel count changes only how much of a SUMMA layer's communication is exposed (ops2d.py), nothing
+    else in the step, so the best one per key is chosen here among ``_panels`` (exact: no other part of the
+    step time or memory depends on it)."""
+    keys = np.stack([getattr(batch, k) for k in _UNIT_KEYS] + _split_codes(cluster, batch))
     radix = keys.max(axis=1) + 1  # pack each key column into one integer (mixed radix) for a fast 1-D unique
     packed = np.zeros(keys.shape[1], dtype=np.int64)
     for column, base in zip(keys, radix, strict=True):
         packed = packed * base + column
     _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
-    unique = keys[:, first]
-    ones = np.ones(unique.shape[1], dtype=np.int64)
-    cols = dict(zip(_UNIT_KEYS, unique[:5], strict=True))
-    strides = {"tp": unique[5], "cp": unique[6], "pp": unique[7], "dp": ones}
+    ones = np.ones(len(first), dtype=np.int64)
+    cols = {k: getattr(batch, k)[first] for k in _UNIT_KEYS}
+    strides = {a: batch.stride(a)[first] for a in _UNIT_STRIDES} | {"dp": ones}  # any row of a key will do
     keyed = PlanBatch(dp=ones, pp=ones, vpp=ones, global_batch=cols["micro_batch"], placement_id=0 * ones,
                       placements=batch.placements, strides=strides, **cols,
                       **{k: getattr(batch, k) for k in ("sequence_parallel", "recompute", "precision", "grad_bytes",
-                                                        "overlap_tp", "flash_attention")})
-    return unit_costs(model, cluster, keyed, eff).take(inverse.reshape(-1))
+                                                        "overlap_tp", "flash_attention", "tensor_layout",
+                                                        "cp_comm")})
+    inverse = inverse.reshape(-1)
+    if batch.tensor_layout != "summa":
+        return unit_costs(model, cluster, keyed, eff).take(inverse), batch.summa_panels
+    options = [_panels(model, int(t), int(t2)) for t, t2 in zip(cols["tp"], cols["tp2"], strict=True)]
+    best_units, best_nb = None, None
+    for j in range(max(len(o) for o in options)):
+        nb = np.array([o[min(j, len(o) - 1)] for o in options], dtype=np.int64)
+        units = unit_costs(model, cluster, replace(keyed, summa_panels=nb), eff)
+        if best_units is None:
+            best_units, best_nb = units, nb
+            continue
+        better = units.layer.total < best_units.layer.total
+        best_units, best_nb = _choose(better, units, best_units), np.where(better, nb, best_nb)
+    return best_units.take(inverse), best_nb[inverse]
+
+
+def _choose(mask: np.ndarray, a: Units, b: Units) -> Units:
+    """Elementwise: ``a`` where ``mask``, else ``b`` (every field of the units)."""
+    def pick(x: object, y: object) -> object:
+        if isinstance(x, PassTimes):
+            return PassTimes(*(np.where(mask, getattr(x, f), getattr(y, f)) for f in PassTimes.__slots__))
+        return np.where(mask, x, y)
+
+    return Units(*(pick(getattr(a, f), getattr(b, f)) for f in Units.__slots__))
+
+
+def _modes(space: Space) -> Iterator[tuple[str, bool]]:
+    """(tensor layout, sequence parallelism) combinations; SP applies to the 1D layout only."""
+    for layout in space.layouts:
+        for sp in space.sequence_parallel if layout == "1d" else (False,):
+            yield layout, sp
 
 
 def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray, str]]:
@@ -321,10 +448,16 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
     total = _total_work(columns, space)
     grid = (space.recompute, space.zero, space.offload_optimizer, space.offload_activations)
     if columns:
+        layout_of = columns.pop("layout")
         base = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
-        for sp in space.sequence_parallel:
-            pool = base.select(base.tp > 1 if sp else np.ones(len(base), bool), sequence_parallel=sp)
-            units = {rc: _units_for(model, cluster, replace(pool, recompute=rc), eff) for rc in space.recompute}
+        for layout, sp in _modes(space):
+            rows = (layout_of == LAYOUTS.index(layout)) & ((base.tp > 1) if sp else True)
+            if not rows.any():
+                continue
+            pool = base.select(rows, sequence_parallel=sp, tensor_layout=layout)
+            units, panels = {}, {}
+            for rc in space.recompute:
+                units[rc], panels[rc] = _units_for(model, cluster, replace(pool, recompute=rc), eff)
             for rows, schedule in _groups(pool, space):
                 for chunk in _chunks(rows):
                     batch = pool.select(chunk, schedule=schedule)
@@ -335,8 +468,10 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
                     feasible += int(fits.sum())
                     _tally_memory(tally, scored, fits, batch, grid, capacity)
                     ok = np.flatnonzero((fits & (scored.time <= best.threshold)).reshape(-1))
+                    nb = [panels[rc][chunk] for rc in space.recompute]
                     best.offer(scored.time.reshape(-1)[ok], scored.peak.reshape(-1)[ok],
-                               lambda i, b=batch, ok=ok, shape=fits.shape: _decode(b, grid, shape, int(ok[i])))
+                               lambda i, b=batch, ok=ok, shape=fits.shape, nb=nb: _decode(b, grid, shape, int(ok[i]),
+                                                                                          nb))
                     if progress:
                         progress(evaluated, total)
     estimates = [estimate(model, cluster, key[1], eff) for _, _, key in best.rows]
@@ -347,11 +482,13 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
                         seconds=time.perf_counter() - start)
 
 
-def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], flat: int) -> Plan:
+def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], flat: int,
+            panels: list[np.ndarray] | None = None) -> Plan:
     """The plan at a flat index of the (recompute, zero, offload opt, offload act, row) grid."""
     r, z, o, a, row = np.unravel_index(flat, shape)
-    return replace(batch.plan(int(row)), recompute=grid[0][r], zero=grid[1][z], offload_optimizer=grid[2][o],
+    plan = replace(batch.plan(int(row)), recompute=grid[0][r], zero=grid[1][z], offload_optimizer=grid[2][o],
                    offload_activations=grid[3][a])
+    return replace(plan, summa_panels=int(panels[r][row])) if panels is not None else plan
 
 
 def _tally_memory(tally: _Tally, scored: _Scored, fits: np.ndarray, batch: PlanBatch, grid: tuple[tuple, ...],
@@ -374,10 +511,10 @@ def _chunks(rows: np.ndarray) -> Iterator[np.ndarray]:
 def _total_work(columns: dict[str, np.ndarray], space: Space) -> int:
     if not columns:
         return 0
-    tp, vpp, pp = columns["tp"], columns["vpp"], columns["pp"]
+    tp, vpp, pp, layout = columns["tp"], columns["vpp"], columns["pp"], columns["layout"]
     grid = len(space.zero) * len(space.recompute) * len(space.offload_optimizer) * len(space.offload_activations)
     rows = 0
-    for sp in space.sequence_parallel:
-        pool = tp > 1 if sp else np.ones(len(tp), bool)
+    for lay, sp in _modes(space):
+        pool = (layout == LAYOUTS.index(lay)) & ((tp > 1) if sp else True)
         rows += int(pool.sum()) + (int((pool & (vpp == 1) & (pp > 1)).sum()) if space.gpipe else 0)
     return grid * rows
