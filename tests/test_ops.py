@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import gpt
-from meshplan.estimate import attention_flops_per_token, matmul_params, model_flops_per_token
+from meshplan.estimate import attention_flops_per_token, matmul_params, model_flops_per_token, saved_bytes
 from meshplan.model import ModelSpec
 from meshplan.ops import ACT_BYTES, dense_layer, head_ops, linear_2d, moe_layer
 from meshplan.plan import Plan
@@ -55,7 +55,8 @@ def test_flash_attention_skips_the_masked_half_and_recomputes_in_backward():
 
 
 def _saved(model: ModelSpec, plan: Plan) -> float:
-    return sum(o.saved for o in dense_layer(model, plan) if o.phase == "fwd")
+    """Bytes one layer keeps for its backward pass (selective recompute drops the recomputable ones)."""
+    return saved_bytes(dense_layer(model, plan), plan.recompute)
 
 
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])

@@ -13,7 +13,7 @@ from meshplan.cli import main
 from meshplan.estimate import estimate
 from meshplan.hardware import load_system
 from meshplan.model import load_model
-from meshplan.plan import LAYOUTS
+from meshplan.plan import LAYOUTS, Plan
 from meshplan.search import PLACEMENTS, Space, _panels, candidates, search
 
 SMALL = Space(global_batch=16, zero=(0, 3), recompute=("none", "full"), offload_optimizer=(False,),
@@ -30,7 +30,7 @@ def every_plan(model, cluster, space):
         schedules = ["1f1b", "gpipe"] if plan.vpp == 1 and plan.pp > 1 else ["1f1b" if plan.vpp == 1 else
                                                                             "interleaved"]
         sps = [sp for sp in space.sequence_parallel if (plan.tp > 1 and plan.tensor_layout == "1d") or not sp]
-        panels = _panels(model, plan.tp, plan.tp2) if plan.tensor_layout == "summa" else [plan.summa_panels]
+        panels = _panels(model.hidden_size, plan.tp, plan.tp2) if plan.tensor_layout == "summa" else [plan.summa_panels]
         for sched, sp, rc, z, oo, oa in itertools.product(schedules, sps, space.recompute, space.zero,
                                                           space.offload_optimizer, space.offload_activations):
             yield [replace(plan, schedule=sched, sequence_parallel=sp, recompute=rc, zero=z, offload_optimizer=oo,
@@ -135,3 +135,27 @@ def test_cli_plan_bad_input(capsys, args, message):
     code = main(["plan", "--model", "llama3-8b", "--system", "h100", *args])
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_deduplicated_placements_cover_every_distinct_cost():
+    """The placements kept are one per distinct tier split of the groups, and no distinct split is lost."""
+    import random
+
+    from meshplan.search import DENSE_AXES, _placement_key, _placements
+
+    rng = random.Random(1)
+    for tiers in ((8, 512), (4, 64), (72, 16)):
+        for _ in range(150):
+            sizes = {a: rng.choice([1, 1, 2, 3, 4, 8, 16]) for a in DENSE_AXES}
+            kept = _placements(sizes, tiers, True)
+            keys = [_placement_key(PLACEMENTS[i], sizes, tiers) for i in kept]
+            assert len(set(keys)) == len(keys)
+            assert set(keys) == {_placement_key(order, sizes, tiers) for order in PLACEMENTS}
+
+
+def test_placement_of_a_size_one_axis_changes_nothing():
+    """dp = 1: where dp sits in the order does not change the gradient-reduction group over cp."""
+    model, cluster = load_model("llama3-8b"), load_system("h100").cluster(16)
+    a = estimate(model, cluster, Plan(tp=4, cp=4, dp=1, global_batch=4, placement=("tp", "tp2", "cp", "dp", "pp")))
+    b = estimate(model, cluster, Plan(tp=4, cp=4, dp=1, global_batch=4, placement=("dp", "tp", "tp2", "cp", "pp")))
+    assert a.step_time == b.step_time

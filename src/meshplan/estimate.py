@@ -66,8 +66,9 @@ def axis_stride(plan: Plan, axis: str) -> Num:
     """Rank distance between members of a collective's group (plan.py placement; experts: etp innermost)."""
     if axis in ("tp", "tp2", "cp", "pp"):
         return plan.stride(axis)
-    if axis == "dp":  # gradients are reduced over dp·cp together
-        return where(plan.cp > 1, minimum(plan.stride("cp"), plan.stride("dp")), plan.stride("dp"))
+    if axis == "dp":  # gradients are reduced over dp·cp together: the stride of the inner of the two
+        both = minimum(plan.stride("cp"), plan.stride("dp"))
+        return where(plan.cp > 1, where(plan.dp > 1, both, plan.stride("cp")), plan.stride("dp"))
     if axis == "ep":
         return plan.etp
     if axis == "edp":
@@ -197,8 +198,10 @@ def _layer(model: ModelSpec, plan: Plan, parts: _Parts, recompute: str, eff: Eff
     return dense.scaled(1 - f).plus(moe.scaled(f))
 
 
-def _saved(ops: list[OpCost]) -> Num:
-    return sum((op.saved for op in ops if op.phase == "fwd"), 0.0)
+def saved_bytes(ops: list[OpCost], recompute: str = "none") -> Num:
+    """Bytes the forward pass keeps for the backward pass (selective recompute drops the recomputable ones)."""
+    drop = recompute == "selective"
+    return sum((op.saved for op in ops if op.phase == "fwd" and not (drop and op.recomputable)), 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,16 +236,24 @@ class Units:
 
 def unit_costs(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = DEFAULT,
                parts: _Parts | None = None) -> Units:
-    parts = parts or _parts(model, cluster, plan, eff)
+    return units_for_recompute(model, cluster, plan, parts or _parts(model, cluster, plan, eff), plan.recompute, eff)
+
+
+def units_for_recompute(model: ModelSpec, cluster: Cluster, plan: Plan, parts: _Parts, recompute: str,
+                        eff: Efficiency = DEFAULT) -> Units:
+    """The units of ``plan`` under another recompute mode: the ops and their times do not depend on it,
+    only how they are summed (and which saved activations are kept), so many modes share one ``_parts``."""
     plain = _layer(model, plan, parts, "none", eff)
-    redo = plain if plan.recompute == "none" else _layer(model, plan, parts, plan.recompute, eff)
+    redo = plain if recompute == "none" else _layer(model, plan, parts, recompute, eff)
     f = moe_fraction(model)
-    saved = _saved(parts.ops["dense"]) * (1 - f) + (_saved(parts.ops["moe"]) * f if model.is_moe else 0.0)
+    saved = saved_bytes(parts.ops["dense"], recompute) * (1 - f) + (
+        saved_bytes(parts.ops["moe"], recompute) * f if model.is_moe else 0.0)
     return Units(layer=redo, layer_plain=plain,
                  embed=pass_times(parts.ops["embed"], parts.times["embed"], plan, "none", eff),
                  head=pass_times(parts.ops["head"], parts.times["head"], plan, "none", eff),
                  p2p=pass_times(parts.ops["p2p"], parts.times["p2p"], plan, "none", eff),
-                 layer_saved=saved, embed_saved=_saved(parts.ops["embed"]), head_saved=_saved(parts.ops["head"]))
+                 layer_saved=saved, embed_saved=saved_bytes(parts.ops["embed"]),
+                 head_saved=saved_bytes(parts.ops["head"]))
 
 
 def _stage(model: ModelSpec, plan: Plan, u: Units) -> tuple[PassTimes, PassTimes]:

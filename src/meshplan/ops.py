@@ -58,6 +58,7 @@ class OpCost:
     collective: Collective | None = None
     overlap: str = ""  # "" exposed; "tp", "cp", "summa": may hide behind compute (see estimate.py)
     repeat: Num = 1.0  # a collective sent this many times (SUMMA panels), each of ``nbytes``
+    recomputable: bool = False  # its saved bytes are dropped by selective recompute
     # attention kernel: "flash_causal" / "flash" (one fused kernel: time = max(compute, memory)) or "unfused"
     # (batched score GEMMs and a separate softmax kernel: times add). m, n, k: queries·heads, keys, head dim.
     variant: str = ""
@@ -207,14 +208,14 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
         ]
     scores = T * heads * s  # full square: the mask is applied, not skipped
     kept = scores * (2 * a + MASK_BYTES if d.dropout else a)  # softmax out (+ mask + dropout out)
-    if plan.recompute == "selective":  # Korthikanti §5: recompute the scores, keep only Q, K, V
-        kept = 0.0
     traffic = scores * (6 * a + (2 * MASK_BYTES if d.dropout else 0))  # write S, softmax r/w, dropout, read P
     # Q·Kᵀ reduces over d, P·V over s (equal FLOPs): the pair runs like one GEMM of depth 2ds/(d+s)
     shape = {"m": T * heads, "n": s, "k": 2.0 * d_qk * s / (d_qk + s), "variant": "unfused"}
     return [
-        OpCost("attn/core", "fwd", "attention", full, a * (qkv_elems + out_elems) + traffic, saved_qkv + kept,
+        OpCost("attn/core", "fwd", "attention", full, a * (qkv_elems + out_elems) + traffic, saved_qkv,
                **shape),
+        # the scores kept for the backward pass; selective recompute drops them (Korthikanti §5)
+        OpCost("attn/scores", "fwd", "memory", saved=kept, recomputable=True),
         OpCost("attn/core", "bwd_x", "attention", 2 * full, a * (2 * qkv_elems + 2 * out_elems) + 1.5 * traffic,
                **shape),
     ]

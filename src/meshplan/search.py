@@ -34,6 +34,7 @@ from meshplan.estimate import (
     PassTimes,
     Units,
     _bottleneck_params,
+    _parts,
     activation_memory,
     buffer_memory,
     dp_time,
@@ -41,7 +42,7 @@ from meshplan.estimate import (
     offload_time,
     optimizer_time,
     pipeline,
-    unit_costs,
+    units_for_recompute,
 )
 from meshplan.hardware import Cluster
 from meshplan.memory import model_states, stage_params
@@ -154,17 +155,21 @@ def _placement_key(order: tuple[str, ...], sizes: dict[str, int], tiers: tuple[i
     for axis in order:
         strides[axis] = stride
         stride *= sizes[axis]
-    dp_stride = min(strides["cp"], strides["dp"]) if sizes["cp"] > 1 else strides["dp"]
+    if sizes["cp"] > 1:  # as estimate.axis_stride
+        dp_stride = min(strides["cp"], strides["dp"]) if sizes["dp"] > 1 else strides["cp"]
+    else:
+        dp_stride = strides["dp"]
+    neighbours = _members(tiers, 2, strides["pp"]) if sizes["pp"] > 1 else ()  # no sends when pp = 1
     return (tuple(_members(tiers, sizes[a], strides[a]) for a in ("tp", "tp2", "cp"))
-            + (_members(tiers, 2, strides["pp"]), _members(tiers, sizes["dp"] * sizes["cp"], dp_stride)))
+            + (neighbours, _members(tiers, sizes["dp"] * sizes["cp"], dp_stride)))
 
 
 def _placements(sizes: dict[str, int], tiers: tuple[int, ...], everything: bool) -> list[int]:
     """Indices into PLACEMENTS of the placements that differ in cost.
 
-    Orders are built innermost first until they fill every tier but the outermost (the order of the axes
-    beyond that changes nothing); axes of size 1 go last. Orders with the same tier split for every
-    communicating group (``_placement_key``) cost the same, so one of each is kept: exact, not a heuristic.
+    Only the order up to the last tier boundary matters (beyond it every group is split alike), and of that
+    only the tier split of each communicating group (``_placement_key``); orders with equal keys cost the
+    same, so one of each is kept: exact, not a heuristic.
     """
     if not everything:
         return [0]
@@ -174,10 +179,13 @@ def _placements(sizes: dict[str, int], tiers: tuple[int, ...], everything: bool)
         limit *= size
     kept: dict[tuple, int] = {}
 
+    def keep(prefix: tuple[str, ...]) -> None:
+        order = prefix + tuple(a for a in DENSE_AXES if a not in prefix)
+        kept.setdefault(_placement_key(order, sizes, tiers), _PLACEMENT_ID[order])
+
     def extend(prefix: tuple[str, ...], product: int) -> None:
         if product >= limit or len(prefix) == len(active):
-            order = prefix + tuple(a for a in DENSE_AXES if a not in prefix)
-            kept.setdefault(_placement_key(order, sizes, tiers), _PLACEMENT_ID[order])
+            keep(prefix)
             return
         for axis in active:
             if axis not in prefix:
@@ -188,10 +196,10 @@ def _placements(sizes: dict[str, int], tiers: tuple[int, ...], everything: bool)
 
 
 @lru_cache(maxsize=4096)
-def _panels(model: ModelSpec, tp: int, tp2: int) -> list[int]:
+def _panels(hidden: int, tp: int, tp2: int) -> list[int]:
     """SUMMA panel counts nb (seed 003 ``summa_nb_candidates``): max(tp, tp2)·2^i dividing the hidden size
     while panels keep at least 512 columns (or just the first one if none does)."""
-    start, h = max(tp, tp2), model.hidden_size
+    start, h = max(tp, tp2), hidden
     options = [nb for nb in (start << i for i in range(16)) if nb <= h and h % nb == 0 and h // nb >= 512]
     return options or ([start] if h % start == 0 else [])
 
@@ -253,7 +261,7 @@ def candidates(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[dict[s
             reason = ("pp exceeds num_layers", f"pp={pp} > num_layers={layers}")
         if reason is None and gbs % dp:
             reason = ("dp does not divide global_batch", f"dp={dp} does not divide global_batch={gbs}")
-        panels = _panels(model, tp, tp2) if layout == "summa" else [max(tp, tp2)]
+        panels = _panels(model.hidden_size, tp, tp2) if layout == "summa" else [max(tp, tp2)]
         if reason is None and not panels:
             reason = ("no SUMMA panel count divides hidden_size", f"tp={tp}, tp2={tp2}")
         if reason is not None:
@@ -305,8 +313,10 @@ def _split_codes(cluster: Cluster, batch: PlanBatch) -> list[np.ndarray]:
     return codes
 
 
-def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, eff: Efficiency) -> tuple[Units, np.ndarray]:
-    """Units for every plan of ``batch``, computed once per distinct key, and each plan's SUMMA panel count.
+def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, recomputes: tuple[str, ...],
+               eff: Efficiency) -> tuple[dict[str, Units], dict[str, np.ndarray], np.ndarray]:
+    """Units of every plan of ``batch`` for each recompute mode, computed once per distinct key; each key's
+    SUMMA panel count per mode; and each plan's key index.
 
     The panel count changes only how much of a SUMMA layer's communication is exposed (ops2d.py), nothing
     else in the step, so the best one per key is chosen here among ``_panels`` (exact: no other part of the
@@ -322,23 +332,28 @@ def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, eff: Effici
     strides = {a: batch.stride(a)[first] for a in _UNIT_STRIDES} | {"dp": ones}  # any row of a key will do
     keyed = PlanBatch(dp=ones, pp=ones, vpp=ones, global_batch=cols["micro_batch"], placement_id=0 * ones,
                       placements=batch.placements, strides=strides, **cols,
-                      **{k: getattr(batch, k) for k in ("sequence_parallel", "recompute", "precision", "grad_bytes",
+                      **{k: getattr(batch, k) for k in ("sequence_parallel", "precision", "grad_bytes",
                                                         "overlap_tp", "flash_attention", "tensor_layout",
                                                         "cp_comm")})
-    inverse = inverse.reshape(-1)
-    if batch.tensor_layout != "summa":
-        return unit_costs(model, cluster, keyed, eff).take(inverse), batch.summa_panels
-    options = [_panels(model, int(t), int(t2)) for t, t2 in zip(cols["tp"], cols["tp2"], strict=True)]
-    best_units, best_nb = None, None
-    for j in range(max(len(o) for o in options)):
-        nb = np.array([o[min(j, len(o) - 1)] for o in options], dtype=np.int64)
-        units = unit_costs(model, cluster, replace(keyed, summa_panels=nb), eff)
-        if best_units is None:
-            best_units, best_nb = units, nb
-            continue
-        better = units.layer.total < best_units.layer.total
-        best_units, best_nb = _choose(better, units, best_units), np.where(better, nb, best_nb)
-    return best_units.take(inverse), best_nb[inverse]
+    if batch.tensor_layout == "summa":
+        options = [_panels(model.hidden_size, int(t), int(t2)) for t, t2 in zip(cols["tp"], cols["tp2"], strict=True)]
+        choices = [np.array([o[min(j, len(o) - 1)] for o in options], dtype=np.int64)
+                   for j in range(max(len(o) for o in options))]
+    else:
+        choices = [cols["summa_panels"]]
+    best: dict[str, Units] = {}
+    best_nb: dict[str, np.ndarray] = {}
+    for nb in choices:
+        with_nb = replace(keyed, summa_panels=nb)
+        parts = _parts(model, cluster, with_nb, eff)
+        for rc in recomputes:
+            units = units_for_recompute(model, cluster, with_nb, parts, rc, eff)
+            if rc not in best:
+                best[rc], best_nb[rc] = units, nb
+                continue
+            better = units.layer.total < best[rc].layer.total
+            best[rc], best_nb[rc] = _choose(better, units, best[rc]), np.where(better, nb, best_nb[rc])
+    return best, best_nb, inverse.reshape(-1)
 
 
 def _choose(mask: np.ndarray, a: Units, b: Units) -> Units:
@@ -455,20 +470,18 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
             if not rows.any():
                 continue
             pool = base.select(rows, sequence_parallel=sp, tensor_layout=layout)
-            units, panels = {}, {}
-            for rc in space.recompute:
-                units[rc], panels[rc] = _units_for(model, cluster, replace(pool, recompute=rc), eff)
+            units, panels, key_of = _units_for(model, cluster, pool, space.recompute, eff)
             for rows, schedule in _groups(pool, space):
                 for chunk in _chunks(rows):
                     batch = pool.select(chunk, schedule=schedule)
-                    scored = _score(model, cluster, batch, {rc: u.take(chunk) for rc, u in units.items()}, space,
-                                    eff)
+                    keys = key_of[chunk]
+                    scored = _score(model, cluster, batch, {rc: u.take(keys) for rc, u in units.items()}, space, eff)
                     fits = scored.peak <= capacity
                     evaluated += fits.size
                     feasible += int(fits.sum())
                     _tally_memory(tally, scored, fits, batch, grid, capacity)
                     ok = np.flatnonzero((fits & (scored.time <= best.threshold)).reshape(-1))
-                    nb = [panels[rc][chunk] for rc in space.recompute]
+                    nb = [panels[rc][keys] for rc in space.recompute]
                     best.offer(scored.time.reshape(-1)[ok], scored.peak.reshape(-1)[ok],
                                lambda i, b=batch, ok=ok, shape=fits.shape, nb=nb: _decode(b, grid, shape, int(ok[i]),
                                                                                           nb))
