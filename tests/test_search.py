@@ -55,7 +55,8 @@ def test_search_equals_estimate_on_every_candidate(small_case):
     assert len(feasible) == result.feasible
     best = min(e.step_time for e in feasible)
     assert result.plans[0].step_time == pytest.approx(best, rel=1e-12)
-    assert sum(1 for e in ests if not e.fits) == result.rejected["memory exceeds HBM"]
+    over = result.rejected.get("memory exceeds HBM", 0) + result.rejected.get("offload exceeds host memory", 0)
+    assert sum(1 for e in ests if not e.fits) == over
 
 
 def test_returned_plans_are_feasible_and_sorted(small_case):
@@ -159,3 +160,15 @@ def test_placement_of_a_size_one_axis_changes_nothing():
     a = estimate(model, cluster, Plan(tp=4, cp=4, dp=1, global_batch=4, placement=("tp", "tp2", "cp", "dp", "pp")))
     b = estimate(model, cluster, Plan(tp=4, cp=4, dp=1, global_batch=4, placement=("dp", "tp", "tp2", "cp", "pp")))
     assert a.step_time == b.step_time
+
+
+def test_offload_is_limited_by_host_memory():
+    """Offloading 64,800-token activations of vit_era5 would need terabytes of host memory per GPU."""
+    model, cluster = load_model("vit-era5"), load_system("a100").cluster(1024)
+    plan = Plan(dp=1024, global_batch=1024, zero=3, offload_activations=True)
+    est = estimate(model, cluster, plan)
+    assert not est.fits and any("host memory" in r for r in est.reasons)
+    result = search(model, cluster, Space(global_batch=1024, layouts=("1d",), recompute=("none",), zero=(3,),
+                                          offload_optimizer=(False,), offload_activations=(True,), cp_max=1,
+                                          sequence_parallel=(False,)))
+    assert result.rejected.get("offload exceeds host memory", 0) > 0

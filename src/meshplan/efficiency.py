@@ -1,10 +1,11 @@
 """Efficiency: the fraction of a datasheet peak that real kernels and collectives sustain, from physics.
 
 This is the one place where such factors live. Every factor is a function of the op's shape and the hardware,
-built from a handful of constants; each constant says where it comes from. Four of them (``gemm``,
-``attention``, ``memory``, ``overlap_slowdown``) were fitted once, on the fixed half of the published runs that
-``meshplan.validate.in_fit_set`` selects (CRC-32 of the run id even), by ``benchmarks/fit_efficiency.py``; the
-other half is the out-of-sample check (docs/ACCURACY.md). Nothing is tuned per run, per source or per GPU.
+built from a handful of constants; each constant says where it comes from. Three of them (``gemm``,
+``attention``, ``overlap_slowdown``) were fitted once, on the fixed half of the published runs that
+``meshplan.validate.in_fit_set`` selects (CRC-32 of the run id even), by ``benchmarks/fit_efficiency.py`` with
+every source group weighted equally; the other half is the out-of-sample check (docs/ACCURACY.md). The rest are
+published measurements. Nothing is tuned per run, per source or per GPU.
 
 Symbols: m×k·k×n a GEMM's shape, S the SM count, f the sustained clock as a fraction of the datasheet clock,
 d the attention head dimension, s the key length, B_attn the attention kernel's block size.
@@ -22,8 +23,9 @@ of S (one tile per SM at a time), so the last, partial wave idles SMs. The libra
 that wastes least; for a tile t_m×t_n:
     quantization(t) = m·n / (⌈⌈m/t_m⌉·⌈n/t_n⌉ / S⌉ · S · t_m · t_n)
     efficiency      = gemm · MAMF(precision) · f · max_t quantization(t) · k / (k + k_0)
-``gemm`` (fitted, ≈ 1) is what a training step's GEMMs keep of the isolated benchmark's rate (the HBM and
-NVLink traffic of a real step draws from the same power budget).
+``gemm`` (fitted: 0.85) is what a training step's GEMMs keep of the isolated benchmark's rate: the HBM and
+NVLink traffic of a real step draws from the same power budget, and a benchmark's short bursts run cooler
+than hours of training.
 The k / (k + k_0) factor is the fixed per-tile cost (pipeline prologue, epilogue writing C) amortised over the
 reduction. The roofline (roofline.py) separately caps a skinny GEMM by its HBM traffic.
 
@@ -32,7 +34,11 @@ Shah et al. 2024, abstract: 75 % of H100 peak forward at d = 128, FA2 only 35 % 
 at about 0.7× the d = 128 rate): the softmax, exponentials and rescaling per score element do not shrink with
 the head dimension, so efficiency ∝ d / (d + d_0); with a causal mask the diagonal blocks are computed whole,
 executing (1 + B_attn/s) × the useful half. The backward pass (five GEMMs, dS computed in fp32) runs at
-``attention_bwd`` × the forward rate (FA2 Fig. 5 vs Fig. 4, FA3 Fig. 6 vs Fig. 5: ≈ 0.8).
+``attention_bwd`` × the forward rate (FA2 Fig. 5 vs Fig. 4, FA3 Fig. 6 vs Fig. 5: ≈ 0.8). ``attention``
+(fitted: 0.41 of the 16-bit peak at d = 128, forward) sits below the kernels' own benchmarks (FA3: 0.6–0.75;
+FA2 on A100: 0.5–0.7) because in a training step the kernel also pays for the QKV layout transposes, RoPE and
+the softmax statistics around it. A stack that runs FlashAttention-2-class kernels on Hopper or Blackwell
+(``attention_kernel = "fa2"``) gets 0.35 / 0.75 of that (FA3 abstract: FA2 reaches 35 % of H100 peak).
 
 Memory-bound kernels stream at ``memory`` × HBM peak (STREAM-like copies reach 85–93 % on A100/H100).
 
@@ -42,8 +48,8 @@ and ``network`` ≈ 0.90 (~45 GB/s on 400 Gb/s NDR, ~22–23 GB/s on 200 Gb/s HD
 the presets (NCCL's tuning model), which is what makes small messages slow (comm.py, α + n/B).
 
 Overlap: communication that runs concurrently with compute takes SMs (NCCL channels: 8–32 CTAs of ~132 SMs)
-and HBM bandwidth from it, so the overlapped compute is slowed by ``overlap_slowdown`` × the overlapped
-communication time (estimate.py applies it wherever a collective is hidden).
+and HBM bandwidth from it, so the overlapped compute is slowed by ``overlap_slowdown`` (fitted: 0.24) × the
+overlapped communication time (estimate.py applies it wherever a collective is hidden).
 
 Sustained clocks: a part capped below the power its datasheet peak is rated at runs slower. Dynamic power
 ∝ f·V² and V ∝ f near the top of the curve, so P ∝ f³ and f = (P_cap / P_rated)^(1/3) (check: H100 NVL,
@@ -53,9 +59,12 @@ The rated power is that of the part the MAMF was measured on (``MATMUL``), else 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from meshplan.xp import Num, maximum, minimum
+
 
 @dataclass(frozen=True)
 class Matmul:
@@ -69,11 +78,12 @@ class Matmul:
     fp8: float  # also used for fp4 (no published MAMF yet)
     watts: float
     source: str
+    async_mma: bool = True  # asynchronous warpgroup MMA + TMA (Hopper, Blackwell); Ampere has mma.sync only
 
 
 MAMF_SOURCE = "stas00/ml-engineering compute/accelerator/README.md, Maximum Achievable Matmul FLOPS table"
 MATMUL: tuple[Matmul, ...] = (
-    Matmul(312e12, 108, 0.869, 0.869, 400, f"A100 SXM: 271.2 of 312 TFLOP/s BF16 ({MAMF_SOURCE})"),
+    Matmul(312e12, 108, 0.869, 0.869, 400, f"A100 SXM: 271.2 of 312 TFLOP/s BF16 ({MAMF_SOURCE})", False),
     Matmul(989e12, 132, 0.803, 0.709, 700, f"H100 SXM: 794.5 BF16, 1402.6 FP8 of 989 / 1979 ({MAMF_SOURCE})"),
     Matmul(2250e12, 148, 0.776, 0.763, 1000, f"B200 SXM: 1745.0 BF16, 3432.5 FP8 of 2250 / 4500 ({MAMF_SOURCE})"),
     Matmul(2500e12, 152, 0.729, 0.723, 1200, f"GB200: 1822.0 BF16, 3615.6 FP8 of 2500 / 5000 ({MAMF_SOURCE})"),
@@ -82,8 +92,11 @@ MAMF_UNKNOWN = 0.80  # a GPU not in the table: the table's median BF16 efficienc
 
 
 def matmul_entry(accelerator: object) -> Matmul | None:
-    peak = float(getattr(accelerator, "half_flops", 0.0))
-    sms = getattr(accelerator, "num_sms", 0)
+    return _entry(float(getattr(accelerator, "half_flops", 0.0)), getattr(accelerator, "num_sms", 0))
+
+
+@lru_cache(maxsize=64)
+def _entry(peak: float, sms: int) -> Matmul | None:
     return next((e for e in MATMUL if e.num_sms == sms and abs(peak / e.half_peak - 1) < 0.02), None)
 
 
@@ -95,15 +108,21 @@ TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
     # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
-    gemm: float = 0.843  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
-    attention: float = 0.317  # flash-attention forward at d = 128, long sequences, vs the bf16 peak
-    memory: float = 0.85  # streaming kernels vs HBM peak
-    overlap_slowdown: float = 0.577  # compute slowdown per second of communication hidden behind it
+    gemm: float = 0.847  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
+    attention: float = 0.412  # flash-attention forward at d = 128, long sequences, vs the bf16 peak
+    overlap_slowdown: float = 0.241  # compute slowdown per second of communication hidden behind it
     # ---- documented, not fitted -------------------------------------------------------------------------
+    memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
     gemm_k0: float = 64.0  # per-tile fixed cost, in units of reduction depth (one 64-deep k-block of CUTLASS)
     attention_bwd: float = 0.8  # backward / forward kernel rate (FA2 Fig. 4-5, FA3 Fig. 5-6)
     attention_d0: float = 64.0  # head dimension at which the per-score softmax work equals the matmuls'
     attention_block: float = 128.0  # FlashAttention query/key block (FA2 and FA3 use 128 for d <= 128)
+    # Which attention kernel family the software stack runs: "fused" (cuDNN / FlashAttention-3 class, written
+    # for the GPU's asynchronous MMA) or "fa2" (FlashAttention-2 class: synchronous mma.sync tiles). On GPUs
+    # with asynchronous warpgroup MMA (Hopper, Blackwell) FA2 reaches 35 % of peak where FA3 reaches 75 %
+    # (Shah et al. 2024, abstract): ``fa2_on_async`` = 0.35 / 0.75. On Ampere FA2 is the native kernel.
+    attention_kernel: str = "fused"
+    fa2_on_async: float = 0.35 / 0.75
     nvlink: float = 0.8  # NCCL bus bandwidth / NVLink peak (nccl-tests)
     network: float = 0.9  # NCCL bus bandwidth / NIC peak (nccl-tests over InfiniBand NDR/HDR)
     clock_exponent: float = 1 / 3  # P ∝ f³ (see the module docstring)
@@ -119,6 +138,8 @@ class Efficiency:
     def gemm_efficiency(self, m: Num, n: Num, k: Num, num_sms: int = 132) -> Num:
         """Shape efficiency of an (m×k)·(k×n) GEMM on ``num_sms`` SMs: ``gemm`` × quantization × depth.
         Multiply by ``mamf`` and ``clock`` for the fraction of the datasheet peak."""
+        if type(m) in _SCALAR and type(n) in _SCALAR and type(k) in _SCALAR:  # one plan: plain floats, fast
+            return self.gemm * _quantization(m, n, num_sms) * k / (k + self.gemm_k0)
         best = 0.0
         for tm, tn in TILES:
             tiles = _ceil(m / tm) * _ceil(n / tn)
@@ -147,8 +168,27 @@ class Efficiency:
             return 1.0
         return min(1.0, (tdp / rated) ** self.clock_exponent)
 
+    def attention_kernel_factor(self, accelerator: object) -> float:
+        """Rate of the stack's attention kernel relative to the native one on this GPU (see the fields)."""
+        entry = matmul_entry(accelerator)
+        async_mma = entry.async_mma if entry is not None else True
+        return self.fa2_on_async if (self.attention_kernel == "fa2" and async_mma) else 1.0
+
     def with_(self, **changes: float) -> Efficiency:
         return replace(self, **changes)
+
+
+_SCALAR = (int, float)
+
+
+@lru_cache(maxsize=4096)
+def _quantization(m: float, n: float, num_sms: int) -> float:
+    """Scalar tile and wave quantization (see ``Efficiency.gemm_efficiency``), memoised: shapes repeat."""
+    best = 0.0
+    for tm, tn in TILES:
+        waves = max(math.ceil(math.ceil(m / tm) * math.ceil(n / tn) / num_sms), 1)
+        best = max(best, m * n / (waves * num_sms * tm * tn))
+    return min(best, 1.0)
 
 
 def _ceil(x: Num) -> Num:

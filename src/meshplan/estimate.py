@@ -21,7 +21,7 @@ included) plus 6·s·A·(d_qk + d_v) per layer for attention, without causal sav
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -173,6 +173,7 @@ class StepCosts:
     peak_memory: Num
     stage_fwd: Num  # forward time of one micro-batch on the busiest rank (for the timeline)
     stage_bwd: Num
+    host_memory: Num = 0.0  # bytes offloaded to this GPU's share of host memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,6 +392,22 @@ def buffer_memory(model: ModelSpec, plan: Plan) -> Num:
     return prefetch + 2 * dims(model, plan).tokens * model.hidden_size * ACT_BYTES
 
 
+def offloaded_optimizer(model: ModelSpec, plan: Plan) -> Num:
+    """Host bytes of an offloaded optimizer state (ZeRO-Offload keeps the fp32 state on the host, sharded as
+    on the GPU), on the first pipeline rank."""
+    if not plan.offload_optimizer:
+        return 0.0
+    return model_states(stage_params(model, plan, True), replace(plan, offload_optimizer=False))[2]
+
+
+def offloaded_activations(model: ModelSpec, plan: Plan, u: Units) -> Num:
+    """Host bytes of offloaded activations: what the first rank would otherwise hold for its in-flight
+    micro-batches."""
+    if not plan.offload_activations:
+        return 0.0
+    return activation_bytes(model, replace(plan, offload_activations=False), u.layer_saved, _layer_input(model, plan))
+
+
 def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, eff: Efficiency = DEFAULT) -> StepCosts:
     """The step from its per-micro-batch units: the sum of its independent parts (which the search
     evaluates separately and broadcasts): pipeline, DP / ZeRO, optimizer, offload; and memory."""
@@ -410,7 +427,8 @@ def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, eff: Effi
     memory = {k: where(use_mem_first, getattr(mem_first, k), getattr(mem_last, k)) for k in MEMORY}
     return StepCosts(breakdown=breakdown, step_time=sum(breakdown.values(), 0.0), memory=memory,
                      peak_memory=maximum(mem_first.total, mem_last.total),
-                     stage_fwd=pipe.stage.fwd, stage_bwd=pipe.stage.bwd + pipe.stage.recompute)
+                     stage_fwd=pipe.stage.fwd, stage_bwd=pipe.stage.bwd + pipe.stage.recompute,
+                     host_memory=offloaded_optimizer(model, plan) + offloaded_activations(model, plan, u))
 
 
 def step_costs(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = DEFAULT,
@@ -491,6 +509,7 @@ class Estimate:
     hardware_flops: float
     ops: tuple[OpRow, ...] = field(repr=False)
     reasons: tuple[str, ...] = ()
+    host_memory: float = 0.0  # bytes offloaded to host memory per GPU
 
     @property
     def fits(self) -> bool:
@@ -534,6 +553,7 @@ class Estimate:
             "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu, "hfu": self.hfu,
             "breakdown_s": dict(self.breakdown), "memory_bytes": dict(self.memory),
             "peak_memory_bytes": self.peak_memory, "hbm_bytes": self.cluster.accelerator.hbm_bytes,
+            "host_memory_bytes": self.host_memory,
             "fits": self.fits, "reasons": list(self.reasons),
             "ops": [{"name": o.name, "phase": o.phase, "kind": o.kind, "count": o.count, "flops": o.flops,
                      "bytes": o.nbytes, "seconds": o.seconds, "bound": o.bound} for o in self.ops],
@@ -553,12 +573,16 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = D
     model_flops = model_flops_per_token(model) * tokens
     hardware_flops = model_flops + recompute_flops_per_token(model, plan) * tokens
     capacity = cluster.accelerator.hbm_bytes
-    reasons = ()
+    reasons: tuple[str, ...] = ()
     if costs.peak_memory > capacity:
-        reasons = (f"memory {fmt_bytes(costs.peak_memory)} > {fmt_bytes(capacity)} HBM",)
+        reasons += (f"memory {fmt_bytes(costs.peak_memory)} > {fmt_bytes(capacity)} HBM",)
+    if costs.host_memory > cluster.host_memory:
+        reasons += (f"offloaded {fmt_bytes(costs.host_memory)} > {fmt_bytes(cluster.host_memory)} host memory "
+                    "per GPU",)
     return Estimate(model=model, cluster=cluster, plan=plan, step_time=float(costs.step_time),
                     breakdown={k: float(v) for k, v in costs.breakdown.items()},
                     memory={k: float(v) for k, v in costs.memory.items()}, peak_memory=float(costs.peak_memory),
+                    host_memory=float(costs.host_memory),
                     model_flops=model_flops, hardware_flops=hardware_flops,
                     ops=_op_table(model, cluster, plan, eff, parts), reasons=reasons)
 

@@ -98,6 +98,7 @@ class Cluster:
     num_gpus: int
     tiers: tuple[Tier, ...]
     host_bandwidth: float = 55e9  # bytes/s per GPU to host memory (PCIe Gen5 x16 ≈ 64 GB/s raw) for offload
+    host_memory: float = 256e9  # bytes of host memory per GPU that offloading may use (DGX H100: 2 TB / 8)
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -129,6 +130,7 @@ class Network:
     nic_bandwidth: float  # bytes/s per NIC per direction
     nic_latency: float
     host_bandwidth: float = 55e9
+    host_memory: float = 256e9
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -166,7 +168,7 @@ def build_cluster(name: str, accelerator: Accelerator, net: Network, num_gpus: i
              latency=net.nic_latency),
     )
     return Cluster(name=name, accelerator=accelerator, num_gpus=num_gpus, tiers=tiers,
-                   host_bandwidth=net.host_bandwidth)
+                   host_bandwidth=net.host_bandwidth, host_memory=net.host_memory)
 
 
 # ---- loading ----------------------------------------------------------------------------------------------
@@ -189,7 +191,7 @@ def accelerator_from_dict(data: dict[str, Any], where: str) -> Accelerator:
 def network_from_dict(data: dict[str, Any], where: str) -> Network:
     data = dict(data)
     data.pop("sources", None)
-    for key in ("nvlink_latency", "nic_bandwidth", "nic_latency", "host_bandwidth"):
+    for key in ("nvlink_latency", "nic_bandwidth", "nic_latency", "host_bandwidth", "host_memory"):
         if key in data:
             data[key] = parse_quantity(data[key], f"{where}.{key}")
     try:

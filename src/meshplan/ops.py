@@ -393,12 +393,21 @@ def head_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
 
 
 def pipeline_p2p(model: ModelSpec, plan: Plan) -> list[OpCost]:
-    """Activations to the next stage forward and their gradients back, once per micro-batch and model chunk
-    (Megatron sends the sequence-parallel shard)."""
+    """Activations to the next stage forward and their gradients back, once per micro-batch and model chunk.
+
+    Each tensor-parallel rank sends 1/t of the tensor over its own NIC: the sequence-parallel shard, or
+    without sequence parallelism Megatron's scatter/gather optimisation (Narayanan et al. 2021 §4.1: split
+    the replicated activation t ways, send the slices in parallel, all-gather them over NVLink on arrival).
+    """
     d = dims(model, plan)
-    msg = d.tokens_sp * model.hidden_size * ACT_BYTES
-    return [collective("pp/send_act", "fwd", "p2p", msg, "pp", 2),  # between two neighbours; estimate.py
-            collective("pp/send_grad", "bwd_x", "p2p", msg, "pp", 2)]  # counts it only when p > 1
+    full = d.tokens * model.hidden_size * ACT_BYTES
+    msg = full / d.tp
+    ops = [collective("pp/send_act", "fwd", "p2p", msg, "pp", 2),  # between two neighbours; estimate.py
+           collective("pp/send_grad", "bwd_x", "p2p", msg, "pp", 2)]  # counts it only when p > 1
+    if not (plan.sequence_parallel or plan.tensor_layout == "summa"):
+        ops += [collective("pp/gather_act", "fwd", "all_gather", full, "tp", plan.tp),
+                collective("pp/gather_grad", "bwd_x", "all_gather", full, "tp", plan.tp)]
+    return ops
 
 
 # ---- a single linear layer under 2D tensor parallelism (seed 001) ----------------------------------------

@@ -14,23 +14,46 @@ from meshplan.hardware import Accelerator
 from meshplan.ops import OpCost
 from meshplan.xp import Num, maximum
 
+_RATES: dict[tuple[int, int, str], tuple[Accelerator, Efficiency, tuple[float, float, float, float]]] = {}
+
+
+def rates(acc: Accelerator, precision: str, eff: Efficiency) -> tuple[float, float, float, float]:
+    """Sustained FLOP/s before shape effects: (GEMMs at ``precision``, 16-bit GEMMs, 16-bit tensor peak for
+    the stack's attention kernel, fp32 CUDA cores), each at the sustained clock; GEMM rates include the
+    best-shape efficiency (MAMF).
+    Memoised per (accelerator, efficiency) object: hashing the dataclasses for every op would cost more."""
+    key = (id(acc), id(eff), precision)
+    hit = _RATES.get(key)
+    if hit is not None and hit[0] is acc and hit[1] is eff:
+        return hit[2]
+    if len(_RATES) > 256:
+        _RATES.clear()
+    value = _rates(acc, precision, eff)
+    _RATES[key] = (acc, eff, value)
+    return value
+
+
+def _rates(acc: Accelerator, precision: str, eff: Efficiency) -> tuple[float, float, float, float]:
+    clock = eff.clock(acc)
+    return (acc.flops(precision) * clock * eff.mamf(acc, precision), acc.half_flops * clock * eff.mamf(acc, "bf16"),
+            acc.half_flops * clock * eff.attention_kernel_factor(acc),
+            acc.peak_flops.get("fp32", acc.half_flops / 16) * clock)
+
 
 def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Num:
-    """Math time at the sustained clock: GEMMs at the plan's precision with their shape's efficiency,
-    attention at the 16-bit rate (flash kernels: attention efficiency; unfused: batched score GEMMs),
-    element-wise math at the fp32 CUDA-core rate."""
-    clock = eff.clock(acc)
+    """Math time at the sustained clock: GEMMs at the plan's precision with their shape's efficiency (the LM
+    head, ``variant="bf16"``, in 16 bits), attention at the 16-bit rate (flash kernels: attention efficiency;
+    unfused: batched score GEMMs), element-wise math at the fp32 CUDA-core rate."""
+    gemm, gemm16, half, fp32 = rates(acc, precision, eff)
     if op.kind == "gemm":
-        precision = "bf16" if op.variant == "bf16" else precision
-        rate = acc.flops(precision) * clock * eff.mamf(acc, precision)
+        rate = gemm16 if op.variant == "bf16" else gemm
         return op.flops / (rate * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms))
     if op.kind == "attention":
         if op.variant == "unfused":
-            rate = acc.half_flops * clock * eff.mamf(acc, "bf16")
-            return op.flops / (rate * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms))
+            return op.flops / (gemm16 * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms))
         rate = eff.attention_efficiency(op.k, op.n, backward=op.phase != "fwd", causal=op.variant == "flash_causal")
-        return op.flops / (acc.half_flops * clock * rate)
-    return op.flops / (acc.peak_flops.get("fp32", acc.half_flops / 16) * clock)
+        return op.flops / (half * rate)
+    return op.flops / fp32
 
 
 def memory_time(op: OpCost, acc: Accelerator, eff: Efficiency) -> Num:

@@ -40,6 +40,8 @@ from meshplan.estimate import (
     dp_time,
     estimate,
     offload_time,
+    offloaded_activations,
+    offloaded_optimizer,
     optimizer_time,
     pipeline,
     units_for_recompute,
@@ -63,6 +65,8 @@ class Space:
     recompute: tuple[str, ...] = ("none", "selective", "full")
     sequence_parallel: tuple[bool, ...] = (False, True)
     layouts: tuple[str, ...] = ("1d", "summa")
+    cp_min: int = 1  # context-parallel sizes considered (a strategy comparison pins them)
+    cp_max: int = 0  # 0: no limit
     offload_optimizer: tuple[bool, ...] = (False, True)
     offload_activations: tuple[bool, ...] = (False, True)
     gpipe: bool = True
@@ -164,35 +168,37 @@ def _placement_key(order: tuple[str, ...], sizes: dict[str, int], tiers: tuple[i
             + (neighbours, _members(tiers, sizes["dp"] * sizes["cp"], dp_stride)))
 
 
-def _placements(sizes: dict[str, int], tiers: tuple[int, ...], everything: bool) -> list[int]:
-    """Indices into PLACEMENTS of the placements that differ in cost.
+_ORDER = np.array([[DENSE_AXES.index(a) for a in order] for order in PLACEMENTS])  # (orders, axes): axis ids
+_AX = {a: i for i, a in enumerate(DENSE_AXES)}
 
-    Only the order up to the last tier boundary matters (beyond it every group is split alike), and of that
-    only the tier split of each communicating group (``_placement_key``); orders with equal keys cost the
-    same, so one of each is kept: exact, not a heuristic.
-    """
+
+def _placements(sizes: dict[str, int], tiers: tuple[int, ...], everything: bool) -> list[int]:
+    """Indices into PLACEMENTS of the placements that differ in cost: the first of every group of axis orders
+    with the same ``_placement_key`` (the tier split of each communicating group). Exact: orders with equal
+    keys cost the same. Computed for all orders at once with NumPy."""
     if not everything:
         return [0]
-    active = [a for a in DENSE_AXES if sizes[a] > 1]
-    limit = 1
-    for size in tiers[:-1]:
-        limit *= size
-    kept: dict[tuple, int] = {}
-
-    def keep(prefix: tuple[str, ...]) -> None:
-        order = prefix + tuple(a for a in DENSE_AXES if a not in prefix)
-        kept.setdefault(_placement_key(order, sizes, tiers), _PLACEMENT_ID[order])
-
-    def extend(prefix: tuple[str, ...], product: int) -> None:
-        if product >= limit or len(prefix) == len(active):
-            keep(prefix)
-            return
-        for axis in active:
-            if axis not in prefix:
-                extend((*prefix, axis), product * sizes[axis])
-
-    extend((), 1)
-    return sorted(kept.values())
+    size = np.array([sizes[a] for a in DENSE_AXES], dtype=np.int64)
+    in_order = size[_ORDER]
+    inner = np.cumprod(in_order, axis=1) // in_order  # product of the axes placed before each one
+    strides = np.empty_like(inner)
+    np.put_along_axis(strides, _ORDER, inner, axis=1)  # back to axis order: strides[o, axis]
+    s = {a: strides[:, i] for a, i in _AX.items()}
+    both = np.minimum(s["cp"], s["dp"]) if sizes["dp"] > 1 else s["cp"]
+    dp_stride = both if sizes["cp"] > 1 else s["dp"]
+    groups = [(sizes[a], s[a]) for a in ("tp", "tp2", "cp")] + [(sizes["dp"] * sizes["cp"], dp_stride)]
+    if sizes["pp"] > 1:
+        groups.append((2, s["pp"]))
+    columns, span = [], 1
+    for tier in tiers[:-1]:  # members inside each boundary determine the whole split
+        span *= tier
+        columns += [np.minimum(g, np.maximum(1, span // st)) for g, st in groups]
+    if not columns:
+        return [0]
+    first: dict[tuple, int] = {}
+    for i, key in enumerate(map(tuple, np.stack(columns, axis=1).tolist())):
+        first.setdefault(key, i)
+    return sorted(first.values())
 
 
 @lru_cache(maxsize=4096)
@@ -252,6 +258,8 @@ def candidates(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[dict[s
     cat = len(space.zero) * len(space.recompute) * len(space.offload_optimizer) * len(space.offload_activations)
     tally, columns = _Tally(), []
     for tp, tp2, cp, pp, layout in _grids(n, space):
+        if cp < space.cp_min or (space.cp_max and cp > space.cp_max):
+            continue  # outside the space asked for, not a rejection
         dp = n // (tp * tp2 * cp * pp)
         mult = cat * (len(space.sequence_parallel) if tp > 1 and layout == "1d" else 1)
         reason = _tensor_reason(model, tp) or _layout_reason(model, layout, tp2, cp)
@@ -388,6 +396,7 @@ class _Scored:
 
     time: np.ndarray  # shape (R, Z, O, A, n)
     peak: np.ndarray
+    host: np.ndarray  # bytes offloaded to host memory
 
 
 def _score(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict[str, Units], space: Space,
@@ -419,10 +428,14 @@ def _score(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict[str
     acts = np.array([[[vec(a) for a in activation_memory(model, replace(with_rc[rc], offload_activations=oa),
                                                          units[rc])] for oa in oas] for rc in rcs])  # (R, A, 2, n)
     buffers = np.array([vec(buffer_memory(model, replace(batch, zero=z))) for z in zeros])  # (Z, n)
+    host_opt = np.array([[vec(offloaded_optimizer(model, replace(batch, zero=z, offload_optimizer=oo))) for oo in oos]
+                         for z in zeros])  # (Z, O, n)
+    host_act = np.array([[vec(offloaded_activations(model, replace(with_rc[rc], offload_activations=oa), units[rc]))
+                          for oa in oas] for rc in rcs])  # (R, A, n)
     time = t_pipe[:, None, None, None] + t_dp[None, :, None, None] + t_opt[None, :, :, None] + t_off[:, None, None]
     mem = states[None, :, :, None] + acts[:, None, None]  # (R, Z, O, A, 2, n)
     peak = mem.max(axis=4) + buffers[None, :, None, None]
-    return _Scored(time, peak)
+    return _Scored(time, peak, host_opt[None, :, :, None] + host_act[:, None, None])
 
 
 @dataclass
@@ -476,10 +489,13 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
                     batch = pool.select(chunk, schedule=schedule)
                     keys = key_of[chunk]
                     scored = _score(model, cluster, batch, {rc: u.take(keys) for rc, u in units.items()}, space, eff)
-                    fits = scored.peak <= capacity
+                    in_hbm = scored.peak <= capacity
+                    in_host = scored.host <= cluster.host_memory
+                    fits = in_hbm & in_host
                     evaluated += fits.size
                     feasible += int(fits.sum())
-                    _tally_memory(tally, scored, fits, batch, grid, capacity)
+                    _tally_memory(tally, scored, in_hbm, batch, grid, capacity)
+                    _tally_host(tally, scored, in_hbm & ~in_host, batch, grid, cluster.host_memory)
                     ok = np.flatnonzero((fits & (scored.time <= best.threshold)).reshape(-1))
                     nb = [panels[rc][keys] for rc in space.recompute]
                     best.offer(scored.time.reshape(-1)[ok], scored.peak.reshape(-1)[ok],
@@ -502,6 +518,20 @@ def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], f
     plan = replace(batch.plan(int(row)), recompute=grid[0][r], zero=grid[1][z], offload_optimizer=grid[2][o],
                    offload_activations=grid[3][a])
     return replace(plan, summa_panels=int(panels[r][row])) if panels is not None else plan
+
+
+def _tally_host(tally: _Tally, scored: _Scored, over: np.ndarray, batch: PlanBatch, grid: tuple[tuple, ...],
+                capacity: float) -> None:
+    """Plans that fit in HBM only by offloading more than the host memory per GPU holds."""
+    count = int(over.sum())
+    reason = "offload exceeds host memory"
+    if count and reason not in tally.examples:
+        flat = int(np.flatnonzero(over.reshape(-1))[0])
+        host = float(np.broadcast_to(scored.host, over.shape).reshape(-1)[flat])
+        tally.add(reason, f"{_decode(batch, grid, over.shape, flat).describe()}: {fmt_bytes(host)} > "
+                  f"{fmt_bytes(capacity)}", count)
+    else:
+        tally.add(reason, "", count)
 
 
 def _tally_memory(tally: _Tally, scored: _Scored, fits: np.ndarray, batch: PlanBatch, grid: tuple[tuple, ...],
