@@ -1,4 +1,5 @@
-"""Time one estimate() call (with its per-op table) and one step_costs() call on built-in presets.
+"""Time one estimate() call, the same with its per-op table built (it is computed on first use), and the
+vectorisable core step_costs(), on built-in presets.
 
 Run: python benchmarks/estimate_speed.py
 """
@@ -30,12 +31,14 @@ def per_call(fn, repeat: int = 2000) -> float:
 
 
 def main() -> None:
-    print(f"{'case':<32} {'estimate()':>12} {'step_costs()':>14}")
+    print(f"{'case':<32} {'estimate()':>12} {'+ per-op table':>16} {'step_costs()':>14}")
     for model_name, system, gpus, plan in CASES:
         model, cluster = load_model(model_name), load_system(system).cluster(gpus)
         full = per_call(lambda m=model, c=cluster, p=plan: estimate(m, c, p))
+        table = per_call(lambda m=model, c=cluster, p=plan: estimate(m, c, p).ops)
         core = per_call(lambda m=model, c=cluster, p=plan: step_costs(m, c, p))
-        print(f"{model_name + ' / ' + system + ' x' + str(gpus):<32} {full * 1e6:>9.0f} us {core * 1e6:>11.0f} us")
+        print(f"{model_name + ' / ' + system + ' x' + str(gpus):<32} {full * 1e6:>9.0f} us {table * 1e6:>13.0f} us"
+              f" {core * 1e6:>11.0f} us")
 
 
 if __name__ == "__main__":

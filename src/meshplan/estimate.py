@@ -22,7 +22,7 @@ included) plus 6·s·A·(d_qk + d_v) per layer for attention, without causal sav
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 from meshplan.comm import collective_time
@@ -507,9 +507,15 @@ class Estimate:
     peak_memory: float
     model_flops: float  # per step, all GPUs
     hardware_flops: float
-    ops: tuple[OpRow, ...] = field(repr=False)
     reasons: tuple[str, ...] = ()
     host_memory: float = 0.0  # bytes offloaded to host memory per GPU
+    detail: tuple[Any, ...] = field(default=(), repr=False, compare=False)  # (efficiency, parts, units)
+
+    @cached_property
+    def ops(self) -> tuple[OpRow, ...]:
+        """The per-op table (computed on first use: the search re-estimates plans that never print it)."""
+        eff, parts, units = self.detail
+        return _op_table(self.model, self.cluster, self.plan, eff, parts, units)
 
     @property
     def fits(self) -> bool:
@@ -538,9 +544,10 @@ class Estimate:
         peak = self.cluster.accelerator.half_flops * self.cluster.num_gpus
         return self.hardware_flops / self.step_time / peak
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, ops: bool = True) -> dict[str, Any]:
+        """Everything as plain data; ``ops=False`` leaves out the per-op table."""
         p = self.plan
-        return {
+        out = {
             "model": self.model.name, "system": self.cluster.name, "gpus": self.cluster.num_gpus,
             "params": self.model.params(), "active_params": self.model.params(active=True),
             "plan": {k: getattr(p, k) for k in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch",
@@ -555,9 +562,11 @@ class Estimate:
             "peak_memory_bytes": self.peak_memory, "hbm_bytes": self.cluster.accelerator.hbm_bytes,
             "host_memory_bytes": self.host_memory,
             "fits": self.fits, "reasons": list(self.reasons),
-            "ops": [{"name": o.name, "phase": o.phase, "kind": o.kind, "count": o.count, "flops": o.flops,
-                     "bytes": o.nbytes, "seconds": o.seconds, "bound": o.bound} for o in self.ops],
         }
+        if ops:
+            out["ops"] = [{"name": o.name, "phase": o.phase, "kind": o.kind, "count": o.count, "flops": o.flops,
+                           "bytes": o.nbytes, "seconds": o.seconds, "bound": o.bound} for o in self.ops]
+        return out
 
 
 def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = DEFAULT) -> Estimate:
@@ -568,7 +577,8 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = D
     """
     validate(model, cluster, plan)
     parts = _parts(model, cluster, plan, eff)
-    costs = step_costs(model, cluster, plan, eff, parts)
+    units = unit_costs(model, cluster, plan, eff, parts)
+    costs = assemble(model, cluster, plan, units, eff)
     tokens = plan.global_batch * model.seq_length
     model_flops = model_flops_per_token(model) * tokens
     hardware_flops = model_flops + recompute_flops_per_token(model, plan) * tokens
@@ -584,10 +594,10 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = D
                     memory={k: float(v) for k, v in costs.memory.items()}, peak_memory=float(costs.peak_memory),
                     host_memory=float(costs.host_memory),
                     model_flops=model_flops, hardware_flops=hardware_flops,
-                    ops=_op_table(model, cluster, plan, eff, parts), reasons=reasons)
+                    reasons=reasons, detail=(eff, parts, units))
 
 
-def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, parts: _Parts
+def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, parts: _Parts, units: Units
               ) -> tuple[OpRow, ...]:
     """Every op with its time per occurrence and how many times the busiest rank runs it per step."""
     m, layers, f = plan.grad_accum, layers_on_stage(model, plan), moe_fraction(model)
@@ -604,4 +614,25 @@ def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, p
                     else "memory"
             rows.append(OpRow(op.name, op.phase, op.kind, float(counts[group]), float(op.flops),
                               float(op.nbytes), float(t), bound))
+    rows += _step_rows(model, cluster, plan, eff, units)
     return tuple(r for r in rows if r.count > 0 and (r.seconds > 0 or r.flops > 0))
+
+
+def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, u: Units) -> list[OpRow]:
+    """Once-per-step ops of the busiest rank: the gradient reduction / parameter gather (before overlap) and
+    the optimizer step (ZeRO-3 traffic runs per micro-batch)."""
+    params = _bottleneck_params(model, plan, pipeline(model, plan, u).use_first)
+    all_reduce, gather, scatter = _dp_collectives(model, cluster, plan, params, eff)
+    grad_bytes, weight_bytes = params.total * plan.grad_bytes, params.total * WEIGHT_BYTES
+    m = plan.grad_accum
+    comm = {0: [("dp/grad_all_reduce", 1, grad_bytes, all_reduce)],
+            1: [("dp/grad_reduce_scatter", 1, grad_bytes, scatter), ("dp/param_all_gather", 1, weight_bytes, gather)],
+            2: [("dp/grad_reduce_scatter", m, grad_bytes, scatter), ("dp/param_all_gather", 1, weight_bytes, gather)],
+            3: [("dp/param_all_gather", 2 * m, weight_bytes, gather), ("dp/grad_reduce_scatter", m, grad_bytes,
+                                                                      scatter)]}[plan.zero]
+    rows = [OpRow(name, "step", "collective", float(count), 0.0, float(nbytes), float(t), "network")
+            for name, count, nbytes, t in comm]
+    opt = optimizer_time(cluster, plan, params, eff)
+    rows.append(OpRow("optimizer/adam", "step", "memory", 1.0, 0.0, float(opt * cluster.accelerator.hbm_bandwidth
+                                                                            * eff.memory), float(opt), "memory"))
+    return rows

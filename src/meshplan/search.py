@@ -107,7 +107,7 @@ class SearchResult:
             "global_batch": self.space.global_batch, "evaluated": self.evaluated, "feasible": self.feasible,
             "rejected": {"count": self.rejected_total, "reasons": dict(self.rejected), "examples": dict(self.examples)},
             "seconds": self.seconds, "plans_per_second": self.evaluated / self.seconds if self.seconds else None,
-            "plans": [e.to_dict() | {"ops": None} for e in self.plans],
+            "plans": [e.to_dict(ops=False) for e in self.plans],
         }
 
 

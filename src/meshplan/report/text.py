@@ -175,7 +175,6 @@ def search_json(results, tokens: float | None, price: float | None, rank_by: str
     def one(r) -> dict:
         d = r.to_dict()
         for plan, est in zip(d["plans"], r.plans, strict=True):
-            del plan["ops"]
             plan.update(training_cost(est, tokens, price))
         return d
 
