@@ -113,25 +113,29 @@ def plans_table(result, tokens: float | None, price: float | None):  # -> rich T
                         f"{result.cluster.accelerator.name}, global batch {result.space.global_batch}",
                   title_justify="left")
     cols = ["#", "dp·tp·pp·cp", "ep/etp", "vpp", "mbs", "zero", "recompute", "sp", "offload", "in NVLink",
-            "step", "tokens/s", "MFU", "memory"]
-    if tokens:
-        cols += ["days"] + (["cost"] if price is not None else [])
+            "step", "tokens/s", "MFU", "memory", *_cost_columns(tokens, price)]
     for c in cols:
         table.add_column(c, justify="left" if c in ("recompute", "offload", "in NVLink") else "right", no_wrap=True)
     for i, est in enumerate(result.plans, 1):
         p = est.plan
         off = "+".join(k for k, on in (("opt", p.offload_optimizer), ("act", p.offload_activations)) if on) or "-"
         ep = f"{p.ep}/{p.etp}" if est.model.is_moe else "-"
-        row = [str(i), f"{p.dp}·{p.tp}·{p.pp}·{p.cp}", ep, str(p.vpp), str(p.micro_batch), str(p.zero),
+        tp = f"{p.tp}x{p.tp2}" if p.tensor_layout == "summa" else str(p.tp)
+        row = [str(i), f"{p.dp}·{tp}·{p.pp}·{p.cp}", ep, str(p.vpp), str(p.micro_batch), str(p.zero),
                p.recompute, "on" if p.sequence_parallel else "-", off, _nvlink_axes(est), fmt_time(est.step_time),
                fmt_count(est.tokens_per_s), f"{est.mfu:.1%}", fmt_bytes(est.peak_memory)]
-        cost = training_cost(est, tokens, price)
-        if tokens:
-            row.append(f"{cost['days']:.1f}")
-            if price is not None:
-                row.append(f"${cost['cost']:,.0f}")
-        table.add_row(*row)
+        table.add_row(*row, *_cost_cells(est, tokens, price))
     return table
+
+
+def _cost_columns(tokens: float | None, price: float | None) -> list[str]:
+    return (["days"] + (["cost"] if price is not None else [])) if tokens else []
+
+
+def _cost_cells(est: Estimate, tokens: float | None, price: float | None) -> list[str]:
+    cost = training_cost(est, tokens, price)
+    cells = [f"{cost['days']:.1f}"] if tokens else []
+    return cells + [f"${cost['cost']:,.0f}"] if "cost" in cost else cells
 
 
 def rejected_table(result):  # -> rich Table
@@ -150,9 +154,7 @@ def scaling_table(results, tokens: float | None, price: float | None):  # -> ric
     from rich.table import Table
 
     table = Table(title="strong scaling: the best plan per GPU count", title_justify="left")
-    cols = ["GPUs", "best plan", "step", "tokens/s", "MFU", "memory", "evaluated"]
-    if tokens:
-        cols += ["days"] + (["cost"] if price is not None else [])
+    cols = ["GPUs", "best plan", "step", "tokens/s", "MFU", "memory", "evaluated", *_cost_columns(tokens, price)]
     for c in cols:
         table.add_column(c, justify="left" if c == "best plan" else "right")
     for r in results:
@@ -162,12 +164,7 @@ def scaling_table(results, tokens: float | None, price: float | None):  # -> ric
         est = r.plans[0]
         row = [str(r.cluster.num_gpus), est.plan.describe(), fmt_time(est.step_time), fmt_count(est.tokens_per_s),
                f"{est.mfu:.1%}", fmt_bytes(est.peak_memory), f"{r.evaluated:,}"]
-        cost = training_cost(est, tokens, price)
-        if tokens:
-            row.append(f"{cost['days']:.1f}")
-            if price is not None:
-                row.append(f"${cost['cost']:,.0f}")
-        table.add_row(*row)
+        table.add_row(*row, *_cost_cells(est, tokens, price))
     return table
 
 
