@@ -23,7 +23,7 @@ of S (one tile per SM at a time), so the last, partial wave idles SMs. The libra
 that wastes least; for a tile t_m×t_n:
     quantization(t) = m·n / (⌈⌈m/t_m⌉·⌈n/t_n⌉ / S⌉ · S · t_m · t_n)
     efficiency      = gemm · MAMF(precision) · f · max_t quantization(t) · k / (k + k_0)
-``gemm`` (fitted: 0.85) is what a training step's GEMMs keep of the isolated benchmark's rate: the HBM and
+``gemm`` (fitted: 0.84) is what a training step's GEMMs keep of the isolated benchmark's rate: the HBM and
 NVLink traffic of a real step draws from the same power budget, and a benchmark's short bursts run cooler
 than hours of training.
 The k / (k + k_0) factor is the fixed per-tile cost (pipeline prologue, epilogue writing C) amortised over the
@@ -48,7 +48,7 @@ and ``network`` ≈ 0.90 (~45 GB/s on 400 Gb/s NDR, ~22–23 GB/s on 200 Gb/s HD
 the presets (NCCL's tuning model), which is what makes small messages slow (comm.py, α + n/B).
 
 Overlap: communication that runs concurrently with compute takes SMs (NCCL channels: 8–32 CTAs of ~132 SMs)
-and HBM bandwidth from it, so the overlapped compute is slowed by ``overlap_slowdown`` (fitted: 0.24) × the
+and HBM bandwidth from it, so the overlapped compute is slowed by ``overlap_slowdown`` (fitted: 0.21) × the
 overlapped communication time (estimate.py applies it wherever a collective is hidden).
 
 Sustained clocks: a part capped below the power its datasheet peak is rated at runs slower. Dynamic power
@@ -108,9 +108,9 @@ TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
     # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
-    gemm: float = 0.847  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
-    attention: float = 0.412  # flash-attention forward at d = 128, long sequences, vs the bf16 peak
-    overlap_slowdown: float = 0.241  # compute slowdown per second of communication hidden behind it
+    gemm: float = 0.838  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
+    attention: float = 0.413  # flash-attention forward at d = 128, long sequences, vs the bf16 peak
+    overlap_slowdown: float = 0.207  # compute slowdown per second of communication hidden behind it
     # ---- documented, not fitted -------------------------------------------------------------------------
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
     gemm_k0: float = 64.0  # per-tile fixed cost, in units of reduction depth (one 64-deep k-block of CUTLASS)

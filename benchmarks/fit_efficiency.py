@@ -1,0 +1,112 @@
+"""Fit the four free efficiency constants on the fit half of the published runs; print them and the errors.
+
+The fit half is fixed: the runs whose id has an even CRC-32 (``meshplan.validate.in_fit_set``). The objective
+is min(|log(predicted / measured)|, 0.5) (robust to the few runs whose configuration is too uncertain),
+averaged within each source group and then across groups, so that every source weighs the same; the optimiser
+is Nelder-Mead from the values in efficiency.py.
+The constants printed here are copied into ``meshplan/efficiency.py`` by hand: updating them is an explicit
+act, as for golden outputs.
+
+Run: python benchmarks/fit_efficiency.py [path/to/runs.jsonl]
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from meshplan.efficiency import DEFAULT
+from meshplan.estimate import step_costs
+from meshplan.validate import Skip, fill_from_siblings, in_fit_set, map_run, predicted_metric, read_runs
+
+FREE = ("gemm", "attention", "overlap_slowdown")
+BOUNDS = {"gemm": (0.3, 1.2), "attention": (0.15, 1.0), "memory": (0.3, 1.0), "overlap_slowdown": (0.0, 1.0)}
+DATA = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_runs.jsonl"
+
+
+def cases(path: Path) -> list:
+    records = read_runs(path)
+    out = []
+    for r in records:
+        if r.get("superseded"):
+            continue
+        try:
+            out.append(map_run(fill_from_siblings(r, records)))
+        except Skip:
+            continue
+        except Exception:  # noqa: BLE001  (invalid plans are reported by the validation itself)
+            continue
+    return out
+
+
+def log_errors(params: dict[str, float], chosen: list) -> np.ndarray:
+    eff = DEFAULT.with_(**params)
+    errs = []
+    for c in chosen:
+        t = float(step_costs(c.model, c.cluster, c.plan, c.efficiency(eff)).step_time)
+        errs.append(math.log(predicted_metric(c, t) / c.measured))
+    return np.array(errs)
+
+
+def objective(x: np.ndarray, chosen: list) -> float:
+    """Mean over source groups of the mean clipped |log error| in the group: every source weighs the same,
+    however many runs it published (MosaicML alone has 138)."""
+    params = dict(zip(FREE, x, strict=True))
+    if any(not BOUNDS[k][0] <= v <= BOUNDS[k][1] for k, v in params.items()):
+        return 1e9
+    errs = np.minimum(np.abs(log_errors(params, chosen)), 0.5)
+    groups = np.array([c.group for c in chosen])
+    return float(np.mean([errs[groups == g].mean() for g in np.unique(groups)]))
+
+
+def nelder_mead(f, x0: np.ndarray, step: float = 0.08, iters: int = 150) -> np.ndarray:
+    """The textbook simplex method (Nelder & Mead 1965): reflect, expand, contract, shrink."""
+    pts = [x0] + [x0 + step * np.eye(len(x0))[i] for i in range(len(x0))]
+    vals = [f(p) for p in pts]
+    for _ in range(iters):
+        order = np.argsort(vals)
+        pts, vals = [pts[i] for i in order], [vals[i] for i in order]
+        centroid = np.mean(pts[:-1], axis=0)
+        reflected = centroid + (centroid - pts[-1])
+        fr = f(reflected)
+        if fr < vals[0]:
+            expanded = centroid + 2 * (centroid - pts[-1])
+            fe = f(expanded)
+            pts[-1], vals[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = reflected, fr
+        else:
+            contracted = centroid + 0.5 * (pts[-1] - centroid)
+            fc = f(contracted)
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = contracted, fc
+            else:
+                pts = [pts[0] + 0.5 * (p - pts[0]) for p in pts]
+                vals = [f(p) for p in pts]
+    return pts[int(np.argmin(vals))]
+
+
+def report(name: str, errs: np.ndarray) -> None:
+    a = np.abs(np.expm1(errs))
+    print(f"{name:<14} n={a.size:3d}  median {100 * np.median(a):5.1f}%  mean {100 * a.mean():5.1f}%  "
+          f"p90 {100 * np.percentile(a, 90):5.1f}%  max {100 * a.max():6.1f}%")
+
+
+def main() -> None:
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else DATA
+    all_cases = cases(path)
+    fit = [c for c in all_cases if in_fit_set(c.id)]
+    held = [c for c in all_cases if not in_fit_set(c.id)]
+    x0 = np.array([getattr(DEFAULT, k) for k in FREE])
+    best = nelder_mead(lambda x: objective(x, fit), x0)
+    params = dict(zip(FREE, best, strict=True))
+    print("fitted:", ", ".join(f"{k} = {v:.3f}" for k, v in params.items()))
+    report("in sample", log_errors(params, fit))
+    report("out of sample", log_errors(params, held))
+
+
+if __name__ == "__main__":
+    main()

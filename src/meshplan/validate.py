@@ -1,0 +1,769 @@
+"""Validation against published, measured training runs (``shared/validation/published_runs.jsonl`` schema).
+
+Each record is mapped to a (ModelSpec, Cluster, Plan); every value the source does not state is filled with a
+documented default of that source's framework and release, and the run carries that assumption as text.
+The prediction is compared on the basis the source measured: iteration time or tokens/s where given
+(exact conversions); otherwise TFLOP/s or MFU, converted with *that source's* FLOP formula (never meshplan's).
+
+Signed error = predicted / measured − 1 of the measured metric. For a time (``iteration_time_s``) a positive
+error means meshplan predicts a slower step; for a throughput (tokens/s, TFLOP/s, MFU) a faster one.
+
+Symbols: B global batch (sequences), s sequence length, l layers, h hidden, V vocabulary, N GPUs.
+
+FLOP formulas of the sources (used only to convert their published TFLOP/s or MFU):
+- Narayanan et al. 2021, eq. 3 (counts the recomputed forward pass, 4 passes): 96·B·s·l·h²·(1 + s/6h + V/16lh).
+  Used by the Megatron-LM README tables of 2021 and by BLOOM's "hardware TFLOPs".
+- Megatron-LM ``num_floating_point_operations`` (model FLOPs, 3 passes; equal to NeMo's ``flops_formulas``
+  for Llama/GPT and to Korthikanti et al. 2022's 72·B·s·l·h²·(1 + s/6h + V/12lh) for GPT):
+  12·B·s·l·h²·[(1 + K/A + s/h)·(A·d/h) + (F/h)·k·g + (F_shared/h)·g + V/(2lh)], g = 3/2 for SwiGLU else 1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from meshplan.efficiency import DEFAULT, Efficiency
+from meshplan.errors import MeshplanError, PlanError, SpecError
+from meshplan.hardware import Cluster, load_system
+from meshplan.model import ModelSpec, load_model, preset_names
+from meshplan.plan import Plan, check
+from meshplan.units import GiB
+
+# ---- records ------------------------------------------------------------------------------------------------
+
+
+def read_runs(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a JSONL file (blank lines ignored); a malformed line is a SpecError naming it."""
+    runs = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        raise SpecError(f"validation file {str(path)!r}: no such file") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"{path}:{number}: malformed JSON: {exc.msg}") from None
+        if not isinstance(record, dict) or "id" not in record:
+            raise SpecError(f"{path}:{number}: a record must be an object with an 'id'")
+        runs.append(record)
+    return runs
+
+
+class Skip(Exception):
+    """A run that cannot be evaluated; the message is the reason shown in the report."""
+
+
+def in_fit_set(run_id: str) -> bool:
+    """The fixed half of the runs the efficiency constants were fitted on: CRC-32 of the id is even.
+
+    A hash split (rather than a split by group) puts every source and GPU on both sides; the other half is
+    the out-of-sample check. See efficiency.py and docs/ACCURACY.md.
+    """
+    return zlib.crc32(run_id.encode()) % 2 == 0
+
+
+# ---- model --------------------------------------------------------------------------------------------------
+_SIZE_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size")
+_MOE_FIELDS = {"num_experts": "num_experts", "moe_topk": "moe_topk", "moe_ffn_hidden_size": "moe_ffn_hidden_size",
+               "shared_expert_ffn": "shared_expert_ffn_size"}
+_PRESETS: dict[str, ModelSpec] = {}
+
+
+def _presets() -> dict[str, ModelSpec]:
+    if not _PRESETS:
+        _PRESETS.update({name: load_model(name) for name in preset_names()})
+    return _PRESETS
+
+
+def _norm_name(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower().replace(".1", "").replace("llama3.1", "llama3"))
+
+
+def _name_score(record_name: str, preset: str) -> float:
+    """Similarity of a record's model name to a preset name (longest common substring share)."""
+    a, b = _norm_name(record_name), _norm_name(preset)
+    best = 0
+    for i in range(len(a)):
+        for j in range(i + best + 1, len(a) + 1):
+            if a[i:j] in b:
+                best = j - i
+            else:
+                break
+    return best / max(len(b), 1)
+
+
+def map_model(m: dict[str, Any]) -> tuple[ModelSpec, list[str]]:
+    """The preset whose sizes equal the record's (ties broken by vocabulary, then name), with the record's
+    own sequence length and vocabulary; a record whose sizes match no preset is built from its own fields."""
+    name = m.get("name") or "model"
+    if m.get("num_layers") is None or m.get("hidden_size") is None or m.get("num_heads") is None:
+        raise Skip(f"model sizes not recorded for {name} ({m.get('arch_source') or 'no architecture'})")
+    notes: list[str] = []
+    given = {k: m[k] for k in _SIZE_FIELDS if m.get(k) is not None}
+    moe = {f: m[k] for k, f in _MOE_FIELDS.items() if m.get(k) is not None}
+    candidates = []
+    for preset, spec in _presets().items():
+        if any(getattr(spec, k) != v for k, v in given.items()):
+            continue
+        if any(getattr(spec, f) != v for f, v in moe.items()) or (spec.is_moe != bool(moe.get("num_experts"))):
+            continue
+        vocab_match = m.get("vocab_size") is not None and spec.vocab_size == m["vocab_size"]
+        candidates.append((vocab_match, _name_score(name, preset), preset, spec))
+    if candidates:
+        _, _, preset, spec = max(candidates, key=lambda c: (c[0], c[1]))
+        missing = [k for k in ("ffn_hidden_size", "num_kv_heads", "vocab_size") if m.get(k) is None]
+        notes.append(f"model: preset {preset} (sizes match the record"
+                     + (f"; {', '.join(missing)} from the preset" if missing else "") + ")")
+    else:
+        spec = _model_from_record(m)
+        notes.append(f"model: built from the record's sizes (no preset matches {name}); "
+                     f"{spec.mlp} MLP, {spec.norm}, untied, no biases assumed")
+    if m.get("vocab_size") is not None and m["vocab_size"] != spec.vocab_size:
+        notes.append(f"vocab {m['vocab_size']} as recorded (preset {spec.vocab_size})")
+        spec = replace(spec, vocab_size=int(m["vocab_size"]))
+    seq = m.get("seq_length")
+    if seq is not None and seq != spec.seq_length:
+        spec = spec.with_seq_length(int(seq))
+    return spec, notes
+
+
+def _model_from_record(m: dict[str, Any]) -> ModelSpec:
+    """A Llama-like spec from a record's own sizes. SwiGLU unless F = 4h (the GeLU GPT MLP)."""
+    h, f = int(m["hidden_size"]), m.get("ffn_hidden_size")
+    if f is None or m.get("vocab_size") is None:
+        raise Skip(f"model {m.get('name')}: ffn_hidden_size or vocab_size not recorded and no preset matches")
+    gelu = int(f) == 4 * h
+    kw: dict[str, Any] = {}
+    if m.get("num_experts"):
+        kw = {"num_experts": int(m["num_experts"]), "moe_topk": int(m["moe_topk"]),
+              "moe_ffn_hidden_size": int(m.get("moe_ffn_hidden_size") or f),
+              "shared_expert_ffn_size": int(m.get("shared_expert_ffn") or 0)}
+    return ModelSpec(name=str(m.get("name")), num_layers=int(m["num_layers"]), hidden_size=h,
+                     num_heads=int(m["num_heads"]), num_kv_heads=int(m.get("num_kv_heads") or 0),
+                     ffn_hidden_size=int(f), vocab_size=int(m["vocab_size"]),
+                     seq_length=int(m.get("seq_length") or 2048), mlp="gelu" if gelu else "swiglu",
+                     norm="layernorm" if gelu else "rmsnorm", **kw)
+
+
+# ---- hardware -----------------------------------------------------------------------------------------------
+# GPU name (as the source prints it) → system preset. Ordered: the first pattern that matches wins.
+GPU_SYSTEMS: tuple[tuple[str, str], ...] = (
+    (r"GB300", "gb300"),
+    (r"GB200", "gb200"),
+    (r"B300", "b300"),
+    (r"B200", "b200"),
+    (r"H200", "h200"),
+    (r"H100.*96\s*GB", "h100-96gb"),
+    (r"H100", "h100"),
+    (r"A100.*40\s*GB", "a100-40gb"),
+    (r"A100", "a100"),
+    (r"V100", "v100"),
+)
+
+# Scale-out networks a source states that differ from the system preset: (pattern on hardware.interconnect,
+# NICs per GPU, bandwidth per NIC in bytes/s, why).
+INTERCONNECTS: tuple[tuple[str, float, float, str], ...] = (
+    (r"4 OmniPath links per node", 4 / 8, 100e9 / 8,
+     "4 x 100 Gb/s Omni-Path per 8-GPU node as stated (0.5 NIC of 12.5 GB/s per GPU)"),
+)
+
+
+def map_cluster(hw: dict[str, Any]) -> tuple[Cluster, list[str]]:
+    gpu, n = str(hw.get("gpu") or ""), hw.get("num_gpus")
+    if not n:
+        raise Skip("number of GPUs not recorded")
+    preset = next((p for pattern, p in GPU_SYSTEMS if re.search(pattern, gpu, re.I)), None)
+    if preset is None:
+        raise Skip(f"no system preset for GPU {gpu!r}")
+    system = load_system(preset)
+    notes = [f"hardware: {preset} preset"]
+    if preset == "a100" and not re.search(r"80\s*GB", gpu, re.I):
+        notes.append("A100 memory size not stated: 80 GB assumed")
+    overrides: dict[str, Any] = {}
+    for pattern, nics, bandwidth, why in INTERCONNECTS:
+        if re.search(pattern, str(hw.get("interconnect") or ""), re.I):
+            overrides.update(nics_per_gpu=nics, nic_bandwidth=bandwidth)
+            notes.append(f"network: {why}")
+    domain = system.network.nvlink_domain
+    if n > domain and n % domain:
+        per_node = int(hw.get("gpus_per_node") or 1)
+        fitting = [d for d in range(domain, 0, -1) if n % d == 0 and d % per_node == 0]
+        overrides["nvlink_domain"] = fitting[0]
+        notes.append(f"NVLink domain {fitting[0]} ({n} GPUs are not a multiple of {domain}: "
+                     f"the largest divisor of the GPU count within one NVLink domain)")
+    return system.cluster(int(n), **overrides), notes
+
+
+# ---- the sources' defaults ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SourceDefaults:
+    """What a framework release does when its table does not say; each default carries its source."""
+
+    name: str
+    match: str  # regex on "group framework"
+    sequence_parallel: bool | None  # None: on when tp > 1
+    overlap_tp: bool  # TP communication overlapped with GEMMs when tp > 1
+    overlap_dp: bool
+    zero: int  # when the record does not say
+    grad_bytes: int
+    recompute: str  # when the record does not say
+    flash_attention: bool
+    why: str
+    attention_kernel: str = "fused"  # efficiency.Efficiency.attention_kernel: "fused" (cuDNN / FA3) or "fa2"
+    whole_batch: bool = False  # no gradient accumulation: an unstated micro-batch is global batch / dp
+
+
+SOURCES: tuple[SourceDefaults, ...] = (
+    SourceDefaults("Megatron-LM 2020", r"megatron_readme_2020|megatron2020", False, False, False, 0, 2, "full",
+                   False, "Megatron-LM 2020 (before pipeline parallelism): --batch-size is the per-GPU batch, no "
+                   "gradient accumulation; no sequence parallelism or TP overlap; fp16 gradients all-reduced after "
+                   "the backward pass; unfused softmax attention; --checkpoint-activations in its example scripts",
+                   whole_batch=True),
+    SourceDefaults("Megatron-LM 2021", r"narayanan|megatron_readme", False, False, False, 0, 2, "full", False,
+                   "Megatron-LM 2020-21: no sequence parallelism or TP overlap yet, fp16 gradients all-reduced "
+                   "after the backward pass, no distributed optimizer, unfused softmax attention, full "
+                   "activation checkpointing (--checkpoint-activations in its example scripts)"),
+    SourceDefaults("Megatron-LM 2022", r"korthikanti", False, False, False, 0, 2, "full", False,
+                   "Korthikanti et al. 2022: Megatron-LM of 2022 (no TP overlap, no distributed optimizer, "
+                   "fused-softmax attention, no FlashAttention), dp = 1 benchmark"),
+    SourceDefaults("Megatron-DeepSpeed (BLOOM)", r"bloom", False, False, False, 1, 4, "full", False,
+                   "Megatron-DeepSpeed 2022: no sequence parallelism, BF16_Optimizer (ZeRO-1) with fp32 "
+                   "gradient reduction after the backward pass, no FlashAttention"),
+    SourceDefaults("Megatron-Core 2024", r"megatron_core", None, True, True, 1, 4, "none", True,
+                   "Megatron-Core r0.8 README scaling runs: --overlap-grad-reduce --overlap-param-gather "
+                   "--tp-comm-overlap (stated), distributed optimizer, fp32 gradient reduction (bf16 default), "
+                   "TE fused attention, sequence parallelism with tp > 1, no recompute flag given"),
+    SourceDefaults("NeMo 24.x", r"nemo", None, True, True, 1, 4, "none", True,
+                   "NeMo 24.03/24.07 performance recipes: sequence parallelism and userbuffers TP overlap with "
+                   "tp > 1, distributed optimizer with overlapped grad reduce / param gather, fp32 main grads, "
+                   "FlashAttention (TE), no activation recompute"),
+    SourceDefaults("Megatron-LM examples", r"megatron_lm_examples", None, True, True, 1, 4, "none", True,
+                   "Megatron-LM examples/llama (configs follow the NeMo performance scripts): as NeMo"),
+    SourceDefaults("Megatron-Bridge", r"megatron_bridge|mbridge", None, True, True, 1, 2, "none", True,
+                   "Megatron-Bridge scripts/performance: sequence parallelism with tp > 1, userbuffers TP overlap "
+                   "(off for nvfp4), distributed optimizer with overlapped grad reduce / param gather, "
+                   "grad_reduce_in_fp32 = False (set_basic_perf_overrides), TE attention, no recompute except "
+                   "a few memory-bound recipes"),
+    SourceDefaults("MosaicML llm-foundry", r"mosaic", False, False, True, 3, 4, "none", True,
+                   "llm-foundry benchmarks: PyTorch FSDP (prefetching, overlapped), Composer mixed_precision "
+                   "DEFAULT = bf16 params, fp32 gradient reduce-scatter; FlashAttention-2-class kernels (2023: "
+                   "FA2 / Triton flash attention, written for Ampere)", "fa2"),
+    SourceDefaults("torchtitan", r"torchtitan", None, False, True, 3, 4, "none", True,
+                   "torchtitan: FSDP2 (reshard after forward, prefetch), mixed_precision_reduce = float32, "
+                   "sequence parallelism inside its TP plan, PyTorch SDPA flash backend (FlashAttention-2); async TP "
+                   "only where stated", "fa2"),
+)
+GENERIC = SourceDefaults("generic", r"", None, False, True, 1, 4, "none", True,
+                         "no source profile matched: sequence parallelism with tp > 1, distributed optimizer, "
+                         "fp32 gradients, no recompute, FlashAttention")
+
+
+def source_defaults(record: dict[str, Any]) -> SourceDefaults:
+    text = f"{record.get('group', '')} {record.get('framework', '')}".lower()
+    return next((s for s in SOURCES if re.search(s.match, text)), GENERIC)
+
+
+# ---- plan ---------------------------------------------------------------------------------------------------
+PRECISIONS: tuple[tuple[str, str], ...] = (  # first match wins, on the source's precision text
+    (r"nvfp4|fp4", "fp4"),
+    (r"mxfp8|fp8|float8", "fp8"),
+    (r"bf16|bfloat16", "bf16"),
+    (r"fp16|float16|16-bit|half", "fp16"),
+)
+
+
+def _int(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (int, float)):
+        return int(value)
+    found = re.search(r"\d+", str(value))
+    return int(found.group()) if found else None
+
+
+def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tuple[Plan, list[str]]:
+    p, src = record.get("parallel") or {}, source_defaults(record)
+    notes = [f"defaults: {src.name}"] + ([record["_borrowed"]] if record.get("_borrowed") else [])
+    n = cluster.num_gpus
+    tp, pp, cp = (_int(p.get(k)) or 1 for k in ("tp", "pp", "cp"))
+    dp = _int(p.get("dp"))
+    if n % (tp * pp * cp):
+        raise Skip(f"tp*pp*cp = {tp * pp * cp} does not divide {n} GPUs")
+    if dp is None:
+        dp = n // (tp * pp * cp)
+        notes.append(f"dp = gpus/(tp*pp*cp) = {dp}")
+    elif dp * tp * pp * cp != n:
+        raise Skip(f"dp*tp*pp*cp = {dp * tp * pp * cp} != {n} GPUs as recorded")
+    ep = _int(p.get("ep")) or 1
+    etp = _int(p.get("etp"))
+    if etp is None:
+        etp = 1 if ep > 1 else tp
+        if model.is_moe and ep > 1 and tp > 1:
+            notes.append("etp = 1 (expert tensor parallelism not stated; the MoE recipes set 1)")
+
+    gbs = _int(p.get("global_batch_size"))
+    mbs = _int(p.get("micro_batch_size"))
+    torchtitan_pp = src.name == "torchtitan" and pp > 1
+    if torchtitan_pp and mbs is not None:  # torchtitan's batch_size is per DP rank; PP splits it into pp chunks
+        local = mbs
+        mbs = max(1, local // pp)
+        notes.append(f"torchtitan local batch {local} split into {pp} pipeline micro-batches of {mbs} "
+                     "(pipeline_parallel_microbatches defaults to the pp degree)")
+        if gbs is None:
+            gbs = local * dp
+    if mbs is None and src.whole_batch and gbs is not None:
+        mbs = gbs // dp
+        notes.append(f"micro-batch {mbs} = global batch / dp (no gradient accumulation in {src.name})")
+    if mbs is None:
+        mbs = 1
+        notes.append("micro-batch 1 (not stated)")
+    if gbs is None:
+        gbs = dp * mbs
+        notes.append(f"global batch {gbs} = dp*micro-batch (not stated)")
+    if gbs % (dp * mbs):
+        raise Skip(f"global batch {gbs} is not a multiple of dp*micro-batch = {dp * mbs} "
+                   "(micro-batches that do not divide the batch are not modelled)")
+
+    vpp = _int(p.get("vp")) or 1
+    if pp * vpp > model.num_layers:  # Megatron-Core counts the embedding and the loss as pipeline layers
+        v = model.num_layers // pp
+        notes.append(f"pp*vp = {pp * vpp} > {model.num_layers} layers (Megatron-Core's account_for_embedding/"
+                     f"loss_in_pipeline_split): modelled with vp = {v}")
+        vpp = v
+    schedule_text = str(p.get("pp_schedule") or "").lower()
+    if pp > 1 and vpp == 1 and "interleav" in schedule_text:
+        vpp = 2
+        notes.append("interleaved 1F1B with 2 stages per rank (torchtitan default; v not stated)")
+    stated = p.get("interleaved_schedule")
+    if pp > 1 and vpp == 1 and stated and not re.search(r"\bno\b|not used|false", str(stated), re.I):
+        per_stage = -(-model.num_layers // pp)
+        v = next((d for d in range(2, per_stage + 1) if per_stage % d == 0), 1)
+        if v > 1 and (gbs // (dp * mbs)) % pp == 0:
+            vpp = v
+            notes.append(f"interleaved schedule with v = {v} (paper: used for large runs, v not stated; "
+                         "smallest v dividing the layers per stage)")
+
+    precision = _precision(record, notes)
+    zero, zero_note = _zero(p, src)
+    if src.name == "torchtitan" and zero == 3 and pp > 1:
+        zero, zero_note = 1, ("FSDP2 with pipeline parallelism as ZeRO-1: torchtitan keeps the stage's weights "
+                              "unsharded across micro-batches (reshard_after_forward=False) and syncs gradients on "
+                              "the last micro-batch only; the optimizer state stays sharded")
+    notes.append(zero_note)
+    recompute, layers, rc_note = _recompute(p, model, pp, src)
+    notes.append(rc_note)
+    sp = p.get("sequence_parallel")
+    if sp is None:
+        sp = tp > 1 if src.sequence_parallel is None else (src.sequence_parallel and tp > 1)
+        if tp > 1:
+            notes.append(f"sequence parallelism {'on' if sp else 'off'} (not stated)")
+    sp = bool(sp) and tp > 1
+    overlap_tp = src.overlap_tp and tp > 1 and precision != "fp4"
+    if p.get("async_tp") is not None:
+        overlap_tp = bool(p["async_tp"]) and tp > 1
+    elif tp > 1:
+        notes.append(f"TP communication {'overlapped' if overlap_tp else 'exposed'} (not stated)")
+    task = record.get("task", "pretrain")
+    if task == "lora":
+        raise Skip("LoRA fine-tuning (frozen base weights: no weight-gradient GEMMs, optimizer or gradient "
+                   "reduction for them) is not modelled")
+    if task == "sft":
+        notes.append("SFT evaluated as pretraining on full-length (packed) sequences")
+    grad_bytes = src.grad_bytes
+    if str(p.get("mp_mode") or "").upper() == "PURE":  # Composer FSDP mixed_precision PURE: bf16 reduce
+        grad_bytes = 2
+    plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sequence_parallel=sp, micro_batch=mbs,
+                global_batch=gbs, zero=zero, recompute=recompute, recompute_layers=layers, precision=precision,
+                grad_bytes=grad_bytes, schedule="interleaved" if vpp > 1 else "1f1b", overlap_tp=overlap_tp,
+                overlap_dp=src.overlap_dp, flash_attention=src.flash_attention)
+    notes.append(f"grad bytes {grad_bytes}, DP overlap {'on' if src.overlap_dp else 'off'}, "
+                 f"{'flash' if src.flash_attention else 'unfused'} attention")
+    if model.is_moe:
+        notes.append("MoE routing balanced (the NVIDIA tables force-balance it)")
+    reasons = check(model, cluster, plan)
+    if reasons:
+        raise Skip("plan rejected: " + "; ".join(reasons))
+    return plan, notes
+
+
+def _precision(record: dict[str, Any], notes: list[str]) -> str:
+    text = str(record.get("precision") or "").lower()
+    for pattern, precision in PRECISIONS:
+        if re.search(pattern, text):
+            if precision in ("fp8", "fp4"):
+                notes.append(f"{precision} GEMMs at the {precision} peak, the rest in bf16")
+            return precision
+    notes.append(f"precision {text or 'not stated'}: bf16 assumed")
+    return "bf16"
+
+
+def _zero(p: dict[str, Any], src: SourceDefaults) -> tuple[int, str]:
+    text = str(p.get("zero_or_fsdp") or "").lower()
+    if "shard_grad_op" in text:
+        return 2, "ZeRO-2 (FSDP SHARD_GRAD_OP)"
+    if "fsdp" in text and "fsdp=0" not in text:
+        return 3, "ZeRO-3 (FSDP full shard)"
+    if re.search(r"zero stage 1|zero-1|bf16_optimizer", text) or p.get("distributed_optimizer") is True:
+        return 1, "ZeRO-1 (distributed optimizer)"
+    if p.get("distributed_optimizer") is False:
+        return 0, "no optimizer sharding (stated)"
+    return src.zero, f"ZeRO-{src.zero} (not stated; {src.name} default)"
+
+
+def _recompute(p: dict[str, Any], model: ModelSpec, pp: int, src: SourceDefaults) -> tuple[str, int, str]:
+    text = str(p.get("activation_recompute") or "").lower()
+    layers = -(-model.num_layers // pp)
+    if "(layer)" in text or "(op)" in text or (src.name == "torchtitan" and text == "selective"):
+        half = max(1, layers // 2)
+        kind = "op" if "(layer)" not in text else "layer"
+        return "full", half, (f"torchtitan selective AC ({kind}) as full recompute of every other layer "
+                              f"({half} of {layers}); op-SAC recomputes every second matmul, about the same work")
+    if "full" in text:
+        return "full", 0, "full activation recompute (stated)"
+    if "selective" in text:
+        return "selective", 0, "selective recompute of the attention core (stated)"
+    if text in ("none", "no", "false"):
+        return "none", 0, "no activation recompute (stated)"
+    return src.recompute, 0, f"recompute {src.recompute} (not stated; {src.name} default)"
+
+
+# ---- what was measured --------------------------------------------------------------------------------------
+METRICS = ("iteration_time_s", "tokens_per_s_per_gpu", "tokens_per_s_total", "model_tflops_per_gpu",
+           "tflops_per_gpu", "mfu_pct")
+
+
+def eq3_flops(model: ModelSpec, batch: int) -> float:
+    """Narayanan et al. 2021 eq. 3, FLOPs per iteration counting the recomputed forward pass:
+    96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))."""
+    b, s, n_l, h, v = batch, model.seq_length, model.num_layers, model.hidden_size, model.vocab_size
+    return 96.0 * b * s * n_l * h * h * (1 + s / (6 * h) + v / (16 * n_l * h))
+
+
+def megatron_model_flops(model: ModelSpec, batch: int) -> float:
+    """Megatron-LM ``num_floating_point_operations`` (model FLOPs, forward + backward, no recompute):
+    12·B·s·l·h²·[(1 + K/A + s/h)·(A·d/h) + (F/h)·k·g + (F_sh/h)·g + V/(2·l·h)], g = 3/2 for SwiGLU.
+    For a GPT (K = A, A·d = h, F = 4h) this is Korthikanti et al. 2022's 72·B·s·l·h²·(1 + s/6h + V/12lh)."""
+    b, s, n_l, h, v = batch, model.seq_length, model.num_layers, model.hidden_size, model.vocab_size
+    g = 1.5 if model.gated else 1.0
+    ffn = model.moe_ffn_hidden_size * model.moe_topk if model.is_moe else model.ffn_hidden_size
+    attn = (1 + model.num_kv_heads / model.num_heads + s / h) * (model.num_heads * model.head_dim / h)
+    body = attn + ffn / h * g + model.shared_expert_ffn_size / h * g + v / (2 * n_l * h)
+    return 12.0 * b * s * n_l * h * h * body
+
+
+def flops_basis(record: dict[str, Any]) -> str:
+    """``eq3`` (counts recompute, Narayanan eq. 3) or ``model`` (Megatron / NeMo model FLOPs) from the
+    record's ``flops_accounting`` text; ``unknown`` otherwise."""
+    text = str(record.get("flops_accounting") or "")
+    if re.search(r"96\*B|Eq\.?\s*\(?3|includes recompute|4\*2 coefficient", text, re.I):
+        return "eq3"
+    if re.search(r"model[ -]flops|nemo|megatron|no recompute flops|mfu", text, re.I):
+        return "model"
+    return "unknown"
+
+
+@dataclass(frozen=True)
+class Case:
+    """A record mapped onto meshplan, with the quantity to compare."""
+
+    id: str
+    group: str
+    model: ModelSpec
+    cluster: Cluster
+    plan: Plan
+    metric: str
+    measured: float
+    assumptions: tuple[str, ...]
+    basis: str = ""  # FLOP formula for tflops / mfu metrics
+    measured_memory: float | None = None  # bytes
+    attention_kernel: str = "fused"
+
+    def efficiency(self, eff: Efficiency = DEFAULT) -> Efficiency:
+        """The efficiency model with this run's attention kernel family (a property of its software stack)."""
+        return eff if eff.attention_kernel == self.attention_kernel else eff.with_(
+            attention_kernel=self.attention_kernel)
+
+
+def pick_metric(record: dict[str, Any]) -> tuple[str, float, str]:
+    measured = record.get("measured") or {}
+    for metric in METRICS:
+        value = measured.get(metric)
+        if value is None:
+            continue
+        if metric in ("model_tflops_per_gpu", "tflops_per_gpu", "mfu_pct"):
+            basis = flops_basis(record)
+            if basis == "unknown":
+                continue
+            return metric, float(value), basis
+        return metric, float(value), ""
+    stated = sorted(k for k, v in measured.items() if v is not None)
+    raise Skip("no comparable measurement" + (f" (only {', '.join(stated)})" if stated else ": all values null"))
+
+
+def map_run(record: dict[str, Any]) -> Case:
+    """Record → Case, or Skip with the reason."""
+    m = record.get("model") or {}
+    if (m.get("arch") is None and m.get("num_layers") is None) or re.search(r"nemotron-3|nemotron-h|mamba",
+                                                                            str(m.get("name", "")), re.I):
+        raise Skip(f"{m.get('name')}: hybrid Mamba-Transformer (not modelled) and sizes not recorded"
+                   if re.search(r"nemotron-3", str(m.get("name", "")), re.I)
+                   else f"{m.get('name')}: model sizes not recorded")
+    metric, value, basis = pick_metric(record)
+    model, notes = map_model(m)
+    cluster, hw_notes = map_cluster(record.get("hardware") or {})
+    plan, plan_notes = map_plan(record, model, cluster)
+    notes += hw_notes + plan_notes
+    if "mtp" in record["id"].lower() and "withoutmtp" not in record["id"].lower():
+        notes.append("multi-token-prediction module not modelled (~1 extra layer and LM head)")
+    memory = (record.get("measured") or {}).get("peak_memory_gib")
+    kernel = source_defaults(record).attention_kernel
+    if kernel != "fused" and plan.flash_attention:
+        notes.append(f"attention kernel: {kernel} class (the source's stack)")
+    return Case(id=record["id"], group=record.get("group", ""), model=model, cluster=cluster, plan=plan,
+                metric=metric, measured=value, assumptions=tuple(notes), basis=basis,
+                measured_memory=None if memory is None else float(memory) * GiB, attention_kernel=kernel)
+
+
+def predicted_metric(case: Case, step_time: float) -> float:
+    """The prediction on the measured basis, from meshplan's step time."""
+    plan, model, n = case.plan, case.model, case.cluster.num_gpus
+    tokens = plan.global_batch * model.seq_length
+    if case.metric == "iteration_time_s":
+        return step_time
+    if case.metric == "tokens_per_s_per_gpu":
+        return tokens / step_time / n
+    if case.metric == "tokens_per_s_total":
+        return tokens / step_time
+    flops = (eq3_flops if case.basis == "eq3" else megatron_model_flops)(model, plan.global_batch)
+    if case.metric == "mfu_pct":
+        return 100.0 * flops / step_time / n / case.cluster.accelerator.half_flops
+    return flops / step_time / n / 1e12
+
+
+# ---- evaluation ---------------------------------------------------------------------------------------------
+@dataclass
+class RunResult:
+    id: str
+    group: str
+    metric: str = ""
+    predicted: float | None = None
+    measured: float | None = None
+    error: float | None = None
+    assumptions: tuple[str, ...] = ()
+    skipped: str = ""  # the reason, when the run was not evaluated
+    step_time: float | None = None
+    breakdown: dict[str, float] = field(default_factory=dict)
+    memory_predicted: float | None = None
+    memory_measured: float | None = None
+    memory_error: float | None = None
+    fits: bool = True
+    in_fit_set: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"id": self.id, "group": self.group, "in_fit_set": self.in_fit_set}
+        if self.skipped:
+            return d | {"skipped": self.skipped}
+        return d | {"metric": self.metric, "predicted": self.predicted, "measured": self.measured,
+                    "error": self.error, "step_time_s": self.step_time, "breakdown_s": self.breakdown,
+                    "memory_predicted_bytes": self.memory_predicted, "memory_measured_bytes": self.memory_measured,
+                    "memory_error": self.memory_error, "fits": self.fits, "assumptions": list(self.assumptions)}
+
+
+def evaluate_case(case: Case, eff: Efficiency = DEFAULT) -> RunResult:
+    from meshplan.estimate import estimate  # noqa: PLC0415  (estimate imports the whole cost model)
+
+    est = estimate(case.model, case.cluster, case.plan, case.efficiency(eff))
+    predicted = predicted_metric(case, est.step_time)
+    result = RunResult(id=case.id, group=case.group, metric=case.metric, predicted=predicted,
+                       measured=case.measured, error=predicted / case.measured - 1, assumptions=case.assumptions,
+                       step_time=est.step_time, breakdown=dict(est.breakdown), memory_predicted=est.peak_memory,
+                       fits=est.fits, in_fit_set=in_fit_set(case.id))
+    if case.measured_memory:
+        result.memory_measured = case.measured_memory
+        result.memory_error = est.peak_memory / case.measured_memory - 1
+    return result
+
+
+def select(records: Iterable[dict[str, Any]], group: str | None = None, include_superseded: bool = False
+           ) -> list[tuple[dict[str, Any], str]]:
+    """(record, skip reason or "") for the records of ``group`` (all when None)."""
+    chosen = []
+    for r in records:
+        if group is not None and r.get("group") != group:
+            continue
+        reason = "superseded by a newer record of the same configuration" if (
+            r.get("superseded") and not include_superseded) else ""
+        chosen.append((r, reason))
+    return chosen
+
+
+BORROWED = ("micro_batch_size", "vp", "global_batch_size")
+
+
+def fill_from_siblings(record: dict[str, Any], records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A record that leaves micro-batch, virtual pipeline or global batch unstated takes them from a record
+    of the same source (group), model and tp/pp that states them; the global batch scales with dp (the same
+    micro-batches per pipeline). Korthikanti et al. 2022's 2,240-GPU run is its 280-GPU Table 3 run × 8."""
+    p = record.get("parallel") or {}
+    if all(p.get(k) is not None for k in BORROWED):
+        return record
+    key = ((record.get("model") or {}).get("name"), p.get("tp"), p.get("pp"))
+    for other in records:
+        q = other.get("parallel") or {}
+        if (other is record or other.get("group") != record.get("group") or other.get("superseded")
+                or ((other.get("model") or {}).get("name"), q.get("tp"), q.get("pp")) != key
+                or any(q.get(k) is None for k in BORROWED) or not q.get("dp")):
+            continue
+        filled, notes = dict(p), []
+        for k in BORROWED:
+            if p.get(k) is None:
+                value = q[k]
+                if k == "global_batch_size" and p.get("dp"):
+                    value = q[k] * _int(p["dp"]) // _int(q["dp"])
+                filled[k] = value
+                notes.append(f"{k} {value}")
+        note = f"from {other['id']} (same source, model, tp/pp): " + ", ".join(notes)
+        return record | {"parallel": filled, "_borrowed": note}
+    return record
+
+
+def run_validation(records: Sequence[dict[str, Any]], group: str | None = None, include_superseded: bool = False,
+                   eff: Efficiency = DEFAULT) -> list[RunResult]:
+    results = []
+    for record, reason in select(records, group, include_superseded):
+        record = fill_from_siblings(record, records)
+        rid, grp = str(record["id"]), str(record.get("group", ""))
+        if reason:
+            results.append(RunResult(id=rid, group=grp, skipped=reason, in_fit_set=in_fit_set(rid)))
+            continue
+        try:
+            results.append(evaluate_case(map_run(record), eff))
+        except (Skip, PlanError) as exc:
+            results.append(RunResult(id=rid, group=grp, skipped=str(exc), in_fit_set=in_fit_set(rid)))
+        except MeshplanError as exc:
+            results.append(RunResult(id=rid, group=grp, skipped=f"invalid input: {exc}", in_fit_set=in_fit_set(rid)))
+    return results
+
+
+def summarize(results: Sequence[RunResult]) -> dict[str, Any]:
+    """median / mean / p90 / max of |error| over evaluated runs, counts, and the peak-memory errors."""
+    errors = np.array([abs(r.error) for r in results if r.error is not None])
+    mem = np.array([abs(r.memory_error) for r in results if r.memory_error is not None])
+    summary: dict[str, Any] = {"evaluated": int(errors.size), "skipped": sum(1 for r in results if r.skipped)}
+    for key, fn in (("median_abs_error", np.median), ("mean_abs_error", np.mean),
+                    ("p90_abs_error", lambda a: np.percentile(a, 90)), ("max_abs_error", np.max)):
+        summary[key] = float(fn(errors)) if errors.size else math.nan
+    signed = [r.error for r in results if r.error is not None]
+    summary["mean_signed_error"] = float(np.mean(signed)) if signed else math.nan
+    summary["memory_evaluated"] = int(mem.size)
+    summary["memory_median_abs_error"] = float(np.median(mem)) if mem.size else math.nan
+    summary["memory_max_abs_error"] = float(np.max(mem)) if mem.size else math.nan
+    return summary
+
+
+def summaries(results: Sequence[RunResult]) -> dict[str, Any]:
+    """Overall, per group, and for the fit / held-out halves."""
+    groups = sorted({r.group for r in results})
+    return {
+        "overall": summarize(results),
+        "in_sample": summarize([r for r in results if r.in_fit_set]),
+        "out_of_sample": summarize([r for r in results if not r.in_fit_set]),
+        "groups": {g: summarize([r for r in results if r.group == g]) for g in groups},
+    }
+
+
+# ---- output -------------------------------------------------------------------------------------------------
+def _fmt(value: float | None, metric: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if metric == "iteration_time_s":
+        return f"{value:.3f} s"
+    if metric == "mfu_pct":
+        return f"{value:.1f} %"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.1f}"
+
+
+_UNITS = {"iteration_time_s": "step time", "tokens_per_s_per_gpu": "tokens/s/GPU", "tokens_per_s_total": "tokens/s",
+          "model_tflops_per_gpu": "TFLOP/s/GPU", "tflops_per_gpu": "TFLOP/s/GPU", "mfu_pct": "MFU"}
+
+
+def render_text(results: Sequence[RunResult], summary: dict[str, Any], width: int = 200) -> str:
+    import io  # noqa: PLC0415
+
+    from rich.console import Console  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+
+    out = io.StringIO()
+    console = Console(file=out, width=width, force_terminal=False, color_system=None)
+    table = Table(title="Published runs: predicted vs measured", show_lines=False)
+    for name, justify in (("id", "left"), ("group", "left"), ("metric", "left"), ("predicted", "right"),
+                          ("measured", "right"), ("error", "right"), ("memory err", "right"), ("note", "left")):
+        table.add_column(name, justify=justify, overflow="fold")
+    for r in results:
+        if r.skipped:
+            table.add_row(r.id, r.group, "-", "-", "-", "skipped", "-", r.skipped)
+            continue
+        mem = "-" if r.memory_error is None else f"{100 * r.memory_error:+.1f}%"
+        table.add_row(r.id, r.group, _UNITS.get(r.metric, r.metric), _fmt(r.predicted, r.metric),
+                      _fmt(r.measured, r.metric), f"{100 * r.error:+.1f}%", mem,
+                      "" if r.fits else "predicted memory exceeds HBM")
+    console.print(table)
+    stats = Table(title="|error| by group")
+    for name in ("group", "evaluated", "skipped", "median", "mean", "p90", "max", "memory median"):
+        stats.add_column(name, justify="left" if name == "group" else "right")
+
+    def row(name: str, s: dict[str, Any]) -> None:
+        pct = [("-" if math.isnan(s[k]) else f"{100 * s[k]:.1f}%") for k in (
+            "median_abs_error", "mean_abs_error", "p90_abs_error", "max_abs_error", "memory_median_abs_error")]
+        stats.add_row(name, str(s["evaluated"]), str(s["skipped"]), *pct)
+
+    for g, s in summary["groups"].items():
+        row(g, s)
+    row("in sample (fit half)", summary["in_sample"])
+    row("out of sample", summary["out_of_sample"])
+    row("overall", summary["overall"])
+    console.print(stats)
+    return out.getvalue()
+
+
+def validate_command(path: str, group: str | None, as_json: bool, include_superseded: bool) -> str:
+    """The text (a rich table of every run, then the summaries) or JSON that ``meshplan validate`` prints."""
+    records = read_runs(path)
+    if group is not None and not any(r.get("group") == group for r in records):
+        known = sorted({str(r.get("group")) for r in records})
+        raise SpecError(f"group={group!r} is not in {path} (groups: {', '.join(known)})")
+    results = run_validation(records, group, include_superseded)
+    summary = summaries(results)
+    if as_json:
+        return json.dumps(_finite({"runs": [r.to_dict() for r in results], "summary": summary["overall"],
+                                   "in_sample": summary["in_sample"], "out_of_sample": summary["out_of_sample"],
+                                   "groups": summary["groups"]}), indent=1, allow_nan=False)
+    return render_text(results, summary)
+
+
+def _finite(value: Any) -> Any:
+    """NaN (an empty summary) → null, so the JSON is strict."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+

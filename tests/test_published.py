@@ -1,0 +1,236 @@
+"""Published runs: the accuracy regression guard, the record → (model, cluster, plan) mapping, and the
+sources' FLOP accounting (validate.py). The guard reads the figures benchmarks/accuracy.py recorded in
+docs/accuracy_summary.json and fails if a change makes any of them worse."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from meshplan.model import load_model
+from meshplan.validate import (
+    Skip,
+    eq3_flops,
+    flops_basis,
+    map_run,
+    megatron_model_flops,
+    predicted_metric,
+    read_runs,
+    run_validation,
+    summaries,
+    validate_command,
+)
+
+DATA = Path(__file__).parents[2] / "shared/validation/published_runs.jsonl"
+RECORDED = Path(__file__).parents[1] / "docs/accuracy_summary.json"
+needs_data = pytest.mark.skipif(not DATA.exists(), reason=f"{DATA} not checked out beside the repository")
+
+
+# ---- the regression guard -----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def validation():
+    results = run_validation(read_runs(DATA))
+    return results, summaries(results)
+
+
+@needs_data
+def test_accuracy_is_no_worse_than_recorded(validation):
+    results, summary = validation
+    recorded = json.loads(RECORDED.read_text())
+    now, then = summary["overall"], recorded["overall"]
+    assert now["evaluated"] >= then["evaluated"]
+    for key, slack in (("median_abs_error", 0.002), ("p90_abs_error", 0.005), ("max_abs_error", 0.01),
+                       ("mean_abs_error", 0.003)):
+        assert now[key] <= then[key] + slack, f"{key}: {now[key]:.4f} > recorded {then[key]:.4f}"
+    for half in ("in_sample", "out_of_sample"):
+        assert summary[half]["median_abs_error"] <= recorded[half]["median_abs_error"] + 0.002
+
+
+@needs_data
+def test_korthikanti_and_memory_are_no_worse_than_recorded(validation):
+    results, _ = validation
+    recorded = json.loads(RECORDED.read_text())
+    times = [abs(r.error) for r in results if r.group == "korthikanti2022" and r.metric == "iteration_time_s"]
+    assert len(times) == 8
+    assert sum(times) / len(times) <= recorded["korthikanti"]["mean_abs_error"] + 0.002
+    assert max(times) <= recorded["korthikanti"]["max_abs_error"] + 0.005
+    memory = [abs(r.memory_error) for r in results if r.memory_error is not None]
+    assert len(memory) == recorded["memory"]["evaluated"]
+    assert statistics.median(memory) <= recorded["memory"]["median_abs_error"] + 0.005
+    assert max(memory) <= recorded["memory"]["max_abs_error"] + 0.01
+
+
+@needs_data
+def test_every_run_is_evaluated_or_skipped_with_a_reason(validation):
+    results, _ = validation
+    assert len(results) == len(read_runs(DATA))
+    for r in results:
+        assert (r.error is not None) != bool(r.skipped), r.id
+    assert any("superseded" in r.skipped for r in results)
+    assert any("hybrid Mamba" in r.skipped for r in results)
+
+
+@needs_data
+def test_json_output_has_the_documented_keys():
+    out = json.loads(validate_command(str(DATA), "korthikanti2022", True, False))
+    assert {"median_abs_error", "mean_abs_error", "p90_abs_error", "max_abs_error", "evaluated",
+            "skipped"} <= set(out["summary"])
+    run = out["runs"][0]
+    assert {"id", "predicted", "measured", "error"} <= set(run)
+    assert run["error"] == pytest.approx(run["predicted"] / run["measured"] - 1)
+
+
+# ---- the mapping --------------------------------------------------------------------------------------------
+def record(**over) -> dict:
+    """A Megatron-Bridge-style record: Llama3-70B on 64 H100s, fp8, tp 4 / pp 8 / vp 5."""
+    rec = {"id": "x", "group": "megatron_bridge_26.04", "framework": "Megatron-Bridge / Megatron-Core",
+           "task": "pretrain", "precision": "fp8",
+           "model": {"name": "Llama3-70B", "arch": "dense", "num_layers": 80, "hidden_size": 8192, "num_heads": 64,
+                     "num_kv_heads": 8, "ffn_hidden_size": 28672, "vocab_size": 128000, "seq_length": 8192},
+           "hardware": {"gpu": "H100", "num_gpus": 64, "gpus_per_node": 8},
+           "parallel": {"tp": 4, "pp": 8, "dp": None, "cp": 1, "vp": 5, "ep": None, "micro_batch_size": 1,
+                        "global_batch_size": 256, "zero_or_fsdp": "DDP (FSDP=0 in table)"},
+           "measured": {"tokens_per_s_per_gpu": 1664, "model_tflops_per_gpu": 731},
+           "flops_accounting": "Model TFLOP/sec/GPU (NeMo/Megatron-Bridge model-FLOPs formula)"}
+    for key, value in over.items():
+        rec[key] = rec[key] | value if isinstance(value, dict) else value
+    return rec
+
+
+def test_bridge_record_maps_to_the_recipe_defaults():
+    case = map_run(record())
+    p = case.plan
+    # dp = 64 / (4·8·1) = 2; 256 / (2·1) = 128 micro-batches per step
+    assert (p.dp, p.tp, p.pp, p.vpp, p.schedule, p.grad_accum) == (2, 4, 8, 5, "interleaved", 128)
+    assert p.sequence_parallel and p.overlap_tp and p.zero == 1 and p.grad_bytes == 2 and p.precision == "fp8"
+    assert case.metric == "tokens_per_s_per_gpu" and case.measured == 1664
+    text = " | ".join(case.assumptions)
+    assert "preset llama3-70b" in text and "vocab 128000 as recorded" in text
+    assert "dp = gpus/(tp*pp*cp) = 2" in text and "sequence parallelism on (not stated)" in text
+    assert "ZeRO-1 (not stated; Megatron-Bridge default)" in text
+
+
+def test_nvfp4_turns_tp_overlap_off_and_runs_fp4():
+    case = map_run(record(precision="nvfp4", hardware={"gpu": "GB200", "num_gpus": 64, "gpus_per_node": 4}))
+    assert case.plan.precision == "fp4" and not case.plan.overlap_tp
+    assert case.cluster.nvlink_domain == 64  # the NVL72 rack holds all 64 GPUs
+
+
+def test_gb200_jobs_that_do_not_fill_racks_use_the_largest_dividing_domain():
+    case = map_run(record(precision="mxfp8", hardware={"gpu": "GB200", "num_gpus": 256, "gpus_per_node": 4},
+                          parallel={"tp": 4, "pp": 16, "vp": 4, "global_batch_size": 1536}))
+    assert case.cluster.mesh_shape == (64, 4)  # 256 is not a multiple of 72: 4 domains of 64
+    assert any("NVLink domain 64" in a for a in case.assumptions)
+
+
+def test_mosaic_fsdp_record():
+    rec = record(group="mosaicml_llm_foundry", framework="MosaicML Composer + llm-foundry (PyTorch FSDP)",
+                 precision="amp_bf16",
+                 model={"name": "MPT-7b", "num_layers": 32, "hidden_size": 4096, "num_heads": 32, "num_kv_heads": 32,
+                        "ffn_hidden_size": 16384, "vocab_size": 50368, "seq_length": 2048},
+                 hardware={"gpu": "H100 80GB", "num_gpus": 128},
+                 parallel={"tp": None, "pp": None, "vp": None, "dp": 128, "micro_batch_size": 6,
+                           "global_batch_size": 768, "activation_recompute": "full",
+                           "zero_or_fsdp": "PyTorch FSDP FULL_SHARD", "mp_mode": "DEFAULT"},
+                 measured={"tokens_per_s_per_gpu": 10475})
+    case = map_run(rec)
+    p = case.plan
+    assert (p.dp, p.tp, p.zero, p.recompute, p.grad_bytes, p.precision) == (128, 1, 3, "full", 4, "bf16")
+    assert case.attention_kernel == "fa2" and case.model.name == "mpt-7b"
+
+
+def test_narayanan_record_needs_stated_assumptions():
+    rec = record(group="narayanan2021_table1", framework="Megatron-LM (April 2021)",
+                 precision="fp16 mixed precision", model={"name": "GPT-1T (Megatron)", "num_layers": 128,
+                                                          "hidden_size": 25600, "num_heads": 160, "num_kv_heads": 160,
+                                                          "ffn_hidden_size": 102400, "vocab_size": 51200,
+                                                          "seq_length": 2048},
+                 hardware={"gpu": "A100-SXM4-80GB", "num_gpus": 3072},
+                 parallel={"tp": 8, "pp": 64, "dp": 6, "vp": None, "micro_batch_size": None, "cp": None,
+                           "global_batch_size": 3072, "activation_recompute": "full", "zero_or_fsdp": None,
+                           "interleaved_schedule": "used for large runs per paper §5.1 (unspecified v)"},
+                 measured={"tokens_per_s_per_gpu": None, "model_tflops_per_gpu": None, "tflops_per_gpu": 163},
+                 flops_accounting="Paper Eq.(3): FLOPs per iteration counted WITH activation recomputation")
+    case = map_run(rec)
+    p = case.plan
+    # 128 layers / 64 stages = 2 per stage: the smallest interleaving that divides it is v = 2
+    assert (p.micro_batch, p.vpp, p.recompute, p.zero, p.precision, p.flash_attention) == (
+        1, 2, "full", 0, "fp16", False)
+    assert case.metric == "tflops_per_gpu" and case.basis == "eq3"
+    assert "micro-batch 1 (not stated)" in case.assumptions
+
+
+def test_torchtitan_pipeline_batches_and_fsdp():
+    rec = record(group="torchtitan_h100_2024_12", framework="torchtitan", precision="float8 linears + bf16",
+                 model={"name": "Llama3.1-405B", "num_layers": 126, "hidden_size": 16384, "num_heads": 128,
+                        "num_kv_heads": 8, "ffn_hidden_size": 53248, "vocab_size": 128000, "seq_length": 8192},
+                 hardware={"gpu": "H100 SXM 96GB HBM2e (Grand Teton), 500W power limit", "num_gpus": 512},
+                 parallel={"tp": 8, "pp": 8, "dp": 8, "vp": None, "micro_batch_size": 32, "global_batch_size": 256,
+                           "activation_recompute": "full", "zero_or_fsdp": "FSDP2 (8)", "async_tp": True,
+                           "pp_schedule": "1F1B"},
+                 measured={"tokens_per_s_per_gpu": 100, "peak_memory_gib": 82.5})
+    case = map_run(rec)
+    p = case.plan
+    # local batch 32 split into pp = 8 micro-batches of 4: 256 / (8·4) = 8 per pipeline
+    assert (p.micro_batch, p.grad_accum, p.zero, p.overlap_tp, p.precision) == (4, 8, 1, True, "fp8")
+    assert case.cluster.accelerator.tdp_watts == 500 and case.measured_memory == pytest.approx(82.5 * 2**30)
+
+
+@pytest.mark.parametrize(("over", "reason"), [
+    ({"model": {"name": "Nemotron-3-Super", "arch": None, "num_layers": None, "hidden_size": None,
+                "num_heads": None}}, "hybrid Mamba"),
+    ({"task": "lora"}, "LoRA"),
+    ({"measured": {"tokens_per_s_per_gpu": None, "model_tflops_per_gpu": None}}, "all values null"),
+    ({"hardware": {"gpu": "MI300X", "num_gpus": 64}}, "no system preset"),
+])
+def test_unmappable_records_raise_skip_with_the_reason(over, reason):
+    with pytest.raises(Skip, match=reason):
+        map_run(record(**over))
+
+
+# ---- FLOP accounting ------------------------------------------------------------------------------------------
+def test_narayanan_eq3_for_gpt_1t():
+    model = load_model("megatron-1t")
+    # 96·B·s·l·h²·(1 + s/6h + V/16lh) with B 3072, s 2048, l 128, h 25600, V 51200:
+    # 96·3072·2048·128·25600² = 5.0665e19; s/6h = 2048/153600 = 0.013333, V/16lh = 51200/52428800 = 0.000977
+    expected = 96 * 3072 * 2048 * 128 * 25600**2 * (1 + 2048 / 153600 + 51200 / (16 * 128 * 25600))
+    assert eq3_flops(model, 3072) == pytest.approx(expected)
+    assert expected == pytest.approx(5.0665e19 * 1.014310, rel=1e-4)
+    # the published 163 TFLOP/s per GPU on 3072 GPUs is then an iteration of 5.139e19 / (163e12 · 3072) = 102.6 s
+    assert expected / (163e12 * 3072) == pytest.approx(102.6, rel=1e-3)
+
+
+def test_megatron_model_flops_is_korthikanti_72_for_a_gpt():
+    model = load_model("megatron-22b")  # l 48, h 6144, V 51200, s 2048, F = 4h, MHA
+    b, s, n_l, h, v = 4, 2048, 48, 6144, 51200
+    korthikanti = 72 * b * s * n_l * h * h * (1 + s / (6 * h) + v / (12 * n_l * h))
+    assert megatron_model_flops(model, b) == pytest.approx(korthikanti)
+
+
+def test_megatron_model_flops_for_llama_with_gqa_and_swiglu():
+    model = load_model("llama3-8b")  # l 32, h 4096, A 32, K 8, F 14336, s 8192
+    b, s, n_l, h, v = 1, 8192, 32, 4096, model.vocab_size
+    # 12·b·s·l·h²·[(1 + K/A + s/h)·1 + (F/h)·3/2 + V/(2lh)] = NeMo's llama formula
+    # l·h²·(12 + 12K/A + 18F/h + 12s/h + 6V/(lh)) per token
+    nemo = b * s * n_l * h * h * (12 + 12 * 8 / 32 + 18 * 14336 / h + 12 * s / h + 6 * v / (n_l * h))
+    assert megatron_model_flops(model, b) == pytest.approx(nemo)
+
+
+def test_flops_basis_is_read_from_the_source_text():
+    assert flops_basis({"flops_accounting": "Paper Eq.(3): FLOPs per iteration counted WITH recompute"}) == "eq3"
+    assert flops_basis({"flops_accounting": "Model TFLOP/sec/GPU (NeMo formula)"}) == "model"
+    assert flops_basis({"flops_accounting": "basis not specified"}) == "unknown"
+
+
+def test_tflops_prediction_uses_the_source_formula():
+    rec = record(measured={"tokens_per_s_per_gpu": None})  # no tokens/s: compare on TFLOP/s
+    case = map_run(rec)
+    assert case.metric == "model_tflops_per_gpu" and case.basis == "model"
+    # a 10 s step: Megatron model FLOPs of 256 sequences / (10 s · 64 GPUs)
+    expected = megatron_model_flops(case.model, 256) / 10.0 / 64 / 1e12
+    assert predicted_metric(case, 10.0) == pytest.approx(expected)
+    # and tokens/s/GPU, had it been measured: 256 · 8192 / 10 / 64 = 3276.8
+    assert predicted_metric(map_run(record()), 10.0) == pytest.approx(3276.8)
