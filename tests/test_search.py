@@ -27,8 +27,9 @@ def every_plan(model, cluster, space):
     base = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
     for i in range(len(base)):
         plan = replace(base.plan(i), tensor_layout=LAYOUTS[layouts[i]])
-        schedules = ["1f1b", "gpipe"] if plan.vpp == 1 and plan.pp > 1 else ["1f1b" if plan.vpp == 1 else
-                                                                            "interleaved"]
+        schedules = ["1f1b"] if plan.vpp == 1 else ["interleaved"]
+        if space.gpipe and plan.vpp == 1 and plan.pp > 1:
+            schedules.append("gpipe")
         sps = [sp for sp in space.sequence_parallel if (plan.tp > 1 and plan.tensor_layout == "1d") or not sp]
         panels = _panels(model.hidden_size, plan.tp, plan.tp2) if plan.tensor_layout == "summa" else [plan.summa_panels]
         for sched, sp, rc, z, oo, oa in itertools.product(schedules, sps, space.recompute, space.zero,
@@ -172,3 +173,12 @@ def test_offload_is_limited_by_host_memory():
                                           offload_optimizer=(False,), offload_activations=(True,), cp_max=1,
                                           sequence_parallel=(False,)))
     assert result.rejected.get("offload exceeds host memory", 0) > 0
+
+
+def test_gpipe_never_beats_1f1b(small_case):
+    """GPipe plans are counted as dominated by default; evaluating them does not change the best plan."""
+    model, cluster, result = small_case
+    with_gpipe = search(model, cluster, replace(SMALL, gpipe=True), top_k=1)
+    assert with_gpipe.plans[0].step_time == result.plans[0].step_time
+    assert with_gpipe.evaluated - result.evaluated == result.rejected["dominated: GPipe (1F1B has its step time "
+                                                                      "with less memory)"]

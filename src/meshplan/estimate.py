@@ -7,7 +7,13 @@ Per step (Narayanan et al. 2021 §2.2; bubble (p-1)/m for 1F1B and (p-1)/(v·m) 
 Overlap rules (stated once, here):
 - TP collectives are exposed unless ``plan.overlap_tp``; then they hide behind the GEMMs of the same pass.
 - Context-parallel K/V exchange hides behind the attention kernel of the same pass (ring attention).
-- EP all-to-all and pipeline p2p are exposed.
+- EP all-to-all (and expert-TP) traffic is exposed unless ``plan.overlap_ep``: Megatron-Core's 1F1B
+  all-to-all overlap (MCore v0.14 "batch-level overlapping to hide EP-A2A communication",
+  --overlap-moe-expert-parallel-comm --delay-wgrad-compute; the DeepSeek-V3 report §3.2.1 "DualPipe" idea)
+  runs the forward of one micro-batch interleaved with the backward of another, so the forward pass's
+  dispatch/combine hides behind the backward kernels of the same layer and the backward's behind the
+  forward kernels (with the overlap slowdown).
+- Pipeline p2p is exposed.
 - DP gradient reduction hides behind the backward pass of the last micro-batch, the distributed optimizer's
   parameter all-gather behind the forward pass of the first (Megatron overlap-grad-reduce /
   overlap-param-gather) when ``plan.overlap_dp``; ZeRO-3 gathers hide behind each micro-batch's compute.
@@ -76,13 +82,18 @@ def axis_stride(plan: Plan, axis: str) -> Num:
     return 1
 
 
-def time_ops(ops: list[OpCost], cluster: Cluster, plan: Plan, eff: Efficiency) -> list[Num]:
+def time_ops(ops: list[OpCost], cluster: Cluster, plan: Plan, eff: Efficiency,
+             compute: list[Num | None] | None = None) -> list[Num]:
+    """Seconds of each op: collectives by comm.py, the rest by the roofline (or taken from ``compute``, the
+    same ops' times computed elsewhere: the search times compute ops once per shape, not per placement)."""
     times = []
-    for op in ops:
+    for i, op in enumerate(ops):
         if op.kind == "collective":
             c = op.collective
             one = collective_time(c.kind, c.nbytes, c.group, axis_stride(plan, c.axis), cluster, eff)
             times.append(one * op.repeat if type(op.repeat) is not float or op.repeat != 1.0 else one)
+        elif compute is not None:
+            times.append(compute[i])
         else:
             times.append(op_time(op, cluster.accelerator, plan.precision, eff))
     return times
@@ -145,6 +156,8 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, recompute: str, 
             0.0, g((ph, "summa"), 0.0) - gemm)
         cp[ph] = hide(g((ph, "cp"), 0.0), g((ph, "attention"), 0.0), sd) + g((ph, "cp_exposed"), 0.0)
         ep[ph] = g((ph, "ep_exposed"), 0.0)
+    if plan.overlap_ep:  # forward all-to-all behind the other micro-batch's backward kernels, and vice versa
+        ep = {"f": hide(ep["f"], kernels["b"], sd), "b": hide(ep["b"], kernels["f"], sd)}
     if recompute == "full":
         redo = kernels["f"] + tp["f"] + cp["f"] + ep["f"]
     elif recompute == "selective":
@@ -182,12 +195,26 @@ class _Parts:
     times: dict[str, list[Num]]
 
 
-def _parts(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency) -> _Parts:
+def _ops(model: ModelSpec, plan: Plan) -> dict[str, list[OpCost]]:
     ops = {"dense": dense_layer(model, plan), "embed": embedding_ops(model, plan), "head": head_ops(model, plan),
            "p2p": pipeline_p2p(model, plan)}
     if model.is_moe:
         ops["moe"] = moe_layer(model, plan)
-    return _Parts(ops, {k: time_ops(v, cluster, plan, eff) for k, v in ops.items()})
+    return ops
+
+
+def _parts(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency,
+           compute: dict[str, list[Num | None]] | None = None) -> _Parts:
+    ops = _ops(model, plan)
+    return _Parts(ops, {k: time_ops(v, cluster, plan, eff, compute[k] if compute else None) for k, v in ops.items()})
+
+
+def compute_times(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = DEFAULT
+                  ) -> dict[str, list[Num | None]]:
+    """Roofline times of the non-collective ops (None for collectives), which depend on the op shapes only."""
+    acc = cluster.accelerator
+    return {k: [None if op.kind == "collective" else op_time(op, acc, plan.precision, eff) for op in v]
+            for k, v in _ops(model, plan).items()}
 
 
 def _layer(model: ModelSpec, plan: Plan, parts: _Parts, recompute: str, eff: Efficiency = DEFAULT) -> PassTimes:
@@ -272,7 +299,7 @@ def _stage(model: ModelSpec, plan: Plan, u: Units) -> tuple[PassTimes, PassTimes
     return first, last
 
 
-def _dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency
+def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency
                     ) -> tuple[Num, Num, Num]:
     """Seconds of one (gradient all-reduce or reduce-scatter, parameter all-gather, gradient reduce-scatter)
     over the dp·cp ranks (and the expert-data-parallel ranks for expert weights)."""
@@ -290,13 +317,13 @@ def _dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: Stag
 
 
 def dp_time(model: ModelSpec, cluster: Cluster, plan: Plan, params: StageParams, stage: PassTimes,
-            eff: Efficiency) -> Num:
+            eff: Efficiency, collectives: tuple[Num, Num, Num] | None = None) -> Num:
     """Exposed data-parallel communication per step, by ZeRO stage (Rajbhandari et al. 2020 §5, §7):
     0: all-reduce the gradients once per step; 1: reduce-scatter them once, all-gather the updated weights;
     2: gradients are partitioned, so they are reduce-scattered after every micro-batch;
     3: weights are gathered before each micro-batch's forward and again for its backward, gradients
     reduce-scattered after it. Overlap: see the module docstring."""
-    all_reduce, gather, scatter = _dp_collectives(model, cluster, plan, params, eff)
+    all_reduce, gather, scatter = collectives or dp_collectives(model, cluster, plan, params, eff)
     m, ov, sd = plan.grad_accum, plan.overlap_dp, eff.overlap_slowdown
     fwd, bwd = stage.fwd if ov else 0.0, stage.bwd if ov else 0.0
     if plan.zero == 0:
@@ -553,7 +580,7 @@ class Estimate:
             "plan": {k: getattr(p, k) for k in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch",
                                                  "global_batch", "zero", "recompute", "recompute_layers",
                                                  "sequence_parallel", "schedule", "precision", "overlap_tp",
-                                                 "overlap_dp", "offload_optimizer", "offload_activations")}
+                                                 "overlap_dp", "overlap_ep", "offload_optimizer", "offload_activations")}
             | {"placement": list(p.placement), "grad_accum": p.grad_accum},
             "step_time_s": self.step_time, "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_gpu": self.tokens_per_s / self.cluster.num_gpus,
@@ -622,7 +649,7 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, 
     """Once-per-step ops of the busiest rank: the gradient reduction / parameter gather (before overlap) and
     the optimizer step (ZeRO-3 traffic runs per micro-batch)."""
     params = _bottleneck_params(model, plan, pipeline(model, plan, u).use_first)
-    all_reduce, gather, scatter = _dp_collectives(model, cluster, plan, params, eff)
+    all_reduce, gather, scatter = dp_collectives(model, cluster, plan, params, eff)
     grad_bytes, weight_bytes = params.total * plan.grad_bytes, params.total * WEIGHT_BYTES
     m = plan.grad_accum
     comm = {0: [("dp/grad_all_reduce", 1, grad_bytes, all_reduce)],

@@ -3,7 +3,8 @@
 Candidates → (vectorised) evaluation → feasible / rejected-with-reason → top-k. Exhaustive and exact: the
 cost of every candidate is the cost ``estimate()`` gives it (the same functions, on arrays), and nothing is
 pruned unless it cannot win: GPipe has the step time of 1F1B with at least its memory, so it can tie but
-never beat it (it is evaluated all the same, and ties are broken towards less memory).
+never beat it; such plans are counted as dominated rather than evaluated unless ``Space.gpipe`` asks for
+them (ties are broken towards less memory).
 
 How it is fast (DESIGN.md example 4): per-micro-batch costs of a layer, the embedding, the head and a pipeline
 send (``estimate.Units``) depend only on tp, cp, micro-batch, ep, etp, the strides of tp / cp / pp on the mesh
@@ -37,6 +38,8 @@ from meshplan.estimate import (
     _parts,
     activation_memory,
     buffer_memory,
+    compute_times,
+    dp_collectives,
     dp_time,
     estimate,
     offload_time,
@@ -69,7 +72,7 @@ class Space:
     cp_max: int = 0  # 0: no limit
     offload_optimizer: tuple[bool, ...] = (False, True)
     offload_activations: tuple[bool, ...] = (False, True)
-    gpipe: bool = True
+    gpipe: bool = False  # GPipe: the step time of 1F1B with at least its memory (dominated; see the docstring)
     all_placements: bool = True
     max_micro_batch: int = 64
     precision: str = "bf16"
@@ -173,32 +176,39 @@ _AX = {a: i for i, a in enumerate(DENSE_AXES)}
 
 
 def _placements(sizes: dict[str, int], tiers: tuple[int, ...], everything: bool) -> list[int]:
-    """Indices into PLACEMENTS of the placements that differ in cost: the first of every group of axis orders
-    with the same ``_placement_key`` (the tier split of each communicating group). Exact: orders with equal
-    keys cost the same. Computed for all orders at once with NumPy."""
+    """Indices into PLACEMENTS of the placements that differ in cost, for one size combination."""
     if not everything:
         return [0]
-    size = np.array([sizes[a] for a in DENSE_AXES], dtype=np.int64)
-    in_order = size[_ORDER]
-    inner = np.cumprod(in_order, axis=1) // in_order  # product of the axes placed before each one
+    return _placements_many(np.array([[sizes[a] for a in DENSE_AXES]], dtype=np.int64), tiers)[0]
+
+
+def _placements_many(sizes: np.ndarray, tiers: tuple[int, ...]) -> list[list[int]]:
+    """For each row of axis sizes (rows × DENSE_AXES): the first of every group of axis orders with the same
+    ``_placement_key`` (the tier split of each communicating group). Exact: orders with equal keys cost the
+    same. All orders of all rows at once with NumPy."""
+    rows = len(sizes)
+    in_order = sizes[:, _ORDER]  # (rows, orders, axes in order)
+    inner = np.cumprod(in_order, axis=2) // in_order  # product of the axes placed before each one
     strides = np.empty_like(inner)
-    np.put_along_axis(strides, _ORDER, inner, axis=1)  # back to axis order: strides[o, axis]
-    s = {a: strides[:, i] for a, i in _AX.items()}
-    both = np.minimum(s["cp"], s["dp"]) if sizes["dp"] > 1 else s["cp"]
-    dp_stride = both if sizes["cp"] > 1 else s["dp"]
-    groups = [(sizes[a], s[a]) for a in ("tp", "tp2", "cp")] + [(sizes["dp"] * sizes["cp"], dp_stride)]
-    if sizes["pp"] > 1:
-        groups.append((2, s["pp"]))
-    columns, span = [], 1
+    np.put_along_axis(strides, np.broadcast_to(_ORDER, inner.shape), inner, axis=2)  # back to axis order
+    size = {a: sizes[:, i][:, None] for a, i in _AX.items()}
+    s = {a: strides[:, :, i] for a, i in _AX.items()}
+    both = np.where(size["dp"] > 1, np.minimum(s["cp"], s["dp"]), s["cp"])
+    dp_stride = np.where(size["cp"] > 1, both, s["dp"])  # as estimate.axis_stride
+    groups = [(size[a], s[a], True) for a in ("tp", "tp2", "cp")]
+    groups += [(size["dp"] * size["cp"], dp_stride, True), (2, s["pp"], size["pp"] > 1)]  # no sends when pp = 1
+    packed, span = np.zeros(inner.shape[:2], dtype=np.int64), 1
     for tier in tiers[:-1]:  # members inside each boundary determine the whole split
         span *= tier
-        columns += [np.minimum(g, np.maximum(1, span // st)) for g, st in groups]
-    if not columns:
-        return [0]
-    first: dict[tuple, int] = {}
-    for i, key in enumerate(map(tuple, np.stack(columns, axis=1).tolist())):
-        first.setdefault(key, i)
-    return sorted(first.values())
+        for group, stride, active in groups:
+            members = np.where(active, np.minimum(group, np.maximum(1, span // stride)), 0)
+            values, code = np.unique(members, return_inverse=True)
+            packed = packed * len(values) + code.reshape(members.shape)
+    flat = (np.arange(rows)[:, None] * (packed.max() + 1) + packed).reshape(-1)
+    _, first = np.unique(flat, return_index=True)
+    first.sort()
+    combo, order = np.divmod(first, len(PLACEMENTS))
+    return [order[combo == r].tolist() for r in range(rows)] if rows > 1 else [order.tolist()]
 
 
 @lru_cache(maxsize=4096)
@@ -249,14 +259,58 @@ def _grids(n: int, space: Space) -> Iterator[tuple[int, int, int, int, str]]:
                 yield tp, tp2, cp, pp, "summa"
 
 
+@dataclass
+class _Combo:
+    tp: int
+    tp2: int
+    cp: int
+    pp: int
+    dp: int
+    layout: str
+    mult: int
+    micro: list[int]
+    vpps: list[int]
+    experts: list[tuple[int, int]]
+    panel: int
+
+
 def candidates(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[dict[str, np.ndarray], _Tally]:
     """Numeric columns of every structurally valid candidate, and the tally of the invalid ones.
 
     An invalid numeric combination is counted once per categorical setting it would have been paired with.
     """
+    combos, tally = _combos(model, cluster, space)
+    if not combos:
+        return {}, tally
+    if space.all_placements:
+        sizes = np.array([[getattr(c, a) for a in DENSE_AXES] for c in combos], dtype=np.int64)
+        placements = _placements_many(sizes, cluster.mesh_shape)
+    else:
+        placements = [[0]] * len(combos)
+    columns = []
+    for c, pids in zip(combos, placements, strict=True):
+        mbs, vpp, e, pid = (g.reshape(-1) for g in np.meshgrid(c.micro, c.vpps, np.arange(len(c.experts)), pids,
+                                                               indexing="ij"))
+        bad_interleave = (vpp > 1) & ((space.global_batch // (c.dp * mbs)) % c.pp != 0)
+        tally.add("interleaved: pp does not divide the micro-batches", f"pp={c.pp}, dp={c.dp}",
+                  int(bad_interleave.sum()) * c.mult)
+        keep = ~bad_interleave
+        pairs = np.array(c.experts, dtype=np.int64)[e[keep]]
+        count = int(keep.sum())
+        columns.append({"dp": np.full(count, c.dp), "tp": np.full(count, c.tp), "pp": np.full(count, c.pp),
+                        "cp": np.full(count, c.cp), "tp2": np.full(count, c.tp2), "ep": pairs[:, 0],
+                        "etp": pairs[:, 1], "vpp": vpp[keep], "micro_batch": mbs[keep],
+                        "global_batch": np.full(count, space.global_batch), "summa_panels": np.full(count, c.panel),
+                        "placement_id": pid[keep], "layout": np.full(count, LAYOUTS.index(c.layout))})
+    return {k: np.concatenate([c[k] for c in columns]).astype(np.int64) for k in columns[0]}, tally
+
+
+def _combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list[_Combo], _Tally]:
+    """The valid (tp, tp2, cp, pp, dp, layout) combinations with their micro-batch, interleaving and expert
+    options; the invalid ones tallied with their reason."""
     n, gbs, layers = cluster.num_gpus, space.global_batch, model.num_layers
-    cat = len(space.zero) * len(space.recompute) * len(space.offload_optimizer) * len(space.offload_activations)
-    tally, columns = _Tally(), []
+    cat = _grid_size(space)
+    tally, combos = _Tally(), []
     for tp, tp2, cp, pp, layout in _grids(n, space):
         if cp < space.cp_min or (space.cp_max and cp > space.cp_max):
             continue  # outside the space asked for, not a rejection
@@ -280,28 +334,9 @@ def candidates(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[dict[s
         experts, bad = _expert_pairs(model, tp, tp * cp * dp)
         tally.add("ep*etp does not divide tp*cp*dp or num_experts", f"tp={tp} cp={cp} dp={dp}",
                   bad * mult * len(micro) * len(vpps))
-        sizes = {"tp": tp, "tp2": tp2, "cp": cp, "dp": dp, "pp": pp}
-        grid = np.array(list(itertools.product(micro, vpps, range(len(experts)), panels[:1],
-                                               _placements(sizes, cluster.mesh_shape, space.all_placements))),
-                        dtype=np.int64)
-        if not len(grid):
-            continue
-        mbs, vpp, e, nb, pid = grid.T
-        m = gbs // (dp * mbs)
-        bad_interleave = (vpp > 1) & (m % pp != 0)
-        tally.add("interleaved: pp does not divide the micro-batches", f"pp={pp}, dp={dp}",
-                  int(bad_interleave.sum()) * mult)
-        keep = ~bad_interleave
-        pairs = np.array(experts, dtype=np.int64)[e[keep]]
-        count = int(keep.sum())
-        columns.append({"dp": np.full(count, dp), "tp": np.full(count, tp), "pp": np.full(count, pp),
-                        "cp": np.full(count, cp), "tp2": np.full(count, tp2), "ep": pairs[:, 0],
-                        "etp": pairs[:, 1], "vpp": vpp[keep], "micro_batch": mbs[keep],
-                        "global_batch": np.full(count, gbs), "summa_panels": nb[keep], "placement_id": pid[keep],
-                        "layout": np.full(count, LAYOUTS.index(layout))})
-    if not columns:
-        return {}, tally
-    return {k: np.concatenate([c[k] for c in columns]).astype(np.int64) for k in columns[0]}, tally
+        if micro and experts:
+            combos.append(_Combo(tp, tp2, cp, pp, dp, layout, mult, micro, vpps, experts, panels[0]))
+    return combos, tally
 
 
 # ---- evaluation ------------------------------------------------------------------------------------------------
@@ -349,11 +384,12 @@ def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, recomputes:
                    for j in range(max(len(o) for o in options))]
     else:
         choices = [cols["summa_panels"]]
+    compute = _shape_times(model, cluster, keyed, eff)
     best: dict[str, Units] = {}
     best_nb: dict[str, np.ndarray] = {}
     for nb in choices:
         with_nb = replace(keyed, summa_panels=nb)
-        parts = _parts(model, cluster, with_nb, eff)
+        parts = _parts(model, cluster, with_nb, eff, compute)
         for rc in recomputes:
             units = units_for_recompute(model, cluster, with_nb, parts, rc, eff)
             if rc not in best:
@@ -362,6 +398,25 @@ def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, recomputes:
             better = units.layer.total < best[rc].layer.total
             best[rc], best_nb[rc] = _choose(better, units, best[rc]), np.where(better, nb, best_nb[rc])
     return best, best_nb, inverse.reshape(-1)
+
+
+_SHAPE_KEYS = ("tp", "tp2", "cp", "micro_batch", "ep", "etp")
+
+
+def _shape_times(model: ModelSpec, cluster: Cluster, keyed: PlanBatch, eff: Efficiency
+                 ) -> dict[str, list[np.ndarray | None]]:
+    """Roofline times of the compute ops of every key, computed once per distinct op shape (the keys differ
+    also in placement and SUMMA panels, which only the collectives see)."""
+    keys = np.stack([getattr(keyed, k) for k in _SHAPE_KEYS])
+    radix = keys.max(axis=1) + 1
+    packed = np.zeros(keys.shape[1], dtype=np.int64)
+    for column, base in zip(keys, radix, strict=True):
+        packed = packed * base + column
+    _, first, index = np.unique(packed, return_index=True, return_inverse=True)
+    index = index.reshape(-1)
+    shaped = keyed.select(first)
+    times = compute_times(model, cluster, shaped, eff)
+    return {k: [None if t is None else np.broadcast_to(t, first.shape)[index] for t in v] for k, v in times.items()}
 
 
 def _choose(mask: np.ndarray, a: Units, b: Units) -> Units:
@@ -418,7 +473,9 @@ def _score(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict[str
     params = _bottleneck_params(model, batch, base.use_first)
     ends = (stage_params(model, batch, True), stage_params(model, batch, False))
     t_pipe = np.array([vec(sum(pipes[rc].breakdown().values())) for rc in rcs])  # (R, n)
-    t_dp = np.array([vec(dp_time(model, cluster, replace(batch, zero=z), params, base.stage, eff)) for z in zeros])
+    collectives = dp_collectives(model, cluster, batch, params, eff)  # the same for every ZeRO stage
+    t_dp = np.array([vec(dp_time(model, cluster, replace(batch, zero=z), params, base.stage, eff, collectives))
+                     for z in zeros])
     t_opt = np.array([[vec(optimizer_time(cluster, replace(batch, zero=z, offload_optimizer=oo), params, eff))
                        for oo in oos] for z in zeros])  # (Z, O, n)
     t_off = np.array([[vec(offload_time(model, cluster, replace(with_rc[rc], offload_activations=oa), units[rc],
@@ -484,6 +541,9 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
                 continue
             pool = base.select(rows, sequence_parallel=sp, tensor_layout=layout)
             units, panels, key_of = _units_for(model, cluster, pool, space.recompute, eff)
+            if not space.gpipe:
+                gpipe = int(((pool.vpp == 1) & (pool.pp > 1)).sum()) * _grid_size(space)
+                tally.add("dominated: GPipe (1F1B has its step time with less memory)", "any pp > 1 plan", gpipe)
             for rows, schedule in _groups(pool, space):
                 for chunk in _chunks(rows):
                     batch = pool.select(chunk, schedule=schedule)
@@ -551,11 +611,15 @@ def _chunks(rows: np.ndarray) -> Iterator[np.ndarray]:
         yield rows[i:i + CHUNK]
 
 
+def _grid_size(space: Space) -> int:
+    return len(space.zero) * len(space.recompute) * len(space.offload_optimizer) * len(space.offload_activations)
+
+
 def _total_work(columns: dict[str, np.ndarray], space: Space) -> int:
     if not columns:
         return 0
     tp, vpp, pp, layout = columns["tp"], columns["vpp"], columns["pp"], columns["layout"]
-    grid = len(space.zero) * len(space.recompute) * len(space.offload_optimizer) * len(space.offload_activations)
+    grid = _grid_size(space)
     rows = 0
     for lay, sp in _modes(space):
         pool = (layout == LAYOUTS.index(lay)) & ((tp > 1) if sp else True)
