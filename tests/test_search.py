@@ -182,3 +182,12 @@ def test_gpipe_never_beats_1f1b(small_case):
     assert with_gpipe.plans[0].step_time == result.plans[0].step_time
     assert with_gpipe.evaluated - result.evaluated == result.rejected["dominated: GPipe (1F1B has its step time "
                                                                       "with less memory)"]
+
+
+def test_two_workers_find_what_one_finds():
+    model, cluster = load_model("llama3-70b"), load_system("h100").cluster(64)
+    space = Space(global_batch=64, offload_optimizer=(False,), offload_activations=(False,))
+    one = search(model, cluster, space, top_k=5, workers=1)
+    two = search(model, cluster, space, top_k=5, workers=2)
+    assert [e.plan for e in one.plans] == [e.plan for e in two.plans]
+    assert (one.evaluated, one.feasible, one.rejected) == (two.evaluated, two.feasible, two.rejected)

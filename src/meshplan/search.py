@@ -20,6 +20,8 @@ offload; and every distinct placement of the axes on the mesh (which axes share 
 from __future__ import annotations
 
 import itertools
+import multiprocessing
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -522,53 +524,115 @@ def _plan_key(plan: Plan) -> tuple:
     return (order, plan)
 
 
+PARALLEL_ABOVE = 4_000_000  # plans: below this, one process is faster than starting workers
+
+
+@dataclass
+class _Part:
+    """What one share of the search found (small: it crosses a process boundary)."""
+
+    best: _Best
+    evaluated: int = 0
+    feasible: int = 0
+    tally: _Tally = field(default_factory=_Tally)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """The plans one worker evaluates: one tensor mode (layout, sequence parallelism) and one slice of them."""
+
+    mode: tuple[str, bool]
+    part: int
+    parts: int
+
+
+_SHARED: dict[str, object] = {}  # the candidates, inherited by forked workers instead of pickled
+
+
 def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, eff: Efficiency = DEFAULT,
-           progress: Callable[[int, int], None] | None = None) -> SearchResult:
+           progress: Callable[[int, int], None] | None = None, workers: int = 0) -> SearchResult:
     """Evaluate every candidate of ``space``; return the ``top_k`` feasible plans (as full Estimates), the
-    number evaluated, and the rejected ones tallied by reason. ``progress(done, total)`` is called per chunk."""
+    number evaluated, and the rejected ones tallied by reason. ``progress(done, total)`` is called as work
+    completes. ``workers``: processes to use (0: up to 2 when the space is large; 1: this process only)."""
     start = time.perf_counter()
     columns, tally = candidates(model, cluster, space)
-    capacity = cluster.accelerator.hbm_bytes
-    best, evaluated, feasible = _Best(top_k), 0, 0
     total = _total_work(columns, space)
-    grid = (space.recompute, space.zero, space.offload_optimizer, space.offload_activations)
+    results: list[_Part] = []
     if columns:
         layout_of = columns.pop("layout")
         base = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
-        for layout, sp in _modes(space):
-            rows = (layout_of == LAYOUTS.index(layout)) & ((base.tp > 1) if sp else True)
-            if not rows.any():
-                continue
-            pool = base.select(rows, sequence_parallel=sp, tensor_layout=layout)
-            units, panels, key_of = _units_for(model, cluster, pool, space.recompute, eff)
-            if not space.gpipe:
-                gpipe = int(((pool.vpp == 1) & (pool.pp > 1)).sum()) * _grid_size(space)
-                tally.add("dominated: GPipe (1F1B has its step time with less memory)", "any pp > 1 plan", gpipe)
-            for rows, schedule in _groups(pool, space):
-                for chunk in _chunks(rows):
-                    batch = pool.select(chunk, schedule=schedule)
-                    keys = key_of[chunk]
-                    scored = _score(model, cluster, batch, {rc: u.take(keys) for rc, u in units.items()}, space, eff)
-                    in_hbm = scored.peak <= capacity
-                    in_host = scored.host <= cluster.host_memory
-                    fits = in_hbm & in_host
-                    evaluated += fits.size
-                    feasible += int(fits.sum())
-                    _tally_memory(tally, scored, in_hbm, batch, grid, capacity)
-                    _tally_host(tally, scored, in_hbm & ~in_host, batch, grid, cluster.host_memory)
-                    ok = np.flatnonzero((fits & (scored.time <= best.threshold)).reshape(-1))
-                    nb = [panels[rc][keys] for rc in space.recompute]
-                    best.offer(scored.time.reshape(-1)[ok], scored.peak.reshape(-1)[ok],
-                               lambda i, b=batch, ok=ok, shape=fits.shape, nb=nb: _decode(b, grid, shape, int(ok[i]),
-                                                                                          nb))
-                    if progress:
-                        progress(evaluated, total)
-    estimates = [estimate(model, cluster, key[1], eff) for _, _, key in best.rows]
+        workers = workers or (min(2, os.cpu_count() or 1) if total > PARALLEL_ABOVE else 1)
+        jobs = [_Job(mode, part, workers) for mode in _modes(space) for part in range(workers)]
+        args = (model, cluster, space, top_k, eff)
+        if workers == 1:
+            for job in jobs:
+                results.append(_evaluate(job, base, layout_of, *args))
+                if progress:
+                    progress(sum(r.evaluated for r in results), total)
+        else:
+            _SHARED.update(base=base, layout_of=layout_of, args=args)
+            try:
+                with multiprocessing.get_context("fork").Pool(workers) as pool:
+                    for part in pool.imap_unordered(_evaluate_shared, jobs):
+                        results.append(part)
+                        if progress:
+                            progress(sum(r.evaluated for r in results), total)
+            finally:
+                _SHARED.clear()
+    rows = sorted((row for part in results for row in part.best.rows), key=lambda r: (r[0], r[1], r[2][0]))
+    for part in results:
+        for reason, count in part.tally.counts.items():
+            tally.add(reason, part.tally.examples.get(reason, ""), count)
+    # re-estimate the leaders in float64 (the ranking above used float32 sums) and rank them again
+    estimates = [estimate(model, cluster, key[1], eff) for _, _, key in rows[: 2 * top_k + 2]]
     estimates.sort(key=lambda e: (e.step_time, e.peak_memory, _plan_key(e.plan)[0]))
-    plans = tuple(estimates[:top_k])
-    return SearchResult(model=model, cluster=cluster, space=space, plans=plans, evaluated=evaluated,
-                        feasible=feasible, rejected=dict(tally.counts), examples=dict(tally.examples),
+    return SearchResult(model=model, cluster=cluster, space=space, plans=tuple(estimates[:top_k]),
+                        evaluated=sum(r.evaluated for r in results), feasible=sum(r.feasible for r in results),
+                        rejected=dict(tally.counts), examples=dict(tally.examples),
                         seconds=time.perf_counter() - start)
+
+
+def _evaluate_shared(job: _Job) -> _Part:
+    return _evaluate(job, _SHARED["base"], _SHARED["layout_of"], *_SHARED["args"])
+
+
+def _evaluate(job: _Job, base: PlanBatch, layout_of: np.ndarray, model: ModelSpec, cluster: Cluster, space: Space,
+              top_k: int, eff: Efficiency) -> _Part:
+    """Score the plans of one job: its tensor mode, every ``parts``-th block of rows from ``part`` on (rows of
+    one size combination are contiguous, so the blocks share few unit keys)."""
+    layout, sp = job.mode
+    rows = (layout_of == LAYOUTS.index(layout)) & ((base.tp > 1) if sp else True)
+    index = np.flatnonzero(rows)
+    blocks = np.array_split(index, job.parts * 8) if len(index) else []
+    mine = [b for i, b in enumerate(blocks) if i % job.parts == job.part and len(b)]
+    result = _Part(_Best(top_k))
+    if not mine:
+        return result
+    pool = base.select(np.concatenate(mine), sequence_parallel=sp, tensor_layout=layout)
+    units, panels, key_of = _units_for(model, cluster, pool, space.recompute, eff)
+    if not space.gpipe:
+        gpipe = int(((pool.vpp == 1) & (pool.pp > 1)).sum()) * _grid_size(space)
+        result.tally.add("dominated: GPipe (1F1B has its step time with less memory)", "any pp > 1 plan", gpipe)
+    grid = (space.recompute, space.zero, space.offload_optimizer, space.offload_activations)
+    capacity = cluster.accelerator.hbm_bytes
+    for group, schedule in _groups(pool, space):
+        for chunk in _chunks(group):
+            batch = pool.select(chunk, schedule=schedule)
+            keys = key_of[chunk]
+            scored = _score(model, cluster, batch, {rc: u.take(keys) for rc, u in units.items()}, space, eff)
+            in_hbm = scored.peak <= capacity
+            in_host = scored.host <= cluster.host_memory
+            fits = in_hbm & in_host
+            result.evaluated += fits.size
+            result.feasible += int(fits.sum())
+            _tally_memory(result.tally, scored, in_hbm, batch, grid, capacity)
+            _tally_host(result.tally, scored, in_hbm & ~in_host, batch, grid, cluster.host_memory)
+            ok = np.flatnonzero((fits & (scored.time <= result.best.threshold)).reshape(-1))
+            nb = [panels[rc][keys] for rc in space.recompute]
+            result.best.offer(scored.time.reshape(-1)[ok], scored.peak.reshape(-1)[ok],
+                              lambda i, b=batch, ok=ok, shape=fits.shape, nb=nb: _decode(b, grid, shape, int(ok[i]),
+                                                                                         nb))
+    return result
 
 
 def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], flat: int,
