@@ -94,13 +94,17 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]]) ->
         ep_share = r.breakdown.get("ep", 0.0) / r.step_time if r.step_time else 0.0
         moe = f"MoE ({m['num_experts']} experts, top-{m.get('moe_topk')}, ep={p.get('ep')})"
         if fast:
-            reasons.append(f"{moe}: the MoE layer's own overheads are not modelled: dropless routing's per-layer "
-                           "device-to-host sync of the tokens per expert, router top-k and grouped-GEMM kernels "
-                           "over many small experts, and the residual load imbalance")
+            reasons.append(f"{moe}: grouped expert GEMMs (per-expert tile and wave quantization), permutation and "
+                           "the all-to-alls are modelled; the host side is not: without full-iteration CUDA graphs "
+                           "the dropless dispatcher's per-layer device-to-host sync of the tokens per expert exposes "
+                           "the CPU launch latency of the many small MoE kernels (the same Qwen3-30B-A3B "
+                           "configuration runs 1.5x faster in the releases whose recipes capture the whole "
+                           "iteration)")
         else:
-            reasons.append(f"{moe}: meshplan charges the token all-to-alls as exposed at NCCL bandwidth "
-                           f"({100 * ep_share:.0f}% of its step); this release overlaps them with compute "
-                           "(1F1B all-to-all overlap, DeepEP with node-deduplicated dispatch)")
+            reasons.append(f"{moe}: meshplan charges the token all-to-alls at NCCL bandwidth "
+                           f"({100 * ep_share:.0f}% of its step), hidden only where the release's recipe sets "
+                           "moe_a2a_overlap; DeepEP / HybridEP's node-deduplicated dispatch (one copy per node "
+                           "over the network, then NVLink) is not modelled")
     if (m.get("seq_length") or 0) >= 16384 and r.group.startswith(("mosaic", "torchtitan")):
         reasons.append(f"sequence {m['seq_length']:,}: attention dominates, and its FlashAttention-2-class "
                        "kernel rate on this stack is a single constant in meshplan")
@@ -110,6 +114,10 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]]) ->
     if "fp4" in str(rec.get("precision")):
         reasons.append("NVFP4 GEMMs: meshplan uses the FP8 best-shape efficiency for FP4 (no published MAMF) "
                        "and keeps TP communication exposed as the recipes do")
+    if "gpt-oss" in str(m.get("name", "")).lower() and any("unfused attention" in a for a in r.assumptions):
+        reasons.append("GPT-OSS's learnable attention sinks run in TE's unfused attention in this container "
+                       "(cuDNN < 9.18); meshplan computes the full score square for every layer, also for the "
+                       "sliding-window (128) half of the layers, whose masked kernel still materialises it")
     if spread:
         reasons.append(spread)
     if not reasons:
@@ -168,7 +176,9 @@ def constants_table(eff: Efficiency) -> list[str]:
         value = getattr(eff, f.name)
         shown = f"{value:.3f}" if isinstance(value, float) else str(value)
         lines.append(f"| `{f.name}` | {shown} | {'yes (fit half)' if f.name in fitted else 'no (documented)'} |")
-    lines += ["", "Best-shape GEMM efficiency (MAMF) per silicon configuration (`efficiency.MATMUL`):", "",
+    lines += ["", "Best-shape GEMM efficiency (MAMF) per silicon configuration (carried by the hardware presets as "
+              "`matmul_bf16` / `matmul_fp8` / `matmul_watts`; `efficiency.MATMUL` is the fallback for accelerators "
+              "defined without them):", "",
               "| dense 16-bit peak | SMs | BF16 | FP8 | measured at | source |", "|---:|---:|---:|---:|---:|---|"]
     lines += [f"| {e.half_peak / 1e12:.0f} TFLOP/s | {e.num_sms} | {e.bf16:.3f} | {e.fp8:.3f} | {e.watts:.0f} W | "
               f"{e.source} |" for e in MATMUL]
@@ -235,10 +245,13 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
             "|---|---:|---:|---:|"]
     out += [f"| {r.id} | {r.memory_predicted / 2**30:.1f} GiB | {r.memory_measured / 2**30:.1f} GiB | "
             f"{pct(r.memory_error, True)} |" for r in mem]
-    out += ["", "meshplan counts model states, saved activations (Korthikanti et al. 2022), one transient "
-            "cross-entropy workspace and the collective buffers; PyTorch's caching-allocator reserve, fragmentation "
-            "and, under full recompute, the gradient buffers of the layer in backward are not modelled, so it "
-            "reads low against \"max reserved\".", "",
+    out += ["", "meshplan counts model states, saved activations (Korthikanti et al. 2022), the transient "
+            "cross-entropy workspace of the loss implementation (torchtitan: eager `F.cross_entropy`, whose backward "
+            "holds the saved fp32 log-probabilities and two fp32 gradients of the logits, 12 bytes per logit; "
+            "`Plan.cross_entropy`) and the collective buffers. PyTorch's caching-allocator reserve and "
+            "fragmentation and, under full recompute, the gradient working set of the layer in backward are not "
+            "modelled, so it still reads low against \"max reserved\" on the tensor-parallel (2D / 3D / 4D) "
+            "runs.", "",
             "## The efficiency model and its constants", "",
             "See `src/meshplan/efficiency.py` for the physics and the source of every constant.", ""]
     out += constants_table(DEFAULT)

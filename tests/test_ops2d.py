@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import gpt
 
+from conftest import gpt
 from meshplan.estimate import estimate
 from meshplan.hardware import load_system
 from meshplan.model import load_model

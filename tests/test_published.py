@@ -182,7 +182,6 @@ def test_torchtitan_pipeline_batches_and_fsdp():
 @pytest.mark.parametrize(("over", "reason"), [
     ({"model": {"name": "Nemotron-3-Super", "arch": None, "num_layers": None, "hidden_size": None,
                 "num_heads": None}}, "hybrid Mamba"),
-    ({"task": "lora"}, "LoRA"),
     ({"measured": {"tokens_per_s_per_gpu": None, "model_tflops_per_gpu": None}}, "all values null"),
     ({"hardware": {"gpu": "MI300X", "num_gpus": 64}}, "no system preset"),
 ])

@@ -47,7 +47,12 @@ class PlanBatch:
     schedule: str = "1f1b"
     overlap_tp: bool = False
     overlap_dp: bool = True
+    overlap_ep: bool = False
     flash_attention: bool = True
+    attention_kernel: str = "fused"
+    cross_entropy: str = "fused"
+    finetune: str = "full"
+    lora_rank: int = 32
     tensor_layout: str = "1d"
     cp_comm: str = "ring"
     strides: dict[str, np.ndarray] | None = None  # per axis; computed from the placements when not given

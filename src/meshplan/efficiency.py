@@ -38,7 +38,7 @@ executing (1 + B_attn/s) × the useful half. The backward pass (five GEMMs, dS c
 (fitted: 0.41 of the 16-bit peak at d = 128, forward) sits below the kernels' own benchmarks (FA3: 0.6–0.75;
 FA2 on A100: 0.5–0.7) because in a training step the kernel also pays for the QKV layout transposes, RoPE and
 the softmax statistics around it. A stack that runs FlashAttention-2-class kernels on Hopper or Blackwell
-(``attention_kernel = "fa2"``) gets 0.35 / 0.75 of that (FA3 abstract: FA2 reaches 35 % of H100 peak).
+(``Plan.attention_kernel = "fa2"``) gets 0.35 / 0.75 of that (FA3 abstract: FA2 reaches 35 % of H100 peak).
 
 Memory-bound kernels stream at ``memory`` × HBM peak (STREAM-like copies reach 85–93 % on A100/H100).
 
@@ -54,7 +54,10 @@ overlapped communication time (estimate.py applies it wherever a collective is h
 Sustained clocks: a part capped below the power its datasheet peak is rated at runs slower. Dynamic power
 ∝ f·V² and V ∝ f near the top of the curve, so P ∝ f³ and f = (P_cap / P_rated)^(1/3) (check: H100 NVL,
 400 W, is rated at 835 dense BF16 TFLOP/s vs the 700 W SXM5's 989: (400/700)^(1/3) = 0.83 vs 0.845).
-The rated power is that of the part the MAMF was measured on (``MATMUL``), else the accelerator's TDP (f = 1).
+The rated power is that of the part the MAMF was measured on (the preset's ``matmul_watts``; for a user preset
+without it, the ``MATMUL`` entry of the same silicon), else the accelerator's TDP (f = 1).
+The hardware presets carry the MAMF figures (``Accelerator.matmul_bf16`` / ``matmul_fp8`` / ``matmul_watts`` /
+``async_mma``, each beside its source); ``MATMUL`` is the fallback lookup for accelerators defined without them.
 """
 
 from __future__ import annotations
@@ -117,11 +120,9 @@ class Efficiency:
     attention_bwd: float = 0.8  # backward / forward kernel rate (FA2 Fig. 4-5, FA3 Fig. 5-6)
     attention_d0: float = 64.0  # head dimension at which the per-score softmax work equals the matmuls'
     attention_block: float = 128.0  # FlashAttention query/key block (FA2 and FA3 use 128 for d <= 128)
-    # Which attention kernel family the software stack runs: "fused" (cuDNN / FlashAttention-3 class, written
-    # for the GPU's asynchronous MMA) or "fa2" (FlashAttention-2 class: synchronous mma.sync tiles). On GPUs
-    # with asynchronous warpgroup MMA (Hopper, Blackwell) FA2 reaches 35 % of peak where FA3 reaches 75 %
-    # (Shah et al. 2024, abstract): ``fa2_on_async`` = 0.35 / 0.75. On Ampere FA2 is the native kernel.
-    attention_kernel: str = "fused"
+    # A FlashAttention-2-class kernel (``Plan.attention_kernel = "fa2"``: synchronous mma.sync tiles) on a GPU with
+    # asynchronous warpgroup MMA (Hopper, Blackwell) reaches 35 % of peak where FA3 reaches 75 % (Shah et al.
+    # 2024, abstract): ``fa2_on_async`` = 0.35 / 0.75. On Ampere FA2 is the native kernel.
     fa2_on_async: float = 0.35 / 0.75
     nvlink: float = 0.8  # NCCL bus bandwidth / NVLink peak (nccl-tests)
     network: float = 0.9  # NCCL bus bandwidth / NIC peak (nccl-tests over InfiniBand NDR/HDR)
@@ -129,22 +130,29 @@ class Efficiency:
 
     # ---- GEMMs ----------------------------------------------------------------------------------------------
     def mamf(self, accelerator: object, precision: str) -> float:
-        """Best-shape GEMM efficiency of this accelerator at this precision (``MATMUL``)."""
+        """Best-shape GEMM efficiency of this accelerator at this precision: the preset's ``matmul_bf16`` /
+        ``matmul_fp8``, else the ``MATMUL`` entry of the same silicon, else ``MAMF_UNKNOWN``."""
+        low = precision in ("fp8", "fp4")
+        given = float(getattr(accelerator, "matmul_fp8" if low else "matmul_bf16", 0.0) or 0.0)
+        if given > 0:
+            return given
         entry = matmul_entry(accelerator)
         if entry is None:
             return MAMF_UNKNOWN
-        return entry.fp8 if precision in ("fp8", "fp4") else entry.bf16
+        return entry.fp8 if low else entry.bf16
 
-    def gemm_efficiency(self, m: Num, n: Num, k: Num, num_sms: int = 132) -> Num:
+    def gemm_efficiency(self, m: Num, n: Num, k: Num, num_sms: int = 132, groups: Num = 1.0) -> Num:
         """Shape efficiency of an (m×k)·(k×n) GEMM on ``num_sms`` SMs: ``gemm`` × quantization × depth.
-        Multiply by ``mamf`` and ``clock`` for the fraction of the datasheet peak."""
-        if type(m) in _SCALAR and type(n) in _SCALAR and type(k) in _SCALAR:  # one plan: plain floats, fast
-            return self.gemm * _quantization(m, n, num_sms) * k / (k + self.gemm_k0)
+        Multiply by ``mamf`` and ``clock`` for the fraction of the datasheet peak. ``groups`` such GEMMs run
+        as one grouped GEMM: each pads its own tiles, and the tiles of all of them fill the waves together."""
+        if (type(m) in _SCALAR and type(n) in _SCALAR and type(k) in _SCALAR
+                and type(groups) in _SCALAR):  # one plan: plain floats, fast
+            return self.gemm * _quantization(m, n, num_sms, groups) * k / (k + self.gemm_k0)
         best = 0.0
         for tm, tn in TILES:
-            tiles = _ceil(m / tm) * _ceil(n / tn)
+            tiles = groups * _ceil(m / tm) * _ceil(n / tn)
             waves = maximum(_ceil(tiles / num_sms), 1.0)
-            best = maximum(best, m * n / (waves * num_sms * tm * tn))
+            best = maximum(best, groups * m * n / (waves * num_sms * tm * tn))
         return self.gemm * minimum(best, 1.0) * k / (k + self.gemm_k0)
 
     # ---- attention ------------------------------------------------------------------------------------------
@@ -162,17 +170,18 @@ class Efficiency:
     def clock(self, accelerator: object) -> float:
         """Sustained tensor clock / the clock of the measured part: (P_cap / P_rated)^(1/3), at most 1."""
         tdp = float(getattr(accelerator, "tdp_watts", 0.0) or 0.0)
-        entry = matmul_entry(accelerator)
-        rated = entry.watts if entry is not None else tdp
+        rated = float(getattr(accelerator, "matmul_watts", 0.0) or 0.0)
+        if rated <= 0:
+            entry = matmul_entry(accelerator)
+            rated = entry.watts if entry is not None else tdp
         if tdp <= 0 or rated <= 0:
             return 1.0
         return min(1.0, (tdp / rated) ** self.clock_exponent)
 
-    def attention_kernel_factor(self, accelerator: object) -> float:
-        """Rate of the stack's attention kernel relative to the native one on this GPU (see the fields)."""
-        entry = matmul_entry(accelerator)
-        async_mma = entry.async_mma if entry is not None else True
-        return self.fa2_on_async if (self.attention_kernel == "fa2" and async_mma) else 1.0
+    def attention_kernel_factor(self, accelerator: object, kernel: str = "fused") -> float:
+        """Rate of the stack's attention kernel family (``Plan.attention_kernel``) relative to the native one on
+        this GPU (see ``fa2_on_async``)."""
+        return self.fa2_on_async if (kernel == "fa2" and async_mma(accelerator)) else 1.0
 
     def with_(self, **changes: float) -> Efficiency:
         return replace(self, **changes)
@@ -181,13 +190,23 @@ class Efficiency:
 _SCALAR = (int, float)
 
 
+def async_mma(accelerator: object) -> bool:
+    """Whether the GPU has asynchronous warpgroup MMA (the preset's ``async_mma``, else the ``MATMUL`` entry,
+    else True: every GPU since Hopper has it)."""
+    given = getattr(accelerator, "async_mma", None)
+    if given is not None:
+        return bool(given)
+    entry = matmul_entry(accelerator)
+    return entry.async_mma if entry is not None else True
+
+
 @lru_cache(maxsize=4096)
-def _quantization(m: float, n: float, num_sms: int) -> float:
+def _quantization(m: float, n: float, num_sms: int, groups: float = 1.0) -> float:
     """Scalar tile and wave quantization (see ``Efficiency.gemm_efficiency``), memoised: shapes repeat."""
     best = 0.0
     for tm, tn in TILES:
-        waves = max(math.ceil(math.ceil(m / tm) * math.ceil(n / tn) / num_sms), 1)
-        best = max(best, m * n / (waves * num_sms * tm * tn))
+        waves = max(math.ceil(groups * math.ceil(m / tm) * math.ceil(n / tn) / num_sms), 1)
+        best = max(best, groups * m * n / (waves * num_sms * tm * tn))
     return min(best, 1.0)
 
 

@@ -45,6 +45,7 @@ from meshplan.memory import (
     model_states,
     moe_fraction,
     stage_params,
+    trainable,
 )
 from meshplan.model import ModelSpec
 from meshplan.ops import (
@@ -284,8 +285,9 @@ def units_for_recompute(model: ModelSpec, cluster: Cluster, plan: Plan, parts: _
                  head_saved=saved_bytes(parts.ops["head"]))
 
 
-def _stage(model: ModelSpec, plan: Plan, u: Units) -> tuple[PassTimes, PassTimes]:
-    """Per micro-batch times of the first and the last pipeline rank."""
+def _stage(model: ModelSpec, plan: Plan, u: Units) -> tuple[PassTimes, PassTimes, Num]:
+    """Per micro-batch times of the first and the last pipeline rank, and the total of a middle rank (its
+    layers and p2p, without the embedding or the head)."""
     layers = layers_on_stage(model, plan)
     if plan.recompute == "full":
         redone = layers if plan.recompute_layers == 0 else minimum(plan.recompute_layers, layers)
@@ -296,13 +298,15 @@ def _stage(model: ModelSpec, plan: Plan, u: Units) -> tuple[PassTimes, PassTimes
     single = plan.pp == 1
     first = body.plus(u.embed).plus(u.head.scaled(single)).plus(p2p)
     last = body.plus(u.head).plus(u.embed.scaled(single)).plus(p2p)
-    return first, last
+    return first, last, body.total + p2p.total
 
 
 def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency
                     ) -> tuple[Num, Num, Num]:
     """Seconds of one (gradient all-reduce or reduce-scatter, parameter all-gather, gradient reduce-scatter)
-    over the dp·cp ranks (and the expert-data-parallel ranks for expert weights)."""
+    over the dp·cp ranks (and the expert-data-parallel ranks for expert weights); trainable parameters only
+    (LoRA: the adapters)."""
+    params = trainable(params, plan)
     dense_group, expert_group = plan.dp * plan.cp, plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp)
     stride_d, stride_e = axis_stride(plan, "dp"), axis_stride(plan, "edp")
 
@@ -338,7 +342,9 @@ def dp_time(model: ModelSpec, cluster: Cluster, plan: Plan, params: StageParams,
 def optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency) -> Num:
     """Adam over this GPU's shard: read gradient, read + write master weight and both moments, write the
     bf16 weight: (g + 24 + 2) bytes per parameter, memory-bound. Offloaded: the gradient goes to the host
-    and the weight comes back over PCIe, and the host's update streams the same 24 bytes per parameter."""
+    and the weight comes back over PCIe, and the host's update streams the same 24 bytes per parameter.
+    Trainable parameters only (LoRA: the adapters)."""
+    params = trainable(params, plan)
     if plan.zero >= 1:
         shard = params.dense / (plan.dp * plan.cp) + params.expert * plan.ep * plan.etp / (
             plan.tp * plan.cp * plan.dp)
@@ -375,7 +381,7 @@ class Pipeline:
 
 def pipeline(model: ModelSpec, plan: Plan, u: Units) -> Pipeline:
     """m · t_stage + (p - 1)/v · t_stage on the busiest rank (Narayanan et al. 2021 §2.2)."""
-    first, last = _stage(model, plan, u)
+    first, last, _ = _stage(model, plan, u)
     use_first = first.total >= last.total
     stage = PassTimes(*(where(use_first, getattr(first, f), getattr(last, f)) for f in PassTimes.__slots__))
     return Pipeline(stage, use_first, plan.grad_accum, (plan.pp - 1) / plan.vpp * stage.total)
@@ -393,11 +399,16 @@ def _layer_input(model: ModelSpec, plan: Plan) -> Num:
 
 
 def loss_workspace(model: ModelSpec, plan: Plan) -> Num:
-    """Transient peak of the cross-entropy backward on the last stage: while the saved fp32 softmax of the
-    logits is alive, the fp32 gradient of the logits is materialised and cast to the 16-bit gradient the LM
-    head's backward consumes: (4 + 2)·T·V/t bytes (PyTorch ``cross_entropy`` on upcast logits; Megatron's
-    fused vocab-parallel loss writes the gradient in place but still emits the 16-bit copy)."""
-    return dims(model, plan).tokens * model.vocab_size / plan.tp * (FP32 + ACT_BYTES)
+    """Transient peak of the cross-entropy backward on the last stage, beyond the saved fp32 (log-)softmax of
+    the logits (counted with the head's saved activations), per logit (T·V/t of them):
+    ``plan.cross_entropy = "fused"`` (Megatron's vocab-parallel loss): the fp32 gradient of the logits and its
+    16-bit copy for the LM head's backward, 4 + 2 bytes.
+    ``"pytorch"`` (``F.cross_entropy`` on upcast logits = log_softmax + nll_loss, eager autograd): nll_loss's
+    backward materialises a dense fp32 gradient of the log-probabilities (``nll_loss_backward``: zeros with
+    -1/N at the targets), and ``_log_softmax_backward_data`` writes a new fp32 gradient of the logits while
+    that one and the saved output are alive: 4 + 4 bytes (the 16-bit cast follows once the first is freed)."""
+    per_logit = FP32 + (FP32 if plan.cross_entropy == "pytorch" else ACT_BYTES)
+    return dims(model, plan).tokens * model.vocab_size / plan.tp * per_logit
 
 
 def activation_memory(model: ModelSpec, plan: Plan, u: Units) -> tuple[Num, Num]:
@@ -466,7 +477,8 @@ def step_costs(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency =
 
 def _bottleneck_params(model: ModelSpec, plan: Plan, use_first: Num) -> StageParams:
     a, b = stage_params(model, plan, True), stage_params(model, plan, False)
-    return StageParams(dense=where(use_first, a.dense, b.dense), expert=where(use_first, a.expert, b.expert))
+    return StageParams(dense=where(use_first, a.dense, b.dense), expert=where(use_first, a.expert, b.expert),
+                       adapters=where(use_first, a.adapters, b.adapters))
 
 
 # ---- FLOP accounting --------------------------------------------------------------------------------------
@@ -580,7 +592,8 @@ class Estimate:
             "plan": {k: getattr(p, k) for k in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch",
                                                  "global_batch", "zero", "recompute", "recompute_layers",
                                                  "sequence_parallel", "schedule", "precision", "overlap_tp",
-                                                 "overlap_dp", "overlap_ep", "offload_optimizer", "offload_activations")}
+                                                 "overlap_dp", "overlap_ep", "offload_optimizer",
+                                                 "offload_activations", "finetune")}
             | {"placement": list(p.placement), "grad_accum": p.grad_accum},
             "step_time_s": self.step_time, "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_gpu": self.tokens_per_s / self.cluster.num_gpus,
@@ -650,7 +663,7 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, 
     the optimizer step (ZeRO-3 traffic runs per micro-batch)."""
     params = _bottleneck_params(model, plan, pipeline(model, plan, u).use_first)
     all_reduce, gather, scatter = dp_collectives(model, cluster, plan, params, eff)
-    grad_bytes, weight_bytes = params.total * plan.grad_bytes, params.total * WEIGHT_BYTES
+    grad_bytes, weight_bytes = trainable(params, plan).total * plan.grad_bytes, params.total * WEIGHT_BYTES
     m = plan.grad_accum
     comm = {0: [("dp/grad_all_reduce", 1, grad_bytes, all_reduce)],
             1: [("dp/grad_reduce_scatter", 1, grad_bytes, scatter), ("dp/param_all_gather", 1, weight_bytes, gather)],

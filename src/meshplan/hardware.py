@@ -35,6 +35,12 @@ class Accelerator:
     nvlink_bandwidth: float  # bytes/s per GPU per direction
     num_sms: int = 132
     tdp_watts: float = 0.0
+    # measured best-shape GEMM efficiency ("maximum achievable matmul FLOPS" / dense peak) and the board power it
+    # was measured at (efficiency.py); 0 → looked up by peak and SM count (efficiency.MATMUL), else a default
+    matmul_bf16: float = 0.0
+    matmul_fp8: float = 0.0  # also used for fp4
+    matmul_watts: float = 0.0
+    async_mma: bool | None = None  # asynchronous warpgroup MMA + TMA (Hopper, Blackwell); None → looked up
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:

@@ -33,6 +33,7 @@ class StageParams:
 
     dense: Num  # replicated across the dp·cp ranks
     expert: Num  # replicated across the expert-data-parallel ranks
+    adapters: Num = 0.0  # LoRA adapter parameters (plan.finetune = "lora"), replicated across the dp·cp ranks
 
     @property
     def total(self) -> Num:
@@ -82,6 +83,26 @@ def layer_params(model: ModelSpec, plan: Plan) -> StageParams:
     return StageParams(dense=dense, expert=f * experts / (plan.ep * plan.etp))
 
 
+def adapter_params(model: ModelSpec, plan: Plan) -> float:
+    """LoRA parameters per layer on one GPU: r·(k + n)/t for each targeted linear W (k×n): QKV, attention
+    output, and the dense MLP's fc1 (gate + up) and fc2 (ops.LORA_TARGETS; the TP shards split the adapters
+    with their base weights, a small overcount for the replicated halves)."""
+    if plan.finetune != "lora":
+        return 0.0
+    h, f = model.hidden_size, model.ffn_hidden_size
+    fc1 = 2 * f if model.gated else f
+    qkv = model.q_dim + 2 * model.kv_dim
+    dense_mlp = (1 - moe_fraction(model)) * ((h + fc1) + (f + h))
+    return plan.lora_rank * ((h + qkv) + (model.attn_out_dim + h) + dense_mlp) / (plan.tp * plan.tp2)
+
+
+def trainable(params: StageParams, plan: Plan) -> StageParams:
+    """The parameters that get gradients and optimizer state: all of them, or under LoRA the adapters only."""
+    if plan.finetune == "lora":
+        return StageParams(dense=params.adapters, expert=0.0, adapters=params.adapters)
+    return params
+
+
 def stage_params(model: ModelSpec, plan: Plan, first: bool) -> StageParams:
     """The first (embedding) or last (final norm + LM head) stage; with p = 1 one stage holds both.
     A tied LM head keeps its own copy on the last stage when p > 1 (Megatron)."""
@@ -93,23 +114,27 @@ def stage_params(model: ModelSpec, plan: Plan, first: bool) -> StageParams:
     if model.tied_embeddings:
         head = head + (model.vocab_size * model.hidden_size / plan.tp) * (1 - single)
     extra = embed + head * single if first else head + embed * single
-    return StageParams(dense=per_layer.dense * layers + extra, expert=per_layer.expert * layers)
+    adapters = adapter_params(model, plan) * layers
+    return StageParams(dense=per_layer.dense * layers + extra + adapters, expert=per_layer.expert * layers,
+                       adapters=adapters)
 
 
 def model_states(params: StageParams, plan: Plan) -> tuple[Num, Num, Num]:
-    """(weights, gradients, optimizer) bytes per GPU under ZeRO stage ``plan.zero``."""
+    """(weights, gradients, optimizer) bytes per GPU under ZeRO stage ``plan.zero``; under LoRA gradients and
+    optimizer state exist for the adapters only (``trainable``)."""
     n_dense = plan.dp * plan.cp
     n_expert = plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp)
     z = plan.zero
 
-    def sharded(stage: int, bytes_per_param: float) -> Num:
+    def sharded(stage: int, bytes_per_param: float, p: StageParams = params) -> Num:
         if z >= stage:
-            return bytes_per_param * (params.dense / n_dense + params.expert / n_expert)
-        return bytes_per_param * params.total
+            return bytes_per_param * (p.dense / n_dense + p.expert / n_expert)
+        return bytes_per_param * p.total
 
+    train = trainable(params, plan)
     weights = sharded(3, WEIGHT_BYTES)
-    grads = sharded(2, plan.grad_bytes)
-    optimizer = 0.0 if plan.offload_optimizer else sharded(1, OPTIMIZER_BYTES)
+    grads = sharded(2, plan.grad_bytes, train)
+    optimizer = 0.0 if plan.offload_optimizer else sharded(1, OPTIMIZER_BYTES, train)
     return weights, grads, optimizer
 
 

@@ -62,6 +62,10 @@ class OpCost:
     # attention kernel: "flash_causal" / "flash" (one fused kernel: time = max(compute, memory)) or "unfused"
     # (batched score GEMMs and a separate softmax kernel: times add). m, n, k: queries·heads, keys, head dim.
     variant: str = ""
+    # a grouped GEMM (MoE experts: one GEMM per local expert, run as one grouped kernel): m, n, k are the shape
+    # of one group, ``groups`` of them; FLOPs and bytes are the totals
+    groups: Num = 1.0
+    kernel: str = ""  # flash attention: the kernel family of the stack (plan.attention_kernel), efficiency.py
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,19 +92,25 @@ def dims(model: ModelSpec, plan: Plan) -> Dims:
 
 
 # ---- building blocks -------------------------------------------------------------------------------------
-def gemm(name: str, m: Num, k: Num, n: Num, d: Dims, saved: Num | None = None) -> list[OpCost]:
+def gemm(name: str, m: Num, k: Num, n: Num, d: Dims, saved: Num | None = None, groups: Num = 1.0
+         ) -> list[OpCost]:
     """(m×k)·(k×n) = m×n. Forward, input gradient (m×n)·(n×k), weight gradient (k×m)·(m×n).
 
     HBM bytes: read both operands, write the result; the weight gradient is accumulated (read + write) in
     the gradient buffer. ``saved`` defaults to the input (m×k), stored for the weight gradient.
+    ``groups`` > 1: a grouped GEMM (Megatron-Core GroupedMLP / TE GroupedLinear, one GEMM per local expert):
+    the m rows split evenly over ``groups`` weights of k×n each, so each group is an (m/g×k)·(k×n) GEMM and
+    its weight gradient reduces over only m/g rows; weights and their gradients are g × k×n.
     """
     a = ACT_BYTES
     flops = 2.0 * m * k * n
     stored = m * k * a if saved is None else saved
+    mg, weights = m / groups, k * n * groups
     return [
-        OpCost(name, "fwd", "gemm", flops, a * (m * k + k * n + m * n), stored, m=m, n=n, k=k),
-        OpCost(name, "bwd_x", "gemm", flops, a * (m * n + n * k + m * k), m=m, n=k, k=n),
-        OpCost(name, "bwd_w", "gemm", flops, a * (m * k + m * n) + 2 * d.grad_bytes * k * n, m=k, n=n, k=m),
+        OpCost(name, "fwd", "gemm", flops, a * (m * k + weights + m * n), stored, m=mg, n=n, k=k, groups=groups),
+        OpCost(name, "bwd_x", "gemm", flops, a * (m * n + weights + m * k), m=mg, n=k, k=n, groups=groups),
+        OpCost(name, "bwd_w", "gemm", flops, a * (m * k + m * n) + 2 * d.grad_bytes * weights, m=k, n=n, k=mg,
+               groups=groups),
     ]
 
 
@@ -201,7 +211,8 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     if plan.flash_attention:
         flops = full / 2 if model.causal else full
         lse = T * heads * FP32
-        shape = {"m": T * heads, "n": s, "k": d_qk, "variant": "flash_causal" if model.causal else "flash"}
+        shape = {"m": T * heads, "n": s, "k": d_qk, "variant": "flash_causal" if model.causal else "flash",
+                 "kernel": plan.attention_kernel}
         return [
             OpCost("attn/core", "fwd", "attention", flops, a * (qkv_elems + out_elems), saved_qkv + lse, **shape),
             OpCost("attn/core", "bwd_x", "attention", 2.5 * flops, a * (2 * qkv_elems + 3 * out_elems), **shape),
@@ -265,15 +276,16 @@ def attention_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
 
 
 # ---- MLP and MoE ------------------------------------------------------------------------------------------
-def mlp_gemms(prefix: str, model: ModelSpec, rows: Num, ffn: Num, d: Dims, input_saved: Num | None = None
-              ) -> list[OpCost]:
+def mlp_gemms(prefix: str, model: ModelSpec, rows: Num, ffn: Num, d: Dims, input_saved: Num | None = None,
+              groups: Num = 1.0) -> list[OpCost]:
     """fc1 (H → F, or H → 2F gate+up for SwiGLU), activation, fc2 (F → H). ``ffn`` is the local width;
-    ``input_saved`` is what fc1 keeps of its input (the sequence-parallel shard, by default all rows)."""
+    ``input_saved`` is what fc1 keeps of its input (the sequence-parallel shard, by default all rows);
+    ``groups``: the rows split over that many experts' weights (grouped GEMMs)."""
     width_in = 2 * ffn if model.gated else ffn
-    ops = gemm(f"{prefix}/fc1", rows, model.hidden_size, width_in, d, saved=input_saved)
+    ops = gemm(f"{prefix}/fc1", rows, model.hidden_size, width_in, d, saved=input_saved, groups=groups)
     act_in, act_out = rows * width_in, rows * ffn
     ops += elementwise(f"{prefix}/act", act_in, act_out, 8.0, saved=act_in * ACT_BYTES)
-    ops += gemm(f"{prefix}/fc2", rows, ffn, model.hidden_size, d)
+    ops += gemm(f"{prefix}/fc2", rows, ffn, model.hidden_size, d, groups=groups)
     return ops
 
 
@@ -291,7 +303,9 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     """Router, dispatch all-to-all (ep), expert MLPs (sharded etp-ways), combine all-to-all, shared experts.
 
     Megatron-Core runs MoE layers with sequence parallelism whenever t > 1, so each rank routes T/t tokens;
-    the etp group all-gathers its members' tokens so each expert GEMM sees etp·T/t·k rows and F_e/etp columns.
+    the etp group all-gathers its members' tokens so the rank's E/e local experts see etp·T/t·k rows in all,
+    etp·T/t·k·e/E each (balanced routing), against F_e/etp columns: grouped GEMMs of that many rows per expert
+    (tile quantization per expert, wave quantization over all of them, weight-gradient depth = rows per expert).
     """
     h, k = model.hidden_size, model.moe_topk
     routed = d.tokens / d.tp  # tokens this rank routes
@@ -311,7 +325,9 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     # unpermute + probability-weighted sum after combine): a gather and a scatter of the k·T/t routed rows
     ops += elementwise("moe/permute", routed * k * h, routed * k * h, 0.0)
     ops += elementwise("moe/unpermute", routed * k * h, routed * h, 2.0)
-    ops += mlp_gemms("moe/experts", model, rows, model.moe_ffn_hidden_size / plan.etp, d)
+    # E/e local experts, each an (etp·k·T/t · e/E)-row GEMM: grouped GEMMs (balanced routing)
+    ops += mlp_gemms("moe/experts", model, rows, model.moe_ffn_hidden_size / plan.etp, d,
+                     groups=model.num_experts / plan.ep)
     if model.shared_expert_ffn_size:
         ops += tp_enter("moe/shared_tp_in", model, plan, d)
         ops += mlp_gemms("moe/shared", model, d.tokens, model.shared_expert_ffn_size / d.tp, d, input_saved=0.0)
@@ -333,10 +349,33 @@ def low_precision_casts(ops: list[OpCost], plan: Plan) -> list[OpCost]:
     if low is None:
         return ops
     per_elem = ACT_BYTES + 2 * low
-    casts = [OpCost(op.name + "/cast", op.phase, "memory", 0.0, per_elem * (op.m * op.k if op.phase == "fwd"
-                                                                           else op.m * op.n))
+    casts = [OpCost(op.name + "/cast", op.phase, "memory", 0.0, per_elem * op.groups * (
+        op.m * op.k if op.phase == "fwd" else op.m * op.n))
              for op in ops if op.kind == "gemm" and op.phase in ("fwd", "bwd_x") and op.variant != "bf16"]
     return ops + casts
+
+
+LORA_TARGETS = ("attn", "mlp")  # adapters on the attention and dense-MLP linears (Megatron-Bridge default)
+
+
+def lora(ops: list[OpCost], plan: Plan, d: Dims) -> list[OpCost]:
+    """LoRA fine-tuning (Hu et al. 2021): frozen base weights need no weight gradient, so every base GEMM's
+    ``bwd_w`` (and the embedding's gradient scatter-add) is dropped; the input gradient still flows. Each
+    targeted linear W (k×n) gains a rank-r path x·A·B (A: k×r, B: r×n) with all three passes, run in bf16
+    (outside the fp8 region); A re-reads the base GEMM's saved input, B saves its m×r input."""
+    if plan.finetune != "lora":
+        return ops
+    r = plan.lora_rank
+    out: list[OpCost] = []
+    for op in ops:
+        if op.phase == "bwd_w" and op.kind in ("gemm", "memory"):
+            continue
+        out.append(op)
+        if op.kind == "gemm" and op.phase == "fwd" and op.name.split("/")[0] in LORA_TARGETS:
+            rows = op.m * op.groups
+            out += [replace(a, variant="bf16") for a in gemm(op.name + "/lora_a", rows, op.k, r, d, saved=0.0)
+                    + gemm(op.name + "/lora_b", rows, r, op.n, d)]
+    return out
 
 
 def dense_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
@@ -345,13 +384,13 @@ def dense_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
     if plan.tensor_layout == "summa":
         from meshplan.ops2d import summa_layer
 
-        return summa_layer(model, plan, d)
-    return low_precision_casts(attention_block(model, plan, d) + mlp_block(model, plan, d), plan)
+        return lora(summa_layer(model, plan, d), plan, d)
+    return low_precision_casts(lora(attention_block(model, plan, d) + mlp_block(model, plan, d), plan, d), plan)
 
 
 def moe_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
     d = dims(model, plan)
-    return low_precision_casts(attention_block(model, plan, d) + moe_block(model, plan, d), plan)
+    return low_precision_casts(lora(attention_block(model, plan, d) + moe_block(model, plan, d), plan, d), plan)
 
 
 # ---- first and last pipeline stage ------------------------------------------------------------------------
@@ -368,7 +407,7 @@ def embedding_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
     ops.append(collective("embed/tp", "fwd", kind, elems * ACT_BYTES, "tp", plan.tp, "tp"))
     if plan.sequence_parallel:
         ops.append(collective("embed/tp", "bwd_x", "all_gather", elems * ACT_BYTES, "tp", plan.tp, "tp"))
-    return ops
+    return lora(ops, plan, d)
 
 
 def head_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
@@ -389,7 +428,7 @@ def head_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
     ops.append(OpCost("head/loss", "fwd", "memory", 6.0 * logits, logits * (ACT_BYTES + 2 * FP32), logits * FP32))
     ops.append(OpCost("head/loss", "bwd_x", "memory", 2.0 * logits, logits * (FP32 + ACT_BYTES)))
     ops.append(collective("head/loss_tp", "fwd", "all_reduce", 3 * d.tokens * FP32, "tp", plan.tp))
-    return ops
+    return lora(ops, plan, d)
 
 
 def pipeline_p2p(model: ModelSpec, plan: Plan) -> list[OpCost]:

@@ -34,6 +34,9 @@ CP_COMM = ("ring", "allgather")
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 PRECISION = ("bf16", "fp16", "fp8", "fp4")
+FINETUNE = ("full", "lora")
+ATTENTION_KERNELS = ("fused", "fa2")
+CROSS_ENTROPY = ("fused", "pytorch")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,7 +65,21 @@ class Plan:
     placement: tuple[str, ...] = DENSE_AXES
     overlap_tp: bool = False  # TP collectives overlapped with GEMMs (Megatron tp-comm-overlap)
     overlap_dp: bool = True  # DP gradient reduction overlapped with the backward pass
+    # EP all-to-all (and expert-TP) traffic overlapped with another micro-batch's compute (Megatron-Core
+    # --overlap-moe-expert-parallel-comm, "1F1B A2A overlap"; estimate.py)
+    overlap_ep: bool = False
     flash_attention: bool = True
+    # the flash-attention kernel family the software stack runs: "fused" (cuDNN / FlashAttention-3 class, written
+    # for the GPU's asynchronous MMA) or "fa2" (FlashAttention-2 class; slower on Hopper / Blackwell, efficiency.py)
+    attention_kernel: str = "fused"
+    # cross-entropy implementation (memory of its backward, estimate.loss_workspace): "fused" (Megatron
+    # vocab-parallel) or "pytorch" (F.cross_entropy in eager autograd, torchtitan)
+    cross_entropy: str = "fused"
+    # "full": every weight trains; "lora": base weights frozen, rank-``lora_rank`` adapters on the attention
+    # and MLP linears train (Hu et al. 2021, LoRA; Megatron-Bridge peft.LoRA defaults: dim 32, linear_qkv,
+    # linear_proj, linear_fc1, linear_fc2)
+    finetune: str = "full"
+    lora_rank: int = 32
     tensor_layout: str = "1d"
     summa_panels: int = 0  # SUMMA panels nb; 0 → max(tp, tp2)
     cp_comm: str = "ring"
@@ -251,6 +268,14 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> lis
             plan.precision != "fp16" or "bf16" not in cluster.accelerator.peak_flops):
         reasons.append(f"precision={plan.precision} is not supported by {cluster.accelerator.name} "
                        f"(it has {', '.join(sorted(cluster.accelerator.peak_flops))})")
+    if plan.attention_kernel not in ATTENTION_KERNELS:
+        reasons.append(f"attention_kernel={plan.attention_kernel!r} must be one of {', '.join(ATTENTION_KERNELS)}")
+    if plan.cross_entropy not in CROSS_ENTROPY:
+        reasons.append(f"cross_entropy={plan.cross_entropy!r} must be one of {', '.join(CROSS_ENTROPY)}")
+    if plan.finetune not in FINETUNE:
+        reasons.append(f"finetune={plan.finetune!r} must be one of {', '.join(FINETUNE)}")
+    if not isinstance(plan.lora_rank, int) or plan.lora_rank < 1:
+        reasons.append(f"lora_rank={plan.lora_rank!r} must be a positive integer")
     if plan.grad_bytes not in (2, 4):
         reasons.append(f"grad_bytes={plan.grad_bytes} must be 2 or 4")
     if sorted(plan.placement) != sorted(DENSE_AXES):

@@ -36,7 +36,7 @@ def rates(acc: Accelerator, precision: str, eff: Efficiency) -> tuple[float, flo
 def _rates(acc: Accelerator, precision: str, eff: Efficiency) -> tuple[float, float, float, float]:
     clock = eff.clock(acc)
     return (acc.flops(precision) * clock * eff.mamf(acc, precision), acc.half_flops * clock * eff.mamf(acc, "bf16"),
-            acc.half_flops * clock * eff.attention_kernel_factor(acc),
+            acc.half_flops * clock,
             acc.peak_flops.get("fp32", acc.half_flops / 16) * clock)
 
 
@@ -47,11 +47,13 @@ def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) 
     gemm, gemm16, half, fp32 = rates(acc, precision, eff)
     if op.kind == "gemm":
         rate = gemm16 if op.variant == "bf16" else gemm
-        return op.flops / (rate * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms))
+        return op.flops / (rate * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms, op.groups))
     if op.kind == "attention":
         if op.variant == "unfused":
             return op.flops / (gemm16 * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms))
         rate = eff.attention_efficiency(op.k, op.n, backward=op.phase != "fwd", causal=op.variant == "flash_causal")
+        if op.kernel == "fa2":
+            rate = rate * eff.attention_kernel_factor(acc, op.kernel)
         return op.flops / (half * rate)
     return op.flops / fp32
 

@@ -221,7 +221,8 @@ class SourceDefaults:
     recompute: str  # when the record does not say
     flash_attention: bool
     why: str
-    attention_kernel: str = "fused"  # efficiency.Efficiency.attention_kernel: "fused" (cuDNN / FA3) or "fa2"
+    attention_kernel: str = "fused"  # Plan.attention_kernel: "fused" (cuDNN / FA3) or "fa2"
+    cross_entropy: str = "fused"  # Plan.cross_entropy: "fused" (Megatron vocab-parallel) or "pytorch"
     whole_batch: bool = False  # no gradient accumulation: an unstated micro-batch is global batch / dp
 
 
@@ -245,17 +246,17 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "Megatron-Core r0.8 README scaling runs: --overlap-grad-reduce --overlap-param-gather "
                    "--tp-comm-overlap (stated), distributed optimizer, fp32 gradient reduction (bf16 default), "
                    "TE fused attention, sequence parallelism with tp > 1, no recompute flag given"),
+    SourceDefaults("Megatron-Bridge", r"megatron_bridge|mbridge", None, True, True, 1, 2, "none", True,
+                   "Megatron-Bridge scripts/performance: sequence parallelism with tp > 1, userbuffers TP overlap "
+                   "(off for nvfp4), distributed optimizer with overlapped grad reduce / param gather, "
+                   "grad_reduce_in_fp32 = False (set_basic_perf_overrides), TE attention, no recompute except "
+                   "a few memory-bound recipes"),
     SourceDefaults("NeMo 24.x", r"nemo", None, True, True, 1, 4, "none", True,
                    "NeMo 24.03/24.07 performance recipes: sequence parallelism and userbuffers TP overlap with "
                    "tp > 1, distributed optimizer with overlapped grad reduce / param gather, fp32 main grads, "
                    "FlashAttention (TE), no activation recompute"),
     SourceDefaults("Megatron-LM examples", r"megatron_lm_examples", None, True, True, 1, 4, "none", True,
                    "Megatron-LM examples/llama (configs follow the NeMo performance scripts): as NeMo"),
-    SourceDefaults("Megatron-Bridge", r"megatron_bridge|mbridge", None, True, True, 1, 2, "none", True,
-                   "Megatron-Bridge scripts/performance: sequence parallelism with tp > 1, userbuffers TP overlap "
-                   "(off for nvfp4), distributed optimizer with overlapped grad reduce / param gather, "
-                   "grad_reduce_in_fp32 = False (set_basic_perf_overrides), TE attention, no recompute except "
-                   "a few memory-bound recipes"),
     SourceDefaults("MosaicML llm-foundry", r"mosaic", False, False, True, 3, 4, "none", True,
                    "llm-foundry benchmarks: PyTorch FSDP (prefetching, overlapped), Composer mixed_precision "
                    "DEFAULT = bf16 params, fp32 gradient reduce-scatter; FlashAttention-2-class kernels (2023: "
@@ -263,7 +264,8 @@ SOURCES: tuple[SourceDefaults, ...] = (
     SourceDefaults("torchtitan", r"torchtitan", None, False, True, 3, 4, "none", True,
                    "torchtitan: FSDP2 (reshard after forward, prefetch), mixed_precision_reduce = float32, "
                    "sequence parallelism inside its TP plan, PyTorch SDPA flash backend (FlashAttention-2); async TP "
-                   "only where stated", "fa2"),
+                   "only where stated; loss = F.cross_entropy(pred.float()) in eager autograd (the loss is not "
+                   "compiled at the benchmark commit)", "fa2", cross_entropy="pytorch"),
 )
 GENERIC = SourceDefaults("generic", r"", None, False, True, 1, 4, "none", True,
                          "no source profile matched: sequence parallelism with tp > 1, distributed optimizer, "
@@ -293,6 +295,42 @@ def _int(value: Any) -> int | None:
         return int(value)
     found = re.search(r"\d+", str(value))
     return int(found.group()) if found else None
+
+
+# Megatron-Bridge performance recipes that turn on the EP all-to-all overlap (``moe_a2a_overlap=True`` →
+# Megatron-Core --overlap-moe-expert-parallel-comm): (regex on "group model gpu", minimum global batch, source).
+# Every other MoE recipe of those files leaves it off (Qwen3 30B/235B, DeepSeek-V3 on B200/GB200, GPT-OSS V1).
+# GPT-OSS-120B's GB200 "V2" variant (GBS 1280, gpt_oss_workload_base_configs.py) also sets it, but which
+# releases ran V2 cannot be pinned from the tables (V1 and V2 coexist in one file), so it is not assumed.
+MOE_A2A_OVERLAP: tuple[tuple[str, int, str], ...] = (
+    (r"megatron_bridge.*deepseek-v3.*h100", 0,
+     "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py: "
+     "DEEPSEEK_V3_H100_BASE_CONFIG moe_flex_dispatcher_backend='deepep', moe_a2a_overlap=True"),
+)
+
+
+def _overlap_ep(record: dict[str, Any], model: ModelSpec, gbs: int) -> tuple[bool, str]:
+    if not model.is_moe:
+        return False, ""
+    key = " ".join(str(x) for x in (record.get("group", ""), (record.get("model") or {}).get("name", ""),
+                                    (record.get("hardware") or {}).get("gpu", ""))).lower()
+    for pattern, min_gbs, why in MOE_A2A_OVERLAP:
+        if re.search(pattern, key) and gbs >= min_gbs:
+            return True, f"EP all-to-all overlapped with compute ({why})"
+    return False, "EP all-to-all exposed (the release's recipe does not set moe_a2a_overlap)"
+
+
+# Attention with learnable sinks (GPT-OSS, softmax_type="learnable") has no FlashAttention kernel, and cuDNN's
+# FusedAttention supports it only from cuDNN 9.18: Transformer Engine falls back to UnfusedDotProductAttention
+# (NVIDIA/TransformerEngine#2318, TE 2.8 + cuDNN 9.10; verl-project/verl#5224, 2026-02: "all current ... NeMo
+# containers ship cuDNN 9.11-9.16"). Megatron-Bridge releases before this one are evaluated with unfused
+# attention for such models (26.04 / 26.04.01 assumed still below cuDNN 9.18: not stated by the sources).
+FUSED_SINK_ATTENTION_FROM = (26, 6)
+
+
+def _release(record: dict[str, Any]) -> tuple[int, ...] | None:
+    found = re.search(r"megatron_bridge_(\d+)\.(\d+)", str(record.get("group", "")))
+    return (int(found.group(1)), int(found.group(2))) if found else None
 
 
 def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tuple[Plan, list[str]]:
@@ -378,20 +416,35 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     elif tp > 1:
         notes.append(f"TP communication {'overlapped' if overlap_tp else 'exposed'} (not stated)")
     task = record.get("task", "pretrain")
+    finetune, lora_rank = "full", 32
     if task == "lora":
-        raise Skip("LoRA fine-tuning (frozen base weights: no weight-gradient GEMMs, optimizer or gradient "
-                   "reduction for them) is not modelled")
+        finetune = "lora"
+        stated_rank = _int(p.get("lora_rank") or p.get("lora_dim") or (record.get("model") or {}).get("lora_rank"))
+        lora_rank = stated_rank or 32
+        notes.append(f"LoRA rank {lora_rank}" + ("" if stated_rank else " (not stated: Megatron-Bridge / NeMo "
+                     "LoRA default dim 32)") + " on QKV, attention output, fc1, fc2; base weights frozen")
     if task == "sft":
         notes.append("SFT evaluated as pretraining on full-length (packed) sequences")
     grad_bytes = src.grad_bytes
     if str(p.get("mp_mode") or "").upper() == "PURE":  # Composer FSDP mixed_precision PURE: bf16 reduce
         grad_bytes = 2
+    flash = src.flash_attention
+    release = _release(record)
+    if flash and model.attention_sinks and release is not None and release < FUSED_SINK_ATTENTION_FROM:
+        flash = False
+        notes.append("unfused attention: learnable attention sinks need cuDNN >= 9.18 for TE's fused kernel "
+                     "(TransformerEngine#2318, verl#5224); this release's container is assumed older")
+    overlap_ep, ep_note = _overlap_ep(record, model, gbs)
+    if ep_note and ep > 1:
+        notes.append(ep_note)
     plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sequence_parallel=sp, micro_batch=mbs,
                 global_batch=gbs, zero=zero, recompute=recompute, recompute_layers=layers, precision=precision,
                 grad_bytes=grad_bytes, schedule="interleaved" if vpp > 1 else "1f1b", overlap_tp=overlap_tp,
-                overlap_dp=src.overlap_dp, flash_attention=src.flash_attention)
+                overlap_dp=src.overlap_dp, overlap_ep=overlap_ep, flash_attention=flash,
+                finetune=finetune, lora_rank=lora_rank, attention_kernel=src.attention_kernel,
+                cross_entropy=src.cross_entropy)
     notes.append(f"grad bytes {grad_bytes}, DP overlap {'on' if src.overlap_dp else 'off'}, "
-                 f"{'flash' if src.flash_attention else 'unfused'} attention")
+                 f"{'flash' if flash else 'unfused'} attention")
     if model.is_moe:
         notes.append("MoE routing balanced (the NVIDIA tables force-balance it)")
     reasons = check(model, cluster, plan)
@@ -456,11 +509,22 @@ def eq3_flops(model: ModelSpec, batch: int) -> float:
 def megatron_model_flops(model: ModelSpec, batch: int) -> float:
     """Megatron-LM ``num_floating_point_operations`` (model FLOPs, forward + backward, no recompute):
     12·B·s·l·h²·[(1 + K/A + s/h)·(A·d/h) + (F/h)·k·g + (F_sh/h)·g + V/(2·l·h)], g = 3/2 for SwiGLU.
-    For a GPT (K = A, A·d = h, F = 4h) this is Korthikanti et al. 2022's 72·B·s·l·h²·(1 + s/6h + V/12lh)."""
+    For a GPT (K = A, A·d = h, F = 4h) this is Korthikanti et al. 2022's 72·B·s·l·h²·(1 + s/6h + V/12lh).
+    Multi-latent attention (DeepSeek-V3) uses the formula's MLA branch instead of the first bracket:
+    6·[q_lora·(h + A·d_qk + 1) + kv_lora·(h + A·(d_nope + d_v) + 1) + h·d_rope + A·d_v·h + s·A·(d_qk + d_v)/2]
+    per token and layer (Megatron-LM training.py ``num_floating_point_operations``, multi_latent_attention)."""
     b, s, n_l, h, v = batch, model.seq_length, model.num_layers, model.hidden_size, model.vocab_size
     g = 1.5 if model.gated else 1.0
     ffn = model.moe_ffn_hidden_size * model.moe_topk if model.is_moe else model.ffn_hidden_size
-    attn = (1 + model.num_kv_heads / model.num_heads + s / h) * (model.num_heads * model.head_dim / h)
+    if model.is_mla:  # the formula's multi-latent-attention branch (per token, in units of 12·h²; causal /2)
+        a, d_nope, d_rope, d_v = model.num_heads, model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
+        q_term = (model.q_lora_rank * (h + a * (d_nope + d_rope) + 1) if model.q_lora_rank
+                  else h * a * (d_nope + d_rope))
+        per_token = (q_term + model.kv_lora_rank * (h + a * (d_nope + d_v) + 1) + h * d_rope + a * d_v * h
+                     + s * a * (d_nope + d_rope) / 2 + s * a * d_v / 2)
+        attn = per_token / (2 * h * h)  # 6·per_token = 12·h²·attn
+    else:
+        attn = (1 + model.num_kv_heads / model.num_heads + s / h) * (model.num_heads * model.head_dim / h)
     body = attn + ffn / h * g + model.shared_expert_ffn_size / h * g + v / (2 * n_l * h)
     return 12.0 * b * s * n_l * h * h * body
 
@@ -490,12 +554,15 @@ class Case:
     assumptions: tuple[str, ...]
     basis: str = ""  # FLOP formula for tflops / mfu metrics
     measured_memory: float | None = None  # bytes
-    attention_kernel: str = "fused"
+
+    @property
+    def attention_kernel(self) -> str:
+        return self.plan.attention_kernel
 
     def efficiency(self, eff: Efficiency = DEFAULT) -> Efficiency:
-        """The efficiency model with this run's attention kernel family (a property of its software stack)."""
-        return eff if eff.attention_kernel == self.attention_kernel else eff.with_(
-            attention_kernel=self.attention_kernel)
+        """The efficiency model this run is evaluated with (the same for every run; the attention kernel family
+        of its stack is a plan setting, ``Plan.attention_kernel``)."""
+        return eff
 
 
 def pick_metric(record: dict[str, Any]) -> tuple[str, float, str]:
@@ -530,12 +597,11 @@ def map_run(record: dict[str, Any]) -> Case:
     if "mtp" in record["id"].lower() and "withoutmtp" not in record["id"].lower():
         notes.append("multi-token-prediction module not modelled (~1 extra layer and LM head)")
     memory = (record.get("measured") or {}).get("peak_memory_gib")
-    kernel = source_defaults(record).attention_kernel
-    if kernel != "fused" and plan.flash_attention:
-        notes.append(f"attention kernel: {kernel} class (the source's stack)")
+    if plan.attention_kernel != "fused" and plan.flash_attention:
+        notes.append(f"attention kernel: {plan.attention_kernel} class (the source's stack)")
     return Case(id=record["id"], group=record.get("group", ""), model=model, cluster=cluster, plan=plan,
                 metric=metric, measured=value, assumptions=tuple(notes), basis=basis,
-                measured_memory=None if memory is None else float(memory) * GiB, attention_kernel=kernel)
+                measured_memory=None if memory is None else float(memory) * GiB)
 
 
 def predicted_metric(case: Case, step_time: float) -> float:

@@ -1,1 +1,2 @@
-"""Reports: text tables (text.py); plots and HTML come later in the data flow."""
+"""Reports: terminal tables (text.py), matplotlib figures (plots.py), the self-contained HTML report (html.py),
+the ``report`` / ``sweep`` commands (commands.py) and a headless-Chromium driver for checking pages (browser.py)."""

@@ -101,7 +101,7 @@ def _nvlink_axes(est: Estimate) -> str:
     for axis in est.plan.placement:
         size = getattr(est.plan, axis)
         if size > 1 and stride * size <= domain:
-            inside.append(f"{axis}{size}")
+            inside.append(f"{axis}={size}")
         stride *= size
     return "+".join(inside) or "-"
 

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Optional extras for tests/test_report.py and tests/test_sweep.py: headless Chromium (Debian's package) for the
+# browser test, and the plot / ray extras (+ pandas, which the sweep test reads the CSV / JSON with) in .venv.
+# Idempotent and quick when everything is already there. Called by .ci/run before the tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v chromium >/dev/null 2>&1; then
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq || (sleep 5 && $sudo apt-get update -qq)
+  $sudo apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+fi
+[ -x .venv/bin/pip ] || python3 -m venv .venv
+.venv/bin/pip install -q -e '.[test,plot,ray]' 'pandas>=2'

@@ -1,0 +1,224 @@
+"""``meshplan report`` and ``meshplan sweep``: pictures, an HTML report and design-space sweeps.
+
+Registered by cli.py (``COMMANDS``). Imports stay inside the commands so that ``meshplan --help`` does not load
+matplotlib, Ray or the search; helpers come from meshplan.cli at call time (it imports this module).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from meshplan.errors import MissingDependency, SpecError
+
+
+def _model_options(f):
+    for opt in reversed([
+        click.option("--model", "model_ref", required=True, help="preset name, .toml file or HF config.json"),
+        click.option("--seq", type=int, default=None, help="sequence length (default: the model's)"),
+        click.option("--global-batch", type=int, default=None, help="sequences per step (default ≈ 4M tokens)"),
+    ]):
+        f = opt(f)
+    return f
+
+
+def _run_options(f):
+    for opt in reversed([
+        click.option("--placements", type=click.Choice(["all", "default"]), default="all", show_default=True,
+                     help="every placement of the axes on the mesh, or tp,cp,dp,pp only"),
+        click.option("--offload/--no-offload", default=True, show_default=True,
+                     help="consider optimizer / activation offload"),
+        click.option("--workers", type=int, default=None, help="local processes (default: all cores; 1: serial)"),
+        click.option("--ray", "ray_address", default=None,
+                     help="run the searches (sweep points, scaling curves) on Ray: 'auto', an address "
+                          "(ray://host:10001), or 'local'"),
+    ]):
+        f = opt(f)
+    return f
+
+
+def _model(model_ref: str, seq: int | None):
+    from meshplan.model import load_model
+
+    model = load_model(model_ref)
+    if seq is not None:
+        if seq <= 0:
+            raise SpecError(f"seq={seq} must be a positive integer")
+        model = model.with_seq_length(seq)
+    return model
+
+
+def _global_batch(model, global_batch: int | None) -> int:
+    from meshplan.cli import default_global_batch
+
+    gbs = global_batch if global_batch is not None else default_global_batch(model.seq_length, 1, 1)
+    if gbs < 1:
+        raise SpecError(f"global-batch={gbs} must be a positive integer")
+    return gbs
+
+
+def _positive_ints(text: str | None, field: str) -> list[int] | None:
+    from meshplan.cli import _split_ints
+
+    values = _split_ints(text, field)
+    if values is not None and (not values or min(values) < 1):
+        raise SpecError(f"{field}={text!r} must be positive integers separated by commas")
+    return values
+
+
+def _require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise MissingDependency("matplotlib", "plot") from None
+
+
+def _scaling_counts(text: str | None, gpus: int, domain: int) -> list[int]:
+    """``--scaling``: explicit counts, ``none``, or the default N/4, N/2, N, 2N (those the mesh can hold)."""
+    if text is not None and text.strip().lower() in ("none", "off", ""):
+        return []
+    if text is not None:
+        counts = _positive_ints(text, "scaling") or []
+    else:
+        counts = [gpus * k // 4 for k in (1, 2, 4, 8) if gpus * k % 4 == 0]
+    ok = sorted({n for n in counts if n % min(domain, n) == 0} | {gpus})
+    return ok if len(ok) > 1 else []
+
+
+@click.command("report")
+@_model_options
+@click.option("--system", "system_ref", required=True, help="system preset (h100, gb200 …) or .toml file")
+@click.option("--gpus", type=int, required=True, help="number of GPUs")
+@click.option("--nvlink-domain", type=int, default=None, help="override the NVLink domain size")
+@click.option("--top", "top_k", type=int, default=5, show_default=True, help="plans to show")
+@click.option("--scaling", default=None,
+              help="GPU counts for the scaling curves, e.g. 256,512,1024 (default: N/4,N/2,N,2N; 'none': skip)")
+@_run_options
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("report.html"),
+              show_default=True, help="the HTML file to write")
+def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k, scaling, placements, offload,
+           workers, ray_address, output) -> None:
+    """Search the plans of MODEL on GPUS accelerators of SYSTEM and write one self-contained HTML report:
+    best plans, step-time and memory breakdowns, pipeline timeline, per-op roofline and scaling curves."""
+    from dataclasses import replace
+
+    from meshplan.hardware import load_system
+    from meshplan.report.html import write
+    from meshplan.search import search
+    from meshplan.sweep import Point, param_points, result_row, run, sweep_space
+
+    _require_matplotlib()
+    if gpus < 1:
+        raise SpecError(f"gpus={gpus} must be a positive integer")
+    if top_k < 1:
+        raise SpecError(f"top={top_k} must be a positive integer")
+    model = _model(model_ref, seq)
+    gbs = _global_batch(model, global_batch)
+    system = load_system(system_ref)
+    if nvlink_domain is not None:
+        system = replace(system, network=replace(system.network, nvlink_domain=nvlink_domain))
+    cluster = system.cluster(gpus)
+    space = sweep_space(gbs, all_placements=placements == "all", offload=offload)
+    result = search(model, cluster, space, top_k=top_k)
+    rows = None
+    counts = _scaling_counts(scaling, gpus, system.network.nvlink_domain)
+    if counts:
+        label = Path(system_ref).stem if system_ref.endswith(".toml") else system_ref
+        points = param_points(model, [system], counts, gbs, space=space)
+        points = [replace(p, label=label) for p in points]
+        others = [p for p in points if p.gpus != gpus]
+        done = dict(zip((p.gpus for p in others), run(others, workers=workers, ray_address=ray_address),
+                        strict=True))
+        mine: Point = next(p for p in points if p.gpus == gpus)
+        done[gpus] = result_row(mine, result)
+        rows = [done[p.gpus] for p in points]
+    path = write(output, result, rows, top=top_k)
+    size = path.stat().st_size
+    click.echo(f"wrote {path} ({size / 1e6:.2f} MB): {len(result.plans)} plans"
+               + (f", scaling over {', '.join(map(str, counts))} GPUs" if counts else ""))
+
+
+@click.command("sweep")
+@_model_options
+@click.option("--systems", default="a100,h200,b200", show_default=True,
+              help="system presets or .toml files, separated by commas")
+@click.option("--nvlink", default=None, help="NVLink domain sizes, e.g. 4,8,64 (default: each system's own)")
+@click.option("--gpus", required=True, help="GPU counts, e.g. 512,1024,2048,4096")
+@click.option("--param", "params", default=None,
+              help="hardware parameters to scale (comma-separated): peak_flops, hbm_bandwidth, hbm_capacity, "
+                   "nvlink_bandwidth, nic_bandwidth, nvlink_domain (default: none, a strong-scaling sweep)")
+@click.option("--factors", default="0.5,1,2,4", show_default=True, help="scale factors for --param")
+@_run_options
+@click.option("--format", "formats", default="png,svg", show_default=True, help="picture formats: png, svg")
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("sweep"),
+              show_default=True, help="directory for sweep.csv, sweep.json and the pictures")
+def sweep(model_ref, seq, global_batch, systems, nvlink, gpus, params, factors, placements, offload, workers,
+          ray_address, formats, output) -> None:
+    """Best-plan throughput of MODEL over GPU counts × systems × NVLink sizes (strong scaling) or over a
+    hardware parameter's scale factors; writes CSV / JSON (pandas reads them) and PNG / SVG pictures."""
+    from meshplan.sweep import PARAMS, param_points, run, sweep_space, write_csv, write_json
+
+    model = _model(model_ref, seq)
+    gbs = _global_batch(model, global_batch)
+    counts = _positive_ints(gpus, "gpus") or []
+    domains = _positive_ints(nvlink, "nvlink") if nvlink else [None]
+    refs = [s.strip() for s in systems.split(",") if s.strip()]
+    if not refs:
+        raise SpecError("systems is empty")
+    names = [p.strip() for p in params.split(",") if p.strip()] if params else ["none"]
+    for name in names:
+        if name != "none" and name not in PARAMS:
+            raise SpecError(f"param={name!r} must be one of {', '.join(PARAMS)}")
+    try:
+        scale = [float(f) for f in factors.split(",") if f.strip()]
+    except ValueError:
+        raise SpecError(f"factors={factors!r} must be numbers separated by commas") from None
+    if not scale or min(scale) <= 0:
+        raise SpecError(f"factors={factors!r} must be positive numbers")
+    kinds = [f.strip().lower() for f in formats.split(",") if f.strip()]
+    for kind in kinds:
+        if kind not in ("png", "svg"):
+            raise SpecError(f"format={kind!r} must be png or svg")
+    if workers is not None and workers < 1:
+        raise SpecError(f"workers={workers} must be a positive integer")
+    space = sweep_space(gbs, all_placements=placements == "all", offload=offload)
+    points = []
+    for name in names:
+        points += param_points(model, refs, counts, gbs, param=name, factors=scale, nvlink=domains, space=space)
+    rows = run(points, workers=workers, ray_address=ray_address)
+    output.mkdir(parents=True, exist_ok=True)
+    written = [write_csv(rows, output / "sweep.csv"), write_json(rows, output / "sweep.json")]
+    try:
+        from meshplan.report.plots import save, sweep_figures
+
+        for key, fig in sweep_figures(rows).items():
+            written += [save(fig, output / f"{key}.{kind}") for kind in kinds]
+    except MissingDependency as exc:
+        click.echo(f"meshplan: no pictures: {exc}", err=True)
+    _print_rows(rows)
+    click.echo("wrote " + ", ".join(str(p) for p in written))
+
+
+def _print_rows(rows) -> None:
+    from rich.table import Table
+
+    from meshplan.report.text import _console
+    from meshplan.units import fmt_bytes, fmt_count, fmt_time
+
+    table = Table(title="sweep: the best plan per point", title_justify="left")
+    for col in ("system", "NVLink", "GPUs", "param", "factor", "best plan", "step", "tokens/s", "MFU", "memory"):
+        table.add_column(col, justify="left" if col in ("system", "param", "best plan") else "right")
+    for r in rows:
+        head = [str(r["system"]), str(r["nvlink_domain"]), str(r["gpus"]), r["param"], f"{r['factor']:g}"]
+        if not r["feasible"]:
+            table.add_row(*head, "no feasible plan", "", "", "", "")
+            continue
+        table.add_row(*head, r["plan"], fmt_time(r["step_time_s"]), fmt_count(r["tokens_per_s"]), f"{r['mfu']:.1%}",
+                      fmt_bytes(r["peak_memory_bytes"]))
+    _console().print(table)
+    sys.stdout.flush()
+
+
+COMMANDS = [report, sweep]

@@ -1,0 +1,490 @@
+"""Pictures (matplotlib, the optional ``plot`` extra): what a step spends its time and memory on, the
+pipeline timeline, where each op sits under the roofline, and sweeps over GPU counts and hardware.
+
+Every function returns a ``matplotlib.figure.Figure`` built without pyplot (no global state, no GUI
+backend), so it is safe in worker processes and servers; ``save`` writes it as PNG or SVG by suffix and
+``svg_text`` returns it as an SVG string for the HTML report. Numbers come from an ``Estimate`` (estimate.py),
+the schedule simulator (schedule.py) or sweep rows (sweep.py); nothing here computes a cost of its own.
+
+    breakdown_figure(estimates)   step time per plan, stacked by component (compute, tp, bubble, dp …)
+    memory_figure(estimates)      memory per GPU per plan, stacked by part, against the HBM capacity
+    timeline_figure(estimate)     per-rank Gantt of the plan's pipeline schedule, idle time (bubbles) hatched
+    roofline_figure(estimate)     per-op arithmetic intensity vs achieved FLOP/s under the compute / HBM roofs
+    scaling_figure(rows)          best-plan throughput and MFU vs GPU count, per system × NVLink domain
+    param_figure(rows, param)     best-plan throughput vs a hardware parameter's scale factor
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import textwrap
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from meshplan.errors import MissingDependency, SpecError
+from meshplan.units import GiB, fmt_bytes, fmt_time
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from meshplan.estimate import Estimate
+    from meshplan.schedule import Table, Timeline
+
+COMPONENT_COLORS = {
+    "compute": "#4C72B0", "recompute": "#8FAADC", "tp": "#DD8452", "cp": "#E6B84C", "ep": "#937860",
+    "pp": "#8172B3", "bubble": "#B8B8B8", "dp": "#55A868", "optimizer": "#DA8BC3", "offload": "#8C8C3C",
+}
+MEMORY_COLORS = {"weights": "#4C72B0", "grads": "#55A868", "optimizer": "#DA8BC3", "activations": "#DD8452",
+                 "buffers": "#B8B8B8"}
+KIND_COLORS = {"gemm": "#4C72B0", "attention": "#DD8452", "memory": "#55A868"}
+SYSTEM_COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C")
+LINESTYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+def _figure(width: float, height: float) -> Figure:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise MissingDependency("matplotlib", "plot") from None
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def save(fig: Figure, path: str | Path, dpi: int = 150) -> Path:
+    """Write ``fig`` as PNG or SVG (by the suffix)."""
+    path = Path(path)
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise SpecError(f"{path}: plots are written as .png or .svg")
+    fig.savefig(path, dpi=dpi, metadata={"Software": None} if path.suffix.lower() == ".png" else {"Date": None})
+    return path
+
+
+def svg_text(fig: Figure) -> str:
+    """The figure as a standalone SVG document (text drawn as paths: no fonts needed to view it)."""
+    import matplotlib
+
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.hashsalt": "meshplan"}):  # stable ids: the same figure, the same text
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    return buf.getvalue()
+
+
+def png_bytes(fig: Figure, dpi: int = 150) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+    return buf.getvalue()
+
+
+# ---- labels ----------------------------------------------------------------------------------------------------
+def short_label(est: Estimate) -> str:
+    """``dp32 tp8 pp4 v2 · mb1 · z1`` : the axes larger than 1, then micro-batch and ZeRO stage."""
+    p = est.plan
+    tensor = f"tp{p.tp}x{p.tp2}" if p.tp2 > 1 else f"tp{p.tp}"
+    axes = [f"dp{p.dp}", tensor, f"pp{p.pp}", f"cp{p.cp}", f"ep{p.ep}", f"v{p.vpp}"]
+    keep = [a for a in axes if not a.endswith(("p1", "v1", "x1")) or a == f"dp{p.dp}"]
+    extra = [f"mb{p.micro_batch}", f"z{p.zero}"]
+    if p.recompute != "none":
+        extra.append({"selective": "sel", "full": "full"}[p.recompute])
+    if p.offload_optimizer or p.offload_activations:
+        extra.append("offload-" + "+".join(k for k, on in (("opt", p.offload_optimizer),
+                                                           ("act", p.offload_activations)) if on))
+    return " ".join(keep) + " · " + " ".join(extra)
+
+
+def _time_unit(seconds: float) -> tuple[str, float]:
+    return ("s", 1.0) if seconds >= 1.0 else ("ms", 1e3)
+
+
+def _labels(estimates: Sequence[Estimate], labels: Sequence[str] | None) -> list[str]:
+    if labels is not None:
+        if len(labels) != len(estimates):
+            raise SpecError(f"{len(labels)} labels for {len(estimates)} estimates")
+        return list(labels)
+    if len(estimates) == 1:
+        return [short_label(estimates[0])]
+    return [f"#{i} {short_label(e)}" for i, e in enumerate(estimates, 1)]
+
+
+# ---- step time ---------------------------------------------------------------------------------------------------
+def breakdown_figure(estimates: Sequence[Estimate], labels: Sequence[str] | None = None,
+                     title: str | None = None) -> Figure:
+    """One horizontal bar per plan (the first on top), stacked by step-time component, with the step time and
+    MFU at the end. Components that are zero in every plan are left out of the bars and the legend."""
+    if not estimates:
+        raise SpecError("breakdown_figure needs at least one estimate")
+    names = _labels(estimates, labels)
+    unit, scale = _time_unit(max(e.step_time for e in estimates))
+    fig = _figure(10, 1.7 + 0.5 * len(estimates))
+    ax = fig.add_subplot()
+    y = list(range(len(estimates)))[::-1]
+    left = [0.0] * len(estimates)
+    for comp, color in COMPONENT_COLORS.items():
+        widths = [e.breakdown.get(comp, 0.0) * scale for e in estimates]
+        if not any(w > 0 for w in widths):
+            continue
+        ax.barh(y, widths, left=left, color=color, label=comp, height=0.6, edgecolor="white", linewidth=0.5)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    for yi, e, total in zip(y, estimates, left, strict=True):
+        ax.text(total, yi, f"  {fmt_time(e.step_time)} · MFU {e.mfu:.1%}", va="center", fontsize=8)
+    ax.set_yticks(y, names, fontsize=8)
+    ax.set_xlabel(f"step time ({unit})")
+    ax.set_xlim(0, max(left) * 1.28)
+    fig.legend(*ax.get_legend_handles_labels(), ncols=min(10, len(ax.containers)), fontsize=8,
+               loc="outside lower center", frameon=False)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    first = estimates[0]
+    ax.set_title(title or f"step time breakdown: {first.model.name} on {first.cluster.num_gpus} x "
+                          f"{first.cluster.accelerator.name}", fontsize=10, loc="left")
+    return fig
+
+
+# ---- memory ------------------------------------------------------------------------------------------------------
+def memory_figure(estimates: Sequence[Estimate], labels: Sequence[str] | None = None,
+                  title: str | None = None) -> Figure:
+    """One bar per plan: memory per GPU (of the pipeline rank with the larger footprint) stacked by part, and
+    the accelerator's HBM capacity as a dashed line."""
+    if not estimates:
+        raise SpecError("memory_figure needs at least one estimate")
+    names = _labels(estimates, labels)
+    capacity = estimates[0].cluster.accelerator.hbm_bytes / GiB
+    fig = _figure(max(6.0, 3.0 + 1.1 * len(estimates)), 4.6)
+    ax = fig.add_subplot()
+    x = list(range(len(estimates)))
+    bottom = [0.0] * len(estimates)
+    for part, color in MEMORY_COLORS.items():
+        heights = [e.memory.get(part, 0.0) / GiB for e in estimates]
+        if not any(h > 0 for h in heights):
+            continue
+        ax.bar(x, heights, bottom=bottom, color=color, label=part, width=0.6, edgecolor="white", linewidth=0.5)
+        bottom = [a + b for a, b in zip(bottom, heights, strict=True)]
+    for xi, e, top in zip(x, estimates, bottom, strict=True):
+        ax.text(xi, top, fmt_bytes(e.peak_memory), ha="center", va="bottom", fontsize=8)
+    ax.axhline(capacity, color="#C44E52", linestyle="--", linewidth=1.5,
+               label=f"HBM {fmt_bytes(estimates[0].cluster.accelerator.hbm_bytes)}")
+    short = [textwrap.fill(n.replace(" · ", " "), 18) for n in names]
+    ax.set_xticks(x, short, fontsize=7 if len(estimates) > 3 else 8)
+    ax.set_ylabel("memory per GPU (GiB)")
+    ax.set_ylim(0, max(capacity, max(bottom)) * 1.12)
+    fig.legend(*ax.get_legend_handles_labels(), fontsize=8, loc="outside right upper", frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    first = estimates[0]
+    ax.set_title(title or f"memory per GPU vs HBM: {first.model.name} on {first.cluster.accelerator.name}",
+                 fontsize=10, loc="left")
+    return fig
+
+
+# ---- pipeline timeline -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PipelineRun:
+    """The plan's schedule table simulated with the estimate's per-chunk times."""
+
+    schedule: str
+    pp: int
+    vpp: int
+    micro_batches: int
+    t_fwd: float  # per micro-batch per chunk, with the exposed TP / CP / EP / p2p time of the pass
+    t_bwd: float  # the same for the backward pass (recompute included)
+    table: Table
+    timeline: Timeline
+
+    def idle(self) -> list[list[tuple[float, float]]]:
+        """(start, length) of every idle interval of every rank within [0, step time]."""
+        out = []
+        for starts, ends in zip(self.timeline.starts, self.timeline.ends, strict=True):
+            gaps, t = [], 0.0
+            for s, e in sorted(zip(starts, ends, strict=True)):
+                if s - t > 1e-12 * max(1.0, self.timeline.step_time):
+                    gaps.append((t, s - t))
+                t = max(t, e)
+            if self.timeline.step_time - t > 1e-12 * max(1.0, self.timeline.step_time):
+                gaps.append((t, self.timeline.step_time - t))
+            out.append(gaps)
+        return out
+
+
+def pipeline_run(est: Estimate) -> PipelineRun:
+    """Simulate ``est.plan``'s pipeline schedule (schedule.build / schedule.simulate).
+
+    Per micro-batch and chunk: t_f = (stage forward + its share of the exposed communication) / vpp and
+    t_b likewise (stage_fwd / stage_bwd of estimate.step_costs; the exposed TP, CP, EP and p2p time per
+    micro-batch is split between the passes in proportion to their compute). All ranks take the busiest
+    rank's times, as the estimate does, so the simulated step equals the estimate's pipelined part:
+    compute + recompute + tp + cp + ep + pp + bubble.
+    """
+    from meshplan.estimate import step_costs
+    from meshplan.schedule import build, simulate
+
+    plan, m = est.plan, est.plan.grad_accum
+    costs = step_costs(est.model, est.cluster, plan)
+    comm = sum(float(costs.breakdown[k]) for k in ("tp", "cp", "ep", "pp")) / m
+    f, b = float(costs.stage_fwd), float(costs.stage_bwd)
+    share = f / (f + b) if f + b > 0 else 0.5
+    vpp = plan.vpp if plan.pp > 1 else 1
+    schedule = plan.schedule if plan.pp > 1 else "1f1b"
+    if schedule == "interleaved" and vpp == 1:
+        schedule = "1f1b"
+    t_f, t_b = (f + comm * share) / vpp, (b + comm * (1 - share)) / vpp
+    table = build(schedule, plan.pp, m, vpp)
+    return PipelineRun(schedule=schedule, pp=plan.pp, vpp=vpp, micro_batches=m, t_fwd=t_f, t_bwd=t_b, table=table,
+                       timeline=simulate(table, t_f, t_b))
+
+
+def timeline_figure(est: Estimate, run: PipelineRun | None = None, title: str | None = None) -> Figure:
+    """Per-rank Gantt chart of the plan's pipeline schedule: forward blocks blue, backward blocks green
+    (shaded by model chunk when interleaved), idle time (the pipeline bubble) hatched red. Micro-batch numbers
+    (``micro.chunk`` when interleaved) are written in the blocks wide enough to hold them."""
+    run = run or pipeline_run(est)
+    tl = run.timeline
+    unit, scale = _time_unit(tl.step_time)
+    fig = _figure(11, 1.5 + 0.42 * max(run.pp, 2))
+    ax = fig.add_subplot()
+    fwd_shades = ("#4C72B0", "#7F9FD0", "#2F4F80", "#A9C0E8")
+    bwd_shades = ("#55A868", "#86C697", "#33774A", "#B3DDBE")
+    per_rank = run.micro_batches * run.vpp
+    points_wide = 72 * 9.5 / tl.step_time if tl.step_time > 0 else 0.0  # ≈ axis points per second
+    shade = run.vpp > 1 and per_rank <= 48  # chunk shades only where blocks are wide enough to tell apart
+    edge = "white" if per_rank <= 48 else "none"
+    idle, idle_labelled = run.idle(), False
+    for r, (row, starts, ends) in enumerate(zip(run.table, tl.starts, tl.ends, strict=True)):
+        bars: dict[tuple[str, int], list[tuple[float, float]]] = defaultdict(list)
+        for action, s, e in zip(row, starts, ends, strict=True):
+            bars[(action.kind, action.chunk % 4 if shade else 0)].append((s * scale, (e - s) * scale))
+            text = str(action.micro) if run.vpp == 1 else f"{action.micro}.{action.chunk}"
+            if (e - s) * points_wide >= 4.5 * len(text) + 5:  # write the micro-batch where it fits
+                ax.text((s + e) / 2 * scale, r, text, ha="center", va="center", fontsize=6.5, color="white")
+        for (kind, chunk), spans in sorted(bars.items()):
+            color = (fwd_shades if kind == "F" else bwd_shades)[chunk]
+            ax.broken_barh(spans, (r - 0.38, 0.76), facecolors=color, edgecolor=edge, linewidth=0.3,
+                           label=f"{'forward' if kind == 'F' else 'backward'}" + (f" chunk {chunk}" if shade
+                                                                                  else "") if r == 0 else None)
+        if idle[r]:
+            ax.broken_barh([(s * scale, w * scale) for s, w in idle[r]], (r - 0.38, 0.76), facecolors="#F4D6D6",
+                           edgecolor="#C44E52", hatch="////", linewidth=0.4,
+                           label=None if idle_labelled else "idle (bubble)")
+            idle_labelled = True
+    ax.set_yticks(range(run.pp), [f"rank {r}" for r in range(run.pp)], fontsize=8)
+    ax.set_ylim(run.pp - 0.5, -0.5)
+    ax.set_xlim(0, tl.step_time * scale)
+    ax.set_xlabel(f"time within the step ({unit}); DP reduction and optimizer step not shown")
+    handles, labels = ax.get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: (labels[i].startswith("idle"), labels[i]))
+    fig.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=8, loc="outside lower center",
+               ncols=min(len(labels), 5), frameon=False)
+    name = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "interleaved 1F1B"}[run.schedule]
+    ax.set_title(title or f"pipeline timeline ({name}): pp={run.pp}"
+                          + (f", vpp={run.vpp}" if run.vpp > 1 else "")
+                          + f", {run.micro_batches} micro-batches; bubble {tl.idle_fraction:.1%} of "
+                          f"{fmt_time(tl.step_time)}", fontsize=10, loc="left")
+    return fig
+
+
+# ---- roofline ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RooflinePoint:
+    name: str
+    phase: str
+    kind: str
+    intensity: float  # FLOP per HBM byte
+    achieved: float  # FLOP/s
+    share: float  # of the summed op time per step
+
+
+def roofline_points(est: Estimate) -> list[RooflinePoint]:
+    """Every compute op of ``est.ops`` (collectives have no FLOPs) with its arithmetic intensity
+    FLOPs / bytes and its achieved rate FLOPs / seconds (the estimate's time, efficiencies included)."""
+    ops = [o for o in est.ops if o.kind != "collective" and o.flops > 0 and o.nbytes > 0 and o.seconds > 0]
+    total = sum(o.total_seconds for o in est.ops) or 1.0
+    return [RooflinePoint(o.name, o.phase, o.kind, o.flops / o.nbytes, o.flops / o.seconds, o.total_seconds / total)
+            for o in ops]
+
+
+def roofline_figure(est: Estimate, label_top: int = 6, title: str | None = None) -> Figure:
+    """Arithmetic intensity (FLOP/byte) against achieved FLOP/s of every op, log-log, under the roofs
+    min(peak, intensity × HBM bandwidth) of the plan's precision (and of FP32 for element-wise math).
+    Marker area grows with the op's share of the step; the ``label_top`` largest are named."""
+    points = roofline_points(est)
+    acc, precision = est.cluster.accelerator, est.plan.precision
+    peak, bw = acc.flops(precision), acc.hbm_bandwidth
+    fig = _figure(8.5, 5.2)
+    ax = fig.add_subplot()
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    lo = min([p.intensity for p in points] + [peak / bw]) / 4
+    hi = max([p.intensity for p in points] + [peak / bw]) * 4
+    xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    ax.plot(xs, [min(peak, x * bw) for x in xs], color="black", linewidth=1.6,
+            label=f"roof: {precision} {peak / 1e12:.0f} TFLOP/s, HBM {bw / 1e12:.2f} TB/s")
+    roofs = [("bf16 (attention)", acc.half_flops)] if acc.half_flops != peak else []
+    if "fp32" in acc.peak_flops:
+        roofs.append(("fp32 (element-wise)", acc.peak_flops["fp32"]))
+    for (name, value), style in zip(roofs, ("--", ":"), strict=False):
+        ax.plot(xs, [min(value, x * bw) for x in xs], color="#555555", linewidth=1, linestyle=style,
+                label=f"{name} {value / 1e12:.1f} TFLOP/s")
+    ax.axvline(peak / bw, color="#999999", linewidth=0.6, linestyle=":")
+    for kind, color in KIND_COLORS.items():
+        sel = [p for p in points if p.kind == kind]
+        if not sel:
+            continue
+        ax.scatter([p.intensity for p in sel], [p.achieved for p in sel],
+                   s=[18 + 600 * p.share for p in sel], color=color, alpha=0.75, edgecolor="white",
+                   linewidth=0.5, label=f"{kind} ops", zorder=3)
+    for (x, y), names in _label_groups(points, label_top):
+        ax.annotate("\n".join(names), (x, y), textcoords="offset points", xytext=(8, -6), fontsize=7.5, va="top")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(min([p.achieved for p in points] + [lo * bw]) / 3, peak * 2.5)
+    ax.set_xlabel("arithmetic intensity (FLOP / HBM byte)")
+    ax.set_ylabel("achieved FLOP/s per GPU")
+    ax.legend(fontsize=7.5, loc="lower right", framealpha=0.9)
+    ax.grid(which="major", alpha=0.3)
+    ax.set_title(title or f"per-op roofline: {est.model.name} on {acc.name} ({short_label(est)})", fontsize=10,
+                 loc="left")
+    return fig
+
+
+def _label_groups(points: Sequence[RooflinePoint], top: int) -> list[tuple[tuple[float, float], list[str]]]:
+    """The ``top`` op names by time share, grouped when their points nearly coincide (within 0.3 decades),
+    so that labels of clustered GEMMs do not overprint each other."""
+    best: dict[str, RooflinePoint] = {}
+    for p in sorted(points, key=lambda p: -p.share):
+        best.setdefault(p.name, p)
+    groups: list[tuple[tuple[float, float], list[str]]] = []
+    for p in list(best.values())[:top]:
+        for (x, y), names in groups:
+            if abs(math.log10(p.intensity / x)) < 0.3 and abs(math.log10(p.achieved / y)) < 0.3:
+                names.append(p.name)
+                break
+        else:
+            groups.append(((p.intensity, p.achieved), [p.name]))
+    return groups
+
+
+# ---- sweeps ------------------------------------------------------------------------------------------------------
+def _series(rows: Sequence[dict[str, Any]], x: str, y: str, by: Sequence[str]) -> dict[tuple, list[tuple]]:
+    out: dict[tuple, list[tuple]] = defaultdict(list)
+    for row in rows:
+        value = row.get(y)
+        if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):
+            continue
+        out[tuple(row[k] for k in by)].append((float(row[x]), float(value)))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _styles(keys: Sequence[tuple]) -> dict[tuple, dict[str, Any]]:
+    """Colour by the first key (system), line style and marker by the second (NVLink domain)."""
+    firsts = list(dict.fromkeys(k[0] for k in keys))
+    seconds = sorted(dict.fromkeys(k[1] for k in keys), key=lambda v: (isinstance(v, str), v))
+    return {k: {"color": SYSTEM_COLORS[firsts.index(k[0]) % len(SYSTEM_COLORS)],
+                "linestyle": LINESTYLES[seconds.index(k[1]) % len(LINESTYLES)],
+                "marker": MARKERS[seconds.index(k[1]) % len(MARKERS)]} for k in keys}
+
+
+def _log2_ticks(ax: Axes, values: Sequence[float]) -> None:
+    ticks = sorted(set(values))
+    ax.set_xticks(ticks, [f"{v:g}" for v in ticks])
+    ax.minorticks_off()
+
+
+def scaling_figure(rows: Sequence[dict[str, Any]], title: str | None = None) -> Figure:
+    """Strong scaling from sweep rows (``param == "none"``): the best plan's tokens/s (log-log, with the
+    ideal linear scaling from each curve's first point dotted) and its MFU, vs GPU count, one curve per
+    system × NVLink domain. Points where no plan fits are missing from their curve."""
+    rows = [r for r in rows if r.get("param", "none") in ("none", None, "")]
+    if not rows:
+        raise SpecError("scaling_figure: no strong-scaling rows (param 'none')")
+    tput = _series(rows, "gpus", "tokens_per_s", ("system", "nvlink_domain"))
+    mfu = _series(rows, "gpus", "mfu", ("system", "nvlink_domain"))
+    styles = _styles(list(tput) or [(r["system"], r["nvlink_domain"]) for r in rows])
+    fig = _figure(11, 4.6)
+    left, right = fig.subplots(1, 2)
+    for key, pts in tput.items():
+        xs, ys = zip(*pts, strict=True)
+        left.plot(xs, ys, label=f"{key[0]} NVL{key[1]}", markersize=4.5, linewidth=1.4, **styles[key])
+    if tput:
+        x0, y0 = min((p[0] for pts in tput.values() for p in pts[:1]), default=1), None
+        firsts = [pts[0] for pts in tput.values() if pts[0][0] == x0]
+        y0 = max(p[1] for p in firsts)
+        xs = sorted({p[0] for pts in tput.values() for p in pts})
+        left.plot(xs, [y0 * x / x0 for x in xs], color="#999999", linestyle=":", linewidth=1, label="linear")
+    for key, pts in mfu.items():
+        xs, ys = zip(*pts, strict=True)
+        right.plot(xs, [100 * y for y in ys], markersize=4.5, linewidth=1.4, **styles[key])
+    gpus = [float(r["gpus"]) for r in rows]
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        _log2_ticks(ax, gpus)
+        ax.set_xlabel("GPUs")
+        ax.grid(alpha=0.3)
+    left.set_yscale("log")
+    left.set_ylabel("tokens/s (best plan)")
+    right.set_ylabel("MFU of the best plan (%)")
+    right.set_ylim(bottom=0)
+    fig.legend(*left.get_legend_handles_labels(), loc="outside right upper", fontsize=8)
+    model = rows[0].get("model", "")
+    batch = rows[0].get("global_batch", "")
+    fig.suptitle(title or f"strong scaling: {model}, global batch {batch}", fontsize=11, x=0.01,
+                 horizontalalignment="left")
+    return fig
+
+
+def param_figure(rows: Sequence[dict[str, Any]], param: str, title: str | None = None) -> Figure:
+    """A hardware-parameter sweep from sweep rows: best-plan tokens/s per GPU vs the parameter's scale factor
+    (vs the domain size itself for ``nvlink_domain``), one panel per GPU count, one curve per system ×
+    NVLink domain, the unmodified hardware (factor 1) marked."""
+    from meshplan.sweep import PARAMS
+
+    rows = [r for r in rows if r.get("param") == param]
+    if not rows:
+        raise SpecError(f"param_figure: no rows for param {param!r}")
+    x = "value" if param == "nvlink_domain" else "factor"
+    counts = sorted({int(r["gpus"]) for r in rows})
+    fig = _figure(min(4.2 * len(counts), 16) + 1.8, 4.2)
+    axes = fig.subplots(1, len(counts), squeeze=False, sharey=True)[0]
+    keys = list(dict.fromkeys((r["system"], r["nvlink_domain"] if x == "factor" else "") for r in rows))
+    styles = _styles(keys)
+    for ax, n in zip(axes, counts, strict=True):
+        sel = [r for r in rows if int(r["gpus"]) == n]
+        by = ("system", "nvlink_domain") if x == "factor" else ("system",)
+        for key, pts in _series(sel, x, "tokens_per_s_per_gpu", by).items():
+            full = key if x == "factor" else (key[0], "")
+            xs, ys = zip(*pts, strict=True)
+            label = f"{key[0]} NVL{key[1]}" if x == "factor" else key[0]
+            ax.plot(xs, ys, label=label, markersize=4.5, linewidth=1.4, **styles[full])
+        ax.set_xscale("log", base=2)
+        _log2_ticks(ax, [float(r[x]) for r in sel])
+        if x == "factor":
+            ax.axvline(1.0, color="#999999", linewidth=0.8, linestyle=":")
+        ax.set_title(f"{n} GPUs", fontsize=9)
+        ax.set_xlabel("NVLink domain size (GPUs)" if x == "value" else "× the system's value")
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+    axes[0].set_ylabel("tokens/s per GPU (best plan)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", fontsize=8)
+    fig.suptitle(title or f"{PARAMS[param][0]}: {rows[0].get('model', '')}, global batch "
+                          f"{rows[0].get('global_batch', '')}", fontsize=11, x=0.01, horizontalalignment="left")
+    return fig
+
+
+def sweep_figures(rows: Sequence[dict[str, Any]]) -> dict[str, Figure]:
+    """Every figure a set of sweep rows supports: ``scaling`` and ``param-<name>`` per swept parameter."""
+    figs = {}
+    params = list(dict.fromkeys(r.get("param") or "none" for r in rows))
+    for param in params:
+        if param == "none":
+            if len({r["gpus"] for r in rows if (r.get("param") or "none") == "none"}) > 1:
+                figs["scaling"] = scaling_figure(rows)
+        else:
+            figs[f"param-{param}"] = param_figure(rows, param)
+    return figs
+
+
+__all__ = ["breakdown_figure", "memory_figure", "timeline_figure", "roofline_figure", "scaling_figure",
+           "param_figure", "sweep_figures", "pipeline_run", "roofline_points", "save", "svg_text", "png_bytes",
+           "short_label"]

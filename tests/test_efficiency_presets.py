@@ -1,0 +1,53 @@
+"""The attention kernel family as a plan setting, and the measured GEMM efficiency carried by the presets."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from conftest import gpt
+from meshplan.efficiency import DEFAULT, MATMUL, matmul_entry
+from meshplan.hardware import load_system
+from meshplan.ops import dense_layer
+from meshplan.plan import Plan, check
+from meshplan.roofline import op_time
+
+
+def _attention_time(system: str, kernel: str) -> float:
+    acc = load_system(system).accelerator
+    plan = Plan(attention_kernel=kernel)
+    op = next(o for o in dense_layer(gpt(), plan) if o.kind == "attention" and o.phase == "fwd")
+    return float(op_time(op, acc, "bf16", DEFAULT))
+
+
+def test_fa2_kernels_run_at_035_over_075_of_the_native_rate_on_hopper_only():
+    assert _attention_time("h100", "fa2") == pytest.approx(_attention_time("h100", "fused") * 0.75 / 0.35)
+    assert _attention_time("a100", "fa2") == pytest.approx(_attention_time("a100", "fused"))  # FA2 is native
+
+
+def test_unknown_attention_kernel_is_rejected():
+    assert any("attention_kernel" in r for r in check(gpt(), None, Plan(attention_kernel="fa9")))
+
+
+@pytest.mark.parametrize("system", ["a100", "h100", "h200", "b200", "gb200", "h100-96gb"])
+def test_presets_carry_the_measured_matmul_efficiency_of_the_lookup_table(system):
+    acc = load_system(system).accelerator
+    entry = matmul_entry(acc)
+    assert entry in MATMUL
+    assert (acc.matmul_bf16, acc.matmul_fp8, acc.matmul_watts, acc.async_mma) == (
+        entry.bf16, entry.fp8, entry.watts, entry.async_mma)
+    # a user accelerator without the fields falls back to the same lookup
+    bare = replace(acc, matmul_bf16=0.0, matmul_fp8=0.0, matmul_watts=0.0, async_mma=None)
+    for precision in ("bf16", "fp8"):
+        assert DEFAULT.mamf(bare, precision) == DEFAULT.mamf(acc, precision)
+    assert DEFAULT.clock(bare) == DEFAULT.clock(acc)
+
+
+def test_pytorch_cross_entropy_holds_two_fp32_gradients_of_the_logits():
+    from meshplan.estimate import loss_workspace
+
+    model = gpt(vocab=50000, seq=1000)
+    # T·V = 1000 · 50000 = 5e7 logits; fused: 4 + 2 bytes each; PyTorch eager: 4 + 4
+    assert loss_workspace(model, Plan()) == 5e7 * 6
+    assert loss_workspace(model, Plan(cross_entropy="pytorch")) == 5e7 * 8

@@ -1,0 +1,78 @@
+"""Grouped expert GEMMs, the EP all-to-all overlap and LoRA fine-tuning: relations, with the arithmetic shown."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import gpt
+from meshplan.efficiency import DEFAULT
+from meshplan.estimate import estimate
+from meshplan.hardware import load_system
+from meshplan.model import load_model
+from meshplan.ops import dense_layer, moe_layer
+from meshplan.plan import Plan
+
+
+def test_grouped_gemm_quantization_pads_each_group_and_shares_waves():
+    # 16 groups of a 100×128 output on 132 SMs with 128×128 tiles: each group pads to one 128-row tile,
+    # 16 tiles fill one wave of 132 → 16·100·128 / (132·128·128) of the SMs' work
+    e = DEFAULT.with_(gemm=1.0, gemm_k0=0.0)
+    grouped = e.gemm_efficiency(100.0, 128.0, 4096.0, 132, 16.0)
+    assert abs(grouped - 16 * 100 * 128 / (132 * 128 * 128)) < 1e-12
+    # one 1600-row GEMM: 13 tiles of 128 rows, the last one 64 rows full: 1600·128 / (132·128·128)
+    assert abs(e.gemm_efficiency(1600.0, 128.0, 4096.0, 132) - 1600 * 128 / (132 * 128 * 128)) < 1e-12
+
+
+def test_expert_gemms_are_grouped_per_local_expert():
+    model = load_model("mixtral-8x7b").with_seq_length(4096)
+    plan = Plan(dp=8, ep=4, micro_batch=1)
+    fc1 = next(op for op in moe_layer(model, plan) if op.name == "moe/experts/fc1" and op.phase == "fwd")
+    # 8 experts / ep 4 = 2 local experts; 4096 tokens · top-2 = 8192 rows → 4096 rows each
+    assert fc1.groups == 2 and fc1.m == 4096
+    # weights read: 2 experts × h × 2F
+    assert fc1.nbytes == 2 * (8192 * 4096 + 2 * 4096 * 2 * 14336 + 8192 * 2 * 14336)
+    wgrad = next(op for op in moe_layer(model, plan) if op.name == "moe/experts/fc1" and op.phase == "bwd_w")
+    assert wgrad.k == 4096  # reduces over one expert's rows
+
+
+def test_ep_overlap_is_never_slower_and_hides_the_all_to_all():
+    model = load_model("mixtral-8x7b").with_seq_length(4096)
+    cluster = load_system("h100").cluster(16)
+    base = Plan(dp=16, ep=8, micro_batch=1, global_batch=64, zero=1)
+    exposed = estimate(model, cluster, base)
+    hidden = estimate(model, cluster, base.with_(overlap_ep=True))
+    assert hidden.step_time < exposed.step_time
+    assert hidden.breakdown["ep"] < exposed.breakdown["ep"]
+    assert hidden.breakdown["compute"] == exposed.breakdown["compute"]
+
+
+def test_lora_drops_weight_gradients_and_trains_only_adapters(h100_64):
+    model = gpt(layers=4, hidden=1024)
+    plan = Plan(dp=64, micro_batch=1, zero=1)
+    lora = plan.with_(finetune="lora", lora_rank=16)
+    full_ops, lora_ops = dense_layer(model, plan), dense_layer(model, lora)
+    assert not [op for op in lora_ops if op.phase == "bwd_w" and "/lora_" not in op.name]
+    assert len([op for op in full_ops if op.phase == "bwd_w"]) == 4  # qkv, out, fc1, fc2
+    # adapters: 4 linears × (fwd, bwd_x, bwd_w) × (A, B)
+    assert len([op for op in lora_ops if "/lora_" in op.name]) == 4 * 3 * 2
+    full, tuned = estimate(model, h100_64, plan), estimate(model, h100_64, lora)
+    assert tuned.step_time < full.step_time
+    assert tuned.memory["weights"] > full.memory["weights"]  # base weights + adapters
+    # adapters per layer: r·[(h + 3h) + (h + h) + (h + 4h) + (4h + h)] = 16·16·1024 = 262,144, 4 layers;
+    # fp32 Adam state (12 B/param) sharded over 64 ranks
+    assert abs(tuned.memory["optimizer"] - 12 * 4 * 16 * 16 * 1024 / 64) < 1e-6
+    assert tuned.memory["grads"] < full.memory["grads"] / 100
+
+
+def test_megatron_model_flops_uses_the_multi_latent_attention_branch():
+    from meshplan.validate import megatron_model_flops
+
+    model = load_model("deepseek-v3").with_seq_length(4096)
+    h, a, s = 7168, 128, 4096
+    # per token and layer: q 1536·(7168 + 128·192 + 1) + kv 512·(7168 + 128·256 + 1) + 7168·64 + 128·128·7168
+    # + s·128·(192 + 128)/2; × 6 (3 passes × 2 FLOP per MAC)
+    attn = 1536 * (h + a * 192 + 1) + 512 * (h + a * 256 + 1) + h * 64 + a * 128 * h + s * a * 320 / 2
+    mlp = 2 * h * (8 * 2048 + 2048) * 1.5  # routed top-8 + shared expert, SwiGLU (g = 3/2), as 12·h²·(F/h)·g
+    vocab = 6 * h * 129280 / 61
+    expected = 61 * (6 * attn + 6 * mlp + vocab) * 4096
+    assert megatron_model_flops(model, 1) == pytest.approx(expected, rel=1e-12)

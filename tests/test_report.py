@@ -1,0 +1,280 @@
+"""Pictures and the HTML report: the figures hold what they claim (bars per component, a roof above every
+op, the simulated pipeline equal to the estimate), the report is self-contained, and a real browser renders
+every chart of it without a console error."""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import gpt
+from meshplan.cli import main
+from meshplan.errors import MissingDependency
+from meshplan.estimate import estimate
+from meshplan.hardware import load_system
+from meshplan.plan import Plan
+from meshplan.search import Space, search
+from meshplan.units import GiB
+
+pytest.importorskip("matplotlib")
+
+from meshplan.report import plots  # noqa: E402
+from meshplan.report.html import inline_svg, render  # noqa: E402
+
+PIPELINE = ("compute", "recompute", "tp", "cp", "ep", "pp", "bubble")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    return load_system("h100").cluster(16)
+
+
+@pytest.fixture(scope="module")
+def est_1f1b(cluster):
+    # m = 16 / (2 x 1) = 8 micro-batches over pp = 4 ranks
+    plan = Plan(dp=2, tp=2, pp=4, global_batch=16, sequence_parallel=True, recompute="selective", zero=1)
+    return estimate(gpt(layers=8), cluster, plan)
+
+
+@pytest.fixture(scope="module")
+def est_interleaved(cluster):
+    plan = Plan(dp=2, tp=2, pp=4, vpp=2, global_batch=16, sequence_parallel=True, zero=1, schedule="interleaved")
+    return estimate(gpt(layers=8), cluster, plan)
+
+
+@pytest.fixture(scope="module")
+def result(cluster):
+    return search(gpt(layers=8), cluster, Space(global_batch=32, all_placements=False), top_k=4)
+
+
+def _rows() -> list[dict]:
+    """Synthetic sweep rows: two systems x two NVLink sizes x three GPU counts, one infeasible point."""
+    rows = []
+    for system in ("a100", "h100"):
+        for nvl in (4, 8):
+            for gpus in (8, 16, 32):
+                ok = not (system == "a100" and gpus == 8 and nvl == 4)
+                rows.append({"model": "m", "system": system, "nvlink_domain": nvl, "gpus": gpus, "global_batch": 64,
+                             "param": "none", "factor": 1.0, "value": None, "feasible": ok,
+                             "tokens_per_s": gpus * nvl * 1e3 if ok else None, "mfu": 0.4 if ok else None,
+                             "tokens_per_s_per_gpu": nvl * 1e3 if ok else None, "plan": f"dp={gpus}" if ok else None,
+                             "step_time_s": 1.0 if ok else None, "peak_memory_bytes": 40 * GiB if ok else None})
+    return rows
+
+
+# ---- figures ---------------------------------------------------------------------------------------------------------
+def test_breakdown_has_one_stacked_bar_per_plan_and_component(est_1f1b, est_interleaved):
+    ests = [est_1f1b, est_interleaved]
+    fig = plots.breakdown_figure(ests)
+    ax = fig.axes[0]
+    shown = [c for c in plots.COMPONENT_COLORS if any(e.breakdown[c] > 0 for e in ests)]
+    assert [c.get_label() for c in ax.containers] == shown
+    assert all(len(c.patches) == 2 for c in ax.containers)
+    for i, e in enumerate(ests):  # the bars of a plan add up to its step time (in seconds or ms)
+        total = sum(c.patches[i].get_width() for c in ax.containers)
+        unit = 1e3 if max(x.step_time for x in ests) < 1 else 1.0
+        assert math.isclose(total, e.step_time * unit, rel_tol=1e-9)
+
+
+def test_memory_bars_and_the_hbm_line(est_1f1b):
+    fig = plots.memory_figure([est_1f1b])
+    ax = fig.axes[0]
+    assert [c.get_label() for c in ax.containers] == [k for k, v in est_1f1b.memory.items() if v > 0]
+    top = sum(c.patches[0].get_height() for c in ax.containers)
+    assert math.isclose(top, est_1f1b.peak_memory / GiB, rel_tol=1e-9)
+    (hbm,) = [line for line in ax.lines if line.get_label().startswith("HBM")]
+    assert hbm.get_ydata()[0] == est_1f1b.cluster.accelerator.hbm_bytes / GiB
+
+
+def test_timeline_equals_the_estimate_and_shows_the_bubble(est_1f1b):
+    run = plots.pipeline_run(est_1f1b)
+    p, m = 4, 8
+    assert (run.schedule, run.pp, run.micro_batches) == ("1f1b", p, m)
+    # the simulated step is the estimate's pipelined part; idle share (p-1)/(m+p-1) = 3/11 for 1F1B
+    assert math.isclose(run.timeline.step_time, sum(est_1f1b.breakdown[k] for k in PIPELINE), rel_tol=1e-9)
+    assert math.isclose(run.timeline.idle_fraction, (p - 1) / (m + p - 1), rel_tol=1e-9)
+    idle = run.idle()
+    assert all(len(gaps) > 0 for gaps in idle)
+    for r in range(p):  # busy + idle = step on every rank
+        busy = sum(e - s for s, e in zip(run.timeline.starts[r], run.timeline.ends[r], strict=True))
+        assert math.isclose(busy + sum(w for _, w in idle[r]), run.timeline.step_time, rel_tol=1e-9)
+    fig = plots.timeline_figure(est_1f1b)
+    ax = fig.axes[0]
+    labels = {c.get_label() for c in ax.collections}
+    assert {"forward", "backward", "idle (bubble)"} <= labels
+    blocks = sum(len(c.get_paths()) for c in ax.collections if not c.get_hatch())
+    assert blocks == 2 * m * p  # one block per forward and backward per rank
+    hatched = [c for c in ax.collections if c.get_hatch()]
+    assert sum(len(c.get_paths()) for c in hatched) == sum(len(g) for g in idle)
+    assert len(ax.texts) == 2 * m * p  # micro-batch numbers are written where they fit: here in every block
+
+
+def test_interleaved_timeline(est_interleaved):
+    run = plots.pipeline_run(est_interleaved)
+    p, v, m = 4, 2, 8
+    assert (run.schedule, run.vpp) == ("interleaved", v)
+    assert math.isclose(run.timeline.step_time, sum(est_interleaved.breakdown[k] for k in PIPELINE), rel_tol=1e-9)
+    # bubble (p-1)/(v·m) of the ideal time (Narayanan et al. 2021)
+    assert math.isclose(run.timeline.bubble_fraction, (p - 1) / (v * m), rel_tol=1e-9)
+    labels = {c.get_label() for c in plots.timeline_figure(est_interleaved).axes[0].collections}
+    assert {"forward chunk 0", "forward chunk 1", "backward chunk 1", "idle (bubble)"} <= labels
+
+
+def test_roofline_points_sit_under_their_roof(est_1f1b):
+    acc = est_1f1b.cluster.accelerator
+    points = plots.roofline_points(est_1f1b)
+    compute_ops = [o for o in est_1f1b.ops if o.kind != "collective" and o.flops > 0 and o.nbytes > 0]
+    assert len(points) == len(compute_ops) > 10
+    for p in points:
+        peak = {"gemm": acc.flops("bf16"), "attention": acc.half_flops}.get(p.kind, acc.peak_flops["fp32"])
+        assert p.achieved <= min(peak, p.intensity * acc.hbm_bandwidth) * (1 + 1e-9), p
+    assert {p.kind for p in points} == {"gemm", "attention", "memory"}
+    gemms = [p for p in points if p.kind == "gemm"]
+    assert max(p.intensity for p in gemms) > acc.flops("bf16") / acc.hbm_bandwidth  # compute-bound GEMMs exist
+    ax = plots.roofline_figure(est_1f1b).axes[0]
+    assert ax.get_xscale() == ax.get_yscale() == "log"
+    assert ax.lines[0].get_label().startswith("roof: bf16")
+    roof = ax.lines[0].get_ydata()
+    assert max(roof) == pytest.approx(acc.flops("bf16"))
+    assert {c.get_label() for c in ax.collections} == {"gemm ops", "attention ops", "memory ops"}
+    assert sum(len(c.get_offsets()) for c in ax.collections) == len(points)
+
+
+def test_scaling_and_param_figures_from_rows():
+    rows = _rows()
+    fig = plots.scaling_figure(rows)
+    left, right = fig.axes
+    curves = [line for line in left.lines if line.get_label() != "linear"]
+    assert sorted(line.get_label() for line in curves) == ["a100 NVL4", "a100 NVL8", "h100 NVL4", "h100 NVL8"]
+    (a100_4,) = [line for line in curves if line.get_label() == "a100 NVL4"]
+    assert list(a100_4.get_xdata()) == [16, 32]  # the infeasible point is left out
+    assert len(right.lines) == 4 and left.get_xscale() == "log"
+    param_rows = [dict(r, param="hbm_bandwidth", factor=f) for r in rows if r["nvlink_domain"] == 8
+                  for f in (0.5, 1.0, 2.0)]
+    pfig = plots.param_figure(param_rows, "hbm_bandwidth")
+    assert len(pfig.axes) == 3  # one panel per GPU count
+    assert all(len([ln for ln in ax.lines if ln.get_label() != "_child"]) >= 2 for ax in pfig.axes)
+    assert set(plots.sweep_figures(rows + param_rows)) == {"scaling", "param-hbm_bandwidth"}
+
+
+def test_save_png_and_svg(est_1f1b, tmp_path):
+    fig = plots.breakdown_figure([est_1f1b])
+    png = plots.save(fig, tmp_path / "b.png")
+    svg = plots.save(fig, tmp_path / "b.svg")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "<svg" in svg.read_text()
+    assert plots.svg_text(fig) == plots.svg_text(fig)  # stable output
+
+
+def test_missing_matplotlib_names_the_extra(est_1f1b, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    with pytest.raises(MissingDependency, match=r"pip install 'meshplan\[plot\]'"):
+        plots.breakdown_figure([est_1f1b])
+
+
+# ---- HTML ----------------------------------------------------------------------------------------------------------
+CHARTS = ("breakdown", "memory", "timeline", "roofline", "scaling")
+
+
+@pytest.fixture(scope="module")
+def page(result) -> str:
+    return render(result, _rows())
+
+
+def test_report_is_self_contained(page):
+    assert page.startswith("<!DOCTYPE html>")
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:|//)""", page, re.I)
+    assert not re.search(r"<script|<link|<iframe|<img|@import|url\(\s*['\"]?(https?:|//)", page, re.I)
+    assert len(page.encode()) < 3_000_000
+    for key in CHARTS:
+        assert f'id="chart-{key}"' in page
+    ids = re.findall(r'\bid="([^"]+)"', page)
+    assert len(ids) == len(set(ids))  # every SVG's ids were prefixed
+    for ref in re.findall(r'(?:url\(#|href="#)([^")]+)', page):
+        assert ref in ids or ref in ("plans", "time", "memory", "pipeline", "roofline", "scaling", "rejected")
+
+
+def test_report_tables(page, result):
+    assert page.count('<tr class="best">') == 1
+    assert result.plans[0].plan.describe() in page
+    assert "Rejected plans" in page and "Strong scaling" in page
+
+
+def test_inline_svg_prefixes_ids_and_references():
+    svg = ('<?xml version="1.0"?>\n<!DOCTYPE svg>\n<svg xmlns="http://www.w3.org/2000/svg"><metadata>x</metadata>'
+           '<defs><clipPath id="p1"/><path id="m2"/></defs><g clip-path="url(#p1)"><use xlink:href="#m2"/>'
+           '<a href="#elsewhere"/></g></svg>')
+    out = inline_svg(svg, "f")
+    assert out.startswith("<svg") and "metadata" not in out
+    assert 'id="f-p1"' in out and "url(#f-p1)" in out and 'href="#f-m2"' in out and 'href="#elsewhere"' in out
+
+
+def test_report_command(tmp_path, capsys):
+    out = tmp_path / "r.html"
+    code = main(["report", "--model", "gpt2", "--system", "h100", "--gpus", "16", "--global-batch", "64",
+                 "--placements", "default", "--no-offload", "--workers", "1", "--scaling", "8,16,32", "-o", str(out)])
+    assert code == 0, capsys.readouterr().err
+    text = out.read_text()
+    assert all(f'id="chart-{k}"' in text for k in CHARTS)
+    assert "scaling over 8, 16, 32 GPUs" in capsys.readouterr().out
+
+
+def test_report_command_bad_input(tmp_path, capsys):
+    code = main(["report", "--model", "gpt2", "--system", "h100", "--gpus", "16", "--scaling", "8,x",
+                 "-o", str(tmp_path / "r.html")])
+    err = capsys.readouterr().err
+    assert code == 2 and "scaling='8,x' must be integers" in err and len(err.strip().splitlines()) == 1
+
+
+def test_help_stays_light():
+    code = ("import sys; from meshplan.cli import main; main(['--help']); "
+            "print(sorted(m for m in ('matplotlib', 'ray') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+# ---- a real browser ------------------------------------------------------------------------------------------------
+def test_report_renders_in_headless_chromium(page, tmp_path):
+    from meshplan.report.browser import CHARTS_JS, Chromium, find_chromium
+
+    if find_chromium() is None:
+        pytest.skip("headless Chromium not installed (apt-get install chromium; .ci/install-extras.sh does it)")
+    path = tmp_path / "report.html"
+    path.write_text(page, encoding="utf-8")
+    with Chromium() as browser:
+        tab = browser.open(path)
+        charts = tab.evaluate(CHARTS_JS)
+        assert [c["id"] for c in charts] == [f"chart-{k}" for k in CHARTS]
+        for chart in charts:  # laid out, drawn, with shapes and text in it
+            assert chart["width"] > 300 and chart["height"] > 150, chart
+            assert chart["bboxWidth"] > 100 and chart["bboxHeight"] > 100, chart
+            assert chart["shapes"] > 50 and chart["texts"] > 5, chart
+        assert tab.evaluate("document.querySelectorAll('table').length") >= 6
+        assert tab.errors == []
+        assert tab.requests == [path.resolve().as_uri()]  # nothing but the file itself was loaded
+        shot = tab.screenshot(tmp_path / "timeline.png", selector="#chart-timeline")
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+
+def test_browser_helper_reports_errors(tmp_path):
+    from meshplan.report.browser import Chromium, find_chromium
+
+    if find_chromium() is None:
+        pytest.skip("headless Chromium not installed")
+    bad = tmp_path / "bad.html"
+    bad.write_text("<html><body><script>console.error('boom'); undefinedFunction();</script></body></html>")
+    with Chromium() as browser:
+        errors = browser.open(bad).errors
+    assert any("boom" in e for e in errors) and any("undefinedFunction" in e for e in errors)
+
+
+def test_docs_pictures_exist():
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    text = (docs / "REPORTS.md").read_text()
+    for name in re.findall(r"\(img/([^)]+\.png)\)", text):
+        assert (docs / "img" / name).is_file(), name
