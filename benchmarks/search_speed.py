@@ -33,16 +33,18 @@ def cli_seconds(args: list[str]) -> float:
 
 
 def main() -> None:
-    print(f"{'case':<40} {'plans evaluated':>16} {'feasible':>12} {'seconds':>8} {'plans/s':>12}  best plan")
+    print(f"{'case':<40} {'plans evaluated':>16} {'feasible':>12} {'1 core s':>9} {'plans/s/core':>13} "
+          f"{'2 workers s':>12}  best plan")
     for name, system, gpus, gbs, domain in CASES:
         model = load_model(name)
         overrides = {"nvlink_domain": domain} if domain else {}
         cluster = load_system(system).cluster(gpus, **overrides)
-        result = search(model, cluster, Space(global_batch=gbs), top_k=1)
+        result = search(model, cluster, Space(global_batch=gbs), top_k=1, workers=1)
+        parallel = search(model, cluster, Space(global_batch=gbs), top_k=1, workers=2)
         best = result.plans[0].plan.describe() if result.plans else "none feasible"
         label = f"{name} on {gpus} x {system}" + (f" (NVLink {domain})" if domain else "")
-        print(f"{label:<40} {result.evaluated:>16,} {result.feasible:>12,} {result.seconds:>8.2f} "
-              f"{result.evaluated / result.seconds:>12,.0f}  {best}")
+        print(f"{label:<40} {result.evaluated:>16,} {result.feasible:>12,} {result.seconds:>9.2f} "
+              f"{result.evaluated / result.seconds:>13,.0f} {parallel.seconds:>12.2f}  {best}")
     args = ["plan", "--model", "megatron-1t", "--system", "b200", "--gpus", "4096", "--global-batch", "4096",
             "--nvlink-domain", "8", "--json"]
     runs = sorted(cli_seconds(args) for _ in range(3))
