@@ -217,12 +217,11 @@ class _progress:
 
         self.bar = Progress(transient=True)
         self.bar.__enter__()
-        self.task = self.bar.add_task("evaluating plans", total=None)
+        self.task = self.bar.add_task("evaluating plans (jobs)", total=None)
         return self.update
 
     def update(self, done: int, total: int) -> None:
-        if total > 5_000_000:
-            self.bar.update(self.task, completed=done, total=total)
+        self.bar.update(self.task, completed=done, total=total)
 
     def __exit__(self, *exc):
         if self.bar is not None:

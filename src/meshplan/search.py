@@ -282,8 +282,13 @@ def candidates(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[dict[s
     An invalid numeric combination is counted once per categorical setting it would have been paired with.
     """
     combos, tally = _combos(model, cluster, space)
+    return _columns(combos, cluster, space, tally), tally
+
+
+def _columns(combos: list[_Combo], cluster: Cluster, space: Space, tally: _Tally) -> dict[str, np.ndarray]:
+    """Every candidate of these size combinations: micro-batch × interleaving × experts × placements."""
     if not combos:
-        return {}, tally
+        return {}
     if space.all_placements:
         sizes = np.array([[getattr(c, a) for a in DENSE_AXES] for c in combos], dtype=np.int64)
         placements = _placements_many(sizes, cluster.mesh_shape)
@@ -304,7 +309,7 @@ def candidates(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[dict[s
                         "etp": pairs[:, 1], "vpp": vpp[keep], "micro_batch": mbs[keep],
                         "global_batch": np.full(count, space.global_batch), "summa_panels": np.full(count, c.panel),
                         "placement_id": pid[keep], "layout": np.full(count, LAYOUTS.index(c.layout))})
-    return {k: np.concatenate([c[k] for c in columns]).astype(np.int64) for k in columns[0]}, tally
+    return {k: np.concatenate([c[k] for c in columns]).astype(np.int64) for k in columns[0]}
 
 
 def _combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list[_Combo], _Tally]:
@@ -552,33 +557,32 @@ _SHARED: dict[str, object] = {}  # the candidates, inherited by forked workers i
 def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, eff: Efficiency = DEFAULT,
            progress: Callable[[int, int], None] | None = None, workers: int = 0) -> SearchResult:
     """Evaluate every candidate of ``space``; return the ``top_k`` feasible plans (as full Estimates), the
-    number evaluated, and the rejected ones tallied by reason. ``progress(done, total)`` is called as work
-    completes. ``workers``: processes to use (0: up to 2 when the space is large; 1: this process only)."""
+    number evaluated, and the rejected ones tallied by reason. ``progress(done, total)`` counts finished
+    jobs. ``workers``: processes to use (0: up to 2 when the space is large; 1: this process only)."""
     start = time.perf_counter()
-    columns, tally = candidates(model, cluster, space)
-    total = _total_work(columns, space)
+    combos, tally = _combos(model, cluster, space)
+    if not workers:
+        size = sum(len(c.micro) * len(c.vpps) * len(c.experts) for c in combos) * _grid_size(space)
+        workers = min(2, os.cpu_count() or 1) if size * 8 > PARALLEL_ABOVE else 1
+    jobs = [_Job(mode, part, workers) for mode in _modes(space) for part in range(workers)]
+    jobs.sort(key=lambda j: j.mode[0] != "summa")  # the largest first, so the workers finish together
+    args = (model, cluster, space, top_k, eff)
     results: list[_Part] = []
-    if columns:
-        layout_of = columns.pop("layout")
-        base = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
-        workers = workers or (min(2, os.cpu_count() or 1) if total > PARALLEL_ABOVE else 1)
-        jobs = [_Job(mode, part, workers) for mode in _modes(space) for part in range(workers)]
-        args = (model, cluster, space, top_k, eff)
-        if workers == 1:
-            for job in jobs:
-                results.append(_evaluate(job, base, layout_of, *args))
-                if progress:
-                    progress(sum(r.evaluated for r in results), total)
-        else:
-            _SHARED.update(base=base, layout_of=layout_of, args=args)
-            try:
-                with multiprocessing.get_context("fork").Pool(workers) as pool:
-                    for part in pool.imap_unordered(_evaluate_shared, jobs):
-                        results.append(part)
-                        if progress:
-                            progress(sum(r.evaluated for r in results), total)
-            finally:
-                _SHARED.clear()
+    if workers == 1:
+        for job in jobs:
+            results.append(_evaluate(job, combos, *args))
+            if progress:
+                progress(len(results), len(jobs))
+    else:
+        _SHARED.update(combos=combos, args=args)
+        try:
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                for part in pool.imap_unordered(_evaluate_shared, jobs):
+                    results.append(part)
+                    if progress:
+                        progress(len(results), len(jobs))
+        finally:
+            _SHARED.clear()
     rows = sorted((row for part in results for row in part.best.rows), key=lambda r: (r[0], r[1], r[2][0]))
     for part in results:
         for reason, count in part.tally.counts.items():
@@ -593,22 +597,26 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
 
 
 def _evaluate_shared(job: _Job) -> _Part:
-    return _evaluate(job, _SHARED["base"], _SHARED["layout_of"], *_SHARED["args"])
+    return _evaluate(job, _SHARED["combos"], *_SHARED["args"])
 
 
-def _evaluate(job: _Job, base: PlanBatch, layout_of: np.ndarray, model: ModelSpec, cluster: Cluster, space: Space,
-              top_k: int, eff: Efficiency) -> _Part:
-    """Score the plans of one job: its tensor mode, every ``parts``-th block of rows from ``part`` on (rows of
-    one size combination are contiguous, so the blocks share few unit keys)."""
+def _evaluate(job: _Job, combos: list[_Combo], model: ModelSpec, cluster: Cluster, space: Space, top_k: int,
+              eff: Efficiency) -> _Part:
+    """Build and score the candidates of one job: its tensor mode and every ``parts``-th size combination of
+    that layout from ``part`` on."""
     layout, sp = job.mode
-    rows = (layout_of == LAYOUTS.index(layout)) & ((base.tp > 1) if sp else True)
-    index = np.flatnonzero(rows)
-    blocks = np.array_split(index, job.parts * 8) if len(index) else []
-    mine = [b for i, b in enumerate(blocks) if i % job.parts == job.part and len(b)]
+    mine = [c for c in combos if c.layout == layout][job.part::job.parts]
     result = _Part(_Best(top_k))
-    if not mine:
+    first_mode = next(m for m in _modes(space) if m[0] == layout) == job.mode  # tally build rejections once
+    columns = _columns(mine, cluster, space, result.tally if first_mode else _Tally())
+    if not columns:
         return result
-    pool = base.select(np.concatenate(mine), sequence_parallel=sp, tensor_layout=layout)
+    columns.pop("layout")
+    base = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
+    rows = (base.tp > 1) if sp else np.ones(len(base), bool)
+    if not rows.any():
+        return result
+    pool = base.select(rows, sequence_parallel=sp, tensor_layout=layout)
     units, panels, key_of = _units_for(model, cluster, pool, space.recompute, eff)
     if not space.gpipe:
         gpipe = int(((pool.vpp == 1) & (pool.pp > 1)).sum()) * _grid_size(space)
@@ -677,15 +685,3 @@ def _chunks(rows: np.ndarray) -> Iterator[np.ndarray]:
 
 def _grid_size(space: Space) -> int:
     return len(space.zero) * len(space.recompute) * len(space.offload_optimizer) * len(space.offload_activations)
-
-
-def _total_work(columns: dict[str, np.ndarray], space: Space) -> int:
-    if not columns:
-        return 0
-    tp, vpp, pp, layout = columns["tp"], columns["vpp"], columns["pp"], columns["layout"]
-    grid = _grid_size(space)
-    rows = 0
-    for lay, sp in _modes(space):
-        pool = (layout == LAYOUTS.index(lay)) & ((tp > 1) if sp else True)
-        rows += int(pool.sum()) + (int((pool & (vpp == 1) & (pp > 1)).sum()) if space.gpipe else 0)
-    return grid * rows
