@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import html
 import re
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from meshplan.report.text import op_totals
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
@@ -130,18 +130,8 @@ def _memory_table(est: Estimate) -> str:
 
 
 def _ops_table(est: Estimate, top: int = 12) -> str:
-    grouped: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-    bound: dict[str, str] = {}
-    for op in est.ops:
-        g = grouped[op.name]
-        g[0] += op.count * op.flops
-        g[1] += op.count * op.nbytes
-        g[2] += op.total_seconds
-        bound.setdefault(op.name, op.bound)
-    total = sum(g[2] for g in grouped.values()) or 1.0
-    ranked = sorted(grouped.items(), key=lambda kv: -kv[1][2])[:top]
-    rows = [[name, _fmt_flop(f), fmt_bytes(b), f"{f / b:.1f}" if b and f else "-", fmt_time(s), f"{s / total:.1%}",
-             bound[name]] for name, (f, b, s) in ranked]
+    rows = [[o.name, _fmt_flop(o.flops), fmt_bytes(o.nbytes), f"{o.flops / o.nbytes:.1f}" if o.nbytes and o.flops
+             else "-", fmt_time(o.seconds), f"{o.share:.1%}", o.bound] for o in op_totals(est)[:top]]
     return _table(["op", "FLOP", "bytes (HBM or sent)", "FLOP/byte", "time per step", "share", "bound"], rows,
                   left=(0, 6))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
@@ -61,25 +62,42 @@ def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
         console.print(op_table(est))
 
 
-def op_table(est: Estimate):  # -> rich.table.Table
-    """Per-op totals per step on the busiest rank, grouped by op name, with % of the summed op time."""
-    from rich.table import Table
+@dataclass(frozen=True)
+class OpTotal:
+    """One op name's totals per step on the busiest rank (all its passes and occurrences)."""
 
-    rows: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    name: str
+    flops: float
+    nbytes: float
+    seconds: float
+    share: float  # of the summed op time (before overlap)
+    bound: str
+
+
+def op_totals(est: Estimate) -> list[OpTotal]:
+    """Per-op totals, the most expensive first."""
+    sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     bound: dict[str, str] = {}
     for op in est.ops:
-        acc = rows[op.name]
+        acc = sums[op.name]
         acc[0] += op.count * op.flops
         acc[1] += op.count * op.nbytes
         acc[2] += op.total_seconds
         bound.setdefault(op.name, op.bound)
-    total = sum(r[2] for r in rows.values()) or 1.0
+    total = sum(r[2] for r in sums.values()) or 1.0
+    return [OpTotal(name, f, b, t, t / total, bound[name])
+            for name, (f, b, t) in sorted(sums.items(), key=lambda kv: -kv[1][2])]
+
+
+def op_table(est: Estimate):  # -> rich.table.Table
+    """Per-op totals per step on the busiest rank, grouped by op name, with % of the summed op time."""
+    from rich.table import Table
+
     table = Table(title="per-op time per step (busiest rank, before overlap)", title_justify="left")
     for col in ("op", "FLOP", "bytes", "time", "share", "bound"):
         table.add_column(col, justify="left" if col in ("op", "bound") else "right")
-    for name, (flops, nbytes, seconds) in sorted(rows.items(), key=lambda kv: -kv[1][2]):
-        table.add_row(name, fmt_count(flops), fmt_bytes(nbytes), fmt_time(seconds), f"{seconds / total:.1%}",
-                      bound[name])
+    for o in op_totals(est):
+        table.add_row(o.name, fmt_count(o.flops), fmt_bytes(o.nbytes), fmt_time(o.seconds), f"{o.share:.1%}", o.bound)
     return table
 
 
