@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 from meshplan.comm import collective_time
 from meshplan.efficiency import DEFAULT, Efficiency
@@ -66,6 +66,8 @@ from meshplan.xp import Num, maximum, minimum, where
 
 COMPONENTS = ("compute", "recompute", "tp", "cp", "ep", "pp", "bubble", "dp", "optimizer", "offload")
 MEMORY = ("weights", "grads", "optimizer", "activations", "buffers")
+T = TypeVar("T")  # PassTimes, or a total (float / array)
+ZERO = 0.0  # the one object PassTimes.total skips
 
 
 # ---- timing a list of ops -----------------------------------------------------------------------------------
@@ -114,7 +116,16 @@ class PassTimes:
 
     @property
     def total(self) -> Num:
-        return self.fwd + self.bwd + self.recompute + self.tp + self.cp + self.ep + self.pp
+        total = self.fwd + self.bwd
+        for part in (self.recompute, self.tp, self.cp, self.ep, self.pp):
+            if part is not ZERO:  # components that are the constant 0.0 (``lean``) are skipped, not added
+                total = total + part
+        return total
+
+    def lean(self) -> PassTimes:
+        """The same forward, backward and total times, with every other component folded into
+        ``recompute`` (for code that needs only those three: the search's ranking)."""
+        return PassTimes(self.fwd, self.bwd, self.total - self.fwd - self.bwd, ZERO, ZERO, ZERO, ZERO)
 
     def scaled(self, k: Num) -> PassTimes:
         return PassTimes(*(getattr(self, f) * k for f in PassTimes.__slots__))
@@ -265,40 +276,63 @@ class Units:
 
 def unit_costs(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = DEFAULT,
                parts: _Parts | None = None) -> Units:
-    return units_for_recompute(model, cluster, plan, parts or _parts(model, cluster, plan, eff), plan.recompute, eff)
+    parts = parts or _parts(model, cluster, plan, eff)
+    return units_for_recomputes(model, cluster, plan, parts, (plan.recompute,), eff)[plan.recompute]
 
 
-def units_for_recompute(model: ModelSpec, cluster: Cluster, plan: Plan, parts: _Parts, recompute: str,
-                        eff: Efficiency = DEFAULT) -> Units:
-    """The units of ``plan`` under another recompute mode: the ops and their times do not depend on it,
-    only how they are summed (and which saved activations are kept), so many modes share one ``_parts``."""
+def units_for_recomputes(model: ModelSpec, cluster: Cluster, plan: Plan, parts: _Parts, recomputes: tuple[str, ...],
+                         eff: Efficiency = DEFAULT) -> dict[str, Units]:
+    """The units of ``plan`` under each recompute mode: the ops and their times do not depend on it, only
+    how they are summed (and which saved activations are kept), so the modes share one ``_parts`` and
+    everything but the layer's recompute sum and saved bytes."""
     plain = _layer(model, plan, parts, "none", eff)
-    redo = plain if recompute == "none" else _layer(model, plan, parts, recompute, eff)
+    embed = pass_times(parts.ops["embed"], parts.times["embed"], plan, "none", eff)
+    head = pass_times(parts.ops["head"], parts.times["head"], plan, "none", eff)
+    p2p = pass_times(parts.ops["p2p"], parts.times["p2p"], plan, "none", eff)
+    embed_saved, head_saved = saved_bytes(parts.ops["embed"]), saved_bytes(parts.ops["head"])
     f = moe_fraction(model)
-    saved = saved_bytes(parts.ops["dense"], recompute) * (1 - f) + (
-        saved_bytes(parts.ops["moe"], recompute) * f if model.is_moe else 0.0)
-    return Units(layer=redo, layer_plain=plain,
-                 embed=pass_times(parts.ops["embed"], parts.times["embed"], plan, "none", eff),
-                 head=pass_times(parts.ops["head"], parts.times["head"], plan, "none", eff),
-                 p2p=pass_times(parts.ops["p2p"], parts.times["p2p"], plan, "none", eff),
-                 layer_saved=saved, embed_saved=saved_bytes(parts.ops["embed"]),
-                 head_saved=saved_bytes(parts.ops["head"]))
+    units = {}
+    for recompute in recomputes:
+        redo = plain if recompute == "none" else _layer(model, plan, parts, recompute, eff)
+        saved = saved_bytes(parts.ops["dense"], recompute) * (1 - f) + (
+            saved_bytes(parts.ops["moe"], recompute) * f if model.is_moe else 0.0)
+        units[recompute] = Units(layer=redo, layer_plain=plain, embed=embed, head=head, p2p=p2p, layer_saved=saved,
+                                 embed_saved=embed_saved, head_saved=head_saved)
+    return units
 
 
-def _stage(model: ModelSpec, plan: Plan, u: Units) -> tuple[PassTimes, PassTimes, Num]:
-    """Per micro-batch times of the first and the last pipeline rank, and the total of a middle rank (its
-    layers and p2p, without the embedding or the head)."""
+def _scale(x: T, k: Num) -> T:
+    return x.scaled(k) if isinstance(x, PassTimes) else x * k
+
+
+def _add(a: T, b: T) -> T:
+    return a.plus(b) if isinstance(a, PassTimes) else a + b
+
+
+def _stage(model: ModelSpec, plan: Plan, layer: T, layer_plain: T, embed: T, head: T, p2p: T) -> tuple[T, T, T]:
+    """Per micro-batch times of the first and the last pipeline rank, and of a middle rank (its layers and
+    p2p, without the embedding or the head): as PassTimes (by component) or as totals, from the same units."""
     layers = layers_on_stage(model, plan)
     if plan.recompute == "full":
         redone = layers if plan.recompute_layers == 0 else minimum(plan.recompute_layers, layers)
-        body = u.layer.scaled(redone).plus(u.layer_plain.scaled(layers - redone))
+        body = _add(_scale(layer, redone), _scale(layer_plain, layers - redone))
     else:
-        body = u.layer.scaled(layers)
-    p2p = u.p2p.scaled(plan.vpp * (plan.pp > 1))
+        body = _scale(layer, layers)
     single = plan.pp == 1
-    first = body.plus(u.embed).plus(u.head.scaled(single)).plus(p2p)
-    last = body.plus(u.head).plus(u.embed.scaled(single)).plus(p2p)
-    return first, last, body.total + p2p.total
+    middle = _add(body, _scale(p2p, plan.vpp * (plan.pp > 1)))
+    first = _add(_add(middle, embed), _scale(head, single))
+    last = _add(_add(middle, head), _scale(embed, single))
+    return first, last, middle
+
+
+def stage_times(model: ModelSpec, plan: Plan, u: Units) -> tuple[PassTimes, PassTimes, PassTimes]:
+    """First, last and middle pipeline rank per micro-batch, by component."""
+    return _stage(model, plan, u.layer, u.layer_plain, u.embed, u.head, u.p2p)
+
+
+def stage_totals(model: ModelSpec, plan: Plan, u: Units) -> tuple[Num, Num, Num]:
+    """First, last and middle pipeline rank per micro-batch, in total (what the step time needs)."""
+    return _stage(model, plan, u.layer.total, u.layer_plain.total, u.embed.total, u.head.total, u.p2p.total)
 
 
 def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency
@@ -381,10 +415,21 @@ class Pipeline:
 
 def pipeline(model: ModelSpec, plan: Plan, u: Units) -> Pipeline:
     """m · t_stage + (p - 1)/v · t_stage on the busiest rank (Narayanan et al. 2021 §2.2)."""
-    first, last, _ = _stage(model, plan, u)
+    first, last, _ = stage_times(model, plan, u)
     use_first = first.total >= last.total
     stage = PassTimes(*(where(use_first, getattr(first, f), getattr(last, f)) for f in PassTimes.__slots__))
-    return Pipeline(stage, use_first, plan.grad_accum, (plan.pp - 1) / plan.vpp * stage.total)
+    return Pipeline(stage, use_first, plan.grad_accum, bubble_time(plan, first.total, last.total))
+
+
+def bubble_time(plan: Plan, first: Num, last: Num) -> Num:
+    """The pipeline bubble per step from the per micro-batch totals of the first and last ranks."""
+    return (plan.pp - 1) / plan.vpp * maximum(first, last)
+
+
+def pipeline_time(model: ModelSpec, plan: Plan, u: Units) -> Num:
+    """The pipelined part of the step (the sum of ``pipeline(...).breakdown()``), from totals only."""
+    first, last, _ = stage_totals(model, plan, u)
+    return plan.grad_accum * maximum(first, last) + bubble_time(plan, first, last)
 
 
 def model_state_memory(model: ModelSpec, plan: Plan) -> tuple[tuple[Num, Num, Num], tuple[Num, Num, Num]]:

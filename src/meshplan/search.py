@@ -46,19 +46,20 @@ from meshplan.estimate import (
     estimate,
     offload_time,
     offloaded_activations,
-    offloaded_optimizer,
     optimizer_time,
     pipeline,
-    units_for_recompute,
+    pipeline_time,
+    units_for_recomputes,
 )
 from meshplan.hardware import Cluster
 from meshplan.memory import model_states, stage_params
 from meshplan.model import ModelSpec
 from meshplan.plan import DENSE_AXES, LAYOUTS, Plan
 from meshplan.units import fmt_bytes
+from meshplan.xp import where
 
 PLACEMENTS = tuple(itertools.permutations(DENSE_AXES))
-CHUNK = 65536
+CHUNK = 16384
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,8 +205,10 @@ def _placements_many(sizes: np.ndarray, tiers: tuple[int, ...]) -> list[list[int
         span *= tier
         for group, stride, active in groups:
             members = np.where(active, np.minimum(group, np.maximum(1, span // stride)), 0)
-            values, code = np.unique(members, return_inverse=True)
-            packed = packed * len(values) + code.reshape(members.shape)
+            radix = int(members.max()) + 1
+            if int(packed.max()) >= 2**62 // radix:  # keep the mixed-radix code in int64: renumber it densely
+                packed = np.unique(packed, return_inverse=True)[1].reshape(packed.shape)
+            packed = packed * radix + members
     flat = (np.arange(rows)[:, None] * (packed.max() + 1) + packed).reshape(-1)
     _, first = np.unique(flat, return_index=True)
     first.sort()
@@ -286,7 +289,8 @@ def candidates(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[dict[s
 
 
 def _columns(combos: list[_Combo], cluster: Cluster, space: Space, tally: _Tally) -> dict[str, np.ndarray]:
-    """Every candidate of these size combinations: micro-batch × interleaving × experts × placements."""
+    """Every candidate of these size combinations: micro-batch × interleaving × experts × placements, in that
+    nesting order (placements innermost), built for all combinations at once."""
     if not combos:
         return {}
     if space.all_placements:
@@ -294,22 +298,41 @@ def _columns(combos: list[_Combo], cluster: Cluster, space: Space, tally: _Tally
         placements = _placements_many(sizes, cluster.mesh_shape)
     else:
         placements = [[0]] * len(combos)
-    columns = []
-    for c, pids in zip(combos, placements, strict=True):
-        mbs, vpp, e, pid = (g.reshape(-1) for g in np.meshgrid(c.micro, c.vpps, np.arange(len(c.experts)), pids,
-                                                               indexing="ij"))
-        bad_interleave = (vpp > 1) & ((space.global_batch // (c.dp * mbs)) % c.pp != 0)
-        tally.add("interleaved: pp does not divide the micro-batches", f"pp={c.pp}, dp={c.dp}",
-                  int(bad_interleave.sum()) * c.mult)
-        keep = ~bad_interleave
-        pairs = np.array(c.experts, dtype=np.int64)[e[keep]]
-        count = int(keep.sum())
-        columns.append({"dp": np.full(count, c.dp), "tp": np.full(count, c.tp), "pp": np.full(count, c.pp),
-                        "cp": np.full(count, c.cp), "tp2": np.full(count, c.tp2), "ep": pairs[:, 0],
-                        "etp": pairs[:, 1], "vpp": vpp[keep], "micro_batch": mbs[keep],
-                        "global_batch": np.full(count, space.global_batch), "summa_panels": np.full(count, c.panel),
-                        "placement_id": pid[keep], "layout": np.full(count, LAYOUTS.index(c.layout))})
-    return {k: np.concatenate([c[k] for c in columns]).astype(np.int64) for k in columns[0]}
+    micro, n_micro = _ragged([c.micro for c in combos])
+    vpps, n_vpp = _ragged([c.vpps for c in combos])
+    experts, n_exp = _ragged([[e * 1_000_000 + t for e, t in c.experts] for c in combos])  # (ep, etp) packed
+    pids, n_pid = _ragged(placements)
+    per_combo = n_micro * n_vpp * n_exp * n_pid
+    combo = np.repeat(np.arange(len(combos)), per_combo)
+    local = np.arange(len(combo)) - np.repeat(np.cumsum(per_combo) - per_combo, per_combo)
+    local, i_pid = np.divmod(local, n_pid[combo])
+    local, i_exp = np.divmod(local, n_exp[combo])
+    i_micro, i_vpp = np.divmod(local, n_vpp[combo])
+    mbs, vpp = micro[0][micro[1][combo] + i_micro], vpps[0][vpps[1][combo] + i_vpp]
+    pair, pid = experts[0][experts[1][combo] + i_exp], pids[0][pids[1][combo] + i_pid]
+    field = {name: np.array([getattr(c, name) for c in combos], dtype=np.int64)
+             for name in ("dp", "tp", "pp", "cp", "tp2", "panel", "mult")}
+    layout = np.array([LAYOUTS.index(c.layout) for c in combos], dtype=np.int64)
+    bad = (vpp > 1) & ((space.global_batch // (field["dp"][combo] * mbs)) % field["pp"][combo] != 0)
+    bad_per_combo = np.bincount(combo[bad], minlength=len(combos))
+    if bad_per_combo.any():
+        first = combos[int(np.flatnonzero(bad_per_combo)[0])]
+        tally.add("interleaved: pp does not divide the micro-batches", f"pp={first.pp}, dp={first.dp}",
+                  int((bad_per_combo * field["mult"]).sum()))
+    keep = ~bad
+    combo = combo[keep]
+    columns = {name: field[name][combo] for name in ("dp", "tp", "pp", "cp", "tp2")}
+    ep, etp = np.divmod(pair[keep], 1_000_000)
+    return columns | {"ep": ep, "etp": etp, "vpp": vpp[keep], "micro_batch": mbs[keep],
+                      "global_batch": np.full(len(combo), space.global_batch, dtype=np.int64),
+                      "summa_panels": field["panel"][combo], "placement_id": pid[keep], "layout": layout[combo]}
+
+
+def _ragged(lists: list[list[int]]) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """A list of int lists as (concatenated values, start of each list) and the lengths."""
+    lengths = np.array([len(x) for x in lists], dtype=np.int64)
+    values = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(lengths.sum()))
+    return (values, np.cumsum(lengths) - lengths), lengths
 
 
 def _combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list[_Combo], _Tally]:
@@ -365,7 +388,8 @@ def _split_codes(cluster: Cluster, batch: PlanBatch) -> list[np.ndarray]:
 
 def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, recomputes: tuple[str, ...],
                eff: Efficiency) -> tuple[dict[str, Units], dict[str, np.ndarray], np.ndarray]:
-    """Units of every plan of ``batch`` for each recompute mode, computed once per distinct key; each key's
+    """Units of every plan of ``batch`` for each recompute mode, computed once per distinct key (lean: the
+    forward, backward and total times of each pass are all the ranking needs); each key's
     SUMMA panel count per mode; and each plan's key index.
 
     The panel count changes only how much of a SUMMA layer's communication is exposed (ops2d.py), nothing
@@ -387,24 +411,36 @@ def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, recomputes:
                                                         "cp_comm")})
     if batch.tensor_layout == "summa":
         options = [_panels(model.hidden_size, int(t), int(t2)) for t, t2 in zip(cols["tp"], cols["tp2"], strict=True)]
-        choices = [np.array([o[min(j, len(o) - 1)] for o in options], dtype=np.int64)
-                   for j in range(max(len(o) for o in options))]
     else:
-        choices = [cols["summa_panels"]]
+        options = [[int(nb)] for nb in cols["summa_panels"]]
+    count = np.array([len(o) for o in options])
     compute = _shape_times(model, cluster, keyed, eff)
     best: dict[str, Units] = {}
     best_nb: dict[str, np.ndarray] = {}
-    for nb in choices:
-        with_nb = replace(keyed, summa_panels=nb)
-        parts = _parts(model, cluster, with_nb, eff, compute)
-        for rc in recomputes:
-            units = units_for_recompute(model, cluster, with_nb, parts, rc, eff)
-            if rc not in best:
+    for j in range(int(count.max())):  # the j-th panel option of every key that has one
+        rows = np.flatnonzero(count > j)
+        nb = np.array([options[i][j] for i in rows], dtype=np.int64)
+        some = keyed.select(rows) if j else keyed
+        some = replace(some, summa_panels=nb)
+        parts = _parts(model, cluster, some, eff, compute if not j else
+                       {k: [None if t is None else t[rows] for t in v] for k, v in compute.items()})
+        for rc, full in units_for_recomputes(model, cluster, some, parts, recomputes, eff).items():
+            units = _lean(full)
+            if not j:
                 best[rc], best_nb[rc] = units, nb
                 continue
-            better = units.layer.total < best[rc].layer.total
-            best[rc], best_nb[rc] = _choose(better, units, best[rc]), np.where(better, nb, best_nb[rc])
+            old = best[rc].take(rows)
+            better = units.layer.total < old.layer.total
+            best[rc] = _scatter(best[rc], rows, _choose(better, units, old), len(count))
+            best_nb[rc] = best_nb[rc].copy()
+            best_nb[rc][rows] = np.where(better, nb, best_nb[rc][rows])
     return best, best_nb, inverse.reshape(-1)
+
+
+def _lean(units: Units) -> Units:
+    """Units with each pass reduced to its forward, backward and total times (PassTimes.lean)."""
+    return Units(*(getattr(units, f).lean() if isinstance(getattr(units, f), PassTimes) else getattr(units, f)
+                   for f in Units.__slots__))
 
 
 _SHAPE_KEYS = ("tp", "tp2", "cp", "micro_batch", "ep", "etp")
@@ -430,10 +466,24 @@ def _choose(mask: np.ndarray, a: Units, b: Units) -> Units:
     """Elementwise: ``a`` where ``mask``, else ``b`` (every field of the units)."""
     def pick(x: object, y: object) -> object:
         if isinstance(x, PassTimes):
-            return PassTimes(*(np.where(mask, getattr(x, f), getattr(y, f)) for f in PassTimes.__slots__))
-        return np.where(mask, x, y)
+            return PassTimes(*(where(mask, getattr(x, f), getattr(y, f)) for f in PassTimes.__slots__))
+        return where(mask, x, y)
 
     return Units(*(pick(getattr(a, f), getattr(b, f)) for f in Units.__slots__))
+
+
+def _scatter(full: Units, rows: np.ndarray, part: Units, n: int) -> Units:
+    """``full`` with the elements at ``rows`` replaced by ``part`` (every field of the units)."""
+    def put(x: object, y: object) -> object:
+        if isinstance(x, PassTimes):
+            return PassTimes(*(put(getattr(x, f), getattr(y, f)) for f in PassTimes.__slots__))
+        if x is y:  # the same constant (a folded-away component)
+            return x
+        out = np.array(np.broadcast_to(x, (n,)), dtype=np.float64)
+        out[rows] = y
+        return out
+
+    return Units(*(put(getattr(full, f), getattr(part, f)) for f in Units.__slots__))
 
 
 def _modes(space: Space) -> Iterator[tuple[str, bool]]:
@@ -452,54 +502,74 @@ def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray, str]]:
     yield np.flatnonzero(~flat), "interleaved"
 
 
-@dataclass(frozen=True)
-class _Scored:
-    """Step time and peak memory of a chunk over the settings grid (recompute, zero, offload opt, offload act)."""
-
-    time: np.ndarray  # shape (R, Z, O, A, n)
-    peak: np.ndarray
-    host: np.ndarray  # bytes offloaded to host memory
+def _vec(x: object, n: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(x, dtype=np.float32), (n,))
 
 
-def _score(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict[str, Units], space: Space,
-           eff: Efficiency) -> _Scored:
-    """Evaluate every settings combination of a chunk: each part of the step (estimate.assemble) depends on
-    only some settings, so each is computed for those and the sums are broadcast (time = pipeline[rc] +
-    dp[zero] + optimizer[zero, offload opt] + offload[rc, offload act]; memory likewise). The sums are
-    float32 (ranking only; the winners are re-estimated in float64)."""
+def _times(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict[str, Units], space: Space,
+           eff: Efficiency) -> np.ndarray:
+    """Step time of every settings combination of a chunk, shape (recompute, zero, offload opt, offload act,
+    plan). Each part of the step (estimate.assemble) depends on only some settings, so each is computed for
+    those and the sums are broadcast: pipeline[rc] + dp[zero] + optimizer[zero, offload opt] + offload[rc,
+    offload act]. float32 (ranking only; the winners are re-estimated in float64)."""
     rcs, zeros = space.recompute, space.zero
     oos, oas = space.offload_optimizer, space.offload_activations
     n = len(batch)
-
-    def vec(x: object) -> np.ndarray:
-        return np.broadcast_to(np.asarray(x, dtype=np.float32), (n,))
-
     with_rc = {rc: replace(batch, recompute=rc) for rc in rcs}
-    pipes = {rc: pipeline(model, with_rc[rc], units[rc]) for rc in rcs}
-    base = pipes[rcs[0]]
+    # the busiest rank and its forward / backward times do not depend on the recompute mode (only its
+    # ``recompute`` component does, equally on every rank), so one full pipeline serves every mode
+    base = pipeline(model, with_rc[rcs[0]], units[rcs[0]])
     params = _bottleneck_params(model, batch, base.use_first)
-    ends = (stage_params(model, batch, True), stage_params(model, batch, False))
-    t_pipe = np.array([vec(sum(pipes[rc].breakdown().values())) for rc in rcs])  # (R, n)
+    t_pipe = np.array([_vec(pipeline_time(model, with_rc[rc], units[rc]), n) for rc in rcs])  # (R, n)
     collectives = dp_collectives(model, cluster, batch, params, eff)  # the same for every ZeRO stage
-    t_dp = np.array([vec(dp_time(model, cluster, replace(batch, zero=z), params, base.stage, eff, collectives))
+    t_dp = np.array([_vec(dp_time(model, cluster, replace(batch, zero=z), params, base.stage, eff, collectives), n)
                      for z in zeros])
-    t_opt = np.array([[vec(optimizer_time(cluster, replace(batch, zero=z, offload_optimizer=oo), params, eff))
+    t_opt = np.array([[_vec(optimizer_time(cluster, replace(batch, zero=z, offload_optimizer=oo), params, eff), n)
                        for oo in oos] for z in zeros])  # (Z, O, n)
-    t_off = np.array([[vec(offload_time(model, cluster, replace(with_rc[rc], offload_activations=oa), units[rc],
-                                        pipes[rc].stage)) for oa in oas] for rc in rcs])  # (R, A, n)
-    states = np.array([[[vec(sum(model_states(end, replace(batch, zero=z, offload_optimizer=oo)))) for end in ends]
-                        for oo in oos] for z in zeros])  # (Z, O, 2, n)
-    acts = np.array([[[vec(a) for a in activation_memory(model, replace(with_rc[rc], offload_activations=oa),
-                                                         units[rc])] for oa in oas] for rc in rcs])  # (R, A, 2, n)
-    buffers = np.array([vec(buffer_memory(model, replace(batch, zero=z))) for z in zeros])  # (Z, n)
-    host_opt = np.array([[vec(offloaded_optimizer(model, replace(batch, zero=z, offload_optimizer=oo))) for oo in oos]
-                         for z in zeros])  # (Z, O, n)
-    host_act = np.array([[vec(offloaded_activations(model, replace(with_rc[rc], offload_activations=oa), units[rc]))
-                          for oa in oas] for rc in rcs])  # (R, A, n)
-    time = t_pipe[:, None, None, None] + t_dp[None, :, None, None] + t_opt[None, :, :, None] + t_off[:, None, None]
-    mem = states[None, :, :, None] + acts[:, None, None]  # (R, Z, O, A, 2, n)
-    peak = mem.max(axis=4) + buffers[None, :, None, None]
-    return _Scored(time, peak, host_opt[None, :, :, None] + host_act[:, None, None])
+    t_off = np.array([[_vec(offload_time(model, cluster, replace(with_rc[rc], offload_activations=oa), units[rc],
+                                         base.stage), n) for oa in oas] for rc in rcs])  # (R, A, n)
+    return t_pipe[:, None, None, None] + t_dp[None, :, None, None] + t_opt[None, :, :, None] + t_off[:, None, None]
+
+
+def _memory(model: ModelSpec, batch: PlanBatch, units: dict[str, Units], space: Space
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Peak HBM and host (offload) bytes of every settings combination, shape (recompute, zero, offload opt,
+    offload act, plan). Memory does not depend on the placement, so the search calls this once per size
+    combination, not per placement."""
+    rcs, zeros = space.recompute, space.zero
+    oos, oas = space.offload_optimizer, space.offload_activations
+    n = len(batch)
+    with_rc = {rc: replace(batch, recompute=rc) for rc in rcs}
+    ends = (stage_params(model, batch, True), stage_params(model, batch, False))
+    # model states per ZeRO stage and end; an offloaded optimizer state leaves the GPU for the host
+    # (estimate.offloaded_optimizer: the first rank's optimizer bytes)
+    kept = {z: [model_states(end, replace(batch, zero=z, offload_optimizer=False)) for end in ends] for z in zeros}
+    states = np.array([[[_vec(w + g + (0.0 if oo else o), n) for w, g, o in kept[z]] for oo in oos]
+                       for z in zeros])  # (Z, O, 2, n)
+    acts = np.array([[[_vec(a, n) for a in activation_memory(model, replace(with_rc[rc], offload_activations=oa),
+                                                              units[rc])] for oa in oas] for rc in rcs])  # (R, A, 2, n)
+    buffers = np.array([_vec(buffer_memory(model, replace(batch, zero=z)), n) for z in zeros])  # (Z, n)
+    host_opt = np.array([[_vec(kept[z][0][2] if oo else 0.0, n) for oo in oos] for z in zeros])  # (Z, O, n)
+    host_act = np.array([[_vec(offloaded_activations(model, replace(with_rc[rc], offload_activations=oa),
+                                                     units[rc]), n) for oa in oas] for rc in rcs])  # (R, A, n)
+    peak = states[None, :, :, None, 0] + acts[:, None, None, :, 0]  # (R, Z, O, A, n): the first rank
+    np.maximum(peak, states[None, :, :, None, 1] + acts[:, None, None, :, 1], out=peak)  # or the last
+    peak += buffers[None, :, None, None]
+    return peak, host_opt[None, :, :, None] + host_act[:, None, None]
+
+
+_SIZE_KEYS = ("dp", "tp", "pp", "cp", "tp2", "ep", "etp", "vpp", "micro_batch")
+
+
+def _sizes(batch: PlanBatch) -> tuple[np.ndarray, np.ndarray]:
+    """The first row of each distinct size combination (all numeric fields but the placement) and each
+    row's combination."""
+    keys = np.stack([getattr(batch, k) for k in _SIZE_KEYS])
+    packed = np.zeros(keys.shape[1], dtype=np.int64)
+    for column, base in zip(keys, keys.max(axis=1) + 1, strict=True):
+        packed = packed * base + column
+    _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
 
 
 @dataclass
@@ -544,11 +614,36 @@ class _Part:
 
 @dataclass(frozen=True)
 class _Job:
-    """The plans one worker evaluates: one tensor mode (layout, sequence parallelism) and one slice of them."""
+    """The plans one worker evaluates: one tensor mode (layout, sequence parallelism) and some of the size
+    combinations of that layout (indices into the combination list)."""
 
     mode: tuple[str, bool]
-    part: int
-    parts: int
+    combos: tuple[int, ...]
+    weight: int  # candidates before placements (for the order in which jobs are handed out)
+
+
+def _jobs(combos: list[_Combo], space: Space, parts: int) -> list[_Job]:
+    """Each tensor mode's combinations in ``parts`` shares of about equal size, largest first. A share holds
+    whole (tp, tp2, cp) groups: those decide the per-layer units, which are then computed by one job only."""
+    jobs = []
+    for mode in _modes(space):
+        groups: dict[tuple[int, int, int], list[int]] = {}
+        for i, c in enumerate(combos):
+            if c.layout == mode[0]:
+                groups.setdefault((c.tp, c.tp2, c.cp), []).append(i)
+        size = {key: sum(_weight(combos[i]) for i in members) for key, members in groups.items()}
+        bins: list[list[int]] = [[] for _ in range(parts)]
+        load = [0] * parts
+        for key in sorted(groups, key=lambda k: -size[k]):  # longest processing time first
+            b = load.index(min(load))
+            bins[b] += groups[key]
+            load[b] += size[key]
+        jobs += [_Job(mode, tuple(sorted(b)), w) for b, w in zip(bins, load, strict=True) if b]
+    return sorted(jobs, key=lambda j: -j.weight)
+
+
+def _weight(c: _Combo) -> int:
+    return len(c.micro) * len(c.vpps) * len(c.experts)
 
 
 _SHARED: dict[str, object] = {}  # the candidates, inherited by forked workers instead of pickled
@@ -562,10 +657,9 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
     start = time.perf_counter()
     combos, tally = _combos(model, cluster, space)
     if not workers:
-        size = sum(len(c.micro) * len(c.vpps) * len(c.experts) for c in combos) * _grid_size(space)
+        size = sum(_weight(c) for c in combos) * _grid_size(space)
         workers = min(2, os.cpu_count() or 1) if size * 8 > PARALLEL_ABOVE else 1
-    jobs = [_Job(mode, part, workers) for mode in _modes(space) for part in range(workers)]
-    jobs.sort(key=lambda j: j.mode[0] != "summa")  # the largest first, so the workers finish together
+    jobs = _jobs(combos, space, 1 if workers == 1 else 2 * workers)  # balanced as the workers take them
     args = (model, cluster, space, top_k, eff)
     results: list[_Part] = []
     if workers == 1:
@@ -602,10 +696,9 @@ def _evaluate_shared(job: _Job) -> _Part:
 
 def _evaluate(job: _Job, combos: list[_Combo], model: ModelSpec, cluster: Cluster, space: Space, top_k: int,
               eff: Efficiency) -> _Part:
-    """Build and score the candidates of one job: its tensor mode and every ``parts``-th size combination of
-    that layout from ``part`` on."""
+    """Build and score the candidates of one job: its tensor mode and its size combinations."""
     layout, sp = job.mode
-    mine = [c for c in combos if c.layout == layout][job.part::job.parts]
+    mine = [combos[i] for i in job.combos]
     result = _Part(_Best(top_k))
     first_mode = next(m for m in _modes(space) if m[0] == layout) == job.mode  # tally build rejections once
     columns = _columns(mine, cluster, space, result.tally if first_mode else _Tally())
@@ -622,23 +715,29 @@ def _evaluate(job: _Job, combos: list[_Combo], model: ModelSpec, cluster: Cluste
         gpipe = int(((pool.vpp == 1) & (pool.pp > 1)).sum()) * _grid_size(space)
         result.tally.add("dominated: GPipe (1F1B has its step time with less memory)", "any pp > 1 plan", gpipe)
     grid = (space.recompute, space.zero, space.offload_optimizer, space.offload_activations)
-    capacity = cluster.accelerator.hbm_bytes
+    capacity, host_capacity = cluster.accelerator.hbm_bytes, cluster.host_memory
     for group, schedule in _groups(pool, space):
         for chunk in _chunks(group):
             batch = pool.select(chunk, schedule=schedule)
             keys = key_of[chunk]
-            scored = _score(model, cluster, batch, {rc: u.take(keys) for rc, u in units.items()}, space, eff)
-            in_hbm = scored.peak <= capacity
-            in_host = scored.host <= cluster.host_memory
+            first, size_of = _sizes(batch)  # memory and feasibility once per size combination
+            sized = batch.select(first)
+            peak, host = _memory(model, sized, {rc: u.take(keys[first]) for rc, u in units.items()}, space)
+            in_hbm, in_host = peak <= capacity, host <= host_capacity
             fits = in_hbm & in_host
-            result.evaluated += fits.size
-            result.feasible += int(fits.sum())
-            _tally_memory(result.tally, scored, in_hbm, batch, grid, capacity)
-            _tally_host(result.tally, scored, in_hbm & ~in_host, batch, grid, cluster.host_memory)
-            ok = np.flatnonzero((fits & (scored.time <= result.best.threshold)).reshape(-1))
+            rows = np.bincount(size_of, minlength=len(first))  # plans (placements) per size combination
+            result.evaluated += len(chunk) * fits[..., 0].size
+            result.feasible += int(fits.reshape(-1, len(first)).sum(axis=0) @ rows)
+            _tally_memory(result.tally, peak, in_hbm, rows, sized, grid, capacity)
+            _tally_host(result.tally, host, in_hbm & ~in_host, rows, sized, grid, host_capacity)
+            if not fits.any():
+                continue
+            time = _times(model, cluster, batch, {rc: u.take(keys) for rc, u in units.items()}, space, eff)
+            ok = np.flatnonzero((fits[..., size_of] & (time <= result.best.threshold)).reshape(-1))
+            setting, row = np.divmod(ok, len(chunk))
             nb = [panels[rc][keys] for rc in space.recompute]
-            result.best.offer(scored.time.reshape(-1)[ok], scored.peak.reshape(-1)[ok],
-                              lambda i, b=batch, ok=ok, shape=fits.shape, nb=nb: _decode(b, grid, shape, int(ok[i]),
+            result.best.offer(time.reshape(-1)[ok], peak.reshape(-1, len(first))[setting, size_of[row]],
+                              lambda i, b=batch, ok=ok, shape=time.shape, nb=nb: _decode(b, grid, shape, int(ok[i]),
                                                                                          nb))
     return result
 
@@ -652,28 +751,28 @@ def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], f
     return replace(plan, summa_panels=int(panels[r][row])) if panels is not None else plan
 
 
-def _tally_host(tally: _Tally, scored: _Scored, over: np.ndarray, batch: PlanBatch, grid: tuple[tuple, ...],
-                capacity: float) -> None:
-    """Plans that fit in HBM only by offloading more than the host memory per GPU holds."""
-    count = int(over.sum())
+def _tally_host(tally: _Tally, host: np.ndarray, over: np.ndarray, rows: np.ndarray, sized: PlanBatch,
+                grid: tuple[tuple, ...], capacity: float) -> None:
+    """Plans that fit in HBM only by offloading more than the host memory per GPU holds (``over`` per size
+    combination, each standing for ``rows`` plans)."""
+    count = int(over.reshape(-1, len(rows)).sum(axis=0) @ rows)
     reason = "offload exceeds host memory"
     if count and reason not in tally.examples:
         flat = int(np.flatnonzero(over.reshape(-1))[0])
-        host = float(np.broadcast_to(scored.host, over.shape).reshape(-1)[flat])
-        tally.add(reason, f"{_decode(batch, grid, over.shape, flat).describe()}: {fmt_bytes(host)} > "
-                  f"{fmt_bytes(capacity)}", count)
+        tally.add(reason, f"{_decode(sized, grid, over.shape, flat).describe()}: "
+                  f"{fmt_bytes(float(host.reshape(-1)[flat]))} > {fmt_bytes(capacity)}", count)
     else:
         tally.add(reason, "", count)
 
 
-def _tally_memory(tally: _Tally, scored: _Scored, fits: np.ndarray, batch: PlanBatch, grid: tuple[tuple, ...],
-                  capacity: float) -> None:
-    over = int(fits.size - fits.sum())
+def _tally_memory(tally: _Tally, peak: np.ndarray, fits: np.ndarray, rows: np.ndarray, sized: PlanBatch,
+                  grid: tuple[tuple, ...], capacity: float) -> None:
+    over = int((~fits).reshape(-1, len(rows)).sum(axis=0) @ rows)
     if over and "memory exceeds HBM" not in tally.examples:
         flat = int(np.flatnonzero(~fits.reshape(-1))[0])
-        plan = _decode(batch, grid, fits.shape, flat)
-        peak = float(scored.peak.reshape(-1)[flat])
-        tally.add("memory exceeds HBM", f"{plan.describe()}: {fmt_bytes(peak)} > {fmt_bytes(capacity)}", over)
+        plan = _decode(sized, grid, fits.shape, flat)
+        tally.add("memory exceeds HBM", f"{plan.describe()}: {fmt_bytes(float(peak.reshape(-1)[flat]))} > "
+                  f"{fmt_bytes(capacity)}", over)
     else:
         tally.add("memory exceeds HBM", "", over)
 

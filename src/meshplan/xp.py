@@ -25,6 +25,8 @@ def minimum(a: Num, b: Num) -> Num:
 
 
 def where(cond: Num, a: Num, b: Num) -> Num:
+    if a is b:  # also when both are the same constant (search.py: components folded away)
+        return a
     if type(cond) is bool:
         return a if cond else b
     return np.where(cond, a, b)
