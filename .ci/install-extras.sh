@@ -13,3 +13,4 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 [ -x .venv/bin/pip ] || python3 -m venv .venv
 .venv/bin/pip install -q -e '.[test,plot,ray]' 'pandas>=2'
+.venv/bin/pip install -q 'torch==2.13.0'  # tests/test_calibrate.py: microbenchmarks on CPU with gloo

@@ -241,6 +241,37 @@ def validate_cmd(path: str, group: str | None, include_superseded: bool, as_json
     click.echo(validate_command(path, group, as_json, include_superseded))
 
 
+@cli.command("calibrate")
+@click.option("--world-size", type=int, default=None, help="local ranks (default: the mesh's size, the GPUs, or 2)")
+@click.option("--mesh", default=None, help="mesh to time collectives on, innermost first, e.g. 2x4 (default: "
+              "discovered from pairwise bandwidths)")
+@click.option("--quick", is_flag=True, help="small sizes: a smoke test in seconds, not a calibration")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--base", "base_ref", default=None, help="system preset or .toml whose datasheet peaks, TDP and "
+              "unmeasured links are kept")
+@click.option("--out", default=None, help="write the calibrated system as a hardware TOML (use it as --system)")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object (fits and raw measurements)")
+def calibrate_cmd(world_size, mesh, quick, device, base_ref, out, as_json) -> None:
+    """Time GEMMs, memory-bound kernels and collectives on this host with PyTorch and fit meshplan's constants."""
+    from meshplan.calibrate import calibrate, parse_mesh, write_system
+    from meshplan.hardware import load_system
+
+    shape = parse_mesh(mesh, world_size)
+    if out is not None and not out.endswith(".toml"):
+        raise SpecError(f"out={out!r} must end in .toml")
+    base = load_system(base_ref) if base_ref else None
+    cal = calibrate(world_size=world_size, mesh=shape, quick=quick, device=device, base=base)
+    if out is not None:
+        write_system(cal, out, base)
+    if as_json:
+        click.echo(json.dumps(cal.to_dict(), indent=2))
+        return
+    from meshplan.calibrate.report import print_calibration
+    from meshplan.report.text import _console
+
+    print_calibration(cal, _console(), out)
+
+
 @cli.command("presets")
 def presets() -> None:
     """List the built-in model and system presets."""

@@ -1,0 +1,209 @@
+"""Least-squares fits of the microbenchmark records: latency α and bandwidth 1/β per collective and mesh dimension,
+sustained FLOP/s per GEMM precision, streaming bandwidth per memory-bound kernel. Pure functions of records.
+
+Symbols: t measured seconds, n bytes (comm.py's convention), g group size, f(kind, g) the bus-bandwidth factor,
+F FLOP/s, t₀ fixed overhead (launch, synchronisation), BW bytes/s.
+
+    collective   t = α + f(kind, g)·n·β      busbw = 1/β    (NCCL PERFORMANCE.md, "Bus bandwidth": busbw =
+                                                            algbw · 2(g−1)/g for all-reduce, (g−1)/g for
+                                                            all-gather / reduce-scatter / all-to-all, 1 for p2p)
+    GEMM         t = t₀ + 2mnk / F                          (Hockney's r∞ / n½ model of a pipelined unit)
+    memory       t = t₀ + bytes / BW                        (STREAM, McCalpin 1995: Copy moves 2 words per
+                                                            element, Add 3)
+
+Every fit is ordinary least squares (numpy.linalg.lstsq) on rows scaled by 1/t, i.e. it minimises the
+*relative* residuals: timings span decades of message size and a 1 µs error matters at 4 KiB, not at 1 GiB.
+Noise-free points on the line are recovered exactly either way. R² is reported on the unscaled times.
+
+α per step: comm.py charges a ring all-reduce 2(g−1) latency steps, all-gather / reduce-scatter / all-to-all
+(g−1) and a p2p message one, so the fitted intercept divided by that count is the per-step α that a
+hardware preset's ``nvlink_latency`` / ``nic_latency`` holds.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from meshplan.calibrate.records import DIST_KINDS, MEMORY_OPS, CollectiveSample, GemmSample, MemorySample
+from meshplan.comm import bus_factor
+from meshplan.errors import SpecError
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinearFit:
+    """y = intercept + slope·x over ``points`` points, with the coefficient of determination R²."""
+
+    intercept: float
+    slope: float
+    r2: float
+    points: int
+
+
+def linear_fit(x: Sequence[float], y: Sequence[float], *, relative: bool = True) -> LinearFit:
+    """Least squares of y = a + b·x; rows weighted by 1/y when ``relative`` (see the module docstring)."""
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if xs.shape != ys.shape or xs.ndim != 1:
+        raise SpecError(f"fit needs x and y of one length, got {xs.shape} and {ys.shape}")
+    if len(np.unique(xs)) < 2:
+        raise SpecError(f"fit needs at least two distinct sizes, got {sorted(set(xs.tolist()))}")
+    if not np.all(ys > 0):
+        raise SpecError(f"fit needs positive times, got min {ys.min()!r}")
+    w = 1.0 / ys if relative else np.ones_like(ys)
+    design = np.stack([np.ones_like(xs), xs], axis=1)
+    (a, b), *_ = np.linalg.lstsq(design * w[:, None], ys * w, rcond=None)
+    residual = float(np.sum((ys - (a + b * xs)) ** 2))
+    total = float(np.sum((ys - ys.mean()) ** 2))
+    r2 = 1.0 - residual / total if total > 0 else float(residual == 0)
+    return LinearFit(intercept=float(a), slope=float(b), r2=r2, points=len(xs))
+
+
+# ---- collectives ------------------------------------------------------------------------------------------
+def latency_steps(kind: str, group: int) -> int:
+    """Latency steps comm.py charges one ring collective of ``group`` ranks (its α multiplier)."""
+    if kind == "all_reduce":
+        return 2 * (group - 1)
+    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
+        return group - 1
+    return 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkFit:
+    """t = latency + f·n / bandwidth for one collective along one mesh dimension."""
+
+    kind: str
+    dim: int
+    group: int
+    latency: float  # the intercept: seconds for an empty message
+    bandwidth: float  # bus bandwidth, bytes/s per rank per direction
+    step_latency: float  # latency / latency_steps(kind, group): comm.py's α
+    r2: float
+    points: int
+    bound: bool = False  # True: the fit's slope was not positive, bandwidth is the best observed busbw
+
+
+def fit_collective(samples: Sequence[CollectiveSample]) -> LinkFit:
+    """Fit one (kind, dim) series: x = f(kind, g)·n, y = t; busbw = 1/slope, α = intercept."""
+    kind, dim, group = samples[0].kind, samples[0].dim, samples[0].group
+    if any((s.kind, s.dim, s.group) != (kind, dim, group) for s in samples):
+        raise SpecError("fit_collective needs samples of one kind, dimension and group size")
+    factor = bus_factor(kind, group)
+    x = [factor * s.nbytes for s in samples]
+    y = [s.seconds for s in samples]
+    fit = linear_fit(x, y)
+    latency = max(fit.intercept, 0.0)
+    if fit.slope > 0:
+        bandwidth, bound = 1.0 / fit.slope, False
+    else:  # latency-bound sizes only: the highest bus bandwidth seen is a lower bound
+        bandwidth, bound = max(xi / yi for xi, yi in zip(x, y, strict=True)), True
+    return LinkFit(kind=kind, dim=dim, group=group, latency=latency, bandwidth=bandwidth,
+                   step_latency=latency / latency_steps(kind, group), r2=fit.r2, points=fit.points, bound=bound)
+
+
+def fit_collectives(samples: Iterable[CollectiveSample]) -> tuple[LinkFit, ...]:
+    """One LinkFit per (dimension, kind), in dimension order then DIST_KINDS order."""
+    series: dict[tuple[int, str], list[CollectiveSample]] = {}
+    for s in samples:
+        series.setdefault((s.dim, s.kind), []).append(s)
+    order = {k: i for i, k in enumerate(DIST_KINDS)}
+    keys = sorted(series, key=lambda key: (key[0], order.get(key[1], len(order)), key[1]))
+    return tuple(fit_collective(series[key]) for key in keys)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TierFit:
+    """One mesh dimension summarised over its collectives: the median bus bandwidth and per-step α."""
+
+    dim: int
+    group: int
+    bandwidth: float
+    latency: float
+    kinds: tuple[str, ...]
+
+
+def summarize_dims(links: Iterable[LinkFit]) -> tuple[TierFit, ...]:
+    """Median over the collectives measured on each dimension. NCCL's bus bandwidth is defined so that it is
+    the same link figure whatever the collective (PERFORMANCE.md); the median damps a collective that the
+    backend implements poorly."""
+    by_dim: dict[int, list[LinkFit]] = {}
+    for link in links:
+        by_dim.setdefault(link.dim, []).append(link)
+    return tuple(TierFit(dim=d, group=fits[0].group, bandwidth=statistics.median(f.bandwidth for f in fits),
+                         latency=statistics.median(f.step_latency for f in fits), kinds=tuple(f.kind for f in fits))
+                 for d, fits in sorted(by_dim.items()))
+
+
+# ---- GEMMs ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class GemmFit:
+    """Sustained GEMM rate of one precision: the fit's asymptotic F and t₀, and the best shape measured."""
+
+    precision: str
+    rate: float  # F, FLOP/s (1/slope of t against 2mnk)
+    overhead: float  # t₀, seconds
+    best: float  # highest achieved 2mnk / t over the shapes: the "maximum achievable matmul FLOPS"
+    best_shape: tuple[int, int, int]
+    peak: float  # dense datasheet FLOP/s if known, else 0
+    shapes: tuple[tuple[int, int, int, float], ...]  # (m, n, k, achieved FLOP/s) per shape
+    r2: float
+    points: int
+
+    @property
+    def efficiency(self) -> float:
+        """best / peak (0 without a peak): the preset's ``matmul_bf16`` when precision is bf16."""
+        return self.best / self.peak if self.peak > 0 else 0.0
+
+    def shape_efficiency(self) -> tuple[tuple[int, int, int, float], ...]:
+        """(m, n, k, achieved / peak) per shape; achieved / best when no peak is known."""
+        basis = self.peak if self.peak > 0 else self.best
+        return tuple((m, n, k, rate / basis) for m, n, k, rate in self.shapes)
+
+
+def fit_gemm(samples: Iterable[GemmSample], peaks: Mapping[str, float] | None = None) -> tuple[GemmFit, ...]:
+    """One GemmFit per precision (t = t₀ + 2mnk / F); ``peaks`` (precision → dense FLOP/s) for efficiencies."""
+    series: dict[str, list[GemmSample]] = {}
+    for s in samples:
+        series.setdefault(s.precision, []).append(s)
+    fits = []
+    for precision, points in series.items():
+        fit = linear_fit([s.flops for s in points], [s.seconds for s in points])
+        shapes = tuple((s.m, s.n, s.k, s.flops / s.seconds) for s in points)
+        best = max(shapes, key=lambda row: row[3])
+        rate = 1.0 / fit.slope if fit.slope > 0 else best[3]
+        fits.append(GemmFit(precision=precision, rate=rate, overhead=fit.intercept, best=best[3],
+                            best_shape=best[:3], peak=float((peaks or {}).get(precision, 0.0)), shapes=shapes,
+                            r2=fit.r2, points=fit.points))
+    return tuple(fits)
+
+
+# ---- memory-bound kernels ---------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class MemoryFit:
+    """Streaming bandwidth of one memory-bound kernel: t = t₀ + bytes / BW."""
+
+    op: str
+    bandwidth: float  # BW, bytes/s (1/slope)
+    overhead: float  # t₀, seconds
+    best: float  # highest achieved bytes / t
+    r2: float
+    points: int
+
+
+def fit_memory(samples: Iterable[MemorySample]) -> tuple[MemoryFit, ...]:
+    """One MemoryFit per op, in MEMORY_OPS order."""
+    series: dict[str, list[MemorySample]] = {}
+    for s in samples:
+        series.setdefault(s.op, []).append(s)
+    order = {k: i for i, k in enumerate(MEMORY_OPS)}
+    fits = []
+    for op in sorted(series, key=lambda o: (order.get(o, len(order)), o)):
+        points = series[op]
+        fit = linear_fit([s.nbytes for s in points], [s.seconds for s in points])
+        best = max(s.nbytes / s.seconds for s in points)
+        fits.append(MemoryFit(op=op, bandwidth=1.0 / fit.slope if fit.slope > 0 else best, overhead=fit.intercept,
+                              best=best, r2=fit.r2, points=fit.points))
+    return tuple(fits)

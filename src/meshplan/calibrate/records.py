@@ -1,0 +1,60 @@
+"""What a microbenchmark measured: one frozen record per timed point, SI units (seconds, bytes, FLOP).
+
+These are the only inputs of the fits (fit.py) and of mesh discovery (discover.py), so both are pure functions
+that tests drive with synthetic records of known α and β. Sizes follow comm.py's glossary: ``nbytes`` is the
+all-reduce buffer, the all-gather *output*, the reduce-scatter *input*, the bytes one rank sends in an
+all-to-all, and the message of a send/recv.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MEMORY_OPS = ("copy", "add", "layernorm")
+DIST_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmSample:
+    """One (m×k)·(k×n) matmul in ``precision`` (fp32, bf16, fp16) took ``seconds``."""
+
+    m: int
+    n: int
+    k: int
+    precision: str
+    seconds: float
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k  # one multiply and one add per (i, j, l)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemorySample:
+    """One memory-bound kernel (``copy``, ``add``, ``layernorm``) moved ``nbytes`` to and from memory."""
+
+    op: str
+    nbytes: float
+    seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectiveSample:
+    """One collective of ``nbytes`` (comm.py convention) among ``group`` ranks along mesh dimension ``dim``;
+    ``seconds`` is the slowest rank's time (all groups of the dimension ran at once)."""
+
+    kind: str
+    dim: int
+    group: int
+    nbytes: float
+    seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairSample:
+    """A one-way message of ``nbytes`` between ranks ``src`` and ``dst`` (half a ping-pong round trip)."""
+
+    src: int
+    dst: int
+    nbytes: float
+    seconds: float

@@ -1,0 +1,61 @@
+"""Tables of a calibration for the terminal (rich). Pure formatting: the numbers come from a Calibration."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from meshplan.units import fmt_time
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from meshplan.calibrate.run import Calibration
+
+
+def _rate(x: float, unit: str = "B/s") -> str:
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+def print_calibration(cal: Calibration, console: Console, out: str | None = None) -> None:
+    from rich.table import Table
+
+    mesh = "x".join(map(str, cal.mesh))
+    console.print(f"[bold]{cal.device_name}[/bold] on {cal.host}, {cal.date}: {cal.world_size} ranks over "
+                  f"{cal.backend}, mesh {mesh} (innermost first)")
+    gemm = Table(title="GEMMs: t = t0 + 2mnk / F", title_justify="left")
+    for col in ("precision", "F (fit)", "t0", "best", "at m×n×k", "peak", "best / peak", "R²"):
+        gemm.add_column(col, justify="left" if col in ("precision", "at m×n×k") else "right")
+    for f in cal.gemm:
+        gemm.add_row(f.precision, _rate(f.rate, "FLOP/s"), fmt_time(f.overhead), _rate(f.best, "FLOP/s"),
+                     "×".join(map(str, f.best_shape)), _rate(f.peak, "FLOP/s") if f.peak else "-",
+                     f"{f.efficiency:.1%}" if f.peak else "-", f"{f.r2:.3f}")
+    console.print(gemm)
+    memory = Table(title="memory-bound kernels: t = t0 + bytes / BW", title_justify="left")
+    for col in ("kernel", "BW (fit)", "t0", "best", "R²"):
+        memory.add_column(col, justify="left" if col == "kernel" else "right")
+    for f in cal.memory:
+        memory.add_row(f.op, _rate(f.bandwidth), fmt_time(f.overhead), _rate(f.best), f"{f.r2:.3f}")
+    console.print(memory)
+    if cal.links:
+        links = Table(title="collectives: t = α + f·n / busbw (NCCL bus bandwidth)", title_justify="left")
+        for col in ("dim", "group", "collective", "busbw", "α", "α / step", "R²", ""):
+            links.add_column(col, justify="left" if col in ("collective", "") else "right")
+        for f in cal.links:
+            links.add_row(str(f.dim), str(f.group), f.kind, _rate(f.bandwidth), fmt_time(f.latency),
+                          fmt_time(f.step_latency), f"{f.r2:.3f}", "latency-bound: busbw ≥" if f.bound else "")
+        for t in cal.tiers:
+            links.add_row(str(t.dim), str(t.group), "[bold]median[/bold]", _rate(t.bandwidth), "",
+                          fmt_time(t.latency), "", "")
+        console.print(links)
+    guess = cal.discovered
+    if guess is not None:
+        shape = "x".join(map(str, guess.shape))
+        tiers = "; ".join(f"tier {i} ({t.size}): {_rate(t.bandwidth)}, {fmt_time(t.latency)}"
+                          for i, t in enumerate(guess.tiers))
+        where = "" if guess.contiguous else f", ranks reordered {list(guess.order)}"
+        console.print(f"discovered mesh {shape} from pairwise ping-pong{where}: {tiers}")
+    if out:
+        console.print(f"wrote {out}")

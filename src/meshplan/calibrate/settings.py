@@ -1,0 +1,91 @@
+"""What to measure: shapes, sizes and repetitions of a calibration run, and the checks on its arguments.
+
+Torch-free, so that bad input is reported before PyTorch is imported (or found missing). ``quick`` sizes are
+small enough for a CPU test in seconds; the full ones reach the sizes where GPUs and links hit their
+asymptotes (nccl-tests sweeps 8 B … 8 GiB; GEMMs up to 16384² reach MAMF, ml-engineering's mamf-finder).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from meshplan.calibrate.records import DIST_KINDS
+from meshplan.errors import SpecError
+from meshplan.units import KiB, MiB
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Shapes and sizes to time; each point is ``warmup`` calls, then the median of ``repeats`` × ``iters``."""
+
+    gemm_shapes: tuple[tuple[int, int, int], ...]  # (m, n, k)
+    precisions: tuple[str, ...]  # fp32, bf16, fp16
+    memory_sizes: tuple[int, ...]  # bytes of one fp32 input tensor
+    comm_sizes: tuple[int, ...]  # bytes, comm.py's n
+    pair_sizes: tuple[int, ...]  # bytes of one ping-pong message
+    kinds: tuple[str, ...] = DIST_KINDS
+    warmup: int = 2
+    iters: int = 5
+    repeats: int = 3
+    timeout: float = 300.0  # seconds a rank waits for its peers before the run fails
+
+    def __post_init__(self) -> None:
+        for name in ("warmup", "iters", "repeats"):
+            if getattr(self, name) < (0 if name == "warmup" else 1):
+                raise SpecError(f"{name}={getattr(self, name)!r} is too small")
+        unknown = set(self.kinds) - set(DIST_KINDS)
+        if unknown:
+            raise SpecError(f"kinds: {sorted(unknown)[0]!r} must be one of {', '.join(DIST_KINDS)}")
+        for name in ("comm_sizes", "pair_sizes"):
+            if len(set(getattr(self, name))) < 2:
+                raise SpecError(f"{name}={getattr(self, name)!r} needs two distinct sizes to fit α and β")
+
+
+def settings_for(device: str, quick: bool) -> Settings:
+    """The default grid for ``device`` (``cpu`` or ``cuda``)."""
+    gpu = device == "cuda"
+    if quick:
+        return Settings(gemm_shapes=((64, 64, 64), (128, 128, 128), (256, 256, 256), (256, 128, 512)),
+                        precisions=("bf16", "fp32"), memory_sizes=(256 * KiB, 1 * MiB, 4 * MiB),
+                        comm_sizes=(4 * KiB, 64 * KiB, 1 * MiB), pair_sizes=(4 * KiB, 1 * MiB),
+                        warmup=1, iters=3, repeats=3, timeout=120.0)
+    squares = (1024, 2048, 4096, 8192, 16384) if gpu else (128, 256, 512, 1024, 2048)
+    shapes = tuple((s, s, s) for s in squares)
+    if gpu:  # training-like: tokens × hidden × {hidden, FFN}
+        shapes += ((16384, 4096, 4096), (4096, 14336, 4096), (4096, 4096, 14336), (8192, 1024, 8192))
+    top = 1024 * MiB if gpu else 256 * MiB
+    comm_top = 256 * MiB if gpu else 64 * MiB
+    return Settings(gemm_shapes=shapes, precisions=("bf16", "fp16", "fp32") if gpu else ("bf16", "fp32"),
+                    memory_sizes=_powers(1 * MiB, top, 4), comm_sizes=_powers(4 * KiB, comm_top, 4),
+                    pair_sizes=(4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB), warmup=3, iters=10 if gpu else 5, repeats=5)
+
+
+def _powers(lo: int, hi: int, step: int) -> tuple[int, ...]:
+    sizes, size = [], lo
+    while size <= hi:
+        sizes.append(size)
+        size *= step
+    return tuple(sizes)
+
+
+def parse_mesh(text: str | None, world_size: int | None = None) -> tuple[int, ...] | None:
+    """``"2x4"`` (innermost first, as hardware.py's tiers) → (2, 4), checked against ``world_size`` when given;
+    None → None."""
+    if world_size is not None and (not isinstance(world_size, int) or world_size < 1):
+        raise SpecError(f"world-size={world_size!r} must be a positive integer")
+    if text is None:
+        return None
+    parts = re.split(r"[x×,*]", text.strip().lower())
+    try:
+        shape = tuple(int(p) for p in parts)
+    except ValueError:
+        raise SpecError(f"mesh={text!r} must be sizes like 2x4 (innermost first)") from None
+    if not shape or min(shape) < 1:
+        raise SpecError(f"mesh={text!r} must be positive sizes like 2x4")
+    product = 1
+    for s in shape:
+        product *= s
+    if world_size is not None and product != world_size:
+        raise SpecError(f"mesh={text!r} = {product} ranks does not equal world-size={world_size}")
+    return shape
