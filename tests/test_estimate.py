@@ -50,18 +50,26 @@ def test_full_recompute_adds_one_forward():
 
 
 def test_pipeline_bubble_matches_the_simulator():
+    """The bubble formula (estimate.bubble_time) against the schedule simulator fed each rank's own times."""
     model, c = gpt(layers=8), h100(8)
     for plan in (Plan(pp=4, dp=2, global_batch=16), Plan(pp=4, dp=2, vpp=2, global_batch=16,
                                                          schedule="interleaved")):
         costs = step_costs(model, c, plan)
-        m = plan.grad_accum
-        tf, tb = costs.stage_fwd / plan.vpp, costs.stage_bwd / plan.vpp
-        sim = simulate(build(plan.schedule, plan.pp, m, plan.vpp), tf, tb)
+        m, p, v = plan.grad_accum, plan.pp, plan.vpp
+        (f0, b0), (fm, bm), (fl, bl) = costs.ranks  # first, middle, last rank per micro-batch
+        tf, tb = [f0 / v, fm / v, fm / v, fl / v], [b0 / v, bm / v, bm / v, bl / v]
+        sim = simulate(build(plan.schedule, p, m, v), tf, tb)
         pipeline = sum(costs.breakdown[k] for k in ("compute", "recompute", "tp", "cp", "ep", "pp", "bubble"))
-        # the estimate's stage also carries p2p and exposed comm; compare the bubble share
-        assert costs.breakdown["bubble"] / (pipeline - costs.breakdown["bubble"]) == pytest.approx(
-            sim.bubble_fraction, rel=1e-9)
-        assert sim.bubble_fraction == pytest.approx((plan.pp - 1) / (plan.vpp * m))
+        assert pipeline == pytest.approx(sim.step_time, rel=1e-9)
+        # the LM head makes the last rank the busiest; the bubble is paid at the others' times:
+        # (t_first + (p − 2)·t_middle) / v, not (p − 1)/v · t_last
+        t0, tm, tl = f0 + b0, fm + bm, fl + bl
+        assert tl > t0 > tm
+        assert costs.breakdown["bubble"] == pytest.approx((t0 + (p - 2) * tm) / v, rel=1e-9)
+        assert costs.breakdown["bubble"] < (p - 1) / v * tl
+        # equal ranks give the textbook bubble (p − 1)/(v·m) of the ideal time
+        even = simulate(build(plan.schedule, p, m, v), tm / v, tm / v)
+        assert even.bubble_fraction == pytest.approx((p - 1) / (v * m))
 
 
 def test_more_flops_or_bandwidth_is_never_slower():

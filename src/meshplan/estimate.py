@@ -2,8 +2,9 @@
 
 Per micro-batch, on the busiest pipeline rank (the first, with the embedding, or the last, with the LM head):
     t_stage = Σ_layers (fwd + bwd kernels) + recompute + exposed TP / CP / EP communication + pipeline p2p
-Per step (Narayanan et al. 2021 §2.2; bubble (p-1)/m for 1F1B and (p-1)/(v·m) for the interleaved schedule):
-    t_step = m · t_stage + (p-1)/v · t_stage + exposed DP / ZeRO communication + optimizer step
+Per step (a flow shop, ``bubble_time``: the other ranks' times once, over v; with equal ranks the bubble is
+(p-1)/m for 1F1B and (p-1)/(v·m) for the interleaved schedule, Narayanan et al. 2021 §2.2):
+    t_step = m · t_stage + ((p-2) · t_middle + t_other_end) / v + exposed DP / ZeRO communication + optimizer
 Overlap rules (stated once, here):
 - TP collectives are exposed unless ``plan.overlap_tp``; then they hide behind the GEMMs of the same pass.
 - Context-parallel K/V exchange hides behind the attention kernel of the same pass (ring attention).
@@ -196,9 +197,12 @@ class StepCosts:
     step_time: Num
     memory: dict[str, Num]  # of the pipeline rank with the larger footprint
     peak_memory: Num
-    stage_fwd: Num  # forward time of one micro-batch on the busiest rank (for the timeline)
+    stage_fwd: Num  # forward time of one micro-batch on the busiest rank
     stage_bwd: Num
     host_memory: Num = 0.0  # bytes offloaded to this GPU's share of host memory
+    # per micro-batch (forward, backward) of the first, a middle and the last pipeline rank, each pass with its
+    # share of the rank's exposed communication (``passes``): what the timeline simulates
+    ranks: tuple[tuple[Num, Num], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,22 +418,31 @@ class Pipeline:
 
 
 def pipeline(model: ModelSpec, plan: Plan, u: Units) -> Pipeline:
-    """m · t_stage + (p - 1)/v · t_stage on the busiest rank (Narayanan et al. 2021 §2.2)."""
-    first, last, _ = stage_times(model, plan, u)
+    """m · t_stage on the busiest rank, plus the bubble (``bubble_time``)."""
+    first, last, middle = stage_times(model, plan, u)
     use_first = first.total >= last.total
     stage = PassTimes(*(where(use_first, getattr(first, f), getattr(last, f)) for f in PassTimes.__slots__))
-    return Pipeline(stage, use_first, plan.grad_accum, bubble_time(plan, first.total, last.total))
+    return Pipeline(stage, use_first, plan.grad_accum, bubble_time(plan, first.total, last.total, middle.total))
 
 
-def bubble_time(plan: Plan, first: Num, last: Num) -> Num:
-    """The pipeline bubble per step from the per micro-batch totals of the first and last ranks."""
-    return (plan.pp - 1) / plan.vpp * maximum(first, last)
+def bubble_time(plan: Plan, first: Num, last: Num, middle: Num) -> Num:
+    """The pipeline bubble per step, from the per micro-batch times of the first, last and middle ranks.
+
+    A pipeline is a flow shop: the busiest rank b works m · t_b, and the step also waits for every other
+    rank once, while the first micro-batch fills the pipeline and the last one drains it: Σ_{i≠b} t_i.
+    Interleaving with v chunks per rank cuts those fill and drain steps to 1/v (Narayanan et al. 2021 §2.2:
+    with equal ranks this is the familiar (p − 1)/v · t_stage). Only the first rank holds the embedding and
+    only the last the LM head and loss, so the bubble is paid at the other ranks' times, not at the busiest
+    one's: ((p − 2) · t_middle + t_other_end) / v."""
+    busiest = maximum(first, last)
+    others = first + last + (plan.pp - 2) * middle - busiest
+    return (plan.pp > 1) * others / plan.vpp
 
 
 def pipeline_time(model: ModelSpec, plan: Plan, u: Units) -> Num:
     """The pipelined part of the step (the sum of ``pipeline(...).breakdown()``), from totals only."""
-    first, last, _ = stage_totals(model, plan, u)
-    return plan.grad_accum * maximum(first, last) + bubble_time(plan, first, last)
+    first, last, middle = stage_totals(model, plan, u)
+    return plan.grad_accum * maximum(first, last) + bubble_time(plan, first, last, middle)
 
 
 def model_state_memory(model: ModelSpec, plan: Plan) -> tuple[tuple[Num, Num, Num], tuple[Num, Num, Num]]:
@@ -511,7 +524,22 @@ def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, eff: Effi
     return StepCosts(breakdown=breakdown, step_time=sum(breakdown.values(), 0.0), memory=memory,
                      peak_memory=maximum(mem_first.total, mem_last.total),
                      stage_fwd=pipe.stage.fwd, stage_bwd=pipe.stage.bwd + pipe.stage.recompute,
-                     host_memory=offloaded_optimizer(model, plan) + offloaded_activations(model, plan, u))
+                     host_memory=offloaded_optimizer(model, plan) + offloaded_activations(model, plan, u),
+                     ranks=tuple(passes(r) for r in _ranks(stage_times(model, plan, u))))
+
+
+def _ranks(times: tuple[PassTimes, PassTimes, PassTimes]) -> tuple[PassTimes, PassTimes, PassTimes]:
+    first, last, middle = times
+    return first, middle, last
+
+
+def passes(rank: PassTimes) -> tuple[Num, Num]:
+    """(forward, backward) per micro-batch of a rank: the kernels of each pass (recompute with the backward)
+    plus the rank's exposed communication split between them in proportion to their kernel time."""
+    fwd, bwd = rank.fwd, rank.bwd + rank.recompute
+    comm = rank.total - fwd - bwd
+    share = fwd / maximum(fwd + bwd, 1e-30)
+    return fwd + comm * share, bwd + comm * (1 - share)
 
 
 def step_costs(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = DEFAULT,

@@ -218,8 +218,8 @@ def render(result: SearchResult, scaling_rows: Sequence[dict[str, Any]] | None =
                                    f"{run.schedule} schedule simulated per rank: pp={run.pp}, vpp={run.vpp}, "
                                    f"{run.micro_batches} micro-batches, bubble {run.timeline.idle_fraction:.1%}")
                     + note
-                    + f'<p class="note">Per micro-batch and model chunk: forward {fmt_time(run.t_fwd)}, backward '
-                      f"{fmt_time(run.t_bwd)} (exposed communication included), from the estimate; the schedule "
+                    + f'<p class="note">Per micro-batch and model chunk: forward {_per_rank(run.t_fwd)}, backward '
+                      f"{_per_rank(run.t_bwd)} (exposed communication included), from the estimate; the schedule "
                       "simulator places them under the pipeline's dependencies.</p>")
 
         sections.append(("roofline", "Roofline"))
@@ -256,3 +256,11 @@ def write(path: str | Path, result: SearchResult, scaling_rows: Sequence[dict[st
     path = Path(path)
     path.write_text(render(result, scaling_rows, top), encoding="utf-8")
     return path
+
+
+def _per_rank(times: tuple[float, ...]) -> str:
+    """One time, or the first, middle and last ranks' when they differ (embedding, LM head)."""
+    if len(set(times)) == 1:
+        return fmt_time(times[0])
+    middle = f"{fmt_time(times[1])} middle ranks, " if len(times) > 2 else ""
+    return f"{fmt_time(times[0])} first rank, {middle}{fmt_time(times[-1])} last rank"

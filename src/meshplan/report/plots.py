@@ -189,8 +189,8 @@ class PipelineRun:
     pp: int
     vpp: int
     micro_batches: int
-    t_fwd: float  # per micro-batch per chunk, with the exposed TP / CP / EP / p2p time of the pass
-    t_bwd: float  # the same for the backward pass (recompute included)
+    t_fwd: tuple[float, ...]  # per rank, per micro-batch per chunk, with the exposed TP / CP / EP / p2p time
+    t_bwd: tuple[float, ...]  # the same for the backward pass (recompute included)
     table: Table
     timeline: Timeline
 
@@ -212,25 +212,25 @@ class PipelineRun:
 def pipeline_run(est: Estimate) -> PipelineRun:
     """Simulate ``est.plan``'s pipeline schedule (schedule.build / schedule.simulate).
 
-    Per micro-batch and chunk: t_f = (stage forward + its share of the exposed communication) / vpp and
-    t_b likewise (stage_fwd / stage_bwd of estimate.step_costs; the exposed TP, CP, EP and p2p time per
-    micro-batch is split between the passes in proportion to their compute). All ranks take the busiest
-    rank's times, as the estimate does, so the simulated step equals the estimate's pipelined part:
-    compute + recompute + tp + cp + ep + pp + bubble.
+    Per micro-batch and chunk, each rank's forward and backward times (the first rank with the embedding,
+    the last with the LM head and loss, the others with their layers only), each with its share of the
+    rank's exposed TP, CP, EP and p2p time (estimate.passes), divided by vpp. The simulated step is the
+    estimate's pipelined part, compute + recompute + tp + cp + ep + pp + bubble (estimate.bubble_time; the
+    tests check it).
     """
     from meshplan.estimate import step_costs
     from meshplan.schedule import build, simulate
 
     plan, m = est.plan, est.plan.grad_accum
     costs = step_costs(est.model, est.cluster, plan)
-    comm = sum(float(costs.breakdown[k]) for k in ("tp", "cp", "ep", "pp")) / m
-    f, b = float(costs.stage_fwd), float(costs.stage_bwd)
-    share = f / (f + b) if f + b > 0 else 0.5
     vpp = plan.vpp if plan.pp > 1 else 1
     schedule = plan.schedule if plan.pp > 1 else "1f1b"
     if schedule == "interleaved" and vpp == 1:
         schedule = "1f1b"
-    t_f, t_b = (f + comm * share) / vpp, (b + comm * (1 - share)) / vpp
+    (first, middle, last) = costs.ranks
+    per_rank = [first] + [middle] * (plan.pp - 2) + [last] if plan.pp > 1 else [first]
+    t_f = tuple(float(f) / vpp for f, _ in per_rank)
+    t_b = tuple(float(b) / vpp for _, b in per_rank)
     table = build(schedule, plan.pp, m, vpp)
     return PipelineRun(schedule=schedule, pp=plan.pp, vpp=vpp, micro_batches=m, t_fwd=t_f, t_bwd=t_b, table=table,
                        timeline=simulate(table, t_f, t_b))
