@@ -272,6 +272,31 @@ def calibrate_cmd(world_size, mesh, quick, device, base_ref, out, as_json) -> No
     print_calibration(cal, _console(), out)
 
 
+@cli.command("trace")
+@click.argument("model_ref", metavar="MODULE:FACTORY")
+@click.option("--input-shape", "shapes", multiple=True, required=True, help="e.g. 2x32; repeat for more inputs")
+@click.option("--dtype", "dtypes", multiple=True, help="input dtype, one or one per input (default int64)")
+@click.option("--system", "system_ref", default="h100", show_default=True, help="system preset or .toml file")
+@click.option("--param-dtype", default=None, help="cast the model's floating-point weights, e.g. bfloat16")
+@click.option("--optimizer", default="adam", show_default=True, help="state in the peak: adam(w), momentum, sgd, none")
+@click.option("--top", type=int, default=20, show_default=True, help="ops to list")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def trace_cmd(model_ref, shapes, dtypes, system_ref, param_dtype, optimizer, top, as_json) -> None:
+    """Trace a PyTorch model (MODULE:FACTORY or file.py:FACTORY returns an nn.Module) on fake tensors: per-op
+    time on one GPU of SYSTEM, FLOPs and the liveness peak memory of one forward + backward pass."""
+    from meshplan.trace.command import render, run
+
+    if top < 1:
+        raise SpecError(f"top={top} must be a positive integer")
+    report = run(model_ref, shapes, dtypes, system_ref, param_dtype, optimizer)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(top), indent=2))
+        return
+    from meshplan.report.text import _console
+
+    render(report, _console(), top)
+
+
 @cli.command("presets")
 def presets() -> None:
     """List the built-in model and system presets."""

@@ -1,0 +1,202 @@
+"""``meshplan trace``: load a model factory, trace it, time it on a system; JSON or tables.
+
+Bad input becomes a SpecError naming the field and the value (the CLI prints it as one line, exit 2); a
+missing torch becomes MissingDependency with the install command.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from meshplan.errors import MissingDependency, SpecError
+from meshplan.hardware import Accelerator, load_system
+from meshplan.trace.cost import TimedOp, time_ops
+from meshplan.trace.graph import Trace
+from meshplan.trace.liveness import OPTIMIZER_STATE, PeakMemory, peak_memory
+from meshplan.units import fmt_bytes, fmt_count, fmt_time
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``"2x32"`` → (2, 32)."""
+    try:
+        shape = tuple(int(v) for v in text.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise SpecError(f"input-shape={text!r} must be positive integers separated by 'x' (e.g. 2x32)")
+    return shape
+
+
+def load_factory(ref: str) -> Any:
+    """``package.module:factory`` or ``path/to/model.py:factory`` → the factory (or an nn.Module object)."""
+    where, sep, attr = ref.rpartition(":")
+    if not sep or not where or not attr:
+        raise SpecError(f"model={ref!r} must be MODULE:FACTORY (e.g. mypkg.models:make_model or model.py:make)")
+    try:
+        if where.endswith(".py"):
+            path = Path(where)
+            if not path.is_file():
+                raise SpecError(f"model={ref!r}: no such file {where!r}")
+            spec = importlib.util.spec_from_file_location(f"_meshplan_trace_{path.stem}", path)
+            module = importlib.util.module_from_spec(spec)
+            sys.path.insert(0, str(path.resolve().parent))  # the file may import its neighbours
+            try:
+                spec.loader.exec_module(module)
+            finally:
+                sys.path.remove(str(path.resolve().parent))
+        else:
+            module = importlib.import_module(where)
+    except ModuleNotFoundError as exc:
+        if exc.name == "torch":
+            raise MissingDependency("torch", "torch") from None
+        raise SpecError(f"model={ref!r}: no module named {exc.name!r}") from None
+    except SyntaxError as exc:
+        raise SpecError(f"model={ref!r}: syntax error in {exc.filename} line {exc.lineno}") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise SpecError(f"model={ref!r}: {where} has no attribute {attr!r}") from None
+
+
+def build(factory: Any, ref: str) -> Any:
+    """The module, built inside FakeTensorMode (no memory) when the factory allows, else for real."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    if isinstance(factory, torch.nn.Module):
+        model = factory
+    else:
+        try:
+            with FakeTensorMode(allow_non_fake_inputs=True):
+                model = factory()
+        except Exception:  # e.g. .item() in __init__: build it for real, then trace with fake copies
+            try:
+                model = factory()
+            except Exception as exc:
+                raise SpecError(f"model={ref!r}: the factory failed: {_first_line(exc)}") from None
+    if not isinstance(model, torch.nn.Module):
+        raise SpecError(f"model={ref!r} returned {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceReport:
+    """A traced step on one GPU: the trace, each kernel's time, the liveness peak."""
+
+    trace: Trace
+    timed: list[TimedOp]
+    memory: PeakMemory
+    system: str
+    accelerator: Accelerator
+    inputs: tuple[tuple[tuple[int, ...], str], ...]
+
+    @property
+    def seconds(self) -> float:
+        return sum(t.seconds for t in self.timed)
+
+    def time_of(self, phase: str) -> float:
+        return sum(t.seconds for t in self.timed if t.op.phase == phase)
+
+    def to_dict(self, top: int) -> dict[str, Any]:
+        tr, total = self.trace, self.seconds or 1.0
+        ranked = sorted(self.timed, key=lambda t: -t.seconds)[:top]
+        return {
+            "model": tr.name, "params": tr.params, "system": self.system, "accelerator": self.accelerator.name,
+            "inputs": [{"shape": list(s), "dtype": d} for s, d in self.inputs], "ops": len(tr.ops),
+            "flops": {p: tr.flops(p) for p in ("fwd", "bwd_x", "bwd_w")} | {"total": tr.flops()},
+            "gemm_flops": tr.flops(kind="gemm"), "attention_flops": tr.flops(kind="attention"),
+            "time_s": {p: self.time_of(p) for p in ("fwd", "bwd_x", "bwd_w")} | {"total": self.seconds},
+            "peak_memory_bytes": self.memory.peak,
+            "peak_op": {"index": self.memory.index, "name": self.memory.op_name, "phase": self.memory.phase},
+            "memory_breakdown": self.memory.breakdown, "saved_activation_bytes": self.memory.saved,
+            "hbm_bytes": self.accelerator.hbm_bytes,
+            "top_ops": [{"index": t.op.index, "name": t.op.name, "target": t.op.target, "phase": t.op.phase,
+                         "kind": t.op.kind, "flops": t.op.flops, "bytes": t.op.nbytes, "time_s": t.seconds,
+                         "share": t.seconds / total} for t in ranked],
+        }
+
+
+def run(ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], system_ref: str, param_dtype: str | None = None,
+        optimizer: str = "adam") -> TraceReport:
+    """Parse and check the arguments, build the model (fake when it can be), trace, time and find the peak."""
+    parsed = [parse_shape(s) for s in shapes]
+    if not parsed:
+        raise SpecError("input-shape is required (e.g. --input-shape 2x32)")
+    dtypes = dtypes or ("int64",)
+    if len(dtypes) not in (1, len(parsed)):
+        raise SpecError(f"dtype={','.join(dtypes)!r}: give one dtype or one per input ({len(parsed)} inputs)")
+    if optimizer not in OPTIMIZER_STATE:
+        raise SpecError(f"optimizer={optimizer!r} must be one of {', '.join(OPTIMIZER_STATE)}")
+    system = load_system(system_ref)
+    try:
+        import torch  # noqa: F401
+    except ModuleNotFoundError:
+        raise MissingDependency("torch", "torch") from None
+    from meshplan.trace.capture import _dtype, trace_module
+
+    inputs = tuple((s, dtypes[i] if len(dtypes) > 1 else dtypes[0]) for i, s in enumerate(parsed))
+    for _, d in inputs:
+        _dtype(d)
+    if param_dtype is not None:
+        _dtype(param_dtype)
+    model = build(load_factory(ref), ref)
+    try:
+        trace = trace_module(model, inputs, param_dtype=param_dtype)
+    except SpecError:
+        raise
+    except Exception as exc:
+        shown = " ".join("x".join(map(str, s)) for s in parsed)
+        raise SpecError(f"model={ref!r} failed on input-shape={shown}: {_first_line(exc)}") from None
+    acc = system.accelerator
+    return TraceReport(trace=trace, timed=time_ops(trace, acc), memory=peak_memory(trace, optimizer),
+                       system=system_ref, accelerator=acc, inputs=inputs)
+
+
+def render(report: TraceReport, console: Console, top: int) -> None:
+    """The summary (FLOPs, time, peak memory and where) and the top ops by time with their share."""
+    from rich.table import Table
+
+    tr, mem, total = report.trace, report.memory, report.seconds or 1.0
+    inputs = ", ".join(f"{'x'.join(map(str, s))} {d}" for s, d in report.inputs)
+    summary = Table(title=f"{tr.name} ({fmt_count(tr.params)} params), input {inputs}, on one "
+                    f"{report.accelerator.name}", show_header=False, title_justify="left")
+    summary.add_column(style="bold")
+    summary.add_column()
+    fwd = sum(1 for op in tr.ops if op.phase == "fwd")
+    summary.add_row("aten ops", f"{len(tr.ops)} ({fwd} forward, {len(tr.ops) - fwd} backward; "
+                    f"{len(report.timed)} kernels, the rest views)")
+    summary.add_row("FLOPs", f"{fmt_count(tr.flops())} = forward {fmt_count(tr.flops('fwd'))} + backward "
+                    f"{fmt_count(tr.flops('bwd'))} (GEMM {fmt_count(tr.flops(kind='gemm'))}, attention "
+                    f"{fmt_count(tr.flops(kind='attention'))})")
+    summary.add_row("time (fwd+bwd)", f"{fmt_time(report.seconds)} = forward {fmt_time(report.time_of('fwd'))} + "
+                    f"input grads {fmt_time(report.time_of('bwd_x'))} + weight grads "
+                    f"{fmt_time(report.time_of('bwd_w'))} (roofline per kernel, no launch overhead)")
+    cap = report.accelerator.hbm_bytes
+    summary.add_row("peak memory", f"{fmt_bytes(mem.peak)} of {fmt_bytes(cap)} at op {mem.index} {mem.op_name} "
+                    f"({mem.phase})" + ("" if mem.peak <= cap else "  DOES NOT FIT"))
+    summary.add_row("at the peak", ", ".join(f"{k} {fmt_bytes(v)}" for k, v in mem.breakdown.items() if v))
+    summary.add_row("saved for backward", fmt_bytes(mem.saved))
+    console.print(summary)
+    table = Table(title=f"top {top} ops by time", title_justify="left")
+    for col, justify in (("#", "right"), ("op", "left"), ("phase", "left"), ("aten", "left"), ("out shape", "left"),
+                         ("FLOPs", "right"), ("bytes", "right"), ("time", "right"), ("share", "right")):
+        table.add_column(col, justify=justify)
+    for t in sorted(report.timed, key=lambda t: -t.seconds)[:top]:
+        op = t.op
+        out = "x".join(map(str, op.outputs[0].shape)) if op.outputs else ""
+        table.add_row(str(op.index), op.name, op.phase, op.target.removeprefix("aten."), out, fmt_count(op.flops),
+                      fmt_bytes(op.nbytes), fmt_time(t.seconds), f"{t.seconds / total:.1%}")
+    console.print(table)

@@ -1,0 +1,67 @@
+"""Traced ops → meshplan OpCost records → time on an accelerator (roofline.py), no torch needed.
+
+Each aten op is one kernel (eager execution, nothing fused), timed alone on one GPU with roofline.op_time:
+max(compute, memory) per kernel, ops one after another (one CUDA stream: the sum is the step's compute time).
+Simplifications, stated here:
+- GEMMs run at their operands' precision (bf16 / fp16; float32 at the fp32 rate, PyTorch's default
+  ``torch.backends.cuda.matmul.allow_tf32 = False``; pass ``fp32_precision="tf32"`` for TF32).
+- Fused attention is timed as a flash kernel; causal attention does half the FLOPs flop_counter counts (the
+  masked blocks are skipped: Dao et al. 2022, as ops.core_attention), backward kernels at the backward rate.
+- Element-wise and data-movement ops: their FLOPs at the fp32 CUDA-core rate against their HBM bytes (read
+  every input, write every output); views cost nothing. Kernel launch overhead (a few µs per kernel, which
+  dominates small models in eager mode) is not included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshplan.efficiency import DEFAULT, Efficiency
+from meshplan.hardware import Accelerator
+from meshplan.ops import OpCost
+from meshplan.roofline import op_time
+from meshplan.trace.graph import Trace, TracedOp
+
+PRECISION = {"bfloat16": "bf16", "float16": "fp16", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
+
+
+def precision(op: TracedOp, fp32_precision: str = "fp32") -> str:
+    """The precision a GEMM of this op runs at: its first floating-point input's dtype."""
+    dtype = next((t.dtype for t in op.inputs if t.dtype.startswith(("float", "bfloat"))), "float32")
+    return PRECISION.get(dtype, fp32_precision)
+
+
+def op_cost(op: TracedOp) -> OpCost:
+    """The OpCost of one traced op (name, phase, kind, FLOPs, HBM bytes, GEMM / attention shape)."""
+    if op.kind == "attention":
+        flops = op.flops / 2 if op.causal else op.flops
+        return OpCost(op.name, op.phase, "attention", flops, op.nbytes, m=op.m, n=op.n, k=op.k,
+                      variant="flash_causal" if op.causal else "flash")
+    if op.kind == "gemm":
+        return OpCost(op.name, op.phase, "gemm", op.flops, op.nbytes, m=op.m, n=op.n, k=op.k, groups=op.groups)
+    return OpCost(op.name, op.phase, "memory", op.flops, op.nbytes)
+
+
+def op_costs(trace: Trace) -> list[OpCost]:
+    """OpCost records of every op that does work (views dropped); totals are sums."""
+    return [op_cost(op) for op in trace.ops if op.kind != "view"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TimedOp:
+    op: TracedOp
+    cost: OpCost
+    seconds: float
+
+
+def time_ops(trace: Trace, accelerator: Accelerator, efficiency: Efficiency = DEFAULT,
+             fp32_precision: str = "fp32") -> list[TimedOp]:
+    """Every op that does work with its roofline time on one ``accelerator``, in execution order."""
+    timed = []
+    for op in trace.ops:
+        if op.kind == "view":
+            continue
+        cost = op_cost(op)
+        seconds = float(op_time(cost, accelerator, precision(op, fp32_precision), efficiency))
+        timed.append(TimedOp(op=op, cost=cost, seconds=seconds))
+    return timed
