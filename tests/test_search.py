@@ -6,6 +6,7 @@ import itertools
 import json
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from meshplan.batch import PlanBatch
@@ -191,3 +192,16 @@ def test_two_workers_find_what_one_finds():
     two = search(model, cluster, space, top_k=5, workers=2)
     assert [e.plan for e in one.plans] == [e.plan for e in two.plans]
     assert (one.evaluated, one.feasible, one.rejected) == (two.evaluated, two.feasible, two.rejected)
+
+
+def test_distinct_keys_survive_int64_overflow():
+    """Five columns of values up to 2^20 pack into 2^100 > int64: the code is renumbered instead."""
+    from meshplan.search import _distinct
+
+    rng = np.random.default_rng(0)
+    base = rng.integers(0, 2**20, size=(5, 40))
+    keys = np.concatenate([base, base[:, :10]], axis=1)  # rows 40..49 repeat rows 0..9
+    first, inverse = _distinct(keys)
+    assert len(first) == len({tuple(c) for c in base.T}) == 40
+    assert (keys[:, first][:, inverse] == keys).all()  # every row maps back to its own key
+    assert (inverse[40:] == inverse[:10]).all()

@@ -395,12 +395,7 @@ def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, recomputes:
     The panel count changes only how much of a SUMMA layer's communication is exposed (ops2d.py), nothing
     else in the step, so the best one per key is chosen here among ``_panels`` (exact: no other part of the
     step time or memory depends on it)."""
-    keys = np.stack([getattr(batch, k) for k in _UNIT_KEYS] + _split_codes(cluster, batch))
-    radix = keys.max(axis=1) + 1  # pack each key column into one integer (mixed radix) for a fast 1-D unique
-    packed = np.zeros(keys.shape[1], dtype=np.int64)
-    for column, base in zip(keys, radix, strict=True):
-        packed = packed * base + column
-    _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+    first, inverse = _distinct(np.stack([getattr(batch, k) for k in _UNIT_KEYS] + _split_codes(cluster, batch)))
     ones = np.ones(len(first), dtype=np.int64)
     cols = {k: getattr(batch, k)[first] for k in _UNIT_KEYS}
     strides = {a: batch.stride(a)[first] for a in _UNIT_STRIDES} | {"dp": ones}  # any row of a key will do
@@ -450,13 +445,7 @@ def _shape_times(model: ModelSpec, cluster: Cluster, keyed: PlanBatch, eff: Effi
                  ) -> dict[str, list[np.ndarray | None]]:
     """Roofline times of the compute ops of every key, computed once per distinct op shape (the keys differ
     also in placement and SUMMA panels, which only the collectives see)."""
-    keys = np.stack([getattr(keyed, k) for k in _SHAPE_KEYS])
-    radix = keys.max(axis=1) + 1
-    packed = np.zeros(keys.shape[1], dtype=np.int64)
-    for column, base in zip(keys, radix, strict=True):
-        packed = packed * base + column
-    _, first, index = np.unique(packed, return_index=True, return_inverse=True)
-    index = index.reshape(-1)
+    first, index = _distinct(np.stack([getattr(keyed, k) for k in _SHAPE_KEYS]))
     shaped = keyed.select(first)
     times = compute_times(model, cluster, shaped, eff)
     return {k: [None if t is None else np.broadcast_to(t, first.shape)[index] for t in v] for k, v in times.items()}
@@ -564,10 +553,19 @@ _SIZE_KEYS = ("dp", "tp", "pp", "cp", "tp2", "ep", "etp", "vpp", "micro_batch")
 def _sizes(batch: PlanBatch) -> tuple[np.ndarray, np.ndarray]:
     """The first row of each distinct size combination (all numeric fields but the placement) and each
     row's combination."""
-    keys = np.stack([getattr(batch, k) for k in _SIZE_KEYS])
+    return _distinct(np.stack([getattr(batch, k) for k in _SIZE_KEYS]))
+
+
+def _distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For key columns (fields × rows of non-negative integers): the first row of each distinct key and each
+    row's key index. The columns are packed into one integer (mixed radix) for a fast 1-D unique; the code is
+    renumbered densely whenever the next column would overflow int64."""
     packed = np.zeros(keys.shape[1], dtype=np.int64)
-    for column, base in zip(keys, keys.max(axis=1) + 1, strict=True):
-        packed = packed * base + column
+    for column in keys:
+        radix = int(column.max()) + 1
+        if int(packed.max()) >= 2**62 // radix:
+            packed = np.unique(packed, return_inverse=True)[1].reshape(-1)
+        packed = packed * radix + column
     _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
     return first, inverse.reshape(-1)
 
