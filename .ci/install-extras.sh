@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Optional extras for tests/test_report.py and tests/test_sweep.py: headless Chromium (Debian's package) for the
+# Optional extras for the tests (report, sweep, calibrate, trace, model): headless Chromium (Debian's package) for the
 # browser test, and the plot / ray extras (+ pandas, which the sweep test reads the CSV / JSON with) in .venv.
 # Idempotent and quick when everything is already there. Called by .ci/run before the tests.
 set -euo pipefail
@@ -13,4 +13,5 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 [ -x .venv/bin/pip ] || python3 -m venv .venv
 .venv/bin/pip install -q -e '.[test,plot,ray]' 'pandas>=2'
-.venv/bin/pip install -q 'torch==2.13.0'  # tests/test_calibrate.py: microbenchmarks on CPU with gloo
+.venv/bin/pip install -q 'torch==2.13.0'  # tests/test_calibrate.py and test_trace.py: on CPU (gloo, fake tensors)
+.venv/bin/pip install -q 'transformers>=4.40'  # tests/test_model.py: parameter counts against HF models on meta
