@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+import meshplan.search as search_module
 from meshplan.batch import PlanBatch
 from meshplan.cli import main
 from meshplan.estimate import estimate
@@ -57,8 +58,23 @@ def test_search_equals_estimate_on_every_candidate(small_case):
     assert len(feasible) == result.feasible
     best = min(e.step_time for e in feasible)
     assert result.plans[0].step_time == pytest.approx(best, rel=1e-12)
+    # the whole top k, though the lower bound (search._lower_bound) skipped the step time of some plans
+    top = sorted(e.step_time for e in feasible)[: len(result.plans)]
+    assert [e.step_time for e in result.plans] == pytest.approx(top, rel=1e-9)
     over = result.rejected.get("memory exceeds HBM", 0) + result.rejected.get("offload exceeds host memory", 0)
     assert sum(1 for e in ests if not e.fits) == over
+
+
+def test_the_lower_bound_loses_none_of_the_top_k(small_case, monkeypatch):
+    """In small chunks the k-th best time is known early, and later plans whose lower bound exceeds it are
+    not timed: the same top k and counts as in one chunk, where nothing can be skipped."""
+    model, cluster, whole = small_case
+    assert whole.bounded == 0
+    monkeypatch.setattr(search_module, "CHUNK", 32)
+    chunked = search(model, cluster, SMALL, top_k=5)
+    assert 0 < chunked.bounded < chunked.evaluated
+    assert [e.plan for e in chunked.plans] == [e.plan for e in whole.plans]
+    assert (chunked.evaluated, chunked.feasible, chunked.rejected) == (whole.evaluated, whole.feasible, whole.rejected)
 
 
 def test_returned_plans_are_feasible_and_sorted(small_case):

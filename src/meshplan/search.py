@@ -52,7 +52,7 @@ from meshplan.estimate import (
     units_for_recomputes,
 )
 from meshplan.hardware import Cluster
-from meshplan.memory import model_states, stage_params
+from meshplan.memory import layers_on_stage, model_states, stage_params
 from meshplan.model import ModelSpec
 from meshplan.plan import DENSE_AXES, LAYOUTS, Plan
 from meshplan.units import fmt_bytes
@@ -102,6 +102,7 @@ class SearchResult:
     rejected: dict[str, int]  # reason → count
     examples: dict[str, str]  # reason → one concrete instance
     seconds: float
+    bounded: int = 0  # of the evaluated plans: step time not computed, a lower bound keeps them out of the top k
 
     @property
     def rejected_total(self) -> int:
@@ -111,6 +112,7 @@ class SearchResult:
         return {
             "model": self.model.name, "system": self.cluster.name, "gpus": self.cluster.num_gpus,
             "global_batch": self.space.global_batch, "evaluated": self.evaluated, "feasible": self.feasible,
+            "bounded": self.bounded,
             "rejected": {"count": self.rejected_total, "reasons": dict(self.rejected), "examples": dict(self.examples)},
             "seconds": self.seconds, "plans_per_second": self.evaluated / self.seconds if self.seconds else None,
             "plans": [e.to_dict(ops=False) for e in self.plans],
@@ -509,7 +511,8 @@ def _times(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict[str
     # ``recompute`` component does, equally on every rank), so one full pipeline serves every mode
     base = pipeline(model, with_rc[rcs[0]], units[rcs[0]])
     params = _bottleneck_params(model, batch, base.use_first)
-    t_pipe = np.array([_vec(pipeline_time(model, with_rc[rc], units[rc]), n) for rc in rcs])  # (R, n)
+    t_pipe = np.array([_vec(base.micro_batches * base.stage.total + base.bubble if rc == rcs[0] else
+                            pipeline_time(model, with_rc[rc], units[rc]), n) for rc in rcs])  # (R, n)
     collectives = dp_collectives(model, cluster, batch, params, eff)  # the same for every ZeRO stage
     t_dp = np.array([_vec(dp_time(model, cluster, replace(batch, zero=z), params, base.stage, eff, collectives), n)
                      for z in zeros])
@@ -607,6 +610,7 @@ class _Part:
     best: _Best
     evaluated: int = 0
     feasible: int = 0
+    bounded: int = 0  # evaluated plans whose step time a lower bound showed cannot reach the top k
     tally: _Tally = field(default_factory=_Tally)
 
 
@@ -684,6 +688,7 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
     estimates.sort(key=lambda e: (e.step_time, e.peak_memory, _plan_key(e.plan)[0]))
     return SearchResult(model=model, cluster=cluster, space=space, plans=tuple(estimates[:top_k]),
                         evaluated=sum(r.evaluated for r in results), feasible=sum(r.feasible for r in results),
+                        bounded=sum(r.bounded for r in results),
                         rejected=dict(tally.counts), examples=dict(tally.examples),
                         seconds=time.perf_counter() - start)
 
@@ -712,32 +717,64 @@ def _evaluate(job: _Job, combos: list[_Combo], model: ModelSpec, cluster: Cluste
     if not space.gpipe:
         gpipe = int(((pool.vpp == 1) & (pool.pp > 1)).sum()) * _grid_size(space)
         result.tally.add("dominated: GPipe (1F1B has its step time with less memory)", "any pp > 1 plan", gpipe)
+    bound = _lower_bound(model, pool, units, key_of)
+    _, size_of = _sizes(pool)
+    size_bound = np.full(size_of.max() + 1, np.inf)
+    np.minimum.at(size_bound, size_of, bound)
+    for group, schedule in _groups(pool, space):
+        # likely winners first, so that the threshold tightens early; a size combination's placements stay
+        # together (memory is computed once per size combination and chunk)
+        group = group[np.lexsort((size_of[group], size_bound[size_of[group]]))]
+        for chunk in _chunks(group):
+            _score_chunk(model, cluster, space, eff, pool.select(chunk, schedule=schedule), key_of[chunk],
+                         bound[chunk], units, panels, result)
+    return result
+
+
+BOUND_SLACK = 1e-5  # the float32 step-time sums may round below the float64 bound by a few 1e-8
+
+
+def _lower_bound(model: ModelSpec, pool: PlanBatch, units: dict[str, Units], key_of: np.ndarray) -> np.ndarray:
+    """A lower bound on every setting's step time of each plan: the busiest rank runs at least its layers'
+    forward and backward kernels for every micro-batch, m · L_stage · (t_fwd + t_bwd) (the rest of the step,
+    communication, recompute, bubble, DP, optimizer, offload, only adds)."""
+    per_key = np.minimum.reduce([np.broadcast_to(t.fwd + t.bwd, key_of.max() + 1)
+                                 for u in units.values() for t in (u.layer, u.layer_plain)])
+    return pool.grad_accum * layers_on_stage(model, pool) * per_key[key_of]
+
+
+def _score_chunk(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, batch: PlanBatch,
+                 keys: np.ndarray, bound: np.ndarray, units: dict[str, Units], panels: dict[str, np.ndarray],
+                 result: _Part) -> None:
+    """Memory and feasibility of every plan of a chunk (once per size combination: they do not depend on the
+    placement), and the step time of those whose lower bound can still reach the top k (branch and bound:
+    exact, a plan slower than the k-th best so far cannot enter)."""
     grid = (space.recompute, space.zero, space.offload_optimizer, space.offload_activations)
     capacity, host_capacity = cluster.accelerator.hbm_bytes, cluster.host_memory
-    for group, schedule in _groups(pool, space):
-        for chunk in _chunks(group):
-            batch = pool.select(chunk, schedule=schedule)
-            keys = key_of[chunk]
-            first, size_of = _sizes(batch)  # memory and feasibility once per size combination
-            sized = batch.select(first)
-            peak, host = _memory(model, sized, {rc: u.take(keys[first]) for rc, u in units.items()}, space)
-            in_hbm, in_host = peak <= capacity, host <= host_capacity
-            fits = in_hbm & in_host
-            rows = np.bincount(size_of, minlength=len(first))  # plans (placements) per size combination
-            result.evaluated += len(chunk) * fits[..., 0].size
-            result.feasible += int(fits.reshape(-1, len(first)).sum(axis=0) @ rows)
-            _tally_memory(result.tally, peak, in_hbm, rows, sized, grid, capacity)
-            _tally_host(result.tally, host, in_hbm & ~in_host, rows, sized, grid, host_capacity)
-            if not fits.any():
-                continue
-            time = _times(model, cluster, batch, {rc: u.take(keys) for rc, u in units.items()}, space, eff)
-            ok = np.flatnonzero((fits[..., size_of] & (time <= result.best.threshold)).reshape(-1))
-            setting, row = np.divmod(ok, len(chunk))
-            nb = [panels[rc][keys] for rc in space.recompute]
-            result.best.offer(time.reshape(-1)[ok], peak.reshape(-1, len(first))[setting, size_of[row]],
-                              lambda i, b=batch, ok=ok, shape=time.shape, nb=nb: _decode(b, grid, shape, int(ok[i]),
-                                                                                         nb))
-    return result
+    first, size_of = _sizes(batch)
+    sized = batch.select(first)
+    peak, host = _memory(model, sized, {rc: u.take(keys[first]) for rc, u in units.items()}, space)
+    in_hbm, in_host = peak <= capacity, host <= host_capacity
+    fits = in_hbm & in_host
+    rows = np.bincount(size_of, minlength=len(first))  # plans (placements) per size combination
+    result.evaluated += len(batch) * fits[..., 0].size
+    result.feasible += int(fits.reshape(-1, len(first)).sum(axis=0) @ rows)
+    _tally_memory(result.tally, peak, in_hbm, rows, sized, grid, capacity)
+    _tally_host(result.tally, host, in_hbm & ~in_host, rows, sized, grid, host_capacity)
+    near = np.flatnonzero(bound * (1 - BOUND_SLACK) <= result.best.threshold)
+    result.bounded += (len(batch) - len(near)) * fits[..., 0].size
+    if not fits.any() or not len(near):
+        return
+    if len(near) < len(batch):
+        batch, keys, size_of = batch.select(near), keys[near], size_of[near]
+    time = _times(model, cluster, batch, {rc: u.take(keys) for rc, u in units.items()}, space, eff)
+    ok = np.flatnonzero(time.reshape(-1) <= result.best.threshold)  # fast enough, then: does it fit?
+    setting, row = np.divmod(ok, len(batch))
+    fit = fits.reshape(-1, len(first))[setting, size_of[row]]
+    ok, setting, row = ok[fit], setting[fit], row[fit]
+    nb = [panels[rc][keys] for rc in space.recompute]
+    result.best.offer(time.reshape(-1)[ok], peak.reshape(-1, len(first))[setting, size_of[row]],
+                      lambda i: _decode(batch, grid, time.shape, int(ok[i]), nb))
 
 
 def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], flat: int,
