@@ -32,6 +32,23 @@ def cli_seconds(args: list[str]) -> float:
     return time.perf_counter() - start
 
 
+def _spin(n: int) -> float:
+    start, total = time.perf_counter(), 0
+    for i in range(n):
+        total += i * i
+    return time.perf_counter() - start
+
+
+def core_contention(n: int = 3_000_000) -> float:
+    """How much slower one CPU-bound process runs while a second one runs on the other core."""
+    import multiprocessing
+
+    alone = min(_spin(n) for _ in range(2))
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        together = max(pool.map(_spin, [n, n]))
+    return together / alone
+
+
 def main() -> None:
     print(f"{'case':<40} {'plans evaluated':>16} {'feasible':>12} {'1 core s':>9} {'plans/s/core':>13} "
           f"{'2 workers s':>12}  best plan")
@@ -50,6 +67,7 @@ def main() -> None:
     runs = sorted(cli_seconds(args) for _ in range(3))
     print(f"whole CLI call, megatron-1t on 4096 x b200 (start-up included): median {runs[1]:.2f} s "
           f"(min {runs[0]:.2f} s)")
+    print(f"two CPU-bound processes on this machine each run {core_contention():.2f}x slower than one alone")
 
 
 if __name__ == "__main__":
