@@ -1,8 +1,8 @@
 """Efficiency: the fraction of a datasheet peak that real kernels and collectives sustain, from physics.
 
 This is the one place where such factors live. Every factor is a function of the op's shape and the hardware,
-built from a handful of constants; each constant says where it comes from. Three of them (``gemm``,
-``attention``, ``overlap_slowdown``) were fitted once, on the fixed half of the published runs that
+built from a handful of constants; each constant says where it comes from. Four of them (``gemm``,
+``attention``, ``overlap_slowdown``, ``attention_d0``) were fitted once, on the fixed half of the published runs that
 ``meshplan.validate.in_fit_set`` selects (CRC-32 of the run id even), by ``benchmarks/fit_efficiency.py`` with
 every source group weighted equally; the other half is the out-of-sample check (docs/ACCURACY.md). The rest are
 published measurements. Nothing is tuned per run, per source or per GPU.
@@ -30,15 +30,17 @@ The k / (k + k_0) factor is the fixed per-tile cost (pipeline prologue, epilogue
 reduction. The roofline (roofline.py) separately caps a skinny GEMM by its HBM traffic.
 
 Attention (FlashAttention-2, Dao 2023, Fig. 4–5: forward 50–73 % of A100 peak, backward lower; FlashAttention-3,
-Shah et al. 2024, abstract: 75 % of H100 peak forward at d = 128, FA2 only 35 % on H100, and Fig. 5: d = 64 runs
-at about 0.7× the d = 128 rate): the softmax, exponentials and rescaling per score element do not shrink with
-the head dimension, so efficiency ∝ d / (d + d_0); with a causal mask the diagonal blocks are computed whole,
-executing (1 + B_attn/s) × the useful half. The backward pass (five GEMMs, dS computed in fp32) runs at
-``attention_bwd`` × the forward rate (FA2 Fig. 5 vs Fig. 4, FA3 Fig. 6 vs Fig. 5: ≈ 0.8). ``attention``
-(fitted: 0.41 of the 16-bit peak at d = 128, forward) sits below the kernels' own benchmarks (FA3: 0.6–0.75;
-FA2 on A100: 0.5–0.7) because in a training step the kernel also pays for the QKV layout transposes, RoPE and
-the softmax statistics around it. A stack that runs FlashAttention-2-class kernels on Hopper or Blackwell
-(``Plan.attention_kernel = "fa2"``) gets 0.35 / 0.75 of that (FA3 abstract: FA2 reaches 35 % of H100 peak).
+Shah et al. 2024, abstract: 75 % of H100 peak forward at d = 128, FA2 only 35 % on H100, and Fig. 5: d = 64 runs at
+about 0.7× the d = 128 rate): the softmax, exponentials and rescaling per score element do not shrink with the head
+dimension, so efficiency ∝ d / (d + d_0). ``attention_d0`` (fitted: 26) puts d = 64 at 0.86× the d = 128 rate; FA3
+reports 0.7× on H100 (d_0 ≈ 55); the fit, driven by the FA2-class kernels of the data's d = 64 runs (MPT-125m and
+-350m), finds a flatter falloff. With a causal mask the diagonal blocks are computed whole, executing (1 + B_attn/s)
+× the useful half. The backward pass (five GEMMs, dS computed in fp32) runs at ``attention_bwd`` × the forward rate
+(FA2 Fig. 5 vs Fig. 4, FA3 Fig. 6 vs Fig. 5: ≈ 0.8). ``attention`` (fitted: 0.41 of the 16-bit peak at d = 128,
+forward) sits below the kernels' own benchmarks (FA3: 0.6–0.75; FA2 on A100: 0.5–0.7) because in a training step the
+kernel also pays for the QKV layout transposes, RoPE and the softmax statistics around it. A stack that runs
+FlashAttention-2-class kernels on Hopper or Blackwell (``Plan.attention_kernel = "fa2"``) gets 0.35 / 0.75 of that
+(FA3 abstract: FA2 reaches 35 % of H100 peak).
 
 Memory-bound kernels stream at ``memory`` × HBM peak (STREAM-like copies reach 85–93 % on A100/H100).
 
@@ -114,11 +116,11 @@ class Efficiency:
     gemm: float = 0.839  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
     attention: float = 0.412  # flash-attention forward at d = 128, long sequences, vs the bf16 peak
     overlap_slowdown: float = 0.205  # compute slowdown per second of communication hidden behind it
+    attention_d0: float = 26.0  # head dimension at which the per-score softmax work equals the matmuls'
     # ---- documented, not fitted -------------------------------------------------------------------------
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
     gemm_k0: float = 64.0  # per-tile fixed cost, in units of reduction depth (one 64-deep k-block of CUTLASS)
     attention_bwd: float = 0.8  # backward / forward kernel rate (FA2 Fig. 4-5, FA3 Fig. 5-6)
-    attention_d0: float = 64.0  # head dimension at which the per-score softmax work equals the matmuls'
     attention_block: float = 128.0  # FlashAttention query/key block (FA2 and FA3 use 128 for d <= 128)
     # A FlashAttention-2-class kernel (``Plan.attention_kernel = "fa2"``: synchronous mma.sync tiles) on a GPU with
     # asynchronous warpgroup MMA (Hopper, Blackwell) reaches 35 % of peak where FA3 reaches 75 % (Shah et al.
