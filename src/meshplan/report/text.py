@@ -225,4 +225,7 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
         console.print(rejected_table(r))
     evaluated = sum(r.evaluated for r in results)
     seconds = sum(r.seconds for r in results)
-    console.print(f"evaluated {evaluated:,} plans in {seconds:.2f} s ({evaluated / max(seconds, 1e-9):,.0f} plans/s)")
+    bounded = sum(r.bounded for r in results)
+    console.print(f"evaluated {evaluated:,} plans in {seconds:.2f} s ({evaluated / max(seconds, 1e-9):,.0f} plans/s; "
+                  f"memory checked for all, step time skipped for {bounded:,} whose lower bound cannot reach the "
+                  "top)")
