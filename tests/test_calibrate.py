@@ -34,10 +34,10 @@ from meshplan.calibrate import (
 )
 from meshplan.calibrate.bench import require_torch
 from meshplan.calibrate.collectives import mesh_groups, round_robin
-from meshplan.calibrate.fit import latency_steps, summarize_dims
+from meshplan.calibrate.fit import summarize_dims
 from meshplan.calibrate.records import DIST_KINDS
 from meshplan.cli import main
-from meshplan.comm import bus_factor, collective_time
+from meshplan.comm import bus_factor, collective_time, latency_steps
 from meshplan.efficiency import DEFAULT, Efficiency
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.estimate import estimate

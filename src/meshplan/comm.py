@@ -54,6 +54,16 @@ def bus_factor(kind: str, group: Num) -> Num:
     return 1.0
 
 
+def latency_steps(kind: str, group: int) -> int:
+    """Latency steps a ring collective of ``group`` ranks is charged here (its α multiplier; calibrate fits α
+    per step with it)."""
+    if kind == "all_reduce":
+        return 2 * (group - 1)
+    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
+        return group - 1
+    return 1
+
+
 def split_group(cluster: Cluster, group: Num, stride: Num) -> list[Num]:
     """How many members of a group (``group`` ranks, ``stride`` apart) share each tier: [g_0, g_1, …].
 

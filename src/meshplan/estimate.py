@@ -410,6 +410,7 @@ class Pipeline:
     use_first: Num  # the first rank (embedding) is the busiest, else the last (head)
     micro_batches: Num
     bubble: Num
+    ranks: tuple[PassTimes, PassTimes, PassTimes]  # the first, a middle and the last rank per micro-batch
 
     def breakdown(self) -> dict[str, Num]:
         s, m = self.stage, self.micro_batches
@@ -422,7 +423,8 @@ def pipeline(model: ModelSpec, plan: Plan, u: Units) -> Pipeline:
     first, last, middle = stage_times(model, plan, u)
     use_first = first.total >= last.total
     stage = PassTimes(*(where(use_first, getattr(first, f), getattr(last, f)) for f in PassTimes.__slots__))
-    return Pipeline(stage, use_first, plan.grad_accum, bubble_time(plan, first.total, last.total, middle.total))
+    return Pipeline(stage, use_first, plan.grad_accum, bubble_time(plan, first.total, last.total, middle.total),
+                    (first, middle, last))
 
 
 def bubble_time(plan: Plan, first: Num, last: Num, middle: Num) -> Num:
@@ -525,12 +527,7 @@ def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, eff: Effi
                      peak_memory=maximum(mem_first.total, mem_last.total),
                      stage_fwd=pipe.stage.fwd, stage_bwd=pipe.stage.bwd + pipe.stage.recompute,
                      host_memory=offloaded_optimizer(model, plan) + offloaded_activations(model, plan, u),
-                     ranks=tuple(passes(r) for r in _ranks(stage_times(model, plan, u))))
-
-
-def _ranks(times: tuple[PassTimes, PassTimes, PassTimes]) -> tuple[PassTimes, PassTimes, PassTimes]:
-    first, last, middle = times
-    return first, middle, last
+                     ranks=tuple(passes(r) for r in pipe.ranks))
 
 
 def passes(rank: PassTimes) -> tuple[Num, Num]:

@@ -727,7 +727,7 @@ def _evaluate(job: _Job, combos: list[_Combo], model: ModelSpec, cluster: Cluste
         group = group[np.lexsort((size_of[group], size_bound[size_of[group]]))]
         for chunk in _chunks(group):
             _score_chunk(model, cluster, space, eff, pool.select(chunk, schedule=schedule), key_of[chunk],
-                         bound[chunk], units, panels, result)
+                         size_of[chunk], bound[chunk], units, panels, result)
     return result
 
 
@@ -744,14 +744,15 @@ def _lower_bound(model: ModelSpec, pool: PlanBatch, units: dict[str, Units], key
 
 
 def _score_chunk(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, batch: PlanBatch,
-                 keys: np.ndarray, bound: np.ndarray, units: dict[str, Units], panels: dict[str, np.ndarray],
-                 result: _Part) -> None:
+                 keys: np.ndarray, sizes: np.ndarray, bound: np.ndarray, units: dict[str, Units],
+                 panels: dict[str, np.ndarray], result: _Part) -> None:
     """Memory and feasibility of every plan of a chunk (once per size combination: they do not depend on the
     placement), and the step time of those whose lower bound can still reach the top k (branch and bound:
     exact, a plan slower than the k-th best so far cannot enter)."""
     grid = (space.recompute, space.zero, space.offload_optimizer, space.offload_activations)
     capacity, host_capacity = cluster.accelerator.hbm_bytes, cluster.host_memory
-    first, size_of = _sizes(batch)
+    _, first, size_of = np.unique(sizes, return_index=True, return_inverse=True)  # the chunk's size combinations
+    size_of = size_of.reshape(-1)
     sized = batch.select(first)
     peak, host = _memory(model, sized, {rc: u.take(keys[first]) for rc, u in units.items()}, space)
     in_hbm, in_host = peak <= capacity, host <= host_capacity

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from meshplan.calibrate.records import DIST_KINDS, MEMORY_OPS, CollectiveSample, GemmSample, MemorySample
-from meshplan.comm import bus_factor
+from meshplan.comm import bus_factor, latency_steps
 from meshplan.errors import SpecError
 
 
@@ -62,15 +62,6 @@ def linear_fit(x: Sequence[float], y: Sequence[float], *, relative: bool = True)
 
 
 # ---- collectives ------------------------------------------------------------------------------------------
-def latency_steps(kind: str, group: int) -> int:
-    """Latency steps comm.py charges one ring collective of ``group`` ranks (its α multiplier)."""
-    if kind == "all_reduce":
-        return 2 * (group - 1)
-    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
-        return group - 1
-    return 1
-
-
 @dataclass(frozen=True, kw_only=True)
 class LinkFit:
     """t = latency + f·n / bandwidth for one collective along one mesh dimension."""
