@@ -56,7 +56,11 @@ def test_lora_drops_weight_gradients_and_trains_only_adapters(h100_64):
     # adapters: 4 linears × (fwd, bwd_x, bwd_w) × (A, B)
     assert len([op for op in lora_ops if "/lora_" in op.name]) == 4 * 3 * 2
     full, tuned = estimate(model, h100_64, plan), estimate(model, h100_64, lora)
-    assert tuned.step_time < full.step_time
+    assert tuned.breakdown["dp"] < full.breakdown["dp"]  # only the adapters' gradients are reduced
+    # at h = 1024 the skinny, memory-bound adapter GEMMs cost about what the dropped weight gradients did; at
+    # h = 4096 the weight-gradient GEMMs (a third of the GEMM FLOPs) dominate and LoRA is faster
+    wide = gpt(layers=4, hidden=4096)
+    assert estimate(wide, h100_64, lora).step_time < estimate(wide, h100_64, plan).step_time
     assert tuned.memory["weights"] > full.memory["weights"]  # base weights + adapters
     # adapters per layer: r·[(h + 3h) + (h + h) + (h + 4h) + (4h + h)] = 16·16·1024 = 262,144, 4 layers;
     # fp32 Adam state (12 B/param) sharded over 64 ranks

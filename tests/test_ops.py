@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from conftest import gpt
 from meshplan.estimate import attention_flops_per_token, matmul_params, model_flops_per_token, saved_bytes
+from meshplan.hardware import load_system
 from meshplan.model import ModelSpec
 from meshplan.ops import ACT_BYTES, dense_layer, head_ops, linear_2d, moe_layer
 from meshplan.plan import Plan
@@ -141,3 +144,73 @@ def test_linear_2d_tp2_equal_one_is_1d_layout():
     assert _flops(ops) == 3 * 2 * (1024 / 4) * 4096 * 512
     tp_out = [o for o in ops if o.kind == "collective" and o.collective.axis == "tp_out"]
     assert tp_out[0].collective.group == 1
+
+
+# ---- eager PyTorch element-wise kernels -------------------------------------------------------------------------
+def _eager(model, plan):
+    return {(o.name, o.phase): o.nbytes for o in dense_layer(model, plan) if o.name.endswith("/eager")}
+
+
+def _llama(**extra):
+    # Llama layout: RMSNorm, SwiGLU, RoPE, GQA (4 kv heads of 16), no biases, no dropout
+    return ModelSpec(name="llama-test", num_layers=2, hidden_size=1024, num_heads=16, num_kv_heads=4,
+                     ffn_hidden_size=2816, vocab_size=32000, seq_length=2048, mlp="swiglu", norm="rmsnorm", **extra)
+
+
+def test_fused_plans_launch_no_eager_kernels():
+    assert _eager(_llama(), Plan()) == {}
+    assert not [o for o in head_ops(_llama(), Plan()) if o.name.endswith("/eager")]
+
+
+def test_eager_rmsnorm_streams_36_bytes_forward_and_92_backward_per_element():
+    # T·H = 2048 · 1024 elements; the fused norm already counts r2 w2 forward and r4 w2 backward
+    ops = _eager(_llama(), Plan(fusion="eager"))
+    elems = 2048 * 1024
+    assert ops[("attn/norm/eager", "fwd")] == (36 - 4) * elems
+    assert ops[("attn/norm/eager", "bwd_x")] == (92 - 6) * elems
+    assert ops[("mlp/norm/eager", "fwd")] == ops[("attn/norm/eager", "fwd")]
+
+
+def test_eager_rope_swiglu_and_repeat_kv_bytes():
+    ops = _eager(_llama(), Plan(fusion="eager"))
+    T, d = 2048, 64
+    # RoPE on q (16 heads) and k (4 heads): to fp32 (r2 w4), complex mul (r4 w4), type_as (r4 w2) = 20 bytes
+    assert ops[("attn/rope/eager", "fwd")] == 20 * T * (16 + 4) * d
+    # K and V copied to 16 heads each: 2 bytes written per element of the copies
+    assert ops[("attn/repeat_kv/eager", "fwd")] == 2 * (2 * T * 16 * d)
+    # SwiGLU as silu + mul (r2 w2 + r4 w2 = 10 bytes per FFN element) less the fused kernel's 6
+    assert ops[("mlp/act/eager", "fwd")] == (10 - 6) * T * 2816
+
+
+def test_eager_layernorm_gelu_model_adds_only_its_bias_gradients():
+    # F.layer_norm and GELU are one kernel each way in eager mode too; each biased linear's gradient is reduced
+    # by its own kernel, reading the output gradient once (2 bytes per element)
+    model = gpt(layers=2, hidden=1024, heads=16, seq=2048)
+    ops = _eager(model, Plan(fusion="eager"))
+    T, h = 2048, 1024
+    assert set(ops) == {("attn/qkv_bias/eager", "bwd_w"), ("attn/out_bias/eager", "bwd_w"),
+                        ("mlp/bias/eager", "bwd_w")}
+    assert ops[("attn/qkv_bias/eager", "bwd_w")] == 2 * T * 3 * h
+    assert ops[("mlp/bias/eager", "bwd_w")] == 2 * T * (4 * h + h)
+
+
+def test_pytorch_cross_entropy_pays_the_upcast_and_three_pass_softmax():
+    model = _llama()
+    fused = {o.phase: o.nbytes for o in head_ops(model, Plan()) if o.name == "head/loss"}
+    extra = {o.phase: o.nbytes for o in head_ops(model, Plan(cross_entropy="pytorch")) if o.name == "head/loss/eager"}
+    logits = 2048 * 32000
+    # fused: 10 bytes per logit forward, 6 backward; PyTorch: 6 + 16 forward, 4 + 16 + 6 backward
+    assert fused["fwd"] + extra["fwd"] == 22 * logits
+    assert fused["bwd_x"] + extra["bwd_x"] == 26 * logits
+
+
+def test_eager_is_slower_and_compile_matters_only_where_kernels_differ():
+    from meshplan.estimate import estimate
+
+    cluster = load_system("h100").cluster(8)
+    plan = Plan(dp=8, global_batch=8)
+    llama = _llama()
+    assert estimate(llama, cluster, replace(plan, fusion="eager")).step_time > estimate(llama, cluster, plan).step_time
+    plain = replace(gpt(layers=2), qkv_bias=False, linear_bias=False)  # LayerNorm, GELU, no biases: nothing to fuse
+    assert estimate(plain, cluster, replace(plan, fusion="eager")).step_time == pytest.approx(
+        estimate(plain, cluster, plan).step_time)

@@ -51,6 +51,7 @@ class PlanBatch:
     flash_attention: bool = True
     attention_kernel: str = "fused"
     cross_entropy: str = "fused"
+    fusion: str = "fused"
     finetune: str = "full"
     lora_rank: int = 32
     tensor_layout: str = "1d"

@@ -232,13 +232,14 @@ class _progress:
 @cli.command("validate")
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--group", default=None, help="only the runs of this source group")
-@click.option("--include-superseded", is_flag=True, help="also older numbers of the same configurations")
+@click.option("--exclude-superseded", is_flag=True,
+              help="skip the older numbers of configurations a newer record also gives (evaluated by default)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def validate_cmd(path: str, group: str | None, include_superseded: bool, as_json: bool) -> None:
+def validate_cmd(path: str, group: str | None, exclude_superseded: bool, as_json: bool) -> None:
     """Predict every run of a published-runs JSONL file and compare with what was measured."""
     from meshplan.validate import validate_command
 
-    click.echo(validate_command(path, group, as_json, include_superseded))
+    click.echo(validate_command(path, group, as_json, exclude_superseded))
 
 
 @cli.command("calibrate")

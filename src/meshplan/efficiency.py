@@ -23,7 +23,7 @@ of S (one tile per SM at a time), so the last, partial wave idles SMs. The libra
 that wastes least; for a tile t_m×t_n:
     quantization(t) = m·n / (⌈⌈m/t_m⌉·⌈n/t_n⌉ / S⌉ · S · t_m · t_n)
     efficiency      = gemm · MAMF(precision) · f · max_t quantization(t) · k / (k + k_0)
-``gemm`` (fitted: 0.84) is what a training step's GEMMs keep of the isolated benchmark's rate: the HBM and
+``gemm`` (fitted: 0.86) is what a training step's GEMMs keep of the isolated benchmark's rate: the HBM and
 NVLink traffic of a real step draws from the same power budget, and a benchmark's short bursts run cooler
 than hours of training.
 The k / (k + k_0) factor is the fixed per-tile cost (pipeline prologue, epilogue writing C) amortised over the
@@ -32,15 +32,18 @@ reduction. The roofline (roofline.py) separately caps a skinny GEMM by its HBM t
 Attention (FlashAttention-2, Dao 2023, Fig. 4–5: forward 50–73 % of A100 peak, backward lower; FlashAttention-3,
 Shah et al. 2024, abstract: 75 % of H100 peak forward at d = 128, FA2 only 35 % on H100, and Fig. 5: d = 64 runs at
 about 0.7× the d = 128 rate): the softmax, exponentials and rescaling per score element do not shrink with the head
-dimension, so efficiency ∝ d / (d + d_0). ``attention_d0`` (fitted: 26) puts d = 64 at 0.86× the d = 128 rate; FA3
+dimension, so efficiency ∝ d / (d + d_0). ``attention_d0`` (fitted: 29) puts d = 64 at 0.85× the d = 128 rate; FA3
 reports 0.7× on H100 (d_0 ≈ 55); the fit, driven by the FA2-class kernels of the data's d = 64 runs (MPT-125m and
 -350m), finds a flatter falloff. With a causal mask the diagonal blocks are computed whole, executing (1 + B_attn/s)
 × the useful half. The backward pass (five GEMMs, dS computed in fp32) runs at ``attention_bwd`` × the forward rate
-(FA2 Fig. 5 vs Fig. 4, FA3 Fig. 6 vs Fig. 5: ≈ 0.8). ``attention`` (fitted: 0.41 of the 16-bit peak at d = 128,
-forward) sits below the kernels' own benchmarks (FA3: 0.6–0.75; FA2 on A100: 0.5–0.7) because in a training step the
-kernel also pays for the QKV layout transposes, RoPE and the softmax statistics around it. A stack that runs
-FlashAttention-2-class kernels on Hopper or Blackwell (``Plan.attention_kernel = "fa2"``) gets 0.35 / 0.75 of that
-(FA3 abstract: FA2 reaches 35 % of H100 peak).
+(FA2 Fig. 5 vs Fig. 4, FA3 Fig. 6 vs Fig. 5: ≈ 0.8). The attention kernel's matmuls run on the same tensor cores
+under the same clock and power limits as the GEMMs, so its rate is a fraction of the GPU's best-shape 16-bit GEMM
+rate (MAMF × sustained clock, as for GEMMs), not of the datasheet peak: ``attention`` (fitted: 0.49 of that rate at
+d = 128, forward, i.e. 0.39 of the H100's and 0.42 of the A100's datasheet peak) sits below the kernels' own
+benchmarks (FA3: 0.6–0.75 of peak; FA2 on A100: 0.5–0.7) because in a training step the kernel also pays for the QKV
+layout transposes and the softmax statistics around it. A stack that runs FlashAttention-2-class kernels on Hopper
+or Blackwell (``Plan.attention_kernel = "fa2"``) gets ``fa2_on_async`` = 0.52 of that (PyTorch SDPA's FA2 backend
+vs cuDNN on an H100, pytorch/pytorch#142132).
 
 Memory-bound kernels stream at ``memory`` × HBM peak (STREAM-like copies reach 85–93 % on A100/H100).
 
@@ -50,7 +53,7 @@ and ``network`` ≈ 0.90 (~45 GB/s on 400 Gb/s NDR, ~22–23 GB/s on 200 Gb/s HD
 the presets (NCCL's tuning model), which is what makes small messages slow (comm.py, α + n/B).
 
 Overlap: communication that runs concurrently with compute takes SMs (NCCL channels: 8–32 CTAs of ~132 SMs)
-and HBM bandwidth from it, so the overlapped compute is slowed by ``overlap_slowdown`` (fitted: 0.21) × the
+and HBM bandwidth from it, so the overlapped compute is slowed by ``overlap_slowdown`` (fitted: 0.10) × the
 overlapped communication time (estimate.py applies it wherever a collective is hidden).
 
 Sustained clocks: a part capped below the power its datasheet peak is rated at runs slower. Dynamic power
@@ -113,19 +116,21 @@ TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
     # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
-    gemm: float = 0.839  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
-    attention: float = 0.412  # flash-attention forward at d = 128, long sequences, vs the bf16 peak
-    overlap_slowdown: float = 0.205  # compute slowdown per second of communication hidden behind it
-    attention_d0: float = 26.0  # head dimension at which the per-score softmax work equals the matmuls'
+    gemm: float = 0.860  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
+    attention: float = 0.487  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
+    overlap_slowdown: float = 0.104  # compute slowdown per second of communication hidden behind it
+    attention_d0: float = 28.9  # head dimension at which the per-score softmax work equals the matmuls'
     # ---- documented, not fitted -------------------------------------------------------------------------
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
     gemm_k0: float = 64.0  # per-tile fixed cost, in units of reduction depth (one 64-deep k-block of CUTLASS)
     attention_bwd: float = 0.8  # backward / forward kernel rate (FA2 Fig. 4-5, FA3 Fig. 5-6)
     attention_block: float = 128.0  # FlashAttention query/key block (FA2 and FA3 use 128 for d <= 128)
     # A FlashAttention-2-class kernel (``Plan.attention_kernel = "fa2"``: synchronous mma.sync tiles) on a GPU with
-    # asynchronous warpgroup MMA (Hopper, Blackwell) reaches 35 % of peak where FA3 reaches 75 % (Shah et al.
-    # 2024, abstract): ``fa2_on_async`` = 0.35 / 0.75. On Ampere FA2 is the native kernel.
-    fa2_on_async: float = 0.35 / 0.75
+    # asynchronous warpgroup MMA (Hopper, Blackwell) runs at about half the rate of a kernel written for it: PyTorch
+    # SDPA's FlashAttention-2 backend 329.5 TFLOP/s vs cuDNN 631.3 on an H100 (d = 128, 4608 keys, PyTorch nightly
+    # 2024-12-04, pytorch/pytorch#142132); FA3's Fig. 1 (Shah et al. 2024) shows the same ratio at long sequences.
+    # On Ampere FA2 is the native kernel.
+    fa2_on_async: float = 329.483 / 631.338
     nvlink: float = 0.8  # NCCL bus bandwidth / NVLink peak (nccl-tests)
     network: float = 0.9  # NCCL bus bandwidth / NIC peak (nccl-tests over InfiniBand NDR/HDR)
     clock_exponent: float = 1 / 3  # P ∝ f³ (see the module docstring)

@@ -26,6 +26,8 @@ Sources:
   GShard; Megatron-Core MoE), routing assumed balanced (the NVIDIA benchmark tables force-balance it).
 - Mixed-precision Adam: fp32 master weights and two moments, 12 bytes per parameter (Rajbhandari et al.
   2020, ZeRO §3).
+- Eager PyTorch (``plan.fusion = "eager"``) and PyTorch's cross-entropy (``plan.cross_entropy = "pytorch"``):
+  the extra kernels of the unfused aten op sequences, counted kernel by kernel in ``EAGER`` below.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class Dims:
     micro_batch: Num
     grad_bytes: int
     dropout: bool
+    eager: bool = False  # plan.fusion == "eager"
 
 
 def dims(model: ModelSpec, plan: Plan) -> Dims:
@@ -88,7 +91,8 @@ def dims(model: ModelSpec, plan: Plan) -> Dims:
     sharded = plan.sequence_parallel or plan.tensor_layout == "summa"
     tokens_sp = tokens / plan.tp if sharded else tokens
     return Dims(tokens=tokens, tokens_sp=tokens_sp, tp=plan.tp, seq=model.seq_length,
-                micro_batch=plan.micro_batch, grad_bytes=plan.grad_bytes, dropout=model.dropout)
+                micro_batch=plan.micro_batch, grad_bytes=plan.grad_bytes, dropout=model.dropout,
+                eager=plan.fusion == "eager")
 
 
 # ---- building blocks -------------------------------------------------------------------------------------
@@ -336,6 +340,84 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     return ops
 
 
+# ---- eager PyTorch: the kernels a fused stack does not launch -------------------------------------------------
+# Bytes per element that each unfused aten kernel reads (r) and writes (w), bf16 = 2, fp32 = 4, in the order
+# eager autograd runs them. A fused stack (Megatron / Transformer Engine kernels, torch.compile) does the same
+# math in the passes the ops above already count; eager PyTorch pays these on top.
+EAGER: dict[str, dict[str, tuple[tuple[str, int, int], ...]]] = {
+    # RMSNorm as torchtitan (models/norms.py) and HF LlamaRMSNorm write it, less the fused norm counted in norm():
+    # (x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * weight; per-row scalars neglected
+    "rmsnorm": {
+        "fwd": (("to fp32", 2, 4), ("pow", 4, 4), ("mean", 4, 0), ("mul rsqrt", 4, 4), ("type_as", 4, 2),
+                ("mul weight", 2, 2), ("fused norm", -2, -2)),
+        # mul weight: dx = g·w and dw = Σ g·x̂ (product, then the reduction); type_as; mul rsqrt: dx = g·r and
+        # dr = Σ g·x; mean: expand; pow_backward = g · 2 · x.pow(1) (three kernels); the two paths to x added;
+        # the fp32 upcast's backward
+        "bwd_x": (("mul weight dx", 2, 2), ("mul weight dw", 4, 2), ("sum dw", 2, 0), ("type_as", 2, 4),
+                  ("mul rsqrt dx", 4, 4), ("mul rsqrt dr", 8, 4), ("sum dr", 4, 0), ("mean expand", 0, 4),
+                  ("pow(x, 1)", 4, 4), ("mul 2", 4, 4), ("mul g", 8, 4), ("add paths", 8, 4), ("to bf16", 4, 2),
+                  ("fused norm", -4, -2)),
+    },
+    # F.layer_norm is one native kernel each way in eager mode too: nothing extra
+    "layernorm": {"fwd": (), "bwd_x": ()},
+    # rotary embedding as torchtitan's apply_rotary_emb (complex multiply on fp32 views), per element of q and k
+    "rope": {"fwd": (("to fp32", 2, 4), ("complex mul", 4, 4), ("type_as", 4, 2)),
+             "bwd_x": (("to fp32", 2, 4), ("complex mul", 4, 4), ("to bf16", 4, 2))},
+    # SwiGLU: silu(gate) * up as two kernels, per element of the FFN width, beyond the one fused kernel counted
+    # in mlp_gemms (fwd r 4 w 2, bwd r 8 w 2): silu (r 2 w 2) + mul (r 4 w 2); backward two muls and silu's
+    "swiglu": {"fwd": (("silu", 2, 2), ("mul", 4, 2), ("fused act", -4, -2)),
+               "bwd_x": (("mul dgate", 4, 2), ("mul dup", 4, 2), ("silu backward", 4, 2), ("fused act", -8, -2))},
+    "gelu": {"fwd": (), "bwd_x": ()},  # one kernel each way, as counted in mlp_gemms
+    # a linear's bias gradient: autograd of addmm reduces the output gradient in a kernel of its own
+    "bias": {"fwd": (), "bwd_w": (("sum", 2, 0),)},
+    # GQA's repeat_kv (torchtitan, HF): K and V copied to every query head (expand + reshape), per element of
+    # the copy (the read of the n_rep times smaller source neglected); its backward sums the copies back
+    "repeat_kv": {"fwd": (("copy", 0, 2),), "bwd_x": (("sum", 2, 0),)},
+    # F.cross_entropy(logits.float()) beyond the fused loss counted in head_ops (fwd r 2 w 8, bwd r 4 w 2), per
+    # logit: the upcast; log_softmax reads a row too long for shared memory three times (max, Σexp, write:
+    # cunn_SoftMaxForward); backward: nll_loss_backward's zero fill, log_softmax_backward (Σ grad, then r grad
+    # and out, w), the upcast's backward
+    "cross_entropy": {"fwd": (("to fp32", 2, 4), ("log_softmax", 12, 4), ("fused loss", -2, -8)),
+                      "bwd_x": (("zero fill", 0, 4), ("log_softmax backward", 12, 4), ("to bf16", 4, 2),
+                                ("fused loss", -4, -2))},
+}
+
+
+def eager_bytes(kind: str, phase: str) -> int:
+    """Extra HBM bytes per element of an eager op sequence in one pass (``EAGER``)."""
+    return sum(r + w for _, r, w in EAGER[kind].get(phase, ()))
+
+
+def eager_op(name: str, kind: str, elems: Num) -> list[OpCost]:
+    """The extra memory-bound traffic of ``EAGER[kind]`` over ``elems`` elements, one record per pass."""
+    return [OpCost(f"{name}/eager", phase, "memory", 0.0, eager_bytes(kind, phase) * elems)
+            for phase in ("fwd", "bwd_x", "bwd_w") if eager_bytes(kind, phase)]
+
+
+def eager_layer(model: ModelSpec, plan: Plan, d: Dims, moe: bool = False) -> list[OpCost]:
+    """What eager PyTorch adds to one layer: decomposed norms, rotary embedding, GQA copies, two-kernel SwiGLU,
+    bias gradients (``EAGER``). MoE experts are run by fused grouped kernels in every stack modelled here."""
+    if not d.eager:
+        return []
+    h, t, T = model.hidden_size, d.tp, d.tokens
+    heads, kv_heads = model.num_heads / t, model.num_kv_heads / t
+    ops = eager_op("attn/norm", model.norm, d.tokens_sp * h) + eager_op("mlp/norm", model.norm, d.tokens_sp * h)
+    if model.position_embedding == "rope" and not model.is_mla:
+        ops += eager_op("attn/rope", "rope", T * (heads + kv_heads) * model.head_dim)
+    if model.num_kv_heads < model.num_heads and not model.is_mla:
+        ops += eager_op("attn/repeat_kv", "repeat_kv", 2 * T * heads * model.head_dim)
+    if model.qkv_bias:
+        ops += eager_op("attn/qkv_bias", "bias", T * (model.q_dim + 2 * model.kv_dim) / t)
+    if model.linear_bias:
+        ops += eager_op("attn/out_bias", "bias", T * h)
+    if not moe:
+        ops += eager_op("mlp/act", model.mlp, T * model.ffn_hidden_size / t)
+        if model.linear_bias:
+            width_in = 2 * model.ffn_hidden_size if model.gated else model.ffn_hidden_size
+            ops += eager_op("mlp/bias", "bias", T * (width_in / t + h))
+    return ops
+
+
 LOW_PRECISION_BYTES = {"fp8": 1.0, "fp4": 0.5}
 
 
@@ -385,12 +467,14 @@ def dense_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
         from meshplan.ops2d import summa_layer
 
         return lora(summa_layer(model, plan, d), plan, d)
-    return low_precision_casts(lora(attention_block(model, plan, d) + mlp_block(model, plan, d), plan, d), plan)
+    return low_precision_casts(lora(attention_block(model, plan, d) + mlp_block(model, plan, d)
+                                    + eager_layer(model, plan, d), plan, d), plan)
 
 
 def moe_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
     d = dims(model, plan)
-    return low_precision_casts(lora(attention_block(model, plan, d) + moe_block(model, plan, d), plan, d), plan)
+    return low_precision_casts(lora(attention_block(model, plan, d) + moe_block(model, plan, d)
+                                    + eager_layer(model, plan, d, moe=True), plan, d), plan)
 
 
 # ---- first and last pipeline stage ------------------------------------------------------------------------
@@ -428,6 +512,10 @@ def head_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
     ops.append(OpCost("head/loss", "fwd", "memory", 6.0 * logits, logits * (ACT_BYTES + 2 * FP32), logits * FP32))
     ops.append(OpCost("head/loss", "bwd_x", "memory", 2.0 * logits, logits * (FP32 + ACT_BYTES)))
     ops.append(collective("head/loss_tp", "fwd", "all_reduce", 3 * d.tokens * FP32, "tp", plan.tp))
+    if plan.cross_entropy == "pytorch":
+        ops += eager_op("head/loss", "cross_entropy", logits)
+    if d.eager:
+        ops += eager_op("head/norm", model.norm, d.tokens_sp * model.hidden_size)
     return lora(ops, plan, d)
 
 

@@ -37,6 +37,7 @@ PRECISION = ("bf16", "fp16", "fp8", "fp4")
 FINETUNE = ("full", "lora")
 ATTENTION_KERNELS = ("fused", "fa2")
 CROSS_ENTROPY = ("fused", "pytorch")
+FUSION = ("fused", "eager")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +76,9 @@ class Plan:
     # cross-entropy implementation (memory of its backward, estimate.loss_workspace): "fused" (Megatron
     # vocab-parallel) or "pytorch" (F.cross_entropy in eager autograd, torchtitan)
     cross_entropy: str = "fused"
+    # element-wise kernels of the layers (ops.py, "Eager PyTorch"): "fused" (Megatron / Transformer Engine fused
+    # kernels, or torch.compile) or "eager" (PyTorch eager autograd: one kernel per aten op, fp32 upcasts)
+    fusion: str = "fused"
     # "full": every weight trains; "lora": base weights frozen, rank-``lora_rank`` adapters on the attention
     # and MLP linears train (Hu et al. 2021, LoRA; Megatron-Bridge peft.LoRA defaults: dim 32, linear_qkv,
     # linear_proj, linear_fc1, linear_fc2)
@@ -272,6 +276,8 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> lis
         reasons.append(f"attention_kernel={plan.attention_kernel!r} must be one of {', '.join(ATTENTION_KERNELS)}")
     if plan.cross_entropy not in CROSS_ENTROPY:
         reasons.append(f"cross_entropy={plan.cross_entropy!r} must be one of {', '.join(CROSS_ENTROPY)}")
+    if plan.fusion not in FUSION:
+        reasons.append(f"fusion={plan.fusion!r} must be one of {', '.join(FUSION)}")
     if plan.finetune not in FINETUNE:
         reasons.append(f"finetune={plan.finetune!r} must be one of {', '.join(FINETUNE)}")
     if not isinstance(plan.lora_rank, int) or plan.lora_rank < 1:

@@ -42,9 +42,10 @@ def _rates(acc: Accelerator, precision: str, eff: Efficiency) -> tuple[float, fl
 
 def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Num:
     """Math time at the sustained clock: GEMMs at the plan's precision with their shape's efficiency (the LM
-    head, ``variant="bf16"``, in 16 bits), attention at the 16-bit rate (flash kernels: attention efficiency;
-    unfused: batched score GEMMs), element-wise math at the fp32 CUDA-core rate."""
-    gemm, gemm16, half, fp32 = rates(acc, precision, eff)
+    head, ``variant="bf16"``, in 16 bits), attention at a fraction of the 16-bit GEMM rate (flash kernels: the
+    attention efficiency of efficiency.py; unfused: batched score GEMMs), element-wise math at the fp32 CUDA-core
+    rate."""
+    gemm, gemm16, _half, fp32 = rates(acc, precision, eff)
     if op.kind == "gemm":
         rate = gemm16 if op.variant == "bf16" else gemm
         return op.flops / (rate * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms, op.groups))
@@ -54,7 +55,7 @@ def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) 
         rate = eff.attention_efficiency(op.k, op.n, backward=op.phase != "fwd", causal=op.variant == "flash_causal")
         if op.kernel == "fa2":
             rate = rate * eff.attention_kernel_factor(acc, op.kernel)
-        return op.flops / (half * rate)
+        return op.flops / (gemm16 * rate)
     return op.flops / fp32
 
 

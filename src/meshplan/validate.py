@@ -223,6 +223,7 @@ class SourceDefaults:
     why: str
     attention_kernel: str = "fused"  # Plan.attention_kernel: "fused" (cuDNN / FA3) or "fa2"
     cross_entropy: str = "fused"  # Plan.cross_entropy: "fused" (Megatron vocab-parallel) or "pytorch"
+    fusion: str = "fused"  # Plan.fusion: "eager" for a PyTorch-eager stack (fused where the record says torch.compile)
     whole_batch: bool = False  # no gradient accumulation: an unstated micro-batch is global batch / dp
 
 
@@ -260,12 +261,14 @@ SOURCES: tuple[SourceDefaults, ...] = (
     SourceDefaults("MosaicML llm-foundry", r"mosaic", False, False, True, 3, 4, "none", True,
                    "llm-foundry benchmarks: PyTorch FSDP (prefetching, overlapped), Composer mixed_precision "
                    "DEFAULT = bf16 params, fp32 gradient reduce-scatter; FlashAttention-2-class kernels (2023: "
-                   "FA2 / Triton flash attention, written for Ampere)", "fa2"),
+                   "FA2 / Triton flash attention, written for Ampere); PyTorch eager (no torch.compile), the model's "
+                   "default loss_fn fused_crossentropy (flash-attn's fused kernel)", "fa2", fusion="eager"),
     SourceDefaults("torchtitan", r"torchtitan", None, False, True, 3, 4, "none", True,
                    "torchtitan: FSDP2 (reshard after forward, prefetch), mixed_precision_reduce = float32, "
                    "sequence parallelism inside its TP plan, PyTorch SDPA flash backend (FlashAttention-2); async TP "
                    "only where stated; loss = F.cross_entropy(pred.float()) in eager autograd (the loss is not "
-                   "compiled at the benchmark commit)", "fa2", cross_entropy="pytorch"),
+                   "compiled at the benchmark commit); the blocks in eager PyTorch unless the row says torch.compile",
+                   "fa2", cross_entropy="pytorch", fusion="eager"),
 )
 GENERIC = SourceDefaults("generic", r"", None, False, True, 1, 4, "none", True,
                          "no source profile matched: sequence parallelism with tp > 1, distributed optimizer, "
@@ -434,6 +437,12 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
         flash = False
         notes.append("unfused attention: learnable attention sinks need cuDNN >= 9.18 for TE's fused kernel "
                      "(TransformerEngine#2318, verl#5224); this release's container is assumed older")
+    fusion = src.fusion
+    if fusion == "eager":
+        compiled = re.search(r"torch\.compile", f"{record.get('notes', '')} {record.get('framework', '')}", re.I)
+        fusion = "fused" if compiled else "eager"
+        notes.append("element-wise kernels fused by torch.compile (stated)" if compiled
+                     else "element-wise kernels in eager PyTorch (one kernel per aten op)")
     overlap_ep, ep_note = _overlap_ep(record, model, gbs)
     if ep_note and ep > 1:
         notes.append(ep_note)
@@ -442,7 +451,7 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
                 grad_bytes=grad_bytes, schedule="interleaved" if vpp > 1 else "1f1b", overlap_tp=overlap_tp,
                 overlap_dp=src.overlap_dp, overlap_ep=overlap_ep, flash_attention=flash,
                 finetune=finetune, lora_rank=lora_rank, attention_kernel=src.attention_kernel,
-                cross_entropy=src.cross_entropy)
+                cross_entropy=src.cross_entropy, fusion=fusion)
     notes.append(f"grad bytes {grad_bytes}, DP overlap {'on' if src.overlap_dp else 'off'}, "
                  f"{'flash' if flash else 'unfused'} attention")
     if model.is_moe:
@@ -664,15 +673,18 @@ def evaluate_case(case: Case, eff: Efficiency = DEFAULT) -> RunResult:
     return result
 
 
-def select(records: Iterable[dict[str, Any]], group: str | None = None, include_superseded: bool = False
+def select(records: Iterable[dict[str, Any]], group: str | None = None, exclude_superseded: bool = False
            ) -> list[tuple[dict[str, Any], str]]:
-    """(record, skip reason or "") for the records of ``group`` (all when None)."""
+    """(record, skip reason or "") for the records of ``group`` (all when None). A superseded record (older
+    numbers of a configuration that a newer record of the same source also gives) is still a measured run of
+    the software of its day, so it is evaluated unless ``exclude_superseded``; the constants are fitted on the
+    newer records only (benchmarks/fit_efficiency.py)."""
     chosen = []
     for r in records:
         if group is not None and r.get("group") != group:
             continue
-        reason = "superseded by a newer record of the same configuration" if (
-            r.get("superseded") and not include_superseded) else ""
+        reason = "superseded by a newer record of the same configuration (--exclude-superseded)" if (
+            r.get("superseded") and exclude_superseded) else ""
         chosen.append((r, reason))
     return chosen
 
@@ -707,10 +719,10 @@ def fill_from_siblings(record: dict[str, Any], records: Sequence[dict[str, Any]]
     return record
 
 
-def run_validation(records: Sequence[dict[str, Any]], group: str | None = None, include_superseded: bool = False,
+def run_validation(records: Sequence[dict[str, Any]], group: str | None = None, exclude_superseded: bool = False,
                    eff: Efficiency = DEFAULT) -> list[RunResult]:
     results = []
-    for record, reason in select(records, group, include_superseded):
+    for record, reason in select(records, group, exclude_superseded):
         record = fill_from_siblings(record, records)
         rid, grp = str(record["id"]), str(record.get("group", ""))
         if reason:
@@ -808,13 +820,13 @@ def render_text(results: Sequence[RunResult], summary: dict[str, Any], width: in
     return out.getvalue()
 
 
-def validate_command(path: str, group: str | None, as_json: bool, include_superseded: bool) -> str:
+def validate_command(path: str, group: str | None, as_json: bool, exclude_superseded: bool = False) -> str:
     """The text (a rich table of every run, then the summaries) or JSON that ``meshplan validate`` prints."""
     records = read_runs(path)
     if group is not None and not any(r.get("group") == group for r in records):
         known = sorted({str(r.get("group")) for r in records})
         raise SpecError(f"group={group!r} is not in {path} (groups: {', '.join(known)})")
-    results = run_validation(records, group, include_superseded)
+    results = run_validation(records, group, exclude_superseded)
     summary = summaries(results)
     if as_json:
         return json.dumps(_finite({"runs": [r.to_dict() for r in results], "summary": summary["overall"],
