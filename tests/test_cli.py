@@ -33,6 +33,15 @@ def test_estimate_json_keys(capsys):
     assert data["plan"]["dp"] == 1024 // 32
 
 
+def test_estimate_of_an_eager_pytorch_stack_is_slower(capsys):
+    base = ["estimate", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--json"]
+    fused = json.loads(run(base, capsys)[1])
+    code, out, _ = run([*base, "--fusion", "eager"], capsys)
+    eager = json.loads(out)
+    assert code == 0 and eager["plan"]["fusion"] == "eager" and fused["plan"]["fusion"] == "fused"
+    assert eager["step_time_s"] > fused["step_time_s"]
+
+
 def test_hf_config_model(capsys, tmp_path):
     cfg = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1376, "num_attention_heads": 8,
            "num_key_value_heads": 4, "num_hidden_layers": 4, "vocab_size": 32000, "max_position_embeddings": 1024,
