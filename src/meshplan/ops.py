@@ -390,8 +390,8 @@ def eager_bytes(kind: str, phase: str) -> int:
 
 def eager_op(name: str, kind: str, elems: Num) -> list[OpCost]:
     """The extra memory-bound traffic of ``EAGER[kind]`` over ``elems`` elements, one record per pass."""
-    return [OpCost(f"{name}/eager", phase, "memory", 0.0, eager_bytes(kind, phase) * elems)
-            for phase in ("fwd", "bwd_x", "bwd_w") if eager_bytes(kind, phase)]
+    return [OpCost(f"{name}/eager", phase, "memory", 0.0, per_elem * elems)
+            for phase in ("fwd", "bwd_x", "bwd_w") if (per_elem := eager_bytes(kind, phase))]
 
 
 def eager_layer(model: ModelSpec, plan: Plan, d: Dims, moe: bool = False) -> list[OpCost]:
