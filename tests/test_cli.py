@@ -42,6 +42,17 @@ def test_estimate_of_an_eager_pytorch_stack_is_slower(capsys):
     assert eager["step_time_s"] > fused["step_time_s"]
 
 
+def test_estimate_of_grouped_expert_gemms_drops_the_host_floor(capsys):
+    base = ["estimate", "--model", "qwen3-30b-a3b", "--system", "b200", "--gpus", "8", "--ep", "8",
+            "--precision", "fp8", "--json"]
+    per_expert = json.loads(run(base, capsys)[1])
+    code, out, _ = run([*base, "--expert-gemm", "grouped"], capsys)
+    grouped = json.loads(out)
+    assert code == 0 and grouped["plan"]["expert_gemm"] == "grouped"
+    assert per_expert["plan"]["expert_gemm"] == "per_expert"
+    assert grouped["step_time_s"] < per_expert["step_time_s"]
+
+
 def test_hf_config_model(capsys, tmp_path):
     cfg = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1376, "num_attention_heads": 8,
            "num_key_value_heads": 4, "num_hidden_layers": 4, "vocab_size": 32000, "max_position_embeddings": 1024,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from conftest import gpt
@@ -80,3 +82,61 @@ def test_megatron_model_flops_uses_the_multi_latent_attention_branch():
     vocab = 6 * h * 129280 / 61
     expected = 61 * (6 * attn + 6 * mlp + vocab) * 4096
     assert megatron_model_flops(model, 1) == pytest.approx(expected, rel=1e-12)
+
+
+# ---- per-expert GEMMs launched by the host (ops.host_launched, roofline.op_time) -------------------------------
+def _expert_ops(plan):
+    model = load_model("qwen3-30b-a3b")
+    return {(op.name, op.phase): op for op in moe_layer(model, plan) if op.name.startswith("moe/experts/fc")}
+
+
+def test_per_expert_gemms_count_their_host_launches():
+    # 128 experts / ep 8 = 16 local experts: one GEMM each per pass in bf16; with fp8 a quantization before the
+    # forward and input-gradient GEMMs (2 kernels each), none before the weight gradient (1)
+    bf16 = _expert_ops(Plan(dp=8, ep=8))
+    assert {key: op.launches for key, op in bf16.items() if key[0].endswith("fc1")} == {
+        ("moe/experts/fc1", "fwd"): 16, ("moe/experts/fc1", "bwd_x"): 16, ("moe/experts/fc1", "bwd_w"): 16}
+    fp8 = _expert_ops(Plan(dp=8, ep=8, precision="fp8"))
+    assert [fp8[("moe/experts/fc2", p)].launches for p in ("fwd", "bwd_x", "bwd_w")] == [32, 32, 16]
+    grouped = _expert_ops(Plan(dp=8, ep=8, precision="fp8", expert_gemm="grouped"))
+    assert all(op.launches == 0 for op in grouped.values())
+
+
+def test_a_host_launched_gemm_takes_at_least_the_host_time():
+    from meshplan.roofline import op_time
+
+    acc = load_system("b200").accelerator
+    op = _expert_ops(Plan(dp=8, ep=8, precision="fp8"))[("moe/experts/fc1", "fwd")]
+    gpu = op_time(replace(op, launches=0.0), acc, "fp8", DEFAULT)
+    # 16 experts × 2 kernels × 34.3 µs = 1.10 ms of host time, against tens of µs of GPU time per expert
+    assert op_time(op, acc, "fp8", DEFAULT) == pytest.approx(32 * DEFAULT.host_launch)
+    assert gpu < 32 * DEFAULT.host_launch
+    huge = replace(op, flops=op.flops * 1e4)  # a GEMM far longer than its launches: the GPU time stands
+    assert op_time(huge, acc, "fp8", DEFAULT) == op_time(replace(huge, launches=0.0), acc, "fp8", DEFAULT)
+
+
+def test_host_launches_matter_at_small_micro_batches_only():
+    model = load_model("qwen3-30b-a3b")
+    cluster = load_system("b200").cluster(8)
+
+    def slowdown(mbs):
+        plan = Plan(dp=8, ep=8, micro_batch=mbs, global_batch=64, precision="fp8", zero=1)
+        return (estimate(model, cluster, plan).step_time
+                / estimate(model, cluster, plan.with_(expert_gemm="grouped")).step_time)
+
+    assert slowdown(1) > slowdown(8) >= 1.0
+    assert slowdown(1) > 1.5  # 1024 rows per expert GEMM: the host, not the GPU, sets the pace
+
+
+def test_search_prices_host_launches_as_estimate_does():
+    from meshplan.search import Space, search
+
+    model = load_model("qwen3-30b-a3b")
+    cluster = load_system("b200").cluster(8)
+    space = Space(global_batch=64, zero=(1,), recompute=("none",), offload_optimizer=(False,),
+                  offload_activations=(False,), max_micro_batch=4, precision="fp8")
+    result = search(model, cluster, space, top_k=5)
+    assert result.plans
+    for est in result.plans:
+        assert est.plan.expert_gemm == "per_expert"
+        assert estimate(model, cluster, est.plan).step_time == pytest.approx(est.step_time, rel=1e-9)

@@ -126,6 +126,26 @@ def test_nvfp4_turns_tp_overlap_off_and_runs_fp4():
     assert case.cluster.nvlink_domain == 64  # the NVL72 rack holds all 64 GPUs
 
 
+QWEN3_30B = {"name": "Qwen3-30B-A3B", "arch": "moe", "num_layers": 48, "hidden_size": 2048, "num_heads": 32,
+             "num_kv_heads": 4, "ffn_hidden_size": 6144, "moe_ffn_hidden_size": 768, "num_experts": 128,
+             "moe_topk": 8, "vocab_size": 151936, "seq_length": 4096}
+
+
+@pytest.mark.parametrize(("group", "gpu", "precision", "expected"), [
+    ("megatron_bridge_26.04", "GB200", "mxfp8", "per_expert"),  # TE GroupedLinear after the per-layer sync
+    ("megatron_bridge_26.06", "GB200", "mxfp8", "grouped"),  # full-iteration CUDA graphs, fused grouped MLP
+    ("megatron_bridge_26.08", "GB200", "mxfp8", "grouped"),
+    ("megatron_bridge_26.06", "H100", "fp8", "per_expert"),  # the MXFP8 CuTeDSL path is Blackwell-only
+])
+def test_expert_gemm_launch_follows_the_release(group, gpu, precision, expected):
+    case = map_run(record(group=group, precision=precision, model=QWEN3_30B,
+                          hardware={"gpu": gpu, "num_gpus": 8, "gpus_per_node": 4 if gpu == "GB200" else 8},
+                          parallel={"tp": 1, "pp": 1, "vp": None, "ep": 8, "micro_batch_size": 4,
+                                    "global_batch_size": 512}))
+    assert case.plan.expert_gemm == expected
+    assert any("expert GEMMs" in a for a in case.assumptions)
+
+
 def test_gb200_jobs_that_do_not_fill_racks_use_the_largest_dividing_domain():
     case = map_run(record(precision="mxfp8", hardware={"gpu": "GB200", "num_gpus": 256, "gpus_per_node": 4},
                           parallel={"tp": 4, "pp": 16, "vp": 4, "global_batch_size": 1536}))

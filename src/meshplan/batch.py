@@ -52,6 +52,7 @@ class PlanBatch:
     attention_kernel: str = "fused"
     cross_entropy: str = "fused"
     fusion: str = "fused"
+    expert_gemm: str = "per_expert"
     finetune: str = "full"
     lora_rank: int = 32
     tensor_layout: str = "1d"

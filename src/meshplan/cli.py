@@ -93,11 +93,14 @@ def cli() -> None:
 @click.option("--no-overlap-dp", is_flag=True, help="do not overlap the DP gradient reduction")
 @click.option("--fusion", type=click.Choice(["fused", "eager"]), default="fused", show_default=True,
               help="element-wise kernels: fused (Megatron / TE, torch.compile) or eager PyTorch (one per aten op)")
+@click.option("--expert-gemm", type=click.Choice(["per_expert", "grouped"]), default="per_expert", show_default=True,
+              help="MoE expert GEMMs: per_expert (TE GroupedLinear, host-launched per expert) or grouped (one kernel)")
 @click.option("--ops", "show_ops", is_flag=True, help="print the per-op table")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep, etp, vpp, sequence_parallel,
              micro_batch, global_batch, zero, recompute, recompute_layers, offload_optimizer, offload_activations,
-             precision, grad_bytes, schedule, placement, overlap_tp, no_overlap_dp, fusion, show_ops, as_json) -> None:
+             precision, grad_bytes, schedule, placement, overlap_tp, no_overlap_dp, fusion, expert_gemm, show_ops,
+             as_json) -> None:
     """Estimate one training step of MODEL on GPUS accelerators of SYSTEM under one parallel plan."""
     from meshplan.estimate import estimate as run
     from meshplan.plan import Plan
@@ -119,7 +122,7 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
                 offload_activations=offload_activations, precision=precision, grad_bytes=grad_bytes,
                 schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"),
                 placement=tuple(a.strip() for a in placement.split(",")), overlap_tp=overlap_tp,
-                overlap_dp=not no_overlap_dp, fusion=fusion)
+                overlap_dp=not no_overlap_dp, fusion=fusion, expert_gemm=expert_gemm)
     est = run(model, cluster, plan)
     if as_json:
         click.echo(json.dumps(est.to_dict(), indent=None if show_ops else 2))

@@ -68,6 +68,9 @@ class OpCost:
     # of one group, ``groups`` of them; FLOPs and bytes are the totals
     groups: Num = 1.0
     kernel: str = ""  # flash attention: the kernel family of the stack (plan.attention_kernel), efficiency.py
+    # kernels the host launches one by one with the GPU waiting on it (per-expert GEMMs right after the
+    # tokens-per-expert sync): the op takes at least launches × Efficiency.host_launch (roofline.op_time)
+    launches: Num = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,14 +333,33 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     ops += elementwise("moe/permute", routed * k * h, routed * k * h, 0.0)
     ops += elementwise("moe/unpermute", routed * k * h, routed * h, 2.0)
     # E/e local experts, each an (etp·k·T/t · e/E)-row GEMM: grouped GEMMs (balanced routing)
-    ops += mlp_gemms("moe/experts", model, rows, model.moe_ffn_hidden_size / plan.etp, d,
-                     groups=model.num_experts / plan.ep)
+    ops += host_launched(mlp_gemms("moe/experts", model, rows, model.moe_ffn_hidden_size / plan.etp, d,
+                                   groups=model.num_experts / plan.ep), plan)
     if model.shared_expert_ffn_size:
         ops += tp_enter("moe/shared_tp_in", model, plan, d)
         ops += mlp_gemms("moe/shared", model, d.tokens, model.shared_expert_ffn_size / d.tp, d, input_saved=0.0)
         ops += tp_exit("moe/shared_tp_out", model, plan, d)
     ops += residual("moe/residual", model, d)
     return ops
+
+
+def host_launched(ops: list[OpCost], plan: Plan) -> list[OpCost]:
+    """Mark the kernels of per-expert GEMMs (``plan.expert_gemm = "per_expert"``) as host-launched.
+
+    Dropless MoE learns how many tokens each local expert got only on the device; Megatron-Core's token
+    dispatcher copies the counts to the host (a device-to-host sync) before it can split the rows, and
+    Transformer Engine's GroupedLinear then launches one cuBLAS GEMM per expert (``general_grouped_gemm`` over
+    several streams), with fp8 / fp4 one quantization of the expert's input (forward) or output gradient
+    (input-gradient pass) before it, plus the per-expert ``torch.split`` / ``torch.empty`` calls whose CPU cost
+    TE's maintainers single out (NVIDIA/TransformerEngine#1499). After the sync the CPU has no lead, so
+    the GPU waits on these launches whenever each expert's GEMM is shorter than the host's time to issue it.
+    Kernels per expert: 1 per pass in 16 bits; with low precision 2 in the forward and input-gradient passes
+    (quantize + GEMM) and 1 in the weight-gradient pass (it reuses the transposed copies)."""
+    if plan.expert_gemm != "per_expert":
+        return ops
+    low = 1.0 if plan.precision in LOW_PRECISION_BYTES else 0.0
+    per_expert = {"fwd": 1.0 + low, "bwd_x": 1.0 + low, "bwd_w": 1.0}
+    return [replace(op, launches=op.groups * per_expert[op.phase]) if op.kind == "gemm" else op for op in ops]
 
 
 # ---- eager PyTorch: the kernels a fused stack does not launch -------------------------------------------------

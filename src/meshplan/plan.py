@@ -38,6 +38,7 @@ FINETUNE = ("full", "lora")
 ATTENTION_KERNELS = ("fused", "fa2")
 CROSS_ENTROPY = ("fused", "pytorch")
 FUSION = ("fused", "eager")
+EXPERT_GEMM = ("per_expert", "grouped")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +80,11 @@ class Plan:
     # element-wise kernels of the layers (ops.py, "Eager PyTorch"): "fused" (Megatron / Transformer Engine fused
     # kernels, or torch.compile) or "eager" (PyTorch eager autograd: one kernel per aten op, fp32 upcasts)
     fusion: str = "fused"
+    # how the local experts' GEMMs are launched (MoE): "per_expert" (Transformer Engine GroupedLinear, Megatron-Core's
+    # default: one cuBLAS GEMM, and with fp8 one quantization, per expert, each dispatched by the host after the
+    # tokens-per-expert device-to-host sync) or "grouped" (one grouped kernel with device-side group sizes, or a
+    # CUDA graph of the expert block: no host floor). ops.moe_block, roofline.op_time.
+    expert_gemm: str = "per_expert"
     # "full": every weight trains; "lora": base weights frozen, rank-``lora_rank`` adapters on the attention
     # and MLP linears train (Hu et al. 2021, LoRA; Megatron-Bridge peft.LoRA defaults: dim 32, linear_qkv,
     # linear_proj, linear_fc1, linear_fc2)
@@ -278,6 +284,8 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> lis
         reasons.append(f"cross_entropy={plan.cross_entropy!r} must be one of {', '.join(CROSS_ENTROPY)}")
     if plan.fusion not in FUSION:
         reasons.append(f"fusion={plan.fusion!r} must be one of {', '.join(FUSION)}")
+    if plan.expert_gemm not in EXPERT_GEMM:
+        reasons.append(f"expert_gemm={plan.expert_gemm!r} must be one of {', '.join(EXPERT_GEMM)}")
     if plan.finetune not in FINETUNE:
         reasons.append(f"finetune={plan.finetune!r} must be one of {', '.join(FINETUNE)}")
     if not isinstance(plan.lora_rank, int) or plan.lora_rank < 1:

@@ -65,10 +65,14 @@ def memory_time(op: OpCost, acc: Accelerator, eff: Efficiency) -> Num:
 def op_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Num:
     """Seconds for a compute op: max(compute, memory) for one kernel that streams while it computes; the
     sum for unfused attention, whose score GEMMs and softmax are separate kernels (the scores round-trip
-    through HBM between them)."""
+    through HBM between them). Kernels the host launches with the GPU waiting on it (``op.launches``, the
+    per-expert GEMMs of dropless MoE) take at least the host's time to issue them."""
     if op.variant == "unfused":
         return compute_time(op, acc, precision, eff) + memory_time(op, acc, eff)
-    return maximum(compute_time(op, acc, precision, eff), memory_time(op, acc, eff))
+    time = maximum(compute_time(op, acc, precision, eff), memory_time(op, acc, eff))
+    if type(op.launches) is not float or op.launches:  # host-launched kernels: the GPU cannot outrun the CPU
+        time = maximum(time, op.launches * eff.host_launch)
+    return time
 
 
 def optimistic_time(ops: list[OpCost], acc: Accelerator, network_bandwidth: float, utilization: float = 0.8,

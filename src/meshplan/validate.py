@@ -331,6 +331,30 @@ def _overlap_ep(record: dict[str, Any], model: ModelSpec, gbs: int) -> tuple[boo
 FUSED_SINK_ATTENTION_FROM = (26, 6)
 
 
+# Expert GEMMs launched without the host in the loop (Plan.expert_gemm = "grouped"): from the 26.06 release the
+# Megatron-Bridge MXFP8 MoE recipes on Blackwell run full-iteration CUDA graphs with Transformer Engine's fused
+# CuTeDSL grouped MLP (one kernel for all experts, on-device group sizes, TE 2.14+) and sync-free paged stashing
+# (Megatron-Bridge PR #4249 / #4211 for Qwen3 on GB200/GB300, "MXFP8 CuTeDSL Fusion and Full-Iter CUDA Graphs for
+# 26.06"; #4606 for B200/B300; the GPT-OSS V2 and DeepSeek-V3 MXFP8 recipes likewise; NeMo 26.06 ships TE 2.16,
+# Megatron-Bridge PR #4535). Earlier releases, other precisions and Hopper keep TE GroupedLinear's per-expert
+# cuBLAS GEMMs after the per-layer tokens-per-expert sync (Megatron-Core MoEAlltoAllTokenDispatcher).
+GROUPED_EXPERT_GEMM_FROM = (26, 6)
+BLACKWELL = ("B200", "GB200", "B300", "GB300")
+
+
+def _expert_gemm(record: dict[str, Any], model: ModelSpec) -> tuple[str, str]:
+    if not model.is_moe:
+        return "per_expert", ""
+    release = _release(record)
+    gpu = str((record.get("hardware") or {}).get("gpu", "")).upper()
+    mx = "mxfp8" in str(record.get("precision") or "").lower()
+    if release is not None and release >= GROUPED_EXPERT_GEMM_FROM and gpu in BLACKWELL and mx:
+        return "grouped", ("expert GEMMs as one fused grouped kernel in full-iteration CUDA graphs (the release's "
+                           "MXFP8 Blackwell MoE recipes: Megatron-Bridge PR #4249 / #4606)")
+    return "per_expert", ("expert GEMMs launched per expert by the host after the per-layer tokens-per-expert sync "
+                          "(TE GroupedLinear, Megatron-Core dropless token dispatcher)")
+
+
 def _release(record: dict[str, Any]) -> tuple[int, ...] | None:
     found = re.search(r"megatron_bridge_(\d+)\.(\d+)", str(record.get("group", "")))
     return (int(found.group(1)), int(found.group(2))) if found else None
@@ -446,12 +470,15 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     overlap_ep, ep_note = _overlap_ep(record, model, gbs)
     if ep_note and ep > 1:
         notes.append(ep_note)
+    expert_gemm, expert_note = _expert_gemm(record, model)
+    if expert_note:
+        notes.append(expert_note)
     plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sequence_parallel=sp, micro_batch=mbs,
                 global_batch=gbs, zero=zero, recompute=recompute, recompute_layers=layers, precision=precision,
                 grad_bytes=grad_bytes, schedule="interleaved" if vpp > 1 else "1f1b", overlap_tp=overlap_tp,
                 overlap_dp=src.overlap_dp, overlap_ep=overlap_ep, flash_attention=flash,
                 finetune=finetune, lora_rank=lora_rank, attention_kernel=src.attention_kernel,
-                cross_entropy=src.cross_entropy, fusion=fusion)
+                cross_entropy=src.cross_entropy, fusion=fusion, expert_gemm=expert_gemm)
     notes.append(f"grad bytes {grad_bytes}, DP overlap {'on' if src.overlap_dp else 'off'}, "
                  f"{'flash' if flash else 'unfused'} attention")
     if model.is_moe:
