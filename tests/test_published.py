@@ -260,3 +260,22 @@ def test_tflops_prediction_uses_the_source_formula():
     assert predicted_metric(case, 10.0) == pytest.approx(expected)
     # and tokens/s/GPU, had it been measured: 256 · 8192 / 10 / 64 = 3276.8
     assert predicted_metric(map_run(record()), 10.0) == pytest.approx(3276.8)
+
+
+@pytest.mark.parametrize(("stated", "zero"), [
+    ("DeepSpeed ZeRO-3", 3), ("zero stage 2", 2), ("zero_stage: 1", 1), (3, 3), ("FSDP2 (fully_shard)", 3),
+    ("HSDP, hybrid shard within the node", 3), ("PyTorch FSDP SHARD_GRAD_OP", 2),
+    ("DDP (FSDP=0 in table; distributed optimizer is the NeMo default but not stated)", 1),  # the source default
+])
+def test_other_sources_state_the_zero_stage_in_their_own_words(stated, zero):
+    assert map_run(record(parallel={"zero_or_fsdp": stated})).plan.zero == zero
+
+
+@pytest.mark.parametrize(("stated", "recompute"), [
+    (True, "full"), (False, "none"), ("gradient checkpointing", "full"), ("no activation checkpointing", "none"),
+    ("selective", "selective"), ("not stated", "none"),  # not stated: Megatron-Bridge's default, none
+])
+def test_recompute_in_other_words(stated, recompute):
+    case = map_run(record(parallel={"activation_recompute": stated}))
+    assert case.plan.recompute == recompute
+    assert any(("not stated" in a) == (stated == "not stated") for a in case.assumptions if "recompute" in a)

@@ -500,11 +500,21 @@ def _precision(record: dict[str, Any], notes: list[str]) -> str:
     return "bf16"
 
 
+ZERO_STAGE = re.compile(r"zero[\s_-]*(?:stage)?[\s_:=-]*([0-3])\b")
+
+
 def _zero(p: dict[str, Any], src: SourceDefaults) -> tuple[int, str]:
-    text = str(p.get("zero_or_fsdp") or "").lower()
+    raw = p.get("zero_or_fsdp")
+    if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw <= 3:
+        return raw, f"ZeRO-{raw} (stated)"
+    text = str(raw or "").lower()
+    stage = ZERO_STAGE.search(text)
+    if stage:  # DeepSpeed / Megatron-DeepSpeed wording: "ZeRO-3", "zero stage 2", "zero_stage: 1"
+        z = int(stage.group(1))
+        return z, f"ZeRO-{z} (stated)"
     if "shard_grad_op" in text:
         return 2, "ZeRO-2 (FSDP SHARD_GRAD_OP)"
-    if "fsdp" in text and "fsdp=0" not in text:
+    if re.search(r"fsdp|hsdp|hybrid.shard|full.shard", text) and "fsdp=0" not in text:
         return 3, "ZeRO-3 (FSDP full shard)"
     if re.search(r"zero stage 1|zero-1|bf16_optimizer", text) or p.get("distributed_optimizer") is True:
         return 1, "ZeRO-1 (distributed optimizer)"
@@ -514,19 +524,21 @@ def _zero(p: dict[str, Any], src: SourceDefaults) -> tuple[int, str]:
 
 
 def _recompute(p: dict[str, Any], model: ModelSpec, pp: int, src: SourceDefaults) -> tuple[str, int, str]:
-    text = str(p.get("activation_recompute") or "").lower()
+    raw = p.get("activation_recompute")
+    raw = str(raw).lower() if isinstance(raw, bool) else str(raw or "").lower()
+    text = re.sub(r"not stated|unstated|unknown|n/a", "", raw).strip()
     layers = -(-model.num_layers // pp)
     if "(layer)" in text or "(op)" in text or (src.name == "torchtitan" and text == "selective"):
         half = max(1, layers // 2)
         kind = "op" if "(layer)" not in text else "layer"
         return "full", half, (f"torchtitan selective AC ({kind}) as full recompute of every other layer "
                               f"({half} of {layers}); op-SAC recomputes every second matmul, about the same work")
-    if "full" in text:
-        return "full", 0, "full activation recompute (stated)"
+    if text in ("none", "0") or re.search(r"\bno\b|\bnot\b|\boff\b|false|disabled", text):
+        return "none", 0, "no activation recompute (stated)"
     if "selective" in text:
         return "selective", 0, "selective recompute of the attention core (stated)"
-    if text in ("none", "no", "false"):
-        return "none", 0, "no activation recompute (stated)"
+    if "full" in text or text in ("true", "yes", "on", "enabled", "1") or "checkpoint" in text:
+        return "full", 0, "full activation recompute (stated)"
     return src.recompute, 0, f"recompute {src.recompute} (not stated; {src.name} default)"
 
 
