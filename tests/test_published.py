@@ -13,10 +13,12 @@ import pytest
 from meshplan.model import load_model
 from meshplan.validate import (
     Skip,
+    clean_record,
     eq3_flops,
     flops_basis,
     map_run,
     megatron_model_flops,
+    palm_flops,
     predicted_metric,
     read_runs,
     run_validation,
@@ -279,3 +281,35 @@ def test_recompute_in_other_words(stated, recompute):
     case = map_run(record(parallel={"activation_recompute": stated}))
     assert case.plan.recompute == recompute
     assert any(("not stated" in a) == (stated == "not stated") for a in case.assumptions if "recompute" in a)
+
+
+
+# ---- records from other sources ------------------------------------------------------------------------------
+def test_numbers_written_as_text_are_read_and_unknowns_are_not_stated():
+    rec = clean_record(record(model={"hidden_size": "8,192", "seq_length": "8192"},
+                              parallel={"tp": "4", "pp": "n/a", "micro_batch_size": "", "global_batch_size": [256]},
+                              measured={"tokens_per_s_per_gpu": "1664.0"}))
+    assert rec["model"]["hidden_size"] == 8192 and rec["parallel"]["tp"] == 4
+    assert rec["parallel"]["pp"] is None and rec["parallel"]["micro_batch_size"] is None
+    assert rec["parallel"]["global_batch_size"] is None and rec["measured"]["tokens_per_s_per_gpu"] == 1664.0
+    case = map_run(record(parallel={"tp": "4", "pp": "8", "vp": "5"}, measured={"tokens_per_s_per_gpu": "1664"}))
+    assert (case.plan.tp, case.plan.pp, case.plan.vpp, case.measured) == (4, 8, 5, 1664.0)
+
+
+@pytest.mark.parametrize("broken", [
+    {"model": "Llama3-70B"}, {"parallel": [4, 8]}, {"hardware": {"gpu": 7, "num_gpus": "sixty-four"}},
+    {"parallel": {"micro_batch_size": 0, "dp": -1}}, {"measured": {"tokens_per_s_per_gpu": "n/a"}},
+])
+def test_a_record_it_cannot_read_is_listed_with_a_reason_never_raised(broken):
+    rec = record() | broken
+    (result,) = run_validation([rec])
+    assert result.error is not None or result.skipped  # evaluated, or skipped with its reason
+
+
+def test_palm_flops_basis_for_sources_that_count_6n():
+    model = load_model("llama3-8b")
+    assert flops_basis({"flops_accounting": "MFU with 6*N + 12*l*h*s FLOPs per token (PaLM)"}) == "palm"
+    # 6·N (matmul parameters: no input embedding, the untied LM head counts) + 12·l·h·s, per token
+    n = model.params() - model.vocab_size * model.hidden_size
+    per_token = 6 * n + 12 * model.num_layers * model.hidden_size * model.seq_length
+    assert palm_flops(model, 2) == pytest.approx(2 * model.seq_length * per_token)

@@ -290,14 +290,13 @@ PRECISIONS: tuple[tuple[str, str], ...] = (  # first match wins, on the source's
 
 
 def _int(value: Any) -> int | None:
-    if value is None:
+    """A parallel size or batch as a positive integer; None when not stated (a size below 1 says nothing)."""
+    if value is None or isinstance(value, bool):
         return None
-    if isinstance(value, bool):
-        return int(value)
     if isinstance(value, (int, float)):
-        return int(value)
+        return int(value) if value >= 1 else None
     found = re.search(r"\d+", str(value))
-    return int(found.group()) if found else None
+    return int(found.group()) if found and int(found.group()) >= 1 else None
 
 
 # Megatron-Bridge performance recipes that turn on the EP all-to-all overlap (``moe_a2a_overlap=True`` →
@@ -577,13 +576,28 @@ def megatron_model_flops(model: ModelSpec, batch: int) -> float:
     return 12.0 * b * s * n_l * h * h * body
 
 
+def palm_flops(model: ModelSpec, batch: int) -> float:
+    """PaLM's model FLOPs (Chowdhery et al. 2022, App. B): (6·N + 12·l·h·s) per token, N the matmul parameters."""
+    from meshplan.estimate import model_flops_per_token  # noqa: PLC0415  (estimate imports the whole cost model)
+
+    return model_flops_per_token(model) * batch * model.seq_length
+
+
+BASES = {"eq3": eq3_flops, "model": megatron_model_flops, "palm": palm_flops}
+
+
 def flops_basis(record: dict[str, Any]) -> str:
-    """``eq3`` (counts recompute, Narayanan eq. 3) or ``model`` (Megatron / NeMo model FLOPs) from the
-    record's ``flops_accounting`` text; ``unknown`` otherwise."""
+    """``eq3`` (counts recompute, Narayanan eq. 3), ``model`` (Megatron / NeMo model FLOPs) or ``palm``
+    (6·N + 12·l·h·s per token, PaLM App. B, as torchtitan / nanotron count) from the record's
+    ``flops_accounting`` text; ``unknown`` otherwise."""
     text = str(record.get("flops_accounting") or "")
     if re.search(r"96\*B|Eq\.?\s*\(?3|includes recompute|4\*2 coefficient", text, re.I):
         return "eq3"
-    if re.search(r"model[ -]flops|nemo|megatron|no recompute flops|mfu", text, re.I):
+    if re.search(r"model[ -]flops|model tflop|nemo|megatron|no recompute flops", text, re.I):
+        return "model"
+    if re.search(r"\b6\s*\*?\s*N\b|\b6ND\b|palm|12\s*\*?\s*l\s*\*?\s*h|chinchilla", text, re.I):
+        return "palm"
+    if re.search(r"mfu", text, re.I):
         return "model"
     return "unknown"
 
@@ -629,8 +643,52 @@ def pick_metric(record: dict[str, Any]) -> tuple[str, float, str]:
     raise Skip("no comparable measurement" + (f" (only {', '.join(stated)})" if stated else ": all values null"))
 
 
+# Record fields that hold text, and fields that hold a flag or text; every other field of these sections is a
+# number or null.
+TEXT_FIELDS = {"name", "arch", "arch_source", "gpu", "system", "interconnect", "pp_schedule", "mp_mode"}
+FLAG_FIELDS = {"activation_recompute", "zero_or_fsdp", "interleaved_schedule", "sequence_parallel",
+               "distributed_optimizer", "async_tp"}
+
+
+def _number(value: Any) -> Any:
+    """A numeric field as a number: "8,192" → 8192, "1.5e3" → 1500.0, "n/a" / "" / lists → None."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        text = value.replace(",", "").replace("_", "").strip()
+        try:
+            number = float(text)
+        except ValueError:
+            return None
+        return int(number) if number.is_integer() and "." not in text and "e" not in text.lower() else number
+    return None
+
+
+def _field(key: str, value: Any) -> Any:
+    if value is None or isinstance(value, (list, dict)):
+        return None
+    if key in TEXT_FIELDS:
+        return str(value)
+    return value if key in FLAG_FIELDS else _number(value)
+
+
+def clean_record(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with its model / hardware / parallel / measured sections as dicts of plain values, so that a
+    file from another source (numbers as strings, "n/a", nested values) maps or skips with a reason."""
+    out = dict(record)
+    for section in ("model", "hardware", "parallel", "measured"):
+        raw = record.get(section)
+        values = raw if isinstance(raw, dict) else {}
+        out[section] = {k: _field(k, v) for k, v in values.items()}
+    for key in ("id", "group", "framework", "precision", "flops_accounting", "notes", "task"):
+        if out.get(key) is not None and not isinstance(out[key], str):
+            out[key] = str(out[key])
+    return out
+
+
 def map_run(record: dict[str, Any]) -> Case:
     """Record → Case, or Skip with the reason."""
+    record = clean_record(record)
     m = record.get("model") or {}
     if (m.get("arch") is None and m.get("num_layers") is None) or re.search(r"nemotron-3|nemotron-h|mamba",
                                                                             str(m.get("name", "")), re.I):
@@ -662,7 +720,7 @@ def predicted_metric(case: Case, step_time: float) -> float:
         return tokens / step_time / n
     if case.metric == "tokens_per_s_total":
         return tokens / step_time
-    flops = (eq3_flops if case.basis == "eq3" else megatron_model_flops)(model, plan.global_batch)
+    flops = BASES.get(case.basis, megatron_model_flops)(model, plan.global_batch)
     if case.metric == "mfu_pct":
         return 100.0 * flops / step_time / n / case.cluster.accelerator.half_flops
     return flops / step_time / n / 1e12
@@ -761,18 +819,21 @@ def fill_from_siblings(record: dict[str, Any], records: Sequence[dict[str, Any]]
 def run_validation(records: Sequence[dict[str, Any]], group: str | None = None, exclude_superseded: bool = False,
                    eff: Efficiency = DEFAULT) -> list[RunResult]:
     results = []
-    for record, reason in select(records, group, exclude_superseded):
-        record = fill_from_siblings(record, records)
-        rid, grp = str(record["id"]), str(record.get("group", ""))
+    cleaned = [clean_record(r) for r in records]
+    for record, reason in select(cleaned, group, exclude_superseded):
+        rid, grp = str(record.get("id")), str(record.get("group", ""))
         if reason:
             results.append(RunResult(id=rid, group=grp, skipped=reason, in_fit_set=in_fit_set(rid)))
             continue
         try:
-            results.append(evaluate_case(map_run(record), eff))
+            results.append(evaluate_case(map_run(fill_from_siblings(record, cleaned)), eff))
         except (Skip, PlanError) as exc:
             results.append(RunResult(id=rid, group=grp, skipped=str(exc), in_fit_set=in_fit_set(rid)))
         except MeshplanError as exc:
             results.append(RunResult(id=rid, group=grp, skipped=f"invalid input: {exc}", in_fit_set=in_fit_set(rid)))
+        except (ArithmeticError, LookupError, TypeError, ValueError) as exc:  # a record this mapping misreads
+            results.append(RunResult(id=rid, group=grp, in_fit_set=in_fit_set(rid),
+                                     skipped=f"record not understood ({type(exc).__name__}: {exc})"))
     return results
 
 
