@@ -12,7 +12,8 @@ from meshplan.errors import SpecError
 from meshplan.hardware import PRECISIONS, System, load_system, system_names
 from meshplan.units import GiB, MiB
 
-PRESETS = ("a100", "a100-40gb", "b200", "b300", "gb200", "gb300", "h100", "h100-96gb", "h200", "v100")
+PRESETS = ("a100", "a100-40gb", "a800", "b200", "b300", "gb200", "gb300", "gh200", "h100", "h100-96gb", "h20", "h200",
+           "h800", "l40s", "mi300x", "mi325x", "mi355x", "v100")
 
 
 def test_system_names_lists_every_preset():
@@ -54,6 +55,14 @@ DENSE_BF16 = {
     "b300": 2250e12,     # HGX B300 36 PFLOPS* / 8 GPUs / 2 = 2.25 PFLOPS
     "gb200": 2500e12,    # GB200 NVL72 360 PFLOPS* / 72 GPUs / 2 = 2.5 PFLOPS
     "gb300": 2500e12,    # GB300 NVL72 360 PFLOPS* / 72 GPUs / 2 = 2.5 PFLOPS
+    "a800": 312e12,      # A800 = A100 compute (NVLink cut to 400 GB/s)
+    "h800": 989e12,      # H800 datasheet 1,979* / 2, as H100 SXM
+    "h20": 148e12,       # H20: 148 dense
+    "gh200": 989e12,     # GH200's Hopper GPU = H100 SXM peaks
+    "l40s": 362e12,      # L40S datasheet 733* / 2 (rounded down in the sheet: 362.05)
+    "mi300x": 1307.4e12,  # 2100 MHz x 304 CUs x 2048 FLOP/clk = 1307.4
+    "mi325x": 1307.4e12,  # same compute die as MI300X
+    "mi355x": 2500e12,   # 5 PF with structured sparsity / 2
 }
 
 
@@ -130,6 +139,10 @@ def test_bandwidths_are_per_direction():
     assert load_system("h100").accelerator.nvlink_bandwidth == pytest.approx(450e9)
     assert load_system("b200").accelerator.nvlink_bandwidth == pytest.approx(900e9)
     assert load_system("a100").accelerator.nvlink_bandwidth == pytest.approx(300e9)
+    # the export variants: 400 GB/s bidirectional -> 200; MI300X: 7 Infinity Fabric links x 64 GB/s per direction
+    assert load_system("h800").accelerator.nvlink_bandwidth == pytest.approx(200e9)
+    assert load_system("a800").accelerator.nvlink_bandwidth == pytest.approx(200e9)
+    assert load_system("mi300x").accelerator.nvlink_bandwidth == pytest.approx(7 * 64e9)
     # NICs are quoted in bits per direction: 400 Gb/s = 50 GB/s; DGX-2 has 8 x 100 Gb/s for 16 GPUs.
     assert load_system("h100").network.nic_bandwidth == pytest.approx(50e9)
     v100 = load_system("v100").network

@@ -212,7 +212,7 @@ def test_torchtitan_pipeline_batches_and_fsdp():
     ({"model": {"name": "Nemotron-3-Super", "arch": None, "num_layers": None, "hidden_size": None,
                 "num_heads": None}}, "hybrid Mamba"),
     ({"measured": {"tokens_per_s_per_gpu": None, "model_tflops_per_gpu": None}}, "all values null"),
-    ({"hardware": {"gpu": "MI300X", "num_gpus": 64}}, "no system preset"),
+    ({"hardware": {"gpu": "TPU v5p", "num_gpus": 64}}, "no system preset"),
 ])
 def test_unmappable_records_raise_skip_with_the_reason(over, reason):
     with pytest.raises(Skip, match=reason):
@@ -313,3 +313,28 @@ def test_palm_flops_basis_for_sources_that_count_6n():
     n = model.params() - model.vocab_size * model.hidden_size
     per_token = 6 * n + 12 * model.num_layers * model.hidden_size * model.seq_length
     assert palm_flops(model, 2) == pytest.approx(2 * model.seq_length * per_token)
+
+
+@pytest.mark.parametrize(("gpu", "preset"), [
+    ("NVIDIA H800 80GB", "h800"), ("A800-SXM4-80GB", "a800"), ("H20", "h20"), ("H200", "h200"),
+    ("GH200", "gh200"), ("AMD Instinct MI300X", "mi300x"), ("MI325X", "mi325x"), ("MI355X", "mi355x"),
+    ("L40S", "l40s"),
+])
+def test_other_gpus_map_to_their_presets(gpu, preset):
+    case = map_run(record(hardware={"gpu": gpu, "num_gpus": 64, "gpus_per_node": 8}, precision="bf16"))
+    assert f"hardware: {preset} preset" in case.assumptions
+
+
+@pytest.mark.parametrize(("name", "preset"), [
+    ("Llama-2-7b-hf", "llama2-7b"), ("Mixtral-8x7B-Instruct-v0.1", "mixtral-8x7b"), ("Llama 3.1 405B", "llama3.1-405b"),
+    ("GPT-2 XL", None), ("Llama 2 70B chat", "llama2-70b"),
+])
+def test_a_record_without_sizes_takes_the_preset_it_names(name, preset):
+    from meshplan.validate import preset_by_name
+
+    assert preset_by_name(name) == preset
+    if preset:
+        sizes = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size")
+        case = map_run(record(model={k: None for k in sizes} | {"name": name, "arch": None}))
+        assert any(f"preset {preset}" in a for a in case.assumptions)
+        assert case.model.num_layers == load_model(preset).num_layers

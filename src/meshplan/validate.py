@@ -104,12 +104,33 @@ def _name_score(record_name: str, preset: str) -> float:
     return best / max(len(b), 1)
 
 
+NAME_SUFFIXES = re.compile(r"[-_ ]?(instruct|chat|base|hf|it|v\d+(\.\d+)?)$", re.I)
+
+
+def preset_by_name(name: str) -> str | None:
+    """The preset a record names when it gives no sizes: equal names once case, separators and a trailing
+    "-Instruct" / "-hf" / "-v0.1" are dropped ("Llama-2-7b-hf" → llama2-7b; "GPT-2 XL" is not gpt2)."""
+    stripped = name.strip()
+    while NAME_SUFFIXES.search(stripped):
+        stripped = NAME_SUFFIXES.sub("", stripped)
+    key = _norm_name(stripped)
+    found = [p for p in _presets() if _norm_name(p) == key]
+    return found[0] if len(found) == 1 else None
+
+
 def map_model(m: dict[str, Any]) -> tuple[ModelSpec, list[str]]:
     """The preset whose sizes equal the record's (ties broken by vocabulary, then name), with the record's
     own sequence length and vocabulary; a record whose sizes match no preset is built from its own fields."""
     name = m.get("name") or "model"
     if m.get("num_layers") is None or m.get("hidden_size") is None or m.get("num_heads") is None:
-        raise Skip(f"model sizes not recorded for {name} ({m.get('arch_source') or 'no architecture'})")
+        preset = preset_by_name(str(name))
+        if preset is None:
+            raise Skip(f"model sizes not recorded for {name} ({m.get('arch_source') or 'no architecture'})")
+        spec = _presets()[preset]
+        fields = {k: k for k in _SIZE_FIELDS} | {"vocab_size": "vocab_size"} | (
+            _MOE_FIELDS if spec.is_moe else {})
+        m = {k: v for k, v in m.items() if v is not None} | {
+            k: getattr(spec, f) for k, f in fields.items() if m.get(k) is None}
     notes: list[str] = []
     given = {k: m[k] for k in _SIZE_FIELDS if m.get(k) is not None}
     moe = {f: m[k] for k, f in _MOE_FIELDS.items() if m.get(k) is not None}
@@ -162,9 +183,17 @@ def _model_from_record(m: dict[str, Any]) -> ModelSpec:
 GPU_SYSTEMS: tuple[tuple[str, str], ...] = (
     (r"GB300", "gb300"),
     (r"GB200", "gb200"),
+    (r"GH200", "gh200"),
     (r"B300", "b300"),
     (r"B200", "b200"),
     (r"H200", "h200"),
+    (r"H800", "h800"),
+    (r"A800", "a800"),
+    (r"\bH20\b", "h20"),
+    (r"MI300X?\b", "mi300x"),
+    (r"MI325X", "mi325x"),
+    (r"MI355X", "mi355x"),
+    (r"L40S", "l40s"),
     (r"H100.*96\s*GB", "h100-96gb"),
     (r"H100", "h100"),
     (r"A100.*40\s*GB", "a100-40gb"),
@@ -690,8 +719,8 @@ def map_run(record: dict[str, Any]) -> Case:
     """Record → Case, or Skip with the reason."""
     record = clean_record(record)
     m = record.get("model") or {}
-    if (m.get("arch") is None and m.get("num_layers") is None) or re.search(r"nemotron-3|nemotron-h|mamba",
-                                                                            str(m.get("name", "")), re.I):
+    unsized = m.get("arch") is None and m.get("num_layers") is None and preset_by_name(str(m.get("name"))) is None
+    if unsized or re.search(r"nemotron-3|nemotron-h|mamba", str(m.get("name", "")), re.I):
         raise Skip(f"{m.get('name')}: hybrid Mamba-Transformer (not modelled) and sizes not recorded"
                    if re.search(r"nemotron-3", str(m.get("name", "")), re.I)
                    else f"{m.get('name')}: model sizes not recorded")
