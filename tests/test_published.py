@@ -338,3 +338,12 @@ def test_a_record_without_sizes_takes_the_preset_it_names(name, preset):
         case = map_run(record(model={k: None for k in sizes} | {"name": name, "arch": None}))
         assert any(f"preset {preset}" in a for a in case.assumptions)
         assert case.model.num_layers == load_model(preset).num_layers
+
+
+def test_hugging_face_stacks_are_eager_zero3_and_megatron_deepspeed_is_not():
+    hf = map_run(record(group="some_paper", framework="DeepSpeed ZeRO-3 + HF Transformers",
+                        parallel={"tp": 1, "pp": 1, "vp": None, "zero_or_fsdp": None}))
+    assert (hf.plan.fusion, hf.plan.cross_entropy, hf.plan.attention_kernel, hf.plan.zero) == (
+        "eager", "pytorch", "fa2", 3)
+    mds = map_run(record(group="other_paper", framework="Megatron-DeepSpeed", parallel={"zero_or_fsdp": None}))
+    assert mds.plan.fusion == "fused" and mds.plan.zero == 1

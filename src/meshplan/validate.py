@@ -269,7 +269,8 @@ SOURCES: tuple[SourceDefaults, ...] = (
     SourceDefaults("Megatron-LM 2022", r"korthikanti", False, False, False, 0, 2, "full", False,
                    "Korthikanti et al. 2022: Megatron-LM of 2022 (no TP overlap, no distributed optimizer, "
                    "fused-softmax attention, no FlashAttention), dp = 1 benchmark"),
-    SourceDefaults("Megatron-DeepSpeed (BLOOM)", r"bloom", False, False, False, 1, 4, "full", False,
+    SourceDefaults("Megatron-DeepSpeed (BLOOM)", r"bloom|megatron[-_ ]deepspeed", False, False, False, 1, 4, "full",
+                   False,
                    "Megatron-DeepSpeed 2022: no sequence parallelism, BF16_Optimizer (ZeRO-1) with fp32 "
                    "gradient reduction after the backward pass, no FlashAttention"),
     SourceDefaults("Megatron-Core 2024", r"megatron_core", None, True, True, 1, 4, "none", True,
@@ -298,6 +299,14 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "only where stated; loss = F.cross_entropy(pred.float()) in eager autograd (the loss is not "
                    "compiled at the benchmark commit); the blocks in eager PyTorch unless the row says torch.compile",
                    "fa2", cross_entropy="pytorch", fusion="eager"),
+    # Stacks that run Hugging Face model code in eager PyTorch under DeepSpeed ZeRO or accelerate / Trainer FSDP.
+    SourceDefaults("DeepSpeed / Hugging Face",
+                   r"deepspeed|hugging ?face|transformers|accelerate|llama[-_ ]?factory|axolotl",
+                   False, False, True, 3, 4, "none", True,
+                   "Hugging Face model code in eager PyTorch (one kernel per aten op; F.cross_entropy on fp32 logits) "
+                   "with FlashAttention-2 (attn_implementation='flash_attention_2'), data parallel with ZeRO-3 / FSDP "
+                   "full shard (prefetch overlapped), fp32 gradient accumulation, no tensor or sequence parallelism, "
+                   "no recompute unless stated", "fa2", cross_entropy="pytorch", fusion="eager"),
 )
 GENERIC = SourceDefaults("generic", r"", None, False, True, 1, 4, "none", True,
                          "no source profile matched: sequence parallelism with tp > 1, distributed optimizer, "
