@@ -120,6 +120,10 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]],
                            "releases' containers (TE 2.7 in 25.09 to 2.16 in 26.06), and the recipes capture "
                            "different parts of the layer in CUDA graphs (attn, moe_router, moe_preprocess scopes) "
                            "that meshplan does not price separately")
+            if any("EP all-to-all overlapped" in a for a in r.assumptions):
+                reasons.append(f"the recipe overlaps the all-to-alls ({100 * ep_share:.0f}% of the step still "
+                               "exposed here): meshplan hides them fully behind the other micro-batch's kernels "
+                               "up to their length, which Megatron-Core's 1F1B A2A overlap does not reach")
         elif "token-drop" in str(rec.get("notes") or ""):
             reasons.append(f"{moe}, token-drop: with a capacity factor the expert sizes are static, so there is no "
                            "tokens-per-expert sync and the host can run ahead of the GPU; meshplan charges the "

@@ -347,3 +347,20 @@ def test_hugging_face_stacks_are_eager_zero3_and_megatron_deepspeed_is_not():
         "eager", "pytorch", "fa2", 3)
     mds = map_run(record(group="other_paper", framework="Megatron-DeepSpeed", parallel={"zero_or_fsdp": None}))
     assert mds.plan.fusion == "fused" and mds.plan.zero == 1
+
+
+QWEN3_235B = QWEN3_30B | {"name": "Qwen3-235B-A22B", "num_layers": 94, "hidden_size": 4096, "num_heads": 64,
+                          "ffn_hidden_size": 12288, "moe_ffn_hidden_size": 1536}
+
+
+@pytest.mark.parametrize(("group", "gpu", "overlap"), [
+    ("megatron_bridge_26.04", "H100", True),  # QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*: moe_a2a_overlap=True
+    ("megatron_bridge_25.11", "H100", True),
+    ("megatron_bridge_25.09", "H100", False),  # before the Megatron-Bridge recipe files that say so
+    ("megatron_bridge_26.04", "GB200", False),  # the Blackwell recipes leave it off
+])
+def test_ep_overlap_follows_the_release_recipe(group, gpu, overlap):
+    case = map_run(record(group=group, model=QWEN3_235B, hardware={"gpu": gpu, "num_gpus": 256, "gpus_per_node": 8},
+                          parallel={"tp": 2, "pp": 8, "vp": 4, "ep": 32, "micro_batch_size": 1,
+                                    "global_batch_size": 2048}))
+    assert case.plan.overlap_ep is overlap
