@@ -140,3 +140,13 @@ def test_search_prices_host_launches_as_estimate_does():
     for est in result.plans:
         assert est.plan.expert_gemm == "per_expert"
         assert estimate(model, cluster, est.plan).step_time == pytest.approx(est.step_time, rel=1e-9)
+
+
+def test_the_op_table_names_launch_bound_expert_gemms():
+    model = load_model("qwen3-30b-a3b")
+    cluster = load_system("b200").cluster(8)
+    plan = Plan(dp=8, ep=8, micro_batch=1, global_batch=8, precision="fp8", zero=1)
+    bounds = {(r.name, r.phase): r.bound for r in estimate(model, cluster, plan).ops}
+    assert bounds[("moe/experts/fc1", "fwd")] == "host"
+    grouped = {(r.name, r.phase): r.bound for r in estimate(model, cluster, plan.with_(expert_gemm="grouped")).ops}
+    assert grouped[("moe/experts/fc1", "fwd")] in ("compute", "memory")

@@ -598,7 +598,7 @@ class OpRow:
     flops: float
     nbytes: float
     seconds: float
-    bound: str  # compute | memory | network
+    bound: str  # compute | memory | network | host (launch-bound: per-expert GEMMs, ops.host_launched)
 
     @property
     def total_seconds(self) -> float:
@@ -720,8 +720,9 @@ def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, p
             if op.kind == "collective":
                 bound = "network"
             else:
-                bound = "compute" if compute_time(op, acc, plan.precision, eff) >= memory_time(op, acc, eff) \
-                    else "memory"
+                compute, memory = compute_time(op, acc, plan.precision, eff), memory_time(op, acc, eff)
+                bound = "host" if op.launches * eff.host_launch > max(compute, memory) else (
+                    "compute" if compute >= memory else "memory")
             rows.append(OpRow(op.name, op.phase, op.kind, float(counts[group]), float(op.flops),
                               float(op.nbytes), float(t), bound))
     rows += _step_rows(model, cluster, plan, eff, units)
