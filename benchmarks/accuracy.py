@@ -40,7 +40,8 @@ KORTHIKANTI_TAB5 = ("22B", "175B", "530B", "1T")
 TARGETS = {"median_abs_error": 0.05, "p90_abs_error": 0.12, "korthikanti_mean": 0.03, "korthikanti_max": 0.06,
            "memory": 0.10, "evaluated_fraction": 0.90}
 UNITS = {"iteration_time_s": "s", "tokens_per_s_per_gpu": "tok/s/GPU", "tokens_per_s_total": "tok/s",
-         "model_tflops_per_gpu": "TFLOP/s/GPU", "tflops_per_gpu": "TFLOP/s/GPU", "mfu_pct": "MFU %"}
+         "model_tflops_per_gpu": "TFLOP/s/GPU", "tflops_per_gpu": "TFLOP/s/GPU", "mfu_pct": "MFU %", "hfu_pct": "HFU %",
+         "pct_of_peak": "% of peak"}
 
 
 def pct(x: float | None, signed: bool = False) -> str:
@@ -183,7 +184,7 @@ def plot(results: list[RunResult], path: Path) -> None:
     ev = [r for r in results if not r.skipped]
     fig, ax = plt.subplots(figsize=(8, 7.5))
     markers = {"iteration_time_s": "o", "tokens_per_s_per_gpu": "s", "tokens_per_s_total": "D",
-               "model_tflops_per_gpu": "^", "tflops_per_gpu": "v", "mfu_pct": "P"}
+               "model_tflops_per_gpu": "^", "tflops_per_gpu": "v", "mfu_pct": "P", "hfu_pct": "X", "pct_of_peak": "*"}
     for metric, marker in markers.items():
         for fit, color in ((True, "tab:blue"), (False, "tab:orange")):
             pts = [(r.measured, r.predicted) for r in ev if r.metric == metric and r.in_fit_set == fit]

@@ -364,3 +364,17 @@ def test_ep_overlap_follows_the_release_recipe(group, gpu, overlap):
                           parallel={"tp": 2, "pp": 8, "vp": 4, "ep": 32, "micro_batch_size": 1,
                                     "global_batch_size": 2048}))
     assert case.plan.overlap_ep is overlap
+
+
+def test_hfu_adds_the_recomputed_forward_to_model_flops():
+    from meshplan.estimate import recompute_flops_per_token
+
+    rec = record(measured={"tokens_per_s_per_gpu": None, "model_tflops_per_gpu": None, "hfu_pct": 40.0},
+                 parallel={"activation_recompute": "full"})
+    case = map_run(rec)
+    assert case.metric == "hfu_pct" and case.basis == "model"
+    tokens = case.plan.global_batch * case.model.seq_length
+    hardware = (megatron_model_flops(case.model, case.plan.global_batch)
+                + recompute_flops_per_token(case.model, case.plan) * tokens)
+    peak = case.cluster.accelerator.half_flops * case.cluster.num_gpus
+    assert predicted_metric(case, 10.0) == pytest.approx(100 * hardware / 10.0 / peak)

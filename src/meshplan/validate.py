@@ -585,7 +585,8 @@ def _recompute(p: dict[str, Any], model: ModelSpec, pp: int, src: SourceDefaults
 
 # ---- what was measured --------------------------------------------------------------------------------------
 METRICS = ("iteration_time_s", "tokens_per_s_per_gpu", "tokens_per_s_total", "model_tflops_per_gpu",
-           "tflops_per_gpu", "mfu_pct")
+           "tflops_per_gpu", "mfu_pct", "hfu_pct", "pct_of_peak")
+PERCENT_OF_PEAK = ("mfu_pct", "hfu_pct", "pct_of_peak")  # of the dense 16-bit peak
 
 
 def eq3_flops(model: ModelSpec, batch: int) -> float:
@@ -675,7 +676,7 @@ def pick_metric(record: dict[str, Any]) -> tuple[str, float, str]:
         value = measured.get(metric)
         if value is None:
             continue
-        if metric in ("model_tflops_per_gpu", "tflops_per_gpu", "mfu_pct"):
+        if metric in ("model_tflops_per_gpu", "tflops_per_gpu", *PERCENT_OF_PEAK):
             basis = flops_basis(record)
             if basis == "unknown":
                 continue
@@ -763,7 +764,11 @@ def predicted_metric(case: Case, step_time: float) -> float:
     if case.metric == "tokens_per_s_total":
         return tokens / step_time
     flops = BASES.get(case.basis, megatron_model_flops)(model, plan.global_batch)
-    if case.metric == "mfu_pct":
+    if case.metric == "hfu_pct" and case.basis != "eq3":  # hardware FLOPs: the recomputed forward too
+        from meshplan.estimate import recompute_flops_per_token  # noqa: PLC0415
+
+        flops = flops + recompute_flops_per_token(model, plan) * tokens
+    if case.metric in PERCENT_OF_PEAK:
         return 100.0 * flops / step_time / n / case.cluster.accelerator.half_flops
     return flops / step_time / n / 1e12
 
@@ -912,7 +917,7 @@ def _fmt(value: float | None, metric: str = "") -> str:
         return "-"
     if metric == "iteration_time_s":
         return f"{value:.3f} s"
-    if metric == "mfu_pct":
+    if metric in PERCENT_OF_PEAK:
         return f"{value:.1f} %"
     if abs(value) >= 1000:
         return f"{value:,.0f}"
@@ -920,7 +925,8 @@ def _fmt(value: float | None, metric: str = "") -> str:
 
 
 _UNITS = {"iteration_time_s": "step time", "tokens_per_s_per_gpu": "tokens/s/GPU", "tokens_per_s_total": "tokens/s",
-          "model_tflops_per_gpu": "TFLOP/s/GPU", "tflops_per_gpu": "TFLOP/s/GPU", "mfu_pct": "MFU"}
+          "model_tflops_per_gpu": "TFLOP/s/GPU", "tflops_per_gpu": "TFLOP/s/GPU", "mfu_pct": "MFU", "hfu_pct": "HFU",
+          "pct_of_peak": "% of peak"}
 
 
 def render_text(results: Sequence[RunResult], summary: dict[str, Any], width: int = 200) -> str:
