@@ -12,8 +12,8 @@ from meshplan.errors import SpecError
 from meshplan.hardware import PRECISIONS, System, load_system, system_names
 from meshplan.units import GiB, MiB
 
-PRESETS = ("a100", "a100-40gb", "a800", "b200", "b300", "gb200", "gb300", "gh200", "h100", "h100-96gb", "h20", "h200",
-           "h800", "l40s", "mi300x", "mi325x", "mi355x", "v100")
+PRESETS = ("a100", "a100-40gb", "a800", "b200", "b300", "gb200", "gb300", "gh200", "h100", "h100-96gb", "h100-pcie",
+           "h20", "h200", "h800", "l40s", "mi300x", "mi325x", "mi355x", "v100")
 
 
 def test_system_names_lists_every_preset():
@@ -58,6 +58,7 @@ DENSE_BF16 = {
     "a800": 312e12,      # A800 = A100 compute (NVLink cut to 400 GB/s)
     "h800": 989e12,      # H800 datasheet 1,979* / 2, as H100 SXM
     "h20": 148e12,       # H20: 148 dense
+    "h100-pcie": 756e12,  # H100 PCIe 1,513* / 2
     "gh200": 989e12,     # GH200's Hopper GPU = H100 SXM peaks
     "l40s": 362e12,      # L40S datasheet 733* / 2 (rounded down in the sheet: 362.05)
     "mi300x": 1307.4e12,  # 2100 MHz x 304 CUs x 2048 FLOP/clk = 1307.4

@@ -318,7 +318,7 @@ def test_palm_flops_basis_for_sources_that_count_6n():
 @pytest.mark.parametrize(("gpu", "preset"), [
     ("NVIDIA H800 80GB", "h800"), ("A800-SXM4-80GB", "a800"), ("H20", "h20"), ("H200", "h200"),
     ("GH200", "gh200"), ("AMD Instinct MI300X", "mi300x"), ("MI325X", "mi325x"), ("MI355X", "mi355x"),
-    ("L40S", "l40s"),
+    ("L40S", "l40s"), ("NVIDIA H100 PCIe", "h100-pcie"),
 ])
 def test_other_gpus_map_to_their_presets(gpu, preset):
     case = map_run(record(hardware={"gpu": gpu, "num_gpus": 64, "gpus_per_node": 8}, precision="bf16"))

@@ -194,6 +194,7 @@ GPU_SYSTEMS: tuple[tuple[str, str], ...] = (
     (r"MI325X", "mi325x"),
     (r"MI355X", "mi355x"),
     (r"L40S", "l40s"),
+    (r"H100.*PCI", "h100-pcie"),
     (r"H100.*96\s*GB", "h100-96gb"),
     (r"H100", "h100"),
     (r"A100.*40\s*GB", "a100-40gb"),
