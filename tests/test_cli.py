@@ -98,3 +98,12 @@ def test_console_script_exit_code():
     proc = subprocess.run([sys.executable, "-m", "meshplan.cli", "estimate", "--model", "nope", "--system", "h100",
                            "--gpus", "8"], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("meshplan: error:") and "Traceback" not in proc.stderr
+
+
+def test_estimate_offloads_some_layers(capsys):
+    base = ["estimate", "--model", "llama3-70b", "--system", "gb200", "--gpus", "64", "--zero", "3", "--json"]
+    code, out, _ = run([*base, "--offload-layers", "40"], capsys)
+    plan = json.loads(out)["plan"]
+    assert code == 0 and plan["offload_activations"] and plan["offload_layers"] == 40
+    code, _, err = run([*base, "--offload-layers", "-1"], capsys)
+    assert code != 0 and "offload_layers=-1" in err

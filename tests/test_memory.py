@@ -70,3 +70,37 @@ def test_full_recompute_keeps_only_layer_inputs():
     none = step_costs(model, c, Plan(recompute="none"))
     full = step_costs(model, c, Plan(recompute="full"))
     assert full.memory["activations"] < none.memory["activations"] / 4
+
+
+# ---- partial activation offload (Plan.offload_layers, Megatron-Core cpu_offloading_num_layers) -----------------
+def _offload_case(layers):
+    from meshplan.estimate import estimate
+    from meshplan.hardware import load_system
+    from meshplan.model import load_model
+
+    model = load_model("llama3-70b")  # 80 layers
+    cluster = load_system("gb200").cluster(64)
+    plan = Plan(dp=64, micro_batch=2, global_batch=128, zero=3, precision="fp8", offload_activations=layers > 0,
+                offload_layers=layers)
+    return estimate(model, cluster, plan)
+
+
+def test_offloading_half_the_layers_keeps_half_their_activations_on_the_gpu():
+    from meshplan.memory import activation_bytes
+    from meshplan.model import load_model
+
+    model = load_model("llama3-70b")  # 80 layers, one stage, 1F1B: one micro-batch in flight
+    saved, layer_input = 1.0, 0.1  # bytes one layer saves / its input, in units
+    assert activation_bytes(model, Plan(), saved, layer_input) == 80
+    # 40 layers offloaded: the 40 others keep theirs, plus the double buffer of two layers the copy works through
+    assert activation_bytes(model, Plan(offload_activations=True, offload_layers=40), saved, layer_input) == 40 + 2
+    assert activation_bytes(model, Plan(offload_activations=True), saved, layer_input) == 2  # all of them
+    half, every = _offload_case(40), _offload_case(80)
+    assert half.host_memory == pytest.approx(every.host_memory / 2, rel=1e-9)
+
+
+def test_a_partial_offload_hides_only_behind_the_offloaded_layers():
+    # each offloaded layer's copy overlaps that layer's compute only: 40 layers expose 40 × max(0, copy - compute)
+    half, every = _offload_case(40), _offload_case(80)
+    assert half.breakdown["offload"] == pytest.approx(every.breakdown["offload"] / 2, rel=1e-9)
+    assert every.breakdown["offload"] > 0  # GB200: 5 GB per layer over 195 GB/s outlasts the layer's forward

@@ -378,3 +378,12 @@ def test_hfu_adds_the_recomputed_forward_to_model_flops():
                 + recompute_flops_per_token(case.model, case.plan) * tokens)
     peak = case.cluster.accelerator.half_flops * case.cluster.num_gpus
     assert predicted_metric(case, 10.0) == pytest.approx(100 * hardware / 10.0 / peak)
+
+
+def test_gb200_megatron_fsdp_recipes_offload_activations():
+    case = map_run(record(hardware={"gpu": "GB200", "num_gpus": 64, "gpus_per_node": 4},
+                          parallel={"tp": 1, "pp": 1, "vp": None, "micro_batch_size": 2, "global_batch_size": 256,
+                                    "zero_or_fsdp": "Megatron FSDP (64)"}))
+    assert case.plan.offload_activations and case.plan.offload_layers == 40 and case.plan.zero == 3
+    h100 = map_run(record(parallel={"zero_or_fsdp": "Megatron FSDP (64)", "tp": 1, "pp": 1, "vp": None}))
+    assert not h100.plan.offload_activations  # the H100 recipes do not offload

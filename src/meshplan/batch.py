@@ -42,6 +42,7 @@ class PlanBatch:
     recompute_layers: int = 0
     offload_optimizer: bool = False
     offload_activations: bool = False
+    offload_layers: int = 0
     precision: str = "bf16"
     grad_bytes: int = 2
     schedule: str = "1f1b"

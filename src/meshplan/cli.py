@@ -84,6 +84,8 @@ def cli() -> None:
 @click.option("--recompute-layers", type=int, default=0, help="with --recompute full: layers per stage (0 = all)")
 @click.option("--offload-optimizer", is_flag=True)
 @click.option("--offload-activations", is_flag=True)
+@click.option("--offload-layers", type=int, default=0, show_default=True,
+              help="with --offload-activations: layers per stage offloaded (0: all)")
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8", "fp4"]), default="bf16", show_default=True)
 @click.option("--grad-bytes", type=int, default=4, show_default=True, help="bytes per gradient (4: fp32 main grads)")
 @click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), default=None,
@@ -99,8 +101,8 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep, etp, vpp, sequence_parallel,
              micro_batch, global_batch, zero, recompute, recompute_layers, offload_optimizer, offload_activations,
-             precision, grad_bytes, schedule, placement, overlap_tp, no_overlap_dp, fusion, expert_gemm, show_ops,
-             as_json) -> None:
+             offload_layers, precision, grad_bytes, schedule, placement, overlap_tp, no_overlap_dp, fusion, expert_gemm,
+             show_ops, as_json) -> None:
     """Estimate one training step of MODEL on GPUS accelerators of SYSTEM under one parallel plan."""
     from meshplan.estimate import estimate as run
     from meshplan.plan import Plan
@@ -119,7 +121,8 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
                 sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel,
                 micro_batch=micro_batch, global_batch=global_batch, zero=zero, recompute=recompute,
                 recompute_layers=recompute_layers, offload_optimizer=offload_optimizer,
-                offload_activations=offload_activations, precision=precision, grad_bytes=grad_bytes,
+                offload_activations=offload_activations or offload_layers > 0, offload_layers=offload_layers,
+                precision=precision, grad_bytes=grad_bytes,
                 schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"),
                 placement=tuple(a.strip() for a in placement.split(",")), overlap_tp=overlap_tp,
                 overlap_dp=not no_overlap_dp, fusion=fusion, expert_gemm=expert_gemm)

@@ -45,6 +45,7 @@ from meshplan.memory import (
     layers_on_stage,
     model_states,
     moe_fraction,
+    offloaded_layers,
     stage_params,
     trainable,
 )
@@ -394,12 +395,16 @@ def optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Effic
 
 
 def offload_time(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, stage: PassTimes) -> Num:
-    """Activation offload: every saved byte goes to the host during the forward pass and comes back during
-    the backward pass over PCIe; what the compute of that pass cannot hide is exposed, per micro-batch."""
+    """Activation offload: every saved byte of an offloaded layer goes to the host during the forward pass and
+    comes back during the backward pass over PCIe (NVLink-C2C on Grace); double-buffered one layer ahead
+    (Transformer Engine's CPU-offload handler), so a layer's copy hides only behind the compute of the offloaded
+    layers, not the whole pass: what those layers' compute cannot hide is exposed, per micro-batch."""
     if not plan.offload_activations:
         return 0.0
-    moved = u.layer_saved * layers_on_stage(model, plan) / cluster.host_bandwidth
-    return plan.grad_accum * (maximum(0.0, moved - stage.fwd) + maximum(0.0, moved - stage.bwd))
+    n = offloaded_layers(model, plan)
+    share = n / layers_on_stage(model, plan)
+    moved = u.layer_saved * n / cluster.host_bandwidth
+    return plan.grad_accum * (maximum(0.0, moved - share * stage.fwd) + maximum(0.0, moved - share * stage.bwd))
 
 
 @dataclass(frozen=True, slots=True)
@@ -503,7 +508,8 @@ def offloaded_activations(model: ModelSpec, plan: Plan, u: Units) -> Num:
     micro-batches."""
     if not plan.offload_activations:
         return 0.0
-    return activation_bytes(model, replace(plan, offload_activations=False), u.layer_saved, _layer_input(model, plan))
+    on_gpu = activation_bytes(model, replace(plan, offload_activations=False), u.layer_saved, _layer_input(model, plan))
+    return on_gpu * offloaded_layers(model, plan) / layers_on_stage(model, plan)
 
 
 def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, eff: Efficiency = DEFAULT) -> StepCosts:
@@ -663,7 +669,8 @@ class Estimate:
                                                  "global_batch", "zero", "recompute", "recompute_layers",
                                                  "sequence_parallel", "schedule", "precision", "overlap_tp",
                                                  "overlap_dp", "overlap_ep", "offload_optimizer",
-                                                 "offload_activations", "finetune", "fusion", "expert_gemm")}
+                                                 "offload_activations", "offload_layers", "finetune", "fusion",
+                                                 "expert_gemm")}
             | {"placement": list(p.placement), "grad_accum": p.grad_accum},
             "step_time_s": self.step_time, "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_gpu": self.tokens_per_s / self.cluster.num_gpus,

@@ -16,7 +16,7 @@ each recomputed layer's input plus one layer's activations while it is recompute
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from meshplan.model import ModelSpec
@@ -138,6 +138,15 @@ def model_states(params: StageParams, plan: Plan) -> tuple[Num, Num, Num]:
     return weights, grads, optimizer
 
 
+def offloaded_layers(model: ModelSpec, plan: Plan) -> Num:
+    """Layers per stage whose saved activations go to host memory: ``plan.offload_layers`` of them (Megatron-Core
+    ``cpu_offloading_num_layers``: the first ones), all when 0, none without ``plan.offload_activations``."""
+    if not plan.offload_activations:
+        return 0
+    layers = layers_on_stage(model, plan)
+    return layers if plan.offload_layers == 0 else minimum(plan.offload_layers, layers)
+
+
 def in_flight_chunks(plan: Plan, last: bool = False) -> Num:
     """Model chunks whose activations the first (or last) pipeline rank holds at its peak.
 
@@ -163,8 +172,10 @@ def activation_bytes(model: ModelSpec, plan: Plan, layer_saved: Num, layer_input
     layers = layers_on_stage(model, plan)
     chunk_layers = layers / plan.vpp
     chunks = in_flight_chunks(plan, last)
-    if plan.offload_activations:
-        return 2 * layer_saved  # double-buffered: the layer computing and the one being copied
+    if plan.offload_activations:  # double-buffered: the layer computing and the one being copied
+        kept = layers - offloaded_layers(model, plan)
+        on_gpu = activation_bytes(model, replace(plan, offload_activations=False), layer_saved, layer_input, last)
+        return on_gpu * kept / layers + 2 * layer_saved
     if plan.recompute == "full":
         recomputed = layers if plan.recompute_layers == 0 else minimum(plan.recompute_layers, layers)
         per_chunk = (recomputed * layer_input + (layers - recomputed) * layer_saved) / plan.vpp

@@ -61,6 +61,8 @@ class Plan:
     recompute_layers: int = 0  # with recompute="full": layers per stage recomputed, 0 → all of them
     offload_optimizer: bool = False  # optimizer state and step on the host (ZeRO-Offload)
     offload_activations: bool = False  # saved activations copied to host memory between fwd and bwd
+    # with offload_activations: layers per stage offloaded (Megatron-Core cpu_offloading_num_layers), 0 → all
+    offload_layers: int = 0
     precision: str = "bf16"
     grad_bytes: int = 2  # bytes per gradient element (2: bf16 as in ZeRO's 16Ψ; 4: fp32 main grads)
     schedule: str = "1f1b"
@@ -272,6 +274,8 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> lis
         reasons.append(f"recompute={plan.recompute!r} must be one of {', '.join(RECOMPUTE)}")
     if plan.recompute_layers < 0:
         reasons.append(f"recompute_layers={plan.recompute_layers} must be >= 0")
+    if plan.offload_layers < 0:
+        reasons.append(f"offload_layers={plan.offload_layers} must be >= 0")
     if plan.precision not in PRECISION:
         reasons.append(f"precision={plan.precision!r} must be one of {', '.join(PRECISION)}")
     elif cluster is not None and plan.precision not in cluster.accelerator.peak_flops and (

@@ -354,6 +354,30 @@ MOE_A2A_OVERLAP: tuple[tuple[str, int, str], ...] = (
 )
 
 
+# Megatron-Bridge recipes that offload the saved activations of some layers to the Grace CPU's memory
+# (cpu_offloading_num_layers; Megatron-Core --cpu-offloading with Transformer Engine's offload handler), on the
+# Megatron-FSDP GB200 runs: (regex on "group model gpu zero_or_fsdp", layers, source).
+CPU_OFFLOAD: tuple[tuple[str, int, str], ...] = (
+    (r"megatron_bridge.*llama3-70b gb200 megatron fsdp", 40,
+     "Megatron-Bridge scripts/performance/configs/llama: LLAMA3_70B_GB200_64GPUS_FP8_CS_PARALLEL_CONFIG / "
+     "LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS: use_megatron_fsdp=True, micro_batch_size=2, "
+     "cpu_offloading_num_layers=40"),
+    (r"megatron_bridge.*llama3\.1-405b gb200 megatron fsdp", 95,
+     "Megatron-Bridge scripts/performance/configs/llama31: LLAMA31_405B_GB200_128GPUS_FP8_CS_PARALLEL_CONFIG: tp 2, "
+     "use_megatron_fsdp=True, cpu_offloading_num_layers=95"),
+)
+
+
+def _cpu_offload(record: dict[str, Any]) -> tuple[int, str]:
+    p = record.get("parallel") or {}
+    key = " ".join(str(x) for x in (record.get("group", ""), (record.get("model") or {}).get("name", ""),
+                                    (record.get("hardware") or {}).get("gpu", ""), p.get("zero_or_fsdp") or "")).lower()
+    for pattern, layers, why in CPU_OFFLOAD:
+        if re.search(pattern, key):
+            return layers, f"activations of {layers} layers offloaded to host memory ({why})"
+    return 0, ""
+
+
 def _overlap_ep(record: dict[str, Any], model: ModelSpec, gbs: int) -> tuple[bool, str]:
     if not model.is_moe:
         return False, ""
@@ -515,12 +539,16 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     expert_gemm, expert_note = _expert_gemm(record, model)
     if expert_note:
         notes.append(expert_note)
+    offload_layers, offload_note = _cpu_offload(record)
+    if offload_note:
+        notes.append(offload_note)
     plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sequence_parallel=sp, micro_batch=mbs,
                 global_batch=gbs, zero=zero, recompute=recompute, recompute_layers=layers, precision=precision,
                 grad_bytes=grad_bytes, schedule="interleaved" if vpp > 1 else "1f1b", overlap_tp=overlap_tp,
                 overlap_dp=src.overlap_dp, overlap_ep=overlap_ep, flash_attention=flash,
                 finetune=finetune, lora_rank=lora_rank, attention_kernel=src.attention_kernel,
-                cross_entropy=src.cross_entropy, fusion=fusion, expert_gemm=expert_gemm)
+                cross_entropy=src.cross_entropy, fusion=fusion, expert_gemm=expert_gemm,
+                offload_activations=offload_layers > 0, offload_layers=offload_layers)
     notes.append(f"grad bytes {grad_bytes}, DP overlap {'on' if src.overlap_dp else 'off'}, "
                  f"{'flash' if flash else 'unfused'} attention")
     if model.is_moe:
