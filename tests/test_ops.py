@@ -9,7 +9,7 @@ import pytest
 from conftest import gpt
 from meshplan.estimate import attention_flops_per_token, matmul_params, model_flops_per_token, saved_bytes
 from meshplan.hardware import load_system
-from meshplan.model import ModelSpec
+from meshplan.model import ModelSpec, load_model
 from meshplan.ops import ACT_BYTES, dense_layer, head_ops, linear_2d, moe_layer
 from meshplan.plan import Plan
 
@@ -214,3 +214,15 @@ def test_eager_is_slower_and_compile_matters_only_where_kernels_differ():
     plain = replace(gpt(layers=2), qkv_bias=False, linear_bias=False)  # LayerNorm, GELU, no biases: nothing to fuse
     assert estimate(plain, cluster, replace(plan, fusion="eager")).step_time == pytest.approx(
         estimate(plain, cluster, plan).step_time)
+
+
+def test_transformer_engine_keeps_the_fp8_copy_of_each_gemm_input():
+    model = load_model("llama3-8b")
+    saved = {}
+    for name, plan in (("bf16", Plan()), ("te_fp8", Plan(precision="fp8")),
+                       ("torchao_fp8", Plan(precision="fp8", cross_entropy="pytorch"))):
+        saved[name] = {op.name: op.saved for op in dense_layer(model, plan) if op.kind == "gemm" and op.phase == "fwd"}
+    # 8192 tokens × 4096 inputs: 2 bytes kept in bf16, 1 byte as TE's fp8 copy; torchao keeps the bf16 input
+    assert saved["bf16"]["attn/qkv"] == 8192 * 4096 * 2
+    assert saved["te_fp8"]["attn/qkv"] == 8192 * 4096 * 1
+    assert saved["torchao_fp8"] == saved["bf16"]
