@@ -107,3 +107,13 @@ def test_estimate_offloads_some_layers(capsys):
     assert code == 0 and plan["offload_activations"] and plan["offload_layers"] == 40
     code, _, err = run([*base, "--offload-layers", "-1"], capsys)
     assert code != 0 and "offload_layers=-1" in err
+
+
+def test_plan_searches_with_the_stacks_expert_gemm(capsys):
+    base = ["plan", "--model", "qwen3-30b-a3b", "--system", "b200", "--gpus", "8", "--global-batch", "64",
+            "--precision", "fp8", "--top", "1", "--no-offload", "--placements", "default", "--json"]
+    per_expert = json.loads(run(base, capsys)[1])
+    code, out, _ = run([*base, "--expert-gemm", "grouped"], capsys)
+    grouped = json.loads(out)
+    assert code == 0 and grouped["plans"][0]["plan"]["expert_gemm"] == "grouped"
+    assert grouped["plans"][0]["step_time_s"] < per_expert["plans"][0]["step_time_s"]

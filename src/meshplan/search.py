@@ -84,11 +84,13 @@ class Space:
     overlap_dp: bool = True
     flash_attention: bool = True
     cp_comm: str = "ring"
+    expert_gemm: str = "per_expert"  # Plan.expert_gemm: how the stack launches MoE expert GEMMs
 
     @property
     def settings(self) -> dict[str, object]:
         return {"precision": self.precision, "grad_bytes": self.grad_bytes, "overlap_tp": self.overlap_tp,
-                "overlap_dp": self.overlap_dp, "flash_attention": self.flash_attention, "cp_comm": self.cp_comm}
+                "overlap_dp": self.overlap_dp, "flash_attention": self.flash_attention, "cp_comm": self.cp_comm,
+                "expert_gemm": self.expert_gemm}
 
 
 @dataclass(frozen=True)
