@@ -762,6 +762,8 @@ def map_run(record: dict[str, Any]) -> Case:
     """Record → Case, or Skip with the reason."""
     record = clean_record(record)
     m = record.get("model") or {}
+    if not m.get("name") and m.get("num_layers") is None:
+        raise Skip("model not recorded")
     unsized = m.get("arch") is None and m.get("num_layers") is None and preset_by_name(str(m.get("name"))) is None
     if unsized or re.search(r"nemotron-3|nemotron-h|mamba", str(m.get("name", "")), re.I):
         raise Skip(f"{m.get('name')}: hybrid Mamba-Transformer (not modelled) and sizes not recorded"
