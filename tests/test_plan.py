@@ -61,3 +61,13 @@ def test_stride_follows_placement():
     assert (plan.stride("tp"), plan.stride("cp"), plan.stride("dp"), plan.stride("pp")) == (1, 8, 16, 64)
     moved = plan.with_(placement=("dp", "tp", "cp", "pp"))
     assert moved.stride("tp") == 4 and moved.stride("dp") == 1
+
+
+
+def test_offload_layers_needs_activation_offload_and_shows_in_the_description():
+    model = load_model("llama3-8b")
+    assert any("needs offload_activations" in r for r in check(model, None, Plan(offload_layers=8)))
+    assert any("non-negative integer" in r for r in check(model, None, Plan(offload_activations=True,
+                                                                             offload_layers=2.5)))
+    plan = Plan(offload_activations=True, offload_layers=8, ep=1)
+    assert "offload-act=8" in plan.describe()

@@ -265,7 +265,8 @@ def test_tflops_prediction_uses_the_source_formula():
 
 
 @pytest.mark.parametrize(("stated", "zero"), [
-    ("DeepSpeed ZeRO-3", 3), ("zero stage 2", 2), ("zero_stage: 1", 1), (3, 3), ("FSDP2 (fully_shard)", 3),
+    ("DeepSpeed ZeRO-3", 3), ("zero stage 2", 2), ("zero_stage: 1", 1), (3, 3), ("3", 3), (2.0, 2),
+    ("FSDP2 (fully_shard)", 3),
     ("HSDP, hybrid shard within the node", 3), ("PyTorch FSDP SHARD_GRAD_OP", 2),
     ("DDP (FSDP=0 in table; distributed optimizer is the NeMo default but not stated)", 1),  # the source default
 ])
@@ -275,6 +276,7 @@ def test_other_sources_state_the_zero_stage_in_their_own_words(stated, zero):
 
 @pytest.mark.parametrize(("stated", "recompute"), [
     (True, "full"), (False, "none"), ("gradient checkpointing", "full"), ("no activation checkpointing", "none"),
+    ("full (not selective)", "full"), ("Full recompute; TP overlap off", "full"), (0, "none"),
     ("selective", "selective"), ("not stated", "none"),  # not stated: Megatron-Bridge's default, none
 ])
 def test_recompute_in_other_words(stated, recompute):
@@ -318,7 +320,7 @@ def test_palm_flops_basis_for_sources_that_count_6n():
 @pytest.mark.parametrize(("gpu", "preset"), [
     ("NVIDIA H800 80GB", "h800"), ("A800-SXM4-80GB", "a800"), ("H20", "h20"), ("H200", "h200"),
     ("GH200", "gh200"), ("AMD Instinct MI300X", "mi300x"), ("MI325X", "mi325x"), ("MI355X", "mi355x"),
-    ("L40S", "l40s"), ("NVIDIA H100 PCIe", "h100-pcie"),
+    ("L40S", "l40s"), ("NVIDIA H100 PCIe", "h100-pcie"), ("8xH20", "h20"), ("NVIDIA GH200 480GB", "gh200"),
 ])
 def test_other_gpus_map_to_their_presets(gpu, preset):
     case = map_run(record(hardware={"gpu": gpu, "num_gpus": 64, "gpus_per_node": 8}, precision="bf16"))
@@ -327,6 +329,7 @@ def test_other_gpus_map_to_their_presets(gpu, preset):
 
 @pytest.mark.parametrize(("name", "preset"), [
     ("Llama-2-7b-hf", "llama2-7b"), ("Mixtral-8x7B-Instruct-v0.1", "mixtral-8x7b"), ("Llama 3.1 405B", "llama3.1-405b"),
+    ("DeepSeek-V3", "deepseek-v3"),
     ("GPT-2 XL", None), ("Llama 2 70B chat", "llama2-70b"),
 ])
 def test_a_record_without_sizes_takes_the_preset_it_names(name, preset):
@@ -387,3 +390,12 @@ def test_gb200_megatron_fsdp_recipes_offload_activations():
     assert case.plan.offload_activations and case.plan.offload_layers == 40 and case.plan.zero == 3
     h100 = map_run(record(parallel={"zero_or_fsdp": "Megatron FSDP (64)", "tp": 1, "pp": 1, "vp": None}))
     assert not h100.plan.offload_activations  # the H100 recipes do not offload
+
+
+def test_flags_written_as_text_and_values_that_are_not_numbers():
+    off = map_run(record(parallel={"sequence_parallel": "false", "async_tp": "no"}))
+    assert not off.plan.sequence_parallel and not off.plan.overlap_tp
+    on = map_run(record(parallel={"sequence_parallel": "true"}))
+    assert on.plan.sequence_parallel
+    (result,) = run_validation([record(measured={"tokens_per_s_per_gpu": "nan", "model_tflops_per_gpu": None})])
+    assert result.skipped and "no comparable measurement" in result.skipped

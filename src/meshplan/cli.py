@@ -85,7 +85,7 @@ def cli() -> None:
 @click.option("--offload-optimizer", is_flag=True)
 @click.option("--offload-activations", is_flag=True)
 @click.option("--offload-layers", type=int, default=0, show_default=True,
-              help="with --offload-activations: layers per stage offloaded (0: all)")
+              help="offload the saved activations of this many layers per stage (0 with --offload-activations: all)")
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8", "fp4"]), default="bf16", show_default=True)
 @click.option("--grad-bytes", type=int, default=4, show_default=True, help="bytes per gradient (4: fp32 main grads)")
 @click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), default=None,

@@ -60,7 +60,7 @@ overlapped communication time (estimate.py applies it wherever a collective is h
 Host-launched kernels: dropless MoE copies the tokens-per-expert counts to the host every layer (Megatron-Core
 MoEAlltoAllTokenDispatcher), and Transformer Engine's GroupedLinear then issues one GEMM (and with fp8 one
 quantization) per local expert from Python (ops.host_launched). With the CPU's lead gone, small expert GEMMs wait
-on the host: ``host_launch`` (fitted: 34 µs per kernel, on the fit half's MoE runs) is the host time per launched
+on the host: ``host_launch`` (fitted: 36 µs per kernel, on the fit half's MoE runs) is the host time per launched
 kernel, including TE's per-expert ``torch.split`` / ``torch.empty`` calls (NVIDIA/TransformerEngine#1499). For scale,
 one TE Linear forward costs 100 µs of CPU on a Grace CPU against 37 µs for torch's (TransformerEngine#2053), and TE's
 fused CuTeDSL grouped MLP for 64 experts 1.2 ms of CPU forward and 2.1 ms backward on GB200 (TransformerEngine#2897).
@@ -128,8 +128,8 @@ class Efficiency:
     gemm: float = 0.848  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
     attention: float = 0.500  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
     overlap_slowdown: float = 0.142  # compute slowdown per second of communication hidden behind it
-    attention_d0: float = 40.0  # head dimension at which the per-score softmax work equals the matmuls'
-    host_launch: float = 34.3e-6  # host seconds per kernel of the per-expert MoE path (ops.host_launched)
+    attention_d0: float = 39.6  # head dimension at which the per-score softmax work equals the matmuls'
+    host_launch: float = 35.7e-6  # host seconds per kernel of the per-expert MoE path (ops.host_launched)
     # ---- documented, not fitted -------------------------------------------------------------------------
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
     gemm_k0: float = 64.0  # per-tile fixed cost, in units of reduction depth (one 64-deep k-block of CUTLASS)

@@ -173,6 +173,8 @@ def activation_bytes(model: ModelSpec, plan: Plan, layer_saved: Num, layer_input
     chunk_layers = layers / plan.vpp
     chunks = in_flight_chunks(plan, last)
     if plan.offload_activations:  # double-buffered: the layer computing and the one being copied
+        # partial offload keeps the kept layers' share of the whole non-offloaded total (with full recompute that
+        # share also scales its one-layer working set: an approximation, exact when every layer is offloaded)
         kept = layers - offloaded_layers(model, plan)
         on_gpu = activation_bytes(model, replace(plan, offload_activations=False), layer_saved, layer_input, last)
         return on_gpu * kept / layers + 2 * layer_saved

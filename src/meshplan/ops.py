@@ -353,13 +353,11 @@ def host_launched(ops: list[OpCost], plan: Plan) -> list[OpCost]:
     (input-gradient pass) before it, plus the per-expert ``torch.split`` / ``torch.empty`` calls whose CPU cost
     TE's maintainers single out (NVIDIA/TransformerEngine#1499). After the sync the CPU has no lead, so
     the GPU waits on these launches whenever each expert's GEMM is shorter than the host's time to issue it.
-    Kernels per expert: 1 per pass in 16 bits; with low precision 2 in the forward and input-gradient passes
-    (quantize + GEMM) and 1 in the weight-gradient pass (it reuses the transposed copies)."""
+    Kernels per expert and pass: the GEMM (here), and with low precision its quantization (forward and
+    input-gradient passes; ``low_precision_casts`` gives those cast ops their own launches)."""
     if plan.expert_gemm != "per_expert":
         return ops
-    low = 1.0 if plan.precision in LOW_PRECISION_BYTES else 0.0
-    per_expert = {"fwd": 1.0 + low, "bwd_x": 1.0 + low, "bwd_w": 1.0}
-    return [replace(op, launches=op.groups * per_expert[op.phase]) if op.kind == "gemm" else op for op in ops]
+    return [replace(op, launches=op.groups) if op.kind == "gemm" else op for op in ops]
 
 
 # ---- eager PyTorch: the kernels a fused stack does not launch -------------------------------------------------
@@ -453,15 +451,16 @@ def low_precision_casts(ops: list[OpCost], plan: Plan) -> list[OpCost]:
     each GEMM's saved input shrinks to the low-precision bytes; a Megatron-Core stack (``plan.cross_entropy =
     "fused"``) runs TE. torchao's Float8Linear (torchtitan) keeps the 16-bit input and re-quantizes it in the
     backward pass, which its published peak memory confirms (8B FSDP: 76.8 GiB with float8 against 82.4 bf16,
-    not the ~30 % less an fp8 copy would give)."""
+    not the ~30 % less an fp8 copy would give). With LoRA the bf16 adapters re-read the 16-bit input, which stays.
+    Host-launched GEMMs (per-expert MoE, ``host_launched``) launch one quantization per expert as well."""
     low = LOW_PRECISION_BYTES.get(plan.precision)
     if low is None:
         return ops
     per_elem = ACT_BYTES + 2 * low
     casts = [OpCost(op.name + "/cast", op.phase, "memory", 0.0, per_elem * op.groups * (
-        op.m * op.k if op.phase == "fwd" else op.m * op.n))
+        op.m * op.k if op.phase == "fwd" else op.m * op.n), launches=op.launches)
              for op in ops if op.kind == "gemm" and op.phase in ("fwd", "bwd_x") and op.variant != "bf16"]
-    if plan.cross_entropy == "fused":
+    if plan.cross_entropy == "fused" and plan.finetune != "lora":
         ops = [replace(op, saved=op.saved * low / ACT_BYTES)
                if op.kind == "gemm" and op.phase == "fwd" and op.variant != "bf16" else op for op in ops]
     return ops + casts

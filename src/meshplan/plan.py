@@ -149,7 +149,11 @@ class Plan:
         if self.schedule != "1f1b" and self.pp > 1:
             parts.append(self.schedule)
         parts += [name for name, on in (("offload-opt", self.offload_optimizer),
-                                        ("offload-act", self.offload_activations)) if on]
+                                        ("offload-act", self.offload_activations and not self.offload_layers)) if on]
+        if self.offload_activations and self.offload_layers:
+            parts.append(f"offload-act={self.offload_layers}")
+        if self.expert_gemm != "per_expert" and self.ep > 1:
+            parts.append(f"experts-{self.expert_gemm}")
         shown = [a for a in self.placement if getattr(self, a) > 1]
         if shown != [a for a in DENSE_AXES if getattr(self, a) > 1]:
             parts.append("placement=" + ",".join(shown))
@@ -274,8 +278,10 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> lis
         reasons.append(f"recompute={plan.recompute!r} must be one of {', '.join(RECOMPUTE)}")
     if plan.recompute_layers < 0:
         reasons.append(f"recompute_layers={plan.recompute_layers} must be >= 0")
-    if plan.offload_layers < 0:
-        reasons.append(f"offload_layers={plan.offload_layers} must be >= 0")
+    if not isinstance(plan.offload_layers, int) or isinstance(plan.offload_layers, bool) or plan.offload_layers < 0:
+        reasons.append(f"offload_layers={plan.offload_layers!r} must be a non-negative integer")
+    elif plan.offload_layers and not plan.offload_activations:
+        reasons.append(f"offload_layers={plan.offload_layers} needs offload_activations")
     if plan.precision not in PRECISION:
         reasons.append(f"precision={plan.precision!r} must be one of {', '.join(PRECISION)}")
     elif cluster is not None and plan.precision not in cluster.accelerator.peak_flops and (

@@ -30,7 +30,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from meshplan.batch import PlanBatch
+from meshplan.batch import CATEGORICAL, PlanBatch
 from meshplan.efficiency import DEFAULT, Efficiency
 from meshplan.estimate import (
     Estimate,
@@ -375,6 +375,9 @@ def _combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list[_Com
 
 # ---- evaluation ------------------------------------------------------------------------------------------------
 _UNIT_KEYS = ("tp", "tp2", "cp", "micro_batch", "ep", "etp", "summa_panels")
+# settings the search's grid varies itself (each part of the step is computed per value); every other categorical
+# setting of the batch (precision, expert_gemm …) is the plans' own and goes into the per-key units
+_GRID_SETTINGS = ("recompute", "zero", "offload_optimizer", "offload_activations", "schedule")
 _UNIT_STRIDES = ("tp", "tp2", "cp", "pp")
 
 
@@ -405,9 +408,7 @@ def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, recomputes:
     strides = {a: batch.stride(a)[first] for a in _UNIT_STRIDES} | {"dp": ones}  # any row of a key will do
     keyed = PlanBatch(dp=ones, pp=ones, vpp=ones, global_batch=cols["micro_batch"], placement_id=0 * ones,
                       placements=batch.placements, strides=strides, **cols,
-                      **{k: getattr(batch, k) for k in ("sequence_parallel", "precision", "grad_bytes",
-                                                        "overlap_tp", "flash_attention", "tensor_layout",
-                                                        "cp_comm")})
+                      **{k: getattr(batch, k) for k in CATEGORICAL if k not in _GRID_SETTINGS})
     if batch.tensor_layout == "summa":
         options = [_panels(model.hidden_size, int(t), int(t2)) for t, t2 in zip(cols["tp"], cols["tp2"], strict=True)]
     else:

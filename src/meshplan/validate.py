@@ -111,11 +111,14 @@ def preset_by_name(name: str) -> str | None:
     """The preset a record names when it gives no sizes: equal names once case, separators and a trailing
     "-Instruct" / "-hf" / "-v0.1" are dropped ("Llama-2-7b-hf" → llama2-7b; "GPT-2 XL" is not gpt2)."""
     stripped = name.strip()
-    while NAME_SUFFIXES.search(stripped):
+    while True:  # the name as given first ("DeepSeek-V3" is a preset), then without one suffix more each time
+        key = _norm_name(stripped)
+        found = [p for p in _presets() if _norm_name(p) == key]
+        if found:
+            return found[0] if len(found) == 1 else None
+        if not NAME_SUFFIXES.search(stripped):
+            return None
         stripped = NAME_SUFFIXES.sub("", stripped)
-    key = _norm_name(stripped)
-    found = [p for p in _presets() if _norm_name(p) == key]
-    return found[0] if len(found) == 1 else None
 
 
 def map_model(m: dict[str, Any]) -> tuple[ModelSpec, list[str]]:
@@ -189,7 +192,7 @@ GPU_SYSTEMS: tuple[tuple[str, str], ...] = (
     (r"H200", "h200"),
     (r"H800", "h800"),
     (r"A800", "a800"),
-    (r"\bH20\b", "h20"),
+    (r"H20(?!\d)", "h20"),  # H20, 8xH20; not H200 / GH200
     (r"MI300X?\b", "mi300x"),
     (r"MI325X", "mi325x"),
     (r"MI355X", "mi355x"),
@@ -405,7 +408,7 @@ FUSED_SINK_ATTENTION_FROM = (26, 6)
 # Megatron-Bridge PR #4535). Earlier releases, other precisions and Hopper keep TE GroupedLinear's per-expert
 # cuBLAS GEMMs after the per-layer tokens-per-expert sync (Megatron-Core MoEAlltoAllTokenDispatcher).
 GROUPED_EXPERT_GEMM_FROM = (26, 6)
-BLACKWELL = ("B200", "GB200", "B300", "GB300")
+BLACKWELL = re.compile(r"B[23]00")  # B200, GB200, B300, GB300
 
 
 def _expert_gemm(record: dict[str, Any], model: ModelSpec) -> tuple[str, str]:
@@ -414,7 +417,7 @@ def _expert_gemm(record: dict[str, Any], model: ModelSpec) -> tuple[str, str]:
     release = _release(record)
     gpu = str((record.get("hardware") or {}).get("gpu", "")).upper()
     mx = "mxfp8" in str(record.get("precision") or "").lower()
-    if release is not None and release >= GROUPED_EXPERT_GEMM_FROM and gpu in BLACKWELL and mx:
+    if release is not None and release >= GROUPED_EXPERT_GEMM_FROM and BLACKWELL.search(gpu) and mx:
         return "grouped", ("expert GEMMs as one fused grouped kernel in full-iteration CUDA graphs (the release's "
                            "MXFP8 Blackwell MoE recipes: Megatron-Bridge PR #4249 / #4606)")
     return "per_expert", ("expert GEMMs launched per expert by the host after the per-layer tokens-per-expert sync "
@@ -502,10 +505,10 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
         sp = tp > 1 if src.sequence_parallel is None else (src.sequence_parallel and tp > 1)
         if tp > 1:
             notes.append(f"sequence parallelism {'on' if sp else 'off'} (not stated)")
-    sp = bool(sp) and tp > 1
+    sp = _flag(sp) and tp > 1
     overlap_tp = src.overlap_tp and tp > 1 and precision != "fp4"
     if p.get("async_tp") is not None:
-        overlap_tp = bool(p["async_tp"]) and tp > 1
+        overlap_tp = _flag(p["async_tp"]) and tp > 1
     elif tp > 1:
         notes.append(f"TP communication {'overlapped' if overlap_tp else 'exposed'} (not stated)")
     task = record.get("task", "pretrain")
@@ -570,13 +573,25 @@ def _precision(record: dict[str, Any], notes: list[str]) -> str:
     return "bf16"
 
 
+NEGATIVE = ("none", "no", "false", "off", "disabled", "0", "0.0")
+
+
+def _flag(value: Any) -> bool:
+    """A stated on/off setting: a bool, a number, or text ("false", "no", "off", "disabled" are off)."""
+    if isinstance(value, str):
+        return value.strip().lower() not in NEGATIVE
+    return bool(value)
+
+
+NO_RECOMPUTE = re.compile(r"\b(no|not|without)\s+(activation\s+)?(recompute|recomputation|checkpoint)")
 ZERO_STAGE = re.compile(r"zero[\s_-]*(?:stage)?[\s_:=-]*([0-3])\b")
 
 
 def _zero(p: dict[str, Any], src: SourceDefaults) -> tuple[int, str]:
     raw = p.get("zero_or_fsdp")
-    if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw <= 3:
-        return raw, f"ZeRO-{raw} (stated)"
+    stage_number = None if isinstance(raw, bool) else _number(raw)
+    if isinstance(stage_number, (int, float)) and stage_number in (0, 1, 2, 3):
+        return int(stage_number), f"ZeRO-{int(stage_number)} (stated)"
     text = str(raw or "").lower()
     stage = ZERO_STAGE.search(text)
     if stage:  # DeepSpeed / Megatron-DeepSpeed wording: "ZeRO-3", "zero stage 2", "zero_stage: 1"
@@ -595,15 +610,15 @@ def _zero(p: dict[str, Any], src: SourceDefaults) -> tuple[int, str]:
 
 def _recompute(p: dict[str, Any], model: ModelSpec, pp: int, src: SourceDefaults) -> tuple[str, int, str]:
     raw = p.get("activation_recompute")
-    raw = str(raw).lower() if isinstance(raw, bool) else str(raw or "").lower()
-    text = re.sub(r"not stated|unstated|unknown|n/a", "", raw).strip()
+    raw = "" if raw is None else str(raw).lower()
+    text = re.sub(r"not stated|unstated|unknown|n/a|\bnot\s+(selective|full)", "", raw).strip()
     layers = -(-model.num_layers // pp)
     if "(layer)" in text or "(op)" in text or (src.name == "torchtitan" and text == "selective"):
         half = max(1, layers // 2)
         kind = "op" if "(layer)" not in text else "layer"
         return "full", half, (f"torchtitan selective AC ({kind}) as full recompute of every other layer "
                               f"({half} of {layers}); op-SAC recomputes every second matmul, about the same work")
-    if text in ("none", "0") or re.search(r"\bno\b|\bnot\b|\boff\b|false|disabled", text):
+    if text in NEGATIVE or NO_RECOMPUTE.search(text):
         return "none", 0, "no activation recompute (stated)"
     if "selective" in text:
         return "selective", 0, "selective recompute of the attention core (stated)"
@@ -724,16 +739,23 @@ FLAG_FIELDS = {"activation_recompute", "zero_or_fsdp", "interleaved_schedule", "
 
 def _number(value: Any) -> Any:
     """A numeric field as a number: "8,192" → 8192, "1.5e3" → 1500.0, "n/a" / "" / lists → None."""
-    if value is None or isinstance(value, (bool, int, float)):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (bool, int)):
         return value
-    if isinstance(value, str):
-        text = value.replace(",", "").replace("_", "").strip()
-        try:
-            number = float(text)
-        except ValueError:
+    if isinstance(value, str):  # a leading number, alone or before a remark: "8", "1,664.5", "8 (derived)", "45 %"
+        found = LEADING_NUMBER.match(value.replace(",", "").replace("_", ""))
+        if not found:
+            return None
+        text = found.group(1)
+        number = float(text)
+        if not math.isfinite(number):
             return None
         return int(number) if number.is_integer() and "." not in text and "e" not in text.lower() else number
     return None
+
+
+LEADING_NUMBER = re.compile(r"\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(?=\s|\(|%|$)")
 
 
 def _field(key: str, value: Any) -> Any:
@@ -904,14 +926,15 @@ def run_validation(records: Sequence[dict[str, Any]], group: str | None = None, 
             results.append(RunResult(id=rid, group=grp, skipped=reason, in_fit_set=in_fit_set(rid)))
             continue
         try:
-            results.append(evaluate_case(map_run(fill_from_siblings(record, cleaned)), eff))
+            try:
+                case = map_run(fill_from_siblings(record, cleaned))
+            except (ArithmeticError, LookupError, TypeError, ValueError) as exc:  # a record the mapping misreads
+                raise Skip(f"record not understood ({type(exc).__name__}: {exc})") from exc
+            results.append(evaluate_case(case, eff))
         except (Skip, PlanError) as exc:
             results.append(RunResult(id=rid, group=grp, skipped=str(exc), in_fit_set=in_fit_set(rid)))
         except MeshplanError as exc:
             results.append(RunResult(id=rid, group=grp, skipped=f"invalid input: {exc}", in_fit_set=in_fit_set(rid)))
-        except (ArithmeticError, LookupError, TypeError, ValueError) as exc:  # a record this mapping misreads
-            results.append(RunResult(id=rid, group=grp, in_fit_set=in_fit_set(rid),
-                                     skipped=f"record not understood ({type(exc).__name__}: {exc})"))
     return results
 
 
