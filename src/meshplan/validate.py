@@ -730,8 +730,8 @@ def pick_metric(record: dict[str, Any]) -> tuple[str, float, str]:
     raise Skip("no comparable measurement" + (f" (only {', '.join(stated)})" if stated else ": all values null"))
 
 
-# Record fields that hold text, and fields that hold a flag or text; every other field of these sections is a
-# number or null.
+# Record fields that hold text, and fields that hold a flag or text; every other field of these sections is read
+# as a number (text that does not start with one, such as "2M", becomes null: nothing here reads such fields).
 TEXT_FIELDS = {"name", "arch", "arch_source", "gpu", "system", "interconnect", "pp_schedule", "mp_mode"}
 FLAG_FIELDS = {"activation_recompute", "zero_or_fsdp", "interleaved_schedule", "sequence_parallel",
                "distributed_optimizer", "async_tp"}
