@@ -399,3 +399,20 @@ def test_flags_written_as_text_and_values_that_are_not_numbers():
     assert on.plan.sequence_parallel
     (result,) = run_validation([record(measured={"tokens_per_s_per_gpu": "nan", "model_tflops_per_gpu": None})])
     assert result.skipped and "no comparable measurement" in result.skipped
+
+
+def test_the_gpu_count_comes_from_nodes_or_from_the_parallel_sizes():
+    by_nodes = map_run(record(hardware={"gpu": "H100", "num_gpus": None, "num_nodes": 8, "gpus_per_node": 8}))
+    assert by_nodes.cluster.num_gpus == 64 and any("8 nodes x 8" in a for a in by_nodes.assumptions)
+    by_sizes = map_run(record(hardware={"gpu": "H100", "num_gpus": None}, parallel={"dp": 2}))
+    assert by_sizes.cluster.num_gpus == 2 * 4 * 8  # dp 2 × tp 4 × pp 8
+
+
+@pytest.mark.parametrize(("measured", "metric", "value"), [
+    ({"step_time_ms": 1500.0}, "iteration_time_s", 1.5), ({"mfu": 0.41}, "mfu_pct", 41.0),
+    ({"mfu": 41.0}, "mfu_pct", 41.0),
+    ({"samples_per_s": 2.0}, "tokens_per_s_total", 2.0 * 8192),
+])
+def test_other_names_for_the_measured_quantities(measured, metric, value):
+    case = map_run(record(measured={"tokens_per_s_per_gpu": None, "model_tflops_per_gpu": None} | measured))
+    assert case.metric == metric and case.measured == pytest.approx(value)

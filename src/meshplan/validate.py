@@ -766,6 +766,30 @@ def _field(key: str, value: Any) -> Any:
     return value if key in FLAG_FIELDS else _number(value)
 
 
+# Other names for the schema's measured quantities: (name, canonical name, factor).
+MEASURE_ALIASES: tuple[tuple[str, str, float], ...] = (
+    ("step_time_s", "iteration_time_s", 1.0), ("iteration_time_ms", "iteration_time_s", 1e-3),
+    ("step_time_ms", "iteration_time_s", 1e-3), ("tokens_per_s_per_device", "tokens_per_s_per_gpu", 1.0),
+    ("tokens_per_s", "tokens_per_s_total", 1.0), ("mfu", "mfu_pct", 100.0), ("hfu", "hfu_pct", 100.0),
+)
+
+
+def _canonical_measures(measured: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
+    """``measured`` with the schema's names where a source used another (``mfu`` as a fraction → ``mfu_pct``;
+    sequences per second × the sequence length → ``tokens_per_s_total``)."""
+    out = dict(measured)
+    for name, canonical, factor in MEASURE_ALIASES:
+        value = out.get(name)
+        if out.get(canonical) is None and isinstance(value, (int, float)):
+            percent_already = canonical.endswith("_pct") and value > 1  # "mfu": 41 means 41 %, not 4100 %
+            out[canonical] = value if percent_already else value * factor
+    seq = model.get("seq_length")
+    for name in ("samples_per_s", "sequences_per_s"):
+        if out.get("tokens_per_s_total") is None and isinstance(out.get(name), (int, float)) and seq:
+            out["tokens_per_s_total"] = out[name] * seq
+    return out
+
+
 def clean_record(record: dict[str, Any]) -> dict[str, Any]:
     """The record with its model / hardware / parallel / measured sections as dicts of plain values, so that a
     file from another source (numbers as strings, "n/a", nested values) maps or skips with a reason."""
@@ -774,10 +798,29 @@ def clean_record(record: dict[str, Any]) -> dict[str, Any]:
         raw = record.get(section)
         values = raw if isinstance(raw, dict) else {}
         out[section] = {k: _field(k, v) for k, v in values.items()}
+    out["measured"] = _canonical_measures(out["measured"], out["model"])
     for key in ("id", "group", "framework", "precision", "flops_accounting", "notes", "task"):
         if out.get(key) is not None and not isinstance(out[key], str):
             out[key] = str(out[key])
     return out
+
+
+def _gpu_count(record: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The hardware section with ``num_gpus``: as recorded, else nodes × GPUs per node, else the product of the
+    stated parallel sizes (dp·tp·pp·cp)."""
+    hw = dict(record.get("hardware") or {})
+    if _int(hw.get("num_gpus")):
+        return hw, ""
+    nodes, per_node = _int(hw.get("num_nodes") or hw.get("nodes")), _int(hw.get("gpus_per_node"))
+    if nodes and per_node:
+        hw["num_gpus"] = nodes * per_node
+        return hw, f"{nodes * per_node} GPUs = {nodes} nodes x {per_node} (num_gpus not recorded)"
+    p = record.get("parallel") or {}
+    sizes = [_int(p.get(k)) for k in ("dp", "tp", "pp", "cp")]
+    if sizes[0]:
+        hw["num_gpus"] = math.prod(x or 1 for x in sizes)
+        return hw, f"{hw['num_gpus']} GPUs = dp*tp*pp*cp (num_gpus not recorded)"
+    return hw, ""
 
 
 def map_run(record: dict[str, Any]) -> Case:
@@ -793,7 +836,9 @@ def map_run(record: dict[str, Any]) -> Case:
                    else f"{m.get('name')}: model sizes not recorded")
     metric, value, basis = pick_metric(record)
     model, notes = map_model(m)
-    cluster, hw_notes = map_cluster(record.get("hardware") or {})
+    hardware, count_note = _gpu_count(record)
+    cluster, hw_notes = map_cluster(hardware)
+    hw_notes += [count_note] if count_note else []
     plan, plan_notes = map_plan(record, model, cluster)
     notes += hw_notes + plan_notes
     if "mtp" in record["id"].lower() and "withoutmtp" not in record["id"].lower():
