@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from meshplan.efficiency import DEFAULT, MATMUL, Efficiency
+from meshplan.recipes import SOURCES
 from meshplan.validate import (
-    SOURCES,
     RunResult,
     _finite,
     in_fit_set,

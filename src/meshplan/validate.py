@@ -26,39 +26,21 @@ import re
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from meshplan import recipes
 from meshplan.efficiency import DEFAULT, Efficiency
 from meshplan.errors import MeshplanError, PlanError, SpecError
 from meshplan.hardware import Cluster, load_system
 from meshplan.model import ModelSpec, load_model, preset_names
 from meshplan.plan import Plan, check
+from meshplan.recipes import SourceDefaults, source_defaults
+from meshplan.records import NEGATIVE, clean_record, flag, number, positive_int, read_runs
 from meshplan.units import GiB
 
 # ---- records ------------------------------------------------------------------------------------------------
-
-
-def read_runs(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a JSONL file (blank lines ignored); a malformed line is a SpecError naming it."""
-    runs = []
-    try:
-        lines = Path(path).read_text().splitlines()
-    except FileNotFoundError:
-        raise SpecError(f"validation file {str(path)!r}: no such file") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{path}:{number}: malformed JSON: {exc.msg}") from None
-        if not isinstance(record, dict) or "id" not in record:
-            raise SpecError(f"{path}:{number}: a record must be an object with an 'id'")
-        runs.append(record)
-    return runs
 
 
 class Skip(Exception):
@@ -239,89 +221,6 @@ def map_cluster(hw: dict[str, Any]) -> tuple[Cluster, list[str]]:
     return system.cluster(int(n), **overrides), notes
 
 
-# ---- the sources' defaults ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SourceDefaults:
-    """What a framework release does when its table does not say; each default carries its source."""
-
-    name: str
-    match: str  # regex on "group framework"
-    sequence_parallel: bool | None  # None: on when tp > 1
-    overlap_tp: bool  # TP communication overlapped with GEMMs when tp > 1
-    overlap_dp: bool
-    zero: int  # when the record does not say
-    grad_bytes: int
-    recompute: str  # when the record does not say
-    flash_attention: bool
-    why: str
-    attention_kernel: str = "fused"  # Plan.attention_kernel: "fused" (cuDNN / FA3) or "fa2"
-    cross_entropy: str = "fused"  # Plan.cross_entropy: "fused" (Megatron vocab-parallel) or "pytorch"
-    fusion: str = "fused"  # Plan.fusion: "eager" for a PyTorch-eager stack (fused where the record says torch.compile)
-    whole_batch: bool = False  # no gradient accumulation: an unstated micro-batch is global batch / dp
-
-
-SOURCES: tuple[SourceDefaults, ...] = (
-    SourceDefaults("Megatron-LM 2020", r"megatron_readme_2020|megatron2020", False, False, False, 0, 2, "full",
-                   False, "Megatron-LM 2020 (before pipeline parallelism): --batch-size is the per-GPU batch, no "
-                   "gradient accumulation; no sequence parallelism or TP overlap; fp16 gradients all-reduced after "
-                   "the backward pass; unfused softmax attention; --checkpoint-activations in its example scripts",
-                   whole_batch=True),
-    SourceDefaults("Megatron-LM 2021", r"narayanan|megatron_readme", False, False, False, 0, 2, "full", False,
-                   "Megatron-LM 2020-21: no sequence parallelism or TP overlap yet, fp16 gradients all-reduced "
-                   "after the backward pass, no distributed optimizer, unfused softmax attention, full "
-                   "activation checkpointing (--checkpoint-activations in its example scripts)"),
-    SourceDefaults("Megatron-LM 2022", r"korthikanti", False, False, False, 0, 2, "full", False,
-                   "Korthikanti et al. 2022: Megatron-LM of 2022 (no TP overlap, no distributed optimizer, "
-                   "fused-softmax attention, no FlashAttention), dp = 1 benchmark"),
-    SourceDefaults("Megatron-DeepSpeed (BLOOM)", r"bloom|megatron[-_ ]deepspeed", False, False, False, 1, 4, "full",
-                   False,
-                   "Megatron-DeepSpeed 2022: no sequence parallelism, BF16_Optimizer (ZeRO-1) with fp32 "
-                   "gradient reduction after the backward pass, no FlashAttention"),
-    SourceDefaults("Megatron-Core 2024", r"megatron_core", None, True, True, 1, 4, "none", True,
-                   "Megatron-Core r0.8 README scaling runs: --overlap-grad-reduce --overlap-param-gather "
-                   "--tp-comm-overlap (stated), distributed optimizer, fp32 gradient reduction (bf16 default), "
-                   "TE fused attention, sequence parallelism with tp > 1, no recompute flag given"),
-    SourceDefaults("Megatron-Bridge", r"megatron_bridge|mbridge", None, True, True, 1, 2, "none", True,
-                   "Megatron-Bridge scripts/performance: sequence parallelism with tp > 1, userbuffers TP overlap "
-                   "(off for nvfp4), distributed optimizer with overlapped grad reduce / param gather, "
-                   "grad_reduce_in_fp32 = False (set_basic_perf_overrides), TE attention, no recompute except "
-                   "a few memory-bound recipes"),
-    SourceDefaults("NeMo 24.x", r"nemo", None, True, True, 1, 4, "none", True,
-                   "NeMo 24.03/24.07 performance recipes: sequence parallelism and userbuffers TP overlap with "
-                   "tp > 1, distributed optimizer with overlapped grad reduce / param gather, fp32 main grads, "
-                   "FlashAttention (TE), no activation recompute"),
-    SourceDefaults("Megatron-LM examples", r"megatron_lm_examples", None, True, True, 1, 4, "none", True,
-                   "Megatron-LM examples/llama (configs follow the NeMo performance scripts): as NeMo"),
-    SourceDefaults("MosaicML llm-foundry", r"mosaic", False, False, True, 3, 4, "none", True,
-                   "llm-foundry benchmarks: PyTorch FSDP (prefetching, overlapped), Composer mixed_precision "
-                   "DEFAULT = bf16 params, fp32 gradient reduce-scatter; FlashAttention-2-class kernels (2023: "
-                   "FA2 / Triton flash attention, written for Ampere); PyTorch eager (no torch.compile), the model's "
-                   "default loss_fn fused_crossentropy (flash-attn's fused kernel)", "fa2", fusion="eager"),
-    SourceDefaults("torchtitan", r"torchtitan", None, False, True, 3, 4, "none", True,
-                   "torchtitan: FSDP2 (reshard after forward, prefetch), mixed_precision_reduce = float32, "
-                   "sequence parallelism inside its TP plan, PyTorch SDPA flash backend (FlashAttention-2); async TP "
-                   "only where stated; loss = F.cross_entropy(pred.float()) in eager autograd (the loss is not "
-                   "compiled at the benchmark commit); the blocks in eager PyTorch unless the row says torch.compile",
-                   "fa2", cross_entropy="pytorch", fusion="eager"),
-    # Stacks that run Hugging Face model code in eager PyTorch under DeepSpeed ZeRO or accelerate / Trainer FSDP.
-    SourceDefaults("DeepSpeed / Hugging Face",
-                   r"deepspeed|hugging ?face|transformers|accelerate|llama[-_ ]?factory|axolotl",
-                   False, False, True, 3, 4, "none", True,
-                   "Hugging Face model code in eager PyTorch (one kernel per aten op; F.cross_entropy on fp32 logits) "
-                   "with FlashAttention-2 (attn_implementation='flash_attention_2'), data parallel with ZeRO-3 / FSDP "
-                   "full shard (prefetch overlapped), fp32 gradient accumulation, no tensor or sequence parallelism, "
-                   "no recompute unless stated", "fa2", cross_entropy="pytorch", fusion="eager"),
-)
-GENERIC = SourceDefaults("generic", r"", None, False, True, 1, 4, "none", True,
-                         "no source profile matched: sequence parallelism with tp > 1, distributed optimizer, "
-                         "fp32 gradients, no recompute, FlashAttention")
-
-
-def source_defaults(record: dict[str, Any]) -> SourceDefaults:
-    text = f"{record.get('group', '')} {record.get('framework', '')}".lower()
-    return next((s for s in SOURCES if re.search(s.match, text)), GENERIC)
-
-
 # ---- plan ---------------------------------------------------------------------------------------------------
 PRECISIONS: tuple[tuple[str, str], ...] = (  # first match wins, on the source's precision text
     (r"nvfp4|fp4", "fp4"),
@@ -331,110 +230,12 @@ PRECISIONS: tuple[tuple[str, str], ...] = (  # first match wins, on the source's
 )
 
 
-def _int(value: Any) -> int | None:
-    """A parallel size or batch as a positive integer; None when not stated (a size below 1 says nothing)."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return int(value) if value >= 1 else None
-    found = re.search(r"\d+", str(value))
-    return int(found.group()) if found and int(found.group()) >= 1 else None
-
-
-# Megatron-Bridge performance recipes that turn on the EP all-to-all overlap (``moe_a2a_overlap=True`` →
-# Megatron-Core --overlap-moe-expert-parallel-comm): (regex on "group model gpu", minimum global batch, source).
-# Every other MoE recipe of those files leaves it off (Qwen3 30B, Qwen3 235B on B200/GB200, DeepSeek-V3 on B200/GB200,
-# GPT-OSS V1).
-# GPT-OSS-120B's GB200 "V2" variant (GBS 1280, gpt_oss_workload_base_configs.py) also sets it, but which
-# releases ran V2 cannot be pinned from the tables (V1 and V2 coexist in one file), so it is not assumed.
-MOE_A2A_OVERLAP: tuple[tuple[str, int, str], ...] = (
-    (r"megatron_bridge.*deepseek-v3.*h100", 0,
-     "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py: "
-     "DEEPSEEK_V3_H100_BASE_CONFIG moe_flex_dispatcher_backend='deepep', moe_a2a_overlap=True"),
-    (r"megatron_bridge_(25\.1[12]|2[6-9])\S*.*qwen3-235b.*h100", 0,
-     "Megatron-Bridge scripts/performance/configs/qwen/qwen3_workload_base_configs.py (from the 25.11 recipes "
-     "on): QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_BF16_V1 / _FP8_CS_V1 tp 2, pp 8, vp 4, ep 32, moe_a2a_overlap=True"),
-)
-
-
-# Megatron-Bridge recipes that offload the saved activations of some layers to the Grace CPU's memory
-# (cpu_offloading_num_layers; Megatron-Core --cpu-offloading with Transformer Engine's offload handler), on the
-# Megatron-FSDP GB200 runs: (regex on "group model gpu zero_or_fsdp", layers, source).
-CPU_OFFLOAD: tuple[tuple[str, int, str], ...] = (
-    (r"megatron_bridge.*llama3-70b gb200 megatron fsdp", 40,
-     "Megatron-Bridge scripts/performance/configs/llama: LLAMA3_70B_GB200_64GPUS_FP8_CS_PARALLEL_CONFIG / "
-     "LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS: use_megatron_fsdp=True, micro_batch_size=2, "
-     "cpu_offloading_num_layers=40"),
-    (r"megatron_bridge.*llama3\.1-405b gb200 megatron fsdp", 95,
-     "Megatron-Bridge scripts/performance/configs/llama31: LLAMA31_405B_GB200_128GPUS_FP8_CS_PARALLEL_CONFIG: tp 2, "
-     "use_megatron_fsdp=True, cpu_offloading_num_layers=95"),
-)
-
-
-def _cpu_offload(record: dict[str, Any]) -> tuple[int, str]:
-    p = record.get("parallel") or {}
-    key = " ".join(str(x) for x in (record.get("group", ""), (record.get("model") or {}).get("name", ""),
-                                    (record.get("hardware") or {}).get("gpu", ""), p.get("zero_or_fsdp") or "")).lower()
-    for pattern, layers, why in CPU_OFFLOAD:
-        if re.search(pattern, key):
-            return layers, f"activations of {layers} layers offloaded to host memory ({why})"
-    return 0, ""
-
-
-def _overlap_ep(record: dict[str, Any], model: ModelSpec, gbs: int) -> tuple[bool, str]:
-    if not model.is_moe:
-        return False, ""
-    key = " ".join(str(x) for x in (record.get("group", ""), (record.get("model") or {}).get("name", ""),
-                                    (record.get("hardware") or {}).get("gpu", ""))).lower()
-    for pattern, min_gbs, why in MOE_A2A_OVERLAP:
-        if re.search(pattern, key) and gbs >= min_gbs:
-            return True, f"EP all-to-all overlapped with compute ({why})"
-    return False, "EP all-to-all exposed (the release's recipe does not set moe_a2a_overlap)"
-
-
-# Attention with learnable sinks (GPT-OSS, softmax_type="learnable") has no FlashAttention kernel, and cuDNN's
-# FusedAttention supports it only from cuDNN 9.18: Transformer Engine falls back to UnfusedDotProductAttention
-# (NVIDIA/TransformerEngine#2318, TE 2.8 + cuDNN 9.10; verl-project/verl#5224, 2026-02: "all current ... NeMo
-# containers ship cuDNN 9.11-9.16"). Megatron-Bridge releases before this one are evaluated with unfused
-# attention for such models (26.04 / 26.04.01 assumed still below cuDNN 9.18: not stated by the sources).
-FUSED_SINK_ATTENTION_FROM = (26, 6)
-
-
-# Expert GEMMs launched without the host in the loop (Plan.expert_gemm = "grouped"): from the 26.06 release the
-# Megatron-Bridge MXFP8 MoE recipes on Blackwell run full-iteration CUDA graphs with Transformer Engine's fused
-# CuTeDSL grouped MLP (one kernel for all experts, on-device group sizes, TE 2.14+) and sync-free paged stashing
-# (Megatron-Bridge PR #4249 / #4211 for Qwen3 on GB200/GB300, "MXFP8 CuTeDSL Fusion and Full-Iter CUDA Graphs for
-# 26.06"; #4606 for B200/B300; the GPT-OSS V2 and DeepSeek-V3 MXFP8 recipes likewise; NeMo 26.06 ships TE 2.16,
-# Megatron-Bridge PR #4535). Earlier releases, other precisions and Hopper keep TE GroupedLinear's per-expert
-# cuBLAS GEMMs after the per-layer tokens-per-expert sync (Megatron-Core MoEAlltoAllTokenDispatcher).
-GROUPED_EXPERT_GEMM_FROM = (26, 6)
-BLACKWELL = re.compile(r"B[23]00")  # B200, GB200, B300, GB300
-
-
-def _expert_gemm(record: dict[str, Any], model: ModelSpec) -> tuple[str, str]:
-    if not model.is_moe:
-        return "per_expert", ""
-    release = _release(record)
-    gpu = str((record.get("hardware") or {}).get("gpu", "")).upper()
-    mx = "mxfp8" in str(record.get("precision") or "").lower()
-    if release is not None and release >= GROUPED_EXPERT_GEMM_FROM and BLACKWELL.search(gpu) and mx:
-        return "grouped", ("expert GEMMs as one fused grouped kernel in full-iteration CUDA graphs (the release's "
-                           "MXFP8 Blackwell MoE recipes: Megatron-Bridge PR #4249 / #4606)")
-    return "per_expert", ("expert GEMMs launched per expert by the host after the per-layer tokens-per-expert sync "
-                          "(TE GroupedLinear, Megatron-Core dropless token dispatcher)")
-
-
-def _release(record: dict[str, Any]) -> tuple[int, ...] | None:
-    found = re.search(r"megatron_bridge_(\d+)\.(\d+)", str(record.get("group", "")))
-    return (int(found.group(1)), int(found.group(2))) if found else None
-
-
 def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tuple[Plan, list[str]]:
     p, src = record.get("parallel") or {}, source_defaults(record)
     notes = [f"defaults: {src.name}"] + ([record["_borrowed"]] if record.get("_borrowed") else [])
     n = cluster.num_gpus
-    tp, pp, cp = (_int(p.get(k)) or 1 for k in ("tp", "pp", "cp"))
-    dp = _int(p.get("dp"))
+    tp, pp, cp = (positive_int(p.get(k)) or 1 for k in ("tp", "pp", "cp"))
+    dp = positive_int(p.get("dp"))
     if n % (tp * pp * cp):
         raise Skip(f"tp*pp*cp = {tp * pp * cp} does not divide {n} GPUs")
     if dp is None:
@@ -442,15 +243,15 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
         notes.append(f"dp = gpus/(tp*pp*cp) = {dp}")
     elif dp * tp * pp * cp != n:
         raise Skip(f"dp*tp*pp*cp = {dp * tp * pp * cp} != {n} GPUs as recorded")
-    ep = _int(p.get("ep")) or 1
-    etp = _int(p.get("etp"))
+    ep = positive_int(p.get("ep")) or 1
+    etp = positive_int(p.get("etp"))
     if etp is None:
         etp = 1 if ep > 1 else tp
         if model.is_moe and ep > 1 and tp > 1:
             notes.append("etp = 1 (expert tensor parallelism not stated; the MoE recipes set 1)")
 
-    gbs = _int(p.get("global_batch_size"))
-    mbs = _int(p.get("micro_batch_size"))
+    gbs = positive_int(p.get("global_batch_size"))
+    mbs = positive_int(p.get("micro_batch_size"))
     torchtitan_pp = src.name == "torchtitan" and pp > 1
     if torchtitan_pp and mbs is not None:  # torchtitan's batch_size is per DP rank; PP splits it into pp chunks
         local = mbs
@@ -472,7 +273,7 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
         raise Skip(f"global batch {gbs} is not a multiple of dp*micro-batch = {dp * mbs} "
                    "(micro-batches that do not divide the batch are not modelled)")
 
-    vpp = _int(p.get("vp")) or 1
+    vpp = positive_int(p.get("vp")) or 1
     if pp * vpp > model.num_layers:  # Megatron-Core counts the embedding and the loss as pipeline layers
         v = model.num_layers // pp
         notes.append(f"pp*vp = {pp * vpp} > {model.num_layers} layers (Megatron-Core's account_for_embedding/"
@@ -505,17 +306,18 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
         sp = tp > 1 if src.sequence_parallel is None else (src.sequence_parallel and tp > 1)
         if tp > 1:
             notes.append(f"sequence parallelism {'on' if sp else 'off'} (not stated)")
-    sp = _flag(sp) and tp > 1
+    sp = flag(sp) and tp > 1
     overlap_tp = src.overlap_tp and tp > 1 and precision != "fp4"
     if p.get("async_tp") is not None:
-        overlap_tp = _flag(p["async_tp"]) and tp > 1
+        overlap_tp = flag(p["async_tp"]) and tp > 1
     elif tp > 1:
         notes.append(f"TP communication {'overlapped' if overlap_tp else 'exposed'} (not stated)")
     task = record.get("task", "pretrain")
     finetune, lora_rank = "full", 32
     if task == "lora":
         finetune = "lora"
-        stated_rank = _int(p.get("lora_rank") or p.get("lora_dim") or (record.get("model") or {}).get("lora_rank"))
+        stated_rank = positive_int(p.get("lora_rank") or p.get("lora_dim")
+                                   or (record.get("model") or {}).get("lora_rank"))
         lora_rank = stated_rank or 32
         notes.append(f"LoRA rank {lora_rank}" + ("" if stated_rank else " (not stated: Megatron-Bridge / NeMo "
                      "LoRA default dim 32)") + " on QKV, attention output, fc1, fc2; base weights frozen")
@@ -525,8 +327,8 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     if str(p.get("mp_mode") or "").upper() == "PURE":  # Composer FSDP mixed_precision PURE: bf16 reduce
         grad_bytes = 2
     flash = src.flash_attention
-    release = _release(record)
-    if flash and model.attention_sinks and release is not None and release < FUSED_SINK_ATTENTION_FROM:
+    found = recipes.release(record)
+    if flash and model.attention_sinks and found is not None and found < recipes.FUSED_SINK_ATTENTION_FROM:
         flash = False
         notes.append("unfused attention: learnable attention sinks need cuDNN >= 9.18 for TE's fused kernel "
                      "(TransformerEngine#2318, verl#5224); this release's container is assumed older")
@@ -536,13 +338,13 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
         fusion = "fused" if compiled else "eager"
         notes.append("element-wise kernels fused by torch.compile (stated)" if compiled
                      else "element-wise kernels in eager PyTorch (one kernel per aten op)")
-    overlap_ep, ep_note = _overlap_ep(record, model, gbs)
+    overlap_ep, ep_note = recipes.overlap_ep(record, model, gbs)
     if ep_note and ep > 1:
         notes.append(ep_note)
-    expert_gemm, expert_note = _expert_gemm(record, model)
+    expert_gemm, expert_note = recipes.expert_gemm(record, model)
     if expert_note:
         notes.append(expert_note)
-    offload_layers, offload_note = _cpu_offload(record)
+    offload_layers, offload_note = recipes.cpu_offload(record)
     if offload_note:
         notes.append(offload_note)
     plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sequence_parallel=sp, micro_batch=mbs,
@@ -573,23 +375,13 @@ def _precision(record: dict[str, Any], notes: list[str]) -> str:
     return "bf16"
 
 
-NEGATIVE = ("none", "no", "false", "off", "disabled", "0", "0.0")
-
-
-def _flag(value: Any) -> bool:
-    """A stated on/off setting: a bool, a number, or text ("false", "no", "off", "disabled" are off)."""
-    if isinstance(value, str):
-        return value.strip().lower() not in NEGATIVE
-    return bool(value)
-
-
 NO_RECOMPUTE = re.compile(r"\b(no|not|without)\s+(activation\s+)?(recompute|recomputation|checkpoint)")
 ZERO_STAGE = re.compile(r"zero[\s_-]*(?:stage)?[\s_:=-]*([0-3])\b")
 
 
 def _zero(p: dict[str, Any], src: SourceDefaults) -> tuple[int, str]:
     raw = p.get("zero_or_fsdp")
-    stage_number = None if isinstance(raw, bool) else _number(raw)
+    stage_number = None if isinstance(raw, bool) else number(raw)
     if isinstance(stage_number, (int, float)) and stage_number in (0, 1, 2, 3):
         return int(stage_number), f"ZeRO-{int(stage_number)} (stated)"
     text = str(raw or "").lower()
@@ -730,93 +522,18 @@ def pick_metric(record: dict[str, Any]) -> tuple[str, float, str]:
     raise Skip("no comparable measurement" + (f" (only {', '.join(stated)})" if stated else ": all values null"))
 
 
-# Record fields that hold text, and fields that hold a flag or text; every other field of these sections is read
-# as a number (text that does not start with one, such as "2M", becomes null: nothing here reads such fields).
-TEXT_FIELDS = {"name", "arch", "arch_source", "gpu", "system", "interconnect", "pp_schedule", "mp_mode"}
-FLAG_FIELDS = {"activation_recompute", "zero_or_fsdp", "interleaved_schedule", "sequence_parallel",
-               "distributed_optimizer", "async_tp"}
-
-
-def _number(value: Any) -> Any:
-    """A numeric field as a number: "8,192" → 8192, "1.5e3" → 1500.0, "n/a" / "" / lists → None."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if value is None or isinstance(value, (bool, int)):
-        return value
-    if isinstance(value, str):  # a leading number, alone or before a remark: "8", "1,664.5", "8 (derived)", "45 %"
-        found = LEADING_NUMBER.match(value.replace(",", "").replace("_", ""))
-        if not found:
-            return None
-        text = found.group(1)
-        number = float(text)
-        if not math.isfinite(number):
-            return None
-        return int(number) if number.is_integer() and "." not in text and "e" not in text.lower() else number
-    return None
-
-
-LEADING_NUMBER = re.compile(r"\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(?=\s|\(|%|$)")
-
-
-def _field(key: str, value: Any) -> Any:
-    if value is None or isinstance(value, (list, dict)):
-        return None
-    if key in TEXT_FIELDS:
-        return str(value)
-    return value if key in FLAG_FIELDS else _number(value)
-
-
-# Other names for the schema's measured quantities: (name, canonical name, factor).
-MEASURE_ALIASES: tuple[tuple[str, str, float], ...] = (
-    ("step_time_s", "iteration_time_s", 1.0), ("iteration_time_ms", "iteration_time_s", 1e-3),
-    ("step_time_ms", "iteration_time_s", 1e-3), ("tokens_per_s_per_device", "tokens_per_s_per_gpu", 1.0),
-    ("tokens_per_s", "tokens_per_s_total", 1.0), ("mfu", "mfu_pct", 100.0), ("hfu", "hfu_pct", 100.0),
-)
-
-
-def _canonical_measures(measured: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
-    """``measured`` with the schema's names where a source used another (``mfu`` as a fraction → ``mfu_pct``;
-    sequences per second × the sequence length → ``tokens_per_s_total``)."""
-    out = dict(measured)
-    for name, canonical, factor in MEASURE_ALIASES:
-        value = out.get(name)
-        if out.get(canonical) is None and isinstance(value, (int, float)):
-            percent_already = canonical.endswith("_pct") and value > 1  # "mfu": 41 means 41 %, not 4100 %
-            out[canonical] = value if percent_already else value * factor
-    seq = model.get("seq_length")
-    for name in ("samples_per_s", "sequences_per_s"):
-        if out.get("tokens_per_s_total") is None and isinstance(out.get(name), (int, float)) and seq:
-            out["tokens_per_s_total"] = out[name] * seq
-    return out
-
-
-def clean_record(record: dict[str, Any]) -> dict[str, Any]:
-    """The record with its model / hardware / parallel / measured sections as dicts of plain values, so that a
-    file from another source (numbers as strings, "n/a", nested values) maps or skips with a reason."""
-    out = dict(record)
-    for section in ("model", "hardware", "parallel", "measured"):
-        raw = record.get(section)
-        values = raw if isinstance(raw, dict) else {}
-        out[section] = {k: _field(k, v) for k, v in values.items()}
-    out["measured"] = _canonical_measures(out["measured"], out["model"])
-    for key in ("id", "group", "framework", "precision", "flops_accounting", "notes", "task"):
-        if out.get(key) is not None and not isinstance(out[key], str):
-            out[key] = str(out[key])
-    return out
-
-
 def _gpu_count(record: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """The hardware section with ``num_gpus``: as recorded, else nodes × GPUs per node, else the product of the
     stated parallel sizes (dp·tp·pp·cp)."""
     hw = dict(record.get("hardware") or {})
-    if _int(hw.get("num_gpus")):
+    if positive_int(hw.get("num_gpus")):
         return hw, ""
-    nodes, per_node = _int(hw.get("num_nodes") or hw.get("nodes")), _int(hw.get("gpus_per_node"))
+    nodes, per_node = positive_int(hw.get("num_nodes") or hw.get("nodes")), positive_int(hw.get("gpus_per_node"))
     if nodes and per_node:
         hw["num_gpus"] = nodes * per_node
         return hw, f"{nodes * per_node} GPUs = {nodes} nodes x {per_node} (num_gpus not recorded)"
     p = record.get("parallel") or {}
-    sizes = [_int(p.get(k)) for k in ("dp", "tp", "pp", "cp")]
+    sizes = [positive_int(p.get(k)) for k in ("dp", "tp", "pp", "cp")]
     if sizes[0]:
         hw["num_gpus"] = math.prod(x or 1 for x in sizes)
         return hw, f"{hw['num_gpus']} GPUs = dp*tp*pp*cp (num_gpus not recorded)"
@@ -953,7 +670,7 @@ def fill_from_siblings(record: dict[str, Any], records: Sequence[dict[str, Any]]
             if p.get(k) is None:
                 value = q[k]
                 if k == "global_batch_size" and p.get("dp"):
-                    value = q[k] * _int(p["dp"]) // _int(q["dp"])
+                    value = q[k] * positive_int(p["dp"]) // positive_int(q["dp"])
                 filled[k] = value
                 notes.append(f"{k} {value}")
         note = f"from {other['id']} (same source, model, tp/pp): " + ", ".join(notes)

@@ -1,0 +1,184 @@
+"""What each framework release does where its published table is silent: the sources' documented defaults
+(``SourceDefaults``) and the Megatron-Bridge recipe settings read from its performance scripts, each with the file
+or pull request it comes from. validate.py applies them when it maps a record onto a Plan.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from meshplan.model import ModelSpec
+
+
+# ---- the sources' defaults ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SourceDefaults:
+    """What a framework release does when its table does not say; each default carries its source."""
+
+    name: str
+    match: str  # regex on "group framework"
+    sequence_parallel: bool | None  # None: on when tp > 1
+    overlap_tp: bool  # TP communication overlapped with GEMMs when tp > 1
+    overlap_dp: bool
+    zero: int  # when the record does not say
+    grad_bytes: int
+    recompute: str  # when the record does not say
+    flash_attention: bool
+    why: str
+    attention_kernel: str = "fused"  # Plan.attention_kernel: "fused" (cuDNN / FA3) or "fa2"
+    cross_entropy: str = "fused"  # Plan.cross_entropy: "fused" (Megatron vocab-parallel) or "pytorch"
+    fusion: str = "fused"  # Plan.fusion: "eager" for a PyTorch-eager stack (fused where the record says torch.compile)
+    whole_batch: bool = False  # no gradient accumulation: an unstated micro-batch is global batch / dp
+
+
+SOURCES: tuple[SourceDefaults, ...] = (
+    SourceDefaults("Megatron-LM 2020", r"megatron_readme_2020|megatron2020", False, False, False, 0, 2, "full",
+                   False, "Megatron-LM 2020 (before pipeline parallelism): --batch-size is the per-GPU batch, no "
+                   "gradient accumulation; no sequence parallelism or TP overlap; fp16 gradients all-reduced after "
+                   "the backward pass; unfused softmax attention; --checkpoint-activations in its example scripts",
+                   whole_batch=True),
+    SourceDefaults("Megatron-LM 2021", r"narayanan|megatron_readme", False, False, False, 0, 2, "full", False,
+                   "Megatron-LM 2020-21: no sequence parallelism or TP overlap yet, fp16 gradients all-reduced "
+                   "after the backward pass, no distributed optimizer, unfused softmax attention, full "
+                   "activation checkpointing (--checkpoint-activations in its example scripts)"),
+    SourceDefaults("Megatron-LM 2022", r"korthikanti", False, False, False, 0, 2, "full", False,
+                   "Korthikanti et al. 2022: Megatron-LM of 2022 (no TP overlap, no distributed optimizer, "
+                   "fused-softmax attention, no FlashAttention), dp = 1 benchmark"),
+    SourceDefaults("Megatron-DeepSpeed (BLOOM)", r"bloom|megatron[-_ ]deepspeed", False, False, False, 1, 4, "full",
+                   False,
+                   "Megatron-DeepSpeed 2022: no sequence parallelism, BF16_Optimizer (ZeRO-1) with fp32 "
+                   "gradient reduction after the backward pass, no FlashAttention"),
+    SourceDefaults("Megatron-Core 2024", r"megatron_core", None, True, True, 1, 4, "none", True,
+                   "Megatron-Core r0.8 README scaling runs: --overlap-grad-reduce --overlap-param-gather "
+                   "--tp-comm-overlap (stated), distributed optimizer, fp32 gradient reduction (bf16 default), "
+                   "TE fused attention, sequence parallelism with tp > 1, no recompute flag given"),
+    SourceDefaults("Megatron-Bridge", r"megatron_bridge|mbridge", None, True, True, 1, 2, "none", True,
+                   "Megatron-Bridge scripts/performance: sequence parallelism with tp > 1, userbuffers TP overlap "
+                   "(off for nvfp4), distributed optimizer with overlapped grad reduce / param gather, "
+                   "grad_reduce_in_fp32 = False (set_basic_perf_overrides), TE attention, no recompute except "
+                   "a few memory-bound recipes"),
+    SourceDefaults("NeMo 24.x", r"nemo", None, True, True, 1, 4, "none", True,
+                   "NeMo 24.03/24.07 performance recipes: sequence parallelism and userbuffers TP overlap with "
+                   "tp > 1, distributed optimizer with overlapped grad reduce / param gather, fp32 main grads, "
+                   "FlashAttention (TE), no activation recompute"),
+    SourceDefaults("Megatron-LM examples", r"megatron_lm_examples", None, True, True, 1, 4, "none", True,
+                   "Megatron-LM examples/llama (configs follow the NeMo performance scripts): as NeMo"),
+    SourceDefaults("MosaicML llm-foundry", r"mosaic", False, False, True, 3, 4, "none", True,
+                   "llm-foundry benchmarks: PyTorch FSDP (prefetching, overlapped), Composer mixed_precision "
+                   "DEFAULT = bf16 params, fp32 gradient reduce-scatter; FlashAttention-2-class kernels (2023: "
+                   "FA2 / Triton flash attention, written for Ampere); PyTorch eager (no torch.compile), the model's "
+                   "default loss_fn fused_crossentropy (flash-attn's fused kernel)", "fa2", fusion="eager"),
+    SourceDefaults("torchtitan", r"torchtitan", None, False, True, 3, 4, "none", True,
+                   "torchtitan: FSDP2 (reshard after forward, prefetch), mixed_precision_reduce = float32, "
+                   "sequence parallelism inside its TP plan, PyTorch SDPA flash backend (FlashAttention-2); async TP "
+                   "only where stated; loss = F.cross_entropy(pred.float()) in eager autograd (the loss is not "
+                   "compiled at the benchmark commit); the blocks in eager PyTorch unless the row says torch.compile",
+                   "fa2", cross_entropy="pytorch", fusion="eager"),
+    # Stacks that run Hugging Face model code in eager PyTorch under DeepSpeed ZeRO or accelerate / Trainer FSDP.
+    SourceDefaults("DeepSpeed / Hugging Face",
+                   r"deepspeed|hugging ?face|transformers|accelerate|llama[-_ ]?factory|axolotl",
+                   False, False, True, 3, 4, "none", True,
+                   "Hugging Face model code in eager PyTorch (one kernel per aten op; F.cross_entropy on fp32 logits) "
+                   "with FlashAttention-2 (attn_implementation='flash_attention_2'), data parallel with ZeRO-3 / FSDP "
+                   "full shard (prefetch overlapped), fp32 gradient accumulation, no tensor or sequence parallelism, "
+                   "no recompute unless stated", "fa2", cross_entropy="pytorch", fusion="eager"),
+)
+GENERIC = SourceDefaults("generic", r"", None, False, True, 1, 4, "none", True,
+                         "no source profile matched: sequence parallelism with tp > 1, distributed optimizer, "
+                         "fp32 gradients, no recompute, FlashAttention")
+
+
+def source_defaults(record: dict[str, Any]) -> SourceDefaults:
+    text = f"{record.get('group', '')} {record.get('framework', '')}".lower()
+    return next((s for s in SOURCES if re.search(s.match, text)), GENERIC)
+
+
+# ---- Megatron-Bridge recipe settings --------------------------------------------------------------------------
+# Megatron-Bridge performance recipes that turn on the EP all-to-all overlap (``moe_a2a_overlap=True`` →
+# Megatron-Core --overlap-moe-expert-parallel-comm): (regex on "group model gpu", minimum global batch, source).
+# Every other MoE recipe of those files leaves it off (Qwen3 30B, Qwen3 235B on B200/GB200, DeepSeek-V3 on B200/GB200,
+# GPT-OSS V1).
+# GPT-OSS-120B's GB200 "V2" variant (GBS 1280, gpt_oss_workload_base_configs.py) also sets it, but which
+# releases ran V2 cannot be pinned from the tables (V1 and V2 coexist in one file), so it is not assumed.
+MOE_A2A_OVERLAP: tuple[tuple[str, int, str], ...] = (
+    (r"megatron_bridge.*deepseek-v3.*h100", 0,
+     "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py: "
+     "DEEPSEEK_V3_H100_BASE_CONFIG moe_flex_dispatcher_backend='deepep', moe_a2a_overlap=True"),
+    (r"megatron_bridge_(25\.1[12]|2[6-9])\S*.*qwen3-235b.*h100", 0,
+     "Megatron-Bridge scripts/performance/configs/qwen/qwen3_workload_base_configs.py (from the 25.11 recipes "
+     "on): QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_BF16_V1 / _FP8_CS_V1 tp 2, pp 8, vp 4, ep 32, moe_a2a_overlap=True"),
+)
+
+
+# Megatron-Bridge recipes that offload the saved activations of some layers to the Grace CPU's memory
+# (cpu_offloading_num_layers; Megatron-Core --cpu-offloading with Transformer Engine's offload handler), on the
+# Megatron-FSDP GB200 runs: (regex on "group model gpu zero_or_fsdp", layers, source).
+CPU_OFFLOAD: tuple[tuple[str, int, str], ...] = (
+    (r"megatron_bridge.*llama3-70b gb200 megatron fsdp", 40,
+     "Megatron-Bridge scripts/performance/configs/llama: LLAMA3_70B_GB200_64GPUS_FP8_CS_PARALLEL_CONFIG / "
+     "LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS: use_megatron_fsdp=True, micro_batch_size=2, "
+     "cpu_offloading_num_layers=40"),
+    (r"megatron_bridge.*llama3\.1-405b gb200 megatron fsdp", 95,
+     "Megatron-Bridge scripts/performance/configs/llama31: LLAMA31_405B_GB200_128GPUS_FP8_CS_PARALLEL_CONFIG: tp 2, "
+     "use_megatron_fsdp=True, cpu_offloading_num_layers=95"),
+)
+
+
+def cpu_offload(record: dict[str, Any]) -> tuple[int, str]:
+    p = record.get("parallel") or {}
+    key = " ".join(str(x) for x in (record.get("group", ""), (record.get("model") or {}).get("name", ""),
+                                    (record.get("hardware") or {}).get("gpu", ""), p.get("zero_or_fsdp") or "")).lower()
+    for pattern, layers, why in CPU_OFFLOAD:
+        if re.search(pattern, key):
+            return layers, f"activations of {layers} layers offloaded to host memory ({why})"
+    return 0, ""
+
+
+def overlap_ep(record: dict[str, Any], model: ModelSpec, gbs: int) -> tuple[bool, str]:
+    if not model.is_moe:
+        return False, ""
+    key = " ".join(str(x) for x in (record.get("group", ""), (record.get("model") or {}).get("name", ""),
+                                    (record.get("hardware") or {}).get("gpu", ""))).lower()
+    for pattern, min_gbs, why in MOE_A2A_OVERLAP:
+        if re.search(pattern, key) and gbs >= min_gbs:
+            return True, f"EP all-to-all overlapped with compute ({why})"
+    return False, "EP all-to-all exposed (the release's recipe does not set moe_a2a_overlap)"
+
+
+# Attention with learnable sinks (GPT-OSS, softmax_type="learnable") has no FlashAttention kernel, and cuDNN's
+# FusedAttention supports it only from cuDNN 9.18: Transformer Engine falls back to UnfusedDotProductAttention
+# (NVIDIA/TransformerEngine#2318, TE 2.8 + cuDNN 9.10; verl-project/verl#5224, 2026-02: "all current ... NeMo
+# containers ship cuDNN 9.11-9.16"). Megatron-Bridge releases before this one are evaluated with unfused
+# attention for such models (26.04 / 26.04.01 assumed still below cuDNN 9.18: not stated by the sources).
+FUSED_SINK_ATTENTION_FROM = (26, 6)
+
+
+# Expert GEMMs launched without the host in the loop (Plan.expert_gemm = "grouped"): from the 26.06 release the
+# Megatron-Bridge MXFP8 MoE recipes on Blackwell run full-iteration CUDA graphs with Transformer Engine's fused
+# CuTeDSL grouped MLP (one kernel for all experts, on-device group sizes, TE 2.14+) and sync-free paged stashing
+# (Megatron-Bridge PR #4249 / #4211 for Qwen3 on GB200/GB300, "MXFP8 CuTeDSL Fusion and Full-Iter CUDA Graphs for
+# 26.06"; #4606 for B200/B300; the GPT-OSS V2 and DeepSeek-V3 MXFP8 recipes likewise; NeMo 26.06 ships TE 2.16,
+# Megatron-Bridge PR #4535). Earlier releases, other precisions and Hopper keep TE GroupedLinear's per-expert
+# cuBLAS GEMMs after the per-layer tokens-per-expert sync (Megatron-Core MoEAlltoAllTokenDispatcher).
+GROUPED_EXPERT_GEMM_FROM = (26, 6)
+BLACKWELL = re.compile(r"B[23]00")  # B200, GB200, B300, GB300
+
+
+def expert_gemm(record: dict[str, Any], model: ModelSpec) -> tuple[str, str]:
+    if not model.is_moe:
+        return "per_expert", ""
+    found = release(record)
+    gpu = str((record.get("hardware") or {}).get("gpu", "")).upper()
+    mx = "mxfp8" in str(record.get("precision") or "").lower()
+    if found is not None and found >= GROUPED_EXPERT_GEMM_FROM and BLACKWELL.search(gpu) and mx:
+        return "grouped", ("expert GEMMs as one fused grouped kernel in full-iteration CUDA graphs (the release's "
+                           "MXFP8 Blackwell MoE recipes: Megatron-Bridge PR #4249 / #4606)")
+    return "per_expert", ("expert GEMMs launched per expert by the host after the per-layer tokens-per-expert sync "
+                          "(TE GroupedLinear, Megatron-Core dropless token dispatcher)")
+
+
+def release(record: dict[str, Any]) -> tuple[int, ...] | None:
+    found = re.search(r"megatron_bridge_(\d+)\.(\d+)", str(record.get("group", "")))
+    return (int(found.group(1)), int(found.group(2))) if found else None

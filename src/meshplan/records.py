@@ -1,0 +1,130 @@
+"""Published-run records as plain values: what a file in the ``published_runs.jsonl`` schema says, read the
+same way whatever the source wrote (numbers as text, "n/a", other names for the measured quantities).
+
+validate.py maps a cleaned record onto meshplan; nothing here knows about models, clusters or plans.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from meshplan.errors import SpecError
+
+
+def read_runs(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a JSONL file (blank lines ignored); a malformed line is a SpecError naming it."""
+    runs = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        raise SpecError(f"validation file {str(path)!r}: no such file") from None
+    for line_no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"{path}:{line_no}: malformed JSON: {exc.msg}") from None
+        if not isinstance(record, dict) or "id" not in record:
+            raise SpecError(f"{path}:{line_no}: a record must be an object with an 'id'")
+        runs.append(record)
+    return runs
+
+
+def positive_int(value: Any) -> int | None:
+    """A parallel size or batch as a positive integer; None when not stated (a size below 1 says nothing)."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return int(value) if value >= 1 else None
+    found = re.search(r"\d+", str(value))
+    return int(found.group()) if found and int(found.group()) >= 1 else None
+
+
+NEGATIVE = ("none", "no", "false", "off", "disabled", "0", "0.0")
+
+
+def flag(value: Any) -> bool:
+    """A stated on/off setting: a bool, a number, or text ("false", "no", "off", "disabled" are off)."""
+    if isinstance(value, str):
+        return value.strip().lower() not in NEGATIVE
+    return bool(value)
+
+
+# Record fields that hold text, and fields that hold a flag or text; every other field of these sections is read
+# as a number (text that does not start with one, such as "2M", becomes null: nothing here reads such fields).
+TEXT_FIELDS = {"name", "arch", "arch_source", "gpu", "system", "interconnect", "pp_schedule", "mp_mode"}
+FLAG_FIELDS = {"activation_recompute", "zero_or_fsdp", "interleaved_schedule", "sequence_parallel",
+               "distributed_optimizer", "async_tp"}
+
+
+def number(value: Any) -> Any:
+    """A numeric field as a number: "8,192" → 8192, "1.5e3" → 1500.0, "n/a" / "" / lists → None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, str):  # a leading number, alone or before a remark: "8", "1,664.5", "8 (derived)", "45 %"
+        found = LEADING_NUMBER.match(value.replace(",", "").replace("_", ""))
+        if not found:
+            return None
+        text = found.group(1)
+        number = float(text)
+        if not math.isfinite(number):
+            return None
+        return int(number) if number.is_integer() and "." not in text and "e" not in text.lower() else number
+    return None
+
+
+LEADING_NUMBER = re.compile(r"\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(?=\s|\(|%|$)")
+
+
+def _field(key: str, value: Any) -> Any:
+    if value is None or isinstance(value, (list, dict)):
+        return None
+    if key in TEXT_FIELDS:
+        return str(value)
+    return value if key in FLAG_FIELDS else number(value)
+
+
+# Other names for the schema's measured quantities: (name, canonical name, factor).
+MEASURE_ALIASES: tuple[tuple[str, str, float], ...] = (
+    ("step_time_s", "iteration_time_s", 1.0), ("iteration_time_ms", "iteration_time_s", 1e-3),
+    ("step_time_ms", "iteration_time_s", 1e-3), ("tokens_per_s_per_device", "tokens_per_s_per_gpu", 1.0),
+    ("tokens_per_s", "tokens_per_s_total", 1.0), ("mfu", "mfu_pct", 100.0), ("hfu", "hfu_pct", 100.0),
+)
+
+
+def _canonical_measures(measured: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
+    """``measured`` with the schema's names where a source used another (``mfu`` as a fraction → ``mfu_pct``;
+    sequences per second × the sequence length → ``tokens_per_s_total``)."""
+    out = dict(measured)
+    for name, canonical, factor in MEASURE_ALIASES:
+        value = out.get(name)
+        if out.get(canonical) is None and isinstance(value, (int, float)):
+            percent_already = canonical.endswith("_pct") and value > 1  # "mfu": 41 means 41 %, not 4100 %
+            out[canonical] = value if percent_already else value * factor
+    seq = model.get("seq_length")
+    for name in ("samples_per_s", "sequences_per_s"):
+        if out.get("tokens_per_s_total") is None and isinstance(out.get(name), (int, float)) and seq:
+            out["tokens_per_s_total"] = out[name] * seq
+    return out
+
+
+def clean_record(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with its model / hardware / parallel / measured sections as dicts of plain values, so that a
+    file from another source (numbers as strings, "n/a", nested values) maps or skips with a reason."""
+    out = dict(record)
+    for section in ("model", "hardware", "parallel", "measured"):
+        raw = record.get(section)
+        values = raw if isinstance(raw, dict) else {}
+        out[section] = {k: _field(k, v) for k, v in values.items()}
+    out["measured"] = _canonical_measures(out["measured"], out["model"])
+    for key in ("id", "group", "framework", "precision", "flops_accounting", "notes", "task"):
+        if out.get(key) is not None and not isinstance(out[key], str):
+            out[key] = str(out[key])
+    return out
