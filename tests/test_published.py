@@ -416,3 +416,34 @@ def test_the_gpu_count_comes_from_nodes_or_from_the_parallel_sizes():
 def test_other_names_for_the_measured_quantities(measured, metric, value):
     case = map_run(record(measured={"tokens_per_s_per_gpu": None, "model_tflops_per_gpu": None} | measured))
     assert case.metric == metric and case.measured == pytest.approx(value)
+
+
+def test_a_measured_zero_is_no_measurement():
+    (result,) = run_validation([record(measured={"tokens_per_s_per_gpu": 0, "model_tflops_per_gpu": None})])
+    assert result.skipped and "no comparable measurement" in result.skipped
+
+
+@needs_data
+def test_no_mutated_record_raises():
+    """Records from other files: fields nulled, dropped or replaced by junk are skipped with a reason or
+    evaluated, never raised (a seeded fuzz of the published records)."""
+    import copy
+    import random
+
+    rng = random.Random(7)
+    records = read_runs(DATA)
+    junk = ["", "n/a", "unknown", 0, -1, 3.5, "8", True, [1], {"a": 1}, "nan"]
+    for trial in range(300):
+        rec = copy.deepcopy(rng.choice(records)) | {"id": f"fuzz{trial}"}
+        for section in ("parallel", "model", "hardware", "measured"):
+            fields = rec.get(section) or {}
+            for key in list(fields):
+                u = rng.random()
+                if u < 0.12:
+                    fields[key] = None
+                elif u < 0.17:
+                    del fields[key]
+                elif u < 0.22:
+                    fields[key] = rng.choice(junk)
+        (result,) = run_validation([rec])
+        assert result.skipped or result.error is not None

@@ -231,9 +231,48 @@ PRECISIONS: tuple[tuple[str, str], ...] = (  # first match wins, on the source's
 
 
 def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tuple[Plan, list[str]]:
+    """The record's parallel configuration as a Plan, every unstated setting filled from its source's defaults
+    (recipes.py) with a note saying so."""
     p, src = record.get("parallel") or {}, source_defaults(record)
     notes = [f"defaults: {src.name}"] + ([record["_borrowed"]] if record.get("_borrowed") else [])
-    n = cluster.num_gpus
+    dp, tp, pp, cp, ep, etp = _sizes(p, model, cluster.num_gpus, notes)
+    mbs, gbs = _batches(p, src, dp, pp, notes)
+    vpp = _interleaving(p, model, pp, (gbs // (dp * mbs)) % pp == 0, notes)
+    precision = _precision(record, notes)
+    zero, zero_note = _zero(p, src)
+    if src.name == "torchtitan" and zero == 3 and pp > 1:
+        zero, zero_note = 1, ("FSDP2 with pipeline parallelism as ZeRO-1: torchtitan keeps the stage's weights "
+                              "unsharded across micro-batches (reshard_after_forward=False) and syncs gradients on "
+                              "the last micro-batch only; the optimizer state stays sharded")
+    notes.append(zero_note)
+    recompute, layers, rc_note = _recompute(p, model, pp, src)
+    notes.append(rc_note)
+    sp, overlap_tp = _tensor_parallel(p, src, tp, precision, notes)
+    finetune, lora_rank = _finetune(record, p, notes)
+    grad_bytes = src.grad_bytes
+    if str(p.get("mp_mode") or "").upper() == "PURE":  # Composer FSDP mixed_precision PURE: bf16 reduce
+        grad_bytes = 2
+    flash, fusion = _kernels(record, model, src, notes)
+    overlap_ep, expert_gemm, offload_layers = _recipe_settings(record, model, ep, gbs, notes)
+    plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sequence_parallel=sp, micro_batch=mbs,
+                global_batch=gbs, zero=zero, recompute=recompute, recompute_layers=layers, precision=precision,
+                grad_bytes=grad_bytes, schedule="interleaved" if vpp > 1 else "1f1b", overlap_tp=overlap_tp,
+                overlap_dp=src.overlap_dp, overlap_ep=overlap_ep, flash_attention=flash,
+                finetune=finetune, lora_rank=lora_rank, attention_kernel=src.attention_kernel,
+                cross_entropy=src.cross_entropy, fusion=fusion, expert_gemm=expert_gemm,
+                offload_activations=offload_layers > 0, offload_layers=offload_layers)
+    notes.append(f"grad bytes {grad_bytes}, DP overlap {'on' if src.overlap_dp else 'off'}, "
+                 f"{'flash' if flash else 'unfused'} attention")
+    if model.is_moe:
+        notes.append("MoE routing balanced (the NVIDIA tables force-balance it)")
+    reasons = check(model, cluster, plan)
+    if reasons:
+        raise Skip("plan rejected: " + "; ".join(reasons))
+    return plan, notes
+
+
+def _sizes(p: dict[str, Any], model: ModelSpec, n: int, notes: list[str]) -> tuple[int, int, int, int, int, int]:
+    """dp, tp, pp, cp, ep, etp: as stated, dp from the GPU count, etp 1 for expert-parallel MoE."""
     tp, pp, cp = (positive_int(p.get(k)) or 1 for k in ("tp", "pp", "cp"))
     dp = positive_int(p.get("dp"))
     if n % (tp * pp * cp):
@@ -249,7 +288,11 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
         etp = 1 if ep > 1 else tp
         if model.is_moe and ep > 1 and tp > 1:
             notes.append("etp = 1 (expert tensor parallelism not stated; the MoE recipes set 1)")
+    return dp, tp, pp, cp, ep, etp
 
+
+def _batches(p: dict[str, Any], src: SourceDefaults, dp: int, pp: int, notes: list[str]) -> tuple[int, int]:
+    """Micro-batch and global batch (sequences), from what the record states and the source's conventions."""
     gbs = positive_int(p.get("global_batch_size"))
     mbs = positive_int(p.get("micro_batch_size"))
     torchtitan_pp = src.name == "torchtitan" and pp > 1
@@ -272,7 +315,12 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     if gbs % (dp * mbs):
         raise Skip(f"global batch {gbs} is not a multiple of dp*micro-batch = {dp * mbs} "
                    "(micro-batches that do not divide the batch are not modelled)")
+    return mbs, gbs
 
+
+def _interleaving(p: dict[str, Any], model: ModelSpec, pp: int, divisible: bool, notes: list[str]) -> int:
+    """Virtual pipeline stages per rank: as stated (at most the layers per stage), or inferred from a stated
+    interleaved schedule (``divisible``: the micro-batches per pipeline are a multiple of pp)."""
     vpp = positive_int(p.get("vp")) or 1
     if pp * vpp > model.num_layers:  # Megatron-Core counts the embedding and the loss as pipeline layers
         v = model.num_layers // pp
@@ -287,20 +335,16 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     if pp > 1 and vpp == 1 and stated and not re.search(r"\bno\b|not used|false", str(stated), re.I):
         per_stage = -(-model.num_layers // pp)
         v = next((d for d in range(2, per_stage + 1) if per_stage % d == 0), 1)
-        if v > 1 and (gbs // (dp * mbs)) % pp == 0:
+        if v > 1 and divisible:
             vpp = v
             notes.append(f"interleaved schedule with v = {v} (paper: used for large runs, v not stated; "
                          "smallest v dividing the layers per stage)")
+    return vpp
 
-    precision = _precision(record, notes)
-    zero, zero_note = _zero(p, src)
-    if src.name == "torchtitan" and zero == 3 and pp > 1:
-        zero, zero_note = 1, ("FSDP2 with pipeline parallelism as ZeRO-1: torchtitan keeps the stage's weights "
-                              "unsharded across micro-batches (reshard_after_forward=False) and syncs gradients on "
-                              "the last micro-batch only; the optimizer state stays sharded")
-    notes.append(zero_note)
-    recompute, layers, rc_note = _recompute(p, model, pp, src)
-    notes.append(rc_note)
+
+def _tensor_parallel(p: dict[str, Any], src: SourceDefaults, tp: int, precision: str, notes: list[str]
+                     ) -> tuple[bool, bool]:
+    """Sequence parallelism and TP communication overlap: as stated, else the source's default."""
     sp = p.get("sequence_parallel")
     if sp is None:
         sp = tp > 1 if src.sequence_parallel is None else (src.sequence_parallel and tp > 1)
@@ -312,20 +356,24 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
         overlap_tp = flag(p["async_tp"]) and tp > 1
     elif tp > 1:
         notes.append(f"TP communication {'overlapped' if overlap_tp else 'exposed'} (not stated)")
+    return sp, overlap_tp
+
+
+def _finetune(record: dict[str, Any], p: dict[str, Any], notes: list[str]) -> tuple[str, int]:
     task = record.get("task", "pretrain")
-    finetune, lora_rank = "full", 32
-    if task == "lora":
-        finetune = "lora"
-        stated_rank = positive_int(p.get("lora_rank") or p.get("lora_dim")
-                                   or (record.get("model") or {}).get("lora_rank"))
-        lora_rank = stated_rank or 32
-        notes.append(f"LoRA rank {lora_rank}" + ("" if stated_rank else " (not stated: Megatron-Bridge / NeMo "
-                     "LoRA default dim 32)") + " on QKV, attention output, fc1, fc2; base weights frozen")
     if task == "sft":
         notes.append("SFT evaluated as pretraining on full-length (packed) sequences")
-    grad_bytes = src.grad_bytes
-    if str(p.get("mp_mode") or "").upper() == "PURE":  # Composer FSDP mixed_precision PURE: bf16 reduce
-        grad_bytes = 2
+    if task != "lora":
+        return "full", 32
+    stated_rank = positive_int(p.get("lora_rank") or p.get("lora_dim") or (record.get("model") or {}).get("lora_rank"))
+    lora_rank = stated_rank or 32
+    notes.append(f"LoRA rank {lora_rank}" + ("" if stated_rank else " (not stated: Megatron-Bridge / NeMo "
+                 "LoRA default dim 32)") + " on QKV, attention output, fc1, fc2; base weights frozen")
+    return "lora", lora_rank
+
+
+def _kernels(record: dict[str, Any], model: ModelSpec, src: SourceDefaults, notes: list[str]) -> tuple[bool, str]:
+    """Flash attention (unless learnable sinks predate the release's fused kernel) and element-wise fusion."""
     flash = src.flash_attention
     found = recipes.release(record)
     if flash and model.attention_sinks and found is not None and found < recipes.FUSED_SINK_ATTENTION_FROM:
@@ -338,6 +386,12 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
         fusion = "fused" if compiled else "eager"
         notes.append("element-wise kernels fused by torch.compile (stated)" if compiled
                      else "element-wise kernels in eager PyTorch (one kernel per aten op)")
+    return flash, fusion
+
+
+def _recipe_settings(record: dict[str, Any], model: ModelSpec, ep: int, gbs: int, notes: list[str]
+                     ) -> tuple[bool, str, int]:
+    """EP all-to-all overlap, expert-GEMM launch and activation offload of the release's recipe (recipes.py)."""
     overlap_ep, ep_note = recipes.overlap_ep(record, model, gbs)
     if ep_note and ep > 1:
         notes.append(ep_note)
@@ -347,21 +401,7 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     offload_layers, offload_note = recipes.cpu_offload(record)
     if offload_note:
         notes.append(offload_note)
-    plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sequence_parallel=sp, micro_batch=mbs,
-                global_batch=gbs, zero=zero, recompute=recompute, recompute_layers=layers, precision=precision,
-                grad_bytes=grad_bytes, schedule="interleaved" if vpp > 1 else "1f1b", overlap_tp=overlap_tp,
-                overlap_dp=src.overlap_dp, overlap_ep=overlap_ep, flash_attention=flash,
-                finetune=finetune, lora_rank=lora_rank, attention_kernel=src.attention_kernel,
-                cross_entropy=src.cross_entropy, fusion=fusion, expert_gemm=expert_gemm,
-                offload_activations=offload_layers > 0, offload_layers=offload_layers)
-    notes.append(f"grad bytes {grad_bytes}, DP overlap {'on' if src.overlap_dp else 'off'}, "
-                 f"{'flash' if flash else 'unfused'} attention")
-    if model.is_moe:
-        notes.append("MoE routing balanced (the NVIDIA tables force-balance it)")
-    reasons = check(model, cluster, plan)
-    if reasons:
-        raise Skip("plan rejected: " + "; ".join(reasons))
-    return plan, notes
+    return overlap_ep, expert_gemm, offload_layers
 
 
 def _precision(record: dict[str, Any], notes: list[str]) -> str:
@@ -510,7 +550,7 @@ def pick_metric(record: dict[str, Any]) -> tuple[str, float, str]:
     measured = record.get("measured") or {}
     for metric in METRICS:
         value = measured.get(metric)
-        if value is None:
+        if not isinstance(value, (int, float)) or value <= 0:  # not stated, or no measurement (0, negative)
             continue
         if metric in ("model_tflops_per_gpu", "tflops_per_gpu", *PERCENT_OF_PEAK):
             basis = flops_basis(record)
