@@ -9,6 +9,7 @@ import sys
 import click
 
 from meshplan.errors import MeshplanError, SpecError
+from meshplan.plan import EXPERT_GEMM
 
 DEFAULT_BATCH_TOKENS = 4 * 2**20  # default global batch ≈ 4M tokens (GPT-3: 3.2M; Llama 2: 4M)
 
@@ -35,6 +36,11 @@ common_model = [
     click.option("--seq", "seq", type=int, default=None, help="sequence length (default: the model's)"),
     click.option("--nvlink-domain", type=int, default=None, help="override the NVLink domain size"),
 ]
+
+
+expert_gemm_option = click.option(
+    "--expert-gemm", type=click.Choice(EXPERT_GEMM), default=EXPERT_GEMM[0], show_default=True,
+    help="MoE expert GEMMs: per_expert (TE GroupedLinear, host-launched per expert) or grouped (one kernel)")
 
 
 def _apply(options):
@@ -95,8 +101,7 @@ def cli() -> None:
 @click.option("--no-overlap-dp", is_flag=True, help="do not overlap the DP gradient reduction")
 @click.option("--fusion", type=click.Choice(["fused", "eager"]), default="fused", show_default=True,
               help="element-wise kernels: fused (Megatron / TE, torch.compile) or eager PyTorch (one per aten op)")
-@click.option("--expert-gemm", type=click.Choice(["per_expert", "grouped"]), default="per_expert", show_default=True,
-              help="MoE expert GEMMs: per_expert (TE GroupedLinear, host-launched per expert) or grouped (one kernel)")
+@expert_gemm_option
 @click.option("--ops", "show_ops", is_flag=True, help="print the per-op table")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep, etp, vpp, sequence_parallel,
@@ -171,8 +176,7 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8", "fp4"]), default="bf16", show_default=True)
 @click.option("--grad-bytes", type=int, default=4, show_default=True)
 @click.option("--overlap-tp", is_flag=True, help="TP communication overlapped with GEMMs")
-@click.option("--expert-gemm", type=click.Choice(["per_expert", "grouped"]), default="per_expert", show_default=True,
-              help="MoE expert GEMMs: per_expert (TE GroupedLinear, host-launched per expert) or grouped (one kernel)")
+@expert_gemm_option
 @click.option("--tokens", default=None, help="token budget (e.g. 15T) to report days and cost")
 @click.option("--price", type=float, default=None, help="price per GPU-hour, for --tokens")
 @click.option("--rank", "rank_by", type=click.Choice(["time", "cost"]), default="time", show_default=True,

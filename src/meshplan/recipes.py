@@ -97,16 +97,16 @@ def source_defaults(record: dict[str, Any]) -> SourceDefaults:
 
 # ---- Megatron-Bridge recipe settings --------------------------------------------------------------------------
 # Megatron-Bridge performance recipes that turn on the EP all-to-all overlap (``moe_a2a_overlap=True`` →
-# Megatron-Core --overlap-moe-expert-parallel-comm): (regex on "group model gpu", minimum global batch, source).
+# Megatron-Core --overlap-moe-expert-parallel-comm): (regex on "group model gpu", source).
 # Every other MoE recipe of those files leaves it off (Qwen3 30B, Qwen3 235B on B200/GB200, DeepSeek-V3 on B200/GB200,
 # GPT-OSS V1).
 # GPT-OSS-120B's GB200 "V2" variant (GBS 1280, gpt_oss_workload_base_configs.py) also sets it, but which
 # releases ran V2 cannot be pinned from the tables (V1 and V2 coexist in one file), so it is not assumed.
-MOE_A2A_OVERLAP: tuple[tuple[str, int, str], ...] = (
-    (r"megatron_bridge.*deepseek-v3.*h100", 0,
+MOE_A2A_OVERLAP: tuple[tuple[str, str], ...] = (
+    (r"megatron_bridge.*deepseek-v3.*h100",
      "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py: "
      "DEEPSEEK_V3_H100_BASE_CONFIG moe_flex_dispatcher_backend='deepep', moe_a2a_overlap=True"),
-    (r"megatron_bridge_(25\.1[12]|2[6-9])\S*.*qwen3-235b.*h100", 0,
+    (r"megatron_bridge_(25\.1[12]|2[6-9])\S*.*qwen3-235b.*h100",
      "Megatron-Bridge scripts/performance/configs/qwen/qwen3_workload_base_configs.py (from the 25.11 recipes "
      "on): QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_BF16_V1 / _FP8_CS_V1 tp 2, pp 8, vp 4, ep 32, moe_a2a_overlap=True"),
 )
@@ -126,23 +126,27 @@ CPU_OFFLOAD: tuple[tuple[str, int, str], ...] = (
 )
 
 
+def recipe_key(record: dict[str, Any], *extra: str) -> str:
+    """"group model gpu [extra …]" in lower case, the text the recipe tables' patterns match."""
+    fields = (record.get("group", ""), (record.get("model") or {}).get("name", ""),
+              (record.get("hardware") or {}).get("gpu", ""), *extra)
+    return " ".join(str(x) for x in fields).lower()
+
+
 def cpu_offload(record: dict[str, Any]) -> tuple[int, str]:
-    p = record.get("parallel") or {}
-    key = " ".join(str(x) for x in (record.get("group", ""), (record.get("model") or {}).get("name", ""),
-                                    (record.get("hardware") or {}).get("gpu", ""), p.get("zero_or_fsdp") or "")).lower()
+    key = recipe_key(record, (record.get("parallel") or {}).get("zero_or_fsdp") or "")
     for pattern, layers, why in CPU_OFFLOAD:
         if re.search(pattern, key):
             return layers, f"activations of {layers} layers offloaded to host memory ({why})"
     return 0, ""
 
 
-def overlap_ep(record: dict[str, Any], model: ModelSpec, gbs: int) -> tuple[bool, str]:
+def overlap_ep(record: dict[str, Any], model: ModelSpec) -> tuple[bool, str]:
     if not model.is_moe:
         return False, ""
-    key = " ".join(str(x) for x in (record.get("group", ""), (record.get("model") or {}).get("name", ""),
-                                    (record.get("hardware") or {}).get("gpu", ""))).lower()
-    for pattern, min_gbs, why in MOE_A2A_OVERLAP:
-        if re.search(pattern, key) and gbs >= min_gbs:
+    key = recipe_key(record)
+    for pattern, why in MOE_A2A_OVERLAP:
+        if re.search(pattern, key):
             return True, f"EP all-to-all overlapped with compute ({why})"
     return False, "EP all-to-all exposed (the release's recipe does not set moe_a2a_overlap)"
 

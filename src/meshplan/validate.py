@@ -253,7 +253,7 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     if str(p.get("mp_mode") or "").upper() == "PURE":  # Composer FSDP mixed_precision PURE: bf16 reduce
         grad_bytes = 2
     flash, fusion = _kernels(record, model, src, notes)
-    overlap_ep, expert_gemm, offload_layers = _recipe_settings(record, model, ep, gbs, notes)
+    overlap_ep, expert_gemm, offload_layers = _recipe_settings(record, model, ep, notes)
     plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sequence_parallel=sp, micro_batch=mbs,
                 global_batch=gbs, zero=zero, recompute=recompute, recompute_layers=layers, precision=precision,
                 grad_bytes=grad_bytes, schedule="interleaved" if vpp > 1 else "1f1b", overlap_tp=overlap_tp,
@@ -389,10 +389,9 @@ def _kernels(record: dict[str, Any], model: ModelSpec, src: SourceDefaults, note
     return flash, fusion
 
 
-def _recipe_settings(record: dict[str, Any], model: ModelSpec, ep: int, gbs: int, notes: list[str]
-                     ) -> tuple[bool, str, int]:
+def _recipe_settings(record: dict[str, Any], model: ModelSpec, ep: int, notes: list[str]) -> tuple[bool, str, int]:
     """EP all-to-all overlap, expert-GEMM launch and activation offload of the release's recipe (recipes.py)."""
-    overlap_ep, ep_note = recipes.overlap_ep(record, model, gbs)
+    overlap_ep, ep_note = recipes.overlap_ep(record, model)
     if ep_note and ep > 1:
         notes.append(ep_note)
     expert_gemm, expert_note = recipes.expert_gemm(record, model)
