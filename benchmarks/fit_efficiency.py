@@ -46,14 +46,13 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "validation" / "publishe
 
 
 def cases(path: Path) -> list:
-    records = read_runs(path)
-    cleaned = [clean_record(r) for r in records]  # as run_validation reads them
+    cleaned = [clean_record(r) for r in read_runs(path)]  # as run_validation reads them
     out = []
-    for r in records:
+    for r in cleaned:
         if r.get("superseded"):
             continue
         try:
-            out.append(map_run(fill_from_siblings(clean_record(r), cleaned)))
+            out.append(map_run(fill_from_siblings(r, cleaned)))
         except Skip:
             continue
         except Exception:  # noqa: BLE001  (invalid plans are reported by the validation itself)

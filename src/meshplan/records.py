@@ -73,10 +73,10 @@ def number(value: Any) -> Any:
         if not found:
             return None
         text = found.group(1)
-        number = float(text)
-        if not math.isfinite(number):
+        parsed = float(text)
+        if not math.isfinite(parsed):
             return None
-        return int(number) if number.is_integer() and "." not in text and "e" not in text.lower() else number
+        return int(parsed) if parsed.is_integer() and "." not in text and "e" not in text.lower() else parsed
     return None
 
 
