@@ -189,8 +189,9 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]],
         hop, n_h = signed_bias(*context, "megatron_bridge", "H100", low=True)
         reasons.append(f"dense low-precision (FP8, MXFP8, NVFP4) runs on {_family(rec)} read {pct(bw, True)} "
                        f"on median ({n_b} runs) where the same tables' H100 FP8 runs read {pct(hop, True)} ({n_h}): "
-                       "the Blackwell FP8 GEMM rate (MAMF 0.72–0.76 of peak, measured on isolated square GEMMs) or "
-                       "the cost of its block-scaled quantization reads high")
+                       "the Blackwell FP8 GEMM rate (MAMF 0.72–0.76 of peak, measured on isolated square GEMMs; "
+                       "MXFP8 at the 0.95 of it that Transformer Engine's GEMM profiling measures) or the cost of "
+                       "the quantization kernels reads high")
     if "fp4" in str(rec.get("precision")):
         reasons.append("NVFP4 GEMMs: meshplan uses the FP8 best-shape efficiency for FP4 (no published MAMF) "
                        "and keeps TP communication exposed as the recipes do")

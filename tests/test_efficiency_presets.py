@@ -64,3 +64,22 @@ def test_pytorch_cross_entropy_holds_two_fp32_gradients_of_the_logits():
     # T·V = 1000 · 50000 = 5e7 logits; fused: 4 + 2 bytes each; PyTorch eager: 4 + 4
     assert loss_workspace(model, Plan()) == 5e7 * 6
     assert loss_workspace(model, Plan(cross_entropy="pytorch")) == 5e7 * 8
+
+
+def test_mxfp8_gemms_run_at_the_measured_block_scaled_fraction_of_the_fp8_rate():
+    # TE GEMM profiling tutorial (B300, operands pre-quantized): 163.5 ms in FP8 current scaling, 171.9 in MXFP8
+    b200 = load_system("b200").accelerator
+    assert b200.flops("mxfp8") == b200.flops("fp8") == 4500e12  # same tensor-core peak
+    assert DEFAULT.mamf(b200, "mxfp8") == pytest.approx(0.763 * 163.5 / 171.9)  # B200 FP8 MAMF 76.3 %
+    op = next(o for o in dense_layer(gpt(hidden=8192), Plan(precision="fp8")) if o.name == "mlp/fc1")
+    fp8, mx = (op_time(op, b200, p, DEFAULT) for p in ("fp8", "mxfp8"))
+    assert mx / fp8 == pytest.approx(171.9 / 163.5)
+
+
+def test_mxfp8_quantizes_each_operand_to_two_copies_with_a_scale_per_32_elements():
+    model = gpt(layers=1, hidden=1024, seq=2048)
+    casts = {p: {o.name: o for o in dense_layer(model, Plan(precision=p)) if o.name.endswith("/cast")}
+             for p in ("fp8", "mxfp8")}
+    # the QKV input, 2048 tokens x 1024: read 2 bytes, write a row-wise and a column-wise copy
+    assert casts["fp8"]["attn/qkv/cast"].nbytes == 2048 * 1024 * (2 + 2 * 1)
+    assert casts["mxfp8"]["attn/qkv/cast"].nbytes == 2048 * 1024 * (2 + 2 * (1 + 1 / 32))

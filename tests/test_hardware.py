@@ -250,3 +250,9 @@ def test_missing_required_field_raises(tmp_path):
     )
     with pytest.raises(SpecError, match="hbm_bytes"):
         load_system(str(path))
+
+
+@pytest.mark.parametrize("name", ["h100", "h200", "a100"])
+def test_mxfp8_needs_block_scaled_tensor_cores(name):
+    with pytest.raises(SpecError, match="mxfp8"):
+        load_system(name).accelerator.flops("mxfp8")

@@ -122,6 +122,13 @@ def test_bridge_record_maps_to_the_recipe_defaults():
     assert "ZeRO-1 (not stated; Megatron-Bridge default)" in text
 
 
+@pytest.mark.parametrize(("text", "precision"), [("mxfp8", "mxfp8"), ("mxfp8 (32x32 blocks)", "mxfp8"),
+                                                ("fp8 (current scaling)", "fp8"), ("float8 linears + bf16", "fp8")])
+def test_mxfp8_is_told_apart_from_per_tensor_fp8(text, precision):
+    hw = {"gpu": "GB200", "num_gpus": 64, "gpus_per_node": 4}
+    assert map_run(record(precision=text, hardware=hw)).plan.precision == precision
+
+
 def test_nvfp4_turns_tp_overlap_off_and_runs_fp4():
     case = map_run(record(precision="nvfp4", hardware={"gpu": "GB200", "num_gpus": 64, "gpus_per_node": 4}))
     assert case.plan.precision == "fp4" and not case.plan.overlap_tp

@@ -9,7 +9,7 @@ import sys
 import click
 
 from meshplan.errors import MeshplanError, SpecError
-from meshplan.plan import EXPERT_GEMM
+from meshplan.plan import EXPERT_GEMM, PRECISION
 
 DEFAULT_BATCH_TOKENS = 4 * 2**20  # default global batch ≈ 4M tokens (GPT-3: 3.2M; Llama 2: 4M)
 
@@ -92,7 +92,7 @@ def cli() -> None:
 @click.option("--offload-activations", is_flag=True)
 @click.option("--offload-layers", type=int, default=0, show_default=True,
               help="offload the saved activations of this many layers per stage (0 with --offload-activations: all)")
-@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8", "fp4"]), default="bf16", show_default=True)
+@click.option("--precision", type=click.Choice(PRECISION), default="bf16", show_default=True)
 @click.option("--grad-bytes", type=int, default=4, show_default=True, help="bytes per gradient (4: fp32 main grads)")
 @click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), default=None,
               help="default: interleaved if vpp>1 else 1f1b")
@@ -173,7 +173,7 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
 @click.option("--placements", type=click.Choice(["all", "default"]), default="all", show_default=True,
               help="every placement of the axes on the mesh, or tp,cp,dp,pp only")
 @click.option("--max-micro-batch", type=int, default=64, show_default=True)
-@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8", "fp4"]), default="bf16", show_default=True)
+@click.option("--precision", type=click.Choice(PRECISION), default="bf16", show_default=True)
 @click.option("--grad-bytes", type=int, default=4, show_default=True)
 @click.option("--overlap-tp", is_flag=True, help="TP communication overlapped with GEMMs")
 @expert_gemm_option

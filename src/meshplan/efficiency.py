@@ -24,16 +24,18 @@ of S (one tile per SM at a time), so the last, partial wave idles SMs. The libra
 that wastes least; for a tile t_m×t_n:
     quantization(t) = m·n / (⌈⌈m/t_m⌉·⌈n/t_n⌉ / S⌉ · S · t_m · t_n)
     efficiency      = gemm · MAMF(precision) · f · max_t quantization(t) · k / (k + k_0)
-``gemm`` (fitted: 0.85) is what a training step's GEMMs keep of the isolated benchmark's rate: the HBM and
+``gemm`` (fitted: 0.87) is what a training step's GEMMs keep of the isolated benchmark's rate: the HBM and
 NVLink traffic of a real step draws from the same power budget, and a benchmark's short bursts run cooler
 than hours of training.
 The k / (k + k_0) factor is the fixed per-tile cost (pipeline prologue, epilogue writing C) amortised over the
-reduction. The roofline (roofline.py) separately caps a skinny GEMM by its HBM traffic.
+reduction. The roofline (roofline.py) separately caps a skinny GEMM by its HBM traffic. MXFP8 GEMMs (Blackwell's
+block-scaled FP8: the kernel reads and applies one scale per 32 elements of every operand row and column) run at
+``block_scaled`` × the per-tensor FP8 rate, as Transformer Engine's GEMM profiling measures (0.95 on a B300).
 
 Attention (FlashAttention-2, Dao 2023, Fig. 4–5: forward 50–73 % of A100 peak, backward lower; FlashAttention-3,
 Shah et al. 2024, abstract: 75 % of H100 peak forward at d = 128, FA2 only 35 % on H100, and Fig. 5: d = 64 runs at
 about 0.7× the d = 128 rate): the softmax, exponentials and rescaling per score element do not shrink with the head
-dimension, so efficiency ∝ d / (d + d_0). ``attention_d0`` (fitted: 40) puts d = 64 at 0.81× the d = 128 rate; FA3
+dimension, so efficiency ∝ d / (d + d_0). ``attention_d0`` (fitted: 41) puts d = 64 at 0.80× the d = 128 rate; FA3
 reports 0.7× on H100 (d_0 ≈ 55); the fit, driven by the FA2-class kernels of the data's d = 64 runs (MPT-125m and
 -350m), finds a slightly flatter falloff. With a causal mask the diagonal blocks are computed whole, executing
 (1 + B_attn/s) × the useful half. The backward pass (five GEMMs, dS computed in fp32) runs at ``attention_bwd`` × the
@@ -125,10 +127,10 @@ TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
     # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
-    gemm: float = 0.848  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
+    gemm: float = 0.867  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
     attention: float = 0.500  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
-    overlap_slowdown: float = 0.142  # compute slowdown per second of communication hidden behind it
-    attention_d0: float = 39.6  # head dimension at which the per-score softmax work equals the matmuls'
+    overlap_slowdown: float = 0.140  # compute slowdown per second of communication hidden behind it
+    attention_d0: float = 41.4  # head dimension at which the per-score softmax work equals the matmuls'
     host_launch: float = 35.7e-6  # host seconds per kernel of the per-expert MoE path (ops.host_launched)
     # ---- documented, not fitted -------------------------------------------------------------------------
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
@@ -144,19 +146,25 @@ class Efficiency:
     nvlink: float = 0.8  # NCCL bus bandwidth / NVLink peak (nccl-tests)
     network: float = 0.9  # NCCL bus bandwidth / NIC peak (nccl-tests over InfiniBand NDR/HDR)
     clock_exponent: float = 1 / 3  # P ∝ f³ (see the module docstring)
+    # MXFP8 GEMMs (block-scaled: one E8M0 scale per 32 elements of each operand row / column, read and applied
+    # inside the kernel) vs per-tensor-scaled FP8 on the same shapes: the 12 GEMMs per layer of a 24-layer 5B model
+    # (15,872 tokens) take 171.9 ms in MXFP8 against 163.5 ms in FP8 current scaling, operands pre-quantized
+    # (Transformer Engine docs, docs/examples/gemm_profiling/gemm_profiling.rst, B300).
+    block_scaled: float = 163.5 / 171.9
 
     # ---- GEMMs ----------------------------------------------------------------------------------------------
     def mamf(self, accelerator: object, precision: str) -> float:
         """Best-shape GEMM efficiency of this accelerator at this precision: the preset's ``matmul_bf16`` /
         ``matmul_fp8``, else the ``MATMUL`` entry of the same silicon, else ``MAMF_UNKNOWN``."""
-        low = precision in ("fp8", "fp4")
+        low = precision in ("fp8", "mxfp8", "fp4")
+        scaled = self.block_scaled if precision == "mxfp8" else 1.0
         given = float(getattr(accelerator, "matmul_fp8" if low else "matmul_bf16", 0.0) or 0.0)
         if given > 0:
-            return given
+            return given * scaled
         entry = matmul_entry(accelerator)
         if entry is None:
-            return MAMF_UNKNOWN
-        return entry.fp8 if low else entry.bf16
+            return MAMF_UNKNOWN * scaled
+        return (entry.fp8 if low else entry.bf16) * scaled
 
     def gemm_efficiency(self, m: Num, n: Num, k: Num, num_sms: int = 132, groups: Num = 1.0) -> Num:
         """Shape efficiency of an (m×k)·(k×n) GEMM on ``num_sms`` SMs: ``gemm`` × quantization × depth.

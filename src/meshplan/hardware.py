@@ -21,7 +21,7 @@ from typing import Any
 from meshplan.errors import SpecError
 from meshplan.units import parse_quantity
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "fp4")
 
 
 @dataclass(frozen=True, kw_only=True)

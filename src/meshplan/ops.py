@@ -438,7 +438,9 @@ def eager_layer(model: ModelSpec, plan: Plan, d: Dims, moe: bool = False) -> lis
     return ops
 
 
-LOW_PRECISION_BYTES = {"fp8": 1.0, "fp4": 0.5}
+# Bytes per quantized element: fp8; MXFP8 adds one E8M0 scale per 32-element block (OCP Microscaling Formats
+# (MX) v1.0 specification, §5: block size 32, 8-bit shared scale); NVFP4, 4 bits.
+LOW_PRECISION_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "fp4": 0.5}
 
 
 def low_precision_casts(ops: list[OpCost], plan: Plan) -> list[OpCost]:

@@ -35,6 +35,7 @@ from meshplan.efficiency import DEFAULT, Efficiency
 from meshplan.errors import MeshplanError, PlanError, SpecError
 from meshplan.hardware import Cluster, load_system
 from meshplan.model import ModelSpec, load_model, preset_names
+from meshplan.ops import LOW_PRECISION_BYTES
 from meshplan.plan import Plan, check
 from meshplan.recipes import SourceDefaults, source_defaults
 from meshplan.records import NEGATIVE, clean_record, flag, number, positive_int, read_runs
@@ -224,7 +225,8 @@ def map_cluster(hw: dict[str, Any]) -> tuple[Cluster, list[str]]:
 # ---- plan ---------------------------------------------------------------------------------------------------
 PRECISIONS: tuple[tuple[str, str], ...] = (  # first match wins, on the source's precision text
     (r"nvfp4|fp4", "fp4"),
-    (r"mxfp8|fp8|float8", "fp8"),
+    (r"mxfp8", "mxfp8"),
+    (r"fp8|float8", "fp8"),
     (r"bf16|bfloat16", "bf16"),
     (r"fp16|float16|16-bit|half", "fp16"),
 )
@@ -407,7 +409,7 @@ def _precision(record: dict[str, Any], notes: list[str]) -> str:
     text = str(record.get("precision") or "").lower()
     for pattern, precision in PRECISIONS:
         if re.search(pattern, text):
-            if precision in ("fp8", "fp4"):
+            if precision in LOW_PRECISION_BYTES:
                 notes.append(f"{precision} GEMMs at the {precision} peak, the rest in bf16")
             return precision
     notes.append(f"precision {text or 'not stated'}: bf16 assumed")
