@@ -176,10 +176,13 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]],
     if r.group.startswith("mosaic") and context and _family(rec) == "H100" and fast:
         h100, n_h = signed_bias(*context, "mosaic", "H100")
         a100, n_a = signed_bias(*context, "mosaic", "A100")
-        reasons.append(f"MosaicML's H100 runs (2023 software: FlashAttention-2-class kernels written for Ampere, the "
-                       f"cuBLAS of mid-2023) read {pct(h100, True)} on median ({n_h} runs) where its A100 runs of the "
-                       f"same models read {pct(a100, True)} ({n_a} runs): meshplan's H100 GEMM rate is the MAMF "
-                       "measured with 2024–25 software")
+        reasons.append(f"MosaicML's H100 runs (the llm-foundry v0.2.0 H100 sweep scripts use the PyTorch 2.0.1 / "
+                       f"CUDA 11.8 image; FlashAttention-2-class kernels written for Ampere) read {pct(h100, True)} "
+                       f"on median ({n_h} runs) where its A100 runs of the same models read {pct(a100, True)} "
+                       f"({n_a} runs), most where GEMMs dominate (short sequences, no recompute). CUDA 11.8's cuBLAS "
+                       "is not the cause on its own: a user report measures 720–772 TFLOP/s in 16-bit batched GEMMs "
+                       "with cuBLAS 11.11 on an H100 (pytorch/pytorch#100850), near the 795 of meshplan's MAMF; no "
+                       "documented cause found")
     if r.group.startswith("mosaic") and not reasons:
         reasons.append("PyTorch FSDP in eager mode (2023): the unfused element-wise kernels are counted "
                        "(Plan.fusion = eager); the rest of the gap has no documented cause (FSDP communication, "
