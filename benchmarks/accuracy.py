@@ -68,15 +68,16 @@ def korthikanti(results: list[RunResult]) -> dict[str, Any]:
 
 
 # The one configuration three publications measured: GPT-1T on A100s, tp = 8, pp = 64, 512 micro-batches of one
-# 2048-token sequence per pipeline per step, full recompute; the GPU count (dp) differs, a GPU's work does not.
+# 2048-token sequence per pipeline per step, full recompute: the same FLOPs per GPU. The schedule (Narayanan et al.
+# interleave the stages) and the data-parallel gradient all-reduce (dp = 6 against 1) differ.
 SAME_1T = (("megatron_readme_jan2021_1T", "Megatron-LM README, January 2021 (3072 GPUs)"),
            ("narayanan2021_t1_1T", "Narayanan et al. 2021, Table 1 (3072 GPUs, interleaved schedule)"),
            ("korthikanti2022_1T_full_recompute", "Korthikanti et al. 2022, Table 5 (512 GPUs)"))
 
 
 def measured_step(r: RunResult) -> float:
-    """The measured iteration time: as printed, or from a throughput metric at meshplan's own FLOP count
-    (metric ∝ 1 / time, so t_measured = t_predicted · predicted / measured)."""
+    """The measured iteration time: as printed, or derived from a throughput metric, which both sides compute
+    with the source's FLOP formula (metric ∝ 1 / time, so t_measured = t_predicted · predicted / measured)."""
     if r.metric == "iteration_time_s":
         return r.measured
     return r.step_time * r.predicted / r.measured
@@ -90,16 +91,21 @@ def same_1t(results: list[RunResult]) -> list[str]:
     times = [measured_step(r) for _, r in rows]
     out = ["", "### One configuration, three publications", "",
            "GPT-1T on A100s with tp = 8, pp = 64, full recompute and 512 micro-batches of one sequence per pipeline "
-           "per step was published three times. A GPU's work is the same in all three; only the number of "
-           "pipeline replicas differs. The throughput figures are converted to iteration times at the source's "
-           "own FLOP count.", "",
+           "per step was published three times: the same FLOPs per GPU, with a different schedule (Narayanan et "
+           "al. interleave the stages) and a data-parallel gradient all-reduce on the 3072-GPU runs (dp = 6). The "
+           "two TFLOP/s figures are converted to iteration times with the source's own FLOP formula (marked *).", "",
            "| publication | measured | meshplan | error |", "|---|---:|---:|---:|"]
-    out += [f"| {label} | {measured_step(r):.1f} s | {r.step_time:.1f} s | "
-            f"{pct(r.step_time / measured_step(r) - 1, True)} |" for label, r in rows]
-    out += ["", f"The same work was measured at {min(times):.1f}–{max(times):.1f} s, a spread of "
-            f"{100 * (max(times) / min(times) - 1):.0f}% as Megatron-LM improved between releases. A model without "
-            "a per-release knob cannot be within a few percent of all three; meshplan's 1T errors on Korthikanti "
-            "et al. come from that, not from the 1T's shape."]
+    out += [f"| {label} | {measured_step(r):.1f} s{'' if r.metric == 'iteration_time_s' else ' *'} | "
+            f"{r.step_time:.1f} s | {pct(r.step_time / measured_step(r) - 1, True)} |" for label, r in rows]
+    spread = 100 * (max(times) / min(times) - 1)
+    out += ["", f"The measurements span {min(times):.1f}–{max(times):.1f} s ({spread:.0f}%)."]
+    plain = [by_id[i] for i, _ in SAME_1T if i in by_id and "interleaved" not in dict(SAME_1T)[i]]
+    if len(plain) == 2:
+        (a, b) = plain
+        out[-1] += (f" The two runs without interleaving differ by {abs(measured_step(a) - measured_step(b)):.1f} s "
+                    f"measured and by {abs(a.step_time - b.step_time):.1f} s in meshplan (their all-reduce); the rest "
+                    "is most likely the year of Megatron-LM releases between them, which a model without "
+                    "per-release settings cannot follow.")
     return out
 
 
@@ -180,9 +186,9 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]],
                        f"CUDA 11.8 image; FlashAttention-2-class kernels written for Ampere) read {pct(h100, True)} "
                        f"on median ({n_h} runs) where its A100 runs of the same models read {pct(a100, True)} "
                        f"({n_a} runs), most where GEMMs dominate (short sequences, no recompute). CUDA 11.8's cuBLAS "
-                       "is not the cause on its own: a user report measures 720–772 TFLOP/s in 16-bit batched GEMMs "
-                       "with cuBLAS 11.11 on an H100 (pytorch/pytorch#100850), near the 795 of meshplan's MAMF; no "
-                       "documented cause found")
+                       "is not shown to be the cause: in a bmm performance report (pytorch/pytorch#100850) cuBLAS "
+                       "11.11 reaches 639–772 TFLOP/s in 16-bit batched GEMMs on an H100, against the 795 of "
+                       "meshplan's MAMF; no documented cause found")
     if r.group.startswith("mosaic") and not reasons:
         reasons.append("PyTorch FSDP in eager mode (2023): the unfused element-wise kernels are counted "
                        "(Plan.fusion = eager); the rest of the gap has no documented cause (FSDP communication, "

@@ -130,7 +130,7 @@ class Efficiency:
     gemm: float = 0.867  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
     attention: float = 0.500  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
     overlap_slowdown: float = 0.140  # compute slowdown per second of communication hidden behind it
-    attention_d0: float = 41.4  # head dimension at which the per-score softmax work equals the matmuls'
+    attention_d0: float = 41.3  # head dimension at which the per-score softmax work equals the matmuls'
     host_launch: float = 35.7e-6  # host seconds per kernel of the per-expert MoE path (ops.host_launched)
     # ---- documented, not fitted -------------------------------------------------------------------------
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)

@@ -69,7 +69,7 @@ class Accelerator:
             return self.peak_flops[precision]
         if precision in ("bf16", "fp16"):
             return self.half_flops
-        raise SpecError(f"precision={precision!r} is not supported by {self.name} "
+        raise SpecError(f"precision={precision} is not supported by {self.name} "
                         f"(it has {', '.join(sorted(self.peak_flops))})")
 
 
