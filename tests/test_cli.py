@@ -134,3 +134,16 @@ def test_mxfp8_on_blackwell_is_slower_than_per_tensor_fp8(capsys):
     mx = json.loads(run([*base, "--precision", "mxfp8"], capsys)[1])
     # block-scaled GEMMs at 163.5 / 171.9 of the FP8 rate, and 1/32 byte more per quantized element
     assert 1.0 < mx["step_time_s"] / fp8["step_time_s"] < 171.9 / 163.5
+
+
+def test_current_fp8_scaling_costs_an_amax_read_in_estimate_and_plan(capsys):
+    for command, extra, pick in (("estimate", [], lambda d: d),
+                                 ("plan", ["--top", "1", "--no-offload", "--placements", "default"],
+                                  lambda d: d["plans"][0])):
+        base = [command, "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--global-batch", "64",
+                "--precision", "fp8", *extra, "--json"]
+        delayed = pick(json.loads(run(base, capsys)[1]))
+        code, out, _ = run([*base, "--fp8-scaling", "current"], capsys)
+        current = pick(json.loads(out))
+        assert code == 0 and (delayed["plan"]["fp8_scaling"], current["plan"]["fp8_scaling"]) == ("delayed", "current")
+        assert current["step_time_s"] > delayed["step_time_s"]

@@ -83,3 +83,20 @@ def test_mxfp8_quantizes_each_operand_to_two_copies_with_a_scale_per_32_elements
     # the QKV input, 2048 tokens x 1024: read 2 bytes, write a row-wise and a column-wise copy
     assert casts["fp8"]["attn/qkv/cast"].nbytes == 2048 * 1024 * (2 + 2 * 1)
     assert casts["mxfp8"]["attn/qkv/cast"].nbytes == 2048 * 1024 * (2 + 2 * (1 + 1 / 32))
+
+
+def test_current_scaling_and_nvfp4_read_the_tensor_once_more_for_its_amax():
+    model = gpt(layers=1, hidden=1024, seq=2048)
+
+    def qkv_cast(**kw):
+        return next(o for o in dense_layer(model, Plan(**kw)) if o.name == "attn/qkv/cast").nbytes
+
+    elems = 2048 * 1024  # the QKV input: 2048 tokens x 1024
+    assert qkv_cast(precision="fp8") == elems * (2 + 2 * 1)  # delayed: read, write two fp8 copies
+    assert qkv_cast(precision="fp8", fp8_scaling="current") == elems * (2 + 2 + 2 * 1)  # + the amax read
+    assert qkv_cast(precision="fp4") == elems * (2 + 2 + 2 * 0.5)  # NVFP4's per-tensor global scale
+    assert qkv_cast(precision="mxfp8", fp8_scaling="current") == elems * (2 + 2 * (1 + 1 / 32))  # block scales
+
+
+def test_an_unknown_fp8_scaling_is_rejected():
+    assert any("fp8_scaling='amax'" in r for r in check(gpt(), None, Plan(fp8_scaling="amax")))

@@ -129,6 +129,18 @@ def test_mxfp8_is_told_apart_from_per_tensor_fp8(text, precision):
     assert map_run(record(precision=text, hardware=hw)).plan.precision == precision
 
 
+@pytest.mark.parametrize(("group", "text", "scaling"), [
+    ("megatron_bridge_26.02", "fp8", "current"),  # the performance summary's FP8-CS
+    ("nemo_24.07", "fp8", "delayed"),  # Transformer Engine 1.x: DelayedScaling only
+    ("nemo_24.07", "fp8 (current scaling)", "current"),  # stated
+    ("megatron_bridge_26.02", "fp8 (delayed scaling)", "delayed"),
+])
+def test_fp8_scaling_as_stated_else_the_sources_default(group, text, scaling):
+    case = map_run(record(group=group, precision=text))
+    assert case.plan.fp8_scaling == scaling
+    assert f"fp8 {scaling} scaling" in " | ".join(case.assumptions)
+
+
 def test_nvfp4_turns_tp_overlap_off_and_runs_fp4():
     case = map_run(record(precision="nvfp4", hardware={"gpu": "GB200", "num_gpus": 64, "gpus_per_node": 4}))
     assert case.plan.precision == "fp4" and not case.plan.overlap_tp

@@ -54,6 +54,7 @@ class PlanBatch:
     cross_entropy: str = "fused"
     fusion: str = "fused"
     expert_gemm: str = "per_expert"
+    fp8_scaling: str = "delayed"
     finetune: str = "full"
     lora_rank: int = 32
     tensor_layout: str = "1d"

@@ -9,7 +9,7 @@ import sys
 import click
 
 from meshplan.errors import MeshplanError, SpecError
-from meshplan.plan import EXPERT_GEMM, PRECISION
+from meshplan.plan import EXPERT_GEMM, FP8_SCALING, PRECISION
 
 DEFAULT_BATCH_TOKENS = 4 * 2**20  # default global batch ≈ 4M tokens (GPT-3: 3.2M; Llama 2: 4M)
 
@@ -41,6 +41,11 @@ common_model = [
 expert_gemm_option = click.option(
     "--expert-gemm", type=click.Choice(EXPERT_GEMM), default=EXPERT_GEMM[0], show_default=True,
     help="MoE expert GEMMs: per_expert (TE GroupedLinear, host-launched per expert) or grouped (one kernel)")
+
+
+fp8_scaling_option = click.option(
+    "--fp8-scaling", type=click.Choice(FP8_SCALING), default=FP8_SCALING[0], show_default=True,
+    help="with --precision fp8: delayed (TE's default, amax history) or current (this tensor's amax: one more read)")
 
 
 def _apply(options):
@@ -93,6 +98,7 @@ def cli() -> None:
 @click.option("--offload-layers", type=int, default=0, show_default=True,
               help="offload the saved activations of this many layers per stage (0 with --offload-activations: all)")
 @click.option("--precision", type=click.Choice(PRECISION), default="bf16", show_default=True)
+@fp8_scaling_option
 @click.option("--grad-bytes", type=int, default=4, show_default=True, help="bytes per gradient (4: fp32 main grads)")
 @click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), default=None,
               help="default: interleaved if vpp>1 else 1f1b")
@@ -106,8 +112,8 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep, etp, vpp, sequence_parallel,
              micro_batch, global_batch, zero, recompute, recompute_layers, offload_optimizer, offload_activations,
-             offload_layers, precision, grad_bytes, schedule, placement, overlap_tp, no_overlap_dp, fusion, expert_gemm,
-             show_ops, as_json) -> None:
+             offload_layers, precision, fp8_scaling, grad_bytes, schedule, placement, overlap_tp, no_overlap_dp,
+             fusion, expert_gemm, show_ops, as_json) -> None:
     """Estimate one training step of MODEL on GPUS accelerators of SYSTEM under one parallel plan."""
     from meshplan.estimate import estimate as run
     from meshplan.plan import Plan
@@ -127,7 +133,7 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
                 micro_batch=micro_batch, global_batch=global_batch, zero=zero, recompute=recompute,
                 recompute_layers=recompute_layers, offload_optimizer=offload_optimizer,
                 offload_activations=offload_activations or offload_layers > 0, offload_layers=offload_layers,
-                precision=precision, grad_bytes=grad_bytes,
+                precision=precision, fp8_scaling=fp8_scaling, grad_bytes=grad_bytes,
                 schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"),
                 placement=tuple(a.strip() for a in placement.split(",")), overlap_tp=overlap_tp,
                 overlap_dp=not no_overlap_dp, fusion=fusion, expert_gemm=expert_gemm)
@@ -174,6 +180,7 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
               help="every placement of the axes on the mesh, or tp,cp,dp,pp only")
 @click.option("--max-micro-batch", type=int, default=64, show_default=True)
 @click.option("--precision", type=click.Choice(PRECISION), default="bf16", show_default=True)
+@fp8_scaling_option
 @click.option("--grad-bytes", type=int, default=4, show_default=True)
 @click.option("--overlap-tp", is_flag=True, help="TP communication overlapped with GEMMs")
 @expert_gemm_option
@@ -183,8 +190,8 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
               help="across GPU counts: fastest, or cheapest for the token budget")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_k, zero_opts, recompute_opts,
-             sp_opts, offload, placements, max_micro_batch, precision, grad_bytes, overlap_tp, expert_gemm, tokens,
-             price, rank_by, as_json) -> None:
+             sp_opts, offload, placements, max_micro_batch, precision, fp8_scaling, grad_bytes, overlap_tp, expert_gemm,
+             tokens, price, rank_by, as_json) -> None:
     """Search every parallel plan of MODEL on GPUS accelerators of SYSTEM and rank the feasible ones."""
     from meshplan.search import Space, search
 
@@ -210,7 +217,7 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
                       offload_optimizer=(False, True) if offload else (False,),
                       offload_activations=(False, True) if offload else (False,),
                       all_placements=placements == "all", max_micro_batch=max_micro_batch, precision=precision,
-                      grad_bytes=grad_bytes, overlap_tp=overlap_tp, expert_gemm=expert_gemm)
+                      fp8_scaling=fp8_scaling, grad_bytes=grad_bytes, overlap_tp=overlap_tp, expert_gemm=expert_gemm)
         with _progress(as_json) as progress:
             results.append(search(model, cluster, space, top_k=top_k, progress=progress))
     from meshplan.report.text import print_search

@@ -24,7 +24,7 @@ of S (one tile per SM at a time), so the last, partial wave idles SMs. The libra
 that wastes least; for a tile t_m×t_n:
     quantization(t) = m·n / (⌈⌈m/t_m⌉·⌈n/t_n⌉ / S⌉ · S · t_m · t_n)
     efficiency      = gemm · MAMF(precision) · f · max_t quantization(t) · k / (k + k_0)
-``gemm`` (fitted: 0.87) is what a training step's GEMMs keep of the isolated benchmark's rate: the HBM and
+``gemm`` (fitted: 0.86) is what a training step's GEMMs keep of the isolated benchmark's rate: the HBM and
 NVLink traffic of a real step draws from the same power budget, and a benchmark's short bursts run cooler
 than hours of training.
 The k / (k + k_0) factor is the fixed per-tile cost (pipeline prologue, epilogue writing C) amortised over the
@@ -35,14 +35,14 @@ block-scaled FP8: the kernel reads and applies one scale per 32 elements of ever
 Attention (FlashAttention-2, Dao 2023, Fig. 4–5: forward 50–73 % of A100 peak, backward lower; FlashAttention-3,
 Shah et al. 2024, abstract: 75 % of H100 peak forward at d = 128, FA2 only 35 % on H100, and Fig. 5: d = 64 runs at
 about 0.7× the d = 128 rate): the softmax, exponentials and rescaling per score element do not shrink with the head
-dimension, so efficiency ∝ d / (d + d_0). ``attention_d0`` (fitted: 41) puts d = 64 at 0.80× the d = 128 rate; FA3
+dimension, so efficiency ∝ d / (d + d_0). ``attention_d0`` (fitted: 51) puts d = 64 at 0.78× the d = 128 rate; FA3
 reports 0.7× on H100 (d_0 ≈ 55); the fit, driven by the FA2-class kernels of the data's d = 64 runs (MPT-125m and
 -350m), finds a slightly flatter falloff. With a causal mask the diagonal blocks are computed whole, executing
 (1 + B_attn/s) × the useful half. The backward pass (five GEMMs, dS computed in fp32) runs at ``attention_bwd`` × the
 forward rate (FA2 Fig. 5 vs Fig. 4, FA3 Fig. 6 vs Fig. 5: ≈ 0.8). The attention kernel's matmuls run on the same tensor
 cores under the same clock and power limits as the GEMMs, so its rate is a fraction of the GPU's best-shape 16-bit GEMM
-rate (MAMF × sustained clock, as for GEMMs), not of the datasheet peak: ``attention`` (fitted: 0.50 of that rate at
-d = 128, forward, i.e. 0.40 of the H100's and 0.43 of the A100's datasheet peak) sits below the kernels' own
+rate (MAMF × sustained clock, as for GEMMs), not of the datasheet peak: ``attention`` (fitted: 0.52 of that rate at
+d = 128, forward, i.e. 0.42 of the H100's and 0.45 of the A100's datasheet peak) sits below the kernels' own
 benchmarks (FA3: 0.6–0.75 of peak; FA2 on A100: 0.5–0.7) because in a training step the kernel also pays for the QKV
 layout transposes and the softmax statistics around it. A stack that runs FlashAttention-2-class kernels on Hopper
 or Blackwell (``Plan.attention_kernel = "fa2"``) gets ``fa2_on_async`` = 0.52 of that (PyTorch SDPA's FA2 backend
@@ -56,7 +56,7 @@ and ``network`` ≈ 0.90 (~45 GB/s on 400 Gb/s NDR, ~22–23 GB/s on 200 Gb/s HD
 the presets (NCCL's tuning model), which is what makes small messages slow (comm.py, α + n/B).
 
 Overlap: communication that runs concurrently with compute takes SMs (NCCL channels: 8–32 CTAs of ~132 SMs)
-and HBM bandwidth from it, so the overlapped compute is slowed by ``overlap_slowdown`` (fitted: 0.14) × the
+and HBM bandwidth from it, so the overlapped compute is slowed by ``overlap_slowdown`` (fitted: 0.22) × the
 overlapped communication time (estimate.py applies it wherever a collective is hidden).
 
 Host-launched kernels: dropless MoE copies the tokens-per-expert counts to the host every layer (Megatron-Core
@@ -127,11 +127,11 @@ TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
     # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
-    gemm: float = 0.867  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
-    attention: float = 0.500  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
-    overlap_slowdown: float = 0.140  # compute slowdown per second of communication hidden behind it
-    attention_d0: float = 41.3  # head dimension at which the per-score softmax work equals the matmuls'
-    host_launch: float = 35.7e-6  # host seconds per kernel of the per-expert MoE path (ops.host_launched)
+    gemm: float = 0.862  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
+    attention: float = 0.517  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
+    overlap_slowdown: float = 0.223  # compute slowdown per second of communication hidden behind it
+    attention_d0: float = 50.6  # head dimension at which the per-score softmax work equals the matmuls'
+    host_launch: float = 35.9e-6  # host seconds per kernel of the per-expert MoE path (ops.host_launched)
     # ---- documented, not fitted -------------------------------------------------------------------------
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
     gemm_k0: float = 64.0  # per-tile fixed cost, in units of reduction depth (one 64-deep k-block of CUTLASS)

@@ -454,11 +454,17 @@ def low_precision_casts(ops: list[OpCost], plan: Plan) -> list[OpCost]:
     "fused"``) runs TE. torchao's Float8Linear (torchtitan) keeps the 16-bit input and re-quantizes it in the
     backward pass, which its published peak memory confirms (8B FSDP: 76.8 GiB with float8 against 82.4 bf16,
     not the ~30 % less an fp8 copy would give). With LoRA the bf16 adapters re-read the 16-bit input, which stays.
-    Host-launched GEMMs (per-expert MoE, ``host_launched``) launch one quantization per expert as well."""
+    Host-launched GEMMs (per-expert MoE, ``host_launched``) launch one quantization per expert as well.
+    A scale taken from the tensor itself needs its amax before the cast, one more read of the 16-bit tensor: fp8
+    current scaling (``plan.fp8_scaling``) and NVFP4's per-tensor global scale ("the extra memory pass for
+    per-tensor amax computation", Transformer Engine docs, GEMM profiling tutorial; there, on an H200, a layer's
+    GEMMs with their quantization take 20.29 ms under current scaling against 18.98 ms under delayed scaling).
+    Not modelled: Blackwell reads a per-tensor fp8 operand column-wise, so there one copy would do."""
     low = LOW_PRECISION_BYTES.get(plan.precision)
     if low is None:
         return ops
-    per_elem = ACT_BYTES + 2 * low
+    amax = plan.precision == "fp4" or (plan.precision == "fp8" and plan.fp8_scaling == "current")
+    per_elem = ACT_BYTES * (2 if amax else 1) + 2 * low
     casts = [OpCost(op.name + "/cast", op.phase, "memory", 0.0, per_elem * op.groups * (
         op.m * op.k if op.phase == "fwd" else op.m * op.n), launches=op.launches)
              for op in ops if op.kind == "gemm" and op.phase in ("fwd", "bwd_x") and op.variant != "bf16"]

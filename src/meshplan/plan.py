@@ -34,6 +34,7 @@ CP_COMM = ("ring", "allgather")
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 PRECISION = ("bf16", "fp16", "fp8", "mxfp8", "fp4")
+FP8_SCALING = ("delayed", "current")
 FINETUNE = ("full", "lora")
 ATTENTION_KERNELS = ("fused", "fa2")
 CROSS_ENTROPY = ("fused", "pytorch")
@@ -87,6 +88,10 @@ class Plan:
     # tokens-per-expert device-to-host sync) or "grouped" (one grouped kernel with device-side group sizes, or a
     # CUDA graph of the expert block: no host floor). ops.moe_block, roofline.op_time.
     expert_gemm: str = "per_expert"
+    # how per-tensor fp8 scales are found (ops.low_precision_casts): "delayed" (Transformer Engine's DelayedScaling,
+    # its default and the only recipe before TE 2.0: from the amax history of earlier steps) or "current" (TE
+    # Float8CurrentScaling, torchao's dynamic scaling: from this tensor's amax, one more read of it before the cast)
+    fp8_scaling: str = "delayed"
     # "full": every weight trains; "lora": base weights frozen, rank-``lora_rank`` adapters on the attention
     # and MLP linears train (Hu et al. 2021, LoRA; Megatron-Bridge peft.LoRA defaults: dim 32, linear_qkv,
     # linear_proj, linear_fc1, linear_fc2)
@@ -294,6 +299,8 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> lis
         reasons.append(f"cross_entropy={plan.cross_entropy!r} must be one of {', '.join(CROSS_ENTROPY)}")
     if plan.fusion not in FUSION:
         reasons.append(f"fusion={plan.fusion!r} must be one of {', '.join(FUSION)}")
+    if plan.fp8_scaling not in FP8_SCALING:
+        reasons.append(f"fp8_scaling={plan.fp8_scaling!r} must be one of {', '.join(FP8_SCALING)}")
     if plan.expert_gemm not in EXPERT_GEMM:
         reasons.append(f"expert_gemm={plan.expert_gemm!r} must be one of {', '.join(EXPERT_GEMM)}")
     if plan.finetune not in FINETUNE:

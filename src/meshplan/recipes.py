@@ -31,6 +31,9 @@ class SourceDefaults:
     cross_entropy: str = "fused"  # Plan.cross_entropy: "fused" (Megatron vocab-parallel) or "pytorch"
     fusion: str = "fused"  # Plan.fusion: "eager" for a PyTorch-eager stack (fused where the record says torch.compile)
     whole_batch: bool = False  # no gradient accumulation: an unstated micro-batch is global batch / dp
+    # Plan.fp8_scaling when the record does not say: Transformer Engine's default DelayedScaling (its only recipe
+    # before TE 2.0), unless the stack scales from the current amax
+    fp8_scaling: str = "delayed"
 
 
 SOURCES: tuple[SourceDefaults, ...] = (
@@ -58,7 +61,8 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "Megatron-Bridge scripts/performance: sequence parallelism with tp > 1, userbuffers TP overlap "
                    "(off for nvfp4), distributed optimizer with overlapped grad reduce / param gather, "
                    "grad_reduce_in_fp32 = False (set_basic_perf_overrides), TE attention, no recompute except "
-                   "a few memory-bound recipes"),
+                   "a few memory-bound recipes; FP8 is current scaling (the performance summary's 'FP8-CS' column)",
+                   fp8_scaling="current"),
     SourceDefaults("NeMo 24.x", r"nemo", None, True, True, 1, 4, "none", True,
                    "NeMo 24.03/24.07 performance recipes: sequence parallelism and userbuffers TP overlap with "
                    "tp > 1, distributed optimizer with overlapped grad reduce / param gather, fp32 main grads, "
@@ -74,8 +78,9 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "torchtitan: FSDP2 (reshard after forward, prefetch), mixed_precision_reduce = float32, "
                    "sequence parallelism inside its TP plan, PyTorch SDPA flash backend (FlashAttention-2); async TP "
                    "only where stated; loss = F.cross_entropy(pred.float()) in eager autograd (the loss is not "
-                   "compiled at the benchmark commit); the blocks in eager PyTorch unless the row says torch.compile",
-                   "fa2", cross_entropy="pytorch", fusion="eager"),
+                   "compiled at the benchmark commit); the blocks in eager PyTorch unless the row says torch.compile; "
+                   "float8 linears scale each tensor from its current amax (torchao Float8Linear, tensorwise dynamic "
+                   "scaling)", "fa2", cross_entropy="pytorch", fusion="eager", fp8_scaling="current"),
     # Stacks that run Hugging Face model code in eager PyTorch under DeepSpeed ZeRO or accelerate / Trainer FSDP.
     SourceDefaults("DeepSpeed / Hugging Face",
                    r"deepspeed|hugging ?face|transformers|accelerate|llama[-_ ]?factory|axolotl",

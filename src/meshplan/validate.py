@@ -241,6 +241,7 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     mbs, gbs = _batches(p, src, dp, pp, notes)
     vpp = _interleaving(p, model, pp, (gbs // (dp * mbs)) % pp == 0, notes)
     precision = _precision(record, notes)
+    fp8_scaling = _fp8_scaling(record, src, precision, notes)
     zero, zero_note = _zero(p, src)
     if src.name == "torchtitan" and zero == 3 and pp > 1:
         zero, zero_note = 1, ("FSDP2 with pipeline parallelism as ZeRO-1: torchtitan keeps the stage's weights "
@@ -259,7 +260,7 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sequence_parallel=sp, micro_batch=mbs,
                 global_batch=gbs, zero=zero, recompute=recompute, recompute_layers=layers, precision=precision,
                 grad_bytes=grad_bytes, schedule="interleaved" if vpp > 1 else "1f1b", overlap_tp=overlap_tp,
-                overlap_dp=src.overlap_dp, overlap_ep=overlap_ep, flash_attention=flash,
+                overlap_dp=src.overlap_dp, overlap_ep=overlap_ep, flash_attention=flash, fp8_scaling=fp8_scaling,
                 finetune=finetune, lora_rank=lora_rank, attention_kernel=src.attention_kernel,
                 cross_entropy=src.cross_entropy, fusion=fusion, expert_gemm=expert_gemm,
                 offload_activations=offload_layers > 0, offload_layers=offload_layers)
@@ -414,6 +415,16 @@ def _precision(record: dict[str, Any], notes: list[str]) -> str:
             return precision
     notes.append(f"precision {text or 'not stated'}: bf16 assumed")
     return "bf16"
+
+
+def _fp8_scaling(record: dict[str, Any], src: SourceDefaults, precision: str, notes: list[str]) -> str:
+    """Per-tensor fp8 scales: as the record's precision text says, else the source's default."""
+    if precision != "fp8":
+        return src.fp8_scaling
+    text = str(record.get("precision") or "").lower()
+    stated = "delayed" if "delayed" in text else "current" if re.search(r"current|dynamic", text) else None
+    notes.append(f"fp8 {stated or src.fp8_scaling} scaling" + (" (stated)" if stated else f" ({src.name} default)"))
+    return stated or src.fp8_scaling
 
 
 NO_RECOMPUTE = re.compile(r"\b(no|not|without)\s+(activation\s+)?(recompute|recomputation|checkpoint)")

@@ -32,7 +32,8 @@ def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
     summary = Table(title=title, show_header=False, title_justify="left")
     summary.add_column(style="bold")
     summary.add_column()
-    summary.add_row("plan", p.describe() + f" schedule={p.schedule} precision={p.precision}")
+    scaling = f" ({p.fp8_scaling} scaling)" if p.precision == "fp8" else ""
+    summary.add_row("plan", p.describe() + f" schedule={p.schedule} precision={p.precision}{scaling}")
     summary.add_row("step time", fmt_time(est.step_time))
     summary.add_row("tokens/s", f"{fmt_count(est.tokens_per_s)} ({fmt_count(est.tokens_per_s / est.cluster.num_gpus)}"
                     " per GPU)")
