@@ -345,8 +345,10 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
             f"{pct(r.memory_error, True)} |" for r in mem]
     out += ["", "meshplan counts model states, saved activations (Korthikanti et al. 2022), the transient "
             "cross-entropy workspace of the loss implementation (torchtitan: eager `F.cross_entropy`, whose backward "
-            "holds the saved fp32 log-probabilities and two fp32 gradients of the logits, 12 bytes per logit; "
-            "`Plan.cross_entropy`) and the collective buffers. PyTorch's caching-allocator reserve and "
+            "holds the saved fp32 log-probabilities and two fp32 gradients of the logits, 12 bytes per logit, "
+            "and 16 with tensor parallelism, where DTensor's loss_parallel computes both gradients in one eager "
+            "expression with three fp32 temporaries; `Plan.cross_entropy`) and the collective buffers. PyTorch's "
+            "caching-allocator reserve and "
             "fragmentation and, under full recompute, the gradient working set of the layer in backward are not "
             "modelled, so it still reads low against \"max reserved\" on the tensor-parallel (2D / 3D / 4D) "
             "runs.", "",

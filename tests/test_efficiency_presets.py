@@ -64,6 +64,9 @@ def test_pytorch_cross_entropy_holds_two_fp32_gradients_of_the_logits():
     # T·V = 1000 · 50000 = 5e7 logits; fused: 4 + 2 bytes each; PyTorch eager: 4 + 4
     assert loss_workspace(model, Plan()) == 5e7 * 6
     assert loss_workspace(model, Plan(cross_entropy="pytorch")) == 5e7 * 8
+    # with TP (DTensor loss_parallel): each of 2 ranks holds 2.5e7 logits and, in the fused nll_loss /
+    # log_softmax backward, three fp32 temporaries (zeros, exp or the sum, the product): 4 + 4 + 4
+    assert loss_workspace(model, Plan(tp=2, sequence_parallel=True, cross_entropy="pytorch")) == 2.5e7 * 12
 
 
 def test_mxfp8_gemms_run_at_the_measured_block_scaled_fraction_of_the_fp8_rate():

@@ -221,3 +221,17 @@ def test_distinct_keys_survive_int64_overflow():
     assert len(first) == len({tuple(c) for c in base.T}) == 40
     assert (keys[:, first][:, inverse] == keys).all()  # every row maps back to its own key
     assert (inverse[40:] == inverse[:10]).all()
+
+
+
+def test_loss_workspace_of_a_batch_equals_each_plans():
+    """The loss workspace depends on tp (DTensor loss_parallel): over a PlanBatch it must not branch on it."""
+    from meshplan.estimate import loss_workspace
+
+    model = load_model("llama3-8b").with_seq_length(2048)
+    plans = [Plan(dp=8, tp=1, global_batch=8, cross_entropy="pytorch"),
+             Plan(dp=4, tp=2, sequence_parallel=True, global_batch=8, cross_entropy="pytorch")]
+    batch = PlanBatch.of([replace(p, sequence_parallel=True) for p in plans])
+    one_by_one = [loss_workspace(model, replace(p, sequence_parallel=True)) for p in plans]
+    assert np.allclose(loss_workspace(model, batch), one_by_one)
+    assert one_by_one == [2048 * 128256 * 8, 2048 * 128256 / 2 * 12]

@@ -471,8 +471,14 @@ def loss_workspace(model: ModelSpec, plan: Plan) -> Num:
     ``"pytorch"`` (``F.cross_entropy`` on upcast logits = log_softmax + nll_loss, eager autograd): nll_loss's
     backward materialises a dense fp32 gradient of the log-probabilities (``nll_loss_backward``: zeros with
     -1/N at the targets), and ``_log_softmax_backward_data`` writes a new fp32 gradient of the logits while
-    that one and the saved output are alive: 4 + 4 bytes (the 16-bit cast follows once the first is freed)."""
-    per_logit = FP32 + (FP32 if plan.cross_entropy == "pytorch" else ACT_BYTES)
+    that one and the saved output are alive: 4 + 4 bytes (the 16-bit cast follows once the first is freed).
+    With tp > 1 the logits are a vocabulary-sharded DTensor and the loss runs under ``loss_parallel`` (torchtitan's
+    default with TP): its nll_loss backward computes both gradients at once, in eager,
+    ``(torch.zeros_like(x) + torch.exp(x)) * grad_output`` (torch/distributed/tensor/parallel/loss.py,
+    ``_nll_loss_and_log_softmax_backward``), so three fp32 tensors (the zeros, the exponential or the sum, the
+    product) are alive with the saved output: 4 + 4 + 4 bytes."""
+    # numeric plan fields may be arrays (a PlanBatch): no branch on tp
+    per_logit = FP32 * (2 + (plan.tp > 1)) if plan.cross_entropy == "pytorch" else FP32 + ACT_BYTES
     return dims(model, plan).tokens * model.vocab_size / plan.tp * per_logit
 
 
