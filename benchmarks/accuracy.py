@@ -202,8 +202,10 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]],
                        "MXFP8 at the 0.95 of it that Transformer Engine's GEMM profiling measures) or the cost of "
                        "the quantization kernels reads high")
     if "fp4" in str(rec.get("precision")):
-        reasons.append("NVFP4 GEMMs: meshplan uses the FP8 best-shape efficiency for FP4 (no published MAMF) "
-                       "and keeps TP communication exposed as the recipes do")
+        reasons.append("NVFP4 GEMMs at the 1.81 × per-tensor FP8 rate Transformer Engine's GEMM profiling measures "
+                       "(B300; capped at the FP4 peak), TP communication exposed as the recipes set it: the tables' "
+                       "NVFP4-over-MXFP8 speed-up differs between the Llama3-70B (tp 2) and the 405B (tp 4) "
+                       "configurations, which one GEMM rate cannot follow")
     if "gpt-oss" in str(m.get("name", "")).lower() and any("unfused attention" in a for a in r.assumptions):
         reasons.append("GPT-OSS's learnable attention sinks run in TE's unfused attention in this container "
                        "(cuDNN < 9.18); meshplan computes the full score square for every layer, also for the "

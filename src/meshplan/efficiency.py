@@ -24,18 +24,19 @@ of S (one tile per SM at a time), so the last, partial wave idles SMs. The libra
 that wastes least; for a tile t_m×t_n:
     quantization(t) = m·n / (⌈⌈m/t_m⌉·⌈n/t_n⌉ / S⌉ · S · t_m · t_n)
     efficiency      = gemm · MAMF(precision) · f · max_t quantization(t) · k / (k + k_0)
-``gemm`` (fitted: 0.86) is what a training step's GEMMs keep of the isolated benchmark's rate: the HBM and
+``gemm`` (fitted: 0.87) is what a training step's GEMMs keep of the isolated benchmark's rate: the HBM and
 NVLink traffic of a real step draws from the same power budget, and a benchmark's short bursts run cooler
 than hours of training.
 The k / (k + k_0) factor is the fixed per-tile cost (pipeline prologue, epilogue writing C) amortised over the
 reduction. The roofline (roofline.py) separately caps a skinny GEMM by its HBM traffic. MXFP8 GEMMs (Blackwell's
 block-scaled FP8: the kernel reads and applies one scale per 32 elements of every operand row and column) run at
-``block_scaled`` × the per-tensor FP8 rate, as Transformer Engine's GEMM profiling measures (0.95 on a B300).
+``block_scaled`` × the per-tensor FP8 rate, as Transformer Engine's GEMM profiling measures (0.95 on a B300); NVFP4
+GEMMs at ``nvfp4_gemm`` = 1.81 × that rate (same measurement), at most the FP4 peak.
 
 Attention (FlashAttention-2, Dao 2023, Fig. 4–5: forward 50–73 % of A100 peak, backward lower; FlashAttention-3,
 Shah et al. 2024, abstract: 75 % of H100 peak forward at d = 128, FA2 only 35 % on H100, and Fig. 5: d = 64 runs at
 about 0.7× the d = 128 rate): the softmax, exponentials and rescaling per score element do not shrink with the head
-dimension, so efficiency ∝ d / (d + d_0). ``attention_d0`` (fitted: 47) puts d = 64 at 0.79× the d = 128 rate; FA3
+dimension, so efficiency ∝ d / (d + d_0). ``attention_d0`` (fitted: 44) puts d = 64 at 0.80× the d = 128 rate; FA3
 reports 0.7× on H100 (d_0 ≈ 55); the fit, driven by the FA2-class kernels of the data's d = 64 runs (MPT-125m and
 -350m), finds a slightly flatter falloff. With a causal mask the diagonal blocks are computed whole, executing
 (1 + B_attn/s) × the useful half. The backward pass (five GEMMs, dS computed in fp32) runs at ``attention_bwd`` × the
@@ -131,9 +132,9 @@ TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
     # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
-    gemm: float = 0.864  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
-    attention: float = 0.510  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
-    attention_d0: float = 47.0  # head dimension at which the per-score softmax work equals the matmuls'
+    gemm: float = 0.866  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
+    attention: float = 0.505  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
+    attention_d0: float = 44.1  # head dimension at which the per-score softmax work equals the matmuls'
     host_launch: float = 35.8e-6  # host seconds per kernel of the per-expert MoE path (ops.host_launched)
     # ---- documented, not fitted -------------------------------------------------------------------------
     overlap_slowdown: float = 0.189  # compute slowdown while communication overlaps it (Lee et al. 2025: 18.9 %)
@@ -155,13 +156,17 @@ class Efficiency:
     # (15,872 tokens) take 171.9 ms in MXFP8 against 163.5 ms in FP8 current scaling, operands pre-quantized
     # (Transformer Engine docs, docs/examples/gemm_profiling/gemm_profiling.rst, B300).
     block_scaled: float = 163.5 / 171.9
+    # NVFP4 GEMMs vs per-tensor FP8 on the same shapes: 90.3 ms against 163.5 ms (same tutorial, B300), 1.81x the FP8
+    # rate where the B300's FP4 peak is 3x; applied as that ratio, capped at the FP4 peak (2x on B200 / GB200)
+    nvfp4_gemm: float = 163.493 / 90.337
 
     # ---- GEMMs ----------------------------------------------------------------------------------------------
     def mamf(self, accelerator: object, precision: str) -> float:
         """Best-shape GEMM efficiency of this accelerator at this precision: the preset's ``matmul_bf16`` /
-        ``matmul_fp8``, else the ``MATMUL`` entry of the same silicon, else ``MAMF_UNKNOWN``."""
+        ``matmul_fp8``, else the ``MATMUL`` entry of the same silicon, else ``MAMF_UNKNOWN``; block-scaled formats
+        times ``format_rate``."""
         low = precision in ("fp8", "mxfp8", "fp4")
-        scaled = self.block_scaled if precision == "mxfp8" else 1.0
+        scaled = self.format_rate(accelerator, precision)
         given = float(getattr(accelerator, "matmul_fp8" if low else "matmul_bf16", 0.0) or 0.0)
         if given > 0:
             return given * scaled
@@ -169,6 +174,16 @@ class Efficiency:
         if entry is None:
             return MAMF_UNKNOWN * scaled
         return (entry.fp8 if low else entry.bf16) * scaled
+
+    def format_rate(self, accelerator: object, precision: str) -> float:
+        """A block-scaled format's GEMM rate as a fraction of (its peak × the FP8 MAMF): MXFP8 ``block_scaled``;
+        NVFP4 ``nvfp4_gemm`` × the FP8 rate, as a fraction of the FP4 peak, at most 1; 1 for the rest."""
+        if precision == "mxfp8":
+            return self.block_scaled
+        peaks = getattr(accelerator, "peak_flops", {}) or {}
+        if precision == "fp4" and peaks.get("fp4") and peaks.get("fp8"):
+            return min(1.0, self.nvfp4_gemm * peaks["fp8"] / peaks["fp4"])
+        return 1.0
 
     def gemm_efficiency(self, m: Num, n: Num, k: Num, num_sms: int = 132, groups: Num = 1.0) -> Num:
         """Shape efficiency of an (m×k)·(k×n) GEMM on ``num_sms`` SMs: ``gemm`` × quantization × depth.

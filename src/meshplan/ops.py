@@ -42,6 +42,10 @@ from meshplan.xp import Num
 ACT_BYTES = 2  # bf16 activations
 MASK_BYTES = 1  # dropout masks are stored as bytes
 FP32 = 4
+# Bytes per quantized element: fp8; MXFP8 adds one E8M0 scale per 32-element block (OCP Microscaling Formats
+# (MX) v1.0 specification, §5: block size 32, 8-bit shared scale); NVFP4, 4 bits and one E4M3 scale per
+# 16-element block (NVIDIA, "Introducing NVFP4 for Efficient and Accurate Low-Precision Inference", 2025).
+LOW_PRECISION_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "fp4": 0.5 + 1.0 / 16}
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,25 +148,39 @@ def norm(name: str, model: ModelSpec, d: Dims) -> list[OpCost]:
     return elementwise(name, elems, elems, 5.0, saved=elems * ACT_BYTES)
 
 
-def tp_enter(name: str, model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+def gathered_bytes(plan: Plan, quantized: bool = True) -> float:
+    """Bytes per element of a sequence-parallel all-gather that feeds a GEMM: a low-precision GEMM's operand is
+    quantized before it is gathered (Transformer Engine ``_Linear``: with fp8 and sequence parallelism the input is
+    cast, then ``gather_along_first_dim``-ed, in the forward pass and again for the weight gradient, and the
+    row-parallel output gradient likewise; torchao's Float8ColwiseParallel gathers float8 too). The reductions
+    carry 16-bit partial sums, and LoRA's 16-bit adapters need the 16-bit input."""
+    if not quantized or plan.finetune == "lora":
+        return ACT_BYTES
+    return LOW_PRECISION_BYTES.get(plan.precision, ACT_BYTES)
+
+
+def tp_enter(name: str, model: ModelSpec, plan: Plan, d: Dims, quantized: bool = True) -> list[OpCost]:
     """Entering a column-parallel GEMM ("f" in Shoeybi et al. 2019): identity forward, all-reduce backward;
     with sequence parallelism all-gather forward, reduce-scatter backward, plus re-gathering the saved input
-    for the weight gradient."""
+    for the weight gradient (the gathers at the GEMM's input precision, ``gathered_bytes``)."""
     full = d.tokens * model.hidden_size * ACT_BYTES
     if plan.sequence_parallel:
-        return [collective(name, "fwd", "all_gather", full, "tp", plan.tp, "tp"),
+        gathered = d.tokens * model.hidden_size * gathered_bytes(plan, quantized)
+        return [collective(name, "fwd", "all_gather", gathered, "tp", plan.tp, "tp"),
                 collective(name, "bwd_x", "reduce_scatter", full, "tp", plan.tp, "tp"),
-                collective(name + "/regather", "bwd_w", "all_gather", full, "tp", plan.tp, "tp")]
+                collective(name + "/regather", "bwd_w", "all_gather", gathered, "tp", plan.tp, "tp")]
     return [collective(name, "bwd_x", "all_reduce", full, "tp", plan.tp, "tp")]
 
 
 def tp_exit(name: str, model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     """Leaving a row-parallel GEMM ("g"): all-reduce forward (reduce-scatter with sequence parallelism),
-    identity backward (all-gather with sequence parallelism)."""
+    identity backward (all-gather with sequence parallelism, of the output gradient the GEMM's backward reads, at
+    its input precision)."""
     full = d.tokens * model.hidden_size * ACT_BYTES
     if plan.sequence_parallel:
         return [collective(name, "fwd", "reduce_scatter", full, "tp", plan.tp, "tp"),
-                collective(name, "bwd_x", "all_gather", full, "tp", plan.tp, "tp")]
+                collective(name, "bwd_x", "all_gather", d.tokens * model.hidden_size * gathered_bytes(plan), "tp",
+                           plan.tp, "tp")]
     return [collective(name, "fwd", "all_reduce", full, "tp", plan.tp, "tp")]
 
 
@@ -438,10 +456,6 @@ def eager_layer(model: ModelSpec, plan: Plan, d: Dims, moe: bool = False) -> lis
     return ops
 
 
-# Bytes per quantized element: fp8; MXFP8 adds one E8M0 scale per 32-element block (OCP Microscaling Formats
-# (MX) v1.0 specification, §5: block size 32, 8-bit shared scale); NVFP4, 4 bits.
-LOW_PRECISION_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "fp4": 0.5}
-
 
 def low_precision_casts(ops: list[OpCost], plan: Plan) -> list[OpCost]:
     """With fp8 / fp4 GEMMs (Transformer Engine), each GEMM's activation operand is quantized before the
@@ -542,7 +556,7 @@ def head_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
     vocab = model.vocab_size / d.tp
     logits = d.tokens * vocab
     ops = norm("head/norm", model, d)
-    ops += tp_enter("head/tp_in", model, plan, d)
+    ops += tp_enter("head/tp_in", model, plan, d, quantized=False)
     # the output layer is outside Transformer Engine's fp8 region: it runs in 16 bits whatever the plan's precision
     ops += [replace(op, variant="bf16") for op in gemm("head/logits", d.tokens, model.hidden_size, vocab, d,
                                                         saved=d.tokens_sp * model.hidden_size * ACT_BYTES)]
