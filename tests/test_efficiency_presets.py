@@ -9,7 +9,7 @@ import pytest
 from conftest import gpt
 from meshplan.efficiency import DEFAULT, MATMUL, matmul_entry
 from meshplan.hardware import load_system
-from meshplan.ops import dense_layer
+from meshplan.ops import dense_layer, dims
 from meshplan.plan import Plan, check
 from meshplan.roofline import op_time
 
@@ -81,8 +81,8 @@ def test_mxfp8_gemms_run_at_the_measured_block_scaled_fraction_of_the_fp8_rate()
 
 def test_mxfp8_quantizes_each_operand_to_two_copies_with_a_scale_per_32_elements():
     model = gpt(layers=1, hidden=1024, seq=2048)
-    casts = {p: {o.name: o for o in dense_layer(model, Plan(precision=p)) if o.name.endswith("/cast")}
-             for p in ("fp8", "mxfp8")}
+    casts = {p: {o.name: o for o in dense_layer(model, Plan(precision=p))
+                 if o.name.endswith("/cast") and o.phase == "fwd"} for p in ("fp8", "mxfp8")}
     # the QKV input, 2048 tokens x 1024: read 2 bytes, write a row-wise and a column-wise copy
     assert casts["fp8"]["attn/qkv/cast"].nbytes == 2048 * 1024 * (2 + 2 * 1)
     assert casts["mxfp8"]["attn/qkv/cast"].nbytes == 2048 * 1024 * (2 + 2 * (1 + 1 / 32))
@@ -98,15 +98,27 @@ def test_current_scaling_and_nvfp4_read_the_tensor_once_more_for_its_amax():
     assert qkv_cast(precision="fp8") == elems * (2 + 2 * 1)  # delayed: read, write two fp8 copies
     assert qkv_cast(precision="fp8", fp8_scaling="current") == elems * (2 + 2 + 2 * 1)  # + the amax read
     assert qkv_cast(precision="fp4") == elems * (2 + 2 + 2 * (0.5 + 1 / 16))  # NVFP4's global scale; E4M3 per 16
-    assert qkv_cast(precision="mxfp8", fp8_scaling="current") == elems * (2 + 2 * (1 + 1 / 32))  # block scales
+    assert qkv_cast(precision="mxfp8") == elems * (2 + 2 * (1 + 1 / 32))  # block scales, found in the cast
 
 
-def test_an_unknown_fp8_scaling_is_rejected():
+def test_the_backward_cast_quantizes_the_output_gradient():
+    model = gpt(layers=1, hidden=1024, seq=2048)
+    casts = {(o.name, o.phase): o.nbytes for o in dense_layer(model, Plan(precision="fp8")) if "/cast" in o.name}
+    # fc1 is 1024 -> 4096: forward it quantizes its input X (2048 x 1024), backward its output gradient
+    # dY (2048 x 4096); fc2 the other way round
+    assert casts[("mlp/fc1/cast", "fwd")] == 2048 * 1024 * 4
+    assert casts[("mlp/fc1/cast", "bwd_x")] == 2048 * 4096 * 4
+    assert casts[("mlp/fc2/cast", "fwd")] == 2048 * 4096 * 4
+    assert casts[("mlp/fc2/cast", "bwd_x")] == 2048 * 1024 * 4
+
+
+def test_an_unknown_or_misplaced_fp8_scaling_is_rejected():
     assert any("fp8_scaling='amax'" in r for r in check(gpt(), None, Plan(fp8_scaling="amax")))
+    assert "fp8_scaling=current needs precision=fp8 (not bf16)" in check(gpt(), None, Plan(fp8_scaling="current"))
 
 
 def test_sequence_parallel_gathers_carry_the_gemm_input_precision():
-    from meshplan.ops import dims, tp_enter, tp_exit
+    from meshplan.ops import head_ops, tp_enter, tp_exit
 
     model = gpt(layers=1, hidden=1024, seq=2048)
 
@@ -122,9 +134,42 @@ def test_sequence_parallel_gathers_carry_the_gemm_input_precision():
     assert fp8 == [("x", "bwd_x", "reduce_scatter", 2 * full), ("x", "fwd", "all_gather", full),
                    ("x/regather", "bwd_w", "all_gather", full), ("y", "bwd_x", "all_gather", full),
                    ("y", "fwd", "reduce_scatter", 2 * full)]
-    assert gathers(Plan(tp=4, sequence_parallel=True, precision="fp8"), quantized=False)[1][3] == 2 * full  # LM head
     assert gathers(Plan(tp=4, sequence_parallel=True, precision="fp4"))[1][3] == full * (0.5 + 1 / 16)
     assert gathers(Plan(tp=4, sequence_parallel=True))[1][3] == 2 * full  # bf16
+    assert gathers(Plan(tp=4, sequence_parallel=True, precision="fp8", finetune="lora"))[1][3] == 2 * full
+    # the LM head runs in 16 bits whatever the precision: its input is gathered in 16 bits
+    head = next(o for o in head_ops(model, Plan(tp=4, sequence_parallel=True, precision="fp8"))
+                if o.name == "head/tp_in" and o.phase == "fwd")
+    assert head.collective.nbytes == 2 * full
+
+
+def test_summa_broadcasts_the_panels_a_low_precision_gemm_reads_quantized():
+    from meshplan.ops2d import summa_linear
+
+    model = gpt(layers=1, hidden=1024, seq=2048)
+
+    def volumes(precision):
+        plan = Plan(tp=2, tp2=2, tensor_layout="summa", summa_panels=1, precision=precision)
+        return {(o.name, o.phase): o.collective.nbytes for o in summa_linear("w", 2048, 1024, 4096, plan,
+                                                                             dims(model, plan)) if o.collective}
+
+    bf16, fp8 = volumes("bf16"), volumes("fp8")
+    assert fp8[("w/broadcast_tp", "fwd")] == bf16[("w/broadcast_tp", "fwd")] / 2  # X panels at 1 byte
+    assert fp8[("w/broadcast_tp2", "fwd")] == bf16[("w/broadcast_tp2", "fwd")] / 2  # W panels (fp8 copies)
+    assert fp8[("w/reduce_tp", "bwd_x")] == bf16[("w/reduce_tp", "bwd_x")]  # 16-bit partial sums
+    plan = Plan(tp=2, tp2=2, tensor_layout="summa", summa_panels=1, precision="fp8")
+    casts = {o.phase: o.nbytes for o in summa_linear("w", 2048, 1024, 4096, plan, dims(model, plan))
+             if o.name == "w/cast"}
+    # each GPU quantizes its own blocks: X (2048 x 1024/2) forward, dY (2048 x 4096/2) backward, 2 + 2 x 1 bytes
+    assert casts == {"fwd": 2048 * 512 * 4, "bwd_x": 2048 * 2048 * 4}
+
+
+def test_the_nvfp4_rate_is_capped_by_the_fp4_peak():
+    from meshplan.hardware import Accelerator
+
+    acc = Accelerator(name="x", peak_flops={"bf16": 1e15, "fp8": 2e15, "fp4": 3e15}, hbm_bytes=80e9,
+                      hbm_bandwidth=2e12, nvlink_bandwidth=450e9, matmul_fp8=0.7)
+    assert DEFAULT.format_rate(acc, "fp4") == 1.0  # 1.81 x fp8 would exceed its 1.5 x fp8 peak
 
 
 @pytest.mark.parametrize(("system", "fp4_over_fp8"), [("b200", 2.0), ("gb200", 2.0), ("b300", 3.0)])

@@ -134,11 +134,12 @@ def test_mxfp8_is_told_apart_from_per_tensor_fp8(text, precision):
     ("nemo_24.07", "fp8", "delayed"),  # Transformer Engine 1.x: DelayedScaling only
     ("nemo_24.07", "fp8 (current scaling)", "current"),  # stated
     ("megatron_bridge_26.02", "fp8 (delayed scaling)", "delayed"),
+    ("megatron_bridge_26.02", "fp8 blockwise (128x128 weights, 1x128 activations)", "delayed"),  # no amax pass
 ])
 def test_fp8_scaling_as_stated_else_the_sources_default(group, text, scaling):
     case = map_run(record(group=group, precision=text))
     assert case.plan.fp8_scaling == scaling
-    assert f"fp8 {scaling} scaling" in " | ".join(case.assumptions)
+    assert f"fp8 {'block-wise' if 'block' in text else scaling} scaling" in " | ".join(case.assumptions)
 
 
 def test_nvfp4_turns_tp_overlap_off_and_runs_fp4():

@@ -65,6 +65,20 @@ def test_search_equals_estimate_on_every_candidate(small_case):
     assert sum(1 for e in ests if not e.fits) == over
 
 
+def test_search_equals_estimate_with_fp8_current_scaling_and_quantized_gathers():
+    """Low precision changes the per-key units (casts, quantized sequence-parallel gathers and SUMMA panels):
+    the batched search must still price every plan as estimate() does."""
+    model = load_model("llama3-8b").with_seq_length(2048)
+    cluster = load_system("h100").cluster(8)
+    space = replace(SMALL, precision="fp8", fp8_scaling="current", zero=(1,), recompute=("none",),
+                    offload_activations=(False,))
+    result = search(model, cluster, space, top_k=10)
+    variants = [[estimate(model, cluster, p) for p in options] for options in every_plan(model, cluster, space)]
+    feasible = sorted(min(e.step_time for e in v) for v in variants if v[0].fits)
+    assert any(p.plan.tp > 1 and p.plan.sequence_parallel for p in result.plans)
+    assert [e.step_time for e in result.plans] == pytest.approx(feasible[: len(result.plans)], rel=1e-9)
+
+
 def test_the_lower_bound_loses_none_of_the_top_k(small_case, monkeypatch):
     """In small chunks the k-th best time is known early, and later plans whose lower bound exceeds it are
     not timed: the same top k and counts as in one chunk per schedule group, where only the groups scored after
@@ -221,7 +235,6 @@ def test_distinct_keys_survive_int64_overflow():
     assert len(first) == len({tuple(c) for c in base.T}) == 40
     assert (keys[:, first][:, inverse] == keys).all()  # every row maps back to its own key
     assert (inverse[40:] == inverse[:10]).all()
-
 
 
 def test_loss_workspace_of_a_batch_equals_each_plans():

@@ -132,9 +132,9 @@ TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
     # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
-    gemm: float = 0.866  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
+    gemm: float = 0.867  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
     attention: float = 0.505  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
-    attention_d0: float = 44.1  # head dimension at which the per-score softmax work equals the matmuls'
+    attention_d0: float = 44.3  # head dimension at which the per-score softmax work equals the matmuls'
     host_launch: float = 35.8e-6  # host seconds per kernel of the per-expert MoE path (ops.host_launched)
     # ---- documented, not fitted -------------------------------------------------------------------------
     overlap_slowdown: float = 0.189  # compute slowdown while communication overlaps it (Lee et al. 2025: 18.9 %)
@@ -157,7 +157,8 @@ class Efficiency:
     # (Transformer Engine docs, docs/examples/gemm_profiling/gemm_profiling.rst, B300).
     block_scaled: float = 163.5 / 171.9
     # NVFP4 GEMMs vs per-tensor FP8 on the same shapes: 90.3 ms against 163.5 ms (same tutorial, B300), 1.81x the FP8
-    # rate where the B300's FP4 peak is 3x; applied as that ratio, capped at the FP4 peak (2x on B200 / GB200)
+    # rate where the B300's FP4 peak is 3x. Applied on every GPU as that ratio over its FP8 rate, at most its FP4
+    # peak: on B200 / GB200 (FP4 peak 2x FP8) an assumption, the B300 being the only part measured
     nvfp4_gemm: float = 163.493 / 90.337
 
     # ---- GEMMs ----------------------------------------------------------------------------------------------

@@ -671,8 +671,8 @@ class Estimate:
         out = {
             "model": self.model.name, "system": self.cluster.name, "gpus": self.cluster.num_gpus,
             "params": self.model.params(), "active_params": self.model.params(active=True),
-            "plan": {k: getattr(p, k) for k in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch",
-                                                 "global_batch", "zero", "recompute", "recompute_layers",
+            "plan": {k: getattr(p, k) for k in ("dp", "tp", "tp2", "tensor_layout", "pp", "cp", "ep", "etp", "vpp",
+                                                 "micro_batch", "global_batch", "zero", "recompute", "recompute_layers",
                                                  "sequence_parallel", "schedule", "precision", "overlap_tp",
                                                  "overlap_dp", "overlap_ep", "offload_optimizer",
                                                  "offload_activations", "offload_layers", "finetune", "fusion",

@@ -457,6 +457,14 @@ def eager_layer(model: ModelSpec, plan: Plan, d: Dims, moe: bool = False) -> lis
 
 
 
+def quantize_bytes(plan: Plan) -> float:
+    """HBM bytes per element to quantize a GEMM operand (``low_precision_casts``): read the 16-bit tensor (twice
+    when its scale comes from its own amax) and write a row-wise and a column-wise low-precision copy."""
+    low = LOW_PRECISION_BYTES[plan.precision]
+    amax = plan.precision == "fp4" or (plan.precision == "fp8" and plan.fp8_scaling == "current")
+    return ACT_BYTES * (2 if amax else 1) + 2 * low
+
+
 def low_precision_casts(ops: list[OpCost], plan: Plan) -> list[OpCost]:
     """With fp8 / fp4 GEMMs (Transformer Engine), each GEMM's activation operand is quantized before the
     forward GEMM and its output gradient before the backward GEMMs, each to a row-wise and a transposed
@@ -473,14 +481,17 @@ def low_precision_casts(ops: list[OpCost], plan: Plan) -> list[OpCost]:
     current scaling (``plan.fp8_scaling``) and NVFP4's per-tensor global scale ("the extra memory pass for
     per-tensor amax computation", Transformer Engine docs, GEMM profiling tutorial; there, on an H200, a layer's
     GEMMs with their quantization take 20.29 ms under current scaling against 18.98 ms under delayed scaling).
-    Not modelled: Blackwell reads a per-tensor fp8 operand column-wise, so there one copy would do."""
+    Simplified: Blackwell reads a per-tensor fp8 operand column-wise, so there one copy would do; with sequence
+    parallelism Transformer Engine casts the local shard before gathering it (``gathered_bytes``) and transposes
+    the gathered fp8 rows for the weight gradient, where the cast here is charged once on the gathered rows."""
     low = LOW_PRECISION_BYTES.get(plan.precision)
     if low is None:
         return ops
-    amax = plan.precision == "fp4" or (plan.precision == "fp8" and plan.fp8_scaling == "current")
-    per_elem = ACT_BYTES * (2 if amax else 1) + 2 * low
-    casts = [OpCost(op.name + "/cast", op.phase, "memory", 0.0, per_elem * op.groups * (
-        op.m * op.k if op.phase == "fwd" else op.m * op.n), launches=op.launches)
+    per_elem = quantize_bytes(plan)
+    # the quantized operand: the input X (m×k) forward, the output gradient dY backward (the bwd_x record is
+    # (m×n)·(n×k) with n and k swapped, so again m×k)
+    casts = [OpCost(op.name + "/cast", op.phase, "memory", 0.0, per_elem * op.groups * op.m * op.k,
+                    launches=op.launches)
              for op in ops if op.kind == "gemm" and op.phase in ("fwd", "bwd_x") and op.variant != "bf16"]
     if plan.cross_entropy == "fused" and plan.finetune != "lora":
         ops = [replace(op, saved=op.saved * low / ACT_BYTES)

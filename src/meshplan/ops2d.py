@@ -25,14 +25,17 @@ from meshplan.model import ModelSpec
 from meshplan.ops import (
     ACT_BYTES,
     FP32,
+    LOW_PRECISION_BYTES,
     Dims,
     OpCost,
     collective,
     context_exchange,
     core_attention,
     elementwise,
+    gathered_bytes,
     kv_chunk,
     kv_exchange,
+    quantize_bytes,
     residual,
 )
 from meshplan.plan import Plan
@@ -44,6 +47,9 @@ def summa_linear(name: str, rows: Num, k: Num, n: Num, plan: Plan, d: Dims) -> l
     a, t, t2, nb = ACT_BYTES, plan.tp, plan.tp2, plan.summa_panels
     flops = 2.0 * rows * k * n / t
     x_row, w_col, y = rows * k * a, k * n / t * a, rows * n / t * a  # full broadcast volumes, output block
+    # the panels a low-precision GEMM reads are broadcast quantized (as the 1D gathers, ops.gathered_bytes: TE
+    # keeps the weights' fp8 copies); the reductions carry 16-bit partial sums
+    q = gathered_bytes(plan) / a
     saved = rows * k / t * a  # this GPU's own X block
     w_local = k / t2 * n / t
     ops = [
@@ -51,10 +57,13 @@ def summa_linear(name: str, rows: Num, k: Num, n: Num, plan: Plan, d: Dims) -> l
         OpCost(name, "bwd_x", "gemm", flops, y + w_col + x_row, m=rows, n=k, k=n / t),
         OpCost(name, "bwd_w", "gemm", flops, x_row + y + 2 * d.grad_bytes * w_local * t2, m=k, n=n / t, k=rows),
     ]
+    if plan.precision in LOW_PRECISION_BYTES:  # each GPU quantizes its own X block forward, its dY block backward
+        ops += [OpCost(f"{name}/cast", "fwd", "memory", 0.0, quantize_bytes(plan) * rows * k / t),
+                OpCost(f"{name}/cast", "bwd_x", "memory", 0.0, quantize_bytes(plan) * rows * n / t)]
     for phase, kind, volume, axis, group in (
-        ("fwd", "broadcast", x_row, "tp", t), ("fwd", "broadcast", w_col, "tp2", t2),
-        ("bwd_x", "broadcast", w_col, "tp2", t2), ("bwd_x", "reduce", x_row, "tp", t),
-        ("bwd_w", "broadcast", x_row, "tp", t), ("bwd_w", "reduce", w_col, "tp2", t2),
+        ("fwd", "broadcast", x_row * q, "tp", t), ("fwd", "broadcast", w_col * q, "tp2", t2),
+        ("bwd_x", "broadcast", w_col * q, "tp2", t2), ("bwd_x", "reduce", x_row, "tp", t),
+        ("bwd_w", "broadcast", x_row * q, "tp", t), ("bwd_w", "reduce", w_col, "tp2", t2),
     ):
         ops.append(collective(f"{name}/{kind}_{axis}", phase, kind, volume / nb, axis, group, "summa", repeat=nb))
     return ops

@@ -301,6 +301,8 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> lis
         reasons.append(f"fusion={plan.fusion!r} must be one of {', '.join(FUSION)}")
     if plan.fp8_scaling not in FP8_SCALING:
         reasons.append(f"fp8_scaling={plan.fp8_scaling!r} must be one of {', '.join(FP8_SCALING)}")
+    elif plan.fp8_scaling != FP8_SCALING[0] and plan.precision != "fp8":
+        reasons.append(f"fp8_scaling={plan.fp8_scaling} needs precision=fp8 (not {plan.precision})")
     if plan.expert_gemm not in EXPERT_GEMM:
         reasons.append(f"expert_gemm={plan.expert_gemm!r} must be one of {', '.join(EXPERT_GEMM)}")
     if plan.finetune not in FINETUNE:

@@ -418,10 +418,16 @@ def _precision(record: dict[str, Any], notes: list[str]) -> str:
 
 
 def _fp8_scaling(record: dict[str, Any], src: SourceDefaults, precision: str, notes: list[str]) -> str:
-    """Per-tensor fp8 scales: as the record's precision text says, else the source's default."""
+    """Per-tensor fp8 scales: as the record's precision text says, else the source's default. Block-wise fp8
+    (128-element blocks, DeepSeek-V3 style) finds each block's scale inside its cast kernel: no separate amax
+    pass, priced as delayed scaling."""
     if precision != "fp8":
-        return src.fp8_scaling
+        return "delayed"
     text = str(record.get("precision") or "").lower()
+    if "block" in text:
+        notes.append("fp8 block-wise scaling: each block's scale is found inside the cast (priced as delayed "
+                     "scaling, no amax pass)")
+        return "delayed"
     stated = "delayed" if "delayed" in text else "current" if re.search(r"current|dynamic", text) else None
     notes.append(f"fp8 {stated or src.fp8_scaling} scaling" + (" (stated)" if stated else f" ({src.name} default)"))
     return stated or src.fp8_scaling
