@@ -456,13 +456,17 @@ def eager_layer(model: ModelSpec, plan: Plan, d: Dims, moe: bool = False) -> lis
     return ops
 
 
-
 def quantize_bytes(plan: Plan) -> float:
     """HBM bytes per element to quantize a GEMM operand (``low_precision_casts``): read the 16-bit tensor (twice
     when its scale comes from its own amax) and write a row-wise and a column-wise low-precision copy."""
     low = LOW_PRECISION_BYTES[plan.precision]
     amax = plan.precision == "fp4" or (plan.precision == "fp8" and plan.fp8_scaling == "current")
     return ACT_BYTES * (2 if amax else 1) + 2 * low
+
+
+def cast(name: str, phase: str, elems: Num, plan: Plan, launches: Num = 0.0) -> OpCost:
+    """The quantization of ``elems`` elements of a GEMM operand before the GEMM ``name`` (``quantize_bytes``)."""
+    return OpCost(name + "/cast", phase, "memory", 0.0, quantize_bytes(plan) * elems, launches=launches)
 
 
 def low_precision_casts(ops: list[OpCost], plan: Plan) -> list[OpCost]:
@@ -487,11 +491,9 @@ def low_precision_casts(ops: list[OpCost], plan: Plan) -> list[OpCost]:
     low = LOW_PRECISION_BYTES.get(plan.precision)
     if low is None:
         return ops
-    per_elem = quantize_bytes(plan)
     # the quantized operand: the input X (m×k) forward, the output gradient dY backward (the bwd_x record is
     # (m×n)·(n×k) with n and k swapped, so again m×k)
-    casts = [OpCost(op.name + "/cast", op.phase, "memory", 0.0, per_elem * op.groups * op.m * op.k,
-                    launches=op.launches)
+    casts = [cast(op.name, op.phase, op.groups * op.m * op.k, plan, op.launches)
              for op in ops if op.kind == "gemm" and op.phase in ("fwd", "bwd_x") and op.variant != "bf16"]
     if plan.cross_entropy == "fused" and plan.finetune != "lora":
         ops = [replace(op, saved=op.saved * low / ACT_BYTES)

@@ -28,6 +28,7 @@ from meshplan.ops import (
     LOW_PRECISION_BYTES,
     Dims,
     OpCost,
+    cast,
     collective,
     context_exchange,
     core_attention,
@@ -35,7 +36,6 @@ from meshplan.ops import (
     gathered_bytes,
     kv_chunk,
     kv_exchange,
-    quantize_bytes,
     residual,
 )
 from meshplan.plan import Plan
@@ -58,8 +58,7 @@ def summa_linear(name: str, rows: Num, k: Num, n: Num, plan: Plan, d: Dims) -> l
         OpCost(name, "bwd_w", "gemm", flops, x_row + y + 2 * d.grad_bytes * w_local * t2, m=k, n=n / t, k=rows),
     ]
     if plan.precision in LOW_PRECISION_BYTES:  # each GPU quantizes its own X block forward, its dY block backward
-        ops += [OpCost(f"{name}/cast", "fwd", "memory", 0.0, quantize_bytes(plan) * rows * k / t),
-                OpCost(f"{name}/cast", "bwd_x", "memory", 0.0, quantize_bytes(plan) * rows * n / t)]
+        ops += [cast(name, "fwd", rows * k / t, plan), cast(name, "bwd_x", rows * n / t, plan)]
     for phase, kind, volume, axis, group in (
         ("fwd", "broadcast", x_row * q, "tp", t), ("fwd", "broadcast", w_col * q, "tp2", t2),
         ("bwd_x", "broadcast", w_col * q, "tp2", t2), ("bwd_x", "reduce", x_row, "tp", t),
