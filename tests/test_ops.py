@@ -57,6 +57,20 @@ def test_flash_attention_skips_the_masked_half_and_recomputes_in_backward():
     assert fused[1].flops == 2.5 * fused[0].flops  # 5 GEMMs backward vs 2 forward
 
 
+@pytest.mark.parametrize("dropout, fwd_bytes, bwd_bytes", [(False, 8, 14), (True, 13, 19)])
+def test_unfused_attention_moves_the_scores_kernel_by_kernel(dropout, fwd_bytes, bwd_bytes):
+    """bf16 scores, s = 2048, 16 heads, b = 1. Forward: Q·Kᵀ writes S (2), softmax reads S and writes P (4),
+    P·V reads P (2) = 8 bytes per score; backward: dP written (2), softmax-backward reads P, dP and writes dS
+    (6), dQ and dK read dS (4), dV reads P (2) = 14. Dropout: + read, write and a 1-byte mask = +5 each way."""
+    model = replace(gpt(), dropout=dropout)
+    fwd, bwd = [o for o in dense_layer(model, Plan(flash_attention=False)) if o.kind == "attention"]
+    s, heads, h = 2048, 16, 1024
+    scores = heads * s * s
+    qkv, out = 3 * s * h, s * h  # elements
+    assert fwd.nbytes == ACT_BYTES * (qkv + out) + fwd_bytes * scores
+    assert bwd.nbytes == ACT_BYTES * (2 * qkv + 2 * out) + bwd_bytes * scores
+
+
 def _saved(model: ModelSpec, plan: Plan) -> float:
     """Bytes one layer keeps for its backward pass (selective recompute drops the recomputable ones)."""
     return saved_bytes(dense_layer(model, plan), plan.recompute)

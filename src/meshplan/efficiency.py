@@ -132,9 +132,9 @@ TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
     # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
-    gemm: float = 0.867  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
-    attention: float = 0.505  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
-    attention_d0: float = 44.3  # head dimension at which the per-score softmax work equals the matmuls'
+    gemm: float = 0.8605  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
+    attention: float = 0.5055  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
+    attention_d0: float = 44.02  # head dimension at which the per-score softmax work equals the matmuls'
     host_launch: float = 35.8e-6  # host seconds per kernel of the per-expert MoE path (ops.host_launched)
     # ---- documented, not fitted -------------------------------------------------------------------------
     overlap_slowdown: float = 0.189  # compute slowdown while communication overlaps it (Lee et al. 2025: 18.9 %)

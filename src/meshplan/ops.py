@@ -244,17 +244,29 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
         ]
     scores = T * heads * s  # full square: the mask is applied, not skipped
     kept = scores * (2 * a + MASK_BYTES if d.dropout else a)  # softmax out (+ mask + dropout out)
-    traffic = scores * (6 * a + (2 * MASK_BYTES if d.dropout else 0))  # write S, softmax r/w, dropout, read P
+    fwd_traffic, bwd_traffic = unfused_score_traffic(d.dropout)
     # Q·Kᵀ reduces over d, P·V over s (equal FLOPs): the pair runs like one GEMM of depth 2ds/(d+s)
     shape = {"m": T * heads, "n": s, "k": 2.0 * d_qk * s / (d_qk + s), "variant": "unfused"}
     return [
-        OpCost("attn/core", "fwd", "attention", full, a * (qkv_elems + out_elems) + traffic, saved_qkv,
-               **shape),
+        OpCost("attn/core", "fwd", "attention", full, a * (qkv_elems + out_elems) + scores * fwd_traffic,
+               saved_qkv, **shape),
         # the scores kept for the backward pass; selective recompute drops them (Korthikanti §5)
         OpCost("attn/scores", "fwd", "memory", saved=kept, recomputable=True),
-        OpCost("attn/core", "bwd_x", "attention", 2 * full, a * (2 * qkv_elems + 2 * out_elems) + 1.5 * traffic,
-               **shape),
+        OpCost("attn/core", "bwd_x", "attention", 2 * full,
+               a * (2 * qkv_elems + 2 * out_elems) + scores * bwd_traffic, **shape),
     ]
+
+
+def unfused_score_traffic(dropout: bool) -> tuple[float, float]:
+    """Bytes per attention score that the unfused kernels move, forward and backward (Megatron-Core
+    ``DotProductAttention``: baddbmm → fused scale-mask-softmax → attention dropout → bmm; each kernel reads its
+    inputs from and writes its output to HBM in bf16). Forward: Q·Kᵀ writes S, the softmax reads S and writes
+    P, P·V reads P: 4 elements. Backward: dO·Vᵀ writes dP, the softmax backward reads P and dP and writes dS,
+    dQ = dS·K and dK = dSᵀ·Q read dS, dV = Pᵀ·dO reads P: 7 elements. Dropout adds, each way, a read and a
+    write of the scores and the byte mask; at p = 0 PyTorch's dropout returns its input without a kernel
+    (aten/src/ATen/native/Dropout.cpp), so a model without dropout moves none of that."""
+    extra = 2 * ACT_BYTES + MASK_BYTES if dropout else 0.0
+    return 4 * ACT_BYTES + extra, 7 * ACT_BYTES + extra
 
 
 def kv_chunk(model: ModelSpec, d: Dims) -> Num:
