@@ -12,6 +12,7 @@ import pytest
 
 from meshplan.model import load_model
 from meshplan.validate import (
+    RunResult,
     Skip,
     clean_record,
     eq3_flops,
@@ -467,3 +468,30 @@ def test_no_mutated_record_raises():
                     fields[key] = rng.choice(junk)
         (result,) = run_validation([rec])
         assert result.skipped or result.error is not None
+
+
+def _accuracy_script():
+    import importlib.util
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "accuracy.py"
+    spec = importlib.util.spec_from_file_location("accuracy_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_recompute_hfu_table_compares_like_with_like():
+    """Two runs of one model: HFU 60 % with recompute (mb 10 × 2048 tokens), 40 % without (mb 2): measured ratio
+    60 / 40 = 1.50; meshplan reads the first 10 % slow and the second 25 % fast, so its ratio is
+    1.5 · 0.9 / 1.25 = 1.08. A long-sequence run (attention-bound) stays out of the table."""
+    acc = _accuracy_script()
+
+    def rec(rid, mode, hfu, mb, seq=2048):
+        return {"id": rid, "group": "mosaicml_llm_foundry", "precision": "amp_bf16",
+                "hardware": {"gpu": "H100 80GB"}, "model": {"name": "MPT-13b", "seq_length": seq},
+                "parallel": {"activation_recompute": mode, "micro_batch_size": mb}, "measured": {"hfu_pct": hfu}}
+
+    records = [rec("a", "full", 60.0, 10), rec("b", "none", 40.0, 2), rec("c", "full", 90.0, 1, seq=32768)]
+    results = [RunResult(id="a", group="m", error=-0.1), RunResult(id="b", group="m", error=0.25),
+               RunResult(id="c", group="m", error=0.0)]
+    lines = acc.recompute_hfu(results, records)
+    assert lines[-1] == "| H100 80GB | MPT-13b | 60.0% (20,480) | 40.0% (4,096) | 1.50 | 1.08 |"
