@@ -12,7 +12,7 @@ from meshplan.estimate import estimate
 from meshplan.hardware import load_system
 from meshplan.model import load_model
 from meshplan.ops import dense_layer, moe_layer
-from meshplan.plan import Plan
+from meshplan.plan import Plan, check
 
 
 def test_grouped_gemm_quantization_pads_each_group_and_shares_waves():
@@ -68,6 +68,21 @@ def test_lora_drops_weight_gradients_and_trains_only_adapters(h100_64):
     # fp32 Adam state (12 B/param) sharded over 64 ranks
     assert abs(tuned.memory["optimizer"] - 12 * 4 * 16 * 16 * 1024 / 64) < 1e-6
     assert tuned.memory["grads"] < full.memory["grads"] / 100
+
+
+def test_lora_on_qkv_only_adapts_one_linear(h100_64):
+    """NeMo 1.x's default target: adapters on the QKV projection only. Per layer r·(h + 3h) = 16·4·1024 = 65,536
+    parameters (a quarter of the all-linear 262,144 above); every base weight gradient is still dropped."""
+    model = gpt(layers=4, hidden=1024)
+    qkv = Plan(dp=64, micro_batch=1, zero=1, finetune="lora", lora_rank=16, lora_targets="qkv")
+    ops = dense_layer(model, qkv)
+    assert {op.name for op in ops if "/lora_" in op.name} == {"attn/qkv/lora_a", "attn/qkv/lora_b"}
+    assert not [op for op in ops if op.phase == "bwd_w" and "/lora_" not in op.name]
+    tuned = estimate(model, h100_64, qkv)
+    assert abs(tuned.memory["optimizer"] - 12 * 4 * 16 * 4 * 1024 / 64) < 1e-6
+    all_linears = estimate(model, h100_64, qkv.with_(lora_targets="all"))
+    assert tuned.step_time < all_linears.step_time
+    assert check(model, h100_64, qkv.with_(lora_targets="mlp")) == ["lora_targets='mlp' must be one of all, qkv"]
 
 
 def test_megatron_model_flops_uses_the_multi_latent_attention_branch():

@@ -123,6 +123,16 @@ def test_bridge_record_maps_to_the_recipe_defaults():
     assert "ZeRO-1 (not stated; Megatron-Bridge default)" in text
 
 
+@pytest.mark.parametrize(("group", "framework", "targets"), [
+    ("megatron_bridge_26.06", "Megatron-Bridge", "all"),  # peft.LoRA: linear_qkv, linear_proj, linear_fc1, fc2
+    ("nemo_24.07", "NeMo 24.07", "qkv"),  # NeMo 1.x PEFT: target_modules defaults to ['attention_qkv']
+])
+def test_lora_targets_follow_the_source(group, framework, targets):
+    case = map_run(record(group=group, framework=framework, task="lora"))
+    assert (case.plan.finetune, case.plan.lora_rank, case.plan.lora_targets) == ("lora", 32, targets)
+    assert any(a.startswith("LoRA rank 32") for a in case.assumptions)
+
+
 @pytest.mark.parametrize(("text", "precision"), [("mxfp8", "mxfp8"), ("mxfp8 (32x32 blocks)", "mxfp8"),
                                                 ("fp8 (current scaling)", "fp8"), ("float8 linears + bf16", "fp8")])
 def test_mxfp8_is_told_apart_from_per_tensor_fp8(text, precision):

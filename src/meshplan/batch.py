@@ -57,6 +57,7 @@ class PlanBatch:
     fp8_scaling: str = "delayed"
     finetune: str = "full"
     lora_rank: int = 32
+    lora_targets: str = "all"
     tensor_layout: str = "1d"
     cp_comm: str = "ring"
     strides: dict[str, np.ndarray] | None = None  # per axis; computed from the placements when not given

@@ -84,16 +84,17 @@ def layer_params(model: ModelSpec, plan: Plan) -> StageParams:
 
 
 def adapter_params(model: ModelSpec, plan: Plan) -> float:
-    """LoRA parameters per layer on one GPU: r·(k + n)/t for each targeted linear W (k×n): QKV, attention
-    output, and the dense MLP's fc1 (gate + up) and fc2 (ops.LORA_TARGETS; the TP shards split the adapters
-    with their base weights, a small overcount for the replicated halves)."""
+    """LoRA parameters per layer on one GPU: r·(k + n)/t for each targeted linear W (k×n): QKV, and with
+    ``plan.lora_targets = "all"`` also the attention output and the dense MLP's fc1 (gate + up) and fc2
+    (ops.LORA_PREFIXES; the TP shards split the adapters with their base weights, a small overcount for the
+    replicated halves)."""
     if plan.finetune != "lora":
         return 0.0
     h, f = model.hidden_size, model.ffn_hidden_size
     fc1 = 2 * f if model.gated else f
     qkv = model.q_dim + 2 * model.kv_dim
-    dense_mlp = (1 - moe_fraction(model)) * ((h + fc1) + (f + h))
-    return plan.lora_rank * ((h + qkv) + (model.attn_out_dim + h) + dense_mlp) / (plan.tp * plan.tp2)
+    rest = (model.attn_out_dim + h) + (1 - moe_fraction(model)) * ((h + fc1) + (f + h))
+    return plan.lora_rank * ((h + qkv) + rest * (plan.lora_targets == "all")) / (plan.tp * plan.tp2)
 
 
 def trainable(params: StageParams, plan: Plan) -> StageParams:

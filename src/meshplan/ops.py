@@ -513,7 +513,10 @@ def low_precision_casts(ops: list[OpCost], plan: Plan) -> list[OpCost]:
     return ops + casts
 
 
-LORA_TARGETS = ("attn", "mlp")  # adapters on the attention and dense-MLP linears (Megatron-Bridge default)
+# The GEMMs that carry adapters, by name prefix, per ``Plan.lora_targets``: "all" the attention and dense-MLP
+# linears (Megatron-Bridge / NeMo 2 default), "qkv" the query/key/value projections (attn/qkv; MLA's attn/q*,
+# attn/kv*), NeMo 1.x's default.
+LORA_PREFIXES = {"all": ("attn/", "mlp/"), "qkv": ("attn/q", "attn/kv")}
 
 
 def lora(ops: list[OpCost], plan: Plan, d: Dims) -> list[OpCost]:
@@ -523,13 +526,13 @@ def lora(ops: list[OpCost], plan: Plan, d: Dims) -> list[OpCost]:
     (outside the fp8 region); A re-reads the base GEMM's saved input, B saves its m×r input."""
     if plan.finetune != "lora":
         return ops
-    r = plan.lora_rank
+    r, targets = plan.lora_rank, LORA_PREFIXES[plan.lora_targets]
     out: list[OpCost] = []
     for op in ops:
         if op.phase == "bwd_w" and op.kind in ("gemm", "memory"):
             continue
         out.append(op)
-        if op.kind == "gemm" and op.phase == "fwd" and op.name.split("/")[0] in LORA_TARGETS:
+        if op.kind == "gemm" and op.phase == "fwd" and op.name.startswith(targets):
             rows = op.m * op.groups
             out += [replace(a, variant="bf16") for a in gemm(op.name + "/lora_a", rows, op.k, r, d, saved=0.0)
                     + gemm(op.name + "/lora_b", rows, r, op.n, d)]

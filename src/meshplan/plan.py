@@ -36,6 +36,7 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved")
 PRECISION = ("bf16", "fp16", "fp8", "mxfp8", "fp4")
 FP8_SCALING = ("delayed", "current")
 FINETUNE = ("full", "lora")
+LORA_TARGETS = ("all", "qkv")
 ATTENTION_KERNELS = ("fused", "fa2")
 CROSS_ENTROPY = ("fused", "pytorch")
 FUSION = ("fused", "eager")
@@ -92,11 +93,13 @@ class Plan:
     # its default and the only recipe before TE 2.0: from the amax history of earlier steps) or "current" (TE
     # Float8CurrentScaling, torchao's dynamic scaling: from this tensor's amax, one more read of it before the cast)
     fp8_scaling: str = "delayed"
-    # "full": every weight trains; "lora": base weights frozen, rank-``lora_rank`` adapters on the attention
-    # and MLP linears train (Hu et al. 2021, LoRA; Megatron-Bridge peft.LoRA defaults: dim 32, linear_qkv,
-    # linear_proj, linear_fc1, linear_fc2)
+    # "full": every weight trains; "lora": base weights frozen, rank-``lora_rank`` adapters train (Hu et al. 2021,
+    # LoRA) on ``lora_targets``: "all" the attention and MLP linears (Megatron-Bridge / NeMo 2 peft.LoRA defaults:
+    # dim 32, linear_qkv, linear_proj, linear_fc1, linear_fc2) or "qkv" the query/key/value projection only
+    # (NeMo 1.x peft_config.get_target_modules default ["attention_qkv"])
     finetune: str = "full"
     lora_rank: int = 32
+    lora_targets: str = "all"
     tensor_layout: str = "1d"
     summa_panels: int = 0  # SUMMA panels nb; 0 → max(tp, tp2)
     cp_comm: str = "ring"
@@ -309,6 +312,8 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> lis
         reasons.append(f"finetune={plan.finetune!r} must be one of {', '.join(FINETUNE)}")
     if not isinstance(plan.lora_rank, int) or plan.lora_rank < 1:
         reasons.append(f"lora_rank={plan.lora_rank!r} must be a positive integer")
+    if plan.lora_targets not in LORA_TARGETS:
+        reasons.append(f"lora_targets={plan.lora_targets!r} must be one of {', '.join(LORA_TARGETS)}")
     if plan.grad_bytes not in (2, 4):
         reasons.append(f"grad_bytes={plan.grad_bytes} must be 2 or 4")
     if sorted(plan.placement) != sorted(DENSE_AXES):

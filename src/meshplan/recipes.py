@@ -34,6 +34,9 @@ class SourceDefaults:
     # Plan.fp8_scaling when the record does not say: Transformer Engine's default DelayedScaling (its only recipe
     # before TE 2.0), unless the stack scales from the current amax
     fp8_scaling: str = "delayed"
+    # Plan.lora_targets when the record does not say: every attention and MLP linear (Megatron-Bridge / NeMo 2
+    # peft.LoRA), unless the stack's LoRA adapts the QKV projection only
+    lora_targets: str = "all"
 
 
 SOURCES: tuple[SourceDefaults, ...] = (
@@ -66,7 +69,10 @@ SOURCES: tuple[SourceDefaults, ...] = (
     SourceDefaults("NeMo 24.x", r"nemo", None, True, True, 1, 4, "none", True,
                    "NeMo 24.03/24.07 performance recipes: sequence parallelism and userbuffers TP overlap with "
                    "tp > 1, distributed optimizer with overlapped grad reduce / param gather, fp32 main grads, "
-                   "FlashAttention (TE), no activation recompute"),
+                   "FlashAttention (TE), no activation recompute; LoRA (NeMo 1.x PEFT, the Framework Launcher's "
+                   "peft/llama/squad.yaml leaves lora_tuning.target_modules unset) on the QKV projection only: "
+                   "nemo/collections/nlp/parts/peft_config.py get_target_modules defaults to ['attention_qkv']",
+                   lora_targets="qkv"),
     SourceDefaults("Megatron-LM examples", r"megatron_lm_examples", None, True, True, 1, 4, "none", True,
                    "Megatron-LM examples/llama (configs follow the NeMo performance scripts): as NeMo"),
     SourceDefaults("MosaicML llm-foundry", r"mosaic", False, False, True, 3, 4, "none", True,

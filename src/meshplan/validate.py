@@ -251,7 +251,7 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     recompute, layers, rc_note = _recompute(p, model, pp, src)
     notes.append(rc_note)
     sp, overlap_tp = _tensor_parallel(p, src, tp, precision, notes)
-    finetune, lora_rank = _finetune(record, p, notes)
+    finetune, lora_rank, lora_targets = _finetune(record, p, src, notes)
     grad_bytes = src.grad_bytes
     if str(p.get("mp_mode") or "").upper() == "PURE":  # Composer FSDP mixed_precision PURE: bf16 reduce
         grad_bytes = 2
@@ -261,8 +261,9 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
                 global_batch=gbs, zero=zero, recompute=recompute, recompute_layers=layers, precision=precision,
                 grad_bytes=grad_bytes, schedule="interleaved" if vpp > 1 else "1f1b", overlap_tp=overlap_tp,
                 overlap_dp=src.overlap_dp, overlap_ep=overlap_ep, flash_attention=flash, fp8_scaling=fp8_scaling,
-                finetune=finetune, lora_rank=lora_rank, attention_kernel=src.attention_kernel,
-                cross_entropy=src.cross_entropy, fusion=fusion, expert_gemm=expert_gemm,
+                finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets,
+                attention_kernel=src.attention_kernel, cross_entropy=src.cross_entropy, fusion=fusion,
+                expert_gemm=expert_gemm,
                 offload_activations=offload_layers > 0, offload_layers=offload_layers)
     notes.append(f"grad bytes {grad_bytes}, DP overlap {'on' if src.overlap_dp else 'off'}, "
                  f"{'flash' if flash else 'unfused'} attention")
@@ -362,17 +363,20 @@ def _tensor_parallel(p: dict[str, Any], src: SourceDefaults, tp: int, precision:
     return sp, overlap_tp
 
 
-def _finetune(record: dict[str, Any], p: dict[str, Any], notes: list[str]) -> tuple[str, int]:
+def _finetune(record: dict[str, Any], p: dict[str, Any], src: SourceDefaults, notes: list[str]
+              ) -> tuple[str, int, str]:
     task = record.get("task", "pretrain")
     if task == "sft":
         notes.append("SFT evaluated as pretraining on full-length (packed) sequences")
     if task != "lora":
-        return "full", 32
+        return "full", 32, "all"
     stated_rank = positive_int(p.get("lora_rank") or p.get("lora_dim") or (record.get("model") or {}).get("lora_rank"))
     lora_rank = stated_rank or 32
+    targets = src.lora_targets
+    where = "QKV, attention output, fc1, fc2" if targets == "all" else f"the QKV projection only ({src.name} default)"
     notes.append(f"LoRA rank {lora_rank}" + ("" if stated_rank else " (not stated: Megatron-Bridge / NeMo "
-                 "LoRA default dim 32)") + " on QKV, attention output, fc1, fc2; base weights frozen")
-    return "lora", lora_rank
+                 "LoRA default dim 32)") + f" on {where}; base weights frozen")
+    return "lora", lora_rank, targets
 
 
 def _kernels(record: dict[str, Any], model: ModelSpec, src: SourceDefaults, notes: list[str]) -> tuple[bool, str]:
