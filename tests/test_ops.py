@@ -11,7 +11,7 @@ from meshplan.estimate import attention_flops_per_token, matmul_params, model_fl
 from meshplan.hardware import load_system
 from meshplan.model import ModelSpec, load_model
 from meshplan.ops import ACT_BYTES, dense_layer, head_ops, linear_2d, moe_layer
-from meshplan.plan import Plan
+from meshplan.plan import Plan, check
 
 
 def _flops(ops, phase=None, kind=None):
@@ -240,3 +240,14 @@ def test_transformer_engine_keeps_the_fp8_copy_of_each_gemm_input():
     assert saved["bf16"]["attn/qkv"] == 8192 * 4096 * 2
     assert saved["te_fp8"]["attn/qkv"] == 8192 * 4096 * 1
     assert saved["torchao_fp8"] == saved["bf16"]
+
+
+def test_training_metrics_read_the_logits_outside_autograd():
+    """Two metric cross-entropies (Composer + MPT) over T·V = 2048 · 51,200 logits: each casts bf16 to fp32
+    (2 + 4 bytes) and runs log_softmax in fp32 (4 + 4): 2 · 14 · 2048 · 51,200 bytes, after the backward pass."""
+    model = gpt()
+    assert not [o for o in head_ops(model, Plan()) if o.name == "head/metrics"]
+    (metrics,) = [o for o in head_ops(model, Plan(train_metrics=2)) if o.name == "head/metrics"]
+    assert (metrics.phase, metrics.kind, metrics.saved) == ("bwd_x", "memory", 0.0)
+    assert metrics.nbytes == 2 * 14 * 2048 * 51200
+    assert check(model, None, Plan(train_metrics=-1)) == ["train_metrics=-1 must be a non-negative integer"]

@@ -36,7 +36,7 @@ GEMMs at ``nvfp4_gemm`` = 1.81 × that rate (same measurement), at most the FP4 
 Attention (FlashAttention-2, Dao 2023, Fig. 4–5: forward 50–73 % of A100 peak, backward lower; FlashAttention-3,
 Shah et al. 2024, abstract: 75 % of H100 peak forward at d = 128, FA2 only 35 % on H100, and Fig. 5: d = 64 runs at
 about 0.7× the d = 128 rate): the softmax, exponentials and rescaling per score element do not shrink with the head
-dimension, so efficiency ∝ d / (d + d_0). ``attention_d0`` (fitted: 44) puts d = 64 at 0.80× the d = 128 rate; FA3
+dimension, so efficiency ∝ d / (d + d_0). ``attention_d0`` (fitted: 37) puts d = 64 at 0.82× the d = 128 rate; FA3
 reports 0.7× on H100 (d_0 ≈ 55); the fit, driven by the FA2-class kernels of the data's d = 64 runs (MPT-125m and
 -350m), finds a slightly flatter falloff. With a causal mask the diagonal blocks are computed whole, executing
 (1 + B_attn/s) × the useful half. The backward pass (five GEMMs, dS computed in fp32) runs at ``attention_bwd`` × the
@@ -134,7 +134,7 @@ class Efficiency:
     # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
     gemm: float = 0.8605  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
     attention: float = 0.5055  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
-    attention_d0: float = 44.02  # head dimension at which the per-score softmax work equals the matmuls'
+    attention_d0: float = 36.72  # head dimension at which the per-score softmax work equals the matmuls'
     host_launch: float = 35.8e-6  # host seconds per kernel of the per-expert MoE path (ops.host_launched)
     # ---- documented, not fitted -------------------------------------------------------------------------
     overlap_slowdown: float = 0.189  # compute slowdown while communication overlaps it (Lee et al. 2025: 18.9 %)

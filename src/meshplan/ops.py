@@ -591,11 +591,22 @@ def head_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
     ops.append(OpCost("head/loss", "fwd", "memory", 6.0 * logits, logits * (ACT_BYTES + 2 * FP32), logits * FP32))
     ops.append(OpCost("head/loss", "bwd_x", "memory", 2.0 * logits, logits * (FP32 + ACT_BYTES)))
     ops.append(collective("head/loss_tp", "fwd", "all_reduce", 3 * d.tokens * FP32, "tp", plan.tp))
+    if plan.train_metrics:
+        ops.append(train_metrics(plan.train_metrics, logits))
     if plan.cross_entropy == "pytorch":
         ops += eager_op("head/loss", "cross_entropy", logits)
     if d.eager:
         ops += eager_op("head/norm", model.norm, d.tokens_sp * model.hidden_size)
     return lora(ops, plan, d)
+
+
+def train_metrics(count: Num, logits: Num) -> OpCost:
+    """``count`` cross-entropies over the 16-bit logits outside autograd, after the micro-batch's backward pass
+    (Composer ``Trainer._eval_train_metrics`` → ``LanguageCrossEntropy.update``: ``torch.nn.CrossEntropyLoss`` with
+    reduction "sum", under autocast): autocast casts the logits to fp32 (read 2 bytes, write 4) and log_softmax
+    reads and writes them in fp32 (4 + 4), 14 bytes per logit each; nll_loss reads one logit per token. A lower
+    bound: PyTorch's softmax kernel may read a long row more than once."""
+    return OpCost("head/metrics", "bwd_x", "memory", 5.0 * count * logits, count * logits * (ACT_BYTES + 3 * FP32))
 
 
 def pipeline_p2p(model: ModelSpec, plan: Plan) -> list[OpCost]:

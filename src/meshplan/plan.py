@@ -100,6 +100,10 @@ class Plan:
     finetune: str = "full"
     lora_rank: int = 32
     lora_targets: str = "all"
+    # full-vocabulary cross-entropies the trainer evaluates on each micro-batch's logits outside autograd, for its
+    # training metrics (ops.head_ops): Composer evaluates its model's train metrics after every micro-batch's
+    # backward pass, and llm-foundry's MPT has two (LanguageCrossEntropy, LanguagePerplexity); 0 elsewhere
+    train_metrics: int = 0
     tensor_layout: str = "1d"
     summa_panels: int = 0  # SUMMA panels nb; 0 → max(tp, tp2)
     cp_comm: str = "ring"
@@ -312,6 +316,8 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> lis
         reasons.append(f"finetune={plan.finetune!r} must be one of {', '.join(FINETUNE)}")
     if not isinstance(plan.lora_rank, int) or plan.lora_rank < 1:
         reasons.append(f"lora_rank={plan.lora_rank!r} must be a positive integer")
+    if not isinstance(plan.train_metrics, int) or plan.train_metrics < 0:
+        reasons.append(f"train_metrics={plan.train_metrics!r} must be a non-negative integer")
     if plan.lora_targets not in LORA_TARGETS:
         reasons.append(f"lora_targets={plan.lora_targets!r} must be one of {', '.join(LORA_TARGETS)}")
     if plan.grad_bytes not in (2, 4):

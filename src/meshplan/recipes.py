@@ -37,6 +37,7 @@ class SourceDefaults:
     # Plan.lora_targets when the record does not say: every attention and MLP linear (Megatron-Bridge / NeMo 2
     # peft.LoRA), unless the stack's LoRA adapts the QKV projection only
     lora_targets: str = "all"
+    train_metrics: int = 0  # Plan.train_metrics: the trainer's per-micro-batch metric cross-entropies
 
 
 SOURCES: tuple[SourceDefaults, ...] = (
@@ -79,7 +80,11 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "llm-foundry benchmarks: PyTorch FSDP (prefetching, overlapped), Composer mixed_precision "
                    "DEFAULT = bf16 params, fp32 gradient reduce-scatter; FlashAttention-2-class kernels (2023: "
                    "FA2 / Triton flash attention, written for Ampere); PyTorch eager (no torch.compile), the model's "
-                   "default loss_fn fused_crossentropy (flash-attn's fused kernel)", "fa2", fusion="eager"),
+                   "default loss_fn fused_crossentropy (flash-attn's fused kernel); Composer (0.15, the version "
+                   "llm-foundry 0.2.0 pins) evaluates the model's train metrics after every micro-batch's backward "
+                   "pass (Trainer._eval_train_metrics), and MPT's are LanguageCrossEntropy and LanguagePerplexity, "
+                   "each a torch.nn.CrossEntropyLoss over the full-vocabulary logits", "fa2", fusion="eager",
+                   train_metrics=2),
     SourceDefaults("torchtitan", r"torchtitan", None, False, True, 3, 4, "none", True,
                    "torchtitan: FSDP2 (reshard after forward, prefetch), mixed_precision_reduce = float32, "
                    "sequence parallelism inside its TP plan, PyTorch SDPA flash backend (FlashAttention-2); async TP "
