@@ -330,7 +330,7 @@ def summary_row(name: str, s: dict[str, Any]) -> str:
 
 
 def constants_table(eff: Efficiency) -> list[str]:
-    fitted = {"gemm", "attention", "attention_d0", "host_launch"}
+    fitted = {"gemm", "attention", "host_launch"}
     lines = ["| constant | value | fitted? |", "|---|---:|---|"]
     for f in fields(eff):
         value = getattr(eff, f.name)
@@ -377,9 +377,9 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
            "|---|---:|---:|---:|---:|---:|---:|---:|",
            summary_row("overall", ov), summary_row("in sample (fit half: CRC-32 of id even)", summary["in_sample"]),
            summary_row("out of sample (the other half)", summary["out_of_sample"]), "",
-           "The fit half and the held-out half are fixed by `meshplan.validate.in_fit_set`; only the four constants "
+           "The fit half and the held-out half are fixed by `meshplan.validate.in_fit_set`; only the three constants "
            "marked *fitted* below were fitted, on the fit half, by `benchmarks/fit_efficiency.py` (each source "
-           "group weighted equally): the three dense ones on the dense runs, then `host_launch` on the MoE runs. "
+           "group weighted equally): the two dense ones on the dense runs, then `host_launch` on the MoE runs. "
            "Same-configuration records of successive Megatron-Bridge releases fall on both sides, so the held-out "
            "half is not independent of the fit half across releases; the held-out set from other sources and GPUs "
            "is the real test.", "",
@@ -395,7 +395,7 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
     out += [f"| {x['id']} | {x['measured_s']:.2f} s | {x['predicted_s']:.2f} s | {pct(x['error'], True)} |"
             for x in kor["runs"]]
     out += ["", "| | mean \\|error\\| | max \\|error\\| | constants fitted on these runs? |", "|---|---:|---:|---|",
-            f"| meshplan | {pct(kor['mean_abs_error'])} | {pct(kor['max_abs_error'])} | no: four global constants "
+            f"| meshplan | {pct(kor['mean_abs_error'])} | {pct(kor['max_abs_error'])} | no: three global constants "
             "fitted on half of all 428 runs |",
             f"| Calculon (Isaev et al. 2023) | {pct(CALCULON['mean'])} | {pct(CALCULON['max'])} | yes: its A100 "
             "efficiency curves were tuned on these runs (issue 4) |", "",

@@ -4,7 +4,7 @@ The fit half is fixed: the runs whose id has an even CRC-32 (``meshplan.validate
 is min(|log(predicted / measured)|, 0.5) (robust to the few runs whose configuration is too uncertain),
 averaged within each source group and then across groups, so that every source weighs the same.
 Two stages, because the MoE runs' errors are dominated by how each release launches the expert GEMMs:
-1. the three dense constants (``DENSE``) on the fit half's dense runs, by Nelder-Mead, the best of three starts
+1. the two dense constants (``DENSE``) on the fit half's dense runs, by Nelder-Mead, the best of three starts
    (the values in efficiency.py, and all of them 15 % lower or higher);
 2. ``host_launch``, the host time per kernel of the per-expert MoE path, on the fit half's MoE runs with the
    stage-1 constants, by a log-spaced scan and golden-section search around its best point: the only constant
@@ -38,11 +38,11 @@ from meshplan.validate import (
     read_runs,
 )
 
-DENSE = ("gemm", "attention", "attention_d0")
+DENSE = ("gemm", "attention")
 HOST = "host_launch"
 FREE = (*DENSE, HOST)
 BOUNDS = {"gemm": (0.3, 1.2), "attention": (0.15, 1.0), "memory": (0.3, 1.0), "overlap_slowdown": (0.0, 1.0),
-          "attention_d0": (8.0, 256.0), "host_launch": (1e-6, 200e-6)}
+          "host_launch": (1e-6, 200e-6)}
 DATA = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_runs.jsonl"
 
 
@@ -144,8 +144,8 @@ def main() -> None:
     def dense_objective(x: np.ndarray) -> float:
         return objective(dict(zip(DENSE, x * x0, strict=True)) | {HOST: host}, dense_fit)
 
-    # the objective is flat along attention_d0 against gemm and attention: the best of three starts,
-    # the current values and every constant 15 % lower / higher, so the result does not depend on where it began
+    # the best of three starts, the current values and every constant 15 % lower / higher, so the result does not
+    # depend on where it began
     found = [nelder_mead(dense_objective, np.full_like(x0, start)) for start in (1.0, 0.85, 1.15)]
     best = x0 * min(found, key=dense_objective)
     params = dict(zip(DENSE, best, strict=True))

@@ -244,10 +244,27 @@ def test_transformer_engine_keeps_the_fp8_copy_of_each_gemm_input():
 
 def test_training_metrics_read_the_logits_outside_autograd():
     """Two metric cross-entropies (Composer + MPT) over T·V = 2048 · 51,200 logits: each casts bf16 to fp32
-    (2 + 4 bytes) and runs log_softmax in fp32 (4 + 4): 2 · 14 · 2048 · 51,200 bytes, after the backward pass."""
+    (read 2, write 4 bytes) and runs log_softmax in fp32, three reads of a row too long for shared memory and a
+    write (12 + 4): 2 · 22 · 2048 · 51,200 bytes, after the backward pass."""
     model = gpt()
     assert not [o for o in head_ops(model, Plan()) if o.name == "head/metrics"]
     (metrics,) = [o for o in head_ops(model, Plan(train_metrics=2)) if o.name == "head/metrics"]
     assert (metrics.phase, metrics.kind, metrics.saved) == ("bwd_x", "memory", 0.0)
-    assert metrics.nbytes == 2 * 14 * 2048 * 51200
+    assert metrics.nbytes == 2 * 22 * 2048 * 51200
     assert check(model, None, Plan(train_metrics=-1)) == ["train_metrics=-1 must be a non-negative integer"]
+
+
+def test_flash_cross_entropy_reads_the_16_bit_logits():
+    """flash-attn's CrossEntropyLoss: forward reads the bf16 logits twice (4 bytes), keeps them (2) and one fp32
+    log-sum-exp per token; backward reads them and writes the bf16 gradient (4): 8 bytes per logit against the
+    vocabulary-parallel loss's 10 + 6."""
+    model = gpt()
+    logits, tokens = 2048 * 51200, 2048
+
+    def loss(plan):
+        return [o for o in head_ops(model, plan) if o.name == "head/loss"]
+
+    fwd, bwd = loss(Plan(cross_entropy="flash"))
+    assert (fwd.nbytes, bwd.nbytes, fwd.saved) == (4 * logits, 4 * logits, 2 * logits + 4 * tokens)
+    fused_fwd, fused_bwd = loss(Plan())
+    assert (fused_fwd.nbytes, fused_bwd.nbytes, fused_fwd.saved) == (10 * logits, 6 * logits, 4 * logits)

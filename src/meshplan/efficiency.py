@@ -1,8 +1,8 @@
 """Efficiency: the fraction of a datasheet peak that real kernels and collectives sustain, from physics.
 
 This is the one place where such factors live. Every factor is a function of the op's shape and the hardware,
-built from a handful of constants; each constant says where it comes from. Four of them (``gemm``,
-``attention``, ``attention_d0`` on the dense runs, then ``host_launch`` on the MoE runs) were
+built from a handful of constants; each constant says where it comes from. Three of them (``gemm`` and
+``attention`` on the dense runs, then ``host_launch`` on the MoE runs) were
 fitted once, on the fixed half of the published runs that ``meshplan.validate.in_fit_set`` selects (CRC-32 of the
 run id even), by ``benchmarks/fit_efficiency.py`` with every source group weighted equally; the other half is the
 out-of-sample check (docs/ACCURACY.md). The rest are published measurements. Nothing is tuned per run, per source or
@@ -36,9 +36,11 @@ GEMMs at ``nvfp4_gemm`` = 1.81 × that rate (same measurement), at most the FP4 
 Attention (FlashAttention-2, Dao 2023, Fig. 4–5: forward 50–73 % of A100 peak, backward lower; FlashAttention-3,
 Shah et al. 2024, abstract: 75 % of H100 peak forward at d = 128, FA2 only 35 % on H100, and Fig. 5: d = 64 runs at
 about 0.7× the d = 128 rate): the softmax, exponentials and rescaling per score element do not shrink with the head
-dimension, so efficiency ∝ d / (d + d_0). ``attention_d0`` (fitted: 37) puts d = 64 at 0.82× the d = 128 rate; FA3
-reports 0.7× on H100 (d_0 ≈ 55); the fit, driven by the FA2-class kernels of the data's d = 64 runs (MPT-125m and
--350m), finds a slightly flatter falloff. With a causal mask the diagonal blocks are computed whole, executing
+dimension, so efficiency ∝ d / (d + d_0), with d_0 measured per kernel family in FA3's forward benchmark on an H100
+(Shah et al. 2024, Fig. 5, 16k keys): FlashAttention-3 runs d = 64 at 497 against 648 TFLOP/s at d = 128 (0.767×,
+``attention_d0`` = 55.9), FlashAttention-2 at 324 against 370 (0.876×, ``attention_d0_fa2`` = 21.2), since
+(1 + d_0/128)·64/(64 + d_0) = r gives d_0 = 128(1 − r)/(2r − 1). (Fitted, d_0 wandered from 32 to 51 along a flat
+valley of the objective.) With a causal mask the diagonal blocks are computed whole, executing
 (1 + B_attn/s) × the useful half. The backward pass (five GEMMs, dS computed in fp32) runs at ``attention_bwd`` × the
 forward rate (FA2 Fig. 5 vs Fig. 4, FA3 Fig. 6 vs Fig. 5: ≈ 0.8). The attention kernel's matmuls run on the same tensor
 cores under the same clock and power limits as the GEMMs, so its rate is a fraction of the GPU's best-shape 16-bit GEMM
@@ -134,13 +136,15 @@ class Efficiency:
     # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
     gemm: float = 0.8605  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
     attention: float = 0.5055  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
-    attention_d0: float = 36.72  # head dimension at which the per-score softmax work equals the matmuls'
     host_launch: float = 35.8e-6  # host seconds per kernel of the per-expert MoE path (ops.host_launched)
     # ---- documented, not fitted -------------------------------------------------------------------------
     overlap_slowdown: float = 0.189  # compute slowdown while communication overlaps it (Lee et al. 2025: 18.9 %)
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
     gemm_k0: float = 64.0  # per-tile fixed cost, in units of reduction depth (one 64-deep k-block of CUTLASS)
     attention_bwd: float = 0.8  # backward / forward kernel rate (FA2 Fig. 4-5, FA3 Fig. 5-6)
+    # head dimension at which the per-score softmax work equals the matmuls' (module docstring: FA3 Fig. 5, H100)
+    attention_d0: float = 128 * (1 - 497 / 648) / (2 * 497 / 648 - 1)  # FlashAttention-3 / cuDNN class: 55.9
+    attention_d0_fa2: float = 128 * (1 - 324 / 370) / (2 * 324 / 370 - 1)  # FlashAttention-2 class: 21.2
     attention_block: float = 128.0  # FlashAttention query/key block (FA2 and FA3 use 128 for d <= 128)
     # A FlashAttention-2-class kernel (``Plan.attention_kernel = "fa2"``: synchronous mma.sync tiles) on a GPU with
     # asynchronous warpgroup MMA (Hopper, Blackwell) runs at about half the rate of a kernel written for it: PyTorch
@@ -201,9 +205,11 @@ class Efficiency:
         return self.gemm * minimum(best, 1.0) * k / (k + self.gemm_k0)
 
     # ---- attention ------------------------------------------------------------------------------------------
-    def attention_efficiency(self, head_dim: Num, keys: Num, backward: bool = False, causal: bool = True) -> Num:
-        """Fraction of the bf16 peak a flash-attention kernel sustains on its useful FLOPs."""
-        d0 = self.attention_d0
+    def attention_efficiency(self, head_dim: Num, keys: Num, backward: bool = False, causal: bool = True,
+                             kernel: str = "fused") -> Num:
+        """Fraction of the bf16 peak a flash-attention kernel sustains on its useful FLOPs (``kernel``: the
+        ``Plan.attention_kernel`` family, which sets the head-dimension falloff)."""
+        d0 = self.attention_d0_fa2 if kernel == "fa2" else self.attention_d0
         shape = (1 + d0 / 128.0) * head_dim / (head_dim + d0)  # 1 at d = 128
         wasted = (1 + self.attention_block / keys) if causal else 1.0
         return self.attention * shape / wasted * (self.attention_bwd if backward else 1.0)

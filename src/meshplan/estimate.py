@@ -476,9 +476,10 @@ def loss_workspace(model: ModelSpec, plan: Plan) -> Num:
     default with TP): its nll_loss backward computes both gradients at once, in eager,
     ``(torch.zeros_like(x) + torch.exp(x)) * grad_output`` (torch/distributed/tensor/parallel/loss.py,
     ``_nll_loss_and_log_softmax_backward``), so three fp32 tensors (the zeros, the exponential or the sum, the
-    product) are alive with the saved output: 4 + 4 + 4 bytes."""
+    product) are alive with the saved output: 4 + 4 + 4 bytes.
+    ``"flash"`` (flash-attn's CrossEntropyLoss): the 16-bit gradient beside the saved 16-bit logits, 2 bytes."""
     # numeric plan fields may be arrays (a PlanBatch): no branch on tp
-    per_logit = FP32 * (2 + (plan.tp > 1)) if plan.cross_entropy == "pytorch" else FP32 + ACT_BYTES
+    per_logit = {"pytorch": FP32 * (2 + (plan.tp > 1)), "flash": ACT_BYTES}.get(plan.cross_entropy, FP32 + ACT_BYTES)
     return dims(model, plan).tokens * model.vocab_size / plan.tp * per_logit
 
 

@@ -488,10 +488,11 @@ def low_precision_casts(ops: list[OpCost], plan: Plan) -> list[OpCost]:
     low-precision bytes per element. Weights are cast once per step (TE caches them across micro-batches),
     which is neglected. GEMMs marked ``variant="bf16"`` (the LM head) stay in 16 bits.
     Memory: TE's linear layers keep the quantized input for the weight gradient instead of the 16-bit one, so
-    each GEMM's saved input shrinks to the low-precision bytes; a Megatron-Core stack (``plan.cross_entropy =
-    "fused"``) runs TE. torchao's Float8Linear (torchtitan) keeps the 16-bit input and re-quantizes it in the
-    backward pass, which its published peak memory confirms (8B FSDP: 76.8 GiB with float8 against 82.4 bf16,
-    not the ~30 % less an fp8 copy would give). With LoRA the bf16 adapters re-read the 16-bit input, which stays.
+    each GEMM's saved input shrinks to the low-precision bytes; every stack but torchtitan's
+    (``plan.cross_entropy = "pytorch"``) runs TE (Megatron-Core, NeMo, llm-foundry's fp8). torchao's Float8Linear
+    (torchtitan) keeps the 16-bit input and re-quantizes it in the backward pass, which its published peak memory
+    confirms (8B FSDP: 76.8 GiB with float8 against 82.4 bf16, not the ~30 % less an fp8 copy would give). With
+    LoRA the bf16 adapters re-read the 16-bit input, which stays.
     Host-launched GEMMs (per-expert MoE, ``host_launched``) launch one quantization per expert as well.
     A scale taken from the tensor itself needs its amax before the cast, one more read of the 16-bit tensor: fp8
     current scaling (``plan.fp8_scaling``) and NVFP4's per-tensor global scale ("the extra memory pass for
@@ -507,7 +508,7 @@ def low_precision_casts(ops: list[OpCost], plan: Plan) -> list[OpCost]:
     # (m×n)·(n×k) with n and k swapped, so again m×k)
     casts = [cast(op.name, op.phase, op.groups * op.m * op.k, plan, op.launches)
              for op in ops if op.kind == "gemm" and op.phase in ("fwd", "bwd_x") and op.variant != "bf16"]
-    if plan.cross_entropy == "fused" and plan.finetune != "lora":
+    if plan.cross_entropy != "pytorch" and plan.finetune != "lora":
         ops = [replace(op, saved=op.saved * low / ACT_BYTES)
                if op.kind == "gemm" and op.phase == "fwd" and op.variant != "bf16" else op for op in ops]
     return ops + casts
@@ -588,8 +589,7 @@ def head_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
     # the output layer is outside Transformer Engine's fp8 region: it runs in 16 bits whatever the plan's precision
     ops += [replace(op, variant="bf16") for op in gemm("head/logits", d.tokens, model.hidden_size, vocab, d,
                                                         saved=d.tokens_sp * model.hidden_size * ACT_BYTES)]
-    ops.append(OpCost("head/loss", "fwd", "memory", 6.0 * logits, logits * (ACT_BYTES + 2 * FP32), logits * FP32))
-    ops.append(OpCost("head/loss", "bwd_x", "memory", 2.0 * logits, logits * (FP32 + ACT_BYTES)))
+    ops += loss_ops(plan, logits, d.tokens)
     ops.append(collective("head/loss_tp", "fwd", "all_reduce", 3 * d.tokens * FP32, "tp", plan.tp))
     if plan.train_metrics:
         ops.append(train_metrics(plan.train_metrics, logits))
@@ -600,13 +600,29 @@ def head_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
     return lora(ops, plan, d)
 
 
+def loss_ops(plan: Plan, logits: Num, tokens: Num) -> list[OpCost]:
+    """The cross-entropy over this GPU's logits, forward and backward. Megatron's vocabulary-parallel loss (and the
+    fused part of PyTorch's, whose extra eager kernels ``EAGER["cross_entropy"]`` adds): reads the 16-bit logits,
+    keeps an fp32 softmax (4 bytes per logit saved), backward reads it and writes the gradient. ``"flash"``:
+    flash-attn's CrossEntropyLoss (csrc/xentropy, from apex's contrib xentropy kernel) reads the 16-bit logits
+    twice (``cunn_SoftMaxXEntropyForward``: max and sum, then Σexp) and keeps them with one fp32 log-sum-exp per
+    token; its backward (``cunn_SoftMaxXEntropyBackward``) re-reads them and writes the 16-bit gradient."""
+    if plan.cross_entropy == "flash":
+        return [OpCost("head/loss", "fwd", "memory", 6.0 * logits, logits * 2 * ACT_BYTES,
+                       logits * ACT_BYTES + tokens * FP32),
+                OpCost("head/loss", "bwd_x", "memory", 2.0 * logits, logits * 2 * ACT_BYTES)]
+    return [OpCost("head/loss", "fwd", "memory", 6.0 * logits, logits * (ACT_BYTES + 2 * FP32), logits * FP32),
+            OpCost("head/loss", "bwd_x", "memory", 2.0 * logits, logits * (FP32 + ACT_BYTES))]
+
+
 def train_metrics(count: Num, logits: Num) -> OpCost:
     """``count`` cross-entropies over the 16-bit logits outside autograd, after the micro-batch's backward pass
     (Composer ``Trainer._eval_train_metrics`` → ``LanguageCrossEntropy.update``: ``torch.nn.CrossEntropyLoss`` with
-    reduction "sum", under autocast): autocast casts the logits to fp32 (read 2 bytes, write 4) and log_softmax
-    reads and writes them in fp32 (4 + 4), 14 bytes per logit each; nll_loss reads one logit per token. A lower
-    bound: PyTorch's softmax kernel may read a long row more than once."""
-    return OpCost("head/metrics", "bwd_x", "memory", 5.0 * count * logits, count * logits * (ACT_BYTES + 3 * FP32))
+    reduction "sum", under autocast): autocast casts the logits to fp32 and log_softmax reads the long rows three
+    times (the forward kernels of ``EAGER["cross_entropy"]`` without the fused loss: 2 + 4 and 12 + 4 bytes per
+    logit each); nll_loss reads one logit per token."""
+    per_logit = sum(r + w for name, r, w in EAGER["cross_entropy"]["fwd"] if name != "fused loss")
+    return OpCost("head/metrics", "bwd_x", "memory", 5.0 * count * logits, count * logits * per_logit)
 
 
 def pipeline_p2p(model: ModelSpec, plan: Plan) -> list[OpCost]:

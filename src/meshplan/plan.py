@@ -38,7 +38,7 @@ FP8_SCALING = ("delayed", "current")
 FINETUNE = ("full", "lora")
 LORA_TARGETS = ("all", "qkv")
 ATTENTION_KERNELS = ("fused", "fa2")
-CROSS_ENTROPY = ("fused", "pytorch")
+CROSS_ENTROPY = ("fused", "pytorch", "flash")
 FUSION = ("fused", "eager")
 EXPERT_GEMM = ("per_expert", "grouped")
 
@@ -78,8 +78,9 @@ class Plan:
     # the flash-attention kernel family the software stack runs: "fused" (cuDNN / FlashAttention-3 class, written
     # for the GPU's asynchronous MMA) or "fa2" (FlashAttention-2 class; slower on Hopper / Blackwell, efficiency.py)
     attention_kernel: str = "fused"
-    # cross-entropy implementation (memory of its backward, estimate.loss_workspace): "fused" (Megatron
-    # vocab-parallel) or "pytorch" (F.cross_entropy in eager autograd, torchtitan)
+    # cross-entropy implementation (ops.head_ops; memory of its backward, estimate.loss_workspace): "fused"
+    # (Megatron vocab-parallel), "pytorch" (F.cross_entropy in eager autograd, torchtitan) or "flash"
+    # (flash-attn's CrossEntropyLoss on the 16-bit logits, llm-foundry's fused_crossentropy)
     cross_entropy: str = "fused"
     # element-wise kernels of the layers (ops.py, "Eager PyTorch"): "fused" (Megatron / Transformer Engine fused
     # kernels, or torch.compile) or "eager" (PyTorch eager autograd: one kernel per aten op, fp32 upcasts)

@@ -28,7 +28,7 @@ class SourceDefaults:
     flash_attention: bool
     why: str
     attention_kernel: str = "fused"  # Plan.attention_kernel: "fused" (cuDNN / FA3) or "fa2"
-    cross_entropy: str = "fused"  # Plan.cross_entropy: "fused" (Megatron vocab-parallel) or "pytorch"
+    cross_entropy: str = "fused"  # Plan.cross_entropy: "fused" (Megatron vocab-parallel), "pytorch" or "flash"
     fusion: str = "fused"  # Plan.fusion: "eager" for a PyTorch-eager stack (fused where the record says torch.compile)
     whole_batch: bool = False  # no gradient accumulation: an unstated micro-batch is global batch / dp
     # Plan.fp8_scaling when the record does not say: Transformer Engine's default DelayedScaling (its only recipe
@@ -84,7 +84,7 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "llm-foundry 0.2.0 pins) evaluates the model's train metrics after every micro-batch's backward "
                    "pass (Trainer._eval_train_metrics), and MPT's are LanguageCrossEntropy and LanguagePerplexity, "
                    "each a torch.nn.CrossEntropyLoss over the full-vocabulary logits", "fa2", fusion="eager",
-                   train_metrics=2),
+                   cross_entropy="flash", train_metrics=2),
     SourceDefaults("torchtitan", r"torchtitan", None, False, True, 3, 4, "none", True,
                    "torchtitan: FSDP2 (reshard after forward, prefetch), mixed_precision_reduce = float32, "
                    "sequence parallelism inside its TP plan, PyTorch SDPA flash backend (FlashAttention-2); async TP "

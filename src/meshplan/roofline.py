@@ -51,7 +51,8 @@ def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) 
     if op.kind == "attention":
         if op.variant == "unfused":
             return op.flops / (gemm16 * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms))
-        rate = eff.attention_efficiency(op.k, op.n, backward=op.phase != "fwd", causal=op.variant == "flash_causal")
+        rate = eff.attention_efficiency(op.k, op.n, backward=op.phase != "fwd", causal=op.variant == "flash_causal",
+                                        kernel=op.kernel)
         if op.kernel == "fa2":
             rate = rate * eff.attention_kernel_factor(acc, op.kernel)
         return op.flops / (gemm16 * rate)
