@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.efficiency import DEFAULT, MATMUL, Efficiency
+from meshplan.efficiency import DEFAULT, FITTED, MATMUL, Efficiency
 from meshplan.recipes import SOURCES
 from meshplan.validate import (
     RunResult,
@@ -115,7 +115,8 @@ def recompute_hfu(results: list[RunResult], records: list[dict[str, Any]], group
     ``max_seq`` (where GEMMs, not attention, set the rate), with full recompute and without, that run's tokens per
     micro-batch, and the ratio of the two as measured and as meshplan predicts it (a predicted utilisation is the
     measured one times 1 + error). HFU counts every FLOP the GPU executes, the recomputed forward pass included."""
-    errors = {r.id: r.error for r in results if r.error is not None}
+    # a predicted utilisation is the measured one × (1 + error) for a rate metric, not for an iteration time
+    errors = {r.id: r.error for r in results if r.error is not None and r.metric != "iteration_time_s"}
     best: dict[tuple[str, str], dict[str, tuple[float, int, float]]] = {}
     for rec in records:
         p, hfu = rec.get("parallel") or {}, (rec.get("measured") or {}).get("hfu_pct")
@@ -330,7 +331,7 @@ def summary_row(name: str, s: dict[str, Any]) -> str:
 
 
 def constants_table(eff: Efficiency) -> list[str]:
-    fitted = {"gemm", "attention", "host_launch"}
+    fitted = set(FITTED)
     lines = ["| constant | value | fitted? |", "|---|---:|---|"]
     for f in fields(eff):
         value = getattr(eff, f.name)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from meshplan.efficiency import DEFAULT
+from meshplan.efficiency import DEFAULT, FITTED
 from meshplan.estimate import step_costs
 from meshplan.validate import (
     Skip,
@@ -41,6 +41,7 @@ from meshplan.validate import (
 DENSE = ("gemm", "attention")
 HOST = "host_launch"
 FREE = (*DENSE, HOST)
+assert set(FREE) == set(FITTED), "efficiency.FITTED names the constants this script fits"
 BOUNDS = {"gemm": (0.3, 1.2), "attention": (0.15, 1.0), "memory": (0.3, 1.0), "overlap_slowdown": (0.0, 1.0),
           "host_launch": (1e-6, 200e-6)}
 DATA = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_runs.jsonl"

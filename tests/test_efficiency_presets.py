@@ -48,7 +48,7 @@ def test_head_dimension_64_runs_at_the_measured_fraction_of_128(kernel, measured
         return DEFAULT.attention_efficiency(d, 16384, causal=False, kernel=kernel)
 
     assert rate(64) / rate(128) == pytest.approx(measured)
-    assert rate(128) == DEFAULT.attention  # the fitted constant is the d = 128 forward rate
+    assert rate(128) == pytest.approx(DEFAULT.attention)  # the fitted constant is the d = 128 forward rate
 
 
 def test_unknown_attention_kernel_is_rejected():
@@ -79,6 +79,17 @@ def test_pytorch_cross_entropy_holds_two_fp32_gradients_of_the_logits():
     # with TP (DTensor loss_parallel): each of 2 ranks holds 2.5e7 logits and, in the fused nll_loss /
     # log_softmax backward, three fp32 temporaries (zeros, exp or the sum, the product): 4 + 4 + 4
     assert loss_workspace(model, Plan(tp=2, sequence_parallel=True, cross_entropy="pytorch")) == 2.5e7 * 12
+    # flash-attn's loss: its 16-bit gradient beside the saved 16-bit logits, 2 bytes each
+    assert loss_workspace(model, Plan(cross_entropy="flash")) == 5e7 * 2
+
+
+@pytest.mark.parametrize(("cross_entropy", "saved_bytes"), [("fused", 1), ("flash", 1), ("pytorch", 2)])
+def test_transformer_engine_stacks_keep_the_fp8_input_torchao_the_16_bit_one(cross_entropy, saved_bytes):
+    """fc1's input (s = 2048 rows × h = 1024) saved for its weight gradient: one byte per element in fp8 under TE
+    (Megatron, NeMo, llm-foundry), two under torchtitan's torchao Float8Linear (``cross_entropy="pytorch"``)."""
+    plan = Plan(precision="fp8", cross_entropy=cross_entropy)
+    fc1 = next(o for o in dense_layer(gpt(), plan) if o.name == "mlp/fc1" and o.phase == "fwd")
+    assert fc1.saved == 2048 * 1024 * saved_bytes
 
 
 def test_mxfp8_gemms_run_at_the_measured_block_scaled_fraction_of_the_fp8_rate():

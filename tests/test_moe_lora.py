@@ -11,8 +11,8 @@ from meshplan.efficiency import DEFAULT
 from meshplan.estimate import estimate
 from meshplan.hardware import load_system
 from meshplan.model import load_model
-from meshplan.ops import dense_layer, moe_layer
-from meshplan.plan import Plan, check
+from meshplan.ops import LORA_PREFIXES, dense_layer, moe_layer
+from meshplan.plan import LORA_TARGETS, Plan, check
 
 
 def test_grouped_gemm_quantization_pads_each_group_and_shares_waves():
@@ -72,7 +72,9 @@ def test_lora_drops_weight_gradients_and_trains_only_adapters(h100_64):
 
 def test_lora_on_qkv_only_adapts_one_linear(h100_64):
     """NeMo 1.x's default target: adapters on the QKV projection only. Per layer r·(h + 3h) = 16·4·1024 = 65,536
-    parameters (a quarter of the all-linear 262,144 above); every base weight gradient is still dropped."""
+    parameters (a quarter of the all-linear 262,144 above); every base weight gradient is still dropped. Their
+    optimizer state: 12 bytes per parameter (fp32 master weight and two Adam moments), 4 layers, ZeRO-1 over
+    dp = 64: 12 · 4 · 65,536 / 64."""
     model = gpt(layers=4, hidden=1024)
     qkv = Plan(dp=64, micro_batch=1, zero=1, finetune="lora", lora_rank=16, lora_targets="qkv")
     ops = dense_layer(model, qkv)
@@ -83,6 +85,7 @@ def test_lora_on_qkv_only_adapts_one_linear(h100_64):
     all_linears = estimate(model, h100_64, qkv.with_(lora_targets="all"))
     assert tuned.step_time < all_linears.step_time
     assert check(model, h100_64, qkv.with_(lora_targets="mlp")) == ["lora_targets='mlp' must be one of all, qkv"]
+    assert set(LORA_PREFIXES) == set(LORA_TARGETS)  # every choice the check accepts has its GEMM prefixes
 
 
 def test_megatron_model_flops_uses_the_multi_latent_attention_branch():

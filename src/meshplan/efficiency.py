@@ -33,23 +33,23 @@ block-scaled FP8: the kernel reads and applies one scale per 32 elements of ever
 ``block_scaled`` × the per-tensor FP8 rate, as Transformer Engine's GEMM profiling measures (0.95 on a B300); NVFP4
 GEMMs at ``nvfp4_gemm`` = 1.81 × that rate (same measurement), at most the FP4 peak.
 
-Attention (FlashAttention-2, Dao 2023, Fig. 4–5: forward 50–73 % of A100 peak, backward lower; FlashAttention-3,
-Shah et al. 2024, abstract: 75 % of H100 peak forward at d = 128, FA2 only 35 % on H100, and Fig. 5: d = 64 runs at
-about 0.7× the d = 128 rate): the softmax, exponentials and rescaling per score element do not shrink with the head
-dimension, so efficiency ∝ d / (d + d_0), with d_0 measured per kernel family in FA3's forward benchmark on an H100
-(Shah et al. 2024, Fig. 5, 16k keys): FlashAttention-3 runs d = 64 at 497 against 648 TFLOP/s at d = 128 (0.767×,
-``attention_d0`` = 55.9), FlashAttention-2 at 324 against 370 (0.876×, ``attention_d0_fa2`` = 21.2), since
-(1 + d_0/128)·64/(64 + d_0) = r gives d_0 = 128(1 − r)/(2r − 1). (Fitted, d_0 wandered from 32 to 51 along a flat
-valley of the objective.) With a causal mask the diagonal blocks are computed whole, executing
-(1 + B_attn/s) × the useful half. The backward pass (five GEMMs, dS computed in fp32) runs at ``attention_bwd`` × the
-forward rate (FA2 Fig. 5 vs Fig. 4, FA3 Fig. 6 vs Fig. 5: ≈ 0.8). The attention kernel's matmuls run on the same tensor
-cores under the same clock and power limits as the GEMMs, so its rate is a fraction of the GPU's best-shape 16-bit GEMM
-rate (MAMF × sustained clock, as for GEMMs), not of the datasheet peak: ``attention`` (fitted: 0.51 of that rate at
-d = 128, forward, i.e. 0.41 of the H100's and 0.44 of the A100's datasheet peak) sits below the kernels' own
-benchmarks (FA3: 0.6–0.75 of peak; FA2 on A100: 0.5–0.7) because in a training step the kernel also pays for the QKV
-layout transposes and the softmax statistics around it. A stack that runs FlashAttention-2-class kernels on Hopper
-or Blackwell (``Plan.attention_kernel = "fa2"``) gets ``fa2_on_async`` = 0.52 of that (PyTorch SDPA's FA2 backend
-vs cuDNN on an H100, pytorch/pytorch#142132).
+Attention (FlashAttention-2, Dao 2023, Fig. 4–5: forward 50–73 % of A100 peak, backward lower; FlashAttention-3, Shah
+et al. 2024, abstract: 75 % of H100 peak forward at d = 128, FA2 only 35 % on H100): the softmax, exponentials and
+rescaling per score element do not shrink with the head dimension, so efficiency ∝ d / (d + d_0), with d_0 measured
+per kernel family in FA3's forward benchmark on an H100 (Shah et al. 2024, Fig. 5, 16k keys): FlashAttention-3
+runs d = 64 at 497 against 648 TFLOP/s at d = 128 (0.767×, ``attention_d0`` = 55.9), FlashAttention-2 at 324 against 370
+(0.876×, ``attention_d0_fa2`` = 21.2), since (1 + d_0/128)·64/(64 + d_0) = r gives d_0 = 128(1 − r)/(2r − 1). The FA2
+figure is an H100 measurement applied to FA2 on every GPU (A100 included), where FA2's own paper plots no d = 64 / 128
+pair at equal sequence length. (Fitted, d_0 wandered from 32 to 51 along a flat valley of the objective.) With a
+causal mask the diagonal blocks are computed whole, executing (1 + B_attn/s) × the useful half. The backward pass
+(five GEMMs, dS computed in fp32) runs at ``attention_bwd`` × the forward rate (FA2 Fig. 5 vs Fig. 4, FA3 Fig. 6 vs
+Fig. 5: ≈ 0.8). The attention kernel's matmuls run on the same tensor cores under the same clock and power limits as
+the GEMMs, so its rate is a fraction of the GPU's best-shape 16-bit GEMM rate (MAMF × sustained clock, as for GEMMs),
+not of the datasheet peak: ``attention`` (fitted: 0.51 of that rate at d = 128, forward, i.e. 0.41 of the H100's and
+0.44 of the A100's datasheet peak) sits below the kernels' own benchmarks (FA3: 0.6–0.75 of peak; FA2 on A100:
+0.5–0.7) because in a training step the kernel also pays for the QKV layout transposes and the softmax statistics
+around it. A stack that runs FlashAttention-2-class kernels on Hopper or Blackwell (``Plan.attention_kernel = "fa2"``)
+gets ``fa2_on_async`` = 0.52 of that (PyTorch SDPA's FA2 backend vs cuDNN on an H100, pytorch/pytorch#142132).
 
 Memory-bound kernels stream at ``memory`` × HBM peak (STREAM-like copies reach 85–93 % on A100/H100).
 
@@ -267,3 +267,4 @@ def _ceil(x: Num) -> Num:
 
 
 DEFAULT = Efficiency()
+FITTED = ("gemm", "attention", "host_launch")  # the constants benchmarks/fit_efficiency.py fits; the rest are measured

@@ -575,11 +575,12 @@ def embedding_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
 
 
 def head_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
-    """Final norm, vocabulary-parallel LM head (H → V/t) and cross-entropy (last stage).
+    """Final norm, vocabulary-parallel LM head (H → V/t), cross-entropy (last stage) and the trainer's metric
+    cross-entropies (``train_metrics``).
 
-    The loss upcasts the logits to fp32 and keeps them for the backward pass: 4·T·V/t bytes
-    (Korthikanti et al. 2022 §4.1, "4sbv/t" for the output layer); three small all-reduces (max, sum,
-    target logit) of T fp32 values each across TP (Megatron vocab-parallel cross-entropy).
+    The loss's traffic and what it keeps depend on ``plan.cross_entropy`` (``loss_ops``): Megatron's upcasts the
+    logits to fp32 and keeps them for the backward pass, 4·T·V/t bytes (Korthikanti et al. 2022 §4.1, "4sbv/t" for
+    the output layer), with three small all-reduces (max, sum, target logit) of T fp32 values each across TP.
     """
     d = dims(model, plan)
     vocab = model.vocab_size / d.tp
@@ -620,7 +621,8 @@ def train_metrics(count: Num, logits: Num) -> OpCost:
     (Composer ``Trainer._eval_train_metrics`` → ``LanguageCrossEntropy.update``: ``torch.nn.CrossEntropyLoss`` with
     reduction "sum", under autocast): autocast casts the logits to fp32 and log_softmax reads the long rows three
     times (the forward kernels of ``EAGER["cross_entropy"]`` without the fused loss: 2 + 4 and 12 + 4 bytes per
-    logit each); nll_loss reads one logit per token."""
+    logit each); nll_loss's read of one logit per token is neglected. Their fp32 temporaries (8 bytes per logit)
+    are not added to the peak memory: they live after the backward pass, when the activations are freed."""
     per_logit = sum(r + w for name, r, w in EAGER["cross_entropy"]["fwd"] if name != "fused loss")
     return OpCost("head/metrics", "bwd_x", "memory", 5.0 * count * logits, count * logits * per_logit)
 

@@ -80,7 +80,9 @@ class Plan:
     attention_kernel: str = "fused"
     # cross-entropy implementation (ops.head_ops; memory of its backward, estimate.loss_workspace): "fused"
     # (Megatron vocab-parallel), "pytorch" (F.cross_entropy in eager autograd, torchtitan) or "flash"
-    # (flash-attn's CrossEntropyLoss on the 16-bit logits, llm-foundry's fused_crossentropy)
+    # (flash-attn's CrossEntropyLoss on the 16-bit logits, llm-foundry's fused_crossentropy). It also names the
+    # stack's fp8 linears: "pytorch" is torchtitan's torchao Float8Linear (keeps the 16-bit input for the weight
+    # gradient), the others Transformer Engine's (keeps the quantized one; ops.low_precision_casts)
     cross_entropy: str = "fused"
     # element-wise kernels of the layers (ops.py, "Eager PyTorch"): "fused" (Megatron / Transformer Engine fused
     # kernels, or torch.compile) or "eager" (PyTorch eager autograd: one kernel per aten op, fp32 upcasts)

@@ -34,8 +34,8 @@ class SourceDefaults:
     # Plan.fp8_scaling when the record does not say: Transformer Engine's default DelayedScaling (its only recipe
     # before TE 2.0), unless the stack scales from the current amax
     fp8_scaling: str = "delayed"
-    # Plan.lora_targets when the record does not say: every attention and MLP linear (Megatron-Bridge / NeMo 2
-    # peft.LoRA), unless the stack's LoRA adapts the QKV projection only
+    # Plan.lora_targets, the source's default (the tables do not state it): every attention and MLP linear
+    # (Megatron-Bridge / NeMo 2 peft.LoRA), unless the stack's LoRA adapts the QKV projection only
     lora_targets: str = "all"
     train_metrics: int = 0  # Plan.train_metrics: the trainer's per-micro-batch metric cross-entropies
 
