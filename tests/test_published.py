@@ -402,6 +402,25 @@ def test_ep_overlap_follows_the_release_recipe(group, gpu, overlap):
     assert case.plan.overlap_ep is overlap
 
 
+@pytest.mark.parametrize(("group", "gpu", "precision", "pp", "vp", "ep", "overlap"), [
+    # DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2: deepep, pp 8, vp 2, ep 32, moe_a2a_overlap=True
+    ("megatron_bridge_26.04.01", "B200", "mxfp8", 8, 2, 32, True),
+    ("megatron_bridge_26.04", "B200", "mxfp8", 16, None, 8, False),  # _B200_V1 / _V2: hybridep, overlap off
+    # _GB200_FP8_MX_V1 / _V2, the 26.06 MXFP8 recipe (full-iteration CUDA graphs): moe_a2a_overlap=True
+    ("megatron_bridge_26.06", "GB200", "mxfp8", 4, 4, 64, True),
+    ("megatron_bridge_26.04", "GB200", "mxfp8", 4, 4, 64, False),
+    ("megatron_bridge_25.11", "GB200", "mxfp8", 8, 4, 32, False),  # a GB200 ep 32 layout is not the B200 one
+])
+def test_deepseek_ep_overlap_follows_the_recipe_of_the_layout(group, gpu, precision, pp, vp, ep, overlap):
+    sizes = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size")
+    case = map_run(record(group=group, precision=precision,
+                          model={k: None for k in sizes} | {"name": "DeepSeek-V3", "arch": "moe"},
+                          hardware={"gpu": gpu, "num_gpus": 256, "gpus_per_node": 4 if gpu == "GB200" else 8},
+                          parallel={"tp": 1, "pp": pp, "vp": vp, "ep": ep, "micro_batch_size": 1,
+                                    "global_batch_size": 4096}))
+    assert case.plan.overlap_ep is overlap
+
+
 def test_hfu_adds_the_recomputed_forward_to_model_flops():
     from meshplan.estimate import recompute_flops_per_token
 

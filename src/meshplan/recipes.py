@@ -113,9 +113,9 @@ def source_defaults(record: dict[str, Any]) -> SourceDefaults:
 
 # ---- Megatron-Bridge recipe settings --------------------------------------------------------------------------
 # Megatron-Bridge performance recipes that turn on the EP all-to-all overlap (``moe_a2a_overlap=True`` →
-# Megatron-Core --overlap-moe-expert-parallel-comm): (regex on "group model gpu", source).
-# Every other MoE recipe of those files leaves it off (Qwen3 30B, Qwen3 235B on B200/GB200, DeepSeek-V3 on B200/GB200,
-# GPT-OSS V1).
+# Megatron-Core --overlap-moe-expert-parallel-comm): (regex on "group model gpu precision ep<EP>", source).
+# Every other MoE recipe of those files leaves it off (Qwen3 30B, Qwen3 235B on B200/GB200, DeepSeek-V3's pp 16 /
+# ep 8 B200 and its pre-26.06 GB200 layouts, GPT-OSS V1).
 # GPT-OSS-120B's GB200 "V2" variant (GBS 1280, gpt_oss_workload_base_configs.py) also sets it, but which
 # releases ran V2 cannot be pinned from the tables (V1 and V2 coexist in one file), so it is not assumed.
 MOE_A2A_OVERLAP: tuple[tuple[str, str], ...] = (
@@ -125,6 +125,14 @@ MOE_A2A_OVERLAP: tuple[tuple[str, str], ...] = (
     (r"megatron_bridge_(25\.1[12]|2[6-9])\S*.*qwen3-235b.*h100",
      "Megatron-Bridge scripts/performance/configs/qwen/qwen3_workload_base_configs.py (from the 25.11 recipes "
      "on): QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_BF16_V1 / _FP8_CS_V1 tp 2, pp 8, vp 4, ep 32, moe_a2a_overlap=True"),
+    (r"megatron_bridge\S*.*deepseek-v3 b200\b.*\bep32\b",
+     "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py: "
+     "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 / _NVFP4_V2 (the only B200 layout with pp 8, vp 2, ep 32): "
+     "moe_flex_dispatcher_backend='deepep', moe_a2a_overlap=True"),
+    (r"megatron_bridge_(26\.(0[6-9]|1\d)|2[7-9]\.\d+)\S*.*deepseek-v3.*gb200.*mxfp8",
+     "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py: "
+     "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V1 / _V2, the 26.06 MXFP8 recipe with full-iteration CUDA graphs and "
+     "the CuTeDSL grouped MLP (GROUPED_EXPERT_GEMM_FROM): moe_a2a_overlap=True"),
 )
 
 
@@ -157,10 +165,10 @@ def cpu_offload(record: dict[str, Any]) -> tuple[int, str]:
     return 0, ""
 
 
-def overlap_ep(record: dict[str, Any], model: ModelSpec) -> tuple[bool, str]:
+def overlap_ep(record: dict[str, Any], model: ModelSpec, ep: int = 1) -> tuple[bool, str]:
     if not model.is_moe:
         return False, ""
-    key = recipe_key(record)
+    key = recipe_key(record, record.get("precision") or "", f"ep{ep}")
     for pattern, why in MOE_A2A_OVERLAP:
         if re.search(pattern, key):
             return True, f"EP all-to-all overlapped with compute ({why})"

@@ -401,7 +401,7 @@ def _kernels(record: dict[str, Any], model: ModelSpec, src: SourceDefaults, note
 
 def _recipe_settings(record: dict[str, Any], model: ModelSpec, ep: int, notes: list[str]) -> tuple[bool, str, int]:
     """EP all-to-all overlap, expert-GEMM launch and activation offload of the release's recipe (recipes.py)."""
-    overlap_ep, ep_note = recipes.overlap_ep(record, model)
+    overlap_ep, ep_note = recipes.overlap_ep(record, model, ep)
     if ep_note and ep > 1:
         notes.append(ep_note)
     expert_gemm, expert_note = recipes.expert_gemm(record, model)
