@@ -69,6 +69,14 @@ def test_presets_carry_the_measured_matmul_efficiency_of_the_lookup_table(system
     assert DEFAULT.clock(bare) == DEFAULT.clock(acc)
 
 
+def test_b300_carries_its_own_measured_matmul_rate_not_the_b200_entry():
+    """Same SM count and 16-bit peak as the B200 (whose lookup entry it would otherwise match), measured on its own:
+    1769.0 BF16 and 3353.3 FP8 TFLOP/s of 2250 / 4500 (ml-engineering MAMF table, torch 2.9.1+cu130)."""
+    acc = load_system("b300").accelerator
+    assert acc.flops("bf16") * DEFAULT.mamf(acc, "bf16") == pytest.approx(1769.0e12, rel=1e-3)
+    assert acc.flops("fp8") * DEFAULT.mamf(acc, "fp8") == pytest.approx(3353.3e12, rel=1e-3)
+
+
 def test_pytorch_cross_entropy_holds_two_fp32_gradients_of_the_logits():
     from meshplan.estimate import loss_workspace
 
