@@ -132,8 +132,9 @@ def test_mxfp8_on_blackwell_is_slower_than_per_tensor_fp8(capsys):
     base = ["estimate", "--model", "llama3-8b", "--system", "b200", "--gpus", "8", "--json"]
     fp8 = json.loads(run([*base, "--precision", "fp8"], capsys)[1])
     mx = json.loads(run([*base, "--precision", "mxfp8"], capsys)[1])
-    # block-scaled GEMMs at 163.5 / 171.9 of the FP8 rate, and 1/32 byte more per quantized element
-    assert 1.0 < mx["step_time_s"] / fp8["step_time_s"] < 171.9 / 163.5
+    # block-scaled GEMMs at 163.5 / 171.9 of the FP8 rate and 1.8x slower quantization: at most the GEMMs-plus-
+    # quantization ratio TE measures against delayed scaling (215.6 / 187.2 ms, B300), the rest of the step the same
+    assert 1.0 < mx["step_time_s"] / fp8["step_time_s"] < 215.608 / 187.246
 
 
 def test_current_fp8_scaling_costs_an_amax_read_in_estimate_and_plan(capsys):

@@ -31,7 +31,9 @@ The k / (k + k_0) factor is the fixed per-tile cost (pipeline prologue, epilogue
 reduction. The roofline (roofline.py) separately caps a skinny GEMM by its HBM traffic. MXFP8 GEMMs (Blackwell's
 block-scaled FP8: the kernel reads and applies one scale per 32 elements of every operand row and column) run at
 ``block_scaled`` × the per-tensor FP8 rate, as Transformer Engine's GEMM profiling measures (0.95 on a B300); NVFP4
-GEMMs at ``nvfp4_gemm`` = 1.81 × that rate (same measurement), at most the FP4 peak.
+GEMMs at ``nvfp4_gemm`` = 1.81 × that rate (same measurement), at most the FP4 peak. Quantizing an operand to either
+block-scaled format (an amax and a scale per block, row-wise and column-wise) takes ``block_scaled_cast`` = 1.8 × the
+time per byte of a per-tensor cast (same measurement, autocast minus pre-quantized).
 
 Attention (FlashAttention-2, Dao 2023, Fig. 4–5: forward 50–73 % of A100 peak, backward lower; FlashAttention-3, Shah
 et al. 2024, abstract: 75 % of H100 peak forward at d = 128, FA2 only 35 % on H100): the softmax, exponentials and
@@ -69,7 +71,7 @@ arXiv 2507.03114). For scale, DeepSeek-V3 gives communication 20 of an H800's 13
 Host-launched kernels: dropless MoE copies the tokens-per-expert counts to the host every layer (Megatron-Core
 MoEAlltoAllTokenDispatcher), and Transformer Engine's GroupedLinear then issues one GEMM (and with fp8 one
 quantization) per local expert from Python (ops.host_launched). With the CPU's lead gone, small expert GEMMs wait
-on the host: ``host_launch`` (fitted: 36 µs per kernel, on the fit half's MoE runs) is the host time per launched
+on the host: ``host_launch`` (fitted: 35 µs per kernel, on the fit half's MoE runs) is the host time per launched
 kernel, including TE's per-expert ``torch.split`` / ``torch.empty`` calls (NVIDIA/TransformerEngine#1499). For scale,
 one TE Linear forward costs 100 µs of CPU on a Grace CPU against 37 µs for torch's (TransformerEngine#2053), and TE's
 fused CuTeDSL grouped MLP for 64 experts 1.2 ms of CPU forward and 2.1 ms backward on GB200 (TransformerEngine#2897).
@@ -136,7 +138,7 @@ class Efficiency:
     # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
     gemm: float = 0.8605  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
     attention: float = 0.5055  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
-    host_launch: float = 35.8e-6  # host seconds per kernel of the per-expert MoE path (ops.host_launched)
+    host_launch: float = 35.4e-6  # host seconds per kernel of the per-expert MoE path (ops.host_launched)
     # ---- documented, not fitted -------------------------------------------------------------------------
     overlap_slowdown: float = 0.189  # compute slowdown while communication overlaps it (Lee et al. 2025: 18.9 %)
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
@@ -164,6 +166,12 @@ class Efficiency:
     # rate where the B300's FP4 peak is 3x. Applied on every GPU as that ratio over its FP8 rate, at most its FP4
     # peak: on B200 / GB200 (FP4 peak 2x FP8) an assumption, the B300 being the only part measured
     nvfp4_gemm: float = 163.493 / 90.337
+    # Quantizing to a block-scaled format (MXFP8, NVFP4: an amax and a scale per block, row-wise and column-wise)
+    # takes this many times as long per byte as a per-tensor cast. Same tutorial, B300, autocast minus
+    # pre-quantized GEMM time for the 24-layer model: MXFP8 215.6 - 171.9 = 43.7 ms, FP8 delayed scaling
+    # 187.2 - 163.5 = 23.7 ms, for casts that move 1.01x the bytes (one copy: read 2, write 1 + 1/32 against 1);
+    # applied to NVFP4 as well (its 154.9 - 90.3 = 64.5 ms, over 1.5-1.8x the bytes, gives 1.8-2.1)
+    block_scaled_cast: float = (215.608 - 171.869) / (187.246 - 163.493) / ((2 + 1 + 1 / 32) / (2 + 1))
 
     # ---- GEMMs ----------------------------------------------------------------------------------------------
     def mamf(self, accelerator: object, precision: str) -> float:

@@ -67,6 +67,8 @@ class OpCost:
     recomputable: bool = False  # its saved bytes are dropped by selective recompute
     # attention kernel: "flash_causal" / "flash" (one fused kernel: time = max(compute, memory)) or "unfused"
     # (batched score GEMMs and a separate softmax kernel: times add). m, n, k: queries·heads, keys, head dim.
+    # GEMMs: "bf16" for one kept in 16 bits under a low-precision plan. Casts: "block_scaled" for the
+    # quantization to a block-scaled format (MXFP8, NVFP4), whose kernel is slower than its bytes (efficiency.py)
     variant: str = ""
     # a grouped GEMM (MoE experts: one GEMM per local expert, run as one grouped kernel): m, n, k are the shape
     # of one group, ``groups`` of them; FLOPs and bytes are the totals
@@ -476,9 +478,14 @@ def quantize_bytes(plan: Plan) -> float:
     return ACT_BYTES * (2 if amax else 1) + 2 * low
 
 
+BLOCK_SCALED = ("mxfp8", "fp4")  # formats with a scale per block of 32 / 16 elements
+
+
 def cast(name: str, phase: str, elems: Num, plan: Plan, launches: Num = 0.0) -> OpCost:
     """The quantization of ``elems`` elements of a GEMM operand before the GEMM ``name`` (``quantize_bytes``)."""
-    return OpCost(name + "/cast", phase, "memory", 0.0, quantize_bytes(plan) * elems, launches=launches)
+    variant = "block_scaled" if plan.precision in BLOCK_SCALED else ""
+    return OpCost(name + "/cast", phase, "memory", 0.0, quantize_bytes(plan) * elems, launches=launches,
+                  variant=variant)
 
 
 def low_precision_casts(ops: list[OpCost], plan: Plan) -> list[OpCost]:

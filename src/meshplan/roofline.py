@@ -60,7 +60,10 @@ def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) 
 
 
 def memory_time(op: OpCost, acc: Accelerator, eff: Efficiency) -> Num:
-    return op.nbytes / (acc.hbm_bandwidth * eff.memory)
+    """Streaming time of the op's bytes; a block-scaled quantization (``variant="block_scaled"``) takes
+    ``eff.block_scaled_cast`` times as long (efficiency.py)."""
+    slower = eff.block_scaled_cast if op.variant == "block_scaled" else 1.0
+    return slower * op.nbytes / (acc.hbm_bandwidth * eff.memory)
 
 
 def op_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Num:
