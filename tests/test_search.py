@@ -65,12 +65,13 @@ def test_search_equals_estimate_on_every_candidate(small_case):
     assert sum(1 for e in ests if not e.fits) == over
 
 
-def test_search_equals_estimate_with_fp8_current_scaling_and_quantized_gathers():
-    """Low precision changes the per-key units (casts, quantized sequence-parallel gathers and SUMMA panels):
-    the batched search must still price every plan as estimate() does."""
+@pytest.mark.parametrize(("system", "precision", "scaling"), [("h100", "fp8", "current"), ("b200", "mxfp8", "delayed")])
+def test_search_equals_estimate_with_low_precision_casts_and_quantized_gathers(system, precision, scaling):
+    """Low precision changes the per-key units (casts, quantized sequence-parallel gathers and SUMMA panels,
+    block-scaled casts priced slower): the batched search must still price every plan as estimate() does."""
     model = load_model("llama3-8b").with_seq_length(2048)
-    cluster = load_system("h100").cluster(8)
-    space = replace(SMALL, precision="fp8", fp8_scaling="current", zero=(1,), recompute=("none",),
+    cluster = load_system(system).cluster(8)
+    space = replace(SMALL, precision=precision, fp8_scaling=scaling, zero=(1,), recompute=("none",),
                     offload_activations=(False,))
     result = search(model, cluster, space, top_k=10)
     variants = [[estimate(model, cluster, p) for p in options] for options in every_plan(model, cluster, space)]

@@ -114,14 +114,16 @@ def source_defaults(record: dict[str, Any]) -> SourceDefaults:
 # ---- Megatron-Bridge recipe settings --------------------------------------------------------------------------
 # Megatron-Bridge performance recipes that turn on the EP all-to-all overlap (``moe_a2a_overlap=True`` →
 # Megatron-Core --overlap-moe-expert-parallel-comm): (regex on "group model gpu precision ep<EP>", source).
-# Every other MoE recipe of those files leaves it off (Qwen3 30B, Qwen3 235B on B200/GB200, DeepSeek-V3's pp 16 /
-# ep 8 B200 and its pre-26.06 GB200 layouts, GPT-OSS V1).
+# The other MoE recipes of those files leave it off (Qwen3 30B, Qwen3 235B on B200/GB200, DeepSeek-V3's pp 16 /
+# ep 8 B200, its pre-26.06 GB200 layouts and its later H100 one, GPT-OSS V1), except the B300 / GB300 MXFP8 ones,
+# which no run in the data uses.
 # GPT-OSS-120B's GB200 "V2" variant (GBS 1280, gpt_oss_workload_base_configs.py) also sets it, but which
 # releases ran V2 cannot be pinned from the tables (V1 and V2 coexist in one file), so it is not assumed.
 MOE_A2A_OVERLAP: tuple[tuple[str, str], ...] = (
-    (r"megatron_bridge.*deepseek-v3.*h100",
-     "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py: "
-     "DEEPSEEK_V3_H100_BASE_CONFIG moe_flex_dispatcher_backend='deepep', moe_a2a_overlap=True"),
+    (r"megatron_bridge_25\.\S*.*deepseek-v3.*h100",
+     "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py (the 25.x recipes): "
+     "DEEPSEEK_V3_H100_BASE_CONFIG moe_flex_dispatcher_backend='deepep', moe_a2a_overlap=True; later versions of "
+     "the file switch the H100 layout to hybridep with the overlap off"),
     (r"megatron_bridge_(25\.1[12]|2[6-9])\S*.*qwen3-235b.*h100",
      "Megatron-Bridge scripts/performance/configs/qwen/qwen3_workload_base_configs.py (from the 25.11 recipes "
      "on): QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_BF16_V1 / _FP8_CS_V1 tp 2, pp 8, vp 4, ep 32, moe_a2a_overlap=True"),
