@@ -148,3 +148,17 @@ def test_current_fp8_scaling_costs_an_amax_read_in_estimate_and_plan(capsys):
         current = pick(json.loads(out))
         assert code == 0 and (delayed["plan"]["fp8_scaling"], current["plan"]["fp8_scaling"]) == ("delayed", "current")
         assert current["step_time_s"] > delayed["step_time_s"]
+
+
+def test_estimate_prices_lora_fine_tuning(capsys):
+    """--lora-rank freezes the base weights: no weight-gradient GEMMs, and gradients / optimizer state only for the
+    adapters (qkv only: r·(h + q + 2·kv) = 16·(4096 + 4096 + 2·1024) = 163,840 parameters per layer, 32 layers;
+    fp32 gradients, 4 bytes each, replicated over the 8 data-parallel ranks)."""
+    base = ["estimate", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--json"]
+    full = json.loads(run(base, capsys)[1])
+    lora = json.loads(run([*base, "--lora-rank", "16", "--lora-targets", "qkv"], capsys)[1])
+    assert (lora["plan"]["finetune"], lora["plan"]["lora_rank"], lora["plan"]["lora_targets"]) == ("lora", 16, "qkv")
+    assert lora["step_time_s"] < full["step_time_s"]
+    assert lora["memory_bytes"]["grads"] == 4 * 32 * 16 * (4096 + 4096 + 2 * 1024)
+    code, out, err = run([*base, "--lora-rank", "-3"], capsys)
+    assert code == 2 and err.strip() == "meshplan: error: lora_rank=-3 must be a positive integer"

@@ -9,7 +9,7 @@ import sys
 import click
 
 from meshplan.errors import MeshplanError, SpecError
-from meshplan.plan import EXPERT_GEMM, FP8_SCALING, PRECISION
+from meshplan.plan import EXPERT_GEMM, FP8_SCALING, LORA_TARGETS, PRECISION
 
 DEFAULT_BATCH_TOKENS = 4 * 2**20  # default global batch ≈ 4M tokens (GPT-3: 3.2M; Llama 2: 4M)
 
@@ -108,12 +108,16 @@ def cli() -> None:
 @click.option("--fusion", type=click.Choice(["fused", "eager"]), default="fused", show_default=True,
               help="element-wise kernels: fused (Megatron / TE, torch.compile) or eager PyTorch (one per aten op)")
 @expert_gemm_option
+@click.option("--lora-rank", type=int, default=0, show_default=True,
+              help="LoRA fine-tuning with adapters of this rank (0: full training); base weights frozen")
+@click.option("--lora-targets", type=click.Choice(LORA_TARGETS), default=LORA_TARGETS[0], show_default=True,
+              help="with --lora-rank: adapters on every attention and MLP linear, or the QKV projection only")
 @click.option("--ops", "show_ops", is_flag=True, help="print the per-op table")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep, etp, vpp, sequence_parallel,
              micro_batch, global_batch, zero, recompute, recompute_layers, offload_optimizer, offload_activations,
              offload_layers, precision, fp8_scaling, grad_bytes, schedule, placement, overlap_tp, no_overlap_dp,
-             fusion, expert_gemm, show_ops, as_json) -> None:
+             fusion, expert_gemm, lora_rank, lora_targets, show_ops, as_json) -> None:
     """Estimate one training step of MODEL on GPUS accelerators of SYSTEM under one parallel plan."""
     from meshplan.estimate import estimate as run
     from meshplan.plan import Plan
@@ -136,7 +140,8 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
                 precision=precision, fp8_scaling=fp8_scaling, grad_bytes=grad_bytes,
                 schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"),
                 placement=tuple(a.strip() for a in placement.split(",")), overlap_tp=overlap_tp,
-                overlap_dp=not no_overlap_dp, fusion=fusion, expert_gemm=expert_gemm)
+                overlap_dp=not no_overlap_dp, fusion=fusion, expert_gemm=expert_gemm,
+                finetune="lora" if lora_rank else "full", lora_rank=lora_rank or 32, lora_targets=lora_targets)
     est = run(model, cluster, plan)
     if as_json:
         click.echo(json.dumps(est.to_dict(), indent=None if show_ops else 2))

@@ -587,6 +587,15 @@ def model_flops_per_token(model: ModelSpec) -> float:
     return 6.0 * matmul_params(model) + 3.0 * attention_flops_per_token(model)
 
 
+def plan_flops_per_token(model: ModelSpec, plan: Plan) -> float:
+    """Model FLOPs per token the plan's training needs: ``model_flops_per_token``, or under LoRA without the weight
+    gradients of the frozen base weights, 4·N + 3 · attention (the adapters' own FLOPs neglected; NeMo's LoRA
+    "model TFLOP/s" counts the same)."""
+    if plan.finetune == "lora":
+        return model_flops_per_token(model) - 2.0 * matmul_params(model)
+    return model_flops_per_token(model)
+
+
 def recompute_flops_per_token(model: ModelSpec, plan: Plan) -> float:
     """Extra forward FLOPs per token that recomputation executes (counted like model FLOPs)."""
     forward = model_flops_per_token(model) / 3
@@ -706,7 +715,7 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = D
     units = unit_costs(model, cluster, plan, eff, parts)
     costs = assemble(model, cluster, plan, units, eff)
     tokens = plan.global_batch * model.seq_length
-    model_flops = model_flops_per_token(model) * tokens
+    model_flops = plan_flops_per_token(model, plan) * tokens
     hardware_flops = model_flops + recompute_flops_per_token(model, plan) * tokens
     capacity = cluster.accelerator.hbm_bytes
     reasons: tuple[str, ...] = ()
