@@ -83,18 +83,31 @@ def layer_params(model: ModelSpec, plan: Plan) -> StageParams:
     return StageParams(dense=dense, expert=f * experts / (plan.ep * plan.etp))
 
 
+def qkv_linears(model: ModelSpec) -> list[tuple[int, int]]:
+    """(k, n) of the query / key / value projections, as ops.attention_block builds them: one fused QKV linear, or
+    MLA's q_down / q_up (or a single q) and kv_down / kv_up (DeepSeek-V2 §2.1)."""
+    h = model.hidden_size
+    if not model.is_mla:
+        return [(h, model.q_dim + 2 * model.kv_dim)]
+    heads = model.num_heads
+    q_out = heads * (model.qk_nope_head_dim + model.qk_rope_head_dim)
+    q = [(h, model.q_lora_rank), (model.q_lora_rank, q_out)] if model.q_lora_rank else [(h, q_out)]
+    return q + [(h, model.kv_lora_rank + model.qk_rope_head_dim),
+                (model.kv_lora_rank, heads * (model.qk_nope_head_dim + model.v_head_dim))]
+
+
 def adapter_params(model: ModelSpec, plan: Plan) -> float:
-    """LoRA parameters per layer on one GPU: r·(k + n)/t for each targeted linear W (k×n): QKV, and with
-    ``plan.lora_targets = "all"`` also the attention output and the dense MLP's fc1 (gate + up) and fc2
-    (ops.LORA_PREFIXES; the TP shards split the adapters with their base weights, a small overcount for the
-    replicated halves)."""
+    """LoRA parameters per layer on one GPU: r·(k + n)/t for each targeted linear W (k×n): the QKV projections
+    (``qkv_linears``), and with ``plan.lora_targets = "all"`` also the attention output and the dense MLP's fc1
+    (gate + up) and fc2 (the linears ops.LORA_PREFIXES adapts; the TP shards split the adapters with their base
+    weights, a small overcount for the replicated halves)."""
     if plan.finetune != "lora":
         return 0.0
     h, f = model.hidden_size, model.ffn_hidden_size
     fc1 = 2 * f if model.gated else f
-    qkv = model.q_dim + 2 * model.kv_dim
+    qkv = sum(k + n for k, n in qkv_linears(model))
     rest = (model.attn_out_dim + h) + (1 - moe_fraction(model)) * ((h + fc1) + (f + h))
-    return plan.lora_rank * ((h + qkv) + rest * (plan.lora_targets == "all")) / (plan.tp * plan.tp2)
+    return plan.lora_rank * (qkv + rest * (plan.lora_targets == "all")) / (plan.tp * plan.tp2)
 
 
 def trainable(params: StageParams, plan: Plan) -> StageParams:
