@@ -254,9 +254,10 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]],
                        f"sequence length ({min(seqs):,} to {max(seqs):,}) and the model: a per-micro-batch cost, "
                        "not a rate; no documented cause found")
     if r.group.startswith("mosaic") and not reasons:
-        reasons.append("PyTorch FSDP in eager mode (2023): the unfused element-wise kernels are counted "
-                       "(Plan.fusion = eager); the rest of the gap has no documented cause (FSDP communication, "
-                       "memory pressure and the loss kernel were checked)")
+        reasons.append("PyTorch FSDP in eager mode (2023): the unfused element-wise kernels (Plan.fusion = eager), "
+                       "flash-attn's cross-entropy and Composer's two training-metric cross-entropies per "
+                       "micro-batch are counted; the rest of the gap has no documented cause (FSDP communication "
+                       "and memory pressure were checked)")
     if not m.get("num_experts") and _low_precision(rec) and _family(rec) in ("B200", "GB200") and fast and context:
         bw, n_b = signed_bias(*context, "megatron_bridge", _family(rec), low=True)
         hop, n_h = signed_bias(*context, "megatron_bridge", "H100", low=True)
