@@ -255,7 +255,8 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]],
                        "not a rate; no documented cause found")
     if r.group.startswith("mosaic") and not reasons:
         reasons.append("PyTorch FSDP in eager mode (2023): the unfused element-wise kernels (Plan.fusion = eager), "
-                       "flash-attn's cross-entropy and Composer's two training-metric cross-entropies per "
+                       "flash-attn's cross-entropy, Composer's two training-metric cross-entropies and FSDP1's "
+                       "gradient preparation (flat-gradient cat, fp32 cast, pre-divide: 18 bytes per parameter) per "
                        "micro-batch are counted; the rest of the gap has no documented cause (FSDP communication "
                        "and memory pressure were checked)")
     if not m.get("num_experts") and _low_precision(rec) and _family(rec) in ("B200", "GB200") and fast and context:

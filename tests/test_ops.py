@@ -10,7 +10,7 @@ from conftest import gpt
 from meshplan.estimate import attention_flops_per_token, matmul_params, model_flops_per_token, saved_bytes
 from meshplan.hardware import load_system
 from meshplan.model import ModelSpec, load_model
-from meshplan.ops import ACT_BYTES, dense_layer, head_ops, linear_2d, moe_layer
+from meshplan.ops import ACT_BYTES, dense_layer, embedding_ops, head_ops, linear_2d, moe_layer
 from meshplan.plan import Plan, check
 
 
@@ -268,3 +268,29 @@ def test_flash_cross_entropy_reads_the_16_bit_logits():
     assert (fwd.nbytes, bwd.nbytes, fwd.saved) == (4 * logits, 4 * logits, 2 * logits + 4 * tokens)
     fused_fwd, fused_bwd = loss(Plan())
     assert (fused_fwd.nbytes, fused_bwd.nbytes, fused_fwd.saved) == (10 * logits, 6 * logits, 4 * logits)
+
+
+def test_fsdp_gradient_preparation_bytes_per_parameter():
+    """FSDP1 (FlatParameter) per micro-batch: the flat gradient's cat (2 + 2), the cast to the fp32 reduce dtype
+    (2 + 4) and the in-place pre-divide (4 + 4): 18 bytes per unsharded parameter; with bf16 reduction the cast
+    goes: 4 + 4 = 8. FSDP2 copies into the fp32 reduce-scatter buffer only: 2 + 4 = 6. One layer of the test GPT
+    holds 12h² + 13h = 12,596,224 parameters (h = 1024), split over tp."""
+    model, layer = gpt(), 12 * 1024**2 + 13 * 1024
+
+    def prep(**kw):
+        return [o for o in dense_layer(model, Plan(zero=3, **kw)) if o.name == "layer/fsdp_grad"]
+
+    (fp32,) = prep(fsdp="fsdp1", grad_bytes=4)
+    assert (fp32.phase, fp32.kind, fp32.nbytes) == ("bwd_w", "memory", 18 * layer)
+    assert prep(fsdp="fsdp1", grad_bytes=2)[0].nbytes == 8 * layer
+    assert prep(fsdp="fsdp2", grad_bytes=4)[0].nbytes == 6 * layer
+    assert prep(fsdp="fsdp1", grad_bytes=4, tp=2)[0].nbytes == 18 * layer / 2
+    assert prep() == [] and prep(fsdp="fsdp1", finetune="lora") == []  # LoRA: frozen weights have no gradient
+    # the tied LM head holds only the final LayerNorm (2h); the embedding V·h + positions·h
+    head = [o for o in head_ops(model, Plan(zero=3, fsdp="fsdp1", grad_bytes=4)) if o.name == "head/fsdp_grad"]
+    assert head[0].nbytes == 18 * 2 * 1024
+    embed = [o for o in embedding_ops(model, Plan(zero=3, fsdp="fsdp1", grad_bytes=4))
+             if o.name == "embed/fsdp_grad"]
+    assert embed[0].nbytes == 18 * (51200 + model.max_position_embeddings) * 1024
+    assert check(model, None, Plan(fsdp="fsdp1")) == ["fsdp=fsdp1 shards the weights: it needs zero=3 (not zero=0)"]
+    assert check(model, None, Plan(zero=3, fsdp="ddp")) == ["fsdp='ddp' must be one of none, fsdp1, fsdp2"]

@@ -201,7 +201,10 @@ def test_mosaic_fsdp_record():
     assert (p.dp, p.tp, p.zero, p.recompute, p.grad_bytes, p.precision) == (128, 1, 3, "full", 4, "bf16")
     assert case.attention_kernel == "fa2" and case.model.name == "mpt-7b"
     assert p.train_metrics == 2  # Composer's per-micro-batch LanguageCrossEntropy + LanguagePerplexity
+    assert p.fsdp == "fsdp1"  # PyTorch FSDP (FlatParameter) of 2023: its gradient preparation is costed
+    assert any(a.startswith("FSDP1 prepares") for a in case.assumptions)
     assert map_run(record()).plan.train_metrics == 0
+    assert map_run(record()).plan.fsdp == "none"
 
 
 def test_narayanan_record_needs_stated_assumptions():

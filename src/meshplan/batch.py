@@ -59,6 +59,7 @@ class PlanBatch:
     lora_rank: int = 32
     lora_targets: str = "all"
     train_metrics: int = 0
+    fsdp: str = "none"
     tensor_layout: str = "1d"
     cp_comm: str = "ring"
     strides: dict[str, np.ndarray] | None = None  # per axis; computed from the placements when not given

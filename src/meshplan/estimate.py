@@ -686,7 +686,7 @@ class Estimate:
                                                  "sequence_parallel", "schedule", "precision", "overlap_tp",
                                                  "overlap_dp", "overlap_ep", "offload_optimizer",
                                                  "offload_activations", "offload_layers", "finetune", "lora_rank",
-                                                 "lora_targets", "train_metrics", "cross_entropy",
+                                                 "lora_targets", "train_metrics", "fsdp", "cross_entropy",
                                                  "attention_kernel", "flash_attention", "fusion",
                                                  "expert_gemm", "fp8_scaling")}
             | {"placement": list(p.placement), "grad_accum": p.grad_accum},

@@ -547,6 +547,48 @@ def lora(ops: list[OpCost], plan: Plan, d: Dims) -> list[OpCost]:
     return out
 
 
+# ---- PyTorch FSDP: preparing each micro-batch's gradients for the reduce-scatter -------------------------------
+def fsdp_grad_bytes(plan: Plan) -> int:
+    """HBM bytes per unsharded parameter that PyTorch FSDP reads and writes on the GPU, every micro-batch, to turn
+    the weight gradients into the reduce-scatter's input (g = ``plan.grad_bytes``, the reduce dtype; the weights
+    and their gradients are bf16 under FSDP's mixed precision). The weight-gradient GEMMs' own write is in ``gemm``.
+
+    ``fsdp1`` (FlatParameter FSDP, torch/distributed/fsdp, PyTorch 1.13-2.x): the unit's weights are views of one
+    flat parameter, so autograd assembles its gradient by concatenating the weight gradients (the backward of the
+    flat parameter's split, read + write: 2 + 2); ``_post_backward_hook`` casts it to the reduce dtype when that
+    differs (``flat_param.grad.to(reduce_dtype)``: 2 + g) and ``_reduce_grad`` divides it in place by the
+    pre-divide factor (``_div_if_needed``: g + g) before the reduce-scatter: 18 bytes with fp32 reduction, 8 with
+    bf16. ``fsdp2`` (per-parameter FSDP, ``fully_shard``): ``foreach_reduce`` copies the gradients into the
+    reduce-scatter buffer in the reduce dtype (``foreach_reduce_scatter_copy_in``: 2 + g) and lets NCCL average
+    (``ReduceOp.AVG``), no divide. FSDP issues these kernels on its post-backward stream, beside the next unit's
+    backward; they are counted at their full memory-bound time (they take the SMs and HBM they need either way).
+    """
+    g = plan.grad_bytes
+    if plan.fsdp == "fsdp1":
+        return 2 * ACT_BYTES + (ACT_BYTES + g if g != ACT_BYTES else 0) + 2 * g
+    if plan.fsdp == "fsdp2":
+        return ACT_BYTES + g
+    return 0
+
+
+def fsdp_grad_prep(name: str, params: Num, plan: Plan) -> list[OpCost]:
+    """The memory-bound op of ``fsdp_grad_bytes`` over ``params`` (this GPU's unsharded parameters of the unit) in
+    the backward pass; nothing when no FSDP shards the model. Under LoRA the frozen weights have no gradient, and
+    ``lora`` drops it with the other weight-gradient work."""
+    per_param = fsdp_grad_bytes(plan)
+    return [OpCost(f"{name}/fsdp_grad", "bwd_w", "memory", 0.0, per_param * params)] if per_param else []
+
+
+def layer_fsdp_grad(model: ModelSpec, plan: Plan, moe: bool) -> list[OpCost]:
+    """``fsdp_grad_prep`` over one layer's parameters on this GPU (the experts of a MoE layer included)."""
+    if plan.fsdp == "none":
+        return []
+    from meshplan.memory import layer_params  # noqa: PLC0415  (memory.py builds on the same model and plan)
+
+    params = layer_params(model, plan)
+    return fsdp_grad_prep("layer", params.dense + (params.expert if moe else 0.0), plan)
+
+
 def dense_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
     """One transformer layer with a dense MLP, one micro-batch, one GPU."""
     d = dims(model, plan)
@@ -555,13 +597,15 @@ def dense_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
 
         return lora(summa_layer(model, plan, d), plan, d)
     return low_precision_casts(lora(attention_block(model, plan, d) + mlp_block(model, plan, d)
-                                    + eager_layer(model, plan, d), plan, d), plan)
+                                    + eager_layer(model, plan, d) + layer_fsdp_grad(model, plan, False),
+                                    plan, d), plan)
 
 
 def moe_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
     d = dims(model, plan)
     return low_precision_casts(lora(attention_block(model, plan, d) + moe_block(model, plan, d)
-                                    + eager_layer(model, plan, d, moe=True), plan, d), plan)
+                                    + eager_layer(model, plan, d, moe=True) + layer_fsdp_grad(model, plan, True),
+                                    plan, d), plan)
 
 
 # ---- first and last pipeline stage ------------------------------------------------------------------------
@@ -578,6 +622,7 @@ def embedding_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
     ops.append(collective("embed/tp", "fwd", kind, elems * ACT_BYTES, "tp", plan.tp, "tp"))
     if plan.sequence_parallel:
         ops.append(collective("embed/tp", "bwd_x", "all_gather", elems * ACT_BYTES, "tp", plan.tp, "tp"))
+    ops += fsdp_grad_prep("embed", model.embedding_params() / plan.tp, plan)
     return lora(ops, plan, d)
 
 
@@ -605,6 +650,7 @@ def head_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
         ops += eager_op("head/loss", "cross_entropy", logits)
     if d.eager:
         ops += eager_op("head/norm", model.norm, d.tokens_sp * model.hidden_size)
+    ops += fsdp_grad_prep("head", model.head_params() / plan.tp, plan)
     return lora(ops, plan, d)
 
 

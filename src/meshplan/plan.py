@@ -41,6 +41,7 @@ ATTENTION_KERNELS = ("fused", "fa2")
 CROSS_ENTROPY = ("fused", "pytorch", "flash")
 FUSION = ("fused", "eager")
 EXPERT_GEMM = ("per_expert", "grouped")
+FSDP = ("none", "fsdp1", "fsdp2")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,6 +108,10 @@ class Plan:
     # training metrics (ops.head_ops): Composer evaluates its model's train metrics after every micro-batch's
     # backward pass, and llm-foundry's MPT has two (LanguageCrossEntropy, LanguagePerplexity); 0 elsewhere
     train_metrics: int = 0
+    # the PyTorch FSDP implementation that shards the model when zero = 3, for the HBM traffic it spends preparing
+    # each micro-batch's gradients for the reduce-scatter (ops.fsdp_grad_prep): "fsdp1" (FlatParameter FSDP),
+    # "fsdp2" (per-parameter FSDP, fully_shard) or "none" (Megatron / DeepSpeed: gradients accumulate in place)
+    fsdp: str = "none"
     tensor_layout: str = "1d"
     summa_panels: int = 0  # SUMMA panels nb; 0 → max(tp, tp2)
     cp_comm: str = "ring"
@@ -321,6 +326,10 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> lis
         reasons.append(f"lora_rank={plan.lora_rank!r} must be a positive integer")
     if not isinstance(plan.train_metrics, int) or plan.train_metrics < 0:
         reasons.append(f"train_metrics={plan.train_metrics!r} must be a non-negative integer")
+    if plan.fsdp not in FSDP:
+        reasons.append(f"fsdp={plan.fsdp!r} must be one of {', '.join(FSDP)}")
+    elif plan.fsdp != "none" and plan.zero != 3:
+        reasons.append(f"fsdp={plan.fsdp} shards the weights: it needs zero=3 (not zero={plan.zero})")
     if plan.lora_targets not in LORA_TARGETS:
         reasons.append(f"lora_targets={plan.lora_targets!r} must be one of {', '.join(LORA_TARGETS)}")
     if plan.grad_bytes not in (2, 4):

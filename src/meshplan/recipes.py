@@ -38,6 +38,7 @@ class SourceDefaults:
     # (Megatron-Bridge / NeMo 2 peft.LoRA), unless the stack's LoRA adapts the QKV projection only
     lora_targets: str = "all"
     train_metrics: int = 0  # Plan.train_metrics: the trainer's per-micro-batch metric cross-entropies
+    fsdp: str = "none"  # Plan.fsdp: the PyTorch FSDP implementation, where the stack shards with it (zero = 3)
 
 
 SOURCES: tuple[SourceDefaults, ...] = (
@@ -84,14 +85,14 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "llm-foundry 0.2.0 pins) evaluates the model's train metrics after every micro-batch's backward "
                    "pass (Trainer._eval_train_metrics), and MPT's are LanguageCrossEntropy and LanguagePerplexity, "
                    "each a torch.nn.CrossEntropyLoss over the full-vocabulary logits", "fa2", fusion="eager",
-                   cross_entropy="flash", train_metrics=2),
+                   cross_entropy="flash", train_metrics=2, fsdp="fsdp1"),
     SourceDefaults("torchtitan", r"torchtitan", None, False, True, 3, 4, "none", True,
                    "torchtitan: FSDP2 (reshard after forward, prefetch), mixed_precision_reduce = float32, "
                    "sequence parallelism inside its TP plan, PyTorch SDPA flash backend (FlashAttention-2); async TP "
                    "only where stated; loss = F.cross_entropy(pred.float()) in eager autograd (the loss is not "
                    "compiled at the benchmark commit); the blocks in eager PyTorch unless the row says torch.compile; "
                    "float8 linears scale each tensor from its current amax (torchao Float8Linear, tensorwise dynamic "
-                   "scaling)", "fa2", cross_entropy="pytorch", fusion="eager", fp8_scaling="current"),
+                   "scaling)", "fa2", cross_entropy="pytorch", fusion="eager", fp8_scaling="current", fsdp="fsdp2"),
     # Stacks that run Hugging Face model code in eager PyTorch under DeepSpeed ZeRO or accelerate / Trainer FSDP.
     SourceDefaults("DeepSpeed / Hugging Face",
                    r"deepspeed|hugging ?face|transformers|accelerate|llama[-_ ]?factory|axolotl",

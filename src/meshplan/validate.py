@@ -263,10 +263,13 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
                 overlap_dp=src.overlap_dp, overlap_ep=overlap_ep, flash_attention=flash, fp8_scaling=fp8_scaling,
                 finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets, train_metrics=src.train_metrics,
                 attention_kernel=src.attention_kernel, cross_entropy=src.cross_entropy, fusion=fusion,
-                expert_gemm=expert_gemm,
+                expert_gemm=expert_gemm, fsdp=src.fsdp if zero == 3 else "none",
                 offload_activations=offload_layers > 0, offload_layers=offload_layers)
     notes.append(f"grad bytes {grad_bytes}, DP overlap {'on' if src.overlap_dp else 'off'}, "
                  f"{'flash' if flash else 'unfused'} attention")
+    if plan.fsdp != "none":
+        notes.append(f"{plan.fsdp.upper()} prepares each micro-batch's gradients for the reduce-scatter "
+                     f"({src.name}; ops.fsdp_grad_bytes)")
     if src.train_metrics:
         notes.append(f"{src.train_metrics} training-metric cross-entropies over the logits per micro-batch "
                      f"({src.name}: Composer evaluates the model's train metrics after every backward pass)")
