@@ -252,7 +252,13 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]],
                        "meshplan's MAMF. Without recompute the measured step is longer than meshplan's by "
                        f"{lo:.2f}–{hi:.2f} s per micro-batch (10th–90th percentile of {n_g} runs) whatever the "
                        f"sequence length ({min(seqs):,} to {max(seqs):,}) and the model: a per-micro-batch cost, "
-                       "not a rate; no documented cause found")
+                       "not a rate. Candidate, not modelled: host synchronisations that stop the CPU running ahead "
+                       "of the GPU (which FSDP's limit_all_gathers already caps at two units): MPT's forward checks "
+                       "the attention mask for left padding on the host once per micro-batch (modeling_mpt.py, "
+                       "attention_mask[:, 0].sum() != batch), and with attn_impl 'flash' flash-attn's unpad_input "
+                       "calls nonzero and .item() for the query, key and value of every layer; which attn_impl the "
+                       "H100 table ran is not stated (submit_benchmarks.py's default moved from 'triton', which has "
+                       "no per-layer sync, to 'flash'), and the GPU idle time per sync is not measured")
     if r.group.startswith("mosaic") and not reasons:
         reasons.append("PyTorch FSDP in eager mode (2023): the unfused element-wise kernels (Plan.fusion = eager), "
                        "flash-attn's cross-entropy, Composer's two training-metric cross-entropies and FSDP1's "
