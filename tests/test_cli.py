@@ -53,6 +53,18 @@ def test_estimate_of_grouped_expert_gemms_drops_the_host_floor(capsys):
     assert grouped["step_time_s"] < per_expert["step_time_s"]
 
 
+def test_estimate_of_an_fsdp_stack_adds_its_gradient_preparation(capsys):
+    """--fsdp fsdp1: 18 bytes per parameter per micro-batch in the backward pass make the step slower."""
+    base = ["estimate", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--zero", "3", "--json"]
+    plain = json.loads(run(base, capsys)[1])
+    code, out, _ = run([*base, "--fsdp", "fsdp1"], capsys)
+    fsdp = json.loads(out)
+    assert code == 0 and fsdp["plan"]["fsdp"] == "fsdp1" and plain["plan"]["fsdp"] == "none"
+    assert fsdp["step_time_s"] > plain["step_time_s"]
+    code, _, err = run([*base, "--fsdp", "fsdp3"], capsys)
+    assert code != 0 and "fsdp3" in err
+
+
 def test_hf_config_model(capsys, tmp_path):
     cfg = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1376, "num_attention_heads": 8,
            "num_key_value_heads": 4, "num_hidden_layers": 4, "vocab_size": 32000, "max_position_embeddings": 1024,

@@ -292,5 +292,7 @@ def test_fsdp_gradient_preparation_bytes_per_parameter():
     embed = [o for o in embedding_ops(model, Plan(zero=3, fsdp="fsdp1", grad_bytes=4))
              if o.name == "embed/fsdp_grad"]
     assert embed[0].nbytes == 18 * (51200 + model.max_position_embeddings) * 1024
-    assert check(model, None, Plan(fsdp="fsdp1")) == ["fsdp=fsdp1 shards the weights: it needs zero=3 (not zero=0)"]
+    # per micro-batch whatever FSDP's sharding (NO_SHARD reduces the same gradient with an all-reduce)
+    assert [o.nbytes for o in dense_layer(model, Plan(fsdp="fsdp1", grad_bytes=4)) if o.name == "layer/fsdp_grad"] \
+        == [18 * layer]
     assert check(model, None, Plan(zero=3, fsdp="ddp")) == ["fsdp='ddp' must be one of none, fsdp1, fsdp2"]

@@ -80,6 +80,21 @@ def test_search_equals_estimate_with_low_precision_casts_and_quantized_gathers(s
     assert [e.step_time for e in result.plans] == pytest.approx(feasible[: len(result.plans)], rel=1e-9)
 
 
+def test_search_equals_estimate_with_fsdp_gradient_preparation():
+    """Plan.fsdp adds a per-micro-batch memory op to every layer and to the embedding and head: the batched
+    search must price it as estimate() does, on every zero stage of the grid."""
+    model = load_model("llama3-8b").with_seq_length(2048)
+    cluster = load_system("h100").cluster(8)
+    space = replace(SMALL, fsdp="fsdp1", zero=(0, 2, 3), recompute=("none",), offload_activations=(False,))
+    result = search(model, cluster, space, top_k=10)
+    variants = [[estimate(model, cluster, p) for p in options] for options in every_plan(model, cluster, space)]
+    feasible = sorted(min(e.step_time for e in v) for v in variants if v[0].fits)
+    assert all(p.plan.fsdp == "fsdp1" for p in result.plans)
+    assert [e.step_time for e in result.plans] == pytest.approx(feasible[: len(result.plans)], rel=1e-9)
+    plain = search(model, cluster, replace(space, fsdp="none"), top_k=1)
+    assert result.plans[0].step_time > plain.plans[0].step_time
+
+
 def test_the_lower_bound_loses_none_of_the_top_k(small_case, monkeypatch):
     """In small chunks the k-th best time is known early, and later plans whose lower bound exceeds it are
     not timed: the same top k and counts as in one chunk per schedule group, where only the groups scored after

@@ -9,7 +9,7 @@ import sys
 import click
 
 from meshplan.errors import MeshplanError, SpecError
-from meshplan.plan import EXPERT_GEMM, FP8_SCALING, LORA_TARGETS, PRECISION
+from meshplan.plan import EXPERT_GEMM, FP8_SCALING, FSDP, LORA_TARGETS, PRECISION
 
 DEFAULT_BATCH_TOKENS = 4 * 2**20  # default global batch ≈ 4M tokens (GPT-3: 3.2M; Llama 2: 4M)
 
@@ -41,6 +41,12 @@ common_model = [
 expert_gemm_option = click.option(
     "--expert-gemm", type=click.Choice(EXPERT_GEMM), default=EXPERT_GEMM[0], show_default=True,
     help="MoE expert GEMMs: per_expert (TE GroupedLinear, host-launched per expert) or grouped (one kernel)")
+
+
+fsdp_option = click.option(
+    "--fsdp", type=click.Choice(FSDP), default=FSDP[0], show_default=True,
+    help="data parallelism by PyTorch FSDP: fsdp1 (FlatParameter) or fsdp2 (fully_shard), for the HBM traffic of "
+         "preparing each micro-batch's gradients for their reduction")
 
 
 fp8_scaling_option = click.option(
@@ -108,6 +114,7 @@ def cli() -> None:
 @click.option("--fusion", type=click.Choice(["fused", "eager"]), default="fused", show_default=True,
               help="element-wise kernels: fused (Megatron / TE, torch.compile) or eager PyTorch (one per aten op)")
 @expert_gemm_option
+@fsdp_option
 @click.option("--lora-rank", type=int, default=0, show_default=True,
               help="LoRA fine-tuning with adapters of this rank (0: full training); base weights frozen")
 @click.option("--lora-targets", type=click.Choice(LORA_TARGETS), default=LORA_TARGETS[0], show_default=True,
@@ -117,7 +124,7 @@ def cli() -> None:
 def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep, etp, vpp, sequence_parallel,
              micro_batch, global_batch, zero, recompute, recompute_layers, offload_optimizer, offload_activations,
              offload_layers, precision, fp8_scaling, grad_bytes, schedule, placement, overlap_tp, no_overlap_dp,
-             fusion, expert_gemm, lora_rank, lora_targets, show_ops, as_json) -> None:
+             fusion, expert_gemm, fsdp, lora_rank, lora_targets, show_ops, as_json) -> None:
     """Estimate one training step of MODEL on GPUS accelerators of SYSTEM under one parallel plan."""
     from meshplan.estimate import estimate as run
     from meshplan.plan import Plan
@@ -140,7 +147,7 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
                 precision=precision, fp8_scaling=fp8_scaling, grad_bytes=grad_bytes,
                 schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"),
                 placement=tuple(a.strip() for a in placement.split(",")), overlap_tp=overlap_tp,
-                overlap_dp=not no_overlap_dp, fusion=fusion, expert_gemm=expert_gemm,
+                overlap_dp=not no_overlap_dp, fusion=fusion, expert_gemm=expert_gemm, fsdp=fsdp,
                 finetune="lora" if lora_rank else "full", lora_rank=lora_rank or 32, lora_targets=lora_targets)
     est = run(model, cluster, plan)
     if as_json:
@@ -189,6 +196,7 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
 @click.option("--grad-bytes", type=int, default=4, show_default=True)
 @click.option("--overlap-tp", is_flag=True, help="TP communication overlapped with GEMMs")
 @expert_gemm_option
+@fsdp_option
 @click.option("--tokens", default=None, help="token budget (e.g. 15T) to report days and cost")
 @click.option("--price", type=float, default=None, help="price per GPU-hour, for --tokens")
 @click.option("--rank", "rank_by", type=click.Choice(["time", "cost"]), default="time", show_default=True,
@@ -196,7 +204,7 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_k, zero_opts, recompute_opts,
              sp_opts, offload, placements, max_micro_batch, precision, fp8_scaling, grad_bytes, overlap_tp, expert_gemm,
-             tokens, price, rank_by, as_json) -> None:
+             fsdp, tokens, price, rank_by, as_json) -> None:
     """Search every parallel plan of MODEL on GPUS accelerators of SYSTEM and rank the feasible ones."""
     from meshplan.search import Space, search
 
@@ -222,7 +230,8 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
                       offload_optimizer=(False, True) if offload else (False,),
                       offload_activations=(False, True) if offload else (False,),
                       all_placements=placements == "all", max_micro_batch=max_micro_batch, precision=precision,
-                      fp8_scaling=fp8_scaling, grad_bytes=grad_bytes, overlap_tp=overlap_tp, expert_gemm=expert_gemm)
+                      fp8_scaling=fp8_scaling, grad_bytes=grad_bytes, overlap_tp=overlap_tp, expert_gemm=expert_gemm,
+                      fsdp=fsdp)
         with _progress(as_json) as progress:
             results.append(search(model, cluster, space, top_k=top_k, progress=progress))
     from meshplan.report.text import print_search

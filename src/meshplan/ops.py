@@ -549,8 +549,9 @@ def lora(ops: list[OpCost], plan: Plan, d: Dims) -> list[OpCost]:
 
 # ---- PyTorch FSDP: preparing each micro-batch's gradients for the reduce-scatter -------------------------------
 def fsdp_grad_bytes(plan: Plan) -> int:
-    """HBM bytes per unsharded parameter that PyTorch FSDP reads and writes on the GPU, every micro-batch, to turn
-    the weight gradients into the reduce-scatter's input (g = ``plan.grad_bytes``, the reduce dtype; the weights
+    """HBM bytes per unsharded parameter that PyTorch FSDP reads and writes on the GPU, every micro-batch (FSDP
+    reduces the gradients after each backward pass unless ``no_sync``), to turn the weight gradients into the
+    reduction's input (g = ``plan.grad_bytes``, the reduce dtype; the weights
     and their gradients are bf16 under FSDP's mixed precision). The weight-gradient GEMMs' own write is in ``gemm``.
 
     ``fsdp1`` (FlatParameter FSDP, torch/distributed/fsdp, PyTorch 1.13-2.x): the unit's weights are views of one

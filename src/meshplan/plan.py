@@ -108,9 +108,10 @@ class Plan:
     # training metrics (ops.head_ops): Composer evaluates its model's train metrics after every micro-batch's
     # backward pass, and llm-foundry's MPT has two (LanguageCrossEntropy, LanguagePerplexity); 0 elsewhere
     train_metrics: int = 0
-    # the PyTorch FSDP implementation that shards the model when zero = 3, for the HBM traffic it spends preparing
-    # each micro-batch's gradients for the reduce-scatter (ops.fsdp_grad_prep): "fsdp1" (FlatParameter FSDP),
-    # "fsdp2" (per-parameter FSDP, fully_shard) or "none" (Megatron / DeepSpeed: gradients accumulate in place)
+    # the stack's data-parallel wrapper when it is PyTorch FSDP (FULL_SHARD is zero = 3, SHARD_GRAD_OP 2, NO_SHARD
+    # 0), for the HBM traffic it spends preparing each micro-batch's gradients for their reduction
+    # (ops.fsdp_grad_bytes): "fsdp1" (FlatParameter FSDP), "fsdp2" (per-parameter FSDP, fully_shard) or "none"
+    # (Megatron-style: the weight-gradient GEMMs accumulate into the reduction buffer in place)
     fsdp: str = "none"
     tensor_layout: str = "1d"
     summa_panels: int = 0  # SUMMA panels nb; 0 → max(tp, tp2)
@@ -174,6 +175,8 @@ class Plan:
             parts.append(f"offload-act={self.offload_layers}")
         if self.expert_gemm != "per_expert" and self.ep > 1:
             parts.append(f"experts-{self.expert_gemm}")
+        if self.fsdp != "none":
+            parts.append(self.fsdp)
         shown = [a for a in self.placement if getattr(self, a) > 1]
         if shown != [a for a in DENSE_AXES if getattr(self, a) > 1]:
             parts.append("placement=" + ",".join(shown))
@@ -328,8 +331,6 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> lis
         reasons.append(f"train_metrics={plan.train_metrics!r} must be a non-negative integer")
     if plan.fsdp not in FSDP:
         reasons.append(f"fsdp={plan.fsdp!r} must be one of {', '.join(FSDP)}")
-    elif plan.fsdp != "none" and plan.zero != 3:
-        reasons.append(f"fsdp={plan.fsdp} shards the weights: it needs zero=3 (not zero={plan.zero})")
     if plan.lora_targets not in LORA_TARGETS:
         reasons.append(f"lora_targets={plan.lora_targets!r} must be one of {', '.join(LORA_TARGETS)}")
     if plan.grad_bytes not in (2, 4):

@@ -86,12 +86,13 @@ class Space:
     cp_comm: str = "ring"
     expert_gemm: str = "per_expert"  # Plan.expert_gemm: how the stack launches MoE expert GEMMs
     fp8_scaling: str = "delayed"  # Plan.fp8_scaling: how per-tensor fp8 scales are found
+    fsdp: str = "none"  # Plan.fsdp: data parallelism by PyTorch FSDP (its per-micro-batch gradient preparation)
 
     @property
     def settings(self) -> dict[str, object]:
         return {"precision": self.precision, "grad_bytes": self.grad_bytes, "overlap_tp": self.overlap_tp,
                 "overlap_dp": self.overlap_dp, "flash_attention": self.flash_attention, "cp_comm": self.cp_comm,
-                "expert_gemm": self.expert_gemm, "fp8_scaling": self.fp8_scaling}
+                "expert_gemm": self.expert_gemm, "fp8_scaling": self.fp8_scaling, "fsdp": self.fsdp}
 
 
 @dataclass(frozen=True)
