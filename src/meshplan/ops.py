@@ -563,6 +563,8 @@ def fsdp_grad_bytes(plan: Plan) -> int:
     reduce-scatter buffer in the reduce dtype (``foreach_reduce_scatter_copy_in``: 2 + g) and lets NCCL average
     (``ReduceOp.AVG``), no divide. FSDP issues these kernels on its post-backward stream, beside the next unit's
     backward; they are counted at their full memory-bound time (they take the SMs and HBM they need either way).
+    Neglected: the work on the 1/N shards (casting the fp32 shard to bf16 before each all-gather, accumulating the
+    reduced gradient shard): 12 + 12 bytes per parameter / N, under 3 at N ≥ 8.
     """
     g = plan.grad_bytes
     if plan.fsdp == "fsdp1":
