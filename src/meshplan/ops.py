@@ -28,6 +28,8 @@ Sources:
   2020, ZeRO §3).
 - Eager PyTorch (``plan.fusion = "eager"``) and PyTorch's cross-entropy (``plan.cross_entropy = "pytorch"``):
   the extra kernels of the unfused aten op sequences, counted kernel by kernel in ``EAGER`` below.
+- PyTorch FSDP (``plan.fsdp``): the HBM traffic that prepares each micro-batch's gradients for their reduction
+  (flat-gradient cat, reduce-dtype cast, pre-divide), read from torch/distributed/fsdp (``fsdp_grad_bytes``).
 """
 
 from __future__ import annotations
