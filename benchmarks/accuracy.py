@@ -19,8 +19,11 @@ from meshplan.efficiency import DEFAULT, FITTED, MATMUL, Efficiency
 from meshplan.recipes import SOURCES
 from meshplan.validate import (
     RunResult,
+    Skip,
     _finite,
+    fill_from_siblings,
     in_fit_set,
+    map_run,
     read_runs,
     run_validation,
     summaries,
@@ -281,7 +284,16 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]],
     if "gpt-oss" in str(m.get("name", "")).lower() and any("unfused attention" in a for a in r.assumptions):
         reasons.append("GPT-OSS's learnable attention sinks run in TE's unfused attention in this container "
                        "(cuDNN < 9.18); meshplan computes the full score square for every layer, also for the "
-                       "sliding-window (128) half of the layers, whose masked kernel still materialises it")
+                       "sliding-window (128) half of the layers, whose masked kernel still materialises it. The "
+                       "assumption is in tension with memory: the unfused kernel keeps every layer's b·h·s² "
+                       "probabilities for the backward pass, which would not fit beside this layout's recompute "
+                       "(layernorm and moe_act only), while a fused kernel would fit but price the step 50-70 % "
+                       "faster than measured")
+    share = memory_share(r, rec, records)
+    if fast and MEMORY_LIMIT < share <= 1.0:
+        reasons.append(f"meshplan's peak memory for this run is {100 * share:.0f}% of the GPU's: PyTorch's caching "
+                       "allocator works at its limit there (a request that does not fit makes it free its cached "
+                       "blocks, synchronising the device, and retry), which meshplan does not price")
     unstated = [name for name, value in (("FFN size", m.get("ffn_hidden_size")),
                                          ("micro-batch size", p.get("micro_batch_size"))) if value is None]
     if unstated:
@@ -292,6 +304,20 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]],
     if not reasons:
         reasons.append("no specific cause identified; see the stated assumptions")
     return f"predicted {'faster' if fast else 'slower'} than measured. " + "; ".join(reasons) + "."
+
+
+MEMORY_LIMIT = 0.92  # predicted peak / GPU memory above which the allocator's limit is named as a cause
+
+
+def memory_share(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]]) -> float:
+    """meshplan's predicted peak memory of the run as a fraction of the memory its GPU exposes."""
+    if not r.memory_predicted:
+        return 0.0
+    try:
+        capacity = map_run(fill_from_siblings(rec, records)).cluster.accelerator.hbm_bytes
+    except Skip:
+        return 0.0
+    return r.memory_predicted / capacity
 
 
 # ---- plot ---------------------------------------------------------------------------------------------------
