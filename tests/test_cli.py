@@ -63,6 +63,9 @@ def test_estimate_of_an_fsdp_stack_adds_its_gradient_preparation(capsys):
     assert fsdp["step_time_s"] > plain["step_time_s"]
     code, _, err = run([*base, "--fsdp", "fsdp3"], capsys)
     assert code != 0 and "fsdp3" in err
+    code, _, err = run(["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--zero", "1",
+                        "--fsdp", "fsdp2"], capsys)
+    assert code == 2 and "no stage for fsdp=fsdp2" in err and len(err.strip().splitlines()) == 1
 
 
 def test_hf_config_model(capsys, tmp_path):

@@ -296,3 +296,22 @@ def test_fsdp_gradient_preparation_bytes_per_parameter():
     assert [o.nbytes for o in dense_layer(model, Plan(fsdp="fsdp1", grad_bytes=4)) if o.name == "layer/fsdp_grad"] \
         == [18 * layer]
     assert check(model, None, Plan(zero=3, fsdp="ddp")) == ["fsdp='ddp' must be one of none, fsdp1, fsdp2"]
+    assert check(model, None, Plan(zero=1, fsdp="fsdp2")) == [
+        "fsdp=fsdp2 has no ZeRO-1 strategy (NO_SHARD is zero=0, SHARD_GRAD_OP 2, FULL_SHARD 3)"]
+    # a SUMMA layer pays it too, split over its tp x tp2 grid
+    (summa,) = [o for o in dense_layer(model, Plan(zero=3, fsdp="fsdp1", grad_bytes=4, tp=2, tp2=2,
+                                                   tensor_layout="summa")) if o.name == "layer/fsdp_grad"]
+    assert summa.nbytes == 18 * layer / 4
+
+
+def test_fsdp_gradient_preparation_of_a_moe_layer_counts_its_own_experts():
+    """A MoE layer prepares its attention, norms, router and shared experts (split t-ways) and its local experts
+    (E / (ep·etp) of them); a dense layer of the same model its dense MLP: each layer kind its own parameters."""
+    model = load_model("deepseek-v3")
+    plan = Plan(zero=3, fsdp="fsdp2", grad_bytes=4, ep=8)
+    experts = model.num_experts * model.mlp_params(model.moe_ffn_hidden_size)
+    common = model.attention_params() + 2 * model.norm_params(model.hidden_size)
+    (moe,) = [o for o in moe_layer(model, plan) if o.name == "layer/fsdp_grad"]
+    assert moe.nbytes == pytest.approx(6 * (common + model.moe_params() - experts + experts / 8))
+    (dense,) = [o for o in dense_layer(model, plan) if o.name == "layer/fsdp_grad"]
+    assert dense.nbytes == pytest.approx(6 * (common + model.mlp_params(model.ffn_hidden_size)))

@@ -93,6 +93,9 @@ def test_search_equals_estimate_with_fsdp_gradient_preparation():
     assert [e.step_time for e in result.plans] == pytest.approx(feasible[: len(result.plans)], rel=1e-9)
     plain = search(model, cluster, replace(space, fsdp="none"), top_k=1)
     assert result.plans[0].step_time > plain.plans[0].step_time
+    assert any(p.plan.tensor_layout == "summa" for e in variants for p in [e[0]])  # summa plans were compared
+    with pytest.raises(ValueError, match="no ZeRO-1"):
+        replace(space, zero=(1, 3))
 
 
 def test_the_lower_bound_loses_none_of_the_top_k(small_case, monkeypatch):

@@ -46,7 +46,7 @@ expert_gemm_option = click.option(
 fsdp_option = click.option(
     "--fsdp", type=click.Choice(FSDP), default=FSDP[0], show_default=True,
     help="data parallelism by PyTorch FSDP: fsdp1 (FlatParameter) or fsdp2 (fully_shard), for the HBM traffic of "
-         "preparing each micro-batch's gradients for their reduction")
+         "preparing each micro-batch's gradients for their reduction (plan leaves out ZeRO-1, which FSDP lacks)")
 
 
 fp8_scaling_option = click.option(
@@ -214,7 +214,9 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
     for name, value in (("top", top_k), ("max-micro-batch", max_micro_batch)):
         if value < 1:
             raise SpecError(f"{name}={value} must be a positive integer")
-    zeros = tuple(int(z) for z in _choices(zero_opts, ("0", "1", "2", "3"), "zero"))
+    zeros = tuple(int(z) for z in _choices(zero_opts, ("0", "1", "2", "3"), "zero") if fsdp == "none" or z != "1")
+    if not zeros:
+        raise SpecError(f"zero={zero_opts} leaves no stage for fsdp={fsdp} (FSDP has no ZeRO-1)")
     recomputes = _choices(recompute_opts, ("none", "selective", "full"), "recompute")
     sps = tuple(v == "on" for v in _choices(sp_opts, ("off", "on"), "sp"))
     budget = _parse_count(tokens, "tokens") if tokens else None

@@ -562,11 +562,13 @@ def fsdp_grad_bytes(plan: Plan) -> int:
     differs (``flat_param.grad.to(reduce_dtype)``: 2 + g) and ``_reduce_grad`` divides it in place by the
     pre-divide factor (``_div_if_needed``: g + g) before the reduce-scatter: 18 bytes with fp32 reduction, 8 with
     bf16. ``fsdp2`` (per-parameter FSDP, ``fully_shard``): ``foreach_reduce`` copies the gradients into the
-    reduce-scatter buffer in the reduce dtype (``foreach_reduce_scatter_copy_in``: 2 + g) and lets NCCL average
-    (``ReduceOp.AVG``), no divide. FSDP issues these kernels on its post-backward stream, beside the next unit's
-    backward; they are counted at their full memory-bound time (they take the SMs and HBM they need either way).
+    reduce-scatter buffer in the reduce dtype (``foreach_reduce_scatter_copy_in``: 2 + g) and, reducing in fp32 or
+    bf16, lets NCCL average (``ReduceOp.AVG``): no divide. FSDP issues these kernels on its post-backward stream,
+    beside the next unit's backward; they are counted at their full memory-bound time (they take the SMs and HBM
+    they need either way).
     Neglected: the work on the 1/N shards (casting the fp32 shard to bf16 before each all-gather, accumulating the
-    reduced gradient shard): 12 + 12 bytes per parameter / N, under 3 at N ≥ 8.
+    reduced gradient shard): 12 + 12 bytes per parameter / N, under 3 at N ≥ 8; and in the peak memory the
+    unit's transient unsharded gradient and its reduce-dtype copy, (2 + g) bytes per parameter of one unit.
     """
     g = plan.grad_bytes
     if plan.fsdp == "fsdp1":
@@ -585,13 +587,18 @@ def fsdp_grad_prep(name: str, params: Num, plan: Plan) -> list[OpCost]:
 
 
 def layer_fsdp_grad(model: ModelSpec, plan: Plan, moe: bool) -> list[OpCost]:
-    """``fsdp_grad_prep`` over one layer's parameters on this GPU (the experts of a MoE layer included)."""
+    """``fsdp_grad_prep`` over one layer's parameters on this GPU: attention and norms split t-ways (t·t2 on a
+    SUMMA grid) and the dense MLP, or for a MoE layer the router and shared experts split t-ways and its experts
+    ep·etp-ways."""
     if plan.fsdp == "none":
         return []
-    from meshplan.memory import layer_params  # noqa: PLC0415  (memory.py builds on the same model and plan)
-
-    params = layer_params(model, plan)
-    return fsdp_grad_prep("layer", params.dense + (params.expert if moe else 0.0), plan)
+    t = plan.tp * plan.tp2
+    common = model.attention_params() + 2 * model.norm_params(model.hidden_size)
+    if not moe:
+        return fsdp_grad_prep("layer", (common + model.mlp_params(model.ffn_hidden_size)) / t, plan)
+    experts = model.num_experts * model.mlp_params(model.moe_ffn_hidden_size)
+    params = (common + model.moe_params() - experts) / t + experts / (plan.ep * plan.etp)
+    return fsdp_grad_prep("layer", params, plan)
 
 
 def dense_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
@@ -600,7 +607,7 @@ def dense_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
     if plan.tensor_layout == "summa":
         from meshplan.ops2d import summa_layer
 
-        return lora(summa_layer(model, plan, d), plan, d)
+        return lora(summa_layer(model, plan, d) + layer_fsdp_grad(model, plan, False), plan, d)
     return low_precision_casts(lora(attention_block(model, plan, d) + mlp_block(model, plan, d)
                                     + eager_layer(model, plan, d) + layer_fsdp_grad(model, plan, False),
                                     plan, d), plan)

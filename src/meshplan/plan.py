@@ -331,6 +331,8 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> lis
         reasons.append(f"train_metrics={plan.train_metrics!r} must be a non-negative integer")
     if plan.fsdp not in FSDP:
         reasons.append(f"fsdp={plan.fsdp!r} must be one of {', '.join(FSDP)}")
+    elif plan.fsdp != "none" and plan.zero == 1:
+        reasons.append(f"fsdp={plan.fsdp} has no ZeRO-1 strategy (NO_SHARD is zero=0, SHARD_GRAD_OP 2, FULL_SHARD 3)")
     if plan.lora_targets not in LORA_TARGETS:
         reasons.append(f"lora_targets={plan.lora_targets!r} must be one of {', '.join(LORA_TARGETS)}")
     if plan.grad_bytes not in (2, 4):

@@ -88,6 +88,10 @@ class Space:
     fp8_scaling: str = "delayed"  # Plan.fp8_scaling: how per-tensor fp8 scales are found
     fsdp: str = "none"  # Plan.fsdp: data parallelism by PyTorch FSDP (its per-micro-batch gradient preparation)
 
+    def __post_init__(self) -> None:
+        if self.fsdp != "none" and 1 in self.zero:
+            raise ValueError(f"fsdp={self.fsdp} has no ZeRO-1 strategy: search zero in 0, 2, 3")
+
     @property
     def settings(self) -> dict[str, object]:
         return {"precision": self.precision, "grad_bytes": self.grad_bytes, "overlap_tp": self.overlap_tp,
