@@ -128,8 +128,10 @@ def _nvlink_axes(est: Estimate) -> str:
 def plans_table(result, tokens: float | None, price: float | None):  # -> rich Table
     from rich.table import Table
 
+    space = result.space
+    stack = [space.precision] + ([space.fsdp] if space.fsdp != "none" else [])
     table = Table(title=f"best plans: {result.model.name} on {result.cluster.num_gpus} x "
-                        f"{result.cluster.accelerator.name}, global batch {result.space.global_batch}",
+                        f"{result.cluster.accelerator.name}, global batch {space.global_batch}, {', '.join(stack)}",
                   title_justify="left")
     cols = ["#", "dp·tp·pp·cp", "ep/etp", "vpp", "mbs", "zero", "recompute", "sp", "offload", "in NVLink",
             "step", "tokens/s", "MFU", "memory", *_cost_columns(tokens, price)]
