@@ -177,3 +177,19 @@ def test_estimate_prices_lora_fine_tuning(capsys):
     assert lora["memory_bytes"]["grads"] == 4 * 32 * 16 * (4096 + 4096 + 2 * 1024)
     code, out, err = run([*base, "--lora-rank", "-3"], capsys)
     assert code == 2 and err.strip() == "meshplan: error: lora_rank=-3 must be a positive integer"
+
+
+def test_validate_bad_input_is_one_line(capsys, tmp_path):
+    """A malformed line names the file and line; a missing file and an unknown group are named too."""
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text('{"id": "a", "group": "g1", "model": {"name": "llama3-8b"}}\nnot json\n')
+    for args, message in ((["validate", str(runs)], "runs.jsonl:2: malformed JSON"),
+                          (["validate", str(tmp_path / "none.jsonl")], "no such file")):
+        code, _, err = run(args, capsys)
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    runs.write_text('{"id": "a", "group": "g1", "model": {"name": "llama3-8b"}}\n')
+    code, _, err = run(["validate", str(runs), "--group", "g2"], capsys)
+    assert code == 2 and "group='g2' is not in" in err and "(groups: g1)" in err
+    runs.write_text('{"id": "a", "model": {"name": "llama3-8b"}}\n')
+    code, _, err = run(["validate", str(runs), "--group", "g2"], capsys)
+    assert code == 2 and "no record names a group" in err

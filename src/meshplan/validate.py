@@ -858,8 +858,9 @@ def validate_command(path: str, group: str | None, as_json: bool, exclude_supers
     """The text (a rich table of every run, then the summaries) or JSON that ``meshplan validate`` prints."""
     records = read_runs(path)
     if group is not None and not any(r.get("group") == group for r in records):
-        known = sorted({str(r.get("group")) for r in records})
-        raise SpecError(f"group={group!r} is not in {path} (groups: {', '.join(known)})")
+        known = sorted({str(r["group"]) for r in records if r.get("group")})
+        listed = f"groups: {', '.join(known)}" if known else "no record names a group"
+        raise SpecError(f"group={group!r} is not in {path} ({listed})")
     results = run_validation(records, group, exclude_superseded)
     summary = summaries(results)
     if as_json:
