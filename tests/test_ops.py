@@ -315,3 +315,20 @@ def test_fsdp_gradient_preparation_of_a_moe_layer_counts_its_own_experts():
     assert moe.nbytes == pytest.approx(6 * (common + model.moe_params() - experts + experts / 8))
     (dense,) = [o for o in dense_layer(model, plan) if o.name == "layer/fsdp_grad"]
     assert dense.nbytes == pytest.approx(6 * (common + model.mlp_params(model.ffn_hidden_size)))
+
+
+def test_varlen_attention_packs_and_unpacks_every_layer():
+    """flash-attn's unpad_input / pad_input around the kernel, per q, k, v element (q + 2·kv = 3h for MHA) and
+    output element (h): forward gathers (2 + 2) and zero-fills + index_puts the output (2 + 2 + 2); backward
+    zero-fills + scatters the q, k, v gradients (2 + 2 + 2) and gathers the output's (2 + 2). The test GPT (h = 1024,
+    T = 2048): forward 4·3·T·h + 6·T·h = 18·T·h bytes, backward 18·T·h + 4·T·h = 22·T·h; halved at tp = 2."""
+    model, th = gpt(), 2048 * 1024
+
+    def varlen(plan):
+        return [o for o in dense_layer(model, plan) if o.name == "attn/varlen"]
+
+    fwd, bwd = varlen(Plan(varlen_attention=True))
+    assert (fwd.phase, fwd.kind, fwd.nbytes) == ("fwd", "memory", 18 * th)
+    assert (bwd.phase, bwd.nbytes) == ("bwd_x", 22 * th)
+    assert [o.nbytes for o in varlen(Plan(varlen_attention=True, tp=2))] == [9 * th, 11 * th]
+    assert varlen(Plan()) == []

@@ -202,9 +202,10 @@ def test_mosaic_fsdp_record():
     assert case.attention_kernel == "fa2" and case.model.name == "mpt-7b"
     assert p.train_metrics == 2  # Composer's per-micro-batch LanguageCrossEntropy + LanguagePerplexity
     assert p.fsdp == "fsdp1"  # PyTorch FSDP (FlatParameter) of 2023: its gradient preparation is costed
+    assert p.varlen_attention  # MPT's attn_impl 'flash': flash-attn's unpad / pad copies in every layer
     assert any(a.startswith("FSDP1 prepares") for a in case.assumptions)
     assert map_run(record()).plan.train_metrics == 0
-    assert map_run(record()).plan.fsdp == "none"
+    assert map_run(record()).plan.fsdp == "none" and not map_run(record()).plan.varlen_attention
 
 
 def test_narayanan_record_needs_stated_assumptions():

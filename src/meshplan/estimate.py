@@ -687,7 +687,7 @@ class Estimate:
                                                  "overlap_dp", "overlap_ep", "offload_optimizer",
                                                  "offload_activations", "offload_layers", "finetune", "lora_rank",
                                                  "lora_targets", "train_metrics", "fsdp", "cross_entropy",
-                                                 "attention_kernel", "flash_attention", "fusion",
+                                                 "attention_kernel", "flash_attention", "varlen_attention", "fusion",
                                                  "expert_gemm", "fp8_scaling", "grad_bytes", "cp_comm",
                                                  "summa_panels")}
             | {"placement": list(p.placement), "grad_accum": p.grad_accum},

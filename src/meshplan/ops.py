@@ -28,6 +28,8 @@ Sources:
   2020, ZeRO §3).
 - Eager PyTorch (``plan.fusion = "eager"``) and PyTorch's cross-entropy (``plan.cross_entropy = "pytorch"``):
   the extra kernels of the unfused aten op sequences, counted kernel by kernel in ``EAGER`` below.
+- flash-attn's varlen interface (``plan.varlen_attention``): the gathers and scatters that pack the rows around
+  the kernel (``varlen_padding``).
 - PyTorch FSDP (``plan.fsdp``): the HBM traffic that prepares each micro-batch's gradients for their reduction
   (flat-gradient cat, reduce-dtype cast, pre-divide), read from torch/distributed/fsdp (``fsdp_grad_bytes``).
 """
@@ -549,6 +551,28 @@ def lora(ops: list[OpCost], plan: Plan, d: Dims) -> list[OpCost]:
     return out
 
 
+# ---- flash-attn's variable-length interface: packing the rows around the kernel ---------------------------------
+def varlen_padding(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """The copies around a FlashAttention call through flash-attn's varlen interface (``plan.varlen_attention``;
+    flash_attn/bert_padding.py, as llm-foundry's MPT ``flash_attn_fn`` uses it), per element of the query, key and
+    value (q + 2·kv, this GPU's heads) and of the output (q):
+    forward: ``unpad_input`` gathers each of q, k, v into packed rows (``IndexFirstAxis``: torch.gather, read 2 +
+    write 2) and ``pad_input`` scatters the output into a zero-filled padded tensor (``IndexPutFirstAxis``: zeros
+    2, index_put read 2 + write 2);
+    backward: the gather's gradient scatters into zeros (2 + 2 + 2 per q, k, v element) and the output's gradient
+    is gathered back (2 + 2).
+    unpad_input also copies the tokens per sequence to the host (``.item()``, ``nonzero``) for each of q, k, v: the
+    host synchronisations this adds are not priced."""
+    if not plan.varlen_attention:
+        return []
+    t = d.tp
+    qkv = d.tokens * (model.q_dim + 2 * model.kv_dim) / t
+    out = d.tokens * model.attn_out_dim / t
+    a = ACT_BYTES
+    return [OpCost("attn/varlen", "fwd", "memory", 0.0, 2 * a * qkv + 3 * a * out),  # gather; zeros + index_put
+            OpCost("attn/varlen", "bwd_x", "memory", 0.0, 3 * a * qkv + 2 * a * out)]  # zeros + scatter; gather
+
+
 # ---- PyTorch FSDP: preparing each micro-batch's gradients for the reduce-scatter -------------------------------
 def fsdp_grad_bytes(plan: Plan) -> int:
     """HBM bytes per unsharded parameter that PyTorch FSDP reads and writes on the GPU, every micro-batch (FSDP
@@ -607,17 +631,18 @@ def dense_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
     if plan.tensor_layout == "summa":
         from meshplan.ops2d import summa_layer
 
-        return lora(summa_layer(model, plan, d) + layer_fsdp_grad(model, plan, False), plan, d)
+        return lora(summa_layer(model, plan, d) + varlen_padding(model, plan, d)
+                    + layer_fsdp_grad(model, plan, False), plan, d)
     return low_precision_casts(lora(attention_block(model, plan, d) + mlp_block(model, plan, d)
-                                    + eager_layer(model, plan, d) + layer_fsdp_grad(model, plan, False),
-                                    plan, d), plan)
+                                    + eager_layer(model, plan, d) + varlen_padding(model, plan, d)
+                                    + layer_fsdp_grad(model, plan, False), plan, d), plan)
 
 
 def moe_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
     d = dims(model, plan)
     return low_precision_casts(lora(attention_block(model, plan, d) + moe_block(model, plan, d)
-                                    + eager_layer(model, plan, d, moe=True) + layer_fsdp_grad(model, plan, True),
-                                    plan, d), plan)
+                                    + eager_layer(model, plan, d, moe=True) + varlen_padding(model, plan, d)
+                                    + layer_fsdp_grad(model, plan, True), plan, d), plan)
 
 
 # ---- first and last pipeline stage ------------------------------------------------------------------------

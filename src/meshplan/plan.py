@@ -113,6 +113,10 @@ class Plan:
     # (ops.fsdp_grad_bytes): "fsdp1" (FlatParameter FSDP), "fsdp2" (per-parameter FSDP, fully_shard) or "none"
     # (Megatron-style: the weight-gradient GEMMs accumulate into the reduction buffer in place)
     fsdp: str = "none"
+    # the stack calls FlashAttention through flash-attn's variable-length interface: bert_padding.unpad_input gathers
+    # the query, key and value rows into packed tensors and pad_input scatters the output back, in every layer
+    # (llm-foundry's MPT ``flash_attn_fn``); the HBM traffic of those copies (ops.varlen_padding)
+    varlen_attention: bool = False
     tensor_layout: str = "1d"
     summa_panels: int = 0  # SUMMA panels nb; 0 → max(tp, tp2)
     cp_comm: str = "ring"

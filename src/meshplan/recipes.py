@@ -39,6 +39,7 @@ class SourceDefaults:
     lora_targets: str = "all"
     train_metrics: int = 0  # Plan.train_metrics: the trainer's per-micro-batch metric cross-entropies
     fsdp: str = "none"  # Plan.fsdp: the PyTorch FSDP implementation, where the stack shards with it (zero = 3)
+    varlen_attention: bool = False  # Plan.varlen_attention: FlashAttention behind flash-attn's unpad / pad copies
 
 
 SOURCES: tuple[SourceDefaults, ...] = (
@@ -79,13 +80,17 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "Megatron-LM examples/llama (configs follow the NeMo performance scripts): as NeMo"),
     SourceDefaults("MosaicML llm-foundry", r"mosaic", False, False, True, 3, 4, "none", True,
                    "llm-foundry benchmarks: PyTorch FSDP (prefetching, overlapped), Composer mixed_precision "
-                   "DEFAULT = bf16 params, fp32 gradient reduce-scatter; FlashAttention-2-class kernels (2023: "
-                   "FA2 / Triton flash attention, written for Ampere); PyTorch eager (no torch.compile), the model's "
+                   "DEFAULT = bf16 params, fp32 gradient reduce-scatter; FlashAttention-2 through MPT's "
+                   "attn_impl 'flash' (scripts/train/benchmarking/submit_benchmarks.py: --attn_impl defaults to "
+                   "'flash' and installs .[gpu-flash2] in the version that leaves fsdp mixed_precision at DEFAULT, "
+                   "as both tables record; sweep.sh passes no --attn_impl), whose flash_attn_fn packs q, k and v "
+                   "with flash-attn's unpad_input and scatters the output back with pad_input in every layer; "
+                   "PyTorch eager (no torch.compile), the model's "
                    "default loss_fn fused_crossentropy (flash-attn's fused kernel); Composer (0.15, the version "
                    "llm-foundry 0.2.0 pins) evaluates the model's train metrics after every micro-batch's backward "
                    "pass (Trainer._eval_train_metrics), and MPT's are LanguageCrossEntropy and LanguagePerplexity, "
                    "each a torch.nn.CrossEntropyLoss over the full-vocabulary logits", "fa2", fusion="eager",
-                   cross_entropy="flash", train_metrics=2, fsdp="fsdp1"),
+                   cross_entropy="flash", train_metrics=2, fsdp="fsdp1", varlen_attention=True),
     SourceDefaults("torchtitan", r"torchtitan", None, False, True, 3, 4, "none", True,
                    "torchtitan: FSDP2 (reshard after forward, prefetch), mixed_precision_reduce = float32, "
                    "sequence parallelism inside its TP plan, PyTorch SDPA flash backend (FlashAttention-2); async TP "
