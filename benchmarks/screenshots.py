@@ -15,6 +15,7 @@ About 3 minutes on 2 cores.
 from __future__ import annotations
 
 import argparse
+import csv
 import shutil
 import sys
 import tempfile
@@ -86,11 +87,28 @@ def sweep_pictures(tmp: Path, quick: bool) -> None:
     run(scaling + ["--placements", "default"] * quick + ["-o", str(tmp / "scaling")])
     shutil.copy(tmp / "scaling" / "scaling.png", IMG / "scaling.png")
     shutil.copy(tmp / "scaling" / "sweep.csv", IMG.parent / "scaling-megatron-1t.csv")
+    print("  " + nvlink_gap(IMG.parent / "scaling-megatron-1t.csv"))
     params = PARAMS if not quick else [a if a != "0.25,0.5,1,2,4" else "0.5,1,2" for a in PARAMS]
     run(params + ["--placements", "default"] * quick + ["-o", str(tmp / "params")])
     for name in ("param-hbm_bandwidth.png", "param-nic_bandwidth.png"):
         shutil.copy(tmp / "params" / name, IMG / name)
     print("  wrote scaling.png, param-hbm_bandwidth.png, param-nic_bandwidth.png")
+
+
+def nvlink_gap(path: Path) -> str:
+    """The MFU points that an NVLink domain of 64 gains over one of 4, per GPU count, across the systems
+    (quoted in docs/REPORTS.md)."""
+    mfu: dict[tuple[str, int], dict[int, float]] = {}
+    with path.open() as f:
+        for row in csv.DictReader(f):
+            if row["feasible"] == "True":
+                mfu.setdefault((row["system"], int(row["gpus"])), {})[int(row["nvlink_domain"])] = float(row["mfu"])
+    gaps: dict[int, list[float]] = {}
+    for (_, gpus), by_domain in sorted(mfu.items()):
+        if 4 in by_domain and 64 in by_domain:
+            gaps.setdefault(gpus, []).append(100 * (by_domain[64] - by_domain[4]))
+    return "MFU gained by NVLink 64 over 4: " + ", ".join(
+        f"{min(g):.1f}-{max(g):.1f} points at {n} GPUs" for n, g in sorted(gaps.items()))
 
 
 def main() -> None:
