@@ -332,3 +332,12 @@ def test_varlen_attention_packs_and_unpacks_every_layer():
     assert (bwd.phase, bwd.nbytes) == ("bwd_x", 22 * th)
     assert [o.nbytes for o in varlen(Plan(varlen_attention=True, tp=2))] == [9 * th, 11 * th]
     assert varlen(Plan()) == []
+
+
+def test_qkv_split_backward_concatenates_the_gradients():
+    """torch.split's backward on the fused QKV output: a cat reading and writing 2 + 2 bytes per q, k, v element
+    (3·T·h for the MHA test GPT), backward only."""
+    model, th = gpt(), 2048 * 1024
+    (cat,) = [o for o in dense_layer(model, Plan(qkv_concat=True)) if o.name == "attn/qkv_concat"]
+    assert (cat.phase, cat.kind, cat.nbytes) == ("bwd_x", "memory", 4 * 3 * th)
+    assert not [o for o in dense_layer(model, Plan()) if o.name == "attn/qkv_concat"]

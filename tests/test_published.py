@@ -203,6 +203,7 @@ def test_mosaic_fsdp_record():
     assert p.train_metrics == 2  # Composer's per-micro-batch LanguageCrossEntropy + LanguagePerplexity
     assert p.fsdp == "fsdp1"  # PyTorch FSDP (FlatParameter) of 2023: its gradient preparation is costed
     assert p.varlen_attention  # MPT's attn_impl 'flash': flash-attn's unpad / pad copies in every layer
+    assert p.qkv_concat  # MPT splits its Wqkv output with qkv.split: the backward concatenates dq, dk, dv
     assert any(a.startswith("FSDP1 prepares") for a in case.assumptions)
     assert map_run(record()).plan.train_metrics == 0
     assert map_run(record()).plan.fsdp == "none" and not map_run(record()).plan.varlen_attention

@@ -61,6 +61,7 @@ class PlanBatch:
     train_metrics: int = 0
     fsdp: str = "none"
     varlen_attention: bool = False
+    qkv_concat: bool = False
     tensor_layout: str = "1d"
     cp_comm: str = "ring"
     strides: dict[str, np.ndarray] | None = None  # per axis; computed from the placements when not given

@@ -687,9 +687,9 @@ class Estimate:
                                                  "overlap_dp", "overlap_ep", "offload_optimizer",
                                                  "offload_activations", "offload_layers", "finetune", "lora_rank",
                                                  "lora_targets", "train_metrics", "fsdp", "cross_entropy",
-                                                 "attention_kernel", "flash_attention", "varlen_attention", "fusion",
-                                                 "expert_gemm", "fp8_scaling", "grad_bytes", "cp_comm",
-                                                 "summa_panels")}
+                                                 "attention_kernel", "flash_attention", "varlen_attention",
+                                                 "qkv_concat", "fusion", "expert_gemm", "fp8_scaling", "grad_bytes",
+                                                 "cp_comm", "summa_panels")}
             | {"placement": list(p.placement), "grad_accum": p.grad_accum},
             "step_time_s": self.step_time, "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_gpu": self.tokens_per_s / self.cluster.num_gpus,

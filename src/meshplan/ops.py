@@ -29,7 +29,8 @@ Sources:
 - Eager PyTorch (``plan.fusion = "eager"``) and PyTorch's cross-entropy (``plan.cross_entropy = "pytorch"``):
   the extra kernels of the unfused aten op sequences, counted kernel by kernel in ``EAGER`` below.
 - flash-attn's varlen interface (``plan.varlen_attention``): the gathers and scatters that pack the rows around
-  the kernel (``varlen_padding``).
+  the kernel (``varlen_padding``); a fused QKV projection split with torch.split (``plan.qkv_concat``): the
+  concatenation of the q, k, v gradients in the backward pass (``qkv_concat``).
 - PyTorch FSDP (``plan.fsdp``): the HBM traffic that prepares each micro-batch's gradients for their reduction
   (flat-gradient cat, reduce-dtype cast, pre-divide), read from torch/distributed/fsdp (``fsdp_grad_bytes``).
 """
@@ -573,6 +574,16 @@ def varlen_padding(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
             OpCost("attn/varlen", "bwd_x", "memory", 0.0, 3 * a * qkv + 2 * a * out)]  # zeros + scatter; gather
 
 
+def qkv_concat(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """The backward of torch.split on the fused QKV projection's output (``plan.qkv_concat``): autograd's
+    SplitWithSizesBackward concatenates the separate q, k and v gradients into one tensor, reading and writing
+    2 + 2 bytes per element of q, k and v (this GPU's heads)."""
+    if not plan.qkv_concat:
+        return []
+    qkv = d.tokens * (model.q_dim + 2 * model.kv_dim) / d.tp
+    return [OpCost("attn/qkv_concat", "bwd_x", "memory", 0.0, 2 * ACT_BYTES * qkv)]
+
+
 # ---- PyTorch FSDP: preparing each micro-batch's gradients for the reduce-scatter -------------------------------
 def fsdp_grad_bytes(plan: Plan) -> int:
     """HBM bytes per unsharded parameter that PyTorch FSDP reads and writes on the GPU, every micro-batch (FSDP
@@ -625,23 +636,29 @@ def layer_fsdp_grad(model: ModelSpec, plan: Plan, moe: bool) -> list[OpCost]:
     return fsdp_grad_prep("layer", params, plan)
 
 
+def stack_copies(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """The attention's copies that the stack's model code adds: flash-attn's varlen packing, the QKV split's
+    backward concatenation."""
+    return varlen_padding(model, plan, d) + qkv_concat(model, plan, d)
+
+
 def dense_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
     """One transformer layer with a dense MLP, one micro-batch, one GPU."""
     d = dims(model, plan)
     if plan.tensor_layout == "summa":
         from meshplan.ops2d import summa_layer
 
-        return lora(summa_layer(model, plan, d) + varlen_padding(model, plan, d)
+        return lora(summa_layer(model, plan, d) + stack_copies(model, plan, d)
                     + layer_fsdp_grad(model, plan, False), plan, d)
     return low_precision_casts(lora(attention_block(model, plan, d) + mlp_block(model, plan, d)
-                                    + eager_layer(model, plan, d) + varlen_padding(model, plan, d)
+                                    + eager_layer(model, plan, d) + stack_copies(model, plan, d)
                                     + layer_fsdp_grad(model, plan, False), plan, d), plan)
 
 
 def moe_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
     d = dims(model, plan)
     return low_precision_casts(lora(attention_block(model, plan, d) + moe_block(model, plan, d)
-                                    + eager_layer(model, plan, d, moe=True) + varlen_padding(model, plan, d)
+                                    + eager_layer(model, plan, d, moe=True) + stack_copies(model, plan, d)
                                     + layer_fsdp_grad(model, plan, True), plan, d), plan)
 
 

@@ -117,6 +117,12 @@ class Plan:
     # the query, key and value rows into packed tensors and pad_input scatters the output back, in every layer
     # (llm-foundry's MPT ``flash_attn_fn``); the HBM traffic of those copies (ops.varlen_padding)
     varlen_attention: bool = False
+    # autograd concatenates the query, key and value gradients back into the fused QKV projection's gradient:
+    # the model code splits that projection's output with torch.split (whose backward is a cat) and its attention
+    # returns separate gradients (llm-foundry's MPT: qkv.split after Wqkv); Megatron-Core splits with Transformer
+    # Engine's SplitAlongDim, free when the fused attention returns the gradients packed, and torchtitan / HF Llama
+    # project q, k and v separately (ops.qkv_concat)
+    qkv_concat: bool = False
     tensor_layout: str = "1d"
     summa_panels: int = 0  # SUMMA panels nb; 0 → max(tp, tp2)
     cp_comm: str = "ring"

@@ -40,6 +40,7 @@ class SourceDefaults:
     train_metrics: int = 0  # Plan.train_metrics: the trainer's per-micro-batch metric cross-entropies
     fsdp: str = "none"  # Plan.fsdp: the PyTorch FSDP implementation, where the stack shards with it (zero = 3)
     varlen_attention: bool = False  # Plan.varlen_attention: FlashAttention behind flash-attn's unpad / pad copies
+    qkv_concat: bool = False  # Plan.qkv_concat: the fused QKV output split with torch.split (backward: a cat)
 
 
 SOURCES: tuple[SourceDefaults, ...] = (
@@ -84,13 +85,15 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "attn_impl 'flash' (scripts/train/benchmarking/submit_benchmarks.py: --attn_impl defaults to "
                    "'flash' and installs .[gpu-flash2] in the version that leaves fsdp mixed_precision at DEFAULT, "
                    "as both tables record; sweep.sh passes no --attn_impl), whose flash_attn_fn packs q, k and v "
-                   "with flash-attn's unpad_input and scatters the output back with pad_input in every layer; "
+                   "with flash-attn's unpad_input and scatters the output back with pad_input in every layer, "
+                   "after splitting the fused Wqkv output with qkv.split (llmfoundry/models/layers/attention.py); "
                    "PyTorch eager (no torch.compile), the model's "
                    "default loss_fn fused_crossentropy (flash-attn's fused kernel); Composer (0.15, the version "
                    "llm-foundry 0.2.0 pins) evaluates the model's train metrics after every micro-batch's backward "
                    "pass (Trainer._eval_train_metrics), and MPT's are LanguageCrossEntropy and LanguagePerplexity, "
                    "each a torch.nn.CrossEntropyLoss over the full-vocabulary logits", "fa2", fusion="eager",
-                   cross_entropy="flash", train_metrics=2, fsdp="fsdp1", varlen_attention=True),
+                   cross_entropy="flash", train_metrics=2, fsdp="fsdp1", varlen_attention=True,
+                   qkv_concat=True),
     SourceDefaults("torchtitan", r"torchtitan", None, False, True, 3, 4, "none", True,
                    "torchtitan: FSDP2 (reshard after forward, prefetch), mixed_precision_reduce = float32, "
                    "sequence parallelism inside its TP plan, PyTorch SDPA flash backend (FlashAttention-2); async TP "

@@ -266,13 +266,16 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
                 finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets, train_metrics=src.train_metrics,
                 attention_kernel=src.attention_kernel, cross_entropy=src.cross_entropy, fusion=fusion,
                 expert_gemm=expert_gemm, fsdp=src.fsdp if zero != 1 else "none",
-                varlen_attention=src.varlen_attention and flash,
+                varlen_attention=src.varlen_attention and flash, qkv_concat=src.qkv_concat,
                 offload_activations=offload_layers > 0, offload_layers=offload_layers)
     notes.append(f"grad bytes {grad_bytes}, DP overlap {'on' if src.overlap_dp else 'off'}, "
                  f"{'flash' if flash else 'unfused'} attention")
     if plan.varlen_attention:
         notes.append(f"FlashAttention through flash-attn's unpad_input / pad_input copies in every layer ({src.name}; "
                      "ops.varlen_padding)")
+    if plan.qkv_concat:
+        notes.append(f"the q, k, v gradients concatenated back into the fused QKV projection's ({src.name}; "
+                     "ops.qkv_concat)")
     if plan.fsdp != "none":
         notes.append(f"{plan.fsdp.upper()} prepares each micro-batch's gradients for the reduce-scatter "
                      f"({src.name}; ops.fsdp_grad_bytes)")
