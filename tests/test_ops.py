@@ -321,7 +321,8 @@ def test_varlen_attention_packs_and_unpacks_every_layer():
     """flash-attn's unpad_input / pad_input around the kernel, per q, k, v element (q + 2·kv = 3h for MHA) and
     output element (h): forward gathers (2 + 2) and zero-fills + index_puts the output (2 + 2 + 2); backward
     zero-fills + scatters the q, k, v gradients (2 + 2 + 2) and gathers the output's (2 + 2). The test GPT (h = 1024,
-    T = 2048): forward 4·3·T·h + 6·T·h = 18·T·h bytes, backward 18·T·h + 4·T·h = 22·T·h; halved at tp = 2."""
+    T = 2048): forward 4·3·T·h + 6·T·h = 18·T·h bytes, backward 18·T·h + 4·T·h = 22·T·h; halved at tp = 2.
+    The forward also takes at least 24 host launches (roofline: launches × Efficiency.host_launch)."""
     model, th = gpt(), 2048 * 1024
 
     def varlen(plan):
@@ -330,6 +331,8 @@ def test_varlen_attention_packs_and_unpacks_every_layer():
     fwd, bwd = varlen(Plan(varlen_attention=True))
     assert (fwd.phase, fwd.kind, fwd.nbytes) == ("fwd", "memory", 18 * th)
     assert (bwd.phase, bwd.nbytes) == ("bwd_x", 22 * th)
+    # three unpad_input calls of 8 kernels each wait on the host after the synchronisations; the backward none
+    assert (fwd.launches, bwd.launches) == (24, 0.0)
     assert [o.nbytes for o in varlen(Plan(varlen_attention=True, tp=2))] == [9 * th, 11 * th]
     assert varlen(Plan()) == []
 
@@ -341,3 +344,14 @@ def test_qkv_split_backward_concatenates_the_gradients():
     (cat,) = [o for o in dense_layer(model, Plan(qkv_concat=True)) if o.name == "attn/qkv_concat"]
     assert (cat.phase, cat.kind, cat.nbytes) == ("bwd_x", "memory", 4 * 3 * th)
     assert not [o for o in dense_layer(model, Plan()) if o.name == "attn/qkv_concat"]
+
+
+def test_varlen_forward_waits_on_the_host_for_its_launches():
+    """A small micro-batch's unpad copies take less than 24 host launches of 35.4 µs: the op takes 0.85 ms."""
+    from meshplan.efficiency import DEFAULT
+    from meshplan.roofline import op_time
+
+    acc = load_system("h100").accelerator
+    (fwd,) = [o for o in dense_layer(gpt(seq=128), Plan(varlen_attention=True))
+              if o.name == "attn/varlen" and o.phase == "fwd"]
+    assert op_time(fwd, acc, "bf16", DEFAULT) == pytest.approx(24 * DEFAULT.host_launch)

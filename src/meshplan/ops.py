@@ -553,6 +553,9 @@ def lora(ops: list[OpCost], plan: Plan, d: Dims) -> list[OpCost]:
 
 
 # ---- flash-attn's variable-length interface: packing the rows around the kernel ---------------------------------
+UNPAD_KERNELS = 8  # kernels of one flash_attn.bert_padding.unpad_input call (varlen_padding)
+
+
 def varlen_padding(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     """The copies around a FlashAttention call through flash-attn's varlen interface (``plan.varlen_attention``;
     flash_attn/bert_padding.py, as llm-foundry's MPT ``flash_attn_fn`` uses it), per element of the query, key and
@@ -562,15 +565,20 @@ def varlen_padding(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     2, index_put read 2 + write 2);
     backward: the gather's gradient scatters into zeros (2 + 2 + 2 per q, k, v element) and the output's gradient
     is gathered back (2 + 2).
-    unpad_input also copies the tokens per sequence to the host (``.item()``, ``nonzero``) for each of q, k, v: the
-    host synchronisations this adds are not priced."""
+    Host: unpad_input reads the packed layout back to the host for each of q, k and v (``torch.nonzero`` needs its
+    output size, ``seqlens.max().item()`` the longest sequence), so from the layer's first synchronisation to the
+    FlashAttention call the GPU waits on the host for every kernel: ``UNPAD_KERNELS`` per call (the sum of the
+    mask, nonzero's count and select, max, cumsum, F.pad's fill and copy, the gather), three calls per layer. The
+    forward record takes at least that many host launches (``launches``, priced at ``Efficiency.host_launch`` as
+    the per-expert MoE path after its tokens-per-expert sync: roofline.op_time); the backward has no sync."""
     if not plan.varlen_attention:
         return []
     t = d.tp
     qkv = d.tokens * (model.q_dim + 2 * model.kv_dim) / t
     out = d.tokens * model.attn_out_dim / t
     a = ACT_BYTES
-    return [OpCost("attn/varlen", "fwd", "memory", 0.0, 2 * a * qkv + 3 * a * out),  # gather; zeros + index_put
+    return [OpCost("attn/varlen", "fwd", "memory", 0.0, 2 * a * qkv + 3 * a * out,  # gather; zeros + index_put
+                   launches=3 * UNPAD_KERNELS),
             OpCost("attn/varlen", "bwd_x", "memory", 0.0, 3 * a * qkv + 2 * a * out)]  # zeros + scatter; gather
 
 
