@@ -75,6 +75,8 @@ on the host: ``host_launch`` (fitted: 35 µs per kernel, on the fit half's MoE r
 kernel, including TE's per-expert ``torch.split`` / ``torch.empty`` calls (NVIDIA/TransformerEngine#1499). For scale,
 one TE Linear forward costs 100 µs of CPU on a Grace CPU against 37 µs for torch's (TransformerEngine#2053), and TE's
 fused CuTeDSL grouped MLP for 64 experts 1.2 ms of CPU forward and 2.1 ms backward on GB200 (TransformerEngine#2897).
+The same price applies wherever a host synchronisation leaves the GPU waiting for the kernels that follow it:
+flash-attn's ``unpad_input`` (``nonzero``, ``.item()``) before a varlen FlashAttention call (ops.varlen_padding).
 
 Sustained clocks: a part capped below the power its datasheet peak is rated at runs slower. Dynamic power
 ∝ f·V² and V ∝ f near the top of the curve, so P ∝ f³ and f = (P_cap / P_rated)^(1/3) (check: H100 NVL,
