@@ -270,14 +270,19 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]],
                        "Not priced: MPT's forward checks the attention mask for left padding on the host once per "
                        "micro-batch (modeling_mpt.py, attention_mask[:, 0].sum() != batch), and FSDP's "
                        "limit_all_gathers keeps the CPU at most two units ahead")
+    share = memory_share(r, rec, records)
+    if fast and MEMORY_LIMIT < share <= 1.0:
+        reasons.append(f"meshplan's peak memory for this run is {100 * share:.0f}% of the GPU's: PyTorch's caching "
+                       "allocator works at its limit there (a request that does not fit makes it free its cached "
+                       "blocks, synchronising the device, and retry), which meshplan does not price")
     if r.group.startswith("mosaic") and not reasons:
         reasons.append("PyTorch FSDP in eager mode (2023): the unfused element-wise kernels (Plan.fusion = eager), "
                        "flash-attn's cross-entropy, its unpad / pad copies around the attention kernel and the "
                        "host launches after unpad_input's synchronisations, the QKV split's backward copy, "
                        "Composer's two training-metric cross-entropies and FSDP1's gradient preparation "
                        "(flat-gradient cat, fp32 cast, pre-divide: 18 bytes per parameter) per micro-batch are "
-                       "counted; the rest of the gap has no documented cause (FSDP communication and memory "
-                       "pressure were checked)")
+                       f"counted; for the rest of the gap {NO_CAUSE} (FSDP communication and memory pressure were "
+                       "checked)")
     if not m.get("num_experts") and _low_precision(rec) and _family(rec) in ("B200", "GB200") and fast and context:
         bw, n_b = signed_bias(*context, "megatron_bridge", _family(rec), low=True)
         hop, n_h = signed_bias(*context, "megatron_bridge", "H100", low=True)
@@ -299,11 +304,6 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]],
                        "probabilities for the backward pass, which would not fit beside this layout's recompute "
                        "(layernorm and moe_act only), while a fused kernel would fit but price the step 50-70 % "
                        "faster than measured")
-    share = memory_share(r, rec, records)
-    if fast and MEMORY_LIMIT < share <= 1.0:
-        reasons.append(f"meshplan's peak memory for this run is {100 * share:.0f}% of the GPU's: PyTorch's caching "
-                       "allocator works at its limit there (a request that does not fit makes it free its cached "
-                       "blocks, synchronising the device, and retry), which meshplan does not price")
     unstated = [name for name, value in (("FFN size", m.get("ffn_hidden_size")),
                                          ("micro-batch size", p.get("micro_batch_size"))) if value is None]
     if unstated:
@@ -326,7 +326,7 @@ def memory_share(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]
         return 0.0
     try:
         capacity = map_run(fill_from_siblings(rec, records)).cluster.accelerator.hbm_bytes
-    except Skip:
+    except (Skip, ArithmeticError, LookupError, TypeError, ValueError):  # as run_validation: a record it misreads
         return 0.0
     return r.memory_predicted / capacity
 

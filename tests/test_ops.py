@@ -333,6 +333,8 @@ def test_varlen_attention_packs_and_unpacks_every_layer():
     assert (bwd.phase, bwd.nbytes) == ("bwd_x", 22 * th)
     # three unpad_input calls of 8 kernels each wait on the host after the synchronisations; the backward none
     assert (fwd.launches, bwd.launches) == (24, 0.0)
+    # FlashAttention's packed output is kept beside the padded copy the output projection saves: 2 bytes per element
+    assert (fwd.saved, bwd.saved) == (2 * th, 0.0)
     assert [o.nbytes for o in varlen(Plan(varlen_attention=True, tp=2))] == [9 * th, 11 * th]
     assert varlen(Plan()) == []
 
@@ -344,6 +346,9 @@ def test_qkv_split_backward_concatenates_the_gradients():
     (cat,) = [o for o in dense_layer(model, Plan(qkv_concat=True)) if o.name == "attn/qkv_concat"]
     assert (cat.phase, cat.kind, cat.nbytes) == ("bwd_x", "memory", 4 * 3 * th)
     assert not [o for o in dense_layer(model, Plan()) if o.name == "attn/qkv_concat"]
+    # MLA projects queries and keys/values through separate low-rank paths: nothing to concatenate
+    assert not [o for o in moe_layer(load_model("deepseek-v3"), Plan(qkv_concat=True, ep=8))
+                if o.name == "attn/qkv_concat"]
 
 
 def test_varlen_forward_waits_on_the_host_for_its_launches():

@@ -220,6 +220,22 @@ def qkv_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     return ops
 
 
+def head_dims(model: ModelSpec) -> tuple[int, int]:
+    """(query/key, value) head dimensions (MLA: d_nope + d_rope and d_v)."""
+    if model.is_mla:
+        return model.qk_nope_head_dim + model.qk_rope_head_dim, model.v_head_dim
+    return model.head_dim, model.head_dim
+
+
+def attention_elems(model: ModelSpec, d: Dims) -> tuple[Num, Num]:
+    """Elements of this GPU's queries, keys and values together, and of the attention output: T·(A/t·d_qk +
+    K/t·(d_qk + d_v)) and T·A/t·d_v (MLA: a key and a value per query head)."""
+    heads = model.num_heads / d.tp
+    kv_heads = heads if model.is_mla else model.num_kv_heads / d.tp
+    d_qk, d_v = head_dims(model)
+    return d.tokens * (heads * d_qk + kv_heads * (d_qk + d_v)), d.tokens * heads * d_v
+
+
 def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     """softmax(Q·Kᵀ/√d)·V for A/t heads, T queries against s keys, causal.
 
@@ -229,16 +245,10 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     (as²b) and dropout output (2as²b); FlashAttention stores the log-sum-exp instead (4 bytes per row).
     """
     a = ACT_BYTES
-    heads = model.num_heads / d.tp
-    if model.is_mla:
-        d_qk, d_v, kv_heads = model.qk_nope_head_dim + model.qk_rope_head_dim, model.v_head_dim, heads
-    else:
-        d_qk = d_v = model.head_dim
-        kv_heads = model.num_kv_heads / d.tp
+    heads, d_qk, d_v = model.num_heads / d.tp, *head_dims(model)
     T, s = d.tokens, d.seq
     full = 2.0 * T * s * heads * (d_qk + d_v)
-    qkv_elems = T * (heads * d_qk + kv_heads * (d_qk + d_v))
-    out_elems = T * heads * d_v
+    qkv_elems, out_elems = attention_elems(model, d)
     saved_qkv = qkv_elems * a
     if plan.flash_attention:
         flops = full / 2 if model.causal else full
@@ -565,6 +575,8 @@ def varlen_padding(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     2, index_put read 2 + write 2);
     backward: the gather's gradient scatters into zeros (2 + 2 + 2 per q, k, v element) and the output's gradient
     is gathered back (2 + 2).
+    Saved: FlashAttention keeps its packed output for the backward pass, and the output projection keeps the padded
+    copy pad_input made: 2 bytes per output element more than the unpacked path.
     Host: unpad_input reads the packed layout back to the host for each of q, k and v (``torch.nonzero`` needs its
     output size, ``seqlens.max().item()`` the longest sequence), so from the layer's first synchronisation to the
     FlashAttention call the GPU waits on the host for every kernel: ``UNPAD_KERNELS`` per call (the sum of the
@@ -573,22 +585,20 @@ def varlen_padding(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     the per-expert MoE path after its tokens-per-expert sync: roofline.op_time); the backward has no sync."""
     if not plan.varlen_attention:
         return []
-    t = d.tp
-    qkv = d.tokens * (model.q_dim + 2 * model.kv_dim) / t
-    out = d.tokens * model.attn_out_dim / t
+    qkv, out = attention_elems(model, d)
     a = ACT_BYTES
     return [OpCost("attn/varlen", "fwd", "memory", 0.0, 2 * a * qkv + 3 * a * out,  # gather; zeros + index_put
-                   launches=3 * UNPAD_KERNELS),
+                   a * out, launches=3 * UNPAD_KERNELS),
             OpCost("attn/varlen", "bwd_x", "memory", 0.0, 3 * a * qkv + 2 * a * out)]  # zeros + scatter; gather
 
 
 def qkv_concat(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     """The backward of torch.split on the fused QKV projection's output (``plan.qkv_concat``): autograd's
     SplitWithSizesBackward concatenates the separate q, k and v gradients into one tensor, reading and writing
-    2 + 2 bytes per element of q, k and v (this GPU's heads)."""
-    if not plan.qkv_concat:
+    2 + 2 bytes per element of q, k and v (this GPU's heads). MLA has no fused QKV projection to split."""
+    if not plan.qkv_concat or model.is_mla:
         return []
-    qkv = d.tokens * (model.q_dim + 2 * model.kv_dim) / d.tp
+    qkv, _ = attention_elems(model, d)
     return [OpCost("attn/qkv_concat", "bwd_x", "memory", 0.0, 2 * ACT_BYTES * qkv)]
 
 
