@@ -531,3 +531,17 @@ def test_recompute_hfu_table_compares_like_with_like():
                RunResult(id="c", group="m", error=0.0)]
     lines = acc.recompute_hfu(results, records)
     assert lines[-1] == "| H100 80GB | MPT-13b | 60.0% (20,480) | 40.0% (4,096) | 1.50 | 1.08 |"
+
+
+def test_a100_of_unstated_memory_is_dated_by_its_source():
+    """The A100 80GB was announced in November 2020: a 2020 source's A100 is the 40 GB part (1,555 GB/s HBM2);
+    a later one keeps the 80 GB assumption, and a stated size is taken as stated."""
+    a100 = {"gpu": "A100 (DGX-A100)", "num_gpus": 64, "gpus_per_node": 8}
+    old = map_run(record(source="Megatron-LM README (Sep 2020) weak-scaling tables", precision="bf16",
+                         hardware=a100))
+    assert old.cluster.accelerator.name == "A100 SXM4 40GB"
+    assert any(a.startswith("A100 40 GB: the source dates from 2020") for a in old.assumptions)
+    later = map_run(record(source="Narayanan et al. 2021", precision="bf16", hardware=a100))
+    assert later.cluster.accelerator.name == "A100 SXM4 80GB"
+    stated = map_run(record(source="a 2020 table", precision="bf16", hardware=a100 | {"gpu": "A100 80GB"}))
+    assert stated.cluster.accelerator.name == "A100 SXM4 80GB"

@@ -599,6 +599,24 @@ def pick_metric(record: dict[str, Any]) -> tuple[str, float, str]:
     raise Skip("no comparable measurement" + (f" (only {', '.join(stated)})" if stated else ": all values null"))
 
 
+# The A100 80GB was announced on 16 November 2020 (NVIDIA press release "NVIDIA Doubles Down: Announces A100 80GB
+# GPU", SC20); a source from 2020 or earlier that does not state the memory ran the 40 GB part (DGX A100 320GB).
+A100_80GB_FROM = 2021  # the first year a source can have run the 80 GB part all year
+
+
+def _dated_a100(record: dict[str, Any], hw: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The 40 GB A100 for an unstated memory size when the source (its ``source`` / ``framework`` text) dates from
+    before the 80 GB part."""
+    gpu = str(hw.get("gpu") or "")
+    if not re.search(r"A100", gpu, re.I) or re.search(r"\d+\s*GB", gpu, re.I):
+        return hw, ""
+    years = [int(y) for y in re.findall(r"\b(20[12]\d)\b", f"{record.get('source', '')} {record.get('framework', '')}")]
+    if not years or max(years) >= A100_80GB_FROM:
+        return hw, ""
+    return hw | {"gpu": f"{gpu} 40GB"}, (f"A100 40 GB: the source dates from {max(years)}, before the 80 GB part "
+                                         "(announced November 2020)")
+
+
 def _gpu_count(record: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """The hardware section with ``num_gpus``: as recorded, else nodes × GPUs per node, else the product of the
     stated parallel sizes (dp·tp·pp·cp)."""
@@ -631,8 +649,9 @@ def map_run(record: dict[str, Any]) -> Case:
     metric, value, basis = pick_metric(record)
     model, notes = map_model(m)
     hardware, count_note = _gpu_count(record)
+    hardware, dated_note = _dated_a100(record, hardware)
     cluster, hw_notes = map_cluster(hardware)
-    hw_notes += [count_note] if count_note else []
+    hw_notes += [note for note in (count_note, dated_note) if note]
     plan, plan_notes = map_plan(record, model, cluster)
     notes += hw_notes + plan_notes
     if "mtp" in record["id"].lower() and "withoutmtp" not in record["id"].lower():
