@@ -164,8 +164,8 @@ def recompute_hfu(results: list[RunResult], records: list[dict[str, Any]], group
 # ---- explanations for the worst runs ------------------------------------------------------------------------
 def config_key(rec: dict[str, Any]) -> tuple:
     p, m, h = rec.get("parallel") or {}, rec.get("model") or {}, rec.get("hardware") or {}
-    return (m.get("name"), h.get("gpu"), h.get("num_gpus"), str(rec.get("precision"))[:5], rec.get("task"),
-            *(p.get(k) for k in ("tp", "pp", "cp", "ep", "vp", "micro_batch_size")))
+    return (m.get("name"), m.get("seq_length"), h.get("gpu"), h.get("num_gpus"), str(rec.get("precision"))[:5],
+            rec.get("task"), *(p.get(k) for k in ("tp", "pp", "cp", "ep", "vp", "micro_batch_size")))
 
 
 def release_spread(rec: dict[str, Any], records: list[dict[str, Any]]) -> str:
