@@ -569,7 +569,7 @@ UNPAD_KERNELS = 8  # kernels of one flash_attn.bert_padding.unpad_input call (va
 def varlen_padding(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     """The copies around a FlashAttention call through flash-attn's varlen interface (``plan.varlen_attention``;
     flash_attn/bert_padding.py, as llm-foundry's MPT ``flash_attn_fn`` uses it), per element of the query, key and
-    value (q + 2·kv, this GPU's heads) and of the output (q):
+    value and of the output (``attention_elems``, this GPU's heads):
     forward: ``unpad_input`` gathers each of q, k, v into packed rows (``IndexFirstAxis``: torch.gather, read 2 +
     write 2) and ``pad_input`` scatters the output into a zero-filled padded tensor (``IndexPutFirstAxis``: zeros
     2, index_put read 2 + write 2);
@@ -606,8 +606,8 @@ def qkv_concat(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
 def fsdp_grad_bytes(plan: Plan) -> int:
     """HBM bytes per unsharded parameter that PyTorch FSDP reads and writes on the GPU, every micro-batch (FSDP
     reduces the gradients after each backward pass unless ``no_sync``), to turn the weight gradients into the
-    reduction's input (g = ``plan.grad_bytes``, the reduce dtype; the weights
-    and their gradients are bf16 under FSDP's mixed precision). The weight-gradient GEMMs' own write is in ``gemm``.
+    reduction's input (g = ``plan.grad_bytes``, the reduce dtype; the weights and their gradients are bf16 under
+    FSDP's mixed precision). The weight-gradient GEMMs' own write is in ``gemm``.
 
     ``fsdp1`` (FlatParameter FSDP, torch/distributed/fsdp, PyTorch 1.13-2.x): the unit's weights are views of one
     flat parameter, so autograd assembles its gradient by concatenating the weight gradients (the backward of the
