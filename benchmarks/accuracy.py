@@ -151,9 +151,11 @@ def recompute_hfu(results: list[RunResult], records: list[dict[str, Any]], group
            f"at sequences up to {max_seq:,} (GEMM-dominated) with full activation recompute and without, from the "
            "source's table, for the models it ran both ways there. Per FLOP executed, the runs without recompute "
            f"are {min(measured):.2f}-{max(measured):.2f}x slower as measured and {min(predicted):.2f}-"
-           f"{max(predicted):.2f}x in meshplan, whose kernel rates see only the smaller GEMMs and the FSDP traffic "
-           "of their fewer tokens per micro-batch. With the per-micro-batch gap of the worst-runs table below, the "
-           "rest points at a per-micro-batch cost of that stack that is not FLOPs, not at a GEMM or attention rate.",
+           f"{max(predicted):.2f}x in meshplan, which prices the smaller GEMMs of their fewer tokens per micro-batch "
+           "and the stack's per-micro-batch costs (FSDP's gradient preparation and traffic, the varlen attention's "
+           "host launches, the training-metric cross-entropies). With the per-micro-batch gap of the worst-runs "
+           "table below, the rest points at a per-micro-batch cost of that stack that is not FLOPs, not at a GEMM "
+           "or attention rate.",
            "", "| GPU | model | HFU, full recompute (tokens / micro-batch) | HFU, no recompute (tokens / "
            "micro-batch) | ratio measured | ratio meshplan |", "|---|---|---:|---:|---:|---:|"]
     out += [f"| {gpu} | {name} | {full[0]:.1f}% ({full[1]:,}) | {none[0]:.1f}% ({none[1]:,}) | {m:.2f} | {q:.2f} |"
