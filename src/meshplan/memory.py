@@ -68,19 +68,24 @@ def moe_fraction(model: ModelSpec) -> float:
     return model.num_moe_layers / model.num_layers
 
 
-def layer_params(model: ModelSpec, plan: Plan) -> StageParams:
-    """Average parameters per layer on one GPU: dense parts split t-ways (t·t2 on a SUMMA grid), experts
-    split ep·etp-ways."""
+def kind_params(model: ModelSpec, plan: Plan, moe: bool) -> StageParams:
+    """Parameters of one dense or one MoE layer on one GPU: attention, norms and the dense MLP (a MoE layer: the
+    router and shared experts) split t-ways (t·t2 on a SUMMA grid), a MoE layer's experts split ep·etp-ways."""
     t = plan.tp * plan.tp2
     attn_and_norms = model.attention_params() + 2 * model.norm_params(model.hidden_size)
-    dense_mlp = model.mlp_params(model.ffn_hidden_size)
-    f = moe_fraction(model)
-    if not model.is_moe:
-        return StageParams(dense=(attn_and_norms + dense_mlp) / t, expert=0.0)
+    if not moe:
+        return StageParams(dense=(attn_and_norms + model.mlp_params(model.ffn_hidden_size)) / t, expert=0.0)
     experts = model.num_experts * model.mlp_params(model.moe_ffn_hidden_size)
-    router_shared = model.moe_params() - experts
-    dense = (attn_and_norms + (1 - f) * dense_mlp + f * router_shared) / t
-    return StageParams(dense=dense, expert=f * experts / (plan.ep * plan.etp))
+    return StageParams(dense=(attn_and_norms + model.moe_params() - experts) / t, expert=experts / (plan.ep * plan.etp))
+
+
+def layer_params(model: ModelSpec, plan: Plan) -> StageParams:
+    """Average parameters per layer on one GPU: ``kind_params`` weighted by the share of MoE layers."""
+    dense = kind_params(model, plan, False)
+    if not model.is_moe:
+        return dense
+    f, moe = moe_fraction(model), kind_params(model, plan, True)
+    return StageParams(dense=(1 - f) * dense.dense + f * moe.dense, expert=f * moe.expert)
 
 
 def qkv_linears(model: ModelSpec) -> list[tuple[int, int]]:

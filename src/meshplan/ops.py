@@ -40,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from meshplan.comm import Collective
+from meshplan.memory import kind_params
 from meshplan.model import ModelSpec
 from meshplan.plan import Plan
 from meshplan.xp import Num
@@ -640,18 +641,11 @@ def fsdp_grad_prep(name: str, params: Num, plan: Plan) -> list[OpCost]:
 
 
 def layer_fsdp_grad(model: ModelSpec, plan: Plan, moe: bool) -> list[OpCost]:
-    """``fsdp_grad_prep`` over one layer's parameters on this GPU: attention and norms split t-ways (t·t2 on a
-    SUMMA grid) and the dense MLP, or for a MoE layer the router and shared experts split t-ways and its experts
-    ep·etp-ways."""
+    """``fsdp_grad_prep`` over one layer's parameters on this GPU (``memory.kind_params``: a MoE layer with its
+    local experts)."""
     if plan.fsdp == "none":
         return []
-    t = plan.tp * plan.tp2
-    common = model.attention_params() + 2 * model.norm_params(model.hidden_size)
-    if not moe:
-        return fsdp_grad_prep("layer", (common + model.mlp_params(model.ffn_hidden_size)) / t, plan)
-    experts = model.num_experts * model.mlp_params(model.moe_ffn_hidden_size)
-    params = (common + model.moe_params() - experts) / t + experts / (plan.ep * plan.etp)
-    return fsdp_grad_prep("layer", params, plan)
+    return fsdp_grad_prep("layer", kind_params(model, plan, moe).total, plan)
 
 
 def stack_copies(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:

@@ -256,8 +256,6 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     if str(p.get("mp_mode") or "").upper() == "PURE":  # Composer FSDP mixed_precision PURE: bf16 reduce
         grad_bytes = 2
     flash, fusion = _kernels(record, model, src, notes)
-    # FSDP reduces (and so prepares) the gradients every micro-batch; torchtitan's FSDP2 under pipeline parallelism
-    # (mapped to ZeRO-1 above) only on the last one, once per step: not charged
     overlap_ep, expert_gemm, offload_layers = _recipe_settings(record, model, ep, notes)
     plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sequence_parallel=sp, micro_batch=mbs,
                 global_batch=gbs, zero=zero, recompute=recompute, recompute_layers=layers, precision=precision,
@@ -265,6 +263,8 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
                 overlap_dp=src.overlap_dp, overlap_ep=overlap_ep, flash_attention=flash, fp8_scaling=fp8_scaling,
                 finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets, train_metrics=src.train_metrics,
                 attention_kernel=src.attention_kernel, cross_entropy=src.cross_entropy, fusion=fusion,
+                # FSDP prepares the gradients every micro-batch; torchtitan's FSDP2 under pipeline parallelism
+                # (ZeRO-1 above) reduces them once per step, on the last micro-batch: not charged
                 expert_gemm=expert_gemm, fsdp=src.fsdp if zero != 1 else "none",
                 varlen_attention=src.varlen_attention and flash, qkv_concat=src.qkv_concat,
                 offload_activations=offload_layers > 0, offload_layers=offload_layers)
