@@ -11,7 +11,7 @@ from meshplan.estimate import attention_flops_per_token, matmul_params, model_fl
 from meshplan.hardware import load_system
 from meshplan.model import ModelSpec, load_model
 from meshplan.ops import ACT_BYTES, dense_layer, embedding_ops, head_ops, linear_2d, moe_layer
-from meshplan.plan import Plan, check
+from meshplan.plan import Plan, check, fsdp_has_zero
 
 
 def _flops(ops, phase=None, kind=None):
@@ -298,6 +298,9 @@ def test_fsdp_gradient_preparation_bytes_per_parameter():
     assert check(model, None, Plan(zero=3, fsdp="ddp")) == ["fsdp='ddp' must be one of none, fsdp1, fsdp2"]
     assert check(model, None, Plan(zero=1, fsdp="fsdp2")) == [
         "fsdp=fsdp2 has no ZeRO-1 strategy (NO_SHARD is zero=0, SHARD_GRAD_OP 2, FULL_SHARD 3)"]
+    # the one rule check, the search space and the CLI's zero grid share
+    assert [z for z in range(4) if fsdp_has_zero("fsdp1", z)] == [0, 2, 3]
+    assert [z for z in range(4) if fsdp_has_zero("none", z)] == [0, 1, 2, 3]
     # a SUMMA layer pays it too, split over its tp x tp2 grid
     (summa,) = [o for o in dense_layer(model, Plan(zero=3, fsdp="fsdp1", grad_bytes=4, tp=2, tp2=2,
                                                    tensor_layout="summa")) if o.name == "layer/fsdp_grad"]

@@ -91,6 +91,9 @@ def test_json_output_has_the_documented_keys():
     run = out["runs"][0]
     assert {"id", "predicted", "measured", "error"} <= set(run)
     assert run["error"] == pytest.approx(run["predicted"] / run["measured"] - 1)
+    # Korthikanti 2022 ran A100-SXM4-80GB parts: the a100 preset's 81920 MiB is what the memory must fit in
+    assert run["memory_capacity_bytes"] == 81920 * 2**20
+    assert run["fits"] == (run["memory_predicted_bytes"] <= run["memory_capacity_bytes"])
 
 
 # ---- the mapping --------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import sys
 import click
 
 from meshplan.errors import MeshplanError, SpecError
-from meshplan.plan import EXPERT_GEMM, FP8_SCALING, FSDP, LORA_TARGETS, PRECISION
+from meshplan.plan import EXPERT_GEMM, FP8_SCALING, FSDP, LORA_TARGETS, PRECISION, fsdp_has_zero
 
 DEFAULT_BATCH_TOKENS = 4 * 2**20  # default global batch ≈ 4M tokens (GPT-3: 3.2M; Llama 2: 4M)
 
@@ -214,7 +214,7 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
     for name, value in (("top", top_k), ("max-micro-batch", max_micro_batch)):
         if value < 1:
             raise SpecError(f"{name}={value} must be a positive integer")
-    zeros = tuple(int(z) for z in _choices(zero_opts, ("0", "1", "2", "3"), "zero") if fsdp == "none" or z != "1")
+    zeros = tuple(z for z in map(int, _choices(zero_opts, ("0", "1", "2", "3"), "zero")) if fsdp_has_zero(fsdp, z))
     if not zeros:
         raise SpecError(f"zero={zero_opts} leaves no stage for fsdp={fsdp} (FSDP has no ZeRO-1)")
     recomputes = _choices(recompute_opts, ("none", "selective", "full"), "recompute")

@@ -44,6 +44,12 @@ EXPERT_GEMM = ("per_expert", "grouped")
 FSDP = ("none", "fsdp1", "fsdp2")
 
 
+def fsdp_has_zero(fsdp: str, zero: int) -> bool:
+    """Whether PyTorch FSDP implements this ZeRO stage: NO_SHARD is 0, SHARD_GRAD_OP 2, FULL_SHARD 3; it has no
+    stage that shards only the optimizer state (1). Without FSDP every stage is available."""
+    return fsdp == "none" or zero != 1
+
+
 @dataclass(frozen=True, kw_only=True)
 class Plan:
     """A parallel configuration. Defaults are the plain data-parallel run."""
@@ -341,7 +347,7 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> lis
         reasons.append(f"train_metrics={plan.train_metrics!r} must be a non-negative integer")
     if plan.fsdp not in FSDP:
         reasons.append(f"fsdp={plan.fsdp!r} must be one of {', '.join(FSDP)}")
-    elif plan.fsdp != "none" and plan.zero == 1:
+    elif not fsdp_has_zero(plan.fsdp, plan.zero):
         reasons.append(f"fsdp={plan.fsdp} has no ZeRO-1 strategy (NO_SHARD is zero=0, SHARD_GRAD_OP 2, FULL_SHARD 3)")
     if plan.lora_targets not in LORA_TARGETS:
         reasons.append(f"lora_targets={plan.lora_targets!r} must be one of {', '.join(LORA_TARGETS)}")

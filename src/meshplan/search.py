@@ -54,7 +54,7 @@ from meshplan.estimate import (
 from meshplan.hardware import Cluster
 from meshplan.memory import layers_on_stage, model_states, stage_params
 from meshplan.model import ModelSpec
-from meshplan.plan import DENSE_AXES, LAYOUTS, Plan
+from meshplan.plan import DENSE_AXES, LAYOUTS, Plan, fsdp_has_zero
 from meshplan.units import fmt_bytes
 from meshplan.xp import where
 
@@ -89,7 +89,7 @@ class Space:
     fsdp: str = "none"  # Plan.fsdp: data parallelism by PyTorch FSDP (its per-micro-batch gradient preparation)
 
     def __post_init__(self) -> None:
-        if self.fsdp != "none" and 1 in self.zero:
+        if not all(fsdp_has_zero(self.fsdp, z) for z in self.zero):
             raise ValueError(f"fsdp={self.fsdp} has no ZeRO-1 strategy: search zero in 0, 2, 3")
 
     @property

@@ -700,6 +700,7 @@ class RunResult:
     memory_predicted: float | None = None
     memory_measured: float | None = None
     memory_error: float | None = None
+    memory_capacity: float | None = None  # bytes of the GPU's memory, what ``memory_predicted`` must fit in
     fits: bool = True
     in_fit_set: bool = False
 
@@ -710,7 +711,8 @@ class RunResult:
         return d | {"metric": self.metric, "predicted": self.predicted, "measured": self.measured,
                     "error": self.error, "step_time_s": self.step_time, "breakdown_s": self.breakdown,
                     "memory_predicted_bytes": self.memory_predicted, "memory_measured_bytes": self.memory_measured,
-                    "memory_error": self.memory_error, "fits": self.fits, "assumptions": list(self.assumptions)}
+                    "memory_capacity_bytes": self.memory_capacity, "memory_error": self.memory_error,
+                    "fits": self.fits, "assumptions": list(self.assumptions)}
 
 
 def evaluate_case(case: Case, eff: Efficiency = DEFAULT) -> RunResult:
@@ -721,7 +723,8 @@ def evaluate_case(case: Case, eff: Efficiency = DEFAULT) -> RunResult:
     result = RunResult(id=case.id, group=case.group, metric=case.metric, predicted=predicted,
                        measured=case.measured, error=predicted / case.measured - 1, assumptions=case.assumptions,
                        step_time=est.step_time, breakdown=dict(est.breakdown), memory_predicted=est.peak_memory,
-                       fits=est.fits, in_fit_set=in_fit_set(case.id))
+                       memory_capacity=case.cluster.accelerator.hbm_bytes, fits=est.fits,
+                       in_fit_set=in_fit_set(case.id))
     if case.measured_memory:
         result.memory_measured = case.measured_memory
         result.memory_error = est.peak_memory / case.measured_memory - 1
