@@ -536,6 +536,28 @@ def test_recompute_hfu_table_compares_like_with_like():
     assert lines[-1] == "| H100 80GB | MPT-13b | 60.0% (20,480) | 40.0% (4,096) | 1.50 | 1.08 |"
 
 
+def test_release_floor_counts_what_one_prediction_per_configuration_must_miss():
+    """One configuration measured at 100, 110 and 130 tokens/s/GPU in three releases: a prediction p is within
+    ±12 % of x when x·0.88 ≤ p ≤ x·1.12, windows [88, 112], [96.8, 123.2], [114.4, 145.6]; at most two overlap, so
+    one run must miss. Within ±25 % the windows [75, 125], [82.5, 137.5], [97.5, 162.5] share [97.5, 125]: none
+    must. The same configuration twice in one group is a stack variant, not a release, and is left out."""
+    acc = _accuracy_script()
+    assert acc.most_within([100.0, 110.0, 130.0], 0.12) == 2
+    assert acc.most_within([100.0, 110.0, 130.0], 0.25) == 3
+
+    def rec(rid, value):
+        return {"id": rid, "model": {"name": "m", "seq_length": 8192}, "hardware": {"gpu": "H100", "num_gpus": 8},
+                "precision": "fp8", "task": "pretrain", "parallel": {"tp": 1},
+                "measured": {"tokens_per_s_per_gpu": value}}
+
+    by_id = {r["id"]: r for r in (rec("a", 100.0), rec("b", 110.0), rec("c", 130.0), rec("d", 100.0), rec("e", 90.0))}
+    results = [RunResult(id=i, group=g, error=0.0) for i, g in
+               (("a", "bridge_1"), ("b", "bridge_2"), ("c", "bridge_3"))]
+    assert [[r.id for r, _ in g] for g in acc.repeated_configurations(results, by_id)] == [["a", "b", "c"]]
+    variants = [RunResult(id="d", group="titan", error=0.0), RunResult(id="e", group="titan", error=0.0)]
+    assert acc.repeated_configurations(variants, by_id) == []
+
+
 def test_a100_of_unstated_memory_is_dated_by_its_source():
     """The A100 80GB was announced in November 2020: a 2020 source's A100 is the 40 GB part (1,555 GB/s HBM2);
     a later one keeps the 80 GB assumption, and a stated size is taken as stated."""
