@@ -24,7 +24,7 @@ of S (one tile per SM at a time), so the last, partial wave idles SMs. The libra
 that wastes least; for a tile t_m×t_n:
     quantization(t) = m·n / (⌈⌈m/t_m⌉·⌈n/t_n⌉ / S⌉ · S · t_m · t_n)
     efficiency      = gemm · MAMF(precision) · f · max_t quantization(t) · k / (k + k_0)
-``gemm`` (fitted: 0.86) is what a training step's GEMMs keep of the isolated benchmark's rate: the HBM and
+``gemm`` (fitted: 0.87) is what a training step's GEMMs keep of the isolated benchmark's rate: the HBM and
 NVLink traffic of a real step draws from the same power budget, and a benchmark's short bursts run cooler
 than hours of training.
 The k / (k + k_0) factor is the fixed per-tile cost (pipeline prologue, epilogue writing C) amortised over the
@@ -43,15 +43,21 @@ runs d = 64 at 497 against 648 TFLOP/s at d = 128 (0.767×, ``attention_d0`` = 5
 (0.876×, ``attention_d0_fa2`` = 21.2), since (1 + d_0/128)·64/(64 + d_0) = r gives d_0 = 128(1 − r)/(2r − 1). The FA2
 figure is an H100 measurement applied to FA2 on every GPU (A100 included), where FA2's own paper plots no d = 64 / 128
 pair at equal sequence length. (Fitted, d_0 wandered from 32 to 51 along a flat valley of the objective.) With a
-causal mask the diagonal blocks are computed whole, executing (1 + B_attn/s) × the useful half. The backward pass
-(five GEMMs, dS computed in fp32) runs at ``attention_bwd`` × the forward rate (FA2 Fig. 5 vs Fig. 4, FA3 Fig. 6 vs
-Fig. 5: ≈ 0.8). The attention kernel's matmuls run on the same tensor cores under the same clock and power limits as
-the GEMMs, so its rate is a fraction of the GPU's best-shape 16-bit GEMM rate (MAMF × sustained clock, as for GEMMs),
-not of the datasheet peak: ``attention`` (fitted: 0.51 of that rate at d = 128, forward, i.e. 0.41 of the H100's and
-0.44 of the A100's datasheet peak) sits below the kernels' own benchmarks (FA3: 0.6–0.75 of peak; FA2 on A100:
-0.5–0.7) because in a training step the kernel also pays for the QKV layout transposes and the softmax statistics
-around it. A stack that runs FlashAttention-2-class kernels on Hopper or Blackwell (``Plan.attention_kernel = "fa2"``)
-gets ``fa2_on_async`` = 0.52 of that (PyTorch SDPA's FA2 backend vs cuDNN on an H100, pytorch/pytorch#142132).
+causal mask the diagonal blocks are computed whole, executing (1 + B_attn/s) × the useful half. Each query tile
+also pays a fixed prologue and epilogue (load Q; rescale and write O and the log-sum-exp) worth L_0 keys of its
+loop over the a = s/2 keys it visits (s without the mask), so the kernel keeps a/(a + L_0) of its long-sequence
+rate; ``attention_l0`` = 524 (cuDNN / FA3 class) and ``attention_l0_fa2`` = 271 are least-squares fits of that
+form to NVIDIA's cuDNN SDPA training benchmark on a GB200 (cudnn-frontend benchmark/sdpa_benchmark_training,
+cuDNN 9.17 and PyTorch's FlashAttention-2, Llama-3.1-405B heads, 4k-32k keys; benchmarks/attention_l0.py), applied
+on every GPU as d_0 is. The backward pass (five GEMMs, dS computed in fp32) runs at ``attention_bwd`` × the forward
+rate (FA2 Fig. 5 vs Fig. 4, FA3 Fig. 6 vs Fig. 5: ≈ 0.8). The attention kernel's matmuls run on the same tensor cores
+under the same clock and power limits as the GEMMs, so its rate is a fraction of the GPU's best-shape 16-bit GEMM rate
+(MAMF × sustained clock, as for GEMMs), not of the datasheet peak: ``attention`` (fitted: 0.51 of that rate at d =
+128, forward, long sequences, i.e. 0.41 of the H100's and 0.44 of the A100's datasheet peak) sits below the kernels'
+own benchmarks (FA3: 0.6–0.75 of peak; FA2 on A100: 0.5–0.7) because in a training step the kernel also pays for the
+QKV layout transposes and the softmax statistics around it. A stack that runs FlashAttention-2-class kernels on Hopper
+or Blackwell (``Plan.attention_kernel = "fa2"``) gets ``fa2_on_async`` = 0.52 of that (PyTorch SDPA's FA2 backend vs
+cuDNN on an H100, pytorch/pytorch#142132).
 
 Memory-bound kernels stream at ``memory`` × HBM peak (STREAM-like copies reach 85–93 % on A100/H100).
 
@@ -71,7 +77,7 @@ arXiv 2507.03114). For scale, DeepSeek-V3 gives communication 20 of an H800's 13
 Host-launched kernels: dropless MoE copies the tokens-per-expert counts to the host every layer (Megatron-Core
 MoEAlltoAllTokenDispatcher), and Transformer Engine's GroupedLinear then issues one GEMM (and with fp8 one
 quantization) per local expert from Python (ops.host_launched). With the CPU's lead gone, small expert GEMMs wait
-on the host: ``host_launch`` (fitted: 35 µs per kernel, on the fit half's MoE runs) is the host time per launched
+on the host: ``host_launch`` (fitted: 33 µs per kernel, on the fit half's MoE runs) is the host time per launched
 kernel, including TE's per-expert ``torch.split`` / ``torch.empty`` calls (NVIDIA/TransformerEngine#1499). For scale,
 one TE Linear forward costs 100 µs of CPU on a Grace CPU against 37 µs for torch's (TransformerEngine#2053), and TE's
 fused CuTeDSL grouped MLP for 64 experts 1.2 ms of CPU forward and 2.1 ms backward on GB200 (TransformerEngine#2897).
@@ -138,9 +144,9 @@ TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
     # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
-    gemm: float = 0.8631  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
-    attention: float = 0.5055  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
-    host_launch: float = 35.4e-6  # host seconds per kernel of the per-expert MoE path (ops.host_launched)
+    gemm: float = 0.8745  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
+    attention: float = 0.5064  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
+    host_launch: float = 33.4e-6  # host seconds per kernel of the per-expert MoE path (ops.host_launched)
     # ---- documented, not fitted -------------------------------------------------------------------------
     overlap_slowdown: float = 0.189  # compute slowdown while communication overlaps it (Lee et al. 2025: 18.9 %)
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
@@ -150,6 +156,10 @@ class Efficiency:
     attention_d0: float = 128 * (1 - 497 / 648) / (2 * 497 / 648 - 1)  # FlashAttention-3 / cuDNN class: 55.9
     attention_d0_fa2: float = 128 * (1 - 324 / 370) / (2 * 324 / 370 - 1)  # FlashAttention-2 class: 21.2
     attention_block: float = 128.0  # FlashAttention query/key block (FA2 and FA3 use 128 for d <= 128)
+    # a query tile's fixed cost (prologue, epilogue) in keys of its loop, per kernel family: benchmarks/attention_l0.py
+    # fits it to NVIDIA's cuDNN SDPA training benchmark on a GB200 (cuDNN 9.17 and PyTorch's FlashAttention-2, 4k-32k)
+    attention_l0: float = 524.0  # cuDNN / FlashAttention-3 class (rms residual 1.3 %)
+    attention_l0_fa2: float = 271.0  # FlashAttention-2 class (rms residual 0.4 %)
     # A FlashAttention-2-class kernel (``Plan.attention_kernel = "fa2"``: synchronous mma.sync tiles) on a GPU with
     # asynchronous warpgroup MMA (Hopper, Blackwell) runs at about half the rate of a kernel written for it: PyTorch
     # SDPA's FlashAttention-2 backend 329.5 TFLOP/s vs cuDNN 631.3 on an H100 (d = 128, 4608 keys, PyTorch nightly
@@ -221,10 +231,12 @@ class Efficiency:
                              kernel: str = "fused") -> Num:
         """Fraction of the bf16 peak a flash-attention kernel sustains on its useful FLOPs (``kernel``: the
         ``Plan.attention_kernel`` family, which sets the head-dimension falloff)."""
-        d0 = self.attention_d0_fa2 if kernel == "fa2" else self.attention_d0
+        fa2 = kernel == "fa2"
+        d0, l0 = (self.attention_d0_fa2, self.attention_l0_fa2) if fa2 else (self.attention_d0, self.attention_l0)
         shape = (1 + d0 / 128.0) * head_dim / (head_dim + d0)  # 1 at d = 128
         wasted = (1 + self.attention_block / keys) if causal else 1.0
-        return self.attention * shape / wasted * (self.attention_bwd if backward else 1.0)
+        loop = keys / 2 if causal else keys  # the keys a query tile visits, on average
+        return self.attention * shape / wasted * loop / (loop + l0) * (self.attention_bwd if backward else 1.0)
 
     # ---- links and clocks -----------------------------------------------------------------------------------
     def link(self, tier_name: str) -> float:
