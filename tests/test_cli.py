@@ -53,6 +53,21 @@ def test_estimate_of_grouped_expert_gemms_drops_the_host_floor(capsys):
     assert grouped["step_time_s"] < per_expert["step_time_s"]
 
 
+def test_estimate_with_overlapped_pipeline_sends(capsys):
+    """--overlap-pp with an interleaved schedule: each send costs the overlap slowdown (18.9 %) of its time."""
+    base = ["estimate", "--model", "llama3-70b", "--system", "h100", "--gpus", "64", "--tp", "4", "--pp", "8",
+            "--vpp", "5", "--global-batch", "128", "--json"]
+    exposed = json.loads(run(base, capsys)[1])
+    code, out, _ = run([*base, "--overlap-pp"], capsys)
+    hidden = json.loads(out)
+    assert code == 0 and hidden["plan"]["overlap_pp"] and not exposed["plan"]["overlap_pp"]
+    assert hidden["breakdown_s"]["pp"] == pytest.approx(0.189 * exposed["breakdown_s"]["pp"])
+    assert hidden["step_time_s"] < exposed["step_time_s"]
+    code, out, _ = run(["plan", "--model", "llama3-70b", "--system", "h100", "--gpus", "64", "--global-batch", "128",
+                        "--top", "1", "--overlap-pp", "--json"], capsys)
+    assert code == 0 and json.loads(out)["plans"]
+
+
 def test_estimate_of_an_fsdp_stack_adds_its_gradient_preparation(capsys):
     """--fsdp fsdp1: 18 bytes per parameter per micro-batch in the backward pass make the step slower."""
     base = ["estimate", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--zero", "3", "--json"]

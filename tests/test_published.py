@@ -124,6 +124,17 @@ def test_bridge_record_maps_to_the_recipe_defaults():
     assert "preset llama3-70b" in text and "vocab 128000 as recorded" in text
     assert "dp = gpus/(tp*pp*cp) = 2" in text and "sequence parallelism on (not stated)" in text
     assert "ZeRO-1 (not stated; Megatron-Bridge default)" in text
+    # Megatron-Bridge's comm_overlap.py sets overlap_p2p_comm for every interleaved schedule
+    assert p.overlap_pp and "pipeline sends overlapped" in text
+
+
+@pytest.mark.parametrize(("over", "overlap"), [
+    ({}, True),
+    ({"parallel": {"vp": None}}, False),  # 1F1B: Megatron turns overlap_p2p_comm off without virtual stages
+    ({"group": "nemo_24.07", "framework": "NeMo 24.07"}, False),  # NeMo 1.x leaves it at its False default
+])
+def test_pipeline_send_overlap_follows_the_stack(over, overlap):
+    assert map_run(record(**over)).plan.overlap_pp is overlap
 
 
 @pytest.mark.parametrize(("group", "framework", "targets"), [

@@ -49,6 +49,7 @@ class PlanBatch:
     overlap_tp: bool = False
     overlap_dp: bool = True
     overlap_ep: bool = False
+    overlap_pp: bool = False
     flash_attention: bool = True
     attention_kernel: str = "fused"
     cross_entropy: str = "fused"

@@ -43,6 +43,9 @@ expert_gemm_option = click.option(
     help="MoE expert GEMMs: per_expert (TE GroupedLinear, host-launched per expert) or grouped (one kernel)")
 
 
+overlap_pp_option = click.option(
+    "--overlap-pp", is_flag=True,
+    help="interleaved schedules: pipeline sends behind the next chunk's compute (Megatron-Core overlap_p2p_comm)")
 fsdp_option = click.option(
     "--fsdp", type=click.Choice(FSDP), default=FSDP[0], show_default=True,
     help="data parallelism by PyTorch FSDP: fsdp1 (FlatParameter) or fsdp2 (fully_shard), for the HBM traffic of "
@@ -111,6 +114,7 @@ def cli() -> None:
 @click.option("--placement", default="tp,cp,dp,pp", show_default=True, help="axis order on the mesh, innermost first")
 @click.option("--overlap-tp", is_flag=True, help="overlap TP communication with GEMMs")
 @click.option("--no-overlap-dp", is_flag=True, help="do not overlap the DP gradient reduction")
+@overlap_pp_option
 @click.option("--fusion", type=click.Choice(["fused", "eager"]), default="fused", show_default=True,
               help="element-wise kernels: fused (Megatron / TE, torch.compile) or eager PyTorch (one per aten op)")
 @expert_gemm_option
@@ -124,7 +128,7 @@ def cli() -> None:
 def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep, etp, vpp, sequence_parallel,
              micro_batch, global_batch, zero, recompute, recompute_layers, offload_optimizer, offload_activations,
              offload_layers, precision, fp8_scaling, grad_bytes, schedule, placement, overlap_tp, no_overlap_dp,
-             fusion, expert_gemm, fsdp, lora_rank, lora_targets, show_ops, as_json) -> None:
+             overlap_pp, fusion, expert_gemm, fsdp, lora_rank, lora_targets, show_ops, as_json) -> None:
     """Estimate one training step of MODEL on GPUS accelerators of SYSTEM under one parallel plan."""
     from meshplan.estimate import estimate as run
     from meshplan.plan import Plan
@@ -147,7 +151,7 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
                 precision=precision, fp8_scaling=fp8_scaling, grad_bytes=grad_bytes,
                 schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"),
                 placement=tuple(a.strip() for a in placement.split(",")), overlap_tp=overlap_tp,
-                overlap_dp=not no_overlap_dp, fusion=fusion, expert_gemm=expert_gemm, fsdp=fsdp,
+                overlap_dp=not no_overlap_dp, overlap_pp=overlap_pp, fusion=fusion, expert_gemm=expert_gemm, fsdp=fsdp,
                 finetune="lora" if lora_rank else "full", lora_rank=lora_rank or 32, lora_targets=lora_targets)
     est = run(model, cluster, plan)
     if as_json:
@@ -195,6 +199,7 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
 @fp8_scaling_option
 @click.option("--grad-bytes", type=int, default=4, show_default=True)
 @click.option("--overlap-tp", is_flag=True, help="TP communication overlapped with GEMMs")
+@overlap_pp_option
 @expert_gemm_option
 @fsdp_option
 @click.option("--tokens", default=None, help="token budget (e.g. 15T) to report days and cost")
@@ -203,8 +208,8 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
               help="across GPU counts: fastest, or cheapest for the token budget")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_k, zero_opts, recompute_opts,
-             sp_opts, offload, placements, max_micro_batch, precision, fp8_scaling, grad_bytes, overlap_tp, expert_gemm,
-             fsdp, tokens, price, rank_by, as_json) -> None:
+             sp_opts, offload, placements, max_micro_batch, precision, fp8_scaling, grad_bytes, overlap_tp, overlap_pp,
+             expert_gemm, fsdp, tokens, price, rank_by, as_json) -> None:
     """Search every parallel plan of MODEL on GPUS accelerators of SYSTEM and rank the feasible ones."""
     from meshplan.search import Space, search
 
@@ -232,8 +237,8 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
                       offload_optimizer=(False, True) if offload else (False,),
                       offload_activations=(False, True) if offload else (False,),
                       all_placements=placements == "all", max_micro_batch=max_micro_batch, precision=precision,
-                      fp8_scaling=fp8_scaling, grad_bytes=grad_bytes, overlap_tp=overlap_tp, expert_gemm=expert_gemm,
-                      fsdp=fsdp)
+                      fp8_scaling=fp8_scaling, grad_bytes=grad_bytes, overlap_tp=overlap_tp, overlap_pp=overlap_pp,
+                      expert_gemm=expert_gemm, fsdp=fsdp)
         with _progress(as_json) as progress:
             results.append(search(model, cluster, space, top_k=top_k, progress=progress))
     from meshplan.report.text import print_search

@@ -14,7 +14,11 @@ Overlap rules (stated once, here):
   runs the forward of one micro-batch interleaved with the backward of another, so the forward pass's
   dispatch/combine hides behind the backward kernels of the same layer and the backward's behind the
   forward kernels (with the overlap slowdown).
-- Pipeline p2p is exposed.
+- Pipeline p2p is exposed, unless ``plan.overlap_pp`` and the schedule is interleaved (v > 1): Megatron-Core's
+  overlap_p2p_comm posts each send and receive on its own stream and waits for it only before the chunk that
+  needs it, so it hides behind the compute of another chunk, which it slows by the overlap slowdown (a chunk's
+  activation is far smaller than its layers' work; Megatron-Bridge training/comm_overlap.py turns it on for
+  every interleaved schedule, Megatron-LM's --no-overlap-p2p-communication defaults it on there).
 - DP gradient reduction hides behind the backward pass of the last micro-batch, the distributed optimizer's
   parameter all-gather behind the forward pass of the first (Megatron overlap-grad-reduce /
   overlap-param-gather) when ``plan.overlap_dp``; ZeRO-3 gathers hide behind each micro-batch's compute.
@@ -266,6 +270,7 @@ class Units:
     layer_saved: Num
     embed_saved: Num
     head_saved: Num
+    p2p_paid: float  # the share of a pipeline send's time an interleaved schedule pays (overlap_pp: the slowdown)
 
     def take(self, index: Any) -> Units:
         """Select elements (NumPy fancy indexing) of every array field."""
@@ -302,7 +307,8 @@ def units_for_recomputes(model: ModelSpec, cluster: Cluster, plan: Plan, parts: 
         saved = saved_bytes(parts.ops["dense"], recompute) * (1 - f) + (
             saved_bytes(parts.ops["moe"], recompute) * f if model.is_moe else 0.0)
         units[recompute] = Units(layer=redo, layer_plain=plain, embed=embed, head=head, p2p=p2p, layer_saved=saved,
-                                 embed_saved=embed_saved, head_saved=head_saved)
+                                 embed_saved=embed_saved, head_saved=head_saved,
+                                 p2p_paid=eff.overlap_slowdown if plan.overlap_pp else 1.0)
     return units
 
 
@@ -314,9 +320,11 @@ def _add(a: T, b: T) -> T:
     return a.plus(b) if isinstance(a, PassTimes) else a + b
 
 
-def _stage(model: ModelSpec, plan: Plan, layer: T, layer_plain: T, embed: T, head: T, p2p: T) -> tuple[T, T, T]:
+def _stage(model: ModelSpec, plan: Plan, layer: T, layer_plain: T, embed: T, head: T, p2p: T, p2p_paid: float = 1.0
+           ) -> tuple[T, T, T]:
     """Per micro-batch times of the first and the last pipeline rank, and of a middle rank (its layers and
-    p2p, without the embedding or the head): as PassTimes (by component) or as totals, from the same units."""
+    p2p, without the embedding or the head): as PassTimes (by component) or as totals, from the same units.
+    Each of the v chunks sends once each way; an interleaved schedule pays ``p2p_paid`` of each send."""
     layers = layers_on_stage(model, plan)
     if plan.recompute == "full":
         redone = layers if plan.recompute_layers == 0 else minimum(plan.recompute_layers, layers)
@@ -324,7 +332,8 @@ def _stage(model: ModelSpec, plan: Plan, layer: T, layer_plain: T, embed: T, hea
     else:
         body = _scale(layer, layers)
     single = plan.pp == 1
-    middle = _add(body, _scale(p2p, plan.vpp * (plan.pp > 1)))
+    sends = plan.vpp * (plan.pp > 1) * (1 + (p2p_paid - 1) * (plan.vpp > 1))
+    middle = _add(body, _scale(p2p, sends))
     first = _add(_add(middle, embed), _scale(head, single))
     last = _add(_add(middle, head), _scale(embed, single))
     return first, last, middle
@@ -332,12 +341,13 @@ def _stage(model: ModelSpec, plan: Plan, layer: T, layer_plain: T, embed: T, hea
 
 def stage_times(model: ModelSpec, plan: Plan, u: Units) -> tuple[PassTimes, PassTimes, PassTimes]:
     """First, last and middle pipeline rank per micro-batch, by component."""
-    return _stage(model, plan, u.layer, u.layer_plain, u.embed, u.head, u.p2p)
+    return _stage(model, plan, u.layer, u.layer_plain, u.embed, u.head, u.p2p, u.p2p_paid)
 
 
 def stage_totals(model: ModelSpec, plan: Plan, u: Units) -> tuple[Num, Num, Num]:
     """First, last and middle pipeline rank per micro-batch, in total (what the step time needs)."""
-    return _stage(model, plan, u.layer.total, u.layer_plain.total, u.embed.total, u.head.total, u.p2p.total)
+    return _stage(model, plan, u.layer.total, u.layer_plain.total, u.embed.total, u.head.total, u.p2p.total,
+                  u.p2p_paid)
 
 
 def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency
@@ -684,7 +694,7 @@ class Estimate:
             "plan": {k: getattr(p, k) for k in ("dp", "tp", "tp2", "tensor_layout", "pp", "cp", "ep", "etp", "vpp",
                                                  "micro_batch", "global_batch", "zero", "recompute", "recompute_layers",
                                                  "sequence_parallel", "schedule", "precision", "overlap_tp",
-                                                 "overlap_dp", "overlap_ep", "offload_optimizer",
+                                                 "overlap_dp", "overlap_ep", "overlap_pp", "offload_optimizer",
                                                  "offload_activations", "offload_layers", "finetune", "lora_rank",
                                                  "lora_targets", "train_metrics", "fsdp", "cross_entropy",
                                                  "attention_kernel", "flash_attention", "varlen_attention",

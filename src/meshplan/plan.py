@@ -81,6 +81,9 @@ class Plan:
     # EP all-to-all (and expert-TP) traffic overlapped with another micro-batch's compute (Megatron-Core
     # --overlap-moe-expert-parallel-comm, "1F1B A2A overlap"; estimate.py)
     overlap_ep: bool = False
+    # pipeline sends on their own stream behind the next model chunk's compute, interleaved schedules only
+    # (Megatron-Core overlap_p2p_comm, which it turns off without virtual stages; estimate.py)
+    overlap_pp: bool = False
     flash_attention: bool = True
     # the flash-attention kernel family the software stack runs: "fused" (cuDNN / FlashAttention-3 class, written
     # for the GPU's asynchronous MMA) or "fa2" (FlashAttention-2 class; slower on Hopper / Blackwell, efficiency.py)

@@ -41,6 +41,8 @@ class SourceDefaults:
     fsdp: str = "none"  # Plan.fsdp: the PyTorch FSDP implementation, where the stack shards with it (zero = 3)
     varlen_attention: bool = False  # Plan.varlen_attention: FlashAttention behind flash-attn's unpad / pad copies
     qkv_concat: bool = False  # Plan.qkv_concat: the fused QKV output split with torch.split (backward: a cat)
+    # Plan.overlap_pp with an interleaved schedule: Megatron-Core's overlap_p2p_comm, where the stack turns it on
+    overlap_pp: bool = False
 
 
 SOURCES: tuple[SourceDefaults, ...] = (
@@ -63,22 +65,31 @@ SOURCES: tuple[SourceDefaults, ...] = (
     SourceDefaults("Megatron-Core 2024", r"megatron_core", None, True, True, 1, 4, "none", True,
                    "Megatron-Core r0.8 README scaling runs: --overlap-grad-reduce --overlap-param-gather "
                    "--tp-comm-overlap (stated), distributed optimizer, fp32 gradient reduction (bf16 default), "
-                   "TE fused attention, sequence parallelism with tp > 1, no recompute flag given"),
+                   "TE fused attention, sequence parallelism with tp > 1, no recompute flag given; pipeline sends "
+                   "overlapped with interleaving (megatron/training/arguments.py: --no-overlap-p2p-communication "
+                   "is a store_false flag, so overlap_p2p_comm is on unless the schedule is not interleaved)",
+                   overlap_pp=True),
     SourceDefaults("Megatron-Bridge", r"megatron_bridge|mbridge", None, True, True, 1, 2, "none", True,
                    "Megatron-Bridge scripts/performance: sequence parallelism with tp > 1, userbuffers TP overlap "
                    "(off for nvfp4), distributed optimizer with overlapped grad reduce / param gather, "
                    "grad_reduce_in_fp32 = False (set_basic_perf_overrides), TE attention, no recompute except "
-                   "a few memory-bound recipes; FP8 is current scaling (the performance summary's 'FP8-CS' column)",
-                   fp8_scaling="current"),
+                   "a few memory-bound recipes; FP8 is current scaling (the performance summary's 'FP8-CS' column); "
+                   "pipeline sends overlapped with interleaving (src/megatron/bridge/training/comm_overlap.py: "
+                   "overlap_p2p_comm = True, batch_p2p_comm = False when pp > 1 and vp > 1)",
+                   fp8_scaling="current", overlap_pp=True),
     SourceDefaults("NeMo 24.x", r"nemo", None, True, True, 1, 4, "none", True,
                    "NeMo 24.03/24.07 performance recipes: sequence parallelism and userbuffers TP overlap with "
                    "tp > 1, distributed optimizer with overlapped grad reduce / param gather, fp32 main grads, "
                    "FlashAttention (TE), no activation recompute; LoRA (NeMo 1.x PEFT, the Framework Launcher's "
                    "peft/llama/squad.yaml leaves lora_tuning.target_modules unset) on the QKV projection only: "
-                   "nemo/collections/nlp/parts/peft_config.py get_target_modules defaults to ['attention_qkv']",
+                   "nemo/collections/nlp/parts/peft_config.py get_target_modules defaults to ['attention_qkv']; "
+                   "pipeline sends exposed (the NeMo 1.x model config megatron_gpt_config.yaml sets "
+                   "overlap_p2p_comm: False, batch_p2p_comm: True)",
                    lora_targets="qkv"),
     SourceDefaults("Megatron-LM examples", r"megatron_lm_examples", None, True, True, 1, 4, "none", True,
-                   "Megatron-LM examples/llama (configs follow the NeMo performance scripts): as NeMo"),
+                   "Megatron-LM examples/llama (configs follow the NeMo performance scripts): as NeMo, with "
+                   "Megatron-LM's own default of pipeline sends overlapped under interleaving "
+                   "(--no-overlap-p2p-communication is a store_false flag)", overlap_pp=True),
     SourceDefaults("MosaicML llm-foundry", r"mosaic", False, False, True, 3, 4, "none", True,
                    "llm-foundry benchmarks: PyTorch FSDP (prefetching, overlapped), Composer mixed_precision "
                    "DEFAULT = bf16 params, fp32 gradient reduce-scatter; FlashAttention-2 through MPT's "

@@ -82,6 +82,7 @@ class Space:
     grad_bytes: int = 4
     overlap_tp: bool = False
     overlap_dp: bool = True
+    overlap_pp: bool = False  # Plan.overlap_pp: pipeline sends behind the next chunk (interleaved schedules)
     flash_attention: bool = True
     cp_comm: str = "ring"
     expert_gemm: str = "per_expert"  # Plan.expert_gemm: how the stack launches MoE expert GEMMs
@@ -95,7 +96,8 @@ class Space:
     @property
     def settings(self) -> dict[str, object]:
         return {"precision": self.precision, "grad_bytes": self.grad_bytes, "overlap_tp": self.overlap_tp,
-                "overlap_dp": self.overlap_dp, "flash_attention": self.flash_attention, "cp_comm": self.cp_comm,
+                "overlap_dp": self.overlap_dp, "overlap_pp": self.overlap_pp, "flash_attention": self.flash_attention,
+                "cp_comm": self.cp_comm,
                 "expert_gemm": self.expert_gemm, "fp8_scaling": self.fp8_scaling, "fsdp": self.fsdp}
 
 

@@ -267,7 +267,11 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
                 # (ZeRO-1 above) reduces them once per step, on the last micro-batch: not charged
                 expert_gemm=expert_gemm, fsdp=src.fsdp if zero != 1 else "none",
                 varlen_attention=src.varlen_attention and flash, qkv_concat=src.qkv_concat,
-                offload_activations=offload_layers > 0, offload_layers=offload_layers)
+                offload_activations=offload_layers > 0, offload_layers=offload_layers,
+                overlap_pp=src.overlap_pp and vpp > 1)
+    if plan.overlap_pp:
+        notes.append(f"pipeline sends overlapped with the next chunk's compute ({src.name}: overlap_p2p_comm with "
+                     "an interleaved schedule)")
     notes.append(f"grad bytes {grad_bytes}, DP overlap {'on' if src.overlap_dp else 'off'}, "
                  f"{'flash' if flash else 'unfused'} attention")
     if plan.varlen_attention:
