@@ -46,6 +46,7 @@ expert_gemm_option = click.option(
 overlap_pp_option = click.option(
     "--overlap-pp", is_flag=True,
     help="interleaved schedules: pipeline sends behind the next chunk's compute (Megatron-Core overlap_p2p_comm)")
+
 fsdp_option = click.option(
     "--fsdp", type=click.Choice(FSDP), default=FSDP[0], show_default=True,
     help="data parallelism by PyTorch FSDP: fsdp1 (FlatParameter) or fsdp2 (fully_shard), for the HBM traffic of "
