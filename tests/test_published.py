@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from meshplan.model import load_model
+from meshplan.recipes import source_defaults
 from meshplan.validate import (
     RunResult,
     Skip,
@@ -128,10 +129,22 @@ def test_bridge_record_maps_to_the_recipe_defaults():
     assert p.overlap_pp and "pipeline sends overlapped" in text
 
 
+@pytest.mark.parametrize(("group", "framework", "profile"), [
+    ("megatron_lm_examples_llama", "Megatron-LM examples/llama (configs follow the NeMo performance scripts)",
+     "Megatron-LM examples"),  # matched before NeMo, whose pattern its framework text also contains
+    ("nemo_24.07", "NeMo 24.07", "NeMo 24.x"),
+    ("megatron_bridge_26.04", "Megatron-Bridge", "Megatron-Bridge"),
+])
+def test_each_source_profile_is_reached(group, framework, profile):
+    assert source_defaults({"group": group, "framework": framework}).name == profile
+
+
 @pytest.mark.parametrize(("over", "overlap"), [
     ({}, True),
     ({"parallel": {"vp": None}}, False),  # 1F1B: Megatron turns overlap_p2p_comm off without virtual stages
-    ({"group": "nemo_24.07", "framework": "NeMo 24.07"}, False),  # NeMo 1.x leaves it at its False default
+    # NeMo 24.x: the Framework Launcher's recipes set overlap_p2p_comm over the model config's False default
+    ({"group": "nemo_24.07", "framework": "NeMo 24.07"}, True),
+    ({"group": "torchtitan_h100_2024_12", "framework": "torchtitan"}, False),
 ])
 def test_pipeline_send_overlap_follows_the_stack(over, overlap):
     assert map_run(record(**over)).plan.overlap_pp is overlap
@@ -567,6 +580,17 @@ def test_release_floor_counts_what_one_prediction_per_configuration_must_miss():
     assert [[r.id for r, _ in g] for g in acc.repeated_configurations(results, by_id)] == [["a", "b", "c"]]
     variants = [RunResult(id="d", group="titan", error=0.0), RunResult(id="e", group="titan", error=0.0)]
     assert acc.repeated_configurations(variants, by_id) == []
+    # the doc section: one configuration, three runs, meshplan's errors 0, 0 and 0 (none outside any tolerance)
+    lines = acc.release_floor(results, by_id)
+    assert "| within ±12 % | 1 | 0 |" in lines and "| within ±25 % | 0 | 0 |" in lines
+    assert acc.release_groups(results) == "3 bridge"
+    assert acc.release_groups([RunResult(id="x", group="megatron_bridge_26.04.01")]) == "1 megatron_bridge"
+
+
+def test_memory_share_is_the_predicted_peak_over_the_gpus_memory():
+    acc = _accuracy_script()
+    assert acc.memory_share(RunResult(id="a", group="g", memory_predicted=60e9, memory_capacity=80e9)) == 0.75
+    assert acc.memory_share(RunResult(id="b", group="g")) == 0.0
 
 
 def test_a100_of_unstated_memory_is_dated_by_its_source():

@@ -98,6 +98,24 @@ def test_search_equals_estimate_with_fsdp_gradient_preparation():
         replace(space, zero=(1, 3))
 
 
+def test_search_equals_estimate_with_overlapped_pipeline_sends():
+    """Plan.overlap_pp hides an interleaved schedule's sends behind compute: the batched search must price it as
+    estimate() does, and an interleaved plan that sends anything gets faster than with its sends exposed."""
+    model = load_model("llama3-8b").with_seq_length(2048)
+    cluster = load_system("h100").cluster(8)
+    space = replace(SMALL, overlap_pp=True, zero=(0,), recompute=("none",), offload_activations=(False,))
+    result = search(model, cluster, space, top_k=10)
+    variants = [[estimate(model, cluster, p) for p in options] for options in every_plan(model, cluster, space)]
+    feasible = sorted(min(e.step_time for e in v) for v in variants if v[0].fits)
+    assert all(p.plan.overlap_pp for p in result.plans)
+    assert [e.step_time for e in result.plans] == pytest.approx(feasible[: len(result.plans)], rel=1e-9)
+    interleaved = [e[0] for e in variants if e[0].plan.vpp > 1 and e[0].breakdown["pp"] > 0]
+    assert interleaved
+    for e in interleaved[:5]:
+        exposed = estimate(model, cluster, replace(e.plan, overlap_pp=False))
+        assert e.breakdown["pp"] < exposed.breakdown["pp"]
+
+
 def test_the_lower_bound_loses_none_of_the_top_k(small_case, monkeypatch):
     """In small chunks the k-th best time is known early, and later plans whose lower bound exceeds it are
     not timed: the same top k and counts as in one chunk per schedule group, where only the groups scored after

@@ -45,7 +45,8 @@ expert_gemm_option = click.option(
 
 overlap_pp_option = click.option(
     "--overlap-pp", is_flag=True,
-    help="interleaved schedules: pipeline sends behind the next chunk's compute (Megatron-Core overlap_p2p_comm)")
+    help="pipeline sends behind the next chunk's compute (Megatron-Core overlap_p2p_comm); interleaved schedules "
+         "only, no effect with vpp = 1")
 
 fsdp_option = click.option(
     "--fsdp", type=click.Choice(FSDP), default=FSDP[0], show_default=True,

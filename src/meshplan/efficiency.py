@@ -38,26 +38,27 @@ time per byte of a per-tensor cast (same measurement, autocast minus pre-quantiz
 Attention (FlashAttention-2, Dao 2023, Fig. 4–5: forward 50–73 % of A100 peak, backward lower; FlashAttention-3, Shah
 et al. 2024, abstract: 75 % of H100 peak forward at d = 128, FA2 only 35 % on H100): the softmax, exponentials and
 rescaling per score element do not shrink with the head dimension, so efficiency ∝ d / (d + d_0), with d_0 measured
-per kernel family in FA3's forward benchmark on an H100 (Shah et al. 2024, Fig. 5, 16k keys): FlashAttention-3
-runs d = 64 at 497 against 648 TFLOP/s at d = 128 (0.767×, ``attention_d0`` = 55.9), FlashAttention-2 at 324 against 370
+per kernel family in FA3's forward benchmark on an H100 (Shah et al. 2024, Fig. 5, 16k keys): FlashAttention-3 runs
+d = 64 at 497 against 648 TFLOP/s at d = 128 (0.767×, ``attention_d0`` = 55.9), FlashAttention-2 at 324 against 370
 (0.876×, ``attention_d0_fa2`` = 21.2), since (1 + d_0/128)·64/(64 + d_0) = r gives d_0 = 128(1 − r)/(2r − 1). The FA2
 figure is an H100 measurement applied to FA2 on every GPU (A100 included), where FA2's own paper plots no d = 64 / 128
 pair at equal sequence length. (Fitted, d_0 wandered from 32 to 51 along a flat valley of the objective.) With a
-causal mask the diagonal blocks are computed whole, executing (1 + B_attn/s) × the useful half. Each query tile
-also pays a fixed prologue and epilogue (load Q; rescale and write O and the log-sum-exp) worth L_0 keys of its
-loop over the a = s/2 keys it visits (s without the mask), so the kernel keeps a/(a + L_0) of its long-sequence
-rate; ``attention_l0`` = 524 (cuDNN / FA3 class) and ``attention_l0_fa2`` = 271 are least-squares fits of that
-form to NVIDIA's cuDNN SDPA training benchmark on a GB200 (cudnn-frontend benchmark/sdpa_benchmark_training,
-cuDNN 9.17 and PyTorch's FlashAttention-2, Llama-3.1-405B heads, 4k-32k keys; benchmarks/attention_l0.py), applied
-on every GPU as d_0 is. The backward pass (five GEMMs, dS computed in fp32) runs at ``attention_bwd`` × the forward
-rate (FA2 Fig. 5 vs Fig. 4, FA3 Fig. 6 vs Fig. 5: ≈ 0.8). The attention kernel's matmuls run on the same tensor cores
-under the same clock and power limits as the GEMMs, so its rate is a fraction of the GPU's best-shape 16-bit GEMM rate
-(MAMF × sustained clock, as for GEMMs), not of the datasheet peak: ``attention`` (fitted: 0.51 of that rate at d =
-128, forward, long sequences, i.e. 0.41 of the H100's and 0.44 of the A100's datasheet peak) sits below the kernels'
-own benchmarks (FA3: 0.6–0.75 of peak; FA2 on A100: 0.5–0.7) because in a training step the kernel also pays for the
-QKV layout transposes and the softmax statistics around it. A stack that runs FlashAttention-2-class kernels on Hopper
-or Blackwell (``Plan.attention_kernel = "fa2"``) gets ``fa2_on_async`` = 0.52 of that (PyTorch SDPA's FA2 backend vs
-cuDNN on an H100, pytorch/pytorch#142132).
+causal mask the diagonal blocks are computed whole, executing (1 + B_attn/s) × the useful half. Each query tile also
+pays a fixed prologue and epilogue (load Q; rescale and write O and the log-sum-exp) worth L_0 keys of its loop over
+the a = s/2 keys it visits (s without the mask; per kernel call, so over cp when ring context parallelism splits the
+keys into cp calls), so the kernel keeps a/(a + L_0) of its long-sequence rate; ``attention_l0`` = 524 (cuDNN / FA3
+class) and ``attention_l0_fa2`` = 271 are least-squares fits of that form to NVIDIA's cuDNN SDPA training benchmark on
+a GB200 (cudnn-frontend benchmark/sdpa_benchmark_training, cuDNN 9.17 and PyTorch's FlashAttention-2, Llama-3.1-405B
+heads, 4k-32k keys; benchmarks/attention_l0.py), applied on every GPU as d_0 is. The backward pass (five GEMMs, dS
+computed in fp32) runs at ``attention_bwd`` × the forward rate (FA2 Fig. 5 vs Fig. 4, FA3 Fig. 6 vs Fig. 5: ≈ 0.8).
+The attention kernel's matmuls run on the same tensor cores under the same clock and power limits as the GEMMs, so its
+rate is a fraction of the GPU's best-shape 16-bit GEMM rate (MAMF × sustained clock, as for GEMMs), not of the
+datasheet peak: ``attention`` (fitted: 0.52 of that rate at d = 128, forward, long sequences, i.e. 0.42 of the H100's
+and 0.45 of the A100's datasheet peak) sits below the kernels' own benchmarks (FA3: 0.6–0.75 of peak; FA2 on A100:
+0.5–0.7) because in a training step the kernel also pays for the QKV layout transposes and the softmax statistics
+around it. A stack that runs FlashAttention-2-class kernels on Hopper or Blackwell (``Plan.attention_kernel = "fa2"``)
+gets ``fa2_on_async`` = 0.50 of that at long sequences (PyTorch SDPA's FA2 backend vs cuDNN on an H100,
+pytorch/pytorch#142132, measured at 4608 keys, where the two families' tile costs make it 0.52).
 
 Memory-bound kernels stream at ``memory`` × HBM peak (STREAM-like copies reach 85–93 % on A100/H100).
 
@@ -77,7 +78,7 @@ arXiv 2507.03114). For scale, DeepSeek-V3 gives communication 20 of an H800's 13
 Host-launched kernels: dropless MoE copies the tokens-per-expert counts to the host every layer (Megatron-Core
 MoEAlltoAllTokenDispatcher), and Transformer Engine's GroupedLinear then issues one GEMM (and with fp8 one
 quantization) per local expert from Python (ops.host_launched). With the CPU's lead gone, small expert GEMMs wait
-on the host: ``host_launch`` (fitted: 33 µs per kernel, on the fit half's MoE runs) is the host time per launched
+on the host: ``host_launch`` (fitted: 34 µs per kernel, on the fit half's MoE runs) is the host time per launched
 kernel, including TE's per-expert ``torch.split`` / ``torch.empty`` calls (NVIDIA/TransformerEngine#1499). For scale,
 one TE Linear forward costs 100 µs of CPU on a Grace CPU against 37 µs for torch's (TransformerEngine#2053), and TE's
 fused CuTeDSL grouped MLP for 64 experts 1.2 ms of CPU forward and 2.1 ms backward on GB200 (TransformerEngine#2897).
@@ -145,8 +146,8 @@ TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
 class Efficiency:
     # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
     gemm: float = 0.8745  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
-    attention: float = 0.5064  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
-    host_launch: float = 33.4e-6  # host seconds per kernel of the per-expert MoE path (ops.host_launched)
+    attention: float = 0.5215  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
+    host_launch: float = 33.7e-6  # host seconds per kernel of the per-expert MoE path (ops.host_launched)
     # ---- documented, not fitted -------------------------------------------------------------------------
     overlap_slowdown: float = 0.189  # compute slowdown while communication overlaps it (Lee et al. 2025: 18.9 %)
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
@@ -162,10 +163,12 @@ class Efficiency:
     attention_l0_fa2: float = 271.0  # FlashAttention-2 class (rms residual 0.4 %)
     # A FlashAttention-2-class kernel (``Plan.attention_kernel = "fa2"``: synchronous mma.sync tiles) on a GPU with
     # asynchronous warpgroup MMA (Hopper, Blackwell) runs at about half the rate of a kernel written for it: PyTorch
-    # SDPA's FlashAttention-2 backend 329.5 TFLOP/s vs cuDNN 631.3 on an H100 (d = 128, 4608 keys, PyTorch nightly
-    # 2024-12-04, pytorch/pytorch#142132); FA3's Fig. 1 (Shah et al. 2024) shows the same ratio at long sequences.
+    # SDPA's FlashAttention-2 backend 329.5 TFLOP/s vs cuDNN 631.3 on an H100 (d = 128, 4608 keys without a mask,
+    # forward, PyTorch nightly 2024-12-04, pytorch/pytorch#142132); FA3's Fig. 1 (Shah et al. 2024) shows the same
+    # ratio at long sequences. The constant is that ratio at long sequences: the measured one over the two families'
+    # tile factors at 4608 keys, (4608 + L0_fa2) / (4608 + L0) (``attention_l0`` / ``attention_l0_fa2`` above).
     # On Ampere FA2 is the native kernel.
-    fa2_on_async: float = 329.483 / 631.338
+    fa2_on_async: float = 329.483 / 631.338 * (4608 + 271.0) / (4608 + 524.0)
     nvlink: float = 0.8  # NCCL bus bandwidth / NVLink peak (nccl-tests)
     network: float = 0.9  # NCCL bus bandwidth / NIC peak (nccl-tests over InfiniBand NDR/HDR)
     clock_exponent: float = 1 / 3  # P ∝ f³ (see the module docstring)
@@ -228,14 +231,15 @@ class Efficiency:
 
     # ---- attention ------------------------------------------------------------------------------------------
     def attention_efficiency(self, head_dim: Num, keys: Num, backward: bool = False, causal: bool = True,
-                             kernel: str = "fused") -> Num:
+                             kernel: str = "fused", calls: Num = 1.0) -> Num:
         """Fraction of the bf16 peak a flash-attention kernel sustains on its useful FLOPs (``kernel``: the
-        ``Plan.attention_kernel`` family, which sets the head-dimension falloff)."""
+        ``Plan.attention_kernel`` family, which sets the head-dimension falloff and the tile's fixed cost), when
+        the work over ``keys`` keys runs as ``calls`` kernels over keys / calls each (ring context parallelism)."""
         fa2 = kernel == "fa2"
         d0, l0 = (self.attention_d0_fa2, self.attention_l0_fa2) if fa2 else (self.attention_d0, self.attention_l0)
         shape = (1 + d0 / 128.0) * head_dim / (head_dim + d0)  # 1 at d = 128
         wasted = (1 + self.attention_block / keys) if causal else 1.0
-        loop = keys / 2 if causal else keys  # the keys a query tile visits, on average
+        loop = (keys / 2 if causal else keys) / calls  # the keys a query tile visits per call, on average
         return self.attention * shape / wasted * loop / (loop + l0) * (self.attention_bwd if backward else 1.0)
 
     # ---- links and clocks -----------------------------------------------------------------------------------

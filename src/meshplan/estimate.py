@@ -270,7 +270,7 @@ class Units:
     layer_saved: Num
     embed_saved: Num
     head_saved: Num
-    p2p_paid: float  # the share of a pipeline send's time an interleaved schedule pays (overlap_pp: the slowdown)
+    p2p_paid: Num  # slowdown per second of a pipeline send hidden behind compute: overlap_pp's, else 1 (exposed)
 
     def take(self, index: Any) -> Units:
         """Select elements (NumPy fancy indexing) of every array field."""
@@ -320,11 +320,17 @@ def _add(a: T, b: T) -> T:
     return a.plus(b) if isinstance(a, PassTimes) else a + b
 
 
-def _stage(model: ModelSpec, plan: Plan, layer: T, layer_plain: T, embed: T, head: T, p2p: T, p2p_paid: float = 1.0
+def _total(x: PassTimes | Num) -> Num:
+    return x.total if isinstance(x, PassTimes) else x
+
+
+def _stage(model: ModelSpec, plan: Plan, layer: T, layer_plain: T, embed: T, head: T, p2p: T, p2p_paid: Num
            ) -> tuple[T, T, T]:
     """Per micro-batch times of the first and the last pipeline rank, and of a middle rank (its layers and
     p2p, without the embedding or the head): as PassTimes (by component) or as totals, from the same units.
-    Each of the v chunks sends once each way; an interleaved schedule pays ``p2p_paid`` of each send."""
+    Each of the v chunks sends once each way. With ``plan.overlap_pp`` and v > 1 a send hides behind a chunk's
+    compute at the overlap slowdown ``p2p_paid``, whatever exceeds the chunk exposed (``hide``); the share paid
+    is taken from the totals, so both forms agree."""
     layers = layers_on_stage(model, plan)
     if plan.recompute == "full":
         redone = layers if plan.recompute_layers == 0 else minimum(plan.recompute_layers, layers)
@@ -332,8 +338,9 @@ def _stage(model: ModelSpec, plan: Plan, layer: T, layer_plain: T, embed: T, hea
     else:
         body = _scale(layer, layers)
     single = plan.pp == 1
-    sends = plan.vpp * (plan.pp > 1) * (1 + (p2p_paid - 1) * (plan.vpp > 1))
-    middle = _add(body, _scale(p2p, sends))
+    send = _total(p2p)
+    paid = where(plan.vpp > 1, hide(send, _total(body) / plan.vpp, p2p_paid), send)  # hide(., ., 1) is send
+    middle = _add(body, _scale(p2p, plan.vpp * (plan.pp > 1) * paid / maximum(send, 1e-30)))
     first = _add(_add(middle, embed), _scale(head, single))
     last = _add(_add(middle, head), _scale(embed, single))
     return first, last, middle

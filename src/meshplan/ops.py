@@ -77,7 +77,8 @@ class OpCost:
     # quantization to a block-scaled format (MXFP8, NVFP4), whose kernel is slower than its bytes (efficiency.py)
     variant: str = ""
     # a grouped GEMM (MoE experts: one GEMM per local expert, run as one grouped kernel): m, n, k are the shape
-    # of one group, ``groups`` of them; FLOPs and bytes are the totals
+    # of one group, ``groups`` of them; FLOPs and bytes are the totals. Flash attention: the kernel calls the op
+    # is split into (ring context parallelism: one per step, each over n / groups keys)
     groups: Num = 1.0
     kernel: str = ""  # flash attention: the kernel family of the stack (plan.attention_kernel), efficiency.py
     # kernels the host launches one by one with the GPU waiting on it (per-expert GEMMs right after the
@@ -255,7 +256,7 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
         flops = full / 2 if model.causal else full
         lse = T * heads * FP32
         shape = {"m": T * heads, "n": s, "k": d_qk, "variant": "flash_causal" if model.causal else "flash",
-                 "kernel": plan.attention_kernel}
+                 "kernel": plan.attention_kernel, "groups": plan.cp if plan.cp_comm == "ring" else 1}
         return [
             OpCost("attn/core", "fwd", "attention", flops, a * (qkv_elems + out_elems), saved_qkv + lse, **shape),
             OpCost("attn/core", "bwd_x", "attention", 2.5 * flops, a * (2 * qkv_elems + 3 * out_elems), **shape),

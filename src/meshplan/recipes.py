@@ -77,19 +77,21 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "pipeline sends overlapped with interleaving (src/megatron/bridge/training/comm_overlap.py: "
                    "overlap_p2p_comm = True, batch_p2p_comm = False when pp > 1 and vp > 1)",
                    fp8_scaling="current", overlap_pp=True),
+    # before NeMo: these runs' framework text names the NeMo performance scripts their configs follow
+    SourceDefaults("Megatron-LM examples", r"megatron_lm_examples", None, True, True, 1, 4, "none", True,
+                   "Megatron-LM examples/llama (configs follow the NeMo performance scripts): as NeMo, with "
+                   "Megatron-LM's own default of pipeline sends overlapped under interleaving "
+                   "(--no-overlap-p2p-communication is a store_false flag)", overlap_pp=True),
     SourceDefaults("NeMo 24.x", r"nemo", None, True, True, 1, 4, "none", True,
                    "NeMo 24.03/24.07 performance recipes: sequence parallelism and userbuffers TP overlap with "
                    "tp > 1, distributed optimizer with overlapped grad reduce / param gather, fp32 main grads, "
                    "FlashAttention (TE), no activation recompute; LoRA (NeMo 1.x PEFT, the Framework Launcher's "
                    "peft/llama/squad.yaml leaves lora_tuning.target_modules unset) on the QKV projection only: "
                    "nemo/collections/nlp/parts/peft_config.py get_target_modules defaults to ['attention_qkv']; "
-                   "pipeline sends exposed (the NeMo 1.x model config megatron_gpt_config.yaml sets "
-                   "overlap_p2p_comm: False, batch_p2p_comm: True)",
-                   lora_targets="qkv"),
-    SourceDefaults("Megatron-LM examples", r"megatron_lm_examples", None, True, True, 1, 4, "none", True,
-                   "Megatron-LM examples/llama (configs follow the NeMo performance scripts): as NeMo, with "
-                   "Megatron-LM's own default of pipeline sends overlapped under interleaving "
-                   "(--no-overlap-p2p-communication is a store_false flag)", overlap_pp=True),
+                   "pipeline sends overlapped with interleaving (NeMo-Framework-Launcher "
+                   "launcher_scripts/conf/training/gpt3/175b.yaml and llama/llama3_70b.yaml set overlap_p2p_comm: "
+                   "true, batch_p2p_comm: false over the model config's False default)",
+                   lora_targets="qkv", overlap_pp=True),
     SourceDefaults("MosaicML llm-foundry", r"mosaic", False, False, True, 3, 4, "none", True,
                    "llm-foundry benchmarks: PyTorch FSDP (prefetching, overlapped), Composer mixed_precision "
                    "DEFAULT = bf16 params, fp32 gradient reduce-scatter; FlashAttention-2 through MPT's "

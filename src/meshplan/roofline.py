@@ -52,7 +52,7 @@ def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) 
         if op.variant == "unfused":
             return op.flops / (gemm16 * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms))
         rate = eff.attention_efficiency(op.k, op.n, backward=op.phase != "fwd", causal=op.variant == "flash_causal",
-                                        kernel=op.kernel)
+                                        kernel=op.kernel, calls=op.groups)
         if op.kernel == "fa2":
             rate = rate * eff.attention_kernel_factor(acc, op.kernel)
         return op.flops / (gemm16 * rate)

@@ -36,7 +36,7 @@ from meshplan.errors import MeshplanError, PlanError, SpecError
 from meshplan.hardware import Cluster, load_system
 from meshplan.model import ModelSpec, load_model, preset_names
 from meshplan.ops import LOW_PRECISION_BYTES
-from meshplan.plan import Plan, check
+from meshplan.plan import Plan, check, fsdp_has_zero
 from meshplan.recipes import SourceDefaults, source_defaults
 from meshplan.records import NEGATIVE, clean_record, flag, number, positive_int, read_runs
 from meshplan.units import GiB
@@ -265,7 +265,7 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
                 attention_kernel=src.attention_kernel, cross_entropy=src.cross_entropy, fusion=fusion,
                 # FSDP prepares the gradients every micro-batch; torchtitan's FSDP2 under pipeline parallelism
                 # (ZeRO-1 above) reduces them once per step, on the last micro-batch: not charged
-                expert_gemm=expert_gemm, fsdp=src.fsdp if zero != 1 else "none",
+                expert_gemm=expert_gemm, fsdp=src.fsdp if fsdp_has_zero(src.fsdp, zero) else "none",
                 varlen_attention=src.varlen_attention and flash, qkv_concat=src.qkv_concat,
                 offload_activations=offload_layers > 0, offload_layers=offload_layers,
                 overlap_pp=src.overlap_pp and vpp > 1)
