@@ -142,6 +142,10 @@ def _entry(peak: float, sms: int) -> Matmul | None:
 TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
 
 
+# a flash-attention query tile's fixed cost in keys of its loop (Efficiency.attention_l0 / attention_l0_fa2)
+ATTENTION_L0, ATTENTION_L0_FA2 = 524.0, 271.0
+
+
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
     # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
@@ -159,8 +163,8 @@ class Efficiency:
     attention_block: float = 128.0  # FlashAttention query/key block (FA2 and FA3 use 128 for d <= 128)
     # a query tile's fixed cost (prologue, epilogue) in keys of its loop, per kernel family: benchmarks/attention_l0.py
     # fits it to NVIDIA's cuDNN SDPA training benchmark on a GB200 (cuDNN 9.17 and PyTorch's FlashAttention-2, 4k-32k)
-    attention_l0: float = 524.0  # cuDNN / FlashAttention-3 class (rms residual 1.3 %)
-    attention_l0_fa2: float = 271.0  # FlashAttention-2 class (rms residual 0.4 %)
+    attention_l0: float = ATTENTION_L0  # cuDNN / FlashAttention-3 class (rms residual 1.3 %)
+    attention_l0_fa2: float = ATTENTION_L0_FA2  # FlashAttention-2 class (rms residual 0.4 %)
     # A FlashAttention-2-class kernel (``Plan.attention_kernel = "fa2"``: synchronous mma.sync tiles) on a GPU with
     # asynchronous warpgroup MMA (Hopper, Blackwell) runs at about half the rate of a kernel written for it: PyTorch
     # SDPA's FlashAttention-2 backend 329.5 TFLOP/s vs cuDNN 631.3 on an H100 (d = 128, 4608 keys without a mask,
@@ -168,7 +172,7 @@ class Efficiency:
     # ratio at long sequences. The constant is that ratio at long sequences: the measured one over the two families'
     # tile factors at 4608 keys, (4608 + L0_fa2) / (4608 + L0) (``attention_l0`` / ``attention_l0_fa2`` above).
     # On Ampere FA2 is the native kernel.
-    fa2_on_async: float = 329.483 / 631.338 * (4608 + 271.0) / (4608 + 524.0)
+    fa2_on_async: float = 329.483 / 631.338 * (4608 + ATTENTION_L0_FA2) / (4608 + ATTENTION_L0)
     nvlink: float = 0.8  # NCCL bus bandwidth / NVLink peak (nccl-tests)
     network: float = 0.9  # NCCL bus bandwidth / NIC peak (nccl-tests over InfiniBand NDR/HDR)
     clock_exponent: float = 1 / 3  # P ∝ f³ (see the module docstring)

@@ -32,7 +32,7 @@ included) plus 6·s·A·(d_qk + d_v) per layer for attention, without causal sav
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property, lru_cache
 from typing import Any, TypeVar
 
@@ -698,15 +698,7 @@ class Estimate:
         out = {
             "model": self.model.name, "system": self.cluster.name, "gpus": self.cluster.num_gpus,
             "params": self.model.params(), "active_params": self.model.params(active=True),
-            "plan": {k: getattr(p, k) for k in ("dp", "tp", "tp2", "tensor_layout", "pp", "cp", "ep", "etp", "vpp",
-                                                 "micro_batch", "global_batch", "zero", "recompute", "recompute_layers",
-                                                 "sequence_parallel", "schedule", "precision", "overlap_tp",
-                                                 "overlap_dp", "overlap_ep", "overlap_pp", "offload_optimizer",
-                                                 "offload_activations", "offload_layers", "finetune", "lora_rank",
-                                                 "lora_targets", "train_metrics", "fsdp", "cross_entropy",
-                                                 "attention_kernel", "flash_attention", "varlen_attention",
-                                                 "qkv_concat", "fusion", "expert_gemm", "fp8_scaling", "grad_bytes",
-                                                 "cp_comm", "summa_panels")}
+            "plan": {f.name: getattr(p, f.name) for f in fields(p) if f.name not in ("placement", "tags")}
             | {"placement": list(p.placement), "grad_accum": p.grad_accum},
             "step_time_s": self.step_time, "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_gpu": self.tokens_per_s / self.cluster.num_gpus,

@@ -97,8 +97,8 @@ class Space:
     def settings(self) -> dict[str, object]:
         return {"precision": self.precision, "grad_bytes": self.grad_bytes, "overlap_tp": self.overlap_tp,
                 "overlap_dp": self.overlap_dp, "overlap_pp": self.overlap_pp, "flash_attention": self.flash_attention,
-                "cp_comm": self.cp_comm,
-                "expert_gemm": self.expert_gemm, "fp8_scaling": self.fp8_scaling, "fsdp": self.fsdp}
+                "cp_comm": self.cp_comm, "expert_gemm": self.expert_gemm, "fp8_scaling": self.fp8_scaling,
+                "fsdp": self.fsdp}
 
 
 @dataclass(frozen=True)
