@@ -11,7 +11,7 @@ from meshplan.efficiency import DEFAULT, MATMUL, matmul_entry
 from meshplan.hardware import load_system
 from meshplan.ops import dense_layer, dims
 from meshplan.plan import Plan, check
-from meshplan.roofline import op_time
+from meshplan.roofline import compute_time, op_time
 
 
 def _attention_time(system: str, kernel: str) -> float:
@@ -97,6 +97,30 @@ def test_ring_context_parallelism_splits_the_keys_a_tile_visits_per_call():
     ring = DEFAULT.attention_efficiency(128, 32768, calls=4)
     assert ring == pytest.approx(DEFAULT.attention * 4096 / 4620 / (1 + 128 / 32768))
     assert ring < DEFAULT.attention_efficiency(128, 32768)
+
+
+def test_a_power_cap_throttles_a_kernel_by_the_power_it_would_draw():
+    """torchtitan's H100s run at 500 W against the 700 W the MAMF was measured at. A GEMM draws the rated power:
+    f = (500 / 700)^(1/3) = 0.894. FlashAttention-2 on an H100 sustains 0.52 x 0.50 = 0.26 of the GEMM rate,
+    so it would draw about 0.26 x 700 = 182 W and the cap does not touch it; cuDNN's (0.52 x 700 = 365 W) neither.
+    At 300 W the cuDNN kernel is throttled to (300 / 365)^(1/3) = 0.937."""
+    capped = load_system("h100-96gb").accelerator
+    assert DEFAULT.clock(capped) == pytest.approx((500 / 700) ** (1 / 3)) == pytest.approx(0.894, abs=1e-3)
+    fa2 = DEFAULT.attention * DEFAULT.fa2_on_async
+    assert fa2 == pytest.approx(0.26, abs=0.005)
+    assert DEFAULT.clock(capped, fa2) == DEFAULT.clock(capped, DEFAULT.attention) == 1.0
+    assert DEFAULT.clock(replace(capped, tdp_watts=300), DEFAULT.attention) == pytest.approx(
+        (300 / (700 * DEFAULT.attention)) ** (1 / 3))
+    # same silicon at 700 W and at 500 W: attention takes as long on both (HBM aside), GEMMs 1 / 0.894 as long
+    uncapped = replace(capped, tdp_watts=700)
+    plan = Plan(attention_kernel="fa2")
+    ops = dense_layer(gpt(hidden=2048), plan)
+    attention = next(o for o in ops if o.kind == "attention" and o.phase == "fwd")
+    gemm = next(o for o in ops if o.kind == "gemm")
+    assert compute_time(attention, capped, "bf16", DEFAULT) == pytest.approx(
+        compute_time(attention, uncapped, "bf16", DEFAULT))
+    assert compute_time(gemm, capped, "bf16", DEFAULT) == pytest.approx(
+        compute_time(gemm, uncapped, "bf16", DEFAULT) / DEFAULT.clock(capped))
 
 
 def test_unknown_attention_kernel_is_rejected():

@@ -89,7 +89,12 @@ Sustained clocks: a part capped below the power its datasheet peak is rated at r
 ∝ f·V² and V ∝ f near the top of the curve, so P ∝ f³ and f = (P_cap / P_rated)^(1/3) (check: H100 NVL,
 400 W, is rated at 835 dense BF16 TFLOP/s vs the 700 W SXM5's 989: (400/700)^(1/3) = 0.83 vs 0.845).
 The rated power is that of the part the MAMF was measured on (the preset's ``matmul_watts``; for a user preset
-without it, the ``MATMUL`` entry of the same silicon), else the accelerator's TDP (f = 1).
+without it, the ``MATMUL`` entry of the same silicon), else the accelerator's TDP (f = 1). That is the draw of
+a GEMM at the MAMF rate, which a training step's GEMMs are taken to draw too. Dynamic power is α·C·V²·f, with α
+the switching activity, so a kernel whose tensor cores sustain only a fraction u of that rate draws about u of
+it and is throttled only below u·P_rated: f = min(1, (P_cap / (u·P_rated))^(1/3)). roofline.py applies this to
+flash attention, u = its efficiency as a fraction of the MAMF rate (0.26 for FlashAttention-2 on an H100,
+0.52 for cuDNN), so a 500 W H100 throttles its GEMMs to 0.89 of the clock but not its attention.
 The hardware presets carry the MAMF figures (``Accelerator.matmul_bf16`` / ``matmul_fp8`` / ``matmul_watts`` /
 ``async_mma``, each beside its source); ``MATMUL`` is the fallback lookup for accelerators defined without them.
 """
@@ -250,8 +255,8 @@ class Efficiency:
     def link(self, tier_name: str) -> float:
         return self.nvlink if tier_name == "nvlink" else self.network
 
-    def clock(self, accelerator: object) -> float:
-        """Sustained tensor clock / the clock of the measured part: (P_cap / P_rated)^(1/3), at most 1."""
+    def clock(self, accelerator: object, load: Num = 1.0) -> Num:
+        """Sustained tensor clock / the clock of the measured part: (P_cap / (load·P_rated))^(1/3), at most 1."""
         tdp = float(getattr(accelerator, "tdp_watts", 0.0) or 0.0)
         rated = float(getattr(accelerator, "matmul_watts", 0.0) or 0.0)
         if rated <= 0:
@@ -259,7 +264,9 @@ class Efficiency:
             rated = entry.watts if entry is not None else tdp
         if tdp <= 0 or rated <= 0:
             return 1.0
-        return min(1.0, (tdp / rated) ** self.clock_exponent)
+        if type(load) in _SCALAR:
+            return min(1.0, (tdp / (rated * load)) ** self.clock_exponent)
+        return minimum(1.0, (tdp / (rated * load)) ** self.clock_exponent)
 
     def attention_kernel_factor(self, accelerator: object, kernel: str = "fused") -> float:
         """Rate of the stack's attention kernel family (``Plan.attention_kernel``) relative to the native one on

@@ -55,7 +55,9 @@ def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) 
                                         kernel=op.kernel, calls=op.groups)
         if op.kernel == "fa2":
             rate = rate * eff.attention_kernel_factor(acc, op.kernel)
-        return op.flops / (gemm16 * rate)
+        # a kernel at a fraction ``rate`` of the GEMM ceiling draws that fraction of its power (efficiency.py,
+        # "Sustained clocks"), so a power cap throttles it less than the GEMMs ``gemm16`` is clocked for
+        return op.flops / (gemm16 / eff.clock(acc) * eff.clock(acc, rate) * rate)
     return op.flops / fp32
 
 
