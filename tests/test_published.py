@@ -421,14 +421,20 @@ QWEN3_235B = QWEN3_30B | {"name": "Qwen3-235B-A22B", "num_layers": 94, "hidden_s
                           "ffn_hidden_size": 12288, "moe_ffn_hidden_size": 1536}
 
 
-@pytest.mark.parametrize(("group", "gpu", "overlap"), [
-    ("megatron_bridge_26.04", "H100", True),  # QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*: moe_a2a_overlap=True
-    ("megatron_bridge_25.11", "H100", True),
-    ("megatron_bridge_25.09", "H100", False),  # before the Megatron-Bridge recipe files that say so
-    ("megatron_bridge_26.04", "GB200", False),  # the Blackwell recipes leave it off
+@pytest.mark.parametrize(("group", "gpu", "overlap", "precision"), [
+    ("megatron_bridge_26.04", "H100", True, "fp8"),  # QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*: moe_a2a_overlap=True
+    ("megatron_bridge_25.11", "H100", True, "fp8"),
+    ("megatron_bridge_25.09", "H100", False, "fp8"),  # before the Megatron-Bridge recipe files that say so
+    ("megatron_bridge_26.04", "GB200", False, "mxfp8"),  # the Blackwell recipes leave it off
+    # from 26.06 the GB200 MXFP8 recipes run the full-iteration CUDA graph path, which overlaps the all-to-all
+    # (Megatron-Bridge PR #4249, #4606)
+    ("megatron_bridge_26.06", "GB200", True, "mxfp8"),
+    ("megatron_bridge_26.08", "GB200", True, "mxfp8"),
+    ("megatron_bridge_26.06", "GB200", False, "bf16"),
 ])
-def test_ep_overlap_follows_the_release_recipe(group, gpu, overlap):
-    case = map_run(record(group=group, model=QWEN3_235B, hardware={"gpu": gpu, "num_gpus": 256, "gpus_per_node": 8},
+def test_ep_overlap_follows_the_release_recipe(group, gpu, overlap, precision):
+    case = map_run(record(group=group, model=QWEN3_235B, precision=precision,
+                          hardware={"gpu": gpu, "num_gpus": 256, "gpus_per_node": 8},
                           parallel={"tp": 2, "pp": 8, "vp": 4, "ep": 32, "micro_batch_size": 1,
                                     "global_batch_size": 2048}))
     assert case.plan.overlap_ep is overlap

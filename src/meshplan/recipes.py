@@ -136,9 +136,9 @@ def source_defaults(record: dict[str, Any]) -> SourceDefaults:
 # ---- Megatron-Bridge recipe settings --------------------------------------------------------------------------
 # Megatron-Bridge performance recipes that turn on the EP all-to-all overlap (``moe_a2a_overlap=True`` →
 # Megatron-Core --overlap-moe-expert-parallel-comm): (regex on "group model gpu precision ep<EP>", source).
-# The other MoE recipes of those files leave it off (Qwen3 30B, Qwen3 235B on B200/GB200, DeepSeek-V3's pp 16 /
-# ep 8 B200, its pre-26.06 GB200 layouts and its later H100 one, GPT-OSS V1), except the B300 / GB300 MXFP8 ones,
-# which no run in the data uses.
+# The other MoE recipes of those files leave it off (Qwen3 30B, Qwen3 235B on B200 and on GB200 before the 26.06
+# MXFP8 recipes, DeepSeek-V3's pp 16 / ep 8 B200, its pre-26.06 GB200 layouts and its later H100 one, GPT-OSS V1),
+# except the B300 / GB300 MXFP8 ones, which no run in the data uses.
 # GPT-OSS-120B's GB200 "V2" variant (GBS 1280, gpt_oss_workload_base_configs.py) also sets it, but which
 # releases ran V2 cannot be pinned from the tables (V1 and V2 coexist in one file), so it is not assumed.
 MOE_A2A_OVERLAP: tuple[tuple[str, str], ...] = (
@@ -153,6 +153,11 @@ MOE_A2A_OVERLAP: tuple[tuple[str, str], ...] = (
      "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py: "
      "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 / _NVFP4_V2 (the only B200 layout with pp 8, vp 2, ep 32): "
      "moe_flex_dispatcher_backend='deepep', moe_a2a_overlap=True"),
+    (r"megatron_bridge_(26\.(0[6-9]|1\d)|2[7-9]\.\d+)\S*.*qwen3.*gb200.*mxfp8",
+     "Megatron-Bridge PR #4249 (Qwen3 GB200/GB300 MXFP8 CuTeDSL fusion and full-iteration CUDA graphs for 26.06): "
+     "the full-iteration helper turns on the HybridEP all-to-all overlap (PR #4606 brings B200/B300 onto 'the same "
+     "optimization path already used by GB200/GB300': moe_a2a_overlap, full-iteration CUDA graphs, CuTeDSL grouped "
+     "MLP; PR #5356: 'the B300 recipe gets this for free from the full-iteration helper')"),
     (r"megatron_bridge_(26\.(0[6-9]|1\d)|2[7-9]\.\d+)\S*.*deepseek-v3.*gb200.*mxfp8",
      "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py: "
      "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V1 / _V2, the 26.06 MXFP8 recipe with full-iteration CUDA graphs and "
