@@ -68,6 +68,25 @@ def test_estimate_with_overlapped_pipeline_sends(capsys):
     assert code == 0 and json.loads(out)["plans"]
 
 
+def test_estimate_with_fp8_attention(capsys):
+    """--attention-kernel fp8: cuDNN's FP8 attention, faster than the bf16 kernel, and only with an fp8 precision
+    (one line naming the setting otherwise); the search takes the same setting."""
+    base = ["estimate", "--model", "llama3-70b", "--system", "gb200", "--gpus", "64", "--tp", "2", "--pp", "4",
+            "--precision", "fp8", "--json"]
+    bf16_kernel = json.loads(run(base, capsys)[1])
+    code, out, _ = run([*base, "--attention-kernel", "fp8"], capsys)
+    fp8_kernel = json.loads(out)
+    assert code == 0 and fp8_kernel["plan"]["attention_kernel"] == "fp8"
+    assert fp8_kernel["step_time_s"] < bf16_kernel["step_time_s"]
+    code, out, err = run(["estimate", "--model", "llama3-70b", "--system", "gb200", "--gpus", "64", "--tp", "2",
+                          "--attention-kernel", "fp8"], capsys)
+    assert code == 2 and not out and err.count("\n") == 1
+    assert "attention_kernel=fp8" in err and "precision=bf16" in err
+    code, out, _ = run(["plan", "--model", "llama3-70b", "--system", "gb200", "--gpus", "64", "--precision", "fp8",
+                        "--attention-kernel", "fp8", "--top", "1", "--json"], capsys)
+    assert code == 0 and json.loads(out)["plans"]
+
+
 def test_estimate_of_an_fsdp_stack_adds_its_gradient_preparation(capsys):
     """--fsdp fsdp1: 18 bytes per parameter per micro-batch in the backward pass make the step slower."""
     base = ["estimate", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--zero", "3", "--json"]

@@ -440,6 +440,21 @@ def test_ep_overlap_follows_the_release_recipe(group, gpu, overlap, precision):
     assert case.plan.overlap_ep is overlap
 
 
+@pytest.mark.parametrize(("group", "precision", "kernel"), [
+    ("megatron_bridge_26.06", "mxfp8", "fp8"),  # PR #4249 / #4606: the GB200 MXFP8 path runs FP8 attention
+    ("megatron_bridge_26.08", "mxfp8", "fp8"),
+    ("megatron_bridge_26.04", "mxfp8", "fused"),  # before the 26.06 recipes
+    ("megatron_bridge_26.06", "bf16", "fused"),
+])
+def test_fp8_attention_follows_the_release_recipe(group, precision, kernel):
+    case = map_run(record(group=group, model=QWEN3_235B, precision=precision,
+                          hardware={"gpu": "GB200", "num_gpus": 256, "gpus_per_node": 4},
+                          parallel={"tp": 1, "pp": 8, "vp": 3, "ep": 32, "micro_batch_size": 1,
+                                    "global_batch_size": 8192}))
+    assert case.plan.attention_kernel == kernel
+    assert any("FP8 attention" in note for note in case.assumptions) is (kernel == "fp8")
+
+
 @pytest.mark.parametrize(("group", "gpu", "precision", "pp", "vp", "ep", "overlap"), [
     # DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2: deepep, pp 8, vp 2, ep 32, moe_a2a_overlap=True
     ("megatron_bridge_26.04.01", "B200", "mxfp8", 8, 2, 32, True),

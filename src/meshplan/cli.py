@@ -9,7 +9,7 @@ import sys
 import click
 
 from meshplan.errors import MeshplanError, SpecError
-from meshplan.plan import EXPERT_GEMM, FP8_SCALING, FSDP, LORA_TARGETS, PRECISION, fsdp_has_zero
+from meshplan.plan import ATTENTION_KERNELS, EXPERT_GEMM, FP8_SCALING, FSDP, LORA_TARGETS, PRECISION, fsdp_has_zero
 
 DEFAULT_BATCH_TOKENS = 4 * 2**20  # default global batch ≈ 4M tokens (GPT-3: 3.2M; Llama 2: 4M)
 
@@ -47,6 +47,11 @@ overlap_pp_option = click.option(
     "--overlap-pp", is_flag=True,
     help="pipeline sends behind the next chunk's compute (Megatron-Core overlap_p2p_comm); interleaved schedules "
          "only, no effect with vpp = 1")
+
+attention_kernel_option = click.option(
+    "--attention-kernel", type=click.Choice(ATTENTION_KERNELS), default=ATTENTION_KERNELS[0], show_default=True,
+    help="flash-attention kernel family: fused (cuDNN / FlashAttention-3), fa2 (FlashAttention-2) or fp8 (cuDNN FP8 "
+         "attention; needs an fp8 precision)")
 
 fsdp_option = click.option(
     "--fsdp", type=click.Choice(FSDP), default=FSDP[0], show_default=True,
@@ -120,6 +125,7 @@ def cli() -> None:
 @click.option("--fusion", type=click.Choice(["fused", "eager"]), default="fused", show_default=True,
               help="element-wise kernels: fused (Megatron / TE, torch.compile) or eager PyTorch (one per aten op)")
 @expert_gemm_option
+@attention_kernel_option
 @fsdp_option
 @click.option("--lora-rank", type=int, default=0, show_default=True,
               help="LoRA fine-tuning with adapters of this rank (0: full training); base weights frozen")
@@ -130,7 +136,8 @@ def cli() -> None:
 def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep, etp, vpp, sequence_parallel,
              micro_batch, global_batch, zero, recompute, recompute_layers, offload_optimizer, offload_activations,
              offload_layers, precision, fp8_scaling, grad_bytes, schedule, placement, overlap_tp, no_overlap_dp,
-             overlap_pp, fusion, expert_gemm, fsdp, lora_rank, lora_targets, show_ops, as_json) -> None:
+             overlap_pp, fusion, expert_gemm, attention_kernel, fsdp, lora_rank, lora_targets, show_ops,
+             as_json) -> None:
     """Estimate one training step of MODEL on GPUS accelerators of SYSTEM under one parallel plan."""
     from meshplan.estimate import estimate as run
     from meshplan.plan import Plan
@@ -153,7 +160,8 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
                 precision=precision, fp8_scaling=fp8_scaling, grad_bytes=grad_bytes,
                 schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"),
                 placement=tuple(a.strip() for a in placement.split(",")), overlap_tp=overlap_tp,
-                overlap_dp=not no_overlap_dp, overlap_pp=overlap_pp, fusion=fusion, expert_gemm=expert_gemm, fsdp=fsdp,
+                overlap_dp=not no_overlap_dp, overlap_pp=overlap_pp, fusion=fusion, expert_gemm=expert_gemm,
+                attention_kernel=attention_kernel, fsdp=fsdp,
                 finetune="lora" if lora_rank else "full", lora_rank=lora_rank or 32, lora_targets=lora_targets)
     est = run(model, cluster, plan)
     if as_json:
@@ -203,6 +211,7 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
 @click.option("--overlap-tp", is_flag=True, help="TP communication overlapped with GEMMs")
 @overlap_pp_option
 @expert_gemm_option
+@attention_kernel_option
 @fsdp_option
 @click.option("--tokens", default=None, help="token budget (e.g. 15T) to report days and cost")
 @click.option("--price", type=float, default=None, help="price per GPU-hour, for --tokens")
@@ -211,7 +220,7 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_k, zero_opts, recompute_opts,
              sp_opts, offload, placements, max_micro_batch, precision, fp8_scaling, grad_bytes, overlap_tp, overlap_pp,
-             expert_gemm, fsdp, tokens, price, rank_by, as_json) -> None:
+             expert_gemm, attention_kernel, fsdp, tokens, price, rank_by, as_json) -> None:
     """Search every parallel plan of MODEL on GPUS accelerators of SYSTEM and rank the feasible ones."""
     from meshplan.search import Space, search
 
@@ -240,7 +249,7 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
                       offload_activations=(False, True) if offload else (False,),
                       all_placements=placements == "all", max_micro_batch=max_micro_batch, precision=precision,
                       fp8_scaling=fp8_scaling, grad_bytes=grad_bytes, overlap_tp=overlap_tp, overlap_pp=overlap_pp,
-                      expert_gemm=expert_gemm, fsdp=fsdp)
+                      expert_gemm=expert_gemm, attention_kernel=attention_kernel, fsdp=fsdp)
         with _progress(as_json) as progress:
             results.append(search(model, cluster, space, top_k=top_k, progress=progress))
     from meshplan.report.text import print_search

@@ -58,7 +58,9 @@ and 0.45 of the A100's datasheet peak) sits below the kernels' own benchmarks (F
 0.5–0.7) because in a training step the kernel also pays for the QKV layout transposes and the softmax statistics
 around it. A stack that runs FlashAttention-2-class kernels on Hopper or Blackwell (``Plan.attention_kernel = "fa2"``)
 gets ``fa2_on_async`` = 0.50 of that at long sequences (PyTorch SDPA's FA2 backend vs cuDNN on an H100,
-pytorch/pytorch#142132, measured at 4608 keys, where the two families' tile costs make it 0.52).
+pytorch/pytorch#142132, measured at 4608 keys, where the two families' tile costs make it 0.52). cuDNN's FP8 attention
+(``"fp8"``) runs its forward 1.22 and its backward 1.05 times as fast as the bf16 kernel (``fp8_attention_fwd`` /
+``_bwd``, NVIDIA's benchmark on a GB200).
 
 Memory-bound kernels stream at ``memory`` × HBM peak (STREAM-like copies reach 85–93 % on A100/H100).
 
@@ -178,6 +180,14 @@ class Efficiency:
     # tile factors at 4608 keys, (4608 + L0_fa2) / (4608 + L0) (``attention_l0`` / ``attention_l0_fa2`` above).
     # On Ampere FA2 is the native kernel.
     fa2_on_async: float = 329.483 / 631.338 * (4608 + ATTENTION_L0_FA2) / (4608 + ATTENTION_L0)
+    # cuDNN's FP8 attention (``Plan.attention_kernel = "fp8"``; Transformer Engine fp8_dot_product_attention) vs its
+    # bf16 kernel on the same shapes: NVIDIA cudnn-frontend benchmark/sdpa_benchmark_training/artifacts/
+    # sdpa_fp8_benchmark_results_NVIDIA_GB200.csv (commit d48a60eb, the run attention_l0.py fits; Llama-3.1-405B
+    # heads, causal), geometric mean over 4k-32k keys of fp8 / bf16 TFLOP/s: forward 1663/1378, 1894/1583,
+    # 2033/1673, 2124/1687 (1.22), backward 1088/1054, 1263/1211, 1373/1303, 1429/1311 (1.05: the backward keeps
+    # dS and its GEMMs in 16 bits). Measured on a GB200 only; applied on every GPU with fp8 tensor cores.
+    fp8_attention_fwd: float = (1663 / 1378 * 1894 / 1583 * 2033 / 1673 * 2124 / 1687) ** 0.25
+    fp8_attention_bwd: float = (1088 / 1054 * 1263 / 1211 * 1373 / 1303 * 1429 / 1311) ** 0.25
     nvlink: float = 0.8  # NCCL bus bandwidth / NVLink peak (nccl-tests)
     network: float = 0.9  # NCCL bus bandwidth / NIC peak (nccl-tests over InfiniBand NDR/HDR)
     clock_exponent: float = 1 / 3  # P ∝ f³ (see the module docstring)
@@ -242,14 +252,18 @@ class Efficiency:
     def attention_efficiency(self, head_dim: Num, keys: Num, backward: bool = False, causal: bool = True,
                              kernel: str = "fused", calls: Num = 1.0) -> Num:
         """Fraction of the bf16 peak a flash-attention kernel sustains on its useful FLOPs (``kernel``: the
-        ``Plan.attention_kernel`` family, which sets the head-dimension falloff and the tile's fixed cost), when
+        ``Plan.attention_kernel`` family, which sets the head-dimension falloff and the tile's fixed cost; FP8
+        kernels are cuDNN's at ``fp8_attention_fwd`` / ``_bwd`` times its rate), when
         the work over ``keys`` keys runs as ``calls`` kernels over keys / calls each (ring context parallelism)."""
         fa2 = kernel == "fa2"
         d0, l0 = (self.attention_d0_fa2, self.attention_l0_fa2) if fa2 else (self.attention_d0, self.attention_l0)
         shape = (1 + d0 / 128.0) * head_dim / (head_dim + d0)  # 1 at d = 128
         wasted = (1 + self.attention_block / keys) if causal else 1.0
         loop = (keys / 2 if causal else keys) / calls  # the keys a query tile visits per call, on average
-        return self.attention * shape / wasted * loop / (loop + l0) * (self.attention_bwd if backward else 1.0)
+        rate = self.attention * shape / wasted * loop / (loop + l0) * (self.attention_bwd if backward else 1.0)
+        if kernel == "fp8":
+            return rate * (self.fp8_attention_bwd if backward else self.fp8_attention_fwd)
+        return rate
 
     # ---- links and clocks -----------------------------------------------------------------------------------
     def link(self, tier_name: str) -> float:

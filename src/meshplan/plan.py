@@ -37,7 +37,8 @@ PRECISION = ("bf16", "fp16", "fp8", "mxfp8", "fp4")
 FP8_SCALING = ("delayed", "current")
 FINETUNE = ("full", "lora")
 LORA_TARGETS = ("all", "qkv")
-ATTENTION_KERNELS = ("fused", "fa2")
+ATTENTION_KERNELS = ("fused", "fa2", "fp8")
+FP8_ATTENTION_PRECISIONS = ("fp8", "mxfp8", "fp4")  # an FP8 recipe quantizes Q, K, V (Transformer Engine)
 CROSS_ENTROPY = ("fused", "pytorch", "flash")
 FUSION = ("fused", "eager")
 EXPERT_GEMM = ("per_expert", "grouped")
@@ -86,7 +87,8 @@ class Plan:
     overlap_pp: bool = False
     flash_attention: bool = True
     # the flash-attention kernel family the software stack runs: "fused" (cuDNN / FlashAttention-3 class, written
-    # for the GPU's asynchronous MMA) or "fa2" (FlashAttention-2 class; slower on Hopper / Blackwell, efficiency.py)
+    # for the GPU's asynchronous MMA), "fa2" (FlashAttention-2 class; slower on Hopper / Blackwell) or "fp8"
+    # (cuDNN's FP8 attention, Transformer Engine's fp8_dot_product_attention; needs an fp8 precision), efficiency.py
     attention_kernel: str = "fused"
     # cross-entropy implementation (ops.head_ops; memory of its backward, estimate.loss_workspace): "fused"
     # (Megatron vocab-parallel), "pytorch" (F.cross_entropy in eager autograd, torchtitan) or "flash"
@@ -332,6 +334,9 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> lis
                        f"(it has {', '.join(sorted(cluster.accelerator.peak_flops))})")
     if plan.attention_kernel not in ATTENTION_KERNELS:
         reasons.append(f"attention_kernel={plan.attention_kernel!r} must be one of {', '.join(ATTENTION_KERNELS)}")
+    elif plan.attention_kernel == "fp8" and plan.precision not in FP8_ATTENTION_PRECISIONS:
+        reasons.append(f"attention_kernel=fp8 needs an fp8 precision ({', '.join(FP8_ATTENTION_PRECISIONS)}), "
+                       f"not precision={plan.precision}")
     if plan.cross_entropy not in CROSS_ENTROPY:
         reasons.append(f"cross_entropy={plan.cross_entropy!r} must be one of {', '.join(CROSS_ENTROPY)}")
     if plan.fusion not in FUSION:

@@ -165,6 +165,23 @@ MOE_A2A_OVERLAP: tuple[tuple[str, str], ...] = (
 )
 
 
+# Megatron-Bridge recipes that run cuDNN's FP8 attention (fp8_dot_product_attention → Plan.attention_kernel = "fp8"):
+# (regex on "group model gpu precision", source).
+FP8_ATTENTION: tuple[tuple[str, str], ...] = (
+    (r"megatron_bridge_(26\.(0[6-9]|1\d)|2[7-9]\.\d+)\S*.*qwen3.*gb200.*mxfp8",
+     "Megatron-Bridge PR #4249 (Qwen3 GB200/GB300 MXFP8 recipes for 26.06); PR #4606 lists FP8 dot-product "
+     "attention in 'the same optimization path already used by GB200/GB300'"),
+)
+
+
+def fp8_attention(record: dict[str, Any], model: ModelSpec) -> tuple[bool, str]:
+    key = recipe_key(record, record.get("precision") or "")
+    for pattern, why in FP8_ATTENTION:
+        if re.search(pattern, key):
+            return True, f"cuDNN FP8 attention: {why}"
+    return False, ""
+
+
 # Megatron-Bridge recipes that offload the saved activations of some layers to the Grace CPU's memory
 # (cpu_offloading_num_layers; Megatron-Core --cpu-offloading with Transformer Engine's offload handler), on the
 # Megatron-FSDP GB200 runs: (regex on "group model gpu zero_or_fsdp", layers, source).

@@ -84,6 +84,7 @@ class Space:
     overlap_dp: bool = True
     overlap_pp: bool = False  # Plan.overlap_pp: pipeline sends behind the next chunk (interleaved schedules)
     flash_attention: bool = True
+    attention_kernel: str = "fused"  # Plan.attention_kernel: the stack's flash-attention kernel family
     cp_comm: str = "ring"
     expert_gemm: str = "per_expert"  # Plan.expert_gemm: how the stack launches MoE expert GEMMs
     fp8_scaling: str = "delayed"  # Plan.fp8_scaling: how per-tensor fp8 scales are found
@@ -97,8 +98,8 @@ class Space:
     def settings(self) -> dict[str, object]:
         return {"precision": self.precision, "grad_bytes": self.grad_bytes, "overlap_tp": self.overlap_tp,
                 "overlap_dp": self.overlap_dp, "overlap_pp": self.overlap_pp, "flash_attention": self.flash_attention,
-                "cp_comm": self.cp_comm, "expert_gemm": self.expert_gemm, "fp8_scaling": self.fp8_scaling,
-                "fsdp": self.fsdp}
+                "attention_kernel": self.attention_kernel, "cp_comm": self.cp_comm, "expert_gemm": self.expert_gemm,
+                "fp8_scaling": self.fp8_scaling, "fsdp": self.fsdp}
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from meshplan.errors import MeshplanError, PlanError, SpecError
 from meshplan.hardware import Cluster, load_system
 from meshplan.model import ModelSpec, load_model, preset_names
 from meshplan.ops import LOW_PRECISION_BYTES
-from meshplan.plan import Plan, check, fsdp_has_zero
+from meshplan.plan import FP8_ATTENTION_PRECISIONS, Plan, check, fsdp_has_zero
 from meshplan.recipes import SourceDefaults, source_defaults
 from meshplan.records import NEGATIVE, clean_record, flag, number, positive_int, read_runs
 from meshplan.units import GiB
@@ -257,12 +257,17 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
         grad_bytes = 2
     flash, fusion = _kernels(record, model, src, notes)
     overlap_ep, expert_gemm, offload_layers = _recipe_settings(record, model, ep, notes)
+    attention_kernel = src.attention_kernel
+    fp8_attention, fp8_note = recipes.fp8_attention(record, model)
+    if fp8_attention and flash and precision in FP8_ATTENTION_PRECISIONS:
+        attention_kernel = "fp8"
+        notes.append(fp8_note)
     plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sequence_parallel=sp, micro_batch=mbs,
                 global_batch=gbs, zero=zero, recompute=recompute, recompute_layers=layers, precision=precision,
                 grad_bytes=grad_bytes, schedule="interleaved" if vpp > 1 else "1f1b", overlap_tp=overlap_tp,
                 overlap_dp=src.overlap_dp, overlap_ep=overlap_ep, flash_attention=flash, fp8_scaling=fp8_scaling,
                 finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets, train_metrics=src.train_metrics,
-                attention_kernel=src.attention_kernel, cross_entropy=src.cross_entropy, fusion=fusion,
+                attention_kernel=attention_kernel, cross_entropy=src.cross_entropy, fusion=fusion,
                 # FSDP prepares the gradients every micro-batch; torchtitan's FSDP2 under pipeline parallelism
                 # (ZeRO-1 above) reduces them once per step, on the last micro-batch: not charged
                 expert_gemm=expert_gemm, fsdp=src.fsdp if fsdp_has_zero(src.fsdp, zero) else "none",
@@ -661,7 +666,7 @@ def map_run(record: dict[str, Any]) -> Case:
     if "mtp" in record["id"].lower() and "withoutmtp" not in record["id"].lower():
         notes.append("multi-token-prediction module not modelled (~1 extra layer and LM head)")
     memory = (record.get("measured") or {}).get("peak_memory_gib")
-    if plan.attention_kernel != "fused" and plan.flash_attention:
+    if plan.attention_kernel == "fa2" and plan.flash_attention:
         notes.append(f"attention kernel: {plan.attention_kernel} class (the source's stack)")
     return Case(id=record["id"], group=record.get("group", ""), model=model, cluster=cluster, plan=plan,
                 metric=metric, measured=value, assumptions=tuple(notes), basis=basis,

@@ -33,7 +33,8 @@ def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
     summary.add_column(style="bold")
     summary.add_column()
     scaling = f" ({p.fp8_scaling} scaling)" if p.precision == "fp8" else ""
-    summary.add_row("plan", p.describe() + f" schedule={p.schedule} precision={p.precision}{scaling}")
+    kernel = f" attention={p.attention_kernel}" if p.flash_attention and p.attention_kernel != "fused" else ""
+    summary.add_row("plan", p.describe() + f" schedule={p.schedule} precision={p.precision}{scaling}{kernel}")
     summary.add_row("step time", fmt_time(est.step_time))
     summary.add_row("tokens/s", f"{fmt_count(est.tokens_per_s)} ({fmt_count(est.tokens_per_s / est.cluster.num_gpus)}"
                     " per GPU)")
