@@ -174,7 +174,7 @@ FP8_ATTENTION: tuple[tuple[str, str], ...] = (
 )
 
 
-def fp8_attention(record: dict[str, Any], model: ModelSpec) -> tuple[bool, str]:
+def fp8_attention(record: dict[str, Any]) -> tuple[bool, str]:
     key = recipe_key(record, record.get("precision") or "")
     for pattern, why in FP8_ATTENTION:
         if re.search(pattern, key):

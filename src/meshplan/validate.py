@@ -258,7 +258,7 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     flash, fusion = _kernels(record, model, src, notes)
     overlap_ep, expert_gemm, offload_layers = _recipe_settings(record, model, ep, notes)
     attention_kernel = src.attention_kernel
-    fp8_attention, fp8_note = recipes.fp8_attention(record, model)
+    fp8_attention, fp8_note = recipes.fp8_attention(record)
     if fp8_attention and flash and precision in FP8_ATTENTION_PRECISIONS:
         attention_kernel = "fp8"
         notes.append(fp8_note)
