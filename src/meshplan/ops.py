@@ -649,10 +649,10 @@ def layer_fsdp_grad(model: ModelSpec, plan: Plan, moe: bool) -> list[OpCost]:
     return fsdp_grad_prep("layer", kind_params(model, plan, moe).total, plan)
 
 
-def stack_copies(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
-    """The attention's copies that the stack's model code adds: flash-attn's varlen packing, the QKV split's
-    backward concatenation."""
-    return varlen_padding(model, plan, d) + qkv_concat(model, plan, d)
+def stack_extras(model: ModelSpec, plan: Plan, d: Dims, moe: bool) -> list[OpCost]:
+    """What the software stack adds to a layer: its model code's attention copies (flash-attn's varlen packing,
+    the QKV split's backward concatenation) and FSDP's gradient preparation (``layer_fsdp_grad``)."""
+    return varlen_padding(model, plan, d) + qkv_concat(model, plan, d) + layer_fsdp_grad(model, plan, moe)
 
 
 def dense_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
@@ -661,18 +661,17 @@ def dense_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
     if plan.tensor_layout == "summa":
         from meshplan.ops2d import summa_layer
 
-        return lora(summa_layer(model, plan, d) + stack_copies(model, plan, d)
-                    + layer_fsdp_grad(model, plan, False), plan, d)
+        return lora(summa_layer(model, plan, d) + stack_extras(model, plan, d, False), plan, d)
     return low_precision_casts(lora(attention_block(model, plan, d) + mlp_block(model, plan, d)
-                                    + eager_layer(model, plan, d) + stack_copies(model, plan, d)
-                                    + layer_fsdp_grad(model, plan, False), plan, d), plan)
+                                    + eager_layer(model, plan, d) + stack_extras(model, plan, d, False), plan, d),
+                               plan)
 
 
 def moe_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
     d = dims(model, plan)
     return low_precision_casts(lora(attention_block(model, plan, d) + moe_block(model, plan, d)
-                                    + eager_layer(model, plan, d, moe=True) + stack_copies(model, plan, d)
-                                    + layer_fsdp_grad(model, plan, True), plan, d), plan)
+                                    + eager_layer(model, plan, d, moe=True) + stack_extras(model, plan, d, True),
+                                    plan, d), plan)
 
 
 # ---- first and last pipeline stage ------------------------------------------------------------------------

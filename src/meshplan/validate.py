@@ -257,11 +257,7 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
         grad_bytes = 2
     flash, fusion = _kernels(record, model, src, notes)
     overlap_ep, expert_gemm, offload_layers = _recipe_settings(record, model, ep, notes)
-    attention_kernel = src.attention_kernel
-    fp8_attention, fp8_note = recipes.fp8_attention(record)
-    if fp8_attention and flash and precision in FP8_ATTENTION_PRECISIONS:
-        attention_kernel = "fp8"
-        notes.append(fp8_note)
+    attention_kernel = _attention_kernel(record, src, flash, precision, notes)
     plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sequence_parallel=sp, micro_batch=mbs,
                 global_batch=gbs, zero=zero, recompute=recompute, recompute_layers=layers, precision=precision,
                 grad_bytes=grad_bytes, schedule="interleaved" if vpp > 1 else "1f1b", overlap_tp=overlap_tp,
@@ -418,6 +414,17 @@ def _kernels(record: dict[str, Any], model: ModelSpec, src: SourceDefaults, note
         notes.append("element-wise kernels fused by torch.compile (stated)" if compiled
                      else "element-wise kernels in eager PyTorch (one kernel per aten op)")
     return flash, fusion
+
+
+def _attention_kernel(record: dict[str, Any], src: SourceDefaults, flash: bool, precision: str, notes: list[str]
+                      ) -> str:
+    """The stack's flash-attention kernel family, or cuDNN's FP8 attention where the release's recipe turns it on
+    (recipes.FP8_ATTENTION) and the run's precision allows it."""
+    fp8, note = recipes.fp8_attention(record)
+    if fp8 and flash and precision in FP8_ATTENTION_PRECISIONS:
+        notes.append(note)
+        return "fp8"
+    return src.attention_kernel
 
 
 def _recipe_settings(record: dict[str, Any], model: ModelSpec, ep: int, notes: list[str]) -> tuple[bool, str, int]:
