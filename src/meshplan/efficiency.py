@@ -58,7 +58,10 @@ and 0.45 of the A100's datasheet peak) sits below the kernels' own benchmarks (F
 0.5–0.7) because in a training step the kernel also pays for the QKV layout transposes and the softmax statistics
 around it. A stack that runs FlashAttention-2-class kernels on Hopper or Blackwell (``Plan.attention_kernel = "fa2"``)
 gets ``fa2_on_async`` = 0.50 of that at long sequences (PyTorch SDPA's FA2 backend vs cuDNN on an H100,
-pytorch/pytorch#142132, measured at 4608 keys, where the two families' tile costs make it 0.52). cuDNN's FP8 attention
+pytorch/pytorch#142132, measured at 4608 keys, where the two families' tile costs make it 0.52). On Ampere, whose
+tensor cores take only synchronous MMA, FlashAttention-2 is the native kernel and reaches ``attention_on_sync`` = 0.90
+of the share of MAMF that FlashAttention-3 reaches on Hopper (each paper's best forward: FA2 73 % of A100 peak
+against its 86.9 % MAMF, FA3 75 % of H100 peak against 80.3 %). cuDNN's FP8 attention
 (``"fp8"``) runs its forward 1.22 and its backward 1.05 times as fast as the bf16 kernel (``fp8_attention_fwd`` /
 ``_bwd``, NVIDIA's benchmark on a GB200).
 
@@ -178,8 +181,15 @@ class Efficiency:
     # forward, PyTorch nightly 2024-12-04, pytorch/pytorch#142132); FA3's Fig. 1 (Shah et al. 2024) shows the same
     # ratio at long sequences. The constant is that ratio at long sequences: the measured one over the two families'
     # tile factors at 4608 keys, (4608 + L0_fa2) / (4608 + L0) (``attention_l0`` / ``attention_l0_fa2`` above).
-    # On Ampere FA2 is the native kernel.
+    # On Ampere FA2 is the native kernel (``attention_on_sync`` below).
     fa2_on_async: float = 329.483 / 631.338 * (4608 + ATTENTION_L0_FA2) / (4608 + ATTENTION_L0)
+    # A GPU without asynchronous MMA (Ampere) runs its native attention kernel, FlashAttention-2 (synchronous mma.sync:
+    # softmax and matmuls take turns), at a smaller share of its best GEMM rate than Hopper runs FlashAttention-3,
+    # whose warp specialization overlaps them. Each paper's best forward as a share of the datasheet peak, over that
+    # GPU's MAMF share (``MATMUL``): FA2 73 % of A100 peak (Dao 2023, abstract: "50-73% of the theoretical maximum
+    # FLOPs/s on A100") / 86.9 %, against FA3 75 % of H100 peak (Shah et al. 2024, abstract: "740 TFLOPs/s (75%
+    # utilization)") / 80.3 %: 0.840 / 0.934 = 0.90.
+    attention_on_sync: float = (0.73 / 0.869) / (0.75 / 0.803)
     # cuDNN's FP8 attention (``Plan.attention_kernel = "fp8"``; Transformer Engine fp8_dot_product_attention) vs its
     # bf16 kernel on the same shapes: NVIDIA cudnn-frontend benchmark/sdpa_benchmark_training/artifacts/
     # sdpa_fp8_benchmark_results_NVIDIA_GB200.csv (commit d48a60eb, the run attention_l0.py fits; Llama-3.1-405B
@@ -283,9 +293,12 @@ class Efficiency:
         return minimum(1.0, (tdp / (rated * load)) ** self.clock_exponent)
 
     def attention_kernel_factor(self, accelerator: object, kernel: str = "fused") -> float:
-        """Rate of the stack's attention kernel family (``Plan.attention_kernel``) relative to the native one on
-        this GPU (see ``fa2_on_async``)."""
-        return self.fa2_on_async if (kernel == "fa2" and async_mma(accelerator)) else 1.0
+        """Rate of the stack's attention kernel family (``Plan.attention_kernel``) on this GPU, relative to the
+        ``attention`` rate: FlashAttention-2 on Hopper or Blackwell ``fa2_on_async``; on a GPU without asynchronous
+        MMA (Ampere), where FlashAttention-2 is the native kernel, ``attention_on_sync`` for every family."""
+        if not async_mma(accelerator):
+            return self.attention_on_sync
+        return self.fa2_on_async if kernel == "fa2" else 1.0
 
     def with_(self, **changes: float) -> Efficiency:
         return replace(self, **changes)

@@ -52,9 +52,7 @@ def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) 
         if op.variant == "unfused":
             return op.flops / (gemm16 * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms))
         rate = eff.attention_efficiency(op.k, op.n, backward=op.phase != "fwd", causal=op.variant == "flash_causal",
-                                        kernel=op.kernel, calls=op.groups)
-        if op.kernel == "fa2":
-            rate = rate * eff.attention_kernel_factor(acc, op.kernel)
+                                        kernel=op.kernel, calls=op.groups) * eff.attention_kernel_factor(acc, op.kernel)
         # a kernel at a fraction ``rate`` of the GEMM ceiling draws that fraction of its power (efficiency.py,
         # "Sustained clocks"), so a power cap throttles it less than the GEMMs ``gemm16`` is clocked for
         return op.flops / (gemm16 / eff.clock(acc) * eff.clock(acc, rate) * rate)
