@@ -14,13 +14,14 @@ from meshplan.hardware import Accelerator
 from meshplan.ops import OpCost
 from meshplan.xp import Num, maximum
 
-_RATES: dict[tuple[int, int, str], tuple[Accelerator, Efficiency, tuple[float, float, float]]] = {}
+_RATES: dict[tuple[int, int, str], tuple[Accelerator, Efficiency, tuple[float, float, float, float]]] = {}
 
 
-def rates(acc: Accelerator, precision: str, eff: Efficiency) -> tuple[float, float, float]:
+def rates(acc: Accelerator, precision: str, eff: Efficiency) -> tuple[float, float, float, float]:
     """Sustained FLOP/s before shape effects: (GEMMs at ``precision``, 16-bit GEMMs, which attention kernels
-    also run at a fraction of, fp32 CUDA cores), each at the sustained clock; GEMM rates include the
-    best-shape efficiency (MAMF).
+    also run at a fraction of, fp32 CUDA cores), each at the sustained clock of a GEMM, and that clock (a kernel
+    drawing less power is clocked by its own load: ``compute_time``); GEMM rates include the best-shape
+    efficiency (MAMF).
     Memoised per (accelerator, efficiency) object: hashing the dataclasses for every op would cost more."""
     key = (id(acc), id(eff), precision)
     hit = _RATES.get(key)
@@ -33,10 +34,10 @@ def rates(acc: Accelerator, precision: str, eff: Efficiency) -> tuple[float, flo
     return value
 
 
-def _rates(acc: Accelerator, precision: str, eff: Efficiency) -> tuple[float, float, float]:
+def _rates(acc: Accelerator, precision: str, eff: Efficiency) -> tuple[float, float, float, float]:
     clock = eff.clock(acc)
     return (acc.flops(precision) * clock * eff.mamf(acc, precision), acc.half_flops * clock * eff.mamf(acc, "bf16"),
-            acc.peak_flops.get("fp32", acc.half_flops / 16) * clock)
+            acc.peak_flops.get("fp32", acc.half_flops / 16) * clock, clock)
 
 
 def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Num:
@@ -44,7 +45,7 @@ def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) 
     head, ``variant="bf16"``, in 16 bits), attention at a fraction of the 16-bit GEMM rate (flash kernels: the
     attention efficiency of efficiency.py; unfused: batched score GEMMs), element-wise math at the fp32 CUDA-core
     rate."""
-    gemm, gemm16, fp32 = rates(acc, precision, eff)
+    gemm, gemm16, fp32, clock = rates(acc, precision, eff)
     if op.kind == "gemm":
         rate = gemm16 if op.variant == "bf16" else gemm
         return op.flops / (rate * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms, op.groups))
@@ -55,7 +56,7 @@ def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) 
                                         kernel=op.kernel, calls=op.groups) * eff.attention_kernel_factor(acc, op.kernel)
         # a kernel at a fraction ``rate`` of the GEMM ceiling draws that fraction of its power (efficiency.py,
         # "Sustained clocks"), so a power cap throttles it less than the GEMMs ``gemm16`` is clocked for
-        return op.flops / (gemm16 / eff.clock(acc) * eff.clock(acc, rate) * rate)
+        return op.flops / (gemm16 / clock * eff.clock(acc, rate) * rate)
     return op.flops / fp32
 
 
