@@ -270,29 +270,31 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
                 varlen_attention=src.varlen_attention and flash, qkv_concat=src.qkv_concat,
                 offload_activations=offload_layers > 0, offload_layers=offload_layers,
                 overlap_pp=src.overlap_pp and vpp > 1)
-    if plan.overlap_pp:
-        notes.append(f"pipeline sends overlapped with the next chunk's compute ({src.name}: overlap_p2p_comm with "
-                     "an interleaved schedule)")
-    notes.append(f"grad bytes {grad_bytes}, DP overlap {'on' if src.overlap_dp else 'off'}, "
-                 f"{'flash' if flash else 'unfused'} attention")
-    if plan.varlen_attention:
-        notes.append(f"FlashAttention through flash-attn's unpad_input / pad_input copies in every layer ({src.name}; "
-                     "ops.varlen_padding)")
-    if plan.qkv_concat:
-        notes.append(f"the q, k, v gradients concatenated back into the fused QKV projection's ({src.name}; "
-                     "ops.qkv_concat)")
-    if plan.fsdp != "none":
-        notes.append(f"{plan.fsdp.upper()} prepares each micro-batch's gradients for the reduce-scatter "
-                     f"({src.name}; ops.fsdp_grad_bytes)")
-    if src.train_metrics:
-        notes.append(f"{src.train_metrics} training-metric cross-entropies over the logits per micro-batch "
-                     f"({src.name}: Composer evaluates the model's train metrics after every backward pass)")
-    if model.is_moe:
-        notes.append("MoE routing balanced (the NVIDIA tables force-balance it)")
+    notes += _stack_notes(plan, src, model)
     reasons = check(model, cluster, plan)
     if reasons:
         raise Skip("plan rejected: " + "; ".join(reasons))
     return plan, notes
+
+
+def _stack_notes(plan: Plan, src: SourceDefaults, model: ModelSpec) -> list[str]:
+    """The costs the source's stack adds to the plan, each with the op that charges it or why."""
+    flash = "flash" if plan.flash_attention else "unfused"
+    stated = [
+        (plan.overlap_pp, "pipeline sends overlapped with the next chunk's compute",
+         f"{src.name}: overlap_p2p_comm with an interleaved schedule"),
+        (True, f"grad bytes {plan.grad_bytes}, DP overlap {'on' if plan.overlap_dp else 'off'}, {flash} attention", ""),
+        (plan.varlen_attention, "FlashAttention through flash-attn's unpad_input / pad_input copies in every layer",
+         f"{src.name}; ops.varlen_padding"),
+        (plan.qkv_concat, "the q, k, v gradients concatenated back into the fused QKV projection's",
+         f"{src.name}; ops.qkv_concat"),
+        (plan.fsdp != "none", f"{plan.fsdp.upper()} prepares each micro-batch's gradients for the reduce-scatter",
+         f"{src.name}; ops.fsdp_grad_bytes"),
+        (plan.train_metrics > 0, f"{plan.train_metrics} training-metric cross-entropies over the logits per "
+         "micro-batch", f"{src.name}: Composer evaluates the model's train metrics after every backward pass"),
+        (model.is_moe, "MoE routing balanced", "the NVIDIA tables force-balance it"),
+    ]
+    return [f"{text} ({why})" if why else text for on, text, why in stated if on]
 
 
 def _sizes(p: dict[str, Any], model: ModelSpec, n: int, notes: list[str]) -> tuple[int, int, int, int, int, int]:
