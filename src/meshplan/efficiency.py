@@ -54,14 +54,14 @@ computed in fp32) runs at ``attention_bwd`` × the forward rate (FA2 Fig. 5 vs F
 The attention kernel's matmuls run on the same tensor cores under the same clock and power limits as the GEMMs, so its
 rate is a fraction of the GPU's best-shape 16-bit GEMM rate (MAMF × sustained clock, as for GEMMs), not of the
 datasheet peak: ``attention`` (fitted: 0.52 of that rate at d = 128, forward, long sequences, i.e. 0.42 of the H100's
-and 0.45 of the A100's datasheet peak) sits below the kernels' own benchmarks (FA3: 0.6–0.75 of peak; FA2 on A100:
-0.5–0.7) because in a training step the kernel also pays for the QKV layout transposes and the softmax statistics
-around it. A stack that runs FlashAttention-2-class kernels on Hopper or Blackwell (``Plan.attention_kernel = "fa2"``)
-gets ``fa2_on_async`` = 0.50 of that at long sequences (PyTorch SDPA's FA2 backend vs cuDNN on an H100,
-pytorch/pytorch#142132, measured at 4608 keys, where the two families' tile costs make it 0.52). On Ampere, whose
-tensor cores take only synchronous MMA, FlashAttention-2 is the native kernel and reaches ``attention_on_sync`` = 0.90
-of the share of MAMF that FlashAttention-3 reaches on Hopper (each paper's best forward: FA2 73 % of A100 peak
-against its 86.9 % MAMF, FA3 75 % of H100 peak against 80.3 %). cuDNN's FP8 attention
+and, with ``attention_on_sync``, 0.41 of the A100's) sits below the kernels' own benchmarks (FA3: 0.6–0.75 of peak;
+FA2 on A100: 0.5–0.7) because in a training step the kernel also pays for the QKV layout transposes and the softmax
+statistics around it. A stack that runs FlashAttention-2-class kernels on Hopper or Blackwell
+(``Plan.attention_kernel = "fa2"``) gets ``fa2_on_async`` = 0.50 of that at long sequences (PyTorch SDPA's FA2 backend
+vs cuDNN on an H100, pytorch/pytorch#142132, measured at 4608 keys, where the two families' tile costs make it 0.52).
+On Ampere, whose tensor cores take only synchronous MMA, FlashAttention-2 is the native kernel and reaches
+``attention_on_sync`` = 0.90 of the share of MAMF that FlashAttention-3 reaches on Hopper (each paper's best forward:
+FA2 73 % of A100 peak against its 86.9 % MAMF, FA3 75 % of H100 peak against 80.3 %). cuDNN's FP8 attention
 (``"fp8"``) runs its forward 1.22 and its backward 1.05 times as fast as the bf16 kernel (``fp8_attention_fwd`` /
 ``_bwd``, NVIDIA's benchmark on a GB200).
 
