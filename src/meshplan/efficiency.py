@@ -295,7 +295,8 @@ class Efficiency:
     def attention_kernel_factor(self, accelerator: object, kernel: str = "fused") -> float:
         """Rate of the stack's attention kernel family (``Plan.attention_kernel``) on this GPU, relative to the
         ``attention`` rate: FlashAttention-2 on Hopper or Blackwell ``fa2_on_async``; on a GPU without asynchronous
-        MMA (Ampere), where FlashAttention-2 is the native kernel, ``attention_on_sync`` for every family."""
+        MMA (Ampere; measured there, applied to Ada and Volta alike), where FlashAttention-2-class kernels are the
+        native ones, ``attention_on_sync`` for every family."""
         if not async_mma(accelerator):
             return self.attention_on_sync
         return self.fa2_on_async if kernel == "fa2" else 1.0
