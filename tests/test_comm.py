@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from meshplan.comm import all_reduce_traffic, bus_factor, collective_time, split_group
+from meshplan.comm import all_reduce_traffic, bus_factor, collective_time, ring_hops, split_group
 from meshplan.efficiency import Efficiency
 from meshplan.hardware import Accelerator, Cluster, Tier
 
@@ -52,6 +52,21 @@ def test_all_gather_and_reduce_scatter_are_half_an_all_reduce_ring():
     ag = collective_time("all_gather", 1e9, 8, 1, c, PERFECT)
     assert ag == pytest.approx(7e-6 + 7 / 8 * 1e9 / 100e9)
     assert collective_time("reduce_scatter", 1e9, 8, 1, c, PERFECT) == ag
+
+
+def test_all_gather_across_nodes_is_one_ring_whose_every_member_is_a_latency_step():
+    """16 ranks, 8 per node: NCCL's ring visits all 16, so 14 hops stay on NVLink and 1 crosses the network
+    (tuning.cc: (nsteps - nInterSteps)·intraLat + nInterSteps·interLat, nInterSteps = nNodes - 1), while its
+    channels leave each node through different NICs, so only n/8 of the bytes cross it per GPU."""
+    n = 8e9
+    latency = 14 * 1e-6 + 1 * 5e-6
+    bytes_time = 7 / 8 * n / 100e9 + 1 / 2 * (n / 8) / 10e9
+    c = cluster(8, 2)
+    assert collective_time("all_gather", n, 16, 1, c, PERFECT) == pytest.approx(latency + bytes_time)
+    assert collective_time("reduce_scatter", n, 16, 1, c, PERFECT) == pytest.approx(latency + bytes_time)
+    # 512 ranks on 64 nodes: 448 NVLink hops and 63 network hops, against 7 + 63 for a two-level scheme
+    assert ring_hops([8, 64]) == [448, 63]
+    assert ring_hops([8, 2]) == [14, 1] and ring_hops([8, 1]) == [7, 0] and ring_hops([1, 16]) == [0, 15]
 
 
 def test_all_to_all_is_limited_by_the_slowest_tier():

@@ -17,6 +17,9 @@ Hierarchical (the group spans tiers 0..T): reduce-scatter inside each tier from 
 tier working on what the inner tiers left (n / Π_{j<i} g_j), then all-gather back; this is how NCCL's
 NVLS/tree and Megatron's hierarchical schemes use the NVLink domain, and it is seed 003's observation that the
 effective scale-out bandwidth grows with the NICs per NVLink domain (each of the g_0 GPUs drives its own NIC).
+An all-gather or reduce-scatter moves its bytes that way too (NCCL's ring channels each leave a node through a
+different NIC), but it is one ring over all g ranks, so its latency is that ring's g-1 hops, each at the latency
+of the outermost tier it crosses (``ring_hops``; NCCL src/graph/tuning.cc), not Σ_i (g_i-1)·α_i.
 
 Bus bandwidth vs algorithm bandwidth (NCCL ``PERFORMANCE.md``): algbw = n / t; busbw = algbw · factor with
 factor 2(g-1)/g for all-reduce, (g-1)/g for all-gather / reduce-scatter / all-to-all, 1 for broadcast / reduce /
@@ -99,11 +102,24 @@ def collective_time(kind: str, nbytes: Num, group: Num, stride: Num, cluster: Cl
     raise ValueError(f"unknown collective {kind!r}")
 
 
+def ring_hops(parts: Sequence[Num]) -> list[Num]:
+    """The g-1 hops of a ring over a group that spans tiers, by the outermost tier each hop crosses: the ring
+    visits the g_0 members of a tier-0 block in turn, so only Π_{j≥i} g_j - Π_{j>i} g_j of its hops leave a
+    tier-i block (NCCL src/graph/tuning.cc, ring latency: (nsteps - nInterSteps)·intraLat + nInterSteps·interLat
+    with nInterSteps = nNodes - 1 for an all-gather or reduce-scatter)."""
+    outer = [1.0] * (len(parts) + 1)
+    for i in range(len(parts) - 1, -1, -1):
+        outer[i] = outer[i + 1] * parts[i]
+    return [outer[i] - outer[i + 1] for i in range(len(parts))]
+
+
 def _scatter_gather(n: Num, parts: Sequence[Num], bw: Sequence[float], lat: Sequence[float]) -> Num:
-    """Σ_i (g_i-1)·α_i + (g_i-1)/g_i · n_i / B_i, with n_i = n / Π_{j<i} g_j."""
+    """Σ_i h_i·α_i + (g_i-1)/g_i · n_i / B_i, with n_i = n / Π_{j<i} g_j and h_i the ring's hops across tier i
+    (``ring_hops``): NCCL runs these as one ring over all g ranks, whose channels each leave a node through a
+    different NIC, so the bytes split by tier as in the hierarchical scheme but every member is a latency step."""
     total, remaining = 0.0, n
-    for g, b, a in zip(parts, bw, lat, strict=True):
-        total = total + (g - 1) * a + (g - 1) / g * remaining / b
+    for g, b, a, h in zip(parts, bw, lat, ring_hops(parts), strict=True):
+        total = total + h * a + (g - 1) / g * remaining / b
         remaining = remaining / g
     return total
 
