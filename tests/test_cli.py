@@ -123,6 +123,8 @@ def test_hf_config_model(capsys, tmp_path):
     (["--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--zero", "7"], "zero=7 must be 0, 1, 2 or 3"),
     (["--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--recompute", "some"], "'some' is not one of"),
     (["--model", "llama3-8b", "--system", "h100", "--gpus", "eight"], "'eight' is not a valid integer"),
+    (["--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--placement", "tp,foo"],
+     "placement=tp,foo must order each of tp, cp, dp, pp once"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, args, message):
     code, out, err = run(["estimate", *args], capsys)
@@ -213,6 +215,24 @@ def test_estimate_prices_lora_fine_tuning(capsys):
     assert code == 2 and err.strip() == "meshplan: error: lora_rank=-3 must be a positive integer"
 
 
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--tokens", "-5T", "--price", "2"], "tokens='-5T' is not a positive count like '15T'"),
+    (["--tokens", "80 GiB", "--price", "2"], "tokens='80 GiB' is not a positive count"),
+    (["--tokens", "15Q"], "tokens='15Q' is not a positive count"),
+    (["--price", "2"], "price=2.0 needs --tokens"),
+])
+def test_plan_budget_is_a_positive_token_count(capsys, extra, message):
+    code, _, err = run(["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", *extra], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_model_file_missing_fields_names_them(capsys, tmp_path):
+    path = tmp_path / "model.toml"
+    path.write_text("num_layers = 2\nhidden_size = 64\n")
+    code, _, err = run(["estimate", "--model", str(path), "--system", "h100", "--gpus", "8"], capsys)
+    assert code == 2 and err.strip().endswith("missing fields name, num_heads, ffn_hidden_size, vocab_size")
+
+
 def test_validate_bad_input_is_one_line(capsys, tmp_path):
     """A malformed line names the file and line; a missing file and an unknown group are named too."""
     runs = tmp_path / "runs.jsonl"
@@ -227,3 +247,6 @@ def test_validate_bad_input_is_one_line(capsys, tmp_path):
     runs.write_text('{"id": "a", "model": {"name": "llama3-8b"}}\n')
     code, _, err = run(["validate", str(runs), "--group", "g2"], capsys)
     assert code == 2 and "no record names a group" in err
+    runs.write_text("\n")
+    code, _, err = run(["validate", str(runs)], capsys)
+    assert code == 2 and "no records" in err and len(err.strip().splitlines()) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 
 import click
@@ -159,7 +160,7 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
                 offload_activations=offload_activations or offload_layers > 0, offload_layers=offload_layers,
                 precision=precision, fp8_scaling=fp8_scaling, grad_bytes=grad_bytes,
                 schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"),
-                placement=tuple(a.strip() for a in placement.split(",")), overlap_tp=overlap_tp,
+                placement=_placement(placement), overlap_tp=overlap_tp,
                 overlap_dp=not no_overlap_dp, overlap_pp=overlap_pp, fusion=fusion, expert_gemm=expert_gemm,
                 attention_kernel=attention_kernel, fsdp=fsdp,
                 finetune="lora" if lora_rank else "full", lora_rank=lora_rank or 32, lora_targets=lora_targets)
@@ -172,15 +173,26 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
     estimate_tables(est, _console(), ops=show_ops)
 
 
-def _parse_count(text: str, field: str) -> float:
-    """``15T``, ``1.5e12``, ``400B`` → a number."""
-    from meshplan.units import parse_quantity
+def _placement(text: str) -> tuple[str, ...]:
+    """``--placement`` as axes, innermost first: each of tp, cp, dp, pp once (tp2, the SUMMA grid's second axis,
+    is optional and sits next to tp when left out)."""
+    axes = tuple(a.strip() for a in text.split(","))
+    if sorted(a for a in axes if a != "tp2") != sorted(("tp", "cp", "dp", "pp")) or axes.count("tp2") > 1:
+        raise SpecError(f"placement={text} must order each of tp, cp, dp, pp once (and tp2 at most once)")
+    return axes
 
-    scale = {"k": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
-    text = text.strip()
-    if text and text[-1] in scale:
-        return parse_quantity(text[:-1], field) * scale[text[-1]]
-    return parse_quantity(text, field)
+
+_COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kMBGT]?)\s*$")
+_COUNT_SCALE = {"": 1.0, "k": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+
+
+def _parse_count(text: str, field: str) -> float:
+    """``15T``, ``1.5e12``, ``400B`` → a positive number (a count, not a quantity with units)."""
+    match = _COUNT.match(text)
+    value = float(match.group(1)) * _COUNT_SCALE[match.group(2)] if match else 0.0
+    if value <= 0:
+        raise SpecError(f"{field}={text!r} is not a positive count like '15T', '400B' or '1.5e12'")
+    return value
 
 
 def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]:
@@ -238,6 +250,8 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
     budget = _parse_count(tokens, "tokens") if tokens else None
     if price is not None and price < 0:
         raise SpecError(f"price={price} must be non-negative")
+    if price is not None and budget is None:
+        raise SpecError(f"price={price} needs --tokens (the budget it prices)")
     results = []
     for n in counts:
         model, cluster = load_inputs(model_ref, system_ref, seq, nvlink_domain, n)

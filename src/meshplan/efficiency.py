@@ -261,10 +261,11 @@ class Efficiency:
     # ---- attention ------------------------------------------------------------------------------------------
     def attention_efficiency(self, head_dim: Num, keys: Num, backward: bool = False, causal: bool = True,
                              kernel: str = "fused", calls: Num = 1.0) -> Num:
-        """Fraction of the bf16 peak a flash-attention kernel sustains on its useful FLOPs (``kernel``: the
-        ``Plan.attention_kernel`` family, which sets the head-dimension falloff and the tile's fixed cost; FP8
-        kernels are cuDNN's at ``fp8_attention_fwd`` / ``_bwd`` times its rate), when
-        the work over ``keys`` keys runs as ``calls`` kernels over keys / calls each (ring context parallelism)."""
+        """Fraction of the 16-bit GEMM ceiling (MAMF × clock, not the datasheet peak) a flash-attention kernel
+        sustains on its useful FLOPs (``kernel``: the ``Plan.attention_kernel`` family, which sets the head-dimension
+        falloff and the tile's fixed cost; FP8 kernels are cuDNN's at ``fp8_attention_fwd`` / ``_bwd`` times its
+        rate), when the work over ``keys`` keys runs as ``calls`` kernels over keys / calls each (ring context
+        parallelism); roofline.py multiplies it by ``attention_kernel_factor`` and the 16-bit GEMM rate."""
         fa2 = kernel == "fa2"
         d0, l0 = (self.attention_d0_fa2, self.attention_l0_fa2) if fa2 else (self.attention_d0, self.attention_l0)
         shape = (1 + d0 / 128.0) * head_dim / (head_dim + d0)  # 1 at d = 128

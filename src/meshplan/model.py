@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -244,6 +244,10 @@ def model_from_dict(data: dict[str, Any], where: str = "model") -> ModelSpec:
     unknown = sorted(set(data) - _FIELDS)
     if unknown:
         raise SpecError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(sorted(_FIELDS))})")
+    missing = [f.name for f in fields(ModelSpec) if f.name not in data and f.default is MISSING
+               and f.default_factory is MISSING]
+    if missing:
+        raise SpecError(f"{where}: missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
     try:
         return ModelSpec(**data)
     except TypeError as exc:

@@ -32,6 +32,8 @@ def read_runs(path: str | Path) -> list[dict[str, Any]]:
         if not isinstance(record, dict) or "id" not in record:
             raise SpecError(f"{path}:{line_no}: a record must be an object with an 'id'")
         runs.append(record)
+    if not runs:
+        raise SpecError(f"validation file {str(path)!r}: no records (one JSON object per line)")
     return runs
 
 
