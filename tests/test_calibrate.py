@@ -342,6 +342,8 @@ def test_cli_calibrate_json_and_out(capsys, tmp_path):
     (["--mesh", "2xa"], "mesh='2xa' must be sizes like 2x4"),
     (["--world-size", "0"], "world-size=0 must be a positive integer"),
     (["--quick", "--out", "me.json"], "out='me.json' must end in .toml"),
+    (["--quick", "--out", "/nonexistent-dir/sys.toml"], "directory '/nonexistent-dir' does not exist"),
+    (["--quick", "--base", "nosuch"], "base='nosuch' is not a preset"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(capsys, args, message):
     code = main(["calibrate", *args])

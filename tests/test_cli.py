@@ -143,6 +143,10 @@ def test_malformed_files(capsys, tmp_path):
         assert code == 2 and message in err and err.count("\n") == 1
     code, _, err = run(["estimate", "--model", "llama3-8b", "--system", str(bad_toml), "--gpus", "8"], capsys)
     assert code == 2 and "malformed TOML" in err
+    not_a_config = tmp_path / "wrong.json"
+    not_a_config.write_text('{"foo": 1}')
+    code, _, err = run(["estimate", "--model", str(not_a_config), "--system", "h100", "--gpus", "8"], capsys)
+    assert code == 2 and err.strip().startswith(f"meshplan: error: model={str(not_a_config)!r}: no model_type and")
 
 
 def test_console_script_exit_code():

@@ -233,6 +233,12 @@ def test_report_command_bad_input(tmp_path, capsys):
                  "-o", str(tmp_path / "r.html")])
     err = capsys.readouterr().err
     assert code == 2 and "scaling='8,x' must be integers" in err and len(err.strip().splitlines()) == 1
+    base = ["report", "--model", "gpt2", "--system", "h100", "--gpus", "8", "--scaling", "none"]
+    for extra, message in ((["-o", str(tmp_path / "no" / "r.html")], "does not exist"),
+                           (["-o", str(tmp_path / "r.html"), "--workers", "0"], "workers=0 must be a positive")):
+        code = main([*base, *extra])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_help_stays_light():

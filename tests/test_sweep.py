@@ -154,6 +154,14 @@ def test_ray_local_instance_gives_identical_rows(model, quick):
     assert not ray.is_initialized()
 
 
+def test_an_address_ray_cannot_parse_is_a_one_line_error(model, quick):
+    ray = pytest.importorskip("ray")
+    points = scaling_points(model, ["h100"], [8], GBS, space=quick)
+    with pytest.raises(SpecError, match=r"ray='bogus': cannot connect to a Ray cluster"):
+        run(points, ray_address="bogus", progress=False)
+    assert not ray.is_initialized()
+
+
 def test_missing_ray_names_the_extra(model, quick, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     points = scaling_points(model, ["h100"], [8], GBS, space=quick)

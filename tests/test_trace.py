@@ -312,13 +312,21 @@ def test_cli_trace_table_from_an_importable_module(tmp_path, capsys, monkeypatch
     (["tinymodel", "--input-shape", "2x3"], "must be MODULE:FACTORY"),
     (["tinymodel:make", "--input-shape", "2x3", "--dtype", "int13"], "dtype='int13' is not a torch dtype"),
     (["tinymodel:make", "--input-shape", "2x3", "--dtype", "float32"], "failed on input-shape=2x3"),
+    (["tinymodel:make", "--input-shape", "2x3", "--param-dtype", "bf17"], "param-dtype='bf17' is not a torch dtype"),
+    (["tinymodel:make", "--input-shape", "2x3", "--dtype", "int64", "--dtype", "int64"],
+     "--dtype int64 --dtype int64: give one --dtype or one per --input-shape (1 inputs)"),
+    (["raising:make", "--input-shape", "2x3"], "model='raising:make': importing raising failed: RuntimeError: boom"),
+    (["linear:make", "--input-shape", "2x4"], "addmm of float32 and int64 and float32: expected one dtype"),
 ])
 def test_cli_trace_bad_input_is_one_line(args, message, tmp_path, capsys, monkeypatch):
     (tmp_path / "tinymodel.py").write_text(MODEL_FILE)
+    (tmp_path / "raising.py").write_text("raise RuntimeError('boom')\n")
+    # an int64 input (the default dtype) fed to a Linear: eager PyTorch rejects it, fake tensors alone would not
+    (tmp_path / "linear.py").write_text("import torch\n\ndef make():\n    return torch.nn.Linear(4, 3)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     code = main(["trace", *args])
     err = capsys.readouterr().err
-    assert code == 2 and message in err and err.count("\n") == 1
+    assert code == 2 and message in err and err.count("\n") == 1, err
 
 
 def test_cli_trace_without_torch_says_how_to_install(capsys, monkeypatch):

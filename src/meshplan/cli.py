@@ -173,6 +173,15 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
     estimate_tables(est, _console(), ops=show_ops)
 
 
+def writable(path: str, field: str) -> None:
+    """Fail before the work, not after it, when an output file's directory does not exist."""
+    from pathlib import Path
+
+    parent = Path(path).expanduser().parent
+    if not parent.is_dir():
+        raise SpecError(f"{field}={path!r}: directory {str(parent)!r} does not exist")
+
+
 def _placement(text: str) -> tuple[str, ...]:
     """``--placement`` as axes, innermost first: each of tp, cp, dp, pp once (tp2, the SUMMA grid's second axis,
     is optional and sits next to tp when left out)."""
@@ -327,7 +336,9 @@ def calibrate_cmd(world_size, mesh, quick, device, base_ref, out, as_json) -> No
     shape = parse_mesh(mesh, world_size)
     if out is not None and not out.endswith(".toml"):
         raise SpecError(f"out={out!r} must end in .toml")
-    base = load_system(base_ref) if base_ref else None
+    if out is not None:
+        writable(out, "out")
+    base = load_system(base_ref, "base") if base_ref else None
     cal = calibrate(world_size=world_size, mesh=shape, quick=quick, device=device, base=base)
     if out is not None:
         write_system(cal, out, base)

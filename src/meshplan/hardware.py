@@ -220,22 +220,23 @@ def system_names() -> list[str]:
     return sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml"))
 
 
-def load_system(ref: str) -> System:
-    """A system preset name (``h100``, ``gb200`` …) or a TOML file in the same format."""
+def load_system(ref: str, field: str = "system") -> System:
+    """A system preset name (``h100``, ``gb200`` …) or a TOML file in the same format (``field``: the option
+    that named it, for errors)."""
     path = Path(ref)
     if path.suffix == ".toml":
         try:
             text = path.read_text()
         except FileNotFoundError:
-            raise SpecError(f"system={ref!r}: no such file") from None
+            raise SpecError(f"{field}={ref!r}: no such file") from None
         where = str(path)
     else:
         preset = resources.files("meshplan") / "presets" / "hardware" / f"{ref}.toml"
         if not preset.is_file():
-            raise SpecError(f"system={ref!r} is not a preset or a .toml file (presets: {', '.join(system_names())})")
+            raise SpecError(f"{field}={ref!r} is not a preset or a .toml file (presets: {', '.join(system_names())})")
         text, where = preset.read_text(), f"preset {ref}"
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"system={ref!r}: malformed TOML: {exc}") from None
+        raise SpecError(f"{field}={ref!r}: malformed TOML: {exc}") from None
     return system_from_dict(data, where)

@@ -252,18 +252,21 @@ _LLAMA_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "inter
                "max_position_embeddings")
 
 
-def translate(config: dict[str, Any], name: str) -> dict[str, Any]:
-    """ModelSpec fields (a flat dict) for a Hugging Face ``config.json`` dict."""
+def translate(config: dict[str, Any], name: str, where: str | None = None) -> dict[str, Any]:
+    """ModelSpec fields (a flat dict) for a Hugging Face ``config.json`` dict (``where``: what errors name,
+    by default ``name``)."""
+    where = where or name
     if not isinstance(config, dict):
-        raise SpecError(f"{name}: config.json must be a JSON object, not {type(config).__name__}")
+        raise SpecError(f"{where}: config.json must be a JSON object, not {type(config).__name__}")
     model_type = str(config.get("model_type", ""))
     family = _FAMILIES.get(model_type)
-    reader = _Reader(config, name, model_type)
+    reader = _Reader(config, where, model_type)
     if family is None:
         missing = [k for k in _LLAMA_KEYS if config.get(k) is None]
         if missing:
-            raise SpecError(f"{name}: model_type={model_type!r} is not supported and config.json has no "
-                            f"{missing[0]!r} to read it as Llama (supported: {', '.join(sorted(_FAMILIES))})")
+            kind = f"model_type={model_type!r} is not supported" if model_type else "no model_type"
+            raise SpecError(f"{where}: {kind} and config.json has no {missing[0]!r} to read it as Llama "
+                            f"(supported: {', '.join(sorted(_FAMILIES))})")
         family = _llama  # unknown but Llama-shaped: read as Llama
     spec = family(reader)
     spec["name"] = name

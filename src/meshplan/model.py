@@ -254,12 +254,12 @@ def model_from_dict(data: dict[str, Any], where: str = "model") -> ModelSpec:
         raise SpecError(f"{where}: {exc}") from None
 
 
-def from_hf_config(config: dict[str, Any], name: str = "hf-model") -> ModelSpec:
+def from_hf_config(config: dict[str, Any], name: str = "hf-model", where: str | None = None) -> ModelSpec:
     """Translate a Hugging Face ``config.json`` (Llama, Mistral, Mixtral, Qwen2/3(-MoE), GPT-2, GPT-NeoX,
     DeepSeek-V3) into a ModelSpec. Unknown architectures are read as Llama-like if the keys are present."""
     from meshplan.hf_config import translate  # noqa: PLC0415  (kept separate: one translator per family)
 
-    return model_from_dict(translate(config, name), where=name)
+    return model_from_dict(translate(config, name, where), where=where or name)
 
 
 def preset_names() -> list[str]:
@@ -271,7 +271,7 @@ def load_model(ref: str) -> ModelSpec:
     """A preset name (``llama3-70b``), a ``.toml`` preset file or a Hugging Face ``config.json``."""
     path = Path(ref)
     if path.suffix == ".json":
-        return from_hf_config(_read_json(path), name=path.parent.name or path.stem)
+        return from_hf_config(_read_json(path), name=path.parent.name or path.stem, where=f"model={str(path)!r}")
     if path.suffix == ".toml":
         return model_from_dict(_read_toml(path), where=str(path))
     root = resources.files("meshplan") / "presets" / "models"

@@ -229,7 +229,7 @@ def _run_ray(points: Sequence[Point], address: str, tick: Callable[[], None]) ->
         kwargs = {"include_dashboard": False, "log_to_driver": False}
         try:
             ray.init(**kwargs) if address == "local" else ray.init(address=address, **kwargs)
-        except ConnectionError as exc:
+        except (ConnectionError, ValueError) as exc:  # ValueError: an address Ray cannot parse
             raise SpecError(f"ray={address!r}: cannot connect to a Ray cluster ({exc})") from None
         started = True
     try:

@@ -104,6 +104,7 @@ def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k,
     best plans, step-time and memory breakdowns, pipeline timeline, per-op roofline and scaling curves."""
     from dataclasses import replace
 
+    from meshplan.cli import writable
     from meshplan.hardware import load_system
     from meshplan.report.html import write
     from meshplan.search import search
@@ -114,6 +115,9 @@ def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k,
         raise SpecError(f"gpus={gpus} must be a positive integer")
     if top_k < 1:
         raise SpecError(f"top={top_k} must be a positive integer")
+    if workers is not None and workers < 1:
+        raise SpecError(f"workers={workers} must be a positive integer")
+    writable(str(output), "output")
     model = _model(model_ref, seq)
     gbs = _global_batch(model, global_batch)
     system = load_system(system_ref)

@@ -55,11 +55,22 @@ ALLOCATE_ONLY = {aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty
 TAG = "meshplan_module"
 
 
-def _dtype(name: str) -> torch.dtype:
+def _dtype(name: str, field: str = "dtype") -> torch.dtype:
     value = getattr(torch, name, None)
     if not isinstance(value, torch.dtype):
-        raise SpecError(f"dtype={name!r} is not a torch dtype (e.g. int64, float32, bfloat16)")
+        raise SpecError(f"{field}={name!r} is not a torch dtype (e.g. int64, float32, bfloat16)")
     return value
+
+
+# matrix products whose operands CUDA and CPU kernels require in one dtype; fake tensors' meta kernels do not check
+_MATMULS = {torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.bmm, torch.ops.aten.baddbmm}
+
+
+def _same_dtype(func: Any, tensors: list[torch.Tensor]) -> None:
+    """Raise as eager PyTorch would for a matrix product of mixed dtypes (e.g. an int64 input fed to a Linear)."""
+    if func._overloadpacket in _MATMULS and len({t.dtype for t in tensors}) > 1:
+        kinds = " and ".join(str(t.dtype).removeprefix("torch.") for t in tensors)
+        raise RuntimeError(f"{func._overloadpacket.__name__} of {kinds}: expected one dtype (eager PyTorch fails too)")
 
 
 class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
@@ -106,6 +117,7 @@ class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
             if r is not NotImplemented:
                 return r
         ins = fl._tensors((args, kwargs))
+        _same_dtype(func, ins)
         for t in ins:  # storages that existed before (parameters, inputs, constants)
             sid, new = self.storage(t)
             if new:

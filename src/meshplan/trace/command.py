@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,8 @@ def load_factory(ref: str) -> Any:
         raise SpecError(f"model={ref!r}: no module named {exc.name!r}") from None
     except SyntaxError as exc:
         raise SpecError(f"model={ref!r}: syntax error in {exc.filename} line {exc.lineno}") from None
+    except Exception as exc:  # noqa: BLE001  (the user's module raised while being imported)
+        raise SpecError(f"model={ref!r}: importing {where} failed: {_first_line(exc)}") from None
     try:
         return getattr(module, attr)
     except AttributeError:
@@ -137,7 +140,8 @@ def run(ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], system_ref: 
         raise SpecError("input-shape is required (e.g. --input-shape 2x32)")
     dtypes = dtypes or ("int64",)
     if len(dtypes) not in (1, len(parsed)):
-        raise SpecError(f"dtype={','.join(dtypes)!r}: give one dtype or one per input ({len(parsed)} inputs)")
+        given = " ".join(f"--dtype {d}" for d in dtypes)
+        raise SpecError(f"{given}: give one --dtype or one per --input-shape ({len(parsed)} inputs)")
     if optimizer not in OPTIMIZER_STATE:
         raise SpecError(f"optimizer={optimizer!r} must be one of {', '.join(OPTIMIZER_STATE)}")
     system = load_system(system_ref)
@@ -151,8 +155,13 @@ def run(ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], system_ref: 
     for _, d in inputs:
         _dtype(d)
     if param_dtype is not None:
-        _dtype(param_dtype)
+        _dtype(param_dtype, "param-dtype")
     model = build(load_factory(ref), ref)
+    # FakeTensorMode logs the traceback of an op whose meta kernel fails before raising it; the one-line error
+    # below says the same, so the log stays quiet
+    fake_log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = fake_log.level
+    fake_log.setLevel(logging.CRITICAL)
     try:
         trace = trace_module(model, inputs, param_dtype=param_dtype)
     except SpecError:
@@ -160,6 +169,8 @@ def run(ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], system_ref: 
     except Exception as exc:
         shown = " ".join("x".join(map(str, s)) for s in parsed)
         raise SpecError(f"model={ref!r} failed on input-shape={shown}: {_first_line(exc)}") from None
+    finally:
+        fake_log.setLevel(level)
     acc = system.accelerator
     return TraceReport(trace=trace, timed=time_ops(trace, acc), memory=peak_memory(trace, optimizer),
                        system=system_ref, accelerator=acc, inputs=inputs)
