@@ -17,6 +17,7 @@ from meshplan.hardware import load_system
 from meshplan.model import load_model
 from meshplan.plan import LAYOUTS, Plan
 from meshplan.search import PLACEMENTS, Space, _panels, candidates, search
+from meshplan.units import fmt_bytes
 
 SMALL = Space(global_batch=16, zero=(0, 3), recompute=("none", "full"), offload_optimizer=(False,),
               offload_activations=(False, True), max_micro_batch=4)
@@ -138,6 +139,16 @@ def test_returned_plans_are_feasible_and_sorted(small_case):
 def test_every_rejection_has_a_reason_and_an_example(small_case):
     _, _, result = small_case
     assert result.rejected and all(result.examples.get(reason) for reason in result.rejected)
+
+
+def test_the_memory_example_is_the_plan_nearest_to_fitting():
+    """Of the plans that do not fit, the example shown is the one with the smallest peak: what it would take."""
+    model, cluster = load_model("llama3-70b").with_seq_length(2048), load_system("h100").cluster(4)
+    result = search(model, cluster, SMALL, top_k=1)
+    estimates = [estimate(model, cluster, plan) for group in every_plan(model, cluster, SMALL) for plan in group]
+    least = min(e.peak_memory for e in estimates if not e.fits)
+    capacity = cluster.accelerator.hbm_bytes
+    assert result.examples["memory exceeds HBM"].endswith(f"{fmt_bytes(least)} > {fmt_bytes(capacity)}")
 
 
 def test_ranking_is_deterministic(small_case):

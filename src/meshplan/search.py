@@ -20,6 +20,7 @@ offload; and every distinct placement of the axes on the mesh (which axes share 
 from __future__ import annotations
 
 import itertools
+import math
 import multiprocessing
 import os
 import time
@@ -140,11 +141,18 @@ def divisors(n: int) -> list[int]:
 class _Tally:
     counts: Counter = field(default_factory=Counter)
     examples: dict[str, str] = field(default_factory=dict)
+    scores: dict[str, float] = field(default_factory=dict)  # how far a scored example misses (lowest kept)
 
-    def add(self, reason: str, example: str, count: int) -> None:
-        if count:
-            self.counts[reason] += count
+    def add(self, reason: str, example: str, count: int, score: float | None = None) -> None:
+        """Count ``count`` plans rejected for ``reason``; keep the first example, or with a ``score`` the one
+        that misses least (the nearest plan to fitting, for memory)."""
+        if not count:
+            return
+        self.counts[reason] += count
+        if score is None:
             self.examples.setdefault(reason, example)
+        elif example and score < self.scores.get(reason, math.inf):
+            self.examples[reason], self.scores[reason] = example, score
 
 
 def _tensor_reason(model: ModelSpec, tp: int) -> tuple[str, str] | None:
@@ -694,7 +702,7 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
     rows = sorted((row for part in results for row in part.best.rows), key=lambda r: (r[0], r[1], r[2][0]))
     for part in results:
         for reason, count in part.tally.counts.items():
-            tally.add(reason, part.tally.examples.get(reason, ""), count)
+            tally.add(reason, part.tally.examples.get(reason, ""), count, part.tally.scores.get(reason))
     # re-estimate the leaders in float64 (the ranking above used float32 sums) and rank them again
     estimates = [estimate(model, cluster, key[1], eff) for _, _, key in rows[: 2 * top_k + 2]]
     estimates.sort(key=lambda e: (e.step_time, e.peak_memory, _plan_key(e.plan)[0]))
@@ -816,13 +824,16 @@ def _tally_host(tally: _Tally, host: np.ndarray, over: np.ndarray, rows: np.ndar
 def _tally_memory(tally: _Tally, peak: np.ndarray, fits: np.ndarray, rows: np.ndarray, sized: PlanBatch,
                   grid: tuple[tuple, ...], capacity: float) -> None:
     over = int((~fits).reshape(-1, len(rows)).sum(axis=0) @ rows)
-    if over and "memory exceeds HBM" not in tally.examples:
-        flat = int(np.flatnonzero(~fits.reshape(-1))[0])
-        plan = _decode(sized, grid, fits.shape, flat)
-        tally.add("memory exceeds HBM", f"{plan.describe()}: {fmt_bytes(float(peak.reshape(-1)[flat]))} > "
-                  f"{fmt_bytes(capacity)}", over)
-    else:
-        tally.add("memory exceeds HBM", "", over)
+    if not over:
+        return
+    # the example is the plan nearest to fitting: the smallest peak among those that do not fit
+    flat = int(np.argmin(np.where(fits, np.inf, peak).reshape(-1)))
+    least = float(peak.reshape(-1)[flat])
+    if least >= tally.scores.get("memory exceeds HBM", math.inf):
+        tally.add("memory exceeds HBM", "", over, least)
+        return
+    plan = _decode(sized, grid, fits.shape, flat)
+    tally.add("memory exceeds HBM", f"{plan.describe()}: {fmt_bytes(least)} > {fmt_bytes(capacity)}", over, least)
 
 
 def _chunks(rows: np.ndarray) -> Iterator[np.ndarray]:
