@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+import kernel_checks  # benchmarks/kernel_checks.py, beside this script
 from meshplan.efficiency import DEFAULT, FITTED, MATMUL, Efficiency
 from meshplan.recipes import SOURCES
 from meshplan.validate import (
@@ -539,6 +540,9 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
             "## The efficiency model and its constants", "",
             "See `src/meshplan/efficiency.py` for the physics and the source of every constant.", ""]
     out += constants_table(DEFAULT)
+    out += ["", "Kernel-level checks against published benchmarks the model was not fitted on "
+            "(`benchmarks/kernel_checks.py`):", ""]
+    out += kernel_checks.table()
     out += ["", "## Assumptions per source", "",
             "Where a source is silent, the run is evaluated with its framework's documented defaults; each run "
             "also lists its own assumptions (`meshplan validate --json`).", ""]
