@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-import kernel_checks  # benchmarks/kernel_checks.py, beside this script
 from meshplan.efficiency import DEFAULT, FITTED, MATMUL, Efficiency
 from meshplan.recipes import SOURCES
 from meshplan.validate import (
@@ -439,6 +438,16 @@ def summary_row(name: str, s: dict[str, Any]) -> str:
             f"{pct(s['mean_signed_error'], True)} |")
 
 
+def _kernel_checks() -> Any:
+    """benchmarks/kernel_checks.py, beside this script (importable whether this runs as a script or is loaded)."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import kernel_checks  # noqa: PLC0415
+
+    return kernel_checks
+
+
 def constants_table(eff: Efficiency) -> list[str]:
     fitted = set(FITTED)
     lines = ["| constant | value | fitted? |", "|---|---:|---|"]
@@ -542,7 +551,7 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
     out += constants_table(DEFAULT)
     out += ["", "Kernel-level checks against published benchmarks the model was not fitted on "
             "(`benchmarks/kernel_checks.py`):", ""]
-    out += kernel_checks.table()
+    out += _kernel_checks().table()
     out += ["", "## Assumptions per source", "",
             "Where a source is silent, the run is evaluated with its framework's documented defaults; each run "
             "also lists its own assumptions (`meshplan validate --json`).", ""]
