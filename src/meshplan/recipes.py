@@ -141,6 +141,8 @@ def source_defaults(record: dict[str, Any]) -> SourceDefaults:
 # except the B300 / GB300 MXFP8 ones, which no run in the data uses.
 # GPT-OSS-120B's GB200 "V2" variant (GBS 1280, gpt_oss_workload_base_configs.py) also sets it, but which
 # releases ran V2 cannot be pinned from the tables (V1 and V2 coexist in one file), so it is not assumed.
+# the Megatron-Bridge releases from 26.06 on, as the start of a recipe key (``recipe_key``)
+BRIDGE_26_06_ON = r"megatron_bridge_(26\.(0[6-9]|1\d)|2[7-9]\.\d+)\S*"
 MOE_A2A_OVERLAP: tuple[tuple[str, str], ...] = (
     (r"megatron_bridge_25\.\S*.*deepseek-v3.*h100",
      "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py (the 25.x recipes): "
@@ -153,12 +155,12 @@ MOE_A2A_OVERLAP: tuple[tuple[str, str], ...] = (
      "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py: "
      "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 / _NVFP4_V2 (the only B200 layout with pp 8, vp 2, ep 32): "
      "moe_flex_dispatcher_backend='deepep', moe_a2a_overlap=True"),
-    (r"megatron_bridge_(26\.(0[6-9]|1\d)|2[7-9]\.\d+)\S*.*qwen3.*gb200.*mxfp8",
+    (BRIDGE_26_06_ON + r".*qwen3.*gb200.*mxfp8",
      "Megatron-Bridge PR #4249 (Qwen3 GB200/GB300 MXFP8 CuTeDSL fusion and full-iteration CUDA graphs for 26.06): "
      "the full-iteration helper turns on the HybridEP all-to-all overlap (PR #4606 brings B200/B300 onto 'the same "
      "optimization path already used by GB200/GB300': moe_a2a_overlap, full-iteration CUDA graphs, CuTeDSL grouped "
      "MLP; PR #5356: 'the B300 recipe gets this for free from the full-iteration helper')"),
-    (r"megatron_bridge_(26\.(0[6-9]|1\d)|2[7-9]\.\d+)\S*.*deepseek-v3.*gb200.*mxfp8",
+    (BRIDGE_26_06_ON + r".*deepseek-v3.*gb200.*mxfp8",
      "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py: "
      "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V1 / _V2, the 26.06 MXFP8 recipe with full-iteration CUDA graphs and "
      "the CuTeDSL grouped MLP (GROUPED_EXPERT_GEMM_FROM): moe_a2a_overlap=True"),
@@ -168,7 +170,7 @@ MOE_A2A_OVERLAP: tuple[tuple[str, str], ...] = (
 # Megatron-Bridge recipes that run cuDNN's FP8 attention (fp8_dot_product_attention → Plan.attention_kernel = "fp8"):
 # (regex on "group model gpu precision", source).
 FP8_ATTENTION: tuple[tuple[str, str], ...] = (
-    (r"megatron_bridge_(26\.(0[6-9]|1\d)|2[7-9]\.\d+)\S*.*qwen3.*gb200.*mxfp8",
+    (BRIDGE_26_06_ON + r".*qwen3.*gb200.*mxfp8",
      "Megatron-Bridge PR #4249 (Qwen3 GB200/GB300 MXFP8 recipes for 26.06); PR #4606 lists FP8 dot-product "
      "attention in 'the same optimization path already used by GB200/GB300'"),
 )
