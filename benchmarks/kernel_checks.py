@@ -8,18 +8,25 @@ that someone else measured, so an error here is the efficiency model's own, with
   QKV, attention output, MLP up and down) of one layer of a 5B model, hidden 4096, FFN 16384 (GeLU), 32 heads,
   31 x 512 = 15,872 tokens, with pre-quantized operands: 13.102 ms in BF16 and 6.812 ms in FP8 (current scaling).
   (Its MXFP8 and NVFP4 times are where ``block_scaled`` and ``nvfp4_gemm`` come from, so they are not checks.)
+- NVIDIA's cuDNN SDPA training benchmark on a GB200 and a GB300 the same day with the same cuDNN 9.26
+  (NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/dsv3/{gb200,gb300}/dsv3_20260724_*.csv):
+  DeepSeek-V3's attention (128 heads, d_qk = 192, d_v = 128, causal, batch 2), the GB300's speedup over the GB200,
+  geometric mean over 4k-32k keys. ``attention_exp_*`` (Blackwell Ultra's doubled exponential throughput) come from
+  the same benchmark's Llama-3.1 heads (d = 128), so these rows check how the model moves them to another head
+  dimension.
 
 Run: python benchmarks/kernel_checks.py
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from meshplan.efficiency import DEFAULT
 from meshplan.hardware import load_system
-from meshplan.model import ModelSpec
-from meshplan.ops import dense_layer
+from meshplan.model import ModelSpec, load_model
+from meshplan.ops import core_attention, dense_layer, dims
 from meshplan.plan import Plan
 from meshplan.roofline import op_time
 
@@ -29,16 +36,32 @@ TE_5B = ModelSpec(name="te-gemm-profiling-5b", num_layers=24, hidden_size=4096, 
 TE_TOKENS_PER_GEMM = 31 * 512
 
 
+CUDNN_BENCHMARK = "cuDNN SDPA benchmark, GB300 / GB200, cuDNN 9.26"
+DSV3_KEYS = (4096, 8192, 16384, 32768)
+# GB300 and GB200 TFLOP/s at DSV3_KEYS (dsv3_20260724_041345.csv / dsv3_20260724_041401.csv, causal, deterministic
+# backward off): (kernel, pass) -> (GB300, GB200) per key length
+DSV3_MEASURED = {
+    ("bf16", "fwd"): ((1693, 1937, 2059, 2023), (1456, 1646, 1810, 1705)),
+    ("bf16", "bwd"): ((1157, 1274, 1316, 1304), (1096, 1257, 1165, 1112)),
+    ("fp8", "fwd"): ((2883, 3231, 3409, 3424), (2148, 2473, 2603, 2565)),
+    ("fp8", "bwd"): ((2019, 2363, 2433, 2474), (1719, 2002, 2044, 1927)),
+}
+
+
 @dataclass(frozen=True)
 class Check:
     what: str
     source: str
-    measured_s: float
-    predicted_s: float
+    measured: float
+    predicted: float
+    unit: str = "s"  # "s": a time, printed in ms; "x": a speedup
 
     @property
     def error(self) -> float:
-        return self.predicted_s / self.measured_s - 1
+        return self.predicted / self.measured - 1
+
+    def shown(self, value: float) -> str:
+        return f"{value * 1e3:.2f} ms" if self.unit == "s" else f"{value:.3f}x"
 
 
 def layer_gemm_seconds(system: str, precision: str) -> float:
@@ -48,15 +71,39 @@ def layer_gemm_seconds(system: str, precision: str) -> float:
     return sum(float(op_time(op, acc, precision, DEFAULT)) for op in dense_layer(TE_5B, plan) if op.kind == "gemm")
 
 
+def geometric_mean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def dsv3_attention_speedup(kernel: str, phase: str) -> float:
+    """meshplan's GB300 / GB200 speedup of DeepSeek-V3's fused attention (the benchmark's shape: batch 2, one GPU),
+    geometric mean over DSV3_KEYS."""
+    gb300, gb200 = load_system("gb300").accelerator, load_system("gb200").accelerator
+    precision = "fp8" if kernel == "fp8" else "bf16"
+    ratios = []
+    for keys in DSV3_KEYS:
+        model = load_model("deepseek-v3").with_seq_length(keys)
+        plan = Plan(micro_batch=2, global_batch=2, precision=precision, attention_kernel="fp8" if kernel == "fp8"
+                    else "fused")
+        op = next(o for o in core_attention(model, plan, dims(model, plan)) if o.phase.startswith(phase))
+        ratios.append(float(op_time(op, gb200, precision, DEFAULT)) / float(op_time(op, gb300, precision, DEFAULT)))
+    return geometric_mean(ratios)
+
+
 def checks() -> list[Check]:
-    return [Check(f"5B layer, 12 GEMMs, {label}", TE_TUTORIAL, measured_ms * 1e-3, layer_gemm_seconds("b300", prec))
-            for label, prec, measured_ms in (("BF16", "bf16", 13.102), ("FP8", "fp8", 6.812))]
+    gemms = [Check(f"5B layer, 12 GEMMs, {label}", TE_TUTORIAL, measured_ms * 1e-3, layer_gemm_seconds("b300", prec))
+             for label, prec, measured_ms in (("BF16", "bf16", 13.102), ("FP8", "fp8", 6.812))]
+    attention = [Check(f"DeepSeek-V3 attention {kernel.upper()} {phase}, GB300 speedup", CUDNN_BENCHMARK,
+                       geometric_mean([a / b for a, b in zip(*DSV3_MEASURED[kernel, phase], strict=True)]),
+                       dsv3_attention_speedup(kernel, phase), "x")
+                 for kernel, phase in DSV3_MEASURED]
+    return gemms + attention
 
 
 def table() -> list[str]:
     lines = ["| kernel | source | measured | meshplan | error |", "|---|---|---:|---:|---:|"]
-    lines += [f"| {c.what} | {c.source} | {c.measured_s * 1e3:.2f} ms | {c.predicted_s * 1e3:.2f} ms | "
-              f"{c.error * 100:+.1f}% |" for c in checks()]
+    lines += [f"| {c.what} | {c.source} | {c.shown(c.measured)} | {c.shown(c.predicted)} | {c.error * 100:+.1f}% |"
+              for c in checks()]
     return lines
 
 

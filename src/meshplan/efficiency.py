@@ -66,7 +66,11 @@ On Ampere, whose tensor cores take only synchronous MMA, FlashAttention-2 is the
 ``attention_on_sync`` = 0.90 of the share of MAMF that FlashAttention-3 reaches on Hopper (each paper's best forward:
 FA2 73 % of A100 peak against its 86.9 % MAMF, FA3 75 % of H100 peak against 80.3 %). cuDNN's FP8 attention
 (``"fp8"``) runs its forward 1.22 and its backward 1.05 times as fast as the bf16 kernel (``fp8_attention_fwd`` /
-``_bwd``, NVIDIA's benchmark on a GB200).
+``_bwd``, NVIDIA's benchmark on a GB200). A fused kernel also waits on its softmax's exponentials, which run on the
+special function units, not the tensor cores: Blackwell Ultra (B300, GB300) doubles their throughput
+(``Accelerator.exp_rate`` = 2), so there it runs 1 / (1 − x + x/2) times as fast, x the exponentials' share of its
+time (``attention_exp_fwd`` / ``_bwd`` and the FP8 kernel's ``attention_exp_fp8_fwd`` / ``_bwd``, from NVIDIA's paired
+GB200 / GB300 benchmark; x shrinks as the head dimension, and with it the matmul work per score, grows).
 
 Memory-bound kernels stream at ``memory`` × HBM peak (STREAM-like copies reach 85–93 % on A100/H100).
 
@@ -159,6 +163,12 @@ TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
 ATTENTION_L0, ATTENTION_L0_FA2 = 524.0, 271.0
 
 
+def exp_share(speedup: float) -> float:
+    """The share x of a kernel's time spent on one unit whose throughput doubling sped it up ``speedup`` = s times:
+    s = 1 / (1 - x/2), x = 2·(1 - 1/s)."""
+    return 2 * (1 - 1 / speedup)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
     # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
@@ -201,6 +211,22 @@ class Efficiency:
     # dS and its GEMMs in 16 bits). Measured on a GB200 only; applied on every GPU with fp8 tensor cores.
     fp8_attention_fwd: float = (1663 / 1378 * 1894 / 1583 * 2033 / 1673 * 2124 / 1687) ** 0.25
     fp8_attention_bwd: float = (1088 / 1054 * 1263 / 1211 * 1373 / 1303 * 1429 / 1311) ** 0.25
+    # The share of a fused attention kernel's time (cuDNN / FlashAttention-3 class) that waits on the softmax's
+    # exponentials (MUFU.EX2 on the special function units) at head dimension 128, on a GPU of ``Accelerator.exp_rate``
+    # 1. Blackwell Ultra doubles that unit's throughput over Blackwell (NVIDIA technical blog, "Making Softmax More
+    # Efficient with NVIDIA Blackwell Ultra", 2026), so a kernel speeds up s = 1 / (1 - x/2) there and x = 2(1 - 1/s).
+    # s from NVIDIA cudnn-frontend benchmark/sdpa_benchmark_training/results/llama3.1/gb200/llama3.1_20260724_040930.csv
+    # and gb300/llama3.1_20260724_040919.csv (one cuDNN 9.26, the same day; Llama-3.1 heads: 64 query, 8 KV, d = 128,
+    # causal), geometric mean over 4k-32k keys of GB300 / GB200 TFLOP/s: bf16 forward 1813/1407, 1991/1646, 2065/1728,
+    # 2105/1569 (1.258: x = 0.41); backward 1254/1172, 1448/1344, 1516/1327, 1416/1202 (1.116: x = 0.21; five matmuls
+    # per exponential instead of two); the FP8 kernel, whose faster matmuls leave the exponentials more of its time,
+    # forward 2526/1781, 2893/2012, 3074/2112, 3134/2135 (1.445: x = 0.62), backward 1395/1178, 1777/1446, 2037/1633,
+    # 2121/1670 (1.232: x = 0.38). Not fitted to training runs; checked on DeepSeek-V3's heads (d_qk = 192) by
+    # benchmarks/kernel_checks.py.
+    attention_exp_fwd: float = exp_share((1813 / 1407 * 1991 / 1646 * 2065 / 1728 * 2105 / 1569) ** 0.25)
+    attention_exp_bwd: float = exp_share((1254 / 1172 * 1448 / 1344 * 1516 / 1327 * 1416 / 1202) ** 0.25)
+    attention_exp_fp8_fwd: float = exp_share((2526 / 1781 * 2893 / 2012 * 3074 / 2112 * 3134 / 2135) ** 0.25)
+    attention_exp_fp8_bwd: float = exp_share((1395 / 1178 * 1777 / 1446 * 2037 / 1633 * 2121 / 1670) ** 0.25)
     nvlink: float = 0.8  # NCCL bus bandwidth / NVLink peak (nccl-tests)
     network: float = 0.9  # NCCL bus bandwidth / NIC peak (nccl-tests over InfiniBand NDR/HDR)
     clock_exponent: float = 1 / 3  # P ∝ f³ (see the module docstring)
@@ -295,6 +321,23 @@ class Efficiency:
         if type(load) in _SCALAR:
             return min(1.0, (tdp / (rated * load)) ** self.clock_exponent)
         return minimum(1.0, (tdp / (rated * load)) ** self.clock_exponent)
+
+    def exp_factor(self, accelerator: object, head_dim: Num, backward: bool = False, kernel: str = "fused") -> Num:
+        """Rate of a fused attention kernel on a GPU whose exponentials run ``Accelerator.exp_rate`` = r times as fast
+        as on the GPUs the other attention constants describe: 1 / (1 - x + x/r), with x the exponentials' share of
+        the kernel's time (``attention_exp_*``) at d = 128, moved to head dimension d by the matmul work per score,
+        which grows with d while the exponentials per score do not: x_d = 128·x / (128·x + (1 - x)·d). 1 for
+        FlashAttention-2-class kernels, which do not wait on them (PyTorch's FlashAttention-2 backend runs at the
+        same rate on a GB300 as on a GB200: 411 against 414 TFLOP/s at 8k keys, 440 against 438 at 32k, cudnn-frontend
+        artifacts/sdpa_bf16_benchmark_results_NVIDIA_GB300.csv and ``_GB200.csv``)."""
+        r = float(getattr(accelerator, "exp_rate", 1.0) or 1.0)
+        if r == 1.0 or kernel == "fa2":
+            return 1.0
+        fp8 = kernel == "fp8"
+        x = ((self.attention_exp_fp8_bwd if fp8 else self.attention_exp_bwd) if backward
+             else (self.attention_exp_fp8_fwd if fp8 else self.attention_exp_fwd))
+        x = 128.0 * x / (128.0 * x + (1 - x) * head_dim)
+        return 1 / (1 - x + x / r)
 
     def attention_kernel_factor(self, accelerator: object, kernel: str = "fused") -> float:
         """Rate of the stack's attention kernel family (``Plan.attention_kernel``) on this GPU, relative to the

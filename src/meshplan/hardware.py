@@ -41,10 +41,13 @@ class Accelerator:
     matmul_fp8: float = 0.0  # also used for fp4
     matmul_watts: float = 0.0
     async_mma: bool | None = None  # asynchronous warpgroup MMA + TMA (Hopper, Blackwell); None → looked up
+    # exponential (MUFU.EX2) throughput of the special function units per SM clock, relative to Hopper / Blackwell:
+    # 2 on Blackwell Ultra; speeds up the fused attention kernels' softmax (efficiency.Efficiency.exp_factor)
+    exp_rate: float = 1.0
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("hbm_bytes", "hbm_bandwidth", "nvlink_bandwidth", "num_sms"):
+        for name in ("hbm_bytes", "hbm_bandwidth", "nvlink_bandwidth", "num_sms", "exp_rate"):
             value = getattr(self, name)
             if not value > 0:
                 raise SpecError(f"{self.name}: {name}={value!r} must be positive")

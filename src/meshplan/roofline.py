@@ -52,8 +52,10 @@ def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) 
     if op.kind == "attention":
         if op.variant == "unfused":
             return op.flops / (gemm16 * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms))
-        rate = eff.attention_efficiency(op.k, op.n, backward=op.phase != "fwd", causal=op.variant == "flash_causal",
-                                        kernel=op.kernel, calls=op.groups) * eff.attention_kernel_factor(acc, op.kernel)
+        backward = op.phase != "fwd"
+        rate = eff.attention_efficiency(op.k, op.n, backward=backward, causal=op.variant == "flash_causal",
+                                        kernel=op.kernel, calls=op.groups)
+        rate = rate * eff.attention_kernel_factor(acc, op.kernel) * eff.exp_factor(acc, op.k, backward, op.kernel)
         # a kernel at a fraction ``rate`` of the GEMM ceiling draws that fraction of its power (efficiency.py,
         # "Sustained clocks"), so a power cap throttles it less than the GEMMs ``gemm16`` is clocked for
         return op.flops / (gemm16 / clock * eff.clock(acc, rate) * rate)
