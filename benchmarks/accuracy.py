@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from meshplan.efficiency import DEFAULT, FITTED, MATMUL, Efficiency
-from meshplan.recipes import SOURCES
+from meshplan.recipes import GENERIC, SOURCES
 from meshplan.validate import (
     RunResult,
     _finite,
@@ -558,6 +558,7 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
             "Where a source is silent, the run is evaluated with its framework's documented defaults; each run "
             "also lists its own assumptions (`meshplan validate --json`).", ""]
     out += [f"- **{s.name}** (`{s.match}`): {s.why}." for s in SOURCES]
+    out += [f"- **{GENERIC.name}** (any other source): {GENERIC.why}."]
     worst = sorted(ev, key=lambda r: -abs(r.error))
     worst = worst[:max(len(over25), 25)]
     out += ["", "## The worst runs, explained", "",

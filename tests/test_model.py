@@ -185,6 +185,7 @@ def test_llama31_405b() -> None:
     ("llama2-70b", 68_976_648_192, None),
     ("llama3-70b", 70_553_706_496, None), ("mixtral-8x22b", 140_630_071_296, 39_161_468_928),
     ("qwen3-235b-a22b", 235_093_634_560, 22_190_763_520), ("gpt-oss-120b", 116_829_156_672, 5_711_982_912),
+    ("gpt-oss-20b", 20_914_757_184, 4_187_440_704),  # model card: 20.9B total, 3.6B active without the embedding
     ("nemotron4-15b", 15_628_775_424, None), ("nemotron4-340b", 341_029_195_776, None),
     ("bloom-176b", 176_247_271_424, None), ("opt-175b", 174_604_468_224, None),
 ])
@@ -492,6 +493,7 @@ TORCH_PRESETS = {
                                            num_experts_per_tok=8, moe_intermediate_size=1536),
     "gpt-oss-120b": lambda: _llama_like("gpt-oss-120b", "gpt_oss", num_local_experts=128,
                                         num_experts_per_tok=4),
+    "gpt-oss-20b": lambda: _llama_like("gpt-oss-20b", "gpt_oss", num_local_experts=32, num_experts_per_tok=4),
     "nemotron4-340b": lambda: _llama_like("nemotron4-340b", "nemotron", hidden_act="relu2",
                                           partial_rotary_factor=0.5),
     "bloom-176b": lambda: {"model_type": "bloom", "n_layer": 70, "hidden_size": 14336, "n_head": 112,

@@ -43,7 +43,20 @@ class SourceDefaults:
     qkv_concat: bool = False  # Plan.qkv_concat: the fused QKV output split with torch.split (backward: a cat)
     # Plan.overlap_pp with an interleaved schedule: Megatron-Core's overlap_p2p_comm, where the stack turns it on
     overlap_pp: bool = False
+    # a pipeline whose record states neither vp nor its schedule interleaves (the smallest v dividing the layers per
+    # stage) rather than running plain 1F1B
+    interleaved: bool = False
+    # the stack's attention is PyTorch's scaled_dot_product_attention, whose kernel depends on the PyTorch release
+    # (SDPA_CUDNN_FROM; validate._attention_kernel)
+    sdpa: bool = False
 
+
+# PyTorch's scaled_dot_product_attention picks its FlashAttention-2 backend on Hopper and Blackwell; cuDNN's kernel
+# comes first only from PyTorch 2.11, whose bundled cuDNN passes sdp_utils.cpp's check_prefer_cudnn_attention
+# (cuDNN > 9.15; pytorch/pytorch#138522 had made it opt-in after the 2.5 bugs)
+SDPA_CUDNN_FROM = (2, 11)
+SDPA = ("PyTorch SDPA (FlashAttention-2 on Hopper and Blackwell: sdp_utils.cpp check_prefer_cudnn_attention puts cuDNN "
+        "first only with the cuDNN > 9.15 that PyTorch 2.11 bundles)")
 
 SOURCES: tuple[SourceDefaults, ...] = (
     SourceDefaults("Megatron-LM 2020", r"megatron_readme_2020|megatron2020", False, False, False, 0, 2, "full",
@@ -58,8 +71,8 @@ SOURCES: tuple[SourceDefaults, ...] = (
     SourceDefaults("Megatron-LM 2022", r"korthikanti", False, False, False, 0, 2, "full", False,
                    "Korthikanti et al. 2022: Megatron-LM of 2022 (no TP overlap, no distributed optimizer, "
                    "fused-softmax attention, no FlashAttention), dp = 1 benchmark"),
-    SourceDefaults("Megatron-DeepSpeed (BLOOM)", r"bloom|megatron[-_ ]deepspeed", False, False, False, 1, 4, "full",
-                   False,
+    SourceDefaults("Megatron-DeepSpeed (BLOOM)", r"bloom|megatron[-_ ]deepspeed|deepspeed\W{1,5}megatron", False, False,
+                   False, 1, 4, "full", False,
                    "Megatron-DeepSpeed 2022: no sequence parallelism, BF16_Optimizer (ZeRO-1) with fp32 "
                    "gradient reduction after the backward pass, no FlashAttention"),
     SourceDefaults("Megatron-Core 2024", r"megatron_core", None, True, True, 1, 4, "none", True,
@@ -82,7 +95,7 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "Megatron-LM examples/llama (configs follow the NeMo performance scripts): as NeMo, with "
                    "Megatron-LM's own default of pipeline sends overlapped under interleaving "
                    "(--no-overlap-p2p-communication is a store_false flag)", overlap_pp=True),
-    SourceDefaults("NeMo 24.x", r"nemo", None, True, True, 1, 4, "none", True,
+    SourceDefaults("NeMo 24.x", r"nemo(?![-_ ]?automodel)", None, True, True, 1, 4, "none", True,
                    "NeMo 24.03/24.07 performance recipes: sequence parallelism and userbuffers TP overlap with "
                    "tp > 1, distributed optimizer with overlapped grad reduce / param gather, fp32 main grads, "
                    "FlashAttention (TE), no activation recompute; LoRA (NeMo 1.x PEFT, the Framework Launcher's "
@@ -113,7 +126,8 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "only where stated; loss = F.cross_entropy(pred.float()) in eager autograd (the loss is not "
                    "compiled at the benchmark commit); the blocks in eager PyTorch unless the row says torch.compile; "
                    "float8 linears scale each tensor from its current amax (torchao Float8Linear, tensorwise dynamic "
-                   "scaling)", "fa2", cross_entropy="pytorch", fusion="eager", fp8_scaling="current", fsdp="fsdp2"),
+                   "scaling)", "fa2", cross_entropy="pytorch", fusion="eager", fp8_scaling="current", fsdp="fsdp2",
+                   sdpa=True),
     # Stacks that run Hugging Face model code in eager PyTorch under DeepSpeed ZeRO or accelerate / Trainer FSDP.
     SourceDefaults("DeepSpeed / Hugging Face",
                    r"deepspeed|hugging ?face|transformers|accelerate|llama[-_ ]?factory|axolotl",
@@ -122,10 +136,27 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "with FlashAttention-2 (attn_implementation='flash_attention_2'), data parallel with ZeRO-3 / FSDP "
                    "full shard (prefetch overlapped), fp32 gradient accumulation, no tensor or sequence parallelism, "
                    "no recompute unless stated", "fa2", cross_entropy="pytorch", fusion="eager"),
+    # PyTorch-native trainers that shard with FSDP and run PyTorch's own kernels (no Megatron, no Transformer Engine
+    # unless the record names it): torchtitan's stack without torchtitan's name
+    SourceDefaults("PyTorch FSDP2", r"fsdp2|fully[-_ ]shard|automodel", None, False, True, 3, 4, "none", True,
+                   "PyTorch-native FSDP2 trainers (fully_shard; NeMo AutoModel, torchtitan-style stacks): full "
+                   "shard with prefetch, gradients reduced in fp32 (MixedPrecisionPolicy reduce_dtype float32, as "
+                   f"torchtitan), {SDPA} attention, F.cross_entropy in eager autograd, element-wise kernels in eager "
+                   "PyTorch unless torch.compile is stated, sequence parallelism inside a TP plan, no recompute "
+                   "unless stated", "fa2", cross_entropy="pytorch", fusion="eager", fsdp="fsdp2", sdpa=True),
+    SourceDefaults("PyTorch FSDP", r"pytorch\W{0,3}fsdp|\bhsdp\b|fms[-_]fsdp", None, False, True, 3, 2, "none", True,
+                   "PyTorch-native FSDP (FlatParameter) trainers such as IBM's fms-fsdp: full shard with prefetch, "
+                   "the bf16 mixed-precision policy of PyTorch's FSDP tutorial and of fms-fsdp (MixedPrecision param, "
+                   f"reduce and buffer dtype bfloat16: gradients reduced in bf16), {SDPA} attention, F.cross_entropy "
+                   "in eager autograd, element-wise kernels in eager PyTorch unless torch.compile is stated, no "
+                   "recompute unless stated", "fa2", cross_entropy="pytorch", fusion="eager", fsdp="fsdp1", sdpa=True),
 )
 GENERIC = SourceDefaults("generic", r"", None, False, True, 1, 4, "none", True,
                          "no source profile matched: sequence parallelism with tp > 1, distributed optimizer, "
-                         "fp32 gradients, no recompute, FlashAttention")
+                         "fp32 gradients, no recompute, FlashAttention; a pipeline of unstated schedule interleaved "
+                         "(Megatron-LM's interleaved 1F1B, which the NeMo / Megatron-Bridge recipes, Meta's Llama 3 "
+                         "training and torchtitan run at scale), with the smallest v dividing the layers per stage",
+                         interleaved=True)
 
 
 def source_defaults(record: dict[str, Any]) -> SourceDefaults:

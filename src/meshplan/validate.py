@@ -58,7 +58,7 @@ def in_fit_set(run_id: str) -> bool:
 
 
 # ---- model --------------------------------------------------------------------------------------------------
-_SIZE_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size")
+_SIZE_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "head_dim")
 _MOE_FIELDS = {"num_experts": "num_experts", "moe_topk": "moe_topk", "moe_ffn_hidden_size": "moe_ffn_hidden_size",
                "shared_expert_ffn": "shared_expert_ffn_size"}
 _PRESETS: dict[str, ModelSpec] = {}
@@ -147,21 +147,28 @@ def map_model(m: dict[str, Any]) -> tuple[ModelSpec, list[str]]:
 
 
 def _model_from_record(m: dict[str, Any]) -> ModelSpec:
-    """A Llama-like spec from a record's own sizes. SwiGLU unless F = 4h (the GeLU GPT MLP)."""
+    """A Llama-like spec from a record's own sizes. SwiGLU unless F = 4h (the GeLU GPT MLP). A MoE record that
+    gives only the experts' FFN size (every layer MoE) uses it for F too; ``head_dim`` where the heads do not split
+    the hidden size evenly (GPT-OSS: 64 heads of 64 on a hidden size of 2880)."""
     h, f = int(m["hidden_size"]), m.get("ffn_hidden_size")
+    if f is None and m.get("num_experts"):
+        f = m.get("moe_ffn_hidden_size")
     if f is None or m.get("vocab_size") is None:
         raise Skip(f"model {m.get('name')}: ffn_hidden_size or vocab_size not recorded and no preset matches")
+    heads, head_dim = int(m["num_heads"]), int(m.get("head_dim") or 0)
+    if not head_dim and h % heads:
+        raise Skip(f"model {m.get('name')}: num_heads={heads} does not divide hidden_size={h} and head_dim is not "
+                   "recorded")
     gelu = int(f) == 4 * h
     kw: dict[str, Any] = {}
     if m.get("num_experts"):
         kw = {"num_experts": int(m["num_experts"]), "moe_topk": int(m["moe_topk"]),
               "moe_ffn_hidden_size": int(m.get("moe_ffn_hidden_size") or f),
               "shared_expert_ffn_size": int(m.get("shared_expert_ffn") or 0)}
-    return ModelSpec(name=str(m.get("name")), num_layers=int(m["num_layers"]), hidden_size=h,
-                     num_heads=int(m["num_heads"]), num_kv_heads=int(m.get("num_kv_heads") or 0),
-                     ffn_hidden_size=int(f), vocab_size=int(m["vocab_size"]),
-                     seq_length=int(m.get("seq_length") or 2048), mlp="gelu" if gelu else "swiglu",
-                     norm="layernorm" if gelu else "rmsnorm", **kw)
+    return ModelSpec(name=str(m.get("name")), num_layers=int(m["num_layers"]), hidden_size=h, num_heads=heads,
+                     num_kv_heads=int(m.get("num_kv_heads") or 0), head_dim=head_dim, ffn_hidden_size=int(f),
+                     vocab_size=int(m["vocab_size"]), seq_length=int(m.get("seq_length") or 2048),
+                     mlp="gelu" if gelu else "swiglu", norm="layernorm" if gelu else "rmsnorm", **kw)
 
 
 # ---- hardware -----------------------------------------------------------------------------------------------
@@ -196,6 +203,9 @@ INTERCONNECTS: tuple[tuple[str, float, float, str], ...] = (
 )
 
 
+SERVER_DOMAIN = 8  # an NVLink domain this small is one server's baseboard (HGX / DGX / OAM), not a rack (NVL72)
+
+
 def map_cluster(hw: dict[str, Any]) -> tuple[Cluster, list[str]]:
     gpu, n = str(hw.get("gpu") or ""), hw.get("num_gpus")
     if not n:
@@ -213,6 +223,11 @@ def map_cluster(hw: dict[str, Any]) -> tuple[Cluster, list[str]]:
             overrides.update(nics_per_gpu=nics, nic_bandwidth=bandwidth)
             notes.append(f"network: {why}")
     domain = system.network.nvlink_domain
+    per_node = positive_int(hw.get("gpus_per_node"))
+    if per_node and per_node < domain <= SERVER_DOMAIN:  # one server's NVLink domain, bigger than the record's servers
+        overrides["nvlink_domain"] = domain = per_node
+        notes.append(f"NVLink domain {per_node} (the record's servers hold {per_node} GPUs; the preset's {preset} "
+                     f"server {system.network.nvlink_domain})")
     if n > domain and n % domain:
         per_node = int(hw.get("gpus_per_node") or 1)
         fitting = [d for d in range(domain, 0, -1) if n % d == 0 and d % per_node == 0]
@@ -239,7 +254,7 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     notes = [f"defaults: {src.name}"] + ([record["_borrowed"]] if record.get("_borrowed") else [])
     dp, tp, pp, cp, ep, etp = _sizes(p, model, cluster.num_gpus, notes)
     mbs, gbs = _batches(p, src, dp, pp, notes)
-    vpp = _interleaving(p, model, pp, (gbs // (dp * mbs)) % pp == 0, notes)
+    vpp = _interleaving(p, model, pp, (gbs // (dp * mbs)) % pp == 0, notes, src)
     precision = _precision(record, notes)
     fp8_scaling = _fp8_scaling(record, src, precision, notes)
     zero, zero_note = _zero(p, src)
@@ -247,6 +262,12 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
         zero, zero_note = 1, ("FSDP2 with pipeline parallelism as ZeRO-1: torchtitan keeps the stage's weights "
                               "unsharded across micro-batches (reshard_after_forward=False) and syncs gradients on "
                               "the last micro-batch only; the optimizer state stays sharded")
+    elif zero >= 2 and pp > 1:
+        zero, zero_note = 1, (f"{zero_note}, with pipeline parallelism as ZeRO-1 (gradients reduced once per step, "
+                              "the optimizer state sharded): DeepSpeed's pipeline engine runs ZeRO-1 only (ZeRO-2/3 "
+                              "are not supported with pipeline parallelism), and PyTorch's stacks (torchtitan, Llama "
+                              "3's) keep a stage's weights unsharded over its micro-batches and sync gradients on the "
+                              "last one")
     notes.append(zero_note)
     recompute, layers, rc_note = _recompute(p, model, pp, src)
     notes.append(rc_note)
@@ -347,9 +368,11 @@ def _batches(p: dict[str, Any], src: SourceDefaults, dp: int, pp: int, notes: li
     return mbs, gbs
 
 
-def _interleaving(p: dict[str, Any], model: ModelSpec, pp: int, divisible: bool, notes: list[str]) -> int:
-    """Virtual pipeline stages per rank: as stated (at most the layers per stage), or inferred from a stated
-    interleaved schedule (``divisible``: the micro-batches per pipeline are a multiple of pp)."""
+def _interleaving(p: dict[str, Any], model: ModelSpec, pp: int, divisible: bool, notes: list[str],
+                  src: SourceDefaults) -> int:
+    """Virtual pipeline stages per rank: as stated (at most the layers per stage), inferred from a stated
+    interleaved schedule (``divisible``: the micro-batches per pipeline are a multiple of pp), or, where the record
+    says nothing of the schedule, its source's default (``SourceDefaults.interleaved``)."""
     vpp = positive_int(p.get("vp")) or 1
     if pp * vpp > model.num_layers:  # Megatron-Core counts the embedding and the loss as pipeline layers
         v = model.num_layers // pp
@@ -368,6 +391,14 @@ def _interleaving(p: dict[str, Any], model: ModelSpec, pp: int, divisible: bool,
             vpp = v
             notes.append(f"interleaved schedule with v = {v} (paper: used for large runs, v not stated; "
                          "smallest v dividing the layers per stage)")
+    unstated = p.get("vp") is None and not schedule_text and stated is None
+    if pp > 1 and vpp == 1 and unstated and src.interleaved and divisible:
+        per_stage = -(-model.num_layers // pp)
+        v = next((d for d in range(2, per_stage + 1) if per_stage % d == 0), 1)
+        if v > 1:
+            vpp = v
+            notes.append(f"interleaved schedule with v = {v} (schedule not stated; {src.name}: the interleaved 1F1B "
+                         "that large-scale stacks run, with the smallest v dividing the layers per stage)")
     return vpp
 
 
@@ -406,7 +437,9 @@ def _finetune(record: dict[str, Any], p: dict[str, Any], src: SourceDefaults, no
 
 def _kernels(record: dict[str, Any], model: ModelSpec, src: SourceDefaults, notes: list[str]) -> tuple[bool, str]:
     """Flash attention (unless learnable sinks predate the release's fused kernel) and element-wise fusion."""
-    flash = src.flash_attention
+    flash = src.flash_attention and not NO_FLASH_TEXT.search(str(record.get("framework") or ""))
+    if src.flash_attention and not flash:
+        notes.append("unfused attention (the framework text turns flash attention off)")
     found = recipes.release(record)
     if flash and model.attention_sinks and found is not None and found < recipes.FUSED_SINK_ATTENTION_FROM:
         flash = False
@@ -421,14 +454,36 @@ def _kernels(record: dict[str, Any], model: ModelSpec, src: SourceDefaults, note
     return flash, fusion
 
 
+# The attention kernel a record's stack names (its ``framework`` text), where its source profile would guess:
+# FlashAttention-3, cuDNN's fused attention or Transformer Engine's (which runs cuDNN's) are one family ("fused");
+# FlashAttention-2, flash-attn's package, xFormers and PyTorch's SDPA (FlashAttention-2 on Hopper and Blackwell,
+# recipes.SDPA) the other ("fa2").
+FUSED_ATTENTION_TEXT = re.compile(r"flash[-_ ]?attention[-_ ]?3|\bfa3\b|cudnn|transformer[-_ ]?engine|\bte\b", re.I)
+FA2_ATTENTION_TEXT = re.compile(r"flash[-_ ]?attention[-_ ]?2|\bfa2\b|flash[-_]attn|xformers|\bsdpa\b", re.I)
+TORCH_VERSION = re.compile(r"\b(?:py)?torch\s*v?(\d+)\.(\d+)", re.I)
+NO_FLASH_TEXT = re.compile(r"flash[-_]?attn\w*\s*=\s*(0|false|no)\b|\bno flash", re.I)
+
+
 def _attention_kernel(record: dict[str, Any], src: SourceDefaults, flash: bool, precision: str, notes: list[str]
                       ) -> str:
-    """The stack's flash-attention kernel family, or cuDNN's FP8 attention where the release's recipe turns it on
-    (recipes.FP8_ATTENTION) and the run's precision allows it."""
+    """The stack's flash-attention kernel family: the one its framework text names, else its source profile's; or
+    cuDNN's FP8 attention where the release's recipe turns it on (recipes.FP8_ATTENTION) and the run's precision
+    allows it."""
     fp8, note = recipes.fp8_attention(record)
     if fp8 and flash and precision in FP8_ATTENTION_PRECISIONS:
         notes.append(note)
         return "fp8"
+    text = str(record.get("framework") or "")
+    named = "fused" if FUSED_ATTENTION_TEXT.search(text) else "fa2" if FA2_ATTENTION_TEXT.search(text) else None
+    if named and named != src.attention_kernel and flash:
+        notes.append(f"attention kernel: {named} class (named by the framework text)")
+        return named
+    version = TORCH_VERSION.search(text)
+    if (src.sdpa and named is None and flash and version
+            and (int(version.group(1)), int(version.group(2))) >= recipes.SDPA_CUDNN_FROM):
+        notes.append(f"attention kernel: fused class (PyTorch {version.group(1)}.{version.group(2)} SDPA prefers "
+                     "cuDNN's kernel on Hopper and Blackwell: recipes.SDPA_CUDNN_FROM)")
+        return "fused"
     return src.attention_kernel
 
 
@@ -570,9 +625,11 @@ def flops_basis(record: dict[str, Any]) -> str:
     text = str(record.get("flops_accounting") or "")
     if re.search(r"96\*B|Eq\.?\s*\(?3|includes recompute|4\*2 coefficient", text, re.I):
         return "eq3"
+    if re.search(r"\bpalm\b|chowdhery", text, re.I):  # "model FLOPs utilization (MFU; Chowdhery et al.)": PaLM's
+        return "palm"
     if re.search(r"model[ -]flops|model tflop|nemo|megatron|no recompute flops", text, re.I):
         return "model"
-    if re.search(r"\b6\s*\*?\s*N\b|\b6ND\b|palm|12\s*\*?\s*l\s*\*?\s*h|chinchilla", text, re.I):
+    if re.search(r"\b6\s*\*?\s*N\b|\b6ND\b|12\s*\*?\s*l\s*\*?\s*h|chinchilla", text, re.I):
         return "palm"
     if re.search(r"mfu", text, re.I):
         return "model"
