@@ -4,7 +4,9 @@ and docs/independent_summary.json (the figures tests/test_published.py guards).
 The runs (benchmarks/data/independent_runs.jsonl, collected as benchmarks/data/independent_runs.md describes) come
 from other papers, vendors' tables and small labs' reports: Llama 3's and MT-NLG's papers, IBM's PyTorch FSDP blog
 and fms-fsdp, KempnerForge on H200, NeMo 25.02 / 25.04 on B200 / GB200, NeMo AutoModel, NVIDIA's DGX Cloud recipes
-(MaxText, Paxml, Grok-1), LLaMA-1 and one MI300-class log. No constant was fitted on them.
+(MaxText, Paxml, Grok-1), LLaMA-1 and one MI300-class log; and the Blackwell Ultra (B300, GB300) rows of the
+Megatron-Bridge 25.11 and 26.02 tables, whose H100 / B200 / GB200 rows the 428 runs hold. No constant was fitted on
+them.
 
 Run: python benchmarks/independent.py
 """
@@ -70,7 +72,8 @@ def document(results: list[RunResult], summary: dict, records: dict[str, dict]) 
            "by hand.", "",
            "These runs come from sources that `shared/validation/` (docs/ACCURACY.md) does not cover: other papers, "
            "other vendors' and labs' tables, other stacks (PyTorch FSDP and FSDP2 trainers, JAX, DeepSpeed with "
-           "Megatron) and other GPUs (H200, B200 and GB200 under earlier software, an MI300-class part). No constant "
+           "Megatron) and other GPUs (H200, B300, GB300, B200 and GB200 under earlier software, an MI300-class "
+           "part; the B300 and GB300 rows are those of the Megatron-Bridge tables the 428 runs come from). No constant "
            "was fitted on them. They were used once, to find where `meshplan validate` read a record the wrong way: "
            "which stack a framework text names (a PyTorch-native FSDP / FSDP2 profile; DeepSpeed with Megatron as "
            "Megatron-DeepSpeed; NeMo AutoModel apart from NeMo's Megatron recipes), the attention kernel a stack "
@@ -90,7 +93,8 @@ def document(results: list[RunResult], summary: dict, records: dict[str, dict]) 
             "the Megatron-Bridge releases the 428 runs hold (the same configurations read 15-35 % faster in meshplan "
             "than measured there, within a few percent in the later tables); GPT-OSS-120B in AutoModel states no "
             "expert parallelism, so meshplan gathers every expert's weights per micro-batch; MT-NLG's step times come "
-            "from secondary transcriptions; KempnerForge's memory column is in GB of an unstated kind.", ""]
+            "from secondary transcriptions; KempnerForge's memory column is in GB of an unstated kind; the 26.02 B300 "
+            "Qwen3-235B row measures 29 % below the same table's B200 row of a similar layout.", ""]
     return "\n".join(out)
 
 

@@ -580,11 +580,12 @@ def test_hfu_adds_the_recomputed_forward_to_model_flops():
     assert predicted_metric(case, 10.0) == pytest.approx(100 * hardware / 10.0 / peak)
 
 
-def test_gb200_megatron_fsdp_recipes_offload_activations():
-    case = map_run(record(hardware={"gpu": "GB200", "num_gpus": 64, "gpus_per_node": 4},
+@pytest.mark.parametrize(("gpu", "layers"), [("GB200", 40), ("GB300", 20)])  # llama3_workload_base_configs.py
+def test_grace_blackwell_megatron_fsdp_recipes_offload_activations(gpu, layers):
+    case = map_run(record(hardware={"gpu": gpu, "num_gpus": 64, "gpus_per_node": 4},
                           parallel={"tp": 1, "pp": 1, "vp": None, "micro_batch_size": 2, "global_batch_size": 256,
                                     "zero_or_fsdp": "Megatron FSDP (64)"}))
-    assert case.plan.offload_activations and case.plan.offload_layers == 40 and case.plan.zero == 3
+    assert case.plan.offload_activations and case.plan.offload_layers == layers and case.plan.zero == 3
     h100 = map_run(record(parallel={"zero_or_fsdp": "Megatron FSDP (64)", "tp": 1, "pp": 1, "vp": None}))
     assert not h100.plan.offload_activations  # the H100 recipes do not offload
 

@@ -223,6 +223,10 @@ CPU_OFFLOAD: tuple[tuple[str, int, str], ...] = (
      "Megatron-Bridge scripts/performance/configs/llama: LLAMA3_70B_GB200_64GPUS_FP8_CS_PARALLEL_CONFIG / "
      "LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS: use_megatron_fsdp=True, micro_batch_size=2, "
      "cpu_offloading_num_layers=40"),
+    (r"megatron_bridge.*llama3-70b gb300 megatron fsdp", 20,
+     "Megatron-Bridge scripts/performance/configs/llama/llama3_workload_base_configs.py: "
+     "LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_CS_V1 / _V2: micro_batch_size=2, use_megatron_fsdp=True, "
+     "cpu_offloading_num_layers=20"),
     (r"megatron_bridge.*llama3\.1-405b gb200 megatron fsdp", 95,
      "Megatron-Bridge scripts/performance/configs/llama31: LLAMA31_405B_GB200_128GPUS_FP8_CS_PARALLEL_CONFIG: tp 2, "
      "use_megatron_fsdp=True, cpu_offloading_num_layers=95"),
