@@ -13,7 +13,7 @@ from meshplan.hardware import PRECISIONS, System, load_system, system_names
 from meshplan.units import GiB, MiB
 
 PRESETS = ("a100", "a100-40gb", "a800", "b200", "b300", "gb200", "gb300", "gh200", "h100", "h100-96gb", "h100-pcie",
-           "h20", "h200", "h800", "l40s", "mi300x", "mi325x", "mi355x", "v100")
+           "h20", "h200", "h800", "l40s", "mi250x", "mi300x", "mi325x", "mi355x", "v100")
 
 
 def test_system_names_lists_every_preset():
@@ -61,6 +61,7 @@ DENSE_BF16 = {
     "h100-pcie": 756e12,  # H100 PCIe 1,513* / 2
     "gh200": 989e12,     # GH200's Hopper GPU = H100 SXM peaks
     "l40s": 362e12,      # L40S datasheet 733* / 2 (rounded down in the sheet: 362.05)
+    "mi250x": 191.5e12,  # per GCD: 1700 MHz x 110 CUs x 1024 FLOP/clk = 191.5 (383 per two-GCD package)
     "mi300x": 1307.4e12,  # 2100 MHz x 304 CUs x 2048 FLOP/clk = 1307.4
     "mi325x": 1307.4e12,  # same compute die as MI300X
     "mi355x": 2500e12,   # 5 PF with structured sparsity / 2

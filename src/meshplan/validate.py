@@ -183,6 +183,7 @@ GPU_SYSTEMS: tuple[tuple[str, str], ...] = (
     (r"H800", "h800"),
     (r"A800", "a800"),
     (r"H20(?!\d)", "h20"),  # H20, 8xH20; not H200 / GH200
+    (r"MI250X", "mi250x"),  # one GCD per GPU, as ROCm counts them
     (r"MI300X?\b", "mi300x"),
     (r"MI325X", "mi325x"),
     (r"MI355X", "mi355x"),
