@@ -332,6 +332,13 @@ def test_flops_basis_is_read_from_the_source_text():
     assert flops_basis({"flops_accounting": "BF16 Model FLOPs Utilization (MFU; Chowdhery et al. (2023))"}) == "palm"
 
 
+def test_an_mfu_of_unstated_formula_is_compared_as_model_flops_and_says_so():
+    case = map_run(record(measured={"tokens_per_s_per_gpu": None, "model_tflops_per_gpu": None, "mfu_pct": 41},
+                          flops_accounting=None))
+    assert (case.metric, case.measured, case.basis) == ("mfu_pct", 41.0, "model")
+    assert any("FLOP formula of the measured TFLOP/s or MFU not stated" in a for a in case.assumptions)
+
+
 def test_tflops_prediction_uses_the_source_formula():
     rec = record(measured={"tokens_per_s_per_gpu": None})  # no tokens/s: compare on TFLOP/s
     case = map_run(rec)

@@ -662,18 +662,26 @@ class Case:
         return eff
 
 
+FLOP_METRICS = ("model_tflops_per_gpu", "tflops_per_gpu", *PERCENT_OF_PEAK)
+UNKNOWN_BASIS_NOTE = ("FLOP formula of the measured TFLOP/s or MFU not stated: model FLOPs (Megatron-LM's formula, "
+                      "no recompute) assumed")
+
+
 def pick_metric(record: dict[str, Any]) -> tuple[str, float, str]:
+    """The measured quantity to compare, in METRICS order: a time or a throughput where given, else TFLOP/s or MFU
+    with the source's FLOP formula (``flops_basis``); a FLOP figure whose formula the record does not name is
+    taken as model FLOPs, the common convention, when nothing else was measured (map_run says so)."""
     measured = record.get("measured") or {}
-    for metric in METRICS:
-        value = measured.get(metric)
-        if not isinstance(value, (int, float)) or value <= 0:  # not stated, or no measurement (0, negative)
-            continue
-        if metric in ("model_tflops_per_gpu", "tflops_per_gpu", *PERCENT_OF_PEAK):
-            basis = flops_basis(record)
-            if basis == "unknown":
-                continue
-            return metric, float(value), basis
-        return metric, float(value), ""
+    values = {m: float(measured[m]) for m in METRICS
+              if isinstance(measured.get(m), (int, float)) and measured[m] > 0}  # 0 or negative: no measurement
+    basis = flops_basis(record)
+    for metric, value in values.items():
+        if metric not in FLOP_METRICS:
+            return metric, value, ""
+        if basis != "unknown":
+            return metric, value, basis
+    for metric, value in values.items():
+        return metric, value, "model"
     stated = sorted(k for k, v in measured.items() if v is not None)
     raise Skip("no comparable measurement" + (f" (only {', '.join(stated)})" if stated else ": all values null"))
 
@@ -727,6 +735,8 @@ def map_run(record: dict[str, Any]) -> Case:
                    else f"{m.get('name')}: model sizes not recorded")
     metric, value, basis = pick_metric(record)
     model, notes = map_model(m)
+    if metric in FLOP_METRICS and flops_basis(record) == "unknown":
+        notes.append(UNKNOWN_BASIS_NOTE)
     hardware, count_note = _gpu_count(record)
     hardware, dated_note = _dated_a100(record, hardware)
     cluster, hw_notes = map_cluster(hardware)
