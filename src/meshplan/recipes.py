@@ -58,6 +58,17 @@ SDPA_CUDNN_FROM = (2, 11)
 SDPA = ("PyTorch SDPA (FlashAttention-2 on Hopper and Blackwell: sdp_utils.cpp check_prefer_cudnn_attention puts cuDNN "
         "first only with the cuDNN > 9.15 that PyTorch 2.11 bundles)")
 
+def pytorch_fsdp(name: str, match: str, fsdp: str, grad_bytes: int, who: str) -> SourceDefaults:
+    """A PyTorch-native FSDP stack: full shard with prefetch, SDPA attention, F.cross_entropy in eager autograd,
+    element-wise kernels in eager PyTorch unless torch.compile is stated, sequence parallelism inside a TP plan, no
+    recompute unless stated."""
+    return SourceDefaults(name, match, None, False, True, 3, grad_bytes, "none", True,
+                          f"{who}; full shard with prefetch, {SDPA} attention, F.cross_entropy in eager autograd, "
+                          "element-wise kernels in eager PyTorch unless torch.compile is stated, sequence parallelism "
+                          "inside a TP plan, no recompute unless stated", "fa2", cross_entropy="pytorch",
+                          fusion="eager", fsdp=fsdp, sdpa=True)
+
+
 SOURCES: tuple[SourceDefaults, ...] = (
     SourceDefaults("Megatron-LM 2020", r"megatron_readme_2020|megatron2020", False, False, False, 0, 2, "full",
                    False, "Megatron-LM 2020 (before pipeline parallelism): --batch-size is the per-GPU batch, no "
@@ -138,18 +149,13 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "no recompute unless stated", "fa2", cross_entropy="pytorch", fusion="eager"),
     # PyTorch-native trainers that shard with FSDP and run PyTorch's own kernels (no Megatron, no Transformer Engine
     # unless the record names it): torchtitan's stack without torchtitan's name
-    SourceDefaults("PyTorch FSDP2", r"fsdp2|fully[-_ ]shard|automodel", None, False, True, 3, 4, "none", True,
-                   "PyTorch-native FSDP2 trainers (fully_shard; NeMo AutoModel, torchtitan-style stacks): full "
-                   "shard with prefetch, gradients reduced in fp32 (MixedPrecisionPolicy reduce_dtype float32, as "
-                   f"torchtitan), {SDPA} attention, F.cross_entropy in eager autograd, element-wise kernels in eager "
-                   "PyTorch unless torch.compile is stated, sequence parallelism inside a TP plan, no recompute "
-                   "unless stated", "fa2", cross_entropy="pytorch", fusion="eager", fsdp="fsdp2", sdpa=True),
-    SourceDefaults("PyTorch FSDP", r"pytorch\W{0,3}fsdp|\bhsdp\b|fms[-_]fsdp", None, False, True, 3, 2, "none", True,
-                   "PyTorch-native FSDP (FlatParameter) trainers such as IBM's fms-fsdp: full shard with prefetch, "
-                   "the bf16 mixed-precision policy of PyTorch's FSDP tutorial and of fms-fsdp (MixedPrecision param, "
-                   f"reduce and buffer dtype bfloat16: gradients reduced in bf16), {SDPA} attention, F.cross_entropy "
-                   "in eager autograd, element-wise kernels in eager PyTorch unless torch.compile is stated, no "
-                   "recompute unless stated", "fa2", cross_entropy="pytorch", fusion="eager", fsdp="fsdp1", sdpa=True),
+    pytorch_fsdp("PyTorch FSDP2", r"fsdp2|fully[-_ ]shard|automodel", "fsdp2", 4,
+                 "PyTorch-native FSDP2 trainers (fully_shard; NeMo AutoModel, torchtitan-style stacks): gradients "
+                 "reduced in fp32 (MixedPrecisionPolicy reduce_dtype float32, as torchtitan)"),
+    pytorch_fsdp("PyTorch FSDP", r"pytorch\W{0,3}fsdp|\bhsdp\b|fms[-_]fsdp", "fsdp1", 2,
+                 "PyTorch-native FSDP (FlatParameter) trainers such as IBM's fms-fsdp: the bf16 mixed-precision "
+                 "policy of PyTorch's FSDP tutorial and of fms-fsdp (MixedPrecision param, reduce and buffer dtype "
+                 "bfloat16: gradients reduced in bf16)"),
 )
 GENERIC = SourceDefaults("generic", r"", None, False, True, 1, 4, "none", True,
                          "no source profile matched: sequence parallelism with tp > 1, distributed optimizer, "
