@@ -89,12 +89,14 @@ def document(results: list[RunResult], summary: dict, records: dict[str, dict]) 
     out += summary_rows(summary)
     out += ["", "## Every run", ""]
     out += run_rows(results, records)
+    nemo = [r.error for r in results if r.error is not None and r.group.startswith(("nemo_2502", "nemo_2504"))]
     out += ["", "Known gaps, from the runs' own notes: the NeMo 25.02 / 25.04 Blackwell tables predate the software of "
-            "the Megatron-Bridge releases the 428 runs hold (the same configurations read 15-35 % faster in meshplan "
-            "than measured there, within a few percent in the later tables); GPT-OSS-120B in AutoModel states no "
+            "the Megatron-Bridge releases the 428 runs hold (meshplan's errors on them run from "
+            f"{pct(min(nemo, default=None), True)} to {pct(max(nemo, default=None), True)}, on the same kind of "
+            "configurations it reads within a few percent in the later tables); GPT-OSS-120B in AutoModel states no "
             "expert parallelism, so meshplan gathers every expert's weights per micro-batch; MT-NLG's step times come "
             "from secondary transcriptions; KempnerForge's memory column is in GB of an unstated kind; the 26.02 B300 "
-            "Qwen3-235B row measures 29 % below the same table's B200 row of a similar layout.", ""]
+            "Qwen3-235B row measures well below the same table's B200 row of a similar layout.", ""]
     return "\n".join(out)
 
 

@@ -18,6 +18,7 @@ from meshplan.validate import (
     clean_record,
     eq3_flops,
     flops_basis,
+    map_cluster,
     map_run,
     megatron_model_flops,
     palm_flops,
@@ -355,6 +356,7 @@ def test_tflops_prediction_uses_the_source_formula():
     ("FSDP2 (fully_shard)", 3),
     ("HSDP, hybrid shard within the node", 3), ("PyTorch FSDP SHARD_GRAD_OP", 2),
     ("DDP (FSDP=0 in table; distributed optimizer is the NeMo default but not stated)", 1),  # the source default
+    ("none (single data-parallel rank)", 0), ("no", 0),
 ])
 def test_other_sources_state_the_zero_stage_in_their_own_words(stated, zero):
     flat = {"pp": 1, "vp": None, "tp": 8}  # no pipeline: ZeRO-2/3 keep their per-micro-batch reductions
@@ -384,6 +386,11 @@ def _indep(framework: str, **over) -> dict:
     ("KempnerForge (PyTorch FSDP2 + TP, torch.compile)", "PyTorch FSDP2"),
     ("NeMo AutoModel (PyTorch FSDP2 + EP/PP), kernels: TE + DeepEP", "PyTorch FSDP2"),  # not NeMo's Megatron recipes
     ("Meta internal PyTorch stack, 4D parallelism [TP, CP, PP, DP(=FSDP)]", "generic"),
+    ("NeMo AutoModel (FSDP2) in the nemo 25.09 container", "PyTorch FSDP2"),  # "nemo" alone is not NeMo's recipes
+    ("NeMo AutoModel (Hugging Face transformers, FSDP2)", "PyTorch FSDP2"),  # nor is "Hugging Face" HF Trainer's
+    ("NeMo 25.02 container", "NeMo 24.x"),
+    ("Megatron-LM --use-torch-fsdp2", "generic"),  # Megatron's kernels under torch FSDP2: not a PyTorch-native stack
+    ("Megatron-LM + DeepSpeed", "Megatron-DeepSpeed (BLOOM)"),
 ])
 def test_a_stack_is_read_from_its_framework_text(framework, profile):
     assert source_defaults({"group": "paper", "framework": framework}).name == profile
@@ -395,15 +402,46 @@ def test_a_stack_is_read_from_its_framework_text(framework, profile):
     ("KempnerForge (PyTorch FSDP2 + TP, torch.compile)", "fa2"),  # SDPA of an unstated PyTorch: FlashAttention-2
     ("KempnerForge (PyTorch 2.11 FSDP2 + TP, torch.compile)", "fused"),  # PyTorch 2.11 SDPA prefers cuDNN
     ("MaxText (JAX/XLA)", "fused"),  # generic
+    ("PyTorch FSDP2, torch==2.11.0, SDPA", "fused"),  # SDPA by release
+    ("PyTorch FSDP2 in the NGC PyTorch 24.07 container", "fa2"),  # an NGC tag is no PyTorch 2.x release
+    ("custom trainer, SDPA, PyTorch 2.4", "fa2"),  # SDPA named outside an SDPA profile, before 2.11
+    ("custom trainer, SDPA, PyTorch 2.12", "fused"),
+    ("PyTorch FSDP2 + FlashAttention v3", "fused"), ("PyTorch FSDP2 + FA-3", "fused"),
+    ("PyTorch FSDP2 + flash-attn 3", "fused"),
+    ("HF Trainer (DeepSpeed ZeRO-3), Transformer Engine disabled", "fa2"),  # a negated name names nothing
+    ("HF Trainer (DeepSpeed ZeRO-3), no TE", "fa2"),
+    ("Megatron-LM, NVTE_FLASH_ATTN=0", "fused"),  # TE falls back to cuDNN's fused kernel, flash stays on
 ])
 def test_the_attention_kernel_follows_the_stack_text(framework, kernel):
     case = map_run(_indep(framework, parallel={"pp": 1, "vp": None, "tp": 8}))
     assert case.plan.attention_kernel == kernel and case.plan.flash_attention
 
 
-def test_a_stack_that_turns_flash_attention_off_runs_unfused_attention():
-    case = map_run(_indep("ROCm/Megatron-LM fork; USE_FLASH_ATTN=0", parallel={"pp": 1, "vp": None, "tp": 8}))
+@pytest.mark.parametrize("framework", [
+    "ROCm/Megatron-LM fork; USE_FLASH_ATTN=0", "Megatron-LM --no-flash-attn", "trainer.yaml use_flash_attn: false",
+    "HF Trainer, attn_implementation='eager'", "Megatron-LM, NVTE_FLASH_ATTN=0 NVTE_FUSED_ATTN=0",
+    "GPT-NeoX without flash attention",
+])
+def test_a_stack_that_turns_flash_attention_off_runs_unfused_attention(framework):
+    case = map_run(_indep(framework, parallel={"pp": 1, "vp": None, "tp": 8}))
     assert not case.plan.flash_attention
+    assert any("turns flash attention off" in a for a in case.assumptions)
+
+
+def test_a_stack_that_names_flash_attention_runs_it_where_its_source_predates_it():
+    """Megatron-DeepSpeed's profile (BLOOM's 2022 stack) has no flash attention; a record that names it runs it."""
+    flat = {"pp": 1, "vp": None, "tp": 8}
+    old = map_run(_indep("Megatron-DeepSpeed", parallel=flat)).plan
+    new = map_run(_indep("Megatron-DeepSpeed --use-flash-attn-v2", parallel=flat)).plan
+    assert not old.flash_attention
+    assert new.flash_attention and new.attention_kernel == "fa2"
+
+
+def test_a_gpu_count_no_server_multiple_divides_still_maps():
+    """6 H100s in servers of 4: no NVLink domain of a multiple of 4 divides 6; the domain is gcd(6, 4) = 2."""
+    cluster, notes = map_cluster({"gpu": "H100", "num_gpus": 6, "gpus_per_node": 4})
+    assert cluster.num_gpus == 6 and cluster.tiers[0].size == 2
+    assert any("NVLink domain 2" in n for n in notes)
 
 
 def test_a_pipeline_of_unstated_schedule_interleaves_under_the_generic_profile():
@@ -726,3 +764,10 @@ def test_a100_of_unstated_memory_is_dated_by_its_source():
     assert later.cluster.accelerator.name == "A100 SXM4 80GB"
     stated = map_run(record(source="a 2020 table", precision="bf16", hardware=a100 | {"gpu": "A100 80GB"}))
     assert stated.cluster.accelerator.name == "A100 SXM4 80GB"
+
+
+def test_an_mi250x_record_of_four_per_server_says_how_its_gpus_are_counted():
+    """The preset is one GCD; 4 MI250X per server are packages (8 GCDs): the count is kept and the doubt stated."""
+    cluster, notes = map_cluster({"gpu": "AMD MI250X", "num_gpus": 64, "gpus_per_node": 4})
+    assert cluster.num_gpus == 64
+    assert any("if it counts packages of 2 GCDs" in n for n in notes)

@@ -222,7 +222,8 @@ class Efficiency:
     # per exponential instead of two); the FP8 kernel, whose faster matmuls leave the exponentials more of its time,
     # forward 2526/1781, 2893/2012, 3074/2112, 3134/2135 (1.445: x = 0.62), backward 1395/1178, 1777/1446, 2037/1633,
     # 2121/1670 (1.232: x = 0.38). Not fitted to training runs; checked on DeepSeek-V3's heads (d_qk = 192) by
-    # benchmarks/kernel_checks.py.
+    # benchmarks/kernel_checks.py. These shares are those of cuDNN 9.26's kernels on a GB200: another cuDNN release
+    # (or FlashAttention-4) balances matmuls and exponentials differently, and no second pair of measurements was found.
     attention_exp_fwd: float = exp_share((1813 / 1407 * 1991 / 1646 * 2065 / 1728 * 2105 / 1569) ** 0.25)
     attention_exp_bwd: float = exp_share((1254 / 1172 * 1448 / 1344 * 1516 / 1327 * 1416 / 1202) ** 0.25)
     attention_exp_fp8_fwd: float = exp_share((2526 / 1781 * 2893 / 2012 * 3074 / 2112 * 3134 / 2135) ** 0.25)
@@ -325,17 +326,19 @@ class Efficiency:
     def exp_factor(self, accelerator: object, head_dim: Num, backward: bool = False, kernel: str = "fused") -> Num:
         """Rate of a fused attention kernel on a GPU whose exponentials run ``Accelerator.exp_rate`` = r times as fast
         as on the GPUs the other attention constants describe: 1 / (1 - x + x/r), with x the exponentials' share of
-        the kernel's time (``attention_exp_*``) at d = 128, moved to head dimension d by the matmul work per score,
-        which grows with d while the exponentials per score do not: x_d = 128·x / (128·x + (1 - x)·d). 1 for
+        the kernel's time (``attention_exp_*``) at d = 128, moved to head dimension d as if the non-exponential
+        time per score grew with d while the exponentials per score do not: x_d = 128·x / (128·x + (1 - x)·d), d the
+        query-key head dimension (d_qk; for MLA's d_qk = 192, d_v = 128 this matched NVIDIA's measured GB300 speed-ups
+        better than the mean of d_qk and d_v, benchmarks/kernel_checks.py). 1 for
         FlashAttention-2-class kernels, which do not wait on them (PyTorch's FlashAttention-2 backend runs at the
         same rate on a GB300 as on a GB200: 411 against 414 TFLOP/s at 8k keys, 440 against 438 at 32k, cudnn-frontend
         artifacts/sdpa_bf16_benchmark_results_NVIDIA_GB300.csv and ``_GB200.csv``)."""
         r = float(getattr(accelerator, "exp_rate", 1.0) or 1.0)
         if r == 1.0 or kernel == "fa2":
             return 1.0
-        fp8 = kernel == "fp8"
-        x = ((self.attention_exp_fp8_bwd if fp8 else self.attention_exp_bwd) if backward
-             else (self.attention_exp_fp8_fwd if fp8 else self.attention_exp_fwd))
+        shares = {(False, False): self.attention_exp_fwd, (False, True): self.attention_exp_bwd,
+                  (True, False): self.attention_exp_fp8_fwd, (True, True): self.attention_exp_fp8_bwd}
+        x = shares[(kernel == "fp8", backward)]
         x = 128.0 * x / (128.0 * x + (1 - x) * head_dim)
         return 1 / (1 - x + x / r)
 

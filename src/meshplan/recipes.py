@@ -52,11 +52,13 @@ class SourceDefaults:
 
 
 # PyTorch's scaled_dot_product_attention picks its FlashAttention-2 backend on Hopper and Blackwell; cuDNN's kernel
-# comes first only from PyTorch 2.11, whose bundled cuDNN passes sdp_utils.cpp's check_prefer_cudnn_attention
-# (cuDNN > 9.15; pytorch/pytorch#138522 had made it opt-in after the 2.5 bugs)
+# comes first only from PyTorch 2.11, whose pip wheels bundle a cuDNN that passes sdp_utils.cpp's
+# check_prefer_cudnn_attention (cuDNN > 9.15; pytorch/pytorch#138522 had made it opt-in after the 2.5 bugs). A
+# stack built against another cuDNN (an NGC container) may differ; the records rarely say which.
 SDPA_CUDNN_FROM = (2, 11)
 SDPA = ("PyTorch SDPA (FlashAttention-2 on Hopper and Blackwell: sdp_utils.cpp check_prefer_cudnn_attention puts cuDNN "
         "first only with the cuDNN > 9.15 that PyTorch 2.11 bundles)")
+
 
 def pytorch_fsdp(name: str, match: str, fsdp: str, grad_bytes: int, who: str) -> SourceDefaults:
     """A PyTorch-native FSDP stack: full shard with prefetch, SDPA attention, F.cross_entropy in eager autograd,
@@ -82,8 +84,8 @@ SOURCES: tuple[SourceDefaults, ...] = (
     SourceDefaults("Megatron-LM 2022", r"korthikanti", False, False, False, 0, 2, "full", False,
                    "Korthikanti et al. 2022: Megatron-LM of 2022 (no TP overlap, no distributed optimizer, "
                    "fused-softmax attention, no FlashAttention), dp = 1 benchmark"),
-    SourceDefaults("Megatron-DeepSpeed (BLOOM)", r"bloom|megatron[-_ ]deepspeed|deepspeed\W{1,5}megatron", False, False,
-                   False, 1, 4, "full", False,
+    SourceDefaults("Megatron-DeepSpeed (BLOOM)", r"bloom|megatron.{0,20}deepspeed|deepspeed.{0,20}megatron", False,
+                   False, False, 1, 4, "full", False,
                    "Megatron-DeepSpeed 2022: no sequence parallelism, BF16_Optimizer (ZeRO-1) with fp32 "
                    "gradient reduction after the backward pass, no FlashAttention"),
     SourceDefaults("Megatron-Core 2024", r"megatron_core", None, True, True, 1, 4, "none", True,
@@ -106,7 +108,7 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "Megatron-LM examples/llama (configs follow the NeMo performance scripts): as NeMo, with "
                    "Megatron-LM's own default of pipeline sends overlapped under interleaving "
                    "(--no-overlap-p2p-communication is a store_false flag)", overlap_pp=True),
-    SourceDefaults("NeMo 24.x", r"nemo(?![-_ ]?automodel)", None, True, True, 1, 4, "none", True,
+    SourceDefaults("NeMo 24.x", r"^(?!.*automodel).*nemo", None, True, True, 1, 4, "none", True,
                    "NeMo 24.03/24.07 performance recipes: sequence parallelism and userbuffers TP overlap with "
                    "tp > 1, distributed optimizer with overlapped grad reduce / param gather, fp32 main grads, "
                    "FlashAttention (TE), no activation recompute; LoRA (NeMo 1.x PEFT, the Framework Launcher's "
@@ -141,18 +143,19 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    sdpa=True),
     # Stacks that run Hugging Face model code in eager PyTorch under DeepSpeed ZeRO or accelerate / Trainer FSDP.
     SourceDefaults("DeepSpeed / Hugging Face",
-                   r"deepspeed|hugging ?face|transformers|accelerate|llama[-_ ]?factory|axolotl",
+                   r"^(?!.*automodel).*(?:deepspeed|hugging ?face|transformers|accelerate|llama[-_ ]?factory|axolotl)",
                    False, False, True, 3, 4, "none", True,
                    "Hugging Face model code in eager PyTorch (one kernel per aten op; F.cross_entropy on fp32 logits) "
                    "with FlashAttention-2 (attn_implementation='flash_attention_2'), data parallel with ZeRO-3 / FSDP "
                    "full shard (prefetch overlapped), fp32 gradient accumulation, no tensor or sequence parallelism, "
                    "no recompute unless stated", "fa2", cross_entropy="pytorch", fusion="eager"),
     # PyTorch-native trainers that shard with FSDP and run PyTorch's own kernels (no Megatron, no Transformer Engine
-    # unless the record names it): torchtitan's stack without torchtitan's name
-    pytorch_fsdp("PyTorch FSDP2", r"fsdp2|fully[-_ ]shard|automodel", "fsdp2", 4,
+    # unless the record names it): torchtitan's stack without torchtitan's name. A bare "FSDP" names no stack (Llama
+    # 3's "DP(=FSDP)" is Meta's own, with fused kernels): the generic profile, sharding as _zero reads it.
+    pytorch_fsdp("PyTorch FSDP2", r"^(?!.*megatron).*(?:fsdp2|fully[-_ ]shard|automodel)", "fsdp2", 4,
                  "PyTorch-native FSDP2 trainers (fully_shard; NeMo AutoModel, torchtitan-style stacks): gradients "
                  "reduced in fp32 (MixedPrecisionPolicy reduce_dtype float32, as torchtitan)"),
-    pytorch_fsdp("PyTorch FSDP", r"pytorch\W{0,3}fsdp|\bhsdp\b|fms[-_]fsdp", "fsdp1", 2,
+    pytorch_fsdp("PyTorch FSDP", r"^(?!.*megatron).*(?:pytorch\W{0,3}fsdp|\bhsdp\b|fms[-_]fsdp)", "fsdp1", 2,
                  "PyTorch-native FSDP (FlatParameter) trainers such as IBM's fms-fsdp: the bf16 mixed-precision "
                  "policy of PyTorch's FSDP tutorial and of fms-fsdp (MixedPrecision param, reduce and buffer dtype "
                  "bfloat16: gradients reduced in bf16)"),
@@ -161,7 +164,8 @@ GENERIC = SourceDefaults("generic", r"", None, False, True, 1, 4, "none", True,
                          "no source profile matched: sequence parallelism with tp > 1, distributed optimizer, "
                          "fp32 gradients, no recompute, FlashAttention; a pipeline of unstated schedule interleaved "
                          "(Megatron-LM's interleaved 1F1B, which the NeMo / Megatron-Bridge recipes, Meta's Llama 3 "
-                         "training and torchtitan run at scale), with the smallest v dividing the layers per stage",
+                         "training and torchtitan run at scale), with the smallest v dividing the layers per stage (a "
+                         "heuristic: the records that state their schedule at scale interleave, with v unstated)",
                          interleaved=True)
 
 

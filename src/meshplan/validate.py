@@ -224,18 +224,28 @@ def map_cluster(hw: dict[str, Any]) -> tuple[Cluster, list[str]]:
             overrides.update(nics_per_gpu=nics, nic_bandwidth=bandwidth)
             notes.append(f"network: {why}")
     domain = system.network.nvlink_domain
-    per_node = positive_int(hw.get("gpus_per_node"))
+    n, per_node = _devices(preset, int(n), positive_int(hw.get("gpus_per_node")), notes)
     if per_node and per_node < domain <= SERVER_DOMAIN:  # one server's NVLink domain, bigger than the record's servers
         overrides["nvlink_domain"] = domain = per_node
         notes.append(f"NVLink domain {per_node} (the record's servers hold {per_node} GPUs; the preset's {preset} "
                      f"server {system.network.nvlink_domain})")
     if n > domain and n % domain:
-        per_node = int(hw.get("gpus_per_node") or 1)
-        fitting = [d for d in range(domain, 0, -1) if n % d == 0 and d % per_node == 0]
+        per_node = per_node or 1
+        fitting = [d for d in range(domain, 0, -1) if n % d == 0 and d % per_node == 0] or [math.gcd(n, domain)]
         overrides["nvlink_domain"] = fitting[0]
         notes.append(f"NVLink domain {fitting[0]} ({n} GPUs are not a multiple of {domain}: "
                      f"the largest divisor of the GPU count within one NVLink domain)")
     return system.cluster(int(n), **overrides), notes
+
+
+def _devices(preset: str, n: int, per_node: int | None, notes: list[str]) -> tuple[int, int | None]:
+    """GPUs and GPUs per server as the record counts them. The MI250X preset is one GCD (ROCm's device, as Frontier's
+    and LUMI's papers count); a record of 4 per server may count packages of 2 GCDs, which would halve its per-GPU
+    figures against meshplan's: said, not guessed."""
+    if preset == "mi250x" and per_node == 4:
+        notes.append(f"MI250X: the record's {n} GPUs (4 per server) modelled as GCDs; if it counts packages of 2 "
+                     "GCDs, its per-GPU figures are twice a GCD's")
+    return n, per_node
 
 
 # ---- plan ---------------------------------------------------------------------------------------------------
@@ -258,17 +268,7 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     vpp = _interleaving(p, model, pp, (gbs // (dp * mbs)) % pp == 0, notes, src)
     precision = _precision(record, notes)
     fp8_scaling = _fp8_scaling(record, src, precision, notes)
-    zero, zero_note = _zero(p, src)
-    if src.name == "torchtitan" and zero == 3 and pp > 1:
-        zero, zero_note = 1, ("FSDP2 with pipeline parallelism as ZeRO-1: torchtitan keeps the stage's weights "
-                              "unsharded across micro-batches (reshard_after_forward=False) and syncs gradients on "
-                              "the last micro-batch only; the optimizer state stays sharded")
-    elif zero >= 2 and pp > 1:
-        zero, zero_note = 1, (f"{zero_note}, with pipeline parallelism as ZeRO-1 (gradients reduced once per step, "
-                              "the optimizer state sharded): DeepSpeed's pipeline engine runs ZeRO-1 only (ZeRO-2/3 "
-                              "are not supported with pipeline parallelism), and PyTorch's stacks (torchtitan, Llama "
-                              "3's) keep a stage's weights unsharded over its micro-batches and sync gradients on the "
-                              "last one")
+    zero, zero_note = _zero_under_pipeline(*_zero(p, src), pp, src)
     notes.append(zero_note)
     recompute, layers, rc_note = _recompute(p, model, pp, src)
     notes.append(rc_note)
@@ -369,6 +369,12 @@ def _batches(p: dict[str, Any], src: SourceDefaults, dp: int, pp: int, notes: li
     return mbs, gbs
 
 
+def _smallest_interleave(model: ModelSpec, pp: int) -> int:
+    """The smallest v > 1 dividing the layers per pipeline stage (1 if none does)."""
+    per_stage = -(-model.num_layers // pp)
+    return next((d for d in range(2, per_stage + 1) if per_stage % d == 0), 1)
+
+
 def _interleaving(p: dict[str, Any], model: ModelSpec, pp: int, divisible: bool, notes: list[str],
                   src: SourceDefaults) -> int:
     """Virtual pipeline stages per rank: as stated (at most the layers per stage), inferred from a stated
@@ -386,16 +392,14 @@ def _interleaving(p: dict[str, Any], model: ModelSpec, pp: int, divisible: bool,
         notes.append("interleaved 1F1B with 2 stages per rank (torchtitan default; v not stated)")
     stated = p.get("interleaved_schedule")
     if pp > 1 and vpp == 1 and stated and not re.search(r"\bno\b|not used|false", str(stated), re.I):
-        per_stage = -(-model.num_layers // pp)
-        v = next((d for d in range(2, per_stage + 1) if per_stage % d == 0), 1)
+        v = _smallest_interleave(model, pp)
         if v > 1 and divisible:
             vpp = v
             notes.append(f"interleaved schedule with v = {v} (paper: used for large runs, v not stated; "
                          "smallest v dividing the layers per stage)")
     unstated = p.get("vp") is None and not schedule_text and stated is None
     if pp > 1 and vpp == 1 and unstated and src.interleaved and divisible:
-        per_stage = -(-model.num_layers // pp)
-        v = next((d for d in range(2, per_stage + 1) if per_stage % d == 0), 1)
+        v = _smallest_interleave(model, pp)
         if v > 1:
             vpp = v
             notes.append(f"interleaved schedule with v = {v} (schedule not stated; {src.name}: the interleaved 1F1B "
@@ -437,10 +441,9 @@ def _finetune(record: dict[str, Any], p: dict[str, Any], src: SourceDefaults, no
 
 
 def _kernels(record: dict[str, Any], model: ModelSpec, src: SourceDefaults, notes: list[str]) -> tuple[bool, str]:
-    """Flash attention (unless learnable sinks predate the release's fused kernel) and element-wise fusion."""
-    flash = src.flash_attention and not NO_FLASH_TEXT.search(str(record.get("framework") or ""))
-    if src.flash_attention and not flash:
-        notes.append("unfused attention (the framework text turns flash attention off)")
+    """Flash attention (as the framework text says, else the source's default, unless learnable sinks predate the
+    release's fused kernel) and element-wise fusion."""
+    flash = _flash_attention(_attention_text(record), src, notes)
     found = recipes.release(record)
     if flash and model.attention_sinks and found is not None and found < recipes.FUSED_SINK_ATTENTION_FROM:
         flash = False
@@ -457,12 +460,42 @@ def _kernels(record: dict[str, Any], model: ModelSpec, src: SourceDefaults, note
 
 # The attention kernel a record's stack names (its ``framework`` text), where its source profile would guess:
 # FlashAttention-3, cuDNN's fused attention or Transformer Engine's (which runs cuDNN's) are one family ("fused");
-# FlashAttention-2, flash-attn's package, xFormers and PyTorch's SDPA (FlashAttention-2 on Hopper and Blackwell,
-# recipes.SDPA) the other ("fa2").
-FUSED_ATTENTION_TEXT = re.compile(r"flash[-_ ]?attention[-_ ]?3|\bfa3\b|cudnn|transformer[-_ ]?engine|\bte\b", re.I)
-FA2_ATTENTION_TEXT = re.compile(r"flash[-_ ]?attention[-_ ]?2|\bfa2\b|flash[-_]attn|xformers|\bsdpa\b", re.I)
-TORCH_VERSION = re.compile(r"\b(?:py)?torch\s*v?(\d+)\.(\d+)", re.I)
-NO_FLASH_TEXT = re.compile(r"flash[-_]?attn\w*\s*=\s*(0|false|no)\b|\bno flash", re.I)
+# FlashAttention-2, flash-attn's package and xFormers the other ("fa2"). PyTorch's SDPA is either, by release
+# (recipes.SDPA_CUDNN_FROM). A negated name ("no TE", "Transformer Engine disabled") names nothing.
+FUSED_ATTENTION_TEXT = re.compile(
+    r"flash[-_ ]?att(?:entio)?n[-_ ]?v?3|\bfa[-_ ]?v?3\b|cudnn|transformer[-_ ]?engine|\bte\b", re.I)
+FA2_ATTENTION_TEXT = re.compile(  # not Transformer Engine's NVTE_FLASH_ATTN switch, which picks among TE's backends
+    r"flash[-_ ]?att(?:entio)?n[-_ ]?v?2|\bfa[-_ ]?v?2\b|(?<!nvte_)flash[-_]attn|xformers", re.I)
+SDPA_TEXT = re.compile(r"\bsdpa\b|scaled[-_ ]dot[-_ ]product[-_ ]attention", re.I)
+NEGATED_KERNEL_TEXT = re.compile(
+    r"\b(?:no|without|disabled?)\s+(?:te|transformer[-_ ]?engine|cudnn)\b"
+    r"|\b(?:te|transformer[-_ ]?engine|cudnn)\s+(?:disabled|off)\b", re.I)
+# PyTorch 2.x as a framework text spells it ("PyTorch 2.4", "torch==2.11.0"); not an NGC tag ("PyTorch 24.07")
+TORCH_VERSION = re.compile(r"\b(?:py)?torch\s*(?:==|-|v)?\s*(2)\.(\d+)\b", re.I)
+# flash attention turned off: flash-attn's or Megatron's switch, Hugging Face's eager attention, or both of
+# Transformer Engine's flash and fused backends off (NVTE_FLASH_ATTN=0 alone leaves TE on cuDNN's fused kernel)
+NO_FLASH_TEXT = re.compile(
+    r"(?<!\w)(?:use_)?flash[-_]?attn\w*\s*[=:]\s*(?:0|false|no|off)\b|--no[-_]flash[-_]?attn"
+    r"|\b(?:no|without)\s+flash[-_ ]?att(?:entio)?n|flash[-_ ]?att(?:entio)?n\s+(?:off|disabled)"
+    r"|attn_implementation\s*[=:]\s*[\"']?eager"
+    r"|nvte_flash_attn\s*=\s*0.*nvte_fused_attn\s*=\s*0|nvte_fused_attn\s*=\s*0.*nvte_flash_attn\s*=\s*0", re.I)
+# flash attention turned on where the source's default predates it ("--use-flash-attn-v2", "FlashAttention-2")
+FLASH_TEXT = re.compile(r"(?<!nvte_)flash[-_ ]?att(?:entio)?n|\bfa[-_ ]?v?[23]\b", re.I)
+
+
+def _attention_text(record: dict[str, Any]) -> str:
+    return NEGATED_KERNEL_TEXT.sub(" ", str(record.get("framework") or ""))
+
+
+def _flash_attention(text: str, src: SourceDefaults, notes: list[str]) -> bool:
+    if NO_FLASH_TEXT.search(text):
+        if src.flash_attention:
+            notes.append("unfused attention (the framework text turns flash attention off)")
+        return False
+    if not src.flash_attention and FLASH_TEXT.search(text):
+        notes.append(f"flash attention (named by the framework text; {src.name} default: unfused)")
+        return True
+    return src.flash_attention
 
 
 def _attention_kernel(record: dict[str, Any], src: SourceDefaults, flash: bool, precision: str, notes: list[str]
@@ -474,18 +507,29 @@ def _attention_kernel(record: dict[str, Any], src: SourceDefaults, flash: bool, 
     if fp8 and flash and precision in FP8_ATTENTION_PRECISIONS:
         notes.append(note)
         return "fp8"
-    text = str(record.get("framework") or "")
+    text = _attention_text(record)
     named = "fused" if FUSED_ATTENTION_TEXT.search(text) else "fa2" if FA2_ATTENTION_TEXT.search(text) else None
+    if named is None and (src.sdpa or SDPA_TEXT.search(text)):
+        named = _sdpa_kernel(text, src, notes)
     if named and named != src.attention_kernel and flash:
         notes.append(f"attention kernel: {named} class (named by the framework text)")
         return named
-    version = TORCH_VERSION.search(text)
-    if (src.sdpa and named is None and flash and version
-            and (int(version.group(1)), int(version.group(2))) >= recipes.SDPA_CUDNN_FROM):
-        notes.append(f"attention kernel: fused class (PyTorch {version.group(1)}.{version.group(2)} SDPA prefers "
-                     "cuDNN's kernel on Hopper and Blackwell: recipes.SDPA_CUDNN_FROM)")
-        return "fused"
     return src.attention_kernel
+
+
+def _sdpa_kernel(text: str, src: SourceDefaults, notes: list[str]) -> str | None:
+    """PyTorch SDPA's kernel on Hopper and Blackwell by the PyTorch release the text names (recipes.SDPA): cuDNN's
+    from SDPA_CUDNN_FROM, FlashAttention-2 before; an unnamed release leaves the source's default, or FlashAttention-2
+    where SDPA is named outside an SDPA-based profile."""
+    version = TORCH_VERSION.search(text)
+    if version is None:
+        return None if src.sdpa else "fa2"
+    release = (int(version.group(1)), int(version.group(2)))
+    if release >= recipes.SDPA_CUDNN_FROM:
+        notes.append(f"SDPA on PyTorch {release[0]}.{release[1]}: cuDNN's kernel first on Hopper and Blackwell "
+                     "(recipes.SDPA_CUDNN_FROM)")
+        return "fused"
+    return "fa2"
 
 
 def _recipe_settings(record: dict[str, Any], model: ModelSpec, ep: int, notes: list[str]) -> tuple[bool, str, int]:
@@ -530,6 +574,9 @@ def _fp8_scaling(record: dict[str, Any], src: SourceDefaults, precision: str, no
 
 
 NO_RECOMPUTE = re.compile(r"\b(no|not|without)\s+(activation\s+)?(recompute|recomputation|checkpoint)")
+# "none", "no", "off": nothing sharded. A bare "DDP" is not read as this: Megatron's DDP wrapper runs under its
+# distributed optimizer, which the NeMo / Megatron-Bridge tables leave unstated.
+NO_SHARDING = re.compile(r"\s*(?:none|no|false|off)\b")
 ZERO_STAGE = re.compile(r"zero[\s_-]*(?:stage)?[\s_:=-]*([0-3])\b")
 
 
@@ -539,6 +586,8 @@ def _zero(p: dict[str, Any], src: SourceDefaults) -> tuple[int, str]:
     if isinstance(stage_number, (int, float)) and stage_number in (0, 1, 2, 3):
         return int(stage_number), f"ZeRO-{int(stage_number)} (stated)"
     text = str(raw or "").lower()
+    if NO_SHARDING.match(text):
+        return 0, "no optimizer or parameter sharding (stated)"
     stage = ZERO_STAGE.search(text)
     if stage:  # DeepSpeed / Megatron-DeepSpeed wording: "ZeRO-3", "zero stage 2", "zero_stage: 1"
         z = int(stage.group(1))
@@ -552,6 +601,21 @@ def _zero(p: dict[str, Any], src: SourceDefaults) -> tuple[int, str]:
     if p.get("distributed_optimizer") is False:
         return 0, "no optimizer sharding (stated)"
     return src.zero, f"ZeRO-{src.zero} (not stated; {src.name} default)"
+
+
+def _zero_under_pipeline(zero: int, note: str, pp: int, src: SourceDefaults) -> tuple[int, str]:
+    """ZeRO-2/3 with pipeline parallelism runs as ZeRO-1: gradients reduced once per step, the optimizer state
+    sharded."""
+    if zero < 2 or pp == 1:
+        return zero, note
+    if src.name == "torchtitan":
+        return 1, ("FSDP2 with pipeline parallelism as ZeRO-1: torchtitan keeps the stage's weights unsharded across "
+                   "micro-batches (reshard_after_forward=False) and syncs gradients on the last micro-batch only; the "
+                   "optimizer state stays sharded")
+    return 1, (f"{note}, with pipeline parallelism as ZeRO-1 (gradients reduced once per step, the optimizer state "
+               "sharded): DeepSpeed's PipelineEngine asserts ZeRO stage < 2 (ZeRO-2/3 and pipeline parallelism are "
+               "incompatible there), and PyTorch's stacks (torchtitan, Llama 3's) keep a stage's weights unsharded "
+               "over its micro-batches and sync gradients on the last one")
 
 
 def _recompute(p: dict[str, Any], model: ModelSpec, pp: int, src: SourceDefaults) -> tuple[str, int, str]:
