@@ -145,15 +145,7 @@ def test_a_layers_gemms_take_what_transformer_engines_benchmark_measured_on_a_b3
     That is 2 x 15,872 x 4096 x 49,152 FLOP per pass, 3 passes: 1.92e13 FLOP, 1.46 PFLOP/s in BF16. The GEMM
     model (MAMF x the fitted ``gemm`` x tile, wave and depth factors) was fitted on training runs, not on this
     benchmark, and lands within 5 % of it (benchmarks/kernel_checks.py, printed in docs/ACCURACY.md)."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_checks.py"
-    spec = importlib.util.spec_from_file_location("kernel_checks", path)
-    script = importlib.util.module_from_spec(spec)
-    sys.modules["kernel_checks"] = script  # its dataclass looks its module up there
-    spec.loader.exec_module(script)
+    script = _kernel_checks()
     gemms = [o for o in dense_layer(script.TE_5B, Plan(micro_batch=31, global_batch=31)) if o.kind == "gemm"]
     assert sum(float(o.flops) for o in gemms) == pytest.approx(3 * 2 * 15872 * 4096 * 49152)
     checks = [c for c in script.checks() if c.unit == "s"]
