@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from meshplan.hardware import load_system
 from meshplan.model import load_model
 from meshplan.recipes import source_defaults
 from meshplan.validate import (
@@ -771,3 +772,39 @@ def test_an_mi250x_record_of_four_per_server_says_how_its_gpus_are_counted():
     cluster, notes = map_cluster({"gpu": "AMD MI250X", "num_gpus": 64, "gpus_per_node": 4})
     assert cluster.num_gpus == 64
     assert any("if it counts packages of 2 GCDs" in n for n in notes)
+
+
+@pytest.mark.parametrize(("interconnect", "per_node", "nics", "gbps"), [
+    ("inter-machine 4 x 100Gb RoCE; intra-node NVLink", 8, 0.5, 100),  # InternEvo: 4 NICs per 8-GPU server
+    ("4 x 200Gbps RDMA inter-node; NVLink intra-node", 8, 0.5, 200),  # Megatron-LLaMA
+    ("NVLink within node; Omni-Path inter-node (4 links per node per BLOOM README)", 8, 0.5, 100),
+    ("NVLink 4 inter-gpu connects, 4 OmniPath links per node", None, 0.5, 100),  # per_node unstated: the server's 8
+    ("InfiniBand HDR via 4 ConnectX-6 HCAs per node with GPUDirect RDMA", 8, 0.5, 200),
+    ("8x200Gb/s HDR InfiniBand per node", 8, 1.0, 200),  # the DGX A100's own network
+    ("RDMA backend network 400 Gb/s per GPU", 8, 1.0, 400),
+])
+def test_the_network_a_record_states_replaces_the_presets(interconnect, per_node, nics, gbps):
+    """4 NICs of 100 Gb/s per 8-GPU server: 0.5 NIC of 12.5 GB/s per GPU."""
+    hw = {"gpu": "A100 80GB", "num_gpus": 64, "gpus_per_node": per_node, "interconnect": interconnect}
+    cluster, notes = map_cluster(hw)
+    network = load_system("a100").cluster(64, nics_per_gpu=nics, nic_bandwidth=gbps * 1e9 / 8)
+    assert cluster.tiers[-1] == network.tiers[-1]
+    assert any(n.startswith("network as stated") for n in notes)
+
+
+def test_an_unstated_network_keeps_the_presets():
+    cluster, notes = map_cluster({"gpu": "A100 80GB", "num_gpus": 64, "interconnect": "not stated"})
+    assert cluster.tiers[-1] == load_system("a100").cluster(64).tiers[-1]
+    assert not any(n.startswith("network") for n in notes)
+
+
+@pytest.mark.parametrize(("framework", "fusion"), [
+    ("lit-gpt, PyTorch FSDP, FlashAttention-2, fused layernorm, fused SwiGLU (xformers), fused rotary", "fused"),
+    ("PyTorch FSDP with Apex fused ops", "fused"),
+    ("PyTorch FSDP, Liger kernels", "fused"),
+    ("PyTorch FSDP, torch.compile", "fused"),
+    ("PyTorch FSDP", "eager"),
+])
+def test_an_eager_stack_that_names_fused_kernels_runs_them(framework, fusion):
+    case = map_run(_indep(framework, parallel={"pp": 1, "vp": None, "tp": 8}))
+    assert case.plan.fusion == fusion

@@ -198,10 +198,39 @@ GPU_SYSTEMS: tuple[tuple[str, str], ...] = (
 
 # Scale-out networks a source states that differ from the system preset: (pattern on hardware.interconnect,
 # NICs per GPU, bandwidth per NIC in bytes/s, why).
-INTERCONNECTS: tuple[tuple[str, float, float, str], ...] = (
-    (r"4 OmniPath links per node", 4 / 8, 100e9 / 8,
-     "4 x 100 Gb/s Omni-Path per 8-GPU node as stated (0.5 NIC of 12.5 GB/s per GPU)"),
+# The inter-node network a record's ``interconnect`` text states, where it differs from the preset's: (regex, how to
+# read its groups). Rates are per direction; a count of NICs or links is per server unless the text says per GPU.
+# Omni-Path links run at 100 Gb/s (Intel Omni-Path Architecture 100 series), ConnectX-6 HCAs at HDR's 200 Gb/s.
+NETWORK_TEXT: tuple[tuple[str, str], ...] = (
+    (r"(\d+)\s*[x\u00d7]\s*(\d+)\s*gb(?:ps|/s|it)?", "count x rate per server"),  # "4 x 100Gb RoCE", "8x200Gb/s HDR"
+    (r"(\d+)\s*(?:omni-?path\s+)?links per node", "Omni-Path links per server"),  # BLOOM's Jean Zay nodes
+    (r"(\d+)\s*connectx-6\b", "ConnectX-6 HCAs per server"),
+    (r"(\d+)\s*gb(?:ps|/s)?\s*per gpu", "rate per GPU"),
 )
+OMNI_PATH_GBPS = 100
+HDR_GBPS = 200
+
+
+def _network(text: str, per_node: int) -> tuple[dict[str, float], str]:
+    """(nics_per_gpu, nic_bandwidth in B/s) overrides and their note, from the record's interconnect text; none when
+    it states no count and rate."""
+    for pattern, kind in NETWORK_TEXT:
+        found = re.search(pattern, text, re.I)
+        if not found:
+            continue
+        count = int(found.group(1))
+        if kind == "rate per GPU":
+            nics, gbps = 1.0, count
+        elif kind == "count x rate per server":
+            nics, gbps = count / per_node, int(found.group(2))
+        else:
+            nics, gbps = count / per_node, OMNI_PATH_GBPS if "omni" in kind.lower() else HDR_GBPS
+        if nics <= 0 or gbps <= 0:
+            return {}, ""
+        why = (f"network as stated ({found.group(0).strip()!r}): {nics:g} NIC of {gbps} Gb/s per GPU"
+               + ("" if kind == "rate per GPU" else f" ({kind}, {per_node} GPUs per server)"))
+        return {"nics_per_gpu": nics, "nic_bandwidth": gbps * 1e9 / 8}, why
+    return {}, ""
 
 
 SERVER_DOMAIN = 8  # an NVLink domain this small is one server's baseboard (HGX / DGX / OAM), not a rack (NVL72)
@@ -218,13 +247,13 @@ def map_cluster(hw: dict[str, Any]) -> tuple[Cluster, list[str]]:
     notes = [f"hardware: {preset} preset"]
     if preset == "a100" and not re.search(r"80\s*GB", gpu, re.I):
         notes.append("A100 memory size not stated: 80 GB assumed")
-    overrides: dict[str, Any] = {}
-    for pattern, nics, bandwidth, why in INTERCONNECTS:
-        if re.search(pattern, str(hw.get("interconnect") or ""), re.I):
-            overrides.update(nics_per_gpu=nics, nic_bandwidth=bandwidth)
-            notes.append(f"network: {why}")
     domain = system.network.nvlink_domain
     n, per_node = _devices(preset, int(n), positive_int(hw.get("gpus_per_node")), notes)
+    overrides: dict[str, Any] = {}
+    network, why = _network(str(hw.get("interconnect") or ""), per_node or min(domain, SERVER_DOMAIN))
+    if network:
+        overrides.update(network)
+        notes.append(why)
     if per_node and per_node < domain <= SERVER_DOMAIN:  # one server's NVLink domain, bigger than the record's servers
         overrides["nvlink_domain"] = domain = per_node
         notes.append(f"NVLink domain {per_node} (the record's servers hold {per_node} GPUs; the preset's {preset} "
@@ -440,6 +469,12 @@ def _finetune(record: dict[str, Any], p: dict[str, Any], src: SourceDefaults, no
     return "lora", lora_rank, targets
 
 
+# an eager stack whose element-wise work runs fused: compiled, or with the fused norm / activation / rotary kernels
+# its text names (Apex, xFormers' SwiGLU, flash-attn's layer norm and rotary, Liger)
+FUSED_KERNELS_TEXT = re.compile(
+    r"torch\.compile|\bapex\b|\bliger\b|fused\s+(?:layer\s*norm|rms\s*norm|swiglu|rotary|rope|ops|kernels)", re.I)
+
+
 def _kernels(record: dict[str, Any], model: ModelSpec, src: SourceDefaults, notes: list[str]) -> tuple[bool, str]:
     """Flash attention (as the framework text says, else the source's default, unless learnable sinks predate the
     release's fused kernel) and element-wise fusion."""
@@ -451,9 +486,9 @@ def _kernels(record: dict[str, Any], model: ModelSpec, src: SourceDefaults, note
                      "(TransformerEngine#2318, verl#5224); this release's container is assumed older")
     fusion = src.fusion
     if fusion == "eager":
-        compiled = re.search(r"torch\.compile", f"{record.get('notes', '')} {record.get('framework', '')}", re.I)
-        fusion = "fused" if compiled else "eager"
-        notes.append("element-wise kernels fused by torch.compile (stated)" if compiled
+        fused = FUSED_KERNELS_TEXT.search(f"{record.get('notes', '')} {record.get('framework', '')}")
+        fusion = "fused" if fused else "eager"
+        notes.append(f"element-wise kernels fused ({fused.group(0)!r} stated)" if fused
                      else "element-wise kernels in eager PyTorch (one kernel per aten op)")
     return flash, fusion
 
