@@ -83,7 +83,8 @@ def document(results: list[RunResult], summary: dict, records: dict[str, dict]) 
            "(InternEvo, BigScience's BLOOM topology search of February 2022, GPT-NeoX-20B, TinyLlama, Megatron-LLaMA) "
            "was evaluated blind first (`benchmarks/data/independent_runs.md`); it led to two more readings of what a "
            "record states (the inter-node network its interconnect text gives; fused element-wise kernels an eager "
-           "stack names).", "",
+           "stack names) and, with the first collection, a third (an expert-parallel dispatcher a MoE stack names "
+           "implies expert parallelism over the data-parallel ranks).", "",
            f"Overall: {overall['evaluated']} runs evaluated, {overall['skipped']} skipped; median |error| "
            f"{pct(overall['median_abs_error'])}, p90 {pct(overall['p90_abs_error'])}, mean "
            f"{pct(overall['mean_abs_error'])}.", "",
@@ -97,10 +98,11 @@ def document(results: list[RunResult], summary: dict, records: dict[str, dict]) 
     out += ["", "Known gaps, from the runs' own notes: the NeMo 25.02 / 25.04 Blackwell tables predate the software of "
             "the Megatron-Bridge releases the 428 runs hold (meshplan's errors on them run from "
             f"{pct(min(nemo, default=None), True)} to {pct(max(nemo, default=None), True)}, on the same kind of "
-            "configurations it reads within a few percent in the later tables); GPT-OSS-120B in AutoModel states no "
-            "expert parallelism, so meshplan gathers every expert's weights per micro-batch; MT-NLG's step times come "
-            "from secondary transcriptions; KempnerForge's memory column is in GB of an unstated kind; the 26.02 B300 "
-            "Qwen3-235B row measures well below the same table's B200 row of a similar layout; BLOOM's topology search "
+            "configurations it reads within a few percent in the later tables); AutoModel's GPT-OSS rows leave expert "
+            "parallelism blank, read as ep = dp from the DeepEP they name (its benchmark configs' ep_size); MT-NLG's "
+            "step times come from secondary transcriptions; KempnerForge's memory column is in GB of an unstated "
+            "kind; the 26.02 B300 Qwen3-235B row measures well below the same table's B200 row of a similar layout; "
+            "BLOOM's topology search "
             "ran Megatron-DeepSpeed of February 2022, months before the software of the final BLOOM run that "
             "docs/ACCURACY.md holds, and Megatron-LLaMA's README states no tensor or pipeline parallelism, micro-batch "
             "or recompute (meshplan's generic defaults stand in for them).", ""]

@@ -808,3 +808,21 @@ def test_an_unstated_network_keeps_the_presets():
 def test_an_eager_stack_that_names_fused_kernels_runs_them(framework, fusion):
     case = map_run(_indep(framework, parallel={"pp": 1, "vp": None, "tp": 8}))
     assert case.plan.fusion == fusion
+
+
+@pytest.mark.parametrize(("framework", "gpus", "ep"), [
+    # NeMo AutoModel's table leaves EP blank for gpt-oss; its benchmark configs set ep_size to the dp ranks
+    ("NeMo AutoModel (PyTorch FSDP2 + EP/PP), kernels: TE + DeepEP + FlexAttn", 64, 64),
+    ("NeMo AutoModel (PyTorch FSDP2 + EP/PP), kernels: TE + DeepEP + FlexAttn", 8, 8),
+    ("PyTorch FSDP2 with HybridEP", 256, 128),  # 128 experts: ep = gcd(dp, experts) = 128
+    ("PyTorch FSDP2", 64, 1),  # no expert-parallel dispatcher named: ep 1, said
+])
+def test_an_unstated_ep_follows_the_dispatcher_the_stack_names(framework, gpus, ep):
+    sizes = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size")
+    case = map_run(_indep(framework, precision="bf16",
+                          model={k: None for k in sizes} | {"name": "gpt-oss-120b", "arch": "moe", "seq_length": 4096},
+                          hardware={"gpu": "H100", "num_gpus": gpus, "gpus_per_node": 8},
+                          parallel={"tp": 1, "pp": 1, "vp": None, "ep": None, "micro_batch_size": 2,
+                                    "global_batch_size": 2 * gpus, "zero_or_fsdp": f"FSDP2 (FSDP={gpus})"}))
+    assert case.plan.ep == ep
+    assert any(a.startswith(f"ep {ep}") and "not stated" in a for a in case.assumptions)

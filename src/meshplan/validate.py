@@ -196,8 +196,6 @@ GPU_SYSTEMS: tuple[tuple[str, str], ...] = (
     (r"V100", "v100"),
 )
 
-# Scale-out networks a source states that differ from the system preset: (pattern on hardware.interconnect,
-# NICs per GPU, bandwidth per NIC in bytes/s, why).
 # The inter-node network a record's ``interconnect`` text states, where it differs from the preset's: (regex, how to
 # read its groups). Rates are per direction; a count of NICs or links is per server unless the text says per GPU.
 # Omni-Path links run at 100 Gb/s (Intel Omni-Path Architecture 100 series), ConnectX-6 HCAs at HDR's 200 Gb/s.
@@ -292,7 +290,7 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     (recipes.py) with a note saying so."""
     p, src = record.get("parallel") or {}, source_defaults(record)
     notes = [f"defaults: {src.name}"] + ([record["_borrowed"]] if record.get("_borrowed") else [])
-    dp, tp, pp, cp, ep, etp = _sizes(p, model, cluster.num_gpus, notes)
+    dp, tp, pp, cp, ep, etp = _sizes(p, model, cluster.num_gpus, notes, str(record.get("framework") or ""))
     mbs, gbs = _batches(p, src, dp, pp, notes)
     vpp = _interleaving(p, model, pp, (gbs // (dp * mbs)) % pp == 0, notes, src)
     precision = _precision(record, notes)
@@ -348,8 +346,10 @@ def _stack_notes(plan: Plan, src: SourceDefaults, model: ModelSpec) -> list[str]
     return [f"{text} ({why})" if why else text for on, text, why in stated if on]
 
 
-def _sizes(p: dict[str, Any], model: ModelSpec, n: int, notes: list[str]) -> tuple[int, int, int, int, int, int]:
-    """dp, tp, pp, cp, ep, etp: as stated, dp from the GPU count, etp 1 for expert-parallel MoE."""
+def _sizes(p: dict[str, Any], model: ModelSpec, n: int, notes: list[str], framework: str = ""
+           ) -> tuple[int, int, int, int, int, int]:
+    """dp, tp, pp, cp, ep, etp: as stated, dp from the GPU count, ep as the stack implies, etp 1 for
+    expert-parallel MoE."""
     tp, pp, cp = (positive_int(p.get(k)) or 1 for k in ("tp", "pp", "cp"))
     dp = positive_int(p.get("dp"))
     if n % (tp * pp * cp):
@@ -359,13 +359,34 @@ def _sizes(p: dict[str, Any], model: ModelSpec, n: int, notes: list[str]) -> tup
         notes.append(f"dp = gpus/(tp*pp*cp) = {dp}")
     elif dp * tp * pp * cp != n:
         raise Skip(f"dp*tp*pp*cp = {dp * tp * pp * cp} != {n} GPUs as recorded")
-    ep = positive_int(p.get("ep")) or 1
+    ep = positive_int(p.get("ep")) or _unstated_ep(model, dp, framework, notes)
     etp = positive_int(p.get("etp"))
     if etp is None:
         etp = 1 if ep > 1 else tp
         if model.is_moe and ep > 1 and tp > 1:
             notes.append("etp = 1 (expert tensor parallelism not stated; the MoE recipes set 1)")
     return dp, tp, pp, cp, ep, etp
+
+
+# Expert-parallel all-to-all libraries: a stack that names one runs its experts expert-parallel
+EP_DISPATCH_TEXT = re.compile(r"deep[-_ ]?ep|hybrid[-_ ]?ep", re.I)
+
+
+def _unstated_ep(model: ModelSpec, dp: int, framework: str, notes: list[str]) -> int:
+    """Expert parallelism a MoE record leaves unstated: none, unless its stack names an expert-parallel dispatch
+    library (DeepEP, HybridEP), which only runs with ep > 1; then the experts spread over the data-parallel ranks,
+    as NeMo AutoModel's benchmark configs set it where its table leaves EP blank (gptoss_20b_te_deepep.yaml
+    ep_size 8 on 8 GPUs, gptoss_120b_te_deepep.yaml ep_size 64 on 64)."""
+    if not model.is_moe:
+        return 1
+    named = EP_DISPATCH_TEXT.search(framework)
+    if not named:
+        notes.append("ep 1 (not stated)")
+        return 1
+    ep = math.gcd(dp, model.num_experts)
+    notes.append(f"ep {ep} = dp (not stated; {named.group(0)} dispatches tokens over an expert-parallel group, "
+                 "which NeMo AutoModel's benchmark configs set to the data-parallel ranks)")
+    return ep
 
 
 def _batches(p: dict[str, Any], src: SourceDefaults, dp: int, pp: int, notes: list[str]) -> tuple[int, int]:
