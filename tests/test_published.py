@@ -392,6 +392,9 @@ def _indep(framework: str, **over) -> dict:
     ("NeMo 25.02 container", "NeMo 24.x"),
     ("Megatron-LM --use-torch-fsdp2", "generic"),  # Megatron's kernels under torch FSDP2: not a PyTorch-native stack
     ("Megatron-LM + DeepSpeed", "Megatron-DeepSpeed (BLOOM)"),
+    ("GPT-NeoX", "Megatron-DeepSpeed (BLOOM)"),  # EleutherAI's Megatron model code on DeepSpeed
+    ("LLM Foundry (Composer, PyTorch FSDP)", "MosaicML llm-foundry"),  # Mosaic's stack without Mosaic's name
+    ("Composer", "MosaicML llm-foundry"),
 ])
 def test_a_stack_is_read_from_its_framework_text(framework, profile):
     assert source_defaults({"group": "paper", "framework": framework}).name == profile
@@ -421,7 +424,7 @@ def test_the_attention_kernel_follows_the_stack_text(framework, kernel):
 @pytest.mark.parametrize("framework", [
     "ROCm/Megatron-LM fork; USE_FLASH_ATTN=0", "Megatron-LM --no-flash-attn", "trainer.yaml use_flash_attn: false",
     "HF Trainer, attn_implementation='eager'", "Megatron-LM, NVTE_FLASH_ATTN=0 NVTE_FUSED_ATTN=0",
-    "GPT-NeoX without flash attention",
+    "Megatron-LM without flash attention",
 ])
 def test_a_stack_that_turns_flash_attention_off_runs_unfused_attention(framework):
     case = map_run(_indep(framework, parallel={"pp": 1, "vp": None, "tp": 8}))

@@ -84,10 +84,11 @@ SOURCES: tuple[SourceDefaults, ...] = (
     SourceDefaults("Megatron-LM 2022", r"korthikanti", False, False, False, 0, 2, "full", False,
                    "Korthikanti et al. 2022: Megatron-LM of 2022 (no TP overlap, no distributed optimizer, "
                    "fused-softmax attention, no FlashAttention), dp = 1 benchmark"),
-    SourceDefaults("Megatron-DeepSpeed (BLOOM)", r"bloom|megatron.{0,20}deepspeed|deepspeed.{0,20}megatron", False,
-                   False, False, 1, 4, "full", False,
+    SourceDefaults("Megatron-DeepSpeed (BLOOM)", r"bloom|gpt-?neox|megatron.{0,20}deepspeed|deepspeed.{0,20}megatron",
+                   False, False, False, 1, 4, "full", False,
                    "Megatron-DeepSpeed 2022: no sequence parallelism, BF16_Optimizer (ZeRO-1) with fp32 "
-                   "gradient reduction after the backward pass, no FlashAttention"),
+                   "gradient reduction after the backward pass, no FlashAttention; EleutherAI's GPT-NeoX is the same "
+                   "construction (Megatron-LM model code on DeepSpeed's pipeline engine and ZeRO-1)"),
     SourceDefaults("Megatron-Core 2024", r"megatron_core", None, True, True, 1, 4, "none", True,
                    "Megatron-Core r0.8 README scaling runs: --overlap-grad-reduce --overlap-param-gather "
                    "--tp-comm-overlap (stated), distributed optimizer, fp32 gradient reduction (bf16 default), "
@@ -118,7 +119,8 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "launcher_scripts/conf/training/gpt3/175b.yaml and llama/llama3_70b.yaml set overlap_p2p_comm: "
                    "true, batch_p2p_comm: false over the model config's False default)",
                    lora_targets="qkv", overlap_pp=True),
-    SourceDefaults("MosaicML llm-foundry", r"mosaic", False, False, True, 3, 4, "none", True,
+    SourceDefaults("MosaicML llm-foundry", r"mosaic|llm[-_ ]?foundry|\bcomposer\b", False, False, True, 3, 4, "none",
+                   True,
                    "llm-foundry benchmarks: PyTorch FSDP (prefetching, overlapped), Composer mixed_precision "
                    "DEFAULT = bf16 params, fp32 gradient reduce-scatter; FlashAttention-2 through MPT's "
                    "attn_impl 'flash' (scripts/train/benchmarking/submit_benchmarks.py: --attn_impl defaults to "
