@@ -196,37 +196,32 @@ GPU_SYSTEMS: tuple[tuple[str, str], ...] = (
     (r"V100", "v100"),
 )
 
-# The inter-node network a record's ``interconnect`` text states, where it differs from the preset's: (regex, how to
-# read its groups). Rates are per direction; a count of NICs or links is per server unless the text says per GPU.
+# The inter-node network a record's ``interconnect`` text states, where it differs from the preset's. Rates are per
+# direction; a count of NICs or links is per server unless the text says per GPU.
 # Omni-Path links run at 100 Gb/s (Intel Omni-Path Architecture 100 series), ConnectX-6 HCAs at HDR's 200 Gb/s.
-NETWORK_TEXT: tuple[tuple[str, str], ...] = (
-    (r"(\d+)\s*[x\u00d7]\s*(\d+)\s*gb(?:ps|/s|it)?", "count x rate per server"),  # "4 x 100Gb RoCE", "8x200Gb/s HDR"
-    (r"(\d+)\s*(?:omni-?path\s+)?links per node", "Omni-Path links per server"),  # BLOOM's Jean Zay nodes
-    (r"(\d+)\s*connectx-6\b", "ConnectX-6 HCAs per server"),
-    (r"(\d+)\s*gb(?:ps|/s)?\s*per gpu", "rate per GPU"),
+NETWORK_TEXT: tuple[tuple[str, str, bool, int | None], ...] = (  # (regex, what it counts, per server, Gb/s each)
+    (r"(\d+)\s*[x\u00d7]\s*(\d+)\s*gb(?:ps|/s|it)?", "count x rate per server", True, None),  # "4 x 100Gb RoCE"
+    (r"(\d+)\s*(?:omni-?path\s+)?links per node", "Omni-Path links per server", True, 100),  # BLOOM's Jean Zay
+    (r"(\d+)\s*connectx-6\b", "ConnectX-6 HCAs per server", True, 200),
+    (r"(\d+)\s*gb(?:ps|/s)?\s*per gpu", "rate per GPU", False, None),
 )
-OMNI_PATH_GBPS = 100
-HDR_GBPS = 200
 
 
 def _network(text: str, per_node: int) -> tuple[dict[str, float], str]:
     """(nics_per_gpu, nic_bandwidth in B/s) overrides and their note, from the record's interconnect text; none when
-    it states no count and rate."""
-    for pattern, kind in NETWORK_TEXT:
+    it states no count and rate. Without a rate of its own, a match's rate is its group 2 (count x rate) or, per GPU,
+    its group 1."""
+    for pattern, kind, per_server, rate in NETWORK_TEXT:
         found = re.search(pattern, text, re.I)
         if not found:
             continue
         count = int(found.group(1))
-        if kind == "rate per GPU":
-            nics, gbps = 1.0, count
-        elif kind == "count x rate per server":
-            nics, gbps = count / per_node, int(found.group(2))
-        else:
-            nics, gbps = count / per_node, OMNI_PATH_GBPS if "omni" in kind.lower() else HDR_GBPS
+        nics = count / per_node if per_server else 1.0
+        gbps = rate or (int(found.group(2)) if per_server else count)
         if nics <= 0 or gbps <= 0:
             return {}, ""
         why = (f"network as stated ({found.group(0).strip()!r}): {nics:g} NIC of {gbps} Gb/s per GPU"
-               + ("" if kind == "rate per GPU" else f" ({kind}, {per_node} GPUs per server)"))
+               + (f" ({kind}, {per_node} GPUs per server)" if per_server else ""))
         return {"nics_per_gpu": nics, "nic_bandwidth": gbps * 1e9 / 8}, why
     return {}, ""
 
@@ -246,7 +241,8 @@ def map_cluster(hw: dict[str, Any]) -> tuple[Cluster, list[str]]:
     if preset == "a100" and not re.search(r"80\s*GB", gpu, re.I):
         notes.append("A100 memory size not stated: 80 GB assumed")
     domain = system.network.nvlink_domain
-    n, per_node = _devices(preset, int(n), positive_int(hw.get("gpus_per_node")), notes)
+    n, per_node = int(n), positive_int(hw.get("gpus_per_node"))
+    _count_note(preset, n, per_node, notes)
     overrides: dict[str, Any] = {}
     network, why = _network(str(hw.get("interconnect") or ""), per_node or min(domain, SERVER_DOMAIN))
     if network:
@@ -262,17 +258,16 @@ def map_cluster(hw: dict[str, Any]) -> tuple[Cluster, list[str]]:
         overrides["nvlink_domain"] = fitting[0]
         notes.append(f"NVLink domain {fitting[0]} ({n} GPUs are not a multiple of {domain}: "
                      f"the largest divisor of the GPU count within one NVLink domain)")
-    return system.cluster(int(n), **overrides), notes
+    return system.cluster(n, **overrides), notes
 
 
-def _devices(preset: str, n: int, per_node: int | None, notes: list[str]) -> tuple[int, int | None]:
-    """GPUs and GPUs per server as the record counts them. The MI250X preset is one GCD (ROCm's device, as Frontier's
-    and LUMI's papers count); a record of 4 per server may count packages of 2 GCDs, which would halve its per-GPU
-    figures against meshplan's: said, not guessed."""
+def _count_note(preset: str, n: int, per_node: int | None, notes: list[str]) -> None:
+    """How the record's GPUs are counted, where that is in doubt. The MI250X preset is one GCD (ROCm's device, as
+    Frontier's and LUMI's papers count); a record of 4 per server may count packages of 2 GCDs, which would halve its
+    per-GPU figures against meshplan's: said, not guessed."""
     if preset == "mi250x" and per_node == 4:
         notes.append(f"MI250X: the record's {n} GPUs (4 per server) modelled as GCDs; if it counts packages of 2 "
                      "GCDs, its per-GPU figures are twice a GCD's")
-    return n, per_node
 
 
 # ---- plan ---------------------------------------------------------------------------------------------------
