@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from meshplan.validate import RunResult, read_runs, run_validation, summaries
+from meshplan.validate import RunResult, fit_check_markdown, read_runs, run_validation, summaries
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "independent_runs.jsonl"
@@ -92,6 +92,7 @@ def document(results: list[RunResult], summary: dict, records: dict[str, dict]) 
            "is a slower prediction, for a throughput a faster one.", "",
            "## By source", ""]
     out += summary_rows(summary)
+    out += [""] + fit_check_markdown(results)
     out += ["", "## Every run", ""]
     out += run_rows(results, records)
     nemo = [r.error for r in results if r.error is not None and r.group.startswith(("nemo_2502", "nemo_2504"))]
@@ -118,10 +119,12 @@ def main() -> None:
     (DOCS / "INDEPENDENT.md").write_text(document(results, summary, records))
     overall = summary["overall"]
     (DOCS / "independent_summary.json").write_text(json.dumps(
-        {k: overall[k] for k in ("evaluated", "skipped", "median_abs_error", "p90_abs_error", "mean_abs_error")},
+        {k: overall[k] for k in ("evaluated", "skipped", "median_abs_error", "p90_abs_error", "mean_abs_error",
+                                 "not_fitting")},
         indent=2) + "\n")
     print(f"evaluated {overall['evaluated']}, skipped {overall['skipped']}: median {pct(overall['median_abs_error'])}, "
-          f"p90 {pct(overall['p90_abs_error'])}, mean {pct(overall['mean_abs_error'])}")
+          f"p90 {pct(overall['p90_abs_error'])}, mean {pct(overall['mean_abs_error'])}; "
+          f"{overall['not_fitting']} measured runs predicted not to fit")
     print(f"wrote {DOCS / 'INDEPENDENT.md'}, {DOCS / 'independent_summary.json'}")
 
 

@@ -18,6 +18,7 @@ from meshplan.validate import (
     Skip,
     clean_record,
     eq3_flops,
+    fit_check_markdown,
     flops_basis,
     map_cluster,
     map_run,
@@ -65,6 +66,7 @@ def test_accuracy_on_the_independent_runs_is_no_worse_than_recorded():
     assert now["evaluated"] >= then["evaluated"] and now["skipped"] <= then["skipped"]
     for key, slack in (("median_abs_error", 0.002), ("p90_abs_error", 0.005), ("mean_abs_error", 0.003)):
         assert now[key] <= then[key] + slack, f"{key}: {now[key]:.4f} > recorded {then[key]:.4f}"
+    assert now["not_fitting"] <= then["not_fitting"]
 
 
 @needs_data
@@ -79,6 +81,26 @@ def test_korthikanti_and_memory_are_no_worse_than_recorded(validation):
     assert len(memory) == recorded["memory"]["evaluated"]
     assert statistics.median(memory) <= recorded["memory"]["median_abs_error"] + 0.005
     assert max(memory) <= recorded["memory"]["max_abs_error"] + 0.01
+
+
+@needs_data
+def test_runs_predicted_not_to_fit_are_no_more_than_recorded(validation):
+    """Every measured run fitted in memory: meshplan's wrong "does not fit" verdicts must not grow."""
+    results, summary = validation
+    recorded = json.loads(RECORDED.read_text())["overall"]["not_fitting"]
+    assert summary["overall"]["not_fitting"] == sum(1 for r in results if r.error is not None and not r.fits)
+    assert summary["overall"]["not_fitting"] <= recorded
+
+
+def test_not_fitting_counts_evaluated_runs_over_memory_only():
+    over = RunResult(id="a", group="g", error=0.1, fits=False, memory_predicted=90 * 2**30,
+                     memory_capacity=80 * 2**30)
+    under = RunResult(id="b", group="g", error=-0.1, fits=True)
+    skipped = RunResult(id="c", group="g", skipped="no sizes", fits=False)
+    summary = summaries([over, under, skipped])["overall"]
+    assert (summary["evaluated"], summary["skipped"], summary["not_fitting"]) == (2, 1, 1)
+    section = "\n".join(fit_check_markdown([over, under, skipped]))
+    assert "on 1 of 2" in section and "| a | 90.0 GiB | 80.0 GiB | - |" in section
 
 
 @needs_data

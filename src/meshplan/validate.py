@@ -1004,7 +1004,10 @@ def run_validation(records: Sequence[dict[str, Any]], group: str | None = None, 
 
 
 def summarize(results: Sequence[RunResult]) -> dict[str, Any]:
-    """median / mean / p90 / max of |error| over evaluated runs, counts, and the peak-memory errors."""
+    """median / mean / p90 / max of |error| over evaluated runs, counts, and the peak-memory errors.
+
+    ``not_fitting`` counts the evaluated runs whose predicted peak memory exceeds the GPU's: each of them was
+    measured, so it fitted, and each is a "does not fit" that meshplan would have got wrong."""
     errors = np.array([abs(r.error) for r in results if r.error is not None])
     mem = np.array([abs(r.memory_error) for r in results if r.memory_error is not None])
     summary: dict[str, Any] = {"evaluated": int(errors.size), "skipped": sum(1 for r in results if r.skipped)}
@@ -1016,6 +1019,7 @@ def summarize(results: Sequence[RunResult]) -> dict[str, Any]:
     summary["memory_evaluated"] = int(mem.size)
     summary["memory_median_abs_error"] = float(np.median(mem)) if mem.size else math.nan
     summary["memory_max_abs_error"] = float(np.max(mem)) if mem.size else math.nan
+    summary["not_fitting"] = sum(1 for r in results if r.error is not None and not r.fits)
     return summary
 
 
@@ -1070,13 +1074,13 @@ def render_text(results: Sequence[RunResult], summary: dict[str, Any], width: in
                       "" if r.fits else "predicted memory exceeds HBM")
     console.print(table)
     stats = Table(title="|error| by group")
-    for name in ("group", "evaluated", "skipped", "median", "mean", "p90", "max", "memory median"):
+    for name in ("group", "evaluated", "skipped", "median", "mean", "p90", "max", "memory median", "not fitting"):
         stats.add_column(name, justify="left" if name == "group" else "right")
 
     def row(name: str, s: dict[str, Any]) -> None:
         pct = [("-" if math.isnan(s[k]) else f"{100 * s[k]:.1f}%") for k in (
             "median_abs_error", "mean_abs_error", "p90_abs_error", "max_abs_error", "memory_median_abs_error")]
-        stats.add_row(name, str(s["evaluated"]), str(s["skipped"]), *pct)
+        stats.add_row(name, str(s["evaluated"]), str(s["skipped"]), *pct, str(s["not_fitting"]))
 
     for g, s in summary["groups"].items():
         row(g, s)
@@ -1085,6 +1089,26 @@ def render_text(results: Sequence[RunResult], summary: dict[str, Any], width: in
     row("overall", summary["overall"])
     console.print(stats)
     return out.getvalue()
+
+
+def fit_check_markdown(results: Sequence[RunResult]) -> list[str]:
+    """A markdown section on the measured runs meshplan says would not fit in GPU memory (``not_fitting``): each
+    with its predicted peak, the GPU's memory and the recompute setting it was evaluated with."""
+    wrong = [r for r in results if r.error is not None and not r.fits]
+    out = ["## Will it fit? Measured runs that meshplan says would not", "",
+           f"Every evaluated run was measured, so it fitted in its GPUs' memory. meshplan's peak memory exceeds the "
+           f"GPU's on {len(wrong)} of {sum(1 for r in results if r.error is not None)}: a \"does not fit\" it would "
+           "have got wrong (the time is still predicted for the plan as stated). Where the recompute setting is not "
+           "stated, the runs read as the source's default; a stack that recomputed more, or saved less than "
+           "meshplan counts, fits where meshplan says it does not.", ""]
+    if not wrong:
+        return out
+    out += ["| run | predicted peak | GPU memory | recompute |", "|---|---:|---:|---|"]
+    for r in sorted(wrong, key=lambda r: -(r.memory_predicted or 0.0) / (r.memory_capacity or 1.0)):
+        recompute = next((a for a in r.assumptions if "recompute" in a.lower()), "-")
+        out.append(f"| {r.id} | {(r.memory_predicted or 0.0) / 2**30:.1f} GiB | "
+                   f"{(r.memory_capacity or 0.0) / 2**30:.1f} GiB | {recompute} |")
+    return out
 
 
 def validate_command(path: str, group: str | None, as_json: bool, exclude_superseded: bool = False) -> str:
