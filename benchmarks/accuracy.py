@@ -338,7 +338,7 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]],
                        "Not priced: MPT's forward checks the attention mask for left padding on the host once per "
                        "micro-batch (modeling_mpt.py, attention_mask[:, 0].sum() != batch), and FSDP's "
                        "limit_all_gathers keeps the CPU at most two units ahead")
-    share = memory_share(r)
+    share = r.memory_share
     if fast and MEMORY_LIMIT < share <= 1.0:
         reasons.append(f"meshplan's peak memory for this run is {100 * share:.0f}% of the GPU's: PyTorch's caching "
                        "allocator works at its limit there (a request that does not fit makes it free its cached "
@@ -387,12 +387,6 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]],
 NO_CAUSE = "no specific cause identified"
 MEMORY_LIMIT = 0.92  # predicted peak / GPU memory above which the allocator's limit is named as a cause
 
-
-def memory_share(r: RunResult) -> float:
-    """meshplan's predicted peak memory of the run as a fraction of the memory its GPU exposes."""
-    if not r.memory_predicted or not r.memory_capacity:
-        return 0.0
-    return r.memory_predicted / r.memory_capacity
 
 
 # ---- plot ---------------------------------------------------------------------------------------------------

@@ -908,6 +908,13 @@ class RunResult:
     fits: bool = True
     in_fit_set: bool = False
 
+    @property
+    def memory_share(self) -> float:
+        """Predicted peak memory as a fraction of the GPU's memory (0 when either is unknown)."""
+        if not self.memory_predicted or not self.memory_capacity:
+            return 0.0
+        return self.memory_predicted / self.memory_capacity
+
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"id": self.id, "group": self.group, "in_fit_set": self.in_fit_set}
         if self.skipped:
@@ -1104,7 +1111,7 @@ def fit_check_markdown(results: Sequence[RunResult]) -> list[str]:
     if not wrong:
         return out
     out += ["| run | predicted peak | GPU memory | recompute |", "|---|---:|---:|---|"]
-    for r in sorted(wrong, key=lambda r: -(r.memory_predicted or 0.0) / (r.memory_capacity or 1.0)):
+    for r in sorted(wrong, key=lambda r: -r.memory_share):
         recompute = next((a for a in r.assumptions if "recompute" in a.lower()), "-")
         out.append(f"| {r.id} | {(r.memory_predicted or 0.0) / 2**30:.1f} GiB | "
                    f"{(r.memory_capacity or 0.0) / 2**30:.1f} GiB | {recompute} |")
