@@ -773,9 +773,8 @@ def test_release_floor_counts_what_one_prediction_per_configuration_must_miss():
 
 
 def test_memory_share_is_the_predicted_peak_over_the_gpus_memory():
-    acc = _accuracy_script()
-    assert acc.memory_share(RunResult(id="a", group="g", memory_predicted=60e9, memory_capacity=80e9)) == 0.75
-    assert acc.memory_share(RunResult(id="b", group="g")) == 0.0
+    assert RunResult(id="a", group="g", memory_predicted=60e9, memory_capacity=80e9).memory_share == 0.75
+    assert RunResult(id="b", group="g").memory_share == 0.0
 
 
 def test_a100_of_unstated_memory_is_dated_by_its_source():
