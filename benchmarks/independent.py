@@ -84,7 +84,9 @@ def document(results: list[RunResult], summary: dict, records: dict[str, dict]) 
            "was evaluated blind first (`benchmarks/data/independent_runs.md`); it led to two more readings of what a "
            "record states (the inter-node network its interconnect text gives; fused element-wise kernels an eager "
            "stack names) and, with the first collection, a third (an expert-parallel dispatcher a MoE stack names "
-           "implies expert parallelism over the data-parallel ranks).", "",
+           "implies expert parallelism over the data-parallel ranks). Later, Megatron-LLaMA's README itself led to a "
+           "fourth: Megatron-LM's DistributedOptimizer of 2023 reduces and gathers without overlapping compute, and "
+           "only its OverlappedDistributedOptimizer overlaps them.", "",
            f"Overall: {overall['evaluated']} runs evaluated, {overall['skipped']} skipped; median |error| "
            f"{pct(overall['median_abs_error'])}, p90 {pct(overall['p90_abs_error'])}, mean "
            f"{pct(overall['mean_abs_error'])}.", "",
@@ -106,7 +108,8 @@ def document(results: list[RunResult], summary: dict, records: dict[str, dict]) 
             "BLOOM's topology search "
             "ran Megatron-DeepSpeed of February 2022, months before the software of the final BLOOM run that "
             "docs/ACCURACY.md holds, and Megatron-LLaMA's README states no tensor or pipeline parallelism, micro-batch "
-            "or recompute (meshplan's generic defaults stand in for them).", ""]
+            "or recompute (its stack profile's defaults, meshplan's generic ones with the 2023 optimizer's exposed "
+            "data-parallel traffic, stand in for them).", ""]
     return "\n".join(out)
 
 

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from meshplan.efficiency import DEFAULT
+from meshplan.estimate import dp_collectives
 from meshplan.hardware import load_system
+from meshplan.memory import stage_params
 from meshplan.model import load_model
 from meshplan.recipes import source_defaults
 from meshplan.validate import (
@@ -18,6 +21,7 @@ from meshplan.validate import (
     Skip,
     clean_record,
     eq3_flops,
+    evaluate_case,
     fit_check_markdown,
     flops_basis,
     map_cluster,
@@ -170,6 +174,11 @@ def test_bridge_record_maps_to_the_recipe_defaults():
      "Megatron-LM examples"),  # matched before NeMo, whose pattern its framework text also contains
     ("nemo_24.07", "NeMo 24.07", "NeMo 24.x"),
     ("megatron_bridge_26.04", "Megatron-Bridge", "Megatron-Bridge"),
+    ("megatron_llama_readme_scaling_table", "Megatron-LLaMA (Megatron-LM based) with Megatron DistributedOptimizer",
+     "Megatron-LLaMA"),
+    # the same README's cost table compares a DeepSpeed run: its group names Megatron-LLaMA, its framework does not
+    ("megatron_llama_readme_cost_table", "HF transformers LLaMA + DeepSpeed ZeRO-2, FlashAttention enabled",
+     "DeepSpeed / Hugging Face"),
 ])
 def test_each_source_profile_is_reached(group, framework, profile):
     assert source_defaults({"group": group, "framework": framework}).name == profile
@@ -814,6 +823,30 @@ def test_the_network_a_record_states_replaces_the_presets(interconnect, per_node
     network = load_system("a100").cluster(64, nics_per_gpu=nics, nic_bandwidth=gbps * 1e9 / 8)
     assert cluster.tiers[-1] == network.tiers[-1]
     assert any(n.startswith("network as stated") for n in notes)
+
+
+def megatron_llama_case(optimizer: str):
+    return map_run(record(group="megatron_llama_readme_scaling_table", precision="bf16",
+                          framework=f"Megatron-LLaMA (Megatron-LM based) with {optimizer}",
+                          parallel={"tp": 1, "pp": 1, "vp": None, "zero_or_fsdp": optimizer,
+                                    "distributed_optimizer": True}))
+
+
+def test_megatron_llamas_distributed_optimizer_is_not_overlapped():
+    """Megatron-LLaMA's README: Megatron-LM's DistributedOptimizer reduce-scatters the gradients after the last
+    micro-batch and all-gathers the weights after the step; its OverlappedDistributedOptimizer overlaps them. Without
+    the overlap the step pays both whole: dp = t(reduce-scatter of the 4-byte gradients) + t(all-gather of the
+    2-byte weights) over the 64 data-parallel ranks."""
+    plain = megatron_llama_case("Megatron DistributedOptimizer")
+    overlapped = megatron_llama_case("OverlappedDistributedOptimizer (reduce-scatter overlapped with compute)")
+    assert not plain.plan.overlap_dp and overlapped.plan.overlap_dp
+    assert any(n.startswith("DP communication overlapped (stated") for n in overlapped.assumptions)
+    p = plain.plan
+    assert (p.dp, p.zero, p.grad_bytes) == (64, 1, 4)
+    _, gather, scatter = dp_collectives(plain.model, plain.cluster, p, stage_params(plain.model, p, first=True),
+                                        DEFAULT)
+    assert evaluate_case(plain).breakdown["dp"] == pytest.approx(gather + scatter)
+    assert evaluate_case(overlapped).breakdown["dp"] < 0.5 * (gather + scatter)
 
 
 def test_an_unstated_network_keeps_the_presets():

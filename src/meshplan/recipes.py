@@ -89,6 +89,14 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "Megatron-DeepSpeed 2022: no sequence parallelism, BF16_Optimizer (ZeRO-1) with fp32 "
                    "gradient reduction after the backward pass, no FlashAttention; EleutherAI's GPT-NeoX is the same "
                    "construction (Megatron-LM model code on DeepSpeed's pipeline engine and ZeRO-1)"),
+    # the framework text's hyphenated name: the group of its README's cost table also holds a DeepSpeed row
+    SourceDefaults("Megatron-LLaMA", r"megatron-llama", None, False, False, 1, 4, "none", True,
+                   "Megatron-LLaMA (Alibaba, 2023; a Megatron-LM fork): sequence parallelism with tp > 1, no TP "
+                   "overlap, fp32 gradients, no recompute, FlashAttention; Megatron-LM's DistributedOptimizer "
+                   "reduce-scatters the gradients after the last micro-batch's backward pass and all-gathers the "
+                   "parameters after the step, not overlapped (its README: 'the solution provided by Megatron-LM does "
+                   "not fully overlap GPU computation with communication'); its OverlappedDistributedOptimizer, where "
+                   "a record names it, overlaps them (validate._overlap_dp)"),
     SourceDefaults("Megatron-Core 2024", r"megatron_core", None, True, True, 1, 4, "none", True,
                    "Megatron-Core r0.8 README scaling runs: --overlap-grad-reduce --overlap-param-gather "
                    "--tp-comm-overlap (stated), distributed optimizer, fp32 gradient reduction (bf16 default), "

@@ -295,6 +295,7 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     recompute, layers, rc_note = _recompute(p, model, pp, src)
     notes.append(rc_note)
     sp, overlap_tp = _tensor_parallel(p, src, tp, precision, notes)
+    overlap_dp = _overlap_dp(p, src, notes)
     finetune, lora_rank, lora_targets = _finetune(record, p, src, notes)
     grad_bytes = src.grad_bytes
     if str(p.get("mp_mode") or "").upper() == "PURE":  # Composer FSDP mixed_precision PURE: bf16 reduce
@@ -305,7 +306,7 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sequence_parallel=sp, micro_batch=mbs,
                 global_batch=gbs, zero=zero, recompute=recompute, recompute_layers=layers, precision=precision,
                 grad_bytes=grad_bytes, schedule="interleaved" if vpp > 1 else "1f1b", overlap_tp=overlap_tp,
-                overlap_dp=src.overlap_dp, overlap_ep=overlap_ep, flash_attention=flash, fp8_scaling=fp8_scaling,
+                overlap_dp=overlap_dp, overlap_ep=overlap_ep, flash_attention=flash, fp8_scaling=fp8_scaling,
                 finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets, train_metrics=src.train_metrics,
                 attention_kernel=attention_kernel, cross_entropy=src.cross_entropy, fusion=fusion,
                 # FSDP prepares the gradients every micro-batch; torchtitan's FSDP2 under pipeline parallelism
@@ -467,6 +468,17 @@ def _tensor_parallel(p: dict[str, Any], src: SourceDefaults, tp: int, precision:
     elif tp > 1:
         notes.append(f"TP communication {'overlapped' if overlap_tp else 'exposed'} (not stated)")
     return sp, overlap_tp
+
+
+def _overlap_dp(p: dict[str, Any], src: SourceDefaults, notes: list[str]) -> bool:
+    """Data-parallel communication overlapped with compute: the source's default, or on where the record's
+    optimizer text states an overlap (Megatron-LLaMA's OverlappedDistributedOptimizer, Megatron-LM's
+    --overlap-param-gather) over a source whose default is off."""
+    text = str(p.get("zero_or_fsdp") or "")
+    if not src.overlap_dp and re.search(r"overlap", text, re.I):
+        notes.append(f"DP communication overlapped (stated: {text!r})")
+        return True
+    return src.overlap_dp
 
 
 def _finetune(record: dict[str, Any], p: dict[str, Any], src: SourceDefaults, notes: list[str]
