@@ -141,3 +141,24 @@ def test_vectorised_costs_equal_scalar_costs():
             one = step_costs(model, c, plan)
             assert np.asarray(vec.step_time)[i] == pytest.approx(one.step_time, rel=1e-12)
             assert np.asarray(vec.peak_memory)[i] == pytest.approx(one.peak_memory, rel=1e-12)
+
+
+def test_pipeline_sends_are_priced_on_the_slowest_link_of_the_stages_chain():
+    """tp = 4, pp = 4 on two 8-GPU servers: stages 0–1 share server 0 and stages 2–3 server 1, so the 1 → 2 send
+    crosses InfiniBand; the stage that sends over it paces the pipeline, so every send is priced there. With
+    tp = 2 the four stages fit one server and every send stays on NVLink."""
+    from meshplan.comm import collective_time
+
+    model, c = gpt(layers=8), h100(16)
+    msg = 2048 * 1024 * 2 / 4  # one micro-batch's activations (2048 tokens · 1024 · 2 bytes), 1/tp per rank
+    nvlink, network = c.tiers[0], c.tiers[1]
+    over_ib = network.latency + msg / (network.bandwidth * 0.9)  # one hop, α + n/B, at NCCL's network efficiency
+    est = estimate(model, c, Plan(tp=4, pp=4, sequence_parallel=True, global_batch=8))
+    sends = [o for o in est.ops if o.name.startswith("pp/send")]
+    assert len(sends) == 2 and all(o.seconds == pytest.approx(over_ib) for o in sends)
+    # stage 1 → 2 alone would be a pair 4 ranks apart, which used to be priced on NVLink
+    assert collective_time("p2p", msg, 2, 4, c) < over_ib / 2
+    inside = estimate(model, h100(8), Plan(tp=2, pp=4, sequence_parallel=True, global_batch=8))
+    half = 2048 * 1024 * 2 / 2
+    on_nvlink = nvlink.latency + half / (nvlink.bandwidth * 0.8)
+    assert all(o.seconds == pytest.approx(on_nvlink) for o in inside.ops if o.name.startswith("pp/send"))

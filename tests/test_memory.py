@@ -104,3 +104,34 @@ def test_a_partial_offload_hides_only_behind_the_offloaded_layers():
     half, every = _offload_case(40), _offload_case(80)
     assert half.breakdown["offload"] == pytest.approx(every.breakdown["offload"] / 2, rel=1e-9)
     assert every.breakdown["offload"] > 0  # GB200: 5 GB per layer over 195 GB/s outlasts the layer's forward
+
+
+def test_only_the_vocabulary_matrices_split_over_tensor_parallel_ranks():
+    from meshplan.memory import layer_params, stage_params
+
+    model = gpt(layers=4, hidden=1024, seq=2048, vocab=51200)  # learned positions, tied head, no embedding norm
+    plan = Plan(tp=4, pp=2)
+    first = stage_params(model, plan, first=True)
+    per_layer = 2 * layer_params(model, plan).dense  # 2 of the 4 layers on each stage
+    # first stage: its 2 layers, the word embedding split 4 ways (51200·1024/4) and the whole position table
+    # (2048·1024), which Megatron keeps as a plain nn.Embedding on every rank
+    assert first.dense == pytest.approx(per_layer + 51200 * 1024 / 4 + 2048 * 1024)
+    # last stage: the tied head's own copy of the word embedding, split 4 ways, and the final LayerNorm
+    # (weight and bias, 2·1024) copied on every rank
+    last = stage_params(model, plan, first=False)
+    assert last.dense - per_layer == pytest.approx(51200 * 1024 / 4 + 2 * 1024)
+
+
+def test_transient_buffers_of_tensor_parallel_gathers_and_sharded_layers():
+    from meshplan.estimate import buffer_memory
+    from meshplan.memory import layer_params
+
+    model = gpt(layers=4, hidden=1024, seq=2048)
+    assert buffer_memory(model, Plan()) == 0  # no tensor parallelism, no sharded weights: nothing in transit
+    # tp = 2: the gathered input and output of a TP collective, 2 · (2048 tokens · 1024) · 2 bytes
+    assert buffer_memory(model, Plan(tp=2, sequence_parallel=True)) == 2 * 2048 * 1024 * 2
+    # ZeRO-3 with fp32 reduction: two layers' unsharded 16-bit weights (in use and prefetched), and one layer's
+    # 16-bit gradients plus the fp32 reduce-scatter input they are copied into: (2·2 + 2 + 4) bytes per parameter
+    params = layer_params(model, Plan(dp=8, zero=3)).total
+    assert buffer_memory(model, Plan(dp=8, zero=3, grad_bytes=4)) == pytest.approx(params * 10)
+    assert buffer_memory(model, Plan(dp=8, zero=3, grad_bytes=2)) == pytest.approx(params * 8)

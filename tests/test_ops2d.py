@@ -84,9 +84,12 @@ def test_summa_estimate_and_memory():
     est = estimate(model, cluster, Plan(tp=4, tp2=4, pp=4, tensor_layout="summa", global_batch=16,
                                         recompute="full", zero=1))
     assert est.step_time > 0 and est.breakdown["tp"] > 0
-    # weights per GPU (first stage): 32 layers split 16 ways, plus the vocabulary-parallel embedding split tp=4 ways
+    # weights per GPU (first stage): 32 layers split 16 ways, plus the vocabulary-parallel word embedding split
+    # tp=4 ways and the learned position table (2048 × 25600) copied on every rank
     layers = model.num_layers // 4 * (model.attention_params() + model.mlp_params(model.ffn_hidden_size)) / 16
-    embedding = model.embedding_params() / 4
+    word = model.vocab_size * model.hidden_size
+    assert model.embedding_params() - word == 2048 * 25600
+    embedding = word / 4 + 2048 * 25600
     assert est.memory["weights"] == pytest.approx(2 * (layers + embedding), rel=1e-3)
 
 

@@ -296,3 +296,20 @@ def test_loss_workspace_of_a_batch_equals_each_plans():
     one_by_one = [loss_workspace(model, replace(p, sequence_parallel=True)) for p in plans]
     assert np.allclose(loss_workspace(model, batch), one_by_one)
     assert one_by_one == [2048 * 128256 * 8, 2048 * 128256 / 2 * 12]
+
+
+def test_search_equals_estimate_when_the_pipeline_crosses_servers():
+    """Llama-3-70B on 32 H100s with tp = 2, pp = 4: a pipeline 4 ranks apart spans two servers, so one of its sends
+    crosses InfiniBand and paces the stages (estimate.send_stride). The batched search must price it so: ranking
+    such a pipeline as if every send stayed on NVLink (one pair 4 ranks apart) put it ahead of faster plans."""
+    model = load_model("llama3-70b").with_seq_length(2048)
+    cluster = load_system("h100").cluster(32)
+    space = Space(global_batch=32, zero=(1,), recompute=("full",), offload_optimizer=(False,),
+                  offload_activations=(False,), max_micro_batch=1, layouts=("1d",), sequence_parallel=(True,))
+    result = search(model, cluster, space, top_k=5)
+    variants = [[estimate(model, cluster, p) for p in options] for options in every_plan(model, cluster, space)]
+    assert len(variants) == result.evaluated
+    feasible = sorted(min(e.step_time for e in v) for v in variants if v[0].fits)
+    assert [e.step_time for e in result.plans] == pytest.approx(feasible[:5], rel=1e-9)
+    spanning = [e for v in variants for e in v if e.plan.pp > 2 and e.plan.stride("pp") * e.plan.pp > 8]
+    assert any(e.plan.stride("pp") < 8 for e in spanning)  # pairs of neighbours inside a server, chain across two

@@ -77,10 +77,21 @@ ZERO = 0.0  # the one object PassTimes.total skips
 
 
 # ---- timing a list of ops -----------------------------------------------------------------------------------
+def send_stride(pp_stride: Num, pp: Num) -> Num:
+    """The rank distance a pipeline send (a pair of neighbouring stages) is priced at: s·p/2 for p stages s
+    apart. Such a pair shares a tier's block exactly when the whole pipeline does (span // (s·p/2) ≥ 2 ⟺
+    s·p ≤ span), so every send is priced on the slowest link of the stages' chain: the stage that sends over
+    it sets the pipeline's pace, m · t_stage of the busiest rank."""
+    return pp_stride * pp / 2
+
+
 def axis_stride(plan: Plan, axis: str) -> Num:
-    """Rank distance between members of a collective's group (plan.py placement; experts: etp innermost)."""
-    if axis in ("tp", "tp2", "cp", "pp"):
+    """Rank distance between members of a collective's group (plan.py placement; experts: etp innermost;
+    pipeline sends: ``send_stride``)."""
+    if axis in ("tp", "tp2", "cp"):
         return plan.stride(axis)
+    if axis == "pp":
+        return send_stride(plan.stride("pp"), plan.pp)
     if axis == "dp":  # gradients are reduced over dp·cp together: the stride of the inner of the two
         both = minimum(plan.stride("cp"), plan.stride("dp"))
         return where(plan.cp > 1, where(plan.dp > 1, both, plan.stride("cp")), plan.stride("dp"))
@@ -483,8 +494,10 @@ def _layer_input(model: ModelSpec, plan: Plan) -> Num:
 def loss_workspace(model: ModelSpec, plan: Plan) -> Num:
     """Transient peak of the cross-entropy backward on the last stage, beyond the saved fp32 (log-)softmax of
     the logits (counted with the head's saved activations), per logit (T·V/t of them):
-    ``plan.cross_entropy = "fused"`` (Megatron's vocab-parallel loss): the fp32 gradient of the logits and its
-    16-bit copy for the LM head's backward, 4 + 2 bytes.
+    ``plan.cross_entropy = "fused"`` (Megatron's vocab-parallel loss): the fp32 gradient of the logits, written
+    over the saved softmax in place
+    (Megatron-LM megatron/core/tensor_parallel/cross_entropy.py: the backward takes grad_input = softmax and
+    updates it with in-place ops), so only the 16-bit copy autograd makes for the logits' dtype is new: 2 bytes.
     ``"pytorch"`` (``F.cross_entropy`` on upcast logits = log_softmax + nll_loss, eager autograd): nll_loss's
     backward materialises a dense fp32 gradient of the log-probabilities (``nll_loss_backward``: zeros with
     -1/N at the targets), and ``_log_softmax_backward_data`` writes a new fp32 gradient of the logits while
@@ -496,7 +509,7 @@ def loss_workspace(model: ModelSpec, plan: Plan) -> Num:
     product) are alive with the saved output: 4 + 4 + 4 bytes.
     ``"flash"`` (flash-attn's CrossEntropyLoss): the 16-bit gradient beside the saved 16-bit logits, 2 bytes."""
     # numeric plan fields may be arrays (a PlanBatch): no branch on tp
-    per_logit = {"pytorch": FP32 * (2 + (plan.tp > 1)), "flash": ACT_BYTES}.get(plan.cross_entropy, FP32 + ACT_BYTES)
+    per_logit = FP32 * (2 + (plan.tp > 1)) if plan.cross_entropy == "pytorch" else ACT_BYTES
     return dims(model, plan).tokens * model.vocab_size / plan.tp * per_logit
 
 
@@ -513,10 +526,16 @@ def activation_memory(model: ModelSpec, plan: Plan, u: Units) -> tuple[Num, Num]
 
 
 def buffer_memory(model: ModelSpec, plan: Plan) -> Num:
-    """Transient buffers: the gathered activations of a TP collective (×2, in and out) and, with ZeRO-3, the
-    unsharded weights of the layer in use and the one being prefetched."""
-    prefetch = (plan.zero == 3) * 2 * layer_params(model, plan).total * WEIGHT_BYTES
-    return prefetch + 2 * dims(model, plan).tokens * model.hidden_size * ACT_BYTES
+    """Transient buffers: the gathered activations of a TP collective (×2, in and out; none without tensor
+    parallelism) and, with ZeRO-3, the unsharded weights of the layer in use and the one being prefetched, and
+    the layer's unsharded gradients on their way to the reduce-scatter: autograd's 16-bit gradients and the
+    reduce-scatter input they are copied into in the reduce dtype (``plan.grad_bytes``; PyTorch FSDP2
+    ``foreach_reduce`` allocates that input, world size × the padded shard, before it copies the gradients in,
+    and frees the previous layer's once its reduce-scatter has finished)."""
+    per_layer = layer_params(model, plan).total
+    sharded = (plan.zero == 3) * per_layer * (2 * WEIGHT_BYTES + WEIGHT_BYTES + plan.grad_bytes)
+    gathered = 2 * dims(model, plan).tokens * model.hidden_size * ACT_BYTES
+    return sharded + gathered * (plan.tp * plan.tp2 > 1)
 
 
 def offloaded_optimizer(model: ModelSpec, plan: Plan) -> Num:

@@ -124,14 +124,19 @@ def trainable(params: StageParams, plan: Plan) -> StageParams:
 
 def stage_params(model: ModelSpec, plan: Plan, first: bool) -> StageParams:
     """The first (embedding) or last (final norm + LM head) stage; with p = 1 one stage holds both.
-    A tied LM head keeps its own copy on the last stage when p > 1 (Megatron)."""
+    A tied LM head keeps its own copy on the last stage when p > 1 (Megatron). Only the vocabulary matrices are
+    split over the tensor-parallel ranks (VocabParallelEmbedding, the column-parallel output layer); a learned
+    position table and the norms are copied on every rank (Megatron-LM's LanguageModelEmbedding keeps its
+    position_embeddings a plain torch.nn.Embedding)."""
     per_layer = layer_params(model, plan)
     layers = layers_on_stage(model, plan)
     single = plan.pp == 1
-    embed = model.embedding_params() / plan.tp
-    head = model.head_params() / plan.tp
+    word = model.vocab_size * model.hidden_size
+    head_matrix = 0 if model.tied_embeddings else word
+    embed = word / plan.tp + (model.embedding_params() - word)
+    head = head_matrix / plan.tp + (model.head_params() - head_matrix)
     if model.tied_embeddings:
-        head = head + (model.vocab_size * model.hidden_size / plan.tp) * (1 - single)
+        head = head + (word / plan.tp) * (1 - single)
     extra = embed + head * single if first else head + embed * single
     adapters = adapter_params(model, plan) * layers
     return StageParams(dense=per_layer.dense * layers + extra + adapters, expert=per_layer.expert * layers,

@@ -50,6 +50,7 @@ from meshplan.estimate import (
     optimizer_time,
     pipeline,
     pipeline_time,
+    send_stride,
     units_for_recomputes,
 )
 from meshplan.hardware import Cluster
@@ -190,7 +191,8 @@ def _placement_key(order: tuple[str, ...], sizes: dict[str, int], tiers: tuple[i
         dp_stride = min(strides["cp"], strides["dp"]) if sizes["dp"] > 1 else strides["cp"]
     else:
         dp_stride = strides["dp"]
-    neighbours = _members(tiers, 2, strides["pp"]) if sizes["pp"] > 1 else ()  # no sends when pp = 1
+    # no sends when pp = 1
+    neighbours = _members(tiers, 2, send_stride(strides["pp"], sizes["pp"])) if sizes["pp"] > 1 else ()
     return (tuple(_members(tiers, sizes[a], strides[a]) for a in ("tp", "tp2", "cp"))
             + (neighbours, _members(tiers, sizes["dp"] * sizes["cp"], dp_stride)))
 
@@ -220,7 +222,8 @@ def _placements_many(sizes: np.ndarray, tiers: tuple[int, ...]) -> list[list[int
     both = np.where(size["dp"] > 1, np.minimum(s["cp"], s["dp"]), s["cp"])
     dp_stride = np.where(size["cp"] > 1, both, s["dp"])  # as estimate.axis_stride
     groups = [(size[a], s[a], True) for a in ("tp", "tp2", "cp")]
-    groups += [(size["dp"] * size["cp"], dp_stride, True), (2, s["pp"], size["pp"] > 1)]  # no sends when pp = 1
+    groups += [(size["dp"] * size["cp"], dp_stride, True),
+               (2, send_stride(s["pp"], size["pp"]), size["pp"] > 1)]  # no sends when pp = 1
     packed, span = np.zeros(inner.shape[:2], dtype=np.int64), 1
     for tier in tiers[:-1]:  # members inside each boundary determine the whole split
         span *= tier
@@ -405,8 +408,9 @@ def _split_codes(cluster: Cluster, batch: PlanBatch) -> list[np.ndarray]:
     for tier in cluster.tiers[:-1]:
         span *= tier.size
         for axis in _UNIT_STRIDES:
-            group = 2 if axis == "pp" else getattr(batch, axis)
-            codes.append(np.minimum(group, np.maximum(1, span // batch.stride(axis))))
+            group, stride = (2, send_stride(batch.stride(axis), batch.pp)) if axis == "pp" else (
+                getattr(batch, axis), batch.stride(axis))
+            codes.append(np.minimum(group, np.maximum(1, span // stride)))
     return codes
 
 
@@ -423,6 +427,7 @@ def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, recomputes:
     ones = np.ones(len(first), dtype=np.int64)
     cols = {k: getattr(batch, k)[first] for k in _UNIT_KEYS}
     strides = {a: batch.stride(a)[first] for a in _UNIT_STRIDES} | {"dp": ones}  # any row of a key will do
+    strides["pp"] = strides["pp"] * batch.pp[first]  # the keyed plans have pp = 1: send_stride(s·p, 1) = s·p/2
     keyed = PlanBatch(dp=ones, pp=ones, vpp=ones, global_batch=cols["micro_batch"], placement_id=0 * ones,
                       placements=batch.placements, strides=strides, **cols,
                       **{k: getattr(batch, k) for k in CATEGORICAL if k not in _GRID_SETTINGS})
