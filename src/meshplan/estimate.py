@@ -532,8 +532,9 @@ def buffer_memory(model: ModelSpec, plan: Plan) -> Num:
     reduce-scatter input they are copied into in the reduce dtype (``plan.grad_bytes``; PyTorch FSDP2
     ``foreach_reduce`` allocates that input, world size × the padded shard, before it copies the gradients in,
     and frees the previous layer's once its reduce-scatter has finished)."""
-    per_layer = layer_params(model, plan).total
-    sharded = (plan.zero == 3) * per_layer * (2 * WEIGHT_BYTES + WEIGHT_BYTES + plan.grad_bytes)
+    weights_in_use = 2 * WEIGHT_BYTES  # per parameter: this layer's and the prefetched one's
+    grads_in_transit = WEIGHT_BYTES + plan.grad_bytes  # per parameter: autograd's and the reduce-scatter input
+    sharded = (plan.zero == 3) * layer_params(model, plan).total * (weights_in_use + grads_in_transit)
     gathered = 2 * dims(model, plan).tokens * model.hidden_size * ACT_BYTES
     return sharded + gathered * (plan.tp * plan.tp2 > 1)
 

@@ -404,12 +404,12 @@ _UNIT_STRIDES = ("tp", "tp2", "cp", "pp")
 def _split_codes(cluster: Cluster, batch: PlanBatch) -> list[np.ndarray]:
     """For each axis a unit's collectives use, how many group members share each tier but the last: the
     collective times depend on the stride only through this split (comm.split_group)."""
+    groups = {a: (getattr(batch, a), batch.stride(a)) for a in _UNIT_STRIDES}
+    groups["pp"] = (2, send_stride(batch.stride("pp"), batch.pp))  # a send: a pair of neighbouring stages
     codes, span = [], 1
     for tier in cluster.tiers[:-1]:
         span *= tier.size
-        for axis in _UNIT_STRIDES:
-            group, stride = (2, send_stride(batch.stride(axis), batch.pp)) if axis == "pp" else (
-                getattr(batch, axis), batch.stride(axis))
+        for group, stride in groups.values():
             codes.append(np.minimum(group, np.maximum(1, span // stride)))
     return codes
 
