@@ -317,16 +317,20 @@ def test_cli_trace_table_from_an_importable_module(tmp_path, capsys, monkeypatch
      "--dtype int64 --dtype int64: give one --dtype or one per --input-shape (1 inputs)"),
     (["raising:make", "--input-shape", "2x3"], "model='raising:make': importing raising failed: RuntimeError: boom"),
     (["linear:make", "--input-shape", "2x4"], "addmm of float32 and int64 and float32: expected one dtype"),
+    (["exiting:make", "--input-shape", "2x3"], "importing exiting called sys.exit(3); guard its script code"),
+    (["nofile.py:make", "--input-shape", "2x3"], "model='nofile.py:make': no such file 'nofile.py'"),
 ])
 def test_cli_trace_bad_input_is_one_line(args, message, tmp_path, capsys, monkeypatch):
     (tmp_path / "tinymodel.py").write_text(MODEL_FILE)
     (tmp_path / "raising.py").write_text("raise RuntimeError('boom')\n")
+    (tmp_path / "exiting.py").write_text("import sys\n\nsys.exit(3)\n")  # a script: it used to end meshplan silently
     # an int64 input (the default dtype) fed to a Linear: eager PyTorch rejects it, fake tensors alone would not
     (tmp_path / "linear.py").write_text("import torch\n\ndef make():\n    return torch.nn.Linear(4, 3)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
     code = main(["trace", *args])
     err = capsys.readouterr().err
-    assert code == 2 and message in err and err.count("\n") == 1, err
+    assert code == 2 and message in err and err.count("\n") == 1 and "failed: SpecError" not in err, err
 
 
 def test_cli_trace_without_torch_says_how_to_install(capsys, monkeypatch):

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import sys
 
 import click
 
 from meshplan.errors import MeshplanError, SpecError
+from meshplan.fields import MAX_SIZE
 from meshplan.plan import ATTENTION_KERNELS, EXPERT_GEMM, FP8_SCALING, FSDP, LORA_TARGETS, PRECISION, fsdp_has_zero
 
+MAX_TOP = 1000  # plans a search lists (it re-estimates about twice as many in full: ~2 s for 1,000)
 DEFAULT_BATCH_TOKENS = 4 * 2**20  # default global batch ≈ 4M tokens (GPT-3: 3.2M; Llama 2: 4M)
 
 
@@ -79,8 +82,8 @@ def load_inputs(model_ref: str, system_ref: str, seq: int | None, nvlink_domain:
 
     model = load_model(model_ref)
     if seq is not None:
-        if seq <= 0:
-            raise SpecError(f"seq={seq} must be a positive integer")
+        if not 0 < seq <= MAX_SIZE:
+            raise SpecError(f"seq={seq} must be a positive integer up to {MAX_SIZE:,}")
         model = model.with_seq_length(seq)
     system = load_system(system_ref)
     overrides = {"nvlink_domain": nvlink_domain} if nvlink_domain is not None else {}
@@ -144,9 +147,15 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
     from meshplan.plan import Plan
 
     model, cluster = load_inputs(model_ref, system_ref, seq, nvlink_domain, gpus)
-    for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("micro-batch", micro_batch)):
-        if value < 1:
+    for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("dp", dp), ("micro-batch", micro_batch),
+                        ("global-batch", global_batch)):
+        if value is not None and value < 1:
             raise SpecError(f"{name}={value} must be a positive integer")
+    if recompute_layers and recompute != "full":
+        raise SpecError(f"recompute-layers={recompute_layers} needs --recompute full (got {recompute})")
+    if recompute_layers > -(-model.num_layers // pp):
+        raise SpecError(f"recompute-layers={recompute_layers} is more than the {-(-model.num_layers // pp)} layers "
+                        f"of a pipeline stage (num_layers={model.num_layers}, pp={pp})")
     if dp is None:
         if gpus % (tp * pp * cp):
             raise SpecError(f"tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp} does not divide gpus={gpus}")
@@ -173,15 +182,6 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
     estimate_tables(est, _console(), ops=show_ops)
 
 
-def writable(path: str, field: str) -> None:
-    """Fail before the work, not after it, when an output file's directory does not exist."""
-    from pathlib import Path
-
-    parent = Path(path).expanduser().parent
-    if not parent.is_dir():
-        raise SpecError(f"{field}={path!r}: directory {str(parent)!r} does not exist")
-
-
 def _placement(text: str) -> tuple[str, ...]:
     """``--placement`` as axes, innermost first: each of tp, cp, dp, pp once (tp2, the SUMMA grid's second axis,
     is optional and sits next to tp when left out)."""
@@ -199,7 +199,7 @@ def _parse_count(text: str, field: str) -> float:
     """``15T``, ``1.5e12``, ``400B`` → a positive number (a count, not a quantity with units)."""
     match = _COUNT.match(text)
     value = float(match.group(1)) * _COUNT_SCALE[match.group(2)] if match else 0.0
-    if value <= 0:
+    if not 0 < value < math.inf:
         raise SpecError(f"{field}={text!r} is not a positive count like '15T', '400B' or '1.5e12'")
     return value
 
@@ -251,16 +251,22 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
     for name, value in (("top", top_k), ("max-micro-batch", max_micro_batch)):
         if value < 1:
             raise SpecError(f"{name}={value} must be a positive integer")
+    if top_k > MAX_TOP:
+        raise SpecError(f"top={top_k} is more than {MAX_TOP} plans (each listed plan is re-estimated in full)")
     zeros = tuple(z for z in map(int, _choices(zero_opts, ("0", "1", "2", "3"), "zero")) if fsdp_has_zero(fsdp, z))
     if not zeros:
         raise SpecError(f"zero={zero_opts} leaves no stage for fsdp={fsdp} (FSDP has no ZeRO-1)")
     recomputes = _choices(recompute_opts, ("none", "selective", "full"), "recompute")
     sps = tuple(v == "on" for v in _choices(sp_opts, ("off", "on"), "sp"))
-    budget = _parse_count(tokens, "tokens") if tokens else None
-    if price is not None and price < 0:
-        raise SpecError(f"price={price} must be non-negative")
+    if global_batch is not None and global_batch < 1:
+        raise SpecError(f"global-batch={global_batch} must be a positive integer")
+    budget = _parse_count(tokens, "tokens") if tokens is not None else None
+    if price is not None and not 0 <= price < math.inf:
+        raise SpecError(f"price={price} must be a non-negative number")
     if price is not None and budget is None:
         raise SpecError(f"price={price} needs --tokens (the budget it prices)")
+    if rank_by == "cost" and budget is None:
+        raise SpecError("rank=cost needs --tokens (the budget whose cost it ranks)")
     results = []
     for n in counts:
         model, cluster = load_inputs(model_ref, system_ref, seq, nvlink_domain, n)
@@ -331,6 +337,7 @@ def validate_cmd(path: str, group: str | None, exclude_superseded: bool, as_json
 def calibrate_cmd(world_size, mesh, quick, device, base_ref, out, as_json) -> None:
     """Time GEMMs, memory-bound kernels and collectives on this host with PyTorch and fit meshplan's constants."""
     from meshplan.calibrate import calibrate, parse_mesh, write_system
+    from meshplan.files import writable
     from meshplan.hardware import load_system
 
     shape = parse_mesh(mesh, world_size)
@@ -412,6 +419,13 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         click.echo(f"meshplan: error: {exc.format_message()}", err=True)
         return 2
+    except Exception as exc:  # noqa: BLE001  (a bug, not bad input: still one line, and how to see more)
+        if os.environ.get("MESHPLAN_DEBUG"):
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0]
+        click.echo(f"meshplan: internal error: {type(exc).__name__}: {first} (a bug in meshplan: please report "
+                   "the command; MESHPLAN_DEBUG=1 shows the traceback)", err=True)
+        return 3
     return 0
 
 

@@ -12,13 +12,15 @@ Bandwidths are unidirectional per GPU: NVIDIA's "900 GB/s NVLink" for H100 is bi
 
 from __future__ import annotations
 
-import tomllib
+import math
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from meshplan.errors import SpecError
+from meshplan.fields import check_types
+from meshplan.files import parse_toml, read_text
 from meshplan.units import parse_quantity
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "fp4")
@@ -47,17 +49,27 @@ class Accelerator:
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
+        check_types(self, f"{self.name}: " if isinstance(self.name, str) else "")
         for name in ("hbm_bytes", "hbm_bandwidth", "nvlink_bandwidth", "num_sms", "exp_rate"):
             value = getattr(self, name)
             if not value > 0:
                 raise SpecError(f"{self.name}: {name}={value!r} must be positive")
+        for name in ("tdp_watts", "matmul_watts"):
+            if getattr(self, name) < 0:
+                raise SpecError(f"{self.name}: {name}={getattr(self, name)!r} must be non-negative (0: unknown)")
+        for name in ("matmul_bf16", "matmul_fp8"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise SpecError(f"{self.name}: {name}={getattr(self, name)!r} must be a fraction of the peak in "
+                                "0..1 (0: looked up)")
+        if not isinstance(self.peak_flops, dict):
+            raise SpecError(f"{self.name}: peak_flops={self.peak_flops!r} must be a table of precision = FLOP/s")
         unknown = set(self.peak_flops) - set(PRECISIONS)
         if unknown:
             raise SpecError(f"{self.name}: peak_flops has unknown precision {sorted(unknown)[0]!r}")
         if "bf16" not in self.peak_flops and "fp16" not in self.peak_flops:
             raise SpecError(f"{self.name}: peak_flops needs a 'bf16' or 'fp16' entry")
         for precision, value in self.peak_flops.items():
-            if not value > 0:
+            if not value > 0 or not math.isfinite(value):
                 raise SpecError(f"{self.name}: peak_flops.{precision}={value!r} must be positive")
 
     @property
@@ -86,7 +98,8 @@ class Tier:
     latency: float  # seconds per message step (α)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.size, int) or self.size < 1:
+        check_types(self, f"tier {self.name}: ")
+        if self.size < 1:
             raise SpecError(f"tier {self.name}: size={self.size!r} must be a positive integer")
         if not self.bandwidth > 0:
             raise SpecError(f"tier {self.name}: bandwidth={self.bandwidth!r} must be positive")
@@ -113,6 +126,9 @@ class Cluster:
     def __post_init__(self) -> None:
         if not isinstance(self.num_gpus, int) or self.num_gpus < 1:
             raise SpecError(f"gpus={self.num_gpus!r} must be a positive integer")
+        for name in ("host_bandwidth", "host_memory"):
+            if not getattr(self, name) > 0 or not math.isfinite(getattr(self, name)):
+                raise SpecError(f"{name}={getattr(self, name)!r} must be positive and finite")
         product = 1
         for tier in self.tiers:
             product *= tier.size
@@ -143,11 +159,15 @@ class Network:
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.nvlink_domain, int) or self.nvlink_domain < 1:
+        check_types(self)
+        if self.nvlink_domain < 1:
             raise SpecError(f"nvlink_domain={self.nvlink_domain!r} must be a positive integer")
-        for name in ("nics_per_gpu", "nic_bandwidth"):
+        for name in ("nics_per_gpu", "nic_bandwidth", "host_bandwidth", "host_memory"):
             if not getattr(self, name) > 0:
                 raise SpecError(f"{name}={getattr(self, name)!r} must be positive")
+        for name in ("nvlink_latency", "nic_latency"):
+            if getattr(self, name) < 0:
+                raise SpecError(f"{name}={getattr(self, name)!r} must be non-negative")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,9 +185,16 @@ class System:
         return build_cluster(self.name, self.accelerator, net, num_gpus)
 
 
+# The largest cluster meshplan plans: 2^20 = 1,048,576 GPUs, beyond every machine built or announced (the
+# largest announced AI clusters are a few hundred thousand to a million GPUs); a larger count is a typo.
+MAX_GPUS = 2**20
+
+
 def build_cluster(name: str, accelerator: Accelerator, net: Network, num_gpus: int) -> Cluster:
     if not isinstance(num_gpus, int) or num_gpus < 1:
         raise SpecError(f"gpus={num_gpus!r} must be a positive integer")
+    if num_gpus > MAX_GPUS:
+        raise SpecError(f"gpus={num_gpus} is more than {MAX_GPUS:,}, the largest cluster meshplan plans")
     domain = min(net.nvlink_domain, num_gpus)
     if num_gpus % domain:
         raise SpecError(f"gpus={num_gpus} is not a multiple of the NVLink domain size {domain}")
@@ -181,14 +208,23 @@ def build_cluster(name: str, accelerator: Accelerator, net: Network, num_gpus: i
 
 
 # ---- loading ----------------------------------------------------------------------------------------------
+def _table(data: Any, where: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}={data!r} must be a table ([{where.rsplit('.', 1)[-1]}] with its keys)")
+    return dict(data)
+
+
 def accelerator_from_dict(data: dict[str, Any], where: str) -> Accelerator:
-    data = dict(data)
+    data = _table(data, where)
     try:
-        peak = {k: parse_quantity(v, f"{where}.peak_flops.{k}") for k, v in data.pop("peak_flops").items()}
+        peaks = _table(data.pop("peak_flops"), f"{where}.peak_flops")
+        peak = {k: parse_quantity(v, f"{where}.peak_flops.{k}") for k, v in peaks.items()}
         sources = data.pop("sources", None)
         quantities = {k: parse_quantity(data.pop(k), f"{where}.{k}")
                       for k in ("hbm_bytes", "hbm_bandwidth", "nvlink_bandwidth") if k in data}
         acc = Accelerator(peak_flops=peak, **quantities, **data)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
     except KeyError as exc:
         raise SpecError(f"{where}: missing field {exc.args[0]!r}") from None
     except TypeError as exc:
@@ -198,7 +234,7 @@ def accelerator_from_dict(data: dict[str, Any], where: str) -> Accelerator:
 
 
 def network_from_dict(data: dict[str, Any], where: str) -> Network:
-    data = dict(data)
+    data = _table(data, where)
     data.pop("sources", None)
     for key in ("nvlink_latency", "nic_bandwidth", "nic_latency", "host_bandwidth", "host_memory"):
         if key in data:
@@ -206,6 +242,8 @@ def network_from_dict(data: dict[str, Any], where: str) -> Network:
     try:
         return Network(**data)
     except TypeError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
 
 
@@ -215,7 +253,9 @@ def system_from_dict(data: dict[str, Any], where: str) -> System:
         net = network_from_dict(data["network"], f"{where}.network")
     except KeyError as exc:
         raise SpecError(f"{where}: missing table [{exc.args[0]}]") from None
-    return System(name=data.get("name", where), accelerator=acc, network=net, source=data.get("source", ""))
+    system = System(name=data.get("name", where), accelerator=acc, network=net, source=data.get("source", ""))
+    check_types(system, f"{where}: ")
+    return system
 
 
 def system_names() -> list[str]:
@@ -227,19 +267,11 @@ def load_system(ref: str, field: str = "system") -> System:
     """A system preset name (``h100``, ``gb200`` …) or a TOML file in the same format (``field``: the option
     that named it, for errors)."""
     path = Path(ref)
-    if path.suffix == ".toml":
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
-            raise SpecError(f"{field}={ref!r}: no such file") from None
-        where = str(path)
+    if path.suffix.lower() == ".toml":
+        text, where = read_text(path, field), f"{field}={str(path)!r}"
     else:
         preset = resources.files("meshplan") / "presets" / "hardware" / f"{ref}.toml"
         if not preset.is_file():
             raise SpecError(f"{field}={ref!r} is not a preset or a .toml file (presets: {', '.join(system_names())})")
         text, where = preset.read_text(), f"preset {ref}"
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{field}={ref!r}: malformed TOML: {exc}") from None
-    return system_from_dict(data, where)
+    return system_from_dict(parse_toml(text, f"{field}={ref!r}"), where)

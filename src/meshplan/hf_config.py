@@ -33,24 +33,68 @@ _MISSING = object()
 
 
 class _Reader:
-    """Reads keys of one config.json; a missing required key is a one-line SpecError naming the key."""
+    """Reads keys of one config.json, checking each value's JSON type: a missing required key or a value of the
+    wrong kind is a one-line SpecError naming the file, the key and the value."""
 
     def __init__(self, config: dict[str, Any], name: str, model_type: str):
         self.config, self.name, self.model_type = config, name, model_type
 
-    def need(self, key: str) -> Any:
+    def _bad(self, key: str, value: Any, kind: str) -> SpecError:
+        return SpecError(f"{self.name}: config.json {key}={value!r} must be {kind}")
+
+    def _int(self, key: str, value: Any, minimum: int) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise self._bad(key, value, "a positive integer" if minimum else "a non-negative integer")
+        return value
+
+    def need(self, key: str, minimum: int = 1) -> int:
+        """A required integer key (a size or a count), at least ``minimum``."""
         value = self.config.get(key, _MISSING)
         if value is _MISSING or value is None:
             raise SpecError(f"{self.name}: config.json (model_type={self.model_type!r}) has no {key!r}")
+        return self._int(key, value, minimum)
+
+    def get(self, key: str, default: int, minimum: int = 0) -> int:
+        """An optional integer key; ``default`` also replaces an explicit null, as the HF config classes do."""
+        value = self.config.get(key)
+        return default if value is None else self._int(key, value, minimum)
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.config.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._bad(key, value, "true or false")
         return value
 
-    def get(self, key: str, default: Any) -> Any:
-        """``default`` also replaces an explicit null, as the HF config classes do for these keys."""
+    def text(self, key: str) -> str:
         value = self.config.get(key)
-        return default if value is None else value
+        if value is None:
+            return ""
+        if not isinstance(value, str):
+            raise self._bad(key, value, "a string")
+        return value
+
+    def layers(self, key: str) -> list[int]:
+        """A list of layer indices (``mlp_only_layers``)."""
+        value = self.config.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise self._bad(key, value, "a list of layer indices")
+        return sorted(self._int(key, v, 0) for v in value)
 
     def dropout(self, *keys: str) -> bool:
-        return any(float(self.get(k, 0.0)) > 0.0 for k in keys)
+        """Any of the dropout probabilities above zero."""
+        rates = []
+        for key in keys:
+            value = self.config.get(key)
+            if value is None:
+                continue
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= 1:
+                raise self._bad(key, value, "a probability between 0 and 1")
+            rates.append(value)
+        return any(rate > 0 for rate in rates)
 
 
 # ---- families ---------------------------------------------------------------------------------------------
@@ -63,8 +107,8 @@ def _llama(c: _Reader) -> dict[str, Any]:
     """
     heads = c.need("num_attention_heads")
     hidden = c.need("hidden_size")
-    attention_bias = bool(c.get("attention_bias", False))
-    mlp_bias = bool(c.get("mlp_bias", False))
+    attention_bias = c.flag("attention_bias", False)
+    mlp_bias = c.flag("mlp_bias", False)
     spec: dict[str, Any] = {
         "num_layers": c.need("num_hidden_layers"),
         "hidden_size": hidden,
@@ -77,7 +121,7 @@ def _llama(c: _Reader) -> dict[str, Any]:
         "mlp": "swiglu",  # LlamaMLP is gated whatever hidden_act is: down(act(gate(x)) * up(x))
         "norm": "rmsnorm",
         "position_embedding": "rope",
-        "tied_embeddings": bool(c.get("tie_word_embeddings", False)),  # LlamaConfig default False
+        "tied_embeddings": c.flag("tie_word_embeddings", False),  # LlamaConfig default False
         "qkv_bias": attention_bias,
         # ModelSpec has one switch for the o_proj and MLP biases; Llama's attention_bias alone also biases
         # o_proj (H per layer, uncounted when mlp_bias is off): no published Llama-family model does this.
@@ -89,7 +133,7 @@ def _llama(c: _Reader) -> dict[str, Any]:
         spec["qkv_bias"] = True
     if c.model_type == "qwen2_moe":
         # models/qwen2_moe/modeling_qwen2_moe.py: q/k/v bias=config.qkv_bias (default True), o_proj bias=False.
-        spec["qkv_bias"] = bool(c.get("qkv_bias", True))
+        spec["qkv_bias"] = c.flag("qkv_bias", True)
     if c.model_type in ("qwen3", "qwen3_moe"):
         # models/qwen3/modeling_qwen3.py: q_norm and k_norm are RMSNorm(head_dim) applied per head.
         spec["qk_norm"] = True
@@ -112,8 +156,8 @@ def _qwen_moe(c: _Reader) -> dict[str, Any]:
     shared_expert_intermediate_size gated by sigmoid(Linear(H, 1))."""
     spec = _llama(c)
     layers = spec["num_layers"]
-    step = c.get("decoder_sparse_step", 1)
-    dense = sorted(c.get("mlp_only_layers", []))
+    step = c.get("decoder_sparse_step", 1, minimum=1)
+    dense = c.layers("mlp_only_layers")
     if dense != list(range(len(dense))):
         raise SpecError(f"{c.name}: mlp_only_layers={dense} is not a leading run of layers 0..k-1 "
                         "(meshplan models the first k layers as dense)")
@@ -146,7 +190,7 @@ def _gpt2(c: _Reader) -> dict[str, Any]:
         "position_embedding": "learned",
         "mlp": "gelu",
         "norm": "layernorm",
-        "tied_embeddings": bool(c.get("tie_word_embeddings", True)),  # PretrainedConfig default True
+        "tied_embeddings": c.flag("tie_word_embeddings", True),  # PretrainedConfig default True
         "qkv_bias": True,
         "linear_bias": True,
         "dropout": c.dropout("resid_pdrop", "attn_pdrop", "embd_pdrop"),
@@ -157,7 +201,7 @@ def _gpt_neox(c: _Reader) -> dict[str, Any]:
     """models/gpt_neox/modeling_gpt_neox.py: embed_in V*H; per layer input_layernorm, post_attention_layernorm
     (LayerNorm weight+bias), query_key_value H->3H and dense H->H (bias=config.attention_bias, default True),
     dense_h_to_4h / dense_4h_to_h with biases; final_layer_norm; embed_out V*H untied. Rotary: no weights."""
-    attention_bias = bool(c.get("attention_bias", True))
+    attention_bias = c.flag("attention_bias", True)
     return {
         "num_layers": c.need("num_hidden_layers"),
         "hidden_size": c.need("hidden_size"),
@@ -168,7 +212,7 @@ def _gpt_neox(c: _Reader) -> dict[str, Any]:
         "position_embedding": "rope",
         "mlp": "gelu",
         "norm": "layernorm",
-        "tied_embeddings": bool(c.get("tie_word_embeddings", False)),
+        "tied_embeddings": c.flag("tie_word_embeddings", False),
         "qkv_bias": attention_bias,
         "linear_bias": True,  # MLP linears always have a bias; dense follows attention_bias (default True)
         "dropout": c.dropout("attention_dropout", "hidden_dropout", "attention_probs_dropout_prob",
@@ -204,7 +248,7 @@ def _deepseek(c: _Reader) -> dict[str, Any]:
         "mlp": "swiglu",
         "norm": "rmsnorm",
         "position_embedding": "rope",
-        "tied_embeddings": bool(c.get("tie_word_embeddings", False)),
+        "tied_embeddings": c.flag("tie_word_embeddings", False),
         "dropout": c.dropout("attention_dropout"),
         "q_lora_rank": c.get("q_lora_rank", 0),
         "kv_lora_rank": c.need("kv_lora_rank"),
@@ -216,8 +260,8 @@ def _deepseek(c: _Reader) -> dict[str, Any]:
         "moe_ffn_hidden_size": c.need("moe_intermediate_size"),
         "shared_expert_ffn_size": c.need("moe_intermediate_size") * c.get("n_shared_experts", 0),
         "first_k_dense_layers": c.get("first_k_dense_replace", 0),
-        "moe_layer_freq": c.get("moe_layer_freq", 1),
-        "router_bias": c.get("topk_method", "") == "noaux_tc",
+        "moe_layer_freq": c.get("moe_layer_freq", 1, minimum=1),
+        "router_bias": c.text("topk_method") == "noaux_tc",
     }
 
 
@@ -226,7 +270,7 @@ def _gpt_oss(c: _Reader) -> dict[str, Any]:
     per head (``sinks``), router weight E*H + bias E, experts gate_up_proj (E, H, 2F) + bias (E, 2F) and
     down_proj (E, F, H) + bias (E, H); RMSNorm; untied head. Every layer is MoE."""
     spec = _llama(c)
-    attention_bias = bool(c.get("attention_bias", True))
+    attention_bias = c.flag("attention_bias", True)
     spec.update(qkv_bias=attention_bias, linear_bias=True, attention_sinks=True, router_bias=True,
                 num_experts=c.need("num_local_experts"),
                 moe_topk=c.need("num_experts_per_tok"),

@@ -13,7 +13,6 @@ DeepSeek-V3 technical report §2.1 (MLA: low-rank q and kv compression with deco
 
 from __future__ import annotations
 
-import json
 import tomllib
 from dataclasses import MISSING, dataclass, field, fields, replace
 from importlib import resources
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from meshplan.errors import SpecError
+from meshplan.fields import MAX_SIZE, at_most, check_types
+from meshplan.files import read_json, read_toml
 
 MLP_KINDS = ("gelu", "swiglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
@@ -70,6 +71,7 @@ class ModelSpec:
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
+        check_types(self)
         for name in ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_length"):
             _positive(self, name)
         for name in ("num_kv_heads", "head_dim", "num_experts", "moe_topk", "moe_ffn_hidden_size",
@@ -77,6 +79,7 @@ class ModelSpec:
                      "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings"):
             _non_negative(self, name)
         _positive(self, "moe_layer_freq")
+        at_most(self, _SIZES, MAX_SIZE)
         if self.num_kv_heads == 0:
             object.__setattr__(self, "num_kv_heads", self.num_heads)
         if self.head_dim == 0:
@@ -92,8 +95,13 @@ class ModelSpec:
         if self.num_experts:
             if not 0 < self.moe_topk <= self.num_experts:
                 raise SpecError(f"moe_topk={self.moe_topk} must be in 1..num_experts={self.num_experts}")
+            if self.first_k_dense_layers >= self.num_layers:
+                raise SpecError(f"first_k_dense_layers={self.first_k_dense_layers} leaves no MoE layer of "
+                                f"num_layers={self.num_layers}")
             if self.moe_ffn_hidden_size == 0:
                 object.__setattr__(self, "moe_ffn_hidden_size", self.ffn_hidden_size)
+        else:
+            _dense_has_no_expert_fields(self)
         if self.is_mla and not (self.qk_nope_head_dim and self.qk_rope_head_dim and self.v_head_dim):
             raise SpecError("MLA (kv_lora_rank > 0) needs qk_nope_head_dim, qk_rope_head_dim and v_head_dim")
         if self.position_embedding == "learned" and self.max_position_embeddings == 0:
@@ -229,6 +237,19 @@ def _non_negative(spec: Any, name: str) -> None:
         raise SpecError(f"{name}={value!r} must be a non-negative integer")
 
 
+_SIZES = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_length", "num_kv_heads",
+          "head_dim", "num_experts", "moe_ffn_hidden_size", "shared_expert_ffn_size", "q_lora_rank", "kv_lora_rank",
+          "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings")
+_EXPERT_FIELDS = ("moe_topk", "moe_ffn_hidden_size", "shared_expert_ffn_size", "first_k_dense_layers")
+
+
+def _dense_has_no_expert_fields(spec: Any) -> None:
+    """A dense model (num_experts = 0) given an expert setting is a mistake: say so instead of ignoring it."""
+    for name in _EXPERT_FIELDS:
+        if getattr(spec, name):
+            raise SpecError(f"{name}={getattr(spec, name)} needs num_experts > 0 (num_experts=0: a dense model)")
+
+
 def _choice(spec: Any, name: str, allowed: tuple[str, ...]) -> None:
     value = getattr(spec, name)
     if value not in allowed:
@@ -252,6 +273,8 @@ def model_from_dict(data: dict[str, Any], where: str = "model") -> ModelSpec:
         return ModelSpec(**data)
     except TypeError as exc:
         raise SpecError(f"{where}: {exc}") from None
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
 
 
 def from_hf_config(config: dict[str, Any], name: str = "hf-model", where: str | None = None) -> ModelSpec:
@@ -270,31 +293,14 @@ def preset_names() -> list[str]:
 def load_model(ref: str) -> ModelSpec:
     """A preset name (``llama3-70b``), a ``.toml`` preset file or a Hugging Face ``config.json``."""
     path = Path(ref)
-    if path.suffix == ".json":
-        return from_hf_config(_read_json(path), name=path.parent.name or path.stem, where=f"model={str(path)!r}")
-    if path.suffix == ".toml":
-        return model_from_dict(_read_toml(path), where=str(path))
+    if path.suffix.lower() == ".json":
+        where = f"model={str(path)!r}"
+        return from_hf_config(read_json(path, "model"), name=path.parent.name or path.stem, where=where)
+    if path.suffix.lower() == ".toml":
+        return model_from_dict(read_toml(path, "model"), where=f"model={str(path)!r}")
     root = resources.files("meshplan") / "presets" / "models"
     preset = root / f"{ref}.toml"
     if not preset.is_file():
         raise SpecError(f"model={ref!r} is not a preset, a .toml file or a config.json "
                         f"(presets: {', '.join(preset_names())})")
     return model_from_dict(tomllib.loads(preset.read_text()), where=f"preset {ref}")
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise SpecError(f"model={str(path)!r}: no such file") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"model={str(path)!r}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise SpecError(f"model={str(path)!r}: no such file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"model={str(path)!r}: malformed TOML: {exc}") from None

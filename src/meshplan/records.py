@@ -6,31 +6,25 @@ validate.py maps a cleaned record onto meshplan; nothing here knows about models
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
 from typing import Any
 
 from meshplan.errors import SpecError
+from meshplan.files import parse_json, read_text
 
 
 def read_runs(path: str | Path) -> list[dict[str, Any]]:
     """The records of a JSONL file (blank lines ignored); a malformed line is a SpecError naming it."""
     runs = []
-    try:
-        lines = Path(path).read_text().splitlines()
-    except FileNotFoundError:
-        raise SpecError(f"validation file {str(path)!r}: no such file") from None
+    lines = read_text(path, "validation file").splitlines()
     for line_no, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{path}:{line_no}: malformed JSON: {exc.msg}") from None
-        if not isinstance(record, dict) or "id" not in record:
-            raise SpecError(f"{path}:{line_no}: a record must be an object with an 'id'")
+        record = parse_json(line, f"{path}:{line_no}")
+        if not isinstance(record, dict) or not isinstance(record.get("id"), str) or not record["id"]:
+            raise SpecError(f"{path}:{line_no}: a record must be an object with a non-empty string 'id'")
         runs.append(record)
     if not runs:
         raise SpecError(f"validation file {str(path)!r}: no records (one JSON object per line)")

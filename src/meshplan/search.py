@@ -135,7 +135,9 @@ class SearchResult:
 # ---- candidates ------------------------------------------------------------------------------------------------
 @lru_cache(maxsize=4096)
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of ``n`` in increasing order, from the pairs (d, n / d) with d ≤ √n."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 @dataclass

@@ -21,6 +21,7 @@ Two sweeps, after seed 003 (Subramanian et al. 2024, arXiv 2410.00273, Figs. 4â€
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from meshplan.errors import MissingDependency, SpecError
+from meshplan.files import write_text
 from meshplan.hardware import System, load_system
 from meshplan.model import ModelSpec
 from meshplan.search import SearchResult, Space, search
@@ -291,24 +293,21 @@ def _cell(value: Any) -> Any:
 
 def write_csv(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:
     """One header line (``COLUMNS``) and one line per row; missing values are empty cells (NaN in pandas)."""
-    path = Path(path)
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: _cell(row.get(k)) for k in COLUMNS})
-    return path
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=COLUMNS, extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _cell(row.get(k)) for k in COLUMNS})
+    return write_text(path, text.getvalue(), "output")
 
 
 def write_json(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:
     """A JSON array of row objects (``pandas.read_json(path)`` reads it as a table); missing values are null."""
-    path = Path(path)
     def null(v: Any) -> Any:  # NaN and infinities are not JSON
         return None if isinstance(v, float) and not math.isfinite(v) else v
 
     clean = [{k: null(row.get(k)) for k in COLUMNS} for row in rows]
-    path.write_text(json.dumps(clean, indent=1) + "\n")
-    return path
+    return write_text(path, json.dumps(clean, indent=1) + "\n", "output")
 
 
 def read_csv(path: str | Path) -> list[dict[str, Any]]:

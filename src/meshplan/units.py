@@ -6,6 +6,7 @@ Decimal prefixes (k, M, G, T, P) are powers of 1000; binary ones (Ki, Mi, Gi, Ti
 
 from __future__ import annotations
 
+import math
 import re
 
 from meshplan.errors import SpecError
@@ -31,13 +32,21 @@ def parse_quantity(text: str | float | int, field: str = "value") -> float:
 
     Numbers pass through unchanged; bit rates are converted to bytes/s.
     """
+    bad = SpecError(f"{field}={text!r} is not a quantity like '80 GiB', '900 GB/s' or '989 TFLOP/s'")
     if isinstance(text, (int, float)) and not isinstance(text, bool):
+        if not math.isfinite(text):
+            raise bad
         return float(text)
-    match = _QUANTITY.match(str(text))
+    match = _QUANTITY.match(text) if isinstance(text, str) else None
     if not match or match.group(2) not in _PREFIX:
-        raise SpecError(f"{field}={text!r} is not a quantity like '80 GiB', '900 GB/s' or '989 TFLOP/s'")
+        raise bad
     number, prefix, unit = match.groups()
-    value = float(number) * _PREFIX[prefix]
+    try:
+        value = float(number) * _PREFIX[prefix]
+    except ValueError:
+        raise bad from None
+    if not math.isfinite(value):
+        raise bad
     if unit in ("b/s", "bit/s", "bps"):
         value /= 8.0
     return value

@@ -156,6 +156,8 @@ def _model_from_record(m: dict[str, Any]) -> ModelSpec:
     if f is None or m.get("vocab_size") is None:
         raise Skip(f"model {m.get('name')}: ffn_hidden_size or vocab_size not recorded and no preset matches")
     heads, head_dim = int(m["num_heads"]), int(m.get("head_dim") or 0)
+    if heads < 1 or h < 1:
+        raise Skip(f"model {m.get('name')}: num_heads={heads} and hidden_size={h} must be positive")
     if not head_dim and h % heads:
         raise Skip(f"model {m.get('name')}: num_heads={heads} does not divide hidden_size={h} and head_dim is not "
                    "recorded")

@@ -28,7 +28,7 @@ from meshplan.calibrate.fit import (
     summarize_dims,
 )
 from meshplan.calibrate.records import CollectiveSample, GemmSample, MemorySample, PairSample
-from meshplan.calibrate.settings import Settings, settings_for
+from meshplan.calibrate.settings import Settings, check_world_size, settings_for
 from meshplan.errors import SpecError
 from meshplan.hardware import System
 
@@ -114,10 +114,11 @@ def calibrate(*, world_size: int | None = None, mesh: tuple[int, ...] | None = N
     from meshplan.calibrate.bench import bench_gemm, bench_memory, device_info, require_torch, resolve_device
     from meshplan.calibrate.collectives import measure_distributed
 
-    if world_size is not None and (not isinstance(world_size, int) or world_size < 1):
-        raise SpecError(f"world-size={world_size!r} must be a positive integer")
+    check_world_size(world_size)
     torch = require_torch()
     dev = resolve_device(device)
+    if dev == "cuda" and world_size is not None and world_size > torch.cuda.device_count():
+        raise SpecError(f"world-size={world_size} is more than this host's {torch.cuda.device_count()} GPUs")
     if world_size is None and mesh is not None:
         world_size = math.prod(mesh)
     elif world_size is None:

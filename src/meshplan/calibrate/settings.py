@@ -69,11 +69,15 @@ def _powers(lo: int, hi: int, step: int) -> tuple[int, ...]:
     return tuple(sizes)
 
 
+# Local ranks a calibration starts on this host: a 72-GPU NVLink domain spans 18 hosts of 4, and the largest
+# single hosts have 8 (DGX / HGX) or 16 GPUs; 64 leaves room for oversubscribed CPU ranks in tests.
+MAX_LOCAL_RANKS = 64
+
+
 def parse_mesh(text: str | None, world_size: int | None = None) -> tuple[int, ...] | None:
     """``"2x4"`` (innermost first, as hardware.py's tiers) → (2, 4), checked against ``world_size`` when given;
     None → None."""
-    if world_size is not None and (not isinstance(world_size, int) or world_size < 1):
-        raise SpecError(f"world-size={world_size!r} must be a positive integer")
+    check_world_size(world_size)
     if text is None:
         return None
     parts = re.split(r"[x×,*]", text.strip().lower())
@@ -88,4 +92,18 @@ def parse_mesh(text: str | None, world_size: int | None = None) -> tuple[int, ..
         product *= s
     if world_size is not None and product != world_size:
         raise SpecError(f"mesh={text!r} = {product} ranks does not equal world-size={world_size}")
+    if product > MAX_LOCAL_RANKS:
+        raise SpecError(f"mesh={text!r} = {product} ranks is more than the {MAX_LOCAL_RANKS} local ranks one "
+                        "host runs")
     return shape
+
+
+def check_world_size(world_size: int | None) -> None:
+    """``world_size`` local ranks (processes on this host) are a positive number no larger than one host runs."""
+    if world_size is None:
+        return
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        raise SpecError(f"world-size={world_size!r} must be a positive integer")
+    if world_size > MAX_LOCAL_RANKS:
+        raise SpecError(f"world-size={world_size} is more than the {MAX_LOCAL_RANKS} local ranks one host runs "
+                        "(calibrate times the links of one host; run it on each kind of node)")

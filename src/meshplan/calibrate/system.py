@@ -27,6 +27,7 @@ from meshplan.calibrate.fit import TierFit
 from meshplan.calibrate.run import Calibration
 from meshplan.efficiency import DEFAULT, Efficiency
 from meshplan.errors import SpecError
+from meshplan.files import write_text
 from meshplan.hardware import System
 from meshplan.units import fmt_bytes
 
@@ -119,8 +120,7 @@ def write_system(cal: Calibration, path: str | Path, base: System | None = None,
     path = Path(path)
     if path.suffix != ".toml":
         raise SpecError(f"out={str(path)!r} must end in .toml (load_system reads it back by that suffix)")
-    path.write_text(to_toml(cal, base, eff))
-    return path
+    return write_text(path, to_toml(cal, base, eff), "out")
 
 
 def _stream_bandwidth(cal: Calibration) -> tuple[float, str]:

@@ -12,6 +12,10 @@ from pathlib import Path
 import click
 
 from meshplan.errors import MissingDependency, SpecError
+from meshplan.files import make_dir, writable_dir
+
+FACTORS = "0.5,1,2,4"  # --factors' default
+MAX_FACTOR = 1e6  # a parameter scaled a million-fold is a what-if far past any roadmap; beyond it, overflow
 
 
 def _model_options(f):
@@ -104,7 +108,8 @@ def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k,
     best plans, step-time and memory breakdowns, pipeline timeline, per-op roofline and scaling curves."""
     from dataclasses import replace
 
-    from meshplan.cli import writable
+    from meshplan.cli import MAX_TOP
+    from meshplan.files import writable
     from meshplan.hardware import load_system
     from meshplan.report.html import write
     from meshplan.search import search
@@ -113,8 +118,8 @@ def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k,
     _require_matplotlib()
     if gpus < 1:
         raise SpecError(f"gpus={gpus} must be a positive integer")
-    if top_k < 1:
-        raise SpecError(f"top={top_k} must be a positive integer")
+    if not 0 < top_k <= MAX_TOP:
+        raise SpecError(f"top={top_k} must be a positive integer up to {MAX_TOP}")
     if workers is not None and workers < 1:
         raise SpecError(f"workers={workers} must be a positive integer")
     writable(str(output), "output")
@@ -153,7 +158,7 @@ def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k,
 @click.option("--param", "params", default=None,
               help="hardware parameters to scale (comma-separated): peak_flops, hbm_bandwidth, hbm_capacity, "
                    "nvlink_bandwidth, nic_bandwidth, nvlink_domain (default: none, a strong-scaling sweep)")
-@click.option("--factors", default="0.5,1,2,4", show_default=True, help="scale factors for --param")
+@click.option("--factors", default=FACTORS, show_default=True, help="scale factors for --param")
 @_run_options
 @click.option("--format", "formats", default="png,svg", show_default=True, help="picture formats: png, svg")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("sweep"),
@@ -179,8 +184,10 @@ def sweep(model_ref, seq, global_batch, systems, nvlink, gpus, params, factors, 
         scale = [float(f) for f in factors.split(",") if f.strip()]
     except ValueError:
         raise SpecError(f"factors={factors!r} must be numbers separated by commas") from None
-    if not scale or min(scale) <= 0:
-        raise SpecError(f"factors={factors!r} must be positive numbers")
+    if not scale or not all(0 < f <= MAX_FACTOR for f in scale):
+        raise SpecError(f"factors={factors!r} must be positive numbers up to {MAX_FACTOR:g}")
+    if params is None and factors != FACTORS:
+        raise SpecError(f"factors={factors} needs --param (the hardware parameter they scale)")
     kinds = [f.strip().lower() for f in formats.split(",") if f.strip()]
     for kind in kinds:
         if kind not in ("png", "svg"):
@@ -191,8 +198,9 @@ def sweep(model_ref, seq, global_batch, systems, nvlink, gpus, params, factors, 
     points = []
     for name in names:
         points += param_points(model, refs, counts, gbs, param=name, factors=scale, nvlink=domains, space=space)
+    writable_dir(output, "output")
     rows = run(points, workers=workers, ray_address=ray_address)
-    output.mkdir(parents=True, exist_ok=True)
+    make_dir(output, "output")
     written = [write_csv(rows, output / "sweep.csv"), write_json(rows, output / "sweep.json")]
     try:
         from meshplan.report.plots import save, sweep_figures

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from meshplan.files import write_text
 from meshplan.report.text import op_totals
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
@@ -253,9 +254,7 @@ def render(result: SearchResult, scaling_rows: Sequence[dict[str, Any]] | None =
 def write(path: str | Path, result: SearchResult, scaling_rows: Sequence[dict[str, Any]] | None = None,
           top: int = 5) -> Path:
     """Write the report of ``result`` to ``path`` (UTF-8); return the path."""
-    path = Path(path)
-    path.write_text(render(result, scaling_rows, top), encoding="utf-8")
-    return path
+    return write_text(path, render(result, scaling_rows, top), "output")
 
 
 def _per_rank(times: tuple[float, ...]) -> str:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from meshplan.errors import MissingDependency, SpecError
+from meshplan.files import write_bytes
 from meshplan.units import GiB, fmt_bytes, fmt_time
 
 if TYPE_CHECKING:
@@ -60,8 +61,10 @@ def save(fig: Figure, path: str | Path, dpi: int = 150) -> Path:
     path = Path(path)
     if path.suffix.lower() not in (".png", ".svg"):
         raise SpecError(f"{path}: plots are written as .png or .svg")
-    fig.savefig(path, dpi=dpi, metadata={"Software": None} if path.suffix.lower() == ".png" else {"Date": None})
-    return path
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lower()[1:], dpi=dpi,
+                metadata={"Software": None} if path.suffix.lower() == ".png" else {"Date": None})
+    return write_bytes(path, buf.getvalue(), "output")
 
 
 def svg_text(fig: Figure) -> str:

@@ -41,11 +41,11 @@ def load_factory(ref: str) -> Any:
     where, sep, attr = ref.rpartition(":")
     if not sep or not where or not attr:
         raise SpecError(f"model={ref!r} must be MODULE:FACTORY (e.g. mypkg.models:make_model or model.py:make)")
+    path = Path(where)
+    if where.endswith(".py") and not path.is_file():
+        raise SpecError(f"model={ref!r}: no such file {where!r}")
     try:
         if where.endswith(".py"):
-            path = Path(where)
-            if not path.is_file():
-                raise SpecError(f"model={ref!r}: no such file {where!r}")
             spec = importlib.util.spec_from_file_location(f"_meshplan_trace_{path.stem}", path)
             module = importlib.util.module_from_spec(spec)
             sys.path.insert(0, str(path.resolve().parent))  # the file may import its neighbours
@@ -61,6 +61,9 @@ def load_factory(ref: str) -> Any:
         raise SpecError(f"model={ref!r}: no module named {exc.name!r}") from None
     except SyntaxError as exc:
         raise SpecError(f"model={ref!r}: syntax error in {exc.filename} line {exc.lineno}") from None
+    except SystemExit as exc:  # the module calls sys.exit() at import (a script without a __main__ guard)
+        raise SpecError(f"model={ref!r}: importing {where} called sys.exit({exc.code!r}); guard its script "
+                        "code with if __name__ == '__main__'") from None
     except Exception as exc:  # noqa: BLE001  (the user's module raised while being imported)
         raise SpecError(f"model={ref!r}: importing {where} failed: {_first_line(exc)}") from None
     try:
@@ -80,10 +83,10 @@ def build(factory: Any, ref: str) -> Any:
         try:
             with FakeTensorMode(allow_non_fake_inputs=True):
                 model = factory()
-        except Exception:  # e.g. .item() in __init__: build it for real, then trace with fake copies
+        except (Exception, SystemExit):  # e.g. .item() in __init__: build it for real, then trace with fakes
             try:
                 model = factory()
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:
                 raise SpecError(f"model={ref!r}: the factory failed: {_first_line(exc)}") from None
     if not isinstance(model, torch.nn.Module):
         raise SpecError(f"model={ref!r} returned {type(model).__name__}, not a torch.nn.Module")

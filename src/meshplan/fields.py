@@ -1,0 +1,55 @@
+"""Type checks for the frozen specs' fields, so that a TOML or JSON value of the wrong kind is one clear line.
+
+TOML and JSON give strings, booleans, numbers, lists and tables; a spec field declared ``int`` that receives
+``"2"`` or ``true`` (Python's ``bool`` is an ``int``), or a ``bool`` that receives ``"false"`` (a non-empty,
+hence true, string) would otherwise be used as is. ``check_types`` reads each field's declared type and
+raises SpecError naming the field and the value: ``tied_embeddings='false' must be true or false``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+from typing import Any
+
+from meshplan.errors import SpecError
+
+# The integer sizes of a model (layers, widths, vocabulary, sequence) are at most this: 2^31 - 1, the largest
+# int32 (PyTorch's and CUDA's index type for a dimension); a sequence of 10^20 tokens is a typo, and its
+# products overflow the int64 arithmetic of the batched search.
+MAX_SIZE = 2**31 - 1
+
+
+def _kind_error(name: str, value: Any, kind: str) -> str | None:
+    """The complaint about ``value`` for a field declared ``kind`` (a string annotation), or None."""
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if kind == "int" and not is_int:
+        return f"{name}={value!r} must be an integer"
+    if kind == "float" and not (is_int or isinstance(value, float)):
+        return f"{name}={value!r} must be a number"
+    if kind == "float" and not math.isfinite(value):
+        return f"{name}={value!r} must be a finite number"
+    if kind == "bool" and not isinstance(value, bool):
+        return f"{name}={value!r} must be true or false"
+    if kind == "bool | None" and not (value is None or isinstance(value, bool)):
+        return f"{name}={value!r} must be true or false"
+    if kind == "str" and not isinstance(value, str):
+        return f"{name}={value!r} must be a string"
+    return None
+
+
+def check_types(spec: Any, prefix: str = "") -> None:
+    """Raise SpecError for the first field of dataclass ``spec`` whose value is not of its declared type
+    (``int``, ``float``, ``bool``, ``bool | None``, ``str``; other annotations are the spec's own business)."""
+    for f in fields(spec):
+        message = _kind_error(f.name, getattr(spec, f.name), str(f.type))
+        if message:
+            raise SpecError(prefix + message)
+
+
+def at_most(spec: Any, names: tuple[str, ...], limit: int, prefix: str = "") -> None:
+    """Raise SpecError for the first of ``names`` above ``limit``."""
+    for name in names:
+        value = getattr(spec, name)
+        if value > limit:
+            raise SpecError(f"{prefix}{name}={value} is larger than {limit:,}")

@@ -1,0 +1,124 @@
+"""User files in and out: every way reading or writing one can fail becomes one SpecError naming the option.
+
+A user points meshplan at files (``--model config.json``, ``--system my.toml``, ``validate runs.jsonl``) and at
+places to write (``report -o``, ``sweep -o``, ``calibrate --out``). Missing files, directories given as files,
+permissions, bytes that are not UTF-8, numbers Python will not parse and full disks are all bad input: the
+message names the option and the path (``model='x/config.json': not UTF-8 text (byte 0xff at 0)``), never a
+traceback. ``writable`` checks an output before the work that produces it, ``write_text`` / ``write_bytes``
+report what the operating system says when the write itself fails (``/dev/full``, ``/proc``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from meshplan.errors import SpecError
+
+
+def _os_reason(exc: OSError) -> str:
+    """``[Errno 21] Is a directory`` → ``is a directory``: the operating system's reason, lower case."""
+    reason = exc.strerror or type(exc).__name__
+    return reason[:1].lower() + reason[1:]
+
+
+def read_text(path: str | Path, field: str) -> str:
+    """The file's text (UTF-8); ``field`` is the option that named it."""
+    if str(path) == "":
+        raise SpecError(f"{field}='' is empty: give a file")
+    target = Path(path)
+    if target.is_dir():
+        raise SpecError(f"{field}={str(path)!r} is a directory, not a file")
+    try:
+        return target.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{field}={str(path)!r}: no such file") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{field}={str(path)!r}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
+                        f"{exc.start})") from None
+    except OSError as exc:
+        raise SpecError(f"{field}={str(path)!r}: cannot read: {_os_reason(exc)}") from None
+
+
+def parse_json(text: str, where: str) -> Any:
+    """One JSON document; malformed JSON and numbers too long for Python (4300+ digits) name ``where``."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{where}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:
+        raise SpecError(f"{where}: unreadable JSON: {exc}") from None
+
+
+def read_json(path: str | Path, field: str) -> Any:
+    return parse_json(read_text(path, field), f"{field}={str(path)!r}")
+
+
+def parse_toml(text: str, where: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{where}: malformed TOML: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise SpecError(f"{where}: unreadable TOML: {exc}") from None
+
+
+def read_toml(path: str | Path, field: str) -> dict[str, Any]:
+    return parse_toml(read_text(path, field), f"{field}={str(path)!r}")
+
+
+def writable(path: str | Path, field: str) -> None:
+    """Fail before the work, not after it, when an output file cannot be created where the user asked."""
+    if str(path) == "":
+        raise SpecError(f"{field}='' is empty: give a file name")
+    target = Path(path).expanduser()
+    if target.is_dir():
+        raise SpecError(f"{field}={str(path)!r} is a directory, not a file")
+    parent = target.parent
+    if parent.exists() and not parent.is_dir():
+        raise SpecError(f"{field}={str(path)!r}: {str(parent)!r} is a file, not a directory")
+    if not parent.is_dir():
+        raise SpecError(f"{field}={str(path)!r}: directory {str(parent)!r} does not exist")
+    if not os.access(target if target.exists() else parent, os.W_OK):
+        raise SpecError(f"{field}={str(path)!r}: permission denied")
+
+
+def writable_dir(path: str | Path, field: str) -> None:
+    """An output directory: it may exist (as a directory) or be created, with its missing parents, below the
+    nearest existing directory, which must be writable."""
+    if str(path) == "":
+        raise SpecError(f"{field}='' is empty: give a directory")
+    target = Path(path).expanduser()
+    existing = next(p for p in (target, *target.parents) if p.exists())
+    if not existing.is_dir():
+        raise SpecError(f"{field}={str(path)!r}: {str(existing)!r} is a file, not a directory")
+    if not os.access(existing, os.W_OK):
+        raise SpecError(f"{field}={str(path)!r}: permission denied")
+
+
+def make_dir(path: str | Path, field: str) -> Path:
+    """Create the output directory (and its parents) or say why not."""
+    target = Path(path).expanduser()
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(f"{field}={str(path)!r}: cannot create the directory: {_os_reason(exc)}") from None
+    return target
+
+
+def write_text(path: str | Path, text: str, field: str) -> Path:
+    return write_bytes(path, text.encode("utf-8"), field)
+
+
+def write_bytes(path: str | Path, data: bytes, field: str) -> Path:
+    """Write ``data`` to ``path``; a failure (no space, read-only file system, /proc) names the option."""
+    target = Path(path).expanduser()
+    try:
+        with target.open("wb") as f:
+            f.write(data)
+    except OSError as exc:
+        raise SpecError(f"{field}={str(path)!r}: cannot write: {_os_reason(exc)}") from None
+    return target

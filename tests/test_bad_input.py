@@ -1,0 +1,251 @@
+"""Bad input of every kind a fuzzing review found: one line naming the field and the value, exit status 2.
+
+Each case is a command line (and the files it reads) with the words its error must contain. Before these fixes
+each one ended in a traceback, a hang, silently wrong output or a vague message; ``meshplan: internal error``
+(the safety net for bugs) must not appear either.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from meshplan.cli import main
+from meshplan.errors import SpecError
+from meshplan.files import read_text, write_text
+from meshplan.search import divisors
+
+H100 = Path(__file__).parents[1] / "src" / "meshplan" / "presets" / "hardware" / "h100.toml"
+LLAMA = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1376, "num_attention_heads": 8,
+         "num_key_value_heads": 4, "num_hidden_layers": 4, "vocab_size": 32000, "max_position_embeddings": 1024}
+QWEN_MOE = {**LLAMA, "model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 256}
+DEEPSEEK = {**LLAMA, "model_type": "deepseek_v3", "qk_nope_head_dim": 64, "qk_rope_head_dim": 32,
+            "kv_lora_rank": 128, "v_head_dim": 64, "n_routed_experts": 8, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 256}
+SMALL = 'name = "x"\nnum_layers = 2\nhidden_size = 64\nnum_heads = 4\nffn_hidden_size = 128\nvocab_size = 100\n'
+
+
+def fails(args: list[str], capsys) -> str:
+    """Run the CLI; assert one line on stderr, exit status 2, no traceback and no internal error; the line."""
+    code = main(args)
+    _, err = capsys.readouterr()
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and "internal error" not in err, err
+    return err.strip()
+
+
+def estimate(model: str = "llama3-8b", system: str = "h100", *extra: str) -> list[str]:
+    return ["estimate", "--model", model, "--system", system, "--gpus", "8", *extra]
+
+
+def hf(tmp_path: Path, config: dict, name: str = "m") -> str:
+    (tmp_path / name).mkdir()
+    path = tmp_path / name / "config.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def system(tmp_path: Path, old: str, new: str) -> str:
+    text = H100.read_text()
+    assert old in text
+    path = tmp_path / "system.toml"
+    path.write_text(text.replace(old, new, 1))
+    return str(path)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--dp", "0"], "dp=0 must be a positive integer"),  # was ZeroDivisionError
+    (["--dp", "-64"], "dp=-64 must be a positive integer"),  # was reported as global_batch=-64
+    (["--global-batch", "0"], "global-batch=0 must be a positive integer"),  # was silently dp × micro-batch
+    (["--recompute-layers", "3"], "recompute-layers=3 needs --recompute full (got selective)"),
+    (["--recompute", "full", "--recompute-layers", "300"], "recompute-layers=300 is more than the 32 layers"),
+    (["--seq", "100000000000000000000"], "seq=100000000000000000000 must be a positive integer up to"),
+])
+def test_estimate_options(extra, message, capsys):
+    assert message in fails(estimate("llama3-8b", "h100", *extra), capsys)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--gpus", "8", "--global-batch", "0"], "global-batch=0 must be a positive integer"),
+    (["--gpus", "1000000000"], "gpus=1000000000 is more than 1,048,576"),  # was a hang (divisors in O(n))
+    (["--gpus", "8", "--top", "100000000"], "top=100000000 is more than 1000 plans"),  # was 50 s
+    (["--gpus", "8", "--tokens", "1e400"], "tokens='1e400' is not a positive count"),  # was Infinity in JSON
+    (["--gpus", "8", "--tokens", "15T", "--price", "nan"], "price=nan must be a non-negative number"),
+    (["--gpus", "8", "--tokens", "15T", "--price", "inf"], "price=inf must be a non-negative number"),
+    (["--gpus", "8", "--tokens", ""], "tokens='' is not a positive count"),  # was ignored
+    (["--gpus", "8", "--rank", "cost"], "rank=cost needs --tokens"),  # was ranked by time
+    (["--gpus", "8", "--seq", "100000000000000000000"], "seq=100000000000000000000 must be"),  # OverflowError
+])
+def test_plan_options(extra, message, capsys):
+    assert message in fails(["plan", "--model", "llama3-8b", "--system", "h100", *extra], capsys)
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ({**LLAMA, "attention_dropout": "abc"}, "attention_dropout='abc' must be a probability"),
+    ({**LLAMA, "attention_dropout": [0.1]}, "attention_dropout=[0.1] must be a probability"),
+    ({**LLAMA, "tie_word_embeddings": "false"}, "tie_word_embeddings='false' must be true or false"),
+    ({**LLAMA, "num_hidden_layers": 4.5}, "num_hidden_layers=4.5 must be a positive integer"),
+    ({**QWEN_MOE, "decoder_sparse_step": 0}, "decoder_sparse_step=0 must be a positive integer"),
+    ({**QWEN_MOE, "decoder_sparse_step": "2"}, "decoder_sparse_step='2' must be a positive integer"),
+    ({**QWEN_MOE, "mlp_only_layers": 5}, "mlp_only_layers=5 must be a list of layer indices"),
+    ({**QWEN_MOE, "mlp_only_layers": [0, "1"]}, "mlp_only_layers='1' must be a non-negative integer"),
+    ({**DEEPSEEK, "qk_nope_head_dim": "64"}, "qk_nope_head_dim='64' must be a positive integer"),
+    ({**DEEPSEEK, "n_shared_experts": "2"}, "n_shared_experts='2' must be a non-negative integer"),  # was "22"
+])
+def test_hf_config_values_of_the_wrong_kind(config, message, tmp_path, capsys):
+    path = hf(tmp_path, config)
+    err = fails(estimate(path), capsys)
+    assert err.startswith(f"meshplan: error: model={path!r}: config.json ") and message in err
+
+
+def test_unreadable_files_name_the_option(tmp_path, capsys):
+    huge = hf(tmp_path, LLAMA).replace("m/config.json", "m/config.json")
+    Path(huge).write_text(json.dumps(LLAMA).replace("512", "9" * 5000, 1))
+    assert "unreadable JSON: Exceeds the limit (4300 digits)" in fails(estimate(huge), capsys)
+    binary = tmp_path / "bin.toml"
+    binary.write_bytes(b'name = "\xff"\n')
+    assert fails(estimate(str(binary)), capsys).endswith(f"model={str(binary)!r}: not UTF-8 text (byte 0xff at 8)")
+    assert f"system={str(binary)!r}: not UTF-8 text" in fails(estimate("llama3-8b", str(binary)), capsys)
+    runs = tmp_path / "runs.jsonl"
+    runs.write_bytes(b"\xff\n")
+    assert "validation file=" in fails(["validate", str(runs)], capsys)
+    folder = tmp_path / "dir.toml"
+    folder.mkdir()
+    assert fails(estimate(str(folder)), capsys).endswith(f"model={str(folder)!r} is a directory, not a file")
+    assert "is a directory, not a file" in fails(estimate("llama3-8b", str(folder)), capsys)
+    assert "validation file='' is empty" in fails(["validate", ""], capsys)
+    upper = tmp_path / "CONFIG.JSON"  # suffixes in any case: read as JSON, not looked up as a preset
+    upper.write_text(json.dumps(LLAMA))
+    assert main(estimate(str(upper), "h100", "--json")) == 0
+
+
+@pytest.mark.parametrize(("record", "message"), [
+    ({"id": None, "model": {"name": "llama3-8b"}}, "runs.jsonl:1: a record must be an object with a non-empty"),
+    ({"id": "", "model": {"name": "llama3-8b"}}, "non-empty string 'id'"),
+])
+def test_validate_records_need_an_id(record, message, tmp_path, capsys):
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text(json.dumps(record) + "\n")
+    assert message in fails(["validate", str(runs)], capsys)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (SMALL + 'tied_embeddings = "false"\n', "tied_embeddings='false' must be true or false"),
+    (SMALL.replace('name = "x"', "name = 5"), "name=5 must be a string"),
+    (SMALL.replace("num_layers = 2", 'num_layers = "2"'), "num_layers='2' must be an integer"),
+    (SMALL + "moe_topk = 2\n", "moe_topk=2 needs num_experts > 0"),
+    (SMALL + "num_experts = 4\nmoe_topk = 2\nfirst_k_dense_layers = 5\n",
+     "first_k_dense_layers=5 leaves no MoE layer of num_layers=2"),
+    (SMALL.replace("hidden_size = 64", "hidden_size = 4294967296"), "hidden_size=4294967296 is larger than"),
+])
+def test_model_toml_fields(text, message, tmp_path, capsys):
+    path = tmp_path / "model.toml"
+    path.write_text(text)
+    err = fails(estimate(str(path)), capsys)
+    assert err.startswith(f"meshplan: error: model={str(path)!r}: ") and message in err
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ('hbm_bandwidth = "3.35 TB/s"', 'hbm_bandwidth = "- TB/s"', "hbm_bandwidth='- TB/s' is not a quantity"),
+    ('hbm_bandwidth = "3.35 TB/s"', "hbm_bandwidth = inf", "hbm_bandwidth=inf is not a quantity"),
+    ("[network]\n", "[spare]\n", "missing table [network]"),
+    ("fp32 = ", "nope = ", "peak_flops has unknown precision 'nope'"),
+    ("matmul_bf16 = 0.803", 'matmul_bf16 = "high"', "matmul_bf16='high' must be a number"),
+    ("matmul_bf16 = 0.803", "matmul_bf16 = 3.0", "matmul_bf16=3.0 must be a fraction of the peak in 0..1"),
+    ("tdp_watts = 700", "tdp_watts = -700", "tdp_watts=-700 must be non-negative"),
+    ("num_sms = 132", "num_sms = 132.5", "num_sms=132.5 must be an integer"),
+    ("async_mma = true", 'async_mma = "false"', "async_mma='false' must be true or false"),
+    ('host_bandwidth = "55 GB/s"', "host_bandwidth = 0", "host_bandwidth=0.0 must be positive"),  # ZeroDivision
+    ('host_bandwidth = "55 GB/s"', "host_bandwidth = -5", "host_bandwidth=-5.0 must be positive"),
+    ('host_memory = "256 GB"', "host_memory = -1", "host_memory=-1.0 must be positive"),
+    ('nic_latency = "5 us"', "nic_latency = -1", "nic_latency=-1.0 must be non-negative"),  # was "tier network"
+    ("nics_per_gpu = 1 ", 'nics_per_gpu = "1" ', "nics_per_gpu='1' must be a number"),
+])
+def test_system_toml_fields(old, new, message, tmp_path, capsys):
+    path = system(tmp_path, old, new)
+    err = fails(estimate("llama3-8b", path, "--offload-optimizer"), capsys)
+    assert err.startswith(f"meshplan: error: system={path!r}") and message in err
+
+
+@pytest.mark.parametrize(("output", "message"), [
+    ("", "output='.' is a directory, not a file"),  # click reads "" as "."
+    ("/proc/x.html", "output='/proc/x.html': "),  # permission denied, or (as root) the write itself fails
+])
+def test_report_output_that_cannot_be_written(output, message, capsys):
+    if output.startswith("/proc") and not Path("/proc/self").is_dir():
+        pytest.skip("needs Linux /proc")
+    assert message in fails(["report", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "-o", output],
+                            capsys)
+
+
+def test_a_system_table_that_is_not_a_table(tmp_path, capsys):
+    path = tmp_path / "system.toml"
+    path.write_text("network = 5\n" + H100.read_text().replace("[network]\n", "[spare]\n"))
+    assert fails(estimate("llama3-8b", str(path)), capsys).endswith(f"{str(path)!r}.network=5 must be a table "
+                                                                     "([network] with its keys)")
+
+
+def test_output_paths_that_are_not_what_they_seem(tmp_path, capsys):
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    report = ["report", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "-o"]
+    assert f"{str(a_file)!r} is a file, not a directory" in fails([*report, str(a_file / "r.html")], capsys)
+    assert f"File {str(tmp_path)!r} is a directory" in fails([*report, str(tmp_path)], capsys)
+    sweep = ["sweep", "--model", "llama3-8b", "--systems", "h100", "--gpus", "8", "-o"]
+    assert f"Directory {str(a_file)!r} is a file" in fails([*sweep, str(a_file)], capsys)
+    assert f"{str(a_file)!r} is a file, not a directory" in fails([*sweep, str(a_file / "sub")], capsys)
+
+
+def test_a_failing_write_is_one_line(tmp_path):
+    if not Path("/dev/full").exists():
+        pytest.skip("needs /dev/full")
+    with pytest.raises(SpecError, match=r"^output='/dev/full': cannot write: no space left on device$"):
+        write_text("/dev/full", "report", "output")
+    with pytest.raises(SpecError, match="is a directory, not a file"):
+        read_text(tmp_path, "model")
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--factors", "1,2"], "factors=1,2 needs --param"),  # was silently a strong-scaling sweep
+    (["--param", "hbm_bandwidth", "--factors", "1e308"], "factors='1e308' must be positive numbers up to 1e+06"),
+])
+def test_sweep_factors(extra, message, tmp_path, capsys):
+    args = ["sweep", "--model", "llama3-8b", "--systems", "h100", "--gpus", "8", "-o", str(tmp_path / "s"), *extra]
+    assert message in fails(args, capsys)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--world-size", "1000000"], "world-size=1000000 is more than the 64 local ranks"),  # forked without bound
+    (["--mesh", "100000x100000x100000"], "ranks is more than the 64 local ranks"),  # was MemoryError
+    (["--out", ""], "out='' must end in .toml"),
+])
+def test_calibrate_sizes_are_bounded_before_forking(extra, message, capsys):
+    assert message in fails(["calibrate", "--quick", *extra], capsys)
+
+
+def test_divisors_in_square_root_time():
+    """Pairs (d, n/d) with d ≤ √n: 36 → 1 2 3 4 6 | 9 12 18 36 (6·6 once); 2^20 · 3 has 21 · 2 divisors."""
+    assert divisors(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36]
+    assert divisors(1) == [1] and divisors(97) == [1, 97]
+    assert len(divisors(3 * 2**20)) == 42 and divisors(10**12)[-1] == 10**12
+
+
+def test_a_bug_is_one_line_with_exit_status_3(monkeypatch, capsys):
+    """The safety net: an unexpected exception (a bug, not bad input) still prints one line, says how to see
+    the traceback, and exits 3; MESHPLAN_DEBUG=1 re-raises it."""
+    import meshplan.estimate
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("float division by zero")
+
+    monkeypatch.setattr(meshplan.estimate, "estimate", broken)
+    assert main(estimate()) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("meshplan: internal error: ZeroDivisionError: float division by zero (a bug")
+    assert len(err.strip().splitlines()) == 1
+    monkeypatch.setenv("MESHPLAN_DEBUG", "1")
+    with pytest.raises(ZeroDivisionError):
+        main(estimate())
