@@ -98,3 +98,31 @@ def test_more_bandwidth_is_never_slower():
         slow = collective_time(kind, 1e8, 32, 1, cluster(8, 4, net_bw=10e9))
         fast = collective_time(kind, 1e8, 32, 1, cluster(8, 4, net_bw=20e9))
         assert fast <= slow
+
+
+def test_a_group_straddling_an_nvlink_domain_that_it_does_not_divide():
+    """Tensor parallelism of 16 on two 72-GPU racks: the groups start at 0, 16, …, 64; ranks 64–79 sit 8 in
+    each rack, so the worst group (which paces the step) is 8 on NVLink × 2 over the network: gcd(16, 72) = 8.
+    A group that divides the rack stays inside it; a stride the rack cannot hold puts every member alone."""
+    from meshplan.comm import tier_members
+
+    racks = cluster(72, 2, nv_bw=900e9, net_bw=50e9)
+    assert split_group(racks, 16, 1) == [8, 2]
+    assert split_group(racks, 8, 1) == [8, 1]  # 72 = 9 groups of 8
+    assert split_group(racks, 2, 72) == [1, 2]
+    assert tier_members(4, 16, 72) == 1  # extent 64: gcd(64, 72) = 8 < one stride of 16
+    whole = collective_time("all_reduce", 1e9, 16, 1, racks)
+    inside = collective_time("all_reduce", 1e9, 8, 1, racks)
+    assert whole > 2 * inside  # the half that crosses racks costs more than all of one rack's NVLink ring
+
+
+def test_a_group_of_two_strided_factors_multiplies_their_members():
+    """The dp·cp gradient group with cp = 2 at stride 1 and dp = 4 at stride 8 (pp = 4 between them) on 8-GPU
+    servers: per server 2 (cp) × 1 (dp stride 8 leaves the server) = 2 members, so [2, 4]; with the axes
+    adjacent (dp at stride 2) it is the contiguous group of 8: [8, 1]."""
+    from meshplan.comm import block_members
+
+    servers = cluster(8, 8)
+    assert split_group(servers, 8, ((2, 1), (4, 8))) == [2, 4]
+    assert split_group(servers, 8, ((2, 1), (4, 2))) == split_group(servers, 8, 1) == [8, 1]
+    assert block_members(8, ((2, 1), (4, 8)), 64) == 8

@@ -162,3 +162,36 @@ def test_pipeline_sends_are_priced_on_the_slowest_link_of_the_stages_chain():
     half = 2048 * 1024 * 2 / 2
     on_nvlink = nvlink.latency + half / (nvlink.bandwidth * 0.8)
     assert all(o.seconds == pytest.approx(on_nvlink) for o in inside.ops if o.name.startswith("pp/send"))
+
+
+def test_expert_groups_step_over_a_pipeline_placed_inside_them():
+    """Mixtral on two 8-GPU servers, pp = 2, dp = 8, ep = 8. With pp outermost the 8 expert-parallel ranks of a
+    stage are one server (0..7): the all-to-all stays on NVLink. With pp innermost a stage's ranks are 0, 2, …,
+    14, so its expert group spans both servers: 4 per server × 2 (estimate.expert_layout), and the all-to-all
+    crosses InfiniBand. Pricing both at stride etp = 1 (before) made the second as cheap as the first."""
+    from meshplan.comm import split_group
+    from meshplan.estimate import axis_layout
+
+    model, cluster = load_model("mixtral-8x7b").with_seq_length(4096), load_system("h100").cluster(16)
+    outer = Plan(dp=8, pp=2, ep=8, global_batch=64, recompute="full", placement=("tp", "cp", "dp", "pp"))
+    inner = replace(outer, placement=("pp", "tp", "cp", "dp"))
+    assert split_group(cluster, 8, axis_layout(outer, "ep")) == [8, 1]
+    assert axis_layout(inner, "ep") == ((1, 1), (8.0, 2))  # s_pp = 1: every step of the domain skips a stage
+    assert split_group(cluster, 8, axis_layout(inner, "ep")) == [4, 2]
+    assert estimate(model, cluster, inner).breakdown["ep"] > 3 * estimate(model, cluster, outer).breakdown["ep"]
+
+
+def test_the_gradient_group_of_dp_and_cp_apart_in_the_placement():
+    """cp = 2, pp = 2, dp = 4 on two servers. Placed (cp, dp, pp) the dp·cp group is ranks 0..7 (one server);
+    placed (cp, pp, dp) it is cp at stride 1 × dp at stride 4: ranks 0, 1, 4, 5, 8, 9, 12, 13, four per server.
+    The gradient reduction then crosses servers; treating the group as contiguous at the inner stride priced
+    both on NVLink."""
+    from meshplan.comm import split_group
+    from meshplan.estimate import axis_layout
+
+    model, cluster = load_model("llama3-8b").with_seq_length(8192), load_system("h100").cluster(16)
+    adjacent = Plan(dp=4, cp=2, pp=2, global_batch=64, zero=0, placement=("tp", "cp", "dp", "pp"))
+    apart = replace(adjacent, placement=("tp", "cp", "pp", "dp"))
+    assert split_group(cluster, 8, axis_layout(adjacent, "dp")) == [8, 1]
+    assert split_group(cluster, 8, axis_layout(apart, "dp")) == [4, 2]
+    assert estimate(model, cluster, apart).breakdown["dp"] > estimate(model, cluster, adjacent).breakdown["dp"]

@@ -234,6 +234,44 @@ def test_deduplicated_placements_cover_every_distinct_cost():
             assert set(keys) == {_placement_key(order, sizes, tiers) for order in PLACEMENTS}
 
 
+def test_the_expert_groups_split_as_the_dense_key_says():
+    """The placement dedupe keys on the dense groups only. That is exact for MoE models too when orders with
+    equal dense keys also split every expert-parallel and expert-data-parallel group alike (their layout
+    depends on where pp sits: estimate.expert_layout): checked here over random sizes, meshes and (ep, etp)."""
+    import random
+
+    from meshplan.search import DENSE_AXES, _placement_key
+
+    rng = random.Random(5)
+    for tiers in ((8, 512), (72, 16), (4, 64)):
+        for _ in range(150):
+            sizes = {a: rng.choice([1, 2, 4, 8, 16]) for a in DENSE_AXES} | {"tp2": 1}
+            domain = sizes["tp"] * sizes["cp"] * sizes["dp"]
+            experts = tuple((ep, etp) for ep in (1, 2, 4, 8, 16, 32) for etp in (1, sizes["tp"])
+                            if domain % (ep * etp) == 0)
+            full: dict[tuple, set] = {}
+            for order in PLACEMENTS:
+                full.setdefault(_placement_key(order, sizes, tiers), set()).add(
+                    _placement_key(order, sizes, tiers, experts))
+            assert all(len(keys) == 1 for keys in full.values()), (tiers, sizes)
+
+
+def test_search_equals_estimate_for_experts_under_the_pipeline():
+    """Mixtral on 32 H100s: among the candidates are expert groups that step over a pipeline placed inside
+    them. The batched search (its placement dedupe and its keyed units) must price each as estimate() does."""
+    model = load_model("mixtral-8x7b").with_seq_length(2048)
+    cluster = load_system("h100").cluster(32)
+    space = Space(global_batch=32, zero=(1,), recompute=("full",), offload_optimizer=(False,),
+                  offload_activations=(False,), max_micro_batch=1, layouts=("1d",), sequence_parallel=(True,))
+    result = search(model, cluster, space, top_k=5)
+    variants = [[estimate(model, cluster, p) for p in options] for options in every_plan(model, cluster, space)]
+    assert len(variants) == result.evaluated
+    feasible = sorted(min(e.step_time for e in v) for v in variants if v[0].fits)
+    assert [e.step_time for e in result.plans] == pytest.approx(feasible[:5], rel=1e-9)
+    assert any(e.plan.ep > 1 and e.plan.pp > 1 and e.plan.stride("pp") < e.plan.tp * e.plan.cp * e.plan.dp
+               for v in variants for e in v)
+
+
 def test_placement_of_a_size_one_axis_changes_nothing():
     """dp = 1: where dp sits in the order does not change the gradient-reduction group over cp."""
     model, cluster = load_model("llama3-8b"), load_system("h100").cluster(16)

@@ -28,8 +28,13 @@ p2p. Link bandwidths in meshplan are bus bandwidths (what the link sustains), so
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
 
 from meshplan.efficiency import DEFAULT, Efficiency
 from meshplan.hardware import Cluster
@@ -67,26 +72,73 @@ def latency_steps(kind: str, group: int) -> int:
     return 1
 
 
-def split_group(cluster: Cluster, group: Num, stride: Num) -> list[Num]:
-    """How many members of a group (``group`` ranks, ``stride`` apart) share each tier: [g_0, g_1, …].
+def tier_members(group: Num, stride: Num, span: int) -> Num:
+    """Members of a group (``group`` ranks ``stride`` apart) that the worst-placed group has inside one block of
+    ``span`` consecutive ranks: gcd(group·stride, span) / stride, at least 1 and at most ``group``.
 
-    A tier-i block spans Π_{j≤i} n_j consecutive ranks, so it holds min(group, max(1, span // stride))
-    members; g_i is that count divided by the inner tiers' count. The product of the g_i is ``group``.
+    Groups are laid out at multiples of their extent e = group·stride and blocks at multiples of ``span``, so a
+    block boundary falls inside a group at offsets that are multiples of gcd(e, span). When e divides the span
+    every group sits inside one block (gcd = e: all members); when the span divides the stride every member is
+    in a block of its own (1). Otherwise some group straddles a boundary, and the collective, which all groups
+    run in step, is paced by it: tensor parallelism of 16 on 72-GPU NVLink racks puts ranks 64–79 in two racks,
+    8 + 8 (gcd(16, 72) = 8), not 16 on NVLink. A pipeline send's fractional stride s·p/2 (``send_stride``) has
+    the integral extent s·p.
+    """
+    extent = group * stride
+    if isinstance(extent, np.ndarray):
+        if extent.dtype.kind == "f":
+            extent = np.rint(extent).astype(np.int64)
+        shared = np.floor_divide(_gcd_with(span)[extent % span], stride)  # gcd(e, span) = gcd(e mod span, span)
+    else:
+        shared = math.gcd(round(extent), span) // stride
+    return minimum(group, maximum(1, shared))
+
+
+Layout = Any  # a stride (Num), or the (members, stride) factors of a group that is not evenly strided
+
+
+@lru_cache(maxsize=64)
+def _gcd_with(span: int) -> np.ndarray:
+    """gcd(k, span) for k = 0 … span-1: a table, because np.gcd over millions of plans is slow."""
+    return np.gcd(np.arange(span, dtype=np.int64), span)
+
+
+def block_members(group: Num, layout: Layout, span: int) -> Num:
+    """``tier_members`` of a group given as one stride, or as factors ((g_1, s_1), (g_2, s_2), …) whose
+    product is the group (the dp·cp gradient group when dp and cp are not adjacent in the placement; an expert
+    group that steps over the pipeline axis): each factor's members in a block, multiplied. A factor whose
+    extent is within the block counts whole, one whose stride exceeds it counts 1, so nested factors multiply
+    to the members of the union."""
+    if not isinstance(layout, tuple):
+        return tier_members(group, layout, span)
+    members: Num = 1
+    for g, stride in layout:
+        members = members * tier_members(g, stride, span)
+    return members
+
+
+def split_group(cluster: Cluster, group: Num, layout: Layout) -> list[Num]:
+    """How many members of a group (``group`` ranks laid out as ``layout``: a stride, or strided factors)
+    share each tier: [g_0, g_1, …].
+
+    A tier-i block spans Π_{j≤i} n_j consecutive ranks and holds ``block_members`` of the worst-placed group;
+    g_i is that count divided by the inner tiers' count. The product of the g_i is ``group``.
     """
     parts, inner, span = [], 1, 1
     for i, tier in enumerate(cluster.tiers):
         span = span * tier.size
         last = i == len(cluster.tiers) - 1
-        members = group if last else minimum(group, maximum(1, span // stride))
+        members = group if last else block_members(group, layout, span)
         parts.append(members / inner)
         inner = members
     return parts
 
 
-def collective_time(kind: str, nbytes: Num, group: Num, stride: Num, cluster: Cluster,
+def collective_time(kind: str, nbytes: Num, group: Num, layout: Layout, cluster: Cluster,
                     eff: Efficiency = DEFAULT) -> Num:
-    """Seconds for one collective; zero for a group of one."""
-    parts = split_group(cluster, group, stride)
+    """Seconds for one collective over ``group`` ranks laid out as ``layout`` (``split_group``); zero for a
+    group of one."""
+    parts = split_group(cluster, group, layout)
     bandwidths = [t.bandwidth * eff.link(t.name) for t in cluster.tiers]
     latencies = [t.latency for t in cluster.tiers]
     if kind == "all_reduce":

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import cached_property, lru_cache
 from typing import Any, TypeVar
 
-from meshplan.comm import collective_time
+from meshplan.comm import Layout, collective_time
 from meshplan.efficiency import DEFAULT, Efficiency
 from meshplan.hardware import Cluster
 from meshplan.memory import (
@@ -68,7 +68,7 @@ from meshplan.ops import (
 from meshplan.plan import Plan, validate
 from meshplan.roofline import compute_time, memory_time, op_time
 from meshplan.units import fmt_bytes
-from meshplan.xp import Num, maximum, minimum, where
+from meshplan.xp import Num, floor_div, maximum, minimum, where
 
 COMPONENTS = ("compute", "recompute", "tp", "cp", "ep", "pp", "bubble", "dp", "optimizer", "offload")
 MEMORY = ("weights", "grads", "optimizer", "activations", "buffers")
@@ -85,20 +85,46 @@ def send_stride(pp_stride: Num, pp: Num) -> Num:
     return pp_stride * pp / 2
 
 
-def axis_stride(plan: Plan, axis: str) -> Num:
-    """Rank distance between members of a collective's group (plan.py placement; experts: etp innermost;
-    pipeline sends: ``send_stride``)."""
+def pipeline_bounds(plan: Plan) -> tuple[Num, Num]:
+    """(ranks placed inside the pipeline axis, the rank distance across all its stages): s_pp and s_pp·p. A
+    keyed batch of the search (pp = 1 with the pipeline's strides kept) carries them as ``pp_below`` and
+    ``pp_above``."""
+    strides = getattr(plan, "strides", None)
+    if strides is not None and "pp_below" in strides:
+        return strides["pp_below"], strides["pp_above"]
+    below = plan.stride("pp")
+    return below, below * plan.pp
+
+
+def expert_layout(plan: Plan, members: Num, stride: Num) -> Layout:
+    """A group of the expert domain (the tp·cp·dp ranks of one pipeline stage, ordered etp innermost, then ep,
+    then expert-data-parallel: Megatron-Core's expert RankGenerator) as strided factors over the global ranks.
+    The domain's first s_pp ranks are global ranks; each further step skips the pipeline's stages (s_pp·p), so a
+    group that reaches past s_pp splits into an inner factor at ``stride`` and an outer one at
+    max(stride, s_pp)·p. With pp placed outermost (the default) s_pp is the whole domain: one factor."""
+    return expert_factors(members, stride, *pipeline_bounds(plan))
+
+
+def expert_factors(members: Num, stride: Num, below: Num, above: Num) -> Layout:
+    """``expert_layout`` from the pipeline's bounds (s_pp, s_pp·p)."""
+    inner = minimum(members, maximum(1, floor_div(below, stride)))
+    return ((inner, stride), (members / inner, maximum(stride, below) * (above / below)))
+
+
+def axis_layout(plan: Plan, axis: str) -> Layout:
+    """How a collective's group sits on the ranks (plan.py placement; comm.split_group): a stride, or strided
+    factors for groups that are not evenly strided (the dp·cp gradient group, expert groups; pipeline sends:
+    ``send_stride``)."""
     if axis in ("tp", "tp2", "cp"):
         return plan.stride(axis)
     if axis == "pp":
         return send_stride(plan.stride("pp"), plan.pp)
-    if axis == "dp":  # gradients are reduced over dp·cp together: the stride of the inner of the two
-        both = minimum(plan.stride("cp"), plan.stride("dp"))
-        return where(plan.cp > 1, where(plan.dp > 1, both, plan.stride("cp")), plan.stride("dp"))
+    if axis == "dp":  # gradients are reduced over dp·cp together, wherever the two axes are placed
+        return ((plan.cp, plan.stride("cp")), (plan.dp, plan.stride("dp")))
     if axis == "ep":
-        return plan.etp
+        return expert_layout(plan, plan.ep, plan.etp)
     if axis == "edp":
-        return plan.ep * plan.etp
+        return expert_layout(plan, plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp), plan.ep * plan.etp)
     return 1
 
 
@@ -110,7 +136,7 @@ def time_ops(ops: list[OpCost], cluster: Cluster, plan: Plan, eff: Efficiency,
     for i, op in enumerate(ops):
         if op.kind == "collective":
             c = op.collective
-            one = collective_time(c.kind, c.nbytes, c.group, axis_stride(plan, c.axis), cluster, eff)
+            one = collective_time(c.kind, c.nbytes, c.group, axis_layout(plan, c.axis), cluster, eff)
             times.append(one * op.repeat if type(op.repeat) is not float or op.repeat != 1.0 else one)
         elif compute is not None:
             times.append(compute[i])
@@ -375,7 +401,7 @@ def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: Stage
     (LoRA: the adapters)."""
     params = trainable(params, plan)
     dense_group, expert_group = plan.dp * plan.cp, plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp)
-    stride_d, stride_e = axis_stride(plan, "dp"), axis_stride(plan, "edp")
+    stride_d, stride_e = axis_layout(plan, "dp"), axis_layout(plan, "edp")
 
     def coll(kind: str, per_param: int) -> Num:
         t = collective_time(kind, params.dense * per_param, dense_group, stride_d, cluster, eff)

@@ -28,10 +28,12 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
 from meshplan.batch import CATEGORICAL, PlanBatch
+from meshplan.comm import Layout, block_members
 from meshplan.efficiency import DEFAULT, Efficiency
 from meshplan.estimate import (
     Estimate,
@@ -45,10 +47,13 @@ from meshplan.estimate import (
     dp_collectives,
     dp_time,
     estimate,
+    expert_factors,
+    expert_layout,
     offload_time,
     offloaded_activations,
     optimizer_time,
     pipeline,
+    pipeline_bounds,
     pipeline_time,
     send_stride,
     units_for_recomputes,
@@ -171,32 +176,37 @@ def _tensor_reason(model: ModelSpec, tp: int) -> tuple[str, str] | None:
 _PLACEMENT_ID = {order: i for i, order in enumerate(PLACEMENTS)}
 
 
-def _members(tiers: tuple[int, ...], group: int, stride: int) -> tuple[int, ...]:
-    """How a group (``group`` ranks ``stride`` apart) splits over the mesh tiers (comm.split_group, integers)."""
+def _members(tiers: tuple[int, ...], group: int, layout: Layout) -> tuple[int, ...]:
+    """How a group (``group`` ranks laid out as ``layout``) splits over the mesh tiers (comm.split_group)."""
     parts, inner, span = [], 1, 1
     for i, size in enumerate(tiers):
         span *= size
-        members = group if i == len(tiers) - 1 else min(group, max(1, span // stride))
+        members = group if i == len(tiers) - 1 else round(block_members(group, layout, span))
         parts.append(members // inner)
         inner = members
     return tuple(parts)
 
 
-def _placement_key(order: tuple[str, ...], sizes: dict[str, int], tiers: tuple[int, ...]) -> tuple:
-    """Everything a placement changes in the cost model: the tier split of each collective's group
-    (tp, tp2, cp, the pipeline neighbours, and dp·cp for the gradient reduction; estimate.axis_stride)."""
+def _placement_key(order: tuple[str, ...], sizes: dict[str, int], tiers: tuple[int, ...],
+                   experts: tuple[tuple[int, int], ...] = ()) -> tuple:
+    """Everything a placement changes in the cost model: the tier split of each collective's group (tp, tp2,
+    cp, the pipeline neighbours, the dp·cp gradient group and, for an MoE model's ``experts`` (ep, etp)
+    pairs, the expert-parallel and expert-data-parallel groups; estimate.axis_layout)."""
     stride, strides = 1, {}
     for axis in order:
         strides[axis] = stride
         stride *= sizes[axis]
-    if sizes["cp"] > 1:  # as estimate.axis_stride
-        dp_stride = min(strides["cp"], strides["dp"]) if sizes["dp"] > 1 else strides["cp"]
-    else:
-        dp_stride = strides["dp"]
     # no sends when pp = 1
     neighbours = _members(tiers, 2, send_stride(strides["pp"], sizes["pp"])) if sizes["pp"] > 1 else ()
-    return (tuple(_members(tiers, sizes[a], strides[a]) for a in ("tp", "tp2", "cp"))
-            + (neighbours, _members(tiers, sizes["dp"] * sizes["cp"], dp_stride)))
+    dp_layout = ((sizes["cp"], strides["cp"]), (sizes["dp"], strides["dp"]))
+    key = (tuple(_members(tiers, sizes[a], strides[a]) for a in ("tp", "tp2", "cp"))
+           + (neighbours, _members(tiers, sizes["dp"] * sizes["cp"], dp_layout)))
+    bounds = (strides["pp"], strides["pp"] * sizes["pp"])
+    domain = sizes["tp"] * sizes["cp"] * sizes["dp"]
+    for ep, etp in experts:
+        key += (_members(tiers, ep, expert_factors(ep, etp, *bounds)),
+                _members(tiers, domain // (ep * etp), expert_factors(domain // (ep * etp), ep * etp, *bounds)))
+    return key
 
 
 _ORDER = np.array([[DENSE_AXES.index(a) for a in order] for order in PLACEMENTS])  # (orders, axes): axis ids
@@ -213,7 +223,8 @@ def _placements(sizes: dict[str, int], tiers: tuple[int, ...], everything: bool)
 def _placements_many(sizes: np.ndarray, tiers: tuple[int, ...]) -> list[list[int]]:
     """For each row of axis sizes (rows × DENSE_AXES): the first of every group of axis orders with the same
     ``_placement_key`` (the tier split of each communicating group). Exact: orders with equal keys cost the
-    same. All orders of all rows at once with NumPy."""
+    same (the expert groups' splits follow from the others': ``_placement_key`` with ``experts``, tested).
+    All orders of all rows at once with NumPy."""
     rows = len(sizes)
     in_order = sizes[:, _ORDER]  # (rows, orders, axes in order)
     inner = np.cumprod(in_order, axis=2) // in_order  # product of the axes placed before each one
@@ -221,16 +232,14 @@ def _placements_many(sizes: np.ndarray, tiers: tuple[int, ...]) -> list[list[int
     np.put_along_axis(strides, np.broadcast_to(_ORDER, inner.shape), inner, axis=2)  # back to axis order
     size = {a: sizes[:, i][:, None] for a, i in _AX.items()}
     s = {a: strides[:, :, i] for a, i in _AX.items()}
-    both = np.where(size["dp"] > 1, np.minimum(s["cp"], s["dp"]), s["cp"])
-    dp_stride = np.where(size["cp"] > 1, both, s["dp"])  # as estimate.axis_stride
-    groups = [(size[a], s[a], True) for a in ("tp", "tp2", "cp")]
-    groups += [(size["dp"] * size["cp"], dp_stride, True),
+    groups: list[tuple[Any, Layout, Any]] = [(size[a], s[a], True) for a in ("tp", "tp2", "cp")]
+    groups += [(size["dp"] * size["cp"], ((size["cp"], s["cp"]), (size["dp"], s["dp"])), True),
                (2, send_stride(s["pp"], size["pp"]), size["pp"] > 1)]  # no sends when pp = 1
     packed, span = np.zeros(inner.shape[:2], dtype=np.int64), 1
     for tier in tiers[:-1]:  # members inside each boundary determine the whole split
         span *= tier
-        for group, stride, active in groups:
-            members = np.where(active, np.minimum(group, np.maximum(1, span // stride)), 0)
+        for group, layout, active in groups:
+            members = np.rint(np.where(active, block_members(group, layout, span), 0)).astype(np.int64)
             radix = int(members.max()) + 1
             if int(packed.max()) >= 2**62 // radix:  # keep the mixed-radix code in int64: renumber it densely
                 packed = np.unique(packed, return_inverse=True)[1].reshape(packed.shape)
@@ -316,7 +325,8 @@ def candidates(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[dict[s
 
 def _columns(combos: list[_Combo], cluster: Cluster, space: Space, tally: _Tally) -> dict[str, np.ndarray]:
     """Every candidate of these size combinations: micro-batch × interleaving × experts × placements, in that
-    nesting order (placements innermost), built for all combinations at once."""
+    nesting order (placements innermost), built for all combinations at once. ``moe``: the placements also
+    keep apart the expert groups' layouts."""
     if not combos:
         return {}
     if space.all_placements:
@@ -403,17 +413,29 @@ _GRID_SETTINGS = ("recompute", "zero", "offload_optimizer", "offload_activations
 _UNIT_STRIDES = ("tp", "tp2", "cp", "pp")
 
 
-def _split_codes(cluster: Cluster, batch: PlanBatch) -> list[np.ndarray]:
-    """For each axis a unit's collectives use, how many group members share each tier but the last: the
-    collective times depend on the stride only through this split (comm.split_group)."""
+def _split_codes(model: ModelSpec, cluster: Cluster, batch: PlanBatch) -> list[np.ndarray]:
+    """For each group a unit's collectives use, how many members share each tier but the last: the collective
+    times depend on the placement only through this split (comm.split_group)."""
     groups = {a: (getattr(batch, a), batch.stride(a)) for a in _UNIT_STRIDES}
     groups["pp"] = (2, send_stride(batch.stride("pp"), batch.pp))  # a send: a pair of neighbouring stages
+    if model.is_moe:  # the expert all-to-all (estimate.expert_layout)
+        groups["ep"] = (batch.ep, expert_layout(batch, batch.ep, batch.etp))
     codes, span = [], 1
     for tier in cluster.tiers[:-1]:
         span *= tier.size
-        for group, stride in groups.values():
-            codes.append(np.minimum(group, np.maximum(1, span // stride)))
+        for group, layout in groups.values():
+            codes.append(block_members(group, layout, span))
     return codes
+
+
+def _unit_keys(model: ModelSpec, cluster: Cluster, batch: PlanBatch) -> tuple[np.ndarray, np.ndarray]:
+    """The first plan of each distinct unit key (the unit columns and the tier splits of their groups) and each
+    plan's key index. The splits are computed once per distinct (columns, strides, pp) row, not per plan."""
+    raw = [getattr(batch, k) for k in _UNIT_KEYS] + [batch.stride(a) for a in _UNIT_STRIDES] + [batch.pp]
+    rep, rep_of = _distinct(np.stack(raw))
+    codes = [np.rint(c).astype(np.int64) for c in _split_codes(model, cluster, batch.select(rep))]
+    first, inverse = _distinct(np.stack([getattr(batch, k)[rep] for k in _UNIT_KEYS] + codes))
+    return rep[first], inverse[rep_of]
 
 
 def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, recomputes: tuple[str, ...],
@@ -425,11 +447,12 @@ def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, recomputes:
     The panel count changes only how much of a SUMMA layer's communication is exposed (ops2d.py), nothing
     else in the step, so the best one per key is chosen here among ``_panels`` (exact: no other part of the
     step time or memory depends on it)."""
-    first, inverse = _distinct(np.stack([getattr(batch, k) for k in _UNIT_KEYS] + _split_codes(cluster, batch)))
+    first, inverse = _unit_keys(model, cluster, batch)
     ones = np.ones(len(first), dtype=np.int64)
     cols = {k: getattr(batch, k)[first] for k in _UNIT_KEYS}
     strides = {a: batch.stride(a)[first] for a in _UNIT_STRIDES} | {"dp": ones}  # any row of a key will do
     strides["pp"] = strides["pp"] * batch.pp[first]  # the keyed plans have pp = 1: send_stride(s·p, 1) = s·p/2
+    strides["pp_below"], strides["pp_above"] = (b[first] for b in pipeline_bounds(batch))  # expert groups
     keyed = PlanBatch(dp=ones, pp=ones, vpp=ones, global_batch=cols["micro_batch"], placement_id=0 * ones,
                       placements=batch.placements, strides=strides, **cols,
                       **{k: getattr(batch, k) for k in CATEGORICAL if k not in _GRID_SETTINGS})
