@@ -256,10 +256,9 @@ def test_the_expert_groups_split_as_the_dense_key_says():
             assert all(len(keys) == 1 for keys in full.values()), (tiers, sizes)
 
 
-def test_search_equals_estimate_for_experts_under_the_pipeline():
-    """Mixtral on 32 H100s: among the candidates are expert groups that step over a pipeline placed inside
-    them. The batched search (its placement dedupe and its keyed units) must price each as estimate() does."""
-    model = load_model("mixtral-8x7b").with_seq_length(2048)
+def search_ranks_as_estimate(model) -> list[list]:
+    """Search ``model`` on 32 H100s (a small space) and check its top 5 against estimate() of every candidate,
+    one by one; return those estimates (per candidate, its variants)."""
     cluster = load_system("h100").cluster(32)
     space = Space(global_batch=32, zero=(1,), recompute=("full",), offload_optimizer=(False,),
                   offload_activations=(False,), max_micro_batch=1, layouts=("1d",), sequence_parallel=(True,))
@@ -268,6 +267,13 @@ def test_search_equals_estimate_for_experts_under_the_pipeline():
     assert len(variants) == result.evaluated
     feasible = sorted(min(e.step_time for e in v) for v in variants if v[0].fits)
     assert [e.step_time for e in result.plans] == pytest.approx(feasible[:5], rel=1e-9)
+    return variants
+
+
+def test_search_equals_estimate_for_experts_under_the_pipeline():
+    """Mixtral on 32 H100s: among the candidates are expert groups that step over a pipeline placed inside
+    them. The batched search (its placement dedupe and its keyed units) must price each as estimate() does."""
+    variants = search_ranks_as_estimate(load_model("mixtral-8x7b").with_seq_length(2048))
     assert any(e.plan.ep > 1 and e.plan.pp > 1 and e.plan.stride("pp") < e.plan.tp * e.plan.cp * e.plan.dp
                for v in variants for e in v)
 
@@ -340,14 +346,6 @@ def test_search_equals_estimate_when_the_pipeline_crosses_servers():
     """Llama-3-70B on 32 H100s with tp = 2, pp = 4: a pipeline 4 ranks apart spans two servers, so one of its sends
     crosses InfiniBand and paces the stages (estimate.send_stride). The batched search must price it so: ranking
     such a pipeline as if every send stayed on NVLink (one pair 4 ranks apart) put it ahead of faster plans."""
-    model = load_model("llama3-70b").with_seq_length(2048)
-    cluster = load_system("h100").cluster(32)
-    space = Space(global_batch=32, zero=(1,), recompute=("full",), offload_optimizer=(False,),
-                  offload_activations=(False,), max_micro_batch=1, layouts=("1d",), sequence_parallel=(True,))
-    result = search(model, cluster, space, top_k=5)
-    variants = [[estimate(model, cluster, p) for p in options] for options in every_plan(model, cluster, space)]
-    assert len(variants) == result.evaluated
-    feasible = sorted(min(e.step_time for e in v) for v in variants if v[0].fits)
-    assert [e.step_time for e in result.plans] == pytest.approx(feasible[:5], rel=1e-9)
+    variants = search_ranks_as_estimate(load_model("llama3-70b").with_seq_length(2048))
     spanning = [e for v in variants for e in v if e.plan.pp > 2 and e.plan.stride("pp") * e.plan.pp > 8]
     assert any(e.plan.stride("pp") < 8 for e in spanning)  # pairs of neighbours inside a server, chain across two

@@ -58,12 +58,12 @@ def read_json(path: str | Path, field: str) -> Any:
 
 
 def parse_toml(text: str, where: str) -> dict[str, Any]:
+    """One TOML document (tomllib's own error says where in it); ``where`` names the file."""
     try:
         return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{where}: malformed TOML: {exc}") from None
-    except (ValueError, RecursionError) as exc:
-        raise SpecError(f"{where}: unreadable TOML: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # tomllib.TOMLDecodeError is a ValueError
+        kind = "malformed" if isinstance(exc, tomllib.TOMLDecodeError) else "unreadable"
+        raise SpecError(f"{where}: {kind} TOML: {exc}") from None
 
 
 def read_toml(path: str | Path, field: str) -> dict[str, Any]:
