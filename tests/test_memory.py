@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from conftest import gpt
@@ -135,3 +137,30 @@ def test_transient_buffers_of_tensor_parallel_gathers_and_sharded_layers():
     params = layer_params(model, Plan(dp=8, zero=3)).total
     assert buffer_memory(model, Plan(dp=8, zero=3, grad_bytes=4)) == pytest.approx(params * 10)
     assert buffer_memory(model, Plan(dp=8, zero=3, grad_bytes=2)) == pytest.approx(params * 8)
+
+
+def test_the_first_rank_holds_chunk_zeros_embeddings_only():
+    """Interleaved, p = 4, v = 2, m = 16: 2·3 + 1·4 + 1 = 11 forwards are in flight at the first backward, in
+    blocks of 4 per chunk (chunk 0: mb 0-3, chunk 1: mb 0-3, chunk 0: mb 4-6), so 4 + 3 = 7 = 2p - 1 of them
+    ran the embedding; with m = 4 no more than 4. 1F1B holds p = 4, all in its one chunk."""
+    from meshplan.memory import embedding_in_flight
+
+    plan = Plan(dp=1, pp=4, vpp=2, schedule="interleaved", global_batch=16)
+    assert in_flight_chunks(plan) == 11 and embedding_in_flight(plan) == 7
+    assert embedding_in_flight(replace(plan, global_batch=4)) == 4
+    assert embedding_in_flight(Plan(dp=1, pp=4, global_batch=16)) == 4
+
+
+def test_moe_layers_per_stage_put_the_dense_ones_on_the_first():
+    """DeepSeek-V3: 61 layers, the first 3 dense. pp = 8: ⌈61/8⌉ = 8 layers per stage; the first rank has the
+    3 dense ones and 5 MoE, the last 8 MoE (the averaged 58/61 per layer gave both 7.6); one stage holds all 58.
+    The last rank then carries more expert weights than the first."""
+    from meshplan.memory import moe_layers_on_stage, stage_params
+    from meshplan.model import load_model
+
+    model = load_model("deepseek-v3")
+    plan = Plan(dp=8, pp=8, ep=8, global_batch=64)
+    assert (moe_layers_on_stage(model, plan, True), moe_layers_on_stage(model, plan, False)) == (5, 8)
+    assert moe_layers_on_stage(model, replace(plan, pp=1, dp=64), True) == 58
+    first, last = stage_params(model, plan, True), stage_params(model, plan, False)
+    assert last.expert == pytest.approx(first.expert * 8 / 5)

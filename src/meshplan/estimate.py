@@ -44,7 +44,7 @@ from meshplan.memory import (
     Memory,
     StageParams,
     activation_bytes,
-    in_flight_chunks,
+    embedding_in_flight,
     layer_params,
     layers_on_stage,
     model_states,
@@ -544,10 +544,10 @@ def activation_memory(model: ModelSpec, plan: Plan, u: Units) -> tuple[Num, Num]
     workspace on the rank that computes the loss."""
     single, layer_input = plan.pp == 1, _layer_input(model, plan)
     loss = loss_workspace(model, plan)
-    first = activation_bytes(model, plan, u.layer_saved, layer_input) + u.embed_saved * in_flight_chunks(plan) + (
-        (u.head_saved + loss) * single)
+    embed = u.embed_saved * embedding_in_flight(plan)
+    first = activation_bytes(model, plan, u.layer_saved, layer_input) + embed + (u.head_saved + loss) * single
     last = activation_bytes(model, plan, u.layer_saved, layer_input, last=True) + u.head_saved + loss + (
-        u.embed_saved * single * in_flight_chunks(plan))
+        embed * single)
     return first, last
 
 

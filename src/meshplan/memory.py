@@ -21,7 +21,7 @@ from functools import lru_cache
 
 from meshplan.model import ModelSpec
 from meshplan.plan import Plan
-from meshplan.xp import Num, maximum, minimum
+from meshplan.xp import Num, maximum, minimum, where
 
 OPTIMIZER_BYTES = 12  # fp32 master weights + Adam m and v
 WEIGHT_BYTES = 2  # bf16 weights
@@ -88,6 +88,19 @@ def layer_params(model: ModelSpec, plan: Plan) -> StageParams:
     return StageParams(dense=(1 - f) * dense.dense + f * moe.dense, expert=f * moe.expert)
 
 
+def moe_layers_on_stage(model: ModelSpec, plan: Plan, first: bool) -> Num:
+    """MoE layers on the first or the last pipeline rank. The first k layers are dense (DeepSeek-V3's
+    first_k_dense_replace = 3) and sit in the first rank's first model chunk, min(k, L / (p·v)) of them; after
+    them one layer in moe_layer_freq is MoE. The last rank holds the model's last layers, past the dense ones.
+    One stage (p = 1) holds all of them. (Timing keeps the model-wide share, ``moe_fraction``.)"""
+    layers = layers_on_stage(model, plan)
+    if not model.is_moe:
+        return 0 * layers
+    dense_first = minimum(model.first_k_dense_layers, layers / plan.vpp) if first else 0
+    on_stage = (layers - dense_first) / model.moe_layer_freq
+    return where(plan.pp == 1, model.num_moe_layers, minimum(on_stage, model.num_moe_layers))
+
+
 def qkv_linears(model: ModelSpec) -> list[tuple[int, int]]:
     """(k, n) of the query / key / value projections, as ops.attention_block builds them: one fused QKV linear, or
     MLA's q_down / q_up (or a single q) and kv_down / kv_up (DeepSeek-V2 §2.1)."""
@@ -128,8 +141,8 @@ def stage_params(model: ModelSpec, plan: Plan, first: bool) -> StageParams:
     split over the tensor-parallel ranks (VocabParallelEmbedding, the column-parallel output layer); a learned
     position table and the norms are copied on every rank (Megatron-LM's LanguageModelEmbedding keeps its
     position_embeddings a plain torch.nn.Embedding)."""
-    per_layer = layer_params(model, plan)
-    layers = layers_on_stage(model, plan)
+    layers, moe_layers = layers_on_stage(model, plan), moe_layers_on_stage(model, plan, first)
+    dense_layer, moe_layer = kind_params(model, plan, False), kind_params(model, plan, True)
     single = plan.pp == 1
     word = model.vocab_size * model.hidden_size
     head_matrix = 0 if model.tied_embeddings else word
@@ -139,8 +152,8 @@ def stage_params(model: ModelSpec, plan: Plan, first: bool) -> StageParams:
         head = head + (word / plan.tp) * (1 - single)
     extra = embed + head * single if first else head + embed * single
     adapters = adapter_params(model, plan) * layers
-    return StageParams(dense=per_layer.dense * layers + extra + adapters, expert=per_layer.expert * layers,
-                       adapters=adapters)
+    dense = dense_layer.dense * (layers - moe_layers) + moe_layer.dense * moe_layers
+    return StageParams(dense=dense + extra + adapters, expert=moe_layer.expert * moe_layers, adapters=adapters)
 
 
 def model_states(params: StageParams, plan: Plan) -> tuple[Num, Num, Num]:
@@ -184,6 +197,16 @@ def in_flight_chunks(plan: Plan, last: bool = False) -> Num:
     if plan.schedule == "interleaved":
         return minimum(plan.vpp * m, 2 * (plan.pp - rank - 1) + (plan.vpp - 1) * plan.pp + 1)
     return minimum(plan.pp - rank, m)
+
+
+def embedding_in_flight(plan: Plan) -> Num:
+    """Micro-batches whose embedding activations the first pipeline rank holds at its peak: the embedding is in
+    model chunk 0 only. Megatron-LM's interleaved schedule runs forwards in blocks of p micro-batches per chunk
+    (chunk 0, 1, …, v-1, then chunk 0 again), so of the 2(p-1) + (v-1)·p + 1 forwards in flight at the first
+    backward, p + (p - 1) = 2p - 1 are chunk 0's; 1F1B and GPipe hold one chunk, all of their in-flight ones."""
+    if plan.schedule == "interleaved":
+        return minimum(plan.grad_accum, 2 * plan.pp - 1)
+    return in_flight_chunks(plan)
 
 
 def activation_bytes(model: ModelSpec, plan: Plan, layer_saved: Num, layer_input: Num, last: bool = False
