@@ -72,10 +72,10 @@ def test_estimate_options(extra, message, capsys):
     (["--gpus", "8", "--global-batch", "0"], "global-batch=0 must be a positive integer"),
     (["--gpus", "1000000000"], "gpus=1000000000 is more than 1,048,576"),  # was a hang (divisors in O(n))
     (["--gpus", "8", "--top", "100000000"], "top=100000000 is more than 1000 plans"),  # was 50 s
-    (["--gpus", "8", "--tokens", "1e400"], "tokens='1e400' is not a positive count"),  # was Infinity in JSON
-    (["--gpus", "8", "--tokens", "15T", "--price", "nan"], "price=nan must be a non-negative number"),
-    (["--gpus", "8", "--tokens", "15T", "--price", "inf"], "price=inf must be a non-negative number"),
-    (["--gpus", "8", "--tokens", ""], "tokens='' is not a positive count"),  # was ignored
+    (["--gpus", "8", "--tokens", "1e400"], "tokens='1e400' is not a count from 1 to 1e+18"),  # was Infinity in JSON
+    (["--gpus", "8", "--tokens", "15T", "--price", "nan"], "price=nan must be a number from 0 to 1e+06"),
+    (["--gpus", "8", "--tokens", "15T", "--price", "inf"], "price=inf must be a number from 0 to 1e+06"),
+    (["--gpus", "8", "--tokens", ""], "tokens='' is not a count from 1"),  # was ignored
     (["--gpus", "8", "--rank", "cost"], "rank=cost needs --tokens"),  # was ranked by time
     (["--gpus", "8", "--seq", "100000000000000000000"], "seq=100000000000000000000 must be"),  # OverflowError
 ])
@@ -158,9 +158,9 @@ def test_model_toml_fields(text, message, tmp_path, capsys):
     ("tdp_watts = 700", "tdp_watts = -700", "tdp_watts=-700 must be non-negative"),
     ("num_sms = 132", "num_sms = 132.5", "num_sms=132.5 must be an integer"),
     ("async_mma = true", 'async_mma = "false"', "async_mma='false' must be true or false"),
-    ('host_bandwidth = "55 GB/s"', "host_bandwidth = 0", "host_bandwidth=0.0 must be positive"),  # ZeroDivision
-    ('host_bandwidth = "55 GB/s"', "host_bandwidth = -5", "host_bandwidth=-5.0 must be positive"),
-    ('host_memory = "256 GB"', "host_memory = -1", "host_memory=-1.0 must be positive"),
+    ('host_bandwidth = "55 GB/s"', "host_bandwidth = 0", "host_bandwidth=0.0 must be at least 1"),  # ZeroDivision
+    ('host_bandwidth = "55 GB/s"', "host_bandwidth = -5", "host_bandwidth=-5.0 must be at least 1"),
+    ('host_memory = "256 GB"', "host_memory = -1", "host_memory=-1.0 must be at least 1"),
     ('nic_latency = "5 us"', "nic_latency = -1", "nic_latency=-1.0 must be non-negative"),  # was "tier network"
     ("nics_per_gpu = 1 ", 'nics_per_gpu = "1" ', "nics_per_gpu='1' must be a number"),
 ])
@@ -210,7 +210,7 @@ def test_a_failing_write_is_one_line(tmp_path):
 
 @pytest.mark.parametrize(("extra", "message"), [
     (["--factors", "1,2"], "factors=1,2 needs --param"),  # was silently a strong-scaling sweep
-    (["--param", "hbm_bandwidth", "--factors", "1e308"], "factors='1e308' must be positive numbers up to 1e+06"),
+    (["--param", "hbm_bandwidth", "--factors", "1e308"], "factors='1e308' must be numbers from 1e-06 to 1e+06"),
 ])
 def test_sweep_factors(extra, message, tmp_path, capsys):
     args = ["sweep", "--model", "llama3-8b", "--systems", "h100", "--gpus", "8", "-o", str(tmp_path / "s"), *extra]
@@ -249,3 +249,94 @@ def test_a_bug_is_one_line_with_exit_status_3(monkeypatch, capsys):
     monkeypatch.setenv("MESHPLAN_DEBUG", "1")
     with pytest.raises(ZeroDivisionError):
         main(estimate())
+
+
+# ---- the second round of fuzzing --------------------------------------------------------------------------------
+@pytest.mark.parametrize(("args", "message"), [
+    (estimate("llama3-8b", "h100", "--global-batch", "9223372036854775808"), "global-batch=9223372036854775808 must"),
+    (estimate("llama3-8b", "h100", "--micro-batch", "100000000000000000000"), "micro-batch=100000000000000000000"),
+    (["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--global-batch", "100000000000000000"],
+     "global-batch=100000000000000000 must be a positive integer up to 2,147,483,647"),  # was a 40 s hang
+    (["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--tokens", "1e300", "--price", "1e300"],
+     "tokens='1e300' is not a count from 1 to 1e+18"),  # was "cost": Infinity
+    (["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--tokens", "15T", "--price", "1e300"],
+     "price=1e+300 must be a number from 0 to 1e+06"),
+    (["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "8,,16"], "gpus='8,,16' must be integers"),
+    (["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--sp", "on,,"], "sp='' must be one of"),
+    (estimate("llama3-8b", "h100", "--offload-layers", "100"), "offload-layers=100 is more than the 32 layers"),
+    (estimate("llama3-8b", "h100", "--recompute-layers", "-1"), "recompute-layers=-1 must be >= 0"),
+    (estimate("llama3-8b", "h100", "--etp", "4", "--tp", "8"), "etp=4 but llama3-8b has no experts"),
+    (estimate("llama3-8b", "h100", "--lora-targets", "qkv"), "lora-targets=qkv needs --lora-rank"),
+    (estimate("../hardware/h100"), "model='../hardware/h100' is not a preset"),
+    (["report", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--scaling", "12,20"],
+     "scaling='12,20': 12 GPUs is not a whole number of 8-GPU NVLink domains"),  # was dropped silently
+    (["report", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--seq", "100000000000000000000"],
+     "seq=100000000000000000000 must be a positive integer"),  # as estimate and plan say it
+    (["sweep", "--model", "llama3-8b", "--systems", "h100", "--gpus", "8", "--format", ""], "format='' must be"),
+    (["sweep", "--model", "llama3-8b", "--systems", "h100", "--gpus", "8", "--nvlink", ""], "nvlink='' must be"),
+    (["sweep", "--model", "llama3-8b", "--systems", "h100", "--gpus", "8", "--param", "", "--factors", "1,2"],
+     "param='' must be one of"),
+    (["sweep", "--model", "llama3-8b", "--systems", "h100", "--gpus", "8", "--param", "hbm_bandwidth", "--factors",
+      "1e-300"], "factors='1e-300' must be numbers from 1e-06"),
+    (["calibrate", "--quick", "--base", ""], "base='' is empty"),
+])
+def test_second_round(args, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert message in fails(args, capsys)
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ({**LLAMA, "num_key_value_heads": 0}, "num_key_value_heads=0 must be a positive integer"),  # was read as MHA
+    ({**LLAMA, "model_type": 5}, "model_type=5 must be a string"),  # was read as Llama
+    ({**DEEPSEEK, "first_k_dense_replace": 1, "moe_layer_freq": 2},
+     "first_k_dense_replace=1 with moe_layer_freq=2 cannot be modelled"),  # MoE layers at [1, 3] vs HF's [2]
+])
+def test_hf_config_second_round(config, message, tmp_path, capsys):
+    assert message in fails(estimate(hf(tmp_path, config)), capsys)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (SMALL.replace("num_layers = 2", "num_layers = 2147483647"), "num_layers=2147483647 is larger than 10,000"),
+    (SMALL + "q_lora_rank = 64\n", "q_lora_rank=64 needs kv_lora_rank > 0"),
+    (SMALL + "router_bias = true\n", "router_bias=True needs num_experts > 0"),
+    (SMALL + "moe_layer_freq = 2\n", "moe_layer_freq=2 needs num_experts > 0"),
+    (SMALL + "num_experts = 4\nmoe_topk = 2\nshared_expert_gate = true\n", "shared_expert_gate=true needs shared"),
+    (SMALL + 'position_embedding = "learned"\nmax_position_embeddings = 10\n',
+     "max_position_embeddings=10 is shorter than seq_length=2048"),
+])
+def test_model_toml_second_round(text, message, tmp_path, capsys):
+    path = tmp_path / "model.toml"
+    path.write_text(text)
+    assert message in fails(estimate(str(path)), capsys)
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ('hbm_bandwidth = "3.35 TB/s"', "hbm_bandwidth = 1e-300", "hbm_bandwidth=1e-300 must be at least 1"),  # NaN
+    ('bf16 = "989 TFLOP/s"', 'bf16 = "1e-300 TFLOP/s"', "peak_flops.bf16=1e-288 must be positive"),
+    ('hbm_bandwidth = "3.35 TB/s"', 'hbm_bandwidth = "3 us"', "hbm_bandwidth='3 us' must be in B/s"),
+    ('hbm_bandwidth = "3.35 TB/s"', 'hbm_bandwidth = "3 TB"', "hbm_bandwidth='3 TB' must be in B/s"),
+    ('nvlink_latency = "3 us"', 'nvlink_latency = "3 GB/s"', "nvlink_latency='3 GB/s' must be in s"),
+    ("tdp_watts = 700", "tdp_watts = 700\nbogus = 1", "accelerator: unknown field 'bogus' (known: "),
+    ("nics_per_gpu = 1 ", "nics_per_gpu = 1e300 ",
+     "nics_per_gpu × nic_bandwidth = 1e+300 × 50000000000.0 must be finite"),  # was "tier network: bandwidth=inf"
+])
+def test_system_toml_second_round(old, new, message, tmp_path, capsys):
+    path = system(tmp_path, old, new)
+    err = fails(estimate("llama3-8b", path), capsys)
+    assert message in err and err.count(f"system={path!r}") == 1, err  # the file named once, not twice
+
+
+def test_a_validation_record_with_an_absurd_batch_is_not_a_bug(tmp_path, capsys):
+    """A global batch of 1e308 (an OverflowError before) and a subnormal measurement: skipped, exit 0, and
+    nothing on stderr (no internal error, no RuntimeWarning)."""
+    record = {"id": "r", "group": "g", "framework": "Megatron-LM",
+              "model": {"name": "GPT-1.7B", "num_layers": 24, "hidden_size": 2304, "num_heads": 24,
+                        "ffn_hidden_size": 9216, "vocab_size": 51200, "seq_length": 2048},
+              "hardware": {"gpu": "A100-SXM4-80GB", "num_gpus": 32, "gpus_per_node": 8},
+              "parallel": {"tp": 1, "pp": 1, "dp": 32, "global_batch_size": 1e308},
+              "measured": {"model_tflops_per_gpu": 1e-320}}
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text(json.dumps(record) + "\n")
+    code = main(["validate", str(runs)])
+    out, err = capsys.readouterr()
+    assert code == 0 and err == "" and "no comparable measurement" in out, err

@@ -203,7 +203,7 @@ def test_sweep_command_param(tmp_path, capsys):
     (["--gpus", "8,x"], "gpus='8,x' must be integers"),
     (["--gpus", "12"], "not a multiple of the NVLink domain"),
     (["--gpus", "8", "--param", "hbm"], "param='hbm' must be one of"),
-    (["--gpus", "8", "--factors", "1,-2"], "factors='1,-2' must be positive"),
+    (["--gpus", "8", "--factors", "1,-2"], "factors='1,-2' must be numbers from 1e-06"),
     (["--gpus", "8", "--format", "jpg"], "format='jpg' must be png or svg"),
 ])
 def test_sweep_command_bad_input_is_one_line(args, message, tmp_path, capsys):

@@ -14,6 +14,8 @@ from meshplan.errors import MeshplanError, SpecError
 from meshplan.fields import MAX_SIZE
 from meshplan.plan import ATTENTION_KERNELS, EXPERT_GEMM, FP8_SCALING, FSDP, LORA_TARGETS, PRECISION, fsdp_has_zero
 
+MAX_TOKENS = 1e18  # a token budget: 10^18 is 50,000 times Llama 3's 15T
+MAX_PRICE = 1e6  # dollars per GPU-hour: far above any rental price (a few dollars)
 MAX_TOP = 1000  # plans a search lists (it re-estimates about twice as many in full: ~2 s for 1,000)
 DEFAULT_BATCH_TOKENS = 4 * 2**20  # default global batch ≈ 4M tokens (GPT-3: 3.2M; Llama 2: 4M)
 
@@ -27,8 +29,9 @@ def default_global_batch(seq_length: int, dp: int, micro_batch: int) -> int:
 def _split_ints(text: str | None, field: str) -> list[int] | None:
     if text is None:
         return None
+    items = [v.strip() for v in text.split(",")]
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
+        values = [int(v) for v in items]
     except ValueError:
         raise SpecError(f"{field}={text!r} must be integers separated by commas") from None
     return values
@@ -76,8 +79,8 @@ def _apply(options):
     return deco
 
 
-def load_inputs(model_ref: str, system_ref: str, seq: int | None, nvlink_domain: int | None, gpus: int):
-    from meshplan.hardware import load_system
+def model_at(model_ref: str, seq: int | None):
+    """The model of ``--model``, at ``--seq`` if given."""
     from meshplan.model import load_model
 
     model = load_model(model_ref)
@@ -85,6 +88,21 @@ def load_inputs(model_ref: str, system_ref: str, seq: int | None, nvlink_domain:
         if not 0 < seq <= MAX_SIZE:
             raise SpecError(f"seq={seq} must be a positive integer up to {MAX_SIZE:,}")
         model = model.with_seq_length(seq)
+    return model
+
+
+def sequences(value: int | None, field: str) -> int | None:
+    """A batch in sequences (``--global-batch``, ``--micro-batch``): positive and at most MAX_SIZE (the search
+    enumerates its divisors)."""
+    if value is not None and not 0 < value <= MAX_SIZE:
+        raise SpecError(f"{field}={value} must be a positive integer up to {MAX_SIZE:,}")
+    return value
+
+
+def load_inputs(model_ref: str, system_ref: str, seq: int | None, nvlink_domain: int | None, gpus: int):
+    from meshplan.hardware import load_system
+
+    model = model_at(model_ref, seq)
     system = load_system(system_ref)
     overrides = {"nvlink_domain": nvlink_domain} if nvlink_domain is not None else {}
     return model, system.cluster(gpus, **overrides)
@@ -147,15 +165,21 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
     from meshplan.plan import Plan
 
     model, cluster = load_inputs(model_ref, system_ref, seq, nvlink_domain, gpus)
-    for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("dp", dp), ("micro-batch", micro_batch),
-                        ("global-batch", global_batch)):
+    for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("dp", dp)):
         if value is not None and value < 1:
             raise SpecError(f"{name}={value} must be a positive integer")
+    sequences(micro_batch, "micro-batch")
+    sequences(global_batch, "global-batch")
+    for name, value in (("recompute-layers", recompute_layers), ("offload-layers", offload_layers)):
+        if value < 0:
+            raise SpecError(f"{name}={value} must be >= 0")
+        if value > -(-model.num_layers // pp):
+            raise SpecError(f"{name}={value} is more than the {-(-model.num_layers // pp)} layers of a pipeline "
+                            f"stage (num_layers={model.num_layers}, pp={pp})")
+    if lora_targets != LORA_TARGETS[0] and not lora_rank:
+        raise SpecError(f"lora-targets={lora_targets} needs --lora-rank (LoRA fine-tuning)")
     if recompute_layers and recompute != "full":
         raise SpecError(f"recompute-layers={recompute_layers} needs --recompute full (got {recompute})")
-    if recompute_layers > -(-model.num_layers // pp):
-        raise SpecError(f"recompute-layers={recompute_layers} is more than the {-(-model.num_layers // pp)} layers "
-                        f"of a pipeline stage (num_layers={model.num_layers}, pp={pp})")
     if dp is None:
         if gpus % (tp * pp * cp):
             raise SpecError(f"tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp} does not divide gpus={gpus}")
@@ -199,13 +223,15 @@ def _parse_count(text: str, field: str) -> float:
     """``15T``, ``1.5e12``, ``400B`` → a positive number (a count, not a quantity with units)."""
     match = _COUNT.match(text)
     value = float(match.group(1)) * _COUNT_SCALE[match.group(2)] if match else 0.0
-    if not 0 < value < math.inf:
-        raise SpecError(f"{field}={text!r} is not a positive count like '15T', '400B' or '1.5e12'")
+    if not 1 <= value <= MAX_TOKENS:
+        raise SpecError(f"{field}={text!r} is not a count from 1 to {MAX_TOKENS:g} like '15T', '400B' or '1.5e12'")
     return value
 
 
 def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]:
-    values = tuple(v.strip() for v in text.split(",") if v.strip())
+    values = tuple(v.strip() for v in text.split(","))
+    if values == ("",):
+        raise SpecError(f"{field} is empty")
     for v in values:
         if v not in allowed:
             raise SpecError(f"{field}={v!r} must be one of {', '.join(allowed)}")
@@ -258,11 +284,10 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
         raise SpecError(f"zero={zero_opts} leaves no stage for fsdp={fsdp} (FSDP has no ZeRO-1)")
     recomputes = _choices(recompute_opts, ("none", "selective", "full"), "recompute")
     sps = tuple(v == "on" for v in _choices(sp_opts, ("off", "on"), "sp"))
-    if global_batch is not None and global_batch < 1:
-        raise SpecError(f"global-batch={global_batch} must be a positive integer")
+    sequences(global_batch, "global-batch")
     budget = _parse_count(tokens, "tokens") if tokens is not None else None
-    if price is not None and not 0 <= price < math.inf:
-        raise SpecError(f"price={price} must be a non-negative number")
+    if price is not None and not 0 <= price <= MAX_PRICE:
+        raise SpecError(f"price={price} must be a number from 0 to {MAX_PRICE:g} per GPU-hour")
     if price is not None and budget is None:
         raise SpecError(f"price={price} needs --tokens (the budget it prices)")
     if rank_by == "cost" and budget is None:
@@ -341,7 +366,9 @@ def calibrate_cmd(world_size, mesh, quick, device, base_ref, out, as_json) -> No
     from meshplan.hardware import load_system
 
     shape = parse_mesh(mesh, world_size)
-    if out is not None and not out.endswith(".toml"):
+    if base_ref == "":
+        raise SpecError("base='' is empty: give a system preset or a .toml file")
+    if out is not None and not out.lower().endswith(".toml"):
         raise SpecError(f"out={out!r} must end in .toml")
     if out is not None:
         writable(out, "out")

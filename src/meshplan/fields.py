@@ -18,6 +18,9 @@ from meshplan.errors import SpecError
 # int32 (PyTorch's and CUDA's index type for a dimension); a sequence of 10^20 tokens is a typo, and its
 # products overflow the int64 arithmetic of the batched search.
 MAX_SIZE = 2**31 - 1
+# Layers: 10,000, ten times the deepest transformer trained (DeepNet, Wang et al. 2022: 1,000 layers); the
+# parameter count and the per-layer MoE pattern are sums over layers.
+MAX_LAYERS = 10_000
 
 
 def _kind_error(name: str, value: Any, kind: str) -> str | None:

@@ -13,7 +13,7 @@ Bandwidths are unidirectional per GPU: NVIDIA's "900 GB/s NVLink" for H100 is bi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -50,10 +50,12 @@ class Accelerator:
 
     def __post_init__(self) -> None:
         check_types(self, f"{self.name}: " if isinstance(self.name, str) else "")
-        for name in ("hbm_bytes", "hbm_bandwidth", "nvlink_bandwidth", "num_sms", "exp_rate"):
+        for name in ("hbm_bytes", "hbm_bandwidth", "nvlink_bandwidth", "num_sms"):
             value = getattr(self, name)
-            if not value > 0:
-                raise SpecError(f"{self.name}: {name}={value!r} must be positive")
+            if not value >= 1:  # bytes, bytes/s: below one is a typo, and its times overflow
+                raise SpecError(f"{self.name}: {name}={value!r} must be at least 1")
+        if not self.exp_rate > 0:
+            raise SpecError(f"{self.name}: exp_rate={self.exp_rate!r} must be positive")
         for name in ("tdp_watts", "matmul_watts"):
             if getattr(self, name) < 0:
                 raise SpecError(f"{self.name}: {name}={getattr(self, name)!r} must be non-negative (0: unknown)")
@@ -69,7 +71,7 @@ class Accelerator:
         if "bf16" not in self.peak_flops and "fp16" not in self.peak_flops:
             raise SpecError(f"{self.name}: peak_flops needs a 'bf16' or 'fp16' entry")
         for precision, value in self.peak_flops.items():
-            if not value > 0 or not math.isfinite(value):
+            if not value >= 1 or not math.isfinite(value):
                 raise SpecError(f"{self.name}: peak_flops.{precision}={value!r} must be positive")
 
     @property
@@ -162,9 +164,14 @@ class Network:
         check_types(self)
         if self.nvlink_domain < 1:
             raise SpecError(f"nvlink_domain={self.nvlink_domain!r} must be a positive integer")
-        for name in ("nics_per_gpu", "nic_bandwidth", "host_bandwidth", "host_memory"):
-            if not getattr(self, name) > 0:
-                raise SpecError(f"{name}={getattr(self, name)!r} must be positive")
+        if not self.nics_per_gpu > 0:
+            raise SpecError(f"nics_per_gpu={self.nics_per_gpu!r} must be positive")
+        for name in ("nic_bandwidth", "host_bandwidth", "host_memory"):
+            if not getattr(self, name) >= 1:  # bytes, bytes/s: below one is a typo, and its times overflow
+                raise SpecError(f"{name}={getattr(self, name)!r} must be at least 1")
+        if not math.isfinite(self.nics_per_gpu * self.nic_bandwidth):
+            raise SpecError(f"nics_per_gpu × nic_bandwidth = {self.nics_per_gpu!r} × {self.nic_bandwidth!r} must be "
+                            "finite")
         for name in ("nvlink_latency", "nic_latency"):
             if getattr(self, name) < 0:
                 raise SpecError(f"{name}={getattr(self, name)!r} must be non-negative")
@@ -214,31 +221,44 @@ def _table(data: Any, where: str) -> dict[str, Any]:
     return dict(data)
 
 
+def _known(data: dict[str, Any], cls: type, where: str) -> None:
+    """An unknown key is a one-line error listing the known ones (as model_from_dict does)."""
+    known = {f.name for f in fields(cls)} | {"sources"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise SpecError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(sorted(known - {'sources'}))})")
+
+
 def accelerator_from_dict(data: dict[str, Any], where: str) -> Accelerator:
     data = _table(data, where)
+    _known(data, Accelerator, where)
+    if "peak_flops" not in data:
+        raise SpecError(f"{where}: missing field 'peak_flops'")
+    peaks = _table(data.pop("peak_flops"), f"{where}.peak_flops")
+    peak = {k: parse_quantity(v, f"{where}.peak_flops.{k}", "FLOP/s") for k, v in peaks.items()}
+    data.pop("sources", None)  # per-number provenance lives in the TOML beside the numbers
+    for key, unit in (("hbm_bytes", "B"), ("hbm_bandwidth", "B/s"), ("nvlink_bandwidth", "B/s")):
+        if key in data:
+            data[key] = parse_quantity(data[key], f"{where}.{key}", unit)
     try:
-        peaks = _table(data.pop("peak_flops"), f"{where}.peak_flops")
-        peak = {k: parse_quantity(v, f"{where}.peak_flops.{k}") for k, v in peaks.items()}
-        sources = data.pop("sources", None)
-        quantities = {k: parse_quantity(data.pop(k), f"{where}.{k}")
-                      for k in ("hbm_bytes", "hbm_bandwidth", "nvlink_bandwidth") if k in data}
-        acc = Accelerator(peak_flops=peak, **quantities, **data)
+        return Accelerator(peak_flops=peak, **data)
+    except TypeError as exc:  # a required field left out
+        raise SpecError(f"{where}: {exc}") from None
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
-    except KeyError as exc:
-        raise SpecError(f"{where}: missing field {exc.args[0]!r}") from None
-    except TypeError as exc:
-        raise SpecError(f"{where}: {exc}") from None
-    del sources  # per-number provenance lives in the TOML beside the numbers
-    return acc
+
+
+_NETWORK_UNITS = {"nvlink_latency": "s", "nic_bandwidth": "B/s", "nic_latency": "s", "host_bandwidth": "B/s",
+                  "host_memory": "B"}
 
 
 def network_from_dict(data: dict[str, Any], where: str) -> Network:
     data = _table(data, where)
+    _known(data, Network, where)
     data.pop("sources", None)
-    for key in ("nvlink_latency", "nic_bandwidth", "nic_latency", "host_bandwidth", "host_memory"):
+    for key, unit in _NETWORK_UNITS.items():
         if key in data:
-            data[key] = parse_quantity(data[key], f"{where}.{key}")
+            data[key] = parse_quantity(data[key], f"{where}.{key}", unit)
     try:
         return Network(**data)
     except TypeError as exc:
@@ -271,7 +291,7 @@ def load_system(ref: str, field: str = "system") -> System:
         text, where = read_text(path, field), f"{field}={str(path)!r}"
     else:
         preset = resources.files("meshplan") / "presets" / "hardware" / f"{ref}.toml"
-        if not preset.is_file():
+        if not preset.is_file() or ref not in system_names():
             raise SpecError(f"{field}={ref!r} is not a preset or a .toml file (presets: {', '.join(system_names())})")
         text, where = preset.read_text(), f"preset {ref}"
     return system_from_dict(parse_toml(text, f"{field}={ref!r}"), where)

@@ -113,7 +113,7 @@ def _llama(c: _Reader) -> dict[str, Any]:
         "num_layers": c.need("num_hidden_layers"),
         "hidden_size": hidden,
         "num_heads": heads,
-        "num_kv_heads": c.get("num_key_value_heads", heads),
+        "num_kv_heads": c.get("num_key_value_heads", heads, minimum=1),
         "head_dim": c.get("head_dim", 0),  # 0 -> hidden_size // num_heads in ModelSpec
         "ffn_hidden_size": c.need("intermediate_size"),
         "vocab_size": c.need("vocab_size"),
@@ -236,6 +236,12 @@ def _deepseek(c: _Reader) -> dict[str, Any]:
     """
     heads = c.need("num_attention_heads")
     nope, rope = c.need("qk_nope_head_dim"), c.need("qk_rope_head_dim")
+    dense, freq = c.get("first_k_dense_replace", 0), c.get("moe_layer_freq", 1, minimum=1)
+    if dense % freq:
+        # modeling_deepseek.py: MoE at layer_idx >= first_k_dense_replace with layer_idx % moe_layer_freq == 0;
+        # ModelSpec: at k, k + freq, … (the same layers when freq divides k)
+        raise SpecError(f"{c.name}: first_k_dense_replace={dense} with moe_layer_freq={freq} cannot be modelled "
+                        "(meshplan puts MoE layers at k, k + freq, …)")
     return {
         "num_layers": c.need("num_hidden_layers"),
         "hidden_size": c.need("hidden_size"),
@@ -259,8 +265,8 @@ def _deepseek(c: _Reader) -> dict[str, Any]:
         "moe_topk": c.need("num_experts_per_tok"),
         "moe_ffn_hidden_size": c.need("moe_intermediate_size"),
         "shared_expert_ffn_size": c.need("moe_intermediate_size") * c.get("n_shared_experts", 0),
-        "first_k_dense_layers": c.get("first_k_dense_replace", 0),
-        "moe_layer_freq": c.get("moe_layer_freq", 1, minimum=1),
+        "first_k_dense_layers": dense,
+        "moe_layer_freq": freq,
         "router_bias": c.text("topk_method") == "noaux_tc",
     }
 
@@ -302,7 +308,9 @@ def translate(config: dict[str, Any], name: str, where: str | None = None) -> di
     where = where or name
     if not isinstance(config, dict):
         raise SpecError(f"{where}: config.json must be a JSON object, not {type(config).__name__}")
-    model_type = str(config.get("model_type", ""))
+    model_type = config.get("model_type") or ""
+    if not isinstance(model_type, str):
+        raise SpecError(f"{where}: config.json model_type={model_type!r} must be a string")
     family = _FAMILIES.get(model_type)
     reader = _Reader(config, where, model_type)
     if family is None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from meshplan.errors import SpecError
-from meshplan.fields import MAX_SIZE, at_most, check_types
+from meshplan.fields import MAX_LAYERS, MAX_SIZE, at_most, check_types
 from meshplan.files import read_json, read_toml
 
 MLP_KINDS = ("gelu", "swiglu")
@@ -80,6 +80,7 @@ class ModelSpec:
             _non_negative(self, name)
         _positive(self, "moe_layer_freq")
         at_most(self, _SIZES, MAX_SIZE)
+        at_most(self, ("num_layers",), MAX_LAYERS)
         if self.num_kv_heads == 0:
             object.__setattr__(self, "num_kv_heads", self.num_heads)
         if self.head_dim == 0:
@@ -104,6 +105,14 @@ class ModelSpec:
             _dense_has_no_expert_fields(self)
         if self.is_mla and not (self.qk_nope_head_dim and self.qk_rope_head_dim and self.v_head_dim):
             raise SpecError("MLA (kv_lora_rank > 0) needs qk_nope_head_dim, qk_rope_head_dim and v_head_dim")
+        for name in _MLA_FIELDS:
+            if getattr(self, name) and not self.is_mla:
+                raise SpecError(f"{name}={getattr(self, name)} needs kv_lora_rank > 0 (multi-head latent attention)")
+        if self.shared_expert_gate and not self.shared_expert_ffn_size:
+            raise SpecError("shared_expert_gate=true needs shared_expert_ffn_size > 0 (the expert it gates)")
+        if self.position_embedding == "learned" and 0 < self.max_position_embeddings < self.seq_length:
+            raise SpecError(f"max_position_embeddings={self.max_position_embeddings} is shorter than "
+                            f"seq_length={self.seq_length} (a learned position table has a row per position)")
         if self.position_embedding == "learned" and self.max_position_embeddings == 0:
             object.__setattr__(self, "max_position_embeddings", self.seq_length)
 
@@ -240,7 +249,9 @@ def _non_negative(spec: Any, name: str) -> None:
 _SIZES = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_length", "num_kv_heads",
           "head_dim", "num_experts", "moe_ffn_hidden_size", "shared_expert_ffn_size", "q_lora_rank", "kv_lora_rank",
           "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings")
-_EXPERT_FIELDS = ("moe_topk", "moe_ffn_hidden_size", "shared_expert_ffn_size", "first_k_dense_layers")
+_EXPERT_FIELDS = ("moe_topk", "moe_ffn_hidden_size", "shared_expert_ffn_size", "first_k_dense_layers", "router_bias",
+                  "shared_expert_gate")
+_MLA_FIELDS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
 def _dense_has_no_expert_fields(spec: Any) -> None:
@@ -248,6 +259,8 @@ def _dense_has_no_expert_fields(spec: Any) -> None:
     for name in _EXPERT_FIELDS:
         if getattr(spec, name):
             raise SpecError(f"{name}={getattr(spec, name)} needs num_experts > 0 (num_experts=0: a dense model)")
+    if spec.moe_layer_freq != 1:
+        raise SpecError(f"moe_layer_freq={spec.moe_layer_freq} needs num_experts > 0 (num_experts=0: a dense model)")
 
 
 def _choice(spec: Any, name: str, allowed: tuple[str, ...]) -> None:
@@ -300,7 +313,7 @@ def load_model(ref: str) -> ModelSpec:
         return model_from_dict(read_toml(path, "model"), where=f"model={str(path)!r}")
     root = resources.files("meshplan") / "presets" / "models"
     preset = root / f"{ref}.toml"
-    if not preset.is_file():
+    if not preset.is_file() or ref not in preset_names():
         raise SpecError(f"model={ref!r} is not a preset, a .toml file or a config.json "
                         f"(presets: {', '.join(preset_names())})")
     return model_from_dict(tomllib.loads(preset.read_text()), where=f"preset {ref}")

@@ -302,6 +302,8 @@ def _check_experts(model: ModelSpec, plan: Plan) -> list[str]:
     if not model.is_moe:
         if plan.ep > 1:
             return [f"ep={plan.ep} but {model.name} has no experts"]
+        if plan.etp != plan.tp:
+            return [f"etp={plan.etp} but {model.name} has no experts (expert tensor parallelism)"]
         return []
     reasons = []
     if model.num_experts % plan.ep:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from meshplan.errors import SpecError
+from meshplan.fields import MAX_SIZE
 from meshplan.files import parse_json, read_text
 
 
@@ -36,9 +37,9 @@ def positive_int(value: Any) -> int | None:
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return int(value) if value >= 1 else None
+        return int(value) if 1 <= value <= MAX_SIZE else None
     found = re.search(r"\d+", str(value))
-    return int(found.group()) if found and int(found.group()) >= 1 else None
+    return int(found.group()) if found and 1 <= int(found.group()) <= MAX_SIZE else None
 
 
 NEGATIVE = ("none", "no", "false", "off", "disabled", "0", "0.0")

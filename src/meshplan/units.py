@@ -27,11 +27,20 @@ _UNIT = {"B", "B/s", "FLOP/s", "FLOPS", "s", "b/s", "bit/s", "bps", ""}
 _QUANTITY = re.compile(r"^\s*([-+0-9.eE_]+)\s*([a-zA-Zµ]*?)(B/s|FLOP/s|FLOPS|bit/s|b/s|bps|B|s|)\s*$")
 
 
-def parse_quantity(text: str | float | int, field: str = "value") -> float:
+_UNITS_OF = {"B": ("B",), "B/s": ("B/s", "b/s", "bit/s", "bps"), "FLOP/s": ("FLOP/s", "FLOPS"), "s": ("s",)}
+_EXAMPLE = {"B": "'80 GiB'", "B/s": "'900 GB/s'", "FLOP/s": "'989 TFLOP/s'", "s": "'3 us'"}
+
+
+def parse_quantity(text: str | float | int, field: str = "value", unit: str | None = None) -> float:
     """Parse ``"80 GiB"``, ``"3.35 TB/s"``, ``"400 Gb/s"`` (bits → bytes), ``"989 TFLOP/s"``, ``"2 us"``.
 
-    Numbers pass through unchanged; bit rates are converted to bytes/s.
+    Numbers pass through unchanged (SI); bit rates are converted to bytes/s. With ``unit`` (``B``, ``B/s``,
+    ``FLOP/s``, ``s``) a text must carry a unit of that kind: ``hbm_bandwidth = "3 TB"`` is an error.
     """
+    if unit is not None and isinstance(text, str):
+        match = _QUANTITY.match(text)
+        if match and match.group(3) not in _UNITS_OF[unit]:
+            raise SpecError(f"{field}={text!r} must be in {unit}, like {_EXAMPLE[unit]}")
     bad = SpecError(f"{field}={text!r} is not a quantity like '80 GiB', '900 GB/s' or '989 TFLOP/s'")
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         if not math.isfinite(text):

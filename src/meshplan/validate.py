@@ -801,8 +801,8 @@ def pick_metric(record: dict[str, Any]) -> tuple[str, float, str]:
     with the source's FLOP formula (``flops_basis``); a FLOP figure whose formula the record does not name is
     taken as model FLOPs, the common convention, when nothing else was measured (map_run says so)."""
     measured = record.get("measured") or {}
-    values = {m: float(measured[m]) for m in METRICS
-              if isinstance(measured.get(m), (int, float)) and measured[m] > 0}  # 0 or negative: no measurement
+    values = {m: float(measured[m]) for m in METRICS  # 0, negative, subnormal or infinite: no measurement
+              if isinstance(measured.get(m), (int, float)) and 1e-9 < measured[m] < math.inf}
     basis = flops_basis(record)
     for metric, value in values.items():
         if metric not in FLOP_METRICS:

@@ -118,7 +118,7 @@ def to_toml(cal: Calibration, base: System | None = None, eff: Efficiency = DEFA
 
 def write_system(cal: Calibration, path: str | Path, base: System | None = None, eff: Efficiency = DEFAULT) -> Path:
     path = Path(path)
-    if path.suffix != ".toml":
+    if path.suffix.lower() != ".toml":
         raise SpecError(f"out={str(path)!r} must end in .toml (load_system reads it back by that suffix)")
     return write_text(path, to_toml(cal, base, eff), "out")
 

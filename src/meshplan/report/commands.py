@@ -44,23 +44,16 @@ def _run_options(f):
 
 
 def _model(model_ref: str, seq: int | None):
-    from meshplan.model import load_model
+    from meshplan.cli import model_at
 
-    model = load_model(model_ref)
-    if seq is not None:
-        if seq <= 0:
-            raise SpecError(f"seq={seq} must be a positive integer")
-        model = model.with_seq_length(seq)
-    return model
+    return model_at(model_ref, seq)
 
 
 def _global_batch(model, global_batch: int | None) -> int:
-    from meshplan.cli import default_global_batch
+    from meshplan.cli import default_global_batch, sequences
 
-    gbs = global_batch if global_batch is not None else default_global_batch(model.seq_length, 1, 1)
-    if gbs < 1:
-        raise SpecError(f"global-batch={gbs} must be a positive integer")
-    return gbs
+    sequences(global_batch, "global-batch")
+    return global_batch if global_batch is not None else default_global_batch(model.seq_length, 1, 1)
 
 
 def _positive_ints(text: str | None, field: str) -> list[int] | None:
@@ -87,6 +80,9 @@ def _scaling_counts(text: str | None, gpus: int, domain: int) -> list[int]:
         counts = _positive_ints(text, "scaling") or []
     else:
         counts = [gpus * k // 4 for k in (1, 2, 4, 8) if gpus * k % 4 == 0]
+    unfit = [n for n in counts if n % min(domain, n)]
+    if text is not None and unfit:
+        raise SpecError(f"scaling={text!r}: {unfit[0]} GPUs is not a whole number of {domain}-GPU NVLink domains")
     ok = sorted({n for n in counts if n % min(domain, n) == 0} | {gpus})
     return ok if len(ok) > 1 else []
 
@@ -172,23 +168,23 @@ def sweep(model_ref, seq, global_batch, systems, nvlink, gpus, params, factors, 
     model = _model(model_ref, seq)
     gbs = _global_batch(model, global_batch)
     counts = _positive_ints(gpus, "gpus") or []
-    domains = _positive_ints(nvlink, "nvlink") if nvlink else [None]
+    domains = _positive_ints(nvlink, "nvlink") if nvlink is not None else [None]
     refs = [s.strip() for s in systems.split(",") if s.strip()]
     if not refs:
         raise SpecError("systems is empty")
-    names = [p.strip() for p in params.split(",") if p.strip()] if params else ["none"]
+    names = [p.strip() for p in params.split(",")] if params is not None else ["none"]
     for name in names:
-        if name != "none" and name not in PARAMS:
+        if name not in PARAMS and (name != "none" or params is not None):
             raise SpecError(f"param={name!r} must be one of {', '.join(PARAMS)}")
     try:
         scale = [float(f) for f in factors.split(",") if f.strip()]
     except ValueError:
         raise SpecError(f"factors={factors!r} must be numbers separated by commas") from None
-    if not scale or not all(0 < f <= MAX_FACTOR for f in scale):
-        raise SpecError(f"factors={factors!r} must be positive numbers up to {MAX_FACTOR:g}")
+    if not scale or not all(1 / MAX_FACTOR <= f <= MAX_FACTOR for f in scale):
+        raise SpecError(f"factors={factors!r} must be numbers from {1 / MAX_FACTOR:g} to {MAX_FACTOR:g}")
     if params is None and factors != FACTORS:
         raise SpecError(f"factors={factors} needs --param (the hardware parameter they scale)")
-    kinds = [f.strip().lower() for f in formats.split(",") if f.strip()]
+    kinds = [f.strip().lower() for f in formats.split(",")]
     for kind in kinds:
         if kind not in ("png", "svg"):
             raise SpecError(f"format={kind!r} must be png or svg")
