@@ -430,12 +430,9 @@ def _split_codes(model: ModelSpec, cluster: Cluster, batch: PlanBatch) -> list[n
 
 def _unit_keys(model: ModelSpec, cluster: Cluster, batch: PlanBatch) -> tuple[np.ndarray, np.ndarray]:
     """The first plan of each distinct unit key (the unit columns and the tier splits of their groups) and each
-    plan's key index. The splits are computed once per distinct (columns, strides, pp) row, not per plan."""
-    raw = [getattr(batch, k) for k in _UNIT_KEYS] + [batch.stride(a) for a in _UNIT_STRIDES] + [batch.pp]
-    rep, rep_of = _distinct(np.stack(raw))
-    codes = [np.rint(c).astype(np.int64) for c in _split_codes(model, cluster, batch.select(rep))]
-    first, inverse = _distinct(np.stack([getattr(batch, k)[rep] for k in _UNIT_KEYS] + codes))
-    return rep[first], inverse[rep_of]
+    plan's key index."""
+    codes = [np.rint(c).astype(np.int64) for c in _split_codes(model, cluster, batch)]
+    return _distinct(np.stack([getattr(batch, k) for k in _UNIT_KEYS] + codes))
 
 
 def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, recomputes: tuple[str, ...],
