@@ -340,3 +340,17 @@ def test_a_validation_record_with_an_absurd_batch_is_not_a_bug(tmp_path, capsys)
     code = main(["validate", str(runs)])
     out, err = capsys.readouterr()
     assert code == 0 and err == "" and "no comparable measurement" in out, err
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ({"model_type": "gpt2", "n_embd": 2**31, "n_layer": 2, "n_head": 4, "n_positions": 1024, "vocab_size": 100},
+     "config.json n_embd → hidden_size=2147483648 is larger than 2,147,483,647"),
+    ({**LLAMA, "model_type": "mixtral", "num_local_experts": 1, "num_experts_per_tok": 2},
+     "config.json num_experts_per_tok → moe_topk=2 must be in 1..num_experts=1"),
+    ({**QWEN_MOE, "mlp_only_layers": [0, 1, 2, 3, 4, 5]},
+     "config.json mlp_only_layers → first_k_dense_layers=6 leaves no MoE layer of num_layers=4"),
+])
+def test_hf_errors_name_the_config_key(config, message, tmp_path, capsys):
+    """ModelSpec checks values under its own names; for a config.json the message also names the key read."""
+    path = hf(tmp_path, config)
+    assert fails(estimate(path), capsys) == f"meshplan: error: model={path!r}: {message}"

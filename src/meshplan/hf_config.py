@@ -302,6 +302,35 @@ _LLAMA_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "inter
                "max_position_embeddings")
 
 
+# The config.json key each ModelSpec field is read from, per family (for errors that ModelSpec raises on a value
+# it was given: ``hidden_size=… is larger than …`` becomes ``config.json n_embd → hidden_size=…``).
+_LLAMA_NAMES = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size", "num_heads": "num_attention_heads",
+                "num_kv_heads": "num_key_value_heads", "head_dim": "head_dim", "ffn_hidden_size": "intermediate_size",
+                "vocab_size": "vocab_size", "seq_length": "max_position_embeddings",
+                "moe_topk": "num_experts_per_tok"}
+_HF_NAMES: dict[str, dict[str, str]] = {
+    "gpt2": {"num_layers": "n_layer", "hidden_size": "n_embd", "num_heads": "n_head", "ffn_hidden_size": "n_inner",
+             "vocab_size": "vocab_size", "seq_length": "n_positions", "max_position_embeddings": "n_positions"},
+    "mixtral": _LLAMA_NAMES | {"num_experts": "num_local_experts", "moe_ffn_hidden_size": "intermediate_size"},
+    "gpt_oss": _LLAMA_NAMES | {"num_experts": "num_local_experts", "moe_ffn_hidden_size": "intermediate_size"},
+    "qwen2_moe": _LLAMA_NAMES | {"num_experts": "num_experts", "moe_ffn_hidden_size": "moe_intermediate_size",
+                                 "first_k_dense_layers": "mlp_only_layers",
+                                 "shared_expert_ffn_size": "shared_expert_intermediate_size"},
+    "qwen3_moe": _LLAMA_NAMES | {"num_experts": "num_experts", "moe_ffn_hidden_size": "moe_intermediate_size",
+                                 "first_k_dense_layers": "mlp_only_layers"},
+    "deepseek_v2": _LLAMA_NAMES | {"num_experts": "n_routed_experts", "moe_ffn_hidden_size": "moe_intermediate_size",
+                                   "shared_expert_ffn_size": "n_shared_experts × moe_intermediate_size",
+                                   "first_k_dense_layers": "first_k_dense_replace",
+                                   "head_dim": "qk_nope_head_dim + qk_rope_head_dim"},
+}
+_HF_NAMES["deepseek_v3"] = _HF_NAMES["deepseek_v2"]
+
+
+def hf_key(model_type: str, field: str) -> str | None:
+    """The config.json key (or expression) a ModelSpec field comes from for this ``model_type``, if known."""
+    return _HF_NAMES.get(model_type, _LLAMA_NAMES).get(field)
+
+
 def translate(config: dict[str, Any], name: str, where: str | None = None) -> dict[str, Any]:
     """ModelSpec fields (a flat dict) for a Hugging Face ``config.json`` dict (``where``: what errors name,
     by default ``name``)."""

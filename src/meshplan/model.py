@@ -293,9 +293,17 @@ def model_from_dict(data: dict[str, Any], where: str = "model") -> ModelSpec:
 def from_hf_config(config: dict[str, Any], name: str = "hf-model", where: str | None = None) -> ModelSpec:
     """Translate a Hugging Face ``config.json`` (Llama, Mistral, Mixtral, Qwen2/3(-MoE), GPT-2, GPT-NeoX,
     DeepSeek-V3) into a ModelSpec. Unknown architectures are read as Llama-like if the keys are present."""
-    from meshplan.hf_config import translate  # noqa: PLC0415  (kept separate: one translator per family)
+    from meshplan.hf_config import hf_key, translate  # noqa: PLC0415  (kept separate: one translator per family)
 
-    return model_from_dict(translate(config, name, where), where=where or name)
+    fields_ = translate(config, name, where)
+    try:
+        return ModelSpec(**fields_)
+    except SpecError as exc:  # name the config.json key the offending value came from
+        message = str(exc)
+        field_name = message.split("=", 1)[0]
+        key = hf_key(str(config.get("model_type") or ""), field_name) if field_name.isidentifier() else None
+        shown = f"config.json {key} → {message}" if key and key != field_name else f"config.json: {message}"
+        raise SpecError(f"{where or name}: {shown}") from None
 
 
 def preset_names() -> list[str]:
