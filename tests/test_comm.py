@@ -126,3 +126,18 @@ def test_a_group_of_two_strided_factors_multiplies_their_members():
     assert split_group(servers, 8, ((2, 1), (4, 8))) == [2, 4]
     assert split_group(servers, 8, ((2, 1), (4, 2))) == split_group(servers, 8, 1) == [8, 1]
     assert block_members(8, ((2, 1), (4, 8)), 64) == 8
+
+
+def test_the_batched_split_equals_the_scalar_one():
+    """``tier_members`` on arrays (the search's: the lowest-set-bit gcd for power-of-two spans, np.gcd otherwise)
+    gives what it gives for each plan alone (math.gcd), fractional send strides included."""
+    import numpy as np
+
+    from meshplan.comm import tier_members
+
+    rng = np.random.default_rng(1)
+    groups = rng.choice([1, 2, 3, 4, 6, 8, 16], 2000)
+    strides = rng.choice([1, 2, 3, 4, 8, 12, 16, 64], 2000) * rng.choice([1.0, 1.5], 2000)
+    for span in (1, 2, 8, 64, 72, 576):
+        batched = tier_members(groups, strides, span)
+        assert batched.tolist() == [tier_members(int(g), float(s), span) for g, s in zip(groups, strides, strict=True)]
