@@ -401,13 +401,13 @@ def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: Stage
     (LoRA: the adapters)."""
     params = trainable(params, plan)
     dense_group, expert_group = plan.dp * plan.cp, plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp)
-    stride_d, stride_e = axis_layout(plan, "dp"), axis_layout(plan, "edp")
+    layout_d, layout_e = axis_layout(plan, "dp"), axis_layout(plan, "edp")
 
     def coll(kind: str, per_param: int) -> Num:
-        t = collective_time(kind, params.dense * per_param, dense_group, stride_d, cluster, eff)
+        t = collective_time(kind, params.dense * per_param, dense_group, layout_d, cluster, eff)
         if not model.is_moe:
             return t
-        return t + collective_time(kind, params.expert * per_param, expert_group, stride_e, cluster, eff)
+        return t + collective_time(kind, params.expert * per_param, expert_group, layout_e, cluster, eff)
 
     return (coll("all_reduce", plan.grad_bytes), coll("all_gather", WEIGHT_BYTES),
             coll("reduce_scatter", plan.grad_bytes))

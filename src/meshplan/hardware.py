@@ -291,7 +291,7 @@ def load_system(ref: str, field: str = "system") -> System:
         text, where = read_text(path, field), f"{field}={str(path)!r}"
     else:
         preset = resources.files("meshplan") / "presets" / "hardware" / f"{ref}.toml"
-        if not preset.is_file() or ref not in system_names():
+        if ref not in system_names():
             raise SpecError(f"{field}={ref!r} is not a preset or a .toml file (presets: {', '.join(system_names())})")
         text, where = preset.read_text(), f"preset {ref}"
     return system_from_dict(parse_toml(text, f"{field}={ref!r}"), where)

@@ -321,7 +321,7 @@ def load_model(ref: str) -> ModelSpec:
         return model_from_dict(read_toml(path, "model"), where=f"model={str(path)!r}")
     root = resources.files("meshplan") / "presets" / "models"
     preset = root / f"{ref}.toml"
-    if not preset.is_file() or ref not in preset_names():
+    if ref not in preset_names():
         raise SpecError(f"model={ref!r} is not a preset, a .toml file or a config.json "
                         f"(presets: {', '.join(preset_names())})")
     return model_from_dict(tomllib.loads(preset.read_text()), where=f"preset {ref}")

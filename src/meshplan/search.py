@@ -325,8 +325,7 @@ def candidates(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[dict[s
 
 def _columns(combos: list[_Combo], cluster: Cluster, space: Space, tally: _Tally) -> dict[str, np.ndarray]:
     """Every candidate of these size combinations: micro-batch × interleaving × experts × placements, in that
-    nesting order (placements innermost), built for all combinations at once. ``moe``: the placements also
-    keep apart the expert groups' layouts."""
+    nesting order (placements innermost), built for all combinations at once."""
     if not combos:
         return {}
     if space.all_placements:

@@ -37,26 +37,24 @@ def parse_quantity(text: str | float | int, field: str = "value", unit: str | No
     Numbers pass through unchanged (SI); bit rates are converted to bytes/s. With ``unit`` (``B``, ``B/s``,
     ``FLOP/s``, ``s``) a text must carry a unit of that kind: ``hbm_bandwidth = "3 TB"`` is an error.
     """
-    if unit is not None and isinstance(text, str):
-        match = _QUANTITY.match(text)
-        if match and match.group(3) not in _UNITS_OF[unit]:
-            raise SpecError(f"{field}={text!r} must be in {unit}, like {_EXAMPLE[unit]}")
     bad = SpecError(f"{field}={text!r} is not a quantity like '80 GiB', '900 GB/s' or '989 TFLOP/s'")
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         if not math.isfinite(text):
             raise bad
         return float(text)
     match = _QUANTITY.match(text) if isinstance(text, str) else None
+    if match and unit is not None and match.group(3) not in _UNITS_OF[unit]:
+        raise SpecError(f"{field}={text!r} must be in {unit}, like {_EXAMPLE[unit]}")
     if not match or match.group(2) not in _PREFIX:
         raise bad
-    number, prefix, unit = match.groups()
+    number, prefix, written = match.groups()
     try:
         value = float(number) * _PREFIX[prefix]
     except ValueError:
         raise bad from None
     if not math.isfinite(value):
         raise bad
-    if unit in ("b/s", "bit/s", "bps"):
+    if written in ("b/s", "bit/s", "bps"):
         value /= 8.0
     return value
 

@@ -43,12 +43,6 @@ def _run_options(f):
     return f
 
 
-def _model(model_ref: str, seq: int | None):
-    from meshplan.cli import model_at
-
-    return model_at(model_ref, seq)
-
-
 def _global_batch(model, global_batch: int | None) -> int:
     from meshplan.cli import default_global_batch, sequences
 
@@ -80,10 +74,11 @@ def _scaling_counts(text: str | None, gpus: int, domain: int) -> list[int]:
         counts = _positive_ints(text, "scaling") or []
     else:
         counts = [gpus * k // 4 for k in (1, 2, 4, 8) if gpus * k % 4 == 0]
-    unfit = [n for n in counts if n % min(domain, n)]
-    if text is not None and unfit:
-        raise SpecError(f"scaling={text!r}: {unfit[0]} GPUs is not a whole number of {domain}-GPU NVLink domains")
-    ok = sorted({n for n in counts if n % min(domain, n) == 0} | {gpus})
+    fit = [n for n in counts if n % min(domain, n) == 0]
+    if text is not None and len(fit) < len(counts):
+        unfit = next(n for n in counts if n not in fit)
+        raise SpecError(f"scaling={text!r}: {unfit} GPUs is not a whole number of {domain}-GPU NVLink domains")
+    ok = sorted({*fit, gpus})
     return ok if len(ok) > 1 else []
 
 
@@ -104,7 +99,7 @@ def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k,
     best plans, step-time and memory breakdowns, pipeline timeline, per-op roofline and scaling curves."""
     from dataclasses import replace
 
-    from meshplan.cli import MAX_TOP
+    from meshplan.cli import MAX_TOP, model_at
     from meshplan.files import writable
     from meshplan.hardware import load_system
     from meshplan.report.html import write
@@ -119,7 +114,7 @@ def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k,
     if workers is not None and workers < 1:
         raise SpecError(f"workers={workers} must be a positive integer")
     writable(str(output), "output")
-    model = _model(model_ref, seq)
+    model = model_at(model_ref, seq)
     gbs = _global_batch(model, global_batch)
     system = load_system(system_ref)
     if nvlink_domain is not None:
@@ -163,9 +158,10 @@ def sweep(model_ref, seq, global_batch, systems, nvlink, gpus, params, factors, 
           ray_address, formats, output) -> None:
     """Best-plan throughput of MODEL over GPU counts × systems × NVLink sizes (strong scaling) or over a
     hardware parameter's scale factors; writes CSV / JSON (pandas reads them) and PNG / SVG pictures."""
+    from meshplan.cli import model_at
     from meshplan.sweep import PARAMS, param_points, run, sweep_space, write_csv, write_json
 
-    model = _model(model_ref, seq)
+    model = model_at(model_ref, seq)
     gbs = _global_batch(model, global_batch)
     counts = _positive_ints(gpus, "gpus") or []
     domains = _positive_ints(nvlink, "nvlink") if nvlink is not None else [None]
@@ -173,8 +169,8 @@ def sweep(model_ref, seq, global_batch, systems, nvlink, gpus, params, factors, 
     if not refs:
         raise SpecError("systems is empty")
     names = [p.strip() for p in params.split(",")] if params is not None else ["none"]
-    for name in names:
-        if name not in PARAMS and (name != "none" or params is not None):
+    for name in names if params is not None else ():
+        if name not in PARAMS:
             raise SpecError(f"param={name!r} must be one of {', '.join(PARAMS)}")
     try:
         scale = [float(f) for f in factors.split(",") if f.strip()]
