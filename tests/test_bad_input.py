@@ -312,7 +312,7 @@ def test_model_toml_second_round(text, message, tmp_path, capsys):
 
 @pytest.mark.parametrize(("old", "new", "message"), [
     ('hbm_bandwidth = "3.35 TB/s"', "hbm_bandwidth = 1e-300", "hbm_bandwidth=1e-300 must be at least 1"),  # NaN
-    ('bf16 = "989 TFLOP/s"', 'bf16 = "1e-300 TFLOP/s"', "peak_flops.bf16=1e-288 must be positive"),
+    ('bf16 = "989 TFLOP/s"', 'bf16 = "1e-300 TFLOP/s"', "peak_flops.bf16=1e-288 must be at least 1 FLOP/s and finite"),
     ('hbm_bandwidth = "3.35 TB/s"', 'hbm_bandwidth = "3 us"', "hbm_bandwidth='3 us' must be in B/s"),
     ('hbm_bandwidth = "3.35 TB/s"', 'hbm_bandwidth = "3 TB"', "hbm_bandwidth='3 TB' must be in B/s"),
     ('nvlink_latency = "3 us"', 'nvlink_latency = "3 GB/s"', "nvlink_latency='3 GB/s' must be in s"),

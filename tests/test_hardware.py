@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from meshplan.errors import SpecError
-from meshplan.hardware import PRECISIONS, System, load_system, system_names
+from meshplan.hardware import PRECISIONS, Cluster, System, load_system, system_names
 from meshplan.units import GiB, MiB
 
 PRESETS = ("a100", "a100-40gb", "a800", "b200", "b300", "gb200", "gb300", "gh200", "h100", "h100-96gb", "h100-pcie",
@@ -194,6 +194,15 @@ def test_cluster_nvlink_domain_override():
     # The preset itself is unchanged.
     assert load_system("h100").cluster(144).mesh_shape == (8, 18)
 
+
+
+@pytest.mark.parametrize("field, value", [("host_bandwidth", 0.5), ("host_memory", 0.0), ("host_memory", float("inf"))])
+def test_cluster_built_directly_checks_host_fields_as_the_preset_does(field, value):
+    # Calibration and tests build a Cluster without a Network: the same rule (at least 1 B or B/s, finite) applies.
+    base = load_system("h100").cluster(8)
+    kwargs = {"name": base.name, "accelerator": base.accelerator, "num_gpus": 8, "tiers": base.tiers, field: value}
+    with pytest.raises(SpecError, match=f"{field}={value!r} must be at least 1 and finite"):
+        Cluster(**kwargs)
 
 # ---- loader errors ----------------------------------------------------------------------------------------
 def test_unknown_preset_lists_the_presets():

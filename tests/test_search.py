@@ -12,11 +12,11 @@ import pytest
 import meshplan.search as search_module
 from meshplan.batch import PlanBatch
 from meshplan.cli import main
-from meshplan.estimate import estimate
+from meshplan.estimate import estimate, expert_factors, send_stride
 from meshplan.hardware import load_system
 from meshplan.model import load_model
 from meshplan.plan import LAYOUTS, Plan
-from meshplan.search import PLACEMENTS, Space, _panels, candidates, search
+from meshplan.search import PLACEMENTS, Space, _members, _panels, candidates, search
 from meshplan.units import fmt_bytes
 
 SMALL = Space(global_batch=16, zero=(0, 3), recompute=("none", "full"), offload_optimizer=(False,),
@@ -218,20 +218,43 @@ def test_cli_plan_bad_input(capsys, args, message):
     assert code == 2 and message in err and err.count("\n") == 1
 
 
+def placement_key(order: tuple[str, ...], sizes: dict[str, int], tiers: tuple[int, ...],
+                  experts: tuple[tuple[int, int], ...] = ()) -> tuple:
+    """The scalar reference for search._placements_many: everything a placement changes in the cost model, the
+    tier split of each collective's group (tp, tp2, cp, the pipeline neighbours, the dp·cp gradient group and,
+    for an MoE model's ``experts`` (ep, etp) pairs, the expert-parallel and expert-data-parallel groups;
+    estimate.axis_layout)."""
+    stride, strides = 1, {}
+    for axis in order:
+        strides[axis] = stride
+        stride *= sizes[axis]
+    # no sends when pp = 1
+    neighbours = _members(tiers, 2, send_stride(strides["pp"], sizes["pp"])) if sizes["pp"] > 1 else ()
+    dp_layout = ((sizes["cp"], strides["cp"]), (sizes["dp"], strides["dp"]))
+    key = (tuple(_members(tiers, sizes[a], strides[a]) for a in ("tp", "tp2", "cp"))
+           + (neighbours, _members(tiers, sizes["dp"] * sizes["cp"], dp_layout)))
+    bounds = (strides["pp"], strides["pp"] * sizes["pp"])
+    domain = sizes["tp"] * sizes["cp"] * sizes["dp"]
+    for ep, etp in experts:
+        key += (_members(tiers, ep, expert_factors(ep, etp, *bounds)),
+                _members(tiers, domain // (ep * etp), expert_factors(domain // (ep * etp), ep * etp, *bounds)))
+    return key
+
+
 def test_deduplicated_placements_cover_every_distinct_cost():
     """The placements kept are one per distinct tier split of the groups, and no distinct split is lost."""
     import random
 
-    from meshplan.search import DENSE_AXES, _placement_key, _placements
+    from meshplan.search import DENSE_AXES, _placements
 
     rng = random.Random(1)
     for tiers in ((8, 512), (4, 64), (72, 16)):
         for _ in range(150):
             sizes = {a: rng.choice([1, 1, 2, 3, 4, 8, 16]) for a in DENSE_AXES}
             kept = _placements(sizes, tiers, True)
-            keys = [_placement_key(PLACEMENTS[i], sizes, tiers) for i in kept]
+            keys = [placement_key(PLACEMENTS[i], sizes, tiers) for i in kept]
             assert len(set(keys)) == len(keys)
-            assert set(keys) == {_placement_key(order, sizes, tiers) for order in PLACEMENTS}
+            assert set(keys) == {placement_key(order, sizes, tiers) for order in PLACEMENTS}
 
 
 def test_the_expert_groups_split_as_the_dense_key_says():
@@ -240,7 +263,7 @@ def test_the_expert_groups_split_as_the_dense_key_says():
     depends on where pp sits: estimate.expert_layout): checked here over random sizes, meshes and (ep, etp)."""
     import random
 
-    from meshplan.search import DENSE_AXES, _placement_key
+    from meshplan.search import DENSE_AXES
 
     rng = random.Random(5)
     for tiers in ((8, 512), (72, 16), (4, 64)):
@@ -251,8 +274,8 @@ def test_the_expert_groups_split_as_the_dense_key_says():
                             if domain % (ep * etp) == 0)
             full: dict[tuple, set] = {}
             for order in PLACEMENTS:
-                full.setdefault(_placement_key(order, sizes, tiers), set()).add(
-                    _placement_key(order, sizes, tiers, experts))
+                full.setdefault(placement_key(order, sizes, tiers), set()).add(
+                    placement_key(order, sizes, tiers, experts))
             assert all(len(keys) == 1 for keys in full.values()), (tiers, sizes)
 
 

@@ -56,3 +56,12 @@ def at_most(spec: Any, names: tuple[str, ...], limit: int, prefix: str = "") -> 
         value = getattr(spec, name)
         if value > limit:
             raise SpecError(f"{prefix}{name}={value} is larger than {limit:,}")
+
+
+def at_least_one(spec: Any, names: tuple[str, ...], prefix: str = "") -> None:
+    """Raise SpecError for the first of ``names`` below 1 or not finite: the byte counts, bytes/s and FLOP/s of a
+    hardware spec, where a value below one is a typo whose times overflow (1e-300 B/s gives NaN step times)."""
+    for name in names:
+        value = getattr(spec, name)
+        if not (value >= 1 and math.isfinite(value)):
+            raise SpecError(f"{prefix}{name}={value!r} must be at least 1 and finite")

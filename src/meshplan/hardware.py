@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from meshplan.errors import SpecError
-from meshplan.fields import check_types
+from meshplan.fields import at_least_one, check_types
 from meshplan.files import parse_toml, read_text
 from meshplan.units import parse_quantity
 
@@ -50,10 +50,7 @@ class Accelerator:
 
     def __post_init__(self) -> None:
         check_types(self, f"{self.name}: " if isinstance(self.name, str) else "")
-        for name in ("hbm_bytes", "hbm_bandwidth", "nvlink_bandwidth", "num_sms"):
-            value = getattr(self, name)
-            if not value >= 1:  # bytes, bytes/s: below one is a typo, and its times overflow
-                raise SpecError(f"{self.name}: {name}={value!r} must be at least 1")
+        at_least_one(self, ("hbm_bytes", "hbm_bandwidth", "nvlink_bandwidth", "num_sms"), f"{self.name}: ")
         if not self.exp_rate > 0:
             raise SpecError(f"{self.name}: exp_rate={self.exp_rate!r} must be positive")
         for name in ("tdp_watts", "matmul_watts"):
@@ -71,8 +68,8 @@ class Accelerator:
         if "bf16" not in self.peak_flops and "fp16" not in self.peak_flops:
             raise SpecError(f"{self.name}: peak_flops needs a 'bf16' or 'fp16' entry")
         for precision, value in self.peak_flops.items():
-            if not value >= 1 or not math.isfinite(value):
-                raise SpecError(f"{self.name}: peak_flops.{precision}={value!r} must be positive")
+            if not (value >= 1 and math.isfinite(value)):
+                raise SpecError(f"{self.name}: peak_flops.{precision}={value!r} must be at least 1 FLOP/s and finite")
 
     @property
     def half_flops(self) -> float:
@@ -128,9 +125,7 @@ class Cluster:
     def __post_init__(self) -> None:
         if not isinstance(self.num_gpus, int) or self.num_gpus < 1:
             raise SpecError(f"gpus={self.num_gpus!r} must be a positive integer")
-        for name in ("host_bandwidth", "host_memory"):
-            if not getattr(self, name) > 0 or not math.isfinite(getattr(self, name)):
-                raise SpecError(f"{name}={getattr(self, name)!r} must be positive and finite")
+        at_least_one(self, ("host_bandwidth", "host_memory"))
         product = 1
         for tier in self.tiers:
             product *= tier.size
@@ -166,9 +161,7 @@ class Network:
             raise SpecError(f"nvlink_domain={self.nvlink_domain!r} must be a positive integer")
         if not self.nics_per_gpu > 0:
             raise SpecError(f"nics_per_gpu={self.nics_per_gpu!r} must be positive")
-        for name in ("nic_bandwidth", "host_bandwidth", "host_memory"):
-            if not getattr(self, name) >= 1:  # bytes, bytes/s: below one is a typo, and its times overflow
-                raise SpecError(f"{name}={getattr(self, name)!r} must be at least 1")
+        at_least_one(self, ("nic_bandwidth", "host_bandwidth", "host_memory"))
         if not math.isfinite(self.nics_per_gpu * self.nic_bandwidth):
             raise SpecError(f"nics_per_gpu × nic_bandwidth = {self.nics_per_gpu!r} × {self.nic_bandwidth!r} must be "
                             "finite")

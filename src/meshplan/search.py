@@ -47,7 +47,6 @@ from meshplan.estimate import (
     dp_collectives,
     dp_time,
     estimate,
-    expert_factors,
     expert_layout,
     offload_time,
     offloaded_activations,
@@ -187,28 +186,6 @@ def _members(tiers: tuple[int, ...], group: int, layout: Layout) -> tuple[int, .
     return tuple(parts)
 
 
-def _placement_key(order: tuple[str, ...], sizes: dict[str, int], tiers: tuple[int, ...],
-                   experts: tuple[tuple[int, int], ...] = ()) -> tuple:
-    """Everything a placement changes in the cost model: the tier split of each collective's group (tp, tp2,
-    cp, the pipeline neighbours, the dp·cp gradient group and, for an MoE model's ``experts`` (ep, etp)
-    pairs, the expert-parallel and expert-data-parallel groups; estimate.axis_layout)."""
-    stride, strides = 1, {}
-    for axis in order:
-        strides[axis] = stride
-        stride *= sizes[axis]
-    # no sends when pp = 1
-    neighbours = _members(tiers, 2, send_stride(strides["pp"], sizes["pp"])) if sizes["pp"] > 1 else ()
-    dp_layout = ((sizes["cp"], strides["cp"]), (sizes["dp"], strides["dp"]))
-    key = (tuple(_members(tiers, sizes[a], strides[a]) for a in ("tp", "tp2", "cp"))
-           + (neighbours, _members(tiers, sizes["dp"] * sizes["cp"], dp_layout)))
-    bounds = (strides["pp"], strides["pp"] * sizes["pp"])
-    domain = sizes["tp"] * sizes["cp"] * sizes["dp"]
-    for ep, etp in experts:
-        key += (_members(tiers, ep, expert_factors(ep, etp, *bounds)),
-                _members(tiers, domain // (ep * etp), expert_factors(domain // (ep * etp), ep * etp, *bounds)))
-    return key
-
-
 _ORDER = np.array([[DENSE_AXES.index(a) for a in order] for order in PLACEMENTS])  # (orders, axes): axis ids
 _AX = {a: i for i, a in enumerate(DENSE_AXES)}
 
@@ -222,8 +199,9 @@ def _placements(sizes: dict[str, int], tiers: tuple[int, ...], everything: bool)
 
 def _placements_many(sizes: np.ndarray, tiers: tuple[int, ...]) -> list[list[int]]:
     """For each row of axis sizes (rows × DENSE_AXES): the first of every group of axis orders with the same
-    ``_placement_key`` (the tier split of each communicating group). Exact: orders with equal keys cost the
-    same (the expert groups' splits follow from the others': ``_placement_key`` with ``experts``, tested).
+    key (the tier split of each communicating group: tp, tp2, cp, the pipeline neighbours and the dp·cp gradient
+    group). Exact: orders with equal keys cost the same; an MoE model's expert-parallel and expert-data-parallel
+    groups split alike whenever those do (tests/test_search.py checks both against a scalar reference key).
     All orders of all rows at once with NumPy."""
     rows = len(sizes)
     in_order = sizes[:, _ORDER]  # (rows, orders, axes in order)
