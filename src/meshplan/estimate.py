@@ -86,12 +86,7 @@ def send_stride(pp_stride: Num, pp: Num) -> Num:
 
 
 def pipeline_bounds(plan: Plan) -> tuple[Num, Num]:
-    """(ranks placed inside the pipeline axis, the rank distance across all its stages): s_pp and s_pp·p. A
-    keyed batch of the search (pp = 1 with the pipeline's strides kept) carries them as ``pp_below`` and
-    ``pp_above``."""
-    strides = getattr(plan, "strides", None)
-    if strides is not None and "pp_below" in strides:
-        return strides["pp_below"], strides["pp_above"]
+    """(ranks placed inside the pipeline axis, the rank distance across all its stages): s_pp and s_pp·p."""
     below = plan.stride("pp")
     return below, below * plan.pp
 

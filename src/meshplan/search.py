@@ -52,7 +52,6 @@ from meshplan.estimate import (
     offloaded_activations,
     optimizer_time,
     pipeline,
-    pipeline_bounds,
     pipeline_time,
     send_stride,
     units_for_recomputes,
@@ -424,10 +423,10 @@ def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, recomputes:
     first, inverse = _unit_keys(model, cluster, batch)
     ones = np.ones(len(first), dtype=np.int64)
     cols = {k: getattr(batch, k)[first] for k in _UNIT_KEYS}
-    strides = {a: batch.stride(a)[first] for a in _UNIT_STRIDES} | {"dp": ones}  # any row of a key will do
-    strides["pp"] = strides["pp"] * batch.pp[first]  # the keyed plans have pp = 1: send_stride(s·p, 1) = s·p/2
-    strides["pp_below"], strides["pp_above"] = (b[first] for b in pipeline_bounds(batch))  # expert groups
-    keyed = PlanBatch(dp=ones, pp=ones, vpp=ones, global_batch=cols["micro_batch"], placement_id=0 * ones,
+    # any row of a key will do: its pipeline (size and stride) sets only the tier splits of its sends and expert
+    # groups, which the key holds; nothing else in a unit depends on pp
+    strides = {a: batch.stride(a)[first] for a in _UNIT_STRIDES} | {"dp": ones}
+    keyed = PlanBatch(dp=ones, pp=batch.pp[first], vpp=ones, global_batch=cols["micro_batch"], placement_id=0 * ones,
                       placements=batch.placements, strides=strides, **cols,
                       **{k: getattr(batch, k) for k in CATEGORICAL if k not in _GRID_SETTINGS})
     if batch.tensor_layout == "summa":
