@@ -252,6 +252,8 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
 @click.option("--placements", type=click.Choice(["all", "default"]), default="all", show_default=True,
               help="every placement of the axes on the mesh, or tp,cp,dp,pp only")
 @click.option("--max-micro-batch", type=int, default=64, show_default=True)
+@click.option("--max-plans", type=int, default=1_000_000_000, show_default=True,
+              help="refuse a search space of more plans than this (0: no limit)")
 @click.option("--precision", type=click.Choice(PRECISION), default="bf16", show_default=True)
 @fp8_scaling_option
 @click.option("--grad-bytes", type=int, default=4, show_default=True)
@@ -266,8 +268,8 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
               help="across GPU counts: fastest, or cheapest for the token budget")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_k, zero_opts, recompute_opts,
-             sp_opts, offload, placements, max_micro_batch, precision, fp8_scaling, grad_bytes, overlap_tp, overlap_pp,
-             expert_gemm, attention_kernel, fsdp, tokens, price, rank_by, as_json) -> None:
+             sp_opts, offload, placements, max_micro_batch, max_plans, precision, fp8_scaling, grad_bytes, overlap_tp,
+             overlap_pp, expert_gemm, attention_kernel, fsdp, tokens, price, rank_by, as_json) -> None:
     """Search every parallel plan of MODEL on GPUS accelerators of SYSTEM and rank the feasible ones."""
     from meshplan.search import Space, search
 
@@ -279,6 +281,8 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
             raise SpecError(f"{name}={value} must be a positive integer")
     if top_k > MAX_TOP:
         raise SpecError(f"top={top_k} is more than {MAX_TOP} plans (each listed plan is re-estimated in full)")
+    if max_plans < 0:
+        raise SpecError(f"max-plans={max_plans} must be a count of plans (0: no limit)")
     zeros = tuple(z for z in map(int, _choices(zero_opts, ("0", "1", "2", "3"), "zero")) if fsdp_has_zero(fsdp, z))
     if not zeros:
         raise SpecError(f"zero={zero_opts} leaves no stage for fsdp={fsdp} (FSDP has no ZeRO-1)")
@@ -303,7 +307,7 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
                       offload_activations=(False, True) if offload else (False,),
                       all_placements=placements == "all", max_micro_batch=max_micro_batch, precision=precision,
                       fp8_scaling=fp8_scaling, grad_bytes=grad_bytes, overlap_tp=overlap_tp, overlap_pp=overlap_pp,
-                      expert_gemm=expert_gemm, attention_kernel=attention_kernel, fsdp=fsdp)
+                      expert_gemm=expert_gemm, attention_kernel=attention_kernel, fsdp=fsdp, max_plans=max_plans)
         with _progress(as_json) as progress:
             results.append(search(model, cluster, space, top_k=top_k, progress=progress))
     from meshplan.report.text import print_search

@@ -35,6 +35,7 @@ import numpy as np
 from meshplan.batch import CATEGORICAL, PlanBatch
 from meshplan.comm import Layout, block_members
 from meshplan.efficiency import DEFAULT, Efficiency
+from meshplan.errors import SpecError
 from meshplan.estimate import (
     Estimate,
     PassTimes,
@@ -94,6 +95,10 @@ class Space:
     expert_gemm: str = "per_expert"  # Plan.expert_gemm: how the stack launches MoE expert GEMMs
     fp8_scaling: str = "delayed"  # Plan.fp8_scaling: how per-tensor fp8 scales are found
     fsdp: str = "none"  # Plan.fsdp: data parallelism by PyTorch FSDP (its per-micro-batch gradient preparation)
+    # the most plans a search space may hold (``plan_count``); a larger one is refused before any is built, so that a
+    # typo in a GPU count or an expert count is one line, not an hour: 10^9 is about 40 s at the measured rate
+    # (README, benchmarks/search_speed.py); 0: no limit
+    max_plans: int = 1_000_000_000
 
     def __post_init__(self) -> None:
         if not all(fsdp_has_zero(self.fsdp, z) for z in self.zero):
@@ -681,6 +686,7 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
     jobs. ``workers``: processes to use (0: up to 2 when the space is large; 1: this process only)."""
     start = time.perf_counter()
     combos, tally = _combos(model, cluster, space)
+    _check_size(model, cluster, space, combos)
     if not workers:
         size = sum(_weight(c) for c in combos) * _grid_size(space)
         workers = min(2, os.cpu_count() or 1) if size * 8 > PARALLEL_ABOVE else 1
@@ -714,6 +720,31 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
                         bounded=sum(r.bounded for r in results),
                         rejected=dict(tally.counts), examples=dict(tally.examples),
                         seconds=time.perf_counter() - start)
+
+
+def plan_count(combos: list[_Combo], cluster: Cluster, space: Space) -> int:
+    """The plans of these size combinations, counted before any is built: per combination its micro-batch ×
+    interleaving × expert options × distinct placements × the categorical grid. The search evaluates all of them
+    but the interleaved ones whose micro-batches pp does not divide, which it rejects."""
+    per = np.array([c.mult * _weight(c) for c in combos], dtype=np.int64)
+    if not (space.all_placements and combos):
+        return int(per.sum())
+    sizes = np.array([[getattr(c, a) for a in DENSE_AXES] for c in combos], dtype=np.int64)
+    placements = np.array([len(p) for p in _placements_many(sizes, cluster.mesh_shape)], dtype=np.int64)
+    return int(per @ placements)
+
+
+def _check_size(model: ModelSpec, cluster: Cluster, space: Space, combos: list[_Combo]) -> None:
+    """Refuse a space of more than ``space.max_plans`` plans (counted only when every placement differing could
+    exceed it: counting the distinct placements costs about what building them does)."""
+    limit = space.max_plans
+    if not limit or sum(c.mult * _weight(c) for c in combos) * len(PLACEMENTS) <= limit:
+        return
+    count = plan_count(combos, cluster, space)
+    if count > limit:
+        raise SpecError(f"the search space of {model.name} on {cluster.num_gpus} GPUs holds {count:,} plans, more than "
+                        f"max-plans={limit:,}: narrow it (--max-micro-batch, --zero, --recompute, --sp, "
+                        "--no-offload, --placements default) or raise --max-plans")
 
 
 def _evaluate_shared(job: _Job) -> _Part:
