@@ -36,7 +36,9 @@ from dataclasses import dataclass, field, fields, replace
 from functools import cached_property, lru_cache
 from typing import Any, TypeVar
 
-from meshplan.comm import Layout, collective_time
+import numpy as np
+
+from meshplan.comm import Layout, collective_time, split_group
 from meshplan.efficiency import DEFAULT, Efficiency
 from meshplan.hardware import Cluster
 from meshplan.memory import (
@@ -127,11 +129,14 @@ def time_ops(ops: list[OpCost], cluster: Cluster, plan: Plan, eff: Efficiency,
              compute: list[Num | None] | None = None) -> list[Num]:
     """Seconds of each op: collectives by comm.py, the rest by the roofline (or taken from ``compute``, the
     same ops' times computed elsewhere: the search times compute ops once per shape, not per placement)."""
-    times = []
+    times, splits = [], {}
     for i, op in enumerate(ops):
         if op.kind == "collective":
             c = op.collective
-            one = collective_time(c.kind, c.nbytes, c.group, axis_layout(plan, c.axis), cluster, eff)
+            key = (c.axis, id(c.group) if isinstance(c.group, np.ndarray) else c.group)
+            if key not in splits:  # the ops of a layer use a few groups: split each over the tiers once
+                splits[key] = (c.group, split_group(cluster, c.group, axis_layout(plan, c.axis)))
+            one = collective_time(c.kind, c.nbytes, c.group, None, cluster, eff, parts=splits[key][1])
             times.append(one * op.repeat if type(op.repeat) is not float or op.repeat != 1.0 else one)
         elif compute is not None:
             times.append(compute[i])
@@ -179,9 +184,16 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, recompute: str, 
     overlaps by ``eff.overlap_slowdown`` × its hidden time (SMs and HBM it takes; efficiency.py); that cost
     is booked under the collective's component."""
     s: dict[tuple[str, str], Num] = {}
+    owned: set[tuple[str, str]] = set()  # sums this function allocated: safe to add into in place
 
     def add(key: tuple[str, str], t: Num) -> None:
-        s[key] = s.get(key, 0.0) + t
+        cur = s.get(key, 0.0)
+        if key in owned and cur.shape == np.shape(t) and cur.dtype == np.result_type(cur, t):
+            np.add(cur, t, out=cur)  # the search's arrays hold 10^5 keys: no new array per op
+            return
+        s[key] = cur + t
+        if isinstance(s[key], np.ndarray):
+            owned.add(key)
 
     for op, t in zip(ops, times, strict=True):
         ph = "f" if op.phase == "fwd" else "b"

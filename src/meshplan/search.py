@@ -434,17 +434,14 @@ def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, recomputes:
     keyed = PlanBatch(dp=ones, pp=batch.pp[first], vpp=ones, global_batch=cols["micro_batch"], placement_id=0 * ones,
                       placements=batch.placements, strides=strides, **cols,
                       **{k: getattr(batch, k) for k in CATEGORICAL if k not in _GRID_SETTINGS})
-    if batch.tensor_layout == "summa":
-        options = [_panels(model.hidden_size, int(t), int(t2)) for t, t2 in zip(cols["tp"], cols["tp2"], strict=True)]
-    else:
-        options = [[int(nb)] for nb in cols["summa_panels"]]
-    count = np.array([len(o) for o in options])
+    options = _panel_options(model, batch.tensor_layout, cols)
+    count = (options > 0).sum(axis=1)
     compute = _shape_times(model, cluster, keyed, eff)
     best: dict[str, Units] = {}
     best_nb: dict[str, np.ndarray] = {}
     for j in range(int(count.max())):  # the j-th panel option of every key that has one
         rows = np.flatnonzero(count > j)
-        nb = np.array([options[i][j] for i in rows], dtype=np.int64)
+        nb = options[rows, j]
         some = keyed.select(rows) if j else keyed
         some = replace(some, summa_panels=nb)
         parts = _parts(model, cluster, some, eff, compute if not j else
@@ -460,6 +457,18 @@ def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, recomputes:
             best_nb[rc] = best_nb[rc].copy()
             best_nb[rc][rows] = np.where(better, nb, best_nb[rc][rows])
     return best, best_nb, inverse.reshape(-1)
+
+
+def _panel_options(model: ModelSpec, layout: str, cols: dict[str, np.ndarray]) -> np.ndarray:
+    """(keys × options): the SUMMA panel counts each key may use, padded with 0; under the 1D layout the one
+    count its plans carry."""
+    if layout != "summa":
+        return cols["summa_panels"][:, None].astype(np.int64)
+    lists = [_panels(model.hidden_size, int(t), int(t2)) for t, t2 in zip(cols["tp"], cols["tp2"], strict=True)]
+    options = np.zeros((len(lists), max(map(len, lists))), dtype=np.int64)
+    for i, panels in enumerate(lists):
+        options[i, :len(panels)] = panels
+    return options
 
 
 def _lean(units: Units) -> Units:
