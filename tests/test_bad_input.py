@@ -279,6 +279,17 @@ def test_a_bug_is_one_line_with_exit_status_3(monkeypatch, capsys):
     (["sweep", "--model", "llama3-8b", "--systems", "h100", "--gpus", "8", "--param", "hbm_bandwidth", "--factors",
       "1e-300"], "factors='1e-300' must be numbers from 1e-06"),
     (["calibrate", "--quick", "--base", ""], "base='' is empty"),
+    (["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--max-plans", "-1"],
+     "max-plans=-1 must be a count of plans (0: no limit)"),
+    (["report", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--max-plans", "-1"],
+     "max-plans=-1 must be a count"),
+    (["sweep", "--model", "llama3-8b", "--systems", "h100", "--gpus", "8", "--max-plans", "-1"],
+     "max-plans=-1 must be a count"),
+    # a space too large is refused before anything runs: the report's own search, a sweep's points
+    (["report", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--max-plans", "100"],
+     "the search space of llama3-8b on 8 GPUs holds"),
+    (["sweep", "--model", "llama3-8b", "--systems", "h100", "--gpus", "8,16", "--max-plans", "100"],
+     "the search space of llama3-8b on 8 GPUs holds"),
 ])
 def test_second_round(args, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

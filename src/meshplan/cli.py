@@ -228,6 +228,12 @@ def _parse_count(text: str, field: str) -> float:
     return value
 
 
+def check_max_plans(value: int) -> None:
+    """``--max-plans`` (plan, report, sweep): a count of plans, 0 for no limit."""
+    if value < 0:
+        raise SpecError(f"max-plans={value} must be a count of plans (0: no limit)")
+
+
 def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]:
     values = tuple(v.strip() for v in text.split(","))
     if values == ("",):
@@ -281,8 +287,7 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
             raise SpecError(f"{name}={value} must be a positive integer")
     if top_k > MAX_TOP:
         raise SpecError(f"top={top_k} is more than {MAX_TOP} plans (each listed plan is re-estimated in full)")
-    if max_plans < 0:
-        raise SpecError(f"max-plans={max_plans} must be a count of plans (0: no limit)")
+    check_max_plans(max_plans)
     zeros = tuple(z for z in map(int, _choices(zero_opts, ("0", "1", "2", "3"), "zero")) if fsdp_has_zero(fsdp, z))
     if not zeros:
         raise SpecError(f"zero={zero_opts} leaves no stage for fsdp={fsdp} (FSDP has no ZeRO-1)")

@@ -752,8 +752,14 @@ def _check_size(model: ModelSpec, cluster: Cluster, space: Space, combos: list[_
     count = plan_count(combos, cluster, space)
     if count > limit:
         raise SpecError(f"the search space of {model.name} on {cluster.num_gpus} GPUs holds {count:,} plans, more than "
-                        f"max-plans={limit:,}: narrow it (--max-micro-batch, --zero, --recompute, --sp, "
-                        "--no-offload, --placements default) or raise --max-plans")
+                        f"max-plans={limit:,}: narrow it (--no-offload, --placements default; plan also --zero, "
+                        "--recompute, --sp, --max-micro-batch) or raise --max-plans")
+
+
+def check_space(model: ModelSpec, cluster: Cluster, space: Space) -> None:
+    """Raise SpecError if ``space`` holds more than ``space.max_plans`` plans (``search`` checks it too; a sweep
+    checks every point before any runs)."""
+    _check_size(model, cluster, space, _combos(model, cluster, space)[0])
 
 
 def _evaluate_shared(job: _Job) -> _Part:

@@ -35,7 +35,7 @@ from meshplan.errors import MissingDependency, SpecError
 from meshplan.files import write_text
 from meshplan.hardware import System, load_system
 from meshplan.model import ModelSpec
-from meshplan.search import SearchResult, Space, search
+from meshplan.search import SearchResult, Space, check_space, search
 
 # parameter → (what it scales, the base value of a system)
 PARAMS: dict[str, tuple[str, Callable[[System], float]]] = {
@@ -122,7 +122,8 @@ def param_points(model: ModelSpec, systems: Sequence[str | System], gpus: Sequen
                  space: Space | None = None) -> list[Point]:
     """systems × NVLink sizes × GPU counts × factors of ``param`` (``"none"``: the systems as they are).
 
-    Raises SpecError for a GPU count that is not a multiple of an NVLink domain size, before anything runs.
+    Raises SpecError for a GPU count that is not a multiple of an NVLink domain size, or whose search space holds
+    more than ``space.max_plans`` plans, before anything runs.
     """
     space = space or sweep_space(global_batch)
     if param != "none" and param not in PARAMS:
@@ -140,7 +141,8 @@ def param_points(model: ModelSpec, systems: Sequence[str | System], gpus: Sequen
                 value = PARAMS[param][1](modified) if param != "none" else math.nan
                 for n in gpus:
                     d = modified.network.nvlink_domain
-                    modified.cluster(n)  # SpecError now for a GPU count the mesh cannot hold
+                    # SpecError now for a GPU count the mesh cannot hold, or a space beyond max_plans
+                    check_space(model, modified.cluster(n), space)
                     points.append(Point(model=model, system=modified, gpus=n, nvlink_domain=d,
                                         global_batch=global_batch, space=space, param=param, factor=float(factor),
                                         value=float(value), label=label))

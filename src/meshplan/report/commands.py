@@ -34,6 +34,8 @@ def _run_options(f):
                      help="every placement of the axes on the mesh, or tp,cp,dp,pp only"),
         click.option("--offload/--no-offload", default=True, show_default=True,
                      help="consider optimizer / activation offload"),
+        click.option("--max-plans", type=int, default=1_000_000_000, show_default=True,
+                     help="refuse a search space of more plans than this (0: no limit)"),
         click.option("--workers", type=int, default=None, help="local processes (default: all cores; 1: serial)"),
         click.option("--ray", "ray_address", default=None,
                      help="run the searches (sweep points, scaling curves) on Ray: 'auto', an address "
@@ -94,12 +96,12 @@ def _scaling_counts(text: str | None, gpus: int, domain: int) -> list[int]:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("report.html"),
               show_default=True, help="the HTML file to write")
 def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k, scaling, placements, offload,
-           workers, ray_address, output) -> None:
+           max_plans, workers, ray_address, output) -> None:
     """Search the plans of MODEL on GPUS accelerators of SYSTEM and write one self-contained HTML report:
     best plans, step-time and memory breakdowns, pipeline timeline, per-op roofline and scaling curves."""
     from dataclasses import replace
 
-    from meshplan.cli import MAX_TOP, model_at
+    from meshplan.cli import MAX_TOP, check_max_plans, model_at
     from meshplan.files import writable
     from meshplan.hardware import load_system
     from meshplan.report.html import write
@@ -113,6 +115,7 @@ def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k,
         raise SpecError(f"top={top_k} must be a positive integer up to {MAX_TOP}")
     if workers is not None and workers < 1:
         raise SpecError(f"workers={workers} must be a positive integer")
+    check_max_plans(max_plans)
     writable(str(output), "output")
     model = model_at(model_ref, seq)
     gbs = _global_batch(model, global_batch)
@@ -120,7 +123,7 @@ def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k,
     if nvlink_domain is not None:
         system = replace(system, network=replace(system.network, nvlink_domain=nvlink_domain))
     cluster = system.cluster(gpus)
-    space = sweep_space(gbs, all_placements=placements == "all", offload=offload)
+    space = sweep_space(gbs, all_placements=placements == "all", offload=offload, max_plans=max_plans)
     result = search(model, cluster, space, top_k=top_k)
     rows = None
     counts = _scaling_counts(scaling, gpus, system.network.nvlink_domain)
@@ -154,11 +157,11 @@ def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k,
 @click.option("--format", "formats", default="png,svg", show_default=True, help="picture formats: png, svg")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("sweep"),
               show_default=True, help="directory for sweep.csv, sweep.json and the pictures")
-def sweep(model_ref, seq, global_batch, systems, nvlink, gpus, params, factors, placements, offload, workers,
-          ray_address, formats, output) -> None:
+def sweep(model_ref, seq, global_batch, systems, nvlink, gpus, params, factors, placements, offload, max_plans,
+          workers, ray_address, formats, output) -> None:
     """Best-plan throughput of MODEL over GPU counts × systems × NVLink sizes (strong scaling) or over a
     hardware parameter's scale factors; writes CSV / JSON (pandas reads them) and PNG / SVG pictures."""
-    from meshplan.cli import model_at
+    from meshplan.cli import check_max_plans, model_at
     from meshplan.sweep import PARAMS, param_points, run, sweep_space, write_csv, write_json
 
     model = model_at(model_ref, seq)
@@ -186,7 +189,8 @@ def sweep(model_ref, seq, global_batch, systems, nvlink, gpus, params, factors, 
             raise SpecError(f"format={kind!r} must be png or svg")
     if workers is not None and workers < 1:
         raise SpecError(f"workers={workers} must be a positive integer")
-    space = sweep_space(gbs, all_placements=placements == "all", offload=offload)
+    check_max_plans(max_plans)
+    space = sweep_space(gbs, all_placements=placements == "all", offload=offload, max_plans=max_plans)
     points = []
     for name in names:
         points += param_points(model, refs, counts, gbs, param=name, factors=scale, nvlink=domains, space=space)
