@@ -11,7 +11,7 @@ import sys
 import click
 
 from meshplan.errors import MeshplanError, SpecError
-from meshplan.fields import MAX_SIZE
+from meshplan.fields import MAX_PLANS, MAX_SIZE
 from meshplan.plan import ATTENTION_KERNELS, EXPERT_GEMM, FP8_SCALING, FSDP, LORA_TARGETS, PRECISION, fsdp_has_zero
 
 MAX_TOKENS = 1e18  # a token budget: 10^18 is 50,000 times Llama 3's 15T
@@ -258,7 +258,7 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
 @click.option("--placements", type=click.Choice(["all", "default"]), default="all", show_default=True,
               help="every placement of the axes on the mesh, or tp,cp,dp,pp only")
 @click.option("--max-micro-batch", type=int, default=64, show_default=True)
-@click.option("--max-plans", type=int, default=1_000_000_000, show_default=True,
+@click.option("--max-plans", type=int, default=MAX_PLANS, show_default=True,
               help="refuse a search space of more plans than this (0: no limit)")
 @click.option("--precision", type=click.Choice(PRECISION), default="bf16", show_default=True)
 @fp8_scaling_option

@@ -21,6 +21,9 @@ MAX_SIZE = 2**31 - 1
 # Layers: 10,000, ten times the deepest transformer trained (DeepNet, Wang et al. 2022: 1,000 layers); the
 # parameter count and the per-layer MoE pattern are sums over layers.
 MAX_LAYERS = 10_000
+# Plans a search space may hold by default (Space.max_plans, --max-plans): about 40 s at the measured rate (README,
+# benchmarks/search_speed.py), so that a typo in a GPU or expert count is one line, not an hour.
+MAX_PLANS = 1_000_000_000
 
 
 def _kind_error(name: str, value: Any, kind: str) -> str | None:

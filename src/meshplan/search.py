@@ -57,6 +57,7 @@ from meshplan.estimate import (
     send_stride,
     units_for_recomputes,
 )
+from meshplan.fields import MAX_PLANS
 from meshplan.hardware import Cluster
 from meshplan.memory import layers_on_stage, model_states, stage_params
 from meshplan.model import ModelSpec
@@ -95,10 +96,9 @@ class Space:
     expert_gemm: str = "per_expert"  # Plan.expert_gemm: how the stack launches MoE expert GEMMs
     fp8_scaling: str = "delayed"  # Plan.fp8_scaling: how per-tensor fp8 scales are found
     fsdp: str = "none"  # Plan.fsdp: data parallelism by PyTorch FSDP (its per-micro-batch gradient preparation)
-    # the most plans a search space may hold (``plan_count``); a larger one is refused before any is built, so that a
-    # typo in a GPU count or an expert count is one line, not an hour: 10^9 is about 40 s at the measured rate
-    # (README, benchmarks/search_speed.py); 0: no limit
-    max_plans: int = 1_000_000_000
+    # the most plans a search space may hold (``plan_count``); a larger one is refused before any is built
+    # (fields.MAX_PLANS); 0: no limit
+    max_plans: int = MAX_PLANS
 
     def __post_init__(self) -> None:
         if not all(fsdp_has_zero(self.fsdp, z) for z in self.zero):

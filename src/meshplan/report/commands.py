@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from meshplan.errors import MissingDependency, SpecError
+from meshplan.fields import MAX_PLANS
 from meshplan.files import make_dir, writable_dir
 
 FACTORS = "0.5,1,2,4"  # --factors' default
@@ -34,7 +35,7 @@ def _run_options(f):
                      help="every placement of the axes on the mesh, or tp,cp,dp,pp only"),
         click.option("--offload/--no-offload", default=True, show_default=True,
                      help="consider optimizer / activation offload"),
-        click.option("--max-plans", type=int, default=1_000_000_000, show_default=True,
+        click.option("--max-plans", type=int, default=MAX_PLANS, show_default=True,
                      help="refuse a search space of more plans than this (0: no limit)"),
         click.option("--workers", type=int, default=None, help="local processes (default: all cores; 1: serial)"),
         click.option("--ray", "ray_address", default=None,
