@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from dataclasses import replace
@@ -12,12 +13,13 @@ import pytest
 import meshplan.search as search_module
 from meshplan.batch import PlanBatch
 from meshplan.cli import main
+from meshplan.comm import split_group
 from meshplan.errors import SpecError
 from meshplan.estimate import estimate, expert_factors, send_stride
 from meshplan.hardware import load_system
 from meshplan.model import load_model
 from meshplan.plan import LAYOUTS, Plan
-from meshplan.search import PLACEMENTS, Space, _members, _panels, candidates, search
+from meshplan.search import PLACEMENTS, Space, _panels, candidates, search
 from meshplan.units import fmt_bytes
 
 SMALL = Space(global_batch=16, zero=(0, 3), recompute=("none", "full"), offload_optimizer=(False,),
@@ -217,6 +219,16 @@ def test_cli_plan_bad_input(capsys, args, message):
     code = main(["plan", "--model", "llama3-8b", "--system", "h100", *args])
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1
+
+
+@functools.lru_cache
+def _mesh(tiers: tuple[int, int]):
+    return load_system("h100").cluster(tiers[0] * tiers[1], nvlink_domain=tiers[0])
+
+
+def _members(tiers: tuple[int, int], group: int, layout) -> tuple[int, ...]:
+    """comm.split_group on a two-tier mesh, as integers."""
+    return tuple(round(g) for g in split_group(_mesh(tiers), group, layout))
 
 
 def placement_key(order: tuple[str, ...], sizes: dict[str, int], tiers: tuple[int, ...],

@@ -131,11 +131,16 @@ def split_group(cluster: Cluster, group: Num, layout: Layout) -> list[Num]:
 
 
 def collective_time(kind: str, nbytes: Num, group: Num, layout: Layout, cluster: Cluster,
-                    eff: Efficiency = DEFAULT, parts: list[Num] | None = None) -> Num:
-    """Seconds for one collective over ``group`` ranks laid out as ``layout`` (``split_group``, or its result
-    ``parts`` when the caller has it: the ops of a layer share a few groups); zero for a group of one."""
-    if parts is None:
-        parts = split_group(cluster, group, layout)
+                    eff: Efficiency = DEFAULT) -> Num:
+    """Seconds for one collective over ``group`` ranks laid out as ``layout`` (``split_group``); zero for a
+    group of one."""
+    return split_time(kind, nbytes, group, split_group(cluster, group, layout), cluster, eff)
+
+
+def split_time(kind: str, nbytes: Num, group: Num, parts: list[Num], cluster: Cluster,
+               eff: Efficiency = DEFAULT) -> Num:
+    """``collective_time`` of a group already split over the tiers (``parts``: the ops of a layer share a few
+    groups, so estimate.time_ops splits each once)."""
     bandwidths = [t.bandwidth * eff.link(t.name) for t in cluster.tiers]
     latencies = [t.latency for t in cluster.tiers]
     if kind == "all_reduce":

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from meshplan.comm import Layout, collective_time, split_group
+from meshplan.comm import Layout, collective_time, split_group, split_time
 from meshplan.efficiency import DEFAULT, Efficiency
 from meshplan.hardware import Cluster
 from meshplan.memory import (
@@ -135,8 +135,9 @@ def time_ops(ops: list[OpCost], cluster: Cluster, plan: Plan, eff: Efficiency,
             c = op.collective
             key = (c.axis, id(c.group) if isinstance(c.group, np.ndarray) else c.group)
             if key not in splits:  # the ops of a layer use a few groups: split each over the tiers once
+                # (the group is kept with its split so that its id is not reused by another array meanwhile)
                 splits[key] = (c.group, split_group(cluster, c.group, axis_layout(plan, c.axis)))
-            one = collective_time(c.kind, c.nbytes, c.group, None, cluster, eff, parts=splits[key][1])
+            one = split_time(c.kind, c.nbytes, c.group, splits[key][1], cluster, eff)
             times.append(one * op.repeat if type(op.repeat) is not float or op.repeat != 1.0 else one)
         elif compute is not None:
             times.append(compute[i])

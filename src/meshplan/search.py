@@ -179,17 +179,6 @@ def _tensor_reason(model: ModelSpec, tp: int) -> tuple[str, str] | None:
 _PLACEMENT_ID = {order: i for i, order in enumerate(PLACEMENTS)}
 
 
-def _members(tiers: tuple[int, ...], group: int, layout: Layout) -> tuple[int, ...]:
-    """How a group (``group`` ranks laid out as ``layout``) splits over the mesh tiers (comm.split_group)."""
-    parts, inner, span = [], 1, 1
-    for i, size in enumerate(tiers):
-        span *= size
-        members = group if i == len(tiers) - 1 else round(block_members(group, layout, span))
-        parts.append(members // inner)
-        inner = members
-    return tuple(parts)
-
-
 _ORDER = np.array([[DENSE_AXES.index(a) for a in order] for order in PLACEMENTS])  # (orders, axes): axis ids
 _AX = {a: i for i, a in enumerate(DENSE_AXES)}
 
@@ -731,11 +720,16 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
                         seconds=time.perf_counter() - start)
 
 
+def _unplaced(c: _Combo) -> int:
+    """A combination's plans before placements: its micro-batch × interleaving × expert options × the grid."""
+    return c.mult * _weight(c)
+
+
 def plan_count(combos: list[_Combo], cluster: Cluster, space: Space) -> int:
     """The plans of these size combinations, counted before any is built: per combination its micro-batch ×
     interleaving × expert options × distinct placements × the categorical grid. The search evaluates all of them
     but the interleaved ones whose micro-batches pp does not divide, which it rejects."""
-    per = np.array([c.mult * _weight(c) for c in combos], dtype=np.int64)
+    per = np.array([_unplaced(c) for c in combos], dtype=np.int64)
     if not (space.all_placements and combos):
         return int(per.sum())
     sizes = np.array([[getattr(c, a) for a in DENSE_AXES] for c in combos], dtype=np.int64)
@@ -747,7 +741,7 @@ def _check_size(model: ModelSpec, cluster: Cluster, space: Space, combos: list[_
     """Refuse a space of more than ``space.max_plans`` plans (counted only when every placement differing could
     exceed it: counting the distinct placements costs about what building them does)."""
     limit = space.max_plans
-    if not limit or sum(c.mult * _weight(c) for c in combos) * len(PLACEMENTS) <= limit:
+    if not limit or sum(map(_unplaced, combos)) * len(PLACEMENTS) <= limit:
         return
     count = plan_count(combos, cluster, space)
     if count > limit:
