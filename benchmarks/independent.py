@@ -86,7 +86,10 @@ def document(results: list[RunResult], summary: dict, records: dict[str, dict]) 
            "stack names) and, with the first collection, a third (an expert-parallel dispatcher a MoE stack names "
            "implies expert parallelism over the data-parallel ranks). Later, Megatron-LLaMA's README itself led to a "
            "fourth: Megatron-LM's DistributedOptimizer of 2023 reduces and gathers without overlapping compute, and "
-           "only its OverlappedDistributedOptimizer overlaps them.", "",
+           "only its OverlappedDistributedOptimizer overlaps them. The Grok-1 recipe (NeMo) led to a fifth: where a "
+           "record leaves expert tensor parallelism unstated, NeMo and Megatron-LM keep Megatron-Core's default, "
+           "the experts split over the TP group (etp = tp), and only Megatron-Bridge's MoE recipes set etp = 1 "
+           "(it moved the four Grok-1 runs only; the 428 runs did not move).", "",
            f"Overall: {overall['evaluated']} runs evaluated, {overall['skipped']} skipped; median |error| "
            f"{pct(overall['median_abs_error'])}, p90 {pct(overall['p90_abs_error'])}, mean "
            f"{pct(overall['mean_abs_error'])}.", "",

@@ -250,6 +250,24 @@ def test_expert_gemm_launch_follows_the_release(group, gpu, precision, expected)
     assert case.plan.expert_gemm == expected
     assert any("expert GEMMs" in a for a in case.assumptions)
 
+@pytest.mark.parametrize(("group", "framework", "expected"), [
+    # Megatron-Bridge's MoE recipes set expert_tensor_parallel_size = 1
+    ("megatron_bridge_26.04", "Megatron-Bridge / Megatron-Core", 1),
+    # Megatron-Core's own default (arguments.py: None → tensor_model_parallel_size), which NeMo keeps: tp = 2
+    ("nemo_24.07", "NeMo / Megatron-Core", 2),
+    # torchtitan keeps the experts whole (its expert_tensor_parallel_degree defaults to 1)
+    ("torchtitan_x", "torchtitan", 1),
+])
+def test_unstated_expert_tensor_parallelism_is_the_stacks_default(group, framework, expected):
+    case = map_run(record(group=group, framework=framework, model=QWEN3_30B,
+                          hardware={"gpu": "H100", "num_gpus": 16, "gpus_per_node": 8},
+                          parallel={"tp": 2, "pp": 1, "vp": None, "ep": 8, "micro_batch_size": 1,
+                                    "global_batch_size": 64}))
+    # 16 GPUs = dp 8 × tp 2; ep 8 × etp divides tp·cp·dp = 16 either way
+    assert (case.plan.tp, case.plan.ep, case.plan.etp) == (2, 8, expected)
+    assert any(a.startswith(f"etp = {'tp = 2' if expected == 2 else '1'}") for a in case.assumptions)
+
+
 
 def test_gb200_jobs_that_do_not_fill_racks_use_the_largest_dividing_domain():
     case = map_run(record(precision="mxfp8", hardware={"gpu": "GB200", "num_gpus": 256, "gpus_per_node": 4},

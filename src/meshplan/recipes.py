@@ -49,6 +49,11 @@ class SourceDefaults:
     # the stack's attention is PyTorch's scaled_dot_product_attention, whose kernel depends on the PyTorch release
     # (SDPA_CUDNN_FROM; validate._attention_kernel)
     sdpa: bool = False
+    # expert tensor parallelism when the record does not state it (MoE with ep > 1): 1, the expert weights whole on
+    # each expert-parallel rank, unless the stack takes Megatron-Core's own default, etp = tp
+    # (megatron/training/arguments.py: expert_tensor_parallel_size None → tensor_model_parallel_size; before
+    # Megatron-Core 0.10 there was no separate expert TP and the experts were split over the TP group)
+    expert_tp_is_tp: bool = False
 
 
 # PyTorch's scaled_dot_product_attention picks its FlashAttention-2 backend on Hopper and Blackwell; cuDNN's kernel
@@ -103,7 +108,7 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "TE fused attention, sequence parallelism with tp > 1, no recompute flag given; pipeline sends "
                    "overlapped with interleaving (megatron/training/arguments.py: --no-overlap-p2p-communication "
                    "is a store_false flag, so overlap_p2p_comm is on unless the schedule is not interleaved)",
-                   overlap_pp=True),
+                   overlap_pp=True, expert_tp_is_tp=True),
     SourceDefaults("Megatron-Bridge", r"megatron_bridge|mbridge", None, True, True, 1, 2, "none", True,
                    "Megatron-Bridge scripts/performance: sequence parallelism with tp > 1, userbuffers TP overlap "
                    "(off for nvfp4), distributed optimizer with overlapped grad reduce / param gather, "
@@ -116,7 +121,7 @@ SOURCES: tuple[SourceDefaults, ...] = (
     SourceDefaults("Megatron-LM examples", r"megatron_lm_examples", None, True, True, 1, 4, "none", True,
                    "Megatron-LM examples/llama (configs follow the NeMo performance scripts): as NeMo, with "
                    "Megatron-LM's own default of pipeline sends overlapped under interleaving "
-                   "(--no-overlap-p2p-communication is a store_false flag)", overlap_pp=True),
+                   "(--no-overlap-p2p-communication is a store_false flag)", overlap_pp=True, expert_tp_is_tp=True),
     SourceDefaults("NeMo 24.x", r"^(?!.*automodel).*nemo", None, True, True, 1, 4, "none", True,
                    "NeMo 24.03/24.07 performance recipes: sequence parallelism and userbuffers TP overlap with "
                    "tp > 1, distributed optimizer with overlapped grad reduce / param gather, fp32 main grads, "
@@ -126,7 +131,7 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "pipeline sends overlapped with interleaving (NeMo-Framework-Launcher "
                    "launcher_scripts/conf/training/gpt3/175b.yaml and llama/llama3_70b.yaml set overlap_p2p_comm: "
                    "true, batch_p2p_comm: false over the model config's False default)",
-                   lora_targets="qkv", overlap_pp=True),
+                   lora_targets="qkv", overlap_pp=True, expert_tp_is_tp=True),
     SourceDefaults("MosaicML llm-foundry", r"mosaic|llm[-_ ]?foundry|\bcomposer\b", False, False, True, 3, 4, "none",
                    True,
                    "llm-foundry benchmarks: PyTorch FSDP (prefetching, overlapped), Composer mixed_precision "

@@ -37,7 +37,7 @@ from meshplan.hardware import Cluster, load_system
 from meshplan.model import ModelSpec, load_model, preset_names
 from meshplan.ops import LOW_PRECISION_BYTES
 from meshplan.plan import FP8_ATTENTION_PRECISIONS, Plan, check, fsdp_has_zero
-from meshplan.recipes import SourceDefaults, source_defaults
+from meshplan.recipes import GENERIC, SourceDefaults, source_defaults
 from meshplan.records import NEGATIVE, clean_record, flag, number, positive_int, read_runs
 from meshplan.units import GiB
 
@@ -287,7 +287,7 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     (recipes.py) with a note saying so."""
     p, src = record.get("parallel") or {}, source_defaults(record)
     notes = [f"defaults: {src.name}"] + ([record["_borrowed"]] if record.get("_borrowed") else [])
-    dp, tp, pp, cp, ep, etp = _sizes(p, model, cluster.num_gpus, notes, str(record.get("framework") or ""))
+    dp, tp, pp, cp, ep, etp = _sizes(p, model, cluster.num_gpus, notes, str(record.get("framework") or ""), src)
     mbs, gbs = _batches(p, src, dp, pp, notes)
     vpp = _interleaving(p, model, pp, (gbs // (dp * mbs)) % pp == 0, notes, src)
     precision = _precision(record, notes)
@@ -344,10 +344,10 @@ def _stack_notes(plan: Plan, src: SourceDefaults, model: ModelSpec) -> list[str]
     return [f"{text} ({why})" if why else text for on, text, why in stated if on]
 
 
-def _sizes(p: dict[str, Any], model: ModelSpec, n: int, notes: list[str], framework: str = ""
-           ) -> tuple[int, int, int, int, int, int]:
-    """dp, tp, pp, cp, ep, etp: as stated, dp from the GPU count, ep as the stack implies, etp 1 for
-    expert-parallel MoE."""
+def _sizes(p: dict[str, Any], model: ModelSpec, n: int, notes: list[str], framework: str = "",
+           src: SourceDefaults = GENERIC) -> tuple[int, int, int, int, int, int]:
+    """dp, tp, pp, cp, ep, etp: as stated, dp from the GPU count, ep as the stack implies, etp for expert-parallel
+    MoE as the stack's default (``SourceDefaults.expert_tp_is_tp``)."""
     tp, pp, cp = (positive_int(p.get(k)) or 1 for k in ("tp", "pp", "cp"))
     dp = positive_int(p.get("dp"))
     if n % (tp * pp * cp):
@@ -360,9 +360,11 @@ def _sizes(p: dict[str, Any], model: ModelSpec, n: int, notes: list[str], framew
     ep = positive_int(p.get("ep")) or _unstated_ep(model, dp, framework, notes)
     etp = positive_int(p.get("etp"))
     if etp is None:
-        etp = 1 if ep > 1 else tp
+        etp = 1 if ep > 1 and not src.expert_tp_is_tp else tp
         if model.is_moe and ep > 1 and tp > 1:
-            notes.append("etp = 1 (expert tensor parallelism not stated; the MoE recipes set 1)")
+            notes.append(f"etp = tp = {tp} (expert tensor parallelism not stated; Megatron-Core's default, which "
+                         f"{src.name} keeps)" if src.expert_tp_is_tp else
+                         "etp = 1 (expert tensor parallelism not stated; the MoE recipes set 1)")
     return dp, tp, pp, cp, ep, etp
 
 
