@@ -364,7 +364,8 @@ def _sizes(p: dict[str, Any], model: ModelSpec, n: int, notes: list[str], framew
         if model.is_moe and ep > 1 and tp > 1:
             notes.append(f"etp = tp = {tp} (expert tensor parallelism not stated; Megatron-Core's default, which "
                          f"{src.name} keeps)" if src.expert_tp_is_tp else
-                         "etp = 1 (expert tensor parallelism not stated; the MoE recipes set 1)")
+                         "etp = 1 (expert tensor parallelism not stated; Megatron-Bridge's MoE base configs set "
+                         "expert_tensor_parallel_size=1, torchtitan's expert_tensor_parallel_degree defaults to 1)")
     return dp, tp, pp, cp, ep, etp
 
 
