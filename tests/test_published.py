@@ -250,6 +250,7 @@ def test_expert_gemm_launch_follows_the_release(group, gpu, precision, expected)
     assert case.plan.expert_gemm == expected
     assert any("expert GEMMs" in a for a in case.assumptions)
 
+
 @pytest.mark.parametrize(("group", "framework", "expected"), [
     # Megatron-Bridge's MoE recipes set expert_tensor_parallel_size = 1
     ("megatron_bridge_26.04", "Megatron-Bridge / Megatron-Core", 1),
@@ -266,7 +267,6 @@ def test_unstated_expert_tensor_parallelism_is_the_stacks_default(group, framewo
     # 16 GPUs = dp 8 × tp 2; ep 8 × etp divides tp·cp·dp = 16 either way
     assert (case.plan.tp, case.plan.ep, case.plan.etp) == (2, 8, expected)
     assert any(a.startswith(f"etp = {'tp = 2' if expected == 2 else '1'}") for a in case.assumptions)
-
 
 
 def test_gb200_jobs_that_do_not_fill_racks_use_the_largest_dividing_domain():
