@@ -235,9 +235,7 @@ def accelerator_from_dict(data: dict[str, Any], where: str) -> Accelerator:
             data[key] = parse_quantity(data[key], f"{where}.{key}", unit)
     try:
         return Accelerator(peak_flops=peak, **data)
-    except TypeError as exc:  # a required field left out
-        raise SpecError(f"{where}: {exc}") from None
-    except SpecError as exc:
+    except (TypeError, SpecError) as exc:  # a required field left out, or a value the spec refuses
         raise SpecError(f"{where}: {exc}") from None
 
 
@@ -254,9 +252,7 @@ def network_from_dict(data: dict[str, Any], where: str) -> Network:
             data[key] = parse_quantity(data[key], f"{where}.{key}", unit)
     try:
         return Network(**data)
-    except TypeError as exc:
-        raise SpecError(f"{where}: {exc}") from None
-    except SpecError as exc:
+    except (TypeError, SpecError) as exc:  # a required field left out, or a value the spec refuses
         raise SpecError(f"{where}: {exc}") from None
 
 

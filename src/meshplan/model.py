@@ -284,9 +284,7 @@ def model_from_dict(data: dict[str, Any], where: str = "model") -> ModelSpec:
         raise SpecError(f"{where}: missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
     try:
         return ModelSpec(**data)
-    except TypeError as exc:
-        raise SpecError(f"{where}: {exc}") from None
-    except SpecError as exc:
+    except (TypeError, SpecError) as exc:  # a required field left out, or a value the spec refuses
         raise SpecError(f"{where}: {exc}") from None
 
 

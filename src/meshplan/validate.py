@@ -37,7 +37,7 @@ from meshplan.hardware import Cluster, load_system
 from meshplan.model import ModelSpec, load_model, preset_names
 from meshplan.ops import LOW_PRECISION_BYTES
 from meshplan.plan import FP8_ATTENTION_PRECISIONS, Plan, check, fsdp_has_zero
-from meshplan.recipes import GENERIC, SourceDefaults, source_defaults
+from meshplan.recipes import SourceDefaults, source_defaults
 from meshplan.records import NEGATIVE, clean_record, flag, number, positive_int, read_runs
 from meshplan.units import GiB
 
@@ -344,8 +344,8 @@ def _stack_notes(plan: Plan, src: SourceDefaults, model: ModelSpec) -> list[str]
     return [f"{text} ({why})" if why else text for on, text, why in stated if on]
 
 
-def _sizes(p: dict[str, Any], model: ModelSpec, n: int, notes: list[str], framework: str = "",
-           src: SourceDefaults = GENERIC) -> tuple[int, int, int, int, int, int]:
+def _sizes(p: dict[str, Any], model: ModelSpec, n: int, notes: list[str], framework: str, src: SourceDefaults
+           ) -> tuple[int, int, int, int, int, int]:
     """dp, tp, pp, cp, ep, etp: as stated, dp from the GPU count, ep as the stack implies, etp for expert-parallel
     MoE as the stack's default (``SourceDefaults.expert_tp_is_tp``)."""
     tp, pp, cp = (positive_int(p.get(k)) or 1 for k in ("tp", "pp", "cp"))

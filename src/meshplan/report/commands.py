@@ -173,9 +173,9 @@ def sweep(model_ref, seq, global_batch, systems, nvlink, gpus, params, factors, 
     if not refs:
         raise SpecError("systems is empty")
     names = [p.strip() for p in params.split(",")] if params is not None else ["none"]
-    for name in names if params is not None else ():
-        if name not in PARAMS:
-            raise SpecError(f"param={name!r} must be one of {', '.join(PARAMS)}")
+    unknown = [name for name in names if name not in PARAMS] if params is not None else []
+    if unknown:
+        raise SpecError(f"param={unknown[0]!r} must be one of {', '.join(PARAMS)}")
     try:
         scale = [float(f) for f in factors.split(",") if f.strip()]
     except ValueError:
