@@ -17,9 +17,10 @@ from meshplan.comm import split_group
 from meshplan.errors import SpecError
 from meshplan.estimate import estimate, expert_factors, send_stride
 from meshplan.hardware import load_system
+from meshplan.keyed import KeyUnits, panel_counts
 from meshplan.model import load_model
 from meshplan.plan import LAYOUTS, Plan
-from meshplan.search import PLACEMENTS, Space, _panels, candidates, search
+from meshplan.search import PLACEMENTS, Space, candidates, search
 from meshplan.units import fmt_bytes
 
 SMALL = Space(global_batch=16, zero=(0, 3), recompute=("none", "full"), offload_optimizer=(False,),
@@ -37,7 +38,8 @@ def every_plan(model, cluster, space):
         if space.gpipe and plan.vpp == 1 and plan.pp > 1:
             schedules.append("gpipe")
         sps = [sp for sp in space.sequence_parallel if (plan.tp > 1 and plan.tensor_layout == "1d") or not sp]
-        panels = _panels(model.hidden_size, plan.tp, plan.tp2) if plan.tensor_layout == "summa" else [plan.summa_panels]
+        summa = plan.tensor_layout == "summa"
+        panels = panel_counts(model.hidden_size, plan.tp, plan.tp2) if summa else [plan.summa_panels]
         for sched, sp, rc, z, oo, oa in itertools.product(schedules, sps, space.recompute, space.zero,
                                                           space.offload_optimizer, space.offload_activations):
             yield [replace(plan, schedule=sched, sequence_parallel=sp, recompute=rc, zero=z, offload_optimizer=oo,
@@ -130,6 +132,74 @@ def test_the_lower_bound_loses_none_of_the_top_k(small_case, monkeypatch):
     assert whole.bounded < chunked.bounded < chunked.evaluated
     assert [e.plan for e in chunked.plans] == [e.plan for e in whole.plans]
     assert (chunked.evaluated, chunked.feasible, chunked.rejected) == (whole.evaluated, whole.feasible, whole.rejected)
+
+
+def test_the_lower_bound_holds_for_every_plan_and_setting():
+    """search._lower_bound: m·(L_stage·c + max(e, h)) + ((p − 1)·L_stage·c + min(e, h)) / v from the kernel
+    times of a plan's shape, never above its step time under any setting; on pipelined plans it counts the bubble,
+    so it exceeds the busiest rank's layer kernels alone."""
+    model, cluster = load_model("llama3-8b").with_seq_length(2048), load_system("h100").cluster(8)
+    space = replace(SMALL, layouts=("1d",), sequence_parallel=(False,))
+    columns, _ = candidates(model, cluster, space)
+    columns.pop("layout")
+    pool = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
+    units = KeyUnits(model, cluster, pool, space.recompute, search_module.DEFAULT)
+    bound = search_module._lower_bound(model, pool, units.shapes, units.shape_of[units.key_of])
+    kernels = units.shapes["none"].layer
+    for i in range(len(pool)):
+        plan = replace(pool.plan(i), schedule="interleaved" if pool.vpp[i] > 1 else "1f1b")
+        for rc, z, oa in itertools.product(space.recompute, space.zero, space.offload_activations):
+            step = estimate(model, cluster, replace(plan, recompute=rc, zero=z, offload_activations=oa)).step_time
+            assert bound[i] <= step * (1 + 1e-12)
+        layers = -(-model.num_layers // plan.pp)
+        c = (kernels.fwd + kernels.bwd)[units.shape_of[units.key_of[i]]]
+        if plan.pp > 1:
+            assert bound[i] > plan.grad_accum * layers * c * (1 + 1 / plan.grad_accum / plan.vpp)
+
+
+@pytest.mark.parametrize(("name", "layout"), [("mixtral-8x7b", "1d"), ("llama3-8b", "summa")])
+def test_one_key_per_shape_gives_every_keys_kernel_times_and_saved_activations(name, layout):
+    """keyed.KeyUnits: the forward and backward kernel times and the saved bytes of a unit depend on its op shapes
+    alone, not on the placement or SUMMA panels: the key computed for its shape stands for every key of it (what
+    memory and the lower bound use), on a two-tier mesh where placements split the groups differently."""
+    model, cluster = load_model(name).with_seq_length(2048), load_system("h100").cluster(32)
+    space = Space(global_batch=64, layouts=(layout,), sequence_parallel=(True,))
+    columns, _ = candidates(model, cluster, space)
+    columns.pop("layout")
+    pool = PlanBatch(**columns, placements=PLACEMENTS, **space.settings).select(
+        columns["tp"] > 1, sequence_parallel=True, tensor_layout=layout)
+    units = KeyUnits(model, cluster, pool, space.recompute, search_module.DEFAULT)
+    every = np.arange(len(units.done))
+    units.ensure(every)
+    full, by_shape = units.of(every)[0], units.saved(every)
+    assert units.n_shapes < len(every)
+    for rc in space.recompute:
+        for f in ("layer_saved", "embed_saved", "head_saved"):
+            assert np.allclose(getattr(full[rc], f), getattr(by_shape[rc], f), rtol=1e-12)
+        for part, f in itertools.product(("layer", "layer_plain", "embed", "head"), ("fwd", "bwd")):
+            assert np.allclose(getattr(getattr(full[rc], part), f), getattr(getattr(by_shape[rc], part), f),
+                               rtol=1e-12)
+
+
+def test_units_are_priced_only_for_keys_that_can_reach_the_top_k(monkeypatch):
+    """The collectives of a unit key are priced only when one of its plans' lower bound can still reach the
+    k-th best time: on this MoE space four in ten keys never are, and the search still equals estimate() on its best."""
+    made = []
+
+    class Recorded(KeyUnits):
+        def __init__(self, *args):
+            super().__init__(*args)
+            made.append(self)
+
+    monkeypatch.setattr(search_module, "KeyUnits", Recorded)
+    model, cluster = load_model("mixtral-8x7b").with_seq_length(2048), load_system("h100").cluster(32)
+    space = Space(global_batch=64, zero=(1,), recompute=("none", "full"), offload_optimizer=(False,),
+                  offload_activations=(False,), layouts=("1d",), sequence_parallel=(True,))
+    result = search(model, cluster, space, top_k=3)
+    priced = sum(int(u.done.sum()) for u in made)
+    assert made and 0 < priced < 0.7 * sum(len(u.done) for u in made)  # 3,264 of 5,324
+    assert result.plans[0].step_time == pytest.approx(estimate(model, cluster, result.plans[0].plan).step_time)
+    assert result.bounded > 0
 
 
 def test_returned_plans_are_feasible_and_sorted(small_case):
@@ -383,12 +453,12 @@ def test_two_workers_find_what_one_finds():
 
 def test_distinct_keys_survive_int64_overflow():
     """Five columns of values up to 2^20 pack into 2^100 > int64: the code is renumbered instead."""
-    from meshplan.search import _distinct
+    from meshplan.keyed import distinct
 
     rng = np.random.default_rng(0)
     base = rng.integers(0, 2**20, size=(5, 40))
     keys = np.concatenate([base, base[:, :10]], axis=1)  # rows 40..49 repeat rows 0..9
-    first, inverse = _distinct(keys)
+    first, inverse = distinct(keys)
     assert len(first) == len({tuple(c) for c in base.T}) == 40
     assert (keys[:, first][:, inverse] == keys).all()  # every row maps back to its own key
     assert (inverse[40:] == inverse[:10]).all()

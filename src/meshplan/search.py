@@ -9,7 +9,10 @@ them (ties are broken towards less memory).
 How it is fast (DESIGN.md example 4): per-micro-batch costs of a layer, the embedding, the head and a pipeline
 send (``estimate.Units``) depend only on tp, cp, micro-batch, ep, etp, the strides of tp / cp / pp on the mesh
 and the categorical settings; they are computed once per distinct key. ``estimate.assemble`` then turns them
-into step time and memory for every candidate at once with NumPy, in chunks, so memory stays bounded.
+into step time and memory for every candidate at once with NumPy, in chunks, so memory stays bounded. Memory,
+and a lower bound on the step time, need only a unit's kernel times and saved activations, which depend on the
+op shapes alone; the collectives are priced only for the keys of plans whose bound can still reach the top k
+(branch and bound, ``KeyUnits``).
 
 Space (``Space``): all factorisations N = dp·tp·pp·cp; every divisor micro-batch; virtual stages v dividing
 the layers per stage (interleaved when v > 1); ep dividing the experts and etp dividing tp; ZeRO 0–3;
@@ -32,38 +35,33 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.batch import CATEGORICAL, PlanBatch
+from meshplan.batch import PlanBatch
 from meshplan.comm import Layout, block_members
 from meshplan.efficiency import DEFAULT, Efficiency
 from meshplan.errors import SpecError
 from meshplan.estimate import (
     Estimate,
-    PassTimes,
     Units,
     _bottleneck_params,
-    _parts,
     activation_memory,
     buffer_memory,
-    compute_times,
     dp_collectives,
     dp_time,
     estimate,
-    expert_layout,
     offload_time,
     offloaded_activations,
     optimizer_time,
     pipeline,
     pipeline_time,
     send_stride,
-    units_for_recomputes,
 )
 from meshplan.fields import MAX_PLANS
 from meshplan.hardware import Cluster
+from meshplan.keyed import KeyUnits, distinct, panel_counts
 from meshplan.memory import layers_on_stage, model_states, stage_params
 from meshplan.model import ModelSpec
 from meshplan.plan import DENSE_AXES, LAYOUTS, Plan, fsdp_has_zero
 from meshplan.units import fmt_bytes
-from meshplan.xp import where
 
 PLACEMENTS = tuple(itertools.permutations(DENSE_AXES))
 CHUNK = 16384
@@ -222,15 +220,6 @@ def _placements_many(sizes: np.ndarray, tiers: tuple[int, ...]) -> list[list[int
     return [order[combo == r].tolist() for r in range(rows)] if rows > 1 else [order.tolist()]
 
 
-@lru_cache(maxsize=4096)
-def _panels(hidden: int, tp: int, tp2: int) -> list[int]:
-    """SUMMA panel counts nb (seed 003 ``summa_nb_candidates``): max(tp, tp2)·2^i dividing the hidden size
-    while panels keep at least 512 columns (or just the first one if none does)."""
-    start, h = max(tp, tp2), hidden
-    options = [nb for nb in (start << i for i in range(16)) if nb <= h and h % nb == 0 and h // nb >= 512]
-    return options or ([start] if h % start == 0 else [])
-
-
 def _expert_pairs(model: ModelSpec, tp: int, ranks: int) -> tuple[list[tuple[int, int]], int]:
     """(ep, etp) pairs that are valid, and how many were not."""
     if not model.is_moe:
@@ -359,7 +348,7 @@ def _combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list[_Com
             reason = ("pp exceeds num_layers", f"pp={pp} > num_layers={layers}")
         if reason is None and gbs % dp:
             reason = ("dp does not divide global_batch", f"dp={dp} does not divide global_batch={gbs}")
-        panels = _panels(model.hidden_size, tp, tp2) if layout == "summa" else [max(tp, tp2)]
+        panels = panel_counts(model.hidden_size, tp, tp2) if layout == "summa" else [max(tp, tp2)]
         if reason is None and not panels:
             reason = ("no SUMMA panel count divides hidden_size", f"tp={tp}, tp2={tp2}")
         if reason is not None:
@@ -376,133 +365,6 @@ def _combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list[_Com
 
 
 # ---- evaluation ------------------------------------------------------------------------------------------------
-_UNIT_KEYS = ("tp", "tp2", "cp", "micro_batch", "ep", "etp", "summa_panels")
-# settings the search's grid varies itself (each part of the step is computed per value); every other categorical
-# setting of the batch (precision, expert_gemm …) is the plans' own and goes into the per-key units
-_GRID_SETTINGS = ("recompute", "zero", "offload_optimizer", "offload_activations", "schedule")
-_UNIT_STRIDES = ("tp", "tp2", "cp", "pp")
-
-
-def _split_codes(model: ModelSpec, cluster: Cluster, batch: PlanBatch) -> list[np.ndarray]:
-    """For each group a unit's collectives use, how many members share each tier but the last: the collective
-    times depend on the placement only through this split (comm.split_group)."""
-    groups = {a: (getattr(batch, a), batch.stride(a)) for a in _UNIT_STRIDES}
-    groups["pp"] = (2, send_stride(batch.stride("pp"), batch.pp))  # a send: a pair of neighbouring stages
-    if model.is_moe:  # the expert all-to-all (estimate.expert_layout)
-        groups["ep"] = (batch.ep, expert_layout(batch, batch.ep, batch.etp))
-    codes, span = [], 1
-    for tier in cluster.tiers[:-1]:
-        span *= tier.size
-        for group, layout in groups.values():
-            codes.append(block_members(group, layout, span))
-    return codes
-
-
-def _unit_keys(model: ModelSpec, cluster: Cluster, batch: PlanBatch) -> tuple[np.ndarray, np.ndarray]:
-    """The first plan of each distinct unit key (the unit columns and the tier splits of their groups) and each
-    plan's key index."""
-    codes = [np.rint(c).astype(np.int64) for c in _split_codes(model, cluster, batch)]
-    return _distinct(np.stack([getattr(batch, k) for k in _UNIT_KEYS] + codes))
-
-
-def _units_for(model: ModelSpec, cluster: Cluster, batch: PlanBatch, recomputes: tuple[str, ...],
-               eff: Efficiency) -> tuple[dict[str, Units], dict[str, np.ndarray], np.ndarray]:
-    """Units of every plan of ``batch`` for each recompute mode, computed once per distinct key (lean: the
-    forward, backward and total times of each pass are all the ranking needs); each key's
-    SUMMA panel count per mode; and each plan's key index.
-
-    The panel count changes only how much of a SUMMA layer's communication is exposed (ops2d.py), nothing
-    else in the step, so the best one per key is chosen here among ``_panels`` (exact: no other part of the
-    step time or memory depends on it)."""
-    first, inverse = _unit_keys(model, cluster, batch)
-    ones = np.ones(len(first), dtype=np.int64)
-    cols = {k: getattr(batch, k)[first] for k in _UNIT_KEYS}
-    # any row of a key will do: its pipeline (size and stride) sets only the tier splits of its sends and expert
-    # groups, which the key holds; nothing else in a unit depends on pp
-    strides = {a: batch.stride(a)[first] for a in _UNIT_STRIDES} | {"dp": ones}
-    keyed = PlanBatch(dp=ones, pp=batch.pp[first], vpp=ones, global_batch=cols["micro_batch"], placement_id=0 * ones,
-                      placements=batch.placements, strides=strides, **cols,
-                      **{k: getattr(batch, k) for k in CATEGORICAL if k not in _GRID_SETTINGS})
-    options = _panel_options(model, batch.tensor_layout, cols)
-    count = (options > 0).sum(axis=1)
-    compute = _shape_times(model, cluster, keyed, eff)
-    best: dict[str, Units] = {}
-    best_nb: dict[str, np.ndarray] = {}
-    for j in range(int(count.max())):  # the j-th panel option of every key that has one
-        rows = np.flatnonzero(count > j)
-        nb = options[rows, j]
-        some = keyed.select(rows) if j else keyed
-        some = replace(some, summa_panels=nb)
-        parts = _parts(model, cluster, some, eff, compute if not j else
-                       {k: [None if t is None else t[rows] for t in v] for k, v in compute.items()})
-        for rc, full in units_for_recomputes(model, cluster, some, parts, recomputes, eff).items():
-            units = _lean(full)
-            if not j:
-                best[rc], best_nb[rc] = units, nb
-                continue
-            old = best[rc].take(rows)
-            better = units.layer.total < old.layer.total
-            best[rc] = _scatter(best[rc], rows, _choose(better, units, old), len(count))
-            best_nb[rc] = best_nb[rc].copy()
-            best_nb[rc][rows] = np.where(better, nb, best_nb[rc][rows])
-    return best, best_nb, inverse.reshape(-1)
-
-
-def _panel_options(model: ModelSpec, layout: str, cols: dict[str, np.ndarray]) -> np.ndarray:
-    """(keys × options): the SUMMA panel counts each key may use, padded with 0; under the 1D layout the one
-    count its plans carry."""
-    if layout != "summa":
-        return cols["summa_panels"][:, None].astype(np.int64)
-    lists = [_panels(model.hidden_size, int(t), int(t2)) for t, t2 in zip(cols["tp"], cols["tp2"], strict=True)]
-    options = np.zeros((len(lists), max(map(len, lists))), dtype=np.int64)
-    for i, panels in enumerate(lists):
-        options[i, :len(panels)] = panels
-    return options
-
-
-def _lean(units: Units) -> Units:
-    """Units with each pass reduced to its forward, backward and total times (PassTimes.lean)."""
-    return Units(*(getattr(units, f).lean() if isinstance(getattr(units, f), PassTimes) else getattr(units, f)
-                   for f in Units.__slots__))
-
-
-_SHAPE_KEYS = ("tp", "tp2", "cp", "micro_batch", "ep", "etp")
-
-
-def _shape_times(model: ModelSpec, cluster: Cluster, keyed: PlanBatch, eff: Efficiency
-                 ) -> dict[str, list[np.ndarray | None]]:
-    """Roofline times of the compute ops of every key, computed once per distinct op shape (the keys differ
-    also in placement and SUMMA panels, which only the collectives see)."""
-    first, index = _distinct(np.stack([getattr(keyed, k) for k in _SHAPE_KEYS]))
-    shaped = keyed.select(first)
-    times = compute_times(model, cluster, shaped, eff)
-    return {k: [None if t is None else np.broadcast_to(t, first.shape)[index] for t in v] for k, v in times.items()}
-
-
-def _choose(mask: np.ndarray, a: Units, b: Units) -> Units:
-    """Elementwise: ``a`` where ``mask``, else ``b`` (every field of the units)."""
-    def pick(x: object, y: object) -> object:
-        if isinstance(x, PassTimes):
-            return PassTimes(*(where(mask, getattr(x, f), getattr(y, f)) for f in PassTimes.__slots__))
-        return where(mask, x, y)
-
-    return Units(*(pick(getattr(a, f), getattr(b, f)) for f in Units.__slots__))
-
-
-def _scatter(full: Units, rows: np.ndarray, part: Units, n: int) -> Units:
-    """``full`` with the elements at ``rows`` replaced by ``part`` (every field of the units)."""
-    def put(x: object, y: object) -> object:
-        if isinstance(x, PassTimes):
-            return PassTimes(*(put(getattr(x, f), getattr(y, f)) for f in PassTimes.__slots__))
-        if x is y:  # the same constant (a folded-away component)
-            return x
-        out = np.array(np.broadcast_to(x, (n,)), dtype=np.float64)
-        out[rows] = y
-        return out
-
-    return Units(*(put(getattr(full, f), getattr(part, f)) for f in Units.__slots__))
-
-
 def _modes(space: Space) -> Iterator[tuple[str, bool]]:
     """(tensor layout, sequence parallelism) combinations; SP applies to the 1D layout only."""
     for layout in space.layouts:
@@ -582,21 +444,7 @@ _SIZE_KEYS = ("dp", "tp", "pp", "cp", "tp2", "ep", "etp", "vpp", "micro_batch")
 def _sizes(batch: PlanBatch) -> tuple[np.ndarray, np.ndarray]:
     """The first row of each distinct size combination (all numeric fields but the placement) and each
     row's combination."""
-    return _distinct(np.stack([getattr(batch, k) for k in _SIZE_KEYS]))
-
-
-def _distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For key columns (fields × rows of non-negative integers): the first row of each distinct key and each
-    row's key index. The columns are packed into one integer (mixed radix) for a fast 1-D unique; the code is
-    renumbered densely whenever the next column would overflow int64."""
-    packed = np.zeros(keys.shape[1], dtype=np.int64)
-    for column in keys:
-        radix = int(column.max()) + 1
-        if int(packed.max()) >= 2**62 // radix:
-            packed = np.unique(packed, return_inverse=True)[1].reshape(-1)
-        packed = packed * radix + column
-    _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
-    return first, inverse.reshape(-1)
+    return distinct(np.stack([getattr(batch, k) for k in _SIZE_KEYS]))
 
 
 @dataclass
@@ -776,68 +624,134 @@ def _evaluate(job: _Job, combos: list[_Combo], model: ModelSpec, cluster: Cluste
     if not rows.any():
         return result
     pool = base.select(rows, sequence_parallel=sp, tensor_layout=layout)
-    units, panels, key_of = _units_for(model, cluster, pool, space.recompute, eff)
+    units = KeyUnits(model, cluster, pool, space.recompute, eff)
     if not space.gpipe:
         gpipe = int(((pool.vpp == 1) & (pool.pp > 1)).sum()) * _grid_size(space)
         result.tally.add("dominated: GPipe (1F1B has its step time with less memory)", "any pp > 1 plan", gpipe)
-    bound = _lower_bound(model, pool, units, key_of)
-    _, size_of = _sizes(pool)
-    size_bound = np.full(size_of.max() + 1, np.inf)
+    bound = _lower_bound(model, pool, units.shapes, units.shape_of[units.key_of])
+    first, size_of = _sizes(pool)
+    size_bound = np.full(len(first), np.inf)
     np.minimum.at(size_bound, size_of, bound)
+    sizes = _SizeCombos(first, size_of, size_bound, np.bincount(size_of))
     for group, schedule in _groups(pool, space):
-        # likely winners first, so that the threshold tightens early; a size combination's placements stay
-        # together (memory is computed once per size combination and chunk)
-        group = group[np.lexsort((size_of[group], size_bound[size_of[group]]))]
-        for chunk in _chunks(group):
-            _score_chunk(model, cluster, space, eff, pool.select(chunk, schedule=schedule), key_of[chunk],
-                         size_of[chunk], bound[chunk], units, panels, result)
+        _score_group(model, cluster, space, eff, pool, schedule, group, sizes, bound, units, result)
     return result
 
 
+@dataclass(frozen=True)
+class _SizeCombos:
+    """The size combinations of a pool (all numeric fields but the placement): the first row of each, each
+    row's combination, the least lower bound of each one's plans and how many plans each has."""
+
+    first: np.ndarray
+    of: np.ndarray
+    bound: np.ndarray
+    plans: np.ndarray
+
+
+def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, schedule: str,
+                 rows: np.ndarray, sizes: _SizeCombos, bound: np.ndarray, units: KeyUnits, result: _Part) -> None:
+    """Score the plans of one schedule group (the pool's ``rows``) in blocks of size combinations, likely winners
+    first so that the threshold tightens early: the memory of each combination is computed once for all its
+    placements (``_fit``), then the plans that can still reach the top k are timed (``_time_rows``)."""
+    rows = rows[np.lexsort((sizes.of[rows], sizes.bound[sizes.of[rows]]))]
+    starts = np.flatnonzero(np.diff(sizes.of[rows], prepend=-1))  # where each size combination's run begins
+    for block in _chunks(np.arange(len(starts)), SIZE_BLOCK):
+        end = starts[block[-1] + 1] if block[-1] + 1 < len(starts) else len(rows)
+        combos = sizes.of[rows[starts[block]]]
+        fits, peak = _fit(model, cluster, space, pool.select(rows[starts[block]], schedule=schedule),
+                          units.saved(units.key_of[sizes.first[combos]]), sizes.plans[combos], result)
+        local = np.repeat(np.arange(len(combos)), sizes.plans[combos])  # each row's combination, in the block
+        if fits.any():
+            _time_rows(model, cluster, space, eff, pool, schedule, rows[starts[block[0]]:end], local, bound, units,
+                       fits, peak, result)
+
+
+SIZE_BLOCK = 16384  # size combinations whose memory is computed at once (it bounds the arrays' size)
 BOUND_SLACK = 1e-5  # the float32 step-time sums may round below the float64 bound by a few 1e-8
 
 
-def _lower_bound(model: ModelSpec, pool: PlanBatch, units: dict[str, Units], key_of: np.ndarray) -> np.ndarray:
-    """A lower bound on every setting's step time of each plan: the busiest rank runs at least its layers'
-    forward and backward kernels for every micro-batch, m · L_stage · (t_fwd + t_bwd) (the rest of the step,
-    communication, recompute, bubble, DP, optimizer, offload, only adds)."""
-    per_key = np.minimum.reduce([np.broadcast_to(t.fwd + t.bwd, key_of.max() + 1)
-                                 for u in units.values() for t in (u.layer, u.layer_plain)])
-    return pool.grad_accum * layers_on_stage(model, pool) * per_key[key_of]
+def _lower_bound(model: ModelSpec, pool: PlanBatch, shapes: dict[str, Units], shape_of: np.ndarray) -> np.ndarray:
+    """A lower bound on every setting's step time of each plan, from the kernel times of its shape (``shapes``;
+    ``shape_of``: each plan's shape). Every rank runs at least its L_stage layers' forward and backward kernels
+    per micro-batch, c = t_fwd + t_bwd of a layer, and the first and last ranks the embedding's (e) and the
+    head's (h); everything else (communication, recompute, sends, DP, optimizer, offload) only adds. So the
+    busiest rank takes at least B = L_stage·c + max(e, h) (+ min(e, h) on a single stage, which holds both),
+    and the bubble, the other ranks' times over v (``estimate.bubble_time``), at least ((p − 1)·L_stage·c +
+    min(e, h)) / v: the step takes at least m·B + that."""
+    def least(part: str) -> np.ndarray:
+        times = [np.broadcast_to(getattr(u, part).fwd + getattr(u, part).bwd, shape_of.max() + 1)
+                 for u in shapes.values()]
+        return np.minimum.reduce(times)[shape_of]
+
+    body = layers_on_stage(model, pool) * np.minimum(least("layer"), least("layer_plain"))
+    embed, head = least("embed"), least("head")
+    ends, single = np.minimum(embed, head), pool.pp == 1
+    busiest = body + np.maximum(embed, head) + single * ends
+    return pool.grad_accum * busiest + ~single * ((pool.pp - 1) * body + ends) / pool.vpp
 
 
-def _score_chunk(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, batch: PlanBatch,
-                 keys: np.ndarray, sizes: np.ndarray, bound: np.ndarray, units: dict[str, Units],
-                 panels: dict[str, np.ndarray], result: _Part) -> None:
-    """Memory and feasibility of every plan of a chunk (once per size combination: they do not depend on the
-    placement), and the step time of those whose lower bound can still reach the top k (branch and bound:
-    exact, a plan slower than the k-th best so far cannot enter)."""
+def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: PlanBatch, saved: dict[str, Units],
+         plans: np.ndarray, result: _Part) -> tuple[np.ndarray, np.ndarray]:
+    """Memory and feasibility of every setting of some size combinations (``sized``: one plan of each; memory
+    does not depend on the placement), each standing for ``plans`` plans: counted as evaluated and feasible,
+    those that do not fit tallied with their reason. Returns (fits, peak), shaped as ``_memory``'s."""
     grid = (space.recompute, space.zero, space.offload_optimizer, space.offload_activations)
     capacity, host_capacity = cluster.accelerator.hbm_bytes, cluster.host_memory
-    _, first, size_of = np.unique(sizes, return_index=True, return_inverse=True)  # the chunk's size combinations
-    size_of = size_of.reshape(-1)
-    sized = batch.select(first)
-    peak, host = _memory(model, sized, {rc: u.take(keys[first]) for rc, u in units.items()}, space)
+    peak, host = _memory(model, sized, saved, space)
     in_hbm, in_host = peak <= capacity, host <= host_capacity
     fits = in_hbm & in_host
-    rows = np.bincount(size_of, minlength=len(first))  # plans (placements) per size combination
-    result.evaluated += len(batch) * fits[..., 0].size
-    result.feasible += int(fits.reshape(-1, len(first)).sum(axis=0) @ rows)
-    _tally_memory(result.tally, peak, in_hbm, rows, sized, grid, capacity)
-    _tally_host(result.tally, host, in_hbm & ~in_host, rows, sized, grid, host_capacity)
-    near = np.flatnonzero(bound * (1 - BOUND_SLACK) <= result.best.threshold)
-    result.bounded += (len(batch) - len(near)) * fits[..., 0].size
-    if not fits.any() or not len(near):
-        return
-    if len(near) < len(batch):
-        batch, keys, size_of = batch.select(near), keys[near], size_of[near]
-    time = _times(model, cluster, batch, {rc: u.take(keys) for rc, u in units.items()}, space, eff)
+    result.evaluated += int(plans.sum()) * fits[..., 0].size
+    result.feasible += int(fits.reshape(-1, len(sized)).sum(axis=0) @ plans)
+    _tally_memory(result.tally, peak, in_hbm, plans, sized, grid, capacity)
+    _tally_host(result.tally, host, in_hbm & ~in_host, plans, sized, grid, host_capacity)
+    return fits, peak
+
+
+def _time_rows(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, schedule: str,
+               rows: np.ndarray, local: np.ndarray, bound: np.ndarray, units: KeyUnits, fits: np.ndarray,
+               peak: np.ndarray, result: _Part) -> None:
+    """The step time of those ``rows`` of the pool (lower ``bound``) that can still reach the top k, in chunks
+    (branch and bound: exact, a plan slower than the k-th best so far cannot enter; a key's units are priced
+    when the first such plan needs them); the rest counted as bounded. ``local``: each row's size combination in
+    ``fits`` and ``peak``."""
+    settings = fits[..., 0].size
+    fits, peak = fits.reshape(settings, -1), peak.reshape(settings, -1)
+    for chunk in _pieces(len(rows), result.best):
+        near = chunk[bound[rows[chunk]] * (1 - BOUND_SLACK) <= result.best.threshold]
+        result.bounded += (len(chunk) - len(near)) * settings
+        if len(near):
+            _time_chunk(model, cluster, space, eff, pool.select(rows[near], schedule=schedule),
+                        units.key_of[rows[near]], units, fits, peak, local[near], result)
+
+
+FIRST_CHUNK = 1024  # plans timed at once while the k-th best time is unknown (every key they use is priced)
+
+
+def _pieces(n: int, best: _Best) -> Iterator[np.ndarray]:
+    """Consecutive ranges of ``n`` rows: small ones until the k-th best time is known, then ``CHUNK`` rows."""
+    start = 0
+    while start < n:
+        size = CHUNK if np.isfinite(best.threshold) else min(CHUNK, FIRST_CHUNK)
+        yield np.arange(start, min(n, start + size))
+        start += size
+
+
+def _time_chunk(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, batch: PlanBatch,
+                keys: np.ndarray, units: KeyUnits, fits: np.ndarray, peak: np.ndarray, sizes: np.ndarray,
+                result: _Part) -> None:
+    """Time the plans of ``batch`` (unit ``keys``; ``sizes``: their columns in ``fits`` and ``peak``, settings ×
+    size combinations) under every setting and offer the fast enough ones that fit to the top k."""
+    grid = (space.recompute, space.zero, space.offload_optimizer, space.offload_activations)
+    units.ensure(keys)
+    full, panels = units.of(keys)
+    time = _times(model, cluster, batch, full, space, eff)
     ok = np.flatnonzero(time.reshape(-1) <= result.best.threshold)  # fast enough, then: does it fit?
     setting, row = np.divmod(ok, len(batch))
-    fit = fits.reshape(-1, len(first))[setting, size_of[row]]
+    fit = fits[setting, sizes[row]]
     ok, setting, row = ok[fit], setting[fit], row[fit]
-    nb = [panels[rc][keys] for rc in space.recompute]
-    result.best.offer(time.reshape(-1)[ok], peak.reshape(-1, len(first))[setting, size_of[row]],
+    nb = [panels[rc] for rc in space.recompute]
+    result.best.offer(time.reshape(-1)[ok], peak[setting, sizes[row]],
                       lambda i: _decode(batch, grid, time.shape, int(ok[i]), nb))
 
 
@@ -879,9 +793,9 @@ def _tally_memory(tally: _Tally, peak: np.ndarray, fits: np.ndarray, rows: np.nd
     tally.add("memory exceeds HBM", f"{plan.describe()}: {fmt_bytes(least)} > {fmt_bytes(capacity)}", over, least)
 
 
-def _chunks(rows: np.ndarray) -> Iterator[np.ndarray]:
-    for i in range(0, len(rows), CHUNK):
-        yield rows[i:i + CHUNK]
+def _chunks(rows: np.ndarray, size: int) -> Iterator[np.ndarray]:
+    for i in range(0, len(rows), size):
+        yield rows[i:i + size]
 
 
 def _grid_size(space: Space) -> int:

@@ -1,0 +1,253 @@
+"""Per-key units for the search: what one micro-batch of a layer, the embedding, the head and a pipeline send
+costs (``estimate.Units``), computed once per distinct key of the plans that share it.
+
+A unit depends only on tp, tp2, cp, the micro-batch, ep, etp, the SUMMA panels, the tier split of each group its
+collectives use (which is all the placement decides) and the categorical settings (``unit_keys``). Its kernel
+times and saved activations depend on the op shapes alone (``SHAPE_KEYS``): those are computed for one key per
+shape up front; the collectives, most of a key's cost to compute, when a plan first needs them (``KeyUnits``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+
+import numpy as np
+
+from meshplan.batch import CATEGORICAL, PlanBatch
+from meshplan.comm import block_members
+from meshplan.efficiency import Efficiency
+from meshplan.estimate import (
+    ZERO,
+    PassTimes,
+    Units,
+    _parts,
+    compute_times,
+    expert_layout,
+    send_stride,
+    units_for_recomputes,
+)
+from meshplan.hardware import Cluster
+from meshplan.model import ModelSpec
+from meshplan.xp import where
+
+
+@lru_cache(maxsize=4096)
+def panel_counts(hidden: int, tp: int, tp2: int) -> list[int]:
+    """SUMMA panel counts nb (seed 003 ``summa_nb_candidates``): max(tp, tp2)·2^i dividing the hidden size
+    while panels keep at least 512 columns (or just the first one if none does)."""
+    start, h = max(tp, tp2), hidden
+    options = [nb for nb in (start << i for i in range(16)) if nb <= h and h % nb == 0 and h // nb >= 512]
+    return options or ([start] if h % start == 0 else [])
+
+
+_UNIT_KEYS = ("tp", "tp2", "cp", "micro_batch", "ep", "etp", "summa_panels")
+SHAPE_KEYS = ("tp", "tp2", "cp", "micro_batch", "ep", "etp")  # what the op shapes depend on
+# settings the search's grid varies itself (each part of the step is computed per value); every other categorical
+# setting of the batch (precision, expert_gemm …) is the plans' own and goes into the per-key units
+_GRID_SETTINGS = ("recompute", "zero", "offload_optimizer", "offload_activations", "schedule")
+_UNIT_STRIDES = ("tp", "tp2", "cp", "pp")
+
+
+def _split_codes(model: ModelSpec, cluster: Cluster, batch: PlanBatch) -> list[np.ndarray]:
+    """For each group a unit's collectives use, how many members share each tier but the last: the collective
+    times depend on the placement only through this split (comm.split_group)."""
+    groups = {a: (getattr(batch, a), batch.stride(a)) for a in _UNIT_STRIDES}
+    groups["pp"] = (2, send_stride(batch.stride("pp"), batch.pp))  # a send: a pair of neighbouring stages
+    if model.is_moe:  # the expert all-to-all (estimate.expert_layout)
+        groups["ep"] = (batch.ep, expert_layout(batch, batch.ep, batch.etp))
+    codes, span = [], 1
+    for tier in cluster.tiers[:-1]:
+        span *= tier.size
+        for group, layout in groups.values():
+            codes.append(block_members(group, layout, span))
+    return codes
+
+
+def unit_keys(model: ModelSpec, cluster: Cluster, batch: PlanBatch) -> tuple[np.ndarray, np.ndarray]:
+    """The first plan of each distinct unit key (the unit columns and the tier splits of their groups) and each
+    plan's key index."""
+    codes = [np.rint(c).astype(np.int64) for c in _split_codes(model, cluster, batch)]
+    return distinct(np.stack([getattr(batch, k) for k in _UNIT_KEYS] + codes))
+
+
+def _key_batch(batch: PlanBatch, first: np.ndarray) -> PlanBatch:
+    """One row per unit key (the plans at ``first``), as the units see it: dp, vpp and the batch are 1.
+    Any row of a key will do: its pipeline (size and stride) sets only the tier splits of its sends and expert
+    groups, which the key holds; nothing else in a unit depends on pp."""
+    ones = np.ones(len(first), dtype=np.int64)
+    cols = {k: getattr(batch, k)[first] for k in _UNIT_KEYS}
+    strides = {a: batch.stride(a)[first] for a in _UNIT_STRIDES} | {"dp": ones}
+    return PlanBatch(dp=ones, pp=batch.pp[first], vpp=ones, global_batch=cols["micro_batch"], placement_id=0 * ones,
+                     placements=batch.placements, strides=strides, **cols,
+                     **{k: getattr(batch, k) for k in CATEGORICAL if k not in _GRID_SETTINGS})
+
+
+def _units_of(model: ModelSpec, cluster: Cluster, keyed: PlanBatch, compute: dict[str, list[np.ndarray | None]],
+              recomputes: tuple[str, ...], eff: Efficiency) -> tuple[dict[str, Units], dict[str, np.ndarray]]:
+    """Units of every row of ``keyed`` for each recompute mode (lean: the forward, backward and total times of
+    each pass are all the ranking needs), and each row's SUMMA panel count per mode. ``compute``: the rows'
+    compute-op times (``_rows_of``).
+
+    The panel count changes only how much of a SUMMA layer's communication is exposed (ops2d.py), nothing
+    else in the step, so the best one per key is chosen here among ``panel_counts`` (exact: no other part of the
+    step time or memory depends on it)."""
+    cols = {k: getattr(keyed, k) for k in ("tp", "tp2", "summa_panels")}
+    options = _panel_options(model, keyed.tensor_layout, cols)
+    count = (options > 0).sum(axis=1)
+    best: dict[str, Units] = {}
+    best_nb: dict[str, np.ndarray] = {}
+    for j in range(int(count.max())):  # the j-th panel option of every key that has one
+        rows = np.flatnonzero(count > j)
+        nb = options[rows, j]
+        some = replace(keyed.select(rows) if j else keyed, summa_panels=nb)
+        parts = _parts(model, cluster, some, eff, _rows_of(compute, rows) if j else compute)
+        for rc, full in units_for_recomputes(model, cluster, some, parts, recomputes, eff).items():
+            units = _lean(full)
+            if not j:
+                best[rc], best_nb[rc] = units, nb
+                continue
+            old = best[rc].take(rows)
+            better = units.layer.total < old.layer.total
+            best[rc] = _scatter(best[rc], rows, _choose(better, units, old), len(count))
+            best_nb[rc] = best_nb[rc].copy()
+            best_nb[rc][rows] = np.where(better, nb, best_nb[rc][rows])
+    return best, best_nb
+
+
+def _rows_of(compute: dict[str, list[np.ndarray | None]], index: np.ndarray, n: int | None = None
+             ) -> dict[str, list[np.ndarray | None]]:
+    """Compute-op times at ``index`` (of ``n`` rows; a time that is one number for all rows is spread)."""
+    def pick(t: np.ndarray) -> np.ndarray:
+        return (np.broadcast_to(t, (n,)) if n is not None else t)[index]
+
+    return {k: [None if t is None else pick(t) for t in v] for k, v in compute.items()}
+
+
+class KeyUnits:
+    """The units of a pool's plans, one per distinct unit key (``unit_keys``), computed when first needed.
+
+    A key's forward and backward kernel times and its saved activations depend only on the op shapes
+    (``SHAPE_KEYS``), not on the placement or the SUMMA panels, which only the collectives see. So the units of
+    one key per shape, computed up front, give every plan's lower bound (``search._lower_bound``) and memory; the
+    collectives, most of a key's cost to compute, are priced only for the keys of plans whose bound can still
+    reach the top k (``ensure``): the same numbers, for a fraction of the keys."""
+
+    def __init__(self, model: ModelSpec, cluster: Cluster, pool: PlanBatch, recomputes: tuple[str, ...],
+                 eff: Efficiency) -> None:
+        self.model, self.cluster, self.recomputes, self.eff = model, cluster, recomputes, eff
+        first, self.key_of = unit_keys(model, cluster, pool)
+        self.keyed = _key_batch(pool, first)
+        shape_first, self.shape_of = distinct(np.stack([getattr(self.keyed, k) for k in SHAPE_KEYS]))
+        shaped = self.keyed.select(shape_first)
+        self.compute, self.n_shapes = compute_times(model, cluster, shaped, eff), len(shape_first)  # per shape
+        self.shapes = _units_of(model, cluster, shaped, _rows_of(self.compute, slice(None), self.n_shapes),
+                                recomputes, eff)[0]
+        self.done = np.zeros(len(first), dtype=bool)
+        self.units: dict[str, Units] = {}
+        self.panels = {rc: np.zeros(len(first), dtype=np.int64) for rc in recomputes}
+
+    def ensure(self, keys: np.ndarray) -> None:
+        """Compute the full units of those of ``keys`` (key indices) not yet computed."""
+        missing = np.unique(keys[~self.done[keys]])
+        if not len(missing):
+            return
+        some = self.keyed.select(missing)
+        compute = _rows_of(self.compute, self.shape_of[missing], self.n_shapes)
+        units, panels = _units_of(self.model, self.cluster, some, compute, self.recomputes, self.eff)
+        for rc in self.recomputes:
+            if rc not in self.units:
+                self.units[rc] = _blank(units[rc], len(self.done))
+            _put(self.units[rc], missing, units[rc])
+            self.panels[rc][missing] = panels[rc]
+        self.done[missing] = True
+
+    def of(self, keys: np.ndarray) -> tuple[dict[str, Units], dict[str, np.ndarray]]:
+        """The full units and SUMMA panel counts of ``keys`` (computed by ``ensure``) per recompute mode."""
+        return {rc: u.take(keys) for rc, u in self.units.items()}, {rc: nb[keys] for rc, nb in self.panels.items()}
+
+    def saved(self, keys: np.ndarray) -> dict[str, Units]:
+        """Units of ``keys`` good for their kernel times and saved activations only (their shape's)."""
+        return {rc: u.take(self.shape_of[keys]) for rc, u in self.shapes.items()}
+
+
+def _blank(units: Units, n: int) -> Units:
+    """Room for the units of ``n`` keys (uninitialised: ``_put`` fills the rows of those computed), with the
+    constant fields (``ZERO``) of ``units``."""
+    def blank(x: object) -> object:
+        if isinstance(x, PassTimes):
+            return PassTimes(*(blank(getattr(x, f)) for f in PassTimes.__slots__))
+        return x if x is ZERO else np.empty(n)
+
+    return Units(*(blank(getattr(units, f)) for f in Units.__slots__))
+
+
+def _put(full: Units, rows: np.ndarray, part: Units) -> None:
+    """Write ``part`` (the units of ``rows``) into ``full`` (``_blank``), in place."""
+    def put(x: object, y: object) -> None:
+        if isinstance(x, PassTimes):
+            for f in PassTimes.__slots__:
+                put(getattr(x, f), getattr(y, f))
+        elif x is not ZERO:
+            x[rows] = y
+        elif y is not ZERO:
+            raise AssertionError("a units field constant in one batch of keys and not in another")
+
+    for f in Units.__slots__:
+        put(getattr(full, f), getattr(part, f))
+
+
+def _panel_options(model: ModelSpec, layout: str, cols: dict[str, np.ndarray]) -> np.ndarray:
+    """(keys × options): the SUMMA panel counts each key may use, padded with 0; under the 1D layout the one
+    count its plans carry."""
+    if layout != "summa":
+        return cols["summa_panels"][:, None].astype(np.int64)
+    lists = [panel_counts(model.hidden_size, int(t), int(t2)) for t, t2 in zip(cols["tp"], cols["tp2"], strict=True)]
+    options = np.zeros((len(lists), max(map(len, lists))), dtype=np.int64)
+    for i, panels in enumerate(lists):
+        options[i, :len(panels)] = panels
+    return options
+
+
+def _lean(units: Units) -> Units:
+    """Units with each pass reduced to its forward, backward and total times (PassTimes.lean)."""
+    return Units(*(getattr(units, f).lean() if isinstance(getattr(units, f), PassTimes) else getattr(units, f)
+                   for f in Units.__slots__))
+
+
+def _choose(mask: np.ndarray, a: Units, b: Units) -> Units:
+    """Elementwise: ``a`` where ``mask``, else ``b`` (every field of the units)."""
+    def pick(x: object, y: object) -> object:
+        if isinstance(x, PassTimes):
+            return PassTimes(*(where(mask, getattr(x, f), getattr(y, f)) for f in PassTimes.__slots__))
+        return where(mask, x, y)
+
+    return Units(*(pick(getattr(a, f), getattr(b, f)) for f in Units.__slots__))
+
+
+def _scatter(full: Units, rows: np.ndarray, part: Units, n: int) -> Units:
+    """``full`` with the elements at ``rows`` replaced by ``part`` (every field of the units)."""
+    def put(x: object, y: object) -> object:
+        if isinstance(x, PassTimes):
+            return PassTimes(*(put(getattr(x, f), getattr(y, f)) for f in PassTimes.__slots__))
+        if x is y:  # the same constant (a folded-away component)
+            return x
+        out = np.array(np.broadcast_to(x, (n,)), dtype=np.float64)
+        out[rows] = y
+        return out
+
+    return Units(*(put(getattr(full, f), getattr(part, f)) for f in Units.__slots__))
+
+
+def distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For key columns (fields × rows of non-negative integers): the first row of each distinct key and each
+    row's key index. The columns are packed into one integer (mixed radix) for a fast 1-D unique; the code is
+    renumbered densely whenever the next column would overflow int64."""
+    packed = np.zeros(keys.shape[1], dtype=np.int64)
+    for column in keys:
+        radix = int(column.max()) + 1
+        if int(packed.max()) >= 2**62 // radix:
+            packed = np.unique(packed, return_inverse=True)[1].reshape(-1)
+        packed = packed * radix + column
+    _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
