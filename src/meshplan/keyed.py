@@ -131,7 +131,11 @@ class KeyUnits:
     (``SHAPE_KEYS``), not on the placement or the SUMMA panels, which only the collectives see. So the units of
     one key per shape, computed up front, give every plan's lower bound (``search._lower_bound``) and memory; the
     collectives, most of a key's cost to compute, are priced only for the keys of plans whose bound can still
-    reach the top k (``ensure``): the same numbers, for a fraction of the keys."""
+    reach the top k (``ensure``): the same numbers, for a fraction of the keys.
+
+    It is a memo table, the search's one mutable object (DESIGN example 4's cache of the per-layer costs that many
+    plans share): which keys get priced is decided by the branch and bound as it goes, so they cannot all be
+    computed up front without losing the point; ``of`` answers only for keys ``ensure`` has priced."""
 
     def __init__(self, model: ModelSpec, cluster: Cluster, pool: PlanBatch, recomputes: tuple[str, ...],
                  eff: Efficiency) -> None:
