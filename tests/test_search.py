@@ -224,6 +224,23 @@ def test_the_memory_example_is_the_plan_nearest_to_fitting():
     assert result.examples["memory exceeds HBM"].endswith(f"{fmt_bytes(least)} > {fmt_bytes(capacity)}")
 
 
+def test_the_host_memory_example_is_the_plan_nearest_to_fitting():
+    """Of the plans that fit in HBM only by offloading more than the host holds, the example shown is the one
+    that offloads least: as for HBM, what it would take (the same plan whichever block of the search met it)."""
+    model = load_model("llama3-8b").with_seq_length(2048)
+    cluster = load_system("h100").cluster(8, host_memory=20e9)
+    space = replace(SMALL, offload_optimizer=(False, True))
+    result = search(model, cluster, space, top_k=1)
+    # one estimate per plan: memory and offload do not depend on the SUMMA panel count
+    estimates = [estimate(model, cluster, group[0]) for group in every_plan(model, cluster, space)]
+    over = [e for e in estimates if e.peak_memory <= cluster.accelerator.hbm_bytes
+            and e.host_memory > cluster.host_memory]
+    assert over and result.rejected["offload exceeds host memory"] == len(over)
+    least = min(e.host_memory for e in over)
+    expected = f"{fmt_bytes(least)} > {fmt_bytes(cluster.host_memory)}"
+    assert result.examples["offload exceeds host memory"].endswith(expected)
+
+
 def test_ranking_is_deterministic(small_case):
     model, cluster, result = small_case
     again = search(model, cluster, SMALL, top_k=5)

@@ -662,9 +662,8 @@ def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficien
         fits, peak = _fit(model, cluster, space, pool.select(rows[starts[block]], schedule=schedule),
                           units.saved(units.key_of[sizes.first[combos]]), sizes.plans[combos], result)
         local = np.repeat(np.arange(len(combos)), sizes.plans[combos])  # each row's combination, in the block
-        if fits.any():
-            _time_rows(model, cluster, space, eff, pool, schedule, rows[starts[block[0]]:end], local, bound, units,
-                       fits, peak, result)
+        _time_rows(model, cluster, space, eff, pool, schedule, rows[starts[block[0]]:end], local, bound, units,
+                   fits, peak, result)
 
 
 SIZE_BLOCK = 16384  # size combinations whose memory is computed at once (it bounds the arrays' size)
@@ -703,8 +702,9 @@ def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: PlanBatch, sav
     fits = in_hbm & in_host
     result.evaluated += int(plans.sum()) * fits[..., 0].size
     result.feasible += int(fits.reshape(-1, len(sized)).sum(axis=0) @ plans)
-    _tally_memory(result.tally, peak, in_hbm, plans, sized, grid, capacity)
-    _tally_host(result.tally, host, in_hbm & ~in_host, plans, sized, grid, host_capacity)
+    _tally_misses(result.tally, "memory exceeds HBM", peak, ~in_hbm, plans, sized, grid, capacity)
+    _tally_misses(result.tally, "offload exceeds host memory", host, in_hbm & ~in_host, plans, sized, grid,
+                  host_capacity)
     return fits, peak
 
 
@@ -764,33 +764,20 @@ def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], f
     return replace(plan, summa_panels=int(panels[r][row])) if panels is not None else plan
 
 
-def _tally_host(tally: _Tally, host: np.ndarray, over: np.ndarray, rows: np.ndarray, sized: PlanBatch,
-                grid: tuple[tuple, ...], capacity: float) -> None:
-    """Plans that fit in HBM only by offloading more than the host memory per GPU holds (``over`` per size
-    combination, each standing for ``rows`` plans)."""
-    count = int(over.reshape(-1, len(rows)).sum(axis=0) @ rows)
-    reason = "offload exceeds host memory"
-    if count and reason not in tally.examples:
-        flat = int(np.flatnonzero(over.reshape(-1))[0])
-        tally.add(reason, f"{_decode(sized, grid, over.shape, flat).describe()}: "
-                  f"{fmt_bytes(float(host.reshape(-1)[flat]))} > {fmt_bytes(capacity)}", count)
-    else:
-        tally.add(reason, "", count)
-
-
-def _tally_memory(tally: _Tally, peak: np.ndarray, fits: np.ndarray, rows: np.ndarray, sized: PlanBatch,
-                  grid: tuple[tuple, ...], capacity: float) -> None:
-    over = int((~fits).reshape(-1, len(rows)).sum(axis=0) @ rows)
-    if not over:
+def _tally_misses(tally: _Tally, reason: str, used: np.ndarray, miss: np.ndarray, plans: np.ndarray,
+                  sized: PlanBatch, grid: tuple[tuple, ...], capacity: float) -> None:
+    """Count the plans that ``miss`` (settings × size combinations, each standing for ``plans`` plans) for
+    ``reason``; the example is the plan nearest to fitting: the least bytes ``used`` among them."""
+    count = int(miss.reshape(-1, len(plans)).sum(axis=0) @ plans)
+    if not count:
         return
-    # the example is the plan nearest to fitting: the smallest peak among those that do not fit
-    flat = int(np.argmin(np.where(fits, np.inf, peak).reshape(-1)))
-    least = float(peak.reshape(-1)[flat])
-    if least >= tally.scores.get("memory exceeds HBM", math.inf):
-        tally.add("memory exceeds HBM", "", over, least)
+    flat = int(np.argmin(np.where(miss, used, np.inf).reshape(-1)))
+    least = float(used.reshape(-1)[flat])
+    if least >= tally.scores.get(reason, math.inf):
+        tally.add(reason, "", count, least)
         return
-    plan = _decode(sized, grid, fits.shape, flat)
-    tally.add("memory exceeds HBM", f"{plan.describe()}: {fmt_bytes(least)} > {fmt_bytes(capacity)}", over, least)
+    plan = _decode(sized, grid, miss.shape, flat)
+    tally.add(reason, f"{plan.describe()}: {fmt_bytes(least)} > {fmt_bytes(capacity)}", count, least)
 
 
 def _chunks(rows: np.ndarray, size: int) -> Iterator[np.ndarray]:
