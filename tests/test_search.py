@@ -17,7 +17,7 @@ from meshplan.comm import split_group
 from meshplan.errors import SpecError
 from meshplan.estimate import estimate, expert_factors, send_stride
 from meshplan.hardware import load_system
-from meshplan.keyed import KeyUnits, panel_counts
+from meshplan.keyed import KeyUnits, panel_counts, unit_keys
 from meshplan.model import load_model
 from meshplan.plan import LAYOUTS, Plan
 from meshplan.search import PLACEMENTS, Space, candidates, search
@@ -144,7 +144,7 @@ def test_the_lower_bound_holds_for_every_plan_and_setting():
     columns.pop("layout")
     pool = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
     units = KeyUnits(model, cluster, pool, space.recompute, search_module.DEFAULT)
-    bound = search_module._lower_bound(model, pool, units.shapes, units.shape_of[units.key_of])
+    bound = search_module._lower_bound(model, pool, units.shapes, units.shape_of)
     kernels = units.shapes["none"].layer
     for i in range(len(pool)):
         plan = replace(pool.plan(i), schedule="interleaved" if pool.vpp[i] > 1 else "1f1b")
@@ -152,7 +152,7 @@ def test_the_lower_bound_holds_for_every_plan_and_setting():
             step = estimate(model, cluster, replace(plan, recompute=rc, zero=z, offload_activations=oa)).step_time
             assert bound[i] <= step * (1 + 1e-12)
         layers = -(-model.num_layers // plan.pp)
-        c = (kernels.fwd + kernels.bwd)[units.shape_of[units.key_of[i]]]
+        c = (kernels.fwd + kernels.bwd)[units.shape_of[i]]
         if plan.pp > 1:
             assert bound[i] > plan.grad_accum * layers * c * (1 + 1 / plan.grad_accum / plan.vpp)
 
@@ -169,16 +169,40 @@ def test_one_key_per_shape_gives_every_keys_kernel_times_and_saved_activations(n
     pool = PlanBatch(**columns, placements=PLACEMENTS, **space.settings).select(
         columns["tp"] > 1, sequence_parallel=True, tensor_layout=layout)
     units = KeyUnits(model, cluster, pool, space.recompute, search_module.DEFAULT)
-    every = np.arange(len(units.done))
-    units.ensure(every)
-    full, by_shape = units.of(every)[0], units.saved(every)
-    assert units.n_shapes < len(every)
+    full, by_shape = units.price(pool, units.shape_of)[0], units.saved(units.shape_of)
+    # the key table knows a key by (shape, panels, tier splits): as many as the distinct unit keys of the plans
+    assert units.n_shapes < units.priced == len(unit_keys(model, cluster, pool)[0])
     for rc in space.recompute:
         for f in ("layer_saved", "embed_saved", "head_saved"):
             assert np.allclose(getattr(full[rc], f), getattr(by_shape[rc], f), rtol=1e-12)
         for part, f in itertools.product(("layer", "layer_plain", "embed", "head"), ("fwd", "bwd")):
             assert np.allclose(getattr(getattr(full[rc], part), f), getattr(getattr(by_shape[rc], part), f),
                                rtol=1e-12)
+
+
+def test_a_key_is_priced_once_whatever_the_batches():
+    """keyed.KeyUnits.price: plans priced in two batches get the units they get in one, and pricing them again adds
+    no key (the memo table finds every code it has met)."""
+    model, cluster = load_model("mixtral-8x7b").with_seq_length(2048), load_system("h100").cluster(32)
+    space = Space(global_batch=64, layouts=("1d",), sequence_parallel=(True,))
+    columns, _ = candidates(model, cluster, space)
+    columns.pop("layout")
+    pool = PlanBatch(**columns, placements=PLACEMENTS, **space.settings).select(
+        columns["tp"] > 1, sequence_parallel=True)
+    whole = KeyUnits(model, cluster, pool, space.recompute, search_module.DEFAULT)
+    at_once, panels = whole.price(pool, whole.shape_of)
+    halves = KeyUnits(model, cluster, pool, space.recompute, search_module.DEFAULT)
+    cut = np.arange(len(pool)) % 3 == 0
+    parts = [halves.price(pool.select(rows), halves.shape_of[rows])[0] for rows in (cut, ~cut)]
+    assert halves.priced == whole.priced
+    again, again_panels = whole.price(pool, whole.shape_of)
+    assert whole.priced == halves.priced
+    for rc in space.recompute:
+        assert np.array_equal(again[rc].layer.total, at_once[rc].layer.total)
+        assert np.array_equal(again_panels[rc], panels[rc])
+        for rows, part in zip((cut, ~cut), parts, strict=True):
+            for name in ("layer", "embed", "head", "p2p"):
+                assert np.array_equal(getattr(part[rc], name).total, getattr(at_once[rc], name).total[rows])
 
 
 def test_units_are_priced_only_for_keys_that_can_reach_the_top_k(monkeypatch):
@@ -196,8 +220,13 @@ def test_units_are_priced_only_for_keys_that_can_reach_the_top_k(monkeypatch):
     space = Space(global_batch=64, zero=(1,), recompute=("none", "full"), offload_optimizer=(False,),
                   offload_activations=(False,), layouts=("1d",), sequence_parallel=(True,))
     result = search(model, cluster, space, top_k=3)
-    priced = sum(int(u.done.sum()) for u in made)
-    assert made and 0 < priced < 0.7 * sum(len(u.done) for u in made)  # 3,264 of 5,324
+    columns, _ = candidates(model, cluster, space)
+    columns.pop("layout")
+    plans = PlanBatch(**columns, placements=PLACEMENTS, **space.settings).select(
+        columns["tp"] > 1, sequence_parallel=True)
+    every = len(unit_keys(model, cluster, plans)[0])
+    priced = sum(u.priced for u in made)
+    assert made and 0 < priced < 0.7 * every  # 3,255 of 5,324
     assert result.plans[0].step_time == pytest.approx(estimate(model, cluster, result.plans[0].plan).step_time)
     assert result.bounded > 0
 

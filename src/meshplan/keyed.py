@@ -125,80 +125,103 @@ def _rows_of(compute: dict[str, list[np.ndarray | None]], index: np.ndarray, n: 
 
 
 class KeyUnits:
-    """The units of a pool's plans, one per distinct unit key (``unit_keys``), computed when first needed.
+    """The units of plans, one per distinct unit key (``unit_keys``), computed when a plan first needs them.
 
     A key's forward and backward kernel times and its saved activations depend only on the op shapes
     (``SHAPE_KEYS``), not on the placement or the SUMMA panels, which only the collectives see. So the units of
-    one key per shape, computed up front, give every plan's lower bound (``search._lower_bound``) and memory; the
-    collectives, most of a key's cost to compute, are priced only for the keys of plans whose bound can still
-    reach the top k (``ensure``): the same numbers, for a fraction of the keys.
+    one key per shape of ``pool`` (any batch of plans, or of size combinations without their placements),
+    computed up front, give every plan's lower bound (``search._lower_bound``) and memory (``saved``); the
+    collectives, most of a key's cost to compute, are priced only for the plans the search times (``price``):
+    the same numbers, for a fraction of the keys.
 
     It is a memo table, the search's one mutable object (DESIGN example 4's cache of the per-layer costs that many
     plans share): which keys get priced is decided by the branch and bound as it goes, so they cannot all be
-    computed up front without losing the point; ``of`` answers only for keys ``ensure`` has priced."""
+    computed up front without losing the point. A key is known by its shape (an index into this pool's shapes),
+    its SUMMA panel count and its tier splits (an index into the split tuples met so far), packed into one
+    integer; the codes seen so far are kept sorted, beside where each key's units are stored."""
 
     def __init__(self, model: ModelSpec, cluster: Cluster, pool: PlanBatch, recomputes: tuple[str, ...],
                  eff: Efficiency) -> None:
         self.model, self.cluster, self.recomputes, self.eff = model, cluster, recomputes, eff
-        first, self.key_of = unit_keys(model, cluster, pool)
-        self.keyed = _key_batch(pool, first)
-        shape_first, self.shape_of = distinct(np.stack([getattr(self.keyed, k) for k in SHAPE_KEYS]))
-        shaped = self.keyed.select(shape_first)
+        shape_first, self.shape_of = distinct(np.stack([getattr(pool, k) for k in SHAPE_KEYS]))
+        shaped = _key_batch(pool, shape_first)
         self.compute, self.n_shapes = compute_times(model, cluster, shaped, eff), len(shape_first)  # per shape
         self.shapes = _units_of(model, cluster, shaped, _rows_of(self.compute, slice(None), self.n_shapes),
                                 recomputes, eff)[0]
-        self.done = np.zeros(len(first), dtype=bool)
-        self.units: dict[str, Units] = {}
-        self.panels = {rc: np.zeros(len(first), dtype=np.int64) for rc in recomputes}
+        self._panel_radix = model.hidden_size + 1  # a SUMMA panel count divides the hidden size
+        self._split_radix = 2**62 // (self.n_shapes * self._panel_radix)
+        self._splits: dict[tuple[int, ...], int] = {}
+        self._codes = np.zeros(0, dtype=np.int64)  # sorted key codes
+        self._slot = np.zeros(0, dtype=np.int64)  # where each code's units are stored
+        self.priced = 0  # keys whose units are stored
+        self._units: dict[str, Units] = {}
+        self._panels = {rc: np.zeros(0, dtype=np.int64) for rc in recomputes}
 
-    def ensure(self, keys: np.ndarray) -> None:
-        """Compute the full units of those of ``keys`` (key indices) not yet computed."""
-        missing = np.unique(keys[~self.done[keys]])
-        if not len(missing):
-            return
-        some = self.keyed.select(missing)
-        compute = _rows_of(self.compute, self.shape_of[missing], self.n_shapes)
-        units, panels = _units_of(self.model, self.cluster, some, compute, self.recomputes, self.eff)
+    def saved(self, shapes: np.ndarray) -> dict[str, Units]:
+        """Units of ``shapes`` (indices into the pool's), good for their kernel times and saved activations only."""
+        return {rc: u.take(shapes) for rc, u in self.shapes.items()}
+
+    def price(self, batch: PlanBatch, shapes: np.ndarray) -> tuple[dict[str, Units], dict[str, np.ndarray]]:
+        """The full units and SUMMA panel counts of every plan of ``batch`` (``shapes``: each plan's shape, an
+        index into the pool's) per recompute mode, computing those of keys not met before."""
+        codes = [np.rint(c).astype(np.int64) for c in _split_codes(self.model, self.cluster, batch)]
+        first, inverse = distinct(np.stack([shapes, batch.summa_panels, *codes]))
+        split_first, split_of = distinct(np.stack([c[first] for c in codes])) if codes else (
+            np.zeros(1, dtype=np.int64), np.zeros(len(first), dtype=np.int64))
+        split_ids = np.array([self._split_id(tuple(int(c[first[i]]) for c in codes)) for i in split_first],
+                             dtype=np.int64)
+        key = (shapes[first] * self._panel_radix + batch.summa_panels[first]) * self._split_radix + split_ids[split_of]
+        slot = self._lookup(key)
+        new = slot < 0
+        if new.any():
+            slot[new] = self._add(key[new], batch, first[new], shapes[first[new]])
+        rows = slot[inverse]
+        return {rc: u.take(rows) for rc, u in self._units.items()}, {rc: nb[rows] for rc, nb in self._panels.items()}
+
+    def _split_id(self, split: tuple[int, ...]) -> int:
+        if split not in self._splits:
+            if len(self._splits) >= self._split_radix:
+                raise RuntimeError("more distinct tier splits than the key code can hold")
+            self._splits[split] = len(self._splits)
+        return self._splits[split]
+
+    def _lookup(self, key: np.ndarray) -> np.ndarray:
+        """Where the units of each key code are stored, -1 for codes not met before."""
+        pos = np.searchsorted(self._codes, key)
+        found = pos < len(self._codes)
+        found[found] = self._codes[pos[found]] == key[found]
+        return np.where(found, self._slot[np.minimum(pos, len(self._slot) - 1)] if len(self._slot) else -1, -1)
+
+    def _add(self, key: np.ndarray, batch: PlanBatch, rows: np.ndarray, shapes: np.ndarray) -> np.ndarray:
+        """Price the keys of ``batch``'s ``rows`` (a plan each, codes ``key``), store them, return their slots."""
+        compute = _rows_of(self.compute, shapes, self.n_shapes)
+        units, panels = _units_of(self.model, self.cluster, _key_batch(batch, rows), compute, self.recomputes,
+                                  self.eff)
+        slots = self.priced + np.arange(len(key))
         for rc in self.recomputes:
-            if rc not in self.units:
-                self.units[rc] = _blank(units[rc], len(self.done))
-            _put(self.units[rc], missing, units[rc])
-            self.panels[rc][missing] = panels[rc]
-        self.done[missing] = True
-
-    def of(self, keys: np.ndarray) -> tuple[dict[str, Units], dict[str, np.ndarray]]:
-        """The full units and SUMMA panel counts of ``keys`` (computed by ``ensure``) per recompute mode."""
-        return {rc: u.take(keys) for rc, u in self.units.items()}, {rc: nb[keys] for rc, nb in self.panels.items()}
-
-    def saved(self, keys: np.ndarray) -> dict[str, Units]:
-        """Units of ``keys`` good for their kernel times and saved activations only (their shape's)."""
-        return {rc: u.take(self.shape_of[keys]) for rc, u in self.shapes.items()}
+            self._units[rc] = _stored(self._units.get(rc), slots, units[rc])
+            self._panels[rc] = np.concatenate([self._panels[rc], panels[rc]])
+        self.priced += len(key)
+        order = np.argsort(np.concatenate([self._codes, key]), kind="stable")
+        self._codes = np.concatenate([self._codes, key])[order]
+        self._slot = np.concatenate([self._slot, slots])[order]
+        return slots
 
 
-def _blank(units: Units, n: int) -> Units:
-    """Room for the units of ``n`` keys (uninitialised: ``_put`` fills the rows of those computed), with the
-    constant fields (``ZERO``) of ``units``."""
-    def blank(x: object) -> object:
-        if isinstance(x, PassTimes):
-            return PassTimes(*(blank(getattr(x, f)) for f in PassTimes.__slots__))
-        return x if x is ZERO else np.empty(n)
+def _stored(store: Units | None, slots: np.ndarray, part: Units) -> Units:
+    """``store`` (the units of slots 0 … slots[0] - 1, or None) extended by ``part`` at ``slots`` (consecutive, at
+    its end): a new array per field, with the constant fields (``ZERO``) kept as they are."""
+    def cat(x: object, y: object) -> object:
+        if isinstance(y, PassTimes):
+            return PassTimes(*(cat(None if x is None else getattr(x, f), getattr(y, f)) for f in PassTimes.__slots__))
+        if y is ZERO:
+            if x is not None and x is not ZERO:
+                raise AssertionError("a units field constant in one batch of keys and not in another")
+            return ZERO
+        tail = np.broadcast_to(np.asarray(y, dtype=np.float64), (len(slots),))
+        return tail.copy() if x is None else np.concatenate([x, tail])
 
-    return Units(*(blank(getattr(units, f)) for f in Units.__slots__))
-
-
-def _put(full: Units, rows: np.ndarray, part: Units) -> None:
-    """Write ``part`` (the units of ``rows``) into ``full`` (``_blank``), in place."""
-    def put(x: object, y: object) -> None:
-        if isinstance(x, PassTimes):
-            for f in PassTimes.__slots__:
-                put(getattr(x, f), getattr(y, f))
-        elif x is not ZERO:
-            x[rows] = y
-        elif y is not ZERO:
-            raise AssertionError("a units field constant in one batch of keys and not in another")
-
-    for f in Units.__slots__:
-        put(getattr(full, f), getattr(part, f))
+    return Units(*(cat(None if store is None else getattr(store, f), getattr(part, f)) for f in Units.__slots__))
 
 
 def _panel_options(model: ModelSpec, layout: str, cols: dict[str, np.ndarray]) -> np.ndarray:

@@ -10,9 +10,10 @@ How it is fast (DESIGN.md example 4): per-micro-batch costs of a layer, the embe
 send (``estimate.Units``) depend only on tp, cp, micro-batch, ep, etp, the strides of tp / cp / pp on the mesh
 and the categorical settings; they are computed once per distinct key. ``estimate.assemble`` then turns them
 into step time and memory for every candidate at once with NumPy, in chunks, so memory stays bounded. Memory,
-and a lower bound on the step time, need only a unit's kernel times and saved activations, which depend on the
-op shapes alone; the collectives are priced only for the keys of plans whose bound can still reach the top k
-(branch and bound, ``KeyUnits``).
+and a lower bound on the step time, depend on the size combination (every numeric field but the placement) and
+on a unit's kernel times and saved activations, which depend on the op shapes alone: they are computed once
+per size combination. Only the combinations whose bound can still reach the top k have their placements built,
+their unit keys' collectives priced (``keyed.KeyUnits``) and their step time computed (branch and bound).
 
 Space (``Space``): all factorisations N = dp·tp·pp·cp; every divisor micro-batch; virtual stages v dividing
 the layers per stage (interleaved when v > 1); ep dividing the experts and etp dividing tp; ZeRO 0–3;
@@ -35,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.batch import PlanBatch
+from meshplan.batch import CATEGORICAL, PlanBatch
 from meshplan.comm import Layout, block_members
 from meshplan.efficiency import DEFAULT, Efficiency
 from meshplan.errors import SpecError
@@ -57,7 +58,7 @@ from meshplan.estimate import (
 )
 from meshplan.fields import MAX_PLANS
 from meshplan.hardware import Cluster
-from meshplan.keyed import KeyUnits, distinct, panel_counts
+from meshplan.keyed import KeyUnits, panel_counts
 from meshplan.memory import layers_on_stage, model_states, stage_params
 from meshplan.model import ModelSpec
 from meshplan.plan import DENSE_AXES, LAYOUTS, Plan, fsdp_has_zero
@@ -286,8 +287,34 @@ def candidates(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[dict[s
 def _columns(combos: list[_Combo], cluster: Cluster, space: Space, tally: _Tally) -> dict[str, np.ndarray]:
     """Every candidate of these size combinations: micro-batch × interleaving × experts × placements, in that
     nesting order (placements innermost), built for all combinations at once."""
-    if not combos:
+    sized = _size_rows(combos, cluster, space, tally)
+    if sized is None:
         return {}
+    return _expand(sized, np.arange(len(sized.count)))
+
+
+@dataclass(frozen=True)
+class _Sized:
+    """Candidates before their placements: one row per size combination (every numeric plan field but the
+    placement; ``placement_id`` holds its first placement), and each row's distinct placements, ``count`` of them
+    from ``start`` in ``pids``. Memory and the lower bound do not depend on the placement: the search builds a
+    combination's plans only if it may time them."""
+
+    columns: dict[str, np.ndarray]
+    pids: np.ndarray
+    start: np.ndarray
+    count: np.ndarray
+
+    def select(self, rows: np.ndarray) -> _Sized:
+        return _Sized({k: v[rows] for k, v in self.columns.items()}, self.pids, self.start[rows], self.count[rows])
+
+
+def _size_rows(combos: list[_Combo], cluster: Cluster, space: Space, tally: _Tally) -> _Sized | None:
+    """The size combinations of these (tp, tp2, cp, pp, dp) combinations: micro-batch × interleaving × experts,
+    in that nesting order, with their distinct placements; the interleaved ones whose micro-batches pp does not
+    divide tallied (once per placement and setting they would have had)."""
+    if not combos:
+        return None
     if space.all_placements:
         sizes = np.array([[getattr(c, a) for a in DENSE_AXES] for c in combos], dtype=np.int64)
         placements = _placements_many(sizes, cluster.mesh_shape)
@@ -296,20 +323,19 @@ def _columns(combos: list[_Combo], cluster: Cluster, space: Space, tally: _Tally
     micro, n_micro = _ragged([c.micro for c in combos])
     vpps, n_vpp = _ragged([c.vpps for c in combos])
     experts, n_exp = _ragged([[e * 1_000_000 + t for e, t in c.experts] for c in combos])  # (ep, etp) packed
-    pids, n_pid = _ragged(placements)
-    per_combo = n_micro * n_vpp * n_exp * n_pid
+    (pids, pid_start), n_pid = _ragged(placements)
+    per_combo = n_micro * n_vpp * n_exp
     combo = np.repeat(np.arange(len(combos)), per_combo)
     local = np.arange(len(combo)) - np.repeat(np.cumsum(per_combo) - per_combo, per_combo)
-    local, i_pid = np.divmod(local, n_pid[combo])
     local, i_exp = np.divmod(local, n_exp[combo])
     i_micro, i_vpp = np.divmod(local, n_vpp[combo])
     mbs, vpp = micro[0][micro[1][combo] + i_micro], vpps[0][vpps[1][combo] + i_vpp]
-    pair, pid = experts[0][experts[1][combo] + i_exp], pids[0][pids[1][combo] + i_pid]
+    pair = experts[0][experts[1][combo] + i_exp]
     field = {name: np.array([getattr(c, name) for c in combos], dtype=np.int64)
              for name in ("dp", "tp", "pp", "cp", "tp2", "panel", "mult")}
     layout = np.array([LAYOUTS.index(c.layout) for c in combos], dtype=np.int64)
     bad = (vpp > 1) & ((space.global_batch // (field["dp"][combo] * mbs)) % field["pp"][combo] != 0)
-    bad_per_combo = np.bincount(combo[bad], minlength=len(combos))
+    bad_per_combo = np.bincount(combo[bad], minlength=len(combos)) * n_pid
     if bad_per_combo.any():
         first = combos[int(np.flatnonzero(bad_per_combo)[0])]
         tally.add("interleaved: pp does not divide the micro-batches", f"pp={first.pp}, dp={first.dp}",
@@ -318,9 +344,18 @@ def _columns(combos: list[_Combo], cluster: Cluster, space: Space, tally: _Tally
     combo = combo[keep]
     columns = {name: field[name][combo] for name in ("dp", "tp", "pp", "cp", "tp2")}
     ep, etp = np.divmod(pair[keep], 1_000_000)
-    return columns | {"ep": ep, "etp": etp, "vpp": vpp[keep], "micro_batch": mbs[keep],
-                      "global_batch": np.full(len(combo), space.global_batch, dtype=np.int64),
-                      "summa_panels": field["panel"][combo], "placement_id": pid[keep], "layout": layout[combo]}
+    columns |= {"ep": ep, "etp": etp, "vpp": vpp[keep], "micro_batch": mbs[keep],
+                "global_batch": np.full(len(combo), space.global_batch, dtype=np.int64),
+                "summa_panels": field["panel"][combo], "placement_id": pids[pid_start[combo]], "layout": layout[combo]}
+    return _Sized(columns, pids, pid_start[combo], n_pid[combo])
+
+
+def _expand(sized: _Sized, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The plans of size rows ``rows``: each row once per distinct placement (placements innermost)."""
+    count = sized.count[rows]
+    row = np.repeat(rows, count)
+    offset = np.arange(len(row)) - np.repeat(np.cumsum(count) - count, count)
+    return {k: v[row] for k, v in sized.columns.items()} | {"placement_id": sized.pids[sized.start[row] + offset]}
 
 
 def _ragged(lists: list[list[int]]) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
@@ -436,15 +471,6 @@ def _memory(model: ModelSpec, batch: PlanBatch, units: dict[str, Units], space: 
     np.maximum(peak, states[None, :, :, None, 1] + acts[:, None, None, :, 1], out=peak)  # or the last
     peak += buffers[None, :, None, None]
     return peak, host_opt[None, :, :, None] + host_act[:, None, None]
-
-
-_SIZE_KEYS = ("dp", "tp", "pp", "cp", "tp2", "ep", "etp", "vpp", "micro_batch")
-
-
-def _sizes(batch: PlanBatch) -> tuple[np.ndarray, np.ndarray]:
-    """The first row of each distinct size combination (all numeric fields but the placement) and each
-    row's combination."""
-    return distinct(np.stack([getattr(batch, k) for k in _SIZE_KEYS]))
 
 
 @dataclass
@@ -615,55 +641,38 @@ def _evaluate(job: _Job, combos: list[_Combo], model: ModelSpec, cluster: Cluste
     mine = [combos[i] for i in job.combos]
     result = _Part(_Best(top_k))
     first_mode = next(m for m in _modes(space) if m[0] == layout) == job.mode  # tally build rejections once
-    columns = _columns(mine, cluster, space, result.tally if first_mode else _Tally())
-    if not columns:
+    sized = _size_rows(mine, cluster, space, result.tally if first_mode else _Tally())
+    if sized is None:
         return result
-    columns.pop("layout")
+    columns = {k: v for k, v in sized.columns.items() if k != "layout"}
     base = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
-    rows = (base.tp > 1) if sp else np.ones(len(base), bool)
-    if not rows.any():
+    rows = np.flatnonzero(base.tp > 1) if sp else np.arange(len(base))
+    if not len(rows):
         return result
-    pool = base.select(rows, sequence_parallel=sp, tensor_layout=layout)
+    pool = base.select(rows, sequence_parallel=sp, tensor_layout=layout)  # one row per size combination
+    sized = replace(sized, columns=columns).select(rows)  # without the layout column
     units = KeyUnits(model, cluster, pool, space.recompute, eff)
     if not space.gpipe:
-        gpipe = int(((pool.vpp == 1) & (pool.pp > 1)).sum()) * _grid_size(space)
+        gpipe = int(sized.count[(pool.vpp == 1) & (pool.pp > 1)].sum()) * _grid_size(space)
         result.tally.add("dominated: GPipe (1F1B has its step time with less memory)", "any pp > 1 plan", gpipe)
-    bound = _lower_bound(model, pool, units.shapes, units.shape_of[units.key_of])
-    first, size_of = _sizes(pool)
-    size_bound = np.full(len(first), np.inf)
-    np.minimum.at(size_bound, size_of, bound)
-    sizes = _SizeCombos(first, size_of, size_bound, np.bincount(size_of))
+    bound = _lower_bound(model, pool, units.shapes, units.shape_of)
     for group, schedule in _groups(pool, space):
-        _score_group(model, cluster, space, eff, pool, schedule, group, sizes, bound, units, result)
+        _score_group(model, cluster, space, eff, pool.select(group, schedule=schedule), sized.select(group),
+                     bound[group], units.shape_of[group], units, result)
     return result
 
 
-@dataclass(frozen=True)
-class _SizeCombos:
-    """The size combinations of a pool (all numeric fields but the placement): the first row of each, each
-    row's combination, the least lower bound of each one's plans and how many plans each has."""
-
-    first: np.ndarray
-    of: np.ndarray
-    bound: np.ndarray
-    plans: np.ndarray
-
-
-def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, schedule: str,
-                 rows: np.ndarray, sizes: _SizeCombos, bound: np.ndarray, units: KeyUnits, result: _Part) -> None:
-    """Score the plans of one schedule group (the pool's ``rows``) in blocks of size combinations, likely winners
-    first so that the threshold tightens early: the memory of each combination is computed once for all its
-    placements (``_fit``), then the plans that can still reach the top k are timed (``_time_rows``)."""
-    rows = rows[np.lexsort((sizes.of[rows], sizes.bound[sizes.of[rows]]))]
-    starts = np.flatnonzero(np.diff(sizes.of[rows], prepend=-1))  # where each size combination's run begins
-    for block in _chunks(np.arange(len(starts)), SIZE_BLOCK):
-        end = starts[block[-1] + 1] if block[-1] + 1 < len(starts) else len(rows)
-        combos = sizes.of[rows[starts[block]]]
-        fits, peak = _fit(model, cluster, space, pool.select(rows[starts[block]], schedule=schedule),
-                          units.saved(units.key_of[sizes.first[combos]]), sizes.plans[combos], result)
-        local = np.repeat(np.arange(len(combos)), sizes.plans[combos])  # each row's combination, in the block
-        _time_rows(model, cluster, space, eff, pool, schedule, rows[starts[block[0]]:end], local, bound, units,
-                   fits, peak, result)
+def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, sized: _Sized,
+                 bound: np.ndarray, shapes: np.ndarray, units: KeyUnits, result: _Part) -> None:
+    """Score the size combinations of one schedule group (``pool``: one row each, with its lower ``bound`` and
+    shape) in blocks, likely winners first so that the threshold tightens early: the memory of each combination
+    is computed once for all its placements (``_fit``), then the plans that can still reach the top k are built
+    and timed (``_time_rows``)."""
+    order = np.argsort(bound, kind="stable")
+    for block in _chunks(order, SIZE_BLOCK):
+        fits, peak = _fit(model, cluster, space, pool.select(block), units.saved(shapes[block]), sized.count[block],
+                          result)
+        _time_rows(model, cluster, space, eff, pool, sized, block, bound, shapes, units, fits, peak, result)
 
 
 SIZE_BLOCK = 16384  # size combinations whose memory is computed at once (it bounds the arrays' size)
@@ -708,43 +717,50 @@ def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: PlanBatch, sav
     return fits, peak
 
 
-def _time_rows(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, schedule: str,
-               rows: np.ndarray, local: np.ndarray, bound: np.ndarray, units: KeyUnits, fits: np.ndarray,
+def _time_rows(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, sized: _Sized,
+               block: np.ndarray, bound: np.ndarray, shapes: np.ndarray, units: KeyUnits, fits: np.ndarray,
                peak: np.ndarray, result: _Part) -> None:
-    """The step time of those ``rows`` of the pool (lower ``bound``) that can still reach the top k, in chunks
-    (branch and bound: exact, a plan slower than the k-th best so far cannot enter; a key's units are priced
-    when the first such plan needs them); the rest counted as bounded. ``local``: each row's size combination in
-    ``fits`` and ``peak``."""
-    settings = fits[..., 0].size
+    """The step time of the plans of the size combinations ``block`` (rows of ``pool``) whose lower bound can still
+    reach the top k, in chunks (branch and bound: exact, a plan slower than the k-th best so far cannot enter):
+    their placements are built and their keys priced only then; the others counted as bounded. ``fits`` and
+    ``peak``: the block's, settings × combinations; where none fits, nothing is timed."""
+    settings, any_fit = fits[..., 0].size, fits.any()
     fits, peak = fits.reshape(settings, -1), peak.reshape(settings, -1)
-    for chunk in _pieces(len(rows), result.best):
-        near = chunk[bound[rows[chunk]] * (1 - BOUND_SLACK) <= result.best.threshold]
-        result.bounded += (len(chunk) - len(near)) * settings
-        if len(near):
-            _time_chunk(model, cluster, space, eff, pool.select(rows[near], schedule=schedule),
-                        units.key_of[rows[near]], units, fits, peak, local[near], result)
+    count = sized.count[block]
+    for piece in _pieces(count, result.best):
+        near = piece[bound[block[piece]] * (1 - BOUND_SLACK) <= result.best.threshold]
+        result.bounded += int(count[piece].sum() - count[near].sum()) * settings
+        if len(near) and any_fit:
+            rows = block[near]
+            plans = PlanBatch(**_expand(sized, rows), placements=pool.placements,
+                              **{k: getattr(pool, k) for k in CATEGORICAL})
+            local = np.repeat(near, count[near])  # each plan's combination, in the block
+            _time_chunk(model, cluster, space, eff, plans, np.repeat(shapes[rows], count[near]), units, fits, peak,
+                        local, result)
 
 
 FIRST_CHUNK = 1024  # plans timed at once while the k-th best time is unknown (every key they use is priced)
 
 
-def _pieces(n: int, best: _Best) -> Iterator[np.ndarray]:
-    """Consecutive ranges of ``n`` rows: small ones until the k-th best time is known, then ``CHUNK`` rows."""
-    start = 0
-    while start < n:
+def _pieces(plans: np.ndarray, best: _Best) -> Iterator[np.ndarray]:
+    """Consecutive ranges of size combinations holding about ``CHUNK`` plans each (``plans``: each one's), smaller
+    ones (``FIRST_CHUNK``) until the k-th best time is known; at least one combination each."""
+    ends, start = np.cumsum(plans), 0
+    while start < len(plans):
         size = CHUNK if np.isfinite(best.threshold) else min(CHUNK, FIRST_CHUNK)
-        yield np.arange(start, min(n, start + size))
-        start += size
+        done = int(ends[start - 1]) if start else 0
+        stop = max(start + 1, int(np.searchsorted(ends, done + size, side="right")))
+        yield np.arange(start, stop)
+        start = stop
 
 
 def _time_chunk(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, batch: PlanBatch,
-                keys: np.ndarray, units: KeyUnits, fits: np.ndarray, peak: np.ndarray, sizes: np.ndarray,
+                shapes: np.ndarray, units: KeyUnits, fits: np.ndarray, peak: np.ndarray, sizes: np.ndarray,
                 result: _Part) -> None:
-    """Time the plans of ``batch`` (unit ``keys``; ``sizes``: their columns in ``fits`` and ``peak``, settings ×
-    size combinations) under every setting and offer the fast enough ones that fit to the top k."""
+    """Time the plans of ``batch`` (``shapes``: their shapes; ``sizes``: their columns in ``fits`` and ``peak``,
+    settings × size combinations) under every setting and offer the fast enough ones that fit to the top k."""
     grid = (space.recompute, space.zero, space.offload_optimizer, space.offload_activations)
-    units.ensure(keys)
-    full, panels = units.of(keys)
+    full, panels = units.price(batch, shapes)
     time = _times(model, cluster, batch, full, space, eff)
     ok = np.flatnonzero(time.reshape(-1) <= result.best.threshold)  # fast enough, then: does it fit?
     setting, row = np.divmod(ok, len(batch))
