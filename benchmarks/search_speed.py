@@ -1,28 +1,31 @@
 """Plans evaluated per second by the exhaustive search, and the wall time of the whole CLI call.
 
-Run: python benchmarks/search_speed.py
+Run: python benchmarks/search_speed.py [--repeat N]  (N alternating one- and two-worker runs per case, medians)
 Peers, for scale (measured on this kind of machine, per issue 3): the seed-003 reference evaluates about
 150-200 plans/s; Calculon about 160 plans/s stock and 1,850 plans/s with its logging silenced.
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import meshplan
-from meshplan.hardware import load_system
-from meshplan.model import load_model
-from meshplan.search import Space, search
+from meshplan.hardware import Cluster, load_system
+from meshplan.model import ModelSpec, load_model
+from meshplan.search import SearchResult, Space, search
 
 CASES = [  # model, system, GPUs, global batch (sequences), NVLink domain override
     ("gpt3-175b", "a100", 1024, 1536, None),
     ("megatron-1t", "b200", 4096, 4096, 8),
     ("llama3.1-405b", "h100", 16384, 2048, None),
     ("deepseek-v3", "h100", 2048, 8192, None),
+    ("llama3-70b", "h100", 1024, 512, None),  # the README's quick start: below search.PARALLEL_ABOVE
 ]
 
 
@@ -51,19 +54,32 @@ def core_contention(n: int = 3_000_000) -> float:
     return together / alone
 
 
+def timed(model: ModelSpec, cluster: Cluster, gbs: int, repeat: int) -> tuple[SearchResult, float, float]:
+    """The one-process result and the median seconds of one and of two workers over ``repeat`` alternating runs
+    (alternating, so that a slow spell of the shared machine falls on both)."""
+    space, one, two = Space(global_batch=gbs), [], []
+    for _ in range(repeat):
+        result = search(model, cluster, space, top_k=1, workers=1)
+        one.append(result.seconds)
+        two.append(search(model, cluster, space, top_k=1, workers=2).seconds)
+    return result, statistics.median(one), statistics.median(two)
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=1, help="alternating runs per case; medians are printed")
+    repeat = max(1, parser.parse_args().repeat)
     print(f"{'case':<40} {'plans evaluated':>16} {'feasible':>12} {'1 core s':>9} {'plans/s/core':>13} "
           f"{'2 workers s':>12}  best plan")
     for name, system, gpus, gbs, domain in CASES:
         model = load_model(name)
         overrides = {"nvlink_domain": domain} if domain else {}
         cluster = load_system(system).cluster(gpus, **overrides)
-        result = search(model, cluster, Space(global_batch=gbs), top_k=1, workers=1)
-        parallel = search(model, cluster, Space(global_batch=gbs), top_k=1, workers=2)
+        result, one, two = timed(model, cluster, gbs, repeat)
         best = result.plans[0].plan.describe() if result.plans else "none feasible"
         label = f"{name} on {gpus} x {system}" + (f" (NVLink {domain})" if domain else "")
-        print(f"{label:<40} {result.evaluated:>16,} {result.feasible:>12,} {result.seconds:>9.2f} "
-              f"{result.evaluated / result.seconds:>13,.0f} {parallel.seconds:>12.2f}  {best}")
+        print(f"{label:<40} {result.evaluated:>16,} {result.feasible:>12,} {one:>9.2f} "
+              f"{result.evaluated / one:>13,.0f} {two:>12.2f}  {best}")
     # Byte-compile meshplan first, as any install or first run does: with PYTHONDONTWRITEBYTECODE set (as on the
     # project's machines) an editable install would otherwise recompile its sources on every CLI start (~40 ms).
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(meshplan.__file__).parent)], check=True,

@@ -500,7 +500,12 @@ def _plan_key(plan: Plan) -> tuple:
     return (order, plan)
 
 
-PARALLEL_ABOVE = 4_000_000  # plans: below this, one process is faster than starting workers
+# plans (estimated as 8 placements per size combination): below this one process is faster than forking two workers
+# on a two-core machine. benchmarks/search_speed.py --repeat 8 (medians, one / two workers): the quick start's
+# Llama-3-70B on 1024 H100 (~9M) 0.33 / 0.43 s; Llama-3.1-405B on 16,384 H100 (~12M) 0.65 / 0.59 s, Megatron-1T
+# (~16M) 0.58 / 0.55 s, DeepSeek-V3 (~21M) 0.66 / 0.52 s; GPT-3 175B (~20M, five in six of its plans SUMMA, whose jobs
+# balance worse) is the exception at 0.42 / 0.51 s
+PARALLEL_ABOVE = 10_000_000
 
 
 @dataclass
