@@ -231,6 +231,16 @@ def test_units_are_priced_only_for_keys_that_can_reach_the_top_k(monkeypatch):
     assert result.bounded > 0
 
 
+def test_equally_fast_plans_are_kept_by_the_smaller_memory():
+    """search._Best.offer with k = 1: of two plans with the best time, the one with the smaller peak stays (the
+    ranking's tie-break), whichever comes first in the chunk."""
+    best = search_module._Best(1)
+    plans = [Plan(dp=1, tp=t, pp=1, micro_batch=1, global_batch=8) for t in (1, 2, 4)]
+    best.offer(np.array([1.0, 1.0, 2.0]), np.array([50.0, 30.0, 10.0]), lambda i: plans[i])
+    assert [(r[0], r[1]) for r in best.rows] == [(1.0, 30.0)] and best.rows[0][2][1] == plans[1]
+    assert best.threshold == 1.0
+
+
 def test_returned_plans_are_feasible_and_sorted(small_case):
     _, _, result = small_case
     assert all(e.fits for e in result.plans)

@@ -148,7 +148,7 @@ class KeyUnits:
         self.compute, self.n_shapes = compute_times(model, cluster, shaped, eff), len(shape_first)  # per shape
         self.shapes = _units_of(model, cluster, shaped, _rows_of(self.compute, slice(None), self.n_shapes),
                                 recomputes, eff)[0]
-        self._panel_radix = model.hidden_size + 1  # a SUMMA panel count divides the hidden size
+        self._panel_radix = model.hidden_size + 1  # panels: at most the hidden size (SUMMA's divide it; 1D's = tp)
         self._split_radix = 2**62 // (self.n_shapes * self._panel_radix)
         self._splits: dict[tuple[int, ...], int] = {}
         self._codes = np.zeros(0, dtype=np.int64)  # sorted key codes

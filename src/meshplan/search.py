@@ -482,10 +482,13 @@ class _Best:
     threshold: float = np.inf  # the k-th best time so far: nothing slower can enter
 
     def offer(self, times: np.ndarray, peaks: np.ndarray, make: Callable[[int], Plan]) -> None:
+        """Keep the k fastest of these plans (``make(i)`` builds the i-th), ties broken towards less memory: of
+        plans as fast as the k-th, the ones with the smaller peak."""
         if not len(times):
             return
-        top = np.argpartition(times, self.k)[: self.k] if len(times) > self.k else np.arange(len(times))
-        top = top[np.argsort(times[top], kind="stable")]
+        tied = np.flatnonzero(times <= np.partition(times, self.k - 1)[self.k - 1]) if len(times) > self.k else (
+            np.arange(len(times)))
+        top = tied[np.lexsort((peaks[tied], times[tied]))][: self.k]
         self.rows += [(float(times[i]), float(peaks[i]), _plan_key(make(int(i)))) for i in top]
         self.rows.sort(key=lambda r: (r[0], r[1], r[2][0]))
         del self.rows[self.k * 4:]
