@@ -503,12 +503,14 @@ def _plan_key(plan: Plan) -> tuple:
     return (order, plan)
 
 
-# plans (estimated as 8 placements per size combination): below this one process is faster than forking two workers
-# on a two-core machine. benchmarks/search_speed.py --repeat 8 (medians, one / two workers): the quick start's
-# Llama-3-70B on 1024 H100 (~9M) 0.33 / 0.43 s; Llama-3.1-405B on 16,384 H100 (~12M) 0.65 / 0.59 s, Megatron-1T
-# (~16M) 0.58 / 0.55 s, DeepSeek-V3 (~21M) 0.66 / 0.52 s; GPT-3 175B (~20M, five in six of its plans SUMMA, whose jobs
-# balance worse) is the exception at 0.42 / 0.51 s
-PARALLEL_ABOVE = 10_000_000
+# Plans before the settings grid (size combinations at about 8 placements each): below this one process is faster
+# than forking two workers on a two-core machine. The work goes with the size combinations and unit keys (memory, the
+# bound, pricing), whatever the grid of ZeRO / recompute / offload settings each is scored under: a search narrowed to
+# one ZeRO stage without offload costs about what the full one does. benchmarks/search_speed.py --repeat 8 (medians,
+# one / two workers): the quick start's Llama-3-70B on 1024 H100 (~190k) 0.33 / 0.43 s; Llama-3.1-405B on 16,384
+# H100 (~257k) 0.65 / 0.59 s, Megatron-1T (~340k) 0.58 / 0.55 s, DeepSeek-V3 (~441k) 0.66 / 0.52 s; GPT-3 175B (~425k,
+# five in six of its plans SUMMA, whose jobs balance worse) is the exception at 0.42 / 0.51 s
+PARALLEL_ABOVE = 220_000
 
 
 @dataclass
@@ -568,8 +570,8 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
     combos, tally = _combos(model, cluster, space)
     _check_size(model, cluster, space, combos)
     if not workers:
-        size = sum(_weight(c) for c in combos) * _grid_size(space)
-        workers = min(2, os.cpu_count() or 1) if size * 8 > PARALLEL_ABOVE else 1
+        placed = sum(_weight(c) for c in combos) * 8  # size combinations at about 8 placements each
+        workers = min(2, os.cpu_count() or 1) if placed > PARALLEL_ABOVE else 1
     jobs = _jobs(combos, space, 1 if workers == 1 else 2 * workers)  # balanced as the workers take them
     args = (model, cluster, space, top_k, eff)
     results: list[_Part] = []
