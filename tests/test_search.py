@@ -17,7 +17,7 @@ from meshplan.comm import split_group
 from meshplan.errors import SpecError
 from meshplan.estimate import estimate, expert_factors, send_stride
 from meshplan.hardware import load_system
-from meshplan.keyed import KeyUnits, panel_counts, unit_keys
+from meshplan.keyed import KeyUnits, distinct, panel_counts, split_codes
 from meshplan.model import load_model
 from meshplan.plan import LAYOUTS, Plan
 from meshplan.search import PLACEMENTS, Space, candidates, search
@@ -25,6 +25,13 @@ from meshplan.units import fmt_bytes
 
 SMALL = Space(global_batch=16, zero=(0, 3), recompute=("none", "full"), offload_optimizer=(False,),
               offload_activations=(False, True), max_micro_batch=4)
+
+
+def unit_keys(model, cluster, batch):
+    """The reference unit key (what keyed.KeyUnits.price packs into one code): the unit columns and the tier splits
+    of the groups their collectives use; the first plan of each distinct key and each plan's key index."""
+    columns = ("tp", "tp2", "cp", "micro_batch", "ep", "etp", "summa_panels")
+    return distinct(np.stack([getattr(batch, k) for k in columns] + split_codes(model, cluster, batch)))
 
 
 def every_plan(model, cluster, space):
@@ -515,8 +522,6 @@ def test_two_workers_find_what_one_finds():
 
 def test_distinct_keys_survive_int64_overflow():
     """Five columns of values up to 2^20 pack into 2^100 > int64: the code is renumbered instead."""
-    from meshplan.keyed import distinct
-
     rng = np.random.default_rng(0)
     base = rng.integers(0, 2**20, size=(5, 40))
     keys = np.concatenate([base, base[:, :10]], axis=1)  # rows 40..49 repeat rows 0..9

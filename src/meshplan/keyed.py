@@ -2,7 +2,7 @@
 costs (``estimate.Units``), computed once per distinct key of the plans that share it.
 
 A unit depends only on tp, tp2, cp, the micro-batch, ep, etp, the SUMMA panels, the tier split of each group its
-collectives use (which is all the placement decides) and the categorical settings (``unit_keys``). Its kernel
+collectives use (which is all the placement decides: ``split_codes``) and the categorical settings. Its kernel
 times and saved activations depend on the op shapes alone (``SHAPE_KEYS``): those are computed for one key per
 shape up front; the collectives, most of a key's cost to compute, when a plan first needs them (``KeyUnits``).
 """
@@ -49,9 +49,9 @@ _GRID_SETTINGS = ("recompute", "zero", "offload_optimizer", "offload_activations
 _UNIT_STRIDES = ("tp", "tp2", "cp", "pp")
 
 
-def _split_codes(model: ModelSpec, cluster: Cluster, batch: PlanBatch) -> list[np.ndarray]:
-    """For each group a unit's collectives use, how many members share each tier but the last: the collective
-    times depend on the placement only through this split (comm.split_group)."""
+def split_codes(model: ModelSpec, cluster: Cluster, batch: PlanBatch) -> list[np.ndarray]:
+    """For each group a unit's collectives use, how many members share each tier but the last (integers): the
+    collective times depend on the placement only through this split (comm.split_group)."""
     groups = {a: (getattr(batch, a), batch.stride(a)) for a in _UNIT_STRIDES}
     groups["pp"] = (2, send_stride(batch.stride("pp"), batch.pp))  # a send: a pair of neighbouring stages
     if model.is_moe:  # the expert all-to-all (estimate.expert_layout)
@@ -60,15 +60,8 @@ def _split_codes(model: ModelSpec, cluster: Cluster, batch: PlanBatch) -> list[n
     for tier in cluster.tiers[:-1]:
         span *= tier.size
         for group, layout in groups.values():
-            codes.append(block_members(group, layout, span))
+            codes.append(np.rint(block_members(group, layout, span)).astype(np.int64))
     return codes
-
-
-def unit_keys(model: ModelSpec, cluster: Cluster, batch: PlanBatch) -> tuple[np.ndarray, np.ndarray]:
-    """The first plan of each distinct unit key (the unit columns and the tier splits of their groups) and each
-    plan's key index."""
-    codes = [np.rint(c).astype(np.int64) for c in _split_codes(model, cluster, batch)]
-    return distinct(np.stack([getattr(batch, k) for k in _UNIT_KEYS] + codes))
 
 
 def _key_batch(batch: PlanBatch, first: np.ndarray) -> PlanBatch:
@@ -125,7 +118,7 @@ def _rows_of(compute: dict[str, list[np.ndarray | None]], index: np.ndarray, n: 
 
 
 class KeyUnits:
-    """The units of plans, one per distinct unit key (``unit_keys``), computed when a plan first needs them.
+    """The units of plans, one per distinct unit key, computed when a plan first needs them.
 
     A key's forward and backward kernel times and its saved activations depend only on the op shapes
     (``SHAPE_KEYS``), not on the placement or the SUMMA panels, which only the collectives see. So the units of
@@ -164,7 +157,7 @@ class KeyUnits:
     def price(self, batch: PlanBatch, shapes: np.ndarray) -> tuple[dict[str, Units], dict[str, np.ndarray]]:
         """The full units and SUMMA panel counts of every plan of ``batch`` (``shapes``: each plan's shape, an
         index into the pool's) per recompute mode, computing those of keys not met before."""
-        codes = [np.rint(c).astype(np.int64) for c in _split_codes(self.model, self.cluster, batch)]
+        codes = split_codes(self.model, self.cluster, batch)
         first, inverse = distinct(np.stack([shapes, batch.summa_panels, *codes]))
         split_first, split_of = distinct(np.stack([c[first] for c in codes])) if codes else (
             np.zeros(1, dtype=np.int64), np.zeros(len(first), dtype=np.int64))
@@ -187,10 +180,10 @@ class KeyUnits:
 
     def _lookup(self, key: np.ndarray) -> np.ndarray:
         """Where the units of each key code are stored, -1 for codes not met before."""
-        pos = np.searchsorted(self._codes, key)
-        found = pos < len(self._codes)
-        found[found] = self._codes[pos[found]] == key[found]
-        return np.where(found, self._slot[np.minimum(pos, len(self._slot) - 1)] if len(self._slot) else -1, -1)
+        if not len(self._codes):
+            return np.full(len(key), -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self._codes, key), len(self._codes) - 1)
+        return np.where(self._codes[pos] == key, self._slot[pos], -1)
 
     def _add(self, key: np.ndarray, batch: PlanBatch, rows: np.ndarray, shapes: np.ndarray) -> np.ndarray:
         """Price the keys of ``batch``'s ``rows`` (a plan each, codes ``key``), store them, return their slots."""

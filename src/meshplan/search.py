@@ -486,8 +486,8 @@ class _Best:
         plans as fast as the k-th, the ones with the smaller peak."""
         if not len(times):
             return
-        tied = np.flatnonzero(times <= np.partition(times, self.k - 1)[self.k - 1]) if len(times) > self.k else (
-            np.arange(len(times)))
+        kth = np.partition(times, self.k - 1)[self.k - 1] if len(times) > self.k else np.inf
+        tied = np.flatnonzero(times <= kth)
         top = tied[np.lexsort((peaks[tied], times[tied]))][: self.k]
         self.rows += [(float(times[i]), float(peaks[i]), _plan_key(make(int(i)))) for i in top]
         self.rows.sort(key=lambda r: (r[0], r[1], r[2][0]))
