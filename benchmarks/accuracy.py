@@ -530,19 +530,27 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
     out += same_1t(results)
     out += recompute_hfu(results, records)
     out += ["",
-            "## Peak memory (torchtitan, \"max reserved\")", "", "| run | predicted | measured | error |",
-            "|---|---:|---:|---:|"]
-    out += [f"| {r.id} | {r.memory_predicted / 2**30:.1f} GiB | {r.memory_measured / 2**30:.1f} GiB | "
+            "## Peak memory (torchtitan, \"max reserved\")", "", "| run | rank | predicted | measured | error |",
+            "|---|---|---:|---:|---:|"]
+    out += [f"| {r.id} | {'last stage' if r.memory_rank == 'last' else 'peak'} | "
+            f"{r.memory_compared / 2**30:.1f} GiB | {r.memory_measured / 2**30:.1f} GiB | "
             f"{pct(r.memory_error, True)} |" for r in mem]
     out += ["", "meshplan counts model states, saved activations (Korthikanti et al. 2022), the transient "
             "cross-entropy workspace of the loss implementation (torchtitan: eager `F.cross_entropy`, whose backward "
             "holds the saved fp32 log-probabilities and two fp32 gradients of the logits, 12 bytes per logit, "
             "and 16 with tensor parallelism, where DTensor's loss_parallel computes both gradients in one eager "
             "expression with three fp32 temporaries; `Plan.cross_entropy`) and the collective buffers. PyTorch's "
-            "caching-allocator reserve and "
-            "fragmentation and, under full recompute, the gradient working set of the layer in backward are not "
-            "modelled, so it still reads low against \"max reserved\" on the tensor-parallel (2D / 3D / 4D) "
-            "runs.", ""]
+            "caching-allocator reserve and fragmentation are not modelled.", "",
+            "The pipeline-parallel runs (405B, 3D and 4D) are compared on the last pipeline stage: torchtitan writes "
+            "its metrics, memory included, from the first rank of the last stage, the one that holds the loss "
+            "(`torchtitan/metrics.py`, `_get_metrics_rank`, at the benchmark's time). Their pipeline runtime, "
+            "torch.distributed.pipelining, keeps every micro-batch's stage output until the step ends (on the last "
+            "stage the fp32 logits, 1.95 GiB per micro-batch of 32k tokens here) and allocates receive buffers for "
+            "every micro-batch up front (`Plan.pipeline_runtime = \"torch\"`, "
+            "`estimate.pipeline_runtime_memory`), and torchtitan's FSDP2 frees a model chunk's unsharded "
+            "gradients once that chunk's last backward has reduced them, so the interleaved run, whose last rank "
+            "backpropagates its two chunks one after the other, holds half of them "
+            "(`memory.chunk_gradient_share`): why the interleaved 405B run measured less than the 1F1B one.", ""]
     out += fit_check_markdown(results)
     sinks = [r for r in ev if not r.fits and "gpt-oss" in r.id.lower()]
     if sinks:

@@ -102,6 +102,23 @@ def test_estimate_of_an_fsdp_stack_adds_its_gradient_preparation(capsys):
     assert code == 2 and "no stage for fsdp=fsdp2" in err and len(err.strip().splitlines()) == 1
 
 
+def test_estimate_with_the_torch_pipeline_runtime_keeps_its_per_micro_batch_tensors(capsys):
+    """--pipeline-runtime torch: the last rank keeps m bf16 logits (the default loss keeps them in 16 bits) and
+    2·m layer inputs all step; the step time does not change."""
+    base = ["estimate", "--model", "llama3-8b", "--system", "h100", "--gpus", "16", "--tp", "2", "--pp", "2",
+            "--global-batch", "16", "--recompute", "full", "--json"]
+    plain = json.loads(run(base, capsys)[1])
+    code, out, _ = run([*base, "--pipeline-runtime", "torch"], capsys)
+    torch_rt = json.loads(out)
+    assert code == 0 and torch_rt["plan"]["pipeline_runtime"] == "torch"
+    # dp = 4, m = 16 / 4 = 4 micro-batches of 8192 tokens; logits 8192 × 128256 / 2 × 2 B, a layer input
+    # 8192 / 2 tokens × 4096 × 2 B
+    m, logits, layer_input = 4, 8192 * 128256 / 2 * 2, 8192 / 2 * 4096 * 2
+    kept = torch_rt["rank_memory_bytes"]["last"] - plain["rank_memory_bytes"]["last"]
+    assert kept == pytest.approx(m * logits + 2 * m * layer_input)
+    assert torch_rt["step_time_s"] == plain["step_time_s"]
+
+
 def test_hf_config_model(capsys, tmp_path):
     cfg = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1376, "num_attention_heads": 8,
            "num_key_value_heads": 4, "num_hidden_layers": 4, "vocab_size": 32000, "max_position_embeddings": 1024,

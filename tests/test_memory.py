@@ -164,3 +164,53 @@ def test_moe_layers_per_stage_put_the_dense_ones_on_the_first():
     assert moe_layers_on_stage(model, replace(plan, pp=1, dp=64), True) == 58
     first, last = stage_params(model, plan, True), stage_params(model, plan, False)
     assert last.expert == pytest.approx(first.expert * 8 / 5)
+
+
+def test_torch_pipeline_runtime_keeps_per_micro_batch_tensors():
+    from meshplan.estimate import pipeline_runtime_memory
+    from meshplan.model import ModelSpec
+
+    model = ModelSpec(name="t", num_layers=8, hidden_size=1024, num_heads=8, ffn_hidden_size=4096,
+                      vocab_size=32000, seq_length=2048)
+    # tp 2 with sequence parallelism, micro-batch 1, pp 4, m = 8: a boundary (layer input) is
+    # 2048/2 tokens × 1024 × 2 B = 2 MiB; on each of the last rank's v = 1 chunk (not the first):
+    # receive buffer + its gradient, 2·m boundaries = 32 MiB; the first rank's chunk (not the last):
+    # gradient receive buffer + kept output, also 32 MiB; the last rank also keeps m fp32 logits under
+    # F.cross_entropy: 8 × 2048 tokens × 32000 / 2 × 4 B = 1000 MiB
+    plan = Plan(tp=2, pp=4, dp=1, sequence_parallel=True, global_batch=8, pipeline_runtime="torch",
+                cross_entropy="pytorch")
+    mib = 2**20
+    first, last = pipeline_runtime_memory(model, plan)
+    assert first == pytest.approx(32 * mib)
+    assert last == pytest.approx(32 * mib + 8 * 2048 * 16000 * 4)
+    # interleaved v = 2: 2·m·(2v - 1) = 48 boundaries on either rank
+    inter = replace(plan, vpp=2, schedule="interleaved")
+    assert pipeline_runtime_memory(model, inter)[0] == pytest.approx(48 * 2 * mib)
+    # Megatron-Core keeps none of them, and without a pipeline there is no runtime
+    assert pipeline_runtime_memory(model, replace(plan, pipeline_runtime="megatron")) == (0.0, 0.0)
+    assert pipeline_runtime_memory(model, replace(plan, pp=1, global_batch=8)) == (0.0, 0.0)
+
+
+def test_torch_runtime_frees_a_chunks_unsharded_gradients_once_reduced():
+    from meshplan.memory import chunk_gradient_share
+
+    params = StageParams(dense=PSI, expert=0.0)
+    # ZeRO-1 (torchtitan's FSDP2 under pipeline parallelism): 4 B unsharded gradients per parameter, but with
+    # v = 2 chunks and a single round of micro-batches (m = p = 8) only one chunk's are alive at a time
+    one_round = Plan(dp=8, pp=8, vpp=2, schedule="interleaved", global_batch=64, zero=1, grad_bytes=4,
+                     pipeline_runtime="torch")
+    assert chunk_gradient_share(one_round) == 0.5
+    assert model_states(params, one_round)[1] == pytest.approx(2 * PSI)
+    # two rounds (m = 16 > p): every chunk has begun its backward before the first has finished
+    assert chunk_gradient_share(replace(one_round, global_batch=128)) == 1.0
+    # 1F1B, Megatron-Core's whole-step gradient buffer, or gradients already sharded (ZeRO-2): unchanged
+    assert chunk_gradient_share(replace(one_round, vpp=1, schedule="1f1b")) == 1.0
+    assert chunk_gradient_share(replace(one_round, pipeline_runtime="megatron")) == 1.0
+    assert chunk_gradient_share(replace(one_round, zero=2)) == 1.0
+
+
+def test_unknown_pipeline_runtime_is_named():
+    from meshplan.plan import check
+
+    assert check(gpt(), None, Plan(pipeline_runtime="deepspeed")) == [
+        "pipeline_runtime='deepspeed' must be one of megatron, torch"]

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from meshplan.efficiency import DEFAULT
-from meshplan.estimate import dp_collectives
+from meshplan.estimate import dp_collectives, estimate
 from meshplan.hardware import load_system
 from meshplan.memory import stage_params
 from meshplan.model import load_model
@@ -334,6 +335,17 @@ def test_torchtitan_pipeline_batches_and_fsdp():
     # local batch 32 split into pp = 8 micro-batches of 4: 256 / (8·4) = 8 per pipeline
     assert (p.micro_batch, p.grad_accum, p.zero, p.overlap_tp, p.precision) == (4, 8, 1, True, "fp8")
     assert case.cluster.accelerator.tdp_watts == 500 and case.measured_memory == pytest.approx(82.5 * 2**30)
+    # torch.distributed.pipelining, and the memory torchtitan logs is the last stage's (its metrics rank)
+    assert (p.pipeline_runtime, case.memory_rank) == ("torch", "last")
+    result = evaluate_case(case)
+    est = estimate(case.model, case.cluster, p)
+    assert result.memory_compared == pytest.approx(est.rank_memory[1])
+    assert result.memory_predicted == pytest.approx(max(est.rank_memory)) == pytest.approx(est.peak_memory)
+    # the last rank keeps m = 8 micro-batches' fp32 logits (4 × 8192 tokens × 128000 / 8 × 4 B = 1.95 GiB each)
+    # and 2·m layer inputs (4 × 8192 / 8 tokens × 16384 × 2 B = 128 MiB each) that Megatron-Core would not
+    megatron = estimate(case.model, case.cluster, replace(p, pipeline_runtime="megatron"))
+    kept = 8 * 4 * 8192 * 16000 * 4 + 16 * 4 * 1024 * 16384 * 2
+    assert est.rank_memory[1] - megatron.rank_memory[1] == pytest.approx(kept)
 
 
 @pytest.mark.parametrize(("over", "reason"), [

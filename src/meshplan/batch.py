@@ -63,6 +63,7 @@ class PlanBatch:
     fsdp: str = "none"
     varlen_attention: bool = False
     qkv_concat: bool = False
+    pipeline_runtime: str = "megatron"
     tensor_layout: str = "1d"
     cp_comm: str = "ring"
     strides: dict[str, np.ndarray] | None = None  # per axis; computed from the placements when not given

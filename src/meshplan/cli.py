@@ -12,7 +12,16 @@ import click
 
 from meshplan.errors import MeshplanError, SpecError
 from meshplan.fields import MAX_PLANS, MAX_SIZE
-from meshplan.plan import ATTENTION_KERNELS, EXPERT_GEMM, FP8_SCALING, FSDP, LORA_TARGETS, PRECISION, fsdp_has_zero
+from meshplan.plan import (
+    ATTENTION_KERNELS,
+    EXPERT_GEMM,
+    FP8_SCALING,
+    FSDP,
+    LORA_TARGETS,
+    PIPELINE_RUNTIMES,
+    PRECISION,
+    fsdp_has_zero,
+)
 
 MAX_TOKENS = 1e18  # a token budget: 10^18 is 50,000 times Llama 3's 15T
 MAX_PRICE = 1e6  # dollars per GPU-hour: far above any rental price (a few dollars)
@@ -149,6 +158,11 @@ def cli() -> None:
 @expert_gemm_option
 @attention_kernel_option
 @fsdp_option
+@click.option("--pipeline-runtime", type=click.Choice(PIPELINE_RUNTIMES), default=PIPELINE_RUNTIMES[0],
+              show_default=True,
+              help="pipeline runtime: megatron (Megatron-Core schedules) or torch (torch.distributed.pipelining, "
+                   "torchtitan: keeps every micro-batch's receive buffers and stage outputs, the last stage's logits, "
+                   "all step)")
 @click.option("--lora-rank", type=int, default=0, show_default=True,
               help="LoRA fine-tuning with adapters of this rank (0: full training); base weights frozen")
 @click.option("--lora-targets", type=click.Choice(LORA_TARGETS), default=LORA_TARGETS[0], show_default=True,
@@ -158,8 +172,8 @@ def cli() -> None:
 def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep, etp, vpp, sequence_parallel,
              micro_batch, global_batch, zero, recompute, recompute_layers, offload_optimizer, offload_activations,
              offload_layers, precision, fp8_scaling, grad_bytes, schedule, placement, overlap_tp, no_overlap_dp,
-             overlap_pp, fusion, expert_gemm, attention_kernel, fsdp, lora_rank, lora_targets, show_ops,
-             as_json) -> None:
+             overlap_pp, fusion, expert_gemm, attention_kernel, fsdp, pipeline_runtime, lora_rank, lora_targets,
+             show_ops, as_json) -> None:
     """Estimate one training step of MODEL on GPUS accelerators of SYSTEM under one parallel plan."""
     from meshplan.estimate import estimate as run
     from meshplan.plan import Plan
@@ -195,7 +209,7 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
                 schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"),
                 placement=_placement(placement), overlap_tp=overlap_tp,
                 overlap_dp=not no_overlap_dp, overlap_pp=overlap_pp, fusion=fusion, expert_gemm=expert_gemm,
-                attention_kernel=attention_kernel, fsdp=fsdp,
+                attention_kernel=attention_kernel, fsdp=fsdp, pipeline_runtime=pipeline_runtime,
                 finetune="lora" if lora_rank else "full", lora_rank=lora_rank or 32, lora_targets=lora_targets)
     est = run(model, cluster, plan)
     if as_json:

@@ -253,6 +253,7 @@ class StepCosts:
     # per micro-batch (forward, backward) of the first, a middle and the last pipeline rank, each pass with its
     # share of the rank's exposed communication (``passes``): what the timeline simulates
     ranks: tuple[tuple[Num, Num], ...] = ()
+    rank_memory: tuple[Num, Num] = (0.0, 0.0)  # peak memory of the first and of the last pipeline rank
 
 
 @dataclass(frozen=True, slots=True)
@@ -547,16 +548,40 @@ def loss_workspace(model: ModelSpec, plan: Plan) -> Num:
     return dims(model, plan).tokens * model.vocab_size / plan.tp * per_logit
 
 
+def pipeline_runtime_memory(model: ModelSpec, plan: Plan) -> tuple[Num, Num]:
+    """Bytes the pipeline runtime keeps per micro-batch for the whole step, on the first and on the last
+    pipeline rank: none under Megatron-Core (``plan.pipeline_runtime = "megatron"``), which allocates its p2p
+    buffers per transfer and frees a stage's output once it is sent and backpropagated.
+
+    torch.distributed.pipelining (``"torch"``, torchtitan; torch/distributed/pipelining/stage.py) keeps, for each
+    of the m micro-batches and each model chunk on the rank, until the next step clears them
+    (``clear_runtime_states``): on a chunk that is not the pipeline's first, the activation receive buffer
+    ``_prepare_forward_infra`` allocates up front and the input gradient autograd accumulates into it
+    (``stage_backward`` reads ``.grad`` of the inputs); on a chunk that is not the last, the gradient receive buffer
+    (``_prepare_backward_infra``) and the chunk's output (``forward_one_chunk`` appends it to ``output_chunks``);
+    on the pipeline's last chunk, its output: the logits (fp32 where the loss upcasts them, torchtitan's
+    ``self.output(h).float()``). Each boundary tensor is a layer input (``_layer_input``). The first rank holds
+    v chunks of which v − 1 are not the first and all v not the last; the last rank the reverse, plus the logits."""
+    if plan.pipeline_runtime != "torch":
+        return 0.0, 0.0
+    m, v, pipelined = plan.grad_accum, plan.vpp, plan.pp > 1
+    boundaries = 2 * m * (2 * v - 1) * _layer_input(model, plan) * pipelined
+    logit_bytes = FP32 if plan.cross_entropy == "pytorch" else ACT_BYTES
+    logits = m * dims(model, plan).tokens * model.vocab_size / plan.tp * logit_bytes * pipelined
+    return boundaries, boundaries + logits
+
+
 def activation_memory(model: ModelSpec, plan: Plan, u: Units) -> tuple[Num, Num]:
     """Saved activations on the first and on the last pipeline rank (memory.py), with the loss's transient
-    workspace on the rank that computes the loss."""
+    workspace on the rank that computes the loss and what the pipeline runtime keeps per micro-batch."""
     single, layer_input = plan.pp == 1, _layer_input(model, plan)
     loss = loss_workspace(model, plan)
     embed = u.embed_saved * embedding_in_flight(plan)
+    kept_first, kept_last = pipeline_runtime_memory(model, plan)
     first = activation_bytes(model, plan, u.layer_saved, layer_input) + embed + (u.head_saved + loss) * single
     last = activation_bytes(model, plan, u.layer_saved, layer_input, last=True) + u.head_saved + loss + (
         embed * single)
-    return first, last
+    return first + kept_first, last + kept_last
 
 
 def buffer_memory(model: ModelSpec, plan: Plan) -> Num:
@@ -611,7 +636,7 @@ def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, eff: Effi
                      peak_memory=maximum(mem_first.total, mem_last.total),
                      stage_fwd=pipe.stage.fwd, stage_bwd=pipe.stage.bwd + pipe.stage.recompute,
                      host_memory=offloaded_optimizer(model, plan) + offloaded_activations(model, plan, u),
-                     ranks=tuple(passes(r) for r in pipe.ranks))
+                     ranks=tuple(passes(r) for r in pipe.ranks), rank_memory=(mem_first.total, mem_last.total))
 
 
 def passes(rank: PassTimes) -> tuple[Num, Num]:
@@ -711,6 +736,7 @@ class Estimate:
     hardware_flops: float
     reasons: tuple[str, ...] = ()
     host_memory: float = 0.0  # bytes offloaded to host memory per GPU
+    rank_memory: tuple[float, float] = (0.0, 0.0)  # peak memory of the first and of the last pipeline rank
     detail: tuple[Any, ...] = field(default=(), repr=False, compare=False)  # (efficiency, parts, units)
 
     @cached_property
@@ -759,6 +785,7 @@ class Estimate:
             "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu, "hfu": self.hfu,
             "breakdown_s": dict(self.breakdown), "memory_bytes": dict(self.memory),
             "peak_memory_bytes": self.peak_memory, "hbm_bytes": self.cluster.accelerator.hbm_bytes,
+            "rank_memory_bytes": {"first": self.rank_memory[0], "last": self.rank_memory[1]},
             "host_memory_bytes": self.host_memory,
             "fits": self.fits, "reasons": list(self.reasons),
         }
@@ -792,6 +819,7 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = D
                     breakdown={k: float(v) for k, v in costs.breakdown.items()},
                     memory={k: float(v) for k, v in costs.memory.items()}, peak_memory=float(costs.peak_memory),
                     host_memory=float(costs.host_memory),
+                    rank_memory=(float(costs.rank_memory[0]), float(costs.rank_memory[1])),
                     model_flops=model_flops, hardware_flops=hardware_flops,
                     reasons=reasons, detail=(eff, parts, units))
 

@@ -170,9 +170,25 @@ def model_states(params: StageParams, plan: Plan) -> tuple[Num, Num, Num]:
 
     train = trainable(params, plan)
     weights = sharded(3, WEIGHT_BYTES)
-    grads = sharded(2, plan.grad_bytes, train)
+    grads = sharded(2, plan.grad_bytes, train) * chunk_gradient_share(plan)
     optimizer = 0.0 if plan.offload_optimizer else sharded(1, OPTIMIZER_BYTES, train)
     return weights, grads, optimizer
+
+
+def chunk_gradient_share(plan: Plan) -> Num:
+    """Share of a rank's unsharded gradients alive at its memory peak: 1, except under the torch pipeline runtime
+    with ZeRO-1 (torchtitan's FSDP2 with pipeline parallelism: weights kept unsharded across micro-batches,
+    gradients accumulated unsharded and reduce-scattered on the chunk's last backward). There each model chunk is
+    its own FSDP2 module (torchtitan applies fully_shard to every model part), whose accumulated unsharded
+    gradients live from the chunk's first backward to its last, then are reduce-scattered and freed (FSDP2
+    FSDPParam.unsharded_accumulated_grad; torch.distributed.pipelining stage.backward_maybe_with_nosync syncs on
+    the last micro-batch only). torch's interleaved 1F1B runs the backwards in rounds of p micro-batches, the last
+    chunk first (schedules.py, backward_stage_index), so with a single round (m ≤ p) a rank backpropagates its
+    chunks one after the other and 1/v of its gradients is alive at a time; with more rounds, all of them."""
+    if plan.pipeline_runtime != "torch" or plan.zero != 1:
+        return 1.0
+    one_round = (plan.vpp > 1) & (plan.grad_accum <= plan.pp)
+    return where(one_round, 1.0 / plan.vpp, 1.0)
 
 
 def offloaded_layers(model: ModelSpec, plan: Plan) -> Num:

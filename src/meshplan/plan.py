@@ -43,6 +43,7 @@ CROSS_ENTROPY = ("fused", "pytorch", "flash")
 FUSION = ("fused", "eager")
 EXPERT_GEMM = ("per_expert", "grouped")
 FSDP = ("none", "fsdp1", "fsdp2")
+PIPELINE_RUNTIMES = ("megatron", "torch")
 
 
 def fsdp_has_zero(fsdp: str, zero: int) -> bool:
@@ -134,6 +135,12 @@ class Plan:
     # Engine's SplitAlongDim, free when the fused attention returns the gradients packed, and torchtitan / HF Llama
     # project q, k and v separately (ops.qkv_concat)
     qkv_concat: bool = False
+    # the pipeline runtime, for the tensors it keeps per micro-batch (estimate.pipeline_runtime_memory,
+    # memory.chunk_gradient_share): "megatron" (Megatron-Core's schedules: a stage's output is freed once sent and
+    # backpropagated, p2p buffers are allocated per transfer, the gradient buffer holds the whole rank's gradients
+    # all step) or "torch" (torch.distributed.pipelining, torchtitan: every micro-batch's receive buffers and
+    # outputs kept all step, each model chunk its own FSDP2 module that frees its unsharded gradients once reduced)
+    pipeline_runtime: str = "megatron"
     tensor_layout: str = "1d"
     summa_panels: int = 0  # SUMMA panels nb; 0 → max(tp, tp2)
     cp_comm: str = "ring"
@@ -359,6 +366,8 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> lis
         reasons.append(f"fsdp={plan.fsdp!r} must be one of {', '.join(FSDP)}")
     elif not fsdp_has_zero(plan.fsdp, plan.zero):
         reasons.append(f"fsdp={plan.fsdp} has no ZeRO-1 strategy (NO_SHARD is zero=0, SHARD_GRAD_OP 2, FULL_SHARD 3)")
+    if plan.pipeline_runtime not in PIPELINE_RUNTIMES:
+        reasons.append(f"pipeline_runtime={plan.pipeline_runtime!r} must be one of {', '.join(PIPELINE_RUNTIMES)}")
     if plan.lora_targets not in LORA_TARGETS:
         reasons.append(f"lora_targets={plan.lora_targets!r} must be one of {', '.join(LORA_TARGETS)}")
     if plan.grad_bytes not in (2, 4):
