@@ -459,6 +459,18 @@ def constants_table(eff: Efficiency) -> list[str]:
     return lines
 
 
+def schedule_gap(mem: list[RunResult], plain: str = "torchtitan_h100_202412_t5_0",
+                 interleaved: str = "torchtitan_h100_202412_t5_1") -> str:
+    """How far below the 1F1B 405B run meshplan puts the interleaved one, beside the measured gap."""
+    runs = {r.id: r for r in mem}
+    if plain not in runs or interleaved not in runs:
+        return "the two 405B schedules are not both in the data"
+    a, b = runs[plain], runs[interleaved]
+    predicted = (a.memory_predicted - b.memory_predicted) / 2**30
+    measured = (a.memory_measured - b.memory_measured) / 2**30
+    return f"meshplan puts it {predicted:.1f} GiB below the 1F1B run, where {measured:.1f} GiB less was measured"
+
+
 def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, Any], records: list[dict[str, Any]],
               data: Path) -> str:
     by_id = {r["id"]: r for r in records}
@@ -530,27 +542,28 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
     out += same_1t(results)
     out += recompute_hfu(results, records)
     out += ["",
-            "## Peak memory (torchtitan, \"max reserved\")", "", "| run | rank | predicted | measured | error |",
-            "|---|---|---:|---:|---:|"]
-    out += [f"| {r.id} | {'last stage' if r.memory_rank == 'last' else 'peak'} | "
-            f"{r.memory_compared / 2**30:.1f} GiB | {r.memory_measured / 2**30:.1f} GiB | "
+            "## Peak memory (torchtitan, \"max reserved\")", "", "| run | predicted | measured | error |",
+            "|---|---:|---:|---:|"]
+    out += [f"| {r.id} | {r.memory_predicted / 2**30:.1f} GiB | {r.memory_measured / 2**30:.1f} GiB | "
             f"{pct(r.memory_error, True)} |" for r in mem]
     out += ["", "meshplan counts model states, saved activations (Korthikanti et al. 2022), the transient "
             "cross-entropy workspace of the loss implementation (torchtitan: eager `F.cross_entropy`, whose backward "
             "holds the saved fp32 log-probabilities and two fp32 gradients of the logits, 12 bytes per logit, "
             "and 16 with tensor parallelism, where DTensor's loss_parallel computes both gradients in one eager "
             "expression with three fp32 temporaries; `Plan.cross_entropy`) and the collective buffers. PyTorch's "
-            "caching-allocator reserve and fragmentation are not modelled.", "",
-            "The pipeline-parallel runs (405B, 3D and 4D) are compared on the last pipeline stage: torchtitan writes "
-            "its metrics, memory included, from the first rank of the last stage, the one that holds the loss "
-            "(`torchtitan/metrics.py`, `_get_metrics_rank`, at the benchmark's time). Their pipeline runtime, "
-            "torch.distributed.pipelining, keeps every micro-batch's stage output until the step ends (on the last "
-            "stage the fp32 logits, 1.95 GiB per micro-batch of 32k tokens here) and allocates receive buffers for "
-            "every micro-batch up front (`Plan.pipeline_runtime = \"torch\"`, "
-            "`estimate.pipeline_runtime_memory`), and torchtitan's FSDP2 frees a model chunk's unsharded "
-            "gradients once that chunk's last backward has reduced them, so the interleaved run, whose last rank "
-            "backpropagates its two chunks one after the other, holds half of them "
-            "(`memory.chunk_gradient_share`): why the interleaved 405B run measured less than the 1F1B one.", ""]
+            "caching-allocator reserve and fragmentation and, under full recompute, the gradient working set of the "
+            "layer in backward are not modelled.", "",
+            "The source takes the maximum over all GPUs (its footnote 1: \"different PP ranks can have different peak "
+            "memory usages\"), as meshplan's peak does. On the pipeline-parallel runs (405B, 3D and 4D) that is the "
+            "last stage: their runtime, the torch.distributed.pipelining of the benchmark's PyTorch (torch "
+            "1963fc8, December 2024), keeps every micro-batch's stage output until the step ends, on the last stage "
+            "the fp32 logits (1.95 GiB per micro-batch of 32k tokens here), and allocates receive buffers for every "
+            "micro-batch up front (`Plan.pipeline_runtime = \"torch\"`, `estimate.pipeline_runtime_memory`; "
+            "pytorch/pytorch#153383 later kept the outputs of the last stage only). torchtitan's FSDP2 frees a model "
+            "chunk's unsharded gradients once the chunk's last backward has reduced them, so the interleaved run's "
+            "last rank, which backpropagates its two chunks one after the other, holds half of them "
+            "(`memory.chunk_gradient_share`) while it keeps more chunks' activations in flight: "
+            f"{schedule_gap(mem)}.", ""]
     out += fit_check_markdown(results)
     sinks = [r for r in ev if not r.fits and "gpt-oss" in r.id.lower()]
     if sinks:

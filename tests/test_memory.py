@@ -201,7 +201,9 @@ def test_torch_runtime_frees_a_chunks_unsharded_gradients_once_reduced():
                      pipeline_runtime="torch")
     assert chunk_gradient_share(one_round) == 0.5
     assert model_states(params, one_round)[1] == pytest.approx(2 * PSI)
-    # two rounds (m = 16 > p): every chunk has begun its backward before the first has finished
+    # torch runs max(1, m // p) rounds: m = 12 < 2p is still one round; two rounds (m = 16): every chunk has
+    # begun its backward before the first has finished
+    assert chunk_gradient_share(replace(one_round, global_batch=96)) == 0.5
     assert chunk_gradient_share(replace(one_round, global_batch=128)) == 1.0
     # 1F1B, Megatron-Core's whole-step gradient buffer, or gradients already sharded (ZeRO-2): unchanged
     assert chunk_gradient_share(replace(one_round, vpp=1, schedule="1f1b")) == 1.0
@@ -214,3 +216,23 @@ def test_unknown_pipeline_runtime_is_named():
 
     assert check(gpt(), None, Plan(pipeline_runtime="deepspeed")) == [
         "pipeline_runtime='deepspeed' must be one of megatron, torch"]
+
+
+def test_the_runtime_tensors_reach_both_ranks_peaks():
+    from meshplan.estimate import estimate
+    from meshplan.hardware import load_system
+    from meshplan.model import load_model
+
+    model, cluster = load_model("llama3-8b"), load_system("h100").cluster(16)
+    plan = Plan(tp=2, pp=2, dp=4, sequence_parallel=True, global_batch=16, recompute="full",
+                cross_entropy="pytorch")
+    torch_rt = estimate(model, cluster, replace(plan, pipeline_runtime="torch"))
+    megatron = estimate(model, cluster, plan)
+    # m = 16 / 4 = 4 micro-batches; a layer input is 8192 / 2 tokens × 4096 × 2 B = 64 MiB, 2·m·(2v − 1) = 8 of
+    # them on either rank; the last also keeps m fp32 logits of 8192 × 128256 / 2 × 4 B
+    boundaries = 8 * 8192 // 2 * 4096 * 2
+    first = torch_rt.rank_memory[0] - megatron.rank_memory[0]
+    last = torch_rt.rank_memory[1] - megatron.rank_memory[1]
+    assert first == pytest.approx(boundaries)
+    assert last == pytest.approx(boundaries + 4 * 8192 * 128256 / 2 * 4)
+    assert torch_rt.peak_memory == pytest.approx(max(torch_rt.rank_memory))

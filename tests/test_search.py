@@ -129,6 +129,26 @@ def test_search_equals_estimate_with_overlapped_pipeline_sends():
         assert e.breakdown["pp"] < exposed.breakdown["pp"]
 
 
+def test_search_equals_estimate_under_the_torch_pipeline_runtime():
+    """Plan.pipeline_runtime = "torch" keeps every micro-batch's boundary tensors and the last stage's logits all
+    step: the batched search must count them as estimate() does, in what fits and in each plan's peak."""
+    model = load_model("llama3-8b").with_seq_length(4096)
+    cluster = load_system("h100").cluster(8)
+    space = replace(SMALL, pipeline_runtime="torch", global_batch=64, zero=(1,), recompute=("none", "full"),
+                    offload_activations=(False,), max_micro_batch=2)
+    result = search(model, cluster, space, top_k=200)
+    variants = [[estimate(model, cluster, p) for p in options] for options in every_plan(model, cluster, space)]
+    fitting = [v[0] for v in variants if v[0].fits]  # the SUMMA panel variants of a plan share its memory
+    assert result.feasible == len(fitting) < len(variants)
+    for e in result.plans:
+        assert e.plan.pipeline_runtime == "torch"
+        assert e.peak_memory == pytest.approx(estimate(model, cluster, e.plan).peak_memory, rel=1e-9)
+    pipelined = [e for e in result.plans if e.plan.pp > 1]
+    assert pipelined
+    plain = estimate(model, cluster, replace(pipelined[0].plan, pipeline_runtime="megatron"))
+    assert pipelined[0].peak_memory > plain.peak_memory
+
+
 def test_the_lower_bound_loses_none_of_the_top_k(small_case, monkeypatch):
     """In small chunks the k-th best time is known early, and later plans whose lower bound exceeds it are
     not timed: the same top k and counts as in one chunk per schedule group, where only the groups scored after

@@ -75,6 +75,12 @@ fsdp_option = click.option(
          "preparing each micro-batch's gradients for their reduction (plan leaves out ZeRO-1, which FSDP lacks)")
 
 
+pipeline_runtime_option = click.option(
+    "--pipeline-runtime", type=click.Choice(PIPELINE_RUNTIMES), default=PIPELINE_RUNTIMES[0], show_default=True,
+    help="pipeline runtime: megatron (Megatron-Core schedules) or torch (torch.distributed.pipelining of late 2024, "
+         "torchtitan: keeps every micro-batch's receive buffers and stage outputs, the last stage's logits, all step)")
+
+
 fp8_scaling_option = click.option(
     "--fp8-scaling", type=click.Choice(FP8_SCALING), default=FP8_SCALING[0], show_default=True,
     help="with --precision fp8: delayed (TE's default, amax history) or current (this tensor's amax: one more read)")
@@ -158,11 +164,7 @@ def cli() -> None:
 @expert_gemm_option
 @attention_kernel_option
 @fsdp_option
-@click.option("--pipeline-runtime", type=click.Choice(PIPELINE_RUNTIMES), default=PIPELINE_RUNTIMES[0],
-              show_default=True,
-              help="pipeline runtime: megatron (Megatron-Core schedules) or torch (torch.distributed.pipelining, "
-                   "torchtitan: keeps every micro-batch's receive buffers and stage outputs, the last stage's logits, "
-                   "all step)")
+@pipeline_runtime_option
 @click.option("--lora-rank", type=int, default=0, show_default=True,
               help="LoRA fine-tuning with adapters of this rank (0: full training); base weights frozen")
 @click.option("--lora-targets", type=click.Choice(LORA_TARGETS), default=LORA_TARGETS[0], show_default=True,
@@ -282,6 +284,7 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
 @expert_gemm_option
 @attention_kernel_option
 @fsdp_option
+@pipeline_runtime_option
 @click.option("--tokens", default=None, help="token budget (e.g. 15T) to report days and cost")
 @click.option("--price", type=float, default=None, help="price per GPU-hour, for --tokens")
 @click.option("--rank", "rank_by", type=click.Choice(["time", "cost"]), default="time", show_default=True,
@@ -289,7 +292,8 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_k, zero_opts, recompute_opts,
              sp_opts, offload, placements, max_micro_batch, max_plans, precision, fp8_scaling, grad_bytes, overlap_tp,
-             overlap_pp, expert_gemm, attention_kernel, fsdp, tokens, price, rank_by, as_json) -> None:
+             overlap_pp, expert_gemm, attention_kernel, fsdp, pipeline_runtime, tokens, price, rank_by,
+             as_json) -> None:
     """Search every parallel plan of MODEL on GPUS accelerators of SYSTEM and rank the feasible ones."""
     from meshplan.search import Space, search
 
@@ -326,7 +330,8 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
                       offload_activations=(False, True) if offload else (False,),
                       all_placements=placements == "all", max_micro_batch=max_micro_batch, precision=precision,
                       fp8_scaling=fp8_scaling, grad_bytes=grad_bytes, overlap_tp=overlap_tp, overlap_pp=overlap_pp,
-                      expert_gemm=expert_gemm, attention_kernel=attention_kernel, fsdp=fsdp, max_plans=max_plans)
+                      expert_gemm=expert_gemm, attention_kernel=attention_kernel, fsdp=fsdp,
+                      pipeline_runtime=pipeline_runtime, max_plans=max_plans)
         with _progress(as_json) as progress:
             results.append(search(model, cluster, space, top_k=top_k, progress=progress))
     from meshplan.report.text import print_search

@@ -553,15 +553,18 @@ def pipeline_runtime_memory(model: ModelSpec, plan: Plan) -> tuple[Num, Num]:
     pipeline rank: none under Megatron-Core (``plan.pipeline_runtime = "megatron"``), which allocates its p2p
     buffers per transfer and frees a stage's output once it is sent and backpropagated.
 
-    torch.distributed.pipelining (``"torch"``, torchtitan; torch/distributed/pipelining/stage.py) keeps, for each
-    of the m micro-batches and each model chunk on the rank, until the next step clears them
-    (``clear_runtime_states``): on a chunk that is not the pipeline's first, the activation receive buffer
+    torch.distributed.pipelining (``"torch"``, torchtitan; torch/distributed/pipelining/stage.py of December 2024,
+    the torch 1963fc8 of torchtitan's benchmarks; pytorch/pytorch#153383, May 2025, keeps the outputs of the last
+    stage only) keeps, for each of the m micro-batches and each model chunk on the rank, until the next step clears
+    them (``clear_runtime_states``): on a chunk that is not the pipeline's first, the activation receive buffer
     ``_prepare_forward_infra`` allocates up front and the input gradient autograd accumulates into it
     (``stage_backward`` reads ``.grad`` of the inputs); on a chunk that is not the last, the gradient receive buffer
     (``_prepare_backward_infra``) and the chunk's output (``forward_one_chunk`` appends it to ``output_chunks``);
     on the pipeline's last chunk, its output: the logits (fp32 where the loss upcasts them, torchtitan's
     ``self.output(h).float()``). Each boundary tensor is a layer input (``_layer_input``). The first rank holds
-    v chunks of which v − 1 are not the first and all v not the last; the last rank the reverse, plus the logits."""
+    v chunks of which v − 1 are not the first and all v not the last; the last rank the reverse, plus the logits.
+    These add to the rank's activation peak, which lasts to its last forward, when all m outputs exist. (A middle
+    rank holds 4·m·v boundaries, but fewer micro-batches in flight than the first.)"""
     if plan.pipeline_runtime != "torch":
         return 0.0, 0.0
     m, v, pipelined = plan.grad_accum, plan.vpp, plan.pp > 1

@@ -182,12 +182,14 @@ def chunk_gradient_share(plan: Plan) -> Num:
     its own FSDP2 module (torchtitan applies fully_shard to every model part), whose accumulated unsharded
     gradients live from the chunk's first backward to its last, then are reduce-scattered and freed (FSDP2
     FSDPParam.unsharded_accumulated_grad; torch.distributed.pipelining stage.backward_maybe_with_nosync syncs on
-    the last micro-batch only). torch's interleaved 1F1B runs the backwards in rounds of p micro-batches, the last
-    chunk first (schedules.py, backward_stage_index), so with a single round (m ≤ p) a rank backpropagates its
-    chunks one after the other and 1/v of its gradients is alive at a time; with more rounds, all of them."""
+    the last micro-batch only). torch's ScheduleInterleaved1F1B (schedules.py, from the PyTorch of December 2024)
+    runs max(1, ⌊m/p⌋) rounds and moves its backwards to the next chunk, the last chunk first, after each round's
+    m / rounds micro-batches, so with a single round (m < 2p) a rank backpropagates its chunks one after the other
+    and 1/v of its gradients is alive at a time; with more rounds, all of them. (ZeRO-1 under the torch runtime
+    stands for this FSDP2 use; a ZeRO-1 optimizer beside DDP, whose gradients stay unsharded, is not modelled.)"""
     if plan.pipeline_runtime != "torch" or plan.zero != 1:
         return 1.0
-    one_round = (plan.vpp > 1) & (plan.grad_accum <= plan.pp)
+    one_round = (plan.vpp > 1) & (plan.grad_accum < 2 * plan.pp)
     return where(one_round, 1.0 / plan.vpp, 1.0)
 
 

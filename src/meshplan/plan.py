@@ -138,8 +138,9 @@ class Plan:
     # the pipeline runtime, for the tensors it keeps per micro-batch (estimate.pipeline_runtime_memory,
     # memory.chunk_gradient_share): "megatron" (Megatron-Core's schedules: a stage's output is freed once sent and
     # backpropagated, p2p buffers are allocated per transfer, the gradient buffer holds the whole rank's gradients
-    # all step) or "torch" (torch.distributed.pipelining, torchtitan: every micro-batch's receive buffers and
-    # outputs kept all step, each model chunk its own FSDP2 module that frees its unsharded gradients once reduced)
+    # all step) or "torch" (torch.distributed.pipelining as of December 2024, torchtitan: every micro-batch's
+    # receive buffers and outputs kept all step, each model chunk its own FSDP2 module that frees its unsharded
+    # gradients once reduced)
     pipeline_runtime: str = "megatron"
     tensor_layout: str = "1d"
     summa_panels: int = 0  # SUMMA panels nb; 0 → max(tp, tp2)

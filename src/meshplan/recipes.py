@@ -55,9 +55,6 @@ class SourceDefaults:
     # Megatron-Core 0.10 there was no separate expert TP and the experts were split over the TP group)
     expert_tp_is_tp: bool = False
     pipeline_runtime: str = "megatron"  # Plan.pipeline_runtime: "torch" for torch.distributed.pipelining stacks
-    # the rank whose memory the source reports under pipeline parallelism: "peak" (the largest, as meshplan's peak),
-    # or "last" (the first rank of the last pipeline stage: torchtitan's metrics rank)
-    memory_rank: str = "peak"
 
 
 # PyTorch's scaled_dot_product_attention picks its FlashAttention-2 backend on Hopper and Blackwell; cuDNN's kernel
@@ -158,11 +155,9 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "only where stated; loss = F.cross_entropy(pred.float()) in eager autograd (the loss is not "
                    "compiled at the benchmark commit); the blocks in eager PyTorch unless the row says torch.compile; "
                    "float8 linears scale each tensor from its current amax (torchao Float8Linear, tensorwise dynamic "
-                   "scaling); pipeline parallelism by torch.distributed.pipelining; under it the metrics, memory "
-                   "included, are written by the first rank of the last pipeline stage (torchtitan/metrics.py, "
-                   "_get_metrics_rank and build_metric_logger at the benchmark's time: that stage holds the loss)",
-                   "fa2", cross_entropy="pytorch", fusion="eager", fp8_scaling="current", fsdp="fsdp2",
-                   sdpa=True, pipeline_runtime="torch", memory_rank="last"),
+                   "scaling); pipeline parallelism by torch.distributed.pipelining, of the PyTorch the December 2024 "
+                   "benchmarks name (torch 1963fc8)", "fa2", cross_entropy="pytorch", fusion="eager",
+                   fp8_scaling="current", fsdp="fsdp2", sdpa=True, pipeline_runtime="torch"),
     # Stacks that run Hugging Face model code in eager PyTorch under DeepSpeed ZeRO or accelerate / Trainer FSDP.
     SourceDefaults("DeepSpeed / Hugging Face",
                    r"^(?!.*automodel).*(?:deepspeed|hugging ?face|transformers|accelerate|llama[-_ ]?factory|axolotl)",

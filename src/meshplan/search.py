@@ -95,6 +95,7 @@ class Space:
     expert_gemm: str = "per_expert"  # Plan.expert_gemm: how the stack launches MoE expert GEMMs
     fp8_scaling: str = "delayed"  # Plan.fp8_scaling: how per-tensor fp8 scales are found
     fsdp: str = "none"  # Plan.fsdp: data parallelism by PyTorch FSDP (its per-micro-batch gradient preparation)
+    pipeline_runtime: str = "megatron"  # Plan.pipeline_runtime: what the pipeline keeps per micro-batch (memory)
     # the most plans a search space may hold (``plan_count``); a larger one is refused before any is built
     # (fields.MAX_PLANS); 0: no limit
     max_plans: int = MAX_PLANS
@@ -108,7 +109,7 @@ class Space:
         return {"precision": self.precision, "grad_bytes": self.grad_bytes, "overlap_tp": self.overlap_tp,
                 "overlap_dp": self.overlap_dp, "overlap_pp": self.overlap_pp, "flash_attention": self.flash_attention,
                 "attention_kernel": self.attention_kernel, "cp_comm": self.cp_comm, "expert_gemm": self.expert_gemm,
-                "fp8_scaling": self.fp8_scaling, "fsdp": self.fsdp}
+                "fp8_scaling": self.fp8_scaling, "fsdp": self.fsdp, "pipeline_runtime": self.pipeline_runtime}
 
 
 @dataclass(frozen=True)

@@ -786,7 +786,6 @@ class Case:
     assumptions: tuple[str, ...]
     basis: str = ""  # FLOP formula for tflops / mfu metrics
     measured_memory: float | None = None  # bytes
-    memory_rank: str = "peak"  # the rank the measured memory is of: "peak" (the largest) or "last" (pipeline stage)
 
     @property
     def attention_kernel(self) -> str:
@@ -882,14 +881,11 @@ def map_run(record: dict[str, Any]) -> Case:
     if "mtp" in record["id"].lower() and "withoutmtp" not in record["id"].lower():
         notes.append("multi-token-prediction module not modelled (~1 extra layer and LM head)")
     memory = (record.get("measured") or {}).get("peak_memory_gib")
-    memory_rank = source_defaults(record).memory_rank if plan.pp > 1 else "peak"
-    if memory is not None and memory_rank == "last":
-        notes.append("measured memory compared with the last pipeline stage's (the source logs that rank's)")
     if plan.attention_kernel == "fa2" and plan.flash_attention:
         notes.append(f"attention kernel: {plan.attention_kernel} class (the source's stack)")
     return Case(id=record["id"], group=record.get("group", ""), model=model, cluster=cluster, plan=plan,
                 metric=metric, measured=value, assumptions=tuple(notes), basis=basis,
-                measured_memory=None if memory is None else float(memory) * GiB, memory_rank=memory_rank)
+                measured_memory=None if memory is None else float(memory) * GiB)
 
 
 def predicted_metric(case: Case, step_time: float) -> float:
@@ -925,9 +921,7 @@ class RunResult:
     skipped: str = ""  # the reason, when the run was not evaluated
     step_time: float | None = None
     breakdown: dict[str, float] = field(default_factory=dict)
-    memory_predicted: float | None = None  # the peak over the pipeline ranks (what must fit)
-    memory_compared: float | None = None  # the prediction for the rank whose memory was measured
-    memory_rank: str = "peak"  # that rank: "peak" (the largest) or "last" (the last pipeline stage)
+    memory_predicted: float | None = None  # the peak over the pipeline ranks
     memory_measured: float | None = None
     memory_error: float | None = None
     memory_capacity: float | None = None  # bytes of the GPU's memory, what ``memory_predicted`` must fit in
@@ -947,9 +941,7 @@ class RunResult:
             return d | {"skipped": self.skipped}
         return d | {"metric": self.metric, "predicted": self.predicted, "measured": self.measured,
                     "error": self.error, "step_time_s": self.step_time, "breakdown_s": self.breakdown,
-                    "memory_predicted_bytes": self.memory_predicted, "memory_compared_bytes": self.memory_compared,
-                    "memory_rank": self.memory_rank,
-                    "memory_measured_bytes": self.memory_measured,
+                    "memory_predicted_bytes": self.memory_predicted, "memory_measured_bytes": self.memory_measured,
                     "memory_capacity_bytes": self.memory_capacity, "memory_error": self.memory_error,
                     "fits": self.fits, "assumptions": list(self.assumptions)}
 
@@ -966,9 +958,7 @@ def evaluate_case(case: Case, eff: Efficiency = DEFAULT) -> RunResult:
                        in_fit_set=in_fit_set(case.id))
     if case.measured_memory:
         result.memory_measured = case.measured_memory
-        result.memory_compared = est.rank_memory[1] if case.memory_rank == "last" else est.peak_memory
-        result.memory_rank = case.memory_rank
-        result.memory_error = result.memory_compared / case.measured_memory - 1
+        result.memory_error = est.peak_memory / case.measured_memory - 1
     return result
 
 
