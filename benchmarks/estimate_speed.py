@@ -1,5 +1,6 @@
 """Time one estimate() call, the same with its per-op table built (it is computed on first use), and the
-vectorisable core step_costs(), on built-in presets.
+vectorisable core step_costs(), on built-in presets; and the pipeline schedule simulator on a 64-stage 1F1B
+step of 512 micro-batches (65,536 actions, the timeline of the HTML report).
 
 Run: python benchmarks/estimate_speed.py
 """
@@ -12,6 +13,7 @@ from meshplan.estimate import estimate, step_costs
 from meshplan.hardware import load_system
 from meshplan.model import load_model
 from meshplan.plan import Plan
+from meshplan.schedule import build, simulate
 
 CASES = [
     ("llama3-70b", "h100", 1024, Plan(dp=32, tp=8, pp=4, global_batch=512, sequence_parallel=True,
@@ -39,6 +41,9 @@ def main() -> None:
         core = per_call(lambda m=model, c=cluster, p=plan: step_costs(m, c, p))
         print(f"{model_name + ' / ' + system + ' x' + str(gpus):<32} {full * 1e6:>9.0f} us {table * 1e6:>13.0f} us"
               f" {core * 1e6:>11.0f} us")
+    actions = 64 * 512 * 2
+    seconds = per_call(lambda: simulate(build("1f1b", 64, 512), 1.0, 2.0, t_p2p=0.01), repeat=3)
+    print(f"schedule simulator, 1F1B p=64 m=512: {seconds:.2f} s ({actions / seconds:,.0f} actions/s)")
 
 
 if __name__ == "__main__":
