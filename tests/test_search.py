@@ -417,13 +417,16 @@ def test_deduplicated_placements_cover_every_distinct_cost():
     """The placements kept are one per distinct tier split of the groups, and no distinct split is lost."""
     import random
 
-    from meshplan.search import DENSE_AXES, _placements
+    from meshplan.search import DENSE_AXES, _placements_many
+
+    def _placements(sizes, tiers):
+        return _placements_many(np.array([[sizes[a] for a in DENSE_AXES]], dtype=np.int64), tiers)[0]
 
     rng = random.Random(1)
     for tiers in ((8, 512), (4, 64), (72, 16)):
         for _ in range(150):
             sizes = {a: rng.choice([1, 1, 2, 3, 4, 8, 16]) for a in DENSE_AXES}
-            kept = _placements(sizes, tiers, True)
+            kept = _placements(sizes, tiers)
             keys = [placement_key(PLACEMENTS[i], sizes, tiers) for i in kept]
             assert len(set(keys)) == len(keys)
             assert set(keys) == {placement_key(order, sizes, tiers) for order in PLACEMENTS}

@@ -322,9 +322,7 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
     results = []
     for n in counts:
         model, cluster = load_inputs(model_ref, system_ref, seq, nvlink_domain, n)
-        gbs = global_batch or default_global_batch(model.seq_length, 1, 1)
-        if gbs < 1:
-            raise SpecError(f"global-batch={gbs} must be a positive integer")
+        gbs = global_batch or default_global_batch(model.seq_length, 1, 1)  # sequences() checked a stated one
         space = Space(global_batch=gbs, zero=zeros, recompute=recomputes, sequence_parallel=sps,
                       offload_optimizer=(False, True) if offload else (False,),
                       offload_activations=(False, True) if offload else (False,),

@@ -58,7 +58,7 @@ from meshplan.estimate import (
 )
 from meshplan.fields import MAX_PLANS
 from meshplan.hardware import Cluster
-from meshplan.keyed import KeyUnits, panel_counts
+from meshplan.keyed import KeyUnits, distinct, panel_counts
 from meshplan.memory import layers_on_stage, model_states, stage_params
 from meshplan.model import ModelSpec
 from meshplan.plan import DENSE_AXES, LAYOUTS, Plan, fsdp_has_zero
@@ -183,13 +183,6 @@ _ORDER = np.array([[DENSE_AXES.index(a) for a in order] for order in PLACEMENTS]
 _AX = {a: i for i, a in enumerate(DENSE_AXES)}
 
 
-def _placements(sizes: dict[str, int], tiers: tuple[int, ...], everything: bool) -> list[int]:
-    """Indices into PLACEMENTS of the placements that differ in cost, for one size combination."""
-    if not everything:
-        return [0]
-    return _placements_many(np.array([[sizes[a] for a in DENSE_AXES]], dtype=np.int64), tiers)[0]
-
-
 def _placements_many(sizes: np.ndarray, tiers: tuple[int, ...]) -> list[list[int]]:
     """For each row of axis sizes (rows × DENSE_AXES): the first of every group of axis orders with the same
     key (the tier split of each communicating group: tp, tp2, cp, the pipeline neighbours and the dp·cp gradient
@@ -206,17 +199,13 @@ def _placements_many(sizes: np.ndarray, tiers: tuple[int, ...]) -> list[list[int
     groups: list[tuple[Any, Layout, Any]] = [(size[a], s[a], True) for a in ("tp", "tp2", "cp")]
     groups += [(size["dp"] * size["cp"], ((size["cp"], s["cp"]), (size["dp"], s["dp"])), True),
                (2, send_stride(s["pp"], size["pp"]), size["pp"] > 1)]  # no sends when pp = 1
-    packed, span = np.zeros(inner.shape[:2], dtype=np.int64), 1
+    columns, span = [np.repeat(np.arange(rows), len(PLACEMENTS))], 1  # (row, order) flattened, row-major
     for tier in tiers[:-1]:  # members inside each boundary determine the whole split
         span *= tier
         for group, layout, active in groups:
-            members = np.rint(np.where(active, block_members(group, layout, span), 0)).astype(np.int64)
-            radix = int(members.max()) + 1
-            if int(packed.max()) >= 2**62 // radix:  # keep the mixed-radix code in int64: renumber it densely
-                packed = np.unique(packed, return_inverse=True)[1].reshape(packed.shape)
-            packed = packed * radix + members
-    flat = (np.arange(rows)[:, None] * (packed.max() + 1) + packed).reshape(-1)
-    _, first = np.unique(flat, return_index=True)
+            members = np.where(active, block_members(group, layout, span), 0)
+            columns.append(np.rint(np.broadcast_to(members, inner.shape[:2])).astype(np.int64).reshape(-1))
+    first = distinct(np.stack(columns))[0]
     first.sort()
     combo, order = np.divmod(first, len(PLACEMENTS))
     return [order[combo == r].tolist() for r in range(rows)] if rows > 1 else [order.tolist()]
