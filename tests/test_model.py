@@ -8,6 +8,7 @@ Published counts are compared at the precision they were printed with.
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -253,9 +254,10 @@ VALIDATION_PRESETS = {
     "MPT-7b": "mpt-7b", "MPT-13b": "mpt-13b", "MPT-30b": "mpt-30b", "MPT-70b": "mpt-70b",
     "Nemotron3-8B": "nemotron3-8b", "Nemotron3-22B": "nemotron3-22b", "Nemotron4-340B": "nemotron4-340b",
     "OPT-175B": "opt-175b", "Qwen3-30B-A3B": "qwen3-30b-a3b", "Qwen3-235B-A22B": "qwen3-235b-a22b",
+    "Nemotron-3-Nano": "nemotron-3-nano", "Nemotron-3-Super": "nemotron-3-super",
 }
-NOT_MODELLED = {  # hybrid Mamba-Transformer MoE, or no architecture in the record
-    "Nemotron-3-Nano", "Nemotron-3-Super", "Nemotron-3-Ultra", "Nemotron-3.5-Lightning", "DeepSeek-V4-Flash",
+NOT_MODELLED = {  # no architecture in the record and no preset: configs not public, or not read
+    "Nemotron-3-Ultra", "Nemotron-3.5-Lightning", "DeepSeek-V4-Flash",
 }
 # Where the record prints the tokenizer's size and the model has padded / special-token rows.
 VOCAB_AS_TRAINED = {"Llama3-8B": (128_000, 128_256), "Llama3-70B": (128_000, 128_256),
@@ -298,6 +300,64 @@ def test_every_validation_model_has_a_preset_of_its_sizes() -> None:
             at_seq = replace(spec, seq_length=seq, max_position_embeddings=seq)
             assert at_seq.params() == record["params_as_reported"], name
     assert not mismatches, mismatches
+
+
+# ---- hybrid (Nemotron-H) -----------------------------------------------------------------------------------
+def test_nemotron_3_nano_blocks_and_counts() -> None:
+    """52 blocks: 23 Mamba-2, 6 attention, 23 MoE. H = 2688, D_i = 64 heads × 64 = 4096, G·N = 8 × 128 = 1024.
+    Mamba: in_proj 2688 × (4096 + 4096 + 2048 + 64) = 27,697,152; conv1d 6144 × (4 + 1) = 30,720; dt_bias, A_log,
+    D 3 × 64; gated norm 4096; out_proj 4096 × 2688 = 11,010,048; pre-norm 2688 → 38,744,896.
+    Attention: 2688 × (4096 + 2·256) + 4096 × 2688 = 23,396,352 + 2688.
+    MoE: router 2688 × 128 + 128 (bias), 128 experts × 2 × 2688 × 1856, shared 2 × 2688 × 3712, norm 2688.
+    Published: 31,577,940,288 (the checkpoint's tensors, llama.cpp's n_params), 3,580,076,352 active."""
+    spec = load_model("nemotron-3-nano")
+    assert spec.block_counts == {"mamba": 23, "attention": 6, "moe": 23}
+    assert spec.block_params("mamba") == 38_744_896
+    assert spec.block_params("attention") == 23_396_352 + 2688
+    moe = 2688 * 128 + 128 + 128 * 2 * 2688 * 1856 + 2 * 2688 * 3712 + 2688
+    assert spec.block_params("moe") == moe
+    embed_and_head = 2 * 131072 * 2688 + 2688
+    assert spec.params() == 23 * 38_744_896 + 6 * (23_396_352 + 2688) + 23 * moe + embed_and_head == 31_577_940_288
+    assert spec.params(active=True) == 3_580_076_352
+    assert [spec.is_moe_layer(i) for i in range(4)] == [False, True, False, True]  # M E M E
+    assert spec.num_attention_layers == 6
+
+
+def test_nemotron_3_super_latent_experts() -> None:
+    """Latent MoE: 512 experts of 2 × 1024 × 2688 = 5,505,024 on the 1024-wide latent, projections 4096 × 1024 each
+    way. Checkpoint: 123,611,012,096 BF16 weights less 2,942,324,736 of the MTP layer, plus 40 × 512 fp32 router
+    biases = 120,668,707,840; the 490 inactive experts of 40 layers are 107,898,470,400."""
+    spec = load_model("nemotron-3-super")
+    assert spec.block_counts == {"mamba": 40, "attention": 8, "moe": 40}
+    assert spec.expert_params() == 5_505_024 and spec.moe_width == 1024
+    assert spec.params() == 123_611_012_096 - 2_942_324_736 + 40 * 512 == 120_668_707_840
+    assert spec.params() - spec.params(active=True) == 40 * (512 - 22) * 5_505_024 == 107_898_470_400
+
+
+def test_nemotron_h_config_json_is_the_preset() -> None:
+    assert fixture("nemotron-3-nano") == replace(load_model("nemotron-3-nano"), seq_length=262144)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"layer_pattern": "MEX"}, "layer_pattern has 'X'"),
+    ({"layer_pattern": "ME"}, "layer_pattern has 2 letters but num_layers=3"),
+    ({"layer_pattern": "M*M"}, "has no E (MoE) blocks but num_experts=4"),
+    ({"mamba_state": 0}, "mamba_state=0 must be positive"),
+    ({"mamba_groups": 3}, "mamba_groups=3 does not divide mamba_heads=4"),
+    ({"first_k_dense_layers": 1}, "do not apply to a layer_pattern"),
+])
+def test_bad_hybrid_specs_name_the_field(change: dict, message: str) -> None:
+    base = {"name": "h", "num_layers": 3, "layer_pattern": "ME*", "hidden_size": 64, "num_heads": 4,
+            "ffn_hidden_size": 64, "vocab_size": 128, "num_experts": 4, "moe_topk": 2, "mamba_heads": 4,
+            "mamba_head_dim": 16, "mamba_state": 16, "mamba_groups": 2}
+    with pytest.raises(SpecError, match=re.escape(message)):
+        model_from_dict(base | change)
+
+
+def test_mamba_sizes_need_a_pattern() -> None:
+    with pytest.raises(SpecError, match="mamba_heads=4 needs a hybrid layer_pattern"):
+        model_from_dict({"name": "x", "num_layers": 2, "hidden_size": 64, "num_heads": 4, "ffn_hidden_size": 64,
+                         "vocab_size": 128, "mamba_heads": 4})
 
 
 # ---- presets -----------------------------------------------------------------------------------------------

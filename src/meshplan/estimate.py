@@ -47,10 +47,10 @@ from meshplan.memory import (
     StageParams,
     activation_bytes,
     embedding_in_flight,
+    kind_fractions,
     layer_params,
     layers_on_stage,
     model_states,
-    moe_fraction,
     offloaded_layers,
     stage_params,
     trainable,
@@ -60,11 +60,10 @@ from meshplan.ops import (
     ACT_BYTES,
     FP32,
     OpCost,
-    dense_layer,
     dims,
     embedding_ops,
     head_ops,
-    moe_layer,
+    layer_kinds,
     pipeline_p2p,
 )
 from meshplan.plan import Plan, validate
@@ -263,11 +262,10 @@ class _Parts:
 
 
 def _ops(model: ModelSpec, plan: Plan) -> dict[str, list[OpCost]]:
-    ops = {"dense": dense_layer(model, plan), "embed": embedding_ops(model, plan), "head": head_ops(model, plan),
-           "p2p": pipeline_p2p(model, plan)}
-    if model.is_moe:
-        ops["moe"] = moe_layer(model, plan)
-    return ops
+    """Ops of one layer of each kind (``kind_fractions``: "dense" and "moe", or a hybrid's blocks), of the
+    embedding, the head and a pipeline send."""
+    return layer_kinds(model, plan) | {"embed": embedding_ops(model, plan), "head": head_ops(model, plan),
+                                       "p2p": pipeline_p2p(model, plan)}
 
 
 def _parts(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency,
@@ -285,12 +283,15 @@ def compute_times(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficienc
 
 
 def _layer(model: ModelSpec, plan: Plan, parts: _Parts, recompute: str, eff: Efficiency = DEFAULT) -> PassTimes:
-    dense = pass_times(parts.ops["dense"], parts.times["dense"], plan, recompute, eff)
-    if not model.is_moe:
-        return dense
-    f = moe_fraction(model)
-    moe = pass_times(parts.ops["moe"], parts.times["moe"], plan, recompute, eff)
-    return dense.scaled(1 - f).plus(moe.scaled(f))
+    """The average layer: each kind's pass times weighted by its share of the layers."""
+    kinds = list(kind_fractions(model).items())
+    if len(kinds) == 1:
+        return pass_times(parts.ops[kinds[0][0]], parts.times[kinds[0][0]], plan, recompute, eff)
+    layer = None
+    for kind, f in kinds:
+        times = pass_times(parts.ops[kind], parts.times[kind], plan, recompute, eff).scaled(f)
+        layer = times if layer is None else layer.plus(times)
+    return layer
 
 
 def saved_bytes(ops: list[OpCost], recompute: str = "none") -> Num:
@@ -346,12 +347,11 @@ def units_for_recomputes(model: ModelSpec, cluster: Cluster, plan: Plan, parts: 
     head = pass_times(parts.ops["head"], parts.times["head"], plan, "none", eff)
     p2p = pass_times(parts.ops["p2p"], parts.times["p2p"], plan, "none", eff)
     embed_saved, head_saved = saved_bytes(parts.ops["embed"]), saved_bytes(parts.ops["head"])
-    f = moe_fraction(model)
+    fractions = kind_fractions(model)
     units = {}
     for recompute in recomputes:
         redo = plain if recompute == "none" else _layer(model, plan, parts, recompute, eff)
-        saved = saved_bytes(parts.ops["dense"], recompute) * (1 - f) + (
-            saved_bytes(parts.ops["moe"], recompute) * f if model.is_moe else 0.0)
+        saved = sum(saved_bytes(parts.ops[kind], recompute) * f for kind, f in fractions.items())
         units[recompute] = Units(layer=redo, layer_plain=plain, embed=embed, head=head, p2p=p2p, layer_saved=saved,
                                  embed_saved=embed_saved, head_saved=head_saved,
                                  p2p_paid=eff.overlap_slowdown if plan.overlap_pp else 1.0)
@@ -673,12 +673,25 @@ def matmul_params(model: ModelSpec) -> int:
 
 
 def attention_flops_per_token(model: ModelSpec) -> float:
-    """Forward FLOPs of Q·Kᵀ and A·V per token over all layers, no causal savings: 2·s·A·(d_qk + d_v)·L."""
+    """Forward FLOPs of Q·Kᵀ and A·V per token over all attention layers, no causal savings: 2·s·A·(d_qk + d_v)·L
+    (a hybrid: its attention blocks), plus a hybrid's SSD scans (``ssd_flops_per_token``)."""
     if model.is_mla:
         d_qk, d_v = model.qk_nope_head_dim + model.qk_rope_head_dim, model.v_head_dim
     else:
         d_qk = d_v = model.head_dim
-    return 2.0 * model.seq_length * model.num_heads * (d_qk + d_v) * model.num_layers
+    attention = 2.0 * model.seq_length * model.num_heads * (d_qk + d_v) * model.num_attention_layers
+    return attention + ssd_flops_per_token(model)
+
+
+def ssd_flops_per_token(model: ModelSpec) -> float:
+    """Forward FLOPs per token of the Mamba-2 SSD scans (``ops.ssd_ops``' products over a chunk, per token):
+    n_h·(2·N·P + 2·(Q + N)·P) + G·2·Q·N per Mamba block."""
+    blocks = model.layer_pattern.count("M")
+    if not blocks:
+        return 0.0
+    q, n, p = model.mamba_chunk, model.mamba_state, model.mamba_head_dim
+    per_head = 2.0 * n * p + 2.0 * (q + n) * p
+    return blocks * (model.mamba_heads * per_head + model.mamba_groups * 2.0 * q * n)
 
 
 def model_flops_per_token(model: ModelSpec) -> float:
@@ -830,9 +843,9 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = D
 def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, parts: _Parts, units: Units
               ) -> tuple[OpRow, ...]:
     """Every op with its time per occurrence and how many times the busiest rank runs it per step."""
-    m, layers, f = plan.grad_accum, layers_on_stage(model, plan), moe_fraction(model)
-    counts = {"dense": m * layers * (1 - f), "moe": m * layers * f, "embed": m, "head": m,
-              "p2p": m * plan.vpp * (plan.pp > 1)}
+    m, layers = plan.grad_accum, layers_on_stage(model, plan)
+    counts = {kind: m * layers * f for kind, f in kind_fractions(model).items()} | {
+        "embed": m, "head": m, "p2p": m * plan.vpp * (plan.pp > 1)}
     rows = []
     acc = cluster.accelerator
     for group, ops in parts.ops.items():

@@ -15,6 +15,8 @@ Families (``model_type``) and the modules their parameter counts come from:
     gpt_neox                       fused qkv + bias, LayerNorm, rotary (no weights), untied   models/gpt_neox/
     deepseek_v2, deepseek_v3       MLA (low-rank q and kv) + MoE with shared experts   models/deepseek_v3/
     gpt_oss                        biased attention + sinks, biased experts and router   models/gpt_oss/
+    nemotron_h                     hybrid blocks (hybrid_override_pattern): Mamba-2 mixer, GQA attention, relu2
+                                   MLP or (latent) MoE with a shared expert   models/nemotron_h/
 
 Any other ``model_type`` whose config has the Llama keys is read as Llama. A missing key raises SpecError
 naming it. ``seq_length`` is the config's ``max_position_embeddings`` (``n_positions`` for GPT-2): the
@@ -284,6 +286,38 @@ def _gpt_oss(c: _Reader) -> dict[str, Any]:
     return spec
 
 
+def _nemotron_h(c: _Reader) -> dict[str, Any]:
+    """models/nemotron_h/modeling_nemotron_h.py (Nemotron-H, Nemotron 3): one block per letter of
+    ``hybrid_override_pattern``, each RMSNorm + mixer + residual. Mamba-2 (NemotronHMamba2Mixer): in_proj
+    H -> 2*D_i + 2*G*N + n_h without bias (mamba_proj_bias), conv1d over D_i + 2*G*N channels with bias
+    (use_conv_bias), dt_bias / A_log / D per head, gated RMSNorm D_i, out_proj D_i -> H. Attention: q/k/v/o
+    without bias, no position embedding. MLP: up -> relu2 -> down (intermediate_size). MoE: router H -> E with
+    the score-correction bias, n_routed_experts experts of moe_intermediate_size (on moe_latent_size, between
+    fc1_latent_proj and fc2_latent_proj, when set), one shared expert of moe_shared_expert_intermediate_size.
+    The multi-token-prediction layers (num_nextn_predict_layers) are not counted."""
+    heads, hidden = c.need("num_attention_heads"), c.need("hidden_size")
+    pattern = c.text("hybrid_override_pattern")
+    if not pattern:
+        raise SpecError(f"{c.name}: config.json (model_type='nemotron_h') has no 'hybrid_override_pattern'")
+    spec: dict[str, Any] = {
+        "num_layers": c.need("num_hidden_layers"), "layer_pattern": pattern, "hidden_size": hidden,
+        "num_heads": heads, "num_kv_heads": c.get("num_key_value_heads", heads, minimum=1),
+        "head_dim": c.get("head_dim", 0), "ffn_hidden_size": c.need("intermediate_size"),
+        "vocab_size": c.need("vocab_size"), "seq_length": c.need("max_position_embeddings"),
+        "mlp": "relu2", "norm": "rmsnorm", "position_embedding": "none",
+        "tied_embeddings": c.flag("tie_word_embeddings", False),
+        "mamba_heads": c.need("mamba_num_heads"), "mamba_head_dim": c.need("mamba_head_dim"),
+        "mamba_state": c.need("ssm_state_size"), "mamba_groups": c.get("n_groups", 1, minimum=1),
+        "mamba_conv": c.get("conv_kernel", 4, minimum=1), "mamba_chunk": c.get("chunk_size", 128, minimum=1),
+    }
+    if "E" in pattern:
+        spec.update(num_experts=c.need("n_routed_experts"), moe_topk=c.need("num_experts_per_tok"),
+                    moe_ffn_hidden_size=c.need("moe_intermediate_size"), router_bias=True,
+                    shared_expert_ffn_size=c.get("moe_shared_expert_intermediate_size", 0)
+                    * c.get("n_shared_experts", 1), moe_latent_size=c.get("moe_latent_size", 0))
+    return spec
+
+
 _FAMILIES: dict[str, Callable[[_Reader], dict[str, Any]]] = {
     "llama": _llama,
     "mistral": _llama,
@@ -297,6 +331,7 @@ _FAMILIES: dict[str, Callable[[_Reader], dict[str, Any]]] = {
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
     "gpt_oss": _gpt_oss,
+    "nemotron_h": _nemotron_h,
 }
 _LLAMA_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
                "max_position_embeddings")
@@ -324,6 +359,11 @@ _HF_NAMES: dict[str, dict[str, str]] = {
                                    "head_dim": "qk_nope_head_dim + qk_rope_head_dim"},
 }
 _HF_NAMES["deepseek_v3"] = _HF_NAMES["deepseek_v2"]
+_HF_NAMES["nemotron_h"] = _LLAMA_NAMES | {
+    "layer_pattern": "hybrid_override_pattern", "mamba_heads": "mamba_num_heads", "mamba_head_dim": "mamba_head_dim",
+    "mamba_state": "ssm_state_size", "mamba_groups": "n_groups", "mamba_conv": "conv_kernel",
+    "mamba_chunk": "chunk_size", "num_experts": "n_routed_experts", "moe_ffn_hidden_size": "moe_intermediate_size",
+    "moe_latent_size": "moe_latent_size", "shared_expert_ffn_size": "moe_shared_expert_intermediate_size"}
 
 
 def hf_key(model_type: str, field: str) -> str | None:

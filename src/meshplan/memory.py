@@ -68,24 +68,29 @@ def moe_fraction(model: ModelSpec) -> float:
     return model.num_moe_layers / model.num_layers
 
 
-def kind_params(model: ModelSpec, plan: Plan, moe: bool) -> StageParams:
-    """Parameters of one dense or one MoE layer on one GPU: attention, norms and the dense MLP (a MoE layer: the
-    router and shared experts) split t-ways (t·t2 on a SUMMA grid), a MoE layer's experts split ep·etp-ways."""
+@lru_cache(maxsize=256)
+def kind_fractions(model: ModelSpec) -> dict[str, float]:
+    """Share of the layers of each kind (``ModelSpec.block_counts``): {"dense": 1 - f, "moe": f}, or a hybrid's
+    blocks; each kind's layers are assumed spread evenly over the stages."""
+    return {kind: n / model.num_layers for kind, n in model.block_counts.items()}
+
+
+def kind_params(model: ModelSpec, plan: Plan, kind: str) -> StageParams:
+    """Parameters of one layer of ``kind`` (``ModelSpec.block_counts``) on one GPU: attention, norms, Mamba
+    mixers and dense MLPs (a MoE layer: its router, latent projections and shared experts) split t-ways (t·t2 on
+    a SUMMA grid, Megatron's Mamba mixer by heads and groups); routed experts split ep·etp-ways."""
     t = plan.tp * plan.tp2
-    attn_and_norms = model.attention_params() + 2 * model.norm_params(model.hidden_size)
-    if not moe:
-        return StageParams(dense=(attn_and_norms + model.mlp_params(model.ffn_hidden_size)) / t, expert=0.0)
-    experts = model.num_experts * model.mlp_params(model.moe_ffn_hidden_size)
-    return StageParams(dense=(attn_and_norms + model.moe_params() - experts) / t, expert=experts / (plan.ep * plan.etp))
+    total = model.block_params(kind)
+    if kind != "moe":
+        return StageParams(dense=total / t, expert=0.0)
+    experts = model.num_experts * model.expert_params()
+    return StageParams(dense=(total - experts) / t, expert=experts / (plan.ep * plan.etp))
 
 
 def layer_params(model: ModelSpec, plan: Plan) -> StageParams:
-    """Average parameters per layer on one GPU: ``kind_params`` weighted by the share of MoE layers."""
-    dense = kind_params(model, plan, False)
-    if not model.is_moe:
-        return dense
-    f, moe = moe_fraction(model), kind_params(model, plan, True)
-    return StageParams(dense=(1 - f) * dense.dense + f * moe.dense, expert=f * moe.expert)
+    """Average parameters per layer on one GPU: ``kind_params`` weighted by each kind's share of the layers."""
+    parts = [(f, kind_params(model, plan, kind)) for kind, f in kind_fractions(model).items()]
+    return StageParams(dense=sum(f * p.dense for f, p in parts), expert=sum(f * p.expert for f, p in parts))
 
 
 def moe_layers_on_stage(model: ModelSpec, plan: Plan, first: bool) -> Num:
@@ -96,9 +101,19 @@ def moe_layers_on_stage(model: ModelSpec, plan: Plan, first: bool) -> Num:
     layers = layers_on_stage(model, plan)
     if not model.is_moe:
         return 0 * layers
+    if model.is_hybrid:  # E blocks spread through the pattern: the stage's share
+        return where(plan.pp == 1, model.num_moe_layers, layers * moe_fraction(model))
     dense_first = minimum(model.first_k_dense_layers, layers / plan.vpp) if first else 0
     on_stage = (layers - dense_first) / model.moe_layer_freq
     return where(plan.pp == 1, model.num_moe_layers, minimum(on_stage, model.num_moe_layers))
+
+
+def other_layer_params(model: ModelSpec, plan: Plan) -> Num:
+    """Average parameters on one GPU of a layer that is not MoE: a dense layer, or the mean of a hybrid's Mamba,
+    attention and MLP blocks."""
+    parts = [(n, kind_params(model, plan, kind).dense) for kind, n in model.block_counts.items() if kind != "moe"]
+    count = sum(n for n, _ in parts)
+    return sum(n * p for n, p in parts) / count if count else 0.0
 
 
 def qkv_linears(model: ModelSpec) -> list[tuple[int, int]]:
@@ -142,7 +157,8 @@ def stage_params(model: ModelSpec, plan: Plan, first: bool) -> StageParams:
     position table and the norms are copied on every rank (Megatron-LM's LanguageModelEmbedding keeps its
     position_embeddings a plain torch.nn.Embedding)."""
     layers, moe_layers = layers_on_stage(model, plan), moe_layers_on_stage(model, plan, first)
-    dense_layer, moe_layer = kind_params(model, plan, False), kind_params(model, plan, True)
+    other = other_layer_params(model, plan)
+    moe_layer = kind_params(model, plan, "moe")
     single = plan.pp == 1
     word = model.vocab_size * model.hidden_size
     head_matrix = 0 if model.tied_embeddings else word
@@ -152,7 +168,7 @@ def stage_params(model: ModelSpec, plan: Plan, first: bool) -> StageParams:
         head = head + (word / plan.tp) * (1 - single)
     extra = embed + head * single if first else head + embed * single
     adapters = adapter_params(model, plan) * layers
-    dense = dense_layer.dense * (layers - moe_layers) + moe_layer.dense * moe_layers
+    dense = other * (layers - moe_layers) + moe_layer.dense * moe_layers
     return StageParams(dense=dense + extra + adapters, expert=moe_layer.expert * moe_layers, adapters=adapters)
 
 

@@ -9,6 +9,15 @@ Qwen2/Qwen3(-MoE), GPT-2, GPT-NeoX, DeepSeek-V3) so that they equal ``sum(p.nume
 Sources for the layouts: HF ``modeling_llama.py`` (q/k/v/o, gate/up/down, RMSNorm weight only),
 ``modeling_gpt2.py`` (Conv1D with bias, LayerNorm weight+bias, learned positions, tied head),
 DeepSeek-V3 technical report §2.1 (MLA: low-rank q and kv compression with decoupled RoPE keys).
+
+Hybrid models (``layer_pattern``, Nemotron-H / Nemotron 3): each layer is one block with its own pre-norm and
+residual, "M" a Mamba-2 mixer, "*" attention, "-" a dense MLP, "E" a MoE (HF ``modeling_nemotron_h.py``,
+``hybrid_override_pattern``; Megatron-Core ``megatron/core/models/mamba`` builds the same blocks). A Mamba-2
+mixer (Dao & Gu 2024, "Transformers are SSMs", §7; mamba_ssm ``modules/mamba2.py``): in_proj H → (z, x, B, C, dt)
+of widths (D_i, D_i, G·N, G·N, n_h) with D_i = n_h·P, a depthwise causal conv1d (kernel k, with bias) over
+x, B, C, per-head dt_bias, A_log and D, a gated RMSNorm over D_i and out_proj D_i → H. A latent MoE
+(``moe_latent_size``, Nemotron 3 Super) routes on H, projects the tokens H → latent (``fc1_latent_proj``), runs
+the experts latent → F → latent, and projects their sum back (``fc2_latent_proj``).
 """
 
 from __future__ import annotations
@@ -23,7 +32,8 @@ from meshplan.errors import SpecError
 from meshplan.fields import MAX_LAYERS, MAX_SIZE, at_most, check_types
 from meshplan.files import read_json, read_toml
 
-MLP_KINDS = ("gelu", "swiglu")
+MLP_KINDS = ("gelu", "swiglu", "relu2")  # relu2 (Nemotron-H): squared ReLU, up → act → down like gelu
+BLOCK_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}  # layer_pattern letters (Nemotron-H)
 NORM_KINDS = ("layernorm", "rmsnorm")
 POSITION_KINDS = ("rope", "learned", "none")
 
@@ -41,7 +51,7 @@ class ModelSpec:
     num_kv_heads: int = 0  # 0 → num_heads (MHA); 1 → MQA; in between → GQA
     head_dim: int = 0  # 0 → hidden_size // num_heads
     seq_length: int = 2048
-    mlp: str = "gelu"  # "gelu": up → act → down;  "swiglu": (act(gate) * up) → down
+    mlp: str = "gelu"  # "gelu" / "relu2": up → act → down;  "swiglu": (act(gate) * up) → down
     norm: str = "layernorm"
     tied_embeddings: bool = False
     qkv_bias: bool = False  # bias on the q, k, v projections (GPT-2, NeoX, Qwen2)
@@ -68,6 +78,16 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # Hybrid (Nemotron-H): one letter per layer ("M" Mamba-2, "*" attention, "-" MLP, "E" MoE); "" = every layer
+    # attention + MLP (MoE by first_k_dense_layers / moe_layer_freq)
+    layer_pattern: str = ""
+    mamba_heads: int = 0  # n_h
+    mamba_head_dim: int = 0  # P
+    mamba_state: int = 0  # N, the SSM state size
+    mamba_groups: int = 1  # G, groups of heads sharing B and C
+    mamba_conv: int = 4  # k, the causal conv1d kernel
+    mamba_chunk: int = 128  # Q, the SSD chunk length (mamba_chunk_scan_combined)
+    moe_latent_size: int = 0  # latent MoE width (0: experts on the hidden size)
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -76,10 +96,14 @@ class ModelSpec:
             _positive(self, name)
         for name in ("num_kv_heads", "head_dim", "num_experts", "moe_topk", "moe_ffn_hidden_size",
                      "shared_expert_ffn_size", "first_k_dense_layers", "q_lora_rank", "kv_lora_rank",
-                     "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings"):
+                     "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings",
+                     "mamba_heads", "mamba_head_dim", "mamba_state", "moe_latent_size"):
             _non_negative(self, name)
+        for name in ("mamba_groups", "mamba_conv", "mamba_chunk"):
+            _positive(self, name)
         _positive(self, "moe_layer_freq")
         at_most(self, _SIZES, MAX_SIZE)
+        _check_pattern(self)
         at_most(self, ("num_layers",), MAX_LAYERS)
         if self.num_kv_heads == 0:
             object.__setattr__(self, "num_kv_heads", self.num_heads)
@@ -96,7 +120,7 @@ class ModelSpec:
         if self.num_experts:
             if not 0 < self.moe_topk <= self.num_experts:
                 raise SpecError(f"moe_topk={self.moe_topk} must be in 1..num_experts={self.num_experts}")
-            if self.first_k_dense_layers >= self.num_layers:
+            if self.first_k_dense_layers >= self.num_layers and not self.is_hybrid:
                 raise SpecError(f"first_k_dense_layers={self.first_k_dense_layers} leaves no MoE layer of "
                                 f"num_layers={self.num_layers}")
             if self.moe_ffn_hidden_size == 0:
@@ -129,8 +153,46 @@ class ModelSpec:
     def gated(self) -> bool:
         return self.mlp == "swiglu"
 
+    @property
+    def is_hybrid(self) -> bool:
+        """One block per layer (``layer_pattern``), not attention + MLP."""
+        return bool(self.layer_pattern)
+
+    @property
+    def block_counts(self) -> dict[str, int]:
+        """Layers of each kind: {"dense": L - L_moe, "moe": L_moe} (attention + MLP / MoE layers), or for a hybrid
+        the blocks of each kind in ``layer_pattern`` ("mamba", "attention", "mlp", "moe"), kinds present only."""
+        if not self.is_hybrid:
+            moe = self.num_moe_layers
+            return {k: n for k, n in (("dense", self.num_layers - moe), ("moe", moe)) if n}
+        counts = {kind: self.layer_pattern.count(letter) for letter, kind in BLOCK_KINDS.items()}
+        return {k: n for k, n in counts.items() if n}
+
+    @property
+    def num_attention_layers(self) -> int:
+        """Layers with an attention block (all of them unless hybrid)."""
+        return self.layer_pattern.count("*") if self.is_hybrid else self.num_layers
+
+    @property
+    def mamba_inner(self) -> int:
+        """D_i = n_h·P, the width of x, z and the gated norm."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    @property
+    def mamba_conv_dim(self) -> int:
+        """Channels of the causal conv1d: x, B and C (D_i + 2·G·N)."""
+        return self.mamba_inner + 2 * self.mamba_groups * self.mamba_state
+
+    @property
+    def moe_width(self) -> int:
+        """Width of the tokens the experts see (and the all-to-all carries): the latent size, else H."""
+        return self.moe_latent_size or self.hidden_size
+
     def is_moe_layer(self, i: int) -> bool:
-        """Layer i (0-based) has an MoE MLP: after the first k dense layers, every moe_layer_freq-th layer."""
+        """Layer i (0-based) has an MoE MLP: after the first k dense layers, every moe_layer_freq-th layer
+        (a hybrid: an "E" block)."""
+        if self.is_hybrid:
+            return self.layer_pattern[i] == "E"
         after = i - self.first_k_dense_layers
         return self.is_moe and after >= 0 and after % self.moe_layer_freq == 0
 
@@ -196,20 +258,47 @@ class ModelSpec:
             total += (mats - 1) * ffn + h
         return total
 
+    def expert_params(self) -> int:
+        """One routed expert: an MLP of width F_e on the hidden size, or on the latent size (latent MoE)."""
+        if not self.moe_latent_size:
+            return self.mlp_params(self.moe_ffn_hidden_size)
+        return (3 if self.gated else 2) * self.moe_latent_size * self.moe_ffn_hidden_size
+
     def moe_params(self, active: bool = False) -> int:
-        """One MoE MLP: router H·E (+E bias), E (or top-k when active) experts, shared experts."""
+        """One MoE MLP: router H·E (+E bias), E (or top-k when active) experts, shared experts, the latent
+        projections H·latent each way (latent MoE)."""
         experts = self.moe_topk if active else self.num_experts
         total = self.hidden_size * self.num_experts + (self.num_experts if self.router_bias else 0)
-        total += experts * self.mlp_params(self.moe_ffn_hidden_size)
+        total += experts * self.expert_params() + 2 * self.hidden_size * self.moe_latent_size
         if self.shared_expert_ffn_size:
             total += self.mlp_params(self.shared_expert_ffn_size)
         if self.shared_expert_gate:
             total += self.hidden_size
         return total
 
+    def mamba_params(self) -> int:
+        """One Mamba-2 mixer (module docstring): in_proj H·(2·D_i + 2·G·N + n_h), conv1d (D_i + 2·G·N)·(k + 1),
+        dt_bias, A_log and D (n_h each), the gated norm's weight D_i, out_proj D_i·H; no linear biases
+        (Nemotron-H: mamba_proj_bias false, use_conv_bias true)."""
+        h, inner, heads = self.hidden_size, self.mamba_inner, self.mamba_heads
+        in_proj = h * (inner + self.mamba_conv_dim + heads)
+        return in_proj + self.mamba_conv_dim * (self.mamba_conv + 1) + 3 * heads + inner + inner * h
+
+    def block_params(self, kind: str, active: bool = False) -> int:
+        """One layer of ``block_counts``'s kind, its norms included."""
+        norm = self.norm_params(self.hidden_size)
+        mlp = self.mlp_params(self.ffn_hidden_size)
+        return {"dense": lambda: self.attention_params() + mlp + 2 * norm,
+                "moe": lambda: (0 if self.is_hybrid else self.attention_params() + norm) + self.moe_params(active)
+                + norm,
+                "mamba": lambda: self.mamba_params() + norm,
+                "attention": lambda: self.attention_params() + norm,
+                "mlp": lambda: mlp + norm}[kind]()
+
     def layer_params(self, i: int, active: bool = False) -> int:
-        mlp = self.moe_params(active) if self.is_moe_layer(i) else self.mlp_params(self.ffn_hidden_size)
-        return self.attention_params() + mlp + 2 * self.norm_params(self.hidden_size)
+        if self.is_hybrid:
+            return self.block_params(BLOCK_KINDS[self.layer_pattern[i]], active)
+        return self.block_params("moe" if self.is_moe_layer(i) else "dense", active)
 
     def embedding_params(self) -> int:
         """Token embedding V·H plus learned positions (if any) and the embedding norm (if any)."""
@@ -248,9 +337,10 @@ def _non_negative(spec: Any, name: str) -> None:
 
 _SIZES = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_length", "num_kv_heads",
           "head_dim", "num_experts", "moe_ffn_hidden_size", "shared_expert_ffn_size", "q_lora_rank", "kv_lora_rank",
-          "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings")
+          "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings", "mamba_heads",
+          "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_conv", "mamba_chunk", "moe_latent_size")
 _EXPERT_FIELDS = ("moe_topk", "moe_ffn_hidden_size", "shared_expert_ffn_size", "first_k_dense_layers", "router_bias",
-                  "shared_expert_gate")
+                  "shared_expert_gate", "moe_latent_size")
 _MLA_FIELDS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
@@ -261,6 +351,35 @@ def _dense_has_no_expert_fields(spec: Any) -> None:
             raise SpecError(f"{name}={getattr(spec, name)} needs num_experts > 0 (num_experts=0: a dense model)")
     if spec.moe_layer_freq != 1:
         raise SpecError(f"moe_layer_freq={spec.moe_layer_freq} needs num_experts > 0 (num_experts=0: a dense model)")
+
+
+def _check_pattern(spec: Any) -> None:
+    """A hybrid's layer_pattern: one known letter per layer, experts exactly where "E" blocks are, the Mamba sizes
+    where "M" blocks are."""
+    pattern = spec.layer_pattern
+    if not isinstance(pattern, str):
+        raise SpecError(f"layer_pattern={pattern!r} must be a string of {''.join(BLOCK_KINDS)}")
+    if not pattern:
+        for name in ("mamba_heads", "mamba_head_dim", "mamba_state"):
+            if getattr(spec, name):
+                raise SpecError(f"{name}={getattr(spec, name)} needs a hybrid layer_pattern with Mamba (M) blocks")
+        return
+    bad = sorted(set(pattern) - set(BLOCK_KINDS))
+    if bad:
+        raise SpecError(f"layer_pattern has {bad[0]!r}: its letters are M (Mamba-2), * (attention), - (MLP), E (MoE)")
+    if len(pattern) != spec.num_layers:
+        raise SpecError(f"layer_pattern has {len(pattern)} letters but num_layers={spec.num_layers}")
+    if ("E" in pattern) != (spec.num_experts > 0):
+        raise SpecError(f"layer_pattern {'has' if 'E' in pattern else 'has no'} E (MoE) blocks but "
+                        f"num_experts={spec.num_experts}")
+    if spec.first_k_dense_layers or spec.moe_layer_freq != 1:
+        raise SpecError("first_k_dense_layers / moe_layer_freq do not apply to a layer_pattern (its E blocks are MoE)")
+    if "M" in pattern:
+        for name in ("mamba_heads", "mamba_head_dim", "mamba_state"):
+            if getattr(spec, name) < 1:
+                raise SpecError(f"{name}={getattr(spec, name)} must be positive: layer_pattern has Mamba (M) blocks")
+        if spec.mamba_heads % spec.mamba_groups:
+            raise SpecError(f"mamba_groups={spec.mamba_groups} does not divide mamba_heads={spec.mamba_heads}")
 
 
 def _choice(spec: Any, name: str, allowed: tuple[str, ...]) -> None:

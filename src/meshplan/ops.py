@@ -331,17 +331,83 @@ def attention_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     return ops
 
 
+# ---- Mamba-2 -------------------------------------------------------------------------------------------------
+def activation_product(name: str, m: Num, k: Num, n: Num, batch: Num, nbytes: Num) -> list[OpCost]:
+    """``batch`` products (m×k)·(k×n) of two activations (no weight), ``nbytes`` the HBM traffic of the forward
+    kernel, each of the two gradient kernels moving as much: 16-bit operands (the Triton SSD kernels' bf16 dots,
+    outside Transformer Engine's fp8 region: ``variant`` "bf16"); both backward records are ``bwd_x`` (activation
+    gradients, needed whatever is frozen)."""
+    flops = 2.0 * m * k * n * batch
+    return [OpCost(name, "fwd", "gemm", flops, nbytes, m=m, n=n, k=k, groups=batch, variant="bf16"),
+            OpCost(name, "bwd_x", "gemm", flops, nbytes, m=m, n=k, k=n, groups=batch, variant="bf16"),
+            OpCost(name, "bwd_x", "gemm", flops, nbytes, m=k, n=n, k=m, groups=batch, variant="bf16")]
+
+
+def ssd_ops(model: ModelSpec, d: Dims) -> list[OpCost]:
+    """The state-space dual (SSD) scan of Mamba-2 as mamba_ssm's chunked kernels run it (Dao & Gu 2024, §6-7;
+    mamba_ssm ops/triton/ssd_combined.py; Megatron-Core's MambaMixer calls them through
+    ``mamba_split_conv1d_scan_combined``), over chunks of Q tokens, per head (n_h/t on this rank, P channels, state
+    N) and per group of heads sharing B and C (G/t):
+    - chunk states Bᵀ·X, (N×Q)·(Q×P) per chunk and head: reads B and x;
+    - C·Bᵀ, (Q×N)·(N×Q) per chunk and group: reads B and C, writes the fp32 Q×Q block;
+    - chunk scan (C·Bᵀ∘L)·X + C·state, (Q×(Q+N))·((Q+N)×P) per chunk and head, the causal mask counted whole (the
+      kernel computes its diagonal blocks in full): reads C·Bᵀ, C and x, writes y.
+    Between them the chunk states pass through HBM: written in fp32 and read by the state passing, which writes
+    them in 16 bits for the scan (4 + 4 + 2 + 2 bytes per state element per chunk); each backward kernel moves
+    about as much as its forward kernel, the states twice over. The per-token dt / cumsum kernels are neglected."""
+    t, a = d.tp, ACT_BYTES
+    heads, groups = model.mamba_heads / t, model.mamba_groups / t
+    q, n, p = model.mamba_chunk, model.mamba_state, model.mamba_head_dim
+    chunks, tokens = d.tokens / q, d.tokens
+    x, bc = tokens * heads * p * a, tokens * groups * n * a  # x (or y); one of B, C
+    cb = chunks * groups * q * q * FP32
+    ops = activation_product("mamba/ssd_state", n, q, p, chunks * heads, bc + x)
+    ops += activation_product("mamba/ssd_cb", q, n, q, chunks * groups, 2 * bc + cb)
+    ops += activation_product("mamba/ssd_scan", q, q + n, p, chunks * heads, cb + bc + 2 * x)
+    states = chunks * heads * n * p
+    ops += [OpCost("mamba/ssd_states", "fwd", "memory", 0.0, 12.0 * states),
+            OpCost("mamba/ssd_states", "bwd_x", "memory", 0.0, 24.0 * states)]
+    return ops
+
+
+def mamba_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """A Mamba-2 block (module docstring of model.py) as Megatron-Core's MambaMixer runs it: pre-norm, the
+    column-parallel in_proj (its heads and groups split t-ways, as attention's heads are), the causal conv1d +
+    SiLU over x, B, C, the SSD scan (``ssd_ops``), the gated RMSNorm y·rsqrt(mean y²)·w·silu(z), the row-parallel
+    out_proj, the residual. Memory-efficient path (``mamba_split_conv1d_scan_combined``): the forward keeps the
+    in_proj output (z, x, B, C, dt) and the scan's output, and the backward recomputes the conv1d from it."""
+    h, t, tokens = model.hidden_size, d.tp, d.tokens
+    a = ACT_BYTES
+    inner, conv = model.mamba_inner / t, model.mamba_conv_dim / t
+    proj = inner + conv + model.mamba_heads / t  # z, x·B·C, dt
+    flops_conv = 2.0 * model.mamba_conv + 4.0  # the k-tap causal filter, its bias and SiLU, per channel
+    ops = norm("mamba/norm", model, d)
+    ops += tp_enter("mamba/tp_in", model, plan, d)
+    ops += gemm("mamba/in_proj", tokens, h, proj, d, saved=d.tokens_sp * h * a)
+    ops += elementwise("mamba/conv1d", tokens * conv, tokens * conv, flops_conv, saved=tokens * proj * a)
+    ops.append(OpCost("mamba/conv1d_recompute", "bwd_x", "memory", flops_conv * tokens * conv,
+                      2 * a * tokens * conv))
+    ops += ssd_ops(model, d)
+    ops += elementwise("mamba/gated_norm", 2 * tokens * inner, tokens * inner, 8.0, saved=tokens * inner * a)
+    ops += gemm("mamba/out_proj", tokens, inner, h, d)
+    ops += tp_exit("mamba/tp_out", model, plan, d)
+    ops += residual("mamba/residual", model, d)
+    return ops
+
+
 # ---- MLP and MoE ------------------------------------------------------------------------------------------
 def mlp_gemms(prefix: str, model: ModelSpec, rows: Num, ffn: Num, d: Dims, input_saved: Num | None = None,
-              groups: Num = 1.0) -> list[OpCost]:
+              groups: Num = 1.0, width: Num = 0) -> list[OpCost]:
     """fc1 (H → F, or H → 2F gate+up for SwiGLU), activation, fc2 (F → H). ``ffn`` is the local width;
     ``input_saved`` is what fc1 keeps of its input (the sequence-parallel shard, by default all rows);
-    ``groups``: the rows split over that many experts' weights (grouped GEMMs)."""
+    ``groups``: the rows split over that many experts' weights (grouped GEMMs); ``width``: the rows' width
+    when it is not H (a latent MoE's experts)."""
+    width = width or model.hidden_size
     width_in = 2 * ffn if model.gated else ffn
-    ops = gemm(f"{prefix}/fc1", rows, model.hidden_size, width_in, d, saved=input_saved, groups=groups)
+    ops = gemm(f"{prefix}/fc1", rows, width, width_in, d, saved=input_saved, groups=groups)
     act_in, act_out = rows * width_in, rows * ffn
     ops += elementwise(f"{prefix}/act", act_in, act_out, 8.0, saved=act_in * ACT_BYTES)
-    ops += gemm(f"{prefix}/fc2", rows, ffn, model.hidden_size, d, groups=groups)
+    ops += gemm(f"{prefix}/fc2", rows, ffn, width, d, groups=groups)
     return ops
 
 
@@ -356,18 +422,23 @@ def mlp_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
 
 
 def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
-    """Router, dispatch all-to-all (ep), expert MLPs (sharded etp-ways), combine all-to-all, shared experts.
+    """Router, dispatch all-to-all (ep), expert MLPs (sharded etp-ways), combine all-to-all, shared experts; a
+    latent MoE (``moe_latent_size``) projects the routed tokens to the latent width before the dispatch and back
+    after the combine, so the all-to-alls and the experts carry latent-wide rows.
 
     Megatron-Core runs MoE layers with sequence parallelism whenever t > 1, so each rank routes T/t tokens;
     the etp group all-gathers its members' tokens so the rank's E/e local experts see etp·T/t·k rows in all,
     etp·T/t·k·e/E each (balanced routing), against F_e/etp columns: grouped GEMMs of that many rows per expert
     (tile quantization per expert, wave quantization over all of them, weight-gradient depth = rows per expert).
     """
-    h, k = model.hidden_size, model.moe_topk
+    k, latent = model.moe_topk, model.moe_latent_size
     routed = d.tokens / d.tp  # tokens this rank routes
     a = ACT_BYTES
     ops = norm("moe/norm", model, d)
-    ops += gemm("moe/router", routed, h, model.num_experts, d)  # its input is also the shared experts'
+    ops += gemm("moe/router", routed, model.hidden_size, model.num_experts, d)  # its input: the shared experts' too
+    if latent:  # a latent MoE projects the routed tokens down before the dispatch (and back after the combine)
+        ops += gemm("moe/latent_in", routed, model.hidden_size, latent, d, saved=0.0)
+    h = model.moe_width  # the width the all-to-alls carry and the experts see
     sent = routed * k * h * a
     for phase in ("fwd", "bwd_x"):
         ops.append(collective("moe/dispatch", phase, "all_to_all", sent, "ep", plan.ep))
@@ -383,7 +454,9 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     ops += elementwise("moe/unpermute", routed * k * h, routed * h, 2.0)
     # E/e local experts, each an (etp·k·T/t · e/E)-row GEMM: grouped GEMMs (balanced routing)
     ops += host_launched(mlp_gemms("moe/experts", model, rows, model.moe_ffn_hidden_size / plan.etp, d,
-                                   groups=model.num_experts / plan.ep), plan)
+                                   groups=model.num_experts / plan.ep, width=h), plan)
+    if latent:
+        ops += gemm("moe/latent_out", routed, latent, model.hidden_size, d)
     if model.shared_expert_ffn_size:
         ops += tp_enter("moe/shared_tp_in", model, plan, d)
         ops += mlp_gemms("moe/shared", model, d.tokens, model.shared_expert_ffn_size / d.tp, d, input_saved=0.0)
@@ -641,18 +714,23 @@ def fsdp_grad_prep(name: str, params: Num, plan: Plan) -> list[OpCost]:
     return [OpCost(f"{name}/fsdp_grad", "bwd_w", "memory", 0.0, per_param * params)] if per_param else []
 
 
-def layer_fsdp_grad(model: ModelSpec, plan: Plan, moe: bool) -> list[OpCost]:
+def layer_fsdp_grad(model: ModelSpec, plan: Plan, kind: str) -> list[OpCost]:
     """``fsdp_grad_prep`` over one layer's parameters on this GPU (``memory.kind_params``: a MoE layer with its
     local experts)."""
     if plan.fsdp == "none":
         return []
-    return fsdp_grad_prep("layer", kind_params(model, plan, moe).total, plan)
+    return fsdp_grad_prep("layer", kind_params(model, plan, kind).total, plan)
 
 
-def stack_extras(model: ModelSpec, plan: Plan, d: Dims, moe: bool) -> list[OpCost]:
+def stack_extras(model: ModelSpec, plan: Plan, d: Dims, kind: str) -> list[OpCost]:
     """What the software stack adds to a layer: its model code's attention copies (flash-attn's varlen packing,
-    the QKV split's backward concatenation) and FSDP's gradient preparation (``layer_fsdp_grad``)."""
-    return varlen_padding(model, plan, d) + qkv_concat(model, plan, d) + layer_fsdp_grad(model, plan, moe)
+    the QKV split's backward concatenation; layers with attention) and FSDP's gradient preparation
+    (``layer_fsdp_grad``)."""
+    attention = varlen_padding(model, plan, d) + qkv_concat(model, plan, d) if kind in ("dense", "moe",
+                                                                                        "attention") else []
+    if model.is_hybrid and kind == "moe":
+        attention = []
+    return attention + layer_fsdp_grad(model, plan, kind)
 
 
 def dense_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
@@ -661,17 +739,33 @@ def dense_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
     if plan.tensor_layout == "summa":
         from meshplan.ops2d import summa_layer
 
-        return lora(summa_layer(model, plan, d) + stack_extras(model, plan, d, False), plan, d)
+        return lora(summa_layer(model, plan, d) + stack_extras(model, plan, d, "dense"), plan, d)
     return low_precision_casts(lora(attention_block(model, plan, d) + mlp_block(model, plan, d)
-                                    + eager_layer(model, plan, d) + stack_extras(model, plan, d, False), plan, d),
+                                    + eager_layer(model, plan, d) + stack_extras(model, plan, d, "dense"), plan, d),
                                plan)
 
 
 def moe_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
     d = dims(model, plan)
     return low_precision_casts(lora(attention_block(model, plan, d) + moe_block(model, plan, d)
-                                    + eager_layer(model, plan, d, moe=True) + stack_extras(model, plan, d, True),
+                                    + eager_layer(model, plan, d, moe=True) + stack_extras(model, plan, d, "moe"),
                                     plan, d), plan)
+
+
+def hybrid_block(model: ModelSpec, plan: Plan, kind: str) -> list[OpCost]:
+    """One block of a hybrid model (``ModelSpec.layer_pattern``), one micro-batch, one GPU: its pre-norm, mixer
+    and residual. Fused kernels only (plan.check refuses eager, SUMMA and LoRA plans for a hybrid)."""
+    d = dims(model, plan)
+    block = {"mamba": mamba_block, "attention": attention_block, "mlp": mlp_block, "moe": moe_block}[kind]
+    return low_precision_casts(block(model, plan, d) + stack_extras(model, plan, d, kind), plan)
+
+
+def layer_kinds(model: ModelSpec, plan: Plan) -> dict[str, list[OpCost]]:
+    """The ops of one layer of each kind the model has (``ModelSpec.block_counts``)."""
+    if model.is_hybrid:
+        return {kind: hybrid_block(model, plan, kind) for kind in model.block_counts}
+    builders = {"dense": dense_layer, "moe": moe_layer}
+    return {kind: builders[kind](model, plan) for kind in model.block_counts}
 
 
 # ---- first and last pipeline stage ------------------------------------------------------------------------

@@ -234,7 +234,28 @@ def check(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> list[str]:
     reasons += _check_summa(model, plan)
     reasons += _check_pipeline(model, plan)
     reasons += _check_experts(model, plan)
+    reasons += _check_hybrid(model, plan)
     reasons += _check_options(model, cluster, plan)
+    return reasons
+
+
+def _check_hybrid(model: ModelSpec, plan: Plan) -> list[str]:
+    """A hybrid (``layer_pattern``) is costed block by block with fused kernels (ops.hybrid_block): Megatron-Core's
+    MambaMixer splits its heads and groups over TP; context parallelism of the Mamba scan, eager PyTorch kernels,
+    the SUMMA layout and LoRA adapters are not modelled for it."""
+    if not model.is_hybrid:
+        return []
+    reasons = []
+    if "M" in model.layer_pattern:
+        for name in ("mamba_heads", "mamba_groups"):
+            if getattr(model, name) % plan.tp:
+                reasons.append(f"tp={plan.tp} does not divide {name}={getattr(model, name)}")
+        if plan.cp > 1:
+            reasons.append(f"cp={plan.cp}: context parallelism of Mamba layers is not modelled ({model.name})")
+    for name, value, plain in (("fusion", plan.fusion, "fused"), ("tensor_layout", plan.tensor_layout, "1d"),
+                               ("finetune", plan.finetune, "full")):
+        if value != plain:
+            reasons.append(f"{name}={value!r}: hybrid models (layer_pattern) are costed with {name}={plain!r} only")
     return reasons
 
 

@@ -173,6 +173,9 @@ def _tensor_reason(model: ModelSpec, tp: int) -> tuple[str, str] | None:
         return "tp and num_kv_heads do not divide", f"tp={tp}, num_kv_heads={model.num_kv_heads}"
     if model.ffn_hidden_size % tp:
         return "tp does not divide ffn_hidden_size", f"tp={tp} does not divide ffn={model.ffn_hidden_size}"
+    if "M" in model.layer_pattern and (model.mamba_heads % tp or model.mamba_groups % tp):
+        return ("tp does not divide the Mamba heads and groups",
+                f"tp={tp}, mamba_heads={model.mamba_heads}, mamba_groups={model.mamba_groups}")
     return None
 
 
@@ -226,8 +229,12 @@ def _expert_pairs(model: ModelSpec, tp: int, ranks: int) -> tuple[list[tuple[int
 
 
 def _layout_reason(model: ModelSpec, layout: str, tp2: int, cp: int) -> tuple[str, str] | None:
+    if model.is_hybrid and "M" in model.layer_pattern and cp > 1:
+        return "cp of Mamba layers not modelled", f"cp={cp} with {model.name}'s Mamba blocks"
     if layout == "1d":
         return None
+    if model.is_hybrid:
+        return "summa: not for hybrid models", f"{model.name} has a layer_pattern"
     if model.is_moe or model.is_mla:
         return "summa: dense standard-attention models only", f"{model.name} is MoE or MLA"
     if model.seq_length % (tp2 * cp):

@@ -1,0 +1,133 @@
+"""Hybrid Mamba-2 / attention / MoE models (Nemotron-H, Nemotron 3): the Mamba block's ops, the latent MoE, the
+average layer over block kinds, the plan rules, search == estimate, and validation's treatment of the runs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from meshplan.cli import main
+from meshplan.estimate import estimate, saved_bytes, ssd_flops_per_token
+from meshplan.hardware import load_system
+from meshplan.memory import kind_fractions, layer_params
+from meshplan.model import load_model
+from meshplan.ops import ACT_BYTES, dims, hybrid_block, layer_kinds, mamba_block
+from meshplan.plan import Plan, check
+from meshplan.search import Space, search
+
+NANO = load_model("nemotron-3-nano")
+SUPER = load_model("nemotron-3-super")
+
+
+def _op(ops, name, phase="fwd"):
+    return next(o for o in ops if o.name == name and o.phase == phase)
+
+
+def test_mamba_projections_split_over_tp():
+    """Nano, b = 1, s = 8192, t = 2 (SP): in_proj 2688 → (4096 + 6144 + 64)/2 = 5152 columns, out_proj 2048 → 2688."""
+    plan = Plan(tp=2, sequence_parallel=True)
+    ops = mamba_block(NANO, plan, dims(NANO, plan))
+    in_proj, out_proj = _op(ops, "mamba/in_proj"), _op(ops, "mamba/out_proj")
+    assert (in_proj.m, in_proj.k, in_proj.n) == (8192, 2688, 5152)
+    assert in_proj.flops == 2 * 8192 * 2688 * 5152
+    assert (out_proj.k, out_proj.n) == (2048, 2688)
+    assert {o.collective.kind for o in ops if o.kind == "collective"} == {"all_gather", "reduce_scatter"}
+
+
+def test_ssd_products_per_chunk():
+    """T = 8192 tokens, Q = 128: 64 chunks; 64 heads, 8 groups, N = 128, P = 64 (t = 1).
+    chunk states (128×128)·(128×64) per chunk-head, C·Bᵀ (128×128)·(128×128) per chunk-group, scan
+    (128×256)·(256×64) per chunk-head; the forward FLOPs per token equal ssd_flops_per_token / 23 blocks."""
+    ops = mamba_block(NANO, Plan(), dims(NANO, Plan()))
+    state, cb, scan = (_op(ops, f"mamba/ssd_{k}") for k in ("state", "cb", "scan"))
+    assert (state.m, state.k, state.n, state.groups) == (128, 128, 64, 64 * 64)
+    assert (cb.m, cb.k, cb.n, cb.groups) == (128, 128, 128, 64 * 8)
+    assert (scan.m, scan.k, scan.n, scan.groups) == (128, 256, 64, 64 * 64)
+    forward = sum(o.flops for o in ops if o.name.startswith("mamba/ssd") and o.phase == "fwd")
+    assert forward == 8192 * (64 * (2 * 128 * 64 + 2 * 256 * 64) + 8 * 2 * 128 * 128)
+    assert forward == pytest.approx(8192 * ssd_flops_per_token(NANO) / 23)
+    # the chunk states cross HBM as fp32 and 16-bit copies: 12 bytes per element forward, 24 backward
+    states = 64 * 64 * 128 * 64
+    assert _op(ops, "mamba/ssd_states").nbytes == 12 * states
+    assert _op(ops, "mamba/ssd_states", "bwd_x").nbytes == 24 * states
+    # SSD products stay in 16 bits under an fp8 plan (no quantization casts for them)
+    fp8 = hybrid_block(NANO, Plan(precision="fp8"), "mamba")
+    assert not [o for o in fp8 if o.name.startswith("mamba/ssd") and o.name.endswith("/cast")]
+    assert [o for o in fp8 if o.name == "mamba/in_proj/cast"]
+
+
+def test_mamba_block_keeps_its_inputs_and_the_scan_output():
+    """Saved per block (t = 1, T = 8192): norm input 2688, in_proj input 2688, in_proj output 10304 (z, x, B, C, dt),
+    scan output 4096 and out_proj input 4096 values per token, 2 bytes each."""
+    ops = mamba_block(NANO, Plan(), dims(NANO, Plan()))
+    assert saved_bytes(ops) == 8192 * (2688 + 2688 + 10304 + 4096 + 4096) * ACT_BYTES
+
+
+def test_latent_moe_dispatches_latent_rows():
+    """Super, ep 8, T = 8192, top-22: the dispatch carries 8192 × 22 rows of 1024 (not 4096) 16-bit values; the
+    experts' fc1 is (rows × 1024)·(1024 × 2688); H → 1024 and 1024 → H projections around them."""
+    plan = Plan(ep=8, dp=8)
+    ops = layer_kinds(SUPER, plan)["moe"]
+    assert _op(ops, "moe/dispatch").nbytes == 8192 * 22 * 1024 * ACT_BYTES
+    fc1 = _op(ops, "moe/experts/fc1")
+    assert (fc1.k, fc1.n) == (1024, 2688)
+    assert (_op(ops, "moe/latent_in").k, _op(ops, "moe/latent_in").n) == (4096, 1024)
+    assert (_op(ops, "moe/latent_out").k, _op(ops, "moe/latent_out").n) == (1024, 4096)
+
+
+def test_average_layer_weights_the_block_kinds():
+    """Nano: 23/52 Mamba, 6/52 attention, 23/52 MoE; the layer's saved bytes and parameters are those shares."""
+    assert kind_fractions(NANO) == {"mamba": 23 / 52, "attention": 6 / 52, "moe": 23 / 52}
+    plan = Plan(ep=8, dp=8)
+    per_kind = layer_kinds(NANO, plan)
+    est = estimate(NANO, load_system("h100").cluster(8), replace(plan, recompute="none"))
+    units = est.detail[2]
+    assert units.layer_saved == pytest.approx(sum(saved_bytes(per_kind[k]) * f
+                                                  for k, f in kind_fractions(NANO).items()))
+    params = layer_params(NANO, plan)
+    experts = 128 * NANO.expert_params() / 8
+    assert params.expert == pytest.approx(23 / 52 * experts)
+    assert params.dense * 52 == pytest.approx(NANO.params() - 23 * 128 * NANO.expert_params()
+                                              - NANO.embedding_params() - NANO.head_params())
+
+
+def test_per_op_counts_follow_the_blocks():
+    """The per-op table runs each block kind's ops (its count of blocks) × micro-batches times."""
+    est = estimate(NANO, load_system("h100").cluster(8), Plan(ep=8, dp=8, global_batch=64, recompute="none"))
+    rows = {(r.name, r.phase): r.count for r in est.ops}
+    assert rows[("mamba/in_proj", "fwd")] == 23 * 8
+    assert rows[("attn/core", "fwd")] == 6 * 8
+    assert rows[("moe/router", "fwd")] == 23 * 8
+
+
+@pytest.mark.parametrize(("plan", "reason"), [
+    (Plan(tp=16, dp=1), "tp=16 does not divide mamba_groups=8"),
+    (Plan(cp=2, dp=4), "cp=2: context parallelism of Mamba layers is not modelled"),
+    (Plan(fusion="eager"), "fusion='eager': hybrid models (layer_pattern) are costed with fusion='fused' only"),
+    (Plan(finetune="lora"), "finetune='lora': hybrid models"),
+])
+def test_plans_a_hybrid_cannot_run_name_the_reason(plan, reason):
+    assert any(reason in r for r in check(NANO, None, plan))
+
+
+def test_search_agrees_with_estimate_and_rejects_cp():
+    cluster = load_system("h100").cluster(16)
+    space = Space(global_batch=64, zero=(1,), recompute=("none", "full"), offload_optimizer=(False,),
+                  offload_activations=(False,), max_micro_batch=2)
+    result = search(NANO, cluster, space, top_k=3, workers=1)
+    assert result.plans and "cp of Mamba layers not modelled" in result.rejected
+    for best in result.plans:
+        again = estimate(NANO, cluster, best.plan)
+        assert again.step_time == pytest.approx(best.step_time, rel=1e-6)
+        assert again.peak_memory == pytest.approx(best.peak_memory, rel=1e-6)
+
+
+def test_cli_estimates_a_hybrid_config_json(capsys):
+    from pathlib import Path
+
+    config = Path(__file__).parent / "data" / "hf" / "nemotron-3-nano" / "config.json"
+    code = main(["estimate", "--model", str(config), "--seq", "8192", "--system", "h100", "--gpus", "16",
+                 "--ep", "8", "--global-batch", "1024", "--recompute", "none", "--precision", "fp8"])
+    out = capsys.readouterr().out
+    assert code == 0 and "31.6 B params" in out and "step time" in out
