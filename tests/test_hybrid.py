@@ -131,3 +131,22 @@ def test_cli_estimates_a_hybrid_config_json(capsys):
                  "--ep", "8", "--global-batch", "1024", "--recompute", "none", "--precision", "fp8"])
     out = capsys.readouterr().out
     assert code == 0 and "31.6 B params" in out and "step time" in out
+
+
+def test_validation_skips_hybrid_runs_unless_asked():
+    """A Nemotron 3 record (sizes unstated: the preset of its name) is skipped with the reason by default, and
+    compared with ``hybrid=True`` (``meshplan validate --hybrid``), on its tokens/s."""
+    from meshplan.validate import Skip, map_run
+
+    rec = {"id": "n", "group": "megatron_bridge_26.04", "framework": "Megatron-Bridge / Megatron-Core",
+           "task": "pretrain", "precision": "fp8",
+           "model": {"name": "Nemotron-3-Nano", "arch": None, "num_layers": None, "hidden_size": None,
+                     "num_heads": None, "seq_length": 8192},
+           "hardware": {"gpu": "H100", "num_gpus": 16, "gpus_per_node": 8},
+           "parallel": {"tp": 1, "pp": 1, "dp": 16, "cp": 1, "ep": 8, "micro_batch_size": 1,
+                        "global_batch_size": 1024},
+           "measured": {"tokens_per_s_per_gpu": 14507}}
+    with pytest.raises(Skip, match="hybrid Mamba-2 model, costed but not compared"):
+        map_run(rec)
+    case = map_run(rec, hybrid=True)
+    assert case.model.layer_pattern == NANO.layer_pattern and case.plan.ep == 8 and case.measured == 14507

@@ -367,12 +367,14 @@ class _progress:
 @click.option("--group", default=None, help="only the runs of this source group")
 @click.option("--exclude-superseded", is_flag=True,
               help="skip the older numbers of configurations a newer record also gives (evaluated by default)")
+@click.option("--hybrid", is_flag=True,
+              help="also compare the hybrid Mamba runs (costed, but skipped by default: Mamba-2 kernels uncalibrated)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def validate_cmd(path: str, group: str | None, exclude_superseded: bool, as_json: bool) -> None:
+def validate_cmd(path: str, group: str | None, exclude_superseded: bool, hybrid: bool, as_json: bool) -> None:
     """Predict every run of a published-runs JSONL file and compare with what was measured."""
     from meshplan.validate import validate_command
 
-    click.echo(validate_command(path, group, as_json, exclude_superseded))
+    click.echo(validate_command(path, group, as_json, exclude_superseded, hybrid))
 
 
 @cli.command("calibrate")

@@ -860,14 +860,15 @@ def _gpu_count(record: dict[str, Any]) -> tuple[dict[str, Any], str]:
 # Hybrid Mamba models are costed (ops.mamba_block) but not compared: nothing calibrates the Mamba-2 scan kernels'
 # cost, and Megatron-Bridge's Nemotron 3 recipes recompute whole modules (scripts/performance/configs/nemotronh/
 # nemotron_3_workload_base_configs.py: recompute_modules ["moe", "moe_act", "layernorm", "core_attn"] on H100 Nano
-# and GB200 Super), which Plan.recompute cannot express. Compared anyway, the 24 runs came out 30-109 % fast (the
-# B200 Super runs 13-21 % slow).
+# and GB200 Super), which Plan.recompute cannot express, nor Super's two multi-token-prediction passes. ``meshplan
+# validate --hybrid`` compares them anyway; docs/ACCURACY.md lists that comparison apart from the summaries.
 HYBRID_SKIP = ("{name}: hybrid Mamba-2 model, costed but not compared (Mamba-2 scan kernels uncalibrated; the "
-               "recipe's module recompute, recompute_modules, not modelled)")
+               "recipe's module recompute and multi-token prediction not modelled; meshplan validate --hybrid compares "
+               "it)")
 
 
-def map_run(record: dict[str, Any]) -> Case:
-    """Record → Case, or Skip with the reason."""
+def map_run(record: dict[str, Any], hybrid: bool = False) -> Case:
+    """Record → Case, or Skip with the reason (a hybrid Mamba model unless ``hybrid``: HYBRID_SKIP)."""
     record = clean_record(record)
     m = record.get("model") or {}
     if not m.get("name") and m.get("num_layers") is None:
@@ -876,7 +877,7 @@ def map_run(record: dict[str, Any]) -> Case:
         raise Skip(f"{m.get('name')}: model sizes not recorded (and no preset of that name)")
     metric, value, basis = pick_metric(record)
     model, notes = map_model(m)
-    if model.is_hybrid:
+    if model.is_hybrid and not hybrid:
         raise Skip(HYBRID_SKIP.format(name=m.get("name")))
     if metric in FLOP_METRICS and flops_basis(record) == "unknown":
         notes.append(UNKNOWN_BASIS_NOTE)
@@ -1017,7 +1018,8 @@ def fill_from_siblings(record: dict[str, Any], records: Sequence[dict[str, Any]]
 
 
 def run_validation(records: Sequence[dict[str, Any]], group: str | None = None, exclude_superseded: bool = False,
-                   eff: Efficiency = DEFAULT) -> list[RunResult]:
+                   eff: Efficiency = DEFAULT, hybrid: bool = False) -> list[RunResult]:
+    """Every record evaluated or skipped with its reason; ``hybrid``: compare the hybrid Mamba runs too."""
     results = []
     cleaned = [clean_record(r) for r in records]
     for record, reason in select(cleaned, group, exclude_superseded):
@@ -1027,7 +1029,7 @@ def run_validation(records: Sequence[dict[str, Any]], group: str | None = None, 
             continue
         try:
             try:
-                case = map_run(fill_from_siblings(record, cleaned))
+                case = map_run(fill_from_siblings(record, cleaned), hybrid)
             except (ArithmeticError, LookupError, TypeError, ValueError) as exc:  # a record the mapping misreads
                 raise Skip(f"record not understood ({type(exc).__name__}: {exc})") from exc
             results.append(evaluate_case(case, eff))
@@ -1146,14 +1148,15 @@ def fit_check_markdown(results: Sequence[RunResult]) -> list[str]:
     return out
 
 
-def validate_command(path: str, group: str | None, as_json: bool, exclude_superseded: bool = False) -> str:
+def validate_command(path: str, group: str | None, as_json: bool, exclude_superseded: bool = False,
+                     hybrid: bool = False) -> str:
     """The text (a rich table of every run, then the summaries) or JSON that ``meshplan validate`` prints."""
     records = read_runs(path)
     if group is not None and not any(r.get("group") == group for r in records):
         known = sorted({str(r["group"]) for r in records if r.get("group")})
         listed = f"groups: {', '.join(known)}" if known else "no record names a group"
         raise SpecError(f"group={group!r} is not in {path} ({listed})")
-    results = run_validation(records, group, exclude_superseded)
+    results = run_validation(records, group, exclude_superseded, hybrid=hybrid)
     summary = summaries(results)
     if as_json:
         return json.dumps(_finite({"runs": [r.to_dict() for r in results], "summary": summary["overall"],
