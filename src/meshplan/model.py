@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import MISSING, dataclass, field, fields, replace
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -158,7 +159,7 @@ class ModelSpec:
         """One block per layer (``layer_pattern``), not attention + MLP."""
         return bool(self.layer_pattern)
 
-    @property
+    @cached_property
     def block_counts(self) -> dict[str, int]:
         """Layers of each kind: {"dense": L - L_moe, "moe": L_moe} (attention + MLP / MoE layers), or for a hybrid
         the blocks of each kind in ``layer_pattern`` ("mamba", "attention", "mlp", "moe"), kinds present only."""
@@ -196,7 +197,7 @@ class ModelSpec:
         after = i - self.first_k_dense_layers
         return self.is_moe and after >= 0 and after % self.moe_layer_freq == 0
 
-    @property
+    @cached_property
     def num_moe_layers(self) -> int:
         return sum(self.is_moe_layer(i) for i in range(self.num_layers))
 
