@@ -14,6 +14,15 @@ that someone else measured, so an error here is the efficiency model's own, with
   geometric mean over 4k-32k keys. ``attention_exp_*`` (Blackwell Ultra's doubled exponential throughput) come from
   the same benchmark's Llama-3.1 heads (d = 128), so these rows check how the model moves them to another head
   dimension.
+- mamba_ssm's Triton SSD forward (``_mamba_chunk_scan_combined_fwd``, five kernels) on an H100, 128 heads of 64,
+  state 128, one group, chunk 256, fp16, batch 1 (vLLM PR #27299, cyang49's table from RishiAstra's
+  ssm_benchmark.py): 1.2064e7, 1.2623e7 and 1.2924e7 tokens/s at 4,096, 8,192 and 16,384 tokens. ``Efficiency.ssd``
+  is the 8,192-token row's streaming rate, so that row is its calibration (error 0 by construction, printed to show
+  it) and the other two are checks of how the model scales with the length.
+- A pure Mamba-2 model (d_model 2048, 48 layers, batch 4, 4,096 tokens, bf16; mamba_ssm's Mamba2 defaults: 64
+  heads of 64, state 128, one group, chunk 256) trained on one A100, H200 and GB200 (state-spaces/mamba#904):
+  102.5, 239.2 and 360.4 TFLOP/s. Its throughput ratios between GPUs check how the SSD kernels' rate moves from the
+  H100 it was measured on: with the SM count (``Efficiency.ssd``, latency-bound) rather than the HBM bandwidth.
 
 Run: python benchmarks/kernel_checks.py
 """
@@ -24,9 +33,10 @@ import math
 from dataclasses import dataclass
 
 from meshplan.efficiency import DEFAULT
+from meshplan.estimate import estimate
 from meshplan.hardware import load_system
 from meshplan.model import ModelSpec, load_model
-from meshplan.ops import core_attention, dense_layer, dims
+from meshplan.ops import core_attention, dense_layer, dims, ssd_ops
 from meshplan.plan import Plan
 from meshplan.roofline import op_time
 
@@ -46,6 +56,35 @@ DSV3_MEASURED = {
     ("fp8", "fwd"): ((2883, 3231, 3409, 3424), (2148, 2473, 2603, 2565)),
     ("fp8", "bwd"): ((2019, 2363, 2433, 2474), (1719, 2002, 2044, 1927)),
 }
+
+
+SSD_BENCHMARK = "mamba_ssm Triton SSD forward, H100 (vLLM PR #27299)"
+SSD_MEASURED = {4096: 1.206409e7, 8192: 1.262327e7, 16384: 1.292440e7}  # tokens/s
+
+
+def ssd_forward_seconds(tokens: int) -> float:
+    """meshplan's time for the forward SSD kernels of the benchmark's shape on one H100."""
+    model = ModelSpec(name="ssd-benchmark", num_layers=1, hidden_size=4096, num_heads=32, ffn_hidden_size=1,
+                      vocab_size=1024, seq_length=tokens, layer_pattern="M", mamba_heads=128, mamba_head_dim=64,
+                      mamba_state=128, mamba_groups=1, mamba_chunk=256, norm="rmsnorm", position_embedding="none")
+    plan, acc = Plan(), load_system("h100").accelerator
+    return sum(float(op_time(op, acc, "bf16", DEFAULT)) for op in ssd_ops(model, dims(model, plan))
+               if op.phase == "fwd")
+
+
+MAMBA2_ISSUE = "pure Mamba-2 model, one GPU (state-spaces/mamba#904)"
+MAMBA2_MEASURED = {"a100": 102.5, "h200": 239.2, "gb200": 360.4}  # TFLOP/s, one accounting for all three
+MAMBA2 = ModelSpec(name="mamba2-d2048", num_layers=48, hidden_size=2048, num_heads=16, ffn_hidden_size=1,
+                   vocab_size=50280, seq_length=4096, layer_pattern="M" * 48, mamba_heads=64, mamba_head_dim=64,
+                   mamba_state=128, mamba_groups=1, mamba_chunk=256, norm="rmsnorm", position_embedding="none",
+                   tied_embeddings=True)
+
+
+def mamba2_tokens_per_second(system: str) -> float:
+    """meshplan's training throughput of the issue's model on one GPU of ``system`` (batch 4, no recompute)."""
+    cluster = load_system(system).cluster(1, nvlink_domain=1)
+    plan = Plan(micro_batch=4, global_batch=4)
+    return float(estimate(MAMBA2, cluster, plan).tokens_per_s)
 
 
 @dataclass(frozen=True)
@@ -97,7 +136,14 @@ def checks() -> list[Check]:
                        geometric_mean([a / b for a, b in zip(*DSV3_MEASURED[kernel, phase], strict=True)]),
                        dsv3_attention_speedup(kernel, phase), "x")
                  for kernel, phase in DSV3_MEASURED]
-    return gemms + attention
+    ssd = [Check(f"Mamba-2 SSD forward, {tokens:,} tokens" + (" (calibration)" if tokens == 8192 else ""),
+                 SSD_BENCHMARK, tokens / rate, ssd_forward_seconds(tokens))
+           for tokens, rate in SSD_MEASURED.items()]
+    ratios = [Check(f"Mamba-2 model, {b.upper()} / {a.upper()} throughput", MAMBA2_ISSUE,
+                    MAMBA2_MEASURED[b] / MAMBA2_MEASURED[a],
+                    mamba2_tokens_per_second(b) / mamba2_tokens_per_second(a), "x")
+              for a, b in (("a100", "h200"), ("h200", "gb200"))]
+    return gemms + attention + ssd + ratios
 
 
 def table() -> list[str]:

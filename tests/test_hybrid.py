@@ -133,10 +133,12 @@ def test_cli_estimates_a_hybrid_config_json(capsys):
     assert code == 0 and "31.6 B params" in out and "step time" in out
 
 
-def test_validation_skips_hybrid_runs_unless_asked():
-    """A Nemotron 3 record (sizes unstated: the preset of its name) is skipped with the reason by default, and
-    compared with ``hybrid=True`` (``meshplan validate --hybrid``), on its tokens/s."""
-    from meshplan.validate import Skip, map_run
+def test_validation_compares_nano_and_keeps_super_apart_unless_asked():
+    """A Nemotron 3 Nano record (sizes unstated: the preset of its name) is compared on its tokens/s, with the
+    release's module recompute (Megatron-Bridge's H100 FP8 recipe: moe, layernorm, core_attn, moe_act); a
+    Nemotron 3 Super record (a latent MoE) is skipped with the reason by default and compared with ``hybrid=True``
+    (``meshplan validate --hybrid``), with its recipe's two multi-token-prediction depths."""
+    from meshplan.validate import Skip, evaluate_case, map_run
 
     rec = {"id": "n", "group": "megatron_bridge_26.04", "framework": "Megatron-Bridge / Megatron-Core",
            "task": "pretrain", "precision": "fp8",
@@ -146,7 +148,16 @@ def test_validation_skips_hybrid_runs_unless_asked():
            "parallel": {"tp": 1, "pp": 1, "dp": 16, "cp": 1, "ep": 8, "micro_batch_size": 1,
                         "global_batch_size": 1024},
            "measured": {"tokens_per_s_per_gpu": 14507}}
-    with pytest.raises(Skip, match="hybrid Mamba-2 model, costed but not compared"):
-        map_run(rec)
-    case = map_run(rec, hybrid=True)
+    case = map_run(rec)
     assert case.model.layer_pattern == NANO.layer_pattern and case.plan.ep == 8 and case.measured == 14507
+    assert case.plan.recompute == "selective"
+    assert case.plan.recompute_modules == ("moe", "layernorm", "core_attn", "moe_act")
+    result = evaluate_case(case)
+    assert result.error is not None and abs(result.error) < 0.1
+    super_rec = {**rec, "model": {**rec["model"], "name": "Nemotron-3-Super"}, "precision": "mxfp8",
+                 "hardware": {"gpu": "GB200", "num_gpus": 64, "gpus_per_node": 4},
+                 "parallel": {**rec["parallel"], "tp": 2, "dp": 32, "ep": 64, "global_batch_size": 512}}
+    with pytest.raises(Skip, match="hybrid Mamba-2 model with a latent MoE, compared apart"):
+        map_run(super_rec)
+    apart = map_run(super_rec, hybrid=True)
+    assert (apart.model.mtp_layers, apart.model.mtp_pattern) == (2, "*E")

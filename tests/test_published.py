@@ -351,7 +351,7 @@ def test_torchtitan_pipeline_batches_and_fsdp():
 @pytest.mark.parametrize(("over", "reason"), [
     ({"model": {"name": "Nemotron-3-Super", "arch": None, "num_layers": None, "hidden_size": None,
                 "num_heads": None, "num_kv_heads": None, "ffn_hidden_size": None, "vocab_size": None}},
-     "hybrid Mamba-2 model, costed but not compared"),
+     "hybrid Mamba-2 model with a latent MoE, compared apart"),
     ({"model": {"name": "Nemotron-3-Ultra", "arch": None, "num_layers": None, "hidden_size": None,
                 "num_heads": None}}, "sizes not recorded"),
     ({"measured": {"tokens_per_s_per_gpu": None, "model_tflops_per_gpu": None}}, "all values null"),

@@ -40,6 +40,8 @@ class PlanBatch:
     zero: int = 0
     recompute: str = "none"
     recompute_layers: int = 0
+    recompute_modules: tuple[str, ...] = ("core_attn",)
+    last_stage_layers: int = 0
     offload_optimizer: bool = False
     offload_activations: bool = False
     offload_layers: int = 0

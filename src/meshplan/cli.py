@@ -20,6 +20,7 @@ from meshplan.plan import (
     LORA_TARGETS,
     PIPELINE_RUNTIMES,
     PRECISION,
+    RECOMPUTE_MODULES,
     fsdp_has_zero,
 )
 
@@ -86,6 +87,23 @@ fp8_scaling_option = click.option(
     help="with --precision fp8: delayed (TE's default, amax history) or current (this tensor's amax: one more read)")
 
 
+recompute_modules_option = click.option(
+    "--recompute-modules", "recompute_modules_text", default="core_attn", show_default=True,
+    help="with selective recompute: the modules recomputed, comma-separated (Megatron-Core's recompute_modules: "
+         + ", ".join(RECOMPUTE_MODULES) + ")")
+
+
+def recompute_modules(text: str) -> tuple[str, ...]:
+    """``--recompute-modules`` as a tuple of known module names, each once."""
+    modules = tuple(m.strip() for m in text.split(","))
+    for m in modules:
+        if m not in RECOMPUTE_MODULES:
+            raise SpecError(f"recompute-modules={m!r} must be one of {', '.join(RECOMPUTE_MODULES)}")
+    if len(set(modules)) != len(modules):
+        raise SpecError(f"recompute-modules={text} names a module twice")
+    return modules
+
+
 def _apply(options):
     def deco(f):
         for opt in reversed(options):
@@ -139,6 +157,8 @@ def cli() -> None:
 @click.option("--ep", type=int, default=1, show_default=True)
 @click.option("--etp", type=int, default=0, help="expert tensor parallel size (default: tp)")
 @click.option("--vpp", type=int, default=1, show_default=True, help="virtual pipeline stages per rank")
+@click.option("--last-stage-layers", type=int, default=0, show_default=True,
+              help="layers on the last pipeline rank (Megatron-Core decoder_last_pipeline_num_layers; 0: even split)")
 @click.option("--sp/--no-sp", "sequence_parallel", default=None, help="sequence parallelism (default: on if tp>1)")
 @click.option("--micro-batch", type=int, default=1, show_default=True)
 @click.option("--global-batch", type=int, default=None, help="sequences per step (default ≈ 4M tokens)")
@@ -146,6 +166,7 @@ def cli() -> None:
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="selective",
               show_default=True)
 @click.option("--recompute-layers", type=int, default=0, help="with --recompute full: layers per stage (0 = all)")
+@recompute_modules_option
 @click.option("--offload-optimizer", is_flag=True)
 @click.option("--offload-activations", is_flag=True)
 @click.option("--offload-layers", type=int, default=0, show_default=True,
@@ -171,11 +192,11 @@ def cli() -> None:
               help="with --lora-rank: adapters on every attention and MLP linear, or the QKV projection only")
 @click.option("--ops", "show_ops", is_flag=True, help="print the per-op table")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep, etp, vpp, sequence_parallel,
-             micro_batch, global_batch, zero, recompute, recompute_layers, offload_optimizer, offload_activations,
-             offload_layers, precision, fp8_scaling, grad_bytes, schedule, placement, overlap_tp, no_overlap_dp,
-             overlap_pp, fusion, expert_gemm, attention_kernel, fsdp, pipeline_runtime, lora_rank, lora_targets,
-             show_ops, as_json) -> None:
+def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep, etp, vpp, last_stage_layers,
+             sequence_parallel, micro_batch, global_batch, zero, recompute, recompute_layers, recompute_modules_text,
+             offload_optimizer, offload_activations, offload_layers, precision, fp8_scaling, grad_bytes, schedule,
+             placement, overlap_tp, no_overlap_dp, overlap_pp, fusion, expert_gemm, attention_kernel, fsdp,
+             pipeline_runtime, lora_rank, lora_targets, show_ops, as_json) -> None:
     """Estimate one training step of MODEL on GPUS accelerators of SYSTEM under one parallel plan."""
     from meshplan.estimate import estimate as run
     from meshplan.plan import Plan
@@ -196,16 +217,19 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
         raise SpecError(f"lora-targets={lora_targets} needs --lora-rank (LoRA fine-tuning)")
     if recompute_layers and recompute != "full":
         raise SpecError(f"recompute-layers={recompute_layers} needs --recompute full (got {recompute})")
+    modules = recompute_modules(recompute_modules_text)
+    if modules != ("core_attn",) and recompute != "selective":
+        raise SpecError(f"recompute-modules={recompute_modules_text} needs --recompute selective (got {recompute})")
     if dp is None:
         if gpus % (tp * pp * cp):
             raise SpecError(f"tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp} does not divide gpus={gpus}")
         dp = gpus // (tp * pp * cp)
     if global_batch is None:
         global_batch = default_global_batch(model.seq_length, dp, micro_batch)
-    plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp,
+    plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, last_stage_layers=last_stage_layers,
                 sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel,
                 micro_batch=micro_batch, global_batch=global_batch, zero=zero, recompute=recompute,
-                recompute_layers=recompute_layers, offload_optimizer=offload_optimizer,
+                recompute_layers=recompute_layers, recompute_modules=modules, offload_optimizer=offload_optimizer,
                 offload_activations=offload_activations or offload_layers > 0, offload_layers=offload_layers,
                 precision=precision, fp8_scaling=fp8_scaling, grad_bytes=grad_bytes,
                 schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"),
@@ -269,6 +293,7 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
 @click.option("--top", "top_k", type=int, default=10, show_default=True, help="plans to list")
 @click.option("--zero", "zero_opts", default="0,1,2,3", show_default=True, help="ZeRO stages to consider")
 @click.option("--recompute", "recompute_opts", default="none,selective,full", show_default=True)
+@recompute_modules_option
 @click.option("--sp", "sp_opts", default="off,on", show_default=True, help="sequence parallelism options")
 @click.option("--offload/--no-offload", default=True, show_default=True, help="consider optimizer / activation offload")
 @click.option("--placements", type=click.Choice(["all", "default"]), default="all", show_default=True,
@@ -291,9 +316,9 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
               help="across GPU counts: fastest, or cheapest for the token budget")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_k, zero_opts, recompute_opts,
-             sp_opts, offload, placements, max_micro_batch, max_plans, precision, fp8_scaling, grad_bytes, overlap_tp,
-             overlap_pp, expert_gemm, attention_kernel, fsdp, pipeline_runtime, tokens, price, rank_by,
-             as_json) -> None:
+             recompute_modules_text, sp_opts, offload, placements, max_micro_batch, max_plans, precision, fp8_scaling,
+             grad_bytes, overlap_tp, overlap_pp, expert_gemm, attention_kernel, fsdp, pipeline_runtime, tokens, price,
+             rank_by, as_json) -> None:
     """Search every parallel plan of MODEL on GPUS accelerators of SYSTEM and rank the feasible ones."""
     from meshplan.search import Space, search
 
@@ -323,7 +348,8 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
     for n in counts:
         model, cluster = load_inputs(model_ref, system_ref, seq, nvlink_domain, n)
         gbs = global_batch or default_global_batch(model.seq_length, 1, 1)  # sequences() checked a stated one
-        space = Space(global_batch=gbs, zero=zeros, recompute=recomputes, sequence_parallel=sps,
+        space = Space(global_batch=gbs, zero=zeros, recompute=recomputes,
+                      recompute_modules=recompute_modules(recompute_modules_text), sequence_parallel=sps,
                       offload_optimizer=(False, True) if offload else (False,),
                       offload_activations=(False, True) if offload else (False,),
                       all_placements=placements == "all", max_micro_batch=max_micro_batch, precision=precision,
@@ -368,7 +394,8 @@ class _progress:
 @click.option("--exclude-superseded", is_flag=True,
               help="skip the older numbers of configurations a newer record also gives (evaluated by default)")
 @click.option("--hybrid", is_flag=True,
-              help="also compare the hybrid Mamba runs (costed, but skipped by default: Mamba-2 kernels uncalibrated)")
+              help="also compare the runs kept apart: hybrid Mamba models with a latent MoE (Nemotron 3 Super), whose "
+                   "residual error is not explained")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def validate_cmd(path: str, group: str | None, exclude_superseded: bool, hybrid: bool, as_json: bool) -> None:
     """Predict every run of a published-runs JSONL file and compare with what was measured."""

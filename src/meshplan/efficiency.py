@@ -230,6 +230,17 @@ class Efficiency:
     attention_exp_bwd: float = exp_share((1254 / 1172 * 1448 / 1344 * 1516 / 1327 * 1416 / 1202) ** 0.25)
     attention_exp_fp8_fwd: float = exp_share((2526 / 1781 * 2893 / 2012 * 3074 / 2112 * 3134 / 2135) ** 0.25)
     attention_exp_fp8_bwd: float = exp_share((1395 / 1178 * 1777 / 1446 * 2037 / 1633 * 2121 / 1670) ** 0.25)
+    # mamba_ssm's Triton SSD kernels (Mamba-2's chunked scan: ops.ssd_ops, ``variant="ssd"``) are bound by memory
+    # latency, not by their math nor by HBM bandwidth: the forward's five kernels (``_mamba_chunk_scan_combined_fwd``)
+    # on an H100, 128 heads of 64, state 128, one group, chunk 256, fp16, run at 1.2623e7 tokens/s at 8,192 tokens
+    # (vLLM PR #27299, cyang49's table from RishiAstra's ssm_benchmark.py): 0.649 ms for the 830.5 MB of ssd_ops'
+    # forward records, 1.28 TB/s, 38 % of the H100's 3.35 TB/s. A latency-bound kernel streams what its SMs keep in
+    # flight per memory latency (Little's law), and DRAM latency hardly changes between GPU generations, so its rate
+    # goes with the SM count, not the bandwidth: this is bytes per second per SM, 1.28 TB/s over the H100's 132 SMs.
+    # The same rate gives the benchmark's 4,096- and 16,384-token rows within 5 %, and a pure Mamba-2 model's
+    # measured GPU-to-GPU throughput ratios (state-spaces/mamba#904: H200 / A100 2.33, GB200 / H200 1.51) better
+    # than a bandwidth-bound rate would (benchmarks/kernel_checks.py). Measured on an H100 only.
+    ssd: float = 830.5e6 / (8192 / 1.262327e7) / 132
     nvlink: float = 0.8  # NCCL bus bandwidth / NVLink peak (nccl-tests)
     network: float = 0.9  # NCCL bus bandwidth / NIC peak (nccl-tests over InfiniBand NDR/HDR)
     clock_exponent: float = 1 / 3  # P ∝ f³ (see the module docstring)

@@ -49,6 +49,7 @@ from meshplan.memory import (
     embedding_in_flight,
     kind_fractions,
     layer_params,
+    layers_on_last,
     layers_on_stage,
     model_states,
     offloaded_layers,
@@ -59,12 +60,16 @@ from meshplan.model import ModelSpec
 from meshplan.ops import (
     ACT_BYTES,
     FP32,
+    RECOMPUTE_MODULES,
     OpCost,
     dims,
     embedding_ops,
+    freed_by,
     head_ops,
     layer_kinds,
+    mtp_ops,
     pipeline_p2p,
+    rerun_by,
 )
 from meshplan.plan import Plan, validate
 from meshplan.roofline import compute_time, memory_time, op_time
@@ -180,7 +185,8 @@ class PassTimes:
 def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, recompute: str, eff: Efficiency = DEFAULT
                ) -> PassTimes:
     """Sum kernels per pass, apply the overlap rules, add recompute (``"full"``: the forward again;
-    ``"selective"``: the core-attention forward again). A hidden collective still slows the compute it
+    ``"selective"``: the forward kernels of ``plan.recompute_modules`` again, ``ops.RECOMPUTE_MODULES``, with a
+    recomputed MoE layer's exposed forward all-to-alls). A hidden collective still slows the compute it
     overlaps by ``eff.overlap_slowdown`` × its hidden time (SMs and HBM it takes; efficiency.py); that cost
     is booked under the collective's component."""
     s: dict[tuple[str, str], Num] = {}
@@ -223,7 +229,10 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, recompute: str, 
     if recompute == "full":
         redo = kernels["f"] + tp["f"] + cp["f"] + ep["f"]
     elif recompute == "selective":
-        redo = g(("f", "attention"), 0.0)
+        modules = plan.recompute_modules
+        redo = sum((t for t, again in zip(times, rerun_by(ops, modules), strict=True) if again), 0.0)
+        if any(RECOMPUTE_MODULES[m].all_to_all for m in modules):
+            redo = redo + ep["f"]
     else:
         redo = 0.0
     return PassTimes(fwd=kernels["f"], bwd=kernels["b"], recompute=redo, tp=tp["f"] + tp["b"],
@@ -263,9 +272,10 @@ class _Parts:
 
 def _ops(model: ModelSpec, plan: Plan) -> dict[str, list[OpCost]]:
     """Ops of one layer of each kind (``kind_fractions``: "dense" and "moe", or a hybrid's blocks), of the
-    embedding, the head and a pipeline send."""
+    embedding, the head, what a multi-token-prediction depth adds to its layer and head (``ops.mtp_ops``) and a
+    pipeline send."""
     return layer_kinds(model, plan) | {"embed": embedding_ops(model, plan), "head": head_ops(model, plan),
-                                       "p2p": pipeline_p2p(model, plan)}
+                                       "mtp": mtp_ops(model, plan), "p2p": pipeline_p2p(model, plan)}
 
 
 def _parts(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency,
@@ -294,10 +304,11 @@ def _layer(model: ModelSpec, plan: Plan, parts: _Parts, recompute: str, eff: Eff
     return layer
 
 
-def saved_bytes(ops: list[OpCost], recompute: str = "none") -> Num:
-    """Bytes the forward pass keeps for the backward pass (selective recompute drops the recomputable ones)."""
-    drop = recompute == "selective"
-    return sum((op.saved for op in ops if op.phase == "fwd" and not (drop and op.recomputable)), 0.0)
+def saved_bytes(ops: list[OpCost], recompute: str = "none", modules: tuple[str, ...] = ("core_attn",)) -> Num:
+    """Bytes the forward pass keeps for the backward pass (selective recompute of ``modules`` frees some,
+    ``ops.RECOMPUTE_MODULES``)."""
+    selective = recompute == "selective"
+    return sum((op.saved for op in ops if op.phase == "fwd" and not (selective and freed_by(op, modules))), 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,18 +355,35 @@ def units_for_recomputes(model: ModelSpec, cluster: Cluster, plan: Plan, parts: 
     everything but the layer's recompute sum and saved bytes."""
     plain = _layer(model, plan, parts, "none", eff)
     embed = pass_times(parts.ops["embed"], parts.times["embed"], plan, "none", eff)
-    head = pass_times(parts.ops["head"], parts.times["head"], plan, "none", eff)
+    head, head_saved = _head_and_mtp(model, plan, parts, eff)
     p2p = pass_times(parts.ops["p2p"], parts.times["p2p"], plan, "none", eff)
-    embed_saved, head_saved = saved_bytes(parts.ops["embed"]), saved_bytes(parts.ops["head"])
+    embed_saved = saved_bytes(parts.ops["embed"])
     fractions = kind_fractions(model)
     units = {}
     for recompute in recomputes:
         redo = plain if recompute == "none" else _layer(model, plan, parts, recompute, eff)
-        saved = sum(saved_bytes(parts.ops[kind], recompute) * f for kind, f in fractions.items())
+        saved = sum(saved_bytes(parts.ops[kind], recompute, plan.recompute_modules) * f
+                    for kind, f in fractions.items())
         units[recompute] = Units(layer=redo, layer_plain=plain, embed=embed, head=head, p2p=p2p, layer_saved=saved,
                                  embed_saved=embed_saved, head_saved=head_saved,
                                  p2p_paid=eff.overlap_slowdown if plan.overlap_pp else 1.0)
     return units
+
+
+def _head_and_mtp(model: ModelSpec, plan: Plan, parts: _Parts, eff: Efficiency) -> tuple[PassTimes, Num]:
+    """The last stage's head per micro-batch, and what it saves: the final norm, LM head and loss, and per
+    multi-token-prediction depth its own ops (``ops.mtp_ops``), one layer of each of ``mtp_kinds`` and the head
+    again (Megatron-Core's MTP layers share the output layer; without recompute, as the main layers' plain times)."""
+    head = pass_times(parts.ops["head"], parts.times["head"], plan, "none", eff)
+    saved = saved_bytes(parts.ops["head"])
+    if not model.mtp_layers:
+        return head, saved
+    depth = pass_times(parts.ops["mtp"], parts.times["mtp"], plan, "none", eff).plus(head)
+    depth_saved = saved_bytes(parts.ops["mtp"]) + saved
+    for kind in model.mtp_kinds:
+        depth = depth.plus(pass_times(parts.ops[kind], parts.times[kind], plan, "none", eff))
+        depth_saved = depth_saved + saved_bytes(parts.ops[kind])
+    return head.plus(depth.scaled(model.mtp_layers)), saved + model.mtp_layers * depth_saved
 
 
 def _scale(x: T, k: Num) -> T:
@@ -377,18 +405,24 @@ def _stage(model: ModelSpec, plan: Plan, layer: T, layer_plain: T, embed: T, hea
     Each of the v chunks sends once each way. With ``plan.overlap_pp`` and v > 1 a send hides behind a chunk's
     compute at the overlap slowdown ``p2p_paid``, whatever exceeds the chunk exposed (``hide``); the share paid
     is taken from the totals, so both forms agree."""
-    layers = layers_on_stage(model, plan)
-    if plan.recompute == "full":
-        redone = layers if plan.recompute_layers == 0 else minimum(plan.recompute_layers, layers)
-        body = _add(_scale(layer, redone), _scale(layer_plain, layers - redone))
-    else:
-        body = _scale(layer, layers)
+    def body(layers: Num) -> T:
+        if plan.recompute == "full":
+            redone = layers if plan.recompute_layers == 0 else minimum(plan.recompute_layers, layers)
+            return _add(_scale(layer, redone), _scale(layer_plain, layers - redone))
+        return _scale(layer, layers)
+
     single = plan.pp == 1
     send = _total(p2p)
-    paid = where(plan.vpp > 1, hide(send, _total(body) / plan.vpp, p2p_paid), send)  # hide(., ., 1) is send
-    middle = _add(body, _scale(p2p, plan.vpp * (plan.pp > 1) * paid / maximum(send, 1e-30)))
+
+    def with_sends(rank: T) -> T:
+        paid = where(plan.vpp > 1, hide(send, _total(rank) / plan.vpp, p2p_paid), send)  # hide(., ., 1) is send
+        return _add(rank, _scale(p2p, plan.vpp * (plan.pp > 1) * paid / maximum(send, 1e-30)))
+
+    middle = with_sends(body(layers_on_stage(model, plan)))
+    # an uneven last stage (plan.last_stage_layers) has layers of its own; an even split the same as the others
+    own_last = with_sends(body(layers_on_last(model, plan)))
     first = _add(_add(middle, embed), _scale(head, single))
-    last = _add(_add(middle, head), _scale(embed, single))
+    last = _add(_add(own_last, head), _scale(embed, single))
     return first, last, middle
 
 
@@ -675,12 +709,16 @@ def matmul_params(model: ModelSpec) -> int:
 def attention_flops_per_token(model: ModelSpec) -> float:
     """Forward FLOPs of Q·Kᵀ and A·V per token over all attention layers, no causal savings: 2·s·A·(d_qk + d_v)·L
     (a hybrid: its attention blocks), plus a hybrid's SSD scans (``ssd_flops_per_token``)."""
+    return attention_layer_flops(model) * model.num_attention_layers + ssd_flops_per_token(model)
+
+
+def attention_layer_flops(model: ModelSpec) -> float:
+    """Forward FLOPs per token of one attention layer's Q·Kᵀ and A·V, no causal savings: 2·s·A·(d_qk + d_v)."""
     if model.is_mla:
         d_qk, d_v = model.qk_nope_head_dim + model.qk_rope_head_dim, model.v_head_dim
     else:
         d_qk = d_v = model.head_dim
-    attention = 2.0 * model.seq_length * model.num_heads * (d_qk + d_v) * model.num_attention_layers
-    return attention + ssd_flops_per_token(model)
+    return 2.0 * model.seq_length * model.num_heads * (d_qk + d_v)
 
 
 def ssd_flops_per_token(model: ModelSpec) -> float:
@@ -695,8 +733,21 @@ def ssd_flops_per_token(model: ModelSpec) -> float:
 
 
 def model_flops_per_token(model: ModelSpec) -> float:
-    """Training (forward + backward) model FLOPs per token: 6·N + 3 · attention forward (PaLM App. B)."""
-    return 6.0 * matmul_params(model) + 3.0 * attention_flops_per_token(model)
+    """Training (forward + backward) model FLOPs per token: 6·N + 3 · attention forward (PaLM App. B), plus the
+    multi-token-prediction depths' (``mtp_flops_per_token``)."""
+    return 6.0 * matmul_params(model) + 3.0 * attention_flops_per_token(model) + mtp_flops_per_token(model)
+
+
+def mtp_flops_per_token(model: ModelSpec) -> float:
+    """Per MTP depth, counted as the model's layers are: 6 · (eh_proj 2·H·H + the MTP layer's active parameters +
+    the LM head V·H) + 3 · the attention forward of its attention blocks, 2·s·A·(d_qk + d_v) each (Megatron-Core's
+    num_floating_point_operations counts the MTP layers likewise)."""
+    if not model.mtp_layers:
+        return 0.0
+    h = model.hidden_size
+    params = 2 * h * h + sum(model.block_params(k, active=True) for k in model.mtp_kinds) + model.vocab_size * h
+    attention = sum(k == "attention" or (k in ("dense", "moe") and not model.is_hybrid) for k in model.mtp_kinds)
+    return model.mtp_layers * (6.0 * params + 3.0 * attention * attention_layer_flops(model))
 
 
 def plan_flops_per_token(model: ModelSpec, plan: Plan) -> float:
@@ -714,10 +765,27 @@ def recompute_flops_per_token(model: ModelSpec, plan: Plan) -> float:
     if plan.recompute == "full":
         layers = layers_on_stage(model, plan)
         share = 1.0 if plan.recompute_layers == 0 else min(plan.recompute_layers, layers) / layers
-        return share * (forward - 2.0 * model.vocab_size * model.hidden_size)
+        return share * (forward - 2.0 * model.vocab_size * model.hidden_size - mtp_flops_per_token(model) / 3)
     if plan.recompute == "selective":
-        return attention_flops_per_token(model)
+        modules = plan.recompute_modules
+        attention = attention_flops_per_token(model) - ssd_flops_per_token(model) if "core_attn" in modules else 0.0
+        others = tuple(m for m in modules if m != "core_attn")
+        return attention + (module_flops_per_token(model, plan, others) if others else 0.0)
     return 0.0
+
+
+def module_flops_per_token(model: ModelSpec, plan: Plan, modules: tuple[str, ...]) -> float:
+    """Forward FLOPs per token of the ops the selective recompute of ``modules`` runs again, over all layers: a
+    layer's op on one GPU does the work of T/t of the tokens (T = b·s/c on the GPU; column- and row-parallel
+    GEMMs split the work t ways, a rank's experts take the k·T/t rows it routes), so per token it is
+    flops · t / T, counted once per layer of its kind."""
+    d = dims(model, plan)
+    counts = model.block_counts
+    total = 0.0
+    for kind, ops in layer_kinds(model, plan).items():
+        again = rerun_by(ops, modules)
+        total += counts[kind] * sum(op.flops for op, redo in zip(ops, again, strict=True) if redo)
+    return float(total * d.tp / d.tokens)
 
 
 # ---- the public result ------------------------------------------------------------------------------------
@@ -843,9 +911,10 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = D
 def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, parts: _Parts, units: Units
               ) -> tuple[OpRow, ...]:
     """Every op with its time per occurrence and how many times the busiest rank runs it per step."""
-    m, layers = plan.grad_accum, layers_on_stage(model, plan)
-    counts = {kind: m * layers * f for kind, f in kind_fractions(model).items()} | {
-        "embed": m, "head": m, "p2p": m * plan.vpp * (plan.pp > 1)}
+    m, layers, depths = plan.grad_accum, layers_on_stage(model, plan), model.mtp_layers
+    counts = {kind: m * (layers * f + depths * model.mtp_kinds.count(kind))
+              for kind, f in kind_fractions(model).items()} | {
+        "embed": m, "head": m * (1 + depths), "mtp": m * depths, "p2p": m * plan.vpp * (plan.pp > 1)}
     rows = []
     acc = cluster.accelerator
     for group, ops in parts.ops.items():

@@ -234,7 +234,8 @@ def _deepseek(c: _Reader) -> dict[str, Any]:
     per-expert score-correction bias e_score_correction_bias (E): an nn.Parameter in modeling_deepseek.py and
     a tensor in the checkpoint, a buffer in transformers (so not in its parameters()).
     The multi-token-prediction module (num_nextn_predict_layers) is not built by either modeling file and is
-    not counted: DeepSeek-V3's 671B excludes it (README_WEIGHTS.md: MTP adds 11.5B unique parameters).
+    not counted in the parameters: DeepSeek-V3's 671B excludes it (README_WEIGHTS.md: MTP adds 11.5B unique
+    parameters); it is trained, so it becomes ``mtp_layers`` (costed on the last stage, ``ops.mtp_ops``).
     """
     heads = c.need("num_attention_heads")
     nope, rope = c.need("qk_nope_head_dim"), c.need("qk_rope_head_dim")
@@ -270,6 +271,7 @@ def _deepseek(c: _Reader) -> dict[str, Any]:
         "first_k_dense_layers": dense,
         "moe_layer_freq": freq,
         "router_bias": c.text("topk_method") == "noaux_tc",
+        "mtp_layers": c.get("num_nextn_predict_layers", 0),
     }
 
 

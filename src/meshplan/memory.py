@@ -58,8 +58,15 @@ class Memory:
 
 
 def layers_on_stage(model: ModelSpec, plan: Plan) -> Num:
-    """Layers on the busiest pipeline rank: ⌈L / p⌉."""
-    return -(-model.num_layers // plan.pp)
+    """Layers on the first (and every middle) pipeline rank: ⌈L / p⌉, or with an uneven last stage
+    (``plan.last_stage_layers`` = l) the other ranks' even split of the rest, ⌈(L − l) / (p − 1)⌉."""
+    rest = -(-(model.num_layers - plan.last_stage_layers) // maximum(plan.pp - 1, 1))
+    return where(plan.last_stage_layers > 0, rest, -(-model.num_layers // plan.pp))
+
+
+def layers_on_last(model: ModelSpec, plan: Plan) -> Num:
+    """Layers on the last pipeline rank: ``plan.last_stage_layers``, or the even split's ⌈L / p⌉."""
+    return where(plan.last_stage_layers > 0, plan.last_stage_layers, -(-model.num_layers // plan.pp))
 
 
 @lru_cache(maxsize=256)
@@ -98,7 +105,7 @@ def moe_layers_on_stage(model: ModelSpec, plan: Plan, first: bool) -> Num:
     first_k_dense_replace = 3) and sit in the first rank's first model chunk, min(k, L / (p·v)) of them; after
     them one layer in moe_layer_freq is MoE. The last rank holds the model's last layers, past the dense ones.
     One stage (p = 1) holds all of them. (Timing keeps the model-wide share, ``moe_fraction``.)"""
-    layers = layers_on_stage(model, plan)
+    layers = layers_on_stage(model, plan) if first else layers_on_last(model, plan)
     if not model.is_moe:
         return 0 * layers
     if model.is_hybrid:  # E blocks spread through the pattern: the stage's share
@@ -156,7 +163,8 @@ def stage_params(model: ModelSpec, plan: Plan, first: bool) -> StageParams:
     split over the tensor-parallel ranks (VocabParallelEmbedding, the column-parallel output layer); a learned
     position table and the norms are copied on every rank (Megatron-LM's LanguageModelEmbedding keeps its
     position_embeddings a plain torch.nn.Embedding)."""
-    layers, moe_layers = layers_on_stage(model, plan), moe_layers_on_stage(model, plan, first)
+    layers = layers_on_stage(model, plan) if first else layers_on_last(model, plan)
+    moe_layers = moe_layers_on_stage(model, plan, first)
     other = other_layer_params(model, plan)
     moe_layer = kind_params(model, plan, "moe")
     single = plan.pp == 1
@@ -167,9 +175,27 @@ def stage_params(model: ModelSpec, plan: Plan, first: bool) -> StageParams:
     if model.tied_embeddings:
         head = head + (word / plan.tp) * (1 - single)
     extra = embed + head * single if first else head + embed * single
+    mtp = mtp_params(model, plan)
+    on_stage = single if first else 1  # the MTP layers sit on the last stage
     adapters = adapter_params(model, plan) * layers
     dense = other * (layers - moe_layers) + moe_layer.dense * moe_layers
-    return StageParams(dense=dense + extra + adapters, expert=moe_layer.expert * moe_layers, adapters=adapters)
+    return StageParams(dense=dense + extra + on_stage * mtp.dense + adapters,
+                       expert=moe_layer.expert * moe_layers + on_stage * mtp.expert, adapters=adapters)
+
+
+def mtp_params(model: ModelSpec, plan: Plan) -> StageParams:
+    """The multi-token-prediction layers on one GPU of the last stage (``ModelSpec.mtp_params``): their blocks split
+    as the model's are (``kind_params``), eh_proj t-ways, the three norms copied; with p > 1 the last stage also
+    holds a copy of the vocabulary-parallel embedding for the MTP lookup (Megatron-Core builds the embedding on
+    the stage that runs MTP and keeps the copies in sync like a tied head)."""
+    if not model.mtp_layers:
+        return StageParams(dense=0.0, expert=0.0)
+    copies = 1 if model.mtp_shared else model.mtp_layers
+    blocks = [kind_params(model, plan, kind) for kind in model.mtp_kinds]
+    h = model.hidden_size
+    own = 3 * model.norm_params(h) + 2 * h * h / (plan.tp * plan.tp2) + sum(b.dense for b in blocks)
+    embedding = model.vocab_size * h / plan.tp * (plan.pp > 1)
+    return StageParams(dense=copies * own + embedding, expert=copies * sum(b.expert for b in blocks))
 
 
 def model_states(params: StageParams, plan: Plan) -> tuple[Num, Num, Num]:
@@ -250,13 +276,13 @@ def activation_bytes(model: ModelSpec, plan: Plan, layer_saved: Num, layer_input
     ``layer_saved``: bytes one layer saves for one micro-batch; ``layer_input``: its input (kept by a
     fully recomputed layer).
     """
-    layers = layers_on_stage(model, plan)
+    layers = layers_on_last(model, plan) if last else layers_on_stage(model, plan)
     chunk_layers = layers / plan.vpp
     chunks = in_flight_chunks(plan, last)
     if plan.offload_activations:  # double-buffered: the layer computing and the one being copied
         # partial offload keeps the kept layers' share of the whole non-offloaded total (with full recompute that
         # share also scales its one-layer working set: an approximation, exact when every layer is offloaded)
-        kept = layers - offloaded_layers(model, plan)
+        kept = layers - minimum(offloaded_layers(model, plan), layers)
         on_gpu = activation_bytes(model, replace(plan, offload_activations=False), layer_saved, layer_input, last)
         return on_gpu * kept / layers + 2 * layer_saved
     if plan.recompute == "full":

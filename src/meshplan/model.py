@@ -89,6 +89,16 @@ class ModelSpec:
     mamba_conv: int = 4  # k, the causal conv1d kernel
     mamba_chunk: int = 128  # Q, the SSD chunk length (mamba_chunk_scan_combined)
     moe_latent_size: int = 0  # latent MoE width (0: experts on the hidden size)
+    # Multi-token prediction (DeepSeek-V3 §2.2; Megatron-Core multi_token_prediction.py): training runs
+    # ``mtp_layers`` extra depths after the last layer, each one MTP layer on the last pipeline stage: the next
+    # tokens' embedding and the previous depth's hidden state, each normed (enorm, hnorm), concatenated and
+    # projected 2H → H (eh_proj), one transformer layer (a hybrid: the blocks of ``mtp_pattern``, Megatron-Core's
+    # mtp_hybrid_override_pattern), a final norm, and the shared LM head and loss. ``mtp_shared``: one such layer
+    # applied at every depth (Megatron-Core mtp_use_repeated_layer). Not in ``params()``, which counts the model as
+    # Hugging Face builds it (``mtp_params``).
+    mtp_layers: int = 0
+    mtp_pattern: str = ""
+    mtp_shared: bool = False
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -98,14 +108,15 @@ class ModelSpec:
         for name in ("num_kv_heads", "head_dim", "num_experts", "moe_topk", "moe_ffn_hidden_size",
                      "shared_expert_ffn_size", "first_k_dense_layers", "q_lora_rank", "kv_lora_rank",
                      "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings",
-                     "mamba_heads", "mamba_head_dim", "mamba_state", "moe_latent_size"):
+                     "mamba_heads", "mamba_head_dim", "mamba_state", "moe_latent_size", "mtp_layers"):
             _non_negative(self, name)
         for name in ("mamba_groups", "mamba_conv", "mamba_chunk"):
             _positive(self, name)
         _positive(self, "moe_layer_freq")
         at_most(self, _SIZES, MAX_SIZE)
         _check_pattern(self)
-        at_most(self, ("num_layers",), MAX_LAYERS)
+        _check_mtp(self)
+        at_most(self, ("num_layers", "mtp_layers"), MAX_LAYERS)
         if self.num_kv_heads == 0:
             object.__setattr__(self, "num_kv_heads", self.num_heads)
         if self.head_dim == 0:
@@ -311,6 +322,24 @@ class ModelSpec:
         """Final norm plus the LM head (V·H unless tied to the embedding)."""
         return self.norm_params(self.hidden_size) + (0 if self.tied_embeddings else self.vocab_size * self.hidden_size)
 
+    @property
+    def mtp_kinds(self) -> tuple[str, ...]:
+        """The block kinds of one MTP layer: a hybrid's ``mtp_pattern``, else one layer of the last layer's kind."""
+        if not self.mtp_layers:
+            return ()
+        if self.is_hybrid:
+            return tuple(BLOCK_KINDS[c] for c in self.mtp_pattern)
+        return ("moe" if self.is_moe_layer(self.num_layers - 1) else "dense",)
+
+    def mtp_layer_params(self, active: bool = False) -> int:
+        """One MTP layer: enorm, hnorm and the final norm, eh_proj 2H·H, its blocks (``mtp_kinds``)."""
+        h = self.hidden_size
+        return 3 * self.norm_params(h) + 2 * h * h + sum(self.block_params(k, active) for k in self.mtp_kinds)
+
+    def mtp_params(self) -> int:
+        """Parameters of the MTP layers (one set when ``mtp_shared``); the embedding and head are shared."""
+        return (1 if self.mtp_shared else self.mtp_layers) * self.mtp_layer_params() if self.mtp_layers else 0
+
     def params(self, active: bool = False) -> int:
         """Total parameters (``active=True``: those used per token, i.e. top-k experts only)."""
         layers = sum(self.layer_params(i, active) for i in range(self.num_layers))
@@ -381,6 +410,27 @@ def _check_pattern(spec: Any) -> None:
                 raise SpecError(f"{name}={getattr(spec, name)} must be positive: layer_pattern has Mamba (M) blocks")
         if spec.mamba_heads % spec.mamba_groups:
             raise SpecError(f"mamba_groups={spec.mamba_groups} does not divide mamba_heads={spec.mamba_heads}")
+
+
+def _check_mtp(spec: Any) -> None:
+    """An MTP pattern only for a hybrid with MTP depths, of letters whose blocks the model has."""
+    pattern = spec.mtp_pattern
+    if not isinstance(pattern, str):
+        raise SpecError(f"mtp_pattern={pattern!r} must be a string of {''.join(BLOCK_KINDS)}")
+    if pattern and not spec.mtp_layers:
+        raise SpecError(f"mtp_pattern={pattern!r} needs mtp_layers > 0 (multi-token prediction)")
+    if spec.mtp_shared and not spec.mtp_layers:
+        raise SpecError("mtp_shared=true needs mtp_layers > 0 (multi-token prediction)")
+    if not spec.mtp_layers:
+        return
+    if spec.layer_pattern and not pattern:
+        raise SpecError("a hybrid's mtp_layers needs mtp_pattern (the blocks of its MTP layer, e.g. '*E')")
+    if pattern and not spec.layer_pattern:
+        raise SpecError(f"mtp_pattern={pattern!r} applies to a hybrid layer_pattern only; an MTP layer of "
+                        f"{spec.name} is one of its own layers")
+    missing = sorted(set(pattern) - set(spec.layer_pattern))
+    if missing:
+        raise SpecError(f"mtp_pattern has {missing[0]!r}, a block layer_pattern does not have")
 
 
 def _choice(spec: Any, name: str, allowed: tuple[str, ...]) -> None:

@@ -70,7 +70,6 @@ class OpCost:
     collective: Collective | None = None
     overlap: str = ""  # "" exposed; "tp", "cp", "summa": may hide behind compute (see estimate.py)
     repeat: Num = 1.0  # a collective sent this many times (SUMMA panels), each of ``nbytes``
-    recomputable: bool = False  # its saved bytes are dropped by selective recompute
     # attention kernel: "flash_causal" / "flash" (one fused kernel: time = max(compute, memory)) or "unfused"
     # (batched score GEMMs and a separate softmax kernel: times add). m, n, k: queries·heads, keys, head dim.
     # GEMMs: "bf16" for one kept in 16 bits under a low-precision plan. Casts: "block_scaled" for the
@@ -168,13 +167,16 @@ def gathered_bytes(plan: Plan, quantized: bool = True) -> float:
     return LOW_PRECISION_BYTES.get(plan.precision, ACT_BYTES)
 
 
-def tp_enter(name: str, model: ModelSpec, plan: Plan, d: Dims, quantized: bool = True) -> list[OpCost]:
+def tp_enter(name: str, model: ModelSpec, plan: Plan, d: Dims, quantized: bool = True, width: Num = 0
+             ) -> list[OpCost]:
     """Entering a column-parallel GEMM ("f" in Shoeybi et al. 2019): identity forward, all-reduce backward;
     with sequence parallelism all-gather forward, reduce-scatter backward, plus re-gathering the saved input
-    for the weight gradient (the gathers at the GEMM's input precision, ``gathered_bytes``)."""
-    full = d.tokens * model.hidden_size * ACT_BYTES
+    for the weight gradient (the gathers at the GEMM's input precision, ``gathered_bytes``). ``width``: the
+    input's width when it is not H."""
+    width = width or model.hidden_size
+    full = d.tokens * width * ACT_BYTES
     if plan.sequence_parallel:
-        gathered = d.tokens * model.hidden_size * gathered_bytes(plan, quantized)
+        gathered = d.tokens * width * gathered_bytes(plan, quantized)
         return [collective(name, "fwd", "all_gather", gathered, "tp", plan.tp, "tp"),
                 collective(name, "bwd_x", "reduce_scatter", full, "tp", plan.tp, "tp"),
                 collective(name + "/regather", "bwd_w", "all_gather", gathered, "tp", plan.tp, "tp")]
@@ -270,7 +272,7 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
         OpCost("attn/core", "fwd", "attention", full, a * (qkv_elems + out_elems) + scores * fwd_traffic,
                saved_qkv, **shape),
         # the scores kept for the backward pass; selective recompute drops them (Korthikanti §5)
-        OpCost("attn/scores", "fwd", "memory", saved=kept, recomputable=True),
+        OpCost("attn/scores", "fwd", "memory", saved=kept),
         OpCost("attn/core", "bwd_x", "attention", 2 * full,
                a * (2 * qkv_elems + 2 * out_elems) + scores * bwd_traffic, **shape),
     ]
@@ -334,13 +336,13 @@ def attention_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
 # ---- Mamba-2 -------------------------------------------------------------------------------------------------
 def activation_product(name: str, m: Num, k: Num, n: Num, batch: Num, nbytes: Num) -> list[OpCost]:
     """``batch`` products (m×k)·(k×n) of two activations (no weight), ``nbytes`` the HBM traffic of the forward
-    kernel, each of the two gradient kernels moving as much: 16-bit operands (the Triton SSD kernels' bf16 dots,
-    outside Transformer Engine's fp8 region: ``variant`` "bf16"); both backward records are ``bwd_x`` (activation
-    gradients, needed whatever is frozen)."""
+    kernel, each of the two gradient kernels moving as much: mamba_ssm's Triton SSD kernels (16-bit dots outside
+    Transformer Engine's fp8 region, priced by their measured streaming rate: ``variant`` "ssd", roofline.py);
+    both backward records are ``bwd_x`` (activation gradients, needed whatever is frozen)."""
     flops = 2.0 * m * k * n * batch
-    return [OpCost(name, "fwd", "gemm", flops, nbytes, m=m, n=n, k=k, groups=batch, variant="bf16"),
-            OpCost(name, "bwd_x", "gemm", flops, nbytes, m=m, n=k, k=n, groups=batch, variant="bf16"),
-            OpCost(name, "bwd_x", "gemm", flops, nbytes, m=k, n=n, k=m, groups=batch, variant="bf16")]
+    return [OpCost(name, "fwd", "gemm", flops, nbytes, m=m, n=n, k=k, groups=batch, variant="ssd"),
+            OpCost(name, "bwd_x", "gemm", flops, nbytes, m=m, n=k, k=n, groups=batch, variant="ssd"),
+            OpCost(name, "bwd_x", "gemm", flops, nbytes, m=k, n=n, k=m, groups=batch, variant="ssd")]
 
 
 def ssd_ops(model: ModelSpec, d: Dims) -> list[OpCost]:
@@ -354,7 +356,11 @@ def ssd_ops(model: ModelSpec, d: Dims) -> list[OpCost]:
       kernel computes its diagonal blocks in full): reads C·Bᵀ, C and x, writes y.
     Between them the chunk states pass through HBM: written in fp32 and read by the state passing, which writes
     them in 16 bits for the scan (4 + 4 + 2 + 2 bytes per state element per chunk); each backward kernel moves
-    about as much as its forward kernel, the states twice over. The per-token dt / cumsum kernels are neglected."""
+    about as much as its forward kernel, the states twice over. The backward first runs the forward's C·Bᵀ, chunk
+    states and state passing again (mamba_ssm ``_mamba_chunk_scan_combined_bwd``: ``_bmm_chunk_fwd``,
+    ``_chunk_state_fwd``, ``_state_passing_fwd`` before its gradient kernels), ``mamba/ssd_rerun``. The per-token
+    dt / cumsum kernels are neglected. Every record is priced at the kernels' measured streaming rate
+    (``variant="ssd"``, efficiency.py ``Efficiency.ssd``)."""
     t, a = d.tp, ACT_BYTES
     heads, groups = model.mamba_heads / t, model.mamba_groups / t
     q, n, p = model.mamba_chunk, model.mamba_state, model.mamba_head_dim
@@ -365,8 +371,11 @@ def ssd_ops(model: ModelSpec, d: Dims) -> list[OpCost]:
     ops += activation_product("mamba/ssd_cb", q, n, q, chunks * groups, 2 * bc + cb)
     ops += activation_product("mamba/ssd_scan", q, q + n, p, chunks * heads, cb + bc + 2 * x)
     states = chunks * heads * n * p
-    ops += [OpCost("mamba/ssd_states", "fwd", "memory", 0.0, 12.0 * states),
-            OpCost("mamba/ssd_states", "bwd_x", "memory", 0.0, 24.0 * states)]
+    ops += [OpCost("mamba/ssd_states", "fwd", "memory", 0.0, 12.0 * states, variant="ssd"),
+            OpCost("mamba/ssd_states", "bwd_x", "memory", 0.0, 24.0 * states, variant="ssd")]
+    rerun = [op for op in ops if op.phase == "fwd" and op.name != "mamba/ssd_scan"]
+    ops.append(OpCost("mamba/ssd_rerun", "bwd_x", "gemm", sum(op.flops for op in rerun),
+                      sum(op.nbytes for op in rerun), variant="ssd"))
     return ops
 
 
@@ -482,6 +491,60 @@ def host_launched(ops: list[OpCost], plan: Plan) -> list[OpCost]:
     return [replace(op, launches=op.groups) if op.kind == "gemm" else op for op in ops]
 
 
+# ---- selective recompute: Megatron-Core's recompute modules -------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Recompute:
+    """What one of Megatron-Core's selective recompute modules (``Plan.recompute_modules``) does to a layer's ops:
+    the forward kernels it runs again before the backward pass (records whose name starts with one of ``reruns``)
+    and the forward records whose saved activations its checkpoint frees (names starting with one of ``frees``): the
+    module's inner tensors under a plain checkpoint, which keeps only the module's input, or the module's output
+    under Megatron's output-discarding checkpoint (``CheckpointWithoutOutput``), which the next op would have kept.
+    ``all_to_all``: the module's token dispatch and combine run again too (the forward's exposed EP time)."""
+
+    reruns: tuple[str, ...]
+    frees: tuple[str, ...]
+    all_to_all: bool = False
+
+
+# Megatron-Core megatron/core/transformer/transformer_config.py (recompute_modules) and transformer_layer.py, the
+# modules as they act on the ops above:
+RECOMPUTE_MODULES: dict[str, Recompute] = {
+    # checkpoint(core_attention, q, k, v): q, k, v stay saved; an unfused kernel's softmax probabilities, dropout
+    # mask and output are recomputed (Korthikanti et al. 2022 §5, "selective activation recomputation"); a flash
+    # kernel keeps only its log-sum-exp besides q, k, v, so recomputing it frees next to nothing
+    "core_attn": Recompute(("attn/core",), ("attn/scores",)),
+    # output-discarding checkpoint of the norms that are modules of their own: in Megatron-Core's Transformer Engine
+    # layer specs the attention's input norm and a dense MLP's pre-MLP norm are fused into linear_qkv / linear_fc1
+    # (IdentityOp: nothing to recompute), a MoE layer's pre-MLP norm is not (its router and experts both read it):
+    # its output, which the router keeps, is freed and recomputed (TransformerLayer.recompute_pre_mlp_layernorm)
+    "layernorm": Recompute(("moe/norm",), ("moe/router",)),
+    # output-discarding checkpoint of the experts' activation function: its output, fc2's saved input, is recomputed
+    "moe_act": Recompute(("moe/experts/act",), ("moe/experts/fc2",)),
+    # checkpoint(mlp, norm output) on layers with a dense MLP only ("if not isinstance(self.mlp, MoELayer)"):
+    # fc1's input stays saved, fc1, the activation and fc2 run again
+    "mlp": Recompute(("mlp/fc1", "mlp/act", "mlp/fc2"), ("mlp/act", "mlp/fc2")),
+    # checkpoint(moe_layer, norm output): router, latent projections, permutation, dispatch, experts, combine and
+    # shared experts run again; only the norm output the router keeps stays saved
+    "moe": Recompute(("moe/router", "moe/latent", "moe/permute", "moe/unpermute", "moe/experts/", "moe/shared/"),
+                     ("moe/latent", "moe/experts/", "moe/shared/"), all_to_all=True),
+    "shared_experts": Recompute(("moe/shared/",), ("moe/shared/act", "moe/shared/fc2")),
+    # output-discarding checkpoint of multi-head latent attention's up-projections (and RoPE): the q, k, v the
+    # attention core keeps are recomputed from the latents the up-projections keep
+    "mla_up_proj": Recompute(("attn/q_up", "attn/kv_up"), ("attn/core",)),
+}
+
+
+def rerun_by(ops: list[OpCost], modules: tuple[str, ...]) -> list[bool]:
+    """Per op: a forward kernel that the selective recompute of ``modules`` runs again in the backward pass."""
+    prefixes = tuple(p for m in modules for p in RECOMPUTE_MODULES[m].reruns)
+    return [op.phase == "fwd" and op.kind != "collective" and op.name.startswith(prefixes) for op in ops]
+
+
+def freed_by(op: OpCost, modules: tuple[str, ...]) -> bool:
+    """Whether the selective recompute of ``modules`` frees what this forward record saves."""
+    return op.name.startswith(tuple(p for m in modules for p in RECOMPUTE_MODULES[m].frees))
+
+
 # ---- eager PyTorch: the kernels a fused stack does not launch -------------------------------------------------
 # Bytes per element that each unfused aten kernel reads (r) and writes (w), bf16 = 2, fp32 = 4, in the order
 # eager autograd runs them. A fused stack (Megatron / Transformer Engine kernels, torch.compile) does the same
@@ -569,6 +632,7 @@ def quantize_bytes(plan: Plan) -> float:
 
 
 BLOCK_SCALED = ("mxfp8", "fp4")  # formats with a scale per block of 32 / 16 elements
+SIXTEEN_BIT = ("bf16", "ssd")  # GEMM variants outside the low-precision region (the LM head, Mamba's SSD products)
 
 
 def cast(name: str, phase: str, elems: Num, plan: Plan, launches: Num = 0.0) -> OpCost:
@@ -604,10 +668,10 @@ def low_precision_casts(ops: list[OpCost], plan: Plan) -> list[OpCost]:
     # the quantized operand: the input X (m×k) forward, the output gradient dY backward (the bwd_x record is
     # (m×n)·(n×k) with n and k swapped, so again m×k)
     casts = [cast(op.name, op.phase, op.groups * op.m * op.k, plan, op.launches)
-             for op in ops if op.kind == "gemm" and op.phase in ("fwd", "bwd_x") and op.variant != "bf16"]
+             for op in ops if op.kind == "gemm" and op.phase in ("fwd", "bwd_x") and op.variant not in SIXTEEN_BIT]
     if plan.cross_entropy != "pytorch" and plan.finetune != "lora":
         ops = [replace(op, saved=op.saved * low / ACT_BYTES)
-               if op.kind == "gemm" and op.phase == "fwd" and op.variant != "bf16" else op for op in ops]
+               if op.kind == "gemm" and op.phase == "fwd" and op.variant not in SIXTEEN_BIT else op for op in ops]
     return ops + casts
 
 
@@ -812,6 +876,28 @@ def head_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
         ops += eager_op("head/norm", model.norm, d.tokens_sp * model.hidden_size)
     ops += fsdp_grad_prep("head", model.head_params() / plan.tp, plan)
     return lora(ops, plan, d)
+
+
+def mtp_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
+    """What one multi-token-prediction depth (``ModelSpec.mtp_layers``; Megatron-Core MultiTokenPredictionLayer) runs
+    on the last stage besides its layer and the head: the lookup of the next tokens' embeddings (the shared
+    vocabulary-parallel table), their norm and the previous hidden state's (enorm, hnorm), and eh_proj over the
+    2H-wide concatenation (column-parallel: its input gathered, its H/t-wide output gathered back into the
+    sequence-parallel layout). The depth's layer (``mtp_kinds``) and its final norm, shared LM head and loss are the
+    ops of those kinds (``layer_kinds``, ``head_ops``), which estimate.units_for_recomputes adds per depth.
+    Simplified: the MTP layer runs at the plan's precision (Megatron-Bridge keeps Nemotron 3 Super's in BF16,
+    keep_mtp_spec_in_bf16), and its loss is scaled, not skipped."""
+    if not model.mtp_layers:
+        return []
+    d = dims(model, plan)
+    h = model.hidden_size
+    elems = d.tokens * h
+    ops = [OpCost("mtp/embed_lookup", "fwd", "memory", 0.0, 2 * elems * ACT_BYTES),
+           OpCost("mtp/embed_lookup", "bwd_w", "memory", elems, elems * ACT_BYTES + elems * 2 * d.grad_bytes)]
+    ops += norm("mtp/enorm", model, d) + norm("mtp/hnorm", model, d)
+    ops += tp_enter("mtp/eh_proj/tp_in", model, plan, d, width=2 * h)
+    ops += gemm("mtp/eh_proj", d.tokens, 2 * h, h / d.tp, d)
+    return ops + tp_exit("mtp/eh_proj/tp_out", model, plan, d)
 
 
 def loss_ops(plan: Plan, logits: Num, tokens: Num) -> list[OpCost]:

@@ -32,6 +32,10 @@ DENSE_AXES = ("tp", "tp2", "cp", "dp", "pp")
 LAYOUTS = ("1d", "summa")
 CP_COMM = ("ring", "allgather")
 RECOMPUTE = ("none", "selective", "full")
+# Megatron-Core's selective recompute modules (TransformerConfig.recompute_modules, recompute_granularity
+# "selective"; megatron/core/transformer/transformer_config.py), each priced by ops.RECOMPUTE_MODULES; its default
+# is core_attn, the attention core of Korthikanti et al. 2022
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts", "mla_up_proj")
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 PRECISION = ("bf16", "fp16", "fp8", "mxfp8", "fp4")
 FP8_SCALING = ("delayed", "current")
@@ -64,12 +68,17 @@ class Plan:
     ep: int = 1
     etp: int = 0  # 0 → same as tp
     vpp: int = 1  # virtual pipeline stages (model chunks) per pipeline rank
+    # decoder layers on the last pipeline rank (Megatron-Core decoder_last_pipeline_num_layers, or the last rank's
+    # share of a pipeline_model_parallel_layout); the other ranks split the rest evenly. 0: an even split
+    last_stage_layers: int = 0
     sequence_parallel: bool = False
     micro_batch: int = 1
     global_batch: int = 0  # sequences per step; 0 → dp·micro_batch (no gradient accumulation)
     zero: int = 0  # 0 none, 1 optimizer state (= Megatron distributed optimizer), 2 + gradients, 3 + weights
     recompute: str = "none"
     recompute_layers: int = 0  # with recompute="full": layers per stage recomputed, 0 → all of them
+    # with recompute="selective": the modules recomputed (RECOMPUTE_MODULES; Megatron-Core's recompute_modules)
+    recompute_modules: tuple[str, ...] = ("core_attn",)
     offload_optimizer: bool = False  # optimizer state and step on the host (ZeRO-Offload)
     offload_activations: bool = False  # saved activations copied to host memory between fwd and bwd
     # with offload_activations: layers per stage offloaded (Megatron-Core cpu_offloading_num_layers), 0 → all
@@ -188,12 +197,17 @@ class Plan:
         if self.tensor_layout == "summa":
             parts[1] = f"summa={self.tp}x{self.tp2}/nb{self.summa_panels}"
         parts += [f"{k}={getattr(self, k)}" for k in ("cp", "ep", "vpp") if getattr(self, k) > 1]
+        if self.last_stage_layers:
+            parts.append(f"last-stage-layers={self.last_stage_layers}")
         if self.cp > 1 and self.cp_comm != "ring":
             parts.append(f"cp-{self.cp_comm}")
         if self.etp != self.tp:
             parts.append(f"etp={self.etp}")
+        recompute = self.recompute
+        if recompute == "selective" and self.recompute_modules != ("core_attn",):
+            recompute += "(" + "+".join(self.recompute_modules) + ")"
         parts += [f"mbs={self.micro_batch}", f"gbs={self.global_batch}", f"zero={self.zero}",
-                  f"recompute={self.recompute}"]
+                  f"recompute={recompute}"]
         if self.sequence_parallel:
             parts.append("sp")
         if self.schedule != "1f1b" and self.pp > 1:
@@ -314,6 +328,7 @@ def _check_pipeline(model: ModelSpec, plan: Plan) -> list[str]:
     stages = plan.pp * plan.vpp
     if stages > model.num_layers:
         reasons.append(f"pp*vpp = {stages} exceeds num_layers={model.num_layers}")
+    reasons += _check_last_stage(model, plan)
     if plan.schedule not in SCHEDULES:
         reasons.append(f"schedule={plan.schedule!r} must be one of {', '.join(SCHEDULES)}")
     elif plan.vpp > 1 and plan.schedule != "interleaved":
@@ -325,6 +340,19 @@ def _check_pipeline(model: ModelSpec, plan: Plan) -> list[str]:
             reasons.append(f"interleaved schedule: pp={plan.pp} does not divide the "
                            f"{plan.grad_accum} micro-batches")
     return reasons
+
+
+def _check_last_stage(model: ModelSpec, plan: Plan) -> list[str]:
+    """An uneven last stage: with a pipeline, and leaving the other ranks at least one layer per model chunk."""
+    last = plan.last_stage_layers
+    if not isinstance(last, int) or isinstance(last, bool) or last < 0:
+        return [f"last_stage_layers={last!r} must be a non-negative integer"]
+    if last and plan.pp == 1:
+        return [f"last_stage_layers={last} needs pp > 1 (a pipeline whose last stage it sizes)"]
+    if last and model.num_layers - last < (plan.pp - 1) * plan.vpp:
+        return [f"last_stage_layers={last} leaves {model.num_layers - last} of num_layers={model.num_layers} for "
+                f"the other {plan.pp - 1} pipeline ranks' {(plan.pp - 1) * plan.vpp} model chunks"]
+    return []
 
 
 def _check_experts(model: ModelSpec, plan: Plan) -> list[str]:
@@ -345,6 +373,21 @@ def _check_experts(model: ModelSpec, plan: Plan) -> list[str]:
     return reasons
 
 
+def _check_recompute_modules(model: ModelSpec, plan: Plan) -> list[str]:
+    """Known module names, at least one, each once; mla_up_proj needs multi-head latent attention."""
+    modules = plan.recompute_modules
+    if not isinstance(modules, tuple) or not modules:
+        return [f"recompute_modules={modules!r} must be a non-empty tuple of {', '.join(RECOMPUTE_MODULES)}"]
+    unknown = [m for m in modules if m not in RECOMPUTE_MODULES]
+    if unknown:
+        return [f"recompute_modules has {unknown[0]!r}: the modules are {', '.join(RECOMPUTE_MODULES)}"]
+    if len(set(modules)) != len(modules):
+        return [f"recompute_modules={','.join(modules)} names a module twice"]
+    if "mla_up_proj" in modules and not model.is_mla:
+        return [f"recompute_modules mla_up_proj needs multi-head latent attention ({model.name} has none)"]
+    return []
+
+
 def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> list[str]:
     reasons = []
     if plan.zero not in (0, 1, 2, 3):
@@ -353,6 +396,7 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> lis
         reasons.append(f"recompute={plan.recompute!r} must be one of {', '.join(RECOMPUTE)}")
     if plan.recompute_layers < 0:
         reasons.append(f"recompute_layers={plan.recompute_layers} must be >= 0")
+    reasons += _check_recompute_modules(model, plan)
     if not isinstance(plan.offload_layers, int) or isinstance(plan.offload_layers, bool) or plan.offload_layers < 0:
         reasons.append(f"offload_layers={plan.offload_layers!r} must be a non-negative integer")
     elif plan.offload_layers and not plan.offload_activations:

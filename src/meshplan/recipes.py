@@ -222,6 +222,11 @@ MOE_A2A_OVERLAP: tuple[tuple[str, str], ...] = (
      "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py: "
      "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V1 / _V2, the 26.06 MXFP8 recipe with full-iteration CUDA graphs and "
      "the CuTeDSL grouped MLP (GROUPED_EXPERT_GEMM_FROM): moe_a2a_overlap=True"),
+    (BRIDGE_26_06_ON + r".*gpt-oss.*gb200.*mxfp8",
+     "Megatron-Bridge scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py @ 07eea52: "
+     "GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2 cuda_graph_impl='full_iteration', "
+     "moe_flex_dispatcher_backend='hybridep', moe_a2a_overlap=True (26.08: perf_recipes/gpt_oss/common.py "
+     "overlap_moe_expert_parallel_comm = True)"),
 )
 
 
@@ -232,6 +237,9 @@ FP8_ATTENTION: tuple[tuple[str, str], ...] = (
      "Megatron-Bridge PR #4249 (Qwen3 GB200/GB300 MXFP8 recipes for 26.06); PR #4606 lists FP8 dot-product "
      "attention in 'the same optimization path already used by GB200/GB300'"),
 )
+# Not assumed: GPT-OSS-120B's GB200 MXFP8 recipes from 26.06 also set fp8_dot_product_attention=True
+# (gpt_oss_workload_base_configs.py @ 07eea52), but its learnable attention sinks reach cuDNN's fused kernel only in
+# 16 bits (FUSED_SINK_ATTENTION_FROM) as far as the sources say, so which kernel ran is not known.
 
 
 def fp8_attention(record: dict[str, Any]) -> tuple[bool, str]:
@@ -302,6 +310,10 @@ FUSED_SINK_ATTENTION_FROM = (26, 6)
 # cuBLAS GEMMs after the per-layer tokens-per-expert sync (Megatron-Core MoEAlltoAllTokenDispatcher).
 GROUPED_EXPERT_GEMM_FROM = (26, 6)
 BLACKWELL = re.compile(r"B[23]00")  # B200, GB200, B300, GB300
+# the MoE models whose MXFP8 Blackwell recipes switched to full-iteration CUDA graphs with the fused grouped MLP; the
+# Nemotron 3 recipes keep per-layer graph scopes (attn, mamba, moe_router, moe_preprocess: nemotron_3_workload_base_
+# configs.py, and the 26.08 perf_recipes/nemotronh), outside which the experts stay host-launched
+FULL_ITERATION_MOE = re.compile(r"qwen3|gpt-oss|deepseek-v3", re.I)
 
 
 def expert_gemm(record: dict[str, Any], model: ModelSpec) -> tuple[str, str]:
@@ -310,7 +322,9 @@ def expert_gemm(record: dict[str, Any], model: ModelSpec) -> tuple[str, str]:
     found = release(record)
     gpu = str((record.get("hardware") or {}).get("gpu", "")).upper()
     mx = "mxfp8" in str(record.get("precision") or "").lower()
-    if found is not None and found >= GROUPED_EXPERT_GEMM_FROM and BLACKWELL.search(gpu) and mx:
+    name = str((record.get("model") or {}).get("name", ""))
+    if (found is not None and found >= GROUPED_EXPERT_GEMM_FROM and BLACKWELL.search(gpu) and mx
+            and FULL_ITERATION_MOE.search(name)):
         return "grouped", ("expert GEMMs as one fused grouped kernel in full-iteration CUDA graphs (the release's "
                            "MXFP8 Blackwell MoE recipes: Megatron-Bridge PR #4249 / #4606)")
     return "per_expert", ("expert GEMMs launched per expert by the host after the per-layer tokens-per-expert sync "
@@ -320,3 +334,100 @@ def expert_gemm(record: dict[str, Any], model: ModelSpec) -> tuple[str, str]:
 def release(record: dict[str, Any]) -> tuple[int, ...] | None:
     found = re.search(r"megatron_bridge_(\d+)\.(\d+)", str(record.get("group", "")))
     return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+# ---- Megatron-Bridge recipes: recompute modules, multi-token prediction, pipeline layouts -----------------------
+# Megatron-Bridge performance recipes that recompute modules (selective granularity, Plan.recompute_modules; the perf
+# harness's _set_recompute_overrides sets recompute_granularity = "selective" with the workload's recompute_modules
+# from PR #1653, 2025-12-09): (regex on "group model gpu precision", modules, source). First match wins.
+RECOMPUTE: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    (r"megatron_bridge\S*.*deepseek-v3 h100", ("mla_up_proj", "mlp"),
+     "scripts/performance/configs/deepseek (every release): the H100 workload's recompute_modules "
+     "['mla_up_proj', 'mlp']"),
+    (r"megatron_bridge_26\.04\.01.*deepseek-v3 b200", ("mla_up_proj", "mlp"),
+     "deepseek_workload_base_configs.py @ 0426418: DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (pp 8, vp 2, ep 32, "
+     "DeepEP) recompute_modules=['mla_up_proj', 'mlp']"),
+    (r"megatron_bridge_26\.04(\.01)?\s.*deepseek-v3 gb200 (mxfp8|fp8)", ("mlp",),
+     "Megatron-Bridge PR #3031 ('Update DeepSeek V3 GB200 recompute strategy from mla_up_proj to mlp', verified in "
+     "the 26.04 RC3 container)"),
+    (r"megatron_bridge\S*.*deepseek-v3", ("mla_up_proj",),
+     "the DeepSeek-V3 workload configs' recompute_modules=['mla_up_proj'] (the library recipe sets "
+     "recompute_granularity 'selective')"),
+    (r"megatron_bridge_26\.0[24](\.01)?\s.*gpt-oss-120b \S+ bf16", ("layernorm", "moe_act"),
+     "gpt_oss_workload_base_configs.py @ 1e7adfa / 07eea52: the GB200, B200 and H100 BF16 workloads' "
+     "recompute_modules=['layernorm', 'moe_act']"),
+    (r"megatron_bridge\S*.*nemotron-3-nano h100", ("moe", "layernorm", "core_attn", "moe_act"),
+     "nemotron_3_workload_base_configs.py: NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_FP8_CS_V1 "
+     "recompute_modules=['moe', 'layernorm', 'core_attn', 'moe_act'] (PR #4628 dropped it to ['layernorm'] in July "
+     "2026, after the 26.06 branch)"),
+    (r"megatron_bridge\S*.*nemotron-3-super b200 mxfp8", ("moe_act", "layernorm"),
+     "nemotron_3_workload_base_configs.py @ f601ba9: BASE_NEMOTRON_3_SUPER_CONFIG_B200 (tp 1, ep 64, "
+     "cuda_graph_impl 'none') recompute_modules=['moe_act', 'layernorm']"),
+)
+
+
+def recompute_modules(record: dict[str, Any]) -> tuple[tuple[str, ...], str]:
+    """The modules the release's recipe recomputes (selective), or () where it recomputes none or is unknown."""
+    key = recipe_key(record, record.get("precision") or "")
+    for pattern, modules, why in RECOMPUTE:
+        if re.search(pattern, key):
+            return modules, f"selective recompute of {', '.join(modules)} (not stated; {why})"
+    return (), ""
+
+
+# Multi-token prediction as the stacks train it: Megatron-Bridge's DeepSeek-V3 recipe keeps the library default
+# mtp_num_layers = 1 (recipes/deepseek/deepseek_v3.py of release 0.3.0; every perf config), except the runs the table
+# marks "w/o MTP"; its Nemotron 3 Super recipe runs two depths of one shared "*E" layer (the preset's). Other stacks
+# train the MTP module only where the record says so.
+MTP_STACKS = re.compile(r"megatron|nemo(?!.*automodel)", re.I)
+
+
+def mtp_layers(record: dict[str, Any], model: ModelSpec) -> tuple[int, str]:
+    """The MTP depths the run trains: the model's (its preset's) on a Megatron stack, none elsewhere or where the
+    record's id says "withoutmtp"."""
+    if not model.mtp_layers:
+        return 0, ""
+    rid = str(record.get("id", "")).lower()
+    text = f"{record.get('group', '')} {record.get('framework', '')}"
+    if "withoutmtp" in rid:
+        return 0, "no multi-token prediction (the run is 'w/o MTP')"
+    if MTP_STACKS.search(text) or "withmtp" in rid:
+        return model.mtp_layers, (f"{model.mtp_layers} multi-token-prediction depth(s) on the last stage (the "
+                                  "stack's recipe default; ops.mtp_ops)")
+    return 0, "no multi-token prediction (not stated for this stack)"
+
+
+# Megatron-Core pipeline layouts (pipeline_model_parallel_layout: "E" embedding, "t" decoder layer, "m" MTP, "L"
+# loss, "|" between model chunks; chunk i runs on pipeline rank i mod p) of Megatron-Bridge's DeepSeek-V3 recipes:
+# (regex on "group model gpu", layout, source). The last rank's decoder layers become Plan.last_stage_layers.
+DSV3_LAYOUT_16 = "Etttt|" + "tttt|" * 14 + "tmL"
+PIPELINE_LAYOUTS: tuple[tuple[str, str, str], ...] = (
+    (r"megatron_bridge\S*.*deepseek-v3 h100", "Et|" + "tt|" * 30 + "mL",
+     "scripts/performance/configs/deepseek/deepseek_llm_pretrain.py @ 69655bf: pipeline_model_parallel_layout = "
+     "pp_layout or 'Et|(tt|)*30mL'"),
+    (r"megatron_bridge\S*.*deepseek-v3", DSV3_LAYOUT_16,
+     "recipes/deepseek/deepseek_v3.py set_deepseek_v3_pipeline_model_parallel_layout (release 0.3.0): for (pp, vp) "
+     "(4, 4), (8, 2) and (16, 1), [embedding + 4 decoder] + 14 x [4 decoder] + [1 decoder + mtp + loss]"),
+)
+
+
+def layout_last_stage(layout: str, pp: int) -> int:
+    """Decoder layers ("t") of a pipeline layout's chunks on the last rank (chunk i on rank i mod pp)."""
+    chunks = layout.split("|")
+    return sum(chunk.count("t") for i, chunk in enumerate(chunks) if i % pp == pp - 1)
+
+
+def last_stage_layers(record: dict[str, Any], model: ModelSpec, pp: int, vpp: int) -> tuple[int, str]:
+    """The last pipeline rank's decoder layers under the recipe's pipeline layout, where one applies to this
+    (pp, vpp): as many chunks as pp·vpp and as many decoder layers as the model's; else 0 (an even split)."""
+    if pp == 1:
+        return 0, ""
+    key = recipe_key(record)
+    for pattern, layout, why in PIPELINE_LAYOUTS:
+        if re.search(pattern, key):
+            if layout.count("|") + 1 != pp * vpp or layout.count("t") != model.num_layers:
+                return 0, (f"pipeline layout: the recipe's ({why}) has {layout.count('|') + 1} chunks, not "
+                           f"pp*vp = {pp * vpp}: an even split assumed")
+            last = layout_last_stage(layout, pp)
+            return last, f"last pipeline rank {last} decoder layers ({why})"
+    return 0, ""

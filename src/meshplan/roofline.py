@@ -45,6 +45,8 @@ def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) 
     head, ``variant="bf16"``, in 16 bits), attention at a fraction of the 16-bit GEMM rate (flash kernels: the
     attention efficiency of efficiency.py; unfused: batched score GEMMs), element-wise math at the fp32 CUDA-core
     rate."""
+    if op.variant == "ssd":  # priced by its measured streaming rate (memory_time)
+        return 0.0
     gemm, gemm16, fp32, clock = rates(acc, precision, eff)
     if op.kind == "gemm":
         rate = gemm16 if op.variant == "bf16" else gemm
@@ -64,7 +66,11 @@ def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) 
 
 def memory_time(op: OpCost, acc: Accelerator, eff: Efficiency) -> Num:
     """Streaming time of the op's bytes; a block-scaled quantization (``variant="block_scaled"``) takes
-    ``eff.block_scaled_cast`` times as long (efficiency.py)."""
+    ``eff.block_scaled_cast`` times as long; a Mamba-2 SSD kernel (``variant="ssd"``, mamba_ssm's Triton chunked
+    scan, bound by memory latency rather than by its math or HBM bandwidth) streams at ``eff.ssd`` bytes per second
+    per SM, the rate its benchmark measured, math included (efficiency.py)."""
+    if op.variant == "ssd":
+        return op.nbytes / (acc.num_sms * eff.ssd)
     slower = eff.block_scaled_cast if op.variant == "block_scaled" else 1.0
     return slower * op.nbytes / (acc.hbm_bandwidth * eff.memory)
 

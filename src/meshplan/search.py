@@ -59,7 +59,7 @@ from meshplan.estimate import (
 from meshplan.fields import MAX_PLANS
 from meshplan.hardware import Cluster
 from meshplan.keyed import KeyUnits, distinct, panel_counts
-from meshplan.memory import layers_on_stage, model_states, stage_params
+from meshplan.memory import layers_on_last, layers_on_stage, model_states, stage_params
 from meshplan.model import ModelSpec
 from meshplan.plan import DENSE_AXES, LAYOUTS, Plan, fsdp_has_zero
 from meshplan.units import fmt_bytes
@@ -75,6 +75,7 @@ class Space:
     global_batch: int
     zero: tuple[int, ...] = (0, 1, 2, 3)
     recompute: tuple[str, ...] = ("none", "selective", "full")
+    recompute_modules: tuple[str, ...] = ("core_attn",)  # Plan.recompute_modules: what "selective" recomputes
     sequence_parallel: tuple[bool, ...] = (False, True)
     layouts: tuple[str, ...] = ("1d", "summa")
     cp_min: int = 1  # context-parallel sizes considered (a strategy comparison pins them)
@@ -109,7 +110,8 @@ class Space:
         return {"precision": self.precision, "grad_bytes": self.grad_bytes, "overlap_tp": self.overlap_tp,
                 "overlap_dp": self.overlap_dp, "overlap_pp": self.overlap_pp, "flash_attention": self.flash_attention,
                 "attention_kernel": self.attention_kernel, "cp_comm": self.cp_comm, "expert_gemm": self.expert_gemm,
-                "fp8_scaling": self.fp8_scaling, "fsdp": self.fsdp, "pipeline_runtime": self.pipeline_runtime}
+                "fp8_scaling": self.fp8_scaling, "fsdp": self.fsdp, "pipeline_runtime": self.pipeline_runtime,
+                "recompute_modules": self.recompute_modules}
 
 
 @dataclass(frozen=True)
@@ -699,7 +701,8 @@ def _lower_bound(model: ModelSpec, pool: PlanBatch, shapes: dict[str, Units], sh
                  for u in shapes.values()]
         return np.minimum.reduce(times)[shape_of]
 
-    body = layers_on_stage(model, pool) * np.minimum(least("layer"), least("layer_plain"))
+    layer = np.minimum(least("layer"), least("layer_plain"))
+    body = np.minimum(layers_on_stage(model, pool), layers_on_last(model, pool)) * layer
     embed, head = least("embed"), least("head")
     ends, single = np.minimum(embed, head), pool.pp == 1
     busiest = body + np.maximum(embed, head) + single * ends

@@ -1,0 +1,147 @@
+"""Multi-token prediction (ModelSpec.mtp_layers, ops.mtp_ops) and an uneven last pipeline stage
+(Plan.last_stage_layers), with the recipe layouts that place them (recipes.PIPELINE_LAYOUTS)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from meshplan.efficiency import DEFAULT
+from meshplan.errors import SpecError
+from meshplan.estimate import (
+    estimate,
+    model_flops_per_token,
+    mtp_flops_per_token,
+    pass_times,
+    stage_times,
+    unit_costs,
+)
+from meshplan.hardware import load_system
+from meshplan.memory import layers_on_last, layers_on_stage, stage_params
+from meshplan.model import ModelSpec, load_model
+from meshplan.ops import ACT_BYTES, mtp_ops
+from meshplan.plan import Plan, check
+from meshplan.recipes import DSV3_LAYOUT_16, layout_last_stage
+
+DSV3 = load_model("deepseek-v3")
+SUPER = load_model("nemotron-3-super")
+
+
+def test_deepseek_v3s_mtp_module_is_one_moe_layer_and_the_projection():
+    """DeepSeek-V3 §2.2: an MTP module is a Transformer block (here a MoE layer, as its last layers are), the
+    projection M (2h → h) and two RMSNorms, plus the shared embedding and head: 11.5B unique parameters
+    (README_WEIGHTS.md), i.e. one MoE layer 11.507B + 2·7168² + 3·7168 norm weights = 11.61B (the README rounds)."""
+    h = 7168
+    assert DSV3.mtp_kinds == ("moe",)
+    assert DSV3.mtp_params() == DSV3.block_params("moe") + 2 * h * h + 3 * h
+    assert DSV3.mtp_params() / 1e9 == pytest.approx(11.6, abs=0.1)
+    assert DSV3.params() == 671_026_419_200  # the model's own count leaves MTP out, as the report's 671B does
+
+
+def test_nemotron_3_supers_mtp_is_the_checkpoints_shared_attention_and_latent_moe_layer():
+    """The checkpoint's MTP layer has 2,942,324,736 BF16 weights (safetensors headers; tests/test_model.py), plus
+    the router's 512 fp32 score-correction biases meshplan counts as parameters; Megatron-Bridge applies that one
+    layer at two depths (mtp_use_repeated_layer), so its parameters count once."""
+    assert (SUPER.mtp_layers, SUPER.mtp_pattern, SUPER.mtp_shared) == (2, "*E", True)
+    assert SUPER.mtp_kinds == ("attention", "moe")
+    assert SUPER.mtp_params() == 2_942_324_736 + 512
+
+
+def test_each_depth_runs_the_projection_a_layer_and_the_shared_head():
+    """Per depth: eh_proj 2·T·2h·h/t FLOPs forward (T = 4096 tokens, h = 7168, t = 1) and its norms and lookup
+    (ops.mtp_ops), plus one MoE layer and the head and loss again: the last stage's head unit adds, per depth,
+    those three parts' times, each as the step prices them alone."""
+    model = replace(DSV3, mtp_layers=2)
+    plan = Plan(ep=8, dp=8, etp=1, global_batch=8)
+    ops = mtp_ops(model, plan)
+    eh = [o for o in ops if o.name == "mtp/eh_proj" and o.phase == "fwd"]
+    assert eh[0].flops == 2 * 4096 * 2 * 7168 * 7168
+    assert not mtp_ops(replace(model, mtp_layers=0), plan)
+    cluster = load_system("h100").cluster(8)
+    with_mtp, without = unit_costs(model, cluster, plan), unit_costs(replace(model, mtp_layers=0), cluster, plan)
+    parts = estimate(model, cluster, plan).detail[1]
+    def alone(kind):
+        return pass_times(parts.ops[kind], parts.times[kind], plan, "none", DEFAULT).total
+
+    assert with_mtp.head.total - without.head.total == pytest.approx(2 * (alone("mtp") + alone("moe") + alone("head")))
+    assert with_mtp.head_saved > without.head_saved
+
+
+def test_model_flops_count_every_depth():
+    """6·(2h² + the layer's active parameters + V·h) + 3·2·s·A·(d_qk + d_v) per depth (MLA: d_qk 192, d_v 128)."""
+    h, v, s, heads = 7168, 129280, 4096, 128
+    per_depth = 6 * (2 * h * h + DSV3.block_params("moe", active=True) + v * h) + 3 * 2 * s * heads * (192 + 128)
+    assert mtp_flops_per_token(DSV3) == pytest.approx(per_depth)
+    assert model_flops_per_token(DSV3) - model_flops_per_token(replace(DSV3, mtp_layers=0)) == pytest.approx(per_depth)
+
+
+def test_mtp_runs_and_is_stored_on_the_last_stage():
+    """The last stage computes the MTP depth and holds its weights (and, with p > 1, a copy of the embedding for
+    its lookup); the first stage neither."""
+    cluster = load_system("h100").cluster(128)
+    plan = Plan(dp=8, pp=16, ep=8, etp=1, global_batch=128, zero=1)
+    without = replace(DSV3, mtp_layers=0)
+    first, last, _ = stage_times(DSV3, plan, unit_costs(DSV3, cluster, plan))
+    first0, last0, _ = stage_times(without, plan, unit_costs(without, cluster, plan))
+    assert first.total == pytest.approx(first0.total) and last.total > last0.total
+    extra = stage_params(DSV3, plan, False).total - stage_params(without, plan, False).total
+    experts = 256 * DSV3.expert_params()  # split over ep 8 · etp 1; the rest (attention, router, shared) t = 1
+    assert extra == pytest.approx(DSV3.mtp_params() - experts + experts / 8 + 129280 * 7168)
+    assert stage_params(DSV3, plan, True).total == stage_params(without, plan, True).total
+
+
+def test_a_recipes_uneven_last_stage_balances_the_mtp_depth():
+    """Megatron-Bridge's DeepSeek-V3 layout on 16 stages: [E + 4] + 14 × [4] + [1 + MTP + loss]. With the last
+    stage at 1 layer the others hold ⌈60/15⌉ = 4, and the MTP depth no longer makes the last rank the slowest."""
+    cluster = load_system("b200").cluster(256)
+    plan = Plan(dp=16, pp=16, ep=8, etp=1, global_batch=4096, zero=1, precision="mxfp8")
+    uneven = replace(plan, last_stage_layers=1)
+    assert (layers_on_stage(DSV3, plan), layers_on_last(DSV3, plan)) == (4, 4)
+    assert (layers_on_stage(DSV3, uneven), layers_on_last(DSV3, uneven)) == (4, 1)
+    even, balanced = estimate(DSV3, cluster, plan), estimate(DSV3, cluster, uneven)
+    assert balanced.step_time < even.step_time
+    first, last, _ = stage_times(DSV3, uneven, unit_costs(DSV3, cluster, uneven))
+    assert first.total > last.total
+    assert "last-stage-layers=1" in uneven.describe()
+
+
+@pytest.mark.parametrize(("pp", "last"), [(16, 1), (8, 5), (4, 13)])
+def test_layout_strings_give_the_last_ranks_layers(pp, last):
+    """Chunk i runs on rank i mod p: pp 8 (vp 2) gets chunks 7 and 15 (4 + 1), pp 4 (vp 4) chunks 3, 7, 11, 15."""
+    assert layout_last_stage(DSV3_LAYOUT_16, pp) == last
+    assert DSV3_LAYOUT_16.count("t") == 61
+    # DeepSeek-V3 on H100: "Et|(tt|)*30mL", 32 chunks on pp 8 (vp 4): chunks 7, 15, 23, 31 = 2 + 2 + 2 + 0
+    assert layout_last_stage("Et|" + "tt|" * 30 + "mL", 8) == 6
+
+
+def test_check_bounds_the_last_stage():
+    plan = Plan(dp=8, pp=16, ep=8, etp=1, global_batch=128)
+    assert "needs pp > 1" in check(DSV3, None, Plan(last_stage_layers=2))[0]
+    reasons = check(DSV3, None, replace(plan, last_stage_layers=50))
+    assert "leaves 11 of num_layers=61 for the other 15 pipeline ranks' 15 model chunks" in reasons[0]
+    assert not check(DSV3, None, replace(plan, last_stage_layers=1))
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"mtp_pattern": "*E"}, "mtp_pattern='*E' needs mtp_layers > 0"),
+    ({"mtp_layers": 1}, "a hybrid's mtp_layers needs mtp_pattern"),
+    ({"mtp_layers": 1, "mtp_pattern": "*X"}, "mtp_pattern has 'X', a block layer_pattern does not have"),
+    ({"mtp_shared": True}, "mtp_shared=true needs mtp_layers > 0"),
+])
+def test_bad_mtp_fields_are_named(fields, message):
+    nano = load_model("nemotron-3-nano")
+    with pytest.raises(SpecError, match=message.replace("*", r"\*").replace("(", r"\(")):
+        replace(nano, **fields)
+
+
+def test_a_dense_models_mtp_layer_is_one_of_its_layers():
+    model = ModelSpec(name="d", num_layers=4, hidden_size=1024, num_heads=8, ffn_hidden_size=4096,
+                      vocab_size=32000, mtp_layers=1)
+    assert model.mtp_kinds == ("dense",)
+    assert model.mtp_params() == model.block_params("dense") + 2 * 1024 * 1024 + 3 * 2 * 1024  # LayerNorm w + b
+    with pytest.raises(SpecError, match="applies to a hybrid layer_pattern only"):
+        replace(model, mtp_pattern="*")
+    # its own activations: the two norms' inputs and eh_proj's 2h-wide input, per micro-batch on the last stage
+    saved = sum(o.saved for o in mtp_ops(model, Plan()) if o.phase == "fwd")
+    assert saved == (2048 * 1024 + 2048 * 1024 + 2048 * 2 * 1024) * ACT_BYTES
