@@ -63,7 +63,7 @@ def system(tmp_path: Path, old: str, new: str) -> str:
     (["--recompute-layers", "3"], "recompute-layers=3 needs --recompute full (got selective)"),
     (["--recompute", "full", "--recompute-layers", "300"], "recompute-layers=300 is more than the 32 layers"),
     (["--seq", "100000000000000000000"], "seq=100000000000000000000 must be a positive integer up to"),
-    (["--recompute-modules", "attn"], "recompute-modules='attn' must be one of core_attn"),
+    (["--recompute-modules", "attn"], "recompute-modules=attn has 'attn': the modules are core_attn"),
     (["--recompute", "full", "--recompute-modules", "mlp"], "recompute-modules=mlp needs --recompute selective"),
     (["--recompute-modules", "mla_up_proj"], "recompute_modules mla_up_proj needs multi-head latent attention"),
     (["--last-stage-layers", "2"], "last_stage_layers=2 needs pp > 1"),
@@ -85,6 +85,8 @@ def test_estimate_options(extra, message, capsys):
     (["--gpus", "8", "--rank", "cost"], "rank=cost needs --tokens"),  # was ranked by time
     (["--gpus", "8", "--seq", "100000000000000000000"], "seq=100000000000000000000 must be"),  # OverflowError
     (["--gpus", "8", "--recompute-modules", "moe,moe"], "recompute-modules=moe,moe names a module twice"),
+    (["--gpus", "8", "--recompute", "none", "--recompute-modules", "moe"],
+     "recompute-modules=moe needs selective among --recompute (got none)"),
 ])
 def test_plan_options(extra, message, capsys):
     assert message in fails(["plan", "--model", "llama3-8b", "--system", "h100", *extra], capsys)

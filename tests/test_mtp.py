@@ -11,7 +11,9 @@ from meshplan.efficiency import DEFAULT
 from meshplan.errors import SpecError
 from meshplan.estimate import (
     estimate,
+    loss_workspace,
     model_flops_per_token,
+    model_state_memory,
     mtp_flops_per_token,
     pass_times,
     stage_times,
@@ -69,9 +71,11 @@ def test_each_depth_runs_the_projection_a_layer_and_the_shared_head():
 
 
 def test_model_flops_count_every_depth():
-    """6·(2h² + the layer's active parameters + V·h) + 3·2·s·A·(d_qk + d_v) per depth (MLA: d_qk 192, d_v 128)."""
+    """6·(2h² + 3 norms of h + the layer's active parameters + V·h) + 3·2·s·A·(d_qk + d_v) per depth (MLA: d_qk
+    192, d_v 128)."""
     h, v, s, heads = 7168, 129280, 4096, 128
-    per_depth = 6 * (2 * h * h + DSV3.block_params("moe", active=True) + v * h) + 3 * 2 * s * heads * (192 + 128)
+    active = 2 * h * h + 3 * h + DSV3.block_params("moe", active=True)
+    per_depth = 6 * (active + v * h) + 3 * 2 * s * heads * (192 + 128)
     assert mtp_flops_per_token(DSV3) == pytest.approx(per_depth)
     assert model_flops_per_token(DSV3) - model_flops_per_token(replace(DSV3, mtp_layers=0)) == pytest.approx(per_depth)
 
@@ -145,3 +149,24 @@ def test_a_dense_models_mtp_layer_is_one_of_its_layers():
     # its own activations: the two norms' inputs and eh_proj's 2h-wide input, per micro-batch on the last stage
     saved = sum(o.saved for o in mtp_ops(model, Plan()) if o.phase == "fwd")
     assert saved == (2048 * 1024 + 2048 * 1024 + 2048 * 2 * 1024) * ACT_BYTES
+
+
+def test_an_uneven_last_stage_is_priced_and_stored_with_its_own_layers():
+    """Llama-3-8B (32 layers) on pp 4 with 11 layers on the last rank: the others hold ⌈21/3⌉ = 7. The last rank is
+    the busiest, so the per-op table counts its 11 layers per micro-batch and the head; with every layer's activations
+    offloaded it keeps only the two it works on (double buffering), as the first rank does."""
+    model, cluster = load_model("llama3-8b"), load_system("h100").cluster(8)
+    plan = Plan(dp=2, pp=4, global_batch=16, zero=1, last_stage_layers=11)
+    assert (layers_on_stage(model, plan), layers_on_last(model, plan)) == (7, 11)
+    est = estimate(model, cluster, plan)
+    m = 8  # micro-batches: 16 sequences over dp 2
+    counts = {(o.name, o.phase): o.count for o in est.ops}
+    assert counts["attn/core", "fwd"] == m * 11 and counts["head/logits", "fwd"] == m
+    assert ("embed/lookup", "fwd") not in counts
+    offloaded = estimate(model, cluster, replace(plan, offload_activations=True))
+    per_layer = offloaded.detail[2].layer_saved
+    first, last = offloaded.rank_memory
+    states_first, states_last = (sum(s) for s in model_state_memory(model, plan))
+    head = offloaded.detail[2].head_saved + loss_workspace(model, plan)  # its logits and the loss's transient
+    assert last - states_last == pytest.approx(2 * per_layer + head)
+    assert first - states_first < last - states_last + per_layer

@@ -21,9 +21,9 @@ from meshplan.estimate import (
 )
 from meshplan.hardware import load_system
 from meshplan.model import ModelSpec, load_model
-from meshplan.ops import ACT_BYTES, dense_layer, moe_layer
+from meshplan.ops import ACT_BYTES, dense_layer, moe_layer, rerun_by
 from meshplan.plan import Plan, check
-from meshplan.search import Space, search
+from meshplan.search import Space
 
 MOE = ModelSpec(name="moe", num_layers=4, hidden_size=1024, num_heads=8, ffn_hidden_size=4096, vocab_size=32000,
                 seq_length=2048, mlp="swiglu", norm="rmsnorm", num_experts=8, moe_topk=2, moe_ffn_hidden_size=1024,
@@ -43,12 +43,13 @@ def _fwd_time(ops, times, prefix):
 
 
 def test_core_attn_alone_is_the_old_selective_recompute():
-    """Megatron-Core's default recompute_modules is ["core_attn"]: the attention kernel's forward again, and an
-    unfused kernel's scores freed (Korthikanti et al. 2022 Table 2: 5·a·s²·b/t bytes)."""
+    """Megatron-Core's default recompute_modules is ["core_attn"]: the attention kernel's forward again (meshplan's
+    selective recompute before modules: every forward record of kind "attention"), and an unfused kernel's scores
+    freed (Korthikanti et al. 2022 Table 2: 5·a·s²·b/t bytes)."""
     model, plan = gpt(), Plan(recompute="selective", flash_attention=False)
     ops, times = _layer(model, plan)
     redo = pass_times(ops, times, plan, "selective").recompute
-    assert redo == pytest.approx(_fwd_time(ops, times, "attn/core"))
+    assert redo == sum(t for o, t in zip(ops, times, strict=True) if o.phase == "fwd" and o.kind == "attention")
     s, a = 2048, 16
     assert saved_bytes(ops) - saved_bytes(ops, "selective") == 5 * a * s * s  # softmax 2 + mask 1 + dropout 2
 
@@ -94,16 +95,42 @@ def test_moe_recomputes_the_whole_moe_layer_with_its_all_to_alls():
 
 
 def test_mlp_recomputes_dense_mlps_only():
-    """Megatron-Core recomputes "mlp" on layers whose MLP is not a MoELayer: a MoE layer is untouched."""
+    """Megatron-Core recomputes "mlp" on layers whose MLP is not a MoELayer: a MoE layer is untouched. On a dense
+    layer the checkpoint holds the pre-MLP norm (fused into linear_fc1) and keeps only its input: norm, fc1, the
+    activation and fc2 run again, and fc1's input (T·H), the activation's input and fc2's input (T·4H each, GeLU)
+    are freed: T = 2048, H = 1024, 2 bytes."""
     plan = Plan(recompute="selective", recompute_modules=("mlp",))
     moe_ops, moe_times = _layer(MOE, plan)
     assert pass_times(moe_ops, moe_times, plan, "selective").recompute == 0.0
     assert saved_bytes(moe_ops, "selective", ("mlp",)) == saved_bytes(moe_ops)
     ops, times = _layer(gpt(), plan)
     redo = pass_times(ops, times, plan, "selective").recompute
-    assert redo == pytest.approx(sum(_fwd_time(ops, times, p) for p in ("mlp/fc1", "mlp/act", "mlp/fc2")))
-    # GeLU MLP, T = 2048, F = 4096: the activation's input (its saved bf16) and fc2's input are freed; fc1's stays
-    assert saved_bytes(ops) - saved_bytes(ops, "selective", ("mlp",)) == 2 * 2048 * 4096 * ACT_BYTES
+    assert redo == pytest.approx(sum(_fwd_time(ops, times, p) for p in ("mlp/norm", "mlp/fc1", "mlp/act", "mlp/fc2")))
+    assert saved_bytes(ops) - saved_bytes(ops, "selective", ("mlp",)) == (2048 * 1024 + 2 * 2048 * 4096) * ACT_BYTES
+
+
+def test_a_recomputed_mlp_runs_its_tensor_parallel_collectives_again():
+    """tp = 4 with sequence parallelism: the MLP's all-gather and reduce-scatter are inside its checkpoint, so their
+    share of the forward's TP time (all of it exposed here, no overlap) runs again: the MLP's two of the layer's
+    four forward TP collectives of equal size, half the forward TP time."""
+    plan = Plan(tp=4, sequence_parallel=True, recompute="selective", recompute_modules=("mlp",))
+    ops, times = _layer(gpt(), plan)
+    passes = pass_times(ops, times, plan, "selective")
+    kernels = sum(_fwd_time(ops, times, p) for p in ("mlp/norm", "mlp/fc1", "mlp/act", "mlp/fc2"))
+    forward_tp = sum(t for o, t in zip(ops, times, strict=True) if o.phase == "fwd" and o.kind == "collective"
+                     and o.collective.axis == "tp")
+    assert passes.recompute == pytest.approx(kernels + forward_tp / 2)
+
+
+def test_mla_up_proj_reruns_the_query_projection_without_a_query_latent():
+    """DeepSeek-V3's up-projections (q_up, kv_up) run again; a model without a query latent (q_lora_rank 0) projects
+    its queries in one GEMM, attn/q, which qkv_up_proj_and_rope_apply runs too; q_down never."""
+    plan = Plan(recompute="selective", recompute_modules=("mla_up_proj",))
+    v3 = load_model("deepseek-v3")
+    for model, names in ((v3, {"attn/q_up", "attn/kv_up"}), (replace(v3, q_lora_rank=0), {"attn/q", "attn/kv_up"})):
+        ops = dense_layer(model, plan)
+        again = {o.name for o, redo in zip(ops, rerun_by(ops, ("mla_up_proj",)), strict=True) if redo}
+        assert {n for n in again if not n.endswith("/cast")} == names
 
 
 def test_recomputed_flops_per_token_count_each_module_once_per_layer():
@@ -130,22 +157,10 @@ def test_recompute_modules_slow_the_step_and_shrink_the_activations():
     assert "recompute=selective(core_attn+moe)" in moe.plan.describe()
 
 
-def test_search_equals_estimate_with_recompute_modules():
-    """Space.recompute_modules is carried to every plan: the batched search prices it as estimate() does."""
-    model, cluster = load_model("mixtral-8x7b").with_seq_length(2048), H100.cluster(16)
-    space = Space(global_batch=16, zero=(1,), recompute=("selective",), recompute_modules=("moe_act", "layernorm"),
-                  offload_optimizer=(False,), offload_activations=(False,), max_micro_batch=1, layouts=("1d",),
-                  sequence_parallel=(True,), all_placements=False)
-    result = search(model, cluster, space, top_k=3)
-    for est in result.plans:
-        assert est.plan.recompute_modules == ("moe_act", "layernorm")
-        again = estimate(model, cluster, est.plan)
-        assert est.step_time == pytest.approx(again.step_time, rel=1e-9)
-        assert est.peak_memory == pytest.approx(again.peak_memory, rel=1e-9)
-
-
 def test_check_names_an_unknown_or_inapplicable_module():
-    assert "recompute_modules has 'attention'" in check(MOE, None, Plan(recompute_modules=("attention",)))[0]
+    assert "recompute_modules=attention has 'attention'" in check(MOE, None, Plan(recompute_modules=("attention",)))[0]
+    with pytest.raises(ValueError, match="recompute_modules=.* has 'attention'"):
+        Space(global_batch=8, recompute_modules=("attention",))
     assert "mla_up_proj needs multi-head latent attention" in check(MOE, None,
                                                                      Plan(recompute_modules=("mla_up_proj",)))[0]
     assert "names a module twice" in check(MOE, None, Plan(recompute_modules=("moe", "moe")))[0]
@@ -153,7 +168,7 @@ def test_check_names_an_unknown_or_inapplicable_module():
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--recompute-modules", "moe,attention"], "recompute-modules='attention' must be one of core_attn"),
+    (["--recompute-modules", "moe,attention"], "recompute-modules=moe,attention has 'attention': the modules are"),
     (["--recompute", "none", "--recompute-modules", "moe"], "recompute-modules=moe needs --recompute selective"),
 ])
 def test_cli_refuses_bad_recompute_modules(capsys, args, message):

@@ -476,6 +476,25 @@ def test_search_equals_estimate_for_experts_under_the_pipeline():
                for v in variants for e in v)
 
 
+def test_search_equals_estimate_with_recompute_modules_and_mtp():
+    """Plan.recompute_modules and a multi-token-prediction depth change the per-key units (the recomputed modules'
+    kernels and frees, the last stage's head with its MTP layer): the batched search must price every candidate as
+    estimate() does, in what fits and in the top plans' step times, under full recompute too (which checkpoints the
+    MTP layer)."""
+    model = replace(load_model("mixtral-8x7b"), mtp_layers=1).with_seq_length(2048)
+    cluster = load_system("h100").cluster(16)
+    space = Space(global_batch=16, zero=(1,), recompute=("selective", "full"), recompute_modules=("moe", "layernorm"),
+                  offload_optimizer=(False,), offload_activations=(False,), max_micro_batch=1, layouts=("1d",),
+                  sequence_parallel=(True,))
+    result = search(model, cluster, space, top_k=5)
+    variants = [[estimate(model, cluster, p) for p in options] for options in every_plan(model, cluster, space)]
+    assert len(variants) == result.evaluated
+    fits = [v[0] for v in variants if v[0].fits]
+    assert len(fits) == result.feasible
+    assert [e.step_time for e in result.plans] == pytest.approx(sorted(e.step_time for e in fits)[:5], rel=1e-9)
+    assert {e.plan.recompute_modules for e in fits} == {("moe", "layernorm")}
+
+
 def test_placement_of_a_size_one_axis_changes_nothing():
     """dp = 1: where dp sits in the order does not change the gradient-reduction group over cp."""
     model, cluster = load_model("llama3-8b"), load_system("h100").cluster(16)

@@ -22,6 +22,7 @@ from meshplan.plan import (
     PRECISION,
     RECOMPUTE_MODULES,
     fsdp_has_zero,
+    recompute_modules_problem,
 )
 
 MAX_TOKENS = 1e18  # a token budget: 10^18 is 50,000 times Llama 3's 15T
@@ -94,13 +95,11 @@ recompute_modules_option = click.option(
 
 
 def recompute_modules(text: str) -> tuple[str, ...]:
-    """``--recompute-modules`` as a tuple of known module names, each once."""
+    """``--recompute-modules`` as a tuple of known module names, each once (plan.recompute_modules_problem)."""
     modules = tuple(m.strip() for m in text.split(","))
-    for m in modules:
-        if m not in RECOMPUTE_MODULES:
-            raise SpecError(f"recompute-modules={m!r} must be one of {', '.join(RECOMPUTE_MODULES)}")
-    if len(set(modules)) != len(modules):
-        raise SpecError(f"recompute-modules={text} names a module twice")
+    problem = recompute_modules_problem(modules)
+    if problem:
+        raise SpecError(f"recompute-modules={text} {problem}")
     return modules
 
 
@@ -335,6 +334,10 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
     if not zeros:
         raise SpecError(f"zero={zero_opts} leaves no stage for fsdp={fsdp} (FSDP has no ZeRO-1)")
     recomputes = _choices(recompute_opts, ("none", "selective", "full"), "recompute")
+    modules = recompute_modules(recompute_modules_text)
+    if modules != ("core_attn",) and "selective" not in recomputes:
+        raise SpecError(f"recompute-modules={recompute_modules_text} needs selective among --recompute "
+                        f"(got {recompute_opts})")
     sps = tuple(v == "on" for v in _choices(sp_opts, ("off", "on"), "sp"))
     sequences(global_batch, "global-batch")
     budget = _parse_count(tokens, "tokens") if tokens is not None else None
@@ -348,8 +351,8 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
     for n in counts:
         model, cluster = load_inputs(model_ref, system_ref, seq, nvlink_domain, n)
         gbs = global_batch or default_global_batch(model.seq_length, 1, 1)  # sequences() checked a stated one
-        space = Space(global_batch=gbs, zero=zeros, recompute=recomputes,
-                      recompute_modules=recompute_modules(recompute_modules_text), sequence_parallel=sps,
+        space = Space(global_batch=gbs, zero=zeros, recompute=recomputes, recompute_modules=modules,
+                      sequence_parallel=sps,
                       offload_optimizer=(False, True) if offload else (False,),
                       offload_activations=(False, True) if offload else (False,),
                       all_placements=placements == "all", max_micro_batch=max_micro_batch, precision=precision,

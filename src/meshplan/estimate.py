@@ -65,11 +65,13 @@ from meshplan.ops import (
     dims,
     embedding_ops,
     freed_by,
+    head_dims,
     head_ops,
     layer_kinds,
     mtp_ops,
     pipeline_p2p,
     rerun_by,
+    tp_rerun_by,
 )
 from meshplan.plan import Plan, validate
 from meshplan.roofline import compute_time, memory_time, op_time
@@ -229,15 +231,25 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, recompute: str, 
     if recompute == "full":
         redo = kernels["f"] + tp["f"] + cp["f"] + ep["f"]
     elif recompute == "selective":
-        modules = plan.recompute_modules
-        redo = sum((t for t, again in zip(times, rerun_by(ops, modules), strict=True) if again), 0.0)
-        if any(RECOMPUTE_MODULES[m].all_to_all for m in modules):
-            redo = redo + ep["f"]
+        redo = _selective_redo(ops, times, plan.recompute_modules, g(("f", "tp"), 0.0), tp["f"], ep["f"])
     else:
         redo = 0.0
     return PassTimes(fwd=kernels["f"], bwd=kernels["b"], recompute=redo, tp=tp["f"] + tp["b"],
                      cp=cp["f"] + cp["b"], ep=ep["f"] + ep["b"],
                      pp=g(("f", "pp_exposed"), 0.0) + g(("b", "pp_exposed"), 0.0))
+
+
+def _selective_redo(ops: list[OpCost], times: list[Num], modules: tuple[str, ...], tp_raw: Num, tp_exposed: Num,
+                    ep_exposed: Num) -> Num:
+    """What selective recompute of ``modules`` adds to the backward pass: their forward kernels again, the share of
+    the forward's exposed TP time their own collectives make up (``tp_raw``: all forward TP collectives before the
+    overlap rules, ``tp_exposed`` after), and a recomputed MoE layer's exposed forward all-to-alls."""
+    redo = sum((t for t, again in zip(times, rerun_by(ops, modules), strict=True) if again), 0.0)
+    tp_again = sum((t for t, again in zip(times, tp_rerun_by(ops, modules), strict=True) if again), 0.0)
+    redo = redo + tp_exposed * tp_again / maximum(tp_raw, 1e-30)
+    if any(RECOMPUTE_MODULES[m].all_to_all for m in modules):
+        redo = redo + ep_exposed
+    return redo
 
 
 def hide(comm: Num, window: Num, slowdown: float) -> Num:
@@ -307,8 +319,8 @@ def _layer(model: ModelSpec, plan: Plan, parts: _Parts, recompute: str, eff: Eff
 def saved_bytes(ops: list[OpCost], recompute: str = "none", modules: tuple[str, ...] = ("core_attn",)) -> Num:
     """Bytes the forward pass keeps for the backward pass (selective recompute of ``modules`` frees some,
     ``ops.RECOMPUTE_MODULES``)."""
-    selective = recompute == "selective"
-    return sum((op.saved for op in ops if op.phase == "fwd" and not (selective and freed_by(op, modules))), 0.0)
+    kept = [not freed for freed in freed_by(ops, modules)] if recompute == "selective" else [True] * len(ops)
+    return sum((op.saved for op, keep in zip(ops, kept, strict=True) if op.phase == "fwd" and keep), 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,13 +367,13 @@ def units_for_recomputes(model: ModelSpec, cluster: Cluster, plan: Plan, parts: 
     everything but the layer's recompute sum and saved bytes."""
     plain = _layer(model, plan, parts, "none", eff)
     embed = pass_times(parts.ops["embed"], parts.times["embed"], plan, "none", eff)
-    head, head_saved = _head_and_mtp(model, plan, parts, eff)
     p2p = pass_times(parts.ops["p2p"], parts.times["p2p"], plan, "none", eff)
     embed_saved = saved_bytes(parts.ops["embed"])
     fractions = kind_fractions(model)
     units = {}
     for recompute in recomputes:
         redo = plain if recompute == "none" else _layer(model, plan, parts, recompute, eff)
+        head, head_saved = _head_and_mtp(model, plan, parts, recompute, eff)
         saved = sum(saved_bytes(parts.ops[kind], recompute, plan.recompute_modules) * f
                     for kind, f in fractions.items())
         units[recompute] = Units(layer=redo, layer_plain=plain, embed=embed, head=head, p2p=p2p, layer_saved=saved,
@@ -370,19 +382,25 @@ def units_for_recomputes(model: ModelSpec, cluster: Cluster, plan: Plan, parts: 
     return units
 
 
-def _head_and_mtp(model: ModelSpec, plan: Plan, parts: _Parts, eff: Efficiency) -> tuple[PassTimes, Num]:
+def _head_and_mtp(model: ModelSpec, plan: Plan, parts: _Parts, recompute: str, eff: Efficiency
+                  ) -> tuple[PassTimes, Num]:
     """The last stage's head per micro-batch, and what it saves: the final norm, LM head and loss, and per
     multi-token-prediction depth its own ops (``ops.mtp_ops``), one layer of each of ``mtp_kinds`` and the head
-    again (Megatron-Core's MTP layers share the output layer; without recompute, as the main layers' plain times)."""
+    again (Megatron-Core's MTP layers share the output layer). Recompute as Megatron-Core's
+    MultiTokenPredictionLayer: under full recompute it checkpoints the projection and its layer
+    (``_checkpointed_forward(self._proj_and_transformer_layer, …)``), which then keep only their two inputs, the
+    previous hidden state and the next tokens' embedding; its layer applies the selective modules as the others."""
     head = pass_times(parts.ops["head"], parts.times["head"], plan, "none", eff)
     saved = saved_bytes(parts.ops["head"])
     if not model.mtp_layers:
         return head, saved
-    depth = pass_times(parts.ops["mtp"], parts.times["mtp"], plan, "none", eff).plus(head)
-    depth_saved = saved_bytes(parts.ops["mtp"]) + saved
+    full = recompute == "full"
+    depth = pass_times(parts.ops["mtp"], parts.times["mtp"], plan, "full" if full else "none", eff).plus(head)
+    depth_saved = saved + (2 * _layer_input(model, plan) if full else saved_bytes(parts.ops["mtp"]))
     for kind in model.mtp_kinds:
-        depth = depth.plus(pass_times(parts.ops[kind], parts.times[kind], plan, "none", eff))
-        depth_saved = depth_saved + saved_bytes(parts.ops[kind])
+        depth = depth.plus(pass_times(parts.ops[kind], parts.times[kind], plan, recompute, eff))
+        if not full:
+            depth_saved = depth_saved + saved_bytes(parts.ops[kind], recompute, plan.recompute_modules)
     return head.plus(depth.scaled(model.mtp_layers)), saved + model.mtp_layers * depth_saved
 
 
@@ -491,15 +509,17 @@ def optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Effic
     return shard * (plan.grad_bytes + 24 + WEIGHT_BYTES) / (cluster.accelerator.hbm_bandwidth * eff.memory)
 
 
-def offload_time(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, stage: PassTimes) -> Num:
+def offload_time(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, stage: PassTimes, use_first: Num = True
+                 ) -> Num:
     """Activation offload: every saved byte of an offloaded layer goes to the host during the forward pass and
     comes back during the backward pass over PCIe (NVLink-C2C on Grace); double-buffered one layer ahead
     (Transformer Engine's CPU-offload handler), so a layer's copy hides only behind the compute of the offloaded
-    layers, not the whole pass: what those layers' compute cannot hide is exposed, per micro-batch."""
+    layers, not the whole pass: what those layers' compute cannot hide is exposed, per micro-batch, on the busiest
+    rank (``stage``: the first when ``use_first``, else the last)."""
     if not plan.offload_activations:
         return 0.0
-    n = offloaded_layers(model, plan)
-    share = n / layers_on_stage(model, plan)
+    n = where(use_first, offloaded_layers(model, plan), offloaded_layers(model, plan, last=True))
+    share = n / where(use_first, layers_on_stage(model, plan), layers_on_last(model, plan))
     moved = u.layer_saved * n / cluster.host_bandwidth
     return plan.grad_accum * (maximum(0.0, moved - share * stage.fwd) + maximum(0.0, moved - share * stage.bwd))
 
@@ -644,12 +664,16 @@ def offloaded_optimizer(model: ModelSpec, plan: Plan) -> Num:
 
 
 def offloaded_activations(model: ModelSpec, plan: Plan, u: Units) -> Num:
-    """Host bytes of offloaded activations: what the first rank would otherwise hold for its in-flight
-    micro-batches."""
+    """Host bytes of offloaded activations: what the first (or, if more, the last) rank would otherwise hold for its
+    in-flight micro-batches."""
     if not plan.offload_activations:
         return 0.0
-    on_gpu = activation_bytes(model, replace(plan, offload_activations=False), u.layer_saved, _layer_input(model, plan))
-    return on_gpu * offloaded_layers(model, plan) / layers_on_stage(model, plan)
+    kept, layer_input = replace(plan, offload_activations=False), _layer_input(model, plan)
+    first = activation_bytes(model, kept, u.layer_saved, layer_input) * offloaded_layers(model, plan) / (
+        layers_on_stage(model, plan))
+    last = activation_bytes(model, kept, u.layer_saved, layer_input, last=True) * offloaded_layers(
+        model, plan, last=True) / layers_on_last(model, plan)
+    return maximum(first, last)
 
 
 def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, eff: Efficiency = DEFAULT) -> StepCosts:
@@ -660,7 +684,7 @@ def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, eff: Effi
     breakdown = pipe.breakdown() | {
         "dp": dp_time(model, cluster, plan, params, pipe.stage, eff),
         "optimizer": optimizer_time(cluster, plan, params, eff),
-        "offload": offload_time(model, cluster, plan, u, pipe.stage),
+        "offload": offload_time(model, cluster, plan, u, pipe.stage, pipe.use_first),
     }
     states_first, states_last = model_state_memory(model, plan)
     acts_first, acts_last = activation_memory(model, plan, u)
@@ -714,22 +738,20 @@ def attention_flops_per_token(model: ModelSpec) -> float:
 
 def attention_layer_flops(model: ModelSpec) -> float:
     """Forward FLOPs per token of one attention layer's Q·Kᵀ and A·V, no causal savings: 2·s·A·(d_qk + d_v)."""
-    if model.is_mla:
-        d_qk, d_v = model.qk_nope_head_dim + model.qk_rope_head_dim, model.v_head_dim
-    else:
-        d_qk = d_v = model.head_dim
+    d_qk, d_v = head_dims(model)
     return 2.0 * model.seq_length * model.num_heads * (d_qk + d_v)
 
 
 def ssd_flops_per_token(model: ModelSpec) -> float:
-    """Forward FLOPs per token of the Mamba-2 SSD scans (``ops.ssd_ops``' products over a chunk, per token):
-    n_h·(2·N·P + 2·(Q + N)·P) + G·2·Q·N per Mamba block."""
-    blocks = model.layer_pattern.count("M")
-    if not blocks:
-        return 0.0
+    """Forward FLOPs per token of the Mamba-2 SSD scans of the model's Mamba blocks (``ssd_block_flops``)."""
+    return model.layer_pattern.count("M") * ssd_block_flops(model)
+
+
+def ssd_block_flops(model: ModelSpec) -> float:
+    """Forward FLOPs per token of one Mamba block's SSD scan (``ops.ssd_ops``' products over a chunk, per token):
+    n_h·(2·N·P + 2·(Q + N)·P) + G·2·Q·N."""
     q, n, p = model.mamba_chunk, model.mamba_state, model.mamba_head_dim
-    per_head = 2.0 * n * p + 2.0 * (q + n) * p
-    return blocks * (model.mamba_heads * per_head + model.mamba_groups * 2.0 * q * n)
+    return model.mamba_heads * (2.0 * n * p + 2.0 * (q + n) * p) + model.mamba_groups * 2.0 * q * n
 
 
 def model_flops_per_token(model: ModelSpec) -> float:
@@ -739,15 +761,25 @@ def model_flops_per_token(model: ModelSpec) -> float:
 
 
 def mtp_flops_per_token(model: ModelSpec) -> float:
-    """Per MTP depth, counted as the model's layers are: 6 · (eh_proj 2·H·H + the MTP layer's active parameters +
-    the LM head V·H) + 3 · the attention forward of its attention blocks, 2·s·A·(d_qk + d_v) each (Megatron-Core's
-    num_floating_point_operations counts the MTP layers likewise)."""
+    """Per MTP depth, counted as the model's layers are: 6 · (the MTP layer's active parameters, eh_proj 2·H·H and
+    its norms among them, + the LM head V·H) + 3 · the forward of its attention blocks' scores, 2·s·A·(d_qk + d_v)
+    each, and of its Mamba blocks' scans (Megatron-Core's num_floating_point_operations counts the MTP layers
+    likewise)."""
     if not model.mtp_layers:
         return 0.0
-    h = model.hidden_size
-    params = 2 * h * h + sum(model.block_params(k, active=True) for k in model.mtp_kinds) + model.vocab_size * h
-    attention = sum(k == "attention" or (k in ("dense", "moe") and not model.is_hybrid) for k in model.mtp_kinds)
-    return model.mtp_layers * (6.0 * params + 3.0 * attention * attention_layer_flops(model))
+    params = model.mtp_layer_params(active=True) + model.vocab_size * model.hidden_size
+    return model.mtp_layers * (6.0 * params + 3.0 * _mtp_scores_flops(model))
+
+
+def _mtp_scores_flops(model: ModelSpec) -> float:
+    """Forward FLOPs per token of one MTP layer's attention scores and Mamba scans."""
+    return (_mtp_attention_blocks(model) * attention_layer_flops(model)
+            + model.mtp_kinds.count("mamba") * ssd_block_flops(model))
+
+
+def _mtp_attention_blocks(model: ModelSpec) -> int:
+    """Attention blocks in one MTP layer: a transformer layer's one, or a hybrid pattern's "*" blocks."""
+    return sum(k == "attention" or (k in ("dense", "moe") and not model.is_hybrid) for k in model.mtp_kinds)
 
 
 def plan_flops_per_token(model: ModelSpec, plan: Plan) -> float:
@@ -760,15 +792,21 @@ def plan_flops_per_token(model: ModelSpec, plan: Plan) -> float:
 
 
 def recompute_flops_per_token(model: ModelSpec, plan: Plan) -> float:
-    """Extra forward FLOPs per token that recomputation executes (counted like model FLOPs)."""
-    forward = model_flops_per_token(model) / 3
+    """Extra forward FLOPs per token that recomputation executes (counted like model FLOPs): under full recompute
+    the layers' forward (a share of them with ``recompute_layers``) and every MTP depth's but its head; under
+    selective recompute the modules' (``module_flops_per_token``, the attention core by its closed form)."""
+    head = 2.0 * model.vocab_size * model.hidden_size
+    mtp = mtp_flops_per_token(model) / 3
     if plan.recompute == "full":
         layers = layers_on_stage(model, plan)
         share = 1.0 if plan.recompute_layers == 0 else min(plan.recompute_layers, layers) / layers
-        return share * (forward - 2.0 * model.vocab_size * model.hidden_size - mtp_flops_per_token(model) / 3)
+        return share * (model_flops_per_token(model) / 3 - mtp - head) + mtp - model.mtp_layers * head
     if plan.recompute == "selective":
         modules = plan.recompute_modules
-        attention = attention_flops_per_token(model) - ssd_flops_per_token(model) if "core_attn" in modules else 0.0
+        attention = 0.0
+        if "core_attn" in modules:
+            mtp_attention = model.mtp_layers * _mtp_attention_blocks(model) * attention_layer_flops(model)
+            attention = attention_flops_per_token(model) - ssd_flops_per_token(model) + mtp_attention
         others = tuple(m for m in modules if m != "core_attn")
         return attention + (module_flops_per_token(model, plan, others) if others else 0.0)
     return 0.0
@@ -778,13 +816,14 @@ def module_flops_per_token(model: ModelSpec, plan: Plan, modules: tuple[str, ...
     """Forward FLOPs per token of the ops the selective recompute of ``modules`` runs again, over all layers: a
     layer's op on one GPU does the work of T/t of the tokens (T = b·s/c on the GPU; column- and row-parallel
     GEMMs split the work t ways, a rank's experts take the k·T/t rows it routes), so per token it is
-    flops · t / T, counted once per layer of its kind."""
+    flops · t / T, counted once per layer of its kind (the multi-token-prediction depths' layers too)."""
     d = dims(model, plan)
     counts = model.block_counts
     total = 0.0
     for kind, ops in layer_kinds(model, plan).items():
         again = rerun_by(ops, modules)
-        total += counts[kind] * sum(op.flops for op, redo in zip(ops, again, strict=True) if redo)
+        layers = counts[kind] + model.mtp_layers * model.mtp_kinds.count(kind)
+        total += layers * sum(op.flops for op, redo in zip(ops, again, strict=True) if redo)
     return float(total * d.tp / d.tokens)
 
 
@@ -910,11 +949,17 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = D
 
 def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, parts: _Parts, units: Units
               ) -> tuple[OpRow, ...]:
-    """Every op with its time per occurrence and how many times the busiest rank runs it per step."""
-    m, layers, depths = plan.grad_accum, layers_on_stage(model, plan), model.mtp_layers
-    counts = {kind: m * (layers * f + depths * model.mtp_kinds.count(kind))
+    """Every op with its time per occurrence and how many times the busiest rank runs it per step: the first
+    (its layers and the embedding) or the last (its layers, the head and the multi-token-prediction depths, each a
+    layer of ``mtp_kinds`` and the head again); a single stage runs all of them."""
+    m, depths, single = plan.grad_accum, model.mtp_layers, plan.pp == 1
+    first = bool(pipeline(model, plan, units).use_first)
+    layers = layers_on_stage(model, plan) if first else layers_on_last(model, plan)
+    ends = single or not first  # the last stage's head and MTP depths are on the busiest rank
+    counts = {kind: m * (layers * f + ends * depths * model.mtp_kinds.count(kind))
               for kind, f in kind_fractions(model).items()} | {
-        "embed": m, "head": m * (1 + depths), "mtp": m * depths, "p2p": m * plan.vpp * (plan.pp > 1)}
+        "embed": m * (single or first), "head": m * ends * (1 + depths), "mtp": m * ends * depths,
+        "p2p": m * plan.vpp * (plan.pp > 1)}
     rows = []
     acc = cluster.accelerator
     for group, ops in parts.ops.items():

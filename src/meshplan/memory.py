@@ -57,16 +57,22 @@ class Memory:
                 "activations": self.activations, "buffers": self.buffers}
 
 
+def _uneven(plan: Plan) -> Num:
+    """An uneven last stage applies: ``plan.last_stage_layers`` set and a pipeline to set it on (a search batch
+    may hold pp = 1 rows beside pipelined ones)."""
+    return (plan.last_stage_layers > 0) & (plan.pp > 1)
+
+
 def layers_on_stage(model: ModelSpec, plan: Plan) -> Num:
     """Layers on the first (and every middle) pipeline rank: ⌈L / p⌉, or with an uneven last stage
     (``plan.last_stage_layers`` = l) the other ranks' even split of the rest, ⌈(L − l) / (p − 1)⌉."""
     rest = -(-(model.num_layers - plan.last_stage_layers) // maximum(plan.pp - 1, 1))
-    return where(plan.last_stage_layers > 0, rest, -(-model.num_layers // plan.pp))
+    return where(_uneven(plan), rest, -(-model.num_layers // plan.pp))
 
 
 def layers_on_last(model: ModelSpec, plan: Plan) -> Num:
-    """Layers on the last pipeline rank: ``plan.last_stage_layers``, or the even split's ⌈L / p⌉."""
-    return where(plan.last_stage_layers > 0, plan.last_stage_layers, -(-model.num_layers // plan.pp))
+    """Layers on the last pipeline rank: ``plan.last_stage_layers``, or those of the others (``layers_on_stage``)."""
+    return where(_uneven(plan), plan.last_stage_layers, layers_on_stage(model, plan))
 
 
 @lru_cache(maxsize=256)
@@ -187,14 +193,15 @@ def mtp_params(model: ModelSpec, plan: Plan) -> StageParams:
     """The multi-token-prediction layers on one GPU of the last stage (``ModelSpec.mtp_params``): their blocks split
     as the model's are (``kind_params``), eh_proj t-ways, the three norms copied; with p > 1 the last stage also
     holds a copy of the vocabulary-parallel embedding for the MTP lookup (Megatron-Core builds the embedding on
-    the stage that runs MTP and keeps the copies in sync like a tied head)."""
+    the stage that runs MTP and keeps the copies in sync like a tied head; a tied model's last stage has that copy
+    already)."""
     if not model.mtp_layers:
         return StageParams(dense=0.0, expert=0.0)
     copies = 1 if model.mtp_shared else model.mtp_layers
     blocks = [kind_params(model, plan, kind) for kind in model.mtp_kinds]
     h = model.hidden_size
     own = 3 * model.norm_params(h) + 2 * h * h / (plan.tp * plan.tp2) + sum(b.dense for b in blocks)
-    embedding = model.vocab_size * h / plan.tp * (plan.pp > 1)
+    embedding = model.vocab_size * h / plan.tp * (plan.pp > 1) * (not model.tied_embeddings)
     return StageParams(dense=copies * own + embedding, expert=copies * sum(b.expert for b in blocks))
 
 
@@ -235,12 +242,13 @@ def chunk_gradient_share(plan: Plan) -> Num:
     return where(one_round, 1.0 / plan.vpp, 1.0)
 
 
-def offloaded_layers(model: ModelSpec, plan: Plan) -> Num:
-    """Layers per stage whose saved activations go to host memory: ``plan.offload_layers`` of them (Megatron-Core
-    ``cpu_offloading_num_layers``: the first ones), all when 0, none without ``plan.offload_activations``."""
+def offloaded_layers(model: ModelSpec, plan: Plan, last: bool = False) -> Num:
+    """Layers of the first (or the last) pipeline rank whose saved activations go to host memory:
+    ``plan.offload_layers`` of them (Megatron-Core ``cpu_offloading_num_layers``: the first ones), all when 0, none
+    without ``plan.offload_activations``."""
     if not plan.offload_activations:
         return 0
-    layers = layers_on_stage(model, plan)
+    layers = layers_on_last(model, plan) if last else layers_on_stage(model, plan)
     return layers if plan.offload_layers == 0 else minimum(plan.offload_layers, layers)
 
 
@@ -282,7 +290,7 @@ def activation_bytes(model: ModelSpec, plan: Plan, layer_saved: Num, layer_input
     if plan.offload_activations:  # double-buffered: the layer computing and the one being copied
         # partial offload keeps the kept layers' share of the whole non-offloaded total (with full recompute that
         # share also scales its one-layer working set: an approximation, exact when every layer is offloaded)
-        kept = layers - minimum(offloaded_layers(model, plan), layers)
+        kept = layers - offloaded_layers(model, plan, last)
         on_gpu = activation_bytes(model, replace(plan, offload_activations=False), layer_saved, layer_input, last)
         return on_gpu * kept / layers + 2 * layer_saved
     if plan.recompute == "full":

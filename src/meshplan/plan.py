@@ -373,17 +373,25 @@ def _check_experts(model: ModelSpec, plan: Plan) -> list[str]:
     return reasons
 
 
-def _check_recompute_modules(model: ModelSpec, plan: Plan) -> list[str]:
-    """Known module names, at least one, each once; mla_up_proj needs multi-head latent attention."""
-    modules = plan.recompute_modules
+def recompute_modules_problem(modules: object) -> str:
+    """What is wrong with a ``recompute_modules`` value ("" if nothing): known module names, at least one, each once
+    (for Plan.check, the search's Space and the CLI alike)."""
     if not isinstance(modules, tuple) or not modules:
-        return [f"recompute_modules={modules!r} must be a non-empty tuple of {', '.join(RECOMPUTE_MODULES)}"]
+        return f"must be a non-empty tuple of {', '.join(RECOMPUTE_MODULES)}"
     unknown = [m for m in modules if m not in RECOMPUTE_MODULES]
     if unknown:
-        return [f"recompute_modules has {unknown[0]!r}: the modules are {', '.join(RECOMPUTE_MODULES)}"]
+        return f"has {unknown[0]!r}: the modules are {', '.join(RECOMPUTE_MODULES)}"
     if len(set(modules)) != len(modules):
-        return [f"recompute_modules={','.join(modules)} names a module twice"]
-    if "mla_up_proj" in modules and not model.is_mla:
+        return "names a module twice"
+    return ""
+
+
+def _check_recompute_modules(model: ModelSpec, plan: Plan) -> list[str]:
+    """``recompute_modules_problem``; mla_up_proj needs multi-head latent attention."""
+    problem = recompute_modules_problem(plan.recompute_modules)
+    if problem:
+        return [f"recompute_modules={','.join(map(str, plan.recompute_modules))} {problem}"]
+    if "mla_up_proj" in plan.recompute_modules and not model.is_mla:
         return [f"recompute_modules mla_up_proj needs multi-head latent attention ({model.name} has none)"]
     return []
 

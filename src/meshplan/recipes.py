@@ -425,9 +425,12 @@ def last_stage_layers(record: dict[str, Any], model: ModelSpec, pp: int, vpp: in
     key = recipe_key(record)
     for pattern, layout, why in PIPELINE_LAYOUTS:
         if re.search(pattern, key):
-            if layout.count("|") + 1 != pp * vpp or layout.count("t") != model.num_layers:
-                return 0, (f"pipeline layout: the recipe's ({why}) has {layout.count('|') + 1} chunks, not "
-                           f"pp*vp = {pp * vpp}: an even split assumed")
+            chunks, decoders = layout.count("|") + 1, layout.count("t")
+            if chunks != pp * vpp or decoders != model.num_layers:
+                return 0, (f"pipeline layout: the recipe's ({why}) has {chunks} chunks of {decoders} decoder layers, "
+                           f"not pp*vp = {pp * vpp} of num_layers = {model.num_layers}: an even split assumed")
             last = layout_last_stage(layout, pp)
+            if last == 0:  # Plan.last_stage_layers has no "none": a last rank of MTP and loss alone is not modelled
+                return 0, f"pipeline layout: the recipe's last rank holds no decoder layer ({why}): an even split"
             return last, f"last pipeline rank {last} decoder layers ({why})"
     return 0, ""

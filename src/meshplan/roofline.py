@@ -68,9 +68,10 @@ def memory_time(op: OpCost, acc: Accelerator, eff: Efficiency) -> Num:
     """Streaming time of the op's bytes; a block-scaled quantization (``variant="block_scaled"``) takes
     ``eff.block_scaled_cast`` times as long; a Mamba-2 SSD kernel (``variant="ssd"``, mamba_ssm's Triton chunked
     scan, bound by memory latency rather than by its math or HBM bandwidth) streams at ``eff.ssd`` bytes per second
-    per SM, the rate its benchmark measured, math included (efficiency.py)."""
+    per SM, the rate its benchmark measured, math included (efficiency.py), and no faster than a streaming kernel
+    (a GPU of many SMs and little bandwidth: L40S)."""
     if op.variant == "ssd":
-        return op.nbytes / (acc.num_sms * eff.ssd)
+        return maximum(op.nbytes / (acc.num_sms * eff.ssd), op.nbytes / (acc.hbm_bandwidth * eff.memory))
     slower = eff.block_scaled_cast if op.variant == "block_scaled" else 1.0
     return slower * op.nbytes / (acc.hbm_bandwidth * eff.memory)
 

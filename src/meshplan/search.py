@@ -61,7 +61,7 @@ from meshplan.hardware import Cluster
 from meshplan.keyed import KeyUnits, distinct, panel_counts
 from meshplan.memory import layers_on_last, layers_on_stage, model_states, stage_params
 from meshplan.model import ModelSpec
-from meshplan.plan import DENSE_AXES, LAYOUTS, Plan, fsdp_has_zero
+from meshplan.plan import DENSE_AXES, LAYOUTS, Plan, fsdp_has_zero, recompute_modules_problem
 from meshplan.units import fmt_bytes
 
 PLACEMENTS = tuple(itertools.permutations(DENSE_AXES))
@@ -104,6 +104,9 @@ class Space:
     def __post_init__(self) -> None:
         if not all(fsdp_has_zero(self.fsdp, z) for z in self.zero):
             raise ValueError(f"fsdp={self.fsdp} has no ZeRO-1 strategy: search zero in 0, 2, 3")
+        problem = recompute_modules_problem(self.recompute_modules)
+        if problem:
+            raise ValueError(f"recompute_modules={self.recompute_modules!r} {problem}")
 
     @property
     def settings(self) -> dict[str, object]:
@@ -441,7 +444,7 @@ def _times(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict[str
     t_opt = np.array([[_vec(optimizer_time(cluster, replace(batch, zero=z, offload_optimizer=oo), params, eff), n)
                        for oo in oos] for z in zeros])  # (Z, O, n)
     t_off = np.array([[_vec(offload_time(model, cluster, replace(with_rc[rc], offload_activations=oa), units[rc],
-                                         base.stage), n) for oa in oas] for rc in rcs])  # (R, A, n)
+                                         base.stage, base.use_first), n) for oa in oas] for rc in rcs])  # (R, A, n)
     return t_pipe[:, None, None, None] + t_dp[None, :, None, None] + t_opt[None, :, :, None] + t_off[:, None, None]
 
 
@@ -690,23 +693,25 @@ BOUND_SLACK = 1e-5  # the float32 step-time sums may round below the float64 bou
 
 def _lower_bound(model: ModelSpec, pool: PlanBatch, shapes: dict[str, Units], shape_of: np.ndarray) -> np.ndarray:
     """A lower bound on every setting's step time of each plan, from the kernel times of its shape (``shapes``;
-    ``shape_of``: each plan's shape). Every rank runs at least its L_stage layers' forward and backward kernels
-    per micro-batch, c = t_fwd + t_bwd of a layer, and the first and last ranks the embedding's (e) and the
-    head's (h); everything else (communication, recompute, sends, DP, optimizer, offload) only adds. So the
-    busiest rank takes at least B = L_stage·c + max(e, h) (+ min(e, h) on a single stage, which holds both),
-    and the bubble, the other ranks' times over v (``estimate.bubble_time``), at least ((p − 1)·L_stage·c +
-    min(e, h)) / v: the step takes at least m·B + that."""
+    ``shape_of``: each plan's shape). Every rank runs at least its layers' forward and backward kernels per
+    micro-batch, c = t_fwd + t_bwd of a layer, L_f of them on the first (and middle) ranks and L_l on the last,
+    and the first rank the embedding's (e), the last the head's (h); everything else (communication, recompute,
+    sends, DP, optimizer, offload) only adds. So the busiest rank takes at least B = max(L_f·c + e, L_l·c + h) (a
+    single stage holds both: L·c + e + h), and the bubble, the other ranks' times over v
+    (``estimate.bubble_time``), at least ((p − 1)·min(L_f, L_l)·c + min(e, h)) / v: the step takes at least
+    m·B + that."""
     def least(part: str) -> np.ndarray:
         times = [np.broadcast_to(getattr(u, part).fwd + getattr(u, part).bwd, shape_of.max() + 1)
                  for u in shapes.values()]
         return np.minimum.reduce(times)[shape_of]
 
     layer = np.minimum(least("layer"), least("layer_plain"))
-    body = np.minimum(layers_on_stage(model, pool), layers_on_last(model, pool)) * layer
+    first, last = layers_on_stage(model, pool) * layer, layers_on_last(model, pool) * layer
     embed, head = least("embed"), least("head")
-    ends, single = np.minimum(embed, head), pool.pp == 1
-    busiest = body + np.maximum(embed, head) + single * ends
-    return pool.grad_accum * busiest + ~single * ((pool.pp - 1) * body + ends) / pool.vpp
+    single = pool.pp == 1
+    busiest = np.maximum(first + embed + single * head, last + head + single * embed)
+    others = (pool.pp - 1) * np.minimum(first, last) + np.minimum(embed, head)
+    return pool.grad_accum * busiest + ~single * others / pool.vpp
 
 
 def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: PlanBatch, saved: dict[str, Units],
