@@ -239,8 +239,8 @@ class Efficiency:
     # goes with the SM count, not the bandwidth: this is bytes per second per SM, 1.28 TB/s over the H100's 132 SMs.
     # The same rate gives the benchmark's 4,096- and 16,384-token rows within 5 %, and a pure Mamba-2 model's
     # measured GPU-to-GPU throughput ratios (state-spaces/mamba#904: H200 / A100 2.33, GB200 / H200 1.51) within
-    # 3.1 and 10.4 %, where a bandwidth-bound rate is 13.7 and 31.2 % off (benchmarks/kernel_checks.py). Measured on an H100 only; capped at the
-    # streaming rate where a GPU has many SMs for its bandwidth (roofline.memory_time).
+    # 3.1 and 10.4 %, where a bandwidth-bound rate is 13.7 and 31.2 % off (benchmarks/kernel_checks.py). Measured
+    # on an H100 only; capped at the streaming rate where a GPU has many SMs for its bandwidth (roofline.memory_time).
     ssd: float = 830.5e6 / (8192 / 1.262327e7) / 132
     nvlink: float = 0.8  # NCCL bus bandwidth / NVLink peak (nccl-tests)
     network: float = 0.9  # NCCL bus bandwidth / NIC peak (nccl-tests over InfiniBand NDR/HDR)
