@@ -805,8 +805,8 @@ def recompute_flops_per_token(model: ModelSpec, plan: Plan) -> float:
         modules = plan.recompute_modules
         attention = 0.0
         if "core_attn" in modules:
-            mtp_attention = model.mtp_layers * _mtp_attention_blocks(model) * attention_layer_flops(model)
-            attention = attention_flops_per_token(model) - ssd_flops_per_token(model) + mtp_attention
+            blocks = model.num_attention_layers + model.mtp_layers * _mtp_attention_blocks(model)
+            attention = blocks * attention_layer_flops(model)
         others = tuple(m for m in modules if m != "core_attn")
         return attention + (module_flops_per_token(model, plan, others) if others else 0.0)
     return 0.0

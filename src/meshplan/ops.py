@@ -38,6 +38,7 @@ Sources:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from meshplan.comm import Collective
 from meshplan.memory import kind_params
@@ -543,6 +544,7 @@ RECOMPUTE_MODULES: dict[str, Recompute] = {
 }
 
 
+@lru_cache(maxsize=64)
 def _patterns(modules: tuple[str, ...], part: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(names, prefixes) of ``part`` ("reruns", "frees" or "collectives") of ``modules``: the exact names (with
     their "/"-sub-records) and the "/"-ended prefixes."""
