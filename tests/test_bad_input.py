@@ -8,6 +8,7 @@ each one ended in a traceback, a hang, silently wrong output or a vague message;
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -177,6 +178,17 @@ def test_system_toml_fields(old, new, message, tmp_path, capsys):
     path = system(tmp_path, old, new)
     err = fails(estimate("llama3-8b", path, "--offload-optimizer"), capsys)
     assert err.startswith(f"meshplan: error: system={path!r}") and message in err
+
+
+def test_report_without_matplotlib_checks_its_input_first(capsys, tmp_path, monkeypatch):
+    """The README's test command installs no plot extra: bad input still gets its own line, good input the hint."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    monkeypatch.chdir(tmp_path)
+    report = ["report", "--model", "llama3-8b", "--system", "h100", "--gpus", "8"]
+    assert "scaling='12,20': 12 GPUs is not" in fails([*report, "--scaling", "12,20"], capsys)
+    assert "the search space of llama3-8b on 8 GPUs holds" in fails([*report, "--max-plans", "100"], capsys)
+    assert fails(report, capsys) == "meshplan: error: matplotlib is not installed: run  pip install 'meshplan[plot]'"
+    assert not (tmp_path / "report.html").exists()
 
 
 @pytest.mark.parametrize(("output", "message"), [

@@ -106,10 +106,9 @@ def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k,
     from meshplan.files import writable
     from meshplan.hardware import load_system
     from meshplan.report.html import write
-    from meshplan.search import search
+    from meshplan.search import check_space, search
     from meshplan.sweep import Point, param_points, result_row, run, sweep_space
 
-    _require_matplotlib()
     if gpus < 1:
         raise SpecError(f"gpus={gpus} must be a positive integer")
     if not 0 < top_k <= MAX_TOP:
@@ -125,9 +124,11 @@ def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k,
         system = replace(system, network=replace(system.network, nvlink_domain=nvlink_domain))
     cluster = system.cluster(gpus)
     space = sweep_space(gbs, all_placements=placements == "all", offload=offload, max_plans=max_plans)
+    counts = _scaling_counts(scaling, gpus, system.network.nvlink_domain)
+    check_space(model, cluster, space)
+    _require_matplotlib()  # after the input checks: bad input gets its own message whatever is installed
     result = search(model, cluster, space, top_k=top_k)
     rows = None
-    counts = _scaling_counts(scaling, gpus, system.network.nvlink_domain)
     if counts:
         label = Path(system_ref).stem if system_ref.endswith(".toml") else system_ref
         points = param_points(model, [system], counts, gbs, space=space)
