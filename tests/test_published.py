@@ -916,3 +916,32 @@ def test_an_unstated_ep_follows_the_dispatcher_the_stack_names(framework, gpus, 
                                     "global_batch_size": 2 * gpus, "zero_or_fsdp": f"FSDP2 (FSDP={gpus})"}))
     assert case.plan.ep == ep
     assert any(a.startswith(f"ep {ep}") and "not stated" in a for a in case.assumptions)
+
+
+def gpt_oss_record(group: str) -> dict:
+    """GPT-OSS-120B on 64 GB200s as Megatron-Bridge's tables print it: ep 64, micro-batch 4, 4,096 tokens."""
+    return record(group=group, precision="bf16", hardware={"gpu": "GB200", "num_gpus": 64, "gpus_per_node": 4},
+                  model={"name": "GPT-OSS-120B", "arch": "moe", "num_layers": 36, "hidden_size": 2880,
+                         "num_heads": 64, "num_kv_heads": 8, "ffn_hidden_size": 2880, "vocab_size": 201088,
+                         "seq_length": 4096, "num_experts": 128, "moe_topk": 4, "moe_ffn_hidden_size": 2880},
+                  parallel={"tp": 1, "pp": 1, "cp": 1, "vp": None, "ep": 64, "micro_batch_size": 4,
+                            "global_batch_size": 1280})
+
+
+def test_learnable_sinks_run_in_the_fused_kernel_from_the_release_that_ships_it():
+    """TE 2.8 + cuDNN 9.13.1 run GPT-OSS's learnable sinks in cuDNN's fused kernel (TE PR #2148; the NeMo image's
+    cuDNN, NVIDIA-NeMo/RL#1685): 25.11 on. An older release (TE 2.7) falls back to the unfused kernel, which keeps
+    every layer's probabilities for the backward pass: b·h·s²·2 bytes = 4·64·4096²·2 = 8.59 GB per layer, 36 of them
+    on this single-stage layout (309 GB), more than a GB200 holds: the published runs cannot have used it."""
+    fused, unfused = (map_run(gpt_oss_record(g)) for g in ("megatron_bridge_25.11", "megatron_bridge_25.09"))
+    assert fused.plan.flash_attention and not unfused.plan.flash_attention
+    assert any("sinks in cuDNN's fused kernel" in a for a in fused.assumptions)
+    assert any(a.startswith("unfused attention: learnable attention sinks") for a in unfused.assumptions)
+    probabilities = 4 * 64 * 4096**2 * 2
+    assert probabilities == pytest.approx(8.59e9, rel=1e-3)
+    fits, spills = (evaluate_case(c) for c in (replace(fused, plan=unfused.plan.with_(flash_attention=True)),
+                                               unfused))
+    # the fused kernel keeps its softmax statistics instead (b·h·s fp32 numbers, 0.1 % of that)
+    assert spills.memory_predicted - fits.memory_predicted == pytest.approx(36 * probabilities, rel=0.01)
+    assert 36 * probabilities > spills.memory_capacity
+    assert fits.fits and not spills.fits

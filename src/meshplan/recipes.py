@@ -239,7 +239,8 @@ FP8_ATTENTION: tuple[tuple[str, str], ...] = (
 )
 # Not assumed: GPT-OSS-120B's GB200 MXFP8 recipes from 26.06 also set fp8_dot_product_attention=True
 # (gpt_oss_workload_base_configs.py @ 07eea52), but its learnable attention sinks reach cuDNN's fused kernel only in
-# 16 bits (FUSED_SINK_ATTENTION_FROM) as far as the sources say, so which kernel ran is not known.
+# 16 bits (TE PR #2148: FP16/BF16; FUSED_SINK_ATTENTION_FROM) as far as the sources say, so which kernel ran is not
+# known.
 
 
 def fp8_attention(record: dict[str, Any]) -> tuple[bool, str]:
@@ -293,12 +294,15 @@ def overlap_ep(record: dict[str, Any], model: ModelSpec, ep: int = 1) -> tuple[b
     return False, "EP all-to-all exposed (the release's recipe does not set moe_a2a_overlap)"
 
 
-# Attention with learnable sinks (GPT-OSS, softmax_type="learnable") has no FlashAttention kernel, and cuDNN's
-# FusedAttention supports it only from cuDNN 9.18: Transformer Engine falls back to UnfusedDotProductAttention
-# (NVIDIA/TransformerEngine#2318, TE 2.8 + cuDNN 9.10; verl-project/verl#5224, 2026-02: "all current ... NeMo
-# containers ship cuDNN 9.11-9.16"). Megatron-Bridge releases before this one are evaluated with unfused
-# attention for such models (26.04 / 26.04.01 assumed still below cuDNN 9.18: not stated by the sources).
-FUSED_SINK_ATTENTION_FROM = (26, 6)
+# Attention with learnable sinks (GPT-OSS, softmax_type="learnable") has no FlashAttention kernel. Transformer Engine
+# runs it in cuDNN's FusedAttention from TE 2.8 for FP16/BF16 in the BSHD/SBHD layouts with cuDNN 9.13.1+ (TE PR
+# #2148; cuDNN 9.18 is needed only for packed THD sequences, TE PR #2568: TE#2318 fell back to the unfused kernel on
+# cuDNN 9.10). Megatron-Bridge's GPTOSSProvider uses it from TE 2.8 (older TE: Megatron-Core's local, unfused sink
+# attention), and the NeMo image of December 2025 ships cuDNN 9.13.1 with Megatron-Bridge training GPT-OSS in the
+# fused kernel (NVIDIA-NeMo/RL#1685). Memory says the same: the unfused kernel keeps b·h·s² probabilities per layer,
+# which the published layouts (recompute of layernorm and moe_act at most) have no room for. Releases from 25.11
+# (TE 2.9+, cuDNN 9.13.1+) are evaluated with the fused kernel; earlier ones (TE 2.7 in 25.09) with unfused attention.
+FUSED_SINK_ATTENTION_FROM = (25, 11)
 
 
 # Expert GEMMs launched without the host in the loop (Plan.expert_gemm = "grouped"): from the 26.06 release the

@@ -521,8 +521,11 @@ def _kernels(record: dict[str, Any], model: ModelSpec, src: SourceDefaults, note
     found = recipes.release(record)
     if flash and model.attention_sinks and found is not None and found < recipes.FUSED_SINK_ATTENTION_FROM:
         flash = False
-        notes.append("unfused attention: learnable attention sinks need cuDNN >= 9.18 for TE's fused kernel "
-                     "(TransformerEngine#2318, verl#5224); this release's container is assumed older")
+        notes.append("unfused attention: learnable attention sinks reach TE's fused kernel from TE 2.8 with cuDNN "
+                     "9.13.1 (TransformerEngine PR #2148), which this release's container predates")
+    elif flash and model.attention_sinks:
+        notes.append("learnable attention sinks in cuDNN's fused kernel (TE 2.8+ with cuDNN 9.13.1+: "
+                     "TransformerEngine PR #2148; the NeMo image's cuDNN, NVIDIA-NeMo/RL#1685)")
     fusion = src.fusion
     if fusion == "eager":
         fused = FUSED_KERNELS_TEXT.search(f"{record.get('notes', '')} {record.get('framework', '')}")
