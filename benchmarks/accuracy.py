@@ -19,6 +19,7 @@ import numpy as np
 from meshplan.efficiency import DEFAULT, FITTED, MATMUL, Efficiency
 from meshplan.estimate import estimate
 from meshplan.recipes import GENERIC, SOURCES
+from meshplan.records import runs_from_command_line
 from meshplan.validate import (
     RunResult,
     _finite,
@@ -27,7 +28,6 @@ from meshplan.validate import (
     fit_check_markdown,
     in_fit_set,
     map_run,
-    read_runs,
     run_validation,
     summaries,
 )
@@ -658,8 +658,7 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
 
 
 def main() -> None:
-    data = Path(sys.argv[1]) if len(sys.argv) > 1 else DATA
-    records = read_runs(data)
+    data, records = runs_from_command_line(DATA, __doc__)
     results = run_validation(records)
     summary = summaries(results)
     kor = korthikanti(results)

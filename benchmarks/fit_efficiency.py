@@ -21,13 +21,13 @@ Run: python benchmarks/fit_efficiency.py [path/to/runs.jsonl]
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from meshplan.efficiency import DEFAULT, FITTED
 from meshplan.estimate import step_costs
+from meshplan.records import runs_from_command_line
 from meshplan.validate import (
     Skip,
     clean_record,
@@ -35,7 +35,6 @@ from meshplan.validate import (
     in_fit_set,
     map_run,
     predicted_metric,
-    read_runs,
 )
 
 DENSE = ("gemm", "attention")
@@ -47,8 +46,8 @@ BOUNDS = {"gemm": (0.3, 1.2), "attention": (0.15, 1.0), "memory": (0.3, 1.0), "o
 DATA = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_runs.jsonl"
 
 
-def cases(path: Path) -> list:
-    cleaned = [clean_record(r) for r in read_runs(path)]  # as run_validation reads them
+def cases(records: list[dict]) -> list:
+    cleaned = [clean_record(r) for r in records]  # as run_validation reads them
     out = []
     for r in cleaned:
         if r.get("superseded"):
@@ -133,8 +132,8 @@ def report(name: str, errs: np.ndarray) -> None:
 
 
 def main() -> None:
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else DATA
-    all_cases = cases(path)
+    _, records = runs_from_command_line(DATA, __doc__)
+    all_cases = cases(records)
     fit = [c for c in all_cases if in_fit_set(c.id)]
     held = [c for c in all_cases if not in_fit_set(c.id)]
     dense_fit = [c for c in fit if not c.model.is_moe]

@@ -16,6 +16,7 @@ import pytest
 from meshplan.cli import main
 from meshplan.errors import SpecError
 from meshplan.files import read_text, write_text
+from meshplan.records import runs_from_command_line
 from meshplan.search import divisors
 
 H100 = Path(__file__).parents[1] / "src" / "meshplan" / "presets" / "hardware" / "h100.toml"
@@ -388,3 +389,19 @@ def test_hf_errors_name_the_config_key(config, message, tmp_path, capsys):
     """ModelSpec checks values under its own names; for a config.json the message also names the key read."""
     path = hf(tmp_path, config)
     assert fails(estimate(path), capsys) == f"meshplan: error: model={path!r}: {message}"
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "validation file={path!r}: no such file"),
+    ('{"x": 1}\n', "{path}:1: a record must be an object with a non-empty string 'id'"),
+])
+def test_benchmark_scripts_name_a_bad_runs_file_in_one_line(content, message, tmp_path, monkeypatch):
+    """benchmarks/accuracy.py and fit_efficiency.py read their runs file through records.runs_from_command_line:
+    a missing or malformed file ends them with one line, not a traceback."""
+    path = tmp_path / "runs.jsonl"
+    if content is not None:
+        path.write_text(content)
+    monkeypatch.setattr(sys, "argv", ["accuracy.py", str(path)])
+    with pytest.raises(SystemExit) as stop:
+        runs_from_command_line(tmp_path / "default.jsonl", "Validate.\n\nMore.")
+    assert stop.value.code == "accuracy.py: " + message.format(path=str(path))

@@ -6,8 +6,10 @@ validate.py maps a cleaned record onto meshplan; nothing here knows about models
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,19 @@ def read_runs(path: str | Path) -> list[dict[str, Any]]:
     if not runs:
         raise SpecError(f"validation file {str(path)!r}: no records (one JSON object per line)")
     return runs
+
+
+def runs_from_command_line(default: Path, doc: str | None) -> tuple[Path, list[dict[str, Any]]]:
+    """The file a benchmark script names on its command line (else ``default``) and its records; a missing or
+    malformed file ends the script with one line naming it (``--help`` prints the first paragraph of ``doc``)."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    parser.add_argument("runs", nargs="?", type=Path, default=default,
+                        help="a published-runs JSONL file (default: %(default)s)")
+    path = parser.parse_args().runs
+    try:
+        return path, read_runs(path)
+    except SpecError as err:
+        sys.exit(f"{parser.prog}: {err}")
 
 
 def positive_int(value: Any) -> int | None:
