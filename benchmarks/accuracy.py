@@ -10,7 +10,7 @@ import json
 import math
 import re
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from meshplan.validate import (
     RunResult,
     _finite,
     clean_record,
+    evaluate_case,
     fill_from_siblings,
     fit_check_markdown,
     in_fit_set,
@@ -382,8 +383,8 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]],
                        "learnable attention sinks run in cuDNN's fused kernel (Transformer Engine PR #2148: TE 2.8 "
                        "with cuDNN 9.13.1, which the NeMo image ships, NVIDIA-NeMo/RL#1685); memory rules out "
                        "the unfused kernel, whose b·h·s² probabilities per layer these layouts have no room for "
-                       "(read with it, the BF16 runs came within -12 … +5 % from 26.02 on, but at 2-3 times the "
-                       "GPU's memory). The sliding-window (128) half of the layers is priced as full causal "
+                       f"({unfused_reading(context[0], records, 'gpt-oss')}). The sliding-window (128) half of the "
+                       "layers is priced as full causal "
                        "attention, which makes the prediction slower, not faster. Not found: candidates are cuDNN's "
                        "sink kernels at head dimension 64 running well below the rate meshplan gives plain "
                        "attention, and GPT-OSS's biased experts and clamped activation outside the fused paths")
@@ -484,6 +485,26 @@ def schedule_gap(mem: list[RunResult], plain: str = "torchtitan_h100_202412_t5_0
     predicted = (a.memory_predicted - b.memory_predicted) / 2**30
     measured = (a.memory_measured - b.memory_measured) / 2**30
     return f"meshplan puts it {predicted:.1f} GiB below the 1F1B run, where {measured:.1f} GiB less was measured"
+
+
+def unfused_reading(results: list[RunResult], records: list[dict[str, Any]], name: str) -> str:
+    """The BF16 runs of a model with learnable attention sinks read again with the unfused kernel (Plan.flash_attention
+    off): their error range and how many of them would then not fit (the reading before the fused kernel's)."""
+    by_id = {str(r["id"]): r for r in records}
+    again = []
+    for r in results:
+        rec = by_id[r.id]
+        if r.error is None or name not in str((rec.get("model") or {}).get("name", "")).lower() \
+                or str(rec.get("precision", "")).lower() != "bf16":
+            continue
+        case = map_run(fill_from_siblings(clean_record(rec), records))
+        again.append(evaluate_case(replace(case, plan=case.plan.with_(flash_attention=False))))
+    if not again:
+        return ""
+    errs = [x.error for x in again]
+    spill = sum(1 for x in again if not x.fits)
+    return (f"read with it, its {len(again)} BF16 runs come within {pct(min(errs), True)} … {pct(max(errs), True)}, "
+            f"{spill} of them at more memory than the GPU has")
 
 
 def ssd_share(rec: dict[str, Any], records: list[dict[str, Any]]) -> float:
