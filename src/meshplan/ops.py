@@ -864,6 +864,14 @@ def layer_kinds(model: ModelSpec, plan: Plan) -> dict[str, list[OpCost]]:
 
 
 # ---- first and last pipeline stage ------------------------------------------------------------------------
+def lookup(name: str, elems: Num, d: Dims, mask: Num = 0.0) -> list[OpCost]:
+    """Gathering ``elems`` embedding values from the table (read and write 16 bits each; ``mask``: the dropout mask
+    kept) and, backward, scatter-adding their gradients into the table's (read the 16-bit gradient, read and write
+    the table's gradient)."""
+    return [OpCost(name, "fwd", "memory", 0.0, 2 * elems * ACT_BYTES, mask),
+            OpCost(name, "bwd_w", "memory", elems, elems * ACT_BYTES + elems * 2 * d.grad_bytes)]
+
+
 def embedding_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
     """Vocabulary-parallel embedding lookup (first stage): gather rows, all-reduce (reduce-scatter with SP)
     across TP; the backward scatter-adds into the table's gradient."""
@@ -871,8 +879,7 @@ def embedding_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
     h = model.hidden_size
     elems = d.tokens * h
     mask = d.tokens_sp * h * MASK_BYTES if d.dropout else 0.0
-    ops = [OpCost("embed/lookup", "fwd", "memory", 0.0, 2 * elems * ACT_BYTES, mask),
-           OpCost("embed/lookup", "bwd_w", "memory", elems, elems * ACT_BYTES + elems * 2 * d.grad_bytes)]
+    ops = lookup("embed/lookup", elems, d, mask)
     kind = "reduce_scatter" if plan.sequence_parallel else "all_reduce"
     ops.append(collective("embed/tp", "fwd", kind, elems * ACT_BYTES, "tp", plan.tp, "tp"))
     if plan.sequence_parallel:
@@ -923,8 +930,7 @@ def mtp_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
     d = dims(model, plan)
     h = model.hidden_size
     elems = d.tokens * h
-    ops = [OpCost("mtp/embed_lookup", "fwd", "memory", 0.0, 2 * elems * ACT_BYTES),
-           OpCost("mtp/embed_lookup", "bwd_w", "memory", elems, elems * ACT_BYTES + elems * 2 * d.grad_bytes)]
+    ops = lookup("mtp/embed_lookup", elems, d)
     ops += norm("mtp/enorm", model, d) + norm("mtp/hnorm", model, d)
     ops += tp_enter("mtp/eh_proj/tp_in", model, plan, d, width=2 * h)
     ops += gemm("mtp/eh_proj", d.tokens, 2 * h, h / d.tp, d)
