@@ -385,11 +385,13 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]],
                        "learnable attention sinks run in cuDNN's fused kernel (Transformer Engine PR #2148: TE 2.8 "
                        "with cuDNN 9.13.1, which the NeMo image ships, NVIDIA-NeMo/RL#1685); memory rules out "
                        "the unfused kernel, whose b·h·s² probabilities per layer these layouts have no room for "
-                       f"({sinks}). The sliding-window (128) half of the "
-                       "layers is priced as full causal "
-                       "attention, which makes the prediction slower, not faster. Not found: candidates are cuDNN's "
-                       "sink kernels at head dimension 64 running well below the rate meshplan gives plain "
-                       "attention, and GPT-OSS's biased experts and clamped activation outside the fused paths")
+                       f"({sinks}). Priced: the sliding-window (128) half of the layers in its band (ModelSpec."
+                       "sliding_window), and the eager kernels Megatron-Core's per-expert MLP runs for the experts' "
+                       "biases and the clamped GLU (ops.grouped_mlp_eager: the BF16 runs' path; the MXFP8 runs of "
+                       "26.06 on use Transformer Engine's fused grouped MLP). Not found: candidates are cuDNN's sink "
+                       "kernels at head dimension 64 running well below the rate meshplan gives plain attention, "
+                       "and the host's time in a run without CUDA graphs (the BF16 recipes recompute modules, which "
+                       "their graph scopes do not allow)")
     unstated = [name for name, value in (("FFN size", m.get("ffn_hidden_size")),
                                          ("micro-batch size", p.get("micro_batch_size"))) if value is None]
     if unstated:

@@ -70,6 +70,17 @@ def test_each_depth_runs_the_projection_a_layer_and_the_shared_head():
     assert with_mtp.head_saved > without.head_saved
 
 
+@pytest.mark.parametrize(("sp", "kinds"), [(False, [("fwd", "all_reduce")]),
+                                           (True, [("fwd", "reduce_scatter"), ("bwd_x", "all_gather")])])
+def test_the_mtp_lookup_is_reduced_across_tp_as_the_first_stages_is(sp, kinds):
+    """The MTP layer looks the next tokens up in the same vocabulary-parallel table, so its T·h rows (4096 · 7168 ·
+    2 bytes) are summed across the 8 TP ranks like the first stage's (embed/tp)."""
+    plan = Plan(tp=8, ep=8, etp=1, global_batch=8, sequence_parallel=sp)
+    ops = [o for o in mtp_ops(DSV3, plan) if o.name == "mtp/embed_tp"]
+    assert [(o.phase, o.collective.kind) for o in ops] == kinds
+    assert {o.nbytes for o in ops} == {4096 * 7168 * ACT_BYTES}
+
+
 def test_model_flops_count_every_depth():
     """6·(2h² + 3 norms of h + the layer's active parameters + V·h) + 3·2·s·A·(d_qk + d_v) per depth (MLA: d_qk
     192, d_v 128)."""

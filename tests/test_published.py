@@ -479,6 +479,8 @@ def test_a_stack_is_read_from_its_framework_text(framework, profile):
     ("HF Trainer (DeepSpeed ZeRO-3), Transformer Engine disabled", "fa2"),  # a negated name names nothing
     ("HF Trainer (DeepSpeed ZeRO-3), no TE", "fa2"),
     ("Megatron-LM, NVTE_FLASH_ATTN=0", "fused"),  # TE falls back to cuDNN's fused kernel, flash stays on
+    ("NeMo AutoModel, kernels: TE + DeepEP + FlexAttn", "fa2"),  # FlexAttention runs the attention, TE the linears
+    ("torchtitan, flex_attention", "fa2"),
 ])
 def test_the_attention_kernel_follows_the_stack_text(framework, kernel):
     case = map_run(_indep(framework, parallel={"pp": 1, "vp": None, "tp": 8}))

@@ -476,6 +476,14 @@ def test_search_equals_estimate_for_experts_under_the_pipeline():
                for v in variants for e in v)
 
 
+def test_search_equals_estimate_for_windowed_attention_and_megatrons_expert_kernels():
+    """GPT-OSS-20B: half its layers in a 128-key sliding window (two attention records per layer), its experts
+    biased and its GLU clamped (Megatron-Core's eager kernels around the per-expert GEMMs)."""
+    model = load_model("gpt-oss-20b").with_seq_length(2048)
+    assert model.window_share == 0.5 and model.glu_clamp
+    search_ranks_as_estimate(model)
+
+
 def test_search_equals_estimate_with_recompute_modules_and_mtp():
     """Plan.recompute_modules and a multi-token-prediction depth change the per-key units (the recomputed modules'
     kernels and frees, the last stage's head with its MTP layer): the batched search must price every candidate as

@@ -115,6 +115,10 @@ def test_files_have_the_columns_and_round_trip(model, quick, tmp_path):
     assert read_csv(tmp_path / "s.csv") == rows
     data = json.loads((tmp_path / "s.json").read_text())
     assert data == json.loads(json.dumps(rows))  # an array of row objects, null where empty
+    # the selective recompute's modules and the last stage's layers (0: an even split) are columns of their own
+    for row in rows:
+        assert row["recompute_modules"] == ("core_attn" if row["recompute"] == "selective" else None)
+        assert row["last_stage_layers"] == 0
     # the step-time components add up to the step time
     for row in rows:
         parts = sum(row[f"time_{c}_s"] for c in ("compute", "recompute", "tp", "cp", "ep", "pp", "bubble", "dp",

@@ -46,7 +46,11 @@ d = 64 at 497 against 648 TFLOP/s at d = 128 (0.767×, ``attention_d0`` = 55.9),
 (0.876×, ``attention_d0_fa2`` = 21.2), since (1 + d_0/128)·64/(64 + d_0) = r gives d_0 = 128(1 − r)/(2r − 1). The FA2
 figure is an H100 measurement applied to FA2 on every GPU (A100 included), where FA2's own paper plots no d = 64 / 128
 pair at equal sequence length. (Fitted, d_0 wandered from 32 to 51 along a flat valley of the objective.) With a
-causal mask the diagonal blocks are computed whole, executing (1 + B_attn/s) × the useful half. Each query tile also
+causal mask the diagonal blocks are computed whole, executing (1 + B_attn/s) × the useful half; a sliding window of w
+keys (``ModelSpec.sliding_window``) leaves each query tile the blocks of its band, whose two edges are computed whole
+(the kernels skip the blocks outside it: FlashAttention-2/3's window_size, FlexAttention's block mask, cuDNN's
+diagonal band, which Transformer Engine sets from window_size; cudnn-frontend PR #584 bounds the key loop by it). Each
+query tile also
 pays a fixed prologue and epilogue (load Q; rescale and write O and the log-sum-exp) worth L_0 keys of its loop over
 the a = s/2 keys it visits (s without the mask; per kernel call, so over cp when ring context parallelism splits the
 keys into cp calls), so the kernel keeps a/(a + L_0) of its long-sequence rate; ``attention_l0`` = 524 (cuDNN / FA3
@@ -304,17 +308,26 @@ class Efficiency:
 
     # ---- attention ------------------------------------------------------------------------------------------
     def attention_efficiency(self, head_dim: Num, keys: Num, backward: bool = False, causal: bool = True,
-                             kernel: str = "fused", calls: Num = 1.0) -> Num:
+                             kernel: str = "fused", calls: Num = 1.0, window: Num = 0.0) -> Num:
         """Fraction of the 16-bit GEMM ceiling (MAMF × clock, not the datasheet peak) a flash-attention kernel
         sustains on its useful FLOPs (``kernel``: the ``Plan.attention_kernel`` family, which sets the head-dimension
         falloff and the tile's fixed cost; FP8 kernels are cuDNN's at ``fp8_attention_fwd`` / ``_bwd`` times its
         rate), when the work over ``keys`` keys runs as ``calls`` kernels over keys / calls each (ring context
-        parallelism); roofline.py multiplies it by ``attention_kernel_factor`` and the 16-bit GEMM rate."""
+        parallelism); roofline.py multiplies it by ``attention_kernel_factor`` and the 16-bit GEMM rate.
+
+        ``window`` (< keys) is a causal sliding window: a query tile visits only the blocks of the band, its
+        useful keys per query a = w − w(w − 1)/(2s) (``ModelSpec.window_keys``), and both of the band's edges, the
+        diagonal and the window's start, cut blocks that are computed whole: (1 + B_attn/a) × the useful work, as the
+        causal mask's one edge gives 1 + B_attn/s = 1 + (B_attn/2)/(s/2)."""
         fa2 = kernel == "fa2"
         d0, l0 = (self.attention_d0_fa2, self.attention_l0_fa2) if fa2 else (self.attention_d0, self.attention_l0)
         shape = (1 + d0 / 128.0) * head_dim / (head_dim + d0)  # 1 at d = 128
-        wasted = (1 + self.attention_block / keys) if causal else 1.0
-        loop = (keys / 2 if causal else keys) / calls  # the keys a query tile visits per call, on average
+        if causal and window:
+            useful = window - window * (window - 1) / (2.0 * keys)
+            wasted, loop = 1 + self.attention_block / useful, useful / calls
+        else:
+            wasted = (1 + self.attention_block / keys) if causal else 1.0
+            loop = (keys / 2 if causal else keys) / calls  # the keys a query tile visits per call, on average
         rate = self.attention * shape / wasted * loop / (loop + l0) * (self.attention_bwd if backward else 1.0)
         if kernel == "fp8":
             return rate * (self.fp8_attention_bwd if backward else self.fp8_attention_fwd)

@@ -737,9 +737,13 @@ def attention_flops_per_token(model: ModelSpec) -> float:
 
 
 def attention_layer_flops(model: ModelSpec) -> float:
-    """Forward FLOPs per token of one attention layer's Q·Kᵀ and A·V, no causal savings: 2·s·A·(d_qk + d_v)."""
+    """Forward FLOPs per token of one attention layer's Q·Kᵀ and A·V, no causal savings: 2·s·A·(d_qk + d_v), the
+    keys s a query may see; a sliding window lets it see w = min(sliding_window, s) of them, so the windowed share
+    f of the layers counts 2·w·A·(d_qk + d_v) (the average layer: 2·((1 − f)·s + f·w)·A·(d_qk + d_v))."""
     d_qk, d_v = head_dims(model)
-    return 2.0 * model.seq_length * model.num_heads * (d_qk + d_v)
+    f = model.window_share
+    keys = (1 - f) * model.seq_length + f * min(model.sliding_window, model.seq_length)
+    return 2.0 * keys * model.num_heads * (d_qk + d_v)
 
 
 def ssd_flops_per_token(model: ModelSpec) -> float:

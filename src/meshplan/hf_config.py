@@ -14,14 +14,16 @@ Families (``model_type``) and the modules their parameter counts come from:
     gpt2                           Conv1D + biases, LayerNorm, learned positions, tied head   models/gpt2/
     gpt_neox                       fused qkv + bias, LayerNorm, rotary (no weights), untied   models/gpt_neox/
     deepseek_v2, deepseek_v3       MLA (low-rank q and kv) + MoE with shared experts   models/deepseek_v3/
-    gpt_oss                        biased attention + sinks, biased experts and router   models/gpt_oss/
+    gpt_oss                        biased attention + sinks, biased experts and router, clamped   models/gpt_oss/
+                                   GLU, alternating sliding-window layers
     nemotron_h                     hybrid blocks (hybrid_override_pattern): Mamba-2 mixer, GQA attention, relu2
                                    MLP or (latent) MoE with a shared expert   models/nemotron_h/
 
 Any other ``model_type`` whose config has the Llama keys is read as Llama. A missing key raises SpecError
 naming it. ``seq_length`` is the config's ``max_position_embeddings`` (``n_positions`` for GPT-2): the
 longest context the checkpoint supports, often far longer than it was pretrained at; override it with
-``ModelSpec.with_seq_length``.
+``ModelSpec.with_seq_length``. Sliding-window attention (``sliding_window`` and the "sliding_attention" entries of
+``layer_types``, or the family's default pattern) is read for the Llama-shaped families, Mixtral, Qwen-MoE and GPT-OSS.
 """
 
 from __future__ import annotations
@@ -67,6 +69,24 @@ class _Reader:
             return default
         if not isinstance(value, bool):
             raise self._bad(key, value, "true or false")
+        return value
+
+    def number(self, key: str, default: float) -> float:
+        """An optional non-negative number; ``default`` also replaces an explicit null."""
+        value = self.config.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < float("inf"):
+            raise self._bad(key, value, "a non-negative number")
+        return float(value)
+
+    def strings(self, key: str) -> list[str] | None:
+        """An optional list of strings (``layer_types``), None when absent."""
+        value = self.config.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self._bad(key, value, "a list of strings")
         return value
 
     def text(self, key: str) -> str:
@@ -140,6 +160,32 @@ def _llama(c: _Reader) -> dict[str, Any]:
         # models/qwen3/modeling_qwen3.py: q_norm and k_norm are RMSNorm(head_dim) applied per head.
         spec["qk_norm"] = True
     return spec
+
+
+# How many layers of each family see a sliding window when config.json has no ``layer_types`` (the list newer
+# configs spell it out in): models/mistral/ and mixtral/ window every layer when ``sliding_window`` is set (Mistral
+# 7B v0.1: 4096; later checkpoints null); configuration_qwen2.py (qwen2_moe, qwen3, qwen3_moe alike) sets
+# ``sliding_window`` only with ``use_sliding_window`` and then windows the layers from ``max_window_layers`` on;
+# configuration_gpt_oss.py alternates, the first layer windowed.
+def _default_window_layers(c: _Reader, layers: int) -> int:
+    if c.model_type in ("mistral", "mixtral"):
+        return layers
+    if c.model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
+        return max(0, layers - c.get("max_window_layers", layers)) if c.flag("use_sliding_window", False) else 0
+    if c.model_type == "gpt_oss":
+        return (layers + 1) // 2
+    return 0
+
+
+def _sliding_window(c: _Reader, layers: int) -> dict[str, Any]:
+    """``sliding_window`` (the keys a windowed layer's query sees) and how many layers use it: the
+    "sliding_attention" entries of ``layer_types`` where given, else the family's rule above."""
+    window = c.get("sliding_window", 0)
+    types = c.strings("layer_types")
+    if types is not None and len(types) != layers:
+        raise SpecError(f"{c.name}: config.json layer_types has {len(types)} entries but num_hidden_layers={layers}")
+    count = types.count("sliding_attention") if types is not None else _default_window_layers(c, layers)
+    return {"sliding_window": window, "window_layers": count} if window and count else {}
 
 
 def _mixtral(c: _Reader) -> dict[str, Any]:
@@ -284,7 +330,8 @@ def _gpt_oss(c: _Reader) -> dict[str, Any]:
     spec.update(qkv_bias=attention_bias, linear_bias=True, attention_sinks=True, router_bias=True,
                 num_experts=c.need("num_local_experts"),
                 moe_topk=c.need("num_experts_per_tok"),
-                moe_ffn_hidden_size=c.need("intermediate_size"))
+                moe_ffn_hidden_size=c.need("intermediate_size"),
+                glu_clamp=c.number("swiglu_limit", 7.0))  # GptOssExperts clamps at swiglu_limit (default 7.0)
     return spec
 
 
@@ -344,12 +391,13 @@ _LLAMA_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "inter
 _LLAMA_NAMES = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size", "num_heads": "num_attention_heads",
                 "num_kv_heads": "num_key_value_heads", "head_dim": "head_dim", "ffn_hidden_size": "intermediate_size",
                 "vocab_size": "vocab_size", "seq_length": "max_position_embeddings",
-                "moe_topk": "num_experts_per_tok"}
+                "moe_topk": "num_experts_per_tok", "sliding_window": "sliding_window", "window_layers": "layer_types"}
 _HF_NAMES: dict[str, dict[str, str]] = {
     "gpt2": {"num_layers": "n_layer", "hidden_size": "n_embd", "num_heads": "n_head", "ffn_hidden_size": "n_inner",
              "vocab_size": "vocab_size", "seq_length": "n_positions", "max_position_embeddings": "n_positions"},
     "mixtral": _LLAMA_NAMES | {"num_experts": "num_local_experts", "moe_ffn_hidden_size": "intermediate_size"},
-    "gpt_oss": _LLAMA_NAMES | {"num_experts": "num_local_experts", "moe_ffn_hidden_size": "intermediate_size"},
+    "gpt_oss": _LLAMA_NAMES | {"num_experts": "num_local_experts", "moe_ffn_hidden_size": "intermediate_size",
+                               "glu_clamp": "swiglu_limit"},
     "qwen2_moe": _LLAMA_NAMES | {"num_experts": "num_experts", "moe_ffn_hidden_size": "moe_intermediate_size",
                                  "first_k_dense_layers": "mlp_only_layers",
                                  "shared_expert_ffn_size": "shared_expert_intermediate_size"},
@@ -392,6 +440,8 @@ def translate(config: dict[str, Any], name: str, where: str | None = None) -> di
                             f"(supported: {', '.join(sorted(_FAMILIES))})")
         family = _llama  # unknown but Llama-shaped: read as Llama
     spec = family(reader)
+    if family in (_llama, _mixtral, _qwen_moe, _gpt_oss):
+        spec.update(_sliding_window(reader, spec["num_layers"]))
     spec["name"] = name
     spec["source"] = f"Hugging Face config.json, model_type={model_type or 'unknown'}"
     return spec

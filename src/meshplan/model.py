@@ -61,6 +61,13 @@ class ModelSpec:
     position_embedding: str = "rope"
     dropout: bool = False  # dropout after attention / MLP (GPT-3-era Megatron); adds masks to activations
     causal: bool = True  # causal (decoder) attention; False for encoders such as ViT
+    # Sliding-window attention (Mistral 7B v0.1, Gemma 2/3, GPT-OSS): in ``window_layers`` of the attention layers a
+    # query sees only the last ``sliding_window`` keys, itself included (HF ``sliding_window``, ``layer_types``);
+    # sliding_window = 0: none; window_layers = 0 with a window: every attention layer. Which layers they are does
+    # not matter to the cost: each pipeline stage is priced as the average layer (an alternating pattern splits
+    # evenly).
+    sliding_window: int = 0
+    window_layers: int = 0
     max_position_embeddings: int = 0  # rows of the learned position table
     # Mixture of experts. num_experts = 0 is a dense model.
     num_experts: int = 0
@@ -72,6 +79,9 @@ class ModelSpec:
     router_bias: bool = False  # per-expert score-correction bias (DeepSeek-V3), router linear bias (GPT-OSS)
     shared_expert_gate: bool = False  # sigmoid(Linear(H, 1)) on the shared expert (Qwen2-MoE): H per layer
     attention_sinks: bool = False  # one learned sink logit per head (GPT-OSS ``sinks``): A per layer
+    # the GLU clamps its gate from above and its linear input both ways at this value before the activation
+    # (GPT-OSS ``swiglu_limit`` = 7; Megatron-Core ``activation_func_clamp_value``); 0: no clamp
+    glu_clamp: float = 0.0
     embedding_norm: bool = False  # a norm right after the token embedding (BLOOM word_embeddings_layernorm)
     # Multi-head latent attention (DeepSeek-V2/V3). kv_lora_rank = 0 means standard attention.
     q_lora_rank: int = 0
@@ -108,7 +118,8 @@ class ModelSpec:
         for name in ("num_kv_heads", "head_dim", "num_experts", "moe_topk", "moe_ffn_hidden_size",
                      "shared_expert_ffn_size", "first_k_dense_layers", "q_lora_rank", "kv_lora_rank",
                      "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings",
-                     "mamba_heads", "mamba_head_dim", "mamba_state", "moe_latent_size", "mtp_layers"):
+                     "mamba_heads", "mamba_head_dim", "mamba_state", "moe_latent_size", "mtp_layers",
+                     "sliding_window", "window_layers"):
             _non_negative(self, name)
         for name in ("mamba_groups", "mamba_conv", "mamba_chunk"):
             _positive(self, name)
@@ -117,6 +128,7 @@ class ModelSpec:
         _check_pattern(self)
         _check_mtp(self)
         at_most(self, ("num_layers", "mtp_layers"), MAX_LAYERS)
+        _check_window(self)
         if self.num_kv_heads == 0:
             object.__setattr__(self, "num_kv_heads", self.num_heads)
         if self.head_dim == 0:
@@ -184,6 +196,18 @@ class ModelSpec:
     def num_attention_layers(self) -> int:
         """Layers with an attention block (all of them unless hybrid)."""
         return self.layer_pattern.count("*") if self.is_hybrid else self.num_layers
+
+    @property
+    def window_share(self) -> float:
+        """Share of the attention layers that see a sliding window (0 without one)."""
+        return self.window_layers / self.num_attention_layers if self.sliding_window else 0.0
+
+    def window_keys(self) -> float:
+        """Keys a query of a windowed layer attends to, on average over the sequence: min(i + 1, w) summed over
+        the s positions i, divided by s, = w − w·(w − 1)/(2s) for w = min(sliding_window, s) (s(s + 1)/(2s) =
+        (s + 1)/2 at w = s: a causal layer's)."""
+        w = min(self.sliding_window, self.seq_length)
+        return w - w * (w - 1) / (2 * self.seq_length)
 
     @property
     def mamba_inner(self) -> int:
@@ -368,7 +392,8 @@ def _non_negative(spec: Any, name: str) -> None:
 _SIZES = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_length", "num_kv_heads",
           "head_dim", "num_experts", "moe_ffn_hidden_size", "shared_expert_ffn_size", "q_lora_rank", "kv_lora_rank",
           "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings", "mamba_heads",
-          "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_conv", "mamba_chunk", "moe_latent_size")
+          "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_conv", "mamba_chunk", "moe_latent_size",
+          "sliding_window")
 _EXPERT_FIELDS = ("moe_topk", "moe_ffn_hidden_size", "shared_expert_ffn_size", "first_k_dense_layers", "router_bias",
                   "shared_expert_gate", "moe_latent_size")
 _MLA_FIELDS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -410,6 +435,25 @@ def _check_pattern(spec: Any) -> None:
                 raise SpecError(f"{name}={getattr(spec, name)} must be positive: layer_pattern has Mamba (M) blocks")
         if spec.mamba_heads % spec.mamba_groups:
             raise SpecError(f"mamba_groups={spec.mamba_groups} does not divide mamba_heads={spec.mamba_heads}")
+
+
+def _check_window(spec: Any) -> None:
+    """A sliding window in causal attention, over at most the model's attention layers (all of them when
+    window_layers is 0); a GLU clamp that is a positive number on a gated MLP."""
+    if spec.window_layers and not spec.sliding_window:
+        raise SpecError(f"window_layers={spec.window_layers} needs sliding_window > 0 (the keys a windowed layer sees)")
+    if spec.sliding_window:
+        if not spec.causal:
+            raise SpecError(f"sliding_window={spec.sliding_window} needs causal attention (causal=false)")
+        attention = spec.num_attention_layers
+        if spec.window_layers > attention:
+            raise SpecError(f"window_layers={spec.window_layers} is more than the model's {attention} attention layers")
+        if not spec.window_layers:
+            object.__setattr__(spec, "window_layers", attention)
+    if spec.glu_clamp < 0:
+        raise SpecError(f"glu_clamp={spec.glu_clamp} must be positive (0: no clamp)")
+    if spec.glu_clamp and not spec.gated:
+        raise SpecError(f"glu_clamp={spec.glu_clamp} needs a gated MLP (mlp='swiglu'), not mlp={spec.mlp!r}")
 
 
 def _check_mtp(spec: Any) -> None:

@@ -81,6 +81,7 @@ class OpCost:
     # is split into (ring context parallelism: one per step, each over n / groups keys)
     groups: Num = 1.0
     kernel: str = ""  # flash attention: the kernel family of the stack (plan.attention_kernel), efficiency.py
+    window: Num = 0.0  # flash attention in a sliding window of this many keys (ModelSpec.sliding_window); 0: none
     # kernels the host launches one by one with the GPU waiting on it (per-expert GEMMs right after the
     # tokens-per-expert sync): the op takes at least launches × Efficiency.host_launch (roofline.op_time)
     launches: Num = 0.0
@@ -245,7 +246,9 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     """softmax(Q·Kᵀ/√d)·V for A/t heads, T queries against s keys, causal.
 
     FLOPs: 2·T·s·(A/t)·(d_qk + d_v) for the two batched GEMMs, halved by the causal mask for a
-    flash kernel that skips masked blocks; an unfused kernel computes the full square.
+    flash kernel that skips masked blocks; an unfused kernel computes the full square. A flash kernel in a sliding
+    window of w < s keys does 2·T·a·(A/t)·(d_qk + d_v), a = ``ModelSpec.window_keys()``, on the windowed layers'
+    share of the average layer (a record with ``window``); an unfused one still computes the square.
     Saved (Korthikanti §4.1): Q and K (4sbh), V (2sbh); unfused adds softmax output (2as²b), dropout mask
     (as²b) and dropout output (2as²b); FlashAttention stores the log-sum-exp instead (4 bytes per row).
     """
@@ -256,14 +259,22 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     qkv_elems, out_elems = attention_elems(model, d)
     saved_qkv = qkv_elems * a
     if plan.flash_attention:
-        flops = full / 2 if model.causal else full
-        lse = T * heads * FP32
         shape = {"m": T * heads, "n": s, "k": d_qk, "variant": "flash_causal" if model.causal else "flash",
                  "kernel": plan.attention_kernel, "groups": plan.cp if plan.cp_comm == "ring" else 1}
-        return [
-            OpCost("attn/core", "fwd", "attention", flops, a * (qkv_elems + out_elems), saved_qkv + lse, **shape),
-            OpCost("attn/core", "bwd_x", "attention", 2.5 * flops, a * (2 * qkv_elems + 3 * out_elems), **shape),
-        ]
+        saved = saved_qkv + T * heads * FP32  # q, k, v and the log-sum-exp
+        windowed = model.window_share if model.sliding_window < s else 0.0
+        ops = []
+        if windowed < 1:  # the full-attention layers' share of the average layer
+            flops = (full / 2 if model.causal else full) * (1 - windowed)
+            ops += flash_records(flops, a * (qkv_elems + out_elems) * (1 - windowed),
+                                 a * (2 * qkv_elems + 3 * out_elems) * (1 - windowed), saved, shape)
+            saved = 0.0
+        if windowed:  # the windowed layers': a query sees window_keys() keys on average
+            flops = full * model.window_keys() / s * windowed
+            ops += flash_records(flops, a * (qkv_elems + out_elems) * windowed,
+                                 a * (2 * qkv_elems + 3 * out_elems) * windowed, saved,
+                                 shape | {"window": model.sliding_window})
+        return ops
     scores = T * heads * s  # full square: the mask is applied, not skipped
     kept = scores * (2 * a + MASK_BYTES if d.dropout else a)  # softmax out (+ mask + dropout out)
     fwd_traffic, bwd_traffic = unfused_score_traffic(d.dropout)
@@ -277,6 +288,13 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
         OpCost("attn/core", "bwd_x", "attention", 2 * full,
                a * (2 * qkv_elems + 2 * out_elems) + scores * bwd_traffic, **shape),
     ]
+
+
+def flash_records(flops: Num, fwd_bytes: Num, bwd_bytes: Num, saved: Num, shape: dict) -> list[OpCost]:
+    """A flash kernel's forward and backward records: the backward recomputes the scores and forms dS, dQ, dK and
+    dV: 5 GEMMs against the forward's 2, 2.5 × its FLOPs (Dao et al. 2022, Alg. 2 and 4)."""
+    return [OpCost("attn/core", "fwd", "attention", flops, fwd_bytes, saved, **shape),
+            OpCost("attn/core", "bwd_x", "attention", 2.5 * flops, bwd_bytes, **shape)]
 
 
 def unfused_score_traffic(dropout: bool) -> tuple[float, float]:
@@ -465,6 +483,7 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     # E/e local experts, each an (etp·k·T/t · e/E)-row GEMM: grouped GEMMs (balanced routing)
     ops += host_launched(mlp_gemms("moe/experts", model, rows, model.moe_ffn_hidden_size / plan.etp, d,
                                    groups=model.num_experts / plan.ep, width=h), plan)
+    ops += grouped_mlp_eager(model, plan, rows, model.moe_ffn_hidden_size / plan.etp)
     if latent:
         ops += gemm("moe/latent_out", routed, latent, model.hidden_size, d)
     if model.shared_expert_ffn_size:
@@ -472,6 +491,39 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
         ops += mlp_gemms("moe/shared", model, d.tokens, model.shared_expert_ffn_size / d.tp, d, input_saved=0.0)
         ops += tp_exit("moe/shared_tp_out", model, plan, d)
     ops += residual("moe/residual", model, d)
+    return ops
+
+
+def grouped_mlp_eager(model: ModelSpec, plan: Plan, rows: Num, ffn: Num) -> list[OpCost]:
+    """What Megatron-Core's TEGroupedMLP (the per-expert path, ``plan.expert_gemm = "per_expert"``) runs as eager
+    PyTorch kernels around its fused ones, ``rows`` routed rows of F = ``ffn`` (per etp shard) on this GPU, in bf16
+    (the router's probabilities keep the activations' dtype without moe_router_dtype; GPTOSSProvider sets none):
+
+    - a clamped GLU (``glu_clamp``): weighted_bias_quick_geglu_impl clamps the gate and the linear half and
+      concatenates them before its fused kernel (megatron/core/fusions/fused_bias_geglu.py): forward two clamps
+      (read F, write F each) and the cat (read 2F, write 2F), 8F elements a row; backward two clamp gradients (read
+      the gradient and the input, write F each, 6F) and the chunk's gradient, a cat (4F): 10F. A sub-record of the
+      activation, so the moe_act recompute runs it again.
+    - biased experts (``linear_bias``): TEGroupedMLP._apply_bias adds fc2's bias scaled by each row's routing
+      probability as ``t + b·p`` per local expert and concatenates the pieces (megatron/core/transformer/moe/
+      experts.py): forward b·p (write H), the add (read 2H, write H), the cat (read H, write H): 6H a row;
+      backward the probabilities' gradient (a product, read H write H, and its row sum, read H) and the split's,
+      a cat (2H), then the bias gradient (a product and its column sum, 3H). fc1's bias is added in the grouped
+      GEMM (Transformer Engine GroupedLinear, skip_bias_add false), for free.
+    A fused grouped MLP (``"grouped"``: Transformer Engine's CuTeDSL kernel applies the clamp and the scaled bias
+    in its epilogues) runs none of these, nor does a stack of eager PyTorch (``plan.fusion = "eager"``), whose
+    experts are not Megatron-Core's (``eager_layer``). The host time of the per-expert launches is not priced."""
+    if plan.expert_gemm != "per_expert" or plan.fusion != "fused":
+        return []
+    a, h = ACT_BYTES, model.moe_width
+    ops = []
+    if model.glu_clamp:
+        ops += [OpCost("moe/experts/act/clamp", "fwd", "memory", 0.0, 8 * ffn * rows * a),
+                OpCost("moe/experts/act/clamp", "bwd_x", "memory", 0.0, 10 * ffn * rows * a)]
+    if model.linear_bias:
+        ops += [OpCost("moe/experts/fc2/bias", "fwd", "memory", 0.0, 6 * h * rows * a),
+                OpCost("moe/experts/fc2/bias", "bwd_x", "memory", 0.0, 5 * h * rows * a),
+                OpCost("moe/experts/fc2/bias", "bwd_w", "memory", 0.0, 3 * h * rows * a)]
     return ops
 
 
@@ -879,13 +931,19 @@ def embedding_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
     h = model.hidden_size
     elems = d.tokens * h
     mask = d.tokens_sp * h * MASK_BYTES if d.dropout else 0.0
-    ops = lookup("embed/lookup", elems, d, mask)
-    kind = "reduce_scatter" if plan.sequence_parallel else "all_reduce"
-    ops.append(collective("embed/tp", "fwd", kind, elems * ACT_BYTES, "tp", plan.tp, "tp"))
-    if plan.sequence_parallel:
-        ops.append(collective("embed/tp", "bwd_x", "all_gather", elems * ACT_BYTES, "tp", plan.tp, "tp"))
+    ops = lookup("embed/lookup", elems, d, mask) + vocab_parallel_reduce("embed/tp", elems, plan)
     ops += fsdp_grad_prep("embed", model.embedding_params() / plan.tp, plan)
     return lora(ops, plan, d)
+
+
+def vocab_parallel_reduce(name: str, elems: Num, plan: Plan) -> list[OpCost]:
+    """A vocabulary-parallel lookup's rows (each rank holds V/t rows of the table, so a token's embedding is on one
+    rank and zeros on the others) summed across TP: all-reduce, or with sequence parallelism reduce-scatter into the
+    sequence-sharded layout and all-gather its gradient back (Megatron-Core VocabParallelEmbedding)."""
+    if not plan.sequence_parallel:
+        return [collective(name, "fwd", "all_reduce", elems * ACT_BYTES, "tp", plan.tp, "tp")]
+    return [collective(name, "fwd", "reduce_scatter", elems * ACT_BYTES, "tp", plan.tp, "tp"),
+            collective(name, "bwd_x", "all_gather", elems * ACT_BYTES, "tp", plan.tp, "tp")]
 
 
 def head_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
@@ -919,7 +977,8 @@ def head_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
 def mtp_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
     """What one multi-token-prediction depth (``ModelSpec.mtp_layers``; Megatron-Core MultiTokenPredictionLayer) runs
     on the last stage besides its layer and the head: the lookup of the next tokens' embeddings (the shared
-    vocabulary-parallel table), their norm and the previous hidden state's (enorm, hnorm), and eh_proj over the
+    vocabulary-parallel table, its rows reduced across TP as the first stage's are: the MTP layer calls the same
+    VocabParallelEmbedding), their norm and the previous hidden state's (enorm, hnorm), and eh_proj over the
     2H-wide concatenation (column-parallel: its input gathered, its H/t-wide output gathered back into the
     sequence-parallel layout). The depth's layer (``mtp_kinds``) and its final norm, shared LM head and loss are the
     ops of those kinds (``layer_kinds``, ``head_ops``), which estimate.units_for_recomputes adds per depth.
@@ -930,7 +989,7 @@ def mtp_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
     d = dims(model, plan)
     h = model.hidden_size
     elems = d.tokens * h
-    ops = lookup("mtp/embed_lookup", elems, d)
+    ops = lookup("mtp/embed_lookup", elems, d) + vocab_parallel_reduce("mtp/embed_tp", elems, plan)
     ops += norm("mtp/enorm", model, d) + norm("mtp/hnorm", model, d)
     ops += tp_enter("mtp/eh_proj/tp_in", model, plan, d, width=2 * h)
     ops += gemm("mtp/eh_proj", d.tokens, 2 * h, h / d.tp, d)

@@ -56,7 +56,7 @@ def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) 
             return op.flops / (gemm16 * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms))
         backward = op.phase != "fwd"
         rate = eff.attention_efficiency(op.k, op.n, backward=backward, causal=op.variant == "flash_causal",
-                                        kernel=op.kernel, calls=op.groups)
+                                        kernel=op.kernel, calls=op.groups, window=op.window)
         rate = rate * eff.attention_kernel_factor(acc, op.kernel) * eff.exp_factor(acc, op.k, backward, op.kernel)
         # a kernel at a fraction ``rate`` of the GEMM ceiling draws that fraction of its power (efficiency.py,
         # "Sustained clocks"), so a power cap throttles it less than the GEMMs ``gemm16`` is clocked for

@@ -50,15 +50,16 @@ PARAMS: dict[str, tuple[str, Callable[[System], float]]] = {
 COLUMNS = (
     "model", "system", "accelerator", "gpus", "nvlink_domain", "global_batch", "param", "factor", "value",
     "feasible", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu",
-    "peak_memory_bytes", "hbm_bytes", "plan", "dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero",
-    "recompute", "sequence_parallel", "schedule", "offload_optimizer", "offload_activations", "evaluated",
+    "peak_memory_bytes", "hbm_bytes", "plan", "dp", "tp", "pp", "cp", "ep", "etp", "vpp", "last_stage_layers",
+    "micro_batch", "zero", "recompute", "recompute_modules", "sequence_parallel", "schedule", "offload_optimizer",
+    "offload_activations", "evaluated",
     "feasible_plans",
     *(f"time_{c}_s" for c in ("compute", "recompute", "tp", "cp", "ep", "pp", "bubble", "dp", "optimizer",
                               "offload")),
     *(f"memory_{c}_bytes" for c in ("weights", "grads", "optimizer", "activations", "buffers")),
 )
-_PLAN_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero", "recompute", "sequence_parallel",
-                "schedule", "offload_optimizer", "offload_activations")
+_PLAN_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "last_stage_layers", "micro_batch", "zero", "recompute",
+                "sequence_parallel", "schedule", "offload_optimizer", "offload_activations")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,6 +173,7 @@ def result_row(point: Point, result: SearchResult) -> dict[str, Any]:
                    tokens_per_s_per_gpu=est.tokens_per_s / point.gpus, tflops_per_gpu=est.tflops_per_gpu,
                    mfu=est.mfu, hfu=est.hfu, peak_memory_bytes=est.peak_memory, plan=p.describe(),
                    **{k: getattr(p, k) for k in _PLAN_FIELDS},
+                   recompute_modules="+".join(p.recompute_modules) if p.recompute == "selective" else None,
                    **{f"time_{k}_s": v for k, v in est.breakdown.items() if f"time_{k}_s" in row},
                    **{f"memory_{k}_bytes": v for k, v in est.memory.items() if f"memory_{k}_bytes" in row})
     return row

@@ -543,6 +543,10 @@ FUSED_ATTENTION_TEXT = re.compile(
     r"flash[-_ ]?att(?:entio)?n[-_ ]?v?3|\bfa[-_ ]?v?3\b|cudnn|transformer[-_ ]?engine|\bte\b", re.I)
 FA2_ATTENTION_TEXT = re.compile(  # not Transformer Engine's NVTE_FLASH_ATTN switch, which picks among TE's backends
     r"flash[-_ ]?att(?:entio)?n[-_ ]?v?2|\bfa[-_ ]?v?2\b|(?<!nvte_)flash[-_]attn|xformers", re.I)
+# PyTorch's FlexAttention: Triton kernels of the FlashAttention-2 algorithm that a score or mask function is compiled
+# into, at 90 % of FlashAttention-2's forward and 85 % of its backward (PyTorch blog "FlexAttention: The Flexibility of
+# PyTorch with the Performance of FlashAttention", Aug 2024): the FlashAttention-2 class, whatever else the text names
+FLEX_ATTENTION_TEXT = re.compile(r"flex[-_ ]?att(?:entio)?n", re.I)
 SDPA_TEXT = re.compile(r"\bsdpa\b|scaled[-_ ]dot[-_ ]product[-_ ]attention", re.I)
 NEGATED_KERNEL_TEXT = re.compile(
     r"\b(?:no|without|disabled?)\s+(?:te|transformer[-_ ]?engine|cudnn)\b"
@@ -585,7 +589,8 @@ def _attention_kernel(record: dict[str, Any], src: SourceDefaults, flash: bool, 
         notes.append(note)
         return "fp8"
     text = _attention_text(record)
-    named = "fused" if FUSED_ATTENTION_TEXT.search(text) else "fa2" if FA2_ATTENTION_TEXT.search(text) else None
+    named = ("fa2" if FLEX_ATTENTION_TEXT.search(text) else "fused" if FUSED_ATTENTION_TEXT.search(text)
+             else "fa2" if FA2_ATTENTION_TEXT.search(text) else None)
     if named is None and (src.sdpa or SDPA_TEXT.search(text)):
         named = _sdpa_kernel(text, src, notes)
     if named and named != src.attention_kernel and flash:

@@ -1,0 +1,180 @@
+"""Sliding-window attention (ModelSpec.sliding_window / window_layers) and the eager kernels of Megatron-Core's
+per-expert MLP around a clamped GLU and biased experts (ops.grouped_mlp_eager)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from meshplan.efficiency import DEFAULT
+from meshplan.errors import SpecError
+from meshplan.estimate import attention_layer_flops, estimate, model_flops_per_token
+from meshplan.hardware import load_system
+from meshplan.hf_config import translate
+from meshplan.model import ModelSpec, load_model
+from meshplan.ops import ACT_BYTES, dense_layer, moe_layer
+from meshplan.plan import Plan
+
+
+def llama(**extra: object) -> ModelSpec:
+    fields = {"mlp": "swiglu", "norm": "rmsnorm"} | extra
+    return ModelSpec(name="w", num_layers=4, hidden_size=1024, num_heads=8, ffn_hidden_size=4096, vocab_size=32000,
+                     seq_length=4096, **fields)
+
+
+def _attention(ops: list, phase: str) -> list:
+    return [o for o in ops if o.name == "attn/core" and o.phase == phase]
+
+
+# ---- the spec ----------------------------------------------------------------------------------------------------
+def test_a_window_without_a_layer_count_windows_every_attention_layer():
+    assert llama(sliding_window=128).window_layers == 4
+    assert llama(sliding_window=128, window_layers=2).window_share == 0.5
+    assert llama().window_share == 0.0
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"window_layers": 2}, "window_layers=2 needs sliding_window > 0"),
+    ({"sliding_window": 128, "window_layers": 5}, "window_layers=5 is more than the model's 4 attention layers"),
+    ({"sliding_window": 128, "causal": False}, "sliding_window=128 needs causal attention"),
+    ({"sliding_window": -1}, "sliding_window=-1 must be a non-negative integer"),
+    ({"glu_clamp": -7.0}, "glu_clamp=-7.0 must be positive"),
+    ({"glu_clamp": 7.0, "mlp": "gelu"}, "glu_clamp=7.0 needs a gated MLP"),
+    ({"glu_clamp": "7"}, "glu_clamp='7' must be a number"),
+])
+def test_bad_window_and_clamp_settings_name_the_field(extra: dict, message: str):
+    with pytest.raises(SpecError, match=message):
+        llama(**extra)
+
+
+def test_window_keys_average_min_of_position_and_window():
+    # s = 8, w = 3: positions see 1, 2, 3, 3, 3, 3, 3, 3 keys = 21 → 21/8 = 2.625 = 3 − 3·2/16
+    model = replace(llama(sliding_window=3), seq_length=8)
+    assert model.window_keys() == 21 / 8 == 3 - 3 * 2 / 16
+
+
+# ---- Hugging Face import ---------------------------------------------------------------------------------------
+BASE = {"num_hidden_layers": 4, "hidden_size": 1024, "num_attention_heads": 8, "intermediate_size": 4096,
+        "vocab_size": 32000, "max_position_embeddings": 4096}
+
+
+@pytest.mark.parametrize(("config", "window", "layers"), [
+    ({"model_type": "mistral", "sliding_window": 4096}, 4096, 4),  # MistralAttention: every layer
+    ({"model_type": "mistral", "sliding_window": None}, 0, 0),  # Mistral 7B v0.2+
+    ({"model_type": "qwen2", "sliding_window": 1024, "use_sliding_window": False}, 0, 0),
+    ({"model_type": "qwen2", "sliding_window": 1024, "use_sliding_window": True, "max_window_layers": 1}, 1024, 3),
+    ({"model_type": "llama", "sliding_window": 512,
+      "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"]}, 512, 3),
+])
+def test_the_window_and_its_layers_are_read_per_family(config: dict, window: int, layers: int):
+    spec = translate(BASE | config, "x")
+    assert (spec.get("sliding_window", 0), spec.get("window_layers", 0)) == (window, layers)
+
+
+def test_gpt_oss_alternates_from_the_first_layer_and_clamps_at_swiglu_limit():
+    oss = BASE | {"model_type": "gpt_oss", "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 128}
+    spec = translate(oss | {"num_hidden_layers": 5}, "oss")  # GptOssConfig: layers 0, 2, 4 windowed
+    assert (spec["sliding_window"], spec["window_layers"], spec["glu_clamp"]) == (128, 3, 7.0)
+    assert translate(oss | {"swiglu_limit": 10.0}, "oss")["glu_clamp"] == 10.0
+
+
+def test_layer_types_must_name_every_layer():
+    with pytest.raises(SpecError, match="layer_types has 2 entries but num_hidden_layers=4"):
+        translate(BASE | {"model_type": "llama", "sliding_window": 8, "layer_types": ["full_attention"] * 2}, "x")
+
+
+def test_the_gpt_oss_presets_window_half_their_layers():
+    for name, layers in (("gpt-oss-120b", 36), ("gpt-oss-20b", 24)):
+        model = load_model(name)
+        assert (model.sliding_window, model.window_layers, model.glu_clamp) == (128, layers // 2, 7.0)
+
+
+# ---- attention cost --------------------------------------------------------------------------------------------
+def test_windowed_layers_do_the_windows_flops_full_layers_the_causal_half():
+    """s = 4096, 8 heads of 128, one micro-batch: a full causal layer 2·T·s·A·2d / 2 = 2·4096·4096·8·256 / 2
+    = 34.36 GFLOP forward; w = 128 sees 128 − 128·127/8192 = 126.02 keys per query: 2·4096·126.02·8·256 = 2.11 GFLOP.
+    Half the layers windowed: the average layer carries half of each; its saved q, k, v are counted once."""
+    full = 2 * 4096 * 4096 * 8 * 256 / 2
+    band = 2 * 4096 * (128 - 128 * 127 / 8192) * 8 * 256
+    plain = _attention(dense_layer(llama(), Plan()), "fwd")
+    mixed = _attention(dense_layer(llama(sliding_window=128, window_layers=2), Plan()), "fwd")
+    assert [o.flops for o in plain] == [pytest.approx(full)]
+    assert [o.flops for o in mixed] == [pytest.approx(full / 2), pytest.approx(band / 2)]
+    assert [o.window for o in mixed] == [0.0, 128]
+    assert sum(o.saved for o in mixed) == pytest.approx(plain[0].saved)
+    assert sum(o.nbytes for o in mixed) == pytest.approx(plain[0].nbytes)
+    bwd = _attention(dense_layer(llama(sliding_window=128, window_layers=2), Plan()), "bwd_x")
+    assert [o.flops for o in bwd] == [pytest.approx(2.5 * full / 2), pytest.approx(2.5 * band / 2)]
+
+
+def test_a_window_as_long_as_the_sequence_is_plain_causal_attention():
+    plain = dense_layer(llama(), Plan())
+    assert dense_layer(llama(sliding_window=4096), Plan()) == plain
+    assert dense_layer(llama(sliding_window=8192), Plan()) == plain
+
+
+def test_unfused_attention_computes_the_whole_square_whatever_the_window():
+    plan = Plan(flash_attention=False)
+    assert dense_layer(llama(sliding_window=128), plan) == dense_layer(llama(), plan)
+
+
+def test_a_band_wastes_a_block_per_query_tile_and_pays_the_tiles_fixed_cost_over_its_keys():
+    """w = 128 over s = 4096: a = 126.02 useful keys per query; the band's two edges cost 1 + 128/a, and the tile's
+    fixed cost L0 = 524 keys leaves a/(a + 524) of the rate."""
+    a = 128 - 128 * 127 / 8192
+    assert DEFAULT.attention_efficiency(128, 4096, window=128) == pytest.approx(
+        DEFAULT.attention * a / (a + 524) / (1 + 128 / a))
+    # the band is slower per FLOP than the causal square, but does far fewer FLOPs: the layer is faster
+    assert DEFAULT.attention_efficiency(128, 4096, window=128) < DEFAULT.attention_efficiency(128, 4096)
+
+
+def test_a_windowed_model_trains_faster_and_counts_fewer_model_flops():
+    cluster = load_system("h100").cluster(8)
+    plain, windowed = llama(), llama(sliding_window=128, window_layers=2)
+    assert estimate(windowed, cluster, Plan(dp=8)).step_time < estimate(plain, cluster, Plan(dp=8)).step_time
+    # 2·((1 − f)·s + f·w)·A·2d = 2·(2048 + 64)·8·256 per layer and token, against 2·4096·8·256: training (3 ×)
+    # over 4 layers counts 3·4·2·(4096 − 2112)·8·256 fewer
+    assert attention_layer_flops(windowed) == 2 * (2048 + 64) * 8 * 256
+    assert model_flops_per_token(plain) - model_flops_per_token(windowed) == 3 * 4 * 2 * 1984 * 8 * 256
+
+
+# ---- Megatron-Core's per-expert MLP: clamp and bias kernels ----------------------------------------------------
+def moe(**extra: object) -> ModelSpec:
+    return llama(num_experts=8, moe_topk=2, moe_ffn_hidden_size=2048, **extra)
+
+
+def _bytes(ops: list, name: str) -> dict[str, float]:
+    return {o.phase: o.nbytes for o in ops if o.name == name}
+
+
+def test_a_clamped_glu_and_biased_experts_add_their_eager_kernels():
+    """T = 4096 tokens, top-2: 8192 routed rows; F = 2048, H = 1024, 2 bytes. Clamp: 8F forward, 10F backward
+    per row = 8·2048·8192·2 = 268 MB and 336 MB. Bias: 6H forward, 5H activation gradient, 3H bias gradient."""
+    rows = 4096 * 2
+    ops = moe_layer(moe(glu_clamp=7.0, linear_bias=True), Plan())
+    assert _bytes(ops, "moe/experts/act/clamp") == {"fwd": 8 * 2048 * rows * ACT_BYTES,
+                                                     "bwd_x": 10 * 2048 * rows * ACT_BYTES}
+    assert _bytes(ops, "moe/experts/fc2/bias") == {"fwd": 6 * 1024 * rows * ACT_BYTES,
+                                                    "bwd_x": 5 * 1024 * rows * ACT_BYTES,
+                                                    "bwd_w": 3 * 1024 * rows * ACT_BYTES}
+
+
+@pytest.mark.parametrize("plan", [Plan(expert_gemm="grouped"), Plan(fusion="eager")])
+def test_a_fused_grouped_mlp_or_a_stack_without_megatrons_experts_runs_none_of_them(plan: Plan):
+    names = {o.name for o in moe_layer(moe(glu_clamp=7.0, linear_bias=True), plan)}
+    assert not names & {"moe/experts/act/clamp", "moe/experts/fc2/bias"}
+
+
+def test_no_clamp_or_bias_no_eager_kernels():
+    names = {o.name for o in moe_layer(moe(), Plan())}
+    assert not names & {"moe/experts/act/clamp", "moe/experts/fc2/bias"}
+
+
+def test_the_moe_act_recompute_runs_the_clamp_again():
+    cluster = load_system("h100").cluster(8)
+    model = moe(glu_clamp=7.0)
+    plan = Plan(dp=8, ep=8, recompute="selective", recompute_modules=("moe_act",))
+    with_clamp = estimate(model, cluster, plan).breakdown["recompute"]
+    without = estimate(replace(model, glu_clamp=0.0), cluster, plan).breakdown["recompute"]
+    assert with_clamp > without
