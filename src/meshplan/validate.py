@@ -763,10 +763,12 @@ def megatron_model_flops(model: ModelSpec, batch: int) -> float:
 
 
 def palm_flops(model: ModelSpec, batch: int) -> float:
-    """PaLM's model FLOPs (Chowdhery et al. 2022, App. B): (6·N + 12·l·h·s) per token, N the matmul parameters."""
+    """PaLM's model FLOPs (Chowdhery et al. 2022, App. B): (6·N + 12·l·h·s) per token, N the matmul parameters; the
+    formula knows no sliding window, so every layer counts all s keys."""
     from meshplan.estimate import model_flops_per_token  # noqa: PLC0415  (estimate imports the whole cost model)
 
-    return model_flops_per_token(model) * batch * model.seq_length
+    unwindowed = replace(model, sliding_window=0, window_layers=0)
+    return model_flops_per_token(unwindowed) * batch * model.seq_length
 
 
 BASES = {"eq3": eq3_flops, "model": megatron_model_flops, "palm": palm_flops}
