@@ -3,10 +3,11 @@ published kernel benchmark; print each kernel family's value and how well the on
 
 A flash-attention kernel gives each 128-row query tile to one CTA, which loops over the key blocks the causal
 mask leaves it (s/2 keys on average) after a fixed prologue and before a fixed epilogue (load Q, write O and the
-log-sum-exp). With that fixed cost worth L0 keys of the loop, the kernel sustains a/(a + L0) of its long-sequence
-rate, a = s/2 (causal) or s. ``Efficiency.attention_efficiency`` also charges the diagonal blocks, computed whole:
-1/(1 + 128/s). So the measured rate at sequence length s is E · 1/(1 + 128/s) · a/(a + L0), with one E per pass
-(forward, backward) and one L0 per kernel family, fitted here by least squares on log rates.
+log-sum-exp). With that fixed cost worth L0 keys of the loop, and the diagonal blocks the causal mask cuts computed
+whole (64 keys, half a 128-key block, per query on average), a tile takes a + 64 + L0 keys' time for the a = s/2 keys it
+needs, and the kernel sustains a/(a + 64 + L0) of its long-sequence rate (``Efficiency.attention_efficiency``). So the
+measured rate at sequence length s is E · a/(a + 64 + L0), with one E per pass (forward, backward) and one L0 per kernel
+family, fitted here by least squares on log rates.
 
 Data: NVIDIA cudnn-frontend, benchmark/sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_NVIDIA_GB200.csv
 (commit d48a60eb146eada7aee2e00b8f8c1d6ddcf96c51; cuDNN 9.17, PyTorch 2.10 nv25.11, one GB200): batch 1, 128 query
@@ -35,9 +36,9 @@ BLOCK = 128.0  # keys per block: the diagonal blocks computed whole (efficiency.
 
 
 def shape(seq: np.ndarray, l0: float) -> np.ndarray:
-    """The rate at ``seq`` keys relative to the long-sequence rate, causal: 1/(1 + B/s) · a/(a + L0), a = s/2."""
+    """The rate at ``seq`` keys relative to the long-sequence rate, causal: a/(a + B/2 + L0), a = s/2."""
     a = seq / 2
-    return a / (a + l0) / (1 + BLOCK / seq)
+    return a / (a + BLOCK / 2 + l0)
 
 
 def fit(passes: dict[str, list[float]]) -> tuple[float, float]:

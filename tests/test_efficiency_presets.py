@@ -27,7 +27,8 @@ def test_fa2_kernels_run_at_sdpa_fa2_over_cudnn_rate_on_hopper_only():
     """pytorch/pytorch#142132: SDPA's FA2 backend 329.483 TFLOP/s against cuDNN's 631.338 on one H100 (d = 128,
     4608 keys, no mask, forward): the model reproduces that ratio at that shape. On the A100 FA2 is the native
     kernel, so the families differ only in their query tiles' fixed cost: at 2048 keys, causal, a tile visits 1024
-    keys on average, and FA2 (271 keys of fixed cost) takes (1024 + 271) / (1024 + 524) of cuDNN's time."""
+    keys on average and wastes 64 in the diagonal blocks, and FA2 (281 keys of fixed cost) takes (1024 + 64 + 281) /
+    (1024 + 64 + 543) of cuDNN's time."""
     h100 = load_system("h100").accelerator
 
     def rate(kernel):
@@ -35,8 +36,8 @@ def test_fa2_kernels_run_at_sdpa_fa2_over_cudnn_rate_on_hopper_only():
                 * DEFAULT.attention_kernel_factor(h100, kernel))
 
     assert rate("fa2") / rate("fused") == pytest.approx(329.483 / 631.338)
-    per_tile = (1024 + DEFAULT.attention_l0_fa2) / (1024 + DEFAULT.attention_l0)
-    assert per_tile == pytest.approx(1295 / 1548)
+    per_tile = (1024 + 64 + DEFAULT.attention_l0_fa2) / (1024 + 64 + DEFAULT.attention_l0)
+    assert per_tile == pytest.approx(1369 / 1631)
     assert _attention_time("a100", "fa2") == pytest.approx(_attention_time("a100", "fused") * per_tile)
     assert _attention_time("h100", "fa2") > _attention_time("h100", "fused")
 
@@ -82,14 +83,15 @@ def test_head_dimension_64_runs_at_the_measured_fraction_of_128(kernel, measured
 
 
 def test_a_query_tiles_fixed_cost_slows_shorter_sequences():
-    """cuDNN's query tiles pay L0 = 524 keys of fixed cost (benchmarks/attention_l0.py, NVIDIA's benchmark on a
-    GB200). At 8k keys with the causal mask a tile visits 4096 keys on average and keeps 4096 / 4620 = 0.887 of its
-    long-sequence rate; the diagonal blocks, computed whole, cost another 1 + 128/8192. Against 32k keys
-    (16384 / 16908 and 1 + 128/32768) that is 0.904; the benchmark measured 0.942 forward and 0.898 backward."""
+    """cuDNN's query tiles pay L0 = 543 keys of fixed cost (benchmarks/attention_l0.py, NVIDIA's benchmark on a
+    GB200). At 8k keys with the causal mask a tile needs 4096 keys on average, wastes 64 more in the diagonal blocks
+    (computed whole) and keeps 4096 / (4096 + 64 + 543) = 4096 / 4703 = 0.871 of its long-sequence rate. Against 32k
+    keys (16384 / 16991) that is 0.903; the benchmark measured 0.942 forward and 0.898 backward. Without the mask a
+    tile needs all 8192 keys and wastes none: 8192 / 8735."""
     r8, r32 = DEFAULT.attention_efficiency(128, 8192), DEFAULT.attention_efficiency(128, 32768)
-    assert r8 == pytest.approx(DEFAULT.attention * 4096 / 4620 / (1 + 128 / 8192))
-    assert r8 / r32 == pytest.approx(0.904, abs=1e-3)
-    assert DEFAULT.attention_efficiency(128, 8192, causal=False) == pytest.approx(DEFAULT.attention * 8192 / 8716)
+    assert r8 == pytest.approx(DEFAULT.attention * 4096 / 4703)
+    assert r8 / r32 == pytest.approx(0.903, abs=1e-3)
+    assert DEFAULT.attention_efficiency(128, 8192, causal=False) == pytest.approx(DEFAULT.attention * 8192 / 8735)
 
 
 def test_the_tile_fixed_costs_are_what_the_benchmark_fit_gives():
@@ -103,15 +105,15 @@ def test_the_tile_fixed_costs_are_what_the_benchmark_fit_gives():
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     (cudnn, fa2) = (script.fit(passes)[0] for passes in script.MEASURED.values())
-    assert (cudnn, fa2) == (DEFAULT.attention_l0, DEFAULT.attention_l0_fa2) == (524.0, 271.0)
+    assert (cudnn, fa2) == (DEFAULT.attention_l0, DEFAULT.attention_l0_fa2) == (543.0, 281.0)
 
 
 def test_ring_context_parallelism_splits_the_keys_a_tile_visits_per_call():
-    """cp = 4 ring steps over 32k keys: each kernel call covers 8k keys, so a causal tile visits 32768 / 2 / 4 =
-    4096 keys per call and keeps 4096 / (4096 + 524) of its rate, as one call over 8k keys would; the diagonal
-    blocks' waste stays that of the whole sequence (1 + 128/32768)."""
+    """cp = 4 ring steps over 32k keys: a causal tile needs 32768 / 2 = 16384 keys over four kernel calls, each paying
+    the fixed cost: 16384 / (16384 + 64 + 4 · 543) = 16384 / 18620, as a call over 8k keys keeps 4096 / (4096 + 16 +
+    543) of its rate (the diagonal blocks' waste is the whole sequence's, 64 keys, once)."""
     ring = DEFAULT.attention_efficiency(128, 32768, calls=4)
-    assert ring == pytest.approx(DEFAULT.attention * 4096 / 4620 / (1 + 128 / 32768))
+    assert ring == pytest.approx(DEFAULT.attention * 16384 / 18620)
     assert ring < DEFAULT.attention_efficiency(128, 32768)
 
 

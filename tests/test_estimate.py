@@ -195,3 +195,29 @@ def test_the_gradient_group_of_dp_and_cp_apart_in_the_placement():
     assert split_group(cluster, 8, axis_layout(adjacent, "dp")) == [8, 1]
     assert split_group(cluster, 8, axis_layout(apart, "dp")) == [4, 2]
     assert estimate(model, cluster, apart).breakdown["dp"] > estimate(model, cluster, adjacent).breakdown["dp"]
+
+
+def test_the_combined_1f1b_schedule_hides_each_all_to_all_behind_its_partner_node_only():
+    """Megatron-Core's combined 1F1B (moe_a2a_overlap.md) pairs F.attn with B.combine, F.dispatch with B.expert,
+    B.dispatch with F.expert and F.combine with B.attn (the experts' weight gradients delayed into B.attn). Times:
+    forward attention 10, experts 4, dispatch 6, combine 12; backward attention 15, experts' input gradients 5 and
+    weight gradients 5, dispatch 6, combine 12. With the overlap slowdown s = 0.189 (hide: what does not fit + s × what
+    does), the forward's all-to-alls cost hide(6, 5) + hide(12, 15 + 5) = (1 + 0.945) + 2.268 = 4.213 and the
+    backward's hide(12, 10) + hide(6, 4) = (2 + 1.89) + (2 + 0.756) = 6.646; pooled over the other pass's kernels the
+    forward's would cost hide(18, 25) = 3.402."""
+    from meshplan.estimate import pass_times
+    from meshplan.ops import OpCost, collective
+
+    def a2a(name, phase):
+        return collective(name, phase, "all_to_all", 1.0, "ep", 8)
+
+    ops = [OpCost("attn/qkv", "fwd", "gemm"), OpCost("moe/experts/fc1", "fwd", "gemm"),
+           a2a("moe/dispatch", "fwd"), a2a("moe/combine", "fwd"),
+           OpCost("attn/qkv", "bwd_x", "gemm"), OpCost("moe/experts/fc1", "bwd_x", "gemm"),
+           OpCost("moe/experts/fc1", "bwd_w", "gemm"), a2a("moe/dispatch", "bwd_x"), a2a("moe/combine", "bwd_x")]
+    times = [10.0, 4.0, 6.0, 12.0, 15.0, 5.0, 5.0, 6.0, 12.0]
+    paired = pass_times(ops, times, Plan(ep=8, dp=8, overlap_ep=True), "none")
+    assert (paired.fwd, paired.bwd) == (14.0, 25.0)
+    assert paired.ep == pytest.approx(4.213 + 6.646)
+    exposed = pass_times(ops, times, Plan(ep=8, dp=8), "none")
+    assert exposed.ep == 36.0  # no overlap: every all-to-all on the critical path

@@ -647,6 +647,21 @@ def test_ep_overlap_follows_the_release_recipe(group, gpu, overlap, precision):
     assert case.plan.overlap_ep is overlap
 
 
+@pytest.mark.parametrize(("group", "gpu", "overlap"), [
+    ("megatron_bridge_25.09", "H100", True),  # qwen3_235b_a22b_llm_pretrain.py: tp_comm_overlap=True
+    ("megatron_bridge_25.11", "H100", False),  # qwen3_llm_pretrain.py ..._config_h100: tp_comm_overlap=False
+    ("megatron_bridge_26.06", "H100", False),  # perf_recipes/qwen/h100/qwen3_moe.py: tp_comm_overlap=False
+    ("megatron_bridge_26.04", "B200", True),  # the Blackwell functions set True
+])
+def test_tp_overlap_follows_the_release_recipe(group, gpu, overlap):
+    case = map_run(record(group=group, model=QWEN3_235B, precision="fp8",
+                          hardware={"gpu": gpu, "num_gpus": 256, "gpus_per_node": 8},
+                          parallel={"tp": 2, "pp": 8, "vp": 4, "ep": 32, "micro_batch_size": 1,
+                                    "global_batch_size": 2048}))
+    assert case.plan.overlap_tp is overlap
+    assert any("tp_comm_overlap=False" in note for note in case.assumptions) is (not overlap)
+
+
 @pytest.mark.parametrize(("group", "precision", "kernel"), [
     ("megatron_bridge_26.06", "mxfp8", "fp8"),  # PR #4249 / #4606: the GB200 MXFP8 path runs FP8 attention
     ("megatron_bridge_26.08", "mxfp8", "fp8"),

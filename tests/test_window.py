@@ -24,14 +24,18 @@ def llama(**extra: object) -> ModelSpec:
 
 
 def _attention(ops: list, phase: str) -> list:
-    return [o for o in ops if o.name == "attn/core" and o.phase == phase]
+    """The attention core's records: "attn/core" (full layers) and "attn/core/window" (the windowed share)."""
+    return [o for o in ops if o.name.startswith("attn/core") and o.phase == phase]
 
 
 # ---- the spec ----------------------------------------------------------------------------------------------------
 def test_a_window_without_a_layer_count_windows_every_attention_layer():
-    assert llama(sliding_window=128).window_layers == 4
+    assert llama(sliding_window=128).window_share == 1.0
     assert llama(sliding_window=128, window_layers=2).window_share == 0.5
     assert llama().window_share == 0.0
+    assert llama(sliding_window=4096).window_share == 0.0  # as long as the sequence: no window at all
+    # 0 stays "every layer", so a model with fewer layers is still a valid spec
+    assert replace(llama(sliding_window=128), num_layers=2).window_share == 1.0
 
 
 @pytest.mark.parametrize(("extra", "message"), [
@@ -42,6 +46,8 @@ def test_a_window_without_a_layer_count_windows_every_attention_layer():
     ({"glu_clamp": -7.0}, "glu_clamp=-7.0 must be positive"),
     ({"glu_clamp": 7.0, "mlp": "gelu"}, "glu_clamp=7.0 needs a gated MLP"),
     ({"glu_clamp": "7"}, "glu_clamp='7' must be a number"),
+    ({"sliding_window": 128, "layer_pattern": "MM-E", "num_experts": 4, "moe_topk": 2, "mamba_heads": 8,
+      "mamba_head_dim": 64, "mamba_state": 16}, "sliding_window=128 needs attention layers"),
 ])
 def test_bad_window_and_clamp_settings_name_the_field(extra: dict, message: str):
     with pytest.raises(SpecError, match=message):
@@ -60,7 +66,7 @@ BASE = {"num_hidden_layers": 4, "hidden_size": 1024, "num_attention_heads": 8, "
 
 
 @pytest.mark.parametrize(("config", "window", "layers"), [
-    ({"model_type": "mistral", "sliding_window": 4096}, 4096, 4),  # MistralAttention: every layer
+    ({"model_type": "mistral", "sliding_window": 4096}, 4096, 0),  # MistralAttention: every layer (0: all)
     ({"model_type": "mistral", "sliding_window": None}, 0, 0),  # Mistral 7B v0.2+
     ({"model_type": "qwen2", "sliding_window": 1024, "use_sliding_window": False}, 0, 0),
     ({"model_type": "qwen2", "sliding_window": 1024, "use_sliding_window": True, "max_window_layers": 1}, 1024, 3),
@@ -101,7 +107,7 @@ def test_windowed_layers_do_the_windows_flops_full_layers_the_causal_half():
     mixed = _attention(dense_layer(llama(sliding_window=128, window_layers=2), Plan()), "fwd")
     assert [o.flops for o in plain] == [pytest.approx(full)]
     assert [o.flops for o in mixed] == [pytest.approx(full / 2), pytest.approx(band / 2)]
-    assert [o.window for o in mixed] == [0.0, 128]
+    assert [(o.name, o.window) for o in mixed] == [("attn/core", 0.0), ("attn/core/window", 128)]
     assert sum(o.saved for o in mixed) == pytest.approx(plain[0].saved)
     assert sum(o.nbytes for o in mixed) == pytest.approx(plain[0].nbytes)
     bwd = _attention(dense_layer(llama(sliding_window=128, window_layers=2), Plan()), "bwd_x")
@@ -119,14 +125,29 @@ def test_unfused_attention_computes_the_whole_square_whatever_the_window():
     assert dense_layer(llama(sliding_window=128), plan) == dense_layer(llama(), plan)
 
 
-def test_a_band_wastes_a_block_per_query_tile_and_pays_the_tiles_fixed_cost_over_its_keys():
-    """w = 128 over s = 4096: a = 126.02 useful keys per query; the band's two edges cost 1 + 128/a, and the tile's
-    fixed cost L0 = 524 keys leaves a/(a + 524) of the rate."""
+def test_a_band_wastes_a_block_per_query_tile_and_pays_the_tiles_fixed_cost_once():
+    """w = 128 over s = 4096: a = 128 − 128·127/8192 = 126.02 keys per query; the band's two edges waste a block
+    (128 keys) and the tile's fixed cost is L0 = 543 keys: a/(a + 128 + 543) of the rate, against the causal square's
+    2048/(2048 + 64 + 543)."""
     a = 128 - 128 * 127 / 8192
-    assert DEFAULT.attention_efficiency(128, 4096, window=128) == pytest.approx(
-        DEFAULT.attention * a / (a + 524) / (1 + 128 / a))
+    assert DEFAULT.attention_efficiency(128, 4096, window=128) == pytest.approx(DEFAULT.attention * a / (a + 128 + 543))
+    assert DEFAULT.attention_efficiency(128, 4096) == pytest.approx(DEFAULT.attention * 2048 / 2655)
     # the band is slower per FLOP than the causal square, but does far fewer FLOPs: the layer is faster
     assert DEFAULT.attention_efficiency(128, 4096, window=128) < DEFAULT.attention_efficiency(128, 4096)
+
+
+def test_ring_context_parallelism_cannot_run_a_window():
+    """Transformer Engine's attention_with_cp takes a sliding window only with the all-gather (or a2a) exchange."""
+    from meshplan.plan import check
+    from meshplan.search import Space, search
+
+    model, cluster = llama(sliding_window=128), load_system("h100").cluster(8)
+    reasons = check(model, cluster, Plan(cp=2, dp=4))
+    assert any("cp=2 with cp_comm='ring' cannot run sliding-window attention" in r for r in reasons)
+    assert not check(model, cluster, Plan(cp=2, dp=4, cp_comm="allgather"))
+    result = search(model, cluster, Space(global_batch=8, cp_max=2))
+    assert result.rejected["ring context parallelism with a sliding window"] > 0
+    assert all(e.plan.cp == 1 for e in result.plans)
 
 
 def test_a_windowed_model_trains_faster_and_counts_fewer_model_flops():
@@ -171,13 +192,24 @@ def test_no_clamp_or_bias_no_eager_kernels():
     assert not names & {"moe/experts/act/clamp", "moe/experts/fc2/bias"}
 
 
-def test_the_moe_act_recompute_runs_the_clamp_again():
+def test_the_clamp_keeps_fc1s_output_and_the_moe_act_recompute_runs_it_again():
+    """The clamps keep fc1's 2F-wide output besides the clamped copy the fused kernel keeps: 2·2048·8192 rows·2
+    bytes = 67 MB a layer. The moe_act recompute frees it and runs the clamp's forward again (8F a row: its
+    streaming time, 8·2048·8192·2 bytes at 0.85 of the H100's 3.35 TB/s, per layer and micro-batch)."""
+    from meshplan.estimate import saved_bytes
+
+    rows, clamp_bytes = 4096 * 2, 8 * 2048 * 4096 * 2 * ACT_BYTES
+    ops, plain = moe_layer(moe(glu_clamp=7.0), Plan()), moe_layer(moe(), Plan())
+    assert saved_bytes(ops) - saved_bytes(plain) == 2 * 2048 * rows * ACT_BYTES
+    assert saved_bytes(ops, "selective", ("moe_act",)) == saved_bytes(plain, "selective", ("moe_act",))
     cluster = load_system("h100").cluster(8)
-    model = moe(glu_clamp=7.0)
-    plan = Plan(dp=8, ep=8, recompute="selective", recompute_modules=("moe_act",))
-    with_clamp = estimate(model, cluster, plan).breakdown["recompute"]
-    without = estimate(replace(model, glu_clamp=0.0), cluster, plan).breakdown["recompute"]
-    assert with_clamp > without
+    plan = Plan(dp=8, ep=8, global_batch=8, recompute="selective", recompute_modules=("moe_act",))
+    with_clamp = estimate(moe(glu_clamp=7.0), cluster, plan)
+    without = estimate(moe(), cluster, plan)
+    rerun = clamp_bytes / (3.35e12 * 0.85)
+    per_step = 4 * 1  # 4 layers, one micro-batch (global batch 8 over dp 8)
+    assert with_clamp.breakdown["recompute"] - without.breakdown["recompute"] == pytest.approx(per_step * rerun,
+                                                                                              rel=1e-3)
 
 
 def test_palms_mfu_formula_counts_every_layers_keys_whatever_the_window():

@@ -45,16 +45,16 @@ per kernel family in FA3's forward benchmark on an H100 (Shah et al. 2024, Fig. 
 d = 64 at 497 against 648 TFLOP/s at d = 128 (0.767×, ``attention_d0`` = 55.9), FlashAttention-2 at 324 against 370
 (0.876×, ``attention_d0_fa2`` = 21.2), since (1 + d_0/128)·64/(64 + d_0) = r gives d_0 = 128(1 − r)/(2r − 1). The FA2
 figure is an H100 measurement applied to FA2 on every GPU (A100 included), where FA2's own paper plots no d = 64 / 128
-pair at equal sequence length. (Fitted, d_0 wandered from 32 to 51 along a flat valley of the objective.) With a
-causal mask the diagonal blocks are computed whole, executing (1 + B_attn/s) × the useful half; a sliding window of w
-keys (``ModelSpec.sliding_window``) leaves each query tile the blocks of its band, whose two edges are computed whole
-(the kernels skip the blocks outside it: FlashAttention-2/3's window_size, FlexAttention's block mask, cuDNN's
-diagonal band, which Transformer Engine sets from window_size; cudnn-frontend PR #584 bounds the key loop by it). Each
-query tile also
-pays a fixed prologue and epilogue (load Q; rescale and write O and the log-sum-exp) worth L_0 keys of its loop over
-the a = s/2 keys it visits (s without the mask; per kernel call, so over cp when ring context parallelism splits the
-keys into cp calls), so the kernel keeps a/(a + L_0) of its long-sequence rate; ``attention_l0`` = 524 (cuDNN / FA3
-class) and ``attention_l0_fa2`` = 271 are least-squares fits of that form to NVIDIA's cuDNN SDPA training benchmark on
+pair at equal sequence length. (Fitted, d_0 wandered from 32 to 51 along a flat valley of the objective.) A query tile
+visits the key blocks its mask leaves it and takes, in keys of its loop, a + e + L_0: the a keys a query sees on average
+(s/2 under the causal mask, s without it), e keys wasted in the blocks the mask cuts, which are computed whole (the
+causal diagonal: B_attn/2; a sliding window of w keys, ``ModelSpec.sliding_window``, leaves the tile the blocks of its
+band, a = ``ModelSpec.window_keys()``, whose two edges waste B_attn: the kernels skip the blocks outside it,
+FlashAttention-2/3's window_size, FlexAttention's block mask, cuDNN's diagonal band that Transformer Engine sets from
+window_size, cudnn-frontend PR #584 bounding the key loop by it), and a fixed prologue and epilogue (load Q; rescale and
+write O and the log-sum-exp) worth L_0 keys per kernel call (cp calls when ring context parallelism splits the keys).
+So the kernel keeps a/(a + e + L_0) of its long-sequence rate; ``attention_l0`` = 543 (cuDNN / FA3 class) and
+``attention_l0_fa2`` = 281 are least-squares fits of that form to NVIDIA's cuDNN SDPA training benchmark on
 a GB200 (cudnn-frontend benchmark/sdpa_benchmark_training, cuDNN 9.17 and PyTorch's FlashAttention-2, Llama-3.1-405B
 heads, 4k-32k keys; benchmarks/attention_l0.py), applied on every GPU as d_0 is. The backward pass (five GEMMs, dS
 computed in fp32) runs at ``attention_bwd`` × the forward rate (FA2 Fig. 5 vs Fig. 4, FA3 Fig. 6 vs Fig. 5: ≈ 0.8).
@@ -166,7 +166,7 @@ TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
 
 
 # a flash-attention query tile's fixed cost in keys of its loop (Efficiency.attention_l0 / attention_l0_fa2)
-ATTENTION_L0, ATTENTION_L0_FA2 = 524.0, 271.0
+ATTENTION_L0, ATTENTION_L0_FA2 = 543.0, 281.0
 
 
 def exp_share(speedup: float) -> float:
@@ -315,20 +315,19 @@ class Efficiency:
         rate), when the work over ``keys`` keys runs as ``calls`` kernels over keys / calls each (ring context
         parallelism); roofline.py multiplies it by ``attention_kernel_factor`` and the 16-bit GEMM rate.
 
-        ``window`` (< keys) is a causal sliding window: a query tile visits only the blocks of the band, its
-        useful keys per query a = w − w(w − 1)/(2s) (``ModelSpec.window_keys``), and both of the band's edges, the
-        diagonal and the window's start, cut blocks that are computed whole: (1 + B_attn/a) × the useful work, as the
-        causal mask's one edge gives 1 + B_attn/s = 1 + (B_attn/2)/(s/2)."""
+        ``window`` (< keys) is a causal sliding window. A query tile takes a + e + L_0 keys' time for the a it needs
+        (module docstring)."""
         fa2 = kernel == "fa2"
         d0, l0 = (self.attention_d0_fa2, self.attention_l0_fa2) if fa2 else (self.attention_d0, self.attention_l0)
         shape = (1 + d0 / 128.0) * head_dim / (head_dim + d0)  # 1 at d = 128
-        if causal and window:
-            useful = window - window * (window - 1) / (2.0 * keys)
-            wasted, loop = 1 + self.attention_block / useful, useful / calls
+        if causal and window:  # the band: a = w − w(w − 1)/2s keys a query sees, both edges cut
+            useful, wasted = window - window * (window - 1) / (2.0 * keys), self.attention_block
+        elif causal:  # the causal half, the diagonal blocks cut
+            useful, wasted = keys / 2, self.attention_block / 2
         else:
-            wasted = (1 + self.attention_block / keys) if causal else 1.0
-            loop = (keys / 2 if causal else keys) / calls  # the keys a query tile visits per call, on average
-        rate = self.attention * shape / wasted * loop / (loop + l0) * (self.attention_bwd if backward else 1.0)
+            useful, wasted = keys, 0.0
+        rate = self.attention * shape * useful / (useful + wasted + calls * l0) * (
+            self.attention_bwd if backward else 1.0)
         if kernel == "fp8":
             return rate * (self.fp8_attention_bwd if backward else self.fp8_attention_fwd)
         return rate

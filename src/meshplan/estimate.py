@@ -11,9 +11,10 @@ Overlap rules (stated once, here):
 - EP all-to-all (and expert-TP) traffic is exposed unless ``plan.overlap_ep``: Megatron-Core's 1F1B
   all-to-all overlap (MCore v0.14 "batch-level overlapping to hide EP-A2A communication",
   --overlap-moe-expert-parallel-comm --delay-wgrad-compute; the DeepSeek-V3 report §3.2.1 "DualPipe" idea)
-  runs the forward of one micro-batch interleaved with the backward of another, so the forward pass's
-  dispatch/combine hides behind the backward kernels of the same layer and the backward's behind the
-  forward kernels (with the overlap slowdown).
+  runs the forward of one micro-batch interleaved with the backward of another, node by node, so each of a
+  layer's all-to-alls hides behind the one node of the other micro-batch it is paired with (``combined_1f1b``:
+  the forward's dispatch behind the backward's experts, its combine behind the backward's attention, the
+  backward's dispatch and combine behind the forward's experts and attention), with the overlap slowdown.
 - Pipeline p2p is exposed, unless ``plan.overlap_pp`` and the schedule is interleaved (v > 1): Megatron-Core's
   overlap_p2p_comm posts each send and receive on its own stream and waits for it only before the chunk that
   needs it, so it hides behind the compute of another chunk, which it slows by the overlap slowdown (a chunk's
@@ -203,8 +204,11 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, recompute: str, 
         if isinstance(s[key], np.ndarray):
             owned.add(key)
 
+    paired = plan.overlap_ep and any(op.name in _A2A_NODES for op in ops)
     for op, t in zip(ops, times, strict=True):
         ph = "f" if op.phase == "fwd" else "b"
+        if paired and (op.name in _A2A_NODES or op.name.startswith("moe/experts/")):
+            add(_a2a_node(op), t)  # the combined 1F1B schedule's expert and all-to-all nodes, apart
         if op.collective is None:
             add((ph, op.kind), t)
         elif op.overlap in ("tp", "cp"):
@@ -226,8 +230,8 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, recompute: str, 
             0.0, g((ph, "summa"), 0.0) - gemm)
         cp[ph] = hide(g((ph, "cp"), 0.0), g((ph, "attention"), 0.0), sd) + g((ph, "cp_exposed"), 0.0)
         ep[ph] = g((ph, "ep_exposed"), 0.0)
-    if plan.overlap_ep:  # forward all-to-all behind the other micro-batch's backward kernels, and vice versa
-        ep = {"f": hide(ep["f"], kernels["b"], sd), "b": hide(ep["b"], kernels["f"], sd)}
+    if paired:  # forward all-to-all behind the other micro-batch's backward kernels, and vice versa
+        ep = combined_1f1b(s, kernels, ep, sd)
     if recompute == "full":
         redo = kernels["f"] + tp["f"] + cp["f"] + ep["f"]
     elif recompute == "selective":
@@ -250,6 +254,44 @@ def _selective_redo(ops: list[OpCost], times: list[Num], modules: tuple[str, ...
     if any(RECOMPUTE_MODULES[m].all_to_all for m in modules):
         redo = redo + ep_exposed
     return redo
+
+
+# Megatron-Core's combined 1F1B schedule (--overlap-moe-expert-parallel-comm; Megatron-LM docs/user-guide/features/
+# moe_a2a_overlap.md @ fc81b20, "Fine-grained execution") splits a MoE layer into nodes: ``attn`` (attention, pre-MLP
+# norm, router, dispatch preprocessing) and ``mlp`` (the routed experts) on the compute stream, ``moe_dispatch`` and
+# ``moe_combine`` (the token all-to-alls) on the communication stream. The collectives of each all-to-all node (the
+# expert-TP gather goes with the dispatch, its reduce-scatter with the combine):
+_A2A_NODES = {"moe/dispatch": "d", "moe/etp_gather": "d", "moe/combine": "c", "moe/etp_scatter": "c"}
+
+
+def _a2a_node(op: OpCost) -> tuple[str, str]:
+    """The sum a MoE op's time also adds to for the combined schedule: ("fd" / "bd", "a2a") the forward / backward
+    dispatch, ("fc" / "bc", "a2a") the combines, ("f" / "b", "experts") the experts' forward and input-gradient
+    kernels (their weight gradients are not an ``mlp`` node's: the recipes' delay_wgrad_compute defers them)."""
+    ph = "f" if op.phase == "fwd" else "b"
+    if op.name in _A2A_NODES:
+        return ph + _A2A_NODES[op.name], "a2a"
+    return ("f" if op.phase == "fwd" else "b" if op.phase == "bwd_x" else "w"), "experts"
+
+
+def combined_1f1b(s: dict[tuple[str, str], Num], kernels: dict[str, Num], ep: dict[str, Num], slowdown: float
+                  ) -> dict[str, Num]:
+    """The EP time of one MoE layer under the combined 1F1B schedule, which pairs this micro-batch's forward with
+    another's backward and issues per layer (moe_a2a_overlap.md) F.attn with B.combine, then F.dispatch with
+    B.expert, B.dispatch with F.expert, F.combine with B.attn, each node waiting for the one before it on each
+    stream. The layer takes max(F.attn, B.combine) + max(F.dispatch, B.expert) + max(B.dispatch, F.expert) +
+    max(F.combine, B.attn): each all-to-all hides behind its partner's kernels only, and slows them as ``hide`` says.
+    B.expert is the experts' input gradients; the recipes that overlap (Megatron-Bridge's moe_a2a_overlap sets
+    delay_wgrad_compute too, scripts/performance/utils/overrides.py) run the experts' weight gradients with B.attn.
+    Returned per pass: the forward's all-to-alls (dispatch, combine) and the backward's."""
+    g = s.get
+    f_dispatch, f_combine, b_dispatch, b_combine = (g((k, "a2a"), 0.0) for k in ("fd", "fc", "bd", "bc"))
+    f_expert, b_expert = g(("f", "experts"), 0.0), g(("b", "experts"), 0.0)
+    f_attn, b_attn = kernels["f"] - f_expert, kernels["b"] - b_expert
+    other_f = ep["f"] - f_dispatch - f_combine  # exposed EP collectives outside the nodes (none in the MoE block)
+    other_b = ep["b"] - b_dispatch - b_combine
+    return {"f": other_f + hide(f_dispatch, b_expert, slowdown) + hide(f_combine, b_attn, slowdown),
+            "b": other_b + hide(b_combine, f_attn, slowdown) + hide(b_dispatch, f_expert, slowdown)}
 
 
 def hide(comm: Num, window: Num, slowdown: float) -> Num:

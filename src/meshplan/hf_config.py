@@ -170,8 +170,8 @@ def _llama(c: _Reader) -> dict[str, Any]:
 def _default_window_layers(c: _Reader, layers: int) -> int:
     if c.model_type in ("mistral", "mixtral"):
         return layers
-    if c.model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
-        return max(0, layers - c.get("max_window_layers", layers)) if c.flag("use_sliding_window", False) else 0
+    if c.model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):  # Qwen2Config: max_window_layers=28
+        return max(0, layers - c.get("max_window_layers", 28)) if c.flag("use_sliding_window", False) else 0
     if c.model_type == "gpt_oss":
         return (layers + 1) // 2
     return 0
@@ -180,12 +180,14 @@ def _default_window_layers(c: _Reader, layers: int) -> int:
 def _sliding_window(c: _Reader, layers: int) -> dict[str, Any]:
     """``sliding_window`` (the keys a windowed layer's query sees) and how many layers use it: the
     "sliding_attention" entries of ``layer_types`` where given, else the family's rule above."""
-    window = c.get("sliding_window", 0)
+    window = c.get("sliding_window", 128 if c.model_type == "gpt_oss" else 0)  # GptOssConfig: sliding_window=128
     types = c.strings("layer_types")
     if types is not None and len(types) != layers:
         raise SpecError(f"{c.name}: config.json layer_types has {len(types)} entries but num_hidden_layers={layers}")
     count = types.count("sliding_attention") if types is not None else _default_window_layers(c, layers)
-    return {"sliding_window": window, "window_layers": count} if window and count else {}
+    if not (window and count):
+        return {}
+    return {"sliding_window": window, "window_layers": 0 if count == layers else count}  # 0: every layer
 
 
 def _mixtral(c: _Reader) -> dict[str, Any]:

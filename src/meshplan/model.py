@@ -63,9 +63,9 @@ class ModelSpec:
     causal: bool = True  # causal (decoder) attention; False for encoders such as ViT
     # Sliding-window attention (Mistral 7B v0.1, Gemma 2/3, GPT-OSS): in ``window_layers`` of the attention layers a
     # query sees only the last ``sliding_window`` keys, itself included (HF ``sliding_window``, ``layer_types``);
-    # sliding_window = 0: none; window_layers = 0 with a window: every attention layer. Which layers they are does
-    # not matter to the cost: each pipeline stage is priced as the average layer (an alternating pattern splits
-    # evenly).
+    # sliding_window = 0: none; window_layers = 0 with a window: every attention layer. Which layers they are is not
+    # modelled: each pipeline stage is priced as the average layer, as an alternating pattern (GPT-OSS, Gemma 2)
+    # splits; a contiguous run of windowed layers (Qwen2's max_window_layers) would load the stages unevenly.
     sliding_window: int = 0
     window_layers: int = 0
     max_position_embeddings: int = 0  # rows of the learned position table
@@ -199,8 +199,11 @@ class ModelSpec:
 
     @property
     def window_share(self) -> float:
-        """Share of the attention layers that see a sliding window (0 without one)."""
-        return self.window_layers / self.num_attention_layers if self.sliding_window else 0.0
+        """Share of the attention layers whose keys a sliding window shorter than the sequence limits (0 without
+        one; window_layers = 0 with a window: all of them)."""
+        if not 0 < self.sliding_window < self.seq_length:
+            return 0.0
+        return self.window_layers / self.num_attention_layers if self.window_layers else 1.0
 
     def window_keys(self) -> float:
         """Keys a query of a windowed layer attends to, on average over the sequence: min(i + 1, w) summed over
@@ -446,10 +449,10 @@ def _check_window(spec: Any) -> None:
         if not spec.causal:
             raise SpecError(f"sliding_window={spec.sliding_window} needs causal attention (causal=false)")
         attention = spec.num_attention_layers
+        if not attention:
+            raise SpecError(f"sliding_window={spec.sliding_window} needs attention layers (layer_pattern has no '*')")
         if spec.window_layers > attention:
             raise SpecError(f"window_layers={spec.window_layers} is more than the model's {attention} attention layers")
-        if not spec.window_layers:
-            object.__setattr__(spec, "window_layers", attention)
     if spec.glu_clamp < 0:
         raise SpecError(f"glu_clamp={spec.glu_clamp} must be positive (0: no clamp)")
     if spec.glu_clamp and not spec.gated:

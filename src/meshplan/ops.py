@@ -262,7 +262,7 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
         shape = {"m": T * heads, "n": s, "k": d_qk, "variant": "flash_causal" if model.causal else "flash",
                  "kernel": plan.attention_kernel, "groups": plan.cp if plan.cp_comm == "ring" else 1}
         saved = saved_qkv + T * heads * FP32  # q, k, v and the log-sum-exp
-        windowed = model.window_share if model.sliding_window < s else 0.0
+        windowed = model.window_share
         ops = []
         if windowed < 1:  # the full-attention layers' share of the average layer
             flops = (full / 2 if model.causal else full) * (1 - windowed)
@@ -273,7 +273,7 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
             flops = full * model.window_keys() / s * windowed
             ops += flash_records(flops, a * (qkv_elems + out_elems) * windowed,
                                  a * (2 * qkv_elems + 3 * out_elems) * windowed, saved,
-                                 shape | {"window": model.sliding_window})
+                                 shape | {"window": model.sliding_window}, "attn/core/window")
         return ops
     scores = T * heads * s  # full square: the mask is applied, not skipped
     kept = scores * (2 * a + MASK_BYTES if d.dropout else a)  # softmax out (+ mask + dropout out)
@@ -290,11 +290,13 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     ]
 
 
-def flash_records(flops: Num, fwd_bytes: Num, bwd_bytes: Num, saved: Num, shape: dict) -> list[OpCost]:
+def flash_records(flops: Num, fwd_bytes: Num, bwd_bytes: Num, saved: Num, shape: dict, name: str = "attn/core"
+                  ) -> list[OpCost]:
     """A flash kernel's forward and backward records: the backward recomputes the scores and forms dS, dQ, dK and
-    dV: 5 GEMMs against the forward's 2, 2.5 × its FLOPs (Dao et al. 2022, Alg. 2 and 4)."""
-    return [OpCost("attn/core", "fwd", "attention", flops, fwd_bytes, saved, **shape),
-            OpCost("attn/core", "bwd_x", "attention", 2.5 * flops, bwd_bytes, **shape)]
+    dV: 5 GEMMs against the forward's 2, 2.5 × its FLOPs (Dao et al. 2022, Alg. 2 and 4). The windowed layers' share
+    is a sub-record, "attn/core/window", which the recompute modules of "attn/core" take along."""
+    return [OpCost(name, "fwd", "attention", flops, fwd_bytes, saved, **shape),
+            OpCost(name, "bwd_x", "attention", 2.5 * flops, bwd_bytes, **shape)]
 
 
 def unfused_score_traffic(dropout: bool) -> tuple[float, float]:
@@ -502,8 +504,10 @@ def grouped_mlp_eager(model: ModelSpec, plan: Plan, rows: Num, ffn: Num) -> list
     - a clamped GLU (``glu_clamp``): weighted_bias_quick_geglu_impl clamps the gate and the linear half and
       concatenates them before its fused kernel (megatron/core/fusions/fused_bias_geglu.py): forward two clamps
       (read F, write F each) and the cat (read 2F, write 2F), 8F elements a row; backward two clamp gradients (read
-      the gradient and the input, write F each, 6F) and the chunk's gradient, a cat (4F): 10F. A sub-record of the
-      activation, so the moe_act recompute runs it again.
+      the gradient and the input, write F each, 6F) and the chunk's gradient, a cat (4F): 10F. The clamps keep their
+      input, fc1's 2F-wide output, while the fused kernel keeps the clamped copy (the activation's saved input): 2F
+      more saved a row. A sub-record of the activation, so the moe_act recompute runs it again and frees what it
+      kept (its checkpoint keeps only fc1's output).
     - biased experts (``linear_bias``): TEGroupedMLP._apply_bias adds fc2's bias scaled by each row's routing
       probability as ``t + b·p`` per local expert and concatenates the pieces (megatron/core/transformer/moe/
       experts.py): forward b·p (write H), the add (read 2H, write H), the cat (read H, write H): 6H a row;
@@ -517,8 +521,8 @@ def grouped_mlp_eager(model: ModelSpec, plan: Plan, rows: Num, ffn: Num) -> list
         return []
     a, h = ACT_BYTES, model.moe_width
     ops = []
-    if model.glu_clamp:
-        ops += [OpCost("moe/experts/act/clamp", "fwd", "memory", 0.0, 8 * ffn * rows * a),
+    if model.glu_clamp:  # the clamps keep fc1's output for their gradients besides the clamped copy the kernel keeps
+        ops += [OpCost("moe/experts/act/clamp", "fwd", "memory", 0.0, 8 * ffn * rows * a, 2 * ffn * rows * a),
                 OpCost("moe/experts/act/clamp", "bwd_x", "memory", 0.0, 10 * ffn * rows * a)]
     if model.linear_bias:
         ops += [OpCost("moe/experts/fc2/bias", "fwd", "memory", 0.0, 6 * h * rows * a),
@@ -575,7 +579,7 @@ RECOMPUTE_MODULES: dict[str, Recompute] = {
     # its output, which the router keeps, is freed and recomputed (TransformerLayer.recompute_pre_mlp_layernorm)
     "layernorm": Recompute(("moe/norm",), ("moe/router",)),
     # output-discarding checkpoint of the experts' activation function: its output, fc2's saved input, is recomputed
-    "moe_act": Recompute(("moe/experts/act",), ("moe/experts/fc2",)),
+    "moe_act": Recompute(("moe/experts/act",), ("moe/experts/fc2", "moe/experts/act/clamp")),
     # checkpoint(mlp, hidden) on layers with a dense MLP only ("if not isinstance(self.mlp, MoELayer)"): the MLP
     # module holds the pre-MLP norm fused into linear_fc1, so only its input stays saved and norm, fc1 with its
     # sequence-parallel gather, the activation and fc2 with its reduce-scatter run again

@@ -230,6 +230,23 @@ MOE_A2A_OVERLAP: tuple[tuple[str, str], ...] = (
 )
 
 
+# Megatron-Bridge performance recipes that leave the TP communication exposed (CommOverlapConfig(tp_comm_overlap=False))
+# where the harness otherwise overlaps it with userbuffers: (regex on "group model gpu", source).
+TP_OVERLAP_OFF: tuple[tuple[str, str], ...] = (
+    (r"megatron_bridge_(25\.1[12]|2[6-9])\S*.*qwen3-235b.*h100",
+     "Megatron-Bridge scripts/performance/configs/qwen/qwen3_llm_pretrain.py (the 25.11 to 26.04 recipes) "
+     "qwen3_235b_a22b_pretrain_config_h100: CommOverlapConfig(tp_comm_overlap=False), where the B200, B300, GB200 and "
+     "GB300 functions set True; 26.06 on, src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py @ 04eb4f8: "
+     "tp_comm_overlap=False"),
+)
+
+
+def overlap_tp_off(record: dict[str, Any]) -> str:
+    """The source of the release's recipe that leaves the TP communication exposed, or ""."""
+    key = recipe_key(record)
+    return next((why for pattern, why in TP_OVERLAP_OFF if re.search(pattern, key)), "")
+
+
 # Megatron-Bridge recipes that run cuDNN's FP8 attention (fp8_dot_product_attention → Plan.attention_kernel = "fp8"):
 # (regex on "group model gpu precision", source).
 FP8_ATTENTION: tuple[tuple[str, str], ...] = (

@@ -61,7 +61,7 @@ from meshplan.hardware import Cluster
 from meshplan.keyed import KeyUnits, distinct, panel_counts
 from meshplan.memory import layers_on_last, layers_on_stage, model_states, stage_params
 from meshplan.model import ModelSpec
-from meshplan.plan import DENSE_AXES, LAYOUTS, Plan, fsdp_has_zero, recompute_modules_problem
+from meshplan.plan import DENSE_AXES, LAYOUTS, Plan, fsdp_has_zero, recompute_modules_problem, ring_window_reason
 from meshplan.units import fmt_bytes
 
 PLACEMENTS = tuple(itertools.permutations(DENSE_AXES))
@@ -381,6 +381,9 @@ def _combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list[_Com
         reason = _tensor_reason(model, tp) or _layout_reason(model, layout, tp2, cp)
         if reason is None and cp > 1 and model.seq_length % (2 * cp):
             reason = ("2*cp does not divide seq_length", f"cp={cp}, seq_length={model.seq_length}")
+        if reason is None and ring_window_reason(model, cp, space.cp_comm):
+            reason = ("ring context parallelism with a sliding window",
+                      f"cp={cp}, sliding_window={model.sliding_window}")
         if reason is None and pp > layers:
             reason = ("pp exceeds num_layers", f"pp={pp} > num_layers={layers}")
         if reason is None and gbs % dp:

@@ -298,7 +298,7 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     notes.append(rc_note)
     last_layers, layout_note = recipes.last_stage_layers(record, model, pp, vpp)
     notes += [layout_note] if layout_note else []
-    sp, overlap_tp = _tensor_parallel(p, src, tp, precision, notes)
+    sp, overlap_tp = _tensor_parallel(record, src, tp, precision, notes)
     overlap_dp = _overlap_dp(p, src, notes)
     finetune, lora_rank, lora_targets = _finetune(record, p, src, notes)
     grad_bytes = src.grad_bytes
@@ -464,9 +464,11 @@ def _interleaving(p: dict[str, Any], model: ModelSpec, pp: int, divisible: bool,
     return vpp
 
 
-def _tensor_parallel(p: dict[str, Any], src: SourceDefaults, tp: int, precision: str, notes: list[str]
+def _tensor_parallel(record: dict[str, Any], src: SourceDefaults, tp: int, precision: str, notes: list[str]
                      ) -> tuple[bool, bool]:
-    """Sequence parallelism and TP communication overlap: as stated, else the source's default."""
+    """Sequence parallelism and TP communication overlap: as stated, else the release's recipe where it departs from
+    its source's default (recipes.TP_OVERLAP_OFF), else that default."""
+    p = record.get("parallel") or {}
     sp = p.get("sequence_parallel")
     if sp is None:
         sp = tp > 1 if src.sequence_parallel is None else (src.sequence_parallel and tp > 1)
@@ -474,8 +476,12 @@ def _tensor_parallel(p: dict[str, Any], src: SourceDefaults, tp: int, precision:
             notes.append(f"sequence parallelism {'on' if sp else 'off'} (not stated)")
     sp = flag(sp) and tp > 1
     overlap_tp = src.overlap_tp and tp > 1 and precision != "fp4"
+    recipe_off = recipes.overlap_tp_off(record)
     if p.get("async_tp") is not None:
         overlap_tp = flag(p["async_tp"]) and tp > 1
+    elif recipe_off and tp > 1:
+        overlap_tp = False
+        notes.append(f"TP communication exposed ({recipe_off})")
     elif tp > 1:
         notes.append(f"TP communication {'overlapped' if overlap_tp else 'exposed'} (not stated)")
     return sp, overlap_tp
@@ -767,8 +773,12 @@ def palm_flops(model: ModelSpec, batch: int) -> float:
     formula knows no sliding window, so every layer counts all s keys."""
     from meshplan.estimate import model_flops_per_token  # noqa: PLC0415  (estimate imports the whole cost model)
 
-    unwindowed = replace(model, sliding_window=0, window_layers=0)
-    return model_flops_per_token(unwindowed) * batch * model.seq_length
+    return model_flops_per_token(unwindowed(model)) * batch * model.seq_length
+
+
+def unwindowed(model: ModelSpec) -> ModelSpec:
+    """The model without its sliding window: the sources' FLOP formulas count every layer's s keys."""
+    return replace(model, sliding_window=0, window_layers=0) if model.sliding_window else model
 
 
 BASES = {"eq3": eq3_flops, "model": megatron_model_flops, "palm": palm_flops}
@@ -940,7 +950,7 @@ def predicted_metric(case: Case, step_time: float) -> float:
     if case.metric == "hfu_pct" and case.basis != "eq3":  # hardware FLOPs: the recomputed forward too
         from meshplan.estimate import recompute_flops_per_token  # noqa: PLC0415
 
-        flops = flops + recompute_flops_per_token(model, plan) * tokens
+        flops = flops + recompute_flops_per_token(unwindowed(model), plan) * tokens
     if case.metric in PERCENT_OF_PEAK:
         return 100.0 * flops / step_time / n / case.cluster.accelerator.half_flops
     return flops / step_time / n / 1e12
