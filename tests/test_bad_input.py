@@ -76,6 +76,13 @@ def test_estimate_options(extra, message, capsys):
     assert message in fails(estimate("llama3-8b", "h100", *extra), capsys)
 
 
+def test_ring_context_parallelism_of_a_windowed_model_says_what_to_use(capsys):
+    message = fails(estimate("gpt-oss-20b", "h100", "--cp", "2"), capsys)
+    assert "cp=2 with cp_comm='ring' cannot run sliding-window attention (sliding_window=128)" in message
+    assert "--cp-comm allgather" in message
+    assert main(estimate("gpt-oss-20b", "h100", "--cp", "2", "--cp-comm", "allgather", "--json")) == 0
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     (["--gpus", "8", "--global-batch", "0"], "global-batch=0 must be a positive integer"),
     (["--gpus", "1000000000"], "gpus=1000000000 is more than 1,048,576"),  # was a hang (divisors in O(n))

@@ -271,3 +271,12 @@ def test_validate_bad_input_is_one_line(capsys, tmp_path):
     runs.write_text("\n")
     code, _, err = run(["validate", str(runs)], capsys)
     assert code == 2 and "no records" in err and len(err.strip().splitlines()) == 1
+
+
+def test_estimate_overlaps_the_expert_all_to_alls_when_asked(capsys):
+    base = ["estimate", "--model", "mixtral-8x7b", "--system", "h100", "--gpus", "16", "--ep", "8", "--json"]
+    exposed = json.loads(run(base, capsys)[1])
+    code, out, _ = run([*base, "--overlap-ep"], capsys)
+    overlapped = json.loads(out)
+    assert code == 0 and overlapped["plan"]["overlap_ep"] and not exposed["plan"]["overlap_ep"]
+    assert overlapped["breakdown_s"]["ep"] < exposed["breakdown_s"]["ep"]

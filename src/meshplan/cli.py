@@ -14,6 +14,7 @@ from meshplan.errors import MeshplanError, SpecError
 from meshplan.fields import MAX_PLANS, MAX_SIZE
 from meshplan.plan import (
     ATTENTION_KERNELS,
+    CP_COMM,
     EXPERT_GEMM,
     FP8_SCALING,
     FSDP,
@@ -178,6 +179,11 @@ def cli() -> None:
 @click.option("--placement", default="tp,cp,dp,pp", show_default=True, help="axis order on the mesh, innermost first")
 @click.option("--overlap-tp", is_flag=True, help="overlap TP communication with GEMMs")
 @click.option("--no-overlap-dp", is_flag=True, help="do not overlap the DP gradient reduction")
+@click.option("--overlap-ep", is_flag=True,
+              help="MoE all-to-alls behind another micro-batch's kernels (Megatron-Core combined 1F1B, "
+                   "--overlap-moe-expert-parallel-comm)")
+@click.option("--cp-comm", type=click.Choice(CP_COMM), default=CP_COMM[0], show_default=True,
+              help="context-parallel K/V exchange: ring (overlapped) or allgather (exposed; sliding windows)")
 @overlap_pp_option
 @click.option("--fusion", type=click.Choice(["fused", "eager"]), default="fused", show_default=True,
               help="element-wise kernels: fused (Megatron / TE, torch.compile) or eager PyTorch (one per aten op)")
@@ -194,8 +200,8 @@ def cli() -> None:
 def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep, etp, vpp, last_stage_layers,
              sequence_parallel, micro_batch, global_batch, zero, recompute, recompute_layers, recompute_modules_text,
              offload_optimizer, offload_activations, offload_layers, precision, fp8_scaling, grad_bytes, schedule,
-             placement, overlap_tp, no_overlap_dp, overlap_pp, fusion, expert_gemm, attention_kernel, fsdp,
-             pipeline_runtime, lora_rank, lora_targets, show_ops, as_json) -> None:
+             placement, overlap_tp, no_overlap_dp, overlap_ep, cp_comm, overlap_pp, fusion, expert_gemm,
+             attention_kernel, fsdp, pipeline_runtime, lora_rank, lora_targets, show_ops, as_json) -> None:
     """Estimate one training step of MODEL on GPUS accelerators of SYSTEM under one parallel plan."""
     from meshplan.estimate import estimate as run
     from meshplan.plan import Plan
@@ -233,7 +239,8 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
                 precision=precision, fp8_scaling=fp8_scaling, grad_bytes=grad_bytes,
                 schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"),
                 placement=_placement(placement), overlap_tp=overlap_tp,
-                overlap_dp=not no_overlap_dp, overlap_pp=overlap_pp, fusion=fusion, expert_gemm=expert_gemm,
+                overlap_dp=not no_overlap_dp, overlap_ep=overlap_ep, cp_comm=cp_comm, overlap_pp=overlap_pp,
+                fusion=fusion, expert_gemm=expert_gemm,
                 attention_kernel=attention_kernel, fsdp=fsdp, pipeline_runtime=pipeline_runtime,
                 finetune="lora" if lora_rank else "full", lora_rank=lora_rank or 32, lora_targets=lora_targets)
     est = run(model, cluster, plan)

@@ -305,7 +305,8 @@ def ring_window_reason(model: ModelSpec, cp: int, cp_comm: str) -> str:
     all_gather (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py)."""
     if cp > 1 and cp_comm == "ring" and model.window_share:
         return (f"cp={cp} with cp_comm='ring' cannot run sliding-window attention (sliding_window="
-                f"{model.sliding_window}): Transformer Engine takes a window only with cp_comm='allgather'")
+                f"{model.sliding_window}): Transformer Engine takes a window only with cp_comm='allgather' "
+                "(--cp-comm allgather)")
     return ""
 
 
