@@ -962,3 +962,20 @@ def test_learnable_sinks_run_in_the_fused_kernel_from_the_release_that_ships_it(
     assert spills.memory_predicted - fits.memory_predicted == pytest.approx(36 * probabilities, rel=0.01)
     assert 36 * probabilities > spills.memory_capacity
     assert fits.fits and not spills.fits
+
+
+LLAMA31_405B = {"name": "Llama3.1-405B", "num_layers": 126, "hidden_size": 16384, "num_heads": 128,
+                "num_kv_heads": 8, "ffn_hidden_size": 53248, "vocab_size": 128000, "seq_length": 8192}
+
+
+@pytest.mark.parametrize(("name", "pp", "vp", "last"), [
+    ("Llama3.1-405B", 16, 8, 7),  # 126 + 2 slots over 16 ranks: 8 each, the last one's loss slot leaves 7 layers
+    ("Llama3.1-405B", 8, 8, 15),  # 128 / 8 = 16, one of them the loss
+    ("Llama3-70B", 4, 5, 0),  # the 70B recipe does not count them: an even split
+])
+def test_the_405b_recipe_counts_the_embedding_and_the_loss_as_pipeline_layers(name, pp, vp, last):
+    model = LLAMA31_405B if name == "Llama3.1-405B" else {}
+    case = map_run(record(model=model, hardware={"gpu": "GB200", "num_gpus": 256, "gpus_per_node": 4},
+                          parallel={"tp": 4, "pp": pp, "vp": vp, "global_batch_size": 1536}))
+    assert case.plan.last_stage_layers == last
+    assert any("account_for_embedding_in_pipeline_split" in note for note in case.assumptions) is bool(last)

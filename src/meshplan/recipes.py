@@ -432,6 +432,17 @@ PIPELINE_LAYOUTS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# Recipes that count the embedding and the loss as a pipeline layer each (Megatron-Core account_for_embedding_in_
+# pipeline_split / account_for_loss_in_pipeline_split, get_num_layers_to_build): the L + 2 slots split evenly over the
+# ranks, so the first and the last rank hold one decoder layer fewer than the others. (regex on "group model gpu",
+# source)
+EMBEDDING_LOSS_SPLIT: tuple[tuple[str, str], ...] = (
+    (r"megatron_bridge\S*.*llama ?3\.1[- ]?405b",
+     "src/megatron/bridge/recipes/llama/llama3.py llama31_405b_pretrain_config: account_for_embedding_in_pipeline_"
+     "split = account_for_loss_in_pipeline_split = True"),
+)
+
+
 def layout_last_stage(layout: str, pp: int) -> int:
     """Decoder layers ("t") of a pipeline layout's chunks on the last rank (chunk i on rank i mod pp)."""
     chunks = layout.split("|")
@@ -444,6 +455,10 @@ def last_stage_layers(record: dict[str, Any], model: ModelSpec, pp: int, vpp: in
     if pp == 1:
         return 0, ""
     key = recipe_key(record)
+    for pattern, why in EMBEDDING_LOSS_SPLIT:
+        if re.search(pattern, key) and (model.num_layers + 2) % pp == 0:
+            last = (model.num_layers + 2) // pp - 1
+            return last, f"last pipeline rank {last} decoder layers and the loss ({why})"
     for pattern, layout, why in PIPELINE_LAYOUTS:
         if re.search(pattern, key):
             chunks, decoders = layout.count("|") + 1, layout.count("t")
