@@ -319,8 +319,9 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]],
                            "that meshplan does not price separately")
             if any("EP all-to-all overlapped" in a for a in r.assumptions):
                 reasons.append(f"the recipe overlaps the all-to-alls ({100 * ep_share:.0f}% of the step still "
-                               "exposed here): meshplan hides them fully behind the other micro-batch's kernels "
-                               "up to their length, which Megatron-Core's 1F1B A2A overlap does not reach")
+                               "exposed here): meshplan hides each behind the nodes of the other micro-batch that "
+                               "Megatron-Core's combined 1F1B runs beside it (estimate.combined_1f1b), in every "
+                               "micro-batch, where the schedule's first forward and last backward have no partner")
         elif "token-drop" in str(rec.get("notes") or ""):
             reasons.append(f"{moe}, token-drop: with a capacity factor the expert sizes are static, so there is no "
                            "tokens-per-expert sync and the host can run ahead of the GPU; meshplan charges the "

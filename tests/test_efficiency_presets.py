@@ -110,8 +110,8 @@ def test_the_tile_fixed_costs_are_what_the_benchmark_fit_gives():
 
 def test_ring_context_parallelism_splits_the_keys_a_tile_visits_per_call():
     """cp = 4 ring steps over 32k keys: a causal tile needs 32768 / 2 = 16384 keys over four kernel calls, each paying
-    the fixed cost: 16384 / (16384 + 64 + 4 · 543) = 16384 / 18620, as a call over 8k keys keeps 4096 / (4096 + 16 +
-    543) of its rate (the diagonal blocks' waste is the whole sequence's, 64 keys, once)."""
+    the fixed cost: 16384 / (16384 + 64 + 4 · 543) = 16384 / 18620 (the diagonal blocks' waste is the whole
+    sequence's, 64 keys, once; the fixed cost is paid per call)."""
     ring = DEFAULT.attention_efficiency(128, 32768, calls=4)
     assert ring == pytest.approx(DEFAULT.attention * 16384 / 18620)
     assert ring < DEFAULT.attention_efficiency(128, 32768)

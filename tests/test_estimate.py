@@ -197,14 +197,13 @@ def test_the_gradient_group_of_dp_and_cp_apart_in_the_placement():
     assert estimate(model, cluster, apart).breakdown["dp"] > estimate(model, cluster, adjacent).breakdown["dp"]
 
 
-def test_the_combined_1f1b_schedule_hides_each_all_to_all_behind_its_partner_node_only():
-    """Megatron-Core's combined 1F1B (moe_a2a_overlap.md) pairs F.attn with B.combine, F.dispatch with B.expert,
-    B.dispatch with F.expert and F.combine with B.attn (the experts' weight gradients delayed into B.attn). Times:
+def test_the_combined_1f1b_schedule_hides_the_all_to_alls_behind_the_nodes_beside_them():
+    """Megatron-Core's combined 1F1B (model_chunk_schedule_plan.py): comm_stream combine_bwd | dispatch_fwd ->
+    dispatch_bwd | combine_fwd beside comp_stream attn_fwd | mlp_bwd -> mlp_bwd_dw -> mlp_fwd | attn_bwd. Times:
     forward attention 10, experts 4, dispatch 6, combine 12; backward attention 15, experts' input gradients 5 and
-    weight gradients 5, dispatch 6, combine 12. With the overlap slowdown s = 0.189 (hide: what does not fit + s × what
-    does), the forward's all-to-alls cost hide(6, 5) + hide(12, 15 + 5) = (1 + 0.945) + 2.268 = 4.213 and the
-    backward's hide(12, 10) + hide(6, 4) = (2 + 1.89) + (2 + 0.756) = 6.646; pooled over the other pass's kernels the
-    forward's would cost hide(18, 25) = 3.402."""
+    weight gradients 5, dispatch 6, combine 12. The layer takes max(10, 12) + max(max(6, 5) + 6, max(5 + 5, 6) + 4)
+    + max(12, 15) = 12 + 14 + 15 = 41 against 39 of kernels: 2 exposed, the other 36 − 2 = 34 of all-to-all hidden,
+    slowing the compute by 0.189 × 34: 2 + 6.426 = 8.426, half of it the forward's (18 of the 36)."""
     from meshplan.estimate import pass_times
     from meshplan.ops import OpCost, collective
 
@@ -218,6 +217,6 @@ def test_the_combined_1f1b_schedule_hides_each_all_to_all_behind_its_partner_nod
     times = [10.0, 4.0, 6.0, 12.0, 15.0, 5.0, 5.0, 6.0, 12.0]
     paired = pass_times(ops, times, Plan(ep=8, dp=8, overlap_ep=True), "none")
     assert (paired.fwd, paired.bwd) == (14.0, 25.0)
-    assert paired.ep == pytest.approx(4.213 + 6.646)
+    assert paired.ep == pytest.approx(2 + 0.189 * 34)
     exposed = pass_times(ops, times, Plan(ep=8, dp=8), "none")
     assert exposed.ep == 36.0  # no overlap: every all-to-all on the critical path

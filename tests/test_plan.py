@@ -71,3 +71,22 @@ def test_offload_layers_needs_activation_offload_and_shows_in_the_description():
                                                                              offload_layers=2.5)))
     plan = Plan(offload_activations=True, offload_layers=8, ep=1)
     assert "offload-act=8" in plan.describe()
+
+
+@pytest.mark.parametrize(("changes", "needs"), [
+    ({"ep": 1}, "ep > 1"),
+    ({"recompute": "full"}, "a recompute other than full"),
+    ({"pp": 2, "dp": 4}, "vpp > 1 with pp > 1"),
+])
+def test_the_combined_1f1b_schedule_has_megatron_cores_requirements(changes, needs):
+    from dataclasses import replace as _replace
+
+    from meshplan.hardware import load_system
+    from meshplan.model import load_model
+    from meshplan.plan import check
+
+    model, cluster = load_model("mixtral-8x7b"), load_system("h100").cluster(8)
+    plan = Plan(dp=8, ep=8, overlap_ep=True, global_batch=16)
+    assert not check(model, cluster, plan)
+    reasons = check(model, cluster, _replace(plan, **changes))
+    assert any(f"overlap_ep (Megatron-Core's combined 1F1B) needs {needs}" in r for r in reasons)

@@ -972,10 +972,25 @@ LLAMA31_405B = {"name": "Llama3.1-405B", "num_layers": 126, "hidden_size": 16384
     ("Llama3.1-405B", 16, 8, 7),  # 126 + 2 slots over 16 ranks: 8 each, the last one's loss slot leaves 7 layers
     ("Llama3.1-405B", 8, 8, 15),  # 128 / 8 = 16, one of them the loss
     ("Llama3-70B", 4, 5, 0),  # the 70B recipe does not count them: an even split
+    ("Qwen3-235B-A22B", 8, 3, 11),  # qwen3_235b_a22b_pretrain_config: 94 + 2 slots, 96 / 8 − 1
 ])
 def test_the_405b_recipe_counts_the_embedding_and_the_loss_as_pipeline_layers(name, pp, vp, last):
-    model = LLAMA31_405B if name == "Llama3.1-405B" else {}
+    model = {"Llama3.1-405B": LLAMA31_405B, "Qwen3-235B-A22B": QWEN3_235B}.get(name, {})
     case = map_run(record(model=model, hardware={"gpu": "GB200", "num_gpus": 256, "gpus_per_node": 4},
                           parallel={"tp": 4, "pp": pp, "vp": vp, "global_batch_size": 1536}))
     assert case.plan.last_stage_layers == last
-    assert any("account_for_embedding_in_pipeline_split" in note for note in case.assumptions) is bool(last)
+    assert any("account_for_embedding" in note for note in case.assumptions) is bool(last)
+
+
+def test_a_megatron_core_stack_that_cannot_split_the_layers_otherwise_counts_the_embedding_and_the_loss():
+    """NeMo runs Llama 3.1 405B (126 layers) at pp 8, vp 8: 64 model chunks, which 126 layers do not fill evenly and
+    128 slots do (2 each), so the last rank holds 128/8 − 1 = 15 decoder layers; at vp 7 (56 chunks) neither splits."""
+    def last(group, vp, framework="NeMo 25.04"):
+        rec = record(group=group, framework=framework, model=LLAMA31_405B,
+                     hardware={"gpu": "GB200", "num_gpus": 256, "gpus_per_node": 4},
+                     parallel={"tp": 4, "pp": 8, "vp": vp, "global_batch_size": 1536})
+        return map_run(rec).plan.last_stage_layers
+
+    assert last("nemo_2504_gb200_perf_summary", 8) == 15
+    assert last("nemo_2504_gb200_perf_summary", 7) == 0
+    assert last("torchtitan_x", 8, "torchtitan (FSDP2)") == 0  # not a Megatron-Core stack

@@ -148,6 +148,9 @@ def test_ring_context_parallelism_cannot_run_a_window():
     result = search(model, cluster, Space(global_batch=8, cp_max=2))
     assert result.rejected["ring context parallelism with a sliding window"] > 0
     assert all(e.plan.cp == 1 for e in result.plans)
+    gathered = search(model, cluster, Space(global_batch=8, cp_max=2, cp_comm="allgather"))
+    assert "ring context parallelism with a sliding window" not in gathered.rejected
+    assert gathered.evaluated > result.evaluated  # the cp = 2 plans are searched
 
 
 def test_a_windowed_model_trains_faster_and_counts_fewer_model_flops():

@@ -67,6 +67,11 @@ overlap_pp_option = click.option(
     help="pipeline sends behind the next chunk's compute (Megatron-Core overlap_p2p_comm); interleaved schedules "
          "only, no effect with vpp = 1")
 
+cp_comm_option = click.option(
+    "--cp-comm", type=click.Choice(CP_COMM), default=CP_COMM[0], show_default=True,
+    help="context-parallel K/V exchange: ring (overlapped) or allgather (exposed; what Transformer Engine runs with a "
+         "sliding window)")
+
 attention_kernel_option = click.option(
     "--attention-kernel", type=click.Choice(ATTENTION_KERNELS), default=ATTENTION_KERNELS[0], show_default=True,
     help="flash-attention kernel family: fused (cuDNN / FlashAttention-3), fa2 (FlashAttention-2) or fp8 (cuDNN FP8 "
@@ -182,8 +187,7 @@ def cli() -> None:
 @click.option("--overlap-ep", is_flag=True,
               help="MoE all-to-alls behind another micro-batch's kernels (Megatron-Core combined 1F1B, "
                    "--overlap-moe-expert-parallel-comm)")
-@click.option("--cp-comm", type=click.Choice(CP_COMM), default=CP_COMM[0], show_default=True,
-              help="context-parallel K/V exchange: ring (overlapped) or allgather (exposed; sliding windows)")
+@cp_comm_option
 @overlap_pp_option
 @click.option("--fusion", type=click.Choice(["fused", "eager"]), default="fused", show_default=True,
               help="element-wise kernels: fused (Megatron / TE, torch.compile) or eager PyTorch (one per aten op)")
@@ -311,6 +315,7 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
 @fp8_scaling_option
 @click.option("--grad-bytes", type=int, default=4, show_default=True)
 @click.option("--overlap-tp", is_flag=True, help="TP communication overlapped with GEMMs")
+@cp_comm_option
 @overlap_pp_option
 @expert_gemm_option
 @attention_kernel_option
@@ -323,8 +328,8 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_k, zero_opts, recompute_opts,
              recompute_modules_text, sp_opts, offload, placements, max_micro_batch, max_plans, precision, fp8_scaling,
-             grad_bytes, overlap_tp, overlap_pp, expert_gemm, attention_kernel, fsdp, pipeline_runtime, tokens, price,
-             rank_by, as_json) -> None:
+             grad_bytes, overlap_tp, cp_comm, overlap_pp, expert_gemm, attention_kernel, fsdp, pipeline_runtime, tokens,
+             price, rank_by, as_json) -> None:
     """Search every parallel plan of MODEL on GPUS accelerators of SYSTEM and rank the feasible ones."""
     from meshplan.search import Space, search
 
@@ -363,7 +368,8 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
                       offload_optimizer=(False, True) if offload else (False,),
                       offload_activations=(False, True) if offload else (False,),
                       all_placements=placements == "all", max_micro_batch=max_micro_batch, precision=precision,
-                      fp8_scaling=fp8_scaling, grad_bytes=grad_bytes, overlap_tp=overlap_tp, overlap_pp=overlap_pp,
+                      fp8_scaling=fp8_scaling, grad_bytes=grad_bytes, overlap_tp=overlap_tp, cp_comm=cp_comm,
+                      overlap_pp=overlap_pp,
                       expert_gemm=expert_gemm, attention_kernel=attention_kernel, fsdp=fsdp,
                       pipeline_runtime=pipeline_runtime, max_plans=max_plans)
         with _progress(as_json) as progress:

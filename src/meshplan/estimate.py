@@ -11,10 +11,10 @@ Overlap rules (stated once, here):
 - EP all-to-all (and expert-TP) traffic is exposed unless ``plan.overlap_ep``: Megatron-Core's 1F1B
   all-to-all overlap (MCore v0.14 "batch-level overlapping to hide EP-A2A communication",
   --overlap-moe-expert-parallel-comm --delay-wgrad-compute; the DeepSeek-V3 report §3.2.1 "DualPipe" idea)
-  runs the forward of one micro-batch interleaved with the backward of another, node by node, so each of a
-  layer's all-to-alls hides behind the one node of the other micro-batch it is paired with (``combined_1f1b``:
-  the forward's dispatch behind the backward's experts, its combine behind the backward's attention, the
-  backward's dispatch and combine behind the forward's experts and attention), with the overlap slowdown.
+  runs the forward of one micro-batch interleaved with the backward of another, node by node on two streams, so
+  each of a layer's all-to-alls hides behind the nodes of the other micro-batch that run beside it
+  (``combined_1f1b``: the backward's combine behind the forward's attention, both dispatches behind the two
+  passes' expert kernels, the forward's combine behind the backward's attention), with the overlap slowdown.
 - Pipeline p2p is exposed, unless ``plan.overlap_pp`` and the schedule is interleaved (v > 1): Megatron-Core's
   overlap_p2p_comm posts each send and receive on its own stream and waits for it only before the chunk that
   needs it, so it hides behind the compute of another chunk, which it slows by the overlap slowdown (a chunk's
@@ -256,18 +256,20 @@ def _selective_redo(ops: list[OpCost], times: list[Num], modules: tuple[str, ...
     return redo
 
 
-# Megatron-Core's combined 1F1B schedule (--overlap-moe-expert-parallel-comm; Megatron-LM docs/user-guide/features/
-# moe_a2a_overlap.md @ fc81b20, "Fine-grained execution") splits a MoE layer into nodes: ``attn`` (attention, pre-MLP
-# norm, router, dispatch preprocessing) and ``mlp`` (the routed experts) on the compute stream, ``moe_dispatch`` and
-# ``moe_combine`` (the token all-to-alls) on the communication stream. The collectives of each all-to-all node (the
-# expert-TP gather goes with the dispatch, its reduce-scatter with the combine):
-_A2A_NODES = {"moe/dispatch": "d", "moe/etp_gather": "d", "moe/combine": "c", "moe/etp_scatter": "c"}
+# Megatron-Core's combined 1F1B schedule (--overlap-moe-expert-parallel-comm) runs a MoE layer's forward for one
+# micro-batch beside its backward for another, node by node on two streams (megatron/core/models/common/
+# model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run):
+#     comm_stream: combine_bwd | dispatch_fwd -> dispatch_bwd        | combine_fwd
+#     comp_stream: attn_fwd    | mlp_bwd -> mlp_bwd_dw -> mlp_fwd    | attn_bwd
+# The all-to-all nodes are the token dispatch and combine; the expert-TP gather and reduce-scatter run in the mlp
+# node's pre- and post-processing on the compute stream (exposed, as without the overlap).
+_A2A_NODES = {"moe/dispatch": "d", "moe/combine": "c"}
 
 
 def _a2a_node(op: OpCost) -> tuple[str, str]:
     """The sum a MoE op's time also adds to for the combined schedule: ("fd" / "bd", "a2a") the forward / backward
-    dispatch, ("fc" / "bc", "a2a") the combines, ("f" / "b", "experts") the experts' forward and input-gradient
-    kernels (their weight gradients are not an ``mlp`` node's: the recipes' delay_wgrad_compute defers them)."""
+    dispatch, ("fc" / "bc", "a2a") the combines; ("f" / "b" / "w", "experts") the experts' forward, input-gradient
+    and weight-gradient kernels (the mlp node)."""
     ph = "f" if op.phase == "fwd" else "b"
     if op.name in _A2A_NODES:
         return ph + _A2A_NODES[op.name], "a2a"
@@ -276,22 +278,26 @@ def _a2a_node(op: OpCost) -> tuple[str, str]:
 
 def combined_1f1b(s: dict[tuple[str, str], Num], kernels: dict[str, Num], ep: dict[str, Num], slowdown: float
                   ) -> dict[str, Num]:
-    """The EP time of one MoE layer under the combined 1F1B schedule, which pairs this micro-batch's forward with
-    another's backward and issues per layer (moe_a2a_overlap.md) F.attn with B.combine, then F.dispatch with
-    B.expert, B.dispatch with F.expert, F.combine with B.attn, each node waiting for the one before it on each
-    stream. The layer takes max(F.attn, B.combine) + max(F.dispatch, B.expert) + max(B.dispatch, F.expert) +
-    max(F.combine, B.attn): each all-to-all hides behind its partner's kernels only, and slows them as ``hide`` says.
-    B.expert is the experts' input gradients; the recipes that overlap (Megatron-Bridge's moe_a2a_overlap sets
-    delay_wgrad_compute too, scripts/performance/utils/overrides.py) run the experts' weight gradients with B.attn.
-    Returned per pass: the forward's all-to-alls (dispatch, combine) and the backward's."""
+    """The EP time of one MoE layer under the combined 1F1B schedule (the diagram above): each node starts when its
+    stream is free and its producer on the other stream is done, so the layer takes
+        max(F.attn, B.combine)                                        the first column
+      + max(max(F.dispatch, B.mlp) + B.dispatch, max(B.mlp + B.mlp_dw, F.dispatch) + F.mlp)   the middle one
+      + max(F.combine, B.attn)                                        the last
+    (B.dispatch waits for the experts' input gradients, F.mlp for the forward dispatch). What it takes beyond the
+    compute stream's work is the exposed all-to-all; the rest hides and slows the compute by ``slowdown`` × its length
+    (as ``hide``). Returned per pass, split in proportion to each pass's all-to-all time."""
     g = s.get
     f_dispatch, f_combine, b_dispatch, b_combine = (g((k, "a2a"), 0.0) for k in ("fd", "fc", "bd", "bc"))
-    f_expert, b_expert = g(("f", "experts"), 0.0), g(("b", "experts"), 0.0)
-    f_attn, b_attn = kernels["f"] - f_expert, kernels["b"] - b_expert
-    other_f = ep["f"] - f_dispatch - f_combine  # exposed EP collectives outside the nodes (none in the MoE block)
-    other_b = ep["b"] - b_dispatch - b_combine
-    return {"f": other_f + hide(f_dispatch, b_expert, slowdown) + hide(f_combine, b_attn, slowdown),
-            "b": other_b + hide(b_combine, f_attn, slowdown) + hide(b_dispatch, f_expert, slowdown)}
+    f_mlp, b_mlp, b_mlp_dw = (g((k, "experts"), 0.0) for k in ("f", "b", "w"))
+    f_attn, b_attn = kernels["f"] - f_mlp, kernels["b"] - b_mlp - b_mlp_dw
+    middle = maximum(maximum(f_dispatch, b_mlp) + b_dispatch, maximum(b_mlp + b_mlp_dw, f_dispatch) + f_mlp)
+    layer = maximum(f_attn, b_combine) + middle + maximum(f_combine, b_attn)
+    comm = f_dispatch + f_combine + b_dispatch + b_combine
+    exposed = maximum(0.0, layer - kernels["f"] - kernels["b"])
+    cost = exposed + slowdown * maximum(0.0, comm - exposed)
+    share = (f_dispatch + f_combine) / maximum(comm, 1e-30)
+    return {"f": ep["f"] - f_dispatch - f_combine + cost * share,
+            "b": ep["b"] - b_dispatch - b_combine + cost * (1 - share)}
 
 
 def hide(comm: Num, window: Num, slowdown: float) -> Num:

@@ -180,7 +180,11 @@ def _default_window_layers(c: _Reader, layers: int) -> int:
 def _sliding_window(c: _Reader, layers: int) -> dict[str, Any]:
     """``sliding_window`` (the keys a windowed layer's query sees) and how many layers use it: the
     "sliding_attention" entries of ``layer_types`` where given, else the family's rule above."""
-    window = c.get("sliding_window", 128 if c.model_type == "gpt_oss" else 0)  # GptOssConfig: sliding_window=128
+    # the config classes' defaults where config.json has no sliding_window key: GptOssConfig 128, MistralConfig and
+    # Qwen2Config 4096 (Qwen2's applies only with use_sliding_window), MixtralConfig none
+    default = {"gpt_oss": 128, "mistral": 4096, "qwen2": 4096, "qwen2_moe": 4096, "qwen3": 4096,
+               "qwen3_moe": 4096}.get(c.model_type, 0)
+    window = c.get("sliding_window", 0) if "sliding_window" in c.config else default  # null: no window
     types = c.strings("layer_types")
     if types is not None and len(types) != layers:
         raise SpecError(f"{c.name}: config.json layer_types has {len(types)} entries but num_hidden_layers={layers}")

@@ -247,7 +247,7 @@ def check(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> list[str]:
     reasons += _check_tensor(model, plan)
     reasons += _check_summa(model, plan)
     reasons += _check_pipeline(model, plan)
-    reasons += _check_experts(model, plan)
+    reasons += _check_experts(model, plan) + _check_ep_overlap(model, plan)
     reasons += _check_hybrid(model, plan)
     reasons += _check_options(model, cluster, plan)
     return reasons
@@ -385,6 +385,18 @@ def _check_experts(model: ModelSpec, plan: Plan) -> list[str]:
     if model.moe_ffn_hidden_size % plan.etp:
         reasons.append(f"etp={plan.etp} does not divide moe_ffn_hidden_size={model.moe_ffn_hidden_size}")
     return reasons
+
+
+def _check_ep_overlap(model: ModelSpec, plan: Plan) -> list[str]:
+    """What Megatron-Core's combined 1F1B schedule (overlap_ep) asserts (TransformerConfig, "Combined 1F1B"
+    requirements in docs/user-guide/features/moe_a2a_overlap.md): expert parallelism, no full recompute, an
+    interleaved schedule under pipeline parallelism, at most one MTP layer."""
+    if not plan.overlap_ep:
+        return []
+    needs = [("ep > 1", plan.ep > 1), ("a recompute other than full", plan.recompute != "full"),
+             ("vpp > 1 with pp > 1", plan.pp == 1 or plan.vpp > 1), ("at most one MTP layer", model.mtp_layers <= 1)]
+    return [f"overlap_ep (Megatron-Core's combined 1F1B) needs {what} (ep={plan.ep}, pp={plan.pp}, vpp={plan.vpp}, "
+            f"recompute={plan.recompute!r}, mtp_layers={model.mtp_layers})" for what, ok in needs if not ok]
 
 
 def recompute_modules_problem(modules: object) -> str:

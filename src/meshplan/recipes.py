@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meshplan.model import ModelSpec
+from meshplan.records import positive_int
 
 
 # ---- the sources' defaults ----------------------------------------------------------------------------------
@@ -440,7 +441,13 @@ EMBEDDING_LOSS_SPLIT: tuple[tuple[str, str], ...] = (
     (r"megatron_bridge\S*.*llama ?3\.1[- ]?405b",
      "src/megatron/bridge/recipes/llama/llama3.py llama31_405b_pretrain_config: account_for_embedding_in_pipeline_"
      "split = account_for_loss_in_pipeline_split = True"),
+    (r"megatron_bridge\S*.*qwen3[- ]?235b",
+     "src/megatron/bridge/recipes/qwen/qwen3_moe.py qwen3_235b_a22b_pretrain_config: account_for_embedding_in_"
+     "pipeline_split = account_for_loss_in_pipeline_split = True"),
 )
+# Megatron-Core's stacks build pp·vp model chunks of whole layers only: where the record's L layers do not split into
+# them but L + 2 do, the run must count the embedding and the loss as a layer each (get_num_layers_to_build)
+MCORE_STACKS = ("Megatron-Bridge", "Megatron-Core 2024", "Megatron-LM examples", "NeMo 24.x")
 
 
 def layout_last_stage(layout: str, pp: int) -> int:
@@ -455,10 +462,6 @@ def last_stage_layers(record: dict[str, Any], model: ModelSpec, pp: int, vpp: in
     if pp == 1:
         return 0, ""
     key = recipe_key(record)
-    for pattern, why in EMBEDDING_LOSS_SPLIT:
-        if re.search(pattern, key) and (model.num_layers + 2) % pp == 0:
-            last = (model.num_layers + 2) // pp - 1
-            return last, f"last pipeline rank {last} decoder layers and the loss ({why})"
     for pattern, layout, why in PIPELINE_LAYOUTS:
         if re.search(pattern, key):
             chunks, decoders = layout.count("|") + 1, layout.count("t")
@@ -469,4 +472,20 @@ def last_stage_layers(record: dict[str, Any], model: ModelSpec, pp: int, vpp: in
             if last == 0:  # Plan.last_stage_layers has no "none": a last rank of MTP and loss alone is not modelled
                 return 0, f"pipeline layout: the recipe's last rank holds no decoder layer ({why}): an even split"
             return last, f"last pipeline rank {last} decoder layers ({why})"
-    return 0, ""
+    return embedding_loss_split(record, model, pp)
+
+
+def embedding_loss_split(record: dict[str, Any], model: ModelSpec, pp: int) -> tuple[int, str]:
+    """The last rank's decoder layers when the embedding and the loss take a pipeline slot each: (L + 2)/pp − 1, by
+    the recipe (EMBEDDING_LOSS_SPLIT) or because a Megatron-Core stack could not split the layers otherwise."""
+    slots = model.num_layers + 2
+    if slots % pp:
+        return 0, ""
+    last = slots // pp - 1
+    key = recipe_key(record)
+    why = next((why for pattern, why in EMBEDDING_LOSS_SPLIT if re.search(pattern, key)), "")
+    chunks = pp * (positive_int((record.get("parallel") or {}).get("vp")) or 1)
+    if not why and source_defaults(record).name in MCORE_STACKS and model.num_layers % chunks and not slots % chunks:
+        why = (f"{model.num_layers} layers do not split into pp*vp = {chunks} model chunks but {slots} slots do: "
+               "Megatron-Core's account_for_embedding/loss_in_pipeline_split")
+    return (last, f"last pipeline rank {last} decoder layers and the loss ({why})") if why else (0, "")
