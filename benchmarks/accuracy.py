@@ -10,6 +10,7 @@ import json
 import math
 import re
 import sys
+from collections import Counter
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import numpy as np
 from meshplan.efficiency import DEFAULT, FITTED, MATMUL, Efficiency
 from meshplan.estimate import estimate
 from meshplan.recipes import GENERIC, SOURCES
-from meshplan.records import runs_from_command_line
+from meshplan.records import read_runs, runs_from_command_line, unstated_settings
 from meshplan.validate import (
     RunResult,
     _finite,
@@ -454,6 +455,42 @@ def summary_row(name: str, s: dict[str, Any]) -> str:
             f"{pct(s['mean_signed_error'], True)} |")
 
 
+def target_rows(scope: str, s: dict[str, Any]) -> list[str]:
+    """The median and p90 target rows of the summary table for one set of runs."""
+    return [f"| median \\|error\\|, {scope} | ≤ {pct(TARGETS['median_abs_error'])} | {pct2(s['median_abs_error'])} | "
+            f"{met(s['median_abs_error'] <= TARGETS['median_abs_error'])} |",
+            f"| p90 \\|error\\|, {scope} | ≤ {pct(TARGETS['p90_abs_error'])} | {pct(s['p90_abs_error'])} | "
+            f"{met(s['p90_abs_error'] <= TARGETS['p90_abs_error'])} |"]
+
+
+def complete_note(results: list[RunResult], by_id: dict[str, dict[str, Any]]) -> list[str]:
+    """What a complete configuration is, and which records fall short of one and for want of what."""
+    short: dict[str, Counter] = {}
+    for r in results:
+        for setting in unstated_settings(clean_record(by_id[r.id])):
+            short.setdefault(r.group, Counter())[setting] += 1
+    listed = "; ".join(f"{g}: " + ", ".join(f"{k} ({n})" for k, n in c.most_common()) for g, c in sorted(
+        short.items()))
+    complete = Counter(r.group for r in results if r.complete and not r.skipped)
+    made_of = ", ".join(f"{g} {n}" for g, n in complete.most_common())
+    chosen = [by_id[r.id] for r in results if r.complete and not r.skipped]
+    other = summaries(run_validation(read_runs(ROOT / "benchmarks/data/independent_runs.jsonl")))["complete"]
+    gpus = sorted({str((rec.get("hardware") or {}).get("gpu")) for rec in chosen})
+    moe = sum(1 for rec in chosen if (rec.get("model") or {}).get("arch") == "moe")
+    return ["Issue 4 sets its median and p90 targets on \"runs with complete configurations\". A record has one when "
+            "it states every training setting its step time depends on that the data set's README says a source may "
+            "leave out: the parallel layout (tp and pp, or a ZeRO / FSDP setting for a run that is data-parallel "
+            "only), the micro-batch and global batch, activation recompute and precision "
+            "(`meshplan.records.unstated_settings`, judged on the record as published). The other runs are evaluated "
+            "too, with the defaults of their stack and release (each run lists them), and are in every other row "
+            f"here. Unstated, by group (runs): {listed}. The complete ones come from few sources ({made_of}), "
+            f"{moe or 'none'} of them MoE, on these GPUs (as the records name them): {'; '.join(gpus)}. For other "
+            "GPUs and for MoE the all-runs rows and the groups below are the measure. Nor does the target carry over "
+            "to other sources: of the runs of docs/INDEPENDENT.md, the "
+            f"{other['evaluated']} with complete configurations read a median of {pct(other['median_abs_error'])} "
+            f"and a p90 of {pct(other['p90_abs_error'])}."]
+
+
 def _kernel_checks() -> Any:
     """benchmarks/kernel_checks.py, beside this script (importable whether this runs as a script or is loaded)."""
     here = str(Path(__file__).resolve().parent)
@@ -560,7 +597,7 @@ def hybrid_section(results: list[RunResult], hybrid: list[RunResult], records: l
 def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, Any], records: list[dict[str, Any]],
               data: Path, hybrid: list[RunResult] = ()) -> str:
     by_id = {r["id"]: r for r in records}
-    ov, ev = summary["overall"], [r for r in results if not r.skipped]
+    ov, co, ev = summary["overall"], summary["complete"], [r for r in results if not r.skipped]
     n_total = len(results)
     n_sup = sum(1 for r in results if by_id[r.id].get("superseded") and not r.skipped)
     mem = [r for r in ev if r.memory_error is not None]
@@ -578,10 +615,9 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
            "TFLOP/s and MFU converted with the source's own FLOP formula; see `meshplan/validate.py`). For a time "
            "a positive error means meshplan predicts a slower step; for a throughput, a faster one.", "",
            "## Summary", "", "| | target | reached | met |", "|---|---:|---:|:---:|",
-           f"| median \\|error\\| | ≤ {pct(TARGETS['median_abs_error'])} | {pct2(ov['median_abs_error'])} | "
-           f"{met(ov['median_abs_error'] <= TARGETS['median_abs_error'])} |",
-           f"| p90 \\|error\\| | ≤ {pct(TARGETS['p90_abs_error'])} | {pct(ov['p90_abs_error'])} | "
-           f"{met(ov['p90_abs_error'] <= TARGETS['p90_abs_error'])} |",
+           *target_rows(f"runs with complete configurations ({co['evaluated']} of {ov['evaluated']}: the targets' "
+                        "scope)", co),
+           *target_rows(f"all {ov['evaluated']} evaluated runs", ov),
            f"| runs beyond 25 % | 0 without a documented reason | {len(over25)} ({len(unexplained)} without a "
            f"documented reason; see below) | {met(not unexplained)} |",
            f"| Korthikanti 2022 iteration times, mean / max | ≤ {pct(TARGETS['korthikanti_mean'])} / "
@@ -598,8 +634,10 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
            f"{met(ov['evaluated'] >= TARGETS['evaluated_fraction'] * n_total)} |",
            "", "| set | evaluated | skipped | median | mean | p90 | max | mean signed |",
            "|---|---:|---:|---:|---:|---:|---:|---:|",
-           summary_row("overall", ov), summary_row("in sample (fit half: CRC-32 of id even)", summary["in_sample"]),
+           summary_row("overall", ov), summary_row("complete configurations", co),
+           summary_row("in sample (fit half: CRC-32 of id even)", summary["in_sample"]),
            summary_row("out of sample (the other half)", summary["out_of_sample"]), "",
+           *complete_note(results, by_id), "",
            "The fit half and the held-out half are fixed by `meshplan.validate.in_fit_set`; only the three constants "
            "marked *fitted* below were fitted, on the fit half, by `benchmarks/fit_efficiency.py` (each source "
            "group weighted equally): the two dense ones on the dense runs, then `host_launch` on the MoE runs. "
@@ -694,7 +732,8 @@ def main() -> None:
     plot(results, DOCS / "accuracy.png")
     hybrid = run_validation(records, hybrid=True)
     (DOCS / "ACCURACY.md").write_text(write_doc(results, summary, kor, records, data, hybrid))
-    machine = {"records": len(records), "overall": summary["overall"], "in_sample": summary["in_sample"],
+    machine = {"records": len(records), "overall": summary["overall"], "complete": summary["complete"],
+               "in_sample": summary["in_sample"],
                "out_of_sample": summary["out_of_sample"], "groups": summary["groups"],
                "korthikanti": {k: kor[k] for k in ("mean_abs_error", "max_abs_error")},
                "memory": {"median_abs_error": float(np.median(mem)) if mem else None,
@@ -704,7 +743,7 @@ def main() -> None:
     ov = summary["overall"]
     print(f"evaluated {ov['evaluated']}, skipped {ov['skipped']}: median {pct2(ov['median_abs_error'])}, "
           f"mean {pct(ov['mean_abs_error'])}, p90 {pct(ov['p90_abs_error'])}, max {pct(ov['max_abs_error'])}")
-    for name in ("in_sample", "out_of_sample"):
+    for name in ("complete", "in_sample", "out_of_sample"):
         s = summary[name]
         print(f"{name:>14}: median {pct(s['median_abs_error'])}, p90 {pct(s['p90_abs_error'])}, "
               f"max {pct(s['max_abs_error'])} ({s['evaluated']} runs)")

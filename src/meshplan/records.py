@@ -140,3 +140,25 @@ def clean_record(record: dict[str, Any]) -> dict[str, Any]:
         if out.get(key) is not None and not isinstance(out[key], str):
             out[key] = str(out[key])
     return out
+
+
+# The training settings a run's step time depends on that a source may leave out (the schema's README, "Read this
+# before comparing", 2: "Configurations are incomplete in places": the NVIDIA tables give no activation-recompute
+# setting, Narayanan et al. 2021 Table 1 no micro-batch). A record that states all of them has a complete
+# configuration, the runs issue 4's median and p90 targets are set on.
+UNSTATED_PRECISION = re.compile(r"^\s*(?:not stated|unknown|unstated|n/?a)\b", re.IGNORECASE)
+
+
+def unstated_settings(record: dict[str, Any]) -> tuple[str, ...]:
+    """The settings a cleaned record (``clean_record``) leaves unstated, of: the parallel layout (tp and pp, or a
+    ZeRO / FSDP setting for a run that is data-parallel only), micro_batch_size, global_batch_size,
+    activation_recompute and precision. Empty for a complete configuration."""
+    p = record.get("parallel") or {}
+    missing = []
+    if (p.get("tp") is None or p.get("pp") is None) and p.get("zero_or_fsdp") is None:
+        missing.append("parallel layout (tp and pp, or zero_or_fsdp)")
+    missing += [key for key in ("micro_batch_size", "global_batch_size", "activation_recompute") if p.get(key) is None]
+    precision = record.get("precision")
+    if precision is None or UNSTATED_PRECISION.match(precision):
+        missing.append("precision")
+    return tuple(missing)

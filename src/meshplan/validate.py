@@ -38,7 +38,7 @@ from meshplan.model import ModelSpec, load_model, preset_names
 from meshplan.ops import LOW_PRECISION_BYTES
 from meshplan.plan import FP8_ATTENTION_PRECISIONS, Plan, check, fsdp_has_zero
 from meshplan.recipes import SourceDefaults, source_defaults
-from meshplan.records import NEGATIVE, clean_record, flag, number, positive_int, read_runs
+from meshplan.records import NEGATIVE, clean_record, flag, number, positive_int, read_runs, unstated_settings
 from meshplan.units import GiB
 
 # ---- records ------------------------------------------------------------------------------------------------
@@ -975,6 +975,7 @@ class RunResult:
     memory_capacity: float | None = None  # bytes of the GPU's memory, what ``memory_predicted`` must fit in
     fits: bool = True
     in_fit_set: bool = False
+    complete: bool = False  # the record states every setting of ``records.unstated_settings`` (issue 4's targets)
 
     @property
     def memory_share(self) -> float:
@@ -984,7 +985,8 @@ class RunResult:
         return self.memory_predicted / self.memory_capacity
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"id": self.id, "group": self.group, "in_fit_set": self.in_fit_set}
+        d: dict[str, Any] = {"id": self.id, "group": self.group, "in_fit_set": self.in_fit_set,
+                             "complete_configuration": self.complete}
         if self.skipped:
             return d | {"skipped": self.skipped}
         return d | {"metric": self.metric, "predicted": self.predicted, "measured": self.measured,
@@ -1063,19 +1065,23 @@ def run_validation(records: Sequence[dict[str, Any]], group: str | None = None, 
     cleaned = [clean_record(r) for r in records]
     for record, reason in select(cleaned, group, exclude_superseded):
         rid, grp = str(record.get("id")), str(record.get("group", ""))
+        # judged on the record as published, before fill_from_siblings lends it a sibling's settings
+        complete = not unstated_settings(record)
         if reason:
-            results.append(RunResult(id=rid, group=grp, skipped=reason, in_fit_set=in_fit_set(rid)))
+            results.append(RunResult(id=rid, group=grp, skipped=reason, in_fit_set=in_fit_set(rid), complete=complete))
             continue
         try:
             try:
                 case = map_run(fill_from_siblings(record, cleaned), hybrid)
             except (ArithmeticError, LookupError, TypeError, ValueError) as exc:  # a record the mapping misreads
                 raise Skip(f"record not understood ({type(exc).__name__}: {exc})") from exc
-            results.append(evaluate_case(case, eff))
+            results.append(replace(evaluate_case(case, eff), complete=complete))
         except (Skip, PlanError) as exc:
-            results.append(RunResult(id=rid, group=grp, skipped=str(exc), in_fit_set=in_fit_set(rid)))
+            results.append(RunResult(id=rid, group=grp, skipped=str(exc), in_fit_set=in_fit_set(rid),
+                                     complete=complete))
         except MeshplanError as exc:
-            results.append(RunResult(id=rid, group=grp, skipped=f"invalid input: {exc}", in_fit_set=in_fit_set(rid)))
+            results.append(RunResult(id=rid, group=grp, skipped=f"invalid input: {exc}", in_fit_set=in_fit_set(rid),
+                                     complete=complete))
     return results
 
 
@@ -1100,10 +1106,12 @@ def summarize(results: Sequence[RunResult]) -> dict[str, Any]:
 
 
 def summaries(results: Sequence[RunResult]) -> dict[str, Any]:
-    """Overall, per group, and for the fit / held-out halves."""
+    """Overall, on the runs with complete configurations (``records.unstated_settings``), per group, and for the
+    fit / held-out halves."""
     groups = sorted({r.group for r in results})
     return {
         "overall": summarize(results),
+        "complete": summarize([r for r in results if r.complete]),
         "in_sample": summarize([r for r in results if r.in_fit_set]),
         "out_of_sample": summarize([r for r in results if not r.in_fit_set]),
         "groups": {g: summarize([r for r in results if r.group == g]) for g in groups},
@@ -1149,7 +1157,8 @@ def render_text(results: Sequence[RunResult], summary: dict[str, Any], width: in
                       _fmt(r.measured, r.metric), f"{100 * r.error:+.1f}%", mem,
                       "" if r.fits else "predicted memory exceeds HBM")
     console.print(table)
-    stats = Table(title="|error| by group")
+    stats = Table(title="|error| by group", caption="complete configurations: the runs whose record states the "
+                  "parallel layout, micro and global batch, activation recompute and precision (issue 4's targets)")
     for name in ("group", "evaluated", "skipped", "median", "mean", "p90", "max", "memory median", "not fitting"):
         stats.add_column(name, justify="left" if name == "group" else "right")
 
@@ -1162,6 +1171,7 @@ def render_text(results: Sequence[RunResult], summary: dict[str, Any], width: in
         row(g, s)
     row("in sample (fit half)", summary["in_sample"])
     row("out of sample", summary["out_of_sample"])
+    row("complete configurations", summary["complete"])
     row("overall", summary["overall"])
     console.print(stats)
     return out.getvalue()
@@ -1199,6 +1209,7 @@ def validate_command(path: str, group: str | None, as_json: bool, exclude_supers
     summary = summaries(results)
     if as_json:
         return json.dumps(_finite({"runs": [r.to_dict() for r in results], "summary": summary["overall"],
+                                   "complete": summary["complete"],
                                    "in_sample": summary["in_sample"], "out_of_sample": summary["out_of_sample"],
                                    "groups": summary["groups"]}), indent=1, allow_nan=False)
     return render_text(results, summary)
