@@ -171,6 +171,8 @@ def record(**over) -> dict:
     ({"parallel": {"activation_recompute": "full", "tp": None, "zero_or_fsdp": None}},
      ("parallel layout (tp and pp, or zero_or_fsdp)",)),
     ({"parallel": {"activation_recompute": "full"}, "precision": "not stated (assumed BF16)"}, ("precision",)),
+    ({"parallel": {"activation_recompute": "unknown"}, "precision": ""}, ("activation_recompute", "precision")),
+    ({"parallel": {"activation_recompute": "none (stated in the text)"}}, ()),
 ])
 def test_a_complete_configuration_states_layout_batches_recompute_and_precision(over, unstated):
     assert unstated_settings(clean_record(record(**over))) == unstated

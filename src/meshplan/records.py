@@ -146,7 +146,13 @@ def clean_record(record: dict[str, Any]) -> dict[str, Any]:
 # before comparing", 2: "Configurations are incomplete in places": the NVIDIA tables give no activation-recompute
 # setting, Narayanan et al. 2021 Table 1 no micro-batch). A record that states all of them has a complete
 # configuration, the runs issue 4's median and p90 targets are set on.
-UNSTATED_PRECISION = re.compile(r"^\s*(?:not stated|unknown|unstated|n/?a)\b", re.IGNORECASE)
+# text that states nothing: empty, or "not stated" / "unknown" / "n/a", alone or before a remark in parentheses
+UNSTATED_TEXT = re.compile(r"^\s*(?:not stated|unstated|unknown|n/?a)?\s*(?:\(|$)", re.IGNORECASE)
+
+
+def stated(value: Any) -> bool:
+    """Whether a cleaned field states a value: not None, and not text that says it is unknown."""
+    return value is not None and not (isinstance(value, str) and UNSTATED_TEXT.match(value))
 
 
 def unstated_settings(record: dict[str, Any]) -> tuple[str, ...]:
@@ -155,10 +161,10 @@ def unstated_settings(record: dict[str, Any]) -> tuple[str, ...]:
     activation_recompute and precision. Empty for a complete configuration."""
     p = record.get("parallel") or {}
     missing = []
-    if (p.get("tp") is None or p.get("pp") is None) and p.get("zero_or_fsdp") is None:
+    if not (stated(p.get("tp")) and stated(p.get("pp"))) and not stated(p.get("zero_or_fsdp")):
         missing.append("parallel layout (tp and pp, or zero_or_fsdp)")
-    missing += [key for key in ("micro_batch_size", "global_batch_size", "activation_recompute") if p.get(key) is None]
-    precision = record.get("precision")
-    if precision is None or UNSTATED_PRECISION.match(precision):
+    missing += [key for key in ("micro_batch_size", "global_batch_size", "activation_recompute")
+                if not stated(p.get(key))]
+    if not stated(record.get("precision")):
         missing.append("precision")
     return tuple(missing)
