@@ -20,7 +20,7 @@ import numpy as np
 from meshplan.efficiency import DEFAULT, FITTED, MATMUL, Efficiency
 from meshplan.estimate import estimate
 from meshplan.recipes import GENERIC, SOURCES
-from meshplan.records import read_runs, runs_from_command_line, unstated_settings
+from meshplan.records import read_runs, runs_from_command_line
 from meshplan.validate import (
     RunResult,
     _finite,
@@ -469,13 +469,13 @@ def complete_note(results: list[RunResult], by_id: dict[str, dict[str, Any]]) ->
     """What a complete configuration is, and which records fall short of one and for want of what."""
     short: dict[str, Counter] = {}
     for r in results:
-        for setting in unstated_settings(clean_record(by_id[r.id])):
+        for setting in r.unstated:
             short.setdefault(r.group, Counter())[setting] += 1
     listed = "; ".join(f"{g}: " + ", ".join(f"{k} ({n})" for k, n in c.most_common()) for g, c in sorted(
         short.items()))
-    complete = Counter(r.group for r in results if r.complete and not r.skipped)
-    made_of = ", ".join(f"{g} {n}" for g, n in complete.most_common())
-    chosen = [by_id[r.id] for r in results if r.complete and not r.skipped]
+    evaluated = [r for r in results if r.complete and not r.skipped]
+    made_of = ", ".join(f"{g} {n}" for g, n in Counter(r.group for r in evaluated).most_common())
+    chosen = [by_id[r.id] for r in evaluated]
     other = summaries(run_validation(read_runs(ROOT / "benchmarks/data/independent_runs.jsonl")))["complete"]
     gpus = sorted({str((rec.get("hardware") or {}).get("gpu")) for rec in chosen})
     moe = sum(1 for rec in chosen if (rec.get("model") or {}).get("arch") == "moe")

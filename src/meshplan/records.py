@@ -146,8 +146,10 @@ def clean_record(record: dict[str, Any]) -> dict[str, Any]:
 # before comparing", 2: "Configurations are incomplete in places": the NVIDIA tables give no activation-recompute
 # setting, Narayanan et al. 2021 Table 1 no micro-batch). A record that states all of them has a complete
 # configuration, the runs issue 4's median and p90 targets are set on.
-# text that states nothing: empty, or "not stated" / "unknown" / "n/a", alone or before a remark in parentheses
-UNSTATED_TEXT = re.compile(r"^\s*(?:not stated|unstated|unknown|n/?a)?\s*(?:\(|$)", re.IGNORECASE)
+# words a source writes for a value it does not state (validate's recompute reading strips them too)
+UNSTATED_WORDS = r"not stated|unstated|unknown|n/a"
+# text that states nothing: empty, or one of those words (or "na"), alone or before a remark in parentheses
+UNSTATED_TEXT = re.compile(rf"^\s*(?:{UNSTATED_WORDS}|na)?\s*(?:\(|$)", re.IGNORECASE)
 
 
 def stated(value: Any) -> bool:

@@ -38,7 +38,16 @@ from meshplan.model import ModelSpec, load_model, preset_names
 from meshplan.ops import LOW_PRECISION_BYTES
 from meshplan.plan import FP8_ATTENTION_PRECISIONS, Plan, check, fsdp_has_zero
 from meshplan.recipes import SourceDefaults, source_defaults
-from meshplan.records import NEGATIVE, clean_record, flag, number, positive_int, read_runs, unstated_settings
+from meshplan.records import (
+    NEGATIVE,
+    UNSTATED_WORDS,
+    clean_record,
+    flag,
+    number,
+    positive_int,
+    read_runs,
+    unstated_settings,
+)
 from meshplan.units import GiB
 
 # ---- records ------------------------------------------------------------------------------------------------
@@ -713,7 +722,7 @@ def _recompute(record: dict[str, Any], p: dict[str, Any], model: ModelSpec, pp: 
     core = ("core_attn",)
     raw = p.get("activation_recompute")
     raw = "" if raw is None else str(raw).lower()
-    text = re.sub(r"not stated|unstated|unknown|n/a|\bnot\s+(selective|full)", "", raw).strip()
+    text = re.sub(UNSTATED_WORDS + r"|\bnot\s+(selective|full)", "", raw).strip()
     layers = -(-model.num_layers // pp)
     if "(layer)" in text or "(op)" in text or (src.name == "torchtitan" and text == "selective"):
         half = max(1, layers // 2)
@@ -975,7 +984,12 @@ class RunResult:
     memory_capacity: float | None = None  # bytes of the GPU's memory, what ``memory_predicted`` must fit in
     fits: bool = True
     in_fit_set: bool = False
-    complete: bool = False  # the record states every setting of ``records.unstated_settings`` (issue 4's targets)
+    unstated: tuple[str, ...] = ()  # what the record leaves out (``records.unstated_settings``)
+
+    @property
+    def complete(self) -> bool:
+        """The record states every setting of ``records.unstated_settings``: the runs of issue 4's targets."""
+        return not self.unstated
 
     @property
     def memory_share(self) -> float:
@@ -1066,22 +1080,22 @@ def run_validation(records: Sequence[dict[str, Any]], group: str | None = None, 
     for record, reason in select(cleaned, group, exclude_superseded):
         rid, grp = str(record.get("id")), str(record.get("group", ""))
         # judged on the record as published, before fill_from_siblings lends it a sibling's settings
-        complete = not unstated_settings(record)
+        unstated = unstated_settings(record)
         if reason:
-            results.append(RunResult(id=rid, group=grp, skipped=reason, in_fit_set=in_fit_set(rid), complete=complete))
+            results.append(RunResult(id=rid, group=grp, skipped=reason, in_fit_set=in_fit_set(rid), unstated=unstated))
             continue
         try:
             try:
                 case = map_run(fill_from_siblings(record, cleaned), hybrid)
             except (ArithmeticError, LookupError, TypeError, ValueError) as exc:  # a record the mapping misreads
                 raise Skip(f"record not understood ({type(exc).__name__}: {exc})") from exc
-            results.append(replace(evaluate_case(case, eff), complete=complete))
+            results.append(replace(evaluate_case(case, eff), unstated=unstated))
         except (Skip, PlanError) as exc:
             results.append(RunResult(id=rid, group=grp, skipped=str(exc), in_fit_set=in_fit_set(rid),
-                                     complete=complete))
+                                     unstated=unstated))
         except MeshplanError as exc:
             results.append(RunResult(id=rid, group=grp, skipped=f"invalid input: {exc}", in_fit_set=in_fit_set(rid),
-                                     complete=complete))
+                                     unstated=unstated))
     return results
 
 
