@@ -1,0 +1,160 @@
+"""Golden outputs: the numbers meshplan gives for every model preset on a few systems and plans, and the top plans
+of a few searches, as reviewed files that a refactor must leave byte-identical (tests/test_golden.py).
+
+A change that is meant to move an estimate regenerates them in a commit of its own that says why:
+
+    python tests/golden/generate.py            # rewrite tests/golden/*.json
+    python tests/golden/generate.py --check    # exit 1 if they would change
+
+Every number is written with 10 significant digits, so the files do not depend on the last bits that a different
+order of floating-point sums (another NumPy build) may move.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from meshplan.estimate import Estimate, estimate
+from meshplan.hardware import load_system
+from meshplan.model import ModelSpec, load_model, preset_names
+from meshplan.plan import Plan, check
+from meshplan.search import Space, search
+
+HERE = Path(__file__).resolve().parent
+GPUS = 64
+SYSTEMS = ("h100", "a100", "gb200")
+OPS_SYSTEM = "h100"  # the per-op table is kept for the first template on this system
+SEARCHES = (  # (model, system, gpus, global batch, space options)
+    ("llama3-70b", "h100", 1024, 512, {}),
+    ("llama3-8b", "h100", 8, 64, {}),
+    ("gpt3-175b", "a100", 1024, 1536, {"layouts": ("1d",)}),
+    ("mixtral-8x7b", "h100", 64, 256, {"offload_optimizer": (False,), "offload_activations": (False,)}),
+    ("deepseek-v3", "b200", 1024, 4096, {"offload_optimizer": (False,), "offload_activations": (False,),
+                                         "zero": (1,), "recompute": ("selective", "full")}),
+)
+
+
+def num(x: float) -> str:
+    return f"{x:.10g}"
+
+
+def _ep(model: ModelSpec, ranks: int) -> int:
+    """The largest expert-parallel size up to 8 that divides the experts and the ranks of a stage."""
+    if not model.is_moe:
+        return 1
+    return max(e for e in range(1, 9) if model.num_experts % e == 0 and ranks % e == 0)
+
+
+def templates(model: ModelSpec, precision: str) -> dict[str, dict[str, Any]]:
+    """Plan templates (tp is chosen per model: the largest of ``tps`` that gives a valid plan)."""
+    layers = model.num_layers
+    pp = 4 if layers >= 8 else 1
+    vpp = 2 if pp > 1 and layers % (2 * pp) == 0 else 1
+    return {
+        "tp-sp": dict(tps=(8, 4, 2, 1), pp=1, micro_batch=1, accum=4, zero=1, recompute="selective",
+                      grad_bytes=4),
+        "pipeline": dict(tps=(4, 2, 1), pp=pp, vpp=vpp, micro_batch=1, accum=8, zero=1, recompute="full",
+                         grad_bytes=4, overlap_tp=True, overlap_pp=True, schedule="interleaved" if vpp > 1 else "1f1b"),
+        "zero3-offload": dict(tps=(1, 2), pp=1, micro_batch=2, accum=2, zero=3, recompute="none",
+                              offload_activations=True, precision=precision, grad_bytes=2),
+    }
+
+
+def make_plan(model: ModelSpec, cluster: Any, template: dict[str, Any]) -> tuple[Plan | None, list[str]]:
+    """The template's plan with the first of its tp sizes that ``check`` accepts (or the last one's reasons)."""
+    options = dict(template)
+    tps, accum = options.pop("tps"), options.pop("accum")
+    reasons: list[str] = []
+    for tp in tps:
+        dp = GPUS // (tp * options["pp"])
+        plan = Plan(dp=dp, tp=tp, ep=_ep(model, tp * dp), sequence_parallel=tp > 1,
+                    global_batch=dp * options["micro_batch"] * accum, **options)
+        reasons = check(model, cluster, plan)
+        if not reasons:
+            return plan, []
+    return None, reasons
+
+
+def record(est: Estimate, ops: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "plan": est.plan.describe(),
+        "step_time": num(est.step_time),
+        "breakdown": {k: num(v) for k, v in est.breakdown.items()},
+        "memory": {k: num(v) for k, v in est.memory.items()},
+        "peak_memory": num(est.peak_memory),
+        "rank_memory": [num(v) for v in est.rank_memory],
+        "host_memory": num(est.host_memory),
+        "model_flops": num(est.model_flops),
+        "hardware_flops": num(est.hardware_flops),
+        "mfu": num(est.mfu),
+        "hfu": num(est.hfu),
+        "reasons": list(est.reasons),
+    }
+    if ops:
+        out["ops"] = [[o.name, o.phase, o.kind, num(o.count), num(o.flops), num(o.nbytes), num(o.seconds), o.bound]
+                      for o in est.ops]
+    return out
+
+
+def estimates() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for system_name in SYSTEMS:
+        system = load_system(system_name)
+        cluster = system.cluster(GPUS)
+        precision = "fp8" if "fp8" in system.accelerator.peak_flops else "bf16"
+        for name in preset_names():
+            model = load_model(name)
+            for label, template in templates(model, precision).items():
+                plan, reasons = make_plan(model, cluster, template)
+                key = f"{name} | {system_name} | {label}"
+                if plan is None:
+                    out[key] = {"invalid": reasons}
+                    continue
+                ops = system_name == OPS_SYSTEM and label == "tp-sp"
+                out[key] = record(estimate(model, cluster, plan), ops)
+    return out
+
+
+def searches() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for model_name, system_name, gpus, batch, options in SEARCHES:
+        model, cluster = load_model(model_name), load_system(system_name).cluster(gpus)
+        result = search(model, cluster, Space(global_batch=batch, **options), top_k=5, workers=1)
+        out[f"{model_name} | {system_name} | {gpus} | gbs {batch}"] = {
+            "evaluated": result.evaluated, "feasible": result.feasible,
+            "rejected": dict(sorted(result.rejected.items())),
+            "top": [{"plan": e.plan.describe(), "step_time": num(e.step_time), "peak_memory": num(e.peak_memory)}
+                    for e in result.plans],
+        }
+    return out
+
+
+def documents() -> dict[str, str]:
+    """File name -> the JSON text it should hold."""
+    return {name: json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+            for name, data in (("estimates.json", estimates()), ("searches.json", searches()))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a golden file would change")
+    args = parser.parse_args(argv)
+    stale = []
+    for name, text in documents().items():
+        path = HERE / name
+        if path.exists() and path.read_text() == text:
+            continue
+        stale.append(name)
+        if not args.check:
+            path.write_text(text)
+    if stale:
+        print(("stale: " if args.check else "written: ") + ", ".join(stale))
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

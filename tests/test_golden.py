@@ -1,0 +1,50 @@
+"""Golden outputs (tests/golden/): every model preset × 3 systems × 3 plan templates through ``estimate`` (step time,
+breakdown, memory, MFU, the per-op table of one template) and the top 5 of five searches must give what the
+reviewed files hold. A change meant to move a number regenerates them in its own commit
+(``python tests/golden/generate.py``) and says why."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent / "golden"
+_spec = importlib.util.spec_from_file_location("golden_generate", HERE / "generate.py")
+generate = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(generate)
+
+
+def _differences(stored: dict, current: dict, limit: int = 8) -> list[str]:
+    out = []
+    for key in sorted(set(stored) | set(current)):
+        if stored.get(key) != current.get(key):
+            a, b = stored.get(key), current.get(key)
+            if isinstance(a, dict) and isinstance(b, dict):
+                fields = [f for f in sorted(set(a) | set(b)) if a.get(f) != b.get(f)]
+                shown = ", ".join(f"{f}: {a.get(f)!r} -> {b.get(f)!r}" for f in fields[:3] if f != "ops")
+                out.append(f"{key}: {shown or ', '.join(fields)}")
+            else:
+                out.append(f"{key}: {a!r} -> {b!r}")
+    return out[:limit] + ([f"... {len(out) - limit} more"] if len(out) > limit else [])
+
+
+@pytest.mark.parametrize("name", ["estimates.json", "searches.json"])
+def test_golden_outputs_unchanged(name):
+    made = generate.estimates() if name == "estimates.json" else generate.searches()
+    current = json.loads(json.dumps(made))
+    stored = json.loads((HERE / name).read_text())
+    diff = _differences(stored, current)
+    assert not diff, (f"{name} moved ({len(diff)} shown); if meant, run python tests/golden/generate.py in a "
+                      "commit of its own that says why:\n" + "\n".join(diff))
+
+
+def test_golden_files_cover_every_preset():
+    stored = json.loads((HERE / "estimates.json").read_text())
+    models = {key.split(" | ")[0] for key in stored}
+    assert models == set(generate.preset_names())
+    # 3 systems x 3 templates per model, and one per-op table per model
+    assert len(stored) == 9 * len(models)
+    assert sum("ops" in v for v in stored.values()) == len(models)
