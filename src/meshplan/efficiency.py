@@ -104,15 +104,17 @@ flash-attn's ``unpad_input`` (``nonzero``, ``.item()``) before a varlen FlashAtt
 Sustained clocks: a part capped below the power its datasheet peak is rated at runs slower. Dynamic power
 ∝ f·V² and V ∝ f near the top of the curve, so P ∝ f³ and f = (P_cap / P_rated)^(1/3) (check: H100 NVL,
 400 W, is rated at 835 dense BF16 TFLOP/s vs the 700 W SXM5's 989: (400/700)^(1/3) = 0.83 vs 0.845).
-The rated power is that of the part the MAMF was measured on (the preset's ``matmul_watts``; for a user preset
-without it, the ``MATMUL`` entry of the same silicon), else the accelerator's TDP (f = 1). That is the draw of
+The rated power is that of the part the MAMF was measured on (the preset's ``matmul_watts``), else the
+accelerator's TDP (f = 1: a power-capped part states the power its MAMF was measured at). That is the draw of
 a GEMM at the MAMF rate, which a training step's GEMMs are taken to draw too. Dynamic power is α·C·V²·f, with α
 the switching activity, so a kernel whose tensor cores sustain only a fraction u of that rate draws about u of
 it and is throttled only below u·P_rated: f = min(1, (P_cap / (u·P_rated))^(1/3)). roofline.py applies this to
 flash attention, u = its efficiency as a fraction of the MAMF rate (0.26 for FlashAttention-2 on an H100,
 0.52 for cuDNN), so a 500 W H100 throttles its GEMMs to 0.89 of the clock but not its attention.
 The hardware presets carry the MAMF figures (``Accelerator.matmul_bf16`` / ``matmul_fp8`` / ``matmul_watts`` /
-``async_mma``, each beside its source); ``MATMUL`` is the fallback lookup for accelerators defined without them.
+``async_mma``, each beside its source). An accelerator defined without them gets its MAMF from a continuous rule
+in its architecture and peak (``matmul_rule``: interpolated between the ``MATMUL`` parts of its architecture), so
+that a GPU 3 % faster than a measured one is not priced as an unknown part, and its MMA kind from its architecture.
 """
 
 from __future__ import annotations
@@ -128,36 +130,59 @@ from meshplan.xp import Num, maximum, minimum
 
 @dataclass(frozen=True)
 class Matmul:
-    """Measured best-shape GEMM efficiency (MAMF / dense peak) of one silicon configuration, identified by its
-    dense 16-bit peak and SM count (so an H200 or a power-capped H100 matches the H100 entry), and the board
-    power it was measured at."""
+    """Measured best-shape GEMM efficiency (MAMF / dense peak) of one silicon configuration: its architecture, its
+    dense 16-bit and FP8 peaks, SM count, and the board power it was measured at."""
 
+    architecture: str
     half_peak: float  # dense bf16/fp16 FLOP/s
+    fp8_peak: float  # dense fp8 FLOP/s (0: none)
     num_sms: int
     bf16: float
     fp8: float  # also used for fp4 (no published MAMF yet)
     watts: float
     source: str
-    async_mma: bool = True  # asynchronous warpgroup MMA + TMA (Hopper, Blackwell); Ampere has mma.sync only
 
 
 MAMF_SOURCE = "stas00/ml-engineering compute/accelerator/README.md, Maximum Achievable Matmul FLOPS table"
 MATMUL: tuple[Matmul, ...] = (
-    Matmul(312e12, 108, 0.869, 0.869, 400, f"A100 SXM: 271.2 of 312 TFLOP/s BF16 ({MAMF_SOURCE})", False),
-    Matmul(989e12, 132, 0.803, 0.709, 700, f"H100 SXM: 794.5 BF16, 1402.6 FP8 of 989 / 1979 ({MAMF_SOURCE})"),
-    Matmul(2250e12, 148, 0.776, 0.763, 1000, f"B200 SXM: 1745.0 BF16, 3432.5 FP8 of 2250 / 4500 ({MAMF_SOURCE})"),
-    Matmul(2500e12, 152, 0.729, 0.723, 1200, f"GB200: 1822.0 BF16, 3615.6 FP8 of 2500 / 5000 ({MAMF_SOURCE})"),
+    Matmul("ampere", 312e12, 0.0, 108, 0.869, 0.869, 400, f"A100 SXM: 271.2 of 312 TFLOP/s BF16 ({MAMF_SOURCE})"),
+    Matmul("hopper", 989e12, 1979e12, 132, 0.803, 0.709, 700,
+           f"H100 SXM: 794.5 BF16, 1402.6 FP8 of 989 / 1979 ({MAMF_SOURCE})"),
+    Matmul("blackwell", 2250e12, 4500e12, 148, 0.776, 0.763, 1000,
+           f"B200 SXM: 1745.0 BF16, 3432.5 FP8 of 2250 / 4500 ({MAMF_SOURCE})"),
+    Matmul("blackwell", 2500e12, 5000e12, 152, 0.729, 0.723, 1200,
+           f"GB200: 1822.0 BF16, 3615.6 FP8 of 2500 / 5000 ({MAMF_SOURCE})"),
 )
-MAMF_UNKNOWN = 0.80  # a GPU not in the table: the table's median BF16 efficiency
+MAMF_UNKNOWN = 0.80  # an architecture without a measured part: the table's median BF16 efficiency
+# Architectures (Accelerator.architecture) and whether their tensor cores take asynchronous warpgroup MMA with TMA
+# (CUDA C++ programming guide, compute capabilities: wgmma from sm_90; Volta, Turing, Ampere and Ada have mma.sync
+# only; AMD CDNA's MFMA instructions are issued synchronously by each wavefront, AMD CDNA 3 ISA reference)
+ARCHITECTURES: dict[str, bool] = {"volta": False, "turing": False, "ampere": False, "ada": False, "hopper": True,
+                                  "blackwell": True, "cdna2": False, "cdna3": False, "cdna4": False}
 
 
-def matmul_entry(accelerator: object) -> Matmul | None:
-    return _entry(float(getattr(accelerator, "half_flops", 0.0)), getattr(accelerator, "num_sms", 0))
-
-
-@lru_cache(maxsize=64)
-def _entry(peak: float, sms: int) -> Matmul | None:
-    return next((e for e in MATMUL if e.num_sms == sms and abs(peak / e.half_peak - 1) < 0.02), None)
+def matmul_rule(architecture: str, peak: float, low: bool) -> float:
+    """The best-shape GEMM efficiency of a GPU without a measured one: a continuous rule in its peak, so that nearby
+    GPUs get nearby rates. Among the ``MATMUL`` parts of its architecture (every part when the architecture is not
+    stated; ``MAMF_UNKNOWN`` for an architecture none was measured on), interpolated linearly in log(peak) between
+    the parts around it and held at the nearest part's value beyond them (``low``: the FP8 column against the FP8
+    peak, else the 16-bit column against the 16-bit peak). Exact at every measured part. Between two parts the rate
+    peak × MAMF still grows with the peak: MAMF falls at most as peak^-0.59 along the table (B200 to GB200), slower
+    than the peak rises, which tests/test_efficiency_presets.py checks."""
+    parts = [e for e in MATMUL if not architecture or e.architecture == architecture]
+    points = sorted((e.fp8_peak if low else e.half_peak, e.fp8 if low else e.bf16) for e in parts)
+    points = [(p, v) for p, v in points if p > 0]
+    if not points or not peak > 0:
+        return MAMF_UNKNOWN
+    x = math.log(peak)
+    xs = [math.log(p) for p, _ in points]
+    if x <= xs[0]:
+        return points[0][1]
+    if x >= xs[-1]:
+        return points[-1][1]
+    i = next(j for j in range(1, len(xs)) if x <= xs[j])
+    t = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+    return math.exp((1 - t) * math.log(points[i - 1][1]) + t * math.log(points[i][1]))
 
 
 # Output tiles cuBLAS / CUTLASS choose among for large bf16/fp8 GEMMs on A100, H100 and B200 (CUTLASS
@@ -270,17 +295,17 @@ class Efficiency:
     # ---- GEMMs ----------------------------------------------------------------------------------------------
     def mamf(self, accelerator: object, precision: str) -> float:
         """Best-shape GEMM efficiency of this accelerator at this precision: the preset's ``matmul_bf16`` /
-        ``matmul_fp8``, else the ``MATMUL`` entry of the same silicon, else ``MAMF_UNKNOWN``; block-scaled formats
-        times ``format_rate``."""
+        ``matmul_fp8``, else ``matmul_rule`` by its architecture and peak; block-scaled formats times
+        ``format_rate``."""
         low = precision in ("fp8", "mxfp8", "fp4")
         scaled = self.format_rate(accelerator, precision)
         given = float(getattr(accelerator, "matmul_fp8" if low else "matmul_bf16", 0.0) or 0.0)
         if given > 0:
             return given * scaled
-        entry = matmul_entry(accelerator)
-        if entry is None:
-            return MAMF_UNKNOWN * scaled
-        return (entry.fp8 if low else entry.bf16) * scaled
+        peaks = getattr(accelerator, "peak_flops", {}) or {}
+        half = float(getattr(accelerator, "half_flops", 0.0))
+        peak = float(peaks.get("fp8") or 2 * half) if low else half
+        return _rule(str(getattr(accelerator, "architecture", "") or ""), peak, low) * scaled
 
     def format_rate(self, accelerator: object, precision: str) -> float:
         """A block-scaled format's GEMM rate as a fraction of (its peak × the FP8 MAMF): MXFP8 ``block_scaled``;
@@ -337,12 +362,11 @@ class Efficiency:
         return self.nvlink if tier_name == "nvlink" else self.network
 
     def clock(self, accelerator: object, load: Num = 1.0) -> Num:
-        """Sustained tensor clock / the clock of the measured part: (P_cap / (load·P_rated))^(1/3), at most 1."""
+        """Sustained tensor clock / the clock of the measured part: (P_cap / (load·P_rated))^(1/3), at most 1. The
+        rated power is the preset's ``matmul_watts``; a GPU that does not state it runs at its datasheet clock (its
+        MAMF, measured or from ``matmul_rule``, already holds its own power limit)."""
         tdp = float(getattr(accelerator, "tdp_watts", 0.0) or 0.0)
         rated = float(getattr(accelerator, "matmul_watts", 0.0) or 0.0)
-        if rated <= 0:
-            entry = matmul_entry(accelerator)
-            rated = entry.watts if entry is not None else tdp
         if tdp <= 0 or rated <= 0:
             return 1.0
         if type(load) in _SCALAR:
@@ -385,13 +409,17 @@ _SCALAR = (int, float)
 
 
 def async_mma(accelerator: object) -> bool:
-    """Whether the GPU has asynchronous warpgroup MMA (the preset's ``async_mma``, else the ``MATMUL`` entry,
-    else True: every GPU since Hopper has it)."""
+    """Whether the GPU has asynchronous warpgroup MMA (the preset's ``async_mma``, else its architecture's
+    (``ARCHITECTURES``), else True: every GPU since Hopper has it)."""
     given = getattr(accelerator, "async_mma", None)
     if given is not None:
         return bool(given)
-    entry = matmul_entry(accelerator)
-    return entry.async_mma if entry is not None else True
+    return ARCHITECTURES.get(str(getattr(accelerator, "architecture", "") or ""), True)
+
+
+@lru_cache(maxsize=256)
+def _rule(architecture: str, peak: float, low: bool) -> float:
+    return matmul_rule(architecture, peak, low)
 
 
 @lru_cache(maxsize=4096)

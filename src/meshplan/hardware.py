@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from meshplan.efficiency import ARCHITECTURES
 from meshplan.errors import SpecError
 from meshplan.fields import at_least_one, check_types
 from meshplan.files import parse_toml, read_text
@@ -46,10 +47,16 @@ class Accelerator:
     # exponential (MUFU.EX2) throughput of the special function units per SM clock, relative to Hopper / Blackwell:
     # 2 on Blackwell Ultra; speeds up the fused attention kernels' softmax (efficiency.Efficiency.exp_factor)
     exp_rate: float = 1.0
+    # the GPU architecture (efficiency.ARCHITECTURES: volta, ampere, ada, hopper, blackwell, cdna2 …; "" unstated):
+    # what a GPU without a measured MAMF or MMA kind gets them from (efficiency.matmul_rule, async_mma)
+    architecture: str = ""
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         check_types(self, f"{self.name}: " if isinstance(self.name, str) else "")
+        if self.architecture and self.architecture not in ARCHITECTURES:
+            raise SpecError(f"{self.name}: architecture={self.architecture!r} is not one of "
+                            f"{', '.join(ARCHITECTURES)} (or leave it out)")
         at_least_one(self, ("hbm_bytes", "hbm_bandwidth", "nvlink_bandwidth", "num_sms"), f"{self.name}: ")
         if not self.exp_rate > 0:
             raise SpecError(f"{self.name}: exp_rate={self.exp_rate!r} must be positive")
