@@ -34,6 +34,22 @@ def test_mfu_definition():
     assert est.hfu == pytest.approx(est.mfu)  # no recompute
 
 
+def test_mfu_is_taken_against_the_peak_of_the_precision_that_runs():
+    """Issue 34: megatron-1t on 512 B300s in fp4 read MFU 1.47 against the bf16 peak. It is now taken against the
+    fp4 peak (13.5 PFLOP/s dense, 6x bf16's 2.25); the bf16-basis figure stays, named, 6x as large."""
+    est = estimate(load_model("megatron-1t"), load_system("b300").cluster(512),
+                   Plan(dp=4, tp=8, pp=16, global_batch=512, zero=1, recompute="full", sequence_parallel=True,
+                        precision="fp4"))
+    assert est.mfu_basis == "fp4" and est.peak_flops_per_gpu == 13500e12
+    assert est.mfu_bf16 == pytest.approx(est.mfu * 13500 / 2250)
+    assert 0 < est.mfu <= est.hfu <= 1
+    d = est.to_dict(ops=False)
+    assert (d["mfu_basis"], d["mfu"], d["mfu_bf16"]) == ("fp4", est.mfu, est.mfu_bf16)
+    # a bf16 plan: one basis
+    bf16 = estimate(load_model("llama3-8b"), h100(8), Plan(dp=8, global_batch=64, zero=1))
+    assert bf16.mfu == bf16.mfu_bf16 and bf16.mfu_basis == "bf16"
+
+
 def test_full_recompute_adds_one_forward():
     model, c = gpt(layers=8), h100(8)
     none = estimate(model, c, Plan(tp=8, sequence_parallel=True))

@@ -28,7 +28,9 @@ same code (``step_costs``); ``estimate`` adds the per-op table and the feasibili
 
 MFU counts model FLOPs: 6·N per token for the matmul parameters N (embedding lookup excluded, LM head
 included) plus 6·s·A·(d_qk + d_v) per layer for attention, without causal savings (PaLM, Chowdhery et al.
-2022, App. B), against the dense bf16 peak. HFU adds the FLOPs of recomputed forward passes.
+2022, App. B), against the dense peak of the plan's precision (an fp8 plan against the fp8 peak, so that MFU is at
+most 1; ``mfu_bf16`` against the 16-bit peak, the basis NVIDIA's FP8 tables quote). HFU adds the FLOPs of recomputed
+forward passes.
 """
 
 from __future__ import annotations
@@ -938,14 +940,33 @@ class Estimate:
         return self.model_flops / self.step_time / self.cluster.num_gpus / 1e12
 
     @property
+    def mfu_basis(self) -> str:
+        """The precision whose dense peak MFU and HFU are taken against: the one the plan's GEMMs run in."""
+        return self.plan.precision
+
+    @property
+    def peak_flops_per_gpu(self) -> float:
+        """Dense peak FLOP/s per GPU of ``mfu_basis`` (fp16 and bf16 stand in for each other)."""
+        return self.cluster.accelerator.flops(self.plan.precision)
+
+    @property
     def mfu(self) -> float:
-        peak = self.cluster.accelerator.half_flops * self.cluster.num_gpus
-        return self.model_flops / self.step_time / peak
+        """Model FLOPs utilisation against the dense peak of the precision that runs (an fp8 plan: the fp8 peak), so
+        it is at most 1; ``mfu_bf16`` is the same against the 16-bit peak, as sources that quote it do."""
+        return self.model_flops / self.step_time / (self.peak_flops_per_gpu * self.cluster.num_gpus)
 
     @property
     def hfu(self) -> float:
-        peak = self.cluster.accelerator.half_flops * self.cluster.num_gpus
-        return self.hardware_flops / self.step_time / peak
+        """Hardware FLOPs utilisation (model FLOPs + recomputed forward FLOPs) against the same peak as ``mfu``."""
+        return self.hardware_flops / self.step_time / (self.peak_flops_per_gpu * self.cluster.num_gpus)
+
+    @property
+    def mfu_bf16(self) -> float:
+        return self.model_flops / self.step_time / (self.cluster.accelerator.half_flops * self.cluster.num_gpus)
+
+    @property
+    def hfu_bf16(self) -> float:
+        return self.hardware_flops / self.step_time / (self.cluster.accelerator.half_flops * self.cluster.num_gpus)
 
     def to_dict(self, ops: bool = True) -> dict[str, Any]:
         """Everything as plain data; ``ops=False`` leaves out the per-op table."""
@@ -957,7 +978,8 @@ class Estimate:
             | {"placement": list(p.placement), "grad_accum": p.grad_accum},
             "step_time_s": self.step_time, "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_gpu": self.tokens_per_s / self.cluster.num_gpus,
-            "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu, "hfu": self.hfu,
+            "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu, "hfu": self.hfu, "mfu_basis": self.mfu_basis,
+            "peak_flops_per_gpu": self.peak_flops_per_gpu, "mfu_bf16": self.mfu_bf16, "hfu_bf16": self.hfu_bf16,
             "breakdown_s": dict(self.breakdown), "memory_bytes": dict(self.memory),
             "peak_memory_bytes": self.peak_memory, "hbm_bytes": self.cluster.accelerator.hbm_bytes,
             "rank_memory_bytes": {"first": self.rank_memory[0], "last": self.rank_memory[1]},

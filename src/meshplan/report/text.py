@@ -39,7 +39,10 @@ def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
     summary.add_row("tokens/s", f"{fmt_count(est.tokens_per_s)} ({fmt_count(est.tokens_per_s / est.cluster.num_gpus)}"
                     " per GPU)")
     summary.add_row("model TFLOP/s per GPU", f"{est.tflops_per_gpu:.1f}")
-    summary.add_row("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}")
+    basis = f"of the {est.mfu_basis} peak"
+    if est.peak_flops_per_gpu != est.cluster.accelerator.half_flops:
+        basis += f"; {est.mfu_bf16:.1%} / {est.hfu_bf16:.1%} of the 16-bit peak"
+    summary.add_row("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%} ({basis})")
     cap = est.cluster.accelerator.hbm_bytes
     fit = "fits" if est.fits else "DOES NOT FIT: " + "; ".join(est.reasons)
     summary.add_row("peak memory", f"{fmt_bytes(est.peak_memory)} of {fmt_bytes(cap)} ({fit})")
