@@ -186,7 +186,7 @@ def test_expert_groups_step_over_a_pipeline_placed_inside_them():
     14, so its expert group spans both servers: 4 per server × 2 (estimate.expert_layout), and the all-to-all
     crosses InfiniBand. Pricing both at stride etp = 1 (before) made the second as cheap as the first."""
     from meshplan.comm import split_group
-    from meshplan.estimate import axis_layout
+    from meshplan.groups import axis_layout
 
     model, cluster = load_model("mixtral-8x7b").with_seq_length(4096), load_system("h100").cluster(16)
     outer = Plan(dp=8, pp=2, ep=8, global_batch=64, recompute="full", placement=("tp", "cp", "dp", "pp"))
@@ -203,7 +203,7 @@ def test_the_gradient_group_of_dp_and_cp_apart_in_the_placement():
     The gradient reduction then crosses servers; treating the group as contiguous at the inner stride priced
     both on NVLink."""
     from meshplan.comm import split_group
-    from meshplan.estimate import axis_layout
+    from meshplan.groups import axis_layout
 
     model, cluster = load_model("llama3-8b").with_seq_length(8192), load_system("h100").cluster(16)
     adjacent = Plan(dp=4, cp=2, pp=2, global_batch=64, zero=0, placement=("tp", "cp", "dp", "pp"))

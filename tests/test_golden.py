@@ -17,17 +17,20 @@ generate = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(generate)
 
 
+def _changes(a: object, b: object, path: str = "") -> list[str]:
+    """The leaves where ``a`` and ``b`` differ, as 'path: old -> new'."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [c for k in sorted(set(a) | set(b)) if k != "ops" or a.get(k) != b.get(k)
+                for c in (_changes(a.get(k), b.get(k), f"{path}.{k}" if path else k) if k != "ops" else [f"{k}"])]
+    return [] if a == b else [f"{path}: {a!r} -> {b!r}"]
+
+
 def _differences(stored: dict, current: dict, limit: int = 8) -> list[str]:
     out = []
     for key in sorted(set(stored) | set(current)):
-        if stored.get(key) != current.get(key):
-            a, b = stored.get(key), current.get(key)
-            if isinstance(a, dict) and isinstance(b, dict):
-                fields = [f for f in sorted(set(a) | set(b)) if a.get(f) != b.get(f)]
-                shown = ", ".join(f"{f}: {a.get(f)!r} -> {b.get(f)!r}" for f in fields[:3] if f != "ops")
-                out.append(f"{key}: {shown or ', '.join(fields)}")
-            else:
-                out.append(f"{key}: {a!r} -> {b!r}")
+        changes = _changes(stored.get(key), current.get(key))
+        if changes:
+            out.append(f"{key}: " + ", ".join(changes[:4]) + (" ..." if len(changes) > 4 else ""))
     return out[:limit] + ([f"... {len(out) - limit} more"] if len(out) > limit else [])
 
 

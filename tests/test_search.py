@@ -15,7 +15,8 @@ from meshplan.batch import PlanBatch
 from meshplan.cli import main
 from meshplan.comm import split_group
 from meshplan.errors import SpecError
-from meshplan.estimate import estimate, expert_factors, send_stride
+from meshplan.estimate import estimate
+from meshplan.groups import expert_factors, send_stride
 from meshplan.hardware import load_system
 from meshplan.keyed import KeyUnits, distinct, panel_counts, split_codes
 from meshplan.model import load_model

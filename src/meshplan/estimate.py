@@ -1,12 +1,16 @@
 """estimate(model, cluster, plan) -> Estimate: the one place that composes costs into a training step.
 
-Per micro-batch, on the busiest pipeline rank (the first, with the embedding, or the last, with the LM head):
-    t_stage = Σ_layers (fwd + bwd kernels) + recompute + exposed TP / CP / EP communication + pipeline p2p
-Per step (a flow shop, ``bubble_time``: the other ranks' times once, over v; with equal ranks the bubble is
-(p-1)/m for 1F1B and (p-1)/(v·m) for the interleaved schedule, Narayanan et al. 2021 §2.2):
-    t_step = m · t_stage + ((p-2) · t_middle + t_other_end) / v + exposed DP / ZeRO communication + optimizer
-Overlap rules (stated once, here):
-- TP collectives are exposed unless ``plan.overlap_tp``; then they hide behind the GEMMs of the same pass.
+Per micro-batch, on each pipeline rank (the first holds the embedding, the last the LM head):
+    t_rank = Σ_layers (fwd + bwd kernels) + recompute + exposed TP / CP / EP communication + pipeline p2p
+Per step, the busier of the first and the last rank (channels.py: its m passes each way with the data-parallel
+collectives and offload copies that share them, and its optimizer step), and the bubble (a flow shop,
+``bubble_time``: the other ranks' times once, over v; with equal ranks (p-1)/m for 1F1B and (p-1)/(v·m) for the
+interleaved schedule, Narayanan et al. 2021 §2.2):
+    t_step = max over the end ranks of (m · t_rank + channels + optimizer) + ((p-2) · t_middle + t_other_end) / v
+Overlap rules (stated once, here and in channels.py). A collective that hides behind compute slows it by the overlap
+slowdown per second hidden (efficiency.py); a pass's time stays non-decreasing in every op's time (channels.py):
+- TP collectives are exposed unless ``plan.overlap_tp``; then they hide behind the GEMMs of the same pass, which they
+  share with SUMMA's panel broadcasts: what exceeds the GEMMs is exposed, once.
 - Context-parallel K/V exchange hides behind the attention kernel of the same pass (ring attention).
 - EP all-to-all (and expert-TP) traffic is exposed unless ``plan.overlap_ep``: Megatron-Core's 1F1B
   all-to-all overlap (MCore v0.14 "batch-level overlapping to hide EP-A2A communication",
@@ -17,12 +21,12 @@ Overlap rules (stated once, here):
   passes' expert kernels, the forward's combine behind the backward's attention), with the overlap slowdown.
 - Pipeline p2p is exposed, unless ``plan.overlap_pp`` and the schedule is interleaved (v > 1): Megatron-Core's
   overlap_p2p_comm posts each send and receive on its own stream and waits for it only before the chunk that
-  needs it, so it hides behind the compute of another chunk, which it slows by the overlap slowdown (a chunk's
-  activation is far smaller than its layers' work; Megatron-Bridge training/comm_overlap.py turns it on for
-  every interleaved schedule, Megatron-LM's --no-overlap-p2p-communication defaults it on there).
-- DP gradient reduction hides behind the backward pass of the last micro-batch, the distributed optimizer's
-  parameter all-gather behind the forward pass of the first (Megatron overlap-grad-reduce /
-  overlap-param-gather) when ``plan.overlap_dp``; ZeRO-3 gathers hide behind each micro-batch's compute.
+  needs it, so it hides behind the compute of another chunk of the same pass, which it slows by the overlap
+  slowdown (a chunk's activation is far smaller than its layers' work; Megatron-Bridge training/comm_overlap.py
+  turns it on for every interleaved schedule, Megatron-LM's --no-overlap-p2p-communication defaults it on there).
+- DP gradient reduction and the distributed optimizer's parameter all-gather (Megatron overlap-grad-reduce /
+  overlap-param-gather, when ``plan.overlap_dp``), ZeRO-3's gathers and activation offload share the passes they
+  run beside with the traffic above, each on its own link (channels.py).
 The arithmetic accepts NumPy arrays in the numeric plan fields, so the search evaluates many plans with this
 same code (``step_costs``); ``estimate`` adds the per-op table and the feasibility verdict for one plan.
 
@@ -41,13 +45,14 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from meshplan.comm import Layout, collective_time, split_group, split_time
+from meshplan.channels import Passes, dp_collectives, offload, optimizer_time, step_channels
+from meshplan.comm import split_group, split_time
 from meshplan.efficiency import DEFAULT, Efficiency
+from meshplan.groups import axis_layout
 from meshplan.hardware import Cluster
 from meshplan.memory import (
     WEIGHT_BYTES,
     Memory,
-    StageParams,
     activation_bytes,
     embedding_in_flight,
     kind_fractions,
@@ -79,7 +84,7 @@ from meshplan.ops import (
 from meshplan.plan import Plan, validate
 from meshplan.roofline import compute_time, memory_time, op_time
 from meshplan.units import fmt_bytes
-from meshplan.xp import Num, floor_div, maximum, minimum, where
+from meshplan.xp import Num, maximum, minimum, where
 
 COMPONENTS = ("compute", "recompute", "tp", "cp", "ep", "pp", "bubble", "dp", "optimizer", "offload")
 MEMORY = ("weights", "grads", "optimizer", "activations", "buffers")
@@ -87,53 +92,7 @@ T = TypeVar("T")  # PassTimes, or a total (float / array)
 ZERO = 0.0  # the one object PassTimes.total skips
 
 
-# ---- timing a list of ops -----------------------------------------------------------------------------------
-def send_stride(pp_stride: Num, pp: Num) -> Num:
-    """The rank distance a pipeline send (a pair of neighbouring stages) is priced at: s·p/2 for p stages s
-    apart. Such a pair shares a tier's block exactly when the whole pipeline does (span // (s·p/2) ≥ 2 ⟺
-    s·p ≤ span), so every send is priced on the slowest link of the stages' chain: the stage that sends over
-    it sets the pipeline's pace, m · t_stage of the busiest rank."""
-    return pp_stride * pp / 2
-
-
-def pipeline_bounds(plan: Plan) -> tuple[Num, Num]:
-    """(ranks placed inside the pipeline axis, the rank distance across all its stages): s_pp and s_pp·p."""
-    below = plan.stride("pp")
-    return below, below * plan.pp
-
-
-def expert_layout(plan: Plan, members: Num, stride: Num) -> Layout:
-    """A group of the expert domain (the tp·cp·dp ranks of one pipeline stage, ordered etp innermost, then ep,
-    then expert-data-parallel: Megatron-Core's expert RankGenerator) as strided factors over the global ranks.
-    The domain's first s_pp ranks are global ranks; each further step skips the pipeline's stages (s_pp·p), so a
-    group that reaches past s_pp splits into an inner factor at ``stride`` and an outer one at
-    max(stride, s_pp)·p. With pp placed outermost (the default) s_pp is the whole domain: one factor."""
-    return expert_factors(members, stride, *pipeline_bounds(plan))
-
-
-def expert_factors(members: Num, stride: Num, below: Num, above: Num) -> Layout:
-    """``expert_layout`` from the pipeline's bounds (s_pp, s_pp·p)."""
-    inner = minimum(members, maximum(1, floor_div(below, stride)))
-    return ((inner, stride), (members / inner, maximum(stride, below) * (above / below)))
-
-
-def axis_layout(plan: Plan, axis: str) -> Layout:
-    """How a collective's group sits on the ranks (plan.py placement; comm.split_group): a stride, or strided
-    factors for groups that are not evenly strided (the dp·cp gradient group, expert groups; pipeline sends:
-    ``send_stride``)."""
-    if axis in ("tp", "tp2", "cp"):
-        return plan.stride(axis)
-    if axis == "pp":
-        return send_stride(plan.stride("pp"), plan.pp)
-    if axis == "dp":  # gradients are reduced over dp·cp together, wherever the two axes are placed
-        return ((plan.cp, plan.stride("cp")), (plan.dp, plan.stride("dp")))
-    if axis == "ep":
-        return expert_layout(plan, plan.ep, plan.etp)
-    if axis == "edp":
-        return expert_layout(plan, plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp), plan.ep * plan.etp)
-    return 1
-
-
+# ---- timing a list of ops ---------------------------------------------------------------------------------
 def time_ops(ops: list[OpCost], cluster: Cluster, plan: Plan, eff: Efficiency,
              compute: list[Num | None] | None = None) -> list[Num]:
     """Seconds of each op: collectives by comm.py, the rest by the roofline (or taken from ``compute``, the
@@ -157,7 +116,9 @@ def time_ops(ops: list[OpCost], cluster: Cluster, plan: Plan, eff: Efficiency,
 
 @dataclass(frozen=True, slots=True)
 class PassTimes:
-    """Per micro-batch times of a group of ops (a layer, the embedding, the head), split by component."""
+    """Per micro-batch times of a group of ops (a layer, the embedding, the head), split by component, and what the
+    step-level channels (channels.py) need of each pass: the forward pass's share of the exposed communication and
+    the communication each pass hides under its kernels."""
 
     fwd: Num = 0.0  # forward kernels
     bwd: Num = 0.0  # backward kernels
@@ -166,6 +127,9 @@ class PassTimes:
     cp: Num = 0.0
     ep: Num = 0.0
     pp: Num = 0.0
+    fwd_comm: Num = 0.0  # of tp + cp + ep + pp: the forward pass's (the rest is the backward's)
+    hidden_f: Num = 0.0  # communication seconds hidden under the forward kernels (H of channels.py)
+    hidden_b: Num = 0.0  # ... under the backward kernels and the recompute
 
     @property
     def total(self) -> Num:
@@ -176,15 +140,24 @@ class PassTimes:
         return total
 
     def lean(self) -> PassTimes:
-        """The same forward, backward and total times, with every other component folded into
-        ``recompute`` (for code that needs only those three: the search's ranking)."""
-        return PassTimes(self.fwd, self.bwd, self.total - self.fwd - self.bwd, ZERO, ZERO, ZERO, ZERO)
+        """The same passes with the communication components folded into ``tp`` (for code that needs only the
+        passes, not their breakdown: the search's ranking)."""
+        comm = self.total - self.fwd - self.bwd - self.recompute
+        return PassTimes(self.fwd, self.bwd, self.recompute, comm, ZERO, ZERO, ZERO, self.fwd_comm, self.hidden_f,
+                         self.hidden_b)
 
     def scaled(self, k: Num) -> PassTimes:
-        return PassTimes(*(getattr(self, f) * k for f in PassTimes.__slots__))
+        return PassTimes(*(v if v is ZERO else v * k for v in (getattr(self, f) for f in PassTimes.__slots__)))
 
     def plus(self, other: PassTimes) -> PassTimes:
-        return PassTimes(*(getattr(self, f) + getattr(other, f) for f in PassTimes.__slots__))
+        return PassTimes(*(a if b is ZERO else b if a is ZERO else a + b
+                           for a, b in ((getattr(self, f), getattr(other, f)) for f in PassTimes.__slots__)))
+
+    def passes(self) -> Passes:
+        """The forward and backward pass: T, K and H of channels.py."""
+        t_f = self.fwd + self.fwd_comm
+        return Passes(t_f=t_f, t_b=self.total - t_f, k_f=self.fwd, k_b=self.bwd + self.recompute,
+                      h_f=self.hidden_f, h_b=self.hidden_b)
 
 
 def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, recompute: str, eff: Efficiency = DEFAULT
@@ -222,40 +195,70 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, recompute: str, 
             add((ph, {"etp": "ep", "tp2": "cp"}.get(op.collective.axis, op.collective.axis) + "_exposed"), t)
     g = s.get
     kernels = {ph: g((ph, "gemm"), 0.0) + g((ph, "attention"), 0.0) + g((ph, "memory"), 0.0) for ph in "fb"}
-    tp, cp, ep = {}, {}, {}
+    tp, cp, ep, hidden = {}, {}, {}, {}
     sd = eff.overlap_slowdown
     for ph in "fb":
-        gemm = g((ph, "gemm"), 0.0)
-        tp[ph] = hide(g((ph, "tp"), 0.0), gemm, sd) if plan.overlap_tp else g((ph, "tp"), 0.0)
-        # SUMMA (seed 003): the first panel is exposed, the rest hides behind the GEMMs of the pass
-        tp[ph] = tp[ph] + g((ph, "tp_exposed"), 0.0) + g((ph, "summa_panel"), 0.0) + maximum(
-            0.0, g((ph, "summa"), 0.0) - gemm)
-        cp[ph] = hide(g((ph, "cp"), 0.0), g((ph, "attention"), 0.0), sd) + g((ph, "cp_exposed"), 0.0)
+        gemm, attention, ring = g((ph, "gemm"), 0.0), g((ph, "attention"), 0.0), g((ph, "cp"), 0.0)
+        behind = g((ph, "tp"), 0.0) if plan.overlap_tp else 0.0  # TP collectives that hide behind the GEMMs
+        summa = g((ph, "summa"), 0.0)
+        # the GEMMs of the pass are one window for the TP collectives that hide (slowing them by σ per second
+        # hidden) and SUMMA's panel broadcasts after the first (seed 003: the first panel is exposed, the rest
+        # hides; priced without slowdown as seed 003 does): what exceeds the window is exposed, once
+        tp[ph] = (0.0 if plan.overlap_tp else g((ph, "tp"), 0.0)) + g((ph, "tp_exposed"), 0.0) + g(
+            (ph, "summa_panel"), 0.0)
+        if not (_none(behind) and _none(summa)):
+            tp[ph] = tp[ph] + maximum(0.0, behind + summa - gemm) + sd * minimum(behind, gemm)
+        cp[ph] = g((ph, "cp_exposed"), 0.0) if _none(ring) else hide(ring, attention, sd) + g((ph, "cp_exposed"), 0.0)
         ep[ph] = g((ph, "ep_exposed"), 0.0)
+        hidden[ph] = (0.0 if _none(behind) else minimum(behind, gemm)) + (
+            0.0 if _none(ring) else minimum(ring, attention))
     if paired:  # forward all-to-all behind the other micro-batch's backward kernels, and vice versa
-        ep = combined_1f1b(s, kernels, ep, sd)
+        ep, hidden_ep = combined_1f1b(s, kernels, ep, sd)
+        hidden = {ph: hidden[ph] + hidden_ep[ph] for ph in "fb"}
+    hidden_b = hidden["b"]
     if recompute == "full":
         redo = kernels["f"] + tp["f"] + cp["f"] + ep["f"]
+        hidden_b = hidden_b + hidden["f"]
     elif recompute == "selective":
-        redo = _selective_redo(ops, times, plan.recompute_modules, g(("f", "tp"), 0.0), tp["f"], ep["f"])
+        redo, again = _selective_redo(ops, times, plan, ep["f"], sd)
+        hidden_b = hidden_b + again
     else:
         redo = 0.0
+    pp = {ph: g((ph, "pp_exposed"), 0.0) for ph in "fb"}
     return PassTimes(fwd=kernels["f"], bwd=kernels["b"], recompute=redo, tp=tp["f"] + tp["b"],
-                     cp=cp["f"] + cp["b"], ep=ep["f"] + ep["b"],
-                     pp=g(("f", "pp_exposed"), 0.0) + g(("b", "pp_exposed"), 0.0))
+                     cp=cp["f"] + cp["b"], ep=ep["f"] + ep["b"], pp=pp["f"] + pp["b"],
+                     fwd_comm=tp["f"] + cp["f"] + ep["f"] + pp["f"], hidden_f=hidden["f"], hidden_b=hidden_b)
 
 
-def _selective_redo(ops: list[OpCost], times: list[Num], modules: tuple[str, ...], tp_raw: Num, tp_exposed: Num,
-                    ep_exposed: Num) -> Num:
-    """What selective recompute of ``modules`` adds to the backward pass: their forward kernels again, the share of
-    the forward's exposed TP time their own collectives make up (``tp_raw``: all forward TP collectives before the
-    overlap rules, ``tp_exposed`` after), and a recomputed MoE layer's exposed forward all-to-alls."""
-    redo = sum((t for t, again in zip(times, rerun_by(ops, modules), strict=True) if again), 0.0)
-    tp_again = sum((t for t, again in zip(times, tp_rerun_by(ops, modules), strict=True) if again), 0.0)
-    redo = redo + tp_exposed * tp_again / maximum(tp_raw, 1e-30)
+def _none(x: Num) -> bool:
+    """``x`` is the float 0.0 (no op of that kind): arithmetic with it can be skipped, keeping sums scalar."""
+    return type(x) is float and x == 0.0
+
+
+def _selective_redo(ops: list[OpCost], times: list[Num], plan: Plan, ep_exposed: Num, slowdown: float
+                    ) -> tuple[Num, Num]:
+    """What selective recompute of ``plan.recompute_modules`` adds to the backward pass, and the communication it
+    hides: their forward kernels again; the TP collectives inside them again (``ops.tp_rerun_by``), those that hide
+    behind GEMMs (``plan.overlap_tp``) behind the re-run GEMMs (``hide``), the others exposed; and a recomputed MoE
+    layer's exposed forward all-to-alls."""
+    modules = plan.recompute_modules
+    redo = gemm = behind = exposed = 0.0
+    for op, t, again in zip(ops, times, rerun_by(ops, modules), strict=True):
+        if again:
+            redo = redo + t
+            if op.kind == "gemm":
+                gemm = gemm + t
+    for op, t, again in zip(ops, times, tp_rerun_by(ops, modules), strict=True):
+        if again and plan.overlap_tp and op.overlap == "tp":
+            behind = behind + t
+        elif again:
+            exposed = exposed + t
+    redo = redo + exposed
     if any(RECOMPUTE_MODULES[m].all_to_all for m in modules):
         redo = redo + ep_exposed
-    return redo
+    if _none(behind):
+        return redo, 0.0
+    return redo + hide(behind, gemm, slowdown), minimum(behind, gemm)
 
 
 # Megatron-Core's combined 1F1B schedule (--overlap-moe-expert-parallel-comm) runs a MoE layer's forward for one
@@ -279,7 +282,7 @@ def _a2a_node(op: OpCost) -> tuple[str, str]:
 
 
 def combined_1f1b(s: dict[tuple[str, str], Num], kernels: dict[str, Num], ep: dict[str, Num], slowdown: float
-                  ) -> dict[str, Num]:
+                  ) -> tuple[dict[str, Num], dict[str, Num]]:
     """The EP time of one MoE layer under the combined 1F1B schedule (the diagram above): each node starts when its
     stream is free and its producer on the other stream is done, so the layer takes
         max(F.attn, B.combine)                                        the first column
@@ -287,7 +290,7 @@ def combined_1f1b(s: dict[tuple[str, str], Num], kernels: dict[str, Num], ep: di
       + max(F.combine, B.attn)                                        the last
     (B.dispatch waits for the experts' input gradients, F.mlp for the forward dispatch). What it takes beyond the
     compute stream's work is the exposed all-to-all; the rest hides and slows the compute by ``slowdown`` × its length
-    (as ``hide``). Returned per pass, split in proportion to each pass's all-to-all time."""
+    (as ``hide``). Returned per pass, half each, with the all-to-all time that hides."""
     g = s.get
     f_dispatch, f_combine, b_dispatch, b_combine = (g((k, "a2a"), 0.0) for k in ("fd", "fc", "bd", "bc"))
     f_mlp, b_mlp, b_mlp_dw = (g((k, "experts"), 0.0) for k in ("f", "b", "w"))
@@ -297,9 +300,12 @@ def combined_1f1b(s: dict[tuple[str, str], Num], kernels: dict[str, Num], ep: di
     comm = f_dispatch + f_combine + b_dispatch + b_combine
     exposed = maximum(0.0, layer - kernels["f"] - kernels["b"])
     cost = exposed + slowdown * maximum(0.0, comm - exposed)
-    share = (f_dispatch + f_combine) / maximum(comm, 1e-30)
-    return {"f": ep["f"] - f_dispatch - f_combine + cost * share,
-            "b": ep["b"] - b_dispatch - b_combine + cost * (1 - share)}
+    share = 0.5  # the two passes run together, node by node: their shared cost is split evenly (a split by their
+    # all-to-all times would move with the rates and make one pass longer when a link gets faster)
+    hidden = maximum(0.0, comm - exposed)
+    return ({"f": ep["f"] - f_dispatch - f_combine + cost * share,
+             "b": ep["b"] - b_dispatch - b_combine + cost * (1 - share)},
+            {"f": hidden * share, "b": hidden * (1 - share)})
 
 
 def hide(comm: Num, window: Num, slowdown: float) -> Num:
@@ -320,10 +326,11 @@ class StepCosts:
     stage_fwd: Num  # forward time of one micro-batch on the busiest rank
     stage_bwd: Num
     host_memory: Num = 0.0  # bytes offloaded to this GPU's share of host memory
-    # per micro-batch (forward, backward) of the first, a middle and the last pipeline rank, each pass with its
-    # share of the rank's exposed communication (``passes``): what the timeline simulates
+    # per micro-batch (forward, backward) of the first, a middle and the last pipeline rank, each pass with its own
+    # exposed communication (``PassTimes.passes``): what the timeline simulates
     ranks: tuple[tuple[Num, Num], ...] = ()
     rank_memory: tuple[Num, Num] = (0.0, 0.0)  # peak memory of the first and of the last pipeline rank
+    use_first: Num = True  # the first pipeline rank takes the longer step (else the last): the breakdown's rank
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,149 +461,42 @@ def _head_and_mtp(model: ModelSpec, plan: Plan, parts: _Parts, recompute: str, e
     return head.plus(depth.scaled(model.mtp_layers)), saved + model.mtp_layers * depth_saved
 
 
-def _scale(x: T, k: Num) -> T:
-    return x.scaled(k) if isinstance(x, PassTimes) else x * k
-
-
-def _add(a: T, b: T) -> T:
-    return a.plus(b) if isinstance(a, PassTimes) else a + b
-
-
-def _total(x: PassTimes | Num) -> Num:
-    return x.total if isinstance(x, PassTimes) else x
-
-
-def _stage(model: ModelSpec, plan: Plan, layer: T, layer_plain: T, embed: T, head: T, p2p: T, p2p_paid: Num
-           ) -> tuple[T, T, T]:
-    """Per micro-batch times of the first and the last pipeline rank, and of a middle rank (its layers and
-    p2p, without the embedding or the head): as PassTimes (by component) or as totals, from the same units.
-    Each of the v chunks sends once each way. With ``plan.overlap_pp`` and v > 1 a send hides behind a chunk's
-    compute at the overlap slowdown ``p2p_paid``, whatever exceeds the chunk exposed (``hide``); the share paid
-    is taken from the totals, so both forms agree."""
-    def body(layers: Num) -> T:
+def stage_times(model: ModelSpec, plan: Plan, u: Units) -> tuple[PassTimes, PassTimes, PassTimes]:
+    """Per micro-batch times of the first and the last pipeline rank, and of a middle rank (its layers and sends,
+    without the embedding or the head), by component."""
+    def body(layers: Num) -> PassTimes:
         if plan.recompute == "full":
             redone = layers if plan.recompute_layers == 0 else minimum(plan.recompute_layers, layers)
-            return _add(_scale(layer, redone), _scale(layer_plain, layers - redone))
-        return _scale(layer, layers)
+            return u.layer.scaled(redone).plus(u.layer_plain.scaled(layers - redone))
+        return u.layer.scaled(layers)
 
     single = plan.pp == 1
-    send = _total(p2p)
-
-    def with_sends(rank: T) -> T:
-        paid = where(plan.vpp > 1, hide(send, _total(rank) / plan.vpp, p2p_paid), send)  # hide(., ., 1) is send
-        return _add(rank, _scale(p2p, plan.vpp * (plan.pp > 1) * paid / maximum(send, 1e-30)))
-
-    middle = with_sends(body(layers_on_stage(model, plan)))
+    middle = _with_sends(plan, body(layers_on_stage(model, plan)), u)
     # an uneven last stage (plan.last_stage_layers) has layers of its own; an even split the same as the others
-    own_last = with_sends(body(layers_on_last(model, plan)))
-    first = _add(_add(middle, embed), _scale(head, single))
-    last = _add(_add(own_last, head), _scale(embed, single))
+    own_last = _with_sends(plan, body(layers_on_last(model, plan)), u) if plan.last_stage_layers else middle
+    first = middle.plus(u.embed).plus(u.head.scaled(single))
+    last = own_last.plus(u.head).plus(u.embed.scaled(single))
     return first, last, middle
 
 
-def stage_times(model: ModelSpec, plan: Plan, u: Units) -> tuple[PassTimes, PassTimes, PassTimes]:
-    """First, last and middle pipeline rank per micro-batch, by component."""
-    return _stage(model, plan, u.layer, u.layer_plain, u.embed, u.head, u.p2p, u.p2p_paid)
-
-
-def stage_totals(model: ModelSpec, plan: Plan, u: Units) -> tuple[Num, Num, Num]:
-    """First, last and middle pipeline rank per micro-batch, in total (what the step time needs)."""
-    return _stage(model, plan, u.layer.total, u.layer_plain.total, u.embed.total, u.head.total, u.p2p.total,
-                  u.p2p_paid)
-
-
-def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency
-                    ) -> tuple[Num, Num, Num]:
-    """Seconds of one (gradient all-reduce or reduce-scatter, parameter all-gather, gradient reduce-scatter)
-    over the dp·cp ranks (and the expert-data-parallel ranks for expert weights); trainable parameters only
-    (LoRA: the adapters)."""
-    params = trainable(params, plan)
-    dense_group, expert_group = plan.dp * plan.cp, plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp)
-    layout_d, layout_e = axis_layout(plan, "dp"), axis_layout(plan, "edp")
-
-    def coll(kind: str, per_param: int) -> Num:
-        t = collective_time(kind, params.dense * per_param, dense_group, layout_d, cluster, eff)
-        if not model.is_moe:
-            return t
-        return t + collective_time(kind, params.expert * per_param, expert_group, layout_e, cluster, eff)
-
-    return (coll("all_reduce", plan.grad_bytes), coll("all_gather", WEIGHT_BYTES),
-            coll("reduce_scatter", plan.grad_bytes))
-
-
-def dp_time(model: ModelSpec, cluster: Cluster, plan: Plan, params: StageParams, stage: PassTimes,
-            eff: Efficiency, collectives: tuple[Num, Num, Num] | None = None) -> Num:
-    """Exposed data-parallel communication per step, by ZeRO stage (Rajbhandari et al. 2020 §5, §7):
-    0: all-reduce the gradients once per step; 1: reduce-scatter them once, all-gather the updated weights;
-    2: gradients are partitioned, so they are reduce-scattered after every micro-batch;
-    3: weights are gathered before each micro-batch's forward and again for its backward, gradients
-    reduce-scattered after it. Overlap: see the module docstring."""
-    all_reduce, gather, scatter = collectives or dp_collectives(model, cluster, plan, params, eff)
-    m, ov, sd = plan.grad_accum, plan.overlap_dp, eff.overlap_slowdown
-    fwd, bwd = stage.fwd if ov else 0.0, stage.bwd if ov else 0.0
-    if plan.zero == 0:
-        return hide(all_reduce, bwd, sd)
-    if plan.zero == 1:
-        return hide(scatter, bwd, sd) + hide(gather, fwd, sd)
-    if plan.zero == 2:
-        return m * hide(scatter, bwd, sd) + hide(gather, fwd, sd)
-    return m * (hide(gather, fwd, sd) + hide(gather + scatter, bwd, sd))
-
-
-def optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency) -> Num:
-    """Adam over this GPU's shard: read gradient, read + write master weight and both moments, write the
-    bf16 weight: (g + 24 + 2) bytes per parameter, memory-bound. Offloaded: the gradient goes to the host
-    and the weight comes back over PCIe, and the host's update streams the same 24 bytes per parameter.
-    Trainable parameters only (LoRA: the adapters)."""
-    params = trainable(params, plan)
-    if plan.zero >= 1:
-        shard = params.dense / (plan.dp * plan.cp) + params.expert * plan.ep * plan.etp / (
-            plan.tp * plan.cp * plan.dp)
-    else:
-        shard = params.total
-    if plan.offload_optimizer:
-        return shard * (plan.grad_bytes + WEIGHT_BYTES + 24) / cluster.host_bandwidth
-    return shard * (plan.grad_bytes + 24 + WEIGHT_BYTES) / (cluster.accelerator.hbm_bandwidth * eff.memory)
-
-
-def offload_time(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, stage: PassTimes, use_first: Num = True
-                 ) -> Num:
-    """Activation offload: every saved byte of an offloaded layer goes to the host during the forward pass and
-    comes back during the backward pass over PCIe (NVLink-C2C on Grace); double-buffered one layer ahead
-    (Transformer Engine's CPU-offload handler), so a layer's copy hides only behind the compute of the offloaded
-    layers, not the whole pass: what those layers' compute cannot hide is exposed, per micro-batch, on the busiest
-    rank (``stage``: the first when ``use_first``, else the last)."""
-    if not plan.offload_activations:
-        return 0.0
-    n = where(use_first, offloaded_layers(model, plan), offloaded_layers(model, plan, last=True))
-    share = n / where(use_first, layers_on_stage(model, plan), layers_on_last(model, plan))
-    moved = u.layer_saved * n / cluster.host_bandwidth
-    return plan.grad_accum * (maximum(0.0, moved - share * stage.fwd) + maximum(0.0, moved - share * stage.bwd))
-
-
-@dataclass(frozen=True, slots=True)
-class Pipeline:
-    """The pipelined part of a step: the busiest rank's per-micro-batch times, and the bubble."""
-
-    stage: PassTimes
-    use_first: Num  # the first rank (embedding) is the busiest, else the last (head)
-    micro_batches: Num
-    bubble: Num
-    ranks: tuple[PassTimes, PassTimes, PassTimes]  # the first, a middle and the last rank per micro-batch
-
-    def breakdown(self) -> dict[str, Num]:
-        s, m = self.stage, self.micro_batches
-        return {"compute": m * (s.fwd + s.bwd), "recompute": m * s.recompute, "tp": m * s.tp, "cp": m * s.cp,
-                "ep": m * s.ep, "pp": m * s.pp, "bubble": self.bubble}
-
-
-def pipeline(model: ModelSpec, plan: Plan, u: Units) -> Pipeline:
-    """m · t_stage on the busiest rank, plus the bubble (``bubble_time``)."""
-    first, last, middle = stage_times(model, plan, u)
-    use_first = first.total >= last.total
-    stage = PassTimes(*(where(use_first, getattr(first, f), getattr(last, f)) for f in PassTimes.__slots__))
-    return Pipeline(stage, use_first, plan.grad_accum, bubble_time(plan, first.total, last.total, middle.total),
-                    (first, middle, last))
+def _with_sends(plan: Plan, rank: PassTimes, u: Units) -> PassTimes:
+    """A rank's layers with its pipeline sends: each of its v chunks sends its activation once in the forward pass
+    and its gradient once in the backward pass. With ``plan.overlap_pp`` and v > 1 a send hides behind a chunk's
+    compute of the same pass (1/v of the pass) at the overlap slowdown ``u.p2p_paid``, whatever exceeds it exposed
+    (``hide``; with ``p2p_paid`` = 1 every send is exposed: hide(c, w, 1) = c)."""
+    v, sends = plan.vpp, plan.vpp * (plan.pp > 1)
+    send_f = u.p2p.fwd_comm  # one send of each pass, as exposed (the p2p ops are all communication)
+    send_b = u.p2p.total - send_f
+    t = rank.passes()
+    interleaved = v > 1
+    paid_f = where(interleaved, hide(send_f, t.t_f / v, u.p2p_paid), send_f)
+    paid_b = where(interleaved, hide(send_b, t.t_b / v, u.p2p_paid), send_b)
+    added = u.p2p.scaled(sends * (paid_f + paid_b) / maximum(send_f + send_b, 1e-30))
+    hid_f = hid_b = 0.0
+    if plan.overlap_pp:
+        hid_f = sends * where(interleaved, minimum(send_f, t.t_f / v), 0.0)
+        hid_b = sends * where(interleaved, minimum(send_b, t.t_b / v), 0.0)
+    return rank.plus(replace(added, fwd_comm=sends * paid_f, hidden_f=hid_f, hidden_b=hid_b))
 
 
 def bubble_time(plan: Plan, first: Num, last: Num, middle: Num) -> Num:
@@ -613,10 +513,31 @@ def bubble_time(plan: Plan, first: Num, last: Num, middle: Num) -> Num:
     return (plan.pp > 1) * others / plan.vpp
 
 
-def pipeline_time(model: ModelSpec, plan: Plan, u: Units) -> Num:
-    """The pipelined part of the step (the sum of ``pipeline(...).breakdown()``), from totals only."""
-    first, last, middle = stage_totals(model, plan, u)
-    return plan.grad_accum * maximum(first, last) + bubble_time(plan, first, last, middle)
+@dataclass(frozen=True, slots=True)
+class RankStep:
+    """One pipeline rank's step beside the bubble: m passes each way, the step-level channels, the optimizer."""
+
+    passes: PassTimes  # per micro-batch
+    dp: Num  # what the data-parallel collectives add (channels.step_channels)
+    offload: Num  # what the activation-offload copies add beyond that
+    optimizer: Num
+    micro_batches: Num
+
+    @property
+    def total(self) -> Num:
+        return self.micro_batches * self.passes.total + self.dp + self.offload + self.optimizer
+
+
+def rank_step(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, rank: PassTimes, last: bool,
+              eff: Efficiency = DEFAULT) -> RankStep:
+    """The first (or ``last``) pipeline rank's step: its passes with the data-parallel collectives and offload copies
+    that share them (channels.py) and its optimizer step, for its own parameters and offloaded layers."""
+    params = stage_params(model, plan, not last)
+    collectives = dp_collectives(model, cluster, plan, params, eff)
+    copies = offload(model, cluster, plan, u.layer_saved, last)
+    dp, moved = step_channels(rank.passes(), plan.grad_accum, collectives, (plan.zero,), copies,
+                              eff.overlap_slowdown, plan.overlap_dp)[plan.zero]
+    return RankStep(rank, dp, moved, optimizer_time(cluster, plan, params, eff), plan.grad_accum)
 
 
 def model_state_memory(model: ModelSpec, plan: Plan) -> tuple[tuple[Num, Num, Num], tuple[Num, Num, Num]]:
@@ -727,15 +648,18 @@ def offloaded_activations(model: ModelSpec, plan: Plan, u: Units) -> Num:
 
 
 def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, eff: Efficiency = DEFAULT) -> StepCosts:
-    """The step from its per-micro-batch units: the sum of its independent parts (which the search
-    evaluates separately and broadcasts): pipeline, DP / ZeRO, optimizer, offload; and memory."""
-    pipe = pipeline(model, plan, u)
-    params = _bottleneck_params(model, plan, pipe.use_first)
-    breakdown = pipe.breakdown() | {
-        "dp": dp_time(model, cluster, plan, params, pipe.stage, eff),
-        "optimizer": optimizer_time(cluster, plan, params, eff),
-        "offload": offload_time(model, cluster, plan, u, pipe.stage, pipe.use_first),
-    }
+    """The step from its per-micro-batch units: the busier of the first and the last pipeline rank (``rank_step``:
+    its passes, the data-parallel and offload channels beside them, its optimizer step) plus the bubble; and
+    memory."""
+    first, last, middle = stage_times(model, plan, u)
+    ends = (rank_step(model, cluster, plan, u, first, False, eff), rank_step(model, cluster, plan, u, last, True, eff))
+    use_first = ends[0].total >= ends[1].total
+    pick = {f: where(use_first, getattr(ends[0], f), getattr(ends[1], f)) for f in ("dp", "optimizer", "offload")}
+    stage = PassTimes(*(where(use_first, getattr(first, f), getattr(last, f)) for f in PassTimes.__slots__))
+    m = plan.grad_accum
+    breakdown = {"compute": m * (stage.fwd + stage.bwd), "recompute": m * stage.recompute, "tp": m * stage.tp,
+                 "cp": m * stage.cp, "ep": m * stage.ep, "pp": m * stage.pp,
+                 "bubble": bubble_time(plan, first.total, last.total, middle.total)} | pick
     states_first, states_last = model_state_memory(model, plan)
     acts_first, acts_last = activation_memory(model, plan, u)
     buffers = buffer_memory(model, plan)
@@ -745,30 +669,16 @@ def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, eff: Effi
     memory = {k: where(use_mem_first, getattr(mem_first, k), getattr(mem_last, k)) for k in MEMORY}
     return StepCosts(breakdown=breakdown, step_time=sum(breakdown.values(), 0.0), memory=memory,
                      peak_memory=maximum(mem_first.total, mem_last.total),
-                     stage_fwd=pipe.stage.fwd, stage_bwd=pipe.stage.bwd + pipe.stage.recompute,
+                     stage_fwd=stage.fwd, stage_bwd=stage.bwd + stage.recompute,
                      host_memory=offloaded_optimizer(model, plan) + offloaded_activations(model, plan, u),
-                     ranks=tuple(passes(r) for r in pipe.ranks), rank_memory=(mem_first.total, mem_last.total))
-
-
-def passes(rank: PassTimes) -> tuple[Num, Num]:
-    """(forward, backward) per micro-batch of a rank: the kernels of each pass (recompute with the backward)
-    plus the rank's exposed communication split between them in proportion to their kernel time."""
-    fwd, bwd = rank.fwd, rank.bwd + rank.recompute
-    comm = rank.total - fwd - bwd
-    share = fwd / maximum(fwd + bwd, 1e-30)
-    return fwd + comm * share, bwd + comm * (1 - share)
+                     ranks=tuple((r.t_f, r.t_b) for r in (first.passes(), middle.passes(), last.passes())),
+                     rank_memory=(mem_first.total, mem_last.total), use_first=use_first)
 
 
 def step_costs(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = DEFAULT,
                parts: _Parts | None = None) -> StepCosts:
     """Step time, its breakdown and memory, without validation (the search validates in bulk)."""
     return assemble(model, cluster, plan, unit_costs(model, cluster, plan, eff, parts), eff)
-
-
-def _bottleneck_params(model: ModelSpec, plan: Plan, use_first: Num) -> StageParams:
-    a, b = stage_params(model, plan, True), stage_params(model, plan, False)
-    return StageParams(dense=where(use_first, a.dense, b.dense), expert=where(use_first, a.expert, b.expert),
-                       adapters=where(use_first, a.adapters, b.adapters))
 
 
 # ---- FLOP accounting --------------------------------------------------------------------------------------
@@ -914,13 +824,13 @@ class Estimate:
     reasons: tuple[str, ...] = ()
     host_memory: float = 0.0  # bytes offloaded to host memory per GPU
     rank_memory: tuple[float, float] = (0.0, 0.0)  # peak memory of the first and of the last pipeline rank
-    detail: tuple[Any, ...] = field(default=(), repr=False, compare=False)  # (efficiency, parts, units)
+    detail: tuple[Any, ...] = field(default=(), repr=False, compare=False)  # (efficiency, parts, units, costs)
 
     @cached_property
     def ops(self) -> tuple[OpRow, ...]:
         """The per-op table (computed on first use: the search re-estimates plans that never print it)."""
-        eff, parts, units = self.detail
-        return _op_table(self.model, self.cluster, self.plan, eff, parts, units)
+        eff, parts, units, costs = self.detail
+        return _op_table(self.model, self.cluster, self.plan, eff, parts, bool(costs.use_first))
 
     @property
     def fits(self) -> bool:
@@ -1018,16 +928,15 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = D
                     host_memory=float(costs.host_memory),
                     rank_memory=(float(costs.rank_memory[0]), float(costs.rank_memory[1])),
                     model_flops=model_flops, hardware_flops=hardware_flops,
-                    reasons=reasons, detail=(eff, parts, units))
+                    reasons=reasons, detail=(eff, parts, units, costs))
 
 
-def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, parts: _Parts, units: Units
+def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, parts: _Parts, first: bool
               ) -> tuple[OpRow, ...]:
     """Every op with its time per occurrence and how many times the busiest rank runs it per step: the first
     (its layers and the embedding) or the last (its layers, the head and the multi-token-prediction depths, each a
     layer of ``mtp_kinds`` and the head again); a single stage runs all of them."""
     m, depths, single = plan.grad_accum, model.mtp_layers, plan.pp == 1
-    first = bool(pipeline(model, plan, units).use_first)
     layers = layers_on_stage(model, plan) if first else layers_on_last(model, plan)
     ends = single or not first  # the last stage's head and MTP depths are on the busiest rank
     counts = {kind: m * (layers * f + ends * depths * model.mtp_kinds.count(kind))
@@ -1046,14 +955,14 @@ def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, p
                     "compute" if compute >= memory else "memory")
             rows.append(OpRow(op.name, op.phase, op.kind, float(counts[group]), float(op.flops),
                               float(op.nbytes), float(t), bound))
-    rows += _step_rows(model, cluster, plan, eff, units)
+    rows += _step_rows(model, cluster, plan, eff, first)
     return tuple(r for r in rows if r.count > 0 and (r.seconds > 0 or r.flops > 0))
 
 
-def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, u: Units) -> list[OpRow]:
+def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, first: bool) -> list[OpRow]:
     """Once-per-step ops of the busiest rank: the gradient reduction / parameter gather (before overlap) and
     the optimizer step (ZeRO-3 traffic runs per micro-batch)."""
-    params = _bottleneck_params(model, plan, pipeline(model, plan, u).use_first)
+    params = stage_params(model, plan, first)
     all_reduce, gather, scatter = dp_collectives(model, cluster, plan, params, eff)
     grad_bytes, weight_bytes = trainable(params, plan).total * plan.grad_bytes, params.total * WEIGHT_BYTES
     m = plan.grad_accum

@@ -23,10 +23,9 @@ from meshplan.estimate import (
     Units,
     _parts,
     compute_times,
-    expert_layout,
-    send_stride,
     units_for_recomputes,
 )
+from meshplan.groups import expert_layout, send_stride
 from meshplan.hardware import Cluster
 from meshplan.model import ModelSpec
 from meshplan.xp import where

@@ -37,29 +37,25 @@ from typing import Any
 import numpy as np
 
 from meshplan.batch import CATEGORICAL, PlanBatch
+from meshplan.channels import Offload, Passes, dp_collectives, offload, optimizer_time, step_channels
 from meshplan.comm import Layout, block_members
 from meshplan.efficiency import DEFAULT, Efficiency
 from meshplan.errors import SpecError
 from meshplan.estimate import (
     Estimate,
     Units,
-    _bottleneck_params,
     activation_memory,
+    bubble_time,
     buffer_memory,
-    dp_collectives,
-    dp_time,
     estimate,
-    offload_time,
     offloaded_activations,
-    optimizer_time,
-    pipeline,
-    pipeline_time,
-    send_stride,
+    stage_times,
 )
 from meshplan.fields import MAX_PLANS
+from meshplan.groups import send_stride
 from meshplan.hardware import Cluster
 from meshplan.keyed import KeyUnits, distinct, panel_counts
-from meshplan.memory import layers_on_last, layers_on_stage, model_states, stage_params
+from meshplan.memory import StageParams, layers_on_last, layers_on_stage, model_states, stage_params
 from meshplan.model import ModelSpec
 from meshplan.plan import DENSE_AXES, LAYOUTS, Plan, fsdp_has_zero, recompute_modules_problem, ring_window_reason
 from meshplan.units import fmt_bytes
@@ -427,28 +423,51 @@ def _vec(x: object, n: int) -> np.ndarray:
 
 def _times(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict[str, Units], space: Space,
            eff: Efficiency) -> np.ndarray:
-    """Step time of every settings combination of a chunk, shape (recompute, zero, offload opt, offload act,
-    plan). Each part of the step (estimate.assemble) depends on only some settings, so each is computed for
-    those and the sums are broadcast: pipeline[rc] + dp[zero] + optimizer[zero, offload opt] + offload[rc,
-    offload act]. float32 (ranking only; the winners are re-estimated in float64)."""
+    """Step time of every settings combination of a chunk, shape (recompute, zero, offload opt, offload act, plan):
+    estimate.assemble's step on arrays, each part computed for the settings it changes with: per recompute mode the
+    ranks' passes and the bubble, per offload setting the copies, the channels beside the passes for every ZeRO stage
+    at once (channels.step_channels), per ZeRO stage and optimizer offload the optimizer step; the first and the last
+    pipeline rank side by side on a leading axis of 2, the longer step taken. float32 (ranking only; the winners are
+    re-estimated in float64)."""
     rcs, zeros = space.recompute, space.zero
     oos, oas = space.offload_optimizer, space.offload_activations
-    n = len(batch)
-    with_rc = {rc: replace(batch, recompute=rc) for rc in rcs}
-    # the busiest rank and its forward / backward times do not depend on the recompute mode (only its
-    # ``recompute`` component does, equally on every rank), so one full pipeline serves every mode
-    base = pipeline(model, with_rc[rcs[0]], units[rcs[0]])
-    params = _bottleneck_params(model, batch, base.use_first)
-    t_pipe = np.array([_vec(base.micro_batches * base.stage.total + base.bubble if rc == rcs[0] else
-                            pipeline_time(model, with_rc[rc], units[rc]), n) for rc in rcs])  # (R, n)
+    n, m, sd = len(batch), batch.grad_accum, eff.overlap_slowdown
+    ends = (stage_params(model, batch, True), stage_params(model, batch, False))
+    params = StageParams(*(_pair(getattr(ends[0], f), getattr(ends[1], f), n, np.float64)
+                           for f in StageParams.__slots__))
     collectives = dp_collectives(model, cluster, batch, params, eff)  # the same for every ZeRO stage
-    t_dp = np.array([_vec(dp_time(model, cluster, replace(batch, zero=z), params, base.stage, eff, collectives), n)
-                     for z in zeros])
-    t_opt = np.array([[_vec(optimizer_time(cluster, replace(batch, zero=z, offload_optimizer=oo), params, eff), n)
-                       for oo in oos] for z in zeros])  # (Z, O, n)
-    t_off = np.array([[_vec(offload_time(model, cluster, replace(with_rc[rc], offload_activations=oa), units[rc],
-                                         base.stage, base.use_first), n) for oa in oas] for rc in rcs])  # (R, A, n)
-    return t_pipe[:, None, None, None] + t_dp[None, :, None, None] + t_opt[None, :, :, None] + t_off[:, None, None]
+    opt = {(z, oo): optimizer_time(cluster, replace(batch, zero=z, offload_optimizer=oo), params, eff)
+           for z in zeros for oo in oos}
+    out = np.empty((len(rcs), len(zeros), len(oos), len(oas), n), dtype=np.float32)
+    forward: dict = {}  # the forward passes do not change with the recompute mode: priced once without copies
+    for r, rc in enumerate(rcs):
+        plan = replace(batch, recompute=rc)
+        first, last, middle = stage_times(model, plan, units[rc])
+        bubble = bubble_time(plan, first.total, last.total, middle.total)
+        pf, pl = first.passes(), last.passes()
+        passes = Passes(*(_pair(getattr(pf, f), getattr(pl, f), n) for f in Passes.__slots__))
+        pipelined = m * _pair(first.total, last.total, n)
+        for a, oa in enumerate(oas):
+            copies = Offload()
+            if oa:
+                with_oa = replace(plan, offload_activations=True)
+                one, two = (offload(model, cluster, with_oa, units[rc].layer_saved, last) for last in (False, True))
+                copies = Offload(_pair(one.copy, two.copy, n), _pair(one.share, two.share, n))
+            channels = step_channels(passes, m, collectives, zeros, copies, sd, batch.overlap_dp, forward)
+            for z, zero in enumerate(zeros):
+                dp, moved = channels[zero]
+                base = pipelined + dp + moved
+                for o, oo in enumerate(oos):
+                    rank = base + opt[zero, oo]
+                    np.add(np.maximum(rank[0], rank[1]), bubble, out=out[r, z, o, a], casting="unsafe")
+    return out
+
+
+def _pair(first: object, last: object, n: int, dtype: type = np.float32) -> np.ndarray:
+    """The first and the last rank's value of each plan, stacked: shape (2, n) (float32: the ranking's precision)."""
+    out = np.empty((2, n), dtype=dtype)
+    out[0], out[1] = first, last
+    return out
 
 
 def _memory(model: ModelSpec, batch: PlanBatch, units: dict[str, Units], space: Space

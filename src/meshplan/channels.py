@@ -1,0 +1,208 @@
+"""Step-level channels beside a pipeline rank's passes: data-parallel collectives, activation offload, the optimizer.
+
+A step of a pipeline rank runs m forward and m backward passes, one per micro-batch. Beside them run
+- the data-parallel collectives of ZeRO (Rajbhandari et al. 2020 §5, §7), on one NCCL stream: stage 0 all-reduces the
+  gradients beside the last backward pass; stage 1 (Megatron's distributed optimizer) reduce-scatters them beside the
+  last backward and all-gathers the updated weights beside the first forward (Megatron-Core overlap_grad_reduce /
+  overlap_param_gather); stage 2 reduce-scatters beside every backward; stage 3 gathers the weights beside every
+  forward and again beside every backward, where it also reduce-scatters the gradients (PyTorch FSDP FULL_SHARD,
+  DeepSpeed ZeRO-3 prefetching);
+- activation offload (Transformer Engine's CPU-offload handler, double-buffered one layer ahead): an offloaded
+  layer's saved activations go to the host beside the forward pass and come back beside the backward pass, over the
+  host link (PCIe; NVLink-C2C on Grace), on copy engines, and only while the offloaded layers run (a share s of the
+  pass: a layer's copy cannot hide behind the compute of layers that are not offloaded);
+- the optimizer step, after the last backward pass.
+
+The channels share the pass (issue 34). Per pass, symbols:
+    K   its kernels (the backward pass with its recompute)
+    T   the pass as the layer-level rules price it (estimate.pass_times: kernels, the exposed TP / CP / EP / pipeline
+        traffic, and the slowdown σ·H of what that traffic hides)
+    H   the layer-level traffic hidden under the kernels;  T' = T − σ·H, the pass without that slowdown
+    D   the pass's data-parallel collectives (one stream: their times add)
+    O   its offload copies; s the offloaded layers' share of the pass
+    σ   the overlap slowdown (efficiency.py: compute overlapped by communication runs 18.9 % slower, Lee et al. 2025)
+The data-parallel traffic (NVLink / NIC), the offload copies (host link) and the layers' own traffic each keep their
+own link busy, at the same time, so the pass lasts as long as the slowest of them, not as their sum:
+    X = max(T', D, O + (1 − s)·T') + σ·max(H, min(H + D, K))     data-parallel traffic overlapped (plan.overlap_dp)
+    X = max(T', O + (1 − s)·T') + σ·H + D                        data-parallel traffic after the pass
+The data-parallel collectives may run while exposed layer traffic holds the compute stream (T' counts it), the copies
+only beside the offloaded layers (what (1 − s)·T' blocks). The compute is slowed once for each second it overlaps any
+communication, σ·min(H + D, K), and never less than the layer-level rules already charged (σ·H); copy engines take no
+SMs, so the copies slow nothing (their HBM traffic, tens of GB/s against TB/s, is below this model's resolution).
+The old rule hid each channel behind the same compute separately, so that when the compute shrank every one of them was
+exposed at once, and twice the FLOP/s could lengthen a step by 10 %.
+
+Monotone: X is built from max, min and sums of T', K, H, D and O, each non-decreasing in every op's time (T' = K plus
+the exposed layer traffic, estimate.pass_times), and every op's time is non-increasing in every rate and
+non-decreasing in every latency; so the step never lengthens when a rate grows and never shortens when a latency grows
+(tests/test_properties.py checks it on random plans). Per step a rank takes m·T_f + m·T_b + Σ_passes (X − T) + its
+optimizer step; the step is the larger of the first and the last rank's (a middle rank holds no more than the first),
+plus the bubble.
+
+Not modelled: on DGX-class nodes GPUDirect RDMA and host copies share the GPU's PCIe link (taken here as two paths);
+data-parallel traffic contending with TP traffic on a shared NVLink (dp placed inside the NVLink domain beside tp).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from meshplan.comm import collective_time
+from meshplan.efficiency import Efficiency
+from meshplan.groups import axis_layout
+from meshplan.hardware import Cluster
+from meshplan.memory import WEIGHT_BYTES, StageParams, layers_on_last, layers_on_stage, offloaded_layers, trainable
+from meshplan.model import ModelSpec
+from meshplan.plan import Plan
+from meshplan.xp import Num, maximum, minimum
+
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+@dataclass(frozen=True, slots=True)
+class Passes:
+    """One pipeline rank's forward (f) and backward (b) pass per micro-batch: T, K and H of the module docstring."""
+
+    t_f: Num
+    t_b: Num
+    k_f: Num
+    k_b: Num
+    h_f: Num
+    h_b: Num
+
+
+@dataclass(frozen=True, slots=True)
+class Offload:
+    """A rank's activation-offload copies per pass (seconds each way) and the offloaded layers' share of the pass."""
+
+    copy: Num = 0.0
+    share: Num = 1.0
+
+
+class Collectives(NamedTuple):
+    """Seconds of one gradient all-reduce, parameter all-gather and gradient reduce-scatter of a rank's weights."""
+
+    all_reduce: Num
+    gather: Num
+    scatter: Num
+
+
+def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency
+                   ) -> Collectives:
+    """The data-parallel collectives of a rank holding ``params``, over the dp·cp ranks (and the expert-data-parallel
+    ranks for expert weights); trainable parameters only (LoRA: the adapters). ``params`` may hold arrays of any
+    shape that broadcasts with the plan's (the search stacks the first and the last rank's)."""
+    params = trainable(params, plan)
+    dense_group, expert_group = plan.dp * plan.cp, plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp)
+    layout_d, layout_e = axis_layout(plan, "dp"), axis_layout(plan, "edp")
+
+    def coll(kind: str, per_param: int) -> Num:
+        t = collective_time(kind, params.dense * per_param, dense_group, layout_d, cluster, eff)
+        if not model.is_moe:
+            return t
+        return t + collective_time(kind, params.expert * per_param, expert_group, layout_e, cluster, eff)
+
+    return Collectives(coll("all_reduce", plan.grad_bytes), coll("all_gather", WEIGHT_BYTES),
+                       coll("reduce_scatter", plan.grad_bytes))
+
+
+def optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency) -> Num:
+    """Adam over this GPU's shard: read gradient, read + write master weight and both moments, write the
+    bf16 weight: (g + 24 + 2) bytes per parameter, memory-bound. Offloaded: the gradient goes to the host
+    and the weight comes back over PCIe, and the host's update streams the same 24 bytes per parameter.
+    Trainable parameters only (LoRA: the adapters)."""
+    params = trainable(params, plan)
+    if plan.zero >= 1:
+        shard = params.dense / (plan.dp * plan.cp) + params.expert * plan.ep * plan.etp / (
+            plan.tp * plan.cp * plan.dp)
+    else:
+        shard = params.total
+    if plan.offload_optimizer:
+        return shard * (plan.grad_bytes + WEIGHT_BYTES + 24) / cluster.host_bandwidth
+    return shard * (plan.grad_bytes + 24 + WEIGHT_BYTES) / (cluster.accelerator.hbm_bandwidth * eff.memory)
+
+
+def offload(model: ModelSpec, cluster: Cluster, plan: Plan, layer_saved: Num, last: bool) -> Offload:
+    """The first (or last) rank's offload copies per pass: the saved bytes of its offloaded layers over the host link,
+    beside the share of the pass those layers take."""
+    if not plan.offload_activations:
+        return Offload()
+    n = offloaded_layers(model, plan, last=last)
+    layers = layers_on_last(model, plan) if last else layers_on_stage(model, plan)
+    return Offload(layer_saved * n / cluster.host_bandwidth, n / layers)
+
+
+def pass_channels(t: Num, k: Num, h: Num, d: Num, copy: Num, share: Num, slowdown: float, overlapped: bool
+                  ) -> tuple[Num, Num]:
+    """X − T of one pass (module docstring), split into what the data-parallel collectives ``d`` add (their own
+    exposure and the slowdown) and what the offload copies ``copy`` add beyond that."""
+    return _pass(t - slowdown * h, k, h, d, copy, share, slowdown, overlapped)
+
+
+def _pass(bare: Num, k: Num, h: Num, d: Num, copy: Num, share: Num, slowdown: float, overlapped: bool
+          ) -> tuple[Num, Num]:
+    """``pass_channels`` from T' = ``bare``."""
+    none = type(d) is float and d == 0.0
+    if none and type(copy) is float and copy == 0.0:
+        return 0.0, 0.0
+    moved = 0.0
+    if not (type(copy) is float and copy == 0.0):  # the copies' link is free only beside the offloaded layers
+        moved = maximum(0.0, copy + (1 - share) * bare - (bare if none or not overlapped else maximum(bare, d)))
+    if none:
+        return 0.0, moved
+    if not overlapped:
+        return d, moved
+    dp = maximum(0.0, d - bare) + slowdown * (maximum(h, minimum(h + d, k)) - h)
+    return dp, moved
+
+
+def _stage_traffic(c: Collectives, zero: int) -> tuple[Num, Num, Num, Num]:
+    """The data-parallel collectives beside (the first forward, every other forward, the last backward, every other
+    backward) pass of a step, by ZeRO stage (module docstring)."""
+    if zero == 0:
+        return 0.0, 0.0, c.all_reduce, 0.0
+    if zero == 1:
+        return c.gather, 0.0, c.scatter, 0.0
+    if zero == 2:
+        return c.gather, 0.0, c.scatter, c.scatter
+    both = c.gather + c.scatter
+    return c.gather, c.gather, both, both
+
+
+def step_channels(p: Passes, m: Num, c: Collectives, zeros: tuple[int, ...], off: Offload, slowdown: float,
+                  overlapped: bool, forward: dict | None = None) -> dict[int, tuple[Num, Num]]:
+    """For each ZeRO stage in ``zeros``: what the data-parallel collectives and the offload copies add to a rank's
+    step, (dp, offload) seconds, summed over its m forward and m backward passes. Passes that carry the same traffic
+    are priced once (the search asks for every stage at once), and terms that are the constant 0.0 cost nothing.
+    ``forward``: a memo of forward passes without copies, shared by callers whose ranks differ only in their
+    recompute mode (which changes the backward pass only)."""
+    bare = {"f": p.t_f - slowdown * p.h_f, "b": p.t_b - slowdown * p.h_b}
+    priced: dict[tuple[str, int], tuple[Num, tuple[Num, Num]]] = {}
+    shared = forward is not None and type(off.copy) is float and off.copy == 0.0
+
+    def one(pass_: str, d: Num) -> tuple[Num, Num]:
+        memo = forward if shared and pass_ == "f" else priced
+        key = (pass_, id(d))
+        if key not in memo:
+            k, h = (p.k_f, p.h_f) if pass_ == "f" else (p.k_b, p.h_b)
+            memo[key] = (d, _pass(bare[pass_], k, h, d, off.copy, off.share, slowdown, overlapped))
+        return memo[key][1]
+
+    out = {}
+    for zero in zeros:
+        first_f, other_f, last_b, other_b = _stage_traffic(c, zero)
+        terms = ((1, one("f", first_f)), (m - 1, one("f", other_f)), (1, one("b", last_b)), (m - 1, one("b", other_b)))
+        out[zero] = (_sum((n, part[0]) for n, part in terms), _sum((n, part[1]) for n, part in terms))
+    return out
+
+
+def _sum(terms: object) -> Num:
+    """Σ n·x over (n, x) pairs, skipping the x that are the float 0.0 (no array work for them)."""
+    total: Num = 0.0
+    for n, x in terms:
+        if type(x) is float and x == 0.0:
+            continue
+        term = x if type(n) is int and n == 1 else n * x
+        total = term if type(total) is float and total == 0.0 else total + term
+    return total

@@ -1,0 +1,54 @@
+"""Where a collective's group sits on the ranks: the strides and strided factors that comm.split_group splits over
+the mesh's tiers (plan.py's placement; Megatron-Core's expert rank order for the MoE groups)."""
+
+from __future__ import annotations
+
+from meshplan.comm import Layout
+from meshplan.plan import Plan
+from meshplan.xp import Num, floor_div, maximum, minimum
+
+
+def send_stride(pp_stride: Num, pp: Num) -> Num:
+    """The rank distance a pipeline send (a pair of neighbouring stages) is priced at: s·p/2 for p stages s
+    apart. Such a pair shares a tier's block exactly when the whole pipeline does (span // (s·p/2) ≥ 2 ⟺
+    s·p ≤ span), so every send is priced on the slowest link of the stages' chain: the stage that sends over
+    it sets the pipeline's pace, m · t_stage of the busiest rank."""
+    return pp_stride * pp / 2
+
+
+def pipeline_bounds(plan: Plan) -> tuple[Num, Num]:
+    """(ranks placed inside the pipeline axis, the rank distance across all its stages): s_pp and s_pp·p."""
+    below = plan.stride("pp")
+    return below, below * plan.pp
+
+
+def expert_layout(plan: Plan, members: Num, stride: Num) -> Layout:
+    """A group of the expert domain (the tp·cp·dp ranks of one pipeline stage, ordered etp innermost, then ep,
+    then expert-data-parallel: Megatron-Core's expert RankGenerator) as strided factors over the global ranks.
+    The domain's first s_pp ranks are global ranks; each further step skips the pipeline's stages (s_pp·p), so a
+    group that reaches past s_pp splits into an inner factor at ``stride`` and an outer one at
+    max(stride, s_pp)·p. With pp placed outermost (the default) s_pp is the whole domain: one factor."""
+    return expert_factors(members, stride, *pipeline_bounds(plan))
+
+
+def expert_factors(members: Num, stride: Num, below: Num, above: Num) -> Layout:
+    """``expert_layout`` from the pipeline's bounds (s_pp, s_pp·p)."""
+    inner = minimum(members, maximum(1, floor_div(below, stride)))
+    return ((inner, stride), (members / inner, maximum(stride, below) * (above / below)))
+
+
+def axis_layout(plan: Plan, axis: str) -> Layout:
+    """How a collective's group sits on the ranks (plan.py placement; comm.split_group): a stride, or strided
+    factors for groups that are not evenly strided (the dp·cp gradient group, expert groups; pipeline sends:
+    ``send_stride``)."""
+    if axis in ("tp", "tp2", "cp"):
+        return plan.stride(axis)
+    if axis == "pp":
+        return send_stride(plan.stride("pp"), plan.pp)
+    if axis == "dp":  # gradients are reduced over dp·cp together, wherever the two axes are placed
+        return ((plan.cp, plan.stride("cp")), (plan.dp, plan.stride("dp")))
+    if axis == "ep":
+        return expert_layout(plan, plan.ep, plan.etp)
+    if axis == "edp":
+        return expert_layout(plan, plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp), plan.ep * plan.etp)
+    return 1

@@ -1,0 +1,84 @@
+"""channels.py: the data-parallel collectives and the offload copies share each pass with the layers' own traffic."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from meshplan.channels import Collectives, Offload, Passes, pass_channels, step_channels
+from meshplan.estimate import estimate, hide
+from meshplan.hardware import build_cluster, load_system
+from meshplan.model import load_model
+from meshplan.plan import Plan
+
+SD = 0.189
+
+
+def test_one_pass_with_data_parallel_traffic_shows_its_arithmetic():
+    # T = 10 s with H = 1 s of layer traffic hidden (T' = 10 - 0.189 = 9.811), K = 8 s of kernels, D = 12 s of DP
+    # traffic: the pass lasts max(T', D) = 12 s plus the slowdown of 0.189 s for each second of compute that any
+    # traffic overlaps, max(H, min(H + D, K)) = 8 s: X = 12 + 1.512 = 13.512 s, 3.512 s more than T
+    dp, moved = pass_channels(10.0, 8.0, 1.0, 12.0, 0.0, 1.0, SD, True)
+    assert moved == 0.0
+    assert dp == pytest.approx((12 - 9.811) + SD * (8 - 1))
+    assert dp == pytest.approx(3.512)
+    # not overlapped: the collective runs after the pass, whole
+    assert pass_channels(10.0, 8.0, 1.0, 12.0, 0.0, 1.0, SD, False) == (12.0, 0.0)
+
+
+def test_a_single_channel_is_the_old_hide_rule():
+    """With no layer traffic (H = 0, T = K) one channel costs what estimate.hide charged before."""
+    for d, k in ((3.0, 5.0), (5.0, 3.0), (0.5, 0.5)):
+        assert pass_channels(k, k, 0.0, d, 0.0, 1.0, SD, True)[0] == pytest.approx(hide(d, k, SD))
+
+
+def test_channels_on_different_links_run_at_the_same_time():
+    """DP traffic (NIC) and offload copies (host link) beside one pass: the pass takes the longer of them, not the
+    sum of their exposures (the old rule: hide(D, K) + max(0, O - s·K) = 2 + 2 = 4 s beyond K = 10 s)."""
+    dp, moved = pass_channels(10.0, 10.0, 0.0, 12.0, 12.0, 1.0, SD, True)
+    assert dp == pytest.approx(2 + SD * 10)  # the DP traffic alone: 2 s exposed, 10 s of compute slowed
+    assert moved == 0.0  # the copies fit beside it on their own link
+    # the copies may run only beside the offloaded half of the pass: their link is busy 12 + 0.5·10 = 17 s
+    dp, moved = pass_channels(10.0, 10.0, 0.0, 12.0, 12.0, 0.5, SD, True)
+    assert moved == pytest.approx(17 - 12)
+
+
+def test_step_channels_count_each_zero_stage_s_passes():
+    p = Passes(t_f=1.0, t_b=2.0, k_f=1.0, k_b=2.0, h_f=0.0, h_b=0.0)
+    c = Collectives(all_reduce=5.0, gather=3.0, scatter=4.0)
+    out = step_channels(p, 4, c, (0, 1, 2, 3), Offload(), SD, True)
+    # ZeRO-0: one all-reduce beside the last backward: (5 - 2) + 0.189·2
+    assert out[0] == (pytest.approx(3 + SD * 2), 0.0)
+    # ZeRO-1: the gather beside the first forward, the reduce-scatter beside the last backward
+    assert out[1][0] == pytest.approx((3 - 1 + SD * 1) + (4 - 2 + SD * 2))
+    # ZeRO-2: the reduce-scatter beside each of the 4 backward passes
+    assert out[2][0] == pytest.approx((3 - 1 + SD * 1) + 4 * (4 - 2 + SD * 2))
+    # ZeRO-3: gather beside each forward, gather + scatter beside each backward
+    assert out[3][0] == pytest.approx(4 * ((3 - 1 + SD * 1) + (7 - 2 + SD * 2)))
+
+
+def _scaled(system: str, k: float = 1.0, **net: float):
+    s = load_system(system)
+    acc = replace(s.accelerator, peak_flops={p: v * k for p, v in s.accelerator.peak_flops.items()})
+    return lambda n: build_cluster(s.name, acc, replace(s.network, **net), n)
+
+
+@pytest.mark.parametrize("k", [2.0, 10.0])
+def test_faster_gpus_never_lengthen_the_issue_34_step(k):
+    """Issue 34's repro: ZeRO-3 with activation offload on 128 H800s read 12.05 s, 13.30 s with twice the FLOP/s
+    (every overlapped channel was exposed at once as compute shrank). Now more FLOP/s is never slower."""
+    model = load_model("llama3-8b")
+    plan = Plan(dp=16, tp=8, global_batch=512, zero=3, recompute="none", offload_activations=True, precision="fp16",
+                sequence_parallel=True, grad_bytes=4)
+    base = estimate(model, _scaled("h800")(128), plan)
+    faster = estimate(model, _scaled("h800", k)(128), plan)
+    assert faster.step_time <= base.step_time
+    assert faster.breakdown["compute"] < base.breakdown["compute"]
+
+
+def test_slower_network_never_shortens_a_step():
+    model = load_model("llama3-8b")
+    plan = Plan(dp=16, tp=8, global_batch=512, zero=3, offload_activations=True, sequence_parallel=True)
+    times = [estimate(model, _scaled("h100", nic_latency=lat)(128), plan).step_time for lat in (5e-6, 5e-5, 5e-4)]
+    assert times == sorted(times)
