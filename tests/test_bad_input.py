@@ -69,7 +69,7 @@ def system(tmp_path: Path, old: str, new: str) -> str:
     (["--recompute", "full", "--recompute-modules", "mlp"], "recompute-modules=mlp needs --recompute selective"),
     (["--recompute-modules", "mla_up_proj"], "recompute_modules mla_up_proj needs multi-head latent attention"),
     (["--last-stage-layers", "2"], "last_stage_layers=2 needs pp > 1"),
-    (["--pp", "4", "--last-stage-layers", "-1"], "last_stage_layers=-1 must be a non-negative integer"),
+    (["--pp", "4", "--last-stage-layers", "-1"], "last-stage-layers=-1 is outside 1 … 10,000 (or 0: an even split)"),
     (["--pp", "4", "--last-stage-layers", "31"], "last_stage_layers=31 leaves 1 of num_layers=32"),
 ])
 def test_estimate_options(extra, message, capsys):
@@ -86,7 +86,7 @@ def test_ring_context_parallelism_of_a_windowed_model_says_what_to_use(capsys):
 @pytest.mark.parametrize(("extra", "message"), [
     (["--gpus", "8", "--global-batch", "0"], "global-batch=0 must be a positive integer"),
     (["--gpus", "1000000000"], "gpus=1000000000 is more than 1,048,576"),  # was a hang (divisors in O(n))
-    (["--gpus", "8", "--top", "100000000"], "top=100000000 is more than 1000 plans"),  # was 50 s
+    (["--gpus", "8", "--top", "100000000"], "top=100000000 is outside 1 … 1,000"),  # was 50 s
     (["--gpus", "8", "--tokens", "1e400"], "tokens='1e400' is not a count from 1 to 1e+18"),  # was Infinity in JSON
     (["--gpus", "8", "--tokens", "15T", "--price", "nan"], "price=nan must be a number from 0 to 1e+06"),
     (["--gpus", "8", "--tokens", "15T", "--price", "inf"], "price=inf must be a number from 0 to 1e+06"),
@@ -122,7 +122,8 @@ def test_hf_config_values_of_the_wrong_kind(config, message, tmp_path, capsys):
 def test_unreadable_files_name_the_option(tmp_path, capsys):
     huge = hf(tmp_path, LLAMA).replace("m/config.json", "m/config.json")
     Path(huge).write_text(json.dumps(LLAMA).replace("512", "9" * 5000, 1))
-    assert "unreadable JSON: Exceeds the limit (4300 digits)" in fails(estimate(huge), capsys)
+    assert fails(estimate(huge), capsys).endswith(f"model={huge!r}: hidden_size=99999999999999999999… (5,000 "
+                                                  "digits) is an integer of more digits than Python converts (4,300)")
     binary = tmp_path / "bin.toml"
     binary.write_bytes(b'name = "\xff"\n')
     assert fails(estimate(str(binary)), capsys).endswith(f"model={str(binary)!r}: not UTF-8 text (byte 0xff at 8)")
@@ -157,7 +158,7 @@ def test_validate_records_need_an_id(record, message, tmp_path, capsys):
     (SMALL + "moe_topk = 2\n", "moe_topk=2 needs num_experts > 0"),
     (SMALL + "num_experts = 4\nmoe_topk = 2\nfirst_k_dense_layers = 5\n",
      "first_k_dense_layers=5 leaves no MoE layer of num_layers=2"),
-    (SMALL.replace("hidden_size = 64", "hidden_size = 4294967296"), "hidden_size=4294967296 is larger than"),
+    (SMALL.replace("hidden_size = 64", "hidden_size = 4294967296"), "hidden_size=4294967296 is outside 1 … 1,048,576"),
 ])
 def test_model_toml_fields(text, message, tmp_path, capsys):
     path = tmp_path / "model.toml"
@@ -172,14 +173,14 @@ def test_model_toml_fields(text, message, tmp_path, capsys):
     ("[network]\n", "[spare]\n", "missing table [network]"),
     ("fp32 = ", "nope = ", "peak_flops has unknown precision 'nope'"),
     ("matmul_bf16 = 0.803", 'matmul_bf16 = "high"', "matmul_bf16='high' must be a number"),
-    ("matmul_bf16 = 0.803", "matmul_bf16 = 3.0", "matmul_bf16=3.0 must be a fraction of the peak in 0..1"),
-    ("tdp_watts = 700", "tdp_watts = -700", "tdp_watts=-700 must be non-negative"),
+    ("matmul_bf16 = 0.803", "matmul_bf16 = 3.0", "matmul_bf16=3.0 is outside 1e-09 … 1 (or 0: looked up)"),
+    ("tdp_watts = 700", "tdp_watts = -700", "tdp_watts=-700 W is outside 1 … 100,000 W (or 0: unknown)"),
     ("num_sms = 132", "num_sms = 132.5", "num_sms=132.5 must be an integer"),
     ("async_mma = true", 'async_mma = "false"', "async_mma='false' must be true or false"),
-    ('host_bandwidth = "55 GB/s"', "host_bandwidth = 0", "host_bandwidth=0.0 must be at least 1"),  # ZeroDivision
-    ('host_bandwidth = "55 GB/s"', "host_bandwidth = -5", "host_bandwidth=-5.0 must be at least 1"),
-    ('host_memory = "256 GB"', "host_memory = -1", "host_memory=-1.0 must be at least 1"),
-    ('nic_latency = "5 us"', "nic_latency = -1", "nic_latency=-1.0 must be non-negative"),  # was "tier network"
+    ('host_bandwidth = "55 GB/s"', "host_bandwidth = 0", "host_bandwidth=0.0 B/s is outside 1e+06 … 1e+15 B/s"),
+    ('host_bandwidth = "55 GB/s"', "host_bandwidth = -5", "host_bandwidth=-5.0 B/s is outside 1e+06"),
+    ('host_memory = "256 GB"', "host_memory = -1", "host_memory=-1.0 B is outside 1e+06 … 1e+15 B"),
+    ('nic_latency = "5 us"', "nic_latency = -1", "network: nic_latency=-1.0 s is outside 0 … 1 s"),  # "tier network"
     ("nics_per_gpu = 1 ", 'nics_per_gpu = "1" ', "nics_per_gpu='1' must be a number"),
 ])
 def test_system_toml_fields(old, new, message, tmp_path, capsys):
@@ -338,7 +339,7 @@ def test_hf_config_second_round(config, message, tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    (SMALL.replace("num_layers = 2", "num_layers = 2147483647"), "num_layers=2147483647 is larger than 10,000"),
+    (SMALL.replace("num_layers = 2", "num_layers = 2147483647"), "num_layers=2147483647 is outside 1 … 10,000"),
     (SMALL + "q_lora_rank = 64\n", "q_lora_rank=64 needs kv_lora_rank > 0"),
     (SMALL + "router_bias = true\n", "router_bias=True needs num_experts > 0"),
     (SMALL + "moe_layer_freq = 2\n", "moe_layer_freq=2 needs num_experts > 0"),
@@ -353,14 +354,13 @@ def test_model_toml_second_round(text, message, tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("old", "new", "message"), [
-    ('hbm_bandwidth = "3.35 TB/s"', "hbm_bandwidth = 1e-300", "hbm_bandwidth=1e-300 must be at least 1"),  # NaN
-    ('bf16 = "989 TFLOP/s"', 'bf16 = "1e-300 TFLOP/s"', "peak_flops.bf16=1e-288 must be at least 1 FLOP/s and finite"),
+    ('hbm_bandwidth = "3.35 TB/s"', "hbm_bandwidth = 1e-300", "hbm_bandwidth=1e-300 B/s is outside 1e+06 … 1e+17"),
+    ('bf16 = "989 TFLOP/s"', 'bf16 = "1e-300 TFLOP/s"', "peak_flops.bf16=1e-288 FLOP/s is outside 1e+06 … 1e+18"),
     ('hbm_bandwidth = "3.35 TB/s"', 'hbm_bandwidth = "3 us"', "hbm_bandwidth='3 us' must be in B/s"),
     ('hbm_bandwidth = "3.35 TB/s"', 'hbm_bandwidth = "3 TB"', "hbm_bandwidth='3 TB' must be in B/s"),
     ('nvlink_latency = "3 us"', 'nvlink_latency = "3 GB/s"', "nvlink_latency='3 GB/s' must be in s"),
     ("tdp_watts = 700", "tdp_watts = 700\nbogus = 1", "accelerator: unknown field 'bogus' (known: "),
-    ("nics_per_gpu = 1 ", "nics_per_gpu = 1e300 ",
-     "nics_per_gpu × nic_bandwidth = 1e+300 × 50000000000.0 must be finite"),  # was "tier network: bandwidth=inf"
+    ("nics_per_gpu = 1 ", "nics_per_gpu = 1e300 ", "nics_per_gpu=1e+300 is outside 0.001 … 64"),  # bandwidth=inf
 ])
 def test_system_toml_second_round(old, new, message, tmp_path, capsys):
     path = system(tmp_path, old, new)
@@ -386,7 +386,7 @@ def test_a_validation_record_with_an_absurd_batch_is_not_a_bug(tmp_path, capsys)
 
 @pytest.mark.parametrize(("config", "message"), [
     ({"model_type": "gpt2", "n_embd": 2**31, "n_layer": 2, "n_head": 4, "n_positions": 1024, "vocab_size": 100},
-     "config.json n_embd → hidden_size=2147483648 is larger than 2,147,483,647"),
+     "config.json n_embd → hidden_size=2147483648 is outside 1 … 1,048,576"),
     ({**LLAMA, "model_type": "mixtral", "num_local_experts": 1, "num_experts_per_tok": 2},
      "config.json num_experts_per_tok → moe_topk=2 must be in 1..num_experts=1"),
     ({**QWEN_MOE, "mlp_only_layers": [0, 1, 2, 3, 4, 5]},

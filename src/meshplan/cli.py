@@ -11,7 +11,7 @@ import sys
 import click
 
 from meshplan.errors import MeshplanError, SpecError
-from meshplan.fields import MAX_PLANS, MAX_SIZE
+from meshplan.fields import MAX_PLANS, MAX_SIZE, one_line
 from meshplan.plan import (
     ATTENTION_KERNELS,
     CP_COMM,
@@ -25,10 +25,11 @@ from meshplan.plan import (
     fsdp_has_zero,
     recompute_modules_problem,
 )
+from meshplan.ranges import RANGES, check_options, step_tokens_problem
 
-MAX_TOKENS = 1e18  # a token budget: 10^18 is 50,000 times Llama 3's 15T
-MAX_PRICE = 1e6  # dollars per GPU-hour: far above any rental price (a few dollars)
-MAX_TOP = 1000  # plans a search lists (it re-estimates about twice as many in full: ~2 s for 1,000)
+MAX_TOKENS = RANGES["tokens"].high  # the bounds of a token budget, a price and a plan count: ranges.RANGES
+MAX_PRICE = RANGES["price"].high
+MAX_TOP = int(RANGES["top"].high)
 DEFAULT_BATCH_TOKENS = 4 * 2**20  # default global batch ≈ 4M tokens (GPT-3: 3.2M; Llama 2: 4M)
 
 
@@ -98,6 +99,9 @@ recompute_modules_option = click.option(
     "--recompute-modules", "recompute_modules_text", default="core_attn", show_default=True,
     help="with selective recompute: the modules recomputed, comma-separated (Megatron-Core's recompute_modules: "
          + ", ".join(RECOMPUTE_MODULES) + ")")
+
+
+PRECISION_HELP = "default: bf16, or fp16 on a GPU without bf16 (V100)"
 
 
 def recompute_modules(text: str) -> tuple[str, ...]:
@@ -176,7 +180,7 @@ def cli() -> None:
 @click.option("--offload-activations", is_flag=True)
 @click.option("--offload-layers", type=int, default=0, show_default=True,
               help="offload the saved activations of this many layers per stage (0 with --offload-activations: all)")
-@click.option("--precision", type=click.Choice(PRECISION), default="bf16", show_default=True)
+@click.option("--precision", type=click.Choice(PRECISION), default=None, help=PRECISION_HELP)
 @fp8_scaling_option
 @click.option("--grad-bytes", type=int, default=4, show_default=True, help="bytes per gradient (4: fp32 main grads)")
 @click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), default=None,
@@ -229,6 +233,8 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
     modules = recompute_modules(recompute_modules_text)
     if modules != ("core_attn",) and recompute != "selective":
         raise SpecError(f"recompute-modules={recompute_modules_text} needs --recompute selective (got {recompute})")
+    check_options(ep=ep, etp=etp, vpp=vpp, last_stage_layers=last_stage_layers, zero=zero, grad_bytes=grad_bytes,
+                  lora_rank=lora_rank if lora_rank > 0 else None)  # a negative rank: Plan.check says it
     if dp is None:
         if gpus % (tp * pp * cp):
             raise SpecError(f"tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp} does not divide gpus={gpus}")
@@ -240,8 +246,8 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
                 micro_batch=micro_batch, global_batch=global_batch, zero=zero, recompute=recompute,
                 recompute_layers=recompute_layers, recompute_modules=modules, offload_optimizer=offload_optimizer,
                 offload_activations=offload_activations or offload_layers > 0, offload_layers=offload_layers,
-                precision=precision, fp8_scaling=fp8_scaling, grad_bytes=grad_bytes,
-                schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"),
+                precision=precision or cluster.accelerator.default_precision, fp8_scaling=fp8_scaling,
+                grad_bytes=grad_bytes, schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"),
                 placement=_placement(placement), overlap_tp=overlap_tp,
                 overlap_dp=not no_overlap_dp, overlap_ep=overlap_ep, cp_comm=cp_comm, overlap_pp=overlap_pp,
                 fusion=fusion, expert_gemm=expert_gemm,
@@ -311,7 +317,7 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
 @click.option("--max-micro-batch", type=int, default=64, show_default=True)
 @click.option("--max-plans", type=int, default=MAX_PLANS, show_default=True,
               help="refuse a search space of more plans than this (0: no limit)")
-@click.option("--precision", type=click.Choice(PRECISION), default="bf16", show_default=True)
+@click.option("--precision", type=click.Choice(PRECISION), default=None, help=PRECISION_HELP)
 @fp8_scaling_option
 @click.option("--grad-bytes", type=int, default=4, show_default=True)
 @click.option("--overlap-tp", is_flag=True, help="TP communication overlapped with GEMMs")
@@ -336,12 +342,8 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
     counts = _split_ints(gpus, "gpus") or []
     if not counts or min(counts) < 1:
         raise SpecError(f"gpus={gpus!r} must be positive integers")
-    for name, value in (("top", top_k), ("max-micro-batch", max_micro_batch)):
-        if value < 1:
-            raise SpecError(f"{name}={value} must be a positive integer")
-    if top_k > MAX_TOP:
-        raise SpecError(f"top={top_k} is more than {MAX_TOP} plans (each listed plan is re-estimated in full)")
     check_max_plans(max_plans)
+    check_options(top=top_k, max_micro_batch=max_micro_batch, max_plans=max_plans or None, grad_bytes=grad_bytes)
     zeros = tuple(z for z in map(int, _choices(zero_opts, ("0", "1", "2", "3"), "zero")) if fsdp_has_zero(fsdp, z))
     if not zeros:
         raise SpecError(f"zero={zero_opts} leaves no stage for fsdp={fsdp} (FSDP has no ZeRO-1)")
@@ -359,15 +361,20 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
         raise SpecError(f"price={price} needs --tokens (the budget it prices)")
     if rank_by == "cost" and budget is None:
         raise SpecError("rank=cost needs --tokens (the budget whose cost it ranks)")
+    clusters = [load_inputs(model_ref, system_ref, seq, nvlink_domain, n) for n in counts]  # all, before any search
+    model = clusters[0][0]
+    gbs = global_batch or default_global_batch(model.seq_length, 1, 1)  # sequences() checked a stated one
+    tokens_problem = step_tokens_problem(gbs, model.seq_length, "global-batch")
+    if tokens_problem:
+        raise SpecError(tokens_problem)
     results = []
-    for n in counts:
-        model, cluster = load_inputs(model_ref, system_ref, seq, nvlink_domain, n)
-        gbs = global_batch or default_global_batch(model.seq_length, 1, 1)  # sequences() checked a stated one
+    for model, cluster in clusters:
         space = Space(global_batch=gbs, zero=zeros, recompute=recomputes, recompute_modules=modules,
                       sequence_parallel=sps,
                       offload_optimizer=(False, True) if offload else (False,),
                       offload_activations=(False, True) if offload else (False,),
-                      all_placements=placements == "all", max_micro_batch=max_micro_batch, precision=precision,
+                      all_placements=placements == "all", max_micro_batch=max_micro_batch,
+                      precision=precision or cluster.accelerator.default_precision,
                       fp8_scaling=fp8_scaling, grad_bytes=grad_bytes, overlap_tp=overlap_tp, cp_comm=cp_comm,
                       overlap_pp=overlap_pp,
                       expert_gemm=expert_gemm, attention_kernel=attention_kernel, fsdp=fsdp,
@@ -509,18 +516,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="meshplan", standalone_mode=False)
     except MeshplanError as exc:
-        click.echo(f"meshplan: error: {exc}", err=True)
+        click.echo(f"meshplan: error: {one_line(str(exc))}", err=True)
         return 2
     except click.exceptions.Abort:
         click.echo("meshplan: aborted", err=True)
         return 130
     except click.ClickException as exc:
-        click.echo(f"meshplan: error: {exc.format_message()}", err=True)
+        click.echo(f"meshplan: error: {one_line(exc.format_message())}", err=True)
         return 2
     except Exception as exc:  # noqa: BLE001  (a bug, not bad input: still one line, and how to see more)
         if os.environ.get("MESHPLAN_DEBUG"):
             raise
-        first = (str(exc).strip().splitlines() or [""])[0]
+        first = one_line((str(exc).strip().splitlines() or [""])[0])
         click.echo(f"meshplan: internal error: {type(exc).__name__}: {first} (a bug in meshplan: please report "
                    "the command; MESHPLAN_DEBUG=1 shows the traceback)", err=True)
         return 3

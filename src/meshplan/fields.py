@@ -9,6 +9,7 @@ raises SpecError naming the field and the value: ``tied_embeddings='false' must 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import fields
 from typing import Any
 
@@ -21,6 +22,9 @@ MAX_SIZE = 2**31 - 1
 # Layers: 10,000, ten times the deepest transformer trained (DeepNet, Wang et al. 2022: 1,000 layers); the
 # parameter count and the per-layer MoE pattern are sums over layers.
 MAX_LAYERS = 10_000
+# The largest cluster meshplan plans: 2^20 = 1,048,576 GPUs, beyond every machine built or announced (the
+# largest announced AI clusters are a few hundred thousand to a million GPUs); a larger count is a typo.
+MAX_GPUS = 2**20
 # Plans a search space may hold by default (Space.max_plans, --max-plans): about 40 s at the measured rate (README,
 # benchmarks/search_speed.py), so that a typo in a GPU or expert count is one line, not an hour.
 MAX_PLANS = 1_000_000_000
@@ -68,3 +72,28 @@ def at_least_one(spec: Any, names: tuple[str, ...], prefix: str = "") -> None:
         value = getattr(spec, name)
         if not (value >= 1 and math.isfinite(value)):
             raise SpecError(f"{prefix}{name}={value!r} must be at least 1 and finite")
+
+
+# Values longer than this are cut in error messages: a 20,000-character option is echoed as its first 60 and "…"
+MAX_SHOWN = 60
+# ... except a path (with a separator) up to this long, which names the file the user gave
+MAX_PATH_SHOWN = 1024
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s'\"=]+")
+_BREAKS = {c: repr(chr(c))[1:-1] for c in (*range(0, 32), 127, 0x85, 0x2028, 0x2029)}
+
+
+def _clip(token: str) -> str:
+    quoted = token[:1] in ("'", '"') and token[-1:] == token[:1] and len(token) > 1
+    inner = token[1:-1] if quoted else token
+    is_path = ("/" in inner or "\\" in inner) and len(inner) <= MAX_PATH_SHOWN
+    if len(inner) <= MAX_SHOWN or is_path:
+        return token
+    cut = f"{inner[:MAX_SHOWN]}… ({len(inner):,} characters)"
+    return f"{token[0]}{cut}{token[0]}" if quoted else cut
+
+
+def one_line(message: str) -> str:
+    """``message`` as one line of reasonable length: line breaks and control characters escaped, every value
+    (a quoted string or a run without spaces) longer than MAX_SHOWN characters cut to that many and "…"; a
+    path keeps up to MAX_PATH_SHOWN."""
+    return _QUOTED.sub(lambda m: _clip(m.group()), message.translate(_BREAKS))

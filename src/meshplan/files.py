@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -43,14 +44,46 @@ def read_text(path: str | Path, field: str) -> str:
         raise SpecError(f"{field}={str(path)!r}: cannot read: {_os_reason(exc)}") from None
 
 
-def parse_json(text: str, where: str) -> Any:
-    """One JSON document; malformed JSON and numbers too long for Python (4300+ digits) name ``where``."""
+class _Digits(str):
+    """An integer of more digits than Python converts (sys.get_int_max_str_digits, 4,300), kept as its text so
+    that the error can name its key."""
+
+
+def _int(text: str) -> int | _Digits:
     try:
-        return json.loads(text)
+        return int(text)
+    except ValueError:
+        return _Digits(text)
+
+
+def _too_long(value: Any, key: str = "") -> str | None:
+    """``key=digits…`` of the first over-long integer in a parsed document, or None."""
+    if isinstance(value, _Digits):
+        return f"{key or 'value'}={value[:20]}… ({len(value.lstrip('-')):,} digits)"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = _too_long(v, (f"{key}.{k}" if key else k) if isinstance(k, str) else f"{key}[{k}]")
+        if found:
+            return found
+    return None
+
+
+def _long_number(where: str, found: str) -> SpecError:
+    return SpecError(f"{where}: {found} is an integer of more digits than Python converts (4,300)")
+
+
+def parse_json(text: str, where: str) -> Any:
+    """One JSON document; malformed JSON names ``where``, a number too long for Python (4300+ digits) its key."""
+    try:
+        data = json.loads(text, parse_int=_int)
     except json.JSONDecodeError as exc:
         raise SpecError(f"{where}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
     except (ValueError, RecursionError) as exc:
         raise SpecError(f"{where}: unreadable JSON: {exc}") from None
+    found = _too_long(data)
+    if found:
+        raise _long_number(where, found)
+    return data
 
 
 def read_json(path: str | Path, field: str) -> Any:
@@ -62,8 +95,15 @@ def parse_toml(text: str, where: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except (ValueError, RecursionError) as exc:  # tomllib.TOMLDecodeError is a ValueError
+        long = _LONG_TOML.search(text) if "digits" in str(exc) else None
+        if long:  # an integer of 4,300+ digits: name its key, as parse_json does
+            digits = long.group(2)
+            raise _long_number(where, f"{long.group(1)}={digits[:20]}… ({len(digits):,} digits)") from None
         kind = "malformed" if isinstance(exc, tomllib.TOMLDecodeError) else "unreadable"
         raise SpecError(f"{where}: {kind} TOML: {exc}") from None
+
+
+_LONG_TOML = re.compile(r"^\s*([\w.\"'-]+)\s*=\s*[+-]?([0-9_]{4301,})", re.MULTILINE)
 
 
 def read_toml(path: str | Path, field: str) -> dict[str, Any]:

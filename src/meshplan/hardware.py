@@ -18,9 +18,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from meshplan import ranges
 from meshplan.efficiency import ARCHITECTURES
 from meshplan.errors import SpecError
-from meshplan.fields import at_least_one, check_types
+from meshplan.fields import MAX_GPUS, at_least_one, check_types
 from meshplan.files import parse_toml, read_text
 from meshplan.units import parse_quantity
 
@@ -53,30 +54,27 @@ class Accelerator:
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        check_types(self, f"{self.name}: " if isinstance(self.name, str) else "")
+        prefix = f"{self.name}: " if isinstance(self.name, str) else ""
+        check_types(self, prefix)
         if self.architecture and self.architecture not in ARCHITECTURES:
-            raise SpecError(f"{self.name}: architecture={self.architecture!r} is not one of "
+            raise SpecError(f"{prefix}architecture={self.architecture!r} is not one of "
                             f"{', '.join(ARCHITECTURES)} (or leave it out)")
-        at_least_one(self, ("hbm_bytes", "hbm_bandwidth", "nvlink_bandwidth", "num_sms"), f"{self.name}: ")
-        if not self.exp_rate > 0:
-            raise SpecError(f"{self.name}: exp_rate={self.exp_rate!r} must be positive")
-        for name in ("tdp_watts", "matmul_watts"):
-            if getattr(self, name) < 0:
-                raise SpecError(f"{self.name}: {name}={getattr(self, name)!r} must be non-negative (0: unknown)")
-        for name in ("matmul_bf16", "matmul_fp8"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise SpecError(f"{self.name}: {name}={getattr(self, name)!r} must be a fraction of the peak in "
-                                "0..1 (0: looked up)")
         if not isinstance(self.peak_flops, dict):
-            raise SpecError(f"{self.name}: peak_flops={self.peak_flops!r} must be a table of precision = FLOP/s")
+            raise SpecError(f"{prefix}peak_flops={self.peak_flops!r} must be a table of precision = FLOP/s")
         unknown = set(self.peak_flops) - set(PRECISIONS)
         if unknown:
-            raise SpecError(f"{self.name}: peak_flops has unknown precision {sorted(unknown)[0]!r}")
+            raise SpecError(f"{prefix}peak_flops has unknown precision {sorted(unknown)[0]!r}")
         if "bf16" not in self.peak_flops and "fp16" not in self.peak_flops:
-            raise SpecError(f"{self.name}: peak_flops needs a 'bf16' or 'fp16' entry")
+            raise SpecError(f"{prefix}peak_flops needs a 'bf16' or 'fp16' entry")
         for precision, value in self.peak_flops.items():
-            if not (value >= 1 and math.isfinite(value)):
-                raise SpecError(f"{self.name}: peak_flops.{precision}={value!r} must be at least 1 FLOP/s and finite")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise SpecError(f"{prefix}peak_flops.{precision}={value!r} must be a finite number of FLOP/s")
+        ranges.check_spec(self, prefix)  # every number in its physical range (ranges.RANGES)
+
+    @property
+    def default_precision(self) -> str:
+        """The precision a run takes unless told: bf16 where the GPU has a bf16 peak, else fp16 (V100)."""
+        return "bf16" if "bf16" in self.peak_flops else "fp16"
 
     @property
     def half_flops(self) -> float:
@@ -111,6 +109,7 @@ class Tier:
             raise SpecError(f"tier {self.name}: bandwidth={self.bandwidth!r} must be positive")
         if not self.latency >= 0:
             raise SpecError(f"tier {self.name}: latency={self.latency!r} must be non-negative")
+        ranges.check_spec(self, f"tier {self.name}: ")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,6 +132,7 @@ class Cluster:
         if not isinstance(self.num_gpus, int) or self.num_gpus < 1:
             raise SpecError(f"gpus={self.num_gpus!r} must be a positive integer")
         at_least_one(self, ("host_bandwidth", "host_memory"))
+        ranges.check_spec(self)
         product = 1
         for tier in self.tiers:
             product *= tier.size
@@ -164,17 +164,8 @@ class Network:
 
     def __post_init__(self) -> None:
         check_types(self)
-        if self.nvlink_domain < 1:
-            raise SpecError(f"nvlink_domain={self.nvlink_domain!r} must be a positive integer")
-        if not self.nics_per_gpu > 0:
-            raise SpecError(f"nics_per_gpu={self.nics_per_gpu!r} must be positive")
-        at_least_one(self, ("nic_bandwidth", "host_bandwidth", "host_memory"))
-        if not math.isfinite(self.nics_per_gpu * self.nic_bandwidth):
-            raise SpecError(f"nics_per_gpu × nic_bandwidth = {self.nics_per_gpu!r} × {self.nic_bandwidth!r} must be "
-                            "finite")
-        for name in ("nvlink_latency", "nic_latency"):
-            if getattr(self, name) < 0:
-                raise SpecError(f"{name}={getattr(self, name)!r} must be non-negative")
+        # every number in its range (ranges.RANGES), which also keeps nics_per_gpu × nic_bandwidth finite
+        ranges.check_spec(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,11 +181,6 @@ class System:
         """The mesh for ``num_gpus`` GPUs: (NVLink domain, number of domains)."""
         net = replace(self.network, **network_overrides) if network_overrides else self.network
         return build_cluster(self.name, self.accelerator, net, num_gpus)
-
-
-# The largest cluster meshplan plans: 2^20 = 1,048,576 GPUs, beyond every machine built or announced (the
-# largest announced AI clusters are a few hundred thousand to a million GPUs); a larger count is a typo.
-MAX_GPUS = 2**20
 
 
 def build_cluster(name: str, accelerator: Accelerator, net: Network, num_gpus: int) -> Cluster:

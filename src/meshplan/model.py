@@ -29,8 +29,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from meshplan import ranges
 from meshplan.errors import SpecError
-from meshplan.fields import MAX_LAYERS, MAX_SIZE, at_most, check_types
+from meshplan.fields import check_types
 from meshplan.files import read_json, read_toml
 
 MLP_KINDS = ("gelu", "swiglu", "relu2")  # relu2 (Nemotron-H): squared ReLU, up → act → down like gelu
@@ -124,11 +125,10 @@ class ModelSpec:
         for name in ("mamba_groups", "mamba_conv", "mamba_chunk"):
             _positive(self, name)
         _positive(self, "moe_layer_freq")
-        at_most(self, _SIZES, MAX_SIZE)
         _check_pattern(self)
         _check_mtp(self)
-        at_most(self, ("num_layers", "mtp_layers"), MAX_LAYERS)
         _check_window(self)
+        ranges.check_spec(self)  # every size in its range (ranges.RANGES)
         if self.num_kv_heads == 0:
             object.__setattr__(self, "num_kv_heads", self.num_heads)
         if self.head_dim == 0:
@@ -163,6 +163,7 @@ class ModelSpec:
                             f"seq_length={self.seq_length} (a learned position table has a row per position)")
         if self.position_embedding == "learned" and self.max_position_embeddings == 0:
             object.__setattr__(self, "max_position_embeddings", self.seq_length)
+        _check_params(self)
 
     # ---- structure ------------------------------------------------------------------------------------
     @property
@@ -392,14 +393,24 @@ def _non_negative(spec: Any, name: str) -> None:
         raise SpecError(f"{name}={value!r} must be a non-negative integer")
 
 
-_SIZES = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_length", "num_kv_heads",
-          "head_dim", "num_experts", "moe_ffn_hidden_size", "shared_expert_ffn_size", "q_lora_rank", "kv_lora_rank",
-          "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings", "mamba_heads",
-          "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_conv", "mamba_chunk", "moe_latent_size",
-          "sliding_window")
+# The sizes a parameter count grows with, named when it is out of range (_check_params)
+_SIZES = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size", "vocab_size",
+          "max_position_embeddings", "num_experts", "moe_ffn_hidden_size", "shared_expert_ffn_size", "q_lora_rank",
+          "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "mamba_heads", "mamba_head_dim",
+          "mamba_state", "mamba_groups", "mamba_conv", "moe_latent_size", "mtp_layers")
 _EXPERT_FIELDS = ("moe_topk", "moe_ffn_hidden_size", "shared_expert_ffn_size", "first_k_dense_layers", "router_bias",
                   "shared_expert_gate", "moe_latent_size")
 _MLA_FIELDS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+def _check_params(spec: ModelSpec) -> None:
+    """The parameters (with the MTP layers) at most ranges.MAX_PARAMS: each size in its range can still multiply
+    into a model whose FLOP counts overflow; the message names the sizes that make it."""
+    total = spec.params() + spec.mtp_params()
+    if total > ranges.MAX_PARAMS:
+        sizes = ", ".join(f"{name}={getattr(spec, name)}" for name in _SIZES if getattr(spec, name))
+        raise SpecError(f"parameters={total:.4g} is outside 1 … {ranges.MAX_PARAMS:.0e} (500x the largest model "
+                        f"trained): {sizes}")
 
 
 def _dense_has_no_expert_fields(spec: Any) -> None:

@@ -660,6 +660,13 @@ EAGER: dict[str, dict[str, tuple[tuple[str, int, int], ...]]] = {
     "swiglu": {"fwd": (("silu", 2, 2), ("mul", 4, 2), ("fused act", -4, -2)),
                "bwd_x": (("mul dgate", 4, 2), ("mul dup", 4, 2), ("silu backward", 4, 2), ("fused act", -8, -2))},
     "gelu": {"fwd": (), "bwd_x": ()},  # one kernel each way, as counted in mlp_gemms
+    # squared ReLU (Nemotron-H): relu then square, two kernels where mlp_gemms counts one fused act (fwd r 2 w 2, bwd
+    # r 4 w 2): HF transformers' ReLUSquaredActivation is relu(x) then torch.square, which aten runs as pow(x, 2)
+    # (UnaryOps.cpp); backward pow_backward = g * (2 * x.pow(1)) (FunctionsManual.cpp: three kernels, as in rmsnorm
+    # above) and relu's threshold_backward(g, result)
+    "relu2": {"fwd": (("relu", 2, 2), ("square", 2, 2), ("fused act", -2, -2)),
+              "bwd_x": (("pow(x, 1)", 2, 2), ("mul 2", 2, 2), ("mul g", 4, 2), ("threshold_backward", 4, 2),
+                        ("fused act", -4, -2))},
     # a linear's bias gradient: autograd of addmm reduces the output gradient in a kernel of its own
     "bias": {"fwd": (), "bwd_w": (("sum", 2, 0),)},
     # GQA's repeat_kv (torchtitan, HF): K and V copied to every query head (expand + reshape), per element of

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from meshplan import ranges
 from meshplan.errors import PlanError
 
 if TYPE_CHECKING:
@@ -237,6 +238,7 @@ def check(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> list[str]:
             reasons.append(f"{name}={value!r} must be a positive integer")
     if reasons:
         return reasons
+    reasons += _check_ranges(model, plan)
     if cluster is not None and plan.num_gpus != cluster.num_gpus:
         if plan.tp2 > 1:
             reasons.append(f"dp*tp*tp2*pp*cp = {plan.dp}*{plan.tp}*{plan.tp2}*{plan.pp}*{plan.cp} = "
@@ -251,6 +253,23 @@ def check(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> list[str]:
     reasons += _check_hybrid(model, plan)
     reasons += _check_options(model, cluster, plan)
     return reasons
+
+
+# The numeric fields whose range check() reads from ranges.RANGES (zero and grad_bytes are choices, checked by name)
+RANGED = ("dp", "tp", "pp", "cp", "tp2", "ep", "etp", "vpp", "last_stage_layers", "micro_batch", "global_batch",
+          "recompute_layers", "offload_layers", "lora_rank", "train_metrics", "summa_panels")
+
+
+def _check_ranges(model: ModelSpec, plan: Plan) -> list[str]:
+    """Each field of RANGED at most its physical maximum (ranges.RANGES; values below the minimum are reported by
+    the kind checks), and the tokens of one step at most ranges.MAX_STEP_TOKENS."""
+    reasons = []
+    for name in RANGED:
+        value = getattr(plan, name)
+        if isinstance(value, (int, float)) and value > ranges.RANGES[name].high:
+            reasons.append(ranges.problem(name, value) or "")
+    reason = ranges.step_tokens_problem(plan.global_batch, model.seq_length)
+    return reasons + ([reason] if reason else [])
 
 
 def _check_hybrid(model: ModelSpec, plan: Plan) -> list[str]:

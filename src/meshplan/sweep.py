@@ -92,6 +92,13 @@ def scaled_system(system: System, param: str, factor: float) -> System:
         raise SpecError(f"param={param!r} must be one of {', '.join(PARAMS)}")
     if not factor > 0 or not math.isfinite(factor):
         raise SpecError(f"factor={factor!r} must be a positive number")
+    try:
+        return _scaled(system, param, factor)
+    except SpecError as exc:  # the scaled value outside its range (ranges.RANGES): say which factor made it
+        raise SpecError(f"param={param} factor={factor:g} on {system.name}: {exc}") from None
+
+
+def _scaled(system: System, param: str, factor: float) -> System:
     acc, net = system.accelerator, system.network
     if param == "peak_flops":
         acc = replace(acc, peak_flops={k: v * factor for k, v in acc.peak_flops.items()})
@@ -140,12 +147,15 @@ def param_points(model: ModelSpec, systems: Sequence[str | System], gpus: Sequen
             for factor in factors if param != "none" else (1.0,):
                 modified = system if param == "none" else scaled_system(system, param, factor)
                 value = PARAMS[param][1](modified) if param != "none" else math.nan
+                # the GPU's own 16-bit precision where the space asks for bf16 and it has none (V100: fp16)
+                precise = space if space.precision != "bf16" else replace(
+                    space, precision=modified.accelerator.default_precision)
                 for n in gpus:
                     d = modified.network.nvlink_domain
                     # SpecError now for a GPU count the mesh cannot hold, or a space beyond max_plans
-                    check_space(model, modified.cluster(n), space)
+                    check_space(model, modified.cluster(n), precise)
                     points.append(Point(model=model, system=modified, gpus=n, nvlink_domain=d,
-                                        global_batch=global_batch, space=space, param=param, factor=float(factor),
+                                        global_batch=global_batch, space=precise, param=param, factor=float(factor),
                                         value=float(value), label=label))
     return points
 

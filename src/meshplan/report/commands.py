@@ -14,9 +14,10 @@ import click
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.fields import MAX_PLANS
 from meshplan.files import make_dir, writable_dir
+from meshplan.ranges import RANGES, check_options, step_tokens_problem
 
 FACTORS = "0.5,1,2,4"  # --factors' default
-MAX_FACTOR = 1e6  # a parameter scaled a million-fold is a what-if far past any roadmap; beyond it, overflow
+MAX_FACTOR = RANGES["factors"].high  # a parameter scaled a million-fold (ranges.RANGES)
 
 
 def _model_options(f):
@@ -50,7 +51,11 @@ def _global_batch(model, global_batch: int | None) -> int:
     from meshplan.cli import default_global_batch, sequences
 
     sequences(global_batch, "global-batch")
-    return global_batch if global_batch is not None else default_global_batch(model.seq_length, 1, 1)
+    gbs = global_batch if global_batch is not None else default_global_batch(model.seq_length, 1, 1)
+    problem = step_tokens_problem(gbs, model.seq_length, "global-batch")
+    if problem:
+        raise SpecError(problem)
+    return gbs
 
 
 def _positive_ints(text: str | None, field: str) -> list[int] | None:
@@ -116,6 +121,7 @@ def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k,
     if workers is not None and workers < 1:
         raise SpecError(f"workers={workers} must be a positive integer")
     check_max_plans(max_plans)
+    check_options(workers=workers, max_plans=max_plans or None, nvlink_domain=nvlink_domain)
     writable(str(output), "output")
     model = model_at(model_ref, seq)
     gbs = _global_batch(model, global_batch)
@@ -123,7 +129,8 @@ def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k,
     if nvlink_domain is not None:
         system = replace(system, network=replace(system.network, nvlink_domain=nvlink_domain))
     cluster = system.cluster(gpus)
-    space = sweep_space(gbs, all_placements=placements == "all", offload=offload, max_plans=max_plans)
+    space = sweep_space(gbs, all_placements=placements == "all", offload=offload, max_plans=max_plans,
+                        precision=system.accelerator.default_precision)
     counts = _scaling_counts(scaling, gpus, system.network.nvlink_domain)
     check_space(model, cluster, space)
     _require_matplotlib()  # after the input checks: bad input gets its own message whatever is installed
@@ -170,6 +177,10 @@ def sweep(model_ref, seq, global_batch, systems, nvlink, gpus, params, factors, 
     gbs = _global_batch(model, global_batch)
     counts = _positive_ints(gpus, "gpus") or []
     domains = _positive_ints(nvlink, "nvlink") if nvlink is not None else [None]
+    for n in counts:
+        check_options(gpus=n)
+    for domain in domains:
+        check_options(nvlink=domain)
     refs = [s.strip() for s in systems.split(",") if s.strip()]
     if not refs:
         raise SpecError("systems is empty")
@@ -192,6 +203,7 @@ def sweep(model_ref, seq, global_batch, systems, nvlink, gpus, params, factors, 
     if workers is not None and workers < 1:
         raise SpecError(f"workers={workers} must be a positive integer")
     check_max_plans(max_plans)
+    check_options(workers=workers, max_plans=max_plans or None)
     space = sweep_space(gbs, all_placements=placements == "all", offload=offload, max_plans=max_plans)
     points = []
     for name in names:

@@ -1,0 +1,223 @@
+"""The physical range of every numeric field and option, stated once, checked where the value is read.
+
+Every number meshplan reads (a spec field of ``Accelerator``, ``Tier``, ``Cluster``, ``Network``, ``ModelSpec`` or
+``Plan``, a command-line option) has a range here: generous enough for every preset, every Hugging Face config and
+every published run meshplan validates (``tests/test_ranges.py`` checks them), tight enough that no combination of
+in-range values makes a NaN, an infinity or an overflow (the search ranks plans in float32: every time and byte
+count stays far below 3.4e38, ``tests/test_ranges.py`` prices the corners). A value outside its range is one line
+naming the field, the value and the range: ``nic_latency=1.7e+308 s is outside 0 … 1 s``.
+
+Two products are bounded besides the fields: a model's parameters (``MAX_PARAMS``) and the tokens of one step
+(``MAX_STEP_TOKENS``), which with the slowest hardware in range keep every time below 1e35 s:
+6 · 1e15 parameters · 2^40 tokens / 1 FLOP/s (the slowest GEMM rate in range) ≈ 7e27 s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any, NamedTuple
+
+from meshplan.errors import SpecError
+from meshplan.fields import MAX_GPUS, MAX_LAYERS, MAX_SIZE
+
+
+class Range(NamedTuple):
+    """``low`` … ``high`` in ``unit``; ``zero``: what 0 means where 0 is also allowed ("" where it is not)."""
+
+    low: float
+    high: float
+    unit: str
+    why: str
+    zero: str = ""
+
+
+WIDTH = 2**20  # 1,048,576: 40x the widest hidden size trained (Megatron-LM's 1T model, 25,600)
+FFN = 2**22  # 4,194,304: 40x the widest FFN trained (GPT-3 175B / Megatron-LM 1T, 102,400)
+HEADS = 2**16  # 65,536: 400x the most attention heads trained (Megatron-LM 1T, 160)
+LORA = 2**16  # 65,536: LoRA ranks in use are 4-256 (Hu et al. 2021 use 1-64; QLoRA 64)
+# A model's parameters: 10^15, 500x the largest models trained (~2T); with MAX_STEP_TOKENS it bounds every FLOP count
+MAX_PARAMS = 10**15
+# Tokens of one step (global batch x sequence): 2^40 = 1.1e12, 65,000x Llama 3 405B's 16M-token batches
+MAX_STEP_TOKENS = 2**40
+POWER = "0.1 kW class parts (L4 72 W) to 1.4 kW (B300); 100 kW is 4x a Cerebras CS-3 system (23 kW)"
+LATENCY = "NCCL's per-step latencies are 0.5-10 us (src/graph/tuning.cc hwLat); a second is 10^5 times that"
+
+RANGES: dict[str, Range] = {
+    # ---- Accelerator ------------------------------------------------------------------------------------------
+    "peak_flops": Range(1e6, 1e18, "FLOP/s", "dense peak per precision: presets 15.7 TFLOP/s (V100 fp32) to 15 "
+                        "PFLOP/s (B300 fp4); 1 EFLOP/s is 66x that; calibrate on a CPU measures >= 1 GFLOP/s"),
+    "hbm_bytes": Range(1e6, 1e15, "B", "1 MB ... 1 PB: presets 32 GiB (V100) to 288 GB (B300); a CPU "
+                       "calibration reports host memory (a few TB at most)"),
+    "hbm_bandwidth": Range(1e6, 1e17, "B/s", "presets 0.86-8 TB/s (HBM3e); 100 PB/s is 5x Cerebras WSE-3's "
+                           "21 PB/s on-chip SRAM, the fastest memory of any chip"),
+    "nvlink_bandwidth": Range(1e6, 1e16, "B/s", "per GPU per direction: presets 32 GB/s (PCIe) to 900 GB/s "
+                              "(NVLink 5); 10 PB/s is 10,000x NVLink 5"),
+    "num_sms": Range(1, 1_000_000, "", "GPUs have 20-304 SMs / CUs; Cerebras WSE-3 has 900,000 cores"),
+    "tdp_watts": Range(1, 100_000, "W", POWER, "unknown"),
+    "matmul_bf16": Range(1e-9, 1, "", "MAMF / dense peak: measured 0.51-0.87 (ml-engineering's table), at most 1 "
+                         "by definition; a CPU calibrated against a GPU's peak reads ~1e-6", "looked up"),
+    "matmul_fp8": Range(0.01, 1, "", "as matmul_bf16, for fp8 (and fp4) GEMMs", "looked up"),
+    "matmul_watts": Range(1, 100_000, "W", POWER, "unknown"),
+    "exp_rate": Range(0.1, 10, "", "exponential (MUFU.EX2) rate per SM clock relative to Hopper: 1, Blackwell "
+                      "Ultra 2; a tenth or ten times that is past any GPU built"),
+    # ---- Network / Tier / Cluster -----------------------------------------------------------------------------
+    "nvlink_domain": Range(1, MAX_GPUS, "", "GPUs per scale-up domain: 4-72 built (NVL72), 576 announced; up to "
+                           "the largest cluster meshplan plans (what if every GPU were on NVLink?)"),
+    "nvlink_latency": Range(0, 1, "s", LATENCY),
+    "nics_per_gpu": Range(0.001, 64, "", "0.5 (DGX-2) to 1 in the presets; one NIC per 1,000 GPUs or 64 per GPU "
+                          "is past any machine built"),
+    "nic_bandwidth": Range(1e6, 1e15, "B/s", "per NIC per direction: 10 Mb/s Ethernet is 1.25 MB/s, ConnectX-8 "
+                           "800 Gb/s is 100 GB/s; 1 PB/s is 10,000x that"),
+    "nic_latency": Range(0, 1, "s", LATENCY),
+    "host_bandwidth": Range(1e6, 1e15, "B/s", "GPU to host per direction: PCIe Gen3 x16 14 GB/s to NVLink-C2C 450 "
+                            "GB/s (GH200)"),
+    "host_memory": Range(1e6, 1e15, "B", "host memory per GPU for offload: presets 64-256 GB; 1 PB is 4,000x"),
+    "size": Range(1, MAX_GPUS, "", "Tier: GPUs per group of a mesh dimension, at most the cluster"),
+    "bandwidth": Range(1e3, 1e17, "B/s", "Tier: nvlink_bandwidth, or nics_per_gpu x nic_bandwidth (0.001 x 1 MB/s "
+                       "... 64 x 1 PB/s)"),
+    "latency": Range(0, 1, "s", "Tier: " + LATENCY),
+    "num_gpus": Range(1, MAX_GPUS, "", "2^20: beyond every machine built or announced (a few hundred thousand "
+                      "to a million GPUs)"),
+    # ---- ModelSpec ----------------------------------------------------------------------------------------------
+    "num_layers": Range(1, MAX_LAYERS, "", "10x the deepest transformer trained (DeepNet: 1,000 layers)"),
+    "hidden_size": Range(1, WIDTH, "", "40x the widest trained (Megatron-LM 1T: 25,600)"),
+    "num_heads": Range(1, HEADS, "", "400x the most heads trained (Megatron-LM 1T: 160)"),
+    "ffn_hidden_size": Range(1, FFN, "", "40x the widest FFN trained (102,400)"),
+    "vocab_size": Range(1, 2**24, "", "64x the largest vocabulary (Gemma 3: 262,144)"),
+    "num_kv_heads": Range(1, HEADS, "", "as num_heads", "as num_heads"),
+    "head_dim": Range(1, WIDTH, "", "at most the hidden size (one head); heads use 64-256", "hidden / heads"),
+    "seq_length": Range(1, MAX_SIZE, "", "2^31 - 1, the int32 index bound: 200x the longest context trained "
+                        "(10M)"),
+    "sliding_window": Range(1, MAX_SIZE, "", "at most a sequence (Mistral 4,096, GPT-OSS 128)", "none"),
+    "window_layers": Range(1, MAX_LAYERS, "", "at most the layers", "every attention layer"),
+    "max_position_embeddings": Range(1, MAX_SIZE, "", "as seq_length", "the sequence length"),
+    "num_experts": Range(1, WIDTH, "", "DeepSeek-V3 256, Qwen3 512; 1,048,576 is PEER's (He 2024) million "
+                         "experts", "a dense model"),
+    "moe_topk": Range(1, WIDTH, "", "at most the experts (2-22 in use)", "a dense model"),
+    "moe_ffn_hidden_size": Range(1, FFN, "", "as ffn_hidden_size", "ffn_hidden_size"),
+    "shared_expert_ffn_size": Range(1, FFN, "", "as ffn_hidden_size", "none"),
+    "first_k_dense_layers": Range(1, MAX_LAYERS, "", "at most the layers", "none"),
+    "moe_layer_freq": Range(1, MAX_LAYERS, "", "at most the layers"),
+    "glu_clamp": Range(1e-3, 3.4e38, "", "a clamp on bf16 activations (GPT-OSS 7): beyond bf16's largest value "
+                       "(3.39e38) it never acts", "no clamp"),
+    "q_lora_rank": Range(1, WIDTH, "", "at most the hidden size (DeepSeek-V3 1,536)", "no q compression"),
+    "kv_lora_rank": Range(1, WIDTH, "", "at most the hidden size (DeepSeek-V3 512)", "standard attention"),
+    "qk_nope_head_dim": Range(1, HEADS, "", "MLA head widths (DeepSeek-V3 128)", "not MLA"),
+    "qk_rope_head_dim": Range(1, HEADS, "", "MLA head widths (DeepSeek-V3 64)", "not MLA"),
+    "v_head_dim": Range(1, HEADS, "", "MLA head widths (DeepSeek-V3 128)", "not MLA"),
+    "mamba_heads": Range(1, HEADS, "", "Nemotron-H 64-128", "no Mamba"),
+    "mamba_head_dim": Range(1, HEADS, "", "Mamba-2 uses 64", "no Mamba"),
+    "mamba_state": Range(1, HEADS, "", "Mamba-2 uses 64-256", "no Mamba"),
+    "mamba_groups": Range(1, HEADS, "", "at most the heads (1-8 in use)"),
+    "mamba_conv": Range(1, 2**16, "", "the causal conv1d kernel: 4 in every Mamba"),
+    "mamba_chunk": Range(1, MAX_SIZE, "", "the SSD chunk: 128-256 in use, at most a sequence"),
+    "moe_latent_size": Range(1, WIDTH, "", "at most the hidden size (Nemotron 3 Super 1,024)", "no latent"),
+    "mtp_layers": Range(1, MAX_LAYERS, "", "1-2 in use", "none"),
+    # ---- Plan and the options that set it -----------------------------------------------------------------------
+    "dp": Range(1, MAX_GPUS, "", "a parallel axis is at most the cluster"),
+    "tp": Range(1, MAX_GPUS, "", "a parallel axis is at most the cluster"),
+    "pp": Range(1, MAX_GPUS, "", "a parallel axis is at most the cluster"),
+    "cp": Range(1, MAX_GPUS, "", "a parallel axis is at most the cluster"),
+    "tp2": Range(1, MAX_GPUS, "", "a parallel axis is at most the cluster"),
+    "ep": Range(1, MAX_GPUS, "", "a parallel axis is at most the cluster"),
+    "etp": Range(1, MAX_GPUS, "", "a parallel axis is at most the cluster", "tp"),
+    "vpp": Range(1, MAX_LAYERS, "", "model chunks per pipeline rank: at most the layers"),
+    "last_stage_layers": Range(1, MAX_LAYERS, "", "at most the layers", "an even split"),
+    "micro_batch": Range(1, MAX_SIZE, "", "sequences: the int32 index bound (the search enumerates divisors)"),
+    "global_batch": Range(1, MAX_SIZE, "", "sequences: the int32 index bound (the search enumerates divisors)",
+                          "dp x micro_batch"),
+    "zero": Range(0, 3, "", "ZeRO stages 0-3 (Rajbhandari et al. 2020)"),
+    "recompute_layers": Range(1, MAX_LAYERS, "", "at most the layers", "all of them"),
+    "offload_layers": Range(1, MAX_LAYERS, "", "at most the layers", "all of them"),
+    "grad_bytes": Range(2, 4, "B", "bf16 (2) or fp32 (4) gradients: the only reduce dtypes costed"),
+    "lora_rank": Range(1, LORA, "", "LoRA ranks in use are 4-256; 65,536 is above every hidden size trained",
+                       "full training (the --lora-rank option)"),
+    "train_metrics": Range(1, 100, "", "cross-entropies evaluated per micro-batch for metrics (Composer's MPT: 2)",
+                           "none"),
+    "summa_panels": Range(1, WIDTH, "", "at most the hidden size", "max(tp, tp2)"),
+    # ---- options only ---------------------------------------------------------------------------------------------
+    "top": Range(1, 1000, "", "plans listed: each is re-estimated in full (about 2 s for 1,000)"),
+    "max_plans": Range(1, 10**15, "", "10^15 plans take over a year at 23M plans/s", "no limit"),
+    "max_micro_batch": Range(1, MAX_SIZE, "", "as micro_batch"),
+    "workers": Range(1, 4096, "", "local processes: more than any host's cores"),
+    "tokens": Range(1, 1e18, "", "a token budget: 10^18 is 50,000x Llama 3's 15T"),
+    "price": Range(1e-6, 1e6, "", "dollars per GPU-hour: far above any rental price (a few dollars)", "free"),
+    "factors": Range(1e-6, 1e6, "", "a million-fold is a what-if far past any roadmap; beyond it, overflow"),
+}
+
+# Fields whose values are a few choices rather than a range: the values and what they are
+CHOICES: dict[str, tuple[tuple[int, ...], str]] = {
+    "zero": ((0, 1, 2, 3), ""),
+    "grad_bytes": ((2, 4), " (bytes per gradient: bf16 or fp32)"),
+}
+
+# Options whose names differ from the field they set
+ALIASES = {"seq": "seq_length", "gpus": "num_gpus", "nvlink": "nvlink_domain"}
+
+
+def _fmt(bound: float) -> str:
+    return f"{bound:,}" if isinstance(bound, int) else f"{bound:g}"
+
+
+def _shown(value: Any) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def problem(name: str, value: Any, key: str | None = None) -> str | None:
+    """What is wrong with ``value`` for ``name`` (RANGES[key or name], dashes read as underscores), or None. A
+    value that is not a number is left to the type checks."""
+    key = key or ALIASES.get(name.replace("-", "_"), name.replace("-", "_"))
+    r = RANGES[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if key in CHOICES:
+        allowed, what = CHOICES[key]
+        if value in allowed:
+            return None
+        return f"{name}={_shown(value)} must be {', '.join(map(str, allowed[:-1]))} or {allowed[-1]}{what}"
+    if (r.zero and value == 0) or r.low <= value <= r.high:
+        return None
+    unit = f" {r.unit}" if r.unit else ""
+    zero = f" (or 0: {r.zero})" if r.zero else ""
+    return f"{name}={_shown(value)}{unit} is outside {_fmt(r.low)} … {_fmt(r.high)}{unit}{zero}"
+
+
+def check(name: str, value: Any, prefix: str = "", key: str | None = None) -> None:
+    """Raise SpecError (``prefix`` + the problem) when ``value`` is outside the range of ``name``."""
+    message = problem(name, value, key)
+    if message:
+        raise SpecError(prefix + message)
+
+
+def check_spec(spec: Any, prefix: str = "") -> None:
+    """Check every field of dataclass ``spec`` that has a range (a table of numbers: each of its values)."""
+    for f in fields(spec):
+        if f.name not in RANGES:
+            continue
+        value = getattr(spec, f.name)
+        if isinstance(value, dict):
+            for k, v in value.items():
+                check(f"{f.name}.{k}", v, prefix, f.name)
+        else:
+            check(f.name, value, prefix)
+
+
+def check_options(**options: Any) -> None:
+    """Check command-line options (``None``: not given) against their ranges, before any work starts."""
+    for name, value in options.items():
+        if value is not None:
+            check(name.replace("_", "-"), value)
+
+
+def numeric_fields(cls: type) -> list[str]:
+    """The fields of dataclass ``cls`` declared as numbers (int, float, or a table of them)."""
+    return [f.name for f in fields(cls) if str(f.type) in ("int", "float") or str(f.type).startswith("dict[str, float")]
+
+
+def step_tokens_problem(global_batch: int, seq_length: int, field: str = "global_batch") -> str | None:
+    """The tokens of one step (``field`` × seq_length) beyond MAX_STEP_TOKENS, or None."""
+    tokens = global_batch * seq_length
+    if tokens <= MAX_STEP_TOKENS:
+        return None
+    return (f"{field} × seq_length = {global_batch:,} × {seq_length:,} = {tokens:.4g} tokens per step is more than "
+            f"2^40 = {MAX_STEP_TOKENS:,} (65,000x Llama 3's 16M-token batches)")
