@@ -51,6 +51,8 @@ def positive_int(value: Any) -> int | None:
     """A parallel size or batch as a positive integer; None when not stated (a size below 1 says nothing)."""
     if value is None or isinstance(value, bool):
         return None
+    if isinstance(value, float) and not value.is_integer():  # 3.5 GPUs or NaN: not a size
+        return None
     if isinstance(value, (int, float)):
         return int(value) if 1 <= value <= MAX_SIZE else None
     found = re.search(r"\d+", str(value))
@@ -81,10 +83,10 @@ def number(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int)):
         return value
     if isinstance(value, str):  # a leading number, alone or before a remark: "8", "1,664.5", "8 (derived)", "45 %"
-        found = LEADING_NUMBER.match(value.replace(",", "").replace("_", ""))
-        if not found:
+        found = LEADING_NUMBER.match(value.replace("_", ""))
+        if not found:  # "1.234,5" or "12,5" (a decimal comma?), "~40", "1.2-1.4", "up to 150": not read
             return None
-        text = found.group(1)
+        text = found.group(1).replace(",", "")
         parsed = float(text)
         if not math.isfinite(parsed):
             return None
@@ -92,7 +94,10 @@ def number(value: Any) -> Any:
     return None
 
 
-LEADING_NUMBER = re.compile(r"\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(?=\s|\(|%|$)")
+# a comma inside a number only groups thousands ("8,192", "1,664.5"); one followed by a digit otherwise ("12,5",
+# "1.234,5") is a decimal comma or a list, which this does not guess at; one before a remark ends the number
+LEADING_NUMBER = re.compile(
+    r"\s*([-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?)(?=\s|\(|%|[,;](?!\d)|$)")
 
 
 def _field(key: str, value: Any) -> Any:
@@ -100,42 +105,136 @@ def _field(key: str, value: Any) -> Any:
         return None
     if key in TEXT_FIELDS:
         return str(value)
-    return value if key in FLAG_FIELDS else number(value)
+    if key in FLAG_FIELDS:
+        return value
+    return None if isinstance(value, bool) else number(value)  # true is no size or rate
 
 
-# Other names for the schema's measured quantities: (name, canonical name, factor).
-MEASURE_ALIASES: tuple[tuple[str, str, float], ...] = (
+# ---- measured quantities --------------------------------------------------------------------------------------
+# The schema's measured quantities (validate.METRICS, in its order of preference) and the peak memory.
+MEASURED = ("iteration_time_s", "tokens_per_s_per_gpu", "tokens_per_s_total", "model_tflops_per_gpu",
+            "tflops_per_gpu", "mfu_pct", "hfu_pct", "pct_of_peak", "peak_memory_gib")
+# Other names for them, read after the schema's own in this order: (name, canonical name, factor); factor None is
+# the record's sequence length (sequences per second × tokens per sequence = tokens per second).
+MEASURE_ALIASES: tuple[tuple[str, str, float | None], ...] = (
     ("step_time_s", "iteration_time_s", 1.0), ("iteration_time_ms", "iteration_time_s", 1e-3),
-    ("step_time_ms", "iteration_time_s", 1e-3), ("tokens_per_s_per_device", "tokens_per_s_per_gpu", 1.0),
-    ("tokens_per_s", "tokens_per_s_total", 1.0), ("mfu", "mfu_pct", 100.0), ("hfu", "hfu_pct", 100.0),
+    ("step_time_ms", "iteration_time_s", 1e-3), ("tokens_per_s", "tokens_per_s_total", 1.0),
+    ("mfu", "mfu_pct", 100.0), ("hfu", "hfu_pct", 100.0),
+    ("samples_per_s", "tokens_per_s_total", None), ("sequences_per_s", "tokens_per_s_total", None),
 )
+# A statistic of repeated measurements of one quantity is that quantity; where a record gives several, they are read
+# in this order. A bound or a spread (``_up_to``, ``_max``, ``_min``, ``_p90``, ``_std``) is not a measurement of it
+# and is not read.
+STATISTICS = ("median", "p50", "mean", "average", "avg", "steady_state", "steady")
+_STATISTIC = "|".join(STATISTICS)
+QUALIFIED = re.compile(rf"(?:({_STATISTIC})_)?(.+?)(?:_({_STATISTIC}))?")
+# other spellings of the same name, on the lower-case name with underscores: "throughput_tokens_per_sec_per_device"
+# is tokens_per_s_per_gpu, "mfu_percent" mfu_pct
+SPELLINGS: tuple[tuple[str, str], ...] = (
+    (r"^(?:throughput|measured)_", ""), (r"_per_sec(?:ond)?s?(?=_|$)", "_per_s"), (r"_(?:secs?|seconds?)$", "_s"),
+    (r"_(?:msecs?|milliseconds?)$", "_ms"), (r"_per_(?:device|accelerator|chip)(?=_|$)", "_per_gpu"),
+    (r"_?(?:percent(?:age)?|%)$", "_pct"),
+)
+# a time written with its unit ("850 ms", "1.2 s"): seconds per unit
+TIME_UNIT = re.compile(r"\d\s*(ms|msecs?|milliseconds?|s|secs?|seconds?|mins?|minutes?)\b", re.IGNORECASE)
+SECONDS = {"m": 1e-3, "s": 1.0}  # by the unit's first letter, "min…" apart
 
 
-def _canonical_measures(measured: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
-    """``measured`` with the schema's names where a source used another (``mfu`` as a fraction → ``mfu_pct``;
-    sequences per second × the sequence length → ``tokens_per_s_total``)."""
-    out = dict(measured)
-    for name, canonical, factor in MEASURE_ALIASES:
-        value = out.get(name)
-        if out.get(canonical) is None and isinstance(value, (int, float)):
-            percent_already = canonical.endswith("_pct") and value > 1  # "mfu": 41 means 41 %, not 4100 %
-            out[canonical] = value if percent_already else value * factor
-    seq = model.get("seq_length")
-    for name in ("samples_per_s", "sequences_per_s"):
-        if out.get("tokens_per_s_total") is None and isinstance(out.get(name), (int, float)) and seq:
-            out["tokens_per_s_total"] = out[name] * seq
-    return out
+def measured_name(key: str) -> tuple[str, float | None, tuple[int, int]] | None:
+    """The schema's name of a measured field as a source wrote it, the factor to it, and its rank (statistic, name)
+    among the fields that give the same quantity (lowest first); None for a name of no quantity read."""
+    name = re.sub(r"[^a-z0-9%]+", "_", key.lower()).strip("_")
+    found = QUALIFIED.fullmatch(name)
+    if found is None:
+        return None
+    statistic = found.group(1) or found.group(3)
+    body = found.group(2)
+    for pattern, replacement in SPELLINGS:
+        body = re.sub(pattern, replacement, body)
+    stat_rank = STATISTICS.index(statistic) + 1 if statistic else 0
+    if body in MEASURED:
+        return body, 1.0, (stat_rank, 0 if body == key else 1)
+    aliases = [a for a in MEASURE_ALIASES if a[0] == body]
+    if aliases:
+        return aliases[0][1], aliases[0][2], (stat_rank, 2 + MEASURE_ALIASES.index(aliases[0]))
+    return None
+
+
+def _measured_value(raw: Any, canonical: str, factor: float | None, seq: Any) -> float | None:
+    """A measured value in the schema's unit: a number, or text that is one ("1,664.5", "41 %", "850 ms")."""
+    value = number(raw) if not isinstance(raw, bool) else None
+    if not isinstance(value, (int, float)):
+        return None
+    unit = TIME_UNIT.search(raw) if isinstance(raw, str) and canonical == "iteration_time_s" else None
+    if unit:  # the unit written beside the number, whatever the name says
+        word = unit.group(1).lower()
+        return value * (60.0 if word.startswith("min") else SECONDS[word[0]])
+    if factor is None:  # sequences per second
+        return value * seq if isinstance(seq, (int, float)) and not isinstance(seq, bool) and seq > 0 else None
+    percent_already = canonical.endswith("_pct") and (value > 1 or (isinstance(raw, str) and "%" in raw))
+    return value if percent_already or factor == 1.0 else value * factor  # "mfu": 41 means 41 %, not 4100 %
+
+
+def read_measured(measured: dict[str, Any], model: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``measured`` with every field's number (``number``) and the schema's quantities under their own names where
+    a source wrote them otherwise, and which field each was read from where that is not its own name (or a unit was
+    written beside it): another name (``step_time_ms`` → iteration_time_s), a statistic of repeated measurements
+    (``iteration_time_s_median``), another spelling (``throughput_tokens_per_sec_per_device``)."""
+    out = {k: _field(k, v) for k, v in measured.items()}
+    best: dict[str, tuple[tuple[int, int], str, float]] = {}
+    for key, raw in measured.items():
+        named = measured_name(str(key))
+        if named is None:
+            continue
+        canonical, factor, rank = named
+        value = _measured_value(raw, canonical, factor, model.get("seq_length"))
+        if value is not None and (canonical not in best or rank < best[canonical][0]):
+            best[canonical] = (rank, key, value)
+    read_from = {}
+    for canonical, (_, key, value) in best.items():
+        out[canonical] = value
+        if key != canonical or (isinstance(measured[key], str) and TIME_UNIT.search(measured[key])):
+            read_from[canonical] = f"{key}={measured[key]!r}"
+    return out, read_from
+
+
+# the numbers of each section that validate reads (a measured field: any ``measured_name`` names), so that one it
+# cannot read is said; a source's extra fields (remarks, flags as text) are not
+# other names a record gives its global batch by, in tokens (parallel section; tokens_per_batch in measured too)
+BATCH_TOKENS = ("global_batch_tokens", "global_batch_size_tokens", "tokens_per_batch", "batch_size_tokens")
+READ_NUMBERS = {
+    "model": ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "head_dim", "vocab_size",
+              "seq_length", "num_experts", "moe_topk", "moe_ffn_hidden_size", "shared_expert_ffn"),
+    "hardware": ("num_gpus", "gpus_per_node", "num_nodes", "nodes"),
+    "parallel": ("tp", "pp", "dp", "cp", "vp", "ep", "etp", "micro_batch_size", "global_batch_size", "grad_accum",
+                 *BATCH_TOKENS),
+}
 
 
 def clean_record(record: dict[str, Any]) -> dict[str, Any]:
     """The record with its model / hardware / parallel / measured sections as dicts of plain values, so that a
-    file from another source (numbers as strings, "n/a", nested values) maps or skips with a reason."""
+    file from another source (numbers as strings, "n/a", nested values) maps or skips with a reason. Two lists go
+    with it: ``_measured_from`` (``read_measured``: which field each measured quantity was read from, where not its
+    own) and ``_unread`` (``section.key=value`` of each stated value that is not one of its kind: "fast" for a
+    number, a list, a nested object). Cleaning a cleaned record changes nothing."""
     out = dict(record)
+    unread = list(record.get("_unread") or [])
     for section in ("model", "hardware", "parallel", "measured"):
         raw = record.get(section)
+        if raw is not None and not isinstance(raw, dict):
+            unread.append(f"{section}={raw!r}"[:80])
         values = raw if isinstance(raw, dict) else {}
         out[section] = {k: _field(k, v) for k, v in values.items()}
-    out["measured"] = _canonical_measures(out["measured"], out["model"])
+        unread += [f"{section}.{k}={v!r}"[:80] for k, v in values.items()
+                   if v is not None and out[section][k] is None and not (isinstance(v, str) and UNSTATED_TEXT.match(v))
+                   and (k in READ_NUMBERS.get(section, ()) or (section == "measured" and measured_name(str(k))))]
+        if section in ("hardware", "parallel"):  # a number that is no size: 0 or less, fractional, past MAX_SIZE
+            unread += [f"{section}.{k}={v!r}"[:80] for k, v in out[section].items()
+                       if k in READ_NUMBERS[section] and v is not None and positive_int(v) is None]
+    raw_measured = record.get("measured")
+    out["measured"], read_from = read_measured(raw_measured if isinstance(raw_measured, dict) else {}, out["model"])
+    out["_measured_from"] = dict(record.get("_measured_from") or {}) | read_from
+    out["_unread"] = list(dict.fromkeys(unread))
     for key in ("id", "group", "framework", "precision", "flops_accounting", "notes", "task"):
         if out.get(key) is not None and not isinstance(out[key], str):
             out[key] = str(out[key])

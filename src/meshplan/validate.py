@@ -33,11 +33,22 @@ import numpy as np
 from meshplan import recipes
 from meshplan.efficiency import DEFAULT, Efficiency
 from meshplan.errors import MeshplanError, PlanError, SpecError
+from meshplan.fields import MAX_SIZE
 from meshplan.hardware import Cluster, load_system
 from meshplan.model import ModelSpec, load_model, preset_names
 from meshplan.ops import LOW_PRECISION_BYTES
 from meshplan.plan import FP8_ATTENTION_PRECISIONS, Plan, check, fsdp_has_zero
 from meshplan.recipes import SourceDefaults, source_defaults
+from meshplan.record_fields import (
+    batch_from_tokens,
+    convention,
+    family_key,
+    family_sizes,
+    heads_from_head_dim,
+    size_problems,
+    unstated_model_parallel,
+    with_unread,
+)
 from meshplan.records import (
     NEGATIVE,
     UNSTATED_WORDS,
@@ -115,18 +126,28 @@ def preset_by_name(name: str) -> str | None:
 
 def map_model(m: dict[str, Any]) -> tuple[ModelSpec, list[str]]:
     """The preset whose sizes equal the record's (ties broken by vocabulary, then name), with the record's
-    own sequence length and vocabulary; a record whose sizes match no preset is built from its own fields."""
+    own sequence length and vocabulary; a record whose sizes match no preset is built from its own fields, with the
+    sizes its family's convention fixes where it leaves them out (record_fields.family_sizes)."""
+    problems = size_problems(m)
+    if problems:
+        raise Skip("; ".join(problems))
     name = m.get("name") or "model"
+    notes: list[str] = []
     if m.get("num_layers") is None or m.get("hidden_size") is None or m.get("num_heads") is None:
         preset = preset_by_name(str(name))
         if preset is None:
-            raise Skip(f"model sizes not recorded for {name} ({m.get('arch_source') or 'no architecture'})")
-        spec = _presets()[preset]
-        fields = {k: k for k in _SIZE_FIELDS} | {"vocab_size": "vocab_size"} | (
-            _MOE_FIELDS if spec.is_moe else {})
-        m = {k: v for k, v in m.items() if v is not None} | {
-            k: getattr(spec, f) for k, f in fields.items() if m.get(k) is None}
-    notes: list[str] = []
+            m = heads_from_head_dim(m, notes)
+            missing = [f"model.{k}" for k in ("num_layers", "hidden_size", "num_heads") if m.get(k) is None]
+            if missing:
+                named = f"no preset named {name!r}" if m.get("name") else "model.name missing"
+                raise Skip(f"model sizes not recorded: {', '.join(missing)} missing and {named} "
+                           f"({m.get('arch_source') or 'no architecture source'})")
+        else:
+            spec = _presets()[preset]
+            fields = {k: k for k in _SIZE_FIELDS} | {"vocab_size": "vocab_size"} | (
+                _MOE_FIELDS if spec.is_moe else {})
+            m = {k: v for k, v in m.items() if v is not None} | {
+                k: getattr(spec, f) for k, f in fields.items() if m.get(k) is None}
     given = {k: m[k] for k in _SIZE_FIELDS if m.get(k) is not None}
     moe = {f: m[k] for k, f in _MOE_FIELDS.items() if m.get(k) is not None}
     candidates = []
@@ -142,8 +163,10 @@ def map_model(m: dict[str, Any]) -> tuple[ModelSpec, list[str]]:
         missing = [k for k in ("ffn_hidden_size", "num_kv_heads", "vocab_size") if m.get(k) is None]
         notes.append(f"model: preset {preset} (sizes match the record"
                      + (f"; {', '.join(missing)} from the preset" if missing else "") + ")")
+        if m.get("seq_length") is None:
+            notes.append(f"seq_length {spec.seq_length} from preset {preset} (not recorded)")
     else:
-        spec = _model_from_record(m)
+        spec = _model_from_record(m, notes)
         notes.append(f"model: built from the record's sizes (no preset matches {name}); "
                      f"{spec.mlp} MLP, {spec.norm}, untied, no biases assumed")
     if m.get("vocab_size") is not None and m["vocab_size"] != spec.vocab_size:
@@ -155,30 +178,54 @@ def map_model(m: dict[str, Any]) -> tuple[ModelSpec, list[str]]:
     return spec, notes
 
 
-def _model_from_record(m: dict[str, Any]) -> ModelSpec:
+def _family_value(name: str, attr: str) -> tuple[int, str] | None:
+    """(value, where from) of a size the presets of the model's family (record_fields.family_key) agree on."""
+    key = family_key(name)
+    family = sorted(p for p in _presets() if key and family_key(p) == key)
+    values = {getattr(_presets()[p], attr) for p in family}
+    return (values.pop(), f"the {key} family's presets ({', '.join(family)})") if len(values) == 1 else None
+
+
+def _model_from_record(m: dict[str, Any], notes: list[str]) -> ModelSpec:
     """A Llama-like spec from a record's own sizes. SwiGLU unless F = 4h (the GeLU GPT MLP). A MoE record that
     gives only the experts' FFN size (every layer MoE) uses it for F too; ``head_dim`` where the heads do not split
-    the hidden size evenly (GPT-OSS: 64 heads of 64 on a hidden size of 2880)."""
+    the hidden size evenly (GPT-OSS: 64 heads of 64 on a hidden size of 2880). Sizes its family's convention fixes
+    are filled where it leaves them out (record_fields.family_sizes), each with a note in ``notes``."""
+    name = m.get("name")
+    m, derived = family_sizes(m, _family_value(str(name or ""), "vocab_size"))
+    notes += derived
     h, f = int(m["hidden_size"]), m.get("ffn_hidden_size")
     if f is None and m.get("num_experts"):
         f = m.get("moe_ffn_hidden_size")
-    if f is None or m.get("vocab_size") is None:
-        raise Skip(f"model {m.get('name')}: ffn_hidden_size or vocab_size not recorded and no preset matches")
+    missing = [k for k, v in (("ffn_hidden_size", f), ("vocab_size", m.get("vocab_size"))) if v is None]
+    missing += ["moe_topk"] if m.get("num_experts") and not m.get("moe_topk") else []
+    seq = m.get("seq_length") or _family_value(str(name or ""), "seq_length")
+    missing += [] if seq else ["seq_length"]
+    missing += ["num_kv_heads"] if m.get("num_kv_heads") is None else []  # MHA or GQA: not guessed
+    if missing:
+        fam = convention(m)
+        fixes = (f"the {fam.family} convention does not fix it" if fam else
+                 f"no family convention or preset family ({family_key(str(name or ''))!r}) fixes it")
+        raise Skip(f"model {name}: {', '.join('model.' + k for k in missing)} not recorded, no preset matches its "
+                   f"sizes and {fixes}")
+    if isinstance(seq, tuple):
+        notes.append(f"seq_length {seq[0]} from {seq[1]} (not recorded)")
+        seq = seq[0]
     heads, head_dim = int(m["num_heads"]), int(m.get("head_dim") or 0)
-    if heads < 1 or h < 1:
-        raise Skip(f"model {m.get('name')}: num_heads={heads} and hidden_size={h} must be positive")
     if not head_dim and h % heads:
-        raise Skip(f"model {m.get('name')}: num_heads={heads} does not divide hidden_size={h} and head_dim is not "
+        raise Skip(f"model {name}: num_heads={heads} does not divide hidden_size={h} and head_dim is not "
                    "recorded")
+    if int(m["num_kv_heads"]) and heads % int(m["num_kv_heads"]):
+        raise Skip(f"model {name}: num_kv_heads={m['num_kv_heads']} does not divide num_heads={heads}")
     gelu = int(f) == 4 * h
     kw: dict[str, Any] = {}
     if m.get("num_experts"):
         kw = {"num_experts": int(m["num_experts"]), "moe_topk": int(m["moe_topk"]),
               "moe_ffn_hidden_size": int(m.get("moe_ffn_hidden_size") or f),
               "shared_expert_ffn_size": int(m.get("shared_expert_ffn") or 0)}
-    return ModelSpec(name=str(m.get("name")), num_layers=int(m["num_layers"]), hidden_size=h, num_heads=heads,
+    return ModelSpec(name=str(name), num_layers=int(m["num_layers"]), hidden_size=h, num_heads=heads,
                      num_kv_heads=int(m.get("num_kv_heads") or 0), head_dim=head_dim, ffn_hidden_size=int(f),
-                     vocab_size=int(m["vocab_size"]), seq_length=int(m.get("seq_length") or 2048),
+                     vocab_size=int(m["vocab_size"]), seq_length=int(seq),
                      mlp="gelu" if gelu else "swiglu", norm="layernorm" if gelu else "rmsnorm", **kw)
 
 
@@ -241,12 +288,15 @@ SERVER_DOMAIN = 8  # an NVLink domain this small is one server's baseboard (HGX 
 
 
 def map_cluster(hw: dict[str, Any]) -> tuple[Cluster, list[str]]:
-    gpu, n = str(hw.get("gpu") or ""), hw.get("num_gpus")
+    gpu, n = str(hw.get("gpu") or ""), positive_int(hw.get("num_gpus"))
     if not n:
-        raise Skip("number of GPUs not recorded")
+        given = hw.get("num_gpus")
+        raise Skip("number of GPUs not recorded: hardware.num_gpus" + (
+            " missing" if given is None else f"={given!r} is not a whole number from 1 to {MAX_SIZE}")
+            + ", and neither hardware.num_nodes × gpus_per_node nor parallel.dp (× tp × pp × cp) gives it")
     preset = next((p for pattern, p in GPU_SYSTEMS if re.search(pattern, gpu, re.I)), None)
     if preset is None:
-        raise Skip(f"no system preset for GPU {gpu!r}")
+        raise Skip(f"no system preset for GPU {gpu!r} (hardware.gpu)" if gpu else "hardware.gpu missing")
     system = load_system(preset)
     notes = [f"hardware: {preset} preset"]
     if preset == "a100" and not re.search(r"80\s*GB", gpu, re.I):
@@ -297,7 +347,7 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     p, src = record.get("parallel") or {}, source_defaults(record)
     notes = [f"defaults: {src.name}"] + ([record["_borrowed"]] if record.get("_borrowed") else [])
     dp, tp, pp, cp, ep, etp = _sizes(p, model, cluster.num_gpus, notes, str(record.get("framework") or ""), src)
-    mbs, gbs = _batches(p, src, dp, pp, notes)
+    mbs, gbs = _batches(record, src, dp, pp, notes, model.seq_length)
     vpp = _interleaving(p, model, pp, (gbs // (dp * mbs)) % pp == 0, notes, src)
     precision = _precision(record, notes)
     fp8_scaling = _fp8_scaling(record, src, precision, notes)
@@ -361,17 +411,22 @@ def _stack_notes(plan: Plan, src: SourceDefaults, model: ModelSpec) -> list[str]
 
 def _sizes(p: dict[str, Any], model: ModelSpec, n: int, notes: list[str], framework: str, src: SourceDefaults
            ) -> tuple[int, int, int, int, int, int]:
-    """dp, tp, pp, cp, ep, etp: as stated, dp from the GPU count, ep as the stack implies, etp for expert-parallel
-    MoE as the stack's default (``SourceDefaults.expert_tp_is_tp``)."""
+    """dp, tp, pp, cp, ep, etp: as stated; tp, pp, cp 1 where unstated (said); dp from the GPU count where it is
+    unstated or its product with tp, pp and cp is not the GPU count (said); ep as the stack implies, etp for
+    expert-parallel MoE as the stack's default (``SourceDefaults.expert_tp_is_tp``)."""
     tp, pp, cp = (positive_int(p.get(k)) or 1 for k in ("tp", "pp", "cp"))
+    notes += unstated_model_parallel(p, n)
     dp = positive_int(p.get("dp"))
     if n % (tp * pp * cp):
-        raise Skip(f"tp*pp*cp = {tp * pp * cp} does not divide {n} GPUs")
+        raise Skip(f"parallel: tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp} does not divide hardware.num_gpus = {n}")
     if dp is None:
         dp = n // (tp * pp * cp)
-        notes.append(f"dp = gpus/(tp*pp*cp) = {dp}")
+        notes.append(f"dp = gpus/(tp*pp*cp) = {dp}" + ("" if p.get("dp") is None else
+                                                        f" (dp={p['dp']!r} as recorded is not a positive size)"))
     elif dp * tp * pp * cp != n:
-        raise Skip(f"dp*tp*pp*cp = {dp * tp * pp * cp} != {n} GPUs as recorded")
+        recorded, dp = dp, n // (tp * pp * cp)
+        notes.append(f"dp = gpus/(tp*pp*cp) = {dp} (the recorded dp {recorded} gives dp*tp*pp*cp = "
+                     f"{recorded * tp * pp * cp}, not the {n} GPUs recorded)")
     ep = positive_int(p.get("ep")) or _unstated_ep(model, dp, framework, notes)
     etp = positive_int(p.get("etp"))
     if etp is None:
@@ -405,10 +460,14 @@ def _unstated_ep(model: ModelSpec, dp: int, framework: str, notes: list[str]) ->
     return ep
 
 
-def _batches(p: dict[str, Any], src: SourceDefaults, dp: int, pp: int, notes: list[str]) -> tuple[int, int]:
-    """Micro-batch and global batch (sequences), from what the record states and the source's conventions."""
-    gbs = positive_int(p.get("global_batch_size"))
+def _batches(record: dict[str, Any], src: SourceDefaults, dp: int, pp: int, notes: list[str], seq: int
+             ) -> tuple[int, int]:
+    """Micro-batch and global batch (sequences), from what the record states (the global batch in sequences, or in
+    tokens, or micro-batch × dp × gradient accumulation) and the source's conventions."""
+    p = record.get("parallel") or {}
+    gbs = positive_int(p.get("global_batch_size")) or batch_from_tokens(record, seq, notes)
     mbs = positive_int(p.get("micro_batch_size"))
+    accum = positive_int(p.get("grad_accum"))
     torchtitan_pp = src.name == "torchtitan" and pp > 1
     if torchtitan_pp and mbs is not None:  # torchtitan's batch_size is per DP rank; PP splits it into pp chunks
         local = mbs
@@ -420,7 +479,13 @@ def _batches(p: dict[str, Any], src: SourceDefaults, dp: int, pp: int, notes: li
                      "equal micro-batch counts in meshplan (1.29x), not the 1.51x of twice as many)")
         if gbs is None:
             gbs = local * dp
-    if mbs is None and src.whole_batch and gbs is not None:
+    if gbs is None and mbs is not None and accum is not None:
+        gbs = mbs * dp * accum
+        notes.append(f"global batch {gbs} = micro-batch*dp*grad_accum = {mbs}*{dp}*{accum} (not stated)")
+    if mbs is None and gbs is not None and accum is not None and gbs % (dp * accum) == 0:
+        mbs = gbs // (dp * accum)
+        notes.append(f"micro-batch {mbs} = global batch/(dp*grad_accum) = {gbs}/({dp}*{accum}) (not stated)")
+    if mbs is None and src.whole_batch and gbs is not None and gbs >= dp:
         mbs = gbs // dp
         notes.append(f"micro-batch {mbs} = global batch / dp (no gradient accumulation in {src.name})")
     if mbs is None:
@@ -430,8 +495,8 @@ def _batches(p: dict[str, Any], src: SourceDefaults, dp: int, pp: int, notes: li
         gbs = dp * mbs
         notes.append(f"global batch {gbs} = dp*micro-batch (not stated)")
     if gbs % (dp * mbs):
-        raise Skip(f"global batch {gbs} is not a multiple of dp*micro-batch = {dp * mbs} "
-                   "(micro-batches that do not divide the batch are not modelled)")
+        raise Skip(f"parallel.global_batch_size {gbs} is not a multiple of dp*micro_batch_size = {dp}*{mbs} = "
+                   f"{dp * mbs} (micro-batches that do not divide the batch are not modelled)")
     return mbs, gbs
 
 
@@ -856,8 +921,11 @@ def pick_metric(record: dict[str, Any]) -> tuple[str, float, str]:
             return metric, value, basis
     for metric, value in values.items():
         return metric, value, "model"
-    stated = sorted(k for k, v in measured.items() if v is not None)
-    raise Skip("no comparable measurement" + (f" (only {', '.join(stated)})" if stated else ": all values null"))
+    unusable = [f"{m}={measured[m]!r}" for m in METRICS if measured.get(m) is not None]  # 0, negative, ...
+    others = sorted(k for k, v in measured.items() if v is not None and k not in METRICS)
+    said = ": " + ", ".join(f"measured.{u}" for u in unusable) + " not a positive number" if unusable else ""
+    only = f" (only {', '.join(others)})" if others else ""
+    raise Skip("no comparable measurement" + (said + only if said or only else ": all values null"))
 
 
 # The A100 80GB was announced on 16 November 2020 (NVIDIA press release "NVIDIA Doubles Down: Announces A100 80GB
@@ -884,15 +952,16 @@ def _gpu_count(record: dict[str, Any]) -> tuple[dict[str, Any], str]:
     hw = dict(record.get("hardware") or {})
     if positive_int(hw.get("num_gpus")):
         return hw, ""
+    why = "num_gpus not recorded" if hw.get("num_gpus") is None else f"num_gpus={hw['num_gpus']!r} not a size"
     nodes, per_node = positive_int(hw.get("num_nodes") or hw.get("nodes")), positive_int(hw.get("gpus_per_node"))
     if nodes and per_node:
         hw["num_gpus"] = nodes * per_node
-        return hw, f"{nodes * per_node} GPUs = {nodes} nodes x {per_node} (num_gpus not recorded)"
+        return hw, f"{nodes * per_node} GPUs = {nodes} nodes x {per_node} ({why})"
     p = record.get("parallel") or {}
     sizes = [positive_int(p.get(k)) for k in ("dp", "tp", "pp", "cp")]
     if sizes[0]:
         hw["num_gpus"] = math.prod(x or 1 for x in sizes)
-        return hw, f"{hw['num_gpus']} GPUs = dp*tp*pp*cp (num_gpus not recorded)"
+        return hw, f"{hw['num_gpus']} GPUs = dp*tp*pp*cp ({why})"
     return hw, ""
 
 
@@ -913,15 +982,38 @@ def compared_apart(model: ModelSpec) -> bool:
 
 
 def map_run(record: dict[str, Any], hybrid: bool = False) -> Case:
-    """Record → Case, or Skip with the reason (a model ``compared_apart`` unless ``hybrid``: HYBRID_SKIP)."""
+    """Record → Case, or Skip with the reason (a model ``compared_apart`` unless ``hybrid``: HYBRID_SKIP). A reason
+    names the record's fields it is about, and any of them whose stated value could not be read."""
     record = clean_record(record)
+    try:
+        return _map_run(record, hybrid)
+    except Skip as exc:
+        raise Skip(with_unread(str(exc), record)) from None
+
+
+def _reading(section: str, fn: Any, *args: Any) -> Any:
+    """``fn(*args)``, a record's section mapped: what a malformed value makes it raise becomes a Skip naming the
+    section (an invalid size names its field, as specs' and plans' errors do)."""
+    try:
+        return fn(*args)
+    except Skip:
+        raise
+    except MeshplanError as exc:
+        raise Skip(f"{section}: {exc}") from exc
+    except (ArithmeticError, LookupError, TypeError, ValueError) as exc:
+        raise Skip(f"{section} not understood ({type(exc).__name__}: {exc})") from exc
+
+
+def _map_run(record: dict[str, Any], hybrid: bool) -> Case:
     m = record.get("model") or {}
     if not m.get("name") and m.get("num_layers") is None:
-        raise Skip("model not recorded")
-    if m.get("arch") is None and m.get("num_layers") is None and preset_by_name(str(m.get("name"))) is None:
-        raise Skip(f"{m.get('name')}: model sizes not recorded (and no preset of that name)")
-    metric, value, basis = pick_metric(record)
-    model, notes = map_model(m)
+        raise Skip("model not recorded: model.name and model.num_layers missing")
+    name = str(m.get("name"))
+    if m.get("arch") is None and m.get("num_layers") is None and preset_by_name(name) is None:
+        missing = [f"model.{k}" for k in ("num_layers", "hidden_size", "num_heads") if m.get(k) is None]
+        raise Skip(f"{name}: model sizes not recorded: {', '.join(missing)} missing and no preset named {name!r}")
+    metric, value, basis = _reading("measured", pick_metric, record)
+    model, notes = _reading("model", map_model, m)
     mtp, mtp_note = recipes.mtp_layers(record, model)
     if mtp != model.mtp_layers:
         model = replace(model, mtp_layers=mtp, mtp_pattern=model.mtp_pattern if mtp else "",
@@ -929,20 +1021,25 @@ def map_run(record: dict[str, Any], hybrid: bool = False) -> Case:
     notes += [mtp_note] if mtp_note else []
     if compared_apart(model) and not hybrid:
         raise Skip(HYBRID_SKIP.format(name=m.get("name")))
+    read_from = record.get("_measured_from") or {}
+    notes += [f"measured {k} read from {read_from[k]}" for k in (metric, "peak_memory_gib") if k in read_from]
     if metric in FLOP_METRICS and flops_basis(record) == "unknown":
         notes.append(UNKNOWN_BASIS_NOTE)
     hardware, count_note = _gpu_count(record)
     hardware, dated_note = _dated_a100(record, hardware)
-    cluster, hw_notes = map_cluster(hardware)
+    cluster, hw_notes = _reading("hardware", map_cluster, hardware)
     hw_notes += [note for note in (count_note, dated_note) if note]
-    plan, plan_notes = map_plan(record, model, cluster)
+    plan, plan_notes = _reading("parallel", map_plan, record, model, cluster)
     notes += hw_notes + plan_notes
     memory = (record.get("measured") or {}).get("peak_memory_gib")
     if plan.attention_kernel == "fa2" and plan.flash_attention:
         notes.append(f"attention kernel: {plan.attention_kernel} class (the source's stack)")
-    return Case(id=record["id"], group=record.get("group", ""), model=model, cluster=cluster, plan=plan,
+    if record.get("_unread"):
+        notes.append(f"values not read, taken as not stated: {', '.join(record['_unread'])}")
+    usable = isinstance(memory, (int, float)) and 0 < memory < math.inf
+    return Case(id=record["id"], group=str(record.get("group") or ""), model=model, cluster=cluster, plan=plan,
                 metric=metric, measured=value, assumptions=tuple(notes), basis=basis,
-                measured_memory=None if memory is None else float(memory) * GiB)
+                measured_memory=float(memory) * GiB if usable else None)
 
 
 def predicted_metric(case: Case, step_time: float) -> float:
@@ -1063,7 +1160,7 @@ def fill_from_siblings(record: dict[str, Any], records: Sequence[dict[str, Any]]
         for k in BORROWED:
             if p.get(k) is None:
                 value = q[k]
-                if k == "global_batch_size" and p.get("dp"):
+                if k == "global_batch_size" and positive_int(p.get("dp")) and positive_int(q.get("dp")):
                     value = q[k] * positive_int(p["dp"]) // positive_int(q["dp"])
                 filled[k] = value
                 notes.append(f"{k} {value}")
@@ -1074,29 +1171,46 @@ def fill_from_siblings(record: dict[str, Any], records: Sequence[dict[str, Any]]
 
 def run_validation(records: Sequence[dict[str, Any]], group: str | None = None, exclude_superseded: bool = False,
                    eff: Efficiency = DEFAULT, hybrid: bool = False) -> list[RunResult]:
-    """Every record evaluated or skipped with its reason; ``hybrid``: compare the hybrid Mamba runs too."""
+    """Every record evaluated or skipped with its reason; ``hybrid``: compare the hybrid Mamba runs too. A record
+    this cannot read (not an object, a value of the wrong kind, sizes that contradict each other) is skipped with a
+    reason naming what it could not read, never raised."""
     results = []
-    cleaned = [clean_record(r) for r in records]
+    json_kind = {str: "string", list: "array", int: "number", float: "number", bool: "boolean", type(None): "null"}
+    cleaned = [clean_record(r) if isinstance(r, dict) else {"id": f"#{i + 1}", "_not_object": json_kind.get(
+        type(r), type(r).__name__)} for i, r in enumerate(records)]
     for record, reason in select(cleaned, group, exclude_superseded):
-        rid, grp = str(record.get("id")), str(record.get("group", ""))
+        rid, grp = str(record.get("id")), str(record.get("group") or "")
         # judged on the record as published, before fill_from_siblings lends it a sibling's settings
         unstated = unstated_settings(record)
+        if record.get("_not_object"):
+            reason = f"record {rid} is a JSON {record['_not_object']}, not an object"
         if reason:
             results.append(RunResult(id=rid, group=grp, skipped=reason, in_fit_set=in_fit_set(rid), unstated=unstated))
             continue
         try:
-            try:
-                case = map_run(fill_from_siblings(record, cleaned), hybrid)
-            except (ArithmeticError, LookupError, TypeError, ValueError) as exc:  # a record the mapping misreads
-                raise Skip(f"record not understood ({type(exc).__name__}: {exc})") from exc
-            results.append(replace(evaluate_case(case, eff), unstated=unstated))
+            result = _evaluated(map_run(fill_from_siblings(record, cleaned), hybrid), eff)
+            results.append(replace(result, unstated=unstated))
         except (Skip, PlanError) as exc:
-            results.append(RunResult(id=rid, group=grp, skipped=str(exc), in_fit_set=in_fit_set(rid),
-                                     unstated=unstated))
+            results.append(RunResult(id=rid, group=grp, skipped=str(exc) or type(exc).__name__,
+                                     in_fit_set=in_fit_set(rid), unstated=unstated))
         except MeshplanError as exc:
             results.append(RunResult(id=rid, group=grp, skipped=f"invalid input: {exc}", in_fit_set=in_fit_set(rid),
                                      unstated=unstated))
+        except (ArithmeticError, LookupError, TypeError, ValueError) as exc:  # a misreading map_run does not name
+            results.append(RunResult(id=rid, group=grp, skipped=f"record not understood ({type(exc).__name__}: {exc})",
+                                     in_fit_set=in_fit_set(rid), unstated=unstated))
     return results
+
+
+def _evaluated(case: Case, eff: Efficiency) -> RunResult:
+    """evaluate_case, where a mapped plan the estimate cannot price (sizes past its arithmetic) is a Skip."""
+    try:
+        result = evaluate_case(case, eff)
+    except (ArithmeticError, LookupError, TypeError, ValueError) as exc:
+        raise Skip(f"estimate failed on the record's model and plan ({type(exc).__name__}: {exc})") from exc
+    if result.error is None or not math.isfinite(result.error):
+        raise Skip(f"prediction of {case.metric} not finite ({result.predicted!r}; measured {case.measured!r})")
+    return result
 
 
 def summarize(results: Sequence[RunResult]) -> dict[str, Any]:

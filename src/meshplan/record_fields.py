@@ -1,0 +1,187 @@
+"""What validate.py derives from a cleaned published record (records.clean_record) where the record leaves it out,
+each with the note that says so: model sizes its family's convention fixes, tp / pp taken as 1, num_heads from
+head_dim, the global batch from a count of tokens; and the checks that name a size a record states wrongly or a value
+it could not read. Plain values in and out: validate.py matches presets and builds the specs.
+
+Symbols: h hidden size, F FFN hidden size, A heads, K kv-heads, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from meshplan.fields import MAX_LAYERS, MAX_SIZE
+from meshplan.records import BATCH_TOKENS, positive_int, stated
+
+
+@dataclass(frozen=True)
+class Convention:
+    """What every model of a family has: F as a function of h (``ffn``: "4h" or "llama1"), multi-head attention
+    (``mha``: K = A), and where the family fixes them its vocabulary and training sequence length (0: not fixed)."""
+
+    family: str
+    pattern: str  # regex on the model's name, its remarks in parentheses left out
+    ffn: str
+    mha: bool
+    source: str
+    vocab: int = 0
+    seq: int = 0
+
+
+# Most specific first: the first family whose pattern matches the name is the record's ("BLOOM-style GPT": BLOOM).
+CONVENTIONS: tuple[Convention, ...] = (
+    Convention("GPT-NeoX", r"gpt[-_ ]?neox", "4h", True,
+               "Black et al. 2022 (GPT-NeoX-20B) and HF GPTNeoXConfig: intermediate_size = 4·hidden_size, "
+               "multi-head attention"),
+    Convention("GPT-J", r"gpt[-_ ]?j\b", "4h", True, "Wang & Komatsuzaki 2021 (GPT-J-6B): n_inner = 4·n_embd"),
+    Convention("OPT", r"\bopt\b", "4h", True,
+               "Zhang et al. 2022 (OPT), Table 1, §2.2 and HF OPTConfig: ffn_dim = 4·hidden_size, multi-head "
+               "attention, sequences of 2048 tokens", seq=2048),
+    Convention("BLOOM", r"\bbloom", "4h", True,
+               "BigScience 2022 (BLOOM), §3.2-3.3: a 4·hidden MLP, multi-head attention, a 250,680-token "
+               "vocabulary, sequences of 2048 tokens", vocab=250680, seq=2048),
+    Convention("MPT", r"\bmpt\b", "4h", True,
+               "MosaicML llm-foundry MPTConfig: expansion_ratio = 4, multi-head attention"),
+    Convention("Megatron-Turing NLG", r"turing[-_ ]?nlg|\bmt[-_ ]?nlg", "4h", True,
+               "Smith et al. 2022 (MT-NLG 530B): Megatron-LM's GPT, d_ff = 4·d_model, multi-head attention"),
+    Convention("GPT", r"\bgpt(?![-_ ]?oss)", "4h", True,
+               "Radford et al. 2019 (GPT-2) and Brown et al. 2020 (GPT-3), Table 2.1: d_ff = 4·d_model, multi-head "
+               "attention; Megatron-LM arguments.py sets ffn_hidden_size = 4·hidden_size and num_query_groups = "
+               "num_attention_heads when not given"),
+    # "LLaMA 65B", "LLaMA-13B", not "Llama 2 70B", "Llama-3-8B", "Llama3.1-405B" (a version after the name)
+    Convention("LLaMA (v1)", r"\bllama(?![-_ .]?\d+(?:\.\d+)?(?![bm\d.]))", "llama1", True,
+               "Touvron et al. 2023 (LLaMA) and facebookresearch/llama v1 model.py: FeedForward "
+               "F = 256·ceil(int(2/3·4h) / 256) (multiple_of 256), multi-head attention, the 32,000-piece "
+               "SentencePiece vocabulary, max_seq_len 2048", vocab=32000, seq=2048),
+)
+# a name that says its model departs from its family's convention: gated MLP, grouped / multi-query attention, MoE
+DEPARTS = re.compile(r"swiglu|geglu|\bglu\b|gqa|mqa|grouped[-_ ]query|multi[-_ ]query|\bmoe\b|mixture|expert", re.I)
+
+
+def convention(m: dict[str, Any]) -> Convention | None:
+    """The family convention of a dense record's model (``m`` the cleaned model section), or None."""
+    name = str(m.get("name") or "")
+    if m.get("num_experts") or str(m.get("arch") or "").lower() == "moe" or DEPARTS.search(name):
+        return None
+    bare = re.sub(r"\([^)]*\)", " ", name)
+    return next((c for c in CONVENTIONS if re.search(c.pattern, bare, re.I)), None)
+
+
+def llama1_ffn(h: int) -> int:
+    """LLaMA's SwiGLU width (facebookresearch/llama v1 model.py): int(2·4h/3) rounded up to a multiple of 256
+    (4096 → 11008, 5120 → 13824, 6656 → 17920, 8192 → 22016)."""
+    return 256 * math.ceil(int(2 * 4 * h / 3) / 256)
+
+
+def family_sizes(m: dict[str, Any], family_vocab: tuple[int, str] | None) -> tuple[dict[str, Any], list[str]]:
+    """``m`` with the sizes its family's convention fixes where the record leaves them out, and the notes that say
+    which and why: F (4h for GPT-style models, LLaMA's rule), K = A for multi-head families, V and the sequence length
+    where the family fixes them; else V from ``family_vocab`` ((V, where from): the presets of the family, when they
+    agree)."""
+    fam, h = convention(m), m.get("hidden_size")
+    m, derived = dict(m), []
+    if fam is not None and m.get("ffn_hidden_size") is None and isinstance(h, int) and h > 0:
+        m["ffn_hidden_size"] = 4 * h if fam.ffn == "4h" else llama1_ffn(h)
+        derived.append(f"ffn_hidden_size {m['ffn_hidden_size']} = "
+                       + ("4·hidden_size" if fam.ffn == "4h" else "LLaMA's SwiGLU rule"))
+    if fam is not None and fam.mha and m.get("num_kv_heads") is None and m.get("num_heads") is not None:
+        m["num_kv_heads"] = m["num_heads"]
+        derived.append(f"num_kv_heads = num_heads = {m['num_heads']} (multi-head attention)")
+    for key, value in (("vocab_size", fam.vocab if fam else 0), ("seq_length", fam.seq if fam else 0)):
+        if m.get(key) is None and value:
+            m[key] = value
+            derived.append(f"{key} {value}")
+    notes = []
+    if fam is not None and derived:
+        notes.append(f"{', '.join(derived)}: not recorded, the {fam.family} convention ({fam.source})")
+    if m.get("vocab_size") is None and family_vocab is not None:
+        m["vocab_size"] = family_vocab[0]
+        notes.append(f"vocab_size {family_vocab[0]} from {family_vocab[1]} (not recorded)")
+    return m, notes
+
+
+SIZE_TOKEN = re.compile(r"^(?:[a-z]?\d+(?:\.\d+)?|\d+x\d+(?:\.\d+)?)[bmt]$")  # 70b, a22b, 1.16b, 125m, 8x7b, 1t
+NAME_WORDS = {"instruct", "chat", "base", "hf", "it", "dense"}
+
+
+def family_key(name: str) -> str:
+    """A model name without its size, remarks and release words, normalised: "Llama 3.1 405B" → "llama3",
+    "Qwen3-235B-A22B" → "qwen3", "gpt-neox-20b" → "gptneox"; equal keys are one family."""
+    bare = re.sub(r"\([^)]*\)", " ", name.lower())
+    tokens = [t for t in re.split(r"[\s\-_/]+", bare) if t and not SIZE_TOKEN.match(t) and t not in NAME_WORDS]
+    return re.sub(r"[^a-z0-9]", "", "".join(tokens).replace("llama3.1", "llama3"))
+
+
+# sizes a record states: (field, smallest value that says something); 0 kv-heads or experts means none
+SIZES = {"num_layers": 1, "hidden_size": 1, "num_heads": 1, "num_kv_heads": 0, "ffn_hidden_size": 1, "head_dim": 0,
+         "vocab_size": 1, "seq_length": 1, "num_experts": 0, "moe_topk": 0, "moe_ffn_hidden_size": 0,
+         "shared_expert_ffn": 0}
+
+
+def size_problems(m: dict[str, Any]) -> list[str]:
+    """Each stated size of the model section that is not a whole number in range, named:
+    ``model.num_layers=-3 is not a whole number from 1 to 10000``."""
+    out = []
+    for key, low in SIZES.items():
+        value = m.get(key)
+        high = MAX_LAYERS if key == "num_layers" else MAX_SIZE
+        if value is None:
+            continue
+        whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        if isinstance(value, bool) or not whole or not low <= value <= high:
+            out.append(f"model.{key}={value!r} is not a whole number from {low} to {high}")
+    return out
+
+
+# ---- layout and batch ----------------------------------------------------------------------------------------
+def heads_from_head_dim(m: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """``m`` with num_heads = hidden_size / head_dim where it gives those two and not the heads."""
+    h, d = m.get("hidden_size"), m.get("head_dim")
+    if m.get("num_heads") is not None or not h or not d or h % d:
+        return m
+    notes.append(f"num_heads {h // d} = hidden_size / head_dim = {h} / {d} (not recorded)")
+    return m | {"num_heads": h // d}
+
+
+def unstated_model_parallel(p: dict[str, Any], n: int) -> list[str]:
+    """The notes for tp / pp / cp taken as 1 where the record leaves them out: implied where dp (× the stated sizes)
+    is the GPU count, a data-parallel-only stack where the record states its sharding and no model-parallel size."""
+    unstated = [k for k in ("tp", "pp") if positive_int(p.get(k)) is None]
+    unstated += [] if positive_int(p.get("cp")) is not None or p.get("cp") is None else ["cp"]
+    if not unstated:
+        return []
+    invalid = [f"{k}={p[k]!r}" for k in unstated if p.get(k) is not None]
+    product = math.prod(positive_int(p.get(k)) or 1 for k in ("dp", "tp", "pp", "cp"))
+    if positive_int(p.get("dp")) and product == n:
+        why = f"dp*tp*pp*cp = {n} GPUs as recorded leaves no other model parallelism"
+    elif p.get("zero_or_fsdp") is not None and stated(p.get("zero_or_fsdp")):
+        why = f"data-parallel sharding {str(p['zero_or_fsdp'])[:40]!r} stated, no model-parallel size"
+    else:
+        why = "no model-parallel size stated"
+    said = "; " + ", ".join(invalid) + " not a size" if invalid else ""
+    return [f"{' = '.join(unstated)} = 1 (not stated{said}; {why})"]
+
+
+def batch_from_tokens(record: dict[str, Any], seq: int, notes: list[str]) -> int | None:
+    """The global batch in sequences from one the record gives in tokens (BATCH_TOKENS), where the sequence length
+    divides it."""
+    for section in ("parallel", "measured"):
+        for key in BATCH_TOKENS:
+            tokens = positive_int((record.get(section) or {}).get(key))
+            if tokens and tokens % seq == 0:
+                notes.append(f"global batch {tokens // seq} = {section}.{key} {tokens} / seq_length {seq} "
+                             "(global_batch_size not stated)")
+                return tokens // seq
+    return None
+
+
+# ---- skip reasons -------------------------------------------------------------------------------------------
+def with_unread(reason: str, record: dict[str, Any]) -> str:
+    """The reason, with the unreadable values (``records.clean_record``'s ``_unread``) of the fields it names."""
+    named = [u for u in record.get("_unread") or []
+             if re.search(rf"\b{re.escape(u.split('=', 1)[0].rsplit('.', 1)[-1])}\b", reason)
+             or (u.startswith("measured") and "measurement" in reason)]
+    return reason + (f" (not read: {', '.join(named)})" if named else "")
