@@ -412,3 +412,82 @@ def test_benchmark_scripts_name_a_bad_runs_file_in_one_line(content, message, tm
     with pytest.raises(SystemExit) as stop:
         runs_from_command_line(tmp_path / "default.jsonl", "Validate.\n\nMore.")
     assert stop.value.code == "accuracy.py: " + message.format(path=str(path))
+
+
+# ---- the repros of the what-if review: each a finite answer or one line ----------------------------------------
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("nics_per_gpu", "1e-320", "nics_per_gpu=1e-320 is outside 0.001 … 64"),  # was "step time nan s", exit 0
+    ("nic_latency", "1.7e308", "nic_latency=1.7e+308 s is outside 0 … 1 s"),  # was NaN
+    ("nvlink_latency", "1.7e308", "nvlink_latency=1.7e+308 s is outside 0 … 1 s"),  # was inf
+    ("matmul_bf16", "1e-320", "matmul_bf16=1e-320 is outside 1e-09 … 1 (or 0: looked up)"),  # was NaN
+    ("tdp_watts", "1e-320", "tdp_watts=1e-320 W is outside 1 … 100,000 W (or 0: unknown)"),  # ZeroDivisionError
+    ("matmul_watts", "1e-320", "matmul_watts=1e-320 W is outside 1 … 100,000 W (or 0: unknown)"),
+    ("exp_rate", "1e-320", "exp_rate=1e-320 is outside 0.1 … 10"),
+])
+def test_extreme_hardware_values_are_one_line_before_any_arithmetic(key, value, message, tmp_path, capsys):
+    text = H100.read_text()
+    line = next((ln for ln in text.splitlines() if ln.startswith(f"{key} =")), None)
+    path = tmp_path / "system.toml"
+    if line is None:  # a field the preset leaves at its default
+        path.write_text(text.replace("[accelerator]\n", f"[accelerator]\n{key} = {value}\n", 1))
+    else:
+        path.write_text(text.replace(line, f"{key} = {value}", 1))
+    for command in (estimate("llama3-8b", str(path)), ["plan", "--model", "llama3-8b", "--system", str(path),
+                                                         "--gpus", "16"]):
+        assert fails(command, capsys).endswith(message)
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("1024", "grad-bytes=1024 must be 2 or 4 (bytes per gradient: bf16 or fp32)"),  # was "No feasible plan", exit 0
+    ("3", "grad-bytes=3 must be 2 or 4"),  # was exit 2 after the whole search
+    ("1e30", "Invalid value for '--grad-bytes': '1e30' is not a valid integer."),  # was float32 overflow warnings
+])
+def test_grad_bytes_is_checked_before_the_search(value, message, capsys, monkeypatch):
+    monkeypatch.setattr("meshplan.search.search", lambda *a, **k: pytest.fail("searched"))
+    assert message in fails(["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--grad-bytes",
+                             value], capsys)
+
+
+def test_a_huge_value_is_cut_in_its_message(tmp_path, capsys):
+    """A 20,000-character value was echoed whole; now its first 60 characters and its length."""
+    err = fails(estimate("x" * 20000), capsys)
+    assert len(err) < 300 and "(20,000 characters)" in err
+    path = tmp_path / "model.toml"
+    path.write_text(SMALL.replace('name = "x"', 'name = "x"\nmlp = "' + "y" * 20000 + '"'))
+    err = fails(estimate(str(path)), capsys)
+    assert len(err) < 400 and "(20,000 characters)" in err and "mlp=" in err
+
+
+def test_a_gpu_without_bf16_runs_its_own_16_bit_precision(capsys):
+    """``--system v100`` failed until ``--precision fp16`` was given; the default is what the GPU has."""
+    for command in (estimate("gpt2", "v100"), ["plan", "--model", "gpt2", "--system", "v100", "--gpus", "8",
+                                               "--zero", "1", "--placements", "default", "--no-offload"]):
+        code = main([*command, "--json"])
+        out, err = capsys.readouterr()
+        assert code == 0 and err == "", err
+        data = json.loads(out)
+        plan = data["plan"] if "plan" in data else data["plans"][0]["plan"]
+        assert plan["precision"] == "fp16"
+
+
+def test_a_squared_relu_model_runs_eagerly(tmp_path, capsys):
+    """mlp = "relu2" with --fusion eager raised KeyError (exit 3): its relu and square kernels are costed."""
+    path = tmp_path / "model.toml"
+    path.write_text(SMALL + 'mlp = "relu2"\n')
+    for fusion in ("fused", "eager"):
+        code = main(estimate(str(path), "h100", "--fusion", fusion, "--json"))
+        out, err = capsys.readouterr()
+        assert code == 0 and err == "", err
+    assert json.loads(out)["step_time_s"] > 0
+
+
+def test_ordinary_searches_print_no_numpy_warnings(capsys):
+    """NumPy RuntimeWarnings reached stderr in ordinary plan runs: none, warnings raised as errors."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for model, system in (("llama3-70b", "h100"), ("mixtral-8x7b", "b200"), ("gpt3-175b", "v100")):
+            code = main(["plan", "--model", model, "--system", system, "--gpus", "64", "--global-batch", "256"])
+            out, err = capsys.readouterr()
+            assert code == 0 and err == "", (model, err)

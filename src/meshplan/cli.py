@@ -218,6 +218,7 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
     for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("dp", dp)):
         if value is not None and value < 1:
             raise SpecError(f"{name}={value} must be a positive integer")
+    check_options(tp=tp, pp=pp, cp=cp, dp=dp)  # each axis at most the largest cluster, before any arithmetic
     sequences(micro_batch, "micro-batch")
     sequences(global_batch, "global-batch")
     for name, value in (("recompute-layers", recompute_layers), ("offload-layers", offload_layers)):

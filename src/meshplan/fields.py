@@ -8,6 +8,7 @@ raises SpecError naming the field and the value: ``tied_embeddings='false' must 
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from dataclasses import fields
@@ -97,3 +98,28 @@ def one_line(message: str) -> str:
     (a quoted string or a run without spaces) longer than MAX_SHOWN characters cut to that many and "…"; a
     path keeps up to MAX_PATH_SHOWN."""
     return _QUOTED.sub(lambda m: _clip(m.group()), message.translate(_BREAKS))
+
+
+# A table of more known fields than this is not listed in an unknown-field error (the line would run past 600
+# characters); the close matches are named instead, and where the fields are documented
+MAX_LISTED = 20
+
+
+def unknown_field(where: str, key: str, known: set[str], documented: str) -> SpecError:
+    """The error for a key of a file's table that is not one of ``known``: the known fields when they are few, else
+    the closest (difflib) and ``documented`` (where the full list is)."""
+    close = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
+    if len(known) <= MAX_LISTED:
+        return SpecError(f"{where}: unknown field {key!r} (known: {', '.join(sorted(known))})")
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    return SpecError(f"{where}: unknown field {key!r} ({hint}the {len(known)} fields are {documented})")
+
+
+def not_a_preset(field: str, ref: str, names: list[str], forms: str) -> SpecError:
+    """The error for ``ref`` that is neither a preset of ``names`` nor a file of ``forms``: the presets when they are
+    few, else the closest (difflib) and where they are listed."""
+    if len(names) <= MAX_LISTED:
+        return SpecError(f"{field}={ref!r} is not {forms} (presets: {', '.join(names)})")
+    close = difflib.get_close_matches(ref, names, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    return SpecError(f"{field}={ref!r} is not {forms} ({hint}`meshplan presets` lists the {len(names)} presets)")

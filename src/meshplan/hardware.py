@@ -21,7 +21,7 @@ from typing import Any
 from meshplan import ranges
 from meshplan.efficiency import ARCHITECTURES
 from meshplan.errors import SpecError
-from meshplan.fields import MAX_GPUS, at_least_one, check_types
+from meshplan.fields import MAX_GPUS, at_least_one, check_types, not_a_preset, unknown_field
 from meshplan.files import parse_toml, read_text
 from meshplan.units import parse_quantity
 
@@ -212,7 +212,7 @@ def _known(data: dict[str, Any], cls: type, where: str) -> None:
     known = {f.name for f in fields(cls)} | {"sources"}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise SpecError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(sorted(known - {'sources'}))})")
+        raise unknown_field(where, unknown[0], known - {"sources"}, f"meshplan.hardware.{cls.__name__}'s")
 
 
 def accelerator_from_dict(data: dict[str, Any], where: str) -> Accelerator:
@@ -274,6 +274,6 @@ def load_system(ref: str, field: str = "system") -> System:
     else:
         preset = resources.files("meshplan") / "presets" / "hardware" / f"{ref}.toml"
         if ref not in system_names():
-            raise SpecError(f"{field}={ref!r} is not a preset or a .toml file (presets: {', '.join(system_names())})")
+            raise not_a_preset(field, ref, system_names(), "a preset or a .toml file")
         text, where = preset.read_text(), f"preset {ref}"
     return system_from_dict(parse_toml(text, f"{field}={ref!r}"), where)

@@ -31,7 +31,7 @@ from typing import Any
 
 from meshplan import ranges
 from meshplan.errors import SpecError
-from meshplan.fields import check_types
+from meshplan.fields import check_types, not_a_preset, unknown_field
 from meshplan.files import read_json, read_toml
 
 MLP_KINDS = ("gelu", "swiglu", "relu2")  # relu2 (Nemotron-H): squared ReLU, up → act → down like gelu
@@ -505,7 +505,7 @@ def model_from_dict(data: dict[str, Any], where: str = "model") -> ModelSpec:
     """Build a ModelSpec from a flat mapping of its field names (as in a TOML preset)."""
     unknown = sorted(set(data) - _FIELDS)
     if unknown:
-        raise SpecError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(sorted(_FIELDS))})")
+        raise unknown_field(where, unknown[0], _FIELDS, "ModelSpec's (meshplan/model.py; a preset's TOML shows most)")
     missing = [f.name for f in fields(ModelSpec) if f.name not in data and f.default is MISSING
                and f.default_factory is MISSING]
     if missing:
@@ -548,6 +548,5 @@ def load_model(ref: str) -> ModelSpec:
     root = resources.files("meshplan") / "presets" / "models"
     preset = root / f"{ref}.toml"
     if ref not in preset_names():
-        raise SpecError(f"model={ref!r} is not a preset, a .toml file or a config.json "
-                        f"(presets: {', '.join(preset_names())})")
+        raise not_a_preset("model", ref, preset_names(), "a preset, a .toml file or a config.json")
     return model_from_dict(tomllib.loads(preset.read_text()), where=f"preset {ref}")

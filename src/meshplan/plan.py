@@ -441,6 +441,12 @@ def _check_recompute_modules(model: ModelSpec, plan: Plan) -> list[str]:
     return []
 
 
+def settings_problems(model: ModelSpec, cluster: Cluster | None, settings: dict[str, object]) -> list[str]:
+    """What ``check`` finds wrong with settings that every plan of a search shares (``Space.settings``): a precision
+    the GPU lacks, an fp8 attention kernel or fp8 scaling without an fp8 precision ..."""
+    return _check_options(model, cluster, Plan(**settings))  # type: ignore[arg-type]
+
+
 def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> list[str]:
     reasons = []
     if plan.zero not in (0, 1, 2, 3):

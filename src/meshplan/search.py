@@ -57,7 +57,15 @@ from meshplan.hardware import Cluster
 from meshplan.keyed import KeyUnits, distinct, panel_counts
 from meshplan.memory import StageParams, layers_on_last, layers_on_stage, model_states, stage_params
 from meshplan.model import ModelSpec
-from meshplan.plan import DENSE_AXES, LAYOUTS, Plan, fsdp_has_zero, recompute_modules_problem, ring_window_reason
+from meshplan.plan import (
+    DENSE_AXES,
+    LAYOUTS,
+    Plan,
+    fsdp_has_zero,
+    recompute_modules_problem,
+    ring_window_reason,
+    settings_problems,
+)
 from meshplan.units import fmt_bytes
 
 PLACEMENTS = tuple(itertools.permutations(DENSE_AXES))
@@ -647,7 +655,11 @@ def plan_count(combos: list[_Combo], cluster: Cluster, space: Space) -> int:
 
 def _check_size(model: ModelSpec, cluster: Cluster, space: Space, combos: list[_Combo]) -> None:
     """Refuse a space of more than ``space.max_plans`` plans (counted only when every placement differing could
-    exceed it: counting the distinct placements costs about what building them does)."""
+    exceed it: counting the distinct placements costs about what building them does), or whose shared settings no
+    plan can take (a precision the GPU lacks: every plan would be invalid)."""
+    problems = settings_problems(model, cluster, space.settings)
+    if problems:
+        raise SpecError("; ".join(problems))
     limit = space.max_plans
     if not limit or sum(map(_unplaced, combos)) * len(PLACEMENTS) <= limit:
         return

@@ -1,0 +1,139 @@
+"""Seeded random draws of valid (model, cluster, plan) triples, for the property tests (test_properties.py).
+
+A triple is valid when ``plan.check`` finds nothing wrong with it; it may still not fit in memory (that is a result,
+not an error). Models are the presets (some with another sequence length or fewer layers) and small models of
+random shape; systems are the presets, some with their measured GEMM efficiency removed so that the continuous rule
+(efficiency.matmul_rule) prices them; plans draw every axis and option the estimator takes.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from meshplan.hardware import load_system, system_names
+from meshplan.model import ModelSpec, load_model
+from meshplan.model import preset_names as model_names
+from meshplan.plan import (
+    ATTENTION_KERNELS,
+    CROSS_ENTROPY,
+    FP8_ATTENTION_PRECISIONS,
+    PRECISION,
+    RECOMPUTE_MODULES,
+    Plan,
+    check,
+)
+
+MODELS = sorted(model_names())
+SYSTEMS = sorted(system_names())
+COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def draw_model(rng: random.Random) -> ModelSpec:
+    """A preset (a third of them with another sequence length, a few cut to fewer layers) or a random small one."""
+    if rng.random() < 0.75:
+        model = load_model(rng.choice(MODELS))
+        if rng.random() < 0.33:
+            model = model.with_seq_length(rng.choice((512, 1024, 2048, 4096, 8192, 32768)))
+        plain = not (model.layer_pattern or model.mtp_layers or model.window_layers)
+        if rng.random() < 0.15 and plain and model.num_layers > 4:
+            model = replace(model, num_layers=rng.randint(4, model.num_layers))
+        return model
+    heads = rng.choice((1, 2, 4, 8, 12, 16, 32, 64))
+    head_dim = rng.choice((32, 64, 128))
+    kv = rng.choice([d for d in divisors(heads)])
+    moe = rng.random() < 0.3
+    mlp = rng.choice(("gelu", "swiglu", "relu2"))
+    extra: dict = {}
+    if moe:
+        experts = rng.choice((4, 8, 16, 64))
+        extra = {"num_experts": experts, "moe_topk": rng.randint(1, min(8, experts)),
+                 "moe_ffn_hidden_size": head_dim * heads * rng.choice((1, 2))}
+    return ModelSpec(name="random", num_layers=rng.randint(1, 48), hidden_size=heads * head_dim, num_heads=heads,
+                     num_kv_heads=kv, ffn_hidden_size=heads * head_dim * rng.choice((2, 4, 8)) // 2,
+                     vocab_size=rng.choice((1000, 32000, 50257, 128256)), seq_length=rng.choice((256, 1024, 4096)),
+                     mlp=mlp, norm=rng.choice(("layernorm", "rmsnorm")), dropout=rng.random() < 0.3,
+                     tied_embeddings=rng.random() < 0.3, qkv_bias=rng.random() < 0.3, **extra)
+
+
+def draw_system(rng: random.Random):
+    """A system preset; a quarter of them without a measured GEMM efficiency (the continuous rule prices it)."""
+    system = load_system(rng.choice(SYSTEMS))
+    if rng.random() < 0.25:
+        system = replace(system, accelerator=replace(system.accelerator, matmul_bf16=0.0, matmul_fp8=0.0))
+    return system
+
+
+def draw_count(rng: random.Random, domain: int) -> int:
+    n = rng.choice(COUNTS)
+    return n if n <= domain or n % domain == 0 else domain * max(1, n // domain)
+
+
+def _pick(rng: random.Random, values: list[int], small: float = 0.6) -> int:
+    """One of ``values`` (increasing), the smaller ones more often."""
+    weights = [small ** i for i in range(len(values))]
+    return rng.choices(values, weights)[0]
+
+
+def draw_plan(rng: random.Random, model: ModelSpec, n: int, precisions: tuple[str, ...]) -> Plan:
+    """Any plan of ``n`` GPUs: the axes by random divisors, the options uniformly (check() filters)."""
+    tp = _pick(rng, divisors(n))
+    layout = "summa" if rng.random() < 0.15 else "1d"
+    tp2 = _pick(rng, divisors(n // tp)) if layout == "summa" else 1
+    pp = _pick(rng, divisors(n // (tp * tp2)))
+    cp = _pick(rng, divisors(n // (tp * tp2 * pp)), 0.3)
+    dp = n // (tp * tp2 * pp * cp)
+    ep = _pick(rng, divisors(tp * cp * dp)) if model.is_moe else 1
+    etp = rng.choice([d for d in divisors(tp * cp * dp) if (tp * cp * dp) % (ep * d) == 0]) if model.is_moe else tp
+    vpp = rng.choice((1, 1, 2, 4)) if pp > 1 else 1
+    mbs = rng.choice((1, 1, 2, 4))
+    accum = rng.choice((1, 2, 4, 8, 16)) * (pp if vpp > 1 else 1)
+    precision = rng.choice(precisions)
+    recompute = rng.choice(("none", "selective", "full"))
+    modules = ("core_attn",)
+    if recompute == "selective" and rng.random() < 0.3:
+        modules = tuple(rng.sample([m for m in RECOMPUTE_MODULES if m != "mla_up_proj" or model.is_mla],
+                                   rng.randint(1, 3)))
+    offload_act = rng.random() < 0.15
+    return Plan(
+        dp=dp, tp=tp, tp2=tp2, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, micro_batch=mbs, global_batch=dp * mbs * accum,
+        zero=rng.choice((0, 1, 2, 3)), recompute=recompute, recompute_modules=modules,
+        recompute_layers=rng.choice((0, 0, 1)) if recompute == "full" else 0,
+        sequence_parallel=tp > 1 and layout == "1d" and rng.random() < 0.7,
+        offload_optimizer=rng.random() < 0.15, offload_activations=offload_act,
+        offload_layers=rng.choice((0, 1)) if offload_act else 0,
+        precision=precision, grad_bytes=rng.choice((2, 4)),
+        schedule="interleaved" if vpp > 1 else rng.choice(("1f1b", "1f1b", "gpipe")),
+        overlap_tp=rng.random() < 0.4, overlap_dp=rng.random() < 0.8, overlap_pp=rng.random() < 0.4,
+        overlap_ep=model.is_moe and rng.random() < 0.2,
+        flash_attention=rng.random() < 0.85,
+        attention_kernel=rng.choice(ATTENTION_KERNELS) if precision in FP8_ATTENTION_PRECISIONS else
+        rng.choice(("fused", "fa2")),
+        cross_entropy=rng.choice(CROSS_ENTROPY), fusion=rng.choice(("fused", "fused", "eager")),
+        expert_gemm=rng.choice(("per_expert", "grouped")),
+        fsdp=rng.choice(("none", "none", "fsdp1", "fsdp2")), pipeline_runtime=rng.choice(("megatron", "torch")),
+        finetune="lora" if rng.random() < 0.1 else "full", lora_rank=rng.choice((8, 32)),
+        train_metrics=rng.choice((0, 0, 2)), varlen_attention=rng.random() < 0.1, qkv_concat=rng.random() < 0.1,
+        tensor_layout=layout, cp_comm=rng.choice(("ring", "allgather")),
+        last_stage_layers=rng.choice((0, 0, 1, 2)) if pp > 1 else 0,
+        placement=tuple(rng.sample(("tp", "tp2", "cp", "dp", "pp"), 5)) if rng.random() < 0.2 else
+        ("tp", "tp2", "cp", "dp", "pp"),
+    )
+
+
+def draw_triple(rng: random.Random, tries: int = 400):
+    """(model, cluster, plan) with check(model, cluster, plan) == []."""
+    while True:
+        model, system = draw_model(rng), draw_system(rng)
+        n = draw_count(rng, system.network.nvlink_domain)
+        cluster = system.cluster(n)
+        precisions = tuple(p for p in PRECISION if p in system.accelerator.peak_flops or
+                           (p == "fp16" and "bf16" in system.accelerator.peak_flops))
+        for _ in range(tries // 10):
+            plan = draw_plan(rng, model, n, precisions)
+            if not check(model, cluster, plan):
+                return model, cluster, plan

@@ -1,0 +1,229 @@
+"""Physics where nature is monotone, over seeded random (model, system, plan) triples (draws.py).
+
+Each property is checked on at least 500 valid triples (the same 500 for every estimate property, drawn once):
+- more of any rate (dense FLOP/s of every precision or of the one that runs, HBM, each mesh tier's bandwidth, the
+  host link) never lengthens the step; more latency on any tier never shortens it;
+- the estimate is deterministic; MFU and HFU are at most 1; every number of the Estimate and of its JSON is finite;
+  no memory or time component is negative;
+- the top plan of a search re-estimates to the same step time, fits, and is no slower than any fitting candidate
+  drawn from the same space (``test_search.py`` compares a search with every candidate on a few fixed spaces).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import replace
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from draws import draw_count, draw_model, draw_system, draw_triple
+from meshplan.batch import PlanBatch
+from meshplan.estimate import estimate
+from meshplan.hardware import Cluster
+from meshplan.keyed import panel_counts
+from meshplan.plan import LAYOUTS
+from meshplan.search import PLACEMENTS, Space, candidates, search
+
+TRIPLES = 500
+SEARCHES = 500
+RATE_FACTORS = (1.1, 2.0, 10.0)
+LATENCY_FACTORS = (2.0, 100.0)
+RTOL = 1e-9  # float64 sums in another order
+
+
+@cache
+def triples() -> list:
+    rng = random.Random(34)
+    return [draw_triple(rng) for _ in range(TRIPLES)]
+
+
+def with_rate(cluster: Cluster, rate: str, factor: float, precision: str) -> Cluster:
+    """``cluster`` with one rate multiplied by ``factor`` (``tier<i>``: that tier's bandwidth)."""
+    acc = cluster.accelerator
+    if rate == "flops":
+        return replace(cluster, accelerator=replace(acc, peak_flops={k: v * factor for k, v in acc.peak_flops.items()}))
+    if rate == "flops_run":  # only the precision the plan's GEMMs run in (fp16 priced as bf16 where it has none)
+        key = precision if precision in acc.peak_flops else "bf16"
+        peaks = acc.peak_flops | {key: acc.peak_flops[key] * factor}
+        return replace(cluster, accelerator=replace(acc, peak_flops=peaks))
+    if rate == "hbm":
+        return replace(cluster, accelerator=replace(acc, hbm_bandwidth=acc.hbm_bandwidth * factor))
+    if rate == "host":
+        return replace(cluster, host_bandwidth=cluster.host_bandwidth * factor)
+    i = int(rate.removeprefix("tier"))
+    tiers = list(cluster.tiers)
+    tiers[i] = replace(tiers[i], bandwidth=tiers[i].bandwidth * factor)
+    return replace(cluster, tiers=tuple(tiers))
+
+
+def with_latency(cluster: Cluster, i: int, factor: float) -> Cluster:
+    tiers = list(cluster.tiers)
+    tiers[i] = replace(tiers[i], latency=tiers[i].latency * factor if tiers[i].latency else 5e-6)
+    return replace(cluster, tiers=tuple(tiers))
+
+
+def rates(cluster: Cluster) -> list[str]:
+    return ["flops", "flops_run", "hbm", "host", *(f"tier{i}" for i in range(len(cluster.tiers)))]
+
+
+def numbers(value, path: str = ""):
+    """Every number in a nest of dicts, lists and tuples, with where it is."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from numbers(v, f"{path}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from numbers(v, f"{path}[{i}]")
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield path, value
+
+
+def test_the_draws_cover_every_axis_and_option():
+    """The 500 triples hold every parallel axis, layout, schedule, recompute, ZeRO stage and precision."""
+    plans = [p for _, _, p in triples()]
+    assert len(plans) >= 500
+    for axis in ("tp", "pp", "cp", "ep", "tp2", "vpp"):
+        assert sum(getattr(p, axis) > 1 for p in plans) >= 10, axis
+    for name, values in (("zero", (0, 1, 2, 3)), ("recompute", ("none", "selective", "full")),
+                         ("schedule", ("gpipe", "1f1b", "interleaved")), ("tensor_layout", ("1d", "summa")),
+                         ("precision", ("bf16", "fp16", "fp8"))):
+        assert {getattr(p, name) for p in plans} >= set(values), name
+    assert sum(len(c.tiers) > 1 and c.tiers[1].size > 1 for _, c, _ in triples()) >= 100  # beyond one domain
+    assert sum(not e.fits for e in (estimate(*t) for t in triples()[:100])) >= 5  # plans that do not fit
+
+
+@pytest.mark.parametrize("factor", RATE_FACTORS)
+def test_more_of_any_rate_never_lengthens_a_step(factor):
+    """Issue 34's repro (Llama-3-8B, ZeRO-3 + activation offload, 2x the FLOP/s: 12.05 -> 13.30 s) is one of these."""
+    worse = []
+    for model, cluster, plan in triples():
+        base = estimate(model, cluster, plan).step_time
+        for rate in rates(cluster):
+            faster = estimate(model, with_rate(cluster, rate, factor, plan.precision), plan).step_time
+            if faster > base * (1 + RTOL):
+                worse.append(f"{model.name} {cluster.name}x{cluster.num_gpus} {plan.describe()}: {rate} x{factor} "
+                             f"{base:.6g} -> {faster:.6g} s")
+    assert not worse, f"{len(worse)} slower: " + "; ".join(worse[:5])
+
+
+@pytest.mark.parametrize("factor", LATENCY_FACTORS)
+def test_more_latency_never_shortens_a_step(factor):
+    shorter = []
+    for model, cluster, plan in triples():
+        base = estimate(model, cluster, plan).step_time
+        for i in range(len(cluster.tiers)):
+            slower = estimate(model, with_latency(cluster, i, factor), plan).step_time
+            if slower < base * (1 - RTOL):
+                shorter.append(f"{model.name} {cluster.name}x{cluster.num_gpus} {plan.describe()}: tier {i} latency "
+                               f"x{factor} {base:.6g} -> {slower:.6g} s")
+    assert not shorter, f"{len(shorter)} faster: " + "; ".join(shorter[:5])
+
+
+def test_estimates_are_deterministic_finite_non_negative_and_below_peak():
+    for model, cluster, plan in triples():
+        est = estimate(model, cluster, plan)
+        where = f"{model.name} {cluster.name}x{cluster.num_gpus} {plan.describe()}"
+        data = est.to_dict()
+        assert json.dumps(estimate(model, cluster, plan).to_dict(), sort_keys=True) == json.dumps(data, sort_keys=True)
+        json.dumps(data, allow_nan=False)  # raises on NaN or infinity
+        for path, value in numbers(data):
+            assert math.isfinite(value), (where, path, value)
+        assert est.step_time > 0, where
+        assert 0 < est.mfu <= est.hfu <= 1 + 1e-12, (where, est.mfu, est.hfu)
+        for name, value in (*est.breakdown.items(), *est.memory.items()):
+            assert value >= 0, (where, name, value)
+        assert est.peak_memory > 0 and est.host_memory >= 0 and min(est.rank_memory) >= 0, where
+        for row in est.ops:
+            assert row.seconds >= 0 and row.flops >= 0 and row.nbytes >= 0, (where, row.name)
+
+
+# ---- the search --------------------------------------------------------------------------------------------------
+def draw_space(rng: random.Random, cluster: Cluster) -> Space:
+    """A random narrowing of the search space (each option a random non-empty subset), small enough to be quick."""
+    def some(values):
+        return tuple(rng.sample(values, rng.randint(1, min(2, len(values)))))
+    peaks = cluster.accelerator.peak_flops
+    precision = rng.choice([p for p in ("bf16", "fp16", "fp8") if p in peaks or (p == "fp16" and "bf16" in peaks)])
+    return Space(global_batch=rng.choice((8, 16, 32, 64)) * max(1, cluster.num_gpus // 8), zero=some((0, 1, 2, 3)),
+                 recompute=some(("none", "selective", "full")), sequence_parallel=some((False, True)),
+                 layouts=some(("1d", "summa")), offload_optimizer=(rng.random() < 0.2,),
+                 offload_activations=(rng.random() < 0.2,), all_placements=rng.random() < 0.3,
+                 max_micro_batch=rng.choice((1, 2, 4)), gpipe=rng.random() < 0.2, overlap_tp=rng.random() < 0.5,
+                 overlap_pp=rng.random() < 0.5, precision=precision)
+
+
+def searches() -> list:
+    rng = random.Random(3434)
+    out = []
+    while len(out) < SEARCHES:
+        model, system = draw_model(rng), draw_system(rng)
+        if model.num_layers * model.hidden_size > 200 * 8192:  # keep each search quick
+            continue
+        n = draw_count(rng, system.network.nvlink_domain)
+        n = min(n, 64) if n <= system.network.nvlink_domain else n
+        if n > 256:
+            continue
+        cluster = system.cluster(n)
+        out.append((model, cluster, draw_space(rng, cluster), rng.randrange(2**31)))
+    return out
+
+
+def test_the_top_plan_of_a_search_re_estimates_the_same_and_fits():
+    found = 0
+    for model, cluster, space, seed in searches():
+        result = search(model, cluster, space, top_k=3, workers=1)
+        times = [e.step_time for e in result.plans]
+        assert times == sorted(times)
+        if not result.plans:
+            assert result.feasible == 0 and result.rejected_total >= result.evaluated
+            continue
+        found += 1
+        top = result.plans[0]
+        again = estimate(model, cluster, top.plan)
+        assert again.step_time == top.step_time and again.fits and top.fits
+        # no fitting candidate drawn from the space is faster (the search ranks in float32, then re-estimates)
+        pick = random.Random(seed)
+        for plan in sample_candidates(model, cluster, space, pick, 3):
+            est = estimate(model, cluster, plan)
+            if est.fits:
+                assert est.step_time >= top.step_time * (1 - 1e-6), (model.name, plan.describe(), top.plan.describe())
+    assert found >= SEARCHES // 2
+
+
+def sample_candidates(model, cluster, space: Space, rng: random.Random, k: int) -> list:
+    """``k`` candidates of ``space`` drawn at random, each with a random choice of the space's settings (what
+    test_search.every_plan enumerates in full)."""
+    columns, _ = candidates(model, cluster, space)
+    if not columns:
+        return []
+    layouts = columns.pop("layout")
+    base = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
+    out = []
+    for i in rng.sample(range(len(base)), min(k, len(base))):
+        plan = replace(base.plan(i), tensor_layout=LAYOUTS[layouts[i]])
+        summa = plan.tensor_layout == "summa"
+        schedules = ["1f1b"] if plan.vpp == 1 else ["interleaved"]
+        schedules += ["gpipe"] if space.gpipe and plan.vpp == 1 and plan.pp > 1 else []
+        sps = [sp for sp in space.sequence_parallel if (plan.tp > 1 and not summa) or not sp]
+        panels = panel_counts(model.hidden_size, plan.tp, plan.tp2) if summa else [plan.summa_panels]
+        if not sps:  # sequence parallelism asked for, and this candidate has no tensor parallelism: not a plan
+            continue
+        out.append(replace(plan, schedule=rng.choice(schedules), sequence_parallel=rng.choice(sps),
+                           recompute=rng.choice(space.recompute), zero=rng.choice(space.zero),
+                           offload_optimizer=rng.choice(space.offload_optimizer),
+                           offload_activations=rng.choice(space.offload_activations), summa_panels=rng.choice(panels)))
+    return out
+
+
+def test_the_readme_states_these_counts():
+    from test_fuzz import CASES
+
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    comparisons = TRIPLES * (len(RATE_FACTORS) * 6 + len(LATENCY_FACTORS) * 2)
+    for figure in (f"draws {TRIPLES} seeded", f"({comparisons:,} comparisons)", f"{SEARCHES} random narrowed",
+                   f"runs {sum(CASES.values()):,} seeded"):
+        assert figure in text, figure
