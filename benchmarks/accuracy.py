@@ -542,7 +542,7 @@ def unfused_reading(results: list[RunResult], records: list[dict[str, Any]], nam
                 or str(rec.get("precision", "")).lower() != "bf16":
             continue
         case = map_run(fill_from_siblings(clean_record(rec), records))
-        again.append(evaluate_case(replace(case, plan=case.plan.with_(flash_attention=False))))
+        again.append(evaluate_case(replace(case, stack=case.stack.with_(flash_attention=False))))
     if not again:
         return ""
     errs = [x.error for x in again]
@@ -554,7 +554,7 @@ def unfused_reading(results: list[RunResult], records: list[dict[str, Any]], nam
 def ssd_share(rec: dict[str, Any], records: list[dict[str, Any]]) -> float:
     """The SSD scan's share (``mamba/ssd*`` ops) of a hybrid run's predicted step."""
     case = map_run(fill_from_siblings(clean_record(rec), records), hybrid=True)
-    est = estimate(case.model, case.cluster, case.plan, case.efficiency(DEFAULT))
+    est = estimate(case.model, case.cluster, case.plan, case.stack, case.efficiency(DEFAULT))
     return sum(o.total_seconds for o in est.ops if o.name.startswith("mamba/ssd")) / est.step_time
 
 

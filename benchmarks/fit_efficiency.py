@@ -65,7 +65,7 @@ def log_errors(params: dict[str, float], chosen: list) -> np.ndarray:
     eff = DEFAULT.with_(**params)
     errs = []
     for c in chosen:
-        t = float(step_costs(c.model, c.cluster, c.plan, c.efficiency(eff)).step_time)
+        t = float(step_costs(c.model, c.cluster, c.plan, c.stack, c.efficiency(eff)).step_time)
         errs.append(math.log(predicted_metric(c, t) / c.measured))
     return np.array(errs)
 

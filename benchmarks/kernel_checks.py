@@ -39,6 +39,7 @@ from meshplan.model import ModelSpec, load_model
 from meshplan.ops import core_attention, dense_layer, dims, ssd_ops
 from meshplan.plan import Plan
 from meshplan.roofline import op_time
+from meshplan.stack import Stack
 
 TE_TUTORIAL = "Transformer Engine GEMM profiling tutorial, B300, pre-quantized"
 TE_5B = ModelSpec(name="te-gemm-profiling-5b", num_layers=24, hidden_size=4096, num_heads=32, ffn_hidden_size=16384,
@@ -68,7 +69,7 @@ def ssd_forward_seconds(tokens: int) -> float:
                       vocab_size=1024, seq_length=tokens, layer_pattern="M", mamba_heads=128, mamba_head_dim=64,
                       mamba_state=128, mamba_groups=1, mamba_chunk=256, norm="rmsnorm", position_embedding="none")
     plan, acc = Plan(), load_system("h100").accelerator
-    return sum(float(op_time(op, acc, "bf16", DEFAULT)) for op in ssd_ops(model, dims(model, plan))
+    return sum(float(op_time(op, acc, "bf16", DEFAULT)) for op in ssd_ops(model, dims(model, plan, Stack()))
                if op.phase == "fwd")
 
 
@@ -88,7 +89,7 @@ def mamba2_tokens_per_second(system: str, bandwidth_bound: bool = False) -> floa
     acc, eff = cluster.accelerator, DEFAULT
     if bandwidth_bound:  # the H100's share of its 3.35 TB/s, as bytes per second per SM of this GPU
         eff = DEFAULT.with_(ssd=DEFAULT.ssd * 132 / 3.35e12 * acc.hbm_bandwidth / acc.num_sms)
-    return float(estimate(MAMBA2, cluster, Plan(micro_batch=4, global_batch=4), eff).tokens_per_s)
+    return float(estimate(MAMBA2, cluster, Plan(micro_batch=4, global_batch=4), eff=eff).tokens_per_s)
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,8 @@ def layer_gemm_seconds(system: str, precision: str) -> float:
     """The 12 GEMMs of one layer of the tutorial's 5B model (31 sequences of 512 tokens) on ``system``."""
     acc = load_system(system).accelerator
     plan = Plan(micro_batch=31, global_batch=31, precision=precision)
-    return sum(float(op_time(op, acc, precision, DEFAULT)) for op in dense_layer(TE_5B, plan) if op.kind == "gemm")
+    return sum(float(op_time(op, acc, precision, DEFAULT)) for op in dense_layer(TE_5B, plan, Stack())
+               if op.kind == "gemm")
 
 
 def geometric_mean(values: list[float]) -> float:
@@ -126,9 +128,9 @@ def dsv3_attention_speedup(kernel: str, phase: str) -> float:
     ratios = []
     for keys in DSV3_KEYS:
         model = load_model("deepseek-v3").with_seq_length(keys)
-        plan = Plan(micro_batch=2, global_batch=2, precision=precision, attention_kernel="fp8" if kernel == "fp8"
-                    else "fused")
-        op = next(o for o in core_attention(model, plan, dims(model, plan)) if o.phase.startswith(phase))
+        plan = Plan(micro_batch=2, global_batch=2, precision=precision)
+        stack = Stack(attention_kernel="fp8" if kernel == "fp8" else "fused")
+        op = next(o for o in core_attention(model, plan, dims(model, plan, stack)) if o.phase.startswith(phase))
         ratios.append(float(op_time(op, gb200, precision, DEFAULT)) / float(op_time(op, gb300, precision, DEFAULT)))
     return geometric_mean(ratios)
 

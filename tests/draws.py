@@ -14,15 +14,8 @@ from dataclasses import replace
 from meshplan.hardware import load_system, system_names
 from meshplan.model import ModelSpec, load_model
 from meshplan.model import preset_names as model_names
-from meshplan.plan import (
-    ATTENTION_KERNELS,
-    CROSS_ENTROPY,
-    FP8_ATTENTION_PRECISIONS,
-    PRECISION,
-    RECOMPUTE_MODULES,
-    Plan,
-    check,
-)
+from meshplan.plan import FP8_ATTENTION_PRECISIONS, PRECISION, RECOMPUTE_MODULES, Plan, check
+from meshplan.stack import ATTENTION_KERNELS, CROSS_ENTROPY, Stack, load_stack, stack_names
 
 MODELS = sorted(model_names())
 SYSTEMS = sorted(system_names())
@@ -108,25 +101,35 @@ def draw_plan(rng: random.Random, model: ModelSpec, n: int, precisions: tuple[st
         offload_layers=rng.choice((0, 1)) if offload_act else 0,
         precision=precision, grad_bytes=rng.choice((2, 4)),
         schedule="interleaved" if vpp > 1 else rng.choice(("1f1b", "1f1b", "gpipe")),
-        overlap_tp=rng.random() < 0.4, overlap_dp=rng.random() < 0.8, overlap_pp=rng.random() < 0.4,
-        overlap_ep=model.is_moe and rng.random() < 0.2,
-        flash_attention=rng.random() < 0.85,
-        attention_kernel=rng.choice(ATTENTION_KERNELS) if precision in FP8_ATTENTION_PRECISIONS else
-        rng.choice(("fused", "fa2")),
-        cross_entropy=rng.choice(CROSS_ENTROPY), fusion=rng.choice(("fused", "fused", "eager")),
-        expert_gemm=rng.choice(("per_expert", "grouped")),
-        fsdp=rng.choice(("none", "none", "fsdp1", "fsdp2")), pipeline_runtime=rng.choice(("megatron", "torch")),
-        finetune="lora" if rng.random() < 0.1 else "full", lora_rank=rng.choice((8, 32)),
-        train_metrics=rng.choice((0, 0, 2)), varlen_attention=rng.random() < 0.1, qkv_concat=rng.random() < 0.1,
-        tensor_layout=layout, cp_comm=rng.choice(("ring", "allgather")),
+        finetune="lora" if rng.random() < 0.1 else "full", lora_rank=rng.choice((8, 32)), tensor_layout=layout,
         last_stage_layers=rng.choice((0, 0, 1, 2)) if pp > 1 else 0,
         placement=tuple(rng.sample(("tp", "tp2", "cp", "dp", "pp"), 5)) if rng.random() < 0.2 else
         ("tp", "tp2", "cp", "dp", "pp"),
     )
 
 
+def draw_stack(rng: random.Random, model: ModelSpec, precision: str) -> Stack:
+    """A stack preset with some of its fields drawn anew (every kernel, runtime and overlap option)."""
+    stack = load_stack(rng.choice(stack_names()))
+    draws = {
+        "overlap_tp": lambda: rng.random() < 0.4, "overlap_dp": lambda: rng.random() < 0.8,
+        "overlap_pp": lambda: rng.random() < 0.4, "overlap_ep": lambda: model.is_moe and rng.random() < 0.2,
+        "flash_attention": lambda: rng.random() < 0.85,
+        "attention_kernel": lambda: rng.choice(ATTENTION_KERNELS if precision in FP8_ATTENTION_PRECISIONS
+                                               else ("fused", "fa2")),
+        "cross_entropy": lambda: rng.choice(CROSS_ENTROPY), "fusion": lambda: rng.choice(("fused", "eager")),
+        "expert_gemm": lambda: rng.choice(("per_expert", "grouped")),
+        "fp8_scaling": lambda: rng.choice(("delayed", "current")),
+        "fsdp": lambda: rng.choice(("none", "fsdp1", "fsdp2")),
+        "pipeline_runtime": lambda: rng.choice(("megatron", "torch")),
+        "train_metrics": lambda: rng.choice((0, 2)), "varlen_attention": lambda: rng.random() < 0.1,
+        "qkv_concat": lambda: rng.random() < 0.1, "cp_comm": lambda: rng.choice(("ring", "allgather")),
+    }
+    return stack.with_(**{k: f() for k, f in draws.items() if rng.random() < 0.3})
+
+
 def draw_triple(rng: random.Random, tries: int = 400):
-    """(model, cluster, plan) with check(model, cluster, plan) == []."""
+    """(model, cluster, plan, stack) with check(model, cluster, plan, stack) == []."""
     while True:
         model, system = draw_model(rng), draw_system(rng)
         n = draw_count(rng, system.network.nvlink_domain)
@@ -135,5 +138,6 @@ def draw_triple(rng: random.Random, tries: int = 400):
                            (p == "fp16" and "bf16" in system.accelerator.peak_flops))
         for _ in range(tries // 10):
             plan = draw_plan(rng, model, n, precisions)
-            if not check(model, cluster, plan):
-                return model, cluster, plan
+            stack = draw_stack(rng, model, plan.precision)
+            if not check(model, cluster, plan, stack):
+                return model, cluster, plan, stack

@@ -38,7 +38,7 @@ def test_estimate_of_an_eager_pytorch_stack_is_slower(capsys):
     fused = json.loads(run(base, capsys)[1])
     code, out, _ = run([*base, "--fusion", "eager"], capsys)
     eager = json.loads(out)
-    assert code == 0 and eager["plan"]["fusion"] == "eager" and fused["plan"]["fusion"] == "fused"
+    assert code == 0 and eager["stack"]["fusion"] == "eager" and fused["stack"]["fusion"] == "fused"
     assert eager["step_time_s"] > fused["step_time_s"]
 
 
@@ -48,8 +48,8 @@ def test_estimate_of_grouped_expert_gemms_drops_the_host_floor(capsys):
     per_expert = json.loads(run(base, capsys)[1])
     code, out, _ = run([*base, "--expert-gemm", "grouped"], capsys)
     grouped = json.loads(out)
-    assert code == 0 and grouped["plan"]["expert_gemm"] == "grouped"
-    assert per_expert["plan"]["expert_gemm"] == "per_expert"
+    assert code == 0 and grouped["stack"]["expert_gemm"] == "grouped"
+    assert per_expert["stack"]["expert_gemm"] == "per_expert"
     assert grouped["step_time_s"] < per_expert["step_time_s"]
 
 
@@ -60,7 +60,7 @@ def test_estimate_with_overlapped_pipeline_sends(capsys):
     exposed = json.loads(run(base, capsys)[1])
     code, out, _ = run([*base, "--overlap-pp"], capsys)
     hidden = json.loads(out)
-    assert code == 0 and hidden["plan"]["overlap_pp"] and not exposed["plan"]["overlap_pp"]
+    assert code == 0 and hidden["stack"]["overlap_pp"] and not exposed["stack"]["overlap_pp"]
     assert hidden["breakdown_s"]["pp"] == pytest.approx(0.189 * exposed["breakdown_s"]["pp"])
     assert hidden["step_time_s"] < exposed["step_time_s"]
     code, out, _ = run(["plan", "--model", "llama3-70b", "--system", "h100", "--gpus", "64", "--global-batch", "128",
@@ -76,7 +76,7 @@ def test_estimate_with_fp8_attention(capsys):
     bf16_kernel = json.loads(run(base, capsys)[1])
     code, out, _ = run([*base, "--attention-kernel", "fp8"], capsys)
     fp8_kernel = json.loads(out)
-    assert code == 0 and fp8_kernel["plan"]["attention_kernel"] == "fp8"
+    assert code == 0 and fp8_kernel["stack"]["attention_kernel"] == "fp8"
     assert fp8_kernel["step_time_s"] < bf16_kernel["step_time_s"]
     code, out, err = run(["estimate", "--model", "llama3-70b", "--system", "gb200", "--gpus", "64", "--tp", "2",
                           "--attention-kernel", "fp8"], capsys)
@@ -93,7 +93,7 @@ def test_estimate_of_an_fsdp_stack_adds_its_gradient_preparation(capsys):
     plain = json.loads(run(base, capsys)[1])
     code, out, _ = run([*base, "--fsdp", "fsdp1"], capsys)
     fsdp = json.loads(out)
-    assert code == 0 and fsdp["plan"]["fsdp"] == "fsdp1" and plain["plan"]["fsdp"] == "none"
+    assert code == 0 and fsdp["stack"]["fsdp"] == "fsdp1" and plain["stack"]["fsdp"] == "none"
     assert fsdp["step_time_s"] > plain["step_time_s"]
     code, _, err = run([*base, "--fsdp", "fsdp3"], capsys)
     assert code != 0 and "fsdp3" in err
@@ -110,7 +110,7 @@ def test_estimate_with_the_torch_pipeline_runtime_keeps_its_per_micro_batch_tens
     plain = json.loads(run(base, capsys)[1])
     code, out, _ = run([*base, "--pipeline-runtime", "torch"], capsys)
     torch_rt = json.loads(out)
-    assert code == 0 and torch_rt["plan"]["pipeline_runtime"] == "torch"
+    assert code == 0 and torch_rt["stack"]["pipeline_runtime"] == "torch"
     # dp = 4, m = 16 / 4 = 4 micro-batches of 8192 tokens; logits 8192 × 128256 / 2 × 2 B, a layer input
     # 8192 / 2 tokens × 4096 × 2 B
     m, logits, layer_input = 4, 8192 * 128256 / 2 * 2, 8192 / 2 * 4096 * 2
@@ -187,7 +187,7 @@ def test_plan_searches_with_the_stacks_expert_gemm(capsys):
     per_expert = json.loads(run(base, capsys)[1])
     code, out, _ = run([*base, "--expert-gemm", "grouped"], capsys)
     grouped = json.loads(out)
-    assert code == 0 and grouped["plans"][0]["plan"]["expert_gemm"] == "grouped"
+    assert code == 0 and grouped["plans"][0]["stack"]["expert_gemm"] == "grouped"
     assert grouped["plans"][0]["step_time_s"] < per_expert["plans"][0]["step_time_s"]
 
 
@@ -218,7 +218,8 @@ def test_current_fp8_scaling_costs_an_amax_read_in_estimate_and_plan(capsys):
         delayed = pick(json.loads(run(base, capsys)[1]))
         code, out, _ = run([*base, "--fp8-scaling", "current"], capsys)
         current = pick(json.loads(out))
-        assert code == 0 and (delayed["plan"]["fp8_scaling"], current["plan"]["fp8_scaling"]) == ("delayed", "current")
+        assert code == 0 and delayed["stack"]["fp8_scaling"] == "delayed"
+        assert current["stack"]["fp8_scaling"] == "current"
         assert current["step_time_s"] > delayed["step_time_s"]
 
 
@@ -278,5 +279,5 @@ def test_estimate_overlaps_the_expert_all_to_alls_when_asked(capsys):
     exposed = json.loads(run(base, capsys)[1])
     code, out, _ = run([*base, "--overlap-ep"], capsys)
     overlapped = json.loads(out)
-    assert code == 0 and overlapped["plan"]["overlap_ep"] and not exposed["plan"]["overlap_ep"]
+    assert code == 0 and overlapped["stack"]["overlap_ep"] and not exposed["stack"]["overlap_ep"]
     assert overlapped["breakdown_s"]["ep"] < exposed["breakdown_s"]["ep"]

@@ -15,13 +15,14 @@ from meshplan.model import load_model
 from meshplan.ops import core_attention, dense_layer, dims
 from meshplan.plan import Plan, check
 from meshplan.roofline import compute_time, op_time
+from meshplan.stack import Stack
 
 
 def _attention_time(system: str, kernel: str) -> float:
     """Forward attention of a d = 128 model (2048 / 16 heads), where the kernel families share one rate."""
     acc = load_system(system).accelerator
-    plan = Plan(attention_kernel=kernel)
-    op = next(o for o in dense_layer(gpt(hidden=2048), plan) if o.kind == "attention" and o.phase == "fwd")
+    op = next(o for o in dense_layer(gpt(hidden=2048), Plan(), Stack(attention_kernel=kernel))
+              if o.kind == "attention" and o.phase == "fwd")
     return float(op_time(op, acc, "bf16", DEFAULT))
 
 
@@ -133,8 +134,7 @@ def test_a_power_cap_throttles_a_kernel_by_the_power_it_would_draw():
         (300 / (700 * DEFAULT.attention)) ** (1 / 3))
     # same silicon at 700 W and at 500 W: attention takes as long on both (HBM aside), GEMMs 1 / 0.894 as long
     uncapped = replace(capped, tdp_watts=700)
-    plan = Plan(attention_kernel="fa2")
-    ops = dense_layer(gpt(hidden=2048), plan)
+    ops = dense_layer(gpt(hidden=2048), Plan(), Stack(attention_kernel="fa2"))
     attention = next(o for o in ops if o.kind == "attention" and o.phase == "fwd")
     gemm = next(o for o in ops if o.kind == "gemm")
     assert compute_time(attention, capped, "bf16", DEFAULT) == pytest.approx(
@@ -150,7 +150,7 @@ def test_a_layers_gemms_take_what_transformer_engines_benchmark_measured_on_a_b3
     model (MAMF x the fitted ``gemm`` x tile, wave and depth factors) was fitted on training runs, not on this
     benchmark, and lands within 5 % of it (benchmarks/kernel_checks.py, printed in docs/ACCURACY.md)."""
     script = _kernel_checks()
-    gemms = [o for o in dense_layer(script.TE_5B, Plan(micro_batch=31, global_batch=31)) if o.kind == "gemm"]
+    gemms = [o for o in dense_layer(script.TE_5B, Plan(micro_batch=31, global_batch=31), Stack()) if o.kind == "gemm"]
     assert sum(float(o.flops) for o in gemms) == pytest.approx(3 * 2 * 15872 * 4096 * 49152)
     checks = [c for c in script.checks() if c.source == script.TE_TUTORIAL]
     assert [round(c.measured * 1e3, 3) for c in checks] == [13.102, 6.812]
@@ -170,7 +170,7 @@ def test_mamba_ssd_kernels_stream_at_the_rate_their_h100_benchmark_measured():
                              vocab_size=1024, seq_length=8192, layer_pattern="M", mamba_heads=128, mamba_head_dim=64,
                              mamba_state=128, mamba_groups=1, mamba_chunk=256, norm="rmsnorm",
                              position_embedding="none")
-    forward = [o for o in script.ssd_ops(model, dims(model, Plan())) if o.phase == "fwd"]
+    forward = [o for o in script.ssd_ops(model, dims(model, Plan(), Stack())) if o.phase == "fwd"]
     x, bc, cb, states = 8192 * 128 * 64 * 2, 8192 * 128 * 2, 32 * 256 * 256 * 4, 32 * 128 * 128 * 64
     assert [o.nbytes for o in forward] == [bc + x, 2 * bc + cb, cb + bc + 2 * x, 12 * states]
     assert sum(o.nbytes for o in forward) / 1e6 == pytest.approx(830.5, abs=0.05)
@@ -232,7 +232,7 @@ def test_blackwell_ultras_exponentials_speed_up_fused_attention_as_cudnns_paired
 def test_a_fused_attention_op_on_a_gb300_takes_the_gb200_time_over_the_exponential_speedup():
     model, plan = load_model("llama3-8b"), Plan(micro_batch=1, global_batch=1)
     gb300, gb200 = load_system("gb300").accelerator, load_system("gb200").accelerator
-    for op in core_attention(model, plan, dims(model, plan)):
+    for op in core_attention(model, plan, dims(model, plan, Stack())):
         ratio = float(op_time(op, gb200, "bf16", DEFAULT)) / float(op_time(op, gb300, "bf16", DEFAULT))
         assert ratio == pytest.approx(DEFAULT.exp_factor(gb300, 128, op.phase != "fwd"), rel=1e-9)
 
@@ -259,13 +259,14 @@ def test_fp8_attention_runs_at_cudnns_measured_fp8_over_bf16_rate():
 
 
 def test_fp8_attention_needs_an_fp8_precision():
-    assert any("attention_kernel=fp8 needs an fp8 precision" in r
-               for r in check(gpt(), None, Plan(attention_kernel="fp8")))
-    assert not check(gpt(), None, Plan(attention_kernel="fp8", precision="mxfp8"))
+    fp8 = Stack(attention_kernel="fp8")
+    assert any("attention_kernel=fp8 needs an fp8 precision" in r for r in check(gpt(), None, Plan(), fp8))
+    assert not check(gpt(), None, Plan(precision="mxfp8"), fp8)
 
 
 def test_unknown_attention_kernel_is_rejected():
-    assert any("attention_kernel" in r for r in check(gpt(), None, Plan(attention_kernel="fa9")))
+    with pytest.raises(SpecError, match="attention_kernel='fa9' must be one of fused, fa2, fp8"):
+        Stack(attention_kernel="fa9")
 
 
 @pytest.mark.parametrize(("system", "part"), [("a100", 0), ("h100", 1), ("b200", 2), ("gb200", 3), ("h100-96gb", 1)])
@@ -331,21 +332,21 @@ def test_pytorch_cross_entropy_holds_two_fp32_gradients_of_the_logits():
     model = gpt(vocab=50000, seq=1000)
     # T·V = 1000 · 50000 = 5e7 logits; fused (Megatron): the fp32 gradient overwrites the saved softmax in place,
     # so only autograd's 16-bit copy is new, 2 bytes each; PyTorch eager: 4 + 4
-    assert loss_workspace(model, Plan()) == 5e7 * 2
-    assert loss_workspace(model, Plan(cross_entropy="pytorch")) == 5e7 * 8
+    assert loss_workspace(model, Plan(), Stack()) == 5e7 * 2
+    assert loss_workspace(model, Plan(), Stack(cross_entropy="pytorch")) == 5e7 * 8
     # with TP (DTensor loss_parallel): each of 2 ranks holds 2.5e7 logits and, in the fused nll_loss /
     # log_softmax backward, three fp32 temporaries (zeros, exp or the sum, the product): 4 + 4 + 4
-    assert loss_workspace(model, Plan(tp=2, sequence_parallel=True, cross_entropy="pytorch")) == 2.5e7 * 12
+    assert loss_workspace(model, Plan(tp=2, sequence_parallel=True), Stack(cross_entropy="pytorch")) == 2.5e7 * 12
     # flash-attn's loss: its 16-bit gradient beside the saved 16-bit logits, 2 bytes each
-    assert loss_workspace(model, Plan(cross_entropy="flash")) == 5e7 * 2
+    assert loss_workspace(model, Plan(), Stack(cross_entropy="flash")) == 5e7 * 2
 
 
 @pytest.mark.parametrize(("cross_entropy", "saved_bytes"), [("fused", 1), ("flash", 1), ("pytorch", 2)])
 def test_transformer_engine_stacks_keep_the_fp8_input_torchao_the_16_bit_one(cross_entropy, saved_bytes):
     """fc1's input (s = 2048 rows × h = 1024) saved for its weight gradient: one byte per element in fp8 under TE
     (Megatron, NeMo, llm-foundry), two under torchtitan's torchao Float8Linear (``cross_entropy="pytorch"``)."""
-    plan = Plan(precision="fp8", cross_entropy=cross_entropy)
-    fc1 = next(o for o in dense_layer(gpt(), plan) if o.name == "mlp/fc1" and o.phase == "fwd")
+    fc1 = next(o for o in dense_layer(gpt(), Plan(precision="fp8"), Stack(cross_entropy=cross_entropy))
+               if o.name == "mlp/fc1" and o.phase == "fwd")
     assert fc1.saved == 2048 * 1024 * saved_bytes
 
 
@@ -354,7 +355,7 @@ def test_mxfp8_gemms_run_at_the_measured_block_scaled_fraction_of_the_fp8_rate()
     b200 = load_system("b200").accelerator
     assert b200.flops("mxfp8") == b200.flops("fp8") == 4500e12  # same tensor-core peak
     assert DEFAULT.mamf(b200, "mxfp8") == pytest.approx(0.763 * 163.5 / 171.9)  # B200 FP8 MAMF 76.3 %
-    op = next(o for o in dense_layer(gpt(hidden=8192), Plan(precision="fp8")) if o.name == "mlp/fc1")
+    op = next(o for o in dense_layer(gpt(hidden=8192), Plan(precision="fp8"), Stack()) if o.name == "mlp/fc1")
     fp8, mx = (op_time(op, b200, p, DEFAULT) for p in ("fp8", "mxfp8"))
     assert mx / fp8 == pytest.approx(171.9 / 163.5)
 
@@ -368,7 +369,7 @@ def test_block_scaled_quantization_runs_at_the_measured_fraction_of_a_per_tensor
     model = gpt(layers=1, hidden=1024, seq=2048)
 
     def cast_time(precision):
-        op = next(o for o in dense_layer(model, Plan(precision=precision)) if o.name == "mlp/fc1/cast")
+        op = next(o for o in dense_layer(model, Plan(precision=precision), Stack()) if o.name == "mlp/fc1/cast")
         return float(op_time(op, b200, precision, DEFAULT)), op.nbytes
 
     (fp8, fp8_bytes), (mx, mx_bytes) = cast_time("fp8"), cast_time("mxfp8")
@@ -384,7 +385,7 @@ def test_the_block_scaled_cast_cost_reaches_the_step_time():
     model, cluster = gpt(layers=2, hidden=2048), load_system("b200").cluster(1)
     plan = Plan(precision="mxfp8", global_batch=1)
     slow = estimate(model, cluster, plan)
-    fast = estimate(model, cluster, plan, DEFAULT.with_(block_scaled_cast=1.0))
+    fast = estimate(model, cluster, plan, eff=DEFAULT.with_(block_scaled_cast=1.0))
     casts = sum(r.total_seconds for r in slow.ops if r.name.endswith("/cast"))
     assert casts > 0
     assert slow.step_time - fast.step_time == pytest.approx(casts * (1 - 1 / DEFAULT.block_scaled_cast), rel=1e-6)
@@ -392,7 +393,7 @@ def test_the_block_scaled_cast_cost_reaches_the_step_time():
 
 def test_mxfp8_quantizes_each_operand_to_two_copies_with_a_scale_per_32_elements():
     model = gpt(layers=1, hidden=1024, seq=2048)
-    casts = {p: {o.name: o for o in dense_layer(model, Plan(precision=p))
+    casts = {p: {o.name: o for o in dense_layer(model, Plan(precision=p), Stack())
                  if o.name.endswith("/cast") and o.phase == "fwd"} for p in ("fp8", "mxfp8")}
     # the QKV input, 2048 tokens x 1024: read 2 bytes, write a row-wise and a column-wise copy
     assert casts["fp8"]["attn/qkv/cast"].nbytes == 2048 * 1024 * (2 + 2 * 1)
@@ -402,8 +403,9 @@ def test_mxfp8_quantizes_each_operand_to_two_copies_with_a_scale_per_32_elements
 def test_current_scaling_and_nvfp4_read_the_tensor_once_more_for_its_amax():
     model = gpt(layers=1, hidden=1024, seq=2048)
 
-    def qkv_cast(**kw):
-        return next(o for o in dense_layer(model, Plan(**kw)) if o.name == "attn/qkv/cast").nbytes
+    def qkv_cast(precision, fp8_scaling="delayed"):
+        return next(o for o in dense_layer(model, Plan(precision=precision), Stack(fp8_scaling=fp8_scaling))
+                    if o.name == "attn/qkv/cast").nbytes
 
     elems = 2048 * 1024  # the QKV input: 2048 tokens x 1024
     assert qkv_cast(precision="fp8") == elems * (2 + 2 * 1)  # delayed: read, write two fp8 copies
@@ -414,7 +416,8 @@ def test_current_scaling_and_nvfp4_read_the_tensor_once_more_for_its_amax():
 
 def test_the_backward_cast_quantizes_the_output_gradient():
     model = gpt(layers=1, hidden=1024, seq=2048)
-    casts = {(o.name, o.phase): o.nbytes for o in dense_layer(model, Plan(precision="fp8")) if "/cast" in o.name}
+    casts = {(o.name, o.phase): o.nbytes for o in dense_layer(model, Plan(precision="fp8"), Stack())
+             if "/cast" in o.name}
     # fc1 is 1024 -> 4096: forward it quantizes its input X (2048 x 1024), backward its output gradient
     # dY (2048 x 4096); fc2 the other way round
     assert casts[("mlp/fc1/cast", "fwd")] == 2048 * 1024 * 4
@@ -423,9 +426,13 @@ def test_the_backward_cast_quantizes_the_output_gradient():
     assert casts[("mlp/fc2/cast", "bwd_x")] == 2048 * 1024 * 4
 
 
-def test_an_unknown_or_misplaced_fp8_scaling_is_rejected():
-    assert any("fp8_scaling='amax'" in r for r in check(gpt(), None, Plan(fp8_scaling="amax")))
-    assert "fp8_scaling=current needs precision=fp8 (not bf16)" in check(gpt(), None, Plan(fp8_scaling="current"))
+def test_an_unknown_fp8_scaling_is_rejected_and_a_stacks_scaling_acts_on_fp8_only():
+    with pytest.raises(SpecError, match="fp8_scaling='amax' must be one of delayed, current"):
+        Stack(fp8_scaling="amax")
+    # a stack's fp8 recipe (torchtitan's current scaling) runs a bf16 plan unchanged
+    current = Stack(fp8_scaling="current")
+    assert not check(gpt(), None, Plan(), current)
+    assert dense_layer(gpt(), Plan(), current) == dense_layer(gpt(), Plan(), Stack())
 
 
 def test_sequence_parallel_gathers_carry_the_gemm_input_precision():
@@ -434,7 +441,7 @@ def test_sequence_parallel_gathers_carry_the_gemm_input_precision():
     model = gpt(layers=1, hidden=1024, seq=2048)
 
     def gathers(plan, **kw):
-        d = dims(model, plan)
+        d = dims(model, plan, Stack())
         ops = tp_enter("x", model, plan, d, **kw) + tp_exit("y", model, plan, d)
         return sorted((op.name, op.phase, op.collective.kind, op.collective.nbytes) for op in ops)
 
@@ -449,7 +456,7 @@ def test_sequence_parallel_gathers_carry_the_gemm_input_precision():
     assert gathers(Plan(tp=4, sequence_parallel=True))[1][3] == 2 * full  # bf16
     assert gathers(Plan(tp=4, sequence_parallel=True, precision="fp8", finetune="lora"))[1][3] == 2 * full
     # the LM head runs in 16 bits whatever the precision: its input is gathered in 16 bits
-    head = next(o for o in head_ops(model, Plan(tp=4, sequence_parallel=True, precision="fp8"))
+    head = next(o for o in head_ops(model, Plan(tp=4, sequence_parallel=True, precision="fp8"), Stack())
                 if o.name == "head/tp_in" and o.phase == "fwd")
     assert head.collective.nbytes == 2 * full
 
@@ -461,15 +468,16 @@ def test_summa_broadcasts_the_panels_a_low_precision_gemm_reads_quantized():
 
     def volumes(precision):
         plan = Plan(tp=2, tp2=2, tensor_layout="summa", summa_panels=1, precision=precision)
-        return {(o.name, o.phase): o.collective.nbytes for o in summa_linear("w", 2048, 1024, 4096, plan,
-                                                                             dims(model, plan)) if o.collective}
+        d = dims(model, plan, Stack())
+        return {(o.name, o.phase): o.collective.nbytes for o in summa_linear("w", 2048, 1024, 4096, plan, d)
+                if o.collective}
 
     bf16, fp8 = volumes("bf16"), volumes("fp8")
     assert fp8[("w/broadcast_tp", "fwd")] == bf16[("w/broadcast_tp", "fwd")] / 2  # X panels at 1 byte
     assert fp8[("w/broadcast_tp2", "fwd")] == bf16[("w/broadcast_tp2", "fwd")] / 2  # W panels (fp8 copies)
     assert fp8[("w/reduce_tp", "bwd_x")] == bf16[("w/reduce_tp", "bwd_x")]  # 16-bit partial sums
     plan = Plan(tp=2, tp2=2, tensor_layout="summa", summa_panels=1, precision="fp8")
-    casts = {o.phase: o.nbytes for o in summa_linear("w", 2048, 1024, 4096, plan, dims(model, plan))
+    casts = {o.phase: o.nbytes for o in summa_linear("w", 2048, 1024, 4096, plan, dims(model, plan, Stack()))
              if o.name == "w/cast"}
     # each GPU quantizes its own blocks: X (2048 x 1024/2) forward, dY (2048 x 4096/2) backward, 2 + 2 x 1 bytes
     assert casts == {"fwd": 2048 * 512 * 4, "bwd_x": 2048 * 2048 * 4}

@@ -12,6 +12,7 @@ from meshplan.hardware import load_system
 from meshplan.model import load_model
 from meshplan.plan import Plan
 from meshplan.schedule import build, simulate
+from meshplan.stack import Stack
 
 
 def h100(n: int):
@@ -89,20 +90,20 @@ def test_pipeline_bubble_matches_the_simulator():
 
 
 def test_overlapped_pipeline_sends_cost_the_overlap_slowdown_with_interleaving_only():
-    """Megatron-Core's overlap_p2p_comm (Plan.overlap_pp) hides each chunk's send behind another chunk's compute,
+    """Megatron-Core's overlap_p2p_comm (Stack.overlap_pp) hides each chunk's send behind another chunk's compute,
     slowing it by 18.9 % of the send (efficiency.overlap_slowdown); without virtual stages Megatron turns it off,
     so a 1F1B plan pays its sends in full either way."""
     model, c = gpt(layers=8), h100(64)
     kw = dict(pp=4, dp=2, tp=8, sequence_parallel=True, global_batch=16)  # pp outermost: sends cross nodes
     interleaved = dict(kw, vpp=2, schedule="interleaved")
-    exposed, hidden = (estimate(model, c, Plan(**interleaved, overlap_pp=o)).breakdown for o in (False, True))
+    exposed, hidden = (estimate(model, c, Plan(**interleaved), Stack(overlap_pp=o)).breakdown for o in (False, True))
     assert exposed["pp"] > 0
     assert hidden["pp"] == pytest.approx(0.189 * exposed["pp"])
     assert hidden["compute"] == pytest.approx(exposed["compute"])
-    plain = [estimate(model, c, Plan(**kw, overlap_pp=o)).breakdown["pp"] for o in (False, True)]
+    plain = [estimate(model, c, Plan(**kw), Stack(overlap_pp=o)).breakdown["pp"] for o in (False, True)]
     assert plain[0] == plain[1] > 0
     # the vectorised path (step_costs on totals) agrees with the per-component breakdown
-    costs = step_costs(model, c, Plan(**interleaved, overlap_pp=True))
+    costs = step_costs(model, c, Plan(**interleaved), Stack(overlap_pp=True))
     assert float(costs.step_time) == pytest.approx(sum(hidden.values()))
 
 
@@ -231,8 +232,8 @@ def test_the_combined_1f1b_schedule_hides_the_all_to_alls_behind_the_nodes_besid
            OpCost("attn/qkv", "bwd_x", "gemm"), OpCost("moe/experts/fc1", "bwd_x", "gemm"),
            OpCost("moe/experts/fc1", "bwd_w", "gemm"), a2a("moe/dispatch", "bwd_x"), a2a("moe/combine", "bwd_x")]
     times = [10.0, 4.0, 6.0, 12.0, 15.0, 5.0, 5.0, 6.0, 12.0]
-    paired = pass_times(ops, times, Plan(ep=8, dp=8, overlap_ep=True), "none")
+    paired = pass_times(ops, times, Plan(ep=8, dp=8), Stack(overlap_ep=True), "none")
     assert (paired.fwd, paired.bwd) == (14.0, 25.0)
     assert paired.ep == pytest.approx(2 + 0.189 * 34)
-    exposed = pass_times(ops, times, Plan(ep=8, dp=8), "none")
+    exposed = pass_times(ops, times, Plan(ep=8, dp=8), Stack(), "none")
     assert exposed.ep == 36.0  # no overlap: every all-to-all on the critical path

@@ -15,6 +15,7 @@ from meshplan.model import load_model
 from meshplan.ops import ACT_BYTES, dims, hybrid_block, layer_kinds, mamba_block
 from meshplan.plan import Plan, check
 from meshplan.search import Space, search
+from meshplan.stack import Stack
 
 NANO = load_model("nemotron-3-nano")
 SUPER = load_model("nemotron-3-super")
@@ -27,7 +28,7 @@ def _op(ops, name, phase="fwd"):
 def test_mamba_projections_split_over_tp():
     """Nano, b = 1, s = 8192, t = 2 (SP): in_proj 2688 → (4096 + 6144 + 64)/2 = 5152 columns, out_proj 2048 → 2688."""
     plan = Plan(tp=2, sequence_parallel=True)
-    ops = mamba_block(NANO, plan, dims(NANO, plan))
+    ops = mamba_block(NANO, plan, dims(NANO, plan, Stack()))
     in_proj, out_proj = _op(ops, "mamba/in_proj"), _op(ops, "mamba/out_proj")
     assert (in_proj.m, in_proj.k, in_proj.n) == (8192, 2688, 5152)
     assert in_proj.flops == 2 * 8192 * 2688 * 5152
@@ -39,7 +40,7 @@ def test_ssd_products_per_chunk():
     """T = 8192 tokens, Q = 128: 64 chunks; 64 heads, 8 groups, N = 128, P = 64 (t = 1).
     chunk states (128×128)·(128×64) per chunk-head, C·Bᵀ (128×128)·(128×128) per chunk-group, scan
     (128×256)·(256×64) per chunk-head; the forward FLOPs per token equal ssd_flops_per_token / 23 blocks."""
-    ops = mamba_block(NANO, Plan(), dims(NANO, Plan()))
+    ops = mamba_block(NANO, Plan(), dims(NANO, Plan(), Stack()))
     state, cb, scan = (_op(ops, f"mamba/ssd_{k}") for k in ("state", "cb", "scan"))
     assert (state.m, state.k, state.n, state.groups) == (128, 128, 64, 64 * 64)
     assert (cb.m, cb.k, cb.n, cb.groups) == (128, 128, 128, 64 * 8)
@@ -52,7 +53,7 @@ def test_ssd_products_per_chunk():
     assert _op(ops, "mamba/ssd_states").nbytes == 12 * states
     assert _op(ops, "mamba/ssd_states", "bwd_x").nbytes == 24 * states
     # SSD products stay in 16 bits under an fp8 plan (no quantization casts for them)
-    fp8 = hybrid_block(NANO, Plan(precision="fp8"), "mamba")
+    fp8 = hybrid_block(NANO, Plan(precision="fp8"), Stack(), "mamba")
     assert not [o for o in fp8 if o.name.startswith("mamba/ssd") and o.name.endswith("/cast")]
     assert [o for o in fp8 if o.name == "mamba/in_proj/cast"]
 
@@ -60,7 +61,7 @@ def test_ssd_products_per_chunk():
 def test_mamba_block_keeps_its_inputs_and_the_scan_output():
     """Saved per block (t = 1, T = 8192): norm input 2688, in_proj input 2688, in_proj output 10304 (z, x, B, C, dt),
     scan output 4096 and out_proj input 4096 values per token, 2 bytes each."""
-    ops = mamba_block(NANO, Plan(), dims(NANO, Plan()))
+    ops = mamba_block(NANO, Plan(), dims(NANO, Plan(), Stack()))
     assert saved_bytes(ops) == 8192 * (2688 + 2688 + 10304 + 4096 + 4096) * ACT_BYTES
 
 
@@ -68,7 +69,7 @@ def test_latent_moe_dispatches_latent_rows():
     """Super, ep 8, T = 8192, top-22: the dispatch carries 8192 × 22 rows of 1024 (not 4096) 16-bit values; the
     experts' fc1 is (rows × 1024)·(1024 × 2688); H → 1024 and 1024 → H projections around them."""
     plan = Plan(ep=8, dp=8)
-    ops = layer_kinds(SUPER, plan)["moe"]
+    ops = layer_kinds(SUPER, plan, Stack())["moe"]
     assert _op(ops, "moe/dispatch").nbytes == 8192 * 22 * 1024 * ACT_BYTES
     fc1 = _op(ops, "moe/experts/fc1")
     assert (fc1.k, fc1.n) == (1024, 2688)
@@ -80,7 +81,7 @@ def test_average_layer_weights_the_block_kinds():
     """Nano: 23/52 Mamba, 6/52 attention, 23/52 MoE; the layer's saved bytes and parameters are those shares."""
     assert kind_fractions(NANO) == {"mamba": 23 / 52, "attention": 6 / 52, "moe": 23 / 52}
     plan = Plan(ep=8, dp=8)
-    per_kind = layer_kinds(NANO, plan)
+    per_kind = layer_kinds(NANO, plan, Stack())
     est = estimate(NANO, load_system("h100").cluster(8), replace(plan, recompute="none"))
     units = est.detail[2]
     assert units.layer_saved == pytest.approx(sum(saved_bytes(per_kind[k]) * f
@@ -101,14 +102,15 @@ def test_per_op_counts_follow_the_blocks():
     assert rows[("moe/router", "fwd")] == 23 * 8
 
 
-@pytest.mark.parametrize(("plan", "reason"), [
-    (Plan(tp=16, dp=1), "tp=16 does not divide mamba_groups=8"),
-    (Plan(cp=2, dp=4), "cp=2: context parallelism of Mamba layers is not modelled"),
-    (Plan(fusion="eager"), "fusion='eager': hybrid models (layer_pattern) are costed with fusion='fused' only"),
-    (Plan(finetune="lora"), "finetune='lora': hybrid models"),
+@pytest.mark.parametrize(("plan", "stack", "reason"), [
+    (Plan(tp=16, dp=1), Stack(), "tp=16 does not divide mamba_groups=8"),
+    (Plan(cp=2, dp=4), Stack(), "cp=2: context parallelism of Mamba layers is not modelled"),
+    (Plan(), Stack(fusion="eager"),
+     "fusion='eager': hybrid models (layer_pattern) are costed with fusion='fused' only"),
+    (Plan(finetune="lora"), Stack(), "finetune='lora': hybrid models"),
 ])
-def test_plans_a_hybrid_cannot_run_name_the_reason(plan, reason):
-    assert any(reason in r for r in check(NANO, None, plan))
+def test_plans_a_hybrid_cannot_run_name_the_reason(plan, stack, reason):
+    assert any(reason in r for r in check(NANO, None, plan, stack))
 
 
 def test_search_agrees_with_estimate_and_rejects_cp():

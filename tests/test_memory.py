@@ -7,8 +7,10 @@ from dataclasses import replace
 import pytest
 
 from conftest import gpt
+from meshplan.errors import SpecError
 from meshplan.memory import StageParams, in_flight_chunks, model_states
 from meshplan.plan import Plan
+from meshplan.stack import Stack
 
 PSI = 1_000_000_000
 
@@ -18,7 +20,7 @@ def test_zero_stages_closed_forms(n):
     params = StageParams(dense=PSI, expert=0.0)
 
     def total(zero):
-        return sum(model_states(params, Plan(dp=n, zero=zero, grad_bytes=2)))
+        return sum(model_states(params, Plan(dp=n, zero=zero, grad_bytes=2), Stack()))
 
     assert total(0) == pytest.approx(16 * PSI)
     assert total(1) == pytest.approx(4 * PSI + 12 * PSI / n)
@@ -28,19 +30,19 @@ def test_zero_stages_closed_forms(n):
 
 def test_zero3_memory_per_gpu_falls_as_dp_grows():
     params = StageParams(dense=PSI, expert=0.0)
-    totals = [sum(model_states(params, Plan(dp=d, zero=3))) for d in (1, 2, 4, 8, 16)]
+    totals = [sum(model_states(params, Plan(dp=d, zero=3), Stack())) for d in (1, 2, 4, 8, 16)]
     assert totals == sorted(totals, reverse=True) and totals[-1] < totals[0]
 
 
 def test_expert_weights_shard_over_ep_times_etp_data_parallel_group():
     # dp=8, ep=4, etp=1, tp=1: expert-data-parallel = 8/4 = 2 ranks share each expert's optimizer state
     params = StageParams(dense=0.0, expert=PSI)
-    _, _, opt = model_states(params, Plan(dp=8, ep=4, etp=1, zero=1))
+    _, _, opt = model_states(params, Plan(dp=8, ep=4, etp=1, zero=1), Stack())
     assert opt == pytest.approx(12 * PSI / 2)
 
 
 def test_offloaded_optimizer_leaves_no_state_on_gpu():
-    _, _, opt = model_states(StageParams(dense=PSI, expert=0.0), Plan(offload_optimizer=True))
+    _, _, opt = model_states(StageParams(dense=PSI, expert=0.0), Plan(offload_optimizer=True), Stack())
     assert opt == 0
 
 
@@ -178,18 +180,18 @@ def test_torch_pipeline_runtime_keeps_per_micro_batch_tensors():
     # receive buffer + its gradient, 2·m boundaries = 32 MiB; the first rank's chunk (not the last):
     # gradient receive buffer + kept output, also 32 MiB; the last rank also keeps m fp32 logits under
     # F.cross_entropy: 8 × 2048 tokens × 32000 / 2 × 4 B = 1000 MiB
-    plan = Plan(tp=2, pp=4, dp=1, sequence_parallel=True, global_batch=8, pipeline_runtime="torch",
-                cross_entropy="pytorch")
+    plan = Plan(tp=2, pp=4, dp=1, sequence_parallel=True, global_batch=8)
+    torch_rt = Stack(pipeline_runtime="torch", cross_entropy="pytorch")
     mib = 2**20
-    first, last = pipeline_runtime_memory(model, plan)
+    first, last = pipeline_runtime_memory(model, plan, torch_rt)
     assert first == pytest.approx(32 * mib)
     assert last == pytest.approx(32 * mib + 8 * 2048 * 16000 * 4)
     # interleaved v = 2: 2·m·(2v - 1) = 48 boundaries on either rank
     inter = replace(plan, vpp=2, schedule="interleaved")
-    assert pipeline_runtime_memory(model, inter)[0] == pytest.approx(48 * 2 * mib)
+    assert pipeline_runtime_memory(model, inter, torch_rt)[0] == pytest.approx(48 * 2 * mib)
     # Megatron-Core keeps none of them, and without a pipeline there is no runtime
-    assert pipeline_runtime_memory(model, replace(plan, pipeline_runtime="megatron")) == (0.0, 0.0)
-    assert pipeline_runtime_memory(model, replace(plan, pp=1, global_batch=8)) == (0.0, 0.0)
+    assert pipeline_runtime_memory(model, plan, torch_rt.with_(pipeline_runtime="megatron")) == (0.0, 0.0)
+    assert pipeline_runtime_memory(model, replace(plan, pp=1, global_batch=8), torch_rt) == (0.0, 0.0)
 
 
 def test_torch_runtime_frees_a_chunks_unsharded_gradients_once_reduced():
@@ -198,25 +200,23 @@ def test_torch_runtime_frees_a_chunks_unsharded_gradients_once_reduced():
     params = StageParams(dense=PSI, expert=0.0)
     # ZeRO-1 (torchtitan's FSDP2 under pipeline parallelism): 4 B unsharded gradients per parameter, but with
     # v = 2 chunks and a single round of micro-batches (m = p = 8) only one chunk's are alive at a time
-    one_round = Plan(dp=8, pp=8, vpp=2, schedule="interleaved", global_batch=64, zero=1, grad_bytes=4,
-                     pipeline_runtime="torch")
-    assert chunk_gradient_share(one_round) == 0.5
-    assert model_states(params, one_round)[1] == pytest.approx(2 * PSI)
+    one_round = Plan(dp=8, pp=8, vpp=2, schedule="interleaved", global_batch=64, zero=1, grad_bytes=4)
+    torch_rt = Stack(pipeline_runtime="torch")
+    assert chunk_gradient_share(one_round, torch_rt) == 0.5
+    assert model_states(params, one_round, torch_rt)[1] == pytest.approx(2 * PSI)
     # torch runs max(1, m // p) rounds: m = 12 < 2p is still one round; two rounds (m = 16): every chunk has
     # begun its backward before the first has finished
-    assert chunk_gradient_share(replace(one_round, global_batch=96)) == 0.5
-    assert chunk_gradient_share(replace(one_round, global_batch=128)) == 1.0
+    assert chunk_gradient_share(replace(one_round, global_batch=96), torch_rt) == 0.5
+    assert chunk_gradient_share(replace(one_round, global_batch=128), torch_rt) == 1.0
     # 1F1B, Megatron-Core's whole-step gradient buffer, or gradients already sharded (ZeRO-2): unchanged
-    assert chunk_gradient_share(replace(one_round, vpp=1, schedule="1f1b")) == 1.0
-    assert chunk_gradient_share(replace(one_round, pipeline_runtime="megatron")) == 1.0
-    assert chunk_gradient_share(replace(one_round, zero=2)) == 1.0
+    assert chunk_gradient_share(replace(one_round, vpp=1, schedule="1f1b"), torch_rt) == 1.0
+    assert chunk_gradient_share(one_round, Stack()) == 1.0
+    assert chunk_gradient_share(replace(one_round, zero=2), torch_rt) == 1.0
 
 
 def test_unknown_pipeline_runtime_is_named():
-    from meshplan.plan import check
-
-    assert check(gpt(), None, Plan(pipeline_runtime="deepspeed")) == [
-        "pipeline_runtime='deepspeed' must be one of megatron, torch"]
+    with pytest.raises(SpecError, match="pipeline_runtime='deepspeed' must be one of megatron, torch"):
+        Stack(pipeline_runtime="deepspeed")
 
 
 def test_the_runtime_tensors_reach_both_ranks_peaks():
@@ -225,10 +225,10 @@ def test_the_runtime_tensors_reach_both_ranks_peaks():
     from meshplan.model import load_model
 
     model, cluster = load_model("llama3-8b"), load_system("h100").cluster(16)
-    plan = Plan(tp=2, pp=2, dp=4, sequence_parallel=True, global_batch=16, recompute="full",
-                cross_entropy="pytorch")
-    torch_rt = estimate(model, cluster, replace(plan, pipeline_runtime="torch"))
-    megatron = estimate(model, cluster, plan)
+    plan = Plan(tp=2, pp=2, dp=4, sequence_parallel=True, global_batch=16, recompute="full")
+    pytorch_loss = Stack(cross_entropy="pytorch")
+    torch_rt = estimate(model, cluster, plan, pytorch_loss.with_(pipeline_runtime="torch"))
+    megatron = estimate(model, cluster, plan, pytorch_loss)
     # m = 16 / 4 = 4 micro-batches; a layer input is 8192 / 2 tokens × 4096 × 2 B = 64 MiB, 2·m·(2v − 1) = 8 of
     # them on either rank; the last also keeps m fp32 logits of 8192 × 128256 / 2 × 4 B
     boundaries = 8 * 8192 // 2 * 4096 * 2

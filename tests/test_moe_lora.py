@@ -13,6 +13,7 @@ from meshplan.hardware import load_system
 from meshplan.model import load_model
 from meshplan.ops import LORA_PREFIXES, dense_layer, moe_layer
 from meshplan.plan import LORA_TARGETS, Plan, check
+from meshplan.stack import Stack
 
 
 def test_grouped_gemm_quantization_pads_each_group_and_shares_waves():
@@ -28,12 +29,12 @@ def test_grouped_gemm_quantization_pads_each_group_and_shares_waves():
 def test_expert_gemms_are_grouped_per_local_expert():
     model = load_model("mixtral-8x7b").with_seq_length(4096)
     plan = Plan(dp=8, ep=4, micro_batch=1)
-    fc1 = next(op for op in moe_layer(model, plan) if op.name == "moe/experts/fc1" and op.phase == "fwd")
+    fc1 = next(op for op in moe_layer(model, plan, Stack()) if op.name == "moe/experts/fc1" and op.phase == "fwd")
     # 8 experts / ep 4 = 2 local experts; 4096 tokens · top-2 = 8192 rows → 4096 rows each
     assert fc1.groups == 2 and fc1.m == 4096
     # weights read: 2 experts × h × 2F
     assert fc1.nbytes == 2 * (8192 * 4096 + 2 * 4096 * 2 * 14336 + 8192 * 2 * 14336)
-    wgrad = next(op for op in moe_layer(model, plan) if op.name == "moe/experts/fc1" and op.phase == "bwd_w")
+    wgrad = next(op for op in moe_layer(model, plan, Stack()) if op.name == "moe/experts/fc1" and op.phase == "bwd_w")
     assert wgrad.k == 4096  # reduces over one expert's rows
 
 
@@ -42,7 +43,7 @@ def test_ep_overlap_is_never_slower_and_hides_the_all_to_all():
     cluster = load_system("h100").cluster(16)
     base = Plan(dp=16, ep=8, micro_batch=1, global_batch=64, zero=1)
     exposed = estimate(model, cluster, base)
-    hidden = estimate(model, cluster, base.with_(overlap_ep=True))
+    hidden = estimate(model, cluster, base, Stack(overlap_ep=True))
     assert hidden.step_time < exposed.step_time
     assert hidden.breakdown["ep"] < exposed.breakdown["ep"]
     assert hidden.breakdown["compute"] == exposed.breakdown["compute"]
@@ -52,7 +53,7 @@ def test_lora_drops_weight_gradients_and_trains_only_adapters(h100_64):
     model = gpt(layers=4, hidden=1024)
     plan = Plan(dp=64, micro_batch=1, zero=1)
     lora = plan.with_(finetune="lora", lora_rank=16)
-    full_ops, lora_ops = dense_layer(model, plan), dense_layer(model, lora)
+    full_ops, lora_ops = dense_layer(model, plan, Stack()), dense_layer(model, lora, Stack())
     assert not [op for op in lora_ops if op.phase == "bwd_w" and "/lora_" not in op.name]
     assert len([op for op in full_ops if op.phase == "bwd_w"]) == 4  # qkv, out, fc1, fc2
     # adapters: 4 linears × (fwd, bwd_x, bwd_w) × (A, B)
@@ -79,7 +80,7 @@ def test_lora_adapters_on_mla_count_the_linears_the_ops_adapt():
     model = load_model("deepseek-v3")
     plan = Plan(finetune="lora", lora_rank=8, lora_targets="qkv")
     assert adapter_params(model, plan) == 8 * 75840
-    ops = [o for o in moe_layer(model, plan) if "/lora_" in o.name and o.phase == "fwd"]
+    ops = [o for o in moe_layer(model, plan, Stack()) if "/lora_" in o.name and o.phase == "fwd"]
     assert sum(o.k * o.n for o in ops) == 8 * 75840  # A: k×r and B: r×n of each adapted linear
 
 
@@ -103,7 +104,7 @@ def test_lora_on_qkv_only_adapts_one_linear(h100_64):
     dp = 64: 12 · 4 · 65,536 / 64."""
     model = gpt(layers=4, hidden=1024)
     qkv = Plan(dp=64, micro_batch=1, zero=1, finetune="lora", lora_rank=16, lora_targets="qkv")
-    ops = dense_layer(model, qkv)
+    ops = dense_layer(model, qkv, Stack())
     assert {op.name for op in ops if "/lora_" in op.name} == {"attn/qkv/lora_a", "attn/qkv/lora_b"}
     assert not [op for op in ops if op.phase == "bwd_w" and "/lora_" not in op.name]
     tuned = estimate(model, h100_64, qkv)
@@ -128,10 +129,13 @@ def test_megatron_model_flops_uses_the_multi_latent_attention_branch():
     assert megatron_model_flops(model, 1) == pytest.approx(expected, rel=1e-12)
 
 
+DEFAULT_STACK = Stack()
+
+
 # ---- per-expert GEMMs launched by the host (ops.host_launched, roofline.op_time) -------------------------------
-def _expert_ops(plan):
+def _expert_ops(plan, stack=DEFAULT_STACK):
     model = load_model("qwen3-30b-a3b")
-    return {(op.name, op.phase): op for op in moe_layer(model, plan) if op.name.startswith("moe/experts/fc")}
+    return {(op.name, op.phase): op for op in moe_layer(model, plan, stack) if op.name.startswith("moe/experts/fc")}
 
 
 def test_per_expert_gemms_count_their_host_launches():
@@ -143,7 +147,7 @@ def test_per_expert_gemms_count_their_host_launches():
     fp8 = _expert_ops(Plan(dp=8, ep=8, precision="fp8"))
     assert [fp8[("moe/experts/fc2", p)].launches for p in ("fwd", "bwd_x", "bwd_w")] == [16, 16, 16]
     assert [fp8[("moe/experts/fc2/cast", p)].launches for p in ("fwd", "bwd_x")] == [16, 16]
-    grouped = _expert_ops(Plan(dp=8, ep=8, precision="fp8", expert_gemm="grouped"))
+    grouped = _expert_ops(Plan(dp=8, ep=8, precision="fp8"), Stack(expert_gemm="grouped"))
     assert all(op.launches == 0 for op in grouped.values())
 
 
@@ -168,7 +172,7 @@ def test_host_launches_matter_at_small_micro_batches_only():
     def slowdown(mbs):
         plan = Plan(dp=8, ep=8, micro_batch=mbs, global_batch=64, precision="fp8", zero=1)
         return (estimate(model, cluster, plan).step_time
-                / estimate(model, cluster, plan.with_(expert_gemm="grouped")).step_time)
+                / estimate(model, cluster, plan, Stack(expert_gemm="grouped")).step_time)
 
     assert slowdown(1) > slowdown(8) >= 1.0
     assert slowdown(1) > 1.5  # 1024 rows per expert GEMM: the host, not the GPU, sets the pace
@@ -184,12 +188,12 @@ def test_search_finds_the_best_plan_for_the_stacks_expert_gemm(expert_gemm):
     model = load_model("qwen3-30b-a3b")
     cluster = load_system("b200").cluster(8)
     space = Space(global_batch=64, zero=(1,), recompute=("none",), offload_optimizer=(False,),
-                  offload_activations=(False,), max_micro_batch=4, precision="fp8", expert_gemm=expert_gemm,
-                  all_placements=False)
+                  offload_activations=(False,), max_micro_batch=4, precision="fp8",
+                  stack=Stack(expert_gemm=expert_gemm), all_placements=False)
     result = search(model, cluster, space, top_k=1)
     fitting = [e for variants in every_plan(model, cluster, space)
-               for e in (estimate(model, cluster, p) for p in variants) if e.fits]
-    assert all(e.plan.expert_gemm == expert_gemm for e in fitting)
+               for e in (estimate(model, cluster, p, space.stack) for p in variants) if e.fits]
+    assert all(e.stack.expert_gemm == expert_gemm for e in fitting) and result.plans[0].stack == space.stack
     assert result.plans[0].step_time == pytest.approx(min(e.step_time for e in fitting), rel=1e-9)
 
 
@@ -199,5 +203,6 @@ def test_the_op_table_names_launch_bound_expert_gemms():
     plan = Plan(dp=8, ep=8, micro_batch=1, global_batch=8, precision="fp8", zero=1)
     bounds = {(r.name, r.phase): r.bound for r in estimate(model, cluster, plan).ops}
     assert bounds[("moe/experts/fc1", "fwd")] == "host"
-    grouped = {(r.name, r.phase): r.bound for r in estimate(model, cluster, plan.with_(expert_gemm="grouped")).ops}
+    grouped = {(r.name, r.phase): r.bound
+               for r in estimate(model, cluster, plan, Stack(expert_gemm="grouped")).ops}
     assert grouped[("moe/experts/fc1", "fwd")] in ("compute", "memory")

@@ -25,6 +25,7 @@ from meshplan.model import ModelSpec, load_model
 from meshplan.ops import ACT_BYTES, mtp_ops
 from meshplan.plan import Plan, check
 from meshplan.recipes import DSV3_LAYOUT_16, layout_last_stage
+from meshplan.stack import Stack
 
 DSV3 = load_model("deepseek-v3")
 SUPER = load_model("nemotron-3-super")
@@ -56,15 +57,15 @@ def test_each_depth_runs_the_projection_a_layer_and_the_shared_head():
     those three parts' times, each as the step prices them alone."""
     model = replace(DSV3, mtp_layers=2)
     plan = Plan(ep=8, dp=8, etp=1, global_batch=8)
-    ops = mtp_ops(model, plan)
+    ops = mtp_ops(model, plan, Stack())
     eh = [o for o in ops if o.name == "mtp/eh_proj" and o.phase == "fwd"]
     assert eh[0].flops == 2 * 4096 * 2 * 7168 * 7168
-    assert not mtp_ops(replace(model, mtp_layers=0), plan)
+    assert not mtp_ops(replace(model, mtp_layers=0), plan, Stack())
     cluster = load_system("h100").cluster(8)
     with_mtp, without = unit_costs(model, cluster, plan), unit_costs(replace(model, mtp_layers=0), cluster, plan)
     parts = estimate(model, cluster, plan).detail[1]
     def alone(kind):
-        return pass_times(parts.ops[kind], parts.times[kind], plan, "none", DEFAULT).total
+        return pass_times(parts.ops[kind], parts.times[kind], plan, Stack(), "none", DEFAULT).total
 
     assert with_mtp.head.total - without.head.total == pytest.approx(2 * (alone("mtp") + alone("moe") + alone("head")))
     assert with_mtp.head_saved > without.head_saved
@@ -76,7 +77,7 @@ def test_the_mtp_lookup_is_reduced_across_tp_as_the_first_stages_is(sp, kinds):
     """The MTP layer looks the next tokens up in the same vocabulary-parallel table, so its T·h rows (4096 · 7168 ·
     2 bytes) are summed across the 8 TP ranks like the first stage's (embed/tp)."""
     plan = Plan(tp=8, ep=8, etp=1, global_batch=8, sequence_parallel=sp)
-    ops = [o for o in mtp_ops(DSV3, plan) if o.name == "mtp/embed_tp"]
+    ops = [o for o in mtp_ops(DSV3, plan, Stack()) if o.name == "mtp/embed_tp"]
     assert [(o.phase, o.collective.kind) for o in ops] == kinds
     assert {o.nbytes for o in ops} == {4096 * 7168 * ACT_BYTES}
 
@@ -97,8 +98,8 @@ def test_mtp_runs_and_is_stored_on_the_last_stage():
     cluster = load_system("h100").cluster(128)
     plan = Plan(dp=8, pp=16, ep=8, etp=1, global_batch=128, zero=1)
     without = replace(DSV3, mtp_layers=0)
-    first, last, _ = stage_times(DSV3, plan, unit_costs(DSV3, cluster, plan))
-    first0, last0, _ = stage_times(without, plan, unit_costs(without, cluster, plan))
+    first, last, _ = stage_times(DSV3, plan, Stack(), unit_costs(DSV3, cluster, plan))
+    first0, last0, _ = stage_times(without, plan, Stack(), unit_costs(without, cluster, plan))
     assert first.total == pytest.approx(first0.total) and last.total > last0.total
     extra = stage_params(DSV3, plan, False).total - stage_params(without, plan, False).total
     experts = 256 * DSV3.expert_params()  # split over ep 8 · etp 1; the rest (attention, router, shared) t = 1
@@ -116,7 +117,7 @@ def test_a_recipes_uneven_last_stage_balances_the_mtp_depth():
     assert (layers_on_stage(DSV3, uneven), layers_on_last(DSV3, uneven)) == (4, 1)
     even, balanced = estimate(DSV3, cluster, plan), estimate(DSV3, cluster, uneven)
     assert balanced.step_time < even.step_time
-    first, last, _ = stage_times(DSV3, uneven, unit_costs(DSV3, cluster, uneven))
+    first, last, _ = stage_times(DSV3, uneven, Stack(), unit_costs(DSV3, cluster, uneven))
     assert first.total > last.total
     assert "last-stage-layers=1" in uneven.describe()
 
@@ -158,7 +159,7 @@ def test_a_dense_models_mtp_layer_is_one_of_its_layers():
     with pytest.raises(SpecError, match="applies to a hybrid layer_pattern only"):
         replace(model, mtp_pattern="*")
     # its own activations: the two norms' inputs and eh_proj's 2h-wide input, per micro-batch on the last stage
-    saved = sum(o.saved for o in mtp_ops(model, Plan()) if o.phase == "fwd")
+    saved = sum(o.saved for o in mtp_ops(model, Plan(), Stack()) if o.phase == "fwd")
     assert saved == (2048 * 1024 + 2048 * 1024 + 2048 * 2 * 1024) * ACT_BYTES
 
 
@@ -177,7 +178,7 @@ def test_an_uneven_last_stage_is_priced_and_stored_with_its_own_layers():
     offloaded = estimate(model, cluster, replace(plan, offload_activations=True))
     per_layer = offloaded.detail[2].layer_saved
     first, last = offloaded.rank_memory
-    states_first, states_last = (sum(s) for s in model_state_memory(model, plan))
-    head = offloaded.detail[2].head_saved + loss_workspace(model, plan)  # its logits and the loss's transient
+    states_first, states_last = (sum(s) for s in model_state_memory(model, plan, Stack()))
+    head = offloaded.detail[2].head_saved + loss_workspace(model, plan, Stack())  # its logits and the loss's transient
     assert last - states_last == pytest.approx(2 * per_layer + head)
     assert first - states_first < last - states_last + per_layer

@@ -11,6 +11,7 @@ from meshplan.model import load_model
 from meshplan.ops import ACT_BYTES, dense_layer, dims, kv_exchange
 from meshplan.ops2d import summa_linear
 from meshplan.plan import Plan, check
+from meshplan.stack import Stack
 
 
 def _coll(ops, phase, kind, axis):
@@ -21,7 +22,7 @@ def _coll(ops, phase, kind, axis):
 def test_summa_linear_volumes():
     # rows = 64, k = 32, n = 48 on a tp=2 x tp2=4 grid with nb = 4 panels, 2-byte elements
     plan = Plan(tp=2, tp2=4, tensor_layout="summa", summa_panels=4)
-    d = dims(gpt(), plan)
+    d = dims(gpt(), plan, Stack())
     ops = summa_linear("x", 64, 32, 48, plan, d)
     fwd = [o for o in ops if o.phase == "fwd" and o.kind == "gemm"][0]
     assert fwd.flops == 2 * 64 * 32 * 48 / 2  # 2·rows·k·n/tp = 98,304
@@ -45,7 +46,7 @@ def test_summa_with_tp2_1_has_the_flops_and_weights_of_1d():
     summa = Plan(tp=4, tp2=1, tensor_layout="summa")
     one_d = Plan(tp=4)
     gemm = lambda ops: sum(o.flops for o in ops if o.kind == "gemm")  # noqa: E731
-    assert gemm(dense_layer(model, summa)) == gemm(dense_layer(model, one_d))
+    assert gemm(dense_layer(model, summa, Stack())) == gemm(dense_layer(model, one_d, Stack()))
     from meshplan.memory import layer_params
 
     assert layer_params(model, summa).total == layer_params(model, one_d).total
@@ -54,8 +55,8 @@ def test_summa_with_tp2_1_has_the_flops_and_weights_of_1d():
 def test_summa_grid_splits_flops_over_tp_times_tp2():
     model = gpt(layers=2, hidden=1024, heads=16)
     gemm = lambda ops: sum(o.flops for o in ops if o.kind == "gemm")  # noqa: E731
-    grid = dense_layer(model, Plan(tp=2, tp2=4, tensor_layout="summa"))
-    assert gemm(grid) == pytest.approx(gemm(dense_layer(model, Plan())) / 8)
+    grid = dense_layer(model, Plan(tp=2, tp2=4, tensor_layout="summa"), Stack())
+    assert gemm(grid) == pytest.approx(gemm(dense_layer(model, Plan(), Stack())) / 8)
 
 
 def test_context_parallel_kv_exchange_volumes():
@@ -63,7 +64,7 @@ def test_context_parallel_kv_exchange_volumes():
     model = gpt(hidden=1024, heads=16, seq=4096)
     plan = Plan(cp=4, tp=2)
     chunk = 1024 * 2 * 1024 / 2 * ACT_BYTES
-    ring = [o for o in dense_layer(model, plan) if o.name == "attn/cp_kv"]
+    ring = [o for o in dense_layer(model, plan, Stack()) if o.name == "attn/cp_kv"]
     assert ring[0].nbytes == 3 * chunk  # c - 1 = 3 ring steps forward
     assert ring[1].nbytes == 2 * 3 * chunk  # K, V and dK, dV backward
     gather = kv_exchange("kv", "cp", 4, "allgather", chunk)

@@ -9,6 +9,7 @@ from meshplan.errors import PlanError
 from meshplan.hardware import load_system
 from meshplan.model import load_model
 from meshplan.plan import Plan, check, validate
+from meshplan.stack import Stack
 
 
 def test_valid_plan_has_no_reasons():
@@ -86,7 +87,7 @@ def test_the_combined_1f1b_schedule_has_megatron_cores_requirements(changes, nee
     from meshplan.plan import check
 
     model, cluster = load_model("mixtral-8x7b"), load_system("h100").cluster(8)
-    plan = Plan(dp=8, ep=8, overlap_ep=True, global_batch=16)
-    assert not check(model, cluster, plan)
-    reasons = check(model, cluster, _replace(plan, **changes))
+    plan, stack = Plan(dp=8, ep=8, global_batch=16), Stack(overlap_ep=True)
+    assert not check(model, cluster, plan, stack)
+    reasons = check(model, cluster, _replace(plan, **changes), stack)
     assert any(f"overlap_ep (Megatron-Core's combined 1F1B) needs {needs}" in r for r in reasons)

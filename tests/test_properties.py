@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from draws import draw_count, draw_model, draw_system, draw_triple
+from draws import draw_count, draw_model, draw_stack, draw_system, draw_triple
 from meshplan.batch import PlanBatch
 from meshplan.estimate import estimate
 from meshplan.hardware import Cluster
@@ -84,7 +84,7 @@ def numbers(value, path: str = ""):
 
 def test_the_draws_cover_every_axis_and_option():
     """The 500 triples hold every parallel axis, layout, schedule, recompute, ZeRO stage and precision."""
-    plans = [p for _, _, p in triples()]
+    plans = [p for _, _, p, _ in triples()]
     assert len(plans) >= 500
     for axis in ("tp", "pp", "cp", "ep", "tp2", "vpp"):
         assert sum(getattr(p, axis) > 1 for p in plans) >= 10, axis
@@ -92,7 +92,12 @@ def test_the_draws_cover_every_axis_and_option():
                          ("schedule", ("gpipe", "1f1b", "interleaved")), ("tensor_layout", ("1d", "summa")),
                          ("precision", ("bf16", "fp16", "fp8"))):
         assert {getattr(p, name) for p in plans} >= set(values), name
-    assert sum(len(c.tiers) > 1 and c.tiers[1].size > 1 for _, c, _ in triples()) >= 100  # beyond one domain
+    assert sum(len(c.tiers) > 1 and c.tiers[1].size > 1 for _, c, _, _ in triples()) >= 100  # beyond one domain
+    stacks = [s for _, _, _, s in triples()]
+    for name in ("fusion", "fsdp", "pipeline_runtime", "cross_entropy", "attention_kernel", "cp_comm"):
+        assert len({getattr(s, name) for s in stacks}) > 1, name
+    for name in ("overlap_tp", "overlap_pp", "overlap_ep", "flash_attention", "varlen_attention", "qkv_concat"):
+        assert {getattr(s, name) for s in stacks} == {False, True}, name
     assert sum(not e.fits for e in (estimate(*t) for t in triples()[:100])) >= 5  # plans that do not fit
 
 
@@ -100,10 +105,10 @@ def test_the_draws_cover_every_axis_and_option():
 def test_more_of_any_rate_never_lengthens_a_step(factor):
     """Issue 34's repro (Llama-3-8B, ZeRO-3 + activation offload, 2x the FLOP/s: 12.05 -> 13.30 s) is one of these."""
     worse = []
-    for model, cluster, plan in triples():
-        base = estimate(model, cluster, plan).step_time
+    for model, cluster, plan, stack in triples():
+        base = estimate(model, cluster, plan, stack).step_time
         for rate in rates(cluster):
-            faster = estimate(model, with_rate(cluster, rate, factor, plan.precision), plan).step_time
+            faster = estimate(model, with_rate(cluster, rate, factor, plan.precision), plan, stack).step_time
             if faster > base * (1 + RTOL):
                 worse.append(f"{model.name} {cluster.name}x{cluster.num_gpus} {plan.describe()}: {rate} x{factor} "
                              f"{base:.6g} -> {faster:.6g} s")
@@ -113,10 +118,10 @@ def test_more_of_any_rate_never_lengthens_a_step(factor):
 @pytest.mark.parametrize("factor", LATENCY_FACTORS)
 def test_more_latency_never_shortens_a_step(factor):
     shorter = []
-    for model, cluster, plan in triples():
-        base = estimate(model, cluster, plan).step_time
+    for model, cluster, plan, stack in triples():
+        base = estimate(model, cluster, plan, stack).step_time
         for i in range(len(cluster.tiers)):
-            slower = estimate(model, with_latency(cluster, i, factor), plan).step_time
+            slower = estimate(model, with_latency(cluster, i, factor), plan, stack).step_time
             if slower < base * (1 - RTOL):
                 shorter.append(f"{model.name} {cluster.name}x{cluster.num_gpus} {plan.describe()}: tier {i} latency "
                                f"x{factor} {base:.6g} -> {slower:.6g} s")
@@ -124,11 +129,12 @@ def test_more_latency_never_shortens_a_step(factor):
 
 
 def test_estimates_are_deterministic_finite_non_negative_and_below_peak():
-    for model, cluster, plan in triples():
-        est = estimate(model, cluster, plan)
-        where = f"{model.name} {cluster.name}x{cluster.num_gpus} {plan.describe()}"
+    for model, cluster, plan, stack in triples():
+        est = estimate(model, cluster, plan, stack)
+        where = f"{model.name} {cluster.name}x{cluster.num_gpus} {plan.describe()} {stack.describe()}"
         data = est.to_dict()
-        assert json.dumps(estimate(model, cluster, plan).to_dict(), sort_keys=True) == json.dumps(data, sort_keys=True)
+        again = estimate(model, cluster, plan, stack).to_dict()
+        assert json.dumps(again, sort_keys=True) == json.dumps(data, sort_keys=True)
         json.dumps(data, allow_nan=False)  # raises on NaN or infinity
         for path, value in numbers(data):
             assert math.isfinite(value), (where, path, value)
@@ -142,18 +148,25 @@ def test_estimates_are_deterministic_finite_non_negative_and_below_peak():
 
 
 # ---- the search --------------------------------------------------------------------------------------------------
-def draw_space(rng: random.Random, cluster: Cluster) -> Space:
+def draw_space(rng: random.Random, model, cluster: Cluster) -> Space:
     """A random narrowing of the search space (each option a random non-empty subset), small enough to be quick."""
     def some(values):
         return tuple(rng.sample(values, rng.randint(1, min(2, len(values)))))
     peaks = cluster.accelerator.peak_flops
     precision = rng.choice([p for p in ("bf16", "fp16", "fp8") if p in peaks or (p == "fp16" and "bf16" in peaks)])
-    return Space(global_batch=rng.choice((8, 16, 32, 64)) * max(1, cluster.num_gpus // 8), zero=some((0, 1, 2, 3)),
-                 recompute=some(("none", "selective", "full")), sequence_parallel=some((False, True)),
+    stack = draw_stack(rng, model, precision)
+    zeros = (0, 1, 2, 3) if stack.fsdp == "none" else (0, 2, 3)  # FSDP has no ZeRO-1
+    recomputes = ("none", "selective") if stack.overlap_ep else ("none", "selective", "full")  # combined 1F1B
+    if model.mtp_layers > 1:
+        stack = stack.with_(overlap_ep=False)
+    if model.is_hybrid:  # costed with fused kernels only
+        stack = stack.with_(fusion="fused")
+    return Space(global_batch=rng.choice((8, 16, 32, 64)) * max(1, cluster.num_gpus // 8), zero=some(zeros),
+                 recompute=some(recomputes), sequence_parallel=some((False, True)),
                  layouts=some(("1d", "summa")), offload_optimizer=(rng.random() < 0.2,),
                  offload_activations=(rng.random() < 0.2,), all_placements=rng.random() < 0.3,
-                 max_micro_batch=rng.choice((1, 2, 4)), gpipe=rng.random() < 0.2, overlap_tp=rng.random() < 0.5,
-                 overlap_pp=rng.random() < 0.5, precision=precision)
+                 max_micro_batch=rng.choice((1, 2, 4)), gpipe=rng.random() < 0.2, precision=precision,
+                 stack=stack)
 
 
 def searches() -> list:
@@ -168,7 +181,7 @@ def searches() -> list:
         if n > 256:
             continue
         cluster = system.cluster(n)
-        out.append((model, cluster, draw_space(rng, cluster), rng.randrange(2**31)))
+        out.append((model, cluster, draw_space(rng, model, cluster), rng.randrange(2**31)))
     return out
 
 
@@ -183,12 +196,12 @@ def test_the_top_plan_of_a_search_re_estimates_the_same_and_fits():
             continue
         found += 1
         top = result.plans[0]
-        again = estimate(model, cluster, top.plan)
+        again = estimate(model, cluster, top.plan, space.stack)
         assert again.step_time == top.step_time and again.fits and top.fits
         # no fitting candidate drawn from the space is faster (the search ranks in float32, then re-estimates)
         pick = random.Random(seed)
         for plan in sample_candidates(model, cluster, space, pick, 3):
-            est = estimate(model, cluster, plan)
+            est = estimate(model, cluster, plan, space.stack)
             if est.fits:
                 assert est.step_time >= top.step_time * (1 - 1e-6), (model.name, plan.describe(), top.plan.describe())
     assert found >= SEARCHES // 2

@@ -195,14 +195,14 @@ def test_bridge_record_maps_to_the_recipe_defaults():
     p = case.plan
     # dp = 64 / (4·8·1) = 2; 256 / (2·1) = 128 micro-batches per step
     assert (p.dp, p.tp, p.pp, p.vpp, p.schedule, p.grad_accum) == (2, 4, 8, 5, "interleaved", 128)
-    assert p.sequence_parallel and p.overlap_tp and p.zero == 1 and p.grad_bytes == 2 and p.precision == "fp8"
+    assert p.sequence_parallel and case.stack.overlap_tp and p.zero == 1 and p.grad_bytes == 2 and p.precision == "fp8"
     assert case.metric == "tokens_per_s_per_gpu" and case.measured == 1664
     text = " | ".join(case.assumptions)
     assert "preset llama3-70b" in text and "vocab 128000 as recorded" in text
     assert "dp = gpus/(tp*pp*cp) = 2" in text and "sequence parallelism on (not stated)" in text
     assert "ZeRO-1 (not stated; Megatron-Bridge default)" in text
     # Megatron-Bridge's comm_overlap.py sets overlap_p2p_comm for every interleaved schedule
-    assert p.overlap_pp and "pipeline sends overlapped" in text
+    assert case.stack.overlap_pp and "pipeline sends overlapped" in text
 
 
 @pytest.mark.parametrize(("group", "framework", "profile"), [
@@ -228,7 +228,7 @@ def test_each_source_profile_is_reached(group, framework, profile):
     ({"group": "torchtitan_h100_2024_12", "framework": "torchtitan"}, False),
 ])
 def test_pipeline_send_overlap_follows_the_stack(over, overlap):
-    assert map_run(record(**over)).plan.overlap_pp is overlap
+    assert map_run(record(**over)).stack.overlap_pp is overlap
 
 
 @pytest.mark.parametrize(("group", "framework", "targets"), [
@@ -257,13 +257,13 @@ def test_mxfp8_is_told_apart_from_per_tensor_fp8(text, precision):
 ])
 def test_fp8_scaling_as_stated_else_the_sources_default(group, text, scaling):
     case = map_run(record(group=group, precision=text))
-    assert case.plan.fp8_scaling == scaling
+    assert case.stack.fp8_scaling == scaling
     assert f"fp8 {'block-wise' if 'block' in text else scaling} scaling" in " | ".join(case.assumptions)
 
 
 def test_nvfp4_turns_tp_overlap_off_and_runs_fp4():
     case = map_run(record(precision="nvfp4", hardware={"gpu": "GB200", "num_gpus": 64, "gpus_per_node": 4}))
-    assert case.plan.precision == "fp4" and not case.plan.overlap_tp
+    assert case.plan.precision == "fp4" and not case.stack.overlap_tp
     assert case.cluster.nvlink_domain == 64  # the NVL72 rack holds all 64 GPUs
 
 
@@ -283,7 +283,7 @@ def test_expert_gemm_launch_follows_the_release(group, gpu, precision, expected)
                           hardware={"gpu": gpu, "num_gpus": 8, "gpus_per_node": 4 if gpu == "GB200" else 8},
                           parallel={"tp": 1, "pp": 1, "vp": None, "ep": 8, "micro_batch_size": 4,
                                     "global_batch_size": 512}))
-    assert case.plan.expert_gemm == expected
+    assert case.stack.expert_gemm == expected
     assert any("expert GEMMs" in a for a in case.assumptions)
 
 
@@ -326,13 +326,14 @@ def test_mosaic_fsdp_record():
     p = case.plan
     assert (p.dp, p.tp, p.zero, p.recompute, p.grad_bytes, p.precision) == (128, 1, 3, "full", 4, "bf16")
     assert case.attention_kernel == "fa2" and case.model.name == "mpt-7b"
-    assert p.train_metrics == 2  # Composer's per-micro-batch LanguageCrossEntropy + LanguagePerplexity
-    assert p.fsdp == "fsdp1"  # PyTorch FSDP (FlatParameter) of 2023: its gradient preparation is costed
-    assert p.varlen_attention  # MPT's attn_impl 'flash': flash-attn's unpad / pad copies in every layer
-    assert p.qkv_concat  # MPT splits its Wqkv output with qkv.split: the backward concatenates dq, dk, dv
+    stack = case.stack
+    assert stack.train_metrics == 2  # Composer's per-micro-batch LanguageCrossEntropy + LanguagePerplexity
+    assert stack.fsdp == "fsdp1"  # PyTorch FSDP (FlatParameter) of 2023: its gradient preparation is costed
+    assert stack.varlen_attention  # MPT's attn_impl 'flash': flash-attn's unpad / pad copies in every layer
+    assert stack.qkv_concat  # MPT splits its Wqkv output with qkv.split: the backward concatenates dq, dk, dv
     assert any(a.startswith("FSDP1 prepares") for a in case.assumptions)
-    assert map_run(record()).plan.train_metrics == 0
-    assert map_run(record()).plan.fsdp == "none" and not map_run(record()).plan.varlen_attention
+    assert map_run(record()).stack.train_metrics == 0
+    assert map_run(record()).stack.fsdp == "none" and not map_run(record()).stack.varlen_attention
 
 
 def test_narayanan_record_needs_stated_assumptions():
@@ -350,7 +351,7 @@ def test_narayanan_record_needs_stated_assumptions():
     case = map_run(rec)
     p = case.plan
     # 128 layers / 64 stages = 2 per stage: the smallest interleaving that divides it is v = 2
-    assert (p.micro_batch, p.vpp, p.recompute, p.zero, p.precision, p.flash_attention) == (
+    assert (p.micro_batch, p.vpp, p.recompute, p.zero, p.precision, case.stack.flash_attention) == (
         1, 2, "full", 0, "fp16", False)
     assert case.metric == "tflops_per_gpu" and case.basis == "eq3"
     assert "micro-batch 1 (not stated)" in case.assumptions
@@ -368,17 +369,17 @@ def test_torchtitan_pipeline_batches_and_fsdp():
     case = map_run(rec)
     p = case.plan
     # local batch 32 split into pp = 8 micro-batches of 4: 256 / (8·4) = 8 per pipeline
-    assert (p.micro_batch, p.grad_accum, p.zero, p.overlap_tp, p.precision) == (4, 8, 1, True, "fp8")
+    assert (p.micro_batch, p.grad_accum, p.zero, case.stack.overlap_tp, p.precision) == (4, 8, 1, True, "fp8")
     assert case.cluster.accelerator.tdp_watts == 500 and case.measured_memory == pytest.approx(82.5 * 2**30)
     # torch.distributed.pipelining: the last stage, which keeps every micro-batch's logits, is the peak
-    assert p.pipeline_runtime == "torch"
+    assert case.stack.pipeline_runtime == "torch"
     result = evaluate_case(case)
-    est = estimate(case.model, case.cluster, p)
+    est = estimate(case.model, case.cluster, p, case.stack)
     assert result.memory_predicted == pytest.approx(est.peak_memory) == pytest.approx(est.rank_memory[1])
     assert est.rank_memory[1] > est.rank_memory[0]
     # the last rank keeps m = 8 micro-batches' fp32 logits (4 × 8192 tokens × 128000 / 8 × 4 B = 1.95 GiB each)
     # and 2·m layer inputs (4 × 8192 / 8 tokens × 16384 × 2 B = 128 MiB each) that Megatron-Core would not
-    megatron = estimate(case.model, case.cluster, replace(p, pipeline_runtime="megatron"))
+    megatron = estimate(case.model, case.cluster, p, case.stack.with_(pipeline_runtime="megatron"))
     kept = 8 * 4 * 8192 * 16000 * 4 + 16 * 4 * 1024 * 16384 * 2
     assert est.rank_memory[1] - megatron.rank_memory[1] == pytest.approx(kept)
 
@@ -468,7 +469,7 @@ def test_zero_2_and_3_under_pipeline_parallelism_reduce_gradients_once_per_step(
     """DeepSpeed's pipeline engine runs ZeRO-1 only, and PyTorch's pipelined FSDP syncs gradients on the last
     micro-batch: with pp = 8 the plan is ZeRO-1, said so, and charges no per-micro-batch reduce-scatter."""
     case = map_run(record(parallel={"zero_or_fsdp": stated}))
-    assert case.plan.pp == 8 and case.plan.zero == 1 and case.plan.fsdp == "none"
+    assert case.plan.pp == 8 and case.plan.zero == 1 and case.stack.fsdp == "none"
     assert any("with pipeline parallelism as ZeRO-1" in a for a in case.assumptions)
 
 
@@ -519,7 +520,7 @@ def test_a_stack_is_read_from_its_framework_text(framework, profile):
 ])
 def test_the_attention_kernel_follows_the_stack_text(framework, kernel):
     case = map_run(_indep(framework, parallel={"pp": 1, "vp": None, "tp": 8}))
-    assert case.plan.attention_kernel == kernel and case.plan.flash_attention
+    assert case.stack.attention_kernel == kernel and case.stack.flash_attention
 
 
 @pytest.mark.parametrize("framework", [
@@ -529,15 +530,15 @@ def test_the_attention_kernel_follows_the_stack_text(framework, kernel):
 ])
 def test_a_stack_that_turns_flash_attention_off_runs_unfused_attention(framework):
     case = map_run(_indep(framework, parallel={"pp": 1, "vp": None, "tp": 8}))
-    assert not case.plan.flash_attention
+    assert not case.stack.flash_attention
     assert any("turns flash attention off" in a for a in case.assumptions)
 
 
 def test_a_stack_that_names_flash_attention_runs_it_where_its_source_predates_it():
     """Megatron-DeepSpeed's profile (BLOOM's 2022 stack) has no flash attention; a record that names it runs it."""
     flat = {"pp": 1, "vp": None, "tp": 8}
-    old = map_run(_indep("Megatron-DeepSpeed", parallel=flat)).plan
-    new = map_run(_indep("Megatron-DeepSpeed --use-flash-attn-v2", parallel=flat)).plan
+    old = map_run(_indep("Megatron-DeepSpeed", parallel=flat)).stack
+    new = map_run(_indep("Megatron-DeepSpeed --use-flash-attn-v2", parallel=flat)).stack
     assert not old.flash_attention
     assert new.flash_attention and new.attention_kernel == "fa2"
 
@@ -653,10 +654,10 @@ def test_a_record_without_sizes_takes_the_preset_it_names(name, preset):
 def test_hugging_face_stacks_are_eager_zero3_and_megatron_deepspeed_is_not():
     hf = map_run(record(group="some_paper", framework="DeepSpeed ZeRO-3 + HF Transformers",
                         parallel={"tp": 1, "pp": 1, "vp": None, "zero_or_fsdp": None}))
-    assert (hf.plan.fusion, hf.plan.cross_entropy, hf.plan.attention_kernel, hf.plan.zero) == (
+    assert (hf.stack.fusion, hf.stack.cross_entropy, hf.stack.attention_kernel, hf.plan.zero) == (
         "eager", "pytorch", "fa2", 3)
     mds = map_run(record(group="other_paper", framework="Megatron-DeepSpeed", parallel={"zero_or_fsdp": None}))
-    assert mds.plan.fusion == "fused" and mds.plan.zero == 1
+    assert mds.stack.fusion == "fused" and mds.plan.zero == 1
 
 
 QWEN3_235B = QWEN3_30B | {"name": "Qwen3-235B-A22B", "num_layers": 94, "hidden_size": 4096, "num_heads": 64,
@@ -679,7 +680,7 @@ def test_ep_overlap_follows_the_release_recipe(group, gpu, overlap, precision):
                           hardware={"gpu": gpu, "num_gpus": 256, "gpus_per_node": 8},
                           parallel={"tp": 2, "pp": 8, "vp": 4, "ep": 32, "micro_batch_size": 1,
                                     "global_batch_size": 2048}))
-    assert case.plan.overlap_ep is overlap
+    assert case.stack.overlap_ep is overlap
 
 
 @pytest.mark.parametrize(("group", "gpu", "overlap"), [
@@ -693,7 +694,7 @@ def test_tp_overlap_follows_the_release_recipe(group, gpu, overlap):
                           hardware={"gpu": gpu, "num_gpus": 256, "gpus_per_node": 8},
                           parallel={"tp": 2, "pp": 8, "vp": 4, "ep": 32, "micro_batch_size": 1,
                                     "global_batch_size": 2048}))
-    assert case.plan.overlap_tp is overlap
+    assert case.stack.overlap_tp is overlap
     assert any("tp_comm_overlap=False" in note for note in case.assumptions) is (not overlap)
 
 
@@ -708,7 +709,7 @@ def test_fp8_attention_follows_the_release_recipe(group, precision, kernel):
                           hardware={"gpu": "GB200", "num_gpus": 256, "gpus_per_node": 4},
                           parallel={"tp": 1, "pp": 8, "vp": 3, "ep": 32, "micro_batch_size": 1,
                                     "global_batch_size": 8192}))
-    assert case.plan.attention_kernel == kernel
+    assert case.stack.attention_kernel == kernel
     assert any("FP8 attention" in note for note in case.assumptions) is (kernel == "fp8")
 
 
@@ -728,7 +729,7 @@ def test_deepseek_ep_overlap_follows_the_recipe_of_the_layout(group, gpu, precis
                           hardware={"gpu": gpu, "num_gpus": 256, "gpus_per_node": 4 if gpu == "GB200" else 8},
                           parallel={"tp": 1, "pp": pp, "vp": vp, "ep": ep, "micro_batch_size": 1,
                                     "global_batch_size": 4096}))
-    assert case.plan.overlap_ep is overlap
+    assert case.stack.overlap_ep is overlap
 
 
 def test_hfu_adds_the_recomputed_forward_to_model_flops():
@@ -740,7 +741,7 @@ def test_hfu_adds_the_recomputed_forward_to_model_flops():
     assert case.metric == "hfu_pct" and case.basis == "model"
     tokens = case.plan.global_batch * case.model.seq_length
     hardware = (megatron_model_flops(case.model, case.plan.global_batch)
-                + recompute_flops_per_token(case.model, case.plan) * tokens)
+                + recompute_flops_per_token(case.model, case.plan, case.stack) * tokens)
     peak = case.cluster.accelerator.half_flops * case.cluster.num_gpus
     assert predicted_metric(case, 10.0) == pytest.approx(100 * hardware / 10.0 / peak)
 
@@ -757,7 +758,7 @@ def test_grace_blackwell_megatron_fsdp_recipes_offload_activations(gpu, layers):
 
 def test_flags_written_as_text_and_values_that_are_not_numbers():
     off = map_run(record(parallel={"sequence_parallel": "false", "async_tp": "no"}))
-    assert not off.plan.sequence_parallel and not off.plan.overlap_tp
+    assert not off.plan.sequence_parallel and not off.stack.overlap_tp
     on = map_run(record(parallel={"sequence_parallel": "true"}))
     assert on.plan.sequence_parallel
     (result,) = run_validation([record(measured={"tokens_per_s_per_gpu": "nan", "model_tflops_per_gpu": None})])
@@ -924,7 +925,7 @@ def test_megatron_llamas_distributed_optimizer_is_not_overlapped():
     2-byte weights) over the 64 data-parallel ranks."""
     plain = megatron_llama_case("Megatron DistributedOptimizer")
     overlapped = megatron_llama_case("OverlappedDistributedOptimizer (reduce-scatter overlapped with compute)")
-    assert not plain.plan.overlap_dp and overlapped.plan.overlap_dp
+    assert not plain.stack.overlap_dp and overlapped.stack.overlap_dp
     assert any(n.startswith("DP communication overlapped (stated") for n in overlapped.assumptions)
     p = plain.plan
     assert (p.dp, p.zero, p.grad_bytes) == (64, 1, 4)
@@ -949,7 +950,7 @@ def test_an_unstated_network_keeps_the_presets():
 ])
 def test_an_eager_stack_that_names_fused_kernels_runs_them(framework, fusion):
     case = map_run(_indep(framework, parallel={"pp": 1, "vp": None, "tp": 8}))
-    assert case.plan.fusion == fusion
+    assert case.stack.fusion == fusion
 
 
 @pytest.mark.parametrize(("framework", "gpus", "ep"), [
@@ -986,12 +987,13 @@ def test_learnable_sinks_run_in_the_fused_kernel_from_the_release_that_ships_it(
     every layer's probabilities for the backward pass: b·h·s²·2 bytes = 4·64·4096²·2 = 8.59 GB per layer, 36 of them
     on this single-stage layout (309 GB), more than a GB200 holds: the published runs cannot have used it."""
     fused, unfused = (map_run(gpt_oss_record(g)) for g in ("megatron_bridge_25.11", "megatron_bridge_25.09"))
-    assert fused.plan.flash_attention and not unfused.plan.flash_attention
+    assert fused.stack.flash_attention and not unfused.stack.flash_attention
     assert any("sinks in cuDNN's fused kernel" in a for a in fused.assumptions)
     assert any(a.startswith("unfused attention: learnable attention sinks") for a in unfused.assumptions)
     probabilities = 4 * 64 * 4096**2 * 2
     assert probabilities == pytest.approx(8.59e9, rel=1e-3)
-    fits, spills = (evaluate_case(c) for c in (replace(fused, plan=unfused.plan.with_(flash_attention=True)),
+    fits, spills = (evaluate_case(c) for c in (replace(fused, plan=unfused.plan,
+                                                       stack=unfused.stack.with_(flash_attention=True)),
                                                unfused))
     # the fused kernel keeps its softmax statistics instead (b·h·s fp32 numbers, 0.1 % of that)
     assert spills.memory_predicted - fits.memory_predicted == pytest.approx(36 * probabilities, rel=0.01)

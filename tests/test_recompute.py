@@ -24,6 +24,7 @@ from meshplan.model import ModelSpec, load_model
 from meshplan.ops import ACT_BYTES, dense_layer, moe_layer, rerun_by
 from meshplan.plan import Plan, check
 from meshplan.search import Space
+from meshplan.stack import Stack
 
 MOE = ModelSpec(name="moe", num_layers=4, hidden_size=1024, num_heads=8, ffn_hidden_size=4096, vocab_size=32000,
                 seq_length=2048, mlp="swiglu", norm="rmsnorm", num_experts=8, moe_topk=2, moe_ffn_hidden_size=1024,
@@ -31,9 +32,12 @@ MOE = ModelSpec(name="moe", num_layers=4, hidden_size=1024, num_heads=8, ffn_hid
 H100 = load_system("h100")
 
 
-def _layer(model, plan, cluster=None):
+STACK = Stack()  # the generic stack: fused kernels, flash attention
+
+
+def _layer(model, plan, cluster=None, stack=STACK):
     cluster = cluster or H100.cluster(plan.num_gpus)
-    ops = moe_layer(model, plan) if model.is_moe else dense_layer(model, plan)
+    ops = moe_layer(model, plan, stack) if model.is_moe else dense_layer(model, plan, stack)
     return ops, time_ops(ops, cluster, plan, DEFAULT)
 
 
@@ -46,9 +50,9 @@ def test_core_attn_alone_is_the_old_selective_recompute():
     """Megatron-Core's default recompute_modules is ["core_attn"]: the attention kernel's forward again (meshplan's
     selective recompute before modules: every forward record of kind "attention"), and an unfused kernel's scores
     freed (Korthikanti et al. 2022 Table 2: 5·a·s²·b/t bytes)."""
-    model, plan = gpt(), Plan(recompute="selective", flash_attention=False)
-    ops, times = _layer(model, plan)
-    redo = pass_times(ops, times, plan, "selective").recompute
+    model, plan = gpt(), Plan(recompute="selective")
+    ops, times = _layer(model, plan, stack=Stack(flash_attention=False))
+    redo = pass_times(ops, times, plan, STACK, "selective").recompute
     assert redo == sum(t for o, t in zip(ops, times, strict=True) if o.phase == "fwd" and o.kind == "attention")
     s, a = 2048, 16
     assert saved_bytes(ops) - saved_bytes(ops, "selective") == 5 * a * s * s  # softmax 2 + mask 1 + dropout 2
@@ -60,7 +64,7 @@ def test_moe_act_recomputes_the_activation_and_frees_fc2s_input():
     plan = Plan(recompute="selective", recompute_modules=("moe_act",))
     ops, times = _layer(MOE, plan)
     assert saved_bytes(ops) - saved_bytes(ops, "selective", ("moe_act",)) == 4096 * 1024 * ACT_BYTES
-    assert pass_times(ops, times, plan, "selective").recompute == pytest.approx(
+    assert pass_times(ops, times, plan, STACK, "selective").recompute == pytest.approx(
         _fwd_time(ops, times, "moe/experts/act"))
 
 
@@ -70,9 +74,10 @@ def test_layernorm_recomputes_the_moe_norm_and_frees_the_routers_input():
     plan = Plan(recompute="selective", recompute_modules=("layernorm",))
     ops, times = _layer(MOE, plan)
     assert saved_bytes(ops) - saved_bytes(ops, "selective", ("layernorm",)) == 2048 * 1024 * ACT_BYTES
-    assert pass_times(ops, times, plan, "selective").recompute == pytest.approx(_fwd_time(ops, times, "moe/norm"))
+    recompute = pass_times(ops, times, plan, STACK, "selective").recompute
+    assert recompute == pytest.approx(_fwd_time(ops, times, "moe/norm"))
     dense_ops, dense_times = _layer(gpt(), plan)
-    assert pass_times(dense_ops, dense_times, plan, "selective").recompute == 0.0
+    assert pass_times(dense_ops, dense_times, plan, STACK, "selective").recompute == 0.0
 
 
 def test_moe_recomputes_the_whole_moe_layer_with_its_all_to_alls():
@@ -80,8 +85,8 @@ def test_moe_recomputes_the_whole_moe_layer_with_its_all_to_alls():
     combine; only the router's input (the norm output) stays saved of the MoE's activations."""
     plan = Plan(dp=8, ep=8, recompute="selective", recompute_modules=("moe",))
     ops, times = _layer(MOE, plan)
-    times_none = pass_times(ops, times, plan, "none")
-    redo = pass_times(ops, times, plan, "selective").recompute
+    times_none = pass_times(ops, times, plan, STACK, "none")
+    redo = pass_times(ops, times, plan, STACK, "selective").recompute
     kernels = sum(_fwd_time(ops, times, p) for p in ("moe/router", "moe/permute", "moe/unpermute", "moe/experts/",
                                                       "moe/shared/"))
     exposed_forward_a2a = sum(t for o, t in zip(ops, times, strict=True)
@@ -101,10 +106,10 @@ def test_mlp_recomputes_dense_mlps_only():
     are freed: T = 2048, H = 1024, 2 bytes."""
     plan = Plan(recompute="selective", recompute_modules=("mlp",))
     moe_ops, moe_times = _layer(MOE, plan)
-    assert pass_times(moe_ops, moe_times, plan, "selective").recompute == 0.0
+    assert pass_times(moe_ops, moe_times, plan, STACK, "selective").recompute == 0.0
     assert saved_bytes(moe_ops, "selective", ("mlp",)) == saved_bytes(moe_ops)
     ops, times = _layer(gpt(), plan)
-    redo = pass_times(ops, times, plan, "selective").recompute
+    redo = pass_times(ops, times, plan, STACK, "selective").recompute
     assert redo == pytest.approx(sum(_fwd_time(ops, times, p) for p in ("mlp/norm", "mlp/fc1", "mlp/act", "mlp/fc2")))
     assert saved_bytes(ops) - saved_bytes(ops, "selective", ("mlp",)) == (2048 * 1024 + 2 * 2048 * 4096) * ACT_BYTES
 
@@ -115,7 +120,7 @@ def test_a_recomputed_mlp_runs_its_tensor_parallel_collectives_again():
     four forward TP collectives of equal size, half the forward TP time."""
     plan = Plan(tp=4, sequence_parallel=True, recompute="selective", recompute_modules=("mlp",))
     ops, times = _layer(gpt(), plan)
-    passes = pass_times(ops, times, plan, "selective")
+    passes = pass_times(ops, times, plan, STACK, "selective")
     kernels = sum(_fwd_time(ops, times, p) for p in ("mlp/norm", "mlp/fc1", "mlp/act", "mlp/fc2"))
     forward_tp = sum(t for o, t in zip(ops, times, strict=True) if o.phase == "fwd" and o.kind == "collective"
                      and o.collective.axis == "tp")
@@ -128,7 +133,7 @@ def test_mla_up_proj_reruns_the_query_projection_without_a_query_latent():
     plan = Plan(recompute="selective", recompute_modules=("mla_up_proj",))
     v3 = load_model("deepseek-v3")
     for model, names in ((v3, {"attn/q_up", "attn/kv_up"}), (replace(v3, q_lora_rank=0), {"attn/q", "attn/kv_up"})):
-        ops = dense_layer(model, plan)
+        ops = dense_layer(model, plan, Stack())
         again = {o.name for o, redo in zip(ops, rerun_by(ops, ("mla_up_proj",)), strict=True) if redo}
         assert {n for n in again if not n.endswith("/cast")} == names
 
@@ -140,10 +145,10 @@ def test_recomputed_flops_per_token_count_each_module_once_per_layer():
     plan = Plan(recompute="selective", recompute_modules=("moe",))
     gemm = 2 * 1024 * 8 + 2 * 3 * 2 * 1024 * 1024 + 3 * 2 * 1024 * 2048
     elementwise = 8 * 2 * 2 * 1024 + 8 * 2 * 2048 + 2 * 2 * 1024
-    assert module_flops_per_token(MOE, plan, ("moe",)) == 4 * (gemm + elementwise)
+    assert module_flops_per_token(MOE, plan, STACK, ("moe",)) == 4 * (gemm + elementwise)
     both = replace(plan, recompute_modules=("core_attn", "moe"))
-    assert recompute_flops_per_token(MOE, both) == pytest.approx(
-        attention_flops_per_token(MOE) + module_flops_per_token(MOE, plan, ("moe",)))
+    assert recompute_flops_per_token(MOE, both, Stack()) == pytest.approx(
+        attention_flops_per_token(MOE) + module_flops_per_token(MOE, plan, STACK, ("moe",)))
 
 
 def test_recompute_modules_slow_the_step_and_shrink_the_activations():

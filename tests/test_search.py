@@ -22,6 +22,7 @@ from meshplan.keyed import KeyUnits, distinct, panel_counts, split_codes
 from meshplan.model import load_model
 from meshplan.plan import LAYOUTS, Plan
 from meshplan.search import PLACEMENTS, Space, candidates, search
+from meshplan.stack import Stack
 from meshplan.units import fmt_bytes
 
 SMALL = Space(global_batch=16, zero=(0, 3), recompute=("none", "full"), offload_optimizer=(False,),
@@ -85,27 +86,30 @@ def test_search_equals_estimate_with_low_precision_casts_and_quantized_gathers(s
     block-scaled casts priced slower): the batched search must still price every plan as estimate() does."""
     model = load_model("llama3-8b").with_seq_length(2048)
     cluster = load_system(system).cluster(8)
-    space = replace(SMALL, precision=precision, fp8_scaling=scaling, zero=(1,), recompute=("none",),
+    space = replace(SMALL, precision=precision, stack=Stack(fp8_scaling=scaling), zero=(1,), recompute=("none",),
                     offload_activations=(False,))
     result = search(model, cluster, space, top_k=10)
-    variants = [[estimate(model, cluster, p) for p in options] for options in every_plan(model, cluster, space)]
+    variants = [[estimate(model, cluster, p, space.stack) for p in options]
+                for options in every_plan(model, cluster, space)]
     feasible = sorted(min(e.step_time for e in v) for v in variants if v[0].fits)
     assert any(p.plan.tp > 1 and p.plan.sequence_parallel for p in result.plans)
     assert [e.step_time for e in result.plans] == pytest.approx(feasible[: len(result.plans)], rel=1e-9)
 
 
 def test_search_equals_estimate_with_fsdp_gradient_preparation():
-    """Plan.fsdp adds a per-micro-batch memory op to every layer and to the embedding and head: the batched
+    """Stack.fsdp adds a per-micro-batch memory op to every layer and to the embedding and head: the batched
     search must price it as estimate() does, on every zero stage of the grid."""
     model = load_model("llama3-8b").with_seq_length(2048)
     cluster = load_system("h100").cluster(8)
-    space = replace(SMALL, fsdp="fsdp1", zero=(0, 2, 3), recompute=("none",), offload_activations=(False,))
+    space = replace(SMALL, stack=Stack(fsdp="fsdp1"), zero=(0, 2, 3), recompute=("none",),
+                    offload_activations=(False,))
     result = search(model, cluster, space, top_k=10)
-    variants = [[estimate(model, cluster, p) for p in options] for options in every_plan(model, cluster, space)]
+    variants = [[estimate(model, cluster, p, space.stack) for p in options]
+                for options in every_plan(model, cluster, space)]
     feasible = sorted(min(e.step_time for e in v) for v in variants if v[0].fits)
-    assert all(p.plan.fsdp == "fsdp1" for p in result.plans)
+    assert all(p.stack.fsdp == "fsdp1" for p in result.plans)
     assert [e.step_time for e in result.plans] == pytest.approx(feasible[: len(result.plans)], rel=1e-9)
-    plain = search(model, cluster, replace(space, fsdp="none"), top_k=1)
+    plain = search(model, cluster, replace(space, stack=Stack()), top_k=1)
     assert result.plans[0].step_time > plain.plans[0].step_time
     assert any(p.plan.tensor_layout == "summa" for e in variants for p in [e[0]])  # summa plans were compared
     with pytest.raises(ValueError, match="no ZeRO-1"):
@@ -113,40 +117,43 @@ def test_search_equals_estimate_with_fsdp_gradient_preparation():
 
 
 def test_search_equals_estimate_with_overlapped_pipeline_sends():
-    """Plan.overlap_pp hides an interleaved schedule's sends behind compute: the batched search must price it as
+    """Stack.overlap_pp hides an interleaved schedule's sends behind compute: the batched search must price it as
     estimate() does, and an interleaved plan that sends anything gets faster than with its sends exposed."""
     model = load_model("llama3-8b").with_seq_length(2048)
     cluster = load_system("h100").cluster(8)
-    space = replace(SMALL, overlap_pp=True, zero=(0,), recompute=("none",), offload_activations=(False,))
+    space = replace(SMALL, stack=Stack(overlap_pp=True), zero=(0,), recompute=("none",), offload_activations=(False,))
     result = search(model, cluster, space, top_k=10)
-    variants = [[estimate(model, cluster, p) for p in options] for options in every_plan(model, cluster, space)]
+    variants = [[estimate(model, cluster, p, space.stack) for p in options]
+                for options in every_plan(model, cluster, space)]
     feasible = sorted(min(e.step_time for e in v) for v in variants if v[0].fits)
-    assert all(p.plan.overlap_pp for p in result.plans)
+    assert all(p.stack.overlap_pp for p in result.plans)
     assert [e.step_time for e in result.plans] == pytest.approx(feasible[: len(result.plans)], rel=1e-9)
     interleaved = [e[0] for e in variants if e[0].plan.vpp > 1 and e[0].breakdown["pp"] > 0]
     assert interleaved
     for e in interleaved[:5]:
-        exposed = estimate(model, cluster, replace(e.plan, overlap_pp=False))
+        exposed = estimate(model, cluster, e.plan, Stack())
         assert e.breakdown["pp"] < exposed.breakdown["pp"]
 
 
 def test_search_equals_estimate_under_the_torch_pipeline_runtime():
-    """Plan.pipeline_runtime = "torch" keeps every micro-batch's boundary tensors and the last stage's logits all
+    """Stack.pipeline_runtime = "torch" keeps every micro-batch's boundary tensors and the last stage's logits all
     step: the batched search must count them as estimate() does, in what fits and in each plan's peak."""
     model = load_model("llama3-8b").with_seq_length(4096)
     cluster = load_system("h100").cluster(8)
-    space = replace(SMALL, pipeline_runtime="torch", global_batch=64, zero=(1,), recompute=("none", "full"),
+    torch_rt = Stack(pipeline_runtime="torch")
+    space = replace(SMALL, stack=torch_rt, global_batch=64, zero=(1,), recompute=("none", "full"),
                     offload_activations=(False,), max_micro_batch=2)
     result = search(model, cluster, space, top_k=200)
-    variants = [[estimate(model, cluster, p) for p in options] for options in every_plan(model, cluster, space)]
+    variants = [[estimate(model, cluster, p, torch_rt) for p in options]
+                for options in every_plan(model, cluster, space)]
     fitting = [v[0] for v in variants if v[0].fits]  # the SUMMA panel variants of a plan share its memory
     assert result.feasible == len(fitting) < len(variants)
     for e in result.plans:
-        assert e.plan.pipeline_runtime == "torch"
-        assert e.peak_memory == pytest.approx(estimate(model, cluster, e.plan).peak_memory, rel=1e-9)
+        assert e.stack.pipeline_runtime == "torch"
+        assert e.peak_memory == pytest.approx(estimate(model, cluster, e.plan, torch_rt).peak_memory, rel=1e-9)
     pipelined = [e for e in result.plans if e.plan.pp > 1]
     assert pipelined
-    plain = estimate(model, cluster, replace(pipelined[0].plan, pipeline_runtime="megatron"))
+    plain = estimate(model, cluster, pipelined[0].plan, Stack())
     assert pipelined[0].peak_memory > plain.peak_memory
 
 
@@ -171,7 +178,7 @@ def test_the_lower_bound_holds_for_every_plan_and_setting():
     columns, _ = candidates(model, cluster, space)
     columns.pop("layout")
     pool = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
-    units = KeyUnits(model, cluster, pool, space.recompute, search_module.DEFAULT)
+    units = KeyUnits(model, cluster, pool, space.stack, space.recompute, search_module.DEFAULT)
     bound = search_module._lower_bound(model, pool, units.shapes, units.shape_of)
     kernels = units.shapes["none"].layer
     for i in range(len(pool)):
@@ -196,7 +203,7 @@ def test_one_key_per_shape_gives_every_keys_kernel_times_and_saved_activations(n
     columns.pop("layout")
     pool = PlanBatch(**columns, placements=PLACEMENTS, **space.settings).select(
         columns["tp"] > 1, sequence_parallel=True, tensor_layout=layout)
-    units = KeyUnits(model, cluster, pool, space.recompute, search_module.DEFAULT)
+    units = KeyUnits(model, cluster, pool, space.stack, space.recompute, search_module.DEFAULT)
     full, by_shape = units.price(pool, units.shape_of)[0], units.saved(units.shape_of)
     # the key table knows a key by (shape, panels, tier splits): as many as the distinct unit keys of the plans
     assert units.n_shapes < units.priced == len(unit_keys(model, cluster, pool)[0])
@@ -217,9 +224,9 @@ def test_a_key_is_priced_once_whatever_the_batches():
     columns.pop("layout")
     pool = PlanBatch(**columns, placements=PLACEMENTS, **space.settings).select(
         columns["tp"] > 1, sequence_parallel=True)
-    whole = KeyUnits(model, cluster, pool, space.recompute, search_module.DEFAULT)
+    whole = KeyUnits(model, cluster, pool, space.stack, space.recompute, search_module.DEFAULT)
     at_once, panels = whole.price(pool, whole.shape_of)
-    halves = KeyUnits(model, cluster, pool, space.recompute, search_module.DEFAULT)
+    halves = KeyUnits(model, cluster, pool, space.stack, space.recompute, search_module.DEFAULT)
     cut = np.arange(len(pool)) % 3 == 0
     parts = [halves.price(pool.select(rows), halves.shape_of[rows])[0] for rows in (cut, ~cut)]
     assert halves.priced == whole.priced
@@ -587,11 +594,11 @@ def test_loss_workspace_of_a_batch_equals_each_plans():
     from meshplan.estimate import loss_workspace
 
     model = load_model("llama3-8b").with_seq_length(2048)
-    plans = [Plan(dp=8, tp=1, global_batch=8, cross_entropy="pytorch"),
-             Plan(dp=4, tp=2, sequence_parallel=True, global_batch=8, cross_entropy="pytorch")]
+    plans = [Plan(dp=8, tp=1, global_batch=8), Plan(dp=4, tp=2, sequence_parallel=True, global_batch=8)]
+    pytorch_loss = Stack(cross_entropy="pytorch")
     batch = PlanBatch.of([replace(p, sequence_parallel=True) for p in plans])
-    one_by_one = [loss_workspace(model, replace(p, sequence_parallel=True)) for p in plans]
-    assert np.allclose(loss_workspace(model, batch), one_by_one)
+    one_by_one = [loss_workspace(model, replace(p, sequence_parallel=True), pytorch_loss) for p in plans]
+    assert np.allclose(loss_workspace(model, batch, pytorch_loss), one_by_one)
     assert one_by_one == [2048 * 128256 * 8, 2048 * 128256 / 2 * 12]
 
 

@@ -15,6 +15,7 @@ from meshplan.hf_config import translate
 from meshplan.model import ModelSpec, load_model
 from meshplan.ops import ACT_BYTES, dense_layer, moe_layer
 from meshplan.plan import Plan
+from meshplan.stack import Stack
 
 
 def llama(**extra: object) -> ModelSpec:
@@ -103,26 +104,26 @@ def test_windowed_layers_do_the_windows_flops_full_layers_the_causal_half():
     Half the layers windowed: the average layer carries half of each; its saved q, k, v are counted once."""
     full = 2 * 4096 * 4096 * 8 * 256 / 2
     band = 2 * 4096 * (128 - 128 * 127 / 8192) * 8 * 256
-    plain = _attention(dense_layer(llama(), Plan()), "fwd")
-    mixed = _attention(dense_layer(llama(sliding_window=128, window_layers=2), Plan()), "fwd")
+    plain = _attention(dense_layer(llama(), Plan(), Stack()), "fwd")
+    mixed = _attention(dense_layer(llama(sliding_window=128, window_layers=2), Plan(), Stack()), "fwd")
     assert [o.flops for o in plain] == [pytest.approx(full)]
     assert [o.flops for o in mixed] == [pytest.approx(full / 2), pytest.approx(band / 2)]
     assert [(o.name, o.window) for o in mixed] == [("attn/core", 0.0), ("attn/core/window", 128)]
     assert sum(o.saved for o in mixed) == pytest.approx(plain[0].saved)
     assert sum(o.nbytes for o in mixed) == pytest.approx(plain[0].nbytes)
-    bwd = _attention(dense_layer(llama(sliding_window=128, window_layers=2), Plan()), "bwd_x")
+    bwd = _attention(dense_layer(llama(sliding_window=128, window_layers=2), Plan(), Stack()), "bwd_x")
     assert [o.flops for o in bwd] == [pytest.approx(2.5 * full / 2), pytest.approx(2.5 * band / 2)]
 
 
 def test_a_window_as_long_as_the_sequence_is_plain_causal_attention():
-    plain = dense_layer(llama(), Plan())
-    assert dense_layer(llama(sliding_window=4096), Plan()) == plain
-    assert dense_layer(llama(sliding_window=8192), Plan()) == plain
+    plain = dense_layer(llama(), Plan(), Stack())
+    assert dense_layer(llama(sliding_window=4096), Plan(), Stack()) == plain
+    assert dense_layer(llama(sliding_window=8192), Plan(), Stack()) == plain
 
 
 def test_unfused_attention_computes_the_whole_square_whatever_the_window():
-    plan = Plan(flash_attention=False)
-    assert dense_layer(llama(sliding_window=128), plan) == dense_layer(llama(), plan)
+    unfused = Stack(flash_attention=False)
+    assert dense_layer(llama(sliding_window=128), Plan(), unfused) == dense_layer(llama(), Plan(), unfused)
 
 
 def test_a_band_wastes_a_block_per_query_tile_and_pays_the_tiles_fixed_cost_once():
@@ -144,11 +145,11 @@ def test_ring_context_parallelism_cannot_run_a_window():
     model, cluster = llama(sliding_window=128), load_system("h100").cluster(8)
     reasons = check(model, cluster, Plan(cp=2, dp=4))
     assert any("cp=2 with cp_comm='ring' cannot run sliding-window attention" in r for r in reasons)
-    assert not check(model, cluster, Plan(cp=2, dp=4, cp_comm="allgather"))
+    assert not check(model, cluster, Plan(cp=2, dp=4), Stack(cp_comm="allgather"))
     result = search(model, cluster, Space(global_batch=8, cp_max=2))
     assert result.rejected["ring context parallelism with a sliding window"] > 0
     assert all(e.plan.cp == 1 for e in result.plans)
-    gathered = search(model, cluster, Space(global_batch=8, cp_max=2, cp_comm="allgather"))
+    gathered = search(model, cluster, Space(global_batch=8, cp_max=2, stack=Stack(cp_comm="allgather")))
     assert "ring context parallelism with a sliding window" not in gathered.rejected
     assert gathered.evaluated > result.evaluated  # the cp = 2 plans are searched
 
@@ -176,7 +177,7 @@ def test_a_clamped_glu_and_biased_experts_add_their_eager_kernels():
     """T = 4096 tokens, top-2: 8192 routed rows; F = 2048, H = 1024, 2 bytes. Clamp: 8F forward, 10F backward
     per row = 8·2048·8192·2 = 268 MB and 336 MB. Bias: 6H forward, 5H activation gradient, 3H bias gradient."""
     rows = 4096 * 2
-    ops = moe_layer(moe(glu_clamp=7.0, linear_bias=True), Plan())
+    ops = moe_layer(moe(glu_clamp=7.0, linear_bias=True), Plan(), Stack())
     assert _bytes(ops, "moe/experts/act/clamp") == {"fwd": 8 * 2048 * rows * ACT_BYTES,
                                                      "bwd_x": 10 * 2048 * rows * ACT_BYTES}
     assert _bytes(ops, "moe/experts/fc2/bias") == {"fwd": 6 * 1024 * rows * ACT_BYTES,
@@ -184,14 +185,14 @@ def test_a_clamped_glu_and_biased_experts_add_their_eager_kernels():
                                                     "bwd_w": 3 * 1024 * rows * ACT_BYTES}
 
 
-@pytest.mark.parametrize("plan", [Plan(expert_gemm="grouped"), Plan(fusion="eager")])
-def test_a_fused_grouped_mlp_or_a_stack_without_megatrons_experts_runs_none_of_them(plan: Plan):
-    names = {o.name for o in moe_layer(moe(glu_clamp=7.0, linear_bias=True), plan)}
+@pytest.mark.parametrize("stack", [Stack(expert_gemm="grouped"), Stack(fusion="eager")])
+def test_a_fused_grouped_mlp_or_a_stack_without_megatrons_experts_runs_none_of_them(stack: Stack):
+    names = {o.name for o in moe_layer(moe(glu_clamp=7.0, linear_bias=True), Plan(), stack)}
     assert not names & {"moe/experts/act/clamp", "moe/experts/fc2/bias"}
 
 
 def test_no_clamp_or_bias_no_eager_kernels():
-    names = {o.name for o in moe_layer(moe(), Plan())}
+    names = {o.name for o in moe_layer(moe(), Plan(), Stack())}
     assert not names & {"moe/experts/act/clamp", "moe/experts/fc2/bias"}
 
 
@@ -202,7 +203,7 @@ def test_the_clamp_keeps_fc1s_output_and_the_moe_act_recompute_runs_it_again():
     from meshplan.estimate import saved_bytes
 
     rows, clamp_bytes = 4096 * 2, 8 * 2048 * 4096 * 2 * ACT_BYTES
-    ops, plain = moe_layer(moe(glu_clamp=7.0), Plan()), moe_layer(moe(), Plan())
+    ops, plain = moe_layer(moe(glu_clamp=7.0), Plan(), Stack()), moe_layer(moe(), Plan(), Stack())
     assert saved_bytes(ops) - saved_bytes(plain) == 2 * 2048 * rows * ACT_BYTES
     assert saved_bytes(ops, "selective", ("moe_act",)) == saved_bytes(plain, "selective", ("moe_act",))
     cluster = load_system("h100").cluster(8)

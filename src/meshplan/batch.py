@@ -48,26 +48,10 @@ class PlanBatch:
     precision: str = "bf16"
     grad_bytes: int = 2
     schedule: str = "1f1b"
-    overlap_tp: bool = False
-    overlap_dp: bool = True
-    overlap_ep: bool = False
-    overlap_pp: bool = False
-    flash_attention: bool = True
-    attention_kernel: str = "fused"
-    cross_entropy: str = "fused"
-    fusion: str = "fused"
-    expert_gemm: str = "per_expert"
-    fp8_scaling: str = "delayed"
     finetune: str = "full"
     lora_rank: int = 32
     lora_targets: str = "all"
-    train_metrics: int = 0
-    fsdp: str = "none"
-    varlen_attention: bool = False
-    qkv_concat: bool = False
-    pipeline_runtime: str = "megatron"
     tensor_layout: str = "1d"
-    cp_comm: str = "ring"
     strides: dict[str, np.ndarray] | None = None  # per axis; computed from the placements when not given
 
     @classmethod

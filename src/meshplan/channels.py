@@ -23,7 +23,7 @@ The channels share the pass (issue 34). Per pass, symbols:
     σ   the overlap slowdown (efficiency.py: compute overlapped by communication runs 18.9 % slower, Lee et al. 2025)
 The data-parallel traffic (NVLink / NIC), the offload copies (host link) and the layers' own traffic each keep their
 own link busy, at the same time, so the pass lasts as long as the slowest of them, not as their sum:
-    X = max(T', D, O + (1 − s)·T') + σ·max(H, min(H + D, K))     data-parallel traffic overlapped (plan.overlap_dp)
+    X = max(T', D, O + (1 − s)·T') + σ·max(H, min(H + D, K))     data-parallel traffic overlapped (stack.overlap_dp)
     X = max(T', O + (1 − s)·T') + σ·H + D                        data-parallel traffic after the pass
 The data-parallel collectives may run while exposed layer traffic holds the compute stream (T' counts it), the copies
 only beside the offloaded layers (what (1 − s)·T' blocks). The compute is slowed once for each second it overlaps any

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -13,19 +14,14 @@ import click
 from meshplan.errors import MeshplanError, SpecError
 from meshplan.fields import MAX_PLANS, MAX_SIZE, one_line
 from meshplan.plan import (
-    ATTENTION_KERNELS,
-    CP_COMM,
-    EXPERT_GEMM,
-    FP8_SCALING,
-    FSDP,
     LORA_TARGETS,
-    PIPELINE_RUNTIMES,
     PRECISION,
     RECOMPUTE_MODULES,
     fsdp_has_zero,
     recompute_modules_problem,
 )
 from meshplan.ranges import RANGES, check_options, step_tokens_problem
+from meshplan.stack import Stack, load_stack, stack_names
 
 MAX_TOKENS = RANGES["tokens"].high  # the bounds of a token budget, a price and a plan count: ranges.RANGES
 MAX_PRICE = RANGES["price"].high
@@ -58,41 +54,31 @@ common_model = [
 ]
 
 
-expert_gemm_option = click.option(
-    "--expert-gemm", type=click.Choice(EXPERT_GEMM), default=EXPERT_GEMM[0], show_default=True,
-    help="MoE expert GEMMs: per_expert (TE GroupedLinear, host-launched per expert) or grouped (one kernel)")
+def stack_options(f):
+    """``--framework`` and an option for every behaviour field of Stack, generated from the field's metadata: a
+    choice, a ``--x/--no-x`` switch or a number, each left unset (None) unless given, so that it overrides the
+    framework preset's value only when the user states it."""
+    for fld in reversed([x for x in dataclasses.fields(Stack) if x.compare]):
+        flag = "--" + fld.name.replace("_", "-")
+        help_text = fld.metadata.get("help", "") + " (default: the framework's)"
+        if fld.metadata.get("choices"):
+            option = click.option(flag, "stack_" + fld.name, type=click.Choice(fld.metadata["choices"]), default=None,
+                                  help=help_text)
+        elif fld.type == "bool":
+            option = click.option(f"{flag}/--no-{flag[2:]}", "stack_" + fld.name, default=None, help=help_text)
+        else:
+            option = click.option(flag, "stack_" + fld.name, type=int, default=None, help=help_text)
+        f = option(f)
+    return click.option("--framework", default="generic", show_default=True,
+                        help="the software stack: a preset (`meshplan presets` lists them) or a .toml file of "
+                             "Stack fields; the options below override its fields")(f)
 
 
-overlap_pp_option = click.option(
-    "--overlap-pp", is_flag=True,
-    help="pipeline sends behind the next chunk's compute (Megatron-Core overlap_p2p_comm); interleaved schedules "
-         "only, no effect with vpp = 1")
-
-cp_comm_option = click.option(
-    "--cp-comm", type=click.Choice(CP_COMM), default=CP_COMM[0], show_default=True,
-    help="context-parallel K/V exchange: ring (overlapped) or allgather (exposed; what Transformer Engine runs with a "
-         "sliding window)")
-
-attention_kernel_option = click.option(
-    "--attention-kernel", type=click.Choice(ATTENTION_KERNELS), default=ATTENTION_KERNELS[0], show_default=True,
-    help="flash-attention kernel family: fused (cuDNN / FlashAttention-3), fa2 (FlashAttention-2) or fp8 (cuDNN FP8 "
-         "attention; needs an fp8 precision)")
-
-fsdp_option = click.option(
-    "--fsdp", type=click.Choice(FSDP), default=FSDP[0], show_default=True,
-    help="data parallelism by PyTorch FSDP: fsdp1 (FlatParameter) or fsdp2 (fully_shard), for the HBM traffic of "
-         "preparing each micro-batch's gradients for their reduction (plan leaves out ZeRO-1, which FSDP lacks)")
-
-
-pipeline_runtime_option = click.option(
-    "--pipeline-runtime", type=click.Choice(PIPELINE_RUNTIMES), default=PIPELINE_RUNTIMES[0], show_default=True,
-    help="pipeline runtime: megatron (Megatron-Core schedules) or torch (torch.distributed.pipelining of late 2024, "
-         "torchtitan: keeps every micro-batch's receive buffers and stage outputs, the last stage's logits, all step)")
-
-
-fp8_scaling_option = click.option(
-    "--fp8-scaling", type=click.Choice(FP8_SCALING), default=FP8_SCALING[0], show_default=True,
-    help="with --precision fp8: delayed (TE's default, amax history) or current (this tensor's amax: one more read)")
+def stack_of(framework: str, options: dict) -> Stack:
+    """The stack of ``--framework`` with the stack options that were given (``stack_options``; removed from
+    ``options``)."""
+    given = {k.removeprefix("stack_"): options.pop(k) for k in [k for k in options if k.startswith("stack_")]}
+    return load_stack(framework).with_(**{k: v for k, v in given.items() if v is not None})
 
 
 recompute_modules_option = click.option(
@@ -181,24 +167,11 @@ def cli() -> None:
 @click.option("--offload-layers", type=int, default=0, show_default=True,
               help="offload the saved activations of this many layers per stage (0 with --offload-activations: all)")
 @click.option("--precision", type=click.Choice(PRECISION), default=None, help=PRECISION_HELP)
-@fp8_scaling_option
 @click.option("--grad-bytes", type=int, default=4, show_default=True, help="bytes per gradient (4: fp32 main grads)")
 @click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), default=None,
               help="default: interleaved if vpp>1 else 1f1b")
 @click.option("--placement", default="tp,cp,dp,pp", show_default=True, help="axis order on the mesh, innermost first")
-@click.option("--overlap-tp", is_flag=True, help="overlap TP communication with GEMMs")
-@click.option("--no-overlap-dp", is_flag=True, help="do not overlap the DP gradient reduction")
-@click.option("--overlap-ep", is_flag=True,
-              help="MoE all-to-alls behind another micro-batch's kernels (Megatron-Core combined 1F1B, "
-                   "--overlap-moe-expert-parallel-comm)")
-@cp_comm_option
-@overlap_pp_option
-@click.option("--fusion", type=click.Choice(["fused", "eager"]), default="fused", show_default=True,
-              help="element-wise kernels: fused (Megatron / TE, torch.compile) or eager PyTorch (one per aten op)")
-@expert_gemm_option
-@attention_kernel_option
-@fsdp_option
-@pipeline_runtime_option
+@stack_options
 @click.option("--lora-rank", type=int, default=0, show_default=True,
               help="LoRA fine-tuning with adapters of this rank (0: full training); base weights frozen")
 @click.option("--lora-targets", type=click.Choice(LORA_TARGETS), default=LORA_TARGETS[0], show_default=True,
@@ -207,14 +180,14 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep, etp, vpp, last_stage_layers,
              sequence_parallel, micro_batch, global_batch, zero, recompute, recompute_layers, recompute_modules_text,
-             offload_optimizer, offload_activations, offload_layers, precision, fp8_scaling, grad_bytes, schedule,
-             placement, overlap_tp, no_overlap_dp, overlap_ep, cp_comm, overlap_pp, fusion, expert_gemm,
-             attention_kernel, fsdp, pipeline_runtime, lora_rank, lora_targets, show_ops, as_json) -> None:
+             offload_optimizer, offload_activations, offload_layers, precision, grad_bytes, schedule,
+             placement, lora_rank, lora_targets, show_ops, as_json, framework, **stack_opts) -> None:
     """Estimate one training step of MODEL on GPUS accelerators of SYSTEM under one parallel plan."""
     from meshplan.estimate import estimate as run
     from meshplan.plan import Plan
 
     model, cluster = load_inputs(model_ref, system_ref, seq, nvlink_domain, gpus)
+    stack = stack_of(framework, stack_opts)
     for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("dp", dp)):
         if value is not None and value < 1:
             raise SpecError(f"{name}={value} must be a positive integer")
@@ -247,14 +220,13 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
                 micro_batch=micro_batch, global_batch=global_batch, zero=zero, recompute=recompute,
                 recompute_layers=recompute_layers, recompute_modules=modules, offload_optimizer=offload_optimizer,
                 offload_activations=offload_activations or offload_layers > 0, offload_layers=offload_layers,
-                precision=precision or cluster.accelerator.default_precision, fp8_scaling=fp8_scaling,
+                precision=precision or cluster.accelerator.default_precision,
                 grad_bytes=grad_bytes, schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"),
-                placement=_placement(placement), overlap_tp=overlap_tp,
-                overlap_dp=not no_overlap_dp, overlap_ep=overlap_ep, cp_comm=cp_comm, overlap_pp=overlap_pp,
-                fusion=fusion, expert_gemm=expert_gemm,
-                attention_kernel=attention_kernel, fsdp=fsdp, pipeline_runtime=pipeline_runtime,
+                placement=_placement(placement),
                 finetune="lora" if lora_rank else "full", lora_rank=lora_rank or 32, lora_targets=lora_targets)
-    est = run(model, cluster, plan)
+    if stack.fp8_scaling != "delayed" and plan.precision != "fp8" and stack_opts.get("stack_fp8_scaling"):
+        raise SpecError(f"fp8-scaling={stack.fp8_scaling} needs --precision fp8 (not {plan.precision})")
+    est = run(model, cluster, plan, stack)
     if as_json:
         click.echo(json.dumps(est.to_dict(), indent=None if show_ops else 2))
         return
@@ -319,24 +291,16 @@ def _choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]
 @click.option("--max-plans", type=int, default=MAX_PLANS, show_default=True,
               help="refuse a search space of more plans than this (0: no limit)")
 @click.option("--precision", type=click.Choice(PRECISION), default=None, help=PRECISION_HELP)
-@fp8_scaling_option
 @click.option("--grad-bytes", type=int, default=4, show_default=True)
-@click.option("--overlap-tp", is_flag=True, help="TP communication overlapped with GEMMs")
-@cp_comm_option
-@overlap_pp_option
-@expert_gemm_option
-@attention_kernel_option
-@fsdp_option
-@pipeline_runtime_option
+@stack_options
 @click.option("--tokens", default=None, help="token budget (e.g. 15T) to report days and cost")
 @click.option("--price", type=float, default=None, help="price per GPU-hour, for --tokens")
 @click.option("--rank", "rank_by", type=click.Choice(["time", "cost"]), default="time", show_default=True,
               help="across GPU counts: fastest, or cheapest for the token budget")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_k, zero_opts, recompute_opts,
-             recompute_modules_text, sp_opts, offload, placements, max_micro_batch, max_plans, precision, fp8_scaling,
-             grad_bytes, overlap_tp, cp_comm, overlap_pp, expert_gemm, attention_kernel, fsdp, pipeline_runtime, tokens,
-             price, rank_by, as_json) -> None:
+             recompute_modules_text, sp_opts, offload, placements, max_micro_batch, max_plans, precision,
+             grad_bytes, framework, tokens, price, rank_by, as_json, **stack_opts) -> None:
     """Search every parallel plan of MODEL on GPUS accelerators of SYSTEM and rank the feasible ones."""
     from meshplan.search import Space, search
 
@@ -345,9 +309,11 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
         raise SpecError(f"gpus={gpus!r} must be positive integers")
     check_max_plans(max_plans)
     check_options(top=top_k, max_micro_batch=max_micro_batch, max_plans=max_plans or None, grad_bytes=grad_bytes)
-    zeros = tuple(z for z in map(int, _choices(zero_opts, ("0", "1", "2", "3"), "zero")) if fsdp_has_zero(fsdp, z))
+    stack = stack_of(framework, stack_opts)
+    zeros = tuple(z for z in map(int, _choices(zero_opts, ("0", "1", "2", "3"), "zero"))
+                  if fsdp_has_zero(stack.fsdp, z))
     if not zeros:
-        raise SpecError(f"zero={zero_opts} leaves no stage for fsdp={fsdp} (FSDP has no ZeRO-1)")
+        raise SpecError(f"zero={zero_opts} leaves no stage for fsdp={stack.fsdp} (FSDP has no ZeRO-1)")
     recomputes = _choices(recompute_opts, ("none", "selective", "full"), "recompute")
     modules = recompute_modules(recompute_modules_text)
     if modules != ("core_attn",) and "selective" not in recomputes:
@@ -375,11 +341,8 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
                       offload_optimizer=(False, True) if offload else (False,),
                       offload_activations=(False, True) if offload else (False,),
                       all_placements=placements == "all", max_micro_batch=max_micro_batch,
-                      precision=precision or cluster.accelerator.default_precision,
-                      fp8_scaling=fp8_scaling, grad_bytes=grad_bytes, overlap_tp=overlap_tp, cp_comm=cp_comm,
-                      overlap_pp=overlap_pp,
-                      expert_gemm=expert_gemm, attention_kernel=attention_kernel, fsdp=fsdp,
-                      pipeline_runtime=pipeline_runtime, max_plans=max_plans)
+                      precision=precision or cluster.accelerator.default_precision, grad_bytes=grad_bytes,
+                      stack=stack, max_plans=max_plans)
         with _progress(as_json) as progress:
             results.append(search(model, cluster, space, top_k=top_k, progress=progress))
     from meshplan.report.text import print_search
@@ -495,8 +458,9 @@ def presets() -> None:
     from meshplan.hardware import system_names
     from meshplan.model import preset_names
 
-    click.echo("models:  " + " ".join(preset_names()))
-    click.echo("systems: " + " ".join(system_names()))
+    click.echo("models:     " + " ".join(preset_names()))
+    click.echo("systems:    " + " ".join(system_names()))
+    click.echo("frameworks: " + " ".join(stack_names()))
 
 
 def _register_extra_commands() -> None:

@@ -9,23 +9,23 @@ interleaved schedule, Narayanan et al. 2021 §2.2):
     t_step = max over the end ranks of (m · t_rank + channels + optimizer) + ((p-2) · t_middle + t_other_end) / v
 Overlap rules (stated once, here and in channels.py). A collective that hides behind compute slows it by the overlap
 slowdown per second hidden (efficiency.py); a pass's time stays non-decreasing in every op's time (channels.py):
-- TP collectives are exposed unless ``plan.overlap_tp``; then they hide behind the GEMMs of the same pass, which they
+- TP collectives are exposed unless ``stack.overlap_tp``; then they hide behind the GEMMs of the same pass, which they
   share with SUMMA's panel broadcasts: what exceeds the GEMMs is exposed, once.
 - Context-parallel K/V exchange hides behind the attention kernel of the same pass (ring attention).
-- EP all-to-all (and expert-TP) traffic is exposed unless ``plan.overlap_ep``: Megatron-Core's 1F1B
+- EP all-to-all (and expert-TP) traffic is exposed unless ``stack.overlap_ep``: Megatron-Core's 1F1B
   all-to-all overlap (MCore v0.14 "batch-level overlapping to hide EP-A2A communication",
   --overlap-moe-expert-parallel-comm --delay-wgrad-compute; the DeepSeek-V3 report §3.2.1 "DualPipe" idea)
   runs the forward of one micro-batch interleaved with the backward of another, node by node on two streams, so
   each of a layer's all-to-alls hides behind the nodes of the other micro-batch that run beside it
   (``combined_1f1b``: the backward's combine behind the forward's attention, both dispatches behind the two
   passes' expert kernels, the forward's combine behind the backward's attention), with the overlap slowdown.
-- Pipeline p2p is exposed, unless ``plan.overlap_pp`` and the schedule is interleaved (v > 1): Megatron-Core's
+- Pipeline p2p is exposed, unless ``stack.overlap_pp`` and the schedule is interleaved (v > 1): Megatron-Core's
   overlap_p2p_comm posts each send and receive on its own stream and waits for it only before the chunk that
   needs it, so it hides behind the compute of another chunk of the same pass, which it slows by the overlap
   slowdown (a chunk's activation is far smaller than its layers' work; Megatron-Bridge training/comm_overlap.py
   turns it on for every interleaved schedule, Megatron-LM's --no-overlap-p2p-communication defaults it on there).
 - DP gradient reduction and the distributed optimizer's parameter all-gather (Megatron overlap-grad-reduce /
-  overlap-param-gather, when ``plan.overlap_dp``), ZeRO-3's gathers and activation offload share the passes they
+  overlap-param-gather, when ``stack.overlap_dp``), ZeRO-3's gathers and activation offload share the passes they
   run beside with the traffic above, each on its own link (channels.py).
 The arithmetic accepts NumPy arrays in the numeric plan fields, so the search evaluates many plans with this
 same code (``step_costs``); ``estimate`` adds the per-op table and the feasibility verdict for one plan.
@@ -70,7 +70,6 @@ from meshplan.ops import (
     FP32,
     RECOMPUTE_MODULES,
     OpCost,
-    dims,
     embedding_ops,
     freed_by,
     head_dims,
@@ -79,10 +78,13 @@ from meshplan.ops import (
     mtp_ops,
     pipeline_p2p,
     rerun_by,
+    token_rows,
     tp_rerun_by,
 )
 from meshplan.plan import Plan, validate
 from meshplan.roofline import compute_time, memory_time, op_time
+from meshplan.stack import DEFAULT as DEFAULT_STACK
+from meshplan.stack import Stack
 from meshplan.units import fmt_bytes
 from meshplan.xp import Num, maximum, minimum, where
 
@@ -160,8 +162,8 @@ class PassTimes:
                       h_f=self.hidden_f, h_b=self.hidden_b)
 
 
-def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, recompute: str, eff: Efficiency = DEFAULT
-               ) -> PassTimes:
+def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, recompute: str,
+               eff: Efficiency = DEFAULT) -> PassTimes:
     """Sum kernels per pass, apply the overlap rules, add recompute (``"full"``: the forward again;
     ``"selective"``: the forward kernels of ``plan.recompute_modules`` again, ``ops.RECOMPUTE_MODULES``, with a
     recomputed MoE layer's exposed forward all-to-alls). A hidden collective still slows the compute it
@@ -179,7 +181,7 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, recompute: str, 
         if isinstance(s[key], np.ndarray):
             owned.add(key)
 
-    paired = plan.overlap_ep and any(op.name in _A2A_NODES for op in ops)
+    paired = stack.overlap_ep and any(op.name in _A2A_NODES for op in ops)
     for op, t in zip(ops, times, strict=True):
         ph = "f" if op.phase == "fwd" else "b"
         if paired and (op.name in _A2A_NODES or op.name.startswith("moe/experts/")):
@@ -199,12 +201,12 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, recompute: str, 
     sd = eff.overlap_slowdown
     for ph in "fb":
         gemm, attention, ring = g((ph, "gemm"), 0.0), g((ph, "attention"), 0.0), g((ph, "cp"), 0.0)
-        behind = g((ph, "tp"), 0.0) if plan.overlap_tp else 0.0  # TP collectives that hide behind the GEMMs
+        behind = g((ph, "tp"), 0.0) if stack.overlap_tp else 0.0  # TP collectives that hide behind the GEMMs
         summa = g((ph, "summa"), 0.0)
         # the GEMMs of the pass are one window for the TP collectives that hide (slowing them by σ per second
         # hidden) and SUMMA's panel broadcasts after the first (seed 003: the first panel is exposed, the rest
         # hides; priced without slowdown as seed 003 does): what exceeds the window is exposed, once
-        tp[ph] = (0.0 if plan.overlap_tp else g((ph, "tp"), 0.0)) + g((ph, "tp_exposed"), 0.0) + g(
+        tp[ph] = (0.0 if stack.overlap_tp else g((ph, "tp"), 0.0)) + g((ph, "tp_exposed"), 0.0) + g(
             (ph, "summa_panel"), 0.0)
         if not (_none(behind) and _none(summa)):
             tp[ph] = tp[ph] + maximum(0.0, behind + summa - gemm) + sd * minimum(behind, gemm)
@@ -220,7 +222,7 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, recompute: str, 
         redo = kernels["f"] + tp["f"] + cp["f"] + ep["f"]
         hidden_b = hidden_b + hidden["f"]
     elif recompute == "selective":
-        redo, again = _selective_redo(ops, times, plan, ep["f"], sd)
+        redo, again = _selective_redo(ops, times, plan, stack, ep["f"], sd)
         hidden_b = hidden_b + again
     else:
         redo = 0.0
@@ -235,11 +237,11 @@ def _none(x: Num) -> bool:
     return type(x) is float and x == 0.0
 
 
-def _selective_redo(ops: list[OpCost], times: list[Num], plan: Plan, ep_exposed: Num, slowdown: float
-                    ) -> tuple[Num, Num]:
+def _selective_redo(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, ep_exposed: Num,
+                    slowdown: float) -> tuple[Num, Num]:
     """What selective recompute of ``plan.recompute_modules`` adds to the backward pass, and the communication it
     hides: their forward kernels again; the TP collectives inside them again (``ops.tp_rerun_by``), those that hide
-    behind GEMMs (``plan.overlap_tp``) behind the re-run GEMMs (``hide``), the others exposed; and a recomputed MoE
+    behind GEMMs (``stack.overlap_tp``) behind the re-run GEMMs (``hide``), the others exposed; and a recomputed MoE
     layer's exposed forward all-to-alls."""
     modules = plan.recompute_modules
     redo = gemm = behind = exposed = 0.0
@@ -249,7 +251,7 @@ def _selective_redo(ops: list[OpCost], times: list[Num], plan: Plan, ep_exposed:
             if op.kind == "gemm":
                 gemm = gemm + t
     for op, t, again in zip(ops, times, tp_rerun_by(ops, modules), strict=True):
-        if again and plan.overlap_tp and op.overlap == "tp":
+        if again and stack.overlap_tp and op.overlap == "tp":
             behind = behind + t
         elif again:
             exposed = exposed + t
@@ -339,36 +341,38 @@ class _Parts:
     times: dict[str, list[Num]]
 
 
-def _ops(model: ModelSpec, plan: Plan) -> dict[str, list[OpCost]]:
+def _ops(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCost]]:
     """Ops of one layer of each kind (``kind_fractions``: "dense" and "moe", or a hybrid's blocks), of the
     embedding, the head, what a multi-token-prediction depth adds to its layer and head (``ops.mtp_ops``) and a
     pipeline send."""
-    return layer_kinds(model, plan) | {"embed": embedding_ops(model, plan), "head": head_ops(model, plan),
-                                       "mtp": mtp_ops(model, plan), "p2p": pipeline_p2p(model, plan)}
+    return layer_kinds(model, plan, stack) | {
+        "embed": embedding_ops(model, plan, stack), "head": head_ops(model, plan, stack),
+        "mtp": mtp_ops(model, plan, stack), "p2p": pipeline_p2p(model, plan, stack)}
 
 
-def _parts(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency,
+def _parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency,
            compute: dict[str, list[Num | None]] | None = None) -> _Parts:
-    ops = _ops(model, plan)
+    ops = _ops(model, plan, stack)
     return _Parts(ops, {k: time_ops(v, cluster, plan, eff, compute[k] if compute else None) for k, v in ops.items()})
 
 
-def compute_times(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = DEFAULT
+def compute_times(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency = DEFAULT
                   ) -> dict[str, list[Num | None]]:
     """Roofline times of the non-collective ops (None for collectives), which depend on the op shapes only."""
     acc = cluster.accelerator
     return {k: [None if op.kind == "collective" else op_time(op, acc, plan.precision, eff) for op in v]
-            for k, v in _ops(model, plan).items()}
+            for k, v in _ops(model, plan, stack).items()}
 
 
-def _layer(model: ModelSpec, plan: Plan, parts: _Parts, recompute: str, eff: Efficiency = DEFAULT) -> PassTimes:
+def _layer(model: ModelSpec, plan: Plan, stack: Stack, parts: _Parts, recompute: str, eff: Efficiency = DEFAULT
+           ) -> PassTimes:
     """The average layer: each kind's pass times weighted by its share of the layers."""
     kinds = list(kind_fractions(model).items())
     if len(kinds) == 1:
-        return pass_times(parts.ops[kinds[0][0]], parts.times[kinds[0][0]], plan, recompute, eff)
+        return pass_times(parts.ops[kinds[0][0]], parts.times[kinds[0][0]], plan, stack, recompute, eff)
     layer = None
     for kind, f in kinds:
-        times = pass_times(parts.ops[kind], parts.times[kind], plan, recompute, eff).scaled(f)
+        times = pass_times(parts.ops[kind], parts.times[kind], plan, stack, recompute, eff).scaled(f)
         layer = times if layer is None else layer.plus(times)
     return layer
 
@@ -411,35 +415,35 @@ class Units:
                        else pick(getattr(self, f)) for f in Units.__slots__))
 
 
-def unit_costs(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = DEFAULT,
-               parts: _Parts | None = None) -> Units:
-    parts = parts or _parts(model, cluster, plan, eff)
-    return units_for_recomputes(model, cluster, plan, parts, (plan.recompute,), eff)[plan.recompute]
+def unit_costs(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = DEFAULT_STACK,
+               eff: Efficiency = DEFAULT, parts: _Parts | None = None) -> Units:
+    parts = parts or _parts(model, cluster, plan, stack, eff)
+    return units_for_recomputes(model, plan, stack, parts, (plan.recompute,), eff)[plan.recompute]
 
 
-def units_for_recomputes(model: ModelSpec, cluster: Cluster, plan: Plan, parts: _Parts, recomputes: tuple[str, ...],
+def units_for_recomputes(model: ModelSpec, plan: Plan, stack: Stack, parts: _Parts, recomputes: tuple[str, ...],
                          eff: Efficiency = DEFAULT) -> dict[str, Units]:
     """The units of ``plan`` under each recompute mode: the ops and their times do not depend on it, only
     how they are summed (and which saved activations are kept), so the modes share one ``_parts`` and
     everything but the layer's recompute sum and saved bytes."""
-    plain = _layer(model, plan, parts, "none", eff)
-    embed = pass_times(parts.ops["embed"], parts.times["embed"], plan, "none", eff)
-    p2p = pass_times(parts.ops["p2p"], parts.times["p2p"], plan, "none", eff)
+    plain = _layer(model, plan, stack, parts, "none", eff)
+    embed = pass_times(parts.ops["embed"], parts.times["embed"], plan, stack, "none", eff)
+    p2p = pass_times(parts.ops["p2p"], parts.times["p2p"], plan, stack, "none", eff)
     embed_saved = saved_bytes(parts.ops["embed"])
     fractions = kind_fractions(model)
     units = {}
     for recompute in recomputes:
-        redo = plain if recompute == "none" else _layer(model, plan, parts, recompute, eff)
-        head, head_saved = _head_and_mtp(model, plan, parts, recompute, eff)
+        redo = plain if recompute == "none" else _layer(model, plan, stack, parts, recompute, eff)
+        head, head_saved = _head_and_mtp(model, plan, stack, parts, recompute, eff)
         saved = sum(saved_bytes(parts.ops[kind], recompute, plan.recompute_modules) * f
                     for kind, f in fractions.items())
         units[recompute] = Units(layer=redo, layer_plain=plain, embed=embed, head=head, p2p=p2p, layer_saved=saved,
                                  embed_saved=embed_saved, head_saved=head_saved,
-                                 p2p_paid=eff.overlap_slowdown if plan.overlap_pp else 1.0)
+                                 p2p_paid=eff.overlap_slowdown if stack.overlap_pp else 1.0)
     return units
 
 
-def _head_and_mtp(model: ModelSpec, plan: Plan, parts: _Parts, recompute: str, eff: Efficiency
+def _head_and_mtp(model: ModelSpec, plan: Plan, stack: Stack, parts: _Parts, recompute: str, eff: Efficiency
                   ) -> tuple[PassTimes, Num]:
     """The last stage's head per micro-batch, and what it saves: the final norm, LM head and loss, and per
     multi-token-prediction depth its own ops (``ops.mtp_ops``), one layer of each of ``mtp_kinds`` and the head
@@ -447,21 +451,21 @@ def _head_and_mtp(model: ModelSpec, plan: Plan, parts: _Parts, recompute: str, e
     MultiTokenPredictionLayer: under full recompute it checkpoints the projection and its layer
     (``_checkpointed_forward(self._proj_and_transformer_layer, …)``), which then keep only their two inputs, the
     previous hidden state and the next tokens' embedding; its layer applies the selective modules as the others."""
-    head = pass_times(parts.ops["head"], parts.times["head"], plan, "none", eff)
+    head = pass_times(parts.ops["head"], parts.times["head"], plan, stack, "none", eff)
     saved = saved_bytes(parts.ops["head"])
     if not model.mtp_layers:
         return head, saved
     full = recompute == "full"
-    depth = pass_times(parts.ops["mtp"], parts.times["mtp"], plan, "full" if full else "none", eff).plus(head)
+    depth = pass_times(parts.ops["mtp"], parts.times["mtp"], plan, stack, "full" if full else "none", eff).plus(head)
     depth_saved = saved + (2 * _layer_input(model, plan) if full else saved_bytes(parts.ops["mtp"]))
     for kind in model.mtp_kinds:
-        depth = depth.plus(pass_times(parts.ops[kind], parts.times[kind], plan, recompute, eff))
+        depth = depth.plus(pass_times(parts.ops[kind], parts.times[kind], plan, stack, recompute, eff))
         if not full:
             depth_saved = depth_saved + saved_bytes(parts.ops[kind], recompute, plan.recompute_modules)
     return head.plus(depth.scaled(model.mtp_layers)), saved + model.mtp_layers * depth_saved
 
 
-def stage_times(model: ModelSpec, plan: Plan, u: Units) -> tuple[PassTimes, PassTimes, PassTimes]:
+def stage_times(model: ModelSpec, plan: Plan, stack: Stack, u: Units) -> tuple[PassTimes, PassTimes, PassTimes]:
     """Per micro-batch times of the first and the last pipeline rank, and of a middle rank (its layers and sends,
     without the embedding or the head), by component."""
     def body(layers: Num) -> PassTimes:
@@ -471,17 +475,17 @@ def stage_times(model: ModelSpec, plan: Plan, u: Units) -> tuple[PassTimes, Pass
         return u.layer.scaled(layers)
 
     single = plan.pp == 1
-    middle = _with_sends(plan, body(layers_on_stage(model, plan)), u)
+    middle = _with_sends(plan, stack, body(layers_on_stage(model, plan)), u)
     # an uneven last stage (plan.last_stage_layers) has layers of its own; an even split the same as the others
-    own_last = _with_sends(plan, body(layers_on_last(model, plan)), u) if plan.last_stage_layers else middle
+    own_last = _with_sends(plan, stack, body(layers_on_last(model, plan)), u) if plan.last_stage_layers else middle
     first = middle.plus(u.embed).plus(u.head.scaled(single))
     last = own_last.plus(u.head).plus(u.embed.scaled(single))
     return first, last, middle
 
 
-def _with_sends(plan: Plan, rank: PassTimes, u: Units) -> PassTimes:
+def _with_sends(plan: Plan, stack: Stack, rank: PassTimes, u: Units) -> PassTimes:
     """A rank's layers with its pipeline sends: each of its v chunks sends its activation once in the forward pass
-    and its gradient once in the backward pass. With ``plan.overlap_pp`` and v > 1 a send hides behind a chunk's
+    and its gradient once in the backward pass. With ``stack.overlap_pp`` and v > 1 a send hides behind a chunk's
     compute of the same pass (1/v of the pass) at the overlap slowdown ``u.p2p_paid``, whatever exceeds it exposed
     (``hide``; with ``p2p_paid`` = 1 every send is exposed: hide(c, w, 1) = c)."""
     v, sends = plan.vpp, plan.vpp * (plan.pp > 1)
@@ -493,7 +497,7 @@ def _with_sends(plan: Plan, rank: PassTimes, u: Units) -> PassTimes:
     paid_b = where(interleaved, hide(send_b, t.t_b / v, u.p2p_paid), send_b)
     added = u.p2p.scaled(sends * (paid_f + paid_b) / maximum(send_f + send_b, 1e-30))
     hid_f = hid_b = 0.0
-    if plan.overlap_pp:
+    if stack.overlap_pp:
         hid_f = sends * where(interleaved, minimum(send_f, t.t_f / v), 0.0)
         hid_b = sends * where(interleaved, minimum(send_b, t.t_b / v), 0.0)
     return rank.plus(replace(added, fwd_comm=sends * paid_f, hidden_f=hid_f, hidden_b=hid_b))
@@ -528,33 +532,34 @@ class RankStep:
         return self.micro_batches * self.passes.total + self.dp + self.offload + self.optimizer
 
 
-def rank_step(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, rank: PassTimes, last: bool,
-              eff: Efficiency = DEFAULT) -> RankStep:
+def rank_step(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: Units, rank: PassTimes,
+              last: bool, eff: Efficiency = DEFAULT) -> RankStep:
     """The first (or ``last``) pipeline rank's step: its passes with the data-parallel collectives and offload copies
     that share them (channels.py) and its optimizer step, for its own parameters and offloaded layers."""
     params = stage_params(model, plan, not last)
     collectives = dp_collectives(model, cluster, plan, params, eff)
     copies = offload(model, cluster, plan, u.layer_saved, last)
     dp, moved = step_channels(rank.passes(), plan.grad_accum, collectives, (plan.zero,), copies,
-                              eff.overlap_slowdown, plan.overlap_dp)[plan.zero]
+                              eff.overlap_slowdown, stack.overlap_dp)[plan.zero]
     return RankStep(rank, dp, moved, optimizer_time(cluster, plan, params, eff), plan.grad_accum)
 
 
-def model_state_memory(model: ModelSpec, plan: Plan) -> tuple[tuple[Num, Num, Num], tuple[Num, Num, Num]]:
+def model_state_memory(model: ModelSpec, plan: Plan, stack: Stack
+                       ) -> tuple[tuple[Num, Num, Num], tuple[Num, Num, Num]]:
     """(weights, grads, optimizer) of the first and of the last pipeline rank."""
-    return (model_states(stage_params(model, plan, True), plan),
-            model_states(stage_params(model, plan, False), plan))
+    return (model_states(stage_params(model, plan, True), plan, stack),
+            model_states(stage_params(model, plan, False), plan, stack))
 
 
 def _layer_input(model: ModelSpec, plan: Plan) -> Num:
     """The bytes of a layer's input on one GPU: its rows of the residual stream (sharded under SP / SUMMA)."""
-    return dims(model, plan).tokens_sp * model.hidden_size * ACT_BYTES
+    return token_rows(model, plan)[1] * model.hidden_size * ACT_BYTES
 
 
-def loss_workspace(model: ModelSpec, plan: Plan) -> Num:
+def loss_workspace(model: ModelSpec, plan: Plan, stack: Stack) -> Num:
     """Transient peak of the cross-entropy backward on the last stage, beyond the saved fp32 (log-)softmax of
     the logits (counted with the head's saved activations), per logit (T·V/t of them):
-    ``plan.cross_entropy = "fused"`` (Megatron's vocab-parallel loss): the fp32 gradient of the logits, written
+    ``stack.cross_entropy = "fused"`` (Megatron's vocab-parallel loss): the fp32 gradient of the logits, written
     over the saved softmax in place
     (Megatron-LM megatron/core/tensor_parallel/cross_entropy.py: the backward takes grad_input = softmax and
     updates it with in-place ops), so only the 16-bit copy autograd makes for the logits' dtype is new: 2 bytes.
@@ -569,13 +574,13 @@ def loss_workspace(model: ModelSpec, plan: Plan) -> Num:
     product) are alive with the saved output: 4 + 4 + 4 bytes.
     ``"flash"`` (flash-attn's CrossEntropyLoss): the 16-bit gradient beside the saved 16-bit logits, 2 bytes."""
     # numeric plan fields may be arrays (a PlanBatch): no branch on tp
-    per_logit = FP32 * (2 + (plan.tp > 1)) if plan.cross_entropy == "pytorch" else ACT_BYTES
-    return dims(model, plan).tokens * model.vocab_size / plan.tp * per_logit
+    per_logit = FP32 * (2 + (plan.tp > 1)) if stack.cross_entropy == "pytorch" else ACT_BYTES
+    return token_rows(model, plan)[0] * model.vocab_size / plan.tp * per_logit
 
 
-def pipeline_runtime_memory(model: ModelSpec, plan: Plan) -> tuple[Num, Num]:
+def pipeline_runtime_memory(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[Num, Num]:
     """Bytes the pipeline runtime keeps per micro-batch for the whole step, on the first and on the last
-    pipeline rank: none under Megatron-Core (``plan.pipeline_runtime = "megatron"``), which allocates its p2p
+    pipeline rank: none under Megatron-Core (``stack.pipeline_runtime = "megatron"``), which allocates its p2p
     buffers per transfer and frees a stage's output once it is sent and backpropagated.
 
     torch.distributed.pipelining (``"torch"``, torchtitan; torch/distributed/pipelining/stage.py of December 2024,
@@ -590,22 +595,22 @@ def pipeline_runtime_memory(model: ModelSpec, plan: Plan) -> tuple[Num, Num]:
     v chunks of which v − 1 are not the first and all v not the last; the last rank the reverse, plus the logits.
     These add to the rank's activation peak, which lasts to its last forward, when all m outputs exist. (A middle
     rank holds 4·m·v boundaries, but fewer micro-batches in flight than the first.)"""
-    if plan.pipeline_runtime != "torch":
+    if stack.pipeline_runtime != "torch":
         return 0.0, 0.0
     m, v, pipelined = plan.grad_accum, plan.vpp, plan.pp > 1
     boundaries = 2 * m * (2 * v - 1) * _layer_input(model, plan) * pipelined
-    logit_bytes = FP32 if plan.cross_entropy == "pytorch" else ACT_BYTES
-    logits = m * dims(model, plan).tokens * model.vocab_size / plan.tp * logit_bytes * pipelined
+    logit_bytes = FP32 if stack.cross_entropy == "pytorch" else ACT_BYTES
+    logits = m * token_rows(model, plan)[0] * model.vocab_size / plan.tp * logit_bytes * pipelined
     return boundaries, boundaries + logits
 
 
-def activation_memory(model: ModelSpec, plan: Plan, u: Units) -> tuple[Num, Num]:
+def activation_memory(model: ModelSpec, plan: Plan, stack: Stack, u: Units) -> tuple[Num, Num]:
     """Saved activations on the first and on the last pipeline rank (memory.py), with the loss's transient
     workspace on the rank that computes the loss and what the pipeline runtime keeps per micro-batch."""
     single, layer_input = plan.pp == 1, _layer_input(model, plan)
-    loss = loss_workspace(model, plan)
+    loss = loss_workspace(model, plan, stack)
     embed = u.embed_saved * embedding_in_flight(plan)
-    kept_first, kept_last = pipeline_runtime_memory(model, plan)
+    kept_first, kept_last = pipeline_runtime_memory(model, plan, stack)
     first = activation_bytes(model, plan, u.layer_saved, layer_input) + embed + (u.head_saved + loss) * single
     last = activation_bytes(model, plan, u.layer_saved, layer_input, last=True) + u.head_saved + loss + (
         embed * single)
@@ -622,16 +627,16 @@ def buffer_memory(model: ModelSpec, plan: Plan) -> Num:
     weights_in_use = 2 * WEIGHT_BYTES  # per parameter: this layer's and the prefetched one's
     grads_in_transit = WEIGHT_BYTES + plan.grad_bytes  # per parameter: autograd's and the reduce-scatter input
     sharded = (plan.zero == 3) * layer_params(model, plan).total * (weights_in_use + grads_in_transit)
-    gathered = 2 * dims(model, plan).tokens * model.hidden_size * ACT_BYTES
+    gathered = 2 * token_rows(model, plan)[0] * model.hidden_size * ACT_BYTES
     return sharded + gathered * (plan.tp * plan.tp2 > 1)
 
 
-def offloaded_optimizer(model: ModelSpec, plan: Plan) -> Num:
+def offloaded_optimizer(model: ModelSpec, plan: Plan, stack: Stack) -> Num:
     """Host bytes of an offloaded optimizer state (ZeRO-Offload keeps the fp32 state on the host, sharded as
     on the GPU), on the first pipeline rank."""
     if not plan.offload_optimizer:
         return 0.0
-    return model_states(stage_params(model, plan, True), replace(plan, offload_optimizer=False))[2]
+    return model_states(stage_params(model, plan, True), replace(plan, offload_optimizer=False), stack)[2]
 
 
 def offloaded_activations(model: ModelSpec, plan: Plan, u: Units) -> Num:
@@ -647,12 +652,14 @@ def offloaded_activations(model: ModelSpec, plan: Plan, u: Units) -> Num:
     return maximum(first, last)
 
 
-def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, eff: Efficiency = DEFAULT) -> StepCosts:
+def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: Units, eff: Efficiency = DEFAULT
+             ) -> StepCosts:
     """The step from its per-micro-batch units: the busier of the first and the last pipeline rank (``rank_step``:
     its passes, the data-parallel and offload channels beside them, its optimizer step) plus the bubble; and
     memory."""
-    first, last, middle = stage_times(model, plan, u)
-    ends = (rank_step(model, cluster, plan, u, first, False, eff), rank_step(model, cluster, plan, u, last, True, eff))
+    first, last, middle = stage_times(model, plan, stack, u)
+    ends = (rank_step(model, cluster, plan, stack, u, first, False, eff),
+            rank_step(model, cluster, plan, stack, u, last, True, eff))
     use_first = ends[0].total >= ends[1].total
     pick = {f: where(use_first, getattr(ends[0], f), getattr(ends[1], f)) for f in ("dp", "optimizer", "offload")}
     stage = PassTimes(*(where(use_first, getattr(first, f), getattr(last, f)) for f in PassTimes.__slots__))
@@ -660,8 +667,8 @@ def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, eff: Effi
     breakdown = {"compute": m * (stage.fwd + stage.bwd), "recompute": m * stage.recompute, "tp": m * stage.tp,
                  "cp": m * stage.cp, "ep": m * stage.ep, "pp": m * stage.pp,
                  "bubble": bubble_time(plan, first.total, last.total, middle.total)} | pick
-    states_first, states_last = model_state_memory(model, plan)
-    acts_first, acts_last = activation_memory(model, plan, u)
+    states_first, states_last = model_state_memory(model, plan, stack)
+    acts_first, acts_last = activation_memory(model, plan, stack, u)
     buffers = buffer_memory(model, plan)
     mem_first = Memory(*states_first, acts_first, buffers)
     mem_last = Memory(*states_last, acts_last, buffers)
@@ -670,15 +677,15 @@ def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, eff: Effi
     return StepCosts(breakdown=breakdown, step_time=sum(breakdown.values(), 0.0), memory=memory,
                      peak_memory=maximum(mem_first.total, mem_last.total),
                      stage_fwd=stage.fwd, stage_bwd=stage.bwd + stage.recompute,
-                     host_memory=offloaded_optimizer(model, plan) + offloaded_activations(model, plan, u),
+                     host_memory=offloaded_optimizer(model, plan, stack) + offloaded_activations(model, plan, u),
                      ranks=tuple((r.t_f, r.t_b) for r in (first.passes(), middle.passes(), last.passes())),
                      rank_memory=(mem_first.total, mem_last.total), use_first=use_first)
 
 
-def step_costs(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = DEFAULT,
-               parts: _Parts | None = None) -> StepCosts:
+def step_costs(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = DEFAULT_STACK,
+               eff: Efficiency = DEFAULT, parts: _Parts | None = None) -> StepCosts:
     """Step time, its breakdown and memory, without validation (the search validates in bulk)."""
-    return assemble(model, cluster, plan, unit_costs(model, cluster, plan, eff, parts), eff)
+    return assemble(model, cluster, plan, stack, unit_costs(model, cluster, plan, stack, eff, parts), eff)
 
 
 # ---- FLOP accounting --------------------------------------------------------------------------------------
@@ -755,7 +762,7 @@ def plan_flops_per_token(model: ModelSpec, plan: Plan) -> float:
     return model_flops_per_token(model)
 
 
-def recompute_flops_per_token(model: ModelSpec, plan: Plan) -> float:
+def recompute_flops_per_token(model: ModelSpec, plan: Plan, stack: Stack = DEFAULT_STACK) -> float:
     """Extra forward FLOPs per token that recomputation executes (counted like model FLOPs): under full recompute
     the layers' forward (a share of them with ``recompute_layers``) and every MTP depth's but its head; under
     selective recompute the modules' (``module_flops_per_token``, the attention core by its closed form)."""
@@ -772,23 +779,23 @@ def recompute_flops_per_token(model: ModelSpec, plan: Plan) -> float:
             blocks = model.num_attention_layers + model.mtp_layers * _mtp_attention_blocks(model)
             attention = blocks * attention_layer_flops(model)
         others = tuple(m for m in modules if m != "core_attn")
-        return attention + (module_flops_per_token(model, plan, others) if others else 0.0)
+        return attention + (module_flops_per_token(model, plan, stack, others) if others else 0.0)
     return 0.0
 
 
-def module_flops_per_token(model: ModelSpec, plan: Plan, modules: tuple[str, ...]) -> float:
+def module_flops_per_token(model: ModelSpec, plan: Plan, stack: Stack, modules: tuple[str, ...]) -> float:
     """Forward FLOPs per token of the ops the selective recompute of ``modules`` runs again, over all layers: a
     layer's op on one GPU does the work of T/t of the tokens (T = b·s/c on the GPU; column- and row-parallel
     GEMMs split the work t ways, a rank's experts take the k·T/t rows it routes), so per token it is
     flops · t / T, counted once per layer of its kind (the multi-token-prediction depths' layers too)."""
-    d = dims(model, plan)
+    tokens = token_rows(model, plan)[0]
     counts = model.block_counts
     total = 0.0
-    for kind, ops in layer_kinds(model, plan).items():
+    for kind, ops in layer_kinds(model, plan, stack).items():
         again = rerun_by(ops, modules)
         layers = counts[kind] + model.mtp_layers * model.mtp_kinds.count(kind)
         total += layers * sum(op.flops for op, redo in zip(ops, again, strict=True) if redo)
-    return float(total * d.tp / d.tokens)
+    return float(total * plan.tp / tokens)
 
 
 # ---- the public result ------------------------------------------------------------------------------------
@@ -815,6 +822,7 @@ class Estimate:
     model: ModelSpec
     cluster: Cluster
     plan: Plan
+    stack: Stack
     step_time: float
     breakdown: dict[str, float]
     memory: dict[str, float]
@@ -830,7 +838,7 @@ class Estimate:
     def ops(self) -> tuple[OpRow, ...]:
         """The per-op table (computed on first use: the search re-estimates plans that never print it)."""
         eff, parts, units, costs = self.detail
-        return _op_table(self.model, self.cluster, self.plan, eff, parts, bool(costs.use_first))
+        return _op_table(self.model, self.cluster, self.plan, self.stack, eff, parts, bool(costs.use_first))
 
     @property
     def fits(self) -> bool:
@@ -886,6 +894,7 @@ class Estimate:
             "params": self.model.params(), "active_params": self.model.params(active=True),
             "plan": {f.name: getattr(p, f.name) for f in fields(p) if f.name not in ("placement", "tags")}
             | {"placement": list(p.placement), "grad_accum": p.grad_accum},
+            "stack": self.stack.as_dict(),
             "step_time_s": self.step_time, "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_gpu": self.tokens_per_s / self.cluster.num_gpus,
             "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu, "hfu": self.hfu, "mfu_basis": self.mfu_basis,
@@ -902,19 +911,22 @@ class Estimate:
         return out
 
 
-def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = DEFAULT) -> Estimate:
-    """Predict one training step of ``model`` on ``cluster`` under ``plan``.
+def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = DEFAULT_STACK,
+             eff: Efficiency = DEFAULT) -> Estimate:
+    """Predict one training step of ``model`` on ``cluster`` under ``plan``, as the software ``stack`` runs it.
 
     Raises PlanError if the plan is invalid (divisibility, sizes); a plan that does not fit in memory is a
     valid result with ``fits == False`` and its reason.
     """
-    validate(model, cluster, plan)
-    parts = _parts(model, cluster, plan, eff)
-    units = unit_costs(model, cluster, plan, eff, parts)
-    costs = assemble(model, cluster, plan, units, eff)
+    if not isinstance(stack, Stack):  # an Efficiency passed where the stack goes: estimate(..., eff=...)
+        raise TypeError(f"stack must be a Stack, not {type(stack).__name__} (pass the efficiency as eff=)")
+    validate(model, cluster, plan, stack)
+    parts = _parts(model, cluster, plan, stack, eff)
+    units = unit_costs(model, cluster, plan, stack, eff, parts)
+    costs = assemble(model, cluster, plan, stack, units, eff)
     tokens = plan.global_batch * model.seq_length
     model_flops = plan_flops_per_token(model, plan) * tokens
-    hardware_flops = model_flops + recompute_flops_per_token(model, plan) * tokens
+    hardware_flops = model_flops + recompute_flops_per_token(model, plan, stack) * tokens
     capacity = cluster.accelerator.hbm_bytes
     reasons: tuple[str, ...] = ()
     if costs.peak_memory > capacity:
@@ -922,7 +934,7 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = D
     if costs.host_memory > cluster.host_memory:
         reasons += (f"offloaded {fmt_bytes(costs.host_memory)} > {fmt_bytes(cluster.host_memory)} host memory "
                     "per GPU",)
-    return Estimate(model=model, cluster=cluster, plan=plan, step_time=float(costs.step_time),
+    return Estimate(model=model, cluster=cluster, plan=plan, stack=stack, step_time=float(costs.step_time),
                     breakdown={k: float(v) for k, v in costs.breakdown.items()},
                     memory={k: float(v) for k, v in costs.memory.items()}, peak_memory=float(costs.peak_memory),
                     host_memory=float(costs.host_memory),
@@ -931,8 +943,8 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency = D
                     reasons=reasons, detail=(eff, parts, units, costs))
 
 
-def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, parts: _Parts, first: bool
-              ) -> tuple[OpRow, ...]:
+def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency, parts: _Parts,
+              first: bool) -> tuple[OpRow, ...]:
     """Every op with its time per occurrence and how many times the busiest rank runs it per step: the first
     (its layers and the embedding) or the last (its layers, the head and the multi-token-prediction depths, each a
     layer of ``mtp_kinds`` and the head again); a single stage runs all of them."""

@@ -28,6 +28,7 @@ from meshplan.estimate import (
 from meshplan.groups import expert_layout, send_stride
 from meshplan.hardware import Cluster
 from meshplan.model import ModelSpec
+from meshplan.stack import Stack
 from meshplan.xp import where
 
 
@@ -75,8 +76,9 @@ def _key_batch(batch: PlanBatch, first: np.ndarray) -> PlanBatch:
                      **{k: getattr(batch, k) for k in CATEGORICAL if k not in _GRID_SETTINGS})
 
 
-def _units_of(model: ModelSpec, cluster: Cluster, keyed: PlanBatch, compute: dict[str, list[np.ndarray | None]],
-              recomputes: tuple[str, ...], eff: Efficiency) -> tuple[dict[str, Units], dict[str, np.ndarray]]:
+def _units_of(model: ModelSpec, cluster: Cluster, keyed: PlanBatch, stack: Stack,
+              compute: dict[str, list[np.ndarray | None]], recomputes: tuple[str, ...], eff: Efficiency
+              ) -> tuple[dict[str, Units], dict[str, np.ndarray]]:
     """Units of every row of ``keyed`` for each recompute mode (lean: the forward, backward and total times of
     each pass are all the ranking needs), and each row's SUMMA panel count per mode. ``compute``: the rows'
     compute-op times (``_rows_of``).
@@ -93,8 +95,8 @@ def _units_of(model: ModelSpec, cluster: Cluster, keyed: PlanBatch, compute: dic
         rows = np.flatnonzero(count > j)
         nb = options[rows, j]
         some = replace(keyed.select(rows) if j else keyed, summa_panels=nb)
-        parts = _parts(model, cluster, some, eff, _rows_of(compute, rows) if j else compute)
-        for rc, full in units_for_recomputes(model, cluster, some, parts, recomputes, eff).items():
+        parts = _parts(model, cluster, some, stack, eff, _rows_of(compute, rows) if j else compute)
+        for rc, full in units_for_recomputes(model, some, stack, parts, recomputes, eff).items():
             units = _lean(full)
             if not j:
                 best[rc], best_nb[rc] = units, nb
@@ -132,13 +134,13 @@ class KeyUnits:
     its SUMMA panel count and its tier splits (an index into the split tuples met so far), packed into one
     integer; the codes seen so far are kept sorted, beside where each key's units are stored."""
 
-    def __init__(self, model: ModelSpec, cluster: Cluster, pool: PlanBatch, recomputes: tuple[str, ...],
+    def __init__(self, model: ModelSpec, cluster: Cluster, pool: PlanBatch, stack: Stack, recomputes: tuple[str, ...],
                  eff: Efficiency) -> None:
-        self.model, self.cluster, self.recomputes, self.eff = model, cluster, recomputes, eff
+        self.model, self.cluster, self.stack, self.recomputes, self.eff = model, cluster, stack, recomputes, eff
         shape_first, self.shape_of = distinct(np.stack([getattr(pool, k) for k in SHAPE_KEYS]))
         shaped = _key_batch(pool, shape_first)
-        self.compute, self.n_shapes = compute_times(model, cluster, shaped, eff), len(shape_first)  # per shape
-        self.shapes = _units_of(model, cluster, shaped, _rows_of(self.compute, slice(None), self.n_shapes),
+        self.compute, self.n_shapes = compute_times(model, cluster, shaped, stack, eff), len(shape_first)
+        self.shapes = _units_of(model, cluster, shaped, stack, _rows_of(self.compute, slice(None), self.n_shapes),
                                 recomputes, eff)[0]
         self._panel_radix = model.hidden_size + 1  # panels: at most the hidden size (SUMMA's divide it; 1D's = tp)
         self._split_radix = 2**62 // (self.n_shapes * self._panel_radix)
@@ -187,8 +189,8 @@ class KeyUnits:
     def _add(self, key: np.ndarray, batch: PlanBatch, rows: np.ndarray, shapes: np.ndarray) -> np.ndarray:
         """Price the keys of ``batch``'s ``rows`` (a plan each, codes ``key``), store them, return their slots."""
         compute = _rows_of(self.compute, shapes, self.n_shapes)
-        units, panels = _units_of(self.model, self.cluster, _key_batch(batch, rows), compute, self.recomputes,
-                                  self.eff)
+        units, panels = _units_of(self.model, self.cluster, _key_batch(batch, rows), self.stack, compute,
+                                  self.recomputes, self.eff)
         slots = self.priced + np.arange(len(key))
         for rc in self.recomputes:
             self._units[rc] = _stored(self._units.get(rc), slots, units[rc])

@@ -21,6 +21,7 @@ from functools import lru_cache
 
 from meshplan.model import ModelSpec
 from meshplan.plan import Plan
+from meshplan.stack import Stack
 from meshplan.xp import Num, maximum, minimum, where
 
 OPTIMIZER_BYTES = 12  # fp32 master weights + Adam m and v
@@ -205,7 +206,7 @@ def mtp_params(model: ModelSpec, plan: Plan) -> StageParams:
     return StageParams(dense=copies * own + embedding, expert=copies * sum(b.expert for b in blocks))
 
 
-def model_states(params: StageParams, plan: Plan) -> tuple[Num, Num, Num]:
+def model_states(params: StageParams, plan: Plan, stack: Stack) -> tuple[Num, Num, Num]:
     """(weights, gradients, optimizer) bytes per GPU under ZeRO stage ``plan.zero``; under LoRA gradients and
     optimizer state exist for the adapters only (``trainable``)."""
     n_dense = plan.dp * plan.cp
@@ -219,12 +220,12 @@ def model_states(params: StageParams, plan: Plan) -> tuple[Num, Num, Num]:
 
     train = trainable(params, plan)
     weights = sharded(3, WEIGHT_BYTES)
-    grads = sharded(2, plan.grad_bytes, train) * chunk_gradient_share(plan)
+    grads = sharded(2, plan.grad_bytes, train) * chunk_gradient_share(plan, stack)
     optimizer = 0.0 if plan.offload_optimizer else sharded(1, OPTIMIZER_BYTES, train)
     return weights, grads, optimizer
 
 
-def chunk_gradient_share(plan: Plan) -> Num:
+def chunk_gradient_share(plan: Plan, stack: Stack) -> Num:
     """Share of a rank's unsharded gradients alive at its memory peak: 1, except under the torch pipeline runtime
     with ZeRO-1 (torchtitan's FSDP2 with pipeline parallelism: weights kept unsharded across micro-batches,
     gradients accumulated unsharded and reduce-scattered on the chunk's last backward). There each model chunk is
@@ -236,7 +237,7 @@ def chunk_gradient_share(plan: Plan) -> Num:
     m / rounds micro-batches, so with a single round (m < 2p) a rank backpropagates its chunks one after the other
     and 1/v of its gradients is alive at a time; with more rounds, all of them. (ZeRO-1 under the torch runtime
     stands for this FSDP2 use; a ZeRO-1 optimizer beside DDP, whose gradients stay unsharded, is not modelled.)"""
-    if plan.pipeline_runtime != "torch" or plan.zero != 1:
+    if stack.pipeline_runtime != "torch" or plan.zero != 1:
         return 1.0
     one_round = (plan.vpp > 1) & (plan.grad_accum < 2 * plan.pp)
     return where(one_round, 1.0 / plan.vpp, 1.0)

@@ -26,12 +26,12 @@ Sources:
   GShard; Megatron-Core MoE), routing assumed balanced (the NVIDIA benchmark tables force-balance it).
 - Mixed-precision Adam: fp32 master weights and two moments, 12 bytes per parameter (Rajbhandari et al.
   2020, ZeRO §3).
-- Eager PyTorch (``plan.fusion = "eager"``) and PyTorch's cross-entropy (``plan.cross_entropy = "pytorch"``):
+- Eager PyTorch (``stack.fusion = "eager"``) and PyTorch's cross-entropy (``stack.cross_entropy = "pytorch"``):
   the extra kernels of the unfused aten op sequences, counted kernel by kernel in ``EAGER`` below.
-- flash-attn's varlen interface (``plan.varlen_attention``): the gathers and scatters that pack the rows around
-  the kernel (``varlen_padding``); a fused QKV projection split with torch.split (``plan.qkv_concat``): the
+- flash-attn's varlen interface (``stack.varlen_attention``): the gathers and scatters that pack the rows around
+  the kernel (``varlen_padding``); a fused QKV projection split with torch.split (``stack.qkv_concat``): the
   concatenation of the q, k, v gradients in the backward pass (``qkv_concat``).
-- PyTorch FSDP (``plan.fsdp``): the HBM traffic that prepares each micro-batch's gradients for their reduction
+- PyTorch FSDP (``stack.fsdp``): the HBM traffic that prepares each micro-batch's gradients for their reduction
   (flat-gradient cat, reduce-dtype cast, pre-divide), read from torch/distributed/fsdp (``fsdp_grad_bytes``).
 """
 
@@ -44,6 +44,7 @@ from meshplan.comm import Collective
 from meshplan.memory import kind_params
 from meshplan.model import ModelSpec
 from meshplan.plan import Plan
+from meshplan.stack import Stack
 from meshplan.xp import Num
 
 ACT_BYTES = 2  # bf16 activations
@@ -80,7 +81,7 @@ class OpCost:
     # of one group, ``groups`` of them; FLOPs and bytes are the totals. Flash attention: the kernel calls the op
     # is split into (ring context parallelism: one per step, each over n / groups keys)
     groups: Num = 1.0
-    kernel: str = ""  # flash attention: the kernel family of the stack (plan.attention_kernel), efficiency.py
+    kernel: str = ""  # flash attention: the kernel family of the stack (stack.attention_kernel), efficiency.py
     window: Num = 0.0  # flash attention in a sliding window of this many keys (ModelSpec.sliding_window); 0: none
     # kernels the host launches one by one with the GPU waiting on it (per-expert GEMMs right after the
     # tokens-per-expert sync): the op takes at least launches × Efficiency.host_launch (roofline.op_time)
@@ -98,18 +99,24 @@ class Dims:
     micro_batch: Num
     grad_bytes: int
     dropout: bool
-    eager: bool = False  # plan.fusion == "eager"
+    stack: Stack  # how the software stack runs the ops (stack.py)
+    eager: bool = False  # stack.fusion == "eager"
 
 
-def dims(model: ModelSpec, plan: Plan) -> Dims:
+def token_rows(model: ModelSpec, plan: Plan) -> tuple[Num, Num]:
     """T = b·s/(c·tp2) rows per GPU (tp2 = 1 outside the summa layout); Tsp = T/t where the residual stream
     is sharded t-ways (sequence parallelism, or the summa layout's feature split)."""
     tokens = plan.micro_batch * model.seq_length / (plan.cp * plan.tp2)
     sharded = plan.sequence_parallel or plan.tensor_layout == "summa"
-    tokens_sp = tokens / plan.tp if sharded else tokens
+    return tokens, tokens / plan.tp if sharded else tokens
+
+
+def dims(model: ModelSpec, plan: Plan, stack: Stack) -> Dims:
+    """The rows (``token_rows``) and sizes the ops of one micro-batch on one GPU see, and the stack that runs them."""
+    tokens, tokens_sp = token_rows(model, plan)
     return Dims(tokens=tokens, tokens_sp=tokens_sp, tp=plan.tp, seq=model.seq_length,
-                micro_batch=plan.micro_batch, grad_bytes=plan.grad_bytes, dropout=model.dropout,
-                eager=plan.fusion == "eager")
+                micro_batch=plan.micro_batch, grad_bytes=plan.grad_bytes, dropout=model.dropout, stack=stack,
+                eager=stack.fusion == "eager")
 
 
 # ---- building blocks -------------------------------------------------------------------------------------
@@ -258,9 +265,9 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     full = 2.0 * T * s * heads * (d_qk + d_v)
     qkv_elems, out_elems = attention_elems(model, d)
     saved_qkv = qkv_elems * a
-    if plan.flash_attention:
+    if d.stack.flash_attention:
         shape = {"m": T * heads, "n": s, "k": d_qk, "variant": "flash_causal" if model.causal else "flash",
-                 "kernel": plan.attention_kernel, "groups": plan.cp if plan.cp_comm == "ring" else 1}
+                 "kernel": d.stack.attention_kernel, "groups": plan.cp if d.stack.cp_comm == "ring" else 1}
         saved = saved_qkv + T * heads * FP32  # q, k, v and the log-sum-exp
         windowed = model.window_share
         ops = []
@@ -339,7 +346,7 @@ def kv_exchange(name: str, axis: str, group: Num, how: str, chunk: Num) -> list[
 
 def context_exchange(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     """K/V exchange across the context-parallel ranks (none when c = 1: a group of one costs nothing)."""
-    return kv_exchange("attn/cp_kv", "cp", plan.cp, plan.cp_comm, kv_chunk(model, d))
+    return kv_exchange("attn/cp_kv", "cp", plan.cp, d.stack.cp_comm, kv_chunk(model, d))
 
 
 def attention_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
@@ -484,8 +491,8 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     ops += elementwise("moe/unpermute", routed * k * h, routed * h, 2.0)
     # E/e local experts, each an (etp·k·T/t · e/E)-row GEMM: grouped GEMMs (balanced routing)
     ops += host_launched(mlp_gemms("moe/experts", model, rows, model.moe_ffn_hidden_size / plan.etp, d,
-                                   groups=model.num_experts / plan.ep, width=h), plan)
-    ops += grouped_mlp_eager(model, plan, rows, model.moe_ffn_hidden_size / plan.etp)
+                                   groups=model.num_experts / plan.ep, width=h), d.stack)
+    ops += grouped_mlp_eager(model, d.stack, rows, model.moe_ffn_hidden_size / plan.etp)
     if latent:
         ops += gemm("moe/latent_out", routed, latent, model.hidden_size, d)
     if model.shared_expert_ffn_size:
@@ -496,8 +503,8 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     return ops
 
 
-def grouped_mlp_eager(model: ModelSpec, plan: Plan, rows: Num, ffn: Num) -> list[OpCost]:
-    """What Megatron-Core's TEGroupedMLP (the per-expert path, ``plan.expert_gemm = "per_expert"``) runs as eager
+def grouped_mlp_eager(model: ModelSpec, stack: Stack, rows: Num, ffn: Num) -> list[OpCost]:
+    """What Megatron-Core's TEGroupedMLP (the per-expert path, ``stack.expert_gemm = "per_expert"``) runs as eager
     PyTorch kernels around its fused ones, ``rows`` routed rows of F = ``ffn`` (per etp shard) on this GPU, in bf16
     (the router's probabilities keep the activations' dtype without moe_router_dtype; GPTOSSProvider sets none):
 
@@ -515,9 +522,9 @@ def grouped_mlp_eager(model: ModelSpec, plan: Plan, rows: Num, ffn: Num) -> list
       a cat (2H), then the bias gradient (a product and its column sum, 3H). fc1's bias is added in the grouped
       GEMM (Transformer Engine GroupedLinear, skip_bias_add false), for free.
     A fused grouped MLP (``"grouped"``: Transformer Engine's CuTeDSL kernel applies the clamp and the scaled bias
-    in its epilogues) runs none of these, nor does a stack of eager PyTorch (``plan.fusion = "eager"``), whose
+    in its epilogues) runs none of these, nor does a stack of eager PyTorch (``stack.fusion = "eager"``), whose
     experts are not Megatron-Core's (``eager_layer``). The host time of the per-expert launches is not priced."""
-    if plan.expert_gemm != "per_expert" or plan.fusion != "fused":
+    if stack.expert_gemm != "per_expert" or stack.fusion != "fused":
         return []
     a, h = ACT_BYTES, model.moe_width
     ops = []
@@ -531,8 +538,8 @@ def grouped_mlp_eager(model: ModelSpec, plan: Plan, rows: Num, ffn: Num) -> list
     return ops
 
 
-def host_launched(ops: list[OpCost], plan: Plan) -> list[OpCost]:
-    """Mark the kernels of per-expert GEMMs (``plan.expert_gemm = "per_expert"``) as host-launched.
+def host_launched(ops: list[OpCost], stack: Stack) -> list[OpCost]:
+    """Mark the kernels of per-expert GEMMs (``stack.expert_gemm = "per_expert"``) as host-launched.
 
     Dropless MoE learns how many tokens each local expert got only on the device; Megatron-Core's token
     dispatcher copies the counts to the host (a device-to-host sync) before it can split the rows, and
@@ -543,7 +550,7 @@ def host_launched(ops: list[OpCost], plan: Plan) -> list[OpCost]:
     the GPU waits on these launches whenever each expert's GEMM is shorter than the host's time to issue it.
     Kernels per expert and pass: the GEMM (here), and with low precision its quantization (forward and
     input-gradient passes; ``low_precision_casts`` gives those cast ops their own launches)."""
-    if plan.expert_gemm != "per_expert":
+    if stack.expert_gemm != "per_expert":
         return ops
     return [replace(op, launches=op.groups) if op.kind == "gemm" else op for op in ops]
 
@@ -717,11 +724,11 @@ def eager_layer(model: ModelSpec, plan: Plan, d: Dims, moe: bool = False) -> lis
     return ops
 
 
-def quantize_bytes(plan: Plan) -> float:
+def quantize_bytes(plan: Plan, stack: Stack) -> float:
     """HBM bytes per element to quantize a GEMM operand (``low_precision_casts``): read the 16-bit tensor (twice
     when its scale comes from its own amax) and write a row-wise and a column-wise low-precision copy."""
     low = LOW_PRECISION_BYTES[plan.precision]
-    amax = plan.precision == "fp4" or (plan.precision == "fp8" and plan.fp8_scaling == "current")
+    amax = plan.precision == "fp4" or (plan.precision == "fp8" and stack.fp8_scaling == "current")
     return ACT_BYTES * (2 if amax else 1) + 2 * low
 
 
@@ -729,14 +736,14 @@ BLOCK_SCALED = ("mxfp8", "fp4")  # formats with a scale per block of 32 / 16 ele
 SIXTEEN_BIT = ("bf16", "ssd")  # GEMM variants outside the low-precision region (the LM head, Mamba's SSD products)
 
 
-def cast(name: str, phase: str, elems: Num, plan: Plan, launches: Num = 0.0) -> OpCost:
+def cast(name: str, phase: str, elems: Num, plan: Plan, stack: Stack, launches: Num = 0.0) -> OpCost:
     """The quantization of ``elems`` elements of a GEMM operand before the GEMM ``name`` (``quantize_bytes``)."""
     variant = "block_scaled" if plan.precision in BLOCK_SCALED else ""
-    return OpCost(name + "/cast", phase, "memory", 0.0, quantize_bytes(plan) * elems, launches=launches,
+    return OpCost(name + "/cast", phase, "memory", 0.0, quantize_bytes(plan, stack) * elems, launches=launches,
                   variant=variant)
 
 
-def low_precision_casts(ops: list[OpCost], plan: Plan) -> list[OpCost]:
+def low_precision_casts(ops: list[OpCost], plan: Plan, stack: Stack) -> list[OpCost]:
     """With fp8 / fp4 GEMMs (Transformer Engine), each GEMM's activation operand is quantized before the
     forward GEMM and its output gradient before the backward GEMMs, each to a row-wise and a transposed
     (column-wise) copy for the weight-gradient GEMM (TE ``cast_transpose``): read 2 bytes, write 2 × the
@@ -744,13 +751,13 @@ def low_precision_casts(ops: list[OpCost], plan: Plan) -> list[OpCost]:
     which is neglected. GEMMs marked ``variant="bf16"`` (the LM head) stay in 16 bits.
     Memory: TE's linear layers keep the quantized input for the weight gradient instead of the 16-bit one, so
     each GEMM's saved input shrinks to the low-precision bytes; every stack but torchtitan's
-    (``plan.cross_entropy = "pytorch"``) runs TE (Megatron-Core, NeMo, llm-foundry's fp8). torchao's Float8Linear
+    (``stack.cross_entropy = "pytorch"``) runs TE (Megatron-Core, NeMo, llm-foundry's fp8). torchao's Float8Linear
     (torchtitan) keeps the 16-bit input and re-quantizes it in the backward pass, which its published peak memory
     confirms (8B FSDP: 76.8 GiB with float8 against 82.4 bf16, not the ~30 % less an fp8 copy would give). With
     LoRA the bf16 adapters re-read the 16-bit input, which stays.
     Host-launched GEMMs (per-expert MoE, ``host_launched``) launch one quantization per expert as well.
     A scale taken from the tensor itself needs its amax before the cast, one more read of the 16-bit tensor: fp8
-    current scaling (``plan.fp8_scaling``) and NVFP4's per-tensor global scale ("the extra memory pass for
+    current scaling (``stack.fp8_scaling``) and NVFP4's per-tensor global scale ("the extra memory pass for
     per-tensor amax computation", Transformer Engine docs, GEMM profiling tutorial; there, on an H200, a layer's
     GEMMs with their quantization take 20.29 ms under current scaling against 18.98 ms under delayed scaling).
     Simplified: Blackwell reads a per-tensor fp8 operand column-wise, so there one copy would do; with sequence
@@ -761,9 +768,9 @@ def low_precision_casts(ops: list[OpCost], plan: Plan) -> list[OpCost]:
         return ops
     # the quantized operand: the input X (m×k) forward, the output gradient dY backward (the bwd_x record is
     # (m×n)·(n×k) with n and k swapped, so again m×k)
-    casts = [cast(op.name, op.phase, op.groups * op.m * op.k, plan, op.launches)
+    casts = [cast(op.name, op.phase, op.groups * op.m * op.k, plan, stack, op.launches)
              for op in ops if op.kind == "gemm" and op.phase in ("fwd", "bwd_x") and op.variant not in SIXTEEN_BIT]
-    if plan.cross_entropy != "pytorch" and plan.finetune != "lora":
+    if stack.cross_entropy != "pytorch" and plan.finetune != "lora":
         ops = [replace(op, saved=op.saved * low / ACT_BYTES)
                if op.kind == "gemm" and op.phase == "fwd" and op.variant not in SIXTEEN_BIT else op for op in ops]
     return ops + casts
@@ -800,7 +807,7 @@ UNPAD_KERNELS = 8  # kernels of one flash_attn.bert_padding.unpad_input call (va
 
 
 def varlen_padding(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
-    """The copies around a FlashAttention call through flash-attn's varlen interface (``plan.varlen_attention``;
+    """The copies around a FlashAttention call through flash-attn's varlen interface (``stack.varlen_attention``;
     flash_attn/bert_padding.py, as llm-foundry's MPT ``flash_attn_fn`` uses it), per element of the query, key and
     value and of the output (``attention_elems``, this GPU's heads):
     forward: ``unpad_input`` gathers each of q, k, v into packed rows (``IndexFirstAxis``: torch.gather, read 2 +
@@ -816,7 +823,7 @@ def varlen_padding(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     mask, nonzero's count and select, max, cumsum, F.pad's fill and copy, the gather), three calls per layer. The
     forward record takes at least that many host launches (``launches``, priced at ``Efficiency.host_launch`` as
     the per-expert MoE path after its tokens-per-expert sync: roofline.op_time); the backward has no sync."""
-    if not plan.varlen_attention:
+    if not d.stack.varlen_attention:
         return []
     qkv, out = attention_elems(model, d)
     a = ACT_BYTES
@@ -826,17 +833,17 @@ def varlen_padding(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
 
 
 def qkv_concat(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
-    """The backward of torch.split on the fused QKV projection's output (``plan.qkv_concat``): autograd's
+    """The backward of torch.split on the fused QKV projection's output (``stack.qkv_concat``): autograd's
     SplitWithSizesBackward concatenates the separate q, k and v gradients into one tensor, reading and writing
     2 + 2 bytes per element of q, k and v (this GPU's heads). MLA has no fused QKV projection to split."""
-    if not plan.qkv_concat or model.is_mla:
+    if not d.stack.qkv_concat or model.is_mla:
         return []
     qkv, _ = attention_elems(model, d)
     return [OpCost("attn/qkv_concat", "bwd_x", "memory", 0.0, 2 * ACT_BYTES * qkv)]
 
 
 # ---- PyTorch FSDP: preparing each micro-batch's gradients for the reduce-scatter -------------------------------
-def fsdp_grad_bytes(plan: Plan) -> int:
+def fsdp_grad_bytes(plan: Plan, stack: Stack) -> int:
     """HBM bytes per unsharded parameter that PyTorch FSDP reads and writes on the GPU, every micro-batch (FSDP
     reduces the gradients after each backward pass unless ``no_sync``), to turn the weight gradients into the
     reduction's input (g = ``plan.grad_bytes``, the reduce dtype; the weights and their gradients are bf16 under
@@ -857,27 +864,27 @@ def fsdp_grad_bytes(plan: Plan) -> int:
     unit's transient unsharded gradient and its reduce-dtype copy, (2 + g) bytes per parameter of one unit.
     """
     g = plan.grad_bytes
-    if plan.fsdp == "fsdp1":
+    if stack.fsdp == "fsdp1":
         return 2 * ACT_BYTES + (ACT_BYTES + g if g != ACT_BYTES else 0) + 2 * g
-    if plan.fsdp == "fsdp2":
+    if stack.fsdp == "fsdp2":
         return ACT_BYTES + g
     return 0
 
 
-def fsdp_grad_prep(name: str, params: Num, plan: Plan) -> list[OpCost]:
+def fsdp_grad_prep(name: str, params: Num, plan: Plan, stack: Stack) -> list[OpCost]:
     """The memory-bound op of ``fsdp_grad_bytes`` over ``params`` (this GPU's unsharded parameters of the unit) in
     the backward pass; nothing when no FSDP shards the model. Under LoRA the frozen weights have no gradient, and
     ``lora`` drops it with the other weight-gradient work."""
-    per_param = fsdp_grad_bytes(plan)
+    per_param = fsdp_grad_bytes(plan, stack)
     return [OpCost(f"{name}/fsdp_grad", "bwd_w", "memory", 0.0, per_param * params)] if per_param else []
 
 
-def layer_fsdp_grad(model: ModelSpec, plan: Plan, kind: str) -> list[OpCost]:
+def layer_fsdp_grad(model: ModelSpec, plan: Plan, stack: Stack, kind: str) -> list[OpCost]:
     """``fsdp_grad_prep`` over one layer's parameters on this GPU (``memory.kind_params``: a MoE layer with its
     local experts)."""
-    if plan.fsdp == "none":
+    if stack.fsdp == "none":
         return []
-    return fsdp_grad_prep("layer", kind_params(model, plan, kind).total, plan)
+    return fsdp_grad_prep("layer", kind_params(model, plan, kind).total, plan, stack)
 
 
 def stack_extras(model: ModelSpec, plan: Plan, d: Dims, kind: str) -> list[OpCost]:
@@ -888,42 +895,42 @@ def stack_extras(model: ModelSpec, plan: Plan, d: Dims, kind: str) -> list[OpCos
                                                                                         "attention") else []
     if model.is_hybrid and kind == "moe":
         attention = []
-    return attention + layer_fsdp_grad(model, plan, kind)
+    return attention + layer_fsdp_grad(model, plan, d.stack, kind)
 
 
-def dense_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
+def dense_layer(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     """One transformer layer with a dense MLP, one micro-batch, one GPU."""
-    d = dims(model, plan)
+    d = dims(model, plan, stack)
     if plan.tensor_layout == "summa":
         from meshplan.ops2d import summa_layer
 
         return lora(summa_layer(model, plan, d) + stack_extras(model, plan, d, "dense"), plan, d)
     return low_precision_casts(lora(attention_block(model, plan, d) + mlp_block(model, plan, d)
                                     + eager_layer(model, plan, d) + stack_extras(model, plan, d, "dense"), plan, d),
-                               plan)
+                               plan, stack)
 
 
-def moe_layer(model: ModelSpec, plan: Plan) -> list[OpCost]:
-    d = dims(model, plan)
+def moe_layer(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
+    d = dims(model, plan, stack)
     return low_precision_casts(lora(attention_block(model, plan, d) + moe_block(model, plan, d)
                                     + eager_layer(model, plan, d, moe=True) + stack_extras(model, plan, d, "moe"),
-                                    plan, d), plan)
+                                    plan, d), plan, stack)
 
 
-def hybrid_block(model: ModelSpec, plan: Plan, kind: str) -> list[OpCost]:
+def hybrid_block(model: ModelSpec, plan: Plan, stack: Stack, kind: str) -> list[OpCost]:
     """One block of a hybrid model (``ModelSpec.layer_pattern``), one micro-batch, one GPU: its pre-norm, mixer
     and residual. Fused kernels only (plan.check refuses eager, SUMMA and LoRA plans for a hybrid)."""
-    d = dims(model, plan)
+    d = dims(model, plan, stack)
     block = {"mamba": mamba_block, "attention": attention_block, "mlp": mlp_block, "moe": moe_block}[kind]
-    return low_precision_casts(block(model, plan, d) + stack_extras(model, plan, d, kind), plan)
+    return low_precision_casts(block(model, plan, d) + stack_extras(model, plan, d, kind), plan, stack)
 
 
-def layer_kinds(model: ModelSpec, plan: Plan) -> dict[str, list[OpCost]]:
+def layer_kinds(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCost]]:
     """The ops of one layer of each kind the model has (``ModelSpec.block_counts``)."""
     if model.is_hybrid:
-        return {kind: hybrid_block(model, plan, kind) for kind in model.block_counts}
+        return {kind: hybrid_block(model, plan, stack, kind) for kind in model.block_counts}
     builders = {"dense": dense_layer, "moe": moe_layer}
-    return {kind: builders[kind](model, plan) for kind in model.block_counts}
+    return {kind: builders[kind](model, plan, stack) for kind in model.block_counts}
 
 
 # ---- first and last pipeline stage ------------------------------------------------------------------------
@@ -935,15 +942,15 @@ def lookup(name: str, elems: Num, d: Dims, mask: Num = 0.0) -> list[OpCost]:
             OpCost(name, "bwd_w", "memory", elems, elems * ACT_BYTES + elems * 2 * d.grad_bytes)]
 
 
-def embedding_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
+def embedding_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     """Vocabulary-parallel embedding lookup (first stage): gather rows, all-reduce (reduce-scatter with SP)
     across TP; the backward scatter-adds into the table's gradient."""
-    d = dims(model, plan)
+    d = dims(model, plan, stack)
     h = model.hidden_size
     elems = d.tokens * h
     mask = d.tokens_sp * h * MASK_BYTES if d.dropout else 0.0
     ops = lookup("embed/lookup", elems, d, mask) + vocab_parallel_reduce("embed/tp", elems, plan)
-    ops += fsdp_grad_prep("embed", model.embedding_params() / plan.tp, plan)
+    ops += fsdp_grad_prep("embed", model.embedding_params() / plan.tp, plan, stack)
     return lora(ops, plan, d)
 
 
@@ -957,15 +964,15 @@ def vocab_parallel_reduce(name: str, elems: Num, plan: Plan) -> list[OpCost]:
             collective(name, "bwd_x", "all_gather", elems * ACT_BYTES, "tp", plan.tp, "tp")]
 
 
-def head_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
+def head_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     """Final norm, vocabulary-parallel LM head (H → V/t), cross-entropy (last stage) and the trainer's metric
     cross-entropies (``train_metrics``).
 
-    The loss's traffic and what it keeps depend on ``plan.cross_entropy`` (``loss_ops``): Megatron's upcasts the
+    The loss's traffic and what it keeps depend on ``stack.cross_entropy`` (``loss_ops``): Megatron's upcasts the
     logits to fp32 and keeps them for the backward pass, 4·T·V/t bytes (Korthikanti et al. 2022 §4.1, "4sbv/t" for
     the output layer), with three small all-reduces (max, sum, target logit) of T fp32 values each across TP.
     """
-    d = dims(model, plan)
+    d = dims(model, plan, stack)
     vocab = model.vocab_size / d.tp
     logits = d.tokens * vocab
     ops = norm("head/norm", model, d)
@@ -973,19 +980,19 @@ def head_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
     # the output layer is outside Transformer Engine's fp8 region: it runs in 16 bits whatever the plan's precision
     ops += [replace(op, variant="bf16") for op in gemm("head/logits", d.tokens, model.hidden_size, vocab, d,
                                                         saved=d.tokens_sp * model.hidden_size * ACT_BYTES)]
-    ops += loss_ops(plan, logits, d.tokens)
+    ops += loss_ops(stack, logits, d.tokens)
     ops.append(collective("head/loss_tp", "fwd", "all_reduce", 3 * d.tokens * FP32, "tp", plan.tp))
-    if plan.train_metrics:
-        ops.append(train_metrics(plan.train_metrics, logits))
-    if plan.cross_entropy == "pytorch":
+    if stack.train_metrics:
+        ops.append(train_metrics(stack.train_metrics, logits))
+    if stack.cross_entropy == "pytorch":
         ops += eager_op("head/loss", "cross_entropy", logits)
     if d.eager:
         ops += eager_op("head/norm", model.norm, d.tokens_sp * model.hidden_size)
-    ops += fsdp_grad_prep("head", model.head_params() / plan.tp, plan)
+    ops += fsdp_grad_prep("head", model.head_params() / plan.tp, plan, stack)
     return lora(ops, plan, d)
 
 
-def mtp_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
+def mtp_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     """What one multi-token-prediction depth (``ModelSpec.mtp_layers``; Megatron-Core MultiTokenPredictionLayer) runs
     on the last stage besides its layer and the head: the lookup of the next tokens' embeddings (the shared
     vocabulary-parallel table, its rows reduced across TP as the first stage's are: the MTP layer calls the same
@@ -997,7 +1004,7 @@ def mtp_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
     keep_mtp_spec_in_bf16), and its loss is scaled, not skipped."""
     if not model.mtp_layers:
         return []
-    d = dims(model, plan)
+    d = dims(model, plan, stack)
     h = model.hidden_size
     elems = d.tokens * h
     ops = lookup("mtp/embed_lookup", elems, d) + vocab_parallel_reduce("mtp/embed_tp", elems, plan)
@@ -1007,14 +1014,14 @@ def mtp_ops(model: ModelSpec, plan: Plan) -> list[OpCost]:
     return ops + tp_exit("mtp/eh_proj/tp_out", model, plan, d)
 
 
-def loss_ops(plan: Plan, logits: Num, tokens: Num) -> list[OpCost]:
+def loss_ops(stack: Stack, logits: Num, tokens: Num) -> list[OpCost]:
     """The cross-entropy over this GPU's logits, forward and backward. Megatron's vocabulary-parallel loss (and the
     fused part of PyTorch's, whose extra eager kernels ``EAGER["cross_entropy"]`` adds): reads the 16-bit logits,
     keeps an fp32 softmax (4 bytes per logit saved), backward reads it and writes the gradient. ``"flash"``:
     flash-attn's CrossEntropyLoss (csrc/xentropy, from apex's contrib xentropy kernel) reads the 16-bit logits
     twice (``cunn_SoftMaxXEntropyForward``: max and sum, then Σexp) and keeps them with one fp32 log-sum-exp per
     token; its backward (``cunn_SoftMaxXEntropyBackward``) re-reads them and writes the 16-bit gradient."""
-    if plan.cross_entropy == "flash":
+    if stack.cross_entropy == "flash":
         return [OpCost("head/loss", "fwd", "memory", 6.0 * logits, logits * 2 * ACT_BYTES,
                        logits * ACT_BYTES + tokens * FP32),
                 OpCost("head/loss", "bwd_x", "memory", 2.0 * logits, logits * 2 * ACT_BYTES)]
@@ -1033,14 +1040,14 @@ def train_metrics(count: Num, logits: Num) -> OpCost:
     return OpCost("head/metrics", "bwd_x", "memory", 5.0 * count * logits, count * logits * per_logit)
 
 
-def pipeline_p2p(model: ModelSpec, plan: Plan) -> list[OpCost]:
+def pipeline_p2p(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     """Activations to the next stage forward and their gradients back, once per micro-batch and model chunk.
 
     Each tensor-parallel rank sends 1/t of the tensor over its own NIC: the sequence-parallel shard, or
     without sequence parallelism Megatron's scatter/gather optimisation (Narayanan et al. 2021 §4.1: split
     the replicated activation t ways, send the slices in parallel, all-gather them over NVLink on arrival).
     """
-    d = dims(model, plan)
+    d = dims(model, plan, stack)
     full = d.tokens * model.hidden_size * ACT_BYTES
     msg = full / d.tp
     ops = [collective("pp/send_act", "fwd", "p2p", msg, "pp", 2),  # between two neighbours; estimate.py

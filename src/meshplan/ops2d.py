@@ -58,7 +58,7 @@ def summa_linear(name: str, rows: Num, k: Num, n: Num, plan: Plan, d: Dims) -> l
         OpCost(name, "bwd_w", "gemm", flops, x_row + y + 2 * d.grad_bytes * w_local * t2, m=k, n=n / t, k=rows),
     ]
     if plan.precision in LOW_PRECISION_BYTES:  # each GPU quantizes its own X block forward, its dY block backward
-        ops += [cast(name, "fwd", rows * k / t, plan), cast(name, "bwd_x", rows * n / t, plan)]
+        ops += [cast(name, "fwd", rows * k / t, plan, d.stack), cast(name, "bwd_x", rows * n / t, plan, d.stack)]
     for phase, kind, volume, axis, group in (
         ("fwd", "broadcast", x_row * q, "tp", t), ("fwd", "broadcast", w_col * q, "tp2", t2),
         ("bwd_x", "broadcast", w_col * q, "tp2", t2), ("bwd_x", "reduce", x_row, "tp", t),

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 from meshplan import ranges
 from meshplan.errors import PlanError
+from meshplan.stack import DEFAULT as DEFAULT_STACK
+from meshplan.stack import Stack
 
 if TYPE_CHECKING:
     from meshplan.hardware import Cluster
@@ -31,7 +33,6 @@ if TYPE_CHECKING:
 
 DENSE_AXES = ("tp", "tp2", "cp", "dp", "pp")
 LAYOUTS = ("1d", "summa")
-CP_COMM = ("ring", "allgather")
 RECOMPUTE = ("none", "selective", "full")
 # Megatron-Core's selective recompute modules (TransformerConfig.recompute_modules, recompute_granularity
 # "selective"; megatron/core/transformer/transformer_config.py), each priced by ops.RECOMPUTE_MODULES; its default
@@ -39,16 +40,9 @@ RECOMPUTE = ("none", "selective", "full")
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts", "mla_up_proj")
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 PRECISION = ("bf16", "fp16", "fp8", "mxfp8", "fp4")
-FP8_SCALING = ("delayed", "current")
 FINETUNE = ("full", "lora")
 LORA_TARGETS = ("all", "qkv")
-ATTENTION_KERNELS = ("fused", "fa2", "fp8")
 FP8_ATTENTION_PRECISIONS = ("fp8", "mxfp8", "fp4")  # an FP8 recipe quantizes Q, K, V (Transformer Engine)
-CROSS_ENTROPY = ("fused", "pytorch", "flash")
-FUSION = ("fused", "eager")
-EXPERT_GEMM = ("per_expert", "grouped")
-FSDP = ("none", "fsdp1", "fsdp2")
-PIPELINE_RUNTIMES = ("megatron", "torch")
 
 
 def fsdp_has_zero(fsdp: str, zero: int) -> bool:
@@ -88,37 +82,6 @@ class Plan:
     grad_bytes: int = 2  # bytes per gradient element (2: bf16 as in ZeRO's 16Ψ; 4: fp32 main grads)
     schedule: str = "1f1b"
     placement: tuple[str, ...] = DENSE_AXES
-    overlap_tp: bool = False  # TP collectives overlapped with GEMMs (Megatron tp-comm-overlap)
-    overlap_dp: bool = True  # DP gradient reduction overlapped with the backward pass
-    # EP all-to-all (and expert-TP) traffic overlapped with another micro-batch's compute (Megatron-Core
-    # --overlap-moe-expert-parallel-comm, "1F1B A2A overlap"; estimate.py)
-    overlap_ep: bool = False
-    # pipeline sends on their own stream behind the next model chunk's compute, interleaved schedules only
-    # (Megatron-Core overlap_p2p_comm, which it turns off without virtual stages; estimate.py)
-    overlap_pp: bool = False
-    flash_attention: bool = True
-    # the flash-attention kernel family the software stack runs: "fused" (cuDNN / FlashAttention-3 class, written
-    # for the GPU's asynchronous MMA), "fa2" (FlashAttention-2 class; slower on Hopper / Blackwell) or "fp8"
-    # (cuDNN's FP8 attention, Transformer Engine's fp8_dot_product_attention; needs an fp8 precision), efficiency.py
-    attention_kernel: str = "fused"
-    # cross-entropy implementation (ops.head_ops; memory of its backward, estimate.loss_workspace): "fused"
-    # (Megatron vocab-parallel), "pytorch" (F.cross_entropy in eager autograd, torchtitan) or "flash"
-    # (flash-attn's CrossEntropyLoss on the 16-bit logits, llm-foundry's fused_crossentropy). It also names the
-    # stack's fp8 linears: "pytorch" is torchtitan's torchao Float8Linear (keeps the 16-bit input for the weight
-    # gradient), the others Transformer Engine's (keeps the quantized one; ops.low_precision_casts)
-    cross_entropy: str = "fused"
-    # element-wise kernels of the layers (ops.py, "Eager PyTorch"): "fused" (Megatron / Transformer Engine fused
-    # kernels, or torch.compile) or "eager" (PyTorch eager autograd: one kernel per aten op, fp32 upcasts)
-    fusion: str = "fused"
-    # how the local experts' GEMMs are launched (MoE): "per_expert" (Transformer Engine GroupedLinear, Megatron-Core's
-    # default: one cuBLAS GEMM, and with fp8 one quantization, per expert, each dispatched by the host after the
-    # tokens-per-expert device-to-host sync) or "grouped" (one grouped kernel with device-side group sizes, or a
-    # CUDA graph of the expert block: no host floor). ops.moe_block, roofline.op_time.
-    expert_gemm: str = "per_expert"
-    # how per-tensor fp8 scales are found (ops.low_precision_casts): "delayed" (Transformer Engine's DelayedScaling,
-    # its default and the only recipe before TE 2.0: from the amax history of earlier steps) or "current" (TE
-    # Float8CurrentScaling, torchao's dynamic scaling: from this tensor's amax, one more read of it before the cast)
-    fp8_scaling: str = "delayed"
     # "full": every weight trains; "lora": base weights frozen, rank-``lora_rank`` adapters train (Hu et al. 2021,
     # LoRA) on ``lora_targets``: "all" the attention and MLP linears (Megatron-Bridge / NeMo 2 peft.LoRA defaults:
     # dim 32, linear_qkv, linear_proj, linear_fc1, linear_fc2) or "qkv" the query/key/value projection only
@@ -126,35 +89,8 @@ class Plan:
     finetune: str = "full"
     lora_rank: int = 32
     lora_targets: str = "all"
-    # full-vocabulary cross-entropies the trainer evaluates on each micro-batch's logits outside autograd, for its
-    # training metrics (ops.head_ops): Composer evaluates its model's train metrics after every micro-batch's
-    # backward pass, and llm-foundry's MPT has two (LanguageCrossEntropy, LanguagePerplexity); 0 elsewhere
-    train_metrics: int = 0
-    # the stack's data-parallel wrapper when it is PyTorch FSDP (FULL_SHARD is zero = 3, SHARD_GRAD_OP 2, NO_SHARD
-    # 0), for the HBM traffic it spends preparing each micro-batch's gradients for their reduction
-    # (ops.fsdp_grad_bytes): "fsdp1" (FlatParameter FSDP), "fsdp2" (per-parameter FSDP, fully_shard) or "none"
-    # (Megatron-style: the weight-gradient GEMMs accumulate into the reduction buffer in place)
-    fsdp: str = "none"
-    # the stack calls FlashAttention through flash-attn's variable-length interface: bert_padding.unpad_input gathers
-    # the query, key and value rows into packed tensors and pad_input scatters the output back, in every layer
-    # (llm-foundry's MPT ``flash_attn_fn``); the HBM traffic of those copies (ops.varlen_padding)
-    varlen_attention: bool = False
-    # autograd concatenates the query, key and value gradients back into the fused QKV projection's gradient:
-    # the model code splits that projection's output with torch.split (whose backward is a cat) and its attention
-    # returns separate gradients (llm-foundry's MPT: qkv.split after Wqkv); Megatron-Core splits with Transformer
-    # Engine's SplitAlongDim, free when the fused attention returns the gradients packed, and torchtitan / HF Llama
-    # project q, k and v separately (ops.qkv_concat)
-    qkv_concat: bool = False
-    # the pipeline runtime, for the tensors it keeps per micro-batch (estimate.pipeline_runtime_memory,
-    # memory.chunk_gradient_share): "megatron" (Megatron-Core's schedules: a stage's output is freed once sent and
-    # backpropagated, p2p buffers are allocated per transfer, the gradient buffer holds the whole rank's gradients
-    # all step) or "torch" (torch.distributed.pipelining as of December 2024, torchtitan: every micro-batch's
-    # receive buffers and outputs kept all step, each model chunk its own FSDP2 module that frees its unsharded
-    # gradients once reduced)
-    pipeline_runtime: str = "megatron"
     tensor_layout: str = "1d"
     summa_panels: int = 0  # SUMMA panels nb; 0 → max(tp, tp2)
-    cp_comm: str = "ring"
     tags: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -200,8 +136,6 @@ class Plan:
         parts += [f"{k}={getattr(self, k)}" for k in ("cp", "ep", "vpp") if getattr(self, k) > 1]
         if self.last_stage_layers:
             parts.append(f"last-stage-layers={self.last_stage_layers}")
-        if self.cp > 1 and self.cp_comm != "ring":
-            parts.append(f"cp-{self.cp_comm}")
         if self.etp != self.tp:
             parts.append(f"etp={self.etp}")
         recompute = self.recompute
@@ -217,18 +151,15 @@ class Plan:
                                         ("offload-act", self.offload_activations and not self.offload_layers)) if on]
         if self.offload_activations and self.offload_layers:
             parts.append(f"offload-act={self.offload_layers}")
-        if self.expert_gemm != "per_expert" and self.ep > 1:
-            parts.append(f"experts-{self.expert_gemm}")
-        if self.fsdp != "none":
-            parts.append(self.fsdp)
         shown = [a for a in self.placement if getattr(self, a) > 1]
         if shown != [a for a in DENSE_AXES if getattr(self, a) > 1]:
             parts.append("placement=" + ",".join(shown))
         return " ".join(parts)
 
 
-def check(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> list[str]:
-    """Every constraint ``plan`` violates for this model (and cluster), each with its numbers. [] = valid."""
+def check(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack = DEFAULT_STACK) -> list[str]:
+    """Every constraint ``plan`` violates for this model (and cluster) as ``stack`` runs it, each with its numbers.
+    [] = valid."""
     reasons: list[str] = []
     for name in ("dp", "tp", "pp", "cp", "tp2", "ep", "etp", "vpp", "micro_batch", "global_batch", "summa_panels"):
         value = getattr(plan, name)
@@ -246,18 +177,18 @@ def check(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> list[str]:
         else:
             reasons.append(f"dp*tp*pp*cp = {plan.dp}*{plan.tp}*{plan.pp}*{plan.cp} = {plan.num_gpus} "
                            f"!= gpus={cluster.num_gpus}")
-    reasons += _check_tensor(model, plan)
+    reasons += _check_tensor(model, plan, stack)
     reasons += _check_summa(model, plan)
     reasons += _check_pipeline(model, plan)
-    reasons += _check_experts(model, plan) + _check_ep_overlap(model, plan)
-    reasons += _check_hybrid(model, plan)
-    reasons += _check_options(model, cluster, plan)
+    reasons += _check_experts(model, plan) + _check_ep_overlap(model, plan, stack)
+    reasons += _check_hybrid(model, plan, stack)
+    reasons += _check_options(model, cluster, plan, stack)
     return reasons
 
 
 # The numeric fields whose range check() reads from ranges.RANGES (zero and grad_bytes are choices, checked by name)
 RANGED = ("dp", "tp", "pp", "cp", "tp2", "ep", "etp", "vpp", "last_stage_layers", "micro_batch", "global_batch",
-          "recompute_layers", "offload_layers", "lora_rank", "train_metrics", "summa_panels")
+          "recompute_layers", "offload_layers", "lora_rank", "summa_panels")
 
 
 def _check_ranges(model: ModelSpec, plan: Plan) -> list[str]:
@@ -272,7 +203,7 @@ def _check_ranges(model: ModelSpec, plan: Plan) -> list[str]:
     return reasons + ([reason] if reason else [])
 
 
-def _check_hybrid(model: ModelSpec, plan: Plan) -> list[str]:
+def _check_hybrid(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
     """A hybrid (``layer_pattern``) is costed block by block with fused kernels (ops.hybrid_block): Megatron-Core's
     MambaMixer splits its heads and groups over TP; context parallelism of the Mamba scan, eager PyTorch kernels,
     the SUMMA layout and LoRA adapters are not modelled for it."""
@@ -285,21 +216,21 @@ def _check_hybrid(model: ModelSpec, plan: Plan) -> list[str]:
                 reasons.append(f"tp={plan.tp} does not divide {name}={getattr(model, name)}")
         if plan.cp > 1:
             reasons.append(f"cp={plan.cp}: context parallelism of Mamba layers is not modelled ({model.name})")
-    for name, value, plain in (("fusion", plan.fusion, "fused"), ("tensor_layout", plan.tensor_layout, "1d"),
+    for name, value, plain in (("fusion", stack.fusion, "fused"), ("tensor_layout", plan.tensor_layout, "1d"),
                                ("finetune", plan.finetune, "full")):
         if value != plain:
             reasons.append(f"{name}={value!r}: hybrid models (layer_pattern) are costed with {name}={plain!r} only")
     return reasons
 
 
-def validate(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> None:
+def validate(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack = DEFAULT_STACK) -> None:
     """Raise PlanError listing every violation (for user input; the search records reasons instead)."""
-    reasons = check(model, cluster, plan)
+    reasons = check(model, cluster, plan, stack)
     if reasons:
         raise PlanError(reasons)
 
 
-def _check_tensor(model: ModelSpec, plan: Plan) -> list[str]:
+def _check_tensor(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
     reasons = []
     if model.num_heads % plan.tp:
         reasons.append(f"tp={plan.tp} does not divide num_heads={model.num_heads}")
@@ -312,7 +243,7 @@ def _check_tensor(model: ModelSpec, plan: Plan) -> list[str]:
                        "(load-balanced causal split)")
     if plan.sequence_parallel and plan.tp == 1:
         reasons.append("sequence_parallel needs tp > 1")
-    reason = ring_window_reason(model, plan.cp, plan.cp_comm)
+    reason = ring_window_reason(model, plan.cp, stack.cp_comm)
     if reason:
         reasons.append(reason)
     return reasons
@@ -333,8 +264,6 @@ def _check_summa(model: ModelSpec, plan: Plan) -> list[str]:
     """The 2D SUMMA grid: tp2 shards the sequence and the weights' rows; panels split the hidden size."""
     if plan.tensor_layout not in LAYOUTS:
         return [f"tensor_layout={plan.tensor_layout!r} must be one of {', '.join(LAYOUTS)}"]
-    if plan.cp_comm not in CP_COMM:
-        return [f"cp_comm={plan.cp_comm!r} must be one of {', '.join(CP_COMM)}"]
     if plan.tensor_layout == "1d":
         return [f"tp2={plan.tp2} needs tensor_layout='summa'"] if plan.tp2 > 1 else []
     reasons = []
@@ -406,11 +335,11 @@ def _check_experts(model: ModelSpec, plan: Plan) -> list[str]:
     return reasons
 
 
-def _check_ep_overlap(model: ModelSpec, plan: Plan) -> list[str]:
+def _check_ep_overlap(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
     """What Megatron-Core's combined 1F1B schedule (overlap_ep) asserts (TransformerConfig, "Combined 1F1B"
     requirements in docs/user-guide/features/moe_a2a_overlap.md): expert parallelism, no full recompute, an
     interleaved schedule under pipeline parallelism, at most one MTP layer."""
-    if not plan.overlap_ep:
+    if not stack.overlap_ep:
         return []
     needs = [("ep > 1", plan.ep > 1), ("a recompute other than full", plan.recompute != "full"),
              ("vpp > 1 with pp > 1", plan.pp == 1 or plan.vpp > 1), ("at most one MTP layer", model.mtp_layers <= 1)]
@@ -441,13 +370,15 @@ def _check_recompute_modules(model: ModelSpec, plan: Plan) -> list[str]:
     return []
 
 
-def settings_problems(model: ModelSpec, cluster: Cluster | None, settings: dict[str, object]) -> list[str]:
-    """What ``check`` finds wrong with settings that every plan of a search shares (``Space.settings``): a precision
-    the GPU lacks, an fp8 attention kernel or fp8 scaling without an fp8 precision ..."""
-    return _check_options(model, cluster, Plan(**settings))  # type: ignore[arg-type]
+def settings_problems(model: ModelSpec, cluster: Cluster | None, settings: dict[str, object],
+                      stack: Stack = DEFAULT_STACK) -> list[str]:
+    """What ``check`` finds wrong with settings that every plan of a search shares (``Space.settings``) under
+    ``stack``: a precision the GPU lacks, an fp8 attention kernel without an fp8 precision ..."""
+    hybrid = [r for r in _check_hybrid(model, Plan(), stack) if r.startswith("fusion=")]
+    return _check_options(model, cluster, Plan(**settings), stack) + hybrid  # type: ignore[arg-type]
 
 
-def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> list[str]:
+def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack) -> list[str]:
     reasons = []
     if plan.zero not in (0, 1, 2, 3):
         reasons.append(f"zero={plan.zero!r} must be 0, 1, 2 or 3")
@@ -466,33 +397,15 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan) -> lis
             plan.precision != "fp16" or "bf16" not in cluster.accelerator.peak_flops):
         reasons.append(f"precision={plan.precision} is not supported by {cluster.accelerator.name} "
                        f"(it has {', '.join(sorted(cluster.accelerator.peak_flops))})")
-    if plan.attention_kernel not in ATTENTION_KERNELS:
-        reasons.append(f"attention_kernel={plan.attention_kernel!r} must be one of {', '.join(ATTENTION_KERNELS)}")
-    elif plan.attention_kernel == "fp8" and plan.precision not in FP8_ATTENTION_PRECISIONS:
+    if stack.attention_kernel == "fp8" and plan.precision not in FP8_ATTENTION_PRECISIONS:
         reasons.append(f"attention_kernel=fp8 needs an fp8 precision ({', '.join(FP8_ATTENTION_PRECISIONS)}), "
                        f"not precision={plan.precision}")
-    if plan.cross_entropy not in CROSS_ENTROPY:
-        reasons.append(f"cross_entropy={plan.cross_entropy!r} must be one of {', '.join(CROSS_ENTROPY)}")
-    if plan.fusion not in FUSION:
-        reasons.append(f"fusion={plan.fusion!r} must be one of {', '.join(FUSION)}")
-    if plan.fp8_scaling not in FP8_SCALING:
-        reasons.append(f"fp8_scaling={plan.fp8_scaling!r} must be one of {', '.join(FP8_SCALING)}")
-    elif plan.fp8_scaling != FP8_SCALING[0] and plan.precision != "fp8":
-        reasons.append(f"fp8_scaling={plan.fp8_scaling} needs precision=fp8 (not {plan.precision})")
-    if plan.expert_gemm not in EXPERT_GEMM:
-        reasons.append(f"expert_gemm={plan.expert_gemm!r} must be one of {', '.join(EXPERT_GEMM)}")
     if plan.finetune not in FINETUNE:
         reasons.append(f"finetune={plan.finetune!r} must be one of {', '.join(FINETUNE)}")
     if not isinstance(plan.lora_rank, int) or plan.lora_rank < 1:
         reasons.append(f"lora_rank={plan.lora_rank!r} must be a positive integer")
-    if not isinstance(plan.train_metrics, int) or plan.train_metrics < 0:
-        reasons.append(f"train_metrics={plan.train_metrics!r} must be a non-negative integer")
-    if plan.fsdp not in FSDP:
-        reasons.append(f"fsdp={plan.fsdp!r} must be one of {', '.join(FSDP)}")
-    elif not fsdp_has_zero(plan.fsdp, plan.zero):
-        reasons.append(f"fsdp={plan.fsdp} has no ZeRO-1 strategy (NO_SHARD is zero=0, SHARD_GRAD_OP 2, FULL_SHARD 3)")
-    if plan.pipeline_runtime not in PIPELINE_RUNTIMES:
-        reasons.append(f"pipeline_runtime={plan.pipeline_runtime!r} must be one of {', '.join(PIPELINE_RUNTIMES)}")
+    if not fsdp_has_zero(stack.fsdp, plan.zero):
+        reasons.append(f"fsdp={stack.fsdp} has no ZeRO-1 strategy (NO_SHARD is zero=0, SHARD_GRAD_OP 2, FULL_SHARD 3)")
     if plan.lora_targets not in LORA_TARGETS:
         reasons.append(f"lora_targets={plan.lora_targets!r} must be one of {', '.join(LORA_TARGETS)}")
     if plan.grad_bytes not in (2, 4):

@@ -66,6 +66,8 @@ from meshplan.plan import (
     ring_window_reason,
     settings_problems,
 )
+from meshplan.stack import DEFAULT as DEFAULT_STACK
+from meshplan.stack import Stack
 from meshplan.units import fmt_bytes
 
 PLACEMENTS = tuple(itertools.permutations(DENSE_AXES))
@@ -91,34 +93,22 @@ class Space:
     max_micro_batch: int = 64
     precision: str = "bf16"
     grad_bytes: int = 4
-    overlap_tp: bool = False
-    overlap_dp: bool = True
-    overlap_pp: bool = False  # Plan.overlap_pp: pipeline sends behind the next chunk (interleaved schedules)
-    flash_attention: bool = True
-    attention_kernel: str = "fused"  # Plan.attention_kernel: the stack's flash-attention kernel family
-    cp_comm: str = "ring"
-    expert_gemm: str = "per_expert"  # Plan.expert_gemm: how the stack launches MoE expert GEMMs
-    fp8_scaling: str = "delayed"  # Plan.fp8_scaling: how per-tensor fp8 scales are found
-    fsdp: str = "none"  # Plan.fsdp: data parallelism by PyTorch FSDP (its per-micro-batch gradient preparation)
-    pipeline_runtime: str = "megatron"  # Plan.pipeline_runtime: what the pipeline keeps per micro-batch (memory)
+    stack: Stack = DEFAULT_STACK  # how the software stack runs every plan (stack.py): its kernels, runtime, overlap
     # the most plans a search space may hold (``plan_count``); a larger one is refused before any is built
     # (fields.MAX_PLANS); 0: no limit
     max_plans: int = MAX_PLANS
 
     def __post_init__(self) -> None:
-        if not all(fsdp_has_zero(self.fsdp, z) for z in self.zero):
-            raise ValueError(f"fsdp={self.fsdp} has no ZeRO-1 strategy: search zero in 0, 2, 3")
+        if not all(fsdp_has_zero(self.stack.fsdp, z) for z in self.zero):
+            raise ValueError(f"fsdp={self.stack.fsdp} has no ZeRO-1 strategy: search zero in 0, 2, 3")
         problem = recompute_modules_problem(self.recompute_modules)
         if problem:
             raise ValueError(f"recompute_modules={self.recompute_modules!r} {problem}")
 
     @property
     def settings(self) -> dict[str, object]:
-        return {"precision": self.precision, "grad_bytes": self.grad_bytes, "overlap_tp": self.overlap_tp,
-                "overlap_dp": self.overlap_dp, "overlap_pp": self.overlap_pp, "flash_attention": self.flash_attention,
-                "attention_kernel": self.attention_kernel, "cp_comm": self.cp_comm, "expert_gemm": self.expert_gemm,
-                "fp8_scaling": self.fp8_scaling, "fsdp": self.fsdp, "pipeline_runtime": self.pipeline_runtime,
-                "recompute_modules": self.recompute_modules}
+        """The plan fields every plan of the space shares."""
+        return {"precision": self.precision, "grad_bytes": self.grad_bytes, "recompute_modules": self.recompute_modules}
 
 
 @dataclass(frozen=True)
@@ -371,6 +361,18 @@ def _ragged(lists: list[list[int]]) -> tuple[tuple[np.ndarray, np.ndarray], np.n
     return (values, np.cumsum(lengths) - lengths), lengths
 
 
+def _ep_overlap_options(tally: _Tally, experts: list[tuple[int, int]], vpps: list[int], pp: int, per: int
+                        ) -> tuple[list[tuple[int, int]], list[int]]:
+    """The expert and interleaving options a stack that overlaps the EP all-to-alls (Stack.overlap_ep) can run:
+    ep > 1, and with a pipeline an interleaved schedule; the others tallied (``per`` plans each)."""
+    kept_experts = [(e, t) for e, t in experts if e > 1]
+    kept_vpps = [v for v in vpps if v > 1] if pp > 1 else vpps
+    tally.add("overlap_ep needs ep > 1", f"pp={pp}", (len(experts) - len(kept_experts)) * len(vpps) * per)
+    tally.add("overlap_ep needs vpp > 1 with pp > 1", f"pp={pp}",
+              len(kept_experts) * (len(vpps) - len(kept_vpps)) * per)
+    return kept_experts, kept_vpps
+
+
 def _combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list[_Combo], _Tally]:
     """The valid (tp, tp2, cp, pp, dp, layout) combinations with their micro-batch, interleaving and expert
     options; the invalid ones tallied with their reason."""
@@ -385,7 +387,7 @@ def _combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list[_Com
         reason = _tensor_reason(model, tp) or _layout_reason(model, layout, tp2, cp)
         if reason is None and cp > 1 and model.seq_length % (2 * cp):
             reason = ("2*cp does not divide seq_length", f"cp={cp}, seq_length={model.seq_length}")
-        if reason is None and ring_window_reason(model, cp, space.cp_comm):
+        if reason is None and ring_window_reason(model, cp, space.stack.cp_comm):
             reason = ("ring context parallelism with a sliding window",
                       f"cp={cp}, sliding_window={model.sliding_window}")
         if reason is None and pp > layers:
@@ -403,6 +405,8 @@ def _combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list[_Com
         experts, bad = _expert_pairs(model, tp, tp * cp * dp)
         tally.add("ep*etp does not divide tp*cp*dp or num_experts", f"tp={tp} cp={cp} dp={dp}",
                   bad * mult * len(micro) * len(vpps))
+        if space.stack.overlap_ep:  # Megatron-Core's combined 1F1B (plan.check): ep > 1, interleaved under a pipeline
+            experts, vpps = _ep_overlap_options(tally, experts, vpps, pp, mult * len(micro))
         if micro and experts:
             combos.append(_Combo(tp, tp2, cp, pp, dp, layout, mult, micro, vpps, experts, panels[0]))
     return combos, tally
@@ -450,7 +454,7 @@ def _times(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict[str
     forward: dict = {}  # the forward passes do not change with the recompute mode: priced once without copies
     for r, rc in enumerate(rcs):
         plan = replace(batch, recompute=rc)
-        first, last, middle = stage_times(model, plan, units[rc])
+        first, last, middle = stage_times(model, plan, space.stack, units[rc])
         bubble = bubble_time(plan, first.total, last.total, middle.total)
         pf, pl = first.passes(), last.passes()
         passes = Passes(*(_pair(getattr(pf, f), getattr(pl, f), n) for f in Passes.__slots__))
@@ -461,7 +465,7 @@ def _times(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict[str
                 with_oa = replace(plan, offload_activations=True)
                 one, two = (offload(model, cluster, with_oa, units[rc].layer_saved, last) for last in (False, True))
                 copies = Offload(_pair(one.copy, two.copy, n), _pair(one.share, two.share, n))
-            channels = step_channels(passes, m, collectives, zeros, copies, sd, batch.overlap_dp, forward)
+            channels = step_channels(passes, m, collectives, zeros, copies, sd, space.stack.overlap_dp, forward)
             for z, zero in enumerate(zeros):
                 dp, moved = channels[zero]
                 base = pipelined + dp + moved
@@ -490,11 +494,13 @@ def _memory(model: ModelSpec, batch: PlanBatch, units: dict[str, Units], space: 
     ends = (stage_params(model, batch, True), stage_params(model, batch, False))
     # model states per ZeRO stage and end; an offloaded optimizer state leaves the GPU for the host
     # (estimate.offloaded_optimizer: the first rank's optimizer bytes)
-    kept = {z: [model_states(end, replace(batch, zero=z, offload_optimizer=False)) for end in ends] for z in zeros}
+    kept = {z: [model_states(end, replace(batch, zero=z, offload_optimizer=False), space.stack) for end in ends]
+            for z in zeros}
     states = np.array([[[_vec(w + g + (0.0 if oo else o), n) for w, g, o in kept[z]] for oo in oos]
                        for z in zeros])  # (Z, O, 2, n)
     acts = np.array([[[_vec(a, n) for a in activation_memory(model, replace(with_rc[rc], offload_activations=oa),
-                                                              units[rc])] for oa in oas] for rc in rcs])  # (R, A, 2, n)
+                                                              space.stack, units[rc])] for oa in oas]
+                      for rc in rcs])  # (R, A, 2, n)
     buffers = np.array([_vec(buffer_memory(model, replace(batch, zero=z)), n) for z in zeros])  # (Z, n)
     host_opt = np.array([[_vec(kept[z][0][2] if oo else 0.0, n) for oo in oos] for z in zeros])  # (Z, O, n)
     host_act = np.array([[_vec(offloaded_activations(model, replace(with_rc[rc], offload_activations=oa),
@@ -627,7 +633,7 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
         for reason, count in part.tally.counts.items():
             tally.add(reason, part.tally.examples.get(reason, ""), count, part.tally.scores.get(reason))
     # re-estimate the leaders in float64 (the ranking above used float32 sums) and rank them again
-    estimates = [estimate(model, cluster, key[1], eff) for _, _, key in rows[: 2 * top_k + 2]]
+    estimates = [estimate(model, cluster, key[1], space.stack, eff) for _, _, key in rows[: 2 * top_k + 2]]
     estimates.sort(key=lambda e: (e.step_time, e.peak_memory, _plan_key(e.plan)[0]))
     return SearchResult(model=model, cluster=cluster, space=space, plans=tuple(estimates[:top_k]),
                         evaluated=sum(r.evaluated for r in results), feasible=sum(r.feasible for r in results),
@@ -657,7 +663,13 @@ def _check_size(model: ModelSpec, cluster: Cluster, space: Space, combos: list[_
     """Refuse a space of more than ``space.max_plans`` plans (counted only when every placement differing could
     exceed it: counting the distinct placements costs about what building them does), or whose shared settings no
     plan can take (a precision the GPU lacks: every plan would be invalid)."""
-    problems = settings_problems(model, cluster, space.settings)
+    problems = settings_problems(model, cluster, space.settings, space.stack)
+    if space.stack.overlap_ep and "full" in space.recompute:
+        problems.append("overlap_ep (Megatron-Core's combined 1F1B) cannot run full recompute: search recompute "
+                        "none, selective")
+    if space.stack.overlap_ep and model.mtp_layers > 1:
+        problems.append(f"overlap_ep (Megatron-Core's combined 1F1B) needs at most one MTP layer "
+                        f"(mtp_layers={model.mtp_layers})")
     if problems:
         raise SpecError("; ".join(problems))
     limit = space.max_plans
@@ -697,7 +709,7 @@ def _evaluate(job: _Job, combos: list[_Combo], model: ModelSpec, cluster: Cluste
         return result
     pool = base.select(rows, sequence_parallel=sp, tensor_layout=layout)  # one row per size combination
     sized = replace(sized, columns=columns).select(rows)  # without the layout column
-    units = KeyUnits(model, cluster, pool, space.recompute, eff)
+    units = KeyUnits(model, cluster, pool, space.stack, space.recompute, eff)
     if not space.gpipe:
         gpipe = int(sized.count[(pool.vpp == 1) & (pool.pp > 1)].sum()) * _grid_size(space)
         result.tally.add("dominated: GPipe (1F1B has its step time with less memory)", "any pp > 1 plan", gpipe)

@@ -59,6 +59,7 @@ from meshplan.records import (
     read_runs,
     unstated_settings,
 )
+from meshplan.stack import Stack
 from meshplan.units import GiB
 
 # ---- records ------------------------------------------------------------------------------------------------
@@ -341,9 +342,9 @@ PRECISIONS: tuple[tuple[str, str], ...] = (  # first match wins, on the source's
 )
 
 
-def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tuple[Plan, list[str]]:
-    """The record's parallel configuration as a Plan, every unstated setting filled from its source's defaults
-    (recipes.py) with a note saying so."""
+def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tuple[Plan, Stack, list[str]]:
+    """The record's parallel configuration as a Plan and the stack that ran it, every unstated setting filled from
+    its source's defaults (recipes.py) with a note saying so."""
     p, src = record.get("parallel") or {}, source_defaults(record)
     notes = [f"defaults: {src.name}"] + ([record["_borrowed"]] if record.get("_borrowed") else [])
     dp, tp, pp, cp, ep, etp = _sizes(p, model, cluster.num_gpus, notes, str(record.get("framework") or ""), src)
@@ -369,40 +370,41 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sequence_parallel=sp, micro_batch=mbs,
                 global_batch=gbs, zero=zero, recompute=recompute, recompute_layers=layers, recompute_modules=modules,
                 last_stage_layers=last_layers, precision=precision,
-                grad_bytes=grad_bytes, schedule="interleaved" if vpp > 1 else "1f1b", overlap_tp=overlap_tp,
-                overlap_dp=overlap_dp, overlap_ep=overlap_ep, flash_attention=flash, fp8_scaling=fp8_scaling,
-                finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets, train_metrics=src.train_metrics,
-                attention_kernel=attention_kernel, cross_entropy=src.cross_entropy, fusion=fusion,
-                # FSDP prepares the gradients every micro-batch; torchtitan's FSDP2 under pipeline parallelism
-                # (ZeRO-1 above) reduces them once per step, on the last micro-batch: not charged
-                expert_gemm=expert_gemm, fsdp=src.fsdp if fsdp_has_zero(src.fsdp, zero) else "none",
-                varlen_attention=src.varlen_attention and flash, qkv_concat=src.qkv_concat,
-                offload_activations=offload_layers > 0, offload_layers=offload_layers,
-                overlap_pp=src.overlap_pp and vpp > 1, pipeline_runtime=src.pipeline_runtime)
-    notes += _stack_notes(plan, src, model)
-    reasons = check(model, cluster, plan)
+                grad_bytes=grad_bytes, schedule="interleaved" if vpp > 1 else "1f1b",
+                finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets,
+                offload_activations=offload_layers > 0, offload_layers=offload_layers)
+    base = src.stack
+    stack = base.with_(overlap_tp=overlap_tp, overlap_dp=overlap_dp, overlap_ep=overlap_ep, flash_attention=flash,
+                       fp8_scaling=fp8_scaling, attention_kernel=attention_kernel, fusion=fusion,
+                       # FSDP prepares the gradients every micro-batch; torchtitan's FSDP2 under pipeline parallelism
+                       # (ZeRO-1 above) reduces them once per step, on the last micro-batch: not charged
+                       expert_gemm=expert_gemm, fsdp=base.fsdp if fsdp_has_zero(base.fsdp, zero) else "none",
+                       varlen_attention=base.varlen_attention and flash, overlap_pp=base.overlap_pp and vpp > 1)
+    notes += _stack_notes(plan, stack, src, model)
+    reasons = check(model, cluster, plan, stack)
     if reasons:
         raise Skip("plan rejected: " + "; ".join(reasons))
-    return plan, notes
+    return plan, stack, notes
 
 
-def _stack_notes(plan: Plan, src: SourceDefaults, model: ModelSpec) -> list[str]:
+def _stack_notes(plan: Plan, stack: Stack, src: SourceDefaults, model: ModelSpec) -> list[str]:
     """The costs the source's stack adds to the plan, each with the op that charges it or why."""
-    flash = "flash" if plan.flash_attention else "unfused"
+    flash = "flash" if stack.flash_attention else "unfused"
     stated = [
-        (plan.overlap_pp, "pipeline sends overlapped with the next chunk's compute",
+        (stack.overlap_pp, "pipeline sends overlapped with the next chunk's compute",
          f"{src.name}: overlap_p2p_comm with an interleaved schedule"),
-        (True, f"grad bytes {plan.grad_bytes}, DP overlap {'on' if plan.overlap_dp else 'off'}, {flash} attention", ""),
-        (plan.varlen_attention, "FlashAttention through flash-attn's unpad_input / pad_input copies in every layer",
+        (True, f"grad bytes {plan.grad_bytes}, DP overlap {'on' if stack.overlap_dp else 'off'}, {flash} attention",
+         ""),
+        (stack.varlen_attention, "FlashAttention through flash-attn's unpad_input / pad_input copies in every layer",
          f"{src.name}; ops.varlen_padding"),
-        (plan.qkv_concat, "the q, k, v gradients concatenated back into the fused QKV projection's",
+        (stack.qkv_concat, "the q, k, v gradients concatenated back into the fused QKV projection's",
          f"{src.name}; ops.qkv_concat"),
-        (plan.fsdp != "none", f"{plan.fsdp.upper()} prepares each micro-batch's gradients for the reduce-scatter",
+        (stack.fsdp != "none", f"{stack.fsdp.upper()} prepares each micro-batch's gradients for the reduce-scatter",
          f"{src.name}; ops.fsdp_grad_bytes"),
-        (plan.train_metrics > 0, f"{plan.train_metrics} training-metric cross-entropies over the logits per "
+        (stack.train_metrics > 0, f"{stack.train_metrics} training-metric cross-entropies over the logits per "
          "micro-batch", f"{src.name}: Composer evaluates the model's train metrics after every backward pass"),
         (model.is_moe, "MoE routing balanced", "the NVIDIA tables force-balance it"),
-        (plan.pp > 1 and plan.pipeline_runtime == "torch", "torch.distributed.pipelining keeps every micro-batch's "
+        (plan.pp > 1 and stack.pipeline_runtime == "torch", "torch.distributed.pipelining keeps every micro-batch's "
          "receive buffers and stage outputs (the last stage's logits) until the step ends",
          f"{src.name}; estimate.pipeline_runtime_memory"),
     ]
@@ -549,7 +551,7 @@ def _tensor_parallel(record: dict[str, Any], src: SourceDefaults, tp: int, preci
         if tp > 1:
             notes.append(f"sequence parallelism {'on' if sp else 'off'} (not stated)")
     sp = flag(sp) and tp > 1
-    overlap_tp = src.overlap_tp and tp > 1 and precision != "fp4"
+    overlap_tp = src.stack.overlap_tp and tp > 1 and precision != "fp4"
     recipe_off = recipes.overlap_tp_off(record)
     if p.get("async_tp") is not None:
         overlap_tp = flag(p["async_tp"]) and tp > 1
@@ -566,10 +568,10 @@ def _overlap_dp(p: dict[str, Any], src: SourceDefaults, notes: list[str]) -> boo
     optimizer text states an overlap (Megatron-LLaMA's OverlappedDistributedOptimizer, Megatron-LM's
     --overlap-param-gather) over a source whose default is off."""
     text = str(p.get("zero_or_fsdp") or "")
-    if not src.overlap_dp and re.search(r"overlap", text, re.I):
+    if not src.stack.overlap_dp and re.search(r"overlap", text, re.I):
         notes.append(f"DP communication overlapped (stated: {text!r})")
         return True
-    return src.overlap_dp
+    return src.stack.overlap_dp
 
 
 def _finetune(record: dict[str, Any], p: dict[str, Any], src: SourceDefaults, notes: list[str]
@@ -606,7 +608,7 @@ def _kernels(record: dict[str, Any], model: ModelSpec, src: SourceDefaults, note
     elif flash and model.attention_sinks:
         notes.append("learnable attention sinks in cuDNN's fused kernel (TE 2.8+ with cuDNN 9.13.1+: "
                      "TransformerEngine PR #2148; the NeMo image's cuDNN, NVIDIA-NeMo/RL#1685)")
-    fusion = src.fusion
+    fusion = src.stack.fusion
     if fusion == "eager":
         fused = FUSED_KERNELS_TEXT.search(f"{record.get('notes', '')} {record.get('framework', '')}")
         fusion = "fused" if fused else "eager"
@@ -650,13 +652,13 @@ def _attention_text(record: dict[str, Any]) -> str:
 
 def _flash_attention(text: str, src: SourceDefaults, notes: list[str]) -> bool:
     if NO_FLASH_TEXT.search(text):
-        if src.flash_attention:
+        if src.stack.flash_attention:
             notes.append("unfused attention (the framework text turns flash attention off)")
         return False
-    if not src.flash_attention and FLASH_TEXT.search(text):
+    if not src.stack.flash_attention and FLASH_TEXT.search(text):
         notes.append(f"flash attention (named by the framework text; {src.name} default: unfused)")
         return True
-    return src.flash_attention
+    return src.stack.flash_attention
 
 
 def _attention_kernel(record: dict[str, Any], src: SourceDefaults, flash: bool, precision: str, notes: list[str]
@@ -673,10 +675,10 @@ def _attention_kernel(record: dict[str, Any], src: SourceDefaults, flash: bool, 
              else "fa2" if FA2_ATTENTION_TEXT.search(text) else None)
     if named is None and (src.sdpa or SDPA_TEXT.search(text)):
         named = _sdpa_kernel(text, src, notes)
-    if named and named != src.attention_kernel and flash:
+    if named and named != src.stack.attention_kernel and flash:
         notes.append(f"attention kernel: {named} class (named by the framework text)")
         return named
-    return src.attention_kernel
+    return src.stack.attention_kernel
 
 
 def _sdpa_kernel(text: str, src: SourceDefaults, notes: list[str]) -> str | None:
@@ -731,8 +733,9 @@ def _fp8_scaling(record: dict[str, Any], src: SourceDefaults, precision: str, no
                      "scaling, no amax pass)")
         return "delayed"
     stated = "delayed" if "delayed" in text else "current" if re.search(r"current|dynamic", text) else None
-    notes.append(f"fp8 {stated or src.fp8_scaling} scaling" + (" (stated)" if stated else f" ({src.name} default)"))
-    return stated or src.fp8_scaling
+    notes.append(f"fp8 {stated or src.stack.fp8_scaling} scaling"
+                 + (" (stated)" if stated else f" ({src.name} default)"))
+    return stated or src.stack.fp8_scaling
 
 
 NO_RECOMPUTE = re.compile(r"\b(no|not|without)\s+(activation\s+)?(recompute|recomputation|checkpoint)")
@@ -885,6 +888,7 @@ class Case:
     model: ModelSpec
     cluster: Cluster
     plan: Plan
+    stack: Stack
     metric: str
     measured: float
     assumptions: tuple[str, ...]
@@ -893,11 +897,11 @@ class Case:
 
     @property
     def attention_kernel(self) -> str:
-        return self.plan.attention_kernel
+        return self.stack.attention_kernel
 
     def efficiency(self, eff: Efficiency = DEFAULT) -> Efficiency:
         """The efficiency model this run is evaluated with (the same for every run; the attention kernel family
-        of its stack is a plan setting, ``Plan.attention_kernel``)."""
+        of its stack is a stack setting, ``Stack.attention_kernel``)."""
         return eff
 
 
@@ -1029,16 +1033,16 @@ def _map_run(record: dict[str, Any], hybrid: bool) -> Case:
     hardware, dated_note = _dated_a100(record, hardware)
     cluster, hw_notes = _reading("hardware", map_cluster, hardware)
     hw_notes += [note for note in (count_note, dated_note) if note]
-    plan, plan_notes = _reading("parallel", map_plan, record, model, cluster)
+    plan, stack, plan_notes = _reading("parallel", map_plan, record, model, cluster)
     notes += hw_notes + plan_notes
     memory = (record.get("measured") or {}).get("peak_memory_gib")
-    if plan.attention_kernel == "fa2" and plan.flash_attention:
-        notes.append(f"attention kernel: {plan.attention_kernel} class (the source's stack)")
+    if stack.attention_kernel == "fa2" and stack.flash_attention:
+        notes.append(f"attention kernel: {stack.attention_kernel} class (the source's stack)")
     if record.get("_unread"):
         notes.append(f"values not read, taken as not stated: {', '.join(record['_unread'])}")
     usable = isinstance(memory, (int, float)) and 0 < memory < math.inf
     return Case(id=record["id"], group=str(record.get("group") or ""), model=model, cluster=cluster, plan=plan,
-                metric=metric, measured=value, assumptions=tuple(notes), basis=basis,
+                stack=stack, metric=metric, measured=value, assumptions=tuple(notes), basis=basis,
                 measured_memory=float(memory) * GiB if usable else None)
 
 
@@ -1056,7 +1060,7 @@ def predicted_metric(case: Case, step_time: float) -> float:
     if case.metric == "hfu_pct" and case.basis != "eq3":  # hardware FLOPs: the recomputed forward too
         from meshplan.estimate import recompute_flops_per_token  # noqa: PLC0415
 
-        flops = flops + recompute_flops_per_token(unwindowed(model), plan) * tokens
+        flops = flops + recompute_flops_per_token(unwindowed(model), plan, case.stack) * tokens
     if case.metric in PERCENT_OF_PEAK:
         return 100.0 * flops / step_time / n / case.cluster.accelerator.half_flops
     return flops / step_time / n / 1e12
@@ -1110,7 +1114,7 @@ class RunResult:
 def evaluate_case(case: Case, eff: Efficiency = DEFAULT) -> RunResult:
     from meshplan.estimate import estimate  # noqa: PLC0415  (estimate imports the whole cost model)
 
-    est = estimate(case.model, case.cluster, case.plan, case.efficiency(eff))
+    est = estimate(case.model, case.cluster, case.plan, case.stack, case.efficiency(eff))
     predicted = predicted_metric(case, est.step_time)
     result = RunResult(id=case.id, group=case.group, metric=case.metric, predicted=predicted,
                        measured=case.measured, error=predicted / case.measured - 1, assumptions=case.assumptions,

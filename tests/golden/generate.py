@@ -23,6 +23,7 @@ from meshplan.hardware import load_system
 from meshplan.model import ModelSpec, load_model, preset_names
 from meshplan.plan import Plan, check
 from meshplan.search import Space, search
+from meshplan.stack import Stack
 
 HERE = Path(__file__).resolve().parent
 GPUS = 64
@@ -58,25 +59,27 @@ def templates(model: ModelSpec, precision: str) -> dict[str, dict[str, Any]]:
         "tp-sp": dict(tps=(8, 4, 2, 1), pp=1, micro_batch=1, accum=4, zero=1, recompute="selective",
                       grad_bytes=4),
         "pipeline": dict(tps=(4, 2, 1), pp=pp, vpp=vpp, micro_batch=1, accum=8, zero=1, recompute="full",
-                         grad_bytes=4, overlap_tp=True, overlap_pp=True, schedule="interleaved" if vpp > 1 else "1f1b"),
+                         grad_bytes=4, stack=Stack(overlap_tp=True, overlap_pp=True),
+                         schedule="interleaved" if vpp > 1 else "1f1b"),
         "zero3-offload": dict(tps=(1, 2), pp=1, micro_batch=2, accum=2, zero=3, recompute="none",
                               offload_activations=True, precision=precision, grad_bytes=2),
     }
 
 
-def make_plan(model: ModelSpec, cluster: Any, template: dict[str, Any]) -> tuple[Plan | None, list[str]]:
-    """The template's plan with the first of its tp sizes that ``check`` accepts (or the last one's reasons)."""
+def make_plan(model: ModelSpec, cluster: Any, template: dict[str, Any]) -> tuple[Plan | None, Stack, list[str]]:
+    """The template's plan with the first of its tp sizes that ``check`` accepts (or the last one's reasons), and
+    the stack that runs it."""
     options = dict(template)
-    tps, accum = options.pop("tps"), options.pop("accum")
+    tps, accum, stack = options.pop("tps"), options.pop("accum"), options.pop("stack", Stack())
     reasons: list[str] = []
     for tp in tps:
         dp = GPUS // (tp * options["pp"])
         plan = Plan(dp=dp, tp=tp, ep=_ep(model, tp * dp), sequence_parallel=tp > 1,
                     global_batch=dp * options["micro_batch"] * accum, **options)
-        reasons = check(model, cluster, plan)
+        reasons = check(model, cluster, plan, stack)
         if not reasons:
-            return plan, []
-    return None, reasons
+            return plan, stack, []
+    return None, stack, reasons
 
 
 def record(est: Estimate, ops: bool) -> dict[str, Any]:
@@ -109,13 +112,13 @@ def estimates() -> dict[str, Any]:
         for name in preset_names():
             model = load_model(name)
             for label, template in templates(model, precision).items():
-                plan, reasons = make_plan(model, cluster, template)
+                plan, stack, reasons = make_plan(model, cluster, template)
                 key = f"{name} | {system_name} | {label}"
                 if plan is None:
                     out[key] = {"invalid": reasons}
                     continue
                 ops = system_name == OPS_SYSTEM and label == "tp-sp"
-                out[key] = record(estimate(model, cluster, plan), ops)
+                out[key] = record(estimate(model, cluster, plan, stack), ops)
     return out
 
 

@@ -32,9 +32,9 @@ def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
     summary = Table(title=title, show_header=False, title_justify="left")
     summary.add_column(style="bold")
     summary.add_column()
-    scaling = f" ({p.fp8_scaling} scaling)" if p.precision == "fp8" else ""
-    kernel = f" attention={p.attention_kernel}" if p.flash_attention and p.attention_kernel != "fused" else ""
-    summary.add_row("plan", p.describe() + f" schedule={p.schedule} precision={p.precision}{scaling}{kernel}")
+    scaling = f" ({est.stack.fp8_scaling} scaling)" if p.precision == "fp8" else ""
+    summary.add_row("plan", p.describe() + f" schedule={p.schedule} precision={p.precision}{scaling}")
+    summary.add_row("stack", est.stack.describe())
     summary.add_row("step time", fmt_time(est.step_time))
     summary.add_row("tokens/s", f"{fmt_count(est.tokens_per_s)} ({fmt_count(est.tokens_per_s / est.cluster.num_gpus)}"
                     " per GPU)")
@@ -133,7 +133,7 @@ def plans_table(result, tokens: float | None, price: float | None):  # -> rich T
     from rich.table import Table
 
     space = result.space
-    stack = [space.precision] + ([space.fsdp] if space.fsdp != "none" else [])
+    stack = [space.precision, space.stack.name] + ([space.stack.fsdp] if space.stack.fsdp != "none" else [])
     table = Table(title=f"best plans: {result.model.name} on {result.cluster.num_gpus} x "
                         f"{result.cluster.accelerator.name}, global batch {space.global_batch}, {', '.join(stack)}",
                   title_justify="left")

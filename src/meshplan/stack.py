@@ -1,0 +1,137 @@
+"""Stack: what a software stack does with a plan, apart from the plan (plan.py: the parallel layout).
+
+A framework runs the same parallel layout with its own kernels (flash attention of one family or another, a fused
+or an eager cross-entropy, element-wise kernels fused or one per aten op, per-expert or grouped MoE GEMMs), its own
+data-parallel wrapper (Megatron's distributed optimizer or PyTorch FSDP) and pipeline runtime, and its own overlap of
+communication with compute. Those choices move the step time and the memory as much as the layout does, so they are
+a spec of their own, with presets as data: ``presets/stacks/<name>.toml``, each field beside the source that says
+what the framework does (its arguments' defaults, its recipes, its code at a stated version). The estimator reads
+the fields and never a framework's name.
+
+``Stack()`` is meshplan's neutral default ("generic"): Megatron-style fused kernels, the data-parallel collectives
+overlapped with the backward pass, nothing else overlapped.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from meshplan import ranges
+from meshplan.errors import SpecError
+from meshplan.fields import check_types, not_a_preset, unknown_field
+from meshplan.files import read_toml
+
+ATTENTION_KERNELS = ("fused", "fa2", "fp8")
+CROSS_ENTROPY = ("fused", "pytorch", "flash")
+FUSION = ("fused", "eager")
+EXPERT_GEMM = ("per_expert", "grouped")
+FP8_SCALING = ("delayed", "current")
+FSDP = ("none", "fsdp1", "fsdp2")
+PIPELINE_RUNTIMES = ("megatron", "torch")
+CP_COMM = ("ring", "allgather")
+
+
+def _choice(default: str, choices: tuple[str, ...], help: str) -> Any:
+    return field(default=default, metadata={"choices": choices, "help": help})
+
+
+def _flag(default: bool, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stack:
+    """How a software stack runs a plan: its kernels, runtime and overlap (module docstring). Equal stacks are the
+    ones that behave alike: the name, version and source are labels."""
+
+    name: str = field(default="generic", compare=False)
+    version: str = field(default="", compare=False)
+    source: str = field(default="", compare=False)
+    # ---- kernels --------------------------------------------------------------------------------------------
+    flash_attention: bool = _flag(True, "a fused (flash) attention kernel; false: the unfused softmax attention")
+    attention_kernel: str = _choice(
+        "fused", ATTENTION_KERNELS, "the flash kernel family: fused (cuDNN / FlashAttention-3 class, written for "
+        "the GPU's asynchronous MMA), fa2 (FlashAttention-2 class) or fp8 (cuDNN's FP8 attention; fp8 plans)")
+    cross_entropy: str = _choice(
+        "fused", CROSS_ENTROPY, "the loss: fused (Megatron's vocabulary-parallel), pytorch (F.cross_entropy in "
+        "eager autograd; its fp8 linears torchao's, keeping the 16-bit input) or flash (flash-attn's kernel)")
+    fusion: str = _choice("fused", FUSION, "element-wise kernels: fused (Megatron / Transformer Engine, or "
+                                           "torch.compile) or eager (one PyTorch kernel per aten op)")
+    expert_gemm: str = _choice("per_expert", EXPERT_GEMM, "MoE expert GEMMs: per_expert (launched by the host "
+                                                          "after the tokens-per-expert sync) or grouped (one kernel)")
+    fp8_scaling: str = _choice("delayed", FP8_SCALING, "fp8 scales from the amax history (delayed) or from the "
+                                                      "tensor itself (current: one more read before each cast)")
+    varlen_attention: bool = _flag(False, "flash-attn's varlen interface: rows packed and unpacked around the kernel")
+    qkv_concat: bool = _flag(False, "the fused QKV projection split with torch.split (its backward a concatenation)")
+    train_metrics: int = field(default=0, metadata={"help": "metric cross-entropies the trainer evaluates over each "
+                                                            "micro-batch's logits (Composer's MPT: 2)"})
+    # ---- runtime --------------------------------------------------------------------------------------------
+    fsdp: str = _choice("none", FSDP, "data parallelism by PyTorch FSDP (its per-micro-batch gradient "
+                                      "preparation): fsdp1 (FlatParameter), fsdp2 (fully_shard) or none")
+    pipeline_runtime: str = _choice("megatron", PIPELINE_RUNTIMES, "what the pipeline keeps per micro-batch: "
+                                                                  "megatron (Megatron-Core) or torch (pipelining)")
+    cp_comm: str = _choice("ring", CP_COMM, "context-parallel K/V exchange: ring (p2p) or allgather")
+    # ---- overlap --------------------------------------------------------------------------------------------
+    overlap_tp: bool = _flag(False, "TP collectives overlapped with the GEMMs (Megatron --tp-comm-overlap)")
+    overlap_dp: bool = _flag(True, "the data-parallel collectives overlapped with the passes (overlap-grad-reduce)")
+    overlap_ep: bool = _flag(False, "MoE all-to-alls behind another micro-batch's compute (combined 1F1B)")
+    overlap_pp: bool = _flag(False, "pipeline sends behind the next chunk's compute (interleaved schedules)")
+
+    def __post_init__(self) -> None:
+        where = f"stack {self.name}: " if isinstance(self.name, str) else ""
+        check_types(self, where)
+        for f in fields(self):
+            choices = f.metadata.get("choices")
+            if choices and getattr(self, f.name) not in choices:
+                raise SpecError(f"{where}{f.name}={getattr(self, f.name)!r} must be one of {', '.join(choices)}")
+        ranges.check_spec(self, where)
+
+    def with_(self, **changes: Any) -> Stack:
+        return replace(self, **changes)
+
+    def describe(self) -> str:
+        """The fields that differ from the generic default, as ``name: field=value ...``."""
+        default = Stack()
+        changed = [f"{f.name}={getattr(self, f.name)}" for f in fields(self)
+                   if f.compare and getattr(self, f.name) != getattr(default, f.name)]
+        return " ".join([self.name, *changed])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+DEFAULT = Stack()
+BEHAVIOUR = tuple(f.name for f in fields(Stack) if f.compare)  # the fields the estimator reads
+
+
+def stack_names() -> list[str]:
+    root = resources.files("meshplan") / "presets" / "stacks"
+    return sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml"))
+
+
+def stack_from_dict(data: dict[str, Any], where: str) -> Stack:
+    """A Stack from a preset's table (its keys: Stack's fields)."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{where} must be a table of Stack fields")
+    known = {f.name for f in fields(Stack)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise unknown_field(where, unknown[0], known, "Stack's (meshplan/stack.py)")
+    return Stack(**data)
+
+
+def load_stack(ref: str | Stack, field_name: str = "framework") -> Stack:
+    """A stack preset by name (``torchtitan``), or a ``.toml`` file of Stack fields."""
+    if isinstance(ref, Stack):
+        return ref
+    path = Path(ref)
+    if path.suffix.lower() == ".toml":
+        return stack_from_dict(read_toml(path, field_name), f"{field_name}={str(path)!r}")
+    if ref not in stack_names():
+        raise not_a_preset(field_name, ref, stack_names(), "a stack preset or a .toml file")
+    text = (resources.files("meshplan") / "presets" / "stacks" / f"{ref}.toml").read_text()
+    return stack_from_dict(tomllib.loads(text), f"preset {ref}")
