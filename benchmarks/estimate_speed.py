@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 
 from meshplan.estimate import estimate, step_costs
-from meshplan.hardware import load_system
-from meshplan.model import load_model
-from meshplan.plan import Plan
 from meshplan.schedule import build, simulate
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model import load_model
+from meshplan.specs.plan import Plan
 
 CASES = [
     ("llama3-70b", "h100", 1024, Plan(dp=32, tp=8, pp=4, global_batch=512, sequence_parallel=True,

@@ -1,6 +1,6 @@
 """Fit the free efficiency constants on the fit half of the published runs; print them and the errors.
 
-The fit half is fixed: the runs whose id has an even CRC-32 (``meshplan.validate.in_fit_set``). The objective
+The fit half is fixed: the runs whose id has an even CRC-32 (``meshplan_validation.validate.in_fit_set``). The objective
 is min(|log(predicted / measured)|, 0.5) (robust to the few runs whose configuration is too uncertain),
 averaged within each source group and then across groups, so that every source weighs the same.
 Two stages, because the MoE runs' errors are dominated by how each release launches the expert GEMMs:
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from meshplan.efficiency import DEFAULT, FITTED
 from meshplan.estimate import step_costs
-from meshplan.records import runs_from_command_line
-from meshplan.validate import (
+from meshplan.specs.efficiency import DEFAULT, FITTED
+from meshplan_validation.records import runs_from_command_line
+from meshplan_validation.validate import (
     Skip,
     clean_record,
     fill_from_siblings,

@@ -32,14 +32,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from meshplan.efficiency import DEFAULT
+from meshplan.cost.ops import core_attention, dense_layer, dims, ssd_ops
 from meshplan.estimate import estimate
-from meshplan.hardware import load_system
-from meshplan.model import ModelSpec, load_model
-from meshplan.ops import core_attention, dense_layer, dims, ssd_ops
-from meshplan.plan import Plan
 from meshplan.roofline import op_time
-from meshplan.stack import Stack
+from meshplan.specs.efficiency import DEFAULT
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model import ModelSpec, load_model
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
 
 TE_TUTORIAL = "Transformer Engine GEMM profiling tutorial, B300, pre-quantized"
 TE_5B = ModelSpec(name="te-gemm-profiling-5b", num_layers=24, hidden_size=4096, num_heads=32, ffn_hidden_size=16384,

@@ -24,11 +24,11 @@ from pathlib import Path
 
 from meshplan.cli import main as cli
 from meshplan.estimate import estimate
-from meshplan.hardware import load_system
-from meshplan.model import load_model
-from meshplan.plan import Plan
 from meshplan.report import plots
-from meshplan.search import search
+from meshplan.search.run import search
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model import load_model
+from meshplan.specs.plan import Plan
 from meshplan.sweep import sweep_space
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import meshplan
-from meshplan.hardware import Cluster, load_system
-from meshplan.model import ModelSpec, load_model
-from meshplan.search import SearchResult, Space, search
+from meshplan.search.run import SearchResult, Space, search
+from meshplan.specs.hardware import Cluster, load_system
+from meshplan.specs.model import ModelSpec, load_model
 
 CASES = [  # model, system, GPUs, global batch (sequences), NVLink domain override
     ("gpt3-175b", "a100", 1024, 1536, None),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from meshplan.hardware import load_system
-from meshplan.model import ModelSpec
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model import ModelSpec
 
 
 def gpt(layers: int = 4, hidden: int = 1024, heads: int = 16, seq: int = 2048, vocab: int = 51200,

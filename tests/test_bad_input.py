@@ -16,8 +16,8 @@ import pytest
 from meshplan.cli import main
 from meshplan.errors import SpecError
 from meshplan.files import read_text, write_text
-from meshplan.records import runs_from_command_line
-from meshplan.search import divisors
+from meshplan.search.run import divisors
+from meshplan_validation.records import runs_from_command_line
 
 H100 = Path(__file__).parents[1] / "src" / "meshplan" / "presets" / "hardware" / "h100.toml"
 LLAMA = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1376, "num_attention_heads": 8,
@@ -443,7 +443,7 @@ def test_extreme_hardware_values_are_one_line_before_any_arithmetic(key, value, 
     ("1e30", "Invalid value for '--grad-bytes': '1e30' is not a valid integer."),  # was float32 overflow warnings
 ])
 def test_grad_bytes_is_checked_before_the_search(value, message, capsys, monkeypatch):
-    monkeypatch.setattr("meshplan.search.search", lambda *a, **k: pytest.fail("searched"))
+    monkeypatch.setattr("meshplan.search.run.search", lambda *a, **k: pytest.fail("searched"))
     assert message in fails(["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--grad-bytes",
                              value], capsys)
 

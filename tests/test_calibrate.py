@@ -38,11 +38,11 @@ from meshplan.calibrate.fit import summarize_dims
 from meshplan.calibrate.records import DIST_KINDS
 from meshplan.cli import main
 from meshplan.comm import bus_factor, collective_time, latency_steps
-from meshplan.efficiency import DEFAULT, Efficiency
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.estimate import estimate
-from meshplan.hardware import Cluster, Tier, load_system
-from meshplan.plan import Plan
+from meshplan.specs.efficiency import DEFAULT, Efficiency
+from meshplan.specs.hardware import Cluster, Tier, load_system
+from meshplan.specs.plan import Plan
 from meshplan.units import GiB, KiB, MiB
 
 SIZES = (4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB, 256 * MiB, 1 * GiB)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from meshplan.comm import all_reduce_traffic, bus_factor, collective_time, ring_hops, split_group
-from meshplan.efficiency import Efficiency
-from meshplan.hardware import Accelerator, Cluster, Tier
+from meshplan.specs.efficiency import Efficiency
+from meshplan.specs.hardware import Accelerator, Cluster, Tier
 
 PERFECT = Efficiency(nvlink=1.0, network=1.0)
 

@@ -8,14 +8,14 @@ from dataclasses import replace
 import pytest
 
 from conftest import gpt
-from meshplan.efficiency import DEFAULT, MAMF_UNKNOWN, MATMUL, matmul_rule
+from meshplan.cost.ops import core_attention, dense_layer, dims
 from meshplan.errors import SpecError
-from meshplan.hardware import load_system
-from meshplan.model import load_model
-from meshplan.ops import core_attention, dense_layer, dims
-from meshplan.plan import Plan, check
 from meshplan.roofline import compute_time, op_time
-from meshplan.stack import Stack
+from meshplan.specs.efficiency import DEFAULT, MAMF_UNKNOWN, MATMUL, matmul_rule
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model import load_model
+from meshplan.specs.plan import Plan, check
+from meshplan.specs.stack import Stack
 
 
 def _attention_time(system: str, kernel: str) -> float:
@@ -304,7 +304,7 @@ def test_matmul_rule_is_continuous_and_its_rate_grows_with_the_peak():
 
 
 def test_async_mma_follows_the_architecture_when_unstated():
-    from meshplan.efficiency import async_mma
+    from meshplan.specs.efficiency import async_mma
 
     a100 = replace(load_system("a100").accelerator, async_mma=None)
     h100 = replace(load_system("h100").accelerator, async_mma=None)
@@ -436,7 +436,7 @@ def test_an_unknown_fp8_scaling_is_rejected_and_a_stacks_scaling_acts_on_fp8_onl
 
 
 def test_sequence_parallel_gathers_carry_the_gemm_input_precision():
-    from meshplan.ops import head_ops, tp_enter, tp_exit
+    from meshplan.cost.ops import head_ops, tp_enter, tp_exit
 
     model = gpt(layers=1, hidden=1024, seq=2048)
 
@@ -462,7 +462,7 @@ def test_sequence_parallel_gathers_carry_the_gemm_input_precision():
 
 
 def test_summa_broadcasts_the_panels_a_low_precision_gemm_reads_quantized():
-    from meshplan.ops2d import summa_linear
+    from meshplan.cost.summa import summa_linear
 
     model = gpt(layers=1, hidden=1024, seq=2048)
 
@@ -484,7 +484,7 @@ def test_summa_broadcasts_the_panels_a_low_precision_gemm_reads_quantized():
 
 
 def test_the_nvfp4_rate_is_capped_by_the_fp4_peak():
-    from meshplan.hardware import Accelerator
+    from meshplan.specs.hardware import Accelerator
 
     acc = Accelerator(name="x", peak_flops={"bf16": 1e15, "fp8": 2e15, "fp4": 3e15}, hbm_bytes=80e9,
                       hbm_bandwidth=2e12, nvlink_bandwidth=450e9, matmul_fp8=0.7)

@@ -8,11 +8,11 @@ import pytest
 
 from conftest import gpt
 from meshplan.estimate import estimate, model_flops_per_token, step_costs
-from meshplan.hardware import load_system
-from meshplan.model import load_model
-from meshplan.plan import Plan
 from meshplan.schedule import build, simulate
-from meshplan.stack import Stack
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model import load_model
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
 
 
 def h100(n: int):
@@ -145,7 +145,7 @@ def test_vectorised_costs_equal_scalar_costs():
     """step_costs accepts arrays in the numeric plan fields and returns the same numbers elementwise."""
     import numpy as np
 
-    from meshplan.batch import PlanBatch
+    from meshplan.search.batch import PlanBatch
 
     model, c = load_model("llama3-8b"), h100(64)
     plans = [Plan(dp=64 // (t * p), tp=t, pp=p, global_batch=128, micro_batch=1, sequence_parallel=t > 1)
@@ -221,8 +221,8 @@ def test_the_combined_1f1b_schedule_hides_the_all_to_alls_behind_the_nodes_besid
     weight gradients 5, dispatch 6, combine 12. The layer takes max(10, 12) + max(max(6, 5) + 6, max(5 + 5, 6) + 4)
     + max(12, 15) = 12 + 14 + 15 = 41 against 39 of kernels: 2 exposed, the other 36 − 2 = 34 of all-to-all hidden,
     slowing the compute by 0.189 × 34: 2 + 6.426 = 8.426, half of it the forward's (18 of the 36)."""
+    from meshplan.cost.ops import OpCost, collective
     from meshplan.estimate import pass_times
-    from meshplan.ops import OpCost, collective
 
     def a2a(name, phase):
         return collective(name, phase, "all_to_all", 1.0, "ep", 8)

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from meshplan.cli import main
-from meshplan.hardware import Accelerator, Network
-from meshplan.model import ModelSpec
-from meshplan.plan import Plan
 from meshplan.ranges import RANGES
+from meshplan.specs.hardware import Accelerator, Network
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
 
 ROOT = Path(__file__).parents[1]
 PRESETS = ROOT / "src" / "meshplan" / "presets"

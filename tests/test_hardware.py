@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from meshplan.errors import SpecError
-from meshplan.hardware import PRECISIONS, Cluster, System, load_system, system_names
+from meshplan.specs.hardware import PRECISIONS, Cluster, System, load_system, system_names
 from meshplan.units import GiB, MiB
 
 PRESETS = ("a100", "a100-40gb", "a800", "b200", "b300", "gb200", "gb300", "gh200", "h100", "h100-96gb", "h100-pcie",

@@ -8,14 +8,14 @@ from dataclasses import replace
 import pytest
 
 from meshplan.cli import main
+from meshplan.cost.ops import ACT_BYTES, dims, hybrid_block, layer_kinds, mamba_block
 from meshplan.estimate import estimate, saved_bytes, ssd_flops_per_token
-from meshplan.hardware import load_system
 from meshplan.memory import kind_fractions, layer_params
-from meshplan.model import load_model
-from meshplan.ops import ACT_BYTES, dims, hybrid_block, layer_kinds, mamba_block
-from meshplan.plan import Plan, check
-from meshplan.search import Space, search
-from meshplan.stack import Stack
+from meshplan.search.run import Space, search
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model import load_model
+from meshplan.specs.plan import Plan, check
+from meshplan.specs.stack import Stack
 
 NANO = load_model("nemotron-3-nano")
 SUPER = load_model("nemotron-3-super")
@@ -140,7 +140,7 @@ def test_validation_compares_nano_and_keeps_super_apart_unless_asked():
     release's module recompute (Megatron-Bridge's H100 FP8 recipe: moe, layernorm, core_attn, moe_act); a
     Nemotron 3 Super record (a latent MoE) is skipped with the reason by default and compared with ``hybrid=True``
     (``meshplan validate --hybrid``), with its recipe's two multi-token-prediction depths."""
-    from meshplan.validate import Skip, evaluate_case, map_run
+    from meshplan_validation.validate import Skip, evaluate_case, map_run
 
     rec = {"id": "n", "group": "megatron_bridge_26.04", "framework": "Megatron-Bridge / Megatron-Core",
            "task": "pretrain", "precision": "fp8",

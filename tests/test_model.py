@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from meshplan.errors import SpecError
-from meshplan.hf_config import translate
-from meshplan.model import ModelSpec, from_hf_config, load_model, model_from_dict, preset_names
+from meshplan.specs.hf_config import translate
+from meshplan.specs.model import ModelSpec, from_hf_config, load_model, model_from_dict, preset_names
 
 HF = Path(__file__).parent / "data" / "hf"
 VALIDATION = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_runs.jsonl"

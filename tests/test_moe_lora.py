@@ -7,13 +7,13 @@ from dataclasses import replace
 import pytest
 
 from conftest import gpt
-from meshplan.efficiency import DEFAULT
+from meshplan.cost.ops import LORA_PREFIXES, dense_layer, moe_layer
 from meshplan.estimate import estimate
-from meshplan.hardware import load_system
-from meshplan.model import load_model
-from meshplan.ops import LORA_PREFIXES, dense_layer, moe_layer
-from meshplan.plan import LORA_TARGETS, Plan, check
-from meshplan.stack import Stack
+from meshplan.specs.efficiency import DEFAULT
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model import load_model
+from meshplan.specs.plan import LORA_TARGETS, Plan, check
+from meshplan.specs.stack import Stack
 
 
 def test_grouped_gemm_quantization_pads_each_group_and_shares_waves():
@@ -116,7 +116,7 @@ def test_lora_on_qkv_only_adapts_one_linear(h100_64):
 
 
 def test_megatron_model_flops_uses_the_multi_latent_attention_branch():
-    from meshplan.validate import megatron_model_flops
+    from meshplan_validation.validate import megatron_model_flops
 
     model = load_model("deepseek-v3").with_seq_length(4096)
     h, a, s = 7168, 128, 4096
@@ -182,7 +182,7 @@ def test_host_launches_matter_at_small_micro_batches_only():
 def test_search_finds_the_best_plan_for_the_stacks_expert_gemm(expert_gemm):
     """The search's top plan equals the best of estimate() over every candidate, whichever way the experts launch
     (the search computes its per-layer units with the plans' own settings, not the defaults)."""
-    from meshplan.search import Space, search
+    from meshplan.search.run import Space, search
     from test_search import every_plan
 
     model = load_model("qwen3-30b-a3b")

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from meshplan.efficiency import DEFAULT
+from meshplan.cost.ops import ACT_BYTES, mtp_ops
 from meshplan.errors import SpecError
 from meshplan.estimate import (
     estimate,
@@ -19,13 +19,13 @@ from meshplan.estimate import (
     stage_times,
     unit_costs,
 )
-from meshplan.hardware import load_system
 from meshplan.memory import layers_on_last, layers_on_stage, stage_params
-from meshplan.model import ModelSpec, load_model
-from meshplan.ops import ACT_BYTES, mtp_ops
-from meshplan.plan import Plan, check
-from meshplan.recipes import DSV3_LAYOUT_16, layout_last_stage
-from meshplan.stack import Stack
+from meshplan.specs.efficiency import DEFAULT
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model import ModelSpec, load_model
+from meshplan.specs.plan import Plan, check
+from meshplan.specs.stack import Stack
+from meshplan_validation.recipes import DSV3_LAYOUT_16, layout_last_stage
 
 DSV3 = load_model("deepseek-v3")
 SUPER = load_model("nemotron-3-super")

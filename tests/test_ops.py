@@ -7,13 +7,13 @@ from dataclasses import replace
 import pytest
 
 from conftest import gpt
+from meshplan.cost.ops import ACT_BYTES, dense_layer, embedding_ops, head_ops, linear_2d, moe_layer
 from meshplan.errors import SpecError
 from meshplan.estimate import attention_flops_per_token, matmul_params, model_flops_per_token, saved_bytes
-from meshplan.hardware import load_system
-from meshplan.model import ModelSpec, load_model
-from meshplan.ops import ACT_BYTES, dense_layer, embedding_ops, head_ops, linear_2d, moe_layer
-from meshplan.plan import Plan, check, fsdp_has_zero
-from meshplan.stack import Stack
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model import ModelSpec, load_model
+from meshplan.specs.plan import Plan, check, fsdp_has_zero
+from meshplan.specs.stack import Stack
 
 
 def _flops(ops, phase=None, kind=None):
@@ -117,7 +117,7 @@ def test_flash_attention_saves_like_selective_recompute_plus_lse():
 
 def test_tp_1_has_no_tp_traffic_time():
     from meshplan.estimate import estimate
-    from meshplan.hardware import load_system
+    from meshplan.specs.hardware import load_system
 
     est = estimate(gpt(), load_system("h100").cluster(8), Plan(dp=8, global_batch=64))
     assert est.breakdown["tp"] == 0.0
@@ -371,8 +371,8 @@ def test_qkv_split_backward_concatenates_the_gradients():
 
 def test_varlen_forward_waits_on_the_host_for_its_launches():
     """A small micro-batch's unpad copies take less than 24 host launches of 35.4 µs: the op takes 0.85 ms."""
-    from meshplan.efficiency import DEFAULT
     from meshplan.roofline import op_time
+    from meshplan.specs.efficiency import DEFAULT
 
     acc = load_system("h100").accelerator
     (fwd,) = [o for o in dense_layer(gpt(seq=128), Plan(), Stack(varlen_attention=True))

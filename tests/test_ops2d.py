@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from conftest import gpt
+from meshplan.cost.ops import ACT_BYTES, dense_layer, dims, kv_exchange
+from meshplan.cost.summa import summa_linear
 from meshplan.estimate import estimate
-from meshplan.hardware import load_system
-from meshplan.model import load_model
-from meshplan.ops import ACT_BYTES, dense_layer, dims, kv_exchange
-from meshplan.ops2d import summa_linear
-from meshplan.plan import Plan, check
-from meshplan.stack import Stack
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model import load_model
+from meshplan.specs.plan import Plan, check
+from meshplan.specs.stack import Stack
 
 
 def _coll(ops, phase, kind, axis):

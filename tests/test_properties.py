@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from draws import draw_count, draw_model, draw_stack, draw_system, draw_triple
-from meshplan.batch import PlanBatch
 from meshplan.estimate import estimate
-from meshplan.hardware import Cluster
-from meshplan.keyed import panel_counts
-from meshplan.plan import LAYOUTS
-from meshplan.search import PLACEMENTS, Space, candidates, search
+from meshplan.search.batch import PlanBatch
+from meshplan.search.keyed import panel_counts
+from meshplan.search.run import PLACEMENTS, Space, candidates, search
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.plan import LAYOUTS
 
 TRIPLES = 500
 SEARCHES = 500

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from meshplan.efficiency import DEFAULT
 from meshplan.estimate import dp_collectives, estimate
-from meshplan.hardware import load_system
 from meshplan.memory import stage_params
-from meshplan.model import load_model
-from meshplan.recipes import source_defaults
-from meshplan.validate import (
+from meshplan.specs.efficiency import DEFAULT
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model import load_model
+from meshplan_validation.recipes import source_defaults
+from meshplan_validation.validate import (
     RunResult,
     Skip,
     clean_record,
@@ -641,7 +641,7 @@ def test_other_gpus_map_to_their_presets(gpu, preset):
     ("GPT-2 XL", None), ("Llama 2 70B chat", "llama2-70b"),
 ])
 def test_a_record_without_sizes_takes_the_preset_it_names(name, preset):
-    from meshplan.validate import preset_by_name
+    from meshplan_validation.validate import preset_by_name
 
     assert preset_by_name(name) == preset
     if preset:

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from meshplan.estimate import estimate
-from meshplan.hardware import Accelerator, Network, System, load_system, system_names
-from meshplan.model import ModelSpec, load_model, preset_names
-from meshplan.plan import Plan
 from meshplan.ranges import MAX_PARAMS, MAX_STEP_TOKENS, RANGES, check_spec, numeric_fields, problem
-from meshplan.records import read_runs
-from meshplan.search import Space, search
-from meshplan.validate import run_validation
+from meshplan.search.run import Space, search
+from meshplan.specs.hardware import Accelerator, Network, System, load_system, system_names
+from meshplan.specs.model import ModelSpec, load_model, preset_names
+from meshplan.specs.plan import Plan
+from meshplan_validation.records import read_runs
+from meshplan_validation.validate import run_validation
 
 ROOT = Path(__file__).parents[1]
 HF = sorted((ROOT / "tests" / "data" / "hf").glob("*/config.json"))

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import gpt
 from meshplan.cli import main
-from meshplan.efficiency import DEFAULT
+from meshplan.cost.ops import ACT_BYTES, dense_layer, moe_layer, rerun_by
 from meshplan.estimate import (
     attention_flops_per_token,
     estimate,
@@ -19,12 +19,12 @@ from meshplan.estimate import (
     saved_bytes,
     time_ops,
 )
-from meshplan.hardware import load_system
-from meshplan.model import ModelSpec, load_model
-from meshplan.ops import ACT_BYTES, dense_layer, moe_layer, rerun_by
-from meshplan.plan import Plan, check
-from meshplan.search import Space
-from meshplan.stack import Stack
+from meshplan.search.run import Space
+from meshplan.specs.efficiency import DEFAULT
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model import ModelSpec, load_model
+from meshplan.specs.plan import Plan, check
+from meshplan.specs.stack import Stack
 
 MOE = ModelSpec(name="moe", num_layers=4, hidden_size=1024, num_heads=8, ffn_hidden_size=4096, vocab_size=32000,
                 seq_length=2048, mlp="swiglu", norm="rmsnorm", num_experts=8, moe_topk=2, moe_ffn_hidden_size=1024,

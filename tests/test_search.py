@@ -10,19 +10,19 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import meshplan.search as search_module
-from meshplan.batch import PlanBatch
+import meshplan.search.run as search_module
 from meshplan.cli import main
 from meshplan.comm import split_group
 from meshplan.errors import SpecError
 from meshplan.estimate import estimate
 from meshplan.groups import expert_factors, send_stride
-from meshplan.hardware import load_system
-from meshplan.keyed import KeyUnits, distinct, panel_counts, split_codes
-from meshplan.model import load_model
-from meshplan.plan import LAYOUTS, Plan
-from meshplan.search import PLACEMENTS, Space, candidates, search
-from meshplan.stack import Stack
+from meshplan.search.batch import PlanBatch
+from meshplan.search.keyed import KeyUnits, distinct, panel_counts, split_codes
+from meshplan.search.run import PLACEMENTS, Space, candidates, search
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model import load_model
+from meshplan.specs.plan import LAYOUTS, Plan
+from meshplan.specs.stack import Stack
 from meshplan.units import fmt_bytes
 
 SMALL = Space(global_batch=16, zero=(0, 3), recompute=("none", "full"), offload_optimizer=(False,),
@@ -425,7 +425,7 @@ def test_deduplicated_placements_cover_every_distinct_cost():
     """The placements kept are one per distinct tier split of the groups, and no distinct split is lost."""
     import random
 
-    from meshplan.search import DENSE_AXES, _placements_many
+    from meshplan.search.run import DENSE_AXES, _placements_many
 
     def _placements(sizes, tiers):
         return _placements_many(np.array([[sizes[a] for a in DENSE_AXES]], dtype=np.int64), tiers)[0]
@@ -446,7 +446,7 @@ def test_the_expert_groups_split_as_the_dense_key_says():
     depends on where pp sits: estimate.expert_layout): checked here over random sizes, meshes and (ep, etp)."""
     import random
 
-    from meshplan.search import DENSE_AXES
+    from meshplan.search.run import DENSE_AXES
 
     rng = random.Random(5)
     for tiers in ((8, 512), (72, 16), (4, 64)):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from meshplan.hardware import Accelerator
-from meshplan.ops import linear_2d
+from meshplan.cost.ops import linear_2d
 from meshplan.roofline import optimistic_time
+from meshplan.specs.hardware import Accelerator
 
 
 def test_seed_001_worked_example():

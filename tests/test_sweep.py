@@ -13,7 +13,7 @@ import pytest
 from conftest import gpt
 from meshplan.cli import main
 from meshplan.errors import MissingDependency, SpecError
-from meshplan.hardware import load_system
+from meshplan.specs.hardware import load_system
 from meshplan.sweep import (
     COLUMNS,
     PARAMS,

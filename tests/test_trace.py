@@ -14,8 +14,8 @@ nn = torch.nn
 F = torch.nn.functional
 
 from meshplan.cli import main  # noqa: E402
-from meshplan.hardware import load_system  # noqa: E402
 from meshplan.roofline import op_time  # noqa: E402
+from meshplan.specs.hardware import load_system  # noqa: E402
 from meshplan.trace import op_cost, peak_memory, time_ops, trace_module  # noqa: E402
 from meshplan.trace.cost import precision  # noqa: E402
 
@@ -143,7 +143,7 @@ def test_ops_are_named_by_module_and_costed(gpt):
     assert any(op.name == "h.0.mlp.0/mm" and op.phase == "bwd_w" for op in tr.ops)
     h100 = load_system("h100").accelerator
     timed = time_ops(tr, h100)
-    from meshplan.efficiency import DEFAULT
+    from meshplan.specs.efficiency import DEFAULT
 
     for t in timed:  # every kernel is timed by roofline.op_time on its OpCost, at its operands' precision
         assert t.seconds == op_time(op_cost(t.op), h100, precision(t.op), DEFAULT)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from meshplan.record_fields import family_key, llama1_ffn
-from meshplan.records import clean_record, number, read_runs
-from meshplan.validate import Skip, map_run, render_text, run_validation, summaries, validate_command
+from meshplan_validation.record_fields import family_key, llama1_ffn
+from meshplan_validation.records import clean_record, number, read_runs
+from meshplan_validation.validate import Skip, map_run, render_text, run_validation, summaries, validate_command
 
 ROOT = Path(__file__).parents[1]
 PUBLISHED = ROOT.parent / "shared/validation/published_runs.jsonl"

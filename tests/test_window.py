@@ -7,15 +7,15 @@ from dataclasses import replace
 
 import pytest
 
-from meshplan.efficiency import DEFAULT
+from meshplan.cost.ops import ACT_BYTES, dense_layer, moe_layer
 from meshplan.errors import SpecError
 from meshplan.estimate import attention_layer_flops, estimate, model_flops_per_token
-from meshplan.hardware import load_system
-from meshplan.hf_config import translate
-from meshplan.model import ModelSpec, load_model
-from meshplan.ops import ACT_BYTES, dense_layer, moe_layer
-from meshplan.plan import Plan
-from meshplan.stack import Stack
+from meshplan.specs.efficiency import DEFAULT
+from meshplan.specs.hardware import load_system
+from meshplan.specs.hf_config import translate
+from meshplan.specs.model import ModelSpec, load_model
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
 
 
 def llama(**extra: object) -> ModelSpec:
@@ -139,8 +139,8 @@ def test_a_band_wastes_a_block_per_query_tile_and_pays_the_tiles_fixed_cost_once
 
 def test_ring_context_parallelism_cannot_run_a_window():
     """Transformer Engine's attention_with_cp takes a sliding window only with the all-gather (or a2a) exchange."""
-    from meshplan.plan import check
-    from meshplan.search import Space, search
+    from meshplan.search.run import Space, search
+    from meshplan.specs.plan import check
 
     model, cluster = llama(sliding_window=128), load_system("h100").cluster(8)
     reasons = check(model, cluster, Plan(cp=2, dp=4))
@@ -219,7 +219,7 @@ def test_the_clamp_keeps_fc1s_output_and_the_moe_act_recompute_runs_it_again():
 def test_palms_mfu_formula_counts_every_layers_keys_whatever_the_window():
     """validate.palm_flops converts a source's PaLM-style MFU with the published formula, 6·N + 12·l·h·s per
     token: a sliding window changes meshplan's model FLOPs, not the source's."""
-    from meshplan.validate import palm_flops
+    from meshplan_validation.validate import palm_flops
 
     assert palm_flops(llama(sliding_window=128), 2) == palm_flops(llama(), 2) == 2 * 4096 * model_flops_per_token(
         llama())

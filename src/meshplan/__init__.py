@@ -1,9 +1,9 @@
 """meshplan: how fast will this model train on this hardware, will it fit, and which parallel plan is best."""
 
 from meshplan.errors import MeshplanError, PlanError, SpecError
-from meshplan.hardware import Accelerator, Cluster, System, Tier, load_system
-from meshplan.model import ModelSpec, from_hf_config, load_model
-from meshplan.plan import Plan, check
+from meshplan.specs.hardware import Accelerator, Cluster, System, Tier, load_system
+from meshplan.specs.model import ModelSpec, from_hf_config, load_model
+from meshplan.specs.plan import Plan, check
 
 __all__ = [
     "Accelerator",

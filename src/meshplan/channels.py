@@ -49,12 +49,12 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from meshplan.comm import collective_time
-from meshplan.efficiency import Efficiency
 from meshplan.groups import axis_layout
-from meshplan.hardware import Cluster
 from meshplan.memory import WEIGHT_BYTES, StageParams, layers_on_last, layers_on_stage, offloaded_layers, trainable
-from meshplan.model import ModelSpec
-from meshplan.plan import Plan
+from meshplan.specs.efficiency import Efficiency
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
 from meshplan.xp import Num, maximum, minimum
 
 ZERO_STAGES = (0, 1, 2, 3)

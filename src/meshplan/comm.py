@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.efficiency import DEFAULT, Efficiency
-from meshplan.hardware import Cluster
+from meshplan.specs.efficiency import DEFAULT, Efficiency
+from meshplan.specs.hardware import Cluster
 from meshplan.xp import Num, ceil_log2, maximum, minimum
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "p2p")

@@ -47,25 +47,7 @@ import numpy as np
 
 from meshplan.channels import Passes, dp_collectives, offload, optimizer_time, step_channels
 from meshplan.comm import split_group, split_time
-from meshplan.efficiency import DEFAULT, Efficiency
-from meshplan.groups import axis_layout
-from meshplan.hardware import Cluster
-from meshplan.memory import (
-    WEIGHT_BYTES,
-    Memory,
-    activation_bytes,
-    embedding_in_flight,
-    kind_fractions,
-    layer_params,
-    layers_on_last,
-    layers_on_stage,
-    model_states,
-    offloaded_layers,
-    stage_params,
-    trainable,
-)
-from meshplan.model import ModelSpec
-from meshplan.ops import (
+from meshplan.cost.ops import (
     ACT_BYTES,
     FP32,
     RECOMPUTE_MODULES,
@@ -81,10 +63,28 @@ from meshplan.ops import (
     token_rows,
     tp_rerun_by,
 )
-from meshplan.plan import Plan, validate
+from meshplan.groups import axis_layout
+from meshplan.memory import (
+    WEIGHT_BYTES,
+    Memory,
+    activation_bytes,
+    embedding_in_flight,
+    kind_fractions,
+    layer_params,
+    layers_on_last,
+    layers_on_stage,
+    model_states,
+    offloaded_layers,
+    stage_params,
+    trainable,
+)
 from meshplan.roofline import compute_time, memory_time, op_time
-from meshplan.stack import DEFAULT as DEFAULT_STACK
-from meshplan.stack import Stack
+from meshplan.specs.efficiency import DEFAULT, Efficiency
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan, validate
+from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
+from meshplan.specs.stack import Stack
 from meshplan.units import fmt_bytes
 from meshplan.xp import Num, maximum, minimum, where
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from meshplan.model import ModelSpec
-from meshplan.plan import Plan
-from meshplan.stack import Stack
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
 from meshplan.xp import Num, maximum, minimum, where
 
 OPTIMIZER_BYTES = 12  # fp32 master weights + Adam m and v

@@ -33,9 +33,9 @@ from typing import Any
 
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.files import write_text
-from meshplan.hardware import System, load_system
-from meshplan.model import ModelSpec
-from meshplan.search import SearchResult, Space, check_space, search
+from meshplan.search.run import SearchResult, Space, check_space, search
+from meshplan.specs.hardware import System, load_system
+from meshplan.specs.model import ModelSpec
 
 # parameter → (what it scales, the base value of a system)
 PARAMS: dict[str, tuple[str, Callable[[System], float]]] = {

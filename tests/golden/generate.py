@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from meshplan.estimate import Estimate, estimate
-from meshplan.hardware import load_system
-from meshplan.model import ModelSpec, load_model, preset_names
-from meshplan.plan import Plan, check
-from meshplan.search import Space, search
-from meshplan.stack import Stack
+from meshplan.search.run import Space, search
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model import ModelSpec, load_model, preset_names
+from meshplan.specs.plan import Plan, check
+from meshplan.specs.stack import Stack
 
 HERE = Path(__file__).resolve().parent
 GPUS = 64

@@ -30,7 +30,7 @@ from meshplan.calibrate.fit import (
 from meshplan.calibrate.records import CollectiveSample, GemmSample, MemorySample, PairSample
 from meshplan.calibrate.settings import Settings, check_world_size, settings_for
 from meshplan.errors import SpecError
-from meshplan.hardware import System
+from meshplan.specs.hardware import System
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,10 +25,10 @@ from pathlib import Path
 
 from meshplan.calibrate.fit import TierFit
 from meshplan.calibrate.run import Calibration
-from meshplan.efficiency import DEFAULT, Efficiency
 from meshplan.errors import SpecError
 from meshplan.files import write_text
-from meshplan.hardware import System
+from meshplan.specs.efficiency import DEFAULT, Efficiency
+from meshplan.specs.hardware import System
 from meshplan.units import fmt_bytes
 
 GOOD_FIT = 0.9  # R² below which a memory fit's slope is noise: the best observed rate is written instead

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from meshplan.estimate import Estimate
-    from meshplan.search import SearchResult
+    from meshplan.search.run import SearchResult
 
 CSS = """
 :root { --fg: #1d2330; --muted: #5b6475; --line: #d9dde5; --accent: #4C72B0; --bg: #ffffff; --soft: #f5f7fa; }

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from meshplan.errors import MissingDependency, SpecError
-from meshplan.hardware import Accelerator, load_system
+from meshplan.specs.hardware import Accelerator, load_system
 from meshplan.trace.cost import TimedOp, time_ops
 from meshplan.trace.graph import Trace
 from meshplan.trace.liveness import OPTIMIZER_STATE, PeakMemory, peak_memory

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meshplan.efficiency import DEFAULT, Efficiency
-from meshplan.hardware import Accelerator
-from meshplan.ops import OpCost
+from meshplan.cost.ops import OpCost
 from meshplan.roofline import op_time
+from meshplan.specs.efficiency import DEFAULT, Efficiency
+from meshplan.specs.hardware import Accelerator
 from meshplan.trace.graph import Trace, TracedOp
 
 PRECISION = {"bfloat16": "bf16", "float16": "fp16", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}

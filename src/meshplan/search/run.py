@@ -36,10 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.batch import CATEGORICAL, PlanBatch
 from meshplan.channels import Offload, Passes, dp_collectives, offload, optimizer_time, step_channels
 from meshplan.comm import Layout, block_members
-from meshplan.efficiency import DEFAULT, Efficiency
 from meshplan.errors import SpecError
 from meshplan.estimate import (
     Estimate,
@@ -53,11 +51,13 @@ from meshplan.estimate import (
 )
 from meshplan.fields import MAX_PLANS
 from meshplan.groups import send_stride
-from meshplan.hardware import Cluster
-from meshplan.keyed import KeyUnits, distinct, panel_counts
 from meshplan.memory import StageParams, layers_on_last, layers_on_stage, model_states, stage_params
-from meshplan.model import ModelSpec
-from meshplan.plan import (
+from meshplan.search.batch import CATEGORICAL, PlanBatch
+from meshplan.search.keyed import KeyUnits, distinct, panel_counts
+from meshplan.specs.efficiency import DEFAULT, Efficiency
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import (
     DENSE_AXES,
     LAYOUTS,
     Plan,
@@ -66,8 +66,8 @@ from meshplan.plan import (
     ring_window_reason,
     settings_problems,
 )
-from meshplan.stack import DEFAULT as DEFAULT_STACK
-from meshplan.stack import Stack
+from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
+from meshplan.specs.stack import Stack
 from meshplan.units import fmt_bytes
 
 PLACEMENTS = tuple(itertools.permutations(DENSE_AXES))

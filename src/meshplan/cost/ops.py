@@ -42,9 +42,9 @@ from functools import lru_cache
 
 from meshplan.comm import Collective
 from meshplan.memory import kind_params
-from meshplan.model import ModelSpec
-from meshplan.plan import Plan
-from meshplan.stack import Stack
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
 from meshplan.xp import Num
 
 ACT_BYTES = 2  # bf16 activations
@@ -902,7 +902,7 @@ def dense_layer(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     """One transformer layer with a dense MLP, one micro-batch, one GPU."""
     d = dims(model, plan, stack)
     if plan.tensor_layout == "summa":
-        from meshplan.ops2d import summa_layer
+        from meshplan.cost.summa import summa_layer
 
         return lora(summa_layer(model, plan, d) + stack_extras(model, plan, d, "dense"), plan, d)
     return low_precision_casts(lora(attention_block(model, plan, d) + mlp_block(model, plan, d)

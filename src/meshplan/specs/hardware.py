@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from meshplan import ranges
-from meshplan.efficiency import ARCHITECTURES
 from meshplan.errors import SpecError
 from meshplan.fields import MAX_GPUS, at_least_one, check_types, not_a_preset, unknown_field
 from meshplan.files import parse_toml, read_text
+from meshplan.specs.efficiency import ARCHITECTURES
 from meshplan.units import parse_quantity
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "fp4")
@@ -212,7 +212,7 @@ def _known(data: dict[str, Any], cls: type, where: str) -> None:
     known = {f.name for f in fields(cls)} | {"sources"}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise unknown_field(where, unknown[0], known - {"sources"}, f"meshplan.hardware.{cls.__name__}'s")
+        raise unknown_field(where, unknown[0], known - {"sources"}, f"meshplan.specs.hardware.{cls.__name__}'s")
 
 
 def accelerator_from_dict(data: dict[str, Any], where: str) -> Accelerator:

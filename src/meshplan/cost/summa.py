@@ -21,8 +21,7 @@ feature-sharded row all-reduces its two statistics across tp.
 
 from __future__ import annotations
 
-from meshplan.model import ModelSpec
-from meshplan.ops import (
+from meshplan.cost.ops import (
     ACT_BYTES,
     FP32,
     LOW_PRECISION_BYTES,
@@ -38,7 +37,8 @@ from meshplan.ops import (
     kv_exchange,
     residual,
 )
-from meshplan.plan import Plan
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
 from meshplan.xp import Num
 
 

@@ -13,15 +13,15 @@ import click
 
 from meshplan.errors import MeshplanError, SpecError
 from meshplan.fields import MAX_PLANS, MAX_SIZE, one_line
-from meshplan.plan import (
+from meshplan.ranges import RANGES, check_options, step_tokens_problem
+from meshplan.specs.plan import (
     LORA_TARGETS,
     PRECISION,
     RECOMPUTE_MODULES,
     fsdp_has_zero,
     recompute_modules_problem,
 )
-from meshplan.ranges import RANGES, check_options, step_tokens_problem
-from meshplan.stack import Stack, load_stack, stack_names
+from meshplan.specs.stack import Stack, load_stack, stack_names
 
 MAX_TOKENS = RANGES["tokens"].high  # the bounds of a token budget, a price and a plan count: ranges.RANGES
 MAX_PRICE = RANGES["price"].high
@@ -109,7 +109,7 @@ def _apply(options):
 
 def model_at(model_ref: str, seq: int | None):
     """The model of ``--model``, at ``--seq`` if given."""
-    from meshplan.model import load_model
+    from meshplan.specs.model import load_model
 
     model = load_model(model_ref)
     if seq is not None:
@@ -128,7 +128,7 @@ def sequences(value: int | None, field: str) -> int | None:
 
 
 def load_inputs(model_ref: str, system_ref: str, seq: int | None, nvlink_domain: int | None, gpus: int):
-    from meshplan.hardware import load_system
+    from meshplan.specs.hardware import load_system
 
     model = model_at(model_ref, seq)
     system = load_system(system_ref)
@@ -184,7 +184,7 @@ def estimate(model_ref, system_ref, seq, nvlink_domain, gpus, tp, pp, cp, dp, ep
              placement, lora_rank, lora_targets, show_ops, as_json, framework, **stack_opts) -> None:
     """Estimate one training step of MODEL on GPUS accelerators of SYSTEM under one parallel plan."""
     from meshplan.estimate import estimate as run
-    from meshplan.plan import Plan
+    from meshplan.specs.plan import Plan
 
     model, cluster = load_inputs(model_ref, system_ref, seq, nvlink_domain, gpus)
     stack = stack_of(framework, stack_opts)
@@ -302,7 +302,7 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
              recompute_modules_text, sp_opts, offload, placements, max_micro_batch, max_plans, precision,
              grad_bytes, framework, tokens, price, rank_by, as_json, **stack_opts) -> None:
     """Search every parallel plan of MODEL on GPUS accelerators of SYSTEM and rank the feasible ones."""
-    from meshplan.search import Space, search
+    from meshplan.search.run import Space, search
 
     counts = _split_ints(gpus, "gpus") or []
     if not counts or min(counts) < 1:
@@ -386,7 +386,7 @@ class _progress:
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def validate_cmd(path: str, group: str | None, exclude_superseded: bool, hybrid: bool, as_json: bool) -> None:
     """Predict every run of a published-runs JSONL file and compare with what was measured."""
-    from meshplan.validate import validate_command
+    from meshplan_validation.validate import validate_command
 
     click.echo(validate_command(path, group, as_json, exclude_superseded, hybrid))
 
@@ -405,7 +405,7 @@ def calibrate_cmd(world_size, mesh, quick, device, base_ref, out, as_json) -> No
     """Time GEMMs, memory-bound kernels and collectives on this host with PyTorch and fit meshplan's constants."""
     from meshplan.calibrate import calibrate, parse_mesh, write_system
     from meshplan.files import writable
-    from meshplan.hardware import load_system
+    from meshplan.specs.hardware import load_system
 
     shape = parse_mesh(mesh, world_size)
     if base_ref == "":
@@ -455,8 +455,8 @@ def trace_cmd(model_ref, shapes, dtypes, system_ref, param_dtype, optimizer, top
 @cli.command("presets")
 def presets() -> None:
     """List the built-in model and system presets."""
-    from meshplan.hardware import system_names
-    from meshplan.model import preset_names
+    from meshplan.specs.hardware import system_names
+    from meshplan.specs.model import preset_names
 
     click.echo("models:     " + " ".join(preset_names()))
     click.echo("systems:    " + " ".join(system_names()))
@@ -464,9 +464,9 @@ def presets() -> None:
 
 
 def _register_extra_commands() -> None:
-    """Commands defined beside the code they drive (report / sweep in meshplan.report.commands)."""
+    """Commands defined beside the code they drive (report / sweep in meshplan.cli.report)."""
     try:
-        from meshplan.report import commands
+        from meshplan.cli import report as commands
     except ImportError:  # pragma: no cover - the module is optional while it is being written
         return
     for command in commands.COMMANDS:
@@ -497,10 +497,6 @@ def main(argv: list[str] | None = None) -> int:
                    "the command; MESHPLAN_DEBUG=1 shows the traceback)", err=True)
         return 3
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 def run() -> None:

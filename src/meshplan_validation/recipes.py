@@ -9,9 +9,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from meshplan.model import ModelSpec
-from meshplan.records import positive_int
-from meshplan.stack import Stack, load_stack
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.stack import Stack, load_stack
+from meshplan_validation.records import positive_int
 
 
 # ---- the sources' defaults ----------------------------------------------------------------------------------

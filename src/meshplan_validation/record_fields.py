@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meshplan.fields import MAX_LAYERS, MAX_SIZE
-from meshplan.records import BATCH_TOKENS, positive_int, stated
+from meshplan_validation.records import BATCH_TOKENS, positive_int, stated
 
 
 @dataclass(frozen=True)

@@ -519,7 +519,7 @@ def model_from_dict(data: dict[str, Any], where: str = "model") -> ModelSpec:
 def from_hf_config(config: dict[str, Any], name: str = "hf-model", where: str | None = None) -> ModelSpec:
     """Translate a Hugging Face ``config.json`` (Llama, Mistral, Mixtral, Qwen2/3(-MoE), GPT-2, GPT-NeoX,
     DeepSeek-V3) into a ModelSpec. Unknown architectures are read as Llama-like if the keys are present."""
-    from meshplan.hf_config import hf_key, translate  # noqa: PLC0415  (kept separate: one translator per family)
+    from meshplan.specs.hf_config import hf_key, translate  # noqa: PLC0415  (kept separate: one translator per family)
 
     fields_ = translate(config, name, where)
     try:

@@ -14,9 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from meshplan.batch import CATEGORICAL, PlanBatch
 from meshplan.comm import block_members
-from meshplan.efficiency import Efficiency
 from meshplan.estimate import (
     ZERO,
     PassTimes,
@@ -26,9 +24,11 @@ from meshplan.estimate import (
     units_for_recomputes,
 )
 from meshplan.groups import expert_layout, send_stride
-from meshplan.hardware import Cluster
-from meshplan.model import ModelSpec
-from meshplan.stack import Stack
+from meshplan.search.batch import CATEGORICAL, PlanBatch
+from meshplan.specs.efficiency import Efficiency
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.stack import Stack
 from meshplan.xp import where
 
 

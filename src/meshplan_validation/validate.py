@@ -30,16 +30,18 @@ from typing import Any
 
 import numpy as np
 
-from meshplan import recipes
-from meshplan.efficiency import DEFAULT, Efficiency
+from meshplan.cost.ops import LOW_PRECISION_BYTES
 from meshplan.errors import MeshplanError, PlanError, SpecError
 from meshplan.fields import MAX_SIZE
-from meshplan.hardware import Cluster, load_system
-from meshplan.model import ModelSpec, load_model, preset_names
-from meshplan.ops import LOW_PRECISION_BYTES
-from meshplan.plan import FP8_ATTENTION_PRECISIONS, Plan, check, fsdp_has_zero
-from meshplan.recipes import SourceDefaults, source_defaults
-from meshplan.record_fields import (
+from meshplan.specs.efficiency import DEFAULT, Efficiency
+from meshplan.specs.hardware import Cluster, load_system
+from meshplan.specs.model import ModelSpec, load_model, preset_names
+from meshplan.specs.plan import FP8_ATTENTION_PRECISIONS, Plan, check, fsdp_has_zero
+from meshplan.specs.stack import Stack
+from meshplan.units import GiB
+from meshplan_validation import recipes
+from meshplan_validation.recipes import SourceDefaults, source_defaults
+from meshplan_validation.record_fields import (
     batch_from_tokens,
     convention,
     family_key,
@@ -49,7 +51,7 @@ from meshplan.record_fields import (
     unstated_model_parallel,
     with_unread,
 )
-from meshplan.records import (
+from meshplan_validation.records import (
     NEGATIVE,
     UNSTATED_WORDS,
     clean_record,
@@ -59,8 +61,6 @@ from meshplan.records import (
     read_runs,
     unstated_settings,
 )
-from meshplan.stack import Stack
-from meshplan.units import GiB
 
 # ---- records ------------------------------------------------------------------------------------------------
 

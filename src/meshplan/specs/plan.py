@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING
 
 from meshplan import ranges
 from meshplan.errors import PlanError
-from meshplan.stack import DEFAULT as DEFAULT_STACK
-from meshplan.stack import Stack
+from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
+from meshplan.specs.stack import Stack
 
 if TYPE_CHECKING:
-    from meshplan.hardware import Cluster
-    from meshplan.model import ModelSpec
+    from meshplan.specs.hardware import Cluster
+    from meshplan.specs.model import ModelSpec
 
 DENSE_AXES = ("tp", "tp2", "cp", "dp", "pp")
 LAYOUTS = ("1d", "summa")
