@@ -483,7 +483,8 @@ def complete_note(results: list[RunResult], by_id: dict[str, dict[str, Any]]) ->
             "it states every training setting its step time depends on that the data set's README says a source may "
             "leave out: the parallel layout (tp and pp, or a ZeRO / FSDP setting for a run that is data-parallel "
             "only), the micro-batch and global batch, activation recompute and precision "
-            "(`meshplan_validation.records.unstated_settings`, judged on the record as published). The other runs are evaluated "
+            "(`meshplan_validation.records.unstated_settings`, judged on the record as published). "
+            "The other runs are evaluated "
             "too, with the defaults of their stack and release (each run lists them), and are in every other row "
             f"here. Unstated, by group (runs): {listed}. The complete ones come from few sources ({made_of}), "
             f"{moe or 'none'} of them MoE, on these GPUs (as the records name them): {'; '.join(gpus)}. For other "
@@ -640,7 +641,8 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
            summary_row("in sample (fit half: CRC-32 of id even)", summary["in_sample"]),
            summary_row("out of sample (the other half)", summary["out_of_sample"]), "",
            *complete_note(results, by_id), "",
-           "The fit half and the held-out half are fixed by `meshplan_validation.validate.in_fit_set`; only the three constants "
+           "The fit half and the held-out half are fixed by `meshplan_validation.validate.in_fit_set`; "
+           "only the three constants "
            "marked *fitted* below were fitted, on the fit half, by `benchmarks/fit_efficiency.py` (each source "
            "group weighted equally): the two dense ones on the dense runs, then `host_launch` on the MoE runs. "
            "Same-configuration records of successive Megatron-Bridge releases fall on both sides, so the held-out "
