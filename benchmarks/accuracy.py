@@ -1,7 +1,9 @@
 """Validate meshplan against the published runs and write docs/ACCURACY.md, docs/accuracy.png and
-docs/accuracy_summary.json (the figures tests/test_published.py guards).
+docs/accuracy_summary.json (the figures tests/test_published.py guards; --out DIR writes them to DIR instead).
 
-Run: python benchmarks/accuracy.py [path/to/published_runs.jsonl]      (needs matplotlib: pip install '.[plot]')
+Run: python benchmarks/accuracy.py [path/to/published_runs.jsonl] [--out DIR]  (needs matplotlib: pip install '.[plot]')
+accuracy.png records the SHA-256 of the points it plots (PNG text 'meshplan-inputs'): tests/test_docs.py compares it
+with a fresh copy's, as pixels differ between matplotlib versions.
 """
 
 from __future__ import annotations
@@ -446,8 +448,27 @@ def plot(results: list[RunResult], path: Path) -> None:
     ax.legend(fontsize=7, loc="upper left", ncol=2)
     ax.grid(True, which="both", alpha=0.2)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, metadata={"meshplan-inputs": plotted_digest(ev)})
     plt.close(fig)
+
+
+def plotted_digest(ev: list[RunResult]) -> str:
+    """SHA-256 of what the picture plots: each evaluated run's id, metric, half, measured and predicted values."""
+    import hashlib
+
+    points = [(r.id, r.metric, r.in_fit_set, r.measured, r.predicted) for r in ev]
+    return hashlib.sha256(json.dumps(points).encode()).hexdigest()
+
+
+def out_option() -> Path:
+    """``--out DIR`` (default docs/), taken off the command line before records.runs_from_command_line reads the
+    runs file from what is left."""
+    args = sys.argv[1:]
+    if "--out" not in args[:-1]:
+        return DOCS
+    at = args.index("--out")
+    del sys.argv[at + 1:at + 3]
+    return Path(args[at + 1])
 
 
 # ---- the document -------------------------------------------------------------------------------------------
@@ -727,15 +748,16 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
 
 
 def main() -> None:
+    out = out_option()
     data, records = runs_from_command_line(DATA, __doc__)
     results = run_validation(records)
     summary = summaries(results)
     kor = korthikanti(results)
     mem = [abs(r.memory_error) for r in results if r.memory_error is not None]
-    DOCS.mkdir(exist_ok=True)
-    plot(results, DOCS / "accuracy.png")
+    out.mkdir(parents=True, exist_ok=True)
+    plot(results, out / "accuracy.png")
     hybrid = run_validation(records, hybrid=True)
-    (DOCS / "ACCURACY.md").write_text(write_doc(results, summary, kor, records, data, hybrid))
+    (out / "ACCURACY.md").write_text(write_doc(results, summary, kor, records, data, hybrid))
     machine = {"records": len(records), "overall": summary["overall"], "complete": summary["complete"],
                "in_sample": summary["in_sample"],
                "out_of_sample": summary["out_of_sample"], "groups": summary["groups"],
@@ -743,7 +765,7 @@ def main() -> None:
                "memory": {"median_abs_error": float(np.median(mem)) if mem else None,
                           "max_abs_error": float(max(mem)) if mem else None, "evaluated": len(mem)},
                "fit_half": sum(1 for r in results if in_fit_set(r.id))}
-    (DOCS / "accuracy_summary.json").write_text(json.dumps(_finite(machine), indent=1) + "\n")
+    (out / "accuracy_summary.json").write_text(json.dumps(_finite(machine), indent=1) + "\n")
     ov = summary["overall"]
     print(f"evaluated {ov['evaluated']}, skipped {ov['skipped']}: median {pct2(ov['median_abs_error'])}, "
           f"mean {pct(ov['mean_abs_error'])}, p90 {pct(ov['p90_abs_error'])}, max {pct(ov['max_abs_error'])}")
@@ -754,7 +776,7 @@ def main() -> None:
     print(f"Korthikanti 2022: mean {pct(kor['mean_abs_error'])}, max {pct(kor['max_abs_error'])}; "
           f"memory median {pct(machine['memory']['median_abs_error'])}; "
           f"{ov['not_fitting']} measured runs predicted not to fit")
-    print(f"wrote {DOCS / 'ACCURACY.md'}, {DOCS / 'accuracy.png'}, {DOCS / 'accuracy_summary.json'}")
+    print(f"wrote {out / 'ACCURACY.md'}, {out / 'accuracy.png'}, {out / 'accuracy_summary.json'}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Make the pictures of docs/REPORTS.md (and the README): one of each kind, from the real commands.
 
-Run: python benchmarks/screenshots.py [--quick]     (needs matplotlib; the report screenshot needs chromium)
+Run: python benchmarks/screenshots.py [--quick] [--out DIR]   (needs matplotlib; the report screenshot needs chromium)
 
 1. ``meshplan report`` for Llama-3-70B on 256 H100s → a screenshot of the page in headless Chromium, and the
    report's best plans as PNGs: step-time breakdown, memory vs HBM, per-op roofline.
@@ -9,17 +9,27 @@ Run: python benchmarks/screenshots.py [--quick]     (needs matplotlib; the repor
 3. ``meshplan sweep`` of Megatron 1T (global batch 4096) on A100 / H200 / B200 × NVLink 4 / 8 / 64 over
    1024–8192 GPUs, as in seed 003 (Subramanian et al. 2024, Fig. 4), and hardware-parameter sweeps of HBM
    and NIC bandwidth on H100 and B200. ``--quick`` uses fewer points (for a smoke test).
-About 3 minutes on 2 cores.
+About a minute on 2 cores. The sweeps' rows go to docs/scaling-megatron-1t.csv and docs/whatif-gpt3-175b.csv; ``--out
+DIR`` writes DIR/img/*.png and DIR/*.csv instead of docs/.
+
+Pixels differ between matplotlib and Chromium versions, so each PNG records the SHA-256 of what it was drawn from
+(a PNG text chunk 'meshplan-inputs': the sweep's CSV, the estimates' data, the report's HTML without its SVG
+charts); tests/test_docs.py compares those with the committed CSVs or a fresh run's.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
+import json
+import re
 import shutil
+import struct
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 from meshplan.cli import main as cli
@@ -32,7 +42,10 @@ from meshplan.specs.plan import Plan
 from meshplan.sweep import sweep_space
 
 ROOT = Path(__file__).resolve().parents[1]
-IMG = ROOT / "docs" / "img"
+DOCS = ROOT / "docs"
+SCALING_CSV = "scaling-megatron-1t.csv"  # the rows of the strong-scaling sweep (scaling.png)
+WHATIF_CSV = "whatif-gpt3-175b.csv"  # the rows of the hardware what-if sweeps (param-*.png)
+INPUTS = b"meshplan-inputs"  # the PNG text keyword under which a picture records the digest of its inputs
 
 REPORT = ["report", "--model", "llama3-70b", "--system", "h100", "--gpus", "256", "--global-batch", "256",
           "--scaling", "64,128,256,512,1024"]
@@ -51,53 +64,106 @@ def run(args: list[str]) -> None:
     print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
 
 
-def report_pictures(tmp: Path, quick: bool) -> None:
+def with_option(args: list[str], option: str, value: str) -> list[str]:
+    """``args`` with ``option``'s value replaced."""
+    at = args.index(option) + 1
+    return args[:at] + [value] + args[at + 1:]
+
+
+def digest(data: bytes | object) -> str:
+    """SHA-256 of bytes, or of plain data as sorted JSON."""
+    raw = data if isinstance(data, bytes) else json.dumps(data, sort_keys=True).encode()
+    return hashlib.sha256(raw).hexdigest()
+
+
+def html_inputs(html: str) -> str:
+    """The digest of a report without its SVG charts (matplotlib's output) and the time its search took: its text,
+    tables and numbers."""
+    html = re.sub(r"search took [0-9.]+ s", "search took - s", re.sub(r"<svg\b.*?</svg>", "", html, flags=re.S))
+    return digest(html.encode())
+
+
+def stamp(png: Path, inputs: str) -> Path:
+    """Record ``inputs`` in ``png`` as a tEXt chunk before its IEND chunk."""
+    raw = png.read_bytes()
+    if raw[-8:-4] != b"IEND":
+        raise ValueError(f"{png}: not a PNG ending in IEND")
+    body = INPUTS + b"\0" + inputs.encode("latin-1")
+    chunk = struct.pack(">I", len(body)) + b"tEXt" + body + struct.pack(">I", zlib.crc32(b"tEXt" + body))
+    png.write_bytes(raw[:-12] + chunk + raw[-12:])
+    return png
+
+
+def recorded_inputs(png: Path) -> str | None:
+    """What ``png`` records under INPUTS (``stamp``, or matplotlib's ``savefig(metadata=...)``), else None."""
+    raw, at = png.read_bytes(), 8
+    while at + 8 <= len(raw):
+        size, kind = struct.unpack(">I4s", raw[at:at + 8])
+        key, _, value = raw[at + 8:at + 8 + size].partition(b"\0")
+        if kind == b"tEXt" and key == INPUTS:
+            return value.decode("latin-1")
+        at += 12 + size
+    return None
+
+
+def report_pictures(tmp: Path, img: Path, quick: bool) -> None:
     html = tmp / "report.html"
     run(REPORT + (["--scaling", "128,256,512"] if quick else []) + ["-o", str(html)])
     from meshplan.report.browser import Chromium, find_chromium
 
     if find_chromium() is None:
         print("  no chromium: skipping the report screenshot (apt-get install chromium)")
-    else:
-        with Chromium(width=1280, height=1000) as browser:
-            page = browser.open(html)
-            assert page.errors == [], page.errors
-            page.screenshot(IMG / "report.png")
-        print(f"  wrote {IMG / 'report.png'} ({html.stat().st_size / 1e6:.1f} MB report)")
-    # the same search as the report, for the stand-alone pictures of its best plans
+        return
+    with Chromium(width=1280, height=1000) as browser:
+        page = browser.open(html)
+        assert page.errors == [], page.errors
+        page.screenshot(img / "report.png")
+    stamp(img / "report.png", html_inputs(html.read_text()))
+    print(f"  wrote {img / 'report.png'} ({html.stat().st_size / 1e6:.1f} MB report)")
+
+
+def plan_pictures(img: Path) -> None:
+    """The same search as the report, for the stand-alone pictures of its best plans."""
     model, cluster = load_model("llama3-70b"), load_system("h100").cluster(256)
     result = search(model, cluster, sweep_space(256), top_k=4)
-    plots.save(plots.breakdown_figure(result.plans), IMG / "breakdown.png")
-    plots.save(plots.memory_figure(result.plans), IMG / "memory.png")
-    plots.save(plots.roofline_figure(result.plans[0]), IMG / "roofline.png")
+    plans = digest([est.to_dict() for est in result.plans])
+    stamp(plots.save(plots.breakdown_figure(result.plans), img / "breakdown.png"), plans)
+    stamp(plots.save(plots.memory_figure(result.plans), img / "memory.png"), plans)
+    stamp(plots.save(plots.roofline_figure(result.plans[0]), img / "roofline.png"), digest(result.plans[0].to_dict()))
     print(f"  wrote breakdown.png, memory.png, roofline.png ({result.plans[0].plan.describe()})")
 
 
-def timeline_picture() -> None:
+def timeline_picture(img: Path) -> float:
+    """The timeline of GPT-3 175B on 1024 A100s; returns its bubble's share of the pipelined time."""
     model, cluster = load_model("gpt3-175b"), load_system("a100").cluster(1024)
     plan = Plan(dp=16, tp=8, pp=8, vpp=2, micro_batch=1, global_batch=128, sequence_parallel=True,
                 recompute="selective", zero=1, schedule="interleaved")
     est = estimate(model, cluster, plan)
-    plots.save(plots.timeline_figure(est), IMG / "timeline.png")
-    print(f"  wrote timeline.png ({plan.describe()})")
+    pipeline = plots.pipeline_run(est)
+    inputs = digest({"estimate": est.to_dict(), "starts": pipeline.timeline.starts, "ends": pipeline.timeline.ends})
+    stamp(plots.save(plots.timeline_figure(est, pipeline), img / "timeline.png"), inputs)
+    idle = pipeline.timeline.idle_fraction
+    print(f"  wrote timeline.png ({plan.describe()}; bubble {idle:.1%} of the pipelined time)")
+    return idle
 
 
-def sweep_pictures(tmp: Path, quick: bool) -> None:
-    scaling = SCALING if not quick else [a if a != "1024,2048,4096,8192" else "1024,2048" for a in SCALING]
+def sweep_pictures(tmp: Path, docs: Path, quick: bool) -> None:
+    scaling = SCALING if not quick else with_option(SCALING, "--gpus", "1024,2048")
     run(scaling + ["--placements", "default"] * quick + ["-o", str(tmp / "scaling")])
-    shutil.copy(tmp / "scaling" / "scaling.png", IMG / "scaling.png")
-    shutil.copy(tmp / "scaling" / "sweep.csv", IMG.parent / "scaling-megatron-1t.csv")
-    print("  " + nvlink_gap(IMG.parent / "scaling-megatron-1t.csv"))
-    params = PARAMS if not quick else [a if a != "0.25,0.5,1,2,4" else "0.5,1,2" for a in PARAMS]
+    rows = Path(shutil.copy(tmp / "scaling" / "sweep.csv", docs / SCALING_CSV))
+    stamp(Path(shutil.copy(tmp / "scaling" / "scaling.png", docs / "img" / "scaling.png")), digest(rows.read_bytes()))
+    print("  " + nvlink_gap(rows))
+    params = PARAMS if not quick else with_option(PARAMS, "--factors", "0.5,1,2")
     run(params + ["--placements", "default"] * quick + ["-o", str(tmp / "params")])
+    rows = Path(shutil.copy(tmp / "params" / "sweep.csv", docs / WHATIF_CSV))
     for name in ("param-hbm_bandwidth.png", "param-nic_bandwidth.png"):
-        shutil.copy(tmp / "params" / name, IMG / name)
-    print("  wrote scaling.png, param-hbm_bandwidth.png, param-nic_bandwidth.png")
+        stamp(Path(shutil.copy(tmp / "params" / name, docs / "img" / name)), digest(rows.read_bytes()))
+    print(f"  wrote scaling.png, param-hbm_bandwidth.png, param-nic_bandwidth.png, {SCALING_CSV}, {WHATIF_CSV}")
 
 
-def nvlink_gap(path: Path) -> str:
-    """The MFU points that an NVLink domain of 64 gains over one of 4, per GPU count, across the systems
-    (quoted in docs/REPORTS.md)."""
+def nvlink_gaps(path: Path) -> dict[int, tuple[float, float]]:
+    """The least and the most MFU points that an NVLink domain of 64 gains over one of 4 among the systems, per GPU
+    count (quoted in docs/REPORTS.md)."""
     mfu: dict[tuple[str, int], dict[int, float]] = {}
     with path.open() as f:
         for row in csv.DictReader(f):
@@ -107,20 +173,27 @@ def nvlink_gap(path: Path) -> str:
     for (_, gpus), by_domain in sorted(mfu.items()):
         if 4 in by_domain and 64 in by_domain:
             gaps.setdefault(gpus, []).append(100 * (by_domain[64] - by_domain[4]))
+    return {n: (min(g), max(g)) for n, g in sorted(gaps.items())}
+
+
+def nvlink_gap(path: Path) -> str:
     return "MFU gained by NVLink 64 over 4: " + ", ".join(
-        f"{min(g):.1f}-{max(g):.1f} points at {n} GPUs" for n, g in sorted(gaps.items()))
+        f"{lo:.1f}-{hi:.1f} points at {n} GPUs" for n, (lo, hi) in nvlink_gaps(path).items())
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer sweep points (smoke test)")
-    args = parser.parse_args()
-    IMG.mkdir(parents=True, exist_ok=True)
+    parser.add_argument("--out", type=Path, default=DOCS, help="folder for img/*.png and the CSVs (default: docs/)")
+    args = parser.parse_args(argv)
+    img = args.out / "img"
+    img.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        report_pictures(Path(tmp), args.quick)
-        timeline_picture()
-        sweep_pictures(Path(tmp), args.quick)
+        report_pictures(Path(tmp), img, args.quick)
+        plan_pictures(img)
+        timeline_picture(img)
+        sweep_pictures(Path(tmp), args.out, args.quick)
     print(f"done in {time.perf_counter() - start:.0f} s")
 
 

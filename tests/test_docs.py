@@ -1,0 +1,199 @@
+"""Generated documents cannot go stale: each is made again here and compared with the committed file.
+
+Text documents (Markdown, JSON, CSV) must be byte-identical to what their script writes now; a failure names the
+command that regenerates them. Pictures are not compared pixel by pixel, as matplotlib and Chromium draw a little
+differently from version to version: each PNG records instead the SHA-256 of what it was drawn from (a PNG text
+chunk, 'meshplan-inputs'), and the tests compare that with the committed data it was drawn from or with a fresh
+run's. That catches a picture drawn from other numbers than the current ones (a stale picture, or a merge that kept
+one side's picture and the other side's data); it does not catch a change in how a picture is drawn (styling,
+labels, the drawing code), nor look at its pixels.
+
+The two sweeps behind docs/*.csv take longer than this file should (tens of seconds each): their quick check re-runs
+a subset of their points (QUICK: every system at the smallest GPU count, with NVLink 4 and 64 for the scaling sweep
+and one factor of both parameters for the what-if sweep) and compares those rows and the header byte for byte. Each
+row is an independent search, so a subset's rows are the full run's rows; a change that moved only the other rows
+would pass here.
+MESHPLAN_DOCS_FULL=1 re-runs every point. docs/REPORTS.md is written by hand; the figures it quotes from
+benchmarks/screenshots.py's output are checked here too. Every file under docs/ is either checked here or listed
+as written by hand (test_every_document_is_covered).
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+FULL = os.environ.get("MESHPLAN_DOCS_FULL") == "1"
+HANDWRITTEN = {"REPORTS.md"}
+SCREENSHOTS = "python benchmarks/screenshots.py  (about a minute; writes docs/img/*.png and both CSVs)"
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(f"docs_{name}", ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # a dataclass of the script looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+shots = _script("screenshots")
+accuracy = _script("accuracy")
+# The published runs ACCURACY.md is made from. The one place their path is stated is benchmarks/accuracy.py (DATA);
+# until the file is vendored into the repository it lives beside the checkout, and these tests skip without it.
+PUBLISHED_RUNS: Path = accuracy.DATA
+QUICK = {  # the subset of each sweep's points the quick check re-runs (every system; both parameters)
+    shots.SCALING_CSV: (shots.SCALING, {"--nvlink": "4,64", "--gpus": "1024"}),
+    shots.WHATIF_CSV: (shots.PARAMS, {"--gpus": "512", "--factors": "0.25"}),
+}
+POINT = ("system", "nvlink_domain", "gpus", "param", "factor")  # what tells a sweep's rows apart
+GENERATED = {"ACCURACY.md", "accuracy_summary.json", "accuracy.png", "INDEPENDENT.md", "independent_summary.json",
+             "STRATEGIES.md", *QUICK, "img/report.png", "img/breakdown.png", "img/memory.png", "img/roofline.png",
+             "img/timeline.png", "img/scaling.png", "img/param-hbm_bandwidth.png", "img/param-nic_bandwidth.png"}
+
+
+def _first_difference(old: bytes, new: bytes) -> str:
+    a, b = old.decode(errors="replace").splitlines(), new.decode(errors="replace").splitlines()
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            at = next((j for j, (p, q) in enumerate(zip(x, y, strict=False)) if p != q), min(len(x), len(y)))
+            start = max(0, at - 40)
+            return f"line {i + 1}, column {at + 1}: committed {x[start:at + 80]!r}, now {y[start:at + 80]!r}"
+    return f"committed {len(a)} lines, now {len(b)}"
+
+
+def _reports() -> str:
+    """docs/REPORTS.md with its line breaks as spaces."""
+    return " ".join((DOCS / "REPORTS.md").read_text().split())
+
+
+def _same(fresh: Path, name: str, command: str) -> None:
+    committed = DOCS / name
+    if fresh.read_bytes() != committed.read_bytes():
+        pytest.fail(f"docs/{name} is stale: regenerate it with `{command}` and commit it "
+                    f"({_first_difference(committed.read_bytes(), fresh.read_bytes())})", pytrace=False)
+
+
+def _same_picture(recorded: str | None, name: str, command: str, drawn_from: str) -> None:
+    committed = shots.recorded_inputs(DOCS / name)
+    if committed != recorded:
+        pytest.fail(f"docs/{name} was not drawn from {drawn_from} (its recorded inputs {committed} are not "
+                    f"{recorded}): regenerate it with `{command}` and commit it", pytrace=False)
+
+
+# ---- the documents of benchmarks/accuracy.py, independent.py and strategies.py ---------------------------------
+@pytest.fixture(scope="module")
+def accuracy_out(tmp_path_factory):
+    if not PUBLISHED_RUNS.exists():
+        pytest.skip(f"{PUBLISHED_RUNS} (the published runs ACCURACY.md is made from) is not here")
+    pytest.importorskip("matplotlib")
+    out, argv = tmp_path_factory.mktemp("accuracy"), sys.argv
+    sys.argv = ["accuracy.py", "--out", str(out)]  # the script reads its command line (records.runs_from_command_line)
+    try:
+        accuracy.main()
+    finally:
+        sys.argv = argv
+    return out
+
+
+@pytest.mark.parametrize("name", ["ACCURACY.md", "accuracy_summary.json"])
+def test_accuracy_documents_are_current(accuracy_out, name):
+    _same(accuracy_out / name, name, "python benchmarks/accuracy.py")
+
+
+def test_accuracy_picture_plots_the_current_points(accuracy_out):
+    _same_picture(shots.recorded_inputs(accuracy_out / "accuracy.png"), "accuracy.png",
+                  "python benchmarks/accuracy.py", "the runs' current predictions")
+
+
+@pytest.mark.parametrize("name", ["INDEPENDENT.md", "independent_summary.json"])
+def test_independent_documents_are_current(tmp_path, name):
+    _script("independent").main(["--out", str(tmp_path)])
+    _same(tmp_path / name, name, "python benchmarks/independent.py")
+
+
+def test_strategies_document_is_current(tmp_path):
+    """The 144 searches of the 1D / 2D comparison (about 5 s on 2 cores), the comparison with the paper included;
+    run as a command, as its process pool may start its workers afresh (spawn) and import the script by name."""
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "strategies.py"), "--out", str(tmp_path)], check=True,
+                   capture_output=True)
+    _same(tmp_path / "STRATEGIES.md", "STRATEGIES.md", "python benchmarks/strategies.py")
+
+
+# ---- the sweeps' CSVs and the pictures drawn from them ----------------------------------------------------------
+def _rows(text: str) -> tuple[str, dict[tuple[str, ...], str]]:
+    lines = text.splitlines()  # one line per row: no cell holds a line break
+    rows = csv.DictReader(lines)
+    return lines[0], {tuple(row[k] for k in POINT): line for line, row in zip(lines[1:], rows, strict=True)}
+
+
+@pytest.mark.parametrize("name", list(QUICK))
+def test_sweep_rows_are_current(tmp_path, name):
+    args, subset = QUICK[name]
+    for option, value in ({} if FULL else subset).items():
+        args = shots.with_option(args, option, value)
+    shots.run(args + ["--format", "svg", "-o", str(tmp_path)])
+    if FULL:
+        return _same(tmp_path / "sweep.csv", name, SCREENSHOTS)
+    head, fresh = _rows((tmp_path / "sweep.csv").read_text())
+    committed_head, committed = _rows((DOCS / name).read_text())
+    stale = [key for key, line in fresh.items() if committed.get(key) != line]
+    if head != committed_head or stale:
+        pytest.fail(f"docs/{name} is stale ({'its header, ' if head != committed_head else ''}{len(stale)} of the "
+                    f"{len(fresh)} rows re-run, e.g. {stale[:1]}): regenerate it with `{SCREENSHOTS}` and commit it",
+                    pytrace=False)
+
+
+@pytest.mark.parametrize(("name", "csv_name"), [("img/scaling.png", shots.SCALING_CSV),
+                                                ("img/param-hbm_bandwidth.png", shots.WHATIF_CSV),
+                                                ("img/param-nic_bandwidth.png", shots.WHATIF_CSV)])
+def test_sweep_pictures_are_drawn_from_the_committed_rows(name, csv_name):
+    _same_picture(shots.digest((DOCS / csv_name).read_bytes()), name, SCREENSHOTS, f"docs/{csv_name}")
+
+
+def test_reports_quotes_the_nvlink_gain_of_the_committed_sweep():
+    """docs/REPORTS.md: 'the gap ... widens with the GPU count (a–b MFU points at 1024 GPUs, c–d at 8192 ...)'."""
+    gaps = shots.nvlink_gaps(DOCS / shots.SCALING_CSV)
+    low, high = min(gaps), max(gaps)
+    quoted = (f"{gaps[low][0]:.1f}–{gaps[low][1]:.1f} MFU points at {low} GPUs, "
+              f"{gaps[high][0]:.1f}–{gaps[high][1]:.1f} at {high}")
+    assert quoted in _reports(), f"docs/REPORTS.md should quote '{quoted}' (as benchmarks/screenshots.py prints)"
+
+
+# ---- the pictures of one search, one estimate and the report ----------------------------------------------------
+def test_plan_pictures_show_the_current_best_plans(tmp_path):
+    pytest.importorskip("matplotlib")
+    shots.plan_pictures(tmp_path)
+    for name in ("breakdown.png", "memory.png", "roofline.png"):
+        _same_picture(shots.recorded_inputs(tmp_path / name), f"img/{name}", SCREENSHOTS, "the current best plans")
+
+
+def test_timeline_picture_and_the_bubble_reports_quotes_are_current(tmp_path):
+    pytest.importorskip("matplotlib")
+    idle = shots.timeline_picture(tmp_path)
+    _same_picture(shots.recorded_inputs(tmp_path / "timeline.png"), "img/timeline.png", SCREENSHOTS,
+                  "the current estimate")
+    quoted = f"{idle:.1%} of the pipelined time"
+    assert quoted in _reports(), f"docs/REPORTS.md should quote '{quoted}' (as the picture's title prints)"
+
+
+def test_report_screenshot_shows_the_current_report(tmp_path):
+    """The report's HTML without its SVG charts (tables, numbers, text; about 2 s) against what report.png
+    recorded; the screenshot itself needs Chromium and is not made here."""
+    html = tmp_path / "report.html"
+    shots.run(shots.REPORT + ["-o", str(html)])
+    _same_picture(shots.html_inputs(html.read_text()), "img/report.png", SCREENSHOTS, "the current report")
+
+
+def test_every_document_is_covered():
+    """A new file under docs/ is either generated (and checked above) or listed as written by hand."""
+    present = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*") if p.is_file()}
+    assert present == GENERATED | HANDWRITTEN, (
+        f"unchecked: {sorted(present - GENERATED - HANDWRITTEN)}, missing: {sorted(GENERATED - present)}")
