@@ -11,10 +11,11 @@ from conftest import gpt
 from meshplan.cost.ops import core_attention, dense_layer, dims
 from meshplan.errors import SpecError
 from meshplan.roofline import compute_time, op_time
+from meshplan.specs.check import check
 from meshplan.specs.efficiency import DEFAULT, MAMF_UNKNOWN, MATMUL, matmul_rule
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model import load_model
-from meshplan.specs.plan import Plan, check
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 
 

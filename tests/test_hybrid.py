@@ -12,9 +12,10 @@ from meshplan.cost.ops import ACT_BYTES, dims, hybrid_block, layer_kinds, mamba_
 from meshplan.estimate import estimate, saved_bytes, ssd_flops_per_token
 from meshplan.memory import kind_fractions, layer_params
 from meshplan.search.run import Space, search
+from meshplan.specs.check import check
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model import load_model
-from meshplan.specs.plan import Plan, check
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 
 NANO = load_model("nemotron-3-nano")

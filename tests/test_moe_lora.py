@@ -9,10 +9,11 @@ import pytest
 from conftest import gpt
 from meshplan.cost.ops import LORA_PREFIXES, dense_layer, moe_layer
 from meshplan.estimate import estimate
+from meshplan.specs.check import check
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model import load_model
-from meshplan.specs.plan import LORA_TARGETS, Plan, check
+from meshplan.specs.plan import LORA_TARGETS, Plan
 from meshplan.specs.stack import Stack
 
 

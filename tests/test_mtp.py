@@ -20,10 +20,11 @@ from meshplan.estimate import (
     unit_costs,
 )
 from meshplan.memory import layers_on_last, layers_on_stage, stage_params
+from meshplan.specs.check import check
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model import ModelSpec, load_model
-from meshplan.specs.plan import Plan, check
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan_validation.recipes import DSV3_LAYOUT_16, layout_last_stage
 

@@ -10,9 +10,10 @@ from conftest import gpt
 from meshplan.cost.ops import ACT_BYTES, dense_layer, embedding_ops, head_ops, linear_2d, moe_layer
 from meshplan.errors import SpecError
 from meshplan.estimate import attention_flops_per_token, matmul_params, model_flops_per_token, saved_bytes
+from meshplan.specs.check import check, fsdp_has_zero
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model import ModelSpec, load_model
-from meshplan.specs.plan import Plan, check, fsdp_has_zero
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 
 

@@ -8,9 +8,10 @@ from conftest import gpt
 from meshplan.cost.ops import ACT_BYTES, dense_layer, dims, kv_exchange
 from meshplan.cost.summa import summa_linear
 from meshplan.estimate import estimate
+from meshplan.specs.check import check
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model import load_model
-from meshplan.specs.plan import Plan, check
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 
 

@@ -20,10 +20,11 @@ from meshplan.estimate import (
     time_ops,
 )
 from meshplan.search.run import Space
+from meshplan.specs.check import check
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model import ModelSpec, load_model
-from meshplan.specs.plan import Plan, check
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 
 MOE = ModelSpec(name="moe", num_layers=4, hidden_size=1024, num_heads=8, ffn_hidden_size=4096, vocab_size=32000,

@@ -79,10 +79,11 @@ from meshplan.memory import (
     trainable,
 )
 from meshplan.roofline import compute_time, memory_time, op_time
+from meshplan.specs.check import validate
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import Plan, validate
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
 from meshplan.units import fmt_bytes

@@ -33,10 +33,11 @@ import numpy as np
 from meshplan.cost.ops import LOW_PRECISION_BYTES
 from meshplan.errors import MeshplanError, PlanError, SpecError
 from meshplan.fields import MAX_SIZE
+from meshplan.specs.check import check, fsdp_has_zero
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster, load_system
 from meshplan.specs.model import ModelSpec, load_model, preset_names
-from meshplan.specs.plan import FP8_ATTENTION_PRECISIONS, Plan, check, fsdp_has_zero
+from meshplan.specs.plan import FP8_ATTENTION_PRECISIONS, Plan
 from meshplan.specs.stack import Stack
 from meshplan.units import GiB
 from meshplan_validation import recipes

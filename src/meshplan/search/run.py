@@ -54,18 +54,11 @@ from meshplan.groups import send_stride
 from meshplan.memory import StageParams, layers_on_last, layers_on_stage, model_states, stage_params
 from meshplan.search.batch import CATEGORICAL, PlanBatch
 from meshplan.search.keyed import KeyUnits, distinct, panel_counts
+from meshplan.specs.check import fsdp_has_zero, recompute_modules_problem, ring_window_reason, settings_problems
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import (
-    DENSE_AXES,
-    LAYOUTS,
-    Plan,
-    fsdp_has_zero,
-    recompute_modules_problem,
-    ring_window_reason,
-    settings_problems,
-)
+from meshplan.specs.plan import DENSE_AXES, LAYOUTS, Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
 from meshplan.units import fmt_bytes
