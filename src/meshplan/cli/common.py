@@ -72,6 +72,7 @@ def sequences(value: int | None, field: str) -> int | None:
 
 
 def load_inputs(model_ref: str, system_ref: str, seq: int | None, nvlink_domain: int | None, gpus: int):
+    """The model of ``--model`` (at ``--seq``) and ``gpus`` GPUs of ``--system`` (with ``--nvlink-domain``)."""
     from meshplan.specs.hardware import load_system
 
     model = model_at(model_ref, seq)

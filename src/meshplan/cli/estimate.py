@@ -18,12 +18,12 @@ from meshplan.errors import SpecError
 @stack_options
 @click.option("--ops", "show_ops", is_flag=True, help="print the per-op table")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def estimate(model_ref: str, system_ref: str, seq: int | None, nvlink_domain: int | None, gpus: int,
-             framework: str, show_ops: bool, as_json: bool, **options: object) -> None:
+def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, show_ops: bool, as_json: bool,
+             **options: object) -> None:
     """Estimate one training step of MODEL on GPUS accelerators of SYSTEM under one parallel plan."""
     from meshplan.estimate import estimate as run
 
-    model, cluster = load_inputs(model_ref, system_ref, seq, nvlink_domain, gpus)
+    model, cluster = load_inputs(model_ref, system_ref, options.pop("seq"), options.pop("nvlink_domain"), gpus)
     fp8_scaling_given = options.get("stack_fp8_scaling") is not None
     stack = stack_of(framework, options)
     plan = plan_of(options, model, cluster)

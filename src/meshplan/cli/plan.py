@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import click
 
@@ -23,8 +24,11 @@ from meshplan.cli.options import estimate_args, recompute_modules, stack_of, sta
 from meshplan.errors import SpecError
 from meshplan.fields import MAX_PLANS
 from meshplan.ranges import check_options, step_tokens_problem
+from meshplan.search import Space
 from meshplan.specs.check import fsdp_has_zero
+from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import PRECISION, Plan
+from meshplan.specs.stack import Stack
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Plan)}
 RECOMPUTE_MODULES_HELP = _FIELDS["recompute_modules"].metadata["help"]
@@ -55,29 +59,58 @@ PRECISION_HELP = "default: " + _FIELDS["precision"].metadata["default_help"]
 @click.option("--rank", "rank_by", type=click.Choice(["time", "cost"]), default="time", show_default=True,
               help="across GPU counts: fastest, or cheapest for the token budget")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_k, zero_opts, recompute_opts,
-             recompute_modules_text, sp_opts, offload, placements, max_micro_batch, max_plans, precision,
-             grad_bytes, framework, tokens, price, rank_by, as_json, **stack_opts) -> None:
+def plan_cmd(model_ref: str, system_ref: str, gpus: str, framework: str, as_json: bool, **options: Any) -> None:
     """Search every parallel plan of MODEL on GPUS accelerators of SYSTEM and rank the feasible ones."""
-    from meshplan.search import Space, search
+    from meshplan.report.text import print_search
+    from meshplan.search import search
 
     counts = split_ints(gpus, "gpus") or []
     if not counts or min(counts) < 1:
         raise SpecError(f"gpus={gpus!r} must be positive integers")
-    check_max_plans(max_plans)
-    check_options(top=top_k, max_micro_batch=max_micro_batch, max_plans=max_plans or None, grad_bytes=grad_bytes)
-    stack = stack_of(framework, stack_opts)
-    zeros = tuple(z for z in map(int, choices(zero_opts, ("0", "1", "2", "3"), "zero"))
+    stack = stack_of(framework, options)
+    settings = _settings(options, stack)
+    budget = _budget(options)
+    where = {"seq": options["seq"], "nvlink_domain": options["nvlink_domain"]}
+    clusters = [load_inputs(model_ref, system_ref, gpus=n, **where) for n in counts]  # all, before any search
+    gbs = _global_batch(clusters[0][0], options["global_batch"])
+    results = []
+    for model, cluster in clusters:
+        space = _space(settings, gbs, cluster.accelerator.default_precision, stack)
+        with progress(as_json) as update:
+            results.append(search(model, cluster, space, top_k=options["top_k"], progress=update))
+    rerun = ["meshplan", "estimate", "--model", model_ref, "--system", system_ref]
+    rerun += [x for k, v in where.items() if v is not None for x in ("--" + k.replace("_", "-"), str(v))]
+    print_search(results, as_json=as_json, **budget,
+                 rerun=lambda est: [*rerun, "--gpus", str(est.plan.num_gpus), *estimate_args(est.plan, est.stack)])
+
+
+def _settings(options: dict[str, Any], stack: Stack) -> dict[str, Any]:
+    """The search's choices from the options: ZeRO stages (those the stack's FSDP has), recomputes and their
+    modules, sequence parallelism, offload, placements and the limits."""
+    check_max_plans(options["max_plans"])
+    check_options(top=options["top_k"], max_micro_batch=options["max_micro_batch"],
+                  max_plans=options["max_plans"] or None, grad_bytes=options["grad_bytes"])
+    zeros = tuple(z for z in map(int, choices(options["zero_opts"], ("0", "1", "2", "3"), "zero"))
                   if fsdp_has_zero(stack.fsdp, z))
     if not zeros:
-        raise SpecError(f"zero={zero_opts} leaves no stage for fsdp={stack.fsdp} (FSDP has no ZeRO-1)")
-    recomputes = choices(recompute_opts, ("none", "selective", "full"), "recompute")
-    modules = recompute_modules(recompute_modules_text)
+        raise SpecError(f"zero={options['zero_opts']} leaves no stage for fsdp={stack.fsdp} (FSDP has no ZeRO-1)")
+    recomputes = choices(options["recompute_opts"], ("none", "selective", "full"), "recompute")
+    modules = recompute_modules(options["recompute_modules_text"])
     if modules != ("core_attn",) and "selective" not in recomputes:
-        raise SpecError(f"recompute-modules={recompute_modules_text} needs selective among --recompute "
-                        f"(got {recompute_opts})")
-    sps = tuple(v == "on" for v in choices(sp_opts, ("off", "on"), "sp"))
-    sequences(global_batch, "global-batch")
+        raise SpecError(f"recompute-modules={options['recompute_modules_text']} needs selective among --recompute "
+                        f"(got {options['recompute_opts']})")
+    offload = (False, True) if options["offload"] else (False,)
+    return {"zero": zeros, "recompute": recomputes, "recompute_modules": modules,
+            "sequence_parallel": tuple(v == "on" for v in choices(options["sp_opts"], ("off", "on"), "sp")),
+            "offload_optimizer": offload, "offload_activations": offload,
+            "all_placements": options["placements"] == "all", "max_micro_batch": options["max_micro_batch"],
+            "precision": options["precision"], "grad_bytes": options["grad_bytes"],
+            "max_plans": options["max_plans"]}
+
+
+def _budget(options: dict[str, Any]) -> dict[str, Any]:
+    """``--tokens``, ``--price`` and ``--rank``: what a training run of that many tokens takes and costs."""
+    tokens, price, rank_by = options["tokens"], options["price"], options["rank_by"]
     budget = parse_count(tokens, "tokens") if tokens is not None else None
     if price is not None and not 0 <= price <= MAX_PRICE:
         raise SpecError(f"price={price} must be a number from 0 to {MAX_PRICE:g} per GPU-hour")
@@ -85,27 +118,19 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
         raise SpecError(f"price={price} needs --tokens (the budget it prices)")
     if rank_by == "cost" and budget is None:
         raise SpecError("rank=cost needs --tokens (the budget whose cost it ranks)")
-    clusters = [load_inputs(model_ref, system_ref, seq, nvlink_domain, n) for n in counts]  # all, before any search
-    model = clusters[0][0]
-    gbs = global_batch or default_global_batch(model.seq_length, 1, 1)  # sequences() checked a stated one
-    tokens_problem = step_tokens_problem(gbs, model.seq_length, "global-batch")
-    if tokens_problem:
-        raise SpecError(tokens_problem)
-    results = []
-    for model, cluster in clusters:
-        space = Space(global_batch=gbs, zero=zeros, recompute=recomputes, recompute_modules=modules,
-                      sequence_parallel=sps,
-                      offload_optimizer=(False, True) if offload else (False,),
-                      offload_activations=(False, True) if offload else (False,),
-                      all_placements=placements == "all", max_micro_batch=max_micro_batch,
-                      precision=precision or cluster.accelerator.default_precision, grad_bytes=grad_bytes,
-                      stack=stack, max_plans=max_plans)
-        with progress(as_json) as update:
-            results.append(search(model, cluster, space, top_k=top_k, progress=update))
-    from meshplan.report.text import print_search
+    return {"tokens": budget, "price": price, "rank_by": rank_by}
 
-    rerun = ["meshplan", "estimate", "--model", model_ref, "--system", system_ref]
-    rerun += [*(["--seq", str(seq)] if seq is not None else []),
-              *(["--nvlink-domain", str(nvlink_domain)] if nvlink_domain is not None else [])]
-    print_search(results, as_json=as_json, tokens=budget, price=price, rank_by=rank_by,
-                 rerun=lambda est: [*rerun, "--gpus", str(est.plan.num_gpus), *estimate_args(est.plan, est.stack)])
+
+def _global_batch(model: ModelSpec, global_batch: int | None) -> int:
+    sequences(global_batch, "global-batch")
+    gbs = global_batch or default_global_batch(model.seq_length, 1, 1)
+    problem = step_tokens_problem(gbs, model.seq_length, "global-batch")
+    if problem:
+        raise SpecError(problem)
+    return gbs
+
+
+def _space(settings: dict[str, Any], global_batch: int, default_precision: str, stack: Stack) -> Space:
+    """The search space of one GPU count: the settings, with the GPU's own precision unless one was given."""
+    return Space(**{**settings, "precision": settings["precision"] or default_precision}, global_batch=global_batch,
+                 stack=stack)
