@@ -8,7 +8,9 @@ from dataclasses import replace
 import pytest
 
 from conftest import gpt
-from meshplan.cost.ops import core_attention, dense_layer, dims
+from meshplan.cost.attention import core_attention
+from meshplan.cost.layers import dense_layer
+from meshplan.cost.records import dims
 from meshplan.errors import SpecError
 from meshplan.roofline import compute_time, op_time
 from meshplan.specs.check import check
@@ -437,7 +439,8 @@ def test_an_unknown_fp8_scaling_is_rejected_and_a_stacks_scaling_acts_on_fp8_onl
 
 
 def test_sequence_parallel_gathers_carry_the_gemm_input_precision():
-    from meshplan.cost.ops import head_ops, tp_enter, tp_exit
+    from meshplan.cost.blocks import tp_enter, tp_exit
+    from meshplan.cost.embed_head import head_ops
 
     model = gpt(layers=1, hidden=1024, seq=2048)
 

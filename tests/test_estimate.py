@@ -221,7 +221,8 @@ def test_the_combined_1f1b_schedule_hides_the_all_to_alls_behind_the_nodes_besid
     weight gradients 5, dispatch 6, combine 12. The layer takes max(10, 12) + max(max(6, 5) + 6, max(5 + 5, 6) + 4)
     + max(12, 15) = 12 + 14 + 15 = 41 against 39 of kernels: 2 exposed, the other 36 − 2 = 34 of all-to-all hidden,
     slowing the compute by 0.189 × 34: 2 + 6.426 = 8.426, half of it the forward's (18 of the 36)."""
-    from meshplan.cost.ops import OpCost, collective
+    from meshplan.cost.blocks import collective
+    from meshplan.cost.records import OpCost
     from meshplan.estimate import pass_times
 
     def a2a(name, phase):

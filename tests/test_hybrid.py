@@ -8,7 +8,9 @@ from dataclasses import replace
 import pytest
 
 from meshplan.cli import main
-from meshplan.cost.ops import ACT_BYTES, dims, hybrid_block, layer_kinds, mamba_block
+from meshplan.cost.layers import hybrid_block, layer_kinds
+from meshplan.cost.mamba import mamba_block
+from meshplan.cost.records import ACT_BYTES, dims
 from meshplan.estimate import estimate, saved_bytes, ssd_flops_per_token
 from meshplan.memory import kind_fractions, layer_params
 from meshplan.search.run import Space, search

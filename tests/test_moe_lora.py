@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from conftest import gpt
-from meshplan.cost.ops import LORA_PREFIXES, dense_layer, moe_layer
+from meshplan.cost.layers import dense_layer, moe_layer
+from meshplan.cost.lora import LORA_PREFIXES
 from meshplan.estimate import estimate
 from meshplan.specs.check import check
 from meshplan.specs.efficiency import DEFAULT

@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from meshplan.cost.ops import ACT_BYTES, mtp_ops
+from meshplan.cost.embed_head import mtp_ops
+from meshplan.cost.records import ACT_BYTES
 from meshplan.errors import SpecError
 from meshplan.estimate import (
     estimate,

@@ -9,7 +9,9 @@ import pytest
 
 from conftest import gpt
 from meshplan.cli import main
-from meshplan.cost.ops import ACT_BYTES, dense_layer, moe_layer, rerun_by
+from meshplan.cost.layers import dense_layer, moe_layer
+from meshplan.cost.recompute import rerun_by
+from meshplan.cost.records import ACT_BYTES
 from meshplan.estimate import (
     attention_flops_per_token,
     estimate,

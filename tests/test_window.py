@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from meshplan.cost.ops import ACT_BYTES, dense_layer, moe_layer
+from meshplan.cost.layers import dense_layer, moe_layer
+from meshplan.cost.records import ACT_BYTES
 from meshplan.errors import SpecError
 from meshplan.estimate import attention_layer_flops, estimate, model_flops_per_token
 from meshplan.specs.efficiency import DEFAULT

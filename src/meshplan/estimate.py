@@ -47,22 +47,12 @@ import numpy as np
 
 from meshplan.channels import Passes, dp_collectives, offload, optimizer_time, step_channels
 from meshplan.comm import split_group, split_time
-from meshplan.cost.ops import (
-    ACT_BYTES,
-    FP32,
-    RECOMPUTE_MODULES,
-    OpCost,
-    embedding_ops,
-    freed_by,
-    head_dims,
-    head_ops,
-    layer_kinds,
-    mtp_ops,
-    pipeline_p2p,
-    rerun_by,
-    token_rows,
-    tp_rerun_by,
-)
+from meshplan.cost.attention import head_dims
+from meshplan.cost.embed_head import embedding_ops, head_ops, mtp_ops
+from meshplan.cost.layers import layer_kinds
+from meshplan.cost.pipeline import pipeline_p2p
+from meshplan.cost.recompute import RECOMPUTE_MODULES, freed_by, rerun_by, tp_rerun_by
+from meshplan.cost.records import ACT_BYTES, FP32, OpCost, token_rows
 from meshplan.groups import axis_layout
 from meshplan.memory import (
     WEIGHT_BYTES,

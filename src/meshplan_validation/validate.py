@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.cost.ops import LOW_PRECISION_BYTES
+from meshplan.cost.records import LOW_PRECISION_BYTES
 from meshplan.errors import MeshplanError, PlanError, SpecError
 from meshplan.fields import MAX_SIZE
 from meshplan.specs.check import check, fsdp_has_zero
