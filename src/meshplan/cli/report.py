@@ -213,7 +213,8 @@ def sweep(model_ref, seq, global_batch, systems, nvlink, gpus, params, factors, 
     make_dir(output, "output")
     written = [write_csv(rows, output / "sweep.csv"), write_json(rows, output / "sweep.json")]
     try:
-        from meshplan.report.plots import save, sweep_figures
+        from meshplan.report.plots import save
+        from meshplan.report.sweep_plots import sweep_figures
 
         for key, fig in sweep_figures(rows).items():
             written += [save(fig, output / f"{key}.{kind}") for kind in kinds]
