@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from meshplan.estimate import step_costs
 from meshplan.specs.efficiency import DEFAULT, FITTED
+from meshplan.step.assemble import step_costs
 from meshplan_validation.records import runs_from_command_line
 from meshplan_validation.validate import (
     Skip,

@@ -7,13 +7,14 @@ from dataclasses import replace
 import pytest
 
 from conftest import gpt
+from meshplan.cost.flops import attention_flops_per_token, matmul_params, model_flops_per_token
 from meshplan.cost.ops import ACT_BYTES, dense_layer, embedding_ops, head_ops, linear_2d, moe_layer
 from meshplan.errors import SpecError
-from meshplan.estimate import attention_flops_per_token, matmul_params, model_flops_per_token, saved_bytes
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model import ModelSpec, load_model
 from meshplan.specs.plan import Plan, check, fsdp_has_zero
 from meshplan.specs.stack import Stack
+from meshplan.step.units import saved_bytes
 
 
 def _flops(ops, phase=None, kind=None):

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from meshplan.estimate import dp_collectives, estimate
-from meshplan.memory import stage_params
+from meshplan.channels import dp_collectives
+from meshplan.cost.params import stage_params
+from meshplan.estimate import estimate
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model import load_model
@@ -733,7 +734,7 @@ def test_deepseek_ep_overlap_follows_the_recipe_of_the_layout(group, gpu, precis
 
 
 def test_hfu_adds_the_recomputed_forward_to_model_flops():
-    from meshplan.estimate import recompute_flops_per_token
+    from meshplan.cost.flops import recompute_flops_per_token
 
     rec = record(measured={"tokens_per_s_per_gpu": None, "model_tflops_per_gpu": None, "hfu_pct": 40.0},
                  parallel={"activation_recompute": "full"})

@@ -591,7 +591,7 @@ def test_distinct_keys_survive_int64_overflow():
 
 def test_loss_workspace_of_a_batch_equals_each_plans():
     """The loss workspace depends on tp (DTensor loss_parallel): over a PlanBatch it must not branch on it."""
-    from meshplan.estimate import loss_workspace
+    from meshplan.memory import loss_workspace
 
     model = load_model("llama3-8b").with_seq_length(2048)
     plans = [Plan(dp=8, tp=1, global_batch=8), Plan(dp=4, tp=2, sequence_parallel=True, global_batch=8)]

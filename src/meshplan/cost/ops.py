@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from meshplan.comm import Collective
-from meshplan.memory import kind_params
+from meshplan.cost.params import kind_params
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
