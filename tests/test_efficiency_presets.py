@@ -330,7 +330,7 @@ def test_parts_measured_on_their_own_carry_their_rate_not_the_lookup_entry(syste
 
 
 def test_pytorch_cross_entropy_holds_two_fp32_gradients_of_the_logits():
-    from meshplan.estimate import loss_workspace
+    from meshplan.memory import loss_workspace
 
     model = gpt(vocab=50000, seq=1000)
     # T·V = 1000 · 50000 = 5e7 logits; fused (Megatron): the fp32 gradient overwrites the saved softmax in place,

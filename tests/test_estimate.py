@@ -7,12 +7,14 @@ from dataclasses import replace
 import pytest
 
 from conftest import gpt
-from meshplan.estimate import estimate, model_flops_per_token, step_costs
+from meshplan.cost.flops import model_flops_per_token
+from meshplan.estimate import estimate
 from meshplan.schedule import build, simulate
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
+from meshplan.step.assemble import step_costs
 
 
 def h100(n: int):
@@ -223,7 +225,7 @@ def test_the_combined_1f1b_schedule_hides_the_all_to_alls_behind_the_nodes_besid
     slowing the compute by 0.189 × 34: 2 + 6.426 = 8.426, half of it the forward's (18 of the 36)."""
     from meshplan.cost.blocks import collective
     from meshplan.cost.records import OpCost
-    from meshplan.estimate import pass_times
+    from meshplan.step.passes import pass_times
 
     def a2a(name, phase):
         return collective(name, phase, "all_to_all", 1.0, "ep", 8)

@@ -7,12 +7,14 @@ import pytest
 
 from conftest import gpt
 from meshplan.cost.embed_head import head_ops
+from meshplan.cost.flops import attention_flops_per_token, matmul_params, model_flops_per_token
 from meshplan.cost.layers import dense_layer
-from meshplan.estimate import attention_flops_per_token, estimate, matmul_params, model_flops_per_token, saved_bytes
+from meshplan.estimate import estimate
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
+from meshplan.step.units import saved_bytes
 
 
 def _flops(ops, phase=None, kind=None):

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+from meshplan.cost.params import kind_params
 from meshplan.cost.records import ACT_BYTES, OpCost
-from meshplan.memory import kind_params
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack

@@ -220,8 +220,8 @@ def pipeline_run(est: Estimate) -> PipelineRun:
     estimate's pipelined part, compute + recompute + tp + cp + ep + pp + bubble (estimate.bubble_time; the
     tests check it).
     """
-    from meshplan.estimate import step_costs
     from meshplan.schedule import build, simulate
+    from meshplan.step.assemble import step_costs
 
     plan, m = est.plan, est.plan.grad_accum
     costs = step_costs(est.model, est.cluster, plan, est.stack)
