@@ -11,7 +11,8 @@ from conftest import gpt
 from meshplan.cost.ops import core_attention, dense_layer, dims
 from meshplan.errors import SpecError
 from meshplan.roofline import compute_time, op_time
-from meshplan.specs.efficiency import DEFAULT, MAMF_UNKNOWN, MATMUL, matmul_rule
+from meshplan.specs.architectures import MAMF_UNKNOWN, MATMUL, matmul_rule
+from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model import load_model
 from meshplan.specs.plan import Plan, check
@@ -304,7 +305,7 @@ def test_matmul_rule_is_continuous_and_its_rate_grows_with_the_peak():
 
 
 def test_async_mma_follows_the_architecture_when_unstated():
-    from meshplan.specs.efficiency import async_mma
+    from meshplan.specs.architectures import async_mma
 
     a100 = replace(load_system("a100").accelerator, async_mma=None)
     h100 = replace(load_system("h100").accelerator, async_mma=None)
