@@ -10,7 +10,7 @@ from conftest import gpt
 from meshplan.estimate import estimate, model_flops_per_token, step_costs
 from meshplan.schedule import build, simulate
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 

@@ -13,7 +13,7 @@ from meshplan.estimate import estimate, saved_bytes, ssd_flops_per_token
 from meshplan.memory import kind_fractions, layer_params
 from meshplan.search.run import Space, search
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan, check
 from meshplan.specs.stack import Stack
 

@@ -11,7 +11,7 @@ from meshplan.cost.ops import LORA_PREFIXES, dense_layer, moe_layer
 from meshplan.estimate import estimate
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import LORA_TARGETS, Plan, check
 from meshplan.specs.stack import Stack
 

@@ -22,7 +22,8 @@ from meshplan.estimate import (
 from meshplan.memory import layers_on_last, layers_on_stage, stage_params
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import ModelSpec, load_model
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan, check
 from meshplan.specs.stack import Stack
 from meshplan_validation.recipes import DSV3_LAYOUT_16, layout_last_stage

@@ -11,7 +11,8 @@ from meshplan.cost.ops import ACT_BYTES, dense_layer, embedding_ops, head_ops, l
 from meshplan.errors import SpecError
 from meshplan.estimate import attention_flops_per_token, matmul_params, model_flops_per_token, saved_bytes
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import ModelSpec, load_model
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan, check, fsdp_has_zero
 from meshplan.specs.stack import Stack
 

@@ -9,7 +9,7 @@ from meshplan.cost.ops import ACT_BYTES, dense_layer, dims, kv_exchange
 from meshplan.cost.summa import summa_linear
 from meshplan.estimate import estimate
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan, check
 from meshplan.specs.stack import Stack
 

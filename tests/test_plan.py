@@ -7,7 +7,7 @@ import pytest
 from conftest import gpt
 from meshplan.errors import PlanError
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan, check, validate
 from meshplan.specs.stack import Stack
 
@@ -83,7 +83,7 @@ def test_the_combined_1f1b_schedule_has_megatron_cores_requirements(changes, nee
     from dataclasses import replace as _replace
 
     from meshplan.specs.hardware import load_system
-    from meshplan.specs.model import load_model
+    from meshplan.specs.model_load import load_model
     from meshplan.specs.plan import check
 
     model, cluster = load_model("mixtral-8x7b"), load_system("h100").cluster(8)

@@ -15,7 +15,7 @@ from meshplan.estimate import dp_collectives, estimate
 from meshplan.memory import stage_params
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan_validation.recipes import source_defaults
 from meshplan_validation.validate import (
     RunResult,

@@ -22,7 +22,8 @@ from meshplan.estimate import (
 from meshplan.search.run import Space
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import ModelSpec, load_model
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan, check
 from meshplan.specs.stack import Stack
 

@@ -109,7 +109,7 @@ def _apply(options):
 
 def model_at(model_ref: str, seq: int | None):
     """The model of ``--model``, at ``--seq`` if given."""
-    from meshplan.specs.model import load_model
+    from meshplan.specs.model_load import load_model
 
     model = load_model(model_ref)
     if seq is not None:
@@ -456,7 +456,7 @@ def trace_cmd(model_ref, shapes, dtypes, system_ref, param_dtype, optimizer, top
 def presets() -> None:
     """List the built-in model and system presets."""
     from meshplan.specs.hardware import system_names
-    from meshplan.specs.model import preset_names
+    from meshplan.specs.model_load import preset_names
 
     click.echo("models:     " + " ".join(preset_names()))
     click.echo("systems:    " + " ".join(system_names()))
