@@ -12,7 +12,7 @@ import time
 from meshplan.estimate import estimate
 from meshplan.schedule import build, simulate
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.step.assemble import step_costs
 

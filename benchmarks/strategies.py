@@ -23,7 +23,7 @@ from pathlib import Path
 from meshplan.estimate import Estimate
 from meshplan.search.run import Space, search
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.units import fmt_bytes
 
 STRATEGIES = {

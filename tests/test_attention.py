@@ -13,7 +13,7 @@ from meshplan.cost.records import ACT_BYTES
 from meshplan.roofline import op_time
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 

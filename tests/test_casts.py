@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from meshplan.cost.layers import dense_layer
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 

@@ -9,7 +9,7 @@ from meshplan.cost.embed_head import embedding_ops, head_ops
 from meshplan.cost.layers import dense_layer, moe_layer
 from meshplan.errors import SpecError
 from meshplan.specs.check import check, fsdp_has_zero
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 

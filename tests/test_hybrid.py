@@ -17,7 +17,7 @@ from meshplan.estimate import estimate
 from meshplan.search.run import Space, search
 from meshplan.specs.check import check
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.step.units import saved_bytes

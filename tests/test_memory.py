@@ -81,7 +81,7 @@ def test_full_recompute_keeps_only_layer_inputs():
 def _offload_case(layers):
     from meshplan.estimate import estimate
     from meshplan.specs.hardware import load_system
-    from meshplan.specs.model import load_model
+    from meshplan.specs.model_load import load_model
 
     model = load_model("llama3-70b")  # 80 layers
     cluster = load_system("gb200").cluster(64)
@@ -92,7 +92,7 @@ def _offload_case(layers):
 
 def test_offloading_half_the_layers_keeps_half_their_activations_on_the_gpu():
     from meshplan.memory import activation_bytes
-    from meshplan.specs.model import load_model
+    from meshplan.specs.model_load import load_model
 
     model = load_model("llama3-70b")  # 80 layers, one stage, 1F1B: one micro-batch in flight
     saved, layer_input = 1.0, 0.1  # bytes one layer saves / its input, in units
@@ -160,7 +160,7 @@ def test_moe_layers_per_stage_put_the_dense_ones_on_the_first():
     The last rank then carries more expert weights than the first, and its multi-token-prediction layer (a MoE
     layer, mtp_layers = 1) one MoE layer's experts more: 9 against 5."""
     from meshplan.cost.params import moe_layers_on_stage, stage_params
-    from meshplan.specs.model import load_model
+    from meshplan.specs.model_load import load_model
 
     model = load_model("deepseek-v3")
     plan = Plan(dp=8, pp=8, ep=8, global_batch=64)
@@ -223,7 +223,7 @@ def test_unknown_pipeline_runtime_is_named():
 def test_the_runtime_tensors_reach_both_ranks_peaks():
     from meshplan.estimate import estimate
     from meshplan.specs.hardware import load_system
-    from meshplan.specs.model import load_model
+    from meshplan.specs.model_load import load_model
 
     model, cluster = load_model("llama3-8b"), load_system("h100").cluster(16)
     plan = Plan(tp=2, pp=2, dp=4, sequence_parallel=True, global_batch=16, recompute="full")

@@ -13,7 +13,7 @@ from meshplan.estimate import estimate
 from meshplan.specs.check import check
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import LORA_TARGETS, Plan
 from meshplan.specs.stack import Stack
 

@@ -8,7 +8,7 @@ from conftest import gpt
 from meshplan.errors import PlanError
 from meshplan.specs.check import check, validate
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 
@@ -85,7 +85,7 @@ def test_the_combined_1f1b_schedule_has_megatron_cores_requirements(changes, nee
 
     from meshplan.specs.check import check
     from meshplan.specs.hardware import load_system
-    from meshplan.specs.model import load_model
+    from meshplan.specs.model_load import load_model
 
     model, cluster = load_model("mixtral-8x7b"), load_system("h100").cluster(8)
     plan, stack = Plan(dp=8, ep=8, global_batch=16), Stack(overlap_ep=True)

@@ -16,7 +16,7 @@ from meshplan.cost.params import stage_params
 from meshplan.estimate import estimate
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan_validation.recipes import source_defaults
 from meshplan_validation.records import clean_record, read_runs, unstated_settings
 from meshplan_validation.validate import (

@@ -20,7 +20,7 @@ from meshplan.search.batch import PlanBatch
 from meshplan.search.keyed import KeyUnits, distinct, panel_counts, split_codes
 from meshplan.search.run import PLACEMENTS, Space, candidates, search
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import LAYOUTS, Plan
 from meshplan.specs.stack import Stack
 from meshplan.units import fmt_bytes

@@ -12,7 +12,7 @@ from meshplan.cost.summa import summa_linear
 from meshplan.estimate import estimate
 from meshplan.specs.check import check
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 

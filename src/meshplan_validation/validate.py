@@ -36,7 +36,8 @@ from meshplan.fields import MAX_SIZE
 from meshplan.specs.check import check, fsdp_has_zero
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster, load_system
-from meshplan.specs.model import ModelSpec, load_model, preset_names
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_load import load_model, preset_names
 from meshplan.specs.plan import FP8_ATTENTION_PRECISIONS, Plan
 from meshplan.specs.stack import Stack
 from meshplan.units import GiB

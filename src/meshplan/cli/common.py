@@ -53,7 +53,7 @@ def apply(options):
 
 def model_at(model_ref: str, seq: int | None):
     """The model of ``--model``, at ``--seq`` if given."""
-    from meshplan.specs.model import load_model
+    from meshplan.specs.model_load import load_model
 
     model = load_model(model_ref)
     if seq is not None:

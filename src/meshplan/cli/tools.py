@@ -76,7 +76,7 @@ def trace_cmd(model_ref, shapes, dtypes, system_ref, param_dtype, optimizer, top
 def presets() -> None:
     """List the built-in model and system presets."""
     from meshplan.specs.hardware import system_names
-    from meshplan.specs.model import preset_names
+    from meshplan.specs.model_load import preset_names
 
     click.echo("models:     " + " ".join(preset_names()))
     click.echo("systems:    " + " ".join(system_names()))
