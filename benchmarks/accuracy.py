@@ -20,13 +20,13 @@ from typing import Any
 import numpy as np
 
 from meshplan.estimate import estimate
-from meshplan.specs.efficiency import DEFAULT, FITTED, MATMUL, Efficiency
+from meshplan.specs.architectures import MATMUL
+from meshplan.specs.efficiency import DEFAULT, FITTED, Efficiency
 from meshplan_validation.recipes import GENERIC, SOURCES
-from meshplan_validation.records import read_runs, runs_from_command_line
+from meshplan_validation.records import clean_record, read_runs, runs_from_command_line
 from meshplan_validation.validate import (
     RunResult,
     _finite,
-    clean_record,
     evaluate_case,
     fill_from_siblings,
     fit_check_markdown,

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import time
 
-from meshplan.estimate import estimate, step_costs
+from meshplan.estimate import estimate
 from meshplan.schedule import build, simulate
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
+from meshplan.step.assemble import step_costs
 
 CASES = [
     ("llama3-70b", "h100", 1024, Plan(dp=32, tp=8, pp=4, global_batch=512, sequence_parallel=True,

@@ -25,17 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from meshplan.estimate import step_costs
 from meshplan.specs.efficiency import DEFAULT, FITTED
-from meshplan_validation.records import runs_from_command_line
-from meshplan_validation.validate import (
-    Skip,
-    clean_record,
-    fill_from_siblings,
-    in_fit_set,
-    map_run,
-    predicted_metric,
-)
+from meshplan.step.assemble import step_costs
+from meshplan_validation.records import clean_record, runs_from_command_line
+from meshplan_validation.validate import Skip, fill_from_siblings, in_fit_set, map_run, predicted_metric
 
 DENSE = ("gemm", "attention")
 HOST = "host_launch"

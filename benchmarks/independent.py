@@ -18,7 +18,8 @@ import argparse
 import json
 from pathlib import Path
 
-from meshplan_validation.validate import RunResult, fit_check_markdown, read_runs, run_validation, summaries
+from meshplan_validation.records import read_runs
+from meshplan_validation.validate import RunResult, fit_check_markdown, run_validation, summaries
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "independent_runs.jsonl"

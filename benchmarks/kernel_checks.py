@@ -32,12 +32,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from meshplan.cost.ops import core_attention, dense_layer, dims, ssd_ops
+from meshplan.cost.attention import core_attention
+from meshplan.cost.layers import dense_layer
+from meshplan.cost.mamba import ssd_ops
+from meshplan.cost.records import dims
 from meshplan.estimate import estimate
 from meshplan.roofline import op_time
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import ModelSpec, load_model
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 

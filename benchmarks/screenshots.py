@@ -37,7 +37,7 @@ from meshplan.estimate import estimate
 from meshplan.report import plots
 from meshplan.search.run import search
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.sweep import sweep_space
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import meshplan
 from meshplan.search.run import SearchResult, Space, search
 from meshplan.specs.hardware import Cluster, load_system
-from meshplan.specs.model import ModelSpec, load_model
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_load import load_model
 
 CASES = [  # model, system, GPUs, global batch (sequences), NVLink domain override
     ("gpt3-175b", "a100", 1024, 1536, None),

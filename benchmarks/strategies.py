@@ -26,7 +26,7 @@ from pathlib import Path
 from meshplan.estimate import Estimate
 from meshplan.search.run import Space, search
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.specs.stack import Stack
 from meshplan.units import fmt_bytes
 

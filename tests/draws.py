@@ -11,10 +11,12 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+from meshplan.specs.check import check
 from meshplan.specs.hardware import load_system, system_names
-from meshplan.specs.model import ModelSpec, load_model
-from meshplan.specs.model import preset_names as model_names
-from meshplan.specs.plan import FP8_ATTENTION_PRECISIONS, PRECISION, RECOMPUTE_MODULES, Plan, check
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_load import load_model
+from meshplan.specs.model_load import preset_names as model_names
+from meshplan.specs.plan import FP8_ATTENTION_PRECISIONS, PRECISION, RECOMPUTE_MODULES, Plan
 from meshplan.specs.stack import ATTENTION_KERNELS, CROSS_ENTROPY, Stack, load_stack, stack_names
 
 MODELS = sorted(model_names())

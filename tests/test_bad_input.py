@@ -62,8 +62,8 @@ def system(tmp_path: Path, old: str, new: str) -> str:
     (["--dp", "0"], "dp=0 must be a positive integer"),  # was ZeroDivisionError
     (["--dp", "-64"], "dp=-64 must be a positive integer"),  # was reported as global_batch=-64
     (["--global-batch", "0"], "global-batch=0 must be a positive integer"),  # was silently dp × micro-batch
-    (["--recompute-layers", "3"], "recompute-layers=3 needs --recompute full (got selective)"),
-    (["--recompute", "full", "--recompute-layers", "300"], "recompute-layers=300 is more than the 32 layers"),
+    (["--recompute-layers", "3"], "recompute_layers=3 needs recompute='full' (got 'selective')"),
+    (["--recompute", "full", "--recompute-layers", "300"], "recompute_layers=300 is more than the 32 layers"),
     (["--seq", "100000000000000000000"], "seq=100000000000000000000 must be a positive integer up to"),
     (["--recompute-modules", "attn"], "recompute-modules=attn has 'attn': the modules are core_attn"),
     (["--recompute", "full", "--recompute-modules", "mlp"], "recompute-modules=mlp needs --recompute selective"),
@@ -295,8 +295,9 @@ def test_a_bug_is_one_line_with_exit_status_3(monkeypatch, capsys):
      "price=1e+300 must be a number from 0 to 1e+06"),
     (["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "8,,16"], "gpus='8,,16' must be integers"),
     (["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--sp", "on,,"], "sp='' must be one of"),
-    (estimate("llama3-8b", "h100", "--offload-layers", "100"), "offload-layers=100 is more than the 32 layers"),
-    (estimate("llama3-8b", "h100", "--recompute-layers", "-1"), "recompute-layers=-1 must be >= 0"),
+    (estimate("llama3-8b", "h100", "--offload-layers", "100"), "offload_layers=100 is more than the 32 layers"),
+    (estimate("llama3-8b", "h100", "--recompute-layers", "-1"),
+     "recompute-layers=-1 is outside 1 … 10,000 (or 0: all of them)"),
     (estimate("llama3-8b", "h100", "--etp", "4", "--tp", "8"), "etp=4 but llama3-8b has no experts"),
     (estimate("llama3-8b", "h100", "--lora-targets", "qkv"), "lora-targets=qkv needs --lora-rank"),
     (estimate("../hardware/h100"), "model='../hardware/h100' is not a preset"),

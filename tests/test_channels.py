@@ -7,10 +7,11 @@ from dataclasses import replace
 import pytest
 
 from meshplan.channels import Collectives, Offload, Passes, pass_channels, step_channels
-from meshplan.estimate import estimate, hide
+from meshplan.estimate import estimate
 from meshplan.specs.hardware import build_cluster, load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
+from meshplan.step.passes import hide
 
 SD = 0.189
 

@@ -7,12 +7,14 @@ from dataclasses import replace
 import pytest
 
 from conftest import gpt
-from meshplan.estimate import estimate, model_flops_per_token, step_costs
+from meshplan.cost.flops import model_flops_per_token
+from meshplan.estimate import estimate
 from meshplan.schedule import build, simulate
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
+from meshplan.step.assemble import step_costs
 
 
 def h100(n: int):
@@ -221,8 +223,9 @@ def test_the_combined_1f1b_schedule_hides_the_all_to_alls_behind_the_nodes_besid
     weight gradients 5, dispatch 6, combine 12. The layer takes max(10, 12) + max(max(6, 5) + 6, max(5 + 5, 6) + 4)
     + max(12, 15) = 12 + 14 + 15 = 41 against 39 of kernels: 2 exposed, the other 36 − 2 = 34 of all-to-all hidden,
     slowing the compute by 0.189 × 34: 2 + 6.426 = 8.426, half of it the forward's (18 of the 36)."""
-    from meshplan.cost.ops import OpCost, collective
-    from meshplan.estimate import pass_times
+    from meshplan.cost.blocks import collective
+    from meshplan.cost.records import OpCost
+    from meshplan.step.passes import pass_times
 
     def a2a(name, phase):
         return collective(name, phase, "all_to_all", 1.0, "ep", 8)

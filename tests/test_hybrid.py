@@ -8,14 +8,19 @@ from dataclasses import replace
 import pytest
 
 from meshplan.cli import main
-from meshplan.cost.ops import ACT_BYTES, dims, hybrid_block, layer_kinds, mamba_block
-from meshplan.estimate import estimate, saved_bytes, ssd_flops_per_token
-from meshplan.memory import kind_fractions, layer_params
+from meshplan.cost.flops import ssd_flops_per_token
+from meshplan.cost.layers import hybrid_block, layer_kinds
+from meshplan.cost.mamba import mamba_block
+from meshplan.cost.params import kind_fractions, layer_params
+from meshplan.cost.records import ACT_BYTES, dims
+from meshplan.estimate import estimate
 from meshplan.search.run import Space, search
+from meshplan.specs.check import check
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
-from meshplan.specs.plan import Plan, check
+from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
+from meshplan.step.units import saved_bytes
 
 NANO = load_model("nemotron-3-nano")
 SUPER = load_model("nemotron-3-super")

@@ -7,8 +7,9 @@ from dataclasses import replace
 import pytest
 
 from conftest import gpt
+from meshplan.cost.params import StageParams
 from meshplan.errors import SpecError
-from meshplan.memory import StageParams, in_flight_chunks, model_states
+from meshplan.memory import in_flight_chunks, model_states
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 
@@ -66,8 +67,8 @@ def test_in_flight_matches_the_simulator():
 
 
 def test_full_recompute_keeps_only_layer_inputs():
-    from meshplan.estimate import step_costs
     from meshplan.specs.hardware import load_system
+    from meshplan.step.assemble import step_costs
 
     model = gpt(layers=8, vocab=1024)  # a small head, so the layers dominate
     c = load_system("h100").cluster(1)
@@ -80,7 +81,7 @@ def test_full_recompute_keeps_only_layer_inputs():
 def _offload_case(layers):
     from meshplan.estimate import estimate
     from meshplan.specs.hardware import load_system
-    from meshplan.specs.model import load_model
+    from meshplan.specs.model_load import load_model
 
     model = load_model("llama3-70b")  # 80 layers
     cluster = load_system("gb200").cluster(64)
@@ -91,7 +92,7 @@ def _offload_case(layers):
 
 def test_offloading_half_the_layers_keeps_half_their_activations_on_the_gpu():
     from meshplan.memory import activation_bytes
-    from meshplan.specs.model import load_model
+    from meshplan.specs.model_load import load_model
 
     model = load_model("llama3-70b")  # 80 layers, one stage, 1F1B: one micro-batch in flight
     saved, layer_input = 1.0, 0.1  # bytes one layer saves / its input, in units
@@ -111,7 +112,7 @@ def test_a_partial_offload_hides_only_behind_the_offloaded_layers():
 
 
 def test_only_the_vocabulary_matrices_split_over_tensor_parallel_ranks():
-    from meshplan.memory import layer_params, stage_params
+    from meshplan.cost.params import layer_params, stage_params
 
     model = gpt(layers=4, hidden=1024, seq=2048, vocab=51200)  # learned positions, tied head, no embedding norm
     plan = Plan(tp=4, pp=2)
@@ -127,8 +128,8 @@ def test_only_the_vocabulary_matrices_split_over_tensor_parallel_ranks():
 
 
 def test_transient_buffers_of_tensor_parallel_gathers_and_sharded_layers():
-    from meshplan.estimate import buffer_memory
-    from meshplan.memory import layer_params
+    from meshplan.cost.params import layer_params
+    from meshplan.memory import buffer_memory
 
     model = gpt(layers=4, hidden=1024, seq=2048)
     assert buffer_memory(model, Plan()) == 0  # no tensor parallelism, no sharded weights: nothing in transit
@@ -158,8 +159,8 @@ def test_moe_layers_per_stage_put_the_dense_ones_on_the_first():
     3 dense ones and 5 MoE, the last 8 MoE (the averaged 58/61 per layer gave both 7.6); one stage holds all 58.
     The last rank then carries more expert weights than the first, and its multi-token-prediction layer (a MoE
     layer, mtp_layers = 1) one MoE layer's experts more: 9 against 5."""
-    from meshplan.memory import moe_layers_on_stage, stage_params
-    from meshplan.specs.model import load_model
+    from meshplan.cost.params import moe_layers_on_stage, stage_params
+    from meshplan.specs.model_load import load_model
 
     model = load_model("deepseek-v3")
     plan = Plan(dp=8, pp=8, ep=8, global_batch=64)
@@ -170,7 +171,7 @@ def test_moe_layers_per_stage_put_the_dense_ones_on_the_first():
 
 
 def test_torch_pipeline_runtime_keeps_per_micro_batch_tensors():
-    from meshplan.estimate import pipeline_runtime_memory
+    from meshplan.memory import pipeline_runtime_memory
     from meshplan.specs.model import ModelSpec
 
     model = ModelSpec(name="t", num_layers=8, hidden_size=1024, num_heads=8, ffn_hidden_size=4096,
@@ -222,7 +223,7 @@ def test_unknown_pipeline_runtime_is_named():
 def test_the_runtime_tensors_reach_both_ranks_peaks():
     from meshplan.estimate import estimate
     from meshplan.specs.hardware import load_system
-    from meshplan.specs.model import load_model
+    from meshplan.specs.model_load import load_model
 
     model, cluster = load_model("llama3-8b"), load_system("h100").cluster(16)
     plan = Plan(tp=2, pp=2, dp=4, sequence_parallel=True, global_batch=16, recompute="full")

@@ -1,23 +1,20 @@
-"""ModelSpec parameter counts, presets and the Hugging Face config.json import.
+"""ModelSpec parameter counts: closed forms, published counts, the validation set's models, hybrids.
 
 Two independent methods agree: the closed forms below (arithmetic in the comments) and PyTorch's count of the
-same Hugging Face model built on the meta device (``test_torch_*``, skipped without torch + transformers).
+same Hugging Face model built on the meta device (tests/test_hf_config.py, skipped without torch + transformers).
 Published counts are compared at the precision they were printed with.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import tomllib
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from meshplan.errors import SpecError
-from meshplan.specs.hf_config import translate
-from meshplan.specs.model import ModelSpec, from_hf_config, load_model, model_from_dict, preset_names
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_load import load_model
 
 HF = Path(__file__).parent / "data" / "hf"
 VALIDATION = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_runs.jsonl"
@@ -107,24 +104,6 @@ def test_other_fixtures() -> None:
     assert qwen2.layer_params(0) == 12_848_640 + 3_671_040 + 12_845_056 + 203_685_888 + 7_168 == 233_057_792
     # 28 * 233,057,792 + 2*152064*3584 + 3584
     assert qwen2.params() == 6_525_618_176 + 1_089_994_752 + 3_584 == 7_615_616_512
-
-
-@pytest.mark.parametrize("hf, preset", [("llama-3-8b", "llama3-8b"), ("mixtral-8x7b", "mixtral-8x7b"),
-                                        ("qwen3-30b-a3b", "qwen3-30b-a3b"), ("gpt2", "gpt2"),
-                                        ("gpt-neox-20b", "gpt-neox-20b"), ("mistral-7b", "mistral-7b"),
-                                        ("deepseek-v3", "deepseek-v3")])
-def test_config_json_and_preset_are_the_same_model(hf: str, preset: str) -> None:
-    """Equal in every field but the name and seq_length (config.json gives the longest context it allows)."""
-    spec = fixture(hf)
-    assert spec == replace(load_model(preset), name=spec.name, seq_length=spec.seq_length)
-
-
-def test_seq_length_comes_from_max_position_embeddings() -> None:
-    assert fixture("llama-3-8b").seq_length == 8192
-    assert fixture("deepseek-v3").seq_length == 163_840  # long; override with with_seq_length
-    assert fixture("deepseek-v3").with_seq_length(4096).seq_length == 4096
-    gpt2 = fixture("gpt2")  # learned positions: n_positions rows are parameters
-    assert (gpt2.seq_length, gpt2.max_position_embeddings) == (1024, 1024)
 
 
 # ---- published counts -------------------------------------------------------------------------------------
@@ -256,12 +235,18 @@ VALIDATION_PRESETS = {
     "OPT-175B": "opt-175b", "Qwen3-30B-A3B": "qwen3-30b-a3b", "Qwen3-235B-A22B": "qwen3-235b-a22b",
     "Nemotron-3-Nano": "nemotron-3-nano", "Nemotron-3-Super": "nemotron-3-super",
 }
+
+
 NOT_MODELLED = {  # no architecture in the record and no preset: configs not public, or not read
     "Nemotron-3-Ultra", "Nemotron-3.5-Lightning", "DeepSeek-V4-Flash",
 }
+
+
 # Where the record prints the tokenizer's size and the model has padded / special-token rows.
 VOCAB_AS_TRAINED = {"Llama3-8B": (128_000, 128_256), "Llama3-70B": (128_000, 128_256),
                     "Llama3.1-405B": (128_000, 128_256), "BLOOM-176B": (250_680, 250_880)}
+
+
 SIZES = {"num_layers": "num_layers", "hidden_size": "hidden_size", "num_heads": "num_heads",
          "num_kv_heads": "num_kv_heads", "ffn_hidden_size": "ffn_hidden_size", "vocab_size": "vocab_size",
          "num_experts": "num_experts", "moe_topk": "moe_topk", "moe_ffn_hidden_size": "moe_ffn_hidden_size",
@@ -332,245 +317,3 @@ def test_nemotron_3_super_latent_experts() -> None:
     assert spec.expert_params() == 5_505_024 and spec.moe_width == 1024
     assert spec.params() == 123_611_012_096 - 2_942_324_736 + 40 * 512 == 120_668_707_840
     assert spec.params() - spec.params(active=True) == 40 * (512 - 22) * 5_505_024 == 107_898_470_400
-
-
-def test_nemotron_h_config_json_is_the_preset() -> None:
-    assert fixture("nemotron-3-nano") == replace(load_model("nemotron-3-nano"), seq_length=262144)
-
-
-@pytest.mark.parametrize(("change", "message"), [
-    ({"layer_pattern": "MEX"}, "layer_pattern has 'X'"),
-    ({"layer_pattern": "ME"}, "layer_pattern has 2 letters but num_layers=3"),
-    ({"layer_pattern": "M*M"}, "has no E (MoE) blocks but num_experts=4"),
-    ({"mamba_state": 0}, "mamba_state=0 must be positive"),
-    ({"mamba_groups": 3}, "mamba_groups=3 does not divide mamba_heads=4"),
-    ({"first_k_dense_layers": 1}, "do not apply to a layer_pattern"),
-])
-def test_bad_hybrid_specs_name_the_field(change: dict, message: str) -> None:
-    base = {"name": "h", "num_layers": 3, "layer_pattern": "ME*", "hidden_size": 64, "num_heads": 4,
-            "ffn_hidden_size": 64, "vocab_size": 128, "num_experts": 4, "moe_topk": 2, "mamba_heads": 4,
-            "mamba_head_dim": 16, "mamba_state": 16, "mamba_groups": 2}
-    with pytest.raises(SpecError, match=re.escape(message)):
-        model_from_dict(base | change)
-
-
-def test_mamba_sizes_need_a_pattern() -> None:
-    with pytest.raises(SpecError, match="mamba_heads=4 needs a hybrid layer_pattern"):
-        model_from_dict({"name": "x", "num_layers": 2, "hidden_size": 64, "num_heads": 4, "ffn_hidden_size": 64,
-                         "vocab_size": 128, "mamba_heads": 4})
-
-
-# ---- presets -----------------------------------------------------------------------------------------------
-PRESETS_DIR = Path(__file__).resolve().parents[1] / "src" / "meshplan" / "presets" / "models"
-
-
-@pytest.mark.parametrize("name", preset_names())
-def test_preset_is_well_formed(name: str) -> None:
-    text = (PRESETS_DIR / f"{name}.toml").read_text()
-    data = tomllib.loads(text)
-    assert data["name"] == name
-    assert data["source"], f"{name}: no source"
-    assert text.startswith("#"), f"{name}: no provenance comment"
-    spec = load_model(name)
-    if spec.is_moe:
-        assert spec.params() > spec.params(active=True)
-    else:
-        assert spec.params() == spec.params(active=True)
-
-
-# ---- config.json translation -------------------------------------------------------------------------------
-def test_unknown_model_type_with_llama_keys_reads_as_llama() -> None:
-    config = hf_dict("llama-3-8b") | {"model_type": "my_llama_variant"}
-    assert from_hf_config(config, "custom").params() == 8_030_261_248
-
-
-def test_unsupported_model_type_names_the_missing_key() -> None:
-    with pytest.raises(SpecError, match="model_type='t5'.*'num_hidden_layers'"):
-        translate({"model_type": "t5", "d_model": 512}, "t5-small")
-
-
-@pytest.mark.parametrize("hf, key", [("llama-3-8b", "intermediate_size"), ("gpt2", "n_embd"),
-                                     ("deepseek-v3", "kv_lora_rank"), ("mixtral-8x7b", "num_local_experts"),
-                                     ("qwen3-30b-a3b", "moe_intermediate_size"),
-                                     ("gpt-neox-20b", "vocab_size")])
-def test_missing_key_is_a_one_line_spec_error_naming_it(hf: str, key: str) -> None:
-    config = hf_dict(hf)
-    del config[key]
-    with pytest.raises(SpecError, match=f"'{key}'") as err:
-        translate(config, hf)
-    assert "\n" not in str(err.value)
-
-
-def test_qwen2_moe_shared_expert_and_gate() -> None:
-    config = {"model_type": "qwen2_moe", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 100,
-              "max_position_embeddings": 256, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
-              "shared_expert_intermediate_size": 96, "decoder_sparse_step": 1, "mlp_only_layers": [0]}
-    spec = from_hf_config(config, "tiny-qwen2-moe")
-    assert (spec.num_dense_layers, spec.num_moe_layers, spec.shared_expert_ffn_size) == (1, 1, 96)
-    # attention (q/k/v biased, as Qwen2): q 64*64 + 64, k, v 2*(64*32 + 32), o 64*64 = 12,416; two norms 2*64
-    assert spec.attention_params() == 4_160 + 4_160 + 4_096 == 12_416
-    # dense layer: 12,416 + 3*64*128 + 128 = 37,120
-    # MoE layer: 12,416 + router 64*4 + experts 4*3*64*32 + shared 3*64*96 + shared gate 64 + 128 = 55,872
-    assert spec.moe_params() == 256 + 24_576 + 18_432 + 64
-    # + embedding and head 2*100*64 + final norm 64
-    assert spec.params() == 37_120 + 55_872 + 12_800 + 64 == 105_856
-
-
-def test_unsupported_moe_layouts_are_spec_errors() -> None:
-    base = translate(hf_dict("qwen3-30b-a3b"), "q")
-    assert base["moe_layer_freq"] == 1 and base["first_k_dense_layers"] == 0
-    with pytest.raises(SpecError, match="mlp_only_layers"):
-        translate(hf_dict("qwen3-30b-a3b") | {"mlp_only_layers": [5]}, "q")
-    with pytest.raises(SpecError, match="decoder_sparse_step=5"):
-        translate(hf_dict("qwen3-30b-a3b") | {"decoder_sparse_step": 5}, "q")
-
-
-def test_translate_marks_provenance() -> None:
-    fields = translate(hf_dict("gpt2"), "gpt2")
-    assert fields["name"] == "gpt2" and "model_type=gpt2" in fields["source"]
-
-
-# ---- bad input ---------------------------------------------------------------------------------------------
-def test_unknown_preset_names_it() -> None:
-    with pytest.raises(SpecError, match="'no-such-model'"):
-        load_model("no-such-model")
-
-
-def test_malformed_toml(tmp_path: Path) -> None:
-    path = tmp_path / "bad.toml"
-    path.write_text('name = "x"\nnum_layers = = 2\n')
-    with pytest.raises(SpecError, match="malformed TOML"):
-        load_model(str(path))
-
-
-def test_malformed_json(tmp_path: Path) -> None:
-    path = tmp_path / "config.json"
-    path.write_text('{"model_type": "llama", "hidden_size": 4096,')
-    with pytest.raises(SpecError, match="malformed JSON"):
-        load_model(str(path))
-    path.write_text("[1, 2]")
-    with pytest.raises(SpecError, match="JSON object"):
-        load_model(str(path))
-
-
-def test_missing_file() -> None:
-    with pytest.raises(SpecError, match="no such file"):
-        load_model("/nonexistent/config.json")
-
-
-TINY = {"name": "tiny", "num_layers": 2, "hidden_size": 64, "num_heads": 4, "ffn_hidden_size": 256,
-        "vocab_size": 100}
-
-
-@pytest.mark.parametrize("field, value", [("hidden_size", 0), ("num_layers", -2), ("vocab_size", 0),
-                                          ("ffn_hidden_size", -1), ("num_heads", 0), ("seq_length", 0),
-                                          ("num_kv_heads", -1)])
-def test_non_positive_size_names_field_and_value(field: str, value: int) -> None:
-    with pytest.raises(SpecError, match=f"{field}={value}"):
-        model_from_dict(TINY | {field: value})
-
-
-def test_non_positive_size_from_files(tmp_path: Path) -> None:
-    path = tmp_path / "tiny.toml"
-    path.write_text("\n".join(f"{k} = {json.dumps(v)}" for k, v in (TINY | {"num_layers": 0}).items()))
-    with pytest.raises(SpecError, match="num_layers=0"):
-        load_model(str(path))
-    with pytest.raises(SpecError, match="hidden_size=-4096"):
-        from_hf_config(hf_dict("llama-3-8b") | {"hidden_size": -4096}, "neg")
-
-
-def test_unknown_field_is_named(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match="'hidden'"):
-        model_from_dict(TINY | {"hidden": 64})
-
-
-# ---- PyTorch's count of the same models (optional dependencies) --------------------------------------------
-def torch_count(config: dict) -> int:
-    """Parameters of AutoModelForCausalLM built on the meta device (no memory, no weights downloaded).
-    DeepSeek-V3's router score-correction bias is a buffer in transformers (an nn.Parameter in the
-    checkpoint's own modeling_deepseek.py, and a tensor in its weights), so it is added."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    config = {k: v for k, v in config.items() if k not in ("quantization_config", "auto_map")}
-    cfg = transformers.AutoConfig.for_model(config.pop("model_type"), **config)
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(cfg)
-    params = sum(p.numel() for p in model.parameters())
-    return params + sum(b.numel() for n, b in model.named_buffers() if n.endswith("e_score_correction_bias"))
-
-
-@pytest.mark.parametrize("hf", sorted(p.name for p in HF.iterdir() if (p / "config.json").is_file()))
-def test_torch_fixture_counts(hf: str) -> None:
-    assert fixture(hf).params() == torch_count(hf_dict(hf))
-
-
-def test_torch_small_families() -> None:
-    """Tiny configs of the families without a fixture: Qwen2-MoE (shared expert + gate), GPT-OSS (sinks,
-    biased experts), DeepSeek-V2-Lite style MLA (q_lora_rank null), Qwen3 dense (q/k norm)."""
-    small = {"num_hidden_layers": 3, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
-             "intermediate_size": 96, "vocab_size": 128, "max_position_embeddings": 256}
-    configs = [
-        small | {"model_type": "qwen2_moe", "num_experts": 4, "num_experts_per_tok": 2,
-                 "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48, "mlp_only_layers": [0]},
-        small | {"model_type": "gpt_oss", "num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 32,
-                 "layer_types": ["full_attention"] * 3},
-        small | {"model_type": "deepseek_v2", "num_key_value_heads": 4, "q_lora_rank": None,
-                 "kv_lora_rank": 16,
-                 "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "n_routed_experts": 4,
-                 "num_experts_per_tok": 2, "moe_intermediate_size": 32, "n_shared_experts": 2,
-                 "first_k_dense_replace": 1, "topk_method": "greedy"},
-        small | {"model_type": "qwen3", "head_dim": 32},
-    ]
-    for config in configs:
-        kind = config["model_type"]
-        assert from_hf_config(config, kind).params() == torch_count(config), kind
-
-
-def _llama_like(name: str, model_type: str = "llama", **extra) -> dict:
-    s = load_model(name)
-    return {"model_type": model_type, "num_hidden_layers": s.num_layers, "hidden_size": s.hidden_size,
-            "num_attention_heads": s.num_heads, "num_key_value_heads": s.num_kv_heads, "head_dim": s.head_dim,
-            "intermediate_size": s.ffn_hidden_size, "vocab_size": s.vocab_size,
-            "tie_word_embeddings": s.tied_embeddings} | extra
-
-
-def _gpt2_like(name: str) -> dict:
-    s = load_model(name)
-    return {"model_type": "gpt2", "n_layer": s.num_layers, "n_embd": s.hidden_size, "n_head": s.num_heads,
-            "n_inner": s.ffn_hidden_size, "vocab_size": s.vocab_size,
-            "n_positions": s.max_position_embeddings}
-
-
-# Presets built as the Hugging Face class of the same module layout: Megatron GPT and MPT as benchmarked =
-# GPT-2; Nemotron-4 = NemotronForCausalLM (squared ReLU, LayerNorm1p); BLOOM; OPT; Megatron-Core GPT = GPT-NeoX.
-TORCH_PRESETS = {
-    "llama2-70b": lambda: _llama_like("llama2-70b"),
-    "llama3.1-405b": lambda: _llama_like("llama3.1-405b"),
-    "mixtral-8x22b": lambda: _llama_like("mixtral-8x22b", "mixtral", num_local_experts=8,
-                                         num_experts_per_tok=2),
-    "qwen3-235b-a22b": lambda: _llama_like("qwen3-235b-a22b", "qwen3_moe", num_experts=128,
-                                           num_experts_per_tok=8, moe_intermediate_size=1536),
-    "gpt-oss-120b": lambda: _llama_like("gpt-oss-120b", "gpt_oss", num_local_experts=128,
-                                        num_experts_per_tok=4),
-    "gpt-oss-20b": lambda: _llama_like("gpt-oss-20b", "gpt_oss", num_local_experts=32, num_experts_per_tok=4),
-    "nemotron4-340b": lambda: _llama_like("nemotron4-340b", "nemotron", hidden_act="relu2",
-                                          partial_rotary_factor=0.5),
-    "bloom-176b": lambda: {"model_type": "bloom", "n_layer": 70, "hidden_size": 14336, "n_head": 112,
-                           "vocab_size": 250880},
-    "opt-175b": lambda: {"model_type": "opt", "num_hidden_layers": 96, "hidden_size": 12288,
-                         "num_attention_heads": 96, "ffn_dim": 49152, "vocab_size": 50272,
-                         "max_position_embeddings": 2048, "word_embed_proj_dim": 12288},
-    "mcore-gpt-177b": lambda: {"model_type": "gpt_neox", "num_hidden_layers": 96, "hidden_size": 12288,
-                               "num_attention_heads": 96, "intermediate_size": 49152, "vocab_size": 131072,
-                               "tie_word_embeddings": False},
-    "gpt3-175b": lambda: _gpt2_like("gpt3-175b"),
-    "megatron-1t": lambda: _gpt2_like("megatron-1t"),
-    "megatron2020-1.16b": lambda: _gpt2_like("megatron2020-1.16b"),
-    "mpt-70b": lambda: _gpt2_like("mpt-70b"),
-}
-
-
-@pytest.mark.parametrize("name", sorted(TORCH_PRESETS))
-def test_torch_preset_counts(name: str) -> None:
-    assert load_model(name).params() == torch_count(TORCH_PRESETS[name]())

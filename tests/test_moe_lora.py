@@ -7,12 +7,14 @@ from dataclasses import replace
 import pytest
 
 from conftest import gpt
-from meshplan.cost.ops import LORA_PREFIXES, dense_layer, moe_layer
+from meshplan.cost.layers import dense_layer, moe_layer
+from meshplan.cost.lora import LORA_PREFIXES
 from meshplan.estimate import estimate
+from meshplan.specs.check import check
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
-from meshplan.specs.plan import LORA_TARGETS, Plan, check
+from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import LORA_TARGETS, Plan
 from meshplan.specs.stack import Stack
 
 
@@ -75,7 +77,7 @@ def test_lora_adapters_on_mla_count_the_linears_the_ops_adapt():
     """DeepSeek-V3 MLA (h 7168, 128 heads, q_lora 1536, kv_lora 512, nope 128, rope 64, v 128): the adapted QKV
     linears are q_down 7168→1536, q_up 1536→128·192, kv_down 7168→576 and kv_up 512→128·256, so r·Σ(k + n) =
     r·(8704 + 26112 + 7744 + 33280) = r·75,840 per layer, the same as the adapter GEMMs' weights in the op list."""
-    from meshplan.memory import adapter_params
+    from meshplan.cost.params import adapter_params
 
     model = load_model("deepseek-v3")
     plan = Plan(finetune="lora", lora_rank=8, lora_targets="qkv")
@@ -87,7 +89,7 @@ def test_lora_adapters_on_mla_count_the_linears_the_ops_adapt():
 def test_lora_model_flops_leave_out_the_frozen_weight_gradients(h100_64):
     """Forward 2·N, input gradients 2·N, no weight gradients: 4·N + 3 · attention per token instead of 6·N + 3 ·
     attention (NeMo's LoRA model TFLOP/s: Llama2-7B at 663 TFLOP/s for 24,824 tokens/s/GPU is 26.7 GFLOP/token)."""
-    from meshplan.estimate import matmul_params, model_flops_per_token, plan_flops_per_token
+    from meshplan.cost.flops import matmul_params, model_flops_per_token, plan_flops_per_token
 
     model = gpt(layers=4, hidden=1024)
     lora = Plan(dp=64, finetune="lora")

@@ -7,24 +7,23 @@ from dataclasses import replace
 
 import pytest
 
-from meshplan.cost.ops import ACT_BYTES, mtp_ops
+from meshplan.cost.embed_head import mtp_ops
+from meshplan.cost.flops import model_flops_per_token, mtp_flops_per_token
+from meshplan.cost.params import layers_on_last, layers_on_stage, stage_params
+from meshplan.cost.records import ACT_BYTES
 from meshplan.errors import SpecError
-from meshplan.estimate import (
-    estimate,
-    loss_workspace,
-    model_flops_per_token,
-    model_state_memory,
-    mtp_flops_per_token,
-    pass_times,
-    stage_times,
-    unit_costs,
-)
-from meshplan.memory import layers_on_last, layers_on_stage, stage_params
+from meshplan.estimate import estimate
+from meshplan.memory import loss_workspace, model_state_memory
+from meshplan.specs.check import check
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import ModelSpec, load_model
-from meshplan.specs.plan import Plan, check
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
+from meshplan.step.passes import pass_times
+from meshplan.step.stages import stage_times
+from meshplan.step.units import unit_costs
 from meshplan_validation.recipes import DSV3_LAYOUT_16, layout_last_stage
 
 DSV3 = load_model("deepseek-v3")

@@ -6,9 +6,10 @@ import pytest
 
 from conftest import gpt
 from meshplan.errors import PlanError
+from meshplan.specs.check import check, validate
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
-from meshplan.specs.plan import Plan, check, validate
+from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 
 
@@ -82,9 +83,9 @@ def test_offload_layers_needs_activation_offload_and_shows_in_the_description():
 def test_the_combined_1f1b_schedule_has_megatron_cores_requirements(changes, needs):
     from dataclasses import replace as _replace
 
+    from meshplan.specs.check import check
     from meshplan.specs.hardware import load_system
-    from meshplan.specs.model import load_model
-    from meshplan.specs.plan import check
+    from meshplan.specs.model_load import load_model
 
     model, cluster = load_model("mixtral-8x7b"), load_system("h100").cluster(8)
     plan, stack = Plan(dp=8, ep=8, global_batch=16), Stack(overlap_ep=True)

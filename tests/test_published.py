@@ -11,16 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from meshplan.estimate import dp_collectives, estimate
-from meshplan.memory import stage_params
+from meshplan.channels import dp_collectives
+from meshplan.cost.params import stage_params
+from meshplan.estimate import estimate
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan_validation.recipes import source_defaults
+from meshplan_validation.records import clean_record, read_runs, unstated_settings
 from meshplan_validation.validate import (
     RunResult,
     Skip,
-    clean_record,
     eq3_flops,
     evaluate_case,
     fill_from_siblings,
@@ -31,10 +32,8 @@ from meshplan_validation.validate import (
     megatron_model_flops,
     palm_flops,
     predicted_metric,
-    read_runs,
     run_validation,
     summaries,
-    unstated_settings,
     validate_command,
 )
 
@@ -733,7 +732,7 @@ def test_deepseek_ep_overlap_follows_the_recipe_of_the_layout(group, gpu, precis
 
 
 def test_hfu_adds_the_recomputed_forward_to_model_flops():
-    from meshplan.estimate import recompute_flops_per_token
+    from meshplan.cost.flops import recompute_flops_per_token
 
     rec = record(measured={"tokens_per_s_per_gpu": None, "model_tflops_per_gpu": None, "hfu_pct": 40.0},
                  parallel={"activation_recompute": "full"})

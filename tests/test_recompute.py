@@ -9,22 +9,21 @@ import pytest
 
 from conftest import gpt
 from meshplan.cli import main
-from meshplan.cost.ops import ACT_BYTES, dense_layer, moe_layer, rerun_by
-from meshplan.estimate import (
-    attention_flops_per_token,
-    estimate,
-    module_flops_per_token,
-    pass_times,
-    recompute_flops_per_token,
-    saved_bytes,
-    time_ops,
-)
+from meshplan.cost.flops import attention_flops_per_token, module_flops_per_token, recompute_flops_per_token
+from meshplan.cost.layers import dense_layer, moe_layer
+from meshplan.cost.recompute import rerun_by
+from meshplan.cost.records import ACT_BYTES
+from meshplan.estimate import estimate
 from meshplan.search.run import Space
+from meshplan.specs.check import check
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import ModelSpec, load_model
-from meshplan.specs.plan import Plan, check
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
+from meshplan.step.passes import pass_times, time_ops
+from meshplan.step.units import saved_bytes
 
 MOE = ModelSpec(name="moe", num_layers=4, hidden_size=1024, num_heads=8, ffn_hidden_size=4096, vocab_size=32000,
                 seq_length=2048, mlp="swiglu", norm="rmsnorm", num_experts=8, moe_topk=2, moe_ffn_hidden_size=1024,

@@ -23,7 +23,7 @@ from meshplan.units import GiB
 
 pytest.importorskip("matplotlib")
 
-from meshplan.report import plots  # noqa: E402
+from meshplan.report import plots, sweep_plots  # noqa: E402
 from meshplan.report.html import inline_svg, render  # noqa: E402
 
 PIPELINE = ("compute", "recompute", "tp", "cp", "ep", "pp", "bubble")
@@ -151,7 +151,7 @@ def test_roofline_points_sit_under_their_roof(est_1f1b):
 
 def test_scaling_and_param_figures_from_rows():
     rows = _rows()
-    fig = plots.scaling_figure(rows)
+    fig = sweep_plots.scaling_figure(rows)
     left, right = fig.axes
     curves = [line for line in left.lines if line.get_label() != "linear"]
     assert sorted(line.get_label() for line in curves) == ["a100 NVL4", "a100 NVL8", "h100 NVL4", "h100 NVL8"]
@@ -160,10 +160,10 @@ def test_scaling_and_param_figures_from_rows():
     assert len(right.lines) == 4 and left.get_xscale() == "log"
     param_rows = [dict(r, param="hbm_bandwidth", factor=f) for r in rows if r["nvlink_domain"] == 8
                   for f in (0.5, 1.0, 2.0)]
-    pfig = plots.param_figure(param_rows, "hbm_bandwidth")
+    pfig = sweep_plots.param_figure(param_rows, "hbm_bandwidth")
     assert len(pfig.axes) == 3  # one panel per GPU count
     assert all(len([ln for ln in ax.lines if ln.get_label() != "_child"]) >= 2 for ax in pfig.axes)
-    assert set(plots.sweep_figures(rows + param_rows)) == {"scaling", "param-hbm_bandwidth"}
+    assert set(sweep_plots.sweep_figures(rows + param_rows)) == {"scaling", "param-hbm_bandwidth"}
 
 
 def test_save_png_and_svg(est_1f1b, tmp_path):

@@ -20,7 +20,7 @@ from meshplan.search.batch import PlanBatch
 from meshplan.search.keyed import KeyUnits, distinct, panel_counts, split_codes
 from meshplan.search.run import PLACEMENTS, Space, candidates, search
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import LAYOUTS, Plan
 from meshplan.specs.stack import Stack
 from meshplan.units import fmt_bytes
@@ -425,7 +425,8 @@ def test_deduplicated_placements_cover_every_distinct_cost():
     """The placements kept are one per distinct tier split of the groups, and no distinct split is lost."""
     import random
 
-    from meshplan.search.run import DENSE_AXES, _placements_many
+    from meshplan.search.run import _placements_many
+    from meshplan.specs.plan import DENSE_AXES
 
     def _placements(sizes, tiers):
         return _placements_many(np.array([[sizes[a] for a in DENSE_AXES]], dtype=np.int64), tiers)[0]
@@ -446,7 +447,7 @@ def test_the_expert_groups_split_as_the_dense_key_says():
     depends on where pp sits: estimate.expert_layout): checked here over random sizes, meshes and (ep, etp)."""
     import random
 
-    from meshplan.search.run import DENSE_AXES
+    from meshplan.specs.plan import DENSE_AXES
 
     rng = random.Random(5)
     for tiers in ((8, 512), (72, 16), (4, 64)):
@@ -591,7 +592,7 @@ def test_distinct_keys_survive_int64_overflow():
 
 def test_loss_workspace_of_a_batch_equals_each_plans():
     """The loss workspace depends on tp (DTensor loss_parallel): over a PlanBatch it must not branch on it."""
-    from meshplan.estimate import loss_workspace
+    from meshplan.memory import loss_workspace
 
     model = load_model("llama3-8b").with_seq_length(2048)
     plans = [Plan(dp=8, tp=1, global_batch=8), Plan(dp=4, tp=2, sequence_parallel=True, global_batch=8)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from meshplan.cost.ops import linear_2d
+from meshplan.cost.linear_2d import linear_2d
 from meshplan.roofline import optimistic_time
 from meshplan.specs.hardware import Accelerator
 

@@ -7,13 +7,16 @@ from dataclasses import replace
 
 import pytest
 
-from meshplan.cost.ops import ACT_BYTES, dense_layer, moe_layer
+from meshplan.cost.flops import attention_layer_flops, model_flops_per_token
+from meshplan.cost.layers import dense_layer, moe_layer
+from meshplan.cost.records import ACT_BYTES
 from meshplan.errors import SpecError
-from meshplan.estimate import attention_layer_flops, estimate, model_flops_per_token
+from meshplan.estimate import estimate
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
 from meshplan.specs.hf_config import translate
-from meshplan.specs.model import ModelSpec, load_model
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 
@@ -140,7 +143,7 @@ def test_a_band_wastes_a_block_per_query_tile_and_pays_the_tiles_fixed_cost_once
 def test_ring_context_parallelism_cannot_run_a_window():
     """Transformer Engine's attention_with_cp takes a sliding window only with the all-gather (or a2a) exchange."""
     from meshplan.search.run import Space, search
-    from meshplan.specs.plan import check
+    from meshplan.specs.check import check
 
     model, cluster = llama(sliding_window=128), load_system("h100").cluster(8)
     reasons = check(model, cluster, Plan(cp=2, dp=4))
@@ -200,7 +203,7 @@ def test_the_clamp_keeps_fc1s_output_and_the_moe_act_recompute_runs_it_again():
     """The clamps keep fc1's 2F-wide output besides the clamped copy the fused kernel keeps: 2·2048·8192 rows·2
     bytes = 67 MB a layer. The moe_act recompute frees it and runs the clamp's forward again (8F a row: its
     streaming time, 8·2048·8192·2 bytes at 0.85 of the H100's 3.35 TB/s, per layer and micro-batch)."""
-    from meshplan.estimate import saved_bytes
+    from meshplan.step.units import saved_bytes
 
     rows, clamp_bytes = 4096 * 2, 8 * 2048 * 4096 * 2 * ACT_BYTES
     ops, plain = moe_layer(moe(glu_clamp=7.0), Plan(), Stack()), moe_layer(moe(), Plan(), Stack())

@@ -1,9 +1,12 @@
 """meshplan: how fast will this model train on this hardware, will it fit, and which parallel plan is best."""
 
 from meshplan.errors import MeshplanError, PlanError, SpecError
+from meshplan.specs.check import check
 from meshplan.specs.hardware import Accelerator, Cluster, System, Tier, load_system
-from meshplan.specs.model import ModelSpec, from_hf_config, load_model
-from meshplan.specs.plan import Plan, check
+from meshplan.specs.hf_config import from_hf_config
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
 
 __all__ = [
     "Accelerator",

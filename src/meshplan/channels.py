@@ -15,7 +15,7 @@ A step of a pipeline rank runs m forward and m backward passes, one per micro-ba
 
 The channels share the pass (issue 34). Per pass, symbols:
     K   its kernels (the backward pass with its recompute)
-    T   the pass as the layer-level rules price it (estimate.pass_times: kernels, the exposed TP / CP / EP / pipeline
+    T   the pass as the layer-level rules price it (step.passes.pass_times: kernels, the exposed TP / CP / EP / pipeline
         traffic, and the slowdown σ·H of what that traffic hides)
     H   the layer-level traffic hidden under the kernels;  T' = T − σ·H, the pass without that slowdown
     D   the pass's data-parallel collectives (one stream: their times add)
@@ -33,7 +33,7 @@ The old rule hid each channel behind the same compute separately, so that when t
 exposed at once, and twice the FLOP/s could lengthen a step by 10 %.
 
 Monotone: X is built from max, min and sums of T', K, H, D and O, each non-decreasing in every op's time (T' = K plus
-the exposed layer traffic, estimate.pass_times), and every op's time is non-increasing in every rate and
+the exposed layer traffic, step.passes.pass_times), and every op's time is non-increasing in every rate and
 non-decreasing in every latency; so the step never lengthens when a rate grows and never shortens when a latency grows
 (tests/test_properties.py checks it on random plans). Per step a rank takes m·T_f + m·T_b + Σ_passes (X − T) + its
 optimizer step; the step is the larger of the first and the last rank's (a middle rank holds no more than the first),
@@ -49,8 +49,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from meshplan.comm import collective_time
+from meshplan.cost.params import StageParams, layers_on_last, layers_on_stage, trainable
 from meshplan.groups import axis_layout
-from meshplan.memory import WEIGHT_BYTES, StageParams, layers_on_last, layers_on_stage, offloaded_layers, trainable
+from meshplan.memory import WEIGHT_BYTES, offloaded_layers
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec

@@ -1,7 +1,7 @@
-"""Memory per GPU: weights, gradients, optimizer state, activations, buffers.
+"""Memory per GPU: weights, gradients, optimizer state, activations, buffers, and what goes to host memory.
 
-Symbols: Ψ parameters on a GPU before ZeRO sharding, N_d = dp·cp the ranks that replicate them (Megatron
-reduces gradients over the data- and context-parallel ranks together), N_e = tp·cp·dp / (ep·etp) the
+Symbols: Ψ parameters on a GPU before ZeRO sharding (cost/params.py), N_d = dp·cp the ranks that replicate them
+(Megatron reduces gradients over the data- and context-parallel ranks together), N_e = tp·cp·dp / (ep·etp) the
 expert-data-parallel ranks replicating expert weights, m micro-batches, p pipeline stages, v chunks per stage.
 
 Model states with mixed-precision Adam (Rajbhandari et al. 2020, ZeRO §3 and Fig. 1), 2-byte gradients:
@@ -12,13 +12,16 @@ Activations: the bytes each op saves (ops.py, Korthikanti et al. 2022) times the
 times the micro-batches in flight there: m for GPipe, min(p, m) for 1F1B, and for the interleaved schedule
 min(v·m, 2(p-1) + (v-1)·p + 1) model chunks (Megatron-LM's warm-up count + 1). Full recompute keeps only
 each recomputed layer's input plus one layer's activations while it is recomputed (Korthikanti Table 2).
+Beside them: the loss's transient workspace (``loss_workspace``), what the pipeline runtime keeps per micro-batch
+(``pipeline_runtime_memory``) and the transient buffers of TP collectives and ZeRO-3 (``buffer_memory``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
+from meshplan.cost.params import StageParams, layer_params, layers_on_last, layers_on_stage, stage_params, trainable
+from meshplan.cost.records import ACT_BYTES, FP32, token_rows
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
@@ -26,19 +29,6 @@ from meshplan.xp import Num, maximum, minimum, where
 
 OPTIMIZER_BYTES = 12  # fp32 master weights + Adam m and v
 WEIGHT_BYTES = 2  # bf16 weights
-
-
-@dataclass(frozen=True, slots=True)
-class StageParams:
-    """Parameters held by one GPU of a pipeline stage before ZeRO sharding."""
-
-    dense: Num  # replicated across the dp·cp ranks
-    expert: Num  # replicated across the expert-data-parallel ranks
-    adapters: Num = 0.0  # LoRA adapter parameters (plan.finetune = "lora"), replicated across the dp·cp ranks
-
-    @property
-    def total(self) -> Num:
-        return self.dense + self.expert
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,154 +46,6 @@ class Memory:
     def as_dict(self) -> dict[str, Num]:
         return {"weights": self.weights, "grads": self.grads, "optimizer": self.optimizer,
                 "activations": self.activations, "buffers": self.buffers}
-
-
-def _uneven(plan: Plan) -> Num:
-    """An uneven last stage applies: ``plan.last_stage_layers`` set and a pipeline to set it on (a search batch
-    may hold pp = 1 rows beside pipelined ones)."""
-    return (plan.last_stage_layers > 0) & (plan.pp > 1)
-
-
-def layers_on_stage(model: ModelSpec, plan: Plan) -> Num:
-    """Layers on the first (and every middle) pipeline rank: ⌈L / p⌉, or with an uneven last stage
-    (``plan.last_stage_layers`` = l) the other ranks' even split of the rest, ⌈(L − l) / (p − 1)⌉."""
-    rest = -(-(model.num_layers - plan.last_stage_layers) // maximum(plan.pp - 1, 1))
-    return where(_uneven(plan), rest, -(-model.num_layers // plan.pp))
-
-
-def layers_on_last(model: ModelSpec, plan: Plan) -> Num:
-    """Layers on the last pipeline rank: ``plan.last_stage_layers``, or those of the others (``layers_on_stage``)."""
-    return where(_uneven(plan), plan.last_stage_layers, layers_on_stage(model, plan))
-
-
-@lru_cache(maxsize=256)
-def moe_fraction(model: ModelSpec) -> float:
-    """Share of layers that are MoE (layers of each kind are assumed spread evenly over the stages)."""
-    return model.num_moe_layers / model.num_layers
-
-
-@lru_cache(maxsize=256)
-def kind_fractions(model: ModelSpec) -> dict[str, float]:
-    """Share of the layers of each kind (``ModelSpec.block_counts``): {"dense": 1 - f, "moe": f}, or a hybrid's
-    blocks; each kind's layers are assumed spread evenly over the stages."""
-    return {kind: n / model.num_layers for kind, n in model.block_counts.items()}
-
-
-def kind_params(model: ModelSpec, plan: Plan, kind: str) -> StageParams:
-    """Parameters of one layer of ``kind`` (``ModelSpec.block_counts``) on one GPU: attention, norms, Mamba
-    mixers and dense MLPs (a MoE layer: its router, latent projections and shared experts) split t-ways (t·t2 on
-    a SUMMA grid, Megatron's Mamba mixer by heads and groups); routed experts split ep·etp-ways."""
-    t = plan.tp * plan.tp2
-    total = model.block_params(kind)
-    if kind != "moe":
-        return StageParams(dense=total / t, expert=0.0)
-    experts = model.num_experts * model.expert_params()
-    return StageParams(dense=(total - experts) / t, expert=experts / (plan.ep * plan.etp))
-
-
-def layer_params(model: ModelSpec, plan: Plan) -> StageParams:
-    """Average parameters per layer on one GPU: ``kind_params`` weighted by each kind's share of the layers."""
-    parts = [(f, kind_params(model, plan, kind)) for kind, f in kind_fractions(model).items()]
-    return StageParams(dense=sum(f * p.dense for f, p in parts), expert=sum(f * p.expert for f, p in parts))
-
-
-def moe_layers_on_stage(model: ModelSpec, plan: Plan, first: bool) -> Num:
-    """MoE layers on the first or the last pipeline rank. The first k layers are dense (DeepSeek-V3's
-    first_k_dense_replace = 3) and sit in the first rank's first model chunk, min(k, L / (p·v)) of them; after
-    them one layer in moe_layer_freq is MoE. The last rank holds the model's last layers, past the dense ones.
-    One stage (p = 1) holds all of them. (Timing keeps the model-wide share, ``moe_fraction``.)"""
-    layers = layers_on_stage(model, plan) if first else layers_on_last(model, plan)
-    if not model.is_moe:
-        return 0 * layers
-    if model.is_hybrid:  # E blocks spread through the pattern: the stage's share
-        return where(plan.pp == 1, model.num_moe_layers, layers * moe_fraction(model))
-    dense_first = minimum(model.first_k_dense_layers, layers / plan.vpp) if first else 0
-    on_stage = (layers - dense_first) / model.moe_layer_freq
-    return where(plan.pp == 1, model.num_moe_layers, minimum(on_stage, model.num_moe_layers))
-
-
-def other_layer_params(model: ModelSpec, plan: Plan) -> Num:
-    """Average parameters on one GPU of a layer that is not MoE: a dense layer, or the mean of a hybrid's Mamba,
-    attention and MLP blocks."""
-    parts = [(n, kind_params(model, plan, kind).dense) for kind, n in model.block_counts.items() if kind != "moe"]
-    count = sum(n for n, _ in parts)
-    return sum(n * p for n, p in parts) / count if count else 0.0
-
-
-def qkv_linears(model: ModelSpec) -> list[tuple[int, int]]:
-    """(k, n) of the query / key / value projections, as ops.attention_block builds them: one fused QKV linear, or
-    MLA's q_down / q_up (or a single q) and kv_down / kv_up (DeepSeek-V2 §2.1)."""
-    h = model.hidden_size
-    if not model.is_mla:
-        return [(h, model.q_dim + 2 * model.kv_dim)]
-    heads = model.num_heads
-    q_out = heads * (model.qk_nope_head_dim + model.qk_rope_head_dim)
-    q = [(h, model.q_lora_rank), (model.q_lora_rank, q_out)] if model.q_lora_rank else [(h, q_out)]
-    return q + [(h, model.kv_lora_rank + model.qk_rope_head_dim),
-                (model.kv_lora_rank, heads * (model.qk_nope_head_dim + model.v_head_dim))]
-
-
-def adapter_params(model: ModelSpec, plan: Plan) -> float:
-    """LoRA parameters per layer on one GPU: r·(k + n)/t for each targeted linear W (k×n): the QKV projections
-    (``qkv_linears``), and with ``plan.lora_targets = "all"`` also the attention output and the dense MLP's fc1
-    (gate + up) and fc2 (the linears ops.LORA_PREFIXES adapts; the TP shards split the adapters with their base
-    weights, a small overcount for the replicated halves)."""
-    if plan.finetune != "lora":
-        return 0.0
-    h, f = model.hidden_size, model.ffn_hidden_size
-    fc1 = 2 * f if model.gated else f
-    qkv = sum(k + n for k, n in qkv_linears(model))
-    rest = (model.attn_out_dim + h) + (1 - moe_fraction(model)) * ((h + fc1) + (f + h))
-    return plan.lora_rank * (qkv + rest * (plan.lora_targets == "all")) / (plan.tp * plan.tp2)
-
-
-def trainable(params: StageParams, plan: Plan) -> StageParams:
-    """The parameters that get gradients and optimizer state: all of them, or under LoRA the adapters only."""
-    if plan.finetune == "lora":
-        return StageParams(dense=params.adapters, expert=0.0, adapters=params.adapters)
-    return params
-
-
-def stage_params(model: ModelSpec, plan: Plan, first: bool) -> StageParams:
-    """The first (embedding) or last (final norm + LM head) stage; with p = 1 one stage holds both.
-    A tied LM head keeps its own copy on the last stage when p > 1 (Megatron). Only the vocabulary matrices are
-    split over the tensor-parallel ranks (VocabParallelEmbedding, the column-parallel output layer); a learned
-    position table and the norms are copied on every rank (Megatron-LM's LanguageModelEmbedding keeps its
-    position_embeddings a plain torch.nn.Embedding)."""
-    layers = layers_on_stage(model, plan) if first else layers_on_last(model, plan)
-    moe_layers = moe_layers_on_stage(model, plan, first)
-    other = other_layer_params(model, plan)
-    moe_layer = kind_params(model, plan, "moe")
-    single = plan.pp == 1
-    word = model.vocab_size * model.hidden_size
-    head_matrix = 0 if model.tied_embeddings else word
-    embed = word / plan.tp + (model.embedding_params() - word)
-    head = head_matrix / plan.tp + (model.head_params() - head_matrix)
-    if model.tied_embeddings:
-        head = head + (word / plan.tp) * (1 - single)
-    extra = embed + head * single if first else head + embed * single
-    mtp = mtp_params(model, plan)
-    on_stage = single if first else 1  # the MTP layers sit on the last stage
-    adapters = adapter_params(model, plan) * layers
-    dense = other * (layers - moe_layers) + moe_layer.dense * moe_layers
-    return StageParams(dense=dense + extra + on_stage * mtp.dense + adapters,
-                       expert=moe_layer.expert * moe_layers + on_stage * mtp.expert, adapters=adapters)
-
-
-def mtp_params(model: ModelSpec, plan: Plan) -> StageParams:
-    """The multi-token-prediction layers on one GPU of the last stage (``ModelSpec.mtp_params``): their blocks split
-    as the model's are (``kind_params``), eh_proj t-ways, the three norms copied; with p > 1 the last stage also
-    holds a copy of the vocabulary-parallel embedding for the MTP lookup (Megatron-Core builds the embedding on
-    the stage that runs MTP and keeps the copies in sync like a tied head; a tied model's last stage has that copy
-    already)."""
-    if not model.mtp_layers:
-        return StageParams(dense=0.0, expert=0.0)
-    copies = 1 if model.mtp_shared else model.mtp_layers
-    blocks = [kind_params(model, plan, kind) for kind in model.mtp_kinds]
-    h = model.hidden_size
-    own = 3 * model.norm_params(h) + 2 * h * h / (plan.tp * plan.tp2) + sum(b.dense for b in blocks)
-    embedding = model.vocab_size * h / plan.tp * (plan.pp > 1) * (not model.tied_embeddings)
-    return StageParams(dense=copies * own + embedding, expert=copies * sum(b.expert for b in blocks))
 
 
 def model_states(params: StageParams, plan: Plan, stack: Stack) -> tuple[Num, Num, Num]:
@@ -243,14 +85,19 @@ def chunk_gradient_share(plan: Plan, stack: Stack) -> Num:
     return where(one_round, 1.0 / plan.vpp, 1.0)
 
 
-def offloaded_layers(model: ModelSpec, plan: Plan, last: bool = False) -> Num:
-    """Layers of the first (or the last) pipeline rank whose saved activations go to host memory:
-    ``plan.offload_layers`` of them (Megatron-Core ``cpu_offloading_num_layers``: the first ones), all when 0, none
-    without ``plan.offload_activations``."""
-    if not plan.offload_activations:
-        return 0
-    layers = layers_on_last(model, plan) if last else layers_on_stage(model, plan)
-    return layers if plan.offload_layers == 0 else minimum(plan.offload_layers, layers)
+def model_state_memory(model: ModelSpec, plan: Plan, stack: Stack
+                       ) -> tuple[tuple[Num, Num, Num], tuple[Num, Num, Num]]:
+    """(weights, grads, optimizer) of the first and of the last pipeline rank."""
+    return (model_states(stage_params(model, plan, True), plan, stack),
+            model_states(stage_params(model, plan, False), plan, stack))
+
+
+def offloaded_optimizer(model: ModelSpec, plan: Plan, stack: Stack) -> Num:
+    """Host bytes of an offloaded optimizer state (ZeRO-Offload keeps the fp32 state on the host, sharded as
+    on the GPU), on the first pipeline rank."""
+    if not plan.offload_optimizer:
+        return 0.0
+    return model_states(stage_params(model, plan, True), replace(plan, offload_optimizer=False), stack)[2]
 
 
 def in_flight_chunks(plan: Plan, last: bool = False) -> Num:
@@ -278,6 +125,21 @@ def embedding_in_flight(plan: Plan) -> Num:
     return in_flight_chunks(plan)
 
 
+def offloaded_layers(model: ModelSpec, plan: Plan, last: bool = False) -> Num:
+    """Layers of the first (or the last) pipeline rank whose saved activations go to host memory:
+    ``plan.offload_layers`` of them (Megatron-Core ``cpu_offloading_num_layers``: the first ones), all when 0, none
+    without ``plan.offload_activations``."""
+    if not plan.offload_activations:
+        return 0
+    layers = layers_on_last(model, plan) if last else layers_on_stage(model, plan)
+    return layers if plan.offload_layers == 0 else minimum(plan.offload_layers, layers)
+
+
+def layer_input_bytes(model: ModelSpec, plan: Plan) -> Num:
+    """The bytes of a layer's input on one GPU: its rows of the residual stream (sharded under SP / SUMMA)."""
+    return token_rows(model, plan)[1] * model.hidden_size * ACT_BYTES
+
+
 def activation_bytes(model: ModelSpec, plan: Plan, layer_saved: Num, layer_input: Num, last: bool = False
                      ) -> Num:
     """Activations on the first pipeline rank (see the module docstring).
@@ -299,6 +161,68 @@ def activation_bytes(model: ModelSpec, plan: Plan, layer_saved: Num, layer_input
         per_chunk = (recomputed * layer_input + (layers - recomputed) * layer_saved) / plan.vpp
         return chunks * per_chunk + layer_saved
     return chunks * chunk_layers * layer_saved
+
+
+def loss_workspace(model: ModelSpec, plan: Plan, stack: Stack) -> Num:
+    """Transient peak of the cross-entropy backward on the last stage, beyond the saved fp32 (log-)softmax of
+    the logits (counted with the head's saved activations), per logit (T·V/t of them):
+    ``stack.cross_entropy = "fused"`` (Megatron's vocab-parallel loss): the fp32 gradient of the logits, written
+    over the saved softmax in place
+    (Megatron-LM megatron/core/tensor_parallel/cross_entropy.py: the backward takes grad_input = softmax and
+    updates it with in-place ops), so only the 16-bit copy autograd makes for the logits' dtype is new: 2 bytes.
+    ``"pytorch"`` (``F.cross_entropy`` on upcast logits = log_softmax + nll_loss, eager autograd): nll_loss's
+    backward materialises a dense fp32 gradient of the log-probabilities (``nll_loss_backward``: zeros with
+    -1/N at the targets), and ``_log_softmax_backward_data`` writes a new fp32 gradient of the logits while
+    that one and the saved output are alive: 4 + 4 bytes (the 16-bit cast follows once the first is freed).
+    With tp > 1 the logits are a vocabulary-sharded DTensor and the loss runs under ``loss_parallel`` (torchtitan's
+    default with TP): its nll_loss backward computes both gradients at once, in eager,
+    ``(torch.zeros_like(x) + torch.exp(x)) * grad_output`` (torch/distributed/tensor/parallel/loss.py,
+    ``_nll_loss_and_log_softmax_backward``), so three fp32 tensors (the zeros, the exponential or the sum, the
+    product) are alive with the saved output: 4 + 4 + 4 bytes.
+    ``"flash"`` (flash-attn's CrossEntropyLoss): the 16-bit gradient beside the saved 16-bit logits, 2 bytes."""
+    # numeric plan fields may be arrays (a PlanBatch): no branch on tp
+    per_logit = FP32 * (2 + (plan.tp > 1)) if stack.cross_entropy == "pytorch" else ACT_BYTES
+    return token_rows(model, plan)[0] * model.vocab_size / plan.tp * per_logit
+
+
+def pipeline_runtime_memory(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[Num, Num]:
+    """Bytes the pipeline runtime keeps per micro-batch for the whole step, on the first and on the last
+    pipeline rank: none under Megatron-Core (``stack.pipeline_runtime = "megatron"``), which allocates its p2p
+    buffers per transfer and frees a stage's output once it is sent and backpropagated.
+
+    torch.distributed.pipelining (``"torch"``, torchtitan; torch/distributed/pipelining/stage.py of December 2024,
+    the torch 1963fc8 of torchtitan's benchmarks; pytorch/pytorch#153383, May 2025, keeps the outputs of the last
+    stage only) keeps, for each of the m micro-batches and each model chunk on the rank, until the next step clears
+    them (``clear_runtime_states``): on a chunk that is not the pipeline's first, the activation receive buffer
+    ``_prepare_forward_infra`` allocates up front and the input gradient autograd accumulates into it
+    (``stage_backward`` reads ``.grad`` of the inputs); on a chunk that is not the last, the gradient receive buffer
+    (``_prepare_backward_infra``) and the chunk's output (``forward_one_chunk`` appends it to ``output_chunks``);
+    on the pipeline's last chunk, its output: the logits (fp32 where the loss upcasts them, torchtitan's
+    ``self.output(h).float()``). Each boundary tensor is a layer input (``layer_input_bytes``). The first rank holds
+    v chunks of which v − 1 are not the first and all v not the last; the last rank the reverse, plus the logits.
+    These add to the rank's activation peak, which lasts to its last forward, when all m outputs exist. (A middle
+    rank holds 4·m·v boundaries, but fewer micro-batches in flight than the first.)"""
+    if stack.pipeline_runtime != "torch":
+        return 0.0, 0.0
+    m, v, pipelined = plan.grad_accum, plan.vpp, plan.pp > 1
+    boundaries = 2 * m * (2 * v - 1) * layer_input_bytes(model, plan) * pipelined
+    logit_bytes = FP32 if stack.cross_entropy == "pytorch" else ACT_BYTES
+    logits = m * token_rows(model, plan)[0] * model.vocab_size / plan.tp * logit_bytes * pipelined
+    return boundaries, boundaries + logits
+
+
+def buffer_memory(model: ModelSpec, plan: Plan) -> Num:
+    """Transient buffers: the gathered activations of a TP collective (×2, in and out; none without tensor
+    parallelism) and, with ZeRO-3, the unsharded weights of the layer in use and the one being prefetched, and
+    the layer's unsharded gradients on their way to the reduce-scatter: autograd's 16-bit gradients and the
+    reduce-scatter input they are copied into in the reduce dtype (``plan.grad_bytes``; PyTorch FSDP2
+    ``foreach_reduce`` allocates that input, world size × the padded shard, before it copies the gradients in,
+    and frees the previous layer's once its reduce-scatter has finished)."""
+    weights_in_use = 2 * WEIGHT_BYTES  # per parameter: this layer's and the prefetched one's
+    grads_in_transit = WEIGHT_BYTES + plan.grad_bytes  # per parameter: autograd's and the reduce-scatter input
+    sharded = (plan.zero == 3) * layer_params(model, plan).total * (weights_in_use + grads_in_transit)
+    gathered = 2 * token_rows(model, plan)[0] * model.hidden_size * ACT_BYTES
+    return sharded + gathered * (plan.tp * plan.tp2 > 1)
 
 
 def peak_of(first: Memory, last: Memory) -> Num:

@@ -9,7 +9,7 @@ element-wise math on the CUDA cores (fp32 rate), which memory bandwidth dominate
 from __future__ import annotations
 
 from meshplan.comm import all_reduce_traffic
-from meshplan.cost.ops import OpCost
+from meshplan.cost.records import OpCost
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Accelerator
 from meshplan.xp import Num, maximum

@@ -110,11 +110,7 @@ def format_table(table: Table) -> str:
     return "\n".join(" ".join(map(str, row)) for row in table)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Building tables
-# ---------------------------------------------------------------------------------------------------------
-
-
+# ---- Building tables -----------------------------------------------------------------------------------------------
 def _positive(name: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name}={value!r} must be a positive integer")
@@ -193,11 +189,7 @@ def build(schedule: str, pp: int, micro_batches: int, vpp: int = 1, *, group: in
     return tuple(table)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Simulation
-# ---------------------------------------------------------------------------------------------------------
-
-
+# ---- Simulation ----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Timeline:
     """The timing of one table. ``starts`` / ``ends`` are aligned with the table (``[rank][i]``)."""
@@ -277,69 +269,12 @@ def simulate(table: Table, t_fwd: Times, t_bwd: Times, t_p2p: float = 0.0) -> Ti
     stage (length p·v). Raises ValueError on a malformed table or one that deadlocks. O(actions).
     """
     pp, vpp, m = _shape(table)
-    stages = pp * vpp
     tf = _per_stage("t_fwd", t_fwd, pp, vpp)
     tb = _per_stage("t_bwd", t_bwd, pp, vpp)
     p2p = float(t_p2p)
     if not p2p >= 0:
         raise ValueError(f"t_p2p must be >= 0 (got {t_p2p!r})")
-
-    # Finish times and the (single) rank blocked on each, indexed s·m + j.
-    f_end: list[float | None] = [None] * (stages * m)
-    b_end: list[float | None] = [None] * (stages * m)
-    f_wait: list[int | None] = [None] * (stages * m)
-    b_wait: list[int | None] = [None] * (stages * m)
-    nxt = [0] * pp  # index of each rank's next action
-    free = [0.0] * pp  # time each rank becomes free
-    starts = [[0.0] * len(row) for row in table]
-    ends = [[0.0] * len(row) for row in table]
-
-    ready_ranks = list(range(pp))
-    while ready_ranks:
-        r = ready_ranks.pop()
-        row, i, t = table[r], nxt[r], free[r]
-        while i < len(row):
-            a = row[i]
-            s = a.chunk * pp + r
-            key = s * m + a.micro
-            if a.kind == "F":
-                if s == 0:
-                    ready = 0.0
-                else:
-                    dep = f_end[key - m]  # F(s − 1, j)
-                    if dep is None:
-                        f_wait[key - m] = r
-                        break
-                    ready = dep + (p2p if (s - 1) % pp != r else 0.0)
-                start = max(t, ready)
-                t = f_end[key] = start + tf[s]
-                waiter = f_wait[key]
-            else:
-                if s == stages - 1:
-                    dep = f_end[key]  # F(V − 1, j), same rank
-                    if dep is None:
-                        f_wait[key] = r
-                        break
-                    ready = dep
-                else:
-                    dep = b_end[key + m]  # B(s + 1, j)
-                    if dep is None:
-                        b_wait[key + m] = r
-                        break
-                    ready = dep + (p2p if (s + 1) % pp != r else 0.0)
-                start = max(t, ready)
-                t = b_end[key] = start + tb[s]
-                waiter = b_wait[key]
-            starts[r][i], ends[r][i] = start, t
-            if waiter is not None and waiter != r:
-                ready_ranks.append(waiter)
-            i += 1
-        nxt[r], free[r] = i, t
-
-    stuck = [str(table[r][nxt[r]]) for r in range(pp) if nxt[r] < len(table[r])]
-    if stuck:
-        raise ValueError(f"schedule deadlocks: ranks wait forever at {', '.join(stuck)}")
-
+    free, starts, ends = _replay(table, {"F": tf, "B": tb}, p2p, m)
     busy = tuple(sum(tf[a.chunk * pp + r] if a.kind == "F" else tb[a.chunk * pp + r] for a in row)
                  for r, row in enumerate(table))
     return Timeline(
@@ -351,6 +286,60 @@ def simulate(table: Table, t_fwd: Times, t_bwd: Times, t_p2p: float = 0.0) -> Ti
     )
 
 
+def _dependency(a: Action, pp: int, m: int, stages: int) -> tuple[str, int, bool] | None:
+    """What ``a`` waits for, as (kind, index s·m + j, on another rank): F(s − 1, j) for a forward, B(s + 1, j) for a
+    backward, F(V − 1, j) on the same rank for a backward of the last virtual stage; nothing for F(0, j)."""
+    s = a.chunk * pp + a.stage
+    key = s * m + a.micro
+    if a.kind == "F":
+        return None if s == 0 else ("F", key - m, (s - 1) % pp != a.stage)
+    if s == stages - 1:
+        return "F", key, False
+    return "B", key + m, (s + 1) % pp != a.stage
+
+
+def _replay(table: Table, durations: dict[str, list[float]], p2p: float, m: int
+            ) -> tuple[list[float], list[list[float]], list[list[float]]]:
+    """Run a rank's row in order until an action waits on another rank's, then the next ready rank's: the time each
+    rank is done, and the start and end of each action. Raises ValueError if the table deadlocks."""
+    pp, stages = len(table), len(durations["F"])
+    # Finish times and the (single) rank blocked on each, per kind, indexed s·m + j.
+    done: dict[str, list[float | None]] = {k: [None] * (stages * m) for k in KINDS}
+    wait: dict[str, list[int | None]] = {k: [None] * (stages * m) for k in KINDS}
+    nxt = [0] * pp  # index of each rank's next action
+    free = [0.0] * pp  # time each rank becomes free
+    starts = [[0.0] * len(row) for row in table]
+    ends = [[0.0] * len(row) for row in table]
+    ready_ranks = list(range(pp))
+    while ready_ranks:
+        r = ready_ranks.pop()
+        row, i, t = table[r], nxt[r], free[r]
+        while i < len(row):
+            a = row[i]
+            dep, ready = _dependency(a, pp, m, stages), 0.0
+            if dep is not None:
+                kind, key, across = dep
+                finish = done[kind][key]
+                if finish is None:
+                    wait[kind][key] = r
+                    break
+                ready = finish + (p2p if across else 0.0)
+            s = a.chunk * pp + r
+            key = s * m + a.micro
+            start = max(t, ready)
+            t = done[a.kind][key] = start + durations[a.kind][s]
+            waiter = wait[a.kind][key]
+            starts[r][i], ends[r][i] = start, t
+            if waiter is not None and waiter != r:
+                ready_ranks.append(waiter)
+            i += 1
+        nxt[r], free[r] = i, t
+    stuck = [str(table[r][nxt[r]]) for r in range(pp) if nxt[r] < len(table[r])]
+    if stuck:
+        raise ValueError(f"schedule deadlocks: ranks wait forever at {', '.join(stuck)}")
+    return free, starts, ends
+
+
 def _max_in_flight(row: Sequence[Action]) -> int:
     live = peak = 0
     for a in row:
@@ -359,11 +348,7 @@ def _max_in_flight(row: Sequence[Action]) -> int:
     return peak
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Closed forms (equal stages, t_p2p = 0), for the search path
-# ---------------------------------------------------------------------------------------------------------
-
-
+# ---- Closed forms (equal stages, t_p2p = 0), for the search path ---------------------------------------------------
 def bubble_fraction(schedule: str, pp: int, m: int, vpp: int = 1, *, group: int | None = None) -> float:
     """Bubble / ideal compute: (p − 1)/m for GPipe and 1F1B, (p − 1)/(v·m) interleaved.
 

@@ -30,13 +30,15 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.cost.ops import LOW_PRECISION_BYTES
+from meshplan.cost.records import LOW_PRECISION_BYTES
 from meshplan.errors import MeshplanError, PlanError, SpecError
 from meshplan.fields import MAX_SIZE
+from meshplan.specs.check import check, fsdp_has_zero
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster, load_system
-from meshplan.specs.model import ModelSpec, load_model, preset_names
-from meshplan.specs.plan import FP8_ATTENTION_PRECISIONS, Plan, check, fsdp_has_zero
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_load import load_model, preset_names
+from meshplan.specs.plan import FP8_ATTENTION_PRECISIONS, Plan
 from meshplan.specs.stack import Stack
 from meshplan.units import GiB
 from meshplan_validation import recipes
@@ -848,7 +850,7 @@ def megatron_model_flops(model: ModelSpec, batch: int) -> float:
 def palm_flops(model: ModelSpec, batch: int) -> float:
     """PaLM's model FLOPs (Chowdhery et al. 2022, App. B): (6·N + 12·l·h·s) per token, N the matmul parameters; the
     formula knows no sliding window, so every layer counts all s keys."""
-    from meshplan.estimate import model_flops_per_token  # noqa: PLC0415  (estimate imports the whole cost model)
+    from meshplan.cost.flops import model_flops_per_token  # noqa: PLC0415
 
     return model_flops_per_token(unwindowed(model)) * batch * model.seq_length
 
@@ -1058,7 +1060,7 @@ def predicted_metric(case: Case, step_time: float) -> float:
         return tokens / step_time
     flops = BASES.get(case.basis, megatron_model_flops)(model, plan.global_batch)
     if case.metric == "hfu_pct" and case.basis != "eq3":  # hardware FLOPs: the recomputed forward too
-        from meshplan.estimate import recompute_flops_per_token  # noqa: PLC0415
+        from meshplan.cost.flops import recompute_flops_per_token  # noqa: PLC0415
 
         flops = flops + recompute_flops_per_token(unwindowed(model), plan, case.stack) * tokens
     if case.metric in PERCENT_OF_PEAK:

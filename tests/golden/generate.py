@@ -20,9 +20,11 @@ from typing import Any
 
 from meshplan.estimate import Estimate, estimate
 from meshplan.search.run import Space, search
+from meshplan.specs.check import check
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import ModelSpec, load_model, preset_names
-from meshplan.specs.plan import Plan, check
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_load import load_model, preset_names
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 
 HERE = Path(__file__).resolve().parent

@@ -1,7 +1,7 @@
 """``meshplan report`` and ``meshplan sweep``: pictures, an HTML report and design-space sweeps.
 
-Registered by cli.py (``COMMANDS``). Imports stay inside the commands so that ``meshplan --help`` does not load
-matplotlib, Ray or the search; helpers come from meshplan.cli.main at call time (it imports this module).
+Registered by cli/main.py (``COMMANDS``). Imports stay inside the commands so that ``meshplan --help`` does not load
+matplotlib, Ray or the search.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _run_options(f):
 
 
 def _global_batch(model, global_batch: int | None) -> int:
-    from meshplan.cli.main import default_global_batch, sequences
+    from meshplan.cli.common import default_global_batch, sequences
 
     sequences(global_batch, "global-batch")
     gbs = global_batch if global_batch is not None else default_global_batch(model.seq_length, 1, 1)
@@ -59,9 +59,9 @@ def _global_batch(model, global_batch: int | None) -> int:
 
 
 def _positive_ints(text: str | None, field: str) -> list[int] | None:
-    from meshplan.cli.main import _split_ints
+    from meshplan.cli.common import split_ints
 
-    values = _split_ints(text, field)
+    values = split_ints(text, field)
     if values is not None and (not values or min(values) < 1):
         raise SpecError(f"{field}={text!r} must be positive integers separated by commas")
     return values
@@ -107,7 +107,7 @@ def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k,
     best plans, step-time and memory breakdowns, pipeline timeline, per-op roofline and scaling curves."""
     from dataclasses import replace
 
-    from meshplan.cli.main import MAX_TOP, check_max_plans, model_at
+    from meshplan.cli.common import MAX_TOP, check_max_plans, model_at
     from meshplan.files import writable
     from meshplan.report.html import write
     from meshplan.search.run import check_space, search
@@ -170,7 +170,7 @@ def sweep(model_ref, seq, global_batch, systems, nvlink, gpus, params, factors, 
           workers, ray_address, formats, output) -> None:
     """Best-plan throughput of MODEL over GPU counts × systems × NVLink sizes (strong scaling) or over a
     hardware parameter's scale factors; writes CSV / JSON (pandas reads them) and PNG / SVG pictures."""
-    from meshplan.cli.main import check_max_plans, model_at
+    from meshplan.cli.common import check_max_plans, model_at
     from meshplan.sweep import PARAMS, param_points, run, sweep_space, write_csv, write_json
 
     model = model_at(model_ref, seq)
@@ -213,7 +213,8 @@ def sweep(model_ref, seq, global_batch, systems, nvlink, gpus, params, factors, 
     make_dir(output, "output")
     written = [write_csv(rows, output / "sweep.csv"), write_json(rows, output / "sweep.json")]
     try:
-        from meshplan.report.plots import save, sweep_figures
+        from meshplan.report.plots import save
+        from meshplan.report.sweep_plots import sweep_figures
 
         for key, fig in sweep_figures(rows).items():
             written += [save(fig, output / f"{key}.{kind}") for kind in kinds]

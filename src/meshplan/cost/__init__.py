@@ -1,1 +1,7 @@
-"""Per-op cost records: the FLOPs, bytes and collectives of every op of a layer, forward and backward."""
+"""Per-op cost records: the FLOPs, bytes and collectives of every op of a layer, forward and backward.
+
+In data-flow order: records (OpCost, Dims, the symbol glossary), blocks (GEMM, element-wise op, collective, norm,
+tensor-parallel entry and exit, residual), attention, mamba, mlp_moe, eager, casts, lora, fsdp, embed_head
+(embedding, LM head, loss, multi-token prediction), pipeline (p2p), linear_2d (seed 001), summa (2D tensor
+parallelism), layers (one layer of each kind: the dispatcher), recompute (what selective recompute re-runs and
+frees)."""

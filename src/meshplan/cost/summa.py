@@ -15,28 +15,16 @@ panel set and overlaps the rest with the GEMMs (seed 003: t_comm = t_panel + max
 With tp2 = 1 the FLOPs and the weight shards are those of a 1D layout over tp GPUs.
 
 Attention in this layout follows seed 003's 2D strategy: heads split over tp, the sequence over tp2 (and
-cp); the fused attention kernel all-gathers K and V across tp2 (``ops.kv_exchange``). LayerNorm over a
+cp); the fused attention kernel all-gathers K and V across tp2 (``attention.kv_exchange``). LayerNorm over a
 feature-sharded row all-reduces its two statistics across tp.
 """
 
 from __future__ import annotations
 
-from meshplan.cost.ops import (
-    ACT_BYTES,
-    FP32,
-    LOW_PRECISION_BYTES,
-    Dims,
-    OpCost,
-    cast,
-    collective,
-    context_exchange,
-    core_attention,
-    elementwise,
-    gathered_bytes,
-    kv_chunk,
-    kv_exchange,
-    residual,
-)
+from meshplan.cost.attention import context_exchange, core_attention, kv_chunk, kv_exchange
+from meshplan.cost.blocks import collective, elementwise, gathered_bytes, residual
+from meshplan.cost.casts import cast
+from meshplan.cost.records import ACT_BYTES, FP32, LOW_PRECISION_BYTES, Dims, OpCost
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.xp import Num
@@ -47,7 +35,7 @@ def summa_linear(name: str, rows: Num, k: Num, n: Num, plan: Plan, d: Dims) -> l
     a, t, t2, nb = ACT_BYTES, plan.tp, plan.tp2, plan.summa_panels
     flops = 2.0 * rows * k * n / t
     x_row, w_col, y = rows * k * a, k * n / t * a, rows * n / t * a  # full broadcast volumes, output block
-    # the panels a low-precision GEMM reads are broadcast quantized (as the 1D gathers, ops.gathered_bytes: TE
+    # the panels a low-precision GEMM reads are broadcast quantized (as the 1D gathers, blocks.gathered_bytes: TE
     # keeps the weights' fp8 copies); the reductions carry 16-bit partial sums
     q = gathered_bytes(plan) / a
     saved = rows * k / t * a  # this GPU's own X block

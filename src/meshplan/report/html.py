@@ -166,89 +166,94 @@ def _rejected_table(result: SearchResult) -> str:
 def render(result: SearchResult, scaling_rows: Sequence[dict[str, Any]] | None = None, top: int = 5) -> str:
     """The report of one search (and, optionally, strong-scaling sweep rows) as one HTML string."""
     from meshplan import __version__
-    from meshplan.report import plots
 
     model, cluster = result.model, result.cluster
-    acc = cluster.accelerator
-    title = f"{model.name} on {cluster.num_gpus} × {acc.name}"
-    mesh = " × ".join(map(str, cluster.mesh_shape))
-    parts = [f"<h1>meshplan report: {html.escape(title)}</h1>",
-             f'<p class="lead">{fmt_count(model.params())} parameters, sequence {model.seq_length}, global batch '
-             f"{result.space.global_batch} sequences ({fmt_count(result.space.global_batch * model.seq_length)} "
-             f"tokens); mesh {mesh} (NVLink domain {cluster.nvlink_domain}); {result.evaluated:,} plans "
-             f"evaluated, {result.feasible:,} fit in {fmt_bytes(acc.hbm_bytes)} HBM.</p>"]
-    sections = [("plans", "Best plans")]
-    body: list[str] = []
+    title = f"{model.name} on {cluster.num_gpus} × {cluster.accelerator.name}"
     plans = list(result.plans[:top])
-    if not plans:
-        body.append('<h2 id="plans">Best plans</h2><p><strong>No feasible plan.</strong> Every candidate was '
-                    "rejected; the reasons are below.</p>")
-    else:
-        best = plans[0]
-        cards = [("step time", fmt_time(best.step_time)), ("tokens/s", fmt_count(best.tokens_per_s)),
-                 ("MFU", f"{best.mfu:.1%}"), ("model TFLOP/s per GPU", f"{best.tflops_per_gpu:.0f}"),
-                 ("memory per GPU", f"{fmt_bytes(best.peak_memory)} / {fmt_bytes(acc.hbm_bytes)}")]
-        parts.append('<div class="cards">' + "".join(
-            f'<div class="card"><div class="k">{html.escape(k)}</div><div class="v">{html.escape(v)}</div></div>'
-            for k, v in cards) + "</div>")
-        parts.append(f'<p class="note">best plan: <code>{html.escape(best.plan.describe())}</code> '
-                     f"schedule {best.plan.schedule}, precision {best.plan.precision}</p>")
-        body.append('<h2 id="plans">Best plans</h2>' + _plans_table(plans))
-
-        sections.append(("time", "Step time"))
-        body.append('<h2 id="time">Step time breakdown</h2>'
-                    + _figure_html(plots.breakdown_figure(plans), "breakdown",
-                                   f"Step time of the {len(plans)} best plans by component")
-                    + '<p class="note">Exposed time per component on the busiest pipeline rank: communication '
-                      "hidden behind compute is not counted; the bubble is the pipeline's idle time.</p>"
-                    + _breakdown_table(best))
-
-        sections.append(("memory", "Memory"))
-        body.append('<h2 id="memory">Memory per GPU vs HBM</h2>'
-                    + _figure_html(plots.memory_figure(plans), "memory",
-                                   f"Memory per GPU of the {len(plans)} best plans against {fmt_bytes(acc.hbm_bytes)}"
-                                   " HBM")
-                    + _memory_table(best))
-
-        sections.append(("pipeline", "Pipeline"))
-        run = plots.pipeline_run(best)
-        note = ("" if best.plan.pp > 1 else
-                '<p class="note">The best plan has no pipeline parallelism (pp = 1): one rank, no bubble.</p>')
-        body.append('<h2 id="pipeline">Pipeline timeline</h2>'
-                    + _figure_html(plots.timeline_figure(best, run), "timeline",
-                                   f"{run.schedule} schedule simulated per rank: pp={run.pp}, vpp={run.vpp}, "
-                                   f"{run.micro_batches} micro-batches, bubble {run.timeline.idle_fraction:.1%}")
-                    + note
-                    + f'<p class="note">Per micro-batch and model chunk: forward {_per_rank(run.t_fwd)}, backward '
-                      f"{_per_rank(run.t_bwd)} (exposed communication included), from the estimate; the schedule "
-                      "simulator places them under the pipeline's dependencies.</p>")
-
-        sections.append(("roofline", "Roofline"))
-        body.append('<h2 id="roofline">Per-op roofline</h2>'
-                    + _figure_html(plots.roofline_figure(best), "roofline",
-                                   "Arithmetic intensity vs achieved FLOP/s of every op of the best plan")
-                    + _ops_table(best))
-
+    sections = _plan_sections(plans, cluster.accelerator.hbm_bytes) if plans else [(
+        "plans", "Best plans", '<h2 id="plans">Best plans</h2><p><strong>No feasible plan.</strong> Every candidate '
+        "was rejected; the reasons are below.</p>")]
     if scaling_rows:
-        sections.append(("scaling", "Scaling"))
-        sweep_rows = [r for r in scaling_rows if (r.get("param") or "none") == "none"]
-        chart = ""
-        if len({r["gpus"] for r in sweep_rows}) > 1:
-            chart = _figure_html(plots.scaling_figure(sweep_rows), "scaling",
-                                 "Best-plan throughput and MFU vs GPU count")
-        body.append('<h2 id="scaling">Strong scaling</h2>' + chart + _scaling_table(sweep_rows))
-
-    sections.append(("rejected", "Rejected"))
-    body.append(f'<h2 id="rejected">Rejected plans ({result.rejected_total:,})</h2>' + _rejected_table(result))
-
-    nav = "<nav>" + "".join(f'<a href="#{key}">{html.escape(name)}</a>' for key, name in sections) + "</nav>"
+        sections.append(_scaling_section(scaling_rows))
+    sections.append(("rejected", "Rejected", f'<h2 id="rejected">Rejected plans ({result.rejected_total:,})</h2>'
+                     + _rejected_table(result)))
+    nav = "<nav>" + "".join(f'<a href="#{key}">{html.escape(name)}</a>' for key, name, _ in sections) + "</nav>"
     footer = (f"<footer>meshplan {__version__}: analytic estimate (roofline per op, α-β collectives, pipeline "
               "schedule simulation); search took "
               f"{result.seconds:.2f} s.</footer>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>meshplan: {html.escape(title)}</title><style>{CSS}</style></head>\n<body><main>"
-            + "".join(parts) + nav + "\n".join(body) + footer + "</main></body></html>\n")
+            + _lead(result, title, plans) + nav + "\n".join(body for _, _, body in sections) + footer
+            + "</main></body></html>\n")
+
+
+def _lead(result: SearchResult, title: str, plans: list[Estimate]) -> str:
+    """The title, one line on the model and the search, and the best plan's figures as cards."""
+    model, cluster = result.model, result.cluster
+    acc, mesh = cluster.accelerator, " × ".join(map(str, cluster.mesh_shape))
+    parts = [f"<h1>meshplan report: {html.escape(title)}</h1>",
+             f'<p class="lead">{fmt_count(model.params())} parameters, sequence {model.seq_length}, global batch '
+             f"{result.space.global_batch} sequences ({fmt_count(result.space.global_batch * model.seq_length)} "
+             f"tokens); mesh {mesh} (NVLink domain {cluster.nvlink_domain}); {result.evaluated:,} plans "
+             f"evaluated, {result.feasible:,} fit in {fmt_bytes(acc.hbm_bytes)} HBM.</p>"]
+    if not plans:
+        return "".join(parts)
+    best = plans[0]
+    cards = [("step time", fmt_time(best.step_time)), ("tokens/s", fmt_count(best.tokens_per_s)),
+             ("MFU", f"{best.mfu:.1%}"), ("model TFLOP/s per GPU", f"{best.tflops_per_gpu:.0f}"),
+             ("memory per GPU", f"{fmt_bytes(best.peak_memory)} / {fmt_bytes(acc.hbm_bytes)}")]
+    parts.append('<div class="cards">' + "".join(
+        f'<div class="card"><div class="k">{html.escape(k)}</div><div class="v">{html.escape(v)}</div></div>'
+        for k, v in cards) + "</div>")
+    parts.append(f'<p class="note">best plan: <code>{html.escape(best.plan.describe())}</code> '
+                 f"schedule {best.plan.schedule}, precision {best.plan.precision}</p>")
+    return "".join(parts)
+
+
+def _plan_sections(plans: list[Estimate], hbm: float) -> list[tuple[str, str, str]]:
+    """(anchor, name, HTML) of the sections on the best plans: table, step time, memory, pipeline, roofline."""
+    from meshplan.report import plots
+
+    best, n = plans[0], len(plans)
+    run = plots.pipeline_run(best)
+    note = ("" if best.plan.pp > 1 else
+            '<p class="note">The best plan has no pipeline parallelism (pp = 1): one rank, no bubble.</p>')
+    return [
+        ("plans", "Best plans", '<h2 id="plans">Best plans</h2>' + _plans_table(plans)),
+        ("time", "Step time", '<h2 id="time">Step time breakdown</h2>'
+         + _figure_html(plots.breakdown_figure(plans), "breakdown", f"Step time of the {n} best plans by component")
+         + '<p class="note">Exposed time per component on the busiest pipeline rank: communication '
+           "hidden behind compute is not counted; the bubble is the pipeline's idle time.</p>"
+         + _breakdown_table(best)),
+        ("memory", "Memory", '<h2 id="memory">Memory per GPU vs HBM</h2>'
+         + _figure_html(plots.memory_figure(plans), "memory",
+                        f"Memory per GPU of the {n} best plans against {fmt_bytes(hbm)} HBM")
+         + _memory_table(best)),
+        ("pipeline", "Pipeline", '<h2 id="pipeline">Pipeline timeline</h2>'
+         + _figure_html(plots.timeline_figure(best, run), "timeline",
+                        f"{run.schedule} schedule simulated per rank: pp={run.pp}, vpp={run.vpp}, "
+                        f"{run.micro_batches} micro-batches, bubble {run.timeline.idle_fraction:.1%}")
+         + note
+         + f'<p class="note">Per micro-batch and model chunk: forward {_per_rank(run.t_fwd)}, backward '
+           f"{_per_rank(run.t_bwd)} (exposed communication included), from the estimate; the schedule "
+           "simulator places them under the pipeline's dependencies.</p>"),
+        ("roofline", "Roofline", '<h2 id="roofline">Per-op roofline</h2>'
+         + _figure_html(plots.roofline_figure(best), "roofline",
+                        "Arithmetic intensity vs achieved FLOP/s of every op of the best plan")
+         + _ops_table(best)),
+    ]
+
+
+def _scaling_section(scaling_rows: Sequence[dict[str, Any]]) -> tuple[str, str, str]:
+    """Strong scaling: the sweep's picture (with more than one GPU count) and its table."""
+    from meshplan.report import sweep_plots
+
+    rows = [r for r in scaling_rows if (r.get("param") or "none") == "none"]
+    chart = ""
+    if len({r["gpus"] for r in rows}) > 1:
+        chart = _figure_html(sweep_plots.scaling_figure(rows), "scaling", "Best-plan throughput and MFU vs GPU count")
+    return "scaling", "Scaling", '<h2 id="scaling">Strong scaling</h2>' + chart + _scaling_table(rows)
 
 
 def write(path: str | Path, result: SearchResult, scaling_rows: Sequence[dict[str, Any]] | None = None,

@@ -1,5 +1,5 @@
 """Pictures (matplotlib, the optional ``plot`` extra): what a step spends its time and memory on, the
-pipeline timeline, where each op sits under the roofline, and sweeps over GPU counts and hardware.
+pipeline timeline and where each op sits under the roofline.
 
 Every function returns a ``matplotlib.figure.Figure`` built without pyplot (no global state, no GUI
 backend), so it is safe in worker processes and servers; ``save`` writes it as PNG or SVG by suffix and
@@ -10,8 +10,8 @@ the schedule simulator (schedule.py) or sweep rows (sweep.py); nothing here comp
     memory_figure(estimates)      memory per GPU per plan, stacked by part, against the HBM capacity
     timeline_figure(estimate)     per-rank Gantt of the plan's pipeline schedule, idle time (bubbles) hatched
     roofline_figure(estimate)     per-op arithmetic intensity vs achieved FLOP/s under the compute / HBM roofs
-    scaling_figure(rows)          best-plan throughput and MFU vs GPU count, per system × NVLink domain
-    param_figure(rows, param)     best-plan throughput vs a hardware parameter's scale factor
+
+The sweeps' pictures (scaling, hardware parameters) are in sweep_plots.py.
 """
 
 from __future__ import annotations
@@ -23,14 +23,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.files import write_bytes
 from meshplan.units import GiB, fmt_bytes, fmt_time
 
 if TYPE_CHECKING:
-    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
     from meshplan.estimate import Estimate
@@ -48,7 +47,7 @@ LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
-def _figure(width: float, height: float) -> Figure:
+def new_figure(width: float, height: float) -> Figure:
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -122,7 +121,7 @@ def breakdown_figure(estimates: Sequence[Estimate], labels: Sequence[str] | None
         raise SpecError("breakdown_figure needs at least one estimate")
     names = _labels(estimates, labels)
     unit, scale = _time_unit(max(e.step_time for e in estimates))
-    fig = _figure(10, 1.7 + 0.5 * len(estimates))
+    fig = new_figure(10, 1.7 + 0.5 * len(estimates))
     ax = fig.add_subplot()
     y = list(range(len(estimates)))[::-1]
     left = [0.0] * len(estimates)
@@ -156,7 +155,7 @@ def memory_figure(estimates: Sequence[Estimate], labels: Sequence[str] | None = 
         raise SpecError("memory_figure needs at least one estimate")
     names = _labels(estimates, labels)
     capacity = estimates[0].cluster.accelerator.hbm_bytes / GiB
-    fig = _figure(max(6.0, 3.0 + 1.1 * len(estimates)), 4.6)
+    fig = new_figure(max(6.0, 3.0 + 1.1 * len(estimates)), 4.6)
     ax = fig.add_subplot()
     x = list(range(len(estimates)))
     bottom = [0.0] * len(estimates)
@@ -221,8 +220,8 @@ def pipeline_run(est: Estimate) -> PipelineRun:
     estimate's pipelined part, compute + recompute + tp + cp + ep + pp + bubble (estimate.bubble_time; the
     tests check it).
     """
-    from meshplan.estimate import step_costs
     from meshplan.schedule import build, simulate
+    from meshplan.step.assemble import step_costs
 
     plan, m = est.plan, est.plan.grad_accum
     costs = step_costs(est.model, est.cluster, plan, est.stack)
@@ -246,7 +245,7 @@ def timeline_figure(est: Estimate, run: PipelineRun | None = None, title: str | 
     run = run or pipeline_run(est)
     tl = run.timeline
     unit, scale = _time_unit(tl.step_time)
-    fig = _figure(11, 1.5 + 0.42 * max(run.pp, 2))
+    fig = new_figure(11, 1.5 + 0.42 * max(run.pp, 2))
     ax = fig.add_subplot()
     fwd_shades = ("#4C72B0", "#7F9FD0", "#2F4F80", "#A9C0E8")
     bwd_shades = ("#55A868", "#86C697", "#33774A", "#B3DDBE")
@@ -315,7 +314,7 @@ def roofline_figure(est: Estimate, label_top: int = 6, title: str | None = None)
     points = roofline_points(est)
     acc, precision = est.cluster.accelerator, est.plan.precision
     peak, bw = acc.flops(precision), acc.hbm_bandwidth
-    fig = _figure(8.5, 5.2)
+    fig = new_figure(8.5, 5.2)
     ax = fig.add_subplot()
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -368,126 +367,5 @@ def _label_groups(points: Sequence[RooflinePoint], top: int) -> list[tuple[tuple
     return groups
 
 
-# ---- sweeps ------------------------------------------------------------------------------------------------------
-def _series(rows: Sequence[dict[str, Any]], x: str, y: str, by: Sequence[str]) -> dict[tuple, list[tuple]]:
-    out: dict[tuple, list[tuple]] = defaultdict(list)
-    for row in rows:
-        value = row.get(y)
-        if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):
-            continue
-        out[tuple(row[k] for k in by)].append((float(row[x]), float(value)))
-    return {k: sorted(v) for k, v in out.items()}
-
-
-def _styles(keys: Sequence[tuple]) -> dict[tuple, dict[str, Any]]:
-    """Colour by the first key (system), line style and marker by the second (NVLink domain)."""
-    firsts = list(dict.fromkeys(k[0] for k in keys))
-    seconds = sorted(dict.fromkeys(k[1] for k in keys), key=lambda v: (isinstance(v, str), v))
-    return {k: {"color": SYSTEM_COLORS[firsts.index(k[0]) % len(SYSTEM_COLORS)],
-                "linestyle": LINESTYLES[seconds.index(k[1]) % len(LINESTYLES)],
-                "marker": MARKERS[seconds.index(k[1]) % len(MARKERS)]} for k in keys}
-
-
-def _log2_ticks(ax: Axes, values: Sequence[float]) -> None:
-    ticks = sorted(set(values))
-    ax.set_xticks(ticks, [f"{v:g}" for v in ticks])
-    ax.minorticks_off()
-
-
-def scaling_figure(rows: Sequence[dict[str, Any]], title: str | None = None) -> Figure:
-    """Strong scaling from sweep rows (``param == "none"``): the best plan's tokens/s (log-log, with the
-    ideal linear scaling from each curve's first point dotted) and its MFU, vs GPU count, one curve per
-    system × NVLink domain. Points where no plan fits are missing from their curve."""
-    rows = [r for r in rows if r.get("param", "none") in ("none", None, "")]
-    if not rows:
-        raise SpecError("scaling_figure: no strong-scaling rows (param 'none')")
-    tput = _series(rows, "gpus", "tokens_per_s", ("system", "nvlink_domain"))
-    mfu = _series(rows, "gpus", "mfu", ("system", "nvlink_domain"))
-    styles = _styles(list(tput) or [(r["system"], r["nvlink_domain"]) for r in rows])
-    fig = _figure(11, 4.6)
-    left, right = fig.subplots(1, 2)
-    for key, pts in tput.items():
-        xs, ys = zip(*pts, strict=True)
-        left.plot(xs, ys, label=f"{key[0]} NVL{key[1]}", markersize=4.5, linewidth=1.4, **styles[key])
-    if tput:
-        x0, y0 = min((p[0] for pts in tput.values() for p in pts[:1]), default=1), None
-        firsts = [pts[0] for pts in tput.values() if pts[0][0] == x0]
-        y0 = max(p[1] for p in firsts)
-        xs = sorted({p[0] for pts in tput.values() for p in pts})
-        left.plot(xs, [y0 * x / x0 for x in xs], color="#999999", linestyle=":", linewidth=1, label="linear")
-    for key, pts in mfu.items():
-        xs, ys = zip(*pts, strict=True)
-        right.plot(xs, [100 * y for y in ys], markersize=4.5, linewidth=1.4, **styles[key])
-    gpus = [float(r["gpus"]) for r in rows]
-    for ax in (left, right):
-        ax.set_xscale("log", base=2)
-        _log2_ticks(ax, gpus)
-        ax.set_xlabel("GPUs")
-        ax.grid(alpha=0.3)
-    left.set_yscale("log")
-    left.set_ylabel("tokens/s (best plan)")
-    right.set_ylabel("MFU of the best plan (%)")
-    right.set_ylim(bottom=0)
-    fig.legend(*left.get_legend_handles_labels(), loc="outside right upper", fontsize=8)
-    model = rows[0].get("model", "")
-    batch = rows[0].get("global_batch", "")
-    fig.suptitle(title or f"strong scaling: {model}, global batch {batch}", fontsize=11, x=0.01,
-                 horizontalalignment="left")
-    return fig
-
-
-def param_figure(rows: Sequence[dict[str, Any]], param: str, title: str | None = None) -> Figure:
-    """A hardware-parameter sweep from sweep rows: best-plan tokens/s per GPU vs the parameter's scale factor
-    (vs the domain size itself for ``nvlink_domain``), one panel per GPU count, one curve per system ×
-    NVLink domain, the unmodified hardware (factor 1) marked."""
-    from meshplan.sweep import PARAMS
-
-    rows = [r for r in rows if r.get("param") == param]
-    if not rows:
-        raise SpecError(f"param_figure: no rows for param {param!r}")
-    x = "value" if param == "nvlink_domain" else "factor"
-    counts = sorted({int(r["gpus"]) for r in rows})
-    fig = _figure(min(4.2 * len(counts), 16) + 1.8, 4.2)
-    axes = fig.subplots(1, len(counts), squeeze=False, sharey=True)[0]
-    keys = list(dict.fromkeys((r["system"], r["nvlink_domain"] if x == "factor" else "") for r in rows))
-    styles = _styles(keys)
-    for ax, n in zip(axes, counts, strict=True):
-        sel = [r for r in rows if int(r["gpus"]) == n]
-        by = ("system", "nvlink_domain") if x == "factor" else ("system",)
-        for key, pts in _series(sel, x, "tokens_per_s_per_gpu", by).items():
-            full = key if x == "factor" else (key[0], "")
-            xs, ys = zip(*pts, strict=True)
-            label = f"{key[0]} NVL{key[1]}" if x == "factor" else key[0]
-            ax.plot(xs, ys, label=label, markersize=4.5, linewidth=1.4, **styles[full])
-        ax.set_xscale("log", base=2)
-        _log2_ticks(ax, [float(r[x]) for r in sel])
-        if x == "factor":
-            ax.axvline(1.0, color="#999999", linewidth=0.8, linestyle=":")
-        ax.set_title(f"{n} GPUs", fontsize=9)
-        ax.set_xlabel("NVLink domain size (GPUs)" if x == "value" else "× the system's value")
-        ax.grid(alpha=0.3)
-        ax.set_ylim(bottom=0)
-    axes[0].set_ylabel("tokens/s per GPU (best plan)")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right upper", fontsize=8)
-    fig.suptitle(title or f"{PARAMS[param][0]}: {rows[0].get('model', '')}, global batch "
-                          f"{rows[0].get('global_batch', '')}", fontsize=11, x=0.01, horizontalalignment="left")
-    return fig
-
-
-def sweep_figures(rows: Sequence[dict[str, Any]]) -> dict[str, Figure]:
-    """Every figure a set of sweep rows supports: ``scaling`` and ``param-<name>`` per swept parameter."""
-    figs = {}
-    params = list(dict.fromkeys(r.get("param") or "none" for r in rows))
-    for param in params:
-        if param == "none":
-            if len({r["gpus"] for r in rows if (r.get("param") or "none") == "none"}) > 1:
-                figs["scaling"] = scaling_figure(rows)
-        else:
-            figs[f"param-{param}"] = param_figure(rows, param)
-    return figs
-
-
-__all__ = ["breakdown_figure", "memory_figure", "timeline_figure", "roofline_figure", "scaling_figure",
-           "param_figure", "sweep_figures", "pipeline_run", "roofline_points", "save", "svg_text", "png_bytes",
-           "short_label"]
+__all__ = ["breakdown_figure", "memory_figure", "timeline_figure", "roofline_figure", "pipeline_run",
+           "roofline_points", "save", "svg_text", "png_bytes", "short_label"]

@@ -193,11 +193,15 @@ def scaling_table(results, tokens: float | None, price: float | None):  # -> ric
     return table
 
 
-def search_json(results, tokens: float | None, price: float | None, rank_by: str) -> dict:
+def search_json(results, tokens: float | None, price: float | None, rank_by: str, rerun=None) -> dict:
+    """The searches as one JSON object; with ``rerun`` (an Estimate -> command line) each plan says the
+    ``estimate`` command that prices it again."""
     def one(r) -> dict:
         d = r.to_dict()
         for plan, est in zip(d["plans"], r.plans, strict=True):
             plan.update(training_cost(est, tokens, price))
+            if rerun is not None:
+                plan["estimate_command"] = rerun(est)
         return d
 
     if len(results) == 1:
@@ -210,13 +214,15 @@ def search_json(results, tokens: float | None, price: float | None, rank_by: str
             "rejected": {"count": sum(r["rejected"]["count"] for r in runs)}}
 
 
-def print_search(results, as_json: bool, tokens: float | None, price: float | None, rank_by: str) -> None:
+def print_search(results, as_json: bool, tokens: float | None, price: float | None, rank_by: str,
+                 rerun=None) -> None:
     import json
+    import shlex
 
     import click
 
     if as_json:
-        click.echo(json.dumps(search_json(results, tokens, price, rank_by)))
+        click.echo(json.dumps(search_json(results, tokens, price, rank_by, rerun)))
         return
     console = _console()
     if len(results) > 1:
@@ -227,6 +233,8 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
             console.print(plans_table(r, tokens, price))
             console.print("[bold]the best plan in detail[/bold]")
             estimate_tables(r.plans[0], console)
+            if rerun is not None:
+                console.print("re-run it: " + shlex.join(rerun(r.plans[0])), soft_wrap=True, markup=False)
         else:
             console.print("[bold red]no feasible plan[/bold red]")
         console.print(rejected_table(r))

@@ -15,20 +15,15 @@ from functools import lru_cache
 import numpy as np
 
 from meshplan.comm import block_members
-from meshplan.estimate import (
-    ZERO,
-    PassTimes,
-    Units,
-    _parts,
-    compute_times,
-    units_for_recomputes,
-)
 from meshplan.groups import expert_layout, send_stride
 from meshplan.search.batch import CATEGORICAL, PlanBatch
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.stack import Stack
+from meshplan.step.passes import ZERO, PassTimes
+from meshplan.step.units import Units, compute_times, units_for_recomputes
+from meshplan.step.units import timed_parts as _parts
 from meshplan.xp import where
 
 

@@ -38,36 +38,24 @@ import numpy as np
 
 from meshplan.channels import Offload, Passes, dp_collectives, offload, optimizer_time, step_channels
 from meshplan.comm import Layout, block_members
+from meshplan.cost.params import StageParams, layers_on_last, layers_on_stage, stage_params
 from meshplan.errors import SpecError
-from meshplan.estimate import (
-    Estimate,
-    Units,
-    activation_memory,
-    bubble_time,
-    buffer_memory,
-    estimate,
-    offloaded_activations,
-    stage_times,
-)
+from meshplan.estimate import Estimate, estimate
 from meshplan.fields import MAX_PLANS
 from meshplan.groups import send_stride
-from meshplan.memory import StageParams, layers_on_last, layers_on_stage, model_states, stage_params
+from meshplan.memory import buffer_memory, model_states
 from meshplan.search.batch import CATEGORICAL, PlanBatch
 from meshplan.search.keyed import KeyUnits, distinct, panel_counts
+from meshplan.specs.check import fsdp_has_zero, recompute_modules_problem, ring_window_reason, settings_problems
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import (
-    DENSE_AXES,
-    LAYOUTS,
-    Plan,
-    fsdp_has_zero,
-    recompute_modules_problem,
-    ring_window_reason,
-    settings_problems,
-)
+from meshplan.specs.plan import DENSE_AXES, LAYOUTS, Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
+from meshplan.step.memory import activation_memory, offloaded_activations
+from meshplan.step.stages import bubble_time, stage_times
+from meshplan.step.units import Units
 from meshplan.units import fmt_bytes
 
 PLACEMENTS = tuple(itertools.permutations(DENSE_AXES))

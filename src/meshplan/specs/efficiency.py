@@ -6,8 +6,7 @@ built from a handful of constants; each constant says where it comes from. Three
 fitted once, on the fixed half of the published runs that ``meshplan_validation.validate.in_fit_set`` selects
 (CRC-32 of the run id even), by ``benchmarks/fit_efficiency.py`` with every source group weighted equally; the other
 half is the out-of-sample check (docs/ACCURACY.md). The rest are published measurements. Nothing is tuned per run,
-per source or
-per GPU.
+per source or per GPU.
 
 Symbols: m×k·k×n a GEMM's shape, S the SM count, f the sustained clock as a fraction of the datasheet clock,
 d the attention head dimension, s the key length, B_attn the attention kernel's block size.
@@ -16,7 +15,7 @@ GEMMs. The best a GPU sustains on its best GEMM shape is a measured property of 
 its power limit: the "maximum achievable matmul FLOPS" (MAMF; S. Bekman, ml-engineering, compute/accelerator
 README, "Maximum Achievable Matmul FLOPS comparison table", brute-force shape search with PyTorch matmul):
 BF16 86.9 % of peak on A100 SXM, 80.3 % on H100 SXM, 77.6 % on B200, 72.9 % on GB200; FP8 70.9 % on H100,
-76.3 % on B200, 72.3 % on GB200 (``MATMUL`` below). It falls as peaks rise because the tensor cores cannot
+76.3 % on B200, 72.3 % on GB200 (``architectures.MATMUL``). It falls as peaks rise because the tensor cores cannot
 hold the boost clock within the power limit (AMD, "Understanding Peak, Max-Achievable & Delivered FLOPs").
 Training shapes then lose to tile and wave quantization (NVIDIA "Matrix Multiplication Background User's
 Guide", Deep Learning Performance docs, §"Tile quantization" and §"Wave quantization"): cuBLAS computes C
@@ -65,7 +64,7 @@ datasheet peak: ``attention`` (fitted: 0.52 of that rate at d = 128, forward, lo
 and, with ``attention_on_sync``, 0.41 of the A100's) sits below the kernels' own benchmarks (FA3: 0.6–0.75 of peak;
 FA2 on A100: 0.5–0.7) because in a training step the kernel also pays for the QKV layout transposes and the softmax
 statistics around it. A stack that runs FlashAttention-2-class kernels on Hopper or Blackwell
-(``Plan.attention_kernel = "fa2"``) gets ``fa2_on_async`` = 0.50 of that at long sequences (PyTorch SDPA's FA2 backend
+(``Stack.attention_kernel = "fa2"``) gets ``fa2_on_async`` = 0.50 of that at long sequences (PyTorch SDPA's FA2 backend
 vs cuDNN on an H100, pytorch/pytorch#142132, measured at 4608 keys, where the two families' tile costs make it 0.52).
 On Ampere, whose tensor cores take only synchronous MMA, FlashAttention-2 is the native kernel and reaches
 ``attention_on_sync`` = 0.90 of the share of MAMF that FlashAttention-3 reaches on Hopper (each paper's best forward:
@@ -112,10 +111,7 @@ the switching activity, so a kernel whose tensor cores sustain only a fraction u
 it and is throttled only below u·P_rated: f = min(1, (P_cap / (u·P_rated))^(1/3)). roofline.py applies this to
 flash attention, u = its efficiency as a fraction of the MAMF rate (0.26 for FlashAttention-2 on an H100,
 0.52 for cuDNN), so a 500 W H100 throttles its GEMMs to 0.89 of the clock but not its attention.
-The hardware presets carry the MAMF figures (``Accelerator.matmul_bf16`` / ``matmul_fp8`` / ``matmul_watts`` /
-``async_mma``, each beside its source). An accelerator defined without them gets its MAMF from a continuous rule
-in its architecture and peak (``matmul_rule``: interpolated between the ``MATMUL`` parts of its architecture), so
-that a GPU 3 % faster than a measured one is not priced as an unknown part, and its MMA kind from its architecture.
+The MAMF figures, and the rule for a GPU without one, are architectures.py's (``MATMUL``, ``matmul_rule``).
 """
 
 from __future__ import annotations
@@ -126,65 +122,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from meshplan.specs.architectures import async_mma, matmul_rule
 from meshplan.xp import Num, maximum, minimum
-
-
-@dataclass(frozen=True)
-class Matmul:
-    """Measured best-shape GEMM efficiency (MAMF / dense peak) of one silicon configuration: its architecture, its
-    dense 16-bit and FP8 peaks, SM count, and the board power it was measured at."""
-
-    architecture: str
-    half_peak: float  # dense bf16/fp16 FLOP/s
-    fp8_peak: float  # dense fp8 FLOP/s (0: none)
-    num_sms: int
-    bf16: float
-    fp8: float  # also used for fp4 (no published MAMF yet)
-    watts: float
-    source: str
-
-
-MAMF_SOURCE = "stas00/ml-engineering compute/accelerator/README.md, Maximum Achievable Matmul FLOPS table"
-MATMUL: tuple[Matmul, ...] = (
-    Matmul("ampere", 312e12, 0.0, 108, 0.869, 0.869, 400, f"A100 SXM: 271.2 of 312 TFLOP/s BF16 ({MAMF_SOURCE})"),
-    Matmul("hopper", 989e12, 1979e12, 132, 0.803, 0.709, 700,
-           f"H100 SXM: 794.5 BF16, 1402.6 FP8 of 989 / 1979 ({MAMF_SOURCE})"),
-    Matmul("blackwell", 2250e12, 4500e12, 148, 0.776, 0.763, 1000,
-           f"B200 SXM: 1745.0 BF16, 3432.5 FP8 of 2250 / 4500 ({MAMF_SOURCE})"),
-    Matmul("blackwell", 2500e12, 5000e12, 152, 0.729, 0.723, 1200,
-           f"GB200: 1822.0 BF16, 3615.6 FP8 of 2500 / 5000 ({MAMF_SOURCE})"),
-)
-MAMF_UNKNOWN = 0.80  # an architecture without a measured part: the table's median BF16 efficiency
-# Architectures (Accelerator.architecture) and whether their tensor cores take asynchronous warpgroup MMA with TMA
-# (CUDA C++ programming guide, compute capabilities: wgmma from sm_90; Volta, Turing, Ampere and Ada have mma.sync
-# only; AMD CDNA's MFMA instructions are issued synchronously by each wavefront, AMD CDNA 3 ISA reference)
-ARCHITECTURES: dict[str, bool] = {"volta": False, "turing": False, "ampere": False, "ada": False, "hopper": True,
-                                  "blackwell": True, "cdna2": False, "cdna3": False, "cdna4": False}
-
-
-def matmul_rule(architecture: str, peak: float, low: bool) -> float:
-    """The best-shape GEMM efficiency of a GPU without a measured one: a continuous rule in its peak, so that nearby
-    GPUs get nearby rates. Among the ``MATMUL`` parts of its architecture (every part when the architecture is not
-    stated; ``MAMF_UNKNOWN`` for an architecture none was measured on), interpolated linearly in log(peak) between
-    the parts around it and held at the nearest part's value beyond them (``low``: the FP8 column against the FP8
-    peak, else the 16-bit column against the 16-bit peak). Exact at every measured part. Between two parts the rate
-    peak × MAMF still grows with the peak: MAMF falls at most as peak^-0.59 along the table (B200 to GB200), slower
-    than the peak rises, which tests/test_efficiency_presets.py checks."""
-    parts = [e for e in MATMUL if not architecture or e.architecture == architecture]
-    points = sorted((e.fp8_peak if low else e.half_peak, e.fp8 if low else e.bf16) for e in parts)
-    points = [(p, v) for p, v in points if p > 0]
-    if not points or not peak > 0:
-        return MAMF_UNKNOWN
-    x = math.log(peak)
-    xs = [math.log(p) for p, _ in points]
-    if x <= xs[0]:
-        return points[0][1]
-    if x >= xs[-1]:
-        return points[-1][1]
-    i = next(j for j in range(1, len(xs)) if x <= xs[j])
-    t = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
-    return math.exp((1 - t) * math.log(points[i - 1][1]) + t * math.log(points[i][1]))
-
 
 # Output tiles cuBLAS / CUTLASS choose among for large bf16/fp8 GEMMs on A100, H100 and B200 (CUTLASS
 # profiler default configurations; the heuristic picks the least wasteful one per shape).
@@ -220,7 +159,7 @@ class Efficiency:
     # fits it to NVIDIA's cuDNN SDPA training benchmark on a GB200 (cuDNN 9.17 and PyTorch's FlashAttention-2, 4k-32k)
     attention_l0: float = ATTENTION_L0  # cuDNN / FlashAttention-3 class (rms residual 1.3 %)
     attention_l0_fa2: float = ATTENTION_L0_FA2  # FlashAttention-2 class (rms residual 0.4 %)
-    # A FlashAttention-2-class kernel (``Plan.attention_kernel = "fa2"``: synchronous mma.sync tiles) on a GPU with
+    # A FlashAttention-2-class kernel (``Stack.attention_kernel = "fa2"``: synchronous mma.sync tiles) on a GPU with
     # asynchronous warpgroup MMA (Hopper, Blackwell) runs at about half the rate of a kernel written for it: PyTorch
     # SDPA's FlashAttention-2 backend 329.5 TFLOP/s vs cuDNN 631.3 on an H100 (d = 128, 4608 keys without a mask,
     # forward, PyTorch nightly 2024-12-04, pytorch/pytorch#142132); FA3's Fig. 1 (Shah et al. 2024) shows the same
@@ -231,11 +170,11 @@ class Efficiency:
     # A GPU without asynchronous MMA (Ampere) runs its native attention kernel, FlashAttention-2 (synchronous mma.sync:
     # softmax and matmuls take turns), at a smaller share of its best GEMM rate than Hopper runs FlashAttention-3,
     # whose warp specialization overlaps them. Each paper's best forward as a share of the datasheet peak, over that
-    # GPU's MAMF share (``MATMUL``): FA2 73 % of A100 peak (Dao 2023, abstract: "50-73% of the theoretical maximum
-    # FLOPs/s on A100") / 86.9 %, against FA3 75 % of H100 peak (Shah et al. 2024, abstract: "740 TFLOPs/s (75%
-    # utilization)") / 80.3 %: 0.840 / 0.934 = 0.90.
+    # GPU's MAMF share (``architectures.MATMUL``): FA2 73 % of A100 peak (Dao 2023, abstract: "50-73% of the
+    # theoretical maximum FLOPs/s on A100") / 86.9 %, against FA3 75 % of H100 peak (Shah et al. 2024, abstract:
+    # "740 TFLOPs/s (75% utilization)") / 80.3 %: 0.840 / 0.934 = 0.90.
     attention_on_sync: float = (0.73 / 0.869) / (0.75 / 0.803)
-    # cuDNN's FP8 attention (``Plan.attention_kernel = "fp8"``; Transformer Engine fp8_dot_product_attention) vs its
+    # cuDNN's FP8 attention (``Stack.attention_kernel = "fp8"``; Transformer Engine fp8_dot_product_attention) vs its
     # bf16 kernel on the same shapes: NVIDIA cudnn-frontend benchmark/sdpa_benchmark_training/artifacts/
     # sdpa_fp8_benchmark_results_NVIDIA_GB200.csv (commit d48a60eb, the run attention_l0.py fits; Llama-3.1-405B
     # heads, causal), geometric mean over 4k-32k keys of fp8 / bf16 TFLOP/s: forward 1663/1378, 1894/1583,
@@ -336,7 +275,7 @@ class Efficiency:
     def attention_efficiency(self, head_dim: Num, keys: Num, backward: bool = False, causal: bool = True,
                              kernel: str = "fused", calls: Num = 1.0, window: Num = 0.0) -> Num:
         """Fraction of the 16-bit GEMM ceiling (MAMF × clock, not the datasheet peak) a flash-attention kernel
-        sustains on its useful FLOPs (``kernel``: the ``Plan.attention_kernel`` family, which sets the head-dimension
+        sustains on its useful FLOPs (``kernel``: the ``Stack.attention_kernel`` family, which sets the head-dimension
         falloff and the tile's fixed cost; FP8 kernels are cuDNN's at ``fp8_attention_fwd`` / ``_bwd`` times its
         rate), when the work over ``keys`` keys runs as ``calls`` kernels over keys / calls each (ring context
         parallelism); roofline.py multiplies it by ``attention_kernel_factor`` and the 16-bit GEMM rate.
@@ -394,7 +333,7 @@ class Efficiency:
         return 1 / (1 - x + x / r)
 
     def attention_kernel_factor(self, accelerator: object, kernel: str = "fused") -> float:
-        """Rate of the stack's attention kernel family (``Plan.attention_kernel``) on this GPU, relative to the
+        """Rate of the stack's attention kernel family (``Stack.attention_kernel``) on this GPU, relative to the
         ``attention`` rate: FlashAttention-2 on Hopper or Blackwell ``fa2_on_async``; on a GPU without asynchronous
         MMA (Ampere; measured there, applied to Ada and Volta alike), where FlashAttention-2-class kernels are the
         native ones, ``attention_on_sync`` for every family."""
@@ -407,15 +346,6 @@ class Efficiency:
 
 
 _SCALAR = (int, float)
-
-
-def async_mma(accelerator: object) -> bool:
-    """Whether the GPU has asynchronous warpgroup MMA (the preset's ``async_mma``, else its architecture's
-    (``ARCHITECTURES``), else True: every GPU since Hopper has it)."""
-    given = getattr(accelerator, "async_mma", None)
-    if given is not None:
-        return bool(given)
-    return ARCHITECTURES.get(str(getattr(accelerator, "architecture", "") or ""), True)
 
 
 @lru_cache(maxsize=256)

@@ -22,7 +22,7 @@ from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.fields import MAX_GPUS, at_least_one, check_types, not_a_preset, unknown_field
 from meshplan.files import parse_toml, read_text
-from meshplan.specs.efficiency import ARCHITECTURES
+from meshplan.specs.architectures import ARCHITECTURES
 from meshplan.units import parse_quantity
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "fp4")
@@ -40,7 +40,7 @@ class Accelerator:
     num_sms: int = 132
     tdp_watts: float = 0.0
     # measured best-shape GEMM efficiency ("maximum achievable matmul FLOPS" / dense peak) and the board power it
-    # was measured at (efficiency.py); 0 → looked up by peak and SM count (efficiency.MATMUL), else a default
+    # was measured at (efficiency.py); 0 → from its architecture and peak (architectures.matmul_rule)
     matmul_bf16: float = 0.0
     matmul_fp8: float = 0.0  # also used for fp4
     matmul_watts: float = 0.0
@@ -48,8 +48,8 @@ class Accelerator:
     # exponential (MUFU.EX2) throughput of the special function units per SM clock, relative to Hopper / Blackwell:
     # 2 on Blackwell Ultra; speeds up the fused attention kernels' softmax (efficiency.Efficiency.exp_factor)
     exp_rate: float = 1.0
-    # the GPU architecture (efficiency.ARCHITECTURES: volta, ampere, ada, hopper, blackwell, cdna2 …; "" unstated):
-    # what a GPU without a measured MAMF or MMA kind gets them from (efficiency.matmul_rule, async_mma)
+    # the GPU architecture (architectures.ARCHITECTURES: volta, ampere, ada, hopper, blackwell, cdna2 …; "" unstated):
+    # what a GPU without a measured MAMF or MMA kind gets them from (architectures.matmul_rule, async_mma)
     architecture: str = ""
     source: str = field(default="", compare=False)
 

@@ -18,26 +18,17 @@ of widths (D_i, D_i, G·N, G·N, n_h) with D_i = n_h·P, a depthwise causal conv
 x, B, C, per-head dt_bias, A_log and D, a gated RMSNorm over D_i and out_proj D_i → H. A latent MoE
 (``moe_latent_size``, Nemotron 3 Super) routes on H, projects the tokens H → latent (``fc1_latent_proj``), runs
 the experts latent → F → latent, and projects their sum back (``fc2_latent_proj``).
+
+The rules its fields must meet are model_checks.py's; presets, TOML files and config.json load in model_load.py.
 """
 
 from __future__ import annotations
 
-import tomllib
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
-from importlib import resources
-from pathlib import Path
-from typing import Any
 
-from meshplan import ranges
 from meshplan.errors import SpecError
-from meshplan.fields import check_types, not_a_preset, unknown_field
-from meshplan.files import read_json, read_toml
-
-MLP_KINDS = ("gelu", "swiglu", "relu2")  # relu2 (Nemotron-H): squared ReLU, up → act → down like gelu
-BLOCK_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}  # layer_pattern letters (Nemotron-H)
-NORM_KINDS = ("layernorm", "rmsnorm")
-POSITION_KINDS = ("rope", "learned", "none")
+from meshplan.specs.model_checks import BLOCK_KINDS, check_fields, check_params, check_structure
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,22 +104,7 @@ class ModelSpec:
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        check_types(self)
-        for name in ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_length"):
-            _positive(self, name)
-        for name in ("num_kv_heads", "head_dim", "num_experts", "moe_topk", "moe_ffn_hidden_size",
-                     "shared_expert_ffn_size", "first_k_dense_layers", "q_lora_rank", "kv_lora_rank",
-                     "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings",
-                     "mamba_heads", "mamba_head_dim", "mamba_state", "moe_latent_size", "mtp_layers",
-                     "sliding_window", "window_layers"):
-            _non_negative(self, name)
-        for name in ("mamba_groups", "mamba_conv", "mamba_chunk"):
-            _positive(self, name)
-        _positive(self, "moe_layer_freq")
-        _check_pattern(self)
-        _check_mtp(self)
-        _check_window(self)
-        ranges.check_spec(self)  # every size in its range (ranges.RANGES)
+        check_fields(self)  # types, signs, hybrid pattern, MTP, sliding window, ranges (model_checks.py)
         if self.num_kv_heads == 0:
             object.__setattr__(self, "num_kv_heads", self.num_heads)
         if self.head_dim == 0:
@@ -136,34 +112,12 @@ class ModelSpec:
                 raise SpecError(f"num_heads={self.num_heads} does not divide hidden_size={self.hidden_size}; "
                                 "give head_dim explicitly")
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
-        if self.num_heads % self.num_kv_heads:
-            raise SpecError(f"num_kv_heads={self.num_kv_heads} does not divide num_heads={self.num_heads}")
-        _choice(self, "mlp", MLP_KINDS)
-        _choice(self, "norm", NORM_KINDS)
-        _choice(self, "position_embedding", POSITION_KINDS)
-        if self.num_experts:
-            if not 0 < self.moe_topk <= self.num_experts:
-                raise SpecError(f"moe_topk={self.moe_topk} must be in 1..num_experts={self.num_experts}")
-            if self.first_k_dense_layers >= self.num_layers and not self.is_hybrid:
-                raise SpecError(f"first_k_dense_layers={self.first_k_dense_layers} leaves no MoE layer of "
-                                f"num_layers={self.num_layers}")
-            if self.moe_ffn_hidden_size == 0:
-                object.__setattr__(self, "moe_ffn_hidden_size", self.ffn_hidden_size)
-        else:
-            _dense_has_no_expert_fields(self)
-        if self.is_mla and not (self.qk_nope_head_dim and self.qk_rope_head_dim and self.v_head_dim):
-            raise SpecError("MLA (kv_lora_rank > 0) needs qk_nope_head_dim, qk_rope_head_dim and v_head_dim")
-        for name in _MLA_FIELDS:
-            if getattr(self, name) and not self.is_mla:
-                raise SpecError(f"{name}={getattr(self, name)} needs kv_lora_rank > 0 (multi-head latent attention)")
-        if self.shared_expert_gate and not self.shared_expert_ffn_size:
-            raise SpecError("shared_expert_gate=true needs shared_expert_ffn_size > 0 (the expert it gates)")
-        if self.position_embedding == "learned" and 0 < self.max_position_embeddings < self.seq_length:
-            raise SpecError(f"max_position_embeddings={self.max_position_embeddings} is shorter than "
-                            f"seq_length={self.seq_length} (a learned position table has a row per position)")
+        check_structure(self)  # KV heads, choices, MoE, MLA, learned positions (model_checks.py)
+        if self.num_experts and self.moe_ffn_hidden_size == 0:
+            object.__setattr__(self, "moe_ffn_hidden_size", self.ffn_hidden_size)
         if self.position_embedding == "learned" and self.max_position_embeddings == 0:
             object.__setattr__(self, "max_position_embeddings", self.seq_length)
-        _check_params(self)
+        check_params(self)
 
     # ---- structure ------------------------------------------------------------------------------------
     @property
@@ -379,174 +333,3 @@ class ModelSpec:
             return replace(self, seq_length=seq_length, max_position_embeddings=seq_length)
         return replace(self, seq_length=seq_length)
 
-
-# ---- validation helpers -----------------------------------------------------------------------------------
-def _positive(spec: Any, name: str) -> None:
-    value = getattr(spec, name)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise SpecError(f"{name}={value!r} must be a positive integer")
-
-
-def _non_negative(spec: Any, name: str) -> None:
-    value = getattr(spec, name)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise SpecError(f"{name}={value!r} must be a non-negative integer")
-
-
-# The sizes a parameter count grows with, named when it is out of range (_check_params)
-_SIZES = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size", "vocab_size",
-          "max_position_embeddings", "num_experts", "moe_ffn_hidden_size", "shared_expert_ffn_size", "q_lora_rank",
-          "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "mamba_heads", "mamba_head_dim",
-          "mamba_state", "mamba_groups", "mamba_conv", "moe_latent_size", "mtp_layers")
-_EXPERT_FIELDS = ("moe_topk", "moe_ffn_hidden_size", "shared_expert_ffn_size", "first_k_dense_layers", "router_bias",
-                  "shared_expert_gate", "moe_latent_size")
-_MLA_FIELDS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-
-
-def _check_params(spec: ModelSpec) -> None:
-    """The parameters (with the MTP layers) at most ranges.MAX_PARAMS: each size in its range can still multiply
-    into a model whose FLOP counts overflow; the message names the sizes that make it."""
-    total = spec.params() + spec.mtp_params()
-    if total > ranges.MAX_PARAMS:
-        sizes = ", ".join(f"{name}={getattr(spec, name)}" for name in _SIZES if getattr(spec, name))
-        raise SpecError(f"parameters={total:.4g} is outside 1 … {ranges.MAX_PARAMS:.0e} (500x the largest model "
-                        f"trained): {sizes}")
-
-
-def _dense_has_no_expert_fields(spec: Any) -> None:
-    """A dense model (num_experts = 0) given an expert setting is a mistake: say so instead of ignoring it."""
-    for name in _EXPERT_FIELDS:
-        if getattr(spec, name):
-            raise SpecError(f"{name}={getattr(spec, name)} needs num_experts > 0 (num_experts=0: a dense model)")
-    if spec.moe_layer_freq != 1:
-        raise SpecError(f"moe_layer_freq={spec.moe_layer_freq} needs num_experts > 0 (num_experts=0: a dense model)")
-
-
-def _check_pattern(spec: Any) -> None:
-    """A hybrid's layer_pattern: one known letter per layer, experts exactly where "E" blocks are, the Mamba sizes
-    where "M" blocks are."""
-    pattern = spec.layer_pattern
-    if not isinstance(pattern, str):
-        raise SpecError(f"layer_pattern={pattern!r} must be a string of {''.join(BLOCK_KINDS)}")
-    if not pattern:
-        for name in ("mamba_heads", "mamba_head_dim", "mamba_state"):
-            if getattr(spec, name):
-                raise SpecError(f"{name}={getattr(spec, name)} needs a hybrid layer_pattern with Mamba (M) blocks")
-        return
-    bad = sorted(set(pattern) - set(BLOCK_KINDS))
-    if bad:
-        raise SpecError(f"layer_pattern has {bad[0]!r}: its letters are M (Mamba-2), * (attention), - (MLP), E (MoE)")
-    if len(pattern) != spec.num_layers:
-        raise SpecError(f"layer_pattern has {len(pattern)} letters but num_layers={spec.num_layers}")
-    if ("E" in pattern) != (spec.num_experts > 0):
-        raise SpecError(f"layer_pattern {'has' if 'E' in pattern else 'has no'} E (MoE) blocks but "
-                        f"num_experts={spec.num_experts}")
-    if spec.first_k_dense_layers or spec.moe_layer_freq != 1:
-        raise SpecError("first_k_dense_layers / moe_layer_freq do not apply to a layer_pattern (its E blocks are MoE)")
-    if "M" in pattern:
-        for name in ("mamba_heads", "mamba_head_dim", "mamba_state"):
-            if getattr(spec, name) < 1:
-                raise SpecError(f"{name}={getattr(spec, name)} must be positive: layer_pattern has Mamba (M) blocks")
-        if spec.mamba_heads % spec.mamba_groups:
-            raise SpecError(f"mamba_groups={spec.mamba_groups} does not divide mamba_heads={spec.mamba_heads}")
-
-
-def _check_window(spec: Any) -> None:
-    """A sliding window in causal attention, over at most the model's attention layers (all of them when
-    window_layers is 0); a GLU clamp that is a positive number on a gated MLP."""
-    if spec.window_layers and not spec.sliding_window:
-        raise SpecError(f"window_layers={spec.window_layers} needs sliding_window > 0 (the keys a windowed layer sees)")
-    if spec.sliding_window:
-        if not spec.causal:
-            raise SpecError(f"sliding_window={spec.sliding_window} needs causal attention (causal=false)")
-        attention = spec.num_attention_layers
-        if not attention:
-            raise SpecError(f"sliding_window={spec.sliding_window} needs attention layers (layer_pattern has no '*')")
-        if spec.window_layers > attention:
-            raise SpecError(f"window_layers={spec.window_layers} is more than the model's {attention} attention layers")
-    if spec.glu_clamp < 0:
-        raise SpecError(f"glu_clamp={spec.glu_clamp} must be positive (0: no clamp)")
-    if spec.glu_clamp and not spec.gated:
-        raise SpecError(f"glu_clamp={spec.glu_clamp} needs a gated MLP (mlp='swiglu'), not mlp={spec.mlp!r}")
-
-
-def _check_mtp(spec: Any) -> None:
-    """An MTP pattern only for a hybrid with MTP depths, of letters whose blocks the model has."""
-    pattern = spec.mtp_pattern
-    if not isinstance(pattern, str):
-        raise SpecError(f"mtp_pattern={pattern!r} must be a string of {''.join(BLOCK_KINDS)}")
-    if pattern and not spec.mtp_layers:
-        raise SpecError(f"mtp_pattern={pattern!r} needs mtp_layers > 0 (multi-token prediction)")
-    if spec.mtp_shared and not spec.mtp_layers:
-        raise SpecError("mtp_shared=true needs mtp_layers > 0 (multi-token prediction)")
-    if not spec.mtp_layers:
-        return
-    if spec.layer_pattern and not pattern:
-        raise SpecError("a hybrid's mtp_layers needs mtp_pattern (the blocks of its MTP layer, e.g. '*E')")
-    if pattern and not spec.layer_pattern:
-        raise SpecError(f"mtp_pattern={pattern!r} applies to a hybrid layer_pattern only; an MTP layer of "
-                        f"{spec.name} is one of its own layers")
-    missing = sorted(set(pattern) - set(spec.layer_pattern))
-    if missing:
-        raise SpecError(f"mtp_pattern has {missing[0]!r}, a block layer_pattern does not have")
-
-
-def _choice(spec: Any, name: str, allowed: tuple[str, ...]) -> None:
-    value = getattr(spec, name)
-    if value not in allowed:
-        raise SpecError(f"{name}={value!r} must be one of {', '.join(allowed)}")
-
-
-# ---- loading ------------------------------------------------------------------------------------------------
-_FIELDS = {f.name for f in fields(ModelSpec)}
-
-
-def model_from_dict(data: dict[str, Any], where: str = "model") -> ModelSpec:
-    """Build a ModelSpec from a flat mapping of its field names (as in a TOML preset)."""
-    unknown = sorted(set(data) - _FIELDS)
-    if unknown:
-        raise unknown_field(where, unknown[0], _FIELDS, "ModelSpec's (meshplan/model.py; a preset's TOML shows most)")
-    missing = [f.name for f in fields(ModelSpec) if f.name not in data and f.default is MISSING
-               and f.default_factory is MISSING]
-    if missing:
-        raise SpecError(f"{where}: missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
-    try:
-        return ModelSpec(**data)
-    except (TypeError, SpecError) as exc:  # a required field left out, or a value the spec refuses
-        raise SpecError(f"{where}: {exc}") from None
-
-
-def from_hf_config(config: dict[str, Any], name: str = "hf-model", where: str | None = None) -> ModelSpec:
-    """Translate a Hugging Face ``config.json`` (Llama, Mistral, Mixtral, Qwen2/3(-MoE), GPT-2, GPT-NeoX,
-    DeepSeek-V3) into a ModelSpec. Unknown architectures are read as Llama-like if the keys are present."""
-    from meshplan.specs.hf_config import hf_key, translate  # noqa: PLC0415  (kept separate: one translator per family)
-
-    fields_ = translate(config, name, where)
-    try:
-        return ModelSpec(**fields_)
-    except SpecError as exc:  # name the config.json key the offending value came from
-        message = str(exc)
-        field_name = message.split("=", 1)[0]
-        key = hf_key(str(config.get("model_type") or ""), field_name) if field_name.isidentifier() else None
-        shown = f"config.json {key} → {message}" if key and key != field_name else f"config.json: {message}"
-        raise SpecError(f"{where or name}: {shown}") from None
-
-
-def preset_names() -> list[str]:
-    root = resources.files("meshplan") / "presets" / "models"
-    return sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml"))
-
-
-def load_model(ref: str) -> ModelSpec:
-    """A preset name (``llama3-70b``), a ``.toml`` preset file or a Hugging Face ``config.json``."""
-    path = Path(ref)
-    if path.suffix.lower() == ".json":
-        where = f"model={str(path)!r}"
-        return from_hf_config(read_json(path, "model"), name=path.parent.name or path.stem, where=where)
-    if path.suffix.lower() == ".toml":
-        return model_from_dict(read_toml(path, "model"), where=f"model={str(path)!r}")
-    root = resources.files("meshplan") / "presets" / "models"
-    preset = root / f"{ref}.toml"
-    if ref not in preset_names():
-        raise not_a_preset("model", ref, preset_names(), "a preset, a .toml file or a config.json")
-    return model_from_dict(tomllib.loads(preset.read_text()), where=f"preset {ref}")

@@ -5,12 +5,15 @@ from __future__ import annotations
 import pytest
 
 from conftest import gpt
-from meshplan.cost.ops import ACT_BYTES, dense_layer, dims, kv_exchange
+from meshplan.cost.attention import kv_exchange
+from meshplan.cost.layers import dense_layer
+from meshplan.cost.records import ACT_BYTES, dims
 from meshplan.cost.summa import summa_linear
 from meshplan.estimate import estimate
+from meshplan.specs.check import check
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model import load_model
-from meshplan.specs.plan import Plan, check
+from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 
 
@@ -47,7 +50,7 @@ def test_summa_with_tp2_1_has_the_flops_and_weights_of_1d():
     one_d = Plan(tp=4)
     gemm = lambda ops: sum(o.flops for o in ops if o.kind == "gemm")  # noqa: E731
     assert gemm(dense_layer(model, summa, Stack())) == gemm(dense_layer(model, one_d, Stack()))
-    from meshplan.memory import layer_params
+    from meshplan.cost.params import layer_params
 
     assert layer_params(model, summa).total == layer_params(model, one_d).total
 

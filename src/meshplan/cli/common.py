@@ -1,0 +1,137 @@
+"""What the commands share: the model and system options, batch defaults, counts and lists, the progress bar."""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+
+import click
+
+from meshplan.errors import SpecError
+from meshplan.fields import MAX_SIZE
+from meshplan.ranges import RANGES
+
+MAX_TOKENS = RANGES["tokens"].high  # the bounds of a token budget, a price and a plan count: ranges.RANGES
+MAX_PRICE = RANGES["price"].high
+MAX_TOP = int(RANGES["top"].high)
+DEFAULT_BATCH_TOKENS = 4 * 2**20  # default global batch ≈ 4M tokens (GPT-3: 3.2M; Llama 2: 4M)
+
+
+def default_global_batch(seq_length: int, dp: int, micro_batch: int) -> int:
+    """≈ 4M tokens per step, rounded up to a whole number of dp × micro-batch sequences."""
+    unit = dp * micro_batch
+    return max(1, math.ceil(DEFAULT_BATCH_TOKENS / seq_length / unit)) * unit
+
+
+def split_ints(text: str | None, field: str) -> list[int] | None:
+    if text is None:
+        return None
+    items = [v.strip() for v in text.split(",")]
+    try:
+        values = [int(v) for v in items]
+    except ValueError:
+        raise SpecError(f"{field}={text!r} must be integers separated by commas") from None
+    return values
+
+
+common_model = [
+    click.option("--model", "model_ref", required=True, help="preset name, .toml file or HF config.json"),
+    click.option("--system", "system_ref", required=True, help="system preset (h100, gb200 …) or .toml file"),
+    click.option("--seq", "seq", type=int, default=None, help="sequence length (default: the model's)"),
+    click.option("--nvlink-domain", type=int, default=None, help="override the NVLink domain size"),
+]
+
+
+def apply(options):
+    def deco(f):
+        for opt in reversed(options):
+            f = opt(f)
+        return f
+    return deco
+
+
+def model_at(model_ref: str, seq: int | None):
+    """The model of ``--model``, at ``--seq`` if given."""
+    from meshplan.specs.model_load import load_model
+
+    model = load_model(model_ref)
+    if seq is not None:
+        if not 0 < seq <= MAX_SIZE:
+            raise SpecError(f"seq={seq} must be a positive integer up to {MAX_SIZE:,}")
+        model = model.with_seq_length(seq)
+    return model
+
+
+def sequences(value: int | None, field: str) -> int | None:
+    """A batch in sequences (``--global-batch``, ``--micro-batch``): positive and at most MAX_SIZE (the search
+    enumerates its divisors)."""
+    if value is not None and not 0 < value <= MAX_SIZE:
+        raise SpecError(f"{field}={value} must be a positive integer up to {MAX_SIZE:,}")
+    return value
+
+
+def load_inputs(model_ref: str, system_ref: str, seq: int | None, nvlink_domain: int | None, gpus: int):
+    """The model of ``--model`` (at ``--seq``) and ``gpus`` GPUs of ``--system`` (with ``--nvlink-domain``)."""
+    from meshplan.specs.hardware import load_system
+
+    model = model_at(model_ref, seq)
+    system = load_system(system_ref)
+    overrides = {"nvlink_domain": nvlink_domain} if nvlink_domain is not None else {}
+    return model, system.cluster(gpus, **overrides)
+
+
+_COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kMBGT]?)\s*$")
+_COUNT_SCALE = {"": 1.0, "k": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+
+
+def parse_count(text: str, field: str) -> float:
+    """``15T``, ``1.5e12``, ``400B`` → a positive number (a count, not a quantity with units)."""
+    match = _COUNT.match(text)
+    value = float(match.group(1)) * _COUNT_SCALE[match.group(2)] if match else 0.0
+    if not 1 <= value <= MAX_TOKENS:
+        raise SpecError(f"{field}={text!r} is not a count from 1 to {MAX_TOKENS:g} like '15T', '400B' or '1.5e12'")
+    return value
+
+
+def check_max_plans(value: int) -> None:
+    """``--max-plans`` (plan, report, sweep): a count of plans, 0 for no limit."""
+    if value < 0:
+        raise SpecError(f"max-plans={value} must be a count of plans (0: no limit)")
+
+
+def choices(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]:
+    values = tuple(v.strip() for v in text.split(","))
+    if values == ("",):
+        raise SpecError(f"{field} is empty")
+    for v in values:
+        if v not in allowed:
+            raise SpecError(f"{field}={v!r} must be one of {', '.join(allowed)}")
+    if not values:
+        raise SpecError(f"{field} is empty")
+    return values
+
+
+class progress:
+    """A progress bar on stderr for searches that take more than a moment (interactive terminals only)."""
+
+    def __init__(self, quiet: bool):
+        self.quiet, self.bar, self.task = quiet or not sys.stderr.isatty(), None, None
+
+    def __enter__(self):
+        if self.quiet:
+            return None
+        from rich.progress import Progress
+
+        self.bar = Progress(transient=True)
+        self.bar.__enter__()
+        self.task = self.bar.add_task("evaluating plans (jobs)", total=None)
+        return self.update
+
+    def update(self, done: int, total: int) -> None:
+        self.bar.update(self.task, completed=done, total=total)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+        return False

@@ -1,0 +1,38 @@
+"""``meshplan estimate``: one training step of a model on a cluster under one plan (its options: cli/options.py)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from meshplan.cli.common import apply, common_model, load_inputs
+from meshplan.cli.options import plan_of, plan_options, stack_of, stack_options
+from meshplan.errors import SpecError
+
+
+@click.command()
+@apply(common_model)
+@click.option("--gpus", type=int, required=True, help="number of GPUs")
+@plan_options
+@stack_options
+@click.option("--ops", "show_ops", is_flag=True, help="print the per-op table")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, show_ops: bool, as_json: bool,
+             **options: object) -> None:
+    """Estimate one training step of MODEL on GPUS accelerators of SYSTEM under one parallel plan."""
+    from meshplan.estimate import estimate as run
+
+    model, cluster = load_inputs(model_ref, system_ref, options.pop("seq"), options.pop("nvlink_domain"), gpus)
+    fp8_scaling_given = options.get("stack_fp8_scaling") is not None
+    stack = stack_of(framework, options)
+    plan = plan_of(options, model, cluster)
+    if fp8_scaling_given and stack.fp8_scaling != "delayed" and plan.precision != "fp8":
+        raise SpecError(f"fp8-scaling={stack.fp8_scaling} needs --precision fp8 (not {plan.precision})")
+    est = run(model, cluster, plan, stack)
+    if as_json:
+        click.echo(json.dumps(est.to_dict(), indent=None if show_ops else 2))
+        return
+    from meshplan.report.text import _console, estimate_tables
+
+    estimate_tables(est, _console(), ops=show_ops)

@@ -1,0 +1,136 @@
+"""``meshplan plan``: search every parallel plan and rank the feasible ones; each can be re-run with ``estimate``."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import click
+
+from meshplan.cli.common import (
+    MAX_PRICE,
+    apply,
+    check_max_plans,
+    choices,
+    common_model,
+    default_global_batch,
+    load_inputs,
+    parse_count,
+    progress,
+    sequences,
+    split_ints,
+)
+from meshplan.cli.options import estimate_args, recompute_modules, stack_of, stack_options
+from meshplan.errors import SpecError
+from meshplan.fields import MAX_PLANS
+from meshplan.ranges import check_options, step_tokens_problem
+from meshplan.search import Space
+from meshplan.specs.check import fsdp_has_zero
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import PRECISION, Plan
+from meshplan.specs.stack import Stack
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Plan)}
+RECOMPUTE_MODULES_HELP = _FIELDS["recompute_modules"].metadata["help"]
+PRECISION_HELP = "default: " + _FIELDS["precision"].metadata["default_help"]
+
+
+@click.command("plan")
+@apply(common_model)
+@click.option("--gpus", required=True, help="GPU count, or several separated by commas (strong scaling)")
+@click.option("--global-batch", type=int, default=None, help="sequences per step (default ≈ 4M tokens)")
+@click.option("--top", "top_k", type=int, default=10, show_default=True, help="plans to list")
+@click.option("--zero", "zero_opts", default="0,1,2,3", show_default=True, help="ZeRO stages to consider")
+@click.option("--recompute", "recompute_opts", default="none,selective,full", show_default=True)
+@click.option("--recompute-modules", "recompute_modules_text", default="core_attn", show_default=True,
+              help=RECOMPUTE_MODULES_HELP)
+@click.option("--sp", "sp_opts", default="off,on", show_default=True, help="sequence parallelism options")
+@click.option("--offload/--no-offload", default=True, show_default=True, help="consider optimizer / activation offload")
+@click.option("--placements", type=click.Choice(["all", "default"]), default="all", show_default=True,
+              help="every placement of the axes on the mesh, or tp,cp,dp,pp only")
+@click.option("--max-micro-batch", type=int, default=64, show_default=True)
+@click.option("--max-plans", type=int, default=MAX_PLANS, show_default=True,
+              help="refuse a search space of more plans than this (0: no limit)")
+@click.option("--precision", type=click.Choice(PRECISION), default=None, help=PRECISION_HELP)
+@click.option("--grad-bytes", type=int, default=4, show_default=True)
+@stack_options
+@click.option("--tokens", default=None, help="token budget (e.g. 15T) to report days and cost")
+@click.option("--price", type=float, default=None, help="price per GPU-hour, for --tokens")
+@click.option("--rank", "rank_by", type=click.Choice(["time", "cost"]), default="time", show_default=True,
+              help="across GPU counts: fastest, or cheapest for the token budget")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def plan_cmd(model_ref: str, system_ref: str, gpus: str, framework: str, as_json: bool, **options: Any) -> None:
+    """Search every parallel plan of MODEL on GPUS accelerators of SYSTEM and rank the feasible ones."""
+    from meshplan.report.text import print_search
+    from meshplan.search import search
+
+    counts = split_ints(gpus, "gpus") or []
+    if not counts or min(counts) < 1:
+        raise SpecError(f"gpus={gpus!r} must be positive integers")
+    stack = stack_of(framework, options)
+    settings = _settings(options, stack)
+    budget = _budget(options)
+    where = {"seq": options["seq"], "nvlink_domain": options["nvlink_domain"]}
+    clusters = [load_inputs(model_ref, system_ref, gpus=n, **where) for n in counts]  # all, before any search
+    gbs = _global_batch(clusters[0][0], options["global_batch"])
+    results = []
+    for model, cluster in clusters:
+        space = _space(settings, gbs, cluster.accelerator.default_precision, stack)
+        with progress(as_json) as update:
+            results.append(search(model, cluster, space, top_k=options["top_k"], progress=update))
+    rerun = ["meshplan", "estimate", "--model", model_ref, "--system", system_ref]
+    rerun += [x for k, v in where.items() if v is not None for x in ("--" + k.replace("_", "-"), str(v))]
+    print_search(results, as_json=as_json, **budget,
+                 rerun=lambda est: [*rerun, "--gpus", str(est.plan.num_gpus), *estimate_args(est.plan, est.stack)])
+
+
+def _settings(options: dict[str, Any], stack: Stack) -> dict[str, Any]:
+    """The search's choices from the options: ZeRO stages (those the stack's FSDP has), recomputes and their
+    modules, sequence parallelism, offload, placements and the limits."""
+    check_max_plans(options["max_plans"])
+    check_options(top=options["top_k"], max_micro_batch=options["max_micro_batch"],
+                  max_plans=options["max_plans"] or None, grad_bytes=options["grad_bytes"])
+    zeros = tuple(z for z in map(int, choices(options["zero_opts"], ("0", "1", "2", "3"), "zero"))
+                  if fsdp_has_zero(stack.fsdp, z))
+    if not zeros:
+        raise SpecError(f"zero={options['zero_opts']} leaves no stage for fsdp={stack.fsdp} (FSDP has no ZeRO-1)")
+    recomputes = choices(options["recompute_opts"], ("none", "selective", "full"), "recompute")
+    modules = recompute_modules(options["recompute_modules_text"])
+    if modules != ("core_attn",) and "selective" not in recomputes:
+        raise SpecError(f"recompute-modules={options['recompute_modules_text']} needs selective among --recompute "
+                        f"(got {options['recompute_opts']})")
+    offload = (False, True) if options["offload"] else (False,)
+    return {"zero": zeros, "recompute": recomputes, "recompute_modules": modules,
+            "sequence_parallel": tuple(v == "on" for v in choices(options["sp_opts"], ("off", "on"), "sp")),
+            "offload_optimizer": offload, "offload_activations": offload,
+            "all_placements": options["placements"] == "all", "max_micro_batch": options["max_micro_batch"],
+            "precision": options["precision"], "grad_bytes": options["grad_bytes"],
+            "max_plans": options["max_plans"]}
+
+
+def _budget(options: dict[str, Any]) -> dict[str, Any]:
+    """``--tokens``, ``--price`` and ``--rank``: what a training run of that many tokens takes and costs."""
+    tokens, price, rank_by = options["tokens"], options["price"], options["rank_by"]
+    budget = parse_count(tokens, "tokens") if tokens is not None else None
+    if price is not None and not 0 <= price <= MAX_PRICE:
+        raise SpecError(f"price={price} must be a number from 0 to {MAX_PRICE:g} per GPU-hour")
+    if price is not None and budget is None:
+        raise SpecError(f"price={price} needs --tokens (the budget it prices)")
+    if rank_by == "cost" and budget is None:
+        raise SpecError("rank=cost needs --tokens (the budget whose cost it ranks)")
+    return {"tokens": budget, "price": price, "rank_by": rank_by}
+
+
+def _global_batch(model: ModelSpec, global_batch: int | None) -> int:
+    sequences(global_batch, "global-batch")
+    gbs = global_batch or default_global_batch(model.seq_length, 1, 1)
+    problem = step_tokens_problem(gbs, model.seq_length, "global-batch")
+    if problem:
+        raise SpecError(problem)
+    return gbs
+
+
+def _space(settings: dict[str, Any], global_batch: int, default_precision: str, stack: Stack) -> Space:
+    """The search space of one GPU count: the settings, with the GPU's own precision unless one was given."""
+    return Space(**{**settings, "precision": settings["precision"] or default_precision}, global_batch=global_batch,
+                 stack=stack)

@@ -1,0 +1,86 @@
+"""``meshplan calibrate``, ``trace`` and ``presets``: the commands that measure a machine, cost a PyTorch module, and
+list what is built in."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from meshplan.errors import SpecError
+from meshplan.specs.stack import stack_names
+
+
+@click.command("calibrate")
+@click.option("--world-size", type=int, default=None, help="local ranks (default: the mesh's size, the GPUs, or 2)")
+@click.option("--mesh", default=None, help="mesh to time collectives on, innermost first, e.g. 2x4 (default: "
+              "discovered from pairwise bandwidths)")
+@click.option("--quick", is_flag=True, help="small sizes: a smoke test in seconds, not a calibration")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--base", "base_ref", default=None, help="system preset or .toml whose datasheet peaks, TDP and "
+              "unmeasured links are kept")
+@click.option("--out", default=None, help="write the calibrated system as a hardware TOML (use it as --system)")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object (fits and raw measurements)")
+def calibrate_cmd(world_size, mesh, quick, device, base_ref, out, as_json) -> None:
+    """Time GEMMs, memory-bound kernels and collectives on this host with PyTorch and fit meshplan's constants."""
+    from meshplan.calibrate import calibrate, parse_mesh, write_system
+    from meshplan.files import writable
+    from meshplan.specs.hardware import load_system
+
+    shape = parse_mesh(mesh, world_size)
+    if base_ref == "":
+        raise SpecError("base='' is empty: give a system preset or a .toml file")
+    if out is not None and not out.lower().endswith(".toml"):
+        raise SpecError(f"out={out!r} must end in .toml")
+    if out is not None:
+        writable(out, "out")
+    base = load_system(base_ref, "base") if base_ref else None
+    cal = calibrate(world_size=world_size, mesh=shape, quick=quick, device=device, base=base)
+    if out is not None:
+        write_system(cal, out, base)
+    if as_json:
+        click.echo(json.dumps(cal.to_dict(), indent=2))
+        return
+    from meshplan.calibrate.report import print_calibration
+    from meshplan.report.text import _console
+
+    print_calibration(cal, _console(), out)
+
+
+@click.command("trace")
+@click.argument("model_ref", metavar="MODULE:FACTORY")
+@click.option("--input-shape", "shapes", multiple=True, required=True, help="e.g. 2x32; repeat for more inputs")
+@click.option("--dtype", "dtypes", multiple=True, help="input dtype, one or one per input (default int64)")
+@click.option("--system", "system_ref", default="h100", show_default=True, help="system preset or .toml file")
+@click.option("--param-dtype", default=None, help="cast the model's floating-point weights, e.g. bfloat16")
+@click.option("--optimizer", default="adam", show_default=True, help="state in the peak: adam(w), momentum, sgd, none")
+@click.option("--top", type=int, default=20, show_default=True, help="ops to list")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def trace_cmd(model_ref, shapes, dtypes, system_ref, param_dtype, optimizer, top, as_json) -> None:
+    """Trace a PyTorch model (MODULE:FACTORY or file.py:FACTORY returns an nn.Module) on fake tensors: per-op
+    time on one GPU of SYSTEM, FLOPs and the liveness peak memory of one forward + backward pass."""
+    from meshplan.trace.command import render, run
+
+    if top < 1:
+        raise SpecError(f"top={top} must be a positive integer")
+    report = run(model_ref, shapes, dtypes, system_ref, param_dtype, optimizer)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(top), indent=2))
+        return
+    from meshplan.report.text import _console
+
+    render(report, _console(), top)
+
+
+@click.command("presets")
+def presets() -> None:
+    """List the built-in model and system presets."""
+    from meshplan.specs.hardware import system_names
+    from meshplan.specs.model_load import preset_names
+
+    click.echo("models:     " + " ".join(preset_names()))
+    click.echo("systems:    " + " ".join(system_names()))
+    click.echo("frameworks: " + " ".join(stack_names()))
+
+
+COMMANDS = [calibrate_cmd, trace_cmd, presets]

@@ -1,0 +1,211 @@
+"""Attention's per-op costs, one micro-batch, one GPU: the Q/K/V projections (standard and MLA), the attention
+core (flash or unfused, causal, sliding window), the K/V exchange of context parallelism, the attention block,
+and the copies a stack's model code adds around the kernel (symbols: records.py).
+
+Sources:
+- FlashAttention: causal blocks above the diagonal are skipped (half the FLOPs); the backward pass recomputes
+  the scores: 5 GEMMs vs 2 forward = 2.5 × (Dao et al. 2022, Alg. 2 and 4).
+- Context parallelism: ring exchange of K and V, c-1 steps forward, K/V and dK/dV backward
+  (Liu et al. 2023 "Ring Attention"; Megatron-Core context parallelism), overlapped with attention.
+- Saved activations: Korthikanti et al. 2022, §4.1 (``core_attention``).
+- flash-attn's varlen interface (``stack.varlen_attention``): the gathers and scatters that pack the rows around
+  the kernel (``varlen_padding``); a fused QKV projection split with torch.split (``stack.qkv_concat``): the
+  concatenation of the q, k, v gradients in the backward pass (``qkv_concat``).
+"""
+
+from __future__ import annotations
+
+from meshplan.cost.blocks import collective, gemm, norm, residual, tp_enter, tp_exit
+from meshplan.cost.records import ACT_BYTES, FP32, MASK_BYTES, Dims, OpCost
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.xp import Num
+
+
+def qkv_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """Q, K, V projections. Standard: one column-parallel GEMM H → (A·d + 2·K·d)/t.
+    MLA (DeepSeek-V3 §2.1.1): down-projections (replicated across TP) to the q and kv latents, then
+    column-parallel up-projections; the decoupled RoPE key comes from the kv down-projection."""
+    h, t, T = model.hidden_size, d.tp, d.tokens
+    stored_input = d.tokens_sp * h * ACT_BYTES  # stored sharded under SP, re-gathered in backward
+    if not model.is_mla:
+        return gemm("attn/qkv", T, h, (model.q_dim + 2 * model.kv_dim) / t, d, saved=stored_input)
+    a_heads = model.num_heads
+    qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+    ops: list[OpCost] = []
+    if model.q_lora_rank:
+        ops += gemm("attn/q_down", T, h, model.q_lora_rank, d, saved=stored_input)
+        ops += gemm("attn/q_up", T, model.q_lora_rank, a_heads * qk / t, d)
+    else:
+        ops += gemm("attn/q", T, h, a_heads * qk / t, d, saved=stored_input)
+    ops += gemm("attn/kv_down", T, h, model.kv_lora_rank + model.qk_rope_head_dim, d, saved=0.0)
+    ops += gemm("attn/kv_up", T, model.kv_lora_rank, a_heads * (model.qk_nope_head_dim + model.v_head_dim) / t, d)
+    return ops
+
+
+def head_dims(model: ModelSpec) -> tuple[int, int]:
+    """(query/key, value) head dimensions (MLA: d_nope + d_rope and d_v)."""
+    if model.is_mla:
+        return model.qk_nope_head_dim + model.qk_rope_head_dim, model.v_head_dim
+    return model.head_dim, model.head_dim
+
+
+def attention_elems(model: ModelSpec, d: Dims) -> tuple[Num, Num]:
+    """Elements of this GPU's queries, keys and values together, and of the attention output: T·(A/t·d_qk +
+    K/t·(d_qk + d_v)) and T·A/t·d_v (MLA: a key and a value per query head)."""
+    heads = model.num_heads / d.tp
+    kv_heads = heads if model.is_mla else model.num_kv_heads / d.tp
+    d_qk, d_v = head_dims(model)
+    return d.tokens * (heads * d_qk + kv_heads * (d_qk + d_v)), d.tokens * heads * d_v
+
+
+def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """softmax(Q·Kᵀ/√d)·V for A/t heads, T queries against s keys, causal.
+
+    FLOPs: 2·T·s·(A/t)·(d_qk + d_v) for the two batched GEMMs, halved by the causal mask for a
+    flash kernel that skips masked blocks; an unfused kernel computes the full square. A flash kernel in a sliding
+    window of w < s keys does 2·T·a·(A/t)·(d_qk + d_v), a = ``ModelSpec.window_keys()``, on the windowed layers'
+    share of the average layer (a record with ``window``); an unfused one still computes the square.
+    Saved (Korthikanti §4.1): Q and K (4sbh), V (2sbh); unfused adds softmax output (2as²b), dropout mask
+    (as²b) and dropout output (2as²b); FlashAttention stores the log-sum-exp instead (4 bytes per row).
+    """
+    a = ACT_BYTES
+    heads, d_qk, d_v = model.num_heads / d.tp, *head_dims(model)
+    T, s = d.tokens, d.seq
+    full = 2.0 * T * s * heads * (d_qk + d_v)
+    qkv_elems, out_elems = attention_elems(model, d)
+    saved_qkv = qkv_elems * a
+    if d.stack.flash_attention:
+        shape = {"m": T * heads, "n": s, "k": d_qk, "variant": "flash_causal" if model.causal else "flash",
+                 "kernel": d.stack.attention_kernel, "groups": plan.cp if d.stack.cp_comm == "ring" else 1}
+        saved = saved_qkv + T * heads * FP32  # q, k, v and the log-sum-exp
+        windowed = model.window_share
+        ops = []
+        if windowed < 1:  # the full-attention layers' share of the average layer
+            flops = (full / 2 if model.causal else full) * (1 - windowed)
+            ops += flash_records(flops, a * (qkv_elems + out_elems) * (1 - windowed),
+                                 a * (2 * qkv_elems + 3 * out_elems) * (1 - windowed), saved, shape)
+            saved = 0.0
+        if windowed:  # the windowed layers': a query sees window_keys() keys on average
+            flops = full * model.window_keys() / s * windowed
+            ops += flash_records(flops, a * (qkv_elems + out_elems) * windowed,
+                                 a * (2 * qkv_elems + 3 * out_elems) * windowed, saved,
+                                 shape | {"window": model.sliding_window}, "attn/core/window")
+        return ops
+    scores = T * heads * s  # full square: the mask is applied, not skipped
+    kept = scores * (2 * a + MASK_BYTES if d.dropout else a)  # softmax out (+ mask + dropout out)
+    fwd_traffic, bwd_traffic = unfused_score_traffic(d.dropout)
+    # Q·Kᵀ reduces over d, P·V over s (equal FLOPs): the pair runs like one GEMM of depth 2ds/(d+s)
+    shape = {"m": T * heads, "n": s, "k": 2.0 * d_qk * s / (d_qk + s), "variant": "unfused"}
+    return [
+        OpCost("attn/core", "fwd", "attention", full, a * (qkv_elems + out_elems) + scores * fwd_traffic,
+               saved_qkv, **shape),
+        # the scores kept for the backward pass; selective recompute drops them (Korthikanti §5)
+        OpCost("attn/scores", "fwd", "memory", saved=kept),
+        OpCost("attn/core", "bwd_x", "attention", 2 * full,
+               a * (2 * qkv_elems + 2 * out_elems) + scores * bwd_traffic, **shape),
+    ]
+
+
+def flash_records(flops: Num, fwd_bytes: Num, bwd_bytes: Num, saved: Num, shape: dict, name: str = "attn/core"
+                  ) -> list[OpCost]:
+    """A flash kernel's forward and backward records: the backward recomputes the scores and forms dS, dQ, dK and
+    dV: 5 GEMMs against the forward's 2, 2.5 × its FLOPs (Dao et al. 2022, Alg. 2 and 4). The windowed layers' share
+    is a sub-record, "attn/core/window", which the recompute modules of "attn/core" take along."""
+    return [OpCost(name, "fwd", "attention", flops, fwd_bytes, saved, **shape),
+            OpCost(name, "bwd_x", "attention", 2.5 * flops, bwd_bytes, **shape)]
+
+
+def unfused_score_traffic(dropout: bool) -> tuple[float, float]:
+    """Bytes per attention score that the unfused kernels move, forward and backward (Megatron-Core
+    ``DotProductAttention``: baddbmm → fused scale-mask-softmax → attention dropout → bmm; each kernel reads its
+    inputs from and writes its output to HBM in bf16). Forward: Q·Kᵀ writes S, the softmax reads S and writes
+    P, P·V reads P: 4 elements. Backward: dO·Vᵀ writes dP, the softmax backward reads P and dP and writes dS,
+    dQ = dS·K and dK = dSᵀ·Q read dS, dV = Pᵀ·dO reads P: 7 elements. Dropout adds, each way, a read and a
+    write of the scores and the byte mask; at p = 0 PyTorch's dropout returns its input without a kernel
+    (aten/src/ATen/native/Dropout.cpp), so a model without dropout moves none of that."""
+    extra = 2 * ACT_BYTES + MASK_BYTES if dropout else 0.0
+    return 4 * ACT_BYTES + extra, 7 * ACT_BYTES + extra
+
+
+def kv_chunk(model: ModelSpec, d: Dims) -> Num:
+    """Bytes of this GPU's K and V (its T rows, its heads)."""
+    if model.is_mla:
+        kv_width = model.num_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim)
+    else:
+        kv_width = 2 * model.kv_dim
+    return d.tokens * kv_width / d.tp * ACT_BYTES
+
+
+def kv_exchange(name: str, axis: str, group: Num, how: str, chunk: Num) -> list[OpCost]:
+    """Give every rank of a sequence-sharded group the whole sequence's K and V.
+
+    ``ring`` (ring attention, Liu et al. 2023; Megatron-Core cp_comm_type="p2p"): g-1 steps forward, K/V and
+    dK/dV backward, overlapped with the attention kernel. ``allgather`` (seed 003's fused attention for the
+    2D context layout; Megatron-Core cp_comm_type="all_gather"): all-gather K and V before the kernel
+    forward and again backward, reduce-scatter dK and dV after it; exposed.
+    """
+    if how == "ring":
+        return [collective(name, "fwd", "p2p", (group - 1) * chunk, axis, group, "cp"),
+                collective(name, "bwd_x", "p2p", 2 * (group - 1) * chunk, axis, group, "cp")]
+    full = group * chunk
+    return [collective(name, "fwd", "all_gather", full, axis, group),
+            collective(name, "bwd_x", "all_gather", full, axis, group),
+            collective(name, "bwd_x", "reduce_scatter", full, axis, group)]
+
+
+def context_exchange(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """K/V exchange across the context-parallel ranks (none when c = 1: a group of one costs nothing)."""
+    return kv_exchange("attn/cp_kv", "cp", plan.cp, d.stack.cp_comm, kv_chunk(model, d))
+
+
+def attention_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    ops = norm("attn/norm", model, d)
+    ops += tp_enter("attn/tp_in", model, plan, d)
+    ops += qkv_ops(model, plan, d)
+    ops += core_attention(model, plan, d)
+    ops += context_exchange(model, plan, d)
+    ops += gemm("attn/out", d.tokens, model.attn_out_dim / d.tp, model.hidden_size, d)
+    ops += tp_exit("attn/tp_out", model, plan, d)
+    ops += residual("attn/residual", model, d)
+    return ops
+
+
+# ---- flash-attn's variable-length interface and the QKV split: copies around the kernel ------------------
+UNPAD_KERNELS = 8  # kernels of one flash_attn.bert_padding.unpad_input call (varlen_padding)
+
+
+def varlen_padding(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """The copies around a FlashAttention call through flash-attn's varlen interface (``stack.varlen_attention``;
+    flash_attn/bert_padding.py, as llm-foundry's MPT ``flash_attn_fn`` uses it), per element of the query, key and
+    value and of the output (``attention_elems``, this GPU's heads):
+    forward: ``unpad_input`` gathers each of q, k, v into packed rows (``IndexFirstAxis``: torch.gather, read 2 +
+    write 2) and ``pad_input`` scatters the output into a zero-filled padded tensor (``IndexPutFirstAxis``: zeros
+    2, index_put read 2 + write 2);
+    backward: the gather's gradient scatters into zeros (2 + 2 + 2 per q, k, v element) and the output's gradient
+    is gathered back (2 + 2).
+    Saved: FlashAttention keeps its packed output for the backward pass, and the output projection keeps the padded
+    copy pad_input made: 2 bytes per output element more than the unpacked path.
+    Host: unpad_input reads the packed layout back to the host for each of q, k and v (``torch.nonzero`` needs its
+    output size, ``seqlens.max().item()`` the longest sequence), so from the layer's first synchronisation to the
+    FlashAttention call the GPU waits on the host for every kernel: ``UNPAD_KERNELS`` per call (the sum of the
+    mask, nonzero's count and select, max, cumsum, F.pad's fill and copy, the gather), three calls per layer. The
+    forward record takes at least that many host launches (``launches``, priced at ``Efficiency.host_launch`` as
+    the per-expert MoE path after its tokens-per-expert sync: roofline.op_time); the backward has no sync."""
+    if not d.stack.varlen_attention:
+        return []
+    qkv, out = attention_elems(model, d)
+    a = ACT_BYTES
+    return [OpCost("attn/varlen", "fwd", "memory", 0.0, 2 * a * qkv + 3 * a * out,  # gather; zeros + index_put
+                   a * out, launches=3 * UNPAD_KERNELS),
+            OpCost("attn/varlen", "bwd_x", "memory", 0.0, 3 * a * qkv + 2 * a * out)]  # zeros + scatter; gather
+
+
+def qkv_concat(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """The backward of torch.split on the fused QKV projection's output (``stack.qkv_concat``): autograd's
+    SplitWithSizesBackward concatenates the separate q, k and v gradients into one tensor, reading and writing
+    2 + 2 bytes per element of q, k and v (this GPU's heads). MLA has no fused QKV projection to split."""
+    if not d.stack.qkv_concat or model.is_mla:
+        return []
+    qkv, _ = attention_elems(model, d)
+    return [OpCost("attn/qkv_concat", "bwd_x", "memory", 0.0, 2 * ACT_BYTES * qkv)]

@@ -1,0 +1,93 @@
+"""Eager PyTorch (``stack.fusion = "eager"``) and PyTorch's cross-entropy (``stack.cross_entropy = "pytorch"``):
+the extra kernels of the unfused aten op sequences, counted kernel by kernel in ``EAGER``, and what they add to
+one layer (``eager_layer``)."""
+
+from __future__ import annotations
+
+from meshplan.cost.records import Dims, OpCost
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.xp import Num
+
+# Bytes per element that each unfused aten kernel reads (r) and writes (w), bf16 = 2, fp32 = 4, in the order
+# eager autograd runs them. A fused stack (Megatron / Transformer Engine kernels, torch.compile) does the same
+# math in the passes the other cost modules already count; eager PyTorch pays these on top.
+EAGER: dict[str, dict[str, tuple[tuple[str, int, int], ...]]] = {
+    # RMSNorm as torchtitan (models/norms.py) and HF LlamaRMSNorm write it, less the fused norm counted in norm():
+    # (x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * weight; per-row scalars neglected
+    "rmsnorm": {
+        "fwd": (("to fp32", 2, 4), ("pow", 4, 4), ("mean", 4, 0), ("mul rsqrt", 4, 4), ("type_as", 4, 2),
+                ("mul weight", 2, 2), ("fused norm", -2, -2)),
+        # mul weight: dx = g·w and dw = Σ g·x̂ (product, then the reduction); type_as; mul rsqrt: dx = g·r and
+        # dr = Σ g·x; mean: expand; pow_backward = g · 2 · x.pow(1) (three kernels); the two paths to x added;
+        # the fp32 upcast's backward
+        "bwd_x": (("mul weight dx", 2, 2), ("mul weight dw", 4, 2), ("sum dw", 2, 0), ("type_as", 2, 4),
+                  ("mul rsqrt dx", 4, 4), ("mul rsqrt dr", 8, 4), ("sum dr", 4, 0), ("mean expand", 0, 4),
+                  ("pow(x, 1)", 4, 4), ("mul 2", 4, 4), ("mul g", 8, 4), ("add paths", 8, 4), ("to bf16", 4, 2),
+                  ("fused norm", -4, -2)),
+    },
+    # F.layer_norm is one native kernel each way in eager mode too: nothing extra
+    "layernorm": {"fwd": (), "bwd_x": ()},
+    # rotary embedding as torchtitan's apply_rotary_emb (complex multiply on fp32 views), per element of q and k
+    "rope": {"fwd": (("to fp32", 2, 4), ("complex mul", 4, 4), ("type_as", 4, 2)),
+             "bwd_x": (("to fp32", 2, 4), ("complex mul", 4, 4), ("to bf16", 4, 2))},
+    # SwiGLU: silu(gate) * up as two kernels, per element of the FFN width, beyond the one fused kernel counted
+    # in mlp_gemms (fwd r 4 w 2, bwd r 8 w 2): silu (r 2 w 2) + mul (r 4 w 2); backward two muls and silu's
+    "swiglu": {"fwd": (("silu", 2, 2), ("mul", 4, 2), ("fused act", -4, -2)),
+               "bwd_x": (("mul dgate", 4, 2), ("mul dup", 4, 2), ("silu backward", 4, 2), ("fused act", -8, -2))},
+    "gelu": {"fwd": (), "bwd_x": ()},  # one kernel each way, as counted in mlp_gemms
+    # squared ReLU (Nemotron-H): relu then square, two kernels where mlp_gemms counts one fused act (fwd r 2 w 2, bwd
+    # r 4 w 2): HF transformers' ReLUSquaredActivation is relu(x) then torch.square, which aten runs as pow(x, 2)
+    # (UnaryOps.cpp); backward pow_backward = g * (2 * x.pow(1)) (FunctionsManual.cpp: three kernels, as in rmsnorm
+    # above) and relu's threshold_backward(g, result)
+    "relu2": {"fwd": (("relu", 2, 2), ("square", 2, 2), ("fused act", -2, -2)),
+              "bwd_x": (("pow(x, 1)", 2, 2), ("mul 2", 2, 2), ("mul g", 4, 2), ("threshold_backward", 4, 2),
+                        ("fused act", -4, -2))},
+    # a linear's bias gradient: autograd of addmm reduces the output gradient in a kernel of its own
+    "bias": {"fwd": (), "bwd_w": (("sum", 2, 0),)},
+    # GQA's repeat_kv (torchtitan, HF): K and V copied to every query head (expand + reshape), per element of
+    # the copy (the read of the n_rep times smaller source neglected); its backward sums the copies back
+    "repeat_kv": {"fwd": (("copy", 0, 2),), "bwd_x": (("sum", 2, 0),)},
+    # F.cross_entropy(logits.float()) beyond the fused loss counted in head_ops (fwd r 2 w 8, bwd r 4 w 2), per
+    # logit: the upcast; log_softmax reads a row too long for shared memory three times (max, Σexp, write:
+    # cunn_SoftMaxForward); backward: nll_loss_backward's zero fill, log_softmax_backward (Σ grad, then r grad
+    # and out, w), the upcast's backward
+    "cross_entropy": {"fwd": (("to fp32", 2, 4), ("log_softmax", 12, 4), ("fused loss", -2, -8)),
+                      "bwd_x": (("zero fill", 0, 4), ("log_softmax backward", 12, 4), ("to bf16", 4, 2),
+                                ("fused loss", -4, -2))},
+}
+
+
+def eager_bytes(kind: str, phase: str) -> int:
+    """Extra HBM bytes per element of an eager op sequence in one pass (``EAGER``)."""
+    return sum(r + w for _, r, w in EAGER[kind].get(phase, ()))
+
+
+def eager_op(name: str, kind: str, elems: Num) -> list[OpCost]:
+    """The extra memory-bound traffic of ``EAGER[kind]`` over ``elems`` elements, one record per pass."""
+    return [OpCost(f"{name}/eager", phase, "memory", 0.0, per_elem * elems)
+            for phase in ("fwd", "bwd_x", "bwd_w") if (per_elem := eager_bytes(kind, phase))]
+
+
+def eager_layer(model: ModelSpec, plan: Plan, d: Dims, moe: bool = False) -> list[OpCost]:
+    """What eager PyTorch adds to one layer: decomposed norms, rotary embedding, GQA copies, two-kernel SwiGLU,
+    bias gradients (``EAGER``). MoE experts are run by fused grouped kernels in every stack modelled here."""
+    if not d.eager:
+        return []
+    h, t, T = model.hidden_size, d.tp, d.tokens
+    heads, kv_heads = model.num_heads / t, model.num_kv_heads / t
+    ops = eager_op("attn/norm", model.norm, d.tokens_sp * h) + eager_op("mlp/norm", model.norm, d.tokens_sp * h)
+    if model.position_embedding == "rope" and not model.is_mla:
+        ops += eager_op("attn/rope", "rope", T * (heads + kv_heads) * model.head_dim)
+    if model.num_kv_heads < model.num_heads and not model.is_mla:
+        ops += eager_op("attn/repeat_kv", "repeat_kv", 2 * T * heads * model.head_dim)
+    if model.qkv_bias:
+        ops += eager_op("attn/qkv_bias", "bias", T * (model.q_dim + 2 * model.kv_dim) / t)
+    if model.linear_bias:
+        ops += eager_op("attn/out_bias", "bias", T * h)
+    if not moe:
+        ops += eager_op("mlp/act", model.mlp, T * model.ffn_hidden_size / t)
+        if model.linear_bias:
+            width_in = 2 * model.ffn_hidden_size if model.gated else model.ffn_hidden_size
+            ops += eager_op("mlp/bias", "bias", T * (width_in / t + h))
+    return ops

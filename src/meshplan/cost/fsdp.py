@@ -1,0 +1,55 @@
+"""PyTorch FSDP (``stack.fsdp``): the HBM traffic that prepares each micro-batch's gradients for their reduction
+(flat-gradient cat, reduce-dtype cast, pre-divide), read from torch/distributed/fsdp (``fsdp_grad_bytes``)."""
+
+from __future__ import annotations
+
+from meshplan.cost.params import kind_params
+from meshplan.cost.records import ACT_BYTES, OpCost
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
+from meshplan.xp import Num
+
+
+def fsdp_grad_bytes(plan: Plan, stack: Stack) -> int:
+    """HBM bytes per unsharded parameter that PyTorch FSDP reads and writes on the GPU, every micro-batch (FSDP
+    reduces the gradients after each backward pass unless ``no_sync``), to turn the weight gradients into the
+    reduction's input (g = ``plan.grad_bytes``, the reduce dtype; the weights and their gradients are bf16 under
+    FSDP's mixed precision). The weight-gradient GEMMs' own write is in ``gemm``.
+
+    ``fsdp1`` (FlatParameter FSDP, torch/distributed/fsdp, PyTorch 1.13-2.x): the unit's weights are views of one
+    flat parameter, so autograd assembles its gradient by concatenating the weight gradients (the backward of the
+    flat parameter's split, read + write: 2 + 2); ``_post_backward_hook`` casts it to the reduce dtype when that
+    differs (``flat_param.grad.to(reduce_dtype)``: 2 + g) and ``_reduce_grad`` divides it in place by the
+    pre-divide factor (``_div_if_needed``: g + g) before the reduce-scatter: 18 bytes with fp32 reduction, 8 with
+    bf16. ``fsdp2`` (per-parameter FSDP, ``fully_shard``): ``foreach_reduce`` copies the gradients into the
+    reduce-scatter buffer in the reduce dtype (``foreach_reduce_scatter_copy_in``: 2 + g) and, reducing in fp32 or
+    bf16, lets NCCL average (``ReduceOp.AVG``): no divide. FSDP issues these kernels on its post-backward stream,
+    beside the next unit's backward; they are counted at their full memory-bound time (they take the SMs and HBM
+    they need either way).
+    Neglected: the work on the 1/N shards (casting the fp32 shard to bf16 before each all-gather, accumulating the
+    reduced gradient shard): 12 + 12 bytes per parameter / N, under 3 at N ≥ 8; and in the peak memory the
+    unit's transient unsharded gradient and its reduce-dtype copy, (2 + g) bytes per parameter of one unit.
+    """
+    g = plan.grad_bytes
+    if stack.fsdp == "fsdp1":
+        return 2 * ACT_BYTES + (ACT_BYTES + g if g != ACT_BYTES else 0) + 2 * g
+    if stack.fsdp == "fsdp2":
+        return ACT_BYTES + g
+    return 0
+
+
+def fsdp_grad_prep(name: str, params: Num, plan: Plan, stack: Stack) -> list[OpCost]:
+    """The memory-bound op of ``fsdp_grad_bytes`` over ``params`` (this GPU's unsharded parameters of the unit) in
+    the backward pass; nothing when no FSDP shards the model. Under LoRA the frozen weights have no gradient, and
+    ``lora`` drops it with the other weight-gradient work."""
+    per_param = fsdp_grad_bytes(plan, stack)
+    return [OpCost(f"{name}/fsdp_grad", "bwd_w", "memory", 0.0, per_param * params)] if per_param else []
+
+
+def layer_fsdp_grad(model: ModelSpec, plan: Plan, stack: Stack, kind: str) -> list[OpCost]:
+    """``fsdp_grad_prep`` over one layer's parameters on this GPU (``memory.kind_params``: a MoE layer with its
+    local experts)."""
+    if stack.fsdp == "none":
+        return []
+    return fsdp_grad_prep("layer", kind_params(model, plan, kind).total, plan, stack)

@@ -1,0 +1,62 @@
+"""One transformer layer of each kind the model has, one micro-batch, one GPU: the dispatcher that composes the
+blocks (attention.py, mlp_moe.py, mamba.py; summa.py for the 2D layout) with what the stack and plan add
+(eager kernels, low-precision casts, LoRA, FSDP's gradient preparation)."""
+
+from __future__ import annotations
+
+from meshplan.cost.attention import attention_block, qkv_concat, varlen_padding
+from meshplan.cost.casts import low_precision_casts
+from meshplan.cost.eager import eager_layer
+from meshplan.cost.fsdp import layer_fsdp_grad
+from meshplan.cost.lora import lora
+from meshplan.cost.mamba import mamba_block
+from meshplan.cost.mlp_moe import mlp_block, moe_block
+from meshplan.cost.records import Dims, OpCost, dims
+from meshplan.cost.summa import summa_layer
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
+
+
+def stack_extras(model: ModelSpec, plan: Plan, d: Dims, kind: str) -> list[OpCost]:
+    """What the software stack adds to a layer: its model code's attention copies (flash-attn's varlen packing,
+    the QKV split's backward concatenation; layers with attention) and FSDP's gradient preparation
+    (``layer_fsdp_grad``)."""
+    attention = varlen_padding(model, plan, d) + qkv_concat(model, plan, d) if kind in ("dense", "moe",
+                                                                                        "attention") else []
+    if model.is_hybrid and kind == "moe":
+        attention = []
+    return attention + layer_fsdp_grad(model, plan, d.stack, kind)
+
+
+def dense_layer(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
+    """One transformer layer with a dense MLP, one micro-batch, one GPU."""
+    d = dims(model, plan, stack)
+    if plan.tensor_layout == "summa":
+        return lora(summa_layer(model, plan, d) + stack_extras(model, plan, d, "dense"), plan, d)
+    return low_precision_casts(lora(attention_block(model, plan, d) + mlp_block(model, plan, d)
+                                    + eager_layer(model, plan, d) + stack_extras(model, plan, d, "dense"), plan, d),
+                               plan, stack)
+
+
+def moe_layer(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
+    d = dims(model, plan, stack)
+    return low_precision_casts(lora(attention_block(model, plan, d) + moe_block(model, plan, d)
+                                    + eager_layer(model, plan, d, moe=True) + stack_extras(model, plan, d, "moe"),
+                                    plan, d), plan, stack)
+
+
+def hybrid_block(model: ModelSpec, plan: Plan, stack: Stack, kind: str) -> list[OpCost]:
+    """One block of a hybrid model (``ModelSpec.layer_pattern``), one micro-batch, one GPU: its pre-norm, mixer
+    and residual. Fused kernels only (plan.check refuses eager, SUMMA and LoRA plans for a hybrid)."""
+    d = dims(model, plan, stack)
+    block = {"mamba": mamba_block, "attention": attention_block, "mlp": mlp_block, "moe": moe_block}[kind]
+    return low_precision_casts(block(model, plan, d) + stack_extras(model, plan, d, kind), plan, stack)
+
+
+def layer_kinds(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCost]]:
+    """The ops of one layer of each kind the model has (``ModelSpec.block_counts``)."""
+    if model.is_hybrid:
+        return {kind: hybrid_block(model, plan, stack, kind) for kind in model.block_counts}
+    builders = {"dense": dense_layer, "moe": moe_layer}
+    return {kind: builders[kind](model, plan, stack) for kind in model.block_counts}

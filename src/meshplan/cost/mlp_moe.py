@@ -1,0 +1,141 @@
+"""The MLP's per-op costs, dense and mixture-of-experts, one micro-batch, one GPU: fc1, activation, fc2; the
+router, the token dispatch and combine, the experts' grouped (or per-expert, host-launched) GEMMs, the shared
+experts (symbols: records.py).
+
+Sources:
+- MoE: token dispatch and combine all-to-all over the ep group, forward and backward (Lepikhin et al. 2020,
+  GShard; Megatron-Core MoE), routing assumed balanced (the NVIDIA benchmark tables force-balance it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from meshplan.cost.blocks import collective, elementwise, gemm, norm, residual, tp_enter, tp_exit
+from meshplan.cost.records import ACT_BYTES, Dims, OpCost
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
+from meshplan.xp import Num
+
+
+def mlp_gemms(prefix: str, model: ModelSpec, rows: Num, ffn: Num, d: Dims, input_saved: Num | None = None,
+              groups: Num = 1.0, width: Num = 0) -> list[OpCost]:
+    """fc1 (H → F, or H → 2F gate+up for SwiGLU), activation, fc2 (F → H). ``ffn`` is the local width;
+    ``input_saved`` is what fc1 keeps of its input (the sequence-parallel shard, by default all rows);
+    ``groups``: the rows split over that many experts' weights (grouped GEMMs); ``width``: the rows' width
+    when it is not H (a latent MoE's experts)."""
+    width = width or model.hidden_size
+    width_in = 2 * ffn if model.gated else ffn
+    ops = gemm(f"{prefix}/fc1", rows, width, width_in, d, saved=input_saved, groups=groups)
+    act_in, act_out = rows * width_in, rows * ffn
+    ops += elementwise(f"{prefix}/act", act_in, act_out, 8.0, saved=act_in * ACT_BYTES)
+    ops += gemm(f"{prefix}/fc2", rows, ffn, width, d, groups=groups)
+    return ops
+
+
+def mlp_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    ops = norm("mlp/norm", model, d)
+    ops += tp_enter("mlp/tp_in", model, plan, d)
+    ops += mlp_gemms("mlp", model, d.tokens, model.ffn_hidden_size / d.tp, d,
+                     input_saved=d.tokens_sp * model.hidden_size * ACT_BYTES)
+    ops += tp_exit("mlp/tp_out", model, plan, d)
+    ops += residual("mlp/residual", model, d)
+    return ops
+
+
+def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """Router, dispatch all-to-all (ep), expert MLPs (sharded etp-ways), combine all-to-all, shared experts; a
+    latent MoE (``moe_latent_size``) projects the routed tokens to the latent width before the dispatch and back
+    after the combine, so the all-to-alls and the experts carry latent-wide rows.
+
+    Megatron-Core runs MoE layers with sequence parallelism whenever t > 1, so each rank routes T/t tokens;
+    the etp group all-gathers its members' tokens so the rank's E/e local experts see etp·T/t·k rows in all,
+    etp·T/t·k·e/E each (balanced routing), against F_e/etp columns: grouped GEMMs of that many rows per expert
+    (tile quantization per expert, wave quantization over all of them, weight-gradient depth = rows per expert).
+    """
+    k, latent = model.moe_topk, model.moe_latent_size
+    routed = d.tokens / d.tp  # tokens this rank routes
+    a = ACT_BYTES
+    ops = norm("moe/norm", model, d)
+    ops += gemm("moe/router", routed, model.hidden_size, model.num_experts, d)  # its input: the shared experts' too
+    if latent:  # a latent MoE projects the routed tokens down before the dispatch (and back after the combine)
+        ops += gemm("moe/latent_in", routed, model.hidden_size, latent, d, saved=0.0)
+    h = model.moe_width  # the width the all-to-alls carry and the experts see
+    sent = routed * k * h * a
+    for phase in ("fwd", "bwd_x"):
+        ops.append(collective("moe/dispatch", phase, "all_to_all", sent, "ep", plan.ep))
+        ops.append(collective("moe/combine", phase, "all_to_all", sent, "ep", plan.ep))
+    rows = routed * k * plan.etp
+    ops.append(collective("moe/etp_gather", "fwd", "all_gather", rows * h * a, "etp", plan.etp))
+    ops.append(collective("moe/etp_scatter", "fwd", "reduce_scatter", rows * h * a, "etp", plan.etp))
+    ops.append(collective("moe/etp_gather", "bwd_x", "all_gather", rows * h * a, "etp", plan.etp))
+    ops.append(collective("moe/etp_scatter", "bwd_x", "reduce_scatter", rows * h * a, "etp", plan.etp))
+    # token permutation around the all-to-alls (Megatron-Core MoE token dispatcher: permute before dispatch,
+    # unpermute + probability-weighted sum after combine): a gather and a scatter of the k·T/t routed rows
+    ops += elementwise("moe/permute", routed * k * h, routed * k * h, 0.0)
+    ops += elementwise("moe/unpermute", routed * k * h, routed * h, 2.0)
+    # E/e local experts, each an (etp·k·T/t · e/E)-row GEMM: grouped GEMMs (balanced routing)
+    ops += host_launched(mlp_gemms("moe/experts", model, rows, model.moe_ffn_hidden_size / plan.etp, d,
+                                   groups=model.num_experts / plan.ep, width=h), d.stack)
+    ops += grouped_mlp_eager(model, d.stack, rows, model.moe_ffn_hidden_size / plan.etp)
+    if latent:
+        ops += gemm("moe/latent_out", routed, latent, model.hidden_size, d)
+    if model.shared_expert_ffn_size:
+        ops += tp_enter("moe/shared_tp_in", model, plan, d)
+        ops += mlp_gemms("moe/shared", model, d.tokens, model.shared_expert_ffn_size / d.tp, d, input_saved=0.0)
+        ops += tp_exit("moe/shared_tp_out", model, plan, d)
+    ops += residual("moe/residual", model, d)
+    return ops
+
+
+def grouped_mlp_eager(model: ModelSpec, stack: Stack, rows: Num, ffn: Num) -> list[OpCost]:
+    """What Megatron-Core's TEGroupedMLP (the per-expert path, ``stack.expert_gemm = "per_expert"``) runs as eager
+    PyTorch kernels around its fused ones, ``rows`` routed rows of F = ``ffn`` (per etp shard) on this GPU, in bf16
+    (the router's probabilities keep the activations' dtype without moe_router_dtype; GPTOSSProvider sets none):
+
+    - a clamped GLU (``glu_clamp``): weighted_bias_quick_geglu_impl clamps the gate and the linear half and
+      concatenates them before its fused kernel (megatron/core/fusions/fused_bias_geglu.py): forward two clamps
+      (read F, write F each) and the cat (read 2F, write 2F), 8F elements a row; backward two clamp gradients (read
+      the gradient and the input, write F each, 6F) and the chunk's gradient, a cat (4F): 10F. The clamps keep their
+      input, fc1's 2F-wide output, while the fused kernel keeps the clamped copy (the activation's saved input): 2F
+      more saved a row. A sub-record of the activation, so the moe_act recompute runs it again and frees what it
+      kept (its checkpoint keeps only fc1's output).
+    - biased experts (``linear_bias``): TEGroupedMLP._apply_bias adds fc2's bias scaled by each row's routing
+      probability as ``t + b·p`` per local expert and concatenates the pieces (megatron/core/transformer/moe/
+      experts.py): forward b·p (write H), the add (read 2H, write H), the cat (read H, write H): 6H a row;
+      backward the probabilities' gradient (a product, read H write H, and its row sum, read H) and the split's,
+      a cat (2H), then the bias gradient (a product and its column sum, 3H). fc1's bias is added in the grouped
+      GEMM (Transformer Engine GroupedLinear, skip_bias_add false), for free.
+    A fused grouped MLP (``"grouped"``: Transformer Engine's CuTeDSL kernel applies the clamp and the scaled bias
+    in its epilogues) runs none of these, nor does a stack of eager PyTorch (``stack.fusion = "eager"``), whose
+    experts are not Megatron-Core's (``eager_layer``). The host time of the per-expert launches is not priced."""
+    if stack.expert_gemm != "per_expert" or stack.fusion != "fused":
+        return []
+    a, h = ACT_BYTES, model.moe_width
+    ops = []
+    if model.glu_clamp:  # the clamps keep fc1's output for their gradients besides the clamped copy the kernel keeps
+        ops += [OpCost("moe/experts/act/clamp", "fwd", "memory", 0.0, 8 * ffn * rows * a, 2 * ffn * rows * a),
+                OpCost("moe/experts/act/clamp", "bwd_x", "memory", 0.0, 10 * ffn * rows * a)]
+    if model.linear_bias:
+        ops += [OpCost("moe/experts/fc2/bias", "fwd", "memory", 0.0, 6 * h * rows * a),
+                OpCost("moe/experts/fc2/bias", "bwd_x", "memory", 0.0, 5 * h * rows * a),
+                OpCost("moe/experts/fc2/bias", "bwd_w", "memory", 0.0, 3 * h * rows * a)]
+    return ops
+
+
+def host_launched(ops: list[OpCost], stack: Stack) -> list[OpCost]:
+    """Mark the kernels of per-expert GEMMs (``stack.expert_gemm = "per_expert"``) as host-launched.
+
+    Dropless MoE learns how many tokens each local expert got only on the device; Megatron-Core's token
+    dispatcher copies the counts to the host (a device-to-host sync) before it can split the rows, and
+    Transformer Engine's GroupedLinear then launches one cuBLAS GEMM per expert (``general_grouped_gemm`` over
+    several streams), with fp8 / fp4 one quantization of the expert's input (forward) or output gradient
+    (input-gradient pass) before it, plus the per-expert ``torch.split`` / ``torch.empty`` calls whose CPU cost
+    TE's maintainers single out (NVIDIA/TransformerEngine#1499). After the sync the CPU has no lead, so
+    the GPU waits on these launches whenever each expert's GEMM is shorter than the host's time to issue it.
+    Kernels per expert and pass: the GEMM (here), and with low precision its quantization (forward and
+    input-gradient passes; ``low_precision_casts`` gives those cast ops their own launches)."""
+    if stack.expert_gemm != "per_expert":
+        return ops
+    return [replace(op, launches=op.groups) if op.kind == "gemm" else op for op in ops]

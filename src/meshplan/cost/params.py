@@ -1,0 +1,177 @@
+"""Parameters on one GPU before ZeRO sharding: which layers each pipeline rank holds, one layer of each kind
+split over the tensor- and expert-parallel ranks, LoRA adapters, multi-token-prediction layers, and a stage's
+total (``stage_params``, with the embedding and the LM head on the end stages).
+
+Symbols: L layers, p pipeline stages, v chunks per stage, t the tensor-parallel ranks (tp, or tp·tp2 on a SUMMA
+grid), ep·etp the ranks that split the routed experts, H hidden size, V vocabulary, r the LoRA rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.xp import Num, maximum, minimum, where
+
+
+@dataclass(frozen=True, slots=True)
+class StageParams:
+    """Parameters held by one GPU of a pipeline stage before ZeRO sharding."""
+
+    dense: Num  # replicated across the dp·cp ranks
+    expert: Num  # replicated across the expert-data-parallel ranks
+    adapters: Num = 0.0  # LoRA adapter parameters (plan.finetune = "lora"), replicated across the dp·cp ranks
+
+    @property
+    def total(self) -> Num:
+        return self.dense + self.expert
+
+
+def _uneven(plan: Plan) -> Num:
+    """An uneven last stage applies: ``plan.last_stage_layers`` set and a pipeline to set it on (a search batch
+    may hold pp = 1 rows beside pipelined ones)."""
+    return (plan.last_stage_layers > 0) & (plan.pp > 1)
+
+
+def layers_on_stage(model: ModelSpec, plan: Plan) -> Num:
+    """Layers on the first (and every middle) pipeline rank: ⌈L / p⌉, or with an uneven last stage
+    (``plan.last_stage_layers`` = l) the other ranks' even split of the rest, ⌈(L − l) / (p − 1)⌉."""
+    rest = -(-(model.num_layers - plan.last_stage_layers) // maximum(plan.pp - 1, 1))
+    return where(_uneven(plan), rest, -(-model.num_layers // plan.pp))
+
+
+def layers_on_last(model: ModelSpec, plan: Plan) -> Num:
+    """Layers on the last pipeline rank: ``plan.last_stage_layers``, or those of the others (``layers_on_stage``)."""
+    return where(_uneven(plan), plan.last_stage_layers, layers_on_stage(model, plan))
+
+
+@lru_cache(maxsize=256)
+def moe_fraction(model: ModelSpec) -> float:
+    """Share of layers that are MoE (layers of each kind are assumed spread evenly over the stages)."""
+    return model.num_moe_layers / model.num_layers
+
+
+@lru_cache(maxsize=256)
+def kind_fractions(model: ModelSpec) -> dict[str, float]:
+    """Share of the layers of each kind (``ModelSpec.block_counts``): {"dense": 1 - f, "moe": f}, or a hybrid's
+    blocks; each kind's layers are assumed spread evenly over the stages."""
+    return {kind: n / model.num_layers for kind, n in model.block_counts.items()}
+
+
+def kind_params(model: ModelSpec, plan: Plan, kind: str) -> StageParams:
+    """Parameters of one layer of ``kind`` (``ModelSpec.block_counts``) on one GPU: attention, norms, Mamba
+    mixers and dense MLPs (a MoE layer: its router, latent projections and shared experts) split t-ways (t·t2 on
+    a SUMMA grid, Megatron's Mamba mixer by heads and groups); routed experts split ep·etp-ways."""
+    t = plan.tp * plan.tp2
+    total = model.block_params(kind)
+    if kind != "moe":
+        return StageParams(dense=total / t, expert=0.0)
+    experts = model.num_experts * model.expert_params()
+    return StageParams(dense=(total - experts) / t, expert=experts / (plan.ep * plan.etp))
+
+
+def layer_params(model: ModelSpec, plan: Plan) -> StageParams:
+    """Average parameters per layer on one GPU: ``kind_params`` weighted by each kind's share of the layers."""
+    parts = [(f, kind_params(model, plan, kind)) for kind, f in kind_fractions(model).items()]
+    return StageParams(dense=sum(f * p.dense for f, p in parts), expert=sum(f * p.expert for f, p in parts))
+
+
+def moe_layers_on_stage(model: ModelSpec, plan: Plan, first: bool) -> Num:
+    """MoE layers on the first or the last pipeline rank. The first k layers are dense (DeepSeek-V3's
+    first_k_dense_replace = 3) and sit in the first rank's first model chunk, min(k, L / (p·v)) of them; after
+    them one layer in moe_layer_freq is MoE. The last rank holds the model's last layers, past the dense ones.
+    One stage (p = 1) holds all of them. (Timing keeps the model-wide share, ``moe_fraction``.)"""
+    layers = layers_on_stage(model, plan) if first else layers_on_last(model, plan)
+    if not model.is_moe:
+        return 0 * layers
+    if model.is_hybrid:  # E blocks spread through the pattern: the stage's share
+        return where(plan.pp == 1, model.num_moe_layers, layers * moe_fraction(model))
+    dense_first = minimum(model.first_k_dense_layers, layers / plan.vpp) if first else 0
+    on_stage = (layers - dense_first) / model.moe_layer_freq
+    return where(plan.pp == 1, model.num_moe_layers, minimum(on_stage, model.num_moe_layers))
+
+
+def other_layer_params(model: ModelSpec, plan: Plan) -> Num:
+    """Average parameters on one GPU of a layer that is not MoE: a dense layer, or the mean of a hybrid's Mamba,
+    attention and MLP blocks."""
+    parts = [(n, kind_params(model, plan, kind).dense) for kind, n in model.block_counts.items() if kind != "moe"]
+    count = sum(n for n, _ in parts)
+    return sum(n * p for n, p in parts) / count if count else 0.0
+
+
+def qkv_linears(model: ModelSpec) -> list[tuple[int, int]]:
+    """(k, n) of the query / key / value projections, as ops.attention_block builds them: one fused QKV linear, or
+    MLA's q_down / q_up (or a single q) and kv_down / kv_up (DeepSeek-V2 §2.1)."""
+    h = model.hidden_size
+    if not model.is_mla:
+        return [(h, model.q_dim + 2 * model.kv_dim)]
+    heads = model.num_heads
+    q_out = heads * (model.qk_nope_head_dim + model.qk_rope_head_dim)
+    q = [(h, model.q_lora_rank), (model.q_lora_rank, q_out)] if model.q_lora_rank else [(h, q_out)]
+    return q + [(h, model.kv_lora_rank + model.qk_rope_head_dim),
+                (model.kv_lora_rank, heads * (model.qk_nope_head_dim + model.v_head_dim))]
+
+
+def adapter_params(model: ModelSpec, plan: Plan) -> float:
+    """LoRA parameters per layer on one GPU: r·(k + n)/t for each targeted linear W (k×n): the QKV projections
+    (``qkv_linears``), and with ``plan.lora_targets = "all"`` also the attention output and the dense MLP's fc1
+    (gate + up) and fc2 (the linears ops.LORA_PREFIXES adapts; the TP shards split the adapters with their base
+    weights, a small overcount for the replicated halves)."""
+    if plan.finetune != "lora":
+        return 0.0
+    h, f = model.hidden_size, model.ffn_hidden_size
+    fc1 = 2 * f if model.gated else f
+    qkv = sum(k + n for k, n in qkv_linears(model))
+    rest = (model.attn_out_dim + h) + (1 - moe_fraction(model)) * ((h + fc1) + (f + h))
+    return plan.lora_rank * (qkv + rest * (plan.lora_targets == "all")) / (plan.tp * plan.tp2)
+
+
+def trainable(params: StageParams, plan: Plan) -> StageParams:
+    """The parameters that get gradients and optimizer state: all of them, or under LoRA the adapters only."""
+    if plan.finetune == "lora":
+        return StageParams(dense=params.adapters, expert=0.0, adapters=params.adapters)
+    return params
+
+
+def stage_params(model: ModelSpec, plan: Plan, first: bool) -> StageParams:
+    """The first (embedding) or last (final norm + LM head) stage; with p = 1 one stage holds both.
+    A tied LM head keeps its own copy on the last stage when p > 1 (Megatron). Only the vocabulary matrices are
+    split over the tensor-parallel ranks (VocabParallelEmbedding, the column-parallel output layer); a learned
+    position table and the norms are copied on every rank (Megatron-LM's LanguageModelEmbedding keeps its
+    position_embeddings a plain torch.nn.Embedding)."""
+    layers = layers_on_stage(model, plan) if first else layers_on_last(model, plan)
+    moe_layers = moe_layers_on_stage(model, plan, first)
+    other = other_layer_params(model, plan)
+    moe_layer = kind_params(model, plan, "moe")
+    single = plan.pp == 1
+    word = model.vocab_size * model.hidden_size
+    head_matrix = 0 if model.tied_embeddings else word
+    embed = word / plan.tp + (model.embedding_params() - word)
+    head = head_matrix / plan.tp + (model.head_params() - head_matrix)
+    if model.tied_embeddings:
+        head = head + (word / plan.tp) * (1 - single)
+    extra = embed + head * single if first else head + embed * single
+    mtp = mtp_params(model, plan)
+    on_stage = single if first else 1  # the MTP layers sit on the last stage
+    adapters = adapter_params(model, plan) * layers
+    dense = other * (layers - moe_layers) + moe_layer.dense * moe_layers
+    return StageParams(dense=dense + extra + on_stage * mtp.dense + adapters,
+                       expert=moe_layer.expert * moe_layers + on_stage * mtp.expert, adapters=adapters)
+
+
+def mtp_params(model: ModelSpec, plan: Plan) -> StageParams:
+    """The multi-token-prediction layers on one GPU of the last stage (``ModelSpec.mtp_params``): their blocks split
+    as the model's are (``kind_params``), eh_proj t-ways, the three norms copied; with p > 1 the last stage also
+    holds a copy of the vocabulary-parallel embedding for the MTP lookup (Megatron-Core builds the embedding on
+    the stage that runs MTP and keeps the copies in sync like a tied head; a tied model's last stage has that copy
+    already)."""
+    if not model.mtp_layers:
+        return StageParams(dense=0.0, expert=0.0)
+    copies = 1 if model.mtp_shared else model.mtp_layers
+    blocks = [kind_params(model, plan, kind) for kind in model.mtp_kinds]
+    h = model.hidden_size
+    own = 3 * model.norm_params(h) + 2 * h * h / (plan.tp * plan.tp2) + sum(b.dense for b in blocks)
+    embedding = model.vocab_size * h / plan.tp * (plan.pp > 1) * (not model.tied_embeddings)
+    return StageParams(dense=copies * own + embedding, expert=copies * sum(b.expert for b in blocks))

@@ -1,0 +1,103 @@
+"""Per-op cost records of one micro-batch on one GPU: ``OpCost`` (FLOPs, HBM bytes, saved activations,
+collectives), the byte sizes they count in, and ``Dims``, the rows and sizes a plan gives the ops.
+
+Symbols (every module of cost/): b micro-batch, s sequence, t tensor-parallel size, c context-parallel size,
+H hidden, F FFN, A heads, K kv-heads, d head dim, V vocabulary, E experts, k top-k, Fe expert FFN, e ep, et etp,
+T = b·s/c tokens a GPU processes in the tensor-parallel region, Tsp = T/t with sequence parallelism (else T),
+a = 2 bytes per activation element (bf16).
+
+Every record is flat (DESIGN.md): name ``"attn/qkv"``, phase ``fwd`` / ``bwd_x`` (input gradient) /
+``bwd_w`` (weight gradient), kind ``gemm`` / ``attention`` / ``memory`` / ``collective``. Totals are sums.
+The modules that build them: blocks (GEMM, element-wise op, collective, norm, tensor-parallel entry and exit,
+residual), attention, mamba, mlp_moe, eager, casts, lora, fsdp, embed_head, pipeline, linear_2d, summa, and
+layers, which composes one layer of each kind; recompute says what selective recompute runs again and frees.
+
+Sources:
+- Saved activations per layer: Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+  Transformer Models"), §4 and Table 2: s·b·h·(34 + 5·a·s/h) bytes without parallelism; 10 + 24/t with tensor
+  parallelism; 34/t with sequence parallelism; 5·a·s/h dropped by selective recompute; 2 with full recompute.
+  Each op stores what that paper lists for it, generalised to GQA, SwiGLU and no-dropout models.
+- Mixed-precision Adam: fp32 master weights and two moments, 12 bytes per parameter (Rajbhandari et al.
+  2020, ZeRO §3); the optimizer's bytes are memory.py's (``OPTIMIZER_BYTES``), not a record here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshplan.comm import Collective
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
+from meshplan.xp import Num
+
+ACT_BYTES = 2  # bf16 activations
+MASK_BYTES = 1  # dropout masks are stored as bytes
+FP32 = 4
+# Bytes per quantized element: fp8; MXFP8 adds one E8M0 scale per 32-element block (OCP Microscaling Formats
+# (MX) v1.0 specification, §5: block size 32, 8-bit shared scale); NVFP4, 4 bits and one E4M3 scale per
+# 16-element block (NVIDIA, "Introducing NVFP4 for Efficient and Accurate Low-Precision Inference", 2025).
+LOW_PRECISION_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "fp4": 0.5 + 1.0 / 16}
+
+
+@dataclass(frozen=True, slots=True)
+class OpCost:
+    """One op in one pass on one GPU for one micro-batch."""
+
+    name: str
+    phase: str  # fwd | bwd_x | bwd_w | step
+    kind: str  # gemm | attention | memory | collective
+    flops: Num = 0.0
+    nbytes: Num = 0.0  # HBM traffic, or the message size of a collective
+    saved: Num = 0.0  # activation bytes kept from the forward pass for the backward pass
+    m: Num = 0.0  # GEMM shape (m×k)·(k×n) of this pass, for shape-dependent efficiency
+    n: Num = 0.0
+    k: Num = 0.0
+    collective: Collective | None = None
+    overlap: str = ""  # "" exposed; "tp", "cp", "summa": may hide behind compute (see estimate.py)
+    repeat: Num = 1.0  # a collective sent this many times (SUMMA panels), each of ``nbytes``
+    # attention kernel: "flash_causal" / "flash" (one fused kernel: time = max(compute, memory)) or "unfused"
+    # (batched score GEMMs and a separate softmax kernel: times add). m, n, k: queries·heads, keys, head dim.
+    # GEMMs: "bf16" for one kept in 16 bits under a low-precision plan. Casts: "block_scaled" for the
+    # quantization to a block-scaled format (MXFP8, NVFP4), whose kernel is slower than its bytes (efficiency.py)
+    variant: str = ""
+    # a grouped GEMM (MoE experts: one GEMM per local expert, run as one grouped kernel): m, n, k are the shape
+    # of one group, ``groups`` of them; FLOPs and bytes are the totals. Flash attention: the kernel calls the op
+    # is split into (ring context parallelism: one per step, each over n / groups keys)
+    groups: Num = 1.0
+    kernel: str = ""  # flash attention: the kernel family of the stack (stack.attention_kernel), efficiency.py
+    window: Num = 0.0  # flash attention in a sliding window of this many keys (ModelSpec.sliding_window); 0: none
+    # kernels the host launches one by one with the GPU waiting on it (per-expert GEMMs right after the
+    # tokens-per-expert sync): the op takes at least launches × Efficiency.host_launch (roofline.op_time)
+    launches: Num = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Dims:
+    """Token counts and sizes one GPU sees for one micro-batch under a plan."""
+
+    tokens: Num  # T = b·s/c
+    tokens_sp: Num  # Tsp: T/t with sequence parallelism, else T
+    tp: Num
+    seq: int
+    micro_batch: Num
+    grad_bytes: int
+    dropout: bool
+    stack: Stack  # how the software stack runs the ops (stack.py)
+    eager: bool = False  # stack.fusion == "eager"
+
+
+def token_rows(model: ModelSpec, plan: Plan) -> tuple[Num, Num]:
+    """T = b·s/(c·tp2) rows per GPU (tp2 = 1 outside the summa layout); Tsp = T/t where the residual stream
+    is sharded t-ways (sequence parallelism, or the summa layout's feature split)."""
+    tokens = plan.micro_batch * model.seq_length / (plan.cp * plan.tp2)
+    sharded = plan.sequence_parallel or plan.tensor_layout == "summa"
+    return tokens, tokens / plan.tp if sharded else tokens
+
+
+def dims(model: ModelSpec, plan: Plan, stack: Stack) -> Dims:
+    """The rows (``token_rows``) and sizes the ops of one micro-batch on one GPU see, and the stack that runs them."""
+    tokens, tokens_sp = token_rows(model, plan)
+    return Dims(tokens=tokens, tokens_sp=tokens_sp, tp=plan.tp, seq=model.seq_length,
+                micro_batch=plan.micro_batch, grad_bytes=plan.grad_bytes, dropout=model.dropout, stack=stack,
+                eager=stack.fusion == "eager")

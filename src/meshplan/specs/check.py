@@ -1,0 +1,303 @@
+"""Every constraint a plan violates for a model (and cluster) as a stack runs it, each with its numbers.
+
+``check`` is the one place these rules live: ``estimate`` raises on them (``validate``), the search records them as
+reasons, the command line reports them as one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import TYPE_CHECKING
+
+from meshplan import ranges
+from meshplan.errors import PlanError
+from meshplan.specs.plan import (
+    DENSE_AXES,
+    FP8_ATTENTION_PRECISIONS,
+    PRECISION,
+    RECOMPUTE_MODULES,
+    SCHEDULES,
+    Plan,
+)
+from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
+from meshplan.specs.stack import Stack
+
+if TYPE_CHECKING:
+    from meshplan.specs.hardware import Cluster
+    from meshplan.specs.model import ModelSpec
+
+
+def fsdp_has_zero(fsdp: str, zero: int) -> bool:
+    """Whether PyTorch FSDP implements this ZeRO stage: NO_SHARD is 0, SHARD_GRAD_OP 2, FULL_SHARD 3; it has no
+    stage that shards only the optimizer state (1). Without FSDP every stage is available."""
+    return fsdp == "none" or zero != 1
+
+
+def check(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack = DEFAULT_STACK) -> list[str]:
+    """Every constraint ``plan`` violates for this model (and cluster) as ``stack`` runs it, each with its numbers.
+    [] = valid."""
+    reasons: list[str] = []
+    for name in ("dp", "tp", "pp", "cp", "tp2", "ep", "etp", "vpp", "micro_batch", "global_batch", "summa_panels"):
+        value = getattr(plan, name)
+        if name == "etp" and value == plan.tp:
+            continue  # defaulted to tp: reported under tp
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            reasons.append(f"{name}={value!r} must be a positive integer")
+    if reasons:
+        return reasons
+    reasons += _check_ranges(model, plan)
+    if cluster is not None and plan.num_gpus != cluster.num_gpus:
+        if plan.tp2 > 1:
+            reasons.append(f"dp*tp*tp2*pp*cp = {plan.dp}*{plan.tp}*{plan.tp2}*{plan.pp}*{plan.cp} = "
+                           f"{plan.num_gpus} != gpus={cluster.num_gpus}")
+        else:
+            reasons.append(f"dp*tp*pp*cp = {plan.dp}*{plan.tp}*{plan.pp}*{plan.cp} = {plan.num_gpus} "
+                           f"!= gpus={cluster.num_gpus}")
+    reasons += _check_tensor(model, plan, stack)
+    reasons += _check_summa(model, plan)
+    reasons += _check_pipeline(model, plan)
+    reasons += _check_experts(model, plan) + _check_ep_overlap(model, plan, stack)
+    reasons += _check_hybrid(model, plan, stack)
+    reasons += _check_options(model, cluster, plan, stack)
+    return reasons
+
+
+# The numeric fields whose range check() reads from ranges.RANGES (zero and grad_bytes are choices, checked by name)
+RANGED = ("dp", "tp", "pp", "cp", "tp2", "ep", "etp", "vpp", "last_stage_layers", "micro_batch", "global_batch",
+          "recompute_layers", "offload_layers", "lora_rank", "summa_panels")
+
+
+def _check_ranges(model: ModelSpec, plan: Plan) -> list[str]:
+    """Each field of RANGED at most its physical maximum (ranges.RANGES; values below the minimum are reported by
+    the kind checks), and the tokens of one step at most ranges.MAX_STEP_TOKENS."""
+    reasons = []
+    for name in RANGED:
+        value = getattr(plan, name)
+        if isinstance(value, (int, float)) and value > ranges.RANGES[name].high:
+            reasons.append(ranges.problem(name, value) or "")
+    reason = ranges.step_tokens_problem(plan.global_batch, model.seq_length)
+    return reasons + ([reason] if reason else [])
+
+
+def _check_hybrid(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
+    """A hybrid (``layer_pattern``) is costed block by block with fused kernels (ops.hybrid_block): Megatron-Core's
+    MambaMixer splits its heads and groups over TP; context parallelism of the Mamba scan, eager PyTorch kernels,
+    the SUMMA layout and LoRA adapters are not modelled for it."""
+    if not model.is_hybrid:
+        return []
+    reasons = []
+    if "M" in model.layer_pattern:
+        for name in ("mamba_heads", "mamba_groups"):
+            if getattr(model, name) % plan.tp:
+                reasons.append(f"tp={plan.tp} does not divide {name}={getattr(model, name)}")
+        if plan.cp > 1:
+            reasons.append(f"cp={plan.cp}: context parallelism of Mamba layers is not modelled ({model.name})")
+    for name, value, plain in (("fusion", stack.fusion, "fused"), ("tensor_layout", plan.tensor_layout, "1d"),
+                               ("finetune", plan.finetune, "full")):
+        if value != plain:
+            reasons.append(f"{name}={value!r}: hybrid models (layer_pattern) are costed with {name}={plain!r} only")
+    return reasons
+
+
+def validate(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack = DEFAULT_STACK) -> None:
+    """Raise PlanError listing every violation (for user input; the search records reasons instead)."""
+    reasons = check(model, cluster, plan, stack)
+    if reasons:
+        raise PlanError(reasons)
+
+
+def _check_tensor(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
+    reasons = []
+    if model.num_heads % plan.tp:
+        reasons.append(f"tp={plan.tp} does not divide num_heads={model.num_heads}")
+    elif not model.is_mla and model.num_kv_heads % plan.tp and plan.tp % model.num_kv_heads:
+        reasons.append(f"tp={plan.tp} and num_kv_heads={model.num_kv_heads}: neither divides the other")
+    if model.ffn_hidden_size % plan.tp:
+        reasons.append(f"tp={plan.tp} does not divide ffn_hidden_size={model.ffn_hidden_size}")
+    if plan.cp > 1 and model.seq_length % (2 * plan.cp):
+        reasons.append(f"2*cp={2 * plan.cp} does not divide seq_length={model.seq_length} "
+                       "(load-balanced causal split)")
+    if plan.sequence_parallel and plan.tp == 1:
+        reasons.append("sequence_parallel needs tp > 1")
+    reason = ring_window_reason(model, plan.cp, stack.cp_comm)
+    if reason:
+        reasons.append(reason)
+    return reasons
+
+
+def ring_window_reason(model: ModelSpec, cp: int, cp_comm: str) -> str:
+    """Ring context parallelism cannot run sliding-window attention: Transformer Engine's attention_with_cp asserts
+    "The context parallel running configs cannot support sliding window attention!" unless cp_comm_type is a2a or
+    all_gather (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py)."""
+    if cp > 1 and cp_comm == "ring" and model.window_share:
+        return (f"cp={cp} with cp_comm='ring' cannot run sliding-window attention (sliding_window="
+                f"{model.sliding_window}): Transformer Engine takes a window only with cp_comm='allgather' "
+                "(--cp-comm allgather)")
+    return ""
+
+
+def _check_summa(model: ModelSpec, plan: Plan) -> list[str]:
+    """The 2D SUMMA grid: tp2 shards the sequence and the weights' rows; panels split the hidden size."""
+    if plan.tensor_layout != "summa":  # another name than 1d: _check_choices says it
+        return [f"tp2={plan.tp2} needs tensor_layout='summa'"] if plan.tp2 > 1 and plan.tensor_layout == "1d" else []
+    reasons = []
+    if model.is_moe or model.is_mla:
+        reasons.append(f"tensor_layout='summa' models dense standard-attention layers only ({model.name})")
+    if model.seq_length % (plan.tp2 * plan.cp):
+        reasons.append(f"tp2*cp = {plan.tp2 * plan.cp} does not divide seq_length={model.seq_length}")
+    for name, size in (("hidden_size", model.hidden_size), ("ffn_hidden_size", model.ffn_hidden_size)):
+        if size % plan.tp2:
+            reasons.append(f"tp2={plan.tp2} does not divide {name}={size}")
+    if model.hidden_size % plan.summa_panels:
+        reasons.append(f"summa_panels={plan.summa_panels} does not divide hidden_size={model.hidden_size}")
+    if plan.sequence_parallel:
+        reasons.append("sequence_parallel does not apply to the summa layout (activations are already sharded)")
+    return reasons
+
+
+def _check_pipeline(model: ModelSpec, plan: Plan) -> list[str]:
+    reasons = []
+    micro = plan.dp * plan.micro_batch
+    if plan.global_batch % micro:
+        reasons.append(f"dp*micro_batch = {plan.dp}*{plan.micro_batch} = {micro} does not divide "
+                       f"global_batch={plan.global_batch}")
+    stages = plan.pp * plan.vpp
+    if stages > model.num_layers:
+        reasons.append(f"pp*vpp = {stages} exceeds num_layers={model.num_layers}")
+    reasons += _check_last_stage(model, plan)
+    if plan.schedule not in SCHEDULES:  # _check_choices says it
+        return reasons
+    if plan.vpp > 1 and plan.schedule != "interleaved":
+        reasons.append(f"vpp={plan.vpp} needs schedule='interleaved' (got {plan.schedule!r})")
+    elif plan.schedule == "interleaved":
+        if plan.vpp == 1 or plan.pp == 1:
+            reasons.append(f"schedule='interleaved' needs pp > 1 and vpp > 1 (pp={plan.pp}, vpp={plan.vpp})")
+        elif not plan.global_batch % micro and plan.grad_accum % plan.pp:
+            reasons.append(f"interleaved schedule: pp={plan.pp} does not divide the "
+                           f"{plan.grad_accum} micro-batches")
+    return reasons
+
+
+def _check_last_stage(model: ModelSpec, plan: Plan) -> list[str]:
+    """An uneven last stage: with a pipeline, and leaving the other ranks at least one layer per model chunk."""
+    last = plan.last_stage_layers
+    if not isinstance(last, int) or isinstance(last, bool) or last < 0:
+        return [f"last_stage_layers={last!r} must be a non-negative integer"]
+    if last and plan.pp == 1:
+        return [f"last_stage_layers={last} needs pp > 1 (a pipeline whose last stage it sizes)"]
+    if last and model.num_layers - last < (plan.pp - 1) * plan.vpp:
+        return [f"last_stage_layers={last} leaves {model.num_layers - last} of num_layers={model.num_layers} for "
+                f"the other {plan.pp - 1} pipeline ranks' {(plan.pp - 1) * plan.vpp} model chunks"]
+    return []
+
+
+def _check_experts(model: ModelSpec, plan: Plan) -> list[str]:
+    if not model.is_moe:
+        if plan.ep > 1:
+            return [f"ep={plan.ep} but {model.name} has no experts"]
+        if plan.etp != plan.tp:
+            return [f"etp={plan.etp} but {model.name} has no experts (expert tensor parallelism)"]
+        return []
+    reasons = []
+    if model.num_experts % plan.ep:
+        reasons.append(f"ep={plan.ep} does not divide num_experts={model.num_experts}")
+    ranks = plan.tp * plan.cp * plan.dp
+    if ranks % (plan.ep * plan.etp):
+        reasons.append(f"ep*etp = {plan.ep}*{plan.etp} does not divide tp*cp*dp = {ranks}")
+    if model.moe_ffn_hidden_size % plan.etp:
+        reasons.append(f"etp={plan.etp} does not divide moe_ffn_hidden_size={model.moe_ffn_hidden_size}")
+    return reasons
+
+
+def _check_ep_overlap(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
+    """What Megatron-Core's combined 1F1B schedule (overlap_ep) asserts (TransformerConfig, "Combined 1F1B"
+    requirements in docs/user-guide/features/moe_a2a_overlap.md): expert parallelism, no full recompute, an
+    interleaved schedule under pipeline parallelism, at most one MTP layer."""
+    if not stack.overlap_ep:
+        return []
+    needs = [("ep > 1", plan.ep > 1), ("a recompute other than full", plan.recompute != "full"),
+             ("vpp > 1 with pp > 1", plan.pp == 1 or plan.vpp > 1), ("at most one MTP layer", model.mtp_layers <= 1)]
+    return [f"overlap_ep (Megatron-Core's combined 1F1B) needs {what} (ep={plan.ep}, pp={plan.pp}, vpp={plan.vpp}, "
+            f"recompute={plan.recompute!r}, mtp_layers={model.mtp_layers})" for what, ok in needs if not ok]
+
+
+def recompute_modules_problem(modules: object) -> str:
+    """What is wrong with a ``recompute_modules`` value ("" if nothing): known module names, at least one, each once
+    (for Plan.check, the search's Space and the CLI alike)."""
+    if not isinstance(modules, tuple) or not modules:
+        return f"must be a non-empty tuple of {', '.join(RECOMPUTE_MODULES)}"
+    unknown = [m for m in modules if m not in RECOMPUTE_MODULES]
+    if unknown:
+        return f"has {unknown[0]!r}: the modules are {', '.join(RECOMPUTE_MODULES)}"
+    if len(set(modules)) != len(modules):
+        return "names a module twice"
+    return ""
+
+
+def _check_recompute_modules(model: ModelSpec, plan: Plan) -> list[str]:
+    """``recompute_modules_problem``; mla_up_proj needs multi-head latent attention."""
+    problem = recompute_modules_problem(plan.recompute_modules)
+    if problem:
+        return [f"recompute_modules={','.join(map(str, plan.recompute_modules))} {problem}"]
+    if "mla_up_proj" in plan.recompute_modules and not model.is_mla:
+        return [f"recompute_modules mla_up_proj needs multi-head latent attention ({model.name} has none)"]
+    return []
+
+
+def settings_problems(model: ModelSpec, cluster: Cluster | None, settings: dict[str, object],
+                      stack: Stack = DEFAULT_STACK) -> list[str]:
+    """What ``check`` finds wrong with settings that every plan of a search shares (``Space.settings``) under
+    ``stack``: a precision the GPU lacks, an fp8 attention kernel without an fp8 precision ..."""
+    hybrid = [r for r in _check_hybrid(model, Plan(), stack) if r.startswith("fusion=")]
+    return _check_options(model, cluster, Plan(**settings), stack) + hybrid  # type: ignore[arg-type]
+
+
+def _check_choices(plan: Plan) -> list[str]:
+    """Every text field with a fixed set of values (its ``choices`` metadata) holds one of them."""
+    reasons = []
+    for fld in fields(Plan):
+        allowed, value = fld.metadata.get("choices"), getattr(plan, fld.name)
+        if allowed and isinstance(value, str) and value not in allowed:
+            reasons.append(f"{fld.name}={value!r} must be one of {', '.join(allowed)}")
+    return reasons
+
+
+def _check_counts(model: ModelSpec, plan: Plan) -> list[str]:
+    """The layer counts of partial recompute and offload: non-negative, within a stage, with the switch they need."""
+    reasons, per_stage = [], -(-model.num_layers // plan.pp)
+    for name, value in (("recompute_layers", plan.recompute_layers), ("offload_layers", plan.offload_layers)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            reasons.append(f"{name}={value!r} must be a non-negative integer")
+        elif value > per_stage:
+            reasons.append(f"{name}={value} is more than the {per_stage} layers of a pipeline stage "
+                           f"(num_layers={model.num_layers}, pp={plan.pp})")
+    if plan.recompute_layers and plan.recompute != "full":
+        reasons.append(f"recompute_layers={plan.recompute_layers} needs recompute='full' (got {plan.recompute!r})")
+    if plan.offload_layers and not plan.offload_activations:
+        reasons.append(f"offload_layers={plan.offload_layers} needs offload_activations")
+    return reasons
+
+
+def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack) -> list[str]:
+    """The settings beside the layout: choices, ZeRO stage, precision on this GPU, LoRA, placement."""
+    reasons = _check_choices(plan) + _check_counts(model, plan) + _check_recompute_modules(model, plan)
+    if plan.zero not in (0, 1, 2, 3):
+        reasons.append(f"zero={plan.zero!r} must be 0, 1, 2 or 3")
+    accelerator = cluster.accelerator if cluster is not None else None
+    if accelerator and plan.precision in PRECISION and plan.precision not in accelerator.peak_flops and (
+            plan.precision != "fp16" or "bf16" not in accelerator.peak_flops):
+        reasons.append(f"precision={plan.precision} is not supported by {accelerator.name} "
+                       f"(it has {', '.join(sorted(accelerator.peak_flops))})")
+    if stack.attention_kernel == "fp8" and plan.precision not in FP8_ATTENTION_PRECISIONS:
+        reasons.append(f"attention_kernel=fp8 needs an fp8 precision ({', '.join(FP8_ATTENTION_PRECISIONS)}), "
+                       f"not precision={plan.precision}")
+    if not isinstance(plan.lora_rank, int) or plan.lora_rank < 1:
+        reasons.append(f"lora_rank={plan.lora_rank!r} must be a positive integer")
+    if not fsdp_has_zero(stack.fsdp, plan.zero):
+        reasons.append(f"fsdp={stack.fsdp} has no ZeRO-1 strategy (NO_SHARD is zero=0, SHARD_GRAD_OP 2, "
+                       "FULL_SHARD 3)")
+    if plan.grad_bytes not in (2, 4):
+        reasons.append(f"grad_bytes={plan.grad_bytes} must be 2 or 4")
+    if sorted(plan.placement) != sorted(DENSE_AXES):
+        reasons.append(f"placement={','.join(plan.placement)} must order each of {', '.join(DENSE_AXES)} once")
+    return reasons

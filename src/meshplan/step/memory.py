@@ -1,0 +1,49 @@
+"""Activation bytes of a step's pipeline ranks from its units (memory.py's formulas with ``Units``' saved bytes):
+on the first and the last rank with the loss workspace and what the pipeline runtime keeps, and what activation
+offload moves to host memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from meshplan.cost.params import layers_on_last, layers_on_stage
+from meshplan.memory import (
+    activation_bytes,
+    embedding_in_flight,
+    layer_input_bytes,
+    loss_workspace,
+    offloaded_layers,
+    pipeline_runtime_memory,
+)
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
+from meshplan.step.units import Units
+from meshplan.xp import Num, maximum
+
+
+def activation_memory(model: ModelSpec, plan: Plan, stack: Stack, u: Units) -> tuple[Num, Num]:
+    """Saved activations on the first and on the last pipeline rank (memory.py), with the loss's transient
+    workspace on the rank that computes the loss and what the pipeline runtime keeps per micro-batch."""
+    single, layer_input = plan.pp == 1, layer_input_bytes(model, plan)
+    loss = loss_workspace(model, plan, stack)
+    embed = u.embed_saved * embedding_in_flight(plan)
+    kept_first, kept_last = pipeline_runtime_memory(model, plan, stack)
+    first = activation_bytes(model, plan, u.layer_saved, layer_input) + embed + (u.head_saved + loss) * single
+    last = activation_bytes(model, plan, u.layer_saved, layer_input, last=True) + u.head_saved + loss + (
+        embed * single)
+    return first + kept_first, last + kept_last
+
+
+def offloaded_activations(model: ModelSpec, plan: Plan, u: Units) -> Num:
+    """Host bytes of offloaded activations: what the first (or, if more, the last) rank would otherwise hold for its
+    in-flight micro-batches."""
+    if not plan.offload_activations:
+        return 0.0
+    kept, layer_input = replace(plan, offload_activations=False), layer_input_bytes(model, plan)
+    first = activation_bytes(model, kept, u.layer_saved, layer_input) * offloaded_layers(model, plan) / (
+        layers_on_stage(model, plan))
+    last = activation_bytes(model, kept, u.layer_saved, layer_input, last=True) * offloaded_layers(
+        model, plan, last=True) / layers_on_last(model, plan)
+    return maximum(first, last)

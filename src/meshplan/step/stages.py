@@ -1,0 +1,102 @@
+"""A step's pipeline ranks from its units: the per micro-batch times of the first, a middle and the last rank
+with their sends (``stage_times``), the bubble (``bubble_time``), and an end rank's step beside it (``rank_step``:
+its passes with the data-parallel collectives and offload copies of channels.py, and its optimizer step).
+
+Per step, the busier of the first and the last rank, and the bubble (a flow shop: the other ranks' times once, over
+v; with equal ranks (p-1)/m for 1F1B and (p-1)/(v·m) for the interleaved schedule, Narayanan et al. 2021 §2.2):
+    t_step = max over the end ranks of (m · t_rank + channels + optimizer) + ((p-2) · t_middle + t_other_end) / v
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from meshplan.channels import dp_collectives, offload, optimizer_time, step_channels
+from meshplan.cost.params import layers_on_last, layers_on_stage, stage_params
+from meshplan.specs.efficiency import DEFAULT, Efficiency
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
+from meshplan.step.passes import PassTimes, hide
+from meshplan.step.units import Units
+from meshplan.xp import Num, maximum, minimum, where
+
+
+def stage_times(model: ModelSpec, plan: Plan, stack: Stack, u: Units) -> tuple[PassTimes, PassTimes, PassTimes]:
+    """Per micro-batch times of the first and the last pipeline rank, and of a middle rank (its layers and sends,
+    without the embedding or the head), by component."""
+    def body(layers: Num) -> PassTimes:
+        if plan.recompute == "full":
+            redone = layers if plan.recompute_layers == 0 else minimum(plan.recompute_layers, layers)
+            return u.layer.scaled(redone).plus(u.layer_plain.scaled(layers - redone))
+        return u.layer.scaled(layers)
+
+    single = plan.pp == 1
+    middle = _with_sends(plan, stack, body(layers_on_stage(model, plan)), u)
+    # an uneven last stage (plan.last_stage_layers) has layers of its own; an even split the same as the others
+    own_last = _with_sends(plan, stack, body(layers_on_last(model, plan)), u) if plan.last_stage_layers else middle
+    first = middle.plus(u.embed).plus(u.head.scaled(single))
+    last = own_last.plus(u.head).plus(u.embed.scaled(single))
+    return first, last, middle
+
+
+def _with_sends(plan: Plan, stack: Stack, rank: PassTimes, u: Units) -> PassTimes:
+    """A rank's layers with its pipeline sends: each of its v chunks sends its activation once in the forward pass
+    and its gradient once in the backward pass. With ``stack.overlap_pp`` and v > 1 a send hides behind a chunk's
+    compute of the same pass (1/v of the pass) at the overlap slowdown ``u.p2p_paid``, whatever exceeds it exposed
+    (``hide``; with ``p2p_paid`` = 1 every send is exposed: hide(c, w, 1) = c)."""
+    v, sends = plan.vpp, plan.vpp * (plan.pp > 1)
+    send_f = u.p2p.fwd_comm  # one send of each pass, as exposed (the p2p ops are all communication)
+    send_b = u.p2p.total - send_f
+    t = rank.passes()
+    interleaved = v > 1
+    paid_f = where(interleaved, hide(send_f, t.t_f / v, u.p2p_paid), send_f)
+    paid_b = where(interleaved, hide(send_b, t.t_b / v, u.p2p_paid), send_b)
+    added = u.p2p.scaled(sends * (paid_f + paid_b) / maximum(send_f + send_b, 1e-30))
+    hid_f = hid_b = 0.0
+    if stack.overlap_pp:
+        hid_f = sends * where(interleaved, minimum(send_f, t.t_f / v), 0.0)
+        hid_b = sends * where(interleaved, minimum(send_b, t.t_b / v), 0.0)
+    return rank.plus(replace(added, fwd_comm=sends * paid_f, hidden_f=hid_f, hidden_b=hid_b))
+
+
+def bubble_time(plan: Plan, first: Num, last: Num, middle: Num) -> Num:
+    """The pipeline bubble per step, from the per micro-batch times of the first, last and middle ranks.
+
+    A pipeline is a flow shop: the busiest rank b works m · t_b, and the step also waits for every other
+    rank once, while the first micro-batch fills the pipeline and the last one drains it: Σ_{i≠b} t_i.
+    Interleaving with v chunks per rank cuts those fill and drain steps to 1/v (Narayanan et al. 2021 §2.2:
+    with equal ranks this is the familiar (p − 1)/v · t_stage). Only the first rank holds the embedding and
+    only the last the LM head and loss, so the bubble is paid at the other ranks' times, not at the busiest
+    one's: ((p − 2) · t_middle + t_other_end) / v."""
+    busiest = maximum(first, last)
+    others = first + last + (plan.pp - 2) * middle - busiest
+    return (plan.pp > 1) * others / plan.vpp
+
+
+@dataclass(frozen=True, slots=True)
+class RankStep:
+    """One pipeline rank's step beside the bubble: m passes each way, the step-level channels, the optimizer."""
+
+    passes: PassTimes  # per micro-batch
+    dp: Num  # what the data-parallel collectives add (channels.step_channels)
+    offload: Num  # what the activation-offload copies add beyond that
+    optimizer: Num
+    micro_batches: Num
+
+    @property
+    def total(self) -> Num:
+        return self.micro_batches * self.passes.total + self.dp + self.offload + self.optimizer
+
+
+def rank_step(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: Units, rank: PassTimes,
+              last: bool, eff: Efficiency = DEFAULT) -> RankStep:
+    """The first (or ``last``) pipeline rank's step: its passes with the data-parallel collectives and offload copies
+    that share them (channels.py) and its optimizer step, for its own parameters and offloaded layers."""
+    params = stage_params(model, plan, not last)
+    collectives = dp_collectives(model, cluster, plan, params, eff)
+    copies = offload(model, cluster, plan, u.layer_saved, last)
+    dp, moved = step_channels(rank.passes(), plan.grad_accum, collectives, (plan.zero,), copies,
+                              eff.overlap_slowdown, stack.overlap_dp)[plan.zero]
+    return RankStep(rank, dp, moved, optimizer_time(cluster, plan, params, eff), plan.grad_accum)

@@ -1,0 +1,160 @@
+"""The per-micro-batch units a step repeats (``Units``): an average layer (with and without the plan's
+recompute), the embedding, the head with the multi-token-prediction depths, one pipeline send each way, and the
+activation bytes each saves. Built from the ops of each group (``cost/ops.py``) timed once (``timed_parts``) and
+summed by ``passes.pass_times``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from meshplan.cost.embed_head import embedding_ops, head_ops, mtp_ops
+from meshplan.cost.layers import layer_kinds
+from meshplan.cost.params import kind_fractions
+from meshplan.cost.pipeline import pipeline_p2p
+from meshplan.cost.recompute import freed_by
+from meshplan.cost.records import OpCost
+from meshplan.memory import layer_input_bytes
+from meshplan.roofline import op_time
+from meshplan.specs.efficiency import DEFAULT, Efficiency
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
+from meshplan.specs.stack import Stack
+from meshplan.step.passes import PassTimes, pass_times, time_ops
+from meshplan.xp import Num
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """The ops of each group (a layer kind, "embed", "head", "mtp", "p2p") and their times."""
+
+    ops: dict[str, list[OpCost]]
+    times: dict[str, list[Num]]
+
+
+def _ops(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCost]]:
+    """Ops of one layer of each kind (``kind_fractions``: "dense" and "moe", or a hybrid's blocks), of the
+    embedding, the head, what a multi-token-prediction depth adds to its layer and head (``ops.mtp_ops``) and a
+    pipeline send."""
+    return layer_kinds(model, plan, stack) | {
+        "embed": embedding_ops(model, plan, stack), "head": head_ops(model, plan, stack),
+        "mtp": mtp_ops(model, plan, stack), "p2p": pipeline_p2p(model, plan, stack)}
+
+
+def timed_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency,
+                compute: dict[str, list[Num | None]] | None = None) -> Parts:
+    """Ops of each group and their times (``compute``: the non-collective ops' times, computed elsewhere)."""
+    ops = _ops(model, plan, stack)
+    return Parts(ops, {k: time_ops(v, cluster, plan, eff, compute[k] if compute else None) for k, v in ops.items()})
+
+
+def compute_times(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency = DEFAULT
+                  ) -> dict[str, list[Num | None]]:
+    """Roofline times of the non-collective ops (None for collectives), which depend on the op shapes only."""
+    acc = cluster.accelerator
+    return {k: [None if op.kind == "collective" else op_time(op, acc, plan.precision, eff) for op in v]
+            for k, v in _ops(model, plan, stack).items()}
+
+
+def saved_bytes(ops: list[OpCost], recompute: str = "none", modules: tuple[str, ...] = ("core_attn",)) -> Num:
+    """Bytes the forward pass keeps for the backward pass (selective recompute of ``modules`` frees some,
+    ``ops.RECOMPUTE_MODULES``)."""
+    kept = [not freed for freed in freed_by(ops, modules)] if recompute == "selective" else [True] * len(ops)
+    return sum((op.saved for op, keep in zip(ops, kept, strict=True) if op.phase == "fwd" and keep), 0.0)
+
+
+def _layer(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recompute: str, eff: Efficiency = DEFAULT
+           ) -> PassTimes:
+    """The average layer: each kind's pass times weighted by its share of the layers."""
+    kinds = list(kind_fractions(model).items())
+    if len(kinds) == 1:
+        return pass_times(parts.ops[kinds[0][0]], parts.times[kinds[0][0]], plan, stack, recompute, eff)
+    layer = None
+    for kind, f in kinds:
+        times = pass_times(parts.ops[kind], parts.times[kind], plan, stack, recompute, eff).scaled(f)
+        layer = times if layer is None else layer.plus(times)
+    return layer
+
+
+@dataclass(frozen=True, slots=True)
+class Units:
+    """Per-micro-batch costs of the pieces a step repeats: an average layer (with and without the plan's
+    recompute), the embedding, the head, one pipeline send each way, and the activations each saves.
+
+    They depend only on tp, cp, micro-batch, ep, etp, the tp / cp / pp strides and the categorical settings,
+    so the search computes them once per distinct key and ``assemble`` reuses them across plans.
+    """
+
+    layer: PassTimes
+    layer_plain: PassTimes
+    embed: PassTimes
+    head: PassTimes
+    p2p: PassTimes
+    layer_saved: Num
+    embed_saved: Num
+    head_saved: Num
+    p2p_paid: Num  # slowdown per second of a pipeline send hidden behind compute: overlap_pp's, else 1 (exposed)
+
+    def take(self, index: Any) -> Units:
+        """Select elements (NumPy fancy indexing) of every array field."""
+        def pick(v: Num) -> Num:
+            return v[index] if hasattr(v, "shape") and v.shape else v
+
+        def pick_times(t: PassTimes) -> PassTimes:
+            return PassTimes(*(pick(getattr(t, f)) for f in PassTimes.__slots__))
+
+        return Units(*(pick_times(getattr(self, f)) if isinstance(getattr(self, f), PassTimes)
+                       else pick(getattr(self, f)) for f in Units.__slots__))
+
+
+def unit_costs(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = DEFAULT_STACK,
+               eff: Efficiency = DEFAULT, parts: Parts | None = None) -> Units:
+    parts = parts or timed_parts(model, cluster, plan, stack, eff)
+    return units_for_recomputes(model, plan, stack, parts, (plan.recompute,), eff)[plan.recompute]
+
+
+def units_for_recomputes(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recomputes: tuple[str, ...],
+                         eff: Efficiency = DEFAULT) -> dict[str, Units]:
+    """The units of ``plan`` under each recompute mode: the ops and their times do not depend on it, only
+    how they are summed (and which saved activations are kept), so the modes share one ``timed_parts`` and
+    everything but the layer's recompute sum and saved bytes."""
+    plain = _layer(model, plan, stack, parts, "none", eff)
+    embed = pass_times(parts.ops["embed"], parts.times["embed"], plan, stack, "none", eff)
+    p2p = pass_times(parts.ops["p2p"], parts.times["p2p"], plan, stack, "none", eff)
+    embed_saved = saved_bytes(parts.ops["embed"])
+    fractions = kind_fractions(model)
+    units = {}
+    for recompute in recomputes:
+        redo = plain if recompute == "none" else _layer(model, plan, stack, parts, recompute, eff)
+        head, head_saved = _head_and_mtp(model, plan, stack, parts, recompute, eff)
+        saved = sum(saved_bytes(parts.ops[kind], recompute, plan.recompute_modules) * f
+                    for kind, f in fractions.items())
+        units[recompute] = Units(layer=redo, layer_plain=plain, embed=embed, head=head, p2p=p2p, layer_saved=saved,
+                                 embed_saved=embed_saved, head_saved=head_saved,
+                                 p2p_paid=eff.overlap_slowdown if stack.overlap_pp else 1.0)
+    return units
+
+
+def _head_and_mtp(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recompute: str, eff: Efficiency
+                  ) -> tuple[PassTimes, Num]:
+    """The last stage's head per micro-batch, and what it saves: the final norm, LM head and loss, and per
+    multi-token-prediction depth its own ops (``ops.mtp_ops``), one layer of each of ``mtp_kinds`` and the head
+    again (Megatron-Core's MTP layers share the output layer). Recompute as Megatron-Core's
+    MultiTokenPredictionLayer: under full recompute it checkpoints the projection and its layer
+    (``_checkpointed_forward(self._proj_and_transformer_layer, …)``), which then keep only their two inputs, the
+    previous hidden state and the next tokens' embedding; its layer applies the selective modules as the others."""
+    head = pass_times(parts.ops["head"], parts.times["head"], plan, stack, "none", eff)
+    saved = saved_bytes(parts.ops["head"])
+    if not model.mtp_layers:
+        return head, saved
+    full = recompute == "full"
+    depth = pass_times(parts.ops["mtp"], parts.times["mtp"], plan, stack, "full" if full else "none", eff).plus(head)
+    depth_saved = saved + (2 * layer_input_bytes(model, plan) if full else saved_bytes(parts.ops["mtp"]))
+    for kind in model.mtp_kinds:
+        depth = depth.plus(pass_times(parts.ops[kind], parts.times[kind], plan, stack, recompute, eff))
+        if not full:
+            depth_saved = depth_saved + saved_bytes(parts.ops[kind], recompute, plan.recompute_modules)
+    return head.plus(depth.scaled(model.mtp_layers)), saved + model.mtp_layers * depth_saved

@@ -1,0 +1,82 @@
+"""Attention's per-op costs (cost/attention.py): flash and unfused kernels (Dao et al. 2022), flash-attn's varlen
+packing, the QKV split's backward concatenation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from conftest import gpt
+from meshplan.cost.layers import dense_layer, moe_layer
+from meshplan.cost.records import ACT_BYTES
+from meshplan.roofline import op_time
+from meshplan.specs.efficiency import DEFAULT
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
+
+
+def test_flash_attention_skips_the_masked_half_and_recomputes_in_backward():
+    model = gpt()
+    unfused = [o for o in dense_layer(model, Plan(), Stack(flash_attention=False)) if o.kind == "attention"]
+    fused = [o for o in dense_layer(model, Plan(), Stack()) if o.kind == "attention"]
+    assert fused[0].flops == unfused[0].flops / 2  # causal blocks skipped
+    assert fused[1].flops == 2.5 * fused[0].flops  # 5 GEMMs backward vs 2 forward
+
+
+@pytest.mark.parametrize("dropout, fwd_bytes, bwd_bytes", [(False, 8, 14), (True, 13, 19)])
+def test_unfused_attention_moves_the_scores_kernel_by_kernel(dropout, fwd_bytes, bwd_bytes):
+    """bf16 scores, s = 2048, 16 heads, b = 1. Forward: Q·Kᵀ writes S (2), softmax reads S and writes P (4),
+    P·V reads P (2) = 8 bytes per score; backward: dP written (2), softmax-backward reads P, dP and writes dS
+    (6), dQ and dK read dS (4), dV reads P (2) = 14. Dropout: + read, write and a 1-byte mask = +5 each way."""
+    model = replace(gpt(), dropout=dropout)
+    fwd, bwd = [o for o in dense_layer(model, Plan(), Stack(flash_attention=False)) if o.kind == "attention"]
+    s, heads, h = 2048, 16, 1024
+    scores = heads * s * s
+    qkv, out = 3 * s * h, s * h  # elements
+    assert fwd.nbytes == ACT_BYTES * (qkv + out) + fwd_bytes * scores
+    assert bwd.nbytes == ACT_BYTES * (2 * qkv + 2 * out) + bwd_bytes * scores
+
+
+def test_varlen_attention_packs_and_unpacks_every_layer():
+    """flash-attn's unpad_input / pad_input around the kernel, per q, k, v element (q + 2·kv = 3h for MHA) and
+    output element (h): forward gathers (2 + 2) and zero-fills + index_puts the output (2 + 2 + 2); backward
+    zero-fills + scatters the q, k, v gradients (2 + 2 + 2) and gathers the output's (2 + 2). The test GPT (h = 1024,
+    T = 2048): forward 4·3·T·h + 6·T·h = 18·T·h bytes, backward 18·T·h + 4·T·h = 22·T·h; halved at tp = 2.
+    The forward also takes at least 24 host launches (roofline: launches × Efficiency.host_launch)."""
+    model, th = gpt(), 2048 * 1024
+
+    def varlen(plan, on=True):
+        return [o for o in dense_layer(model, plan, Stack(varlen_attention=on)) if o.name == "attn/varlen"]
+
+    fwd, bwd = varlen(Plan())
+    assert (fwd.phase, fwd.kind, fwd.nbytes) == ("fwd", "memory", 18 * th)
+    assert (bwd.phase, bwd.nbytes) == ("bwd_x", 22 * th)
+    # three unpad_input calls of 8 kernels each wait on the host after the synchronisations; the backward none
+    assert (fwd.launches, bwd.launches) == (24, 0.0)
+    # FlashAttention's packed output is kept beside the padded copy the output projection saves: 2 bytes per element
+    assert (fwd.saved, bwd.saved) == (2 * th, 0.0)
+    assert [o.nbytes for o in varlen(Plan(tp=2))] == [9 * th, 11 * th]
+    assert varlen(Plan(), on=False) == []
+
+
+def test_qkv_split_backward_concatenates_the_gradients():
+    """torch.split's backward on the fused QKV output: a cat reading and writing 2 + 2 bytes per q, k, v element
+    (3·T·h for the MHA test GPT), backward only."""
+    model, th = gpt(), 2048 * 1024
+    (cat,) = [o for o in dense_layer(model, Plan(), Stack(qkv_concat=True)) if o.name == "attn/qkv_concat"]
+    assert (cat.phase, cat.kind, cat.nbytes) == ("bwd_x", "memory", 4 * 3 * th)
+    assert not [o for o in dense_layer(model, Plan(), Stack()) if o.name == "attn/qkv_concat"]
+    # MLA projects queries and keys/values through separate low-rank paths: nothing to concatenate
+    assert not [o for o in moe_layer(load_model("deepseek-v3"), Plan(ep=8), Stack(qkv_concat=True))
+                if o.name == "attn/qkv_concat"]
+
+
+def test_varlen_forward_waits_on_the_host_for_its_launches():
+    """A small micro-batch's unpad copies take less than 24 host launches of 35.4 µs: the op takes 0.85 ms."""
+    acc = load_system("h100").accelerator
+    (fwd,) = [o for o in dense_layer(gpt(seq=128), Plan(), Stack(varlen_attention=True))
+              if o.name == "attn/varlen" and o.phase == "fwd"]
+    assert op_time(fwd, acc, "bf16", DEFAULT) == pytest.approx(24 * DEFAULT.host_launch)

@@ -1,0 +1,40 @@
+"""The last stage's own ops (cost/embed_head.py): the trainer's metric cross-entropies, flash-attn's loss."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import gpt
+from meshplan.cost.embed_head import head_ops
+from meshplan.errors import SpecError
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
+
+
+def test_training_metrics_read_the_logits_outside_autograd():
+    """Two metric cross-entropies (Composer + MPT) over T·V = 2048 · 51,200 logits: each casts bf16 to fp32
+    (read 2, write 4 bytes) and runs log_softmax in fp32, three reads of a row too long for shared memory and a
+    write (12 + 4): 2 · 22 · 2048 · 51,200 bytes, after the backward pass."""
+    model = gpt()
+    assert not [o for o in head_ops(model, Plan(), Stack()) if o.name == "head/metrics"]
+    (metrics,) = [o for o in head_ops(model, Plan(), Stack(train_metrics=2)) if o.name == "head/metrics"]
+    assert (metrics.phase, metrics.kind, metrics.saved) == ("bwd_x", "memory", 0.0)
+    assert metrics.nbytes == 2 * 22 * 2048 * 51200
+    with pytest.raises(SpecError, match="train_metrics=-1 is outside 1 … 100 \\(or 0: none\\)"):
+        Stack(train_metrics=-1)
+
+
+def test_flash_cross_entropy_reads_the_16_bit_logits():
+    """flash-attn's CrossEntropyLoss: forward reads the bf16 logits twice (4 bytes), keeps them (2) and one fp32
+    log-sum-exp per token; backward reads them and writes the bf16 gradient (4): 8 bytes per logit against the
+    vocabulary-parallel loss's 10 + 6."""
+    model = gpt()
+    logits, tokens = 2048 * 51200, 2048
+
+    def loss(stack):
+        return [o for o in head_ops(model, Plan(), stack) if o.name == "head/loss"]
+
+    fwd, bwd = loss(Stack(cross_entropy="flash"))
+    assert (fwd.nbytes, bwd.nbytes, fwd.saved) == (4 * logits, 4 * logits, 2 * logits + 4 * tokens)
+    fused_fwd, fused_bwd = loss(Stack())
+    assert (fused_fwd.nbytes, fused_bwd.nbytes, fused_fwd.saved) == (10 * logits, 6 * logits, 4 * logits)

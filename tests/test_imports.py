@@ -1,0 +1,122 @@
+"""The data flow is the architecture: every module imports only from the layers at or before its own, no two modules
+import each other (directly or round a cycle), and the core never imports the validation layer.
+
+Layers, in data-flow order (a module's layer is that of the first name under ``meshplan`` it lives in):
+base values → specs → collectives on the mesh → per-op cost → memory and op time → overlap channels and pipeline
+schedules → step → estimate → search and sweeps → trace and calibrate → report → command line → validation.
+Imports inside functions and under ``TYPE_CHECKING`` count as imports.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+LAYERS = [
+    ("errors", "units", "xp", "fields", "files", "ranges"),
+    ("specs",),
+    ("comm", "groups"),
+    ("cost",),
+    ("memory", "roofline"),
+    ("channels", "schedule"),
+    ("step",),
+    ("estimate",),
+    ("search", "sweep"),
+    ("trace", "calibrate"),
+    ("report",),
+    ("cli",),
+]
+VALIDATION = len(LAYERS)  # the package meshplan_validation, above the whole core
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+def layer(module: str) -> int:
+    """The layer of a module of meshplan or meshplan_validation (the package ``meshplan`` itself: -1, the public
+    API, which re-exports from every layer and is imported by none of them)."""
+    if module.startswith("meshplan_validation"):
+        return VALIDATION
+    parts = module.split(".")
+    if len(parts) == 1:
+        return -1
+    for rank, names in enumerate(LAYERS):
+        if parts[1] in names:
+            return rank
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS in {__file__}")
+
+
+def imports(module: str) -> set[str]:
+    """The modules of meshplan / meshplan_validation that ``module`` imports, anywhere in its file."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        else:
+            continue
+        found |= {n for n in names if n.split(".")[0] in ("meshplan", "meshplan_validation") and n != module}
+    return found
+
+
+GRAPH = {m: imports(m) for m in MODULES}
+
+
+def test_every_module_has_a_layer():
+    assert all(layer(m) is not None for m in MODULES)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_follow_the_data_flow(module):
+    if layer(module) < 0:
+        return
+    upward = sorted(f"{m} (layer {layer(m)})" for m in GRAPH[module] if layer(m) > layer(module))
+    assert not upward, f"{module} (layer {layer(module)}) imports from later layers: {', '.join(upward)}"
+
+
+def test_the_core_never_imports_the_validation_layer():
+    core = [m for m in MODULES if m.startswith("meshplan.") or m == "meshplan"]
+    leaks = [(m, i) for m in core for i in GRAPH[m] if i.startswith("meshplan_validation")]
+    assert not leaks
+
+
+def test_no_import_cycles():
+    """Depth-first search for a back edge among the modules (packages' __init__ re-exports included)."""
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for n in sorted(GRAPH[m] & GRAPH.keys()):
+            if state.get(n) == 1:
+                return path[path.index(n):] + [n]
+            if n not in state and (cycle := visit(n)):
+                return cycle
+        state[m] = 2
+        path.pop()
+        return None
+
+    for m in sorted(GRAPH):
+        if m not in state and (cycle := visit(m)):
+            pytest.fail("import cycle: " + " -> ".join(cycle))
+
+
+def test_the_layers_are_checked_on_something():
+    """The test reads the real tree: the core has dozens of modules and the estimator imports from the specs."""
+    assert len(MODULES) > 40 and "meshplan.specs.plan" in GRAPH["meshplan.estimate"]
