@@ -11,7 +11,7 @@ from meshplan.cli import main
 from meshplan.cost.ops import ACT_BYTES, dims, hybrid_block, layer_kinds, mamba_block
 from meshplan.estimate import estimate, saved_bytes, ssd_flops_per_token
 from meshplan.memory import kind_fractions, layer_params
-from meshplan.search.run import Space, search
+from meshplan.search import Space, search
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model import load_model
 from meshplan.specs.plan import Plan, check

@@ -19,7 +19,7 @@ from meshplan.estimate import (
     saved_bytes,
     time_ops,
 )
-from meshplan.search.run import Space
+from meshplan.search import Space
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model import ModelSpec, load_model

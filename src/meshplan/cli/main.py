@@ -302,7 +302,8 @@ def plan_cmd(model_ref, system_ref, seq, nvlink_domain, gpus, global_batch, top_
              recompute_modules_text, sp_opts, offload, placements, max_micro_batch, max_plans, precision,
              grad_bytes, framework, tokens, price, rank_by, as_json, **stack_opts) -> None:
     """Search every parallel plan of MODEL on GPUS accelerators of SYSTEM and rank the feasible ones."""
-    from meshplan.search.run import Space, search
+    from meshplan.search.run import search
+    from meshplan.search.space import Space
 
     counts = _split_ints(gpus, "gpus") or []
     if not counts or min(counts) < 1:

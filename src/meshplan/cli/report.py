@@ -110,7 +110,8 @@ def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k,
     from meshplan.cli.main import MAX_TOP, check_max_plans, model_at
     from meshplan.files import writable
     from meshplan.report.html import write
-    from meshplan.search.run import check_space, search
+    from meshplan.search.limits import check_space
+    from meshplan.search.run import search
     from meshplan.specs.hardware import load_system
     from meshplan.sweep import Point, param_points, result_row, run, sweep_space
 
