@@ -115,7 +115,8 @@ def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path,
     from meshplan.cli.common import MAX_TOP, check_max_plans, model_at
     from meshplan.files import writable
     from meshplan.report.html import write
-    from meshplan.search.run import check_space, search
+    from meshplan.search.limits import check_space
+    from meshplan.search.run import search
     from meshplan.specs.hardware import load_system
     from meshplan.sweep import Point, param_points, result_row, run, sweep_space
 
