@@ -35,7 +35,7 @@ from pathlib import Path
 from meshplan.cli import main as cli
 from meshplan.estimate import estimate
 from meshplan.report import plots
-from meshplan.search.run import search
+from meshplan.search import search
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import meshplan
-from meshplan.search.run import SearchResult, Space, search
+from meshplan.search import SearchResult, Space, search
 from meshplan.specs.hardware import Cluster, load_system
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meshplan.estimate import Estimate
-from meshplan.search.run import Space, search
+from meshplan.search import Space, search
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.stack import Stack

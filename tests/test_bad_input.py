@@ -16,7 +16,7 @@ import pytest
 from meshplan.cli import main
 from meshplan.errors import SpecError
 from meshplan.files import read_text, write_text
-from meshplan.search.run import divisors
+from meshplan.search.combos import divisors
 from meshplan_validation.records import runs_from_command_line
 
 H100 = Path(__file__).parents[1] / "src" / "meshplan" / "presets" / "hardware" / "h100.toml"

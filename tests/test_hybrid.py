@@ -14,7 +14,7 @@ from meshplan.cost.mamba import mamba_block
 from meshplan.cost.params import kind_fractions, layer_params
 from meshplan.cost.records import ACT_BYTES, dims
 from meshplan.estimate import estimate
-from meshplan.search.run import Space, search
+from meshplan.search import Space, search
 from meshplan.specs.check import check
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model

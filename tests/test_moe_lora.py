@@ -184,7 +184,7 @@ def test_host_launches_matter_at_small_micro_batches_only():
 def test_search_finds_the_best_plan_for_the_stacks_expert_gemm(expert_gemm):
     """The search's top plan equals the best of estimate() over every candidate, whichever way the experts launch
     (the search computes its per-layer units with the plans' own settings, not the defaults)."""
-    from meshplan.search.run import Space, search
+    from meshplan.search import Space, search
     from test_search import every_plan
 
     model = load_model("qwen3-30b-a3b")

@@ -22,9 +22,11 @@ import pytest
 
 from draws import draw_count, draw_model, draw_stack, draw_system, draw_triple
 from meshplan.estimate import estimate
+from meshplan.search import Space, search
 from meshplan.search.batch import PlanBatch
+from meshplan.search.candidates import candidates
 from meshplan.search.keyed import panel_counts
-from meshplan.search.run import PLACEMENTS, Space, candidates, search
+from meshplan.search.placements import PLACEMENTS
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.plan import LAYOUTS
 

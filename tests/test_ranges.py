@@ -15,7 +15,7 @@ import pytest
 
 from meshplan.estimate import estimate
 from meshplan.ranges import MAX_PARAMS, MAX_STEP_TOKENS, RANGES, check_spec, numeric_fields, problem
-from meshplan.search.run import Space, search
+from meshplan.search import Space, search
 from meshplan.specs.hardware import Accelerator, Network, System, load_system, system_names
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model, preset_names

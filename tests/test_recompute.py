@@ -14,7 +14,7 @@ from meshplan.cost.layers import dense_layer, moe_layer
 from meshplan.cost.recompute import rerun_by
 from meshplan.cost.records import ACT_BYTES
 from meshplan.estimate import estimate
-from meshplan.search.run import Space
+from meshplan.search import Space
 from meshplan.specs.check import check
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system

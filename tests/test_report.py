@@ -16,7 +16,7 @@ from conftest import gpt
 from meshplan.cli import main
 from meshplan.errors import MissingDependency
 from meshplan.estimate import estimate
-from meshplan.search.run import Space, search
+from meshplan.search import Space, search
 from meshplan.specs.hardware import load_system
 from meshplan.specs.plan import Plan
 from meshplan.units import GiB

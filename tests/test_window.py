@@ -142,7 +142,7 @@ def test_a_band_wastes_a_block_per_query_tile_and_pays_the_tiles_fixed_cost_once
 
 def test_ring_context_parallelism_cannot_run_a_window():
     """Transformer Engine's attention_with_cp takes a sliding window only with the all-gather (or a2a) exchange."""
-    from meshplan.search.run import Space, search
+    from meshplan.search import Space, search
     from meshplan.specs.check import check
 
     model, cluster = llama(sliding_window=128), load_system("h100").cluster(8)

@@ -2,7 +2,7 @@
 
 A sweep is a list of ``Point``s (a model, a system, a GPU count, an NVLink domain size, a global batch and,
 for a hardware-parameter sweep, the parameter and its scale factor). ``run`` searches every point (the
-exhaustive search of search.py) and returns one flat row per point, in point order, whatever ran it:
+exhaustive search of meshplan.search) and returns one flat row per point, in point order, whatever ran it:
 
 - serially (``workers=1``),
 - on the local cores (``concurrent.futures.ProcessPoolExecutor``, the default),
@@ -33,7 +33,7 @@ from typing import Any
 
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.files import write_text
-from meshplan.search.run import SearchResult, Space, check_space, search
+from meshplan.search import SearchResult, Space, check_space, search
 from meshplan.specs.hardware import System, load_system
 from meshplan.specs.model import ModelSpec
 

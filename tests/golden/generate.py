@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from meshplan.estimate import Estimate, estimate
-from meshplan.search.run import Space, search
+from meshplan.search import Space, search
 from meshplan.specs.check import check
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model import ModelSpec

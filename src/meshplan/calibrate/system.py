@@ -37,7 +37,6 @@ GOOD_FIT = 0.9  # R² below which a memory fit's slope is noise: the best observ
 def to_toml(cal: Calibration, base: System | None = None, eff: Efficiency = DEFAULT, name: str | None = None) -> str:
     """The calibrated system as TOML text (see the module docstring for what goes where)."""
     source = f"calibrated on {cal.host} {cal.date} by meshplan calibrate"
-    acc = base.accelerator if base is not None else None
     mesh = "x".join(map(str, cal.mesh))
     lines = [
         f"# {cal.device_name}: {cal.world_size} ranks over {cal.backend}, mesh {mesh} (innermost first).",
@@ -50,11 +49,23 @@ def to_toml(cal: Calibration, base: System | None = None, eff: Efficiency = DEFA
         f"name = {_str(f'{cal.device_name} (calibrated)')}",
         f"num_sms = {max(1, cal.num_sms)}" + ("  # CPU: cores stand in for SMs" if cal.device == "cpu" else ""),
     ]
-    # ---- GEMMs: peak × matmul_bf16 = best measured 16-bit rate --------------------------------------------
+    gemm, peaks, peak_note = _gemm_lines(cal, base)
+    lines += gemm + _memory_lines(cal, base, eff)
+    lines += [f"source = {_str(source)}", "", "[accelerator.peak_flops]", f"# {peak_note}"]
+    lines += [f"{p} = {_num(v)}  # {v / 1e12:.4g} TFLOP/s" for p, v in peaks.items()]
+    lines += ["", "[network]", f"nvlink_domain = {cal.mesh[0]}  # mesh dimension 0"]
+    lines += _network_lines(cal, base, eff) + [f"source = {_str(source)}"]
+    return "\n".join(lines) + "\n"
+
+
+def _gemm_lines(cal: Calibration, base: System | None) -> tuple[list[str], dict[str, float], str]:
+    """GEMMs: peak × matmul_bf16 = the best measured 16-bit rate; the peaks and where they come from."""
+    acc = base.accelerator if base is not None else None
     fits = {f.precision: f for f in cal.gemm}
     half = fits.get("bf16") or fits.get("fp16")
     if half is None:
         raise SpecError(f"calibration has no bf16 or fp16 GEMM (measured: {', '.join(fits) or 'none'})")
+    lines = []
     if acc is not None:
         peaks = dict(acc.peak_flops)
         mamf = half.best / acc.half_flops
@@ -72,31 +83,39 @@ def to_toml(cal: Calibration, base: System | None = None, eff: Efficiency = DEFA
     m, n, k = half.best_shape
     lines.append(f"matmul_bf16 = {_num(mamf)}  # best {half.precision} GEMM {half.best / 1e12:.4g} TFLOP/s "
                  f"at {m}x{n}x{k} / peak {peaks.get('bf16', peaks.get('fp16', half.best)) / 1e12:.4g}")
-    # ---- memory -------------------------------------------------------------------------------------------
+    return lines, peaks, peak_note
+
+
+def _memory_lines(cal: Calibration, base: System | None, eff: Efficiency) -> list[str]:
+    """Device memory, its streaming bandwidth and the innermost link (mesh dimension 0)."""
+    acc = base.accelerator if base is not None else None
     if cal.memory_bytes > 0:
-        lines.append(f"hbm_bytes = {_num(cal.memory_bytes)}  # device memory: {fmt_bytes(cal.memory_bytes)}")
+        lines = [f"hbm_bytes = {_num(cal.memory_bytes)}  # device memory: {fmt_bytes(cal.memory_bytes)}"]
     elif acc is not None:
-        lines.append(f"hbm_bytes = {_num(acc.hbm_bytes)}  # not measured: from {base.name}")
+        lines = [f"hbm_bytes = {_num(acc.hbm_bytes)}  # not measured: from {base.name}"]
     else:
         raise SpecError("calibration has no device memory size (memory_bytes=0) and no base system")
     stream, how = _stream_bandwidth(cal)
     lines.append(f"hbm_bandwidth = {_num(stream / eff.memory)}  # {how} {stream / 1e9:.4g} GB/s / {eff.memory}")
-    # ---- links --------------------------------------------------------------------------------------------
-    inner, outer = _tiers(cal)
+    inner, _ = _tiers(cal)
     if inner is not None:
         lines.append(f"nvlink_bandwidth = {_num(inner.bandwidth / eff.nvlink)}  # dim 0 busbw "
                      f"{inner.bandwidth / 1e9:.4g} GB/s ({', '.join(inner.kinds)}) / {eff.nvlink}")
     elif acc is not None:
         lines.append(f"nvlink_bandwidth = {_num(acc.nvlink_bandwidth)}  # not measured: from {base.name}")
     else:
-        raise SpecError(f"mesh {mesh} measured no links: give a base system for the link figures")
-    lines += [f"source = {_str(source)}", "", "[accelerator.peak_flops]", f"# {peak_note}"]
-    lines += [f"{p} = {_num(v)}  # {v / 1e12:.4g} TFLOP/s" for p, v in peaks.items()]
-    lines += ["", "[network]", f"nvlink_domain = {cal.mesh[0]}  # mesh dimension 0"]
+        raise SpecError(f"mesh {'x'.join(map(str, cal.mesh))} measured no links: give a base system for the link "
+                        "figures")
+    return lines
+
+
+def _network_lines(cal: Calibration, base: System | None, eff: Efficiency) -> list[str]:
+    """The [network] table: latencies and the outer tier's bandwidth, measured or from the base system."""
+    inner, outer = _tiers(cal)
     if inner is not None:
-        lines.append(f"nvlink_latency = {_num(inner.latency)}  # α per step, {inner.latency * 1e6:.3g} us")
+        lines = [f"nvlink_latency = {_num(inner.latency)}  # α per step, {inner.latency * 1e6:.3g} us"]
     else:
-        lines.append(f"nvlink_latency = {_num(base.network.nvlink_latency)}  # not measured: from {base.name}")
+        lines = [f"nvlink_latency = {_num(base.network.nvlink_latency)}  # not measured: from {base.name}"]
     lines.append("nics_per_gpu = 1  # the measured bus bandwidth is per rank")
     if outer is not None:
         lines += [f"nic_bandwidth = {_num(outer.bandwidth / eff.network)}  # dim {outer.dim} busbw "
@@ -112,8 +131,7 @@ def to_toml(cal: Calibration, base: System | None = None, eff: Efficiency = DEFA
     if base is not None:
         lines += [f"host_bandwidth = {_num(base.network.host_bandwidth)}  # from {base.name}",
                   f"host_memory = {_num(base.network.host_memory)}  # from {base.name}"]
-    lines.append(f"source = {_str(source)}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def write_system(cal: Calibration, path: str | Path, base: System | None = None, eff: Efficiency = DEFAULT) -> Path:

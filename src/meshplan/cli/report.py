@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -45,6 +46,11 @@ def _run_options(f):
     ]):
         f = opt(f)
     return f
+
+
+def _run_settings(options: dict[str, Any]) -> tuple:
+    """The values of ``_run_options``: placements, offload, max_plans, workers, ray_address."""
+    return tuple(options[k] for k in ("placements", "offload", "max_plans", "workers", "ray_address"))
 
 
 def _global_batch(model, global_batch: int | None) -> int:
@@ -101,8 +107,7 @@ def _scaling_counts(text: str | None, gpus: int, domain: int) -> list[int]:
 @_run_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("report.html"),
               show_default=True, help="the HTML file to write")
-def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k, scaling, placements, offload,
-           max_plans, workers, ray_address, output) -> None:
+def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path, **options: Any) -> None:
     """Search the plans of MODEL on GPUS accelerators of SYSTEM and write one self-contained HTML report:
     best plans, step-time and memory breakdowns, pipeline timeline, per-op roofline and scaling curves."""
     from dataclasses import replace
@@ -110,10 +115,14 @@ def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k,
     from meshplan.cli.common import MAX_TOP, check_max_plans, model_at
     from meshplan.files import writable
     from meshplan.report.html import write
-    from meshplan.search.run import check_space, search
+    from meshplan.search.limits import check_space
+    from meshplan.search.run import search
     from meshplan.specs.hardware import load_system
     from meshplan.sweep import Point, param_points, result_row, run, sweep_space
 
+    seq, global_batch, nvlink_domain, scaling = (options[k] for k in ("seq", "global_batch", "nvlink_domain",
+                                                                      "scaling"))
+    placements, offload, max_plans, workers, ray_address = _run_settings(options)
     if gpus < 1:
         raise SpecError(f"gpus={gpus} must be a positive integer")
     if not 0 < top_k <= MAX_TOP:
@@ -166,13 +175,15 @@ def report(model_ref, seq, global_batch, system_ref, gpus, nvlink_domain, top_k,
 @click.option("--format", "formats", default="png,svg", show_default=True, help="picture formats: png, svg")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("sweep"),
               show_default=True, help="directory for sweep.csv, sweep.json and the pictures")
-def sweep(model_ref, seq, global_batch, systems, nvlink, gpus, params, factors, placements, offload, max_plans,
-          workers, ray_address, formats, output) -> None:
+def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any) -> None:
     """Best-plan throughput of MODEL over GPU counts × systems × NVLink sizes (strong scaling) or over a
     hardware parameter's scale factors; writes CSV / JSON (pandas reads them) and PNG / SVG pictures."""
     from meshplan.cli.common import check_max_plans, model_at
     from meshplan.sweep import PARAMS, param_points, run, sweep_space, write_csv, write_json
 
+    seq, global_batch, nvlink, params, factors, formats = (options[k] for k in (
+        "seq", "global_batch", "nvlink", "params", "factors", "formats"))
+    placements, offload, max_plans, workers, ray_address = _run_settings(options)
     model = model_at(model_ref, seq)
     gbs = _global_batch(model, global_batch)
     counts = _positive_ints(gpus, "gpus") or []

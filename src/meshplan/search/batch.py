@@ -5,12 +5,17 @@ exactly as it evaluates a Plan, one element per plan (DESIGN.md: one code path f
 Categorical settings (schedule, ZeRO stage, recompute mode, sequence parallelism, precision, overlap and
 offload flags) are shared by the whole batch: the search groups plans by them. Placement varies per element
 and is carried as the stride of each axis.
+
+PlanBatch's fields are Plan's (``dataclasses.fields(Plan)``), so a field added to Plan needs no second definition:
+each of ``NUMERIC`` becomes a column (an int64 array, one element per plan), every other field but ``placement`` and
+``tags`` (``CATEGORICAL``) keeps Plan's type and default and is shared by the batch. The placement becomes
+``placement_id``, an index into ``placements``, and ``strides`` holds each axis' stride per element.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import field, fields, make_dataclass
 
 import numpy as np
 
@@ -20,39 +25,8 @@ NUMERIC = ("dp", "tp", "pp", "cp", "tp2", "ep", "etp", "vpp", "micro_batch", "gl
 CATEGORICAL = tuple(f.name for f in fields(Plan) if f.name not in NUMERIC and f.name not in ("tags", "placement"))
 
 
-
-@dataclass(frozen=True, eq=False)
-class PlanBatch:
-    dp: np.ndarray
-    tp: np.ndarray
-    pp: np.ndarray
-    cp: np.ndarray
-    tp2: np.ndarray
-    ep: np.ndarray
-    etp: np.ndarray
-    vpp: np.ndarray
-    micro_batch: np.ndarray
-    global_batch: np.ndarray
-    summa_panels: np.ndarray
-    placement_id: np.ndarray  # index into ``placements``
-    placements: tuple[tuple[str, ...], ...] = (DENSE_AXES,)
-    sequence_parallel: bool = False
-    zero: int = 0
-    recompute: str = "none"
-    recompute_layers: int = 0
-    recompute_modules: tuple[str, ...] = ("core_attn",)
-    last_stage_layers: int = 0
-    offload_optimizer: bool = False
-    offload_activations: bool = False
-    offload_layers: int = 0
-    precision: str = "bf16"
-    grad_bytes: int = 2
-    schedule: str = "1f1b"
-    finetune: str = "full"
-    lora_rank: int = 32
-    lora_targets: str = "all"
-    tensor_layout: str = "1d"
-    strides: dict[str, np.ndarray] | None = None  # per axis; computed from the placements when not given
+class _Batch:
+    """What a PlanBatch does; its fields are generated from Plan's below."""
 
     @classmethod
     def of(cls, plans: Sequence[Plan]) -> PlanBatch:
@@ -71,17 +45,10 @@ class PlanBatch:
     def __len__(self) -> int:
         return len(self.dp)
 
-    @property
-    def grad_accum(self) -> np.ndarray:
-        return self.global_batch // (self.dp * self.micro_batch)
-
-    @property
-    def num_micro_batches(self) -> np.ndarray:
-        return self.grad_accum
-
-    @property
-    def num_gpus(self) -> np.ndarray:
-        return self.dp * self.tp * self.tp2 * self.pp * self.cp
+    # Plan's own derived sizes, element-wise: their arithmetic does not branch
+    grad_accum = Plan.grad_accum
+    num_micro_batches = Plan.num_micro_batches
+    num_gpus = Plan.num_gpus
 
     def __post_init__(self) -> None:
         # Per element and axis: the product of the sizes of the axes placed inside it (computed once).
@@ -107,10 +74,29 @@ class PlanBatch:
         numeric = {n: getattr(self, n)[index] for n in (*NUMERIC, "placement_id")}
         shared = {n: getattr(self, n) for n in CATEGORICAL} | settings
         strides = {a: v[index] for a, v in self.strides.items()}
-        return PlanBatch(**numeric, placements=self.placements, strides=strides, **shared)
+        return type(self)(**numeric, placements=self.placements, strides=strides, **shared)
 
     def plan(self, i: int) -> Plan:
         """The i-th plan as a Plan."""
         values = {n: int(getattr(self, n)[i]) for n in NUMERIC}
         return Plan(**values, placement=self.placements[int(self.placement_id[i])],
                     **{n: getattr(self, n) for n in CATEGORICAL})
+
+
+def _fields() -> list[tuple]:
+    """Plan's fields in Plan's order, a column (an array) for each of NUMERIC and Plan's type and default for each of
+    CATEGORICAL; then the placement of each element and the strides."""
+    columns = [(f.name, "np.ndarray") if f.name in NUMERIC else
+               (f.name, f.type, field(default=f.default, default_factory=f.default_factory))
+               for f in fields(Plan) if f.name in NUMERIC or f.name in CATEGORICAL]
+    return columns + [
+        ("placement_id", "np.ndarray"),  # index into ``placements``
+        ("placements", "tuple[tuple[str, ...], ...]", field(default=(DENSE_AXES,))),
+        ("strides", "dict[str, np.ndarray] | None", field(default=None)),  # per axis; from the placements if None
+    ]
+
+
+PlanBatch = make_dataclass("PlanBatch", _fields(), bases=(_Batch,), namespace={"__module__": __name__}, frozen=True,
+                           eq=False, kw_only=True)
+PlanBatch.__doc__ = """Plans as columns: Plan's numeric fields (``NUMERIC``) as int64 arrays, its categorical ones
+(``CATEGORICAL``) shared by every plan, the placement as ``placement_id`` into ``placements``."""

@@ -1,0 +1,105 @@
+"""Candidates as NumPy columns: the size combinations (``combos``) crossed with their micro-batch, interleaving and
+expert options (size rows), each row with its distinct placements (``placements``).
+
+The search keeps a size row's placements apart (``Sized``): memory and the lower bound on the step time do not
+depend on the placement, so it builds a row's plans (``expand``) only if it may time them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from meshplan.search.combos import Combo, valid_combos
+from meshplan.search.placements import distinct_placements
+from meshplan.search.space import Space
+from meshplan.search.tally import Tally
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import DENSE_AXES, LAYOUTS
+
+
+def candidates(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[dict[str, np.ndarray], Tally]:
+    """Numeric columns of every structurally valid candidate, and the tally of the invalid ones: micro-batch ×
+    interleaving × experts × placements, in that nesting order (placements innermost), built for all size
+    combinations at once.
+
+    An invalid numeric combination is counted once per categorical setting it would have been paired with.
+    """
+    valid, tally = valid_combos(model, cluster, space)
+    sized = size_rows(valid, cluster, space, tally)
+    return ({} if sized is None else expand(sized, np.arange(len(sized.count)))), tally
+
+
+@dataclass(frozen=True)
+class Sized:
+    """Candidates before their placements: one row per size combination (every numeric plan field but the
+    placement; ``placement_id`` holds its first placement), and each row's distinct placements, ``count`` of them
+    from ``start`` in ``pids``. Memory and the lower bound do not depend on the placement: the search builds a
+    combination's plans only if it may time them."""
+
+    columns: dict[str, np.ndarray]
+    pids: np.ndarray
+    start: np.ndarray
+    count: np.ndarray
+
+    def select(self, rows: np.ndarray) -> Sized:
+        return Sized({k: v[rows] for k, v in self.columns.items()}, self.pids, self.start[rows], self.count[rows])
+
+
+def size_rows(combos: list[Combo], cluster: Cluster, space: Space, tally: Tally) -> Sized | None:
+    """The size combinations of these (tp, tp2, cp, pp, dp) combinations: micro-batch × interleaving × experts,
+    in that nesting order, with their distinct placements; the interleaved ones whose micro-batches pp does not
+    divide tallied (once per placement and setting they would have had)."""
+    if not combos:
+        return None
+    if space.all_placements:
+        sizes = np.array([[getattr(c, a) for a in DENSE_AXES] for c in combos], dtype=np.int64)
+        placements = distinct_placements(sizes, cluster.mesh_shape)
+    else:
+        placements = [[0]] * len(combos)
+    micro, n_micro = _ragged([c.micro for c in combos])
+    vpps, n_vpp = _ragged([c.vpps for c in combos])
+    experts, n_exp = _ragged([[e * 1_000_000 + t for e, t in c.experts] for c in combos])  # (ep, etp) packed
+    (pids, pid_start), n_pid = _ragged(placements)
+    per_combo = n_micro * n_vpp * n_exp
+    combo = np.repeat(np.arange(len(combos)), per_combo)
+    local = np.arange(len(combo)) - np.repeat(np.cumsum(per_combo) - per_combo, per_combo)
+    local, i_exp = np.divmod(local, n_exp[combo])
+    i_micro, i_vpp = np.divmod(local, n_vpp[combo])
+    mbs, vpp = micro[0][micro[1][combo] + i_micro], vpps[0][vpps[1][combo] + i_vpp]
+    pair = experts[0][experts[1][combo] + i_exp]
+    field = {name: np.array([getattr(c, name) for c in combos], dtype=np.int64)
+             for name in ("dp", "tp", "pp", "cp", "tp2", "panel", "mult")}
+    layout = np.array([LAYOUTS.index(c.layout) for c in combos], dtype=np.int64)
+    bad = (vpp > 1) & ((space.global_batch // (field["dp"][combo] * mbs)) % field["pp"][combo] != 0)
+    bad_per_combo = np.bincount(combo[bad], minlength=len(combos)) * n_pid
+    if bad_per_combo.any():
+        first = combos[int(np.flatnonzero(bad_per_combo)[0])]
+        tally.add("interleaved: pp does not divide the micro-batches", f"pp={first.pp}, dp={first.dp}",
+                  int((bad_per_combo * field["mult"]).sum()))
+    keep = ~bad
+    combo = combo[keep]
+    columns = {name: field[name][combo] for name in ("dp", "tp", "pp", "cp", "tp2")}
+    ep, etp = np.divmod(pair[keep], 1_000_000)
+    columns |= {"ep": ep, "etp": etp, "vpp": vpp[keep], "micro_batch": mbs[keep],
+                "global_batch": np.full(len(combo), space.global_batch, dtype=np.int64),
+                "summa_panels": field["panel"][combo], "placement_id": pids[pid_start[combo]], "layout": layout[combo]}
+    return Sized(columns, pids, pid_start[combo], n_pid[combo])
+
+
+def expand(sized: Sized, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The plans of size rows ``rows``: each row once per distinct placement (placements innermost)."""
+    count = sized.count[rows]
+    row = np.repeat(rows, count)
+    offset = np.arange(len(row)) - np.repeat(np.cumsum(count) - count, count)
+    return {k: v[row] for k, v in sized.columns.items()} | {"placement_id": sized.pids[sized.start[row] + offset]}
+
+
+def _ragged(lists: list[list[int]]) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """A list of int lists as (concatenated values, start of each list) and the lengths."""
+    lengths = np.array([len(x) for x in lists], dtype=np.int64)
+    values = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(lengths.sum()))
+    return (values, np.cumsum(lengths) - lengths), lengths

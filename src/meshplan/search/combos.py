@@ -1,0 +1,160 @@
+"""Size combinations: the valid (tp, tp2, cp, pp, dp, layout) of a space with their micro-batch, interleaving and
+expert options, before placements; the invalid ones tallied with their reason (infeasible is a result).
+
+An invalid combination is counted once per categorical setting it would have been paired with (``Combo.mult``): the
+settings grid, times the two sequence-parallel options of a 1D layout with tp > 1.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+
+from meshplan.search.keyed import panel_counts
+from meshplan.search.space import Space
+from meshplan.search.tally import Tally
+from meshplan.specs.check import ring_window_reason
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+
+
+@lru_cache(maxsize=4096)
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` in increasing order, from the pairs (d, n / d) with d ≤ √n."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
+@dataclass
+class Combo:
+    tp: int
+    tp2: int
+    cp: int
+    pp: int
+    dp: int
+    layout: str
+    mult: int  # categorical settings each of its plans is paired with
+    micro: list[int]
+    vpps: list[int]
+    experts: list[tuple[int, int]]  # (ep, etp)
+    panel: int
+
+    @property
+    def sizes(self) -> int:
+        """Its size rows: micro-batch × interleaving × expert options."""
+        return len(self.micro) * len(self.vpps) * len(self.experts)
+
+    @property
+    def unplaced(self) -> int:
+        """Its plans before placements: the size rows × the categorical settings."""
+        return self.mult * self.sizes
+
+
+def valid_combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list[Combo], Tally]:
+    """The valid (tp, tp2, cp, pp, dp, layout) combinations with their micro-batch, interleaving and expert
+    options; the invalid ones tallied with their reason."""
+    n, gbs, layers = cluster.num_gpus, space.global_batch, model.num_layers
+    cat = space.grid_size
+    tally, out = Tally(), []
+    for tp, tp2, cp, pp, layout in _grids(n, space):
+        if cp < space.cp_min or (space.cp_max and cp > space.cp_max):
+            continue  # outside the space asked for, not a rejection
+        dp = n // (tp * tp2 * cp * pp)
+        mult = cat * (len(space.sequence_parallel) if tp > 1 and layout == "1d" else 1)
+        reason = _tensor_reason(model, tp) or _layout_reason(model, layout, tp2, cp)
+        if reason is None and cp > 1 and model.seq_length % (2 * cp):
+            reason = ("2*cp does not divide seq_length", f"cp={cp}, seq_length={model.seq_length}")
+        if reason is None and ring_window_reason(model, cp, space.stack.cp_comm):
+            reason = ("ring context parallelism with a sliding window",
+                      f"cp={cp}, sliding_window={model.sliding_window}")
+        if reason is None and pp > layers:
+            reason = ("pp exceeds num_layers", f"pp={pp} > num_layers={layers}")
+        if reason is None and gbs % dp:
+            reason = ("dp does not divide global_batch", f"dp={dp} does not divide global_batch={gbs}")
+        panels = panel_counts(model.hidden_size, tp, tp2) if layout == "summa" else [max(tp, tp2)]
+        if reason is None and not panels:
+            reason = ("no SUMMA panel count divides hidden_size", f"tp={tp}, tp2={tp2}")
+        if reason is not None:
+            tally.add(*reason, mult)
+            continue
+        micro = [b for b in divisors(gbs // dp) if b <= space.max_micro_batch]
+        vpps = [1] + [v for v in divisors(layers // pp) if v > 1] * (pp > 1 and layers % pp == 0)
+        experts, bad = _expert_pairs(model, tp, tp * cp * dp)
+        tally.add("ep*etp does not divide tp*cp*dp or num_experts", f"tp={tp} cp={cp} dp={dp}",
+                  bad * mult * len(micro) * len(vpps))
+        if space.stack.overlap_ep:  # Megatron-Core's combined 1F1B (plan.check): ep > 1, interleaved under a pipeline
+            experts, vpps = _ep_overlap_options(tally, experts, vpps, pp, mult * len(micro))
+        if micro and experts:
+            out.append(Combo(tp, tp2, cp, pp, dp, layout, mult, micro, vpps, experts, panels[0]))
+    return out, tally
+
+
+def _grids(n: int, space: Space) -> Iterator[tuple[int, int, int, int, str]]:
+    """(tp, tp2, cp, pp, layout) with tp·tp2·cp·pp dividing n: tp2 = 1 for 1D, tp2 >= 2 for SUMMA."""
+    divs = divisors(n)
+    for tp, cp, pp in itertools.product(divs, repeat=3):
+        if n % (tp * cp * pp):
+            continue
+        if "1d" in space.layouts:
+            yield tp, 1, cp, pp, "1d"
+        if "summa" in space.layouts:
+            for tp2 in divisors(n // (tp * cp * pp))[1:]:
+                yield tp, tp2, cp, pp, "summa"
+
+
+def _tensor_reason(model: ModelSpec, tp: int) -> tuple[str, str] | None:
+    if model.num_heads % tp:
+        return "tp does not divide num_heads", f"tp={tp} does not divide num_heads={model.num_heads}"
+    if not model.is_mla and model.num_kv_heads % tp and tp % model.num_kv_heads:
+        return "tp and num_kv_heads do not divide", f"tp={tp}, num_kv_heads={model.num_kv_heads}"
+    if model.ffn_hidden_size % tp:
+        return "tp does not divide ffn_hidden_size", f"tp={tp} does not divide ffn={model.ffn_hidden_size}"
+    if "M" in model.layer_pattern and (model.mamba_heads % tp or model.mamba_groups % tp):
+        return ("tp does not divide the Mamba heads and groups",
+                f"tp={tp}, mamba_heads={model.mamba_heads}, mamba_groups={model.mamba_groups}")
+    return None
+
+
+def _layout_reason(model: ModelSpec, layout: str, tp2: int, cp: int) -> tuple[str, str] | None:
+    if model.is_hybrid and "M" in model.layer_pattern and cp > 1:
+        return "cp of Mamba layers not modelled", f"cp={cp} with {model.name}'s Mamba blocks"
+    if layout == "1d":
+        return None
+    if model.is_hybrid:
+        return "summa: not for hybrid models", f"{model.name} has a layer_pattern"
+    if model.is_moe or model.is_mla:
+        return "summa: dense standard-attention models only", f"{model.name} is MoE or MLA"
+    if model.seq_length % (tp2 * cp):
+        return "tp2*cp does not divide seq_length", f"tp2={tp2}, cp={cp}, seq_length={model.seq_length}"
+    if model.hidden_size % tp2 or model.ffn_hidden_size % tp2:
+        return "tp2 does not divide the hidden or FFN size", f"tp2={tp2}, hidden={model.hidden_size}"
+    return None
+
+
+def _expert_pairs(model: ModelSpec, tp: int, ranks: int) -> tuple[list[tuple[int, int]], int]:
+    """(ep, etp) pairs that are valid, and how many were not."""
+    if not model.is_moe:
+        return [(1, tp)], 0
+    pairs, bad = [], 0
+    for ep in divisors(model.num_experts):
+        for etp in divisors(tp):
+            if ranks % (ep * etp) or model.moe_ffn_hidden_size % etp:
+                bad += 1
+            else:
+                pairs.append((ep, etp))
+    return pairs, bad
+
+
+def _ep_overlap_options(tally: Tally, experts: list[tuple[int, int]], vpps: list[int], pp: int, per: int
+                        ) -> tuple[list[tuple[int, int]], list[int]]:
+    """The expert and interleaving options a stack that overlaps the EP all-to-alls (Stack.overlap_ep) can run:
+    ep > 1, and with a pipeline an interleaved schedule; the others tallied (``per`` plans each)."""
+    kept_experts = [(e, t) for e, t in experts if e > 1]
+    kept_vpps = [v for v in vpps if v > 1] if pp > 1 else vpps
+    tally.add("overlap_ep needs ep > 1", f"pp={pp}", (len(experts) - len(kept_experts)) * len(vpps) * per)
+    tally.add("overlap_ep needs vpp > 1 with pp > 1", f"pp={pp}",
+              len(kept_experts) * (len(vpps) - len(kept_vpps)) * per)
+    return kept_experts, kept_vpps

@@ -1,0 +1,194 @@
+"""Evaluate one share of a search: build the candidates of some size combinations under one tensor mode, compute
+the memory of every setting once per size combination, and time (``scoring.grid_times``) only the plans whose lower
+bound (``bound``) can still reach the top k, offering the fast ones that fit to ``Best``; the others are counted as
+evaluated and bounded, those that do not fit tallied with the plan nearest to fitting.
+
+Size combinations are scored in blocks of ``SIZE_BLOCK``, likely winners (lowest bound) first so that the threshold
+tightens early, and timed in chunks of about ``CHUNK`` plans, so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from meshplan.search.batch import CATEGORICAL, PlanBatch
+from meshplan.search.best import Best
+from meshplan.search.bound import BOUND_SLACK, lower_bound
+from meshplan.search.candidates import Sized, expand, size_rows
+from meshplan.search.combos import Combo
+from meshplan.search.keyed import KeyUnits
+from meshplan.search.placements import PLACEMENTS
+from meshplan.search.scoring import grid_memory, grid_times
+from meshplan.search.space import Space
+from meshplan.search.tally import Tally
+from meshplan.specs.efficiency import Efficiency
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.step.units import Units
+from meshplan.units import fmt_bytes
+
+CHUNK = 16384  # plans timed at once
+FIRST_CHUNK = 1024  # plans timed at once while the k-th best time is unknown (every key they use is priced)
+SIZE_BLOCK = 16384  # size combinations whose memory is computed at once (it bounds the arrays' size)
+
+
+@dataclass
+class Part:
+    """What one share of the search found (small: it crosses a process boundary)."""
+
+    best: Best
+    evaluated: int = 0
+    feasible: int = 0
+    bounded: int = 0  # evaluated plans whose step time a lower bound showed cannot reach the top k
+    tally: Tally = field(default_factory=Tally)
+
+
+def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, cluster: Cluster, space: Space,
+             top_k: int, eff: Efficiency) -> Part:
+    """Build and score the candidates of one tensor ``mode`` (layout, sequence parallelism) and size combinations."""
+    layout, sp = mode
+    result = Part(Best(top_k))
+    first_mode = next(m for m in space.modes() if m[0] == layout) == mode  # tally build rejections once
+    sized = size_rows(combos, cluster, space, result.tally if first_mode else Tally())
+    if sized is None:
+        return result
+    columns = {k: v for k, v in sized.columns.items() if k != "layout"}
+    base = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
+    rows = np.flatnonzero(base.tp > 1) if sp else np.arange(len(base))
+    if not len(rows):
+        return result
+    pool = base.select(rows, sequence_parallel=sp, tensor_layout=layout)  # one row per size combination
+    sized = replace(sized, columns=columns).select(rows)  # without the layout column
+    units = KeyUnits(model, cluster, pool, space.stack, space.recompute, eff)
+    if not space.gpipe:
+        gpipe = int(sized.count[(pool.vpp == 1) & (pool.pp > 1)].sum()) * space.grid_size
+        result.tally.add("dominated: GPipe (1F1B has its step time with less memory)", "any pp > 1 plan", gpipe)
+    bound = lower_bound(model, pool, units.shapes, units.shape_of)
+    for group, schedule in _groups(pool, space):
+        _score_group(model, cluster, space, eff, pool.select(group, schedule=schedule), sized.select(group),
+                     bound[group], units.shape_of[group], units, result)
+    return result
+
+
+def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray, str]]:
+    """(rows, schedule) of the plans that share a pipeline schedule."""
+    flat = batch.vpp == 1
+    yield np.flatnonzero(flat), "1f1b"
+    if space.gpipe:
+        yield np.flatnonzero(flat & (batch.pp > 1)), "gpipe"
+    yield np.flatnonzero(~flat), "interleaved"
+
+
+def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, sized: Sized,
+                 bound: np.ndarray, shapes: np.ndarray, units: KeyUnits, result: Part) -> None:
+    """Score the size combinations of one schedule group (``pool``: one row each, with its lower ``bound`` and
+    shape) in blocks, likely winners first so that the threshold tightens early: the memory of each combination
+    is computed once for all its placements (``_fit``), then the plans that can still reach the top k are built
+    and timed (``_time_rows``)."""
+    order = np.argsort(bound, kind="stable")
+    for block in _chunks(order, SIZE_BLOCK):
+        fits, peak = _fit(model, cluster, space, pool.select(block), units.saved(shapes[block]), sized.count[block],
+                          result)
+        _time_rows(model, cluster, space, eff, pool, sized, block, bound, shapes, units, fits, peak, result)
+
+
+def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: PlanBatch, saved: dict[str, Units],
+         plans: np.ndarray, result: Part) -> tuple[np.ndarray, np.ndarray]:
+    """Memory and feasibility of every setting of some size combinations (``sized``: one plan of each; memory
+    does not depend on the placement), each standing for ``plans`` plans: counted as evaluated and feasible,
+    those that do not fit tallied with their reason. Returns (fits, peak), shaped as ``grid_memory``'s."""
+    capacity, host_capacity = cluster.accelerator.hbm_bytes, cluster.host_memory
+    peak, host = grid_memory(model, sized, saved, space)
+    in_hbm, in_host = peak <= capacity, host <= host_capacity
+    fits = in_hbm & in_host
+    result.evaluated += int(plans.sum()) * fits[..., 0].size
+    result.feasible += int(fits.reshape(-1, len(sized)).sum(axis=0) @ plans)
+    _tally_misses(result.tally, "memory exceeds HBM", peak, ~in_hbm, plans, sized, space.grid, capacity)
+    _tally_misses(result.tally, "offload exceeds host memory", host, in_hbm & ~in_host, plans, sized, space.grid,
+                  host_capacity)
+    return fits, peak
+
+
+def _time_rows(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, sized: Sized,
+               block: np.ndarray, bound: np.ndarray, shapes: np.ndarray, units: KeyUnits, fits: np.ndarray,
+               peak: np.ndarray, result: Part) -> None:
+    """The step time of the plans of the size combinations ``block`` (rows of ``pool``) whose lower bound can still
+    reach the top k, in chunks (branch and bound: exact, a plan slower than the k-th best so far cannot enter):
+    their placements are built and their keys priced only then; the others counted as bounded. ``fits`` and
+    ``peak``: the block's, settings × combinations; where none fits, nothing is timed."""
+    settings, any_fit = fits[..., 0].size, fits.any()
+    fits, peak = fits.reshape(settings, -1), peak.reshape(settings, -1)
+    count = sized.count[block]
+    for piece in _pieces(count, result.best):
+        near = piece[bound[block[piece]] * (1 - BOUND_SLACK) <= result.best.threshold]
+        result.bounded += int(count[piece].sum() - count[near].sum()) * settings
+        if len(near) and any_fit:
+            rows = block[near]
+            plans = PlanBatch(**expand(sized, rows), placements=pool.placements,
+                              **{k: getattr(pool, k) for k in CATEGORICAL})
+            local = np.repeat(near, count[near])  # each plan's combination, in the block
+            _time_chunk(model, cluster, space, eff, plans, np.repeat(shapes[rows], count[near]), units, fits, peak,
+                        local, result)
+
+
+def _pieces(plans: np.ndarray, best: Best) -> Iterator[np.ndarray]:
+    """Consecutive ranges of size combinations holding about ``CHUNK`` plans each (``plans``: each one's), smaller
+    ones (``FIRST_CHUNK``) until the k-th best time is known; at least one combination each."""
+    ends, start = np.cumsum(plans), 0
+    while start < len(plans):
+        size = CHUNK if np.isfinite(best.threshold) else min(CHUNK, FIRST_CHUNK)
+        done = int(ends[start - 1]) if start else 0
+        stop = max(start + 1, int(np.searchsorted(ends, done + size, side="right")))
+        yield np.arange(start, stop)
+        start = stop
+
+
+def _time_chunk(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, batch: PlanBatch,
+                shapes: np.ndarray, units: KeyUnits, fits: np.ndarray, peak: np.ndarray, sizes: np.ndarray,
+                result: Part) -> None:
+    """Time the plans of ``batch`` (``shapes``: their shapes; ``sizes``: their columns in ``fits`` and ``peak``,
+    settings × size combinations) under every setting and offer the fast enough ones that fit to the top k."""
+    full, panels = units.price(batch, shapes)
+    time = grid_times(model, cluster, batch, full, space, eff)
+    ok = np.flatnonzero(time.reshape(-1) <= result.best.threshold)  # fast enough, then: does it fit?
+    setting, row = np.divmod(ok, len(batch))
+    fit = fits[setting, sizes[row]]
+    ok, setting, row = ok[fit], setting[fit], row[fit]
+    nb = [panels[rc] for rc in space.recompute]
+    result.best.offer(time.reshape(-1)[ok], peak[setting, sizes[row]],
+                      lambda i: _decode(batch, space.grid, time.shape, int(ok[i]), nb))
+
+
+def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], flat: int,
+            panels: list[np.ndarray] | None = None) -> Plan:
+    """The plan at a flat index of the (recompute, zero, offload opt, offload act, row) grid."""
+    r, z, o, a, row = np.unravel_index(flat, shape)
+    plan = replace(batch.plan(int(row)), recompute=grid[0][r], zero=grid[1][z], offload_optimizer=grid[2][o],
+                   offload_activations=grid[3][a])
+    return replace(plan, summa_panels=int(panels[r][row])) if panels is not None else plan
+
+
+def _tally_misses(tally: Tally, reason: str, used: np.ndarray, miss: np.ndarray, plans: np.ndarray,
+                  sized: PlanBatch, grid: tuple[tuple, ...], capacity: float) -> None:
+    """Count the plans that ``miss`` (settings × size combinations, each standing for ``plans`` plans) for
+    ``reason``; the example is the plan nearest to fitting: the least bytes ``used`` among them."""
+    count = int(miss.reshape(-1, len(plans)).sum(axis=0) @ plans)
+    if not count:
+        return
+    flat = int(np.argmin(np.where(miss, used, np.inf).reshape(-1)))
+    least = float(used.reshape(-1)[flat])
+    if least >= tally.scores.get(reason, math.inf):
+        tally.add(reason, "", count, least)
+        return
+    plan = _decode(sized, grid, miss.shape, flat)
+    tally.add(reason, f"{plan.describe()}: {fmt_bytes(least)} > {fmt_bytes(capacity)}", count, least)
+
+
+def _chunks(rows: np.ndarray, size: int) -> Iterator[np.ndarray]:
+    for i in range(0, len(rows), size):
+        yield rows[i:i + size]

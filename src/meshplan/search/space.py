@@ -1,0 +1,70 @@
+"""Space: what the search may choose, and the settings every plan of it shares.
+
+All factorisations N = dp·tp·pp·cp (tp·tp2 on the SUMMA grid); every divisor micro-batch; virtual stages v dividing
+the layers per stage (interleaved when v > 1); ep dividing the experts and etp dividing tp; ZeRO 0–3; recompute none /
+selective / full; sequence parallelism on / off (when tp > 1); optimizer / activation offload; and every distinct
+placement of the axes on the mesh (which axes share the NVLink domain). Each size combination is scored under the
+settings grid (recompute × ZeRO × optimizer offload × activation offload) at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from meshplan.fields import MAX_PLANS
+from meshplan.specs.check import fsdp_has_zero, recompute_modules_problem
+from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
+from meshplan.specs.stack import Stack
+
+
+@dataclass(frozen=True, kw_only=True)
+class Space:
+    """What the search may choose. Environment settings (precision, overlap, gradient bytes) are fixed."""
+
+    global_batch: int
+    zero: tuple[int, ...] = (0, 1, 2, 3)
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    recompute_modules: tuple[str, ...] = ("core_attn",)  # Plan.recompute_modules: what "selective" recomputes
+    sequence_parallel: tuple[bool, ...] = (False, True)
+    layouts: tuple[str, ...] = ("1d", "summa")
+    cp_min: int = 1  # context-parallel sizes considered (a strategy comparison pins them)
+    cp_max: int = 0  # 0: no limit
+    offload_optimizer: tuple[bool, ...] = (False, True)
+    offload_activations: tuple[bool, ...] = (False, True)
+    gpipe: bool = False  # GPipe: the step time of 1F1B with at least its memory (dominated; see search.run)
+    all_placements: bool = True
+    max_micro_batch: int = 64
+    precision: str = "bf16"
+    grad_bytes: int = 4
+    stack: Stack = DEFAULT_STACK  # how the software stack runs every plan (stack.py): its kernels, runtime, overlap
+    # the most plans a search space may hold (``limits.plan_count``); a larger one is refused before any is built
+    # (fields.MAX_PLANS); 0: no limit
+    max_plans: int = MAX_PLANS
+
+    def __post_init__(self) -> None:
+        if not all(fsdp_has_zero(self.stack.fsdp, z) for z in self.zero):
+            raise ValueError(f"fsdp={self.stack.fsdp} has no ZeRO-1 strategy: search zero in 0, 2, 3")
+        problem = recompute_modules_problem(self.recompute_modules)
+        if problem:
+            raise ValueError(f"recompute_modules={self.recompute_modules!r} {problem}")
+
+    @property
+    def settings(self) -> dict[str, object]:
+        """The plan fields every plan of the space shares."""
+        return {"precision": self.precision, "grad_bytes": self.grad_bytes, "recompute_modules": self.recompute_modules}
+
+    @property
+    def grid(self) -> tuple[tuple, ...]:
+        """The settings grid every size combination is scored under: (recompute, zero, offload opt, offload act)."""
+        return (self.recompute, self.zero, self.offload_optimizer, self.offload_activations)
+
+    @property
+    def grid_size(self) -> int:
+        return len(self.zero) * len(self.recompute) * len(self.offload_optimizer) * len(self.offload_activations)
+
+    def modes(self) -> Iterator[tuple[str, bool]]:
+        """(tensor layout, sequence parallelism) combinations; SP applies to the 1D layout only."""
+        for layout in self.layouts:
+            for sp in self.sequence_parallel if layout == "1d" else (False,):
+                yield layout, sp

@@ -1,0 +1,83 @@
+"""search/keyed.py: per-key units, one per distinct key (its shape, panels and tier splits), priced once."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from meshplan.search import Space
+from meshplan.search.batch import PlanBatch
+from meshplan.search.candidates import candidates
+from meshplan.search.keyed import KeyUnits, distinct, split_codes
+from meshplan.search.placements import PLACEMENTS
+from meshplan.specs.efficiency import DEFAULT
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+
+
+def unit_keys(model, cluster, batch):
+    """The reference unit key (what keyed.KeyUnits.price packs into one code): the unit columns and the tier splits
+    of the groups their collectives use; the first plan of each distinct key and each plan's key index."""
+    columns = ("tp", "tp2", "cp", "micro_batch", "ep", "etp", "summa_panels")
+    return distinct(np.stack([getattr(batch, k) for k in columns] + split_codes(model, cluster, batch)))
+
+
+@pytest.mark.parametrize(("name", "layout"), [("mixtral-8x7b", "1d"), ("llama3-8b", "summa")])
+def test_one_key_per_shape_gives_every_keys_kernel_times_and_saved_activations(name, layout):
+    """keyed.KeyUnits: the forward and backward kernel times and the saved bytes of a unit depend on its op shapes
+    alone, not on the placement or SUMMA panels: the key computed for its shape stands for every key of it (what
+    memory and the lower bound use), on a two-tier mesh where placements split the groups differently."""
+    model, cluster = load_model(name).with_seq_length(2048), load_system("h100").cluster(32)
+    space = Space(global_batch=64, layouts=(layout,), sequence_parallel=(True,))
+    columns, _ = candidates(model, cluster, space)
+    columns.pop("layout")
+    pool = PlanBatch(**columns, placements=PLACEMENTS, **space.settings).select(
+        columns["tp"] > 1, sequence_parallel=True, tensor_layout=layout)
+    units = KeyUnits(model, cluster, pool, space.stack, space.recompute, DEFAULT)
+    full, by_shape = units.price(pool, units.shape_of)[0], units.saved(units.shape_of)
+    # the key table knows a key by (shape, panels, tier splits): as many as the distinct unit keys of the plans
+    assert units.n_shapes < units.priced == len(unit_keys(model, cluster, pool)[0])
+    for rc in space.recompute:
+        for f in ("layer_saved", "embed_saved", "head_saved"):
+            assert np.allclose(getattr(full[rc], f), getattr(by_shape[rc], f), rtol=1e-12)
+        for part, f in itertools.product(("layer", "layer_plain", "embed", "head"), ("fwd", "bwd")):
+            assert np.allclose(getattr(getattr(full[rc], part), f), getattr(getattr(by_shape[rc], part), f),
+                               rtol=1e-12)
+
+
+def test_a_key_is_priced_once_whatever_the_batches():
+    """keyed.KeyUnits.price: plans priced in two batches get the units they get in one, and pricing them again adds
+    no key (the memo table finds every code it has met)."""
+    model, cluster = load_model("mixtral-8x7b").with_seq_length(2048), load_system("h100").cluster(32)
+    space = Space(global_batch=64, layouts=("1d",), sequence_parallel=(True,))
+    columns, _ = candidates(model, cluster, space)
+    columns.pop("layout")
+    pool = PlanBatch(**columns, placements=PLACEMENTS, **space.settings).select(
+        columns["tp"] > 1, sequence_parallel=True)
+    whole = KeyUnits(model, cluster, pool, space.stack, space.recompute, DEFAULT)
+    at_once, panels = whole.price(pool, whole.shape_of)
+    halves = KeyUnits(model, cluster, pool, space.stack, space.recompute, DEFAULT)
+    cut = np.arange(len(pool)) % 3 == 0
+    parts = [halves.price(pool.select(rows), halves.shape_of[rows])[0] for rows in (cut, ~cut)]
+    assert halves.priced == whole.priced
+    again, again_panels = whole.price(pool, whole.shape_of)
+    assert whole.priced == halves.priced
+    for rc in space.recompute:
+        assert np.array_equal(again[rc].layer.total, at_once[rc].layer.total)
+        assert np.array_equal(again_panels[rc], panels[rc])
+        for rows, part in zip((cut, ~cut), parts, strict=True):
+            for name in ("layer", "embed", "head", "p2p"):
+                assert np.array_equal(getattr(part[rc], name).total, getattr(at_once[rc], name).total[rows])
+
+
+def test_distinct_keys_survive_int64_overflow():
+    """Five columns of values up to 2^20 pack into 2^100 > int64: the code is renumbered instead."""
+    rng = np.random.default_rng(0)
+    base = rng.integers(0, 2**20, size=(5, 40))
+    keys = np.concatenate([base, base[:, :10]], axis=1)  # rows 40..49 repeat rows 0..9
+    first, inverse = distinct(keys)
+    assert len(first) == len({tuple(c) for c in base.T}) == 40
+    assert (keys[:, first][:, inverse] == keys).all()  # every row maps back to its own key
+    assert (inverse[40:] == inverse[:10]).all()
