@@ -27,15 +27,12 @@ import numpy as np
 
 from meshplan.estimate import step_costs
 from meshplan.specs.efficiency import DEFAULT, FITTED
-from meshplan_validation.records import runs_from_command_line
-from meshplan_validation.validate import (
-    Skip,
-    clean_record,
-    fill_from_siblings,
-    in_fit_set,
-    map_run,
-    predicted_metric,
-)
+from meshplan_validation.case import map_run
+from meshplan_validation.evaluate import predicted_metric
+from meshplan_validation.record_fields import fill_from_siblings
+from meshplan_validation.records import clean_record, runs_from_command_line
+from meshplan_validation.selection import in_fit_set
+from meshplan_validation.skip import Skip
 
 DENSE = ("gemm", "attention")
 HOST = "host_launch"

@@ -25,7 +25,7 @@ from meshplan.specs.hardware import load_system
 from meshplan.specs.model import ModelSpec, load_model
 from meshplan.specs.plan import Plan, check
 from meshplan.specs.stack import Stack
-from meshplan_validation.recipes import DSV3_LAYOUT_16, layout_last_stage
+from meshplan_validation.layouts import DSV3_LAYOUT_16, layout_last_stage
 
 DSV3 = load_model("deepseek-v3")
 SUPER = load_model("nemotron-3-super")
