@@ -1,12 +1,12 @@
 """The regular expressions that read a published record's fields, in one place: numbers written as text, the names
 sources give the measured quantities, model names, GPU and network text, the precision, optimizer-sharding and
-recompute wording, the framework text that names kernels, the FLOP accounting text and the release in a group name.
+recompute wording, the framework text that names kernels, the FLOP accounting text, the models and stacks a recipe
+setting applies to, and the release in a group name.
 
 Each pattern is used where the field is read (records.py, record_fields.py, the map_*.py modules, flops.py,
-recipes.py); the tables of knowledge that a pattern keys (model families in record_fields.CONVENTIONS, framework
-defaults in sources.SOURCES, release recipes in recipes.py and layouts.py) keep their patterns in their rows, beside
-the sources they cite. Plain ``re`` objects: nothing here reads a record.
-"""
+recipes.py). The tables of knowledge keyed by a pattern (model families in record_fields.CONVENTIONS, framework
+defaults in sources.SOURCES, release recipes in recipes.py and layouts.py) keep it in their rows, beside the sources
+they cite. Plain ``re`` objects and pattern tables: nothing here reads a record."""
 
 from __future__ import annotations
 
@@ -162,6 +162,15 @@ FLOPS_BASIS_TEXT: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b6\s*\*?\s*N\b|\b6ND\b|12\s*\*?\s*l\s*\*?\s*h|chinchilla", re.I), "palm"),
     (re.compile(r"mfu", re.I), "model"),
 )
+
+# ---- recipes: the models and stacks a recipe setting applies to ---------------------------------------------------
+# the MoE models whose MXFP8 Blackwell recipes switched to full-iteration CUDA graphs with the fused grouped MLP; the
+# Nemotron 3 recipes keep per-layer graph scopes (attn, mamba, moe_router, moe_preprocess: nemotron_3_workload_base_
+# configs.py, and the 26.08 perf_recipes/nemotronh), outside which the experts stay host-launched (recipes.expert_gemm)
+FULL_ITERATION_MOE = re.compile(r"qwen3|gpt-oss|deepseek-v3", re.I)
+# the stacks whose recipes train a model's multi-token-prediction depths by default, on "group framework"
+# (recipes.mtp_layers)
+MTP_STACKS = re.compile(r"megatron|nemo(?!.*automodel)", re.I)
 
 # ---- releases -------------------------------------------------------------------------------------------------
 BRIDGE_RELEASE = re.compile(r"megatron_bridge_(\d+)\.(\d+)")  # a Megatron-Bridge release in a group name

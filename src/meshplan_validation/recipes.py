@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from meshplan.specs.model import ModelSpec
-from meshplan_validation.patterns import BLACKWELL, BRIDGE_RELEASE
+from meshplan_validation.patterns import BLACKWELL, BRIDGE_RELEASE, FULL_ITERATION_MOE, MTP_STACKS
 
 
 def recipe_key(record: dict[str, Any], *extra: str) -> str:
@@ -159,11 +159,7 @@ FUSED_SINK_ATTENTION_FROM = (25, 11)
 # 26.06"; #4606 for B200/B300; the GPT-OSS V2 and DeepSeek-V3 MXFP8 recipes likewise; NeMo 26.06 ships TE 2.16,
 # Megatron-Bridge PR #4535). Earlier releases, other precisions and Hopper keep TE GroupedLinear's per-expert
 # cuBLAS GEMMs after the per-layer tokens-per-expert sync (Megatron-Core MoEAlltoAllTokenDispatcher).
-GROUPED_EXPERT_GEMM_FROM = (26, 6)
-# the MoE models whose MXFP8 Blackwell recipes switched to full-iteration CUDA graphs with the fused grouped MLP; the
-# Nemotron 3 recipes keep per-layer graph scopes (attn, mamba, moe_router, moe_preprocess: nemotron_3_workload_base_
-# configs.py, and the 26.08 perf_recipes/nemotronh), outside which the experts stay host-launched
-FULL_ITERATION_MOE = re.compile(r"qwen3|gpt-oss|deepseek-v3", re.I)
+GROUPED_EXPERT_GEMM_FROM = (26, 6)  # on the MoE models of patterns.FULL_ITERATION_MOE
 
 
 def expert_gemm(record: dict[str, Any], model: ModelSpec) -> tuple[str, str]:
@@ -223,8 +219,7 @@ def recompute_modules(record: dict[str, Any]) -> tuple[tuple[str, ...], str]:
 # Multi-token prediction as the stacks train it: Megatron-Bridge's DeepSeek-V3 recipe keeps the library default
 # mtp_num_layers = 1 (recipes/deepseek/deepseek_v3.py of release 0.3.0; every perf config), except the runs the table
 # marks "w/o MTP"; its Nemotron 3 Super recipe runs two depths of one shared "*E" layer (the preset's). Other stacks
-# train the MTP module only where the record says so.
-MTP_STACKS = re.compile(r"megatron|nemo(?!.*automodel)", re.I)
+# (patterns.MTP_STACKS) train the MTP module only where the record says so.
 
 
 def mtp_layers(record: dict[str, Any], model: ModelSpec) -> tuple[int, str]:
