@@ -20,19 +20,16 @@ import numpy as np
 from meshplan.estimate import estimate
 from meshplan.specs.architectures import MATMUL
 from meshplan.specs.efficiency import DEFAULT, FITTED, Efficiency
-from meshplan_validation.recipes import GENERIC, SOURCES
+from meshplan_validation.case import map_run
+from meshplan_validation.evaluate import evaluate_case
+from meshplan_validation.record_fields import fill_from_siblings
 from meshplan_validation.records import clean_record, read_runs, runs_from_command_line
-from meshplan_validation.validate import (
-    RunResult,
-    _finite,
-    evaluate_case,
-    fill_from_siblings,
-    fit_check_markdown,
-    in_fit_set,
-    map_run,
-    run_validation,
-    summaries,
-)
+from meshplan_validation.render import finite, fit_check_markdown
+from meshplan_validation.result import RunResult
+from meshplan_validation.selection import in_fit_set
+from meshplan_validation.sources import GENERIC, SOURCES
+from meshplan_validation.summary import summaries
+from meshplan_validation.validate import run_validation
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "validation" / "published_runs.jsonl"
@@ -743,7 +740,7 @@ def main() -> None:
                "memory": {"median_abs_error": float(np.median(mem)) if mem else None,
                           "max_abs_error": float(max(mem)) if mem else None, "evaluated": len(mem)},
                "fit_half": sum(1 for r in results if in_fit_set(r.id))}
-    (DOCS / "accuracy_summary.json").write_text(json.dumps(_finite(machine), indent=1) + "\n")
+    (DOCS / "accuracy_summary.json").write_text(json.dumps(finite(machine), indent=1) + "\n")
     ov = summary["overall"]
     print(f"evaluated {ov['evaluated']}, skipped {ov['skipped']}: median {pct2(ov['median_abs_error'])}, "
           f"mean {pct(ov['mean_abs_error'])}, p90 {pct(ov['p90_abs_error'])}, max {pct(ov['max_abs_error'])}")
