@@ -20,7 +20,7 @@ from meshplan.specs.hf_config import translate
 from meshplan.specs.model import ModelSpec, from_hf_config, load_model, model_from_dict, preset_names
 
 HF = Path(__file__).parent / "data" / "hf"
-VALIDATION = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_runs.jsonl"
+VALIDATION = Path(__file__).resolve().parents[1] / "data" / "validation" / "published_runs.jsonl"
 
 
 def fixture(name: str) -> ModelSpec:

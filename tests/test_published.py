@@ -38,7 +38,7 @@ from meshplan_validation.validate import (
     validate_command,
 )
 
-DATA = Path(__file__).parents[2] / "shared/validation/published_runs.jsonl"
+DATA = Path(__file__).parents[1] / "data/validation/published_runs.jsonl"
 RECORDED = Path(__file__).parents[1] / "docs/accuracy_summary.json"
 needs_data = pytest.mark.skipif(not DATA.exists(), reason=f"{DATA} not checked out beside the repository")
 

@@ -18,7 +18,7 @@ from meshplan_validation.records import clean_record, number, read_runs
 from meshplan_validation.validate import Skip, map_run, render_text, run_validation, summaries, validate_command
 
 ROOT = Path(__file__).parents[1]
-PUBLISHED = ROOT.parent / "shared/validation/published_runs.jsonl"
+PUBLISHED = ROOT / "data/validation/published_runs.jsonl"
 INDEPENDENT = ROOT / "benchmarks/data/independent_runs.jsonl"
 
 
