@@ -1,12 +1,17 @@
 """The README stays a true front door: its accuracy table reads the generated summaries, its commands parse, its
-Python example runs, its tour names every package, its test command is the one CI runs, and what the tests import
-optionally is in the `dev` extra that command installs. docs/USAGE.md's commands are held to the same."""
+Python example runs, its tour names every package, its test command is the one CI runs (where a skip not marked
+``gpu`` fails), and what the tests import optionally is in the `dev` extra that command installs. docs/USAGE.md's
+commands and Python example are held to the same."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -56,9 +61,33 @@ def test_the_readme_test_command_is_what_ci_runs():
     quick = blocks(README, "bash")[0].strip().splitlines()
     assert len(quick) == 2, quick
     assert "[dev]" in text(ROOT / ".ci" / "install-extras.sh") and "bash .ci/install-extras.sh" in quick[1]
-    ci = text(ROOT / ".ci" / "run")
-    assert quick[1] in ci.splitlines()
-    assert "export MESHPLAN_NO_SKIPS=1" in ci.split(quick[1])[0]
+    ci = text(ROOT / ".ci" / "run").splitlines()
+    (line,) = [n for n, row in enumerate(ci) if row.startswith(quick[1])]
+    assert ci[line] in (quick[1], quick[1] + " || exit 1")  # set -e ignores a failure inside an && list
+    assert "export MESHPLAN_NO_SKIPS=1" in ci[:line]
+
+
+def test_under_no_skips_only_a_gpu_test_may_skip(tmp_path):
+    """tests/conftest.py with MESHPLAN_NO_SKIPS=1: a skip in a test, by a marker or at import fails; a test marked
+    ``gpu`` still skips; an expected failure stays one."""
+    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    gpu: needs a GPU\n")
+    (tmp_path / "test_skips.py").write_text(
+        "import pytest\n\n"
+        "def test_skip():\n    pytest.skip('no reason')\n\n"
+        "@pytest.mark.skipif(True, reason='marker')\ndef test_marker():\n    pass\n\n"
+        "@pytest.mark.gpu\ndef test_gpu():\n    pytest.skip('needs a GPU')\n\n"
+        "@pytest.mark.xfail(reason='known')\ndef test_xfail():\n    assert False\n")
+    (tmp_path / "test_import.py").write_text("import pytest\n\npytest.importorskip('no_such_module')\n")
+
+    def run(*args: str, **env: str) -> str:
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+                              cwd=tmp_path, capture_output=True, text=True, env={**os.environ, **env}).stdout
+
+    assert run("test_skips.py", MESHPLAN_NO_SKIPS="0").splitlines()[-1].startswith("3 skipped, 1 xfailed in ")
+    assert run("test_skips.py", MESHPLAN_NO_SKIPS="1").splitlines()[-1].startswith(
+        "1 failed, 1 skipped, 1 xfailed, 1 error in ")  # the skipif fails in setup: an error
+    assert run("test_import.py", MESHPLAN_NO_SKIPS="1").splitlines()[-1].startswith("1 error in ")
 
 
 def test_dev_extra_holds_what_the_tests_import_optionally():
@@ -111,10 +140,11 @@ def test_every_option_named_in_prose_exists():
         assert named <= known, (path.name, named - known)
 
 
-def test_python_example_runs():
-    (example,) = blocks(README, "python")
+@pytest.mark.parametrize("path", [README, DOCS / "USAGE.md"], ids=["README", "USAGE"])
+def test_python_example_runs(path):
+    (example,) = blocks(path, "python")
     namespace: dict = {}
-    exec(compile(example, "README.md", "exec"), namespace)  # noqa: S102 - the README's own example
+    exec(compile(example, str(path), "exec"), namespace)  # the docs' own example
     assert namespace["est"].fits and namespace["best"].step_time <= namespace["est"].step_time
 
 
