@@ -32,7 +32,7 @@ from meshplan_validation.summary import summaries
 from meshplan_validation.validate import run_validation
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "validation" / "published_runs.jsonl"
+DATA = ROOT / "data" / "validation" / "published_runs.jsonl"
 DOCS = ROOT / "docs"
 
 # Calculon (Isaev et al., SC'23) on the eight Korthikanti et al. 2022 Table 5 iteration times, as reported in

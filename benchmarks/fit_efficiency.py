@@ -40,7 +40,7 @@ FREE = (*DENSE, HOST)
 assert set(FREE) == set(FITTED), "efficiency.FITTED names the constants this script fits"
 BOUNDS = {"gemm": (0.3, 1.2), "attention": (0.15, 1.0), "memory": (0.3, 1.0), "overlap_slowdown": (0.0, 1.0),
           "host_launch": (1e-6, 200e-6)}
-DATA = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_runs.jsonl"
+DATA = Path(__file__).resolve().parents[1] / "data" / "validation" / "published_runs.jsonl"
 
 
 def cases(records: list[dict]) -> list:

@@ -30,7 +30,7 @@ from meshplan_validation.sources import source_defaults
 from meshplan_validation.summary import summaries
 from meshplan_validation.validate import run_validation, validate_command
 
-DATA = Path(__file__).parents[2] / "shared/validation/published_runs.jsonl"
+DATA = Path(__file__).parents[1] / "data/validation/published_runs.jsonl"
 RECORDED = Path(__file__).parents[1] / "docs/accuracy_summary.json"
 needs_data = pytest.mark.skipif(not DATA.exists(), reason=f"{DATA} not checked out beside the repository")
 

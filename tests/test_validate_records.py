@@ -22,7 +22,7 @@ from meshplan_validation.summary import summaries
 from meshplan_validation.validate import run_validation, validate_command
 
 ROOT = Path(__file__).parents[1]
-PUBLISHED = ROOT.parent / "shared/validation/published_runs.jsonl"
+PUBLISHED = ROOT / "data/validation/published_runs.jsonl"
 INDEPENDENT = ROOT / "benchmarks/data/independent_runs.jsonl"
 
 
