@@ -1,7 +1,7 @@
 """Fit the free efficiency constants on the fit half of the published runs; print them and the errors.
 
-The fit half is fixed: the runs whose id has an even CRC-32 (``meshplan_validation.validate.in_fit_set``). The objective
-is min(|log(predicted / measured)|, 0.5) (robust to the few runs whose configuration is too uncertain),
+The fit half is fixed: the runs whose id has an even CRC-32 (``meshplan_validation.selection.in_fit_set``). The
+objective is min(|log(predicted / measured)|, 0.5) (robust to the few runs whose configuration is too uncertain),
 averaged within each source group and then across groups, so that every source weighs the same.
 Two stages, because the MoE runs' errors are dominated by how each release launches the expert GEMMs:
 1. the two dense constants (``DENSE``) on the fit half's dense runs, by Nelder-Mead, the best of three starts
@@ -27,8 +27,12 @@ import numpy as np
 
 from meshplan.specs.efficiency import DEFAULT, FITTED
 from meshplan.step.assemble import step_costs
+from meshplan_validation.case import map_run
+from meshplan_validation.evaluate import predicted_metric
+from meshplan_validation.record_fields import fill_from_siblings
 from meshplan_validation.records import clean_record, runs_from_command_line
-from meshplan_validation.validate import Skip, fill_from_siblings, in_fit_set, map_run, predicted_metric
+from meshplan_validation.selection import in_fit_set
+from meshplan_validation.skip import Skip
 
 DENSE = ("gemm", "attention")
 HOST = "host_launch"
@@ -36,7 +40,7 @@ FREE = (*DENSE, HOST)
 assert set(FREE) == set(FITTED), "efficiency.FITTED names the constants this script fits"
 BOUNDS = {"gemm": (0.3, 1.2), "attention": (0.15, 1.0), "memory": (0.3, 1.0), "overlap_slowdown": (0.0, 1.0),
           "host_launch": (1e-6, 200e-6)}
-DATA = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_runs.jsonl"
+DATA = Path(__file__).resolve().parents[1] / "data" / "validation" / "published_runs.jsonl"
 
 
 def cases(records: list[dict]) -> list:

@@ -19,7 +19,10 @@ import json
 from pathlib import Path
 
 from meshplan_validation.records import read_runs
-from meshplan_validation.validate import RunResult, fit_check_markdown, run_validation, summaries
+from meshplan_validation.render import fit_check_markdown
+from meshplan_validation.result import RunResult
+from meshplan_validation.summary import summaries
+from meshplan_validation.validate import run_validation
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "independent_runs.jsonl"

@@ -1,6 +1,9 @@
-"""Shared small specs: a GPT-3-style model (Korthikanti et al. 2022 layout) and clusters built from presets."""
+"""Shared small specs (a GPT-3-style model in the Korthikanti et al. 2022 layout, clusters built from presets) and
+the no-skips rule of CI (MESHPLAN_NO_SKIPS=1)."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -25,3 +28,34 @@ def small_gpt() -> ModelSpec:
 @pytest.fixture
 def h100_64():
     return load_system("h100").cluster(64)
+
+
+# ---- no silent skips -----------------------------------------------------------------------------------------------
+# With MESHPLAN_NO_SKIPS=1 (.ci/run sets it) a skip is a failure unless the test is marked ``@pytest.mark.gpu``: a CPU
+# machine cannot have a GPU, but it can have every extra, data file and system package the other tests ask for.
+NO_SKIPS = os.environ.get("MESHPLAN_NO_SKIPS") == "1"
+
+
+def _no_skip(report: pytest.TestReport | pytest.CollectReport, what: str) -> None:
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    report.outcome = "failed"
+    report.longrepr = (f"{what} skipped ({reason}) and MESHPLAN_NO_SKIPS=1: install what it needs "
+                       "(bash .ci/install-extras.sh), or mark it @pytest.mark.gpu if only a GPU can run it")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    if (NO_SKIPS and report.skipped and not hasattr(report, "wasxfail")
+            and item.get_closest_marker("gpu") is None):
+        _no_skip(report, item.nodeid)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    """A module that skips as it imports (``pytest.importorskip`` at its top) has no test to mark: it fails."""
+    outcome = yield
+    report = outcome.get_result()
+    if NO_SKIPS and report.skipped:
+        _no_skip(report, collector.nodeid)

@@ -14,8 +14,9 @@ and one factor of both parameters for the what-if sweep) and compares those rows
 row is an independent search, so a subset's rows are the full run's rows; a change that moved only the other rows
 would pass here.
 MESHPLAN_DOCS_FULL=1 re-runs every point. docs/REPORTS.md is written by hand; the figures it quotes from
-benchmarks/screenshots.py's output are checked here too. Every file under docs/ is either checked here or listed
-as written by hand (test_every_document_is_covered).
+benchmarks/screenshots.py's output are checked here too (docs/USAGE.md and HISTORY.md, also written by hand, by
+tests/test_readme.py). Every file under docs/ is either checked here or listed as written by hand
+(test_every_document_is_covered).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 FULL = os.environ.get("MESHPLAN_DOCS_FULL") == "1"
-HANDWRITTEN = {"REPORTS.md"}
+HANDWRITTEN = {"REPORTS.md", "USAGE.md", "HISTORY.md"}  # USAGE.md and HISTORY.md: checked by tests/test_readme.py
 SCREENSHOTS = "python benchmarks/screenshots.py  (about a minute; writes docs/img/*.png and both CSVs)"
 
 
@@ -46,9 +47,6 @@ def _script(name: str):
 
 shots = _script("screenshots")
 accuracy = _script("accuracy")
-# The published runs ACCURACY.md is made from. The one place their path is stated is benchmarks/accuracy.py (DATA);
-# until the file is vendored into the repository it lives beside the checkout, and these tests skip without it.
-PUBLISHED_RUNS: Path = accuracy.DATA
 QUICK = {  # the subset of each sweep's points the quick check re-runs (every system; both parameters)
     shots.SCALING_CSV: (shots.SCALING, {"--nvlink": "4,64", "--gpus": "1024"}),
     shots.WHATIF_CSV: (shots.PARAMS, {"--gpus": "512", "--factors": "0.25"}),
@@ -91,8 +89,6 @@ def _same_picture(recorded: str | None, name: str, command: str, drawn_from: str
 # ---- the documents of benchmarks/accuracy.py, independent.py and strategies.py ---------------------------------
 @pytest.fixture(scope="module")
 def accuracy_out(tmp_path_factory):
-    if not PUBLISHED_RUNS.exists():
-        pytest.skip(f"{PUBLISHED_RUNS} (the published runs ACCURACY.md is made from) is not here")
     pytest.importorskip("matplotlib")
     out, argv = tmp_path_factory.mktemp("accuracy"), sys.argv
     sys.argv = ["accuracy.py", "--out", str(out)]  # the script reads its command line (records.runs_from_command_line)

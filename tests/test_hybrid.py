@@ -145,7 +145,9 @@ def test_validation_compares_nano_and_keeps_super_apart_unless_asked():
     release's module recompute (Megatron-Bridge's H100 FP8 recipe: moe, layernorm, core_attn, moe_act); a
     Nemotron 3 Super record (a latent MoE) is skipped with the reason by default and compared with ``hybrid=True``
     (``meshplan validate --hybrid``), with its recipe's two multi-token-prediction depths."""
-    from meshplan_validation.validate import Skip, evaluate_case, map_run
+    from meshplan_validation.case import map_run
+    from meshplan_validation.evaluate import evaluate_case
+    from meshplan_validation.skip import Skip
 
     rec = {"id": "n", "group": "megatron_bridge_26.04", "framework": "Megatron-Bridge / Megatron-Core",
            "task": "pretrain", "precision": "fp8",

@@ -17,7 +17,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model
 
 HF = Path(__file__).parent / "data" / "hf"
-VALIDATION = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_runs.jsonl"
+VALIDATION = Path(__file__).resolve().parents[1] / "data" / "validation" / "published_runs.jsonl"
 
 
 def fixture(name: str) -> ModelSpec:

@@ -118,7 +118,7 @@ def test_lora_on_qkv_only_adapts_one_linear(h100_64):
 
 
 def test_megatron_model_flops_uses_the_multi_latent_attention_branch():
-    from meshplan_validation.validate import megatron_model_flops
+    from meshplan_validation.flops import megatron_model_flops
 
     model = load_model("deepseek-v3").with_seq_length(4096)
     h, a, s = 7168, 128, 4096

@@ -24,7 +24,7 @@ from meshplan.specs.stack import Stack
 from meshplan.step.passes import pass_times
 from meshplan.step.stages import stage_times
 from meshplan.step.units import unit_costs
-from meshplan_validation.recipes import DSV3_LAYOUT_16, layout_last_stage
+from meshplan_validation.layouts import DSV3_LAYOUT_16, layout_last_stage
 
 DSV3 = load_model("deepseek-v3")
 SUPER = load_model("nemotron-3-super")

@@ -235,10 +235,16 @@ def sample_candidates(model, cluster, space: Space, rng: random.Random, k: int) 
 
 
 def test_the_readme_states_these_counts():
+    """The README's Reliability section quotes these counts; line breaks in it do not matter."""
     from test_fuzz import CASES
 
-    text = (Path(__file__).parents[1] / "README.md").read_text()
+    text = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
     comparisons = TRIPLES * (len(RATE_FACTORS) * 6 + len(LATENCY_FACTORS) * 2)
+    rates = ", ".join(f"×{f:g}" for f in RATE_FACTORS)
+    latencies = ", ".join(f"×{f:g}" for f in LATENCY_FACTORS)
+    fuzz = (f"({CASES['estimate']} `estimate` and {CASES['plan']} `plan` command lines, {CASES['model']} mutated model "
+            f"TOML files, {CASES['system']} system TOML files, {CASES['hf']} Hugging Face configs, {CASES['record']} "
+            "validation records)")
     for figure in (f"draws {TRIPLES} seeded", f"({comparisons:,} comparisons)", f"{SEARCHES} random narrowed",
-                   f"runs {sum(CASES.values()):,} seeded"):
+                   f"runs {sum(CASES.values()):,} seeded", f"link; {rates})", f"tier ({latencies})", fuzz):
         assert figure in text, figure

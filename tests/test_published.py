@@ -17,27 +17,20 @@ from meshplan.estimate import estimate
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
-from meshplan_validation.recipes import source_defaults
+from meshplan_validation.case import map_run
+from meshplan_validation.evaluate import evaluate_case, predicted_metric
+from meshplan_validation.flops import eq3_flops, flops_basis, megatron_model_flops, palm_flops
+from meshplan_validation.map_system import map_cluster
+from meshplan_validation.record_fields import fill_from_siblings
 from meshplan_validation.records import clean_record, read_runs, unstated_settings
-from meshplan_validation.validate import (
-    RunResult,
-    Skip,
-    eq3_flops,
-    evaluate_case,
-    fill_from_siblings,
-    fit_check_markdown,
-    flops_basis,
-    map_cluster,
-    map_run,
-    megatron_model_flops,
-    palm_flops,
-    predicted_metric,
-    run_validation,
-    summaries,
-    validate_command,
-)
+from meshplan_validation.render import fit_check_markdown
+from meshplan_validation.result import RunResult
+from meshplan_validation.skip import Skip
+from meshplan_validation.sources import source_defaults
+from meshplan_validation.summary import summaries
+from meshplan_validation.validate import run_validation, validate_command
 
-DATA = Path(__file__).parents[2] / "shared/validation/published_runs.jsonl"
+DATA = Path(__file__).parents[1] / "data/validation/published_runs.jsonl"
 RECORDED = Path(__file__).parents[1] / "docs/accuracy_summary.json"
 needs_data = pytest.mark.skipif(not DATA.exists(), reason=f"{DATA} not checked out beside the repository")
 
@@ -640,7 +633,7 @@ def test_other_gpus_map_to_their_presets(gpu, preset):
     ("GPT-2 XL", None), ("Llama 2 70B chat", "llama2-70b"),
 ])
 def test_a_record_without_sizes_takes_the_preset_it_names(name, preset):
-    from meshplan_validation.validate import preset_by_name
+    from meshplan_validation.map_model import preset_by_name
 
     assert preset_by_name(name) == preset
     if preset:

@@ -26,7 +26,7 @@ from meshplan_validation.validate import run_validation
 ROOT = Path(__file__).parents[1]
 HF = sorted((ROOT / "tests" / "data" / "hf").glob("*/config.json"))
 RUN_FILES = [ROOT / "benchmarks" / "data" / "independent_runs.jsonl",
-             ROOT.parent / "shared" / "validation" / "published_runs.jsonl"]
+             ROOT / "data" / "validation" / "published_runs.jsonl"]
 
 
 def test_every_numeric_spec_field_has_a_range():

@@ -13,12 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from meshplan_validation.case import map_run
 from meshplan_validation.record_fields import family_key, llama1_ffn
 from meshplan_validation.records import clean_record, number, read_runs
-from meshplan_validation.validate import Skip, map_run, render_text, run_validation, summaries, validate_command
+from meshplan_validation.render import render_text
+from meshplan_validation.skip import Skip
+from meshplan_validation.summary import summaries
+from meshplan_validation.validate import run_validation, validate_command
 
 ROOT = Path(__file__).parents[1]
-PUBLISHED = ROOT.parent / "shared/validation/published_runs.jsonl"
+PUBLISHED = ROOT / "data/validation/published_runs.jsonl"
 INDEPENDENT = ROOT / "benchmarks/data/independent_runs.jsonl"
 
 

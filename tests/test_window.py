@@ -222,7 +222,7 @@ def test_the_clamp_keeps_fc1s_output_and_the_moe_act_recompute_runs_it_again():
 def test_palms_mfu_formula_counts_every_layers_keys_whatever_the_window():
     """validate.palm_flops converts a source's PaLM-style MFU with the published formula, 6·N + 12·l·h·s per
     token: a sliding window changes meshplan's model FLOPs, not the source's."""
-    from meshplan_validation.validate import palm_flops
+    from meshplan_validation.flops import palm_flops
 
     assert palm_flops(llama(sliding_window=128), 2) == palm_flops(llama(), 2) == 2 * 4096 * model_flops_per_token(
         llama())

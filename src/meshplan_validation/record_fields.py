@@ -1,7 +1,8 @@
-"""What validate.py derives from a cleaned published record (records.clean_record) where the record leaves it out,
-each with the note that says so: model sizes its family's convention fixes, tp / pp taken as 1, num_heads from
-head_dim, the global batch from a count of tokens; and the checks that name a size a record states wrongly or a value
-it could not read. Plain values in and out: validate.py matches presets and builds the specs.
+"""What the validation derives from a cleaned published record (records.clean_record) where the record leaves it
+out, each with the note that says so: model sizes its family's convention fixes, tp / pp taken as 1, num_heads from
+head_dim, the global batch from a count of tokens, settings lent by a sibling record of the same source; and the
+checks that name a size a record states wrongly or a value it could not read. Plain values in and out: map_model.py
+matches presets and builds the specs, map_layout.py the plan's sizes.
 
 Symbols: h hidden size, F FFN hidden size, A heads, K kv-heads, V vocabulary.
 """
@@ -10,10 +11,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from meshplan.fields import MAX_LAYERS, MAX_SIZE
+from meshplan_validation.patterns import DEPARTS, NAME_SPLIT, NAME_WORDS, NON_ALNUM, REMARKS, SIZE_TOKEN
 from meshplan_validation.records import BATCH_TOKENS, positive_int, stated
 
 
@@ -57,8 +60,6 @@ CONVENTIONS: tuple[Convention, ...] = (
                "F = 256·ceil(int(2/3·4h) / 256) (multiple_of 256), multi-head attention, the 32,000-piece "
                "SentencePiece vocabulary, max_seq_len 2048", vocab=32000, seq=2048),
 )
-# a name that says its model departs from its family's convention: gated MLP, grouped / multi-query attention, MoE
-DEPARTS = re.compile(r"swiglu|geglu|\bglu\b|gqa|mqa|grouped[-_ ]query|multi[-_ ]query|\bmoe\b|mixture|expert", re.I)
 
 
 def convention(m: dict[str, Any]) -> Convention | None:
@@ -66,7 +67,7 @@ def convention(m: dict[str, Any]) -> Convention | None:
     name = str(m.get("name") or "")
     if m.get("num_experts") or str(m.get("arch") or "").lower() == "moe" or DEPARTS.search(name):
         return None
-    bare = re.sub(r"\([^)]*\)", " ", name)
+    bare = REMARKS.sub(" ", name)
     return next((c for c in CONVENTIONS if re.search(c.pattern, bare, re.I)), None)
 
 
@@ -81,21 +82,10 @@ def family_sizes(m: dict[str, Any], family_vocab: tuple[int, str] | None) -> tup
     which and why: F (4h for GPT-style models, LLaMA's rule), K = A for multi-head families, V and the sequence length
     where the family fixes them; else V from ``family_vocab`` ((V, where from): the presets of the family, when they
     agree)."""
-    fam, h = convention(m), m.get("hidden_size")
-    m, derived = dict(m), []
-    if fam is not None and m.get("ffn_hidden_size") is None and isinstance(h, int) and h > 0:
-        m["ffn_hidden_size"] = 4 * h if fam.ffn == "4h" else llama1_ffn(h)
-        derived.append(f"ffn_hidden_size {m['ffn_hidden_size']} = "
-                       + ("4·hidden_size" if fam.ffn == "4h" else "LLaMA's SwiGLU rule"))
-    if fam is not None and fam.mha and m.get("num_kv_heads") is None and m.get("num_heads") is not None:
-        m["num_kv_heads"] = m["num_heads"]
-        derived.append(f"num_kv_heads = num_heads = {m['num_heads']} (multi-head attention)")
-    for key, value in (("vocab_size", fam.vocab if fam else 0), ("seq_length", fam.seq if fam else 0)):
-        if m.get(key) is None and value:
-            m[key] = value
-            derived.append(f"{key} {value}")
-    notes = []
-    if fam is not None and derived:
+    fam = convention(m)
+    m, notes = dict(m), []
+    derived = _convention_sizes(m, fam) if fam is not None else []
+    if derived:
         notes.append(f"{', '.join(derived)}: not recorded, the {fam.family} convention ({fam.source})")
     if m.get("vocab_size") is None and family_vocab is not None:
         m["vocab_size"] = family_vocab[0]
@@ -103,16 +93,29 @@ def family_sizes(m: dict[str, Any], family_vocab: tuple[int, str] | None) -> tup
     return m, notes
 
 
-SIZE_TOKEN = re.compile(r"^(?:[a-z]?\d+(?:\.\d+)?|\d+x\d+(?:\.\d+)?)[bmt]$")  # 70b, a22b, 1.16b, 125m, 8x7b, 1t
-NAME_WORDS = {"instruct", "chat", "base", "hf", "it", "dense"}
+def _convention_sizes(m: dict[str, Any], fam: Convention) -> list[str]:
+    """Fills ``m`` (a copy of the model section) with the sizes ``fam`` fixes where it leaves them out; says which."""
+    h, derived = m.get("hidden_size"), []
+    if m.get("ffn_hidden_size") is None and isinstance(h, int) and h > 0:
+        m["ffn_hidden_size"] = 4 * h if fam.ffn == "4h" else llama1_ffn(h)
+        derived.append(f"ffn_hidden_size {m['ffn_hidden_size']} = "
+                       + ("4·hidden_size" if fam.ffn == "4h" else "LLaMA's SwiGLU rule"))
+    if fam.mha and m.get("num_kv_heads") is None and m.get("num_heads") is not None:
+        m["num_kv_heads"] = m["num_heads"]
+        derived.append(f"num_kv_heads = num_heads = {m['num_heads']} (multi-head attention)")
+    for key, value in (("vocab_size", fam.vocab), ("seq_length", fam.seq)):
+        if m.get(key) is None and value:
+            m[key] = value
+            derived.append(f"{key} {value}")
+    return derived
 
 
 def family_key(name: str) -> str:
     """A model name without its size, remarks and release words, normalised: "Llama 3.1 405B" → "llama3",
     "Qwen3-235B-A22B" → "qwen3", "gpt-neox-20b" → "gptneox"; equal keys are one family."""
-    bare = re.sub(r"\([^)]*\)", " ", name.lower())
-    tokens = [t for t in re.split(r"[\s\-_/]+", bare) if t and not SIZE_TOKEN.match(t) and t not in NAME_WORDS]
-    return re.sub(r"[^a-z0-9]", "", "".join(tokens).replace("llama3.1", "llama3"))
+    bare = REMARKS.sub(" ", name.lower())
+    tokens = [t for t in NAME_SPLIT.split(bare) if t and not SIZE_TOKEN.match(t) and t not in NAME_WORDS]
+    return NON_ALNUM.sub("", "".join(tokens).replace("llama3.1", "llama3"))
 
 
 # sizes a record states: (field, smallest value that says something); 0 kv-heads or experts means none
@@ -176,6 +179,40 @@ def batch_from_tokens(record: dict[str, Any], seq: int, notes: list[str]) -> int
                              "(global_batch_size not stated)")
                 return tokens // seq
     return None
+
+
+BORROWED = ("micro_batch_size", "vp", "global_batch_size")
+
+
+def fill_from_siblings(record: dict[str, Any], records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A record that leaves micro-batch, virtual pipeline or global batch unstated takes them from a record
+    of the same source (group), model and tp/pp that states them; the global batch scales with dp (the same
+    micro-batches per pipeline). Korthikanti et al. 2022's 2,240-GPU run is its 280-GPU Table 3 run × 8."""
+    p = record.get("parallel") or {}
+    if all(p.get(k) is not None for k in BORROWED):
+        return record
+    other = next((other for other in records if _lends(other, record)), None)
+    if other is None:
+        return record
+    q, filled, notes = other["parallel"], dict(p), []
+    for k in BORROWED:
+        if p.get(k) is None:
+            value = q[k]
+            if k == "global_batch_size" and positive_int(p.get("dp")) and positive_int(q.get("dp")):
+                value = q[k] * positive_int(p["dp"]) // positive_int(q["dp"])
+            filled[k] = value
+            notes.append(f"{k} {value}")
+    note = f"from {other['id']} (same source, model, tp/pp): " + ", ".join(notes)
+    return record | {"parallel": filled, "_borrowed": note}
+
+
+def _lends(other: dict[str, Any], record: dict[str, Any]) -> bool:
+    """``other`` is a current record of ``record``'s source, model and tp/pp that states every BORROWED setting."""
+    p, q = record.get("parallel") or {}, other.get("parallel") or {}
+    key = ((record.get("model") or {}).get("name"), p.get("tp"), p.get("pp"))
+    return not (other is record or other.get("group") != record.get("group") or other.get("superseded")
+                or ((other.get("model") or {}).get("name"), q.get("tp"), q.get("pp")) != key
+                or any(q.get(k) is None for k in BORROWED) or not q.get("dp"))
 
 
 # ---- skip reasons -------------------------------------------------------------------------------------------

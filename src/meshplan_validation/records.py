@@ -1,14 +1,14 @@
 """Published-run records as plain values: what a file in the ``published_runs.jsonl`` schema says, read the
 same way whatever the source wrote (numbers as text, "n/a", other names for the measured quantities).
 
-validate.py maps a cleaned record onto meshplan; nothing here knows about models, clusters or plans.
+The map_*.py modules map a cleaned record onto meshplan; nothing here knows about models, clusters or plans. The
+patterns that read text live in patterns.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,16 @@ from typing import Any
 from meshplan.errors import SpecError
 from meshplan.fields import MAX_SIZE
 from meshplan.files import parse_json, read_text
+from meshplan_validation.patterns import (
+    DIGITS,
+    LEADING_NUMBER,
+    NAME_SEPARATORS,
+    QUALIFIED,
+    SPELLINGS,
+    STATISTICS,
+    TIME_UNIT,
+    UNSTATED_TEXT,
+)
 
 
 def read_runs(path: str | Path) -> list[dict[str, Any]]:
@@ -55,7 +65,7 @@ def positive_int(value: Any) -> int | None:
         return None
     if isinstance(value, (int, float)):
         return int(value) if 1 <= value <= MAX_SIZE else None
-    found = re.search(r"\d+", str(value))
+    found = DIGITS.search(str(value))
     return int(found.group()) if found and 1 <= int(found.group()) <= MAX_SIZE else None
 
 
@@ -94,12 +104,6 @@ def number(value: Any) -> Any:
     return None
 
 
-# a comma inside a number only groups thousands ("8,192", "1,664.5"); one followed by a digit otherwise ("12,5",
-# "1.234,5") is a decimal comma or a list, which this does not guess at; one before a remark ends the number
-LEADING_NUMBER = re.compile(
-    r"\s*([-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?)(?=\s|\(|%|[,;](?!\d)|$)")
-
-
 def _field(key: str, value: Any) -> Any:
     if value is None or isinstance(value, (list, dict)):
         return None
@@ -111,7 +115,7 @@ def _field(key: str, value: Any) -> Any:
 
 
 # ---- measured quantities --------------------------------------------------------------------------------------
-# The schema's measured quantities (validate.METRICS, in its order of preference) and the peak memory.
+# The schema's measured quantities (measurement.METRICS, in its order of preference) and the peak memory.
 MEASURED = ("iteration_time_s", "tokens_per_s_per_gpu", "tokens_per_s_total", "model_tflops_per_gpu",
             "tflops_per_gpu", "mfu_pct", "hfu_pct", "pct_of_peak", "peak_memory_gib")
 # Other names for them, read after the schema's own in this order: (name, canonical name, factor); factor None is
@@ -122,35 +126,21 @@ MEASURE_ALIASES: tuple[tuple[str, str, float | None], ...] = (
     ("mfu", "mfu_pct", 100.0), ("hfu", "hfu_pct", 100.0),
     ("samples_per_s", "tokens_per_s_total", None), ("sequences_per_s", "tokens_per_s_total", None),
 )
-# A statistic of repeated measurements of one quantity is that quantity; where a record gives several, they are read
-# in this order. A bound or a spread (``_up_to``, ``_max``, ``_min``, ``_p90``, ``_std``) is not a measurement of it
-# and is not read.
-STATISTICS = ("median", "p50", "mean", "average", "avg", "steady_state", "steady")
-_STATISTIC = "|".join(STATISTICS)
-QUALIFIED = re.compile(rf"(?:({_STATISTIC})_)?(.+?)(?:_({_STATISTIC}))?")
-# other spellings of the same name, on the lower-case name with underscores: "throughput_tokens_per_sec_per_device"
-# is tokens_per_s_per_gpu, "mfu_percent" mfu_pct
-SPELLINGS: tuple[tuple[str, str], ...] = (
-    (r"^(?:throughput|measured)_", ""), (r"_per_sec(?:ond)?s?(?=_|$)", "_per_s"), (r"_(?:secs?|seconds?)$", "_s"),
-    (r"_(?:msecs?|milliseconds?)$", "_ms"), (r"_per_(?:device|accelerator|chip)(?=_|$)", "_per_gpu"),
-    (r"_?(?:percent(?:age)?|%)$", "_pct"),
-)
-# a time written with its unit ("850 ms", "1.2 s"): seconds per unit
-TIME_UNIT = re.compile(r"\d\s*(ms|msecs?|milliseconds?|s|secs?|seconds?|mins?|minutes?)\b", re.IGNORECASE)
+# a time written with its unit (patterns.TIME_UNIT): seconds per unit
 SECONDS = {"m": 1e-3, "s": 1.0}  # by the unit's first letter, "min…" apart
 
 
 def measured_name(key: str) -> tuple[str, float | None, tuple[int, int]] | None:
     """The schema's name of a measured field as a source wrote it, the factor to it, and its rank (statistic, name)
     among the fields that give the same quantity (lowest first); None for a name of no quantity read."""
-    name = re.sub(r"[^a-z0-9%]+", "_", key.lower()).strip("_")
+    name = NAME_SEPARATORS.sub("_", key.lower()).strip("_")
     found = QUALIFIED.fullmatch(name)
     if found is None:
         return None
     statistic = found.group(1) or found.group(3)
     body = found.group(2)
     for pattern, replacement in SPELLINGS:
-        body = re.sub(pattern, replacement, body)
+        body = pattern.sub(replacement, body)
     stat_rank = STATISTICS.index(statistic) + 1 if statistic else 0
     if body in MEASURED:
         return body, 1.0, (stat_rank, 0 if body == key else 1)
@@ -198,10 +188,10 @@ def read_measured(measured: dict[str, Any], model: dict[str, Any]) -> tuple[dict
     return out, read_from
 
 
-# the numbers of each section that validate reads (a measured field: any ``measured_name`` names), so that one it
-# cannot read is said; a source's extra fields (remarks, flags as text) are not
 # other names a record gives its global batch by, in tokens (parallel section; tokens_per_batch in measured too)
 BATCH_TOKENS = ("global_batch_tokens", "global_batch_size_tokens", "tokens_per_batch", "batch_size_tokens")
+# the numbers of each section that the map_*.py modules read (a measured field: any ``measured_name`` names), so
+# that one it cannot read is said; a source's extra fields (remarks, flags as text) are not
 READ_NUMBERS = {
     "model": ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "head_dim", "vocab_size",
               "seq_length", "num_experts", "moe_topk", "moe_ffn_hidden_size", "shared_expert_ffn"),
@@ -225,12 +215,7 @@ def clean_record(record: dict[str, Any]) -> dict[str, Any]:
             unread.append(f"{section}={raw!r}"[:80])
         values = raw if isinstance(raw, dict) else {}
         out[section] = {k: _field(k, v) for k, v in values.items()}
-        unread += [f"{section}.{k}={v!r}"[:80] for k, v in values.items()
-                   if v is not None and out[section][k] is None and not (isinstance(v, str) and UNSTATED_TEXT.match(v))
-                   and (k in READ_NUMBERS.get(section, ()) or (section == "measured" and measured_name(str(k))))]
-        if section in ("hardware", "parallel"):  # a number that is no size: 0 or less, fractional, past MAX_SIZE
-            unread += [f"{section}.{k}={v!r}"[:80] for k, v in out[section].items()
-                       if k in READ_NUMBERS[section] and v is not None and positive_int(v) is None]
+        unread += _unread(section, values, out[section])
     raw_measured = record.get("measured")
     out["measured"], read_from = read_measured(raw_measured if isinstance(raw_measured, dict) else {}, out["model"])
     out["_measured_from"] = dict(record.get("_measured_from") or {}) | read_from
@@ -241,16 +226,23 @@ def clean_record(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _unread(section: str, values: dict[str, Any], cleaned: dict[str, Any]) -> list[str]:
+    """``section.key=value`` of each stated value of a field that is read (READ_NUMBERS, a measured name) whose
+    cleaned value is None, and in hardware and parallel of each number that is no size: 0 or less, fractional, past
+    MAX_SIZE."""
+    unread = [f"{section}.{k}={v!r}"[:80] for k, v in values.items()
+              if stated(v) and cleaned[k] is None
+              and (k in READ_NUMBERS.get(section, ()) or (section == "measured" and measured_name(str(k))))]
+    if section in ("hardware", "parallel"):
+        unread += [f"{section}.{k}={v!r}"[:80] for k, v in cleaned.items()
+                   if k in READ_NUMBERS[section] and v is not None and positive_int(v) is None]
+    return unread
+
+
 # The training settings a run's step time depends on that a source may leave out (the schema's README, "Read this
 # before comparing", 2: "Configurations are incomplete in places": the NVIDIA tables give no activation-recompute
 # setting, Narayanan et al. 2021 Table 1 no micro-batch). A record that states all of them has a complete
 # configuration, the runs issue 4's median and p90 targets are set on.
-# words a source writes for a value it does not state (validate's recompute reading strips them too)
-UNSTATED_WORDS = r"not stated|unstated|unknown|n/a"
-# text that states nothing: empty, or one of those words (or "na"), alone or before a remark in parentheses
-UNSTATED_TEXT = re.compile(rf"^\s*(?:{UNSTATED_WORDS}|na)?\s*(?:\(|$)", re.IGNORECASE)
-
-
 def stated(value: Any) -> bool:
     """Whether a cleaned field states a value: not None, and not text that says it is unknown."""
     return value is not None and not (isinstance(value, str) and UNSTATED_TEXT.match(value))

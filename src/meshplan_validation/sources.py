@@ -1,0 +1,186 @@
+"""What each framework release does where its published table is silent: the sources' documented defaults
+(``SourceDefaults``), the stack each ran and its defaults for what a record may leave out of its plan, each with the
+file or pull request it comes from; ``source_defaults`` picks a record's by its group and framework text. The map_*.py
+modules apply them when they map a record onto a Plan and a Stack.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from meshplan.specs.stack import Stack, load_stack
+
+
+@dataclass(frozen=True)
+class SourceDefaults:
+    """What a framework release does when its table does not say: the stack it runs (a preset of stack.py, or one
+    with the release's departures from it) and its defaults for what a record may leave out of its plan; each
+    carries its source."""
+
+    name: str
+    match: str  # regex on "group framework"
+    stack: Stack
+    sequence_parallel: bool | None  # None: on when tp > 1
+    zero: int  # when the record does not say
+    grad_bytes: int
+    recompute: str  # when the record does not say
+    why: str
+    whole_batch: bool = False  # no gradient accumulation: an unstated micro-batch is global batch / dp
+    # Plan.lora_targets, the source's default (the tables do not state it): every attention and MLP linear
+    # (Megatron-Bridge / NeMo 2 peft.LoRA), unless the stack's LoRA adapts the QKV projection only
+    lora_targets: str = "all"
+    # a pipeline whose record states neither vp nor its schedule interleaves (the smallest v dividing the layers per
+    # stage) rather than running plain 1F1B
+    interleaved: bool = False
+    # the stack's attention is PyTorch's scaled_dot_product_attention, whose kernel depends on the PyTorch release
+    # (SDPA_CUDNN_FROM; map_kernels.attention_kernel)
+    sdpa: bool = False
+    # expert tensor parallelism when the record does not state it (MoE with ep > 1): 1, the expert weights whole on
+    # each expert-parallel rank, unless the stack takes Megatron-Core's own default, etp = tp
+    # (megatron/training/arguments.py: expert_tensor_parallel_size None → tensor_model_parallel_size; before
+    # Megatron-Core 0.10 there was no separate expert TP and the experts were split over the TP group)
+    expert_tp_is_tp: bool = False
+
+
+# PyTorch's scaled_dot_product_attention picks its FlashAttention-2 backend on Hopper and Blackwell; cuDNN's kernel
+# comes first only from PyTorch 2.11, whose pip wheels bundle a cuDNN that passes sdp_utils.cpp's
+# check_prefer_cudnn_attention (cuDNN > 9.15; pytorch/pytorch#138522 had made it opt-in after the 2.5 bugs). A
+# stack built against another cuDNN (an NGC container) may differ; the records rarely say which.
+SDPA_CUDNN_FROM = (2, 11)
+SDPA = ("PyTorch SDPA (FlashAttention-2 on Hopper and Blackwell: sdp_utils.cpp check_prefer_cudnn_attention puts cuDNN "
+        "first only with the cuDNN > 9.15 that PyTorch 2.11 bundles)")
+
+# Megatron-LM before FlashAttention and before its communication overlaps (2020-2022 releases, and the Megatron-LM
+# model code on DeepSpeed's engine of 2022): unfused softmax attention, data-parallel gradients all-reduced after the
+# backward pass, TP and pipeline communication exposed
+MEGATRON_2021 = Stack(name="megatron-lm-2021", flash_attention=False, overlap_dp=False,
+                      source="Megatron-LM 2020-22 (Shoeybi et al. 2019; Narayanan et al. 2021; Korthikanti et al. "
+                             "2022): fused-softmax attention, no overlap flags yet")
+# Megatron-Core 0.8 with the overlaps its README scaling runs state (--overlap-grad-reduce --overlap-param-gather
+# --tp-comm-overlap) and its default of pipeline sends overlapped under interleaving
+MEGATRON_CORE_2024 = Stack(name="megatron-core-0.8", overlap_tp=True, overlap_pp=True,
+                           source="Megatron-Core r0.8 README scaling runs")
+
+
+def pytorch_fsdp(name: str, match: str, fsdp: str, grad_bytes: int, who: str) -> SourceDefaults:
+    """A PyTorch-native FSDP stack (the pytorch-fsdp preset with this FSDP): full shard with prefetch, SDPA
+    attention, F.cross_entropy in eager autograd, element-wise kernels in eager PyTorch unless torch.compile is
+    stated, sequence parallelism inside a TP plan, no recompute unless stated."""
+    return SourceDefaults(name, match, load_stack("pytorch-fsdp").with_(fsdp=fsdp), None, 3, grad_bytes, "none",
+                          f"{who}; full shard with prefetch, {SDPA} attention, F.cross_entropy in eager autograd, "
+                          "element-wise kernels in eager PyTorch unless torch.compile is stated, sequence parallelism "
+                          "inside a TP plan, no recompute unless stated", sdpa=True)
+
+
+SOURCES: tuple[SourceDefaults, ...] = (
+    SourceDefaults("Megatron-LM 2020", r"megatron_readme_2020|megatron2020", MEGATRON_2021, False, 0, 2, "full",
+                   "Megatron-LM 2020 (before pipeline parallelism): --batch-size is the per-GPU batch, no "
+                   "gradient accumulation; no sequence parallelism or TP overlap; fp16 gradients all-reduced after "
+                   "the backward pass; unfused softmax attention; --checkpoint-activations in its example scripts",
+                   whole_batch=True),
+    SourceDefaults("Megatron-LM 2021", r"narayanan|megatron_readme", MEGATRON_2021, False, 0, 2, "full",
+                   "Megatron-LM 2020-21: no sequence parallelism or TP overlap yet, fp16 gradients all-reduced "
+                   "after the backward pass, no distributed optimizer, unfused softmax attention, full "
+                   "activation checkpointing (--checkpoint-activations in its example scripts)"),
+    SourceDefaults("Megatron-LM 2022", r"korthikanti", MEGATRON_2021, False, 0, 2, "full",
+                   "Korthikanti et al. 2022: Megatron-LM of 2022 (no TP overlap, no distributed optimizer, "
+                   "fused-softmax attention, no FlashAttention), dp = 1 benchmark"),
+    SourceDefaults("Megatron-DeepSpeed (BLOOM)", r"bloom|gpt-?neox|megatron.{0,20}deepspeed|deepspeed.{0,20}megatron",
+                   MEGATRON_2021, False, 1, 4, "full",
+                   "Megatron-DeepSpeed 2022: no sequence parallelism, BF16_Optimizer (ZeRO-1) with fp32 "
+                   "gradient reduction after the backward pass, no FlashAttention; EleutherAI's GPT-NeoX is the same "
+                   "construction (Megatron-LM model code on DeepSpeed's pipeline engine and ZeRO-1)"),
+    # the framework text's hyphenated name: the group of its README's cost table also holds a DeepSpeed row
+    SourceDefaults("Megatron-LLaMA", r"megatron-llama", Stack(name="megatron-llama", overlap_dp=False), None, 1, 4,
+                   "none",
+                   "Megatron-LLaMA (Alibaba, 2023; a Megatron-LM fork): sequence parallelism with tp > 1, no TP "
+                   "overlap, fp32 gradients, no recompute, FlashAttention; Megatron-LM's DistributedOptimizer "
+                   "reduce-scatters the gradients after the last micro-batch's backward pass and all-gathers the "
+                   "parameters after the step, not overlapped (its README: 'the solution provided by Megatron-LM does "
+                   "not fully overlap GPU computation with communication'); its OverlappedDistributedOptimizer, where "
+                   "a record names it, overlaps them (validate._overlap_dp)"),
+    SourceDefaults("Megatron-Core 2024", r"megatron_core", MEGATRON_CORE_2024, None, 1, 4, "none",
+                   "Megatron-Core r0.8 README scaling runs: --overlap-grad-reduce --overlap-param-gather "
+                   "--tp-comm-overlap (stated), distributed optimizer, fp32 gradient reduction (bf16 default), "
+                   "TE fused attention, sequence parallelism with tp > 1, no recompute flag given; pipeline sends "
+                   "overlapped with interleaving (megatron/training/arguments.py: --no-overlap-p2p-communication "
+                   "is a store_false flag, so overlap_p2p_comm is on unless the schedule is not interleaved)",
+                   expert_tp_is_tp=True),
+    SourceDefaults("Megatron-Bridge", r"megatron_bridge|mbridge", load_stack("megatron-bridge"), None, 1, 2, "none",
+                   "Megatron-Bridge scripts/performance: sequence parallelism with tp > 1, userbuffers TP overlap "
+                   "(off for nvfp4), distributed optimizer with overlapped grad reduce / param gather, "
+                   "grad_reduce_in_fp32 = False (set_basic_perf_overrides), TE attention, no recompute except "
+                   "a few memory-bound recipes; FP8 is current scaling (the performance summary's 'FP8-CS' column); "
+                   "pipeline sends overlapped with interleaving (src/megatron/bridge/training/comm_overlap.py: "
+                   "overlap_p2p_comm = True, batch_p2p_comm = False when pp > 1 and vp > 1)"),
+    # before NeMo: these runs' framework text names the NeMo performance scripts their configs follow
+    SourceDefaults("Megatron-LM examples", r"megatron_lm_examples", load_stack("nemo"), None, 1, 4, "none",
+                   "Megatron-LM examples/llama (configs follow the NeMo performance scripts): as NeMo, with "
+                   "Megatron-LM's own default of pipeline sends overlapped under interleaving "
+                   "(--no-overlap-p2p-communication is a store_false flag)", expert_tp_is_tp=True),
+    SourceDefaults("NeMo 24.x", r"^(?!.*automodel).*nemo", load_stack("nemo"), None, 1, 4, "none",
+                   "NeMo 24.03/24.07 performance recipes: sequence parallelism and userbuffers TP overlap with "
+                   "tp > 1, distributed optimizer with overlapped grad reduce / param gather, fp32 main grads, "
+                   "FlashAttention (TE), no activation recompute; LoRA (NeMo 1.x PEFT, the Framework Launcher's "
+                   "peft/llama/squad.yaml leaves lora_tuning.target_modules unset) on the QKV projection only: "
+                   "nemo/collections/nlp/parts/peft_config.py get_target_modules defaults to ['attention_qkv']; "
+                   "pipeline sends overlapped with interleaving (NeMo-Framework-Launcher "
+                   "launcher_scripts/conf/training/gpt3/175b.yaml and llama/llama3_70b.yaml set overlap_p2p_comm: "
+                   "true, batch_p2p_comm: false over the model config's False default)",
+                   lora_targets="qkv", expert_tp_is_tp=True),
+    SourceDefaults("MosaicML llm-foundry", r"mosaic|llm[-_ ]?foundry|\bcomposer\b", load_stack("llm-foundry"), False,
+                   3, 4, "none",
+                   "llm-foundry benchmarks: PyTorch FSDP (prefetching, overlapped), Composer mixed_precision "
+                   "DEFAULT = bf16 params, fp32 gradient reduce-scatter; FlashAttention-2 through MPT's "
+                   "attn_impl 'flash' (scripts/train/benchmarking/submit_benchmarks.py: --attn_impl defaults to "
+                   "'flash' and installs .[gpu-flash2] in the version that leaves fsdp mixed_precision at DEFAULT, "
+                   "as both tables record; sweep.sh passes no --attn_impl), whose flash_attn_fn packs q, k and v "
+                   "with flash-attn's unpad_input and scatters the output back with pad_input in every layer, "
+                   "after splitting the fused Wqkv output with qkv.split (llmfoundry/models/layers/attention.py); "
+                   "PyTorch eager (no torch.compile), the model's "
+                   "default loss_fn fused_crossentropy (flash-attn's fused kernel); Composer (0.15, the version "
+                   "llm-foundry 0.2.0 pins) evaluates the model's train metrics after every micro-batch's backward "
+                   "pass (Trainer._eval_train_metrics), and MPT's are LanguageCrossEntropy and LanguagePerplexity, "
+                   "each a torch.nn.CrossEntropyLoss over the full-vocabulary logits"),
+    SourceDefaults("torchtitan", r"torchtitan", load_stack("torchtitan"), None, 3, 4, "none",
+                   "torchtitan: FSDP2 (reshard after forward, prefetch), mixed_precision_reduce = float32, "
+                   "sequence parallelism inside its TP plan, PyTorch SDPA flash backend (FlashAttention-2); async TP "
+                   "only where stated; loss = F.cross_entropy(pred.float()) in eager autograd (the loss is not "
+                   "compiled at the benchmark commit); the blocks in eager PyTorch unless the row says torch.compile; "
+                   "float8 linears scale each tensor from its current amax (torchao Float8Linear, tensorwise dynamic "
+                   "scaling); pipeline parallelism by torch.distributed.pipelining, of the PyTorch the December 2024 "
+                   "benchmarks name (torch 1963fc8)", sdpa=True),
+    # Stacks that run Hugging Face model code in eager PyTorch under DeepSpeed ZeRO or accelerate / Trainer FSDP.
+    SourceDefaults("DeepSpeed / Hugging Face",
+                   r"^(?!.*automodel).*(?:deepspeed|hugging ?face|transformers|accelerate|llama[-_ ]?factory|axolotl)",
+                   load_stack("deepspeed"), False, 3, 4, "none",
+                   "Hugging Face model code in eager PyTorch (one kernel per aten op; F.cross_entropy on fp32 logits) "
+                   "with FlashAttention-2 (attn_implementation='flash_attention_2'), data parallel with ZeRO-3 / FSDP "
+                   "full shard (prefetch overlapped), fp32 gradient accumulation, no tensor or sequence parallelism, "
+                   "no recompute unless stated"),
+    # PyTorch-native trainers that shard with FSDP and run PyTorch's own kernels (no Megatron, no Transformer Engine
+    # unless the record names it): torchtitan's stack without torchtitan's name. A bare "FSDP" names no stack (Llama
+    # 3's "DP(=FSDP)" is Meta's own, with fused kernels): the generic profile, sharding as map_training.zero_stage
+    # reads it.
+    pytorch_fsdp("PyTorch FSDP2", r"^(?!.*megatron).*(?:fsdp2|fully[-_ ]shard|automodel)", "fsdp2", 4,
+                 "PyTorch-native FSDP2 trainers (fully_shard; NeMo AutoModel, torchtitan-style stacks): gradients "
+                 "reduced in fp32 (MixedPrecisionPolicy reduce_dtype float32, as torchtitan)"),
+    pytorch_fsdp("PyTorch FSDP", r"^(?!.*megatron).*(?:pytorch\W{0,3}fsdp|\bhsdp\b|fms[-_]fsdp)", "fsdp1", 2,
+                 "PyTorch-native FSDP (FlatParameter) trainers such as IBM's fms-fsdp: the bf16 mixed-precision "
+                 "policy of PyTorch's FSDP tutorial and of fms-fsdp (MixedPrecision param, reduce and buffer dtype "
+                 "bfloat16: gradients reduced in bf16)"),
+)
+GENERIC = SourceDefaults("generic", r"", Stack(), None, 1, 4, "none",
+                         "no source profile matched: sequence parallelism with tp > 1, distributed optimizer, "
+                         "fp32 gradients, no recompute, FlashAttention; a pipeline of unstated schedule interleaved "
+                         "(Megatron-LM's interleaved 1F1B, which the NeMo / Megatron-Bridge recipes, Meta's Llama 3 "
+                         "training and torchtitan run at scale), with the smallest v dividing the layers per stage (a "
+                         "heuristic: the records that state their schedule at scale interleave, with v unstated)",
+                         interleaved=True)
+
+
+def source_defaults(record: dict[str, Any]) -> SourceDefaults:
+    text = f"{record.get('group', '')} {record.get('framework', '')}".lower()
+    return next((s for s in SOURCES if re.search(s.match, text)), GENERIC)
