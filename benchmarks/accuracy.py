@@ -38,9 +38,9 @@ DATA = ROOT / "data" / "validation" / "published_runs.jsonl"
 DOCS = ROOT / "docs"
 
 # Calculon (Isaev et al., SC'23) on the eight Korthikanti et al. 2022 Table 5 iteration times, as reported in
-# meshplan issue 4 (Calculon's own `llm-validation` output): 3.65 % mean and 8.87 % max |error|. Its repository
-# (calculon-ai/calculon, calculon/llm/validation.py `seqsel_tab5`, validation/seqsel/tab5/*.json) publishes the
-# measured times and the execution configurations, not per-run predictions: those are computed when it runs.
+# meshplan's accuracy targets (Calculon's own `llm-validation` output): 3.65 % mean and 8.87 % max |error|. Its
+# repository (calculon-ai/calculon, calculon/llm/validation.py `seqsel_tab5`, validation/seqsel/tab5/*.json) publishes
+# the measured times and the execution configurations, not per-run predictions: those are computed when it runs.
 CALCULON = {"mean": 0.0365, "max": 0.0887,
             "source": "calculon-ai/calculon calculon/llm/validation.py (seqsel_tab5) and validation/seqsel/tab5/"}
 KORTHIKANTI_TAB5 = ("22B", "175B", "530B", "1T")
@@ -361,7 +361,7 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]],
                        "allocator works at its limit there (a request that does not fit makes it free its cached "
                        "blocks, synchronising the device, and retry), which meshplan does not price")
     if r.group.startswith("mosaic") and not reasons:
-        reasons.append("PyTorch FSDP in eager mode (2023): the unfused element-wise kernels (Plan.fusion = eager), "
+        reasons.append("PyTorch FSDP in eager mode (2023): the unfused element-wise kernels (Stack.fusion = eager), "
                        "flash-attn's cross-entropy, its unpad / pad copies around the attention kernel and the "
                        "host launches after unpad_input's synchronisations, the QKV split's backward copy, "
                        "Composer's two training-metric cross-entropies and FSDP1's gradient preparation "
@@ -390,7 +390,7 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]],
                        "the unfused kernel, whose b·h·s² probabilities per layer these layouts have no room for "
                        f"({sinks}). Priced: the sliding-window (128) half of the layers in its band (ModelSpec."
                        "sliding_window), and the eager kernels Megatron-Core's per-expert MLP runs for the experts' "
-                       "biases and the clamped GLU (ops.grouped_mlp_eager: the BF16 runs' path; the MXFP8 runs of "
+                       "biases and the clamped GLU (mlp_moe.grouped_mlp_eager: the BF16 runs' path; the MXFP8 runs of "
                        "26.06 on use Transformer Engine's fused grouped MLP). Not found: candidates are cuDNN's sink "
                        "kernels at head dimension 64 running well below the rate meshplan gives plain attention, "
                        "and the host's time in a run without CUDA graphs (the BF16 recipes recompute modules, which "
@@ -497,7 +497,8 @@ def complete_note(results: list[RunResult], by_id: dict[str, dict[str, Any]]) ->
     other = summaries(run_validation(read_runs(ROOT / "benchmarks/data/independent_runs.jsonl")))["complete"]
     gpus = sorted({str((rec.get("hardware") or {}).get("gpu")) for rec in chosen})
     moe = sum(1 for rec in chosen if (rec.get("model") or {}).get("arch") == "moe")
-    return ["Issue 4 sets its median and p90 targets on \"runs with complete configurations\". A record has one when "
+    return ["The median and p90 accuracy targets are set on \"runs with complete configurations\". A record has one "
+            "when "
             "it states every training setting its step time depends on that the data set's README says a source may "
             "leave out: the parallel layout (tp and pp, or a ZeRO / FSDP setting for a run that is data-parallel "
             "only), the micro-batch and global batch, activation recompute and precision "
@@ -551,7 +552,7 @@ def schedule_gap(mem: list[RunResult], plain: str = "torchtitan_h100_202412_t5_0
 
 
 def unfused_reading(results: list[RunResult], records: list[dict[str, Any]], name: str) -> str:
-    """The BF16 runs of a model with learnable attention sinks read again with the unfused kernel (Plan.flash_attention
+    """The BF16 runs of a model with learnable attention sinks read again with the unfused kernel (Stack.flash_attention
     off): their error range and how many of them would then not fit (the reading before the fused kernel's)."""
     by_id = {str(r["id"]): r for r in records}
     again = []
@@ -682,7 +683,7 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
             f"| meshplan | {pct(kor['mean_abs_error'])} | {pct(kor['max_abs_error'])} | no: three global constants "
             "fitted on half of all 428 runs |",
             f"| Calculon (Isaev et al. 2023) | {pct(CALCULON['mean'])} | {pct(CALCULON['max'])} | yes: its A100 "
-            "efficiency curves were tuned on these runs (issue 4) |", "",
+            "efficiency curves were tuned on these runs |", "",
             "Calculon's repository publishes the measured times and the execution files of these runs but not its "
             "per-run predictions (its `llm-validation` command computes and prints them), so only its aggregate "
             "figures are compared here; no Calculon code was used or copied."]
@@ -697,7 +698,7 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
             "cross-entropy workspace of the loss implementation (torchtitan: eager `F.cross_entropy`, whose backward "
             "holds the saved fp32 log-probabilities and two fp32 gradients of the logits, 12 bytes per logit, "
             "and 16 with tensor parallelism, where DTensor's loss_parallel computes both gradients in one eager "
-            "expression with three fp32 temporaries; `Plan.cross_entropy`) and the collective buffers. PyTorch's "
+            "expression with three fp32 temporaries; `Stack.cross_entropy`) and the collective buffers. PyTorch's "
             "caching-allocator reserve and fragmentation and, under full recompute, the gradient working set of the "
             "layer in backward are not modelled.", "",
             "The source takes the maximum over all GPUs (its footnote 1: \"different PP ranks can have different peak "
@@ -705,7 +706,7 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
             "last stage: their runtime, the torch.distributed.pipelining of the benchmark's PyTorch (torch "
             "1963fc8, December 2024), keeps every micro-batch's stage output until the step ends, on the last stage "
             "the fp32 logits (1.95 GiB per micro-batch of 32k tokens here), and allocates receive buffers for every "
-            "micro-batch up front (`Plan.pipeline_runtime = \"torch\"`, `estimate.pipeline_runtime_memory`; "
+            "micro-batch up front (`Stack.pipeline_runtime = \"torch\"`, `memory.pipeline_runtime_memory`; "
             "pytorch/pytorch#153383 later kept the outputs of the last stage only). torchtitan's FSDP2 frees a model "
             "chunk's unsharded gradients once the chunk's last backward has reduced them, so the interleaved run's "
             "last rank, which backpropagates its two chunks one after the other, holds half of them "

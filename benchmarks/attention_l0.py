@@ -12,7 +12,7 @@ family, fitted here by least squares on log rates.
 Data: NVIDIA cudnn-frontend, benchmark/sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_NVIDIA_GB200.csv
 (commit d48a60eb146eada7aee2e00b8f8c1d6ddcf96c51; cuDNN 9.17, PyTorch 2.10 nv25.11, one GB200): batch 1, 128 query
 heads, 8 KV heads, head dim 128, causal, bf16 -- the attention of Llama-3.1-405B. ``cudnn_fe`` is the kernel family
-Megatron-Core / Transformer Engine run (``Plan.attention_kernel = "fused"``), ``pyt_flash_attention`` PyTorch SDPA's
+Megatron-Core / Transformer Engine run (``Stack.attention_kernel = "fused"``), ``pyt_flash_attention`` PyTorch SDPA's
 FlashAttention-2 backend (``"fa2"``). The fit uses 4k-32k keys, where the one-constant form holds to about 1 %
 (most published training runs use 2k-8k). Outside that window it is extrapolated: with these constants it stays
 within 4-7 % of the benchmark's cuDNN forward at 1k-2k keys but predicts its backward 32 % fast at 2k, and above

@@ -101,7 +101,7 @@ def document(results: list[RunResult], summary: dict, records: dict[str, dict]) 
            f"{pct(overall['median_abs_error'])}, p90 {pct(overall['p90_abs_error'])}, mean "
            f"{pct(overall['mean_abs_error'])}. On the {summary['complete']['evaluated']} of them whose records state "
            "a complete configuration (parallel layout, micro and global batch, activation recompute, precision: "
-           "`meshplan_validation.records.unstated_settings`, the scope of issue 4's targets in docs/ACCURACY.md): "
+           "`meshplan_validation.records.unstated_settings`, the scope of the accuracy targets in docs/ACCURACY.md): "
            "median "
            f"{pct(summary['complete']['median_abs_error'])}, p90 {pct(summary['complete']['p90_abs_error'])}.", "",
            "Error = predicted / measured − 1 in the metric the source measured: for a step time a positive error "

@@ -1,7 +1,7 @@
 """Plans evaluated per second by the exhaustive search, and the wall time of the whole CLI call.
 
 Run: python benchmarks/search_speed.py [--repeat N]  (N alternating one- and two-worker runs per case, medians)
-Peers, for scale (measured on this kind of machine, per issue 3): the seed-003 reference evaluates about
+Peers, for scale (measured on this kind of machine): the seed-003 reference evaluates about
 150-200 plans/s; Calculon about 160 plans/s stock and 1,850 plans/s with its logging silenced.
 """
 

@@ -1,6 +1,6 @@
 """Seeded random draws of valid (model, cluster, plan) triples, for the property tests (test_properties.py).
 
-A triple is valid when ``plan.check`` finds nothing wrong with it; it may still not fit in memory (that is a result,
+A triple is valid when ``check.check`` finds nothing wrong with it; it may still not fit in memory (that is a result,
 not an error). Models are the presets (some with another sequence length or fewer layers) and small models of
 random shape; systems are the presets, some with their measured GEMM efficiency removed so that the continuous rule
 (efficiency.matmul_rule) prices them; plans draw every axis and option the estimator takes.

@@ -29,7 +29,7 @@ def test_one_pass_with_data_parallel_traffic_shows_its_arithmetic():
 
 
 def test_a_single_channel_is_the_old_hide_rule():
-    """With no layer traffic (H = 0, T = K) one channel costs what estimate.hide charged before."""
+    """With no layer traffic (H = 0, T = K) one channel costs what step.passes.hide charged before."""
     for d, k in ((3.0, 5.0), (5.0, 3.0), (0.5, 0.5)):
         assert pass_channels(k, k, 0.0, d, 0.0, 1.0, SD, True)[0] == pytest.approx(hide(d, k, SD))
 

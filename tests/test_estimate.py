@@ -69,7 +69,7 @@ def test_full_recompute_adds_one_forward():
 
 
 def test_pipeline_bubble_matches_the_simulator():
-    """The bubble formula (estimate.bubble_time) against the schedule simulator fed each rank's own times."""
+    """The bubble formula (step.stages.bubble_time) against the schedule simulator fed each rank's own times."""
     model, c = gpt(layers=8), h100(8)
     for plan in (Plan(pp=4, dp=2, global_batch=16), Plan(pp=4, dp=2, vpp=2, global_batch=16,
                                                          schedule="interleaved")):
@@ -186,7 +186,7 @@ def test_pipeline_sends_are_priced_on_the_slowest_link_of_the_stages_chain():
 def test_expert_groups_step_over_a_pipeline_placed_inside_them():
     """Mixtral on two 8-GPU servers, pp = 2, dp = 8, ep = 8. With pp outermost the 8 expert-parallel ranks of a
     stage are one server (0..7): the all-to-all stays on NVLink. With pp innermost a stage's ranks are 0, 2, …,
-    14, so its expert group spans both servers: 4 per server × 2 (estimate.expert_layout), and the all-to-all
+    14, so its expert group spans both servers: 4 per server × 2 (groups.expert_layout), and the all-to-all
     crosses InfiniBand. Pricing both at stride etp = 1 (before) made the second as cheap as the first."""
     from meshplan.comm import split_group
     from meshplan.groups import axis_layout

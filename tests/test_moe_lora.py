@@ -134,7 +134,7 @@ def test_megatron_model_flops_uses_the_multi_latent_attention_branch():
 DEFAULT_STACK = Stack()
 
 
-# ---- per-expert GEMMs launched by the host (ops.host_launched, roofline.op_time) -------------------------------
+# ---- per-expert GEMMs launched by the host (mlp_moe.host_launched, roofline.op_time) -------------------------------
 def _expert_ops(plan, stack=DEFAULT_STACK):
     model = load_model("qwen3-30b-a3b")
     return {(op.name, op.phase): op for op in moe_layer(model, plan, stack) if op.name.startswith("moe/experts/fc")}

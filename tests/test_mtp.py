@@ -1,5 +1,5 @@
-"""Multi-token prediction (ModelSpec.mtp_layers, ops.mtp_ops) and an uneven last pipeline stage
-(Plan.last_stage_layers), with the recipe layouts that place them (recipes.PIPELINE_LAYOUTS)."""
+"""Multi-token prediction (ModelSpec.mtp_layers, embed_head.mtp_ops) and an uneven last pipeline stage
+(Plan.last_stage_layers), with the recipe layouts that place them (layouts.PIPELINE_LAYOUTS)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_nemotron_3_supers_mtp_is_the_checkpoints_shared_attention_and_latent_mo
 
 def test_each_depth_runs_the_projection_a_layer_and_the_shared_head():
     """Per depth: eh_proj 2·T·2h·h/t FLOPs forward (T = 4096 tokens, h = 7168, t = 1) and its norms and lookup
-    (ops.mtp_ops), plus one MoE layer and the head and loss again: the last stage's head unit adds, per depth,
+    (embed_head.mtp_ops), plus one MoE layer and the head and loss again: the last stage's head unit adds, per depth,
     those three parts' times, each as the step prices them alone."""
     model = replace(DSV3, mtp_layers=2)
     plan = Plan(ep=8, dp=8, etp=1, global_batch=8)

@@ -29,7 +29,7 @@ def placement_key(order: tuple[str, ...], sizes: dict[str, int], tiers: tuple[in
     """The scalar reference for distinct_placements: everything a placement changes in the cost model, the
     tier split of each collective's group (tp, tp2, cp, the pipeline neighbours, the dp·cp gradient group and,
     for an MoE model's ``experts`` (ep, etp) pairs, the expert-parallel and expert-data-parallel groups;
-    estimate.axis_layout)."""
+    groups.axis_layout)."""
     stride, strides = 1, {}
     for axis in order:
         strides[axis] = stride
@@ -65,7 +65,7 @@ def test_deduplicated_placements_cover_every_distinct_cost():
 def test_the_expert_groups_split_as_the_dense_key_says():
     """The placement dedupe keys on the dense groups only. That is exact for MoE models too when orders with
     equal dense keys also split every expert-parallel and expert-data-parallel group alike (their layout
-    depends on where pp sits: estimate.expert_layout): checked here over random sizes, meshes and (ep, etp)."""
+    depends on where pp sits: groups.expert_layout): checked here over random sizes, meshes and (ep, etp)."""
     rng = random.Random(5)
     for tiers in ((8, 512), (72, 16), (4, 64)):
         for _ in range(150):

@@ -332,7 +332,7 @@ def test_gpipe_never_beats_1f1b(small_case):
 
 def test_search_equals_estimate_when_the_pipeline_crosses_servers():
     """Llama-3-70B on 32 H100s with tp = 2, pp = 4: a pipeline 4 ranks apart spans two servers, so one of its sends
-    crosses InfiniBand and paces the stages (estimate.send_stride). The batched search must price it so: ranking
+    crosses InfiniBand and paces the stages (groups.send_stride). The batched search must price it so: ranking
     such a pipeline as if every send stayed on NVLink (one pair 4 ranks apart) put it ahead of faster plans."""
     variants = search_ranks_as_estimate(load_model("llama3-70b").with_seq_length(2048))
     spanning = [e for v in variants for e in v if e.plan.pp > 2 and e.plan.stride("pp") * e.plan.pp > 8]

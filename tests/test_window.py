@@ -1,5 +1,5 @@
 """Sliding-window attention (ModelSpec.sliding_window / window_layers) and the eager kernels of Megatron-Core's
-per-expert MLP around a clamped GLU and biased experts (ops.grouped_mlp_eager)."""
+per-expert MLP around a clamped GLU and biased experts (mlp_moe.grouped_mlp_eager)."""
 
 from __future__ import annotations
 

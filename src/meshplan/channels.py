@@ -13,7 +13,7 @@ A step of a pipeline rank runs m forward and m backward passes, one per micro-ba
   pass: a layer's copy cannot hide behind the compute of layers that are not offloaded);
 - the optimizer step, after the last backward pass.
 
-The channels share the pass (issue 34). Per pass, symbols:
+The channels share the pass. Per pass, symbols:
     K   its kernels (the backward pass with its recompute)
     T   the pass as the layer-level rules price it (step.passes.pass_times: kernels, the exposed TP / CP / EP / pipeline
         traffic, and the slowdown σ·H of what that traffic hides)

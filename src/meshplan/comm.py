@@ -140,7 +140,7 @@ def collective_time(kind: str, nbytes: Num, group: Num, layout: Layout, cluster:
 def split_time(kind: str, nbytes: Num, group: Num, parts: list[Num], cluster: Cluster,
                eff: Efficiency = DEFAULT) -> Num:
     """``collective_time`` of a group already split over the tiers (``parts``: the ops of a layer share a few
-    groups, so estimate.time_ops splits each once)."""
+    groups, so step.passes.time_ops splits each once)."""
     bandwidths = [t.bandwidth * eff.link(t.name) for t in cluster.tiers]
     latencies = [t.latency for t in cluster.tiers]
     if kind == "all_reduce":

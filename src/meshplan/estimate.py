@@ -56,7 +56,7 @@ class OpRow:
     flops: float
     nbytes: float
     seconds: float
-    bound: str  # compute | memory | network | host (launch-bound: per-expert GEMMs, ops.host_launched)
+    bound: str  # compute | memory | network | host (launch-bound: per-expert GEMMs, mlp_moe.host_launched)
 
     @property
     def total_seconds(self) -> float:

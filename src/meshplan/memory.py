@@ -8,7 +8,7 @@ Model states with mixed-precision Adam (Rajbhandari et al. 2020, ZeRO §3 and Fi
     stage 0: 2Ψ + 2Ψ + 12Ψ = 16Ψ;  stage 1: 4Ψ + 12Ψ/N;  stage 2: 2Ψ + 14Ψ/N;  stage 3: 16Ψ/N.
 With fp32 main gradients (Megatron's default for bf16) the 2Ψ of gradients becomes 4Ψ.
 
-Activations: the bytes each op saves (ops.py, Korthikanti et al. 2022) times the layers of the first stage
+Activations: the bytes each op saves (cost/, Korthikanti et al. 2022) times the layers of the first stage
 times the micro-batches in flight there: m for GPipe, min(p, m) for 1F1B, and for the interleaved schedule
 min(v·m, 2(p-1) + (v-1)·p + 1) model chunks (Megatron-LM's warm-up count + 1). Full recompute keeps only
 each recomputed layer's input plus one layer's activations while it is recomputed (Korthikanti Table 2).

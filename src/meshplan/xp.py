@@ -25,7 +25,7 @@ def minimum(a: Num, b: Num) -> Num:
 
 
 def where(cond: Num, a: Num, b: Num) -> Num:
-    if a is b:  # also when both are the same constant (search.py: components folded away)
+    if a is b:  # also when both are the same constant (the search: components folded away)
         return a
     if type(cond) is bool:
         return a if cond else b

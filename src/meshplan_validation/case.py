@@ -53,7 +53,7 @@ class Case:
         return eff
 
 
-# Hybrid Mamba models are costed block by block (ops.mamba_block: the SSD kernels at their measured rate,
+# Hybrid Mamba models are costed block by block (mamba.mamba_block: the SSD kernels at their measured rate,
 # efficiency.py ``ssd``) with their recipes' module recompute (recipes.RECOMPUTE) and multi-token prediction
 # (recipes.mtp_layers). Those with a latent MoE (``moe_latent_size``: Nemotron 3 Super) are compared apart: with
 # every documented setting of their recipes modelled they still read tens of percent off, fast on GB200 and slow on

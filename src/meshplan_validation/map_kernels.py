@@ -144,6 +144,6 @@ def _sdpa_kernel(text: str, src: SourceDefaults, notes: list[str]) -> str | None
     release = (int(version.group(1)), int(version.group(2)))
     if release >= SDPA_CUDNN_FROM:
         notes.append(f"SDPA on PyTorch {release[0]}.{release[1]}: cuDNN's kernel first on Hopper and Blackwell "
-                     "(recipes.SDPA_CUDNN_FROM)")
+                     "(sources.SDPA_CUDNN_FROM)")
         return "fused"
     return "fa2"

@@ -107,16 +107,16 @@ def stack_notes(plan: Plan, stack: Stack, src: SourceDefaults, model: ModelSpec)
         (True, f"grad bytes {plan.grad_bytes}, DP overlap {'on' if stack.overlap_dp else 'off'}, {flash} attention",
          ""),
         (stack.varlen_attention, "FlashAttention through flash-attn's unpad_input / pad_input copies in every layer",
-         f"{src.name}; ops.varlen_padding"),
+         f"{src.name}; attention.varlen_padding"),
         (stack.qkv_concat, "the q, k, v gradients concatenated back into the fused QKV projection's",
-         f"{src.name}; ops.qkv_concat"),
+         f"{src.name}; attention.qkv_concat"),
         (stack.fsdp != "none", f"{stack.fsdp.upper()} prepares each micro-batch's gradients for the reduce-scatter",
-         f"{src.name}; ops.fsdp_grad_bytes"),
+         f"{src.name}; fsdp.fsdp_grad_bytes"),
         (stack.train_metrics > 0, f"{stack.train_metrics} training-metric cross-entropies over the logits per "
          "micro-batch", f"{src.name}: Composer evaluates the model's train metrics after every backward pass"),
         (model.is_moe, "MoE routing balanced", "the NVIDIA tables force-balance it"),
         (plan.pp > 1 and stack.pipeline_runtime == "torch", "torch.distributed.pipelining keeps every micro-batch's "
          "receive buffers and stage outputs (the last stage's logits) until the step ends",
-         f"{src.name}; estimate.pipeline_runtime_memory"),
+         f"{src.name}; memory.pipeline_runtime_memory"),
     ]
     return [f"{text} ({why})" if why else text for on, text, why in stated if on]

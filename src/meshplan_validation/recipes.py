@@ -83,7 +83,7 @@ def overlap_tp_off(record: dict[str, Any]) -> str:
     return next((why for pattern, why in TP_OVERLAP_OFF if re.search(pattern, key)), "")
 
 
-# Megatron-Bridge recipes that run cuDNN's FP8 attention (fp8_dot_product_attention → Plan.attention_kernel = "fp8"):
+# Megatron-Bridge recipes that run cuDNN's FP8 attention (fp8_dot_product_attention → Stack.attention_kernel = "fp8"):
 # (regex on "group model gpu precision", source).
 FP8_ATTENTION: tuple[tuple[str, str], ...] = (
     (BRIDGE_26_06_ON + r".*qwen3.*gb200.*mxfp8",
@@ -152,7 +152,7 @@ def overlap_ep(record: dict[str, Any], model: ModelSpec, ep: int = 1) -> tuple[b
 FUSED_SINK_ATTENTION_FROM = (25, 11)
 
 
-# Expert GEMMs launched without the host in the loop (Plan.expert_gemm = "grouped"): from the 26.06 release the
+# Expert GEMMs launched without the host in the loop (Stack.expert_gemm = "grouped"): from the 26.06 release the
 # Megatron-Bridge MXFP8 MoE recipes on Blackwell run full-iteration CUDA graphs with Transformer Engine's fused
 # CuTeDSL grouped MLP (one kernel for all experts, on-device group sizes, TE 2.14+) and sync-free paged stashing
 # (Megatron-Bridge PR #4249 / #4211 for Qwen3 on GB200/GB300, "MXFP8 CuTeDSL Fusion and Full-Iter CUDA Graphs for
@@ -233,7 +233,7 @@ def mtp_layers(record: dict[str, Any], model: ModelSpec) -> tuple[int, str]:
         return 0, "no multi-token prediction (the run is 'w/o MTP')"
     if MTP_STACKS.search(text) or "withmtp" in rid:
         return model.mtp_layers, (f"{model.mtp_layers} multi-token-prediction depth(s) on the last stage (the "
-                                  "stack's recipe default; ops.mtp_ops)")
+                                  "stack's recipe default; embed_head.mtp_ops)")
     return 0, "no multi-token prediction (not stated for this stack)"
 
 

@@ -242,7 +242,7 @@ def _unread(section: str, values: dict[str, Any], cleaned: dict[str, Any]) -> li
 # The training settings a run's step time depends on that a source may leave out (the schema's README, "Read this
 # before comparing", 2: "Configurations are incomplete in places": the NVIDIA tables give no activation-recompute
 # setting, Narayanan et al. 2021 Table 1 no micro-batch). A record that states all of them has a complete
-# configuration, the runs issue 4's median and p90 targets are set on.
+# configuration, the runs the median and p90 accuracy targets are set on (docs/ACCURACY.md).
 def stated(value: Any) -> bool:
     """Whether a cleaned field states a value: not None, and not text that says it is unknown."""
     return value is not None and not (isinstance(value, str) and UNSTATED_TEXT.match(value))

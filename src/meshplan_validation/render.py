@@ -51,7 +51,8 @@ def render_text(results: Sequence[RunResult], summary: dict[str, Any], width: in
                       "" if r.fits else "predicted memory exceeds HBM")
     console.print(table)
     stats = Table(title="|error| by group", caption="complete configurations: the runs whose record states the "
-                  "parallel layout, micro and global batch, activation recompute and precision (issue 4's targets)")
+                  "parallel layout, micro and global batch, activation recompute and precision (the accuracy "
+                  "targets' scope)")
     for name in ("group", "evaluated", "skipped", "median", "mean", "p90", "max", "memory median", "not fitting"):
         stats.add_column(name, justify="left" if name == "group" else "right")
 

@@ -32,7 +32,8 @@ class RunResult:
 
     @property
     def complete(self) -> bool:
-        """The record states every setting of ``records.unstated_settings``: the runs of issue 4's targets."""
+        """The record states every setting of ``records.unstated_settings``: the runs the accuracy targets are set
+        on."""
         return not self.unstated
 
     @property

@@ -100,7 +100,7 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "reduce-scatters the gradients after the last micro-batch's backward pass and all-gathers the "
                    "parameters after the step, not overlapped (its README: 'the solution provided by Megatron-LM does "
                    "not fully overlap GPU computation with communication'); its OverlappedDistributedOptimizer, where "
-                   "a record names it, overlaps them (validate._overlap_dp)"),
+                   "a record names it, overlaps them (map_kernels.overlap_dp)"),
     SourceDefaults("Megatron-Core 2024", r"megatron_core", MEGATRON_CORE_2024, None, 1, 4, "none",
                    "Megatron-Core r0.8 README scaling runs: --overlap-grad-reduce --overlap-param-gather "
                    "--tp-comm-overlap (stated), distributed optimizer, fp32 gradient reduction (bf16 default), "

@@ -82,7 +82,7 @@ def mtp_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     VocabParallelEmbedding), their norm and the previous hidden state's (enorm, hnorm), and eh_proj over the
     2H-wide concatenation (column-parallel: its input gathered, its H/t-wide output gathered back into the
     sequence-parallel layout). The depth's layer (``mtp_kinds``) and its final norm, shared LM head and loss are the
-    ops of those kinds (``layer_kinds``, ``head_ops``), which estimate.units_for_recomputes adds per depth.
+    ops of those kinds (``layer_kinds``, ``head_ops``), which step.units.units_for_recomputes adds per depth.
     Simplified: the MTP layer runs at the plan's precision (Megatron-Bridge keeps Nemotron 3 Super's in BF16,
     keep_mtp_spec_in_bf16), and its loss is scaled, not skipped."""
     if not model.mtp_layers:

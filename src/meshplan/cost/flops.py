@@ -53,7 +53,7 @@ def ssd_flops_per_token(model: ModelSpec) -> float:
 
 
 def ssd_block_flops(model: ModelSpec) -> float:
-    """Forward FLOPs per token of one Mamba block's SSD scan (``ops.ssd_ops``' products over a chunk, per token):
+    """Forward FLOPs per token of one Mamba block's SSD scan (``mamba.ssd_ops``' products over a chunk, per token):
     n_h·(2·N·P + 2·(Q + N)·P) + G·2·Q·N."""
     q, n, p = model.mamba_chunk, model.mamba_state, model.mamba_head_dim
     return model.mamba_heads * (2.0 * n * p + 2.0 * (q + n) * p) + model.mamba_groups * 2.0 * q * n

@@ -48,7 +48,7 @@ def fsdp_grad_prep(name: str, params: Num, plan: Plan, stack: Stack) -> list[OpC
 
 
 def layer_fsdp_grad(model: ModelSpec, plan: Plan, stack: Stack, kind: str) -> list[OpCost]:
-    """``fsdp_grad_prep`` over one layer's parameters on this GPU (``memory.kind_params``: a MoE layer with its
+    """``fsdp_grad_prep`` over one layer's parameters on this GPU (``cost.params.kind_params``: a MoE layer with its
     local experts)."""
     if stack.fsdp == "none":
         return []

@@ -48,7 +48,7 @@ def moe_layer(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
 
 def hybrid_block(model: ModelSpec, plan: Plan, stack: Stack, kind: str) -> list[OpCost]:
     """One block of a hybrid model (``ModelSpec.layer_pattern``), one micro-batch, one GPU: its pre-norm, mixer
-    and residual. Fused kernels only (plan.check refuses eager, SUMMA and LoRA plans for a hybrid)."""
+    and residual. Fused kernels only (check.check refuses eager, SUMMA and LoRA plans for a hybrid)."""
     d = dims(model, plan, stack)
     block = {"mamba": mamba_block, "attention": attention_block, "mlp": mlp_block, "moe": moe_block}[kind]
     return low_precision_casts(block(model, plan, d) + stack_extras(model, plan, d, kind), plan, stack)

@@ -102,7 +102,7 @@ def other_layer_params(model: ModelSpec, plan: Plan) -> Num:
 
 
 def qkv_linears(model: ModelSpec) -> list[tuple[int, int]]:
-    """(k, n) of the query / key / value projections, as ops.attention_block builds them: one fused QKV linear, or
+    """(k, n) of the query / key / value projections, as attention.attention_block builds them: one fused QKV linear, or
     MLA's q_down / q_up (or a single q) and kv_down / kv_up (DeepSeek-V2 §2.1)."""
     h = model.hidden_size
     if not model.is_mla:
@@ -117,7 +117,7 @@ def qkv_linears(model: ModelSpec) -> list[tuple[int, int]]:
 def adapter_params(model: ModelSpec, plan: Plan) -> float:
     """LoRA parameters per layer on one GPU: r·(k + n)/t for each targeted linear W (k×n): the QKV projections
     (``qkv_linears``), and with ``plan.lora_targets = "all"`` also the attention output and the dense MLP's fc1
-    (gate + up) and fc2 (the linears ops.LORA_PREFIXES adapts; the TP shards split the adapters with their base
+    (gate + up) and fc2 (the linears lora.LORA_PREFIXES adapts; the TP shards split the adapters with their base
     weights, a small overcount for the replicated halves)."""
     if plan.finetune != "lora":
         return 0.0

@@ -54,7 +54,7 @@ class OpCost:
     n: Num = 0.0
     k: Num = 0.0
     collective: Collective | None = None
-    overlap: str = ""  # "" exposed; "tp", "cp", "summa": may hide behind compute (see estimate.py)
+    overlap: str = ""  # "" exposed; "tp", "cp", "summa": may hide behind compute (see step/passes.py)
     repeat: Num = 1.0  # a collective sent this many times (SUMMA panels), each of ``nbytes``
     # attention kernel: "flash_causal" / "flash" (one fused kernel: time = max(compute, memory)) or "unfused"
     # (batched score GEMMs and a separate softmax kernel: times add). m, n, k: queries·heads, keys, head dim.

@@ -10,7 +10,7 @@ W panel (k/nb × n/tp) along the grid column (tp2 GPUs), and every GPU multiplie
     forward                       broadcast X over tp: rows·k;  broadcast W over tp2: k·n/tp   (bytes × a)
     input gradient dX = dY·Wᵀ     broadcast W over tp2: k·n/tp; reduce dX over tp: rows·k
     weight gradient dW = Xᵀ·dY    broadcast X over tp: rows·k;  reduce dW over tp2: k·n/tp
-Each collective is sent as nb panels of 1/nb of its bytes (``OpCost.repeat``); estimate.py exposes one
+Each collective is sent as nb panels of 1/nb of its bytes (``OpCost.repeat``); step/passes.py exposes one
 panel set and overlaps the rest with the GEMMs (seed 003: t_comm = t_panel + max(nb·t_panel - t_compute, 0)).
 With tp2 = 1 the FLOPs and the weight shards are those of a 1D layout over tp GPUs.
 

@@ -85,7 +85,7 @@ def valid_combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list
         experts, bad = _expert_pairs(model, tp, tp * cp * dp)
         tally.add("ep*etp does not divide tp*cp*dp or num_experts", f"tp={tp} cp={cp} dp={dp}",
                   bad * mult * len(micro) * len(vpps))
-        if space.stack.overlap_ep:  # Megatron-Core's combined 1F1B (plan.check): ep > 1, interleaved under a pipeline
+        if space.stack.overlap_ep:  # Megatron-Core's combined 1F1B (check.check): ep > 1, interleaved under a pipeline
             experts, vpps = _ep_overlap_options(tally, experts, vpps, pp, mult * len(micro))
         if micro and experts:
             out.append(Combo(tp, tp2, cp, pp, dp, layout, mult, micro, vpps, experts, panels[0]))

@@ -1,5 +1,5 @@
 """Per-key units for the search: what one micro-batch of a layer, the embedding, the head and a pipeline send
-costs (``estimate.Units``), computed once per distinct key of the plans that share it.
+costs (``step.units.Units``), computed once per distinct key of the plans that share it.
 
 A unit depends only on tp, tp2, cp, the micro-batch, ep, etp, the SUMMA panels, the tier split of each group its
 collectives use (which is all the placement decides: ``split_codes``) and the categorical settings. Its kernel
@@ -22,8 +22,7 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.stack import Stack
 from meshplan.step.passes import ZERO, PassTimes
-from meshplan.step.units import Units, compute_times, units_for_recomputes
-from meshplan.step.units import timed_parts as _parts
+from meshplan.step.units import Units, compute_times, timed_parts, units_for_recomputes
 from meshplan.xp import where
 
 
@@ -49,7 +48,7 @@ def split_codes(model: ModelSpec, cluster: Cluster, batch: PlanBatch) -> list[np
     collective times depend on the placement only through this split (comm.split_group)."""
     groups = {a: (getattr(batch, a), batch.stride(a)) for a in _UNIT_STRIDES}
     groups["pp"] = (2, send_stride(batch.stride("pp"), batch.pp))  # a send: a pair of neighbouring stages
-    if model.is_moe:  # the expert all-to-all (estimate.expert_layout)
+    if model.is_moe:  # the expert all-to-all (groups.expert_layout)
         groups["ep"] = (batch.ep, expert_layout(batch, batch.ep, batch.etp))
     codes, span = [], 1
     for tier in cluster.tiers[:-1]:
@@ -78,7 +77,7 @@ def _units_of(model: ModelSpec, cluster: Cluster, keyed: PlanBatch, stack: Stack
     each pass are all the ranking needs), and each row's SUMMA panel count per mode. ``compute``: the rows'
     compute-op times (``_rows_of``).
 
-    The panel count changes only how much of a SUMMA layer's communication is exposed (ops2d.py), nothing
+    The panel count changes only how much of a SUMMA layer's communication is exposed (cost/summa.py), nothing
     else in the step, so the best one per key is chosen here among ``panel_counts`` (exact: no other part of the
     step time or memory depends on it)."""
     cols = {k: getattr(keyed, k) for k in ("tp", "tp2", "summa_panels")}
@@ -90,7 +89,7 @@ def _units_of(model: ModelSpec, cluster: Cluster, keyed: PlanBatch, stack: Stack
         rows = np.flatnonzero(count > j)
         nb = options[rows, j]
         some = replace(keyed.select(rows) if j else keyed, summa_panels=nb)
-        parts = _parts(model, cluster, some, stack, eff, _rows_of(compute, rows) if j else compute)
+        parts = timed_parts(model, cluster, some, stack, eff, _rows_of(compute, rows) if j else compute)
         for rc, full in units_for_recomputes(model, some, stack, parts, recomputes, eff).items():
             units = _lean(full)
             if not j:
@@ -119,7 +118,7 @@ class KeyUnits:
     A key's forward and backward kernel times and its saved activations depend only on the op shapes
     (``SHAPE_KEYS``), not on the placement or the SUMMA panels, which only the collectives see. So the units of
     one key per shape of ``pool`` (any batch of plans, or of size combinations without their placements),
-    computed up front, give every plan's lower bound (``search._lower_bound``) and memory (``saved``); the
+    computed up front, give every plan's lower bound (``search.bound.lower_bound``) and memory (``saved``); the
     collectives, most of a key's cost to compute, are priced only for the plans the search times (``price``):
     the same numbers, for a fraction of the keys.
 

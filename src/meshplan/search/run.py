@@ -7,7 +7,7 @@ never beat it; such plans are counted as dominated rather than evaluated unless 
 them (ties are broken towards less memory).
 
 How it is fast (DESIGN.md example 4): per-micro-batch costs of a layer, the embedding, the head and a pipeline
-send (``estimate.Units``) depend only on tp, cp, micro-batch, ep, etp, the strides of tp / cp / pp on the mesh
+send (``step.units.Units``) depend only on tp, cp, micro-batch, ep, etp, the strides of tp / cp / pp on the mesh
 and the categorical settings; they are computed once per distinct key. ``estimate.assemble``'s step, on arrays
 (``scoring``), then turns them into step time and memory for every candidate at once with NumPy, in chunks, so
 memory stays bounded. Memory, and a lower bound on the step time (``bound``), depend on the size combination (every

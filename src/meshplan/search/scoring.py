@@ -77,7 +77,7 @@ def grid_memory(model: ModelSpec, batch: PlanBatch, units: dict[str, Units], spa
     with_rc = {rc: replace(batch, recompute=rc) for rc in rcs}
     ends = (stage_params(model, batch, True), stage_params(model, batch, False))
     # model states per ZeRO stage and end; an offloaded optimizer state leaves the GPU for the host
-    # (estimate.offloaded_optimizer: the first rank's optimizer bytes)
+    # (memory.offloaded_optimizer: the first rank's optimizer bytes)
     kept = {z: [model_states(end, replace(batch, zero=z, offload_optimizer=False), space.stack) for end in ends]
             for z in zeros}
     states = np.array([[[_vec(w + g + (0.0 if oo else o), n) for w, g, o in kept[z]] for oo in oos]

@@ -80,7 +80,7 @@ def _check_ranges(model: ModelSpec, plan: Plan) -> list[str]:
 
 
 def _check_hybrid(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
-    """A hybrid (``layer_pattern``) is costed block by block with fused kernels (ops.hybrid_block): Megatron-Core's
+    """A hybrid (``layer_pattern``) is costed block by block with fused kernels (layers.hybrid_block): Megatron-Core's
     MambaMixer splits its heads and groups over TP; context parallelism of the Mamba scan, eager PyTorch kernels,
     the SUMMA layout and LoRA adapters are not modelled for it."""
     if not model.is_hybrid:

@@ -85,7 +85,7 @@ the presets (NCCL's tuning model), which is what makes small messages slow (comm
 
 Overlap: communication that runs concurrently with compute takes SMs (NCCL channels: 8–32 CTAs of ~132 SMs)
 and HBM bandwidth from it, so the overlapped compute is slowed by ``overlap_slowdown`` × the overlapped
-communication time (estimate.py applies it wherever a collective is hidden): compute runs 18.9 % slower on average
+communication time (step/passes.py applies it wherever a collective is hidden): compute runs 18.9 % slower on average
 (40 % at most) while communication overlaps it, measured in GPT and Llama training on A100, H100, MI250 and MI210
 (Lee et al. 2025, "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning",
 arXiv 2507.03114). For scale, DeepSeek-V3 gives communication 20 of an H800's 132 SMs (15 %; arXiv 2412.19437
@@ -93,13 +93,13 @@ arXiv 2507.03114). For scale, DeepSeek-V3 gives communication 20 of an H800's 13
 
 Host-launched kernels: dropless MoE copies the tokens-per-expert counts to the host every layer (Megatron-Core
 MoEAlltoAllTokenDispatcher), and Transformer Engine's GroupedLinear then issues one GEMM (and with fp8 one
-quantization) per local expert from Python (ops.host_launched). With the CPU's lead gone, small expert GEMMs wait
+quantization) per local expert from Python (mlp_moe.host_launched). With the CPU's lead gone, small expert GEMMs wait
 on the host: ``host_launch`` (fitted: 34 µs per kernel, on the fit half's MoE runs) is the host time per launched
 kernel, including TE's per-expert ``torch.split`` / ``torch.empty`` calls (NVIDIA/TransformerEngine#1499). For scale,
 one TE Linear forward costs 100 µs of CPU on a Grace CPU against 37 µs for torch's (TransformerEngine#2053), and TE's
 fused CuTeDSL grouped MLP for 64 experts 1.2 ms of CPU forward and 2.1 ms backward on GB200 (TransformerEngine#2897).
 The same price applies wherever a host synchronisation leaves the GPU waiting for the kernels that follow it:
-flash-attn's ``unpad_input`` (``nonzero``, ``.item()``) before a varlen FlashAttention call (ops.varlen_padding).
+flash-attn's ``unpad_input`` (``nonzero``, ``.item()``) before a varlen FlashAttention call (attention.varlen_padding).
 
 Sustained clocks: a part capped below the power its datasheet peak is rated at runs slower. Dynamic power
 ∝ f·V² and V ∝ f near the top of the curve, so P ∝ f³ and f = (P_cap / P_rated)^(1/3) (check: H100 NVL,
@@ -145,7 +145,7 @@ class Efficiency:
     # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
     gemm: float = 0.8745  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
     attention: float = 0.5215  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
-    host_launch: float = 33.7e-6  # host seconds per kernel of the per-expert MoE path (ops.host_launched)
+    host_launch: float = 33.7e-6  # host seconds per kernel of the per-expert MoE path (mlp_moe.host_launched)
     # ---- documented, not fitted -------------------------------------------------------------------------
     overlap_slowdown: float = 0.189  # compute slowdown while communication overlaps it (Lee et al. 2025: 18.9 %)
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
@@ -199,7 +199,7 @@ class Efficiency:
     attention_exp_bwd: float = exp_share((1254 / 1172 * 1448 / 1344 * 1516 / 1327 * 1416 / 1202) ** 0.25)
     attention_exp_fp8_fwd: float = exp_share((2526 / 1781 * 2893 / 2012 * 3074 / 2112 * 3134 / 2135) ** 0.25)
     attention_exp_fp8_bwd: float = exp_share((1395 / 1178 * 1777 / 1446 * 2037 / 1633 * 2121 / 1670) ** 0.25)
-    # mamba_ssm's Triton SSD kernels (Mamba-2's chunked scan: ops.ssd_ops, ``variant="ssd"``) are bound by memory
+    # mamba_ssm's Triton SSD kernels (Mamba-2's chunked scan: mamba.ssd_ops, ``variant="ssd"``) are bound by memory
     # latency, not by their math nor by HBM bandwidth: the forward's five kernels (``_mamba_chunk_scan_combined_fwd``)
     # on an H100, 128 heads of 64, state 128, one group, chunk 256, fp16, run at 1.2623e7 tokens/s at 8,192 tokens
     # (vLLM PR #27299, cyang49's table from RishiAstra's ssm_benchmark.py): 0.649 ms for the 830.5 MB of ssd_ops'
@@ -226,7 +226,7 @@ class Efficiency:
     # Quantizing to a block-scaled format (MXFP8, NVFP4: an amax and a scale per block, row-wise and column-wise)
     # takes this many times as long per byte as a per-tensor cast. Same tutorial, B300, autocast minus
     # pre-quantized GEMM time for the 24-layer model: MXFP8 215.6 - 171.9 = 43.7 ms, FP8 delayed scaling
-    # 187.2 - 163.5 = 23.7 ms, 1.84x, for casts that ops.quantize_bytes charges 1.016x the bytes (read 2, write two
+    # 187.2 - 163.5 = 23.7 ms, 1.84x, for casts that casts.quantize_bytes charges 1.016x the bytes (read 2, write two
     # copies of 1 + 1/32 against 1). Assumed: the benchmark writes the same copies for both recipes (if per-tensor
     # FP8 wrote one copy on Blackwell and MXFP8 two, the slowdown per byte would be about 1.4). Applied to NVFP4 as
     # well: its 154.9 - 90.3 = 64.5 ms, over 1.3-1.5x the bytes of the delayed casts, gives 1.8-2.1

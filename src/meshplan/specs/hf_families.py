@@ -165,7 +165,7 @@ def deepseek(c: ConfigReader) -> dict[str, Any]:
     a tensor in the checkpoint, a buffer in transformers (so not in its parameters()).
     The multi-token-prediction module (num_nextn_predict_layers) is not built by either modeling file and is
     not counted in the parameters: DeepSeek-V3's 671B excludes it (README_WEIGHTS.md: MTP adds 11.5B unique
-    parameters); it is trained, so it becomes ``mtp_layers`` (costed on the last stage, ``ops.mtp_ops``).
+    parameters); it is trained, so it becomes ``mtp_layers`` (costed on the last stage, ``embed_head.mtp_ops``).
     """
     heads = c.need("num_attention_heads")
     nope, rope = c.need("qk_nope_head_dim"), c.need("qk_rope_head_dim")

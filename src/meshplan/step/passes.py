@@ -208,9 +208,9 @@ def _none(x: Num) -> bool:
 def _selective_redo(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, ep_exposed: Num,
                     slowdown: float) -> tuple[Num, Num]:
     """What selective recompute of ``plan.recompute_modules`` adds to the backward pass, and the communication it
-    hides: their forward kernels again; the TP collectives inside them again (``ops.tp_rerun_by``), those that hide
-    behind GEMMs (``stack.overlap_tp``) behind the re-run GEMMs (``hide``), the others exposed; and a recomputed MoE
-    layer's exposed forward all-to-alls."""
+    hides: their forward kernels again; the TP collectives inside them again (``recompute.tp_rerun_by``), those that
+    hide behind GEMMs (``stack.overlap_tp``) behind the re-run GEMMs (``hide``), the others exposed; and a recomputed
+    MoE layer's exposed forward all-to-alls."""
     modules = plan.recompute_modules
     redo = gemm = behind = exposed = 0.0
     for op, t, again in zip(ops, times, rerun_by(ops, modules), strict=True):

@@ -1,6 +1,6 @@
 """The per-micro-batch units a step repeats (``Units``): an average layer (with and without the plan's
 recompute), the embedding, the head with the multi-token-prediction depths, one pipeline send each way, and the
-activation bytes each saves. Built from the ops of each group (``cost/ops.py``) timed once (``timed_parts``) and
+activation bytes each saves. Built from the ops of each group (``cost/``) timed once (``timed_parts``) and
 summed by ``passes.pass_times``.
 """
 
@@ -37,7 +37,7 @@ class Parts:
 
 def _ops(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCost]]:
     """Ops of one layer of each kind (``kind_fractions``: "dense" and "moe", or a hybrid's blocks), of the
-    embedding, the head, what a multi-token-prediction depth adds to its layer and head (``ops.mtp_ops``) and a
+    embedding, the head, what a multi-token-prediction depth adds to its layer and head (``embed_head.mtp_ops``) and a
     pipeline send."""
     return layer_kinds(model, plan, stack) | {
         "embed": embedding_ops(model, plan, stack), "head": head_ops(model, plan, stack),
@@ -141,7 +141,7 @@ def units_for_recomputes(model: ModelSpec, plan: Plan, stack: Stack, parts: Part
 def _head_and_mtp(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recompute: str, eff: Efficiency
                   ) -> tuple[PassTimes, Num]:
     """The last stage's head per micro-batch, and what it saves: the final norm, LM head and loss, and per
-    multi-token-prediction depth its own ops (``ops.mtp_ops``), one layer of each of ``mtp_kinds`` and the head
+    multi-token-prediction depth its own ops (``embed_head.mtp_ops``), one layer of each of ``mtp_kinds`` and the head
     again (Megatron-Core's MTP layers share the output layer). Recompute as Megatron-Core's
     MultiTokenPredictionLayer: under full recompute it checkpoints the projection and its layer
     (``_checkpointed_forward(self._proj_and_transformer_layer, …)``), which then keep only their two inputs, the

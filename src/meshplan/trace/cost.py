@@ -6,7 +6,7 @@ Simplifications, stated here:
 - GEMMs run at their operands' precision (bf16 / fp16; float32 at the fp32 rate, PyTorch's default
   ``torch.backends.cuda.matmul.allow_tf32 = False``; pass ``fp32_precision="tf32"`` for TF32).
 - Fused attention is timed as a flash kernel; causal attention does half the FLOPs flop_counter counts (the
-  masked blocks are skipped: Dao et al. 2022, as ops.core_attention), backward kernels at the backward rate.
+  masked blocks are skipped: Dao et al. 2022, as attention.core_attention), backward kernels at the backward rate.
 - Element-wise and data-movement ops: their FLOPs at the fp32 CUDA-core rate against their HBM bytes (read
   every input, write every output); views cost nothing. Kernel launch overhead (a few µs per kernel, which
   dominates small models in eager mode) is not included.

@@ -13,7 +13,7 @@ Sources, in order of precedence:
    - ops tagged ``torch.Tag.reduction``: one FLOP per input element.
    - ``PER_ELEMENT``: fused normalisation / softmax / loss kernels, one FLOP per add, mul, exp or max per
      element of the op's largest tensor (counted below beside each op); backward kernels twice the forward
-     where they recompute it (as ops.elementwise: backward = 2 × forward).
+     where they recompute it (as blocks.elementwise: backward = 2 × forward).
 3. Everything else (copies, casts, gathers, views, allocations): 0 FLOPs, ``"none"``; its bytes still count.
 """
 

@@ -12,8 +12,8 @@ results point at the storage they alias and memory is never counted twice. Each 
     activation  created in the forward pass (freed after its last use, which may be in the backward pass)
     temporary   created in the backward pass and not a parameter gradient
 
-Phases follow ops.py: ``fwd``; ``bwd_x`` (input gradients); ``bwd_w`` (ops whose results reach a parameter
-gradient without leaving their autograd node, i.e. the weight-gradient GEMMs and bias reductions).
+Phases follow the cost records (cost/records.py): ``fwd``; ``bwd_x`` (input gradients); ``bwd_w`` (ops whose results
+reach a parameter gradient without leaving their autograd node, i.e. the weight-gradient GEMMs and bias reductions).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class TracedOp:
     flops_source: str
     bytes_read: float
     bytes_written: float
-    # GEMM / attention shape for the efficiency model (ops.OpCost): gemm (m×k)·(k×n) × groups (bmm batch);
+    # GEMM / attention shape for the efficiency model (records.OpCost): gemm (m×k)·(k×n) × groups (bmm batch);
     # attention m = batch·heads·queries, n = keys, k = head dim
     m: float = 0.0
     n: float = 0.0
