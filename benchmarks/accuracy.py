@@ -215,7 +215,7 @@ def release_floor(results: list[RunResult], by_id: dict[str, dict[str, Any]]) ->
             "release predicts one value per configuration, so on these runs no such model can do better than the "
             "table's second column, which places the best single prediction per configuration (the one that puts "
             "the most of its measurements within the tolerance). meshplan is told a few release-specific recipe "
-            "settings (`meshplan/recipes.py`), so for it the bound is a yardstick rather than a limit.", "",
+            "settings (`meshplan_validation/recipes.py`), so for it the bound is a yardstick rather than a limit.", "",
             "| tolerance | runs outside it, at least, for any single prediction per configuration | meshplan |",
             "|---|---:|---:|", *rows, "",
             f"Predicting each configuration's geometric-mean measurement exactly would give these runs a median "
@@ -531,7 +531,7 @@ def constants_table(eff: Efficiency) -> list[str]:
         shown = (f"{value:.3f}" if abs(value) >= 1e-3 else f"{value:.3g}") if isinstance(value, float) else str(value)
         lines.append(f"| `{f.name}` | {shown} | {'yes (fit half)' if f.name in fitted else 'no (documented)'} |")
     lines += ["", "Best-shape GEMM efficiency (MAMF) per silicon configuration (carried by the hardware presets as "
-              "`matmul_bf16` / `matmul_fp8` / `matmul_watts`; `efficiency.MATMUL` is the fallback for accelerators "
+              "`matmul_bf16` / `matmul_fp8` / `matmul_watts`; `architectures.MATMUL` is the fallback for accelerators "
               "defined without them):", "",
               "| dense 16-bit peak | SMs | BF16 | FP8 | measured at | source |", "|---:|---:|---:|---:|---:|---|"]
     lines += [f"| {e.half_peak / 1e12:.0f} TFLOP/s | {e.num_sms} | {e.bf16:.3f} | {e.fp8:.3f} | {e.watts:.0f} W | "
@@ -579,7 +579,7 @@ def ssd_share(rec: dict[str, Any], records: list[dict[str, Any]]) -> float:
 
 
 def hybrid_section(results: list[RunResult], hybrid: list[RunResult], records: list[dict[str, Any]]) -> list[str]:
-    """The runs compared apart (``validate.compared_apart``: hybrid Mamba models with a latent MoE), compared with
+    """The runs compared apart (``case.compared_apart``: hybrid Mamba models with a latent MoE), compared with
     ``meshplan validate --hybrid`` but kept out of every summary above: the runs ``results`` skipped as such."""
     skipped = {r.id for r in results if "hybrid Mamba-2 model" in r.skipped}
     runs = [r for r in hybrid if r.error is not None and r.id in skipped]
@@ -601,7 +601,8 @@ def hybrid_section(results: list[RunResult], hybrid: list[RunResult], records: l
            "Megatron-Bridge's Nano H100 recipe recomputes `moe`, `layernorm`, `core_attn` and `moe_act`) and "
            "multi-token prediction (Super: two depths of one shared attention + latent-MoE layer). With them the "
            f"{len(nano)} Nemotron 3 Nano runs are in the summaries above, within {pct(max(abs(e) for e in nano))}. "
-           "The runs of the model with a latent MoE, Nemotron 3 Super, are not (`validate.compared_apart`): with "
+           "The runs of the model with a latent MoE, Nemotron 3 Super, are not "
+           "(`meshplan_validation.case.compared_apart`): with "
            "every setting its recipes document modelled they read "
            f"{spans} (signed, a positive error a faster prediction; median {pct(float(np.median(errors)), True)}), "
            "fast on the NVL72 racks and slow on DGX B200, where its expert-parallel group of 64 crosses 8 servers "
@@ -634,7 +635,8 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
            f"({n_total} records). Do not edit by hand: the numbers are the ones the script prints, and "
            "`tests/test_published.py` fails if a change makes them worse (it reads `docs/accuracy_summary.json`).",
            "", "Error = predicted / measured − 1 in the metric the source measured (iteration time, tokens/s, or "
-           "TFLOP/s and MFU converted with the source's own FLOP formula; see `meshplan/validate.py`). For a time "
+           "TFLOP/s and MFU converted with the source's own FLOP formula; see `meshplan_validation/flops.py`). "
+           "For a time "
            "a positive error means meshplan predicts a slower step; for a throughput, a faster one.", "",
            "## Summary", "", "| | target | reached | met |", "|---|---:|---:|:---:|",
            *target_rows(f"runs with complete configurations ({co['evaluated']} of {ov['evaluated']}: the targets' "
@@ -660,7 +662,7 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
            summary_row("in sample (fit half: CRC-32 of id even)", summary["in_sample"]),
            summary_row("out of sample (the other half)", summary["out_of_sample"]), "",
            *complete_note(results, by_id), "",
-           "The fit half and the held-out half are fixed by `meshplan_validation.validate.in_fit_set`; "
+           "The fit half and the held-out half are fixed by `meshplan_validation.selection.in_fit_set`; "
            "only the three constants "
            "marked *fitted* below were fitted, on the fit half, by `benchmarks/fit_efficiency.py` (each source "
            "group weighted equally): the two dense ones on the dense runs, then `host_launch` on the MoE runs. "
@@ -714,7 +716,7 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
             f"{schedule_gap(mem)}.", ""]
     out += fit_check_markdown(results)
     out += ["", "## The efficiency model and its constants", "",
-            "See `src/meshplan/efficiency.py` for the physics and the source of every constant.", ""]
+            "See `src/meshplan/specs/efficiency.py` for the physics and the source of every constant.", ""]
     out += constants_table(DEFAULT)
     out += ["", "Kernel-level checks against published benchmarks the model was not fitted on "
             "(`benchmarks/kernel_checks.py`):", ""]

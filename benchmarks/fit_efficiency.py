@@ -12,7 +12,7 @@ Two stages, because the MoE runs' errors are dominated by how each release launc
 (A joint Nelder-Mead over all of them on the whole fit half drifts along a flat valley, for a 1-3 % lower objective
 in sample and a higher one out of sample. ``overlap_slowdown`` is not fitted: fitted, it wandered along that valley
 from 0.11 to 0.22 at the same objective; efficiency.py takes the 18.9 % that Lee et al. 2025 measured.)
-The constants printed here are copied into ``meshplan/efficiency.py`` by hand: updating them is an explicit
+The constants printed here are copied into ``meshplan/specs/efficiency.py`` by hand: updating them is an explicit
 act, as for golden outputs.
 
 Run: python benchmarks/fit_efficiency.py [path/to/runs.jsonl]

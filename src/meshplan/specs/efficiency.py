@@ -3,7 +3,7 @@
 This is the one place where such factors live. Every factor is a function of the op's shape and the hardware,
 built from a handful of constants; each constant says where it comes from. Three of them (``gemm`` and
 ``attention`` on the dense runs, then ``host_launch`` on the MoE runs) were
-fitted once, on the fixed half of the published runs that ``meshplan_validation.validate.in_fit_set`` selects
+fitted once, on the fixed half of the published runs that ``meshplan_validation.selection.in_fit_set`` selects
 (CRC-32 of the run id even), by ``benchmarks/fit_efficiency.py`` with every source group weighted equally; the other
 half is the out-of-sample check (docs/ACCURACY.md). The rest are published measurements. Nothing is tuned per run,
 per source or per GPU.
