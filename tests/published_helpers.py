@@ -1,0 +1,34 @@
+"""Published records for the validation tests: a Megatron-Bridge-style record to vary field by field, one from a
+source without a profile of its own, and the Qwen3 MoE model sections the release-recipe and layout tests share."""
+
+from __future__ import annotations
+
+
+def record(**over) -> dict:
+    """A Megatron-Bridge-style record: Llama3-70B on 64 H100s, fp8, tp 4 / pp 8 / vp 5."""
+    rec = {"id": "x", "group": "megatron_bridge_26.04", "framework": "Megatron-Bridge / Megatron-Core",
+           "task": "pretrain", "precision": "fp8",
+           "model": {"name": "Llama3-70B", "arch": "dense", "num_layers": 80, "hidden_size": 8192, "num_heads": 64,
+                     "num_kv_heads": 8, "ffn_hidden_size": 28672, "vocab_size": 128000, "seq_length": 8192},
+           "hardware": {"gpu": "H100", "num_gpus": 64, "gpus_per_node": 8},
+           "parallel": {"tp": 4, "pp": 8, "dp": None, "cp": 1, "vp": 5, "ep": None, "micro_batch_size": 1,
+                        "global_batch_size": 256, "zero_or_fsdp": "DDP (FSDP=0 in table)"},
+           "measured": {"tokens_per_s_per_gpu": 1664, "model_tflops_per_gpu": 731},
+           "flops_accounting": "Model TFLOP/sec/GPU (NeMo/Megatron-Bridge model-FLOPs formula)"}
+    for key, value in over.items():
+        rec[key] = rec[key] | value if isinstance(value, dict) else value
+    return rec
+
+
+def indep(framework: str, **over) -> dict:
+    """A record from a source without a profile of its own (group 'paper')."""
+    return record(group="paper", framework=framework, **over)
+
+
+QWEN3_30B = {"name": "Qwen3-30B-A3B", "arch": "moe", "num_layers": 48, "hidden_size": 2048, "num_heads": 32,
+             "num_kv_heads": 4, "ffn_hidden_size": 6144, "moe_ffn_hidden_size": 768, "num_experts": 128,
+             "moe_topk": 8, "vocab_size": 151936, "seq_length": 4096}
+
+
+QWEN3_235B = QWEN3_30B | {"name": "Qwen3-235B-A22B", "num_layers": 94, "hidden_size": 4096, "num_heads": 64,
+                          "ffn_hidden_size": 12288, "moe_ffn_hidden_size": 1536}

@@ -1,0 +1,103 @@
+"""The Megatron-Bridge release recipes a published table does not state (recipes.py): the expert-GEMM launch, EP
+all-to-all overlap (DeepSeek-V3's per layout), TP overlap, FP8 attention and the Grace Blackwell activation offload,
+each as the release's performance scripts set it."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshplan_validation.case import map_run
+from published_helpers import QWEN3_30B, QWEN3_235B, record
+
+
+@pytest.mark.parametrize(("group", "gpu", "precision", "expected"), [
+    ("megatron_bridge_26.04", "GB200", "mxfp8", "per_expert"),  # TE GroupedLinear after the per-layer sync
+    ("megatron_bridge_26.06", "GB200", "mxfp8", "grouped"),  # full-iteration CUDA graphs, fused grouped MLP
+    ("megatron_bridge_26.08", "GB200", "mxfp8", "grouped"),
+    ("megatron_bridge_26.06", "H100", "fp8", "per_expert"),  # the MXFP8 CuTeDSL path is Blackwell-only
+])
+def test_expert_gemm_launch_follows_the_release(group, gpu, precision, expected):
+    case = map_run(record(group=group, precision=precision, model=QWEN3_30B,
+                          hardware={"gpu": gpu, "num_gpus": 8, "gpus_per_node": 4 if gpu == "GB200" else 8},
+                          parallel={"tp": 1, "pp": 1, "vp": None, "ep": 8, "micro_batch_size": 4,
+                                    "global_batch_size": 512}))
+    assert case.stack.expert_gemm == expected
+    assert any("expert GEMMs" in a for a in case.assumptions)
+
+
+@pytest.mark.parametrize(("group", "gpu", "overlap", "precision"), [
+    ("megatron_bridge_26.04", "H100", True, "fp8"),  # QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*: moe_a2a_overlap=True
+    ("megatron_bridge_25.11", "H100", True, "fp8"),
+    ("megatron_bridge_25.09", "H100", False, "fp8"),  # before the Megatron-Bridge recipe files that say so
+    ("megatron_bridge_26.04", "GB200", False, "mxfp8"),  # the Blackwell recipes leave it off
+    # from 26.06 the GB200 MXFP8 recipes run the full-iteration CUDA graph path, which overlaps the all-to-all
+    # (Megatron-Bridge PR #4249, #4606)
+    ("megatron_bridge_26.06", "GB200", True, "mxfp8"),
+    ("megatron_bridge_26.08", "GB200", True, "mxfp8"),
+    ("megatron_bridge_26.06", "GB200", False, "bf16"),
+])
+def test_ep_overlap_follows_the_release_recipe(group, gpu, overlap, precision):
+    case = map_run(record(group=group, model=QWEN3_235B, precision=precision,
+                          hardware={"gpu": gpu, "num_gpus": 256, "gpus_per_node": 8},
+                          parallel={"tp": 2, "pp": 8, "vp": 4, "ep": 32, "micro_batch_size": 1,
+                                    "global_batch_size": 2048}))
+    assert case.stack.overlap_ep is overlap
+
+
+@pytest.mark.parametrize(("group", "gpu", "overlap"), [
+    ("megatron_bridge_25.09", "H100", True),  # qwen3_235b_a22b_llm_pretrain.py: tp_comm_overlap=True
+    ("megatron_bridge_25.11", "H100", False),  # qwen3_llm_pretrain.py ..._config_h100: tp_comm_overlap=False
+    ("megatron_bridge_26.06", "H100", False),  # perf_recipes/qwen/h100/qwen3_moe.py: tp_comm_overlap=False
+    ("megatron_bridge_26.04", "B200", True),  # the Blackwell functions set True
+])
+def test_tp_overlap_follows_the_release_recipe(group, gpu, overlap):
+    case = map_run(record(group=group, model=QWEN3_235B, precision="fp8",
+                          hardware={"gpu": gpu, "num_gpus": 256, "gpus_per_node": 8},
+                          parallel={"tp": 2, "pp": 8, "vp": 4, "ep": 32, "micro_batch_size": 1,
+                                    "global_batch_size": 2048}))
+    assert case.stack.overlap_tp is overlap
+    assert any("tp_comm_overlap=False" in note for note in case.assumptions) is (not overlap)
+
+
+@pytest.mark.parametrize(("group", "precision", "kernel"), [
+    ("megatron_bridge_26.06", "mxfp8", "fp8"),  # PR #4249 / #4606: the GB200 MXFP8 path runs FP8 attention
+    ("megatron_bridge_26.08", "mxfp8", "fp8"),
+    ("megatron_bridge_26.04", "mxfp8", "fused"),  # before the 26.06 recipes
+    ("megatron_bridge_26.06", "bf16", "fused"),
+])
+def test_fp8_attention_follows_the_release_recipe(group, precision, kernel):
+    case = map_run(record(group=group, model=QWEN3_235B, precision=precision,
+                          hardware={"gpu": "GB200", "num_gpus": 256, "gpus_per_node": 4},
+                          parallel={"tp": 1, "pp": 8, "vp": 3, "ep": 32, "micro_batch_size": 1,
+                                    "global_batch_size": 8192}))
+    assert case.stack.attention_kernel == kernel
+    assert any("FP8 attention" in note for note in case.assumptions) is (kernel == "fp8")
+
+
+@pytest.mark.parametrize(("group", "gpu", "precision", "pp", "vp", "ep", "overlap"), [
+    # DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2: deepep, pp 8, vp 2, ep 32, moe_a2a_overlap=True
+    ("megatron_bridge_26.04.01", "B200", "mxfp8", 8, 2, 32, True),
+    ("megatron_bridge_26.04", "B200", "mxfp8", 16, None, 8, False),  # _B200_V1 / _V2: hybridep, overlap off
+    # _GB200_FP8_MX_V1 / _V2, the 26.06 MXFP8 recipe (full-iteration CUDA graphs): moe_a2a_overlap=True
+    ("megatron_bridge_26.06", "GB200", "mxfp8", 4, 4, 64, True),
+    ("megatron_bridge_26.04", "GB200", "mxfp8", 4, 4, 64, False),
+    ("megatron_bridge_25.11", "GB200", "mxfp8", 8, 4, 32, False),  # a GB200 ep 32 layout is not the B200 one
+])
+def test_deepseek_ep_overlap_follows_the_recipe_of_the_layout(group, gpu, precision, pp, vp, ep, overlap):
+    sizes = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size")
+    case = map_run(record(group=group, precision=precision,
+                          model={k: None for k in sizes} | {"name": "DeepSeek-V3", "arch": "moe"},
+                          hardware={"gpu": gpu, "num_gpus": 256, "gpus_per_node": 4 if gpu == "GB200" else 8},
+                          parallel={"tp": 1, "pp": pp, "vp": vp, "ep": ep, "micro_batch_size": 1,
+                                    "global_batch_size": 4096}))
+    assert case.stack.overlap_ep is overlap
+
+
+@pytest.mark.parametrize(("gpu", "layers"), [("GB200", 40), ("GB300", 20)])  # llama3_workload_base_configs.py
+def test_grace_blackwell_megatron_fsdp_recipes_offload_activations(gpu, layers):
+    case = map_run(record(hardware={"gpu": gpu, "num_gpus": 64, "gpus_per_node": 4},
+                          parallel={"tp": 1, "pp": 1, "vp": None, "micro_batch_size": 2, "global_batch_size": 256,
+                                    "zero_or_fsdp": "Megatron FSDP (64)"}))
+    assert case.plan.offload_activations and case.plan.offload_layers == layers and case.plan.zero == 3
+    h100 = map_run(record(parallel={"zero_or_fsdp": "Megatron FSDP (64)", "tp": 1, "pp": 1, "vp": None}))
+    assert not h100.plan.offload_activations  # the H100 recipes do not offload
