@@ -151,9 +151,10 @@ def test_no_mutated_record_raises():
 
 
 def _accuracy_script():
+    """benchmarks/accuracy_analysis.py, the analyses of docs/ACCURACY.md."""
     import importlib.util
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "accuracy.py"
-    spec = importlib.util.spec_from_file_location("accuracy_script", path)
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "accuracy_analysis.py"
+    spec = importlib.util.spec_from_file_location("accuracy_analysis_script", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -58,7 +58,7 @@ def matmul_rule(architecture: str, peak: float, low: bool) -> float:
     the parts around it and held at the nearest part's value beyond them (``low``: the FP8 column against the FP8
     peak, else the 16-bit column against the 16-bit peak). Exact at every measured part. Between two parts the rate
     peak × MAMF still grows with the peak: MAMF falls at most as peak^-0.59 along the table (B200 to GB200), slower
-    than the peak rises, which tests/test_efficiency_presets.py checks."""
+    than the peak rises, which tests/test_architectures.py checks."""
     parts = [e for e in MATMUL if not architecture or e.architecture == architecture]
     points = sorted((e.fp8_peak if low else e.half_peak, e.fp8 if low else e.bf16) for e in parts)
     points = [(p, v) for p, v in points if p > 0]

@@ -29,7 +29,7 @@ wave and depth effects. An isolated benchmark of training-shaped GEMMs already s
 library's kernel choice for real shapes against MAMF's search over shapes, not the heat or power of a long run:
 Transformer Engine's GEMM profiling tutorial (B300, the 12 GEMMs of a layer of a 5B model over 15,872 tokens,
 operands pre-quantized) measures 13.10 ms in BF16 and 6.81 ms in FP8 where this model, not fitted on it, gives
-12.61 and 6.65 (tests/test_efficiency_presets.py).
+12.61 and 6.65 (tests/test_kernel_checks.py).
 The k / (k + k_0) factor is the fixed per-tile cost (pipeline prologue, epilogue writing C) amortised over the
 reduction. The roofline (roofline.py) separately caps a skinny GEMM by its HBM traffic. MXFP8 GEMMs (Blackwell's
 block-scaled FP8: the kernel reads and applies one scale per 32 elements of every operand row and column) run at
