@@ -56,7 +56,7 @@ def test_estimate_of_grouped_expert_gemms_drops_the_host_floor(capsys):
 def test_estimate_with_overlapped_pipeline_sends(capsys):
     """--overlap-pp with an interleaved schedule: each send costs the overlap slowdown (18.9 %) of its time."""
     base = ["estimate", "--model", "llama3-70b", "--system", "h100", "--gpus", "64", "--tp", "4", "--pp", "8",
-            "--vpp", "5", "--global-batch", "128", "--json"]
+            "--vpp", "5", "--global-batch", "128", "--framework", "generic", "--json"]
     exposed = json.loads(run(base, capsys)[1])
     code, out, _ = run([*base, "--overlap-pp"], capsys)
     hidden = json.loads(out)

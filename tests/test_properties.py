@@ -29,6 +29,7 @@ from meshplan.search.keyed import panel_counts
 from meshplan.search.placements import PLACEMENTS
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.plan import LAYOUTS
+from meshplan.specs.supports import Supports
 
 TRIPLES = 500
 SEARCHES = 500
@@ -163,6 +164,7 @@ def draw_space(rng: random.Random, model, cluster: Cluster) -> Space:
         stack = stack.with_(overlap_ep=False)
     if model.is_hybrid:  # costed with fused kernels only
         stack = stack.with_(fusion="fused")
+    stack = stack.with_(supports=Supports())  # the whole space; what each framework runs: tests/test_supports.py
     return Space(global_batch=rng.choice((8, 16, 32, 64)) * max(1, cluster.num_gpus // 8), zero=some(zeros),
                  recompute=some(recomputes), sequence_parallel=some((False, True)),
                  layouts=some(("1d", "summa")), offload_optimizer=(rng.random() < 0.2,),

@@ -12,8 +12,8 @@ import pytest
 from meshplan.cli import main
 
 SEARCHES = [
-    ["--model", "llama3-8b", "--system", "h100", "--gpus", "64"],  # 2D SUMMA leads here
-    ["--model", "llama3-70b", "--system", "h100", "--gpus", "256", "--global-batch", "512"],
+    ["--model", "llama3-8b", "--system", "h100", "--gpus", "64", "--framework", "any"],  # 2D SUMMA leads here
+    ["--model", "llama3-70b", "--system", "h100", "--gpus", "256", "--global-batch", "512"],  # megatron-core
     ["--model", "qwen3-30b-a3b", "--system", "b200", "--gpus", "64", "--global-batch", "256"],  # experts
     ["--model", "gpt3-175b", "--system", "a100", "--gpus", "1024", "--framework", "megatron-core"],
     ["--model", "llama3-8b", "--system", "h100", "--gpus", "16", "--seq", "32768", "--global-batch", "64"],  # cp

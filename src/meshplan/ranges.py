@@ -137,6 +137,8 @@ RANGES: dict[str, Range] = {
     "summa_panels": Range(1, WIDTH, "", "at most the hidden size", "max(tp, tp2)"),
     # ---- options only ---------------------------------------------------------------------------------------------
     "top": Range(1, 1000, "", "plans listed: each is re-estimated in full (about 2 s for 1,000)"),
+    "headroom": Range(0, 0.9, "", "the share of HBM a plan leaves free: 0 fills it; past 0.9 no plan is worth ranking",
+                      "none"),
     "max_plans": Range(1, 10**15, "", "10^15 plans take over a year at 23M plans/s", "no limit"),
     "max_micro_batch": Range(1, MAX_SIZE, "", "as micro_batch"),
     "workers": Range(1, 4096, "", "local processes: more than any host's cores"),

@@ -23,6 +23,9 @@ from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack, load_stack, stack_names
 
 PLAN_PREFIX, STACK_PREFIX = "plan_", "stack_"
+# what runs by default: a mainstream framework, so that the first answer is a plan the user can launch ("any": every
+# plan meshplan models, the 2D SUMMA layout included)
+DEFAULT_FRAMEWORK = "megatron-core"
 AXES = ("tp", "tp2", "pp", "cp", "dp")  # the axes whose product is the GPU count
 # set from the other options when not given (the metadata's default_help says how)
 COMPUTED = ("dp", "global_batch", "sequence_parallel", "precision", "schedule", "finetune", "offload_activations")
@@ -72,9 +75,9 @@ def stack_options(f: Any) -> Any:
     value only when given."""
     for fld in reversed([x for x in dataclasses.fields(Stack) if x.compare]):
         f = _option(fld, STACK_PREFIX + fld.name, "the framework's")(f)
-    return click.option("--framework", default="generic", show_default=True,
-                        help="the software stack: a preset (`meshplan presets` lists them) or a .toml file of "
-                             "Stack fields; the options below override its fields")(f)
+    return click.option("--framework", default=DEFAULT_FRAMEWORK, show_default=True,
+                        help="the software stack: a preset (`meshplan presets` lists them; 'any': every plan meshplan "
+                             "models) or a .toml file of Stack fields; the options below override its fields")(f)
 
 
 def _given(options: dict[str, Any], prefix: str) -> dict[str, Any]:

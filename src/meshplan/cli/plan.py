@@ -25,6 +25,7 @@ from meshplan.errors import SpecError
 from meshplan.fields import MAX_PLANS
 from meshplan.ranges import check_options, step_tokens_problem
 from meshplan.search import Space
+from meshplan.search.space import MEMORY_HEADROOM
 from meshplan.specs.check import fsdp_has_zero
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import PRECISION, Plan
@@ -53,6 +54,9 @@ PRECISION_HELP = "default: " + _FIELDS["precision"].metadata["default_help"]
               help="refuse a search space of more plans than this (0: no limit)")
 @click.option("--precision", type=click.Choice(PRECISION), default=None, help=PRECISION_HELP)
 @click.option("--grad-bytes", type=int, default=4, show_default=True)
+@click.option("--headroom", type=float, default=MEMORY_HEADROOM, show_default=True,
+              help="share of HBM every plan leaves free (default: the model's largest memory error against measured "
+                   "runs, docs/ACCURACY.md); plans inside it are listed as rejected")
 @stack_options
 @click.option("--tokens", default=None, help="token budget (e.g. 15T) to report days and cost")
 @click.option("--price", type=float, default=None, help="price per GPU-hour, for --tokens")
@@ -89,11 +93,21 @@ def _settings(options: dict[str, Any], stack: Stack) -> dict[str, Any]:
     modules, sequence parallelism, offload, placements and the limits."""
     check_max_plans(options["max_plans"])
     check_options(top=options["top_k"], max_micro_batch=options["max_micro_batch"],
-                  max_plans=options["max_plans"] or None, grad_bytes=options["grad_bytes"])
+                  max_plans=options["max_plans"] or None, grad_bytes=options["grad_bytes"],
+                  headroom=options["headroom"])
+    can = stack.supports
     zeros = tuple(z for z in map(int, choices(options["zero_opts"], ("0", "1", "2", "3"), "zero"))
                   if fsdp_has_zero(stack.fsdp, z))
     if not zeros:
         raise SpecError(f"zero={options['zero_opts']} leaves no stage for fsdp={stack.fsdp} (FSDP has no ZeRO-1)")
+    zeros = tuple(z for z in zeros if z in can.zero)
+    if not zeros:
+        raise SpecError(f"zero={options['zero_opts']} leaves no stage that framework {stack.name} runs (it runs "
+                        f"zero {', '.join(map(str, can.zero))})")
+    sps = tuple(v == "on" for v in choices(options["sp_opts"], ("off", "on"), "sp")
+                if v == "off" or can.sequence_parallel)
+    if not sps:
+        raise SpecError(f"sp={options['sp_opts']}: framework {stack.name} has no sequence parallelism")
     recomputes = choices(options["recompute_opts"], ("none", "selective", "full"), "recompute")
     modules = recompute_modules(options["recompute_modules_text"])
     if modules != ("core_attn",) and "selective" not in recomputes:
@@ -101,7 +115,7 @@ def _settings(options: dict[str, Any], stack: Stack) -> dict[str, Any]:
                         f"(got {options['recompute_opts']})")
     offload = (False, True) if options["offload"] else (False,)
     return {"zero": zeros, "recompute": recomputes, "recompute_modules": modules,
-            "sequence_parallel": tuple(v == "on" for v in choices(options["sp_opts"], ("off", "on"), "sp")),
+            "sequence_parallel": sps, "headroom": options["headroom"],
             "offload_optimizer": offload, "offload_activations": offload,
             "all_placements": options["placements"] == "all", "max_micro_batch": options["max_micro_batch"],
             "precision": options["precision"], "grad_bytes": options["grad_bytes"],

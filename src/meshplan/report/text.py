@@ -6,6 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from meshplan.specs.stack import frameworks_running
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
@@ -200,6 +201,7 @@ def search_json(results, tokens: float | None, price: float | None, rank_by: str
         d = r.to_dict()
         for plan, est in zip(d["plans"], r.plans, strict=True):
             plan.update(training_cost(est, tokens, price))
+            plan["frameworks"] = frameworks_running(est.plan)
             if rerun is not None:
                 plan["estimate_command"] = rerun(est)
         return d
@@ -233,6 +235,8 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
             console.print(plans_table(r, tokens, price))
             console.print("[bold]the best plan in detail[/bold]")
             estimate_tables(r.plans[0], console)
+            runs = frameworks_running(r.plans[0].plan)
+            console.print(f"frameworks that run it: {', '.join(runs) or 'none of the presets'}", markup=False)
             if rerun is not None:
                 console.print("re-run it: " + shlex.join(rerun(r.plans[0])), soft_wrap=True, markup=False)
         else:

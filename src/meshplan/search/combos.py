@@ -81,8 +81,9 @@ def valid_combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list
             tally.add(*reason, mult)
             continue
         micro = [b for b in divisors(gbs // dp) if b <= space.max_micro_batch]
-        vpps = [1] + [v for v in divisors(layers // pp) if v > 1] * (pp > 1 and layers % pp == 0)
+        vpps = [1] + [v for v in divisors(layers // pp) if v > 1] * (pp > 1 and layers % pp == 0 and space.interleaving)
         experts, bad = _expert_pairs(model, tp, tp * cp * dp)
+        experts = [(e, t) for e, t in experts if e in space.axis_sizes("ep", [e])]
         tally.add("ep*etp does not divide tp*cp*dp or num_experts", f"tp={tp} cp={cp} dp={dp}",
                   bad * mult * len(micro) * len(vpps))
         if space.stack.overlap_ep:  # Megatron-Core's combined 1F1B (check.check): ep > 1, interleaved under a pipeline
@@ -95,7 +96,7 @@ def valid_combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list
 def _grids(n: int, space: Space) -> Iterator[tuple[int, int, int, int, str]]:
     """(tp, tp2, cp, pp, layout) with tp·tp2·cp·pp dividing n: tp2 = 1 for 1D, tp2 >= 2 for SUMMA."""
     divs = divisors(n)
-    for tp, cp, pp in itertools.product(divs, repeat=3):
+    for tp, cp, pp in itertools.product(*(space.axis_sizes(a, divs) for a in ("tp", "cp", "pp"))):
         if n % (tp * cp * pp):
             continue
         if "1d" in space.layouts:

@@ -65,7 +65,7 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
     pool = base.select(rows, sequence_parallel=sp, tensor_layout=layout)  # one row per size combination
     sized = replace(sized, columns=columns).select(rows)  # without the layout column
     units = KeyUnits(model, cluster, pool, space.stack, space.recompute, eff)
-    if not space.gpipe:
+    if not space.gpipe and "gpipe" in space.stack.supports.schedules:  # a GPipe the framework has but loses
         gpipe = int(sized.count[(pool.vpp == 1) & (pool.pp > 1)].sum()) * space.grid_size
         result.tally.add("dominated: GPipe (1F1B has its step time with less memory)", "any pp > 1 plan", gpipe)
     bound = lower_bound(model, pool, units.shapes, units.shape_of)
@@ -103,12 +103,16 @@ def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: PlanBatch, sav
     does not depend on the placement), each standing for ``plans`` plans: counted as evaluated and feasible,
     those that do not fit tallied with their reason. Returns (fits, peak), shaped as ``grid_memory``'s."""
     capacity, host_capacity = cluster.accelerator.hbm_bytes, cluster.host_memory
+    usable = capacity * (1 - space.headroom)
     peak, host = grid_memory(model, sized, saved, space)
-    in_hbm, in_host = peak <= capacity, host <= host_capacity
+    in_hbm, in_host = peak <= usable, host <= host_capacity
     fits = in_hbm & in_host
     result.evaluated += int(plans.sum()) * fits[..., 0].size
     result.feasible += int(fits.reshape(-1, len(sized)).sum(axis=0) @ plans)
-    _tally_misses(result.tally, "memory exceeds HBM", peak, ~in_hbm, plans, sized, space.grid, capacity)
+    _tally_misses(result.tally, "memory exceeds HBM", peak, peak > capacity, plans, sized, space.grid, capacity)
+    if space.headroom:
+        _tally_misses(result.tally, f"memory within the {space.headroom:.0%} headroom", peak,
+                      (peak > usable) & (peak <= capacity), plans, sized, space.grid, usable)
     _tally_misses(result.tally, "offload exceeds host memory", host, in_hbm & ~in_host, plans, sized, space.grid,
                   host_capacity)
     return fits, peak

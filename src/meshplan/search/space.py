@@ -17,6 +17,11 @@ from meshplan.specs.check import fsdp_has_zero, recompute_modules_problem
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
 
+# The share of HBM a plan leaves free by default on the command line: the model's largest |error| of peak memory
+# against the measured runs, 8.8 % (docs/ACCURACY.md, "Peak memory"), rounded up. tests/test_headroom.py checks that
+# it covers docs/accuracy_summary.json's memory max_abs_error.
+MEMORY_HEADROOM = 0.09
+
 
 @dataclass(frozen=True, kw_only=True)
 class Space:
@@ -41,13 +46,45 @@ class Space:
     # the most plans a search space may hold (``limits.plan_count``); a larger one is refused before any is built
     # (fields.MAX_PLANS); 0: no limit
     max_plans: int = MAX_PLANS
+    # the share of HBM a plan must leave free (the model's memory error: cli/plan.py's default); 0: fill it
+    headroom: float = 0.0
 
     def __post_init__(self) -> None:
+        if not 0 <= self.headroom < 1:
+            raise ValueError(f"headroom={self.headroom} must be a share of HBM from 0 to below 1")
+        self._narrow_to_the_stack()
         if not all(fsdp_has_zero(self.stack.fsdp, z) for z in self.zero):
             raise ValueError(f"fsdp={self.stack.fsdp} has no ZeRO-1 strategy: search zero in 0, 2, 3")
         problem = recompute_modules_problem(self.recompute_modules)
         if problem:
             raise ValueError(f"recompute_modules={self.recompute_modules!r} {problem}")
+
+    def _narrow_to_the_stack(self) -> None:
+        """Keep of each choice what the stack's framework runs (``Stack.supports``); refuse a space it leaves empty."""
+        can = self.stack.supports
+        narrowed = {"zero": tuple(z for z in self.zero if z in can.zero),
+                    "layouts": tuple(t for t in self.layouts if t in can.layouts),
+                    "sequence_parallel": tuple(v for v in self.sequence_parallel if can.sequence_parallel or not v),
+                    "offload_optimizer": tuple(v for v in self.offload_optimizer if can.offload_optimizer or not v),
+                    "offload_activations": tuple(v for v in self.offload_activations
+                                                 if can.offload_activations or not v)}
+        for name, values in narrowed.items():
+            if not values:
+                raise ValueError(f"{name}={getattr(self, name)!r}: framework {self.stack.name} runs none of them "
+                                 f"(it runs {name}={getattr(can, name, False)!r})")
+            object.__setattr__(self, name, values)
+        object.__setattr__(self, "gpipe", self.gpipe and "gpipe" in can.schedules)
+        if "cp" not in can.axes:
+            object.__setattr__(self, "cp_max", 1)
+
+    def axis_sizes(self, axis: str, sizes: list[int]) -> list[int]:
+        """The sizes of ``axis`` (tp, pp, cp, ep) the stack's framework runs: all, or 1 where it lacks the axis."""
+        return sizes if axis in self.stack.supports.axes else [s for s in sizes if s == 1]
+
+    @property
+    def interleaving(self) -> bool:
+        """Whether the framework runs the interleaved schedule (virtual pipeline stages)."""
+        return "interleaved" in self.stack.supports.schedules
 
     @property
     def settings(self) -> dict[str, object]:

@@ -24,6 +24,7 @@ from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.fields import check_types, not_a_preset, unknown_field
 from meshplan.files import read_toml
+from meshplan.specs.supports import Supports, supports_from_dict
 
 ATTENTION_KERNELS = ("fused", "fa2", "fp8")
 CROSS_ENTROPY = ("fused", "pytorch", "flash")
@@ -80,6 +81,8 @@ class Stack:
     overlap_dp: bool = _flag(True, "the data-parallel collectives overlapped with the passes (overlap-grad-reduce)")
     overlap_ep: bool = _flag(False, "MoE all-to-alls behind another micro-batch's compute (combined 1F1B)")
     overlap_pp: bool = _flag(False, "pipeline sends behind the next chunk's compute (interleaved schedules)")
+    # ---- what plans it runs (supports.py): the search's space, not the price of a plan ----------------------
+    supports: Supports = field(default_factory=Supports, compare=False)
 
     def __post_init__(self) -> None:
         where = f"stack {self.name}: " if isinstance(self.name, str) else ""
@@ -101,7 +104,7 @@ class Stack:
         return " ".join([self.name, *changed])
 
     def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "supports"}
 
 
 DEFAULT = Stack()
@@ -121,6 +124,8 @@ def stack_from_dict(data: dict[str, Any], where: str) -> Stack:
     unknown = sorted(set(data) - known)
     if unknown:
         raise unknown_field(where, unknown[0], known, "Stack's (meshplan/stack.py)")
+    if "supports" in data:
+        data = {**data, "supports": supports_from_dict(data["supports"], where)}
     return Stack(**data)
 
 
@@ -135,3 +140,8 @@ def load_stack(ref: str | Stack, field_name: str = "framework") -> Stack:
         raise not_a_preset(field_name, ref, stack_names(), "a stack preset or a .toml file")
     text = (resources.files("meshplan") / "presets" / "stacks" / f"{ref}.toml").read_text()
     return stack_from_dict(tomllib.loads(text), f"preset {ref}")
+
+
+def frameworks_running(plan: Any) -> list[str]:
+    """The framework presets whose ``supports`` run ``plan`` (a Plan); "any" and "generic" are not frameworks."""
+    return [name for name in stack_names() if name not in ("any", "generic") and load_stack(name).supports.runs(plan)]

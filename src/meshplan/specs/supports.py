@@ -1,0 +1,73 @@
+"""Supports: which plans a framework can run, as its stack preset's ``[supports]`` table says (each with its source).
+
+A framework runs some parallel dimensions, pipeline schedules, tensor layouts, ZeRO stages and offloads and not
+others: Megatron-Core has no GPipe schedule and no ZeRO-2, plain PyTorch FSDP no tensor or pipeline parallelism,
+none of them the 2D SUMMA layout. The search explores only what the stack supports (``search/space.py``), so that
+the plan it ranks first is one the user can launch; ``--framework any`` (every field at its default here) keeps the
+whole space meshplan models and names the frameworks that could run the winner (``runs``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from meshplan.errors import SpecError
+from meshplan.fields import unknown_field
+
+LAYOUTS = ("1d", "summa")
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+AXES = ("tp", "pp", "cp", "ep")  # the axes a framework may lack (dp it always has)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Supports:
+    """What plans a framework runs. The defaults: everything meshplan models (``--framework any``)."""
+
+    layouts: tuple[str, ...] = field(default=LAYOUTS, metadata={"help": "tensor layouts: 1d (Megatron), summa (2D)"})
+    schedules: tuple[str, ...] = field(default=SCHEDULES, metadata={"help": "pipeline schedules"})
+    zero: tuple[int, ...] = field(default=(0, 1, 2, 3), metadata={"help": "ZeRO stages (1: distributed optimizer)"})
+    axes: tuple[str, ...] = field(default=AXES, metadata={"help": "parallel axes besides dp: tp, pp, cp, ep"})
+    sequence_parallel: bool = field(default=True, metadata={"help": "Megatron sequence parallelism with tp"})
+    offload_optimizer: bool = field(default=True, metadata={"help": "optimizer state and step on the host"})
+    offload_activations: bool = field(default=True, metadata={"help": "saved activations on the host"})
+    uneven_stages: bool = field(default=True, metadata={"help": "a last pipeline stage with its own layer count"})
+    source: str = ""  # where these come from (the framework's arguments, schedules and parallelisms at a version)
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("layouts", LAYOUTS), ("schedules", SCHEDULES), ("zero", (0, 1, 2, 3)),
+                              ("axes", AXES)):
+            value = getattr(self, name)
+            if not isinstance(value, tuple) or (not value and name != "axes") or any(v not in allowed for v in value):
+                raise SpecError(f"supports.{name}={value!r} must list some of {', '.join(map(str, allowed))}")
+        for f in fields(self):
+            if f.type == "bool" and not isinstance(getattr(self, f.name), bool):
+                raise SpecError(f"supports.{f.name}={getattr(self, f.name)!r} must be true or false")
+
+    def problems(self, plan: Any) -> list[str]:
+        """What of ``plan`` (a Plan) this framework does not run ([] = it runs it)."""
+        out = [f"tensor_layout={plan.tensor_layout}"] if plan.tensor_layout not in self.layouts else []
+        out += [f"{a}={getattr(plan, a)}" for a in AXES if getattr(plan, a) > 1 and a not in self.axes]
+        if plan.pp > 1 and plan.schedule not in self.schedules:
+            out.append(f"schedule={plan.schedule}")
+        out += [f"zero={plan.zero}"] if plan.zero not in self.zero else []
+        for name in ("sequence_parallel", "offload_optimizer", "offload_activations"):
+            if getattr(plan, name) and not getattr(self, name):
+                out.append(name)
+        if plan.last_stage_layers and not self.uneven_stages:
+            out.append(f"last_stage_layers={plan.last_stage_layers}")
+        return out
+
+    def runs(self, plan: Any) -> bool:
+        return not self.problems(plan)
+
+
+def supports_from_dict(data: Any, where: str) -> Supports:
+    """A Supports from a preset's ``[supports]`` table (lists become tuples)."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: supports must be a table of Supports fields")
+    known = {f.name for f in fields(Supports)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise unknown_field(f"{where}: supports", unknown[0], known, "Supports' (specs/supports.py)")
+    return Supports(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
