@@ -27,6 +27,7 @@ LAYERS = [
     ("search", "sweep"),
     ("trace", "calibrate"),
     ("report",),
+    ("configs",),
     ("cli",),
 ]
 VALIDATION = len(LAYERS)  # the package meshplan_validation, above the whole core
