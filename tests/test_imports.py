@@ -18,6 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = [
     ("errors", "units", "xp", "fields", "files", "ranges"),
     ("specs",),
+    ("configs",),
     ("comm", "groups"),
     ("cost",),
     ("memory", "roofline"),
@@ -27,7 +28,6 @@ LAYERS = [
     ("search", "sweep"),
     ("trace", "calibrate"),
     ("report",),
-    ("configs",),
     ("cli",),
 ]
 VALIDATION = len(LAYERS)  # the package meshplan_validation, above the whole core

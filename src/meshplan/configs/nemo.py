@@ -12,7 +12,8 @@ model_parallel_config.py, transformer_config.py): ``tensor_model_parallel_size``
 ``cpu_offloading`` / ``cpu_offloading_num_layers``, ``overlap_p2p_comm``, ``cp_comm_type``, ``moe_grouped_gemm``;
 ``train.micro_batch_size`` / ``train.global_batch_size``; ``ddp.use_distributed_optimizer``,
 ``ddp.overlap_grad_reduce``, ``ddp.overlap_param_gather``, ``ddp.grad_reduce_in_fp32`` (DistributedDataParallelConfig);
-``optimizer.optimizer_cpu_offload`` (OptimizerConfig); ``comm_overlap.tp_comm_overlap``; ``mixed_precision`` a
+``optimizer.use_distributed_optimizer`` and ``optimizer.optimizer_cpu_offload`` (OptimizerConfig);
+``model.seq_length`` (Megatron-Bridge's GPTModelProvider); ``comm_overlap.tp_comm_overlap``; ``mixed_precision`` a
 Megatron-Bridge preset name (src/megatron/bridge/training/mixed_precision.py: bf16_mixed, fp16_mixed,
 bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed).
 

@@ -11,6 +11,8 @@ ParallelismConfig):
   ``pipeline_parallel_schedule`` ("1F1B", "GPipe", "Interleaved1F1B", ...), ``pipeline_parallel_layers_per_stage``,
   ``context_parallel_degree``, ``context_parallel_rotate_method`` ("allgather" / "alltoall"),
   ``expert_parallel_degree``, ``expert_tensor_parallel_degree``, ``enable_async_tensor_parallel``
+  (torchtitan 0.3.0 keeps every key above but the last three: checked by loading the emitted tables into its
+  TrainingConfig / ParallelismConfig)
 - [activation_checkpoint] ``mode`` ("none" / "selective" / "full"), ``selective_ac_option`` ("op": per-op SAC)
 - [compile] ``enable``; [model] ``converters = ["float8"]`` with [float8] ``recipe_name = "tensorwise"``
 
