@@ -83,7 +83,8 @@ def test_deepspeed_keys_are_the_cited_ones_and_the_batch_adds_up():
     plan = plans[0].plan
     cfg = json.loads(emit("deepspeed", model, plan, stack))
     # DeepSpeed's own check (runtime/config.py _batch_assertion): train = micro · accumulation · data-parallel size
-    assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * plan.dp
+    micro, accum = cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]
+    assert cfg["train_batch_size"] == micro * accum * plan.dp
     keys = set(cfg) | {f"{k}" for k in cfg["zero_optimization"]}
     assert not [k for k in keys - {"meshplan"} if f"``{k}``" not in _documented("deepspeed")]
 
