@@ -18,6 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = [
     ("errors", "units", "xp", "fields", "files", "ranges"),
     ("specs",),
+    ("configs",),
     ("comm", "groups"),
     ("cost",),
     ("memory", "roofline"),

@@ -16,17 +16,23 @@ from meshplan.errors import SpecError
 @click.option("--gpus", type=int, required=True, help="number of GPUs")
 @plan_options
 @stack_options
+@click.option("--from", "config", default=None, help="the plan and stack of a framework config (Megatron-LM "
+              "arguments, torchtitan TOML, DeepSpeed JSON, Megatron-Bridge overrides); plan options are refused "
+              "beside it, stack options override it")
 @click.option("--ops", "show_ops", is_flag=True, help="print the per-op table")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, show_ops: bool, as_json: bool,
-             **options: object) -> None:
+def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config: str | None, show_ops: bool,
+             as_json: bool, **options: object) -> None:
     """Estimate one training step of MODEL on GPUS accelerators of SYSTEM under one parallel plan."""
     from meshplan.estimate import estimate as run
 
     model, cluster = load_inputs(model_ref, system_ref, options.pop("seq"), options.pop("nvlink_domain"), gpus)
     fp8_scaling_given = options.get("stack_fp8_scaling") is not None
-    stack = stack_of(framework, options)
-    plan = plan_of(options, model, cluster)
+    if config is not None:
+        plan, stack = _from_config(config, model, gpus, framework, options)
+    else:
+        stack = stack_of(framework, options)
+        plan = plan_of(options, model, cluster)
     if fp8_scaling_given and stack.fp8_scaling != "delayed" and plan.precision != "fp8":
         raise SpecError(f"fp8-scaling={stack.fp8_scaling} needs --precision fp8 (not {plan.precision})")
     est = run(model, cluster, plan, stack)
@@ -36,3 +42,19 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, show_op
     from meshplan.report.text import _console, estimate_tables
 
     estimate_tables(est, _console(), ops=show_ops)
+
+
+def _from_config(path: str, model: object, gpus: int, framework: str, options: dict) -> tuple:
+    """``--from``: the config's plan and stack; a plan option or ``--framework`` beside it is refused (the config
+    says them), a stack option overrides the stack the config gives."""
+    from meshplan.cli.options import PLAN_PREFIX, STACK_PREFIX
+    from meshplan.configs import read
+
+    given = sorted(k.removeprefix(PLAN_PREFIX) for k, v in options.items()
+                   if k.startswith(PLAN_PREFIX) and v is not None)
+    if given or framework != "generic":
+        shown = given[0].replace("_", "-") if given else "framework"
+        raise SpecError(f"--{shown} given with --from {path}: the config sets the plan and the framework")
+    plan, stack = read(path, model, gpus)
+    stack_options = {k.removeprefix(STACK_PREFIX): v for k, v in options.items() if k.startswith(STACK_PREFIX)}
+    return plan, stack.with_(**{k: v for k, v in stack_options.items() if v is not None})

@@ -20,6 +20,7 @@ from meshplan.cli.common import (
     sequences,
     split_ints,
 )
+from meshplan.cli.emit import FORMATS, check_emit, write_best
 from meshplan.cli.options import estimate_args, recompute_modules, stack_of, stack_options
 from meshplan.errors import SpecError
 from meshplan.fields import MAX_PLANS
@@ -63,16 +64,23 @@ PRECISION_HELP = "default: " + _FIELDS["precision"].metadata["default_help"]
 @click.option("--rank", "rank_by", type=click.Choice(["time", "cost"]), default="time", show_default=True,
               help="across GPU counts: fastest, or cheapest for the token budget")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+@click.option("--emit", "emit_format", type=click.Choice(sorted(FORMATS)), default=None,
+              help="write the fastest plan as this framework's config (printed after the table)")
+@click.option("--emit-to", "emit_to", default=None, help="with --emit: the file to write it to")
 def plan_cmd(model_ref: str, system_ref: str, gpus: str, framework: str, as_json: bool, **options: Any) -> None:
     """Search every parallel plan of MODEL on GPUS accelerators of SYSTEM and rank the feasible ones."""
     from meshplan.report.text import print_search
     from meshplan.search import search
 
+    emit_format, emit_to = options.pop("emit_format"), options.pop("emit_to")
+    check_emit(emit_format, emit_to, as_json)
     counts = split_ints(gpus, "gpus") or []
     if not counts or min(counts) < 1:
         raise SpecError(f"gpus={gpus!r} must be positive integers")
     stack = stack_of(framework, options)
     settings = _settings(options, stack)
+    if emit_format:  # what the frameworks run: 1D tensor parallelism in their own rank order
+        settings.update(layouts=("1d",), all_placements=False)
     budget = _budget(options)
     where = {"seq": options["seq"], "nvlink_domain": options["nvlink_domain"]}
     clusters = [load_inputs(model_ref, system_ref, gpus=n, **where) for n in counts]  # all, before any search
@@ -86,6 +94,8 @@ def plan_cmd(model_ref: str, system_ref: str, gpus: str, framework: str, as_json
     rerun += [x for k, v in where.items() if v is not None for x in ("--" + k.replace("_", "-"), str(v))]
     print_search(results, as_json=as_json, **budget,
                  rerun=lambda est: [*rerun, "--gpus", str(est.plan.num_gpus), *estimate_args(est.plan, est.stack)])
+    if emit_format:
+        write_best(results, emit_format, emit_to)
 
 
 def _settings(options: dict[str, Any], stack: Stack) -> dict[str, Any]:

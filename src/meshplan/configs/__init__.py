@@ -1,0 +1,58 @@
+"""Framework configs out and in: ``emit`` writes a plan and a stack as the config a framework launches with,
+``read`` reads one back, so that emit -> read gives the same Plan and a Stack that prices the same.
+
+Formats: ``megatron`` (Megatron-LM pretrain_gpt.py arguments), ``torchtitan`` (a job TOML), ``deepspeed`` (a
+ds_config.json) and ``nemo`` (Megatron-Bridge recipe overrides, Hydra/OmegaConf ``key=value``). Each module's
+docstring cites the option names it writes. A plan a framework cannot express raises SpecError naming the field and
+the framework.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+from meshplan.configs import deepspeed, megatron, nemo, torchtitan
+from meshplan.errors import SpecError
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
+
+FORMATS: dict[str, ModuleType] = {m.NAME: m for m in (megatron, torchtitan, deepspeed, nemo)}
+
+__all__ = ["FORMATS", "detect", "emit", "read"]
+
+
+def _format(fmt: str) -> ModuleType:
+    if fmt not in FORMATS:
+        raise SpecError(f"config format {fmt!r} must be one of {', '.join(FORMATS)}")
+    return FORMATS[fmt]
+
+
+def emit(fmt: str, model: ModelSpec, plan: Plan, stack: Stack) -> str:
+    """The config text of ``plan`` run by ``stack`` in the framework ``fmt``."""
+    return _format(fmt).emit(model, plan, stack)
+
+
+def detect(text: str, path: str = "") -> str:
+    """The format of a config: by the file's suffix where only one format uses it, else by its content."""
+    suffix = Path(path).suffix.lower()
+    by_suffix = [name for name, m in FORMATS.items() if suffix and suffix in m.SUFFIXES]
+    if len(by_suffix) == 1:
+        return by_suffix[0]
+    by_content = [name for name, m in FORMATS.items() if m.detect(text)]
+    if len(by_content) != 1:
+        raise SpecError(f"config {path or 'text'}: cannot tell its format (one of {', '.join(FORMATS)})")
+    return by_content[0]
+
+
+def read(fmt_or_path: str, model: ModelSpec, gpus: int, text: str | None = None) -> tuple[Plan, Stack]:
+    """The plan and stack of a config: ``fmt_or_path`` a file (its format detected) or a format name with
+    ``text`` (or a file with ``text`` given: its name only tells the format)."""
+    if text is None:
+        path = Path(fmt_or_path)
+        if not path.is_file():
+            raise SpecError(f"config {fmt_or_path!r} is not a file")
+        text = path.read_text(encoding="utf-8")
+    fmt = fmt_or_path if fmt_or_path in FORMATS else detect(text, fmt_or_path)
+    return _format(fmt).read(text, model, gpus)

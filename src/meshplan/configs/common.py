@@ -1,0 +1,103 @@
+"""What every framework config shares: refusing a plan a framework cannot express (one line naming the field and
+the framework), the data-parallel size from the GPU count, and the ``meshplan:`` comment that carries the few plan
+and stack fields a format has no option for (the formats with comments: Megatron-LM's argument file, torchtitan's
+TOML, Megatron-Bridge's override file), so that emit -> read reproduces them.
+
+The comment is one line, ``# meshplan: stack.fusion=eager plan.zero=3``; the framework itself ignores it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from meshplan.errors import SpecError
+from meshplan.specs.plan import DENSE_AXES, Plan
+from meshplan.specs.stack import Stack, load_stack
+
+COMMENT = "meshplan:"
+
+
+def refuse(framework: str, field: str, value: object, why: str) -> SpecError:
+    """The one-line error for a plan field a framework cannot express."""
+    return SpecError(f"{framework} cannot express {field}={value}: {why}")
+
+
+def check_layout(plan: Plan, framework: str) -> None:
+    """What no framework below runs: the 2D SUMMA layout, LoRA (left out here), a rank order other than the
+    Megatron-LM / torchtitan one (tp innermost, then cp, dp, pp)."""
+    if plan.tensor_layout != "1d" or plan.tp2 > 1:
+        raise refuse(framework, "tensor_layout", plan.tensor_layout, "2D SUMMA tensor parallelism (tp2) is not run")
+    if plan.finetune != "full":
+        raise refuse(framework, "finetune", plan.finetune, "meshplan writes pre-training configs only")
+    shown = [a for a in plan.placement if getattr(plan, a) > 1]
+    if shown != [a for a in DENSE_AXES if getattr(plan, a) > 1]:
+        raise refuse(framework, "placement", ",".join(shown), "its ranks are laid tp, cp, dp, pp (innermost first)")
+
+
+def data_parallel(gpus: int, framework: str, **sizes: int) -> int:
+    """dp = gpus / (tp·pp·cp), refused when the sizes do not divide the GPU count."""
+    model_parallel = 1
+    for size in sizes.values():
+        model_parallel *= size
+    if model_parallel < 1 or gpus % model_parallel:
+        shown = "·".join(f"{k}={v}" for k, v in sizes.items())
+        raise SpecError(f"{framework} config: {shown} does not divide gpus={gpus}")
+    return gpus // model_parallel
+
+
+def stack_extras(stack: Stack, preset: str, expressed: tuple[str, ...]) -> dict[str, Any]:
+    """The stack's behaviour fields that differ from ``preset`` and have no option of their own in the format."""
+    base = load_stack(preset)
+    return {f.name: getattr(stack, f.name) for f in dataclasses.fields(Stack)
+            if f.compare and f.name not in expressed and getattr(stack, f.name) != getattr(base, f.name)}
+
+
+def comment(stack: dict[str, Any], plan: dict[str, Any]) -> str:
+    """``meshplan: stack.k=v plan.k=v`` (empty when there is nothing to carry)."""
+    items = [f"stack.{k}={_text(v)}" for k, v in stack.items()] + [f"plan.{k}={_text(v)}" for k, v in plan.items()]
+    return f"{COMMENT} " + " ".join(items) if items else ""
+
+
+def parse_comment(lines: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The stack and plan fields of a ``meshplan:`` comment among ``lines`` (comment markers already stripped)."""
+    found: dict[str, dict[str, Any]] = {"stack": {}, "plan": {}}
+    for line in lines:
+        line = line.strip()
+        if not line.startswith(COMMENT):
+            continue
+        for item in line.removeprefix(COMMENT).split():
+            key, _, value = item.partition("=")
+            spec, _, name = key.partition(".")
+            if spec not in found or not name:
+                raise SpecError(f"meshplan comment: {item!r} is not stack.FIELD=VALUE or plan.FIELD=VALUE")
+            found[spec][name] = _value(Stack if spec == "stack" else Plan, name, value)
+    return found["stack"], found["plan"]
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _value(spec: type, name: str, text: str) -> Any:
+    """A field's value from its text, by the field's default's type."""
+    known = {f.name: f for f in dataclasses.fields(spec)}
+    if name not in known:
+        raise SpecError(f"meshplan comment: {spec.__name__} has no field {name!r}")
+    default = known[name].default
+    if isinstance(default, bool):
+        if text not in ("true", "false"):
+            raise SpecError(f"meshplan comment: {name}={text} must be true or false")
+        return text == "true"
+    if isinstance(default, int):
+        try:
+            return int(text)
+        except ValueError:
+            raise SpecError(f"meshplan comment: {name}={text} must be an integer") from None
+    if isinstance(default, tuple):
+        return tuple(text.split(","))
+    return text

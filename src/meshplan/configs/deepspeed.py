@@ -1,0 +1,104 @@
+"""DeepSpeed ``ds_config.json``, the keys of DeepSpeed's configuration reference (deepspeed.ai/docs/config-json/,
+deepspeed/runtime/config.py and deepspeed/runtime/zero/config.py): ``train_batch_size`` (= micro-batch ·
+accumulation · data-parallel size), ``train_micro_batch_size_per_gpu``, ``gradient_accumulation_steps``,
+``zero_optimization`` {``stage`` 0-3, ``overlap_comm``, ``offload_optimizer`` {``device``: "cpu"}}, ``bf16`` /
+``fp16`` {``enabled``}, ``data_types`` {``grad_accum_dtype``: "fp32" / "bf16" / "fp16"},
+``activation_checkpointing`` (the deepspeed.checkpointing section: present when every layer is recomputed), and
+``tensor_parallel`` {``autotp_size``} (DeepSpeed AutoTP training, docs/_tutorials/autotp-training.md).
+
+DeepSpeed takes the pipeline (PipelineModule(num_stages=...)), MoE expert parallelism (deepspeed.moe.layer.MoE
+ep_size) and Ulysses sequence parallelism in the training script, not in this file: pp, ep, cp and sequence
+parallelism are refused, as are selective recompute, activation offload and fp8. JSON has no comments: the stack
+fields this file has no key for (all but ``overlap_dp``) ride in a top-level ``"meshplan"`` string, which DeepSpeed
+ignores (its DeepSpeedConfig reads the keys it knows).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from meshplan.configs.common import check_layout, comment, data_parallel, parse_comment, refuse, stack_extras
+from meshplan.errors import SpecError
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack, load_stack
+
+NAME = "deepspeed"
+PRESET = "deepspeed"
+SUFFIXES = (".json",)
+DTYPE = {"bf16": "bf16", "fp16": "fp16"}
+
+
+def detect(text: str) -> bool:
+    return "train_micro_batch_size_per_gpu" in text or "zero_optimization" in text
+
+
+def _check(plan: Plan) -> None:
+    check_layout(plan, NAME)
+    problems = [("pp", plan.pp, "DeepSpeed takes the pipeline in code (PipelineModule)", plan.pp > 1),
+                ("cp", plan.cp, "DeepSpeed takes sequence parallelism in code (Ulysses)", plan.cp > 1),
+                ("ep", plan.ep, "DeepSpeed takes expert parallelism in code (MoE ep_size)", plan.ep > 1),
+                ("sequence_parallel", True, "AutoTP has no sequence parallelism", plan.sequence_parallel),
+                ("recompute", plan.recompute, "its checkpointing recomputes whole layers",
+                 plan.recompute == "selective"),
+                ("recompute_layers", plan.recompute_layers, "its checkpointing recomputes every layer",
+                 plan.recompute_layers and plan.recompute == "full"),
+                ("offload_activations", True, "no activation offload key", plan.offload_activations),
+                ("offload_optimizer", True, "optimizer offload needs ZeRO 1-3",
+                 plan.offload_optimizer and not plan.zero),
+                ("precision", plan.precision, "it trains in bf16 or fp16", plan.precision not in DTYPE),
+                ("grad_bytes", plan.grad_bytes, "its gradients are fp32 or 16-bit", plan.grad_bytes not in (2, 4))]
+    for field, value, why, bad in problems:
+        if bad:
+            raise refuse(NAME, field, value, why)
+
+
+def config(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
+    """The ds_config as a dict."""
+    _check(plan)
+    zero: dict[str, Any] = {"stage": plan.zero, "overlap_comm": stack.overlap_dp}
+    if plan.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    cfg: dict[str, Any] = {
+        "train_batch_size": plan.global_batch, "train_micro_batch_size_per_gpu": plan.micro_batch,
+        "gradient_accumulation_steps": plan.grad_accum, "zero_optimization": zero,
+        "bf16": {"enabled": plan.precision == "bf16"}, "fp16": {"enabled": plan.precision == "fp16"},
+        "data_types": {"grad_accum_dtype": "fp32" if plan.grad_bytes == 4 else plan.precision}}
+    if plan.tp > 1:
+        cfg["tensor_parallel"] = {"autotp_size": plan.tp}
+    if plan.recompute == "full":
+        cfg["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False,
+                                           "contiguous_memory_optimization": False}
+    note = comment(stack_extras(stack, PRESET, ("overlap_dp",)), {})
+    if note:
+        cfg["meshplan"] = note
+    return cfg
+
+
+def emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
+    return json.dumps(config(model, plan, stack), indent=2) + "\n"
+
+
+def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpecError(f"deepspeed config: {e}") from None
+    if not isinstance(cfg, dict):
+        raise SpecError("deepspeed config must be a JSON object")
+    extra_stack, extra_plan = parse_comment([cfg.get("meshplan", "")])
+    tp = int(cfg.get("tensor_parallel", {}).get("autotp_size", 1))
+    dp = data_parallel(gpus, NAME, tp=tp)
+    micro = int(cfg.get("train_micro_batch_size_per_gpu", 1))
+    accum = int(cfg.get("gradient_accumulation_steps", 1))
+    zero = cfg.get("zero_optimization", {})
+    precision = "fp16" if cfg.get("fp16", {}).get("enabled") else "bf16"
+    grads = cfg.get("data_types", {}).get("grad_accum_dtype", "fp32")
+    plan = Plan(**{**dict(
+        dp=dp, tp=tp, sequence_parallel=False, micro_batch=micro,
+        global_batch=int(cfg.get("train_batch_size", micro * accum * dp)), zero=int(zero.get("stage", 0)),
+        offload_optimizer=zero.get("offload_optimizer", {}).get("device", "none") == "cpu",
+        recompute="full" if "activation_checkpointing" in cfg else "none", precision=precision,
+        grad_bytes=4 if grads == "fp32" else 2), **extra_plan})
+    return plan, load_stack(PRESET).with_(overlap_dp=bool(zero.get("overlap_comm", False)), **extra_stack)

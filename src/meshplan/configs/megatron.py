@@ -1,0 +1,213 @@
+"""Megatron-LM ``pretrain_gpt.py`` command-line arguments: one option a line, ``\\``-continued, ``#`` comments.
+
+Option names, their kinds (store_true / store_false / valued) and defaults are Megatron-LM's
+megatron/training/arguments.py (NVIDIA/Megatron-LM, commit 307dcf3): ``--tensor-model-parallel-size``,
+``--pipeline-model-parallel-size``, ``--context-parallel-size``, ``--expert-model-parallel-size``,
+``--expert-tensor-parallel-size``, ``--virtual-pipeline-model-parallel-size``, ``--decoder-last-pipeline-num-layers``,
+``--sequence-parallel``, ``--micro-batch-size``, ``--global-batch-size``, ``--use-distributed-optimizer`` (ZeRO-1),
+``--recompute-granularity {full,selective}``, ``--recompute-method {uniform,block}``, ``--recompute-num-layers``,
+``--recompute-modules``, ``--bf16`` / ``--fp16``, ``--fp8-format {e4m3,hybrid}``,
+``--fp8-recipe {tensorwise,delayed,mxfp8,blockwise}`` (default delayed), ``--grad-reduce-in-bf16``,
+``--optimizer-cpu-offload``, ``--overlap-grad-reduce``, ``--overlap-param-gather``, ``--tp-comm-overlap``,
+``--no-overlap-p2p-communication`` (store_false: overlap is on by default), ``--cp-comm-type {p2p,all_gather,...}``
+(default p2p), ``--moe-grouped-gemm``, ``--attention-backend {flash,fused,unfused,local,auto}``; the model:
+``--num-layers``, ``--hidden-size``, ``--ffn-hidden-size``, ``--num-attention-heads``, ``--group-query-attention``,
+``--num-query-groups``, ``--kv-channels``, ``--seq-length``, ``--max-position-embeddings``, ``--swiglu``,
+``--normalization``, ``--untie-embeddings-and-output-weights``, ``--position-embedding-type``, ``--num-experts``,
+``--moe-router-topk``, ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``.
+
+Mapping: recompute="full" with recompute_layers=0 is ``--recompute-method uniform --recompute-num-layers 1`` (every
+layer), with N layers ``--recompute-method block --recompute-num-layers N``; the schedule is Megatron's own
+(interleaved exactly when there are virtual stages, no GPipe); grad_bytes=2 is ``--grad-reduce-in-bf16`` (Megatron
+keeps fp32 main grads with bf16 otherwise). Left out (refused): ZeRO-2/3 (Megatron-FSDP), activation offload, fp4.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from meshplan.configs.common import check_layout, comment, data_parallel, parse_comment, refuse, stack_extras
+from meshplan.errors import SpecError
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack, load_stack
+
+NAME = "megatron"
+PRESET = "megatron-core"
+SUFFIXES = (".sh", ".args", ".txt")
+# the stack fields these arguments say
+EXPRESSED = ("overlap_dp", "overlap_tp", "overlap_pp", "fp8_scaling", "cp_comm", "expert_gemm", "attention_kernel",
+             "flash_attention")
+CP_COMM = {"ring": "p2p", "allgather": "all_gather"}
+BACKEND = {("fused", True): "fused", ("fa2", True): "flash"}
+FP8 = {"fp8": ("hybrid", None), "mxfp8": ("e4m3", "mxfp8")}
+SCALING = {"delayed": "delayed", "current": "tensorwise"}
+
+
+def detect(text: str) -> bool:
+    return "--tensor-model-parallel-size" in text or "--micro-batch-size" in text
+
+
+def model_args(model: ModelSpec) -> list[tuple[str, Any]]:
+    """The architecture arguments (informational on read: the model is given, its size checked)."""
+    args: list[tuple[str, Any]] = [
+        ("--num-layers", model.num_layers), ("--hidden-size", model.hidden_size),
+        ("--ffn-hidden-size", model.ffn_hidden_size), ("--num-attention-heads", model.num_heads),
+        ("--seq-length", model.seq_length), ("--max-position-embeddings", model.max_position_embeddings
+                                              or model.seq_length)]
+    if model.num_kv_heads and model.num_kv_heads != model.num_heads:
+        args += [("--group-query-attention", True), ("--num-query-groups", model.num_kv_heads)]
+    if model.head_dim:
+        args.append(("--kv-channels", model.head_dim))
+    args += [("--swiglu", model.mlp == "swiglu"), ("--normalization", "RMSNorm" if model.norm == "rmsnorm" else
+                                                                      "LayerNorm"),
+             ("--untie-embeddings-and-output-weights", not model.tied_embeddings),
+             ("--position-embedding-type", "rope" if model.position_embedding == "rope" else "learned_absolute")]
+    if model.num_experts:
+        args += [("--num-experts", model.num_experts), ("--moe-router-topk", model.moe_topk),
+                 ("--moe-ffn-hidden-size", model.moe_ffn_hidden_size or model.ffn_hidden_size)]
+        if model.shared_expert_ffn_size:
+            args.append(("--moe-shared-expert-intermediate-size", model.shared_expert_ffn_size))
+    return args
+
+
+def plan_args(plan: Plan, model: ModelSpec) -> list[tuple[str, Any]]:
+    """The parallel layout's arguments (refusing what Megatron-LM cannot run)."""
+    check_layout(plan, NAME)
+    if plan.zero > 1:
+        raise refuse(NAME, "zero", plan.zero, "its distributed optimizer is ZeRO-1")
+    if plan.offload_activations:
+        raise refuse(NAME, "offload_activations", True, "pretrain_gpt.py has no activation offload argument")
+    if plan.precision == "fp4":
+        raise refuse(NAME, "precision", plan.precision, "no fp4 recipe is written")
+    megatron_schedule = "interleaved" if plan.vpp > 1 else "1f1b"
+    if plan.schedule != megatron_schedule:
+        raise refuse(NAME, "schedule", plan.schedule, f"with vpp={plan.vpp} it runs {megatron_schedule}")
+    args: list[tuple[str, Any]] = [
+        ("--tensor-model-parallel-size", plan.tp), ("--pipeline-model-parallel-size", plan.pp),
+        ("--context-parallel-size", plan.cp), ("--expert-model-parallel-size", plan.ep),
+        ("--expert-tensor-parallel-size", plan.etp),
+        ("--virtual-pipeline-model-parallel-size", plan.vpp if plan.vpp > 1 else None),
+        ("--decoder-last-pipeline-num-layers", plan.last_stage_layers or None),
+        ("--sequence-parallel", plan.sequence_parallel),
+        ("--micro-batch-size", plan.micro_batch), ("--global-batch-size", plan.global_batch),
+        ("--use-distributed-optimizer", plan.zero == 1), ("--optimizer-cpu-offload", plan.offload_optimizer)]
+    if plan.recompute != "none":
+        args.append(("--recompute-granularity", plan.recompute))
+    if plan.recompute == "full":
+        args += [("--recompute-method", "block" if plan.recompute_layers else "uniform"),
+                 ("--recompute-num-layers", plan.recompute_layers or 1)]
+    if plan.recompute == "selective" or plan.recompute_modules != ("core_attn",):
+        args.append(("--recompute-modules", " ".join(plan.recompute_modules)))
+    args += [("--fp16", plan.precision == "fp16"), ("--bf16", plan.precision != "fp16"),
+             ("--grad-reduce-in-bf16", plan.grad_bytes == 2)]
+    if plan.grad_bytes not in (2, 4):
+        raise refuse(NAME, "grad_bytes", plan.grad_bytes, "its gradients are fp32 or bf16")
+    return args
+
+
+def stack_args(stack: Stack, plan: Plan) -> list[tuple[str, Any]]:
+    backend = BACKEND.get((stack.attention_kernel, stack.flash_attention), "unfused")
+    if stack.flash_attention and stack.attention_kernel == "fp8":
+        raise refuse(NAME, "attention_kernel", "fp8", "its FP8 attention is Transformer Engine's, not an argument")
+    args: list[tuple[str, Any]] = [
+        ("--overlap-grad-reduce", stack.overlap_dp), ("--overlap-param-gather", stack.overlap_dp and plan.zero == 1),
+        ("--tp-comm-overlap", stack.overlap_tp), ("--no-overlap-p2p-communication", not stack.overlap_pp),
+        ("--cp-comm-type", CP_COMM[stack.cp_comm]), ("--moe-grouped-gemm", stack.expert_gemm == "grouped"),
+        ("--attention-backend", backend)]
+    if plan.precision in FP8:
+        fmt, recipe = FP8[plan.precision]
+        args += [("--fp8-format", fmt), ("--fp8-recipe", recipe or SCALING[stack.fp8_scaling])]
+    elif stack.fp8_scaling != "delayed":
+        args.append(("--fp8-recipe", SCALING[stack.fp8_scaling]))
+    return args
+
+
+def emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
+    """The arguments file: the model's, the plan's and the stack's arguments, one a line."""
+    args = model_args(model) + plan_args(plan, model) + stack_args(stack, plan)
+    lines = [name if value is True else f"{name} {shlex.quote(str(value))}" for name, value in args
+             if value is not None and value is not False]
+    note = comment(stack_extras(stack, PRESET, EXPRESSED), {})
+    head = [f"# Megatron-LM pretrain_gpt.py arguments for {model.name} ({plan.num_gpus} GPUs), written by meshplan"]
+    return "\n".join(head + ([f"# {note}"] if note else []) + [" \\\n".join(lines)]) + "\n"
+
+
+def parse(text: str) -> tuple[dict[str, Any], list[str]]:
+    """``--name value`` / ``--name`` (True) from the text, and its comment lines."""
+    comments = [ln.strip().lstrip("#") for ln in text.splitlines() if ln.strip().startswith("#")]
+    body = " ".join(ln for ln in text.replace("\\\n", " ").splitlines() if not ln.strip().startswith("#"))
+    options: dict[str, Any] = {}
+    tokens = shlex.split(body)
+    i = 0
+    while i < len(tokens):
+        name = tokens[i]
+        values = []
+        while i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+            i += 1
+            values.append(tokens[i])
+        if name.startswith("--"):
+            options[name] = " ".join(values) if values else True
+        i += 1
+    return options, comments
+
+
+def _int(options: dict[str, Any], name: str, default: int) -> int:
+    value = options.get(name, default)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise SpecError(f"megatron config: {name} {value} must be an integer") from None
+
+
+def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
+    options, comments = parse(text)
+    extra_stack, extra_plan = parse_comment(comments)
+    if _int(options, "--num-layers", model.num_layers) != model.num_layers:
+        raise SpecError(f"megatron config: --num-layers {options['--num-layers']} is not {model.name}'s "
+                        f"{model.num_layers}")
+    sizes = {k: _int(options, f"--{n}-size", 1) for k, n in (("tp", "tensor-model-parallel"),
+                                                              ("pp", "pipeline-model-parallel"),
+                                                              ("cp", "context-parallel"))}
+    vpp = _int(options, "--virtual-pipeline-model-parallel-size", 1)
+    if "--num-layers-per-virtual-pipeline-stage" in options:
+        vpp = model.num_layers // (sizes["pp"] * _int(options, "--num-layers-per-virtual-pipeline-stage", 1))
+    fields = dict(
+        dp=data_parallel(gpus, NAME, **sizes), **sizes, ep=_int(options, "--expert-model-parallel-size", 1),
+        etp=_int(options, "--expert-tensor-parallel-size", sizes["tp"]), vpp=vpp,
+        schedule="interleaved" if vpp > 1 else "1f1b",
+        last_stage_layers=_int(options, "--decoder-last-pipeline-num-layers", 0),
+        sequence_parallel="--sequence-parallel" in options, micro_batch=_int(options, "--micro-batch-size", 1),
+        global_batch=_int(options, "--global-batch-size", 0), zero=int("--use-distributed-optimizer" in options),
+        offload_optimizer="--optimizer-cpu-offload" in options, **_recompute(options),
+        precision=_precision(options), grad_bytes=2 if "--grad-reduce-in-bf16" in options else 4)
+    return Plan(**{**fields, **extra_plan}), _stack(options, extra_stack)
+
+
+def _recompute(options: dict[str, Any]) -> dict[str, Any]:
+    granularity = options.get("--recompute-granularity", "none")
+    modules = tuple(str(options.get("--recompute-modules", "core_attn")).split())
+    layers = 0
+    if granularity == "full" and options.get("--recompute-method") == "block":
+        layers = _int(options, "--recompute-num-layers", 0)
+    return {"recompute": granularity, "recompute_layers": layers, "recompute_modules": modules}
+
+
+def _precision(options: dict[str, Any]) -> str:
+    if "--fp8-format" in options:
+        return "mxfp8" if options.get("--fp8-recipe") == "mxfp8" else "fp8"
+    return "fp16" if "--fp16" in options else "bf16"
+
+
+def _stack(options: dict[str, Any], extra: dict[str, Any]) -> Stack:
+    backend = options.get("--attention-backend", "auto")
+    kernel = {"flash": ("fa2", True), "unfused": ("fused", False)}.get(backend, ("fused", True))
+    recipe = options.get("--fp8-recipe", "delayed")
+    return load_stack(PRESET).with_(
+        overlap_dp="--overlap-grad-reduce" in options, overlap_tp="--tp-comm-overlap" in options,
+        overlap_pp="--no-overlap-p2p-communication" not in options,
+        cp_comm={v: k for k, v in CP_COMM.items()}.get(options.get("--cp-comm-type", "p2p"), "ring"),
+        expert_gemm="grouped" if "--moe-grouped-gemm" in options else "per_expert",
+        attention_kernel=kernel[0], flash_attention=kernel[1],
+        fp8_scaling="current" if recipe == "tensorwise" else "delayed", **extra)

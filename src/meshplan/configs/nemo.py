@@ -1,0 +1,163 @@
+"""Megatron-Bridge (NeMo's Megatron-Core trainer) recipe overrides, one Hydra/OmegaConf ``key=value`` a line, as its
+example training scripts take them on the command line (NVIDIA-NeMo Megatron-Bridge docs, "Megatron-LM to Megatron
+Bridge Guide": ``python examples/recipes/llama/pretrain_llama3_8b.py train.micro_batch_size=2
+train.global_batch_size=128 model.num_layers=32 ...``; config groups rng, train, model, optimizer, ddp, scheduler,
+dataset, logger, tokenizer, checkpoint, dist, profiling, peft, comm_overlap, mixed_precision).
+
+Keys: ``model.*`` are Megatron-Core's TransformerConfig / ModelParallelConfig fields (megatron/core/
+model_parallel_config.py, transformer_config.py): ``tensor_model_parallel_size``, ``pipeline_model_parallel_size``,
+``context_parallel_size``, ``expert_model_parallel_size``, ``expert_tensor_parallel_size``,
+``virtual_pipeline_model_parallel_size``, ``num_layers_in_last_pipeline_stage``, ``sequence_parallel``,
+``recompute_granularity`` / ``recompute_method`` / ``recompute_num_layers`` / ``recompute_modules``,
+``cpu_offloading`` / ``cpu_offloading_num_layers``, ``overlap_p2p_comm``, ``cp_comm_type``, ``moe_grouped_gemm``;
+``train.micro_batch_size`` / ``train.global_batch_size``; ``ddp.use_distributed_optimizer``,
+``ddp.overlap_grad_reduce``, ``ddp.overlap_param_gather``, ``ddp.grad_reduce_in_fp32`` (DistributedDataParallelConfig);
+``optimizer.use_distributed_optimizer`` and ``optimizer.optimizer_cpu_offload`` (OptimizerConfig);
+``model.seq_length`` (Megatron-Bridge's GPTModelProvider); ``comm_overlap.tp_comm_overlap``; ``mixed_precision`` a
+Megatron-Bridge preset name (src/megatron/bridge/training/mixed_precision.py: bf16_mixed, fp16_mixed,
+bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed).
+
+Mapping as Megatron-LM's (configs/megatron.py). Refused: ZeRO-2/3 (Megatron-FSDP), fp4, a schedule other than
+Megatron's own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from meshplan.configs.common import check_layout, comment, data_parallel, parse_comment, refuse, stack_extras
+from meshplan.errors import SpecError
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack, load_stack
+
+NAME = "nemo"
+PRESET = "megatron-bridge"
+SUFFIXES = (".overrides",)
+PRECISION = {("bf16", "delayed"): "bf16_mixed", ("fp16", "delayed"): "fp16_mixed",
+             ("fp8", "delayed"): "bf16_with_fp8_delayed_scaling_mixed",
+             ("fp8", "current"): "bf16_with_fp8_current_scaling_mixed", ("mxfp8", "delayed"): "bf16_with_mxfp8_mixed"}
+CP_COMM = {"ring": "p2p", "allgather": "all_gather"}
+
+
+def detect(text: str) -> bool:
+    return "model.tensor_model_parallel_size=" in text
+
+
+def _check(plan: Plan, stack: Stack) -> str:
+    """The mixed_precision preset, after refusing what Megatron-Bridge cannot run."""
+    check_layout(plan, NAME)
+    if plan.zero > 1:
+        raise refuse(NAME, "zero", plan.zero, "its distributed optimizer is ZeRO-1")
+    schedule = "interleaved" if plan.vpp > 1 else "1f1b"
+    if plan.schedule != schedule:
+        raise refuse(NAME, "schedule", plan.schedule, f"with vpp={plan.vpp} it runs {schedule}")
+    scaling = stack.fp8_scaling if plan.precision == "fp8" else "delayed"
+    if (plan.precision, scaling) not in PRECISION:
+        raise refuse(NAME, "precision", plan.precision, f"its presets are {', '.join(PRECISION.values())}")
+    return PRECISION[plan.precision, scaling]
+
+
+def overrides(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
+    precision = _check(plan, stack)
+    out: dict[str, Any] = {
+        "model.tensor_model_parallel_size": plan.tp, "model.pipeline_model_parallel_size": plan.pp,
+        "model.context_parallel_size": plan.cp, "model.expert_model_parallel_size": plan.ep,
+        "model.expert_tensor_parallel_size": plan.etp,
+        "model.virtual_pipeline_model_parallel_size": plan.vpp if plan.vpp > 1 else None,
+        "model.num_layers_in_last_pipeline_stage": plan.last_stage_layers or None,
+        "model.sequence_parallel": plan.sequence_parallel, "model.seq_length": model.seq_length,
+        "train.micro_batch_size": plan.micro_batch, "train.global_batch_size": plan.global_batch,
+        "ddp.use_distributed_optimizer": plan.zero == 1, "optimizer.use_distributed_optimizer": plan.zero == 1,
+        "optimizer.optimizer_cpu_offload": plan.offload_optimizer,
+        "model.recompute_granularity": None if plan.recompute == "none" else plan.recompute,
+        "model.recompute_modules": "[" + ",".join(plan.recompute_modules) + "]",
+        "model.cpu_offloading": plan.offload_activations,
+        "model.cpu_offloading_num_layers": plan.offload_layers if plan.offload_activations else None,
+        "mixed_precision": precision, "ddp.grad_reduce_in_fp32": plan.grad_bytes == 4,
+        "ddp.overlap_grad_reduce": stack.overlap_dp, "ddp.overlap_param_gather": stack.overlap_dp and plan.zero == 1,
+        "comm_overlap.tp_comm_overlap": stack.overlap_tp, "model.overlap_p2p_comm": stack.overlap_pp,
+        "model.cp_comm_type": CP_COMM[stack.cp_comm], "model.moe_grouped_gemm": stack.expert_gemm == "grouped"}
+    if plan.recompute == "full":
+        out["model.recompute_method"] = "block" if plan.recompute_layers else "uniform"
+        out["model.recompute_num_layers"] = plan.recompute_layers or 1
+    if plan.grad_bytes not in (2, 4):
+        raise refuse(NAME, "grad_bytes", plan.grad_bytes, "its gradients reduce in fp32 or bf16")
+    return out
+
+
+def emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
+    expressed = ("overlap_dp", "overlap_tp", "overlap_pp", "cp_comm", "expert_gemm")
+    expressed += ("fp8_scaling",) if plan.precision == "fp8" else ()
+    note = comment(stack_extras(stack, PRESET, expressed), {})
+    lines = [f"# Megatron-Bridge recipe overrides for {model.name} ({plan.num_gpus} GPUs), written by meshplan"]
+    lines += [f"# {note}"] if note else []
+    for key, value in overrides(model, plan, stack).items():
+        if value is not None:
+            lines.append(f"{key}={str(value).lower() if isinstance(value, bool) else value}")
+    return "\n".join(lines) + "\n"
+
+
+def parse(text: str) -> tuple[dict[str, str], list[str]]:
+    """``key=value`` per line or per word (the command-line form), and the comment lines."""
+    comments, values = [], {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("#"):
+            comments.append(line.lstrip("#"))
+            continue
+        for word in line.rstrip("\\").split():
+            key, eq, value = word.partition("=")
+            if eq:
+                values[key.lstrip("+")] = value
+    return values, comments
+
+
+def _flag(values: dict[str, str], key: str, default: bool = False) -> bool:
+    text = values.get(key)
+    if text is None:
+        return default
+    if text.lower() not in ("true", "false"):
+        raise SpecError(f"nemo config: {key}={text} must be true or false")
+    return text.lower() == "true"
+
+
+def _int(values: dict[str, str], key: str, default: int) -> int:
+    try:
+        return int(values.get(key, default))
+    except ValueError:
+        raise SpecError(f"nemo config: {key}={values[key]} must be an integer") from None
+
+
+def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
+    values, comments = parse(text)
+    extra_stack, extra_plan = parse_comment(comments)
+    sizes = {k: _int(values, f"model.{n}_size", 1) for k, n in (("tp", "tensor_model_parallel"),
+                                                                 ("pp", "pipeline_model_parallel"),
+                                                                 ("cp", "context_parallel"))}
+    vpp = _int(values, "model.virtual_pipeline_model_parallel_size", 1)
+    precision, scaling = {v: k for k, v in PRECISION.items()}.get(values.get("mixed_precision", "bf16_mixed"),
+                                                                  ("bf16", "delayed"))
+    granularity = values.get("model.recompute_granularity", "none")
+    layers = _int(values, "model.recompute_num_layers", 0) if values.get("model.recompute_method") == "block" else 0
+    plan = Plan(**{**dict(
+        dp=data_parallel(gpus, NAME, **sizes), **sizes, ep=_int(values, "model.expert_model_parallel_size", 1),
+        etp=_int(values, "model.expert_tensor_parallel_size", sizes["tp"]), vpp=vpp,
+        schedule="interleaved" if vpp > 1 else "1f1b",
+        last_stage_layers=_int(values, "model.num_layers_in_last_pipeline_stage", 0),
+        sequence_parallel=_flag(values, "model.sequence_parallel"),
+        micro_batch=_int(values, "train.micro_batch_size", 1), global_batch=_int(values, "train.global_batch_size", 0),
+        zero=int(_flag(values, "ddp.use_distributed_optimizer")),
+        offload_optimizer=_flag(values, "optimizer.optimizer_cpu_offload"),
+        recompute=granularity, recompute_layers=layers,
+        recompute_modules=tuple(values.get("model.recompute_modules", "[core_attn]").strip("[]").split(",")),
+        offload_activations=_flag(values, "model.cpu_offloading"),
+        offload_layers=_int(values, "model.cpu_offloading_num_layers", 0), precision=precision,
+        grad_bytes=4 if _flag(values, "ddp.grad_reduce_in_fp32", True) else 2), **extra_plan})
+    stack = load_stack(PRESET).with_(
+        overlap_dp=_flag(values, "ddp.overlap_grad_reduce"), overlap_tp=_flag(values, "comm_overlap.tp_comm_overlap"),
+        overlap_pp=_flag(values, "model.overlap_p2p_comm", True),
+        cp_comm={v: k for k, v in CP_COMM.items()}.get(values.get("model.cp_comm_type", "p2p"), "ring"),
+        expert_gemm="grouped" if _flag(values, "model.moe_grouped_gemm") else "per_expert",
+        **({"fp8_scaling": scaling} if precision == "fp8" else {}), **extra_stack)
+    return plan, stack

@@ -1,0 +1,149 @@
+"""torchtitan job TOML (``--job.config_file``), the sections and keys of torchtitan/config/job_config.py
+(pytorch/torchtitan; the same field names in torchtitan 0.3.0's torchtitan/config/configs.py TrainingConfig and
+ParallelismConfig):
+
+- [training] ``local_batch_size`` (per data-parallel rank per accumulation step; with pipeline parallelism split
+  into micro-batches of [parallelism] ``pipeline_parallel_microbatch_size``), ``global_batch_size`` (default
+  local·dp: no accumulation), ``seq_len``, ``mixed_precision_param`` ("bfloat16"), ``mixed_precision_reduce``
+  ("float32" / "bfloat16")
+- [parallelism] ``data_parallel_replicate_degree``, ``data_parallel_shard_degree``, ``fsdp_reshard_after_forward``
+  ("default" / "always" / "never"), ``tensor_parallel_degree``, ``pipeline_parallel_degree``,
+  ``pipeline_parallel_schedule`` ("1F1B", "GPipe", "Interleaved1F1B", ...), ``pipeline_parallel_layers_per_stage``,
+  ``context_parallel_degree``, ``context_parallel_rotate_method`` ("allgather" / "alltoall"),
+  ``expert_parallel_degree``, ``expert_tensor_parallel_degree``, ``enable_async_tensor_parallel``
+  (torchtitan 0.3.0 keeps every key above but the last three: checked by loading the emitted tables into its
+  TrainingConfig / ParallelismConfig)
+- [activation_checkpoint] ``mode`` ("none" / "selective" / "full"), ``selective_ac_option`` ("op": per-op SAC)
+- [compile] ``enable``; [model] ``converters = ["float8"]`` with [float8] ``recipe_name = "tensorwise"``
+
+Mapping: FSDP2 is ZeRO-3 when it reshards after forward and ZeRO-2 when it does not ("never"); plain replication
+(DDP) is ZeRO-0; torchtitan has no ZeRO-1. Its tensor parallelism always shards the norms' sequence (sequence
+parallel on with tp > 1). Selective recompute is per-op SAC, priced as Megatron's core_attn. Refused: ZeRO-1, HSDP
+(replicate and shard both > 1), fp16, mxfp8/fp4, delayed fp8 scaling, an uneven last stage, optimizer or activation
+offload, recompute of some layers or other modules.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from typing import Any
+
+from meshplan.configs.common import check_layout, comment, data_parallel, parse_comment, refuse, stack_extras
+from meshplan.errors import SpecError
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack, load_stack
+
+NAME = "torchtitan"
+PRESET = "torchtitan"
+SUFFIXES = (".toml",)
+SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
+ROTATE = {"allgather": "allgather", "ring": "alltoall"}
+DTYPE = {4: "float32", 2: "bfloat16"}
+
+
+def detect(text: str) -> bool:
+    return "[parallelism]" in text
+
+
+def _check(plan: Plan, model: ModelSpec) -> None:
+    check_layout(plan, NAME)
+    problems = [("zero", plan.zero, "FSDP has no ZeRO-1", plan.zero == 1),
+                ("sequence_parallel", plan.sequence_parallel, "its TP shards the sequence exactly when tp > 1",
+                 plan.sequence_parallel != (plan.tp > 1)),
+                ("precision", plan.precision, "it trains in bf16 or float8", plan.precision not in ("bf16", "fp8")),
+                ("offload_optimizer", True, "no optimizer-only offload", plan.offload_optimizer),
+                ("offload_activations", True, "no activation offload option", plan.offload_activations),
+                ("last_stage_layers", plan.last_stage_layers, "stages hold equal layers", plan.last_stage_layers),
+                ("recompute_layers", plan.recompute_layers, "it recomputes every layer or none",
+                 plan.recompute == "full" and plan.recompute_layers),
+                ("recompute_modules", ",".join(plan.recompute_modules), "its selective recompute is per-op SAC",
+                 plan.recompute == "selective" and plan.recompute_modules != ("core_attn",)),
+                ("grad_bytes", plan.grad_bytes, "it reduces in float32 or bfloat16", plan.grad_bytes not in DTYPE),
+                ("vpp", plan.vpp, f"{model.num_layers} layers do not split into pp·vpp stages",
+                 model.num_layers % (plan.pp * plan.vpp))]
+    for field, value, why, bad in problems:
+        if bad:
+            raise refuse(NAME, field, value, why)
+
+
+def _table(name: str, values: dict[str, Any]) -> list[str]:
+    def text(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, list):
+            return "[" + ", ".join(text(x) for x in v) + "]"
+        return f'"{v}"' if isinstance(v, str) else str(v)
+    return [f"[{name}]", *(f"{k} = {text(v)}" for k, v in values.items() if v is not None), ""]
+
+
+def emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
+    _check(plan, model)
+    fp8 = plan.precision == "fp8"
+    if fp8 and stack.fp8_scaling != "current":
+        raise refuse(NAME, "fp8_scaling", stack.fp8_scaling, "torchao's float8 scales from the current amax")
+    local = plan.global_batch // plan.dp if plan.pp > 1 else plan.micro_batch
+    replicate = plan.dp if plan.zero == 0 else 1
+    training = {"local_batch_size": local, "global_batch_size": plan.global_batch, "seq_len": model.seq_length,
+                "mixed_precision_param": "bfloat16", "mixed_precision_reduce": DTYPE[plan.grad_bytes]}
+    parallelism = {
+        "data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": plan.dp // replicate,
+        "fsdp_reshard_after_forward": "never" if plan.zero == 2 else "always",
+        "tensor_parallel_degree": plan.tp, "pipeline_parallel_degree": plan.pp,
+        "pipeline_parallel_schedule": SCHEDULES[plan.schedule],
+        "pipeline_parallel_layers_per_stage": model.num_layers // (plan.pp * plan.vpp) if plan.pp > 1 else None,
+        "pipeline_parallel_microbatch_size": plan.micro_batch if plan.pp > 1 else None,
+        "context_parallel_degree": plan.cp, "context_parallel_rotate_method": ROTATE[stack.cp_comm],
+        "expert_parallel_degree": plan.ep, "expert_tensor_parallel_degree": plan.etp,
+        "enable_async_tensor_parallel": stack.overlap_tp}
+    ac = {"mode": plan.recompute, "selective_ac_option": "op" if plan.recompute == "selective" else None}
+    expressed = ("fusion", "overlap_tp", "cp_comm") + (("fp8_scaling",) if fp8 else ())
+    note = comment(stack_extras(stack, PRESET, expressed),
+                   {"zero": plan.zero} if plan.dp == 1 else {})
+    lines = [f"# torchtitan job config for {model.name} ({plan.num_gpus} GPUs), written by meshplan"]
+    lines += [f"# {note}"] if note else []
+    lines += _table("job", {"description": f"{model.name} {plan.describe()}"})
+    lines += _table("model", {"converters": ["float8"]} if fp8 else {})
+    lines += _table("float8", {"recipe_name": "tensorwise"}) if fp8 else []
+    lines += _table("training", training) + _table("parallelism", parallelism)
+    lines += _table("activation_checkpoint", ac) + _table("compile", {"enable": stack.fusion == "fused"})
+    return "\n".join(lines)
+
+
+def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"torchtitan config: {e}") from None
+    extra_stack, extra_plan = parse_comment([ln.strip().lstrip("#") for ln in text.splitlines()
+                                             if ln.strip().startswith("#")])
+    par, train = data.get("parallelism", {}), data.get("training", {})
+    tp, pp, cp = (int(par.get(f"{k}_parallel_degree", 1)) for k in ("tensor", "pipeline", "context"))
+    dp = data_parallel(gpus, NAME, tp=tp, pp=pp, cp=cp)
+    replicate, shard = int(par.get("data_parallel_replicate_degree", 1)), int(par.get("data_parallel_shard_degree", -1))
+    if replicate > 1 and shard > 1:
+        raise refuse(NAME, "data_parallel_replicate_degree", replicate, "HSDP (replicate × shard) is not modelled")
+    zero = 0 if replicate > 1 else 2 if par.get("fsdp_reshard_after_forward") == "never" else 3
+    schedules = {v: k for k, v in SCHEDULES.items()}
+    schedule = par.get("pipeline_parallel_schedule", "1F1B")
+    if schedule not in schedules:
+        raise refuse(NAME, "pipeline_parallel_schedule", schedule, f"meshplan models {', '.join(schedules)}")
+    per_stage = par.get("pipeline_parallel_layers_per_stage")
+    vpp = model.num_layers // (per_stage * pp) if per_stage and pp > 1 else 1
+    local = int(train.get("local_batch_size", 8))
+    micro = int(par.get("pipeline_parallel_microbatch_size", 1)) if pp > 1 else local
+    mode = data.get("activation_checkpoint", {}).get("mode", "selective")
+    converters = data.get("model", {}).get("converters", [])
+    plan = Plan(**{**dict(
+        dp=dp, tp=tp, pp=pp, cp=cp, ep=int(par.get("expert_parallel_degree", 1)),
+        etp=int(par.get("expert_tensor_parallel_degree", 1)), vpp=vpp, sequence_parallel=tp > 1,
+        micro_batch=micro, global_batch=int(train.get("global_batch_size", -1)) if train.get(
+            "global_batch_size", -1) > 0 else local * dp, zero=zero, recompute=mode, schedule=schedules[schedule],
+        precision="fp8" if "float8" in converters else "bf16",
+        grad_bytes=2 if train.get("mixed_precision_reduce") == "bfloat16" else 4), **extra_plan})
+    stack = load_stack(PRESET).with_(
+        fusion="fused" if data.get("compile", {}).get("enable") else "eager",
+        overlap_tp=bool(par.get("enable_async_tensor_parallel", False)),
+        cp_comm={v: k for k, v in ROTATE.items()}.get(par.get("context_parallel_rotate_method", "allgather"),
+                                                     "allgather"), **extra_stack)
+    return plan, stack
