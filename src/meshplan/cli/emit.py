@@ -9,7 +9,11 @@ import click
 from meshplan.configs import FORMATS, emit
 from meshplan.errors import SpecError
 
-__all__ = ["FORMATS", "check_emit", "write_best"]
+__all__ = ["EMIT_FRAMEWORK", "FORMATS", "check_emit", "write_best"]
+
+# the stack preset whose plans a format's framework runs: the search's framework when --framework is not given
+EMIT_FRAMEWORK = {"megatron": "megatron-core", "torchtitan": "torchtitan", "deepspeed": "deepspeed",
+                  "nemo": "megatron-bridge"}
 
 
 def check_emit(fmt: str | None, path: str | None, as_json: bool) -> None:

@@ -7,7 +7,7 @@ import json
 import click
 
 from meshplan.cli.common import apply, common_model, load_inputs
-from meshplan.cli.options import plan_of, plan_options, stack_of, stack_options
+from meshplan.cli.options import DEFAULT_FRAMEWORK, plan_of, plan_options, stack_of, stack_options
 from meshplan.errors import SpecError
 
 
@@ -52,7 +52,7 @@ def _from_config(path: str, model: object, gpus: int, framework: str, options: d
 
     given = sorted(k.removeprefix(PLAN_PREFIX) for k, v in options.items()
                    if k.startswith(PLAN_PREFIX) and v is not None)
-    if given or framework != "generic":
+    if given or framework != DEFAULT_FRAMEWORK:
         shown = given[0].replace("_", "-") if given else "framework"
         raise SpecError(f"--{shown} given with --from {path}: the config sets the plan and the framework")
     plan, stack = read(path, model, gpus)

@@ -20,8 +20,8 @@ from meshplan.cli.common import (
     sequences,
     split_ints,
 )
-from meshplan.cli.emit import FORMATS, check_emit, write_best
-from meshplan.cli.options import estimate_args, recompute_modules, stack_of, stack_options
+from meshplan.cli.emit import EMIT_FRAMEWORK, FORMATS, check_emit, write_best
+from meshplan.cli.options import DEFAULT_FRAMEWORK, estimate_args, recompute_modules, stack_of, stack_options
 from meshplan.errors import SpecError
 from meshplan.fields import MAX_PLANS
 from meshplan.ranges import check_options, step_tokens_problem
@@ -77,6 +77,8 @@ def plan_cmd(model_ref: str, system_ref: str, gpus: str, framework: str, as_json
     counts = split_ints(gpus, "gpus") or []
     if not counts or min(counts) < 1:
         raise SpecError(f"gpus={gpus!r} must be positive integers")
+    if emit_format and framework == DEFAULT_FRAMEWORK:  # search what the format's framework runs
+        framework = EMIT_FRAMEWORK[emit_format]
     stack = stack_of(framework, options)
     settings = _settings(options, stack)
     if emit_format:  # what the frameworks run: 1D tensor parallelism in their own rank order
