@@ -104,6 +104,14 @@ def test_accuracy_documents_are_current(accuracy_out, name):
     _same(accuracy_out / name, name, "python benchmarks/accuracy.py")
 
 
+def test_the_packaged_error_bands_are_current(accuracy_out):
+    """src/meshplan/presets/error_bands.json, which every Estimate reads its error band from (specs/bands.py)."""
+    packaged = accuracy.BANDS.read_bytes()
+    if (accuracy_out / accuracy.BANDS.name).read_bytes() != packaged:
+        pytest.fail("src/meshplan/presets/error_bands.json is stale: regenerate it with `python "
+                    "benchmarks/accuracy.py` and commit it", pytrace=False)
+
+
 def test_accuracy_picture_plots_the_current_points(accuracy_out):
     _same_picture(shots.recorded_inputs(accuracy_out / "accuracy.png"), "accuracy.png",
                   "python benchmarks/accuracy.py", "the runs' current predictions")

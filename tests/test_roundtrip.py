@@ -47,4 +47,4 @@ def test_the_table_shows_the_command_of_the_best_plan(capsys):
     assert main(["plan", *SEARCHES[0], "--top", "2"]) == 0
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("re-run it: "))
-    assert "--layout summa" in line and "--tp2" in line
+    assert line.startswith("re-run it: meshplan estimate --model llama3-8b") and line.endswith("--framework any")

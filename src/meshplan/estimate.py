@@ -31,6 +31,7 @@ from meshplan.cost.flops import plan_flops_per_token, recompute_flops_per_token
 from meshplan.cost.params import kind_fractions, layers_on_last, layers_on_stage, stage_params, trainable
 from meshplan.memory import WEIGHT_BYTES
 from meshplan.roofline import compute_time, memory_time
+from meshplan.specs.bands import error_band
 from meshplan.specs.check import validate
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
@@ -91,6 +92,12 @@ class Estimate:
         """The per-op table (computed on first use: the search re-estimates plans that never print it)."""
         eff, parts, units, costs = self.detail
         return _op_table(self.model, self.cluster, self.plan, self.stack, eff, parts, bool(costs.use_first))
+
+    @property
+    def error_band(self) -> float:
+        """The relative half-width of this step time's band: how far comparable published runs were from their
+        predictions (specs/bands.py)."""
+        return error_band(self.cluster.accelerator.architecture, self.model.is_moe)
 
     @property
     def fits(self) -> bool:
@@ -164,7 +171,7 @@ def _summary(e: Estimate) -> dict[str, Any]:
         "peak_memory_bytes": e.peak_memory, "hbm_bytes": e.cluster.accelerator.hbm_bytes,
         "rank_memory_bytes": {"first": e.rank_memory[0], "last": e.rank_memory[1]},
         "host_memory_bytes": e.host_memory,
-        "fits": e.fits, "reasons": list(e.reasons),
+        "fits": e.fits, "reasons": list(e.reasons), "error_band": e.error_band,
     }
 
 

@@ -159,4 +159,4 @@ def _global_batch(model: ModelSpec, global_batch: int | None) -> int:
 def _space(settings: dict[str, Any], global_batch: int, default_precision: str, stack: Stack) -> Space:
     """The search space of one GPU count: the settings, with the GPU's own precision unless one was given."""
     return Space(**{**settings, "precision": settings["precision"] or default_precision}, global_batch=global_batch,
-                 stack=stack)
+                 stack=stack, prefer_simple=True)

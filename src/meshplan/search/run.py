@@ -38,6 +38,7 @@ from meshplan.search.workers import jobs, run_jobs, worker_count
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,15 @@ class SearchResult:
     def rejected_total(self) -> int:
         return sum(self.rejected.values())
 
+    @property
+    def equivalent(self) -> tuple[bool, ...]:
+        """Per plan: whether its step time is within the error band of the fastest plan's (specs/bands.py), so
+        that the model cannot tell the two apart."""
+        if not self.plans:
+            return ()
+        fastest = min(e.step_time for e in self.plans)
+        return tuple(e.step_time <= fastest * (1 + e.error_band) for e in self.plans)
+
     def to_dict(self) -> dict[str, object]:
         return {
             "model": self.model.name, "system": self.cluster.name, "gpus": self.cluster.num_gpus,
@@ -64,7 +74,8 @@ class SearchResult:
             "bounded": self.bounded,
             "rejected": {"count": self.rejected_total, "reasons": dict(self.rejected), "examples": dict(self.examples)},
             "seconds": self.seconds, "plans_per_second": self.evaluated / self.seconds if self.seconds else None,
-            "plans": [e.to_dict(ops=False) for e in self.plans],
+            "plans": [e.to_dict(ops=False) | {"equivalent": same} for e, same in zip(self.plans, self.equivalent,
+                                                                                      strict=True)],
         }
 
 
@@ -85,8 +96,28 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
     # re-estimate the leaders in float64 (the ranking above used float32 sums) and rank them again
     estimates = [estimate(model, cluster, key[1], space.stack, eff) for _, _, key in rows[: 2 * top_k + 2]]
     estimates.sort(key=lambda e: (e.step_time, e.peak_memory, plan_key(e.plan)[0]))
+    if space.prefer_simple:
+        estimates = simple_first(estimates)
     return SearchResult(model=model, cluster=cluster, space=space, plans=tuple(estimates[:top_k]),
                         evaluated=sum(r.evaluated for r in results), feasible=sum(r.feasible for r in results),
                         bounded=sum(r.bounded for r in results),
                         rejected=dict(tally.counts), examples=dict(tally.examples),
                         seconds=time.perf_counter() - start)
+
+
+def simplicity(plan: Plan) -> int:
+    """How much a plan asks of its user: its parallel axes beyond data parallelism, interleaving, a 2D layout,
+    offloads and recompute, one each."""
+    axes = sum(getattr(plan, a) > 1 for a in ("tp", "tp2", "pp", "cp", "ep", "vpp"))
+    return axes + plan.offload_optimizer + plan.offload_activations + (plan.recompute != "none")
+
+
+def simple_first(estimates: list[Estimate]) -> list[Estimate]:
+    """The plans within the fastest one's error band first, the simplest and lightest of them leading (fewer axes
+    and offloads, less memory, then faster); the others after them by step time."""
+    if not estimates:
+        return estimates
+    limit = estimates[0].step_time * (1 + estimates[0].error_band)
+    close = [e for e in estimates if e.step_time <= limit]
+    rest = [e for e in estimates if e.step_time > limit]
+    return sorted(close, key=lambda e: (simplicity(e.plan), e.peak_memory, e.step_time)) + rest

@@ -48,6 +48,9 @@ class Space:
     max_plans: int = MAX_PLANS
     # the share of HBM a plan must leave free (the model's memory error: cli/plan.py's default); 0: fill it
     headroom: float = 0.0
+    # among plans whose step times the error band cannot tell apart (specs/bands.py), rank the simpler and lighter
+    # first (fewer parallel axes and offloads, less memory): the command line's ranking; False: by time alone
+    prefer_simple: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.headroom < 1:
