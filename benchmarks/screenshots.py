@@ -50,9 +50,9 @@ INPUTS = b"meshplan-inputs"  # the PNG text keyword under which a picture record
 REPORT = ["report", "--model", "llama3-70b", "--system", "h100", "--gpus", "256", "--global-batch", "256",
           "--scaling", "64,128,256,512,1024"]
 SCALING = ["sweep", "--model", "megatron-1t", "--global-batch", "4096", "--systems", "a100,h200,b200",
-           "--nvlink", "4,8,64", "--gpus", "1024,2048,4096,8192"]
+           "--nvlink", "4,8,64", "--gpus", "1024,2048,4096,8192", "--framework", "any"]  # every plan, as seed 003
 PARAMS = ["sweep", "--model", "gpt3-175b", "--global-batch", "1536", "--systems", "h100,b200", "--gpus",
-          "512,2048", "--param", "hbm_bandwidth,nic_bandwidth", "--factors", "0.25,0.5,1,2,4"]
+          "512,2048", "--param", "hbm_bandwidth,nic_bandwidth", "--factors", "0.25,0.5,1,2,4", "--framework", "any"]
 
 
 def run(args: list[str]) -> None:

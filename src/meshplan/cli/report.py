@@ -12,10 +12,12 @@ from typing import Any
 
 import click
 
+from meshplan.cli.options import stack_of, stack_options
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.fields import MAX_PLANS
 from meshplan.files import make_dir, writable_dir
 from meshplan.ranges import RANGES, check_options, step_tokens_problem
+from meshplan.search.space import MEMORY_HEADROOM
 
 FACTORS = "0.5,1,2,4"  # --factors' default
 MAX_FACTOR = RANGES["factors"].high  # a parameter scaled a million-fold (ranges.RANGES)
@@ -105,6 +107,7 @@ def _scaling_counts(text: str | None, gpus: int, domain: int) -> list[int]:
 @click.option("--scaling", default=None,
               help="GPU counts for the scaling curves, e.g. 256,512,1024 (default: N/4,N/2,N,2N; 'none': skip)")
 @_run_options
+@stack_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("report.html"),
               show_default=True, help="the HTML file to write")
 def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path, **options: Any) -> None:
@@ -123,6 +126,7 @@ def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path,
     seq, global_batch, nvlink_domain, scaling = (options[k] for k in ("seq", "global_batch", "nvlink_domain",
                                                                       "scaling"))
     placements, offload, max_plans, workers, ray_address = _run_settings(options)
+    stack = stack_of(options.pop("framework"), options)
     if gpus < 1:
         raise SpecError(f"gpus={gpus} must be a positive integer")
     if not 0 < top_k <= MAX_TOP:
@@ -138,7 +142,8 @@ def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path,
     if nvlink_domain is not None:
         system = replace(system, network=replace(system.network, nvlink_domain=nvlink_domain))
     cluster = system.cluster(gpus)
-    space = sweep_space(gbs, all_placements=placements == "all", offload=offload, max_plans=max_plans,
+    space = sweep_space(gbs, all_placements=placements == "all", offload=offload, max_plans=max_plans, stack=stack,
+                        prefer_simple=True, headroom=MEMORY_HEADROOM,
                         precision=system.accelerator.default_precision)
     counts = _scaling_counts(scaling, gpus, system.network.nvlink_domain)
     check_space(model, cluster, space)
@@ -172,6 +177,7 @@ def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path,
                    "nvlink_bandwidth, nic_bandwidth, nvlink_domain (default: none, a strong-scaling sweep)")
 @click.option("--factors", default=FACTORS, show_default=True, help="scale factors for --param")
 @_run_options
+@stack_options
 @click.option("--format", "formats", default="png,svg", show_default=True, help="picture formats: png, svg")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("sweep"),
               show_default=True, help="directory for sweep.csv, sweep.json and the pictures")
@@ -184,6 +190,7 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
     seq, global_batch, nvlink, params, factors, formats = (options[k] for k in (
         "seq", "global_batch", "nvlink", "params", "factors", "formats"))
     placements, offload, max_plans, workers, ray_address = _run_settings(options)
+    stack = stack_of(options.pop("framework"), options)
     model = model_at(model_ref, seq)
     gbs = _global_batch(model, global_batch)
     counts = _positive_ints(gpus, "gpus") or []
@@ -215,7 +222,7 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
         raise SpecError(f"workers={workers} must be a positive integer")
     check_max_plans(max_plans)
     check_options(workers=workers, max_plans=max_plans or None)
-    space = sweep_space(gbs, all_placements=placements == "all", offload=offload, max_plans=max_plans)
+    space = sweep_space(gbs, all_placements=placements == "all", offload=offload, max_plans=max_plans, stack=stack)
     points = []
     for name in names:
         points += param_points(model, refs, counts, gbs, param=name, factors=scale, nvlink=domains, space=space)

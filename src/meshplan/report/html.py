@@ -220,7 +220,10 @@ def _plan_sections(plans: list[Estimate], hbm: float) -> list[tuple[str, str, st
     note = ("" if best.plan.pp > 1 else
             '<p class="note">The best plan has no pipeline parallelism (pp = 1): one rank, no bubble.</p>')
     return [
-        ("plans", "Best plans", '<h2 id="plans">Best plans</h2>' + _plans_table(plans)),
+        ("plans", "Best plans", '<h2 id="plans">Best plans</h2>' + _plans_table(plans)
+         + f'<p class="note">Step times within ±{best.error_band:.1%} of each other (the error band of comparable '
+           "published runs: same GPU generation, dense or MoE) cannot be told apart by the model; among those, the "
+           "simplest and lightest plan is listed first.</p>"),
         ("time", "Step time", '<h2 id="time">Step time breakdown</h2>'
          + _figure_html(plots.breakdown_figure(plans), "breakdown", f"Step time of the {n} best plans by component")
          + '<p class="note">Exposed time per component on the busiest pipeline rank: communication '
