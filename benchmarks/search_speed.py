@@ -17,9 +17,11 @@ from pathlib import Path
 
 import meshplan
 from meshplan.search import SearchResult, Space, search
+from meshplan.search.space import MEMORY_HEADROOM
 from meshplan.specs.hardware import Cluster, load_system
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model
+from meshplan.specs.stack import load_stack
 
 CASES = [  # model, system, GPUs, global batch (sequences), NVLink domain override
     ("gpt3-175b", "a100", 1024, 1536, None),
@@ -66,6 +68,35 @@ def timed(model: ModelSpec, cluster: Cluster, gbs: int, repeat: int) -> tuple[Se
     return result, statistics.median(one), statistics.median(two)
 
 
+def framework_searches() -> None:
+    """The searches a user runs with the command line's defaults (megatron-core, 9 % headroom, simplest of the
+    equivalents first), one process, against their targets: the quick start and the 1T model within 1 s, a
+    strong-scaling table over 8 GPU counts within 2 s, the seed-003 sweep (3 systems x NVLink 4 / 8 / 64 x 6 counts)
+    within 10 s."""
+    stack = load_stack("megatron-core")
+
+    def space(gbs: int) -> Space:
+        return Space(global_batch=gbs, stack=stack, headroom=MEMORY_HEADROOM, prefer_simple=True)
+
+    def seconds(runs: list[tuple[str, str, int, int, int | None]]) -> float:
+        start = time.perf_counter()
+        for name, system, gpus, gbs, domain in runs:
+            overrides = {"nvlink_domain": domain} if domain else {}
+            search(load_model(name), load_system(system).cluster(gpus, **overrides), space(gbs), top_k=10, workers=1)
+        return time.perf_counter() - start
+
+    rows = [("quick start: llama3-70b on 1024 x h100", seconds([("llama3-70b", "h100", 1024, 512, None)]), 1.0),
+            ("megatron-1t on 4096 x b200 (NVLink 8)", seconds([("megatron-1t", "b200", 4096, 4096, 8)]), 1.0),
+            ("strong scaling: llama3-70b on 8 counts 128-16384 x h100",
+             seconds([("llama3-70b", "h100", 128 * 2**i, 2048, None) for i in range(8)]), 2.0),
+            ("seed-003 sweep: megatron-1t, 3 systems x NVLink 4/8/64 x 6 counts",
+             seconds([("megatron-1t", system, 256 * 2**i, 4096, nv) for system in ("a100", "h200", "b200")
+                      for nv in (4, 8, 64) for i in range(6)]), 10.0)]
+    print(f"\n{'with --framework megatron-core (one process)':<66} {'seconds':>8} {'target':>7}")
+    for label, took, target in rows:
+        print(f"{label:<66} {took:>8.2f} {target:>6.0f}s {'ok' if took <= target else 'over'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1, help="alternating runs per case; medians are printed")
@@ -90,6 +121,7 @@ def main() -> None:
     runs = sorted(cli_seconds(args) for _ in range(3))
     print(f"whole CLI call, megatron-1t on 4096 x b200 (start-up included): median {runs[1]:.2f} s "
           f"(min {runs[0]:.2f} s)")
+    framework_searches()
     print(f"two CPU-bound processes on this machine each run {core_contention():.2f}x slower than one alone")
 
 
