@@ -66,6 +66,7 @@ class Space:
         """Keep of each choice what the stack's framework runs (``Stack.supports``); refuse a space it leaves empty."""
         can = self.stack.supports
         narrowed = {"zero": tuple(z for z in self.zero if z in can.zero),
+                    "recompute": tuple(r for r in self.recompute if r in can.recompute),
                     "layouts": tuple(t for t in self.layouts if t in can.layouts),
                     "sequence_parallel": tuple(v for v in self.sequence_parallel if can.sequence_parallel or not v),
                     "offload_optimizer": tuple(v for v in self.offload_optimizer if can.offload_optimizer or not v),
@@ -77,6 +78,7 @@ class Space:
                                  f"(it runs {name}={getattr(can, name, False)!r})")
             object.__setattr__(self, name, values)
         object.__setattr__(self, "gpipe", self.gpipe and "gpipe" in can.schedules)
+        object.__setattr__(self, "all_placements", self.all_placements and can.any_placement)
         if "cp" not in can.axes:
             object.__setattr__(self, "cp_max", 1)
 

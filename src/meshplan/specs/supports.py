@@ -18,6 +18,7 @@ from meshplan.fields import unknown_field
 LAYOUTS = ("1d", "summa")
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 AXES = ("tp", "pp", "cp", "ep")  # the axes a framework may lack (dp it always has)
+RECOMPUTE = ("none", "selective", "full")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,15 +29,19 @@ class Supports:
     schedules: tuple[str, ...] = field(default=SCHEDULES, metadata={"help": "pipeline schedules"})
     zero: tuple[int, ...] = field(default=(0, 1, 2, 3), metadata={"help": "ZeRO stages (1: distributed optimizer)"})
     axes: tuple[str, ...] = field(default=AXES, metadata={"help": "parallel axes besides dp: tp, pp, cp, ep"})
+    recompute: tuple[str, ...] = field(default=RECOMPUTE, metadata={"help": "activation recompute: none, selective "
+                                                                             "(some modules), full (whole layers)"})
     sequence_parallel: bool = field(default=True, metadata={"help": "Megatron sequence parallelism with tp"})
     offload_optimizer: bool = field(default=True, metadata={"help": "optimizer state and step on the host"})
     offload_activations: bool = field(default=True, metadata={"help": "saved activations on the host"})
     uneven_stages: bool = field(default=True, metadata={"help": "a last pipeline stage with its own layer count"})
+    any_placement: bool = field(default=True, metadata={"help": "the axes in any order on the mesh (false: the "
+                                                                "framework's own rank order, tp innermost)"})
     source: str = ""  # where these come from (the framework's arguments, schedules and parallelisms at a version)
 
     def __post_init__(self) -> None:
         for name, allowed in (("layouts", LAYOUTS), ("schedules", SCHEDULES), ("zero", (0, 1, 2, 3)),
-                              ("axes", AXES)):
+                              ("axes", AXES), ("recompute", RECOMPUTE)):
             value = getattr(self, name)
             if not isinstance(value, tuple) or (not value and name != "axes") or any(v not in allowed for v in value):
                 raise SpecError(f"supports.{name}={value!r} must list some of {', '.join(map(str, allowed))}")
@@ -51,6 +56,7 @@ class Supports:
         if plan.pp > 1 and plan.schedule not in self.schedules:
             out.append(f"schedule={plan.schedule}")
         out += [f"zero={plan.zero}"] if plan.zero not in self.zero else []
+        out += [f"recompute={plan.recompute}"] if plan.recompute not in self.recompute else []
         for name in ("sequence_parallel", "offload_optimizer", "offload_activations"):
             if getattr(plan, name) and not getattr(self, name):
                 out.append(name)
