@@ -1,0 +1,61 @@
+"""What every column header and abbreviation of the search tables means: the legends printed under them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+HEADERS = {
+    "#": "rank, fastest first",
+    "dp·tp·pp·cp": "data-, tensor-, pipeline- and context-parallel sizes",
+    "ep/etp": "expert-parallel / expert-tensor-parallel sizes",
+    "vpp": "virtual pipeline stages (model chunks) per pipeline rank",
+    "mbs": "micro-batch size in sequences",
+    "zero": "ZeRO stage (1 shards the optimizer state over dp, 2 also the gradients, 3 also the weights)",
+    "recompute": "activations recomputed in the backward pass (selective: the attention core; full: whole layers)",
+    "sp": "sequence parallelism (- off)",
+    "offload": "kept in host memory: opt the optimizer state and step, act the activations (- nothing)",
+    "in NVLink": "the parallel groups that stay inside one NVLink domain (- none)",
+    "step": "predicted time of one training step",
+    "tokens/s": "tokens per second, whole cluster",
+    "MFU": "model FLOPs utilization, model FLOP/s per GPU over its peak",
+    "memory": "peak memory per GPU",
+    "days": "days to train on the token budget",
+    "cost": "GPU-hours of those days times the price",
+    "GPUs": "GPU count searched",
+    "best plan": "the fastest plan at that count: parallel sizes (dp= tp= pp= cp= ep= vpp=), mbs micro-batch, gbs "
+                 "global batch, zero, recompute, sp sequence parallelism, the pipeline schedule if not 1f1b, "
+                 "offload-opt / offload-act",
+    "evaluated": "plans checked for memory and timed",
+    "reason": "why the plans were rejected",
+    "plans": "how many plans for that reason",
+    "for example": "one of them",
+}
+UNITS = ("units", "k / M / B / T = 10^3 / 10^6 / 10^9 / 10^12; KiB / MiB / GiB / TiB = 2^10 / 2^20 / 2^30 / 2^40 "
+         "bytes; s, ms, us = seconds, milli-, microseconds")
+BAND = ("±7%", "the step time's error band, its relative half-width")
+EQUIVALENT = ("≈", "after a rank: its step time is within the best plan's error band (as fast, to the model's "
+              "accuracy)")
+SUMMA_CELL = ("4x2 as tp", "2D SUMMA tensor parallelism on a tp x tp2 grid of 4 x 2")
+SUMMA_PLAN = ("summa=4x2/nb16", "2D SUMMA tensor parallelism on a 4 x 2 grid, broadcast in 16 panels")
+REASONS = {
+    "dominated: GPipe": "GPipe plans: 1F1B has their step time with less memory, so they are counted, not timed",
+    "headroom": "the share of HBM every plan leaves free (--headroom)",
+    "interleaved": "the interleaved 1F1B pipeline schedule (vpp > 1)",
+}
+
+
+def entries(headers: Sequence[str], extra: Sequence[tuple[str, str]] = (), units: bool = True,
+            domain: int | None = None) -> list[tuple[str, str]]:
+    """(term, meaning) for each header shown, then the notations ``extra`` names, then the units."""
+    out = []
+    for h in headers:
+        meaning = HEADERS[h]
+        if h == "in NVLink" and domain:
+            meaning = meaning.replace("one NVLink domain", f"one NVLink domain of {domain} GPUs")
+        out.append((h, meaning))
+    return out + list(extra) + ([UNITS] if units else [])
+
+
+def reason_notes(reasons: Sequence[str]) -> list[tuple[str, str]]:
+    """The notations that the rejection reasons shown use."""
+    return [(term, meaning) for term, meaning in REASONS.items() if any(term in r for r in reasons)]
