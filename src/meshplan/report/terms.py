@@ -29,6 +29,9 @@ HEADERS = {
     "reason": "why the plans were rejected",
     "plans": "how many plans for that reason",
     "for example": "one of them",
+    "options": "the estimate options that change the plan (the others as given)",
+    "fits": "whether its peak memory per GPU fits in HBM",
+    "framework": "whether the framework of the stack runs the changed plan, else the presets that do",
 }
 UNITS = ("units", "k / M / B / T = 10^3 / 10^6 / 10^9 / 10^12; KiB / MiB / GiB / TiB = 2^10 / 2^20 / 2^30 / 2^40 "
          "bytes; s, ms, us = seconds, milli-, microseconds")

@@ -264,6 +264,11 @@ def search_json(results, tokens: float | None, price: float | None, rank_by: str
             "rejected": {"count": sum(r["rejected"]["count"] for r in runs)}}
 
 
+def _print_all(console: Console, renderables: list) -> None:
+    for renderable in renderables:
+        console.print(renderable)
+
+
 def print_search(results, as_json: bool, tokens: float | None, price: float | None, rank_by: str,
                  rerun=None) -> None:
     import json
@@ -276,11 +281,11 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
         return
     console = _console()
     if len(results) > 1:
-        console.print(*scaling_tables(results, tokens, price, console.width))
+        _print_all(console, scaling_tables(results, tokens, price, console.width))
     else:
         r = results[0]
         if r.plans:
-            console.print(*plans_tables(r, tokens, price, console.width))
+            _print_all(console, plans_tables(r, tokens, price, console.width))
             console.print("[bold]the best plan in detail[/bold]")
             estimate_tables(r.plans[0], console)
             runs = frameworks_running(r.plans[0].plan)
@@ -289,7 +294,7 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
                 console.print("re-run it: " + shlex.join(rerun(r.plans[0])), soft_wrap=True, markup=False)
         else:
             console.print("[bold red]no feasible plan[/bold red]")
-        console.print(*rejected_tables(r, console.width))
+        _print_all(console, rejected_tables(r, console.width))
     evaluated = sum(r.evaluated for r in results)
     seconds = sum(r.seconds for r in results)
     bounded = sum(r.bounded for r in results)
