@@ -6,38 +6,37 @@ from collections.abc import Sequence
 
 HEADERS = {
     "#": "rank, fastest first",
-    "dp·tp·pp·cp": "data-, tensor-, pipeline- and context-parallel sizes",
+    "dp·tp·pp·cp": "data-, tensor-, pipeline-, context-parallel sizes",
     "ep/etp": "expert-parallel / expert-tensor-parallel sizes",
     "vpp": "virtual pipeline stages (model chunks) per pipeline rank",
-    "mbs": "micro-batch size in sequences",
-    "zero": "ZeRO stage (1 shards the optimizer state over dp, 2 also the gradients, 3 also the weights)",
-    "recompute": "activations recomputed in the backward pass (selective: the attention core; full: whole layers)",
-    "sp": "sequence parallelism (- off)",
-    "offload": "kept in host memory: opt the optimizer state and step, act the activations (- nothing)",
-    "in NVLink": "the parallel groups that stay inside one NVLink domain (- none)",
-    "step": "predicted time of one training step",
+    "mbs": "sequences per micro-batch",
+    "zero": "ZeRO stage (1 shards the optimizer state over dp, 2 also gradients, 3 also weights)",
+    "recompute": "activations recomputed (selective: the attention core; full: whole layers)",
+    "sp": "sequence parallelism",
+    "offload": "held in host memory (opt: optimizer state and step; act: activations)",
+    "in NVLink": "parallel groups inside one NVLink domain",
+    "step": "predicted step time",
     "tokens/s": "tokens per second, whole cluster",
-    "MFU": "model FLOPs utilization, model FLOP/s per GPU over its peak",
+    "MFU": "model FLOPs utilization (model FLOP/s per GPU over its peak)",
     "memory": "peak memory per GPU",
     "days": "days to train on the token budget",
-    "cost": "GPU-hours of those days times the price",
+    "cost": "those GPU-hours times the price",
     "GPUs": "GPU count searched",
-    "best plan": "the fastest plan at that count: parallel sizes (dp= tp= pp= cp= ep= vpp=), mbs micro-batch, gbs "
-                 "global batch, zero, recompute, sp sequence parallelism, the pipeline schedule if not 1f1b, "
-                 "offload-opt / offload-act",
+    "best plan": "the fastest plan: parallel sizes (dp= tp= pp= cp= ep= vpp=), mbs, gbs global batch, zero, "
+                 "recompute, sp, the pipeline schedule unless 1f1b, offload-opt / offload-act",
     "evaluated": "plans checked for memory and timed",
-    "reason": "why the plans were rejected",
+    "reason": "why plans were rejected",
     "plans": "how many plans for that reason",
     "for example": "one of them",
     "options": "the estimate options that change the plan (the others as given)",
     "fits": "whether its peak memory per GPU fits in HBM",
-    "framework": "whether the framework of the stack runs the changed plan, else the presets that do",
+    "framework": "whether the stack's framework runs the changed plan, else the presets that do",
 }
-UNITS = ("units", "k / M / B / T = 10^3 / 10^6 / 10^9 / 10^12; KiB / MiB / GiB / TiB = 2^10 / 2^20 / 2^30 / 2^40 "
-         "bytes; s, ms, us = seconds, milli-, microseconds")
-BAND = ("±7%", "the step time's error band, its relative half-width")
-EQUIVALENT = ("≈", "after a rank: its step time is within the best plan's error band (as fast, to the model's "
-              "accuracy)")
+NONE = ("-", "none or off")
+UNITS = ("units", "k M B T = 10^3 10^6 10^9 10^12; KiB MiB GiB TiB = 2^10 2^20 2^30 2^40 bytes; ms, us = milli-, "
+         "microseconds")
+BAND = ("±7%", "the step time's error band (relative half-width)")
+EQUIVALENT = ("≈", "after a rank: step time within the best plan's error band (as fast, to the model's accuracy)")
 SUMMA_CELL = ("4x2 as tp", "2D SUMMA tensor parallelism on a tp x tp2 grid of 4 x 2")
 SUMMA_PLAN = ("summa=4x2/nb16", "2D SUMMA tensor parallelism on a 4 x 2 grid, broadcast in 16 panels")
 REASONS = {
@@ -54,7 +53,7 @@ def entries(headers: Sequence[str], extra: Sequence[tuple[str, str]] = (), units
     for h in headers:
         meaning = HEADERS[h]
         if h == "in NVLink" and domain:
-            meaning = meaning.replace("one NVLink domain", f"one NVLink domain of {domain} GPUs")
+            meaning += f" of {domain} GPUs"
         out.append((h, meaning))
     return out + list(extra) + ([UNITS] if units else [])
 

@@ -192,7 +192,7 @@ def plans_tables(result, tokens: float | None, price: float | None, width: int) 
     equivalent = [i > 1 and bool(getattr(e, "equivalent", False)) for i, e in enumerate(result.plans, 1)]
     key = Col("#", [f"{i}≈" if eq else str(i) for i, eq in enumerate(equivalent, 1)])
     tables = folded_tables(title, key, _plan_columns(result, tokens, price), width, ("dp·tp·pp·cp", *METRICS))
-    extra = [terms.SUMMA_CELL] if any(e.plan.tensor_layout == "summa" for e in result.plans) else []
+    extra = [terms.NONE] + ([terms.SUMMA_CELL] if any(e.plan.tensor_layout == "summa" for e in result.plans) else [])
     extra += [terms.BAND] if any(_band(e) for e in result.plans) else []
     extra += [terms.EQUIVALENT] if any(equivalent) else []
     domain = result.cluster.nvlink_domain
