@@ -22,8 +22,9 @@ HEADERS = {
     "days": "days to train on the token budget",
     "cost": "those GPU-hours times the price",
     "GPUs": "GPU count searched",
-    "best plan": "the fastest plan: parallel sizes (dp= tp= pp= cp= ep= vpp=), mbs, gbs global batch, zero, "
-                 "recompute, sp, the pipeline schedule unless 1f1b, offload-opt / offload-act",
+    "best plan": "the fastest plan: parallel sizes (dp= tp= pp= cp= ep= etp= vpp=), mbs, gbs global batch, zero, "
+                 "recompute, sp, the pipeline schedule unless 1f1b, offload-opt / offload-act, placement= the "
+                 "axes' order on the mesh, innermost first, where not the default",
     "evaluated": "plans checked for memory and timed",
     "reason": "why plans were rejected",
     "plans": "how many plans for that reason",
