@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 import click
 
 from meshplan.cli.common import apply, common_model, load_inputs
 from meshplan.cli.options import DEFAULT_FRAMEWORK, plan_of, plan_options, stack_of, stack_options
 from meshplan.errors import SpecError
+from meshplan.report.fit_hints import fit_hints, print_hints
 
 
 @click.command()
@@ -26,7 +28,8 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
     """Estimate one training step of MODEL on GPUS accelerators of SYSTEM under one parallel plan."""
     from meshplan.estimate import estimate as run
 
-    model, cluster = load_inputs(model_ref, system_ref, options.pop("seq"), options.pop("nvlink_domain"), gpus)
+    where = {"seq": options.pop("seq"), "nvlink_domain": options.pop("nvlink_domain")}
+    model, cluster = load_inputs(model_ref, system_ref, where["seq"], where["nvlink_domain"], gpus)
     fp8_scaling_given = options.get("stack_fp8_scaling") is not None
     if config is not None:
         plan, stack = _from_config(config, model, gpus, framework, options)
@@ -36,12 +39,27 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
     if fp8_scaling_given and stack.fp8_scaling != "delayed" and plan.precision != "fp8":
         raise SpecError(f"fp8-scaling={stack.fp8_scaling} needs --precision fp8 (not {plan.precision})")
     est = run(model, cluster, plan, stack)
+    hints = fit_hints(est)
+    search = _search_command(model_ref, system_ref, where, est, framework)
     if as_json:
-        click.echo(json.dumps(est.to_dict(), indent=None if show_ops else 2))
+        out = est.to_dict() | ({} if est.fits else {"fit_hints": [h.to_dict() for h in hints], "fit_search": search})
+        click.echo(json.dumps(out, indent=None if show_ops else 2))
         return
     from meshplan.report.text import _console, estimate_tables
 
-    estimate_tables(est, _console(), ops=show_ops)
+    console = _console()
+    estimate_tables(est, console, ops=show_ops)
+    if not est.fits:
+        print_hints(est, hints, search, console)
+
+
+def _search_command(model_ref: str, system_ref: str, where: dict, est: object, framework: str) -> str:
+    """The ``plan`` command line that searches every plan of this model, cluster, batch and framework."""
+    args = ["meshplan", "plan", "--model", model_ref, "--system", system_ref, "--gpus", str(est.plan.num_gpus),
+            "--global-batch", str(est.plan.global_batch)]
+    args += [x for k, v in where.items() if v is not None for x in ("--" + k.replace("_", "-"), str(v))]
+    args += ["--framework", est.stack.name] if est.stack.name != DEFAULT_FRAMEWORK else []
+    return shlex.join(args)
 
 
 def _from_config(path: str, model: object, gpus: int, framework: str, options: dict) -> tuple:

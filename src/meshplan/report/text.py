@@ -6,6 +6,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from meshplan.report import terms
+from meshplan.report.fold import Col, folded_tables, headers, legend
 from meshplan.specs.stack import frameworks_running
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
@@ -16,12 +18,14 @@ if TYPE_CHECKING:
 
 
 def _console() -> Console:
-    """A console as wide as the terminal, or 150 columns when the output is a file or a pipe."""
+    """A console as wide as the terminal (or as ``COLUMNS`` says), else 150 columns when the output is a file or a
+    pipe."""
+    import os
     import sys
 
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=150)
+    return Console() if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else Console(width=150)
 
 
 def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
@@ -130,28 +134,69 @@ def _nvlink_axes(est: Estimate) -> str:
     return "+".join(inside) or "-"
 
 
-def plans_table(result, tokens: float | None, price: float | None):  # -> rich Table
-    from rich.table import Table
+def _band(est: Estimate) -> str:
+    """`` ±7%`` when the estimate carries an error band (the relative half-width of its step time), else ""."""
+    band = getattr(est, "error_band", None)
+    if band is None:
+        return ""
+    return f" ±{band:.0%}" if band >= 0.01 else f" ±{band:.1%}"
 
+
+def _step(est: Estimate) -> str:
+    return fmt_time(est.step_time) + _band(est)
+
+
+def _layout(p) -> str:
+    tp = f"{p.tp}x{p.tp2}" if p.tensor_layout == "summa" else str(p.tp)
+    return f"{p.dp}·{tp}·{p.pp}·{p.cp}"
+
+
+def _plan_columns(result, tokens: float | None, price: float | None) -> list[Col]:
+    """The best plans' columns, one cell per plan, in the wide table's order."""
+    ests, left = result.plans, ("recompute", "offload", "in NVLink")
+    cells: dict[str, list[str]] = defaultdict(list)
+    for est in ests:
+        p = est.plan
+        cells["dp·tp·pp·cp"].append(_layout(p))
+        if result.model.is_moe:
+            cells["ep/etp"].append(f"{p.ep}/{p.etp}")
+        cells["vpp"].append(str(p.vpp))
+        cells["mbs"].append(str(p.micro_batch))
+        cells["zero"].append(str(p.zero))
+        cells["recompute"].append(p.recompute)
+        cells["sp"].append("on" if p.sequence_parallel else "-")
+        cells["offload"].append("+".join(k for k, on in (("opt", p.offload_optimizer),
+                                                         ("act", p.offload_activations)) if on) or "-")
+        cells["in NVLink"].append(_nvlink_axes(est))
+        for name, value in _metric_cells(est, tokens, price).items():
+            cells[name].append(value)
+    return [Col(h, cs, "left" if h in left else "right") for h, cs in cells.items()]
+
+
+def _metric_cells(est: Estimate, tokens: float | None, price: float | None) -> dict[str, str]:
+    out = {"step": _step(est), "tokens/s": fmt_count(est.tokens_per_s), "MFU": f"{est.mfu:.1%}",
+           "memory": fmt_bytes(est.peak_memory)}
+    return out | dict(zip(_cost_columns(tokens, price), _cost_cells(est, tokens, price), strict=True))
+
+
+METRICS = ("step", "tokens/s", "MFU", "memory", "days", "cost")
+
+
+def plans_tables(result, tokens: float | None, price: float | None, width: int) -> list:
+    """The best plans as rich renderables that fit ``width`` columns: one table when it fits, else folded into
+    several that share the rank column (the numbers first), and the legend of what they show."""
     space = result.space
     stack = [space.precision, space.stack.name] + ([space.stack.fsdp] if space.stack.fsdp != "none" else [])
-    table = Table(title=f"best plans: {result.model.name} on {result.cluster.num_gpus} x "
-                        f"{result.cluster.accelerator.name}, global batch {space.global_batch}, {', '.join(stack)}",
-                  title_justify="left")
-    cols = ["#", "dp·tp·pp·cp", "ep/etp", "vpp", "mbs", "zero", "recompute", "sp", "offload", "in NVLink",
-            "step", "tokens/s", "MFU", "memory", *_cost_columns(tokens, price)]
-    for c in cols:
-        table.add_column(c, justify="left" if c in ("recompute", "offload", "in NVLink") else "right", no_wrap=True)
-    for i, est in enumerate(result.plans, 1):
-        p = est.plan
-        off = "+".join(k for k, on in (("opt", p.offload_optimizer), ("act", p.offload_activations)) if on) or "-"
-        ep = f"{p.ep}/{p.etp}" if est.model.is_moe else "-"
-        tp = f"{p.tp}x{p.tp2}" if p.tensor_layout == "summa" else str(p.tp)
-        row = [str(i), f"{p.dp}·{tp}·{p.pp}·{p.cp}", ep, str(p.vpp), str(p.micro_batch), str(p.zero),
-               p.recompute, "on" if p.sequence_parallel else "-", off, _nvlink_axes(est), fmt_time(est.step_time),
-               fmt_count(est.tokens_per_s), f"{est.mfu:.1%}", fmt_bytes(est.peak_memory)]
-        table.add_row(*row, *_cost_cells(est, tokens, price))
-    return table
+    title = (f"best plans: {result.model.name} on {result.cluster.num_gpus} x {result.cluster.accelerator.name}, "
+             f"global batch {space.global_batch}, {', '.join(stack)}")
+    equivalent = [i > 1 and bool(getattr(e, "equivalent", False)) for i, e in enumerate(result.plans, 1)]
+    key = Col("#", [f"{i}≈" if eq else str(i) for i, eq in enumerate(equivalent, 1)])
+    tables = folded_tables(title, key, _plan_columns(result, tokens, price), width, ("dp·tp·pp·cp", *METRICS))
+    extra = [terms.NONE] + ([terms.SUMMA_CELL] if any(e.plan.tensor_layout == "summa" for e in result.plans) else [])
+    extra += [terms.BAND] if any(_band(e) for e in result.plans) else []
+    extra += [terms.EQUIVALENT] if any(equivalent) else []
+    domain = result.cluster.nvlink_domain
+    return [*tables, legend(terms.entries(headers(tables), extra, domain=domain))]
 
 
 def _cost_columns(tokens: float | None, price: float | None) -> list[str]:
@@ -164,34 +209,37 @@ def _cost_cells(est: Estimate, tokens: float | None, price: float | None) -> lis
     return cells + [f"${cost['cost']:,.0f}"] if "cost" in cost else cells
 
 
-def rejected_table(result):  # -> rich Table
-    from rich.table import Table
+def rejected_tables(result, width: int) -> list:
+    """The rejected plans tallied by reason, with one example each, fitting ``width``, and their legend."""
+    ranked = sorted(result.rejected.items(), key=lambda kv: -kv[1])
+    key = Col("reason", [r for r, _ in ranked], "left", wrap=True)
+    cols = [Col("plans", [f"{n:,}" for _, n in ranked]),
+            Col("for example", [result.examples.get(r, "") for r, _ in ranked], "left", wrap=True)]
+    tables = folded_tables(f"rejected: {result.rejected_total:,} plans", key, cols, width)
+    notes = terms.reason_notes([r for r, _ in ranked])
+    return [*tables, legend(terms.entries(headers(tables), notes, units=False))]
 
-    table = Table(title=f"rejected: {result.rejected_total:,} plans", title_justify="left")
-    table.add_column("reason")
-    table.add_column("plans", justify="right")
-    table.add_column("for example")
-    for reason, count in sorted(result.rejected.items(), key=lambda kv: -kv[1]):
-        table.add_row(reason, f"{count:,}", result.examples.get(reason, ""))
-    return table
 
-
-def scaling_table(results, tokens: float | None, price: float | None):  # -> rich Table
-    from rich.table import Table
-
-    table = Table(title="strong scaling: the best plan per GPU count", title_justify="left")
-    cols = ["GPUs", "best plan", "step", "tokens/s", "MFU", "memory", "evaluated", *_cost_columns(tokens, price)]
-    for c in cols:
-        table.add_column(c, justify="left" if c == "best plan" else "right")
-    for r in results:
-        if not r.plans:
-            table.add_row(str(r.cluster.num_gpus), "no feasible plan", *[""] * (len(cols) - 2))
-            continue
-        est = r.plans[0]
-        row = [str(r.cluster.num_gpus), est.plan.describe(), fmt_time(est.step_time), fmt_count(est.tokens_per_s),
-               f"{est.mfu:.1%}", fmt_bytes(est.peak_memory), f"{r.evaluated:,}"]
-        table.add_row(*row, *_cost_cells(est, tokens, price))
-    return table
+def scaling_tables(results, tokens: float | None, price: float | None, width: int) -> list:
+    """The best plan per GPU count, fitting ``width``, and the legend."""
+    rows = [(r, r.plans[0] if r.plans else None) for r in results]
+    key = Col("GPUs", [str(r.cluster.num_gpus) for r, _ in rows])
+    cells: dict[str, list[str]] = defaultdict(list)
+    for r, est in rows:
+        cells["best plan"].append(est.plan.describe() if est else "no feasible plan")
+        metrics = _metric_cells(est, tokens, price) if est else {}
+        for name in ("step", "tokens/s", "MFU", "memory"):
+            cells[name].append(metrics.get(name, ""))
+        cells["evaluated"].append(f"{r.evaluated:,}")
+        for name in _cost_columns(tokens, price):
+            cells[name].append(metrics.get(name, ""))
+    cols = [Col(h, cs, "left" if h == "best plan" else "right", wrap=h == "best plan") for h, cs in cells.items()]
+    tables = folded_tables("strong scaling: the best plan per GPU count", key, cols, width,
+                           ("step", "tokens/s", "MFU", "memory", "best plan"))
+    ests = [e for _, e in rows if e is not None]
+    extra = [terms.SUMMA_PLAN] if any(e.plan.tensor_layout == "summa" for e in ests) else []
+    extra += [terms.BAND] if any(_band(e) for e in ests) else []
+    return [*tables, legend(terms.entries(headers(tables), extra))]
 
 
 def search_json(results, tokens: float | None, price: float | None, rank_by: str, rerun=None) -> dict:
@@ -216,6 +264,11 @@ def search_json(results, tokens: float | None, price: float | None, rank_by: str
             "rejected": {"count": sum(r["rejected"]["count"] for r in runs)}}
 
 
+def _print_all(console: Console, renderables: list) -> None:
+    for renderable in renderables:
+        console.print(renderable)
+
+
 def print_search(results, as_json: bool, tokens: float | None, price: float | None, rank_by: str,
                  rerun=None) -> None:
     import json
@@ -228,11 +281,11 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
         return
     console = _console()
     if len(results) > 1:
-        console.print(scaling_table(results, tokens, price))
+        _print_all(console, scaling_tables(results, tokens, price, console.width))
     else:
         r = results[0]
         if r.plans:
-            console.print(plans_table(r, tokens, price))
+            _print_all(console, plans_tables(r, tokens, price, console.width))
             console.print("[bold]the best plan in detail[/bold]")
             estimate_tables(r.plans[0], console)
             runs = frameworks_running(r.plans[0].plan)
@@ -241,7 +294,7 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
                 console.print("re-run it: " + shlex.join(rerun(r.plans[0])), soft_wrap=True, markup=False)
         else:
             console.print("[bold red]no feasible plan[/bold red]")
-        console.print(rejected_table(r))
+        _print_all(console, rejected_tables(r, console.width))
     evaluated = sum(r.evaluated for r in results)
     seconds = sum(r.seconds for r in results)
     bounded = sum(r.bounded for r in results)

@@ -1,0 +1,98 @@
+"""Tables that fit the terminal, and the legend under them.
+
+A table whose columns are wider than the terminal folds into several tables that repeat its key column (``#``,
+``GPUs``): the columns named first (the numbers) go into the first table, the rest follow in as many as they need.
+Number cells never wrap and are never cut to "…"; only text columns (a plan's description, a reason) wrap at
+spaces. Widths are counted as rich draws its default box: each column is its widest cell plus one space either
+side and one rule, plus one rule at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+WRAP_MIN = 24  # the narrowest a wrapping text column is planned (its longest word, if wider)
+
+
+@dataclass(frozen=True)
+class Col:
+    """One column: its header, its cells top to bottom, how they align, and whether they may wrap."""
+
+    header: str
+    cells: list[str] = field(default_factory=list)
+    justify: str = "right"
+    wrap: bool = False
+
+
+def cell_width(text: str) -> int:
+    from rich.cells import cell_len
+
+    return max((cell_len(line) for line in text.split("\n")), default=0)
+
+
+def col_width(col: Col) -> int:
+    """What the column needs: its widest cell or header; a wrapping column its longest word, at least WRAP_MIN."""
+    natural = max(cell_width(c) for c in (col.header, *col.cells))
+    if not col.wrap:
+        return natural
+    longest = max((cell_width(w) for c in col.cells for w in c.split()), default=0)
+    return min(natural, max(WRAP_MIN, longest, cell_width(col.header)))
+
+
+def table_width(cols: Iterable[Col]) -> int:
+    widths = [col_width(c) + 3 for c in cols]  # one space either side and the rule after it
+    return sum(widths) + 1  # the rule before the first column
+
+
+def fold(key: Col, cols: Sequence[Col], width: int, first: Sequence[str] = ()) -> list[list[Col]]:
+    """The columns in groups that each fit ``width`` beside ``key``: all in one when they fit; else the headers
+    in ``first`` lead (in that order), then the rest, each group keeping the columns' own order."""
+    if table_width([key, *cols]) <= width:
+        return [[key, *cols]]
+    rank = {h: i for i, h in enumerate(first)}
+    order = sorted(range(len(cols)), key=lambda i: (rank.get(cols[i].header, len(rank)), i))
+    groups: list[list[int]] = [[]]
+    for i in order:
+        if groups[-1] and table_width([key, *(cols[j] for j in groups[-1]), cols[i]]) > width:
+            groups.append([])
+        groups[-1].append(i)
+    return [[key, *(cols[i] for i in sorted(g))] for g in groups]
+
+
+def folded_tables(title: str, key: Col, cols: Sequence[Col], width: int, first: Sequence[str] = ()) -> list:
+    """rich Tables of the columns folded to ``width``; the second and later say they continue the first by key."""
+    from rich.table import Table
+
+    groups = fold(key, cols, width, first)
+    tables = []
+    for n, group in enumerate(groups):
+        shown = title if n == 0 else f"(continued, by {key.header})"
+        table = Table(title=shown, title_justify="left")
+        for c in group:
+            table.add_column(c.header, justify=c.justify, no_wrap=not c.wrap, overflow="fold")
+        for row in zip(*(c.cells for c in group), strict=True):
+            table.add_row(*row)
+        tables.append(table)
+    return tables
+
+
+def headers(tables: Iterable) -> list[str]:
+    """Every column header of the tables, once each, in order."""
+    seen: dict[str, None] = {}
+    for t in tables:
+        seen.update((str(c.header), None) for c in t.columns)
+    return list(seen)
+
+
+def legend(entries: Sequence[tuple[str, str]]):  # -> rich Text
+    """One paragraph under a table: ``term: what it means`` for each entry, the terms in bold."""
+    from rich.text import Text
+
+    text = Text("legend: ", style="dim")
+    for i, (term, meaning) in enumerate(entries):
+        if i:
+            text.append("; ", style="dim")
+        text.append(term, style="bold")
+        text.append(": " + meaning, style="dim")
+    return text

@@ -1,0 +1,64 @@
+"""What every column header and abbreviation of the search tables means: the legends printed under them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+HEADERS = {
+    "#": "rank, fastest first",
+    "dp·tp·pp·cp": "data-, tensor-, pipeline-, context-parallel sizes",
+    "ep/etp": "expert-parallel / expert-tensor-parallel sizes",
+    "vpp": "virtual pipeline stages (model chunks) per pipeline rank",
+    "mbs": "sequences per micro-batch",
+    "zero": "ZeRO stage (1 shards the optimizer state over dp, 2 also gradients, 3 also weights)",
+    "recompute": "activations recomputed (selective: the attention core; full: whole layers)",
+    "sp": "sequence parallelism",
+    "offload": "held in host memory (opt: optimizer state and step; act: activations)",
+    "in NVLink": "parallel groups inside one NVLink domain",
+    "step": "predicted step time",
+    "tokens/s": "tokens per second, whole cluster",
+    "MFU": "model FLOPs utilization (model FLOP/s per GPU over its peak)",
+    "memory": "peak memory per GPU",
+    "days": "days to train on the token budget",
+    "cost": "those GPU-hours times the price",
+    "GPUs": "GPU count searched",
+    "best plan": "the fastest plan: parallel sizes (dp= tp= pp= cp= ep= etp= vpp=), mbs, gbs global batch, zero, "
+                 "recompute, sp, the pipeline schedule unless 1f1b, offload-opt / offload-act, placement= the "
+                 "axes' order on the mesh, innermost first, where not the default",
+    "evaluated": "plans checked for memory and timed",
+    "reason": "why plans were rejected",
+    "plans": "how many plans for that reason",
+    "for example": "one of them",
+    "options": "the estimate options that change the plan (the others as given)",
+    "fits": "whether its peak memory per GPU fits in HBM",
+    "framework": "whether the stack's framework runs the changed plan, else the presets that do",
+}
+NONE = ("-", "none or off")
+UNITS = ("units", "k M B T = 10^3 10^6 10^9 10^12; KiB MiB GiB TiB = 2^10 2^20 2^30 2^40 bytes; ms, us = milli-, "
+         "microseconds")
+BAND = ("±7%", "the step time's error band (relative half-width)")
+EQUIVALENT = ("≈", "after a rank: step time within the best plan's error band (as fast, to the model's accuracy)")
+SUMMA_CELL = ("4x2 as tp", "2D SUMMA tensor parallelism on a tp x tp2 grid of 4 x 2")
+SUMMA_PLAN = ("summa=4x2/nb16", "2D SUMMA tensor parallelism on a 4 x 2 grid, broadcast in 16 panels")
+REASONS = {
+    "dominated: GPipe": "GPipe plans: 1F1B has their step time with less memory, so they are counted, not timed",
+    "headroom": "the share of HBM every plan leaves free (--headroom)",
+    "interleaved": "the interleaved 1F1B pipeline schedule (vpp > 1)",
+}
+
+
+def entries(headers: Sequence[str], extra: Sequence[tuple[str, str]] = (), units: bool = True,
+            domain: int | None = None) -> list[tuple[str, str]]:
+    """(term, meaning) for each header shown, then the notations ``extra`` names, then the units."""
+    out = []
+    for h in headers:
+        meaning = HEADERS[h]
+        if h == "in NVLink" and domain:
+            meaning += f" of {domain} GPUs"
+        out.append((h, meaning))
+    return out + list(extra) + ([UNITS] if units else [])
+
+
+def reason_notes(reasons: Sequence[str]) -> list[tuple[str, str]]:
+    """The notations that the rejection reasons shown use."""
+    return [(term, meaning) for term, meaning in REASONS.items() if any(term in r for r in reasons)]

@@ -1,0 +1,182 @@
+"""The search tables read at any terminal width: at 80, 100 and 140 columns every step time, MFU and memory is
+printed whole, no line is wider than the terminal, nothing is cut to "…", and the legend under each table names
+every column header it shows. Error bands and equivalent plans show only when the estimates carry them."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from meshplan.report.fold import Col, fold, headers, table_width
+from meshplan.report.text import plans_tables, rejected_tables, scaling_tables
+from meshplan.search import Space, search
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+from meshplan.specs.stack import load_stack
+from meshplan.units import fmt_bytes, fmt_time
+
+WIDTHS = (80, 100, 140)
+
+
+def _search(model: str, gpus: int, batch: int, stack: str = "megatron-core", top: int = 10):
+    cluster = load_system("h100").cluster(gpus)
+    space = Space(global_batch=batch, stack=load_stack(stack), headroom=0.09)  # the command line's headroom
+    return search(load_model(model), cluster, space, top_k=top)
+
+
+@pytest.fixture(scope="module")
+def dense():  # the quick start: llama3-70b on 1024 H100, Megatron-Core
+    return _search("llama3-70b", 1024, 512)
+
+
+@pytest.fixture(scope="module")
+def summa():  # any framework: 2D SUMMA plans lead
+    return _search("llama3-70b", 1024, 512, stack="any")
+
+
+@pytest.fixture(scope="module")
+def moe():  # experts: the ep/etp column
+    return _search("mixtral-8x22b", 256, 256, top=5)
+
+
+def render(renderables, width: int) -> str:
+    from rich.console import Console
+
+    console = Console(width=width, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    for r in renderables:
+        console.print(r)
+    return console.export_text()
+
+
+def _legend(renderables) -> str:
+    return renderables[-1].plain
+
+
+def _check_fits(text: str, width: int) -> None:
+    assert "…" not in text
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= width
+
+
+def _check_whole(text: str, ests) -> None:
+    for est in ests:  # each a whole cell: the value between its cell's rules
+        for value in (fmt_time(est.step_time), f"{est.mfu:.1%}", fmt_bytes(est.peak_memory)):
+            assert f" {value} │" in text, value
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("which", ["dense", "summa", "moe"])
+def test_plans_table_fits_and_prints_every_number_whole(which, width, request):
+    result = request.getfixturevalue(which)
+    assert result.plans
+    for tokens, price in ((None, None), (15e12, 2.5)):
+        out = plans_tables(result, tokens, price, width)
+        text = render(out, width)
+        _check_fits(text, width)
+        _check_whole(text, result.plans)
+        for i in range(1, len(result.plans) + 1):  # every rank once in each folded table
+            assert len(re.findall(rf"^│ +{i} │", text, re.M)) == len(out) - 1
+        legend = _legend(out)
+        assert legend.startswith("legend: ")
+        for header in headers(out[:-1]):
+            assert f"{header}: " in legend, header
+        assert "GiB" in legend and "2^30" in legend  # byte units explained
+
+
+def test_wide_terminals_keep_one_table_and_narrow_ones_fold(dense):
+    assert len(plans_tables(dense, None, None, 140)) == 2  # one table and its legend
+    folded = plans_tables(dense, None, None, 80)
+    assert len(folded) >= 3
+    first = [c.header for c in folded[0].columns]
+    assert first[:2] == ["#", "dp·tp·pp·cp"] and {"step", "MFU", "memory"} <= set(first)  # the numbers first
+
+
+def test_the_legend_explains_the_notations_shown(summa, moe, dense):
+    legend = _legend(plans_tables(summa, None, None, 100))
+    assert any(e.plan.tensor_layout == "summa" for e in summa.plans) and "SUMMA" in legend
+    assert "ep/etp: " in _legend(plans_tables(moe, None, None, 100))
+    dense_legend = _legend(plans_tables(dense, None, None, 100))
+    assert "ep/etp" not in dense_legend and "SUMMA" not in dense_legend
+    assert "in NVLink: " in dense_legend and "8 GPUs" in dense_legend
+    assert "±" not in dense_legend and "≈" not in dense_legend  # no bands on these estimates
+
+
+class _Banded:
+    """An estimate that carries the error band and the equivalence flag another module adds."""
+
+    def __init__(self, est, band: float, equivalent: bool) -> None:
+        self._est, self.error_band, self.equivalent = est, band, equivalent
+
+    def __getattr__(self, name: str):
+        return getattr(self._est, name)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_error_bands_and_equivalents_show_when_the_estimates_have_them(dense, width):
+    best = dense.plans[0].step_time
+    banded = tuple(_Banded(e, 0.07, e.step_time <= best * 1.07) for e in dense.plans)
+    out = plans_tables(dataclasses.replace(dense, plans=banded), None, None, width)
+    text = render(out, width)
+    _check_fits(text, width)
+    for est in dense.plans:
+        assert f" {fmt_time(est.step_time)} ±7% │" in text
+    assert "2≈" in text  # #2 is within 7 % of #1; #1 is the best, not marked
+    assert " 1≈" not in text
+    legend = _legend(out)
+    assert "±7%: " in legend and "≈: " in legend
+    plain = render(plans_tables(dense, None, None, width), width)
+    assert "±" not in plain and "≈" not in plain
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_scaling_table_fits(width):
+    results = [_search("llama3-8b", n, 512, top=1) for n in (8, 64, 512)]
+    for tokens, price in ((None, None), (15e12, 2.5)):
+        out = scaling_tables(results, tokens, price, width)
+        text = render(out, width)
+        _check_fits(text, width)
+        _check_whole(text, [r.plans[0] for r in results])
+        for header in headers(out[:-1]):
+            assert f"{header}: " in _legend(out)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_rejected_table_fits_and_explains_its_reasons(dense, width):
+    out = rejected_tables(dense, width)
+    text = render(out, width)
+    _check_fits(text, width)
+    for count in dense.rejected.values():
+        assert f" {count:,} │" in text
+    legend = _legend(out)
+    for header in ("reason", "plans", "for example"):
+        assert f"{header}: " in legend
+    assert "headroom: " in legend  # "memory within the 9% headroom" is one of the reasons
+
+
+def test_gpipe_plans_counted_as_dominated_are_explained():
+    cluster = load_system("h100").cluster(64)
+    result = search(load_model("llama3-8b"), cluster, Space(global_batch=64, stack=load_stack("any")), top_k=1)
+    assert any("dominated: GPipe" in r for r in result.rejected)
+    assert "dominated: GPipe: " in _legend(rejected_tables(result, 80))
+
+
+def test_fold_packs_the_first_columns_first_and_keeps_their_order():
+    key = Col("#", ["1"])
+    cols = [Col(h, ["x" * 20]) for h in ("a", "b", "c", "d")]
+    # each column 20 + 3 (a space either side, the rule after it), the key 1 + 3, the first rule 1: 4 + 92 + 1 = 97
+    assert table_width([key, *cols]) == 97
+    assert fold(key, cols, 97) == [[key, *cols]]
+    groups = fold(key, cols, 60, first=("d", "b"))
+    assert [[c.header for c in g] for g in groups] == [["#", "b", "d"], ["#", "a", "c"]]
+
+
+def test_the_command_line_honours_columns(monkeypatch, capsys):
+    from meshplan.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["plan", "--model", "llama3-70b", "--system", "h100", "--gpus", "1024", "--global-batch", "512"]) == 0
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if not ln.startswith("re-run it: ")]  # a command line, kept whole to copy
+    assert "…" not in out and max(len(ln.rstrip()) for ln in lines) <= 80
+    assert "legend: " in out
