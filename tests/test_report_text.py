@@ -4,7 +4,6 @@ every column header it shows. Error bands and equivalent plans show only when th
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
 import pytest
@@ -60,8 +59,9 @@ def _check_fits(text: str, width: int) -> None:
 
 
 def _check_whole(text: str, ests) -> None:
-    for est in ests:  # each a whole cell: the value between its cell's rules
-        for value in (fmt_time(est.step_time), f"{est.mfu:.1%}", fmt_bytes(est.peak_memory)):
+    for est in ests:  # each a whole cell: the value between its cell's rules (the step time with its band)
+        band = f" ±{est.error_band:.0%}" if getattr(est, "error_band", None) else ""
+        for value in (fmt_time(est.step_time) + band, f"{est.mfu:.1%}", fmt_bytes(est.peak_memory)):
             assert f" {value} │" in text, value
 
 
@@ -75,8 +75,8 @@ def test_plans_table_fits_and_prints_every_number_whole(which, width, request):
         text = render(out, width)
         _check_fits(text, width)
         _check_whole(text, result.plans)
-        for i in range(1, len(result.plans) + 1):  # every rank once in each folded table
-            assert len(re.findall(rf"^│ +{i} │", text, re.M)) == len(out) - 1
+        for i in range(1, len(result.plans) + 1):  # every rank once in each folded table (≈: an equivalent)
+            assert len(re.findall(rf"^│ +{i}≈? │", text, re.M)) == len(out) - 1
         legend = _legend(out)
         assert legend.startswith("legend: ")
         for header in headers(out[:-1]):
@@ -99,34 +99,24 @@ def test_the_legend_explains_the_notations_shown(summa, moe, dense):
     dense_legend = _legend(plans_tables(dense, None, None, 100))
     assert "ep/etp" not in dense_legend and "SUMMA" not in dense_legend
     assert "in NVLink: " in dense_legend and "8 GPUs" in dense_legend
-    assert "±" not in dense_legend and "≈" not in dense_legend  # no bands on these estimates
-
-
-class _Banded:
-    """An estimate that carries the error band and the equivalence flag another module adds."""
-
-    def __init__(self, est, band: float, equivalent: bool) -> None:
-        self._est, self.error_band, self.equivalent = est, band, equivalent
-
-    def __getattr__(self, name: str):
-        return getattr(self._est, name)
+    assert "±" in dense_legend and "≈" in dense_legend  # the error band and the equivalents
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_error_bands_and_equivalents_show_when_the_estimates_have_them(dense, width):
-    best = dense.plans[0].step_time
-    banded = tuple(_Banded(e, 0.07, e.step_time <= best * 1.07) for e in dense.plans)
-    out = plans_tables(dataclasses.replace(dense, plans=banded), None, None, width)
+def test_error_bands_and_equivalents_show(dense, width):
+    """Each step time with its band (hopper, dense: about 8 %); the plans within the best one's band marked ≈
+    (SearchResult.equivalent), the best itself not."""
+    out = plans_tables(dense, None, None, width)
     text = render(out, width)
     _check_fits(text, width)
     for est in dense.plans:
-        assert f" {fmt_time(est.step_time)} ±7% │" in text
-    assert "2≈" in text  # #2 is within 7 % of #1; #1 is the best, not marked
-    assert " 1≈" not in text
+        assert f" {fmt_time(est.step_time)} ±{est.error_band:.0%} │" in text
+    for rank, same in enumerate(dense.equivalent, 1):
+        if rank > 1:
+            assert (re.search(rf"^│ +{rank}≈ │", text, re.M) is not None) == same
+    assert not re.search(r"^│ +1≈ │", text, re.M)
     legend = _legend(out)
     assert "±7%: " in legend and "≈: " in legend
-    plain = render(plans_tables(dense, None, None, width), width)
-    assert "±" not in plain and "≈" not in plain
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -180,3 +170,11 @@ def test_the_command_line_honours_columns(monkeypatch, capsys):
     lines = [ln for ln in out.splitlines() if not ln.startswith("re-run it: ")]  # a command line, kept whole to copy
     assert "…" not in out and max(len(ln.rstrip()) for ln in lines) <= 80
     assert "legend: " in out
+
+
+def test_counts_move_to_the_next_unit_when_they_round_up_to_it():
+    from meshplan.units import fmt_count
+
+    # 999,600 rounds to 1.00e6 at three digits: "1 M", never "1e+03 k"
+    assert (fmt_count(999_600), fmt_count(999.6), fmt_count(1234), fmt_count(8.03e9)) == ("1 M", "1 k", "1.23 k",
+                                                                                           "8.03 B")

@@ -78,6 +78,6 @@ def fmt_time(seconds: float) -> str:
 def fmt_count(n: float) -> str:
     """``fmt_count(8.03e9) == '8.03 B'`` for parameter counts and token rates."""
     for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(n) >= scale:
+        if abs(float(f"{n:.3g}")) >= scale:  # by the rounded value: 999,600 is "1 M", not "1e+03 k"
             return f"{n / scale:.3g} {unit}"
     return f"{n:.3g}"

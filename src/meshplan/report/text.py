@@ -189,7 +189,8 @@ def plans_tables(result, tokens: float | None, price: float | None, width: int) 
     stack = [space.precision, space.stack.name] + ([space.stack.fsdp] if space.stack.fsdp != "none" else [])
     title = (f"best plans: {result.model.name} on {result.cluster.num_gpus} x {result.cluster.accelerator.name}, "
              f"global batch {space.global_batch}, {', '.join(stack)}")
-    equivalent = [i > 1 and bool(getattr(e, "equivalent", False)) for i, e in enumerate(result.plans, 1)]
+    same = getattr(result, "equivalent", ()) or (False,) * len(result.plans)  # SearchResult.equivalent
+    equivalent = [i > 1 and bool(eq) for i, eq in enumerate(same, 1)]
     key = Col("#", [f"{i}≈" if eq else str(i) for i, eq in enumerate(equivalent, 1)])
     tables = folded_tables(title, key, _plan_columns(result, tokens, price), width, ("dp·tp·pp·cp", *METRICS))
     extra = [terms.NONE] + ([terms.SUMMA_CELL] if any(e.plan.tensor_layout == "summa" for e in result.plans) else [])
