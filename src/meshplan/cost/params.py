@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.xp import Num, maximum, minimum, where
@@ -33,6 +35,11 @@ def _uneven(plan: Plan) -> Num:
     """An uneven last stage applies: ``plan.last_stage_layers`` set and a pipeline to set it on (a search batch
     may hold pp = 1 rows beside pipelined ones)."""
     return (plan.last_stage_layers > 0) & (plan.pp > 1)
+
+
+def any_uneven(plan: Plan) -> bool:
+    """Whether any plan (of a search batch) has an uneven last stage: only then is the last rank priced apart."""
+    return bool(np.any(_uneven(plan)))
 
 
 def layers_on_stage(model: ModelSpec, plan: Plan) -> Num:

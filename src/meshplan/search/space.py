@@ -37,6 +37,8 @@ class Space:
     cp_max: int = 0  # 0: no limit
     offload_optimizer: tuple[bool, ...] = (False, True)
     offload_activations: tuple[bool, ...] = (False, True)
+    # also a last pipeline stage with fewer layers (combos.stage_options), where the stack runs one
+    uneven_stages: bool = True
     gpipe: bool = False  # GPipe: the step time of 1F1B with at least its memory (dominated; see search.run)
     all_placements: bool = True
     max_micro_batch: int = 64
@@ -74,6 +76,7 @@ class Space:
                                  f"(it runs {name}={getattr(can, name, False)!r})")
             object.__setattr__(self, name, values)
         object.__setattr__(self, "gpipe", self.gpipe and "gpipe" in can.schedules)
+        object.__setattr__(self, "uneven_stages", self.uneven_stages and can.uneven_stages)
         if "cp" not in can.axes:
             object.__setattr__(self, "cp_max", 1)
 
