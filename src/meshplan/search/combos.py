@@ -21,8 +21,10 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 
 # last-stage layer counts the search tries below the even split's ⌈L/p⌉ (stage_options): the LM head and the loss
-# weigh a few layers (Llama-3-8B's 128k-vocabulary head: about 2.4 layers' FLOPs)
+# weigh a few layers (Llama-3-8B's 128k-vocabulary head: about 2.4 layers' FLOPs); the nearest UNEVEN_OPTIONS of
+# them only: each adds a size row per (pp > 1) combination, and the search's time grows with the rows
 UNEVEN_WINDOW = 4
+UNEVEN_OPTIONS = 2
 
 
 @lru_cache(maxsize=4096)
@@ -100,20 +102,19 @@ def valid_combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list
 
 def stage_options(layers: int, pp: int, vpps: list[int], uneven: bool) -> list[tuple[int, int]]:
     """(vpp, last_stage_layers) pairs: each interleaving option with the even split (0) and, if ``uneven`` (the
-    framework runs an uneven last stage: Supports.uneven_stages), the last-stage counts l from ⌈L/p⌉ − UNEVEN_WINDOW
-    to ⌈L/p⌉ − 1 that Megatron-Core lays out exactly (decoder_last_pipeline_num_layers): the other p − 1 ranks split
-    L − l evenly and each rank's layers fill its v model chunks whole. Fewer layers only: the last rank also runs the
-    LM head and the loss."""
+    framework runs an uneven last stage: Supports.uneven_stages), the UNEVEN_OPTIONS last-stage counts l nearest
+    below ⌈L/p⌉ (down to ⌈L/p⌉ − UNEVEN_WINDOW) that Megatron-Core lays out exactly (decoder_last_pipeline_num_layers):
+    the other p − 1 ranks split L − l evenly and each rank's layers fill its v model chunks whole. Fewer layers only:
+    the last rank also runs the LM head and the loss."""
     out = []
     even = -(-layers // pp)
     for v in vpps:
         out.append((v, 0))
         if pp == 1 or not uneven:
             continue
-        for last in range(max(1, even - UNEVEN_WINDOW), even):
-            other, left = divmod(layers - last, pp - 1)
-            if not left and not other % v and not last % v:
-                out.append((v, last))
+        fits = [last for last in range(even - 1, max(1, even - UNEVEN_WINDOW) - 1, -1)
+                if not (layers - last) % (pp - 1) and not (layers - last) // (pp - 1) % v and not last % v]
+        out += [(v, last) for last in sorted(fits[:UNEVEN_OPTIONS])]
     return out
 
 
