@@ -25,15 +25,17 @@ NO_UNEVEN = Stack(supports=Supports(uneven_stages=False))
 
 def test_stage_options_are_megatrons_exact_splits_below_the_even_one():
     # 32 layers on p = 4: even 8; last l in 4..7 with 32 - l split over 3 ranks: only l = 5 (27 = 3 * 9)
-    assert stage_options(32, 4, [1], True) == [(1, 0), (1, 5)]
+    assert stage_options(32, 4, [1], 1) == [(1, 0), (1, 5)]
     # interleaved v = 2: 9 layers per other rank is not 2 whole chunks, so v = 2 keeps the even split only
-    assert stage_options(32, 4, [1, 2], True) == [(1, 0), (1, 5), (2, 0)]
-    # p = 2: any l in 12..15 leaves the other rank 32 - l; the two nearest the even 16 are kept
-    assert stage_options(32, 2, [1], True) == [(1, 0), (1, 14), (1, 15)]
+    assert stage_options(32, 4, [1, 2], 1) == [(1, 0), (1, 5), (2, 0)]
+    # p = 2: any l in 12..15 leaves the other rank 32 - l; the nearest ones to the even 16 are kept
+    assert stage_options(32, 2, [1], 1) == [(1, 0), (1, 15)]
+    assert stage_options(32, 2, [1], 2) == [(1, 0), (1, 14), (1, 15)]
+    assert stage_options(32, 2, [1], 9) == [(1, 0), (1, 12), (1, 13), (1, 14), (1, 15)]
     # DeepSeek-V3's 61 layers on p = 16: ⌈61/16⌉ = 4, l = 1 leaves 60 = 15 * 4 (the recipes' layout)
-    assert stage_options(61, 16, [1], True) == [(1, 0), (1, 1)]
-    assert stage_options(32, 4, [1, 2], False) == [(1, 0), (2, 0)]
-    assert stage_options(32, 1, [1], True) == [(1, 0)]
+    assert stage_options(61, 16, [1], 1) == [(1, 0), (1, 1)]
+    assert stage_options(32, 4, [1, 2], 0) == [(1, 0), (2, 0)]
+    assert stage_options(32, 1, [1], 1) == [(1, 0)]
 
 
 def test_every_uneven_candidate_passes_check():
@@ -85,8 +87,8 @@ def test_the_whole_search_reports_an_uneven_winner_that_re_estimates_the_same():
 
 def test_a_framework_without_uneven_stages_never_gets_one():
     model, cluster = load_model("llama3-8b"), load_system("h100").cluster(8)
-    space = Space(global_batch=64, stack=NO_UNEVEN, uneven_stages=True)
-    assert not space.uneven_stages  # narrowed to what the stack runs
+    space = Space(global_batch=64, stack=NO_UNEVEN, uneven_stages=2)
+    assert space.uneven_stages == 0  # narrowed to what the stack runs
     columns, _ = candidates(model, cluster, space)
     assert (columns["pp"] > 1).any() and not columns["last_stage_layers"].any()
     result = search(model, cluster, space, top_k=10, workers=1)

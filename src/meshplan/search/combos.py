@@ -20,11 +20,9 @@ from meshplan.specs.check import ring_window_reason
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 
-# last-stage layer counts the search tries below the even split's ⌈L/p⌉ (stage_options): the LM head and the loss
-# weigh a few layers (Llama-3-8B's 128k-vocabulary head: about 2.4 layers' FLOPs); the nearest UNEVEN_OPTIONS of
-# them only: each adds a size row per (pp > 1) combination, and the search's time grows with the rows
+# how far below the even split's ⌈L/p⌉ the search looks for a last-stage layer count (stage_options): the LM head and
+# the loss weigh a few layers (Llama-3-8B's 128k-vocabulary head: about 2.4 layers' FLOPs)
 UNEVEN_WINDOW = 4
-UNEVEN_OPTIONS = 2
 
 
 @lru_cache(maxsize=4096)
@@ -100,12 +98,11 @@ def valid_combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list
     return out, tally
 
 
-def stage_options(layers: int, pp: int, vpps: list[int], uneven: bool) -> list[tuple[int, int]]:
-    """(vpp, last_stage_layers) pairs: each interleaving option with the even split (0) and, if ``uneven`` (the
-    framework runs an uneven last stage: Supports.uneven_stages), the UNEVEN_OPTIONS last-stage counts l nearest
-    below ⌈L/p⌉ (down to ⌈L/p⌉ − UNEVEN_WINDOW) that Megatron-Core lays out exactly (decoder_last_pipeline_num_layers):
-    the other p − 1 ranks split L − l evenly and each rank's layers fill its v model chunks whole. Fewer layers only:
-    the last rank also runs the LM head and the loss."""
+def stage_options(layers: int, pp: int, vpps: list[int], uneven: int) -> list[tuple[int, int]]:
+    """(vpp, last_stage_layers) pairs: each interleaving option with the even split (0) and the ``uneven``
+    (Space.uneven_stages) last-stage counts l nearest below ⌈L/p⌉, down to ⌈L/p⌉ − UNEVEN_WINDOW, that Megatron-Core
+    lays out exactly (decoder_last_pipeline_num_layers): the other p − 1 ranks split L − l evenly and each rank's
+    layers fill its v model chunks whole. Fewer layers only: the last rank also runs the LM head and the loss."""
     out = []
     even = -(-layers // pp)
     for v in vpps:
@@ -114,7 +111,7 @@ def stage_options(layers: int, pp: int, vpps: list[int], uneven: bool) -> list[t
             continue
         fits = [last for last in range(even - 1, max(1, even - UNEVEN_WINDOW) - 1, -1)
                 if not (layers - last) % (pp - 1) and not (layers - last) // (pp - 1) % v and not last % v]
-        out += [(v, last) for last in sorted(fits[:UNEVEN_OPTIONS])]
+        out += [(v, last) for last in sorted(fits[:uneven])]
     return out
 
 
