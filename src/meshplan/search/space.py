@@ -1,10 +1,11 @@
 """Space: what the search may choose, and the settings every plan of it shares.
 
 All factorisations N = dp·tp·pp·cp (tp·tp2 on the SUMMA grid); every divisor micro-batch; virtual stages v dividing
-the layers per stage (interleaved when v > 1); ep dividing the experts and etp dividing tp; ZeRO 0–3; recompute none /
-selective / full; sequence parallelism on / off (when tp > 1); optimizer / activation offload; and every distinct
-placement of the axes on the mesh (which axes share the NVLink domain). Each size combination is scored under the
-settings grid (recompute × ZeRO × optimizer offload × activation offload) at once.
+the layers per stage (interleaved when v > 1), each with the even split of the layers and an uneven one (a last stage
+with fewer layers, Plan.last_stage_layers, where the framework runs it); ep dividing the experts and etp dividing tp;
+ZeRO 0–3; recompute none / selective / full; sequence parallelism on / off (when tp > 1); optimizer / activation
+offload; and every distinct placement of the axes on the mesh (which axes share the NVLink domain). Each size
+combination is scored under the settings grid (recompute × ZeRO × optimizer offload × activation offload) at once.
 """
 
 from __future__ import annotations
