@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
-from meshplan.xp import Num, maximum, minimum, where
+from meshplan.xp import Num, minimum, where
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +37,16 @@ def _uneven(plan: Plan) -> Num:
     return (plan.last_stage_layers > 0) & (plan.pp > 1)
 
 
+def any_uneven(plan: Plan) -> bool:
+    """Whether any plan (of a search batch) has an uneven last stage: only then is the last rank priced apart."""
+    return bool(np.any(_uneven(plan)))
+
+
 def layers_on_stage(model: ModelSpec, plan: Plan) -> Num:
     """Layers on the first (and every middle) pipeline rank: ⌈L / p⌉, or with an uneven last stage
     (``plan.last_stage_layers`` = l) the other ranks' even split of the rest, ⌈(L − l) / (p − 1)⌉."""
-    rest = -(-(model.num_layers - plan.last_stage_layers) // maximum(plan.pp - 1, 1))
-    return where(_uneven(plan), rest, -(-model.num_layers // plan.pp))
+    uneven = _uneven(plan)  # one division for both: ⌈(L − l·u) / (p − u)⌉, u = 1 for an uneven last stage
+    return -(-(model.num_layers - plan.last_stage_layers * uneven) // (plan.pp - uneven))
 
 
 def layers_on_last(model: ModelSpec, plan: Plan) -> Num:

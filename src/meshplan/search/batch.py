@@ -21,7 +21,8 @@ import numpy as np
 
 from meshplan.specs.plan import DENSE_AXES, Plan
 
-NUMERIC = ("dp", "tp", "pp", "cp", "tp2", "ep", "etp", "vpp", "micro_batch", "global_batch", "summa_panels")
+NUMERIC = ("dp", "tp", "pp", "cp", "tp2", "ep", "etp", "vpp", "last_stage_layers", "micro_batch", "global_batch",
+           "summa_panels")
 CATEGORICAL = tuple(f.name for f in fields(Plan) if f.name not in NUMERIC and f.name not in ("tags", "placement"))
 
 

@@ -36,7 +36,7 @@ class Best:
 
 def plan_key(plan: Plan) -> tuple:
     """(the ranking's order of the plan fields, the plan)."""
-    order = (plan.dp, plan.tp, plan.pp, plan.cp, plan.ep, plan.etp, plan.vpp, plan.micro_batch, plan.zero,
-             plan.recompute, plan.sequence_parallel, plan.schedule, plan.offload_optimizer, plan.offload_activations,
-             plan.placement)
+    order = (plan.dp, plan.tp, plan.pp, plan.cp, plan.ep, plan.etp, plan.vpp, plan.last_stage_layers, plan.micro_batch,
+             plan.zero, plan.recompute, plan.sequence_parallel, plan.schedule, plan.offload_optimizer,
+             plan.offload_activations, plan.placement)
     return (order, plan)

@@ -23,7 +23,7 @@ from meshplan.specs.plan import DENSE_AXES, LAYOUTS
 
 def candidates(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[dict[str, np.ndarray], Tally]:
     """Numeric columns of every structurally valid candidate, and the tally of the invalid ones: micro-batch ×
-    interleaving × experts × placements, in that nesting order (placements innermost), built for all size
+    (interleaving, stage split) × experts × placements, in that nesting order (placements innermost), built for all size
     combinations at once.
 
     An invalid numeric combination is counted once per categorical setting it would have been paired with.
@@ -50,9 +50,9 @@ class Sized:
 
 
 def size_rows(combos: list[Combo], cluster: Cluster, space: Space, tally: Tally) -> Sized | None:
-    """The size combinations of these (tp, tp2, cp, pp, dp) combinations: micro-batch × interleaving × experts,
-    in that nesting order, with their distinct placements; the interleaved ones whose micro-batches pp does not
-    divide tallied (once per placement and setting they would have had)."""
+    """The size combinations of these (tp, tp2, cp, pp, dp) combinations: micro-batch × (interleaving, stage split) ×
+    experts, in that nesting order, with their distinct placements; the interleaved ones whose micro-batches pp does
+    not divide tallied (once per placement and setting they would have had)."""
     if not combos:
         return None
     if space.all_placements:
@@ -61,7 +61,7 @@ def size_rows(combos: list[Combo], cluster: Cluster, space: Space, tally: Tally)
     else:
         placements = [[0]] * len(combos)
     micro, n_micro = _ragged([c.micro for c in combos])
-    vpps, n_vpp = _ragged([c.vpps for c in combos])
+    stages, n_vpp = _ragged([[v * 1_000_000 + last for v, last in c.stages] for c in combos])  # (vpp, last) packed
     experts, n_exp = _ragged([[e * 1_000_000 + t for e, t in c.experts] for c in combos])  # (ep, etp) packed
     (pids, pid_start), n_pid = _ragged(placements)
     per_combo = n_micro * n_vpp * n_exp
@@ -69,7 +69,8 @@ def size_rows(combos: list[Combo], cluster: Cluster, space: Space, tally: Tally)
     local = np.arange(len(combo)) - np.repeat(np.cumsum(per_combo) - per_combo, per_combo)
     local, i_exp = np.divmod(local, n_exp[combo])
     i_micro, i_vpp = np.divmod(local, n_vpp[combo])
-    mbs, vpp = micro[0][micro[1][combo] + i_micro], vpps[0][vpps[1][combo] + i_vpp]
+    mbs = micro[0][micro[1][combo] + i_micro]
+    vpp, last = np.divmod(stages[0][stages[1][combo] + i_vpp], 1_000_000)
     pair = experts[0][experts[1][combo] + i_exp]
     field = {name: np.array([getattr(c, name) for c in combos], dtype=np.int64)
              for name in ("dp", "tp", "pp", "cp", "tp2", "panel", "mult")}
@@ -84,7 +85,7 @@ def size_rows(combos: list[Combo], cluster: Cluster, space: Space, tally: Tally)
     combo = combo[keep]
     columns = {name: field[name][combo] for name in ("dp", "tp", "pp", "cp", "tp2")}
     ep, etp = np.divmod(pair[keep], 1_000_000)
-    columns |= {"ep": ep, "etp": etp, "vpp": vpp[keep], "micro_batch": mbs[keep],
+    columns |= {"ep": ep, "etp": etp, "vpp": vpp[keep], "last_stage_layers": last[keep], "micro_batch": mbs[keep],
                 "global_batch": np.full(len(combo), space.global_batch, dtype=np.int64),
                 "summa_panels": field["panel"][combo], "placement_id": pids[pid_start[combo]], "layout": layout[combo]}
     return Sized(columns, pids, pid_start[combo], n_pid[combo])

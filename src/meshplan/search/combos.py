@@ -20,6 +20,10 @@ from meshplan.specs.check import ring_window_reason
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 
+# how far below the even split's ⌈L/p⌉ the search looks for a last-stage layer count (stage_options): the LM head and
+# the loss weigh a few layers (Llama-3-8B's 128k-vocabulary head: about 2.4 layers' FLOPs)
+UNEVEN_WINDOW = 4
+
 
 @lru_cache(maxsize=4096)
 def divisors(n: int) -> list[int]:
@@ -38,14 +42,14 @@ class Combo:
     layout: str
     mult: int  # categorical settings each of its plans is paired with
     micro: list[int]
-    vpps: list[int]
+    stages: list[tuple[int, int]]  # (vpp, last_stage_layers): the interleaving options, each with its stage splits
     experts: list[tuple[int, int]]  # (ep, etp)
     panel: int
 
     @property
     def sizes(self) -> int:
-        """Its size rows: micro-batch × interleaving × expert options."""
-        return len(self.micro) * len(self.vpps) * len(self.experts)
+        """Its size rows: micro-batch × (interleaving, stage split) × expert options."""
+        return len(self.micro) * len(self.stages) * len(self.experts)
 
     @property
     def unplaced(self) -> int:
@@ -82,15 +86,33 @@ def valid_combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list
             continue
         micro = [b for b in divisors(gbs // dp) if b <= space.max_micro_batch]
         vpps = [1] + [v for v in divisors(layers // pp) if v > 1] * (pp > 1 and layers % pp == 0 and space.interleaving)
+        stages = stage_options(layers, pp, vpps, space.uneven_stages)
         experts, bad = _expert_pairs(model, tp, tp * cp * dp)
         experts = [(e, t) for e, t in experts if e in space.axis_sizes("ep", [e])]
         tally.add("ep*etp does not divide tp*cp*dp or num_experts", f"tp={tp} cp={cp} dp={dp}",
-                  bad * mult * len(micro) * len(vpps))
+                  bad * mult * len(micro) * len(stages))
         if space.stack.overlap_ep:  # Megatron-Core's combined 1F1B (check.check): ep > 1, interleaved under a pipeline
-            experts, vpps = _ep_overlap_options(tally, experts, vpps, pp, mult * len(micro))
+            experts, stages = _ep_overlap_options(tally, experts, stages, pp, mult * len(micro))
         if micro and experts:
-            out.append(Combo(tp, tp2, cp, pp, dp, layout, mult, micro, vpps, experts, panels[0]))
+            out.append(Combo(tp, tp2, cp, pp, dp, layout, mult, micro, stages, experts, panels[0]))
     return out, tally
+
+
+def stage_options(layers: int, pp: int, vpps: list[int], uneven: int) -> list[tuple[int, int]]:
+    """(vpp, last_stage_layers) pairs: each interleaving option with the even split (0) and the ``uneven``
+    (Space.uneven_stages) last-stage counts l nearest below ⌈L/p⌉, down to ⌈L/p⌉ − UNEVEN_WINDOW, that Megatron-Core
+    lays out exactly (decoder_last_pipeline_num_layers): the other p − 1 ranks split L − l evenly and each rank's
+    layers fill its v model chunks whole. Fewer layers only: the last rank also runs the LM head and the loss."""
+    out = []
+    even = -(-layers // pp)
+    for v in vpps:
+        out.append((v, 0))
+        if pp == 1 or not uneven:
+            continue
+        fits = [last for last in range(even - 1, max(1, even - UNEVEN_WINDOW) - 1, -1)
+                if not (layers - last) % (pp - 1) and not (layers - last) // (pp - 1) % v and not last % v]
+        out += [(v, last) for last in sorted(fits[:uneven])]
+    return out
 
 
 def _grids(n: int, space: Space) -> Iterator[tuple[int, int, int, int, str]]:
@@ -149,13 +171,13 @@ def _expert_pairs(model: ModelSpec, tp: int, ranks: int) -> tuple[list[tuple[int
     return pairs, bad
 
 
-def _ep_overlap_options(tally: Tally, experts: list[tuple[int, int]], vpps: list[int], pp: int, per: int
-                        ) -> tuple[list[tuple[int, int]], list[int]]:
-    """The expert and interleaving options a stack that overlaps the EP all-to-alls (Stack.overlap_ep) can run:
-    ep > 1, and with a pipeline an interleaved schedule; the others tallied (``per`` plans each)."""
+def _ep_overlap_options(tally: Tally, experts: list[tuple[int, int]], stages: list[tuple[int, int]], pp: int,
+                        per: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The expert and (interleaving, stage split) options a stack that overlaps the EP all-to-alls (Stack.overlap_ep)
+    can run: ep > 1, and with a pipeline an interleaved schedule; the others tallied (``per`` plans each)."""
     kept_experts = [(e, t) for e, t in experts if e > 1]
-    kept_vpps = [v for v in vpps if v > 1] if pp > 1 else vpps
-    tally.add("overlap_ep needs ep > 1", f"pp={pp}", (len(experts) - len(kept_experts)) * len(vpps) * per)
+    kept_stages = [s for s in stages if s[0] > 1] if pp > 1 else stages
+    tally.add("overlap_ep needs ep > 1", f"pp={pp}", (len(experts) - len(kept_experts)) * len(stages) * per)
     tally.add("overlap_ep needs vpp > 1 with pp > 1", f"pp={pp}",
-              len(kept_experts) * (len(vpps) - len(kept_vpps)) * per)
-    return kept_experts, kept_vpps
+              len(kept_experts) * (len(stages) - len(kept_stages)) * per)
+    return kept_experts, kept_stages

@@ -65,8 +65,9 @@ def _key_batch(batch: PlanBatch, first: np.ndarray) -> PlanBatch:
     ones = np.ones(len(first), dtype=np.int64)
     cols = {k: getattr(batch, k)[first] for k in _UNIT_KEYS}
     strides = {a: batch.stride(a)[first] for a in _UNIT_STRIDES} | {"dp": ones}
-    return PlanBatch(dp=ones, pp=batch.pp[first], vpp=ones, global_batch=cols["micro_batch"], placement_id=0 * ones,
-                     placements=batch.placements, strides=strides, **cols,
+    return PlanBatch(dp=ones, pp=batch.pp[first], vpp=ones, last_stage_layers=0 * ones,
+                     global_batch=cols["micro_batch"], placement_id=0 * ones, placements=batch.placements,
+                     strides=strides, **cols,
                      **{k: getattr(batch, k) for k in CATEGORICAL if k not in _GRID_SETTINGS})
 
 

@@ -1,10 +1,11 @@
 """Space: what the search may choose, and the settings every plan of it shares.
 
 All factorisations N = dp·tp·pp·cp (tp·tp2 on the SUMMA grid); every divisor micro-batch; virtual stages v dividing
-the layers per stage (interleaved when v > 1); ep dividing the experts and etp dividing tp; ZeRO 0–3; recompute none /
-selective / full; sequence parallelism on / off (when tp > 1); optimizer / activation offload; and every distinct
-placement of the axes on the mesh (which axes share the NVLink domain). Each size combination is scored under the
-settings grid (recompute × ZeRO × optimizer offload × activation offload) at once.
+the layers per stage (interleaved when v > 1), each with the even split of the layers and an uneven one (a last stage
+with fewer layers, Plan.last_stage_layers, where the framework runs it); ep dividing the experts and etp dividing tp;
+ZeRO 0–3; recompute none / selective / full; sequence parallelism on / off (when tp > 1); optimizer / activation
+offload; and every distinct placement of the axes on the mesh (which axes share the NVLink domain). Each size
+combination is scored under the settings grid (recompute × ZeRO × optimizer offload × activation offload) at once.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ class Space:
     cp_max: int = 0  # 0: no limit
     offload_optimizer: tuple[bool, ...] = (False, True)
     offload_activations: tuple[bool, ...] = (False, True)
+    # uneven splits tried beside each even pipeline split: the last stage with fewer layers, this many counts nearest
+    # below the even one (combos.stage_options; each adds a size row per pp > 1 combination: 1 costs the search about a
+    # quarter more time, 2 about a half); 0, or a stack without uneven stages: even splits only
+    uneven_stages: int = 1
     gpipe: bool = False  # GPipe: the step time of 1F1B with at least its memory (dominated; see search.run)
     all_placements: bool = True
     max_micro_batch: int = 64
@@ -55,6 +60,8 @@ class Space:
     def __post_init__(self) -> None:
         if not 0 <= self.headroom < 1:
             raise ValueError(f"headroom={self.headroom} must be a share of HBM from 0 to below 1")
+        if not isinstance(self.uneven_stages, int) or self.uneven_stages < 0:
+            raise ValueError(f"uneven_stages={self.uneven_stages!r} must be a count of last-stage splits, 0 or more")
         self._narrow_to_the_stack()
         if not all(fsdp_has_zero(self.stack.fsdp, z) for z in self.zero):
             raise ValueError(f"fsdp={self.stack.fsdp} has no ZeRO-1 strategy: search zero in 0, 2, 3")
@@ -79,6 +86,7 @@ class Space:
             object.__setattr__(self, name, values)
         object.__setattr__(self, "gpipe", self.gpipe and "gpipe" in can.schedules)
         object.__setattr__(self, "all_placements", self.all_placements and can.any_placement)
+        object.__setattr__(self, "uneven_stages", self.uneven_stages if can.uneven_stages else 0)
         if "cp" not in can.axes:
             object.__setattr__(self, "cp_max", 1)
 

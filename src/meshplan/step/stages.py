@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from meshplan.channels import dp_collectives, offload, optimizer_time, step_channels
-from meshplan.cost.params import layers_on_last, layers_on_stage, stage_params
+from meshplan.cost.params import any_uneven, layers_on_last, layers_on_stage, stage_params
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -34,8 +34,9 @@ def stage_times(model: ModelSpec, plan: Plan, stack: Stack, u: Units) -> tuple[P
 
     single = plan.pp == 1
     middle = _with_sends(plan, stack, body(layers_on_stage(model, plan)), u)
-    # an uneven last stage (plan.last_stage_layers) has layers of its own; an even split the same as the others
-    own_last = _with_sends(plan, stack, body(layers_on_last(model, plan)), u) if plan.last_stage_layers else middle
+    # an uneven last stage (plan.last_stage_layers) has layers of its own; an even split the same as the others (in a
+    # search batch holding both, layers_on_last gives the even rows the others' count: the same numbers)
+    own_last = _with_sends(plan, stack, body(layers_on_last(model, plan)), u) if any_uneven(plan) else middle
     first = middle.plus(u.embed).plus(u.head.scaled(single))
     last = own_last.plus(u.head).plus(u.embed.scaled(single))
     return first, last, middle
