@@ -47,6 +47,7 @@ SCALING_CSV = "scaling-megatron-1t.csv"  # the rows of the strong-scaling sweep 
 WHATIF_CSV = "whatif-gpt3-175b.csv"  # the rows of the hardware what-if sweeps (param-*.png)
 INPUTS = b"meshplan-inputs"  # the PNG text keyword under which a picture records the digest of its inputs
 
+REPORT_SHOTS = ()  # (picture, CSS selector) of the report's sections shown in docs/REPORTS.md
 REPORT = ["report", "--model", "llama3-70b", "--system", "h100", "--gpus", "256", "--global-batch", "256",
           "--scaling", "64,128,256,512,1024"]
 SCALING = ["sweep", "--model", "megatron-1t", "--global-batch", "4096", "--systems", "a100,h200,b200",
@@ -77,10 +78,10 @@ def digest(data: bytes | object) -> str:
 
 
 def html_inputs(html: str) -> str:
-    """The digest of a report without its SVG charts (matplotlib's output) and the time its search took: its text,
-    tables and numbers."""
-    html = re.sub(r"search took [0-9.]+ s", "search took - s", re.sub(r"<svg\b.*?</svg>", "", html, flags=re.S))
-    return digest(html.encode())
+    """The digest of a report without the charts' runtime (the Vega libraries, the first script of its head) and the
+    time its search took: its text, tables, numbers and the charts' specs and data."""
+    html = re.sub(r"<head>(.*?)<script>.*?</script>", r"<head>\1", html, count=1, flags=re.S)
+    return digest(re.sub(r"search took [0-9.]+ s", "search took - s", html).encode())
 
 
 def stamp(png: Path, inputs: str) -> Path:
@@ -109,17 +110,24 @@ def recorded_inputs(png: Path) -> str | None:
 def report_pictures(tmp: Path, img: Path, quick: bool) -> None:
     html = tmp / "report.html"
     run(REPORT + (["--scaling", "128,256,512"] if quick else []) + ["-o", str(html)])
-    from meshplan.report.browser import Chromium, find_chromium
+    from meshplan.report.browser import chromium, find_chromium, open_page
 
     if find_chromium() is None:
-        print("  no chromium: skipping the report screenshot (apt-get install chromium)")
+        print("  no chromium: skipping the report screenshots (apt-get install chromium)")
         return
-    with Chromium(width=1280, height=1000) as browser:
-        page = browser.open(html)
-        assert page.errors == [], page.errors
-        page.screenshot(img / "report.png")
-    stamp(img / "report.png", html_inputs(html.read_text()))
-    print(f"  wrote {img / 'report.png'} ({html.stat().st_size / 1e6:.1f} MB report)")
+    inputs = html_inputs(html.read_text())
+    with chromium() as browser:
+        page = open_page(browser, html, width=1280, height=1000, ready="window.meshplan && window.meshplan.ready")
+        assert page.meshplan_errors == [], page.meshplan_errors
+        page.screenshot(path=img / "report.png")
+        written = ["report.png"]
+        for name, selector in REPORT_SHOTS:
+            if page.locator(selector).count():
+                page.locator(selector).screenshot(path=img / name)
+                written.append(name)
+    for name in written:
+        stamp(img / name, inputs)
+    print(f"  wrote {', '.join(written)} ({html.stat().st_size:,} bytes of report)")
 
 
 def plan_pictures(img: Path) -> None:
