@@ -75,11 +75,13 @@ def _positive_ints(text: str | None, field: str) -> list[int] | None:
     return values
 
 
-def _require_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise MissingDependency("matplotlib", "plot") from None
+def _require_report() -> None:
+    """The report's templates and charts' runtime (the ``report`` extra), checked before the search runs."""
+    for module, package in (("jinja2", "jinja2"), ("vl_convert", "vl-convert-python")):
+        try:
+            __import__(module)
+        except ImportError:
+            raise MissingDependency(package, "report") from None
 
 
 def _scaling_counts(text: str | None, gpus: int, domain: int) -> list[int]:
@@ -147,7 +149,7 @@ def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path,
                         precision=system.accelerator.default_precision)
     counts = _scaling_counts(scaling, gpus, system.network.nvlink_domain)
     check_space(model, cluster, space)
-    _require_matplotlib()  # after the input checks: bad input gets its own message whatever is installed
+    _require_report()  # after the input checks: bad input gets its own message whatever is installed
     result = search(model, cluster, space, top_k=top_k)
     rows = None
     if counts:
