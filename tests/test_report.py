@@ -21,6 +21,7 @@ from meshplan.errors import MissingDependency
 from meshplan.estimate import estimate
 from meshplan.search import Space, search
 from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.units import GiB
 
@@ -243,6 +244,22 @@ def test_report_tables(page, result):
     assert page.count('<tr class="best">') == 1
     assert result.plans[0].plan.describe() in page
     assert "Rejected plans" in page and "Strong scaling" in page
+
+
+def test_a_summa_plan_shows_no_context_parallel_time():
+    """Issue 40: the report showed "cp 50.5 ms" for a 2D SUMMA plan with cp = 1 (its K/V exchange across tp2)."""
+    plan = Plan(dp=8, tp=4, tp2=2, cp=1, tensor_layout="summa", global_batch=64, zero=1)
+    est = estimate(load_model("llama3-70b"), load_system("h100").cluster(64), plan)
+    rows = charts.breakdown_rows([est], ["#1"], 1.0)
+    assert {r["component"] for r in rows} == {"compute", "tp", "dp", "optimizer"}
+    assert "cp" not in {r["component"] for r in charts.delta_chart([est, est], ["#1", "#2"])["layer"][0]["data"]
+                        ["values"]}
+
+
+def test_scaling_picture_leaves_room_above_the_mfu_curve():
+    """Issue 40: the MFU line sat on its frame's top edge."""
+    right = sweep_plots.scaling_figure(_rows()).axes[1]
+    assert right.get_ylim()[1] >= 1.15 * max(max(line.get_ydata()) for line in right.lines)
 
 
 def test_delta_chart_shows_what_the_plans_differ_in(result):
