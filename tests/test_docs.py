@@ -112,6 +112,14 @@ def test_the_packaged_error_bands_are_current(accuracy_out):
                     "benchmarks/accuracy.py` and commit it", pytrace=False)
 
 
+def test_the_packaged_validation_runs_are_current(accuracy_out):
+    """src/meshplan/presets/validation_runs.json, the runs the report's trust panel compares a plan with
+    (report/trust.py)."""
+    if (accuracy_out / accuracy.RUNS.name).read_bytes() != accuracy.RUNS.read_bytes():
+        pytest.fail("src/meshplan/presets/validation_runs.json is stale: regenerate it with `python "
+                    "benchmarks/accuracy.py` and commit it", pytrace=False)
+
+
 def test_accuracy_picture_plots_the_current_points(accuracy_out):
     _same_picture(shots.recorded_inputs(accuracy_out / "accuracy.png"), "accuracy.png",
                   "python benchmarks/accuracy.py", "the runs' current predictions")

@@ -189,7 +189,8 @@ def test_missing_matplotlib_names_the_extra(est_1f1b, monkeypatch):
 
 
 # ---- HTML ----------------------------------------------------------------------------------------------------------
-CHARTS = ("breakdown", "delta", "memory", "timeline", "roofline", "scaling-throughput", "scaling-mfu")
+CHARTS = ("compare-breakdown", "compare-memory", "compare-timeline-a", "compare-timeline-b", "breakdown", "delta",
+          "memory", "timeline", "roofline", "scaling-throughput", "scaling-mfu")
 
 
 @pytest.fixture(scope="module")
@@ -281,6 +282,36 @@ def test_report_command(tmp_path, capsys):
     text = out.read_text()
     assert all(f'data-chart="{k}"' in text for k in CHARTS)
     assert "scaling over 8, 16, 32 GPUs" in capsys.readouterr().out
+
+
+def test_report_command_with_your_config_and_the_plan_space(tmp_path, capsys):
+    """--from reads the user's own Megatron-LM arguments (configs/), --compare opens the comparison on it and the best
+    plan, --sample draws the plan space."""
+    from meshplan.configs import emit
+    from meshplan.specs.model_load import load_model
+    from meshplan.specs.stack import load_stack
+
+    config = tmp_path / "args.txt"
+    config.write_text(emit("megatron", load_model("gpt2"), Plan(dp=8, tp=2, global_batch=64, zero=1), load_stack(
+        "megatron-core")))
+    out = tmp_path / "r.html"
+    args = ["report", "--model", "gpt2", "--system", "h100", "--gpus", "16", "--global-batch", "64", "--placements",
+            "default", "--no-offload", "--workers", "1", "--scaling", "none", "-o", str(out)]
+    code = main([*args, "--from", str(config), "--compare", "mine,#1", "--sample", "500"])
+    assert code == 0, capsys.readouterr().err
+    text = out.read_text()
+    assert "500 in the plan space" in capsys.readouterr().out
+    assert 'data-chart="space"' in text and "your config: dp=8 tp=2" in text
+    data = json.loads(re.search(r'id="meshplan-data">(.*?)</script>', text, re.S).group(1))
+    mine = next(p for p in data["plans"] if p["origin"] == "your config")
+    best = next(p for p in data["plans"] if p["origin"].startswith("#1"))
+    assert data["compare"]["pair"] == [mine["id"], best["id"]]
+    assert len(data["space"]["columns"]["time"]) == 500
+    for bad, message in ((["--compare", "mine,#1"], "compare='mine,#1' must name two of"),
+                         (["--sample", "-1"], "sample=-1 must be from 0")):
+        code = main([*args, *bad])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_report_command_bad_input(tmp_path, capsys):

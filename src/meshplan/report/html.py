@@ -6,8 +6,9 @@ The page is assembled from Jinja2 templates (report/templates: ``report.html.j2`
 (templates/*.js) embeds them. No ``src`` or ``href`` points outside the file, no web font is used: a report weighs
 about 1–3 MB and can be mailed.
 
-Sections (sections.py builds each): summary, best plans, step-time breakdown and the difference from the best plan,
-memory per GPU vs HBM, pipeline timeline, per-op roofline, strong scaling (from sweep rows), rejected plans.
+Sections, one template each: summary, best plans (sections.py), the plan space (space.py), the comparison of two
+plans and the trust panel (compare.py, trust.py), step-time breakdown and the difference from the best plan, memory
+per GPU vs HBM, pipeline timeline, per-op roofline, strong scaling (from sweep rows), rejected plans (sections.py).
 """
 
 from __future__ import annotations
@@ -19,24 +20,44 @@ from typing import TYPE_CHECKING, Any
 
 from meshplan.files import write_text
 from meshplan.report import sections as S
+from meshplan.report.compare import compare_section, pair_of, trust_section
+from meshplan.report.detail import detailed_plans, dominated, page_data, with_front
+from meshplan.report.space import space_section
 from meshplan.report.vega import bundle, environment, versions
-from meshplan.units import fmt_bytes, fmt_count, fmt_time
+from meshplan.units import GiB, fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
     from meshplan.estimate import Estimate
     from meshplan.search.run import SearchResult
 
-SCRIPTS = ("report.js",)  # the page's own scripts, in order (templates/)
+SCRIPTS = ("report.js", "space.js", "compare.js")  # the page's own scripts, in order (templates/)
 
 
 def _asset(name: str) -> str:
     return (resources.files("meshplan.report") / "templates" / name).read_text(encoding="utf-8")
 
 
-def render(result: SearchResult, scaling_rows: Sequence[dict[str, Any]] | None = None, top: int = 5) -> str:
-    """The report of one search (and, optionally, strong-scaling sweep rows) as one HTML string."""
+def render(result: SearchResult, scaling_rows: Sequence[dict[str, Any]] | None = None, top: int = 5,
+           mine: Estimate | None = None, compare: str | None = None) -> str:
+    """The report of one search (and, optionally, strong-scaling sweep rows, whose ``front`` the plan space shows):
+    with ``result.explored`` the plan space; with the user's own plan ``mine`` (``--from``) that plan beside the
+    search's; ``compare``: the pair the comparison opens on (compare.pair_of)."""
     plans = list(result.plans[:top])
+    held = detailed_plans(result, top, mine) if plans or mine else []
+    others = _other_fronts(result, scaling_rows or [])
+    held = with_front(held, [(o["time"], o["memory"] * GiB, o["gpus"]) for o in others])
+    points = [(d.est.step_time, d.est.peak_memory, d.est.cluster.num_gpus) for d in held if d.on_front]
+    others = [o | {"front3d": not dominated((o["time"], o["memory"] * GiB, o["gpus"]), points
+                                            + [(x["time"], x["memory"] * GiB, x["gpus"]) for x in others])}
+              for o in others]
     sections = [S.plans_section(plans)]
+    if result.explored is not None and len(result.explored):
+        sections.append(space_section(result, held, others))
+    if held:
+        pair = pair_of(held, compare)
+        sections.append(compare_section(held, pair))
+        sections[-1].context["data"]["plans"] = page_data(held, result.cluster.accelerator.hbm_bytes, pair)
+        sections.append(trust_section(held, result.space.headroom, pair[0]))
     if plans:
         sections += [S.time_section(plans), S.memory_section(plans, result.space.headroom),
                      S.pipeline_section(plans[0]), S.roofline_section(plans[0])]
@@ -44,6 +65,13 @@ def render(result: SearchResult, scaling_rows: Sequence[dict[str, Any]] | None =
         sections.append(S.scaling_section(scaling_rows))
     sections.append(S.rejected_section(result))
     return page(result, sections)
+
+
+def _other_fronts(result: SearchResult, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The Pareto fronts the scaling searches found at the other GPU counts, as the plan space shows them."""
+    n = result.cluster.num_gpus
+    return [{"time": t, "memory": m / GiB, "gpus": r["gpus"], "plan": plan.describe()}
+            for r in rows if r.get("gpus") != n for t, m, plan in r.get("front", ())]
 
 
 def page(result: SearchResult, sections: Sequence[S.Section]) -> str:
@@ -95,6 +123,6 @@ def _lead(result: SearchResult, plans: list[Estimate]) -> dict[str, Any]:
 
 
 def write(path: str | Path, result: SearchResult, scaling_rows: Sequence[dict[str, Any]] | None = None,
-          top: int = 5) -> Path:
-    """Write the report of ``result`` to ``path`` (UTF-8); return the path."""
-    return write_text(path, render(result, scaling_rows, top), "output")
+          top: int = 5, mine: Estimate | None = None, compare: str | None = None) -> Path:
+    """Write the report of ``result`` (``render``'s arguments) to ``path`` (UTF-8); return the path."""
+    return write_text(path, render(result, scaling_rows, top, mine, compare), "output")
