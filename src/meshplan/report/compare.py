@@ -14,7 +14,7 @@ from typing import Any
 
 from meshplan.estimate import COMPONENTS
 from meshplan.report.charts import KINDS
-from meshplan.report.detail import Detailed
+from meshplan.report.detail import Detailed, page_data
 from meshplan.report.plots import MEMORY_COLORS
 from meshplan.report.sections import Section
 from meshplan.report.trust import trust_rows
@@ -49,10 +49,13 @@ MEMORY_DRIVERS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-def compare_section(plans: Sequence[Detailed], pair: tuple[int, int]) -> Section:
+def compare_section(plans: Sequence[Detailed], pair: tuple[int, int], hbm: float) -> Section:
+    """The comparison of ``pair`` (ids of ``plans``), with every held plan's data for the page's script (the plan
+    space reads them too) and the charts it fills in."""
     options = [{"id": d.id, "label": f"{d.origin}: {d.est.plan.describe()}"} for d in plans]
     context = {"options": options, "pair": pair,
-               "data": {"compare": {"pair": list(pair), "drivers": _drivers(DRIVERS),
+               "data": {"plans": page_data(plans, hbm, pair),
+                        "compare": {"pair": list(pair), "drivers": _drivers(DRIVERS),
                                     "memory_drivers": _drivers(MEMORY_DRIVERS), "components": list(COMPONENTS)}}}
     found = {"compare-breakdown": breakdown_pair_chart(), "compare-memory": memory_pair_chart(),
              "compare-timeline-a": timeline_template("A"), "compare-timeline-b": timeline_template("B")}

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from meshplan.files import write_text
 from meshplan.report import sections as S
 from meshplan.report.compare import compare_section, pair_of, trust_section
-from meshplan.report.detail import detailed_plans, dominated, page_data, with_front
+from meshplan.report.detail import detailed_plans, dominated, with_front
 from meshplan.report.space import space_section
 from meshplan.report.vega import bundle, environment, versions
 from meshplan.units import GiB, fmt_bytes, fmt_count, fmt_time
@@ -55,8 +55,7 @@ def render(result: SearchResult, scaling_rows: Sequence[dict[str, Any]] | None =
         sections.append(space_section(result, held, others))
     if held:
         pair = pair_of(held, compare)
-        sections.append(compare_section(held, pair))
-        sections[-1].context["data"]["plans"] = page_data(held, result.cluster.accelerator.hbm_bytes, pair)
+        sections.append(compare_section(held, pair, result.cluster.accelerator.hbm_bytes))
         sections.append(trust_section(held, result.space.headroom, pair[0]))
     if plans:
         sections += [S.time_section(plans), S.memory_section(plans, result.space.headroom),

@@ -18,7 +18,7 @@
     r.step = state.fmtTime(r.time);
     (r.status === "fits" ? points : rejected).push(r);
   }
-  const plans = data.plans.filter(function (p) { return p.gpus === space.gpus; }).map(function (p) {
+  const plans = (data.plans || []).filter(function (p) { return p.gpus === space.gpus; }).map(function (p) {
     const f = p.fields;
     return { id: p.id, time: p.time, memory: p.memory, origin: p.origin, plan: p.describe, step: p.step,
              status: p.fits ? "fits" : p.reasons.join("; "), framework: f.framework, front3d: p.front,
