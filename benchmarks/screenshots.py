@@ -80,9 +80,10 @@ def digest(data: bytes | object) -> str:
 
 
 def html_inputs(html: str) -> str:
-    """The digest of a report without the charts' runtime (the Vega libraries, the first script of its head) and the
-    time its search took: its text, tables, numbers and the charts' specs and data."""
+    """The digest of a report without the charts' runtime (the Vega libraries, the first script of its head, and their
+    versions) and the time its search took: its text, tables, numbers and the charts' specs and data."""
     html = re.sub(r"<head>(.*?)<script>.*?</script>", r"<head>\1", html, count=1, flags=re.S)
+    html = re.sub(r"Charts: Vega [0-9.]+, Vega-Lite [0-9.]+", "Charts: Vega -, Vega-Lite -", html)
     return digest(re.sub(r"search took [0-9.]+ s", "search took - s", html).encode())
 
 

@@ -314,6 +314,15 @@ def test_report_command_with_your_config_and_the_plan_space(tmp_path, capsys):
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
 
 
+def test_report_command_without_the_report_extra(tmp_path, capsys, monkeypatch):
+    """A missing Jinja2 or vl-convert-python: one line with the install command, before any search."""
+    monkeypatch.setitem(sys.modules, "vl_convert", None)
+    code = main(["report", "--model", "gpt2", "--system", "h100", "--gpus", "8", "--scaling", "none",
+                 "-o", str(tmp_path / "r.html")])
+    err = capsys.readouterr().err
+    assert code == 2 and "pip install 'meshplan[report]'" in err and len(err.strip().splitlines()) == 1
+
+
 def test_report_command_bad_input(tmp_path, capsys):
     code = main(["report", "--model", "gpt2", "--system", "h100", "--gpus", "16", "--scaling", "8,x",
                  "-o", str(tmp_path / "r.html")])

@@ -56,8 +56,8 @@ def spec(**parts: Any) -> dict[str, Any]:
             "config": {"font": "system-ui, -apple-system, Segoe UI, Roboto, Helvetica, Arial, sans-serif",
                        "axis": {"labelFontSize": 11, "titleFontSize": 12, "titleFontWeight": 500, "grid": True,
                                 "gridOpacity": 0.35},
-                       "legend": {"labelFontSize": 11, "titleFontSize": 11, "orient": "bottom",
-                                  "direction": "horizontal", "columns": 6},
+                       "legend": {"labelFontSize": 11, "titleFontSize": 11, "orient": "bottom", "labelLimit": 280,
+                                  "titleLimit": 320, "direction": "horizontal", "columns": 6},
                        "title": {"fontSize": 13, "anchor": "start", "fontWeight": 600},
                        "view": {"stroke": None}}}
     return base | parts
