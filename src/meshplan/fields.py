@@ -36,6 +36,9 @@ def _kind_error(name: str, value: Any, kind: str) -> str | None:
     is_int = isinstance(value, int) and not isinstance(value, bool)
     if kind == "int" and not is_int:
         return f"{name}={value!r} must be an integer"
+    if value is None and kind in ("float | None", "int | None"):
+        return None
+    kind = kind.removesuffix(" | None") if kind in ("float | None", "int | None") else kind
     if kind == "float" and not (is_int or isinstance(value, float)):
         return f"{name}={value!r} must be a number"
     if kind == "float" and not math.isfinite(value):
@@ -51,7 +54,8 @@ def _kind_error(name: str, value: Any, kind: str) -> str | None:
 
 def check_types(spec: Any, prefix: str = "") -> None:
     """Raise SpecError for the first field of dataclass ``spec`` whose value is not of its declared type
-    (``int``, ``float``, ``bool``, ``bool | None``, ``str``; other annotations are the spec's own business)."""
+    (``int``, ``float``, ``bool``, ``str``; the first three also ``| None``; other annotations are the spec's own
+    business)."""
     for f in fields(spec):
         message = _kind_error(f.name, getattr(spec, f.name), str(f.type))
         if message:
