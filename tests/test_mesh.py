@@ -189,3 +189,17 @@ def test_link_efficiency_by_position_not_name():
     c = three_tiers()
     assert collective_time("p2p", N, 2, 4, c, DEFAULT) == pytest.approx(4e-6 + N / (DEFAULT.network * 1e9))
     assert collective_time("p2p", N, 2, 1, c, DEFAULT) == pytest.approx(1e-6 + N / (DEFAULT.nvlink * 100e9))
+
+
+def test_sweeps_scale_every_tier_beyond_nvlink():
+    """nic_bandwidth scales the pod and the aggregation tiers (50 → 100 GB/s; the aggregation's 1:7 stays:
+    100 / 7 = 14.3 GB/s), nvlink_bandwidth the accelerator's NVLink (450 → 900 GB/s), nvlink_domain tier 0."""
+    from meshplan.sweep import PARAMS, scaled_system
+
+    system = load_system("h100-meta-24k")
+    assert PARAMS["nic_bandwidth"][1](system) == pytest.approx(50e9)
+    faster = scaled_system(system, "nic_bandwidth", 2.0).cluster(16384)
+    assert [t.bandwidth for t in faster.tiers] == pytest.approx([450e9, 100e9, 100e9 / 7])
+    assert [t.bandwidth for t in scaled_system(system, "nvlink_bandwidth", 2.0).cluster(16384).tiers] == \
+        pytest.approx([900e9, 50e9, 50e9 / 7])
+    assert scaled_system(system, "nvlink_domain", 2.0).cluster(16384).mesh_shape == (16, 128, 8)  # 1,024 of 16

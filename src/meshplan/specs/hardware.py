@@ -147,7 +147,8 @@ class Network:
     Two tiers: ``nvlink_domain`` GPUs at the accelerator's NVLink bandwidth, then ``nics_per_gpu`` NICs of
     ``nic_bandwidth`` per GPU. N tiers: ``tiers`` (mesh.TierSpec, innermost first) and none of the two-tier link
     fields; ``nvlink_domain`` is then tier 0's size, and setting it (``replace(network, nvlink_domain=72)``, the
-    ``--nvlink-domain`` what-if) resizes tier 0.
+    ``--nvlink-domain`` what-if) resizes tier 0 while a block of tier 1 keeps at most its GPUs (its NICs and
+    switch ports do not change): 384 servers of 8 in a pod of 3,072 GPUs become 42 domains of 72 (3,024 GPUs).
     """
 
     nvlink_domain: int = 0
@@ -181,8 +182,10 @@ class Network:
         if given:
             raise SpecError(f"{given[0]} belongs to the two-tier form: with [[network.tiers]], give each tier its "
                             "bandwidth and latency")
-        if self.nvlink_domain and self.nvlink_domain != tiers[0].size:
-            tiers = (replace(tiers[0], size=self.nvlink_domain), *tiers[1:])
+        if self.nvlink_domain and self.nvlink_domain != tiers[0].size:  # tier 1 keeps at most its GPUs per block
+            old, new = tiers[0].size, self.nvlink_domain
+            outer = replace(tiers[1], size=max(1, tiers[1].size * old // new)) if tiers[1].size else tiers[1]
+            tiers = (replace(tiers[0], size=new), outer, *tiers[2:])
         object.__setattr__(self, "tiers", tiers)
         object.__setattr__(self, "nvlink_domain", tiers[0].size)
 
