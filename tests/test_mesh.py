@@ -203,3 +203,29 @@ def test_sweeps_scale_every_tier_beyond_nvlink():
     assert [t.bandwidth for t in scaled_system(system, "nvlink_bandwidth", 2.0).cluster(16384).tiers] == \
         pytest.approx([900e9, 50e9, 50e9 / 7])
     assert scaled_system(system, "nvlink_domain", 2.0).cluster(16384).mesh_shape == (16, 128, 8)  # 1,024 of 16
+
+
+def test_the_reports_scaling_counts_stay_within_the_mesh():
+    """meshplan report's default scaling curve, N/4 … 2N, keeps the counts the mesh holds: on Meta's 24,576-GPU
+    cluster 2 × 16,384 is beyond its 8 pods; asked for explicitly, it is one line naming the tier."""
+    from meshplan.cli.report import _scaling_counts
+
+    system = load_system("h100-meta-24k")
+    assert _scaling_counts(None, 16384, system) == [4096, 8192, 16384]
+    assert _scaling_counts(None, 4096, system) == [1024, 2048, 4096, 8192]
+    with pytest.raises(SpecError, match="scaling='32768': gpus=32768 .* more than tier aggregation's size 8"):
+        _scaling_counts("32768", 16384, system)
+
+
+def test_estimate_and_plan_run_on_the_three_tier_preset(capsys):
+    """The command line on h100-meta-24k (the HTML report's columns: test_report_text.py; sweeps: above)."""
+    import json
+
+    assert main(["estimate", "--model", "llama3-8b", "--system", "h100-meta-24k", "--gpus", "4096", "--tp", "2",
+                 "--pp", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_time_s"] > 0
+    assert main(["plan", "--model", "llama3-8b", "--system", "h100-meta-24k", "--gpus", "4096", "--json"]) == 0
+    plans = json.loads(capsys.readouterr().out)["plans"]
+    assert plans and plans[0]["step_time_s"] > 0
+    with pytest.raises(TypeError, match="index"):
+        DEFAULT.link("nvlink")

@@ -110,9 +110,8 @@ def op_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Nu
         time = compute_time(op, acc, precision, eff) + memory_time(op, acc, eff)
     else:
         time = maximum(compute_time(op, acc, precision, eff), memory_time(op, acc, eff))
-    fixed = overhead(op, acc)
-    if type(fixed) is not float or fixed:  # 0.0 in the presets: their times untouched
-        time = fixed + time
+    if acc.gemm_overhead or acc.kernel_overhead:  # 0 in the presets: their times untouched
+        time = overhead(op, acc) + time
     if op.variant == "unfused":
         return time
     if type(op.launches) is not float or op.launches:  # host-launched kernels: the GPU cannot outrun the CPU

@@ -299,8 +299,10 @@ class Efficiency:
 
     # ---- links and clocks -----------------------------------------------------------------------------------
     def link(self, tier: int) -> float:
-        """NCCL bus bandwidth / link bandwidth of mesh tier ``tier``: tier 0 is the scale-up domain (NVLink),
-        every tier beyond it a scale-out network (NICs and switches), whatever the tiers are named."""
+        """NCCL bus bandwidth / link bandwidth of mesh tier ``tier`` (its index): tier 0 is the scale-up domain
+        (NVLink), every tier beyond it a scale-out network (NICs and switches), whatever the tiers are named."""
+        if isinstance(tier, str):  # it took a tier's name until N-tier meshes, whose names are the user's
+            raise TypeError(f"Efficiency.link takes the tier's index (0: NVLink), not its name {tier!r}")
         return self.nvlink if tier == 0 else self.network
 
     def clock(self, accelerator: object, load: Num = 1.0) -> Num:

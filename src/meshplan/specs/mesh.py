@@ -16,6 +16,7 @@ How a job of n GPUs is laid onto the tiers (``tier_sizes``), innermost first:
   spread evenly over the fewest blocks that split it evenly (2,048 nodes on pods of 384 nodes: 8 pods of 256,
   not 5⅓ pods; an uneven spread is no regular mesh);
 - the outermost tier holds the rest, and at most its size when it states one (its capacity).
+The ``--nvlink-domain`` what-if resizes tier 0 and keeps tier 1's GPUs per block (hardware.Network).
 """
 
 from __future__ import annotations
