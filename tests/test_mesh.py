@@ -110,6 +110,8 @@ def test_the_nvlink_domain_override_resizes_tier_zero():
     ('tiers = 3\n', "tiers=3 must be a list of tables"),
     ('nvlink_domain = 8\nnvlink_latency = "3 us"\nnics_per_gpu = 1\nnic_bandwidth = "400 Gb/s"\n',
      "missing field 'nic_latency' (or describe the mesh as [[network.tiers]])"),
+    ('nvlink_domain = [8]\nnvlink_latency = "3 us"\nnics_per_gpu = 1\nnic_bandwidth = "400 Gb/s"\nnic_latency = 0\n',
+     "nvlink_domain=[8] must be an integer"),  # a two-tier field may be left out (N tiers), not be of another kind
 ])
 def test_a_bad_tier_list_is_one_line(tmp_path, capsys, tiers, message):
     h100 = H100.read_text()

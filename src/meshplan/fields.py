@@ -34,11 +34,12 @@ MAX_PLANS = 1_000_000_000
 def _kind_error(name: str, value: Any, kind: str) -> str | None:
     """The complaint about ``value`` for a field declared ``kind`` (a string annotation), or None."""
     is_int = isinstance(value, int) and not isinstance(value, bool)
+    if kind in ("float | None", "int | None"):  # a number or nothing
+        if value is None:
+            return None
+        kind = kind.removesuffix(" | None")
     if kind == "int" and not is_int:
         return f"{name}={value!r} must be an integer"
-    if value is None and kind in ("float | None", "int | None"):
-        return None
-    kind = kind.removesuffix(" | None") if kind in ("float | None", "int | None") else kind
     if kind == "float" and not (is_int or isinstance(value, float)):
         return f"{name}={value!r} must be a number"
     if kind == "float" and not math.isfinite(value):

@@ -151,7 +151,7 @@ class Network:
     switch ports do not change): 384 servers of 8 in a pod of 3,072 GPUs become 42 domains of 72 (3,024 GPUs).
     """
 
-    nvlink_domain: int = 0
+    nvlink_domain: int | None = None
     nvlink_latency: float | None = None
     nics_per_gpu: float | None = None
     nic_bandwidth: float | None = None  # bytes/s per NIC per direction
@@ -166,7 +166,7 @@ class Network:
         if self.tiers != ():
             self._normalise_tiers()
         else:
-            missing = ["nvlink_domain"] * (not self.nvlink_domain) + [n for n in TWO_TIER if getattr(self, n) is None]
+            missing = [n for n in ("nvlink_domain", *TWO_TIER) if getattr(self, n) is None]
             if missing:
                 raise SpecError(f"missing field {missing[0]!r} (or describe the mesh as [[network.tiers]])")
         # every number in its range (ranges.RANGES), which also keeps nics_per_gpu × nic_bandwidth finite
@@ -182,7 +182,7 @@ class Network:
         if given:
             raise SpecError(f"{given[0]} belongs to the two-tier form: with [[network.tiers]], give each tier its "
                             "bandwidth and latency")
-        if self.nvlink_domain and self.nvlink_domain != tiers[0].size:  # tier 1 keeps at most its GPUs per block
+        if self.nvlink_domain is not None and self.nvlink_domain != tiers[0].size:  # tier 1 keeps its GPUs
             old, new = tiers[0].size, self.nvlink_domain
             outer = replace(tiers[1], size=max(1, tiers[1].size * old // new)) if tiers[1].size else tiers[1]
             tiers = (replace(tiers[0], size=new), outer, *tiers[2:])
