@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from meshplan.estimate import COMPONENTS, Estimate, estimate
 from meshplan.report.charts import time_unit
 from meshplan.report.plots import PipelineRun, pipeline_run, short_label
-from meshplan.report.text import _nvlink_axes
+from meshplan.report.text import tier_axes, tier_headers
 from meshplan.units import GiB, fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
@@ -72,8 +72,8 @@ def plan_fields(est: Estimate) -> dict[str, Any]:
     return {"dp": p.dp, "tp": f"{p.tp}×{p.tp2}" if p.tp2 > 1 else p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep,
             "etp": p.etp, "vpp": p.vpp, "micro-batch": p.micro_batch, "micro-batches": p.grad_accum, "ZeRO": p.zero,
             "recompute": p.recompute, "sp": "on" if p.sequence_parallel else "off",
-            "schedule": p.schedule if p.pp > 1 else "-", "offload": offload(p), "in NVLink": _nvlink_axes(est),
-            "framework": est.stack.name}
+            "schedule": p.schedule if p.pp > 1 else "-", "offload": offload(p),
+            **dict(zip(tier_headers(est.cluster), tier_axes(est), strict=True)), "framework": est.stack.name}
 
 
 def offload(plan: Any) -> str:

@@ -23,6 +23,7 @@ from meshplan.report import sections as S
 from meshplan.report.compare import compare_section, pair_of, trust_section
 from meshplan.report.detail import detailed_plans, dominated, with_front
 from meshplan.report.space import space_section
+from meshplan.report.text import mesh_text
 from meshplan.report.vega import bundle, environment, versions
 from meshplan.units import GiB, fmt_bytes, fmt_count, fmt_time
 
@@ -105,7 +106,7 @@ def _safe(text: str) -> Any:
 def _lead(result: SearchResult, plans: list[Estimate]) -> dict[str, Any]:
     """One line on the model and the search, and the best plan's figures as cards."""
     model, cluster = result.model, result.cluster
-    acc, mesh = cluster.accelerator, " × ".join(map(str, cluster.mesh_shape))
+    acc, mesh = cluster.accelerator, mesh_text(cluster, " × ")
     text = (f"{fmt_count(model.params())} parameters, sequence {model.seq_length}, global batch "
             f"{result.space.global_batch} sequences ({fmt_count(result.space.global_batch * model.seq_length)} "
             f"tokens); mesh {mesh} (NVLink domain {cluster.nvlink_domain}); {result.evaluated:,} plans evaluated, "

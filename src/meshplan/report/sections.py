@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from meshplan.report import charts
 from meshplan.report.plots import pipeline_run, short_label
-from meshplan.report.text import _nvlink_axes, op_totals
+from meshplan.report.text import op_totals, tier_axes, tier_headers
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
@@ -39,18 +39,20 @@ def labels(plans: Sequence[Estimate]) -> list[str]:
 
 def plans_section(plans: Sequence[Estimate]) -> Section:
     """The best plans' table: the plan, where its axes sit, its step time and the difference from plan #1."""
-    header = ["#", "plan", "schedule", "in NVLink", "step", "vs #1", "tokens/s", "MFU", "memory"]
+    tiers = tier_headers(plans[0].cluster) if plans else ["in NVLink"]
+    header = ["#", "plan", "schedule", *tiers, "step", "vs #1", "tokens/s", "MFU", "memory"]
     rows = []
     for i, est in enumerate(plans, 1):
         p = est.plan
         schedule = p.schedule if p.pp > 1 else "-"
-        rows.append([i, p.describe(), schedule, _nvlink_axes(est), fmt_time(est.step_time),
+        rows.append([i, p.describe(), schedule, *tier_axes(est), fmt_time(est.step_time),
                      "-" if i == 1 else f"{est.step_time / plans[0].step_time - 1:+.1%}",
                      fmt_count(est.tokens_per_s), f"{est.mfu:.1%}", fmt_bytes(est.peak_memory)])
     note = (f"Step times within ±{plans[0].error_band:.1%} of each other (the error band of comparable published runs: "
             "same GPU generation, dense or MoE) cannot be told apart by the model; among those, the simplest and "
             "lightest plan is listed first.") if plans else ""
-    return Section("plans", "Best plans", "sections/plans.html.j2", {"header": header, "rows": rows, "note": note})
+    return Section("plans", "Best plans", "sections/plans.html.j2", {"header": header, "rows": rows, "note": note,
+                                                                       "left": tuple(range(1, 3 + len(tiers)))})
 
 
 def time_section(plans: Sequence[Estimate]) -> Section:
