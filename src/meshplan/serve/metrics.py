@@ -85,33 +85,56 @@ class Setting:
         return self.cols["pp"] * self.cols["dpa"]
 
 
-def metrics(s: Setting) -> Metrics:
-    """The regime's metrics (module docstring)."""
+@dataclass(frozen=True)
+class Instance:
+    """One instance's figures (no replica counts): co-located, and as one decode or prefill instance of a
+    disaggregated deployment."""
+
+    ttft: Num  # co-located
+    tpot: Num
+    running: Num  # sequences in flight
+    tokens_per_s: Num  # output tokens/s of one co-located instance
+    decode_step: Num  # a token step of pure decode at the batch (a disaggregated decode instance's TPOT)
+    decode_tokens_per_s: Num  # one decode instance's output tokens/s
+    prefill_requests_per_s: Num  # one prefill instance's prompts/s
+    split_ttft: Num  # disaggregated: the prefill, the KV transfer, half a decode step
+
+
+def instance(s: Setting) -> Instance:
+    """The regime's per-instance figures (module docstring), at replicas = 1."""
     if s.workload.static:
         return _static(s)
-    co = _chunked(s) if s.engine.prefill == "chunked" else _separate(s)
-    if not np.any(np.asarray(s.cols["prefill_replicas"]) > 0):
-        return co
-    split = _disaggregated(s)
-    pick = np.asarray(s.cols["prefill_replicas"]) > 0
-    return Metrics(*(where(pick, a, b) for a, b in zip(_values(split), _values(co), strict=True)))
+    ttft, tpot, running, decode = _chunked(s) if s.engine.prefill == "chunked" else _separate(s)
+    m, prefill = _prefill_batch(s)
+    full = s.time(s.micro_batch)
+    return Instance(ttft=ttft, tpot=tpot, running=running * s.lanes, tokens_per_s=running * s.lanes / tpot,
+                    decode_step=full, decode_tokens_per_s=s.micro_batch * s.lanes / full,
+                    prefill_requests_per_s=m * s.lanes / prefill, split_ttft=prefill + kv_transfer(s) + full / 2)
 
 
-def _values(m: Metrics) -> tuple:
-    return (m.ttft, m.tpot, m.e2e, m.instance_tokens_per_s, m.tokens_per_s, m.requests_per_s, m.running,
-            m.decode_step)
+def deployment(one: Instance, replicas: Num, prefill_replicas: Num, output_len: int) -> Metrics:
+    """``replicas`` co-located instances, or with ``prefill_replicas`` > 0 that many prefill instances feeding
+    ``replicas`` decode instances: the system serves min(prefill, decode capacity) requests/s (a decode batch the
+    prefill pool cannot keep full is the search's smaller batch)."""
+    split = np.asarray(prefill_replicas) > 0
+    co_total = one.tokens_per_s * replicas
+    fed = one.prefill_requests_per_s * prefill_replicas * output_len  # tokens/s the prefill pool can start
+    split_total = minimum(one.decode_tokens_per_s * replicas, fed)
+    total = where(split, split_total, co_total)
+    ttft, tpot = where(split, one.split_ttft, one.ttft), where(split, one.decode_step, one.tpot)
+    per_instance = where(split, one.decode_tokens_per_s, one.tokens_per_s)
+    running = where(split, one.decode_tokens_per_s * one.decode_step, one.running)  # B·lanes when split
+    return Metrics(ttft=ttft, tpot=tpot, e2e=ttft + (output_len - 1) * tpot, instance_tokens_per_s=per_instance,
+                   tokens_per_s=total, requests_per_s=total / output_len, running=running,
+                   decode_step=one.decode_step)
 
 
-def _finish(s: Setting, ttft: Num, tpot: Num, running: Num, decode_step: Num) -> Metrics:
-    """Co-located: every instance decodes ``running`` sequences per lane at ``tpot``."""
-    out = s.workload.output_len
-    instance = running * s.lanes / tpot
-    total = instance * s.cols["replicas"]
-    return Metrics(ttft=ttft, tpot=tpot, e2e=ttft + (out - 1) * tpot, instance_tokens_per_s=instance,
-                   tokens_per_s=total, requests_per_s=total / out, running=running * s.lanes, decode_step=decode_step)
+def metrics(s: Setting) -> Metrics:
+    """The configuration's metrics: ``instance`` then ``deployment``."""
+    return deployment(instance(s), s.cols["replicas"], s.cols["prefill_replicas"], s.workload.output_len)
 
 
-def _chunked(s: Setting) -> Metrics:
+def _chunked(s: Setting) -> tuple[Num, Num, Num, Num]:
     inp, out, budget_tokens = s.workload.input_len, s.workload.output_len, s.engine.max_batched_tokens
     budget = maximum(budget_tokens - s.micro_batch, 1.0)
     running = minimum(s.micro_batch, budget * out / inp)  # admission-bound when the prompts need more than the budget
@@ -124,14 +147,14 @@ def _chunked(s: Setting) -> Metrics:
     tpot = carried * mixed + (1 - carried) * decode
     first = minimum(inp, budget)
     ttft = np.ceil(inp / budget) * s.time(running, first, 1.0, (inp - first) / 2) + tpot / 2
-    return _finish(s, ttft, tpot, running, decode)
+    return ttft, tpot, running, decode
 
 
-def _separate(s: Setting) -> Metrics:
+def _separate(s: Setting) -> tuple[Num, Num, Num, Num]:
     m, prefill = _prefill_batch(s)
     decode = s.time(s.micro_batch)
     tpot = decode + s.micro_batch / m * prefill / s.workload.output_len
-    return _finish(s, prefill + decode / 2, tpot, s.micro_batch, decode)
+    return prefill + decode / 2, tpot, s.micro_batch, decode
 
 
 def _prefill_batch(s: Setting) -> tuple[Num, Num]:
@@ -141,36 +164,22 @@ def _prefill_batch(s: Setting) -> tuple[Num, Num]:
     return m, s.time(0.0, m * inp, m, 0.0)
 
 
-def _static(s: Setting) -> Metrics:
+def _static(s: Setting) -> Instance:
+    """B prompts prefilled together, then O − 1 decode steps; the batch's tokens over its whole time."""
     inp, out, b = s.workload.input_len, s.workload.output_len, s.micro_batch
     prefill = s.time(0.0, b * inp, b, 0.0)
     decode = s.time(b)
     e2e = prefill + (out - 1) * decode
-    instance = b * s.lanes * out / e2e
-    total = instance * s.cols["replicas"]
-    return Metrics(ttft=prefill, tpot=decode, e2e=e2e, instance_tokens_per_s=instance, tokens_per_s=total,
-                   requests_per_s=total / out, running=b * s.lanes, decode_step=decode)
-
-
-def _disaggregated(s: Setting) -> Metrics:
-    out = s.workload.output_len
-    m, prefill = _prefill_batch(s)
-    decode = s.time(s.micro_batch)
-    decode_rate = s.cols["replicas"] * s.micro_batch * s.lanes / (out * decode)
-    prefill_rate = s.cols["prefill_replicas"] * m * s.lanes / prefill
-    requests = minimum(decode_rate, prefill_rate)
-    running = s.micro_batch * requests / decode_rate  # fewer in flight when the prefill pool cannot feed them
-    step = s.time(running)
-    ttft = prefill + kv_transfer(s) + step / 2
-    total = requests * out
-    return Metrics(ttft=ttft, tpot=step, e2e=ttft + (out - 1) * step, instance_tokens_per_s=running * s.lanes / step,
-                   tokens_per_s=total, requests_per_s=requests, running=running * s.lanes, decode_step=step)
+    rate = b * s.lanes * out / e2e
+    # TPOT as the batch's whole time over its tokens after the first, so that ttft + (O − 1)·tpot = e2e
+    return Instance(ttft=prefill, tpot=decode, running=b * s.lanes, tokens_per_s=rate, decode_step=decode,
+                    decode_tokens_per_s=rate, prefill_requests_per_s=b * s.lanes / prefill,
+                    split_ttft=prefill)
 
 
 def kv_transfer(s: Setting) -> Num:
     """One prompt's KV cache from a prefill GPU to its decode counterpart (the same shard of heads and layers): a
-    point-to-point send over the tier that separates the pools (the prefill pool placed after the decode pool)."""
+    point-to-point send between neighbouring instances, over the tier that separates them."""
     c = s.cols
     per_gpu = s.workload.input_len * token_bytes(s.model, s.quant.kv_bytes, c["tp"]) / c["pp"]
-    gap = c["tp"] * c["pp"] * c["dpa"] * c["replicas"]
-    return collective_time("p2p", per_gpu, 2, gap, s.cluster, s.eff)
+    return collective_time("p2p", per_gpu, 2, c["tp"] * c["pp"] * c["dpa"], s.cluster, s.eff)
