@@ -61,9 +61,9 @@ def shapes(model: ModelSpec, cluster: Cluster, space: ServeSpace) -> dict[str, n
     """Every instance shape and batch as columns: tp (powers of two up to max_tp), pp, and for a MoE data-parallel
     attention groups with experts split ep = tp·dpa ways, or tp-split experts (dpa = 1)."""
     n, rows = cluster.num_gpus, []
-    tps = [t for t in (2**i for i in range(12)) if t <= min(space.max_tp, n)]
-    pps = [p for p in (1, 2, 4, 8, 16) if p <= min(space.max_pp, model.num_layers)]
-    dpas = [d for d in (2**i for i in range(12)) if d <= n] if model.is_moe else [1]
+    tps = list(space.tp) or [t for t in (2**i for i in range(12)) if t <= min(space.max_tp, n)]
+    pps = list(space.pp) or [p for p in (1, 2, 4, 8, 16) if p <= min(space.max_pp, model.num_layers)]
+    dpas = list(space.dpa) or ([d for d in (2**i for i in range(12)) if d <= n] if model.is_moe else [1])
     for tp in tps:
         for pp in pps:
             for dpa in dpas:

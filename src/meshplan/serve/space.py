@@ -32,6 +32,9 @@ class ServeSpace:
     batches: tuple[int, ...] = BATCHES
     max_tp: int = 64
     max_pp: int = 8
+    tp: tuple[int, ...] = ()  # sizes to try (empty: every power of two up to max_tp / max_pp)
+    pp: tuple[int, ...] = ()
+    dpa: tuple[int, ...] = ()
     disaggregate: bool = True  # also try prefill / decode pools
     ttft_slo: float = 0.0  # seconds; 0: no target
     tpot_slo: float = 0.0
