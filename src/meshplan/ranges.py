@@ -148,6 +148,7 @@ RANGES: dict[str, Range] = {
     "max_batched_tokens": Range(1, MAX_SIZE, "", "tokens per iteration: 2,048-16,384 in use"),
     "max_seqs": Range(1, MAX_SIZE, "", "running sequences per instance: 256-2,048 in use"),
     "iteration_overhead": Range(0, 1, "s", "host time per iteration: tens of microseconds to milliseconds"),
+    "sequence_overhead": Range(0, 0.01, "s", "host time per running sequence per iteration: microseconds"),
     # ---- options only ---------------------------------------------------------------------------------------------
     "top": Range(1, 1000, "", "plans listed: each is re-estimated in full (about 2 s for 1,000)"),
     "headroom": Range(0, 0.9, "", "the share of HBM a plan leaves free: 0 fills it; past 0.9 no plan is worth ranking",

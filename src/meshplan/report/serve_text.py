@@ -103,7 +103,7 @@ def estimate_tables(e: ServeEstimate, console: Console, price: float | None = No
         memory.add_column(col, justify="left" if col == "part" else "right")
     parts = {"weights": mem.weights, "activations (one layer)": mem.activations, "workspace": mem.workspace,
              "KV cache of the batch": mem.kv_used, "KV-cache pool": mem.kv_pool,
-             f"sequences the pool holds at {e.workload.resident_context:.0f} tokens": None}
+             f"sequences the pool holds at {e.engine.resident(e.workload):.0f} tokens": None}
     for k, v in parts.items():
         memory.add_row(k, fmt_bytes(float(v)) if v is not None else f"{float(mem.max_sequences(e.plan.dpa)):,.0f}")
     console.print(memory)

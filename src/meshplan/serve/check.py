@@ -19,7 +19,7 @@ LAYERS = "more pipeline stages than layers"
 EXPERTS = "ep does not divide the experts"
 GPUS = "more GPUs than the cluster has"
 LANES = "batch not a multiple of pp·dpa (a sequence per micro-batch lane)"
-SEQS = "batch above the engine's max_seqs"
+SEQS = "batch above the engine's max_seqs (per attention group)"
 FORMAT = "the GPU has no tensor cores for the activations' format"
 MEMORY = "memory: the KV cache of the batch does not fit"
 TTFT = "TTFT above its target"
@@ -44,7 +44,7 @@ def structural(model: ModelSpec, cluster: Cluster, cols: dict[str, Num], quant: 
         k = model.num_kv_heads
         out.append((KV_HEADS, (k % tp != 0) & (tp % k != 0)))
     out += [(LAYERS, pp > model.num_layers), (GPUS, gpus > cluster.num_gpus), (LANES, batch % (pp * dpa) != 0),
-            (SEQS, batch > engine.max_seqs)]
+            (SEQS, batch > engine.max_seqs * dpa)]
     if model.is_moe:
         out.append((EXPERTS, model.num_experts % ep != 0))
     acc = compute_accelerator(cluster.accelerator, quant)

@@ -35,11 +35,11 @@ def curve(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload: Workloa
     b = np.array([x for x in batches if x % lanes == 0], dtype=np.int64)
     cols = {"tp": plan.tp, "pp": plan.pp, "dpa": plan.dpa, "ep": plan.ep, "batch": b,
             "replicas": plan.replicas, "prefill_replicas": plan.prefill_replicas}
-    mem = memory(model, cluster.accelerator.hbm_bytes, cols, plan.quant, engine, workload.resident_context)
+    mem = memory(model, cluster.accelerator.hbm_bytes, cols, plan.quant, engine, engine.resident(workload))
     with np.errstate(all="ignore"):
         one = instance(Setting(model, cluster, cols, plan.quant, engine, workload, eff))
         m = deployment(one, plan.replicas, plan.prefill_replicas, workload.output_len)
     label = plan.with_(batch=1).describe().replace(" batch=1", "")
     return Curve(label=label, batch=b, tpot=np.asarray(m.tpot, dtype=float), ttft=np.asarray(m.ttft, dtype=float),
                  tokens_per_s_per_gpu=np.asarray(m.tokens_per_s, dtype=float) / plan.num_gpus,
-                 fits=np.asarray(mem.fits) & (b <= engine.max_seqs))
+                 fits=np.asarray(mem.fits) & (b <= engine.max_seqs * plan.dpa))

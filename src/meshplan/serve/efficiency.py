@@ -15,13 +15,23 @@ Multiplication on the GPU", §4). So for tiles t_m × t_n in ``SERVE_TILES``:
 which is the training model's ``gemm_efficiency`` for a GEMM of many tiles (the same tiles among the candidates, no
 split), so a prefill of thousands of rows is priced as a training forward pass is.
 
-``memory``, the share of the HBM bandwidth a streaming kernel sustains, is the decode phase's main constant: a
-decode step streams the weights and the KV cache.
+``memory``, the share of the HBM bandwidth a streaming kernel sustains (0.85, specs/efficiency.py), prices the
+weights a decode step streams. Two constants of inference kernels are fitted (benchmarks/fit_inference.py, on the fit
+half of the published serving runs, data/serving/README.md), as the training model fits its GEMM and attention
+efficiencies:
+- ``kv_read``: the share of that streaming rate the decode attention kernels reach reading the paged KV cache
+  (scattered blocks of 16-64 tokens, GQA groups, fp8 dequantisation: FlashInfer's and TensorRT-LLM's XQA decode
+  kernels are measured at 50-80 % of HBM bandwidth, against a GEMV's 80-90 %);
+- ``experts``: the rate of the MoE path (the experts' grouped GEMMs, the token permutation and the dispatch and
+  combine) against the same work priced as dense GEMMs and uniform collectives: real routers load the experts and
+  the expert-parallel ranks unevenly (the busiest rank sets the pace, moe.py takes routing as uniform), and grouped
+  GEMMs of fine-grained experts (Qwen3: 128 experts of 1,536) run below the dense GEMMs' rate.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -34,7 +44,15 @@ SPLIT_DEPTH = 128.0  # a split-K slice is at least this deep (two 64-deep k-bloc
 
 @dataclass(frozen=True, kw_only=True)
 class ServeEfficiency(Efficiency):
-    """``Efficiency`` with inference's GEMM kernels (module docstring)."""
+    """``Efficiency`` with inference's GEMM kernels and its two fitted constants (module docstring)."""
+
+    kv_read: float = 0.9978  # decode attention's share of the streaming rate (fitted: about 1, nothing lost)
+    experts: float = 0.6477  # the MoE path's rate against dense GEMMs and uniform collectives (fitted)
+
+    @cached_property
+    def cache_reads(self) -> ServeEfficiency:
+        """The efficiency the decode attention kernels stream the KV cache at: ``memory`` × ``kv_read``."""
+        return replace(self, memory=self.memory * self.kv_read)
 
     def gemm_efficiency(self, m: Num, n: Num, k: Num, num_sms: int = 132, groups: Num = 1.0) -> Num:
         m, n, k, g = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k, groups))  # an empty GEMM: 0 FLOPs

@@ -27,9 +27,12 @@ from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.fields import check_types, not_a_preset, unknown_field
 from meshplan.files import read_toml
+from meshplan.serve.plan import Workload
 
 PREFILL_MODES = ("chunked", "separate")
 MEMORY_BASES = ("total", "free")
+RESERVATIONS = ("on_demand", "full")
+MOE_COMM = ("all_to_all", "all_gather")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,8 +52,18 @@ class Engine:
     workspace: float = 0.75 * 2**30
     prefill: str = "chunked"
     max_batched_tokens: int = 8192  # tokens per iteration (the prefill chunk budget)
-    max_seqs: int = 1024  # running sequences per instance (vLLM max_num_seqs)
+    max_seqs: int = 1024  # running sequences per scheduler: per attention group (vLLM max_num_seqs)
+    # KV-cache pages a running sequence holds: those of the tokens it has ("on_demand": vLLM allocates a block as a
+    # sequence reaches it and preempts when none is free, Kwon et al. 2023 §4.2), or its prompt and whole output from
+    # admission on ("full": TensorRT-LLM's default GUARANTEED_NO_EVICT capacity scheduler admits a request only when
+    # its maximum KV-cache footprint fits)
+    kv_reservation: str = "on_demand"
     iteration_overhead: float = 0.0  # host seconds per iteration the GPU waits on (fitted)
+    sequence_overhead: float = 0.0  # and per running sequence of the iteration (fitted)
+    # how MoE layers under data-parallel attention reach their experts: all-to-all dispatch and combine of each
+    # token's k copies (DeepEP, SGLang), or an all-gather of every token before the experts and a reduce-scatter of
+    # their sums after (TensorRT-LLM's default under attention DP)
+    moe_comm: str = "all_to_all"
     # multi-head latent attention in decode: the absorbed form (W_UK into the query, W_UV after attention: an MQA
     # over the cached latent, DeepSeek-V2 §2.1.2, FlashMLA) or the latent up-projected for every cached token
     mla_absorb: bool = True
@@ -60,12 +73,22 @@ class Engine:
         check_types(self, where)
         if self.prefill not in PREFILL_MODES:
             raise SpecError(f"{where}prefill={self.prefill!r} must be one of {', '.join(PREFILL_MODES)}")
+        if self.kv_reservation not in RESERVATIONS:
+            raise SpecError(f"{where}kv_reservation={self.kv_reservation!r} must be one of {', '.join(RESERVATIONS)}")
+        if self.moe_comm not in MOE_COMM:
+            raise SpecError(f"{where}moe_comm={self.moe_comm!r} must be one of {', '.join(MOE_COMM)}")
         if self.memory_basis not in MEMORY_BASES:
             raise SpecError(f"{where}memory_basis={self.memory_basis!r} must be one of {', '.join(MEMORY_BASES)}")
         ranges.check_spec(self, where)
 
     def with_(self, **changes: Any) -> Engine:
         return replace(self, **changes)
+
+    def resident(self, workload: Workload) -> float:
+        """Tokens a running sequence holds pages for (``kv_reservation``): its mean context, or I + O."""
+        if self.kv_reservation == "full":
+            return float(workload.input_len + workload.output_len)
+        return float(workload.resident_context)
 
     def describe(self) -> str:
         return f"{self.name} {self.version}".strip()

@@ -79,7 +79,7 @@ def serve_estimate(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload
     """Price one serving configuration (module docstring)."""
     check.servable(model)
     cols = plan_columns(plan)
-    mem = memory(model, cluster.accelerator.hbm_bytes, cols, plan.quant, engine, workload.resident_context)
+    mem = memory(model, cluster.accelerator.hbm_bytes, cols, plan.quant, engine, engine.resident(workload))
     reasons = [r for r, bad in check.structural(model, cluster, cols, plan.quant, engine) if bool(bad)]
     if not reasons and not bool(mem.fits):
         reasons.append(f"{check.MEMORY}: {fmt_bytes(float(mem.kv_used))} needed, {fmt_bytes(float(mem.kv_pool))} "
@@ -91,10 +91,12 @@ def serve_estimate(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload
     q = plan.quant
     lane = Shape(tp=plan.tp, dpa=plan.dpa, ep=plan.ep, decode=float(result.running) / (plan.pp * plan.dpa),
                  context=workload.decode_context, prefill=0.0, prompts=0.0, prefix=0.0, w_bytes=q.weight_bytes,
-                 a_bytes=q.act_bytes, kv_bytes=q.kv_bytes, absorb=engine.mla_absorb)
+                 a_bytes=q.act_bytes, kv_bytes=q.kv_bytes, absorb=engine.mla_absorb,
+                 gather=engine.moe_comm == "all_gather")
     parts = breakdown(model, cluster, lane, plan.pp, q, eff)
-    if engine.iteration_overhead:
-        parts["engine/iteration"] = engine.iteration_overhead
+    host = engine.iteration_overhead + engine.sequence_overhead * float(result.running) / plan.dpa
+    if host:
+        parts["engine/host"] = host
     return ServeEstimate(model, cluster, plan, workload, engine, _floats(result), mem, tuple(reasons), parts)
 
 

@@ -58,14 +58,19 @@ def stage_ops(model: ModelSpec, sh: Shape, pp: Num) -> list[tuple[OpCost, Num]]:
     return pairs + [(send, 1.0)]
 
 
+EXPERT_PATH = ("moe/experts", "moe/permute", "moe/dispatch", "moe/combine")  # ServeEfficiency.experts prices them
+
+
 def op_seconds(op: OpCost, cluster: Cluster, quant: Quant, eff: ServeEfficiency, layouts: dict[str, Num]) -> Num:
     """One op's time: a collective over its group as placed on the mesh, else the roofline at the scheme's GEMM
     precision."""
+    slower = 1.0 / eff.experts if op.name.startswith(EXPERT_PATH) else 1.0
     if op.kind == "collective":
         c = op.collective
-        return collective_time(c.kind, c.nbytes, c.group, layouts[c.axis], cluster, eff)
+        return slower * collective_time(c.kind, c.nbytes, c.group, layouts[c.axis], cluster, eff)
     acc = compute_accelerator(cluster.accelerator, quant)
-    return op_time(op, acc, gemm_precision(acc, quant) or acc.default_precision, eff)
+    return slower * op_time(op, acc, gemm_precision(acc, quant) or acc.default_precision,
+                            eff.cache_reads if op.name == "attn/decode" else eff)
 
 
 def layouts(tp: Num, dpa: Num, pp: Num) -> dict[str, Num]:

@@ -71,8 +71,9 @@ class Setting:
         c, q = self.cols, self.quant
         sh = Shape(tp=c["tp"], dpa=c["dpa"], ep=c["ep"], decode=decode, context=self.workload.decode_context,
                    prefill=prefill, prompts=prompts, prefix=prefix, w_bytes=q.weight_bytes, a_bytes=q.act_bytes,
-                   kv_bytes=q.kv_bytes, absorb=self.engine.mla_absorb)
-        return token_time(self.model, self.cluster, sh, c["pp"], q, self.engine.iteration_overhead, self.eff)
+                   kv_bytes=q.kv_bytes, absorb=self.engine.mla_absorb, gather=self.engine.moe_comm == "all_gather")
+        host = self.engine.iteration_overhead + self.engine.sequence_overhead * (decode + prompts) * c["pp"]
+        return token_time(self.model, self.cluster, sh, c["pp"], q, host, self.eff)
 
     @property
     def micro_batch(self) -> Num:
@@ -151,16 +152,18 @@ def _chunked(s: Setting) -> tuple[Num, Num, Num, Num]:
 
 
 def _separate(s: Setting) -> tuple[Num, Num, Num, Num]:
-    m, prefill = _prefill_batch(s)
+    m, prefill = _prefill_batch(s, s.micro_batch / s.workload.output_len)
     decode = s.time(s.micro_batch)
     tpot = decode + s.micro_batch / m * prefill / s.workload.output_len
     return prefill + decode / 2, tpot, s.micro_batch, decode
 
 
-def _prefill_batch(s: Setting) -> tuple[Num, Num]:
-    """Prompts per prefill iteration (⌊budget / I⌋, at least one, at most the batch) and that iteration's time."""
+def _prefill_batch(s: Setting, waiting: Num | None = None) -> tuple[Num, Num]:
+    """Prompts per prefill iteration and that iteration's time: as many as wait (a saturated prefill pool: the
+    batch; co-located in steady state: the B/O that arrive per decode step), at least one, at most ⌊budget / I⌋."""
     inp = s.workload.input_len
-    m = maximum(minimum(np.floor(s.engine.max_batched_tokens / inp), s.micro_batch), 1.0)
+    waiting = s.micro_batch if waiting is None else waiting
+    m = maximum(minimum(np.floor(s.engine.max_batched_tokens / inp), waiting), 1.0)
     return m, s.time(0.0, m * inp, m, 0.0)
 
 

@@ -53,11 +53,19 @@ def moe_ops(model: ModelSpec, sh: Shape) -> list[OpCost]:
 
 
 def moe_comm(model: ModelSpec, sh: Shape) -> list[OpCost]:
-    """Dispatch and combine (data-parallel attention) or the tensor-parallel all-reduce (module docstring)."""
+    """Dispatch and combine (data-parallel attention) or the tensor-parallel all-reduce (module docstring). Under
+    data-parallel attention by all-to-alls of each token's k copies, or (``sh.gather``, TensorRT-LLM's default) by an
+    all-gather of every token of the stage to every GPU of the ep group and a reduce-scatter of the experts' sums."""
     h, k, t, R = model.hidden_size, model.moe_topk, sh.tp, sh.rows
     many = sh.dpa > 1  # a collective not run is priced over a group of one: no time, no latency
     sent = R / t * k * h  # elements a GPU sends to the experts' GPUs
-    return [collective("moe/dispatch", "all_to_all", sent * sh.a_bytes, "ep", where(many, sh.ep, 1)),
-            collective("moe/combine", "all_to_all", sent * ACT_BYTES, "ep", where(many, sh.ep, 1)),
+    ep = where(many, sh.ep, 1)
+    if sh.gather:
+        every = R * sh.dpa * h  # the stage's tokens, gathered to each GPU
+        return [collective("moe/dispatch", "all_gather", every * sh.a_bytes, "ep", ep),
+                collective("moe/combine", "reduce_scatter", every * ACT_BYTES, "ep", ep),
+                collective("moe/tp", "all_reduce", R * h * ACT_BYTES, "tp", where(many, 1, t))]
+    return [collective("moe/dispatch", "all_to_all", sent * sh.a_bytes, "ep", ep),
+            collective("moe/combine", "all_to_all", sent * ACT_BYTES, "ep", ep),
             collective("moe/tp_gather", "all_gather", R * h * ACT_BYTES, "tp", where(many, t, 1)),
             collective("moe/tp", "all_reduce", R * h * ACT_BYTES, "tp", where(many, 1, t))]

@@ -45,6 +45,7 @@ class Shape:
     a_bytes: Num
     kv_bytes: Num
     absorb: bool = True
+    gather: bool = False  # MoE under data-parallel attention by all-gather / reduce-scatter (engine.moe_comm)
 
     @property
     def rows(self) -> Num:

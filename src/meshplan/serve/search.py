@@ -124,7 +124,8 @@ def _score(model, cluster, space, quant, keys, deploy, workload, eff):
     index, replicas, prefill = deploy
     cols = {**keys, "replicas": np.ones_like(keys["tp"]), "prefill_replicas": np.zeros_like(keys["tp"])}
     structural = check.structural(model, cluster, cols, quant, space.engine)
-    mem = memory(model, cluster.accelerator.hbm_bytes, cols, quant, space.engine, workload.resident_context)
+    mem = memory(model, cluster.accelerator.hbm_bytes, cols, quant, space.engine,
+                 space.engine.resident(workload))
     broken = np.any([np.broadcast_to(m, keys["tp"].shape) for _, m in structural], axis=0)
     with np.errstate(all="ignore"):
         one = instance(Setting(model, cluster, cols, quant, space.engine, workload, eff)) if not np.all(broken) \
