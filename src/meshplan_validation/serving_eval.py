@@ -20,7 +20,6 @@ import numpy as np
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.memory import memory
 from meshplan.serve.metrics import Setting, deployment, instance
-from meshplan.serve.plan import Workload
 from meshplan_validation.serving_map import ServingCase, case_of
 
 THROUGHPUT = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "total_tokens_per_s", "requests_per_s",
@@ -159,7 +158,3 @@ def headline_metric(case: ServingCase, measured: dict[str, float]) -> str:
     if case.mode == "rate":
         return ""
     return next((k for k in THROUGHPUT if k in measured), "")
-
-
-def workload_of(record: dict[str, Any]) -> Workload:
-    return case_of(record).workload  # type: ignore[union-attr]

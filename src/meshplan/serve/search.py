@@ -24,7 +24,6 @@ from meshplan.serve.precision import Quant
 from meshplan.serve.space import ServeSpace
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.units import fmt_bytes, fmt_time
 
 KEYS = ("tp", "pp", "dpa", "ep", "batch")
 
@@ -178,10 +177,3 @@ def _rank(e: ServeEstimate, space: ServeSpace) -> tuple:
     if space.rank_by == "latency":
         return (m.tpot, -m.tokens_per_s)
     return (-m.tokens_per_s, m.tpot, e.plan.num_gpus)
-
-
-def describe_reason(reason: str, e: ServeEstimate) -> str:
-    """A rejected configuration's numbers for its reason (the examples of the table)."""
-    if reason == check.MEMORY:
-        return f"{fmt_bytes(float(e.memory.kv_used))} of KV cache, {fmt_bytes(float(e.memory.kv_pool))} free"
-    return f"TTFT {fmt_time(e.metrics.ttft)}, TPOT {fmt_time(e.metrics.tpot)}"
