@@ -33,7 +33,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 FULL = os.environ.get("MESHPLAN_DOCS_FULL") == "1"
-HANDWRITTEN = {"REPORTS.md", "USAGE.md", "HISTORY.md"}  # USAGE.md and HISTORY.md: checked by tests/test_readme.py
+# USAGE.md and HISTORY.md: checked by tests/test_readme.py; SERVING.md's figures by test_serving_quotes_...
+HANDWRITTEN = {"REPORTS.md", "USAGE.md", "HISTORY.md", "SERVING.md"}
 SCREENSHOTS = "python benchmarks/screenshots.py  (about a minute; writes docs/img/*.png and both CSVs)"
 
 
@@ -53,6 +54,7 @@ QUICK = {  # the subset of each sweep's points the quick check re-runs (every sy
 }
 POINT = ("system", "nvlink_domain", "gpus", "param", "factor")  # what tells a sweep's rows apart
 GENERATED = {"ACCURACY.md", "accuracy_summary.json", "accuracy.png", "INDEPENDENT.md", "independent_summary.json",
+             "ACCURACY_INFERENCE.md",
              "STRATEGIES.md", *QUICK, "img/report.png", "img/plan-space.png", "img/compare.png", "img/trust.png",
              "img/breakdown.png", "img/memory.png", "img/roofline.png",
              "img/timeline.png", "img/scaling.png", "img/param-hbm_bandwidth.png", "img/param-nic_bandwidth.png"}
@@ -130,6 +132,29 @@ def test_accuracy_picture_plots_the_current_points(accuracy_out):
 def test_independent_documents_are_current(tmp_path, name):
     _script("independent").main(["--out", str(tmp_path)])
     _same(tmp_path / name, name, "python benchmarks/independent.py")
+
+
+def test_inference_accuracy_document_is_current(tmp_path):
+    """docs/ACCURACY_INFERENCE.md: every published serving run predicted again (about 5 s)."""
+    _script("accuracy_inference").main(["--out", str(tmp_path)])
+    _same(tmp_path / "ACCURACY_INFERENCE.md", "ACCURACY_INFERENCE.md", "python benchmarks/accuracy_inference.py")
+
+
+def test_serving_quotes_the_inference_accuracy():
+    """docs/SERVING.md quotes the headline of docs/ACCURACY_INFERENCE.md (all runs and the check half)."""
+    generated = (DOCS / "ACCURACY_INFERENCE.md").read_text()
+    (runs, median, p90), = re_rows(generated, "all")
+    (_, check_median, check_p90), = re_rows(generated, "check half")
+    quoted = f"{runs} runs over"
+    serving = " ".join((DOCS / "SERVING.md").read_text().split())
+    for text in (quoted, f"median |error| {median}, p90 {p90} (check half: {check_median} and {check_p90})"):
+        assert text in serving, f"docs/SERVING.md should quote {text!r} (as docs/ACCURACY_INFERENCE.md has it)"
+
+
+def re_rows(text: str, label: str) -> list[tuple[str, str, str]]:
+    import re
+
+    return re.findall(rf"^\| {re.escape(label)} \| (\d+) \| ([\d.]+ %) \| ([\d.]+ %) \|$", text, re.M)[:1]
 
 
 def test_strategies_document_is_current(tmp_path):

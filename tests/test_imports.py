@@ -25,6 +25,7 @@ LAYERS = [
     ("channels", "schedule"),
     ("step",),
     ("estimate",),
+    ("serve",),
     ("search", "sweep"),
     ("trace", "calibrate"),
     ("report",),
