@@ -63,7 +63,8 @@ def largest_batch(case: ServingCase) -> float:
     w, p = case.record["workload"], case.plan
     mem = memory(case.model, case.cluster.accelerator.hbm_bytes, cols(case, 1), p.quant, case.engine,
                  case.engine.resident(case.workload))
-    limits = [float(mem.max_sequences(p.dpa)), float(case.engine.max_seqs * p.dpa)]
+    held = float(mem.max_sequences(p.dpa))
+    limits = [held, case.engine.runtime_batch(held / p.dpa) * p.dpa, float(case.engine.max_seqs * p.dpa)]
     limits += [w["num_requests"]] if w.get("num_requests") else []
     limits += [w["max_batch_size_per_rank"] * p.dpa] if w.get("max_batch_size_per_rank") else []
     lanes = p.pp * p.dpa
@@ -107,6 +108,8 @@ def predict(case: ServingCase, eff: ServeEfficiency = SERVE_DEFAULT) -> tuple[di
     tokens = float(m.tokens_per_s)
     if case.mode == "decode":  # a saturated decode pool: pure decode steps at the stated context
         tokens = batch / float(m.decode_step)
+    if case.mode == "offline" and w.get("num_requests"):
+        tokens = tokens * _finite(case, batch, tokens, eff)
     ttft = float(m.ttft)
     if case.mode == "closed":  # all N offered at once: the later waves wait
         waves = math.ceil((w.get("num_requests") or batch) / batch)
@@ -116,6 +119,21 @@ def predict(case: ServingCase, eff: ServeEfficiency = SERVE_DEFAULT) -> tuple[di
            "requests_per_s": float(m.requests_per_s), "ttft_ms": 1e3 * ttft, "itl_ms": 1e3 * float(m.tpot),
            "tpot_ms": 1e3 * float(m.tpot), "e2e_latency_ms": 1e3 * float(m.e2e)}
     return out, batch
+
+
+def _finite(case: ServingCase, batch: float, tokens: float, eff: ServeEfficiency) -> float:
+    """The share of the steady-state throughput a run of N identical requests gets: with every request of the same
+    lengths queued at once (trtllm-bench's synthetic datasets, standard deviation 0), they run in ⌈N/B⌉ waves of B
+    and the last wave holds the N − (W − 1)·B left over, for as many token steps as a full one (module docstring)."""
+    n = case.record["workload"]["num_requests"]
+    waves = math.ceil(n / batch - 1e-9)
+    last = n - (waves - 1) * batch
+    if last >= batch:
+        return 1.0
+    with np.errstate(all="ignore"):
+        tail = float(instance(setting(case, last, eff)).tokens_per_s)
+    time = (waves - 1) * batch / tokens + last / tail  # per output token of a sequence
+    return n / time / tokens
 
 
 def _prefill(case: ServingCase, eff: ServeEfficiency) -> dict[str, float]:

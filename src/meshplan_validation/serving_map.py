@@ -27,10 +27,13 @@ from meshplan.specs.hardware import Cluster, load_system
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model
 
+TUNER_TABLE = ((144, 128), (336, 256), (672, 512), (832, 768), (1280, 1024), (1664, 1536))
 # engine strings of the records (their prefixes) -> the engine preset and what the source says it changed
 ENGINES: tuple[tuple[str, str, dict[str, Any]], ...] = (
-    # trtllm-bench throughput: kv_cache_free_gpu_mem_fraction 0.95 "in majority of cases" (perf-overview.md)
-    ("TensorRT-LLM 0.17", "trtllm", {"memory_utilization": 0.95}),
+    # trtllm-bench throughput: kv_cache_free_gpu_mem_fraction 0.95 "in majority of cases" (perf-overview.md), and the
+    # executor's runtime batch-size tuning on (tensorrt_llm/bench/dataclasses/configuration.py ExecutorSettingsConfig
+    # dynamic_max_batch_size = True) with its default table (DynamicBatchConfig::kDefaultBatchSizeTable)
+    ("TensorRT-LLM 0.17", "trtllm", {"memory_utilization": 0.95, "batch_table": TUNER_TABLE}),
     ("TensorRT-LLM (PyTorch backend", "trtllm-pytorch", {"memory_utilization": 0.95}),
     # the Triton tensorrtllm_backend of 0.14: enable_chunked_context false unless set (its config.pbtxt template)
     ("TensorRT-LLM 0.14", "trtllm", {"prefill": "separate"}),
