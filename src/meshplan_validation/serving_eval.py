@@ -110,15 +110,33 @@ def predict(case: ServingCase, eff: ServeEfficiency = SERVE_DEFAULT) -> tuple[di
         tokens = batch / float(m.decode_step)
     if case.mode == "offline" and w.get("num_requests"):
         tokens = tokens * _finite(case, batch, tokens, eff)
-    ttft = float(m.ttft)
-    if case.mode == "closed":  # all N offered at once: the later waves wait
-        waves = math.ceil((w.get("num_requests") or batch) / batch)
-        ttft += (waves - 1) / 2 * float(m.e2e)
+    ttft, tpot = float(m.ttft), float(m.tpot)
+    if case.mode == "closed":  # all N offered at once: the first wave's prompts queue for prefill, later waves wait
+        n = w.get("num_requests") or batch
+        first, waves = min(batch, n), math.ceil(n / batch)
+        burst_ttft, burst_itl = _burst(case, first, float(m.decode_step), eff)
+        ttft = max(ttft, burst_ttft) + (waves - 1) / 2 * float(m.e2e)
+        tpot = (first * burst_itl + (n - first) * tpot) / n
     out = {"output_tokens_per_s": tokens, "output_tokens_per_s_per_gpu": tokens / gpus,
            "total_tokens_per_s": float(m.requests_per_s) * (case.workload.input_len + case.workload.output_len),
-           "requests_per_s": float(m.requests_per_s), "ttft_ms": 1e3 * ttft, "itl_ms": 1e3 * float(m.tpot),
-           "tpot_ms": 1e3 * float(m.tpot), "e2e_latency_ms": 1e3 * float(m.e2e)}
+           "requests_per_s": float(m.requests_per_s), "ttft_ms": 1e3 * ttft, "itl_ms": 1e3 * tpot,
+           "tpot_ms": 1e3 * tpot, "e2e_latency_ms": 1e3 * float(m.e2e)}
     return out, batch
+
+
+def _burst(case: ServingCase, prompts: float, decode: float, eff: ServeEfficiency) -> tuple[float, float]:
+    """Mean time to first token and mean inter-token latency of ``prompts`` requests that arrive together: their prompt
+    tokens go through k prefill iterations of the engine's budget (whole prompts when it does not chunk them); the
+    average prompt finishes after (k + 1)/2 of them and decodes through the (k − 1)/2 left, then at the ``decode``
+    step of the full batch (in-flight batching runs the generating sequences in every iteration)."""
+    inp, budget = case.workload.input_len, case.engine.max_batched_tokens
+    per = max(budget // inp, 1) * inp if case.engine.prefill == "separate" else budget
+    per = min(per, prompts * inp)
+    iterations = math.ceil(prompts * inp / per - 1e-9)
+    step = float(setting(case, prompts, eff).time(0.0, per, per / inp, 0.0))
+    gaps = max(case.workload.output_len - 1, 1)
+    stalled = min((iterations - 1) / 2, gaps)
+    return (iterations + 1) / 2 * step, (stalled * step + (gaps - stalled) * decode) / gaps
 
 
 def _finite(case: ServingCase, batch: float, tokens: float, eff: ServeEfficiency) -> float:
