@@ -83,8 +83,9 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1%}"
 
 
-def render(result: CheckResult, console: Console, top: int = 10) -> None:
-    """The summary, the per-class and per-phase tables and the largest discrepancies."""
+def render(result: CheckResult, console: Console, top: int = 10, learned: dict[str, Any] | None = None) -> None:
+    """The summary, the per-class and per-phase tables and the largest discrepancies; with ``learned``
+    (learned.apply_learned), the step as the learned residual corrects it."""
     from rich.table import Table
 
     d = to_dict(result, top)
@@ -98,6 +99,9 @@ def render(result: CheckResult, console: Console, top: int = 10) -> None:
     summary.add_row("step time", fmt_time(step["predicted_s"]), fmt_time(step["measured_s"]), _pct(step["error"]))
     summary.add_row("peak memory", fmt_bytes(mem["predicted_bytes"]), fmt_bytes(mem["measured_bytes"]),
                     _pct(mem["error"]))
+    if learned is not None:
+        summary.add_row(f"step time, learned residual ({learned['trained_on']} models)",
+                        fmt_time(learned["predicted_s"]), fmt_time(step["measured_s"]), _pct(learned["error"]))
     summary.add_row("  kernels / host", f"{fmt_time(step['predicted_kernels_s'])} / "
                     f"{fmt_time(step['predicted_host_s'])}", "", "")
     summary.add_row("  fused (one kernel per chain)", fmt_time(step["predicted_fused_s"]), "",

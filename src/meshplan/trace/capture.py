@@ -247,6 +247,18 @@ def _phases(rows: list[dict[str, Any]], forward_end: int, grad_storages: set[int
     return ["fwd" if r["index"] <= forward_end else ("bwd_w" if w_op.get(r["index"]) else "bwd_x") for r in rows]
 
 
+def _hooks(module: torch.nn.Module, rec: _Recorder) -> list[Any]:
+    """Forward pre / post hooks on every submodule that keep ``rec``'s module stack (remove them after)."""
+    names = {id(m): name for name, m in module.named_modules(remove_duplicate=False) if name}
+    hooks = []
+    for sub in module.modules():
+        if id(sub) in names:
+            name = names[id(sub)]
+            hooks.append(sub.register_forward_pre_hook(lambda m, a, name=name: rec.enter(name)))
+            hooks.append(sub.register_forward_hook(lambda m, a, o: rec.stack.pop() and None))
+    return hooks
+
+
 def trace_module(module: torch.nn.Module, inputs: Sequence[Any], *, backward: bool = True,
                  param_dtype: str | torch.dtype | None = None, real: bool = False) -> Trace:
     """Trace ``module(*inputs)`` and the backward pass of its loss.
@@ -281,14 +293,8 @@ def trace_module(module: torch.nn.Module, inputs: Sequence[Any], *, backward: bo
     buffers = {k: fake_copy(v) for k, v in buffers.items()}
     state = {**params, **buffers}
     args = _fake_inputs(mode, inputs)
-    names = {id(m): name for name, m in module.named_modules(remove_duplicate=False) if name}
     rec = _Recorder(type(module).__name__)
-    hooks = []
-    for sub in module.modules():
-        if id(sub) in names:
-            name = names[id(sub)]
-            hooks.append(sub.register_forward_pre_hook(lambda m, a, name=name: rec.enter(name)))
-            hooks.append(sub.register_forward_hook(lambda m, a, o: rec.stack.pop() and None))
+    hooks = _hooks(module, rec)
     unique = {id(p): p for p in params.values() if p.requires_grad}
     try:
         with mode, rec:
