@@ -3,7 +3,8 @@
 A triple is valid when ``check.check`` finds nothing wrong with it; it may still not fit in memory (that is a result,
 not an error). Models are the presets (some with another sequence length or fewer layers) and small models of
 random shape; systems are the presets, some with their measured GEMM efficiency removed so that the continuous rule
-(efficiency.matmul_rule) prices them; plans draw every axis and option the estimator takes.
+(efficiency.matmul_rule) prices them, some on three tiers, some with per-kernel overheads; plans draw every axis
+and option the estimator takes.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import random
 from dataclasses import replace
 
 from meshplan.specs.check import check
-from meshplan.specs.hardware import load_system, system_names
+from meshplan.specs.hardware import Network, load_system, system_names
+from meshplan.specs.mesh import TierSpec
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model
 from meshplan.specs.model_load import preset_names as model_names
@@ -56,11 +58,28 @@ def draw_model(rng: random.Random) -> ModelSpec:
 
 
 def draw_system(rng: random.Random):
-    """A system preset; a quarter of them without a measured GEMM efficiency (the continuous rule prices it)."""
+    """A system preset; a quarter of them without a measured GEMM efficiency (the continuous rule prices it), a
+    fifth with their network split into three tiers (``three_tiers``), a tenth with per-kernel overheads (what
+    calibrate fits: roofline.overhead)."""
     system = load_system(rng.choice(SYSTEMS))
     if rng.random() < 0.25:
         system = replace(system, accelerator=replace(system.accelerator, matmul_bf16=0.0, matmul_fp8=0.0))
+    if rng.random() < 0.2 and not system.network.tiers:
+        system = replace(system, network=three_tiers(rng, system.network))
+    if rng.random() < 0.1:
+        system = replace(system, accelerator=replace(system.accelerator, gemm_overhead=rng.choice((2e-6, 10e-6)),
+                                                     kernel_overhead=rng.choice((1e-6, 5e-6))))
     return system
+
+
+def three_tiers(rng: random.Random, net: Network) -> Network:
+    """A two-tier network as three: the NVLink domain, a leaf of 2-8 domains at the NICs' bandwidth, and a spine
+    over the leaves tapered 1-8:1 with a longer latency."""
+    return Network(host_bandwidth=net.host_bandwidth, host_memory=net.host_memory, tiers=(
+        TierSpec(name="nvlink", size=net.nvlink_domain, latency=net.nvlink_latency),
+        TierSpec(name="leaf", size=rng.choice((2, 4, 8)), bandwidth=net.scale_out_bandwidth, latency=net.nic_latency),
+        TierSpec(name="spine", bandwidth=net.scale_out_bandwidth, oversubscription=rng.choice((1, 2, 4, 8)),
+                 latency=rng.choice((5e-6, 10e-6)))))
 
 
 def draw_count(rng: random.Random, domain: int) -> int:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import pytest
 
 from meshplan.errors import SpecError
+from meshplan.fields import MAX_LISTED
 from meshplan.specs.hardware import PRECISIONS, Cluster, System, load_system, system_names
 from meshplan.units import GiB, MiB
 
-PRESETS = ("a100", "a100-40gb", "a800", "b200", "b300", "gb200", "gb300", "gh200", "h100", "h100-96gb", "h100-pcie",
-           "h20", "h200", "h800", "l40s", "mi250x", "mi300x", "mi325x", "mi355x", "v100")
+PRESETS = ("a100", "a100-40gb", "a800", "b200", "b300", "gb200", "gb300", "gh200", "h100", "h100-96gb", "h100-meta-24k",
+           "h100-pcie", "h20", "h200", "h800", "l40s", "mi250x", "mi300x", "mi325x", "mi355x", "v100")
 
 
 def test_system_names_lists_every_preset():
@@ -30,7 +31,7 @@ def test_every_preset_loads(name):
     assert set(acc.peak_flops) <= set(PRECISIONS)
     assert acc.tdp_watts > 0 and acc.num_sms > 0
     # Sanity of orders of magnitude: HBM faster than NVLink, NVLink faster than the per-GPU NIC share.
-    assert acc.hbm_bandwidth > acc.nvlink_bandwidth > net.nics_per_gpu * net.nic_bandwidth
+    assert acc.hbm_bandwidth > acc.nvlink_bandwidth > net.scale_out_bandwidth
     assert 16 * GiB < acc.hbm_bytes < 300 * GiB
 
 
@@ -39,8 +40,9 @@ def test_latencies_are_the_same_in_every_preset(name):
     # One α per tier everywhere (NCCL tuning.cc hwLat: NVLink ring Simple 3.4 us, NET ring 4.0-9.6 us),
     # so differences between presets come from bandwidths, not from inconsistent latency guesses.
     net = load_system(name).network
-    assert net.nvlink_latency == pytest.approx(3e-6)
-    assert net.nic_latency == pytest.approx(5e-6)
+    assert net.scale_up_latency == pytest.approx(3e-6)
+    assert net.scale_out_latency == pytest.approx(5e-6)
+    assert all(t.latency == pytest.approx(5e-6) for t in net.tiers[1:])  # every tier beyond NVLink (N-tier presets)
 
 
 # name -> dense bf16 FLOP/s per GPU, as quoted in the preset comments.
@@ -50,6 +52,7 @@ DENSE_BF16 = {
     "a100": 312e12,      # same GA100 part
     "h100": 989e12,      # H100 datasheet (SXM) 1,979* / 2 = 989.5, quoted as 989
     "h100-96gb": 989e12,  # H100 SXM silicon peak, not derated for the 500 W cap
+    "h100-meta-24k": 989e12,  # the H100 SXM of Meta's Llama 3 cluster
     "h200": 989e12,      # H200 datasheet (SXM) 1,979* / 2
     "b200": 2250e12,     # HGX B200 36 PFLOPS* / 8 GPUs / 2 = 2.25 PFLOPS
     "b300": 2250e12,     # HGX B300 36 PFLOPS* / 8 GPUs / 2 = 2.25 PFLOPS
@@ -205,13 +208,13 @@ def test_cluster_built_directly_checks_host_fields_as_the_preset_does(field, val
         Cluster(**kwargs)
 
 # ---- loader errors ----------------------------------------------------------------------------------------
-def test_unknown_preset_lists_the_presets():
+def test_unknown_preset_names_the_closest_and_where_all_are_listed():
+    # more presets than fields.MAX_LISTED (21 > 20): the closest are named, and the command that lists them all
     with pytest.raises(SpecError) as info:
         load_system("h1000")
-    message = str(info.value)
-    assert "h1000" in message
-    for name in PRESETS:
-        assert name in message
+    assert len(PRESETS) > MAX_LISTED
+    assert str(info.value) == ("system='h1000' is not a preset or a .toml file (did you mean h100 or v100 or h800? "
+                               f"`meshplan presets` lists the {len(PRESETS)} presets)")
 
 
 def test_malformed_toml_raises_one_line(tmp_path):

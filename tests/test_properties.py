@@ -2,7 +2,8 @@
 
 Each property is checked on at least 500 valid triples (the same 500 for every estimate property, drawn once):
 - more of any rate (dense FLOP/s of every precision or of the one that runs, HBM, each mesh tier's bandwidth, the
-  host link) never lengthens the step; more latency on any tier never shortens it;
+  host link) never lengthens the step; more latency on any tier, or more fixed time per kernel (the GEMM and the
+  other kernels' overheads, roofline.overhead), never shortens it; a fifth of the systems are on three tiers;
 - the estimate is deterministic; MFU and HFU are at most 1; every number of the Estimate and of its JSON is finite;
   no memory or time component is negative;
 - the top plan of a search re-estimates to the same step time, fits, and is no slower than any fitting candidate
@@ -63,7 +64,13 @@ def with_rate(cluster: Cluster, rate: str, factor: float, precision: str) -> Clu
     return replace(cluster, tiers=tuple(tiers))
 
 
-def with_latency(cluster: Cluster, i: int, factor: float) -> Cluster:
+def with_latency(cluster: Cluster, latency: str, factor: float) -> Cluster:
+    """``cluster`` with one latency multiplied by ``factor`` (5 µs where it was 0): ``tier<i>``'s α, or a per-kernel
+    overhead of the accelerator (``gemm_overhead``, ``kernel_overhead``)."""
+    if not latency.startswith("tier"):
+        acc, old = cluster.accelerator, getattr(cluster.accelerator, latency)
+        return replace(cluster, accelerator=replace(acc, **{latency: old * factor if old else 5e-6}))
+    i = int(latency.removeprefix("tier"))
     tiers = list(cluster.tiers)
     tiers[i] = replace(tiers[i], latency=tiers[i].latency * factor if tiers[i].latency else 5e-6)
     return replace(cluster, tiers=tuple(tiers))
@@ -71,6 +78,16 @@ def with_latency(cluster: Cluster, i: int, factor: float) -> Cluster:
 
 def rates(cluster: Cluster) -> list[str]:
     return ["flops", "flops_run", "hbm", "host", *(f"tier{i}" for i in range(len(cluster.tiers)))]
+
+
+def latencies(cluster: Cluster) -> list[str]:
+    return [*(f"tier{i}" for i in range(len(cluster.tiers))), "gemm_overhead", "kernel_overhead"]
+
+
+def comparisons() -> int:
+    """The estimates the rate and latency properties compare with their base: every rate and latency of every triple
+    (a three-tier mesh has one of each more) at every factor."""
+    return sum(len(rates(c)) * len(RATE_FACTORS) + len(latencies(c)) * len(LATENCY_FACTORS) for _, c, _, _ in triples())
 
 
 def numbers(value, path: str = ""):
@@ -96,6 +113,8 @@ def test_the_draws_cover_every_axis_and_option():
                          ("precision", ("bf16", "fp16", "fp8"))):
         assert {getattr(p, name) for p in plans} >= set(values), name
     assert sum(len(c.tiers) > 1 and c.tiers[1].size > 1 for _, c, _, _ in triples()) >= 100  # beyond one domain
+    assert sum(len(c.tiers) > 2 and c.tiers[2].size > 1 for _, c, _, _ in triples()) >= 30  # across three tiers
+    assert sum(c.accelerator.gemm_overhead > 0 for _, c, _, _ in triples()) >= 30  # with per-kernel overheads
     stacks = [s for _, _, _, s in triples()]
     for name in ("fusion", "fsdp", "pipeline_runtime", "cross_entropy", "attention_kernel", "cp_comm"):
         assert len({getattr(s, name) for s in stacks}) > 1, name
@@ -123,10 +142,10 @@ def test_more_latency_never_shortens_a_step(factor):
     shorter = []
     for model, cluster, plan, stack in triples():
         base = estimate(model, cluster, plan, stack).step_time
-        for i in range(len(cluster.tiers)):
-            slower = estimate(model, with_latency(cluster, i, factor), plan, stack).step_time
+        for latency in latencies(cluster):
+            slower = estimate(model, with_latency(cluster, latency, factor), plan, stack).step_time
             if slower < base * (1 - RTOL):
-                shorter.append(f"{model.name} {cluster.name}x{cluster.num_gpus} {plan.describe()}: tier {i} latency "
+                shorter.append(f"{model.name} {cluster.name}x{cluster.num_gpus} {plan.describe()}: {latency} "
                                f"x{factor} {base:.6g} -> {slower:.6g} s")
     assert not shorter, f"{len(shorter)} faster: " + "; ".join(shorter[:5])
 
@@ -241,12 +260,12 @@ def test_the_readme_states_these_counts():
     from test_fuzz import CASES
 
     text = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
-    comparisons = TRIPLES * (len(RATE_FACTORS) * 6 + len(LATENCY_FACTORS) * 2)
-    rates = ", ".join(f"×{f:g}" for f in RATE_FACTORS)
-    latencies = ", ".join(f"×{f:g}" for f in LATENCY_FACTORS)
+    count = comparisons()
+    rate_text = ", ".join(f"×{f:g}" for f in RATE_FACTORS)
+    latency_text = ", ".join(f"×{f:g}" for f in LATENCY_FACTORS)
     fuzz = (f"({CASES['estimate']} `estimate` and {CASES['plan']} `plan` command lines, {CASES['model']} mutated model "
             f"TOML files, {CASES['system']} system TOML files, {CASES['hf']} Hugging Face configs, {CASES['record']} "
             "validation records)")
-    for figure in (f"draws {TRIPLES} seeded", f"({comparisons:,} comparisons)", f"{SEARCHES} random narrowed",
-                   f"runs {sum(CASES.values()):,} seeded", f"link; {rates})", f"tier ({latencies})", fuzz):
+    for figure in (f"draws {TRIPLES} seeded", f"{count:,} comparisons", f"{SEARCHES} random narrowed",
+                   f"runs {sum(CASES.values()):,} seeded", f"link; {rate_text})", f"per kernel ({latency_text})", fuzz):
         assert figure in text, figure

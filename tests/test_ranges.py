@@ -17,6 +17,7 @@ from meshplan.estimate import estimate
 from meshplan.ranges import MAX_PARAMS, MAX_STEP_TOKENS, RANGES, check_spec, numeric_fields, problem
 from meshplan.search import Space, search
 from meshplan.specs.hardware import Accelerator, Network, System, load_system, system_names
+from meshplan.specs.mesh import TierSpec
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model, preset_names
 from meshplan.specs.plan import Plan
@@ -32,7 +33,7 @@ RUN_FILES = [ROOT / "benchmarks" / "data" / "independent_runs.jsonl",
 def test_every_numeric_spec_field_has_a_range():
     """ModelSpec, Accelerator, Network and Plan: each field declared as a number has a row in RANGES (or is a
     choice, a flag of its kind checked elsewhere)."""
-    for cls in (ModelSpec, Accelerator, Network, Plan):
+    for cls in (ModelSpec, Accelerator, Network, TierSpec, Plan):
         missing = [name for name in numeric_fields(cls) if name not in RANGES]
         assert not missing, (cls.__name__, missing)
 
@@ -44,6 +45,8 @@ def test_presets_and_hf_configs_are_inside_their_ranges():
         system = load_system(name)
         check_spec(system.accelerator)
         check_spec(system.network)
+        for tier in system.network.tiers:
+            check_spec(tier)
     for path in HF:
         check_spec(load_model(str(path)))
     assert len(HF) >= 9
@@ -66,18 +69,29 @@ def test_a_value_outside_its_range_is_one_line_with_the_range():
 
 
 # ---- the corners ---------------------------------------------------------------------------------------------------
-def corner_system(fast: bool) -> System:
-    """Every rate at the top (or the bottom) of its range, every latency at the bottom (or the top)."""
+def corner_system(fast: bool, tiered: bool = False) -> System:
+    """Every rate at the top (or the bottom) of its range, every latency and per-kernel overhead at the bottom (or
+    the top); ``tiered``: the network as three tiers, the outermost at the most (or least) oversubscription that
+    keeps its bandwidth in range."""
     h100 = load_system("h100")
     r = {name: RANGES[name].high if fast else RANGES[name].low for name in RANGES}
     latency = 0.0 if fast else RANGES["nic_latency"].high
     acc = replace(h100.accelerator, peak_flops={k: r["peak_flops"] for k in h100.accelerator.peak_flops},
                   hbm_bandwidth=r["hbm_bandwidth"], nvlink_bandwidth=r["nvlink_bandwidth"],
                   hbm_bytes=RANGES["hbm_bytes"].high, matmul_bf16=r["matmul_bf16"], matmul_fp8=r["matmul_fp8"],
-                  exp_rate=r["exp_rate"], num_sms=r["num_sms"])
+                  exp_rate=r["exp_rate"], num_sms=r["num_sms"], gemm_overhead=0.0 if fast else 1.0,
+                  kernel_overhead=0.0 if fast else RANGES["kernel_overhead"].high)
     net = replace(h100.network, nvlink_latency=latency, nic_latency=latency, nics_per_gpu=r["nics_per_gpu"],
                   nic_bandwidth=r["nic_bandwidth"], host_bandwidth=r["host_bandwidth"],
                   host_memory=RANGES["host_memory"].high)
+    if tiered:  # 8 x 2 x the rest: 64 GPUs are 8 x 2 x 4
+        low = RANGES["bandwidth"].low
+        outer = dict(bandwidth=RANGES["bandwidth"].high, oversubscription=1.0) if fast else dict(
+            bandwidth=low * RANGES["oversubscription"].high, oversubscription=RANGES["oversubscription"].high)
+        net = Network(host_bandwidth=net.host_bandwidth, host_memory=net.host_memory, tiers=(
+            TierSpec(name="nvlink", size=8, latency=latency),
+            TierSpec(name="leaf", size=2, bandwidth=RANGES["bandwidth"].high if fast else low, latency=latency),
+            TierSpec(name="spine", latency=latency, **outer)))
     return replace(h100, accelerator=acc, network=net)
 
 
@@ -103,11 +117,12 @@ def finite_everywhere(data) -> bool:
     return not isinstance(data, float) or math.isfinite(data)
 
 
-@pytest.mark.parametrize(("fast", "big"), list(itertools.product((False, True), (False, True))))
-def test_the_corners_price_to_finite_numbers(fast, big):
+@pytest.mark.parametrize(("fast", "big", "tiered"), list(itertools.product((False, True), repeat=3)))
+def test_the_corners_price_to_finite_numbers(fast, big, tiered):
     """The slowest hardware with the largest model and step (times near 1e34 s), the fastest with the smallest
-    (near 1e-20 s): estimate and the float32 search stay finite and raise no overflow warning."""
-    system = corner_system(fast)
+    (near 1e-20 s), on two tiers and on three: estimate and the float32 search stay finite and raise no overflow
+    warning."""
+    system = corner_system(fast, tiered)
     model = huge_model() if big else tiny_model()
     gpus = 64
     cluster = system.cluster(gpus)

@@ -178,3 +178,32 @@ def test_counts_move_to_the_next_unit_when_they_round_up_to_it():
     # 999,600 rounds to 1.00e6 at three digits: "1 M", never "1e+03 k"
     assert (fmt_count(999_600), fmt_count(999.6), fmt_count(1234), fmt_count(8.03e9)) == ("1 M", "1 k", "1.23 k",
                                                                                            "8.03 B")
+
+
+def test_a_three_tier_mesh_shows_where_each_axis_lands():
+    """On Meta's Llama 3 cluster (4,096 GPUs are 8 x 256 x 2: NVLink, 3,072-GPU pods, the 1:7 aggregation layer),
+    tp=8 stays in NVLink, dp=256 (8 x 256 = 2,048 GPUs) inside a pod, pp=2 crosses the aggregation layer: one column
+    per tier but the outermost, in the terminal and in the HTML report, and the legend gives each block's size."""
+    from meshplan.estimate import estimate
+    from meshplan.report.html import _plans_table
+    from meshplan.report.text import estimate_tables, mesh_text, tier_axes, tier_blocks, tier_headers
+    from meshplan.specs.plan import Plan
+
+    cluster = load_system("h100-meta-24k").cluster(4096)
+    model = load_model("llama3-70b")
+    est = estimate(model, cluster, Plan(tp=8, dp=256, pp=2, global_batch=512, sequence_parallel=True))
+    assert tier_headers(cluster) == ["in NVLink", "in pod"] and tier_axes(est) == ["tp=8", "dp=256"]
+    assert tier_blocks(cluster) == {"in NVLink": 8, "in pod": 2048}
+    assert mesh_text(cluster, " x ") == "8 x 256 x 2 (nvlink, pod, aggregation)"
+    assert mesh_text(load_system("h100").cluster(4096), " x ") == "8 x 512"  # two tiers: as before
+    result = search(model, cluster, Space(global_batch=512, stack=load_stack("megatron-core")), top_k=3)
+    legend = _legend(plans_tables(result, None, None, 140))
+    assert "in NVLink: parallel groups inside one NVLink domain of 8 GPUs" in legend
+    assert "in pod: parallel groups inside one pod block of 2,048 GPUs, not inside one of the tier below" in legend
+    assert "in pod" in render(plans_tables(result, None, None, 80), 80)  # folded, still there
+    assert ">in NVLink</th>" in _plans_table(result.plans) and ">in pod</th>" in _plans_table(result.plans)
+    from rich.console import Console
+
+    console = Console(width=160, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    estimate_tables(est, console)
+    assert "mesh 8 x 256 x 2 (nvlink, pod, aggregation)" in console.export_text()

@@ -15,7 +15,8 @@ from meshplan.search.batch import PlanBatch
 from meshplan.search.candidates import candidates
 from meshplan.search.keyed import panel_counts
 from meshplan.search.placements import PLACEMENTS
-from meshplan.specs.hardware import load_system
+from meshplan.specs.hardware import Network, load_system
+from meshplan.specs.mesh import TierSpec
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import LAYOUTS, Plan
 from meshplan.specs.stack import Stack
@@ -337,3 +338,25 @@ def test_search_equals_estimate_when_the_pipeline_crosses_servers():
     variants = search_ranks_as_estimate(load_model("llama3-70b").with_seq_length(2048))
     spanning = [e for v in variants for e in v if e.plan.pp > 2 and e.plan.stride("pp") * e.plan.pp > 8]
     assert any(e.plan.stride("pp") < 8 for e in spanning)  # pairs of neighbours inside a server, chain across two
+
+
+def test_search_equals_estimate_on_three_tiers_with_kernel_overheads():
+    """Every candidate of a small space on a 2 x 2 x 4 mesh (NVLink pairs, leaves of two, a 4:1 tapered spine) whose
+    accelerator pays 8 µs per GEMM and 4 µs per other kernel (calibrated overheads, roofline.overhead): the
+    vectorised search ranks as estimate() does, with every placement of the axes on the three tiers."""
+    h100 = load_system("h100")
+    tiers = (TierSpec(name="nvlink", size=2, latency=3e-6), TierSpec(name="leaf", size=2, bandwidth=50e9, latency=5e-6),
+             TierSpec(name="spine", bandwidth=50e9, oversubscription=4, latency=8e-6))
+    acc = replace(h100.accelerator, gemm_overhead=8e-6, kernel_overhead=4e-6)
+    cluster = replace(h100, accelerator=acc, network=Network(tiers=tiers)).cluster(16)
+    assert cluster.mesh_shape == (2, 2, 4)
+    model = load_model("llama3-8b").with_seq_length(1024)
+    space = replace(SMALL, all_placements=True, zero=(1,), recompute=("none",), offload_activations=(False,),
+                    max_micro_batch=1)
+    result = search(model, cluster, space, top_k=3)
+    ests = [min((estimate(model, cluster, p) for p in v), key=lambda e: e.step_time)
+            for v in every_plan(model, cluster, space)]
+    assert len(ests) == result.evaluated and len({e.plan.placement for e in ests}) > 6
+    top = sorted(e.step_time for e in ests if e.fits)[: len(result.plans)]
+    assert [e.step_time for e in result.plans] == pytest.approx(top, rel=1e-9)
+    assert estimate(model, cluster, result.plans[0].plan).step_time == result.plans[0].step_time

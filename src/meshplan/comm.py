@@ -141,7 +141,7 @@ def split_time(kind: str, nbytes: Num, group: Num, parts: list[Num], cluster: Cl
                eff: Efficiency = DEFAULT) -> Num:
     """``collective_time`` of a group already split over the tiers (``parts``: the ops of a layer share a few
     groups, so step.passes.time_ops splits each once)."""
-    bandwidths = [t.bandwidth * eff.link(t.name) for t in cluster.tiers]
+    bandwidths = [t.bandwidth * eff.link(i) for i, t in enumerate(cluster.tiers)]
     latencies = [t.latency for t in cluster.tiers]
     if kind == "all_reduce":
         return _all_reduce(nbytes, parts, bandwidths, latencies)

@@ -30,7 +30,7 @@ from meshplan.channels import dp_collectives, optimizer_time
 from meshplan.cost.flops import plan_flops_per_token, recompute_flops_per_token
 from meshplan.cost.params import kind_fractions, layers_on_last, layers_on_stage, stage_params, trainable
 from meshplan.memory import WEIGHT_BYTES
-from meshplan.roofline import compute_time, memory_time
+from meshplan.roofline import compute_time, memory_time, overhead
 from meshplan.specs.bands import error_band
 from meshplan.specs.check import validate
 from meshplan.specs.efficiency import DEFAULT, Efficiency
@@ -57,7 +57,9 @@ class OpRow:
     flops: float
     nbytes: float
     seconds: float
-    bound: str  # compute | memory | network | host (launch-bound: per-expert GEMMs, mlp_moe.host_launched)
+    # compute | memory | network | host (launch-bound: per-expert GEMMs, mlp_moe.host_launched) | overhead (the
+    # kernels' fixed time, roofline.overhead, beats their work)
+    bound: str
 
     @property
     def total_seconds(self) -> float:
@@ -233,8 +235,9 @@ def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff:
                 bound = "network"
             else:
                 compute, memory = compute_time(op, acc, plan.precision, eff), memory_time(op, acc, eff)
-                bound = "host" if op.launches * eff.host_launch > max(compute, memory) else (
-                    "compute" if compute >= memory else "memory")
+                work, fixed = max(compute, memory), overhead(op, acc)
+                bound = "host" if op.launches * eff.host_launch > work + fixed else (
+                    "overhead" if fixed > work else "compute" if compute >= memory else "memory")
             rows.append(OpRow(op.name, op.phase, op.kind, float(counts[group]), float(op.flops),
                               float(op.nbytes), float(t), bound))
     rows += _step_rows(model, cluster, plan, eff, first)

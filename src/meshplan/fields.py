@@ -34,6 +34,10 @@ MAX_PLANS = 1_000_000_000
 def _kind_error(name: str, value: Any, kind: str) -> str | None:
     """The complaint about ``value`` for a field declared ``kind`` (a string annotation), or None."""
     is_int = isinstance(value, int) and not isinstance(value, bool)
+    if kind in ("float | None", "int | None"):  # a number or nothing
+        if value is None:
+            return None
+        kind = kind.removesuffix(" | None")
     if kind == "int" and not is_int:
         return f"{name}={value!r} must be an integer"
     if kind == "float" and not (is_int or isinstance(value, float)):
@@ -51,7 +55,8 @@ def _kind_error(name: str, value: Any, kind: str) -> str | None:
 
 def check_types(spec: Any, prefix: str = "") -> None:
     """Raise SpecError for the first field of dataclass ``spec`` whose value is not of its declared type
-    (``int``, ``float``, ``bool``, ``bool | None``, ``str``; other annotations are the spec's own business)."""
+    (``int``, ``float``, ``bool``, ``str``; the first three also ``| None``; other annotations are the spec's own
+    business)."""
     for f in fields(spec):
         message = _kind_error(f.name, getattr(spec, f.name), str(f.type))
         if message:

@@ -58,6 +58,10 @@ RANGES: dict[str, Range] = {
                          "by definition; a CPU calibrated against a GPU's peak reads ~1e-6", "looked up"),
     "matmul_fp8": Range(0.01, 1, "", "as matmul_bf16, for fp8 (and fp4) GEMMs", "looked up"),
     "matmul_watts": Range(1, 100_000, "W", POWER, "unknown"),
+    "gemm_overhead": Range(0, 1, "s", "fixed time per tensor-core kernel (calibrate's GEMM fit intercept): "
+                           "2-20 us on GPUs; a CPU's quick calibration reads up to a few ms; a second is 10^5 x that"),
+    "kernel_overhead": Range(0, 1, "s", "fixed time per other kernel (calibrate's memory fit intercept): 2-10 us "
+                             "on GPUs, more on a CPU; a second is 10^5 x that"),
     "exp_rate": Range(0.1, 10, "", "exponential (MUFU.EX2) rate per SM clock relative to Hopper: 1, Blackwell "
                       "Ultra 2; a tenth or ten times that is past any GPU built"),
     # ---- Network / Tier / Cluster -----------------------------------------------------------------------------
@@ -72,10 +76,14 @@ RANGES: dict[str, Range] = {
     "host_bandwidth": Range(1e6, 1e15, "B/s", "GPU to host per direction: PCIe Gen3 x16 14 GB/s to NVLink-C2C 450 "
                             "GB/s (GH200)"),
     "host_memory": Range(1e6, 1e15, "B", "host memory per GPU for offload: presets 64-256 GB; 1 PB is 4,000x"),
-    "size": Range(1, MAX_GPUS, "", "Tier: GPUs per group of a mesh dimension, at most the cluster"),
-    "bandwidth": Range(1e3, 1e17, "B/s", "Tier: nvlink_bandwidth, or nics_per_gpu x nic_bandwidth (0.001 x 1 MB/s "
-                       "... 64 x 1 PB/s)"),
+    "size": Range(1, MAX_GPUS, "", "Tier: GPUs per group of a mesh dimension, at most the cluster",
+                  "the rest (a system file's outermost tier)"),
+    "bandwidth": Range(1e3, 1e17, "B/s", "Tier: per GPU per direction: nvlink_bandwidth, or nics_per_gpu x "
+                       "nic_bandwidth (0.001 x 1 MB/s ... 64 x 1 PB/s)", "the accelerator's nvlink_bandwidth (tier 0 "
+                       "of a system file)"),
     "latency": Range(0, 1, "s", "Tier: " + LATENCY),
+    "oversubscription": Range(1, 1000, "", "a tier's k:1 switch taper: 1 in non-blocking fat trees (DGX SuperPOD), 7 "
+                              "at the aggregation layer of Meta's Llama 3 clusters; 1000:1 is past any fabric built"),
     "num_gpus": Range(1, MAX_GPUS, "", "2^20: beyond every machine built or announced (a few hundred thousand "
                       "to a million GPUs)"),
     # ---- ModelSpec ----------------------------------------------------------------------------------------------
@@ -213,7 +221,8 @@ def check_options(**options: Any) -> None:
 
 def numeric_fields(cls: type) -> list[str]:
     """The fields of dataclass ``cls`` declared as numbers (int, float, or a table of them)."""
-    return [f.name for f in fields(cls) if str(f.type) in ("int", "float") or str(f.type).startswith("dict[str, float")]
+    return [f.name for f in fields(cls) if str(f.type).removesuffix(" | None") in ("int", "float")
+            or str(f.type).startswith("dict[str, float")]
 
 
 def step_tokens_problem(global_batch: int, seq_length: int, field: str = "global_batch") -> str | None:

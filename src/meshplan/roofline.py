@@ -4,6 +4,16 @@ A kernel streams its HBM traffic while its math units work, so its time is the l
 (seed 000: time = max(compute time, memory-access time)), each derated by the efficiency model
 (efficiency.py). Tensor-core GEMMs run at the plan's precision (bf16, fp8 …); attention kernels at bf16;
 element-wise math on the CUDA cores (fp32 rate), which memory bandwidth dominates anyway.
+
+Seed 000 fits each side as latency + work / rate; ``calibrate`` fits t = t₀ + 2mnk / F for GEMMs and
+t = t₀ + bytes / BW for memory-bound kernels (calibrate/fit.py): Hockney's (r∞, n½) model of a pipelined unit,
+t = (n + n½) / r∞, whose t₀ = n½ / r∞ is its start-up overhead, the time it takes to fill and drain (Hockney &
+Jesshope, "Parallel Computers", 1981; fitted by least squares, as the RINF1 benchmark does). So an op costs
+t₀ + max(compute, memory) (``overhead``), with t₀ the accelerator's ``gemm_overhead`` for tensor-core kernels
+(GEMMs, attention) and ``kernel_overhead`` for every other kernel. The overhead overlaps nothing: it is the
+kernel's own start and end, serial with its work and with the kernels before and after it in its stream (it hides
+behind communication only as the op's whole time does, step/passes.py). It is 0 in the presets, whose efficiency
+model prices small kernels (efficiency.py); calibrate writes it, clipped at 0 (calibrate/system.py).
 """
 
 from __future__ import annotations
@@ -76,14 +86,34 @@ def memory_time(op: OpCost, acc: Accelerator, eff: Efficiency) -> Num:
     return slower * op.nbytes / (acc.hbm_bandwidth * eff.memory)
 
 
-def op_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Num:
-    """Seconds for a compute op: max(compute, memory) for one kernel that streams while it computes; the
-    sum for unfused attention, whose score GEMMs and softmax are separate kernels (the scores round-trip
-    through HBM between them). Kernels the host launches with the GPU waiting on it (``op.launches``, the
-    per-expert GEMMs of dropless MoE) take at least the host's time to issue them."""
+def overhead(op: OpCost, acc: Accelerator) -> Num:
+    """The fixed seconds of the op's kernels (the module docstring): t₀ per kernel, ``gemm_overhead`` for a
+    tensor-core kernel and ``kernel_overhead`` for the others; an op the host launches kernel by kernel
+    (``op.launches``, per-expert GEMMs) runs that many kernels, every other op one (a grouped GEMM is one kernel);
+    unfused attention runs its score GEMMs and its softmax as kernels of both kinds; an op without work runs none."""
     if op.variant == "unfused":
-        return compute_time(op, acc, precision, eff) + memory_time(op, acc, eff)
-    time = maximum(compute_time(op, acc, precision, eff), memory_time(op, acc, eff))
+        t0 = acc.gemm_overhead + acc.kernel_overhead
+    else:
+        t0 = acc.gemm_overhead if op.kind in ("gemm", "attention") else acc.kernel_overhead
+    if not t0:  # the presets: nothing to add
+        return 0.0
+    kernels = maximum(1.0, op.launches) * ((op.flops > 0) | (op.nbytes > 0))
+    return t0 * kernels
+
+
+def op_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Num:
+    """Seconds for a compute op: the kernels' fixed ``overhead`` plus max(compute, memory) for one kernel that
+    streams while it computes; the sum for unfused attention, whose score GEMMs and softmax are separate kernels
+    (the scores round-trip through HBM between them). Kernels the host launches with the GPU waiting on it
+    (``op.launches``, the per-expert GEMMs of dropless MoE) take at least the host's time to issue them."""
+    if op.variant == "unfused":
+        time = compute_time(op, acc, precision, eff) + memory_time(op, acc, eff)
+    else:
+        time = maximum(compute_time(op, acc, precision, eff), memory_time(op, acc, eff))
+    if acc.gemm_overhead or acc.kernel_overhead:  # 0 in the presets: their times untouched
+        time = overhead(op, acc) + time
+    if op.variant == "unfused":
+        return time
     if type(op.launches) is not float or op.launches:  # host-launched kernels: the GPU cannot outrun the CPU
         time = maximum(time, op.launches * eff.host_launch)
     return time

@@ -34,7 +34,7 @@ from typing import Any
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.files import write_text
 from meshplan.search import SearchResult, Space, check_space, search
-from meshplan.specs.hardware import System, load_system
+from meshplan.specs.hardware import Network, System, load_system
 from meshplan.specs.model import ModelSpec
 
 # parameter → (what it scales, the base value of a system)
@@ -43,7 +43,8 @@ PARAMS: dict[str, tuple[str, Callable[[System], float]]] = {
     "hbm_bandwidth": ("HBM bandwidth", lambda s: s.accelerator.hbm_bandwidth),
     "hbm_capacity": ("HBM capacity (bytes per GPU)", lambda s: s.accelerator.hbm_bytes),
     "nvlink_bandwidth": ("NVLink bandwidth per GPU", lambda s: s.accelerator.nvlink_bandwidth),
-    "nic_bandwidth": ("network (NIC) bandwidth per GPU", lambda s: s.network.nic_bandwidth * s.network.nics_per_gpu),
+    "nic_bandwidth": ("network (NIC) bandwidth per GPU (every tier beyond NVLink)",
+                      lambda s: s.network.scale_out_bandwidth),
     "nvlink_domain": ("NVLink domain size (GPUs)", lambda s: s.network.nvlink_domain),
 }
 
@@ -106,10 +107,13 @@ def _scaled(system: System, param: str, factor: float) -> System:
         acc = replace(acc, hbm_bandwidth=acc.hbm_bandwidth * factor)
     elif param == "hbm_capacity":
         acc = replace(acc, hbm_bytes=acc.hbm_bytes * factor)
-    elif param == "nvlink_bandwidth":
+    elif param == "nvlink_bandwidth":  # and tier 0's own bandwidth where an N-tier network states one
         acc = replace(acc, nvlink_bandwidth=acc.nvlink_bandwidth * factor)
+        if net.tiers:
+            net = _scaled_tiers(net, factor, outer=False)
     elif param == "nic_bandwidth":
-        net = replace(net, nic_bandwidth=net.nic_bandwidth * factor)
+        net = _scaled_tiers(net, factor, outer=True) if net.tiers else replace(
+            net, nic_bandwidth=net.nic_bandwidth * factor)
     else:  # nvlink_domain
         size = net.nvlink_domain * factor
         if abs(size - round(size)) > 1e-9 or round(size) < 1:
@@ -117,6 +121,13 @@ def _scaled(system: System, param: str, factor: float) -> System:
                             "number of GPUs")
         net = replace(net, nvlink_domain=int(round(size)))
     return replace(system, accelerator=acc, network=net)
+
+
+def _scaled_tiers(net: Network, factor: float, outer: bool) -> Network:
+    """An N-tier network with the bandwidth of every tier beyond NVLink (``outer``), or of tier 0, × ``factor``."""
+    tiers = tuple(replace(t, bandwidth=t.bandwidth * factor) if (i > 0) == outer else t
+                  for i, t in enumerate(net.tiers))
+    return replace(net, tiers=tiers)
 
 
 def scaling_points(model: ModelSpec, systems: Sequence[str | System], gpus: Sequence[int], global_batch: int,

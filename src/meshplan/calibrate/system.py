@@ -6,16 +6,28 @@ peak × MAMF (``matmul_bf16``) × shape effects. A calibrated file writes each *
 derating the model will apply, so the model's sustained figure is the measured one:
 
     hbm_bandwidth    = BW_copy / memory           (STREAM copy fit, memory.py's kernels stream at this)
+    kernel_overhead  = t₀ of that fit             (roofline.overhead: every kernel but tensor-core ones)
+    gemm_overhead    = t₀ of the 16-bit GEMM fit  (roofline.overhead: GEMMs and attention kernels)
     nvlink_bandwidth = busbw_0 / nvlink           (mesh dimension 0: median bus bandwidth of its collectives)
     nic_bandwidth    = busbw_out / network        (the slowest outer dimension), nics_per_gpu = 1
     nvlink_latency, nic_latency = α per step      (fit.py: intercept / comm.py's latency steps)
-    matmul_bf16      = best bf16 GEMM / peak      (the definition of MAMF; peak from ``base``, else the
-                                                   measured best itself with matmul_bf16 = 1)
+    matmul_bf16      = F / peak                   (F: the GEMM fit's asymptotic rate when its t₀ is written, else
+                                                   the best GEMM measured, the definition of MAMF; peak from
+                                                   ``base``, else F itself with matmul_bf16 = 1)
 
+The fits' intercepts t₀ enter the roofline as t = t₀ + max(compute, memory) (roofline.py; Hockney's r∞ / n½
+model, fit.py). A fit's t₀ is written only where the fit is good (R² ≥ GOOD_FIT) and t₀ > 0: a negative
+intercept is noise in a fit of large kernels, so it is clipped to 0 (the file says so) and the GEMMs then run at
+the best rate measured, which holds their overhead, as before t₀ was used; the rate written with a t₀ is the
+fit's F, so that t₀ is not counted twice.
+
+Meshes of three or more measured dimensions keep every one as a tier ([[network.tiers]], mesh.py): dimension 0
+is tier 0 (at the accelerator's nvlink_bandwidth, derated by ``nvlink``), each further dimension a tier of its
+measured size at its own bus bandwidth / ``network`` and α, the outermost "the rest" (a job larger than the
+measured mesh grows the outermost dimension). Meshes of one or two dimensions keep the two-tier form.
 Figures a run cannot measure (TDP, fp8, host links; the network of a single-domain run) come from ``base``
 when given, each marked so; a single-domain run without a base repeats tier 0 for the network tier, which a
-job that fits in the domain never uses. Meshes of three or more dimensions collapse to hardware.py's two
-tiers: dimension 0 is the NVLink domain, the rest one network tier at the slowest outer dimension's figures.
+job that fits in the domain never uses.
 """
 
 from __future__ import annotations
@@ -23,7 +35,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from meshplan.calibrate.fit import TierFit
+from meshplan.calibrate.fit import MemoryFit, TierFit
 from meshplan.calibrate.run import Calibration
 from meshplan.errors import SpecError
 from meshplan.files import write_text
@@ -31,7 +43,7 @@ from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import System
 from meshplan.units import fmt_bytes
 
-GOOD_FIT = 0.9  # R² below which a memory fit's slope is noise: the best observed rate is written instead
+GOOD_FIT = 0.9  # R² below which a fit is noise: the best observed rate is written, and no intercept
 
 
 def to_toml(cal: Calibration, base: System | None = None, eff: Efficiency = DEFAULT, name: str | None = None) -> str:
@@ -53,8 +65,11 @@ def to_toml(cal: Calibration, base: System | None = None, eff: Efficiency = DEFA
     lines += gemm + _memory_lines(cal, base, eff)
     lines += [f"source = {_str(source)}", "", "[accelerator.peak_flops]", f"# {peak_note}"]
     lines += [f"{p} = {_num(v)}  # {v / 1e12:.4g} TFLOP/s" for p, v in peaks.items()]
-    lines += ["", "[network]", f"nvlink_domain = {cal.mesh[0]}  # mesh dimension 0"]
-    lines += _network_lines(cal, base, eff) + [f"source = {_str(source)}"]
+    if len(cal.tiers) >= 3:
+        lines += ["", "[network]"] + _host_lines(base) + [f"source = {_str(source)}"] + _tier_tables(cal, eff)
+    else:
+        lines += ["", "[network]", f"nvlink_domain = {cal.mesh[0]}  # mesh dimension 0"]
+        lines += _network_lines(cal, base, eff) + [f"source = {_str(source)}"]
     return "\n".join(lines) + "\n"
 
 
@@ -65,10 +80,12 @@ def _gemm_lines(cal: Calibration, base: System | None) -> tuple[list[str], dict[
     half = fits.get("bf16") or fits.get("fp16")
     if half is None:
         raise SpecError(f"calibration has no bf16 or fp16 GEMM (measured: {', '.join(fits) or 'none'})")
-    lines = []
+    t0, overhead_note = _intercept(half.overhead, half.r2, f"{half.precision} GEMM fit")
+    rate = half.rate if t0 > 0 else half.best  # the fit's F beside its t₀, else the best measured
+    lines = [f"gemm_overhead = {_num(t0)}  # {overhead_note}"]
     if acc is not None:
         peaks = dict(acc.peak_flops)
-        mamf = half.best / acc.half_flops
+        mamf = rate / acc.half_flops
         lines += [f"tdp_watts = {_num(acc.tdp_watts)}  # from {base.name}",
                   f"matmul_watts = {_num(acc.tdp_watts)}  # measured at this part's own power limit: clock factor 1"]
         if acc.matmul_fp8:
@@ -77,13 +94,26 @@ def _gemm_lines(cal: Calibration, base: System | None) -> tuple[list[str], dict[
             lines.append(f"async_mma = {str(acc.async_mma).lower()}  # from {base.name}")
         peak_note = f"datasheet dense peaks from {base.name}"
     else:
-        peaks = {p: f.best for p, f in fits.items()}
+        peaks = {p: f.rate if t0 > 0 else f.best for p, f in fits.items()}
         mamf = 1.0
-        peak_note = "best measured GEMM rate per precision (no datasheet peak given: matmul_bf16 = 1)"
+        peak_note = ("GEMM fits' asymptotic rate per precision (beside gemm_overhead" if t0 > 0 else
+                     "best measured GEMM rate per precision (") + "; no datasheet peak given: matmul_bf16 = 1)"
     m, n, k = half.best_shape
-    lines.append(f"matmul_bf16 = {_num(mamf)}  # best {half.precision} GEMM {half.best / 1e12:.4g} TFLOP/s "
-                 f"at {m}x{n}x{k} / peak {peaks.get('bf16', peaks.get('fp16', half.best)) / 1e12:.4g}")
+    what = (f"fit's F {rate / 1e12:.4g} TFLOP/s (best {half.best / 1e12:.4g} at {m}x{n}x{k})" if t0 > 0
+            else f"best {half.precision} GEMM {half.best / 1e12:.4g} TFLOP/s at {m}x{n}x{k}")
+    lines.append(f"matmul_bf16 = {_num(mamf)}  # {what} / peak "
+                 f"{peaks.get('bf16', peaks.get('fp16', rate)) / 1e12:.4g}")
     return lines, peaks, peak_note
+
+
+def _intercept(t0: float, r2: float, fit: str) -> tuple[float, str]:
+    """A fit's intercept as a per-kernel overhead (seconds) and why: kept when the fit is good and t₀ > 0, else 0
+    (a negative intercept is clipped: no kernel takes less than its work)."""
+    if r2 < GOOD_FIT:
+        return 0.0, f"{fit} R² {r2:.2f} < {GOOD_FIT}: its intercept is noise, not used"
+    if t0 <= 0:
+        return 0.0, f"{fit} intercept {t0 * 1e6:.3g} us <= 0: clipped to 0"
+    return t0, f"{fit} intercept t0 = {t0 * 1e6:.3g} us (R² {r2:.3f})"
 
 
 def _memory_lines(cal: Calibration, base: System | None, eff: Efficiency) -> list[str]:
@@ -95,8 +125,10 @@ def _memory_lines(cal: Calibration, base: System | None, eff: Efficiency) -> lis
         lines = [f"hbm_bytes = {_num(acc.hbm_bytes)}  # not measured: from {base.name}"]
     else:
         raise SpecError("calibration has no device memory size (memory_bytes=0) and no base system")
-    stream, how = _stream_bandwidth(cal)
+    stream, how, fit = _stream_bandwidth(cal)
     lines.append(f"hbm_bandwidth = {_num(stream / eff.memory)}  # {how} {stream / 1e9:.4g} GB/s / {eff.memory}")
+    t0, note = _intercept(fit.overhead, fit.r2, f"{fit.op} fit")
+    lines.append(f"kernel_overhead = {_num(t0)}  # {note}")
     inner, _ = _tiers(cal)
     if inner is not None:
         lines.append(f"nvlink_bandwidth = {_num(inner.bandwidth / eff.nvlink)}  # dim 0 busbw "
@@ -128,9 +160,32 @@ def _network_lines(cal: Calibration, base: System | None, eff: Efficiency) -> li
     else:
         lines += [f"nic_bandwidth = {_num(inner.bandwidth / eff.network)}  # not measured (one domain): tier 0's",
                   f"nic_latency = {_num(inner.latency)}  # not measured (one domain): tier 0's"]
-    if base is not None:
-        lines += [f"host_bandwidth = {_num(base.network.host_bandwidth)}  # from {base.name}",
-                  f"host_memory = {_num(base.network.host_memory)}  # from {base.name}"]
+    return lines + _host_lines(base)
+
+
+def _host_lines(base: System | None) -> list[str]:
+    if base is None:
+        return []
+    return [f"host_bandwidth = {_num(base.network.host_bandwidth)}  # from {base.name}",
+            f"host_memory = {_num(base.network.host_memory)}  # from {base.name}"]
+
+
+def _tier_tables(cal: Calibration, eff: Efficiency) -> list[str]:
+    """Every measured mesh dimension as a [[network.tiers]] table, innermost first (the module docstring)."""
+    lines, measured = [], cal.tiers
+    for i, t in enumerate(measured):
+        lines += ["", "[[network.tiers]]", f'name = "dim{t.dim}"']
+        if i == len(measured) - 1:
+            lines.append(f'size = "rest"  # measured {t.group}: a larger job grows the outermost dimension')
+        else:
+            lines.append(f"size = {t.group}  # mesh dimension {t.dim}")
+        if t.dim == 0:
+            lines.append("# bandwidth: the accelerator's nvlink_bandwidth (dimension 0)")
+        else:  # tier 0 is derated as NVLink, the tiers beyond it as a network (efficiency.link)
+            derate = eff.link(i)
+            lines.append(f"bandwidth = {_num(t.bandwidth / derate)}  # dim {t.dim} busbw "
+                         f"{t.bandwidth / 1e9:.4g} GB/s ({', '.join(t.kinds)}) / {derate}")
+        lines.append(f"latency = {_num(t.latency)}  # α per step, {t.latency * 1e6:.3g} us")
     return lines
 
 
@@ -141,14 +196,16 @@ def write_system(cal: Calibration, path: str | Path, base: System | None = None,
     return write_text(path, to_toml(cal, base, eff), "out")
 
 
-def _stream_bandwidth(cal: Calibration) -> tuple[float, str]:
+def _stream_bandwidth(cal: Calibration) -> tuple[float, str, MemoryFit]:
+    """The streaming rate (the copy fit's slope when the fit is good, else the best observed), how it was found,
+    and the fit (whose intercept is the kernels' overhead)."""
     fits = {f.op: f for f in cal.memory}
     if not fits:
         raise SpecError("calibration has no memory-bound measurements")
     fit = fits.get("copy") or max(fits.values(), key=lambda f: f.best)
     if fit.r2 >= GOOD_FIT:
-        return fit.bandwidth, f"{fit.op} fit (R² {fit.r2:.3f})"
-    return fit.best, f"{fit.op} best observed (fit R² {fit.r2:.2f} < {GOOD_FIT})"
+        return fit.bandwidth, f"{fit.op} fit (R² {fit.r2:.3f})", fit
+    return fit.best, f"{fit.op} best observed (fit R² {fit.r2:.2f} < {GOOD_FIT})", fit
 
 
 def _tiers(cal: Calibration) -> tuple[TierFit | None, TierFit | None]:

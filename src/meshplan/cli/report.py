@@ -82,19 +82,30 @@ def _require_matplotlib() -> None:
         raise MissingDependency("matplotlib", "plot") from None
 
 
-def _scaling_counts(text: str | None, gpus: int, domain: int) -> list[int]:
-    """``--scaling``: explicit counts, ``none``, or the default N/4, N/2, N, 2N (those the mesh can hold)."""
+def _scaling_counts(text: str | None, gpus: int, system: Any) -> list[int]:
+    """``--scaling``: explicit counts, ``none``, or the default N/4, N/2, N, 2N (those the mesh can hold: whole
+    NVLink domains, within the outermost tier's capacity of an N-tier network)."""
     if text is not None and text.strip().lower() in ("none", "off", ""):
         return []
     if text is not None:
         counts = _positive_ints(text, "scaling") or []
     else:
         counts = [gpus * k // 4 for k in (1, 2, 4, 8) if gpus * k % 4 == 0]
+    domain = system.network.nvlink_domain
     fit = [n for n in counts if n % min(domain, n) == 0]
     if text is not None and len(fit) < len(counts):
         unfit = next(n for n in counts if n not in fit)
         raise SpecError(f"scaling={text!r}: {unfit} GPUs is not a whole number of {domain}-GPU NVLink domains")
-    ok = sorted({*fit, gpus})
+    held = []
+    for n in fit:
+        try:
+            system.cluster(n)
+        except SpecError as exc:  # beyond the outermost tier's capacity
+            if text is not None:
+                raise SpecError(f"scaling={text!r}: {exc}") from None
+            continue
+        held.append(n)
+    ok = sorted({*held, gpus})
     return ok if len(ok) > 1 else []
 
 
@@ -145,7 +156,7 @@ def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path,
     space = sweep_space(gbs, all_placements=placements == "all", offload=offload, max_plans=max_plans, stack=stack,
                         prefer_simple=True, headroom=MEMORY_HEADROOM,
                         precision=system.accelerator.default_precision)
-    counts = _scaling_counts(scaling, gpus, system.network.nvlink_domain)
+    counts = _scaling_counts(scaling, gpus, system)
     check_space(model, cluster, space)
     _require_matplotlib()  # after the input checks: bad input gets its own message whatever is installed
     result = search(model, cluster, space, top_k=top_k)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from meshplan.files import write_text
-from meshplan.report.text import op_totals
+from meshplan.report.text import mesh_text, op_totals, tier_axes, tier_headers
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
@@ -101,10 +101,10 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], left: Sequence[
 
 
 def _plans_table(plans: Sequence[Estimate]) -> str:
-    from meshplan.report.text import _nvlink_axes
 
+    tiers = tier_headers(plans[0].cluster) if plans else ["in NVLink"]
     header = ["#", "dp·tp·pp·cp", "ep/etp", "vpp", "mbs", "zero", "recompute", "sp", "offload", "schedule",
-              "in NVLink", "step", "tokens/s", "MFU", "memory"]
+              *tiers, "step", "tokens/s", "MFU", "memory"]
     rows = []
     for i, est in enumerate(plans, 1):
         p = est.plan
@@ -112,9 +112,9 @@ def _plans_table(plans: Sequence[Estimate]) -> str:
         off = "+".join(k for k, on in (("opt", p.offload_optimizer), ("act", p.offload_activations)) if on) or "-"
         rows.append([i, f"{p.dp}·{tensor}·{p.pp}·{p.cp}", f"{p.ep}/{p.etp}" if est.model.is_moe else "-", p.vpp,
                      p.micro_batch, p.zero, p.recompute, "on" if p.sequence_parallel else "-", off, p.schedule,
-                     _nvlink_axes(est), fmt_time(est.step_time), fmt_count(est.tokens_per_s), f"{est.mfu:.1%}",
+                     *tier_axes(est), fmt_time(est.step_time), fmt_count(est.tokens_per_s), f"{est.mfu:.1%}",
                      fmt_bytes(est.peak_memory)])
-    return _table(header, rows, left=(1, 6, 8, 9, 10), highlight_first=True)
+    return _table(header, rows, left=(1, 6, 8, 9, *range(10, 10 + len(tiers))), highlight_first=True)
 
 
 def _breakdown_table(est: Estimate) -> str:
@@ -191,7 +191,7 @@ def render(result: SearchResult, scaling_rows: Sequence[dict[str, Any]] | None =
 def _lead(result: SearchResult, title: str, plans: list[Estimate]) -> str:
     """The title, one line on the model and the search, and the best plan's figures as cards."""
     model, cluster = result.model, result.cluster
-    acc, mesh = cluster.accelerator, " × ".join(map(str, cluster.mesh_shape))
+    acc, mesh = cluster.accelerator, mesh_text(cluster, " × ")
     parts = [f"<h1>meshplan report: {html.escape(title)}</h1>",
              f'<p class="lead">{fmt_count(model.params())} parameters, sequence {model.seq_length}, global batch '
              f"{result.space.global_batch} sequences ({fmt_count(result.space.global_batch * model.seq_length)} "

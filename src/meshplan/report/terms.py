@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 HEADERS = {
     "#": "rank, fastest first",
@@ -48,13 +48,16 @@ REASONS = {
 
 
 def entries(headers: Sequence[str], extra: Sequence[tuple[str, str]] = (), units: bool = True,
-            domain: int | None = None) -> list[tuple[str, str]]:
-    """(term, meaning) for each header shown, then the notations ``extra`` names, then the units."""
-    out = []
+            blocks: Mapping[str, int] | None = None) -> list[tuple[str, str]]:
+    """(term, meaning) for each header shown, then the notations ``extra`` names, then the units. ``blocks``: the
+    GPUs per block of each mesh tier's column ("in NVLink", "in <tier>": report.text.tier_headers)."""
+    out, blocks = [], blocks or {}
     for h in headers:
-        meaning = HEADERS[h]
-        if h == "in NVLink" and domain:
-            meaning += f" of {domain} GPUs"
+        meaning = HEADERS.get(h, f"parallel groups inside one {h.removeprefix('in ')} block")  # "in leaf"
+        if h in blocks:
+            meaning += f" of {blocks[h]:,} GPUs"
+        if h not in HEADERS:
+            meaning += ", not inside one of the tier below"
         out.append((h, meaning))
     return out + list(extra) + ([UNITS] if units else [])
 

@@ -33,7 +33,7 @@ def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
 
     p = est.plan
     title = (f"{est.model.name} ({fmt_count(est.model.params())} params) on {est.cluster.num_gpus} x "
-             f"{est.cluster.accelerator.name}, mesh {' x '.join(map(str, est.cluster.mesh_shape))}")
+             f"{est.cluster.accelerator.name}, mesh {mesh_text(est.cluster, ' x ')}")
     summary = Table(title=title, show_header=False, title_justify="left")
     summary.add_column(style="bold")
     summary.add_column()
@@ -123,15 +123,40 @@ def training_cost(est: Estimate, tokens: float | None, price: float | None) -> d
     return out
 
 
-def _nvlink_axes(est: Estimate) -> str:
-    """The parallel axes whose groups stay inside the NVLink domain."""
-    domain, stride, inside = est.cluster.nvlink_domain, 1, []
+def mesh_text(cluster, sep: str) -> str:
+    """The mesh shape, innermost first ("8 x 128"), with the tiers' names beyond two ("8 x 256 x 8 (nvlink, pod,
+    aggregation)")."""
+    shape = sep.join(map(str, cluster.mesh_shape))
+    return shape if len(cluster.tiers) <= 2 else f"{shape} ({', '.join(t.name for t in cluster.tiers)})"
+
+
+def tier_headers(cluster) -> list[str]:
+    """One column per mesh tier but the outermost: "in NVLink" for tier 0, "in <name>" for each tier beyond it."""
+    return ["in NVLink"] + [f"in {t.name}" for t in cluster.tiers[1:-1]]
+
+
+def tier_blocks(cluster) -> dict[str, int]:
+    """GPUs per block of each ``tier_headers`` column's tier (tier 0: the nominal NVLink domain)."""
+    blocks, span = {}, 1
+    for header, tier in zip(tier_headers(cluster), cluster.tiers, strict=False):
+        span *= tier.size
+        blocks[header] = span
+    return blocks
+
+
+def tier_axes(est: Estimate) -> list[str]:
+    """For each ``tier_headers`` column, the parallel axes whose groups stay inside one block of that tier and not
+    inside one of the tier before (on two tiers: those inside the NVLink domain)."""
+    spans = list(tier_blocks(est.cluster).values())
+    inside: list[list[str]] = [[] for _ in spans]
+    stride = 1
     for axis in est.plan.placement:
         size = getattr(est.plan, axis)
-        if size > 1 and stride * size <= domain:
-            inside.append(f"{axis}={size}")
+        tier = next((i for i, span in enumerate(spans) if stride * size <= span), None)
+        if size > 1 and tier is not None:
+            inside[tier].append(f"{axis}={size}")
         stride *= size
-    return "+".join(inside) or "-"
+    return ["+".join(axes) or "-" for axes in inside]
 
 
 def _band(est: Estimate) -> str:
@@ -153,7 +178,7 @@ def _layout(p) -> str:
 
 def _plan_columns(result, tokens: float | None, price: float | None) -> list[Col]:
     """The best plans' columns, one cell per plan, in the wide table's order."""
-    ests, left = result.plans, ("recompute", "offload", "in NVLink")
+    ests, left = result.plans, ("recompute", "offload", *tier_headers(result.cluster))
     cells: dict[str, list[str]] = defaultdict(list)
     for est in ests:
         p = est.plan
@@ -167,7 +192,8 @@ def _plan_columns(result, tokens: float | None, price: float | None) -> list[Col
         cells["sp"].append("on" if p.sequence_parallel else "-")
         cells["offload"].append("+".join(k for k, on in (("opt", p.offload_optimizer),
                                                          ("act", p.offload_activations)) if on) or "-")
-        cells["in NVLink"].append(_nvlink_axes(est))
+        for header, axes in zip(tier_headers(est.cluster), tier_axes(est), strict=True):
+            cells[header].append(axes)
         for name, value in _metric_cells(est, tokens, price).items():
             cells[name].append(value)
     return [Col(h, cs, "left" if h in left else "right") for h, cs in cells.items()]
@@ -196,8 +222,7 @@ def plans_tables(result, tokens: float | None, price: float | None, width: int) 
     extra = [terms.NONE] + ([terms.SUMMA_CELL] if any(e.plan.tensor_layout == "summa" for e in result.plans) else [])
     extra += [terms.BAND] if any(_band(e) for e in result.plans) else []
     extra += [terms.EQUIVALENT] if any(equivalent) else []
-    domain = result.cluster.nvlink_domain
-    return [*tables, legend(terms.entries(headers(tables), extra, domain=domain))]
+    return [*tables, legend(terms.entries(headers(tables), extra, blocks=tier_blocks(result.cluster)))]
 
 
 def _cost_columns(tokens: float | None, price: float | None) -> list[str]:

@@ -298,8 +298,12 @@ class Efficiency:
         return rate
 
     # ---- links and clocks -----------------------------------------------------------------------------------
-    def link(self, tier_name: str) -> float:
-        return self.nvlink if tier_name == "nvlink" else self.network
+    def link(self, tier: int) -> float:
+        """NCCL bus bandwidth / link bandwidth of mesh tier ``tier`` (its index): tier 0 is the scale-up domain
+        (NVLink), every tier beyond it a scale-out network (NICs and switches), whatever the tiers are named."""
+        if isinstance(tier, str):  # it took a tier's name until N-tier meshes, whose names are the user's
+            raise TypeError(f"Efficiency.link takes the tier's index (0: NVLink), not its name {tier!r}")
+        return self.nvlink if tier == 0 else self.network
 
     def clock(self, accelerator: object, load: Num = 1.0) -> Num:
         """Sustained tensor clock / the clock of the measured part: (P_cap / (load·P_rated))^(1/3), at most 1. The

@@ -1,11 +1,13 @@
 """Accelerators and clusters. A cluster is N accelerators arranged as an N-dimensional mesh of tiers.
 
 Tier 0 is the NVLink (scale-up) domain: groups of ``size`` GPUs that talk at ``bandwidth`` bytes/s per GPU
-per direction. The next tier is the scale-out network: the NVLink domains joined by NICs, ``nics_per_gpu``
-NICs of ``nic_bandwidth`` each, so a GPU's share of it is ``nics_per_gpu * nic_bandwidth``. Each tier has an
-α (latency per message step, seconds) and a β (1 / bandwidth), as in seed 000's device-mesh abstraction
-(time_i = latency_i + bytes / bandwidth_i per mesh dimension) and seed 003's two-tier NVLink / InfiniBand model
-(the effective inter-domain bandwidth scales with the NICs per NVLink domain).
+per direction. A system's network states the tiers beyond it in one of two forms. Two tiers (most presets): the
+scale-out network joins the NVLink domains by NICs, ``nics_per_gpu`` NICs of ``nic_bandwidth`` each, so a GPU's
+share of it is ``nics_per_gpu * nic_bandwidth`` (seed 003's two-tier NVLink / InfiniBand model: the effective
+inter-domain bandwidth scales with the NICs per NVLink domain). N tiers: ``[[network.tiers]]``, innermost first,
+each with its size, bandwidth per GPU, latency and oversubscription (mesh.py: a rail-optimised leaf, a pod, a
+tapered spine). Each tier has an α (latency per message step, seconds) and a β (1 / bandwidth), as in seed 000's
+device-mesh abstraction (time_i = latency_i + bytes / bandwidth_i per mesh dimension).
 
 Bandwidths are unidirectional per GPU: NVIDIA's "900 GB/s NVLink" for H100 is bidirectional, so 450 GB/s here.
 """
@@ -23,6 +25,7 @@ from meshplan.errors import SpecError
 from meshplan.fields import MAX_GPUS, at_least_one, check_types, not_a_preset, unknown_field
 from meshplan.files import parse_toml, read_text
 from meshplan.specs.architectures import ARCHITECTURES
+from meshplan.specs.mesh import Tier, TierSpec, build_tiers, check_tiers
 from meshplan.units import parse_quantity
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "fp4")
@@ -51,6 +54,11 @@ class Accelerator:
     # the GPU architecture (architectures.ARCHITECTURES: volta, ampere, ada, hopper, blackwell, cdna2 …; "" unstated):
     # what a GPU without a measured MAMF or MMA kind gets them from (architectures.matmul_rule, async_mma)
     architecture: str = ""
+    # fixed seconds per kernel beside its work (roofline.op_time: t = t0 + max(compute, memory)), the intercepts
+    # of calibrate's fits t = t0 + 2mnk / F (tensor-core kernels: GEMMs, attention) and t = t0 + bytes / BW (every
+    # other kernel); 0 in the presets, whose efficiency model holds what they cost (efficiency.py)
+    gemm_overhead: float = 0.0
+    kernel_overhead: float = 0.0
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -93,26 +101,6 @@ class Accelerator:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Tier:
-    """One mesh dimension: ``size`` GPUs per group at this level, bandwidth per GPU per direction, latency."""
-
-    name: str
-    size: int
-    bandwidth: float  # bytes/s per GPU per direction
-    latency: float  # seconds per message step (α)
-
-    def __post_init__(self) -> None:
-        check_types(self, f"tier {self.name}: ")
-        if self.size < 1:
-            raise SpecError(f"tier {self.name}: size={self.size!r} must be a positive integer")
-        if not self.bandwidth > 0:
-            raise SpecError(f"tier {self.name}: bandwidth={self.bandwidth!r} must be positive")
-        if not self.latency >= 0:
-            raise SpecError(f"tier {self.name}: latency={self.latency!r} must be non-negative")
-        ranges.check_spec(self, f"tier {self.name}: ")
-
-
-@dataclass(frozen=True, kw_only=True)
 class Cluster:
     """``num_gpus`` accelerators as a mesh: tiers from the innermost (NVLink) outwards.
 
@@ -149,23 +137,72 @@ class Cluster:
         return tuple(t.size for t in self.tiers)
 
 
+TWO_TIER = ("nvlink_latency", "nics_per_gpu", "nic_bandwidth", "nic_latency")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Network:
-    """How a system preset builds its mesh: NVLink domain size, NICs per GPU and their bandwidth."""
+    """How a system builds its mesh, in one of two forms (the module docstring).
 
-    nvlink_domain: int
-    nvlink_latency: float
-    nics_per_gpu: float
-    nic_bandwidth: float  # bytes/s per NIC per direction
-    nic_latency: float
+    Two tiers: ``nvlink_domain`` GPUs at the accelerator's NVLink bandwidth, then ``nics_per_gpu`` NICs of
+    ``nic_bandwidth`` per GPU. N tiers: ``tiers`` (mesh.TierSpec, innermost first) and none of the two-tier link
+    fields; ``nvlink_domain`` is then tier 0's size, and setting it (``replace(network, nvlink_domain=72)``, the
+    ``--nvlink-domain`` what-if) resizes tier 0 while a block of tier 1 keeps at most its GPUs (its NICs and
+    switch ports do not change): 384 servers of 8 in a pod of 3,072 GPUs become 42 domains of 72 (3,024 GPUs).
+    """
+
+    nvlink_domain: int | None = None
+    nvlink_latency: float | None = None
+    nics_per_gpu: float | None = None
+    nic_bandwidth: float | None = None  # bytes/s per NIC per direction
+    nic_latency: float | None = None
     host_bandwidth: float = 55e9
     host_memory: float = 256e9
+    tiers: tuple[TierSpec, ...] = ()
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         check_types(self)
+        if self.tiers != ():
+            self._normalise_tiers()
+        else:
+            missing = [n for n in ("nvlink_domain", *TWO_TIER) if getattr(self, n) is None]
+            if missing:
+                raise SpecError(f"missing field {missing[0]!r} (or describe the mesh as [[network.tiers]])")
         # every number in its range (ranges.RANGES), which also keeps nics_per_gpu × nic_bandwidth finite
         ranges.check_spec(self)
+
+    def _normalise_tiers(self) -> None:
+        """Check the N-tier form; tier 0's size follows ``nvlink_domain`` when that is set, and is it after."""
+        if not isinstance(self.tiers, (list, tuple)):
+            raise SpecError(f"tiers={self.tiers!r} must be a list of tiers ([[network.tiers]] tables)")
+        tiers = tuple(self.tiers)
+        check_tiers(tiers)
+        given = [name for name in TWO_TIER if getattr(self, name) is not None]
+        if given:
+            raise SpecError(f"{given[0]} belongs to the two-tier form: with [[network.tiers]], give each tier its "
+                            "bandwidth and latency")
+        if self.nvlink_domain is not None and self.nvlink_domain != tiers[0].size:  # tier 1 keeps its GPUs
+            old, new = tiers[0].size, self.nvlink_domain
+            outer = replace(tiers[1], size=max(1, tiers[1].size * old // new)) if tiers[1].size else tiers[1]
+            tiers = (replace(tiers[0], size=new), outer, *tiers[2:])
+        object.__setattr__(self, "tiers", tiers)
+        object.__setattr__(self, "nvlink_domain", tiers[0].size)
+
+    @property
+    def scale_out_bandwidth(self) -> float:
+        """Bytes/s per GPU per direction of the first tier beyond the NVLink domain (the NICs' share)."""
+        if self.tiers:
+            return self.tiers[1].effective_bandwidth
+        return self.nics_per_gpu * self.nic_bandwidth
+
+    @property
+    def scale_out_latency(self) -> float:
+        return self.tiers[1].latency if self.tiers else self.nic_latency
+
+    @property
+    def scale_up_latency(self) -> float:
+        return self.tiers[0].latency if self.tiers else self.nvlink_latency
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,7 +215,7 @@ class System:
     source: str = field(default="", compare=False)
 
     def cluster(self, num_gpus: int, **network_overrides: Any) -> Cluster:
-        """The mesh for ``num_gpus`` GPUs: (NVLink domain, number of domains)."""
+        """The mesh for ``num_gpus`` GPUs: (NVLink domain, number of domains), or one size per tier."""
         net = replace(self.network, **network_overrides) if network_overrides else self.network
         return build_cluster(self.name, self.accelerator, net, num_gpus)
 
@@ -188,6 +225,10 @@ def build_cluster(name: str, accelerator: Accelerator, net: Network, num_gpus: i
         raise SpecError(f"gpus={num_gpus!r} must be a positive integer")
     if num_gpus > MAX_GPUS:
         raise SpecError(f"gpus={num_gpus} is more than {MAX_GPUS:,}, the largest cluster meshplan plans")
+    if net.tiers:
+        return Cluster(name=name, accelerator=accelerator, num_gpus=num_gpus,
+                       tiers=build_tiers(net.tiers, accelerator.nvlink_bandwidth, num_gpus),
+                       host_bandwidth=net.host_bandwidth, host_memory=net.host_memory)
     domain = min(net.nvlink_domain, num_gpus)
     if num_gpus % domain:
         raise SpecError(f"gpus={num_gpus} is not a multiple of the NVLink domain size {domain}")
@@ -223,7 +264,8 @@ def accelerator_from_dict(data: dict[str, Any], where: str) -> Accelerator:
     peaks = _table(data.pop("peak_flops"), f"{where}.peak_flops")
     peak = {k: parse_quantity(v, f"{where}.peak_flops.{k}", "FLOP/s") for k, v in peaks.items()}
     data.pop("sources", None)  # per-number provenance lives in the TOML beside the numbers
-    for key, unit in (("hbm_bytes", "B"), ("hbm_bandwidth", "B/s"), ("nvlink_bandwidth", "B/s")):
+    for key, unit in (("hbm_bytes", "B"), ("hbm_bandwidth", "B/s"), ("nvlink_bandwidth", "B/s"),
+                      ("gemm_overhead", "s"), ("kernel_overhead", "s")):
         if key in data:
             data[key] = parse_quantity(data[key], f"{where}.{key}", unit)
     try:
@@ -243,10 +285,39 @@ def network_from_dict(data: dict[str, Any], where: str) -> Network:
     for key, unit in _NETWORK_UNITS.items():
         if key in data:
             data[key] = parse_quantity(data[key], f"{where}.{key}", unit)
+    if "tiers" in data:
+        if "nvlink_domain" in data:
+            raise SpecError(f"{where}: nvlink_domain and tiers are both given: tier 0's size is the NVLink domain")
+        data["tiers"] = _tiers_from(data["tiers"], f"{where}.tiers")
     try:
         return Network(**data)
     except (TypeError, SpecError) as exc:  # a required field left out, or a value the spec refuses
         raise SpecError(f"{where}: {exc}") from None
+
+
+_TIER_UNITS = {"bandwidth": "B/s", "latency": "s"}
+
+
+def _tiers_from(data: Any, where: str) -> tuple[TierSpec, ...]:
+    """[[network.tiers]]: a list of tables, each a TierSpec; ``size = "rest"`` (or no size) on the outermost."""
+    if not isinstance(data, list) or not data:
+        raise SpecError(f"{where}={data!r} must be a list of tables ([[network.tiers]], innermost first)")
+    tiers = []
+    for i, entry in enumerate(data):
+        here = f"{where}[{i}]"
+        entry = _table(entry, here)
+        _known(entry, TierSpec, here)
+        entry.pop("sources", None)
+        for key, unit in _TIER_UNITS.items():
+            if key in entry:
+                entry[key] = parse_quantity(entry[key], f"{here}.{key}", unit)
+        if entry.get("size") == "rest":
+            entry["size"] = 0
+        try:
+            tiers.append(TierSpec(**entry))
+        except (TypeError, SpecError) as exc:
+            raise SpecError(f"{here}: {exc}") from None
+    return tuple(tiers)
 
 
 def system_from_dict(data: dict[str, Any], where: str) -> System:
