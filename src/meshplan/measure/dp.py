@@ -74,7 +74,7 @@ def comm_time(sizes: list[int], link: LinkFit, world: int) -> float:
 
     acc = Accelerator(name="host", peak_flops={"bf16": 1e12}, hbm_bytes=1e9, hbm_bandwidth=1e10,
                       nvlink_bandwidth=link.bandwidth)
-    tier = Tier(name="nvlink", size=world, bandwidth=link.bandwidth / DEFAULT.link("nvlink"),
+    tier = Tier(name="nvlink", size=world, bandwidth=link.bandwidth / DEFAULT.link(0),
                 latency=link.step_latency)
     cluster = Cluster(name="local", accelerator=acc, num_gpus=world, tiers=(tier,))
     return float(sum(collective_time("all_reduce", float(n), world, 1, cluster) for n in sizes))
