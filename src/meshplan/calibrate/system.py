@@ -18,8 +18,8 @@ derating the model will apply, so the model's sustained figure is the measured o
 The fits' intercepts t₀ enter the roofline as t = t₀ + max(compute, memory) (roofline.py; Hockney's r∞ / n½
 model, fit.py). A fit's t₀ is written only where the fit is good (R² ≥ GOOD_FIT) and t₀ > 0: the fits are
 non-negative least squares, so an intercept that noise in a fit of large kernels would pull below 0 is held at 0
-(the file says so) and the GEMMs then run at the best rate measured, which holds their overhead, as before t₀ was used; the rate written with a t₀ is the
-fit's F, so that t₀ is not counted twice.
+(the file says so) and the GEMMs then run at the best rate measured, which holds their overhead, as before t₀
+was used; the rate written with a t₀ is the fit's F, so that t₀ is not counted twice.
 
 Meshes of three or more measured dimensions keep every one as a tier ([[network.tiers]], mesh.py): dimension 0
 is tier 0 (at the accelerator's nvlink_bandwidth, derated by ``nvlink``), each further dimension a tier of its

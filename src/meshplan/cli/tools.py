@@ -55,8 +55,10 @@ def calibrate_cmd(world_size, mesh, quick, device, base_ref, out, as_json) -> No
 @click.option("--param-dtype", default=None, help="cast the model's floating-point weights, e.g. bfloat16")
 @click.option("--optimizer", default="adam", show_default=True, help="state in the peak: adam(w), momentum, sgd, none")
 @click.option("--top", type=int, default=20, show_default=True, help="ops to list")
+@click.option("--ops", "all_ops", is_flag=True, help="list every op in order (with its launches, fixed overhead "
+              "and fused chain), not the top ones")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def trace_cmd(model_ref, shapes, dtypes, system_ref, param_dtype, optimizer, top, as_json) -> None:
+def trace_cmd(model_ref, shapes, dtypes, system_ref, param_dtype, optimizer, top, all_ops, as_json) -> None:
     """Trace a PyTorch model (MODULE:FACTORY or file.py:FACTORY returns an nn.Module) on fake tensors: per-op
     time on one GPU of SYSTEM, FLOPs and the liveness peak memory of one forward + backward pass."""
     from meshplan.trace.command import render, run
@@ -69,7 +71,7 @@ def trace_cmd(model_ref, shapes, dtypes, system_ref, param_dtype, optimizer, top
         return
     from meshplan.report.text import _console
 
-    render(report, _console(), top)
+    render(report, _console(), 0 if all_ops else top)
 
 
 @click.command("presets")

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.measure.classes import CLASSES, aten_name
+from meshplan.trace.classes import CLASSES, aten_name
 
 PHASES = ("fwd", "bwd_x", "bwd_w", "opt")
 NUMERIC = ("log_flops", "log_read", "log_written", "log_out_numel", "log_in_numel", "inputs", "outputs",

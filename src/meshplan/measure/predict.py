@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 
 from meshplan.calibrate.fit import NnlsFit, nnls
 from meshplan.errors import SpecError
-from meshplan.measure.classes import op_class
-from meshplan.measure.fusion import FusedGroup, fused, fusion_groups
 from meshplan.measure.host import HostCosts
 from meshplan.measure.signature import signature_key
+from meshplan.trace.classes import op_class
+from meshplan.trace.fusion import FusedGroup, fused, fusion_groups
 from meshplan.trace.graph import Trace, TracedOp
 from meshplan.trace.liveness import peak_memory
 

@@ -16,7 +16,7 @@ A fused chain reads each input from outside the chain once and writes only what 
 later op outside the chain, e.g. an activation saved for the backward pass, or a storage that existed before the
 step: parameters, gradients, optimizer state); what flows inside it stays in registers. Eager PyTorch launches
 one kernel per op and round-trips every intermediate through memory; the difference, op by op, is the eager vs
-fused column of check-step's and trace's per-op tables. No torch here.
+fused columns of check-step's and trace's per-op tables. No torch here.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from meshplan.measure.classes import op_class
+from meshplan.trace.classes import op_class
 from meshplan.trace.graph import TracedOp
 
 FUSIBLE = ("pointwise", "copy", "random")
