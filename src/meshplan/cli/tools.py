@@ -58,7 +58,8 @@ def calibrate_cmd(world_size, mesh, quick, device, base_ref, out, as_json) -> No
 @click.option("--ops", "all_ops", is_flag=True, help="list every op in order (with its launches, fixed overhead "
               "and fused chain), not the top ones")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def trace_cmd(model_ref, shapes, dtypes, system_ref, param_dtype, optimizer, top, all_ops, as_json) -> None:
+def trace_cmd(model_ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], system_ref: str,
+              param_dtype: str | None, optimizer: str, top: int, **flags: bool) -> None:
     """Trace a PyTorch model (MODULE:FACTORY or file.py:FACTORY returns an nn.Module) on fake tensors: per-op
     time on one GPU of SYSTEM, FLOPs and the liveness peak memory of one forward + backward pass."""
     from meshplan.trace.command import render, run
@@ -66,12 +67,12 @@ def trace_cmd(model_ref, shapes, dtypes, system_ref, param_dtype, optimizer, top
     if top < 1:
         raise SpecError(f"top={top} must be a positive integer")
     report = run(model_ref, shapes, dtypes, system_ref, param_dtype, optimizer)
-    if as_json:
+    if flags["as_json"]:
         click.echo(json.dumps(report.to_dict(top), indent=2))
         return
     from meshplan.report.text import _console
 
-    render(report, _console(), 0 if all_ops else top)
+    render(report, _console(), 0 if flags["all_ops"] else top)
 
 
 @click.command("presets")
