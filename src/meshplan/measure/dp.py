@@ -3,10 +3,10 @@ predicted and measured.
 
 Every rank builds the same model and runs, at once (so that the calibration shares the memory system as the step
 does): the trace, the replay of its signatures, the all-reduce microbenchmark at the gradients' sizes, then
-interleaved rounds of replay and timed steps. The step is forward, backward of the loss divided by N, an
-all-reduce (sum) of every parameter's gradient, one after the other once the backward pass is done, and the
-optimizer step: the plain data parallelism of torch.distributed without DDP's bucketing and overlap, so that
-each part is one term of the prediction:
+interleaved rounds of replay and timed steps. The step is forward, backward of the loss divided by N, a barrier,
+an all-reduce (sum) of every parameter's gradient, one after the other, and the optimizer step: the plain data
+parallelism of torch.distributed without DDP's bucketing and overlap, so that each part is one term of the
+prediction:
 
     step = compute (check-step's prediction of one rank's step, replayed on that rank)
          + Σ_gradients all-reduce(n) on the calibrated mesh (meshplan.comm.collective_time: ring or tree,
@@ -14,7 +14,8 @@ each part is one term of the prediction:
            microbenchmark, one tier of N ranks)
 
 Times are by the wall clock (a rank waiting for its peers spends no CPU time), the slowest rank's; on a host
-busy with other work the waits grow, so run it on a quiet machine.
+busy with other work the waits grow, so run it on a quiet machine (the fastest step, what the load disturbed
+least, is reported beside the median).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class DPResult:
     compute_s: float  # predicted: one rank's step without communication
     comm_s: float  # predicted: the gradients' all-reduces
     measured_s: float  # the data-parallel step (median of the slowest rank's)
+    fastest_s: float  # the fastest step (slowest rank's): what a loaded host disturbed least
     measured_comm_s: float  # the all-reduce loop alone, timed inside the step
     gradients: int
     gradient_bytes: int
@@ -58,7 +60,8 @@ class DPResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.name, "world_size": self.world, "backend": self.backend, "machine": self.machine,
-                "step": {"predicted_s": self.predicted_s, "measured_s": self.measured_s, "error": self.error},
+                "step": {"predicted_s": self.predicted_s, "measured_s": self.measured_s, "error": self.error,
+                         "fastest_s": self.fastest_s},
                 "compute": {"predicted_s": self.compute_s,
                             "measured_s": self.measured_s - self.measured_comm_s},
                 "all_reduce": {"predicted_s": self.comm_s, "measured_s": self.measured_comm_s,
@@ -179,7 +182,8 @@ def _measure(rank: int, world: int, ref: str, settings: Any, shapes: tuple, dtyp
     slowest = [max(g[0][i] for g in gathered) for i in range(len(steps))]
     comm_measured = median([max(g[1][i] for g in gathered) for i in range(len(steps))])
     return DPResult(name=ref, world=world, backend=dist.get_backend(), machine={}, compute_s=pred.seconds,
-                    comm_s=comm_time(sizes, link, world), measured_s=median(slowest), measured_comm_s=comm_measured,
+                    comm_s=comm_time(sizes, link, world), measured_s=median(slowest), fastest_s=min(slowest),
+                    measured_comm_s=comm_measured,
                     gradients=len(sizes), gradient_bytes=sum(sizes), link=link, load=load())
 
 
@@ -196,6 +200,7 @@ def _dp_step(model: Any, inputs: tuple, optimizer: Any, params: list, world: int
     def step() -> None:
         loss = loss_of(model(*inputs)) / world
         loss.backward()
+        dist.barrier()  # the wait for the slowest rank's backward stays in the step, not in the all-reduce time
         start = time.perf_counter()
         for p in params:
             dist.all_reduce(p.grad)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from meshplan.calibrate.fit import NnlsFit, nnls
 from meshplan.errors import SpecError
@@ -132,10 +132,13 @@ def predict_step(trace: Trace, optimizer_ops: Sequence[TracedOp], times: Mapping
     fits = class_fits(ops, kernel)
     measured = sorted(t for t in kernel if math.isfinite(t))
     fallback = measured[len(measured) // 2] if measured else 0.0
-    groups = fusion_groups(trace.ops) + [-1 if g < 0 else g + 100_000 for g in fusion_groups(optimizer_ops)]
-    chains = {g.id: g for g in fused(trace.ops, groups[:len(trace.ops)])}
-    chains |= {g.id + 100_000: g for g in fused(optimizer_ops, [g - 100_000 if g >= 0 else -1
-                                                                for g in groups[len(trace.ops):]])}
+    model_groups, opt_groups = fusion_groups(trace.ops), fusion_groups(optimizer_ops)
+    shift = max(model_groups, default=-1) + 1  # the optimizer's chains numbered after the model's
+    groups = model_groups + [g + shift if g >= 0 else -1 for g in opt_groups]
+    chains = {g.id: g for g in fused(trace.ops, model_groups)}
+    n = len(trace.ops)
+    chains |= {g.id + shift: replace(g, id=g.id + shift, ops=tuple(i + n for i in g.ops))
+               for g in fused(optimizer_ops, opt_groups)}
     rows = []
     for i, (op, k) in enumerate(zip(ops, kernel, strict=True)):
         source = "replay" if math.isfinite(k) else "fit"
@@ -153,8 +156,6 @@ def _with_fused(rows: list[OpPrediction], chains: Mapping[int, FusedGroup], fits
                 ) -> list[OpPrediction]:
     """Each op's share of its chain's fused time: the pointwise class fit at the chain's bytes and FLOPs (one
     launch), split by the ops' eager bytes; unfused ops keep their own kernel time."""
-    from dataclasses import replace
-
     fit = fits.get("pointwise") or fits.get("copy")
     out = []
     for r in rows:

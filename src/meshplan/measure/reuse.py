@@ -42,9 +42,9 @@ def reuse_distances(ops: Sequence[TracedOp], outside: float | None = None) -> li
                 weighted += d * max(t.nbytes, 1)
                 weight += max(t.nbytes, 1)
             dist[i] = weighted / weight if weight else (outside or touched)
-            for t in (*op.inputs, *op.outputs):
-                last[t.storage] = touched
             touched += op.nbytes
+            for t in (*op.inputs, *op.outputs):  # touched by this op: the distance counts from its end
+                last[t.storage] = touched
     return dist
 
 
