@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.render:
         data = Path(args.render)
+        data = data if data.is_absolute() or data.exists() else ROOT / data
     else:
         models = [m.strip() for m in args.models.split(",") if m.strip()]
         results = measure(models, args.rounds)
@@ -72,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         data = DATA / f"{datetime.date.today().isoformat()}-{machine_slug(mach['name'], mach['cores'])}.jsonl.gz"
         write_profile(data, results)
         print(f"wrote {data.relative_to(ROOT)}")
-    text = render(read_profiles(data), data.relative_to(ROOT) if data.is_absolute() else data)
+    data = data.resolve()
+    text = render(read_profiles(data), data.relative_to(ROOT) if data.is_relative_to(ROOT) else data)
     Path(args.doc).write_text(text)
     print(f"wrote {args.doc}")
     return 0
