@@ -22,8 +22,9 @@ pointwise ops: 8 → 64 MiB +42 %, 64 → 256 MiB +8 %), hence the default cap.
 Values: floating inputs are uniform in [0.5, 1.5) (no zero, negative or denormal operand: sqrt, log and
 division stay on their fast path); integer inputs are indices, uniform in [0, d) with d the smallest dimension
 of the call's other tensors (an index into any of them is then valid: embedding rows, loss targets, gather
-and scatter positions); booleans are fair coins. A call whose arguments include something that cannot be
-rebuilt (``{"opaque": …}``) is not replayed.
+and scatter positions), except a grouped GEMM's ``offs``, an even split of its rows (balanced routing); booleans
+are fair coins. A call whose arguments include something that cannot be rebuilt (``{"opaque": …}``) is not
+replayed.
 """
 
 from __future__ import annotations
@@ -149,6 +150,7 @@ def build_calls(sig: Signature, device: Any, copies: int) -> list[Callable[[], A
     bound = min(floats) if floats else min((d for t in sig.inputs for d in t.shape), default=1)
     bases = [make_base(t, device, bound) for t in sig.inputs]
     args, kwargs = json.loads(sig.call)
+    _balanced_offsets(func, args, sig.inputs, bases)
     calls = []
     for c in range(copies):
         tensors = [view_of(b if c == 0 else b.clone(), t) for b, t in zip(bases, sig.inputs, strict=True)]
@@ -156,6 +158,22 @@ def build_calls(sig: Signature, device: Any, copies: int) -> list[Callable[[], A
         k = {name: _decode(v, tensors, device) for name, v in kwargs.items()}
         calls.append(lambda a=a, k=k: func(*a, **k))
     return calls
+
+
+def _balanced_offsets(func: Any, args: list, inputs: tuple[TensorInfo, ...], bases: list) -> None:
+    """A grouped GEMM's ``offs`` (the cumulative row counts of its groups, MoE's tokens per expert) as an even
+    split: random indices would make ragged, even unordered groups. Routing taken as balanced, as meshplan's MoE
+    costs take it (cost/mlp_moe.py); the real step's router may load some experts more."""
+    names = [a.name for a in func._schema.arguments]
+    refs = {name: a["tensor"] for name, a in zip(names, args, strict=False) if isinstance(a, dict) and "tensor" in a}
+    if "offs" not in refs or "self" not in refs or "mat2" not in refs:
+        return
+    a, b = inputs[refs["self"]].shape, inputs[refs["mat2"]].shape
+    total = a[0] if len(a) == 2 and len(b) == 3 else a[1] if len(a) == len(b) == 2 else b[-1]
+    offs = bases[refs["offs"]]
+    groups = offs.numel()
+    for i in range(groups):
+        offs[i] = round((i + 1) * total / groups)
 
 
 def copies(sig: Signature, distance: float, settings: ReplaySettings) -> int:
