@@ -12,12 +12,11 @@ Conditions as in the training step, for the data and for the instructions:
   code and branch history partly evicted (oneDNN's JIT-compiled convolutions most). Replay takes the signatures
   in step order in windows of ``window`` neighbours and calls them round-robin, ``passes`` times, timing each
   call alone (the clock's own cost subtracted); the median counts.
-Measured on this project's CPU host (one thread, the replayed ops against the same ops timed inside the step by
-profile.py): each signature in a loop of its own, with data at its reuse distance, came to 0.96 of the in-step
-time for GPT-2 (4x128) but 0.73 for ConvNeXt (64x64 images; convolutions 0.68); every op in step order, one copy
-each (data and instructions as cold as they get), 1.11 and 1.23; windows of 4, 1.01 and 0.93 (of 16: 1.10 and
-1.22, the data then colder than in the step). Beyond 64 MiB of reuse distance the times hardly move (GPT-2's
-pointwise ops: 8 → 64 MiB +42 %, 64 → 256 MiB +8 %), hence the default cap.
+benchmarks/conditions.py compares these choices with the ops timed inside the step (profile.py); on this
+project's 2-core CPU host (2026-11-25, one thread, load 2.9) replayed / in-step time came to 0.92 for GPT-2 and
+0.66 for ConvNeXt with each signature in a loop of its own (data at its reuse distance), 1.20 and 1.07 with every
+op once in step order (data and instructions as cold as they get), 1.04 and 0.78 in windows of 4, 1.17 and 0.90
+in windows of 16 (the data then colder than in the step for GPT-2). The cap bounds the copies' memory.
 
 Values: floating inputs are uniform in [0.5, 1.5) (no zero, negative or denormal operand: sqrt, log and
 division stay on their fast path); integer inputs are indices, uniform in [0, d) with d the smallest dimension
