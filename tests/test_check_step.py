@@ -150,3 +150,23 @@ def test_data_parallel_step_over_two_gloo_ranks():
     assert r.predicted_s == pytest.approx(r.compute_s + r.comm_s)
     # the wall clock of a loaded host (module docstring): a factor of four of the step it disturbed least
     assert r.fastest_s <= r.measured_s and 1 / 4 <= r.predicted_s / r.fastest_s <= 4
+
+
+def test_learned_residual_and_saved_profile(capsys, tmp_path):
+    """--learned trains on the committed zoo profiles (every model but this one) and corrects the replayed ops;
+    --save-profile writes this run's step and op records, which read back as what learned.py trains on."""
+    pytest.importorskip("sklearn")
+    from meshplan.measure.records import read_profiles
+
+    saved = tmp_path / "run.jsonl"
+    code = main(["check-step", "tests/data/measure_model.py:make", "--rounds", "1", "--steps", "3", "--warmup", "1",
+                 "--learned", "--save-profile", str(saved), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["learned"]["trained_on"] == 10 and data["learned"]["predicted_s"] > 0
+    # the residual multiplies the replayed kernels: the host work stays as predicted
+    assert data["learned"]["predicted_s"] > data["step"]["predicted_host_s"]
+    records = read_profiles(saved)
+    (step,) = [r for r in records if r["record"] == "step"]
+    ops = [r for r in records if r["record"] == "op"]
+    assert step["predicted_s"] == pytest.approx(data["step"]["predicted_s"], rel=1e-9)
+    assert len(ops) == data["ops"]["traced"] and {r["phase"] for r in ops} >= {"fwd", "bwd_x", "opt"}
