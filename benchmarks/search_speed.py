@@ -29,6 +29,8 @@ CASES = [  # model, system, GPUs, global batch (sequences), NVLink domain overri
     ("llama3.1-405b", "h100", 16384, 2048, None),
     ("deepseek-v3", "h100", 2048, 8192, None),
     ("llama3-70b", "h100", 1024, 512, None),  # the README's quick start: below search.PARALLEL_ABOVE
+    # three tiers (8 x 256 x 8: NVLink, 3,072-GPU pods, the 1:7 aggregation layer): more placements are distinct
+    ("llama3.1-405b", "h100-meta-24k", 16384, 2048, None),
 ]
 
 
@@ -101,7 +103,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1, help="alternating runs per case; medians are printed")
     repeat = max(1, parser.parse_args().repeat)
-    print(f"{'case':<40} {'plans evaluated':>16} {'feasible':>12} {'1 core s':>9} {'plans/s/core':>13} "
+    print(f"{'case':<44} {'plans evaluated':>16} {'feasible':>12} {'1 core s':>9} {'plans/s/core':>13} "
           f"{'2 workers s':>12}  best plan")
     for name, system, gpus, gbs, domain in CASES:
         model = load_model(name)
@@ -110,7 +112,7 @@ def main() -> None:
         result, one, two = timed(model, cluster, gbs, repeat)
         best = result.plans[0].plan.describe() if result.plans else "none feasible"
         label = f"{name} on {gpus} x {system}" + (f" (NVLink {domain})" if domain else "")
-        print(f"{label:<40} {result.evaluated:>16,} {result.feasible:>12,} {one:>9.2f} "
+        print(f"{label:<44} {result.evaluated:>16,} {result.feasible:>12,} {one:>9.2f} "
               f"{result.evaluated / one:>13,.0f} {two:>12.2f}  {best}")
     # Byte-compile meshplan first, as any install or first run does: with PYTHONDONTWRITEBYTECODE set (as on the
     # project's machines) an editable install would otherwise recompile its sources on every CLI start (~40 ms).

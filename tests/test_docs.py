@@ -33,7 +33,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 FULL = os.environ.get("MESHPLAN_DOCS_FULL") == "1"
-HANDWRITTEN = {"REPORTS.md", "USAGE.md", "HISTORY.md", "MEASURE.md"}  # USAGE.md and HISTORY.md: tests/test_readme.py
+# USAGE.md and HISTORY.md: checked by tests/test_readme.py; SERVING.md's figures by test_serving_quotes_...
+HANDWRITTEN = {"REPORTS.md", "USAGE.md", "HISTORY.md", "SERVING.md", "MEASURE.md"}
 SCREENSHOTS = "python benchmarks/screenshots.py  (about a minute; writes docs/img/*.png and both CSVs)"
 
 
@@ -53,7 +54,9 @@ QUICK = {  # the subset of each sweep's points the quick check re-runs (every sy
 }
 POINT = ("system", "nvlink_domain", "gpus", "param", "factor")  # what tells a sweep's rows apart
 GENERATED = {"ACCURACY.md", "accuracy_summary.json", "accuracy.png", "INDEPENDENT.md", "independent_summary.json",
-             "STRATEGIES.md", *QUICK, "img/report.png", "img/breakdown.png", "img/memory.png", "img/roofline.png",
+             "ACCURACY_INFERENCE.md",
+             "STRATEGIES.md", *QUICK, "img/report.png", "img/plan-space.png", "img/compare.png", "img/trust.png",
+             "img/breakdown.png", "img/memory.png", "img/roofline.png",
              "img/timeline.png", "img/scaling.png", "img/param-hbm_bandwidth.png", "img/param-nic_bandwidth.png",
              "MEASURED.md"}
 
@@ -113,6 +116,14 @@ def test_the_packaged_error_bands_are_current(accuracy_out):
                     "benchmarks/accuracy.py` and commit it", pytrace=False)
 
 
+def test_the_packaged_validation_runs_are_current(accuracy_out):
+    """src/meshplan/presets/validation_runs.json, the runs the report's trust panel compares a plan with
+    (report/trust.py)."""
+    if (accuracy_out / accuracy.RUNS.name).read_bytes() != accuracy.RUNS.read_bytes():
+        pytest.fail("src/meshplan/presets/validation_runs.json is stale: regenerate it with `python "
+                    "benchmarks/accuracy.py` and commit it", pytrace=False)
+
+
 def test_accuracy_picture_plots_the_current_points(accuracy_out):
     _same_picture(shots.recorded_inputs(accuracy_out / "accuracy.png"), "accuracy.png",
                   "python benchmarks/accuracy.py", "the runs' current predictions")
@@ -122,6 +133,29 @@ def test_accuracy_picture_plots_the_current_points(accuracy_out):
 def test_independent_documents_are_current(tmp_path, name):
     _script("independent").main(["--out", str(tmp_path)])
     _same(tmp_path / name, name, "python benchmarks/independent.py")
+
+
+def test_inference_accuracy_document_is_current(tmp_path):
+    """docs/ACCURACY_INFERENCE.md: every published serving run predicted again (about 5 s)."""
+    _script("accuracy_inference").main(["--out", str(tmp_path)])
+    _same(tmp_path / "ACCURACY_INFERENCE.md", "ACCURACY_INFERENCE.md", "python benchmarks/accuracy_inference.py")
+
+
+def test_serving_quotes_the_inference_accuracy():
+    """docs/SERVING.md quotes the headline of docs/ACCURACY_INFERENCE.md (all runs and the check half)."""
+    generated = (DOCS / "ACCURACY_INFERENCE.md").read_text()
+    (runs, median, p90), = re_rows(generated, "all")
+    (_, check_median, check_p90), = re_rows(generated, "check half")
+    quoted = f"{runs} runs over"
+    serving = " ".join((DOCS / "SERVING.md").read_text().split())
+    for text in (quoted, f"median |error| {median}, p90 {p90} (check half: {check_median} and {check_p90})"):
+        assert text in serving, f"docs/SERVING.md should quote {text!r} (as docs/ACCURACY_INFERENCE.md has it)"
+
+
+def re_rows(text: str, label: str) -> list[tuple[str, str, str]]:
+    import re
+
+    return re.findall(rf"^\| {re.escape(label)} \| (\d+) \| ([\d.]+ %) \| ([\d.]+ %) \|$", text, re.M)[:1]
 
 
 def test_strategies_document_is_current(tmp_path):
@@ -200,11 +234,12 @@ def test_timeline_picture_and_the_bubble_reports_quotes_are_current(tmp_path):
 
 
 def test_report_screenshot_shows_the_current_report(tmp_path):
-    """The report's HTML without its SVG charts (tables, numbers, text; about 2 s) against what report.png
-    recorded; the screenshot itself needs Chromium and is not made here."""
+    """The report's HTML without the charts' runtime (tables, numbers, text, the charts' data; a few seconds) against
+    what report.png and the section screenshots recorded; the screenshots themselves are not taken here."""
     html = tmp_path / "report.html"
     shots.run(shots.REPORT + ["-o", str(html)])
-    _same_picture(shots.html_inputs(html.read_text()), "img/report.png", SCREENSHOTS, "the current report")
+    for name in ("report.png", *(name for name, _ in shots.REPORT_SHOTS)):
+        _same_picture(shots.html_inputs(html.read_text()), f"img/{name}", SCREENSHOTS, "the current report")
 
 
 def test_every_document_is_covered():

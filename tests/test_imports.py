@@ -26,6 +26,7 @@ LAYERS = [
     ("channels", "schedule"),
     ("step",),
     ("estimate",),
+    ("serve",),
     ("search", "sweep"),
     ("trace", "calibrate"),
     ("measure",),

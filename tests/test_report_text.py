@@ -185,7 +185,7 @@ def test_a_three_tier_mesh_shows_where_each_axis_lands():
     tp=8 stays in NVLink, dp=256 (8 x 256 = 2,048 GPUs) inside a pod, pp=2 crosses the aggregation layer: one column
     per tier but the outermost, in the terminal and in the HTML report, and the legend gives each block's size."""
     from meshplan.estimate import estimate
-    from meshplan.report.html import _plans_table
+    from meshplan.report.sections import plans_section
     from meshplan.report.text import estimate_tables, mesh_text, tier_axes, tier_blocks, tier_headers
     from meshplan.specs.plan import Plan
 
@@ -201,7 +201,8 @@ def test_a_three_tier_mesh_shows_where_each_axis_lands():
     assert "in NVLink: parallel groups inside one NVLink domain of 8 GPUs" in legend
     assert "in pod: parallel groups inside one pod block of 2,048 GPUs, not inside one of the tier below" in legend
     assert "in pod" in render(plans_tables(result, None, None, 80), 80)  # folded, still there
-    assert ">in NVLink</th>" in _plans_table(result.plans) and ">in pod</th>" in _plans_table(result.plans)
+    section = plans_section(result.plans)  # the HTML report's table: the same columns
+    assert section.context["header"][3:5] == ["in NVLink", "in pod"] and section.context["left"] == (1, 2, 3, 4)
     from rich.console import Console
 
     console = Console(width=160, record=True, file=open("/dev/null", "w"))  # noqa: SIM115

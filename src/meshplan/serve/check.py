@@ -1,0 +1,57 @@
+"""Every constraint a serving configuration can violate, as (reason, mask) pairs over scalars or arrays, so that
+one plan is checked and a million are tallied alike. A configuration that breaks one is a result with its reason,
+not an error (DESIGN.md example 10)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from meshplan.errors import SpecError
+from meshplan.serve.engine import Engine
+from meshplan.serve.precision import Quant, compute_accelerator, gemm_precision
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+from meshplan.xp import Num
+
+HEADS = "tp does not divide the attention heads"
+KV_HEADS = "tp and the KV heads do not divide one another"
+LAYERS = "more pipeline stages than layers"
+EXPERTS = "ep does not divide the experts"
+GPUS = "more GPUs than the cluster has"
+LANES = "batch not a multiple of pp·dpa (a sequence per micro-batch lane)"
+SEQS = "batch above the engine's max_seqs (per attention group)"
+FORMAT = "the GPU has no tensor cores for the activations' format"
+MEMORY = "memory: the KV cache of the batch does not fit"
+TTFT = "TTFT above its target"
+TPOT = "TPOT above its target"
+
+
+def servable(model: ModelSpec) -> None:
+    """Refuse what the serving model does not price: hybrid (Mamba) layers and latent MoE."""
+    if model.is_hybrid:
+        raise SpecError(f"model {model.name}: hybrid (Mamba) layers are not modelled for serving (layer_pattern)")
+    if model.moe_latent_size:
+        raise SpecError(f"model {model.name}: latent MoE (moe_latent_size) is not modelled for serving")
+
+
+def structural(model: ModelSpec, cluster: Cluster, cols: dict[str, Num], quant: Quant, engine: Engine
+               ) -> list[tuple[str, Num]]:
+    """(reason, violated) for everything but memory and the latency targets."""
+    tp, pp, ep, dpa, batch = (np.asarray(cols[k]) for k in ("tp", "pp", "ep", "dpa", "batch"))
+    gpus = tp * pp * dpa * (np.asarray(cols["replicas"]) + np.asarray(cols["prefill_replicas"]))
+    out = [(HEADS, model.num_heads % tp != 0)]
+    if not model.is_mla:
+        k = model.num_kv_heads
+        out.append((KV_HEADS, (k % tp != 0) & (tp % k != 0)))
+    out += [(LAYERS, pp > model.num_layers), (GPUS, gpus > cluster.num_gpus), (LANES, batch % (pp * dpa) != 0),
+            (SEQS, batch > engine.max_seqs * dpa)]
+    if model.is_moe:
+        out.append((EXPERTS, model.num_experts % ep != 0))
+    acc = compute_accelerator(cluster.accelerator, quant)
+    out.append((FORMAT, np.full(np.shape(tp), not gemm_precision(acc, quant))))
+    return out
+
+
+def first_problem(checks: list[tuple[str, Num]]) -> str:
+    """The first reason a scalar configuration breaks, or ""."""
+    return next((reason for reason, bad in checks if bool(np.any(bad))), "")

@@ -1,0 +1,130 @@
+"""Engine: what a serving engine does with a serving plan, apart from the plan (plan.py), as data with sources.
+
+An engine (vLLM, TensorRT-LLM, SGLang …) pages the KV cache in blocks of ``block_size`` tokens (Kwon et al. 2023,
+"Efficient Memory Management for Large Language Model Serving with PagedAttention", §4), takes a share of the GPU's
+memory for weights, activations and that cache, and batches continuously: every iteration runs the running
+sequences' next tokens together (iteration-level scheduling, Yu et al. 2022, "Orca", §4.2). Prompts enter either in
+chunks of at most ``max_batched_tokens`` tokens per iteration beside the decoding sequences ("chunked": Agrawal et
+al. 2024, "Taming Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serve", §4) or as iterations of their
+own that stall the decoding batch ("separate"). ``iteration_overhead`` is the host's time per iteration that the GPU
+waits on (scheduling, input preparation, sampling, detokenisation: the vLLM team measured GPU execution at 38 % of
+Llama 3 8B's serving time on an H100 before v0.6.0's multi-step scheduling, vLLM blog "vLLM v0.6.0: 2.7x Throughput
+Improvement and 5x Latency Reduction", 2024-09-05); it is the one constant fitted per engine
+(benchmarks/accuracy_inference.py, on the fit half of the published runs).
+
+Presets: ``presets/engines/<name>.toml``, each number beside its source.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from meshplan import ranges
+from meshplan.errors import SpecError
+from meshplan.fields import check_types, not_a_preset, unknown_field
+from meshplan.files import read_toml
+from meshplan.serve.plan import Workload
+
+PREFILL_MODES = ("chunked", "separate")
+MEMORY_BASES = ("total", "free")
+RESERVATIONS = ("on_demand", "full")
+MOE_COMM = ("all_to_all", "all_gather")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Engine:
+    """A serving engine's memory policy, scheduler and kernels (module docstring)."""
+
+    name: str = field(default="generic", compare=False)
+    version: str = field(default="", compare=False)
+    source: str = field(default="", compare=False)
+    block_size: int = 16  # tokens per KV-cache page (vLLM CacheConfig.block_size)
+    # share of the GPU's memory the engine may fill: of all of it ("total", vLLM gpu_memory_utilization, SGLang
+    # mem_fraction_static), or of what is free after the weights and activations, for the KV cache ("free",
+    # TensorRT-LLM KvCacheConfig.free_gpu_memory_fraction)
+    memory_utilization: float = 0.9
+    memory_basis: str = "total"
+    # memory beyond weights, activations and KV cache: CUDA graphs, the CUDA context, NCCL and cuBLAS workspaces
+    workspace: float = 0.75 * 2**30
+    prefill: str = "chunked"
+    max_batched_tokens: int = 8192  # tokens per iteration (the prefill chunk budget)
+    max_seqs: int = 1024  # running sequences per scheduler: per attention group (vLLM max_num_seqs)
+    # KV-cache pages a running sequence holds: those of the tokens it has ("on_demand": vLLM allocates a block as a
+    # sequence reaches it and preempts when none is free, Kwon et al. 2023 §4.2), or its prompt and whole output from
+    # admission on ("full": TensorRT-LLM's default GUARANTEED_NO_EVICT capacity scheduler admits a request only when
+    # its maximum KV-cache footprint fits)
+    kv_reservation: str = "on_demand"
+    iteration_overhead: float = 0.0  # host seconds per iteration the GPU waits on (fitted)
+    sequence_overhead: float = 0.0  # and per running sequence of the iteration (fitted)
+    # how MoE layers under data-parallel attention reach their experts: all-to-all dispatch and combine of each
+    # token's k copies (DeepEP, SGLang), or an all-gather of every token before the experts and a reduce-scatter of
+    # their sums after (TensorRT-LLM's default under attention DP)
+    moe_comm: str = "all_to_all"
+    # multi-head latent attention in decode: the absorbed form (W_UK into the query, W_UV after attention: an MQA
+    # over the cached latent, DeepSeek-V2 §2.1.2, FlashMLA) or the latent up-projected for every cached token
+    mla_absorb: bool = True
+
+    def __post_init__(self) -> None:
+        where = f"engine {self.name}: " if isinstance(self.name, str) else ""
+        check_types(self, where)
+        if self.prefill not in PREFILL_MODES:
+            raise SpecError(f"{where}prefill={self.prefill!r} must be one of {', '.join(PREFILL_MODES)}")
+        if self.kv_reservation not in RESERVATIONS:
+            raise SpecError(f"{where}kv_reservation={self.kv_reservation!r} must be one of {', '.join(RESERVATIONS)}")
+        if self.moe_comm not in MOE_COMM:
+            raise SpecError(f"{where}moe_comm={self.moe_comm!r} must be one of {', '.join(MOE_COMM)}")
+        if self.memory_basis not in MEMORY_BASES:
+            raise SpecError(f"{where}memory_basis={self.memory_basis!r} must be one of {', '.join(MEMORY_BASES)}")
+        ranges.check_spec(self, where)
+
+    def with_(self, **changes: Any) -> Engine:
+        return replace(self, **changes)
+
+    def resident(self, workload: Workload) -> float:
+        """Tokens a running sequence holds pages for (``kv_reservation``): its mean context, or I + O."""
+        if self.kv_reservation == "full":
+            return float(workload.input_len + workload.output_len)
+        return float(workload.resident_context)
+
+    def describe(self) -> str:
+        return f"{self.name} {self.version}".strip()
+
+
+DEFAULT = Engine()
+
+
+def engine_names() -> list[str]:
+    root = resources.files("meshplan") / "presets" / "engines"
+    return sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml"))
+
+
+def engine_from_dict(data: dict[str, Any], where: str) -> Engine:
+    if not isinstance(data, dict):
+        raise SpecError(f"{where} must be a table of Engine fields")
+    data = {k: v for k, v in data.items() if k != "sources"}
+    known = {f.name for f in fields(Engine)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise unknown_field(where, unknown[0], known, "Engine's (meshplan/serve/engine.py)")
+    if isinstance(data.get("workspace"), str):
+        from meshplan.units import parse_quantity
+
+        data["workspace"] = parse_quantity(data["workspace"], f"{where}.workspace", "B")
+    return Engine(**data)
+
+
+def load_engine(ref: str | Engine, field_name: str = "engine") -> Engine:
+    """An engine preset by name (``vllm``), or a ``.toml`` file of Engine fields."""
+    if isinstance(ref, Engine):
+        return ref
+    path = Path(ref)
+    if path.suffix.lower() == ".toml":
+        return engine_from_dict(read_toml(path, field_name), f"{field_name}={str(path)!r}")
+    if ref not in engine_names():
+        raise not_a_preset(field_name, ref, engine_names(), "an engine preset or a .toml file")
+    text = (resources.files("meshplan") / "presets" / "engines" / f"{ref}.toml").read_text()
+    return engine_from_dict(tomllib.loads(text), f"preset {ref}")

@@ -1,0 +1,110 @@
+"""``serve_estimate(model, cluster, plan, workload, engine) -> ServeEstimate``: the one place that composes a
+serving configuration's memory (memory.py), iteration times (iteration.py) and metrics (metrics.py), with the
+decode step's per-op breakdown and, when it does not fit or breaks a constraint, the reasons (check.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from meshplan.serve import check
+from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
+from meshplan.serve.engine import DEFAULT as DEFAULT_ENGINE
+from meshplan.serve.engine import Engine
+from meshplan.serve.iteration import breakdown
+from meshplan.serve.memory import Memory, memory
+from meshplan.serve.metrics import Metrics, Setting, metrics
+from meshplan.serve.ops import Shape
+from meshplan.serve.plan import ServePlan, Workload
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+from meshplan.units import fmt_bytes
+
+
+@dataclass(frozen=True)
+class ServeEstimate:
+    model: ModelSpec
+    cluster: Cluster
+    plan: ServePlan
+    workload: Workload
+    engine: Engine
+    metrics: Metrics
+    memory: Memory
+    reasons: tuple[str, ...]
+    breakdown: dict[str, float] = field(default_factory=dict)  # decode step seconds by op name
+
+    @property
+    def fits(self) -> bool:
+        return not self.reasons
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return float(self.metrics.tokens_per_s) / self.plan.num_gpus
+
+    def cost_per_million(self, price: float | None) -> float | None:
+        """Dollars per million output tokens at ``price`` per GPU-hour."""
+        if price is None:
+            return None
+        return price * self.plan.num_gpus / 3600 / float(self.metrics.tokens_per_s) * 1e6
+
+    def to_dict(self, price: float | None = None) -> dict[str, Any]:
+        m, mem, p = self.metrics, self.memory, self.plan
+        return {
+            "model": self.model.name, "system": self.cluster.name, "gpus": p.num_gpus, "engine": self.engine.name,
+            "plan": {"tp": p.tp, "pp": p.pp, "dpa": p.dpa, "ep": p.ep, "batch": p.batch, "replicas": p.replicas,
+                     "prefill_replicas": p.prefill_replicas, "weights": p.quant.weights,
+                     "activations": p.quant.activations, "kv_cache": p.quant.kv_cache},
+            "input_len": self.workload.input_len, "output_len": self.workload.output_len,
+            "ttft_s": float(m.ttft), "tpot_s": float(m.tpot), "e2e_s": float(m.e2e),
+            "output_tokens_per_s": float(m.tokens_per_s), "output_tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "output_tokens_per_s_per_instance": float(m.instance_tokens_per_s),
+            "requests_per_s": float(m.requests_per_s), "running": float(m.running),
+            "cost_per_million_tokens": self.cost_per_million(price),
+            "memory": {"weights": float(mem.weights), "activations": float(mem.activations),
+                       "workspace": float(mem.workspace), "kv_cache": float(mem.kv_used),
+                       "kv_pool": float(mem.kv_pool), "sequence": float(mem.sequence),
+                       "max_sequences": float(mem.max_sequences(p.dpa))},
+            "fits": self.fits, "reasons": list(self.reasons),
+            "decode_step_breakdown_s": self.breakdown,
+        }
+
+
+def plan_columns(plan: ServePlan) -> dict[str, int]:
+    return {"tp": plan.tp, "pp": plan.pp, "dpa": plan.dpa, "ep": plan.ep, "batch": plan.batch,
+            "replicas": plan.replicas, "prefill_replicas": plan.prefill_replicas}
+
+
+def serve_estimate(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload: Workload,
+                   engine: Engine = DEFAULT_ENGINE, eff: ServeEfficiency = SERVE_DEFAULT) -> ServeEstimate:
+    """Price one serving configuration (module docstring)."""
+    check.servable(model)
+    cols = plan_columns(plan)
+    mem = memory(model, cluster.accelerator.hbm_bytes, cols, plan.quant, engine, engine.resident(workload))
+    reasons = [r for r, bad in check.structural(model, cluster, cols, plan.quant, engine) if bool(bad)]
+    if not reasons and not bool(mem.fits):
+        reasons.append(f"{check.MEMORY}: {fmt_bytes(float(mem.kv_used))} needed, {fmt_bytes(float(mem.kv_pool))} "
+                       f"left for it of {fmt_bytes(float(mem.capacity))} (weights {fmt_bytes(float(mem.weights))})")
+    if check.FORMAT in reasons:  # no price for a format the GPU cannot run
+        return ServeEstimate(model, cluster, plan, workload, engine, _nothing(), mem, tuple(reasons))
+    setting = Setting(model, cluster, cols, plan.quant, engine, workload, eff)
+    result = metrics(setting)
+    q = plan.quant
+    lane = Shape(tp=plan.tp, dpa=plan.dpa, ep=plan.ep, decode=float(result.running) / (plan.pp * plan.dpa),
+                 context=workload.decode_context, prefill=0.0, prompts=0.0, prefix=0.0, w_bytes=q.weight_bytes,
+                 a_bytes=q.act_bytes, kv_bytes=q.kv_bytes, absorb=engine.mla_absorb,
+                 gather=engine.moe_comm == "all_gather")
+    parts = breakdown(model, cluster, lane, plan.pp, q, eff)
+    host = engine.iteration_overhead + engine.sequence_overhead * float(result.running) / plan.dpa
+    if host:
+        parts["engine/host"] = host
+    return ServeEstimate(model, cluster, plan, workload, engine, _floats(result), mem, tuple(reasons), parts)
+
+
+def _floats(m: Metrics) -> Metrics:
+    return Metrics(*(float(v) for v in (m.ttft, m.tpot, m.e2e, m.instance_tokens_per_s, m.tokens_per_s,
+                                        m.requests_per_s, m.running, m.decode_step)))
+
+
+def _nothing() -> Metrics:
+    nan = float("nan")
+    return Metrics(nan, nan, nan, 0.0, 0.0, 0.0, 0.0, nan)

@@ -1,0 +1,99 @@
+"""One iteration of an instance, timed: the ops of the layers on a pipeline stage, the embedding and the LM head
+(ops.py, moe.py), each op by the roofline (roofline.op_time: max of compute and memory time) and each collective by
+the α-β model on the mesh (comm.collective_time), one after another: decode's all-reduces are small and on the
+critical path, so their latency α counts in full (nothing overlaps them in a forward pass).
+
+Pipeline parallelism (vLLM's and TensorRT-LLM's pipeline runtimes): the batch is split into p micro-batches that
+follow each other through the p stages, so each stage runs L/p layers on B/p sequences and a sequence's next token
+waits for its micro-batch to pass every stage: a token every p·T_stage (the bottleneck stage: the last, with the
+head), for B sequences. The engine's host time per iteration (engine.py) comes on top.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from meshplan.comm import collective_time
+from meshplan.cost.records import ACT_BYTES, OpCost
+from meshplan.groups import send_stride
+from meshplan.roofline import op_time
+from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
+from meshplan.serve.moe import moe_ops
+from meshplan.serve.ops import Shape, attention_ops, collective, dense_ops, gemm, sixteen_bit, stream
+from meshplan.serve.precision import Quant, compute_accelerator, gemm_precision
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+from meshplan.xp import Num, where
+
+
+def layer_ops(model: ModelSpec, sh: Shape) -> dict[str, list[OpCost]]:
+    """The ops of one layer of each kind the model has (ModelSpec.block_counts: dense, moe)."""
+    attention = attention_ops(model, sh)
+    builders = {"dense": dense_ops, "moe": moe_ops}
+    return {kind: attention + builders[kind](model, sh) for kind in model.block_counts}
+
+
+def edge_ops(model: ModelSpec, sh: Shape, first: Num, last: Num) -> list[OpCost]:
+    """The embedding lookup (vocabulary-parallel: an all-reduce across tp) on the first stage, and on the last the
+    final norm, the LM head for the rows that sample (each decoding sequence and each prompt's last token: a 16-bit
+    GEMM, vLLM keeps lm_head unquantised), the gather of the vocabulary shards and the sampler's fp32 softmax."""
+    h, v, t = model.hidden_size, model.vocab_size, sh.tp
+    sampled = sh.decode + sh.prompts
+    return [stream("embed/lookup", first * 2 * ACT_BYTES * sh.rows * h),
+            collective("embed/tp", "all_reduce", first * sh.rows * h * ACT_BYTES, "tp", t),
+            stream("head/norm", last * 4 * ACT_BYTES * sampled * h),
+            sixteen_bit(gemm("head/logits", sampled * last, h, v / t, ACT_BYTES, ACT_BYTES)),
+            collective("head/gather", "all_gather", last * sampled * v * ACT_BYTES, "tp", t),
+            stream("head/sample", last * sampled * v * (ACT_BYTES + 2 * 4))]
+
+
+def stage_ops(model: ModelSpec, sh: Shape, pp: Num) -> list[tuple[OpCost, Num]]:
+    """(op, count) of the bottleneck (last) pipeline stage for one micro-batch: L/p layers of each kind, the head,
+    the embedding when p = 1, and the send to the next stage when p > 1."""
+    single = pp == 1
+    counts = {kind: n / pp for kind, n in model.block_counts.items()}
+    pairs = [(op, counts[kind]) for kind, ops in layer_ops(model, sh).items() for op in ops]
+    pairs += [(op, 1.0) for op in edge_ops(model, sh, where(single, 1.0, 0.0), 1.0)]
+    send = collective("pp/send", "p2p", sh.rows * model.hidden_size * ACT_BYTES, "pp", pp)
+    return pairs + [(send, 1.0)]
+
+
+EXPERT_PATH = ("moe/experts", "moe/permute", "moe/dispatch", "moe/combine")  # ServeEfficiency.experts prices them
+
+
+def op_seconds(op: OpCost, cluster: Cluster, quant: Quant, eff: ServeEfficiency, layouts: dict[str, Num]) -> Num:
+    """One op's time: a collective over its group as placed on the mesh, else the roofline at the scheme's GEMM
+    precision."""
+    slower = 1.0 / eff.experts if op.name.startswith(EXPERT_PATH) else 1.0
+    if op.kind == "collective":
+        c = op.collective
+        return slower * collective_time(c.kind, c.nbytes, c.group, layouts[c.axis], cluster, eff)
+    acc = compute_accelerator(cluster.accelerator, quant)
+    return slower * op_time(op, acc, gemm_precision(acc, quant) or acc.default_precision,
+                            eff.cache_reads if op.name == "attn/decode" else eff)
+
+
+def layouts(tp: Num, dpa: Num, pp: Num) -> dict[str, Num]:
+    """Strides of the instance's groups: tp innermost, the ep group (tp·dpa) around it, the stages outermost."""
+    return {"tp": 1, "ep": 1, "pp": send_stride(tp * dpa, pp)}
+
+
+def token_time(model: ModelSpec, cluster: Cluster, sh: Shape, pp: Num, quant: Quant,
+               overhead: float = 0.0, eff: ServeEfficiency = SERVE_DEFAULT) -> Num:
+    """Seconds between two tokens of a sequence: p times the bottleneck stage's time on its micro-batch ``sh``,
+    plus the engine's host time per iteration."""
+    place = layouts(sh.tp, sh.dpa, pp)
+    stage = 0.0
+    for op, count in stage_ops(model, sh, pp):
+        stage = stage + count * op_seconds(op, cluster, quant, eff, place)
+    return pp * stage + overhead
+
+
+def breakdown(model: ModelSpec, cluster: Cluster, sh: Shape, pp: int, quant: Quant,
+              eff: ServeEfficiency = SERVE_DEFAULT) -> dict[str, float]:
+    """Seconds per token step by op name (scalars only): the bottleneck stage's ops times p."""
+    place = layouts(sh.tp, sh.dpa, pp)
+    out: dict[str, float] = defaultdict(float)
+    for op, count in stage_ops(model, sh, pp):
+        out[op.name] += float(pp * count * op_seconds(op, cluster, quant, eff, place))
+    return dict(out)

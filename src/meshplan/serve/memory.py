@@ -1,0 +1,118 @@
+"""Every byte of an inference GPU: weights, the KV cache, one layer's activations, the engine's workspace, and
+what fits: the sequences the KV-cache pool holds at a context length (seed 004, "Lifetime for Inference Process":
+weights live through the whole process; a layer's activations only until the next layer starts, so one layer's
+worth is ever live).
+
+Weights per GPU: the attention blocks, dense MLPs and shared experts split t ways (MLA's down-projections, the
+norms and the router copied on every rank: vLLM ReplicatedLinear), the routed experts split ep ways (whole experts)
+or t ways (ep = 1), the layers p ways; the vocabulary embedding and LM head t ways, on the first and last stage.
+Block linears are stored in the scheme's weight format (precision.py); embeddings, head, norms and router in 16 bits.
+
+Budget (engine.py): with ``memory_basis = "total"`` the engine takes u·HBM (vLLM: "the current vLLM instance can
+use total_gpu_memory x gpu_memory_utilization", gpu_memory_utilization = 0.9 by default, EngineArgs) and gives the
+KV cache what the weights, the activations' profiled peak and the non-torch memory leave; with ``"free"`` it gives
+the KV cache u × what is free after them (TensorRT-LLM KvCacheConfig.free_gpu_memory_fraction = 0.9).
+Activations: the profiling pass runs ``max_batched_tokens`` rows, so the peak is the widest op's input and output
+at that many rows beside the residual stream (two 16-bit copies), plus the sampler's fp32 logits of max_seqs rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from meshplan.cost.records import ACT_BYTES
+from meshplan.serve.engine import Engine
+from meshplan.serve.kv import sequence_bytes
+from meshplan.serve.precision import Quant
+from meshplan.specs.model import ModelSpec
+from meshplan.xp import Num, maximum
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes per GPU (scalars or arrays): the parts, the KV-cache pool, and what the batch asks of it."""
+
+    weights: Num
+    activations: Num
+    workspace: Num
+    kv_pool: Num  # what the engine gives the KV cache
+    kv_used: Num  # what the batch's sequences occupy in it
+    sequence: Num  # one sequence's pages on this GPU
+    capacity: Num  # usable HBM (the engine's share)
+
+    @property
+    def total(self) -> Num:
+        return self.weights + self.activations + self.workspace + self.kv_used
+
+    @property
+    def fits(self) -> Num:
+        return (self.kv_used <= self.kv_pool) & (self.kv_pool > 0)
+
+    def max_sequences(self, dpa: Num = 1) -> Num:
+        """Sequences an instance holds at this context: ⌊pool / one sequence's pages⌋ per attention group."""
+        return np.floor(np.maximum(self.kv_pool, 0.0) / self.sequence) * dpa
+
+
+def replicated_attention(model: ModelSpec) -> int:
+    """Attention parameters every tensor-parallel rank keeps whole: MLA's down-projections and their norms."""
+    if not model.is_mla:
+        return 0
+    h = model.hidden_size
+    return h * model.q_lora_rank + model.q_lora_rank + h * (model.kv_lora_rank + model.qk_rope_head_dim) \
+        + model.kv_lora_rank
+
+
+def weight_bytes(model: ModelSpec, tp: Num, pp: Num, ep: Num, quant: Quant) -> Num:
+    """Weights on one GPU of the busiest stage (module docstring)."""
+    w, h = quant.weight_bytes, model.hidden_size
+    norms = 2 * model.norm_params(h)
+    repl = replicated_attention(model)
+    attention = (model.attention_params() - repl) / tp * w + repl * w + norms * ACT_BYTES
+    dense_mlp = model.mlp_params(model.ffn_hidden_size) / tp * w
+    per_kind = {"dense": attention + dense_mlp}
+    if model.is_moe:
+        experts = model.num_experts * model.expert_params()
+        router = h * model.num_experts + (model.num_experts if model.router_bias else 0)
+        shared = model.mlp_params(model.shared_expert_ffn_size) if model.shared_expert_ffn_size else 0
+        spread = np.where(np.asarray(ep) > 1, ep, tp)
+        per_kind["moe"] = attention + experts / spread * w + shared / tp * w + router * ACT_BYTES
+    layers = sum(n * per_kind[kind] for kind, n in model.block_counts.items()) / pp
+    word = model.vocab_size * h * ACT_BYTES / tp
+    edges = word * np.where(np.asarray(pp) > 1, 1, 1 + (not model.tied_embeddings))
+    return layers + edges + model.norm_params(h) * ACT_BYTES
+
+
+def activation_bytes(model: ModelSpec, tp: Num, engine: Engine) -> Num:
+    """Peak activations of one layer at the engine's max_batched_tokens rows (module docstring)."""
+    rows, h, t = engine.max_batched_tokens, model.hidden_size, tp
+    widest = max(model.q_dim + 2 * model.kv_dim, (3 if model.gated else 2) * model.ffn_hidden_size)
+    if model.is_moe:
+        widest = max(widest, model.moe_topk * (h + (3 if model.gated else 2) * model.moe_ffn_hidden_size))
+    stream = 2 * rows * h * ACT_BYTES
+    logits = engine.max_seqs * model.vocab_size / t * 4
+    return stream + rows * (h + widest / t) * ACT_BYTES + logits
+
+
+def kv_pool(capacity: float, used: Num, engine: Engine) -> Num:
+    """What the engine gives the KV cache (module docstring), 0 when the rest does not fit."""
+    if engine.memory_basis == "total":
+        return maximum(engine.memory_utilization * capacity - used, 0.0)
+    return engine.memory_utilization * maximum(capacity - used, 0.0)
+
+
+def memory(model: ModelSpec, hbm: float, plan_cols: dict[str, Num], quant: Quant, engine: Engine,
+           context: Num) -> Memory:
+    """The memory of one GPU of an instance (``plan_cols``: tp, pp, ep, dpa, batch as scalars or arrays) whose
+    ``batch`` sequences hold ``context`` tokens each on average, in whole pages."""
+    tp, pp, ep, dpa, batch = (plan_cols[k] for k in ("tp", "pp", "ep", "dpa", "batch"))
+    weights = weight_bytes(model, tp, pp, ep, quant)
+    acts = activation_bytes(model, tp, engine)
+    fixed = weights + acts + engine.workspace
+    pool = kv_pool(hbm, fixed, engine)
+    one = sequence_bytes(model, context, quant.kv_bytes, tp, engine.block_size) / pp
+    used = batch / dpa * one
+    share = engine.memory_utilization * hbm if engine.memory_basis == "total" else hbm
+    return Memory(weights=weights, activations=acts, workspace=engine.workspace + 0 * tp, kv_pool=pool, kv_used=used,
+                  sequence=one, capacity=share)

@@ -1,0 +1,188 @@
+"""Serving metrics from iteration times: time to first token (TTFT), time per output token (TPOT, the mean
+inter-token latency), end-to-end latency, output tokens/s per instance, per GPU and in all, requests/s, in the
+steady state of continuous batching, for scalars or arrays of configurations alike.
+
+Each instance keeps B sequences in flight (plan.py); a sequence leaves after O tokens and a new one takes its place,
+so on average B/O prompts of I tokens enter per iteration, B·I/O prompt tokens (the closed loop of a benchmark at
+fixed concurrency; queueing before admission is not modelled). How they enter (engine.prefill):
+
+- ``chunked`` (Sarathi-Serve, Agrawal et al. 2024, §4.1-4.3; vLLM V1, SGLang, TensorRT-LLM with chunked context): an
+  iteration carries the decoding sequences and a chunk of prompt tokens, at most ``max_batched_tokens`` − D of them.
+  A chunk holds one waiting prompt (or several when they are short), and a share f = (B·I/O) / chunk of the
+  iterations carry one: TPOT = f·T(D + chunk) + (1 − f)·T(D). When the prompts need more than the budget, admission
+  is what limits: the decode batch shrinks to the budget's B = budget·O/I. TTFT: the prompt's ⌈I / budget⌉
+  iterations, plus half an iteration's wait.
+- ``separate`` (Orca's iteration-level scheduling with whole prompts, Yu et al. 2022; vLLM V0's default): prompts
+  run in iterations of their own, m = ⌊budget / I⌋ at a time, stalling the B decoding sequences: each of them
+  waits through B/m such iterations during its O tokens: TPOT = T(D) + (B/m)·T_prefill(m)/O.
+- a static batch (``Workload.static``, FasterTransformer-style latency tables): B prompts prefilled together, then
+  O − 1 decode steps: E2E = T_prefill(B) + (O − 1)·T(B).
+- disaggregated (DistServe, Zhong et al. 2024, §2.3 and §4; Splitwise, Patel et al. 2024, §4): prefill instances run
+  the prompts (separate mode) and ship their KV cache to the decode instances, which only decode: TPOT = T(D) with
+  no prefill in it; the system serves min(prefill capacity, decode capacity) requests/s; TTFT adds the KV transfer.
+Throughput = sequences in flight / TPOT (one token per sequence per token step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from meshplan.comm import collective_time
+from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
+from meshplan.serve.engine import Engine
+from meshplan.serve.iteration import token_time
+from meshplan.serve.kv import token_bytes
+from meshplan.serve.ops import Shape
+from meshplan.serve.plan import Workload
+from meshplan.serve.precision import Quant
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+from meshplan.xp import Num, maximum, minimum, where
+
+
+@dataclass(frozen=True)
+class Metrics:
+    ttft: Num  # seconds
+    tpot: Num  # seconds per output token (mean inter-token latency)
+    e2e: Num  # seconds per request
+    instance_tokens_per_s: Num  # output tokens/s of one decode instance
+    tokens_per_s: Num  # output tokens/s of the whole deployment
+    requests_per_s: Num
+    running: Num  # sequences in flight per decode instance (after admission limits)
+    decode_step: Num  # a pure decode token step at the running batch
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What every iteration of one configuration shares (plan columns as scalars or arrays)."""
+
+    model: ModelSpec
+    cluster: Cluster
+    cols: dict[str, Num]  # tp, pp, dpa, ep, batch, replicas, prefill_replicas
+    quant: Quant
+    engine: Engine
+    workload: Workload
+    eff: ServeEfficiency = SERVE_DEFAULT
+
+    def time(self, decode: Num, prefill: Num = 0.0, prompts: Num = 0.0, prefix: Num = 0.0) -> Num:
+        """Seconds per token step of a micro-batch with ``decode`` sequences and ``prefill`` prompt tokens."""
+        c, q = self.cols, self.quant
+        sh = Shape(tp=c["tp"], dpa=c["dpa"], ep=c["ep"], decode=decode, context=self.workload.decode_context,
+                   prefill=prefill, prompts=prompts, prefix=prefix, w_bytes=q.weight_bytes, a_bytes=q.act_bytes,
+                   kv_bytes=q.kv_bytes, absorb=self.engine.mla_absorb, gather=self.engine.moe_comm == "all_gather")
+        host = self.engine.iteration_overhead + self.engine.sequence_overhead * (decode + prompts) * c["pp"]
+        return token_time(self.model, self.cluster, sh, c["pp"], q, host, self.eff)
+
+    @property
+    def micro_batch(self) -> Num:
+        """Sequences per attention group per pipeline micro-batch: B / (p·dpa)."""
+        return self.cols["batch"] / (self.cols["pp"] * self.cols["dpa"])
+
+    @property
+    def lanes(self) -> Num:
+        """Micro-batches of an instance in flight at once: p stages × dpa attention groups."""
+        return self.cols["pp"] * self.cols["dpa"]
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One instance's figures (no replica counts): co-located, and as one decode or prefill instance of a
+    disaggregated deployment."""
+
+    ttft: Num  # co-located
+    tpot: Num
+    running: Num  # sequences in flight
+    tokens_per_s: Num  # output tokens/s of one co-located instance
+    decode_step: Num  # a token step of pure decode at the batch (a disaggregated decode instance's TPOT)
+    decode_tokens_per_s: Num  # one decode instance's output tokens/s
+    prefill_requests_per_s: Num  # one prefill instance's prompts/s
+    split_ttft: Num  # disaggregated: the prefill, the KV transfer, half a decode step
+
+
+def instance(s: Setting) -> Instance:
+    """The regime's per-instance figures (module docstring), at replicas = 1."""
+    if s.workload.static:
+        return _static(s)
+    ttft, tpot, running, decode = _chunked(s) if s.engine.prefill == "chunked" else _separate(s)
+    m, prefill = _prefill_batch(s)
+    full = s.time(s.micro_batch)
+    return Instance(ttft=ttft, tpot=tpot, running=running * s.lanes, tokens_per_s=running * s.lanes / tpot,
+                    decode_step=full, decode_tokens_per_s=s.micro_batch * s.lanes / full,
+                    prefill_requests_per_s=m * s.lanes / prefill, split_ttft=prefill + kv_transfer(s) + full / 2)
+
+
+def deployment(one: Instance, replicas: Num, prefill_replicas: Num, output_len: int) -> Metrics:
+    """``replicas`` co-located instances, or with ``prefill_replicas`` > 0 that many prefill instances feeding
+    ``replicas`` decode instances: the system serves min(prefill, decode capacity) requests/s (a decode batch the
+    prefill pool cannot keep full is the search's smaller batch)."""
+    split = np.asarray(prefill_replicas) > 0
+    co_total = one.tokens_per_s * replicas
+    fed = one.prefill_requests_per_s * prefill_replicas * output_len  # tokens/s the prefill pool can start
+    split_total = minimum(one.decode_tokens_per_s * replicas, fed)
+    total = where(split, split_total, co_total)
+    ttft, tpot = where(split, one.split_ttft, one.ttft), where(split, one.decode_step, one.tpot)
+    per_instance = where(split, one.decode_tokens_per_s, one.tokens_per_s)
+    running = where(split, one.decode_tokens_per_s * one.decode_step, one.running)  # B·lanes when split
+    return Metrics(ttft=ttft, tpot=tpot, e2e=ttft + (output_len - 1) * tpot, instance_tokens_per_s=per_instance,
+                   tokens_per_s=total, requests_per_s=total / output_len, running=running,
+                   decode_step=one.decode_step)
+
+
+def metrics(s: Setting) -> Metrics:
+    """The configuration's metrics: ``instance`` then ``deployment``."""
+    return deployment(instance(s), s.cols["replicas"], s.cols["prefill_replicas"], s.workload.output_len)
+
+
+def _chunked(s: Setting) -> tuple[Num, Num, Num, Num]:
+    inp, out, budget_tokens = s.workload.input_len, s.workload.output_len, s.engine.max_batched_tokens
+    budget = maximum(budget_tokens - s.micro_batch, 1.0)
+    running = minimum(s.micro_batch, budget * out / inp)  # admission-bound when the prompts need more than the budget
+    need = running * inp / out  # prompt tokens per iteration
+    chunk = minimum(budget, maximum(need, inp))
+    share = minimum(chunk, inp)  # tokens of one prompt in a chunk
+    carried = minimum(need / chunk, 1.0)  # the share of the iterations that carry a chunk
+    decode = s.time(running)
+    mixed = s.time(running, chunk, chunk / share, (inp - share) / 2)
+    tpot = carried * mixed + (1 - carried) * decode
+    first = minimum(inp, budget)
+    ttft = np.ceil(inp / budget) * s.time(running, first, 1.0, (inp - first) / 2) + tpot / 2
+    return ttft, tpot, running, decode
+
+
+def _separate(s: Setting) -> tuple[Num, Num, Num, Num]:
+    m, prefill = _prefill_batch(s, s.micro_batch / s.workload.output_len)
+    decode = s.time(s.micro_batch)
+    tpot = decode + s.micro_batch / m * prefill / s.workload.output_len
+    return prefill + decode / 2, tpot, s.micro_batch, decode
+
+
+def _prefill_batch(s: Setting, waiting: Num | None = None) -> tuple[Num, Num]:
+    """Prompts per prefill iteration and that iteration's time: as many as wait (a saturated prefill pool: the
+    batch; co-located in steady state: the B/O that arrive per decode step), at least one, at most ⌊budget / I⌋."""
+    inp = s.workload.input_len
+    waiting = s.micro_batch if waiting is None else waiting
+    m = maximum(minimum(np.floor(s.engine.max_batched_tokens / inp), waiting), 1.0)
+    return m, s.time(0.0, m * inp, m, 0.0)
+
+
+def _static(s: Setting) -> Instance:
+    """B prompts prefilled together, then O − 1 decode steps; the batch's tokens over its whole time."""
+    inp, out, b = s.workload.input_len, s.workload.output_len, s.micro_batch
+    prefill = s.time(0.0, b * inp, b, 0.0)
+    decode = s.time(b)
+    e2e = prefill + (out - 1) * decode
+    rate = b * s.lanes * out / e2e
+    # TPOT as the batch's whole time over its tokens after the first, so that ttft + (O − 1)·tpot = e2e
+    return Instance(ttft=prefill, tpot=decode, running=b * s.lanes, tokens_per_s=rate, decode_step=decode,
+                    decode_tokens_per_s=rate, prefill_requests_per_s=b * s.lanes / prefill,
+                    split_ttft=prefill)
+
+
+def kv_transfer(s: Setting) -> Num:
+    """One prompt's KV cache from a prefill GPU to its decode counterpart (the same shard of heads and layers): a
+    point-to-point send between neighbouring instances, over the tier that separates them."""
+    c = s.cols
+    per_gpu = s.workload.input_len * token_bytes(s.model, s.quant.kv_bytes, c["tp"]) / c["pp"]
+    return collective_time("p2p", per_gpu, 2, c["tp"] * c["pp"] * c["dpa"], s.cluster, s.eff)

@@ -1,0 +1,179 @@
+"""The serving search: every configuration of a ServeSpace (space.py) on a cluster, priced at once with NumPy, the
+ones that break a constraint or a latency target tallied by reason, the best re-estimated one by one.
+
+How it is fast: a configuration's iteration times depend on its instance shape and batch (tp, pp, dpa, ep, batch)
+and its quantisation, not on how many instances there are or how they split into prefill and decode pools; so the
+instances' figures (metrics.instance) are computed once per shape and scheme on arrays, and every deployment of
+them (replicas filling the GPUs, each prefill / decode split) is a few array operations (metrics.deployment).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from meshplan.serve import check
+from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
+from meshplan.serve.estimate import ServeEstimate, serve_estimate
+from meshplan.serve.memory import memory
+from meshplan.serve.metrics import Setting, deployment, instance
+from meshplan.serve.plan import ServePlan, Workload
+from meshplan.serve.precision import Quant
+from meshplan.serve.space import ServeSpace
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+
+KEYS = ("tp", "pp", "dpa", "ep", "batch")
+
+
+@dataclass(frozen=True)
+class ServeSearchResult:
+    model: ModelSpec
+    cluster: Cluster
+    space: ServeSpace
+    plans: tuple[ServeEstimate, ...]  # feasible, best first
+    evaluated: int
+    feasible: int
+    rejected: dict[str, int]
+    examples: dict[str, str]
+    seconds: float
+
+    @property
+    def rejected_total(self) -> int:
+        return sum(self.rejected.values())
+
+    def to_dict(self, price: float | None = None) -> dict[str, object]:
+        return {"model": self.model.name, "system": self.cluster.name, "gpus": self.cluster.num_gpus,
+                "input_len": self.space.input_len, "output_len": self.space.output_len,
+                "engine": self.space.engine.name, "ttft_slo_s": self.space.ttft_slo or None,
+                "tpot_slo_s": self.space.tpot_slo or None, "evaluated": self.evaluated, "feasible": self.feasible,
+                "rejected": {"count": self.rejected_total, "reasons": dict(self.rejected),
+                             "examples": dict(self.examples)},
+                "seconds": self.seconds,
+                "configurations_per_second": self.evaluated / self.seconds if self.seconds else None,
+                "plans": [e.to_dict(price) for e in self.plans]}
+
+
+def shapes(model: ModelSpec, cluster: Cluster, space: ServeSpace) -> dict[str, np.ndarray]:
+    """Every instance shape and batch as columns: tp (powers of two up to max_tp), pp, and for a MoE data-parallel
+    attention groups with experts split ep = tp·dpa ways, or tp-split experts (dpa = 1)."""
+    n, rows = cluster.num_gpus, []
+    tps = list(space.tp) or [t for t in (2**i for i in range(12)) if t <= min(space.max_tp, n)]
+    pps = list(space.pp) or [p for p in (1, 2, 4, 8, 16) if p <= min(space.max_pp, model.num_layers)]
+    dpas = list(space.dpa) or ([d for d in (2**i for i in range(12)) if d <= n] if model.is_moe else [1])
+    for tp in tps:
+        for pp in pps:
+            for dpa in dpas:
+                if tp * pp * dpa > n:
+                    continue
+                eps = [tp * dpa] if dpa > 1 else ([1, tp] if model.is_moe and tp > 1 else [1])
+                rows += [(tp, pp, dpa, ep, b) for ep in eps for b in space.batches]
+    cols = np.array(rows, dtype=np.int64).reshape(-1, len(KEYS))
+    return {k: cols[:, i] for i, k in enumerate(KEYS)}
+
+
+def deployments(keys: dict[str, np.ndarray], num_gpus: int, disaggregate: bool) -> tuple[np.ndarray, ...]:
+    """(key index, replicas, prefill replicas) of every deployment: the instances that fit the GPUs co-located,
+    and each split of them into p prefill and n − p decode instances."""
+    count = num_gpus // (keys["tp"] * keys["pp"] * keys["dpa"])
+    splits = np.where(disaggregate, np.maximum(count - 1, 0), 0)
+    per_key = 1 + splits
+    index = np.repeat(np.arange(len(count)), per_key)
+    offset = np.arange(len(index)) - np.repeat(np.cumsum(per_key) - per_key, per_key)  # 0 co-located, p = 1 …
+    prefill = offset
+    replicas = count[index] - prefill
+    return index, replicas, prefill
+
+
+def search(model: ModelSpec, cluster: Cluster, space: ServeSpace, top_k: int = 10,
+           eff: ServeEfficiency = SERVE_DEFAULT) -> ServeSearchResult:
+    """Every configuration of ``space``; the ``top_k`` feasible ones re-estimated (module docstring)."""
+    start = time.perf_counter()
+    check.servable(model)
+    keys = shapes(model, cluster, space)
+    workload = Workload(input_len=space.input_len, output_len=space.output_len)
+    tally: dict[str, int] = {}
+    examples: dict[str, str] = {}
+    ranked: list[tuple[float, float, int, int, int, int]] = []  # (score, tiebreak, quant, key, replicas, prefill)
+    evaluated = 0
+    for qi, quant in enumerate(space.quants):
+        index, replicas, prefill = deployments(keys, cluster.num_gpus, space.disaggregate)
+        evaluated += len(index)
+        bad, score, tiebreak = _score(model, cluster, space, quant, keys, (index, replicas, prefill), workload, eff)
+        for reason, mask in bad:
+            hits = np.flatnonzero(mask)
+            if len(hits):
+                tally[reason] = tally.get(reason, 0) + len(hits)
+                examples.setdefault(reason, _example(keys, quant, index, replicas, prefill, hits[0], mask))
+        ok = np.flatnonzero(~np.any([m for _, m in bad], axis=0)) if bad else np.arange(len(index))
+        best = ok[np.lexsort((tiebreak[ok], -score[ok]))][: 2 * top_k + 2]
+        ranked += [(score[i], tiebreak[i], qi, index[i], replicas[i], prefill[i]) for i in best]
+    ranked.sort(key=lambda r: (-r[0], r[1]))
+    plans = [_estimate(model, cluster, space, keys, r, workload, eff) for r in ranked[: 2 * top_k + 2]]
+    plans = sorted((e for e in plans if e.fits and _meets(e, space)), key=lambda e: _rank(e, space))[:top_k]
+    return ServeSearchResult(model=model, cluster=cluster, space=space, plans=tuple(plans), evaluated=evaluated,
+                             feasible=evaluated - sum(tally.values()), rejected=tally, examples=examples,
+                             seconds=time.perf_counter() - start)
+
+
+def _score(model, cluster, space, quant, keys, deploy, workload, eff):
+    """The reasons each deployment breaks (first one only), and its ranking score and tiebreak."""
+    index, replicas, prefill = deploy
+    cols = {**keys, "replicas": np.ones_like(keys["tp"]), "prefill_replicas": np.zeros_like(keys["tp"])}
+    structural = check.structural(model, cluster, cols, quant, space.engine)
+    mem = memory(model, cluster.accelerator.hbm_bytes, cols, quant, space.engine,
+                 space.engine.resident(workload))
+    broken = np.any([np.broadcast_to(m, keys["tp"].shape) for _, m in structural], axis=0)
+    with np.errstate(all="ignore"):
+        one = instance(Setting(model, cluster, cols, quant, space.engine, workload, eff)) if not np.all(broken) \
+            else None
+    per_key = [(r, np.broadcast_to(m, keys["tp"].shape)) for r, m in structural]
+    per_key.append((check.MEMORY, ~np.asarray(mem.fits)))
+    shown = np.zeros(len(index), dtype=bool)
+    bad = []
+    for reason, mask in per_key:
+        hit = mask[index] & ~shown
+        bad.append((reason, hit))
+        shown |= hit
+    if one is None:
+        return bad, np.zeros(len(index)), np.zeros(len(index))
+    picked = type(one)(*(np.asarray(v)[index] for v in vars(one).values()))
+    with np.errstate(all="ignore"):
+        m = deployment(picked, replicas, prefill, workload.output_len)
+    for reason, slo, value in ((check.TTFT, space.ttft_slo, m.ttft), (check.TPOT, space.tpot_slo, m.tpot)):
+        hit = (slo > 0) & ~(value <= slo) & ~shown
+        bad.append((reason, hit))
+        shown |= hit
+    tokens = np.nan_to_num(np.asarray(m.tokens_per_s, dtype=float))
+    if space.rank_by == "latency":
+        return bad, -np.nan_to_num(np.asarray(m.tpot, dtype=float), nan=np.inf), -tokens
+    return bad, tokens, np.nan_to_num(np.asarray(m.tpot, dtype=float), nan=np.inf)
+
+
+def _plan(keys, quant: Quant, i: int, replicas: int, prefill: int) -> ServePlan:
+    return ServePlan(**{k: int(keys[k][i]) for k in KEYS}, replicas=int(replicas), prefill_replicas=int(prefill),
+                     quant=quant)
+
+
+def _example(keys, quant, index, replicas, prefill, j, mask) -> str:
+    return _plan(keys, quant, index[j], replicas[j], prefill[j]).describe()
+
+
+def _estimate(model, cluster, space, keys, row, workload, eff) -> ServeEstimate:
+    _, _, qi, i, replicas, prefill = row
+    plan = _plan(keys, space.quants[qi], i, replicas, prefill)
+    return serve_estimate(model, cluster, plan, workload, space.engine, eff)
+
+
+def _meets(e: ServeEstimate, space: ServeSpace) -> bool:
+    m = e.metrics
+    return (not space.ttft_slo or m.ttft <= space.ttft_slo) and (not space.tpot_slo or m.tpot <= space.tpot_slo)
+
+
+def _rank(e: ServeEstimate, space: ServeSpace) -> tuple:
+    m = e.metrics
+    if space.rank_by == "latency":
+        return (m.tpot, -m.tokens_per_s)
+    return (-m.tokens_per_s, m.tpot, e.plan.num_gpus)

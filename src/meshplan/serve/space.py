@@ -1,0 +1,52 @@
+"""ServeSpace: what the serving search may choose, and the targets a configuration must meet.
+
+Every tensor-parallel size (powers of two that divide the heads, up to ``max_tp``), pipeline depth, data-parallel
+attention groups and expert placement (MoE), decode batch on a geometric grid, quantisation scheme the GPU runs,
+and every way of splitting the instances into prefill and decode pools (or none); replicas fill the GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from meshplan.errors import SpecError
+from meshplan.serve.engine import DEFAULT as DEFAULT_ENGINE
+from meshplan.serve.engine import Engine
+from meshplan.serve.precision import Quant
+
+# decode batches tried: a geometric grid of about 1.5x steps (1, 2, 3, 4, 6, 8, 12 …)
+BATCHES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+# the schemes tried by default: 16 bits, W8A8 fp8 (16-bit and fp8 KV cache), W4A16 int4, W4A4 NVFP4 with fp8 KV
+QUANTS = (Quant(), Quant(weights="fp8", activations="fp8"), Quant(weights="fp8", activations="fp8", kv_cache="fp8"),
+          Quant(weights="int4"), Quant(weights="fp4", activations="fp4", kv_cache="fp8"))
+RANKINGS = ("throughput", "latency")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeSpace:
+    """The choices and targets of a serving search."""
+
+    input_len: int
+    output_len: int
+    quants: tuple[Quant, ...] = QUANTS
+    batches: tuple[int, ...] = BATCHES
+    max_tp: int = 64
+    max_pp: int = 8
+    tp: tuple[int, ...] = ()  # sizes to try (empty: every power of two up to max_tp / max_pp)
+    pp: tuple[int, ...] = ()
+    dpa: tuple[int, ...] = ()
+    disaggregate: bool = True  # also try prefill / decode pools
+    ttft_slo: float = 0.0  # seconds; 0: no target
+    tpot_slo: float = 0.0
+    engine: Engine = field(default=DEFAULT_ENGINE)
+    rank_by: str = "throughput"  # output tokens/s of the deployment, or the lowest TPOT
+
+    def __post_init__(self) -> None:
+        if not self.quants:
+            raise SpecError("quant: no quantisation scheme to try")
+        if self.rank_by not in RANKINGS:
+            raise SpecError(f"rank={self.rank_by!r} must be one of {', '.join(RANKINGS)}")
+        for name in ("ttft_slo", "tpot_slo"):
+            value = getattr(self, name)
+            if not 0 <= value <= 3600:
+                raise SpecError(f"{name.replace('_', '-')}={value} s must be from 0 (no target) to 3600 s")

@@ -1,0 +1,160 @@
+"""Predict what each published serving run measured (serving_map.py turns the record into a case) and its error,
+predicted / measured − 1, metric by metric.
+
+The batch a run held: as stated (a fixed batch, SGLang's per-device decode batch, TensorRT-LLM's DeepSeek-R1
+batches), else for an offline or all-at-once run the largest that the engine's KV-cache pool, its max_seqs (and
+max_batch_size per rank where stated) and the request count allow; for a run offered a rate λ, the batch at which an
+instance serves λ requests/s (continuous in the batch, found on a fine grid of the same array arithmetic), or its
+largest batch when λ is beyond it. A run offered all N requests at once with B in flight makes the later ones wait:
+mean TTFT gains (⌈N/B⌉ − 1)/2 request lifetimes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
+from meshplan.serve.memory import memory
+from meshplan.serve.metrics import Setting, deployment, instance
+from meshplan_validation.serving_map import ServingCase, case_of
+
+THROUGHPUT = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "total_tokens_per_s", "requests_per_s",
+              "input_tokens_per_s_per_gpu")
+LATENCY = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_latency_ms")
+
+
+@dataclass(frozen=True)
+class ServingResult:
+    id: str
+    group: str
+    generation: str
+    gpu: str
+    split: str
+    mode: str
+    metric: str
+    measured: float
+    predicted: float | None
+    batch: float | None
+    headline: bool  # the run's throughput, not set by an offered rate
+    skipped: str = ""
+
+    @property
+    def error(self) -> float | None:
+        if self.predicted is None or not self.measured:
+            return None
+        return self.predicted / self.measured - 1
+
+
+def cols(case: ServingCase, batch: Any) -> dict[str, Any]:
+    p = case.plan
+    return {"tp": p.tp, "pp": p.pp, "dpa": p.dpa, "ep": p.ep, "batch": batch, "replicas": 1, "prefill_replicas": 0}
+
+
+def setting(case: ServingCase, batch: Any, eff: ServeEfficiency) -> Setting:
+    return Setting(case.model, case.cluster, cols(case, batch), case.plan.quant, case.engine, case.workload, eff)
+
+
+def largest_batch(case: ServingCase) -> float:
+    """The sequences an instance keeps in flight when it has more requests than room (module docstring)."""
+    w, p = case.record["workload"], case.plan
+    mem = memory(case.model, case.cluster.accelerator.hbm_bytes, cols(case, 1), p.quant, case.engine,
+                 case.engine.resident(case.workload))
+    limits = [float(mem.max_sequences(p.dpa)), float(case.engine.max_seqs * p.dpa)]
+    limits += [w["num_requests"]] if w.get("num_requests") else []
+    limits += [w["max_batch_size_per_rank"] * p.dpa] if w.get("max_batch_size_per_rank") else []
+    lanes = p.pp * p.dpa
+    return max(lanes, math.floor(min(limits) / lanes) * lanes)
+
+
+def at_rate(case: ServingCase, rate: float, eff: ServeEfficiency) -> float:
+    """The batch at which one instance serves ``rate`` requests/s (module docstring)."""
+    top = largest_batch(case)
+    grid = np.geomspace(case.plan.pp * case.plan.dpa, top, 400)
+    with np.errstate(all="ignore"):
+        served = np.asarray(instance(setting(case, grid, eff)).tokens_per_s) / case.workload.output_len
+    above = np.flatnonzero(served >= rate)
+    if not len(above):
+        return top
+    i = above[0]
+    if i == 0:
+        return float(grid[0])
+    t = (rate - served[i - 1]) / (served[i] - served[i - 1])
+    return float(grid[i - 1] + t * (grid[i] - grid[i - 1]))
+
+
+def batch_of(case: ServingCase, eff: ServeEfficiency) -> float:
+    w = case.record["workload"]
+    if case.mode == "static" or (w.get("batch_size") and case.mode in ("offline", "decode")):
+        return float(case.plan.batch)
+    if case.mode == "rate":
+        return at_rate(case, w["request_rate"], eff)
+    return float(largest_batch(case))
+
+
+def predict(case: ServingCase, eff: ServeEfficiency = SERVE_DEFAULT) -> tuple[dict[str, float], float]:
+    """The predicted value of every metric the serving model gives for the run, and the batch it held."""
+    w = case.record["workload"]
+    if case.mode == "prefill":
+        return _prefill(case, eff), float(case.plan.dpa)
+    batch = batch_of(case, eff)
+    with np.errstate(all="ignore"):
+        m = deployment(instance(setting(case, batch, eff)), 1, 0, case.workload.output_len)
+    gpus = case.plan.instance_gpus
+    tokens = float(m.tokens_per_s)
+    if case.mode == "decode":  # a saturated decode pool: pure decode steps at the stated context
+        tokens = batch / float(m.decode_step)
+    ttft = float(m.ttft)
+    if case.mode == "closed":  # all N offered at once: the later waves wait
+        waves = math.ceil((w.get("num_requests") or batch) / batch)
+        ttft += (waves - 1) / 2 * float(m.e2e)
+    out = {"output_tokens_per_s": tokens, "output_tokens_per_s_per_gpu": tokens / gpus,
+           "total_tokens_per_s": float(m.requests_per_s) * (case.workload.input_len + case.workload.output_len),
+           "requests_per_s": float(m.requests_per_s), "ttft_ms": 1e3 * ttft, "itl_ms": 1e3 * float(m.tpot),
+           "tpot_ms": 1e3 * float(m.tpot), "e2e_latency_ms": 1e3 * float(m.e2e)}
+    return out, batch
+
+
+def _prefill(case: ServingCase, eff: ServeEfficiency) -> dict[str, float]:
+    """A saturated prefill pool: each GPU's group runs tokens_per_device_batch prompt tokens per iteration."""
+    w, p = case.record["workload"], case.plan
+    tokens = w.get("tokens_per_device_batch") or case.engine.max_batched_tokens
+    prompts = tokens / case.workload.input_len
+    s = setting(case, prompts * p.dpa * p.pp, eff)
+    step = float(s.time(0.0, tokens, prompts, 0.0))
+    return {"input_tokens_per_s_per_gpu": tokens * p.dpa * p.pp / step / p.instance_gpus}
+
+
+def results(records: list[dict[str, Any]], eff: ServeEfficiency = SERVE_DEFAULT,
+            engines: dict[str, dict[str, float]] | None = None) -> list[ServingResult]:
+    """Every measured metric of every record, predicted (or skipped with its reason); ``engines``: engine preset
+    name -> fields in place of the preset's (the fit's trial values)."""
+    out = []
+    for r in records:
+        case = case_of(r)
+        if engines and not isinstance(case, str) and case.engine.name in engines:
+            case = replace(case, engine=case.engine.with_(**engines[case.engine.name]))
+        measured = {k: float(v) for k, v in r["measured"].items() if k in THROUGHPUT + LATENCY
+                    and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        base = {"id": r["id"], "group": r["group"], "generation": r["hardware"].get("generation") or "",
+                "gpu": r["hardware"].get("gpu") or "", "split": r.get("split") or ""}
+        if isinstance(case, str):
+            out.append(ServingResult(**base, mode="", metric="", measured=math.nan, predicted=None, batch=None,
+                                     headline=False, skipped=case))
+            continue
+        predicted, batch = predict(case, eff)
+        head = headline_metric(case, measured)
+        for metric, value in measured.items():
+            out.append(ServingResult(**base, mode=case.mode, metric=metric, measured=value,
+                                     predicted=predicted.get(metric), batch=batch, headline=metric == head))
+    return out
+
+
+def headline_metric(case: ServingCase, measured: dict[str, float]) -> str:
+    """The run's throughput metric (the first of THROUGHPUT it has), unless an offered rate set it."""
+    if case.mode == "rate":
+        return ""
+    return next((k for k in THROUGHPUT if k in measured), "")

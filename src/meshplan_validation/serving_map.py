@@ -1,0 +1,173 @@
+"""A published serving record (data/serving/published_serving.jsonl, its README the schema) as what meshplan's
+serving model prices: the model, the cluster, the serving plan, the workload, the engine, and how the run was driven
+(``mode``), or the reason it cannot be priced.
+
+Modes: ``offline`` (every request queued at once: the engine runs the largest batch its KV cache, its max_seqs and the
+request count allow, in steady state), ``closed`` (an online run offered all its requests at once, QPS = INF: the same
+batch, and the requests beyond it wait), ``rate`` (requests offered at a stated rate: the batch in flight is the one
+at which the instance serves that rate), ``static`` (a fixed batch timed end to end), ``prefill`` / ``decode`` (one
+phase of a disaggregated deployment, held saturated).
+
+What the records leave unstated is read as the README says the sources ran: pp = 1 where only TP is printed;
+TensorRT-LLM's MoE runs of the v1.0 page with attention data parallelism over every GPU and experts across all of
+them (``--ep`` with ``enable_attention_dp``); an FP8 checkpoint's KV cache in FP8 (TensorRT-LLM's FP8 quantization
+sets it), an FP4 checkpoint's in 16 bits (TensorRT-LLM's DeepSeek-R1 blog runs its FP4 model with an FP16 KV cache
+unless it turns FP8 on, and prints the two apart), a 16-bit engine's in 16 bits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from meshplan.serve.engine import Engine, load_engine
+from meshplan.serve.plan import ServePlan, Workload
+from meshplan.serve.precision import Quant
+from meshplan.specs.hardware import Cluster, load_system
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_load import load_model
+
+# engine strings of the records (their prefixes) -> the engine preset and what the source says it changed
+ENGINES: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    # trtllm-bench throughput: kv_cache_free_gpu_mem_fraction 0.95 "in majority of cases" (perf-overview.md)
+    ("TensorRT-LLM 0.17", "trtllm", {"memory_utilization": 0.95}),
+    ("TensorRT-LLM (PyTorch backend", "trtllm-pytorch", {"memory_utilization": 0.95}),
+    # the Triton tensorrtllm_backend of 0.14: enable_chunked_context false unless set (its config.pbtxt template)
+    ("TensorRT-LLM 0.14", "trtllm", {"prefill": "separate"}),
+    ("LMDeploy", "lmdeploy", {}),
+    ("vLLM", "vllm", {}),
+    ("SGLang", "sglang", {}),
+)
+SIXTEEN = ("bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class ServingCase:
+    record: dict[str, Any]
+    model: ModelSpec
+    cluster: Cluster
+    plan: ServePlan
+    workload: Workload
+    engine: Engine
+    mode: str
+    notes: tuple[str, ...] = ()
+
+
+def engine_of(record: dict[str, Any]) -> Engine | None:
+    text = record.get("engine") or ""
+    for prefix, preset, changes in ENGINES:
+        if text.startswith(prefix):
+            return load_engine(preset).with_(**changes) if changes else load_engine(preset)
+    return None
+
+
+def model_of(record: dict[str, Any]) -> ModelSpec:
+    """The record's preset, else a ModelSpec of its config.json sizes (Llama 4: its MoE interleave, shared expert
+    and chunked attention, read as a sliding window on three layers of four)."""
+    m = record["model"]
+    if m.get("preset"):
+        return load_model(m["preset"])
+    extra = m.get("extra") or {}
+    fields: dict[str, Any] = {
+        "name": m["name"], "num_layers": m["num_layers"], "hidden_size": m["hidden_size"],
+        "num_heads": m["num_heads"], "num_kv_heads": m["num_kv_heads"], "head_dim": m["head_dim"],
+        "ffn_hidden_size": m["ffn_hidden_size"], "vocab_size": m["vocab_size"], "mlp": "swiglu", "norm": "rmsnorm",
+        "qk_norm": bool(extra.get("qk_norm"))}
+    if m.get("num_experts"):
+        fields |= {"num_experts": m["num_experts"], "moe_topk": m["moe_topk"],
+                   "moe_ffn_hidden_size": m["moe_ffn_hidden_size"],
+                   "shared_expert_ffn_size": extra.get("shared_expert_ffn", 0),
+                   "moe_layer_freq": extra.get("interleave_moe_layer_step", 1)}
+        step = fields["moe_layer_freq"]
+        if step > 1:  # Llama 4 Maverick: the MoE layers are the odd ones; the count is the same from layer 0
+            fields["first_k_dense_layers"] = 0
+    if extra.get("attention_chunk_size"):
+        fields |= {"sliding_window": extra["attention_chunk_size"], "window_layers": 3 * m["num_layers"] // 4}
+    return ModelSpec(**fields)
+
+
+def quant_of(record: dict[str, Any], model: ModelSpec) -> Quant:
+    p = record["precision"]
+    w = p.get("weights") or "bf16"
+    a = p.get("activations") or (w if w in ("fp8", "fp4") else "bf16")
+    kv = p.get("kv_cache") or ("fp8" if w == "fp8" else "bf16")
+    return Quant(weights=w, activations=a, kv_cache=kv)
+
+
+def plan_of(record: dict[str, Any], model: ModelSpec, quant: Quant, batch: int) -> ServePlan:
+    """TP as printed (pp as printed, else 1); data-parallel attention with experts over all GPUs where the record
+    says attention DP or runs EP without TP (SGLang), or for the MoE runs of TensorRT-LLM's v1.0 page."""
+    par, hw = record["parallel"], record["hardware"]
+    tp, pp, ep = par.get("tp") or 1, par.get("pp") or 1, par.get("ep")
+    dis = par.get("disaggregated") or {}
+    gpus = hw.get("num_gpus") or tp * pp
+    if record["workload"].get("phase") in ("prefill", "decode"):  # one pool of a disaggregated deployment
+        gpus = dis.get(f"{record['workload']['phase']}_gpus") or gpus
+    attention_dp = par.get("attention_dp") or (model.is_moe and par.get("tp") is None and bool(ep or dis)) or (
+        model.is_moe and record["group"] == "trtllm_perf_v1.0")
+    if attention_dp:
+        dpa = gpus // pp if par.get("tp") is None or record["group"] == "trtllm_perf_v1.0" else tp
+        return ServePlan(tp=1, pp=pp, dpa=dpa, ep=dpa, batch=batch, quant=quant)
+    expert = ep if model.is_moe and ep == tp else 1
+    return ServePlan(tp=tp, pp=pp, ep=expert, batch=batch, quant=quant)
+
+
+def cluster_of(record: dict[str, Any]) -> Cluster:
+    hw = record["hardware"]
+    return load_system(hw["preset"]).cluster(hw["num_gpus"])
+
+
+def mode_of(record: dict[str, Any]) -> str:
+    w = record["workload"]
+    if w.get("phase") in ("prefill", "decode"):
+        return w["phase"]
+    if w.get("scenario") == "latency":
+        return "static"
+    if w.get("scenario") == "offline":
+        return "offline"
+    if w.get("request_rate") is not None:
+        return "rate"
+    return "closed"
+
+
+def skip_reason(record: dict[str, Any]) -> str:
+    """Why a record cannot be priced, or ""."""
+    w, m, hw = record["workload"], record["measured"], record["hardware"]
+    if w.get("speculative_decoding"):
+        return "speculative decoding (MTP) is not modelled"
+    if not hw.get("preset"):
+        return f"no meshplan hardware preset for {hw.get('gpu')}"
+    if engine_of(record) is None:
+        return f"no engine preset for {record.get('engine')!r}"
+    if not w.get("input_len") or (not w.get("output_len") and w.get("phase") != "prefill"
+                                  and w.get("phase") != "decode"):
+        return "input or output length not stated"
+    if not any(isinstance(v, (int, float)) and k in METRICS for k, v in m.items()):
+        return "no measured metric meshplan predicts (tokens/s not labelled output or total)"
+    return ""
+
+
+METRICS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "total_tokens_per_s", "requests_per_s",
+           "input_tokens_per_s_per_gpu", "ttft_ms", "itl_ms", "tpot_ms", "e2e_latency_ms")
+
+
+def case_of(record: dict[str, Any]) -> ServingCase | str:
+    """The record as a ServingCase, or why it is skipped."""
+    reason = skip_reason(record)
+    if reason:
+        return reason
+    model, w = model_of(record), record["workload"]
+    quant = quant_of(record, model)
+    mode = mode_of(record)
+    output = w.get("output_len") or 1
+    workload = Workload(input_len=w["input_len"], output_len=output, static=mode == "static")
+    batch = w.get("batch_size") or 1
+    plan = plan_of(record, model, quant, batch)
+    engine = engine_of(record)
+    if mode == "decode" and w.get("batch_size"):  # SGLang states the batch per device
+        plan = plan.with_(batch=w["batch_size"] * plan.dpa)
+    return ServingCase(record, model, cluster_of(record), plan, workload, engine, mode)
+
+
+def with_batch(case: ServingCase, batch: int) -> ServingCase:
+    return replace(case, plan=case.plan.with_(batch=batch))

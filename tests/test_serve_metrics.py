@@ -1,0 +1,102 @@
+"""The serving metrics (serve/metrics.py, estimate.py): the identities of each regime, continuous batching against a
+static batch, disaggregation, and how throughput and latency move with the batch."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshplan.serve.engine import Engine, load_engine
+from meshplan.serve.estimate import serve_estimate
+from meshplan.serve.plan import ServePlan, Workload
+from meshplan.serve.precision import Quant
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+
+LLAMA8 = load_model("llama3-8b")
+H100 = load_system("h100")
+
+
+def est(plan: ServePlan, workload: Workload, engine: Engine | None = None, gpus: int = 8, model=LLAMA8):
+    return serve_estimate(model, H100.cluster(gpus), plan, workload, engine or Engine())
+
+
+def test_end_to_end_is_the_first_token_then_the_other_tokens():
+    for workload in (Workload(input_len=512, output_len=128), Workload(input_len=512, output_len=128, static=True)):
+        m = est(ServePlan(batch=32), workload).metrics
+        assert m.e2e == pytest.approx(m.ttft + 127 * m.tpot)  # TTFT + (O - 1) · TPOT
+
+
+def test_a_static_batch_serves_its_tokens_over_its_whole_time():
+    m = est(ServePlan(batch=16), Workload(input_len=1024, output_len=256, static=True)).metrics
+    assert m.tokens_per_s == pytest.approx(16 * 256 / m.e2e)  # B · O / e2e
+    assert m.requests_per_s == pytest.approx(16 / m.e2e)
+
+
+def test_continuous_throughput_is_the_sequences_in_flight_over_the_token_step():
+    m = est(ServePlan(batch=64, replicas=4), Workload(input_len=256, output_len=512)).metrics
+    assert m.instance_tokens_per_s == pytest.approx(64 / m.tpot)
+    assert m.tokens_per_s == pytest.approx(4 * m.instance_tokens_per_s)  # four replicas
+    assert m.requests_per_s == pytest.approx(m.tokens_per_s / 512)
+
+
+def test_chunked_prefill_adds_the_prompts_share_to_the_decode_step():
+    """Sarathi-Serve: B·I/O prompt tokens ride along per iteration on average; TPOT lies between the pure decode step
+    and a step that carries a full chunk, and closer to the decode step the longer the outputs."""
+    short = est(ServePlan(batch=64), Workload(input_len=2048, output_len=64)).metrics
+    long = est(ServePlan(batch=64), Workload(input_len=2048, output_len=2048)).metrics
+    assert short.tpot > short.decode_step and long.tpot > long.decode_step
+    assert short.tpot / short.decode_step > long.tpot / long.decode_step
+
+
+def test_separate_prefill_stalls_the_decoding_batch():
+    workload = Workload(input_len=2048, output_len=256)
+    chunked = est(ServePlan(batch=64), workload, Engine(prefill="chunked")).metrics
+    separate = est(ServePlan(batch=64), workload, Engine(prefill="separate")).metrics
+    assert separate.tpot > separate.decode_step == pytest.approx(chunked.decode_step)
+
+
+def test_disaggregated_decode_has_no_prefill_in_its_token_step():
+    workload = Workload(input_len=4096, output_len=256)
+    together = est(ServePlan(tp=2, batch=64, replicas=4), workload).metrics
+    apart = est(ServePlan(tp=2, batch=64, replicas=2, prefill_replicas=2), workload).metrics
+    assert apart.tpot == pytest.approx(apart.decode_step) and apart.tpot < together.tpot
+    # the system serves what the smaller pool allows: at most the decode pool's B / TPOT per instance
+    assert apart.tokens_per_s <= 2 * 64 / apart.tpot * (1 + 1e-12)
+
+
+def test_a_larger_batch_serves_more_tokens_each_more_slowly():
+    workload = Workload(input_len=512, output_len=512)
+    rows = [est(ServePlan(batch=b), workload).metrics for b in (1, 4, 16, 64, 256)]
+    assert all(a.tokens_per_s < b.tokens_per_s for a, b in zip(rows, rows[1:], strict=False))
+    assert all(a.tpot < b.tpot for a, b in zip(rows, rows[1:], strict=False))
+
+
+def test_pipeline_stages_do_not_shorten_the_token_step_of_one_sequence():
+    """A sequence waits for its micro-batch to pass every stage: p·T_stage, never below one stage's layers."""
+    workload = Workload(input_len=128, output_len=128)
+    one = est(ServePlan(tp=1, batch=1), workload).metrics.tpot
+    two = est(ServePlan(tp=1, pp=2, batch=2), workload).metrics.tpot
+    assert two > 0.9 * one
+
+
+def test_cost_per_million_tokens_is_the_price_of_the_gpus_over_the_tokens():
+    e = est(ServePlan(tp=2, batch=32, replicas=4), Workload(input_len=512, output_len=512))
+    # 2.5 $/GPU-hour · 8 GPUs / 3600 s / tokens/s · 1e6
+    assert e.cost_per_million(2.5) == pytest.approx(2.5 * 8 / 3600 / e.metrics.tokens_per_s * 1e6)
+    assert e.tokens_per_s_per_gpu == pytest.approx(e.metrics.tokens_per_s / 8)
+
+
+def test_trtllm_reserves_each_sequence_its_whole_output():
+    workload = Workload(input_len=128, output_len=2048)
+    trt, vllm = load_engine("trtllm"), load_engine("vllm")
+    assert trt.resident(workload) == 128 + 2048 and vllm.resident(workload) == 128 + 1024
+    a = est(ServePlan(batch=1), workload, trt).memory
+    b = est(ServePlan(batch=1), workload, vllm).memory
+    assert a.sequence > b.sequence
+
+
+def test_a_format_the_gpu_lacks_is_a_reason_not_a_price():
+    a100 = load_system("a100").cluster(8)
+    e = serve_estimate(LLAMA8, a100, ServePlan(batch=8, quant=Quant(weights="fp8", activations="fp8")),
+                       Workload(input_len=128, output_len=128))
+    assert not e.fits and any("tensor cores" in r for r in e.reasons)

@@ -1,0 +1,128 @@
+"""Inference's per-op costs (serve/ops.py, moe.py, iteration.py): a prefill of whole prompts has the training forward
+pass's GEMM and attention FLOPs; a decode step takes at least the time to read the weights once; the closed forms of
+decode attention, MLA's absorbed form, the touched experts and weight-only quantisation."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshplan.cost.layers import layer_kinds
+from meshplan.serve.iteration import layer_ops, stage_ops, token_time
+from meshplan.serve.memory import weight_bytes
+from meshplan.serve.moe import touched_experts
+from meshplan.serve.ops import Shape
+from meshplan.serve.precision import Quant
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
+
+BF16 = Quant()
+
+
+def shape(decode=0.0, context=0.0, prefill=0.0, prompts=0.0, tp=1, quant=BF16, ep=1, dpa=1, absorb=True):
+    return Shape(tp=tp, dpa=dpa, ep=ep, decode=decode, context=context, prefill=prefill, prompts=prompts, prefix=0.0,
+                 w_bytes=quant.weight_bytes, a_bytes=quant.act_bytes, kv_bytes=quant.kv_bytes, absorb=absorb)
+
+
+def flops_by_name(ops) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for op in ops:
+        out[op.name] = out.get(op.name, 0.0) + op.flops
+    return out
+
+
+@pytest.mark.parametrize(("name", "tp"), [("llama3-8b", 1), ("llama3-70b", 4), ("mixtral-8x7b", 2),
+                                          ("qwen3-30b-a3b", 1)])
+def test_a_prefill_of_whole_prompts_is_the_training_forward_pass(name, tp):
+    """Two independent methods: cost/'s training records (forward phase) and serve/'s, at 2 prompts of 1024."""
+    model = load_model(name).with_seq_length(1024)
+    train = layer_kinds(model, Plan(tp=tp, micro_batch=2), Stack())
+    serve = layer_ops(model, shape(prefill=2048, prompts=2, tp=tp))
+    for kind, ops in train.items():
+        fwd = flops_by_name(op for op in ops if op.phase == "fwd" and op.kind in ("gemm", "attention"))
+        ours = flops_by_name(op for op in serve[kind] if op.kind in ("gemm", "attention"))
+        ours["attn/core"] = ours.pop("attn/prefill") + ours.pop("attn/decode")
+        if "moe/router" in ours:  # Megatron-Core routes each rank's T/t sequence-parallel tokens; vLLM all T on each
+            ours["moe/router"] /= tp
+        for op_name, value in fwd.items():
+            assert ours[op_name] == pytest.approx(value, rel=1e-12), (kind, op_name)
+
+
+@pytest.mark.parametrize("system", ["a100", "h100", "h200", "b200", "mi300x"])
+@pytest.mark.parametrize(("name", "tp"), [("llama3-8b", 1), ("llama3-70b", 8), ("mixtral-8x7b", 4),
+                                          ("deepseek-v3", 8)])
+@pytest.mark.parametrize("batch", [1, 32, 512])
+def test_a_decode_step_takes_at_least_the_weights_over_the_hbm_bandwidth(system, name, tp, batch):
+    model = load_model(name)
+    cluster = load_system(system).cluster(8)
+    quant = Quant(weights="fp8") if name == "deepseek-v3" else Quant()
+    step = token_time(model, cluster, shape(decode=batch, context=1024, tp=tp, ep=tp, quant=quant), 1, quant)
+    ops = [op for op, _ in stage_ops(model, shape(decode=batch, context=1024, tp=tp, ep=tp, quant=quant), 1)]
+    assert ops  # the bound: every weight byte a decode step reads, at the datasheet bandwidth
+    dense = weight_bytes(model, tp, 1, tp, quant)
+    if model.is_moe:  # only the experts the batch touches are read
+        share = touched_experts(model.num_experts, model.moe_topk, batch) / model.num_experts
+        experts = model.num_moe_layers * model.num_experts * model.expert_params() * quant.weight_bytes / tp
+        dense = dense - experts * (1 - share)
+    assert step >= dense / cluster.accelerator.hbm_bandwidth
+
+
+def test_decode_attention_reads_every_cached_token_once_per_sequence():
+    llama = load_model("llama3-70b")  # 64 heads, 8 KV heads of 128; tp 8: 8 query heads, 1 KV head per GPU
+    (op,) = [o for o in layer_ops(llama, shape(decode=16, context=4096, tp=8))["dense"] if o.name == "attn/decode"]
+    assert op.flops == 2 * 16 * 4096 * 8 * (128 + 128)  # 2·D·c·A/t·(d + d)
+    cached = 16 * 4096 * 2 * 1 * 128 * 2  # D·c·(K and V)·1 head·128·2 bytes
+    assert op.nbytes == cached + 2 * 16 * 8 * 256  # and the queries in, the output out
+    assert op.variant == "flash" and op.n == 4096
+
+
+def test_mla_absorbed_reads_the_latent_once_for_all_heads():
+    ds = load_model("deepseek-v3")  # 128 heads, d_c 512, d_R 64, nope 128, d_v 128
+    absorbed = {o.name: o for o in layer_ops(ds, shape(decode=4, context=2048, tp=8))["moe"]}
+    core = absorbed["attn/decode"]
+    assert core.flops == 2 * 4 * 2048 * 16 * (2 * 512 + 64)  # scores over 576, values over 512, 16 heads per GPU
+    assert core.nbytes - 2 * 4 * 16 * (2 * 512 + 64) == 4 * 2048 * 576 * 2  # the cache, once
+    assert absorbed["attn/q_absorb"].flops == 2 * 4 * 16 * 128 * 512  # W_UK on the query
+    expanded = {o.name: o for o in layer_ops(ds, shape(decode=4, context=2048, tp=8, absorb=False))["moe"]}
+    assert expanded["attn/kv_up"].flops == 2 * 4 * 2048 * 512 * 16 * (128 + 128)  # every cached latent up-projected
+    assert expanded["attn/kv_up"].flops > 100 * absorbed["attn/q_absorb"].flops
+
+
+def test_touched_experts_under_uniform_top_k_routing():
+    assert touched_experts(8, 2, 1) == 2  # one token: its k experts
+    assert touched_experts(8, 2, 3) == pytest.approx(8 * (1 - 0.75**3)) == pytest.approx(4.625)
+    assert touched_experts(256, 8, 1000) == pytest.approx(256, rel=1e-12)  # all, from a few hundred tokens
+    assert touched_experts(256, 8, 150) > 0.99 * 256
+    values = [touched_experts(64, 4, t) for t in range(1, 200)]
+    assert all(a < b for a, b in zip(values, values[1:], strict=False))  # more tokens, more experts, at most E
+
+
+def test_weight_only_quantisation_reads_fewer_bytes_and_computes_in_16_bits():
+    llama = load_model("llama3-8b")
+    h100 = load_system("h100").cluster(1)
+    bf16, w4 = Quant(), Quant(weights="int4")
+    fc1 = {q: next(o for o in layer_ops(llama, shape(decode=8, context=512, quant=q))["dense"]
+                   if o.name == "mlp/fc1") for q in (bf16, w4)}
+    assert fc1[bf16].flops == fc1[w4].flops
+    weights = 4096 * 2 * 14336  # fc1's gate and up: 117 M elements
+    assert fc1[bf16].nbytes - fc1[w4].nbytes == pytest.approx(weights * (2 - (0.5 + 2.5 / 128)))
+    # decode at batch 8 is weight-bound: int4 cuts the step by ~ 3x; a prefill of 8k tokens is compute-bound and
+    # the dequantised GEMMs run at the 16-bit rate: within 2 %
+    dec = [token_time(llama, h100, shape(decode=8, context=512, quant=q), 1, q) for q in (bf16, w4)]
+    pre = [token_time(llama, h100, shape(prefill=8192, prompts=8, quant=q), 1, q) for q in (bf16, w4)]
+    assert 2.5 < dec[0] / dec[1] < 3.9
+    assert pre[1] == pytest.approx(pre[0], rel=0.02)
+
+
+def test_fp8_activations_compute_faster_where_the_gpu_has_fp8_and_nowhere_else():
+    llama = load_model("llama3-8b")
+    fp8 = Quant(weights="fp8", activations="fp8")
+    h100, a100 = load_system("h100").cluster(1), load_system("a100").cluster(1)
+    pre = [token_time(llama, h100, shape(prefill=8192, prompts=8, quant=q), 1, q) for q in (Quant(), fp8)]
+    assert pre[1] < 0.75 * pre[0]
+    from meshplan.serve.precision import compute_accelerator, gemm_precision
+
+    assert gemm_precision(compute_accelerator(a100.accelerator, fp8), fp8) == ""  # refused: check.FORMAT
+    int8 = Quant(weights="int8", activations="int8")  # Ampere's int8 tensor cores: twice the 16-bit rate
+    assert compute_accelerator(a100.accelerator, int8).flops("fp8") == 2 * a100.accelerator.half_flops

@@ -1,0 +1,83 @@
+"""The serving search (serve/search.py): the vectorised prices are the ones ``serve_estimate`` gives each
+configuration, the best one meets the targets and fits, no configuration drawn from the space beats it, and what is
+rejected is tallied by reason."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from meshplan.serve import check
+from meshplan.serve.engine import load_engine
+from meshplan.serve.estimate import serve_estimate
+from meshplan.serve.plan import ServePlan, Workload
+from meshplan.serve.search import search, shapes
+from meshplan.serve.space import ServeSpace
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+
+CASES = [("llama3-8b", "h100", 8, 1024, 256, 0.5, 0.05), ("llama3-70b", "h200", 16, 2048, 512, 2.0, 0.08),
+         ("mixtral-8x7b", "a100", 8, 512, 512, 0.0, 0.1), ("deepseek-v3", "b200", 16, 1024, 1024, 3.0, 0.1)]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=[c[0] for c in CASES])
+def searched(request):
+    name, system, gpus, inp, out, ttft, tpot = request.param
+    model, cluster = load_model(name), load_system(system).cluster(gpus)
+    space = ServeSpace(input_len=inp, output_len=out, ttft_slo=ttft, tpot_slo=tpot, engine=load_engine("vllm"))
+    return model, cluster, space, search(model, cluster, space, top_k=5)
+
+
+def test_the_best_configurations_fit_meet_the_targets_and_rank_by_throughput(searched):
+    _, _, space, result = searched
+    assert result.plans, result.rejected
+    for e in result.plans:
+        assert e.fits and e.metrics.tpot <= space.tpot_slo
+        assert not space.ttft_slo or e.metrics.ttft <= space.ttft_slo
+    rates = [e.metrics.tokens_per_s for e in result.plans]
+    assert rates == sorted(rates, reverse=True)
+
+
+def test_every_configuration_is_evaluated_or_rejected_with_a_reason(searched):
+    _, _, _, result = searched
+    assert result.evaluated == result.feasible + result.rejected_total
+    assert set(result.rejected) <= {check.HEADS, check.KV_HEADS, check.LAYERS, check.EXPERTS, check.GPUS,
+                                    check.LANES, check.SEQS, check.FORMAT, check.MEMORY, check.TTFT, check.TPOT}
+    assert all(result.examples[r] for r in result.rejected)
+
+
+def test_no_configuration_drawn_from_the_space_beats_the_best(searched):
+    model, cluster, space, result = searched
+    rng = random.Random(39)
+    keys = shapes(model, cluster, space)
+    best = result.plans[0].metrics.tokens_per_s
+    for _ in range(40):
+        i = rng.randrange(len(keys["tp"]))
+        g = int(keys["tp"][i] * keys["pp"][i] * keys["dpa"][i])
+        count = cluster.num_gpus // g
+        prefill = rng.choice([0] + list(range(1, count)))
+        plan = ServePlan(tp=int(keys["tp"][i]), pp=int(keys["pp"][i]), dpa=int(keys["dpa"][i]),
+                         ep=int(keys["ep"][i]), batch=int(keys["batch"][i]), replicas=count - prefill,
+                         prefill_replicas=prefill, quant=rng.choice(space.quants))
+        e = serve_estimate(model, cluster, plan, Workload(input_len=space.input_len, output_len=space.output_len),
+                           space.engine)
+        meets = e.fits and e.metrics.tpot <= space.tpot_slo and (not space.ttft_slo or e.metrics.ttft <= space.ttft_slo)
+        if meets:
+            assert e.metrics.tokens_per_s <= best * (1 + 1e-9), plan.describe()
+
+
+def test_tighter_targets_never_serve_more():
+    model, cluster = load_model("llama3-8b"), load_system("h100").cluster(8)
+    rates = []
+    for tpot in (0.2, 0.05, 0.02, 0.01):
+        r = search(model, cluster, ServeSpace(input_len=1024, output_len=256, tpot_slo=tpot), top_k=1)
+        rates.append(r.plans[0].metrics.tokens_per_s if r.plans else 0.0)
+    assert all(a >= b for a, b in zip(rates, rates[1:], strict=False)) and rates[0] > rates[-1]
+
+
+def test_the_json_lists_the_plans_and_the_rejections(searched):
+    _, _, _, result = searched
+    d = result.to_dict(price=2.0)
+    assert d["evaluated"] == result.evaluated and d["rejected"]["count"] == result.rejected_total
+    assert d["plans"][0]["cost_per_million_tokens"] > 0 and d["plans"][0]["fits"]
