@@ -105,14 +105,18 @@ class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
     def info(self, t: torch.Tensor) -> TensorInfo:
         sid, _ = self.storage(t)
         return TensorInfo(shape=tuple(int(s) for s in t.shape), dtype=str(t.dtype).removeprefix("torch."),
-                          itemsize=t.element_size(), storage=sid)
+                          itemsize=t.element_size(), storage=sid, stride=tuple(int(s) for s in t.stride()),
+                          offset=int(t.storage_offset()))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in SKIP:
             return func(*args, **kwargs)
-        if func._overloadpacket not in flop_registry and func._overloadpacket not in fl.OWN_FORMULAS:
-            with self:  # as FlopCounterMode: count the parts of an op that has a decomposition
+        if func._overloadpacket not in flop_registry and func._overloadpacket not in fl.OWN_FORMULAS and not (
+                torch.Tag.pointwise in func.tags or func._overloadpacket in fl.PER_ELEMENT):
+            # as FlopCounterMode: count the parts of an op that has a decomposition; an element-wise op (silu_backward,
+            # gelu_backward) is one kernel on a GPU and its FLOPs are counted per element (flops.py), so it stays whole
+            with self:
                 r = func.decompose(*args, **kwargs)
             if r is not NotImplemented:
                 return r
@@ -160,11 +164,44 @@ class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
             "index": index, "func": func, "module": module, "inputs": in_infos, "outputs": tuple(out_infos),
             "flops": flops, "source": source, "geometry": geometry,
             "read": 0 if is_view else sum({(i.storage, i.shape): i.nbytes for i in in_infos}.values()),
+            "args": _arg_names(func, args, kwargs), "results": _result_slots(out), "attrs": _attrs(func, args, kwargs),
             "written": written, "node": id(node) if node is not None else None,
             "reads": reads, "creates": [(s, 0) for s in fresh] + [(s, self.version[s]) for s in mutated],
             "outs": outs,
         })
         return out
+
+
+def _arg_names(func: Any, args: tuple, kwargs: dict) -> tuple[str, ...]:
+    """The schema name of each tensor argument, in the order ``fl._tensors((args, kwargs))`` lists them (a list
+    argument, e.g. ``cat``'s ``tensors``, names each of its tensors)."""
+    names = [a.name for a in func._schema.arguments]
+    found = [names[i] if i < len(names) else f"arg{i}" for i, a in enumerate(args) for _ in fl._tensors(a)]
+    return tuple(found + [k for k, v in kwargs.items() for _ in fl._tensors(v)])
+
+
+def _result_slots(out: Any) -> tuple[int, ...]:
+    """For each tensor result, its position in the op's returned tuple (ops such as convolution_backward return
+    None for results not asked for, which the recorder drops)."""
+    if isinstance(out, (tuple, list)):
+        return tuple(i for i, o in enumerate(out) for _ in fl._tensors(o))
+    return (0,)
+
+
+def _plain(value: Any) -> Any:
+    """A non-tensor argument as plain data: numbers, strings, tuples of them (dtypes, devices and layouts by name)."""
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool):
+        return value.node.hint if hasattr(value.node, "hint") else str(value)
+    return str(value)
+
+
+def _attrs(func: Any, args: tuple, kwargs: dict) -> tuple[tuple[str, Any], ...]:
+    """The op's non-tensor arguments by schema name (``dim``, ``keepdim``, ``groups`` …), for the sharding rules."""
+    return tuple((k, _plain(v)) for k, v in fl.named_args(func, args, kwargs).items() if not fl._tensors(v))
 
 
 def _fake_inputs(mode: FakeTensorMode, inputs: Sequence[Any]) -> list[torch.Tensor]:
@@ -310,10 +347,16 @@ def _assemble(rec: _Recorder, module: torch.nn.Module, params: dict, buffers: di
             inputs=r["inputs"], outputs=r["outputs"], flops=r["flops"], flops_source=r["source"],
             bytes_read=float(r["read"]), bytes_written=float(r["written"]), m=float(g.get("m", 0.0)),
             n=float(g.get("n", 0.0)), k=float(g.get("k", 0.0)), groups=float(g.get("groups", 1.0)),
-            causal=bool(g.get("causal", False)), module=r["module"]))
+            causal=bool(g.get("causal", False)), module=r["module"], args=r["args"], results=r["results"],
+            attrs=r["attrs"]))
     storages = {sid: Storage(id=sid, nbytes=size, role=roles[sid], created=rec.created.get(sid, -1))
                 for sid, size in rec.sizes.items()}
     unique = {rec.storage(p)[0]: p for p in params.values()}
-    return Trace(name=type(module).__name__, ops=tuple(ops), storages=storages,
+    trainable = [p for p in {id(p): p for p in params.values() if p.requires_grad}.values()]
+    grad_of = {rec.storage(p)[0]: rec.storage(g)[0] for p, g in zip(trainable, grads, strict=False) if g is not None}
+    names: dict[int, str] = {}
+    for name, t in (*buffers.items(), *params.items()):
+        names.setdefault(rec.storage(t)[0], name)
+    return Trace(name=type(module).__name__, ops=tuple(ops), storages=storages, grad_of=grad_of, names=names,
                  params=sum(p.numel() for p in unique.values()),
                  param_bytes=sum(storages[s].nbytes for s in unique), forward_end=forward_end)
