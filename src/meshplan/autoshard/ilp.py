@@ -106,6 +106,45 @@ def solve(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int
         e_offset.append(n)
         c_parts.append(m.ravel())
         n += m.size
+    matrix, lo, hi = _constraints(pw, keys, offset, edges, e_offset, n, memory_rows, coo_matrix)
+    integrality = np.zeros(n)
+    integrality[:e_offset[0] if e_offset else n] = 1
+    c = np.concatenate(c_parts) if c_parts else np.zeros(0)
+    result = _relaxation_first(optimize, c, integrality, matrix, lo, hi, time_limit)
+    status = {0: "optimal", 1: "time limit", 2: "infeasible", 3: "unbounded"}.get(result.status, "failed")
+    if result.status == 1 and result.x is None:
+        status = "time limit, no plan"
+    choice = {}
+    if result.x is not None:
+        reduced = {k: int(np.argmax(result.x[offset[k]:offset[k] + len(pw.costs[k])])) for k in keys}
+        choice = expand(pw, reduced)
+    return Solution(choice=choice, objective=float(result.fun) + pw.constant if result.x is not None else float("inf"),
+                    status=status, seconds=time.perf_counter() - started, variables=n, constraints=len(lo))
+
+
+def _relaxation_first(optimize: Any, c: np.ndarray, integrality: np.ndarray, matrix: Any, lo: np.ndarray,
+                      hi: np.ndarray, time_limit: float) -> Any:
+    """The LP relaxation first (HiGHS' dual simplex): Alpa's marginal constraints make it integral in most
+    unconstrained programs, and then it is the optimum; otherwise branch and bound (``milp``)."""
+    from scipy.optimize import Bounds, LinearConstraint
+
+    eq = lo == hi
+    relaxed = optimize.linprog(c, A_eq=matrix[eq], b_eq=lo[eq], A_ub=matrix[~eq] if (~eq).any() else None,
+                               b_ub=hi[~eq] if (~eq).any() else None, bounds=(0, 1), method="highs")
+    if relaxed.status == 0:
+        nodes = relaxed.x[integrality == 1]
+        if np.all(np.minimum(nodes, 1 - nodes) < 1e-7):
+            return relaxed
+    if relaxed.status == 2:  # infeasible relaxation: no plan at all
+        return relaxed
+    return optimize.milp(c, integrality=integrality, bounds=Bounds(0, 1), constraints=LinearConstraint(matrix, lo, hi),
+                         options={"time_limit": time_limit, "disp": False, "mip_rel_gap": MIP_GAP})
+
+
+def _constraints(pw: Pairwise, keys: list[int], offset: dict[int, int], edges: list, e_offset: list[int], n: int,
+                 memory_rows: list[tuple[dict[int, np.ndarray], float]], coo_matrix: Any
+                 ) -> tuple[Any, np.ndarray, np.ndarray]:
+    """One strategy per node; each edge's marginals equal its nodes' choices; the memory rows."""
     rows, cols, vals, lo, hi = [], [], [], [], []
 
     def add(entries: list[tuple[int, float]], low: float, high: float) -> None:
@@ -128,36 +167,5 @@ def solve(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int
     for coef, limit in memory_rows:
         add([(offset[k] + a, float(vec[i])) for k, vec in coef.items() if k in offset
              for a, i in enumerate(pw.ids[k]) if vec[i]], -np.inf, limit)
-    integrality = np.zeros(n)
-    integrality[:e_offset[0] if e_offset else n] = 1
     matrix = coo_matrix((vals, (rows, cols)), shape=(len(lo), n)).tocsr()
-    c = np.concatenate(c_parts) if c_parts else np.zeros(0)
-    result = _relaxation_first(optimize, c, integrality, matrix, np.array(lo), np.array(hi), time_limit)
-    status = {0: "optimal", 1: "time limit", 2: "infeasible", 3: "unbounded"}.get(result.status, "failed")
-    if result.status == 1 and result.x is None:
-        status = "time limit, no plan"
-    choice = {}
-    if result.x is not None:
-        reduced = {k: int(np.argmax(result.x[offset[k]:offset[k] + len(pw.costs[k])])) for k in keys}
-        choice = expand(pw, reduced)
-    return Solution(choice=choice, objective=float(result.fun) if result.x is not None else float("inf"),
-                    status=status, seconds=time.perf_counter() - started, variables=n, constraints=len(lo))
-
-
-def _relaxation_first(optimize: Any, c: np.ndarray, integrality: np.ndarray, matrix: Any, lo: np.ndarray,
-                      hi: np.ndarray, time_limit: float) -> Any:
-    """The LP relaxation first (HiGHS' dual simplex): Alpa's marginal constraints make it integral in most
-    unconstrained programs, and then it is the optimum; otherwise branch and bound (``milp``)."""
-    from scipy.optimize import Bounds, LinearConstraint
-
-    eq = lo == hi
-    relaxed = optimize.linprog(c, A_eq=matrix[eq], b_eq=lo[eq], A_ub=matrix[~eq] if (~eq).any() else None,
-                               b_ub=hi[~eq] if (~eq).any() else None, bounds=(0, 1), method="highs")
-    if relaxed.status == 0:
-        nodes = relaxed.x[integrality == 1]
-        if np.all(np.minimum(nodes, 1 - nodes) < 1e-7):
-            return relaxed
-    if relaxed.status == 2:  # infeasible relaxation: no plan at all
-        return relaxed
-    return optimize.milp(c, integrality=integrality, bounds=Bounds(0, 1), constraints=LinearConstraint(matrix, lo, hi),
-                         options={"time_limit": time_limit, "disp": False, "mip_rel_gap": MIP_GAP})
+    return matrix, np.array(lo), np.array(hi)

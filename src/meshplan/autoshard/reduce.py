@@ -31,6 +31,7 @@ class Pairwise:
     memory: dict[int, np.ndarray]  # node -> (strategies, storages) bytes; absent: holds none
     ids: dict[int, np.ndarray]
     history: list[tuple] = field(default_factory=list)
+    constant: float = 0.0  # the cost of nodes eliminated with no neighbour
 
     def neighbours(self) -> dict[int, set[int]]:
         found: dict[int, set[int]] = {k: set() for k in self.costs}
@@ -101,6 +102,7 @@ def _eliminate(pw: Pairwise, v: int, near: list[int]) -> None:
     ids = pw.ids.pop(v)
     if not near:
         pw.history.append((v, ids, int(np.argmin(c))))
+        pw.constant += float(c.min())
         return
     mats = [pw.matrix(u, v) for u in near]
     for u in near:

@@ -14,122 +14,119 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+
 from meshplan.errors import SpecError
 from meshplan.specs.model import ModelSpec
 
 
+class RMSNorm(nn.Module):
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+
+    def forward(self, x: Any) -> Any:  # as LlamaRMSNorm: in float32, then back
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5)
+        return self.weight * h.to(x.dtype)
+
+class Attention(nn.Module):
+    def __init__(self, s: ModelSpec) -> None:
+        super().__init__()
+        self.heads, self.kv, self.d = s.num_heads, s.num_kv_heads, s.head_dim
+        self.qkv_proj = nn.Linear(s.hidden_size, (s.num_heads + 2 * s.num_kv_heads) * s.head_dim, bias=s.qkv_bias)
+        self.o_proj = nn.Linear(s.num_heads * s.head_dim, s.hidden_size, bias=s.linear_bias)
+
+    def forward(self, x: Any, rope: Any) -> Any:
+        b, t, _ = x.shape
+        q, k, v = self.qkv_proj(x).split([self.heads * self.d, self.kv * self.d, self.kv * self.d], dim=-1)
+        q = q.view(b, t, self.heads, self.d).transpose(1, 2)
+        k = k.view(b, t, self.kv, self.d).transpose(1, 2)
+        v = v.view(b, t, self.kv, self.d).transpose(1, 2)
+        if rope is not None:
+            cos, sin = rope
+            q, k = q * cos + _rotate(q) * sin, k * cos + _rotate(k) * sin
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv != self.heads)
+        return self.o_proj(y.transpose(1, 2).reshape(b, t, self.heads * self.d))
+
+def _rotate(x: Any) -> Any:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+class MLP(nn.Module):
+    def __init__(self, s: ModelSpec) -> None:
+        super().__init__()
+        self.gated = s.mlp == "swiglu"
+        width = 2 * s.ffn_hidden_size if self.gated else s.ffn_hidden_size
+        self.gate_up_proj = nn.Linear(s.hidden_size, width, bias=s.linear_bias)
+        self.down_proj = nn.Linear(s.ffn_hidden_size, s.hidden_size, bias=s.linear_bias)
+
+    def forward(self, x: Any) -> Any:
+        if self.gated:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+            return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(F.gelu(self.gate_up_proj(x), approximate="tanh"))
+
+class Layer(nn.Module):
+    def __init__(self, s: ModelSpec) -> None:
+        super().__init__()
+        norm = (lambda: RMSNorm(s.hidden_size)) if s.norm == "rmsnorm" else (lambda: nn.LayerNorm(s.hidden_size))
+        self.input_layernorm, self.post_attention_layernorm = norm(), norm()
+        self.self_attn, self.mlp = Attention(s), MLP(s)
+
+    def forward(self, x: Any, rope: Any) -> Any:
+        x = x + self.self_attn(self.input_layernorm(x), rope)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+class Decoder(nn.Module):
+    def __init__(self, s: ModelSpec, layers: int) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(s.vocab_size, s.hidden_size)
+        if s.position_embedding == "learned":
+            self.embed_positions = nn.Embedding(s.max_position_embeddings or s.seq_length, s.hidden_size)
+        self.layers = nn.ModuleList(Layer(s) for _ in range(layers))
+        self.norm = RMSNorm(s.hidden_size) if s.norm == "rmsnorm" else nn.LayerNorm(s.hidden_size)
+        self.rope = s.position_embedding == "rope"
+        if self.rope:
+            inv = 1.0 / (500000.0 ** (torch.arange(0, s.head_dim, 2, dtype=torch.float32) / s.head_dim))
+            self.register_buffer("inv_freq", inv, persistent=False)
+
+    def forward(self, ids: Any) -> Any:
+        t = ids.shape[1]
+        pos = torch.arange(t, device=ids.device)
+        x = self.embed_tokens(ids)
+        rope = None
+        if self.rope:
+            freqs = torch.outer(pos.to(torch.float32), self.inv_freq)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            rope = (emb.cos().to(x.dtype), emb.sin().to(x.dtype))
+        else:
+            x = x + self.embed_positions(pos)
+        for layer in self.layers:
+            x = layer(x, rope)
+        return self.norm(x)
+
+class CausalLM(nn.Module):
+    def __init__(self, s: ModelSpec, layers: int) -> None:
+        super().__init__()
+        self.model = Decoder(s, layers)
+        self.lm_head = nn.Linear(s.hidden_size, s.vocab_size, bias=False)
+        if s.tied_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, ids: Any) -> Any:
+        logits = self.lm_head(self.model(ids)).float()
+        return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+
+
 def build(spec: ModelSpec, layers: int) -> Any:
     """The preset's model with ``layers`` layers, on fake tensors (no memory), in training mode."""
-    import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     if spec.num_experts or spec.kv_lora_rank or spec.layer_pattern:
         raise SpecError(f"model={spec.name}: no built-in module for its layers; meshplan builds it with transformers")
     with FakeTensorMode(allow_non_fake_inputs=True):
-        model = _classes(torch)(spec, layers)
+        model = CausalLM(spec, layers)
     model.train()
     return model
-
-
-def _classes(torch: Any) -> Any:
-    nn, F = torch.nn, torch.nn.functional
-
-    class RMSNorm(nn.Module):
-        def __init__(self, size: int) -> None:
-            super().__init__()
-            self.weight = nn.Parameter(torch.ones(size))
-
-        def forward(self, x: Any) -> Any:  # as LlamaRMSNorm: in float32, then back
-            h = x.to(torch.float32)
-            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5)
-            return self.weight * h.to(x.dtype)
-
-    class Attention(nn.Module):
-        def __init__(self, s: ModelSpec) -> None:
-            super().__init__()
-            self.heads, self.kv, self.d = s.num_heads, s.num_kv_heads, s.head_dim
-            self.qkv_proj = nn.Linear(s.hidden_size, (s.num_heads + 2 * s.num_kv_heads) * s.head_dim, bias=s.qkv_bias)
-            self.o_proj = nn.Linear(s.num_heads * s.head_dim, s.hidden_size, bias=s.linear_bias)
-
-        def forward(self, x: Any, rope: Any) -> Any:
-            b, t, _ = x.shape
-            q, k, v = self.qkv_proj(x).split([self.heads * self.d, self.kv * self.d, self.kv * self.d], dim=-1)
-            q = q.view(b, t, self.heads, self.d).transpose(1, 2)
-            k = k.view(b, t, self.kv, self.d).transpose(1, 2)
-            v = v.view(b, t, self.kv, self.d).transpose(1, 2)
-            if rope is not None:
-                cos, sin = rope
-                q, k = q * cos + _rotate(q) * sin, k * cos + _rotate(k) * sin
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv != self.heads)
-            return self.o_proj(y.transpose(1, 2).reshape(b, t, self.heads * self.d))
-
-    def _rotate(x: Any) -> Any:
-        half = x.shape[-1] // 2
-        return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-    class MLP(nn.Module):
-        def __init__(self, s: ModelSpec) -> None:
-            super().__init__()
-            self.gated = s.mlp == "swiglu"
-            width = 2 * s.ffn_hidden_size if self.gated else s.ffn_hidden_size
-            self.gate_up_proj = nn.Linear(s.hidden_size, width, bias=s.linear_bias)
-            self.down_proj = nn.Linear(s.ffn_hidden_size, s.hidden_size, bias=s.linear_bias)
-
-        def forward(self, x: Any) -> Any:
-            if self.gated:
-                gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-                return self.down_proj(F.silu(gate) * up)
-            return self.down_proj(F.gelu(self.gate_up_proj(x), approximate="tanh"))
-
-    class Layer(nn.Module):
-        def __init__(self, s: ModelSpec) -> None:
-            super().__init__()
-            norm = (lambda: RMSNorm(s.hidden_size)) if s.norm == "rmsnorm" else (lambda: nn.LayerNorm(s.hidden_size))
-            self.input_layernorm, self.post_attention_layernorm = norm(), norm()
-            self.self_attn, self.mlp = Attention(s), MLP(s)
-
-        def forward(self, x: Any, rope: Any) -> Any:
-            x = x + self.self_attn(self.input_layernorm(x), rope)
-            return x + self.mlp(self.post_attention_layernorm(x))
-
-    class Decoder(nn.Module):
-        def __init__(self, s: ModelSpec, layers: int) -> None:
-            super().__init__()
-            self.embed_tokens = nn.Embedding(s.vocab_size, s.hidden_size)
-            if s.position_embedding == "learned":
-                self.embed_positions = nn.Embedding(s.max_position_embeddings or s.seq_length, s.hidden_size)
-            self.layers = nn.ModuleList(Layer(s) for _ in range(layers))
-            self.norm = RMSNorm(s.hidden_size) if s.norm == "rmsnorm" else nn.LayerNorm(s.hidden_size)
-            self.rope = s.position_embedding == "rope"
-            if self.rope:
-                inv = 1.0 / (500000.0 ** (torch.arange(0, s.head_dim, 2, dtype=torch.float32) / s.head_dim))
-                self.register_buffer("inv_freq", inv, persistent=False)
-
-        def forward(self, ids: Any) -> Any:
-            t = ids.shape[1]
-            pos = torch.arange(t, device=ids.device)
-            x = self.embed_tokens(ids)
-            rope = None
-            if self.rope:
-                freqs = torch.outer(pos.to(torch.float32), self.inv_freq)
-                emb = torch.cat((freqs, freqs), dim=-1)
-                rope = (emb.cos().to(x.dtype), emb.sin().to(x.dtype))
-            else:
-                x = x + self.embed_positions(pos)
-            for layer in self.layers:
-                x = layer(x, rope)
-            return self.norm(x)
-
-    class CausalLM(nn.Module):
-        def __init__(self, s: ModelSpec, layers: int) -> None:
-            super().__init__()
-            self.model = Decoder(s, layers)
-            self.lm_head = nn.Linear(s.hidden_size, s.vocab_size, bias=False)
-            if s.tied_embeddings:
-                self.lm_head.weight = self.model.embed_tokens.weight
-
-        def forward(self, ids: Any) -> Any:
-            logits = self.lm_head(self.model(ids)).float()
-            return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
-
-    return CausalLM

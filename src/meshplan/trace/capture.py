@@ -112,10 +112,7 @@ class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
         kwargs = kwargs or {}
         if func in SKIP:
             return func(*args, **kwargs)
-        if func._overloadpacket not in flop_registry and func._overloadpacket not in fl.OWN_FORMULAS and not (
-                torch.Tag.pointwise in func.tags or func._overloadpacket in fl.PER_ELEMENT):
-            # as FlopCounterMode: count the parts of an op that has a decomposition; an element-wise op (silu_backward,
-            # gelu_backward) is one kernel on a GPU and its FLOPs are counted per element (flops.py), so it stays whole
+        if _decomposes(func):
             with self:
                 r = func.decompose(*args, **kwargs)
             if r is not NotImplemented:
@@ -202,6 +199,15 @@ def _plain(value: Any) -> Any:
 def _attrs(func: Any, args: tuple, kwargs: dict) -> tuple[tuple[str, Any], ...]:
     """The op's non-tensor arguments by schema name (``dim``, ``keepdim``, ``groups`` …), for the sharding rules."""
     return tuple((k, _plain(v)) for k, v in fl.named_args(func, args, kwargs).items() if not fl._tensors(v))
+
+
+def _decomposes(func: Any) -> bool:
+    """As FlopCounterMode: count the parts of an op that has no FLOP formula (and a decomposition); an element-wise
+    op (silu_backward, gelu_backward) is one kernel on a GPU and its FLOPs are counted per element (flops.py), so it
+    stays whole."""
+    packet = func._overloadpacket
+    return packet not in flop_registry and packet not in fl.OWN_FORMULAS and not (
+        torch.Tag.pointwise in func.tags or packet in fl.PER_ELEMENT)
 
 
 def _fake_inputs(mode: FakeTensorMode, inputs: Sequence[Any]) -> list[torch.Tensor]:
