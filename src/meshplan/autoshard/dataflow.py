@@ -71,8 +71,12 @@ def flow(trace: Trace, block_of: dict[int, tuple[int, int]] | None = None) -> Fl
     where = {key: next(iter(b)) if len(b) == 1 else (-1, -1) for key, b in consumers.items()}
     roles, rules, leaders, owners = [], [], [], []
     summing: dict[int, bool] = {}  # per op: its owner may leave a Partial result (a contraction or a sum)
+    members: dict[tuple[int, int], set[int]] = {}
+    for i in range(n):
+        members.setdefault(block_of.get(i, (-1, -1)), set()).add(i)
     for op in trace.ops:
         found = producers[op.index]
+        mine = members[block_of.get(op.index, (-1, -1))]
         state = frozenset(j for j, (key, _) in enumerate(found)
                           if key >= n and sources[key - n].role in STATE)
         role, r = rule(op, state)
@@ -91,10 +95,16 @@ def flow(trace: Trace, block_of: dict[int, tuple[int, int]] | None = None) -> Fl
         rules.append(r)
         leaders.append(leader)
         owners.append(owner)
-        summing[op.index] = summing.get(owner, False) if owner != op.index else role == "anchor" and any(
-            r.result_sums(k) & set(r.labels) for k in range(len(r.outputs)))
+        summing[op.index] = summing.get(owner, False) if owner != op.index else role == "anchor" and (any(
+            r.result_sums(k) & set(r.labels) for k in range(len(r.outputs))) or _accumulates(r, found, summing, mine))
     return Flow(trace=trace, producers=tuple(producers), roles=tuple(roles), rules=tuple(rules),
                 leaders=tuple(leaders), owners=tuple(owners), sources=tuple(sources))
+
+
+def _accumulates(r: Rule, found: tuple, summing: dict[int, bool], mine: set[int]) -> bool:
+    """An add of two results of its own block that may both be Partial sums (the input gradients of Q, K and V
+    summed): its result may stay Partial too, so what follows it must be free to complete the sum its own way."""
+    return bool(r.additive) and sum(1 for key, _ in found if key in mine and summing.get(key, False)) >= 2
 
 
 def _producers(trace: Trace) -> tuple[list[tuple[tuple[int, int], ...]], list[Source]]:

@@ -36,6 +36,7 @@ ELEMENTWISE = {"_to_copy", "copy_", "copy", "fill_", "fill", "zero_", "floor_div
 LINEAR = {"neg": {0}, "clone": {0}, "_to_copy": {0}, "copy_": {1}, "copy": {1}, "mul": {0, 1}, "div": {0},
           "add": {0, 1}, "sub": {0, 1}, "add_": {0, 1}, "sub_": {0, 1}, "mul_": {0, 1}, "div_": {0}}
 ADDITIVE = {"add", "sub", "add_", "sub_"}
+PRODUCTS = {"mul", "mul_", "div", "div_"}
 SUM_REDUCTIONS = {"sum", "mean"}
 REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "var", "std", "var_mean", "logsumexp",
               "prod", "any", "all", "linalg_vector_norm", "norm", "std_mean"}
@@ -123,7 +124,7 @@ def elementwise(op: TracedOp, name: str) -> Rule:
                             for j, s in enumerate(t.shape)))
     outputs = tuple(labels if o.shape == out else (None,) * len(o.shape) for o in op.outputs)
     linear = frozenset(i for i in LINEAR.get(name, ()) if i < len(inputs))  # mul: either, the other replicated
-    return Rule(inputs=tuple(inputs), outputs=outputs, linear=linear,
+    return Rule(inputs=tuple(inputs), outputs=outputs, linear=linear, one_partial=name in PRODUCTS,
                 additive=frozenset(range(len(inputs))) if name in ADDITIVE else frozenset())
 
 

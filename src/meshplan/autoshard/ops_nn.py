@@ -219,7 +219,7 @@ def index(op: TracedOp, state: frozenset[int]) -> Rule:
         return Rule(inputs=tuple(_none(t.shape) for t in op.inputs), outputs=(_none(op.outputs[0].shape),))
     rest = tuple(f"l{j}" for j in range(1, len(x)))
     local = 0 not in state
-    return Rule(inputs=(("t" if local else None, *rest), ("t",)), outputs=(("t", *rest),))
+    return Rule(inputs=(("t" if local else None, *rest), ("t",)), outputs=(("t", *rest),), linear=frozenset({0}))
 
 
 def index_put(op: TracedOp, state: frozenset[int]) -> Rule:
@@ -229,8 +229,9 @@ def index_put(op: TracedOp, state: frozenset[int]) -> Rule:
     if len(op.inputs) != 3 or len(op.inputs[1].shape) != 1:
         return Rule(inputs=tuple(_none(t.shape) for t in op.inputs), outputs=(_none(op.outputs[0].shape),))
     rest = tuple(f"l{j}" for j in range(1, len(x)))
-    if 0 not in state:
-        return Rule(inputs=(("t", *rest), ("t",), ("t", *rest)[:len(op.inputs[2].shape)]), outputs=(("t", *rest),))
+    if 0 not in state:  # a scatter of Partial rows into Partial zeros is the Partial scatter
+        return Rule(inputs=(("t", *rest), ("t",), ("t", *rest)[:len(op.inputs[2].shape)]), outputs=(("t", *rest),),
+                    linear=frozenset({2}), additive=frozenset({0}))
     return Rule(inputs=((None, *rest), ("t",), ("t", *rest)[:len(op.inputs[2].shape)]), outputs=((None, *rest),),
                 additive=frozenset({0}))
 

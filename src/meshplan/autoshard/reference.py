@@ -28,6 +28,11 @@ COLUMN = {"q_proj", "k_proj", "v_proj", "qkv_proj", "gate_proj", "up_proj", "c_a
 ROW = {"o_proj", "down_proj", "c_proj", "dense", "dense_4h_to_h", "w2", "fc2", "out_proj", "wo"}
 
 
+def _free(have: tuple[int, ...] | None, want: tuple[int, ...] | None) -> bool:
+    """The move costs nothing: the same placement, or slices of a replicated tensor (Replicate -> Shard / Partial)."""
+    return have is not None and want is not None and all(h in (REPLICATE, w) for h, w in zip(have, want, strict=True))
+
+
 def role(module: str) -> str:
     last = module.rsplit(".", 1)[-1]
     return "column" if last in COLUMN else "row" if last in ROW else ""
@@ -41,8 +46,9 @@ def _forward_pins(problem: Problem, tp: int, dp: tuple[int, ...]) -> dict[int, s
         if key >= len(ops) or node.kind != "anchor" or ops[key].phase != "fwd":
             continue
         op, name = ops[key], packet(ops[key])
-        if name in GEMMS and role(op.module):
-            want = {tp: {"n"} if role(op.module) == "column" else {"k"}}
+        kind = role(op.module) or _weight_role(problem, key)
+        if name in GEMMS and kind:
+            want = {tp: {"n"} if kind == "column" else {"k"}}
             batch = {"m", "b", "s"}
         elif name in ATTENTION:
             want, batch = {tp: {"h"}}, {"b"}
@@ -56,6 +62,20 @@ def _forward_pins(problem: Problem, tp: int, dp: tuple[int, ...]) -> dict[int, s
         if keep:
             allowed[key] = keep
     return allowed
+
+
+def _weight_role(problem: Problem, key: int) -> str:
+    """The role of the parameter a GEMM reads, by the parameter's own name (transformers' MoE experts keep their
+    3-D weights ``gate_up_proj`` and ``down_proj`` on one ``experts`` module)."""
+    trace = problem.flow.trace
+    for (u, v), _ in problem.edges.items():
+        node = problem.nodes[u]
+        if v == key and node.kind == "param":
+            name = trace.names.get(problem.flow.sources[u - len(trace.ops)].storage, "")
+            found = role(name.rsplit(".", 1)[0]) or role(name)
+            if found:
+                return found
+    return ""
 
 
 def megatron(problem: Problem, tp: int, dp: tuple[int, ...], sequence_parallel: bool = True) -> dict[int, set[int]]:
@@ -74,7 +94,9 @@ def megatron(problem: Problem, tp: int, dp: tuple[int, ...], sequence_parallel: 
                 continue
             for produced, needed, _, _ in edge.uses:
                 wants = {node.needs[a][needed] for a in allowed[key]}
-                fits = {b for b, o in enumerate(problem.nodes[u].outs) if o.get(produced) in wants}
+                outs = problem.nodes[u].outs
+                fits = {b for b, o in enumerate(outs) if o.get(produced) in wants} or {
+                    b for b, o in enumerate(outs) if any(_free(o.get(produced), w) for w in wants)}
                 held[u] = min(fits & {held[u]} or fits) if u in held else min(fits, default=0)
     for key in params - set(held):  # norms, embeddings of positions, biases of other layers: replicated
         held[key] = next(a for a, combo in enumerate(problem.nodes[key].combos) if all(c is None for c in combo))
@@ -115,7 +137,7 @@ def _readers_in_place(problem: Problem, held: dict[int, int], allowed: dict[int,
                 continue
             have = problem.nodes[u].outs[held[u]].get(produced)
             source = problem.nodes[v].outs if problem.nodes[v].kind == "hub" else problem.nodes[v].needs
-            keep = {b for b, o in enumerate(source) if o.get(needed) == have}
+            keep = {b for b, o in enumerate(source) if _free(have, o.get(needed))}
             allowed[v] = allowed.get(v, set(range(problem.nodes[v].size))) & keep
 
 

@@ -40,6 +40,7 @@ class Rule:
     additive: frozenset[int] = frozenset()
     extra: tuple[tuple[str, str, float], ...] = ()  # (label, collective, global bytes)
     linear: frozenset[int] = frozenset()  # arguments a Partial may pass through (to Partial results)
+    one_partial: bool = False  # only one of the linear arguments at a time (a product: P·P is not a sum)
     gemm: tuple[str | None, str | None, str | None] = (None, None, None)  # labels of m, n, k (efficiency shape)
     scale_k: tuple[str, ...] = ()  # attention: labels whose split shrinks m (batch, heads, queries)
     sizes: dict[str, int] = field(default_factory=dict, compare=False)
@@ -69,7 +70,7 @@ def assignments(rule: Rule, sizes: tuple[int, ...], shapes_in: list[tuple[int, .
                 shapes_out: list[tuple[int, ...]]) -> list[tuple[str | None, ...]]:
     """Every valid strategy of an anchor op: one label (or none) per mesh dimension, each tensor split evenly; an
     op linear in its first argument may also carry a Partial through (``PASS``: add P + P, a view of P)."""
-    options: list[str | None] = [None, *rule.labels] + ([PASS] if 0 in rule.linear else [])
+    options: list[str | None] = [None, *rule.labels] + ([PASS] if rule.linear else [])
     found = []
     for combo in product(options, repeat=len(sizes)):
         if _allowed(rule, combo) and _fits(rule, combo, sizes, shapes_in, shapes_out):
@@ -86,14 +87,17 @@ def _allowed(rule: Rule, combo: tuple[str | None, ...]) -> bool:
 
 def _fits(rule: Rule, combo: tuple[str | None, ...], sizes: tuple[int, ...], shapes_in: list[tuple[int, ...]],
           shapes_out: list[tuple[int, ...]]) -> bool:
-    ins, outs = place(rule, combo, 0)
+    ins, outs = place(rule, combo)
     return all(valid(s, p, sizes) for s, p in zip(shapes_in, ins, strict=True)) and all(
         valid(s, p, sizes) for s, p in zip(shapes_out, outs, strict=True))
 
 
 def place(rule: Rule, combo: tuple[str | None, ...], leader: int = -1) -> tuple[list[Placements], list[Placements]]:
     """The placements of every argument and result under a strategy (see the module docstring); under ``PASS`` the
-    ``leader`` and the additive arguments are Partial, the others (a multiplier) replicated."""
+    additive arguments and the ``leader`` are Partial (an anchor, ``leader`` -1: its linear arguments, the first
+    only of a product), the others (a multiplier, an index) replicated."""
+    partial_args = set(rule.additive) | ({leader} if leader >= 0 else (
+        {min(rule.linear)} if rule.one_partial and rule.linear else set(rule.linear)))
     outs = []
     partial_at = set()
     for i, labels in enumerate(rule.outputs):
@@ -111,7 +115,7 @@ def place(rule: Rule, combo: tuple[str | None, ...], leader: int = -1) -> tuple[
         places = []
         for m, lab in enumerate(combo):
             if lab == PASS:
-                places.append(PARTIAL if i == leader or i in rule.additive else REPLICATE)
+                places.append(PARTIAL if i in partial_args else REPLICATE)
             elif lab is not None and lab in labels:
                 places.append(labels.index(lab))
             elif m in partial_at and i in rule.additive:

@@ -97,7 +97,7 @@ def build_node(flow: Flow, key: int, members: tuple[int, ...], mesh: DeviceMesh,
         for i in members:
             op = ops[i]
             c = combo if i == key else _follower_combo(flow, i, produced, mesh)
-            p_in, p_out = place(flow.rules[i], c, flow.leaders[i] if i != key else 0)
+            p_in, p_out = place(flow.rules[i], c, flow.leaders[i] if i != key else -1)
             for slot, p in enumerate(p_out):
                 produced[(i, slot)] = p
             for j, p in enumerate(p_in):
