@@ -277,6 +277,35 @@ def slice_backward(op: TracedOp, state: frozenset[int]) -> Rule:
                 linear=frozenset({0}))
 
 
+def channels(op: TracedOp, state: frozenset[int]) -> Rule:
+    """Pooling and resampling over the spatial dimensions of (N, C, …) tensors: batch and channels split, the
+    spatial dimensions whole (a split would need halos)."""
+    def labels(shape: tuple[int, ...]) -> tuple[str | None, ...]:
+        return (("n", "c") + (None,) * (len(shape) - 2))[:len(shape)] if len(shape) >= 3 else _none(shape)
+
+    return Rule(inputs=tuple(labels(t.shape) for t in op.inputs), outputs=tuple(labels(t.shape) for t in op.outputs),
+                sums=tuple(NONE for _ in op.outputs))
+
+
+def pointwise_loss(op: TracedOp, state: frozenset[int]) -> Rule:
+    """mse / l1 / smooth-l1 / binary cross-entropy losses and their backward: element-wise, the loss a sum over
+    every element (Partial where split) unless reduction is none."""
+    x = next(t.shape for a, t in zip(op.args, op.inputs, strict=True) if a == "self")
+    labels = tuple(f"l{j}" for j in range(len(x)))
+    inputs = tuple(labels if t.shape == x else _none(t.shape) for t in op.inputs)
+    return Rule(inputs=inputs, outputs=tuple(labels if t.shape == x else () for t in op.outputs))
+
+
+def unsafe_index(op: TracedOp, state: frozenset[int]) -> Rule:
+    """``x[..., idx_h, idx_w]`` with index tensors on the trailing dimensions (nearest upsampling decomposed): the
+    leading dimensions split, the indexed ones whole."""
+    x, out = op.inputs[0].shape, op.outputs[0].shape
+    lead = len(x) - (len(op.inputs) - 1)
+    labels = tuple(f"l{j}" if j < lead else None for j in range(len(out)))
+    return Rule(inputs=(labels[:lead] + (None,) * (len(x) - lead),) + tuple(_none(t.shape) for t in op.inputs[1:]),
+                outputs=(labels,))
+
+
 RULES: dict[str, Callable[[TracedOp, frozenset[int]], Rule]] = {
     "embedding": embedding, "embedding_dense_backward": embedding_backward,
     "convolution": convolution, "convolution_backward": convolution_backward,
@@ -289,6 +318,18 @@ RULES: dict[str, Callable[[TracedOp, frozenset[int]], Rule]] = {
     "_log_softmax_backward_data": softmax, "nll_loss_forward": nll_loss, "nll_loss_backward": nll_loss,
     "index": index, "index_put": index_put, "index_put_": index_put, "sort": along, "argsort": along,
     "topk": along, "cumsum": along, "gather": along, "histc": histogram, "bincount": histogram,
+    "_unsafe_index": unsafe_index,
+    **{name: pointwise_loss for name in ("mse_loss", "mse_loss_backward", "l1_loss", "smooth_l1_loss",
+                                         "smooth_l1_loss_backward", "binary_cross_entropy",
+                                         "binary_cross_entropy_backward", "huber_loss", "huber_loss_backward")},
+    **{name: channels for name in (
+        "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "max_pool3d_with_indices",
+        "max_pool3d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward", "avg_pool3d", "avg_pool3d_backward",
+        "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d",
+        "_adaptive_avg_pool3d_backward", "adaptive_max_pool2d", "adaptive_max_pool2d_backward",
+        "upsample_nearest2d", "upsample_nearest2d_backward", "upsample_bilinear2d", "upsample_bilinear2d_backward",
+        "_upsample_nearest_exact2d", "_upsample_nearest_exact2d_backward", "reflection_pad2d",
+        "reflection_pad2d_backward", "constant_pad_nd")},
 }
 FOLLOWERS: dict[str, Callable[[TracedOp, frozenset[int]], Rule]] = {
     "triu": last_two_whole, "tril": last_two_whole, "slice_backward": slice_backward,

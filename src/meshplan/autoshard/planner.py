@@ -114,6 +114,7 @@ def run(request: Request) -> Result:
     system = load_system(request.system)
     net = {"nvlink_domain": request.nvlink_domain} if request.nvlink_domain else {}
     cluster = system.cluster(request.gpus, **net)
+    mesh = device_mesh(cluster, request.mesh)  # a bad mesh is refused before anything is traced
     module, inputs, name, full = load(request)
     timings["build model"] = time.perf_counter() - clock
     clock = time.perf_counter()
@@ -122,7 +123,7 @@ def run(request: Request) -> Result:
     clock = time.perf_counter()
     blocks = find_blocks(trace, layers=full)
     fl = flow(trace, blocks.block_of)
-    problem = build(fl, blocks, device_mesh(cluster, request.mesh), DEFAULT)
+    problem = build(fl, blocks, mesh, DEFAULT)
     timings["graph"] = time.perf_counter() - clock
     limit = cluster.accelerator.hbm_bytes * (1 - request.headroom)
     clock = time.perf_counter()
