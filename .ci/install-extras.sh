@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything the tests need, so that none skips on a CPU machine: .venv with meshplan and its `dev` extra (pytest,
-# ruff, matplotlib, Ray, pandas, CPU PyTorch, transformers, DeepSpeed) and headless Chromium (Debian's package) for the browser
+# ruff, matplotlib, Jinja2, vl-convert-python, Playwright, Ray, pandas, CPU PyTorch, transformers, DeepSpeed) and headless
+# Chromium (Debian's package, which Playwright drives: it downloads no browser) for the browser
 # test of the HTML report. Idempotent and quick when everything is already there. The README's test command runs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."

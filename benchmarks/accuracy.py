@@ -23,6 +23,7 @@ from meshplan_validation.validate import run_validation
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the two modules beside this script
 import error_bands  # noqa: E402
+import validation_runs  # noqa: E402
 from accuracy_analysis import UNITS, korthikanti, pct, pct2  # noqa: E402
 from accuracy_doc import write_doc  # noqa: E402
 
@@ -30,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "validation" / "published_runs.jsonl"
 DOCS = ROOT / "docs"
 BANDS = ROOT / "src" / "meshplan" / "presets" / "error_bands.json"  # read by every Estimate (specs/bands.py)
+RUNS = ROOT / "src" / "meshplan" / "presets" / "validation_runs.json"  # read by the report's trust panel
 
 
 
@@ -109,6 +111,7 @@ def main() -> None:
                "fit_half": sum(1 for r in results if in_fit_set(r.id))}
     (out / "accuracy_summary.json").write_text(json.dumps(finite(machine), indent=1) + "\n")
     error_bands.write(results, records, BANDS if out == DOCS else out / BANDS.name)
+    validation_runs.write(results, records, RUNS if out == DOCS else out / RUNS.name)
     ov = summary["overall"]
     print(f"evaluated {ov['evaluated']}, skipped {ov['skipped']}: median {pct2(ov['median_abs_error'])}, "
           f"mean {pct(ov['mean_abs_error'])}, p90 {pct(ov['p90_abs_error'])}, max {pct(ov['max_abs_error'])}")

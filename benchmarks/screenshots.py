@@ -2,8 +2,9 @@
 
 Run: python benchmarks/screenshots.py [--quick] [--out DIR]   (needs matplotlib; the report screenshot needs chromium)
 
-1. ``meshplan report`` for Llama-3-70B on 256 H100s → a screenshot of the page in headless Chromium, and the
-   report's best plans as PNGs: step-time breakdown, memory vs HBM, per-op roofline.
+1. ``meshplan report`` for Llama-3-70B on 256 H100s → screenshots of the page in headless Chromium (Playwright): its
+   top, the plan space, the comparison and the trust panel; and the report's best plans as PNGs (matplotlib, the
+   Python API's pictures): step-time breakdown, memory vs HBM, per-op roofline.
 2. A pipeline timeline of GPT-3 175B on 1024 A100s (tp 8, pp 8, 2 chunks per rank, 8 micro-batches): the
    interleaved schedule with its bubbles, small enough to read every block.
 3. ``meshplan sweep`` of Megatron 1T (global batch 4096) on A100 / H200 / B200 × NVLink 4 / 8 / 64 over
@@ -13,8 +14,8 @@ About a minute on 2 cores. The sweeps' rows go to docs/scaling-megatron-1t.csv a
 DIR`` writes DIR/img/*.png and DIR/*.csv instead of docs/.
 
 Pixels differ between matplotlib and Chromium versions, so each PNG records the SHA-256 of what it was drawn from
-(a PNG text chunk 'meshplan-inputs': the sweep's CSV, the estimates' data, the report's HTML without its SVG
-charts); tests/test_docs.py compares those with the committed CSVs or a fresh run's.
+(a PNG text chunk 'meshplan-inputs': the sweep's CSV, the estimates' data, the report's HTML without the charts'
+runtime); tests/test_docs.py compares those with the committed CSVs or a fresh run's.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ SCALING_CSV = "scaling-megatron-1t.csv"  # the rows of the strong-scaling sweep 
 WHATIF_CSV = "whatif-gpt3-175b.csv"  # the rows of the hardware what-if sweeps (param-*.png)
 INPUTS = b"meshplan-inputs"  # the PNG text keyword under which a picture records the digest of its inputs
 
+# (picture, CSS selector) of the report's sections shown in docs/REPORTS.md
+REPORT_SHOTS = (("plan-space.png", "#space"), ("compare.png", "#compare"), ("trust.png", "#trust"))
 REPORT = ["report", "--model", "llama3-70b", "--system", "h100", "--gpus", "256", "--global-batch", "256",
           "--scaling", "64,128,256,512,1024"]
 SCALING = ["sweep", "--model", "megatron-1t", "--global-batch", "4096", "--systems", "a100,h200,b200",
@@ -77,10 +80,11 @@ def digest(data: bytes | object) -> str:
 
 
 def html_inputs(html: str) -> str:
-    """The digest of a report without its SVG charts (matplotlib's output) and the time its search took: its text,
-    tables and numbers."""
-    html = re.sub(r"search took [0-9.]+ s", "search took - s", re.sub(r"<svg\b.*?</svg>", "", html, flags=re.S))
-    return digest(html.encode())
+    """The digest of a report without the charts' runtime (the Vega libraries, the first script of its head, and their
+    versions) and the time its search took: its text, tables, numbers and the charts' specs and data."""
+    html = re.sub(r"<head>(.*?)<script>.*?</script>", r"<head>\1", html, count=1, flags=re.S)
+    html = re.sub(r"Charts: Vega [0-9.]+, Vega-Lite [0-9.]+", "Charts: Vega -, Vega-Lite -", html)
+    return digest(re.sub(r"search took [0-9.]+ s", "search took - s", html).encode())
 
 
 def stamp(png: Path, inputs: str) -> Path:
@@ -109,17 +113,24 @@ def recorded_inputs(png: Path) -> str | None:
 def report_pictures(tmp: Path, img: Path, quick: bool) -> None:
     html = tmp / "report.html"
     run(REPORT + (["--scaling", "128,256,512"] if quick else []) + ["-o", str(html)])
-    from meshplan.report.browser import Chromium, find_chromium
+    from meshplan.report.browser import chromium, find_chromium, open_page
 
     if find_chromium() is None:
-        print("  no chromium: skipping the report screenshot (apt-get install chromium)")
+        print("  no chromium: skipping the report screenshots (apt-get install chromium)")
         return
-    with Chromium(width=1280, height=1000) as browser:
-        page = browser.open(html)
-        assert page.errors == [], page.errors
-        page.screenshot(img / "report.png")
-    stamp(img / "report.png", html_inputs(html.read_text()))
-    print(f"  wrote {img / 'report.png'} ({html.stat().st_size / 1e6:.1f} MB report)")
+    inputs = html_inputs(html.read_text())
+    with chromium() as browser:
+        page = open_page(browser, html, width=1280, height=1000, ready="window.meshplan && window.meshplan.ready")
+        assert page.meshplan_errors == [], page.meshplan_errors
+        page.screenshot(path=img / "report.png")
+        written = ["report.png"]
+        for name, selector in REPORT_SHOTS:
+            if page.locator(selector).count():
+                page.locator(selector).screenshot(path=img / name)
+                written.append(name)
+    for name in written:
+        stamp(img / name, inputs)
+    print(f"  wrote {', '.join(written)} ({html.stat().st_size:,} bytes of report)")
 
 
 def plan_pictures(img: Path) -> None:

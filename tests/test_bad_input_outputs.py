@@ -13,14 +13,14 @@ from meshplan.errors import SpecError
 from meshplan.files import read_text, write_text
 
 
-def test_report_without_matplotlib_checks_its_input_first(capsys, tmp_path, monkeypatch):
-    """The README's test command installs no plot extra: bad input still gets its own line, good input the hint."""
-    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+def test_report_without_the_report_extra_checks_its_input_first(capsys, tmp_path, monkeypatch):
+    """Without the report extra, bad input still gets its own line, good input the hint."""
+    monkeypatch.setitem(sys.modules, "jinja2", None)  # import jinja2 raises ImportError
     monkeypatch.chdir(tmp_path)
     report = ["report", "--model", "llama3-8b", "--system", "h100", "--gpus", "8"]
     assert "scaling='12,20': 12 GPUs is not" in fails([*report, "--scaling", "12,20"], capsys)
     assert "the search space of llama3-8b on 8 GPUs holds" in fails([*report, "--max-plans", "100"], capsys)
-    assert fails(report, capsys) == "meshplan: error: matplotlib is not installed: run  pip install 'meshplan[plot]'"
+    assert fails(report, capsys) == "meshplan: error: jinja2 is not installed: run  pip install 'meshplan[report]'"
     assert not (tmp_path / "report.html").exists()
 
 
@@ -31,8 +31,8 @@ def test_report_without_matplotlib_checks_its_input_first(capsys, tmp_path, monk
 def test_report_output_that_cannot_be_written(output, message, capsys):
     if output.startswith("/proc") and not Path("/proc/self").is_dir():
         pytest.skip("needs Linux /proc")
-    if output.startswith("/proc"):  # as root only the write itself fails, after the pictures are drawn
-        pytest.importorskip("matplotlib", reason="as root the write fails only after drawing: needs meshplan[plot]")
+    if output.startswith("/proc"):  # as root only the write itself fails, after the page is made
+        pytest.importorskip("vl_convert", reason="as root the write fails only after the page: needs meshplan[report]")
     assert message in fails(["report", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "-o", output],
                             capsys)
 

@@ -1,8 +1,8 @@
 """configs/: emit -> read reproduces the plan and the step time, for the best 1D plans of a search on a dense and a
 MoE model, in every format; every option or key written is one the format's module cites (its docstring names the
 framework's own argument / key names, from arguments.py, job_config.py, config-json, Megatron-Bridge's docs).
-DeepSpeed's own DeepSpeedConfig and torchtitan 0.3.0's TrainingConfig / ParallelismConfig accepted these files in a
-scratch environment (not installed here: DeepSpeed builds against its own torch)."""
+The frameworks' own config classes load the emitted files in tests/test_configs_deepspeed_loader.py (DeepSpeedConfig)
+and tests/test_configs_framework_loaders.py (torchtitan's ConfigManager, Megatron-Core's TransformerConfig)."""
 
 from __future__ import annotations
 

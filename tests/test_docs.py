@@ -53,7 +53,8 @@ QUICK = {  # the subset of each sweep's points the quick check re-runs (every sy
 }
 POINT = ("system", "nvlink_domain", "gpus", "param", "factor")  # what tells a sweep's rows apart
 GENERATED = {"ACCURACY.md", "accuracy_summary.json", "accuracy.png", "INDEPENDENT.md", "independent_summary.json",
-             "STRATEGIES.md", *QUICK, "img/report.png", "img/breakdown.png", "img/memory.png", "img/roofline.png",
+             "STRATEGIES.md", *QUICK, "img/report.png", "img/plan-space.png", "img/compare.png", "img/trust.png",
+             "img/breakdown.png", "img/memory.png", "img/roofline.png",
              "img/timeline.png", "img/scaling.png", "img/param-hbm_bandwidth.png", "img/param-nic_bandwidth.png"}
 
 
@@ -109,6 +110,14 @@ def test_the_packaged_error_bands_are_current(accuracy_out):
     packaged = accuracy.BANDS.read_bytes()
     if (accuracy_out / accuracy.BANDS.name).read_bytes() != packaged:
         pytest.fail("src/meshplan/presets/error_bands.json is stale: regenerate it with `python "
+                    "benchmarks/accuracy.py` and commit it", pytrace=False)
+
+
+def test_the_packaged_validation_runs_are_current(accuracy_out):
+    """src/meshplan/presets/validation_runs.json, the runs the report's trust panel compares a plan with
+    (report/trust.py)."""
+    if (accuracy_out / accuracy.RUNS.name).read_bytes() != accuracy.RUNS.read_bytes():
+        pytest.fail("src/meshplan/presets/validation_runs.json is stale: regenerate it with `python "
                     "benchmarks/accuracy.py` and commit it", pytrace=False)
 
 
@@ -189,11 +198,12 @@ def test_timeline_picture_and_the_bubble_reports_quotes_are_current(tmp_path):
 
 
 def test_report_screenshot_shows_the_current_report(tmp_path):
-    """The report's HTML without its SVG charts (tables, numbers, text; about 2 s) against what report.png
-    recorded; the screenshot itself needs Chromium and is not made here."""
+    """The report's HTML without the charts' runtime (tables, numbers, text, the charts' data; a few seconds) against
+    what report.png and the section screenshots recorded; the screenshots themselves are not taken here."""
     html = tmp_path / "report.html"
     shots.run(shots.REPORT + ["-o", str(html)])
-    _same_picture(shots.html_inputs(html.read_text()), "img/report.png", SCREENSHOTS, "the current report")
+    for name in ("report.png", *(name for name, _ in shots.REPORT_SHOTS)):
+        _same_picture(shots.html_inputs(html.read_text()), f"img/{name}", SCREENSHOTS, "the current report")
 
 
 def test_every_document_is_covered():

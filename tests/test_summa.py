@@ -82,6 +82,21 @@ def test_cp_1_has_no_kv_traffic():
     assert not [o for o in est.ops if o.name == "attn/cp_kv" and o.seconds > 0]
 
 
+def test_summa_kv_exchange_is_tensor_parallel_time_not_context_parallel():
+    """Issue 40: a 2D SUMMA plan with cp = 1 showed "cp 50.5 ms" in the report. The K/V all-gather across tp2 (the
+    tensor grid's second axis, seed 003's 2D attention) is booked under tp: cp stays 0, and tp holds at least the
+    exchange's time (it is exposed: no overlap)."""
+    model, cluster = load_model("llama3-70b"), load_system("h100").cluster(64)
+    plan = Plan(dp=8, tp=4, tp2=2, pp=1, cp=1, tensor_layout="summa", global_batch=64, zero=1)
+    est = estimate(model, cluster, plan)
+    # all-gather K, V forward and backward, reduce-scatter dK, dV: 3 ops x 80 layers x 8 micro-batches = 3 x 640
+    kv = [o for o in est.ops if o.name == "attn/tp2_kv"]
+    assert [o.count for o in kv] == [640] * 3
+    exchange = sum(o.total_seconds for o in kv)
+    assert exchange > 0 and est.breakdown["cp"] == 0.0
+    assert est.breakdown["tp"] >= exchange * (1 - 1e-9)
+
+
 def test_summa_estimate_and_memory():
     model = load_model("megatron-1t")
     cluster = load_system("b200").cluster(64)

@@ -20,26 +20,11 @@ from meshplan_validation.render import render_text
 from meshplan_validation.skip import Skip
 from meshplan_validation.summary import summaries
 from meshplan_validation.validate import run_validation, validate_command
+from published_helpers import record
 
 ROOT = Path(__file__).parents[1]
 PUBLISHED = ROOT / "data/validation/published_runs.jsonl"
 INDEPENDENT = ROOT / "benchmarks/data/independent_runs.jsonl"
-
-
-def record(**over) -> dict:
-    """A Megatron-Bridge-style record: Llama3-70B on 64 H100s, fp8, tp 4 / pp 8 / vp 5 (dp = 64 / 32 = 2)."""
-    rec = {"id": "x", "group": "megatron_bridge_26.04", "framework": "Megatron-Bridge / Megatron-Core",
-           "task": "pretrain", "precision": "fp8",
-           "model": {"name": "Llama3-70B", "arch": "dense", "num_layers": 80, "hidden_size": 8192, "num_heads": 64,
-                     "num_kv_heads": 8, "ffn_hidden_size": 28672, "vocab_size": 128000, "seq_length": 8192},
-           "hardware": {"gpu": "H100", "num_gpus": 64, "gpus_per_node": 8},
-           "parallel": {"tp": 4, "pp": 8, "dp": None, "cp": 1, "vp": 5, "ep": None, "micro_batch_size": 1,
-                        "global_batch_size": 256},
-           "measured": {"tokens_per_s_per_gpu": 1664, "model_tflops_per_gpu": 731},
-           "flops_accounting": "Model TFLOP/sec/GPU (NeMo/Megatron-Bridge model-FLOPs formula)"}
-    for key, value in over.items():
-        rec[key] = rec[key] | value if isinstance(value, dict) else value
-    return rec
 
 
 def gpt(**model) -> dict:

@@ -34,6 +34,7 @@ from typing import Any
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.files import write_text
 from meshplan.search import SearchResult, Space, check_space, search
+from meshplan.search.explore import Explore
 from meshplan.specs.hardware import System, load_system
 from meshplan.specs.model import ModelSpec
 
@@ -76,6 +77,8 @@ class Point:
     factor: float = 1.0
     value: float = math.nan  # the swept parameter's value at this point (SI units)
     label: str = ""  # the system's name as given (preset name or file)
+    # also keep the search's Pareto front of step time and memory (the report's plan space): the row gains "front"
+    explore: Explore | None = None
 
 
 # ---- building points -----------------------------------------------------------------------------------------
@@ -164,7 +167,11 @@ def param_points(model: ModelSpec, systems: Sequence[str | System], gpus: Sequen
 def evaluate(point: Point) -> dict[str, Any]:
     """Search one point; return its row (``COLUMNS``). Runs in a worker process or a Ray task."""
     cluster = point.system.cluster(point.gpus, nvlink_domain=point.nvlink_domain)
-    return result_row(point, search(point.model, cluster, point.space, top_k=1))
+    result = search(point.model, cluster, point.space, top_k=1, explore=point.explore)
+    row = result_row(point, result)
+    if result.explored is not None:  # (step time, memory, plan) of the front, fastest first: not a CSV column
+        row["front"] = [(t, m, plan) for t, m, plan in result.explored.front]
+    return row
 
 
 def result_row(point: Point, result: SearchResult) -> dict[str, Any]:

@@ -20,7 +20,9 @@ from meshplan.ranges import RANGES, check_options, step_tokens_problem
 from meshplan.search.space import MEMORY_HEADROOM
 
 FACTORS = "0.5,1,2,4"  # --factors' default
+SAMPLE = 10_000  # --sample's default: plans of the plan-space view (about 60 bytes each in the page)
 MAX_FACTOR = RANGES["factors"].high  # a parameter scaled a million-fold (ranges.RANGES)
+MAX_SAMPLE = 200_000  # a plan space of more points makes a page of tens of MB
 
 
 def _model_options(f):
@@ -75,11 +77,13 @@ def _positive_ints(text: str | None, field: str) -> list[int] | None:
     return values
 
 
-def _require_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise MissingDependency("matplotlib", "plot") from None
+def _require_report() -> None:
+    """The report's templates and charts' runtime (the ``report`` extra), checked before the search runs."""
+    for module, package in (("jinja2", "jinja2"), ("vl_convert", "vl-convert-python")):
+        try:
+            __import__(module)
+        except ImportError:
+            raise MissingDependency(package, "report") from None
 
 
 def _scaling_counts(text: str | None, gpus: int, domain: int) -> list[int]:
@@ -106,25 +110,35 @@ def _scaling_counts(text: str | None, gpus: int, domain: int) -> list[int]:
 @click.option("--top", "top_k", type=int, default=5, show_default=True, help="plans to show")
 @click.option("--scaling", default=None,
               help="GPU counts for the scaling curves, e.g. 256,512,1024 (default: N/4,N/2,N,2N; 'none': skip)")
+@click.option("--sample", type=int, default=SAMPLE, show_default=True,
+              help="plans drawn for the plan-space view (its Pareto front is kept whole); 0: no plan space")
+@click.option("--from", "config", default=None,
+              help="your own plan: a framework config (Megatron-LM arguments, torchtitan TOML, DeepSpeed JSON, "
+                   "Megatron-Bridge overrides), estimated and compared with the search's plans")
+@click.option("--compare", default=None,
+              help="the two plans the comparison opens on: two of #1, #2 ... (best plans), front1, front2 ... (the "
+                   "Pareto front, fastest first), mine (--from), e.g. 'mine,#1' (default: mine,#1 or #1,#2)")
 @_run_options
 @stack_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("report.html"),
               show_default=True, help="the HTML file to write")
 def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path, **options: Any) -> None:
     """Search the plans of MODEL on GPUS accelerators of SYSTEM and write one self-contained HTML report:
-    best plans, step-time and memory breakdowns, pipeline timeline, per-op roofline and scaling curves."""
+    best plans, the plan space (every plan scored, its Pareto front), two plans compared, the trust panel,
+    step-time and memory breakdowns, pipeline timeline, per-op roofline and scaling curves."""
     from dataclasses import replace
 
     from meshplan.cli.common import MAX_TOP, check_max_plans, model_at
     from meshplan.files import writable
     from meshplan.report.html import write
+    from meshplan.search.explore import Explore
     from meshplan.search.limits import check_space
     from meshplan.search.run import search
     from meshplan.specs.hardware import load_system
-    from meshplan.sweep import Point, param_points, result_row, run, sweep_space
+    from meshplan.sweep import param_points, sweep_space
 
-    seq, global_batch, nvlink_domain, scaling = (options[k] for k in ("seq", "global_batch", "nvlink_domain",
-                                                                      "scaling"))
+    seq, global_batch, nvlink_domain, scaling, sample, config, compare = (options[k] for k in (
+        "seq", "global_batch", "nvlink_domain", "scaling", "sample", "config", "compare"))
     placements, offload, max_plans, workers, ray_address = _run_settings(options)
     stack = stack_of(options.pop("framework"), options)
     if gpus < 1:
@@ -133,6 +147,8 @@ def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path,
         raise SpecError(f"top={top_k} must be a positive integer up to {MAX_TOP}")
     if workers is not None and workers < 1:
         raise SpecError(f"workers={workers} must be a positive integer")
+    if not 0 <= sample <= MAX_SAMPLE:
+        raise SpecError(f"sample={sample} must be from 0 to {MAX_SAMPLE:,} plans")
     check_max_plans(max_plans)
     check_options(workers=workers, max_plans=max_plans or None, nvlink_domain=nvlink_domain)
     writable(str(output), "output")
@@ -147,23 +163,43 @@ def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path,
                         precision=system.accelerator.default_precision)
     counts = _scaling_counts(scaling, gpus, system.network.nvlink_domain)
     check_space(model, cluster, space)
-    _require_matplotlib()  # after the input checks: bad input gets its own message whatever is installed
-    result = search(model, cluster, space, top_k=top_k)
+    own = _config_estimate(config, model, cluster) if config else None
+    _require_report()  # after the input checks: bad input gets its own message whatever is installed
+    explore = Explore(sample=sample) if sample else None
+    result = search(model, cluster, space, top_k=top_k, explore=explore)
     rows = None
     if counts:
         label = Path(system_ref).stem if system_ref.endswith(".toml") else system_ref
         points = param_points(model, [system], counts, gbs, space=space)
-        points = [replace(p, label=label) for p in points]
-        others = [p for p in points if p.gpus != gpus]
-        done = dict(zip((p.gpus for p in others), run(others, workers=workers, ray_address=ray_address),
-                        strict=True))
-        mine: Point = next(p for p in points if p.gpus == gpus)
-        done[gpus] = result_row(mine, result)
-        rows = [done[p.gpus] for p in points]
-    path = write(output, result, rows, top=top_k)
+        points = [replace(p, label=label, explore=Explore(sample=0) if sample else None) for p in points]
+        rows = _scaling_rows(points, result, workers, ray_address)
+    path = write(output, result, rows, top=top_k, mine=own, compare=compare)
     size = path.stat().st_size
     click.echo(f"wrote {path} ({size / 1e6:.2f} MB): {len(result.plans)} plans"
+               + (f", {len(result.explored):,} in the plan space with a front of {len(result.explored.front)}"
+                  if result.explored else "")
                + (f", scaling over {', '.join(map(str, counts))} GPUs" if counts else ""))
+
+
+def _scaling_rows(points: list, result, workers: int | None, ray_address: str | None) -> list[dict[str, Any]]:
+    """The scaling curve's rows: the report's own search for its GPU count, the others searched (with their Pareto
+    fronts, when the report draws the plan space)."""
+    from meshplan.sweep import result_row, run
+
+    gpus = result.cluster.num_gpus
+    others = [p for p in points if p.gpus != gpus]
+    done = dict(zip((p.gpus for p in others), run(others, workers=workers, ray_address=ray_address), strict=True))
+    done[gpus] = result_row(next(p for p in points if p.gpus == gpus), result)
+    return [done[p.gpus] for p in points]
+
+
+def _config_estimate(path: str, model, cluster):
+    """``--from``: the config's plan run by the config's framework, estimated on this cluster."""
+    from meshplan.configs import read
+    from meshplan.estimate import estimate
+
+    plan, stack = read(path, model, cluster.num_gpus)
+    return estimate(model, cluster, plan, stack)
 
 
 @click.command("sweep")

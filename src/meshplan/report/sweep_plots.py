@@ -79,7 +79,8 @@ def scaling_figure(rows: Sequence[dict[str, Any]], title: str | None = None) -> 
     left.set_yscale("log")
     left.set_ylabel("tokens/s (best plan)")
     right.set_ylabel("MFU of the best plan (%)")
-    right.set_ylim(bottom=0)
+    top = max((100 * y for pts in mfu.values() for _, y in pts), default=50.0)
+    right.set_ylim(0, top * 1.2)  # room above the highest point: no curve on the frame's top edge
     fig.legend(*left.get_legend_handles_labels(), loc="outside right upper", fontsize=8)
     model = rows[0].get("model", "")
     batch = rows[0].get("global_batch", "")

@@ -20,6 +20,7 @@ from meshplan.search.best import Best
 from meshplan.search.bound import BOUND_SLACK, lower_bound
 from meshplan.search.candidates import Sized, expand, size_rows
 from meshplan.search.combos import Combo
+from meshplan.search.explore import Explored, sample_columns
 from meshplan.search.keyed import KeyUnits
 from meshplan.search.placements import PLACEMENTS
 from meshplan.search.scoring import grid_memory, grid_times
@@ -46,13 +47,15 @@ class Part:
     feasible: int = 0
     bounded: int = 0  # evaluated plans whose step time a lower bound showed cannot reach the top k
     tally: Tally = field(default_factory=Tally)
+    explored: Explored | None = None  # the sample and the Pareto front, when the search explores (explore.py)
 
 
 def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, cluster: Cluster, space: Space,
-             top_k: int, eff: Efficiency) -> Part:
-    """Build and score the candidates of one tensor ``mode`` (layout, sequence parallelism) and size combinations."""
+             top_k: int, eff: Efficiency, explore: Explored | None = None) -> Part:
+    """Build and score the candidates of one tensor ``mode`` (layout, sequence parallelism) and size combinations;
+    with ``explore`` (a fresh one), also keep a sample of the plans and the Pareto front (explore.py)."""
     layout, sp = mode
-    result = Part(Best(top_k))
+    result = Part(Best(top_k), explored=explore)
     first_mode = next(m for m in space.modes() if m[0] == layout) == mode  # tally build rejections once
     sized = size_rows(combos, cluster, space, result.tally if first_mode else Tally())
     if sized is None:
@@ -127,17 +130,22 @@ def _time_rows(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency
     ``peak``: the block's, settings × combinations; where none fits, nothing is timed."""
     settings, any_fit = fits[..., 0].size, fits.any()
     fits, peak = fits.reshape(settings, -1), peak.reshape(settings, -1)
-    count = sized.count[block]
+    count, explored = sized.count[block], result.explored
+    sampled = None if explored is None else explored.sampled(pool, block, pool.sequence_parallel)
     for piece in _pieces(count, result.best):
-        near = piece[bound[block[piece]] * (1 - BOUND_SLACK) <= result.best.threshold]
+        low = bound[block[piece]] * (1 - BOUND_SLACK)
+        near = low <= result.best.threshold
+        if explored is not None:  # also the sampled combinations and those that may join the Pareto front
+            near |= sampled[piece] | explored.wanted(low, fits[:, piece], peak[:, piece])
+        near = piece[near]
         result.bounded += int(count[piece].sum() - count[near].sum()) * settings
-        if len(near) and any_fit:
+        if len(near) and (any_fit or (sampled is not None and sampled[near].any())):
             rows = block[near]
             plans = PlanBatch(**expand(sized, rows), placements=pool.placements,
                               **{k: getattr(pool, k) for k in CATEGORICAL})
             local = np.repeat(near, count[near])  # each plan's combination, in the block
             _time_chunk(model, cluster, space, eff, plans, np.repeat(shapes[rows], count[near]), units, fits, peak,
-                        local, result)
+                        local, result, sampled)
 
 
 def _pieces(plans: np.ndarray, best: Best) -> Iterator[np.ndarray]:
@@ -154,9 +162,10 @@ def _pieces(plans: np.ndarray, best: Best) -> Iterator[np.ndarray]:
 
 def _time_chunk(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, batch: PlanBatch,
                 shapes: np.ndarray, units: KeyUnits, fits: np.ndarray, peak: np.ndarray, sizes: np.ndarray,
-                result: Part) -> None:
+                result: Part, sampled: np.ndarray | None = None) -> None:
     """Time the plans of ``batch`` (``shapes``: their shapes; ``sizes``: their columns in ``fits`` and ``peak``,
-    settings × size combinations) under every setting and offer the fast enough ones that fit to the top k."""
+    settings × size combinations) under every setting and offer the fast enough ones that fit to the top k; when the
+    search explores, offer those that fit to the Pareto front and record the ``sampled`` combinations' plans."""
     full, panels = units.price(batch, shapes)
     time = grid_times(model, cluster, batch, full, space, eff)
     ok = np.flatnonzero(time.reshape(-1) <= result.best.threshold)  # fast enough, then: does it fit?
@@ -166,6 +175,27 @@ def _time_chunk(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficienc
     nb = [panels[rc] for rc in space.recompute]
     result.best.offer(time.reshape(-1)[ok], peak[setting, sizes[row]],
                       lambda i: _decode(batch, space.grid, time.shape, int(ok[i]), nb))
+    if result.explored is not None:
+        _explore_chunk(cluster, space, batch, time, fits[:, sizes], peak[:, sizes], sampled[sizes], nb,
+                       result.explored)
+
+
+def _explore_chunk(cluster: Cluster, space: Space, batch: PlanBatch, time: np.ndarray, fits: np.ndarray,
+                   peak: np.ndarray, sampled: np.ndarray, panels: list[np.ndarray], explored: Explored) -> None:
+    """Offer the plans of a timed chunk that fit to the Pareto front, and record every setting of its sampled plans
+    with the reason each does not fit (``fits``, ``peak``: settings × plans)."""
+    flat = time.reshape(fits.shape)
+    explored.offer(flat.reshape(-1), fits.reshape(-1), peak.reshape(-1),
+                   lambda i: _decode(batch, space.grid, time.shape, i, panels))
+    rows = np.flatnonzero(sampled)
+    if not len(rows):
+        return
+    capacity = cluster.accelerator.hbm_bytes
+    mem = peak[:, rows]
+    status = np.where(fits[:, rows], 0, np.where(mem > capacity, 1, np.where(mem > capacity * (1 - space.headroom),
+                                                                              2, 3)))
+    settings = np.unravel_index(np.arange(flat.shape[0]), time.shape[:-1])
+    explored.record(sample_columns(flat[:, rows], status, mem, settings, batch, rows))
 
 
 def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], flat: int,

@@ -32,7 +32,9 @@ from dataclasses import dataclass
 from meshplan.estimate import Estimate, estimate
 from meshplan.search.best import plan_key
 from meshplan.search.combos import valid_combos
+from meshplan.search.explore import Explore, Explored, PlanSpace, plan_space
 from meshplan.search.limits import check_space
+from meshplan.search.placements import PLACEMENTS
 from meshplan.search.space import Space
 from meshplan.search.workers import jobs, run_jobs, worker_count
 from meshplan.specs.efficiency import DEFAULT, Efficiency
@@ -53,6 +55,7 @@ class SearchResult:
     examples: dict[str, str]  # reason → one concrete instance
     seconds: float
     bounded: int = 0  # of the evaluated plans: step time not computed, a lower bound keeps them out of the top k
+    explored: PlanSpace | None = None  # a sample of the space and its Pareto front, when asked for (explore.py)
 
     @property
     def rejected_total(self) -> int:
@@ -80,16 +83,22 @@ class SearchResult:
 
 
 def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, eff: Efficiency = DEFAULT,
-           progress: Callable[[int, int], None] | None = None, workers: int = 0) -> SearchResult:
+           progress: Callable[[int, int], None] | None = None, workers: int = 0,
+           explore: Explore | None = None) -> SearchResult:
     """Evaluate every candidate of ``space``; return the ``top_k`` feasible plans (as full Estimates), the
     number evaluated, and the rejected ones tallied by reason. ``progress(done, total)`` counts finished
-    jobs. ``workers``: processes to use (0: up to 2 when the space is large; 1: this process only)."""
+    jobs. ``workers``: processes to use (0: up to 2 when the space is large; 1: this process only). ``explore``:
+    also keep a sample of the plans and the Pareto front of time and memory (``SearchResult.explored``)."""
     start = time.perf_counter()
     combos, tally = valid_combos(model, cluster, space)
     check_space(model, cluster, space, combos)
     workers = worker_count(combos, workers)
     shares = jobs(combos, space, 1 if workers == 1 else 2 * workers)  # balanced as the workers take them
-    results = run_jobs(shares, combos, (model, cluster, space, top_k, eff), workers, progress)
+    start_from = None
+    if explore is not None:  # the share of size combinations to sample: about explore.sample plans of the space
+        unplaced = sum(c.unplaced for c in combos)
+        start_from = Explored(min(1.0, explore.sample / unplaced) if unplaced else 0.0, explore.seed)
+    results = run_jobs(shares, combos, (model, cluster, space, top_k, eff, start_from), workers, progress)
     rows = sorted((row for part in results for row in part.best.rows), key=lambda r: (r[0], r[1], r[2][0]))
     for part in results:
         tally.merge(part.tally)
@@ -102,6 +111,8 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
                         evaluated=sum(r.evaluated for r in results), feasible=sum(r.feasible for r in results),
                         bounded=sum(r.bounded for r in results),
                         rejected=dict(tally.counts), examples=dict(tally.examples),
+                        explored=None if explore is None else plan_space([r.explored for r in results], explore,
+                                                                         space.grid, PLACEMENTS),
                         seconds=time.perf_counter() - start)
 
 

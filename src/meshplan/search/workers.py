@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from meshplan.search.combos import Combo
 from meshplan.search.evaluate import Part, evaluate
+from meshplan.search.explore import Explored
 from meshplan.search.space import Space
 
 # Plans before the settings grid (size combinations at about 8 placements each): below this one process is faster
@@ -63,8 +64,8 @@ def jobs(combos: list[Combo], space: Space, parts: int) -> list[Job]:
 def run_jobs(jobs: list[Job], combos: list[Combo], args: tuple, workers: int,
              progress: Callable[[int, int], None] | None = None) -> list[Part]:
     """Evaluate every job (``args``: evaluate's arguments after the combinations: model, cluster, space, top_k,
-    eff) in this process (``workers`` = 1) or in a pool of forked ones; ``progress(done, total)`` counts finished
-    jobs."""
+    eff, and an ``Explored`` each job starts afresh from, or None) in this process (``workers`` = 1) or in a pool of
+    forked ones; ``progress(done, total)`` counts finished jobs."""
     results: list[Part] = []
     if workers == 1:
         for job in jobs:
@@ -88,7 +89,9 @@ _SHARED: dict[str, object] = {}  # the candidates, inherited by forked workers i
 
 
 def _evaluate(job: Job, combos: list[Combo], args: tuple) -> Part:
-    return evaluate(job.mode, [combos[i] for i in job.combos], *args)
+    *fixed, explored = args
+    fresh = None if explored is None else Explored(explored.rate, explored.seed)
+    return evaluate(job.mode, [combos[i] for i in job.combos], *fixed, fresh)
 
 
 def _evaluate_shared(job: Job) -> Part:

@@ -171,8 +171,9 @@ def _sums(ops: list[OpCost], times: list[Num], paired: bool) -> dict[tuple[str, 
         elif op.overlap == "summa":
             add((ph, "summa"), t)
             add((ph, "summa_panel"), t / op.repeat)
-        else:  # exposed, under its axis (expert-TP under ep; the K/V exchange across tp2 under cp)
-            add((ph, {"etp": "ep", "tp2": "cp"}.get(op.collective.axis, op.collective.axis) + "_exposed"), t)
+        else:  # exposed, under its axis (expert-TP under ep; the 2D layout's K/V exchange across tp2 under tp: it
+            # is the tensor grid's second axis, not context parallelism, which a SUMMA plan with cp = 1 does not have)
+            add((ph, {"etp": "ep", "tp2": "tp"}.get(op.collective.axis, op.collective.axis) + "_exposed"), t)
     return s
 
 

@@ -1,0 +1,133 @@
+"""The plans the report holds in full, for the plan space, the comparison and the trust panel: the best plans, the
+Pareto front of step time and memory the search found (re-estimated in float64), and the user's own plan (``--from``),
+each with its breakdown, memory and simulated pipeline timeline as the page's script reads them.
+
+A timeline of every block can be long (2·m·v·p blocks: 5,120 for 64 micro-batches on 4 ranks with 10 chunks), so the
+plans past ``BLOCKS`` blocks in all keep their ranks' busy and idle intervals only (``compact_timeline``'s ``merged``:
+the idle intervals a chart 1,000 pixels wide shows), which is what a side-by-side comparison of bubbles needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from meshplan.estimate import COMPONENTS, Estimate, estimate
+from meshplan.report.charts import time_unit
+from meshplan.report.plots import PipelineRun, pipeline_run, short_label
+from meshplan.report.text import _nvlink_axes
+from meshplan.units import GiB, fmt_bytes, fmt_count, fmt_time
+
+if TYPE_CHECKING:
+    from meshplan.search.run import SearchResult
+
+BLOCKS = 12_000  # timeline rows the page keeps in all (about 25 bytes each); past them, busy and idle intervals
+MERGED_PIXELS = 500  # a merged timeline keeps the idle intervals of at least 1/500 of the step
+
+
+@dataclass(frozen=True)
+class Detailed:
+    """One plan the report holds in full: ``origin`` says why (``#2``, ``front``, ``your config``, or several)."""
+
+    id: int
+    origin: str
+    est: Estimate
+    on_front: bool = False  # on the Pareto front of step time, memory and GPU count
+
+
+def detailed_plans(result: SearchResult, top: int, mine: Estimate | None = None) -> list[Detailed]:
+    """The best ``top`` plans, then the front's other plans (fastest first), then ``mine``; one entry per plan."""
+    plans: list[tuple[str, Estimate]] = [(f"#{i}", e) for i, e in enumerate(result.plans[:top], 1)]
+    if result.explored is not None:
+        known = {e.plan: i for i, (_, e) in enumerate(plans)}
+        for _, _, plan in result.explored.front:
+            if plan in known:
+                origin, est = plans[known[plan]]
+                plans[known[plan]] = (f"{origin}, front", est)
+            else:
+                plans.append(("front", estimate(result.model, result.cluster, plan, result.space.stack)))
+    if mine is not None:
+        plans.append(("your config", mine))
+    return [Detailed(i, origin, est) for i, (origin, est) in enumerate(plans)]
+
+
+def with_front(plans: list[Detailed], others: Sequence[tuple[float, float, int]]) -> list[Detailed]:
+    """Mark the plans on the Pareto front of (step time, memory per GPU, GPU count), among these plans that fit (the
+    user's config aside) and the fronts found at the other GPU counts (``others``: time, memory, GPUs)."""
+    points = [(d.est.step_time, d.est.peak_memory, d.est.cluster.num_gpus) for d in plans
+              if d.est.fits and d.origin != "your config"] + list(others)
+    return [Detailed(d.id, d.origin, d.est, d.est.fits and d.origin != "your config" and not dominated(
+        (d.est.step_time, d.est.peak_memory, d.est.cluster.num_gpus), points)) for d in plans]
+
+
+def dominated(p: tuple[float, ...], points: Sequence[tuple[float, ...]]) -> bool:
+    """Whether a point of ``points`` is no worse than ``p`` in every coordinate and better in one."""
+    return any(all(a <= b for a, b in zip(q, p, strict=True)) and q != p for q in points)
+
+
+def plan_fields(est: Estimate) -> dict[str, Any]:
+    """The plan's fields as the page shows and compares them."""
+    p = est.plan
+    return {"dp": p.dp, "tp": f"{p.tp}×{p.tp2}" if p.tp2 > 1 else p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep,
+            "etp": p.etp, "vpp": p.vpp, "micro-batch": p.micro_batch, "micro-batches": p.grad_accum, "ZeRO": p.zero,
+            "recompute": p.recompute, "sp": "on" if p.sequence_parallel else "off",
+            "schedule": p.schedule if p.pp > 1 else "-", "offload": offload(p), "in NVLink": _nvlink_axes(est),
+            "framework": est.stack.name}
+
+
+def offload(plan: Any) -> str:
+    return "+".join(k for k, on in (("optimizer", plan.offload_optimizer), ("activations", plan.offload_activations))
+                    if on) or "none"
+
+
+def page_data(plans: Sequence[Detailed], hbm: float, first: Sequence[int] = ()) -> list[dict[str, Any]]:
+    """Each plan as the page's script reads it: figures, breakdown and memory (seconds, GiB), fields, timeline; the
+    plans ``first`` (ids: the pair the comparison opens on) are the first to get their timeline's every block."""
+    budget, out = BLOCKS, []
+    for d in sorted(plans, key=lambda d: (d.id not in first, d.id)):
+        e = d.est
+        run = pipeline_run(e)
+        timeline = compact_timeline(run, merged=False)
+        if len(timeline["rows"]) > budget:
+            timeline = compact_timeline(run, merged=True)
+        budget -= 0 if timeline["merged"] else len(timeline["rows"])
+        out.append({
+            "id": d.id, "origin": d.origin, "label": f"{d.origin}: {short_label(e)}", "describe": e.plan.describe(),
+            "time": e.step_time, "memory": e.peak_memory / GiB, "gpus": e.cluster.num_gpus, "front": d.on_front,
+            "fits": e.fits, "reasons": list(e.reasons), "step": fmt_time(e.step_time), "mfu": e.mfu,
+            "tokens": fmt_count(e.tokens_per_s), "peak": fmt_bytes(e.peak_memory), "band": e.error_band,
+            "hbm": hbm / GiB, "fields": plan_fields(e),
+            "breakdown": {c: e.breakdown.get(c, 0.0) for c in COMPONENTS},
+            "parts": {k: v / GiB for k, v in e.memory.items()}, "timeline": timeline})
+    return out
+
+
+def compact_timeline(run: PipelineRun, merged: bool) -> dict[str, Any]:
+    """The simulated schedule as [rank, start, end, kind (0 forward, 1 backward, 2 idle, 3 busy), label] rows in
+    the chart's unit, 4 significant digits; ``merged``: each rank's busy and idle intervals only."""
+    tl = run.timeline
+    unit, scale = time_unit(tl.step_time)
+    rows: list[list[Any]] = []
+    idle = run.idle()
+    for r, (row, starts, ends) in enumerate(zip(run.table, tl.starts, tl.ends, strict=True)):
+        gaps = idle[r]
+        if merged:  # the idle intervals a 1000-pixel chart shows (2 pixels or more), busy time between them
+            gaps = [(s, w) for s, w in gaps if w >= tl.step_time / MERGED_PIXELS]
+            t = 0.0
+            for s, w in gaps + [(tl.step_time, 0.0)]:
+                if s > t:
+                    rows.append([r, _g(t * scale), _g(s * scale), 3, ""])
+                t = s + w
+        else:
+            for action, s, e in zip(row, starts, ends, strict=True):
+                label = str(action.micro) if run.vpp == 1 else f"{action.micro}.{action.chunk}"
+                rows.append([r, _g(s * scale), _g(e * scale), 0 if action.kind == "F" else 1, label])
+        rows += [[r, _g(s * scale), _g((s + w) * scale), 2, ""] for s, w in gaps]
+    return {"pp": run.pp, "unit": unit, "step": _g(tl.step_time * scale), "merged": merged, "rows": rows,
+            "schedule": run.schedule, "bubble": tl.idle_fraction, "micro_batches": run.micro_batches,
+            "vpp": run.vpp}
+
+
+def _g(x: float) -> float:
+    return float(f"{x:.4g}")

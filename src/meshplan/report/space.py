@@ -1,0 +1,165 @@
+"""The plan-space view: every feasible plan the search scored, as a sample of step time against memory per GPU, with
+the Pareto front of time, memory and GPU count highlighted and the plans it rejected shaded by reason.
+
+The points come from the search's own scoring (``search(..., explore=...)``: search/explore.py), the front's plans
+re-estimated in float64 (detail.py); the fronts found at the report's other GPU counts (the scaling searches) join
+them as diamonds. The page's script colours the sample by the axis chosen above the chart (space.js) and lets two
+plans of the front be picked for the comparison below it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from meshplan.report.sections import Section
+from meshplan.report.vega import spec
+from meshplan.search.explore import LAYOUTS, SCHEDULES, STATUS
+from meshplan.specs.stack import load_stack, stack_names
+from meshplan.units import GiB, fmt_bytes
+
+if TYPE_CHECKING:
+    from meshplan.report.detail import Detailed
+    from meshplan.search.explore import PlanSpace
+    from meshplan.search.run import SearchResult
+
+# the colour axes the page offers: column -> its title
+AXES = {"tp": "tensor parallel (tp; tp×tp2 on the 2D grid)", "pp": "pipeline parallel (pp)",
+        "cp": "context parallel (cp)", "ep": "expert parallel (ep)", "zero": "ZeRO stage",
+        "recompute": "activation recompute", "framework": "frameworks that run the plan", "offload": "offload"}
+REGIONS = {"memory exceeds HBM": "#E8A0A0", "memory within the headroom": "#F3D9A4"}
+
+
+def columns(ps: PlanSpace) -> dict[str, list[Any]]:
+    """The sample's columns as the page reads them: times in seconds, memory in GiB (4 significant digits), and
+    each categorical column as codes into ``vocab[column]`` (returned under ``"vocab"``)."""
+    c = ps.columns
+    tensor = np.where(c["tp2"] > 1, np.char.add(np.char.add(c["tp"].astype(str), "×"), c["tp2"].astype(str)),
+                      c["tp"].astype(str))
+    recompute = np.array(ps.grid[0])[c["recompute"]]
+    zero = np.array(ps.grid[1])[c["zero"]]
+    opt, act = np.array(ps.grid[2])[c["offload_optimizer"]], np.array(ps.grid[3])[c["offload_activations"]]
+    off = np.where(opt & act, "optimizer+activations", np.where(opt, "optimizer", np.where(act, "activations",
+                                                                                             "none")))
+    text = {"tp": tensor, "recompute": recompute, "zero": zero.astype(str), "offload": off,
+            "framework": frameworks(c, recompute, zero, opt, act), "status": np.array(STATUS)[c["status"]],
+            "schedule": np.where(c["pp"] > 1, np.array(SCHEDULES)[c["schedule"]], "-"),
+            "placement": np.array([",".join(p) for p in ps.placements])[c["placement"]]}
+    out: dict[str, list[Any]] = {"time": [float(f"{t:.4g}") for t in c["time"].tolist()],
+                                 "memory": [float(f"{m / GiB:.4g}") for m in c["memory"].tolist()]}
+    for name in ("dp", "pp", "cp", "ep", "vpp", "micro_batch"):
+        out[name] = c[name].tolist()
+    vocab = {}
+    for name, values in text.items():
+        vocab[name] = _ordered(np.unique(values))
+        index = {v: i for i, v in enumerate(vocab[name])}
+        out[name] = [index[str(v)] for v in values.tolist()]
+    out["sp"] = c["sequence_parallel"].astype(int).tolist()
+    return out | {"vocab": vocab}
+
+
+def _ordered(values: np.ndarray) -> list[str]:
+    """Numbers in numeric order ("2×2" after "2", "16" after "8"), words as they are."""
+    def key(v: str) -> tuple:
+        head = v.split("×")[0]
+        return (0, int(head), v) if head.isdigit() else (1, 0, v)
+    return sorted((str(v) for v in values), key=key)
+
+
+def frameworks(c: dict[str, np.ndarray], recompute: np.ndarray, zero: np.ndarray, opt: np.ndarray,
+               act: np.ndarray) -> np.ndarray:
+    """Per sampled plan, the framework presets whose ``[supports]`` run it (specs/supports.py, as ``Supports.problems``
+    judges one plan), joined by commas; "none" for a plan only meshplan models (the 2D layout, for one)."""
+    names = [n for n in stack_names() if n not in ("any", "generic")]
+    runs = []
+    layout = np.array(LAYOUTS)[c["layout"]]
+    schedule = np.array(SCHEDULES)[c["schedule"]]
+    for name in names:
+        s = load_stack(name).supports
+        ok = np.isin(layout, s.layouts) & np.isin(zero.astype(int), s.zero) & np.isin(recompute, s.recompute)
+        for axis in ("tp", "pp", "cp", "ep"):
+            ok &= (c[axis] <= 1) | (axis in s.axes)
+        ok &= (c["pp"] <= 1) | np.isin(schedule, s.schedules)
+        ok &= (s.sequence_parallel | ~c["sequence_parallel"]) & (s.offload_optimizer | ~opt)
+        ok &= (s.offload_activations | ~act) & (s.uneven_stages | (c["last_stage_layers"] == 0))
+        runs.append(ok)
+    table = np.array(runs).T if runs else np.zeros((len(zero), 0), dtype=bool)
+    return np.array([", ".join(n for n, on in zip(names, row, strict=True) if on) or "none" for row in table])
+
+
+def space_section(result: SearchResult, plans: Sequence[Detailed], others: Sequence[dict[str, Any]]) -> Section:
+    """The plan-space section: the chart (on a canvas: thousands of points), the colour-axis control, the counts."""
+    ps = result.explored
+    hbm = result.cluster.accelerator.hbm_bytes
+    usable = hbm * (1 - result.space.headroom)
+    cols = columns(ps)
+    fitting = sum(1 for s in cols["status"] if cols["vocab"]["status"][s] == "fits")
+    front = sum(1 for d in plans if "front" in d.origin)
+    context = {"axes": AXES, "shown": len(ps), "fitting": fitting, "drawn": ps.drawn, "front": front,
+               "evaluated": result.evaluated, "others": sorted({o["gpus"] for o in others}),
+               "hbm": fmt_bytes(hbm), "usable": fmt_bytes(usable),
+               "data": {"space": {"columns": cols, "others": list(others), "axes": AXES,
+                                  "regions": regions(hbm, usable, cols), "gpus": result.cluster.num_gpus}}}
+    return Section("space", "Plan space", "sections/space.html.j2", context, {"space": space_chart()},
+                   {"space": "canvas"})
+
+
+def regions(hbm: float, usable: float, cols: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """The shaded bands of memory per GPU where plans are rejected, each with its reason."""
+    top = max(cols["memory"] + [hbm / GiB]) * 1.5
+    out = [{"reason": "memory exceeds HBM", "y": hbm / GiB, "y2": top}]
+    if usable < hbm:
+        out.append({"reason": "memory within the headroom", "y": usable / GiB, "y2": hbm / GiB})
+    return out
+
+
+def space_chart() -> dict[str, Any]:
+    """The scatter's spec; its data sets (``points``, ``regions``, ``plans``, ``others``, ``picked``) and the colour
+    field the page's script fills in (space.js)."""
+    x = {"field": "time", "type": "quantitative", "scale": {"type": "log", "zero": False},
+         "title": "step time (s, log scale)"}
+    y = {"field": "memory", "type": "quantitative", "scale": {"type": "log", "zero": False},
+         "title": "memory per GPU (GiB, log scale)"}
+    tip = [{"field": "plan"}, {"field": "step"}, {"field": "memory", "title": "memory (GiB)"},
+           {"field": "status", "title": "verdict"}, {"field": "framework"}]
+    return spec(
+        height=460, title="Every plan the search scored: step time against memory per GPU",
+        layer=[
+            {"name": "regions", "data": {"name": "regions"}, "mark": {"type": "rect", "opacity": 0.35},
+             "encoding": {"y": {"field": "y", "type": "quantitative"}, "y2": {"field": "y2"},
+                          "fill": {"field": "reason", "type": "nominal", "title": "rejected",
+                                   "scale": {"domain": list(REGIONS), "range": list(REGIONS.values())}},
+                          "tooltip": [{"field": "reason", "title": "rejected"}]}},
+            {"name": "rejected", "data": {"name": "rejected"}, "mark": {"type": "point", "shape": "cross",
+                                                                        "size": 16, "color": "#999", "opacity": 0.5},
+             "encoding": {"x": x, "y": y, "tooltip": tip}},
+            {"name": "sample", "data": {"name": "points"}, "mark": {"type": "circle", "size": 14, "opacity": 0.55},
+             "params": [{"name": "zoom", "select": "interval", "bind": "scales"}],
+             "encoding": {"x": x, "y": y, "color": {"field": "tp", "type": "ordinal"}, "tooltip": tip}},
+            {"name": "others", "data": {"name": "others"},
+             "mark": {"type": "point", "shape": "diamond", "size": 70, "filled": True, "color": "#8172B3",
+                      "stroke": "#333", "strokeWidth": 0.6, "opacity": 0.8},
+             "encoding": {"x": x, "y": y, "tooltip": [{"field": "plan"}, {"field": "gpus", "title": "GPUs"},
+                                                     {"field": "step"}, {"field": "memory", "title": "memory (GiB)"},
+                                                     {"field": "front3d", "title": "on the 3D front"}]}},
+            {"name": "front", "data": {"name": "plans"}, "transform": [{"filter": "datum.on2d"}],
+             "mark": {"type": "line", "interpolate": "step-after", "color": "#222", "strokeWidth": 1.2}, "encoding": {
+                 "x": x, "y": y, "order": {"field": "time"}}},
+            {"name": "plans", "data": {"name": "plans"},
+             "mark": {"type": "point", "filled": True, "stroke": "#111", "cursor": "pointer"},
+             "encoding": {"x": x, "y": y, "shape": {"field": "kind", "type": "nominal", "title": "held in full",
+                                                    "scale": {"domain": ["best plan", "Pareto front", "your config"],
+                                                              "range": ["diamond", "circle", "square"]}},
+                          "size": {"condition": {"test": "datum.front3d", "value": 140}, "value": 70},
+                          "strokeWidth": {"condition": {"test": "datum.front3d", "value": 2.2}, "value": 0.8},
+                          "color": {"field": "tp", "type": "ordinal"},
+                          "tooltip": tip + [{"field": "origin"}, {"field": "front3d",
+                                                                  "title": "on the front of time, memory, GPUs"},
+                                            {"field": "hint"}]}},
+            *({"name": f"picked-{slot}", "data": {"name": "picked"},
+               "transform": [{"filter": f"datum.slot == '{slot}'"}],
+               "mark": {"type": "text", "fontSize": 15, "fontWeight": 700, "dx": dx, "dy": -11, "color": "#C44E52"},
+               "encoding": {"x": x, "y": y, "text": {"field": "slot"}}} for slot, dx in (("A", -12), ("B", 12))),
+        ])

@@ -1,0 +1,128 @@
+"""The trust panel: how far a plan's predicted step time may be from the real one, the published runs that say so, and
+what the estimate assumed.
+
+- The error band (``Estimate.error_band``, presets/error_bands.json): the 80th percentile of |predicted / measured − 1|
+  over the published runs of the plan's GPU generation and model class, and how many runs it rests on.
+- The nearest runs: presets/validation_runs.json, which benchmarks/accuracy.py writes from the validation layer
+  (benchmarks/validation_runs.py) and tests/test_docs.py keeps current, so that the core reads the runs as packaged
+  data and never imports meshplan_validation. Runs of the same GPU generation and model class come first, then by how
+  far their parallel shape is (``distance``).
+- The assumptions: what the estimate takes as given for this plan (``assumptions``), each with where it lives.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from meshplan.units import fmt_bytes
+
+if TYPE_CHECKING:
+    from meshplan.estimate import Estimate
+
+NEAREST = 5
+
+
+@lru_cache(maxsize=1)
+def runs() -> list[dict[str, Any]]:
+    """The evaluated published runs (presets/validation_runs.json), one dict each."""
+    data = json.loads((resources.files("meshplan") / "presets" / "validation_runs.json").read_text())
+    return [dict(zip(data["fields"], row, strict=True)) for row in data["runs"]]
+
+
+@lru_cache(maxsize=1)
+def bands() -> dict[str, Any]:
+    return json.loads((resources.files("meshplan") / "presets" / "error_bands.json").read_text())
+
+
+def _log2(a: float, b: float) -> float:
+    return abs(math.log2(max(a, 1) / max(b, 1)))
+
+
+def distance(est: Estimate, run: dict[str, Any]) -> float:
+    """How far a run's parallel shape is from the plan's: |log2| ratios of the tensor (tp·tp2), pipeline, context and
+    expert sizes, plus half those of the GPU count and the parameter count."""
+    p = est.plan
+    return (_log2(p.tp * p.tp2, run["tp"] * run["tp2"]) + _log2(p.pp, run["pp"]) + _log2(p.cp, run["cp"])
+            + _log2(p.ep, run["ep"]) + 0.5 * _log2(est.cluster.num_gpus, run["gpus"])
+            + 0.5 * _log2(est.model.params() / 1e9, run["params_b"]))
+
+
+def nearest(est: Estimate, k: int = NEAREST) -> list[dict[str, Any]]:
+    """The ``k`` runs nearest the plan: same GPU generation and model class first, then by ``distance``; each with
+    ``same_generation``, ``same_class`` and ``distance``."""
+    arch = est.cluster.accelerator.architecture or "unstated"
+    scored = [run | {"same_generation": run["architecture"] == arch, "same_class": run["moe"] == est.model.is_moe,
+                     "distance": distance(est, run)} for run in runs()]
+    scored.sort(key=lambda r: (not r["same_generation"], not r["same_class"], r["distance"], r["id"]))
+    return scored[:k]
+
+
+def band_note(est: Estimate) -> str:
+    """Where the plan's band comes from: the group of runs and how many there are."""
+    arch = est.cluster.accelerator.architecture or "unstated"
+    kind = "MoE" if est.model.is_moe else "dense"
+    found = bands()["bands"].get(f"{arch}/{'moe' if est.model.is_moe else 'dense'}")
+    quantile = f"{bands()['quantile']:.0%}"
+    if found is None:
+        return (f"{arch} GPUs have no band of their own: the band of all {bands()['overall']['runs']} runs "
+                f"({quantile} of them within it)")
+    group = f"{arch} {kind} runs" if found["from"].endswith(("/dense", "/moe")) else f"{arch} runs (dense and MoE: " \
+        f"fewer than 8 {kind} ones)"
+    return f"{quantile} of the {found['runs']} published {group} were predicted within it"
+
+
+def assumptions(est: Estimate, headroom: float) -> list[tuple[str, str]]:
+    """(assumption, where it lives) for this estimate."""
+    p, s, acc, m = est.plan, est.stack, est.cluster.accelerator, est.model
+    overlaps = [f"{f}: {'yes' if getattr(s, f) else 'no'}" for f in ("overlap_tp", "overlap_dp", "overlap_ep",
+                                                                      "overlap_pp")]
+    out = [(f"the {s.name} stack{f' {s.version}' if s.version else ''} runs the plan: its kernels and overlap "
+            f"({', '.join(overlaps)})", f"presets/stacks/{s.name}.toml"),
+           ("kernel times from meshplan's fitted efficiency curves, not measured on your GPUs (meshplan calibrate "
+            "measures them)", "specs/efficiency.py"),
+           (f"collectives priced α + n·β per link tier with the {est.cluster.name} preset's bandwidths "
+            f"(NVLink {fmt_bytes(acc.nvlink_bandwidth)}/s per GPU, domain of {est.cluster.nvlink_domain})", "comm.py"),
+           (f"{p.precision} GEMMs; MFU against the dense {p.precision} peak, {est.peak_flops_per_gpu / 1e12:.0f} "
+            "TFLOP/s per GPU", f"presets/hardware ({acc.name})"),
+           ("the training step only: no data loading, logging, checkpointing or evaluation", "estimate.py")]
+    if headroom:
+        out.append((f"{headroom:.0%} of HBM left free for what the memory model leaves out (allocator "
+                    "fragmentation, the CUDA context): the model's largest peak-memory error", "search/space.py"))
+    if m.is_moe:
+        out.append(("tokens routed evenly over the experts", "cost/mlp_moe.py"))
+    if p.pp > 1:
+        out.append(("each kind of layer spread evenly over the pipeline stages; ranks simulated with their own "
+                    "times", "cost/params.py, schedule.py"))
+    if p.tensor_layout == "summa":
+        out.append(("activations stay in L2 between neighbouring kernels of the 2D layout (seed 003)",
+                    "cost/linear_2d.py"))
+    if p.offload_optimizer or p.offload_activations:
+        out.append((f"host copies at {fmt_bytes(est.cluster.host_bandwidth)}/s per GPU", "channels.py"))
+    return out
+
+
+def trust_rows(plans: Sequence[Any], headroom: float) -> list[dict[str, Any]]:
+    """Per held plan (detail.Detailed), what its trust panel shows."""
+    out = []
+    for d in plans:
+        e = d.est
+        near = [[r["id"], r["gpu"], r["model"], r["gpus"],
+                 "·".join(map(str, (f"{r['tp']}×{r['tp2']}" if r["tp2"] > 1 else r["tp"], r["pp"], r["cp"], r["ep"]))),
+                 r["metric"].replace("_", " "), _num(r["measured"]), _num(r["predicted"]), f"{r['error']:+.1%}",
+                 ", ".join(x for x, on in (("generation", r["same_generation"]), ("class", r["same_class"])) if on)
+                 or "neither"] for r in nearest(e)]
+        out.append({"id": d.id, "label": f"{d.origin}: {e.plan.describe()}", "band": f"±{e.error_band:.1%}",
+                    "step": e.step_time, "low": e.step_time * (1 - e.error_band),
+                    "high": e.step_time * (1 + e.error_band), "band_note": band_note(e), "nearest": near,
+                    "assumptions": assumptions(e, headroom)})
+    return out
+
+
+def _num(x: float) -> str:
+    """4 significant digits, thousands grouped: 23,410 rather than 2.341e+04."""
+    return f"{float(f'{x:.4g}'):,.0f}" if abs(x) >= 1000 else f"{x:.4g}"

@@ -1,0 +1,63 @@
+"""The charts' runtime, embedded: Vega, Vega-Lite and vega-embed as one script, from ``vl-convert-python`` (the Vega
+project's own converter, which ships the three libraries and bundles them offline), and the page's templates
+(Jinja2, packaged under report/templates, autoescaped). Both are the optional ``report`` extra.
+
+Why Vega-Lite and not Plotly (docs/REPORTS.md says more): the three libraries weigh 0.9 MB minified against
+plotly.min.js's 4.8 MB, and Vega-Lite's declarative specs give what the report needs, hover tooltips
+(vega-tooltip), zoom and pan (interval selections bound to the scales), point selections and named data sets the
+page's script replaces, with no code of ours in the drawing.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from meshplan.errors import MissingDependency
+
+VEGA_LITE_SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"  # an identifier, never fetched
+
+
+@lru_cache(maxsize=1)
+def bundle() -> str:
+    """Vega, Vega-Lite and vega-embed as one classic script that sets ``window.vega``, ``window.vegaLite`` and
+    ``window.vegaEmbed`` (vl_convert.javascript_bundle; about 0.9 MB, made once per process)."""
+    try:
+        import vl_convert
+    except ImportError:
+        raise MissingDependency("vl-convert-python", "report") from None
+    return vl_convert.javascript_bundle()
+
+
+def versions() -> dict[str, str]:
+    """The bundled Vega and Vega-Lite versions (printed in the page's footer)."""
+    import vl_convert
+
+    return {"vega": vl_convert.get_vega_version(), "vega-lite": vl_convert.get_vegalite_versions()[-1]}
+
+
+@lru_cache(maxsize=1)
+def environment() -> Any:
+    """The Jinja2 environment of the report's templates: packaged with meshplan, autoescaped, undefined names an
+    error (a template that names a missing value fails instead of printing nothing)."""
+    try:
+        import jinja2
+    except ImportError:
+        raise MissingDependency("jinja2", "report") from None
+    return jinja2.Environment(loader=jinja2.PackageLoader("meshplan.report", "templates"),
+                              autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
+                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                              keep_trailing_newline=True)
+
+
+def spec(**parts: Any) -> dict[str, Any]:
+    """A Vega-Lite spec with the report's look: the container's width (charts fit any page width), readable axes."""
+    base = {"$schema": VEGA_LITE_SCHEMA, "width": "container", "autosize": {"type": "fit-x", "contains": "padding"},
+            "config": {"font": "system-ui, -apple-system, Segoe UI, Roboto, Helvetica, Arial, sans-serif",
+                       "axis": {"labelFontSize": 11, "titleFontSize": 12, "titleFontWeight": 500, "grid": True,
+                                "gridOpacity": 0.35},
+                       "legend": {"labelFontSize": 11, "titleFontSize": 11, "orient": "bottom", "labelLimit": 280,
+                                  "titleLimit": 320, "direction": "horizontal", "columns": 6},
+                       "title": {"fontSize": 13, "anchor": "start", "fontWeight": 600},
+                       "view": {"stroke": None}}}
+    return base | parts
