@@ -104,7 +104,7 @@ def hf_model(config: dict[str, Any], layers: int = TRACED_LAYERS) -> Any:
         if isinstance(value, list) and len(value) > layers and key.startswith("layer"):
             config[key] = value[:layers]
     try:
-        cfg = transformers.AutoConfig.for_model(model_type, **config, use_cache=False)
+        cfg = transformers.AutoConfig.for_model(model_type, **(config | {"use_cache": False}))
     except (ValueError, KeyError, TypeError) as exc:
         raise SpecError(f"model_type={model_type!r}: transformers cannot build it ({exc})") from None
     cfg._attn_implementation = _register()
