@@ -22,7 +22,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from autoshard_doc import TEMPLATE  # noqa: E402
-
 from meshplan.units import fmt_bytes, fmt_time  # noqa: E402
 
 AGREE = [("llama3-8b", 4096, "meshplan module"), ("gpt3-175b", 2048, "meshplan module"),
@@ -69,8 +68,6 @@ def found_table() -> str:
 
 
 def vision_table() -> str:
-    from vision_models import MODELS
-
     from meshplan.autoshard.blocks import find_blocks
     from meshplan.autoshard.dataflow import flow
     from meshplan.autoshard.mesh import device_mesh
@@ -81,6 +78,7 @@ def vision_table() -> str:
     from meshplan.specs.hardware import load_system
     from meshplan.trace import trace_module
     from meshplan.trace.liveness import peak_memory
+    from vision_models import MODELS
 
     cluster = load_system("h100").cluster(4)
     lines = ["| model | ops traced | tied blocks | one GPU's liveness peak | limit (60 %) | plan's peak per GPU "
@@ -101,13 +99,13 @@ def vision_table() -> str:
 
 def size_table() -> str:
     """The program of Llama-3-8B on 8 x 8 H100 before and after the reductions (ilp.py, reduce.py)."""
-    from meshplan.autoshard.ilp import pairwise
-    from meshplan.autoshard.planner import Request, load
-    from meshplan.autoshard.reduce import reduce
     from meshplan.autoshard.blocks import find_blocks
     from meshplan.autoshard.dataflow import flow
+    from meshplan.autoshard.ilp import pairwise
     from meshplan.autoshard.mesh import device_mesh
+    from meshplan.autoshard.planner import Request, load
     from meshplan.autoshard.problem import build
+    from meshplan.autoshard.reduce import reduce
     from meshplan.specs.efficiency import DEFAULT
     from meshplan.specs.hardware import load_system
     from meshplan.trace import trace_module

@@ -4,8 +4,8 @@ NVLink x network), beside the anchor's figures.
 Run: python benchmarks/autoshard_speed.py [--repeat N] [--phases]
 Each case is the command a user types, pinned to one core (taskset), in a fresh process (Python, torch and meshplan
 imports, the model built on fake tensors, traced, the program built and solved, the plan printed as JSON), run N
-times, the median printed; --phases also prints the in-process phases of one run. The machine this project runs on is shared: the script prints how
-contended its core was (a fixed loop's time against its uncontended time).
+times, the median printed; --phases also prints the in-process phases of one run. The machine this project runs on
+is shared: the script prints how contended its core was (a fixed loop's time against its uncontended time).
 
 The anchor, meta-pytorch/autoparallel (its PR #521, "Add LP relaxation and eager TRW-S solvers", table of
 LLaMA-1B, LLaMA-8B and DeepSeek-V3): 4.9-17.7 s in its solvers' core, 32.8-59.5 s for the whole search (trace,
