@@ -143,3 +143,21 @@ def test_dataflow_producers_and_decisions(traced):
             assert blocks.group_block(owner) == blocks.group_block(i)
     # views and element-wise ops merge into their operands: fewer decisions than ops
     assert fl.roles.count("follow") > 0 and len(set(fl.owners)) < n
+
+
+def test_any_number_of_tiers_is_a_mesh_dimension_each():
+    """Three tiers (NVLink 4, a pod of 2 nodes, 2 pods) are a 3-D mesh; a move along the middle dimension is a
+    collective among 2 ranks 4 apart, priced by comm.py over the tiers it crosses."""
+    from meshplan.specs.hardware import Cluster
+
+    base = load_system("h100").cluster(16)
+    tiers = (replace(base.tiers[0], size=4), replace(base.tiers[1], name="pod", size=2),
+             replace(base.tiers[1], name="spine", size=2, bandwidth=base.tiers[1].bandwidth / 4))
+    cluster = Cluster(name="three", accelerator=base.accelerator, num_gpus=16, tiers=tiers)
+    mesh = device_mesh(cluster)
+    assert mesh.names == ("spine", "pod", "nvlink") and mesh.sizes == (2, 2, 4)
+    assert [d.stride for d in mesh.dims] == [8, 4, 1]
+    (gather,) = moves((R, 0, R), (R, R, R), 1e6, mesh)
+    assert gather.dim == 1 and gather.seconds == pytest.approx(collective_time("all_gather", 2e6, 2, 4, cluster))
+    (outer,) = moves((0, R, R), (R, R, R), 1e6, mesh)
+    assert outer.seconds > gather.seconds  # the spine is four times thinner
