@@ -25,7 +25,8 @@ from autoshard_doc import TEMPLATE  # noqa: E402
 from meshplan.units import fmt_bytes, fmt_time  # noqa: E402
 
 AGREE = [("llama3-8b", 4096, "meshplan module"), ("gpt3-175b", 2048, "meshplan module"),
-         ("llama3-8b", 4096, "transformers"), ("mixtral-8x7b", 4096, "transformers")]
+         ("mixtral-8x7b", 4096, "meshplan module"), ("llama3-8b", 4096, "transformers"),
+         ("mixtral-8x7b", 4096, "transformers")]
 FOUND = [("llama3-8b", 1, 4096), ("llama3-8b", 8, 4096), ("megatron-7.5b", 1, 2048), ("megatron-7.5b", 8, 2048)]
 
 

@@ -119,7 +119,8 @@ pass, grouped expert GEMMs). 16 H100, 16 sequences, planner / estimate per part:
 
 Where they differ, and why:
 
-- **The same plan's collectives are the same**: the tensor-parallel all-gathers and reduce-scatters agree to 1 %
+- **The same plan's collectives are the same** for the dense models: the tensor-parallel all-gathers and
+  reduce-scatters agree to 1 %
   (10 moves of the activation per layer and micro-batch, 4 forward, 6 backward with the weight gradients'
   re-gathers), and the gradient reductions within 10 % (the planner also all-reduces the norms' weight gradients
   across the tensor-parallel ranks, per tensor).
@@ -127,9 +128,15 @@ Where they differ, and why:
   for Q, K, V, one for gate and up; torch_models.py): within a few percent of the estimate's eager stack (the trace
   counts the float32 casts of the RMSNorm and the loss as Hugging Face writes them). The Hugging Face Llama runs Q,
   K, V and gate, up as separate GEMMs (smaller, less efficient) and sums their input gradients in extra kernels.
-  Mixtral through transformers' `grouped_mm` experts sorts the routed tokens, gathers and scatters the top-2-expanded
-  rows and combines them in separate kernels, and its tensor-parallel moves carry the expanded rows, where
-  Megatron's token dispatcher permutes in fused kernels and reduces after the combine.
+- **Mixtral** is the furthest apart. Its MoE layer, as meshplan's module runs it (Megatron-Core's order: router,
+  top-2, the tokens permuted by a gather, one grouped GEMM per projection, a weighted scatter-add back), runs the
+  permutation, its inverse and the weighting as separate eager kernels on the top-2-expanded rows (Megatron fuses
+  them; the estimate prices its kernels), and in the backward pass the planner moves the expanded gradient rows once
+  for each of the two grouped GEMMs that read them, through two different views (the data gradient's and the weight
+  gradient's transposed one), where a shared move would serve both: it shares moves of one view only. Forward it
+  gathers the tokens before the permutation and reduces after the combine, moving half the bytes Megatron's
+  dispatcher moves. Through transformers' class (a sort, a histogram, an inverse permutation and a gather back per
+  layer) the gap is wider.
 - **The optimizer**: the planner's Adam keeps the moments in the parameters' dtype (as torch.optim.Adam and
   `meshplan trace` count them); the estimate's is Megatron's mixed-precision optimizer (fp32 master weights and
   moments, 30 bytes of traffic per parameter).

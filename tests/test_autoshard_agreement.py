@@ -54,11 +54,12 @@ def test_transformers_llama_differs_by_its_separate_projections():
     assert compute > estimated and 0 < a.error < 0.10
 
 
-def test_transformers_mixtral_agrees_on_the_dense_parts():
-    """Mixtral through transformers' grouped_mm experts: the gradient reductions agree; the dispatch and combine
-    (a sort, gathers and scatters of the top-2-expanded token rows, a weighted sum) run as separate kernels and
-    move the expanded rows, where Megatron's token dispatcher fuses them (docs/AUTOSHARD.md)."""
-    a = agreement("mixtral-8x7b", "h100", GPUS, BATCH, 4096)
+@pytest.mark.parametrize("source, bound", [("meshplan module", 0.15), ("transformers", 0.25)])
+def test_mixtral_agrees_on_the_dense_parts(source, bound):
+    """Mixtral (meshplan's Megatron-order MoE module, or transformers' grouped_mm experts): the gradient reductions
+    agree; the dispatch and combine run as separate eager kernels on the top-2-expanded rows and, backward, the
+    expanded gradient rows move once per view that reads them (docs/AUTOSHARD.md): the planner is slower."""
+    a = agreement("mixtral-8x7b", "h100", GPUS, BATCH, 4096, source=source)
     ours, theirs = a.parts()["gradient reductions"]
     assert ours == pytest.approx(theirs, rel=0.05)
-    assert 0 < a.error < 0.25
+    assert 0 < a.error < bound

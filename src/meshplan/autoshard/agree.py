@@ -64,10 +64,11 @@ class Agreement:
 def trace_of(model: str, source: str, batch: int, seq: int):  # -> (Trace, layers)
     """A preset traced at depth 2: meshplan's module or the Hugging Face class of its config."""
     from meshplan.autoshard.models import TRACED_LAYERS, hf_model, preset_config
+    from meshplan.autoshard.torch_models import supported
     from meshplan.trace import trace_module
 
     spec = load_model(model)
-    if source == "transformers" or spec.num_experts:
+    if source == "transformers" or not supported(spec):
         module = hf_model(preset_config(replace(spec, seq_length=max(seq, spec.seq_length))))
     else:
         from meshplan.autoshard.torch_models import build as build_module
@@ -89,5 +90,5 @@ def agreement(model: str, system: str, gpus: int, batch: int, seq: int, source: 
     spec = replace(load_model(model), seq_length=seq)
     megatron_plan = Plan(tp=tp, dp=dp, sequence_parallel=True, zero=0, recompute="none", micro_batch=batch // dp,
                          global_batch=batch)
-    return Agreement(model=model, source=source if not spec.num_experts else "transformers", gpus=gpus, tp=tp,
+    return Agreement(model=model, source=source, gpus=gpus, tp=tp,
                      batch=batch, seq=seq, planned=pinned, estimated=estimate(spec, cluster, megatron_plan, STACK))

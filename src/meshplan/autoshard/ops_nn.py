@@ -236,6 +236,21 @@ def index_put(op: TracedOp, state: frozenset[int]) -> Rule:
                 additive=frozenset({0}))
 
 
+def index_add(op: TracedOp, state: frozenset[int]) -> Rule:
+    """``x.index_add(0, idx, src)``: the unpermute of a MoE combine, a scatter-add of the routed rows (local, as
+    ``index_put``; Partial rows pass into Partial zeros)."""
+    if int(op.attr("dim", 0) or 0) != 0 or len(op.inputs) != 3 or len(op.inputs[1].shape) != 1:
+        return Rule(inputs=tuple(_none(t.shape) for t in op.inputs), outputs=(_none(op.outputs[0].shape),))
+    return index_put(op, state)
+
+
+def index_select(op: TracedOp, state: frozenset[int]) -> Rule:
+    """``x.index_select(0, idx)``: the gather of a MoE permute (as ``index``)."""
+    if int(op.attr("dim", 0) or 0) != 0:
+        return Rule(inputs=tuple(_none(t.shape) for t in op.inputs), outputs=(_none(op.outputs[0].shape),))
+    return index(op, state)
+
+
 def along(op: TracedOp, state: frozenset[int]) -> Rule:
     """Ops along one dimension (sort, topk, cumsum, gather, scatter): that dimension whole, the others split; a
     sort of a 1-D routed token list sorts each device's tokens (local, ops.py)."""
@@ -317,7 +332,8 @@ RULES: dict[str, Callable[[TracedOp, frozenset[int]], Rule]] = {
     "_softmax": softmax, "_log_softmax": softmax, "_softmax_backward_data": softmax,
     "_log_softmax_backward_data": softmax, "nll_loss_forward": nll_loss, "nll_loss_backward": nll_loss,
     "index": index, "index_put": index_put, "index_put_": index_put, "sort": along, "argsort": along,
-    "topk": along, "cumsum": along, "gather": along, "histc": histogram, "bincount": histogram,
+    "topk": along, "cumsum": along, "gather": along, "scatter": along, "scatter_add": along,
+    "index_add": index_add, "index_select": index_select, "histc": histogram, "bincount": histogram,
     "_unsafe_index": unsafe_index,
     **{name: pointwise_loss for name in ("mse_loss", "mse_loss_backward", "l1_loss", "smooth_l1_loss",
                                          "smooth_l1_loss_backward", "binary_cross_entropy",

@@ -78,7 +78,9 @@ def load(request: Request) -> tuple[Any, list, str, int | None]:
     if ref in preset_names() or ref.endswith(".toml"):
         spec = load_model(ref)
         seq = request.seq or spec.seq_length
-        if spec.num_experts or spec.kv_lora_rank or spec.layer_pattern:
+        from meshplan.autoshard.torch_models import supported
+
+        if not supported(spec):
             from meshplan.autoshard.models import hf_model, preset_config
 
             return hf_model(preset_config(spec)), _ids(request, seq), spec.name, spec.num_layers

@@ -70,12 +70,50 @@ class MLP(nn.Module):
             return self.down_proj(F.silu(gate) * up)
         return self.down_proj(F.gelu(self.gate_up_proj(x), approximate="tanh"))
 
+class Experts(nn.Module):
+    """E experts' SwiGLU MLPs as 3-D weights (transformers' MixtralExperts layout: gate_up_proj (E, 2F, H),
+    down_proj (E, H, F))."""
+
+    def __init__(self, s: ModelSpec) -> None:
+        super().__init__()
+        e, f, h = s.num_experts, s.moe_ffn_hidden_size, s.hidden_size
+        self.gate_up_proj = nn.Parameter(torch.empty(e, 2 * f, h))
+        self.down_proj = nn.Parameter(torch.empty(e, h, f))
+
+
+class MoE(nn.Module):
+    """Megatron-Core's MoE layer as one device runs it (megatron/core/transformer/moe: a router, top-k, the tokens
+    permuted by expert, one grouped GEMM per projection, unpermuted by a weighted scatter-add), with Mixtral's names
+    (``mlp.gate``, ``mlp.experts``)."""
+
+    def __init__(self, s: ModelSpec) -> None:
+        super().__init__()
+        self.k, self.e = s.moe_topk, s.num_experts
+        self.gate = nn.Linear(s.hidden_size, s.num_experts, bias=False)
+        self.experts = Experts(s)
+
+    def forward(self, x: Any) -> Any:
+        b, t, h = x.shape
+        tokens = x.reshape(b * t, h)
+        probs = F.softmax(self.gate(tokens).float(), dim=-1)
+        weights, chosen = torch.topk(probs, self.k, dim=-1)
+        weights = (weights / weights.sum(dim=-1, keepdim=True)).to(x.dtype)
+        order = chosen.reshape(-1).argsort()
+        offs = torch.histc(chosen.reshape(-1).float(), bins=self.e, min=0, max=self.e - 1).cumsum(0).to(torch.int32)
+        rows = order // self.k
+        y = F.grouped_mm(tokens[rows], self.experts.gate_up_proj.transpose(-2, -1), offs=offs)
+        gate, up = y.chunk(2, dim=-1)
+        y = F.grouped_mm(F.silu(gate) * up, self.experts.down_proj.transpose(-2, -1), offs=offs)
+        y = y * weights.reshape(-1)[order].unsqueeze(-1)
+        return torch.zeros_like(tokens).index_add(0, rows, y).reshape(b, t, h)
+
+
 class Layer(nn.Module):
     def __init__(self, s: ModelSpec) -> None:
         super().__init__()
         norm = (lambda: RMSNorm(s.hidden_size)) if s.norm == "rmsnorm" else (lambda: nn.LayerNorm(s.hidden_size))
         self.input_layernorm, self.post_attention_layernorm = norm(), norm()
-        self.self_attn, self.mlp = Attention(s), MLP(s)
+        self.self_attn, self.mlp = Attention(s), (MoE(s) if s.num_experts else MLP(s))
 
     def forward(self, x: Any, rope: Any) -> Any:
         x = x + self.self_attn(self.input_layernorm(x), rope)
@@ -122,9 +160,16 @@ class CausalLM(nn.Module):
         return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
 
 
+def supported(spec: ModelSpec) -> bool:
+    """Dense Llama / GPT layers, or Mixtral's MoE (every layer, no shared experts)."""
+    moe_ok = not spec.num_experts or (not spec.shared_expert_ffn_size and not spec.first_k_dense_layers
+                                      and spec.moe_layer_freq == 1 and spec.mlp == "swiglu")
+    return moe_ok and not spec.kv_lora_rank and not spec.layer_pattern
+
+
 def build(spec: ModelSpec, layers: int) -> Any:
     """The preset's model with ``layers`` layers, on fake tensors (no memory), in training mode."""
-    if spec.num_experts or spec.kv_lora_rank or spec.layer_pattern:
+    if not supported(spec):
         raise SpecError(f"model={spec.name}: no built-in module for its layers; meshplan builds it with transformers")
     with FakeTensorMode(allow_non_fake_inputs=True):
         model = CausalLM(spec, layers)
