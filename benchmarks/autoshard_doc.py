@@ -130,13 +130,13 @@ Where they differ, and why:
   K, V and gate, up as separate GEMMs (smaller, less efficient) and sums their input gradients in extra kernels.
 - **Mixtral** is the furthest apart. Its MoE layer, as meshplan's module runs it (Megatron-Core's order: router,
   top-2, the tokens permuted by a gather, one grouped GEMM per projection, a weighted scatter-add back), runs the
-  permutation, its inverse and the weighting as separate eager kernels on the top-2-expanded rows (Megatron fuses
-  them; the estimate prices its kernels), and in the backward pass the planner moves the expanded gradient rows once
-  for each of the two grouped GEMMs that read them, through two different views (the data gradient's and the weight
-  gradient's transposed one), where a shared move would serve both: it shares moves of one view only. Forward it
-  gathers the tokens before the permutation and reduces after the combine, moving half the bytes Megatron's
-  dispatcher moves. Through transformers' class (a sort, a histogram, an inverse permutation and a gather back per
-  layer) the gap is wider.
+  permutation, its inverse and the weighting as separate eager kernels on the top-2-expanded rows, where Megatron
+  fuses them (most of the compute gap). Its collectives are placed differently: the planner gathers the tokens
+  before the permutation and reduces after the combine (half the bytes of Megatron's dispatcher forward), but the
+  router's gradient then needs the experts' output rows summed across the tensor-parallel ranks backward (a
+  reduce-scatter of the expanded rows that Megatron, reducing before the weighting, does not pay), and the sequence-
+  split residual meets the token-split dispatch through all-to-alls. Through transformers' class (a sort, a
+  histogram, an inverse permutation and a gather back per layer) the gap is wider.
 - **The optimizer**: the planner's Adam keeps the moments in the parameters' dtype (as torch.optim.Adam and
   `meshplan trace` count them); the estimate's is Megatron's mixed-precision optimizer (fp32 master weights and
   moments, 30 bytes of traffic per parameter).

@@ -54,11 +54,11 @@ def test_transformers_llama_differs_by_its_separate_projections():
     assert compute > estimated and 0 < a.error < 0.10
 
 
-@pytest.mark.parametrize("source, bound", [("meshplan module", 0.15), ("transformers", 0.25)])
+@pytest.mark.parametrize("source, bound", [("meshplan module", 0.10), ("transformers", 0.20)])
 def test_mixtral_agrees_on_the_dense_parts(source, bound):
     """Mixtral (meshplan's Megatron-order MoE module, or transformers' grouped_mm experts): the gradient reductions
-    agree; the dispatch and combine run as separate eager kernels on the top-2-expanded rows and, backward, the
-    expanded gradient rows move once per view that reads them (docs/AUTOSHARD.md): the planner is slower."""
+    agree; the dispatch and combine run as separate eager kernels on the top-2-expanded rows, and the router's
+    gradient needs the expert outputs reduced backward (docs/AUTOSHARD.md): the planner is slower."""
     a = agreement("mixtral-8x7b", "h100", GPUS, BATCH, 4096, source=source)
     ours, theirs = a.parts()["gradient reductions"]
     assert ours == pytest.approx(theirs, rel=0.05)

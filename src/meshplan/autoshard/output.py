@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from meshplan.autoshard.ops import ATTENTION, GEMMS, packet
 from meshplan.autoshard.placement import REPLICATE, Placements, describe
-from meshplan.autoshard.problem import HUB, Problem
+from meshplan.autoshard.problem import HUB, Problem, to_view
 from meshplan.autoshard.reshard import moves
 from meshplan.autoshard.solve import Sharding
 
@@ -137,6 +137,8 @@ def inserted(sharding: Sharding, top: int = 12) -> list[Move]:
             continue
         for produced, needed, _, per_step in edge.uses:
             have = problem.nodes[u].outs[a].get(produced)
+            if have is not None and (produced[0], needed) in problem.views:
+                have = to_view(have, problem.views[(produced[0], needed)])
             use_outs = per_step or needed[0] >= HUB
             want = (problem.nodes[v].outs[b] if use_outs else problem.nodes[v].needs[b]).get(needed)
             if have is None or want is None or have == want:

@@ -58,6 +58,7 @@ class Problem:
     optimizer: dict[int, np.ndarray]  # parameter node -> per-strategy optimizer seconds per step
     grads: dict[int, int]  # parameter node key -> key of the node whose op last writes its gradient
     hubs: dict[int, tuple[Slot, Slot]] = field(default_factory=dict)  # hub -> (tensor it moves, a use it serves)
+    views: dict[tuple[int, Slot], tuple[int, ...]] = field(default_factory=dict)  # (hub, reader) -> permutation
 
 
 def template_map(flow: Flow, blocks: Blocks) -> dict[int, int]:
@@ -169,36 +170,74 @@ def _data_edges(problem: Problem, owner: list[int]) -> None:
 def _hubs(problem: Problem, raw: list[tuple[int, int, Slot, Slot, float, int]]) -> None:
     """A tensor read in one pass by several nodes is moved once, to a hub node whose strategies are the
     placements it may be moved to, and read from there: Megatron's one all-gather before Q, K and V (one before
-    gate and up), which separate edges would charge three (two) times. The hub holds no memory (a temporary)."""
+    gate and up), which separate edges would charge three (two) times. Readers of different views of one tensor
+    that only permute its dimensions (a GEMM's operand and its transpose for the weight gradient) share it too: the
+    hub holds the first reader's layout and each reader's placement maps onto it (``views``). The hub holds no
+    memory (a temporary)."""
     ops, n = problem.flow.trace.ops, len(problem.flow.trace.ops)
     groups: dict[tuple, list[tuple]] = {}
     for use in raw:
         u, v, produced, needed, weight, p = use
         phase = "fwd" if needed[0] < n and ops[needed[0]].phase == "fwd" else "bwd"
-        t = ops[produced[0]].outputs[produced[1]] if p < n else None
-        same = (u, t.storage, t.shape, t.stride, t.offset, phase) if t is not None else (use,)
-        groups.setdefault(same, []).append(use)  # views of one tensor laid out alike are one tensor
+        t = ops[needed[0]].inputs[needed[1]] if p < n and needed[0] < n else None  # the tensor as read
+        layout = tuple(sorted(zip(t.shape, t.stride, strict=True))) if t is not None else ()
+        same = (u, t.storage, t.offset, layout, phase) if t is not None else (use,)
+        groups.setdefault(same, []).append(use)
     for uses in groups.values():
-        if len({v for _, v, *_ in uses}) < 2:
+        if len({v for _, v, *_ in uses}) < 2 or not _hub(problem, uses):
             for u, v, produced, needed, weight, _ in uses:
                 _edge(problem, u, v).uses.append((produced, needed, weight, False))
-            continue
-        u, produced = uses[0][0], uses[0][2]
-        places = {o[produced] for o in problem.nodes[u].outs if produced in o}
-        for _, v, _, needed, _, _ in uses:
-            places |= {o[needed] for o in problem.nodes[v].needs if needed in o}
-        key = HUB + len([k for k in problem.nodes if k >= HUB])
-        combos = sorted(places)
-        problem.nodes[key] = Node(key=key, name=f"{problem.nodes[u].name} (shared move)", kind="hub", members=(),
-                                  combos=combos, outs=[{(key, 0): c} for c in combos], needs=[{} for _ in combos],
-                                  time=np.zeros((len(combos), 2)), comm=np.zeros((len(combos), 2)),
-                                  created=[{} for _ in combos])
-        per_producer = {p: w for *_, w, p in uses}
-        problem.weight[key] = 1.0
-        _edge(problem, u, key).uses.append((produced, (key, 0), sum(per_producer.values()), False))
-        for _, v, _, needed, weight, _ in uses:
-            _edge(problem, key, v).uses.append(((key, 0), needed, weight, False))
-        problem.hubs[key] = (produced, uses[0][3])
+
+
+def _permutation(problem: Problem, canonical: Slot, read: Slot) -> tuple[int, ...] | None:
+    """For each dimension of the view an op reads (``read``: op, argument), the dimension of ``canonical``'s with the
+    same size and stride; None if the views are not permutations of each other."""
+    ops = problem.flow.trace.ops
+    a, b = ops[canonical[0]].inputs[canonical[1]], ops[read[0]].inputs[read[1]]
+    pairs = list(zip(a.shape, a.stride, strict=True))
+    found: list[int] = []
+    for pair in zip(b.shape, b.stride, strict=True):
+        d = next((i for i, q in enumerate(pairs) if q == pair and i not in found), None)
+        if d is None:
+            return None
+        found.append(d)
+    return tuple(found)
+
+
+def to_view(p: tuple[int, ...], perm: tuple[int, ...]) -> tuple[int, ...]:
+    """A hub's placement (its first reader's layout) in a reader's view (``perm``: that view's dimension -> the
+    hub's)."""
+    return tuple(perm.index(x) if x >= 0 else x for x in p)
+
+
+def _hub(problem: Problem, uses: list[tuple]) -> bool:
+    """One hub for ``uses`` (a tensor read by several nodes in one pass); False when the producer's view of it is not
+    the first reader's (then every use is its own edge)."""
+    ops = problem.flow.trace.ops
+    u, produced, first = uses[0][0], uses[0][2], uses[0][3]
+    out, read = ops[produced[0]].outputs[produced[1]], ops[first[0]].inputs[first[1]]
+    perms = [_permutation(problem, first, needed) for *_, needed, _, _ in uses]
+    if (out.shape, out.stride) != (read.shape, read.stride) or any(p is None for p in perms):
+        return False
+    key = HUB + len([k for k in problem.nodes if k >= HUB])
+    places = {o[produced] for o in problem.nodes[u].outs if produced in o}
+    for (_, v, _, needed, _, _), perm in zip(uses, perms, strict=True):
+        if perm != tuple(range(len(perm))):
+            problem.views[(key, needed)] = perm
+        places |= {tuple(perm[x] if x >= 0 else x for x in o[needed]) for o in problem.nodes[v].needs
+                   if needed in o}
+    combos = sorted(places)
+    problem.nodes[key] = Node(key=key, name=f"{problem.nodes[u].name} (shared move)", kind="hub", members=(),
+                              combos=combos, outs=[{(key, 0): c} for c in combos], needs=[{} for _ in combos],
+                              time=np.zeros((len(combos), 2)), comm=np.zeros((len(combos), 2)),
+                              created=[{} for _ in combos])
+    per_producer = {problem.blocks.group_block(p): w for *_, w, p in uses}  # one move per block's tensor
+    problem.weight[key] = 1.0
+    _edge(problem, u, key).uses.append((produced, (key, 0), sum(per_producer.values()), False))
+    for _, v, _, needed, weight, _ in uses:
+        _edge(problem, key, v).uses.append(((key, 0), needed, weight, False))
+    problem.hubs[key] = (produced, uses[0][3])
+    return True
 
 
 def _grad_edges(problem: Problem, owner: list[int], eff: Efficiency) -> None:
@@ -237,6 +276,9 @@ def _fill_costs(problem: Problem, resharder: Resharder) -> None:
                 served = problem.hubs[needed[0]][1]
             info = ops[tensor[0]].outputs[tensor[1]] if tensor[0] < n else problem.flow.sources[tensor[0] - n].info
             have = [o.get(produced) for o in nu.outs]
+            if (produced[0], needed) in problem.views:  # a hub read through another view of the tensor
+                perm = problem.views[(produced[0], needed)]
+                have = [to_view(p, perm) if p is not None else None for p in have]
             want = [o.get(needed) for o in (nv.outs if per_step or needed[0] >= HUB else nv.needs)]
             phase = 1 if per_step or served[0] >= n or ops[served[0]].phase != "fwd" else 0
             target = edge.step if per_step else (edge.bwd if phase else edge.fwd)
