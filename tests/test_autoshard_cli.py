@@ -123,3 +123,21 @@ def test_model_failing_on_its_inputs_is_one_line(model_file, capsys):
     line = fails(["plan", "--model", f"{model_file}:make", "--input-shape", "4x8x100", "--system", "h100",
                   "--gpus", "8"], capsys)
     assert "failed on input-shape=4x8x100" in line
+
+
+def test_missing_scipy_names_the_extra(model_file, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "scipy", None)  # import scipy now fails as when it is not installed
+    line = fails(["plan", "--model", f"{model_file}:make", "--input-shape", "4x8x256", "--system", "h100",
+                  "--gpus", "8"], capsys)
+    assert "scipy is not installed" in line and "meshplan[solve]" in line
+
+
+def test_a_plan_that_cannot_fit_is_a_result_with_its_reason(capsys):
+    """Llama-3-70B's parameters, gradients and Adam state alone are 8 bytes x 70.6 B = 565 GB: more than 8 GPUs
+    hold at any split (70.6 GB each) beside activations."""
+    _, out = run(["plan", "--model", "llama3-70b", "--autoshard", "--system", "h100", "--gpus", "8",
+                  "--global-batch", "8", "--seq", "4096", "--json"], capsys)
+    data = json.loads(out)
+    assert not data["fits"] and data["step_time_s"] is None and "no plan fits" in data["reason"]

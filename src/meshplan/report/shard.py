@@ -32,7 +32,8 @@ def to_dict(result: Result, top: int = 12) -> dict[str, Any]:
         "system": result.request.system, "gpus": result.cluster.num_gpus,
         "mesh": {"names": list(sharding.problem.mesh.names), "shape": list(sharding.problem.mesh.sizes)},
         "fits": bool(best.fits), "reason": "" if best.fits else sharding.reason,
-        "step_time_s": best.step_time, "micro_batches": result.request.micro_batches,
+        "step_time_s": best.step_time if best.step_time != float("inf") else None,
+        "micro_batches": result.request.micro_batches,
         "pipeline": _pipeline(best) if isinstance(best, Pipeline) else None,
         "memory_limit_bytes": sharding.memory_limit,
         "peak_memory_bytes": max(best.memory) if isinstance(best, Pipeline) else (
@@ -99,9 +100,13 @@ def render(result: Result, console: Console, top: int = 12) -> None:
 def _summary_rows(result: Result, best: Any, sharding: Sharding) -> list[tuple[str, str]]:
     rows = []
     if not best.fits:
-        rows.append(("verdict", f"DOES NOT FIT: {sharding.reason}"))
-    rows.append(("step time", fmt_time(best.step_time) + (f" ({result.request.micro_batches} micro-batches)"
-                                                          if result.request.micro_batches > 1 else "")))
+        hint = ""
+        if result.request.micro_batches == 1:
+            hint = " (more micro-batches, --micro-batches N, shrink the activations and let --stages try pipelines)"
+        rows.append(("verdict", f"DOES NOT FIT: {sharding.reason}{hint}"))
+    if best.step_time != float("inf"):
+        rows.append(("step time", fmt_time(best.step_time) + (f" ({result.request.micro_batches} micro-batches)"
+                                                              if result.request.micro_batches > 1 else "")))
     if isinstance(best, Pipeline):
         rows.append(("pipeline", f"{best.stages} stages of {best.devices} GPUs, layers {list(best.layers)}, "
                                  f"bubble {fmt_time(best.bubble)}"))
