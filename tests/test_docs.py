@@ -54,7 +54,7 @@ QUICK = {  # the subset of each sweep's points the quick check re-runs (every sy
 }
 POINT = ("system", "nvlink_domain", "gpus", "param", "factor")  # what tells a sweep's rows apart
 GENERATED = {"ACCURACY.md", "accuracy_summary.json", "accuracy.png", "INDEPENDENT.md", "independent_summary.json",
-             "ACCURACY_INFERENCE.md",
+             "ACCURACY_INFERENCE.md", "AUTOSHARD.md",
              "STRATEGIES.md", *QUICK, "img/report.png", "img/plan-space.png", "img/compare.png", "img/trust.png",
              "img/breakdown.png", "img/memory.png", "img/roofline.png",
              "img/timeline.png", "img/scaling.png", "img/param-hbm_bandwidth.png", "img/param-nic_bandwidth.png",
@@ -174,6 +174,14 @@ def test_measured_document_is_what_the_committed_data_renders(tmp_path):
     (data,) = sorted((ROOT / "data" / "measured").glob("*.jsonl.gz"))[-1:]
     measured.main(["--render", str(data.relative_to(ROOT)), "--doc", str(tmp_path / "MEASURED.md")])
     _same(tmp_path / "MEASURED.md", "MEASURED.md", f"python benchmarks/measured.py --render {data.relative_to(ROOT)}")
+
+
+def test_autoshard_document_is_current(tmp_path):
+    """The sharding planner's agreement with the estimate, the plans it finds, the non-transformers' plans and the
+    program's size (about 20 s on 2 cores: traces on fake tensors and a few dozen integer programs)."""
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "autoshard.py"), "--out", str(tmp_path)], check=True,
+                   capture_output=True)
+    _same(tmp_path / "AUTOSHARD.md", "AUTOSHARD.md", "python benchmarks/autoshard.py")
 
 
 # ---- the sweeps' CSVs and the pictures drawn from them ----------------------------------------------------------

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from meshplan.trace import flops as fl
+
 TAGS = {"pointwise": torch.Tag.pointwise, "reduction": torch.Tag.reduction}
 
 
@@ -54,3 +56,35 @@ def encode_call(args: tuple, kwargs: dict) -> str:
 def tags(func: Any) -> tuple[str, ...]:
     """The tags of ``func`` that fusion analysis reads."""
     return tuple(name for name, tag in TAGS.items() if tag in func.tags)
+
+
+def arg_names(func: Any, args: tuple, kwargs: dict) -> tuple[str, ...]:
+    """The schema name of each tensor argument, in the order ``fl._tensors((args, kwargs))`` lists them (a list
+    argument, e.g. ``cat``'s ``tensors``, names each of its tensors)."""
+    names = [a.name for a in func._schema.arguments]
+    found = [names[i] if i < len(names) else f"arg{i}" for i, a in enumerate(args) for _ in fl._tensors(a)]
+    return tuple(found + [k for k, v in kwargs.items() for _ in fl._tensors(v)])
+
+
+def result_slots(out: Any) -> tuple[int, ...]:
+    """For each tensor result, its position in the op's returned tuple (ops such as convolution_backward return
+    None for results not asked for, which the recorder drops)."""
+    if isinstance(out, (tuple, list)):
+        return tuple(i for i, o in enumerate(out) for _ in fl._tensors(o))
+    return (0,)
+
+
+def _plain(value: Any) -> Any:
+    """A non-tensor argument as plain data: numbers, strings, tuples of them (dtypes, devices and layouts by name)."""
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool):
+        return value.node.hint if hasattr(value.node, "hint") else str(value)
+    return str(value)
+
+
+def call_attrs(func: Any, args: tuple, kwargs: dict) -> tuple[tuple[str, Any], ...]:
+    """The op's non-tensor arguments by schema name (``dim``, ``keepdim``, ``groups`` …), for the sharding rules."""
+    return tuple((k, _plain(v)) for k, v in fl.named_args(func, args, kwargs).items() if not fl._tensors(v))

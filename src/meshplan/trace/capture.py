@@ -42,7 +42,7 @@ from torch.utils.flop_counter import flop_registry
 
 from meshplan.errors import SpecError
 from meshplan.trace import flops as fl
-from meshplan.trace.calls import encode_call, tags
+from meshplan.trace.calls import arg_names, call_attrs, encode_call, result_slots, tags
 from meshplan.trace.graph import Storage, TensorInfo, Trace, TracedOp
 
 aten = torch.ops.aten
@@ -126,8 +126,8 @@ class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
         kwargs = kwargs or {}
         if func in SKIP:
             return func(*args, **kwargs)
-        if func._overloadpacket not in flop_registry and func._overloadpacket not in fl.OWN_FORMULAS:
-            with self:  # as FlopCounterMode: count the parts of an op that has a decomposition
+        if _decomposes(func):
+            with self:
                 r = func.decompose(*args, **kwargs)
             if r is not NotImplemented:
                 return r
@@ -175,6 +175,8 @@ class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
             "index": index, "func": func, "module": module, "inputs": in_infos, "outputs": tuple(out_infos),
             "flops": flops, "source": source, "geometry": geometry,
             "read": 0 if is_view else sum({(i.storage, i.shape): i.nbytes for i in in_infos}.values()),
+            "args": arg_names(func, args, kwargs), "results": result_slots(out),
+            "attrs": call_attrs(func, args, kwargs),
             "written": written, "node": id(node) if node is not None else None,
             "reads": reads, "creates": [(s, 0) for s in fresh] + [(s, self.version[s]) for s in mutated],
             "outs": outs, "call": encode_call(args, kwargs), "tags": tags(func),
@@ -189,6 +191,15 @@ def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
     named = fl.named_args(func, args, kwargs)
     return [t for a in func._schema.arguments if a.alias_info is not None and a.alias_info.is_write
             for t in fl._tensors(named.get(a.name))]
+
+
+def _decomposes(func: Any) -> bool:
+    """As FlopCounterMode: count the parts of an op that has no FLOP formula (and a decomposition); an element-wise
+    op (silu_backward, gelu_backward) is one kernel on a GPU and its FLOPs are counted per element (flops.py), so it
+    stays whole."""
+    packet = func._overloadpacket
+    return packet not in flop_registry and packet not in fl.OWN_FORMULAS and not (
+        torch.Tag.pointwise in func.tags or packet in fl.PER_ELEMENT)
 
 
 def _fake_inputs(mode: FakeTensorMode, inputs: Sequence[Any]) -> list[torch.Tensor]:
@@ -331,7 +342,8 @@ def traced_ops(rows: list[dict[str, Any]], phases: Sequence[str]) -> list[Traced
             inputs=r["inputs"], outputs=r["outputs"], flops=r["flops"], flops_source=r["source"],
             bytes_read=float(r["read"]), bytes_written=float(r["written"]), m=float(g.get("m", 0.0)),
             n=float(g.get("n", 0.0)), k=float(g.get("k", 0.0)), groups=float(g.get("groups", 1.0)),
-            causal=bool(g.get("causal", False)), module=r["module"], call=r["call"], tags=r["tags"]))
+            causal=bool(g.get("causal", False)), module=r["module"], call=r["call"], tags=r["tags"], args=r["args"],
+            results=r["results"], attrs=r["attrs"]))
     return ops
 
 
@@ -355,7 +367,12 @@ def _assemble(rec: _Recorder, module: torch.nn.Module, params: dict, buffers: di
     storages = {sid: Storage(id=sid, nbytes=size, role=roles[sid], created=rec.created.get(sid, -1))
                 for sid, size in rec.sizes.items()}
     unique = {rec.storage(p)[0]: p for p in params.values()}
-    return Trace(name=type(module).__name__, ops=tuple(ops), storages=storages,
+    trainable = [p for p in {id(p): p for p in params.values() if p.requires_grad}.values()]
+    grad_of = {rec.storage(p)[0]: rec.storage(g)[0] for p, g in zip(trainable, grads, strict=False) if g is not None}
+    names: dict[int, str] = {}
+    for name, t in (*buffers.items(), *params.items()):
+        names.setdefault(rec.storage(t)[0], name)
+    return Trace(name=type(module).__name__, ops=tuple(ops), storages=storages, grad_of=grad_of, names=names,
                  params=sum(p.numel() for p in unique.values()),
                  param_bytes=sum(storages[s].nbytes for s in unique), forward_end=forward_end,
                  module_calls=rec.module_calls + 1)  # the root's own call

@@ -89,6 +89,12 @@ class TracedOp:
     # anything else that is not a number, string or None as {"opaque": type}; "" when not recorded
     call: str = ""
     tags: tuple[str, ...] = ()  # the aten op's tags that measure/fusion.py reads: "pointwise", "reduction"
+    args: tuple[str, ...] = ()  # the schema name of each input (``mat1``, ``weight``; a list's tensors share one)
+    results: tuple[int, ...] = ()  # each output's position in what the op returned (dropped Nones leave gaps)
+    attrs: tuple[tuple[str, object], ...] = ()  # non-tensor arguments by schema name (dim, keepdim, groups …)
+
+    def attr(self, name: str, default: object = None) -> object:
+        return next((v for k, v in self.attrs if k == name), default)
 
     @property
     def nbytes(self) -> float:
@@ -106,6 +112,8 @@ class Trace:
     param_bytes: int
     forward_end: int  # index of the last forward op (the loss)
     module_calls: int = 0  # nn.Module forward calls in the forward pass, the root's included
+    grad_of: dict[int, int] = field(default_factory=dict, hash=False)  # parameter storage -> its gradient's
+    names: dict[int, str] = field(default_factory=dict, hash=False)  # parameter / buffer storage -> its name
 
     def flops(self, phase: str | None = None, kind: str | None = None, source: str | None = None) -> float:
         """Sum of op FLOPs, optionally of one phase (``"bwd"`` = both backward phases), kind or source."""
