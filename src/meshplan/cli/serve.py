@@ -109,7 +109,7 @@ def _one(model, cluster, engine, options, price, as_json) -> None:
     import json
 
     from meshplan.report.serve_text import estimate_tables
-    from meshplan.report.text import _console
+    from meshplan.report.text import terminal_console
     from meshplan.serve.estimate import serve_estimate
     from meshplan.serve.plan import ServePlan, Workload
     from meshplan.serve.precision import parse_quant
@@ -127,7 +127,7 @@ def _one(model, cluster, engine, options, price, as_json) -> None:
     if as_json:
         click.echo(json.dumps(est.to_dict(price)))
     else:
-        estimate_tables(est, _console(), price)
+        estimate_tables(est, terminal_console(), price)
 
 
 COMMANDS = [serve_cmd]

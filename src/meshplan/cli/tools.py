@@ -42,9 +42,9 @@ def calibrate_cmd(world_size, mesh, quick, device, base_ref, out, as_json) -> No
         click.echo(json.dumps(cal.to_dict(), indent=2))
         return
     from meshplan.calibrate.report import print_calibration
-    from meshplan.report.text import _console
+    from meshplan.report.text import terminal_console
 
-    print_calibration(cal, _console(), out)
+    print_calibration(cal, terminal_console(), out)
 
 
 @click.command("trace")
@@ -67,9 +67,9 @@ def trace_cmd(model_ref, shapes, dtypes, system_ref, param_dtype, optimizer, top
     if as_json:
         click.echo(json.dumps(report.to_dict(top), indent=2))
         return
-    from meshplan.report.text import _console
+    from meshplan.report.text import terminal_console
 
-    render(report, _console(), top)
+    render(report, terminal_console(), top)
 
 
 @click.command("presets")

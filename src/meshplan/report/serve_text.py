@@ -123,12 +123,12 @@ def print_serve(result: ServeSearchResult, price: float | None, as_json: bool) -
 
     import click
 
-    from meshplan.report.text import _console
+    from meshplan.report.text import terminal_console
 
     if as_json:
         click.echo(json.dumps(result.to_dict(price)))
         return
-    console = _console()
+    console = terminal_console()
     if result.plans:
         for r in plans_tables(result, price, console.width):
             console.print(r)

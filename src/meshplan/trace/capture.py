@@ -55,7 +55,7 @@ ALLOCATE_ONLY = {aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty
 TAG = "meshplan_module"
 
 
-def _dtype(name: str, field: str = "dtype") -> torch.dtype:
+def torch_dtype(name: str, field: str = "dtype") -> torch.dtype:
     value = getattr(torch, name, None)
     if not isinstance(value, torch.dtype):
         raise SpecError(f"{field}={name!r} is not a torch dtype (e.g. int64, float32, bfloat16)")
@@ -177,7 +177,7 @@ def _fake_inputs(mode: FakeTensorMode, inputs: Sequence[Any]) -> list[torch.Tens
         if not all(isinstance(s, int) and s > 0 for s in shape):
             raise SpecError(f"input-shape={'x'.join(map(str, shape))!r} (input {i}) must be positive integers")
         with mode:
-            result.append(torch.zeros(tuple(shape), dtype=_dtype(dtype) if isinstance(dtype, str) else dtype))
+            result.append(torch.zeros(tuple(shape), dtype=torch_dtype(dtype) if isinstance(dtype, str) else dtype))
     return result
 
 
@@ -235,7 +235,7 @@ def trace_module(module: torch.nn.Module, inputs: Sequence[Any], *, backward: bo
     fake = next((t for t in [*params.values(), *buffers.values()] if isinstance(t, FakeTensor)), None)
     mode = fake.fake_mode if fake is not None else FakeTensorMode(allow_non_fake_inputs=True)
     # the module is called with fake copies of its state (the same tensors if it was built fake), cast if asked
-    cast = _dtype(param_dtype) if isinstance(param_dtype, str) else param_dtype
+    cast = torch_dtype(param_dtype) if isinstance(param_dtype, str) else param_dtype
     copies: dict[int, torch.Tensor] = {}
 
     def fake_copy(t: torch.Tensor) -> torch.Tensor:

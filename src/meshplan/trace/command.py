@@ -152,13 +152,13 @@ def run(ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], system_ref: 
         import torch  # noqa: F401
     except ModuleNotFoundError:
         raise MissingDependency("torch", "torch") from None
-    from meshplan.trace.capture import _dtype, trace_module
+    from meshplan.trace.capture import torch_dtype, trace_module
 
     inputs = tuple((s, dtypes[i] if len(dtypes) > 1 else dtypes[0]) for i, s in enumerate(parsed))
     for _, d in inputs:
-        _dtype(d)
+        torch_dtype(d)
     if param_dtype is not None:
-        _dtype(param_dtype, "param-dtype")
+        torch_dtype(param_dtype, "param-dtype")
     model = build(load_factory(ref), ref)
     # FakeTensorMode logs the traceback of an op whose meta kernel fails before raising it; the one-line error
     # below says the same, so the log stays quiet
