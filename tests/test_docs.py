@@ -134,10 +134,25 @@ def test_independent_documents_are_current(tmp_path, name):
     _same(tmp_path / name, name, "python benchmarks/independent.py")
 
 
-def test_inference_accuracy_document_is_current(tmp_path):
-    """docs/ACCURACY_INFERENCE.md: every published serving run predicted again (about 5 s)."""
-    _script("accuracy_inference").main(["--out", str(tmp_path)])
-    _same(tmp_path / "ACCURACY_INFERENCE.md", "ACCURACY_INFERENCE.md", "python benchmarks/accuracy_inference.py")
+@pytest.fixture(scope="module")
+def inference_out(tmp_path_factory):
+    """Every published serving run predicted again (about 5 s), its documents written to a folder."""
+    out = tmp_path_factory.mktemp("accuracy_inference")
+    _script("accuracy_inference").main(["--out", str(out)])
+    return out
+
+
+def test_inference_accuracy_document_is_current(inference_out):
+    _same(inference_out / "ACCURACY_INFERENCE.md", "ACCURACY_INFERENCE.md", "python benchmarks/accuracy_inference.py")
+
+
+def test_the_packaged_serving_errors_are_current(inference_out):
+    """src/meshplan/presets/serving_errors.json, the figures the serving report's trust note quotes
+    (report/serve_trust.py)."""
+    packaged = ROOT / "src" / "meshplan" / "presets" / "serving_errors.json"
+    if (inference_out / packaged.name).read_bytes() != packaged.read_bytes():
+        pytest.fail("src/meshplan/presets/serving_errors.json is stale: regenerate it with `python "
+                    "benchmarks/accuracy_inference.py` and commit it", pytrace=False)
 
 
 def test_serving_quotes_the_inference_accuracy():
