@@ -41,12 +41,14 @@ def asset(name: str) -> str:
     return (resources.files("meshplan.report") / "templates" / name).read_text(encoding="utf-8")
 
 
-def safe(text: str) -> Any:
-    """Script text written into the page as it is (it holds no ``</script``: checked)."""
+def safe(text: str, element: str = "script") -> Any:
+    """A script's or a stylesheet's text written into the page as it is, not escaped (the inside of a ``<script>``
+    or ``<style>`` element is raw text: an escaped quote would stay ``&#34;`` there); it holds no ``</script`` or
+    ``</style`` that would end the element early (checked)."""
     from markupsafe import Markup
 
-    if "</script" in text.lower():
-        raise ValueError("a script holds '</script': it cannot be inlined")
+    if f"</{element}" in text.lower():
+        raise ValueError(f"a {element} holds '</{element}': it cannot be inlined")
     return Markup(text)
 
 
@@ -62,5 +64,5 @@ def render_page(title: str, lead: Lead, sections: Sequence[Section], footer: str
     data = {"charts": charts, "renderers": renderers} | {k: d for s in sections
                                                            for k, d in s.context.get("data", {}).items()}
     return environment().get_template("report.html.j2").render(
-        title=title, lead=lead, sections=sections, footer=footer, data=data, css=asset("report.css"),
+        title=title, lead=lead, sections=sections, footer=footer, data=data, css=safe(asset("report.css"), "style"),
         runtime=safe(bundle()), script=safe("\n".join(asset(s) for s in (CORE_SCRIPT, *scripts))))

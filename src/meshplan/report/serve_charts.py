@@ -102,17 +102,20 @@ def memory_parts(e: ServeEstimate) -> dict[str, float]:
 
 
 def memory_chart(plans: Sequence[ServeEstimate], labels: Sequence[str]) -> dict[str, Any]:
-    """Memory per GPU of each configuration stacked by part, against the HBM and the engine's share of it."""
+    """Memory per GPU of each configuration stacked by part (up to what the engine allocates: its share of the HBM
+    when it takes a share of the total, memory.py), against the HBM and that share."""
     acc, engine = plans[0].cluster.accelerator, plans[0].engine
     rows = [{"config": label, "part": k, "value": v / GiB, "order": list(MEMORY_PARTS).index(k), "bytes": fmt_bytes(v)}
             for e, label in zip(plans, labels, strict=True) for k, v in memory_parts(e).items() if v > 0]
     ends = [{"config": label, "end": max(sum(memory_parts(e).values()), acc.hbm_bytes) / GiB,
              "text": f"{fmt_bytes(float(e.memory.total))} used · {float(e.memory.max_sequences(e.plan.dpa)):,.0f} "
                      f"sequences fit"} for e, label in zip(plans, labels, strict=True)]
-    limits = [{"x": acc.hbm_bytes / GiB, "limit": f"HBM {fmt_bytes(acc.hbm_bytes)}"},
-              {"x": float(plans[0].memory.capacity) / GiB,
-               "limit": f"{engine.name}'s share {fmt_bytes(float(plans[0].memory.capacity))}"}]
-    dashes = {"domain": [r["limit"] for r in limits], "range": [[6, 3], [2, 2]]}
+    limits = [{"x": acc.hbm_bytes / GiB, "limit": f"HBM {fmt_bytes(acc.hbm_bytes)}"}]
+    if engine.memory_basis == "total":  # the engine's share of the HBM (vLLM: gpu_memory_utilization)
+        share = float(plans[0].memory.capacity)
+        name = f"{engine.name}'s {engine.memory_utilization:.0%}: {fmt_bytes(share)}"
+        limits.append({"x": share / GiB, "limit": name})
+    dashes = {"domain": [r["limit"] for r in limits], "range": [[6, 3], [2, 2]][:len(limits)]}
     y = {"field": "config", "type": "nominal", "sort": list(labels), "title": None, "axis": {"labelLimit": 260}}
     shown = [k for k in MEMORY_PARTS if any(r["part"] == k for r in rows)]
     return spec(

@@ -78,12 +78,15 @@ def memory_section(plans: Sequence[ServeEstimate]) -> Section:
     shown = list(plans[:SHOWN])
     best, hbm = shown[0], shown[0].cluster.accelerator.hbm_bytes
     m = best.memory
-    table = [[k, fmt_bytes(v), f"{v / hbm:.1%}"] for k, v in C.memory_parts(best).items()]
+    parts = C.memory_parts(best)
+    table = [[k, fmt_bytes(v), f"{v / hbm:.1%}"] for k, v in parts.items()]
+    allocated = sum(parts.values())
     table += [["KV-cache pool", fmt_bytes(float(m.kv_pool)), f"{float(m.kv_pool) / hbm:.1%}"],
-              ["engine's share of HBM", fmt_bytes(float(m.capacity)), f"{float(m.capacity) / hbm:.1%}"]]
-    seqs = (f"One sequence holds {fmt_bytes(float(m.sequence))} of KV cache per GPU at {best.engine.resident(best.workload):,.0f} "
-            f"tokens (whole pages); the pool holds {float(m.max_sequences(best.plan.dpa)):,.0f} such sequences per "
-            f"instance, the batch runs {best.metrics.running:,.0f}.")
+              ["allocated by the engine", fmt_bytes(allocated), f"{allocated / hbm:.1%}"]]
+    seqs = (f"One sequence holds {fmt_bytes(float(m.sequence))} of KV cache per GPU at "
+            f"{best.engine.resident(best.workload):,.0f} tokens (whole pages); the pool holds "
+            f"{float(m.max_sequences(best.plan.dpa)):,.0f} such sequences per instance, the batch runs "
+            f"{best.metrics.running:,.0f}.")
     return Section("memory", "Memory", "sections/serve_memory.html.j2",
                    {"n": len(shown), "hbm": fmt_bytes(hbm), "table": table, "sequences": seqs},
                    {"serve-memory": C.memory_chart(shown, labels(shown))})

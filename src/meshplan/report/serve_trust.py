@@ -57,12 +57,13 @@ def headline(arch: str) -> tuple[str, dict[str, Any] | None]:
 
 def likely(best: ServeEstimate, entry: dict[str, Any] | None) -> str:
     """The best configuration's throughput and what it would measure if the model erred on it as on nine in ten of
-    the runs: error e = predicted / measured − 1 with |e| ≤ p90 puts the measurement in [p / (1 + p90), p / (1 − p90)]."""
+    the runs: error e = predicted / measured − 1 with |e| ≤ p90 puts the measurement in
+    [p / (1 + p90), p / (1 − p90)]."""
     p = best.metrics.tokens_per_s
     band = (entry or errors()["overall"])["p90"]
     high = f"{fmt_count(p / (1 - band))}" if band < 1 else "unbounded"
-    return (f"The best configuration's {fmt_count(p)} output tokens/s would measure between {fmt_count(p / (1 + band))} "
-            f"and {high} if the model erred on it as on nine in ten of those runs.")
+    return (f"The best configuration's {fmt_count(p)} output tokens/s would measure between "
+            f"{fmt_count(p / (1 + band))} and {high} if the model erred on it as on nine in ten of those runs.")
 
 
 def engine_note(best_engine: Any) -> str:
