@@ -70,7 +70,8 @@ def curve_chart(rows: list[dict[str, Any]], x: str, slo: float, title: str) -> d
                                                                                  "title": "tokens/s per GPU"},
            {"field": "tpot_text", "title": "TPOT"}, {"field": "ttft_text", "title": "TTFT"}, {"field": "fits"}]
     fits, out = "datum.fits == 'fits'", "datum.fits != 'fits'"
-    layers = [
+    layers = [] if not slo else _target(x, slo)
+    layers += [
         {"transform": [{"filter": fits}], "mark": {"type": "line", "strokeWidth": 1.6, "point": False},
          "encoding": {"x": enc_x, "y": enc_y, "color": colour, "order": {"field": "batch"}}},
         {"transform": [{"filter": out}], "mark": {"type": "point", "size": 30, "filled": False},
@@ -83,14 +84,18 @@ def curve_chart(rows: list[dict[str, Any]], x: str, slo: float, title: str) -> d
         {"transform": [{"filter": "datum.label != ''"}],
          "mark": {"type": "text", "align": "left", "dx": 5, "dy": -6, "fontSize": 10, "color": "#444"},
          "encoding": {"x": enc_x, "y": enc_y, "text": {"field": "label"}}}]
-    if slo:
-        target = [{"x": slo * 1e3, "text": f"{x.upper()} target {fmt_time(slo)}"}]
-        layers += [{"data": {"values": target}, "mark": {"type": "rule", "strokeDash": [5, 3], "color": SLO_COLOR},
-                    "encoding": {"x": {"field": "x", "type": "quantitative"}, "tooltip": [{"field": "text"}]}},
-                   {"data": {"values": target}, "mark": {"type": "text", "align": "left", "baseline": "top", "dx": 4,
-                                                         "y": 4, "fontSize": 11, "color": SLO_COLOR},
-                    "encoding": {"x": {"field": "x", "type": "quantitative"}, "text": {"field": "text"}}}]
     return spec(height=300, title=title, data={"values": rows}, layer=layers)
+
+
+def _target(x: str, slo: float) -> list[dict[str, Any]]:
+    """A latency target as a dashed rule with its name at the top, drawn under the points (which keep their
+    tooltips)."""
+    target = [{"x": slo * 1e3, "text": f"{x.upper()} target {fmt_time(slo)}"}]
+    return [{"data": {"values": target}, "mark": {"type": "rule", "strokeDash": [5, 3], "color": SLO_COLOR},
+             "encoding": {"x": {"field": "x", "type": "quantitative"}, "tooltip": [{"field": "text"}]}},
+            {"data": {"values": target}, "mark": {"type": "text", "align": "left", "baseline": "top", "dx": 4,
+                                                  "y": 4, "fontSize": 11, "color": SLO_COLOR},
+             "encoding": {"x": {"field": "x", "type": "quantitative"}, "text": {"field": "text"}}}]
 
 
 def memory_parts(e: ServeEstimate) -> dict[str, float]:
