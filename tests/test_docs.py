@@ -56,7 +56,7 @@ POINT = ("system", "nvlink_domain", "gpus", "param", "factor")  # what tells a s
 GENERATED = {"ACCURACY.md", "accuracy_summary.json", "accuracy.png", "INDEPENDENT.md", "independent_summary.json",
              "ACCURACY_INFERENCE.md",
              "STRATEGIES.md", *QUICK, "img/report.png", "img/plan-space.png", "img/compare.png", "img/trust.png",
-             "img/breakdown.png", "img/memory.png", "img/roofline.png",
+             "img/serve.png", "img/serve-space.png", "img/breakdown.png", "img/memory.png", "img/roofline.png",
              "img/timeline.png", "img/scaling.png", "img/param-hbm_bandwidth.png", "img/param-nic_bandwidth.png"}
 
 
@@ -244,6 +244,15 @@ def test_report_screenshot_shows_the_current_report(tmp_path):
     shots.run(shots.REPORT + ["-o", str(html)])
     for name in ("report.png", *(name for name, _ in shots.REPORT_SHOTS)):
         _same_picture(shots.html_inputs(html.read_text()), f"img/{name}", SCREENSHOTS, "the current report")
+
+
+def test_serve_screenshot_shows_the_current_serving_report(tmp_path):
+    """The serving report of docs/SERVING.md's first command (without the charts' runtime; under a second) against
+    what serve.png and serve-space.png recorded."""
+    html = tmp_path / "serve.html"
+    shots.run(shots.SERVE + [str(html)])
+    for name in ("serve.png", *(name for name, _ in shots.SERVE_SHOTS)):
+        _same_picture(shots.html_inputs(html.read_text()), f"img/{name}", SCREENSHOTS, "the current serving report")
 
 
 def test_every_document_is_covered():
