@@ -121,7 +121,7 @@ def memory_chart(plans: Sequence[ServeEstimate], labels: Sequence[str]) -> dict[
         name = f"{engine.name}'s {engine.memory_utilization:.0%}: {fmt_bytes(share)}"
         limits.append({"x": share / GiB, "limit": name})
     dashes = {"domain": [r["limit"] for r in limits], "range": [[6, 3], [2, 2]][:len(limits)]}
-    y = {"field": "config", "type": "nominal", "sort": list(labels), "title": None, "axis": {"labelLimit": 260}}
+    y = {"field": "config", "type": "nominal", "sort": list(labels), "title": None, "axis": {"labelLimit": 340}}
     shown = [k for k in MEMORY_PARTS if any(r["part"] == k for r in rows)]
     return spec(
         height=34 * len(plans), title=f"Memory per GPU (GiB) against {fmt_bytes(acc.hbm_bytes)} of HBM",
@@ -163,7 +163,7 @@ def step_chart(plans: Sequence[ServeEstimate], labels: Sequence[str]) -> dict[st
                      "text": f"{fmt_time(total)} per iteration · TPOT {fmt_time(e.metrics.tpot)}"})
     shown = [v[0] for k, v in STEP_KINDS.items() if any(r["kind"] == v[0] for r in rows)]
     top = max(r["end"] for r in ends)
-    y = {"field": "config", "type": "nominal", "sort": list(labels), "title": None, "axis": {"labelLimit": 260}}
+    y = {"field": "config", "type": "nominal", "sort": list(labels), "title": None, "axis": {"labelLimit": 340}}
     return spec(
         height=34 * len(plans), title="One decode iteration at the running batch, by kind of op (ms)",
         layer=[{"data": {"values": rows}, "mark": {"type": "bar", "height": {"band": 0.7}},
