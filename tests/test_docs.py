@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 FULL = os.environ.get("MESHPLAN_DOCS_FULL") == "1"
 # USAGE.md and HISTORY.md: checked by tests/test_readme.py; SERVING.md's figures by test_serving_quotes_...
-HANDWRITTEN = {"REPORTS.md", "USAGE.md", "HISTORY.md", "SERVING.md"}
+HANDWRITTEN = {"REPORTS.md", "USAGE.md", "HISTORY.md", "SERVING.md", "MEASURE.md"}
 SCREENSHOTS = "python benchmarks/screenshots.py  (about a minute; writes docs/img/*.png and both CSVs)"
 
 
@@ -57,7 +57,8 @@ GENERATED = {"ACCURACY.md", "accuracy_summary.json", "accuracy.png", "INDEPENDEN
              "ACCURACY_INFERENCE.md",
              "STRATEGIES.md", *QUICK, "img/report.png", "img/plan-space.png", "img/compare.png", "img/trust.png",
              "img/serve.png", "img/serve-space.png", "img/breakdown.png", "img/memory.png", "img/roofline.png",
-             "img/timeline.png", "img/scaling.png", "img/param-hbm_bandwidth.png", "img/param-nic_bandwidth.png"}
+             "img/timeline.png", "img/scaling.png", "img/param-hbm_bandwidth.png", "img/param-nic_bandwidth.png",
+             "MEASURED.md"}
 
 
 def _first_difference(old: bytes, new: bytes) -> str:
@@ -178,6 +179,16 @@ def test_strategies_document_is_current(tmp_path):
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "strategies.py"), "--out", str(tmp_path)], check=True,
                    capture_output=True)
     _same(tmp_path / "STRATEGIES.md", "STRATEGIES.md", "python benchmarks/strategies.py")
+
+
+def test_measured_document_is_what_the_committed_data_renders(tmp_path):
+    """docs/MEASURED.md from the committed zoo run (data/measured/*.jsonl.gz), rendered again without measuring: the
+    zoo table and the leave-one-model-out evaluation of the learned model (about 15 s of CPU: 30 tree fits)."""
+    pytest.importorskip("sklearn")
+    measured = _script("measured")
+    (data,) = sorted((ROOT / "data" / "measured").glob("*.jsonl.gz"))[-1:]
+    measured.main(["--render", str(data.relative_to(ROOT)), "--doc", str(tmp_path / "MEASURED.md")])
+    _same(tmp_path / "MEASURED.md", "MEASURED.md", f"python benchmarks/measured.py --render {data.relative_to(ROOT)}")
 
 
 # ---- the sweeps' CSVs and the pictures drawn from them ----------------------------------------------------------

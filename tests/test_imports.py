@@ -3,7 +3,8 @@ import each other (directly or round a cycle), and the core never imports the va
 
 Layers, in data-flow order (a module's layer is that of the first name under ``meshplan`` it lives in):
 base values → specs → collectives on the mesh → per-op cost → memory and op time → overlap channels and pipeline
-schedules → step → estimate → search and sweeps → trace and calibrate → report → command line → validation.
+schedules → step → estimate → search and sweeps → trace and calibrate → measure (predict, then run a step) → report →
+command line → validation.
 Imports inside functions and under ``TYPE_CHECKING`` count as imports.
 """
 
@@ -28,6 +29,7 @@ LAYERS = [
     ("serve",),
     ("search", "sweep"),
     ("trace", "calibrate"),
+    ("measure",),
     ("report",),
     ("cli",),
 ]
