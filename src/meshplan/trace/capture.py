@@ -82,7 +82,7 @@ class _Real(contextlib.nullcontext):
         return t
 
 
-class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
+class Recorder(torch.utils._python_dispatch.TorchDispatchMode):
     """Records each op: arguments, results, FLOPs, storages, module and autograd node."""
 
     def __init__(self, root_name: str) -> None:
@@ -247,7 +247,7 @@ def _phases(rows: list[dict[str, Any]], forward_end: int, grad_storages: set[int
     return ["fwd" if r["index"] <= forward_end else ("bwd_w" if w_op.get(r["index"]) else "bwd_x") for r in rows]
 
 
-def _hooks(module: torch.nn.Module, rec: _Recorder) -> list[Any]:
+def _hooks(module: torch.nn.Module, rec: Recorder) -> list[Any]:
     """Forward pre / post hooks on every submodule that keep ``rec``'s module stack (remove them after)."""
     names = {id(m): name for name, m in module.named_modules(remove_duplicate=False) if name}
     hooks = []
@@ -293,7 +293,7 @@ def trace_module(module: torch.nn.Module, inputs: Sequence[Any], *, backward: bo
     buffers = {k: fake_copy(v) for k, v in buffers.items()}
     state = {**params, **buffers}
     args = _fake_inputs(mode, inputs)
-    rec = _Recorder(type(module).__name__)
+    rec = Recorder(type(module).__name__)
     hooks = _hooks(module, rec)
     unique = {id(p): p for p in params.values() if p.requires_grad}
     try:
@@ -335,7 +335,7 @@ def traced_ops(rows: list[dict[str, Any]], phases: Sequence[str]) -> list[Traced
     return ops
 
 
-def _assemble(rec: _Recorder, module: torch.nn.Module, params: dict, buffers: dict, args: list,
+def _assemble(rec: Recorder, module: torch.nn.Module, params: dict, buffers: dict, args: list,
               grads: tuple, forward_end: int) -> Trace:
     roles: dict[int, str] = {}
     for t in args:
