@@ -56,7 +56,7 @@ POINT = ("system", "nvlink_domain", "gpus", "param", "factor")  # what tells a s
 GENERATED = {"ACCURACY.md", "accuracy_summary.json", "accuracy.png", "INDEPENDENT.md", "independent_summary.json",
              "ACCURACY_INFERENCE.md", "AUTOSHARD.md",
              "STRATEGIES.md", *QUICK, "img/report.png", "img/plan-space.png", "img/compare.png", "img/trust.png",
-             "img/breakdown.png", "img/memory.png", "img/roofline.png",
+             "img/serve.png", "img/serve-space.png", "img/breakdown.png", "img/memory.png", "img/roofline.png",
              "img/timeline.png", "img/scaling.png", "img/param-hbm_bandwidth.png", "img/param-nic_bandwidth.png",
              "MEASURED.md"}
 
@@ -135,10 +135,25 @@ def test_independent_documents_are_current(tmp_path, name):
     _same(tmp_path / name, name, "python benchmarks/independent.py")
 
 
-def test_inference_accuracy_document_is_current(tmp_path):
-    """docs/ACCURACY_INFERENCE.md: every published serving run predicted again (about 5 s)."""
-    _script("accuracy_inference").main(["--out", str(tmp_path)])
-    _same(tmp_path / "ACCURACY_INFERENCE.md", "ACCURACY_INFERENCE.md", "python benchmarks/accuracy_inference.py")
+@pytest.fixture(scope="module")
+def inference_out(tmp_path_factory):
+    """Every published serving run predicted again (about 5 s), its documents written to a folder."""
+    out = tmp_path_factory.mktemp("accuracy_inference")
+    _script("accuracy_inference").main(["--out", str(out)])
+    return out
+
+
+def test_inference_accuracy_document_is_current(inference_out):
+    _same(inference_out / "ACCURACY_INFERENCE.md", "ACCURACY_INFERENCE.md", "python benchmarks/accuracy_inference.py")
+
+
+def test_the_packaged_serving_errors_are_current(inference_out):
+    """src/meshplan/presets/serving_errors.json, the figures the serving report's trust note quotes
+    (report/serve_trust.py)."""
+    packaged = ROOT / "src" / "meshplan" / "presets" / "serving_errors.json"
+    if (inference_out / packaged.name).read_bytes() != packaged.read_bytes():
+        pytest.fail("src/meshplan/presets/serving_errors.json is stale: regenerate it with `python "
+                    "benchmarks/accuracy_inference.py` and commit it", pytrace=False)
 
 
 def test_serving_quotes_the_inference_accuracy():
@@ -248,6 +263,15 @@ def test_report_screenshot_shows_the_current_report(tmp_path):
     shots.run(shots.REPORT + ["-o", str(html)])
     for name in ("report.png", *(name for name, _ in shots.REPORT_SHOTS)):
         _same_picture(shots.html_inputs(html.read_text()), f"img/{name}", SCREENSHOTS, "the current report")
+
+
+def test_serve_screenshot_shows_the_current_serving_report(tmp_path):
+    """The serving report of docs/SERVING.md's first command (without the charts' runtime; under a second) against
+    what serve.png and serve-space.png recorded."""
+    html = tmp_path / "serve.html"
+    shots.run(shots.SERVE + [str(html)])
+    for name in ("serve.png", *(name for name, _ in shots.SERVE_SHOTS)):
+        _same_picture(shots.html_inputs(html.read_text()), f"img/{name}", SCREENSHOTS, "the current serving report")
 
 
 def test_every_document_is_covered():

@@ -64,9 +64,9 @@ def main(ref: str, options: dict[str, Any]) -> None:
         if options["as_json"]:
             click.echo(json.dumps(result.to_dict(), indent=2))
         else:
-            from meshplan.report.text import _console
+            from meshplan.report.text import terminal_console
 
-            render_dp(result, _console())
+            render_dp(result, terminal_console())
         return
     from meshplan.measure.command import run
 
@@ -89,6 +89,6 @@ def main(ref: str, options: dict[str, Any]) -> None:
     if options["as_json"]:
         click.echo(json.dumps(data, indent=2))
         return
-    from meshplan.report.text import _console
+    from meshplan.report.text import terminal_console
 
-    compare.render(result, _console(), options["top"], learned)
+    compare.render(result, terminal_console(), options["top"], learned)

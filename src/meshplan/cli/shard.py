@@ -100,6 +100,6 @@ def run_planner(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, 
     if as_json:
         click.echo(json.dumps(to_dict(result), indent=2, default=float))
         return
-    from meshplan.report.text import _console
+    from meshplan.report.text import terminal_console
 
-    render(result, _console())
+    render(result, terminal_console())

@@ -53,9 +53,9 @@ def calibrate_cmd(world_size: int | None, mesh: str | None, quick: bool, device:
         click.echo(json.dumps(cal.to_dict(), indent=2))
         return
     from meshplan.calibrate.report import print_calibration
-    from meshplan.report.text import _console
+    from meshplan.report.text import terminal_console
 
-    print_calibration(cal, _console(), out)
+    print_calibration(cal, terminal_console(), out)
 
 
 def _shaped_like(ref: str, settings: object) -> object:
@@ -92,9 +92,9 @@ def trace_cmd(model_ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], 
     if flags["as_json"]:
         click.echo(json.dumps(report.to_dict(top), indent=2))
         return
-    from meshplan.report.text import _console
+    from meshplan.report.text import terminal_console
 
-    render(report, _console(), 0 if flags["all_ops"] else top)
+    render(report, terminal_console(), 0 if flags["all_ops"] else top)
 
 
 @click.command("presets")

@@ -45,13 +45,13 @@ def load_target(ref: str, shapes: tuple[str, ...] = (), dtypes: tuple[str, ...] 
     else:
         if ":" not in ref:
             raise SpecError(f"model={ref!r} is not in the zoo ({', '.join(ZOO)}) nor MODULE:FACTORY")
-        from meshplan.trace.command import _first_line, load_factory, parse_shape
+        from meshplan.trace.command import first_line, load_factory, parse_shape
 
         factory = load_factory(ref)
         try:
             built = factory() if callable(factory) and not isinstance(factory, torch.nn.Module) else factory
         except Exception as exc:  # noqa: BLE001  (the user's factory failed)
-            raise SpecError(f"model={ref!r}: the factory failed: {_first_line(exc)}") from None
+            raise SpecError(f"model={ref!r}: the factory failed: {first_line(exc)}") from None
         if isinstance(built, tuple) and len(built) == 2 and isinstance(built[0], torch.nn.Module):
             model, inputs = built[0], tuple(built[1])
         elif isinstance(built, torch.nn.Module):
@@ -70,12 +70,12 @@ def _inputs(torch: Any, model: Any, shapes: list[tuple[int, ...]], dtypes: tuple
     dtypes = dtypes or ("int64",)
     if len(dtypes) not in (1, len(shapes)):
         raise SpecError(f"give one --dtype or one per --input-shape ({len(shapes)} inputs), got {len(dtypes)}")
-    from meshplan.trace.capture import _dtype
+    from meshplan.trace.capture import torch_dtype
 
     vocab = [m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding)]
     out = []
     for i, shape in enumerate(shapes):
-        dtype = _dtype(dtypes[i] if len(dtypes) > 1 else dtypes[0])
+        dtype = torch_dtype(dtypes[i] if len(dtypes) > 1 else dtypes[0])
         if dtype.is_floating_point:
             out.append(torch.randn(shape, dtype=dtype))
         else:

@@ -57,7 +57,7 @@ ALLOCATE_ONLY = {aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty
 TAG = "meshplan_module"
 
 
-def _dtype(name: str, field: str = "dtype") -> torch.dtype:
+def torch_dtype(name: str, field: str = "dtype") -> torch.dtype:
     value = getattr(torch, name, None)
     if not isinstance(value, torch.dtype):
         raise SpecError(f"{field}={name!r} is not a torch dtype (e.g. int64, float32, bfloat16)")
@@ -82,7 +82,7 @@ class _Real(contextlib.nullcontext):
         return t
 
 
-class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
+class Recorder(torch.utils._python_dispatch.TorchDispatchMode):
     """Records each op: arguments, results, FLOPs, storages, module and autograd node."""
 
     def __init__(self, root_name: str) -> None:
@@ -212,7 +212,7 @@ def _fake_inputs(mode: FakeTensorMode, inputs: Sequence[Any]) -> list[torch.Tens
         if not all(isinstance(s, int) and s > 0 for s in shape):
             raise SpecError(f"input-shape={'x'.join(map(str, shape))!r} (input {i}) must be positive integers")
         with mode:
-            result.append(torch.zeros(tuple(shape), dtype=_dtype(dtype) if isinstance(dtype, str) else dtype))
+            result.append(torch.zeros(tuple(shape), dtype=torch_dtype(dtype) if isinstance(dtype, str) else dtype))
     return result
 
 
@@ -258,7 +258,7 @@ def _phases(rows: list[dict[str, Any]], forward_end: int, grad_storages: set[int
     return ["fwd" if r["index"] <= forward_end else ("bwd_w" if w_op.get(r["index"]) else "bwd_x") for r in rows]
 
 
-def _hooks(module: torch.nn.Module, rec: _Recorder) -> list[Any]:
+def _hooks(module: torch.nn.Module, rec: Recorder) -> list[Any]:
     """Forward pre / post hooks on every submodule that keep ``rec``'s module stack (remove them after)."""
     names = {id(m): name for name, m in module.named_modules(remove_duplicate=False) if name}
     hooks = []
@@ -288,7 +288,7 @@ def trace_module(module: torch.nn.Module, inputs: Sequence[Any], *, backward: bo
             raise SpecError("a real trace needs a module with real tensors and real input tensors")
         mode = _Real()
     # the module is called with fake copies of its state (the same tensors if it was built fake), cast if asked
-    cast = _dtype(param_dtype) if isinstance(param_dtype, str) else param_dtype
+    cast = torch_dtype(param_dtype) if isinstance(param_dtype, str) else param_dtype
     copies: dict[int, torch.Tensor] = {}
 
     def fake_copy(t: torch.Tensor) -> torch.Tensor:
@@ -304,7 +304,7 @@ def trace_module(module: torch.nn.Module, inputs: Sequence[Any], *, backward: bo
     buffers = {k: fake_copy(v) for k, v in buffers.items()}
     state = {**params, **buffers}
     args = _fake_inputs(mode, inputs)
-    rec = _Recorder(type(module).__name__)
+    rec = Recorder(type(module).__name__)
     hooks = _hooks(module, rec)
     unique = {id(p): p for p in params.values() if p.requires_grad}
     try:
@@ -347,7 +347,7 @@ def traced_ops(rows: list[dict[str, Any]], phases: Sequence[str]) -> list[Traced
     return ops
 
 
-def _assemble(rec: _Recorder, module: torch.nn.Module, params: dict, buffers: dict, args: list,
+def _assemble(rec: Recorder, module: torch.nn.Module, params: dict, buffers: dict, args: list,
               grads: tuple, forward_end: int) -> Trace:
     roles: dict[int, str] = {}
     for t in args:

@@ -67,7 +67,7 @@ def load_factory(ref: str) -> Any:
         raise SpecError(f"model={ref!r}: importing {where} called sys.exit({exc.code!r}); guard its script "
                         "code with if __name__ == '__main__'") from None
     except Exception as exc:  # noqa: BLE001  (the user's module raised while being imported)
-        raise SpecError(f"model={ref!r}: importing {where} failed: {_first_line(exc)}") from None
+        raise SpecError(f"model={ref!r}: importing {where} failed: {first_line(exc)}") from None
     try:
         return getattr(module, attr)
     except AttributeError:
@@ -89,13 +89,14 @@ def build(factory: Any, ref: str) -> Any:
             try:
                 model = factory()
             except (Exception, SystemExit) as exc:
-                raise SpecError(f"model={ref!r}: the factory failed: {_first_line(exc)}") from None
+                raise SpecError(f"model={ref!r}: the factory failed: {first_line(exc)}") from None
     if not isinstance(model, torch.nn.Module):
         raise SpecError(f"model={ref!r} returned {type(model).__name__}, not a torch.nn.Module")
     return model
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message (for a SpecError)."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
@@ -164,13 +165,13 @@ def run(ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], system_ref: 
         import torch  # noqa: F401
     except ModuleNotFoundError:
         raise MissingDependency("torch", "torch") from None
-    from meshplan.trace.capture import _dtype, trace_module
+    from meshplan.trace.capture import torch_dtype, trace_module
 
     inputs = tuple((s, dtypes[i] if len(dtypes) > 1 else dtypes[0]) for i, s in enumerate(parsed))
     for _, d in inputs:
-        _dtype(d)
+        torch_dtype(d)
     if param_dtype is not None:
-        _dtype(param_dtype, "param-dtype")
+        torch_dtype(param_dtype, "param-dtype")
     model = build(load_factory(ref), ref)
     # FakeTensorMode logs the traceback of an op whose meta kernel fails before raising it; the one-line error
     # below says the same, so the log stays quiet
@@ -183,7 +184,7 @@ def run(ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], system_ref: 
         raise
     except Exception as exc:
         shown = " ".join("x".join(map(str, s)) for s in parsed)
-        raise SpecError(f"model={ref!r} failed on input-shape={shown}: {_first_line(exc)}") from None
+        raise SpecError(f"model={ref!r} failed on input-shape={shown}: {first_line(exc)}") from None
     finally:
         fake_log.setLevel(level)
     acc = system.accelerator

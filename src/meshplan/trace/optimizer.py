@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from meshplan.trace.capture import _Recorder, traced_ops
+from meshplan.trace.capture import Recorder, traced_ops
 from meshplan.trace.graph import TracedOp
 
 
@@ -33,7 +33,7 @@ def trace_optimizer(params: Sequence[torch.Tensor], make: Callable[[list[torch.T
             fakes.append(f)
         optimizer = make(fakes)
         optimizer.step()  # creates the state
-    rec = _Recorder("optimizer")
+    rec = Recorder("optimizer")
     with mode, rec:
         optimizer.step()
     rec.module_prefix = ""
