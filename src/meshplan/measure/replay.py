@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meshplan.measure.signature import Signature
-from meshplan.measure.timing import Clock, median
+from meshplan.measure.timing import Clock, median, quiet_profiler
 from meshplan.trace.graph import TensorInfo
 
 MiB = 1 << 20
@@ -252,7 +252,7 @@ def workspaces(sigs: list[Signature], device: Any = "cpu") -> dict[str, int]:
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with quiet_profiler(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         for i, call in enumerate(calls.values()):
             with record_function(f"meshplan-ws-{i}"):
                 result = _safe(call)

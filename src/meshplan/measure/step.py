@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from meshplan.measure.timing import Clock, load, median
+from meshplan.measure.timing import Clock, load, median, quiet_profiler
 from meshplan.trace.capture import loss_of
 
 
@@ -108,7 +108,7 @@ def peak_bytes(step: Callable[[], None], held: int, device: str) -> int:
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with quiet_profiler(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
     sizes: list[tuple[int, int]] = []
     stack = list(prof.profiler.kineto_results.experimental_event_tree())

@@ -107,3 +107,21 @@ def time_calls(calls: list[Callable[[], Any]], clock: Clock, *, repeats: int, pe
             ring[i % len(ring)] = calls[i % len(calls)]()
         runs.append((clock.now() - start) / per_run)
     return median(runs)
+
+
+@contextlib.contextmanager
+def quiet_profiler() -> Iterator[None]:
+    """PyTorch's CPU profiler (kineto) writes a line to the process's stderr each time it starts and stops ("USDT: …
+    profiler_start"), where check-step's output is its tables: file descriptor 2 points at /dev/null meanwhile (a
+    Python exception raised inside still reaches the caller, and is printed after)."""
+    import sys
+
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)

@@ -39,6 +39,9 @@ def _hf(model_cls: str, config_cls: str, keys: tuple[str, ...], **config: Any) -
             import transformers
         except ModuleNotFoundError:
             raise MissingDependency("transformers", "transformers") from None
+        # the configs' own warnings (GPT-2's default bos / eos ids beyond a small vocabulary, an unset loss_type)
+        # concern generation, not the training step measured here
+        transformers.logging.set_verbosity_error()
         cfg = getattr(transformers, config_cls)(**config)
         model = getattr(transformers, model_cls)(cfg)  # attention: transformers' default, SDPA where supported
 
