@@ -1,6 +1,8 @@
 """Validate the serving model against the published serving runs and write docs/ACCURACY_INFERENCE.md: every run's
 predicted metrics against the measured ones, the median and p90 |error| per source and per GPU generation, on the fit
 half, the check half and the held-back source (data/serving/README.md, "The split"). Prints the summary table.
+Writes src/meshplan/presets/serving_errors.json too: the figures per GPU architecture for the serving report
+(serving_errors.py).
 
 Error is predicted / measured − 1 in the metric the source measured. A run's headline is its throughput (output, total
 or per-GPU tokens/s, requests/s; a prefill pool's input tokens/s), unless an offered request rate set it (then its
@@ -25,9 +27,13 @@ from meshplan.serve.efficiency import SERVE_DEFAULT
 from meshplan.serve.engine import load_engine
 from meshplan_validation.serving_eval import LATENCY, ServingResult, results
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the module beside this script
+import serving_errors  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "serving" / "published_serving.jsonl"
 DOCS = ROOT / "docs"
+PACKAGED = ROOT / "src" / "meshplan" / "presets" / "serving_errors.json"  # the serving report's trust note reads it
 FITTED_ENGINES = ("trtllm", "lmdeploy")
 SPLITS = (("fit half", "fit"), ("check half", "check"), ("held-back source", "holdout"))
 
@@ -144,6 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     text = document(res, path)
     out.mkdir(parents=True, exist_ok=True)
     (out / "ACCURACY_INFERENCE.md").write_text(text)
+    serving_errors.write(res, records, PACKAGED if out == DOCS else out / PACKAGED.name)
     print("\n".join(headline_section(res)[:8]))
     print("\n".join(latency_section(res)[5:]))
 

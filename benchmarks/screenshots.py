@@ -1,10 +1,12 @@
 """Make the pictures of docs/REPORTS.md (and the README): one of each kind, from the real commands.
 
-Run: python benchmarks/screenshots.py [--quick] [--out DIR]   (needs matplotlib; the report screenshot needs chromium)
+Run: python benchmarks/screenshots.py [--quick] [--out DIR] [--only report,serve,plans,timeline,sweeps]
+(needs matplotlib; the report screenshots need chromium)
 
 1. ``meshplan report`` for Llama-3-70B on 256 H100s → screenshots of the page in headless Chromium (Playwright): its
    top, the plan space, the comparison and the trust panel; and the report's best plans as PNGs (matplotlib, the
-   Python API's pictures): step-time breakdown, memory vs HBM, per-op roofline.
+   Python API's pictures): step-time breakdown, memory vs HBM, per-op roofline. ``meshplan serve ... --report`` for
+   Llama-3-70B on 16 H100s (docs/SERVING.md's first command) → the serving report's top and configuration space.
 2. A pipeline timeline of GPT-3 175B on 1024 A100s (tp 8, pp 8, 2 chunks per rank, 8 micro-batches): the
    interleaved schedule with its bubbles, small enough to read every block.
 3. ``meshplan sweep`` of Megatron 1T (global batch 4096) on A100 / H200 / B200 × NVLink 4 / 8 / 64 over
@@ -52,6 +54,11 @@ INPUTS = b"meshplan-inputs"  # the PNG text keyword under which a picture record
 REPORT_SHOTS = (("plan-space.png", "#space"), ("compare.png", "#compare"), ("trust.png", "#trust"))
 REPORT = ["report", "--model", "llama3-70b", "--system", "h100", "--gpus", "256", "--global-batch", "256",
           "--scaling", "64,128,256,512,1024"]
+# the serving report of docs/SERVING.md's first command (docs/img/serve.png: its top; serve-space.png: the space)
+SERVE = ["serve", "--model", "llama3-70b", "--system", "h100", "--gpus", "16", "--input-len", "1024", "--output-len",
+         "256", "--ttft-slo", "1s", "--tpot-slo", "50ms", "--price", "2.5", "--report"]
+SERVE_SHOTS = (("serve-space.png", "#space"),)
+GROUPS = ("report", "serve", "plans", "timeline", "sweeps")  # what --only may name
 SCALING = ["sweep", "--model", "megatron-1t", "--global-batch", "4096", "--systems", "a100,h200,b200",
            "--nvlink", "4,8,64", "--gpus", "1024,2048,4096,8192", "--framework", "any"]  # every plan, as seed 003
 PARAMS = ["sweep", "--model", "gpt3-175b", "--global-batch", "1536", "--systems", "h100,b200", "--gpus",
@@ -113,24 +120,36 @@ def recorded_inputs(png: Path) -> str | None:
 def report_pictures(tmp: Path, img: Path, quick: bool) -> None:
     html = tmp / "report.html"
     run(REPORT + (["--scaling", "128,256,512"] if quick else []) + ["-o", str(html)])
+    screenshots(html, img, "report.png", REPORT_SHOTS)
+
+
+def serve_pictures(tmp: Path, img: Path) -> None:
+    html = tmp / "serve.html"
+    run(SERVE + [str(html)])
+    screenshots(html, img, "serve.png", SERVE_SHOTS)
+
+
+def screenshots(html: Path, img: Path, top: str, sections: tuple[tuple[str, str], ...]) -> None:
+    """The top of a report (1280 × 1000 px) as ``top`` and its ``sections`` (picture, CSS selector) in headless
+    Chromium, each stamped with the digest of the page's HTML (html_inputs)."""
     from meshplan.report.browser import chromium, find_chromium, open_page
 
     if find_chromium() is None:
-        print("  no chromium: skipping the report screenshots (apt-get install chromium)")
+        print(f"  no chromium: skipping the screenshots of {html.name} (apt-get install chromium)")
         return
     inputs = html_inputs(html.read_text())
     with chromium() as browser:
         page = open_page(browser, html, width=1280, height=1000, ready="window.meshplan && window.meshplan.ready")
         assert page.meshplan_errors == [], page.meshplan_errors
-        page.screenshot(path=img / "report.png")
-        written = ["report.png"]
-        for name, selector in REPORT_SHOTS:
+        page.screenshot(path=img / top)
+        written = [top]
+        for name, selector in sections:
             if page.locator(selector).count():
                 page.locator(selector).screenshot(path=img / name)
                 written.append(name)
     for name in written:
         stamp(img / name, inputs)
-    print(f"  wrote {', '.join(written)} ({html.stat().st_size:,} bytes of report)")
+    print(f"  wrote {', '.join(written)} ({html.stat().st_size:,} bytes of {html.name})")
 
 
 def plan_pictures(img: Path) -> None:
@@ -196,15 +215,23 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer sweep points (smoke test)")
     parser.add_argument("--out", type=Path, default=DOCS, help="folder for img/*.png and the CSVs (default: docs/)")
+    parser.add_argument("--only", default=",".join(GROUPS),
+                        help=f"comma-separated pictures to make, of {', '.join(GROUPS)} (default: all)")
     args = parser.parse_args(argv)
+    only = set(args.only.split(","))
+    if only - set(GROUPS):
+        parser.error(f"--only: {', '.join(sorted(only - set(GROUPS)))} not among {', '.join(GROUPS)}")
     img = args.out / "img"
     img.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        report_pictures(Path(tmp), img, args.quick)
-        plan_pictures(img)
-        timeline_picture(img)
-        sweep_pictures(Path(tmp), args.out, args.quick)
+        steps = {"report": lambda: report_pictures(Path(tmp), img, args.quick),
+                 "serve": lambda: serve_pictures(Path(tmp), img), "plans": lambda: plan_pictures(img),
+                 "timeline": lambda: timeline_picture(img),
+                 "sweeps": lambda: sweep_pictures(Path(tmp), args.out, args.quick)}
+        for name in GROUPS:
+            if name in only:
+                steps[name]()
     print(f"done in {time.perf_counter() - start:.0f} s")
 
 

@@ -366,3 +366,24 @@ def test_accelerator_needs_a_half_precision_gemm():
     cal = replace(cal, gemm_samples=tuple(s for s in cal.gemm_samples if s.precision == "fp32"))
     with pytest.raises(SpecError, match="no bf16 or fp16 GEMM"):
         to_toml(cal)
+
+
+def test_settings_shaped_like_a_traced_step():
+    """calibrate --model: the GEMM shapes, element-wise sizes and gradient sizes of the model's own step."""
+    torch = pytest.importorskip("torch")
+    from meshplan.calibrate.settings import Settings, settings_for, settings_for_trace
+    from meshplan.trace import trace_module
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
+    tr = trace_module(model, [((32, 64), "float32")])
+    base = settings_for("cpu", quick=True)
+    s = settings_for_trace(tr, base)
+    # forward 32x256x64 and 32x64x256; backward adds the input and weight gradients' shapes
+    assert (32, 256, 64) in s.gemm_shapes and (32, 64, 256) in s.gemm_shapes and len(s.gemm_shapes) <= 12
+    # the GELU's input is 32 x 256 fp32 = 32 KiB
+    assert 32 * 256 * 4 in s.memory_sizes
+    # gradients: 64x256 and 256x64 weights (64 KiB each), biases of 256 and 64 (1 KiB, 256 B)
+    assert set(s.comm_sizes) == {256 * 64 * 4, 256 * 4, 64 * 4}
+    assert s.precisions == base.precisions and s.warmup == base.warmup
+    with pytest.raises(SpecError, match="threads=0"):
+        Settings(**{**base.__dict__, "threads": 0})

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 FULL = os.environ.get("MESHPLAN_DOCS_FULL") == "1"
 # USAGE.md and HISTORY.md: checked by tests/test_readme.py; SERVING.md's figures by test_serving_quotes_...
-HANDWRITTEN = {"REPORTS.md", "USAGE.md", "HISTORY.md", "SERVING.md"}
+HANDWRITTEN = {"REPORTS.md", "USAGE.md", "HISTORY.md", "SERVING.md", "MEASURE.md"}
 SCREENSHOTS = "python benchmarks/screenshots.py  (about a minute; writes docs/img/*.png and both CSVs)"
 
 
@@ -54,10 +54,11 @@ QUICK = {  # the subset of each sweep's points the quick check re-runs (every sy
 }
 POINT = ("system", "nvlink_domain", "gpus", "param", "factor")  # what tells a sweep's rows apart
 GENERATED = {"ACCURACY.md", "accuracy_summary.json", "accuracy.png", "INDEPENDENT.md", "independent_summary.json",
-             "ACCURACY_INFERENCE.md",
+             "ACCURACY_INFERENCE.md", "AUTOSHARD.md",
              "STRATEGIES.md", *QUICK, "img/report.png", "img/plan-space.png", "img/compare.png", "img/trust.png",
-             "img/breakdown.png", "img/memory.png", "img/roofline.png",
-             "img/timeline.png", "img/scaling.png", "img/param-hbm_bandwidth.png", "img/param-nic_bandwidth.png"}
+             "img/serve.png", "img/serve-space.png", "img/breakdown.png", "img/memory.png", "img/roofline.png",
+             "img/timeline.png", "img/scaling.png", "img/param-hbm_bandwidth.png", "img/param-nic_bandwidth.png",
+             "MEASURED.md"}
 
 
 def _first_difference(old: bytes, new: bytes) -> str:
@@ -134,10 +135,25 @@ def test_independent_documents_are_current(tmp_path, name):
     _same(tmp_path / name, name, "python benchmarks/independent.py")
 
 
-def test_inference_accuracy_document_is_current(tmp_path):
-    """docs/ACCURACY_INFERENCE.md: every published serving run predicted again (about 5 s)."""
-    _script("accuracy_inference").main(["--out", str(tmp_path)])
-    _same(tmp_path / "ACCURACY_INFERENCE.md", "ACCURACY_INFERENCE.md", "python benchmarks/accuracy_inference.py")
+@pytest.fixture(scope="module")
+def inference_out(tmp_path_factory):
+    """Every published serving run predicted again (about 5 s), its documents written to a folder."""
+    out = tmp_path_factory.mktemp("accuracy_inference")
+    _script("accuracy_inference").main(["--out", str(out)])
+    return out
+
+
+def test_inference_accuracy_document_is_current(inference_out):
+    _same(inference_out / "ACCURACY_INFERENCE.md", "ACCURACY_INFERENCE.md", "python benchmarks/accuracy_inference.py")
+
+
+def test_the_packaged_serving_errors_are_current(inference_out):
+    """src/meshplan/presets/serving_errors.json, the figures the serving report's trust note quotes
+    (report/serve_trust.py)."""
+    packaged = ROOT / "src" / "meshplan" / "presets" / "serving_errors.json"
+    if (inference_out / packaged.name).read_bytes() != packaged.read_bytes():
+        pytest.fail("src/meshplan/presets/serving_errors.json is stale: regenerate it with `python "
+                    "benchmarks/accuracy_inference.py` and commit it", pytrace=False)
 
 
 def test_serving_quotes_the_inference_accuracy():
@@ -163,6 +179,24 @@ def test_strategies_document_is_current(tmp_path):
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "strategies.py"), "--out", str(tmp_path)], check=True,
                    capture_output=True)
     _same(tmp_path / "STRATEGIES.md", "STRATEGIES.md", "python benchmarks/strategies.py")
+
+
+def test_measured_document_is_what_the_committed_data_renders(tmp_path):
+    """docs/MEASURED.md from the committed zoo run (data/measured/*.jsonl.gz), rendered again without measuring: the
+    zoo table and the leave-one-model-out evaluation of the learned model (about 15 s of CPU: 30 tree fits)."""
+    pytest.importorskip("sklearn")
+    measured = _script("measured")
+    (data,) = sorted((ROOT / "data" / "measured").glob("*.jsonl.gz"))[-1:]
+    measured.main(["--render", str(data.relative_to(ROOT)), "--doc", str(tmp_path / "MEASURED.md")])
+    _same(tmp_path / "MEASURED.md", "MEASURED.md", f"python benchmarks/measured.py --render {data.relative_to(ROOT)}")
+
+
+def test_autoshard_document_is_current(tmp_path):
+    """The sharding planner's agreement with the estimate, the plans it finds, the non-transformers' plans and the
+    program's size (about 20 s on 2 cores: traces on fake tensors and a few dozen integer programs)."""
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "autoshard.py"), "--out", str(tmp_path)], check=True,
+                   capture_output=True)
+    _same(tmp_path / "AUTOSHARD.md", "AUTOSHARD.md", "python benchmarks/autoshard.py")
 
 
 # ---- the sweeps' CSVs and the pictures drawn from them ----------------------------------------------------------
@@ -229,6 +263,15 @@ def test_report_screenshot_shows_the_current_report(tmp_path):
     shots.run(shots.REPORT + ["-o", str(html)])
     for name in ("report.png", *(name for name, _ in shots.REPORT_SHOTS)):
         _same_picture(shots.html_inputs(html.read_text()), f"img/{name}", SCREENSHOTS, "the current report")
+
+
+def test_serve_screenshot_shows_the_current_serving_report(tmp_path):
+    """The serving report of docs/SERVING.md's first command (without the charts' runtime; under a second) against
+    what serve.png and serve-space.png recorded."""
+    html = tmp_path / "serve.html"
+    shots.run(shots.SERVE + [str(html)])
+    for name in ("serve.png", *(name for name, _ in shots.SERVE_SHOTS)):
+        _same_picture(shots.html_inputs(html.read_text()), f"img/{name}", SCREENSHOTS, "the current serving report")
 
 
 def test_every_document_is_covered():

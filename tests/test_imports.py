@@ -3,7 +3,8 @@ import each other (directly or round a cycle), and the core never imports the va
 
 Layers, in data-flow order (a module's layer is that of the first name under ``meshplan`` it lives in):
 base values → specs → collectives on the mesh → per-op cost → memory and op time → overlap channels and pipeline
-schedules → step → estimate → search and sweeps → trace and calibrate → report → command line → validation.
+schedules → step → estimate → search and sweeps → trace and calibrate → sharding planner → measure (predict,
+then run a step) → report → command line → validation.
 Imports inside functions and under ``TYPE_CHECKING`` count as imports.
 """
 
@@ -28,6 +29,8 @@ LAYERS = [
     ("serve",),
     ("search", "sweep"),
     ("trace", "calibrate"),
+    ("autoshard",),
+    ("measure",),
     ("report",),
     ("cli",),
 ]
@@ -122,3 +125,28 @@ def test_no_import_cycles():
 def test_the_layers_are_checked_on_something():
     """The test reads the real tree: the core has dozens of modules and the estimator imports from the specs."""
     assert len(MODULES) > 40 and "meshplan.specs.plan" in GRAPH["meshplan.estimate"]
+
+
+def private_imports(module: str) -> list[str]:
+    """The names starting with one underscore that ``module`` imports from another module of meshplan /
+    meshplan_validation (``from meshplan.x import _helper``): a private name is its module's own."""
+    found = []
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("meshplan",
+                                                                                         "meshplan_validation"):
+            found += [f"{node.module}.{a.name}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_module_imports_another_modules_private_names():
+    leaks = {m: private_imports(m) for m in MODULES if private_imports(m)}
+    assert not leaks, f"private names imported across modules (make them public or move them): {leaks}"
+
+
+def test_a_private_import_is_noticed(tmp_path, monkeypatch):
+    """The check above reads real import statements: a planted one is found."""
+    planted = tmp_path / "planted.py"
+    planted.write_text("from meshplan.report.text import _hidden, public\n")
+    monkeypatch.setitem(MODULES, "meshplan.planted", planted)
+    assert private_imports("meshplan.planted") == ["meshplan.report.text._hidden"]

@@ -102,7 +102,7 @@ def test_dev_extra_holds_what_the_tests_import_optionally():
             out |= set().union(*(requirements(e.strip()) for e in inner.group(1).split(","))) if inner else {name}
         return out
 
-    distribution = {"vl_convert": "vl-convert-python"}  # modules whose distribution has another name
+    distribution = {"vl_convert": "vl-convert-python", "sklearn": "scikit-learn"}  # modules named otherwise
     imported = {distribution.get(m.split(".")[0], m.split(".")[0]) for f in (ROOT / "tests").glob("*.py")
                 for m in re.findall(r"importorskip\(\s*\"([\w.]+)\"", text(f))}
     assert imported and imported <= requirements("dev"), imported - requirements("dev")

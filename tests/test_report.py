@@ -222,6 +222,7 @@ def test_report_is_self_contained(page):
     assert not parsed.tags & {"link", "iframe", "img", "object", "embed", "frame"}
     style = re.search(r"<style>(.*?)</style>", page, re.S).group(1)
     assert not re.search(r"@import|@font-face|url\(", style)
+    assert '"Segoe UI"' in style and "&#34;" not in style  # a stylesheet is raw text: escaped, a rule would drop
     assert 500_000 < len(page.encode()) < 3_000_000  # the charts' runtime (~0.9 MB) and the data
     for key in CHARTS:
         assert f'data-chart="{key}"' in page

@@ -18,7 +18,7 @@ from meshplan.calibrate.discover import MeshGuess, discover_mesh, pair_matrices
 from meshplan.calibrate.fit import fit_collectives, fit_gemm, fit_memory, linear_fit
 from meshplan.calibrate.records import CollectiveSample, GemmSample, MemorySample, PairSample
 from meshplan.calibrate.run import Calibration, calibrate
-from meshplan.calibrate.settings import Settings, parse_mesh, settings_for
+from meshplan.calibrate.settings import Settings, parse_mesh, settings_for, settings_for_trace
 from meshplan.calibrate.system import to_toml, write_system
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "pair_matrices",
     "parse_mesh",
     "settings_for",
+    "settings_for_trace",
     "to_toml",
     "write_system",
 ]

@@ -110,20 +110,32 @@ def bench_gemm(settings: Settings, device: str) -> list[GemmSample]:
 
 
 def bench_memory(settings: Settings, device: str) -> list[MemorySample]:
-    """copy, add and a layernorm over fp32 tensors of each size; bytes as in the module docstring."""
+    """copy, add and a layernorm over fp32 tensors of each size; bytes as in the module docstring. Each kernel
+    cycles through copies of its tensors adding up to ``settings.cold_bytes`` (at least), so that every size is
+    read from the same level of the memory hierarchy, past the last private cache, as in a training step, rather
+    than from L2 for small sizes and from memory for large ones (a fit across the two is no line: its R² was
+    0.26–0.53 with negative intercepts on a CPU host, issue 38)."""
     torch = require_torch()
     dev = torch.device(device)
     sync = synchronizer(device)
     samples = []
     for size in settings.memory_sizes:
         n = max(1, size // 4)
-        for op, nbytes, fn in _memory_kernels(torch, n, dev):
-            samples.append(MemorySample(op=op, nbytes=float(nbytes), seconds=time_call(fn, sync, settings)))
+        sets = [_memory_kernels(torch, n, dev) for _ in range(max(1, -(-settings.cold_bytes // (12 * n))))]
+        for k, (op, nbytes, _) in enumerate(sets[0]):
+            calls = [s[k][2] for s in sets]
+            turn = [0]
+
+            def cycle(calls=calls, turn=turn) -> object:
+                turn[0] = (turn[0] + 1) % len(calls)
+                return calls[turn[0]]()
+
+            samples.append(MemorySample(op=op, nbytes=float(nbytes), seconds=time_call(cycle, sync, settings)))
     return samples
 
 
 def _memory_kernels(torch: Any, n: int, dev: Any) -> list[tuple[str, int, Callable[[], object]]]:
-    """(name, bytes moved, call) for copy, add and layernorm over n fp32 elements."""
+    """(name, bytes moved, call) for copy, add and layernorm over n fp32 elements (3n fp32 of tensors)."""
     x, z, y = torch.randn(n, device=dev), torch.randn(n, device=dev), torch.empty(n, device=dev)
     width = LAYERNORM_WIDTH if n % LAYERNORM_WIDTH == 0 else n
     rows = x.view(-1, width)
@@ -132,3 +144,22 @@ def _memory_kernels(torch: Any, n: int, dev: Any) -> list[tuple[str, int, Callab
         ("add", 3 * 4 * n, lambda: torch.add(x, z, out=y)),
         ("layernorm", 2 * 4 * n, lambda: torch.nn.functional.layer_norm(rows, (width,))),
     ]
+
+
+def threads_of(settings: Settings) -> Any:
+    """A context that pins PyTorch's intra-op threads to ``settings.threads`` (nothing when None)."""
+    import contextlib
+
+    torch = require_torch()
+
+    @contextlib.contextmanager
+    def pinned():
+        before = torch.get_num_threads()
+        if settings.threads is not None:
+            torch.set_num_threads(settings.threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+
+    return pinned()

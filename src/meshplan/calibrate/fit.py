@@ -11,9 +11,14 @@ F FLOP/s, t₀ fixed overhead (launch, synchronisation), BW bytes/s.
     memory       t = t₀ + bytes / BW                        (STREAM, McCalpin 1995: Copy moves 2 words per
                                                             element, Add 3)
 
-Every fit is ordinary least squares (numpy.linalg.lstsq) on rows scaled by 1/t, i.e. it minimises the
-*relative* residuals: timings span decades of message size and a 1 µs error matters at 4 KiB, not at 1 GiB.
-Noise-free points on the line are recovered exactly either way. R² is reported on the unscaled times.
+Every fit is least squares on rows scaled by 1/t, i.e. it minimises the *relative* residuals: timings span
+decades of message size and a 1 µs error matters at 4 KiB, not at 1 GiB. Every coefficient is a latency or a
+time per byte / FLOP, so none may be negative: the fits are non-negative least squares (Lawson & Hanson 1974,
+"Solving Least Squares Problems", ch. 23), solved exactly for these few columns by trying every subset of free
+columns (numpy.linalg.lstsq on each) and keeping the best whose coefficients are all ≥ 0. Noise-free points on a
+line with non-negative terms are recovered exactly; noisy small sizes no longer give a negative latency (an
+unconstrained fit of noisy CPU timings did: issue 38), they give a zero one and say so (``bounded``). R² is
+reported on the unscaled times, with the relative residuals (fitted / measured − 1: their RMS and the largest).
 
 α per step: comm.py charges a ring all-reduce 2(g−1) latency steps, all-gather / reduce-scatter / all-to-all
 (g−1) and a p2p message one, so the fitted intercept divided by that count is the per-step α that a
@@ -35,30 +40,74 @@ from meshplan.errors import SpecError
 
 @dataclass(frozen=True, kw_only=True)
 class LinearFit:
-    """y = intercept + slope·x over ``points`` points, with the coefficient of determination R²."""
+    """y = intercept + slope·x over ``points`` points, with the coefficient of determination R² and the relative
+    residuals; ``bounded``: a coefficient sits at its bound 0 (the unconstrained fit would have made it negative)."""
 
     intercept: float
     slope: float
     r2: float
     points: int
+    residual_rms: float = 0.0  # RMS of fitted / measured − 1
+    residual_max: float = 0.0  # largest |fitted / measured − 1|
+    bounded: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class NnlsFit:
+    """y ≈ Σ coef_j · column_j with every coef_j ≥ 0 (see the module docstring)."""
+
+    coefs: tuple[float, ...]
+    r2: float
+    residual_rms: float
+    residual_max: float
+    points: int
+    bounded: bool  # some coefficient is held at 0 that the unconstrained fit wanted negative
+
+
+def nnls(columns: Sequence[Sequence[float]], y: Sequence[float], *, relative: bool = True) -> NnlsFit:
+    """Non-negative least squares of y on ``columns`` (a few of them), rows weighted by 1/y when ``relative``."""
+    a = np.asarray(columns, dtype=float).T
+    ys = np.asarray(y, dtype=float)
+    if a.ndim != 2 or a.shape[0] != ys.shape[0]:
+        raise SpecError(f"fit needs one value per point, got {a.shape[0] if a.ndim == 2 else 0} and {ys.shape[0]}")
+    if a.shape[1] > 6:
+        raise SpecError(f"nnls solves up to 6 columns by enumeration, got {a.shape[1]}")
+    if not np.all(ys > 0):
+        raise SpecError(f"fit needs positive times, got min {ys.min()!r}")
+    w = 1.0 / ys if relative else np.ones_like(ys)
+    aw, yw = a * w[:, None], ys * w
+    free, _ = np.linalg.lstsq(aw, yw, rcond=None)[:2]
+    best, best_cost = np.zeros(a.shape[1]), float(np.sum(yw ** 2))
+    for mask in range(1, 1 << a.shape[1]):
+        cols = [j for j in range(a.shape[1]) if mask >> j & 1]
+        coef = np.linalg.lstsq(aw[:, cols], yw, rcond=None)[0]
+        if np.any(coef < 0):
+            continue
+        full = np.zeros(a.shape[1])
+        full[cols] = coef
+        cost = float(np.sum((aw @ full - yw) ** 2))
+        if cost < best_cost * (1 - 1e-12):
+            best, best_cost = full, cost
+    fitted = a @ best
+    residual = float(np.sum((ys - fitted) ** 2))
+    total = float(np.sum((ys - ys.mean()) ** 2))
+    rel = fitted / ys - 1.0
+    r2 = 1.0 - residual / total if total > 0 else float(residual == 0)
+    return NnlsFit(coefs=tuple(float(c) for c in best), r2=r2,
+                   residual_rms=float(np.sqrt(np.mean(rel ** 2))), residual_max=float(np.max(np.abs(rel))),
+                   points=len(ys), bounded=bool(np.any(free < 0) and np.any(best == 0)))
 
 
 def linear_fit(x: Sequence[float], y: Sequence[float], *, relative: bool = True) -> LinearFit:
-    """Least squares of y = a + b·x; rows weighted by 1/y when ``relative`` (see the module docstring)."""
+    """Least squares of y = a + b·x with a, b ≥ 0; rows weighted by 1/y when ``relative`` (module docstring)."""
     xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if xs.shape != ys.shape or xs.ndim != 1:
         raise SpecError(f"fit needs x and y of one length, got {xs.shape} and {ys.shape}")
     if len(np.unique(xs)) < 2:
         raise SpecError(f"fit needs at least two distinct sizes, got {sorted(set(xs.tolist()))}")
-    if not np.all(ys > 0):
-        raise SpecError(f"fit needs positive times, got min {ys.min()!r}")
-    w = 1.0 / ys if relative else np.ones_like(ys)
-    design = np.stack([np.ones_like(xs), xs], axis=1)
-    (a, b), *_ = np.linalg.lstsq(design * w[:, None], ys * w, rcond=None)
-    residual = float(np.sum((ys - (a + b * xs)) ** 2))
-    total = float(np.sum((ys - ys.mean()) ** 2))
-    r2 = 1.0 - residual / total if total > 0 else float(residual == 0)
-    return LinearFit(intercept=float(a), slope=float(b), r2=r2, points=len(xs))
+    fit = nnls([np.ones_like(xs), xs], ys, relative=relative)
+    return LinearFit(intercept=fit.coefs[0], slope=fit.coefs[1], r2=fit.r2, points=fit.points,
+                     residual_rms=fit.residual_rms, residual_max=fit.residual_max, bounded=fit.bounded)
 
 
 # ---- collectives ------------------------------------------------------------------------------------------
@@ -75,6 +124,8 @@ class LinkFit:
     r2: float
     points: int
     bound: bool = False  # True: the fit's slope was not positive, bandwidth is the best observed busbw
+    residual_rms: float = 0.0  # relative residuals of the fit (LinearFit)
+    residual_max: float = 0.0
 
 
 def fit_collective(samples: Sequence[CollectiveSample]) -> LinkFit:
@@ -92,7 +143,8 @@ def fit_collective(samples: Sequence[CollectiveSample]) -> LinkFit:
     else:  # latency-bound sizes only: the highest bus bandwidth seen is a lower bound
         bandwidth, bound = max(xi / yi for xi, yi in zip(x, y, strict=True)), True
     return LinkFit(kind=kind, dim=dim, group=group, latency=latency, bandwidth=bandwidth,
-                   step_latency=latency / latency_steps(kind, group), r2=fit.r2, points=fit.points, bound=bound)
+                   step_latency=latency / latency_steps(kind, group), r2=fit.r2, points=fit.points, bound=bound,
+                   residual_rms=fit.residual_rms, residual_max=fit.residual_max)
 
 
 def fit_collectives(samples: Iterable[CollectiveSample]) -> tuple[LinkFit, ...]:
@@ -142,6 +194,8 @@ class GemmFit:
     shapes: tuple[tuple[int, int, int, float], ...]  # (m, n, k, achieved FLOP/s) per shape
     r2: float
     points: int
+    residual_rms: float = 0.0  # relative residuals of t = t₀ + 2mnk / F over the shapes
+    residual_max: float = 0.0
 
     @property
     def efficiency(self) -> float:
@@ -167,7 +221,8 @@ def fit_gemm(samples: Iterable[GemmSample], peaks: Mapping[str, float] | None = 
         rate = 1.0 / fit.slope if fit.slope > 0 else best[3]
         fits.append(GemmFit(precision=precision, rate=rate, overhead=fit.intercept, best=best[3],
                             best_shape=best[:3], peak=float((peaks or {}).get(precision, 0.0)), shapes=shapes,
-                            r2=fit.r2, points=fit.points))
+                            r2=fit.r2, points=fit.points, residual_rms=fit.residual_rms,
+                            residual_max=fit.residual_max))
     return tuple(fits)
 
 
@@ -182,6 +237,8 @@ class MemoryFit:
     best: float  # highest achieved bytes / t
     r2: float
     points: int
+    residual_rms: float = 0.0  # relative residuals of t = t₀ + bytes / BW
+    residual_max: float = 0.0
 
 
 def fit_memory(samples: Iterable[MemorySample]) -> tuple[MemoryFit, ...]:
@@ -196,5 +253,6 @@ def fit_memory(samples: Iterable[MemorySample]) -> tuple[MemoryFit, ...]:
         fit = linear_fit([s.nbytes for s in points], [s.seconds for s in points])
         best = max(s.nbytes / s.seconds for s in points)
         fits.append(MemoryFit(op=op, bandwidth=1.0 / fit.slope if fit.slope > 0 else best, overhead=fit.intercept,
-                              best=best, r2=fit.r2, points=fit.points))
+                              best=best, r2=fit.r2, points=fit.points, residual_rms=fit.residual_rms,
+                              residual_max=fit.residual_max))
     return tuple(fits)

@@ -19,6 +19,11 @@ def _rate(x: float, unit: str = "B/s") -> str:
     return f"{x:.3g} {unit}"
 
 
+def _residuals(fit) -> str:
+    """Relative residuals of a fit: RMS / largest, in %."""
+    return f"{fit.residual_rms:.1%} / {fit.residual_max:.1%}"
+
+
 def print_calibration(cal: Calibration, console: Console, out: str | None = None) -> None:
     from rich.table import Table
 
@@ -26,18 +31,18 @@ def print_calibration(cal: Calibration, console: Console, out: str | None = None
     console.print(f"[bold]{cal.device_name}[/bold] on {cal.host}, {cal.date}: {cal.world_size} ranks over "
                   f"{cal.backend}, mesh {mesh} (innermost first)")
     gemm = Table(title="GEMMs: t = t0 + 2mnk / F", title_justify="left")
-    for col in ("precision", "F (fit)", "t0", "best", "at m×n×k", "peak", "best / peak", "R²"):
+    for col in ("precision", "F (fit)", "t0", "best", "at m×n×k", "peak", "best / peak", "R²", "resid rms / max"):
         gemm.add_column(col, justify="left" if col in ("precision", "at m×n×k") else "right")
     for f in cal.gemm:
         gemm.add_row(f.precision, _rate(f.rate, "FLOP/s"), fmt_time(f.overhead), _rate(f.best, "FLOP/s"),
                      "×".join(map(str, f.best_shape)), _rate(f.peak, "FLOP/s") if f.peak else "-",
-                     f"{f.efficiency:.1%}" if f.peak else "-", f"{f.r2:.3f}")
+                     f"{f.efficiency:.1%}" if f.peak else "-", f"{f.r2:.3f}", _residuals(f))
     console.print(gemm)
     memory = Table(title="memory-bound kernels: t = t0 + bytes / BW", title_justify="left")
-    for col in ("kernel", "BW (fit)", "t0", "best", "R²"):
+    for col in ("kernel", "BW (fit)", "t0", "best", "R²", "resid rms / max"):
         memory.add_column(col, justify="left" if col == "kernel" else "right")
     for f in cal.memory:
-        memory.add_row(f.op, _rate(f.bandwidth), fmt_time(f.overhead), _rate(f.best), f"{f.r2:.3f}")
+        memory.add_row(f.op, _rate(f.bandwidth), fmt_time(f.overhead), _rate(f.best), f"{f.r2:.3f}", _residuals(f))
     console.print(memory)
     if cal.links:
         links = Table(title="collectives: t = α + f·n / busbw (NCCL bus bandwidth)", title_justify="left")

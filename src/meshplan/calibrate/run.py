@@ -111,7 +111,14 @@ def calibrate(*, world_size: int | None = None, mesh: tuple[int, ...] | None = N
     pairwise bandwidths), then GEMMs and memory-bound kernels on device 0. ``base`` supplies the datasheet
     peaks that GEMM efficiencies are relative to. ``world_size`` defaults to the mesh's size, else the GPU
     count, else 2 on CPU."""
-    from meshplan.calibrate.bench import bench_gemm, bench_memory, device_info, require_torch, resolve_device
+    from meshplan.calibrate.bench import (
+        bench_gemm,
+        bench_memory,
+        device_info,
+        require_torch,
+        resolve_device,
+        threads_of,
+    )
     from meshplan.calibrate.collectives import measure_distributed
 
     check_world_size(world_size)
@@ -129,8 +136,9 @@ def calibrate(*, world_size: int | None = None, mesh: tuple[int, ...] | None = N
     settings = settings or settings_for(dev, quick)
     # the ranks first: on CPU they are forked, before this process has started any thread pool
     dist = measure_distributed(world_size=world_size, settings=settings, device=dev, mesh=mesh, gap=gap)
-    gemm = bench_gemm(settings, dev)
-    memory = bench_memory(settings, dev)
+    with threads_of(settings):  # the step's thread count: GEMM and memory rates depend on it
+        gemm = bench_gemm(settings, dev)
+        memory = bench_memory(settings, dev)
     info = device_info(dev)
     peaks = _peaks(base, settings.precisions)
     return Calibration(host=socket.gethostname(), date=datetime.date.today().isoformat(), device=dev,

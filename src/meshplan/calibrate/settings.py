@@ -7,8 +7,10 @@ asymptotes (nccl-tests sweeps 8 B … 8 GiB; GEMMs up to 16384² reach MAMF, ml-
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from meshplan.calibrate.records import DIST_KINDS
 from meshplan.errors import SpecError
@@ -29,6 +31,8 @@ class Settings:
     iters: int = 5
     repeats: int = 3
     timeout: float = 300.0  # seconds a rank waits for its peers before the run fails
+    threads: int | None = None  # intra-op threads of the GEMM and memory benchmarks (None: PyTorch's default)
+    cold_bytes: int = 8 * MiB  # memory kernels cycle through copies of their tensors adding up to this much
 
     def __post_init__(self) -> None:
         for name in ("warmup", "iters", "repeats"):
@@ -37,6 +41,9 @@ class Settings:
         unknown = set(self.kinds) - set(DIST_KINDS)
         if unknown:
             raise SpecError(f"kinds: {sorted(unknown)[0]!r} must be one of {', '.join(DIST_KINDS)}")
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or not 1 <= self.threads <= 1024):
+            raise SpecError(f"threads={self.threads!r} must be an integer from 1 to 1024")
         for name in ("comm_sizes", "pair_sizes"):
             if len(set(getattr(self, name))) < 2:
                 raise SpecError(f"{name}={getattr(self, name)!r} needs two distinct sizes to fit α and β")
@@ -107,3 +114,32 @@ def check_world_size(world_size: int | None) -> None:
     if world_size > MAX_LOCAL_RANKS:
         raise SpecError(f"world-size={world_size} is more than the {MAX_LOCAL_RANKS} local ranks one host runs "
                         "(calibrate times the links of one host; run it on each kind of node)")
+
+
+def settings_for_trace(trace: Any, base: Settings, *, gemms: int = 12, sizes: int = 8) -> Settings:
+    """``base`` with its GEMM shapes, memory-bound sizes and collective sizes taken from a traced step (issue 38:
+    microbenchmarks shaped like the model's own ops): the ``gemms`` distinct (m, n, k) with the most FLOPs in all,
+    up to ``sizes`` of the memory-bound ops' largest-input bytes, and up to ``sizes`` of the parameter gradients'
+    bytes (what a data-parallel step all-reduces), each spread from the smallest to the largest."""
+    flops: dict[tuple[int, int, int], float] = {}
+    for op in trace.ops:
+        if op.kind == "gemm" and op.m >= 1 and op.n >= 1 and op.k >= 1:
+            key = (round(op.m), round(op.n), round(op.k))
+            flops[key] = flops.get(key, 0.0) + op.flops
+    shapes = tuple(sorted(sorted(flops, key=lambda k: -flops[k])[:gemms])) or base.gemm_shapes
+    memory = {int(max(t.nbytes for t in op.inputs)) for op in trace.ops
+              if op.kind == "memory" and op.inputs and max(t.nbytes for t in op.inputs) >= 4 * KiB}
+    grads = {s.nbytes for s in trace.storages.values() if s.role == "grad" and s.nbytes >= 64}
+    return replace(base, gemm_shapes=shapes, memory_sizes=_spread(memory, sizes) or base.memory_sizes,
+                   comm_sizes=_spread(grads, sizes) if len(grads) >= 2 else base.comm_sizes)
+
+
+def _spread(values: set[int], count: int) -> tuple[int, ...]:
+    """Up to ``count`` of ``values``, geometrically spread from the smallest to the largest."""
+    ordered = sorted(values)
+    if len(ordered) <= count:
+        return tuple(ordered)
+    lo, hi = math.log(ordered[0]), math.log(ordered[-1])
+    picks = {min(ordered, key=lambda v, t=lo + (hi - lo) * i / (count - 1): abs(math.log(v) - t))
+             for i in range(count)}
+    return tuple(sorted(picks))

@@ -16,10 +16,10 @@ derating the model will apply, so the model's sustained figure is the measured o
                                                    ``base``, else F itself with matmul_bf16 = 1)
 
 The fits' intercepts t₀ enter the roofline as t = t₀ + max(compute, memory) (roofline.py; Hockney's r∞ / n½
-model, fit.py). A fit's t₀ is written only where the fit is good (R² ≥ GOOD_FIT) and t₀ > 0: a negative
-intercept is noise in a fit of large kernels, so it is clipped to 0 (the file says so) and the GEMMs then run at
-the best rate measured, which holds their overhead, as before t₀ was used; the rate written with a t₀ is the
-fit's F, so that t₀ is not counted twice.
+model, fit.py). A fit's t₀ is written only where the fit is good (R² ≥ GOOD_FIT) and t₀ > 0: the fits are
+non-negative least squares, so an intercept that noise in a fit of large kernels would pull below 0 is held at 0
+(the file says so) and the GEMMs then run at the best rate measured, which holds their overhead, as before t₀
+was used; the rate written with a t₀ is the fit's F, so that t₀ is not counted twice.
 
 Meshes of three or more measured dimensions keep every one as a tier ([[network.tiers]], mesh.py): dimension 0
 is tier 0 (at the accelerator's nvlink_bandwidth, derated by ``nvlink``), each further dimension a tier of its
@@ -108,11 +108,11 @@ def _gemm_lines(cal: Calibration, base: System | None) -> tuple[list[str], dict[
 
 def _intercept(t0: float, r2: float, fit: str) -> tuple[float, str]:
     """A fit's intercept as a per-kernel overhead (seconds) and why: kept when the fit is good and t₀ > 0, else 0
-    (a negative intercept is clipped: no kernel takes less than its work)."""
+    (the fits are non-negative least squares, fit.nnls: an intercept the data would pull below 0 is held at 0)."""
     if r2 < GOOD_FIT:
         return 0.0, f"{fit} R² {r2:.2f} < {GOOD_FIT}: its intercept is noise, not used"
     if t0 <= 0:
-        return 0.0, f"{fit} intercept {t0 * 1e6:.3g} us <= 0: clipped to 0"
+        return 0.0, f"{fit} intercept held at 0 by the non-negative fit (no fixed overhead measured)"
     return t0, f"{fit} intercept t0 = {t0 * 1e6:.3g} us (R² {r2:.3f})"
 
 

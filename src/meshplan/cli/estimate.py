@@ -45,9 +45,9 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
         out = est.to_dict() | ({} if est.fits else {"fit_hints": [h.to_dict() for h in hints], "fit_search": search})
         click.echo(json.dumps(out, indent=None if show_ops else 2))
         return
-    from meshplan.report.text import _console, estimate_tables
+    from meshplan.report.text import estimate_tables, terminal_console
 
-    console = _console()
+    console = terminal_console()
     estimate_tables(est, console, ops=show_ops)
     if not est.fits:
         print_hints(est, hints, search, console)

@@ -12,7 +12,7 @@ from importlib.metadata import entry_points
 
 import click
 
-from meshplan.cli import report, tools
+from meshplan.cli import check, report, tools
 from meshplan.cli.estimate import estimate
 from meshplan.cli.plan import plan_cmd
 from meshplan.cli.serve import serve_cmd
@@ -26,7 +26,7 @@ def cli() -> None:
     """meshplan: how fast will this model train on this hardware, will it fit, and which plan is best."""
 
 
-for command in [estimate, plan_cmd, serve_cmd, *tools.COMMANDS, *report.COMMANDS]:
+for command in [estimate, plan_cmd, serve_cmd, *tools.COMMANDS, check.check_step_cmd, *report.COMMANDS]:
     cli.add_command(command)
 for entry in entry_points(group="meshplan.commands"):
     cli.add_command(entry.load(), entry.name)

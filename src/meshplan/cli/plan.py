@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from meshplan.cli import shard
 from meshplan.cli.common import (
     MAX_PRICE,
     apply,
@@ -67,10 +68,26 @@ PRECISION_HELP = "default: " + _FIELDS["precision"].metadata["default_help"]
 @click.option("--emit", "emit_format", type=click.Choice(sorted(FORMATS)), default=None,
               help="write the fastest plan as this framework's config (printed after the table)")
 @click.option("--emit-to", "emit_to", default=None, help="with --emit: the file to write it to")
-def plan_cmd(model_ref: str, system_ref: str, gpus: str, framework: str, as_json: bool, **options: Any) -> None:
-    """Search every parallel plan of MODEL on GPUS accelerators of SYSTEM and rank the feasible ones."""
+@apply(shard.options)
+@click.pass_context
+def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, framework: str, as_json: bool,
+             **options: Any) -> None:
+    """Search every parallel plan of MODEL on GPUS accelerators of SYSTEM and rank the feasible ones; with a
+    MODULE:FACTORY model (or --autoshard), shard it op by op with the sharding planner instead."""
     from meshplan.report.text import print_search
     from meshplan.search import search
+
+    if shard.wants_planner(model_ref, options):
+        shard.run_planner(ctx, model_ref, system_ref, gpus, as_json, options)
+        return
+    used = [o for o in ("input_shapes", "dtypes") if options[o]] + [
+        o for o in ("micro_batches", "mesh_text", "stages", "param_dtype")
+        if ctx.get_parameter_source(o) == click.core.ParameterSource.COMMANDLINE]
+    if used:
+        raise SpecError(f"--{used[0].removesuffix('_text').replace('_', '-')} is an option of the sharding planner: "
+                        "add --autoshard (or give a MODULE:FACTORY model)")
+    for name in ("autoshard", "input_shapes", "dtypes", "param_dtype", "micro_batches", "mesh_text", "stages"):
+        options.pop(name)
 
     emit_format, emit_to = options.pop("emit_format"), options.pop("emit_to")
     check_emit(emit_format, emit_to, as_json)

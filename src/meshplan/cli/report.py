@@ -292,7 +292,7 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
 def _print_rows(rows) -> None:
     from rich.table import Table
 
-    from meshplan.report.text import _console
+    from meshplan.report.text import terminal_console
     from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
     table = Table(title="sweep: the best plan per point", title_justify="left")
@@ -305,7 +305,7 @@ def _print_rows(rows) -> None:
             continue
         table.add_row(*head, r["plan"], fmt_time(r["step_time_s"]), fmt_count(r["tokens_per_s"]), f"{r['mfu']:.1%}",
                       fmt_bytes(r["peak_memory_bytes"]))
-    _console().print(table)
+    terminal_console().print(table)
     sys.stdout.flush()
 
 

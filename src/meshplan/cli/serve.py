@@ -95,12 +95,12 @@ def _search(model, cluster, engine, options, price, as_json, report_path) -> Non
     from meshplan.report.serve_text import print_serve
     from meshplan.serve.search import search
 
-    result = search(model, cluster, _space(engine, options), top_k=options["top_k"])
+    result = search(model, cluster, _space(engine, options), top_k=options["top_k"], keep=bool(report_path))
     print_serve(result, price, as_json)
     if report_path:
-        from meshplan.report.serve_html import write_serve_report
+        from meshplan.report.serve_html import write
 
-        write_serve_report(result, report_path, price)
+        write(report_path, result, price)
         if not as_json:
             click.echo(f"wrote {report_path}")
 
@@ -109,7 +109,7 @@ def _one(model, cluster, engine, options, price, as_json) -> None:
     import json
 
     from meshplan.report.serve_text import estimate_tables
-    from meshplan.report.text import _console
+    from meshplan.report.text import terminal_console
     from meshplan.serve.estimate import serve_estimate
     from meshplan.serve.plan import ServePlan, Workload
     from meshplan.serve.precision import parse_quant
@@ -127,7 +127,7 @@ def _one(model, cluster, engine, options, price, as_json) -> None:
     if as_json:
         click.echo(json.dumps(est.to_dict(price)))
     else:
-        estimate_tables(est, _console(), price)
+        estimate_tables(est, terminal_console(), price)
 
 
 COMMANDS = [serve_cmd]

@@ -17,17 +17,25 @@ from meshplan.specs.stack import stack_names
               "discovered from pairwise bandwidths)")
 @click.option("--quick", is_flag=True, help="small sizes: a smoke test in seconds, not a calibration")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--threads", type=int, default=None, help="intra-op threads of the GEMM and memory benchmarks: the "
+              "training step's (default: PyTorch's)")
+@click.option("--model", "model_ref", default=None, help="shape the benchmarks like this model's ops: a check-step "
+              "zoo name or MODULE:FACTORY (its GEMM shapes, element-wise sizes and gradient sizes)")
 @click.option("--base", "base_ref", default=None, help="system preset or .toml whose datasheet peaks, TDP and "
               "unmeasured links are kept")
 @click.option("--out", default=None, help="write the calibrated system as a hardware TOML (use it as --system)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (fits and raw measurements)")
-def calibrate_cmd(world_size, mesh, quick, device, base_ref, out, as_json) -> None:
+def calibrate_cmd(world_size: int | None, mesh: str | None, quick: bool, device: str, **options: object) -> None:
     """Time GEMMs, memory-bound kernels and collectives on this host with PyTorch and fit meshplan's constants."""
-    from meshplan.calibrate import calibrate, parse_mesh, write_system
+    from dataclasses import replace
+
+    from meshplan.calibrate import calibrate, parse_mesh, settings_for, write_system
+    from meshplan.calibrate.bench import resolve_device
     from meshplan.files import writable
     from meshplan.specs.hardware import load_system
 
     shape = parse_mesh(mesh, world_size)
+    base_ref, out = options["base_ref"], options["out"]
     if base_ref == "":
         raise SpecError("base='' is empty: give a system preset or a .toml file")
     if out is not None and not out.lower().endswith(".toml"):
@@ -35,16 +43,30 @@ def calibrate_cmd(world_size, mesh, quick, device, base_ref, out, as_json) -> No
     if out is not None:
         writable(out, "out")
     base = load_system(base_ref, "base") if base_ref else None
-    cal = calibrate(world_size=world_size, mesh=shape, quick=quick, device=device, base=base)
+    settings = replace(settings_for(resolve_device(device), quick), threads=options["threads"])
+    if options["model_ref"]:
+        settings = _shaped_like(str(options["model_ref"]), settings)
+    cal = calibrate(world_size=world_size, mesh=shape, quick=quick, device=device, base=base, settings=settings)
     if out is not None:
         write_system(cal, out, base)
-    if as_json:
+    if options["as_json"]:
         click.echo(json.dumps(cal.to_dict(), indent=2))
         return
     from meshplan.calibrate.report import print_calibration
-    from meshplan.report.text import _console
+    from meshplan.report.text import terminal_console
 
-    print_calibration(cal, _console(), out)
+    print_calibration(cal, terminal_console(), out)
+
+
+def _shaped_like(ref: str, settings: object) -> object:
+    """``settings`` with the GEMM shapes, element-wise sizes and gradient sizes of ``ref``'s traced step."""
+    from meshplan.calibrate.settings import settings_for_trace
+    from meshplan.measure.check import trace_step
+    from meshplan.measure.command import load_target, optimizer_factory
+
+    target = load_target(ref)
+    trace, _ = trace_step(target.model, target.inputs, optimizer_factory("adamw", list(target.model.parameters())))
+    return settings_for_trace(trace, settings)
 
 
 @click.command("trace")
@@ -55,8 +77,11 @@ def calibrate_cmd(world_size, mesh, quick, device, base_ref, out, as_json) -> No
 @click.option("--param-dtype", default=None, help="cast the model's floating-point weights, e.g. bfloat16")
 @click.option("--optimizer", default="adam", show_default=True, help="state in the peak: adam(w), momentum, sgd, none")
 @click.option("--top", type=int, default=20, show_default=True, help="ops to list")
+@click.option("--ops", "all_ops", is_flag=True, help="list every op in order (with its launches, fixed overhead "
+              "and fused chain), not the top ones")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def trace_cmd(model_ref, shapes, dtypes, system_ref, param_dtype, optimizer, top, as_json) -> None:
+def trace_cmd(model_ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], system_ref: str,
+              param_dtype: str | None, optimizer: str, top: int, **flags: bool) -> None:
     """Trace a PyTorch model (MODULE:FACTORY or file.py:FACTORY returns an nn.Module) on fake tensors: per-op
     time on one GPU of SYSTEM, FLOPs and the liveness peak memory of one forward + backward pass."""
     from meshplan.trace.command import render, run
@@ -64,12 +89,12 @@ def trace_cmd(model_ref, shapes, dtypes, system_ref, param_dtype, optimizer, top
     if top < 1:
         raise SpecError(f"top={top} must be a positive integer")
     report = run(model_ref, shapes, dtypes, system_ref, param_dtype, optimizer)
-    if as_json:
+    if flags["as_json"]:
         click.echo(json.dumps(report.to_dict(top), indent=2))
         return
-    from meshplan.report.text import _console
+    from meshplan.report.text import terminal_console
 
-    render(report, _console(), top)
+    render(report, terminal_console(), 0 if flags["all_ops"] else top)
 
 
 @click.command("presets")

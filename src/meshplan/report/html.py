@@ -14,7 +14,6 @@ per GPU vs HBM, pipeline timeline, per-op roofline, strong scaling (from sweep r
 from __future__ import annotations
 
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,20 +21,16 @@ from meshplan.files import write_text
 from meshplan.report import sections as S
 from meshplan.report.compare import compare_section, pair_of, trust_section
 from meshplan.report.detail import detailed_plans, dominated, with_front
+from meshplan.report.page import Lead, render_page
 from meshplan.report.space import space_section
 from meshplan.report.text import mesh_text
-from meshplan.report.vega import bundle, environment, versions
 from meshplan.units import GiB, fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
     from meshplan.estimate import Estimate
     from meshplan.search.run import SearchResult
 
-SCRIPTS = ("report.js", "space.js", "compare.js")  # the page's own scripts, in order (templates/)
-
-
-def _asset(name: str) -> str:
-    return (resources.files("meshplan.report") / "templates" / name).read_text(encoding="utf-8")
+SCRIPTS = ("space.js", "compare.js")  # the page's own scripts after report.js, in order (templates/)
 
 
 def render(result: SearchResult, scaling_rows: Sequence[dict[str, Any]] | None = None, top: int = 5,
@@ -75,35 +70,17 @@ def _other_fronts(result: SearchResult, rows: Sequence[dict[str, Any]]) -> list[
 
 
 def page(result: SearchResult, sections: Sequence[S.Section]) -> str:
-    """The page of ``sections`` about ``result``'s search: the lead (title, cards), the navigation, each section's
-    template in order, the charts' specs as JSON and the scripts that draw them."""
+    """The page of ``sections`` about ``result``'s search (page.render_page: the shared skeleton)."""
     from meshplan import __version__
 
     model, cluster = result.model, result.cluster
-    title = f"{model.name} on {cluster.num_gpus} × {cluster.accelerator.name}"
-    v = versions()
     footer = (f"meshplan {__version__}: analytic estimate (roofline per op, α-β collectives, pipeline schedule "
-              f"simulation); search took {result.seconds:.2f} s. Charts: Vega {v['vega']}, Vega-Lite "
-              f"{v['vega-lite']}, embedded in this file.")
-    charts = {k: c for s in sections for k, c in s.charts.items()}
-    renderers = {k: r for s in sections for k, r in s.renderers.items()}
-    data = {"charts": charts, "renderers": renderers} | {k: v for s in sections
-                                                           for k, v in s.context.get("data", {}).items()}
-    return environment().get_template("report.html.j2").render(
-        title=title, lead=_lead(result, list(result.plans[:1])), sections=sections, footer=footer, data=data,
-        css=_asset("report.css"), runtime=_safe(bundle()), script=_safe("\n".join(_asset(s) for s in SCRIPTS)))
+              f"simulation); search took {result.seconds:.2f} s.")
+    return render_page(f"{model.name} on {cluster.num_gpus} × {cluster.accelerator.name}",
+                       _lead(result, list(result.plans[:1])), sections, footer, SCRIPTS)
 
 
-def _safe(text: str) -> Any:
-    """Script text written into the page as it is (it holds no ``</script``: checked)."""
-    from markupsafe import Markup
-
-    if "</script" in text.lower():
-        raise ValueError("a script holds '</script': it cannot be inlined")
-    return Markup(text)
-
-
-def _lead(result: SearchResult, plans: list[Estimate]) -> dict[str, Any]:
+def _lead(result: SearchResult, plans: list[Estimate]) -> Lead:
     """One line on the model and the search, and the best plan's figures as cards."""
     model, cluster = result.model, result.cluster
     acc, mesh = cluster.accelerator, mesh_text(cluster, " × ")
@@ -111,15 +88,16 @@ def _lead(result: SearchResult, plans: list[Estimate]) -> dict[str, Any]:
             f"{result.space.global_batch} sequences ({fmt_count(result.space.global_batch * model.seq_length)} "
             f"tokens); mesh {mesh} (NVLink domain {cluster.nvlink_domain}); {result.evaluated:,} plans evaluated, "
             f"{result.feasible:,} fit in {fmt_bytes(acc.hbm_bytes)} HBM.")
+    heading = f"meshplan report: {model.name} on {cluster.num_gpus} × {acc.name}"
     if not plans:
-        return {"text": text, "cards": []}
+        return Lead(heading=heading, text=text)
     best = plans[0]
     cards = [("step time", f"{fmt_time(best.step_time)} ± {best.error_band:.0%}"),
              ("tokens/s", fmt_count(best.tokens_per_s)), ("MFU", f"{best.mfu:.1%}"),
              ("model TFLOP/s per GPU", f"{best.tflops_per_gpu:.0f}"),
              ("memory per GPU", f"{fmt_bytes(best.peak_memory)} / {fmt_bytes(acc.hbm_bytes)}")]
-    return {"text": text, "cards": cards, "best": best.plan.describe(),
-            "best_note": f"schedule {best.plan.schedule}, precision {best.plan.precision}"}
+    return Lead(heading=heading, text=text, cards=cards, best=best.plan.describe(),
+                best_note=f"schedule {best.plan.schedule}, precision {best.plan.precision}")
 
 
 def write(path: str | Path, result: SearchResult, scaling_rows: Sequence[dict[str, Any]] | None = None,

@@ -17,6 +17,7 @@ from meshplan.units import fmt_bytes, fmt_count, fmt_time
 if TYPE_CHECKING:
     from meshplan.estimate import Estimate
     from meshplan.search.run import SearchResult
+    from meshplan.serve.search import ServeSearchResult
 
 
 @dataclass(frozen=True)
@@ -115,11 +116,12 @@ def scaling_section(scaling_rows: Sequence[dict[str, Any]]) -> Section:
     return Section("scaling", "Scaling", "sections/scaling.html.j2", {"rows": table, "charts": bool(found)}, found)
 
 
-def rejected_section(result: SearchResult) -> Section:
+def rejected_section(result: SearchResult | ServeSearchResult, noun: str = "plans") -> Section:
+    """What the search rejected, by reason, with an example of each (a training or a serving search: ``noun``)."""
     rows = [[reason, f"{count:,}", result.examples.get(reason, "")]
             for reason, count in sorted(result.rejected.items(), key=lambda kv: -kv[1])]
     return Section("rejected", "Rejected", "sections/rejected.html.j2",
-                   {"rows": rows, "total": f"{result.rejected_total:,}"})
+                   {"rows": rows, "total": f"{result.rejected_total:,}", "noun": noun})
 
 
 def per_rank(times: tuple[float, ...]) -> str:

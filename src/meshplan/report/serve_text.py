@@ -40,7 +40,9 @@ def _entries(tables: list) -> list[tuple[str, str]]:
     return [(h, HEADERS[h]) for h in headers(tables) if h in HEADERS] + [UNITS]
 
 
-def _cells(e: ServeEstimate, price: float | None) -> dict[str, str]:
+def cells(e: ServeEstimate, price: float | None) -> dict[str, str]:
+    """One configuration's row of the best configurations' table, by column (HEADERS), as the terminal and the HTML
+    report print it."""
     p, m = e.plan, e.metrics
     pools = f"{p.prefill_replicas}P+{p.replicas}D" if p.disaggregated else f"x{p.replicas}"
     out = {"tp·pp·dpa": f"{p.tp}·{p.pp}·{p.dpa}", "ep": str(p.ep), "pools": pools, "batch": str(p.batch),
@@ -57,14 +59,14 @@ def plans_tables(result: ServeSearchResult, price: float | None, width: int) -> 
     title = (f"best serving configurations: {result.model.name} on {result.cluster.num_gpus} x "
              f"{result.cluster.accelerator.name}, {s.input_len} in / {s.output_len} out, {s.engine.describe()}"
              + (f", {', '.join(slo)}" if slo else ""))
-    cells: dict[str, list[str]] = defaultdict(list)
+    columns: dict[str, list[str]] = defaultdict(list)
     for e in result.plans:
-        for k, v in _cells(e, price).items():
-            cells[k].append(v)
+        for k, v in cells(e, price).items():
+            columns[k].append(v)
     if not result.model.is_moe:
-        cells.pop("ep", None)
+        columns.pop("ep", None)
     key = Col("#", [str(i) for i in range(1, len(result.plans) + 1)])
-    cols = [Col(h, c, "left" if h in ("quant", "pools") else "right") for h, c in cells.items()]
+    cols = [Col(h, c, "left" if h in ("quant", "pools") else "right") for h, c in columns.items()]
     tables = folded_tables(title, key, cols, width, ("tokens/s", "per GPU", "TTFT", "TPOT", "$/Mtok"))
     return [*tables, legend(_entries(tables))]
 
@@ -123,12 +125,12 @@ def print_serve(result: ServeSearchResult, price: float | None, as_json: bool) -
 
     import click
 
-    from meshplan.report.text import _console
+    from meshplan.report.text import terminal_console
 
     if as_json:
         click.echo(json.dumps(result.to_dict(price)))
         return
-    console = _console()
+    console = terminal_console()
     if result.plans:
         for r in plans_tables(result, price, console.width):
             console.print(r)

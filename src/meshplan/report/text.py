@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from meshplan.estimate import Estimate
 
 
-def _console() -> Console:
+def terminal_console() -> Console:
     """A console as wide as the terminal (or as ``COLUMNS`` says), else 150 columns when the output is a file or a
     pipe."""
     import os
@@ -305,7 +305,7 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
     if as_json:
         click.echo(json.dumps(search_json(results, tokens, price, rank_by, rerun)))
         return
-    console = _console()
+    console = terminal_console()
     if len(results) > 1:
         _print_all(console, scaling_tables(results, tokens, price, console.width))
     else:

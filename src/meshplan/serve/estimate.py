@@ -11,7 +11,7 @@ from meshplan.serve import check
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.engine import DEFAULT as DEFAULT_ENGINE
 from meshplan.serve.engine import Engine
-from meshplan.serve.iteration import breakdown
+from meshplan.serve.iteration import breakdown, op_kinds
 from meshplan.serve.memory import Memory, memory
 from meshplan.serve.metrics import Metrics, Setting, metrics
 from meshplan.serve.ops import Shape
@@ -32,6 +32,7 @@ class ServeEstimate:
     memory: Memory
     reasons: tuple[str, ...]
     breakdown: dict[str, float] = field(default_factory=dict)  # decode step seconds by op name
+    kinds: dict[str, str] = field(default_factory=dict)  # op name -> gemm, attention, memory, collective or host
 
     @property
     def fits(self) -> bool:
@@ -97,9 +98,10 @@ def serve_estimate(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload
     host = engine.iteration_overhead + engine.sequence_overhead * float(result.running) / plan.dpa
     if engine.host_overlap:  # only what the GPU's work does not hide
         host = max(host - sum(parts.values()), 0.0)
+    kinds = op_kinds(model, lane, plan.pp)
     if host:
-        parts["engine/host"] = host
-    return ServeEstimate(model, cluster, plan, workload, engine, _floats(result), mem, tuple(reasons), parts)
+        parts["engine/host"], kinds["engine/host"] = host, "host"
+    return ServeEstimate(model, cluster, plan, workload, engine, _floats(result), mem, tuple(reasons), parts, kinds)
 
 
 def _floats(m: Metrics) -> Metrics:

@@ -93,6 +93,11 @@ def token_time(model: ModelSpec, cluster: Cluster, sh: Shape, pp: Num, quant: Qu
     return pp * stage + overhead
 
 
+def op_kinds(model: ModelSpec, sh: Shape, pp: int) -> dict[str, str]:
+    """Each op name of ``breakdown`` and its kind (OpCost.kind: gemm, attention, memory, collective)."""
+    return {op.name: op.kind for op, _ in stage_ops(model, sh, pp)}
+
+
 def breakdown(model: ModelSpec, cluster: Cluster, sh: Shape, pp: int, quant: Quant,
               eff: ServeEfficiency = SERVE_DEFAULT) -> dict[str, float]:
     """Seconds per token step by op name (scalars only): the bottleneck stage's ops times p."""

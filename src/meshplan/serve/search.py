@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from meshplan.serve import check
+from meshplan.serve import check, weighed
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.estimate import ServeEstimate, serve_estimate
 from meshplan.serve.memory import memory
@@ -39,6 +39,7 @@ class ServeSearchResult:
     rejected: dict[str, int]
     examples: dict[str, str]
     seconds: float
+    weighed: weighed.Weighed | None = None  # every configuration priced, with search(..., keep=True)
 
     @property
     def rejected_total(self) -> int:
@@ -88,8 +89,9 @@ def deployments(keys: dict[str, np.ndarray], num_gpus: int, disaggregate: bool) 
 
 
 def search(model: ModelSpec, cluster: Cluster, space: ServeSpace, top_k: int = 10,
-           eff: ServeEfficiency = SERVE_DEFAULT) -> ServeSearchResult:
-    """Every configuration of ``space``; the ``top_k`` feasible ones re-estimated (module docstring)."""
+           eff: ServeEfficiency = SERVE_DEFAULT, keep: bool = False) -> ServeSearchResult:
+    """Every configuration of ``space``; the ``top_k`` feasible ones re-estimated (module docstring). ``keep``:
+    every configuration's figures too (``weighed``, for the report)."""
     start = time.perf_counter()
     check.servable(model)
     keys = shapes(model, cluster, space)
@@ -97,11 +99,14 @@ def search(model: ModelSpec, cluster: Cluster, space: ServeSpace, top_k: int = 1
     tally: dict[str, int] = {}
     examples: dict[str, str] = {}
     ranked: list[tuple[float, float, int, int, int, int]] = []  # (score, tiebreak, quant, key, replicas, prefill)
-    evaluated = 0
+    evaluated, kept = 0, []
     for qi, quant in enumerate(space.quants):
         index, replicas, prefill = deployments(keys, cluster.num_gpus, space.disaggregate)
         evaluated += len(index)
-        bad, score, tiebreak = _score(model, cluster, space, quant, keys, (index, replicas, prefill), workload, eff)
+        bad, score, tiebreak, figures = _score(model, cluster, space, quant, keys, (index, replicas, prefill),
+                                               workload, eff)
+        if keep:
+            kept.append(weighed.part(keys, qi, (index, replicas, prefill), bad, figures))
         for reason, mask in bad:
             hits = np.flatnonzero(mask)
             if len(hits):
@@ -115,11 +120,13 @@ def search(model: ModelSpec, cluster: Cluster, space: ServeSpace, top_k: int = 1
     plans = sorted((e for e in plans if e.fits and _meets(e, space)), key=lambda e: _rank(e, space))[:top_k]
     return ServeSearchResult(model=model, cluster=cluster, space=space, plans=tuple(plans), evaluated=evaluated,
                              feasible=evaluated - sum(tally.values()), rejected=tally, examples=examples,
-                             seconds=time.perf_counter() - start)
+                             seconds=time.perf_counter() - start,
+                             weighed=weighed.join(kept, space.quants) if keep else None)
 
 
 def _score(model, cluster, space, quant, keys, deploy, workload, eff):
-    """The reasons each deployment breaks (first one only), and its ranking score and tiebreak."""
+    """The reasons each deployment breaks (first one only), its ranking score and tiebreak, and its figures
+    (weighed.FIGURES)."""
     index, replicas, prefill = deploy
     cols = {**keys, "replicas": np.ones_like(keys["tp"]), "prefill_replicas": np.zeros_like(keys["tp"])}
     structural = check.structural(model, cluster, cols, quant, space.engine)
@@ -138,7 +145,8 @@ def _score(model, cluster, space, quant, keys, deploy, workload, eff):
         bad.append((reason, hit))
         shown |= hit
     if one is None:
-        return bad, np.zeros(len(index)), np.zeros(len(index))
+        nan = np.full(len(index), np.nan)
+        return bad, np.zeros(len(index)), np.zeros(len(index)), dict.fromkeys(weighed.FIGURES, nan)
     picked = type(one)(*(np.asarray(v)[index] for v in vars(one).values()))
     with np.errstate(all="ignore"):
         m = deployment(picked, replicas, prefill, workload.output_len)
@@ -147,9 +155,11 @@ def _score(model, cluster, space, quant, keys, deploy, workload, eff):
         bad.append((reason, hit))
         shown |= hit
     tokens = np.nan_to_num(np.asarray(m.tokens_per_s, dtype=float))
+    figures = {"ttft": m.ttft, "tpot": m.tpot, "e2e": m.e2e, "tokens_per_s": m.tokens_per_s,
+               "memory": np.asarray(mem.total)[index]}
     if space.rank_by == "latency":
-        return bad, -np.nan_to_num(np.asarray(m.tpot, dtype=float), nan=np.inf), -tokens
-    return bad, tokens, np.nan_to_num(np.asarray(m.tpot, dtype=float), nan=np.inf)
+        return bad, -np.nan_to_num(np.asarray(m.tpot, dtype=float), nan=np.inf), -tokens, figures
+    return bad, tokens, np.nan_to_num(np.asarray(m.tpot, dtype=float), nan=np.inf), figures
 
 
 def _plan(keys, quant: Quant, i: int, replicas: int, prefill: int) -> ServePlan:

@@ -24,12 +24,14 @@ __all__ = ["PeakMemory", "Storage", "TensorInfo", "TimedOp", "Trace", "TracedOp"
            "peak_memory", "time_ops", "trace_module"]
 
 
-def trace_module(module: Any, inputs: Sequence[Any], *, backward: bool = True, param_dtype: Any = None) -> Trace:
-    """Trace ``module(*inputs)`` forward and backward on fake tensors (see capture.trace_module)."""
+def trace_module(module: Any, inputs: Sequence[Any], *, backward: bool = True, param_dtype: Any = None,
+                 real: bool = False) -> Trace:
+    """Trace ``module(*inputs)`` forward and backward on fake tensors, or on its real ones (see
+    capture.trace_module)."""
     try:
         from meshplan.trace.capture import trace_module as run
     except ModuleNotFoundError as exc:
         if exc.name == "torch":
             raise MissingDependency("torch", "torch") from None
         raise
-    return run(module, inputs, backward=backward, param_dtype=param_dtype)
+    return run(module, inputs, backward=backward, param_dtype=param_dtype, real=real)

@@ -26,6 +26,7 @@ of its first floating output (one small reduction; named ``loss/sum``). A model 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,6 +42,7 @@ from torch.utils.flop_counter import flop_registry
 
 from meshplan.errors import SpecError
 from meshplan.trace import flops as fl
+from meshplan.trace.calls import arg_names, call_attrs, encode_call, result_slots, tags
 from meshplan.trace.graph import Storage, TensorInfo, Trace, TracedOp
 
 aten = torch.ops.aten
@@ -55,7 +57,7 @@ ALLOCATE_ONLY = {aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty
 TAG = "meshplan_module"
 
 
-def _dtype(name: str, field: str = "dtype") -> torch.dtype:
+def torch_dtype(name: str, field: str = "dtype") -> torch.dtype:
     value = getattr(torch, name, None)
     if not isinstance(value, torch.dtype):
         raise SpecError(f"{field}={name!r} is not a torch dtype (e.g. int64, float32, bfloat16)")
@@ -73,7 +75,14 @@ def _same_dtype(func: Any, tensors: list[torch.Tensor]) -> None:
         raise RuntimeError(f"{func._overloadpacket.__name__} of {kinds}: expected one dtype (eager PyTorch fails too)")
 
 
-class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
+class _Real(contextlib.nullcontext):
+    """Stands in for FakeTensorMode in a real trace: a context that does nothing, and real tensors pass through."""
+
+    def from_tensor(self, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+
+class Recorder(torch.utils._python_dispatch.TorchDispatchMode):
     """Records each op: arguments, results, FLOPs, storages, module and autograd node."""
 
     def __init__(self, root_name: str) -> None:
@@ -89,6 +98,11 @@ class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
         self.rows: list[dict[str, Any]] = []
         self.nodes: list[Any] = []
         self.backward = False
+        self.module_calls = 0  # forward calls of the module's submodules (measure/host.py charges each)
+
+    def enter(self, name: str) -> None:
+        self.stack.append(name)
+        self.module_calls += 1
 
     def storage(self, t: torch.Tensor) -> tuple[int, bool]:
         """(id, new) of a tensor's storage."""
@@ -105,14 +119,15 @@ class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
     def info(self, t: torch.Tensor) -> TensorInfo:
         sid, _ = self.storage(t)
         return TensorInfo(shape=tuple(int(s) for s in t.shape), dtype=str(t.dtype).removeprefix("torch."),
-                          itemsize=t.element_size(), storage=sid)
+                          itemsize=t.element_size(), storage=sid, stride=tuple(int(s) for s in t.stride()),
+                          offset=int(t.storage_offset()))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in SKIP:
             return func(*args, **kwargs)
-        if func._overloadpacket not in flop_registry and func._overloadpacket not in fl.OWN_FORMULAS:
-            with self:  # as FlopCounterMode: count the parts of an op that has a decomposition
+        if _decomposes(func):
+            with self:
                 r = func.decompose(*args, **kwargs)
             if r is not NotImplemented:
                 return r
@@ -123,7 +138,7 @@ class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
             if new:
                 self.created[sid] = -1
         out = func(*args, **kwargs)
-        outs = fl._tensors(out)
+        outs = fl._tensors(out) or _written(func, args, kwargs)
         if not outs:
             return out
         index = len(self.rows)
@@ -160,11 +175,31 @@ class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
             "index": index, "func": func, "module": module, "inputs": in_infos, "outputs": tuple(out_infos),
             "flops": flops, "source": source, "geometry": geometry,
             "read": 0 if is_view else sum({(i.storage, i.shape): i.nbytes for i in in_infos}.values()),
+            "args": arg_names(func, args, kwargs), "results": result_slots(out),
+            "attrs": call_attrs(func, args, kwargs),
             "written": written, "node": id(node) if node is not None else None,
             "reads": reads, "creates": [(s, 0) for s in fresh] + [(s, self.version[s]) for s in mutated],
-            "outs": outs,
+            "outs": outs, "call": encode_call(args, kwargs), "tags": tags(func),
         })
         return out
+
+
+def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors an in-place op that returns nothing wrote (``_foreach_add_``: its ``self`` list)."""
+    if not func._schema.is_mutable:
+        return []
+    named = fl.named_args(func, args, kwargs)
+    return [t for a in func._schema.arguments if a.alias_info is not None and a.alias_info.is_write
+            for t in fl._tensors(named.get(a.name))]
+
+
+def _decomposes(func: Any) -> bool:
+    """As FlopCounterMode: count the parts of an op that has no FLOP formula (and a decomposition); an element-wise
+    op (silu_backward, gelu_backward) is one kernel on a GPU and its FLOPs are counted per element (flops.py), so it
+    stays whole."""
+    packet = func._overloadpacket
+    return packet not in flop_registry and packet not in fl.OWN_FORMULAS and not (
+        torch.Tag.pointwise in func.tags or packet in fl.PER_ELEMENT)
 
 
 def _fake_inputs(mode: FakeTensorMode, inputs: Sequence[Any]) -> list[torch.Tensor]:
@@ -177,11 +212,11 @@ def _fake_inputs(mode: FakeTensorMode, inputs: Sequence[Any]) -> list[torch.Tens
         if not all(isinstance(s, int) and s > 0 for s in shape):
             raise SpecError(f"input-shape={'x'.join(map(str, shape))!r} (input {i}) must be positive integers")
         with mode:
-            result.append(torch.zeros(tuple(shape), dtype=_dtype(dtype) if isinstance(dtype, str) else dtype))
+            result.append(torch.zeros(tuple(shape), dtype=torch_dtype(dtype) if isinstance(dtype, str) else dtype))
     return result
 
 
-def _loss(out: Any) -> torch.Tensor | None:
+def loss_of(out: Any) -> torch.Tensor | None:
     """The scalar to differentiate, or None when no output needs a gradient (a frozen model: forward only)."""
     floats = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()
               and t.requires_grad]
@@ -223,24 +258,42 @@ def _phases(rows: list[dict[str, Any]], forward_end: int, grad_storages: set[int
     return ["fwd" if r["index"] <= forward_end else ("bwd_w" if w_op.get(r["index"]) else "bwd_x") for r in rows]
 
 
+def _hooks(module: torch.nn.Module, rec: Recorder) -> list[Any]:
+    """Forward pre / post hooks on every submodule that keep ``rec``'s module stack (remove them after)."""
+    names = {id(m): name for name, m in module.named_modules(remove_duplicate=False) if name}
+    hooks = []
+    for sub in module.modules():
+        if id(sub) in names:
+            name = names[id(sub)]
+            hooks.append(sub.register_forward_pre_hook(lambda m, a, name=name: rec.enter(name)))
+            hooks.append(sub.register_forward_hook(lambda m, a, o: rec.stack.pop() and None))
+    return hooks
+
+
 def trace_module(module: torch.nn.Module, inputs: Sequence[Any], *, backward: bool = True,
-                 param_dtype: str | torch.dtype | None = None) -> Trace:
+                 param_dtype: str | torch.dtype | None = None, real: bool = False) -> Trace:
     """Trace ``module(*inputs)`` and the backward pass of its loss.
 
     ``inputs``: tensors (real or fake) or ``(shape, dtype)`` pairs, e.g. ``[((2, 32), "int64")]``.
     ``param_dtype``: cast the floating-point parameters and buffers first (e.g. ``"bfloat16"``).
+    ``real``: run on the module's real tensors instead of fake ones (the inputs must then be real tensors): the
+    ops compute, so a model whose shapes depend on values (MoE routing: ``nonzero``) traces as it runs.
     """
     params = dict(module.named_parameters(remove_duplicate=False))
     buffers = dict(module.named_buffers(remove_duplicate=False))
     fake = next((t for t in [*params.values(), *buffers.values()] if isinstance(t, FakeTensor)), None)
-    mode = fake.fake_mode if fake is not None else FakeTensorMode(allow_non_fake_inputs=True)
+    mode: Any = fake.fake_mode if fake is not None else FakeTensorMode(allow_non_fake_inputs=True)
+    if real:
+        if fake is not None or not all(isinstance(x, torch.Tensor) for x in inputs):
+            raise SpecError("a real trace needs a module with real tensors and real input tensors")
+        mode = _Real()
     # the module is called with fake copies of its state (the same tensors if it was built fake), cast if asked
-    cast = _dtype(param_dtype) if isinstance(param_dtype, str) else param_dtype
+    cast = torch_dtype(param_dtype) if isinstance(param_dtype, str) else param_dtype
     copies: dict[int, torch.Tensor] = {}
 
     def fake_copy(t: torch.Tensor) -> torch.Tensor:
         if id(t) not in copies:  # tied weights stay tied
-            f = t if isinstance(t, FakeTensor) else mode.from_tensor(t)
+            f = t if isinstance(t, FakeTensor) or real else mode.from_tensor(t)
             if cast is not None and f.is_floating_point() and f.dtype != cast:
                 with mode:
                     f = f.detach().to(cast).requires_grad_(t.requires_grad)
@@ -251,20 +304,14 @@ def trace_module(module: torch.nn.Module, inputs: Sequence[Any], *, backward: bo
     buffers = {k: fake_copy(v) for k, v in buffers.items()}
     state = {**params, **buffers}
     args = _fake_inputs(mode, inputs)
-    names = {id(m): name for name, m in module.named_modules(remove_duplicate=False) if name}
-    rec = _Recorder(type(module).__name__)
-    hooks = []
-    for sub in module.modules():
-        if id(sub) in names:
-            name = names[id(sub)]
-            hooks.append(sub.register_forward_pre_hook(lambda m, a, name=name: rec.stack.append(name)))
-            hooks.append(sub.register_forward_hook(lambda m, a, o: rec.stack.pop() and None))
+    rec = Recorder(type(module).__name__)
+    hooks = _hooks(module, rec)
     unique = {id(p): p for p in params.values() if p.requires_grad}
     try:
         with mode, rec:
             out = torch.func.functional_call(module, state, tuple(args))
             rec.module_prefix = "loss"
-            loss = _loss(out) if backward else None
+            loss = loss_of(out) if backward else None
             forward_end = len(rec.rows) - 1
             for row in rec.rows:  # tag the autograd nodes of the forward pass with their module path
                 for t in row["outs"]:
@@ -284,7 +331,23 @@ def trace_module(module: torch.nn.Module, inputs: Sequence[Any], *, backward: bo
     return _assemble(rec, module, params, buffers, args, grads, forward_end)
 
 
-def _assemble(rec: _Recorder, module: torch.nn.Module, params: dict, buffers: dict, args: list,
+def traced_ops(rows: list[dict[str, Any]], phases: Sequence[str]) -> list[TracedOp]:
+    """The recorder's rows as TracedOp records, one phase each."""
+    ops = []
+    for r, phase in zip(rows, phases, strict=True):
+        g = r["geometry"]
+        packet = r["func"]._overloadpacket.__name__
+        ops.append(TracedOp(
+            index=r["index"], name=f"{r['module']}/{packet}", target=str(r["func"]), phase=phase, kind=g["kind"],
+            inputs=r["inputs"], outputs=r["outputs"], flops=r["flops"], flops_source=r["source"],
+            bytes_read=float(r["read"]), bytes_written=float(r["written"]), m=float(g.get("m", 0.0)),
+            n=float(g.get("n", 0.0)), k=float(g.get("k", 0.0)), groups=float(g.get("groups", 1.0)),
+            causal=bool(g.get("causal", False)), module=r["module"], call=r["call"], tags=r["tags"], args=r["args"],
+            results=r["results"], attrs=r["attrs"]))
+    return ops
+
+
+def _assemble(rec: Recorder, module: torch.nn.Module, params: dict, buffers: dict, args: list,
               grads: tuple, forward_end: int) -> Trace:
     roles: dict[int, str] = {}
     for t in args:
@@ -300,20 +363,16 @@ def _assemble(rec: _Recorder, module: torch.nn.Module, params: dict, buffers: di
         created = rec.created.get(sid, -1)
         if sid not in roles:
             roles[sid] = "buffer" if created < 0 else ("activation" if created <= forward_end else "temporary")
-    phases = _phases(rec.rows, forward_end, grad_ids)
-    ops = []
-    for r, phase in zip(rec.rows, phases, strict=True):
-        g = r["geometry"]
-        packet = r["func"]._overloadpacket.__name__
-        ops.append(TracedOp(
-            index=r["index"], name=f"{r['module']}/{packet}", target=str(r["func"]), phase=phase, kind=g["kind"],
-            inputs=r["inputs"], outputs=r["outputs"], flops=r["flops"], flops_source=r["source"],
-            bytes_read=float(r["read"]), bytes_written=float(r["written"]), m=float(g.get("m", 0.0)),
-            n=float(g.get("n", 0.0)), k=float(g.get("k", 0.0)), groups=float(g.get("groups", 1.0)),
-            causal=bool(g.get("causal", False)), module=r["module"]))
+    ops = traced_ops(rec.rows, _phases(rec.rows, forward_end, grad_ids))
     storages = {sid: Storage(id=sid, nbytes=size, role=roles[sid], created=rec.created.get(sid, -1))
                 for sid, size in rec.sizes.items()}
     unique = {rec.storage(p)[0]: p for p in params.values()}
-    return Trace(name=type(module).__name__, ops=tuple(ops), storages=storages,
+    trainable = [p for p in {id(p): p for p in params.values() if p.requires_grad}.values()]
+    grad_of = {rec.storage(p)[0]: rec.storage(g)[0] for p, g in zip(trainable, grads, strict=False) if g is not None}
+    names: dict[int, str] = {}
+    for name, t in (*buffers.items(), *params.items()):
+        names.setdefault(rec.storage(t)[0], name)
+    return Trace(name=type(module).__name__, ops=tuple(ops), storages=storages, grad_of=grad_of, names=names,
                  params=sum(p.numel() for p in unique.values()),
-                 param_bytes=sum(storages[s].nbytes for s in unique), forward_end=forward_end)
+                 param_bytes=sum(storages[s].nbytes for s in unique), forward_end=forward_end,
+                 module_calls=rec.module_calls + 1)  # the root's own call

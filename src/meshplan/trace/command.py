@@ -11,6 +11,7 @@ import importlib.util
 import logging
 import sys
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from meshplan.errors import MissingDependency, SpecError
 from meshplan.specs.hardware import Accelerator, load_system
 from meshplan.trace.cost import TimedOp, time_ops
 from meshplan.trace.graph import Trace
+from meshplan.trace.kernels import KernelRow, fused_summary, kernel_rows
 from meshplan.trace.liveness import OPTIMIZER_STATE, PeakMemory, peak_memory
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
@@ -65,7 +67,7 @@ def load_factory(ref: str) -> Any:
         raise SpecError(f"model={ref!r}: importing {where} called sys.exit({exc.code!r}); guard its script "
                         "code with if __name__ == '__main__'") from None
     except Exception as exc:  # noqa: BLE001  (the user's module raised while being imported)
-        raise SpecError(f"model={ref!r}: importing {where} failed: {_first_line(exc)}") from None
+        raise SpecError(f"model={ref!r}: importing {where} failed: {first_line(exc)}") from None
     try:
         return getattr(module, attr)
     except AttributeError:
@@ -87,13 +89,14 @@ def build(factory: Any, ref: str) -> Any:
             try:
                 model = factory()
             except (Exception, SystemExit) as exc:
-                raise SpecError(f"model={ref!r}: the factory failed: {_first_line(exc)}") from None
+                raise SpecError(f"model={ref!r}: the factory failed: {first_line(exc)}") from None
     if not isinstance(model, torch.nn.Module):
         raise SpecError(f"model={ref!r} returned {type(model).__name__}, not a torch.nn.Module")
     return model
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message (for a SpecError)."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
@@ -109,6 +112,11 @@ class TraceReport:
     accelerator: Accelerator
     inputs: tuple[tuple[tuple[int, ...], str], ...]
 
+    @cached_property
+    def kernels(self) -> dict[int, KernelRow]:
+        """Graph-level columns per timed op (kernels.py: launches, fixed overhead, fused chain)."""
+        return kernel_rows(self.trace, self.timed, self.accelerator)
+
     @property
     def seconds(self) -> float:
         return sum(t.seconds for t in self.timed)
@@ -119,6 +127,8 @@ class TraceReport:
     def to_dict(self, top: int) -> dict[str, Any]:
         tr, total = self.trace, self.seconds or 1.0
         ranked = sorted(self.timed, key=lambda t: -t.seconds)[:top]
+        k = self.kernels
+        eager, fused_kernels, fused_s = fused_summary(k)
         return {
             "model": tr.name, "params": tr.params, "system": self.system, "accelerator": self.accelerator.name,
             "inputs": [{"shape": list(s), "dtype": d} for s, d in self.inputs], "ops": len(tr.ops),
@@ -129,9 +139,12 @@ class TraceReport:
             "peak_op": {"index": self.memory.index, "name": self.memory.op_name, "phase": self.memory.phase},
             "memory_breakdown": self.memory.breakdown, "saved_activation_bytes": self.memory.saved,
             "hbm_bytes": self.accelerator.hbm_bytes,
+            "kernels": {"eager": eager, "fused": fused_kernels, "fused_time_s": fused_s},
             "top_ops": [{"index": t.op.index, "name": t.op.name, "target": t.op.target, "phase": t.op.phase,
                          "kind": t.op.kind, "flops": t.op.flops, "bytes": t.op.nbytes, "time_s": t.seconds,
-                         "share": t.seconds / total} for t in ranked],
+                         "share": t.seconds / total, "launches": k[t.op.index].launches,
+                         "overhead_s": k[t.op.index].overhead, "fused_group": k[t.op.index].group,
+                         "fused_s": k[t.op.index].fused} for t in ranked],
         }
 
 
@@ -152,13 +165,13 @@ def run(ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], system_ref: 
         import torch  # noqa: F401
     except ModuleNotFoundError:
         raise MissingDependency("torch", "torch") from None
-    from meshplan.trace.capture import _dtype, trace_module
+    from meshplan.trace.capture import torch_dtype, trace_module
 
     inputs = tuple((s, dtypes[i] if len(dtypes) > 1 else dtypes[0]) for i, s in enumerate(parsed))
     for _, d in inputs:
-        _dtype(d)
+        torch_dtype(d)
     if param_dtype is not None:
-        _dtype(param_dtype, "param-dtype")
+        torch_dtype(param_dtype, "param-dtype")
     model = build(load_factory(ref), ref)
     # FakeTensorMode logs the traceback of an op whose meta kernel fails before raising it; the one-line error
     # below says the same, so the log stays quiet
@@ -171,7 +184,7 @@ def run(ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], system_ref: 
         raise
     except Exception as exc:
         shown = " ".join("x".join(map(str, s)) for s in parsed)
-        raise SpecError(f"model={ref!r} failed on input-shape={shown}: {_first_line(exc)}") from None
+        raise SpecError(f"model={ref!r} failed on input-shape={shown}: {first_line(exc)}") from None
     finally:
         fake_log.setLevel(level)
     acc = system.accelerator
@@ -180,7 +193,8 @@ def run(ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], system_ref: 
 
 
 def render(report: TraceReport, console: Console, top: int) -> None:
-    """The summary (FLOPs, time, peak memory and where) and the top ops by time with their share."""
+    """The summary (FLOPs, time, peak memory and where) and the top ops by time with their share, kernel
+    launches, fixed overhead and fused chain (``top`` 0: every op in order)."""
     from rich.table import Table
 
     tr, mem, total = report.trace, report.memory, report.seconds or 1.0
@@ -203,14 +217,20 @@ def render(report: TraceReport, console: Console, top: int) -> None:
                     f"({mem.phase})" + ("" if mem.peak <= cap else "  DOES NOT FIT"))
     summary.add_row("at the peak", ", ".join(f"{k} {fmt_bytes(v)}" for k, v in mem.breakdown.items() if v))
     summary.add_row("saved for backward", fmt_bytes(mem.saved))
+    eager, fused_kernels, fused_s = fused_summary(report.kernels)
+    summary.add_row("fused", f"{eager} kernels in eager mode, {fused_kernels} with every element-wise chain fused: "
+                    f"{fmt_time(fused_s)} (kernels.py)")
     console.print(summary)
-    table = Table(title=f"top {top} ops by time", title_justify="left")
+    shown = sorted(report.timed, key=lambda t: -t.seconds)[:top] if top else report.timed
+    table = Table(title=f"top {top} ops by time" if top else "every op, in order", title_justify="left")
     for col, justify in (("#", "right"), ("op", "left"), ("phase", "left"), ("aten", "left"), ("out shape", "left"),
-                         ("FLOPs", "right"), ("bytes", "right"), ("time", "right"), ("share", "right")):
+                         ("FLOPs", "right"), ("bytes", "right"), ("time", "right"), ("share", "right"),
+                         ("launches", "right"), ("overhead", "right"), ("fused", "right"), ("fused time", "right")):
         table.add_column(col, justify=justify)
-    for t in sorted(report.timed, key=lambda t: -t.seconds)[:top]:
-        op = t.op
+    for t in shown:
+        op, k = t.op, report.kernels[t.op.index]
         out = "x".join(map(str, op.outputs[0].shape)) if op.outputs else ""
         table.add_row(str(op.index), op.name, op.phase, op.target.removeprefix("aten."), out, fmt_count(op.flops),
-                      fmt_bytes(op.nbytes), fmt_time(t.seconds), f"{t.seconds / total:.1%}")
+                      fmt_bytes(op.nbytes), fmt_time(t.seconds), f"{t.seconds / total:.1%}", str(k.launches),
+                      fmt_time(k.overhead), "-" if k.group < 0 else str(k.group), fmt_time(k.fused))
     console.print(table)

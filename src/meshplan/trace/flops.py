@@ -36,9 +36,24 @@ def _cpu_sdpa_backward(grad_out, query, key, value, *args, out_val=None, **kwarg
     return sdpa_backward_flop_count(grad_out.shape, query.shape, key.shape, value.shape)
 
 
+def _grouped_mm(mat_a, mat_b, *args, out_val=None, **kwargs) -> int:
+    """``torch._grouped_mm`` (one GEMM per group of rows, the MoE experts of torchtitan and transformers'
+    ``grouped_mm`` experts): each row of the routed dimension meets one group, so the FLOPs are those of one GEMM
+    over all rows, 2·m·k·n, whatever the offsets (the group sizes) are. 2-D × 3-D: (m, k) × (g, k, n) → (m, n);
+    2-D × 2-D (the weight gradient): (n, m) × (m, k) → (g, n, k), m the routed rows."""
+    if mat_a.dim() == 2 and mat_b.dim() == 3:
+        return 2 * mat_a.shape[0] * mat_a.shape[1] * mat_b.shape[2]
+    if mat_a.dim() == 2 and mat_b.dim() == 2:
+        return 2 * mat_a.shape[0] * mat_a.shape[1] * mat_b.shape[1]
+    if mat_a.dim() == 3 and mat_b.dim() == 2:  # (g, m, k) × (k, n): every group meets every column block
+        return 2 * mat_a.shape[1] * mat_a.shape[2] * mat_b.shape[1]
+    return 2 * mat_a.numel() * mat_b.shape[-1]
+
+
 OWN_FORMULAS = {
     aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa,
     aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_sdpa_backward,
+    aten._grouped_mm: _grouped_mm,
 }
 
 PER_ELEMENT: dict[Any, float] = {
@@ -127,6 +142,13 @@ def shape(func: Any, args: tuple, kwargs: dict, out: Any, flops: float) -> dict[
         if x.dim() == 3:
             return {"kind": "gemm", "m": x.shape[1], "n": w.shape[2], "k": x.shape[2], "groups": x.shape[0]}
         return {"kind": "gemm", "m": x.shape[0], "n": w.shape[1], "k": x.shape[1], "groups": 1}
+    if packet is aten._grouped_mm:  # one GEMM over all routed rows (see _grouped_mm)
+        x, w = a["self"], a["mat2"]
+        groups = a["offs"].shape[0] if a.get("offs") is not None else 1
+        if x.dim() == 2 and w.dim() == 2:  # the routed rows are the contraction, split among the groups
+            return {"kind": "gemm", "m": x.shape[0], "n": w.shape[1], "k": x.shape[1] / groups, "groups": groups}
+        return {"kind": "gemm", "m": x.shape[-2] * (x.shape[0] if x.dim() == 3 else 1) / groups, "n": w.shape[-1],
+                "k": x.shape[-1], "groups": groups}
     if packet in CONVOLUTIONS:  # implicit GEMM: n output channels, k = input channels × kernel window / groups
         w = a["weight"]
         n, k = w.shape[0], w[0].numel()

@@ -33,6 +33,8 @@ class TensorInfo:
     dtype: str  # torch dtype name without "torch.": "float32", "bfloat16", "int64"
     itemsize: int
     storage: int  # id of the storage in Trace.storages
+    stride: tuple[int, ...] = ()  # elements; () when not recorded (a record made by hand)
+    offset: int = 0  # storage offset, elements
 
     @property
     def numel(self) -> int:
@@ -82,6 +84,17 @@ class TracedOp:
     groups: float = 1.0
     causal: bool = False  # attention with a causal mask (flash kernels skip the masked half)
     module: str = ""  # module path (forward) or the module of the forward op this is the gradient of
+    # the call as JSON (measure/replay.py rebuilds it on real tensors): arguments with each tensor as
+    # {"tensor": i} (i indexes ``inputs``), dtypes, devices, layouts and memory formats as {"dtype": "float32"} …,
+    # anything else that is not a number, string or None as {"opaque": type}; "" when not recorded
+    call: str = ""
+    tags: tuple[str, ...] = ()  # the aten op's tags that measure/fusion.py reads: "pointwise", "reduction"
+    args: tuple[str, ...] = ()  # the schema name of each input (``mat1``, ``weight``; a list's tensors share one)
+    results: tuple[int, ...] = ()  # each output's position in what the op returned (dropped Nones leave gaps)
+    attrs: tuple[tuple[str, object], ...] = ()  # non-tensor arguments by schema name (dim, keepdim, groups …)
+
+    def attr(self, name: str, default: object = None) -> object:
+        return next((v for k, v in self.attrs if k == name), default)
 
     @property
     def nbytes(self) -> float:
@@ -98,6 +111,9 @@ class Trace:
     params: int  # parameter count (tied parameters once)
     param_bytes: int
     forward_end: int  # index of the last forward op (the loss)
+    module_calls: int = 0  # nn.Module forward calls in the forward pass, the root's included
+    grad_of: dict[int, int] = field(default_factory=dict, hash=False)  # parameter storage -> its gradient's
+    names: dict[int, str] = field(default_factory=dict, hash=False)  # parameter / buffer storage -> its name
 
     def flops(self, phase: str | None = None, kind: str | None = None, source: str | None = None) -> float:
         """Sum of op FLOPs, optionally of one phase (``"bwd"`` = both backward phases), kind or source."""

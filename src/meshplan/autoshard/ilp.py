@@ -1,0 +1,171 @@
+"""The intra-operator integer program (Alpa, Zheng et al. 2022, OSDI, §4.2, its equations (1)-(3)), solved by HiGHS
+through ``scipy.optimize.milp``.
+
+    minimise   Σ_v s_v·(c_v + d_v) + Σ_(u,v) e_uv·R_uv          (compute c, in-node moves d, resharding R)
+    subject to s_v ∈ {0,1}^|S_v|, Σ s_v = 1                     (one strategy per node)
+               e_uv ∈ [0,1]^(|S_u|·|S_v|), Σ_b e_uv[a,b] = s_u[a], Σ_a e_uv[a,b] = s_v[b]
+               Σ_v s_v·M_v^(p) <= memory limit   at each constrained point p (memory.py)
+
+Alpa linearises s_u^T R_uv s_v with edge variables e_uv = s_u s_v^T; the marginal equalities make e integral once
+the s are, so e is continuous here, and the program's LP relaxation is tight enough that HiGHS usually closes it
+at the root. Node costs c_v are weighted by the node's count in the full model (blocks.py) and by the micro-batches
+per step; per-step costs (gradient reductions, the optimizer) once. Every cost is in seconds, so the objective is
+the step time of the plan with no overlap of communication and compute (as in Alpa's and autoparallel's
+objectives).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from meshplan.autoshard.problem import Problem
+from meshplan.autoshard.reduce import Pairwise, expand, reduce, restrict
+from meshplan.errors import MissingDependency
+
+MIP_GAP = 1e-3  # branch and bound stops within 0.1 % of the optimum (far inside the model's own error)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Solution:
+    choice: dict[int, int]  # template node -> strategy index
+    objective: float  # seconds per step
+    status: str  # "optimal", "infeasible", "time limit" …
+    seconds: float  # HiGHS wall time
+    variables: int
+    constraints: int
+
+
+def node_costs(problem: Problem, micro_batches: int, penalty: dict[int, np.ndarray] | None = None
+               ) -> dict[int, np.ndarray]:
+    """Each template node's weighted cost per strategy, with its self-edges (a node whose twins feed each other,
+    e.g. block i's residual into block i+1's: only the diagonal can be chosen)."""
+    costs = {}
+    for key, node in problem.nodes.items():
+        c = problem.weight[key] * micro_batches * (node.time.sum(axis=1) + node.comm.sum(axis=1))
+        if key in problem.optimizer:
+            c = c + problem.weight[key] * problem.optimizer[key]
+        costs[key] = c
+    for (u, v), edge in problem.edges.items():
+        if u == v:
+            costs[u] = costs[u] + np.diag(micro_batches * (edge.fwd + edge.bwd) + edge.step)
+    for key, extra in (penalty or {}).items():
+        costs[key] = costs[key] + extra
+    return costs
+
+
+def pairwise(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int, np.ndarray], float]],
+             allowed: dict[int, set[int]] | None = None, penalty: dict[int, np.ndarray] | None = None) -> Pairwise:
+    """The program in pairwise form (reduce.py), ``allowed`` applied; a node's bytes in each memory row keep it
+    from elimination and enter the dominance test."""
+    costs = node_costs(problem, micro_batches, penalty)
+    edges: dict[tuple[int, int], np.ndarray] = {}
+    for (u, v), e in problem.edges.items():
+        if u == v:
+            continue
+        m = micro_batches * (e.fwd + e.bwd) + e.step
+        key, m = ((u, v), m) if u < v else ((v, u), m.T)
+        edges[key] = edges[key] + m if key in edges else m
+    memory = {}
+    for key in problem.nodes:
+        columns = [coef[key] for coef, _ in memory_rows if key in coef and np.any(coef[key])]
+        if columns:
+            memory[key] = np.stack(columns, axis=1)
+    pw = Pairwise(costs=costs, edges=edges, memory=memory,
+                  ids={k: np.arange(node.size) for k, node in problem.nodes.items()})
+    for key, keep in (allowed or {}).items():
+        restrict(pw, key, np.array(sorted(keep), dtype=int))
+    return pw
+
+
+def solve(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int, np.ndarray], float]],
+          allowed: dict[int, set[int]] | None = None, time_limit: float = 60.0,
+          penalty: dict[int, np.ndarray] | None = None) -> Solution:
+    """The program above, reduced first (reduce.py); ``memory_rows``: (coefficients per node strategy, limit in
+    bytes) per point; ``allowed``: the strategies a node may take (a plan fixed in part, e.g. Megatron-LM's);
+    ``penalty``: seconds added to node strategies (solve.py's Lagrangian price of memory)."""
+    try:
+        from scipy import optimize
+        from scipy.sparse import coo_matrix
+    except ModuleNotFoundError:
+        raise MissingDependency("scipy", "solve") from None
+    started = time.perf_counter()
+    pw = reduce(pairwise(problem, micro_batches, memory_rows, allowed, penalty))
+    keys = sorted(pw.costs)
+    offset, n = {}, 0
+    for k in keys:
+        offset[k] = n
+        n += len(pw.costs[k])
+    edges = sorted(pw.edges.items())
+    c_parts = [pw.costs[k] for k in keys]
+    e_offset = []
+    for _, m in edges:
+        e_offset.append(n)
+        c_parts.append(m.ravel())
+        n += m.size
+    matrix, lo, hi = _constraints(pw, keys, offset, edges, e_offset, n, memory_rows, coo_matrix)
+    integrality = np.zeros(n)
+    integrality[:e_offset[0] if e_offset else n] = 1
+    c = np.concatenate(c_parts) if c_parts else np.zeros(0)
+    result = _relaxation_first(optimize, c, integrality, matrix, lo, hi, time_limit)
+    status = {0: "optimal", 1: "time limit", 2: "infeasible", 3: "unbounded"}.get(result.status, "failed")
+    if result.status == 1 and result.x is None:
+        status = "time limit, no plan"
+    choice = {}
+    if result.x is not None:
+        reduced = {k: int(np.argmax(result.x[offset[k]:offset[k] + len(pw.costs[k])])) for k in keys}
+        choice = expand(pw, reduced)
+    return Solution(choice=choice, objective=float(result.fun) + pw.constant if result.x is not None else float("inf"),
+                    status=status, seconds=time.perf_counter() - started, variables=n, constraints=len(lo))
+
+
+def _relaxation_first(optimize: Any, c: np.ndarray, integrality: np.ndarray, matrix: Any, lo: np.ndarray,
+                      hi: np.ndarray, time_limit: float) -> Any:
+    """The LP relaxation first (HiGHS' dual simplex): Alpa's marginal constraints make it integral in most
+    unconstrained programs, and then it is the optimum; otherwise branch and bound (``milp``)."""
+    from scipy.optimize import Bounds, LinearConstraint
+
+    eq = lo == hi
+    relaxed = optimize.linprog(c, A_eq=matrix[eq], b_eq=lo[eq], A_ub=matrix[~eq] if (~eq).any() else None,
+                               b_ub=hi[~eq] if (~eq).any() else None, bounds=(0, 1), method="highs")
+    if relaxed.status == 0:
+        nodes = relaxed.x[integrality == 1]
+        if np.all(np.minimum(nodes, 1 - nodes) < 1e-7):
+            return relaxed
+    if relaxed.status == 2:  # infeasible relaxation: no plan at all
+        return relaxed
+    return optimize.milp(c, integrality=integrality, bounds=Bounds(0, 1), constraints=LinearConstraint(matrix, lo, hi),
+                         options={"time_limit": time_limit, "disp": False, "mip_rel_gap": MIP_GAP})
+
+
+def _constraints(pw: Pairwise, keys: list[int], offset: dict[int, int], edges: list, e_offset: list[int], n: int,
+                 memory_rows: list[tuple[dict[int, np.ndarray], float]], coo_matrix: Any
+                 ) -> tuple[Any, np.ndarray, np.ndarray]:
+    """One strategy per node; each edge's marginals equal its nodes' choices; the memory rows."""
+    rows, cols, vals, lo, hi = [], [], [], [], []
+
+    def add(entries: list[tuple[int, float]], low: float, high: float) -> None:
+        r = len(lo)
+        for col, val in entries:
+            rows.append(r)
+            cols.append(col)
+            vals.append(val)
+        lo.append(low)
+        hi.append(high)
+
+    for k in keys:
+        add([(offset[k] + a, 1.0) for a in range(len(pw.costs[k]))], 1.0, 1.0)
+    for ((u, v), m), start in zip(edges, e_offset, strict=True):
+        su, sv = m.shape
+        for a in range(su):
+            add([(start + a * sv + b, 1.0) for b in range(sv)] + [(offset[u] + a, -1.0)], 0.0, 0.0)
+        for b in range(sv):
+            add([(start + a * sv + b, 1.0) for a in range(su)] + [(offset[v] + b, -1.0)], 0.0, 0.0)
+    for coef, limit in memory_rows:
+        add([(offset[k] + a, float(vec[i])) for k, vec in coef.items() if k in offset
+             for a, i in enumerate(pw.ids[k]) if vec[i]], -np.inf, limit)
+    matrix = coo_matrix((vals, (rows, cols)), shape=(len(lo), n)).tocsr()
+    return matrix, np.array(lo), np.array(hi)

@@ -1,0 +1,298 @@
+"""The sharding problem of one traced step on one mesh: nodes with strategies, weighted, and the resharding costs
+between them (Alpa, Zheng et al. 2022, §4.2: node costs c_v, d_v and edge matrices R_vu).
+
+Nodes are built for one block of each tied group and for the ops outside the blocks (blocks.py); every op of
+another block maps to its twin (``Blocks.rep``). Weights: a tied node counts once per block of the full model; an
+edge inside a block likewise; an edge from one block to the next (the residual stream, forward and backward) once
+per pair of neighbours; an edge between a block and the rest once per block that has it (the rotary tables every
+layer reads) or once (the embedding into the first layer).
+
+Edge costs: moving the producer's result, as the producer's strategy places it, to the placement the consumer's
+strategy needs (reshard.py), in the consumer's pass. A parameter's gradient, as its last op leaves it (Partial
+after a split batch: the data-parallel reduction), moves once per step to the parameter's placement, where the
+optimizer keeps it; this is the gradient all-reduce (replicated parameters) or reduce-scatter (sharded ones, ZeRO
+/ FSDP), and a sharded parameter read replicated is all-gathered each micro-batch in each pass (FSDP's gathers).
+The optimizer step (Adam: read parameter, gradient and two moments, write parameter and moments, 7 x the parameter's
+bytes per device, memory-bound; the moments in the parameter's dtype, as torch.optim.Adam keeps them and as
+trace/liveness.py counts them) runs once per step on each device's share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from meshplan.autoshard.blocks import Blocks
+from meshplan.autoshard.dataflow import Flow
+from meshplan.autoshard.mesh import DeviceMesh
+from meshplan.autoshard.placement import shards
+from meshplan.autoshard.reshard import Resharder
+from meshplan.autoshard.strategies import Node, Slot, build_node
+from meshplan.specs.efficiency import Efficiency
+
+ADAM_TRAFFIC = 7.0  # bytes moved per parameter byte by one Adam update (module docstring)
+
+
+@dataclass(kw_only=True)
+class Edge:
+    """All moves between two template nodes, as (strategies of u) x (strategies of v) matrices in seconds."""
+
+    u: int
+    v: int
+    fwd: np.ndarray
+    bwd: np.ndarray
+    step: np.ndarray  # once per step (gradient reductions)
+    uses: list[tuple[Slot, Slot, float, bool]] = field(default_factory=list)  # (produced, needed, weight, step)
+
+
+@dataclass(kw_only=True)
+class Problem:
+    flow: Flow
+    mesh: DeviceMesh
+    blocks: Blocks
+    nodes: dict[int, Node]  # template node key -> node
+    weight: dict[int, float]  # template node key -> how many nodes of the full model it stands for
+    edges: dict[tuple[int, int], Edge]
+    template: dict[int, int]  # every node key -> its template's
+    optimizer: dict[int, np.ndarray]  # parameter node -> per-strategy optimizer seconds per step
+    grads: dict[int, int]  # parameter node key -> key of the node whose op last writes its gradient
+    hubs: dict[int, tuple[Slot, Slot]] = field(default_factory=dict)  # hub -> (tensor it moves, a use it serves)
+    views: dict[tuple[int, Slot], tuple[int, ...]] = field(default_factory=dict)  # (hub, reader) -> permutation
+
+
+def template_map(flow: Flow, blocks: Blocks) -> dict[int, int]:
+    """Every node key (op index or source key) -> the key of its twin in its group's first block."""
+    n = len(flow.trace.ops)
+    tmpl: dict[int, int] = {}
+    for i in range(n):
+        tmpl[i] = blocks.rep.get(i, i)
+    for i, found in enumerate(flow.producers):
+        r = blocks.rep.get(i, i)
+        for j, (key, _) in enumerate(found):
+            if key >= n and key not in tmpl:
+                twin = flow.producers[r][j][0]
+                tmpl[key] = twin if twin >= n else key
+    return tmpl
+
+
+def build(flow: Flow, blocks: Blocks, mesh: DeviceMesh, eff: Efficiency) -> Problem:
+    """Nodes of the template, their weights, and the weighted edge matrices (module docstring)."""
+    n = len(flow.trace.ops)
+    tmpl = template_map(flow, blocks)
+    owner = [flow.owners[i] for i in range(n)]
+    keys = {tmpl[k] for k in owner} | {tmpl[n + s] for s in range(len(flow.sources))}
+    members: dict[int, list[int]] = {k: [] for k in keys}
+    for i in range(n):
+        if owner[i] in members and tmpl[i] == i:
+            members[owner[i]].append(i)
+    resharder = Resharder(mesh)
+    nodes = {k: build_node(flow, k, tuple(members[k]), mesh, resharder, eff) for k in sorted(keys)}
+    weight = {k: _node_weight(blocks, k) if k < n else _source_weight(flow, blocks, k) for k in nodes}
+    problem = Problem(flow=flow, mesh=mesh, blocks=blocks, nodes=nodes, weight=weight, edges={}, template=tmpl,
+                      optimizer={}, grads={})
+    _data_edges(problem, owner)
+    _grad_edges(problem, owner, eff)
+    _fill_costs(problem, resharder)
+    return problem
+
+
+def _node_weight(blocks: Blocks, key: int) -> float:
+    g, _ = blocks.group_block(key)
+    return float(blocks.groups[g].layers) if g >= 0 else 1.0
+
+
+def _source_weight(flow: Flow, blocks: Blocks, key: int) -> float:
+    """A source read only inside one tied block (its parameters) counts once per block."""
+    n = len(flow.trace.ops)
+    seen = {blocks.group_block(i) for i, found in enumerate(flow.producers) for k, _ in found if k == key}
+    if len(seen) == 1:
+        g, _ = next(iter(seen))
+        if g >= 0:
+            return float(blocks.groups[g].layers)
+    return 1.0 if key >= n else _node_weight(blocks, key)
+
+
+def _factor(blocks: Blocks, a: int, b: int) -> tuple[float, bool]:
+    """(weight of one traced use from op a's block to op b's, whether it is a block-to-rest use to recount)."""
+    ga, ba = blocks.group_block(a)
+    gb, bb = blocks.group_block(b)
+    if ga < 0 and gb < 0:
+        return 1.0, False
+    if ga >= 0 and ga == gb:
+        group = blocks.groups[ga]
+        if ba == bb:
+            return group.layers / group.traced, False
+        return (group.layers - 1) / max(group.traced - 1, 1), False
+    return 1.0, True
+
+
+def _edge(problem: Problem, u: int, v: int) -> Edge:
+    key = (u, v)
+    if key not in problem.edges:
+        su, sv = problem.nodes[u].size, problem.nodes[v].size
+        problem.edges[key] = Edge(u=u, v=v, fwd=np.zeros((su, sv)), bwd=np.zeros((su, sv)), step=np.zeros((su, sv)))
+    return problem.edges[key]
+
+
+HUB = 10**9  # keys of hub nodes (one shared move of a tensor to several consumers) start here
+
+
+def _data_edges(problem: Problem, owner: list[int]) -> None:
+    """Every use of a tensor by an op of another node, weighted (module docstring); uses in one pass of one tensor
+    by several nodes share one move (``_hubs``)."""
+    flow, blocks, tmpl = problem.flow, problem.blocks, problem.template
+    n = len(flow.trace.ops)
+    boundary: dict[tuple, list[int]] = {}
+    raw: list[tuple[int, int, Slot, Slot, float, int]] = []  # (u, v, produced, needed, weight, real producer)
+    for i, found in enumerate(flow.producers):
+        if flow.roles[i] == "source":  # its arguments only give a shape or dtype (zeros_like, new_zeros)
+            continue
+        for j, (p, slot) in enumerate(found):
+            u = owner[p] if p < n else p
+            if u == owner[i]:
+                continue
+            factor, recount = _factor(blocks, p if p < n else i, i)
+            key = (tmpl[u], tmpl[owner[i]], (tmpl[p], slot), (tmpl[i], j))
+            if recount:
+                side = i if blocks.group_block(i)[0] >= 0 else p
+                boundary.setdefault(key, []).append((blocks.group_block(side)[0], p))
+                continue
+            raw.append((*key, factor, p))
+    for key, seen in boundary.items():
+        g = max(group for group, _ in seen)
+        full = g >= 0 and len(seen) == blocks.groups[g].traced
+        weight = float(blocks.groups[g].layers) if full else float(len(seen))
+        raw.extend((*key, weight / len(seen), p) for _, p in seen)
+    _hubs(problem, raw)
+
+
+def _hubs(problem: Problem, raw: list[tuple[int, int, Slot, Slot, float, int]]) -> None:
+    """A tensor read in one pass by several nodes is moved once, to a hub node whose strategies are the
+    placements it may be moved to, and read from there: Megatron's one all-gather before Q, K and V (one before
+    gate and up), which separate edges would charge three (two) times. Readers of different views of one tensor
+    that only permute its dimensions (a GEMM's operand and its transpose for the weight gradient) share it too: the
+    hub holds the first reader's layout and each reader's placement maps onto it (``views``). The hub holds no
+    memory (a temporary)."""
+    ops, n = problem.flow.trace.ops, len(problem.flow.trace.ops)
+    groups: dict[tuple, list[tuple]] = {}
+    for use in raw:
+        u, v, produced, needed, weight, p = use
+        phase = "fwd" if needed[0] < n and ops[needed[0]].phase == "fwd" else "bwd"
+        t = ops[needed[0]].inputs[needed[1]] if p < n and needed[0] < n else None  # the tensor as read
+        layout = tuple(sorted(zip(t.shape, t.stride, strict=True))) if t is not None else ()
+        same = (u, t.storage, t.offset, layout, phase) if t is not None else (use,)
+        groups.setdefault(same, []).append(use)
+    for uses in groups.values():
+        if len({v for _, v, *_ in uses}) < 2 or not _hub(problem, uses):
+            for u, v, produced, needed, weight, _ in uses:
+                _edge(problem, u, v).uses.append((produced, needed, weight, False))
+
+
+def _permutation(problem: Problem, canonical: Slot, read: Slot) -> tuple[int, ...] | None:
+    """For each dimension of the view an op reads (``read``: op, argument), the dimension of ``canonical``'s with the
+    same size and stride; None if the views are not permutations of each other."""
+    ops = problem.flow.trace.ops
+    a, b = ops[canonical[0]].inputs[canonical[1]], ops[read[0]].inputs[read[1]]
+    pairs = list(zip(a.shape, a.stride, strict=True))
+    found: list[int] = []
+    for pair in zip(b.shape, b.stride, strict=True):
+        d = next((i for i, q in enumerate(pairs) if q == pair and i not in found), None)
+        if d is None:
+            return None
+        found.append(d)
+    return tuple(found)
+
+
+def to_view(p: tuple[int, ...], perm: tuple[int, ...]) -> tuple[int, ...]:
+    """A hub's placement (its first reader's layout) in a reader's view (``perm``: that view's dimension -> the
+    hub's)."""
+    return tuple(perm.index(x) if x >= 0 else x for x in p)
+
+
+def _hub(problem: Problem, uses: list[tuple]) -> bool:
+    """One hub for ``uses`` (a tensor read by several nodes in one pass); False when the producer's view of it is not
+    the first reader's (then every use is its own edge)."""
+    ops = problem.flow.trace.ops
+    u, produced, first = uses[0][0], uses[0][2], uses[0][3]
+    out, read = ops[produced[0]].outputs[produced[1]], ops[first[0]].inputs[first[1]]
+    perms = [_permutation(problem, first, needed) for *_, needed, _, _ in uses]
+    if (out.shape, out.stride) != (read.shape, read.stride) or any(p is None for p in perms):
+        return False
+    key = HUB + len([k for k in problem.nodes if k >= HUB])
+    places = {o[produced] for o in problem.nodes[u].outs if produced in o}
+    for (_, v, _, needed, _, _), perm in zip(uses, perms, strict=True):
+        if perm != tuple(range(len(perm))):
+            problem.views[(key, needed)] = perm
+        places |= {tuple(perm[x] if x >= 0 else x for x in o[needed]) for o in problem.nodes[v].needs
+                   if needed in o}
+    combos = sorted(places)
+    problem.nodes[key] = Node(key=key, name=f"{problem.nodes[u].name} (shared move)", kind="hub", members=(),
+                              combos=combos, outs=[{(key, 0): c} for c in combos], needs=[{} for _ in combos],
+                              time=np.zeros((len(combos), 2)), comm=np.zeros((len(combos), 2)),
+                              created=[{} for _ in combos])
+    per_producer = {problem.blocks.group_block(p): w for *_, w, p in uses}  # one move per block's tensor
+    problem.weight[key] = 1.0
+    _edge(problem, u, key).uses.append((produced, (key, 0), sum(per_producer.values()), False))
+    for _, v, _, needed, weight, _ in uses:
+        _edge(problem, key, v).uses.append(((key, 0), needed, weight, False))
+    problem.hubs[key] = (produced, uses[0][3])
+    return True
+
+
+def _grad_edges(problem: Problem, owner: list[int], eff: Efficiency) -> None:
+    """Gradient to parameter placement, once per step; and the optimizer's time per parameter strategy."""
+    flow, tmpl = problem.flow, problem.template
+    last: dict[int, tuple[int, int]] = {}
+    for op in flow.trace.ops:
+        for slot, t in enumerate(op.outputs):
+            last[t.storage] = (op.index, slot)
+    acc = problem.mesh.cluster.accelerator
+    for number, src in enumerate(flow.sources):
+        key = flow.key_of_source(number)
+        grad = flow.trace.grad_of.get(src.storage)
+        if src.role != "param" or tmpl.get(key) != key or key not in problem.nodes:
+            continue
+        node = problem.nodes[key]
+        nbytes = flow.trace.storages[src.storage].nbytes
+        problem.optimizer[key] = np.array([ADAM_TRAFFIC * nbytes / shards(o[(key, 0)], problem.mesh.sizes)
+                                           / (acc.hbm_bandwidth * eff.memory) for o in node.outs])
+        if grad is None or grad not in last:
+            continue
+        p, slot = last[grad]
+        problem.grads[key] = tmpl[owner[p]]
+        edge = _edge(problem, tmpl[owner[p]], key)
+        edge.uses.append(((tmpl[p], slot), (key, 0), problem.weight[key], True))
+
+
+def _fill_costs(problem: Problem, resharder: Resharder) -> None:
+    """The matrices: for each use, the move from the producer's placement to the needed one, per strategy pair."""
+    ops, n, sizes = problem.flow.trace.ops, len(problem.flow.trace.ops), problem.mesh.sizes
+    for edge in problem.edges.values():
+        nu, nv = problem.nodes[edge.u], problem.nodes[edge.v]
+        for produced, needed, weight, per_step in edge.uses:
+            tensor, served = problem.hubs.get(produced[0], (produced, needed))
+            if needed[0] >= HUB:
+                served = problem.hubs[needed[0]][1]
+            info = ops[tensor[0]].outputs[tensor[1]] if tensor[0] < n else problem.flow.sources[tensor[0] - n].info
+            have = [o.get(produced) for o in nu.outs]
+            if (produced[0], needed) in problem.views:  # a hub read through another view of the tensor
+                perm = problem.views[(produced[0], needed)]
+                have = [to_view(p, perm) if p is not None else None for p in have]
+            want = [o.get(needed) for o in (nv.outs if per_step or needed[0] >= HUB else nv.needs)]
+            phase = 1 if per_step or served[0] >= n or ops[served[0]].phase != "fwd" else 0
+            target = edge.step if per_step else (edge.bwd if phase else edge.fwd)
+            if nu.remake and not per_step:  # a result moved in the other pass is moved again (strategies._remade)
+                for a, remake in enumerate(nu.remake):
+                    hit = remake.get(produced)
+                    if hit is not None and hit[0] != phase:
+                        target[a, :] += weight * hit[1]
+            cache: dict[tuple, float] = {}
+            for a, pa in enumerate(have):
+                for b, pb in enumerate(want):
+                    if pa is None or pb is None or pa == pb:
+                        continue
+                    k = (pa, pb)
+                    if k not in cache:
+                        cache[k] = resharder.seconds(pa, pb, info.nbytes / shards(pa, sizes))
+                    target[a, b] += weight * cache[k]

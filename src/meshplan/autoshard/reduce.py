@@ -1,0 +1,140 @@
+"""Exact reductions of the program before HiGHS sees it: the pairwise form (node costs, edge matrices) shrinks
+without changing its optimum.
+
+- Strategies a node may not take (``allowed``) are dropped.
+- Dominated strategies are dropped: a is dominated by b when b costs no more at the node, no more on every incident
+  edge against every neighbour strategy, and holds no more bytes of any storage (so no memory constraint prefers a);
+  of identical strategies one is kept.
+- A node that holds no memory and has one neighbour is folded into it: c_u[a] += min_b (c_v[b] + R_uv[a, b]); one
+  with two neighbours becomes an edge between them: R_uw[a, c] += min_b (c_v[b] + R_uv[a, b] + R_vw[b, c]) (the
+  leaf and series reductions of partitioned boolean quadratic problems, Scholz & Eckstein 2002, "Register
+  allocation for irregular architectures", §4; the same that solve Alpa-style sharding graphs of chains quickly).
+  Its choice is read back from the neighbours' once they are solved (``expand``).
+
+Nodes that create storages keep their variables: their bytes enter the memory constraints linearly, which an
+eliminated node's (chosen by its neighbours) would not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Pairwise:
+    """min Σ_v c_v[s_v] + Σ_(u,v) R_uv[s_u, s_v], strategies renumbered (``ids``: reduced -> original index)."""
+
+    costs: dict[int, np.ndarray]
+    edges: dict[tuple[int, int], np.ndarray]  # u < v
+    memory: dict[int, np.ndarray]  # node -> (strategies, storages) bytes; absent: holds none
+    ids: dict[int, np.ndarray]
+    history: list[tuple] = field(default_factory=list)
+    constant: float = 0.0  # the cost of nodes eliminated with no neighbour
+
+    def neighbours(self) -> dict[int, set[int]]:
+        found: dict[int, set[int]] = {k: set() for k in self.costs}
+        for u, v in self.edges:
+            found[u].add(v)
+            found[v].add(u)
+        return found
+
+    def matrix(self, u: int, v: int) -> np.ndarray:
+        """R_uv with rows u's strategies, columns v's."""
+        return self.edges[(u, v)] if u < v else self.edges[(v, u)].T
+
+    def add(self, u: int, v: int, m: np.ndarray) -> None:
+        key, m = ((u, v), m) if u < v else ((v, u), m.T)
+        self.edges[key] = self.edges[key] + m if key in self.edges else m
+
+
+def restrict(pw: Pairwise, key: int, keep: np.ndarray) -> None:
+    """Keep only the strategies ``keep`` (reduced indices) of node ``key``."""
+    pw.costs[key] = pw.costs[key][keep]
+    pw.ids[key] = pw.ids[key][keep]
+    if key in pw.memory:
+        pw.memory[key] = pw.memory[key][keep]
+    for (u, v), m in list(pw.edges.items()):
+        if u == key:
+            pw.edges[(u, v)] = m[keep, :]
+        elif v == key:
+            pw.edges[(u, v)] = m[:, keep]
+
+
+def _dominated(pw: Pairwise, key: int, around: set[int]) -> np.ndarray:
+    """Indices kept after dropping dominated and duplicate strategies of ``key``."""
+    parts = [pw.costs[key][:, None]] + [pw.matrix(key, v) for v in sorted(around)]
+    if key in pw.memory:
+        parts.append(pw.memory[key])
+    profile = np.concatenate(parts, axis=1)
+    order = np.lexsort(profile.T[::-1])
+    kept: list[int] = []
+    for a in order:
+        if not kept or not np.any(np.all(profile[kept] <= profile[a] + 1e-15, axis=1)):
+            kept.append(int(a))
+    return np.array(sorted(kept))
+
+
+def reduce(pw: Pairwise) -> Pairwise:
+    """Apply the reductions (module docstring) until none applies."""
+    changed = True
+    while changed:
+        changed = False
+        around = pw.neighbours()
+        for key in list(pw.costs):
+            keep = _dominated(pw, key, around[key])
+            if len(keep) < len(pw.costs[key]):
+                restrict(pw, key, keep)
+                changed = True
+        around = pw.neighbours()
+        for key in sorted(pw.costs, key=lambda k: len(around[k])):
+            if key in pw.memory or key not in pw.costs or len(around[key]) > 2:
+                continue
+            _eliminate(pw, key, sorted(around[key]))
+            around = pw.neighbours()
+            changed = True
+    return pw
+
+
+def _eliminate(pw: Pairwise, v: int, near: list[int]) -> None:
+    c = pw.costs.pop(v)
+    ids = pw.ids.pop(v)
+    if not near:
+        pw.history.append((v, ids, int(np.argmin(c))))
+        pw.constant += float(c.min())
+        return
+    mats = [pw.matrix(u, v) for u in near]
+    for u in near:
+        pw.edges.pop((u, v) if u < v else (v, u))
+    if len(near) == 1:
+        total = mats[0] + c[None, :]
+        pw.costs[near[0]] = pw.costs[near[0]] + total.min(axis=1)
+        pw.history.append((v, ids, (near[0], pw.ids[near[0]].copy()), total.argmin(axis=1)))
+        return
+    u, w = near
+    total = mats[0][:, :, None] + c[None, :, None] + mats[1].T[None, :, :]  # (a, b, c)
+    pw.add(u, w, total.min(axis=1))
+    pw.history.append((v, ids, (u, pw.ids[u].copy()), (w, pw.ids[w].copy()), total.argmin(axis=1)))
+
+
+def expand(pw: Pairwise, choice: dict[int, int]) -> dict[int, int]:
+    """Original strategy indices of every node, eliminated ones read back in reverse order (their neighbours'
+    choices located among the strategies those had when the node was eliminated; dominance may have dropped some
+    since). ``choice`` holds the reduced indices of the nodes left."""
+    original = {k: int(pw.ids[k][a]) for k, a in choice.items()}
+
+    def at(record: tuple[int, np.ndarray]) -> int:
+        key, ids = record
+        return int(np.flatnonzero(ids == original[key])[0])
+
+    for record in reversed(pw.history):
+        v, ids = record[0], record[1]
+        if len(record) == 3:
+            local = record[2]
+        elif len(record) == 4:
+            local = int(record[3][at(record[2])])
+        else:
+            local = int(record[4][at(record[2]), at(record[3])])
+        original[v] = int(ids[local])
+    return original

@@ -1,0 +1,83 @@
+"""The cost of redistributing a tensor from one placement to another, by meshplan's collective model.
+
+Per mesh dimension of g devices, with n the bytes each device holds before the step (comm.py's glossary for what
+each collective's ``nbytes`` means):
+
+    Shard(a) -> Replicate      all-gather        output n·g        (each device ends with the whole group's tensor)
+    Shard(a) -> Shard(b)       all-to-all        n per device      (each sends (g-1)/g of its shard)
+    Partial  -> Replicate      all-reduce        n
+    Partial  -> Shard(b)       reduce-scatter    input n           (each ends with n/g)
+    Replicate -> Shard(b)      a local slice, no communication
+    Replicate -> Partial       free (DTensor keeps the value on one rank and zeros elsewhere)
+    Shard(a) -> Partial        an all-gather, then as Replicate -> Partial
+
+This is the table of DTensor's ``redistribute`` (torch/distributed/tensor/_redistribute.py) and of Alpa's
+resharding costs (Zheng et al. 2022, §4.1, Table 2), each collective timed by ``comm.collective_time`` along that
+mesh dimension. A move over several mesh dimensions runs one dimension at a time: first the gathers, reductions and
+all-to-alls from the innermost dimension outwards (so each works on the data the others still keep sharded), then
+the free slices. Memory of the temporary buffers is not counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshplan.autoshard.mesh import DeviceMesh
+from meshplan.autoshard.placement import PARTIAL, REPLICATE, Placements
+
+
+@dataclass(frozen=True, slots=True)
+class Comm:
+    """One collective a move inserts: kind (comm.COLLECTIVES), the mesh dimension, its nbytes, its seconds."""
+
+    kind: str
+    dim: int
+    nbytes: float
+    seconds: float
+
+
+def moves(src: Placements, dst: Placements, local_bytes: float, mesh: DeviceMesh) -> tuple[Comm, ...]:
+    """The collectives that take a tensor held as ``src`` (``local_bytes`` on each device) to ``dst``."""
+    if src == dst:
+        return ()
+    found: list[Comm] = []
+    local = float(local_bytes)
+    sizes = mesh.sizes
+    for i in reversed(range(len(src))):
+        s, d, g = src[i], dst[i], sizes[i]
+        if s in (d, REPLICATE):
+            continue
+        if s >= 0 and d >= 0:
+            found.append(Comm("all_to_all", i, local, mesh.collective("all_to_all", local, i)))
+        elif s >= 0:  # to Replicate or Partial: gather the shards
+            found.append(Comm("all_gather", i, local * g, mesh.collective("all_gather", local * g, i)))
+            local *= g
+        elif d == REPLICATE:  # Partial -> Replicate
+            found.append(Comm("all_reduce", i, local, mesh.collective("all_reduce", local, i)))
+        elif d >= 0:  # Partial -> Shard
+            found.append(Comm("reduce_scatter", i, local, mesh.collective("reduce_scatter", local, i)))
+            local /= g
+    return tuple(found)
+
+
+class Resharder:
+    """Memoised move costs on one mesh: most edges of a graph repeat a few (placements, bytes) triples."""
+
+    def __init__(self, mesh: DeviceMesh) -> None:
+        self.mesh = mesh
+        self._cache: dict[tuple[Placements, Placements, float], float] = {}
+
+    def seconds(self, src: Placements, dst: Placements, local_bytes: float) -> float:
+        """Seconds to move a tensor of ``local_bytes`` per device held as ``src`` to ``dst`` (0 when no collective)."""
+        if src == dst or all(s in (REPLICATE, d) for s, d in zip(src, dst, strict=True)):
+            return 0.0
+        key = (src, dst, local_bytes)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = sum(c.seconds for c in moves(src, dst, local_bytes, self.mesh))
+            self._cache[key] = hit
+        return hit
+
+
+def partial_dims(placements: Placements) -> tuple[int, ...]:
+    return tuple(i for i, p in enumerate(placements) if p == PARTIAL)

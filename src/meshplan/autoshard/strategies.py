@@ -1,0 +1,209 @@
+"""Each decision's strategies: the placements of every tensor its ops touch, their time and their bytes per device.
+
+A node (dataflow.py) is an anchor op with its followers, a source op, or a source tensor (parameter, input, buffer).
+Its strategies are the anchor's assignments of labels to mesh dimensions (rules.assignments; for a source tensor,
+any even split of its dimensions); under each, the followers' placements follow from their leading argument
+(rules.follow), in execution order.
+
+Time of a strategy, per micro-batch, split into forward and backward:
+- each op on the shapes each device holds, by meshplan's roofline (roofline.op_time on the op's OpCost, as
+  trace/cost.py times the whole op): FLOPs divided by the devices that split its work (a mesh dimension that
+  splits none of its labels repeats the work), HBM bytes by the share of its tensors a device holds, the GEMM
+  shape (m, n, k) by the splits of its labels;
+- the moves inside the node (a follower that must replicate what its owner split) by reshard.py;
+- the extra collectives of a rule (the vocabulary-parallel loss's row statistics).
+Bytes: each storage an op of the node creates, at the share a device holds (Partial: whole).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from meshplan.autoshard.dataflow import Flow
+from meshplan.autoshard.mesh import DeviceMesh
+from meshplan.autoshard.placement import Placements, shards, valid
+from meshplan.autoshard.reshard import Resharder
+from meshplan.autoshard.rules import PASS, Rule, assignments, follow, place, split_factor
+from meshplan.roofline import op_time
+from meshplan.specs.efficiency import Efficiency
+from meshplan.trace.cost import op_cost, precision
+from meshplan.trace.graph import TensorInfo, TracedOp
+
+Slot = tuple[int, int]  # (node key or op index, result / argument index)
+
+
+@dataclass(kw_only=True)
+class Node:
+    key: int
+    name: str
+    kind: str  # anchor | source | param | input | buffer | activation | …
+    members: tuple[int, ...]  # ops the node owns, in execution order (none for a source tensor)
+    combos: list[tuple[str | None, ...]]
+    outs: list[dict[Slot, Placements]]  # per strategy: placement of each result of the node's ops
+    needs: list[dict[Slot, Placements]]  # per strategy: placement each of its ops needs of each argument
+    time: np.ndarray  # (strategies, 2): forward and backward compute seconds per micro-batch
+    comm: np.ndarray  # (strategies, 2): forward and backward seconds of moves inside the node and rule collectives
+    created: list[dict[int, float]]  # per strategy: bytes per device of each storage the node creates
+    remake: list[dict[Slot, tuple[int, float]]] = field(default_factory=list)  # per strategy: moved results
+
+    @property
+    def size(self) -> int:
+        return len(self.combos)
+
+
+def _local_bytes(t: TensorInfo, p: Placements, sizes: tuple[int, ...]) -> float:
+    return t.nbytes / shards(p, sizes)
+
+
+def _source_rule(flow: Flow, number: int) -> Rule:
+    """A parameter, input, buffer or constant: any even split of its dimensions (never Partial)."""
+    info = flow.sources[number].info
+    return Rule(inputs=(), outputs=(tuple(f"d{i}" for i in range(len(info.shape))),))
+
+
+def node_name(flow: Flow, key: int) -> str:
+    n = len(flow.trace.ops)
+    if key < n:
+        return flow.trace.ops[key].name
+    src = flow.sources[key - n]
+    return f"{src.role}#{src.storage}:{'x'.join(map(str, src.info.shape))}"
+
+
+def build_node(flow: Flow, key: int, members: tuple[int, ...], mesh: DeviceMesh, resharder: Resharder,
+               eff: Efficiency) -> Node:
+    """The node ``key`` (an op index, or a source's key) with the ops it owns (``members``, the head op first)."""
+    ops, n = flow.trace.ops, len(flow.trace.ops)
+    if key >= n:
+        src = flow.sources[key - n]
+        head_rule, shapes_in, shapes_out, kind = _source_rule(flow, key - n), [], [src.info.shape], src.role
+    else:
+        head_rule, kind = flow.rules[key], flow.roles[key]
+        shapes_in, shapes_out = [t.shape for t in ops[key].inputs], [t.shape for t in ops[key].outputs]
+    combos = assignments(head_rule, mesh.sizes, shapes_in, shapes_out) or [(None,) * len(mesh.sizes)]
+    node = Node(key=key, name=node_name(flow, key), kind=kind, members=members, combos=combos, outs=[], needs=[],
+                time=np.zeros((len(combos), 2)), comm=np.zeros((len(combos), 2)), created=[])
+    for s, combo in enumerate(combos):
+        produced: dict[Slot, Placements] = {}
+        needed: dict[Slot, Placements] = {}
+        created: dict[int, float] = {}
+        remake: dict[Slot, tuple[int, float]] = {}
+        moved: set[tuple] = set()  # (tensor, pass, placement) already moved inside the node: read again, not moved
+        if key >= n:
+            src = flow.sources[key - n]
+            produced[(key, 0)] = place(head_rule, combo)[1][0]
+            created[src.storage] = flow.trace.storages[src.storage].nbytes / shards(produced[(key, 0)], mesh.sizes)
+        for i in members:
+            op = ops[i]
+            c = combo if i == key else _follower_combo(flow, i, produced, mesh)
+            p_in, p_out = place(flow.rules[i], c, flow.leaders[i] if i != key else -1)
+            for slot, p in enumerate(p_out):
+                produced[(i, slot)] = p
+            for j, p in enumerate(p_in):
+                needed[(i, j)] = p
+            phase = 0 if op.phase == "fwd" else 1
+            compute, extra = _op_seconds(op, flow.rules[i], c, p_in, p_out, mesh, eff)
+            node.time[s, phase] += compute
+            moves, made = _inner_moves(flow, i, p_in, produced, moved, mesh, resharder)
+            again = _remade(flow, i, phase, remake, moved)
+            node.comm[s, phase] += extra + moves + again
+            carried = made + sum(remake[src][1] for src in flow.producers[i] if src in remake)
+            if carried and op.kind == "view" or made:
+                for slot in range(len(op.outputs)):
+                    remake[(i, slot)] = (phase, carried)
+            for t, p in zip(op.outputs, p_out, strict=True):
+                storage = flow.trace.storages[t.storage]
+                if storage.created == i:
+                    created[t.storage] = storage.nbytes / shards(p, mesh.sizes)
+        node.outs.append(produced)
+        node.needs.append(needed)
+        node.created.append(created)
+        node.remake.append(remake)
+    return node
+
+
+def _remade(flow: Flow, i: int, phase: int, remake: dict[Slot, tuple[int, float]], moved: set[tuple]) -> float:
+    """A result that was moved in one pass (a view of a split dimension gathered first) is a temporary of that
+    pass: a reader in the other pass moves it again, once (Megatron-LM's sequence parallelism all-gathers a
+    linear's input again for the weight gradient rather than keep the gathered copy)."""
+    total = 0.0
+    for src in flow.producers[i]:
+        hit = remake.get(src)
+        if hit is not None and hit[0] != phase and ("again", src, phase) not in moved:
+            moved.add(("again", src, phase))
+            total += hit[1]
+    return total
+
+
+def _follower_combo(flow: Flow, i: int, produced: dict[Slot, Placements], mesh: DeviceMesh
+                    ) -> tuple[str | None, ...]:
+    """The follower's strategy from its leader's placement; a label whose split does not fit the follower's
+    tensors (uneven) is dropped, i.e. replicated first."""
+    op = flow.trace.ops[i]
+    leader = flow.leaders[i]
+    src = flow.producers[i][leader]
+    p = produced.get(src) or produced.get((src[0], 0))
+    r = flow.rules[i]
+    combo = list(follow(r, leader, p)) if p is not None else [None] * len(mesh.sizes)
+    shapes = [t.shape for t in (*op.inputs, *op.outputs)]
+    for m in range(len(combo)):
+        if combo[m] is None:
+            continue
+        p_in, p_out = place(r, tuple(combo), leader)
+        if not all(valid(s, q, mesh.sizes) for s, q in zip(shapes, (*p_in, *p_out), strict=True)):
+            combo[m] = None
+    return tuple(combo)
+
+
+def _inner_moves(flow: Flow, i: int, p_in: list[Placements], produced: dict[Slot, Placements], moved: set[tuple],
+                 mesh: DeviceMesh, resharder: Resharder) -> tuple[float, float]:
+    """Moves to the placements op i needs of arguments its own node produced: (seconds charged, seconds of the moves
+    op i's arguments needed); a tensor moved to a placement in one pass is moved once, whoever reads it (Q, K and V
+    read one gathered input)."""
+    total = made = 0.0
+    op = flow.trace.ops[i]
+    for j, src in enumerate(flow.producers[i]):
+        have = produced.get(src)
+        if have is None or have == p_in[j]:
+            continue
+        t = op.inputs[j]
+        seconds = resharder.seconds(have, p_in[j], _local_bytes(t, have, mesh.sizes))
+        made += seconds
+        done = (t.storage, t.shape, t.stride, t.offset, op.phase == "fwd", p_in[j])
+        if done not in moved:
+            moved.add(done)
+            total += seconds
+    return total, made
+
+
+def _op_seconds(op: TracedOp, r: Rule, combo: tuple[str | None, ...], p_in: list[Placements],
+                p_out: list[Placements], mesh: DeviceMesh, eff: Efficiency) -> tuple[float, float]:
+    """Roofline time of one op on the share each device computes (module docstring), and that of the rule's
+    extra collectives."""
+    if op.kind == "view":
+        return 0.0, 0.0
+    sizes = mesh.sizes
+    work = split_factor(combo, sizes)
+    tensors = (*op.inputs, *op.outputs)
+    whole = sum(t.nbytes for t in tensors) or 1.0
+    held = sum(_local_bytes(t, p, sizes) for t, p in zip(tensors, (*p_in, *p_out), strict=True))
+    cost = op_cost(op)
+    m, n, k = cost.m, cost.n, cost.k
+    if cost.kind == "gemm" and any(r.gemm):
+        m, n, k = (v / split_factor(combo, sizes, frozenset({lab})) if lab else v
+                   for v, lab in zip((m, n, k), r.gemm, strict=True))
+    elif cost.kind == "attention":
+        m = m / work
+    local = replace(cost, flops=cost.flops / work, nbytes=cost.nbytes * held / whole, m=m, n=n, k=k)
+    seconds = float(op_time(local, mesh.cluster.accelerator, precision(op), eff))
+    extra = 0.0
+    for label, kind, nbytes in r.extra:
+        for dim, lab in enumerate(combo):
+            if lab == label:
+                extra += mesh.collective(kind, nbytes / max(work // sizes[dim], 1), dim)
+    return seconds, extra
+
+
+def is_split(combo: tuple[str | None, ...]) -> bool:
+    return any(lab is not None and lab != PASS for lab in combo)

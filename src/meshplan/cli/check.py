@@ -1,0 +1,94 @@
+"""``meshplan check-step``: predict a training step on this machine, run it, compare (meshplan.measure)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from meshplan.errors import SpecError
+
+
+@click.command("check-step")
+@click.argument("model_ref", metavar="MODEL")
+@click.option("--input-shape", "shapes", multiple=True, help="inputs when the factory returns the module alone")
+@click.option("--dtype", "dtypes", multiple=True, help="input dtype, one or one per input (default int64)")
+@click.option("--optimizer", type=click.Choice(["adamw", "adam", "sgd"]), default="adamw", show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--threads", type=int, default=1, show_default=True, help="intra-op threads of the step and of its "
+              "calibration (1: robust on a shared host)")
+@click.option("--clock", type=click.Choice(["auto", "cpu", "wall"]), default="auto", show_default=True,
+              help="auto: this process's CPU time for one thread on a CPU, else the wall clock")
+@click.option("--steps", type=int, default=7, show_default=True, help="timed steps per round (the median counts)")
+@click.option("--warmup", type=int, default=3, show_default=True)
+@click.option("--rounds", type=int, default=2, show_default=True, help="interleaved calibrate / measure rounds")
+@click.option("--allocator", type=click.Choice(["keep", "system"]), default="keep", show_default=True,
+              help="keep: glibc reuses freed memory (no page faults each step); system: glibc's defaults")
+@click.option("--world-size", type=int, default=1, show_default=True, help="data-parallel ranks on this host "
+              "(gloo on CPU, NCCL on GPUs)")
+@click.option("--learned", is_flag=True, help="add the learned residual (trained on --profiles) to the prediction")
+@click.option("--profiles", default="data/measured", show_default=True, help="per-op profiles for --learned")
+@click.option("--save-profile", default=None, help="append this run's per-op profile to a .jsonl file")
+@click.option("--top", type=int, default=10, show_default=True, help="discrepancies to list")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def check_step_cmd(model_ref: str, **options: object) -> None:
+    """Predict one training step of MODEL (a zoo name: gpt2 llama mistral qwen-moe bert t5 vit resnet50 convnext
+    mlp-mixer; or MODULE:FACTORY) on this machine, run it for real and compare: step time, peak memory, per op
+    class and the largest discrepancies."""
+    main(model_ref, options)
+
+
+
+
+def main(ref: str, options: dict[str, Any]) -> None:
+    """The command line's check-step: check the options, run, print tables or JSON."""
+    from meshplan.measure.check import CheckSettings
+    from meshplan.measure.timing import check_threads
+
+    for name in ("top", "world_size"):
+        if options[name] < 1:
+            raise SpecError(f"{name.replace('_', '-')}={options[name]} must be a positive integer")
+    device = options["device"]
+    if device == "auto":
+        from meshplan.calibrate.bench import resolve_device
+
+        device = resolve_device("auto")
+    settings = CheckSettings(device=device, threads=check_threads(options["threads"]), clock=options["clock"],
+                             warmup=options["warmup"], steps=options["steps"], rounds=options["rounds"],
+                             allocator=options["allocator"], optimizer=options["optimizer"])
+    if options["world_size"] > 1:
+        from meshplan.measure.dp import check_data_parallel, render_dp
+
+        result = check_data_parallel(ref, options["world_size"], settings, options["shapes"], options["dtypes"])
+        if options["as_json"]:
+            click.echo(json.dumps(result.to_dict(), indent=2))
+        else:
+            from meshplan.report.text import terminal_console
+
+            render_dp(result, terminal_console())
+        return
+    from meshplan.measure.command import run
+
+    result = run(ref, shapes=options["shapes"], dtypes=options["dtypes"], optimizer=options["optimizer"],
+                 settings=settings)
+    from meshplan.measure import compare
+
+    learned = None
+    if options["learned"]:
+        from meshplan.measure.learned import apply_learned
+
+        learned = apply_learned(result, options["profiles"])
+    if options["save_profile"]:
+        from meshplan.measure.records import append_profile
+
+        append_profile(options["save_profile"], result)
+    data = compare.to_dict(result, options["top"])
+    if learned is not None:
+        data["learned"] = learned
+    if options["as_json"]:
+        click.echo(json.dumps(data, indent=2))
+        return
+    from meshplan.report.text import terminal_console
+
+    compare.render(result, terminal_console(), options["top"], learned)

@@ -1,0 +1,117 @@
+"""``meshplan check-step``: the model (a zoo name or MODULE:FACTORY), its inputs and optimizer, then check_step.
+
+A factory may return the module alone, or ``(module, inputs)``; with the module alone, ``--input-shape`` /
+``--dtype`` give the inputs, made real: floating ones from a standard normal, integer ones uniform in [0, n) with
+n the smallest ``num_embeddings`` of the model's ``nn.Embedding`` layers (token ids it can look up), else 2.
+The optimizer is built as the training loop would build it: AdamW (or Adam, SGD with momentum) at lr 1e-4, with
+the implementation torch.optim picks for these parameters (the per-parameter loop on a CPU, the ``foreach``
+kernels on a GPU), which the trace of its step then follows.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from meshplan.errors import MissingDependency, SpecError
+
+OPTIMIZERS = ("adamw", "adam", "sgd")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    name: str
+    model: Any
+    inputs: tuple[Any, ...]
+
+
+def _require_torch() -> Any:
+    try:
+        import torch
+    except ModuleNotFoundError:
+        raise MissingDependency("torch", "torch") from None
+    return torch
+
+
+def load_target(ref: str, shapes: tuple[str, ...] = (), dtypes: tuple[str, ...] = (), device: str = "cpu",
+                ) -> Target:
+    """The module and real inputs named by ``ref`` (module docstring), on ``device``."""
+    torch = _require_torch()
+    from meshplan.measure.zoo import ZOO
+
+    if ref in ZOO:
+        model, inputs = ZOO[ref].build()
+    else:
+        if ":" not in ref:
+            raise SpecError(f"model={ref!r} is not in the zoo ({', '.join(ZOO)}) nor MODULE:FACTORY")
+        from meshplan.trace.command import first_line, load_factory, parse_shape
+
+        factory = load_factory(ref)
+        try:
+            built = factory() if callable(factory) and not isinstance(factory, torch.nn.Module) else factory
+        except Exception as exc:  # noqa: BLE001  (the user's factory failed)
+            raise SpecError(f"model={ref!r}: the factory failed: {first_line(exc)}") from None
+        if isinstance(built, tuple) and len(built) == 2 and isinstance(built[0], torch.nn.Module):
+            model, inputs = built[0], tuple(built[1])
+        elif isinstance(built, torch.nn.Module):
+            if not shapes:
+                raise SpecError("input-shape is required when the factory returns the module alone (e.g. 4x128)")
+            model, inputs = built, _inputs(torch, built, [parse_shape(s) for s in shapes], dtypes)
+        else:
+            raise SpecError(f"model={ref!r} returned {type(built).__name__}, not a torch.nn.Module or "
+                            "(module, inputs)")
+    dev = torch.device(device)
+    return Target(name=ref, model=model.to(dev).train(),
+                  inputs=tuple(x.to(dev) if isinstance(x, torch.Tensor) else x for x in inputs))
+
+
+def _inputs(torch: Any, model: Any, shapes: list[tuple[int, ...]], dtypes: tuple[str, ...]) -> tuple[Any, ...]:
+    dtypes = dtypes or ("int64",)
+    if len(dtypes) not in (1, len(shapes)):
+        raise SpecError(f"give one --dtype or one per --input-shape ({len(shapes)} inputs), got {len(dtypes)}")
+    from meshplan.trace.capture import torch_dtype
+
+    vocab = [m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    out = []
+    for i, shape in enumerate(shapes):
+        dtype = torch_dtype(dtypes[i] if len(dtypes) > 1 else dtypes[0])
+        if dtype.is_floating_point:
+            out.append(torch.randn(shape, dtype=dtype))
+        else:
+            out.append(torch.randint(0, min(vocab) if vocab else 2, shape, dtype=dtype))
+    return tuple(out)
+
+
+def optimizer_factory(name: str, params: list[Any]) -> Any:
+    """A builder of ``name`` over a parameter list, with the implementation torch.optim picks for ``params``."""
+    torch = _require_torch()
+    if name not in OPTIMIZERS:
+        raise SpecError(f"optimizer={name!r} must be one of {', '.join(OPTIMIZERS)}")
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+
+    _, foreach = _default_to_fused_or_foreach([p for p in params if p.requires_grad], differentiable=False,
+                                              use_fused=False)
+    if name == "sgd":
+        return lambda ps: torch.optim.SGD(ps, lr=1e-4, momentum=0.9, foreach=foreach)
+    cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
+    return lambda ps: cls(ps, lr=1e-4, foreach=foreach)
+
+
+def run(ref: str, *, shapes: tuple[str, ...] = (), dtypes: tuple[str, ...] = (), optimizer: str = "adamw",
+        settings: Any = None) -> Any:
+    """Load, trace, predict, measure: a CheckResult."""
+    _require_torch()
+    from meshplan.measure.check import CheckSettings, check_step
+
+    settings = settings or CheckSettings(optimizer=optimizer)
+    target = load_target(ref, shapes, dtypes, settings.device)
+    make = optimizer_factory(optimizer, list(target.model.parameters()))
+    fake_log = logging.getLogger("torch._subclasses.fake_tensor")  # a failed fake trace is retried for real
+    level = fake_log.level
+    fake_log.setLevel(logging.CRITICAL)
+    try:
+        return check_step(target.name, target.model, target.inputs, make, settings)
+    finally:
+        fake_log.setLevel(level)
+

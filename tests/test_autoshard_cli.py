@@ -1,0 +1,143 @@
+"""``meshplan plan`` with the sharding planner: a model file's factory, a Hugging Face config.json and a preset; JSON
+scripts rely on; bad input in one line with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from bad_input_helpers import LLAMA, fails, hf
+from meshplan.cli import main
+
+pytest.importorskip("torch")
+pytest.importorskip("scipy")
+
+MODEL = textwrap.dedent('''
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 256))
+                                        for _ in range(3))
+            self.head = nn.Linear(256, 10)
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = x + layer(x)
+            return self.head(x).float().logsumexp(-1).mean()
+
+    def make():
+        return Net()
+''')
+
+
+def run(args: list[str], capsys) -> tuple[int, str]:
+    code = main(args)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return code, out
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("factory") / "net.py"
+    path.write_text(MODEL)
+    return str(path)
+
+
+def test_factory_plan_as_json(model_file, capsys):
+    _, out = run(["plan", "--model", f"{model_file}:make", "--input-shape", "64x128x256", "--dtype", "bfloat16",
+                  "--system", "h100", "--gpus", "8", "--json"], capsys)
+    data = json.loads(out)
+    assert data["fits"] and data["step_time_s"] > 0 and data["gpus"] == 8 and data["mesh"]["shape"] == [8]
+    assert data["layers"] == data["traced_layers"] >= 2  # identical layers tied (the first reads the input itself)
+    names = {p["name"] for p in data["parameters"]}
+    assert "layers.*.0.weight" in names and "head.weight" in names  # tied layers once, index as *
+    assert all(p["placements"].startswith("[") for p in data["parameters"])
+    assert data["parallelize_module"].startswith("mesh = init_device_mesh")
+    assert set(data["breakdown_s"]) == {"compute_fwd", "compute_bwd", "comm_fwd", "comm_bwd", "grad_sync", "optimizer"}
+
+
+def test_factory_plan_tables(model_file, capsys):
+    _, out = run(["plan", "--model", f"{model_file}:make", "--input-shape", "64x128x256", "--dtype", "bfloat16",
+                  "--system", "h100", "--gpus", "16", "--stages", "search", "--micro-batches", "4"], capsys)
+    for text in ("step time", "memory per GPU", "parameters", "as PyTorch runs it", "collectives inserted",
+                 "pipelines considered"):
+        assert text in out
+
+
+def test_preset_with_autoshard_finds_megatron_tensor_parallelism(capsys):
+    """One 4096-token sequence on 8 GPUs: data parallelism has nothing to split, so the planner shards the layers:
+    QKV and gate/up by columns, the output and down projections by rows, the norms along the sequence."""
+    _, out = run(["plan", "--model", "llama3-8b", "--autoshard", "--system", "h100", "--gpus", "8",
+                  "--global-batch", "1", "--seq", "4096", "--json"], capsys)
+    data = json.loads(out)
+    styles = {p["name"]: p["styles"][0] for p in data["parameters"]}
+    assert styles["model.layers.*.self_attn.qkv_proj.weight"] == "ColwiseParallel"
+    assert styles["model.layers.*.mlp.gate_up_proj.weight"] == "ColwiseParallel"
+    assert styles["model.layers.*.self_attn.o_proj.weight"] == "RowwiseParallel"
+    assert styles["model.layers.*.mlp.down_proj.weight"] == "RowwiseParallel"
+    assert "SequenceParallel()" in data["parallelize_module"]
+    assert data["layers"] == 32 and data["traced_layers"] == 2
+
+
+def test_config_json_with_autoshard(tmp_path, capsys):
+    config = hf(tmp_path, LLAMA | {"num_hidden_layers": 4})
+    _, out = run(["plan", "--model", config, "--autoshard", "--system", "h100", "--gpus", "4", "--global-batch",
+                  "8", "--seq", "512", "--json"], capsys)
+    data = json.loads(out)
+    assert data["fits"] and data["layers"] == 4 and data["traced_layers"] == 2
+    assert any(p["name"].startswith("model.layers.*.self_attn.q_proj") for p in data["parameters"])
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--zero", "1"], "--zero is an option of the template search"),
+    (["--input-shape", "0x3"], "input-shape='0x3'"),
+    (["--mesh", "3x3"], "mesh=3x3"),
+    (["--micro-batches", "0"], "micro-batches=0"),
+    (["--gpus", "8,16"], "one GPU count at a time"),
+])
+def test_bad_planner_options(model_file, capsys, extra, words):
+    args = ["plan", "--model", f"{model_file}:make", "--input-shape", "4x8x256", "--dtype", "bfloat16", "--system",
+            "h100", "--gpus", "8"]
+    if extra[0] == "--gpus":
+        args = args[:-2]
+    assert words in fails([*args, *extra], capsys)
+
+
+def test_planner_options_without_the_planner_are_refused(capsys):
+    line = fails(["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--micro-batches", "4"], capsys)
+    assert "--micro-batches is an option of the sharding planner" in line
+
+
+def test_factory_needs_its_input_shape(model_file, capsys):
+    assert "input-shape is required" in fails(["plan", "--model", f"{model_file}:make", "--system", "h100",
+                                               "--gpus", "8"], capsys)
+
+
+def test_model_failing_on_its_inputs_is_one_line(model_file, capsys):
+    line = fails(["plan", "--model", f"{model_file}:make", "--input-shape", "4x8x100", "--system", "h100",
+                  "--gpus", "8"], capsys)
+    assert "failed on input-shape=4x8x100" in line
+
+
+def test_missing_scipy_names_the_extra(model_file, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "scipy", None)  # import scipy now fails as when it is not installed
+    line = fails(["plan", "--model", f"{model_file}:make", "--input-shape", "4x8x256", "--system", "h100",
+                  "--gpus", "8"], capsys)
+    assert "scipy is not installed" in line and "meshplan[solve]" in line
+
+
+def test_a_plan_that_cannot_fit_is_a_result_with_its_reason(capsys):
+    """Llama-3-70B's parameters, gradients and Adam state alone are 8 bytes x 70.6 B = 565 GB: more than 8 GPUs
+    hold at any split (70.6 GB each) beside activations."""
+    _, out = run(["plan", "--model", "llama3-70b", "--autoshard", "--system", "h100", "--gpus", "8",
+                  "--global-batch", "8", "--seq", "4096", "--json"], capsys)
+    data = json.loads(out)
+    assert not data["fits"] and data["step_time_s"] is None and "no plan fits" in data["reason"]

@@ -1,0 +1,149 @@
+"""The serving report in a real browser (headless Chromium driven by Playwright, as tests/test_report_browser.py
+drives the training report): every chart is drawn with its legends inside it, nothing outside the file is requested,
+the console stays clean, the page fits 1000 and 1400 px without horizontal scrolling, and the interactions work:
+hovering a configuration shows it, the latency and colour axes of the configuration space switch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from meshplan.serve.search import search
+from meshplan.serve.space import ServeSpace
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+
+pytest.importorskip("jinja2")
+pytest.importorskip("vl_convert")
+pytest.importorskip("playwright")
+
+from meshplan.report.browser import chromium, find_chromium, open_page  # noqa: E402
+from meshplan.report.serve_html import write  # noqa: E402
+
+READY = "window.meshplan && window.meshplan.ready"
+CHARTS = {"curve-tpot", "curve-ttft", "serve-space", "serve-memory", "serve-step"}
+# every chart of the page: its drawn size, how many scenegraph items Vega laid out, and where its legends end (the
+# right edge of each legend group in the chart's pixels: a legend wider than the chart is cut off, not scrolled)
+CHARTS_JS = """
+Array.from(document.querySelectorAll('[data-chart]')).map(el => {
+  const key = el.dataset.chart, view = window.meshplan.views[key];
+  const drawn = el.querySelector('svg, canvas'), box = drawn ? drawn.getBoundingClientRect() : {width: 0, height: 0};
+  const count = node => (node.items || []).reduce((n, item) => n + 1 + count(item), 0);
+  const legends = [];
+  const walk = (mark, x) => (mark.items || []).forEach(item => {
+    if (mark.role === 'legend') legends.push(view.origin()[0] + x + item.bounds.x2);
+    else if (item.items) item.items.forEach(m => walk(m, x + (item.x || 0)));
+  });
+  if (view) walk(view.scenegraph().root, 0);
+  return {key, width: box.width, height: box.height, right: box.right, items: view ? count(view.scenegraph().root) : 0,
+          legendRight: Math.max(0, ...legends), legends: legends.length};
+})
+"""
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if find_chromium() is None:
+        pytest.skip("headless Chromium not installed (apt-get install chromium; .ci/install-extras.sh does it)")
+    with chromium() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    """A small search (8 GPUs: about 3,000 configurations) with both targets, so that some break each."""
+    model, cluster = load_model("llama3-8b"), load_system("h100").cluster(8)
+    space = ServeSpace(input_len=1024, output_len=256, ttft_slo=0.5, tpot_slo=0.02)
+    return write(tmp_path_factory.mktemp("serve") / "serve.html", search(model, cluster, space, top_k=6, keep=True),
+                 price=2.0)
+
+
+def _where(page, key: str, x: float, y: float) -> tuple[float, float]:
+    """Where a value pair is drawn in a chart, in page pixels (from the chart's own scales)."""
+    return tuple(page.evaluate("""([key, x, y]) => {
+      const v = window.meshplan.views[key], r = v.container().querySelector('svg, canvas').getBoundingClientRect();
+      const o = v.origin(), pad = v.padding();
+      return [r.left + pad.left + o[0] + v.scale('x')(x), r.top + pad.top + o[1] + v.scale('y')(y)];
+    }""", [key, x, y]))
+
+
+def _hover(page, key: str, x: float, y: float) -> None:
+    """Move the mouse onto a mark as a user does: near it first (the first event over a canvas only enters it)."""
+    px, py = _where(page, key, x, y)
+    page.mouse.move(px - 4, py - 4)
+    page.mouse.move(px, py)
+
+
+@pytest.mark.parametrize("width", [1000, 1400])
+def test_every_chart_is_drawn_and_the_page_fits(browser, report, width):
+    page = open_page(browser, report, width=width, ready=READY)
+    charts = page.evaluate(CHARTS_JS)
+    assert {c["key"] for c in charts} == CHARTS
+    for chart in charts:  # laid out within the page, with marks in it, every legend inside the chart
+        assert chart["width"] > 300 and chart["height"] > 80 and chart["right"] <= width, chart
+        assert chart["items"] > 20 and chart["legends"] >= 1, chart
+        assert chart["legendRight"] <= chart["width"], chart
+    assert page.evaluate("window.meshplan.failed") == []
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    tables = page.evaluate("Array.from(document.querySelectorAll('table')).map(t => t.getBoundingClientRect().right)")
+    assert len(tables) >= 5 and max(tables) <= width
+    assert page.evaluate("getComputedStyle(document.body).fontFamily").startswith("system-ui")  # the stylesheet holds
+    assert page.meshplan_errors == []  # no console error, no request but the file itself
+    page.close()
+
+
+def test_hovering_the_best_configuration_in_the_space_shows_it(browser, report):
+    page = open_page(browser, report, width=1280, ready=READY)
+    page.locator("[data-chart=serve-space] canvas").scroll_into_view_if_needed()
+    best = page.evaluate("window.meshplan.serve.best[0]")
+    _hover(page, "serve-space", best["x"], best["per_gpu"])
+    tooltip = page.locator("#vg-tooltip-element")
+    tooltip.wait_for(state="visible")
+    text = tooltip.inner_text()
+    assert best["plan"] in text and "#1" in text and best["tpot_text"] in text
+    assert page.meshplan_errors == []
+    page.close()
+
+
+def test_switching_the_colour_and_the_latency_axes(browser, report):
+    page = open_page(browser, report, width=1280, ready=READY)
+    domain = "window.meshplan.views['serve-space'].scale('color').domain()"
+    for axis in ("tp", "quant", "pools", "batch"):
+        if axis != "tp":
+            page.select_option("#serve-colour", axis)
+            page.wait_for_function(f"window.meshplan.serve.drawn === 'tpot/{axis}'")
+        vocab = page.evaluate(f"window.meshplan.data.serve_space.columns.vocab['{axis}']")
+        assert page.evaluate(domain) == vocab and len(vocab) > 1
+    tpot_axis = page.evaluate("window.meshplan.views['serve-space'].scale('x').domain()")
+    # TTFT: the x values are the configurations' TTFT (ms), the 500 ms target is drawn and shaded beyond
+    page.select_option("#serve-x", "ttft")
+    page.wait_for_function("window.meshplan.serve.drawn === 'ttft/batch'")
+    view = "window.meshplan.views['serve-space']"
+    ttft_axis = page.evaluate(f"{view}.scale('x').domain()")
+    assert ttft_axis != tpot_axis and ttft_axis[0] < 500 < ttft_axis[1]
+    assert page.evaluate(f"{view}.data('slo').map(d => d.x)") == [500]
+    best = page.evaluate("window.meshplan.serve.best[0]")
+    assert best["x"] == pytest.approx(best["ttft"] * 1e3)
+    front = page.evaluate("window.meshplan.serve.points.filter(p => p.onFront).map(p => [p.x, p.per_gpu])")
+    assert front and all(x <= 500 for x, _ in front)  # the front fits the targets
+    # end-to-end: no target of its own, nothing shaded
+    page.select_option("#serve-x", "e2e")
+    page.wait_for_function("window.meshplan.serve.drawn === 'e2e/batch'")
+    assert page.evaluate(f"{view}.data('slo')") == []
+    assert page.evaluate("window.meshplan.failed") == [] and page.meshplan_errors == []
+    page.close()
+
+
+def test_hovering_a_point_of_a_curve_shows_its_batch(browser, report):
+    page = open_page(browser, report, width=1280, ready=READY)
+    page.locator("[data-chart=curve-tpot] svg").scroll_into_view_if_needed()
+    # the last curve's own batch (a diamond): its points are drawn over the others'
+    own = page.evaluate("window.meshplan.data.charts['curve-tpot'].data.values.filter(r => r.own).pop()")
+    _hover(page, "curve-tpot", own["tpot"], own["per_gpu"])
+    tooltip = page.locator("#vg-tooltip-element")
+    tooltip.wait_for(state="visible")
+    text = tooltip.inner_text()
+    assert own["config"] in text and str(own["batch"]) in text and own["tpot_text"] in text
+    assert page.meshplan_errors == []
+    page.close()
