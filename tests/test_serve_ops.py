@@ -146,3 +146,26 @@ def test_tp_all_reduce_is_nccls_fastest_ring_protocol():
     sizes = np.geomspace(1e3, 1e9, 25)
     times = ring_protocols(sizes, 8, busbw)
     assert np.all(np.diff(times) > 0)  # more bytes never take less time
+
+
+def test_tp_all_reduce_on_a100_is_its_measured_kernel():
+    """a100.toml: 12.6 µs + 2(g − 1)/g · n / 49 GB/s measured up to 2 MiB (SGLang PR #2688's two-shot timings: 45.5 µs
+    at 1 MiB on 4 GPUs). 1 MiB on 4: 12.6 + 1.5 · 1,048,576 / 49e9 s = 12.6 + 32.1 = 44.7 µs, above NCCL's LL128 21.4 +
+    1.5 · 1,048,576 / (0.92 · 240e9) = 28.5 µs; past 2 MiB the protocols plus what the measurement added at 2 MiB."""
+    from meshplan.serve.allreduce import custom_kernel, ring_protocols, tp_all_reduce
+    from meshplan.specs.efficiency import DEFAULT
+
+    a100 = load_system("a100").cluster(8)
+    busbw = 300e9 * 0.8
+    mib = 2**20
+    assert tp_all_reduce(mib, 4, 1, a100, DEFAULT) == pytest.approx(12.6e-6 + 1.5 * mib / 49e9)
+    assert tp_all_reduce(mib, 4, 1, a100, DEFAULT) == pytest.approx(44.7e-6, abs=0.1e-6)
+    assert ring_protocols(mib, 4, busbw) == pytest.approx(28.5e-6, abs=0.1e-6)
+    excess = custom_kernel(2 * mib, 4, 12.6e-6, 49e9) - ring_protocols(2 * mib, 4, busbw)
+    assert tp_all_reduce(8 * mib, 4, 1, a100, DEFAULT) == pytest.approx(ring_protocols(8 * mib, 4, busbw) + excess)
+    sizes = np.geomspace(1e3, 1e9, 61)
+    times = tp_all_reduce(sizes, 4, 1, a100, DEFAULT)
+    assert np.all(np.diff(times) > 0)  # continuous past the measured 2 MiB: more bytes never take less time
+    b200 = load_system("b200").cluster(8)  # no measurement: NCCL's protocols alone
+    assert b200.accelerator.allreduce_bandwidth == 0.0
+    assert tp_all_reduce(mib, 4, 1, b200, DEFAULT) == pytest.approx(ring_protocols(mib, 4, 900e9 * 0.8))

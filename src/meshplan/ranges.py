@@ -62,6 +62,12 @@ RANGES: dict[str, Range] = {
                            "2-20 us on GPUs; a CPU's quick calibration reads up to a few ms; a second is 10^5 x that"),
     "kernel_overhead": Range(0, 1, "s", "fixed time per other kernel (calibrate's memory fit intercept): 2-10 us "
                              "on GPUs, more on a CPU; a second is 10^5 x that"),
+    "allreduce_latency": Range(0, 1, "s", "a small all-reduce's fixed time inside NVLink: 5-13 us measured (A100, "
+                               "H100); a second is 10^5 x that", "not measured"),
+    "allreduce_bandwidth": Range(1e6, 1e16, "B/s", "a small all-reduce's bus rate inside NVLink: 49-61 GB/s measured "
+                                 "(one- / two-shot kernels); 10 PB/s is 10,000x NVLink 5", "not measured"),
+    "allreduce_measured": Range(1, 1e15, "B", "the largest all-reduce measured for the two above: 1-2 MiB",
+                                "not measured"),
     "exp_rate": Range(0.1, 10, "", "exponential (MUFU.EX2) rate per SM clock relative to Hopper: 1, Blackwell "
                       "Ultra 2; a tenth or ten times that is past any GPU built"),
     # ---- Network / Tier / Cluster -----------------------------------------------------------------------------
