@@ -68,6 +68,8 @@ RANGES: dict[str, Range] = {
                                  "(one- / two-shot kernels); 10 PB/s is 10,000x NVLink 5", "not measured"),
     "allreduce_measured": Range(1, 1e15, "B", "the largest all-reduce measured for the two above: 1-2 MiB",
                                 "not measured"),
+    "l2_bandwidth": Range(1e6, 1e17, "B/s", "L2 read bandwidth: 7.2 TB/s on A100 (5120 B/clk at 1.41 GHz); 100 PB/s "
+                          "is past any on-chip cache", "unstated"),
     "exp_rate": Range(0.1, 10, "", "exponential (MUFU.EX2) rate per SM clock relative to Hopper: 1, Blackwell "
                       "Ultra 2; a tenth or ten times that is past any GPU built"),
     # ---- Network / Tier / Cluster -----------------------------------------------------------------------------

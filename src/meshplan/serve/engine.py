@@ -77,6 +77,10 @@ class Engine:
     # multi-head latent attention in decode: the absorbed form (W_UK into the query, W_UV after attention: an MQA
     # over the cached latent, DeepSeek-V2 §2.1.2, FlashMLA) or the latent up-projected for every cached token
     mla_absorb: bool = True
+    # decode attention with one thread block per query head (FasterTransformer's masked multi-head attention, which
+    # TurboMind v0.1 runs): a GQA group's KV head is read once per query head, A/K times (ops.decode_attention);
+    # False: the GQA-aware kernels (XQA, FlashInfer, FlashDecoding) read it once for the group
+    kv_per_query_head: bool = False
 
     def __post_init__(self) -> None:
         where = f"engine {self.name}: " if isinstance(self.name, str) else ""

@@ -71,7 +71,8 @@ class Setting:
         c, q = self.cols, self.quant
         sh = Shape(tp=c["tp"], dpa=c["dpa"], ep=c["ep"], decode=decode, context=self.workload.decode_context,
                    prefill=prefill, prompts=prompts, prefix=prefix, w_bytes=q.weight_bytes, a_bytes=q.act_bytes,
-                   kv_bytes=q.kv_bytes, absorb=self.engine.mla_absorb, gather=self.engine.moe_comm == "all_gather")
+                   kv_bytes=q.kv_bytes, absorb=self.engine.mla_absorb, gather=self.engine.moe_comm == "all_gather",
+                   per_query_head=self.engine.kv_per_query_head)
         host = self.engine.iteration_overhead + self.engine.sequence_overhead * (decode + prompts) * c["pp"]
         if self.engine.host_overlap:  # the host's work hides behind the GPU's (engine.py)
             return maximum(token_time(self.model, self.cluster, sh, c["pp"], q, 0.0, self.eff), host)

@@ -65,6 +65,7 @@ class Accelerator:
     allreduce_latency: float = 0.0
     allreduce_bandwidth: float = 0.0
     allreduce_measured: float = 0.0
+    l2_bandwidth: float = 0.0  # L2 cache read bandwidth, bytes/s (serve: re-read KV heads, iteration.py); 0 unstated
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -272,7 +273,8 @@ def accelerator_from_dict(data: dict[str, Any], where: str) -> Accelerator:
     data.pop("sources", None)  # per-number provenance lives in the TOML beside the numbers
     for key, unit in (("hbm_bytes", "B"), ("hbm_bandwidth", "B/s"), ("nvlink_bandwidth", "B/s"),
                       ("gemm_overhead", "s"), ("kernel_overhead", "s"),
-                      ("allreduce_latency", "s"), ("allreduce_bandwidth", "B/s"), ("allreduce_measured", "B")):
+                      ("allreduce_latency", "s"), ("allreduce_bandwidth", "B/s"), ("allreduce_measured", "B"),
+                      ("l2_bandwidth", "B/s")):
         if key in data:
             data[key] = parse_quantity(data[key], f"{where}.{key}", unit)
     try:
