@@ -134,3 +134,33 @@ def test_a_batch_table_is_read_from_toml_and_checked(tmp_path):
     bad.write_text('name = "bad"\nbatch_table = [[336, 256], [144, 128]]\n')
     with pytest.raises(SpecError, match="ascending limits"):
         load_engine(str(bad))
+
+
+def test_attention_groups_that_schedule_their_own_prompts_wait_for_the_one_with_a_chunk():
+    """DeepSeek-V3 on 8 H200s, 8 attention groups of 128 sequences, 1,024 in and 2,048 out: each group takes a
+    1,024-token chunk in f = 64 / 1,024 of its iterations (B·I/O = 128 · 1024 / 2048 = 64 tokens per step). Taken in
+    the same iterations (dp_balance) the mean step is f·mixed + (1 − f)·decode; each on its own, 1 − (1 − f)^8 =
+    40.3 % of the iterations carry a chunk somewhere, 8f / 0.403 = 1.24 on average, and the step is
+    0.403·(mixed − (1 − 1.24 / 8)·shared) + 0.597·decode, shared being what the extra chunks add to the experts."""
+    from meshplan.serve.metrics import Setting, instance
+
+    model, cluster = load_model("deepseek-v3"), load_system("h200").cluster(8)
+    workload = Workload(input_len=1024, output_len=2048)
+    cols = {"tp": 1, "pp": 1, "dpa": 8, "ep": 8, "batch": 1024, "replicas": 1, "prefill_replicas": 0}
+    quant = Quant(weights="fp8", activations="fp8", kv_cache="fp8")
+    balanced = Setting(model, cluster, cols, quant, Engine(dp_balance=True), workload)
+    alone = Setting(model, cluster, cols, quant, Engine(), workload)
+    f, mixed_at = 64 / 1024, (128, 1024, 1.0, 0.0)
+    decode, mixed = alone.time(128), alone.time(*mixed_at)
+    assert instance(balanced).tpot == pytest.approx(f * mixed + (1 - f) * decode)
+    somewhere = 1 - (1 - f) ** 8
+    assert somewhere == pytest.approx(0.403, abs=1e-3)
+    shared = alone.expert_time(*mixed_at) - alone.expert_time(128)
+    assert 0 < shared < mixed - decode
+    chunks = 8 * f / somewhere
+    expected = somewhere * (mixed - (1 - chunks / 8) * shared) + (1 - somewhere) * decode
+    assert instance(alone).tpot == pytest.approx(expected)
+    assert instance(alone).tpot > 1.1 * instance(balanced).tpot
+    one = {**cols, "dpa": 1, "ep": 1, "batch": 128}  # one group: nobody to wait for
+    assert instance(Setting(model, cluster, one, quant, Engine(), workload)).tpot == pytest.approx(
+        instance(Setting(model, cluster, one, quant, Engine(dp_balance=True), workload)).tpot)

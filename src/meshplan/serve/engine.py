@@ -81,6 +81,10 @@ class Engine:
     # TurboMind v0.1 runs): a GQA group's KV head is read once per query head, A/K times (ops.decode_attention);
     # False: the GQA-aware kernels (XQA, FlashInfer, FlashDecoding) read it once for the group
     kv_per_query_head: bool = False
+    # data-parallel attention groups take their prompt chunks in the same iterations (TensorRT-LLM's
+    # attention_dp_config enable_balance, "ADP Balance Strategy", tech blog 10); False: each group schedules its own
+    # and an iteration waits for the group that carries one (metrics._with_chunks)
+    dp_balance: bool = False
 
     def __post_init__(self) -> None:
         where = f"engine {self.name}: " if isinstance(self.name, str) else ""

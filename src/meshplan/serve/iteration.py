@@ -95,13 +95,14 @@ def layouts(tp: Num, dpa: Num, pp: Num) -> dict[str, Num]:
 
 
 def token_time(model: ModelSpec, cluster: Cluster, sh: Shape, pp: Num, quant: Quant,
-               overhead: float = 0.0, eff: ServeEfficiency = SERVE_DEFAULT) -> Num:
+               overhead: float = 0.0, eff: ServeEfficiency = SERVE_DEFAULT, only: tuple[str, ...] = ()) -> Num:
     """Seconds between two tokens of a sequence: p times the bottleneck stage's time on its micro-batch ``sh``,
-    plus the engine's host time per iteration."""
+    plus the engine's host time per iteration; ``only``: the ops whose names start with one of these alone."""
     place = layouts(sh.tp, sh.dpa, pp)
     stage = 0.0
     for op, count in stage_ops(model, sh, pp):
-        stage = stage + count * op_seconds(op, cluster, quant, eff, place)
+        if not only or op.name.startswith(only):
+            stage = stage + count * op_seconds(op, cluster, quant, eff, place)
     return pp * stage + overhead
 
 
