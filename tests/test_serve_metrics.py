@@ -164,3 +164,21 @@ def test_attention_groups_that_schedule_their_own_prompts_wait_for_the_one_with_
     one = {**cols, "dpa": 1, "ep": 1, "batch": 128}  # one group: nobody to wait for
     assert instance(Setting(model, cluster, one, quant, Engine(), workload)).tpot == pytest.approx(
         instance(Setting(model, cluster, one, quant, Engine(dp_balance=True), workload)).tpot)
+
+
+def test_two_batch_overlap_hides_the_dispatch_of_one_half_behind_the_other():
+    """SGLang's TBO on DeepSeek-V3, 72 H100s in 72 attention groups of 256: the step is 2·max(C(128), M(128)) with M
+    the dispatch and combine of a half and C the rest of its step; without it C(256) + M(256)."""
+    from meshplan.serve.iteration import token_time
+    from meshplan.serve.metrics import TRAFFIC, Setting
+
+    model, cluster = load_model("deepseek-v3"), load_system("h100").cluster(72)
+    cols = {"tp": 1, "pp": 1, "dpa": 72, "ep": 72, "batch": 72 * 256, "replicas": 1, "prefill_replicas": 0}
+    quant, workload = Quant(weights="fp8", activations="fp8", kv_cache="fp8"), Workload(input_len=2000, output_len=1)
+    tbo = Setting(model, cluster, cols, quant, load_engine("sglang").with_(two_batch_overlap=True), workload)
+    plain = Setting(model, cluster, cols, quant, load_engine("sglang"), workload)
+    half = tbo.shape(128, 0.0, 0.0, 0.0)
+    step, traffic = (token_time(model, cluster, half, 1, quant, 0.0, tbo.eff, only) for only in ((), TRAFFIC))
+    assert tbo.time(256) == pytest.approx(2 * max(step - traffic, traffic))
+    assert plain.time(256) == pytest.approx(token_time(model, cluster, plain.shape(256, 0.0, 0.0, 0.0), 1, quant))
+    assert tbo.time(256) < plain.time(256)  # 72 GPUs over 9 nodes: the dispatch crosses InfiniBand

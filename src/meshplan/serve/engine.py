@@ -85,6 +85,9 @@ class Engine:
     # attention_dp_config enable_balance, "ADP Balance Strategy", tech blog 10); False: each group schedules its own
     # and an iteration waits for the group that carries one (metrics._with_chunks)
     dp_balance: bool = False
+    # two-batch overlap: the batch as two micro-batches, one's MoE dispatch and combine overlapping the other's
+    # computation (SGLang --enable-two-batch-overlap, DeepSeek's profile-data design; metrics.Setting.gpu_time)
+    two_batch_overlap: bool = False
 
     def __post_init__(self) -> None:
         where = f"engine {self.name}: " if isinstance(self.name, str) else ""

@@ -41,6 +41,8 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.xp import Num, maximum, minimum, where
 
+TRAFFIC = ("moe/dispatch", "moe/combine")  # what two-batch overlap hides behind the other half's work
+
 
 @dataclass(frozen=True)
 class Metrics:
@@ -68,11 +70,24 @@ class Setting:
 
     def time(self, decode: Num, prefill: Num = 0.0, prompts: Num = 0.0, prefix: Num = 0.0) -> Num:
         """Seconds per token step of a micro-batch with ``decode`` sequences and ``prefill`` prompt tokens."""
-        sh = self.shape(decode, prefill, prompts, prefix)
         host = self.engine.iteration_overhead + self.engine.sequence_overhead * (decode + prompts) * self.cols["pp"]
+        gpu = self.gpu_time(decode, prefill, prompts, prefix)
         if self.engine.host_overlap:  # the host's work hides behind the GPU's (engine.py)
-            return maximum(token_time(self.model, self.cluster, sh, self.cols["pp"], self.quant, 0.0, self.eff), host)
-        return token_time(self.model, self.cluster, sh, self.cols["pp"], self.quant, host, self.eff)
+            return maximum(gpu, host)
+        return gpu + host
+
+    def gpu_time(self, decode: Num, prefill: Num, prompts: Num, prefix: Num) -> Num:
+        """The GPU's seconds for the step; with two-batch overlap (``Engine.two_batch_overlap``: SGLang's TBO after
+        DeepSeek's inference system, deepseek-ai/profile-data) the batch runs as two halves on two streams, each
+        half's expert dispatch and combine beside the other half's computation: 2·max(C(B/2), M(B/2)), M the
+        dispatch and combine, C the rest (each half reads the weights again)."""
+        if not self.engine.two_batch_overlap:
+            return token_time(self.model, self.cluster, self.shape(decode, prefill, prompts, prefix), self.cols["pp"],
+                              self.quant, 0.0, self.eff)
+        half = self.shape(decode / 2, prefill / 2, prompts / 2, prefix)
+        step = token_time(self.model, self.cluster, half, self.cols["pp"], self.quant, 0.0, self.eff)
+        traffic = token_time(self.model, self.cluster, half, self.cols["pp"], self.quant, 0.0, self.eff, TRAFFIC)
+        return 2 * maximum(step - traffic, traffic)
 
     def expert_time(self, decode: Num, prefill: Num = 0.0, prompts: Num = 0.0, prefix: Num = 0.0) -> Num:
         """The seconds of ``time`` that the MoE layers' shared work takes: the experts and their token traffic,
