@@ -182,3 +182,27 @@ def test_two_batch_overlap_hides_the_dispatch_of_one_half_behind_the_other():
     assert tbo.time(256) == pytest.approx(2 * max(step - traffic, traffic))
     assert plain.time(256) == pytest.approx(token_time(model, cluster, plain.shape(256, 0.0, 0.0, 0.0), 1, quant))
     assert tbo.time(256) < plain.time(256)  # 72 GPUs over 9 nodes: the dispatch crosses InfiniBand
+
+
+def test_a_python_host_loop_runs_at_the_host_cpus_python_speed():
+    """trtllm-pytorch: 10.7 µs per request in flight per iteration on an x86 host, 2.75x that on GB200's Grace
+    (gb200.toml python_host): 2,048 requests take 2048 · 10.7 µs = 21.9 ms of host time on B200, 60.3 ms on GB200;
+    behind the overlap scheduler an iteration lasts max(GPU, host). The C++ runtime's host time does not scale."""
+    engine = load_engine("trtllm-pytorch")
+    assert engine.host_in_python and engine.host_overlap
+    b200, gb200 = load_system("b200").cluster(1), load_system("gb200").cluster(4)
+    assert b200.python_host == 1.0 and gb200.python_host == 2.75
+    assert engine.host_time(2048, 1, b200.python_host) == pytest.approx(2048 * 10.7e-6)
+    assert engine.host_time(2048, 1, gb200.python_host) == pytest.approx(2.75 * 2048 * 10.7e-6)
+    cpp = load_engine("trtllm")
+    assert cpp.host_time(2048, 1, 2.75) == cpp.host_time(2048, 1, 1.0) == pytest.approx(cpp.iteration_overhead)
+    from meshplan.serve.metrics import Setting
+
+    model = load_model("qwen3-30b-a3b")
+    cols = {"tp": 1, "pp": 1, "dpa": 1, "ep": 1, "batch": 2048, "replicas": 1, "prefill_replicas": 0}
+    quant, workload = Quant(weights="fp4", activations="fp4"), Workload(input_len=128, output_len=128)
+    on = {name: Setting(model, load_system(name).cluster(1), cols, quant, engine, workload)
+          for name in ("b200", "gb200")}
+    gpu = on["gb200"].gpu_time(2048, 0.0, 0.0, 0.0)
+    assert on["gb200"].time(2048) == pytest.approx(max(gpu, 2.75 * 2048 * 10.7e-6))
+    assert on["gb200"].time(2048) > on["b200"].time(2048)  # the same Blackwell GPU behind a slower host

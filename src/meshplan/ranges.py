@@ -83,6 +83,8 @@ RANGES: dict[str, Range] = {
     "nic_latency": Range(0, 1, "s", LATENCY),
     "host_bandwidth": Range(1e6, 1e15, "B/s", "GPU to host per direction: PCIe Gen3 x16 14 GB/s to NVLink-C2C 450 "
                             "GB/s (GH200)"),
+    "python_host": Range(0.1, 100, "", "host CPU time for PyTorch's Python-side work against an x86 DGX host: 1, "
+                         "Grace 2.5-2.8 (TransformerEngine issue #2053); 100x is past any server CPU"),
     "host_memory": Range(1e6, 1e15, "B", "host memory per GPU for offload: presets 64-256 GB; 1 PB is 4,000x"),
     "size": Range(1, MAX_GPUS, "", "Tier: GPUs per group of a mesh dimension, at most the cluster",
                   "the rest (a system file's outermost tier)"),

@@ -96,7 +96,7 @@ def serve_estimate(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload
                  gather=engine.moe_comm == "all_gather",
                  per_query_head=engine.kv_per_query_head)
     parts = breakdown(model, cluster, lane, plan.pp, q, eff)
-    host = engine.iteration_overhead + engine.sequence_overhead * float(result.running) / plan.dpa
+    host = engine.host_time(float(result.running) / plan.dpa, 1, cluster.python_host)
     if engine.host_overlap:  # only what the GPU's work does not hide
         host = max(host - sum(parts.values()), 0.0)
     kinds = op_kinds(model, lane, plan.pp)

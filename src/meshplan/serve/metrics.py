@@ -70,7 +70,7 @@ class Setting:
 
     def time(self, decode: Num, prefill: Num = 0.0, prompts: Num = 0.0, prefix: Num = 0.0) -> Num:
         """Seconds per token step of a micro-batch with ``decode`` sequences and ``prefill`` prompt tokens."""
-        host = self.engine.iteration_overhead + self.engine.sequence_overhead * (decode + prompts) * self.cols["pp"]
+        host = self.engine.host_time(decode + prompts, self.cols["pp"], self.cluster.python_host)
         gpu = self.gpu_time(decode, prefill, prompts, prefix)
         if self.engine.host_overlap:  # the host's work hides behind the GPU's (engine.py)
             return maximum(gpu, host)
