@@ -1,7 +1,8 @@
 """Seeded fuzzing of everything meshplan reads: command-line options (estimate, plan, serve), model, system and
 serving-engine TOML files, Hugging Face config.json files and validation records. 2,900 cases, each run through the
 CLI as a user would (``cli.main``); each must end in exit 0 with only finite numbers in its JSON, or exit 2 with one
-line on stderr that names a field or option, of reasonable length. None may end in exit 3 (``meshplan: internal error``, a bug).
+line on stderr that names a field or option, of reasonable length. None may end in exit 3 (``meshplan: internal
+error``, a bug).
 
 The mutations are what a fuzzer of the input's grammar makes: a value replaced by one of another kind or far out of
 range (negative, zero, 1e30, NaN, infinity, a 5,000-digit integer, a 20,000-character string, a table), a key
