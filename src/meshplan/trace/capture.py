@@ -54,6 +54,10 @@ SKIP = {aten.sym_is_contiguous.default, aten.is_contiguous.default, aten.is_cont
         aten.sym_storage_offset.default, aten.numel.default, aten.sym_numel.default, aten.dim.default,
         torch.ops.prim.layout.default, torch.ops.prim.device.default}
 ALLOCATE_ONLY = {aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty, aten.new_empty_strided}
+# factories that take a tensor argument only for its shape, dtype and device (zeros_like is empty_like then zero_,
+# aten/src/ATen/native/TensorFactories.cpp): they read none of its bytes
+SHAPE_ONLY = ALLOCATE_ONLY | {aten.zeros_like, aten.ones_like, aten.full_like, aten.rand_like, aten.randn_like,
+                              aten.randint_like, aten.new_zeros, aten.new_ones, aten.new_full}
 TAG = "meshplan_module"
 
 
@@ -174,7 +178,8 @@ class Recorder(torch.utils._python_dispatch.TorchDispatchMode):
         self.rows.append({
             "index": index, "func": func, "module": module, "inputs": in_infos, "outputs": tuple(out_infos),
             "flops": flops, "source": source, "geometry": geometry,
-            "read": 0 if is_view else sum({(i.storage, i.shape): i.nbytes for i in in_infos}.values()),
+            "read": 0 if is_view or func._overloadpacket in SHAPE_ONLY else sum(
+                {(i.storage, i.shape): i.nbytes for i in in_infos}.values()),
             "args": arg_names(func, args, kwargs), "results": result_slots(out),
             "attrs": call_attrs(func, args, kwargs),
             "written": written, "node": id(node) if node is not None else None,
