@@ -81,7 +81,7 @@ def _weight_role(problem: Problem, key: int) -> str:
 def megatron(problem: Problem, tp: int, dp: tuple[int, ...], sequence_parallel: bool = True) -> dict[int, set[int]]:
     """Allowed strategies of Megatron's plan with tensor parallelism on mesh dimension ``tp`` and the batch split
     on the mesh dimensions ``dp`` (module docstring); with ``sequence_parallel`` the norms and residual adds of the
-    forward pass split the sequence (dimension 1 of a (batch, sequence, hidden) tensor) on ``tp``."""
+    forward pass split the tokens (the sequence or the batch of a (batch, sequence, hidden) tensor) on ``tp``."""
     allowed = _forward_pins(problem, tp, dp)
     if sequence_parallel:
         _sequence_pins(problem, tp, allowed)
@@ -113,7 +113,11 @@ NORMS = {"input_layernorm", "post_attention_layernorm", "norm", "ln_1", "ln_2", 
 
 def _sequence_pins(problem: Problem, tp: int, allowed: dict[int, set[int]]) -> None:
     """The forward ops of the norms and of the blocks themselves (the residual adds) keep (batch, sequence, hidden)
-    results split along the sequence on ``tp`` (Korthikanti et al. 2022, §4.2.2)."""
+    results split by tokens on ``tp`` (Korthikanti et al. 2022, §4.2.2): along the sequence, or along the batch
+    where it divides. Megatron-LM's activations are (sequence, batch, hidden), so its split of the sequence is a split
+    of the flattened tokens into contiguous blocks; in the (batch, sequence, hidden) layout of Hugging Face models
+    that is a split of the batch when one device holds whole sequences (the rows a MoE dispatch flattens stay
+    local), of the sequence otherwise. Either costs the norms and the tensor-parallel collectives the same."""
     ops, blocks = problem.flow.trace.ops, problem.blocks
     prefixes = {g.prefix for g in blocks.groups}
     for key, node in problem.nodes.items():
@@ -123,7 +127,7 @@ def _sequence_pins(problem: Problem, tp: int, allowed: dict[int, set[int]]) -> N
         last = op.module.rsplit(".", 1)[-1]
         block = any(op.module.startswith(p + ".") and op.module[len(p) + 1:].isdigit() for p in prefixes)
         if (last in NORMS or block) and len(op.outputs[0].shape) == 3:
-            keep = {a for a, o in enumerate(node.outs) if o[(key, 0)][tp] == 1}
+            keep = {a for a, o in enumerate(node.outs) if o[(key, 0)][tp] in (0, 1)}
             if keep:
                 allowed[key] = allowed.get(key, keep) & keep
 

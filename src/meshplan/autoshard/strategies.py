@@ -25,7 +25,7 @@ from meshplan.autoshard.dataflow import Flow
 from meshplan.autoshard.mesh import DeviceMesh
 from meshplan.autoshard.placement import Placements, shards, valid
 from meshplan.autoshard.reshard import Resharder
-from meshplan.autoshard.rules import PASS, Rule, assignments, follow, place, split_factor
+from meshplan.autoshard.rules import Rule, assignments, follow, is_pass, place, split_factor
 from meshplan.roofline import op_time
 from meshplan.specs.efficiency import Efficiency
 from meshplan.trace.cost import op_cost, precision
@@ -211,4 +211,4 @@ def _share(tensors: tuple[TensorInfo, ...], places: list[Placements], sizes: tup
 
 
 def is_split(combo: tuple[str | None, ...]) -> bool:
-    return any(lab is not None and lab != PASS for lab in combo)
+    return any(lab is not None and not is_pass(lab) for lab in combo)
