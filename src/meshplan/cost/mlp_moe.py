@@ -32,16 +32,17 @@ from meshplan.xp import Num
 
 
 def mlp_gemms(prefix: str, model: ModelSpec, rows: Num, ffn: Num, d: Dims, input_saved: Num | None = None,
-              groups: Num = 1.0, width: Num = 0, experts: bool = False) -> list[OpCost]:
+              groups: Num | None = None, width: Num = 0) -> list[OpCost]:
     """fc1 (H → F, or H → 2F gate+up for SwiGLU), activation, fc2 (F → H). ``ffn`` is the local width;
     ``input_saved`` is what fc1 keeps of its input (the sequence-parallel shard, by default all rows);
-    ``groups``: the rows split over that many experts' weights (grouped GEMMs); ``width``: the rows' width when it
-    is not H (a latent MoE's experts). A gated fc1 runs as the stack's projections (blocks.projections: one GEMM,
-    one split by chunk, or gate and up apart), except the routed ``experts``' (one grouped GEMM, Megatron-Core's and
-    transformers' 3-D gate_up_proj alike; eager stacks: mlp_moe.experts_eager)."""
+    ``groups``: the routed experts, the rows split over that many experts' weights (grouped GEMMs); ``width``: the
+    rows' width when it is not H (a latent MoE's experts). A dense gated fc1 (no ``groups``) runs as the stack's
+    projections (blocks.projections: one GEMM, one split by chunk, or gate and up apart); the experts' is one grouped
+    GEMM (Megatron-Core's and transformers' 3-D gate_up_proj alike; eager stacks: mlp_moe.experts_eager)."""
     width = width or model.hidden_size
     width_in = 2 * ffn if model.gated else ffn
-    if model.gated and not experts:
+    dense, groups = groups is None, 1.0 if groups is None else groups
+    if model.gated and dense:
         ops = projections(f"{prefix}/fc1", rows, width, width_in, {"gate": ffn, "up": ffn}, d, saved=input_saved)
         ops += split_concat(f"{prefix}/fc1", rows, width_in, d)
     else:
@@ -98,7 +99,7 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     ops += permutation(d.stack, tokens, permuted, h)
     # E/e local experts, each an (etp·k·T/t · e/E)-row GEMM: grouped GEMMs (balanced routing)
     ops += host_launched(mlp_gemms("moe/experts", model, rows, model.moe_ffn_hidden_size / plan.etp, d,
-                                   groups=model.num_experts / plan.ep, width=h, experts=True), d.stack)
+                                   groups=model.num_experts / plan.ep, width=h), d.stack)
     ops += grouped_mlp_eager(model, d.stack, rows, model.moe_ffn_hidden_size / plan.etp)
     ops += experts_eager(model, d, rows, model.moe_ffn_hidden_size / plan.etp)
     if latent:
