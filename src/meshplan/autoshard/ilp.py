@@ -140,7 +140,8 @@ def _relaxation_first(optimize: Any, c: np.ndarray, integrality: np.ndarray, mat
 
     eq = lo == hi
     relaxed = optimize.linprog(c, A_eq=matrix[eq], b_eq=lo[eq], A_ub=matrix[~eq] if (~eq).any() else None,
-                               b_ub=hi[~eq] if (~eq).any() else None, bounds=(0, 1), method="highs")
+                               b_ub=hi[~eq] if (~eq).any() else None, bounds=(0, 1), method="highs",
+                               options={"presolve": False})  # after reduce.py's reductions it only costs time
     if relaxed.status == 0:
         nodes = relaxed.x[integrality == 1]
         if np.all(np.minimum(nodes, 1 - nodes) < 1e-7):

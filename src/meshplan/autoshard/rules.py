@@ -26,6 +26,7 @@ they are and reduces the small product, as Megatron-LM does, instead of reducing
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import product
 
 from meshplan.autoshard.placement import PARTIAL, REPLICATE, Placements, valid
@@ -110,7 +111,20 @@ def _fits(rule: Rule, combo: tuple[str | None, ...], sizes: tuple[int, ...], sha
         valid(s, p, sizes) for s, p in zip(shapes_out, outs, strict=True))
 
 
-def place(rule: Rule, combo: tuple[str | None, ...], leader: int = -1) -> tuple[list[Placements], list[Placements]]:
+def place(rule: Rule, combo: tuple[str | None, ...], leader: int = -1
+          ) -> tuple[tuple[Placements, ...], tuple[Placements, ...]]:
+    """``_place``, memoised: the same rules and strategies recur on every (sub-)mesh the planner builds."""
+    return _placed(rule, combo, leader)
+
+
+@lru_cache(maxsize=65536)
+def _placed(rule: Rule, combo: tuple[str | None, ...], leader: int
+            ) -> tuple[tuple[Placements, ...], tuple[Placements, ...]]:
+    ins, outs = _place(rule, combo, leader)
+    return tuple(ins), tuple(outs)
+
+
+def _place(rule: Rule, combo: tuple[str | None, ...], leader: int = -1) -> tuple[list[Placements], list[Placements]]:
     """The placements of every argument and result under a strategy (see the module docstring); under ``PASS`` the
     additive arguments and the ``leader`` are Partial (an anchor, ``leader`` -1: its linear arguments, the first
     only of a product; under ``passing(j)`` argument j), the others (a multiplier, an index) replicated."""
