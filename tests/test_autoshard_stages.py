@@ -81,52 +81,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("scipy")
 
 
-class _Block(torch.nn.Module):
-    def __init__(self, h: int) -> None:
-        super().__init__()
-        self.norm, self.up, self.down = torch.nn.LayerNorm(h), torch.nn.Linear(h, 4 * h), torch.nn.Linear(4 * h, h)
-
-    def forward(self, x):
-        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
-
-
-class _HeavyHead(torch.nn.Module):
-    """8 small layers (h = 1024) and a 262,144-word head: the head's GEMM is 8 layers' worth."""
-
-    def __init__(self, h: int = 1024, layers: int = 8, vocab: int = 262144) -> None:
-        super().__init__()
-        self.embed = torch.nn.Embedding(vocab, h)
-        self.layers = torch.nn.ModuleList(_Block(h) for _ in range(layers))
-        self.head = torch.nn.Linear(h, vocab, bias=False)
-
-    def forward(self, ids):
-        x = self.embed(ids)
-        for layer in self.layers:
-            x = layer(x)
-        return torch.nn.functional.cross_entropy(self.head(x).flatten(0, 1).float(), ids.flatten())
-
-
 def test_planner_gives_the_heavy_head_a_bigger_sub_mesh():
-    """32 H100, 8 micro-batches of 8 x 512 tokens: Alpa's DP over the sub-mesh plans puts the head on 16 GPUs behind
-    two 8-GPU stages, and schedule.simulate prices that pipeline faster than every pipeline of equal sub-meshes."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    """32 H100, 8 micro-batches of 8 x 512 tokens, 8 small layers and a 262k-word head (tests/pipeline_models.py):
+    Alpa's DP over the sub-mesh plans puts the head on the biggest sub-mesh, and schedule.simulate prices that
+    pipeline faster than the best pipeline of equal sub-meshes of every size."""
+    from pipeline_models import heavy_head_plans
 
-    from meshplan.autoshard.blocks import find_blocks
-    from meshplan.autoshard.dataflow import flow
-    from meshplan.autoshard.planner import options, stage_plans
-    from meshplan.autoshard.stages import price
-    from meshplan.trace import trace_module
-
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        model = _HeavyHead()
-    trace = trace_module(model, [((8, 512), "int64")], param_dtype="bfloat16")
-    blocks = find_blocks(trace)
-    cluster, limit = H100.cluster(32), H100.cluster(32).accelerator.hbm_bytes
-    plans = stage_plans(flow(trace, blocks.block_of), blocks, cluster, micro_batches=8)
-    every = options(plans)
-    best = min((price(s, plans, 8, limit, cluster) for s in slice_stages(every, 8, 32, 8, limit).values()),
-               key=lambda p: p.step_time)
+    best, equal = heavy_head_plans()
     assert len(set(best.devices)) > 1 and best.devices[-1] == max(best.devices) and best.fits
-    for n in (8, 16):
-        for s in slice_stages([o for o in every if o.devices == n], 8, 32, 8, limit).values():
-            assert best.step_time < price(s, plans, 8, limit, cluster).step_time
+    assert equal and all(best.step_time < p.step_time for p in equal.values())
