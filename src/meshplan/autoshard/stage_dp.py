@@ -98,13 +98,12 @@ def tmax_candidates(options: list[Option], layers: int) -> np.ndarray:
         for c in range(1, layers + 1):
             for first in (0, 1):
                 for last in (0, 1):
-                    if c < layers or (first and last):
+                    if (c < layers) != (first and last):  # only a stage of every layer is first and last
                         found.add(c * o.layer + first * o.pre + last * o.post)
     return np.array(sorted(found))
 
 
-def _stage_tables(options: list[Option], layers: int, stages: int, limit: float
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def _stage_tables(options: list[Option], layers: int, stages: int, limit: float) -> np.ndarray:
     """Per (in-flight s, option, layers c, layers left ℓ): the stage's time (inf where it does not fit)."""
     lv = np.arange(layers + 1)
     time = np.full((stages + 1, len(options), layers + 1, layers + 1), INF)
@@ -116,7 +115,7 @@ def _stage_tables(options: list[Option], layers: int, stages: int, limit: float
             for s in range(1, stages + 1):
                 mem = o.base + c * (o.state + s * o.saved)
                 time[s, j, c] = t if mem <= limit else INF
-    return time, lv
+    return time
 
 
 def _dp(time: np.ndarray, options: list[Option], gpus: int, layers: int, stages: int, t_max: float
@@ -170,7 +169,7 @@ def slice_stages(options: list[Option], layers: int, gpus: int, micro_batches: i
     stages = min(micro_batches, layers)
     if stages < 2 or not options:
         return {}
-    time, _ = _stage_tables(options, layers, stages, limit)
+    time = _stage_tables(options, layers, stages, limit)
     candidates = tmax_candidates(options, layers)
 
     def run(t_max: float) -> tuple[list[float], list]:
