@@ -150,8 +150,8 @@ autograd sums), and the MoE permutation as the code runs it (`moe_permute`: Mega
 in meshplan's module, transformers' grouped_mm experts with their float32 weighting, inverse permutation and sum over
 the top-2; cost/moe_permute.py). Dropout is off on both sides (on the CPU's fake tensors PyTorch decomposes dropout
 and attention with dropout into CPU kernels a GPU does not run). 16 H100, 16 sequences, planner / estimate per part;
-"under Megatron's kernels" is the planner against the estimate with fused projections and permutation, what the two
-methods compared before the stack said what the code runs:
+"under Megatron's kernels" is the planner against the estimate with Megatron's fused projections and permutation
+(the rest of the stack as here), what pricing the layout without the code's kernels leaves:
 
 {agreement}
 
@@ -200,7 +200,8 @@ solvers on LLaMA-8B and DeepSeek-V3) and 44-60 s for its whole search. docs/USAG
 - Uniform plans of repeated layers (every layer of a tied group the same); pipeline stages on sub-meshes whose size
   divides the tiers' (Alpa also tries n nodes for any n) with the tiers' logical mesh (Alpa also tries other
   shapes of the same devices); the embedding's and head's state counted on every stage's memory (an upper bound);
-  one micro-batch size for every pipeline depth.
+  a model with several kinds of tied layers (dense and MoE) sliced as if its layers were alike (the largest group's
+  count, their average time); one micro-batch size for every pipeline depth.
 - No overlap of communication with compute; no activation recompute, offload, or ZeRO-1/2 apart from parameter
   placement (the optimizer state follows its parameter); even splits only (no padded uneven shards).
 - The moves' temporary buffers are not in the memory; a move is priced by the collectives DTensor would run, one
