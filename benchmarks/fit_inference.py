@@ -7,8 +7,9 @@ test (docs/ACCURACY_INFERENCE.md). The objective is min(|log(predicted / measure
 groups, so that every source weighs the same. The constants:
 - ``kv_read`` and ``experts`` (meshplan/serve/efficiency.py: decode attention's share of the streaming rate; the MoE
   path's rate against dense GEMMs), on every fit run;
-- the host time per iteration of each engine with fit runs (``iteration_overhead`` of presets/engines/trtllm.toml and
-  lmdeploy.toml); vLLM's runs are all held back and SGLang has one fit run: theirs stay 0.
+- the host time per iteration of each engine with fit runs whose host time adds to the GPU's (``iteration_overhead`` of
+  presets/engines/trtllm.toml and lmdeploy.toml); TensorRT-LLM's PyTorch backend overlaps it with the GPU's work
+  (``host_overlap``) and hides it in every run, vLLM's runs are all held back and SGLang has one fit run: theirs stay 0.
 Coordinate descent, golden-section search on each constant in turn, three rounds. The values printed are copied into
 the efficiency module and the engine presets by hand: updating them is an explicit act, as for golden outputs.
 
@@ -28,7 +29,7 @@ from meshplan.serve.efficiency import SERVE_DEFAULT
 from meshplan_validation.serving_eval import results
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "serving" / "published_serving.jsonl"
-ENGINES = ("trtllm", "trtllm-pytorch", "lmdeploy")
+ENGINES = ("trtllm", "lmdeploy")
 FORM = "iteration_overhead"  # or sequence_overhead: the engine constant fitted
 BOUNDS = {"kv_read": (0.3, 1.0), "experts": (0.15, 1.0)} | {
     name: (0.0, 10e-3 if FORM == "iteration_overhead" else 50e-6) for name in ENGINES}

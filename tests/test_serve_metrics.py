@@ -100,3 +100,37 @@ def test_a_format_the_gpu_lacks_is_a_reason_not_a_price():
     e = serve_estimate(LLAMA8, a100, ServePlan(batch=8, quant=Quant(weights="fp8", activations="fp8")),
                        Workload(input_len=128, output_len=128))
     assert not e.fits and any("tensor cores" in r for r in e.reasons)
+
+
+def test_an_overlapped_host_time_hides_behind_the_gpu():
+    """host_overlap (TensorRT-LLM's PyTorch backend, SGLang): an iteration takes max(GPU, host), not their sum."""
+    workload = Workload(input_len=512, output_len=512)
+    gpu = est(ServePlan(batch=64), workload).metrics.decode_step
+    added = est(ServePlan(batch=64), workload, Engine(iteration_overhead=0.002)).metrics.decode_step
+    hidden = est(ServePlan(batch=64), workload, Engine(iteration_overhead=0.002, host_overlap=True)).metrics.decode_step
+    slow = est(ServePlan(batch=64), workload, Engine(iteration_overhead=1.0, host_overlap=True)).metrics.decode_step
+    assert added == pytest.approx(gpu + 0.002)  # GPU + host
+    assert hidden == pytest.approx(gpu) and gpu < 0.002 * 20  # 2 ms of host work behind a longer GPU step
+    assert slow == pytest.approx(1.0)  # a host slower than the GPU sets the pace: max(GPU, 1 s) = 1 s
+
+
+def test_the_batch_tuner_rounds_the_kv_capacity_down_its_table():
+    """TensorRT-LLM's DynamicBatchTuner (dynamicBatchTuner.cpp; its unit test's cases): the first (limit, batch) with
+    capacity < limit, else the capacity floored to 512 when within 128 of it; never more than the capacity."""
+    tuned = load_engine("trtllm").with_(batch_table=((144, 128), (336, 256), (672, 512), (832, 768), (1280, 1024),
+                                                     (1664, 1536)))
+    cases = {143: 128, 335: 256, 671: 512, 831: 768, 1279: 1024, 1663: 1536, 2049: 2048, 1665: 1665, 100: 100}
+    assert {c: tuned.runtime_batch(c) for c in cases} == cases  # 2049 < 2048 + 128: 2048; 100 < 128: the capacity
+    assert load_engine("trtllm").runtime_batch(700.0) == 700.0  # no table: no tuning
+
+
+def test_a_batch_table_is_read_from_toml_and_checked(tmp_path):
+    from meshplan.errors import SpecError
+
+    good = tmp_path / "tuned.toml"
+    good.write_text('name = "tuned"\nbatch_table = [[144, 128], [336, 256]]\n')
+    assert load_engine(str(good)).batch_table == ((144, 128), (336, 256))
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "bad"\nbatch_table = [[336, 256], [144, 128]]\n')
+    with pytest.raises(SpecError, match="ascending limits"):
+        load_engine(str(bad))

@@ -4,6 +4,7 @@ decode attention, MLA's absorbed form, the touched experts and weight-only quant
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from meshplan.cost.layers import layer_kinds
@@ -126,3 +127,22 @@ def test_fp8_activations_compute_faster_where_the_gpu_has_fp8_and_nowhere_else()
     assert gemm_precision(compute_accelerator(a100.accelerator, fp8), fp8) == ""  # refused: check.FORMAT
     int8 = Quant(weights="int8", activations="int8")  # Ampere's int8 tensor cores: twice the 16-bit rate
     assert compute_accelerator(a100.accelerator, int8).flops("fp8") == 2 * a100.accelerator.half_flops
+
+
+def test_tp_all_reduce_is_nccls_fastest_ring_protocol():
+    """NCCL tuning.cc on NVLink, 8 ranks, 14 steps: LL 3.6 + 14·0.47 = 10.18 µs + n·14/8 / (busbw/4); LL128 10 + 14·1.9
+    = 36.6 µs + n·14/8 / (0.92 busbw); Simple 8.4 + 14·3.4 = 56 µs + n·14/8 / busbw; busbw = 450 GB/s · 0.8 = 360."""
+    from meshplan.serve.allreduce import ring_protocols, tp_all_reduce
+    from meshplan.specs.efficiency import DEFAULT
+
+    busbw = 360e9
+    small = 16 * 1024  # one decode row of an 8,192-wide model: LL
+    assert ring_protocols(small, 8, busbw) == pytest.approx(10.18e-6 + small * 1.75 / 90e9)
+    big = 256 * 2**20  # a quarter gigabyte: Simple
+    assert ring_protocols(big, 8, busbw) == pytest.approx(56e-6 + big * 1.75 / 360e9)
+    h100 = load_system("h100").cluster(8)
+    assert tp_all_reduce(small, 8, 1, h100, DEFAULT) == pytest.approx(ring_protocols(small, 8, busbw))
+    assert tp_all_reduce(small, 1, 1, h100, DEFAULT) == 0.0  # a group of one
+    sizes = np.geomspace(1e3, 1e9, 25)
+    times = ring_protocols(sizes, 8, busbw)
+    assert np.all(np.diff(times) > 0)  # more bytes never take less time

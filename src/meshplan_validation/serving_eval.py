@@ -63,7 +63,8 @@ def largest_batch(case: ServingCase) -> float:
     w, p = case.record["workload"], case.plan
     mem = memory(case.model, case.cluster.accelerator.hbm_bytes, cols(case, 1), p.quant, case.engine,
                  case.engine.resident(case.workload))
-    limits = [float(mem.max_sequences(p.dpa)), float(case.engine.max_seqs * p.dpa)]
+    held = float(mem.max_sequences(p.dpa))
+    limits = [held, case.engine.runtime_batch(held / p.dpa) * p.dpa, float(case.engine.max_seqs * p.dpa)]
     limits += [w["num_requests"]] if w.get("num_requests") else []
     limits += [w["max_batch_size_per_rank"] * p.dpa] if w.get("max_batch_size_per_rank") else []
     lanes = p.pp * p.dpa
@@ -107,15 +108,50 @@ def predict(case: ServingCase, eff: ServeEfficiency = SERVE_DEFAULT) -> tuple[di
     tokens = float(m.tokens_per_s)
     if case.mode == "decode":  # a saturated decode pool: pure decode steps at the stated context
         tokens = batch / float(m.decode_step)
-    ttft = float(m.ttft)
-    if case.mode == "closed":  # all N offered at once: the later waves wait
-        waves = math.ceil((w.get("num_requests") or batch) / batch)
-        ttft += (waves - 1) / 2 * float(m.e2e)
+    if case.mode == "offline" and w.get("num_requests"):
+        tokens = tokens * _finite(case, batch, tokens, eff)
+    ttft, tpot = float(m.ttft), float(m.tpot)
+    if case.mode == "closed":  # all N offered at once: the first wave's prompts queue for prefill, later waves wait
+        n = w.get("num_requests") or batch
+        first, waves = min(batch, n), math.ceil(n / batch)
+        burst_ttft, burst_itl = _burst(case, first, float(m.decode_step), eff)
+        ttft = max(ttft, burst_ttft) + (waves - 1) / 2 * float(m.e2e)
+        tpot = (first * burst_itl + (n - first) * tpot) / n
     out = {"output_tokens_per_s": tokens, "output_tokens_per_s_per_gpu": tokens / gpus,
            "total_tokens_per_s": float(m.requests_per_s) * (case.workload.input_len + case.workload.output_len),
-           "requests_per_s": float(m.requests_per_s), "ttft_ms": 1e3 * ttft, "itl_ms": 1e3 * float(m.tpot),
-           "tpot_ms": 1e3 * float(m.tpot), "e2e_latency_ms": 1e3 * float(m.e2e)}
+           "requests_per_s": float(m.requests_per_s), "ttft_ms": 1e3 * ttft, "itl_ms": 1e3 * tpot,
+           "tpot_ms": 1e3 * tpot, "e2e_latency_ms": 1e3 * float(m.e2e)}
     return out, batch
+
+
+def _burst(case: ServingCase, prompts: float, decode: float, eff: ServeEfficiency) -> tuple[float, float]:
+    """Mean time to first token and mean inter-token latency of ``prompts`` requests that arrive together: their prompt
+    tokens go through k prefill iterations of the engine's budget (whole prompts when it does not chunk them); the
+    average prompt finishes after (k + 1)/2 of them and decodes through the (k − 1)/2 left, then at the ``decode``
+    step of the full batch (in-flight batching runs the generating sequences in every iteration)."""
+    inp, budget = case.workload.input_len, case.engine.max_batched_tokens
+    per = max(budget // inp, 1) * inp if case.engine.prefill == "separate" else budget
+    per = min(per, prompts * inp)
+    iterations = math.ceil(prompts * inp / per - 1e-9)
+    step = float(setting(case, prompts, eff).time(0.0, per, per / inp, 0.0))
+    gaps = max(case.workload.output_len - 1, 1)
+    stalled = min((iterations - 1) / 2, gaps)
+    return (iterations + 1) / 2 * step, (stalled * step + (gaps - stalled) * decode) / gaps
+
+
+def _finite(case: ServingCase, batch: float, tokens: float, eff: ServeEfficiency) -> float:
+    """The share of the steady-state throughput a run of N identical requests gets: with every request of the same
+    lengths queued at once (trtllm-bench's synthetic datasets, standard deviation 0), they run in ⌈N/B⌉ waves of B
+    and the last wave holds the N − (W − 1)·B left over, for as many token steps as a full one (module docstring)."""
+    n = case.record["workload"]["num_requests"]
+    waves = math.ceil(n / batch - 1e-9)
+    last = n - (waves - 1) * batch
+    if last >= batch:
+        return 1.0
+    with np.errstate(all="ignore"):
+        tail = float(instance(setting(case, last, eff)).tokens_per_s)
+    time = (waves - 1) * batch / tokens + last / tail  # per output token of a sequence
+    return n / time / tokens
 
 
 def _prefill(case: ServingCase, eff: ServeEfficiency) -> dict[str, float]:

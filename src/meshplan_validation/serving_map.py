@@ -8,11 +8,10 @@ batch, and the requests beyond it wait), ``rate`` (requests offered at a stated 
 at which the instance serves that rate), ``static`` (a fixed batch timed end to end), ``prefill`` / ``decode`` (one
 phase of a disaggregated deployment, held saturated).
 
-What the records leave unstated is read as the README says the sources ran: pp = 1 where only TP is printed;
-TensorRT-LLM's MoE runs of the v1.0 page with attention data parallelism over every GPU and experts across all of
-them (``--ep`` with ``enable_attention_dp``); an FP8 checkpoint's KV cache in FP8 (TensorRT-LLM's FP8 quantization
-sets it), an FP4 checkpoint's in 16 bits (TensorRT-LLM's DeepSeek-R1 blog runs its FP4 model with an FP16 KV cache
-unless it turns FP8 on, and prints the two apart), a 16-bit engine's in 16 bits.
+What the records leave unstated is read as the README says the sources ran: pp = 1 where only TP is printed; an FP8
+checkpoint's KV cache in FP8 (TensorRT-LLM's FP8 quantization sets it), an FP4 checkpoint's in 16 bits (TensorRT-LLM's
+DeepSeek-R1 blog runs its FP4 model with an FP16 KV cache unless it turns FP8 on, and prints the two apart), a 16-bit
+engine's in 16 bits. A multi-GPU MoE run of TensorRT-LLM's v1.0 page is not priced (``LAYOUT_UNKNOWN``).
 """
 
 from __future__ import annotations
@@ -27,10 +26,13 @@ from meshplan.specs.hardware import Cluster, load_system
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model
 
+TUNER_TABLE = ((144, 128), (336, 256), (672, 512), (832, 768), (1280, 1024), (1664, 1536))
 # engine strings of the records (their prefixes) -> the engine preset and what the source says it changed
 ENGINES: tuple[tuple[str, str, dict[str, Any]], ...] = (
-    # trtllm-bench throughput: kv_cache_free_gpu_mem_fraction 0.95 "in majority of cases" (perf-overview.md)
-    ("TensorRT-LLM 0.17", "trtllm", {"memory_utilization": 0.95}),
+    # trtllm-bench throughput: kv_cache_free_gpu_mem_fraction 0.95 "in majority of cases" (perf-overview.md), and the
+    # executor's runtime batch-size tuning on (tensorrt_llm/bench/dataclasses/configuration.py ExecutorSettingsConfig
+    # dynamic_max_batch_size = True) with its default table (DynamicBatchConfig::kDefaultBatchSizeTable)
+    ("TensorRT-LLM 0.17", "trtllm", {"memory_utilization": 0.95, "batch_table": TUNER_TABLE}),
     ("TensorRT-LLM (PyTorch backend", "trtllm-pytorch", {"memory_utilization": 0.95}),
     # the Triton tensorrtllm_backend of 0.14: enable_chunked_context false unless set (its config.pbtxt template)
     ("TensorRT-LLM 0.14", "trtllm", {"prefill": "separate"}),
@@ -96,17 +98,16 @@ def quant_of(record: dict[str, Any], model: ModelSpec) -> Quant:
 
 def plan_of(record: dict[str, Any], model: ModelSpec, quant: Quant, batch: int) -> ServePlan:
     """TP as printed (pp as printed, else 1); data-parallel attention with experts over all GPUs where the record
-    says attention DP or runs EP without TP (SGLang), or for the MoE runs of TensorRT-LLM's v1.0 page."""
+    says attention DP or runs EP without TP (SGLang)."""
     par, hw = record["parallel"], record["hardware"]
     tp, pp, ep = par.get("tp") or 1, par.get("pp") or 1, par.get("ep")
     dis = par.get("disaggregated") or {}
     gpus = hw.get("num_gpus") or tp * pp
     if record["workload"].get("phase") in ("prefill", "decode"):  # one pool of a disaggregated deployment
         gpus = dis.get(f"{record['workload']['phase']}_gpus") or gpus
-    attention_dp = par.get("attention_dp") or (model.is_moe and par.get("tp") is None and bool(ep or dis)) or (
-        model.is_moe and record["group"] == "trtllm_perf_v1.0")
+    attention_dp = par.get("attention_dp") or (model.is_moe and par.get("tp") is None and bool(ep or dis))
     if attention_dp:
-        dpa = gpus // pp if par.get("tp") is None or record["group"] == "trtllm_perf_v1.0" else tp
+        dpa = gpus // pp if par.get("tp") is None else tp
         return ServePlan(tp=1, pp=pp, dpa=dpa, ep=dpa, batch=batch, quant=quant)
     expert = ep if model.is_moe and ep == tp else 1
     return ServePlan(tp=tp, pp=pp, ep=expert, batch=batch, quant=quant)
@@ -142,11 +143,19 @@ def skip_reason(record: dict[str, Any]) -> str:
     if not w.get("input_len") or (not w.get("output_len") and w.get("phase") != "prefill"
                                   and w.get("phase") != "decode"):
         return "input or output length not stated"
+    if record["group"] == "trtllm_perf_v1.0" and record["model"].get("num_experts") and hw.get("num_gpus", 1) > 1:
+        return LAYOUT_UNKNOWN
     if not any(isinstance(v, (int, float)) and k in METRICS for k, v in m.items()):
         return "no measured metric meshplan predicts (tokens/s not labelled output or total)"
     return ""
 
 
+# TensorRT-LLM's v1.0 performance page runs its MoE models with '--ep $ep_size' (no value) and an llm_options.yml that
+# nests enable_attention_dp under cuda_graph_config, which 1.0 refuses (CudaGraphConfig is a StrictBaseModel, extra
+# fields forbidden: tensorrt_llm/llmapi/llm_args.py): the attention and expert layout that ran is not known, and it
+# sets the weights per GPU, the KV cache and the MoE's traffic (on one GPU there is no layout to know)
+LAYOUT_UNKNOWN = ("multi-GPU MoE layout not stated (EP size unstated; the printed options nest enable_attention_dp "
+                  "where TensorRT-LLM 1.0 refuses it)")
 METRICS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "total_tokens_per_s", "requests_per_s",
            "input_tokens_per_s_per_gpu", "ttft_ms", "itl_ms", "tpot_ms", "e2e_latency_ms")
 

@@ -33,6 +33,7 @@ PREFILL_MODES = ("chunked", "separate")
 MEMORY_BASES = ("total", "free")
 RESERVATIONS = ("on_demand", "full")
 MOE_COMM = ("all_to_all", "all_gather")
+TUNER_GRANULARITY, TUNER_THRESHOLD = 512, 128  # the batch tuner's fallback (engine.batch_table)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,10 +61,19 @@ class Engine:
     kv_reservation: str = "on_demand"
     iteration_overhead: float = 0.0  # host seconds per iteration the GPU waits on (fitted)
     sequence_overhead: float = 0.0  # and per running sequence of the iteration (fitted)
+    # the host prepares iteration n + 1 while the GPU runs iteration n (an overlap scheduler: TensorRT-LLM's PyTorch
+    # backend, SGLang's), so an iteration takes max(GPU, host) seconds instead of their sum
+    host_overlap: bool = False
     # how MoE layers under data-parallel attention reach their experts: all-to-all dispatch and combine of each
     # token's k copies (DeepEP, SGLang), or an all-gather of every token before the experts and a reduce-scatter of
     # their sums after (TensorRT-LLM's default under attention DP)
     moe_comm: str = "all_to_all"
+    # the executor's runtime batch-size tuning (TensorRT-LLM DynamicBatchConfig.enable_batch_size_tuning, which
+    # trtllm-bench turns on): (limit, batch) pairs, ascending; an instance whose KV cache holds C sequences of the
+    # running lengths runs at most the batch of the first pair with C < limit, else C rounded down to a multiple of
+    # 512 when within 128 of it (cpp/tensorrt_llm/executor/dynamicBatchTuner.cpp getRuntimeBatchSize,
+    # kBatchSizeFallbackGranularity 512, kBatchSizeFallbackThreshold 128); empty: no tuning
+    batch_table: tuple[tuple[int, int], ...] = ()
     # multi-head latent attention in decode: the absorbed form (W_UK into the query, W_UV after attention: an MQA
     # over the cached latent, DeepSeek-V2 §2.1.2, FlashMLA) or the latent up-projected for every cached token
     mla_absorb: bool = True
@@ -80,6 +90,16 @@ class Engine:
         if self.memory_basis not in MEMORY_BASES:
             raise SpecError(f"{where}memory_basis={self.memory_basis!r} must be one of {', '.join(MEMORY_BASES)}")
         ranges.check_spec(self, where)
+        self._check_table(where)
+
+    def _check_table(self, where: str) -> None:
+        table = self.batch_table
+        pairs = isinstance(table, tuple) and all(
+            isinstance(p, tuple) and len(p) == 2 and all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                                                         for v in p) for p in table)
+        if not pairs or any(a[0] >= b[0] for a, b in zip(table, table[1:], strict=False)):
+            raise SpecError(f"{where}batch_table={table!r} must be (limit, batch) pairs of positive integers with "
+                            "ascending limits")
 
     def with_(self, **changes: Any) -> Engine:
         return replace(self, **changes)
@@ -89,6 +109,16 @@ class Engine:
         if self.kv_reservation == "full":
             return float(workload.input_len + workload.output_len)
         return float(workload.resident_context)
+
+    def runtime_batch(self, capacity: float) -> float:
+        """The most sequences the executor runs when its KV cache holds ``capacity`` (``batch_table``)."""
+        for limit, batch in self.batch_table:
+            if capacity < limit:
+                return min(float(batch), capacity)
+        if not self.batch_table:
+            return capacity
+        floor = capacity // TUNER_GRANULARITY * TUNER_GRANULARITY
+        return float(floor) if capacity < floor + TUNER_THRESHOLD else capacity
 
     def describe(self) -> str:
         return f"{self.name} {self.version}".strip()
@@ -106,6 +136,8 @@ def engine_from_dict(data: dict[str, Any], where: str) -> Engine:
     if not isinstance(data, dict):
         raise SpecError(f"{where} must be a table of Engine fields")
     data = {k: v for k, v in data.items() if k != "sources"}
+    if isinstance(data.get("batch_table"), list):
+        data["batch_table"] = tuple(tuple(pair) if isinstance(pair, list) else pair for pair in data["batch_table"])
     known = {f.name for f in fields(Engine)}
     unknown = sorted(set(data) - known)
     if unknown:

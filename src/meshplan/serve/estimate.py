@@ -96,6 +96,8 @@ def serve_estimate(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload
                  gather=engine.moe_comm == "all_gather")
     parts = breakdown(model, cluster, lane, plan.pp, q, eff)
     host = engine.iteration_overhead + engine.sequence_overhead * float(result.running) / plan.dpa
+    if engine.host_overlap:  # only what the GPU's work does not hide
+        host = max(host - sum(parts.values()), 0.0)
     kinds = op_kinds(model, lane, plan.pp)
     if host:
         parts["engine/host"], kinds["engine/host"] = host, "host"

@@ -73,6 +73,8 @@ class Setting:
                    prefill=prefill, prompts=prompts, prefix=prefix, w_bytes=q.weight_bytes, a_bytes=q.act_bytes,
                    kv_bytes=q.kv_bytes, absorb=self.engine.mla_absorb, gather=self.engine.moe_comm == "all_gather")
         host = self.engine.iteration_overhead + self.engine.sequence_overhead * (decode + prompts) * c["pp"]
+        if self.engine.host_overlap:  # the host's work hides behind the GPU's (engine.py)
+            return maximum(token_time(self.model, self.cluster, sh, c["pp"], q, 0.0, self.eff), host)
         return token_time(self.model, self.cluster, sh, c["pp"], q, host, self.eff)
 
     @property

@@ -1,0 +1,54 @@
+"""How a published serving run was driven, priced (meshplan_validation/serving_eval.py): an offline run of N identical
+requests in waves, a burst of requests offered at once, and the runs whose layout the source leaves unknown."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from meshplan.serve.efficiency import SERVE_DEFAULT
+from meshplan.serve.metrics import instance
+from meshplan_validation.serving_eval import batch_of, predict, setting
+from meshplan_validation.serving_map import LAYOUT_UNKNOWN, case_of
+
+PATH = Path(__file__).resolve().parent.parent / "data" / "serving" / "published_serving.jsonl"
+RECORDS = {r["id"]: r for r in map(json.loads, PATH.read_text().splitlines())}
+
+
+def test_an_offline_run_of_n_requests_ends_with_a_partial_wave():
+    """N = 1,500 requests of Llama 3.1 70B on 8 A100s at 128/4096 with B in flight: ⌈N/B⌉ waves, the last holding
+    N − (W − 1)·B for as many token steps as a full one: time = (W − 1)·B·O/X(B) + r·O/X(r), throughput = N·O/time."""
+    case = case_of(RECORDS["trtllm017_llama3.1-70b_a100_tp8_128x4096"])
+    b, n = batch_of(case, SERVE_DEFAULT), 1500
+    waves, last = math.ceil(n / b), n - (math.ceil(n / b) - 1) * b
+    x_full, x_last = (float(instance(setting(case, v, SERVE_DEFAULT)).tokens_per_s) for v in (b, last))
+    expected = n / ((waves - 1) * b / x_full + last / x_last)  # tokens/s (O cancels)
+    assert predict(case)[0]["output_tokens_per_s"] == pytest.approx(expected)
+    assert expected < x_full  # the partial wave costs throughput
+
+
+def test_a_burst_queues_its_prompts_through_prefill_iterations():
+    """500 requests of 467/16 offered at once to TensorRT-LLM 0.14 (whole prompts, 8,192 tokens per iteration):
+    ⌊8192/467⌋ = 17 prompts per iteration, k = ⌈500/17⌉ = 30 iterations; mean TTFT (k + 1)/2 iterations, and the mean
+    prompt decodes its 15 gaps through min((k − 1)/2, 15) = 14.5 of the remaining prefill iterations."""
+    case = case_of(RECORDS["trtllm014srv_llama3.1-8b_h100_tp1_467x16_qpsinf"])
+    out, batch = predict(case)
+    step = float(setting(case, 500, SERVE_DEFAULT).time(0.0, 17 * 467, 17, 0.0))
+    decode = float(setting(case, batch, SERVE_DEFAULT).time(batch))
+    assert out["ttft_ms"] == pytest.approx(1e3 * 31 / 2 * step)  # (30 + 1) / 2 iterations, one wave
+    assert out["itl_ms"] == pytest.approx(1e3 * (14.5 * step + 0.5 * decode) / 15)
+
+
+def test_a_multi_gpu_moe_run_without_its_layout_is_not_priced():
+    """Every MoE run of TensorRT-LLM's v1.0 page on a GPU with a preset: skipped for its unknown layout when it spans
+    several GPUs (70: Scout 18, Maverick 25, Qwen3-235B 27), priced when it runs on one (40)."""
+    moe = [r for r in RECORDS.values() if r["group"] == "trtllm_perf_v1.0" and r["model"].get("num_experts")
+           and r["hardware"].get("preset")]
+    many = [r for r in moe if r["hardware"]["num_gpus"] > 1]
+    assert [case_of(r) for r in many] == [LAYOUT_UNKNOWN] * 70
+    one = [case_of(r) for r in moe if r["hardware"]["num_gpus"] == 1]
+    assert len(one) == 40 and all(np.isfinite(predict(c)[0]["output_tokens_per_s"]) for c in one)
