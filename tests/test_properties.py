@@ -264,9 +264,9 @@ def test_the_readme_states_these_counts():
     count = comparisons()
     rate_text = ", ".join(f"×{f:g}" for f in RATE_FACTORS)
     latency_text = ", ".join(f"×{f:g}" for f in LATENCY_FACTORS)
-    fuzz = (f"({CASES['estimate']} `estimate` and {CASES['plan']} `plan` command lines, {CASES['model']} mutated model "
-            f"TOML files, {CASES['system']} system TOML files, {CASES['hf']} Hugging Face configs, {CASES['record']} "
-            "validation records)")
+    fuzz = (f"({CASES['estimate']} `estimate`, {CASES['plan']} `plan` and {CASES['serve']} `serve` command lines, "
+            f"{CASES['model']} mutated model, {CASES['system']} system and {CASES['engine']} serving-engine TOML "
+            f"files, {CASES['hf']} Hugging Face configs, {CASES['record']} validation records)")
     for figure in (f"draws {TRIPLES} seeded", f"{count:,} comparisons", f"{SEARCHES} random narrowed",
                    f"runs {sum(CASES.values()):,} seeded", f"link; {rate_text})", f"per kernel ({latency_text})", fuzz):
         assert figure in text, figure
