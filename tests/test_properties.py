@@ -116,7 +116,8 @@ def test_the_draws_cover_every_axis_and_option():
     assert sum(len(c.tiers) > 2 and c.tiers[2].size > 1 for _, c, _, _ in triples()) >= 30  # across three tiers
     assert sum(c.accelerator.gemm_overhead > 0 for _, c, _, _ in triples()) >= 30  # with per-kernel overheads
     stacks = [s for _, _, _, s in triples()]
-    for name in ("fusion", "fsdp", "pipeline_runtime", "cross_entropy", "attention_kernel", "cp_comm"):
+    for name in ("fusion", "fsdp", "pipeline_runtime", "cross_entropy", "attention_kernel", "cp_comm", "projections",
+                 "moe_permute", "moe_dispatcher"):
         assert len({getattr(s, name) for s in stacks}) > 1, name
     for name in ("overlap_tp", "overlap_pp", "overlap_ep", "flash_attention", "varlen_attention", "qkv_concat"):
         assert {getattr(s, name) for s in stacks} == {False, True}, name

@@ -14,11 +14,10 @@ import click
 
 from meshplan.cli.options import stack_of, stack_options
 from meshplan.errors import MissingDependency, SpecError
-from meshplan.fields import MAX_PLANS
+from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM
 from meshplan.files import make_dir, writable_dir
 from meshplan.ranges import RANGES, check_options, step_tokens_problem
 from meshplan.report.vega import require_report_extra
-from meshplan.search.space import MEMORY_HEADROOM
 
 FACTORS = "0.5,1,2,4"  # --factors' default
 SAMPLE = 10_000  # --sample's default: plans of the plan-space view (about 60 bytes each in the page)
