@@ -4,10 +4,12 @@ Run: python benchmarks/autoshard.py [--out DIR]   (about half a minute on 2 core
      dozen integer programs; --out DIR writes DIR/AUTOSHARD.md instead: tests/test_docs.py compares a fresh copy
      with the committed one)
 
-Sections it computes: the agreement with meshplan's analytic estimate (agree.py) on the Llama, GPT and Mixtral
-presets; the plans the planner finds itself on one 8-GPU node for one sequence (Megatron's tensor parallelism
-rediscovered) and for a node's worth of sequences; the non-transformers' plans against their traced liveness; the
-size of the program before and after its exact reductions. Speed is benchmarks/autoshard_speed.py's (timings vary
+Sections it computes: the agreement with meshplan's analytic estimate (agree.py) on Llama-3-8B, GPT-3 and Mixtral
+8x7B through transformers' classes and as meshplan's modules; the pipelines Alpa's stage DP finds (Llama-3-8B on 8 x 8
+H100, and a model with a heavy head where unequal sub-meshes win); the plans the planner finds itself on one 8-GPU
+node for one sequence (Megatron's tensor parallelism rediscovered) and for a node's worth of sequences; the
+non-transformers' plans against their traced liveness; the size of the program before and after its exact
+reductions. Speed is benchmarks/autoshard_speed.py's (timings vary
 from run to run, so they are not in the generated document).
 """
 
@@ -24,9 +26,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 from autoshard_doc import TEMPLATE  # noqa: E402
 from meshplan.units import fmt_bytes, fmt_time  # noqa: E402
 
-AGREE = [("llama3-8b", 4096, "meshplan module"), ("gpt3-175b", 2048, "meshplan module"),
-         ("mixtral-8x7b", 4096, "meshplan module"), ("llama3-8b", 4096, "transformers"),
-         ("mixtral-8x7b", 4096, "transformers")]
+HF = ROOT / "tests" / "data" / "hf"
+AGREE = [("llama3-8b", 4096, "transformers", HF / "llama-3-8b" / "config.json"),
+         ("gpt3-175b", 2048, "transformers", None),  # no published config.json: the GPT-2 class of its shape
+         ("mixtral-8x7b", 4096, "transformers", HF / "mixtral-8x7b" / "config.json"),
+         ("llama3-8b", 4096, "meshplan module", None), ("gpt3-175b", 2048, "meshplan module", None),
+         ("mixtral-8x7b", 4096, "meshplan module", None)]
 FOUND = [("llama3-8b", 1, 4096), ("llama3-8b", 8, 4096), ("megatron-7.5b", 1, 2048), ("megatron-7.5b", 8, 2048)]
 
 
@@ -36,15 +41,54 @@ def _pct(x: float) -> str:
 
 def agreement_table() -> str:
     from meshplan.autoshard.agree import agreement
+    from meshplan.estimate import estimate
 
-    lines = ["| model | traced as | planner | estimate | difference | compute | tensor-parallel collectives | "
-             "gradient reductions | optimizer |", "|---|---|---:|---:|---:|---|---|---|---|"]
-    for model, seq, source in AGREE:
-        a = agreement(model, "h100", 16, 16, seq, source)
-        parts = a.parts()
-        cells = [f"{fmt_time(p)} / {fmt_time(e)}" for p, e in parts.values()]
-        lines.append(f"| {model} | {a.source} | {fmt_time(a.planned.step_time)} | {fmt_time(a.estimated.step_time)} "
-                     f"| {_pct(a.error)} | " + " | ".join(cells) + " |")
+    lines = ["| model | traced as | what the code runs (stack) | planner | estimate | difference | under Megatron's "
+             "kernels | compute | tensor-parallel collectives | gradient reductions | optimizer |",
+             "|---|---|---|---:|---:|---:|---:|---|---|---|---|"]
+    for model, seq, source, config in AGREE:
+        a = agreement(model, "h100", 16, 16, seq, source, config=str(config) if config else None)
+        e = a.estimated
+        runs = [f"projections {e.stack.projections}"]
+        runs += [f"permutation {e.stack.moe_permute}"] if e.model.is_moe else []
+        megatron = estimate(e.model, e.cluster, e.plan, e.stack.with_(projections="fused", moe_permute="fused"))
+        cells = [f"{fmt_time(p)} / {fmt_time(t)}" for p, t in a.parts().values()]
+        where = "transformers, " + (config.parent.name + "/config.json" if config else "GPT-2 class") \
+            if source == "transformers" else source
+        lines.append(f"| {model} | {where} | {', '.join(runs)} | {fmt_time(a.planned.step_time)} | "
+                     f"{fmt_time(e.step_time)} | {_pct(a.error)} | {_pct(a.planned.step_time / megatron.step_time - 1)}"
+                     " | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def stages_table() -> str:
+    """Llama-3-8B on 8 x 8 H100, 64 sequences of 8192 tokens in 8 micro-batches: the DP's best pipeline of each
+    stage count against the one-stage plan."""
+    from meshplan.autoshard.planner import Request, run
+
+    result = run(Request(model="llama3-8b", gpus=64, global_batch=64, seq=8192, micro_batches=8, stages="search"))
+    lines = ["| stages | GPUs per stage | layers per stage | step time | bubble | peak memory per GPU (first stage) "
+             "| fits |", "|---:|---|---|---:|---:|---:|---|",
+             f"| 1 | 64 | 32 | {fmt_time(result.intra.step_time)} | | {fmt_bytes(result.intra.memory.peak)} | "
+             f"{'yes' if result.intra.fits else 'no'} |"]
+    for p in result.pipelines:
+        lines.append(f"| {p.stages} | {' + '.join(map(str, p.devices))} | {' + '.join(map(str, p.layers))} | "
+                     f"{fmt_time(p.step_time)} | {fmt_time(p.bubble)} | {fmt_bytes(p.memory[0])} | "
+                     f"{'yes' if p.fits else 'no'} |")
+    return "\n".join(lines)
+
+
+def heavy_table() -> str:
+    """The heavy-head model (tests/pipeline_models.py) on 32 H100: the DP's pipeline against equal sub-meshes."""
+    from pipeline_models import heavy_head_plans
+
+    best, equal = heavy_head_plans()
+    lines = ["| sub-meshes | GPUs per stage | layers per stage | step time (schedule.simulate) |", "|---|---|---|---:|",
+             f"| chosen by the DP | {' + '.join(map(str, best.devices))} | {' + '.join(map(str, best.layers))} | "
+             f"{fmt_time(best.step_time)} |"]
+    for n, p in sorted(equal.items(), key=lambda kv: kv[1].step_time):
+        lines.append(f"| all of {n} GPUs | {' + '.join(map(str, p.devices))} | {' + '.join(map(str, p.layers))} | "
+                     f"{fmt_time(p.step_time)} |")
     return "\n".join(lines)
 
 
@@ -133,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=str(ROOT / "docs"))
     args = parser.parse_args(argv)
     text = TEMPLATE.format(agreement=agreement_table(), found=found_table(), vision=vision_table(),
-                           size=size_table())
+                           size=size_table(), stages=stages_table(), heavy=heavy_table())
     out = Path(args.out) / "AUTOSHARD.md"
     out.write_text(text)
     print(f"wrote {out}")

@@ -40,9 +40,11 @@ meshplan plan --model llama3-8b --autoshard --system h100 --gpus 64 --micro-batc
   split per device), and views (a reshape keeps the split of the first dimension of each run, DTensor's
   `view_groups`). An op without a rule keeps every tensor replicated: correct, and the planner charges what it costs.
 - **Decisions** (Alpa §4.2, "merge element-wise operators into their operands"): views, copies and element-wise ops
-  follow the op that owns their leading argument; an op after a contraction, an accumulation of two partial sums, or
-  the first op of a layer decides for itself (a partial sum may be completed by an all-reduce or a reduce-scatter to
-  any split: sequence parallelism is the latter).
+  follow the op that owns their leading argument; an op after a contraction, an accumulation of two partial sums, an
+  op that carries a partial sum through (a scatter, a product with one partial factor: DTensor's Partial x Replicate),
+  or the first op of a layer decides for itself (a partial sum may be completed by an all-reduce or a reduce-scatter
+  to any split, sequence parallelism being the latter, or carried on: the router's gradient of a MoE layer reduces its
+  small product, not the experts' rows).
 - **Time of a strategy**: every op on the share one device computes, by meshplan's roofline (`roofline.op_time` on
   the op's FLOPs, bytes and GEMM shape divided by its splits: the same efficiency model as the estimate), plus the
   moves inside the decision.
@@ -97,49 +99,75 @@ bound elsewhere).
 
 ## Pipeline stages
 
-stages.py follows Alpa's inter-operator pass (§5): slice the layers into stages over sub-meshes, each stage's time
-from the intra-operator plan on its sub-mesh, minimising Σ t_i + (B - 1)·max t_i subject to each stage's memory
-with the micro-batches 1F1B keeps in flight on it. The sub-meshes are equal (p stages of G/p consecutive GPUs aligned
-to the tiers), and the layers identical, so Σ t_i is fixed and the DP reduces to the smallest feasible t_max over
-layer counts per stage (the first stage holds p micro-batches in flight, the last one). The step of the chosen
-slicing is priced by meshplan's schedule simulator (`schedule.simulate` on the 1F1B table, per-stage forward and
-backward times, the boundary activation sent as a p2p), plus the slowest stage's gradient reductions and optimizer.
-Data parallelism is the batch split on the stage sub-mesh's dimensions, chosen by the intra-operator plan.
+Alpa's inter-operator pass (§5.2, its Algorithm 1; stage_dp.py, stages.py): the layers are sliced into stages and the
+cluster into sub-meshes, each stage on a sub-mesh of its own size, minimising the 1F1B latency Σ t_i + (B - 1)·max t_i
+subject to each stage's memory with the micro-batches 1F1B keeps in flight on it (p - i on stage i of p):
+
+- **Sub-meshes**: the sizes aligned to the tiers, divisors of the NVLink domain and then whole nodes in a divisor of
+  the node count (1, 2, 4, 8, 16 and 32 GPUs on 8 x 8 H100; Alpa's (1, 2^k) and (n, M) shapes, here without n nodes
+  for n not dividing the count). Each size's intra-operator plan is solved once (its mesh the tiers' dimensions,
+  its batch split the data parallelism within the stage) and split into one layer's share, what the embedding adds to
+  the first stage and what the final norm, head and loss add to the last: a slice of k tied layers on that sub-mesh
+  costs k x one layer plus its boundary ops.
+- **The DP**: F(s, layers left, GPUs left) = min over a sub-mesh size and a layer count of the stage's time plus
+  F(s - 1, ...), for every bound t_max on the stages' times; stages placed in order on consecutive ranks, each
+  aligned to its size (so each runs its collectives on the links its shape says) and covering the GPUs exactly. The
+  bounds are the distinct stage times, from the smallest with a pipeline (found by bisection) upwards in steps of at
+  least 0.5 % (Alpa's ε: within (B - 1)·0.5 % of t_max of the optimum), until B·t_max passes the best latency found
+  (Alpa's early stop).
+- **The step** of each stage count's best slicing is priced by meshplan's schedule simulator (`schedule.simulate` on
+  the 1F1B table with per-stage forward and backward times, each send between neighbours a p2p of the boundary
+  activation over the link between their sub-meshes), plus the slowest stage's gradient reductions and optimizer.
+
+Llama-3-8B on 64 H100 (8 x 8), 64 sequences of 8192 tokens in 8 micro-batches: the best pipeline of each stage count
+the DP reaches before its early stop, against the plan on all 64 GPUs (which wins here: the layers fit and the batch
+splits 64 ways):
+
+{stages}
+
+Where the stages are unequal because the model is: 8 small layers (h = 1024) and a 262,144-word head, whose GEMM is
+8 layers' worth (tests/pipeline_models.py), on 32 H100 in 8 micro-batches of 8 x 512 tokens. The layers stop getting
+faster past one node while the head's vocabulary keeps splitting, so the DP gives the head stage 16 GPUs behind two
+8-GPU stages, faster than the best pipeline of equal sub-meshes of any size (tests/test_autoshard_stages.py checks
+this, and the DP against a brute force over every covering):
+
+{heavy}
 
 ## Two methods agree
 
-The same plan priced twice: the planner traces the model and prices Megatron-LM's layout (reference.py pins it:
-QKV, gate/up and the LM head split by columns, the attention and MLP output projections by rows, attention by
-heads, the embedding by vocabulary rows, norms along the sequence, tp = 8 on NVLink, the batch over the two nodes);
-`meshplan.estimate` prices Plan(tp=8, dp=2, sequence parallelism, ZeRO 0, no recompute) under the stack that runs
-what the trace runs (every aten op one kernel, PyTorch's cross-entropy, the gradient reduction after the backward
-pass, grouped expert GEMMs). 16 H100, 16 sequences, planner / estimate per part:
+The same plan priced twice, each side pricing the computation the traced code runs. The planner traces the model
+and prices Megatron-LM's layout (reference.py pins it: QKV, gate/up and the LM head split by columns, the attention
+and MLP output projections by rows, attention by heads, the embedding by vocabulary rows, the norms and residual
+adds split by tokens on the tensor-parallel dimension, a MoE layer's tokens all-gathered before the permutation and
+reduce-scattered after the combine as Megatron-Core's all-gather dispatcher does, tp = 8 on NVLink, the batch over
+the two nodes). `meshplan.estimate` prices Plan(tp=8, dp=2, sequence parallelism, ZeRO 0, no recompute) under the
+stack that runs what the code runs (agree.code_stack): every aten op one kernel, PyTorch's cross-entropy, the
+gradient reduction after the backward pass, grouped expert GEMMs, the all-gather dispatcher (`moe_dispatcher`), and,
+with sources in cost/: the projections as the code writes them (`projections`: meshplan's modules and GPT-2's
+`c_attn` one GEMM split by torch.split / chunk, whose backward concatenates the gradients; the Hugging Face Llama and
+Mixtral `q_proj`, `k_proj`, `v_proj` (and Llama's `gate_proj`, `up_proj`) as separate GEMMs whose input gradients
+autograd sums), and the MoE permutation as the code runs it (`moe_permute`: Megatron-Core's moe_utils order unfused
+in meshplan's module, transformers' grouped_mm experts with their float32 weighting, inverse permutation and sum over
+the top-2; cost/moe_permute.py). Dropout is off on both sides (on the CPU's fake tensors PyTorch decomposes dropout
+and attention with dropout into CPU kernels a GPU does not run). 16 H100, 16 sequences, planner / estimate per part;
+"under Megatron's kernels" is the planner against the estimate with Megatron's fused projections and permutation
+(the rest of the stack as here), what pricing the layout without the code's kernels leaves:
 
 {agreement}
 
-Where they differ, and why:
+What is left between them:
 
-- **The same plan's collectives are the same** for the dense models: the tensor-parallel all-gathers and
-  reduce-scatters agree to 1 %
-  (10 moves of the activation per layer and micro-batch, 4 forward, 6 backward with the weight gradients'
-  re-gathers), and the gradient reductions within 10 % (the planner also all-reduces the norms' weight gradients
-  across the tensor-parallel ranks, per tensor).
-- **Compute** differs by what the code runs. meshplan's preset modules are built in Megatron's layout (one GEMM
-  for Q, K, V, one for gate and up; torch_models.py): within a few percent of the estimate's eager stack (the trace
-  counts the float32 casts of the RMSNorm and the loss as Hugging Face writes them). The Hugging Face Llama runs Q,
-  K, V and gate, up as separate GEMMs (smaller, less efficient) and sums their input gradients in extra kernels.
-- **Mixtral** is the furthest apart. Its MoE layer, as meshplan's module runs it (Megatron-Core's order: router,
-  top-2, the tokens permuted by a gather, one grouped GEMM per projection, a weighted scatter-add back), runs the
-  permutation, its inverse and the weighting as separate eager kernels on the top-2-expanded rows, where Megatron
-  fuses them (most of the compute gap). Its collectives are placed differently: the planner gathers the tokens
-  before the permutation and reduces after the combine (half the bytes of Megatron's dispatcher forward), but the
-  router's gradient then needs the experts' output rows summed across the tensor-parallel ranks backward (a
-  reduce-scatter of the expanded rows that Megatron, reducing before the weighting, does not pay), and the sequence-
-  split residual meets the token-split dispatch through all-to-alls. Through transformers' class (a sort, a
-  histogram, an inverse permutation and a gather back per layer) the gap is wider.
-- **The optimizer**: the planner's Adam keeps the moments in the parameters' dtype (as torch.optim.Adam and
-  `meshplan trace` count them); the estimate's is Megatron's mixed-precision optimizer (fp32 master weights and
-  moments, 30 bytes of traffic per parameter).
+- **Compute** agrees to 1 % (the same kernels, each by the same roofline; the few left: the planner's float32 casts of
+  the norms' and the loss's inputs as Hugging Face writes them, the bias gradients' reductions).
+- **The tensor-parallel collectives** agree to 1 %: 10 moves of the activation per layer and micro-batch (4
+  forward, 6 backward with the weight gradients' re-gathers), a MoE layer's 2 token gathers and 2 reductions.
+- **The gradient reductions** within 10 %: the estimate reduces every gradient in one all-reduce, the planner one
+  per tensor (their latencies), and the replicated norms' gradients across the tensor-parallel ranks as well.
+- **The optimizer** is a different computation, shown apart: the planner's Adam keeps the moments in the
+  parameters' bf16 (torch.optim.Adam on a bf16 model, as `meshplan trace` counts it: 7 x 2 = 14 bytes of traffic per
+  parameter), the estimate's is Megatron's mixed-precision optimizer (the gradient, fp32 master weights and moments,
+  the bf16 weight: 28 bytes): half, 0.7 % (Llama-3-8B) to 2.3 % (Mixtral) of the step, all of what separates the
+  totals of Mixtral and GPT-3.
 
 ## Plans it finds
 
@@ -169,8 +197,11 @@ solvers on LLaMA-8B and DeepSeek-V3) and 44-60 s for its whole search. docs/USAG
 
 ## Limitations
 
-- Uniform plans of repeated layers (every layer of a tied group the same); equal pipeline stages (Alpa's DP also
-  sizes each stage's sub-mesh); one micro-batch size for every pipeline depth.
+- Uniform plans of repeated layers (every layer of a tied group the same); pipeline stages on sub-meshes whose size
+  divides the tiers' (Alpa also tries n nodes for any n) with the tiers' logical mesh (Alpa also tries other
+  shapes of the same devices); the embedding's and head's state counted on every stage's memory (an upper bound);
+  a model with several kinds of tied layers (dense and MoE) sliced as if its layers were alike (the largest group's
+  count, their average time); one micro-batch size for every pipeline depth.
 - No overlap of communication with compute; no activation recompute, offload, or ZeRO-1/2 apart from parameter
   placement (the optimizer state follows its parameter); even splits only (no padded uneven shards).
 - The moves' temporary buffers are not in the memory; a move is priced by the collectives DTensor would run, one

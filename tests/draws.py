@@ -19,7 +19,16 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model
 from meshplan.specs.model_load import preset_names as model_names
 from meshplan.specs.plan import FP8_ATTENTION_PRECISIONS, PRECISION, RECOMPUTE_MODULES, Plan
-from meshplan.specs.stack import ATTENTION_KERNELS, CROSS_ENTROPY, Stack, load_stack, stack_names
+from meshplan.specs.stack import (
+    ATTENTION_KERNELS,
+    CROSS_ENTROPY,
+    MOE_DISPATCHER,
+    MOE_PERMUTE,
+    PROJECTIONS,
+    Stack,
+    load_stack,
+    stack_names,
+)
 
 MODELS = sorted(model_names())
 SYSTEMS = sorted(system_names())
@@ -145,6 +154,8 @@ def draw_stack(rng: random.Random, model: ModelSpec, precision: str) -> Stack:
         "pipeline_runtime": lambda: rng.choice(("megatron", "torch")),
         "train_metrics": lambda: rng.choice((0, 2)), "varlen_attention": lambda: rng.random() < 0.1,
         "qkv_concat": lambda: rng.random() < 0.1, "cp_comm": lambda: rng.choice(("ring", "allgather")),
+        "projections": lambda: rng.choice(PROJECTIONS), "moe_permute": lambda: rng.choice(MOE_PERMUTE),
+        "moe_dispatcher": lambda: rng.choice(MOE_DISPATCHER),
     }
     return stack.with_(**{k: f() for k, f in draws.items() if rng.random() < 0.3})
 

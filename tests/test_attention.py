@@ -80,3 +80,22 @@ def test_varlen_forward_waits_on_the_host_for_its_launches():
     (fwd,) = [o for o in dense_layer(gpt(seq=128), Plan(), Stack(varlen_attention=True))
               if o.name == "attn/varlen" and o.phase == "fwd"]
     assert op_time(fwd, acc, "bf16", DEFAULT) == pytest.approx(24 * DEFAULT.host_launch)
+
+
+def test_separate_projections_are_their_own_gemms_and_sum_their_input_gradients():
+    """Hugging Face's q_proj, k_proj, v_proj and gate_proj, up_proj (``projections="separate"``): the same FLOPs as
+    the fused GEMMs, one GEMM each, and autograd's adds of their input gradients, 2 in attention and 1 in the MLP,
+    each reading two and writing one T·h tensor (3·2 bytes an element); split projections concatenate instead."""
+    model = load_model("llama3-8b")
+    plan, t, h = Plan(tp=2, micro_batch=1), 8192, 4096
+    fused, separate = dense_layer(model, plan, Stack()), dense_layer(model, plan, Stack(projections="separate"))
+    gemms = [o for o in separate if o.kind == "gemm" and o.name.startswith(("attn/qkv/", "mlp/fc1/"))]
+    assert {o.name for o in gemms} == {"attn/qkv/q", "attn/qkv/k", "attn/qkv/v", "mlp/fc1/gate", "mlp/fc1/up"}
+    assert sum(o.flops for o in gemms) == sum(o.flops for o in fused if o.name in ("attn/qkv", "mlp/fc1"))
+    sums = {o.name: o.nbytes for o in separate if o.name.endswith("/grad_sum")}
+    assert sums == {"attn/qkv/grad_sum": 2 * 3 * 2 * t * h, "mlp/fc1/grad_sum": 1 * 3 * 2 * t * h}
+    split = {o.name: o.nbytes for o in dense_layer(model, plan, Stack(projections="split")) if o.kind == "memory"
+             and o.name in ("attn/qkv_concat", "mlp/fc1/concat")}
+    assert split["mlp/fc1/concat"] == 2 * 2 * t * 2 * 14336 / 2  # read and write T x 2F/t bf16
+    assert split["attn/qkv_concat"] == 2 * 2 * t * (4096 + 2 * 1024) / 2  # q, k, v: T x (A + 2K)·d/t
+

@@ -78,9 +78,9 @@ def test_matrix_product_strategies_as_alpa_table_3():
     combos = assignments(MM, (2, 8), [(64, 64), (64, 64)], [(64, 64)])
     assert len(combos) == 16
     ins, outs = place(MM, ("m", "n"))  # data parallel x column parallel
-    assert ins == [(0, R), (R, 1)] and outs == [(0, 1)]
+    assert ins == ((0, R), (R, 1)) and outs == ((0, 1),)
     ins, outs = place(MM, (None, "k"))  # row parallel: the contraction split leaves partial sums
-    assert ins == [(R, 1), (R, 0)] and outs == [(R, P)]
+    assert ins == ((R, 1), (R, 0)) and outs == ((R, P),)
     assert len(assignments(MM, (2, 8), [(4, 64), (64, 64)], [(4, 64)])) == 12  # m = 4 cannot split 8 ways
 
 
@@ -88,7 +88,7 @@ def test_followers_keep_or_replicate():
     add = Rule(inputs=(("d0", "d1"), ("d0", "d1")), outputs=(("d0", "d1"),), linear=frozenset({0, 1}),
                additive=frozenset({0, 1}))
     assert follow(add, 0, (0, P)) == ("d0", PASS)  # a Partial passes through an add
-    assert place(add, ("d0", PASS), 0) == ([(0, P), (0, P)], [(0, P)])
+    assert place(add, ("d0", PASS), 0) == (((0, P), (0, P)), ((0, P),))
     silu = Rule(inputs=(("d0", "d1"),), outputs=(("d0", "d1"),))
     assert follow(silu, 0, (0, P)) == ("d0", None)  # not linear: replicated first (an all-reduce)
 

@@ -55,3 +55,16 @@ def test_a_failing_write_is_one_line(tmp_path):
         write_text("/dev/full", "report", "output")
     with pytest.raises(SpecError, match="is a directory, not a file"):
         read_text(tmp_path, "model")
+
+
+def test_serve_report_and_check_step_name_their_missing_extra(capsys, tmp_path, monkeypatch):
+    """serve --report without the report extra, check-step without torch: one line with the install command, before
+    any search or trace (a fresh `pip install -e .` has neither)."""
+    monkeypatch.setitem(sys.modules, "vl_convert", None)
+    serve = ["serve", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--input-len", "512",
+             "--output-len", "128", "--report", str(tmp_path / "s.html")]
+    assert fails(serve, capsys) == ("meshplan: error: vl-convert-python is not installed: run  "
+                                    "pip install 'meshplan[report]'")
+    monkeypatch.setitem(sys.modules, "torch", None)  # importlib.util.find_spec("torch") is None
+    assert fails(["check-step", "gpt2"], capsys) == "meshplan: error: torch is not installed: run  pip install " \
+        "'meshplan[torch]'"

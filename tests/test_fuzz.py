@@ -1,7 +1,8 @@
-"""Seeded fuzzing of everything meshplan reads: command-line options (estimate, plan), model and system TOML files,
-Hugging Face config.json files and validation records. 2,400 cases, each run through the CLI as a user would
-(``cli.main``); each must end in exit 0 with only finite numbers in its JSON, or exit 2 with one line on stderr that
-names a field or option, of reasonable length. None may end in exit 3 (``meshplan: internal error``, a bug).
+"""Seeded fuzzing of everything meshplan reads: command-line options (estimate, plan, serve), model, system and
+serving-engine TOML files, Hugging Face config.json files and validation records. 2,900 cases, each run through the
+CLI as a user would (``cli.main``); each must end in exit 0 with only finite numbers in its JSON, or exit 2 with one
+line on stderr that names a field or option, of reasonable length. None may end in exit 3 (``meshplan: internal
+error``, a bug).
 
 The mutations are what a fuzzer of the input's grammar makes: a value replaced by one of another kind or far out of
 range (negative, zero, 1e30, NaN, infinity, a 5,000-digit integer, a 20,000-character string, a table), a key
@@ -29,7 +30,8 @@ ROOT = Path(__file__).parents[1]
 PRESETS = ROOT / "src" / "meshplan" / "presets"
 HF = sorted((ROOT / "tests" / "data" / "hf").glob("*/config.json"))
 RUNS = ROOT / "benchmarks" / "data" / "independent_runs.jsonl"
-CASES = {"estimate": 600, "plan": 200, "model": 400, "system": 400, "hf": 400, "record": 400}
+CASES = {"estimate": 600, "plan": 200, "model": 400, "system": 400, "hf": 400, "record": 400, "serve": 300,
+         "engine": 200}
 LONGEST = 600  # characters of an error line: a value is cut to 60 (fields.one_line), a path kept to 1024
 
 OPTION_JUNK = ["0", "-1", "-64", "3", "7", "1.5", "1e30", "1e400", "nan", "inf", "-inf", "abc", "", " ", "8,8",
@@ -61,12 +63,20 @@ PLAN_OPTIONS = {
     "--gpus": ["8", "16", "8,16"], "--global-batch": ["16", "64"], "--seq": ["1024", "2048"],
     "--nvlink-domain": ["8"], "--placements": ["default", "all"], "--recompute-modules": ["core_attn", "moe"],
 }
+SERVE_OPTIONS = {
+    "--tp": ["1", "2", "1,2", "8"], "--pp": ["1", "2"], "--dpa": ["1", "2"], "--batch": ["1", "8", "64,256"],
+    "--quant": ["fp8", "int4", "fp4", "bf16/bf16/bf16", "fp8/fp8/fp8", "int4/bf16/fp8"], "--ttft-slo": ["500ms", "2s"],
+    "--tpot-slo": ["20ms", "50ms"], "--engine": ["vllm", "trtllm", "sglang", "lmdeploy", "generic"],
+    "--input-len": ["128", "2048"], "--output-len": ["16", "512"], "--price": ["2.5"], "--rank": ["latency"],
+    "--seq": ["4096"], "--nvlink-domain": ["8"], "--top": ["1", "3"], "--gpus": ["8", "16"],
+}
+SERVE_FLAGS = ["--no-disaggregate"]
 MODELS = ["llama3-8b", "gpt2", "mixtral-8x7b", "mpt-7b", "qwen3-30b-a3b", "gpt-oss-20b"]
 SYSTEMS = ["h100", "a100", "b200", "gb200", "v100", "mi300x", "l40s", "h800"]
 
 # every name an error line may use for what it could not take: options, spec fields, their ranges
 NAMES = {f.name for cls in (ModelSpec, Plan, Accelerator, Network) for f in fields(cls)} | set(RANGES) | {
-    o.lstrip("-") for o in [*ESTIMATE_OPTIONS, *PLAN_OPTIONS, *ESTIMATE_FLAGS]} | {
+    o.lstrip("-") for o in [*ESTIMATE_OPTIONS, *PLAN_OPTIONS, *ESTIMATE_FLAGS, *SERVE_OPTIONS]} | {
     "model", "system", "gpus", "runs", "record", "config.json", "precision", "peak_flops", "accelerator", "network",
     "global-batch", "tokens", "price", "top", "zero", "recompute", "sp", "placement", "placements"}
 
@@ -144,6 +154,16 @@ def plan_cases(rng: random.Random, n: int) -> list[list[str]]:
     return out
 
 
+def serve_cases(rng: random.Random, n: int) -> list[list[str]]:
+    """The serving search on small deployments: one to three options valid or junk (a search each, 0.1 s)."""
+    out = []
+    for _ in range(n):
+        base = ["serve", "--model", rng.choice(["llama3-8b", "gpt2", "qwen3-30b-a3b", "mixtral-8x7b"]), "--system",
+                rng.choice(SYSTEMS), "--gpus", "8", "--input-len", "512", "--output-len", "128", "--top", "3"]
+        out.append(base + mutate_options(rng, SERVE_OPTIONS, SERVE_FLAGS) + ["--json"])
+    return out
+
+
 QUANTITY = re.compile(r'("?)(-?\d+(?:\.\d+)?(?:e-?\d+)?)(\s*[A-Za-z/]*"?)')
 SCALES = [0.0, -1.0, 0.5, 2.0, 10.0, 1000.0, 1e-6, 1e-30, 1e12, 1e30]
 LINE = re.compile(r"^(\s*)([\w.\"'-]+)(\s*=\s*)(.+?)(\s*#.*)?$")
@@ -192,6 +212,7 @@ def mutate_json(rng: random.Random, config: dict) -> dict:
 def file_cases(rng: random.Random, kind: str, n: int, tmp: Path) -> list[list[str]]:
     out = []
     models = sorted((PRESETS / "models").glob("*.toml"))
+    engines = sorted((PRESETS / "engines").glob("*.toml"))
     systems = sorted((PRESETS / "hardware").glob("*.toml"))
     for i in range(n):
         path = tmp / f"{kind}{i}"
@@ -204,6 +225,11 @@ def file_cases(rng: random.Random, kind: str, n: int, tmp: Path) -> list[list[st
             path.write_text(mutate_toml(rng, rng.choice(systems).read_text()))
             args = ["estimate", "--model", rng.choice(["llama3-8b", "mixtral-8x7b"]), "--system", str(path),
                     "--gpus", "16", "--precision", "fp16"]
+        elif kind == "engine":
+            path = path.with_suffix(".toml")
+            path.write_text(mutate_toml(rng, rng.choice(engines).read_text()))
+            args = ["serve", "--model", rng.choice(["llama3-8b", "qwen3-30b-a3b"]), "--engine", str(path),
+                    "--system", "h100", "--gpus", "8", "--input-len", "512", "--output-len", "128", "--top", "3"]
         else:
             path.mkdir()
             path = path / "config.json"
@@ -234,6 +260,8 @@ def test_fuzzed_input_ends_in_an_answer_or_one_line(kind, tmp_path, capsys):
         cases = estimate_cases(rng, CASES[kind])
     elif kind == "plan":
         cases = plan_cases(rng, CASES[kind])
+    elif kind == "serve":
+        cases = serve_cases(rng, CASES[kind])
     elif kind == "record":
         cases = record_cases(rng, CASES[kind], tmp_path)
     else:

@@ -116,7 +116,8 @@ def test_the_draws_cover_every_axis_and_option():
     assert sum(len(c.tiers) > 2 and c.tiers[2].size > 1 for _, c, _, _ in triples()) >= 30  # across three tiers
     assert sum(c.accelerator.gemm_overhead > 0 for _, c, _, _ in triples()) >= 30  # with per-kernel overheads
     stacks = [s for _, _, _, s in triples()]
-    for name in ("fusion", "fsdp", "pipeline_runtime", "cross_entropy", "attention_kernel", "cp_comm"):
+    for name in ("fusion", "fsdp", "pipeline_runtime", "cross_entropy", "attention_kernel", "cp_comm", "projections",
+                 "moe_permute", "moe_dispatcher"):
         assert len({getattr(s, name) for s in stacks}) > 1, name
     for name in ("overlap_tp", "overlap_pp", "overlap_ep", "flash_attention", "varlen_attention", "qkv_concat"):
         assert {getattr(s, name) for s in stacks} == {False, True}, name
@@ -263,9 +264,9 @@ def test_the_readme_states_these_counts():
     count = comparisons()
     rate_text = ", ".join(f"×{f:g}" for f in RATE_FACTORS)
     latency_text = ", ".join(f"×{f:g}" for f in LATENCY_FACTORS)
-    fuzz = (f"({CASES['estimate']} `estimate` and {CASES['plan']} `plan` command lines, {CASES['model']} mutated model "
-            f"TOML files, {CASES['system']} system TOML files, {CASES['hf']} Hugging Face configs, {CASES['record']} "
-            "validation records)")
+    fuzz = (f"({CASES['estimate']} `estimate`, {CASES['plan']} `plan` and {CASES['serve']} `serve` command lines, "
+            f"{CASES['model']} mutated model, {CASES['system']} system and {CASES['engine']} serving-engine TOML "
+            f"files, {CASES['hf']} Hugging Face configs, {CASES['record']} validation records)")
     for figure in (f"draws {TRIPLES} seeded", f"{count:,} comparisons", f"{SEARCHES} random narrowed",
                    f"runs {sum(CASES.values()):,} seeded", f"link; {rate_text})", f"per kernel ({latency_text})", fuzz):
         assert figure in text, figure

@@ -328,3 +328,13 @@ def test_simulator_runs_a_long_pipeline():
     the (p − 1)·(f + b) of filling and draining, and the p2p hops on top."""
     tl = simulate(build("1f1b", 64, 512), 1.0, 2.0, t_p2p=0.01)
     assert tl.step_time >= (512 + 63) * 3.0
+
+
+def test_sends_priced_per_boundary():
+    """Stages on unequal sub-meshes send over different links: 3 stages, 1 micro-batch, forward 1 and backward 2 each,
+    sends 0.5 then 0.25: 1 + 0.5 + 1 + 0.25 + 1 + 2 + 0.25 + 2 + 0.5 + 2 = 10.5; one value applies to every boundary."""
+    table = build("1f1b", 3, 1)
+    assert simulate(table, 1.0, 2.0, [0.5, 0.25]).step_time == pytest.approx(10.5)
+    assert simulate(table, 1.0, 2.0, 0.5).step_time == simulate(table, 1.0, 2.0, [0.5, 0.5]).step_time
+    with pytest.raises(ValueError, match="one per boundary"):
+        simulate(table, 1.0, 2.0, [0.5])

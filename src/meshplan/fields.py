@@ -29,6 +29,10 @@ MAX_GPUS = 2**20
 # Plans a search space may hold by default (Space.max_plans, --max-plans): about 40 s at the measured rate (README,
 # benchmarks/search_speed.py), so that a typo in a GPU or expert count is one line, not an hour.
 MAX_PLANS = 1_000_000_000
+# The share of HBM a plan leaves free by default on the command line: the model's largest |error| of peak memory
+# against the measured runs, 8.8 % (docs/ACCURACY.md, "Peak memory"), rounded up. tests/test_headroom.py checks that
+# it covers docs/accuracy_summary.json's memory max_abs_error.
+MEMORY_HEADROOM = 0.09
 
 
 def _kind_error(name: str, value: Any, kind: str) -> str | None:

@@ -49,6 +49,8 @@ def axis_layout(plan: Plan, axis: str) -> Layout:
         return ((plan.cp, plan.stride("cp")), (plan.dp, plan.stride("dp")))
     if axis == "ep":
         return expert_layout(plan, plan.ep, plan.etp)
+    if axis == "etp_ep":  # the all-gather dispatcher's group: etp innermost, then ep (cost/moe_permute.py)
+        return expert_layout(plan, plan.etp * plan.ep, 1)
     if axis == "edp":
         return expert_layout(plan, plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp), plan.ep * plan.etp)
     return 1

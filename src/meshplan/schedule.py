@@ -262,19 +262,21 @@ def _per_stage(name: str, times: Times, pp: int, vpp: int) -> list[float]:
     return values
 
 
-def simulate(table: Table, t_fwd: Times, t_bwd: Times, t_p2p: float = 0.0) -> Timeline:
+def simulate(table: Table, t_fwd: Times, t_bwd: Times, t_p2p: Times = 0.0) -> Timeline:
     """Time ``table`` under the pipeline's data dependencies (see the module docstring).
 
     ``t_fwd`` / ``t_bwd`` are per model chunk: a float, or a sequence by rank (length p) or by virtual
-    stage (length p·v). Raises ValueError on a malformed table or one that deadlocks. O(actions).
+    stage (length p·v). ``t_p2p``: a float, or per boundary between virtual stages s and s + 1 (length p·v − 1;
+    stages of unequal sub-meshes send over different links). Raises ValueError on a malformed table or one that
+    deadlocks. O(actions).
     """
     pp, vpp, m = _shape(table)
     tf = _per_stage("t_fwd", t_fwd, pp, vpp)
     tb = _per_stage("t_bwd", t_bwd, pp, vpp)
-    p2p = float(t_p2p)
-    if not p2p >= 0:
-        raise ValueError(f"t_p2p must be >= 0 (got {t_p2p!r})")
-    free, starts, ends = _replay(table, {"F": tf, "B": tb}, p2p, m)
+    hops = [float(t) for t in t_p2p] if hasattr(t_p2p, "__len__") else [float(t_p2p)] * max(pp * vpp - 1, 0)
+    if len(hops) != max(pp * vpp - 1, 0) or any(not t >= 0 for t in hops):
+        raise ValueError(f"t_p2p must be >= 0, one value or one per boundary ({pp * vpp - 1}): got {t_p2p!r}")
+    free, starts, ends = _replay(table, {"F": tf, "B": tb}, hops, m)
     busy = tuple(sum(tf[a.chunk * pp + r] if a.kind == "F" else tb[a.chunk * pp + r] for a in row)
                  for r, row in enumerate(table))
     return Timeline(
@@ -298,7 +300,7 @@ def _dependency(a: Action, pp: int, m: int, stages: int) -> tuple[str, int, bool
     return "B", key + m, (s + 1) % pp != a.stage
 
 
-def _replay(table: Table, durations: dict[str, list[float]], p2p: float, m: int
+def _replay(table: Table, durations: dict[str, list[float]], p2p: list[float], m: int
             ) -> tuple[list[float], list[list[float]], list[list[float]]]:
     """Run a rank's row in order until an action waits on another rank's, then the next ready rank's: the time each
     rank is done, and the start and end of each action. Raises ValueError if the table deadlocks."""
@@ -323,7 +325,8 @@ def _replay(table: Table, durations: dict[str, list[float]], p2p: float, m: int
                 if finish is None:
                     wait[kind][key] = r
                     break
-                ready = finish + (p2p if across else 0.0)
+                s = a.chunk * pp + r
+                ready = finish + (p2p[s - 1 if a.kind == "F" else s] if across else 0.0)
             s = a.chunk * pp + r
             key = s * m + a.micro
             start = max(t, ready)

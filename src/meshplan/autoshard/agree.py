@@ -1,13 +1,26 @@
 """Two methods agree: the sharding planner's price of Megatron-LM's plan against meshplan's analytic estimate of
 the same model, cluster and plan (DESIGN.md, "two independent methods agree").
 
-The planner traces the model (a preset as meshplan's Megatron-layout module, or its Hugging Face class from the
-config) and prices the plan reference.megatron pins: tensor parallelism with sequence parallelism on the innermost
-mesh dimension, the batch split on the others. ``estimate`` prices Plan(tp, dp, sequence_parallel, ZeRO 0, no
-recompute) under the stack that runs what the trace runs: every aten op one kernel (``fusion="eager"``), PyTorch's
-cross-entropy, the gradient reduction after the backward pass (``overlap_dp=False``, as the planner's step does not
-overlap communication), and one grouped GEMM per expert projection (``expert_gemm="grouped"``, transformers'
-grouped_mm). docs/AUTOSHARD.md prints the results and says where the two differ and why.
+The planner traces the model (a preset as meshplan's Megatron-layout module, or a Hugging Face config.json through
+transformers' class) and prices the plan reference.megatron pins: tensor parallelism with sequence parallelism on
+the innermost mesh dimension, the batch split on the others, a MoE layer's tokens exchanged as Megatron-Core's
+all-gather dispatcher does. ``estimate`` prices Plan(tp, dp, sequence_parallel, ZeRO 0, no recompute) under the
+stack that runs what the traced code runs (``code_stack``), so that each side prices the same computation:
+
+- every aten op one kernel (``fusion="eager"``), PyTorch's cross-entropy, the gradient reduction after the backward
+  pass (``overlap_dp=False``: the planner's step does not overlap communication), one grouped GEMM per expert
+  projection (``expert_gemm="grouped"``), the tokens all-gathered before the permutation (``moe_dispatcher``);
+- the projections as the code writes them (``projections``): meshplan's module computes Q, K, V in one GEMM and the
+  gate and up in one, split by torch.split / chunk (torch_models.py), as does GPT-2's ``c_attn``; the Hugging Face
+  Llama and Mixtral classes run ``q_proj``, ``k_proj``, ``v_proj`` (and Llama's ``gate_proj``, ``up_proj``)
+  apart (transformers/models/llama/modeling_llama.py, LlamaAttention and LlamaMLP);
+- the MoE permutation as the code runs it (``moe_permute``): meshplan's module the unfused Megatron-Core order
+  (gather, weighting, scatter-add), transformers' grouped_mm experts their sort, float32 weighting, inverse
+  permutation and sum over k (cost/moe_permute.py).
+
+Dropout is off on both sides: meshplan's module has none, and on the CPU's fake tensors PyTorch decomposes dropout
+(bernoulli_, div_, mul) and attention with dropout (the math kernel) where a GPU runs one fused dropout kernel and
+flash attention with dropout, so a trace cannot show the GPU's kernels. docs/AUTOSHARD.md prints the results.
 """
 
 from __future__ import annotations
@@ -28,7 +41,17 @@ from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 
 STACK = Stack(name="pytorch-eager", fusion="eager", cross_entropy="pytorch", overlap_dp=False,
-              expert_gemm="grouped")
+              expert_gemm="grouped", moe_dispatcher="allgather")
+# the projections each Hugging Face family's attention and MLP run (module docstring); others: separate
+SPLIT_FAMILIES = ("gpt2",)
+
+
+def code_stack(source: str, model_type: str = "") -> Stack:
+    """The stack that runs what the traced code runs (module docstring)."""
+    if source == "meshplan module":
+        return STACK.with_(name="meshplan-module", projections="split", moe_permute="gather_scatter")
+    return STACK.with_(name=f"transformers-{model_type}", moe_permute="sort_gather",
+                       projections="split" if model_type in SPLIT_FAMILIES else "separate")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,34 +84,39 @@ class Agreement:
                 "gradient reductions": (p.grad_sync, b["dp"]), "optimizer": (p.optimizer, b["optimizer"])}
 
 
-def trace_of(model: str, source: str, batch: int, seq: int):  # -> (Trace, layers)
-    """A preset traced at depth 2: meshplan's module or the Hugging Face class of its config."""
-    from meshplan.autoshard.models import TRACED_LAYERS, hf_model, preset_config
+def traced(model: str, source: str, batch: int, seq: int, config: str | None = None):  # -> (Trace, spec, type)
+    """A model traced at depth 2 and its ModelSpec: a preset as meshplan's module, or (``source`` "transformers")
+    transformers' class of ``config`` (a config.json path; default the preset's own Hugging Face config)."""
+    from meshplan.autoshard.models import TRACED_LAYERS, hf_model, preset_config, read_config
     from meshplan.autoshard.torch_models import supported
     from meshplan.trace import trace_module
 
-    spec = load_model(model)
+    spec = replace(load_model(config or model), dropout=False)
+    spec = replace(spec, seq_length=max(seq, spec.seq_length))
     if source == "transformers" or not supported(spec):
-        module = hf_model(preset_config(replace(spec, seq_length=max(seq, spec.seq_length))))
+        hf = read_config(config) if config else preset_config(spec)
+        module, kind = hf_model(hf), str(hf["model_type"])
     else:
         from meshplan.autoshard.torch_models import build as build_module
 
-        module = build_module(replace(spec, seq_length=max(seq, spec.seq_length)), TRACED_LAYERS)
-    return trace_module(module, [((batch, seq), "int64")], param_dtype="bfloat16"), spec.num_layers
+        module, kind = build_module(spec, TRACED_LAYERS), ""
+    return trace_module(module, [((batch, seq), "int64")], param_dtype="bfloat16"), spec, kind
 
 
 def agreement(model: str, system: str, gpus: int, batch: int, seq: int, source: str = "meshplan module",
-              tp: int = 8) -> Agreement:
-    """Megatron's plan (tp on the NVLink dimension, the batch over the rest) priced both ways."""
-    trace, layers = trace_of(model, source, batch, seq)
+              tp: int = 8, config: str | None = None) -> Agreement:
+    """Megatron's plan (tp on the NVLink dimension, the batch over the rest) priced both ways (module docstring)."""
+    trace, spec, kind = traced(model, source, batch, seq, config)
     cluster = load_system(system).cluster(gpus)
-    blocks = find_blocks(trace, layers=layers)
+    blocks = find_blocks(trace, layers=spec.num_layers)
     problem = build(flow(trace, blocks.block_of), blocks, device_mesh(cluster), DEFAULT)
     dims = len(problem.mesh.dims)
     pinned = plan(problem, float("inf"), allowed=megatron(problem, tp=dims - 1, dp=tuple(range(dims - 1))))
     dp = gpus // tp
-    spec = replace(load_model(model), seq_length=seq)
     megatron_plan = Plan(tp=tp, dp=dp, sequence_parallel=True, zero=0, recompute="none", micro_batch=batch // dp,
                          global_batch=batch)
-    return Agreement(model=model, source=source, gpus=gpus, tp=tp,
-                     batch=batch, seq=seq, planned=pinned, estimated=estimate(spec, cluster, megatron_plan, STACK))
+    stack = code_stack(source, kind)
+    estimated = estimate(replace(spec, seq_length=seq), cluster, megatron_plan, stack)
+    return Agreement(model=model, source=source, gpus=gpus, tp=tp, batch=batch, seq=seq, planned=pinned,
+                     estimated=estimated)
+

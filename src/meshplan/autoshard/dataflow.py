@@ -9,10 +9,12 @@ places like an op's result.
 Decisions (Alpa, Zheng et al. 2022, §4.2, "we merge … element-wise operators … into their operand"): every anchor
 op and every source is a node with strategies of its own; a follower (a view, a copy, an element-wise op) joins
 the node that owns its leading argument, so its placement follows from that node's strategy. Two exceptions make a
-follower a node of its own: its leader comes from another block (blocks.py: no decision spans two blocks), or from
-a node that may leave Partial sums (a contraction) and the follower is not a view. A Partial sum can be completed
-by an all-reduce or by a reduce-scatter to any split (sequence parallelism is the latter), a choice a follower
-could not make.
+follower a node of its own: its leader comes from another block (blocks.py: no decision spans two blocks), or
+its leader or another argument it is linear in comes from a node that may leave Partial sums (a contraction, or an
+op that carries a Partial through: the scatter of a MoE combine's partial rows) and the follower is not a view. A
+Partial sum can be completed by an all-reduce or by a reduce-scatter to any split (sequence parallelism is the
+latter), or carried on through a linear op (the router's gradient: a product with the experts' partial rows), a
+choice a follower could not make.
 """
 
 from __future__ import annotations
@@ -84,7 +86,8 @@ def flow(trace: Trace, block_of: dict[int, tuple[int, int]] | None = None) -> Fl
         if role == "follow":
             src = found[leader][0]
             src_block = where.get(src, (-1, -1)) if src >= n else block_of.get(src, (-1, -1))
-            partial = src < n and summing[src] and packet(op) not in VIEWS
+            partial = packet(op) not in VIEWS and any(
+                found[j][0] < n and summing[found[j][0]] for j in {leader} | set(r.linear))
             if src_block != block_of.get(op.index, (-1, -1)) or partial:
                 role, leader = "anchor", -1
         owner = op.index
@@ -96,7 +99,8 @@ def flow(trace: Trace, block_of: dict[int, tuple[int, int]] | None = None) -> Fl
         leaders.append(leader)
         owners.append(owner)
         summing[op.index] = summing.get(owner, False) if owner != op.index else role == "anchor" and (any(
-            r.result_sums(k) & set(r.labels) for k in range(len(r.outputs))) or _accumulates(r, found, summing, mine))
+            r.result_sums(k) & set(r.labels) for k in range(len(r.outputs))) or _accumulates(r, found, summing, mine)
+            or any(found[j][0] < n and summing[found[j][0]] for j in r.linear))
     return Flow(trace=trace, producers=tuple(producers), roles=tuple(roles), rules=tuple(rules),
                 leaders=tuple(leaders), owners=tuple(owners), sources=tuple(sources))
 

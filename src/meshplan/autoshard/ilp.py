@@ -99,10 +99,10 @@ def solve(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int
     for k in keys:
         offset[k] = n
         n += len(pw.costs[k])
-    edges = sorted(pw.edges.items())
+    edges = [(key, *_classes(m)) for key, m in sorted(pw.edges.items())]
     c_parts = [pw.costs[k] for k in keys]
     e_offset = []
-    for _, m in edges:
+    for _, m, _, _ in edges:
         e_offset.append(n)
         c_parts.append(m.ravel())
         n += m.size
@@ -122,6 +122,16 @@ def solve(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int
                     status=status, seconds=time.perf_counter() - started, variables=n, constraints=len(lo))
 
 
+def _classes(m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An edge matrix with its equal rows and equal columns merged (strategies that place the moved tensors alike),
+    and each strategy's merged row (of u) and column (of v). Edge variables over the classes, each class's marginal
+    equal to the sum of its strategies' variables, give the same objective on every integral choice and the same LP
+    optimum (a class's variable splits among its strategies in proportion), with fewer variables."""
+    rows, row_of = np.unique(m, axis=0, return_inverse=True)
+    cols, col_of = np.unique(rows, axis=1, return_inverse=True)
+    return cols, np.ravel(row_of), np.ravel(col_of)
+
+
 def _relaxation_first(optimize: Any, c: np.ndarray, integrality: np.ndarray, matrix: Any, lo: np.ndarray,
                       hi: np.ndarray, time_limit: float) -> Any:
     """The LP relaxation first (HiGHS' dual simplex): Alpa's marginal constraints make it integral in most
@@ -130,7 +140,8 @@ def _relaxation_first(optimize: Any, c: np.ndarray, integrality: np.ndarray, mat
 
     eq = lo == hi
     relaxed = optimize.linprog(c, A_eq=matrix[eq], b_eq=lo[eq], A_ub=matrix[~eq] if (~eq).any() else None,
-                               b_ub=hi[~eq] if (~eq).any() else None, bounds=(0, 1), method="highs")
+                               b_ub=hi[~eq] if (~eq).any() else None, bounds=(0, 1), method="highs",
+                               options={"presolve": False})  # after reduce.py's reductions it only costs time
     if relaxed.status == 0:
         nodes = relaxed.x[integrality == 1]
         if np.all(np.minimum(nodes, 1 - nodes) < 1e-7):
@@ -144,28 +155,36 @@ def _relaxation_first(optimize: Any, c: np.ndarray, integrality: np.ndarray, mat
 def _constraints(pw: Pairwise, keys: list[int], offset: dict[int, int], edges: list, e_offset: list[int], n: int,
                  memory_rows: list[tuple[dict[int, np.ndarray], float]], coo_matrix: Any
                  ) -> tuple[Any, np.ndarray, np.ndarray]:
-    """One strategy per node; each edge's marginals equal its nodes' choices; the memory rows."""
+    """One strategy per node; each edge's marginals (per merged row and column, ``_classes``) equal the sums of its
+    nodes' strategies; the memory rows."""
     rows, cols, vals, lo, hi = [], [], [], [], []
-
-    def add(entries: list[tuple[int, float]], low: float, high: float) -> None:
-        r = len(lo)
-        for col, val in entries:
-            rows.append(r)
-            cols.append(col)
-            vals.append(val)
-        lo.append(low)
-        hi.append(high)
-
-    for k in keys:
-        add([(offset[k] + a, 1.0) for a in range(len(pw.costs[k]))], 1.0, 1.0)
-    for ((u, v), m), start in zip(edges, e_offset, strict=True):
+    r = 0
+    for k in keys:  # Σ_a s_k[a] = 1
+        size = len(pw.costs[k])
+        rows.append(np.full(size, r))
+        cols.append(offset[k] + np.arange(size))
+        vals.append(np.ones(size))
+        r += 1
+    lo.append(np.ones(len(keys)))
+    hi.append(np.ones(len(keys)))
+    for ((u, v), m, row_of, col_of), start in zip(edges, e_offset, strict=True):
         su, sv = m.shape
-        for a in range(su):
-            add([(start + a * sv + b, 1.0) for b in range(sv)] + [(offset[u] + a, -1.0)], 0.0, 0.0)
-        for b in range(sv):
-            add([(start + a * sv + b, 1.0) for a in range(su)] + [(offset[v] + b, -1.0)], 0.0, 0.0)
+        grid = start + np.arange(su * sv)
+        # Σ_b e[a, b] - Σ_{i in row a} s_u[i] = 0, then Σ_a e[a, b] - Σ_{j in column b} s_v[j] = 0
+        rows += [r + np.repeat(np.arange(su), sv), r + row_of, r + su + np.tile(np.arange(sv), su), r + su + col_of]
+        cols += [grid, offset[u] + np.arange(len(row_of)), grid, offset[v] + np.arange(len(col_of))]
+        vals += [np.ones(su * sv), -np.ones(len(row_of)), np.ones(su * sv), -np.ones(len(col_of))]
+        lo.append(np.zeros(su + sv))
+        hi.append(np.zeros(su + sv))
+        r += su + sv
     for coef, limit in memory_rows:
-        add([(offset[k] + a, float(vec[i])) for k, vec in coef.items() if k in offset
-             for a, i in enumerate(pw.ids[k]) if vec[i]], -np.inf, limit)
-    matrix = coo_matrix((vals, (rows, cols)), shape=(len(lo), n)).tocsr()
-    return matrix, np.array(lo), np.array(hi)
+        entries = [(offset[k] + a, float(vec[i])) for k, vec in coef.items() if k in offset
+                   for a, i in enumerate(pw.ids[k]) if vec[i]]
+        rows.append(np.full(len(entries), r))
+        cols.append(np.array([c for c, _ in entries], dtype=int))
+        vals.append(np.array([v for _, v in entries]))
+        lo.append(np.array([-np.inf]))
+        hi.append(np.array([limit]))
+        r += 1
+    matrix = coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(r, n)).tocsr()
+    return matrix, np.concatenate(lo), np.concatenate(hi)

@@ -37,6 +37,7 @@ class DeviceMesh:
     cluster: Cluster
     dims: tuple[MeshDim, ...]
     efficiency: Efficiency = field(default=DEFAULT, compare=False)
+    _seconds: dict = field(default_factory=dict, compare=False, repr=False)  # collective() memo
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -52,8 +53,13 @@ class DeviceMesh:
 
     def collective(self, kind: str, nbytes: float, dim: int) -> float:
         """Seconds for one collective of ``nbytes`` (comm.py's glossary) among the devices along ``dim``."""
-        d = self.dims[dim]
-        return float(collective_time(kind, nbytes, d.size, d.stride, self.cluster, self.efficiency))
+        key = (kind, nbytes, dim)
+        hit = self._seconds.get(key)
+        if hit is None:
+            d = self.dims[dim]
+            hit = self._seconds[key] = float(collective_time(kind, nbytes, d.size, d.stride, self.cluster,
+                                                             self.efficiency))
+        return hit
 
     def describe(self) -> str:
         return " x ".join(f"{d.name} {d.size}" for d in self.dims) if self.dims else "1 device"

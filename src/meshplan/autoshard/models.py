@@ -37,7 +37,9 @@ def _torch() -> Any:
 
 def preset_config(spec: ModelSpec) -> dict[str, Any]:
     """The Hugging Face config of a preset's architecture: Llama (SwiGLU, RMSNorm, RoPE), Mixtral (the same with
-    experts) or GPT-2 (GELU, LayerNorm, learned positions, tied head)."""
+    experts) or GPT-2 (GELU, LayerNorm, learned positions, tied head; the GELU one kernel, PyTorch's tanh
+    approximation as Megatron-LM's fused bias-GELU computes it, not GPT-2's default ``gelu_new`` written as five
+    element-wise ops; the preset's dropout)."""
     if spec.mlp == "swiglu" and spec.norm == "rmsnorm" and spec.position_embedding == "rope" and \
             not spec.kv_lora_rank and not spec.layer_pattern:
         config = {"model_type": "llama", "num_hidden_layers": spec.num_layers, "hidden_size": spec.hidden_size,
@@ -52,10 +54,12 @@ def preset_config(spec: ModelSpec) -> dict[str, Any]:
                        "num_experts_per_tok": spec.moe_topk, "intermediate_size": spec.moe_ffn_hidden_size}
         return config
     if spec.mlp == "gelu" and spec.norm == "layernorm" and spec.position_embedding == "learned":
+        drop = 0.1 if spec.dropout else 0.0  # Megatron-LM's hidden and attention dropout (presets' ``dropout``)
         return {"model_type": "gpt2", "n_layer": spec.num_layers, "n_embd": spec.hidden_size, "n_head": spec.num_heads,
                 "n_inner": spec.ffn_hidden_size, "vocab_size": spec.vocab_size,
                 "n_positions": max(spec.max_position_embeddings, spec.seq_length),
-                "tie_word_embeddings": spec.tied_embeddings}
+                "tie_word_embeddings": spec.tied_embeddings, "activation_function": "gelu_pytorch_tanh",
+                "resid_pdrop": drop, "embd_pdrop": drop, "attn_pdrop": drop}
     raise SpecError(f"model={spec.name}: meshplan has no Hugging Face class for this architecture "
                     f"(mlp={spec.mlp}, norm={spec.norm}, positions={spec.position_embedding}); give its config.json "
                     "or a module.py:factory")

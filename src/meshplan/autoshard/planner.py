@@ -3,8 +3,9 @@ fake tensors, its intra-operator plan on the cluster's mesh, and pipeline slicin
 plan that fits wins.
 
 Inputs: a factory gets the ``--input-shape`` tensors; a preset or config.json gets token ids of shape (global batch /
-micro-batches, sequence). Pipelines keep the traced micro-batch: ``stages`` from 2 up to the micro-batches per step
-(1F1B needs at least as many micro-batches as stages), each on G/p devices (stages.py).
+micro-batches, sequence). Pipelines keep the traced micro-batch: from 2 stages up to the micro-batches per step
+(1F1B needs at least as many micro-batches as stages), on sub-meshes of the sizes aligned to the tiers, sliced by
+Alpa's DP (stage_dp.py, stages.py).
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from meshplan.autoshard.blocks import find_blocks
 from meshplan.autoshard.dataflow import flow
 from meshplan.autoshard.memory import Accounting
 from meshplan.autoshard.mesh import device_mesh, sub_mesh
-from meshplan.autoshard.problem import Problem, build
+from meshplan.autoshard.problem import build
 from meshplan.autoshard.solve import Sharding, plan
-from meshplan.autoshard.stages import Pipeline, parts, pipeline
+from meshplan.autoshard.stage_dp import Option, sizes, slice_stages
+from meshplan.autoshard.stages import Parts, Pipeline, option, parts, price
 from meshplan.errors import SpecError
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import Cluster, load_system
@@ -170,49 +172,48 @@ def _full_params(request: Request, trace: Any) -> int:
     return trace.params
 
 
-def stage_shape(cluster: Cluster, devices: int) -> tuple[int, ...] | None:
-    """The mesh of ``devices`` consecutive ranks aligned to the tiers (whole inner tiers and a divisor of the next),
-    outermost first; None when the count does not align (e.g. 12 GPUs of 8-GPU nodes)."""
-    shape, left = [], devices
-    for tier in cluster.tiers:
-        if left == 1:
-            break
-        if left % tier.size == 0:
-            shape.append(tier.size)
-            left //= tier.size
-        elif tier.size % left == 0:
-            shape.append(left)
-            left = 1
-        else:
-            return None
-    return tuple(reversed(shape)) if left == 1 else None
-
-
 def _pipelines(fl: Any, blocks: Any, cluster: Cluster, limit: float, micro_batches: int) -> list[Pipeline]:
-    """One pipeline per stage count p = 2, 4, … (p divides the GPUs, at most the layers and micro-batches)."""
-    found = []
+    """The best pipeline of each stage count stage_dp finds (p from 2 to the layers and micro-batches: 1F1B needs
+    as many micro-batches as stages), stages on sub-meshes of the sizes aligned to the tiers, each size's plan
+    solved once without a memory limit; if no slicing fits, again with the plans priced for memory (a stage on n of
+    the G GPUs holding about n/G of the layers' state)."""
     layers = blocks.groups[0].layers if blocks.groups else 1
-    p = 2
-    while p <= min(layers, micro_batches, cluster.num_gpus):
-        shape = stage_shape(cluster, cluster.num_gpus // p) if cluster.num_gpus % p == 0 else None
-        if shape is not None:
-            problem = build(fl, blocks, sub_mesh(cluster, shape), DEFAULT)
-            best = _stage_plan(problem, limit, p, micro_batches)
-            if best is not None:
-                found.append(best)
-        p *= 2
+    if min(layers, micro_batches) < 2:
+        return []
+    plans = stage_plans(fl, blocks, cluster, micro_batches)
+    found = slice_stages(options(plans), layers, cluster.num_gpus, micro_batches, limit)
+    if not found:
+        plans |= stage_plans(fl, blocks, cluster, micro_batches, limit, plans)
+        found = slice_stages(options(plans), layers, cluster.num_gpus, micro_batches, limit)
+    return [price(s, plans, micro_batches, limit, cluster) for _, s in sorted(found.items())]
+
+
+StagePlans = dict[int, tuple[Parts, Sharding]]  # sub-mesh GPUs (negative: priced for memory) -> its plan's parts
+
+
+def stage_plans(fl: Any, blocks: Any, cluster: Cluster, micro_batches: int, limit: float | None = None,
+                free: StagePlans | None = None) -> StagePlans:
+    """The intra-operator plan of every sub-mesh a stage may take (stage_dp.sizes, the whole cluster apart): without
+    a memory limit, or (``limit`` and the ``free`` plans given) priced for a stage on n of the G GPUs holding about
+    n/G of the layers (keys -n)."""
+    layers = blocks.groups[0].layers if blocks.groups else 1
+    found: StagePlans = {}
+    for n, shape in sizes(cluster).items():
+        if n == cluster.num_gpus or (free is not None and n not in free):
+            continue
+        problem = build(fl, blocks, sub_mesh(cluster, shape), DEFAULT)
+        accounting = Accounting(problem)
+        if free is None:
+            budget, key = float("inf"), n
+        else:
+            budget, key = limit + layers * free[n][0].layer_state * (1 - n / cluster.num_gpus), -n
+        sharding = plan(problem, budget, micro_batches, accounting=accounting)
+        if sharding.price is not None:
+            found[key] = (parts(sharding, accounting), sharding)
     return found
 
 
-def _stage_plan(problem: Problem, limit: float, stages: int, micro_batches: int) -> Pipeline | None:
-    """The intra-operator plan of one stage's sub-mesh, unconstrained first; if no slicing of it fits, again with
-    the memory a first stage may hold (its layers' state is 1/p of the model's)."""
-    accounting = Accounting(problem)
-    free = plan(problem, float("inf"), micro_batches, accounting=accounting)
-    found = pipeline(free, accounting, stages, micro_batches, limit)
-    if found is not None or free.price is None:
-        return found
-    layers = problem.blocks.groups[0].layers if problem.blocks.groups else 1
-    state = parts(free, accounting).layer_state
-    tight = plan(problem, limit + layers * state * (1 - 1 / stages), micro_batches, accounting=accounting)
-    return pipeline(tight, accounting, stages, micro_batches, limit)
+def options(plans: StagePlans) -> list[Option]:
+    """stage_dp's options, one per plan."""
+    return [option(part, sharding.problem.mesh.devices, sharding.problem.mesh.sizes, key)
+            for key, (part, sharding) in plans.items()]

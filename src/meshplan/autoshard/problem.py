@@ -287,12 +287,31 @@ def _fill_costs(problem: Problem, resharder: Resharder) -> None:
                     hit = remake.get(produced)
                     if hit is not None and hit[0] != phase:
                         target[a, :] += weight * hit[1]
-            cache: dict[tuple, float] = {}
-            for a, pa in enumerate(have):
-                for b, pb in enumerate(want):
-                    if pa is None or pb is None or pa == pb:
-                        continue
-                    k = (pa, pb)
-                    if k not in cache:
-                        cache[k] = resharder.seconds(pa, pb, info.nbytes / shards(pa, sizes))
-                    target[a, b] += weight * cache[k]
+            target += weight * _move_matrix(have, want, info.nbytes, sizes, resharder)
+
+
+def _move_matrix(have: list, want: list, nbytes: float, sizes: tuple[int, ...], resharder: Resharder) -> np.ndarray:
+    """Seconds of the move from each producer strategy's placement to each consumer strategy's, computed once per
+    distinct pair of placements (most strategies share a few) and spread by index (0 where either has none)."""
+    rows, have_ids = _distinct(have)
+    cols, want_ids = _distinct(want)
+    key = (tuple(rows), tuple(cols), nbytes)
+    small = resharder.tables.get(key)
+    if small is None:
+        small = np.zeros((len(rows) + 1, len(cols) + 1))  # the last row and column: no placement
+        for i, pa in enumerate(rows):
+            local = nbytes / shards(pa, sizes)
+            for j, pb in enumerate(cols):
+                if pa != pb:
+                    small[i, j] = resharder.seconds(pa, pb, local)
+        resharder.tables[key] = small
+    return small[np.ix_(have_ids, want_ids)]
+
+
+def _distinct(places: list) -> tuple[list, np.ndarray]:
+    """The distinct placements of a list (None apart) and each entry's index among them (None: the last)."""
+    index: dict = {}
+    for p in places:
+        if p is not None and p not in index:
+            index[p] = len(index)
+    return list(index), np.array([index[p] if p is not None else len(index) for p in places], dtype=int)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from meshplan.autoshard.ops import ATTENTION, GEMMS, packet
 from meshplan.autoshard.placement import PARTIAL, REPLICATE
 from meshplan.autoshard.problem import Problem
+from meshplan.autoshard.rules import is_pass
 
 COLUMN = {"q_proj", "k_proj", "v_proj", "qkv_proj", "gate_proj", "up_proj", "c_attn", "c_fc", "query_key_value",
           "dense_h_to_4h", "lm_head", "embed_out", "gate_up_proj", "w1", "w3", "fc1", "wqkv"}
@@ -81,10 +82,11 @@ def _weight_role(problem: Problem, key: int) -> str:
 def megatron(problem: Problem, tp: int, dp: tuple[int, ...], sequence_parallel: bool = True) -> dict[int, set[int]]:
     """Allowed strategies of Megatron's plan with tensor parallelism on mesh dimension ``tp`` and the batch split
     on the mesh dimensions ``dp`` (module docstring); with ``sequence_parallel`` the norms and residual adds of the
-    forward pass split the sequence (dimension 1 of a (batch, sequence, hidden) tensor) on ``tp``."""
+    forward pass split the tokens (the sequence or the batch of a (batch, sequence, hidden) tensor) on ``tp``."""
     allowed = _forward_pins(problem, tp, dp)
     if sequence_parallel:
         _sequence_pins(problem, tp, allowed)
+    _dispatch_pins(problem, tp, allowed)
     params = {k for k, node in problem.nodes.items() if node.kind == "param"}
     held: dict[int, int] = {}  # parameter node -> its pinned strategy
     for key in list(allowed):  # a pinned op's parameters: where it reads them
@@ -113,7 +115,11 @@ NORMS = {"input_layernorm", "post_attention_layernorm", "norm", "ln_1", "ln_2", 
 
 def _sequence_pins(problem: Problem, tp: int, allowed: dict[int, set[int]]) -> None:
     """The forward ops of the norms and of the blocks themselves (the residual adds) keep (batch, sequence, hidden)
-    results split along the sequence on ``tp`` (Korthikanti et al. 2022, §4.2.2)."""
+    results split by tokens on ``tp`` (Korthikanti et al. 2022, §4.2.2): along the sequence, or along the batch
+    where it divides. Megatron-LM's activations are (sequence, batch, hidden), so its split of the sequence is a split
+    of the flattened tokens into contiguous blocks; in the (batch, sequence, hidden) layout of Hugging Face models
+    that is a split of the batch when one device holds whole sequences (the rows a MoE dispatch flattens stay
+    local), of the sequence otherwise. Either costs the norms and the tensor-parallel collectives the same."""
     ops, blocks = problem.flow.trace.ops, problem.blocks
     prefixes = {g.prefix for g in blocks.groups}
     for key, node in problem.nodes.items():
@@ -123,9 +129,29 @@ def _sequence_pins(problem: Problem, tp: int, allowed: dict[int, set[int]]) -> N
         last = op.module.rsplit(".", 1)[-1]
         block = any(op.module.startswith(p + ".") and op.module[len(p) + 1:].isdigit() for p in prefixes)
         if (last in NORMS or block) and len(op.outputs[0].shape) == 3:
-            keep = {a for a, o in enumerate(node.outs) if o[(key, 0)][tp] == 1}
+            keep = {a for a, o in enumerate(node.outs) if o[(key, 0)][tp] in (0, 1)}
             if keep:
                 allowed[key] = allowed.get(key, keep) & keep
+
+
+def _dispatch_pins(problem: Problem, tp: int, allowed: dict[int, set[int]]) -> None:
+    """Megatron-Core's all-gather token dispatcher (its default; MoEAllGatherTokenDispatcher): the tokens gathered
+    across the tensor-parallel ranks before the permutation, which runs, with the weighting and the combine, on the
+    gathered rows of every rank (each holds the experts' column or row shards), the experts' partial sums reduced
+    to the token split after the combine. Pinned here: the ops of a MoE layer's token path (in a module that runs
+    a grouped GEMM, both passes, results of hidden-wide rows: not the routing, not the experts' inner activations)
+    split nothing on ``tp``, Partial sums passing through."""
+    ops = problem.flow.trace.ops
+    widths = {op.module: op.outputs[0].shape[-1] for op in ops if packet(op) == "_grouped_mm" and op.phase == "fwd"}
+    for key, node in problem.nodes.items():
+        if key >= len(ops) or node.kind not in ("anchor", "source") or ops[key].module not in widths:
+            continue
+        shape = ops[key].outputs[0].shape if ops[key].outputs else ()
+        if packet(ops[key]) in GEMMS or len(shape) < 2 or shape[-1] != widths[ops[key].module]:
+            continue
+        keep = {a for a, combo in enumerate(node.combos) if combo[tp] is None or is_pass(combo[tp])}
+        if keep:
+            allowed[key] = allowed.get(key, keep) & keep
 
 
 def _readers_in_place(problem: Problem, held: dict[int, int], allowed: dict[int, set[int]]) -> None:

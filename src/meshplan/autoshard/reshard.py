@@ -66,6 +66,7 @@ class Resharder:
     def __init__(self, mesh: DeviceMesh) -> None:
         self.mesh = mesh
         self._cache: dict[tuple[Placements, Placements, float], float] = {}
+        self.tables: dict[tuple, object] = {}  # problem._move_matrix's tables of distinct placements
 
     def seconds(self, src: Placements, dst: Placements, local_bytes: float) -> float:
         """Seconds to move a tensor of ``local_bytes`` per device held as ``src`` to ``dst`` (0 when no collective)."""

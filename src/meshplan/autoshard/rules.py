@@ -17,18 +17,36 @@ einsum-like strategies (``_einsum_strategy``: "mk,kn->mn"). A ``Rule`` does it f
   DTensor's ``loss_parallel``).
 
 ``PASS`` in an assignment marks a mesh dimension on which a linear op (a view, a copy, neg, a sum) carries a
-Partial argument through to a Partial result.
+Partial argument through to a Partial result. A product is linear in each factor but not in both at once (P·P is not
+a sum): ``passing(j)`` carries argument j's Partial, the other factors replicated (DTensor's pointwise strategies:
+``Partial * Replicate -> Partial``), so the router's gradient Σ_h dy·y takes the experts' Partial output rows as
+they are and reduces the small product, as Megatron-LM does, instead of reducing the rows first.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import product
 
 from meshplan.autoshard.placement import PARTIAL, REPLICATE, Placements, valid
 
 Labels = tuple[str | None, ...]
 PASS = "<partial>"
+
+
+def passing(j: int) -> str:
+    """The ``PASS`` of a product that carries its argument ``j``'s Partial (module docstring)."""
+    return f"{PASS}{j}"
+
+
+def is_pass(lab: str | None) -> bool:
+    return lab is not None and lab.startswith(PASS)
+
+
+def _passed(lab: str) -> int:
+    """The argument a ``passing(j)`` label carries; -1 for plain ``PASS``."""
+    return int(lab[len(PASS):]) if lab != PASS else -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +88,8 @@ def assignments(rule: Rule, sizes: tuple[int, ...], shapes_in: list[tuple[int, .
                 shapes_out: list[tuple[int, ...]]) -> list[tuple[str | None, ...]]:
     """Every valid strategy of an anchor op: one label (or none) per mesh dimension, each tensor split evenly; an
     op linear in its first argument may also carry a Partial through (``PASS``: add P + P, a view of P)."""
-    options: list[str | None] = [None, *rule.labels] + ([PASS] if rule.linear else [])
+    passes = [passing(j) for j in sorted(rule.linear)] if rule.one_partial else [PASS] if rule.linear else []
+    options: list[str | None] = [None, *rule.labels, *passes]
     found = []
     for combo in product(options, repeat=len(sizes)):
         if _allowed(rule, combo) and _fits(rule, combo, sizes, shapes_in, shapes_out):
@@ -92,10 +111,23 @@ def _fits(rule: Rule, combo: tuple[str | None, ...], sizes: tuple[int, ...], sha
         valid(s, p, sizes) for s, p in zip(shapes_out, outs, strict=True))
 
 
-def place(rule: Rule, combo: tuple[str | None, ...], leader: int = -1) -> tuple[list[Placements], list[Placements]]:
+def place(rule: Rule, combo: tuple[str | None, ...], leader: int = -1
+          ) -> tuple[tuple[Placements, ...], tuple[Placements, ...]]:
+    """``_place``, memoised: the same rules and strategies recur on every (sub-)mesh the planner builds."""
+    return _placed(rule, combo, leader)
+
+
+@lru_cache(maxsize=65536)
+def _placed(rule: Rule, combo: tuple[str | None, ...], leader: int
+            ) -> tuple[tuple[Placements, ...], tuple[Placements, ...]]:
+    ins, outs = _place(rule, combo, leader)
+    return tuple(ins), tuple(outs)
+
+
+def _place(rule: Rule, combo: tuple[str | None, ...], leader: int = -1) -> tuple[list[Placements], list[Placements]]:
     """The placements of every argument and result under a strategy (see the module docstring); under ``PASS`` the
     additive arguments and the ``leader`` are Partial (an anchor, ``leader`` -1: its linear arguments, the first
-    only of a product), the others (a multiplier, an index) replicated."""
+    only of a product; under ``passing(j)`` argument j), the others (a multiplier, an index) replicated."""
     partial_args = set(rule.additive) | ({leader} if leader >= 0 else (
         {min(rule.linear)} if rule.one_partial and rule.linear else set(rule.linear)))
     outs = []
@@ -104,7 +136,7 @@ def place(rule: Rule, combo: tuple[str | None, ...], leader: int = -1) -> tuple[
         sums = rule.result_sums(i)
         places = []
         for m, lab in enumerate(combo):
-            if lab == PASS or (lab is not None and lab not in labels and lab in sums):
+            if is_pass(lab) or (lab is not None and lab not in labels and lab in sums):
                 places.append(PARTIAL)
                 partial_at.add(m)
             else:
@@ -114,8 +146,9 @@ def place(rule: Rule, combo: tuple[str | None, ...], leader: int = -1) -> tuple[
     for i, labels in enumerate(rule.inputs):
         places = []
         for m, lab in enumerate(combo):
-            if lab == PASS:
-                places.append(PARTIAL if i in partial_args else REPLICATE)
+            if is_pass(lab):
+                carried = partial_args if _passed(lab) < 0 else {_passed(lab)}
+                places.append(PARTIAL if i in carried else REPLICATE)
             elif lab is not None and lab in labels:
                 places.append(labels.index(lab))
             elif m in partial_at and i in rule.additive:
@@ -147,6 +180,6 @@ def split_factor(combo: tuple[str | None, ...], sizes: tuple[int, ...], labels: 
     """Devices that share an op's work: the mesh dimensions that split one of its labels (``labels``: only those)."""
     n = 1
     for lab, size in zip(combo, sizes, strict=True):
-        if lab is not None and lab != PASS and (labels is None or lab in labels):
+        if lab is not None and not is_pass(lab) and (labels is None or lab in labels):
             n *= size
     return n

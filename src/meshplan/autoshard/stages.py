@@ -1,23 +1,19 @@
-"""Inter-operator parallelism: the layers cut into pipeline stages over sub-meshes (Alpa, Zheng et al. 2022, §5).
+"""Inter-operator parallelism: the layers cut into pipeline stages over sub-meshes of their own shapes (Alpa, Zheng
+et al. 2022, §5), each stage's time from the intra-operator plan on its sub-mesh.
 
-Alpa's stage slicing minimises the pipeline's latency T* = Σ_i t_i + (B − 1)·max_j t_j over slicings of the layer
-sequence into stages and of the cluster into sub-meshes, each stage's t_i from the intra-operator pass on its
-sub-mesh, by dynamic programming over (stages left, first layer, devices left) for each candidate t_max (§5.2,
-equations (4)-(5)), subject to each stage's memory with the micro-batches 1F1B keeps in flight on it (§5.2, the
-memory check). Here, as in Alpa's own experiments on identical layers:
+For each sub-mesh size aligned to the tiers (stage_dp.sizes) the planner solves the intra-operator program once
+(planner.py), and ``parts`` splits that plan's seconds and bytes into one layer's share (the tied blocks: every
+layer of the group runs the same plan), what the ops before the layers (the embedding) add to the first stage and
+what those after them (final norm, head, loss) add to the last: a slice of k layers on that sub-mesh costs k x one
+layer plus its boundary ops (``option``). stage_dp.slice_stages runs Alpa's DP over (layer counts x sub-mesh
+sizes); ``price`` then prices the slicing it returns by meshplan's schedule simulator (schedule.simulate on the 1F1B
+table, per-stage forward and backward times, each stage-to-stage send a p2p of the boundary activation over the link
+between the two sub-meshes), plus the slowest stage's gradient reductions and optimizer step.
 
-- the sub-meshes are equal: p stages of n = G/p contiguous devices (a shape aligned to the tiers, mesh.sub_mesh), one
-  intra-operator plan per sub-mesh, whose batch split on the sub-mesh's dimensions is the data parallelism within
-  (and, across sub-meshes of several nodes, on top of) each stage;
-- the layers are the tied blocks (blocks.py); the ops before the first (the embedding) go with the first stage, the
-  ops after the last (final norm, head, loss) with the last; a stage's time is its layers' plus those;
-- with identical layers Σ t_i is the same for every slicing, so minimising T* is minimising t_max: the DP becomes,
-  for each candidate t_max in increasing order, whether the layers can be cut into p stages each within t_max and
-  within memory (first stage in flight p micro-batches, the last one), the first feasible t_max the optimum.
-
-The step is then priced by meshplan's schedule simulator (schedule.simulate on the 1F1B table, per-stage forward and
-backward times, the stage-to-stage send as a p2p of the boundary activation), plus the slowest stage's gradient
-reductions and optimizer step.
+Memory per stage: the layers' state (parameters, gradients, optimizer state) and their saved activations for each
+micro-batch 1F1B keeps in flight on it, plus what the whole model's plan holds besides its layers (the embedding's
+and head's state, temporaries at the peak) on every stage: an upper bound for the stages without embedding or head.
+The data parallelism within a stage is the batch split on its sub-mesh's dimensions, which its plan chooses.
 """
 
 from __future__ import annotations
@@ -27,8 +23,10 @@ from dataclasses import dataclass, field
 from meshplan.autoshard.memory import Accounting
 from meshplan.autoshard.problem import Problem
 from meshplan.autoshard.solve import Sharding
+from meshplan.autoshard.stage_dp import Option, Slicing
 from meshplan.comm import collective_time
 from meshplan.schedule import build, simulate
+from meshplan.specs.hardware import Cluster
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,19 +50,24 @@ class Pipeline:
     stages: int
     layers: tuple[int, ...]  # layers per stage
     micro_batches: int
-    devices: int  # per stage
+    devices: tuple[int, ...]  # GPUs per stage
     step_time: float
     stage_fwd: tuple[float, ...]
     stage_bwd: tuple[float, ...]
     memory: tuple[float, ...]  # peak bytes per device per stage
     bubble: float
-    p2p: float
+    p2p: tuple[float, ...]  # seconds per send across each boundary
     limit: float
-    intra: Sharding = field(repr=False)
+    plans: tuple[Sharding, ...] = field(repr=False)  # each stage's intra-operator plan (on its sub-mesh)
 
     @property
     def fits(self) -> bool:
         return all(m <= self.limit for m in self.memory)
+
+    @property
+    def intra(self) -> Sharding:
+        """The plan of the stage with the most layers (the one the placements and code are printed for)."""
+        return self.plans[max(range(self.stages), key=lambda i: self.layers[i])]
 
 
 def _side(problem: Problem, key: int) -> str:
@@ -144,59 +147,45 @@ def _boundary(problem: Problem) -> float:
     return float(max((t.nbytes for t in ops[first].inputs), default=0))
 
 
-def slice_layers(p: Parts, layers: int, stages: int, limit: float) -> tuple[int, ...] | None:
-    """Layers per stage minimising the slowest stage within memory, or None when no slicing fits (module
-    docstring: the stage-slicing DP for identical layers)."""
-    per = p.layer_fwd + p.layer_bwd
-    extra = [0.0] * stages
-    extra[0] += sum(p.pre)
-    extra[-1] += sum(p.post)
-    candidates = sorted({k * per + e for k in range(1, layers + 1) for e in set(extra)})
-    for t_max in candidates:
-        split = _fit(p, layers, stages, limit, t_max, per, extra)
-        if split is not None:
-            return split
-    return None
+def option(p: Parts, devices: int, shape: tuple[int, ...], key: int) -> Option:
+    """The DP's view of one sub-mesh's plan (stage_dp.Option): per micro-batch seconds of a layer, of the first and
+    last stages' extras, and bytes per GPU."""
+    return Option(devices=devices, shape=shape, layer=p.layer_fwd + p.layer_bwd, pre=sum(p.pre), post=sum(p.post),
+                  state=p.layer_state, saved=p.layer_saved, base=p.other, key=key)
 
 
-def _fit(p: Parts, layers: int, stages: int, limit: float, t_max: float, per: float, extra: list[float]
-         ) -> tuple[int, ...] | None:
-    """Greedy from the last stage (fewest micro-batches in flight): as many layers as time and memory allow."""
-    counts, left = [], layers
-    for i in reversed(range(stages)):
-        in_flight = stages - i
-        room = limit - p.other
-        by_memory = int(room // (p.layer_state + in_flight * p.layer_saved)) if room > 0 else 0
-        by_time = int((t_max - extra[i] + 1e-15) // per) if per > 0 else layers
-        take = min(by_memory, by_time, left - i)  # leave at least one layer for each earlier stage
-        if take < 1:
-            return None
-        counts.append(take)
-        left -= take
-    if left != 0:
-        return None
-    return tuple(reversed(counts))
+def hop(cluster: Cluster, sender: int, receiver: int) -> int:
+    """The rank stride a send from the stage starting at rank ``sender`` to the one at ``receiver`` is priced at:
+    their distance, or the block of the outermost tier boundary between them (then the send crosses that tier)."""
+    crossed, block = 0, 1
+    for tier in cluster.tiers:
+        block *= tier.size
+        if sender // block != receiver // block:
+            crossed = block
+    return crossed or receiver - sender
 
 
-def pipeline(sharding: Sharding, accounting: Accounting, stages: int, micro_batches: int, limit: float
-             ) -> Pipeline | None:
-    """The best slicing of ``sharding``'s layers (an intra-operator plan on one stage's sub-mesh) into ``stages``
-    stages within ``limit`` bytes per device, priced by the schedule simulator; None when none fits."""
-    problem = sharding.problem
-    layers = problem.blocks.groups[0].layers if problem.blocks.groups else 1
-    if stages > layers or micro_batches < stages or sharding.price is None:
-        return None
-    p = parts(sharding, accounting)
-    split = slice_layers(p, layers, stages, limit)
-    if split is None:
-        return None
-    fwd = tuple(k * p.layer_fwd + (i == 0) * p.pre[0] + (i == stages - 1) * p.post[0] for i, k in enumerate(split))
-    bwd = tuple(k * p.layer_bwd + (i == 0) * p.pre[1] + (i == stages - 1) * p.post[1] for i, k in enumerate(split))
-    mesh = problem.mesh
-    p2p = float(collective_time("p2p", p.boundary / mesh.devices, 2, mesh.devices, mesh.cluster)) if stages > 1 else 0.0
-    timeline = simulate(build("1f1b", stages, micro_batches), fwd, bwd, p2p)
-    sync = max(k * p.layer_sync + (i in (0, stages - 1)) * p.other_sync for i, k in enumerate(split))
-    memory = tuple(p.other + k * (p.layer_state + (stages - i) * p.layer_saved) for i, k in enumerate(split))
-    return Pipeline(stages=stages, layers=split, micro_batches=micro_batches, devices=mesh.devices,
-                    step_time=timeline.step_time + sync, stage_fwd=fwd, stage_bwd=bwd, memory=memory,
-                    bubble=timeline.bubble_time, p2p=p2p, limit=limit, intra=sharding)
+def price(slicing: Slicing, parts_of: dict[int, tuple[Parts, Sharding]], micro_batches: int, limit: float,
+          cluster: Cluster) -> Pipeline:
+    """The step of a slicing (module docstring): each stage's forward and backward per micro-batch, sends between
+    neighbours, schedule.simulate on 1F1B, then the slowest stage's gradient reductions and optimizer."""
+    p = len(slicing.stages)
+    fwd, bwd, memory, sync, plans, p2p = [], [], [], [], [], []
+    offset = 0
+    for i, (o, k) in enumerate(slicing.stages):
+        part, plan = parts_of[o.key]
+        first, last = i == 0, i == p - 1
+        fwd.append(k * part.layer_fwd + first * part.pre[0] + last * part.post[0])
+        bwd.append(k * part.layer_bwd + first * part.pre[1] + last * part.post[1])
+        memory.append(part.other + k * (part.layer_state + (p - i) * part.layer_saved))
+        sync.append(k * part.layer_sync + (first or last) * part.other_sync)
+        plans.append(plan)
+        if not last:
+            stride = hop(cluster, offset, offset + o.devices)
+            p2p.append(float(collective_time("p2p", part.boundary / o.devices, 2, stride, cluster)))
+        offset += o.devices
+    timeline = simulate(build("1f1b", p, micro_batches), tuple(fwd), tuple(bwd), tuple(p2p))
+    return Pipeline(stages=p, layers=slicing.layers, micro_batches=micro_batches, devices=slicing.devices,
+                    step_time=timeline.step_time + max(sync), stage_fwd=tuple(fwd), stage_bwd=tuple(bwd),
+                    memory=tuple(memory), bubble=timeline.bubble_time, p2p=tuple(p2p), limit=limit,
+                    plans=tuple(plans))

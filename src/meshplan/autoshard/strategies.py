@@ -25,7 +25,7 @@ from meshplan.autoshard.dataflow import Flow
 from meshplan.autoshard.mesh import DeviceMesh
 from meshplan.autoshard.placement import Placements, shards, valid
 from meshplan.autoshard.reshard import Resharder
-from meshplan.autoshard.rules import PASS, Rule, assignments, follow, place, split_factor
+from meshplan.autoshard.rules import Rule, assignments, follow, is_pass, place, split_factor
 from meshplan.roofline import op_time
 from meshplan.specs.efficiency import Efficiency
 from meshplan.trace.cost import op_cost, precision
@@ -185,17 +185,15 @@ def _op_seconds(op: TracedOp, r: Rule, combo: tuple[str | None, ...], p_in: list
         return 0.0, 0.0
     sizes = mesh.sizes
     work = split_factor(combo, sizes)
-    tensors = (*op.inputs, *op.outputs)
-    whole = sum(t.nbytes for t in tensors) or 1.0
-    held = sum(_local_bytes(t, p, sizes) for t, p in zip(tensors, (*p_in, *p_out), strict=True))
     cost = op_cost(op)
+    nbytes = (op.bytes_read * _share(op.inputs, p_in, sizes) + op.bytes_written * _share(op.outputs, p_out, sizes))
     m, n, k = cost.m, cost.n, cost.k
     if cost.kind == "gemm" and any(r.gemm):
         m, n, k = (v / split_factor(combo, sizes, frozenset({lab})) if lab else v
                    for v, lab in zip((m, n, k), r.gemm, strict=True))
     elif cost.kind == "attention":
         m = m / work
-    local = replace(cost, flops=cost.flops / work, nbytes=cost.nbytes * held / whole, m=m, n=n, k=k)
+    local = replace(cost, flops=cost.flops / work, nbytes=nbytes, m=m, n=n, k=k)
     seconds = float(op_time(local, mesh.cluster.accelerator, precision(op), eff))
     extra = 0.0
     for label, kind, nbytes in r.extra:
@@ -205,5 +203,12 @@ def _op_seconds(op: TracedOp, r: Rule, combo: tuple[str | None, ...], p_in: list
     return seconds, extra
 
 
+def _share(tensors: tuple[TensorInfo, ...], places: list[Placements], sizes: tuple[int, ...]) -> float:
+    """The share of ``tensors``' bytes one device holds (of what the op reads, or of what it writes: a factory such
+    as zeros_like reads none of its argument, trace/capture.py)."""
+    whole = sum(t.nbytes for t in tensors)
+    return sum(_local_bytes(t, p, sizes) for t, p in zip(tensors, places, strict=True)) / whole if whole else 1.0
+
+
 def is_split(combo: tuple[str | None, ...]) -> bool:
-    return any(lab is not None and lab != PASS for lab in combo)
+    return any(lab is not None and not is_pass(lab) for lab in combo)

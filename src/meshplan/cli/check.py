@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from typing import Any
 
 import click
 
-from meshplan.errors import SpecError
+from meshplan.errors import MissingDependency, SpecError
 
 
 @click.command("check-step")
@@ -43,6 +44,8 @@ def check_step_cmd(model_ref: str, **options: object) -> None:
 
 def main(ref: str, options: dict[str, Any]) -> None:
     """The command line's check-step: check the options, run, print tables or JSON."""
+    if importlib.util.find_spec("torch") is None:  # before any module that imports it
+        raise MissingDependency("torch", "torch")
     from meshplan.measure.check import CheckSettings
     from meshplan.measure.timing import check_threads
 

@@ -24,10 +24,8 @@ from meshplan.cli.common import (
 from meshplan.cli.emit import EMIT_FRAMEWORK, FORMATS, check_emit, write_best
 from meshplan.cli.options import DEFAULT_FRAMEWORK, estimate_args, recompute_modules, stack_of, stack_options
 from meshplan.errors import SpecError
-from meshplan.fields import MAX_PLANS
+from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM
 from meshplan.ranges import check_options, step_tokens_problem
-from meshplan.search import Space
-from meshplan.search.space import MEMORY_HEADROOM
 from meshplan.specs.check import fsdp_has_zero
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import PRECISION, Plan
@@ -173,7 +171,9 @@ def _global_batch(model: ModelSpec, global_batch: int | None) -> int:
     return gbs
 
 
-def _space(settings: dict[str, Any], global_batch: int, default_precision: str, stack: Stack) -> Space:
+def _space(settings: dict[str, Any], global_batch: int, default_precision: str, stack: Stack) -> Any:  # a search.Space
     """The search space of one GPU count: the settings, with the GPU's own precision unless one was given."""
+    from meshplan.search import Space
+
     return Space(**{**settings, "precision": settings["precision"] or default_precision}, global_batch=global_batch,
                  stack=stack, prefer_simple=True)

@@ -14,10 +14,10 @@ import click
 
 from meshplan.cli.options import stack_of, stack_options
 from meshplan.errors import MissingDependency, SpecError
-from meshplan.fields import MAX_PLANS
+from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM
 from meshplan.files import make_dir, writable_dir
 from meshplan.ranges import RANGES, check_options, step_tokens_problem
-from meshplan.search.space import MEMORY_HEADROOM
+from meshplan.report.vega import require_report_extra
 
 FACTORS = "0.5,1,2,4"  # --factors' default
 SAMPLE = 10_000  # --sample's default: plans of the plan-space view (about 60 bytes each in the page)
@@ -75,15 +75,6 @@ def _positive_ints(text: str | None, field: str) -> list[int] | None:
     if values is not None and (not values or min(values) < 1):
         raise SpecError(f"{field}={text!r} must be positive integers separated by commas")
     return values
-
-
-def _require_report() -> None:
-    """The report's templates and charts' runtime (the ``report`` extra), checked before the search runs."""
-    for module, package in (("jinja2", "jinja2"), ("vl_convert", "vl-convert-python")):
-        try:
-            __import__(module)
-        except ImportError:
-            raise MissingDependency(package, "report") from None
 
 
 def _scaling_counts(text: str | None, gpus: int, system: Any) -> list[int]:
@@ -175,7 +166,7 @@ def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path,
     counts = _scaling_counts(scaling, gpus, system)
     check_space(model, cluster, space)
     own = _config_estimate(config, model, cluster) if config else None
-    _require_report()  # after the input checks: bad input gets its own message whatever is installed
+    require_report_extra()  # after the input checks: bad input gets its own message whatever is installed
     explore = Explore(sample=sample) if sample else None
     result = search(model, cluster, space, top_k=top_k, explore=explore)
     rows = None

@@ -10,6 +10,7 @@ import click
 from meshplan.cli.common import MAX_PRICE, apply, common_model, load_inputs, split_ints
 from meshplan.errors import SpecError
 from meshplan.ranges import check_options
+from meshplan.report.vega import require_report_extra
 
 FIXED = ("tp", "pp", "dpa", "ep", "batch", "replicas", "prefill_replicas")
 
@@ -57,6 +58,7 @@ def serve_cmd(model_ref: str, system_ref: str, gpus: int, as_json: bool, **optio
         from meshplan.files import writable
 
         writable(report_path, "report")
+        require_report_extra()
     if all(options[k] is not None for k in FIXED):
         return _one(model, cluster, engine, options, price, as_json)
     _search(model, cluster, engine, options, price, as_json, report_path)

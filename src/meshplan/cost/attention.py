@@ -15,7 +15,7 @@ Sources:
 
 from __future__ import annotations
 
-from meshplan.cost.blocks import collective, gemm, norm, residual, tp_enter, tp_exit
+from meshplan.cost.blocks import collective, gemm, norm, projections, residual, tp_enter, tp_exit
 from meshplan.cost.records import ACT_BYTES, FP32, MASK_BYTES, Dims, OpCost
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
@@ -29,7 +29,8 @@ def qkv_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     h, t, T = model.hidden_size, d.tp, d.tokens
     stored_input = d.tokens_sp * h * ACT_BYTES  # stored sharded under SP, re-gathered in backward
     if not model.is_mla:
-        return gemm("attn/qkv", T, h, (model.q_dim + 2 * model.kv_dim) / t, d, saved=stored_input)
+        return projections("attn/qkv", T, h, (model.q_dim + 2 * model.kv_dim) / t,
+                           {"q": model.q_dim / t, "k": model.kv_dim / t, "v": model.kv_dim / t}, d, saved=stored_input)
     a_heads = model.num_heads
     qk = model.qk_nope_head_dim + model.qk_rope_head_dim
     ops: list[OpCost] = []
@@ -205,7 +206,7 @@ def qkv_concat(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     """The backward of torch.split on the fused QKV projection's output (``stack.qkv_concat``): autograd's
     SplitWithSizesBackward concatenates the separate q, k and v gradients into one tensor, reading and writing
     2 + 2 bytes per element of q, k and v (this GPU's heads). MLA has no fused QKV projection to split."""
-    if not d.stack.qkv_concat or model.is_mla:
+    if not (d.stack.qkv_concat or d.stack.projections == "split") or model.is_mla:
         return []
     qkv, _ = attention_elems(model, d)
     return [OpCost("attn/qkv_concat", "bwd_x", "memory", 0.0, 2 * ACT_BYTES * qkv)]

@@ -41,6 +41,31 @@ def gemm(name: str, m: Num, k: Num, n: Num, d: Dims, saved: Num | None = None, g
     ]
 
 
+def projections(name: str, m: Num, k: Num, n: Num, widths: dict[str, Num], d: Dims, saved: Num | None = None
+                ) -> list[OpCost]:
+    """Projections of one input into several outputs (Q, K, V; gate and up; ``widths`` of them, n in all), as the
+    stack runs them (``stack.projections``): one (m×k)·(k×n) GEMM (fused, split), or a GEMM per output (separate:
+    Hugging Face's q_proj, k_proj, v_proj, gate_proj, up_proj), sub-records ``name/part``, the input saved once, and
+    the input gradients summed by autograd, one add per output after the first (each reads two m×k gradients and
+    writes one: a tensor used n times accumulates its n gradients, torch/csrc/autograd/input_buffer.cpp). A split
+    projection's backward concatenates its outputs' gradients (torch.split / chunk: ``split_concat``)."""
+    if d.stack.projections != "separate":
+        return gemm(name, m, k, n, d, saved=saved)
+    ops: list[OpCost] = []
+    for i, (part, n) in enumerate(widths.items()):
+        ops += gemm(f"{name}/{part}", m, k, n, d, saved=saved if i == 0 else 0.0)
+    adds = len(widths) - 1
+    return ops + [OpCost(f"{name}/grad_sum", "bwd_x", "memory", adds * m * k, adds * 3 * ACT_BYTES * m * k)]
+
+
+def split_concat(name: str, m: Num, n: Num, d: Dims) -> list[OpCost]:
+    """The backward of splitting an m×n GEMM result (``stack.projections = "split"``): autograd's
+    SplitWithSizesBackward concatenates the parts' gradients, reading and writing m×n."""
+    if d.stack.projections != "split":
+        return []
+    return [OpCost(f"{name}/concat", "bwd_x", "memory", 0.0, 2 * ACT_BYTES * m * n)]
+
+
 def elementwise(name: str, elems_in: Num, elems_out: Num, flops_per_elem: float, saved: Num = 0.0
                 ) -> list[OpCost]:
     """A memory-bound op: the forward reads its input and writes its output; the backward reads the

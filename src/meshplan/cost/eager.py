@@ -83,11 +83,11 @@ def eager_layer(model: ModelSpec, plan: Plan, d: Dims, moe: bool = False) -> lis
         ops += eager_op("attn/repeat_kv", "repeat_kv", 2 * T * heads * model.head_dim)
     if model.qkv_bias:
         ops += eager_op("attn/qkv_bias", "bias", T * (model.q_dim + 2 * model.kv_dim) / t)
-    if model.linear_bias:
-        ops += eager_op("attn/out_bias", "bias", T * h)
+    if model.linear_bias:  # a row-parallel linear adds its bias after the reduction: on the Tsp rows a GPU keeps
+        ops += eager_op("attn/out_bias", "bias", d.tokens_sp * h)
     if not moe:
         ops += eager_op("mlp/act", model.mlp, T * model.ffn_hidden_size / t)
         if model.linear_bias:
             width_in = 2 * model.ffn_hidden_size if model.gated else model.ffn_hidden_size
-            ops += eager_op("mlp/bias", "bias", T * (width_in / t + h))
+            ops += eager_op("mlp/bias", "bias", T * width_in / t + d.tokens_sp * h)
     return ops

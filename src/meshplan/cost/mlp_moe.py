@@ -11,7 +11,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from meshplan.cost.blocks import collective, elementwise, gemm, norm, residual, tp_enter, tp_exit
+from meshplan.cost.blocks import (
+    collective,
+    elementwise,
+    gemm,
+    norm,
+    projections,
+    residual,
+    split_concat,
+    tp_enter,
+    tp_exit,
+)
+from meshplan.cost.eager import eager_op
+from meshplan.cost.moe_permute import gather_dispatch, permutation, rows_seen
 from meshplan.cost.records import ACT_BYTES, Dims, OpCost
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
@@ -20,14 +32,21 @@ from meshplan.xp import Num
 
 
 def mlp_gemms(prefix: str, model: ModelSpec, rows: Num, ffn: Num, d: Dims, input_saved: Num | None = None,
-              groups: Num = 1.0, width: Num = 0) -> list[OpCost]:
+              groups: Num | None = None, width: Num = 0) -> list[OpCost]:
     """fc1 (H → F, or H → 2F gate+up for SwiGLU), activation, fc2 (F → H). ``ffn`` is the local width;
     ``input_saved`` is what fc1 keeps of its input (the sequence-parallel shard, by default all rows);
-    ``groups``: the rows split over that many experts' weights (grouped GEMMs); ``width``: the rows' width
-    when it is not H (a latent MoE's experts)."""
+    ``groups``: the routed experts, the rows split over that many experts' weights (grouped GEMMs); ``width``: the
+    rows' width when it is not H (a latent MoE's experts). A dense gated fc1 (no ``groups``) runs as the stack's
+    projections (blocks.projections: one GEMM, one split by chunk, or gate and up apart); the experts' is one grouped
+    GEMM (Megatron-Core's and transformers' 3-D gate_up_proj alike; eager stacks: mlp_moe.experts_eager)."""
     width = width or model.hidden_size
     width_in = 2 * ffn if model.gated else ffn
-    ops = gemm(f"{prefix}/fc1", rows, width, width_in, d, saved=input_saved, groups=groups)
+    dense, groups = groups is None, 1.0 if groups is None else groups
+    if model.gated and dense:
+        ops = projections(f"{prefix}/fc1", rows, width, width_in, {"gate": ffn, "up": ffn}, d, saved=input_saved)
+        ops += split_concat(f"{prefix}/fc1", rows, width_in, d)
+    else:
+        ops = gemm(f"{prefix}/fc1", rows, width, width_in, d, saved=input_saved, groups=groups)
     act_in, act_out = rows * width_in, rows * ffn
     ops += elementwise(f"{prefix}/act", act_in, act_out, 8.0, saved=act_in * ACT_BYTES)
     ops += gemm(f"{prefix}/fc2", rows, ffn, width, d, groups=groups)
@@ -62,23 +81,27 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     if latent:  # a latent MoE projects the routed tokens down before the dispatch (and back after the combine)
         ops += gemm("moe/latent_in", routed, model.hidden_size, latent, d, saved=0.0)
     h = model.moe_width  # the width the all-to-alls carry and the experts see
-    sent = routed * k * h * a
-    for phase in ("fwd", "bwd_x"):
-        ops.append(collective("moe/dispatch", phase, "all_to_all", sent, "ep", plan.ep))
-        ops.append(collective("moe/combine", phase, "all_to_all", sent, "ep", plan.ep))
     rows = routed * k * plan.etp
-    ops.append(collective("moe/etp_gather", "fwd", "all_gather", rows * h * a, "etp", plan.etp))
-    ops.append(collective("moe/etp_scatter", "fwd", "reduce_scatter", rows * h * a, "etp", plan.etp))
-    ops.append(collective("moe/etp_gather", "bwd_x", "all_gather", rows * h * a, "etp", plan.etp))
-    ops.append(collective("moe/etp_scatter", "bwd_x", "reduce_scatter", rows * h * a, "etp", plan.etp))
-    # token permutation around the all-to-alls (Megatron-Core MoE token dispatcher: permute before dispatch,
-    # unpermute + probability-weighted sum after combine): a gather and a scatter of the k·T/t routed rows
-    ops += elementwise("moe/permute", routed * k * h, routed * k * h, 0.0)
-    ops += elementwise("moe/unpermute", routed * k * h, routed * h, 2.0)
+    tokens, permuted = rows_seen(plan, d.stack, routed, k)
+    if d.stack.moe_dispatcher == "allgather":
+        ops += gather_dispatch(plan, tokens, h)
+    else:
+        sent = routed * k * h * a
+        for phase in ("fwd", "bwd_x"):
+            ops.append(collective("moe/dispatch", phase, "all_to_all", sent, "ep", plan.ep))
+            ops.append(collective("moe/combine", phase, "all_to_all", sent, "ep", plan.ep))
+        ops.append(collective("moe/etp_gather", "fwd", "all_gather", rows * h * a, "etp", plan.etp))
+        ops.append(collective("moe/etp_scatter", "fwd", "reduce_scatter", rows * h * a, "etp", plan.etp))
+        ops.append(collective("moe/etp_gather", "bwd_x", "all_gather", rows * h * a, "etp", plan.etp))
+        ops.append(collective("moe/etp_scatter", "bwd_x", "reduce_scatter", rows * h * a, "etp", plan.etp))
+    # token permutation around the exchange (Megatron-Core MoE token dispatcher: permute before dispatch,
+    # unpermute + probability-weighted sum after combine), as the stack runs it (moe_permute.py)
+    ops += permutation(d.stack, tokens, permuted, h)
     # E/e local experts, each an (etp·k·T/t · e/E)-row GEMM: grouped GEMMs (balanced routing)
     ops += host_launched(mlp_gemms("moe/experts", model, rows, model.moe_ffn_hidden_size / plan.etp, d,
                                    groups=model.num_experts / plan.ep, width=h), d.stack)
     ops += grouped_mlp_eager(model, d.stack, rows, model.moe_ffn_hidden_size / plan.etp)
+    ops += experts_eager(model, d, rows, model.moe_ffn_hidden_size / plan.etp)
     if latent:
         ops += gemm("moe/latent_out", routed, latent, model.hidden_size, d)
     if model.shared_expert_ffn_size:
@@ -122,6 +145,18 @@ def grouped_mlp_eager(model: ModelSpec, stack: Stack, rows: Num, ffn: Num) -> li
                 OpCost("moe/experts/fc2/bias", "bwd_x", "memory", 0.0, 5 * h * rows * a),
                 OpCost("moe/experts/fc2/bias", "bwd_w", "memory", 0.0, 3 * h * rows * a)]
     return ops
+
+
+def experts_eager(model: ModelSpec, d: Dims, rows: Num, ffn: Num) -> list[OpCost]:
+    """The routed experts' activation in eager PyTorch (``stack.fusion = "eager"`` with an eager permutation,
+    ``stack.moe_permute`` not "fused": the MoE layer is PyTorch code, not Megatron-Core's kernels): the gated
+    activation as separate kernels (``EAGER``), and the backward of the chunk that splits the fused gate-and-up
+    GEMM's rows (a concatenation of the two gradients: read 2F, write 2F a row), as transformers' experts
+    (``gate, up = proj.chunk(2, dim=-1)``) and meshplan's MoE module run it."""
+    if not d.eager or d.stack.moe_permute == "fused" or not model.gated:
+        return []
+    ops = eager_op("moe/experts/act", model.mlp, rows * ffn)
+    return ops + [OpCost("moe/experts/act/concat", "bwd_x", "memory", 0.0, 4 * ACT_BYTES * rows * ffn)]
 
 
 def host_launched(ops: list[OpCost], stack: Stack) -> list[OpCost]:

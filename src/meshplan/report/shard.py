@@ -56,8 +56,8 @@ def to_dict(result: Result, top: int = 12) -> dict[str, Any]:
 
 
 def _pipeline(p: Pipeline) -> dict[str, Any]:
-    return {"stages": p.stages, "layers_per_stage": list(p.layers), "devices_per_stage": p.devices,
-            "micro_batches": p.micro_batches, "step_time_s": p.step_time, "bubble_s": p.bubble, "p2p_s": p.p2p,
+    return {"stages": p.stages, "layers_per_stage": list(p.layers), "devices_per_stage": list(p.devices),
+            "micro_batches": p.micro_batches, "step_time_s": p.step_time, "bubble_s": p.bubble, "p2p_s": list(p.p2p),
             "stage_memory_bytes": list(p.memory), "fits": p.fits}
 
 
@@ -108,8 +108,9 @@ def _summary_rows(result: Result, best: Any, sharding: Sharding) -> list[tuple[s
         rows.append(("step time", fmt_time(best.step_time) + (f" ({result.request.micro_batches} micro-batches)"
                                                               if result.request.micro_batches > 1 else "")))
     if isinstance(best, Pipeline):
-        rows.append(("pipeline", f"{best.stages} stages of {best.devices} GPUs, layers {list(best.layers)}, "
-                                 f"bubble {fmt_time(best.bubble)}"))
+        rows.append(("pipeline", f"{best.stages} stages of {' + '.join(map(str, best.devices))} GPUs, layers "
+                                 f"{list(best.layers)}, bubble {fmt_time(best.bubble)} (placements: the stage of "
+                                 f"{best.intra.problem.mesh.devices} GPUs)"))
         rows.append(("memory per GPU", ", ".join(fmt_bytes(m) for m in best.memory) + " (per stage)"))
     elif sharding.memory is not None:
         op = sharding.problem.flow.trace.ops[sharding.memory.index]
@@ -132,6 +133,6 @@ def _pipelines(result: Result, console: Console) -> None:
     for col in ("stages", "GPUs/stage", "layers per stage", "step time", "bubble", "peak memory", "fits"):
         table.add_column(col)
     for p in result.pipelines:
-        table.add_row(str(p.stages), str(p.devices), " ".join(map(str, p.layers)), fmt_time(p.step_time),
+        table.add_row(str(p.stages), " ".join(map(str, p.devices)), " ".join(map(str, p.layers)), fmt_time(p.step_time),
                       fmt_time(p.bubble), fmt_bytes(max(p.memory)), "yes" if p.fits else "no")
     console.print(table)

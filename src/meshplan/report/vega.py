@@ -29,6 +29,15 @@ def bundle() -> str:
     return vl_convert.javascript_bundle()
 
 
+def require_report_extra() -> None:
+    """The report's templates and its charts' runtime (the ``report`` extra), checked before a search runs."""
+    for module, package in (("jinja2", "jinja2"), ("vl_convert", "vl-convert-python")):
+        try:
+            __import__(module)
+        except ImportError:
+            raise MissingDependency(package, "report") from None
+
+
 def versions() -> dict[str, str]:
     """The bundled Vega and Vega-Lite versions (printed in the page's footer)."""
     import vl_convert

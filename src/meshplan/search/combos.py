@@ -74,6 +74,8 @@ def valid_combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list
         if reason is None and ring_window_reason(model, cp, space.stack.cp_comm):
             reason = ("ring context parallelism with a sliding window",
                       f"cp={cp}, sliding_window={model.sliding_window}")
+        if reason is None and layout == "summa" and space.stack.projections != "fused":
+            reason = ("summa: fused projections only", f"projections={space.stack.projections}")
         if reason is None and pp > layers:
             reason = ("pp exceeds num_layers", f"pp={pp} > num_layers={layers}")
         if reason is None and gbs % dp:

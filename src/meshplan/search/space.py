@@ -13,15 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from meshplan.fields import MAX_PLANS
+from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM  # noqa: F401  (MEMORY_HEADROOM: the search's default)
 from meshplan.specs.check import fsdp_has_zero, recompute_modules_problem
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
-
-# The share of HBM a plan leaves free by default on the command line: the model's largest |error| of peak memory
-# against the measured runs, 8.8 % (docs/ACCURACY.md, "Peak memory"), rounded up. tests/test_headroom.py checks that
-# it covers docs/accuracy_summary.json's memory max_abs_error.
-MEMORY_HEADROOM = 0.09
 
 
 @dataclass(frozen=True, kw_only=True)

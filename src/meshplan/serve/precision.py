@@ -88,12 +88,15 @@ def parse_quant(text: str) -> Quant:
     """``fp8`` (weights and activations fp8, KV 16-bit), ``fp8/fp8/fp8``, ``int4/bf16/fp8`` (weights / activations /
     KV cache): the command line's form."""
     parts = [p.strip() for p in text.split("/")]
-    if len(parts) == 1:
-        w = parts[0]
-        a = w if w in ACTIVATION_FORMATS and w != "int4" else "bf16"
-        return Quant(weights=w, activations=a)
-    if len(parts) == 3:
-        return Quant(weights=parts[0], activations=parts[1], kv_cache=parts[2])
+    try:
+        if len(parts) == 1:
+            w = parts[0]
+            a = w if w in ACTIVATION_FORMATS and w != "int4" else "bf16"
+            return Quant(weights=w, activations=a)
+        if len(parts) == 3:
+            return Quant(weights=parts[0], activations=parts[1], kv_cache=parts[2])
+    except SpecError as exc:  # name the option the user wrote, then the part of it that is wrong
+        raise SpecError(f"quant: {exc}") from None
     raise SpecError(f"quant={text!r} must be a format (fp8) or weights/activations/kv (int4/bf16/fp8)")
 
 

@@ -54,7 +54,7 @@ def check(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack = 
             reasons.append(f"dp*tp*pp*cp = {plan.dp}*{plan.tp}*{plan.pp}*{plan.cp} = {plan.num_gpus} "
                            f"!= gpus={cluster.num_gpus}")
     reasons += _check_tensor(model, plan, stack)
-    reasons += _check_summa(model, plan)
+    reasons += _check_summa(model, plan, stack)
     reasons += _check_pipeline(model, plan)
     reasons += _check_experts(model, plan) + _check_ep_overlap(model, plan, stack)
     reasons += _check_hybrid(model, plan, stack)
@@ -136,11 +136,14 @@ def ring_window_reason(model: ModelSpec, cp: int, cp_comm: str) -> str:
     return ""
 
 
-def _check_summa(model: ModelSpec, plan: Plan) -> list[str]:
-    """The 2D SUMMA grid: tp2 shards the sequence and the weights' rows; panels split the hidden size."""
+def _check_summa(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
+    """The 2D SUMMA grid: tp2 shards the sequence and the weights' rows; panels split the hidden size; its
+    projections are one GEMM each (summa.py)."""
     if plan.tensor_layout != "summa":  # another name than 1d: _check_choices says it
         return [f"tp2={plan.tp2} needs tensor_layout='summa'"] if plan.tp2 > 1 and plan.tensor_layout == "1d" else []
     reasons = []
+    if stack.projections != "fused":
+        reasons.append(f"projections={stack.projections!r}: tensor_layout='summa' is costed with fused projections")
     if model.is_moe or model.is_mla:
         reasons.append(f"tensor_layout='summa' models dense standard-attention layers only ({model.name})")
     if model.seq_length % (plan.tp2 * plan.cp):

@@ -34,6 +34,9 @@ FP8_SCALING = ("delayed", "current")
 FSDP = ("none", "fsdp1", "fsdp2")
 PIPELINE_RUNTIMES = ("megatron", "torch")
 CP_COMM = ("ring", "allgather")
+PROJECTIONS = ("fused", "split", "separate")
+MOE_PERMUTE = ("fused", "gather_scatter", "sort_gather")
+MOE_DISPATCHER = ("alltoall", "allgather")
 
 
 def _choice(default: str, choices: tuple[str, ...], help: str) -> Any:
@@ -68,6 +71,19 @@ class Stack:
                                                       "tensor itself (current: one more read before each cast)")
     varlen_attention: bool = _flag(False, "flash-attn's varlen interface: rows packed and unpacked around the kernel")
     qkv_concat: bool = _flag(False, "the fused QKV projection split with torch.split (its backward a concatenation)")
+    projections: str = _choice(
+        "fused", PROJECTIONS, "Q, K, V and the gate and up projections: fused (one GEMM each, split inside the kernels "
+        "that read them: Megatron-Core), split (one GEMM each, split by torch.split / chunk, whose backward "
+        "concatenates the gradients) or separate (a GEMM each, Hugging Face's q_proj, k_proj, v_proj, gate_proj, "
+        "up_proj: autograd sums their input gradients)")
+    moe_permute: str = _choice(
+        "fused", MOE_PERMUTE, "MoE token permutation: fused (Transformer Engine's permute / unpermute kernels, "
+        "Megatron-Core --moe-permute-fusion), gather_scatter (eager PyTorch: Megatron-Core's moe_utils without the "
+        "fusion) or sort_gather (transformers' grouped_mm experts: fp32 weighting, inverse permutation, sum over k)")
+    moe_dispatcher: str = _choice(
+        "alltoall", MOE_DISPATCHER, "MoE token exchange: alltoall (permute, all-to-all over ep, all-gather the routed "
+        "rows over etp) or allgather (all-gather the tokens over etp x ep, permute locally; Megatron-Core "
+        "--moe-token-dispatcher-type allgather)")
     train_metrics: int = field(default=0, metadata={"help": "metric cross-entropies the trainer evaluates over each "
                                                             "micro-batch's logits (Composer's MPT: 2)"})
     # ---- runtime --------------------------------------------------------------------------------------------

@@ -173,7 +173,8 @@ def _sums(ops: list[OpCost], times: list[Num], paired: bool) -> dict[tuple[str, 
             add((ph, "summa_panel"), t / op.repeat)
         else:  # exposed, under its axis (expert-TP under ep; the 2D layout's K/V exchange across tp2 under tp: it
             # is the tensor grid's second axis, not context parallelism, which a SUMMA plan with cp = 1 does not have)
-            add((ph, {"etp": "ep", "tp2": "tp"}.get(op.collective.axis, op.collective.axis) + "_exposed"), t)
+            add((ph, {"etp": "ep", "etp_ep": "ep", "tp2": "tp"}.get(op.collective.axis, op.collective.axis)
+                 + "_exposed"), t)
     return s
 
 

@@ -54,6 +54,10 @@ SKIP = {aten.sym_is_contiguous.default, aten.is_contiguous.default, aten.is_cont
         aten.sym_storage_offset.default, aten.numel.default, aten.sym_numel.default, aten.dim.default,
         torch.ops.prim.layout.default, torch.ops.prim.device.default}
 ALLOCATE_ONLY = {aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty, aten.new_empty_strided}
+# factories that take a tensor argument only for its shape, dtype and device (zeros_like is empty_like then zero_,
+# aten/src/ATen/native/TensorFactories.cpp): they read none of its bytes
+SHAPE_ONLY = ALLOCATE_ONLY | {aten.zeros_like, aten.ones_like, aten.full_like, aten.rand_like, aten.randn_like,
+                              aten.randint_like, aten.new_zeros, aten.new_ones, aten.new_full}
 TAG = "meshplan_module"
 
 
@@ -122,6 +126,15 @@ class Recorder(torch.utils._python_dispatch.TorchDispatchMode):
                           itemsize=t.element_size(), storage=sid, stride=tuple(int(s) for s in t.stride()),
                           offset=int(t.storage_offset()))
 
+    def _module(self, node) -> str:
+        """The module an op runs in: its autograd node's forward module in the backward pass."""
+        if node is not None:
+            self.nodes.append(node)  # keeps its Python object, so id(node) is stable and unique
+            return node.metadata.get(TAG, "autograd")
+        if self.module_prefix:
+            return self.module_prefix
+        return self.stack[-1] if self.stack else self.root_name
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in SKIP:
@@ -163,19 +176,14 @@ class Recorder(torch.utils._python_dispatch.TorchDispatchMode):
         is_view = not fresh and not mutated
         geometry = {"kind": "view"} if is_view else fl.shape(func, args, kwargs, out, flops)
         node = torch._C._current_autograd_node() if self.backward else None
-        if node is not None:
-            self.nodes.append(node)  # keeps its Python object, so id(node) is stable and unique
-            module = node.metadata.get(TAG, "autograd")
-        elif self.module_prefix:
-            module = self.module_prefix
-        else:
-            module = self.stack[-1] if self.stack else self.root_name
+        module = self._module(node)
         written = 0 if is_view or func._overloadpacket in ALLOCATE_ONLY else sum(i.nbytes for i in out_infos)
+        read = 0 if is_view or func._overloadpacket in SHAPE_ONLY else sum({(i.storage, i.shape): i.nbytes
+                                                                           for i in in_infos}.values())
         self.rows.append({
             "index": index, "func": func, "module": module, "inputs": in_infos, "outputs": tuple(out_infos),
             "flops": flops, "source": source, "geometry": geometry,
-            "read": 0 if is_view else sum({(i.storage, i.shape): i.nbytes for i in in_infos}.values()),
-            "args": arg_names(func, args, kwargs), "results": result_slots(out),
+            "read": read, "args": arg_names(func, args, kwargs), "results": result_slots(out),
             "attrs": call_attrs(func, args, kwargs),
             "written": written, "node": id(node) if node is not None else None,
             "reads": reads, "creates": [(s, 0) for s in fresh] + [(s, self.version[s]) for s in mutated],
