@@ -94,14 +94,19 @@ def constants_section() -> list[str]:
              f"- `kv_read` = {SERVE_DEFAULT.kv_read:g}: the decode attention kernels' share of the streaming rate "
              "(meshplan/serve/efficiency.py);",
              f"- `experts` = {SERVE_DEFAULT.experts:g}: the MoE path's rate against dense GEMMs and uniform "
-             "collectives (same file);"]
+             "collectives (same file), held at its first fit (`fit_inference.py --hold experts`): fitted again it "
+             "runs to 1.0, pulled by the fit half's single-run MoE groups, and the check half's objective rises by "
+             "two thirds (docs/SERVING.md);"]
     for name in FITTED_ENGINES:
         e = load_engine(name)
         lines.append(f"- `iteration_overhead` of the {name} engine = {1e3 * e.iteration_overhead:.3g} ms "
                      f"(presets/engines/{name}.toml).")
-    return lines + ["", "vLLM's runs (the held-back MI300X source), SGLang's and TensorRT-LLM's PyTorch backend keep a "
-                    "host time of 0: no fit run constrains it (the PyTorch backend and SGLang schedule the next "
-                    "iteration while the GPU runs this one, so their host time hides behind the GPU's)."]
+    per_request = 1e6 * load_engine("trtllm-pytorch").sequence_overhead
+    return lines + ["", f"Not fitted: TensorRT-LLM's PyTorch backend spends {per_request:.3g} us of "
+                    "host time per request in flight per iteration on an x86 host (its 45.11 ms per iteration at 1,536 "
+                    "requests per rank on GB200, TensorRT-LLM PR #10273, over Grace's 2.75x Python time), behind its "
+                    "overlap scheduler; vLLM's runs (the held-back MI300X source) and SGLang's keep a host time of 0: "
+                    "no fit run constrains it."]
 
 
 def skipped_section(res: list[ServingResult]) -> list[str]:

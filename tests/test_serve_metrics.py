@@ -134,3 +134,75 @@ def test_a_batch_table_is_read_from_toml_and_checked(tmp_path):
     bad.write_text('name = "bad"\nbatch_table = [[336, 256], [144, 128]]\n')
     with pytest.raises(SpecError, match="ascending limits"):
         load_engine(str(bad))
+
+
+def test_attention_groups_that_schedule_their_own_prompts_wait_for_the_one_with_a_chunk():
+    """DeepSeek-V3 on 8 H200s, 8 attention groups of 128 sequences, 1,024 in and 2,048 out: each group takes a
+    1,024-token chunk in f = 64 / 1,024 of its iterations (B·I/O = 128 · 1024 / 2048 = 64 tokens per step). Taken in
+    the same iterations (dp_balance) the mean step is f·mixed + (1 − f)·decode; each on its own, 1 − (1 − f)^8 =
+    40.3 % of the iterations carry a chunk somewhere, 8f / 0.403 = 1.24 on average, and the step is
+    0.403·(mixed − (1 − 1.24 / 8)·shared) + 0.597·decode, shared being what the extra chunks add to the experts."""
+    from meshplan.serve.metrics import Setting, instance
+
+    model, cluster = load_model("deepseek-v3"), load_system("h200").cluster(8)
+    workload = Workload(input_len=1024, output_len=2048)
+    cols = {"tp": 1, "pp": 1, "dpa": 8, "ep": 8, "batch": 1024, "replicas": 1, "prefill_replicas": 0}
+    quant = Quant(weights="fp8", activations="fp8", kv_cache="fp8")
+    balanced = Setting(model, cluster, cols, quant, Engine(dp_balance=True), workload)
+    alone = Setting(model, cluster, cols, quant, Engine(), workload)
+    f, mixed_at = 64 / 1024, (128, 1024, 1.0, 0.0)
+    decode, mixed = alone.time(128), alone.time(*mixed_at)
+    assert instance(balanced).tpot == pytest.approx(f * mixed + (1 - f) * decode)
+    somewhere = 1 - (1 - f) ** 8
+    assert somewhere == pytest.approx(0.403, abs=1e-3)
+    shared = alone.expert_time(*mixed_at) - alone.expert_time(128)
+    assert 0 < shared < mixed - decode
+    chunks = 8 * f / somewhere
+    expected = somewhere * (mixed - (1 - chunks / 8) * shared) + (1 - somewhere) * decode
+    assert instance(alone).tpot == pytest.approx(expected)
+    assert instance(alone).tpot > 1.1 * instance(balanced).tpot
+    one = {**cols, "dpa": 1, "ep": 1, "batch": 128}  # one group: nobody to wait for
+    assert instance(Setting(model, cluster, one, quant, Engine(), workload)).tpot == pytest.approx(
+        instance(Setting(model, cluster, one, quant, Engine(dp_balance=True), workload)).tpot)
+
+
+def test_two_batch_overlap_hides_the_dispatch_of_one_half_behind_the_other():
+    """SGLang's TBO on DeepSeek-V3, 72 H100s in 72 attention groups of 256: the step is 2·max(C(128), M(128)) with M
+    the dispatch and combine of a half and C the rest of its step; without it C(256) + M(256)."""
+    from meshplan.serve.iteration import token_time
+    from meshplan.serve.metrics import TRAFFIC, Setting
+
+    model, cluster = load_model("deepseek-v3"), load_system("h100").cluster(72)
+    cols = {"tp": 1, "pp": 1, "dpa": 72, "ep": 72, "batch": 72 * 256, "replicas": 1, "prefill_replicas": 0}
+    quant, workload = Quant(weights="fp8", activations="fp8", kv_cache="fp8"), Workload(input_len=2000, output_len=1)
+    tbo = Setting(model, cluster, cols, quant, load_engine("sglang").with_(two_batch_overlap=True), workload)
+    plain = Setting(model, cluster, cols, quant, load_engine("sglang"), workload)
+    half = tbo.shape(128, 0.0, 0.0, 0.0)
+    step, traffic = (token_time(model, cluster, half, 1, quant, 0.0, tbo.eff, only) for only in ((), TRAFFIC))
+    assert tbo.time(256) == pytest.approx(2 * max(step - traffic, traffic))
+    assert plain.time(256) == pytest.approx(token_time(model, cluster, plain.shape(256, 0.0, 0.0, 0.0), 1, quant))
+    assert tbo.time(256) < plain.time(256)  # 72 GPUs over 9 nodes: the dispatch crosses InfiniBand
+
+
+def test_a_python_host_loop_runs_at_the_host_cpus_python_speed():
+    """trtllm-pytorch: 10.7 µs per request in flight per iteration on an x86 host, 2.75x that on GB200's Grace
+    (gb200.toml python_host): 2,048 requests take 2048 · 10.7 µs = 21.9 ms of host time on B200, 60.3 ms on GB200;
+    behind the overlap scheduler an iteration lasts max(GPU, host). The C++ runtime's host time does not scale."""
+    engine = load_engine("trtllm-pytorch")
+    assert engine.host_in_python and engine.host_overlap
+    b200, gb200 = load_system("b200").cluster(1), load_system("gb200").cluster(4)
+    assert b200.python_host == 1.0 and gb200.python_host == 2.75
+    assert engine.host_time(2048, 1, b200.python_host) == pytest.approx(2048 * 10.7e-6)
+    assert engine.host_time(2048, 1, gb200.python_host) == pytest.approx(2.75 * 2048 * 10.7e-6)
+    cpp = load_engine("trtllm")
+    assert cpp.host_time(2048, 1, 2.75) == cpp.host_time(2048, 1, 1.0) == pytest.approx(cpp.iteration_overhead)
+    from meshplan.serve.metrics import Setting
+
+    model = load_model("qwen3-30b-a3b")
+    cols = {"tp": 1, "pp": 1, "dpa": 1, "ep": 1, "batch": 2048, "replicas": 1, "prefill_replicas": 0}
+    quant, workload = Quant(weights="fp4", activations="fp4"), Workload(input_len=128, output_len=128)
+    on = {name: Setting(model, load_system(name).cluster(1), cols, quant, engine, workload)
+          for name in ("b200", "gb200")}
+    gpu = on["gb200"].gpu_time(2048, 0.0, 0.0, 0.0)
+    assert on["gb200"].time(2048) == pytest.approx(max(gpu, 2.75 * 2048 * 10.7e-6))
+    assert on["gb200"].time(2048) > on["b200"].time(2048)  # the same Blackwell GPU behind a slower host

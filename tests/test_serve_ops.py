@@ -146,3 +146,54 @@ def test_tp_all_reduce_is_nccls_fastest_ring_protocol():
     sizes = np.geomspace(1e3, 1e9, 25)
     times = ring_protocols(sizes, 8, busbw)
     assert np.all(np.diff(times) > 0)  # more bytes never take less time
+
+
+def test_tp_all_reduce_on_a100_is_its_measured_kernel():
+    """a100.toml: 12.6 µs + 2(g − 1)/g · n / 49 GB/s measured up to 2 MiB (SGLang PR #2688's two-shot timings: 45.5 µs
+    at 1 MiB on 4 GPUs). 1 MiB on 4: 12.6 + 1.5 · 1,048,576 / 49e9 s = 12.6 + 32.1 = 44.7 µs, above NCCL's LL128 21.4 +
+    1.5 · 1,048,576 / (0.92 · 240e9) = 28.5 µs; past 2 MiB the protocols plus what the measurement added at 2 MiB."""
+    from meshplan.serve.allreduce import custom_kernel, ring_protocols, tp_all_reduce
+    from meshplan.specs.efficiency import DEFAULT
+
+    a100 = load_system("a100").cluster(8)
+    busbw = 300e9 * 0.8
+    mib = 2**20
+    assert tp_all_reduce(mib, 4, 1, a100, DEFAULT) == pytest.approx(12.6e-6 + 1.5 * mib / 49e9)
+    assert tp_all_reduce(mib, 4, 1, a100, DEFAULT) == pytest.approx(44.7e-6, abs=0.1e-6)
+    assert ring_protocols(mib, 4, busbw) == pytest.approx(28.5e-6, abs=0.1e-6)
+    excess = custom_kernel(2 * mib, 4, 12.6e-6, 49e9) - ring_protocols(2 * mib, 4, busbw)
+    assert tp_all_reduce(8 * mib, 4, 1, a100, DEFAULT) == pytest.approx(ring_protocols(8 * mib, 4, busbw) + excess)
+    sizes = np.geomspace(1e3, 1e9, 61)
+    times = tp_all_reduce(sizes, 4, 1, a100, DEFAULT)
+    assert np.all(np.diff(times) > 0)  # continuous past the measured 2 MiB: more bytes never take less time
+    b200 = load_system("b200").cluster(8)  # no measurement: NCCL's protocols alone
+    assert b200.accelerator.allreduce_bandwidth == 0.0
+    assert tp_all_reduce(mib, 4, 1, b200, DEFAULT) == pytest.approx(ring_protocols(mib, 4, 900e9 * 0.8))
+
+
+def test_a_kernel_per_query_head_rereads_the_kv_head_from_l2():
+    """Llama 2 70B at tp 4: 16 query heads and 2 KV heads per GPU, so FasterTransformer's per-query-head kernel reads
+    each KV head 16 / 2 = 8 times. 64 sequences of 3,072 cached tokens, per layer 2 · 2 · 128 · 2 B = 1,024 B per
+    token: 64 · 3,072 · 1,024 = 201 MB from HBM, 8 · 201 = 1.61 GB through L2 at 7.22 TB/s · 0.85 = 262 µs, against
+    the once-read kernel's 201 MB / (2,039 GB/s · 0.85 · kv_read) ≈ 120 µs."""
+    from meshplan.serve.efficiency import SERVE_DEFAULT
+    from meshplan.serve.engine import load_engine
+    from meshplan.serve.iteration import cache_read_time
+    from meshplan.serve.ops import decode_attention
+
+    model, a100 = load_model("llama2-70b"), load_system("a100").cluster(4)
+    once = shape(decode=64, context=3072, tp=4)
+    each = Shape(**{f: getattr(once, f) for f in once.__slots__} | {"per_query_head": True})
+    op_once, op_each = decode_attention(model, once)[0], decode_attention(model, each)[0]
+    assert op_once.repeat == 1.0 and op_each.repeat == 8.0 and op_each.nbytes == op_once.nbytes
+    cached, queries = 64 * 3072 * 2 * 2 * 128 * 2, 2 * 64 * 16 * (128 + 128)  # and each query and output, 16 heads
+    assert op_once.nbytes == cached + queries == 201_850_880
+    acc = a100.accelerator
+    t_once = cache_read_time(op_once, acc, "bf16", SERVE_DEFAULT)
+    t_each = cache_read_time(op_each, acc, "bf16", SERVE_DEFAULT)
+    assert t_each == pytest.approx(8 * op_each.nbytes / (7.22e12 * 0.85))
+    assert t_each == pytest.approx(262e-6, rel=0.01) and t_once < 0.5 * t_each
+    assert load_engine("lmdeploy").kv_per_query_head and not load_engine("trtllm").kv_per_query_head
+    h100 = load_system("h100").cluster(4).accelerator  # no L2 bandwidth stated: the once-read roofline
+    assert cache_read_time(op_each, h100, "bf16", SERVE_DEFAULT) == cache_read_time(op_once, h100, "bf16",
+                                                                                    SERVE_DEFAULT)

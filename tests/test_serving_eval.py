@@ -52,3 +52,18 @@ def test_a_multi_gpu_moe_run_without_its_layout_is_not_priced():
     assert [case_of(r) for r in many] == [LAYOUT_UNKNOWN] * 70
     one = [case_of(r) for r in moe if r["hardware"]["num_gpus"] == 1]
     assert len(one) == 40 and all(np.isfinite(predict(c)[0]["output_tokens_per_s"]) for c in one)
+
+
+def test_a_burst_that_outlives_its_mean_request_has_varied_lengths():
+    """TensorRT-LLM 0.14's QPS = INF rows: 500 requests of 202 / 214 on one H100 took 500 / 39 = 12.8 s where a request
+    with the printed lengths lives 1.657 + 213 · 0.021 = 6.13 s (2.09x): not priced. Its 467 / 256 row: 500 / 37 =
+    13.5 s against 3.335 + 255 · 0.039 = 13.28 s (1.02x): priced."""
+    from meshplan_validation.serving_map import VARIED
+
+    flagged = sorted(i for i, r in RECORDS.items() if case_of(r) == VARIED)
+    assert flagged == sorted(f"trtllm014srv_llama3.1-{m}_{g}_tp{t}_202x214_qpsinf"
+                             for m, t in (("8b", 1), ("70b", 4)) for g in ("h100", "h200"))
+    m = RECORDS["trtllm014srv_llama3.1-8b_h100_tp1_202x214_qpsinf"]["measured"]
+    ratio = 500 / m["requests_per_s"] / ((m["ttft_ms"] + 213 * m["itl_ms"]) / 1e3)
+    assert ratio == pytest.approx(2.09, abs=0.01)
+    assert not isinstance(case_of(RECORDS["trtllm014srv_llama3.1-8b_h100_tp1_467x256_qpsinf"]), str)

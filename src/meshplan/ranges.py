@@ -62,6 +62,14 @@ RANGES: dict[str, Range] = {
                            "2-20 us on GPUs; a CPU's quick calibration reads up to a few ms; a second is 10^5 x that"),
     "kernel_overhead": Range(0, 1, "s", "fixed time per other kernel (calibrate's memory fit intercept): 2-10 us "
                              "on GPUs, more on a CPU; a second is 10^5 x that"),
+    "allreduce_latency": Range(0, 1, "s", "a small all-reduce's fixed time inside NVLink: 5-13 us measured (A100, "
+                               "H100); a second is 10^5 x that", "not measured"),
+    "allreduce_bandwidth": Range(1e6, 1e16, "B/s", "a small all-reduce's bus rate inside NVLink: 49-61 GB/s measured "
+                                 "(one- / two-shot kernels); 10 PB/s is 10,000x NVLink 5", "not measured"),
+    "allreduce_measured": Range(1, 1e15, "B", "the largest all-reduce measured for the two above: 1-2 MiB",
+                                "not measured"),
+    "l2_bandwidth": Range(1e6, 1e17, "B/s", "L2 read bandwidth: 7.2 TB/s on A100 (5120 B/clk at 1.41 GHz); 100 PB/s "
+                          "is past any on-chip cache", "unstated"),
     "exp_rate": Range(0.1, 10, "", "exponential (MUFU.EX2) rate per SM clock relative to Hopper: 1, Blackwell "
                       "Ultra 2; a tenth or ten times that is past any GPU built"),
     # ---- Network / Tier / Cluster -----------------------------------------------------------------------------
@@ -75,6 +83,8 @@ RANGES: dict[str, Range] = {
     "nic_latency": Range(0, 1, "s", LATENCY),
     "host_bandwidth": Range(1e6, 1e15, "B/s", "GPU to host per direction: PCIe Gen3 x16 14 GB/s to NVLink-C2C 450 "
                             "GB/s (GH200)"),
+    "python_host": Range(0.1, 100, "", "host CPU time for PyTorch's Python-side work against an x86 DGX host: 1, "
+                         "Grace 2.5-2.8 (TransformerEngine issue #2053); 100x is past any server CPU"),
     "host_memory": Range(1e6, 1e15, "B", "host memory per GPU for offload: presets 64-256 GB; 1 PB is 4,000x"),
     "size": Range(1, MAX_GPUS, "", "Tier: GPUs per group of a mesh dimension, at most the cluster",
                   "the rest (a system file's outermost tier)"),

@@ -38,6 +38,9 @@ ENGINES: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("TensorRT-LLM 0.14", "trtllm", {"prefill": "separate"}),
     ("LMDeploy", "lmdeploy", {}),
     ("vLLM", "vllm", {}),
+    # the large-EP blog's H100 runs overlap two micro-batches (its "Two-batch Overlap" section; the engine string says
+    # so); its GB200 sequel turns it off ("This allows two-batch overlap to be disabled")
+    ("SGLang (May 2025)", "sglang", {"two_batch_overlap": True}),
     ("SGLang", "sglang", {}),
 )
 SIXTEEN = ("bf16", "fp16")
@@ -147,7 +150,28 @@ def skip_reason(record: dict[str, Any]) -> str:
         return LAYOUT_UNKNOWN
     if not any(isinstance(v, (int, float)) and k in METRICS for k, v in m.items()):
         return "no measured metric meshplan predicts (tokens/s not labelled output or total)"
-    return ""
+    return varied_lengths(record)
+
+
+def varied_lengths(record: dict[str, Any]) -> str:
+    """A burst of N requests offered at once (QPS = INF) lasts about as long as one request's life when every request
+    has the printed lengths: TTFT + (O − 1)·ITL, all of them in flight together. A run whose N / requests-per-second
+    is half as long again has requests that outlive the mean: its lengths are the mean of a distribution the source
+    does not give, and a run's length is set by its longest requests, which meshplan cannot price."""
+    w, m = record["workload"], record["measured"]
+    if w.get("request_rate_label") != "INF" or not all(
+            isinstance(v, (int, float)) for v in (m.get("ttft_ms"), m.get("itl_ms"), m.get("requests_per_s"),
+                                                  w.get("num_requests"), w.get("output_len"))):
+        return ""
+    life = (m["ttft_ms"] + (w["output_len"] - 1) * m["itl_ms"]) / 1e3
+    run = w["num_requests"] / m["requests_per_s"]
+    if run <= 1.5 * life:
+        return ""
+    return VARIED
+
+
+VARIED = ("lengths vary: the QPS = INF burst lasted over 1.5x a mean request's TTFT + (O - 1) ITL (2.0-2.1x), so its "
+          "lengths are means of a distribution the source does not state")
 
 
 # TensorRT-LLM's v1.0 performance page runs its MoE models with '--ep $ep_size' (no value) and an llm_options.yml that

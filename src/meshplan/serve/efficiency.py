@@ -46,7 +46,7 @@ SPLIT_DEPTH = 128.0  # a split-K slice is at least this deep (two 64-deep k-bloc
 class ServeEfficiency(Efficiency):
     """``Efficiency`` with inference's GEMM kernels and its two fitted constants (module docstring)."""
 
-    kv_read: float = 0.968  # decode attention's share of the streaming rate (fitted)
+    kv_read: float = 0.9816  # decode attention's share of the streaming rate (fitted)
     experts: float = 0.6477  # the MoE path's rate against dense GEMMs and uniform collectives (fitted)
 
     @cached_property

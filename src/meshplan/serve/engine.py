@@ -64,6 +64,9 @@ class Engine:
     # the host prepares iteration n + 1 while the GPU runs iteration n (an overlap scheduler: TensorRT-LLM's PyTorch
     # backend, SGLang's), so an iteration takes max(GPU, host) seconds instead of their sum
     host_overlap: bool = False
+    # the host loop is Python (PyTorch eager: TensorRT-LLM's PyTorch backend, vLLM, SGLang): its time scales with the
+    # host CPU's Python speed (Cluster.python_host: Grace 2.5-2.8x an x86 DGX host)
+    host_in_python: bool = False
     # how MoE layers under data-parallel attention reach their experts: all-to-all dispatch and combine of each
     # token's k copies (DeepEP, SGLang), or an all-gather of every token before the experts and a reduce-scatter of
     # their sums after (TensorRT-LLM's default under attention DP)
@@ -77,6 +80,17 @@ class Engine:
     # multi-head latent attention in decode: the absorbed form (W_UK into the query, W_UV after attention: an MQA
     # over the cached latent, DeepSeek-V2 §2.1.2, FlashMLA) or the latent up-projected for every cached token
     mla_absorb: bool = True
+    # decode attention with one thread block per query head (FasterTransformer's masked multi-head attention, which
+    # TurboMind v0.1 runs): a GQA group's KV head is read once per query head, A/K times (ops.decode_attention);
+    # False: the GQA-aware kernels (XQA, FlashInfer, FlashDecoding) read it once for the group
+    kv_per_query_head: bool = False
+    # data-parallel attention groups take their prompt chunks in the same iterations (TensorRT-LLM's
+    # attention_dp_config enable_balance, "ADP Balance Strategy", tech blog 10); False: each group schedules its own
+    # and an iteration waits for the group that carries one (metrics._with_chunks)
+    dp_balance: bool = False
+    # two-batch overlap: the batch as two micro-batches, one's MoE dispatch and combine overlapping the other's
+    # computation (SGLang --enable-two-batch-overlap, DeepSeek's profile-data design; metrics.Setting.gpu_time)
+    two_batch_overlap: bool = False
 
     def __post_init__(self) -> None:
         where = f"engine {self.name}: " if isinstance(self.name, str) else ""
@@ -109,6 +123,13 @@ class Engine:
         if self.kv_reservation == "full":
             return float(workload.input_len + workload.output_len)
         return float(workload.resident_context)
+
+    def host_time(self, sequences: Any, pp: Any = 1, python_host: float = 1.0) -> Any:
+        """The host's seconds per iteration for ``sequences`` running and prompted sequences per micro-batch over
+        ``pp`` stages: iteration_overhead + sequence_overhead · sequences · pp, at the host CPU's Python speed when
+        the host loop is Python (``host_in_python``)."""
+        scale = python_host if self.host_in_python else 1.0
+        return scale * (self.iteration_overhead + self.sequence_overhead * sequences * pp)
 
     def runtime_batch(self, capacity: float) -> float:
         """The most sequences the executor runs when its KV cache holds ``capacity`` (``batch_table``)."""

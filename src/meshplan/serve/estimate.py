@@ -93,9 +93,10 @@ def serve_estimate(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload
     lane = Shape(tp=plan.tp, dpa=plan.dpa, ep=plan.ep, decode=float(result.running) / (plan.pp * plan.dpa),
                  context=workload.decode_context, prefill=0.0, prompts=0.0, prefix=0.0, w_bytes=q.weight_bytes,
                  a_bytes=q.act_bytes, kv_bytes=q.kv_bytes, absorb=engine.mla_absorb,
-                 gather=engine.moe_comm == "all_gather")
+                 gather=engine.moe_comm == "all_gather",
+                 per_query_head=engine.kv_per_query_head)
     parts = breakdown(model, cluster, lane, plan.pp, q, eff)
-    host = engine.iteration_overhead + engine.sequence_overhead * float(result.running) / plan.dpa
+    host = engine.host_time(float(result.running) / plan.dpa, 1, cluster.python_host)
     if engine.host_overlap:  # only what the GPU's work does not hide
         host = max(host - sum(parts.values()), 0.0)
     kinds = op_kinds(model, lane, plan.pp)

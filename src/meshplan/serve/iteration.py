@@ -23,9 +23,9 @@ from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.moe import moe_ops
 from meshplan.serve.ops import Shape, attention_ops, collective, dense_ops, gemm, sixteen_bit, stream
 from meshplan.serve.precision import Quant, compute_accelerator, gemm_precision
-from meshplan.specs.hardware import Cluster
+from meshplan.specs.hardware import Accelerator, Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.xp import Num, where
+from meshplan.xp import Num, maximum, where
 
 
 def layer_ops(model: ModelSpec, sh: Shape) -> dict[str, list[OpCost]]:
@@ -73,8 +73,20 @@ def op_seconds(op: OpCost, cluster: Cluster, quant: Quant, eff: ServeEfficiency,
             return slower * tp_all_reduce(c.nbytes, c.group, layouts[c.axis], cluster, eff)
         return slower * collective_time(c.kind, c.nbytes, c.group, layouts[c.axis], cluster, eff)
     acc = compute_accelerator(cluster.accelerator, quant)
-    return slower * op_time(op, acc, gemm_precision(acc, quant) or acc.default_precision,
-                            eff.cache_reads if op.name == "attn/decode" else eff)
+    if op.name == "attn/decode":
+        return cache_read_time(op, acc, gemm_precision(acc, quant) or acc.default_precision, eff)
+    return slower * op_time(op, acc, gemm_precision(acc, quant) or acc.default_precision, eff)
+
+
+def cache_read_time(op: OpCost, acc: Accelerator, precision: str, eff: ServeEfficiency) -> Num:
+    """Decode attention over the cache: the roofline at the cache-reading rate (``ServeEfficiency.cache_reads``);
+    a kernel that reads each KV head once per query head (``op.repeat`` times, ops.decode_attention) takes at least
+    those reads at the L2 cache's bandwidth (the repeats hit in L2, the first read comes from HBM), where the
+    accelerator states it (``Accelerator.l2_bandwidth``)."""
+    time = op_time(op, acc, precision, eff.cache_reads)
+    if acc.l2_bandwidth and not (type(op.repeat) is float and op.repeat == 1.0):
+        time = maximum(time, op.repeat * op.nbytes / (acc.l2_bandwidth * eff.memory))
+    return time
 
 
 def layouts(tp: Num, dpa: Num, pp: Num) -> dict[str, Num]:
@@ -83,13 +95,14 @@ def layouts(tp: Num, dpa: Num, pp: Num) -> dict[str, Num]:
 
 
 def token_time(model: ModelSpec, cluster: Cluster, sh: Shape, pp: Num, quant: Quant,
-               overhead: float = 0.0, eff: ServeEfficiency = SERVE_DEFAULT) -> Num:
+               overhead: float = 0.0, eff: ServeEfficiency = SERVE_DEFAULT, only: tuple[str, ...] = ()) -> Num:
     """Seconds between two tokens of a sequence: p times the bottleneck stage's time on its micro-batch ``sh``,
-    plus the engine's host time per iteration."""
+    plus the engine's host time per iteration; ``only``: the ops whose names start with one of these alone."""
     place = layouts(sh.tp, sh.dpa, pp)
     stage = 0.0
     for op, count in stage_ops(model, sh, pp):
-        stage = stage + count * op_seconds(op, cluster, quant, eff, place)
+        if not only or op.name.startswith(only):
+            stage = stage + count * op_seconds(op, cluster, quant, eff, place)
     return pp * stage + overhead
 
 

@@ -32,7 +32,7 @@ import numpy as np
 from meshplan.comm import collective_time
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.engine import Engine
-from meshplan.serve.iteration import token_time
+from meshplan.serve.iteration import EXPERT_PATH, token_time
 from meshplan.serve.kv import token_bytes
 from meshplan.serve.ops import Shape
 from meshplan.serve.plan import Workload
@@ -40,6 +40,8 @@ from meshplan.serve.precision import Quant
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.xp import Num, maximum, minimum, where
+
+TRAFFIC = ("moe/dispatch", "moe/combine")  # what two-batch overlap hides behind the other half's work
 
 
 @dataclass(frozen=True)
@@ -68,14 +70,37 @@ class Setting:
 
     def time(self, decode: Num, prefill: Num = 0.0, prompts: Num = 0.0, prefix: Num = 0.0) -> Num:
         """Seconds per token step of a micro-batch with ``decode`` sequences and ``prefill`` prompt tokens."""
-        c, q = self.cols, self.quant
-        sh = Shape(tp=c["tp"], dpa=c["dpa"], ep=c["ep"], decode=decode, context=self.workload.decode_context,
-                   prefill=prefill, prompts=prompts, prefix=prefix, w_bytes=q.weight_bytes, a_bytes=q.act_bytes,
-                   kv_bytes=q.kv_bytes, absorb=self.engine.mla_absorb, gather=self.engine.moe_comm == "all_gather")
-        host = self.engine.iteration_overhead + self.engine.sequence_overhead * (decode + prompts) * c["pp"]
+        host = self.engine.host_time(decode + prompts, self.cols["pp"], self.cluster.python_host)
+        gpu = self.gpu_time(decode, prefill, prompts, prefix)
         if self.engine.host_overlap:  # the host's work hides behind the GPU's (engine.py)
-            return maximum(token_time(self.model, self.cluster, sh, c["pp"], q, 0.0, self.eff), host)
-        return token_time(self.model, self.cluster, sh, c["pp"], q, host, self.eff)
+            return maximum(gpu, host)
+        return gpu + host
+
+    def gpu_time(self, decode: Num, prefill: Num, prompts: Num, prefix: Num) -> Num:
+        """The GPU's seconds for the step; with two-batch overlap (``Engine.two_batch_overlap``: SGLang's TBO after
+        DeepSeek's inference system, deepseek-ai/profile-data) the batch runs as two halves on two streams, each
+        half's expert dispatch and combine beside the other half's computation: 2·max(C(B/2), M(B/2)), M the
+        dispatch and combine, C the rest (each half reads the weights again)."""
+        if not self.engine.two_batch_overlap:
+            return token_time(self.model, self.cluster, self.shape(decode, prefill, prompts, prefix), self.cols["pp"],
+                              self.quant, 0.0, self.eff)
+        half = self.shape(decode / 2, prefill / 2, prompts / 2, prefix)
+        step = token_time(self.model, self.cluster, half, self.cols["pp"], self.quant, 0.0, self.eff)
+        traffic = token_time(self.model, self.cluster, half, self.cols["pp"], self.quant, 0.0, self.eff, TRAFFIC)
+        return 2 * maximum(step - traffic, traffic)
+
+    def expert_time(self, decode: Num, prefill: Num = 0.0, prompts: Num = 0.0, prefix: Num = 0.0) -> Num:
+        """The seconds of ``time`` that the MoE layers' shared work takes: the experts and their token traffic,
+        which process every attention group's tokens together (iteration.EXPERT_PATH)."""
+        sh = self.shape(decode, prefill, prompts, prefix)
+        return token_time(self.model, self.cluster, sh, self.cols["pp"], self.quant, 0.0, self.eff, EXPERT_PATH)
+
+    def shape(self, decode: Num, prefill: Num, prompts: Num, prefix: Num) -> Shape:
+        c, q = self.cols, self.quant
+        return Shape(tp=c["tp"], dpa=c["dpa"], ep=c["ep"], decode=decode, context=self.workload.decode_context,
+                     prefill=prefill, prompts=prompts, prefix=prefix, w_bytes=q.weight_bytes, a_bytes=q.act_bytes,
+                     kv_bytes=q.kv_bytes, absorb=self.engine.mla_absorb,
+                     gather=self.engine.moe_comm == "all_gather", per_query_head=self.engine.kv_per_query_head)
 
     @property
     def micro_batch(self) -> Num:
@@ -146,11 +171,28 @@ def _chunked(s: Setting) -> tuple[Num, Num, Num, Num]:
     share = minimum(chunk, inp)  # tokens of one prompt in a chunk
     carried = minimum(need / chunk, 1.0)  # the share of the iterations that carry a chunk
     decode = s.time(running)
-    mixed = s.time(running, chunk, chunk / share, (inp - share) / 2)
-    tpot = carried * mixed + (1 - carried) * decode
+    tpot = _with_chunks(s, carried, decode, (running, chunk, chunk / share, (inp - share) / 2))
     first = minimum(inp, budget)
     ttft = np.ceil(inp / budget) * s.time(running, first, 1.0, (inp - first) / 2) + tpot / 2
     return ttft, tpot, running, decode
+
+
+def _with_chunks(s: Setting, carried: Num, decode: Num, mixed_at: tuple[Num, Num, Num, Num]) -> Num:
+    """The mean token step when a share ``carried`` of each attention group's iterations carries a prompt chunk.
+    One group (dpa = 1, or groups that take their chunks in the same iterations: ``Engine.dp_balance``): that share
+    of the steps is the mixed one. dpa = n groups that schedule their own prompts meet at every MoE layer, so an
+    iteration lasts as long as its slowest group ("the iteration time is dominated by the slowest rank", TensorRT-LLM
+    tech blog 10, "ADP Balance Strategy", whose balancing gained 1.33x on 8 GB200s): 1 − (1 − f)^n of the iterations
+    carry a chunk somewhere, each with f·n / (1 − (1 − f)^n) chunks on average; the MoE layers' shared work
+    (``Setting.expert_time``) grows with the chunks present, the rest of the step with the slowest group's."""
+    mixed = s.time(*mixed_at)
+    n = np.asarray(s.cols["dpa"], dtype=float)
+    if s.engine.dp_balance or not np.any(n > 1):
+        return carried * mixed + (1 - carried) * decode
+    somewhere = 1 - (1 - carried) ** n
+    chunks = np.where(somewhere > 0, carried * n / np.maximum(somewhere, 1e-30), 1.0)
+    shared = s.expert_time(*mixed_at) - s.expert_time(mixed_at[0])
+    return somewhere * (mixed - (1 - chunks / n) * shared) + (1 - somewhere) * decode
 
 
 def _separate(s: Setting) -> tuple[Num, Num, Num, Num]:

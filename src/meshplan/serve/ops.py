@@ -46,6 +46,7 @@ class Shape:
     kv_bytes: Num
     absorb: bool = True
     gather: bool = False  # MoE under data-parallel attention by all-gather / reduce-scatter (engine.moe_comm)
+    per_query_head: bool = False  # decode attention reads a KV head once per query head (engine.kv_per_query_head)
 
     @property
     def rows(self) -> Num:
@@ -108,15 +109,18 @@ def head_dims(model: ModelSpec) -> tuple[int, int]:
 def decode_attention(model: ModelSpec, sh: Shape) -> list[OpCost]:
     """D queries against their c cached tokens (the windowed layers' share: at most the window): every cached key
     and value read once per sequence (paged / FlashDecoding kernels share a KV head's read among its A/K query
-    heads), FLOPs 2·D·c·A/t·(d_qk + d_v)."""
+    heads), FLOPs 2·D·c·A/t·(d_qk + d_v). A kernel with one thread block per query head (FasterTransformer's masked
+    multi-head attention, ``sh.per_query_head``) reads each KV head once per query head of its group: ``repeat`` =
+    A/K reads of the same bytes, the repeats served by the L2 cache (iteration.op_seconds)."""
     if model.is_mla:
         return mla_decode(model, sh)
     heads, (d_qk, d_v) = model.num_heads / sh.tp, head_dims(model)
     keys = kept_tokens(model, sh.context)
     cached = sh.decode * keys * layer_token_bytes(model, sh.tp, sh.kv_bytes)
     q_out = ACT_BYTES * sh.decode * heads * (d_qk + d_v)
+    reads = heads / kv_heads_per_gpu(model, sh.tp) if sh.per_query_head else 1.0
     return [OpCost("attn/decode", PHASE, "attention", 2.0 * sh.decode * keys * heads * (d_qk + d_v), cached + q_out,
-                   m=sh.decode * heads, n=maximum(keys, 1.0), k=d_qk, variant="flash")]
+                   m=sh.decode * heads, n=maximum(keys, 1.0), k=d_qk, variant="flash", repeat=reads)]
 
 
 def mla_decode(model: ModelSpec, sh: Shape) -> list[OpCost]:

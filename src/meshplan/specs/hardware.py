@@ -59,6 +59,13 @@ class Accelerator:
     # other kernel); 0 in the presets, whose efficiency model holds what they cost (efficiency.py)
     gemm_overhead: float = 0.0
     kernel_overhead: float = 0.0
+    # a small all-reduce inside the NVLink domain as measured on this GPU (the one-shot / two-shot kernels serving
+    # engines run at decode's sizes): t = allreduce_latency + 2(g − 1)/g · bytes / allreduce_bandwidth for messages
+    # up to allreduce_measured bytes, the largest measured (serve/allreduce.py); 0 → not measured, NCCL's model
+    allreduce_latency: float = 0.0
+    allreduce_bandwidth: float = 0.0
+    allreduce_measured: float = 0.0
+    l2_bandwidth: float = 0.0  # L2 cache read bandwidth, bytes/s (serve: re-read KV heads, iteration.py); 0 unstated
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -114,6 +121,7 @@ class Cluster:
     tiers: tuple[Tier, ...]
     host_bandwidth: float = 55e9  # bytes/s per GPU to host memory (PCIe Gen5 x16 ≈ 64 GB/s raw) for offload
     host_memory: float = 256e9  # bytes of host memory per GPU that offloading may use (DGX H100: 2 TB / 8)
+    python_host: float = 1.0  # the host CPU's time for PyTorch's Python-side work, relative to a DGX's x86 host
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -158,6 +166,7 @@ class Network:
     nic_latency: float | None = None
     host_bandwidth: float = 55e9
     host_memory: float = 256e9
+    python_host: float = 1.0  # Cluster.python_host
     tiers: tuple[TierSpec, ...] = ()
     source: str = field(default="", compare=False)
 
@@ -228,7 +237,7 @@ def build_cluster(name: str, accelerator: Accelerator, net: Network, num_gpus: i
     if net.tiers:
         return Cluster(name=name, accelerator=accelerator, num_gpus=num_gpus,
                        tiers=build_tiers(net.tiers, accelerator.nvlink_bandwidth, num_gpus),
-                       host_bandwidth=net.host_bandwidth, host_memory=net.host_memory)
+                       host_bandwidth=net.host_bandwidth, host_memory=net.host_memory, python_host=net.python_host)
     domain = min(net.nvlink_domain, num_gpus)
     if num_gpus % domain:
         raise SpecError(f"gpus={num_gpus} is not a multiple of the NVLink domain size {domain}")
@@ -238,7 +247,7 @@ def build_cluster(name: str, accelerator: Accelerator, net: Network, num_gpus: i
              latency=net.nic_latency),
     )
     return Cluster(name=name, accelerator=accelerator, num_gpus=num_gpus, tiers=tiers,
-                   host_bandwidth=net.host_bandwidth, host_memory=net.host_memory)
+                   host_bandwidth=net.host_bandwidth, host_memory=net.host_memory, python_host=net.python_host)
 
 
 # ---- loading ----------------------------------------------------------------------------------------------
@@ -265,7 +274,9 @@ def accelerator_from_dict(data: dict[str, Any], where: str) -> Accelerator:
     peak = {k: parse_quantity(v, f"{where}.peak_flops.{k}", "FLOP/s") for k, v in peaks.items()}
     data.pop("sources", None)  # per-number provenance lives in the TOML beside the numbers
     for key, unit in (("hbm_bytes", "B"), ("hbm_bandwidth", "B/s"), ("nvlink_bandwidth", "B/s"),
-                      ("gemm_overhead", "s"), ("kernel_overhead", "s")):
+                      ("gemm_overhead", "s"), ("kernel_overhead", "s"),
+                      ("allreduce_latency", "s"), ("allreduce_bandwidth", "B/s"), ("allreduce_measured", "B"),
+                      ("l2_bandwidth", "B/s")):
         if key in data:
             data[key] = parse_quantity(data[key], f"{where}.{key}", unit)
     try:
