@@ -234,7 +234,8 @@ def test_estimate_prices_lora_fine_tuning(capsys):
     assert lora["step_time_s"] < full["step_time_s"]
     assert lora["memory_bytes"]["grads"] == 4 * 32 * 16 * (4096 + 4096 + 2 * 1024)
     code, out, err = run([*base, "--lora-rank", "-3"], capsys)
-    assert code == 2 and err.strip() == "meshplan: error: lora_rank=-3 must be a positive integer"
+    assert code == 2 and err.strip() == ("meshplan: error: lora-rank=-3 is outside 1 … 65,536 (or 0: full training "
+                                         "(the --lora-rank option))")
 
 
 @pytest.mark.parametrize(("extra", "message"), [

@@ -71,3 +71,51 @@ def test_stack_fields_without_an_option_ride_in_the_meshplan_comment():
     text = emit("torchtitan", MODEL, plan, stack)
     assert "# meshplan: stack." in text
     assert read("torchtitan", MODEL, 16, text=text) == (plan, stack)
+
+
+def test_the_content_outranks_the_suffix_and_an_empty_config_is_refused(tmp_path):
+    """A DeepSpeed JSON saved as .txt (Megatron's suffix) is read as DeepSpeed's: its zero_optimization stage 2 and
+    batch of 64 arrive, where reading it as Megatron arguments priced the defaults (zero=1 ... batch 0)."""
+    stack = load_stack("deepspeed")
+    plan = BASE.with_(tp=1, dp=16, sequence_parallel=False, zero=2)
+    saved = tmp_path / "ds_config.txt"
+    saved.write_text(emit("deepspeed", MODEL, plan, stack))
+    assert detect(saved.read_text(), str(saved)) == "deepspeed"
+    got = read(str(saved), MODEL, 16)[0]
+    assert (got.dp, got.tp, got.zero, got.global_batch) == (16, 1, 2, 64)
+    for name, text in (("empty.sh", ""), ("e.json", "{}"), ("e.toml", "foo = 1\n"), ("e.overrides", "a.b=1\n")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(SpecError, match="sets none of .* says nothing of the plan") as err:
+            read(str(tmp_path / name), MODEL, 16)
+        assert "\n" not in str(err.value)
+
+
+def test_torchtitan_degrees_are_integers_that_multiply_to_the_data_parallel_size():
+    """16 GPUs at tp 2: dp = 16 / 2 = 8, so replicate x shard must be 8 (shard -1: whatever is left)."""
+    head = '[parallelism]\ntensor_parallel_degree = 2\n'
+    with pytest.raises(SpecError, match=r"tensor_parallel_degree = 'x' must be an integer"):
+        read("torchtitan", MODEL, 16, text='[parallelism]\ntensor_parallel_degree = "x"\n')
+    with pytest.raises(SpecError, match=r"1 x 3 must be the data-parallel size 8"):
+        read("torchtitan", MODEL, 16, text=head + "data_parallel_shard_degree = 3\n")
+    assert read("torchtitan", MODEL, 16, text=head + "data_parallel_shard_degree = 8\n")[0].dp == 8
+    assert read("torchtitan", MODEL, 16, text=head + "data_parallel_shard_degree = -1\n")[0].dp == 8
+    with pytest.raises(SpecError, match="HSDP"):  # replicate 2 leaves shard -1 = 8 / 2 = 4 > 1
+        read("torchtitan", MODEL, 16, text=head + "data_parallel_replicate_degree = 2\n")
+
+
+@pytest.mark.parametrize("typo,meant", [("--micro-batch-sise", "--micro-batch-size"),
+                                        ("--micro_batch_size", "--micro-batch-size"),
+                                        ("--tensor-model-paralel-size", "--tensor-model-parallel-size"),
+                                        ("--sequence-parallle", "--sequence-parallel")])
+def test_a_misspelt_megatron_argument_is_refused_with_the_one_meant(typo, meant):
+    text = emit("megatron", MODEL, BASE, load_stack("megatron-core")) + f"{typo} 1\n"
+    with pytest.raises(SpecError, match=f"{typo} is not a Megatron-LM argument; did you mean {meant}"):
+        read("megatron", MODEL, 16, text=text)
+
+
+def test_megatron_arguments_meshplan_does_not_read_pass():
+    """Megatron-LM's other arguments (the learning rate, --fp4-recipe one digit from --fp8-recipe,
+    --tp-comm-overlap-ag beside --tp-comm-overlap) are not misspellings."""
+    text = emit("megatron", MODEL, BASE, load_stack("megatron-core"))
+    extra = "--lr 3e-4\n--train-iters 10\n--fp4-recipe nvfp4\n--tp-comm-overlap-ag\n"
+    assert read("megatron", MODEL, 16, text=text + extra)[0].tp == 2

@@ -52,6 +52,8 @@ def main(ref: str, options: dict[str, Any]) -> None:
     for name in ("top", "world_size"):
         if options[name] < 1:
             raise SpecError(f"{name.replace('_', '-')}={options[name]} must be a positive integer")
+    if options["learned"]:
+        options["profiles"] = _profiles(options["profiles"])
     device = options["device"]
     if device == "auto":
         from meshplan.calibrate.bench import resolve_device
@@ -95,3 +97,19 @@ def main(ref: str, options: dict[str, Any]) -> None:
     from meshplan.report.text import terminal_console
 
     compare.render(result, terminal_console(), options["top"], learned)
+
+
+def _profiles(given: str) -> str:
+    """--profiles as given, or (the default, run outside the checkout) the checkout's data/measured beside the
+    installed sources; refused before measuring when neither exists."""
+    from pathlib import Path
+
+    import meshplan
+
+    if Path(given).exists():
+        return given
+    beside = Path(meshplan.__file__).resolve().parents[2] / given
+    if beside.exists():
+        return str(beside)
+    raise SpecError(f"profiles={given!r} does not exist: --learned needs the zoo's profiles (a .jsonl file or a "
+                    "folder of them; python benchmarks/measured.py writes data/measured/ in a checkout)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 
@@ -35,7 +36,12 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
         plan, stack = _from_config(config, model, gpus, framework, options)
     else:
         stack = stack_of(framework, options)
+        zero_given = options.get("plan_zero") is not None
         plan = plan_of(options, model, cluster)
+        if not zero_given and stack.fsdp != "none" and plan.zero == 1:
+            # FSDP has no ZeRO-1: the default is its own, FULL_SHARD (torch FSDP's ShardingStrategy default,
+            # torchtitan's fully_shard reshard_after_forward), i.e. ZeRO-3
+            plan = dataclasses.replace(plan, zero=3)
     if fp8_scaling_given and stack.fp8_scaling != "delayed" and plan.precision != "fp8":
         raise SpecError(f"fp8-scaling={stack.fp8_scaling} needs --precision fp8 (not {plan.precision})")
     est = run(model, cluster, plan, stack)

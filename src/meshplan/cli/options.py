@@ -117,7 +117,7 @@ def _checked(given: dict[str, Any]) -> dict[str, Any]:
     for name in ("micro_batch", "global_batch"):
         sequences(given.get(name), name.replace("_", "-"))
     check_options(**{k: v for k, v in given.items() if k in RANGES and isinstance(v, int) and not isinstance(v, bool)
-                     and (k != "lora_rank" or v > 0)})  # a rank below 1: check() says it
+                     and (k != "lora_rank" or v != 0)})  # 0: full training (_computed)
     if "recompute_modules" in given:
         given["recompute_modules"] = recompute_modules(given["recompute_modules"])
     if "placement" in given:
@@ -138,7 +138,11 @@ def _computed(values: dict[str, Any], given: dict[str, Any], model: ModelSpec, c
         values["sequence_parallel"] = values["tp"] > 1 and values["tensor_layout"] == "1d"
     values["precision"] = values["precision"] or cluster.accelerator.default_precision
     values["schedule"] = values["schedule"] or ("interleaved" if values["vpp"] > 1 else "1f1b")
-    values["finetune"] = values["finetune"] or ("lora" if "lora_rank" in given else "full")
+    if given.get("lora_rank") == 0:  # the option's 0 is full training (ranges.RANGES["lora_rank"].zero)
+        if values["finetune"] == "lora":
+            raise SpecError("lora-rank=0 is full training: --finetune lora needs a rank of 1 … 65,536")
+        values["lora_rank"] = next(f.default for f in plan_fields() if f.name == "lora_rank")
+    values["finetune"] = values["finetune"] or ("lora" if given.get("lora_rank", 0) > 0 else "full")
     if values["offload_activations"] is None:
         values["offload_activations"] = values["offload_layers"] > 0
     return values

@@ -82,7 +82,8 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
         o for o in ("micro_batches", "mesh_text", "stages", "param_dtype")
         if ctx.get_parameter_source(o) == click.core.ParameterSource.COMMANDLINE]
     if used:
-        raise SpecError(f"--{used[0].removesuffix('_text').replace('_', '-')} is an option of the sharding planner: "
+        flag = next(p.opts[0] for p in ctx.command.params if p.name == used[0])
+        raise SpecError(f"{flag} is an option of the sharding planner: "
                         "add --autoshard (or give a MODULE:FACTORY model)")
     for name in ("autoshard", "input_shapes", "dtypes", "param_dtype", "micro_batches", "mesh_text", "stages"):
         options.pop(name)

@@ -44,7 +44,7 @@ def _refuse_search_options(ctx: click.Context) -> None:
     given = [name for name in SEARCH_ONLY if name in ctx.params and
              ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE]
     if given:
-        flag = "--" + given[0].removesuffix("_opts").removesuffix("_text").replace("_", "-")
+        flag = next(p.opts[0] for p in ctx.command.params if p.name == given[0])
         raise SpecError(f"{flag} is an option of the template search, which the sharding planner does not run "
                         "(leave it out, or drop --autoshard / MODULE:FACTORY)")
 

@@ -35,15 +35,16 @@ def emit(fmt: str, model: ModelSpec, plan: Plan, stack: Stack) -> str:
 
 
 def detect(text: str, path: str = "") -> str:
-    """The format of a config: by the file's suffix where only one format uses it, else by its content."""
+    """The format of a config: by its content where exactly one format's options appear in it (a DeepSpeed JSON
+    saved as ``.txt`` is still DeepSpeed's), else by the file's suffix where only one format uses it."""
     suffix = Path(path).suffix.lower()
     by_suffix = [name for name, m in FORMATS.items() if suffix and suffix in m.SUFFIXES]
-    if len(by_suffix) == 1:
-        return by_suffix[0]
     by_content = [name for name, m in FORMATS.items() if m.detect(text)]
-    if len(by_content) != 1:
-        raise SpecError(f"config {path or 'text'}: cannot tell its format (one of {', '.join(FORMATS)})")
-    return by_content[0]
+    if len(by_content) == 1:
+        return by_content[0]
+    if len(by_suffix) == 1 and (not by_content or by_suffix[0] in by_content):
+        return by_suffix[0]
+    raise SpecError(f"config {path or 'text'}: cannot tell its format (one of {', '.join(FORMATS)})")
 
 
 def read(fmt_or_path: str, model: ModelSpec, gpus: int, text: str | None = None) -> tuple[Plan, Stack]:
@@ -55,4 +56,9 @@ def read(fmt_or_path: str, model: ModelSpec, gpus: int, text: str | None = None)
             raise SpecError(f"config {fmt_or_path!r} is not a file")
         text = path.read_text(encoding="utf-8")
     fmt = fmt_or_path if fmt_or_path in FORMATS else detect(text, fmt_or_path)
-    return _format(fmt).read(text, model, gpus)
+    module = _format(fmt)
+    if not module.detect(text):  # an empty or foreign file would otherwise be priced as the defaults
+        shown = fmt_or_path if fmt_or_path not in FORMATS else f"{fmt} text"
+        raise SpecError(f"config {shown}: sets none of {' / '.join(module.MARKERS)}, so it says nothing of the "
+                        f"plan (a {fmt} config names at least one)")
+    return module.read(text, model, gpus)

@@ -30,8 +30,12 @@ SUFFIXES = (".json",)
 DTYPE = {"bf16": "bf16", "fp16": "fp16"}
 
 
+# what a config of this format names, at least one of them (detect; read refuses a file with none)
+MARKERS = ("train_micro_batch_size_per_gpu", "train_batch_size", "zero_optimization")
+
+
 def detect(text: str) -> bool:
-    return "train_micro_batch_size_per_gpu" in text or "zero_optimization" in text
+    return any(marker in text for marker in MARKERS)
 
 
 def _check(plan: Plan) -> None:

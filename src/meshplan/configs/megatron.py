@@ -24,7 +24,9 @@ keeps fp32 main grads with bf16 otherwise). Left out (refused): ZeRO-2/3 (Megatr
 
 from __future__ import annotations
 
+import re
 import shlex
+from pathlib import Path
 from typing import Any
 
 from meshplan.configs.common import check_layout, comment, data_parallel, parse_comment, refuse, stack_extras
@@ -45,8 +47,13 @@ FP8 = {"fp8": ("hybrid", None), "mxfp8": ("e4m3", "mxfp8")}
 SCALING = {"delayed": "delayed", "current": "tensorwise"}
 
 
+# what a config of this format names, at least one of them (detect; read refuses a file with none)
+MARKERS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+           "--micro-batch-size", "--global-batch-size")
+
+
 def detect(text: str) -> bool:
-    return "--tensor-model-parallel-size" in text or "--micro-batch-size" in text
+    return any(marker in text for marker in MARKERS)
 
 
 def model_args(model: ModelSpec) -> list[tuple[str, Any]]:
@@ -163,6 +170,7 @@ def _int(options: dict[str, Any], name: str, default: int) -> int:
 
 def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
     options, comments = parse(text)
+    _check_spelling(options)
     extra_stack, extra_plan = parse_comment(comments)
     if _int(options, "--num-layers", model.num_layers) != model.num_layers:
         raise SpecError(f"megatron config: --num-layers {options['--num-layers']} is not {model.name}'s "
@@ -183,6 +191,32 @@ def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         offload_optimizer="--optimizer-cpu-offload" in options, **_recompute(options),
         precision=_precision(options), grad_bytes=2 if "--grad-reduce-in-bf16" in options else 4)
     return Plan(**{**fields, **extra_plan}), _stack(options, extra_stack)
+
+
+# the options read() looks at: an unknown option one slip from one of them is a misspelling, not an option of
+# Megatron-LM's that meshplan does not read (argparse would refuse it: arguments.py has no such flag)
+READ = frozenset(re.findall(r'"(--[a-z0-9-]+)"', Path(__file__).read_text(encoding="utf-8")))
+
+
+def _one_slip(a: str, b: str) -> bool:
+    """One character changed (not a digit for a digit: --fp4-recipe is an option of its own), two neighbours
+    swapped, or one character added or left out."""
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        if len(diff) == 1:
+            return not (a[diff[0]].isdigit() and b[diff[0]].isdigit())
+        return len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
+    short, long_ = sorted((a, b), key=len)
+    return len(long_) == len(short) + 1 and any(long_[:i] + long_[i + 1:] == short for i in range(len(long_)))
+
+
+def _check_spelling(options: dict[str, Any]) -> None:
+    for name in options:
+        if name in READ:
+            continue
+        near = [known for known in sorted(READ) if name.replace("_", "-") == known or _one_slip(name, known)]
+        if near:
+            raise SpecError(f"megatron config: {name} is not a Megatron-LM argument; did you mean {near[0]}?")
 
 
 def _recompute(options: dict[str, Any]) -> dict[str, Any]:

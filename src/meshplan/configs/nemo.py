@@ -40,8 +40,13 @@ PRECISION = {("bf16", "delayed"): "bf16_mixed", ("fp16", "delayed"): "fp16_mixed
 CP_COMM = {"ring": "p2p", "allgather": "all_gather"}
 
 
+# what a config of this format names, at least one of them (detect; read refuses a file with none)
+MARKERS = ("model.tensor_model_parallel_size=", "model.pipeline_model_parallel_size=", "train.global_batch_size=",
+           "train.micro_batch_size=")
+
+
 def detect(text: str) -> bool:
-    return "model.tensor_model_parallel_size=" in text
+    return any(marker in text for marker in MARKERS)
 
 
 def _check(plan: Plan, stack: Stack) -> str:

@@ -42,8 +42,12 @@ ROTATE = {"allgather": "allgather", "ring": "alltoall"}
 DTYPE = {4: "float32", 2: "bfloat16"}
 
 
+# what a config of this format names, at least one of them (detect; read refuses a file with none)
+MARKERS = ("[parallelism]", "[training]")
+
+
 def detect(text: str) -> bool:
-    return "[parallelism]" in text
+    return any(marker in text for marker in MARKERS)
 
 
 def _check(plan: Plan, model: ModelSpec) -> None:
@@ -117,28 +121,31 @@ def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         raise SpecError(f"torchtitan config: {e}") from None
     extra_stack, extra_plan = parse_comment([ln.strip().lstrip("#") for ln in text.splitlines()
                                              if ln.strip().startswith("#")])
-    par, train = data.get("parallelism", {}), data.get("training", {})
-    tp, pp, cp = (int(par.get(f"{k}_parallel_degree", 1)) for k in ("tensor", "pipeline", "context"))
+    par, train = _section(data, "parallelism"), _section(data, "training")
+    tp, pp, cp = (_int(par, f"{k}_parallel_degree", 1, "parallelism") for k in ("tensor", "pipeline", "context"))
     dp = data_parallel(gpus, NAME, tp=tp, pp=pp, cp=cp)
-    replicate, shard = int(par.get("data_parallel_replicate_degree", 1)), int(par.get("data_parallel_shard_degree", -1))
-    if replicate > 1 and shard > 1:
+    replicate = _int(par, "data_parallel_replicate_degree", 1, "parallelism")
+    shard = _int(par, "data_parallel_shard_degree", -1, "parallelism")
+    _check_dp(dp, replicate, shard)
+    if replicate > 1 and (shard if shard > 0 else dp // replicate) > 1:
         raise refuse(NAME, "data_parallel_replicate_degree", replicate, "HSDP (replicate × shard) is not modelled")
     zero = 0 if replicate > 1 else 2 if par.get("fsdp_reshard_after_forward") == "never" else 3
     schedules = {v: k for k, v in SCHEDULES.items()}
     schedule = par.get("pipeline_parallel_schedule", "1F1B")
     if schedule not in schedules:
         raise refuse(NAME, "pipeline_parallel_schedule", schedule, f"meshplan models {', '.join(schedules)}")
-    per_stage = par.get("pipeline_parallel_layers_per_stage")
+    per_stage = _int(par, "pipeline_parallel_layers_per_stage", 0, "parallelism")
     vpp = model.num_layers // (per_stage * pp) if per_stage and pp > 1 else 1
-    local = int(train.get("local_batch_size", 8))
-    micro = int(par.get("pipeline_parallel_microbatch_size", 1)) if pp > 1 else local
+    local = _int(train, "local_batch_size", 8, "training")
+    micro = _int(par, "pipeline_parallel_microbatch_size", 1, "parallelism") if pp > 1 else local
+    global_batch = _int(train, "global_batch_size", -1, "training")
     mode = data.get("activation_checkpoint", {}).get("mode", "selective")
     converters = data.get("model", {}).get("converters", [])
     plan = Plan(**{**dict(
-        dp=dp, tp=tp, pp=pp, cp=cp, ep=int(par.get("expert_parallel_degree", 1)),
-        etp=int(par.get("expert_tensor_parallel_degree", 1)), vpp=vpp, sequence_parallel=tp > 1,
-        micro_batch=micro, global_batch=int(train.get("global_batch_size", -1)) if train.get(
-            "global_batch_size", -1) > 0 else local * dp, zero=zero, recompute=mode, schedule=schedules[schedule],
+        dp=dp, tp=tp, pp=pp, cp=cp, ep=_int(par, "expert_parallel_degree", 1, "parallelism"),
+        etp=_int(par, "expert_tensor_parallel_degree", 1, "parallelism"), vpp=vpp, sequence_parallel=tp > 1,
+        micro_batch=micro, global_batch=global_batch if global_batch > 0 else local * dp, zero=zero, recompute=mode,
+        schedule=schedules[schedule],
         precision="fp8" if "float8" in converters else "bf16",
         grad_bytes=2 if train.get("mixed_precision_reduce") == "bfloat16" else 4), **extra_plan})
     stack = load_stack(PRESET).with_(
@@ -147,3 +154,29 @@ def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         cp_comm={v: k for k, v in ROTATE.items()}.get(par.get("context_parallel_rotate_method", "allgather"),
                                                      "allgather"), **extra_stack)
     return plan, stack
+
+
+def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
+    table = data.get(name, {})
+    if not isinstance(table, dict):
+        raise SpecError(f"torchtitan config: [{name}] must be a table, not {table!r}")
+    return table
+
+
+def _int(table: dict[str, Any], key: str, default: int, section: str) -> int:
+    """An integer option (TOML integers only: torchtitan's dataclass fields are ints)."""
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"torchtitan config: {section}.{key} = {value!r} must be an integer")
+    return value
+
+
+def _check_dp(dp: int, replicate: int, shard: int) -> None:
+    """torchtitan's ParallelDims: replicate x shard is the data-parallel size gpus / (tp·pp·cp), a shard degree of
+    -1 taking what the others leave (torchtitan/distributed/parallel_dims.py, _validate)."""
+    if replicate < 1 or shard == 0 or shard < -1:
+        raise SpecError(f"torchtitan config: data_parallel_replicate_degree = {replicate} must be >= 1 and "
+                        f"data_parallel_shard_degree = {shard} -1 or >= 1")
+    if (shard > 0 and replicate * shard != dp) or dp % replicate:
+        raise SpecError(f"torchtitan config: data_parallel_replicate_degree x data_parallel_shard_degree = "
+                        f"{replicate} x {shard} must be the data-parallel size {dp} (gpus / (tp·pp·cp))")

@@ -90,8 +90,11 @@ def pair_of(plans: Sequence[Detailed], text: str | None) -> tuple[int, int]:
         return first, second if second is not None else first
     picked = [t.strip() for t in text.split(",")]
     unknown = [t for t in picked if t not in names]
+    if "mine" in unknown:
+        raise SpecError(f"compare={text!r}: 'mine' is the plan of --from, which is not given")
     if len(picked) != 2 or unknown:
-        raise SpecError(f"compare={text!r} must name two of {', '.join(names)} (comma-separated)")
+        shown = [n for n in names if not n.startswith("front")] + ["front1 … front" + str(front)] * (front > 0)
+        raise SpecError(f"compare={text!r} must name two of {', '.join(shown)} (comma-separated)")
     return names[picked[0]], names[picked[1]]
 
 

@@ -40,7 +40,8 @@ def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
     scaling = f" ({est.stack.fp8_scaling} scaling)" if p.precision == "fp8" else ""
     summary.add_row("plan", p.describe() + f" schedule={p.schedule} precision={p.precision}{scaling}")
     summary.add_row("stack", est.stack.describe())
-    summary.add_row("step time", fmt_time(est.step_time))
+    band = _band(est)  # the 80th-percentile |error| of published runs on this GPU generation and model kind
+    summary.add_row("step time", fmt_time(est.step_time) + (f"{band} (error band)" if band else ""))
     summary.add_row("tokens/s", f"{fmt_count(est.tokens_per_s)} ({fmt_count(est.tokens_per_s / est.cluster.num_gpus)}"
                     " per GPU)")
     summary.add_row("model TFLOP/s per GPU", f"{est.tflops_per_gpu:.1f}")

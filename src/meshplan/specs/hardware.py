@@ -15,7 +15,7 @@ Bandwidths are unidirectional per GPU: NVIDIA's "900 GB/s NVLink" for H100 is bi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -265,6 +265,14 @@ def _known(data: dict[str, Any], cls: type, where: str) -> None:
         raise unknown_field(where, unknown[0], known - {"sources"}, f"meshplan.specs.hardware.{cls.__name__}'s")
 
 
+def _required(data: dict[str, Any], cls: type, where: str, given: tuple[str, ...] = ()) -> None:
+    """A field the spec needs that the file leaves out, named (rather than the dataclass's TypeError)."""
+    missing = [f.name for f in fields(cls) if f.init and f.name not in data and f.name not in given
+               and f.default is MISSING and f.default_factory is MISSING]
+    if missing:
+        raise SpecError(f"{where}: missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+
+
 def accelerator_from_dict(data: dict[str, Any], where: str) -> Accelerator:
     data = _table(data, where)
     _known(data, Accelerator, where)
@@ -279,6 +287,7 @@ def accelerator_from_dict(data: dict[str, Any], where: str) -> Accelerator:
                       ("l2_bandwidth", "B/s")):
         if key in data:
             data[key] = parse_quantity(data[key], f"{where}.{key}", unit)
+    _required(data, Accelerator, where, given=("peak_flops",))
     try:
         return Accelerator(peak_flops=peak, **data)
     except (TypeError, SpecError) as exc:  # a required field left out, or a value the spec refuses
@@ -300,6 +309,7 @@ def network_from_dict(data: dict[str, Any], where: str) -> Network:
         if "nvlink_domain" in data:
             raise SpecError(f"{where}: nvlink_domain and tiers are both given: tier 0's size is the NVLink domain")
         data["tiers"] = _tiers_from(data["tiers"], f"{where}.tiers")
+    _required(data, Network, where)
     try:
         return Network(**data)
     except (TypeError, SpecError) as exc:  # a required field left out, or a value the spec refuses
@@ -324,6 +334,7 @@ def _tiers_from(data: Any, where: str) -> tuple[TierSpec, ...]:
                 entry[key] = parse_quantity(entry[key], f"{here}.{key}", unit)
         if entry.get("size") == "rest":
             entry["size"] = 0
+        _required(entry, TierSpec, here)
         try:
             tiers.append(TierSpec(**entry))
         except (TypeError, SpecError) as exc:

@@ -30,6 +30,7 @@ def translate(config: dict[str, Any], name: str, where: str | None = None) -> di
     family = FAMILIES.get(model_type)
     reader = ConfigReader(config, where, model_type)
     if family is None:
+        _refuse_non_causal(config, where, model_type)
         missing = [k for k in LLAMA_KEYS if config.get(k) is None]
         if missing:
             kind = f"model_type={model_type!r} is not supported" if model_type else "no model_type"
@@ -42,6 +43,24 @@ def translate(config: dict[str, Any], name: str, where: str | None = None) -> di
     spec["name"] = name
     spec["source"] = f"Hugging Face config.json, model_type={model_type or 'unknown'}"
     return spec
+
+
+# the heads of a decoder-only language model in transformers' class names (LlamaForCausalLM, GPT2LMHeadModel)
+CAUSAL_HEADS = ("ForCausalLM", "LMHeadModel")
+
+
+def _refuse_non_causal(config: dict[str, Any], where: str, model_type: str) -> None:
+    """An architecture meshplan has no family for is read as Llama only when it is a decoder-only language model:
+    an encoder (BertForMaskedLM), an encoder-decoder (``is_encoder_decoder``) or a vision model is not Llama-shaped
+    whatever its keys say (BERT-base would read as 160 M parameters, not its 110 M)."""
+    architectures = config.get("architectures") or []
+    names = [a for a in architectures if isinstance(a, str)] if isinstance(architectures, list) else []
+    causal = any(a.endswith(CAUSAL_HEADS) for a in names)
+    if config.get("is_encoder_decoder") is True or (names and not causal):
+        shown = f" ({', '.join(names)})" if names else " (encoder-decoder)"
+        raise SpecError(f"{where}: model_type={model_type!r}{shown} is not a decoder-only language model meshplan can "
+                        f"read as Llama (supported: {', '.join(sorted(FAMILIES))}); trace the module instead "
+                        f"(meshplan trace / plan --model module.py:factory)")
 
 
 def from_hf_config(config: dict[str, Any], name: str = "hf-model", where: str | None = None) -> ModelSpec:
