@@ -260,6 +260,6 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, 
     rows = [OpRow(name, "step", "collective", float(count * updates), 0.0, float(nbytes), float(t), "network")
             for name, count, nbytes, t in comm]
     opt = optimizer_time(cluster, plan, params, eff)
-    rows.append(OpRow("optimizer/adam", "step", "memory", float(updates), 0.0, float(opt * cluster.accelerator.hbm_bandwidth
-                                                                            * eff.memory), float(opt), "memory"))
+    moved = float(opt * cluster.accelerator.hbm_bandwidth * eff.memory)
+    rows.append(OpRow("optimizer/adam", "step", "memory", float(updates), 0.0, moved, float(opt), "memory"))
     return rows

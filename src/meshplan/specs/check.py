@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 from meshplan import ranges
 from meshplan.errors import PlanError
 from meshplan.specs.plan import (
+    ASYNC_SCHEDULES,
     DENSE_AXES,
     FP8_ATTENTION_PRECISIONS,
     PRECISION,
     RECOMPUTE_MODULES,
-    ASYNC_SCHEDULES,
     SCHEDULES,
     Plan,
 )
