@@ -147,7 +147,8 @@ def _settings(options: dict[str, Any], stack: Stack) -> dict[str, Any]:
     if options["async_pipeline"] and not set(ASYNC_SCHEDULES) & set(can.schedules):
         raise SpecError(f"async-pipeline: framework {stack.name} runs the schedules {', '.join(can.schedules)}, no "
                         f"asynchronous one ({', '.join(ASYNC_SCHEDULES)}): use --framework any")
-    return {"async_pipeline": options["async_pipeline"],"zero": zeros, "recompute": recomputes, "recompute_modules": modules,
+    return {"async_pipeline": options["async_pipeline"], "zero": zeros, "recompute": recomputes,
+            "recompute_modules": modules,
             "sequence_parallel": sps, "headroom": options["headroom"],
             "offload_optimizer": offload, "offload_activations": offload,
             "all_placements": options["placements"] == "all", "max_micro_batch": options["max_micro_batch"],
