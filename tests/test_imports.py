@@ -23,7 +23,7 @@ LAYERS = [
     ("comm", "groups"),
     ("cost",),
     ("memory", "roofline"),
-    ("channels", "schedule"),
+    ("channels", "schedule", "steady"),
     ("step",),
     ("estimate",),
     ("serve",),

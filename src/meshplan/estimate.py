@@ -40,6 +40,7 @@ from meshplan.specs.plan import Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
 from meshplan.step.assemble import assemble
+from meshplan.step.stages import cadence
 from meshplan.step.units import Parts, timed_parts, unit_costs
 from meshplan.units import fmt_bytes
 
@@ -250,15 +251,15 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, 
     params = stage_params(model, plan, first)
     all_reduce, gather, scatter = dp_collectives(model, cluster, plan, params, eff)
     grad_bytes, weight_bytes = trainable(params, plan).total * plan.grad_bytes, params.total * WEIGHT_BYTES
-    m = plan.grad_accum
+    m, updates = cadence(plan)  # micro-batches per weight update, updates per step (PipeDream: 1, m)
     comm = {0: [("dp/grad_all_reduce", 1, grad_bytes, all_reduce)],
             1: [("dp/grad_reduce_scatter", 1, grad_bytes, scatter), ("dp/param_all_gather", 1, weight_bytes, gather)],
             2: [("dp/grad_reduce_scatter", m, grad_bytes, scatter), ("dp/param_all_gather", 1, weight_bytes, gather)],
             3: [("dp/param_all_gather", 2 * m, weight_bytes, gather), ("dp/grad_reduce_scatter", m, grad_bytes,
                                                                       scatter)]}[plan.zero]
-    rows = [OpRow(name, "step", "collective", float(count), 0.0, float(nbytes), float(t), "network")
+    rows = [OpRow(name, "step", "collective", float(count * updates), 0.0, float(nbytes), float(t), "network")
             for name, count, nbytes, t in comm]
     opt = optimizer_time(cluster, plan, params, eff)
-    rows.append(OpRow("optimizer/adam", "step", "memory", 1.0, 0.0, float(opt * cluster.accelerator.hbm_bandwidth
-                                                                            * eff.memory), float(opt), "memory"))
+    moved = float(opt * cluster.accelerator.hbm_bandwidth * eff.memory)
+    rows.append(OpRow("optimizer/adam", "step", "memory", float(updates), 0.0, moved, float(opt), "memory"))
     return rows

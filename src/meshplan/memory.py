@@ -10,7 +10,9 @@ With fp32 main gradients (Megatron's default for bf16) the 2Ψ of gradients beco
 
 Activations: the bytes each op saves (cost/, Korthikanti et al. 2022) times the layers of the first stage
 times the micro-batches in flight there: m for GPipe, min(p, m) for 1F1B, and for the interleaved schedule
-min(v·m, 2(p-1) + (v-1)·p + 1) model chunks (Megatron-LM's warm-up count + 1). Full recompute keeps only
+min(v·m, 2(p-1) + (v-1)·p + 1) model chunks (Megatron-LM's warm-up count + 1), and p - r on rank r of the
+asynchronous schedules (no flush: m does not bound it). Those also keep old weight versions (``weight_versions``:
+PipeDream's stash, 2BW's second buffer) beside the current weights. Full recompute keeps only
 each recomputed layer's input plus one layer's activations while it is recomputed (Korthikanti Table 2).
 Beside them: the loss's transient workspace (``loss_workspace``), what the pipeline runtime keeps per micro-batch
 (``pipeline_runtime_memory``) and the transient buffers of TP collectives and ZeRO-3 (``buffer_memory``).
@@ -23,7 +25,7 @@ from dataclasses import dataclass, replace
 from meshplan.cost.params import StageParams, layer_params, layers_on_last, layers_on_stage, stage_params, trainable
 from meshplan.cost.records import ACT_BYTES, FP32, token_rows
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import Plan
+from meshplan.specs.plan import ASYNC_SCHEDULES, Plan
 from meshplan.specs.stack import Stack
 from meshplan.xp import Num, maximum, minimum, where
 
@@ -48,9 +50,10 @@ class Memory:
                 "activations": self.activations, "buffers": self.buffers}
 
 
-def model_states(params: StageParams, plan: Plan, stack: Stack) -> tuple[Num, Num, Num]:
-    """(weights, gradients, optimizer) bytes per GPU under ZeRO stage ``plan.zero``; under LoRA gradients and
-    optimizer state exist for the adapters only (``trainable``)."""
+def model_states(params: StageParams, plan: Plan, stack: Stack, last: bool = False) -> tuple[Num, Num, Num]:
+    """(weights, gradients, optimizer) bytes per GPU under ZeRO stage ``plan.zero`` on the first (or ``last``)
+    pipeline rank; under LoRA gradients and optimizer state exist for the adapters only (``trainable``); the weights
+    with the older versions of the trainable ones that an asynchronous schedule keeps (``weight_versions``)."""
     n_dense = plan.dp * plan.cp
     n_expert = plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp)
     z = plan.zero
@@ -62,6 +65,8 @@ def model_states(params: StageParams, plan: Plan, stack: Stack) -> tuple[Num, Nu
 
     train = trainable(params, plan)
     weights = sharded(3, WEIGHT_BYTES)
+    if plan.schedule in ASYNC_SCHEDULES:
+        weights = weights + (weight_versions(plan, last) - 1) * sharded(3, WEIGHT_BYTES, train)
     grads = sharded(2, plan.grad_bytes, train) * chunk_gradient_share(plan, stack)
     optimizer = 0.0 if plan.offload_optimizer else sharded(1, OPTIMIZER_BYTES, train)
     return weights, grads, optimizer
@@ -89,7 +94,7 @@ def model_state_memory(model: ModelSpec, plan: Plan, stack: Stack
                        ) -> tuple[tuple[Num, Num, Num], tuple[Num, Num, Num]]:
     """(weights, grads, optimizer) of the first and of the last pipeline rank."""
     return (model_states(stage_params(model, plan, True), plan, stack),
-            model_states(stage_params(model, plan, False), plan, stack))
+            model_states(stage_params(model, plan, False), plan, stack, last=True))
 
 
 def offloaded_optimizer(model: ModelSpec, plan: Plan, stack: Stack) -> Num:
@@ -98,6 +103,17 @@ def offloaded_optimizer(model: ModelSpec, plan: Plan, stack: Stack) -> Num:
     if not plan.offload_optimizer:
         return 0.0
     return model_states(stage_params(model, plan, True), replace(plan, offload_optimizer=False), stack)[2]
+
+
+def weight_versions(plan: Plan, last: bool = False) -> Num:
+    """Weight versions the first (or last) pipeline rank r keeps (steady.weight_versions reads them off the tables):
+    PipeDream p - r, one per micro-batch in flight (Narayanan et al. 2019 §3.3, weight stashing); PipeDream-2BW
+    min(2, p - r) (Narayanan et al. 2021 §3.1: double-buffered; the last rank's forward and backward of a micro-batch
+    are adjacent, so it needs one); a synchronous schedule 1."""
+    if plan.schedule not in ASYNC_SCHEDULES:
+        return 1
+    in_flight = 1 if last else plan.pp
+    return in_flight if plan.schedule == "pipedream" else minimum(2, in_flight)
 
 
 def in_flight_chunks(plan: Plan, last: bool = False) -> Num:
@@ -110,6 +126,8 @@ def in_flight_chunks(plan: Plan, last: bool = False) -> Num:
     if plan.schedule == "gpipe":
         return m
     rank = plan.pp - 1 if last else 0
+    if plan.schedule in ASYNC_SCHEDULES:
+        return plan.pp - rank
     if plan.schedule == "interleaved":
         return minimum(plan.vpp * m, 2 * (plan.pp - rank - 1) + (plan.vpp - 1) * plan.pp + 1)
     return minimum(plan.pp - rank, m)

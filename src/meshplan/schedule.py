@@ -2,18 +2,16 @@
 
 A schedule is a table: one row per pipeline rank, each row the ordered actions that rank runs, e.g. rank 0
 of 1F1B with p = 2, m = 3 runs ``0F0 0F1 0B0 0F2 0B1 0B2``. ``build`` writes the table of a named schedule;
-``simulate`` replays any table against the data dependencies of the pipeline and returns a ``Timeline``
-(step time, per-action start/end, busy time, bubble, activations in flight). ``bubble_time``,
-``step_time``, ``bubble_fraction`` and ``in_flight`` are the closed forms of the same quantities for the
-fast search path; the tests check that they equal the simulator.
+``simulate`` replays any table against the pipeline's data dependencies and returns a ``Timeline`` (step time,
+per-action start/end, busy time, bubble, activations in flight). ``bubble_time``, ``step_time``, ``bubble_fraction``
+and ``in_flight`` are their closed forms for the search path; the tests check that they equal the simulator.
 
 Symbols
     p      pipeline ranks (``pp``); r in [0, p) a rank
     v      model chunks per rank (``vpp``, virtual pipeline size); c in [0, v) a chunk
     V      virtual stages = p·v; chunk c of rank r is virtual stage s = c·p + r (Megatron-LM layout)
     m      micro-batches per step; j in [0, m) a micro-batch
-    N      micro-batches per group in the interleaved schedule (Megatron-Core
-           ``microbatch_group_size_per_vp_stage``, default p)
+    N      micro-batches per group, interleaved (Megatron-Core ``microbatch_group_size_per_vp_stage``, default p)
     t_f    forward time of ONE micro-batch through ONE model chunk (the whole stage when v = 1)
     t_b    backward time of the same (≈ 2·t_f; ≈ 3·t_f with full recompute)
     t_p2p  time to send one activation / gradient to the next / previous rank
@@ -36,22 +34,25 @@ Schedules
                  backward k alternately, then the remaining backwards. Backward k is the same micro-batch
                  as forward k through chunk v − 1 − c. As in Megatron-Core, N must satisfy p ≤ N ≤ m and
                  m mod N must be 0 or ≥ p; with the default N = p that means p divides m.
+    pipedream    PipeDream's 1F1B without flushes (Narayanan et al., SOSP 2019, §3.2, Fig. 8), weights updated after
+                 every backward, each in-flight micro-batch's version stashed for its backward (§3.3).
+    pipedream-2bw  the same order, gradients accumulated over m ≥ p micro-batches, one update per m: two weight
+                 versions (Narayanan et al., ICML 2021, §3.1, Fig. 3). Asynchronous tables span ``steps`` steps
+                 of m micro-batches without a flush; their fill is paid once per run (steady.py).
 
 Timing model (``simulate``)
     F(s, j) starts when its rank is free and F(s − 1, j) has finished (+ t_p2p if s − 1 is on another
     rank). B(s, j) needs B(s + 1, j) (+ t_p2p across ranks), and for the last virtual stage F(V − 1, j).
-    Each rank runs its row in order, one action at a time. p2p is a pure latency on the edge
-    (non-blocking send/recv overlapped with compute on both ranks); optimizer step, DP gradient reduction
-    and recompute are outside this module (recompute belongs in t_b).
+    Each rank runs its row in order, one action at a time. p2p is a pure latency on the edge (non-blocking
+    send/recv); optimizer step, DP gradient reduction and recompute are outside this module (recompute is in t_b).
 
-Bubble (Narayanan et al. 2021 §2.2.1): bubble fraction = bubble time / ideal compute time, where the ideal
-compute time is the busiest rank's busy time. With equal stages and t_p2p = 0: (p − 1)/m for GPipe and
-1F1B, (p − 1)/(v·m) for interleaved; as a share of the step time that is (p − 1)/(m + p − 1) for 1F1B.
+Bubble (Narayanan et al. 2021 §2.2.1): bubble time / ideal compute time (the busiest rank's busy time). With equal
+stages and t_p2p = 0: (p − 1)/m for GPipe and 1F1B, (p − 1)/(v·m) interleaved; (p − 1)/(m + p − 1) of a 1F1B step.
 
 Activations in flight: the largest number of (micro-batch, chunk) pairs whose forward has run on a rank and
 whose backward has not; activation memory of that rank = in-flight × activations of one micro-batch through
 one chunk (1/v of the rank's layers). GPipe: m; 1F1B: min(p − r, m) (Narayanan et al. 2021 §2.2.1);
-interleaved: min(w + 1, v·m) with w the warm-up count above.
+interleaved: min(w + 1, v·m) with w the warm-up count above; the asynchronous ones p − r (no flush bounds it by m).
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+from meshplan.specs.plan import ASYNC_SCHEDULES, SCHEDULES
+
 KINDS = ("F", "B")
 
 Table = tuple[tuple["Action", ...], ...]
@@ -124,6 +126,10 @@ def _check(schedule: str, pp: int, m: int, vpp: int, group: int | None) -> int:
     _positive("pp", pp)
     _positive("micro_batches", m)
     _positive("vpp", vpp)
+    if schedule in ASYNC_SCHEDULES and (vpp != 1 or group is not None or pp < 2):
+        raise ValueError(f"schedule={schedule!r} needs pp >= 2, vpp=1, no group (pp={pp}, vpp={vpp}, group={group})")
+    if schedule == "pipedream-2bw" and m < pp:
+        raise ValueError(f"schedule='pipedream-2bw' needs micro_batches >= pp (got {m} < {pp}; §3.1: m ≥ d)")
     if schedule != "interleaved":
         if vpp != 1:
             raise ValueError(f"vpp={vpp} needs schedule='interleaved' (got {schedule!r})")
@@ -134,12 +140,11 @@ def _check(schedule: str, pp: int, m: int, vpp: int, group: int | None) -> int:
         raise ValueError(f"schedule='interleaved' needs vpp >= 2 (got vpp={vpp}); use '1f1b' for vpp=1")
     n = pp if group is None else _positive("group", group)
     if not pp <= n <= m:
-        raise ValueError(f"interleaved schedule: micro-batches per group N={n} must be in "
-                         f"[pp, micro_batches] = [{pp}, {m}]")
+        raise ValueError(f"interleaved schedule: micro-batches per group N={n} must be in [pp, micro_batches] = "
+                         f"[{pp}, {m}]")
     if 0 < m % n < pp:
-        raise ValueError(f"interleaved schedule: micro_batches={m} mod group={n} = {m % n} must be 0 or "
-                         f">= pp={pp} (Megatron-Core); with the default group=pp, pp must divide "
-                         "micro_batches")
+        raise ValueError(f"interleaved schedule: micro_batches={m} mod group={n} = {m % n} must be 0 or >= pp={pp} "
+                         "(Megatron-Core); with the default group=pp, pp must divide micro_batches")
     return n
 
 
@@ -147,7 +152,7 @@ def _warmup(schedule: str, pp: int, m: int, vpp: int, n: int, rank: int) -> int:
     """Forwards a rank runs before its first backward (Megatron-Core ``get_pp_rank_microbatches``)."""
     if schedule == "gpipe":
         return m
-    if schedule == "1f1b":
+    if schedule != "interleaved":  # 1f1b and the asynchronous ones
         return min(pp - rank - 1, m)
     return min((pp - rank - 1) * 2 + (vpp - 1) * n, vpp * m)
 
@@ -166,13 +171,18 @@ def _interleaved_order(m: int, vpp: int, n: int) -> list[tuple[int, int]]:
     return order
 
 
-def build(schedule: str, pp: int, micro_batches: int, vpp: int = 1, *, group: int | None = None) -> Table:
+def build(schedule: str, pp: int, micro_batches: int, vpp: int = 1, *, group: int | None = None,
+          steps: int = 1) -> Table:
     """Per-rank ordered actions of ``schedule`` for ``pp`` ranks, ``micro_batches`` micro-batches.
 
     ``vpp`` (chunks per rank) and ``group`` (N, micro-batches per group, default ``pp``) apply to
-    "interleaved" only. Raises ValueError for arguments the schedule does not support.
+    "interleaved" only; ``steps`` (consecutive steps without a flush) to the asynchronous schedules only.
+    Raises ValueError for arguments the schedule does not support.
     """
-    m = micro_batches
+    _check(schedule, pp, micro_batches, vpp, group)
+    if _positive("steps", steps) > 1 and schedule not in ASYNC_SCHEDULES:
+        raise ValueError(f"steps={steps}: a synchronous schedule ({schedule!r}) flushes every step; build one")
+    m = micro_batches * steps
     n = _check(schedule, pp, m, vpp, group)
     order = _interleaved_order(m, vpp, n)  # gpipe / 1f1b: v = 1, N = m → micro-batches 0 .. m − 1
     total = len(order)  # v·m
@@ -355,10 +365,11 @@ def _max_in_flight(row: Sequence[Action]) -> int:
 def bubble_fraction(schedule: str, pp: int, m: int, vpp: int = 1, *, group: int | None = None) -> float:
     """Bubble / ideal compute: (p − 1)/m for GPipe and 1F1B, (p − 1)/(v·m) interleaved.
 
-    Narayanan et al. 2021 §2.2.1–2.2.2. Independent of the interleaved group size N (checked by the tests).
+    Narayanan et al. 2021 §2.2.1–2.2.2; independent of the interleaved group size N (checked by the tests).
+    Asynchronous schedules: 0 (no flush; the one fill of a training run is amortised).
     """
     _check(schedule, pp, m, vpp, group)
-    return (pp - 1) / (vpp * m)
+    return 0.0 if schedule in ASYNC_SCHEDULES else (pp - 1) / (vpp * m)
 
 
 def bubble_time(schedule: str, pp: int, m: int, vpp: int, t_fwd: float, t_bwd: float, *,
@@ -368,10 +379,10 @@ def bubble_time(schedule: str, pp: int, m: int, vpp: int, t_fwd: float, t_bwd: f
     With per-rank times T_f = v·t_f, T_b = v·t_b this is the paper's (p − 1)·(T_f + T_b)/v for
     interleaved (Narayanan et al. 2021 §2.2.2); for GPipe and 1F1B v = 1 and t = T. Assumes equal stages
     and t_p2p = 0, where it equals ``simulate(...).bubble_time`` (the tests check a grid of cases). With
-    t_p2p > 0 the p2p latency also stalls the steady state, so use ``simulate``.
+    t_p2p > 0 the p2p latency also stalls the steady state, so use ``simulate``. Asynchronous: 0 (steady.py).
     """
     _check(schedule, pp, m, vpp, group)
-    return (pp - 1) * (t_fwd + t_bwd)
+    return 0.0 if schedule in ASYNC_SCHEDULES else (pp - 1) * (t_fwd + t_bwd)
 
 
 def step_time(schedule: str, pp: int, m: int, vpp: int, t_fwd: float, t_bwd: float, *,
@@ -381,9 +392,9 @@ def step_time(schedule: str, pp: int, m: int, vpp: int, t_fwd: float, t_bwd: flo
 
 
 def in_flight(schedule: str, pp: int, m: int, vpp: int, rank: int, *, group: int | None = None) -> int:
-    """Peak (micro-batch, chunk) pairs held on ``rank``: GPipe m; 1F1B min(p − r, m);
-    interleaved min(w + 1, v·m) with w = 2·(p − r − 1) + (v − 1)·N (Megatron-Core warm-up)."""
+    """Peak (micro-batch, chunk) pairs held on ``rank``: GPipe m; 1F1B min(p − r, m); interleaved min(w + 1, v·m)
+    with w = 2·(p − r − 1) + (v − 1)·N (Megatron-Core warm-up); asynchronous p − r (no flush: m does not bound it)."""
     n = _check(schedule, pp, m, vpp, group)
     if not isinstance(rank, int) or not 0 <= rank < pp:
         raise ValueError(f"rank={rank!r} must be in [0, pp={pp})")
-    return min(_warmup(schedule, pp, m, vpp, n, rank) + 1, vpp * m)
+    return pp - rank if schedule in ASYNC_SCHEDULES else min(_warmup(schedule, pp, m, vpp, n, rank) + 1, vpp * m)

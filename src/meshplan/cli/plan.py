@@ -28,7 +28,7 @@ from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM
 from meshplan.ranges import check_options, step_tokens_problem
 from meshplan.specs.check import fsdp_has_zero
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import PRECISION, Plan
+from meshplan.specs.plan import ASYNC_SCHEDULES, PRECISION, Plan
 from meshplan.specs.stack import Stack
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Plan)}
@@ -47,6 +47,9 @@ PRECISION_HELP = "default: " + _FIELDS["precision"].metadata["default_help"]
               help=RECOMPUTE_MODULES_HELP)
 @click.option("--sp", "sp_opts", default="off,on", show_default=True, help="sequence parallelism options")
 @click.option("--offload/--no-offload", default=True, show_default=True, help="consider optimizer / activation offload")
+@click.option("--async-pipeline", is_flag=True,
+              help="also search the asynchronous pipeline schedules pipedream and pipedream-2bw (stale weights: not "
+                   "synchronous SGD; only --framework any or generic runs them)")
 @click.option("--placements", type=click.Choice(["all", "default"]), default="all", show_default=True,
               help="every placement of the axes on the mesh, or tp,cp,dp,pp only")
 @click.option("--max-micro-batch", type=int, default=64, show_default=True)
@@ -142,7 +145,11 @@ def _settings(options: dict[str, Any], stack: Stack) -> dict[str, Any]:
         raise SpecError(f"recompute-modules={options['recompute_modules_text']} needs selective among --recompute "
                         f"(got {options['recompute_opts']})")
     offload = (False, True) if options["offload"] else (False,)
-    return {"zero": zeros, "recompute": recomputes, "recompute_modules": modules,
+    if options["async_pipeline"] and not set(ASYNC_SCHEDULES) & set(can.schedules):
+        raise SpecError(f"async-pipeline: framework {stack.name} runs the schedules {', '.join(can.schedules)}, no "
+                        f"asynchronous one ({', '.join(ASYNC_SCHEDULES)}): use --framework any")
+    return {"async_pipeline": options["async_pipeline"], "zero": zeros, "recompute": recomputes,
+            "recompute_modules": modules,
             "sequence_parallel": sps, "headroom": options["headroom"],
             "offload_optimizer": offload, "offload_activations": offload,
             "all_placements": options["placements"] == "all", "max_micro_batch": options["max_micro_batch"],

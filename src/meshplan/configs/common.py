@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any
 
 from meshplan.errors import SpecError
-from meshplan.specs.plan import DENSE_AXES, Plan
+from meshplan.specs.plan import ASYNC_SCHEDULES, DENSE_AXES, Plan
 from meshplan.specs.stack import Stack, load_stack
 
 COMMENT = "meshplan:"
@@ -28,6 +28,9 @@ def check_layout(plan: Plan, framework: str) -> None:
     Megatron-LM / torchtitan one (tp innermost, then cp, dp, pp)."""
     if plan.tensor_layout != "1d" or plan.tp2 > 1:
         raise refuse(framework, "tensor_layout", plan.tensor_layout, "2D SUMMA tensor parallelism (tp2) is not run")
+    if plan.schedule in ASYNC_SCHEDULES and plan.pp > 1:
+        raise refuse(framework, "schedule", plan.schedule, "it runs synchronous pipelines only (no PipeDream weight "
+                     "stashing or 2BW double buffering): allowed schedules 1f1b, interleaved, gpipe where it has it")
     if plan.finetune != "full":
         raise refuse(framework, "finetune", plan.finetune, "meshplan writes pre-training configs only")
     shown = [a for a in plan.placement if getattr(plan, a) > 1]

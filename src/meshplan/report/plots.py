@@ -279,7 +279,8 @@ def timeline_figure(est: Estimate, run: PipelineRun | None = None, title: str | 
     order = sorted(range(len(labels)), key=lambda i: (labels[i].startswith("idle"), labels[i]))
     fig.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=8, loc="outside lower center",
                ncols=min(len(labels), 5), frameon=False)
-    name = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "interleaved 1F1B"}[run.schedule]
+    name = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "interleaved 1F1B", "pipedream": "PipeDream, first step",
+            "pipedream-2bw": "PipeDream-2BW, first step"}[run.schedule]
     ax.set_title(title or f"pipeline timeline ({name}): pp={run.pp}"
                           + (f", vpp={run.vpp}" if run.vpp > 1 else "")
                           + f", {run.micro_batches} micro-batches; bubble {tl.idle_fraction:.1%} of "

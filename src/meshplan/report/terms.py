@@ -10,6 +10,8 @@ HEADERS = {
     "ep/etp": "expert-parallel / expert-tensor-parallel sizes",
     "vpp": "virtual pipeline stages (model chunks) per pipeline rank",
     "mbs": "sequences per micro-batch",
+    "schedule": "pipeline schedule (shown when a plan is asynchronous: pipedream, pipedream-2bw train on stale "
+                "weights, searched only with --async-pipeline)",
     "zero": "ZeRO stage (1 shards the optimizer state over dp, 2 also gradients, 3 also weights)",
     "recompute": "activations recomputed (selective: the attention core; full: whole layers)",
     "sp": "sequence parallelism",

@@ -16,6 +16,16 @@ if TYPE_CHECKING:
 
     from meshplan.estimate import Estimate
 
+# what an asynchronous pipeline schedule changes in training, printed beside any plan that uses one
+ASYNC_NOTES = {
+    "pipedream": "stale weights, not synchronous SGD: a weight update after every micro-batch (optimizer batch "
+                 "dp x micro_batch), each in-flight micro-batch's weights stashed, p - r versions on rank r "
+                 "(Narayanan et al. 2019); no framework preset runs it",
+    "pipedream-2bw": "stale weights, not synchronous SGD: one update per m micro-batches from gradients of the "
+                     "previous weight version, 2 versions per rank (Narayanan et al. 2021, 2BW); no framework preset "
+                     "runs it",
+}
+
 
 def terminal_console() -> Console:
     """A console as wide as the terminal (or as ``COLUMNS`` says), else 150 columns when the output is a file or a
@@ -39,6 +49,8 @@ def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
     summary.add_column()
     scaling = f" ({est.stack.fp8_scaling} scaling)" if p.precision == "fp8" else ""
     summary.add_row("plan", p.describe() + f" schedule={p.schedule} precision={p.precision}{scaling}")
+    if p.schedule in ASYNC_NOTES and p.pp > 1:
+        summary.add_row("asynchronous", ASYNC_NOTES[p.schedule])
     summary.add_row("stack", est.stack.describe())
     band = _band(est)  # the 80th-percentile |error| of published runs on this GPU generation and model kind
     summary.add_row("step time", fmt_time(est.step_time) + (f"{band} (error band)" if band else ""))
@@ -181,12 +193,15 @@ def _plan_columns(result, tokens: float | None, price: float | None) -> list[Col
     """The best plans' columns, one cell per plan, in the wide table's order."""
     ests, left = result.plans, ("recompute", "offload", *tier_headers(result.cluster))
     cells: dict[str, list[str]] = defaultdict(list)
+    asynchronous = any(e.plan.schedule in ASYNC_NOTES and e.plan.pp > 1 for e in ests)
     for est in ests:
         p = est.plan
         cells["dp·tp·pp·cp"].append(_layout(p))
         if result.model.is_moe:
             cells["ep/etp"].append(f"{p.ep}/{p.etp}")
         cells["vpp"].append(str(p.vpp))
+        if asynchronous:
+            cells["schedule"].append(p.schedule if p.pp > 1 else "-")
         cells["mbs"].append(str(p.micro_batch))
         cells["zero"].append(str(p.zero))
         cells["recompute"].append(p.recompute)
@@ -322,6 +337,10 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
         else:
             console.print("[bold red]no feasible plan[/bold red]")
         _print_all(console, rejected_tables(r, console.width))
+    shown = {e.plan.schedule for r in results for e in r.plans if e.plan.pp > 1} & set(ASYNC_NOTES)
+    for schedule in sorted(shown):
+        console.print(f"{schedule} (asynchronous, asked for with --async-pipeline): {ASYNC_NOTES[schedule]}",
+                      markup=False)
     evaluated = sum(r.evaluated for r in results)
     seconds = sum(r.seconds for r in results)
     bounded = sum(r.bounded for r in results)

@@ -13,7 +13,8 @@ from meshplan.step.units import Units
 BOUND_SLACK = 1e-5  # the float32 step-time sums may round below the float64 bound by a few 1e-8
 
 
-def lower_bound(model: ModelSpec, pool: PlanBatch, shapes: dict[str, Units], shape_of: np.ndarray) -> np.ndarray:
+def lower_bound(model: ModelSpec, pool: PlanBatch, shapes: dict[str, Units], shape_of: np.ndarray,
+                bubble: bool = True) -> np.ndarray:
     """A lower bound on every setting's step time of each plan, from the kernel times of its shape (``shapes``;
     ``shape_of``: each plan's shape). Every rank runs at least its layers' forward and backward kernels per
     micro-batch, c = t_fwd + t_bwd of a layer, L_f of them on the first (and middle) ranks and L_l on the last,
@@ -21,7 +22,7 @@ def lower_bound(model: ModelSpec, pool: PlanBatch, shapes: dict[str, Units], sha
     sends, DP, optimizer, offload) only adds. So the busiest rank takes at least B = max(L_f·c + e, L_l·c + h) (a
     single stage holds both: L·c + e + h), and the bubble, the other ranks' times over v
     (``step.stages.bubble_time``), at least ((p − 1)·min(L_f, L_l)·c + min(e, h)) / v: the step takes at least
-    m·B + that."""
+    m·B + that. Without a ``bubble`` (the asynchronous schedules, step.stages.bubble_time): m·B."""
     def least(part: str) -> np.ndarray:
         times = [np.broadcast_to(getattr(u, part).fwd + getattr(u, part).bwd, shape_of.max() + 1)
                  for u in shapes.values()]
@@ -33,4 +34,4 @@ def lower_bound(model: ModelSpec, pool: PlanBatch, shapes: dict[str, Units], sha
     single = pool.pp == 1
     busiest = np.maximum(first + embed + single * head, last + head + single * embed)
     others = (pool.pp - 1) * np.minimum(first, last) + np.minimum(embed, head)
-    return pool.grad_accum * busiest + ~single * others / pool.vpp
+    return pool.grad_accum * busiest + (~single * others / pool.vpp if bubble else 0.0)

@@ -29,7 +29,7 @@ from meshplan.search.tally import Tally
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import Plan
+from meshplan.specs.plan import ASYNC_SCHEDULES, Plan
 from meshplan.step.units import Units
 from meshplan.units import fmt_bytes
 
@@ -72,9 +72,15 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
         gpipe = int(sized.count[(pool.vpp == 1) & (pool.pp > 1)].sum()) * space.grid_size
         result.tally.add("dominated: GPipe (1F1B has its step time with less memory)", "any pp > 1 plan", gpipe)
     bound = lower_bound(model, pool, units.shapes, units.shape_of)
+    if space.async_schedules:  # no bubble: a bound without one
+        free = lower_bound(model, pool, units.shapes, units.shape_of, bubble=False)
+        short = (pool.vpp == 1) & (pool.pp > 1) & (pool.grad_accum < pool.pp)
+        if "pipedream-2bw" in space.async_schedules and short.any():
+            result.tally.add("pipedream-2bw needs m >= pp micro-batches", "any pp > 1 plan with fewer",
+                             int(sized.count[short].sum()) * space.grid_size)
     for group, schedule in _groups(pool, space):
         _score_group(model, cluster, space, eff, pool.select(group, schedule=schedule), sized.select(group),
-                     bound[group], units.shape_of[group], units, result)
+                     (free if schedule in ASYNC_SCHEDULES else bound)[group], units.shape_of[group], units, result)
     return result
 
 
@@ -85,6 +91,9 @@ def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray, str]]:
     if space.gpipe:
         yield np.flatnonzero(flat & (batch.pp > 1)), "gpipe"
     yield np.flatnonzero(~flat), "interleaved"
+    for schedule in space.async_schedules:  # a pipeline of one chunk per rank; 2BW with m >= p (check._check_async)
+        yield np.flatnonzero(flat & (batch.pp > 1) & ((batch.grad_accum >= batch.pp) | (schedule == "pipedream"))), \
+            schedule
 
 
 def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, sized: Sized,

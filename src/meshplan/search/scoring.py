@@ -20,7 +20,7 @@ from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.step.memory import activation_memory, offloaded_activations
-from meshplan.step.stages import bubble_time, stage_times
+from meshplan.step.stages import bubble_time, cadence, stage_times
 from meshplan.step.units import Units
 
 
@@ -35,6 +35,7 @@ def grid_times(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict
     rcs, zeros = space.recompute, space.zero
     oos, oas = space.offload_optimizer, space.offload_activations
     n, m, sd = len(batch), batch.grad_accum, eff.overlap_slowdown
+    per_update, updates = cadence(batch)  # PipeDream: an update (DP reduction, optimizer) per micro-batch
     ends = (stage_params(model, batch, True), stage_params(model, batch, False))
     params = StageParams(*(_pair(getattr(ends[0], f), getattr(ends[1], f), n, np.float64)
                            for f in StageParams.__slots__))
@@ -56,12 +57,13 @@ def grid_times(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict
                 with_oa = replace(plan, offload_activations=True)
                 one, two = (offload(model, cluster, with_oa, units[rc].layer_saved, last) for last in (False, True))
                 copies = Offload(_pair(one.copy, two.copy, n), _pair(one.share, two.share, n))
-            channels = step_channels(passes, m, collectives, zeros, copies, sd, space.stack.overlap_dp, forward)
+            channels = step_channels(passes, per_update, collectives, zeros, copies, sd, space.stack.overlap_dp,
+                                     forward)
             for z, zero in enumerate(zeros):
-                dp, moved = channels[zero]
+                dp, moved = (updates * x for x in channels[zero])
                 base = pipelined + dp + moved
                 for o, oo in enumerate(oos):
-                    rank = base + opt[zero, oo]
+                    rank = base + updates * opt[zero, oo]
                     np.add(np.maximum(rank[0], rank[1]), bubble, out=out[r, z, o, a], casting="unsafe")
     return out
 
@@ -78,8 +80,8 @@ def grid_memory(model: ModelSpec, batch: PlanBatch, units: dict[str, Units], spa
     ends = (stage_params(model, batch, True), stage_params(model, batch, False))
     # model states per ZeRO stage and end; an offloaded optimizer state leaves the GPU for the host
     # (memory.offloaded_optimizer: the first rank's optimizer bytes)
-    kept = {z: [model_states(end, replace(batch, zero=z, offload_optimizer=False), space.stack) for end in ends]
-            for z in zeros}
+    kept = {z: [model_states(end, replace(batch, zero=z, offload_optimizer=False), space.stack, last)
+                for end, last in zip(ends, (False, True), strict=True)] for z in zeros}
     states = np.array([[[_vec(w + g + (0.0 if oo else o), n) for w, g, o in kept[z]] for oo in oos]
                        for z in zeros])  # (Z, O, 2, n)
     acts = np.array([[[_vec(a, n) for a in activation_memory(model, replace(with_rc[rc], offload_activations=oa),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM  # noqa: F401  (MEMORY_HEADROOM: the search's default)
 from meshplan.specs.check import fsdp_has_zero, recompute_modules_problem
+from meshplan.specs.plan import ASYNC_SCHEDULES
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
 
@@ -38,6 +39,9 @@ class Space:
     # quarter more time, 2 about a half); 0, or a stack without uneven stages: even splits only
     uneven_stages: int = 1
     gpipe: bool = False  # GPipe: the step time of 1F1B with at least its memory (dominated; see search.run)
+    # the asynchronous schedules (pipedream, pipedream-2bw: stale weights, so never searched unless asked for), those
+    # of them the stack's framework runs (only ``--framework any`` / generic: no framework preset runs them)
+    async_pipeline: bool = False
     all_placements: bool = True
     max_micro_batch: int = 64
     precision: str = "bf16"
@@ -88,6 +92,12 @@ class Space:
     def axis_sizes(self, axis: str, sizes: list[int]) -> list[int]:
         """The sizes of ``axis`` (tp, pp, cp, ep) the stack's framework runs: all, or 1 where it lacks the axis."""
         return sizes if axis in self.stack.supports.axes else [s for s in sizes if s == 1]
+
+    @property
+    def async_schedules(self) -> tuple[str, ...]:
+        """The asynchronous schedules searched: none unless ``async_pipeline``, then those the framework runs."""
+        can = self.stack.supports.schedules
+        return tuple(s for s in ASYNC_SCHEDULES if s in can) if self.async_pipeline else ()
 
     @property
     def interleaving(self) -> bool:

@@ -29,7 +29,11 @@ RECOMPUTE = ("none", "selective", "full")
 # "selective"; megatron/core/transformer/transformer_config.py), each priced by ops.RECOMPUTE_MODULES; its default
 # is core_attn, the attention core of Korthikanti et al. 2022
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts", "mla_up_proj")
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+# asynchronous pipelines: no flush, weights updated while older micro-batches are in flight (stale weights: training
+# semantics differ from synchronous SGD): PipeDream's 1F1B with weight stashing (Narayanan et al., SOSP 2019, §3.2-3.3)
+# and PipeDream-2BW's double-buffered weights (Narayanan et al., ICML 2021, §3.1); schedule.py, memory.py
+ASYNC_SCHEDULES = ("pipedream", "pipedream-2bw")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", *ASYNC_SCHEDULES)
 PRECISION = ("bf16", "fp16", "fp8", "mxfp8", "fp4")
 FINETUNE = ("full", "lora")
 LORA_TARGETS = ("all", "qkv")

@@ -14,9 +14,9 @@ from typing import Any
 
 from meshplan.errors import SpecError
 from meshplan.fields import unknown_field
+from meshplan.specs.plan import SCHEDULES
 
 LAYOUTS = ("1d", "summa")
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
 AXES = ("tp", "pp", "cp", "ep")  # the axes a framework may lack (dp it always has)
 RECOMPUTE = ("none", "selective", "full")
 

@@ -5,6 +5,10 @@ its passes with the data-parallel collectives and offload copies of channels.py,
 Per step, the busier of the first and the last rank, and the bubble (a flow shop: the other ranks' times once, over
 v; with equal ranks (p-1)/m for 1F1B and (p-1)/(v·m) for the interleaved schedule, Narayanan et al. 2021 §2.2):
     t_step = max over the end ranks of (m · t_rank + channels + optimizer) + ((p-2) · t_middle + t_other_end) / v
+The asynchronous schedules never flush (steady.py): no bubble per step (their one fill per training run is amortised
+away), and their optimizer-step cadence differs (``cadence``): PipeDream updates the weights after every micro-batch
+(Narayanan et al. 2019 §3.3), so each of its m micro-batches per step carries its own data-parallel gradient reduction
+and optimizer step; PipeDream-2BW after every m (Narayanan et al. 2021 §3.1), once per step as the synchronous ones.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from meshplan.cost.params import any_uneven, layers_on_last, layers_on_stage, st
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import Plan
+from meshplan.specs.plan import ASYNC_SCHEDULES, Plan
 from meshplan.specs.stack import Stack
 from meshplan.step.passes import PassTimes, hide
 from meshplan.step.units import Units
@@ -73,7 +77,16 @@ def bubble_time(plan: Plan, first: Num, last: Num, middle: Num) -> Num:
     one's: ((p − 2) · t_middle + t_other_end) / v."""
     busiest = maximum(first, last)
     others = first + last + (plan.pp - 2) * middle - busiest
+    if plan.schedule in ASYNC_SCHEDULES:  # no flush: no bubble per step (steady.steady_step)
+        return 0.0 * others
     return (plan.pp > 1) * others / plan.vpp
+
+
+def cadence(plan: Plan) -> tuple[Num, Num]:
+    """(micro-batches per weight update, weight updates per step): (m, 1), but (1, m) under PipeDream, which updates
+    after every backward (Narayanan et al. 2019 §3.3); PipeDream-2BW updates once per m ≥ p (2021 §3.1)."""
+    m = plan.grad_accum
+    return (1, m) if plan.schedule == "pipedream" else (m, 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +111,8 @@ def rank_step(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: U
     params = stage_params(model, plan, not last)
     collectives = dp_collectives(model, cluster, plan, params, eff)
     copies = offload(model, cluster, plan, u.layer_saved, last)
-    dp, moved = step_channels(rank.passes(), plan.grad_accum, collectives, (plan.zero,), copies,
+    per_update, updates = cadence(plan)
+    dp, moved = step_channels(rank.passes(), per_update, collectives, (plan.zero,), copies,
                               eff.overlap_slowdown, stack.overlap_dp)[plan.zero]
-    return RankStep(rank, dp, moved, optimizer_time(cluster, plan, params, eff), plan.grad_accum)
+    return RankStep(rank, updates * dp, updates * moved, updates * optimizer_time(cluster, plan, params, eff),
+                    plan.grad_accum)
