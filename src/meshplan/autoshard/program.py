@@ -70,7 +70,8 @@ def _mesh(names: tuple[str, ...], sizes: tuple[int, ...], role: tuple[str, ...])
         lines.append(f'mesh = init_device_mesh("cuda", {tuple(sizes)}, mesh_dim_names=({quoted}))')
     else:
         reorder = f".permute{tuple(order)}" if order != list(range(len(names))) else ""
-        lines.append(f"ranks = torch.arange({prod(sizes)}).reshape{tuple(sizes)}{reorder}.reshape{shape}"
+        merge = f".reshape{shape}" if len(shape) < len(names) else ""
+        lines.append(f"ranks = torch.arange({prod(sizes)}).reshape{tuple(sizes)}{reorder}{merge}"
                      "  # the same ranks, dimensions of one role merged, replicate before shard")
         lines.append(f'mesh = DeviceMesh("cuda", ranks, mesh_dim_names=({quoted}))')
     return lines, {role[g[0]]: m for g, m in zip(groups, merged, strict=True)}
