@@ -38,12 +38,13 @@ meshplan plan --model llama3-8b --autoshard --system h100 --gpus 64 --micro-batc
   parallel algorithms (Zheng et al. 2022, OSDI, §4.1, Table 3) and DTensor writes its strategies
   (torch/distributed/tensor/_ops). A split label gives `Shard` where a tensor carries it, `Replicate` where not, and
   `Partial` on a result that sums over it (mm's k). Rules cover GEMMs (grouped too), fused attention (batch, heads,
-  queries: the last is context parallelism by an all-gather of K and V), embeddings (a vocabulary split gives
-  partial rows), convolutions (by the batch only: PyTorch has no parallel style for a channel split), layer / RMS /
-  batch / group norms (batch statistics per device, as DDP runs them), softmax (the vocabulary-parallel log-softmax
-  of a loss all-reduces its row statistics, as DTensor's `loss_parallel`), losses, reductions, pooling, gathers and scatters, sorts (the token reordering of a MoE dispatch
-  split per device), and views (a reshape keeps the split of the first dimension of each run, DTensor's
-  `view_groups`). An op without a rule keeps every tensor replicated: correct, and the planner charges what it costs.
+  queries: the last is context parallelism by an all-gather of K and V), embeddings (a vocabulary split gives partial
+  rows), convolutions (by the batch only: PyTorch has no parallel style for a channel split), layer / RMS / batch /
+  group norms (batch statistics per device, as DDP runs them), softmax (the vocabulary-parallel log-softmax of a loss
+  all-reduces its row statistics, as DTensor's `loss_parallel`), losses, reductions, pooling, gathers and scatters,
+  sorts (the token reordering of a MoE dispatch split per device), and views (a reshape keeps the split of the first
+  dimension of each run, DTensor's `view_groups`). An op without a rule keeps every tensor replicated: correct, and
+  the planner charges what it costs.
 - **Decisions** (Alpa §4.2, "merge element-wise operators into their operands"): views, copies and element-wise ops
   follow the op that owns their leading argument; an op after a contraction, an accumulation of two partial sums, an
   op that carries a partial sum through (a scatter, a product with one partial factor: DTensor's Partial x Replicate),
