@@ -12,7 +12,12 @@ how to split it over an N-dimensional device mesh, in DTensor's vocabulary (`Sha
 `Partial()`), with the cost of every redistribution between operators; then it cuts the layers into pipeline stages
 over sub-meshes. It answers in the form PyTorch runs: each parameter's placements, a `parallelize_module` plan
 (ColwiseParallel / RowwiseParallel / SequenceParallel where the placements are those styles), FSDP or replication on
-the data-parallel dimensions, and the collectives the plan inserts.
+the data-parallel dimensions, and the collectives the plan inserts. The printed program runs as printed
+(autoshard/program.py): its imports, the mesh, `parallelize_module` on the tensor-parallel dimension, then one
+`fully_shard` (HSDP over a 2-D `mesh[replicate, shard]` where the plan replicates on one dimension and shards on
+another) or `replicate`, as torchtitan composes them; each mesh dimension takes one role (data parallel where the
+batch-split parameters outweigh the tensor-parallel ones), and a comment names what of the plan it leaves out.
+tests/test_autoshard_run.py executes such programs on gloo processes and checks the loss and gradients.
 
 ```bash
 meshplan plan --model model.py:make_model --input-shape 8x1024 --system h100 --gpus 16          # any nn.Module
@@ -33,12 +38,13 @@ meshplan plan --model llama3-8b --autoshard --system h100 --gpus 64 --micro-batc
   parallel algorithms (Zheng et al. 2022, OSDI, §4.1, Table 3) and DTensor writes its strategies
   (torch/distributed/tensor/_ops). A split label gives `Shard` where a tensor carries it, `Replicate` where not, and
   `Partial` on a result that sums over it (mm's k). Rules cover GEMMs (grouped too), fused attention (batch, heads,
-  queries: the last is context parallelism by an all-gather of K and V), embeddings (a vocabulary split gives
-  partial rows), convolutions, layer / RMS / batch / group norms (batch statistics per device, as DDP runs them),
-  softmax (the vocabulary-parallel log-softmax of a loss all-reduces its row statistics, as DTensor's
-  `loss_parallel`), losses, reductions, pooling, gathers and scatters, sorts (the token reordering of a MoE dispatch
-  split per device), and views (a reshape keeps the split of the first dimension of each run, DTensor's
-  `view_groups`). An op without a rule keeps every tensor replicated: correct, and the planner charges what it costs.
+  queries: the last is context parallelism by an all-gather of K and V), embeddings (a vocabulary split gives partial
+  rows), convolutions (by the batch only: PyTorch has no parallel style for a channel split), layer / RMS / batch /
+  group norms (batch statistics per device, as DDP runs them), softmax (the vocabulary-parallel log-softmax of a loss
+  all-reduces its row statistics, as DTensor's `loss_parallel`), losses, reductions, pooling, gathers and scatters,
+  sorts (the token reordering of a MoE dispatch split per device), and views (a reshape keeps the split of the first
+  dimension of each run, DTensor's `view_groups`). An op without a rule keeps every tensor replicated: correct, and
+  the planner charges what it costs.
 - **Decisions** (Alpa §4.2, "merge element-wise operators into their operands"): views, copies and element-wise ops
   follow the op that owns their leading argument; an op after a contraction, an accumulation of two partial sums, an
   op that carries a partial sum through (a scatter, a product with one partial factor: DTensor's Partial x Replicate),

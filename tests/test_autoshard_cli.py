@@ -58,7 +58,8 @@ def test_factory_plan_as_json(model_file, capsys):
     names = {p["name"] for p in data["parameters"]}
     assert "layers.*.0.weight" in names and "head.weight" in names  # tied layers once, index as *
     assert all(p["placements"].startswith("[") for p in data["parameters"])
-    assert data["parallelize_module"].startswith("mesh = init_device_mesh")
+    assert data["parallelize_module"].startswith("from torch.distributed.device_mesh import init_device_mesh")
+    assert "\nmesh = init_device_mesh(" in data["parallelize_module"]
     assert set(data["breakdown_s"]) == {"compute_fwd", "compute_bwd", "comm_fwd", "comm_bwd", "grad_sync", "optimizer"}
 
 
@@ -83,6 +84,18 @@ def test_preset_with_autoshard_finds_megatron_tensor_parallelism(capsys):
     assert styles["model.layers.*.mlp.down_proj.weight"] == "RowwiseParallel"
     assert "SequenceParallel()" in data["parallelize_module"]
     assert data["layers"] == 32 and data["traced_layers"] == 2
+
+
+def test_data_parallelism_is_in_the_program_beside_tensor_parallelism(capsys):
+    """The audit's case: a sequence per GPU on 8 x 8; the layers replicate on the network and shard on NVLink
+    (HSDP), the embedding and head are column-split. The program is one HSDP fully_shard over both dimensions
+    (PyTorch composes no tensor parallelism on a dimension FSDP shards), and says what of the plan it leaves out."""
+    _, out = run(["plan", "--model", "llama3-8b", "--autoshard", "--system", "h100", "--gpus", "64",
+                  "--global-batch", "64", "--seq", "8192", "--json"], capsys)
+    code = json.loads(out)["parallelize_module"]
+    assert 'fully_shard(model, mesh=mesh["network", "nvlink"])' in code and code.count("fully_shard(model") == 1
+    assert "parallelize_module(" not in code and "# not written: the plan's ColwiseParallel" in code
+    compile(code, "plan", "exec")  # valid Python as printed
 
 
 def test_config_json_with_autoshard(tmp_path, capsys):

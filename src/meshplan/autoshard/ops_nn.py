@@ -100,36 +100,24 @@ def embedding_backward(op: TracedOp, state: frozenset[int]) -> Rule:
 
 
 def convolution(op: TracedOp, state: frozenset[int]) -> Rule:
-    """Batch n, output channels o, input channels c (contracted, Partial); spatial dimensions whole (a split
-    would need halo exchanges). A depthwise convolution pairs c with o; other grouped ones split only n."""
+    """Batch n only; weight, bias and spatial dimensions whole. A split of the channels (output o or contracted input
+    c) is valid arithmetic but no PyTorch program can run it: ColwiseParallel / RowwiseParallel accept only nn.Linear
+    and nn.Embedding (torch/distributed/tensor/parallel/style.py, ``_apply``: NotImplementedError otherwise) and
+    DTensor's convolution rule gives the output the input's placements, a replicated weight assumed
+    (torch/distributed/tensor/_ops/_conv_ops.py, ``convolution_rules``); a spatial split would need halo exchanges.
+    So a convolution is data parallel, as the printed plan (output.py) can write it."""
     x = op.inputs[0].shape
-    groups = int(op.attr("groups", 1) or 1)
     rest = (None,) * (len(x) - 2)
-    transposed = bool(op.attr("transposed", False))
-    if groups == 1:
-        table = {"input": ("n", "c", *rest), "weight": ("c", "o", *rest) if transposed else ("o", "c", *rest),
-                 "bias": ("o",)}
-        out = ("n", "o", *rest)
-    elif groups == x[1] and not transposed:
-        table, out = {"input": ("n", "o", *rest), "weight": ("o", None, *rest), "bias": ("o",)}, ("n", "o", *rest)
-    else:
-        table, out = {"input": ("n", None, *rest)}, ("n", None, *rest)
-    return Rule(inputs=_by_name(op, table), outputs=(out,))
+    table = {"input": ("n", None, *rest)}
+    return Rule(inputs=_by_name(op, table), outputs=(("n", None, *rest),))
 
 
 def convolution_backward(op: TracedOp, state: frozenset[int]) -> Rule:
+    """The forward's batch split: the input gradient split with it, the weight's and bias's gradients Partial."""
     grad = op.inputs[0].shape
     rest = (None,) * (len(grad) - 2)
-    groups = int(op.attr("groups", 1) or 1)
-    if groups == 1 and not op.attr("transposed", False):
-        table = {"grad_output": ("n", "o", *rest), "input": ("n", "c", *rest), "weight": ("o", "c", *rest)}
-        by_slot = {0: ("n", "c", *rest), 1: ("o", "c", *rest), 2: ("o",)}
-    elif groups == op.inputs[1].shape[1]:
-        table = {"grad_output": ("n", "o", *rest), "input": ("n", "o", *rest), "weight": ("o", None, *rest)}
-        by_slot = {0: ("n", "o", *rest), 1: ("o", None, *rest), 2: ("o",)}
-    else:
-        table = {"grad_output": ("n", None, *rest), "input": ("n", None, *rest)}
-        by_slot = {0: ("n", None, *rest), 1: (None, None, *rest), 2: (None,)}
+    table = {"grad_output": ("n", None, *rest), "input": ("n", None, *rest)}
+    by_slot = {0: ("n", None, *rest)}
     outputs = tuple(by_slot.get(slot, _none(t.shape)) for slot, t in zip(op.results, op.outputs, strict=True))
     return Rule(inputs=_by_name(op, table), outputs=outputs)
 

@@ -32,6 +32,9 @@ class ParamPlan:
     shape: tuple[int, ...]
     placements: Placements
     styles: tuple[str, ...]  # per mesh dimension
+    batch: tuple[bool, ...] = ()  # per mesh dimension: whether the op reading it splits the batch there
+    count: int = 1  # the full model's layers a tied parameter stands for
+    reader: str = ""  # the kind of the forward op that reads it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,17 +78,23 @@ def _reader(problem: Problem, key: int, choice: dict[int, int]) -> tuple[str, tu
 
 
 def _style(kind: str, label: str | None, placement: int) -> str:
-    if kind in GEMMS or kind == "convolution":
-        style = {"n": "ColwiseParallel", "o": "ColwiseParallel", "k": "RowwiseParallel", "c": "RowwiseParallel"}
+    """A parallel style only where the parameter is sharded as that style shards it: a replicated weight that a GEMM
+    reads in slices (its k split over a replicated operand) is replicated."""
+    if kind in GEMMS and placement >= 0:
+        style = {"n": "ColwiseParallel", "k": "RowwiseParallel"}
         if label in style:
             return style[label]
-    if kind == "embedding" and label in ("v", "o"):
+    if kind == "embedding" and label in ("v", "o") and placement >= 0:
         return "RowwiseParallel" if label == "v" else "ColwiseParallel"
     if kind in ATTENTION and label == "h":
         return "heads"
-    if label is not None and label in BATCH or label is not None and label.startswith(("i", "l", "d")):
+    if _batch(label):
         return "fully_shard" if placement >= 0 else "replicate"
     return "replicate" if placement == REPLICATE else describe((placement,))
+
+
+def _batch(label: str | None) -> bool:
+    return label is not None and (label in BATCH or label.startswith(("i", "l", "d")))
 
 
 def params(sharding: Sharding) -> list[ParamPlan]:
@@ -99,12 +108,14 @@ def params(sharding: Sharding) -> list[ParamPlan]:
         src = problem.flow.sources[key - len(trace.ops)]
         p = node.outs[choice[key]][(key, 0)]
         read = _reader(problem, key, choice)
-        styles = []
-        for dim, placement in enumerate(p):
-            label = read[1][dim] if read is not None else None
-            styles.append(_style(read[0] if read else "", label, placement))
-        found.append(ParamPlan(name=pattern(problem, trace.names.get(src.storage, node.name)),
-                               shape=src.info.shape, placements=p, styles=tuple(styles)))
+        labels = [read[1][dim] if read is not None else None for dim in range(len(p))]
+        styles = tuple(_style(read[0] if read else "", label, x) for label, x in zip(labels, p, strict=True))
+        name = pattern(problem, trace.names.get(src.storage, node.name))
+        count = next((g.layers for g in problem.blocks.groups if name.startswith(f"{g.prefix.removeprefix('hf.')}.*.")),
+                     1)
+        found.append(ParamPlan(name=name, shape=src.info.shape, placements=p, styles=styles,
+                               batch=tuple(_batch(label) for label in labels), count=count,
+                               reader=read[0] if read else ""))
     return found
 
 
@@ -114,13 +125,13 @@ def sequence_parallel(sharding: Sharding, dim: int) -> bool:
     problem, choice = sharding.problem, sharding.choice
     ops = problem.flow.trace.ops
     for key, node in problem.nodes.items():
-        if key < len(ops) and ops[key].phase == "fwd" and len(ops[key].outputs[0].shape) == 3 and _is_norm(
+        if key < len(ops) and ops[key].phase == "fwd" and len(ops[key].outputs[0].shape) == 3 and is_norm(
                 ops[key].module) and node.outs[choice[key]].get((key, 0), (REPLICATE,) * (dim + 1))[dim] == 1:
             return True
     return False
 
 
-def _is_norm(module: str) -> bool:
+def is_norm(module: str) -> bool:
     return module.rsplit(".", 1)[-1].endswith(NORMS)
 
 
@@ -173,37 +184,3 @@ def _short(problem: Problem, key: int) -> str:
         return pattern(problem, node.name.removesuffix(" (shared move)"))
     return pattern(problem, node.name)
 
-
-def parallelize_code(sharding: Sharding) -> str:
-    """The plan as code: the mesh, parallelize_module per tensor-parallel mesh dimension, data parallelism."""
-    problem = sharding.problem
-    mesh = problem.mesh
-    plans = params(sharding)
-    names = ", ".join(f'"{d}"' for d in mesh.names) + ("," if len(mesh.names) == 1 else "")
-    lines = [f'mesh = init_device_mesh("cuda", {mesh.sizes}, mesh_dim_names=({names}))']
-    for dim, name in enumerate(mesh.names):
-        styled = defaultdict(set)
-        for pp in plans:
-            if pp.styles[dim] in ("ColwiseParallel", "RowwiseParallel"):
-                styled[pp.name.rsplit(".", 1)[0]].add(pp.styles[dim])
-        if styled:
-            sp = sequence_parallel(sharding, dim)
-            lines.append(f'parallelize_module(model, mesh["{name}"], {{')
-            for module, styles in sorted(styled.items()):
-                style = sorted(styles)[0]
-                arg = ""
-                if sp and style == "ColwiseParallel":
-                    arg = "input_layouts=Shard(1)"
-                elif sp and style == "RowwiseParallel":
-                    arg = "output_layouts=Shard(1)"
-                lines.append(f'    "{module}": {style}({arg}),')
-            if sp:
-                norms = sorted({pp.name.rsplit(".", 1)[0] for pp in plans if _is_norm(pp.name.rsplit(".", 1)[0])})
-                lines.extend(f'    "{m}": SequenceParallel(),' for m in norms)
-            lines.append("})")
-        kinds = {pp.styles[dim] for pp in plans}
-        if "fully_shard" in kinds:
-            lines.append(f'fully_shard(model, mesh=mesh["{name}"])  # parameters split on {name}, gathered per use')
-        elif "replicate" in kinds and not styled:
-            lines.append(f'replicate(model, device_mesh=mesh["{name}"])  # data parallel on {name}')
-    return "\n".join(lines)

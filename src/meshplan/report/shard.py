@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from meshplan.autoshard.output import inserted, parallelize_code, params
+from meshplan.autoshard.output import inserted, params
 from meshplan.autoshard.placement import describe, short
+from meshplan.autoshard.program import parallelize_code
 from meshplan.autoshard.solve import Sharding
 from meshplan.autoshard.stages import Pipeline
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
