@@ -42,6 +42,9 @@ from meshplan.specs.stack import Stack
 @click.option("--emit", "emit_format", type=click.Choice(sorted(FORMATS)), default=None,
               help="write the fastest plan as this framework's config (printed after the table)")
 @click.option("--emit-to", "emit_to", default=None, help="with --emit: the file to write it to")
+@click.option("--all", "all_plans", is_flag=True,
+              help="also write every feasible plan (not only --top) as CSV to --output, fastest first")
+@click.option("-o", "--output", default=None, help="with --all: the CSV file to write")
 @apply(shard.options)
 @click.pass_context
 def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, framework: str, as_json: bool,
@@ -65,6 +68,7 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
 
     emit_format, emit_to = options.pop("emit_format"), options.pop("emit_to")
     check_emit(emit_format, emit_to, as_json)
+    every, csv_path = _every_plan(options.pop("all_plans"), options.pop("output"))
     counts = split_ints(gpus, "gpus") or []
     if not counts or min(counts) < 1:
         raise SpecError(f"gpus={gpus!r} must be positive integers")
@@ -82,19 +86,39 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
     for model, cluster in clusters:
         space = _space(settings, gbs, cluster.accelerator.default_precision, stack)
         with progress(as_json) as update:
-            results.append(search(model, cluster, space, top_k=options["top_k"], progress=update))
+            results.append(search(model, cluster, space, top_k=options["top_k"], progress=update, explore=every))
     rerun = ["meshplan", "estimate", "--model", model_ref, "--system", system_ref]
     rerun += [x for k, v in where.items() if v is not None for x in ("--" + k.replace("_", "-"), str(v))]
     print_search(results, as_json=as_json, **budget,
                  rerun=lambda est: [*rerun, "--gpus", str(est.plan.num_gpus), *estimate_args(est.plan, est.stack)])
     if emit_format:
         write_best(results, emit_format, emit_to)
+    if csv_path is not None:
+        from meshplan.report.plans_csv import write_plans_csv
+
+        path = write_plans_csv(results, csv_path)
+        click.echo(f"wrote {path}: {sum(len(r.explored) for r in results):,} feasible plans", err=as_json)
 
 
 def _settings(options: dict[str, Any], stack: Stack) -> dict[str, Any]:
     """The search's choices from the shared search options (search_options.py) and ``--top``."""
     check_options(top=options["top_k"])
     return space_settings(pop_search_options(options), stack)
+
+
+def _every_plan(all_plans: bool, output: str | None) -> tuple[Any, str | None]:
+    """``--all`` and ``--output``: what the search keeps beside its top k (every feasible plan: explore.ALL_FEASIBLE)
+    and the CSV file to write them to, checked before the search."""
+    if all_plans != (output is not None):
+        raise SpecError("--all writes every feasible plan to --output FILE.csv: give both" if all_plans else
+                        f"output={output} needs --all (the plans it writes)")
+    if not all_plans:
+        return None, None
+    from meshplan.files import writable
+    from meshplan.search.explore import ALL_FEASIBLE
+
+    writable(output, "output")
+    return ALL_FEASIBLE, output
 
 
 def _budget(options: dict[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from meshplan.groups import axis_tiers
 from meshplan.report import terms
 from meshplan.report.fold import Col, folded_tables, headers, legend
 from meshplan.specs.stack import frameworks_running
@@ -39,6 +40,9 @@ def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
     summary.add_column()
     scaling = f" ({est.stack.fp8_scaling} scaling)" if p.precision == "fp8" else ""
     summary.add_row("plan", p.describe() + f" schedule={p.schedule} precision={p.precision}{scaling}")
+    tiers = axis_tiers(p, est.cluster)
+    summary.add_row("axes on tiers", ", ".join(f"{a}={getattr(p, a)}: {t}" for a, t in tiers.items())
+                    or "one GPU per group")
     summary.add_row("stack", est.stack.describe())
     summary.add_row("step time", fmt_time(est.step_time))
     summary.add_row("tokens/s", f"{fmt_count(est.tokens_per_s)} ({fmt_count(est.tokens_per_s / est.cluster.num_gpus)}"
