@@ -205,7 +205,8 @@ def _config_estimate(path: str, model, cluster):
 @click.option("--gpus", required=True, help="GPU counts, e.g. 512,1024,2048,4096")
 @click.option("--param", "params", default=None,
               help="hardware parameters to scale (comma-separated): peak_flops, hbm_bandwidth, hbm_capacity, "
-                   "nvlink_bandwidth, nic_bandwidth, nvlink_domain (default: none, a strong-scaling sweep)")
+                   "nvlink_bandwidth, nic_bandwidth, nvlink_domain, nvlink_latency, nic_latency, host_bandwidth "
+                   "(default: none, a strong-scaling sweep)")
 @click.option("--factors", default=FACTORS, show_default=True, help="scale factors for --param")
 @_run_options
 @stack_options
