@@ -152,14 +152,19 @@ def screenshots(html: Path, img: Path, top: str, sections: tuple[tuple[str, str]
     print(f"  wrote {', '.join(written)} ({html.stat().st_size:,} bytes of {html.name})")
 
 
+def drawn(est) -> dict:
+    """What a picture of an estimate is drawn from: its data without the axes' mesh tiers (no picture shows them)."""
+    return {k: v for k, v in est.to_dict().items() if k != "tiers"}
+
+
 def plan_pictures(img: Path) -> None:
     """The same search as the report, for the stand-alone pictures of its best plans."""
     model, cluster = load_model("llama3-70b"), load_system("h100").cluster(256)
     result = search(model, cluster, sweep_space(256), top_k=4)
-    plans = digest([est.to_dict() for est in result.plans])
+    plans = digest([drawn(est) for est in result.plans])
     stamp(plots.save(plots.breakdown_figure(result.plans), img / "breakdown.png"), plans)
     stamp(plots.save(plots.memory_figure(result.plans), img / "memory.png"), plans)
-    stamp(plots.save(plots.roofline_figure(result.plans[0]), img / "roofline.png"), digest(result.plans[0].to_dict()))
+    stamp(plots.save(plots.roofline_figure(result.plans[0]), img / "roofline.png"), digest(drawn(result.plans[0])))
     print(f"  wrote breakdown.png, memory.png, roofline.png ({result.plans[0].plan.describe()})")
 
 
@@ -170,7 +175,7 @@ def timeline_picture(img: Path) -> float:
                 recompute="selective", zero=1, schedule="interleaved")
     est = estimate(model, cluster, plan)
     pipeline = plots.pipeline_run(est)
-    inputs = digest({"estimate": est.to_dict(), "starts": pipeline.timeline.starts, "ends": pipeline.timeline.ends})
+    inputs = digest({"estimate": drawn(est), "starts": pipeline.timeline.starts, "ends": pipeline.timeline.ends})
     stamp(plots.save(plots.timeline_figure(est, pipeline), img / "timeline.png"), inputs)
     idle = pipeline.timeline.idle_fraction
     print(f"  wrote timeline.png ({plan.describe()}; bubble {idle:.1%} of the pipelined time)")

@@ -62,6 +62,8 @@ PLAN_OPTIONS = {
     "--precision": ["bf16", "fp8"], "--grad-bytes": ["2", "4"], "--tokens": ["1T", "15T"], "--price": ["2.5"],
     "--gpus": ["8", "16", "8,16"], "--global-batch": ["16", "64"], "--seq": ["1024", "2048"],
     "--nvlink-domain": ["8"], "--placements": ["default", "all"], "--recompute-modules": ["core_attn", "moe"],
+    "--tp": ["1", "2", "4,8"], "--pp": ["1", "2"], "--dp": ["1", "8"], "--micro-batch": ["1", "1,2"],
+    "--recompute-layers": ["0", "1"], "--offload-layers": ["0", "1"], "--headroom": ["0", "0.1"],
 }
 SERVE_OPTIONS = {
     "--tp": ["1", "2", "1,2", "8"], "--pp": ["1", "2"], "--dpa": ["1", "2"], "--batch": ["1", "8", "64,256"],

@@ -7,6 +7,8 @@ import csv
 import json
 import math
 import sys
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -73,7 +75,7 @@ def test_points_are_the_product_and_checked_up_front(model, quick):
 
 
 @pytest.mark.parametrize("param", ["hbm_bandwidth", "nic_bandwidth", "nvlink_bandwidth", "peak_flops",
-                                   "hbm_capacity"])
+                                   "hbm_capacity", "host_bandwidth"])
 def test_more_hardware_never_lowers_throughput(model, param):
     # The search is exhaustive, so the best plan can only get faster when any one resource grows.
     factors = (0.25, 0.5, 1, 2, 4)
@@ -83,8 +85,33 @@ def test_more_hardware_never_lowers_throughput(model, param):
     speed = [r["tokens_per_s"] or 0.0 for r in rows]
     assert [r["factor"] for r in rows] == list(factors)
     assert all(b >= a * (1 - 1e-12) for a, b in zip(speed, speed[1:], strict=False)), (param, speed)
-    if param != "hbm_capacity":
+    if param not in ("hbm_capacity", "host_bandwidth"):  # the best plan offloads nothing: the host link idles
         assert speed[-1] > speed[0]  # and the resource matters somewhere in the range
+
+
+@pytest.mark.parametrize("param", ["nvlink_latency", "nic_latency"])
+def test_more_latency_never_raises_throughput(model, param):
+    """The α of every collective (comm.py: latency per message step + bytes / bandwidth): the exhaustive search's
+    best plan can only get slower as a latency grows, and with 100x NVLink or network latency it does."""
+    factors = (0.25, 1, 4, 100)
+    points = param_points(model, ["h100"], [32], GBS, param=param, factors=factors,
+                          space=sweep_space(GBS, all_placements=False))
+    speed = [r["tokens_per_s"] for r in run(points, workers=1, progress=False)]
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(speed, speed[1:], strict=False)), (param, speed)
+    assert speed[-1] < speed[0]
+    assert points[1].value == 4 * points[0].value  # 1 / 0.25
+
+
+def test_latency_and_host_link_scale_their_own_field():
+    h100, meta = load_system("h100"), load_system("h100-meta-24k")
+    net = h100.network
+    assert scaled_system(h100, "nvlink_latency", 2).network.nvlink_latency == 2 * net.nvlink_latency
+    assert scaled_system(h100, "nic_latency", 3).network == replace(net, nic_latency=3 * net.nic_latency)
+    assert scaled_system(h100, "host_bandwidth", 2).network.host_bandwidth == 2 * net.host_bandwidth
+    tiers = scaled_system(meta, "nic_latency", 2).network.tiers  # every tier beyond NVLink, on an N-tier network
+    assert [t.latency for t in tiers] == [meta.network.tiers[0].latency, *(2 * t.latency
+                                                                           for t in meta.network.tiers[1:])]
+    assert scaled_system(meta, "nvlink_latency", 2).network.tiers[1:] == meta.network.tiers[1:]
 
 
 def test_infeasible_point_is_a_row_not_an_error(model, quick, tmp_path):
@@ -174,8 +201,11 @@ def test_missing_ray_names_the_extra(model, quick, monkeypatch):
 
 
 def test_params_are_documented():
-    assert set(PARAMS) == {"peak_flops", "hbm_bandwidth", "hbm_capacity", "nvlink_bandwidth", "nic_bandwidth",
-                           "nvlink_domain"}
+    params = {"peak_flops", "hbm_bandwidth", "hbm_capacity", "nvlink_bandwidth", "nic_bandwidth", "nvlink_domain",
+              "nvlink_latency", "nic_latency", "host_bandwidth"}
+    assert set(PARAMS) == params
+    text = (Path(__file__).parents[1] / "docs" / "REPORTS.md").read_text()
+    assert all(f"`{p}`" in text for p in params)
 
 
 # ---- CLI -----------------------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from typing import Any
 from meshplan.channels import dp_collectives, optimizer_time
 from meshplan.cost.flops import plan_flops_per_token, recompute_flops_per_token
 from meshplan.cost.params import kind_fractions, layers_on_last, layers_on_stage, stage_params, trainable
+from meshplan.groups import axis_tiers
 from meshplan.memory import WEIGHT_BYTES
 from meshplan.roofline import compute_time, memory_time, overhead
 from meshplan.specs.bands import error_band
@@ -165,7 +166,7 @@ def _summary(e: Estimate) -> dict[str, Any]:
     return {
         "model": e.model.name, "system": e.cluster.name, "gpus": e.cluster.num_gpus,
         "params": e.model.params(), "active_params": e.model.params(active=True),
-        "plan": _plan_dict(e.plan), "stack": e.stack.as_dict(),
+        "plan": _plan_dict(e.plan), "tiers": axis_tiers(e.plan, e.cluster), "stack": e.stack.as_dict(),
         "step_time_s": e.step_time, "tokens_per_s": e.tokens_per_s,
         "tokens_per_s_per_gpu": e.tokens_per_s / e.cluster.num_gpus,
         "tflops_per_gpu": e.tflops_per_gpu, "mfu": e.mfu, "hfu": e.hfu, "mfu_basis": e.mfu_basis,

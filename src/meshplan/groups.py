@@ -3,7 +3,8 @@ the mesh's tiers (plan.py's placement; Megatron-Core's expert rank order for the
 
 from __future__ import annotations
 
-from meshplan.comm import Layout
+from meshplan.comm import Layout, block_members
+from meshplan.specs.hardware import Cluster
 from meshplan.specs.plan import Plan
 from meshplan.xp import Num, floor_div, maximum, minimum
 
@@ -54,3 +55,22 @@ def axis_layout(plan: Plan, axis: str) -> Layout:
     if axis == "edp":
         return expert_layout(plan, plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp), plan.ep * plan.etp)
     return 1
+
+
+def axis_tiers(plan: Plan, cluster: Cluster) -> dict[str, str]:
+    """For each parallel axis of more than one GPU (the dense axes in placement order, then ep): the innermost mesh
+    tier whose blocks hold each of its groups whole (``block_members`` of the group over that tier's span: all of
+    them), by the tier's name: where its collectives (tp, cp, ep), its sends (the pipeline's stages) or its gradient
+    reduction (dp) run. The outermost tier holds every group."""
+    groups: dict[str, tuple[int, Layout]] = {a: (getattr(plan, a), plan.stride(a)) for a in plan.placement}
+    groups["ep"] = (plan.ep, expert_layout(plan, plan.ep, plan.etp))
+    out, spans, span = {}, [], 1
+    for tier in cluster.tiers:
+        span *= tier.size
+        spans.append(span)
+    for axis, (size, layout) in groups.items():
+        if size > 1:
+            inner = next((i for i, s in enumerate(spans[:-1]) if block_members(size, layout, s) >= size),
+                         len(spans) - 1)
+            out[axis] = cluster.tiers[inner].name
+    return out

@@ -47,6 +47,12 @@ PARAMS: dict[str, tuple[str, Callable[[System], float]]] = {
     "nic_bandwidth": ("network (NIC) bandwidth per GPU (every tier beyond NVLink)",
                       lambda s: s.network.scale_out_bandwidth),
     "nvlink_domain": ("NVLink domain size (GPUs)", lambda s: s.network.nvlink_domain),
+    # the α of the cost model's collectives (comm.py: time = latency per message step + bytes / bandwidth)
+    "nvlink_latency": ("NVLink latency per message step (tier 0's)", lambda s: s.network.scale_up_latency),
+    "nic_latency": ("network latency per message step (every tier beyond NVLink)",
+                    lambda s: s.network.scale_out_latency),
+    "host_bandwidth": ("host link bandwidth per GPU (offload copies, the offloaded optimizer step)",
+                       lambda s: s.network.host_bandwidth),
 }
 
 COLUMNS = (
@@ -117,6 +123,12 @@ def _scaled(system: System, param: str, factor: float) -> System:
     elif param == "nic_bandwidth":
         net = _scaled_tiers(net, factor, outer=True) if net.tiers else replace(
             net, nic_bandwidth=net.nic_bandwidth * factor)
+    elif param in ("nvlink_latency", "nic_latency"):
+        outer = param == "nic_latency"
+        net = _scaled_tiers(net, factor, outer=outer, field="latency") if net.tiers else replace(
+            net, **{param: getattr(net, param) * factor})
+    elif param == "host_bandwidth":
+        net = replace(net, host_bandwidth=net.host_bandwidth * factor)
     else:  # nvlink_domain
         size = net.nvlink_domain * factor
         if abs(size - round(size)) > 1e-9 or round(size) < 1:
@@ -126,9 +138,10 @@ def _scaled(system: System, param: str, factor: float) -> System:
     return replace(system, accelerator=acc, network=net)
 
 
-def _scaled_tiers(net: Network, factor: float, outer: bool) -> Network:
-    """An N-tier network with the bandwidth of every tier beyond NVLink (``outer``), or of tier 0, × ``factor``."""
-    tiers = tuple(replace(t, bandwidth=t.bandwidth * factor) if (i > 0) == outer else t
+def _scaled_tiers(net: Network, factor: float, outer: bool, field: str = "bandwidth") -> Network:
+    """An N-tier network with the bandwidth (or ``field``) of every tier beyond NVLink (``outer``), or of tier 0,
+    × ``factor``."""
+    tiers = tuple(replace(t, **{field: getattr(t, field) * factor}) if (i > 0) == outer else t
                   for i, t in enumerate(net.tiers))
     return replace(net, tiers=tiers)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import click
@@ -11,8 +10,6 @@ from meshplan.cli import shard
 from meshplan.cli.common import (
     MAX_PRICE,
     apply,
-    check_max_plans,
-    choices,
     common_model,
     default_global_batch,
     load_inputs,
@@ -22,18 +19,12 @@ from meshplan.cli.common import (
     split_ints,
 )
 from meshplan.cli.emit import EMIT_FRAMEWORK, FORMATS, check_emit, write_best
-from meshplan.cli.options import DEFAULT_FRAMEWORK, estimate_args, recompute_modules, stack_of, stack_options
+from meshplan.cli.options import DEFAULT_FRAMEWORK, estimate_args, stack_of, stack_options
+from meshplan.cli.search_options import pop_search_options, search_options, search_space, space_settings
 from meshplan.errors import SpecError
-from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM
 from meshplan.ranges import check_options, step_tokens_problem
-from meshplan.specs.check import fsdp_has_zero
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import ASYNC_SCHEDULES, PRECISION, Plan
 from meshplan.specs.stack import Stack
-
-_FIELDS = {f.name: f for f in dataclasses.fields(Plan)}
-RECOMPUTE_MODULES_HELP = _FIELDS["recompute_modules"].metadata["help"]
-PRECISION_HELP = "default: " + _FIELDS["precision"].metadata["default_help"]
 
 
 @click.command("plan")
@@ -41,25 +32,7 @@ PRECISION_HELP = "default: " + _FIELDS["precision"].metadata["default_help"]
 @click.option("--gpus", required=True, help="GPU count, or several separated by commas (strong scaling)")
 @click.option("--global-batch", type=int, default=None, help="sequences per step (default ≈ 4M tokens)")
 @click.option("--top", "top_k", type=int, default=10, show_default=True, help="plans to list")
-@click.option("--zero", "zero_opts", default="0,1,2,3", show_default=True, help="ZeRO stages to consider")
-@click.option("--recompute", "recompute_opts", default="none,selective,full", show_default=True)
-@click.option("--recompute-modules", "recompute_modules_text", default="core_attn", show_default=True,
-              help=RECOMPUTE_MODULES_HELP)
-@click.option("--sp", "sp_opts", default="off,on", show_default=True, help="sequence parallelism options")
-@click.option("--offload/--no-offload", default=True, show_default=True, help="consider optimizer / activation offload")
-@click.option("--async-pipeline", is_flag=True,
-              help="also search the asynchronous pipeline schedules pipedream and pipedream-2bw (stale weights: not "
-                   "synchronous SGD; only --framework any or generic runs them)")
-@click.option("--placements", type=click.Choice(["all", "default"]), default="all", show_default=True,
-              help="every placement of the axes on the mesh, or tp,cp,dp,pp only")
-@click.option("--max-micro-batch", type=int, default=64, show_default=True)
-@click.option("--max-plans", type=int, default=MAX_PLANS, show_default=True,
-              help="refuse a search space of more plans than this (0: no limit)")
-@click.option("--precision", type=click.Choice(PRECISION), default=None, help=PRECISION_HELP)
-@click.option("--grad-bytes", type=int, default=4, show_default=True)
-@click.option("--headroom", type=float, default=MEMORY_HEADROOM, show_default=True,
-              help="share of HBM every plan leaves free (default: the model's largest memory error against measured "
-                   "runs, docs/ACCURACY.md); plans inside it are listed as rejected")
+@search_options
 @stack_options
 @click.option("--tokens", default=None, help="token budget (e.g. 15T) to report days and cost")
 @click.option("--price", type=float, default=None, help="price per GPU-hour, for --tokens")
@@ -69,6 +42,9 @@ PRECISION_HELP = "default: " + _FIELDS["precision"].metadata["default_help"]
 @click.option("--emit", "emit_format", type=click.Choice(sorted(FORMATS)), default=None,
               help="write the fastest plan as this framework's config (printed after the table)")
 @click.option("--emit-to", "emit_to", default=None, help="with --emit: the file to write it to")
+@click.option("--all", "all_plans", is_flag=True,
+              help="also write every feasible plan (not only --top) as CSV to --output, fastest first")
+@click.option("-o", "--output", default=None, help="with --all: the CSV file to write")
 @apply(shard.options)
 @click.pass_context
 def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, framework: str, as_json: bool,
@@ -93,6 +69,7 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
 
     emit_format, emit_to = options.pop("emit_format"), options.pop("emit_to")
     check_emit(emit_format, emit_to, as_json)
+    every, csv_path = _every_plan(options.pop("all_plans"), options.pop("output"))
     counts = split_ints(gpus, "gpus") or []
     if not counts or min(counts) < 1:
         raise SpecError(f"gpus={gpus!r} must be positive integers")
@@ -110,51 +87,39 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
     for model, cluster in clusters:
         space = _space(settings, gbs, cluster.accelerator.default_precision, stack)
         with progress(as_json) as update:
-            results.append(search(model, cluster, space, top_k=options["top_k"], progress=update))
+            results.append(search(model, cluster, space, top_k=options["top_k"], progress=update, explore=every))
     rerun = ["meshplan", "estimate", "--model", model_ref, "--system", system_ref]
     rerun += [x for k, v in where.items() if v is not None for x in ("--" + k.replace("_", "-"), str(v))]
     print_search(results, as_json=as_json, **budget,
                  rerun=lambda est: [*rerun, "--gpus", str(est.plan.num_gpus), *estimate_args(est.plan, est.stack)])
     if emit_format:
         write_best(results, emit_format, emit_to)
+    if csv_path is not None:
+        from meshplan.report.plans_csv import write_plans_csv
+
+        path = write_plans_csv(results, csv_path)
+        click.echo(f"wrote {path}: {sum(len(r.explored) for r in results):,} feasible plans", err=as_json)
 
 
 def _settings(options: dict[str, Any], stack: Stack) -> dict[str, Any]:
-    """The search's choices from the options: ZeRO stages (those the stack's FSDP has), recomputes and their
-    modules, sequence parallelism, offload, placements and the limits."""
-    check_max_plans(options["max_plans"])
-    check_options(top=options["top_k"], max_micro_batch=options["max_micro_batch"],
-                  max_plans=options["max_plans"] or None, grad_bytes=options["grad_bytes"],
-                  headroom=options["headroom"])
-    can = stack.supports
-    zeros = tuple(z for z in map(int, choices(options["zero_opts"], ("0", "1", "2", "3"), "zero"))
-                  if fsdp_has_zero(stack.fsdp, z))
-    if not zeros:
-        raise SpecError(f"zero={options['zero_opts']} leaves no stage for fsdp={stack.fsdp} (FSDP has no ZeRO-1)")
-    zeros = tuple(z for z in zeros if z in can.zero)
-    if not zeros:
-        raise SpecError(f"zero={options['zero_opts']} leaves no stage that framework {stack.name} runs (it runs "
-                        f"zero {', '.join(map(str, can.zero))})")
-    sps = tuple(v == "on" for v in choices(options["sp_opts"], ("off", "on"), "sp")
-                if v == "off" or can.sequence_parallel)
-    if not sps:
-        raise SpecError(f"sp={options['sp_opts']}: framework {stack.name} has no sequence parallelism")
-    recomputes = choices(options["recompute_opts"], ("none", "selective", "full"), "recompute")
-    modules = recompute_modules(options["recompute_modules_text"])
-    if modules != ("core_attn",) and "selective" not in recomputes:
-        raise SpecError(f"recompute-modules={options['recompute_modules_text']} needs selective among --recompute "
-                        f"(got {options['recompute_opts']})")
-    offload = (False, True) if options["offload"] else (False,)
-    if options["async_pipeline"] and not set(ASYNC_SCHEDULES) & set(can.schedules):
-        raise SpecError(f"async-pipeline: framework {stack.name} runs the schedules {', '.join(can.schedules)}, no "
-                        f"asynchronous one ({', '.join(ASYNC_SCHEDULES)}): use --framework any")
-    return {"async_pipeline": options["async_pipeline"], "zero": zeros, "recompute": recomputes,
-            "recompute_modules": modules,
-            "sequence_parallel": sps, "headroom": options["headroom"],
-            "offload_optimizer": offload, "offload_activations": offload,
-            "all_placements": options["placements"] == "all", "max_micro_batch": options["max_micro_batch"],
-            "precision": options["precision"], "grad_bytes": options["grad_bytes"],
-            "max_plans": options["max_plans"]}
+    """The search's choices from the shared search options (search_options.py) and ``--top``."""
+    check_options(top=options["top_k"])
+    return space_settings(pop_search_options(options), stack)
+
+
+def _every_plan(all_plans: bool, output: str | None) -> tuple[Any, str | None]:
+    """``--all`` and ``--output``: what the search keeps beside its top k (every feasible plan: explore.ALL_FEASIBLE)
+    and the CSV file to write them to, checked before the search."""
+    if all_plans != (output is not None):
+        raise SpecError("--all writes every feasible plan to --output FILE.csv: give both" if all_plans else
+                        f"output={output} needs --all (the plans it writes)")
+    if not all_plans:
+        return None, None
+    from meshplan.files import writable
+    from meshplan.search.explore import ALL_FEASIBLE
+
+    writable(output, "output")
+    return ALL_FEASIBLE, output
 
 
 def _budget(options: dict[str, Any]) -> dict[str, Any]:
@@ -181,7 +146,4 @@ def _global_batch(model: ModelSpec, global_batch: int | None) -> int:
 
 def _space(settings: dict[str, Any], global_batch: int, default_precision: str, stack: Stack) -> Any:  # a search.Space
     """The search space of one GPU count: the settings, with the GPU's own precision unless one was given."""
-    from meshplan.search import Space
-
-    return Space(**{**settings, "precision": settings["precision"] or default_precision}, global_batch=global_batch,
-                 stack=stack, prefer_simple=True)
+    return search_space(settings, global_batch, stack, default_precision, prefer_simple=True)

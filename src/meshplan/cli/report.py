@@ -13,8 +13,8 @@ from typing import Any
 import click
 
 from meshplan.cli.options import stack_of, stack_options
+from meshplan.cli.search_options import pop_search_options, search_options, search_space, space_settings
 from meshplan.errors import MissingDependency, SpecError
-from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM
 from meshplan.files import make_dir, writable_dir
 from meshplan.ranges import RANGES, check_options, step_tokens_problem
 from meshplan.report.vega import require_report_extra
@@ -37,24 +37,19 @@ def _model_options(f):
 
 def _run_options(f):
     for opt in reversed([
-        click.option("--placements", type=click.Choice(["all", "default"]), default="all", show_default=True,
-                     help="every placement of the axes on the mesh, or tp,cp,dp,pp only"),
-        click.option("--offload/--no-offload", default=True, show_default=True,
-                     help="consider optimizer / activation offload"),
-        click.option("--max-plans", type=int, default=MAX_PLANS, show_default=True,
-                     help="refuse a search space of more plans than this (0: no limit)"),
         click.option("--workers", type=int, default=None, help="local processes (default: all cores; 1: serial)"),
         click.option("--ray", "ray_address", default=None,
                      help="run the searches (sweep points, scaling curves) on Ray: 'auto', an address "
                           "(ray://host:10001), or 'local'"),
     ]):
         f = opt(f)
-    return f
+    return search_options(f)
 
 
 def _run_settings(options: dict[str, Any]) -> tuple:
-    """The values of ``_run_options``: placements, offload, max_plans, workers, ray_address."""
-    return tuple(options[k] for k in ("placements", "offload", "max_plans", "workers", "ray_address"))
+    """The values of ``_run_options``: the search options (removed from ``options``; search_options.py), workers,
+    ray_address."""
+    return pop_search_options(options), options["workers"], options["ray_address"]
 
 
 def _global_batch(model, global_batch: int | None) -> int:
@@ -130,18 +125,18 @@ def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path,
     step-time and memory breakdowns, pipeline timeline, per-op roofline and scaling curves."""
     from dataclasses import replace
 
-    from meshplan.cli.common import MAX_TOP, check_max_plans, model_at
+    from meshplan.cli.common import MAX_TOP, model_at
     from meshplan.files import writable
     from meshplan.report.html import write
     from meshplan.search.explore import Explore
     from meshplan.search.limits import check_space
     from meshplan.search.run import search
     from meshplan.specs.hardware import load_system
-    from meshplan.sweep import param_points, sweep_space
+    from meshplan.sweep import param_points
 
     seq, global_batch, nvlink_domain, scaling, sample, config, compare = (options[k] for k in (
         "seq", "global_batch", "nvlink_domain", "scaling", "sample", "config", "compare"))
-    placements, offload, max_plans, workers, ray_address = _run_settings(options)
+    given, workers, ray_address = _run_settings(options)
     stack = stack_of(options.pop("framework"), options)
     if gpus < 1:
         raise SpecError(f"gpus={gpus} must be a positive integer")
@@ -151,8 +146,8 @@ def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path,
         raise SpecError(f"workers={workers} must be a positive integer")
     if not 0 <= sample <= MAX_SAMPLE:
         raise SpecError(f"sample={sample} must be from 0 to {MAX_SAMPLE:,} plans")
-    check_max_plans(max_plans)
-    check_options(workers=workers, max_plans=max_plans or None, nvlink_domain=nvlink_domain)
+    settings = space_settings(given, stack)
+    check_options(workers=workers, nvlink_domain=nvlink_domain)
     writable(str(output), "output")
     model = model_at(model_ref, seq)
     gbs = _global_batch(model, global_batch)
@@ -160,9 +155,7 @@ def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path,
     if nvlink_domain is not None:
         system = replace(system, network=replace(system.network, nvlink_domain=nvlink_domain))
     cluster = system.cluster(gpus)
-    space = sweep_space(gbs, all_placements=placements == "all", offload=offload, max_plans=max_plans, stack=stack,
-                        prefer_simple=True, headroom=MEMORY_HEADROOM,
-                        precision=system.accelerator.default_precision)
+    space = search_space(settings, gbs, stack, system.accelerator.default_precision, prefer_simple=True)
     counts = _scaling_counts(scaling, gpus, system)
     check_space(model, cluster, space)
     own = _config_estimate(config, model, cluster) if config else None
@@ -212,7 +205,8 @@ def _config_estimate(path: str, model, cluster):
 @click.option("--gpus", required=True, help="GPU counts, e.g. 512,1024,2048,4096")
 @click.option("--param", "params", default=None,
               help="hardware parameters to scale (comma-separated): peak_flops, hbm_bandwidth, hbm_capacity, "
-                   "nvlink_bandwidth, nic_bandwidth, nvlink_domain (default: none, a strong-scaling sweep)")
+                   "nvlink_bandwidth, nic_bandwidth, nvlink_domain, nvlink_latency, nic_latency, host_bandwidth "
+                   "(default: none, a strong-scaling sweep)")
 @click.option("--factors", default=FACTORS, show_default=True, help="scale factors for --param")
 @_run_options
 @stack_options
@@ -222,12 +216,12 @@ def _config_estimate(path: str, model, cluster):
 def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any) -> None:
     """Best-plan throughput of MODEL over GPU counts × systems × NVLink sizes (strong scaling) or over a
     hardware parameter's scale factors; writes CSV / JSON (pandas reads them) and PNG / SVG pictures."""
-    from meshplan.cli.common import check_max_plans, model_at
-    from meshplan.sweep import PARAMS, param_points, run, sweep_space, write_csv, write_json
+    from meshplan.cli.common import model_at
+    from meshplan.sweep import PARAMS, param_points, run, write_csv, write_json
 
     seq, global_batch, nvlink, params, factors, formats = (options[k] for k in (
         "seq", "global_batch", "nvlink", "params", "factors", "formats"))
-    placements, offload, max_plans, workers, ray_address = _run_settings(options)
+    given, workers, ray_address = _run_settings(options)
     stack = stack_of(options.pop("framework"), options)
     model = model_at(model_ref, seq)
     gbs = _global_batch(model, global_batch)
@@ -258,9 +252,9 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
             raise SpecError(f"format={kind!r} must be png or svg")
     if workers is not None and workers < 1:
         raise SpecError(f"workers={workers} must be a positive integer")
-    check_max_plans(max_plans)
-    check_options(workers=workers, max_plans=max_plans or None)
-    space = sweep_space(gbs, all_placements=placements == "all", offload=offload, max_plans=max_plans, stack=stack)
+    check_options(workers=workers)
+    # bf16 unless given: param_points gives each system its GPU's own 16-bit precision; no headroom unless given
+    space = search_space(space_settings(given, stack, headroom=0.0), gbs, stack, "bf16")
     points = []
     for name in names:
         points += param_points(model, refs, counts, gbs, param=name, factors=scale, nvlink=domains, space=space)

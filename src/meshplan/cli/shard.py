@@ -9,12 +9,13 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from meshplan.cli.search_options import NAMES as SEARCH_OPTIONS
 from meshplan.errors import MissingDependency, SpecError
+from meshplan.fields import MEMORY_HEADROOM
 from meshplan.specs.model_load import preset_names
 
 # the template search's options (plan.py), which the sharding planner does not read: refused when given
-SEARCH_ONLY = ("top_k", "zero_opts", "recompute_opts", "recompute_modules_text", "sp_opts", "offload", "placements",
-               "max_micro_batch", "max_plans", "precision", "grad_bytes", "tokens", "price", "rank_by", "framework",
+SEARCH_ONLY = ("top_k", *(n for n in SEARCH_OPTIONS if n != "headroom"), "tokens", "price", "rank_by", "framework",
                "emit_format", "emit_to")
 
 options = [
@@ -73,6 +74,8 @@ def run_planner(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, 
         raise SpecError(f"gpus={gpus!r} must be a positive integer")
     if opts["micro_batches"] < 1:
         raise SpecError(f"micro-batches={opts['micro_batches']} must be a positive integer")
+    if opts["headroom"] is None:  # the search's default (search_options.py)
+        opts = {**opts, "headroom": MEMORY_HEADROOM}
     if not 0 <= opts["headroom"] < 1:
         raise SpecError(f"headroom={opts['headroom']} must be in [0, 1)")
     if opts["global_batch"] is not None and opts["global_batch"] < 1:

@@ -6,6 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from meshplan.groups import axis_tiers
 from meshplan.report import terms
 from meshplan.report.fold import Col, folded_tables, headers, legend
 from meshplan.specs.stack import frameworks_running
@@ -51,6 +52,9 @@ def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
     summary.add_row("plan", p.describe() + f" schedule={p.schedule} precision={p.precision}{scaling}")
     if p.schedule in ASYNC_NOTES and p.pp > 1:
         summary.add_row("asynchronous", ASYNC_NOTES[p.schedule])
+    tiers = axis_tiers(p, est.cluster)
+    summary.add_row("axes on tiers", ", ".join(f"{a}={getattr(p, a)}: {t}" for a, t in tiers.items())
+                    or "one GPU per group")
     summary.add_row("stack", est.stack.describe())
     band = _band(est)  # the 80th-percentile |error| of published runs on this GPU generation and model kind
     summary.add_row("step time", fmt_time(est.step_time) + (f"{band} (error band)" if band else ""))

@@ -63,10 +63,11 @@ def valid_combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list
     n, gbs, layers = cluster.num_gpus, space.global_batch, model.num_layers
     cat = space.grid_size
     tally, out = Tally(), []
+    _tally_pins(n, space, tally)
     for tp, tp2, cp, pp, layout in _grids(n, space):
-        if cp < space.cp_min or (space.cp_max and cp > space.cp_max):
-            continue  # outside the space asked for, not a rejection
         dp = n // (tp * tp2 * cp * pp)
+        if cp < space.cp_min or (space.cp_max and cp > space.cp_max) or dp not in space.keep("dp", [dp]):
+            continue  # outside the space asked for, not a rejection
         mult = cat * (len(space.sequence_parallel) if tp > 1 and layout == "1d" else 1)
         reason = _tensor_reason(model, tp) or _layout_reason(model, layout, tp2, cp)
         if reason is None and cp > 1 and model.seq_length % (2 * cp):
@@ -86,18 +87,31 @@ def valid_combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list
         if reason is not None:
             tally.add(*reason, mult)
             continue
-        micro = [b for b in divisors(gbs // dp) if b <= space.max_micro_batch]
+        micro = space.keep("micro_batch", [b for b in divisors(gbs // dp) if b <= space.max_micro_batch])
         vpps = [1] + [v for v in divisors(layers // pp) if v > 1] * (pp > 1 and layers % pp == 0 and space.interleaving)
-        stages = stage_options(layers, pp, vpps, space.uneven_stages)
+        stages = stage_options(layers, pp, space.keep("vpp", vpps), space.uneven_stages)
         experts, bad = _expert_pairs(model, tp, tp * cp * dp)
         experts = [(e, t) for e, t in experts if e in space.axis_sizes("ep", [e])]
         tally.add("ep*etp does not divide tp*cp*dp or num_experts", f"tp={tp} cp={cp} dp={dp}",
                   bad * mult * len(micro) * len(stages))
         if space.stack.overlap_ep:  # Megatron-Core's combined 1F1B (check.check): ep > 1, interleaved under a pipeline
             experts, stages = _ep_overlap_options(tally, experts, stages, pp, mult * len(micro))
-        if micro and experts:
+        if micro and experts and stages:
             out.append(Combo(tp, tp2, cp, pp, dp, layout, mult, micro, stages, experts, panels[0]))
+    if space.pinned and not out and not tally.counts:
+        pins = " ".join(f"{a}={','.join(map(str, v))}" for a, v in space.pinned)
+        tally.add("no plan has the pinned sizes", f"{pins} on {n} GPUs (dp = gpus / (tp·cp·pp)), global_batch={gbs}, "
+                  f"max micro-batch {space.max_micro_batch}", cat)
     return out, tally
+
+
+def _tally_pins(n: int, space: Space, tally: Tally) -> None:
+    """Pinned sizes of the GPU-count axes (tp, pp, cp, dp) that do not divide the GPU count: each a rejection with its
+    reason (once per setting of the grid), left out of the enumeration (``_grids`` takes divisors only)."""
+    for axis in ("tp", "pp", "cp", "dp"):
+        for size in space.allowed(axis) or ():
+            if n % size:
+                tally.add(f"pinned {axis} does not divide the GPU count", f"{axis}={size}, gpus={n}", space.grid_size)
 
 
 def stage_options(layers: int, pp: int, vpps: list[int], uneven: int) -> list[tuple[int, int]]:

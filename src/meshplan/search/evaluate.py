@@ -121,12 +121,12 @@ def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: PlanBatch, sav
     fits = in_hbm & in_host
     result.evaluated += int(plans.sum()) * fits[..., 0].size
     result.feasible += int(fits.reshape(-1, len(sized)).sum(axis=0) @ plans)
-    _tally_misses(result.tally, "memory exceeds HBM", peak, peak > capacity, plans, sized, space.grid, capacity)
+    where = (plans, sized, space.grid, model.num_layers)
+    _tally_misses(result.tally, "memory exceeds HBM", peak, peak > capacity, where, capacity)
     if space.headroom:
         _tally_misses(result.tally, f"memory within the {space.headroom:.0%} headroom", peak,
-                      (peak > usable) & (peak <= capacity), plans, sized, space.grid, usable)
-    _tally_misses(result.tally, "offload exceeds host memory", host, in_hbm & ~in_host, plans, sized, space.grid,
-                  host_capacity)
+                      (peak > usable) & (peak <= capacity), where, usable)
+    _tally_misses(result.tally, "offload exceeds host memory", host, in_hbm & ~in_host, where, host_capacity)
     return fits, peak
 
 
@@ -183,19 +183,20 @@ def _time_chunk(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficienc
     ok, setting, row = ok[fit], setting[fit], row[fit]
     nb = [panels[rc] for rc in space.recompute]
     result.best.offer(time.reshape(-1)[ok], peak[setting, sizes[row]],
-                      lambda i: _decode(batch, space.grid, time.shape, int(ok[i]), nb))
+                      lambda i: _decode(batch, space.grid, time.shape, int(ok[i]), nb, model.num_layers))
     if result.explored is not None:
         _explore_chunk(cluster, space, batch, time, fits[:, sizes], peak[:, sizes], sampled[sizes], nb,
-                       result.explored)
+                       result.explored, model.num_layers)
 
 
 def _explore_chunk(cluster: Cluster, space: Space, batch: PlanBatch, time: np.ndarray, fits: np.ndarray,
-                   peak: np.ndarray, sampled: np.ndarray, panels: list[np.ndarray], explored: Explored) -> None:
+                   peak: np.ndarray, sampled: np.ndarray, panels: list[np.ndarray], explored: Explored,
+                   layers: int) -> None:
     """Offer the plans of a timed chunk that fit to the Pareto front, and record every setting of its sampled plans
     with the reason each does not fit (``fits``, ``peak``: settings × plans)."""
     flat = time.reshape(fits.shape)
     explored.offer(flat.reshape(-1), fits.reshape(-1), peak.reshape(-1),
-                   lambda i: _decode(batch, space.grid, time.shape, i, panels))
+                   lambda i: _decode(batch, space.grid, time.shape, i, panels, layers))
     rows = np.flatnonzero(sampled)
     if not len(rows):
         return
@@ -208,18 +209,27 @@ def _explore_chunk(cluster: Cluster, space: Space, batch: PlanBatch, time: np.nd
 
 
 def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], flat: int,
-            panels: list[np.ndarray] | None = None) -> Plan:
-    """The plan at a flat index of the (recompute, zero, offload opt, offload act, row) grid."""
+            panels: list[np.ndarray] | None = None, layers: int = 0) -> Plan:
+    """The plan at a flat index of the (recompute, zero, offload opt, offload act, row) grid; the space's partial
+    recompute and offload counts under the settings they belong to, 0 (all) where they cover a stage of the
+    ``layers`` (check._check_counts: a count is at most a stage's layers; the step is the same)."""
     r, z, o, a, row = np.unravel_index(flat, shape)
-    plan = replace(batch.plan(int(row)), recompute=grid[0][r], zero=grid[1][z], offload_optimizer=grid[2][o],
-                   offload_activations=grid[3][a])
+    plan = batch.plan(int(row))
+    per_stage = -(-layers // plan.pp)
+    partial = {"recompute_layers": plan.recompute_layers if grid[0][r] == "full" else 0,
+               "offload_layers": plan.offload_layers if grid[3][a] else 0}
+    partial = {k: 0 if v >= per_stage else v for k, v in partial.items()}
+    plan = replace(plan, recompute=grid[0][r], zero=grid[1][z], offload_optimizer=grid[2][o],
+                   offload_activations=grid[3][a], **partial)
     return replace(plan, summa_panels=int(panels[r][row])) if panels is not None else plan
 
 
-def _tally_misses(tally: Tally, reason: str, used: np.ndarray, miss: np.ndarray, plans: np.ndarray,
-                  sized: PlanBatch, grid: tuple[tuple, ...], capacity: float) -> None:
-    """Count the plans that ``miss`` (settings × size combinations, each standing for ``plans`` plans) for
-    ``reason``; the example is the plan nearest to fitting: the least bytes ``used`` among them."""
+def _tally_misses(tally: Tally, reason: str, used: np.ndarray, miss: np.ndarray,
+                  where: tuple[np.ndarray, PlanBatch, tuple[tuple, ...], int], capacity: float) -> None:
+    """Count the plans that ``miss`` (settings × size combinations, each standing for ``where[0]`` plans; ``where``:
+    those, the combinations, the grid and the model's layers) for ``reason``; the example is the plan nearest to
+    fitting: the least bytes ``used`` among them."""
+    plans, sized, grid, layers = where
     count = int(miss.reshape(-1, len(plans)).sum(axis=0) @ plans)
     if not count:
         return
@@ -228,7 +238,7 @@ def _tally_misses(tally: Tally, reason: str, used: np.ndarray, miss: np.ndarray,
     if least >= tally.scores.get(reason, math.inf):
         tally.add(reason, "", count, least)
         return
-    plan = _decode(sized, grid, miss.shape, flat)
+    plan = _decode(sized, grid, miss.shape, flat, layers=layers)
     tally.add(reason, f"{plan.describe()}: {fmt_bytes(least)} > {fmt_bytes(capacity)}", count, least)
 
 

@@ -39,6 +39,12 @@ class Explore:
 
     sample: int = 20_000
     seed: int = 0
+    # keep only the plans that fit (``meshplan plan --all``: with a sample larger than the space, every feasible plan)
+    fits_only: bool = False
+
+
+# every feasible plan of a space (``meshplan plan --all``): a sample larger than any space, the plans that fit
+ALL_FEASIBLE = Explore(sample=2**62, fits_only=True)
 
 
 @dataclass
@@ -48,6 +54,7 @@ class Explored:
 
     rate: float
     seed: int = 0
+    fits_only: bool = False  # Explore.fits_only
     chunks: list[dict[str, np.ndarray]] = field(default_factory=list)
     front_t: np.ndarray = field(default_factory=lambda: np.empty(0))  # ascending
     front_m: np.ndarray = field(default_factory=lambda: np.empty(0))  # strictly descending
@@ -93,6 +100,9 @@ class Explored:
         self.front_t, self.front_m = t[keep], m[keep]
 
     def record(self, columns: dict[str, np.ndarray]) -> None:
+        if self.fits_only:
+            keep = columns["status"] == 0
+            columns = {k: v[keep] for k, v in columns.items()}
         self.chunks.append(columns)
 
 

@@ -34,7 +34,8 @@ def check_space(model: ModelSpec, cluster: Cluster, space: Space, combos: list[C
     on its size ``combos``; a sweep checks every point before any runs."""
     if combos is None:
         combos = valid_combos(model, cluster, space)[0]
-    problems = settings_problems(model, cluster, space.settings, space.stack)
+    shared = {k: v for k, v in space.settings.items() if k not in ("recompute_layers", "offload_layers")}  # per setting
+    problems = settings_problems(model, cluster, shared, space.stack)
     if space.stack.overlap_ep and "full" in space.recompute:
         problems.append("overlap_ep (Megatron-Core's combined 1F1B) cannot run full recompute: search recompute "
                         "none, selective")

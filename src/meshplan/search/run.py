@@ -97,7 +97,7 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
     start_from = None
     if explore is not None:  # the share of size combinations to sample: about explore.sample plans of the space
         unplaced = sum(c.unplaced for c in combos)
-        start_from = Explored(min(1.0, explore.sample / unplaced) if unplaced else 0.0, explore.seed)
+        start_from = Explored(min(1.0, explore.sample / unplaced) if unplaced else 0.0, explore.seed, explore.fits_only)
     results = run_jobs(shares, combos, (model, cluster, space, top_k, eff, start_from), workers, progress)
     rows = sorted((row for part in results for row in part.best.rows), key=lambda r: (r[0], r[1], r[2][0]))
     for part in results:

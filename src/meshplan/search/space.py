@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM  # noqa: F401  (MEMORY_HEADROOM: the search's default)
 from meshplan.specs.check import fsdp_has_zero, recompute_modules_problem
-from meshplan.specs.plan import ASYNC_SCHEDULES
+from meshplan.specs.plan import ASYNC_SCHEDULES, PINNABLE
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
 
@@ -55,6 +55,16 @@ class Space:
     # among plans whose step times the error band cannot tell apart (specs/bands.py), rank the simpler and lighter
     # first (fewer parallel axes and offloads, less memory): the command line's ranking; False: by time alone
     prefer_simple: bool = False
+    # the sizes the search keeps to, per axis of PINNABLE ((axis, sizes) pairs: ``meshplan plan --tp 4,8``); an axis
+    # not named: every size the search enumerates. A pinned size that no plan can take is a rejection with its reason
+    # (combos.valid_combos), not an error
+    pinned: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # partial full recompute and partial activation offload, shared by every plan of the space (Plan.recompute_layers,
+    # Plan.offload_layers: Megatron-Core's --recompute-method block --recompute-num-layers and
+    # cpu_offloading_num_layers): the layers per stage under the "full" recompute setting and under activation
+    # offload; 0: all of them. A stage with fewer layers recomputes (offloads) all of its own
+    recompute_layers: int = 0
+    offload_layers: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.headroom < 1:
@@ -67,6 +77,11 @@ class Space:
         problem = recompute_modules_problem(self.recompute_modules)
         if problem:
             raise ValueError(f"recompute_modules={self.recompute_modules!r} {problem}")
+        for axis, sizes in self.pinned:
+            if axis not in PINNABLE or not sizes or min(sizes) < 1:
+                raise ValueError(f"pinned {axis}={sizes!r}: pin positive sizes of {', '.join(PINNABLE)}")
+        if min(self.recompute_layers, self.offload_layers) < 0:
+            raise ValueError("recompute_layers and offload_layers must be counts of layers, 0 or more")
 
     def _narrow_to_the_stack(self) -> None:
         """Keep of each choice what the stack's framework runs (``Stack.supports``); refuse a space it leaves empty."""
@@ -90,8 +105,19 @@ class Space:
             object.__setattr__(self, "cp_max", 1)
 
     def axis_sizes(self, axis: str, sizes: list[int]) -> list[int]:
-        """The sizes of ``axis`` (tp, pp, cp, ep) the stack's framework runs: all, or 1 where it lacks the axis."""
+        """The sizes of ``axis`` (tp, pp, cp, ep) the stack's framework runs (all, or 1 where it lacks the axis)
+        and the space keeps to (``pinned``)."""
+        sizes = self.keep(axis, sizes)
         return sizes if axis in self.stack.supports.axes else [s for s in sizes if s == 1]
+
+    def allowed(self, axis: str) -> tuple[int, ...] | None:
+        """The sizes of ``axis`` the space is pinned to, None if any."""
+        return dict(self.pinned).get(axis)
+
+    def keep(self, axis: str, sizes: list[int]) -> list[int]:
+        """Of ``sizes``, those ``axis`` may take (all where it is not pinned)."""
+        allowed = self.allowed(axis)
+        return sizes if allowed is None else [s for s in sizes if s in allowed]
 
     @property
     def async_schedules(self) -> tuple[str, ...]:
@@ -107,7 +133,8 @@ class Space:
     @property
     def settings(self) -> dict[str, object]:
         """The plan fields every plan of the space shares."""
-        return {"precision": self.precision, "grad_bytes": self.grad_bytes, "recompute_modules": self.recompute_modules}
+        return {"precision": self.precision, "grad_bytes": self.grad_bytes, "recompute_modules": self.recompute_modules,
+                "recompute_layers": self.recompute_layers, "offload_layers": self.offload_layers}
 
     @property
     def grid(self) -> tuple[tuple, ...]:

@@ -90,7 +90,7 @@ _SHARED: dict[str, object] = {}  # the candidates, inherited by forked workers i
 
 def _evaluate(job: Job, combos: list[Combo], args: tuple) -> Part:
     *fixed, explored = args
-    fresh = None if explored is None else Explored(explored.rate, explored.seed)
+    fresh = None if explored is None else Explored(explored.rate, explored.seed, explored.fits_only)
     return evaluate(job.mode, [combos[i] for i in job.combos], *fixed, fresh)
 
 

@@ -38,6 +38,8 @@ PRECISION = ("bf16", "fp16", "fp8", "mxfp8", "fp4")
 FINETUNE = ("full", "lora")
 LORA_TARGETS = ("all", "qkv")
 FP8_ATTENTION_PRECISIONS = ("fp8", "mxfp8", "fp4")  # an FP8 recipe quantizes Q, K, V (Transformer Engine)
+# the sizes a search may be pinned to (search.Space.pinned; ``meshplan plan --tp 4,8``)
+PINNABLE = ("tp", "pp", "cp", "ep", "dp", "vpp", "micro_batch")
 
 
 def _opt(help: str, *, flag: str = "", choices: tuple = (), cli_default: object = "plan",

@@ -1,0 +1,155 @@
+"""The search's options, defined once for ``plan``, ``sweep`` and ``report`` so that the three stay in step.
+
+The pins (``--tp 8``, ``--pp 2,4``, ``--micro-batch 1,2`` …) and the partial recompute and offload counts are generated
+from Plan's fields (their flag and help text: specs/plan.py), like ``estimate``'s plan options (options.py): a pin
+keeps the search's enumeration to the sizes given (search/space.py ``Space.pinned``), it does not filter a top k.
+``search_options`` adds them to a command; ``space_settings`` turns what was given into the fields of a ``Space``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import click
+
+from meshplan.cli.common import check_max_plans, choices, split_ints
+from meshplan.cli.options import flag, recompute_modules
+from meshplan.errors import SpecError
+from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM
+from meshplan.ranges import check_options
+from meshplan.specs.check import fsdp_has_zero
+from meshplan.specs.plan import ASYNC_SCHEDULES, PINNABLE, PRECISION, Plan
+from meshplan.specs.stack import Stack
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Plan)}
+PIN_PREFIX = "pin_"
+LAYER_COUNTS = ("recompute_layers", "offload_layers")  # Plan fields the search takes as one count for all its plans
+
+
+def _pin_option(name: str) -> Any:
+    fld = _FIELDS[name]
+    return click.option(flag(fld), PIN_PREFIX + name, default=None,
+                        help=f"{fld.metadata['help']}: a size or a comma-separated list the search keeps to "
+                             "(default: every size it enumerates)")
+
+
+def _count_option(name: str) -> Any:
+    fld = _FIELDS[name]
+    return click.option(flag(fld), name, type=int, default=0, show_default=True,
+                        help=f"{fld.metadata['help']}; the search's plans with that setting take this count")
+
+
+OPTIONS = [
+    *(_pin_option(name) for name in PINNABLE),
+    click.option("--zero", "zero_opts", default="0,1,2,3", show_default=True, help="ZeRO stages to consider"),
+    click.option("--recompute", "recompute_opts", default="none,selective,full", show_default=True,
+                 help="activation recompute modes to consider"),
+    click.option("--recompute-modules", "recompute_modules_text", default="core_attn", show_default=True,
+                 help=_FIELDS["recompute_modules"].metadata["help"]),
+    _count_option("recompute_layers"),
+    click.option("--sp", "sp_opts", default="off,on", show_default=True, help="sequence parallelism options"),
+    click.option("--offload/--no-offload", default=True, show_default=True,
+                 help="consider optimizer / activation offload"),
+    _count_option("offload_layers"),
+    click.option("--async-pipeline", is_flag=True,
+                 help="also search the asynchronous pipeline schedules pipedream and pipedream-2bw (stale weights: "
+                      "not synchronous SGD; only --framework any or generic runs them)"),
+    click.option("--placements", type=click.Choice(["all", "default"]), default="all", show_default=True,
+                 help="every placement of the axes on the mesh, or tp,cp,dp,pp only"),
+    click.option("--max-micro-batch", type=int, default=64, show_default=True),
+    click.option("--max-plans", type=int, default=MAX_PLANS, show_default=True,
+                 help="refuse a search space of more plans than this (0: no limit)"),
+    click.option("--precision", type=click.Choice(PRECISION), default=None,
+                 help="default: " + _FIELDS["precision"].metadata["default_help"]),
+    click.option("--grad-bytes", type=int, default=4, show_default=True, help=_FIELDS["grad_bytes"].metadata["help"]),
+    click.option("--headroom", type=float, default=None,
+                 help=f"share of HBM every plan leaves free (default: {MEMORY_HEADROOM:g}, the model's largest memory "
+                      "error against measured runs, docs/ACCURACY.md; sweep: 0); plans inside it are listed as "
+                      "rejected"),
+]
+NAMES = tuple(o(lambda: None).__click_params__[0].name for o in OPTIONS)  # the parameters, for the test
+
+
+def search_options(f: Any) -> Any:
+    """Add the search's options (``OPTIONS``) to a command."""
+    for opt in reversed(OPTIONS):
+        f = opt(f)
+    return f
+
+
+def pop_search_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The search options' values, removed from a command's ``options``."""
+    return {name: options.pop(name) for name in NAMES}
+
+
+def pins(given: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The pinned sizes (``Space.pinned``) of the options given, each checked against its range (ranges.RANGES)."""
+    out = []
+    for name in PINNABLE:
+        text = given[PIN_PREFIX + name]
+        if text is None:
+            continue
+        sizes = split_ints(text, name.replace("_", "-")) or []
+        for size in sizes:
+            check_options(**{name: size})
+        out.append((name, tuple(sorted(set(sizes)))))
+    return tuple(out)
+
+
+def space_settings(given: dict[str, Any], stack: Stack, headroom: float = MEMORY_HEADROOM) -> dict[str, Any]:
+    """The fields of a ``Space`` from the search options (``pop_search_options``): the ZeRO stages the stack's FSDP
+    has, the recomputes and their modules, sequence parallelism, offload, placements, pins and limits; ``headroom``:
+    the command's default share of HBM left free. The precision is None unless given (the GPU's own)."""
+    check_max_plans(given["max_plans"])
+    share = headroom if given["headroom"] is None else given["headroom"]
+    check_options(max_micro_batch=given["max_micro_batch"], max_plans=given["max_plans"] or None,
+                  grad_bytes=given["grad_bytes"], headroom=share,
+                  **{k: given[k] for k in LAYER_COUNTS if given[k]})
+    can = stack.supports
+    zeros = tuple(z for z in map(int, choices(given["zero_opts"], ("0", "1", "2", "3"), "zero"))
+                  if fsdp_has_zero(stack.fsdp, z))
+    if not zeros:
+        raise SpecError(f"zero={given['zero_opts']} leaves no stage for fsdp={stack.fsdp} (FSDP has no ZeRO-1)")
+    zeros = tuple(z for z in zeros if z in can.zero)
+    if not zeros:
+        raise SpecError(f"zero={given['zero_opts']} leaves no stage that framework {stack.name} runs (it runs "
+                        f"zero {', '.join(map(str, can.zero))})")
+    sps = tuple(v == "on" for v in choices(given["sp_opts"], ("off", "on"), "sp")
+                if v == "off" or can.sequence_parallel)
+    if not sps:
+        raise SpecError(f"sp={given['sp_opts']}: framework {stack.name} has no sequence parallelism")
+    recomputes = choices(given["recompute_opts"], ("none", "selective", "full"), "recompute")
+    modules = recompute_modules(given["recompute_modules_text"])
+    _needs(given, "recompute_modules_text", modules != ("core_attn",), "selective" in recomputes,
+           "needs selective among --recompute", given["recompute_opts"])
+    _needs(given, "recompute_layers", given["recompute_layers"] > 0, "full" in recomputes,
+           "needs full among --recompute", given["recompute_opts"])
+    _needs(given, "offload_layers", given["offload_layers"] > 0, given["offload"], "needs --offload", "--no-offload")
+    offload = (False, True) if given["offload"] else (False,)
+    if given["async_pipeline"] and not set(ASYNC_SCHEDULES) & set(can.schedules):
+        raise SpecError(f"async-pipeline: framework {stack.name} runs the schedules {', '.join(can.schedules)}, no "
+                        f"asynchronous one ({', '.join(ASYNC_SCHEDULES)}): use --framework any")
+    return {"async_pipeline": given["async_pipeline"], "zero": zeros, "recompute": recomputes,
+            "recompute_modules": modules, "sequence_parallel": sps,
+            "headroom": share, "offload_optimizer": offload, "offload_activations": offload,
+            "all_placements": given["placements"] == "all", "max_micro_batch": given["max_micro_batch"],
+            "precision": given["precision"], "grad_bytes": given["grad_bytes"], "max_plans": given["max_plans"],
+            "pinned": pins(given), "recompute_layers": given["recompute_layers"],
+            "offload_layers": given["offload_layers"]}
+
+
+def _needs(given: dict[str, Any], name: str, used: bool, ok: bool, what: str, got: object) -> None:
+    """An option the others leave without effect is refused rather than ignored."""
+    if used and not ok:
+        shown = given[name]
+        raise SpecError(f"{name.removesuffix('_text').replace('_', '-')}={shown} {what} (got {got})")
+
+
+def search_space(settings: dict[str, Any], global_batch: int, stack: Stack, precision: str, **extra: Any) -> Any:
+    """The ``Space`` (search.Space) of ``space_settings``' fields, with ``precision`` (the GPU's own) unless one was
+    given; ``extra``: the command's own fields (``prefer_simple``)."""
+    from meshplan.search import Space
+
+    return Space(**{**settings, "precision": settings["precision"] or precision}, global_batch=global_batch,
+                 stack=stack, **extra)
