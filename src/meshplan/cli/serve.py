@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import click
-
 from click.core import ParameterSource
 
 from meshplan.cli.common import MAX_PRICE, apply, common_model, load_inputs, split_ints
@@ -23,7 +22,8 @@ SEQ = click.option("--seq", "seq", type=int, default=None,
 
 
 def _flag(name: str) -> str:
-    return "--" + {"top_k": "top", "rank_by": "rank", "quants": "quant"}.get(name, name).replace("_", "-")
+    names = {"top_k": "top", "rank_by": "rank", "quants": "quant", "disaggregate": "(no-)disaggregate"}
+    return "--" + names.get(name, name).replace("_", "-")
 
 
 @click.command("serve")
