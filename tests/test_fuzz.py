@@ -73,12 +73,17 @@ SERVE_OPTIONS = {
     "--seq": ["4096"], "--nvlink-domain": ["8"], "--top": ["1", "3"], "--gpus": ["8", "16"],
 }
 SERVE_FLAGS = ["--no-disaggregate"]
+# every axis fixed (one configuration priced): a batch past any memory, pools past the GPUs, formats the GPU lacks
+SERVE_FIXED = {
+    "--tp": ["1", "2", "8"], "--pp": ["1", "2"], "--dpa": ["1"], "--ep": ["1"], "--batch": ["1", "64", "100000"],
+    "--replicas": ["1", "2"], "--prefill-replicas": ["0", "1"],
+}
 MODELS = ["llama3-8b", "gpt2", "mixtral-8x7b", "mpt-7b", "qwen3-30b-a3b", "gpt-oss-20b"]
 SYSTEMS = ["h100", "a100", "b200", "gb200", "v100", "mi300x", "l40s", "h800"]
 
 # every name an error line may use for what it could not take: options, spec fields, their ranges
 NAMES = {f.name for cls in (ModelSpec, Plan, Accelerator, Network) for f in fields(cls)} | set(RANGES) | {
-    o.lstrip("-") for o in [*ESTIMATE_OPTIONS, *PLAN_OPTIONS, *ESTIMATE_FLAGS, *SERVE_OPTIONS]} | {
+    o.lstrip("-") for o in [*ESTIMATE_OPTIONS, *PLAN_OPTIONS, *ESTIMATE_FLAGS, *SERVE_OPTIONS, *SERVE_FIXED]} | {
     "model", "system", "gpus", "runs", "record", "config.json", "precision", "peak_flops", "accelerator", "network",
     "global-batch", "tokens", "price", "top", "zero", "recompute", "sp", "placement", "placements"}
 
@@ -157,12 +162,16 @@ def plan_cases(rng: random.Random, n: int) -> list[list[str]]:
 
 
 def serve_cases(rng: random.Random, n: int) -> list[list[str]]:
-    """The serving search on small deployments: one to three options valid or junk (a search each, 0.1 s)."""
+    """The serving search on small deployments: one to three options valid or junk (a search each, 0.1 s); every
+    third case with every axis fixed (one configuration priced), its options among those mutated."""
     out = []
-    for _ in range(n):
+    for i in range(n):
+        fixed = i % 3 == 2
         base = ["serve", "--model", rng.choice(["llama3-8b", "gpt2", "qwen3-30b-a3b", "mixtral-8x7b"]), "--system",
-                rng.choice(SYSTEMS), "--gpus", "8", "--input-len", "512", "--output-len", "128", "--top", "3"]
-        out.append(base + mutate_options(rng, SERVE_OPTIONS, SERVE_FLAGS) + ["--json"])
+                rng.choice(SYSTEMS), "--gpus", "8", "--input-len", "512", "--output-len", "128"]
+        base += [a for k, v in SERVE_FIXED.items() for a in (k, rng.choice(v))] if fixed else ["--top", "3"]
+        options = SERVE_OPTIONS | SERVE_FIXED if fixed else SERVE_OPTIONS
+        out.append(base + mutate_options(rng, options, SERVE_FLAGS) + ["--json"])
     return out
 
 

@@ -33,7 +33,7 @@ def test_the_search_prints_the_best_the_detail_and_the_rejected(capsys, monkeypa
 
 
 def test_json_is_one_object_with_plans_and_rejections(capsys):
-    code, out, _ = run(capsys, BASE + ["--ttft-slo", "0.5", "--json", "--quant", "bf16,fp8"])
+    code, out, _ = run(capsys, BASE + ["--ttft-slo", "500ms", "--json", "--quant", "bf16,fp8"])
     d = json.loads(out)
     assert code == 0 and d["evaluated"] == d["feasible"] + d["rejected"]["count"]
     assert all(p["ttft_s"] <= 0.5 and p["fits"] for p in d["plans"])

@@ -167,6 +167,8 @@ RANGES: dict[str, Range] = {
     "max_seqs": Range(1, MAX_SIZE, "", "running sequences per instance: 256-2,048 in use"),
     "iteration_overhead": Range(0, 1, "s", "host time per iteration: tens of microseconds to milliseconds"),
     "sequence_overhead": Range(0, 0.01, "s", "host time per running sequence per iteration: microseconds"),
+    "slo": Range(1e-6, 3600, "s", "a TTFT or TPOT target: a microsecond is below one kernel launch; no request is "
+                 "served for an hour", "no target"),
     # ---- options only ---------------------------------------------------------------------------------------------
     "top": Range(1, 1000, "", "plans listed: each is re-estimated in full (about 2 s for 1,000)"),
     "headroom": Range(0, 0.9, "", "the share of HBM a plan leaves free: 0 fills it; past 0.9 no plan is worth ranking",

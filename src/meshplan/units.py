@@ -59,6 +59,31 @@ def parse_quantity(text: str | float | int, field: str = "value", unit: str | No
     return value
 
 
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zµ]*)\s*$")
+_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str, field: str, low: float, high: float) -> float:
+    """A time with its unit (``"50ms"``, ``"2 s"``, ``"1.5min"``, ``"1h"``; ns, us / µs, ms, s, min, h) in seconds,
+    from ``low`` to ``high`` after conversion. A bare number is refused: ``50`` could be seconds or milliseconds."""
+    span = f"{_duration(low)} to {_duration(high)}"
+    match = _DURATION.match(text)
+    if not match or match.group(2) not in _SECONDS:
+        unit = "" if not match else " needs a unit (ns, us, ms, s, min or h)" if not match.group(2) else \
+            f" has unit {match.group(2)!r}, not one of ns, us, ms, s, min, h"
+        raise SpecError(f"{field}={text!r}{unit or ' is not a time'}: a time from {span}, like 200ms or 2s")
+    value = float(match.group(1)) * _SECONDS[match.group(2)]
+    if not low <= value <= high:
+        raise SpecError(f"{field}={text!r} is {value:g} s, outside {span}")
+    return value
+
+
+def _duration(seconds: float) -> str:
+    """``3600`` -> ``1 h``, ``1e-06`` -> ``1 us``: in the largest unit of ``_SECONDS`` it is at least one of."""
+    unit = next((u for u, k in sorted(_SECONDS.items(), key=lambda uk: -uk[1]) if seconds >= k), "ns")
+    return f"{seconds / _SECONDS[unit]:g} {unit}"
+
+
 def fmt_bytes(n: float) -> str:
     """Binary units for memory: ``fmt_bytes(80 * GiB) == '80.0 GiB'``."""
     for unit, size in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):

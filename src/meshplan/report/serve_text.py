@@ -80,24 +80,43 @@ def rejected_tables(result: ServeSearchResult, width: int) -> list:
     return [*tables, legend(_entries(tables))]
 
 
-def estimate_tables(e: ServeEstimate, console: Console, price: float | None = None) -> None:
-    """One configuration: its metrics, memory per GPU and the decode step's time by op."""
+def _verdict(v: dict) -> str:
+    name, target = str(v["metric"]).upper(), fmt_time(float(v["target_s"]))
+    if v["value_s"] is None:
+        return f"{name} ≤ {target}: not met (does not fit)"
+    value = fmt_time(float(v["value_s"]))
+    return f"{name} {value} ≤ {target}: met" if v["met"] else f"{name} {value} > {target}: NOT met"
+
+
+def _summary_rows(e: ServeEstimate, price: float | None, targets: list[dict]) -> list[tuple[str, str]]:
+    """The summary's rows: fits (with the reasons), the targets' verdicts; the latencies, rates and cost only for
+    a configuration that fits (no figure describes one that cannot run)."""
+    m = e.metrics
+    rows = [("fits", "yes" if e.fits else "NO: " + "; ".join(e.reasons))]
+    rows += [("targets", "; ".join(_verdict(v) for v in targets))] if targets else []
+    if not e.fits:
+        return rows + [("TTFT / TPOT / e2e", "not priced: the configuration does not fit")]
+    rows += [("TTFT / TPOT / e2e", f"{fmt_time(m.ttft)} / {fmt_time(m.tpot)} / {fmt_time(m.e2e)}"),
+             ("output tokens/s", f"{fmt_count(m.tokens_per_s)} ({fmt_count(e.tokens_per_s_per_gpu)} per GPU, "
+                                 f"{fmt_count(m.instance_tokens_per_s)} per instance)"),
+             ("requests/s", f"{m.requests_per_s:.3g}"), ("sequences in flight", f"{m.running:.0f} per instance")]
+    cost = e.cost_per_million(price)
+    return rows + ([("cost", f"${cost:,.3g} per million output tokens")] if cost is not None else [])
+
+
+def estimate_tables(e: ServeEstimate, console: Console, price: float | None = None,
+                    targets: list[dict] | None = None) -> None:
+    """One configuration: whether it fits and meets ``targets`` (check.targets), its metrics, memory per GPU and
+    the decode step's time by op."""
     from rich.table import Table
 
-    m, mem = e.metrics, e.memory
+    mem = e.memory
     title = (f"{e.model.name} on {e.plan.num_gpus} x {e.cluster.accelerator.name}: {e.plan.describe()}, "
              f"{e.workload.input_len} in / {e.workload.output_len} out, {e.engine.describe()}")
     summary = Table(title=title, show_header=False, title_justify="left")
     summary.add_column(style="bold")
     summary.add_column()
-    rows = [("TTFT / TPOT / e2e", f"{fmt_time(m.ttft)} / {fmt_time(m.tpot)} / {fmt_time(m.e2e)}"),
-            ("output tokens/s", f"{fmt_count(m.tokens_per_s)} ({fmt_count(e.tokens_per_s_per_gpu)} per GPU, "
-                                f"{fmt_count(m.instance_tokens_per_s)} per instance)"),
-            ("requests/s", f"{m.requests_per_s:.3g}"), ("sequences in flight", f"{m.running:.0f} per instance"),
-            ("fits", "yes" if e.fits else "NO: " + "; ".join(e.reasons))]
-    cost = e.cost_per_million(price)
-    rows += [("cost", f"${cost:,.3g} per million output tokens")] if cost is not None else []
-    for k, v in rows:
+    for k, v in _summary_rows(e, price, targets or []):
         summary.add_row(k, v)
     console.print(summary)
     memory = Table(title="memory per GPU", title_justify="left")
@@ -109,7 +128,7 @@ def estimate_tables(e: ServeEstimate, console: Console, price: float | None = No
     for k, v in parts.items():
         memory.add_row(k, fmt_bytes(float(v)) if v is not None else f"{float(mem.max_sequences(e.plan.dpa)):,.0f}")
     console.print(memory)
-    if e.breakdown:
+    if e.breakdown and e.fits:
         step = Table(title=f"decode step by op ({fmt_time(sum(e.breakdown.values()))} at the running batch)",
                      title_justify="left")
         for col in ("op", "time", "share"):

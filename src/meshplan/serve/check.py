@@ -8,7 +8,7 @@ import numpy as np
 
 from meshplan.errors import SpecError
 from meshplan.serve.engine import Engine
-from meshplan.serve.precision import Quant, compute_accelerator, gemm_precision
+from meshplan.serve.precision import Quant, unsupported
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.xp import Num
@@ -20,7 +20,7 @@ EXPERTS = "ep does not divide the experts"
 GPUS = "more GPUs than the cluster has"
 LANES = "batch not a multiple of pp·dpa (a sequence per micro-batch lane)"
 SEQS = "batch above the engine's max_seqs (per attention group)"
-FORMAT = "the GPU has no tensor cores for the activations' format"
+FORMAT = "the GPU has no tensor cores for the activations' format"  # or a 16-bit format it lacks (precision.py)
 MEMORY = "memory: the KV cache of the batch does not fit"
 TTFT = "TTFT above its target"
 TPOT = "TPOT above its target"
@@ -47,11 +47,22 @@ def structural(model: ModelSpec, cluster: Cluster, cols: dict[str, Num], quant: 
             (SEQS, batch > engine.max_seqs * dpa)]
     if model.is_moe:
         out.append((EXPERTS, model.num_experts % ep != 0))
-    acc = compute_accelerator(cluster.accelerator, quant)
-    out.append((FORMAT, np.full(np.shape(tp), not gemm_precision(acc, quant))))
+    out.append((FORMAT, np.full(np.shape(tp), bool(unsupported(cluster.accelerator, quant)))))
     return out
 
 
 def first_problem(checks: list[tuple[str, Num]]) -> str:
     """The first reason a scalar configuration breaks, or ""."""
     return next((reason for reason, bad in checks if bool(np.any(bad))), "")
+
+
+def targets(ttft: float, tpot: float, fits: bool, ttft_slo: float = 0.0, tpot_slo: float = 0.0
+            ) -> list[dict[str, object]]:
+    """Whether one configuration meets each target given (0: none): the metric, its target and value in seconds
+    (None where the configuration does not fit: it is not priced) and met or not."""
+    out: list[dict[str, object]] = []
+    for name, slo, value in (("ttft", ttft_slo, ttft), ("tpot", tpot_slo, tpot)):
+        if slo:
+            out.append({"metric": name, "target_s": slo, "value_s": float(value) if fits else None,
+                        "met": bool(fits and value <= slo)})
+    return out

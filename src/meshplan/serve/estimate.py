@@ -48,19 +48,26 @@ class ServeEstimate:
             return None
         return price * self.plan.num_gpus / 3600 / float(self.metrics.tokens_per_s) * 1e6
 
+    def timings(self, price: float | None = None) -> dict[str, float | None]:
+        """Latencies, rates and cost; None when the configuration does not fit (no figure describes a deployment
+        that cannot run)."""
+        m = self.metrics
+        values = {"ttft_s": m.ttft, "tpot_s": m.tpot, "e2e_s": m.e2e, "output_tokens_per_s": m.tokens_per_s,
+                  "output_tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+                  "output_tokens_per_s_per_instance": m.instance_tokens_per_s, "requests_per_s": m.requests_per_s,
+                  "running": m.running}
+        out: dict[str, float | None] = {k: float(v) if self.fits else None for k, v in values.items()}
+        return out | {"cost_per_million_tokens": self.cost_per_million(price) if self.fits else None}
+
     def to_dict(self, price: float | None = None) -> dict[str, Any]:
-        m, mem, p = self.metrics, self.memory, self.plan
+        mem, p = self.memory, self.plan
         return {
             "model": self.model.name, "system": self.cluster.name, "gpus": p.num_gpus, "engine": self.engine.name,
             "plan": {"tp": p.tp, "pp": p.pp, "dpa": p.dpa, "ep": p.ep, "batch": p.batch, "replicas": p.replicas,
                      "prefill_replicas": p.prefill_replicas, "weights": p.quant.weights,
                      "activations": p.quant.activations, "kv_cache": p.quant.kv_cache},
             "input_len": self.workload.input_len, "output_len": self.workload.output_len,
-            "ttft_s": float(m.ttft), "tpot_s": float(m.tpot), "e2e_s": float(m.e2e),
-            "output_tokens_per_s": float(m.tokens_per_s), "output_tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
-            "output_tokens_per_s_per_instance": float(m.instance_tokens_per_s),
-            "requests_per_s": float(m.requests_per_s), "running": float(m.running),
-            "cost_per_million_tokens": self.cost_per_million(price),
+            **self.timings(price),
             "memory": {"weights": float(mem.weights), "activations": float(mem.activations),
                        "workspace": float(mem.workspace), "kv_cache": float(mem.kv_used),
                        "kv_pool": float(mem.kv_pool), "sequence": float(mem.sequence),
@@ -82,7 +89,7 @@ def serve_estimate(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload
     cols = plan_columns(plan)
     mem = memory(model, cluster.accelerator.hbm_bytes, cols, plan.quant, engine, engine.resident(workload))
     reasons = [r for r, bad in check.structural(model, cluster, cols, plan.quant, engine) if bool(bad)]
-    if not reasons and not bool(mem.fits):
+    if not bool(mem.fits):
         reasons.append(f"{check.MEMORY}: {fmt_bytes(float(mem.kv_used))} needed, {fmt_bytes(float(mem.kv_pool))} "
                        f"left for it of {fmt_bytes(float(mem.capacity))} (weights {fmt_bytes(float(mem.weights))})")
     if check.FORMAT in reasons:  # no price for a format the GPU cannot run

@@ -58,7 +58,7 @@ class Quant:
             value = getattr(self, name)
             if value not in allowed:
                 raise SpecError(f"{name}={value!r} must be one of {', '.join(allowed)}")
-        if BYTES[self.activations] > BYTES[self.weights] and self.activations != "bf16" != self.weights:
+        if BYTES[self.activations] > BYTES[self.weights] and self.activations not in ("bf16", "fp16"):
             raise SpecError(f"activations={self.activations} are wider than weights={self.weights}: no kernel "
                             "multiplies them (weight-only schemes keep 16-bit activations)")
 
@@ -84,15 +84,16 @@ class Quant:
         return replace(self, **changes)
 
 
-def parse_quant(text: str) -> Quant:
+def parse_quant(text: str, half: str = "bf16") -> Quant:
     """``fp8`` (weights and activations fp8, KV 16-bit), ``fp8/fp8/fp8``, ``int4/bf16/fp8`` (weights / activations /
-    KV cache): the command line's form."""
+    KV cache): the command line's form. The 16-bit parts a single format leaves unsaid are ``half`` (fp16 on a GPU
+    without bf16: ``half_formats``)."""
     parts = [p.strip() for p in text.split("/")]
     try:
         if len(parts) == 1:
             w = parts[0]
-            a = w if w in ACTIVATION_FORMATS and w != "int4" else "bf16"
-            return Quant(weights=w, activations=a)
+            a = w if w in ACTIVATION_FORMATS and w != "int4" else half
+            return Quant(weights=w, activations=a, kv_cache=half)
         if len(parts) == 3:
             return Quant(weights=parts[0], activations=parts[1], kv_cache=parts[2])
     except SpecError as exc:  # name the option the user wrote, then the part of it that is wrong
@@ -111,6 +112,42 @@ def gemm_precision(acc: Accelerator, quant: Quant) -> str:
             return "fp8"
         return ""
     return a if a in acc.peak_flops else ""
+
+
+def half_formats(acc: Accelerator) -> tuple[str, ...]:
+    """The 16-bit formats the GPU computes in: bf16 and fp16 where it has a bf16 peak (every NVIDIA GPU since
+    Ampere has both at one rate), fp16 alone on a GPU without bf16 (Volta: V100 datasheet, FP16 tensor cores only),
+    as ``estimate --precision`` accepts them (specs/check.py)."""
+    return ("bf16", "fp16") if "bf16" in acc.peak_flops else ("fp16",)
+
+
+def unsupported(acc: Accelerator, quant: Quant) -> str:
+    """Why ``acc`` cannot run ``quant`` ("" when it can): a 16-bit format it lacks in any part (bf16 on a V100: vLLM
+    refuses bfloat16 below compute capability 8.0 and serves such a GPU in float16), or activations its tensor cores
+    do not take (``gemm_precision``)."""
+    halves = half_formats(acc)
+    for part in (quant.weights, quant.activations, quant.kv_cache):
+        if part in ("bf16", "fp16") and part not in halves:
+            return f"the {acc.name} has no {part}"
+    if not gemm_precision(compute_accelerator(acc, quant), quant):
+        return f"the {acc.name} has no tensor cores for {quant.activations} activations"
+    return ""
+
+
+def formats_run(acc: Accelerator) -> str:
+    """The activation formats ``acc`` multiplies in, for an error line."""
+    half = half_formats(acc)[0]
+    return ", ".join(a for a in ACTIVATION_FORMATS if not unsupported(acc, Quant(weights=a, activations=a,
+                                                                                 kv_cache=half)))
+
+
+def native(acc: Accelerator, quant: Quant) -> Quant:
+    """``quant`` with its 16-bit parts in the GPU's own 16-bit format (bf16 -> fp16 on a V100): the same bytes and
+    the same tensor-core rate, the format an engine serves there."""
+    halves = half_formats(acc)
+    return Quant(**{k: halves[0] if v in ("bf16", "fp16") and v not in halves else v
+                    for k, v in (("weights", quant.weights), ("activations", quant.activations),
+                                 ("kv_cache", quant.kv_cache))})
 
 
 @lru_cache(maxsize=64)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from meshplan.errors import SpecError
 from meshplan.serve import check, weighed
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.estimate import ServeEstimate, serve_estimate
@@ -75,6 +76,19 @@ def shapes(model: ModelSpec, cluster: Cluster, space: ServeSpace) -> dict[str, n
     return {k: cols[:, i] for i, k in enumerate(KEYS)}
 
 
+def no_instance(cluster: Cluster, space: ServeSpace) -> str:
+    """Why no instance of the sizes ``space`` fixes fits the cluster (``shapes`` found none): an axis whose every
+    size is above the GPU count, or the smallest product of the sizes given."""
+    n, given = cluster.num_gpus, {k: getattr(space, k) for k in ("tp", "pp", "dpa") if getattr(space, k)}
+    for k, sizes in given.items():
+        if min(sizes) > n:
+            return f"{k}={','.join(map(str, sizes))} exceeds gpus={n}"
+    least = {k: min(given.get(k, (1,))) for k in ("tp", "pp", "dpa")}
+    product = least["tp"] * least["pp"] * least["dpa"]
+    return (f"tp·pp·dpa = {least['tp']}·{least['pp']}·{least['dpa']} = {product} at the least of the sizes given "
+            f"exceeds gpus={n}")
+
+
 def deployments(keys: dict[str, np.ndarray], num_gpus: int, disaggregate: bool) -> tuple[np.ndarray, ...]:
     """(key index, replicas, prefill replicas) of every deployment: the instances that fit the GPUs co-located,
     and each split of them into p prefill and n − p decode instances."""
@@ -95,6 +109,8 @@ def search(model: ModelSpec, cluster: Cluster, space: ServeSpace, top_k: int = 1
     start = time.perf_counter()
     check.servable(model)
     keys = shapes(model, cluster, space)
+    if not len(keys["tp"]):
+        raise SpecError(no_instance(cluster, space))
     workload = Workload(input_len=space.input_len, output_len=space.output_len)
     tally: dict[str, int] = {}
     examples: dict[str, str] = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.serve.engine import DEFAULT as DEFAULT_ENGINE
 from meshplan.serve.engine import Engine
@@ -47,6 +48,4 @@ class ServeSpace:
         if self.rank_by not in RANKINGS:
             raise SpecError(f"rank={self.rank_by!r} must be one of {', '.join(RANKINGS)}")
         for name in ("ttft_slo", "tpot_slo"):
-            value = getattr(self, name)
-            if not 0 <= value <= 3600:
-                raise SpecError(f"{name.replace('_', '-')}={value} s must be from 0 (no target) to 3600 s")
+            ranges.check(name.replace("_", "-"), getattr(self, name), key="slo")
