@@ -189,3 +189,18 @@ def test_the_python_api_keeps_its_checks():
     with pytest.raises(SpecError, match="tpot-slo=1e-09 s is outside"):
         ServeSpace(input_len=1, output_len=1, tpot_slo=1e-9)
     assert ServeSpace(input_len=1, output_len=1, tpot_slo=0.0).tpot_slo == 0.0
+
+
+def test_the_context_served_is_the_checkpoints_not_the_pretraining_one(capsys):
+    """DeepSeek-V3 pretrained at 4,096 tokens but serves 163,840 (its config.json's max_position_embeddings, YaRN):
+    an 8,192 + 1,024-token request is served; Llama 3 70B's 8,192 still refuses 1,000,000."""
+    from meshplan.cli import main
+
+    args = ["serve", "--model", "deepseek-v3", "--system", "h200", "--gpus", "16", "--input-len", "8192",
+            "--output-len", "1024", "--json"]
+    assert main(args) == 0
+    capsys.readouterr()
+    big = ["serve", "--model", "llama3-70b", "--system", "h100", "--gpus", "8", "--input-len", "1000000",
+           "--output-len", "16"]
+    assert main(big) == 2
+    assert "exceed llama3-70b's context of 8,192" in capsys.readouterr().err

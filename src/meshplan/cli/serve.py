@@ -18,7 +18,7 @@ FIXED = ("tp", "pp", "dpa", "ep", "batch", "replicas", "prefill_replicas")
 SEARCH_ONLY = ("top_k", "rank_by", "disaggregate")  # options of the search: no effect with every axis fixed
 SEQ = click.option("--seq", "seq", type=int, default=None,
                    help="longest context served, prompt + output tokens (vLLM's --max-model-len; default: the "
-                        "model's seq_length)")
+                        "model's max_position_embeddings, else its seq_length)")
 
 
 def _flag(name: str) -> str:
@@ -80,8 +80,8 @@ def serve_cmd(model_ref: str, system_ref: str, gpus: int, as_json: bool, **optio
 
 def context(model, seq: int | None, input_len: int, output_len: int) -> None:
     """A request's prompt and output must fit the context served: ``--seq`` (vLLM's --max-model-len), by default
-    the model's seq_length (a Hugging Face config's max_position_embeddings); a learned position table has no
-    positions past its rows."""
+    the model's max_position_embeddings (the context its checkpoint serves: a Hugging Face config's, a preset's
+    from it) or its seq_length; a learned position table has no positions past its rows."""
     if seq is not None:
         if not 0 < seq <= MAX_SIZE:
             raise SpecError(f"seq={seq} must be a positive integer up to {MAX_SIZE:,}")
@@ -89,9 +89,10 @@ def context(model, seq: int | None, input_len: int, output_len: int) -> None:
             raise SpecError(f"seq={seq:,} exceeds {model.name}'s learned position table (max_position_embeddings="
                             f"{model.max_position_embeddings:,})")
     total = input_len + output_len
-    if total > (seq or model.seq_length):
-        limit = f"seq={seq:,}" if seq else (f"{model.name}'s context of {model.seq_length:,} (its seq_length; --seq "
-                                            "serves a longer one where the model takes it)")
+    served = max(model.seq_length, model.max_position_embeddings)
+    if total > (seq or served):
+        limit = f"seq={seq:,}" if seq else (f"{model.name}'s context of {served:,} (its max_position_embeddings or "
+                                            "seq_length; --seq serves a longer one where the model takes it)")
         raise SpecError(f"input-len + output-len = {total:,} tokens exceed {limit}")
 
 

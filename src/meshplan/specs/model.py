@@ -60,7 +60,9 @@ class ModelSpec:
     # splits; a contiguous run of windowed layers (Qwen2's max_window_layers) would load the stages unevenly.
     sliding_window: int = 0
     window_layers: int = 0
-    max_position_embeddings: int = 0  # rows of the learned position table
+    # rows of the learned position table; with RoPE the longest context the checkpoint serves (HF config.json's
+    # max_position_embeddings, after long-context training or YaRN), which serve's requests may fill; 0: seq_length
+    max_position_embeddings: int = 0
     # Mixture of experts. num_experts = 0 is a dense model.
     num_experts: int = 0
     moe_topk: int = 0
