@@ -40,7 +40,8 @@ PRECISION_HELP = "default: " + _FIELDS["precision"].metadata["default_help"]
 @apply(common_model)
 @click.option("--gpus", required=True, help="GPU count, or several separated by commas (strong scaling)")
 @click.option("--global-batch", type=int, default=None, help="sequences per step (default ≈ 4M tokens)")
-@click.option("--top", "top_k", type=int, default=10, show_default=True, help="plans to list")
+@click.option("--top", "top_k", type=int, default=10, show_default=True,
+              help="plans to list (which plans lead does not depend on it)")
 @click.option("--zero", "zero_opts", default="0,1,2,3", show_default=True, help="ZeRO stages to consider")
 @click.option("--recompute", "recompute_opts", default="none,selective,full", show_default=True)
 @click.option("--recompute-modules", "recompute_modules_text", default="core_attn", show_default=True,
@@ -64,7 +65,7 @@ PRECISION_HELP = "default: " + _FIELDS["precision"].metadata["default_help"]
               help="across GPU counts: fastest, or cheapest for the token budget")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--emit", "emit_format", type=click.Choice(sorted(FORMATS)), default=None,
-              help="write the fastest plan as this framework's config (printed after the table)")
+              help="write the plan ranked #1 as this framework's config (printed after the table)")
 @click.option("--emit-to", "emit_to", default=None, help="with --emit: the file to write it to")
 @apply(shard.options)
 @click.pass_context
