@@ -331,7 +331,7 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
         if r.plans:
             _print_all(console, plans_tables(r, tokens, price, console.width))
             if fastest_note(r):
-                console.print(fastest_note(r), soft_wrap=True, markup=False)
+                console.print(fastest_note(r), markup=False)
             console.print("[bold]#1 in detail[/bold]")
             estimate_tables(r.plans[0], console)
             runs = frameworks_running(r.plans[0].plan)
