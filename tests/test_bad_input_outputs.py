@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bad_input_helpers import fails
+from meshplan.cli import main
 from meshplan.errors import SpecError
 from meshplan.files import read_text, write_text
 
@@ -68,3 +69,15 @@ def test_serve_report_and_check_step_name_their_missing_extra(capsys, tmp_path, 
     monkeypatch.setitem(sys.modules, "torch", None)  # importlib.util.find_spec("torch") is None
     assert fails(["check-step", "gpt2"], capsys) == "meshplan: error: torch is not installed: run  pip install " \
         "'meshplan[torch]'"
+
+
+def test_an_emit_path_that_cannot_be_written_is_refused_before_the_search(tmp_path, capsys):
+    """--emit-to in a folder that does not exist, or naming a folder: one line, exit 2, and no search run (its
+    table and the "evaluated" line are not printed; both were an internal error, exit 3, after the search)."""
+    plan = ["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "64", "--emit", "megatron", "--emit-to"]
+    missing = tmp_path / "nodir" / "x.out"
+    assert fails([*plan, str(missing)], capsys) == (f"meshplan: error: emit-to={missing}: the folder "
+                                                    f"{missing.parent} does not exist")
+    assert fails([*plan, str(tmp_path)], capsys) == f"meshplan: error: emit-to={tmp_path} is a folder: give a file path"
+    assert not missing.parent.exists()
+    assert main([*plan, str(missing), "--json"]) == 2 and capsys.readouterr().out == ""  # no search, no JSON

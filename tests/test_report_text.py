@@ -170,6 +170,12 @@ def test_the_command_line_honours_columns(monkeypatch, capsys):
     lines = [ln for ln in out.splitlines() if not ln.startswith("re-run it: ")]  # a command line, kept whole to copy
     assert "…" not in out and max(len(ln.rstrip()) for ln in lines) <= 80
     assert "legend: " in out
+    # the legend says how the rows are ordered (the simplest within the fastest plan's band first), and a line names
+    # the fastest plan, which is not #1 here (dp=16 tp=2 pp=8 cp=4, 4.13 s; #1: dp=32 tp=4 pp=8, 4.29 s)
+    flat = " ".join(out.split())
+    assert "#: rank: the plans within the fastest plan's error band first, the simplest leading" in flat
+    assert "#: rank, fastest first" not in flat
+    assert "fastest plan found: dp=16 tp=2 pp=8 cp=4" in flat and "faster than #1" in flat
 
 
 def test_counts_move_to_the_next_unit_when_they_round_up_to_it():

@@ -1,7 +1,9 @@
-"""``meshplan plan --emit FORMAT [--emit-to PATH]``: the fastest plan found, as a framework's config (configs/)."""
+"""``meshplan plan --emit FORMAT [--emit-to PATH]``: the plan the search ranks first (#1 of the table), as a framework's
+config (configs/)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -17,29 +19,46 @@ EMIT_FRAMEWORK = {"megatron": "megatron-core", "torchtitan": "torchtitan", "deep
 
 
 def check_emit(fmt: str | None, path: str | None, as_json: bool) -> None:
-    """Before the search: ``--emit-to`` needs ``--emit``; with ``--json`` the config goes to a file, not stdout."""
+    """Before the search: ``--emit-to`` needs ``--emit``; with ``--json`` the config goes to a file, not stdout; the
+    file must be one that can be written (its folder exists, it is not a folder)."""
     if path is not None and fmt is None:
         raise SpecError(f"emit-to={path} needs --emit FORMAT")
     if fmt is not None and as_json and path is None:
         raise SpecError("--emit with --json needs --emit-to PATH (stdout holds the JSON)")
+    if path is None:
+        return
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise SpecError(f"emit-to={path} is a folder: give a file path")
+    if not folder.is_dir():
+        raise SpecError(f"emit-to={path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise SpecError(f"emit-to={path} cannot be written (permission denied)")
 
 
 def write_best(results: list, fmt: str, path: str | None) -> None:
-    """The fastest listed plan the framework can express, as ``fmt``'s config: to ``path``, or printed; none
-    expressible: the fastest plan's refusal."""
-    ranked = sorted((e for r in results for e in r.plans), key=lambda e: e.step_time)
-    if not ranked:
+    """The plan ranked first (#1 of the table; of several GPU counts, the #1 with the shortest step), as ``fmt``'s
+    config: to ``path``, or printed. Where the framework cannot express #1, the next plan it can, saying so; none:
+    #1's refusal."""
+    leaders = [r.plans for r in results if r.plans]
+    if not leaders:
         raise SpecError(f"--emit {fmt}: no feasible plan to write")
-    for est in ranked:
+    ranked = min(leaders, key=lambda plans: plans[0].step_time)
+    refusal = None
+    for rank, est in enumerate(ranked, 1):
         try:
             text = emit(fmt, est.model, est.plan, est.stack)
-            break
-        except SpecError:
+        except SpecError as e:
+            refusal = refusal or e
             continue
-    else:
-        emit(fmt, ranked[0].model, ranked[0].plan, ranked[0].stack)  # raises the fastest plan's refusal
-    if path is None:
-        click.echo(text, nl=False)
-    else:
-        Path(path).write_text(text, encoding="utf-8")
-        click.echo(f"wrote {fmt} config of {est.plan.describe()} to {path}", err=True)
+        if refusal is not None:
+            click.echo(f"#1 ({ranked[0].plan.describe()}) cannot be written as {fmt} ({refusal}): wrote #{rank}",
+                       err=True)
+        if path is None:
+            click.echo(text, nl=False)
+        else:
+            Path(path).write_text(text, encoding="utf-8")
+            click.echo(f"wrote {fmt} config of #{rank} ({est.plan.describe()}) to {path}", err=True)
+        return
+    raise refusal

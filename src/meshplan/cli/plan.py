@@ -31,7 +31,8 @@ from meshplan.specs.stack import Stack
 @apply(common_model)
 @click.option("--gpus", required=True, help="GPU count, or several separated by commas (strong scaling)")
 @click.option("--global-batch", type=int, default=None, help="sequences per step (default ≈ 4M tokens)")
-@click.option("--top", "top_k", type=int, default=10, show_default=True, help="plans to list")
+@click.option("--top", "top_k", type=int, default=10, show_default=True,
+              help="plans to list (which plans lead does not depend on it)")
 @search_options
 @stack_options
 @click.option("--tokens", default=None, help="token budget (e.g. 15T) to report days and cost")
@@ -40,7 +41,7 @@ from meshplan.specs.stack import Stack
               help="across GPU counts: fastest, or cheapest for the token budget")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--emit", "emit_format", type=click.Choice(sorted(FORMATS)), default=None,
-              help="write the fastest plan as this framework's config (printed after the table)")
+              help="write the plan ranked #1 as this framework's config (printed after the table)")
 @click.option("--emit-to", "emit_to", default=None, help="with --emit: the file to write it to")
 @click.option("--all", "all_plans", is_flag=True,
               help="also write every feasible plan (not only --top) as CSV to --output, fastest first")

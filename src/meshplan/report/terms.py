@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 HEADERS = {
-    "#": "rank, fastest first",
+    "#": "rank, fastest first (ties: less memory)",
     "dp·tp·pp·cp": "data-, tensor-, pipeline-, context-parallel sizes",
     "ep/etp": "expert-parallel / expert-tensor-parallel sizes",
     "vpp": "virtual pipeline stages (model chunks) per pipeline rank",
@@ -24,9 +24,9 @@ HEADERS = {
     "days": "days to train on the token budget",
     "cost": "those GPU-hours times the price",
     "GPUs": "GPU count searched",
-    "best plan": "the fastest plan: parallel sizes (dp= tp= pp= cp= ep= etp= vpp=), mbs, gbs global batch, zero, "
-                 "recompute, sp, the pipeline schedule unless 1f1b, offload-opt / offload-act, placement= the "
-                 "axes' order on the mesh, innermost first, where not the default",
+    "best plan": "the plan ranked first at that count: parallel sizes (dp= tp= pp= cp= ep= etp= vpp=), mbs, gbs "
+                 "global batch, zero, recompute, sp, the pipeline schedule unless 1f1b, offload-opt / offload-act, "
+                 "placement= the axes' order on the mesh, innermost first, where not the default",
     "evaluated": "plans checked for memory and timed",
     "reason": "why plans were rejected",
     "plans": "how many plans for that reason",
@@ -39,7 +39,12 @@ NONE = ("-", "none or off")
 UNITS = ("units", "k M B T = 10^3 10^6 10^9 10^12; KiB MiB GiB TiB = 2^10 2^20 2^30 2^40 bytes; ms, us = milli-, "
          "microseconds")
 BAND = ("±7%", "the step time's error band (relative half-width)")
-EQUIVALENT = ("≈", "after a rank: step time within the best plan's error band (as fast, to the model's accuracy)")
+EQUIVALENT = ("≈", "after a rank: step time within the fastest plan's error band (as fast, to the model's accuracy)")
+# the ranking of a search that prefers simple plans (search/select.py), replacing HEADERS["#"]
+RANK_SIMPLE = ("rank: the plans within the fastest plan's error band first, the simplest leading (fewest parallel "
+               "axes, offloads and recompute), then the lightest, then the fastest; the others after them, fastest "
+               "first")
+BEST_SIMPLE = "the plan ranked first at that count (the simplest within the fastest plan's error band)"
 SUMMA_CELL = ("4x2 as tp", "2D SUMMA tensor parallelism on a tp x tp2 grid of 4 x 2")
 SUMMA_PLAN = ("summa=4x2/nb16", "2D SUMMA tensor parallelism on a 4 x 2 grid, broadcast in 16 panels")
 REASONS = {
@@ -50,12 +55,13 @@ REASONS = {
 
 
 def entries(headers: Sequence[str], extra: Sequence[tuple[str, str]] = (), units: bool = True,
-            blocks: Mapping[str, int] | None = None) -> list[tuple[str, str]]:
+            blocks: Mapping[str, int] | None = None, meanings: Mapping[str, str] | None = None
+            ) -> list[tuple[str, str]]:
     """(term, meaning) for each header shown, then the notations ``extra`` names, then the units. ``blocks``: the
     GPUs per block of each mesh tier's column ("in NVLink", "in <tier>": report.text.tier_headers)."""
     out, blocks = [], blocks or {}
     for h in headers:
-        meaning = HEADERS.get(h, f"parallel groups inside one {h.removeprefix('in ')} block")  # "in leaf"
+        meaning = {**HEADERS, **(meanings or {})}.get(h, f"parallel groups inside one {h.removeprefix('in ')} block")
         if h in blocks:
             meaning += f" of {blocks[h]:,} GPUs"
         if h not in HEADERS:

@@ -242,7 +242,23 @@ def plans_tables(result, tokens: float | None, price: float | None, width: int) 
     extra = [terms.NONE] + ([terms.SUMMA_CELL] if any(e.plan.tensor_layout == "summa" for e in result.plans) else [])
     extra += [terms.BAND] if any(_band(e) for e in result.plans) else []
     extra += [terms.EQUIVALENT] if any(equivalent) else []
-    return [*tables, legend(terms.entries(headers(tables), extra, blocks=tier_blocks(result.cluster)))]
+    meanings = {"#": terms.RANK_SIMPLE} if _prefers_simple(result) else {}
+    return [*tables, legend(terms.entries(headers(tables), extra, blocks=tier_blocks(result.cluster),
+                                          meanings=meanings))]
+
+
+def _prefers_simple(result) -> bool:
+    return bool(getattr(getattr(result, "space", None), "prefer_simple", False))
+
+
+def fastest_note(result) -> str | None:
+    """When the plan ranked first is not the fastest (``SearchResult.fastest``): the fastest, and how much faster."""
+    fastest, plans = getattr(result, "fastest", None), result.plans
+    if fastest is None or not plans or fastest.plan == plans[0].plan:
+        return None
+    gain = 1 - fastest.step_time / plans[0].step_time
+    return (f"fastest plan found: {fastest.plan.describe()}, {_step(fastest)}, {gain:.1%} faster than #1: within the "
+            "error band, where the simpler and lighter plan leads (#), whatever --top")
 
 
 def _cost_columns(tokens: float | None, price: float | None) -> list[str]:
@@ -285,7 +301,9 @@ def scaling_tables(results, tokens: float | None, price: float | None, width: in
     ests = [e for _, e in rows if e is not None]
     extra = [terms.SUMMA_PLAN] if any(e.plan.tensor_layout == "summa" for e in ests) else []
     extra += [terms.BAND] if any(_band(e) for e in ests) else []
-    return [*tables, legend(terms.entries(headers(tables), extra))]
+    best = terms.HEADERS["best plan"].replace("the plan ranked first at that count", terms.BEST_SIMPLE)
+    meanings = {"best plan": best} if any(_prefers_simple(r) for r in results) else {}
+    return [*tables, legend(terms.entries(headers(tables), extra, meanings=meanings))]
 
 
 def search_json(results, tokens: float | None, price: float | None, rank_by: str, rerun=None) -> dict:
@@ -332,7 +350,9 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
         r = results[0]
         if r.plans:
             _print_all(console, plans_tables(r, tokens, price, console.width))
-            console.print("[bold]the best plan in detail[/bold]")
+            if fastest_note(r):
+                console.print(fastest_note(r), markup=False)
+            console.print("[bold]#1 in detail[/bold]")
             estimate_tables(r.plans[0], console)
             runs = frameworks_running(r.plans[0].plan)
             console.print(f"frameworks that run it: {', '.join(runs) or 'none of the presets'}", markup=False)
@@ -350,4 +370,4 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
     bounded = sum(r.bounded for r in results)
     console.print(f"evaluated {evaluated:,} plans in {seconds:.2f} s ({evaluated / max(seconds, 1e-9):,.0f} plans/s; "
                   f"memory checked for all, step time skipped for {bounded:,} whose lower bound cannot reach the "
-                  "top)")
+                  "ranking)")

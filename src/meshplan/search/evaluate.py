@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from meshplan.search.batch import CATEGORICAL, PlanBatch
-from meshplan.search.best import Best
+from meshplan.search.best import Best, simplicities
 from meshplan.search.bound import BOUND_SLACK, lower_bound
 from meshplan.search.candidates import Sized, expand, size_rows
 from meshplan.search.combos import Combo
@@ -26,6 +26,7 @@ from meshplan.search.placements import PLACEMENTS
 from meshplan.search.scoring import grid_memory, grid_times
 from meshplan.search.space import Space
 from meshplan.search.tally import Tally
+from meshplan.specs.bands import error_band
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -55,7 +56,7 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
     """Build and score the candidates of one tensor ``mode`` (layout, sequence parallelism) and size combinations;
     with ``explore`` (a fresh one), also keep a sample of the plans and the Pareto front (explore.py)."""
     layout, sp = mode
-    result = Part(Best(top_k), explored=explore)
+    result = Part(Best(top_k, search_band(model, cluster, space)), explored=explore)
     first_mode = next(m for m in space.modes() if m[0] == layout) == mode  # tally build rejections once
     sized = size_rows(combos, cluster, space, result.tally if first_mode else Tally())
     if sized is None:
@@ -82,6 +83,12 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
         _score_group(model, cluster, space, eff, pool.select(group, schedule=schedule), sized.select(group),
                      (free if schedule in ASYNC_SCHEDULES else bound)[group], units.shape_of[group], units, result)
     return result
+
+
+def search_band(model: ModelSpec, cluster: Cluster, space: Space) -> float:
+    """The error band within which the search ranks the simplest plan first (``Space.prefer_simple``), else 0: the
+    band of the estimates it ranks (``Estimate.error_band``, specs/bands.py)."""
+    return error_band(cluster.accelerator.architecture, model.is_moe) if space.prefer_simple else 0.0
 
 
 def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray, str]]:
@@ -182,8 +189,13 @@ def _time_chunk(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficienc
     fit = fits[setting, sizes[row]]
     ok, setting, row = ok[fit], setting[fit], row[fit]
     nb = [panels[rc] for rc in space.recompute]
+    simple = None
+    if result.best.band:  # each plan's simplicity, for the simplest within the band (best.py)
+        r, _, o, a = np.unravel_index(setting, time.shape[:-1])
+        grid = [np.array(g) for g in space.grid]
+        simple = simplicities(batch, row, grid[0][r] != "none", grid[2][o], grid[3][a])
     result.best.offer(time.reshape(-1)[ok], peak[setting, sizes[row]],
-                      lambda i: _decode(batch, space.grid, time.shape, int(ok[i]), nb, model.num_layers))
+                      lambda i: _decode(batch, space.grid, time.shape, int(ok[i]), nb, model.num_layers), simple)
     if result.explored is not None:
         _explore_chunk(cluster, space, batch, time, fits[:, sizes], peak[:, sizes], sampled[sizes], nb,
                        result.explored, model.num_layers)

@@ -19,8 +19,10 @@ their placements built, their unit keys' collectives priced (``keyed.KeyUnits``)
 The modules, in data-flow order: ``space`` (what may be chosen), ``combos`` (valid size combinations, the rest
 tallied), ``placements`` and ``candidates`` (the candidates as NumPy columns), ``limits`` (the space's size, checked
 before any plan is built), ``scoring`` and ``bound`` (step time and memory over the settings grid, a lower bound),
-``best`` (the top k), ``evaluate`` (one share of the work), ``workers`` (the shares, in one or more processes) and
-this one, which re-estimates the winners in float64.
+``best`` (what a share keeps: the k fastest and, preferring simple plans, every plan that can lead within the error
+band of the fastest), ``evaluate`` (one share of the work), ``workers`` (the shares, in one or more processes),
+``select`` (the kept plans re-estimated in float64 and ranked: the same first plan whatever the number listed) and
+this one.
 """
 
 from __future__ import annotations
@@ -29,18 +31,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from meshplan.estimate import Estimate, estimate
-from meshplan.search.best import plan_key
+from meshplan.estimate import Estimate
+from meshplan.search.best import simplicity
 from meshplan.search.combos import valid_combos
 from meshplan.search.explore import Explore, Explored, PlanSpace, plan_space
 from meshplan.search.limits import check_space
 from meshplan.search.placements import PLACEMENTS
+from meshplan.search.select import ranked
 from meshplan.search.space import Space
 from meshplan.search.workers import jobs, run_jobs, worker_count
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import Plan
+
+__all__ = ["SearchResult", "search", "simplicity"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class SearchResult:
     seconds: float
     bounded: int = 0  # of the evaluated plans: step time not computed, a lower bound keeps them out of the top k
     explored: PlanSpace | None = None  # a sample of the space and its Pareto front, when asked for (explore.py)
+    fastest: Estimate | None = None  # the fastest feasible plan (with prefer_simple, not always the first listed)
 
     @property
     def rejected_total(self) -> int:
@@ -67,7 +72,7 @@ class SearchResult:
         that the model cannot tell the two apart."""
         if not self.plans:
             return ()
-        fastest = min(e.step_time for e in self.plans)
+        fastest = self.fastest.step_time if self.fastest else min(e.step_time for e in self.plans)
         return tuple(e.step_time <= fastest * (1 + e.error_band) for e in self.plans)
 
     def to_dict(self) -> dict[str, object]:
@@ -77,6 +82,7 @@ class SearchResult:
             "bounded": self.bounded,
             "rejected": {"count": self.rejected_total, "reasons": dict(self.rejected), "examples": dict(self.examples)},
             "seconds": self.seconds, "plans_per_second": self.evaluated / self.seconds if self.seconds else None,
+            "fastest": self.fastest.to_dict(ops=False) if self.fastest else None,
             "plans": [e.to_dict(ops=False) | {"equivalent": same} for e, same in zip(self.plans, self.equivalent,
                                                                                       strict=True)],
         }
@@ -99,36 +105,13 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
         unplaced = sum(c.unplaced for c in combos)
         start_from = Explored(min(1.0, explore.sample / unplaced) if unplaced else 0.0, explore.seed, explore.fits_only)
     results = run_jobs(shares, combos, (model, cluster, space, top_k, eff, start_from), workers, progress)
-    rows = sorted((row for part in results for row in part.best.rows), key=lambda r: (r[0], r[1], r[2][0]))
     for part in results:
         tally.merge(part.tally)
-    # re-estimate the leaders in float64 (the ranking above used float32 sums) and rank them again
-    estimates = [estimate(model, cluster, key[1], space.stack, eff) for _, _, key in rows[: 2 * top_k + 2]]
-    estimates.sort(key=lambda e: (e.step_time, e.peak_memory, plan_key(e.plan)[0]))
-    if space.prefer_simple:
-        estimates = simple_first(estimates)
-    return SearchResult(model=model, cluster=cluster, space=space, plans=tuple(estimates[:top_k]),
+    plans, fastest = ranked(model, cluster, space, eff, [part.best for part in results], top_k)
+    return SearchResult(model=model, cluster=cluster, space=space, plans=plans, fastest=fastest,
                         evaluated=sum(r.evaluated for r in results), feasible=sum(r.feasible for r in results),
                         bounded=sum(r.bounded for r in results),
                         rejected=dict(tally.counts), examples=dict(tally.examples),
                         explored=None if explore is None else plan_space([r.explored for r in results], explore,
                                                                          space.grid, PLACEMENTS),
                         seconds=time.perf_counter() - start)
-
-
-def simplicity(plan: Plan) -> int:
-    """How much a plan asks of its user: its parallel axes beyond data parallelism, interleaving, a 2D layout,
-    offloads and recompute, one each."""
-    axes = sum(getattr(plan, a) > 1 for a in ("tp", "tp2", "pp", "cp", "ep", "vpp"))
-    return axes + plan.offload_optimizer + plan.offload_activations + (plan.recompute != "none")
-
-
-def simple_first(estimates: list[Estimate]) -> list[Estimate]:
-    """The plans within the fastest one's error band first, the simplest and lightest of them leading (fewer axes
-    and offloads, less memory, then faster); the others after them by step time."""
-    if not estimates:
-        return estimates
-    limit = estimates[0].step_time * (1 + estimates[0].error_band)
-    close = [e for e in estimates if e.step_time <= limit]
-    rest = [e for e in estimates if e.step_time > limit]
-    return sorted(close, key=lambda e: (simplicity(e.plan), e.peak_memory, e.step_time)) + rest
