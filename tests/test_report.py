@@ -308,7 +308,8 @@ def test_report_command_with_your_config_and_the_plan_space(tmp_path, capsys):
     best = next(p for p in data["plans"] if p["origin"].startswith("#1"))
     assert data["compare"]["pair"] == [mine["id"], best["id"]]
     assert len(data["space"]["columns"]["time"]) == 500
-    for bad, message in ((["--compare", "mine,#1"], "compare='mine,#1' must name two of"),
+    for bad, message in ((["--compare", "mine,#1"], "compare='mine,#1': 'mine' is the plan of --from, which is not"),
+                         (["--compare", "#1,#99"], "compare='#1,#99' must name two of"),
                          (["--sample", "-1"], "sample=-1 must be from 0")):
         code = main([*args, *bad])
         err = capsys.readouterr().err

@@ -173,7 +173,7 @@ def test_the_command_line_honours_columns(monkeypatch, capsys):
     # the legend says how the rows are ordered (the simplest within the fastest plan's band first), and a line names
     # the fastest plan, which is not #1 here (dp=16 tp=2 pp=8 cp=4, 4.13 s; #1: dp=32 tp=4 pp=8, 4.29 s)
     flat = " ".join(out.split())
-    assert "#: rank: the plans within the fastest plan's error band first, the simplest leading" in flat
+    assert "#: rank: the plans within the fastest plan's ranking band first, the simplest leading" in flat
     assert "#: rank, fastest first" not in flat
     assert "fastest plan found: dp=16 tp=2 pp=8 cp=4" in flat and "faster than #1" in flat
 

@@ -32,7 +32,7 @@ from meshplan.cost.params import kind_fractions, layers_on_last, layers_on_stage
 from meshplan.groups import axis_tiers
 from meshplan.memory import WEIGHT_BYTES
 from meshplan.roofline import compute_time, memory_time, overhead
-from meshplan.specs.bands import error_band
+from meshplan.specs.bands import error_band, ranking_band
 from meshplan.specs.check import validate
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
@@ -102,6 +102,11 @@ class Estimate:
         """The relative half-width of this step time's band: how far comparable published runs were from their
         predictions (specs/bands.py)."""
         return error_band(self.cluster.accelerator.architecture, self.model.is_moe)
+
+    @property
+    def ranking_band(self) -> float:
+        """The band within which the search ranks plans of this model as equivalent (specs/bands.py)."""
+        return ranking_band(self.cluster.accelerator.architecture)
 
     @property
     def fits(self) -> bool:

@@ -49,8 +49,8 @@ def plans_section(plans: Sequence[Estimate]) -> Section:
         rows.append([i, p.describe(), schedule, *tier_axes(est), fmt_time(est.step_time),
                      "-" if i == 1 else f"{est.step_time / plans[0].step_time - 1:+.1%}",
                      fmt_count(est.tokens_per_s), f"{est.mfu:.1%}", fmt_bytes(est.peak_memory)])
-    note = (f"Step times within ±{plans[0].error_band:.1%} of each other (the error band of comparable published runs: "
-            "same GPU generation, dense or MoE) cannot be told apart by the model; among those, the simplest and "
+    note = (f"Step times within ±{plans[0].ranking_band:.1%} of each other (the error band of comparable published "
+            "dense runs on the same GPU generation) cannot be told apart by the model; among those, the simplest and "
             "lightest plan is listed first.") if plans else ""
     return Section("plans", "Best plans", "sections/plans.html.j2", {"header": header, "rows": rows, "note": note,
                                                                        "left": tuple(range(1, 3 + len(tiers)))})

@@ -39,12 +39,13 @@ NONE = ("-", "none or off")
 UNITS = ("units", "k M B T = 10^3 10^6 10^9 10^12; KiB MiB GiB TiB = 2^10 2^20 2^30 2^40 bytes; ms, us = milli-, "
          "microseconds")
 BAND = ("±7%", "the step time's error band (relative half-width)")
-EQUIVALENT = ("≈", "after a rank: step time within the fastest plan's error band (as fast, to the model's accuracy)")
+EQUIVALENT = ("≈", "after a rank: step time within the fastest plan's ranking band (the dense runs' error band on this "
+              "GPU: as fast, to the model's accuracy)")
 # the ranking of a search that prefers simple plans (search/select.py), replacing HEADERS["#"]
-RANK_SIMPLE = ("rank: the plans within the fastest plan's error band first, the simplest leading (fewest parallel "
+RANK_SIMPLE = ("rank: the plans within the fastest plan's ranking band first, the simplest leading (fewest parallel "
                "axes, offloads and recompute), then the lightest, then the fastest; the others after them, fastest "
                "first")
-BEST_SIMPLE = "the plan ranked first at that count (the simplest within the fastest plan's error band)"
+BEST_SIMPLE = "the plan ranked first at that count (the simplest within the fastest plan's ranking band)"
 SUMMA_CELL = ("4x2 as tp", "2D SUMMA tensor parallelism on a tp x tp2 grid of 4 x 2")
 SUMMA_PLAN = ("summa=4x2/nb16", "2D SUMMA tensor parallelism on a 4 x 2 grid, broadcast in 16 panels")
 REASONS = {

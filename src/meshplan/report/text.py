@@ -258,7 +258,7 @@ def fastest_note(result) -> str | None:
         return None
     gain = 1 - fastest.step_time / plans[0].step_time
     return (f"fastest plan found: {fastest.plan.describe()}, {_step(fastest)}, {gain:.1%} faster than #1: within the "
-            "error band, where the simpler and lighter plan leads (#), whatever --top")
+            "ranking band, where the simpler and lighter plan leads (#), whatever --top")
 
 
 def _cost_columns(tokens: float | None, price: float | None) -> list[str]:

@@ -26,7 +26,7 @@ from meshplan.search.placements import PLACEMENTS
 from meshplan.search.scoring import grid_memory, grid_times
 from meshplan.search.space import Space
 from meshplan.search.tally import Tally
-from meshplan.specs.bands import error_band
+from meshplan.specs.bands import ranking_band
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -87,8 +87,8 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
 
 def search_band(model: ModelSpec, cluster: Cluster, space: Space) -> float:
     """The error band within which the search ranks the simplest plan first (``Space.prefer_simple``), else 0: the
-    band of the estimates it ranks (``Estimate.error_band``, specs/bands.py)."""
-    return error_band(cluster.accelerator.architecture, model.is_moe) if space.prefer_simple else 0.0
+    band of the estimates it ranks (``Estimate.ranking_band``, specs/bands.py)."""
+    return ranking_band(cluster.accelerator.architecture) if space.prefer_simple else 0.0
 
 
 def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray, str]]:

@@ -73,7 +73,7 @@ class SearchResult:
         if not self.plans:
             return ()
         fastest = self.fastest.step_time if self.fastest else min(e.step_time for e in self.plans)
-        return tuple(e.step_time <= fastest * (1 + e.error_band) for e in self.plans)
+        return tuple(e.step_time <= fastest * (1 + e.ranking_band) for e in self.plans)
 
     def to_dict(self) -> dict[str, object]:
         return {

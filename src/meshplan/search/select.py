@@ -2,7 +2,7 @@
 ``estimate()`` and ranked again, so that the plan listed first is the same whatever the number listed (``top_k``).
 
 By time alone: the fastest first (ties: less memory, then a fixed order of the plan fields). Preferring simple plans
-(``Space.prefer_simple``): the fastest plan's step time T sets the band T × (1 + b) (b: its error band, specs/bands.py,
+(``Space.prefer_simple``): the fastest plan's step time T sets the band T × (1 + b) (b: the ranking band, bands.py,
 within which the model cannot tell two plans apart); every feasible plan within it is a candidate (the shares kept all
 that can lead), the simplest of them first (``best.simplicity``: fewer parallel axes and offloads), then the lighter,
 then the faster; the plans outside the band after them, fastest first. So the plan listed first is at most (1 + b) ×
@@ -47,7 +47,7 @@ def ranked(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, ke
 
     if not space.prefer_simple:
         return tuple(by_time()[:top_k]), fastest
-    limit = fastest.step_time * (1 + fastest.error_band)
+    limit = fastest.step_time * (1 + fastest.ranking_band)
     close = _within(kept, limit, top_k, priced)
     if len(close) >= top_k:
         return tuple(close[:top_k]), fastest
