@@ -95,3 +95,14 @@ def test_report_compare_mine_without_from_says_so(capsys, tmp_path):
     report = ["report", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "-o", str(tmp_path / "r.html")]
     assert fails([*report, "--compare", "mine,#1"], capsys) == (
         "meshplan: error: compare='mine,#1': 'mine' is the plan of --from, which is not given")
+
+
+def test_options_the_plan_leaves_without_effect_are_refused(capsys):
+    assert fails(estimate("llama3-8b", "h100", "--summa-panels", "4"), capsys).endswith(
+        "summa-panels=4 needs --layout summa (got 1d)")
+    assert fails(estimate("llama3-8b", "h100", "--finetune", "full", "--lora-rank", "16"), capsys).endswith(
+        "lora-rank=16 needs --finetune lora (got full; or leave --finetune out)")
+    assert fails(estimate("llama3-8b", "h100", "--recompute-modules", "moe_act"), capsys).endswith(
+        "recompute_modules moe_act needs a mixture-of-experts model (llama3-8b is dense)")
+    assert fails(estimate("mixtral-8x7b", "h100", "--recompute-modules", "shared_experts"), capsys).endswith(
+        "recompute_modules shared_experts needs shared experts (mixtral-8x7b has none)")

@@ -162,6 +162,10 @@ def _no_effect(given: dict[str, Any], values: dict[str, Any]) -> None:
     if given.get("recompute_modules", ("core_attn",)) != ("core_attn",) and values["recompute"] != "selective":
         raise SpecError(f"recompute-modules={','.join(given['recompute_modules'])} needs --recompute selective "
                         f"(got {values['recompute']})")
+    if given.get("summa_panels") is not None and values["tensor_layout"] != "summa":
+        raise SpecError(f"summa-panels={given['summa_panels']} needs --layout summa (got {values['tensor_layout']})")
+    if given.get("lora_rank", 0) > 0 and given.get("finetune") == "full":
+        raise SpecError(f"lora-rank={given['lora_rank']} needs --finetune lora (got full; or leave --finetune out)")
     if "lora_targets" in given and values["finetune"] != "lora":
         raise SpecError(f"lora-targets={given['lora_targets']} needs --lora-rank or --finetune lora")
 

@@ -263,6 +263,11 @@ def _check_recompute_modules(model: ModelSpec, plan: Plan) -> list[str]:
         return [f"recompute_modules={','.join(map(str, plan.recompute_modules))} {problem}"]
     if "mla_up_proj" in plan.recompute_modules and not model.is_mla:
         return [f"recompute_modules mla_up_proj needs multi-head latent attention ({model.name} has none)"]
+    moe = [m for m in plan.recompute_modules if m in ("moe", "moe_act", "shared_experts")]
+    if moe and not model.is_moe:
+        return [f"recompute_modules {moe[0]} needs a mixture-of-experts model ({model.name} is dense)"]
+    if "shared_experts" in plan.recompute_modules and not model.shared_expert_ffn_size:
+        return [f"recompute_modules shared_experts needs shared experts ({model.name} has none)"]
     return []
 
 
