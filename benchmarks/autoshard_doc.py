@@ -17,7 +17,13 @@ the data-parallel dimensions, and the collectives the plan inserts. The printed 
 `fully_shard` (HSDP over a 2-D `mesh[replicate, shard]` where the plan replicates on one dimension and shards on
 another) or `replicate`, as torchtitan composes them; each mesh dimension takes one role (data parallel where the
 batch-split parameters outweigh the tensor-parallel ones), and a comment names what of the plan it leaves out.
-tests/test_autoshard_run.py executes such programs on gloo processes and checks the loss and gradients.
+A fused projection (Phi-3's and meshplan's `qkv_proj`, `gate_up_proj`), priced as Megatron-LM packs it (each rank
+its share of every part), is written so it stays correct without editing the model: chunked into equal parts, its
+rows are permuted so each rank's ColwiseParallel shard is its share of every part (vLLM's MergedColumnParallelLinear
+layout; the parameters hold that order); cut by the whole tensor's widths (q, k, v by `split_with_sizes`), it gathers
+its output and its row-wise partner slices its input (transformers' Phi-3 plan), and a comment says the ops between
+run whole, not split as priced. tests/test_autoshard_run.py executes such programs on gloo processes and checks the
+loss and gradients.
 
 ```bash
 meshplan plan --model model.py:make_model --input-shape 8x1024 --system h100 --gpus 16          # any nn.Module

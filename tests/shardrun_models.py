@@ -32,11 +32,23 @@ class MLP(nn.Module):
         return self.down(F.gelu(self.up(x)))
 
 
+class GatedMLP(nn.Module):
+    """SwiGLU with gate and up in one linear, chunked after it (Phi-3's ``mlp.gate_up_proj``)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.gate_up_proj, self.down_proj = nn.Linear(dim, 8 * dim, bias=False), nn.Linear(4 * dim, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
 class Block(nn.Module):
-    def __init__(self, dim: int, heads: int):
+    def __init__(self, dim: int, heads: int, gated: bool = False):
         super().__init__()
         self.attn_norm, self.attn, self.mlp_norm, self.mlp = nn.LayerNorm(dim), Attention(dim, heads), \
-            nn.LayerNorm(dim), MLP(dim)
+            nn.LayerNorm(dim), (GatedMLP(dim) if gated else MLP(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x))
@@ -44,10 +56,10 @@ class Block(nn.Module):
 
 
 class LM(nn.Module):
-    def __init__(self, vocab: int, dim: int, heads: int, layers: int):
+    def __init__(self, vocab: int, dim: int, heads: int, layers: int, gated: bool = False):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
-        self.layers = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.layers = nn.ModuleList(Block(dim, heads, gated) for _ in range(layers))
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab, bias=False)
 
@@ -76,9 +88,36 @@ def make_lm() -> LM:
     return LM(vocab=64, dim=32, heads=4, layers=2)
 
 
+def make_gated_plan() -> LM:
+    return LM(vocab=32000, dim=4096, heads=32, layers=2, gated=True)
+
+
+def make_gated() -> LM:
+    return LM(vocab=64, dim=32, heads=4, layers=2, gated=True)
+
+
 def make_cnn_plan() -> CNN:
     return CNN(width=64)
 
 
 def make_cnn() -> CNN:
     return CNN(width=8)
+
+
+def _fused(hidden: int, heads: int, kv: int, ffn: int, vocab: int) -> torch.nn.Module:
+    """meshplan's own preset layers (autoshard/torch_models.py): ``self_attn.qkv_proj`` split into q, k, v and
+    ``mlp.gate_up_proj`` chunked into gate and up, as Phi-3 names them."""
+    from meshplan.autoshard.torch_models import CausalLM
+    from meshplan.specs.model import ModelSpec
+
+    spec = ModelSpec(name="fused", num_layers=2, hidden_size=hidden, num_heads=heads, num_kv_heads=kv,
+                     ffn_hidden_size=ffn, vocab_size=vocab, mlp="swiglu", norm="rmsnorm", seq_length=4096)
+    return CausalLM(spec, 2)
+
+
+def make_fused_plan() -> torch.nn.Module:
+    return _fused(4096, 32, 8, 14336, 32000)
+
+
+def make_fused() -> torch.nn.Module:
+    return _fused(32, 4, 2, 48, 64)

@@ -15,6 +15,7 @@ import re
 import sys
 import tempfile
 from datetime import timedelta
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -89,9 +90,19 @@ def _rank(rank: int, world: int, rendezvous: str, code: str, small: str, kind: s
         grads = dict(ref.named_parameters())
         for name, p in model.named_parameters():
             g = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
+            g = _unpacked(g, name, space.get("packed", {}), space.get("tp", 1))
             torch.testing.assert_close(g, grads[name].grad, rtol=1e-3, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
     finally:
         dist.destroy_process_group()
+
+
+def _unpacked(grad, name: str, packed: dict[str, int], tp: int):
+    """A packed fused projection's gradient (the program's ``packed``: rank r's rows its share of every part) in the
+    unsharded model's row order."""
+    for pattern, parts in packed.items():
+        if fnmatch(name.rsplit(".", 1)[0], pattern):
+            return grad.unflatten(0, (tp, parts, -1)).transpose(0, 1).flatten(0, 2)
+    return grad
 
 
 def execute(code: str, world: int, small: str, kind: str) -> None:
@@ -139,6 +150,28 @@ def test_hsdp_is_one_fully_shard_over_a_2d_mesh(audit):
     code = planned(f"{audit}:make_model", 4, (64, 512), mesh=(2, 2))
     assert code.count("fully_shard(model") == 1 and "replicate(model" not in code
     execute(code, 4, f"{audit}:make_small", "tokens_audit")
+
+
+def test_a_chunked_fused_projection_is_packed():
+    """``gate_up_proj`` chunked into gate and up: ColwiseParallel's contiguous rows gave rank 0 all of gate and
+    rank 1 all of up, so silu(gate) * up was silu(gate) * gate on rank 0 (wrong loss, no error). Packed rows give
+    each rank its 4 * 32 / 2 = 64 rows of gate and of up."""
+    code = planned(f"{MODELS}:make_gated_plan", 2, (1, 4096))
+    assert 'packed = {"layers.*.mlp.gate_up_proj": 2}' in code
+    assert '"layers.*.mlp.down_proj": RowwiseParallel(' in code and "not written" not in code
+    execute(code, 2, f"{MODELS}:make_gated", "tokens")
+
+
+def test_a_fused_projection_split_by_whole_widths_is_gathered():
+    """meshplan's preset layers (torch_models.py): ``qkv_proj`` split into q, k, v by the whole tensor's widths
+    (32 + 16 + 16 = 64 of a rank's 32 columns: an error), ``gate_up_proj`` chunked. qkv_proj gathers its output and
+    o_proj slices its input (as transformers' Phi-3 plan), gate_up_proj is packed; the comment says so."""
+    code = planned(f"{MODELS}:make_fused_plan", 2, (1, 4096))
+    assert '"model.layers.*.self_attn.qkv_proj": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())' \
+        in code and "# not written as planned: the plan's split of model.layers.*.self_attn.qkv_proj" in code
+    assert '"model.layers.*.self_attn.o_proj": RowwiseParallel(input_layouts=Replicate(), ' in code
+    assert 'packed = {"model.layers.*.mlp.gate_up_proj": 2}' in code
+    execute(code, 2, f"{MODELS}:make_fused", "tokens")
 
 
 def test_cnn_is_data_parallel_where_pytorch_has_no_style_for_a_channel_split():

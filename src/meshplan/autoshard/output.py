@@ -23,6 +23,7 @@ from meshplan.autoshard.reshard import moves
 from meshplan.autoshard.solve import Sharding
 
 BATCH = {"m", "b", "s", "i0", "n", "d0", "l0", "t"}
+SPLITS = {"split", "split_with_sizes", "chunk", "_unsafe_split", "unbind", "slice", "narrow"}
 NORMS = ("norm", "layernorm", "ln_1", "ln_2", "ln_f")
 
 
@@ -117,6 +118,24 @@ def params(sharding: Sharding) -> list[ParamPlan]:
                                batch=tuple(_batch(label) for label in labels), count=count,
                                reader=read[0] if read else ""))
     return found
+
+
+def fused_parts(sharding: Sharding, module: str) -> tuple[str, tuple[int, ...]]:
+    """(the op, the widths) the forward cuts ``module``'s output into along its last dimension, where a split, chunk
+    or slice reads the output whole (a fused projection: Phi-3's ``qkv_proj`` split into q, k, v by
+    ``split_with_sizes``, ``gate_up_proj`` chunked into gate and up by ``split``); ("", ()) where no such op reads
+    it. ``module`` is a pattern (a tied layer's index as *)."""
+    problem = sharding.problem
+    last: dict[str, object] = {}
+    for op in problem.flow.trace.ops:
+        if op.phase != "fwd" or not op.outputs:
+            continue
+        if pattern(problem, op.module) == module:
+            last[op.module] = op.outputs[0]
+        elif op.inputs and op.inputs[0] in last.values() and op.target.split(".")[1] in SPLITS and \
+                op.outputs[0].shape[-1:] != op.inputs[0].shape[-1:]:
+            return op.target.split(".")[1], tuple(o.shape[-1] for o in op.outputs)
+    return "", ()
 
 
 def sequence_parallel(sharding: Sharding, dim: int) -> bool:

@@ -26,7 +26,7 @@ from collections import defaultdict
 from math import prod
 from typing import TYPE_CHECKING
 
-from meshplan.autoshard.output import ParamPlan, is_norm, params, sequence_parallel
+from meshplan.autoshard.output import ParamPlan, fused_parts, is_norm, params, sequence_parallel
 
 if TYPE_CHECKING:
     from meshplan.autoshard.solve import Sharding
@@ -97,11 +97,12 @@ def _tp_plan(sharding: Sharding, plans: list[ParamPlan], tp_dims: list[int], mes
     sp = all(sequence_parallel(sharding, dim) for dim in tp_dims)
     parents: dict[str, set[str]] = defaultdict(set)
     for module, styles in styled.items():
-        parents[module.rsplit(".", 1)[0] if "." in module else ""] |= styles
-    lines = [f'parallelize_module(model, mesh["{mesh_name}"], {{']
+        parents[_parent(module)] |= styles
+    packed, whole = _fused(sharding, styled, prod(sharding.problem.mesh.sizes[d] for d in tp_dims))
+    lines = [*_pack(packed, mesh_name), *_gathered(whole), f'parallelize_module(model, mesh["{mesh_name}"], {{']
     for module, styles in sorted(styled.items()):
         style = sorted(styles)[0]
-        paired = set(TP_STYLES) <= parents[module.rsplit(".", 1)[0] if "." in module else ""]
+        paired = set(TP_STYLES) <= parents[_parent(module)] and module not in whole
         if module in embeddings:
             args = ["output_layouts=Shard(1)" if sp else "output_layouts=Replicate()"] * (style == "ColwiseParallel"
                                                                                         or sp)
@@ -115,6 +116,56 @@ def _tp_plan(sharding: Sharding, plans: list[ParamPlan], tp_dims: list[int], mes
         lines.extend(f'    "{m}": SequenceParallel(),' for m in norms)
     lines.append("})")
     return lines
+
+
+def _parent(module: str) -> str:
+    return module.rsplit(".", 1)[0] if "." in module else ""
+
+
+def _fused(sharding: Sharding, styled: dict[str, set[str]], tp: int) -> tuple[dict[str, int], dict[str, str]]:
+    """Fused projections: a ColwiseParallel linear whose output the forward cuts into parts along its features. The
+    plan prices Megatron-LM's packed layout (views.py: each rank holds its share of every part). Chunked into equal
+    parts (``chunk``, aten's ``split``), the forward's local chunks are the rank's shares where the weight's rows are
+    packed so (vLLM's MergedColumnParallelLinear loads each part's tp_rank slice into the rank's weight,
+    vllm/model_executor/layers/linear.py): ``packed``, module -> parts. Cut by the whole tensor's widths
+    (``split_with_sizes``, a slice), the forward cannot run on a share without editing it (vLLM's models split by
+    per-rank widths): the output is gathered and the row-wise linears beside it slice their whole input, as
+    transformers' Phi-3 plan writes them ("colwise_gather_output" / "rowwise_split_input",
+    transformers/models/phi3/configuration_phi3.py): ``whole``, module -> the fused one it is, or pairs with."""
+    packed: dict[str, int] = {}
+    whole: dict[str, str] = {}
+    for module, styles in sorted(styled.items()):
+        op, parts = fused_parts(sharding, module) if "ColwiseParallel" in styles else ("", ())
+        if not parts:
+            continue
+        if op in ("split", "chunk") and len(set(parts)) == 1 and parts[0] % tp == 0:
+            packed[module] = len(parts)
+            continue
+        whole |= {m: module for m, s in styled.items() if m == module or (
+            _parent(m) == _parent(module) and "RowwiseParallel" in s)}
+    return packed, whole
+
+
+def _pack(packed: dict[str, int], mesh_name: str) -> list[str]:
+    if not packed:
+        return []
+    text = ", ".join(f'"{m}": {n}' for m, n in sorted(packed.items()))
+    return [f"# {', '.join(m.rsplit('.', 1)[-1] for m in sorted(packed))}: the output chunked into equal parts; the "
+            "rows packed so that each rank's ColwiseParallel shard holds its share of every part (Megatron-LM's "
+            "layout; the parameters, and a checkpoint of them, hold that order)",
+            f"packed = {{{text}}}", f'tp = mesh["{mesh_name}"].size()', "with torch.no_grad():",
+            "    for name, module in model.named_modules():",
+            "        for parts in [n for p, n in packed.items() if fnmatch(name, p)]:",
+            "            for w in module.parameters():",
+            "                w.copy_(w.unflatten(0, (parts, tp, -1)).transpose(0, 1).flatten(0, 2))"]
+
+
+def _gathered(whole: dict[str, str]) -> list[str]:
+    fused = sorted(set(whole.values()))
+    return [f"# not written as planned: the plan's split of {f}'s output into its parts (each rank its share of "
+            f"every part, as Megatron-LM packs it); the forward cuts it by the whole tensor's widths, so here "
+            f"{', '.join(sorted(m for m, g in whole.items() if g == f))} gather their output or slice their whole "
+            "input: the ops between run whole on every rank, not split as priced" for f in fused]
 
 
 def _unwritten(plans: list[ParamPlan], names: tuple[str, ...], role: tuple[str, ...]) -> list[str]:
@@ -164,6 +215,8 @@ def _imports(body: list[str], mesh_lines: list[str]) -> list[str]:
     placements = [p for p in ("Replicate", "Shard") if f"{p}(" in text]
     if placements:
         lines.append(f"from torch.distributed.tensor import {', '.join(placements)}")
+    if "fnmatch(" in text:
+        lines.append("from fnmatch import fnmatch")
     if "fully_shard(" in text:
         lines.append("from torch.distributed.fsdp import fully_shard")
     if "replicate(" in text:
