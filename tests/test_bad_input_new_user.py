@@ -106,3 +106,11 @@ def test_options_the_plan_leaves_without_effect_are_refused(capsys):
         "recompute_modules moe_act needs a mixture-of-experts model (llama3-8b is dense)")
     assert fails(estimate("mixtral-8x7b", "h100", "--recompute-modules", "shared_experts"), capsys).endswith(
         "recompute_modules shared_experts needs shared experts (mixtral-8x7b has none)")
+
+
+def test_a_factory_model_takes_its_batch_from_its_input_shape(capsys, tmp_path):
+    (tmp_path / "m.py").write_text("import torch\n\ndef make():\n    return torch.nn.Linear(8, 8)\n")
+    line = fails(["plan", "--model", f"{tmp_path / 'm.py'}:make", "--input-shape", "4x8", "--system", "h100",
+                  "--gpus", "2", "--global-batch", "64"], capsys)
+    assert line.endswith("global-batch=64: a MODULE:FACTORY model's batch is its --input-shape (the first dimension "
+                         "of each input); leave --global-batch out")

@@ -178,6 +178,8 @@ def test_unstated_tp_pp_gpus_and_batches_are_derived_and_said():
     ({"model": {"hidden_size": 8192.5}}, "model.hidden_size=8192.5 is not a whole number"),
     ({"hardware": {"num_gpus": "sixty-four"}}, "hardware.num_gpus missing"),
     ({"hardware": {"num_gpus": -8}}, "hardware.num_gpus=-8 is not a whole number"),
+    # a number no count is, not rebuilt from the layout (which dp = 2 would give: 2 x 4 x 8 = 64)
+    ({"hardware": {"num_gpus": -32}, "parallel": {"dp": 2}}, "hardware.num_gpus=-32 is not a whole number"),
     ({"hardware": {"gpu": None}}, "hardware.gpu missing"),
     ({"hardware": {"gpu": "TPU v5p"}}, "no system preset for GPU 'TPU v5p'"),
     ({"measured": {"tokens_per_s_per_gpu": -5, "model_tflops_per_gpu": None}},

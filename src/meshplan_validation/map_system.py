@@ -42,8 +42,9 @@ def gpu_count(record: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """The hardware section with ``num_gpus``: as recorded, else nodes × GPUs per node, else the product of the
     stated parallel sizes (dp·tp·pp·cp)."""
     hw = dict(record.get("hardware") or {})
-    if positive_int(hw.get("num_gpus")):
-        return hw, ""
+    given = hw.get("num_gpus")
+    if positive_int(given) or (isinstance(given, (int, float)) and not isinstance(given, bool) and given <= 0):
+        return hw, ""  # a count, or a number that no count is (refused by _num_gpus, not rebuilt from the layout)
     why = "num_gpus not recorded" if hw.get("num_gpus") is None else f"num_gpus={hw['num_gpus']!r} not a size"
     nodes, per_node = positive_int(hw.get("num_nodes") or hw.get("nodes")), positive_int(hw.get("gpus_per_node"))
     if nodes and per_node:

@@ -80,6 +80,9 @@ def run_planner(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, 
         raise SpecError(f"headroom={opts['headroom']} must be in [0, 1)")
     if opts["global_batch"] is not None and opts["global_batch"] < 1:
         raise SpecError(f"global-batch={opts['global_batch']} must be a positive integer")
+    if opts["global_batch"] is not None and is_factory(model_ref):
+        raise SpecError(f"global-batch={opts['global_batch']}: a MODULE:FACTORY model's batch is its --input-shape "
+                        "(the first dimension of each input); leave --global-batch out")
     shapes = tuple(_shape(s, "input-shape") for s in opts["input_shapes"])
     if shapes and not is_factory(model_ref):
         raise SpecError("input-shape is for a MODULE:FACTORY model; a preset or config.json takes --global-batch and "
