@@ -214,3 +214,17 @@ def test_a_three_tier_mesh_shows_where_each_axis_lands():
     console = Console(width=160, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     estimate_tables(est, console)
     assert "mesh 8 x 256 x 2 (nvlink, pod, aggregation)" in console.export_text()
+
+
+def test_a_plan_with_a_lighter_last_stage_shows_it(monkeypatch, capsys):
+    """Two rows that differ only in last_stage_layers would look identical: a 'last' column appears when a plan
+    sets it (llama3-8b on 16 H100: 4 stages of 32 layers, the last holding 5 and the others 9, 3 x 9 + 5 = 32)."""
+    from meshplan.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "16", "--top", "5"]) == 0
+    out = capsys.readouterr().out
+    header = next(ln for ln in out.splitlines() if "dp·tp·pp·cp" in ln)
+    assert "last" in header
+    rows = [ln for ln in out.splitlines() if "·4·1 " in ln and "│" in ln]  # pp = 4 rows
+    assert rows and all(" 5 " in ln.split("│")[4] for ln in rows)

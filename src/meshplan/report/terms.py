@@ -9,6 +9,8 @@ HEADERS = {
     "dp·tp·pp·cp": "data-, tensor-, pipeline-, context-parallel sizes",
     "ep/etp": "expert-parallel / expert-tensor-parallel sizes",
     "vpp": "virtual pipeline stages (model chunks) per pipeline rank",
+    "last": "layers on the last pipeline stage, where the plan sets them apart (-: an even split; shown when a "
+            "plan does)",
     "mbs": "sequences per micro-batch",
     "schedule": "pipeline schedule (shown when a plan is asynchronous: pipedream, pipedream-2bw train on stale "
                 "weights, searched only with --async-pipeline)",

@@ -198,12 +198,15 @@ def _plan_columns(result, tokens: float | None, price: float | None) -> list[Col
     ests, left = result.plans, ("recompute", "offload", *tier_headers(result.cluster))
     cells: dict[str, list[str]] = defaultdict(list)
     asynchronous = any(e.plan.schedule in ASYNC_NOTES and e.plan.pp > 1 for e in ests)
+    uneven = any(e.plan.last_stage_layers for e in ests)
     for est in ests:
         p = est.plan
         cells["dp·tp·pp·cp"].append(_layout(p))
         if result.model.is_moe:
             cells["ep/etp"].append(f"{p.ep}/{p.etp}")
         cells["vpp"].append(str(p.vpp))
+        if uneven:
+            cells["last"].append(str(p.last_stage_layers or "-"))
         if asynchronous:
             cells["schedule"].append(p.schedule if p.pp > 1 else "-")
         cells["mbs"].append(str(p.micro_batch))
