@@ -34,10 +34,10 @@ Schedules
                  backward k alternately, then the remaining backwards. Backward k is the same micro-batch
                  as forward k through chunk v − 1 − c. As in Megatron-Core, N must satisfy p ≤ N ≤ m and
                  m mod N must be 0 or ≥ p; with the default N = p that means p divides m.
-    pipedream    PipeDream's 1F1B without flushes (Narayanan et al., SOSP 2019, §3.2, Fig. 8), weights updated after
+    pipedream    PipeDream's 1F1B without flushes (Narayanan et al., SOSP 2019, §3.2), weights updated after
                  every backward, each in-flight micro-batch's version stashed for its backward (§3.3).
     pipedream-2bw  the same order, gradients accumulated over m ≥ p micro-batches, one update per m: two weight
-                 versions (Narayanan et al., ICML 2021, §3.1, Fig. 3). Asynchronous tables span ``steps`` steps
+                 versions (Narayanan et al., ICML 2021, §3.1, Fig. 2). Asynchronous tables span ``steps`` steps
                  of m micro-batches without a flush; their fill is paid once per run (steady.py).
 
 Timing model (``simulate``)

@@ -2,7 +2,7 @@
 
 PipeDream (Narayanan et al., "PipeDream: Generalized Pipeline Parallelism for DNN Training", SOSP 2019) and
 PipeDream-2BW (Narayanan et al., "Memory-Efficient Pipeline-Parallel DNN Training", ICML 2021) never flush the
-pipeline: step after step every rank alternates one forward and one backward (1F1B, PipeDream §3.2 and Fig. 8), so
+pipeline: step after step every rank alternates one forward and one backward (1F1B, PipeDream §3.2), so
 after the one fill at the start of training a rank is never idle on equal stages. What they pay instead is memory:
 a backward must use the weights its forward used, so a rank keeps those versions alive.
 
