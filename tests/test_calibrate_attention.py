@@ -84,8 +84,13 @@ def test_scaled_dot_product_attention_runs_on_cpu():
     assert all(s.precision == "bf16" and s.seconds > 0 for s in measured)
     fit = fit_attention(measured)
     assert fit.rate > 0 and fit.overhead >= 0 and fit.best == max(s.flops / s.seconds for s in measured)
-    fp32 = bench_attention(replace(settings, precisions=("fp32",), attention_shapes=((1, 1, 32, 64),)), "cpu")
-    assert fp32[0].precision == "fp32" and fp32[0].seconds > 0
+    for shapes, message in ((((1, 2, 64, 64), (2, 1, 64, 64)), "two shapes of different FLOPs"),
+                            (((1, 2, 64),), "four positive integers"), (((1, 0, 64, 64),), "four positive")):
+        with pytest.raises(SpecError, match=message):  # 1·2·64²·64 = 2·1·64²·64: one size, no line to fit
+            replace(settings, attention_shapes=shapes)
+    fp32 = bench_attention(replace(settings, precisions=("fp32",), attention_shapes=((1, 1, 32, 64), (1, 1, 64, 64))),
+                           "cpu")
+    assert [s.precision for s in fp32] == ["fp32", "fp32"] and all(s.seconds > 0 for s in fp32)
 
 
 # ---- the TOML -------------------------------------------------------------------------------------------------

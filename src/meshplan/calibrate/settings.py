@@ -49,6 +49,13 @@ class Settings:
         for name in ("comm_sizes", "pair_sizes"):
             if len(set(getattr(self, name))) < 2:
                 raise SpecError(f"{name}={getattr(self, name)!r} needs two distinct sizes to fit α and β")
+        for shape in self.attention_shapes:
+            if len(shape) != 4 or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in shape):
+                raise SpecError(f"attention_shapes: {shape!r} must be four positive integers (batch, heads, seq, "
+                                "head_dim)")
+        if self.attention_shapes and len({b * a * s * s * d for b, a, s, d in self.attention_shapes}) < 2:
+            raise SpecError(f"attention_shapes={self.attention_shapes!r} needs two shapes of different FLOPs to fit "
+                            "t0 and F")
 
 
 def settings_for(device: str, quick: bool) -> Settings:
