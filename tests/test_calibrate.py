@@ -307,6 +307,8 @@ def test_real_microbenchmarks_on_cpu(measured, tmp_path):
     assert len(cal.gemm_samples) == 4 * 2 and all(s.seconds > 0 for s in cal.gemm_samples)  # 4 shapes × 2 precisions
     assert {f.precision for f in cal.gemm} == {"bf16", "fp32"} and cal.gemm[0].peak == 989e12
     assert {f.op for f in cal.memory} == {"copy", "add", "layernorm"} and all(f.best > 0 for f in cal.memory)
+    # causal attention: 3 sequence lengths × head dimensions 64 and 128, at bf16 (settings.attention_shapes)
+    assert len(cal.attention_samples) == 6 and cal.attention.precision == "bf16" and cal.attention.rate > 0
     # 2 dimensions × 5 collectives × 3 sizes; the fits: one per (dimension, collective)
     assert len(cal.collective_samples) == 2 * 5 * 3 and len(cal.links) == 2 * 5
     assert all(f.bandwidth > 0 and f.latency >= 0 for f in cal.links)
@@ -315,6 +317,7 @@ def test_real_microbenchmarks_on_cpu(measured, tmp_path):
     assert math.prod(guess.shape) == 4 and sorted(guess.order) == [0, 1, 2, 3]
     system = load_system(str(write_system(cal, tmp_path / "cpu.toml", load_system("h100"))))
     assert system.cluster(4).mesh_shape == (2, 2)
+    assert system.accelerator.attention_flops in (cal.attention.rate, cal.attention.best)
 
 
 def test_real_discovery_with_an_odd_world():

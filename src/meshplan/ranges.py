@@ -62,6 +62,12 @@ RANGES: dict[str, Range] = {
                            "2-20 us on GPUs; a CPU's quick calibration reads up to a few ms; a second is 10^5 x that"),
     "kernel_overhead": Range(0, 1, "s", "fixed time per other kernel (calibrate's memory fit intercept): 2-10 us "
                              "on GPUs, more on a CPU; a second is 10^5 x that"),
+    "attention_flops": Range(1e6, 1e18, "FLOP/s", "measured causal attention forward rate (calibrate): "
+                             "FlashAttention-3 reaches 0.74 PFLOP/s on H100, a CPU a few GFLOP/s; 1 EFLOP/s is past "
+                             "any peak_flops",
+                             "not measured"),
+    "attention_overhead": Range(0, 1, "s", "fixed time per attention kernel (calibrate's attention fit intercept): "
+                                "microseconds on GPUs, up to milliseconds on a CPU; a second is 10^5 x that"),
     "allreduce_latency": Range(0, 1, "s", "a small all-reduce's fixed time inside NVLink: 5-13 us measured (A100, "
                                "H100); a second is 10^5 x that", "not measured"),
     "allreduce_bandwidth": Range(1e6, 1e16, "B/s", "a small all-reduce's bus rate inside NVLink: 49-61 GB/s measured "

@@ -14,6 +14,15 @@ t₀ + max(compute, memory) (``overhead``), with t₀ the accelerator's ``gemm_o
 kernel's own start and end, serial with its work and with the kernels before and after it in its stream (it hides
 behind communication only as the op's whole time does, step/passes.py). It is 0 in the presets, whose efficiency
 model prices small kernels (efficiency.py); calibrate writes it, clipped at 0 (calibrate/system.py).
+
+An accelerator with a measured attention rate (``Accelerator.attention_flops``: calibrate's fit t = t₀ + FLOPs / F of
+PyTorch's causal scaled_dot_product_attention, FLOPs counted as cost/attention.py counts them) runs its flash
+attention kernels at that F, with ``attention_overhead`` as their t₀, instead of the 16-bit GEMM rate × efficiency.py's
+attention efficiency: the measurement already holds the kernel family, head dimension, sequence length and clock of
+the shapes measured (one F for all of them: the fit's residuals say how far one rate is from each). The backward
+kernels run at ``Efficiency.attention_bwd`` × F (FlashAttention-2 Fig. 5 vs Fig. 4, FlashAttention-3 Fig. 6 vs Fig. 5:
+≈ 0.8, as efficiency.py prices the unmeasured kernels) and FP8 kernels at ``fp8_attention_fwd`` / ``_bwd`` × the
+16-bit rate measured. Unfused attention stays priced as its score GEMMs and their traffic.
 """
 
 from __future__ import annotations
@@ -65,6 +74,8 @@ def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) 
         if op.variant == "unfused":
             return op.flops / (gemm16 * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms))
         backward = op.phase != "fwd"
+        if acc.attention_flops:  # measured (the module docstring)
+            return op.flops / measured_attention_rate(acc, eff, backward, op.kernel)
         rate = eff.attention_efficiency(op.k, op.n, backward=backward, causal=op.variant == "flash_causal",
                                         kernel=op.kernel, calls=op.groups, window=op.window)
         rate = rate * eff.attention_kernel_factor(acc, op.kernel) * eff.exp_factor(acc, op.k, backward, op.kernel)
@@ -72,6 +83,15 @@ def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) 
         # "Sustained clocks"), so a power cap throttles it less than the GEMMs ``gemm16`` is clocked for
         return op.flops / (gemm16 / clock * eff.clock(acc, rate) * rate)
     return op.flops / fp32
+
+
+def measured_attention_rate(acc: Accelerator, eff: Efficiency, backward: bool = False, kernel: str = "fused") -> float:
+    """FLOP/s of a flash attention kernel on an accelerator with a measured ``attention_flops`` (the module
+    docstring): the measured forward rate, × ``attention_bwd`` backward, × the FP8 kernel's speed-up for ``"fp8"``."""
+    rate = acc.attention_flops * (eff.attention_bwd if backward else 1.0)
+    if kernel == "fp8":
+        rate *= eff.fp8_attention_bwd if backward else eff.fp8_attention_fwd
+    return rate
 
 
 def memory_time(op: OpCost, acc: Accelerator, eff: Efficiency) -> Num:
@@ -90,9 +110,12 @@ def overhead(op: OpCost, acc: Accelerator) -> Num:
     """The fixed seconds of the op's kernels (the module docstring): t₀ per kernel, ``gemm_overhead`` for a
     tensor-core kernel and ``kernel_overhead`` for the others; an op the host launches kernel by kernel
     (``op.launches``, per-expert GEMMs) runs that many kernels, every other op one (a grouped GEMM is one kernel);
-    unfused attention runs its score GEMMs and its softmax as kernels of both kinds; an op without work runs none."""
+    unfused attention runs its score GEMMs and its softmax as kernels of both kinds; a flash attention kernel of an
+    accelerator with a measured attention rate pays ``attention_overhead``; an op without work runs none."""
     if op.variant == "unfused":
         t0 = acc.gemm_overhead + acc.kernel_overhead
+    elif op.kind == "attention" and acc.attention_flops:  # measured with its own t₀ (the module docstring)
+        t0 = acc.attention_overhead
     else:
         t0 = acc.gemm_overhead if op.kind in ("gemm", "attention") else acc.kernel_overhead
     if not t0:  # the presets: nothing to add
@@ -110,7 +133,7 @@ def op_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Nu
         time = compute_time(op, acc, precision, eff) + memory_time(op, acc, eff)
     else:
         time = maximum(compute_time(op, acc, precision, eff), memory_time(op, acc, eff))
-    if acc.gemm_overhead or acc.kernel_overhead:  # 0 in the presets: their times untouched
+    if acc.gemm_overhead or acc.kernel_overhead or acc.attention_overhead:  # 0 in the presets: times untouched
         time = overhead(op, acc) + time
     if op.variant == "unfused":
         return time

@@ -2,9 +2,9 @@
 
     records.py      what was measured (frozen records, SI units)
     settings.py     what to measure, argument checks (no PyTorch)
-    fit.py          least squares: α and busbw per collective and mesh dimension, GEMM F, streaming BW
+    fit.py          least squares: α and busbw per collective and mesh dimension, GEMM and attention F, streaming BW
     discover.py     tiers of ranks from a rank×rank bandwidth matrix
-    bench.py        GEMMs and memory-bound kernels on one device (PyTorch)
+    bench.py        GEMMs, causal attention and memory-bound kernels on one device (PyTorch)
     collectives.py  pairwise ping-pong and collectives per mesh dimension (torch.distributed: NCCL or gloo)
     run.py          calibrate() → Calibration (records + derived fits)
     system.py       a Calibration as a hardware TOML that hardware.load_system reads
@@ -15,13 +15,14 @@ the TOML writer work without it.
 """
 
 from meshplan.calibrate.discover import MeshGuess, discover_mesh, pair_matrices
-from meshplan.calibrate.fit import fit_collectives, fit_gemm, fit_memory, linear_fit
-from meshplan.calibrate.records import CollectiveSample, GemmSample, MemorySample, PairSample
+from meshplan.calibrate.fit import fit_attention, fit_collectives, fit_gemm, fit_memory, linear_fit
+from meshplan.calibrate.records import AttentionSample, CollectiveSample, GemmSample, MemorySample, PairSample
 from meshplan.calibrate.run import Calibration, calibrate
 from meshplan.calibrate.settings import Settings, parse_mesh, settings_for, settings_for_trace
 from meshplan.calibrate.system import to_toml, write_system
 
 __all__ = [
+    "AttentionSample",
     "Calibration",
     "CollectiveSample",
     "GemmSample",
@@ -31,6 +32,7 @@ __all__ = [
     "Settings",
     "calibrate",
     "discover_mesh",
+    "fit_attention",
     "fit_collectives",
     "fit_gemm",
     "fit_memory",

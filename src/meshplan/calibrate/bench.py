@@ -1,11 +1,13 @@
-"""Single-device microbenchmarks with PyTorch: GEMMs over shapes and precisions, memory-bound kernels over sizes.
+"""Single-device microbenchmarks with PyTorch: GEMMs over shapes and precisions, memory-bound kernels over sizes,
+causal fused attention (``scaled_dot_product_attention``) over sequence lengths and head dimensions.
 
 PyTorch is optional (``pip install 'meshplan[torch]'``); it is imported here, inside the functions. Times are
 wall-clock around ``iters`` back-to-back calls with a device synchronisation at the end (so queued GPU kernels
 count), the median of ``repeats`` such runs after ``warmup`` calls (the median resists a preempted run on a
 shared host). Bytes moved by the memory-bound kernels follow STREAM's counting (McCalpin 1995): copy reads
 and writes n elements (2n), add reads two and writes one (3n); the layernorm-like kernel reads x and writes y
-(2n; its h weights and the per-row statistics are negligible), the minimum a fused kernel must move.
+(2n; its h weights and the per-row statistics are negligible), the minimum a fused kernel must move. Attention
+FLOPs are the cost model's (records.AttentionSample: the causal half of the two batched GEMMs).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from meshplan.calibrate.records import GemmSample, MemorySample
+from meshplan.calibrate.records import AttentionSample, GemmSample, MemorySample
 from meshplan.calibrate.settings import Settings
 from meshplan.errors import MissingDependency, SpecError
 
@@ -106,6 +108,33 @@ def bench_gemm(settings: Settings, device: str) -> list[GemmSample]:
                 del a, b, c
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
+    return samples
+
+
+def attention_precision(settings: Settings) -> str:
+    """The precision attention is timed at: the 16-bit one calibrated (roofline.py runs attention kernels at bf16),
+    else the first calibrated."""
+    return next((p for p in ("bf16", "fp16") if p in settings.precisions), settings.precisions[0])
+
+
+def bench_attention(settings: Settings, device: str) -> list[AttentionSample]:
+    """torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), forward, for every (batch,
+    heads, seq, head_dim) of ``settings.attention_shapes``: PyTorch picks its kernel (CUDA: flash, memory-efficient
+    or cuDNN; CPU: its flash-for-CPU or math path), as a model calling it would get. Timed as the GEMMs are."""
+    torch = require_torch()
+    dev = torch.device(device)
+    sync = synchronizer(device)
+    precision = attention_precision(settings)
+    dtype = getattr(torch, DTYPES[precision])
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    samples = []
+    with torch.no_grad():
+        for batch, heads, seq, head_dim in settings.attention_shapes:
+            q, k, v = (torch.randn(batch, heads, seq, head_dim, device=dev).to(dtype) for _ in range(3))
+            seconds = time_call(lambda q=q, k=k, v=v: sdpa(q, k, v, is_causal=True), sync, settings)
+            samples.append(AttentionSample(batch=batch, heads=heads, seq=seq, head_dim=head_dim,
+                                           precision=precision, seconds=seconds))
+            del q, k, v
     return samples
 
 

@@ -8,6 +8,7 @@ F FLOP/s, t₀ fixed overhead (launch, synchronisation), BW bytes/s.
                                                             algbw · 2(g−1)/g for all-reduce, (g−1)/g for
                                                             all-gather / reduce-scatter / all-to-all, 1 for p2p)
     GEMM         t = t₀ + 2mnk / F                          (Hockney's r∞ / n½ model of a pipelined unit)
+    attention    t = t₀ + 2·b·A·s²·d / F                    (causal forward, the cost model's FLOPs: records.py)
     memory       t = t₀ + bytes / BW                        (STREAM, McCalpin 1995: Copy moves 2 words per
                                                             element, Add 3)
 
@@ -33,7 +34,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from meshplan.calibrate.records import DIST_KINDS, MEMORY_OPS, CollectiveSample, GemmSample, MemorySample
+from meshplan.calibrate.records import (
+    DIST_KINDS,
+    MEMORY_OPS,
+    AttentionSample,
+    CollectiveSample,
+    GemmSample,
+    MemorySample,
+)
 from meshplan.comm import bus_factor, latency_steps
 from meshplan.errors import SpecError
 
@@ -224,6 +232,37 @@ def fit_gemm(samples: Iterable[GemmSample], peaks: Mapping[str, float] | None = 
                             r2=fit.r2, points=fit.points, residual_rms=fit.residual_rms,
                             residual_max=fit.residual_max))
     return tuple(fits)
+
+
+# ---- attention --------------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class AttentionFit:
+    """Sustained causal attention forward rate: t = t₀ + FLOPs / F over the shapes (FLOPs: records.AttentionSample)."""
+
+    precision: str
+    rate: float  # F, FLOP/s (1/slope)
+    overhead: float  # t₀, seconds
+    best: float  # highest achieved FLOPs / t over the shapes
+    best_shape: tuple[int, int, int, int]  # (batch, heads, seq, head_dim)
+    shapes: tuple[tuple[int, int, int, int, float], ...]  # (batch, heads, seq, head_dim, achieved FLOP/s)
+    r2: float
+    points: int
+    residual_rms: float = 0.0
+    residual_max: float = 0.0
+
+
+def fit_attention(samples: Sequence[AttentionSample]) -> AttentionFit | None:
+    """The fit t = t₀ + FLOPs / F over every attention sample (one precision), as fit_gemm; None without samples."""
+    if not samples:
+        return None
+    if len({s.precision for s in samples}) > 1:
+        raise SpecError(f"fit_attention needs one precision, got {sorted({s.precision for s in samples})}")
+    fit = linear_fit([s.flops for s in samples], [s.seconds for s in samples])
+    shapes = tuple((s.batch, s.heads, s.seq, s.head_dim, s.flops / s.seconds) for s in samples)
+    best = max(shapes, key=lambda row: row[4])
+    return AttentionFit(precision=samples[0].precision, rate=1.0 / fit.slope if fit.slope > 0 else best[4],
+                        overhead=fit.intercept, best=best[4], best_shape=best[:4], shapes=shapes, r2=fit.r2,
+                        points=fit.points, residual_rms=fit.residual_rms, residual_max=fit.residual_max)
 
 
 # ---- memory-bound kernels ---------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from meshplan.cost.attention import core_flops
+
 MEMORY_OPS = ("copy", "add", "layernorm")
 DIST_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 
@@ -27,6 +29,25 @@ class GemmSample:
     @property
     def flops(self) -> float:
         return 2.0 * self.m * self.n * self.k  # one multiply and one add per (i, j, l)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionSample:
+    """One causal ``scaled_dot_product_attention`` forward of ``batch`` × ``heads`` × ``seq`` × ``head_dim``
+    queries, keys and values in ``precision`` took ``seconds``."""
+
+    batch: int
+    heads: int
+    seq: int
+    head_dim: int
+    precision: str
+    seconds: float
+
+    @property
+    def flops(self) -> float:
+        """The cost model's count (cost/attention.core_attention): the causal half of 2·T·s·A·(d + d) with T = b·s
+        queries against s keys, i.e. 2·b·A·s²·d; a flash kernel skips the masked blocks."""
+        return float(core_flops(self.batch * self.seq, self.seq, self.heads, self.head_dim, self.head_dim)) / 2
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -38,6 +38,15 @@ def print_calibration(cal: Calibration, console: Console, out: str | None = None
                      "×".join(map(str, f.best_shape)), _rate(f.peak, "FLOP/s") if f.peak else "-",
                      f"{f.efficiency:.1%}" if f.peak else "-", f"{f.r2:.3f}", _residuals(f))
     console.print(gemm)
+    if cal.attention is not None:
+        att = cal.attention
+        table = Table(title="causal attention (scaled_dot_product_attention): t = t0 + 2·b·A·s²·d / F",
+                      title_justify="left")
+        for col in ("precision", "F (fit)", "t0", "best", "at b×A×s×d", "R²", "resid rms / max"):
+            table.add_column(col, justify="left" if col in ("precision", "at b×A×s×d") else "right")
+        table.add_row(att.precision, _rate(att.rate, "FLOP/s"), fmt_time(att.overhead), _rate(att.best, "FLOP/s"),
+                      "×".join(map(str, att.best_shape)), f"{att.r2:.3f}", _residuals(att))
+        console.print(table)
     memory = Table(title="memory-bound kernels: t = t0 + bytes / BW", title_justify="left")
     for col in ("kernel", "BW (fit)", "t0", "best", "R²", "resid rms / max"):
         memory.add_column(col, justify="left" if col == "kernel" else "right")

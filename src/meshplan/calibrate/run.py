@@ -18,16 +18,18 @@ from typing import Any
 
 from meshplan.calibrate.discover import MeshGuess, discover_mesh, pair_matrices
 from meshplan.calibrate.fit import (
+    AttentionFit,
     GemmFit,
     LinkFit,
     MemoryFit,
     TierFit,
+    fit_attention,
     fit_collectives,
     fit_gemm,
     fit_memory,
     summarize_dims,
 )
-from meshplan.calibrate.records import CollectiveSample, GemmSample, MemorySample, PairSample
+from meshplan.calibrate.records import AttentionSample, CollectiveSample, GemmSample, MemorySample, PairSample
 from meshplan.calibrate.settings import Settings, check_world_size, settings_for
 from meshplan.errors import SpecError
 from meshplan.specs.hardware import System
@@ -52,6 +54,7 @@ class Calibration:
     memory_samples: tuple[MemorySample, ...] = ()
     collective_samples: tuple[CollectiveSample, ...] = ()
     pair_samples: tuple[PairSample, ...] = ()
+    attention_samples: tuple[AttentionSample, ...] = ()
 
     def __post_init__(self) -> None:
         product = 1
@@ -64,6 +67,10 @@ class Calibration:
     @cached_property
     def gemm(self) -> tuple[GemmFit, ...]:
         return fit_gemm(self.gemm_samples, self.peaks)
+
+    @cached_property
+    def attention(self) -> AttentionFit | None:
+        return fit_attention(self.attention_samples)
 
     @cached_property
     def memory(self) -> tuple[MemoryFit, ...]:
@@ -85,12 +92,13 @@ class Calibration:
 
     def to_dict(self) -> dict[str, Any]:
         """Everything as JSON-ready values: metadata, fits (SI units) and the raw records."""
-        guess = self.discovered
+        guess, attention = self.discovered, self.attention
         return {
             "host": self.host, "date": self.date, "device": self.device, "device_name": self.device_name,
             "memory_bytes": self.memory_bytes, "num_sms": self.num_sms, "backend": self.backend,
             "world_size": self.world_size, "mesh": list(self.mesh), "order": list(self.order or range(self.world_size)),
             "gemm": [{**asdict(f), "efficiency": f.efficiency} for f in self.gemm],
+            "attention": None if attention is None else asdict(attention),
             "memory": [asdict(f) for f in self.memory],
             "links": [asdict(f) for f in self.links],
             "tiers": [asdict(t) for t in self.tiers],
@@ -98,6 +106,7 @@ class Calibration:
                 "shape": list(guess.shape), "domains": [list(d) for d in guess.domains],
                 "contiguous": guess.contiguous, "tiers": [asdict(t) for t in guess.tiers]},
             "samples": {"gemm": [asdict(s) for s in self.gemm_samples],
+                        "attention": [asdict(s) for s in self.attention_samples],
                         "memory": [asdict(s) for s in self.memory_samples],
                         "collectives": [asdict(s) for s in self.collective_samples],
                         "pairs": [asdict(s) for s in self.pair_samples]},
@@ -108,10 +117,11 @@ def calibrate(*, world_size: int | None = None, mesh: tuple[int, ...] | None = N
               device: str = "auto", base: System | None = None, settings: Settings | None = None,
               gap: float = 2.0) -> Calibration:
     """Measure this host: collectives on ``world_size`` local ranks over ``mesh`` (None: discovered from the
-    pairwise bandwidths), then GEMMs and memory-bound kernels on device 0. ``base`` supplies the datasheet
-    peaks that GEMM efficiencies are relative to. ``world_size`` defaults to the mesh's size, else the GPU
+    pairwise bandwidths), then GEMMs, causal attention and memory-bound kernels on device 0. ``base`` supplies the
+    datasheet peaks that GEMM efficiencies are relative to. ``world_size`` defaults to the mesh's size, else the GPU
     count, else 2 on CPU."""
     from meshplan.calibrate.bench import (
+        bench_attention,
         bench_gemm,
         bench_memory,
         device_info,
@@ -138,6 +148,7 @@ def calibrate(*, world_size: int | None = None, mesh: tuple[int, ...] | None = N
     dist = measure_distributed(world_size=world_size, settings=settings, device=dev, mesh=mesh, gap=gap)
     with threads_of(settings):  # the step's thread count: GEMM and memory rates depend on it
         gemm = bench_gemm(settings, dev)
+        attention = bench_attention(settings, dev)
         memory = bench_memory(settings, dev)
     info = device_info(dev)
     peaks = _peaks(base, settings.precisions)
@@ -145,7 +156,8 @@ def calibrate(*, world_size: int | None = None, mesh: tuple[int, ...] | None = N
                        device_name=info["name"], memory_bytes=info["memory_bytes"], num_sms=info["num_sms"],
                        backend=dist.backend, world_size=world_size, mesh=dist.mesh, order=dist.order, peaks=peaks,
                        gemm_samples=tuple(gemm), memory_samples=tuple(memory),
-                       collective_samples=dist.collectives, pair_samples=dist.pairs)
+                       collective_samples=dist.collectives, pair_samples=dist.pairs,
+                       attention_samples=tuple(attention))
 
 
 def _peaks(base: System | None, precisions: tuple[str, ...]) -> dict[str, float]:

@@ -33,6 +33,8 @@ class Settings:
     timeout: float = 300.0  # seconds a rank waits for its peers before the run fails
     threads: int | None = None  # intra-op threads of the GEMM and memory benchmarks (None: PyTorch's default)
     cold_bytes: int = 8 * MiB  # memory kernels cycle through copies of their tensors adding up to this much
+    # causal scaled_dot_product_attention shapes (batch, heads, seq, head_dim), timed at the 16-bit precision
+    attention_shapes: tuple[tuple[int, int, int, int], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("warmup", "iters", "repeats"):
@@ -47,6 +49,13 @@ class Settings:
         for name in ("comm_sizes", "pair_sizes"):
             if len(set(getattr(self, name))) < 2:
                 raise SpecError(f"{name}={getattr(self, name)!r} needs two distinct sizes to fit α and β")
+        for shape in self.attention_shapes:
+            if len(shape) != 4 or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in shape):
+                raise SpecError(f"attention_shapes: {shape!r} must be four positive integers (batch, heads, seq, "
+                                "head_dim)")
+        if self.attention_shapes and len({b * a * s * s * d for b, a, s, d in self.attention_shapes}) < 2:
+            raise SpecError(f"attention_shapes={self.attention_shapes!r} needs two shapes of different FLOPs to fit "
+                            "t0 and F")
 
 
 def settings_for(device: str, quick: bool) -> Settings:
@@ -56,16 +65,27 @@ def settings_for(device: str, quick: bool) -> Settings:
         return Settings(gemm_shapes=((64, 64, 64), (128, 128, 128), (256, 256, 256), (256, 128, 512)),
                         precisions=("bf16", "fp32"), memory_sizes=(256 * KiB, 1 * MiB, 4 * MiB),
                         comm_sizes=(4 * KiB, 64 * KiB, 1 * MiB), pair_sizes=(4 * KiB, 1 * MiB),
-                        warmup=1, iters=3, repeats=3, timeout=120.0)
+                        warmup=1, iters=3, repeats=3, timeout=120.0,
+                        attention_shapes=attention_shapes(512, 256, (128, 256, 512)))
     squares = (1024, 2048, 4096, 8192, 16384) if gpu else (128, 256, 512, 1024, 2048)
     shapes = tuple((s, s, s) for s in squares)
     if gpu:  # training-like: tokens × hidden × {hidden, FFN}
         shapes += ((16384, 4096, 4096), (4096, 14336, 4096), (4096, 4096, 14336), (8192, 1024, 8192))
     top = 1024 * MiB if gpu else 256 * MiB
     comm_top = 256 * MiB if gpu else 64 * MiB
+    attention = (attention_shapes(16384, 2048, _powers(512, 16384, 2)) if gpu
+                 else attention_shapes(2048, 512, _powers(256, 2048, 2)))
     return Settings(gemm_shapes=shapes, precisions=("bf16", "fp16", "fp32") if gpu else ("bf16", "fp32"),
                     memory_sizes=_powers(1 * MiB, top, 4), comm_sizes=_powers(4 * KiB, comm_top, 4),
-                    pair_sizes=(4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB), warmup=3, iters=10 if gpu else 5, repeats=5)
+                    pair_sizes=(4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB), warmup=3, iters=10 if gpu else 5, repeats=5,
+                    attention_shapes=attention)
+
+
+def attention_shapes(tokens: int, hidden: int, seqs: tuple[int, ...]) -> tuple[tuple[int, int, int, int], ...]:
+    """FlashAttention-2's benchmark grid (Dao 2023, §4.1: sequence lengths 512 … 16k at a batch that keeps 16k tokens,
+    hidden 2048 as 32 heads of 64 or 16 of 128), scaled to ``tokens`` and ``hidden``: (batch, heads, seq, head_dim)
+    for each sequence length and head dimension 64 and 128."""
+    return tuple((max(1, tokens // s), hidden // d, s, d) for d in (64, 128) for s in seqs)
 
 
 def _powers(lo: int, hi: int, step: int) -> tuple[int, ...]:

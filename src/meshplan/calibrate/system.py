@@ -14,6 +14,10 @@ derating the model will apply, so the model's sustained figure is the measured o
     matmul_bf16      = F / peak                   (F: the GEMM fit's asymptotic rate when its t₀ is written, else
                                                    the best GEMM measured, the definition of MAMF; peak from
                                                    ``base``, else F itself with matmul_bf16 = 1)
+    attention_flops  = F of the attention fit     (causal scaled_dot_product_attention at 16 bits; not derated:
+                                                   roofline.py runs flash attention at this rate when it is set;
+                                                   the fit's F beside its t₀, else the best measured, as GEMMs)
+    attention_overhead = t₀ of that fit           (roofline.overhead: attention kernels)
 
 The fits' intercepts t₀ enter the roofline as t = t₀ + max(compute, memory) (roofline.py; Hockney's r∞ / n½
 model, fit.py). A fit's t₀ is written only where the fit is good (R² ≥ GOOD_FIT) and t₀ > 0: the fits are
@@ -62,7 +66,7 @@ def to_toml(cal: Calibration, base: System | None = None, eff: Efficiency = DEFA
         f"num_sms = {max(1, cal.num_sms)}" + ("  # CPU: cores stand in for SMs" if cal.device == "cpu" else ""),
     ]
     gemm, peaks, peak_note = _gemm_lines(cal, base)
-    lines += gemm + _memory_lines(cal, base, eff)
+    lines += gemm + _attention_lines(cal) + _memory_lines(cal, base, eff)
     lines += [f"source = {_str(source)}", "", "[accelerator.peak_flops]", f"# {peak_note}"]
     lines += [f"{p} = {_num(v)}  # {v / 1e12:.4g} TFLOP/s" for p, v in peaks.items()]
     if len(cal.tiers) >= 3:
@@ -104,6 +108,20 @@ def _gemm_lines(cal: Calibration, base: System | None) -> tuple[list[str], dict[
     lines.append(f"matmul_bf16 = {_num(mamf)}  # {what} / peak "
                  f"{peaks.get('bf16', peaks.get('fp16', rate)) / 1e12:.4g}")
     return lines, peaks, peak_note
+
+
+def _attention_lines(cal: Calibration) -> list[str]:
+    """The measured causal attention rate and its t₀ (none without attention samples: the model keeps pricing
+    attention from the peak and efficiency.py)."""
+    fit = cal.attention
+    if fit is None:
+        return []
+    t0, note = _intercept(fit.overhead, fit.r2, f"{fit.precision} attention fit")
+    b, a, s, d = fit.best_shape
+    what = (f"fit's F {fit.rate / 1e12:.4g} TFLOP/s (best {fit.best / 1e12:.4g} at {b}x{a}x{s}x{d})" if t0 > 0
+            else f"best {fit.precision} causal attention {fit.best / 1e12:.4g} TFLOP/s at {b}x{a}x{s}x{d}")
+    return [f"attention_flops = {_num(fit.rate if t0 > 0 else fit.best)}  # {what} (batch x heads x seq x head_dim)",
+            f"attention_overhead = {_num(t0)}  # {note}"]
 
 
 def _intercept(t0: float, r2: float, fit: str) -> tuple[float, str]:

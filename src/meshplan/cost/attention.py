@@ -73,7 +73,7 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     a = ACT_BYTES
     heads, d_qk, d_v = model.num_heads / d.tp, *head_dims(model)
     T, s = d.tokens, d.seq
-    full = 2.0 * T * s * heads * (d_qk + d_v)
+    full = core_flops(T, s, heads, d_qk, d_v)
     qkv_elems, out_elems = attention_elems(model, d)
     saved_qkv = qkv_elems * a
     if d.stack.flash_attention:
@@ -106,6 +106,13 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
         OpCost("attn/core", "bwd_x", "attention", 2 * full,
                a * (2 * qkv_elems + 2 * out_elems) + scores * bwd_traffic, **shape),
     ]
+
+
+def core_flops(tokens: Num, keys: Num, heads: Num, d_qk: Num, d_v: Num) -> Num:
+    """FLOPs of the attention core over the full T × s square: Q·Kᵀ (2·T·s·d_qk per head) and P·V (2·T·s·d_v),
+    2·T·s·heads·(d_qk + d_v); a causal flash kernel does half (``core_attention``; calibrate times
+    scaled_dot_product_attention with this count, calibrate/records.AttentionSample)."""
+    return 2.0 * tokens * keys * heads * (d_qk + d_v)
 
 
 def flash_records(flops: Num, fwd_bytes: Num, bwd_bytes: Num, saved: Num, shape: dict, name: str = "attn/core"

@@ -59,6 +59,11 @@ class Accelerator:
     # other kernel); 0 in the presets, whose efficiency model holds what they cost (efficiency.py)
     gemm_overhead: float = 0.0
     kernel_overhead: float = 0.0
+    # the causal attention forward rate and per-kernel t0 as measured on this device (calibrate's fit
+    # t = t0 + FLOPs / F of scaled_dot_product_attention, FLOPs counted as cost/attention.py does); 0 → not measured:
+    # flash attention is priced from the 16-bit peak × efficiency.py's attention efficiency (roofline.compute_time)
+    attention_flops: float = 0.0
+    attention_overhead: float = 0.0
     # a small all-reduce inside the NVLink domain as measured on this GPU (the one-shot / two-shot kernels serving
     # engines run at decode's sizes): t = allreduce_latency + 2(g − 1)/g · bytes / allreduce_bandwidth for messages
     # up to allreduce_measured bytes, the largest measured (serve/allreduce.py); 0 → not measured, NCCL's model
@@ -282,7 +287,8 @@ def accelerator_from_dict(data: dict[str, Any], where: str) -> Accelerator:
     peak = {k: parse_quantity(v, f"{where}.peak_flops.{k}", "FLOP/s") for k, v in peaks.items()}
     data.pop("sources", None)  # per-number provenance lives in the TOML beside the numbers
     for key, unit in (("hbm_bytes", "B"), ("hbm_bandwidth", "B/s"), ("nvlink_bandwidth", "B/s"),
-                      ("gemm_overhead", "s"), ("kernel_overhead", "s"),
+                      ("gemm_overhead", "s"), ("kernel_overhead", "s"), ("attention_flops", "FLOP/s"),
+                      ("attention_overhead", "s"),
                       ("allreduce_latency", "s"), ("allreduce_bandwidth", "B/s"), ("allreduce_measured", "B"),
                       ("l2_bandwidth", "B/s")):
         if key in data:

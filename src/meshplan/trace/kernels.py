@@ -4,7 +4,8 @@ that chain's single kernel's time. These are the columns that explain eager agai
 ``check-step``'s per-op tables. No torch here.
 
 Fixed cost per kernel: the accelerator's fitted t₀ (roofline.overhead: ``gemm_overhead`` for tensor-core
-kernels, ``kernel_overhead`` for the rest; a calibrated system has them, the presets 0). A fused chain is one
+kernels, ``attention_overhead`` for flash attention where the attention rate was measured, ``kernel_overhead`` for
+the rest; a calibrated system has them, the presets 0). A fused chain is one
 memory-bound kernel: its FLOPs and the bytes it moves from memory (fusion.fused), timed by the same roofline
 (one t₀), shared among its ops in proportion to the bytes each moved in eager mode.
 """
