@@ -53,6 +53,7 @@ ESTIMATE_OPTIONS = {
     "--fusion": ["fused", "eager"], "--seq": ["1024", "4096"], "--nvlink-domain": ["4", "8"],
     "--lora-rank": ["0", "16"], "--gpus": ["8", "16"], "--attention-kernel": ["fused", "fa2"],
     "--fsdp": ["none", "fsdp2"], "--expert-gemm": ["per_expert", "grouped"],
+    "--optimizer": ["adam", "adam-bf16", "adam-8bit", "sgd", "adafactor"],
 }
 ESTIMATE_FLAGS = ["--offload-optimizer", "--offload-activations", "--overlap-tp", "--no-overlap-dp", "--overlap-pp",
                   "--sp", "--no-sp", "--ops"]

@@ -51,7 +51,7 @@ from typing import NamedTuple
 from meshplan.comm import collective_time
 from meshplan.cost.params import StageParams, layers_on_last, layers_on_stage, trainable
 from meshplan.groups import axis_layout
-from meshplan.memory import WEIGHT_BYTES, offloaded_layers
+from meshplan.memory import OPTIMIZER_STATE, WEIGHT_BYTES, offloaded_layers
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -109,9 +109,10 @@ def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: Stage
 
 
 def optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency) -> Num:
-    """Adam over this GPU's shard: read gradient, read + write master weight and both moments, write the
-    bf16 weight: (g + 24 + 2) bytes per parameter, memory-bound. Offloaded: the gradient goes to the host
-    and the weight comes back over PCIe, and the host's update streams the same 24 bytes per parameter.
+    """The optimizer step over this GPU's shard, memory-bound: read the gradient (``grad_reads`` times), read and write
+    the state (the fp32 master weight and the optimizer's own state, K bytes: memory.OPTIMIZER_STATE), write the bf16
+    weight: (r·g + 2K + 2) bytes per parameter; Adam's K = 12 gives (g + 24 + 2). Offloaded: the gradient goes to
+    the host and the weight comes back over PCIe, and the host's update streams the same 2K bytes per parameter.
     Trainable parameters only (LoRA: the adapters)."""
     params = trainable(params, plan)
     if plan.zero >= 1:
@@ -119,9 +120,11 @@ def optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Effic
             plan.tp * plan.cp * plan.dp)
     else:
         shard = params.total
+    kind = OPTIMIZER_STATE[plan.optimizer]
     if plan.offload_optimizer:
-        return shard * (plan.grad_bytes + WEIGHT_BYTES + 24) / cluster.host_bandwidth
-    return shard * (plan.grad_bytes + 24 + WEIGHT_BYTES) / (cluster.accelerator.hbm_bandwidth * eff.memory)
+        return shard * (kind.grad_reads * plan.grad_bytes + WEIGHT_BYTES + 2 * kind.state) / cluster.host_bandwidth
+    return shard * (kind.grad_reads * plan.grad_bytes + 2 * kind.state + WEIGHT_BYTES) / (
+        cluster.accelerator.hbm_bandwidth * eff.memory)
 
 
 def offload(model: ModelSpec, cluster: Cluster, plan: Plan, layer_saved: Num, last: bool) -> Offload:

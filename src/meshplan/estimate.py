@@ -267,5 +267,6 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, 
             for name, count, nbytes, t in comm]
     opt = optimizer_time(cluster, plan, params, eff)
     moved = float(opt * cluster.accelerator.hbm_bandwidth * eff.memory)
-    rows.append(OpRow("optimizer/adam", "step", "memory", float(updates), 0.0, moved, float(opt), "memory"))
+    rows.append(OpRow(f"optimizer/{plan.optimizer}", "step", "memory", float(updates), 0.0, moved, float(opt),
+                      "memory"))
     return rows

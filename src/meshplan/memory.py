@@ -6,7 +6,9 @@ expert-data-parallel ranks replicating expert weights, m micro-batches, p pipeli
 
 Model states with mixed-precision Adam (Rajbhandari et al. 2020, ZeRO §3 and Fig. 1), 2-byte gradients:
     stage 0: 2Ψ + 2Ψ + 12Ψ = 16Ψ;  stage 1: 4Ψ + 12Ψ/N;  stage 2: 2Ψ + 14Ψ/N;  stage 3: 16Ψ/N.
-With fp32 main gradients (Megatron's default for bf16) the 2Ψ of gradients becomes 4Ψ.
+With fp32 main gradients (Megatron's default for bf16) the 2Ψ of gradients becomes 4Ψ. ZeRO's K = 12 is Adam's;
+``plan.optimizer`` picks K from ``OPTIMIZER_STATE`` (the fp32 master copy beside the 16-bit weights, as with Adam,
+plus the optimizer's own state), sharded from stage 1 as above.
 
 Activations: the bytes each op saves (cost/, Korthikanti et al. 2022) times the layers of the first stage
 times the micro-batches in flight there: m for GPipe, min(p, m) for 1F1B, and for the interleaved schedule
@@ -21,6 +23,7 @@ Beside them: the loss's transient workspace (``loss_workspace``), what the pipel
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from meshplan.cost.params import StageParams, layer_params, layers_on_last, layers_on_stage, stage_params, trainable
 from meshplan.cost.records import ACT_BYTES, FP32, token_rows
@@ -29,8 +32,43 @@ from meshplan.specs.plan import ASYNC_SCHEDULES, Plan
 from meshplan.specs.stack import Stack
 from meshplan.xp import Num, maximum, minimum, where
 
-OPTIMIZER_BYTES = 12  # fp32 master weights + Adam m and v
 WEIGHT_BYTES = 2  # bf16 weights
+MASTER_BYTES = 4  # the fp32 master copy of each trained weight (mixed precision: Micikevicius et al. 2018 §3.1)
+# bitsandbytes' block-wise 8-bit states: one fp32 absmax per block of 256 elements per state (bitsandbytes
+# optim/optimizer.py Optimizer2State.init_state, blocksize 256; Dettmers et al. 2022 §2.1 quantizes in blocks)
+BNB_BLOCK = 256
+
+
+class OptimizerState(NamedTuple):
+    """An optimizer's bytes per trained parameter: ``state`` on the GPU (the fp32 master copy and the optimizer's
+    own state, the K of ZeRO §3.1), and the passes its step makes over the gradient (``grad_reads``)."""
+
+    state: float
+    grad_reads: int = 1
+
+
+OPTIMIZER_STATE = {
+    # Adam / AdamW: master 4 + m 4 + v 4 = 12 (Rajbhandari et al. 2020, ZeRO §3.1: K = 12); AdamW's decoupled weight
+    # decay (Loshchilov & Hutter 2019) keeps the same state
+    "adam": OptimizerState(MASTER_BYTES + 4 + 4), "adamw": OptimizerState(MASTER_BYTES + 4 + 4),
+    # Adam with bf16 moments: Megatron-Core's precision-aware optimizer (--use-precision-aware-optimizer
+    # --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16; megatron/core/optimizer/optimizer_config.py exp_avg_dtype,
+    # exp_avg_sq_dtype, run by Transformer Engine's FusedAdam): 4 + 2 + 2 = 8 (its store_param_remainders, which keeps
+    # only the 16 bits of the fp32 master the bf16 weight lacks, would make it 6: not modelled)
+    "adam-bf16": OptimizerState(MASTER_BYTES + 2 + 2),
+    # 8-bit Adam (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization", §2): m and v one byte each,
+    # plus one fp32 scale per block and state: 4 + 1 + 1 + 2·4/256 = 6.03125 (tensors under bitsandbytes'
+    # min_8bit_size of 4096 elements, the norms, stay 32-bit: below this model's resolution)
+    "adam-8bit": OptimizerState(MASTER_BYTES + 1 + 1 + 2 * 4 / BNB_BLOCK),
+    # SGD with momentum: master 4 + the momentum buffer 4 = 8 (torch.optim.SGD momentum_buffer; Megatron's
+    # --optimizer sgd, --sgd-momentum 0.9); plain SGD keeps the master copy only
+    "sgd-momentum": OptimizerState(MASTER_BYTES + 4), "sgd": OptimizerState(MASTER_BYTES),
+    # Adafactor (Shazeer & Stern 2018, §3 and Algorithm 4): no first moment (beta1 = 0, its default), the second moment
+    # of an r x c matrix factored into r + c fp32 row and column sums: 4(r + c)/(rc) bytes a parameter, 8/H for an H x H
+    # matrix (0.002 at H = 4096), left out; its step reads the gradient twice (the row and column sums of G², then
+    # the update G / sqrt(V))
+    "adafactor": OptimizerState(MASTER_BYTES, grad_reads=2),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +106,7 @@ def model_states(params: StageParams, plan: Plan, stack: Stack, last: bool = Fal
     if plan.schedule in ASYNC_SCHEDULES:
         weights = weights + (weight_versions(plan, last) - 1) * sharded(3, WEIGHT_BYTES, train)
     grads = sharded(2, plan.grad_bytes, train) * chunk_gradient_share(plan, stack)
-    optimizer = 0.0 if plan.offload_optimizer else sharded(1, OPTIMIZER_BYTES, train)
+    optimizer = 0.0 if plan.offload_optimizer else sharded(1, OPTIMIZER_STATE[plan.optimizer].state, train)
     return weights, grads, optimizer
 
 

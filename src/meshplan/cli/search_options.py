@@ -19,7 +19,7 @@ from meshplan.errors import SpecError
 from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM
 from meshplan.ranges import check_options
 from meshplan.specs.check import fsdp_has_zero
-from meshplan.specs.plan import ASYNC_SCHEDULES, PINNABLE, PRECISION, Plan
+from meshplan.specs.plan import ASYNC_SCHEDULES, OPTIMIZERS, PINNABLE, PRECISION, Plan
 from meshplan.specs.stack import Stack
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Plan)}
@@ -63,6 +63,8 @@ OPTIONS = [
     click.option("--precision", type=click.Choice(PRECISION), default=None,
                  help="default: " + _FIELDS["precision"].metadata["default_help"]),
     click.option("--grad-bytes", type=int, default=4, show_default=True, help=_FIELDS["grad_bytes"].metadata["help"]),
+    click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adam", show_default=True,
+                 help=_FIELDS["optimizer"].metadata["help"] + "; every plan of the search keeps it (not searched)"),
     click.option("--headroom", type=float, default=None,
                  help=f"share of HBM every plan leaves free (default: {MEMORY_HEADROOM:g}, the model's largest memory "
                       "error against measured runs, docs/ACCURACY.md; sweep: 0); plans inside it are listed as "
@@ -134,7 +136,8 @@ def space_settings(given: dict[str, Any], stack: Stack, headroom: float = MEMORY
             "recompute_modules": modules, "sequence_parallel": sps,
             "headroom": share, "offload_optimizer": offload, "offload_activations": offload,
             "all_placements": given["placements"] == "all", "max_micro_batch": given["max_micro_batch"],
-            "precision": given["precision"], "grad_bytes": given["grad_bytes"], "max_plans": given["max_plans"],
+            "precision": given["precision"], "grad_bytes": given["grad_bytes"], "optimizer": given["optimizer"],
+            "max_plans": given["max_plans"],
             "pinned": pins(given), "recompute_layers": given["recompute_layers"],
             "offload_layers": given["offload_layers"]}
 

@@ -3,12 +3,17 @@ deepspeed/runtime/config.py and deepspeed/runtime/zero/config.py): ``train_batch
 accumulation · data-parallel size), ``train_micro_batch_size_per_gpu``, ``gradient_accumulation_steps``,
 ``zero_optimization`` {``stage`` 0-3, ``overlap_comm``, ``offload_optimizer`` {``device``: "cpu"}}, ``bf16`` /
 ``fp16`` {``enabled``}, ``data_types`` {``grad_accum_dtype``: "fp32" / "bf16" / "fp16"},
-``activation_checkpointing`` (the deepspeed.checkpointing section: present when every layer is recomputed), and
-``tensor_parallel`` {``autotp_size``} (DeepSpeed AutoTP training, docs/_tutorials/autotp-training.md).
+``activation_checkpointing`` (the deepspeed.checkpointing section: present when every layer is recomputed),
+``tensor_parallel`` {``autotp_size``} (DeepSpeed AutoTP training, docs/_tutorials/autotp-training.md), and
+``optimizer`` {``type``, ``params``}: DeepSpeed's own "Adam" / "AdamW", or any torch.optim class by name
+(deepspeed/runtime/engine.py ``_configure_basic_optimizer``: getattr(torch.optim, type)): "SGD" (``params``
+{``momentum``: 0.9} for sgd-momentum), "Adafactor"; those are not among ZeRO's tested optimizers
+(deepspeed/runtime/zero/utils.py ZERO_SUPPORTED_OPTIMIZERS), so with ZeRO they need ``zero_allow_untested_optimizer``.
 
 DeepSpeed takes the pipeline (PipelineModule(num_stages=...)), MoE expert parallelism (deepspeed.moe.layer.MoE
 ep_size) and Ulysses sequence parallelism in the training script, not in this file: pp, ep, cp and sequence
-parallelism are refused, as are selective recompute, activation offload and fp8. JSON has no comments: the stack
+parallelism are refused, as are selective recompute, activation offload, fp8, bf16 Adam moments (no key) and 8-bit
+Adam (bitsandbytes' optimizer is passed in code). JSON has no comments: the stack
 fields this file has no key for (all but ``overlap_dp``) ride in a top-level ``"meshplan"`` string, which DeepSpeed
 ignores (its DeepSpeedConfig reads the keys it knows).
 """
@@ -28,6 +33,10 @@ NAME = "deepspeed"
 PRESET = "deepspeed"
 SUFFIXES = (".json",)
 DTYPE = {"bf16": "bf16", "fp16": "fp16"}
+# Plan.optimizer -> DeepSpeed's optimizer type and params (module docstring)
+OPTIMIZER = {"adam": ("Adam", {}), "adamw": ("AdamW", {}), "sgd-momentum": ("SGD", {"momentum": 0.9}),
+             "sgd": ("SGD", {}), "adafactor": ("Adafactor", {})}
+ZERO_TESTED = ("Adam", "AdamW")
 
 
 # what a config of this format names, at least one of them (detect; read refuses a file with none)
@@ -52,7 +61,9 @@ def _check(plan: Plan) -> None:
                 ("offload_optimizer", True, "optimizer offload needs ZeRO 1-3",
                  plan.offload_optimizer and not plan.zero),
                 ("precision", plan.precision, "it trains in bf16 or fp16", plan.precision not in DTYPE),
-                ("grad_bytes", plan.grad_bytes, "its gradients are fp32 or 16-bit", plan.grad_bytes not in (2, 4))]
+                ("grad_bytes", plan.grad_bytes, "its gradients are fp32 or 16-bit", plan.grad_bytes not in (2, 4)),
+                ("optimizer", plan.optimizer, "its config names Adam, AdamW or a torch.optim class (bf16 moments and "
+                 "bitsandbytes' 8-bit Adam are set in code)", plan.optimizer not in OPTIMIZER)]
     for field, value, why, bad in problems:
         if bad:
             raise refuse(NAME, field, value, why)
@@ -69,6 +80,10 @@ def config(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
         "gradient_accumulation_steps": plan.grad_accum, "zero_optimization": zero,
         "bf16": {"enabled": plan.precision == "bf16"}, "fp16": {"enabled": plan.precision == "fp16"},
         "data_types": {"grad_accum_dtype": "fp32" if plan.grad_bytes == 4 else plan.precision}}
+    kind, params = OPTIMIZER[plan.optimizer]
+    cfg["optimizer"] = {"type": kind, **({"params": params} if params else {})}
+    if plan.zero and kind not in ZERO_TESTED:
+        cfg["zero_allow_untested_optimizer"] = True
     if plan.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": plan.tp}
     if plan.recompute == "full":
@@ -104,5 +119,21 @@ def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         global_batch=int(cfg.get("train_batch_size", micro * accum * dp)), zero=int(zero.get("stage", 0)),
         offload_optimizer=zero.get("offload_optimizer", {}).get("device", "none") == "cpu",
         recompute="full" if "activation_checkpointing" in cfg else "none", precision=precision,
-        grad_bytes=4 if grads == "fp32" else 2), **extra_plan})
+        grad_bytes=4 if grads == "fp32" else 2, optimizer=_optimizer(cfg.get("optimizer", {}))), **extra_plan})
     return plan, load_stack(PRESET).with_(overlap_dp=bool(zero.get("overlap_comm", False)), **extra_stack)
+
+
+def _optimizer(section: object) -> str:
+    """Plan.optimizer of the ``optimizer`` section (none: Adam, the client's to pass, priced as Adam)."""
+    if not isinstance(section, dict):
+        raise SpecError(f"deepspeed config: optimizer must be an object, not {section!r}")
+    kind = str(section.get("type", "Adam")).lower()
+    params = section.get("params", {})
+    if not isinstance(params, dict):
+        raise SpecError(f"deepspeed config: optimizer.params must be an object, not {params!r}")
+    if kind == "sgd":
+        return "sgd-momentum" if params.get("momentum", 0) else "sgd"
+    names = {"adam": "adam", "adamw": "adamw", "adafactor": "adafactor"}
+    if kind not in names:
+        raise refuse(NAME, "optimizer.type", section.get("type"), "meshplan reads Adam, AdamW, SGD and Adafactor")
+    return names[kind]

@@ -8,7 +8,9 @@ megatron/training/arguments.py (NVIDIA/Megatron-LM, commit 307dcf3): ``--tensor-
 ``--recompute-granularity {full,selective}``, ``--recompute-method {uniform,block}``, ``--recompute-num-layers``,
 ``--recompute-modules``, ``--bf16`` / ``--fp16``, ``--fp8-format {e4m3,hybrid}``,
 ``--fp8-recipe {tensorwise,delayed,mxfp8,blockwise}`` (default delayed), ``--grad-reduce-in-bf16``,
-``--optimizer-cpu-offload``, ``--overlap-grad-reduce``, ``--overlap-param-gather``, ``--tp-comm-overlap``,
+``--optimizer-cpu-offload``, ``--optimizer {adam,sgd}``, ``--sgd-momentum`` (default 0.9),
+``--use-precision-aware-optimizer`` with ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` (fp32, fp16, bf16, fp8),
+``--overlap-grad-reduce``, ``--overlap-param-gather``, ``--tp-comm-overlap``,
 ``--no-overlap-p2p-communication`` (store_false: overlap is on by default), ``--cp-comm-type {p2p,all_gather,...}``
 (default p2p), ``--moe-grouped-gemm``, ``--attention-backend {flash,fused,unfused,local,auto}``; the model:
 ``--num-layers``, ``--hidden-size``, ``--ffn-hidden-size``, ``--num-attention-heads``, ``--group-query-attention``,
@@ -19,7 +21,11 @@ megatron/training/arguments.py (NVIDIA/Megatron-LM, commit 307dcf3): ``--tensor-
 Mapping: recompute="full" with recompute_layers=0 is ``--recompute-method uniform --recompute-num-layers 1`` (every
 layer), with N layers ``--recompute-method block --recompute-num-layers N``; the schedule is Megatron's own
 (interleaved exactly when there are virtual stages, no GPipe); grad_bytes=2 is ``--grad-reduce-in-bf16`` (Megatron
-keeps fp32 main grads with bf16 otherwise). Left out (refused): ZeRO-2/3 (Megatron-FSDP), activation offload, fp4.
+keeps fp32 main grads with bf16 otherwise). The optimizer: Megatron's adam (decoupled weight decay by default: AdamW;
+meshplan's adam and adamw price the same state, adamw rides in the meshplan comment) is the default and not written;
+adam-bf16 is the precision-aware optimizer with bf16 moments (Megatron-Core allows it with the distributed optimizer
+only: ZeRO-1); sgd-momentum is ``--optimizer sgd`` (momentum 0.9), sgd ``--optimizer sgd --sgd-momentum 0``.
+Left out (refused): ZeRO-2/3 (Megatron-FSDP), activation offload, fp4, 8-bit Adam and Adafactor (no argument).
 """
 
 from __future__ import annotations
@@ -111,7 +117,21 @@ def plan_args(plan: Plan, model: ModelSpec) -> list[tuple[str, Any]]:
              ("--grad-reduce-in-bf16", plan.grad_bytes == 2)]
     if plan.grad_bytes not in (2, 4):
         raise refuse(NAME, "grad_bytes", plan.grad_bytes, "its gradients are fp32 or bf16")
-    return args
+    return args + _optimizer_args(plan)
+
+
+def _optimizer_args(plan: Plan) -> list[tuple[str, Any]]:
+    """The optimizer's arguments (module docstring): none for Adam, Megatron's default."""
+    if plan.optimizer in ("adam-8bit", "adafactor"):
+        raise refuse(NAME, "optimizer", plan.optimizer, "its optimizers are adam (fp32, bf16 or fp16 moments) and sgd")
+    if plan.optimizer == "adam-bf16":
+        if plan.zero != 1:
+            raise refuse(NAME, "optimizer", plan.optimizer, "its precision-aware optimizer needs the distributed "
+                         f"optimizer (zero=1, got zero={plan.zero})")
+        return [("--use-precision-aware-optimizer", True), ("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
+    if plan.optimizer.startswith("sgd"):
+        return [("--optimizer", "sgd"), ("--sgd-momentum", 0 if plan.optimizer == "sgd" else None)]
+    return []
 
 
 def stack_args(stack: Stack, plan: Plan) -> list[tuple[str, Any]]:
@@ -136,7 +156,7 @@ def emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     args = model_args(model) + plan_args(plan, model) + stack_args(stack, plan)
     lines = [name if value is True else f"{name} {shlex.quote(str(value))}" for name, value in args
              if value is not None and value is not False]
-    note = comment(stack_extras(stack, PRESET, EXPRESSED), {})
+    note = comment(stack_extras(stack, PRESET, EXPRESSED), {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})
     head = [f"# Megatron-LM pretrain_gpt.py arguments for {model.name} ({plan.num_gpus} GPUs), written by meshplan"]
     return "\n".join(head + ([f"# {note}"] if note else []) + [" \\\n".join(lines)]) + "\n"
 
@@ -189,7 +209,8 @@ def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         sequence_parallel="--sequence-parallel" in options, micro_batch=_int(options, "--micro-batch-size", 1),
         global_batch=_int(options, "--global-batch-size", 0), zero=int("--use-distributed-optimizer" in options),
         offload_optimizer="--optimizer-cpu-offload" in options, **_recompute(options),
-        precision=_precision(options), grad_bytes=2 if "--grad-reduce-in-bf16" in options else 4)
+        precision=_precision(options), grad_bytes=2 if "--grad-reduce-in-bf16" in options else 4,
+        optimizer=_optimizer(options))
     return Plan(**{**fields, **extra_plan}), _stack(options, extra_stack)
 
 
@@ -226,6 +247,26 @@ def _recompute(options: dict[str, Any]) -> dict[str, Any]:
     if granularity == "full" and options.get("--recompute-method") == "block":
         layers = _int(options, "--recompute-num-layers", 0)
     return {"recompute": granularity, "recompute_layers": layers, "recompute_modules": modules}
+
+
+def _optimizer(options: dict[str, Any]) -> str:
+    """The optimizer of ``--optimizer``, ``--sgd-momentum`` and the precision-aware optimizer's moment dtypes."""
+    name = options.get("--optimizer", "adam")
+    if name == "sgd":
+        try:
+            momentum = float(options.get("--sgd-momentum", 0.9))
+        except ValueError:
+            raise SpecError(f"megatron config: --sgd-momentum {options['--sgd-momentum']} must be a number") from None
+        return "sgd" if momentum == 0 else "sgd-momentum"
+    if name != "adam":
+        raise refuse(NAME, "optimizer", name, "meshplan reads adam and sgd")
+    if "--use-precision-aware-optimizer" not in options:
+        return "adam"
+    dtypes = (options.get("--exp-avg-dtype", "fp32"), options.get("--exp-avg-sq-dtype", "fp32"))
+    moments = {("fp32", "fp32"): "adam", ("bf16", "bf16"): "adam-bf16"}
+    if dtypes not in moments:
+        raise refuse(NAME, "exp_avg_dtype", "/".join(dtypes), "meshplan prices fp32 or bf16 moments, both alike")
+    return moments[dtypes]
 
 
 def _precision(options: dict[str, Any]) -> str:

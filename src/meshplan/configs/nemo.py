@@ -12,13 +12,15 @@ model_parallel_config.py, transformer_config.py): ``tensor_model_parallel_size``
 ``cpu_offloading`` / ``cpu_offloading_num_layers``, ``overlap_p2p_comm``, ``cp_comm_type``, ``moe_grouped_gemm``;
 ``train.micro_batch_size`` / ``train.global_batch_size``; ``ddp.use_distributed_optimizer``,
 ``ddp.overlap_grad_reduce``, ``ddp.overlap_param_gather``, ``ddp.grad_reduce_in_fp32`` (DistributedDataParallelConfig);
-``optimizer.use_distributed_optimizer`` and ``optimizer.optimizer_cpu_offload`` (OptimizerConfig);
+``optimizer.use_distributed_optimizer``, ``optimizer.optimizer_cpu_offload``, ``optimizer.optimizer`` ("adam" / "sgd")
+and ``optimizer.sgd_momentum`` (OptimizerConfig);
 ``model.seq_length`` (Megatron-Bridge's GPTModelProvider); ``comm_overlap.tp_comm_overlap``; ``mixed_precision`` a
 Megatron-Bridge preset name (src/megatron/bridge/training/mixed_precision.py: bf16_mixed, fp16_mixed,
 bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed).
 
 Mapping as Megatron-LM's (configs/megatron.py). Refused: ZeRO-2/3 (Megatron-FSDP), fp4, a schedule other than
-Megatron's own.
+Megatron's own, 8-bit Adam and Adafactor (Megatron-Core has neither), and bf16 Adam moments (OptimizerConfig's
+exp_avg_dtype is a torch.dtype, which meshplan does not write as an override: the megatron format writes it).
 """
 
 from __future__ import annotations
@@ -88,13 +90,18 @@ def overrides(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
         out["model.recompute_num_layers"] = plan.recompute_layers or 1
     if plan.grad_bytes not in (2, 4):
         raise refuse(NAME, "grad_bytes", plan.grad_bytes, "its gradients reduce in fp32 or bf16")
+    if plan.optimizer not in ("adam", "adamw", "sgd-momentum", "sgd"):
+        raise refuse(NAME, "optimizer", plan.optimizer, "meshplan writes OptimizerConfig's adam (fp32 moments) and sgd")
+    if plan.optimizer.startswith("sgd"):
+        out["optimizer.optimizer"] = "sgd"
+        out["optimizer.sgd_momentum"] = 0.0 if plan.optimizer == "sgd" else None
     return out
 
 
 def emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     expressed = ("overlap_dp", "overlap_tp", "overlap_pp", "cp_comm", "expert_gemm")
     expressed += ("fp8_scaling",) if plan.precision == "fp8" else ()
-    note = comment(stack_extras(stack, PRESET, expressed), {})
+    note = comment(stack_extras(stack, PRESET, expressed), {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})
     lines = [f"# Megatron-Bridge recipe overrides for {model.name} ({plan.num_gpus} GPUs), written by meshplan"]
     lines += [f"# {note}"] if note else []
     for key, value in overrides(model, plan, stack).items():
@@ -134,6 +141,22 @@ def _int(values: dict[str, str], key: str, default: int) -> int:
         raise SpecError(f"nemo config: {key}={values[key]} must be an integer") from None
 
 
+def _optimizer(values: dict[str, str]) -> str:
+    """adam, or sgd with or without momentum (OptimizerConfig.sgd_momentum, default 0.9)."""
+    name = values.get("optimizer.optimizer", "adam")
+    if name not in ("adam", "sgd"):
+        raise refuse(NAME, "optimizer.optimizer", name, "meshplan reads adam and sgd")
+    if _flag(values, "optimizer.use_precision_aware_optimizer"):
+        raise refuse(NAME, "optimizer.use_precision_aware_optimizer", True, "its moment dtypes are not read: use the "
+                     "megatron format")
+    try:
+        momentum = float(values.get("optimizer.sgd_momentum", 0.9))
+    except ValueError:
+        raise SpecError(f"nemo config: optimizer.sgd_momentum={values['optimizer.sgd_momentum']} must be a number"
+                        ) from None
+    return name if name == "adam" else "sgd" if momentum == 0 else "sgd-momentum"
+
+
 def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
     values, comments = parse(text)
     extra_stack, extra_plan = parse_comment(comments)
@@ -158,7 +181,8 @@ def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         recompute_modules=tuple(values.get("model.recompute_modules", "[core_attn]").strip("[]").split(",")),
         offload_activations=_flag(values, "model.cpu_offloading"),
         offload_layers=_int(values, "model.cpu_offloading_num_layers", 0), precision=precision,
-        grad_bytes=4 if _flag(values, "ddp.grad_reduce_in_fp32", True) else 2), **extra_plan})
+        grad_bytes=4 if _flag(values, "ddp.grad_reduce_in_fp32", True) else 2, optimizer=_optimizer(values)),
+        **extra_plan})
     stack = load_stack(PRESET).with_(
         overlap_dp=_flag(values, "ddp.overlap_grad_reduce"), overlap_tp=_flag(values, "comm_overlap.tp_comm_overlap"),
         overlap_pp=_flag(values, "model.overlap_p2p_comm", True),

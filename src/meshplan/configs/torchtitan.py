@@ -14,13 +14,15 @@ ParallelismConfig):
   (torchtitan 0.3.0 keeps every key above but the last three: checked by loading the emitted tables into its
   TrainingConfig / ParallelismConfig)
 - [activation_checkpoint] ``mode`` ("none" / "selective" / "full"), ``selective_ac_option`` ("op": per-op SAC)
+- [optimizer] ``name`` ("Adam" / "AdamW", default "AdamW": torchtitan/components/optimizer.py build_optimizers
+  takes those two)
 - [compile] ``enable``; [model] ``converters = ["float8"]`` with [float8] ``recipe_name = "tensorwise"``
 
 Mapping: FSDP2 is ZeRO-3 when it reshards after forward and ZeRO-2 when it does not ("never"); plain replication
 (DDP) is ZeRO-0; torchtitan has no ZeRO-1. Its tensor parallelism always shards the norms' sequence (sequence
 parallel on with tp > 1). Selective recompute is per-op SAC, priced as Megatron's core_attn. Refused: ZeRO-1, HSDP
 (replicate and shard both > 1), fp16, mxfp8/fp4, delayed fp8 scaling, an uneven last stage, optimizer or activation
-offload, recompute of some layers or other modules.
+offload, recompute of some layers or other modules, an optimizer other than Adam and AdamW.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from meshplan.specs.stack import Stack, load_stack
 NAME = "torchtitan"
 PRESET = "torchtitan"
 SUFFIXES = (".toml",)
+OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW"}
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
 ROTATE = {"allgather": "allgather", "ring": "alltoall"}
 DTYPE = {4: "float32", 2: "bfloat16"}
@@ -64,6 +67,8 @@ def _check(plan: Plan, model: ModelSpec) -> None:
                 ("recompute_modules", ",".join(plan.recompute_modules), "its selective recompute is per-op SAC",
                  plan.recompute == "selective" and plan.recompute_modules != ("core_attn",)),
                 ("grad_bytes", plan.grad_bytes, "it reduces in float32 or bfloat16", plan.grad_bytes not in DTYPE),
+                ("optimizer", plan.optimizer, "its build_optimizers takes Adam and AdamW",
+                 plan.optimizer not in OPTIMIZERS),
                 ("vpp", plan.vpp, f"{model.num_layers} layers do not split into pp·vpp stages",
                  model.num_layers % (plan.pp * plan.vpp))]
     for field, value, why, bad in problems:
@@ -109,6 +114,7 @@ def emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     lines += _table("job", {"description": f"{model.name} {plan.describe()}"})
     lines += _table("model", {"converters": ["float8"]} if fp8 else {})
     lines += _table("float8", {"recipe_name": "tensorwise"}) if fp8 else []
+    lines += _table("optimizer", {"name": OPTIMIZERS[plan.optimizer]})
     lines += _table("training", training) + _table("parallelism", parallelism)
     lines += _table("activation_checkpoint", ac) + _table("compile", {"enable": stack.fusion == "fused"})
     return "\n".join(lines)
@@ -147,13 +153,23 @@ def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         micro_batch=micro, global_batch=global_batch if global_batch > 0 else local * dp, zero=zero, recompute=mode,
         schedule=schedules[schedule],
         precision="fp8" if "float8" in converters else "bf16",
-        grad_bytes=2 if train.get("mixed_precision_reduce") == "bfloat16" else 4), **extra_plan})
+        grad_bytes=2 if train.get("mixed_precision_reduce") == "bfloat16" else 4,
+        optimizer=_optimizer(_section(data, "optimizer"))), **extra_plan})
     stack = load_stack(PRESET).with_(
         fusion="fused" if data.get("compile", {}).get("enable") else "eager",
         overlap_tp=bool(par.get("enable_async_tensor_parallel", False)),
         cp_comm={v: k for k, v in ROTATE.items()}.get(par.get("context_parallel_rotate_method", "allgather"),
                                                      "allgather"), **extra_stack)
     return plan, stack
+
+
+def _optimizer(table: dict[str, Any]) -> str:
+    """[optimizer] name: torchtitan's Adam or AdamW (its default)."""
+    name = table.get("name", "AdamW")
+    names = {v: k for k, v in OPTIMIZERS.items()}
+    if name not in names:
+        raise refuse(NAME, "optimizer.name", name, "its build_optimizers takes Adam and AdamW")
+    return names[name]
 
 
 def _section(data: dict[str, Any], name: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ Sources:
   parallelism; 34/t with sequence parallelism; 5·a·s/h dropped by selective recompute; 2 with full recompute.
   Each op stores what that paper lists for it, generalised to GQA, SwiGLU and no-dropout models.
 - Mixed-precision Adam: fp32 master weights and two moments, 12 bytes per parameter (Rajbhandari et al.
-  2020, ZeRO §3); the optimizer's bytes are memory.py's (``OPTIMIZER_BYTES``), not a record here.
+  2020, ZeRO §3); the optimizer's bytes are memory.py's (``OPTIMIZER_STATE``), not a record here.
 """
 
 from __future__ import annotations

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 
 from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM  # noqa: F401  (MEMORY_HEADROOM: the search's default)
 from meshplan.specs.check import fsdp_has_zero, recompute_modules_problem
-from meshplan.specs.plan import ASYNC_SCHEDULES, PINNABLE
+from meshplan.specs.plan import ASYNC_SCHEDULES, OPTIMIZERS, PINNABLE
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
 
 
 @dataclass(frozen=True, kw_only=True)
 class Space:
-    """What the search may choose. Environment settings (precision, overlap, gradient bytes) are fixed."""
+    """What the search may choose. Environment settings (precision, overlap, gradient bytes, optimizer) are fixed."""
 
     global_batch: int
     zero: tuple[int, ...] = (0, 1, 2, 3)
@@ -46,6 +46,7 @@ class Space:
     max_micro_batch: int = 64
     precision: str = "bf16"
     grad_bytes: int = 4
+    optimizer: str = "adam"  # Plan.optimizer: a training choice every plan of the space shares, not searched
     stack: Stack = DEFAULT_STACK  # how the software stack runs every plan (stack.py): its kernels, runtime, overlap
     # the most plans a search space may hold (``limits.plan_count``); a larger one is refused before any is built
     # (fields.MAX_PLANS); 0: no limit
@@ -80,6 +81,8 @@ class Space:
         for axis, sizes in self.pinned:
             if axis not in PINNABLE or not sizes or min(sizes) < 1:
                 raise ValueError(f"pinned {axis}={sizes!r}: pin positive sizes of {', '.join(PINNABLE)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer={self.optimizer!r} must be one of {', '.join(OPTIMIZERS)}")
         if min(self.recompute_layers, self.offload_layers) < 0:
             raise ValueError("recompute_layers and offload_layers must be counts of layers, 0 or more")
 
@@ -133,7 +136,8 @@ class Space:
     @property
     def settings(self) -> dict[str, object]:
         """The plan fields every plan of the space shares."""
-        return {"precision": self.precision, "grad_bytes": self.grad_bytes, "recompute_modules": self.recompute_modules,
+        return {"precision": self.precision, "grad_bytes": self.grad_bytes, "optimizer": self.optimizer,
+                "recompute_modules": self.recompute_modules,
                 "recompute_layers": self.recompute_layers, "offload_layers": self.offload_layers}
 
     @property

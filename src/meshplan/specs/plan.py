@@ -36,6 +36,8 @@ ASYNC_SCHEDULES = ("pipedream", "pipedream-2bw")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", *ASYNC_SCHEDULES)
 PRECISION = ("bf16", "fp16", "fp8", "mxfp8", "fp4")
 FINETUNE = ("full", "lora")
+# the optimizer whose state the run keeps (memory.OPTIMIZER_STATE prices each: its bytes per parameter, its step)
+OPTIMIZERS = ("adam", "adamw", "adam-bf16", "adam-8bit", "sgd-momentum", "sgd", "adafactor")
 LORA_TARGETS = ("all", "qkv")
 FP8_ATTENTION_PRECISIONS = ("fp8", "mxfp8", "fp4")  # an FP8 recipe quantizes Q, K, V (Transformer Engine)
 # the sizes a search may be pinned to (search.Space.pinned; ``meshplan plan --tp 4,8``)
@@ -96,6 +98,12 @@ class Plan:
         "offload the saved activations of this many layers per stage (0 with --offload-activations: all)"))
     precision: str = field(default="bf16", metadata=_opt("compute precision", choices=PRECISION, cli_default=None,
                                                          default_help="bf16, or fp16 on a GPU without bf16 (V100)"))
+    # the optimizer: a training choice of the run like the precision and the gradient bytes (so the plan's, not the
+    # stack's: every framework runs Adam, and the choice moves the model states the layout shards)
+    optimizer: str = field(default="adam", metadata=_opt(
+        "the optimizer whose state each GPU keeps: adam/adamw 12 bytes a parameter (fp32 master, m, v), adam-bf16 8 "
+        "(bf16 moments), adam-8bit 6 (block-wise 8-bit moments), sgd-momentum 8, sgd 4, adafactor 4 (factored second "
+        "moment)", choices=OPTIMIZERS))
     # bytes per gradient element (2: bf16 as in ZeRO's 16Ψ; 4: fp32 main grads)
     grad_bytes: int = field(default=2, metadata=_opt("bytes per gradient (4: fp32 main grads)", cli_default=4))
     schedule: str = field(default="1f1b", metadata=_opt("pipeline schedule", choices=SCHEDULES, cli_default=None,
@@ -173,6 +181,8 @@ class Plan:
             parts.append("sp")
         if self.schedule != "1f1b" and self.pp > 1:
             parts.append(self.schedule)
+        if self.optimizer != "adam":
+            parts.append(f"optimizer={self.optimizer}")
         parts += [name for name, on in (("offload-opt", self.offload_optimizer),
                                         ("offload-act", self.offload_activations and not self.offload_layers)) if on]
         if self.offload_activations and self.offload_layers:
