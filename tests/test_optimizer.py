@@ -190,8 +190,8 @@ def test_the_frameworks_take_the_emitted_optimizer(tmp_path, monkeypatch):
     Megatron-Core's OptimizerConfig the sgd overrides."""
     from deepspeed.runtime import config as ds
     from megatron.core.optimizer import OptimizerConfig
-    from tests.test_configs_deepspeed_loader import _DataParallel
-    from tests.test_configs_framework_loaders import _overrides, _torchtitan_config_manager
+    from test_configs_deepspeed_loader import _DataParallel
+    from test_configs_framework_loaders import _overrides, _torchtitan_config_manager
 
     model = load_model("llama3-8b")
     monkeypatch.setattr(ds.dist, "get_rank", lambda *args, **kwargs: 0)
