@@ -190,6 +190,7 @@ def test_the_frameworks_take_the_emitted_optimizer(tmp_path, monkeypatch):
     Megatron-Core's OptimizerConfig the sgd overrides."""
     from deepspeed.runtime import config as ds
     from megatron.core.optimizer import OptimizerConfig
+
     from test_configs_deepspeed_loader import _DataParallel
     from test_configs_framework_loaders import _overrides, _torchtitan_config_manager
 
