@@ -208,3 +208,25 @@ def test_the_frameworks_take_the_emitted_optimizer(tmp_path, monkeypatch):
     text = emit("nemo", model, replace(plan, optimizer="sgd"), load_stack("megatron-bridge"))
     config = OptimizerConfig(**_overrides(text)["optimizer"])
     assert (config.optimizer, float(config.sgd_momentum)) == ("sgd", 0.0)  # the helper passes the text, as Hydra would
+
+
+def test_frameworks_say_which_optimizers_they_run(capsys):
+    """Megatron's --optimizer adam|sgd and its precision-aware bf16 moments; torchtitan's Adam / AdamW; DeepSpeed's
+    Adam, AdamW and torch.optim classes: the search refuses what the framework cannot launch, --framework any
+    prices every optimizer, and the presets that run a plan are named by its optimizer too."""
+    from meshplan.specs.stack import frameworks_running
+
+    assert "adam-8bit" not in load_stack("megatron-core").supports.optimizers
+    assert load_stack("torchtitan").supports.optimizers == ("adam", "adamw")
+    assert set(load_stack("any").supports.optimizers) == set(OPTIMIZERS)
+    plan = Plan(dp=8, zero=0, optimizer="adam-bf16")
+    assert "optimizer=adam-bf16" in load_stack("torchtitan").supports.problems(plan)
+    running = frameworks_running(plan)
+    assert "megatron-core" in running and "torchtitan" not in running and "deepspeed" not in running
+    args = ["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--optimizer", "adam-8bit"]
+    assert main(args) == 2
+    assert capsys.readouterr().err.strip() == ("meshplan: error: optimizer=adam-8bit: framework megatron-core runs "
+                                               "adam, adamw, adam-bf16, sgd-momentum, sgd (--framework any prices "
+                                               "every optimizer)")
+    assert main([*args, "--framework", "any", "--top", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["plans"][0]["plan"]["optimizer"] == "adam-8bit"

@@ -129,6 +129,9 @@ def space_settings(given: dict[str, Any], stack: Stack, headroom: float = MEMORY
            "needs full among --recompute", given["recompute_opts"])
     _needs(given, "offload_layers", given["offload_layers"] > 0, given["offload"], "needs --offload", "--no-offload")
     offload = (False, True) if given["offload"] else (False,)
+    if given["optimizer"] not in can.optimizers:
+        raise SpecError(f"optimizer={given['optimizer']}: framework {stack.name} runs {', '.join(can.optimizers)} "
+                        "(--framework any prices every optimizer)")
     if given["async_pipeline"] and not set(ASYNC_SCHEDULES) & set(can.schedules):
         raise SpecError(f"async-pipeline: framework {stack.name} runs the schedules {', '.join(can.schedules)}, no "
                         f"asynchronous one ({', '.join(ASYNC_SCHEDULES)}): use --framework any")

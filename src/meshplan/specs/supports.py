@@ -14,7 +14,7 @@ from typing import Any
 
 from meshplan.errors import SpecError
 from meshplan.fields import unknown_field
-from meshplan.specs.plan import SCHEDULES
+from meshplan.specs.plan import OPTIMIZERS, SCHEDULES
 
 LAYOUTS = ("1d", "summa")
 AXES = ("tp", "pp", "cp", "ep")  # the axes a framework may lack (dp it always has)
@@ -31,6 +31,7 @@ class Supports:
     axes: tuple[str, ...] = field(default=AXES, metadata={"help": "parallel axes besides dp: tp, pp, cp, ep"})
     recompute: tuple[str, ...] = field(default=RECOMPUTE, metadata={"help": "activation recompute: none, selective "
                                                                              "(some modules), full (whole layers)"})
+    optimizers: tuple[str, ...] = field(default=OPTIMIZERS, metadata={"help": "optimizers (Plan.optimizer) it runs"})
     sequence_parallel: bool = field(default=True, metadata={"help": "Megatron sequence parallelism with tp"})
     offload_optimizer: bool = field(default=True, metadata={"help": "optimizer state and step on the host"})
     offload_activations: bool = field(default=True, metadata={"help": "saved activations on the host"})
@@ -41,7 +42,7 @@ class Supports:
 
     def __post_init__(self) -> None:
         for name, allowed in (("layouts", LAYOUTS), ("schedules", SCHEDULES), ("zero", (0, 1, 2, 3)),
-                              ("axes", AXES), ("recompute", RECOMPUTE)):
+                              ("axes", AXES), ("recompute", RECOMPUTE), ("optimizers", OPTIMIZERS)):
             value = getattr(self, name)
             if not isinstance(value, tuple) or (not value and name != "axes") or any(v not in allowed for v in value):
                 raise SpecError(f"supports.{name}={value!r} must list some of {', '.join(map(str, allowed))}")
@@ -57,6 +58,7 @@ class Supports:
             out.append(f"schedule={plan.schedule}")
         out += [f"zero={plan.zero}"] if plan.zero not in self.zero else []
         out += [f"recompute={plan.recompute}"] if plan.recompute not in self.recompute else []
+        out += [f"optimizer={plan.optimizer}"] if plan.optimizer not in self.optimizers else []
         for name in ("sequence_parallel", "offload_optimizer", "offload_activations"):
             if getattr(plan, name) and not getattr(self, name):
                 out.append(name)
