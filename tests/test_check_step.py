@@ -195,3 +195,18 @@ def test_learned_residual_and_saved_profile(capsys, tmp_path):
     ops = [r for r in records if r["record"] == "op"]
     assert step["predicted_s"] == pytest.approx(data["step"]["predicted_s"], rel=1e-9)
     assert len(ops) == data["ops"]["traced"] and {r["phase"] for r in ops} >= {"fwd", "bwd_x", "opt"}
+
+
+def test_sgd_is_plain_and_sgd_momentum_keeps_a_buffer():
+    """The optimizers named as Plan.optimizer names them: sgd keeps no state (torch's default momentum 0),
+    sgd-momentum one buffer per parameter (momentum 0.9), so its predicted peak holds 4 bytes more per fp32
+    parameter: the measure model's 32·64 + 32 + 10·32 + 10 = 2,410 parameters, 9,640 bytes."""
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    assert optimizer_factory("sgd", params)(params).defaults["momentum"] == 0.0
+    assert optimizer_factory("sgd-momentum", params)(params).defaults["momentum"] == 0.9
+    from meshplan.measure.command import run
+
+    plain, momentum = (run("tests/data/measure_model.py:make", optimizer=o,
+                           settings=CheckSettings(rounds=1, steps=2, warmup=1, threads=1, optimizer=o))
+                       for o in ("sgd", "sgd-momentum"))
+    assert momentum.prediction.peak_bytes - plain.prediction.peak_bytes == 4 * 2_410

@@ -15,7 +15,8 @@ from meshplan.errors import MissingDependency, SpecError
 @click.argument("model_ref", metavar="MODEL")
 @click.option("--input-shape", "shapes", multiple=True, help="inputs when the factory returns the module alone")
 @click.option("--dtype", "dtypes", multiple=True, help="input dtype, one or one per input (default int64)")
-@click.option("--optimizer", type=click.Choice(["adamw", "adam", "sgd"]), default="adamw", show_default=True)
+@click.option("--optimizer", type=click.Choice(["adamw", "adam", "sgd-momentum", "sgd"]), default="adamw",
+              show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--threads", type=int, default=1, show_default=True, help="intra-op threads of the step and of its "
               "calibration (1: robust on a shared host)")

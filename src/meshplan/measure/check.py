@@ -150,7 +150,7 @@ def check_step(name: str, model: Any, inputs: Sequence[Any], make_optimizer: Cal
             rounds.append(replay_all(sigs, clock, settings.replay, settings.device, distances))
             timings.append(time_steps(step, clock, warmup=settings.warmup if r == 0 else 1, steps=settings.steps))
         times = {s.key: median([t[s.key] for t in rounds]) for s in sigs}
-        state = "momentum" if settings.optimizer == "sgd" else settings.optimizer
+        state = "momentum" if settings.optimizer == "sgd-momentum" else settings.optimizer
         prediction = predict_step(trace, opt_ops, times, host, serial=settings.device == "cpu", optimizer=state,
                                   workspace=workspaces(sigs, settings.device))
         peak = peak_bytes(step, held_bytes(model, inputs, optimizer), settings.device)

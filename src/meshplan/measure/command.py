@@ -3,8 +3,8 @@
 A factory may return the module alone, or ``(module, inputs)``; with the module alone, ``--input-shape`` /
 ``--dtype`` give the inputs, made real: floating ones from a standard normal, integer ones uniform in [0, n) with
 n the smallest ``num_embeddings`` of the model's ``nn.Embedding`` layers (token ids it can look up), else 2.
-The optimizer is built as the training loop would build it: AdamW (or Adam, SGD with momentum) at lr 1e-4, with
-the implementation torch.optim picks for these parameters (the per-parameter loop on a CPU, the ``foreach``
+The optimizer is built as the training loop would build it: AdamW (or Adam, SGD with or without momentum) at lr 1e-4,
+with the implementation torch.optim picks for these parameters (the per-parameter loop on a CPU, the ``foreach``
 kernels on a GPU), which the trace of its step then follows.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from meshplan.errors import MissingDependency, SpecError
 
-OPTIMIZERS = ("adamw", "adam", "sgd")
+OPTIMIZERS = ("adamw", "adam", "sgd-momentum", "sgd")  # as Plan.optimizer names them
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,8 +92,9 @@ def optimizer_factory(name: str, params: list[Any]) -> Any:
 
     _, foreach = _default_to_fused_or_foreach([p for p in params if p.requires_grad], differentiable=False,
                                               use_fused=False)
-    if name == "sgd":
-        return lambda ps: torch.optim.SGD(ps, lr=1e-4, momentum=0.9, foreach=foreach)
+    if name in ("sgd", "sgd-momentum"):  # plain SGD keeps no state; with momentum one buffer per parameter
+        momentum = 0.9 if name == "sgd-momentum" else 0.0
+        return lambda ps: torch.optim.SGD(ps, lr=1e-4, momentum=momentum, foreach=foreach)
     cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
     return lambda ps: cls(ps, lr=1e-4, foreach=foreach)
 
