@@ -36,6 +36,17 @@ def h100_64():
 NO_SKIPS = os.environ.get("MESHPLAN_NO_SKIPS") == "1"
 
 
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium for the reports' browser tests (one per test module)."""
+    from meshplan.report.browser import chromium, find_chromium
+
+    if find_chromium() is None:
+        pytest.skip("headless Chromium not installed (apt-get install chromium; .ci/install-extras.sh does it)")
+    with chromium() as b:
+        yield b
+
+
 def _no_skip(report: pytest.TestReport | pytest.CollectReport, what: str) -> None:
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     report.outcome = "failed"

@@ -22,27 +22,9 @@ pytest.importorskip("jinja2")
 pytest.importorskip("vl_convert")
 pytest.importorskip("playwright")
 
-from meshplan.report.browser import chromium, find_chromium, open_page  # noqa: E402
+from browser_helpers import CHARTS_JS, READY, hover, tooltip_text  # noqa: E402
+from meshplan.report.browser import open_page  # noqa: E402
 from meshplan.report.html import write  # noqa: E402
-
-READY = "window.meshplan && window.meshplan.ready"
-# every chart of the page: its drawn size and how many scenegraph items (marks, axes, legends) Vega laid out
-CHARTS_JS = """
-Array.from(document.querySelectorAll('[data-chart]')).map(el => {
-  const key = el.dataset.chart, view = window.meshplan.views[key];
-  const drawn = el.querySelector('svg, canvas'), box = drawn ? drawn.getBoundingClientRect() : {width: 0, height: 0};
-  const count = node => (node.items || []).reduce((n, item) => n + 1 + count(item), 0);
-  return {key, width: box.width, height: box.height, right: box.right, items: view ? count(view.scenegraph().root) : 0};
-})
-"""
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if find_chromium() is None:
-        pytest.skip("headless Chromium not installed (apt-get install chromium; .ci/install-extras.sh does it)")
-    with chromium() as b:
-        yield b
 
 
 @pytest.fixture(scope="module")
@@ -63,22 +45,11 @@ def report(tmp_path_factory) -> Path:
     return write(tmp_path_factory.mktemp("report") / "report.html", result, rows, top=4, mine=mine)
 
 
-def _where(page, plan_id: int) -> tuple[float, float]:
-    """Where a held plan's mark is drawn in the plan space, in page pixels (from the chart's own scales)."""
-    return tuple(page.evaluate("""id => {
-      const v = window.meshplan.views.space, p = window.meshplan.space.plans.find(q => q.id === id);
-      const r = v.container().querySelector('canvas').getBoundingClientRect(), o = v.origin(), pad = v.padding();
-      return [r.left + pad.left + o[0] + v.scale('x')(p.time), r.top + pad.top + o[1] + v.scale('y')(p.memory)];
-    }""", plan_id))
-
-
 def _hover(page, plan_id: int) -> tuple[float, float]:
-    """Move the mouse onto a held plan's mark as a user does: onto the chart first (the first pointer event over
-    a canvas only enters it), then onto the mark."""
-    x, y = _where(page, plan_id)
-    page.mouse.move(x - 3, y - 3)
-    page.mouse.move(x, y)
-    return x, y
+    """Move the mouse onto a held plan's mark in the plan space (browser_helpers.hover)."""
+    time, memory = page.evaluate("id => { const p = window.meshplan.space.plans.find(q => q.id === id); "
+                                 "return [p.time, p.memory]; }", plan_id)
+    return hover(page, "space", time, memory)
 
 
 def _front_ids(page) -> list[int]:
@@ -108,9 +79,8 @@ def test_hovering_a_bar_shows_its_tooltip(browser, report):
     page = open_page(browser, report, width=1280, ready=READY)
     bar = page.locator('[data-chart="breakdown"] svg path[aria-roledescription="bar"]').first
     bar.hover()
-    tooltip = page.locator("#vg-tooltip-element")
-    tooltip.wait_for(state="visible")
-    assert "component" in tooltip.inner_text() and "#1" in tooltip.inner_text()
+    text = tooltip_text(page)
+    assert "component" in text and "#1" in text
     assert page.meshplan_errors == []
     page.close()
 
@@ -132,10 +102,9 @@ def test_hovering_a_point_of_the_plan_space_shows_its_plan(browser, report):
     page.locator("[data-chart=space] canvas").scroll_into_view_if_needed()
     first = _front_ids(page)[-1]
     _hover(page, first)
-    tooltip = page.locator("#vg-tooltip-element")
-    tooltip.wait_for(state="visible")
+    text = tooltip_text(page)
     plan = page.evaluate("id => window.meshplan.space.plans.find(p => p.id === id).plan", first)
-    assert plan in tooltip.inner_text() and "click to compare" in tooltip.inner_text()
+    assert plan in text and "click to compare" in text
     assert page.meshplan_errors == []
     page.close()
 

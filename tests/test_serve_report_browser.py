@@ -18,36 +18,11 @@ pytest.importorskip("jinja2")
 pytest.importorskip("vl_convert")
 pytest.importorskip("playwright")
 
-from meshplan.report.browser import chromium, find_chromium, open_page  # noqa: E402
+from browser_helpers import CHARTS_JS, READY, hover, tooltip_text  # noqa: E402
+from meshplan.report.browser import open_page  # noqa: E402
 from meshplan.report.serve_html import write  # noqa: E402
 
-READY = "window.meshplan && window.meshplan.ready"
 CHARTS = {"curve-tpot", "curve-ttft", "serve-space", "serve-memory", "serve-step"}
-# every chart of the page: its drawn size, how many scenegraph items Vega laid out, and where its legends end (the
-# right edge of each legend group in the chart's pixels: a legend wider than the chart is cut off, not scrolled)
-CHARTS_JS = """
-Array.from(document.querySelectorAll('[data-chart]')).map(el => {
-  const key = el.dataset.chart, view = window.meshplan.views[key];
-  const drawn = el.querySelector('svg, canvas'), box = drawn ? drawn.getBoundingClientRect() : {width: 0, height: 0};
-  const count = node => (node.items || []).reduce((n, item) => n + 1 + count(item), 0);
-  const legends = [];
-  const walk = (mark, x) => (mark.items || []).forEach(item => {
-    if (mark.role === 'legend') legends.push(view.origin()[0] + x + item.bounds.x2);
-    else if (item.items) item.items.forEach(m => walk(m, x + (item.x || 0)));
-  });
-  if (view) walk(view.scenegraph().root, 0);
-  return {key, width: box.width, height: box.height, right: box.right, items: view ? count(view.scenegraph().root) : 0,
-          legendRight: Math.max(0, ...legends), legends: legends.length};
-})
-"""
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if find_chromium() is None:
-        pytest.skip("headless Chromium not installed (apt-get install chromium; .ci/install-extras.sh does it)")
-    with chromium() as b:
-        yield b
 
 
 @pytest.fixture(scope="module")
@@ -57,22 +32,6 @@ def report(tmp_path_factory) -> Path:
     space = ServeSpace(input_len=1024, output_len=256, ttft_slo=0.5, tpot_slo=0.02)
     return write(tmp_path_factory.mktemp("serve") / "serve.html", search(model, cluster, space, top_k=6, keep=True),
                  price=2.0)
-
-
-def _where(page, key: str, x: float, y: float) -> tuple[float, float]:
-    """Where a value pair is drawn in a chart, in page pixels (from the chart's own scales)."""
-    return tuple(page.evaluate("""([key, x, y]) => {
-      const v = window.meshplan.views[key], r = v.container().querySelector('svg, canvas').getBoundingClientRect();
-      const o = v.origin(), pad = v.padding();
-      return [r.left + pad.left + o[0] + v.scale('x')(x), r.top + pad.top + o[1] + v.scale('y')(y)];
-    }""", [key, x, y]))
-
-
-def _hover(page, key: str, x: float, y: float) -> None:
-    """Move the mouse onto a mark as a user does: near it first (the first event over a canvas only enters it)."""
-    px, py = _where(page, key, x, y)
-    page.mouse.move(px - 4, py - 4)
-    page.mouse.move(px, py)
 
 
 @pytest.mark.parametrize("width", [1000, 1400])
@@ -97,10 +56,8 @@ def test_hovering_the_best_configuration_in_the_space_shows_it(browser, report):
     page = open_page(browser, report, width=1280, ready=READY)
     page.locator("[data-chart=serve-space] canvas").scroll_into_view_if_needed()
     best = page.evaluate("window.meshplan.serve.best[0]")
-    _hover(page, "serve-space", best["x"], best["per_gpu"])
-    tooltip = page.locator("#vg-tooltip-element")
-    tooltip.wait_for(state="visible")
-    text = tooltip.inner_text()
+    hover(page, "serve-space", best["x"], best["per_gpu"])
+    text = tooltip_text(page)
     assert best["plan"] in text and "#1" in text and best["tpot_text"] in text
     assert page.meshplan_errors == []
     page.close()
@@ -140,10 +97,8 @@ def test_hovering_a_point_of_a_curve_shows_its_batch(browser, report):
     page.locator("[data-chart=curve-tpot] svg").scroll_into_view_if_needed()
     # the last curve's own batch (a diamond): its points are drawn over the others'
     own = page.evaluate("window.meshplan.data.charts['curve-tpot'].data.values.filter(r => r.own).pop()")
-    _hover(page, "curve-tpot", own["tpot"], own["per_gpu"])
-    tooltip = page.locator("#vg-tooltip-element")
-    tooltip.wait_for(state="visible")
-    text = tooltip.inner_text()
+    hover(page, "curve-tpot", own["tpot"], own["per_gpu"])
+    text = tooltip_text(page)
     assert own["config"] in text and str(own["batch"]) in text and own["tpot_text"] in text
     assert page.meshplan_errors == []
     page.close()
