@@ -119,3 +119,14 @@ def test_megatron_arguments_meshplan_does_not_read_pass():
     text = emit("megatron", MODEL, BASE, load_stack("megatron-core"))
     extra = "--lr 3e-4\n--train-iters 10\n--fp4-recipe nvfp4\n--tp-comm-overlap-ag\n"
     assert read("megatron", MODEL, 16, text=text + extra)[0].tp == 2
+
+
+def test_the_megatron_arguments_known_are_those_the_module_writes_and_reads():
+    """configs/megatron.py's KNOWN (what a misspelling is measured against) lists every argument its code names."""
+    import re
+    from pathlib import Path
+
+    from meshplan.configs import megatron
+
+    named = set(re.findall(r'"(--[a-z0-9-]+)"', Path(megatron.__file__).read_text(encoding="utf-8")))
+    assert named == megatron.KNOWN

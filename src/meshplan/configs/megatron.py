@@ -30,9 +30,7 @@ Left out (refused): ZeRO-2/3 (Megatron-FSDP), activation offload, fp4, 8-bit Ada
 
 from __future__ import annotations
 
-import re
 import shlex
-from pathlib import Path
 from typing import Any
 
 from meshplan.configs.common import check_layout, comment, data_parallel, parse_comment, refuse, stack_extras
@@ -214,9 +212,20 @@ def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
     return Plan(**{**fields, **extra_plan}), _stack(options, extra_stack)
 
 
-# the options read() looks at: an unknown option one slip from one of them is a misspelling, not an option of
-# Megatron-LM's that meshplan does not read (argparse would refuse it: arguments.py has no such flag)
-READ = frozenset(re.findall(r'"(--[a-z0-9-]+)"', Path(__file__).read_text(encoding="utf-8")))
+# the arguments this module writes or reads: an unknown argument one slip from one of them is a misspelling, not an
+# argument of Megatron-LM's that meshplan does not read (argparse would refuse it: arguments.py has no such flag)
+KNOWN = frozenset(("--attention-backend", "--bf16", "--context-parallel-size", "--cp-comm-type",
+    "--decoder-last-pipeline-num-layers", "--exp-avg-dtype", "--exp-avg-sq-dtype", "--expert-model-parallel-size",
+    "--expert-tensor-parallel-size", "--ffn-hidden-size", "--fp16", "--fp8-format", "--fp8-recipe",
+    "--global-batch-size", "--grad-reduce-in-bf16", "--group-query-attention", "--hidden-size", "--kv-channels",
+    "--max-position-embeddings", "--micro-batch-size", "--moe-ffn-hidden-size", "--moe-grouped-gemm",
+    "--moe-router-topk", "--moe-shared-expert-intermediate-size", "--no-overlap-p2p-communication", "--normalization",
+    "--num-attention-heads", "--num-experts", "--num-layers", "--num-layers-per-virtual-pipeline-stage",
+    "--num-query-groups", "--optimizer", "--optimizer-cpu-offload", "--overlap-grad-reduce", "--overlap-param-gather",
+    "--pipeline-model-parallel-size", "--position-embedding-type", "--recompute-granularity", "--recompute-method",
+    "--recompute-modules", "--recompute-num-layers", "--seq-length", "--sequence-parallel", "--sgd-momentum",
+    "--swiglu", "--tensor-model-parallel-size", "--tp-comm-overlap", "--untie-embeddings-and-output-weights",
+    "--use-distributed-optimizer", "--use-precision-aware-optimizer", "--virtual-pipeline-model-parallel-size"))
 
 
 def _one_slip(a: str, b: str) -> bool:
@@ -233,9 +242,9 @@ def _one_slip(a: str, b: str) -> bool:
 
 def _check_spelling(options: dict[str, Any]) -> None:
     for name in options:
-        if name in READ:
+        if name in KNOWN:
             continue
-        near = [known for known in sorted(READ) if name.replace("_", "-") == known or _one_slip(name, known)]
+        near = [known for known in sorted(KNOWN) if name.replace("_", "-") == known or _one_slip(name, known)]
         if near:
             raise SpecError(f"megatron config: {name} is not a Megatron-LM argument; did you mean {near[0]}?")
 
