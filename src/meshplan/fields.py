@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from typing import Any
 
 from meshplan.errors import SpecError
@@ -112,6 +112,15 @@ def one_line(message: str) -> str:
 # A table of more known fields than this is not listed in an unknown-field error (the line would run past 600
 # characters); the close matches are named instead, and where the fields are documented
 MAX_LISTED = 20
+
+
+def require_fields(data: dict[str, Any], cls: type, where: str, given: tuple[str, ...] = ()) -> None:
+    """A field the spec ``cls`` needs that a file's table ``data`` leaves out (``given``: passed apart), named in one
+    line rather than the dataclass's TypeError."""
+    missing = [f.name for f in fields(cls) if f.init and f.name not in data and f.name not in given
+               and f.default is MISSING and f.default_factory is MISSING]
+    if missing:
+        raise SpecError(f"{where}: missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
 
 
 def unknown_field(where: str, key: str, known: set[str], documented: str) -> SpecError:

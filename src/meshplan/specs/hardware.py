@@ -15,14 +15,14 @@ Bandwidths are unidirectional per GPU: NVIDIA's "900 GB/s NVLink" for H100 is bi
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from meshplan import ranges
 from meshplan.errors import SpecError
-from meshplan.fields import MAX_GPUS, at_least_one, check_types, not_a_preset, unknown_field
+from meshplan.fields import MAX_GPUS, at_least_one, check_types, not_a_preset, require_fields, unknown_field
 from meshplan.files import parse_toml, read_text
 from meshplan.specs.architectures import ARCHITECTURES
 from meshplan.specs.mesh import Tier, TierSpec, build_tiers, check_tiers
@@ -270,14 +270,6 @@ def _known(data: dict[str, Any], cls: type, where: str) -> None:
         raise unknown_field(where, unknown[0], known - {"sources"}, f"meshplan.specs.hardware.{cls.__name__}'s")
 
 
-def _required(data: dict[str, Any], cls: type, where: str, given: tuple[str, ...] = ()) -> None:
-    """A field the spec needs that the file leaves out, named (rather than the dataclass's TypeError)."""
-    missing = [f.name for f in fields(cls) if f.init and f.name not in data and f.name not in given
-               and f.default is MISSING and f.default_factory is MISSING]
-    if missing:
-        raise SpecError(f"{where}: missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
-
-
 def accelerator_from_dict(data: dict[str, Any], where: str) -> Accelerator:
     data = _table(data, where)
     _known(data, Accelerator, where)
@@ -293,7 +285,7 @@ def accelerator_from_dict(data: dict[str, Any], where: str) -> Accelerator:
                       ("l2_bandwidth", "B/s")):
         if key in data:
             data[key] = parse_quantity(data[key], f"{where}.{key}", unit)
-    _required(data, Accelerator, where, given=("peak_flops",))
+    require_fields(data, Accelerator, where, given=("peak_flops",))
     try:
         return Accelerator(peak_flops=peak, **data)
     except (TypeError, SpecError) as exc:  # a required field left out, or a value the spec refuses
@@ -315,7 +307,7 @@ def network_from_dict(data: dict[str, Any], where: str) -> Network:
         if "nvlink_domain" in data:
             raise SpecError(f"{where}: nvlink_domain and tiers are both given: tier 0's size is the NVLink domain")
         data["tiers"] = _tiers_from(data["tiers"], f"{where}.tiers")
-    _required(data, Network, where)
+    require_fields(data, Network, where)
     try:
         return Network(**data)
     except (TypeError, SpecError) as exc:  # a required field left out, or a value the spec refuses
@@ -340,7 +332,7 @@ def _tiers_from(data: Any, where: str) -> tuple[TierSpec, ...]:
                 entry[key] = parse_quantity(entry[key], f"{here}.{key}", unit)
         if entry.get("size") == "rest":
             entry["size"] = 0
-        _required(entry, TierSpec, here)
+        require_fields(entry, TierSpec, here)
         try:
             tiers.append(TierSpec(**entry))
         except (TypeError, SpecError) as exc:

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import MISSING, fields
+from dataclasses import fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from meshplan.errors import SpecError
-from meshplan.fields import not_a_preset, unknown_field
+from meshplan.fields import not_a_preset, require_fields, unknown_field
 from meshplan.files import read_json, read_toml
 from meshplan.specs.hf_config import from_hf_config
 from meshplan.specs.model import ModelSpec
@@ -24,10 +24,7 @@ def model_from_dict(data: dict[str, Any], where: str = "model") -> ModelSpec:
     if unknown:
         raise unknown_field(where, unknown[0], _FIELDS,
                             "ModelSpec's (meshplan/specs/model.py; a preset's TOML shows most)")
-    missing = [f.name for f in fields(ModelSpec) if f.name not in data and f.default is MISSING
-               and f.default_factory is MISSING]
-    if missing:
-        raise SpecError(f"{where}: missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+    require_fields(data, ModelSpec, where)
     try:
         return ModelSpec(**data)
     except (TypeError, SpecError) as exc:  # a required field left out, or a value the spec refuses
