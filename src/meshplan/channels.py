@@ -121,10 +121,10 @@ def optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Effic
     else:
         shard = params.total
     kind = OPTIMIZER_STATE[plan.optimizer]
+    per_param = kind.grad_reads * plan.grad_bytes + 2 * kind.state + WEIGHT_BYTES
     if plan.offload_optimizer:
-        return shard * (kind.grad_reads * plan.grad_bytes + WEIGHT_BYTES + 2 * kind.state) / cluster.host_bandwidth
-    return shard * (kind.grad_reads * plan.grad_bytes + 2 * kind.state + WEIGHT_BYTES) / (
-        cluster.accelerator.hbm_bandwidth * eff.memory)
+        return shard * per_param / cluster.host_bandwidth
+    return shard * per_param / (cluster.accelerator.hbm_bandwidth * eff.memory)
 
 
 def offload(model: ModelSpec, cluster: Cluster, plan: Plan, layer_saved: Num, last: bool) -> Offload:
