@@ -32,9 +32,9 @@ from meshplan.measure.reuse import step_distances
 from meshplan.measure.signature import signature_key, signatures
 from meshplan.measure.step import make_step, time_steps
 from meshplan.measure.timing import make_clock, median
-from meshplan.measure.zoo import ZOO
 from meshplan.trace.classes import op_class
 from meshplan.trace.fusion import fused, fusion_groups
+from meshplan_research.zoo import ZOO
 
 
 def load() -> str:

@@ -55,7 +55,7 @@ def measure(models: list[str], rounds: int) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from meshplan.measure.zoo import ZOO
+    from meshplan_research.zoo import ZOO
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(ZOO), help="comma-separated zoo names")

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.measure.learned import METHODS, evaluate
-from meshplan.measure.zoo import ZOO
 from meshplan.units import fmt_bytes, fmt_count
+from meshplan_research.learned import METHODS, evaluate
+from meshplan_research.zoo import ZOO
 
 TARGETS = {"median": 0.10, "p90": 0.20, "memory": 0.05}  # issue 38's targets on this CPU machine
 
@@ -102,6 +102,9 @@ def render(records: list[dict[str, Any]], data: Path | str) -> str:
         "",
         "## The zoo: one training step each (forward, backward, AdamW)",
         "",
+        "The models are `meshplan_research.zoo`'s, in the research package beside meshplan (src/meshplan_research, "
+        "which meshplan never imports: check-step finds it through an entry point).",
+        "",
         *zoo_table(steps),
         "",
         f"Step time: median |error| {med:.1%}, p90 {p90:.1%} (targets ≤ {TARGETS['median']:.0%} and ≤ "
@@ -120,7 +123,8 @@ def render(records: list[dict[str, Any]], data: Path | str) -> str:
         "## The learned predictor, leave-one-model-out",
         "",
         "Each model in turn is held out; every method predicts its ops from the other models' profiles only "
-        "(`meshplan.measure.learned`; `replay` needs no training: it is check-step's own prediction).",
+        "(`meshplan_research.learned`, in the research package; `replay` needs no training: it is check-step's own "
+        "prediction).",
         "",
         *learned,
         "",

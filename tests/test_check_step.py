@@ -27,10 +27,10 @@ pytest.importorskip("transformers")
 from meshplan.cli import main  # noqa: E402
 from meshplan.measure.check import CheckSettings, check_step  # noqa: E402
 from meshplan.measure.command import optimizer_factory  # noqa: E402
-from meshplan.measure.mixer import MlpMixer  # noqa: E402
 from meshplan.measure.replay import ReplaySettings, replay_all  # noqa: E402
 from meshplan.measure.signature import signatures  # noqa: E402
 from meshplan.measure.timing import make_clock  # noqa: E402
+from meshplan_research.mixer import MlpMixer  # noqa: E402
 
 STEP_TOLERANCE = 0.25  # see the module docstring
 MEMORY_TOLERANCE = 0.05

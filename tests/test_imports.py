@@ -1,10 +1,11 @@
 """The data flow is the architecture: every module imports only from the layers at or before its own, no two modules
-import each other (directly or round a cycle), and the core never imports the validation layer.
+import each other (directly or round a cycle), and the core never imports the validation layer nor the research
+package (meshplan_research: the learned predictor, the model zoo, MLP-Mixer), which sit beside each other above it.
 
 Layers, in data-flow order (a module's layer is that of the first name under ``meshplan`` it lives in):
 base values → specs → collectives on the mesh → per-op cost → memory and op time → overlap channels and pipeline
 schedules → step → estimate → search and sweeps → trace and calibrate → sharding planner → measure (predict,
-then run a step) → report → command line → validation.
+then run a step) → report → command line → validation and research.
 Imports inside functions and under ``TYPE_CHECKING`` count as imports.
 """
 
@@ -34,7 +35,8 @@ LAYERS = [
     ("report",),
     ("cli",),
 ]
-VALIDATION = len(LAYERS)  # the package meshplan_validation, above the whole core
+VALIDATION = len(LAYERS)  # the packages meshplan_validation and meshplan_research, above the whole core
+OUTSIDE = ("meshplan_validation", "meshplan_research")  # the packages beside the core, which it never imports
 
 
 def module_name(path: Path) -> str:
@@ -46,9 +48,9 @@ MODULES = {module_name(p): p for p in sorted(SRC.rglob("*.py"))}
 
 
 def layer(module: str) -> int:
-    """The layer of a module of meshplan or meshplan_validation (the package ``meshplan`` itself: -1, the public
-    API, which re-exports from every layer and is imported by none of them)."""
-    if module.startswith("meshplan_validation"):
+    """The layer of a module of meshplan, meshplan_validation or meshplan_research (the package ``meshplan``
+    itself: -1, the public API, which re-exports from every layer and is imported by none of them)."""
+    if module.split(".")[0] in OUTSIDE:
         return VALIDATION
     parts = module.split(".")
     if len(parts) == 1:
@@ -60,7 +62,8 @@ def layer(module: str) -> int:
 
 
 def imports(module: str) -> set[str]:
-    """The modules of meshplan / meshplan_validation that ``module`` imports, anywhere in its file."""
+    """The modules of meshplan / meshplan_validation / meshplan_research that ``module`` imports, anywhere in its
+    file."""
     path = MODULES[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = set()
@@ -75,7 +78,7 @@ def imports(module: str) -> set[str]:
             names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
         else:
             continue
-        found |= {n for n in names if n.split(".")[0] in ("meshplan", "meshplan_validation") and n != module}
+        found |= {n for n in names if n.split(".")[0] in ("meshplan", *OUTSIDE) and n != module}
     return found
 
 
@@ -94,10 +97,26 @@ def test_imports_follow_the_data_flow(module):
     assert not upward, f"{module} (layer {layer(module)}) imports from later layers: {', '.join(upward)}"
 
 
-def test_the_core_never_imports_the_validation_layer():
-    core = [m for m in MODULES if m.startswith("meshplan.") or m == "meshplan"]
-    leaks = [(m, i) for m in core for i in GRAPH[m] if i.startswith("meshplan_validation")]
+CORE = [m for m in MODULES if m.startswith("meshplan.") or m == "meshplan"]
+
+
+@pytest.mark.parametrize("package", OUTSIDE)
+def test_the_core_never_imports_the_packages_beside_it(package):
+    leaks = [(m, i) for m in CORE for i in GRAPH[m] if i.split(".")[0] == package]
+    assert not leaks, f"the core imports {package}: {leaks}"
+
+
+def test_the_packages_beside_the_core_do_not_import_each_other():
+    leaks = [(m, i) for m in MODULES for i in GRAPH[m]
+             if m.split(".")[0] in OUTSIDE and i.split(".")[0] in OUTSIDE and i.split(".")[0] != m.split(".")[0]]
     assert not leaks
+
+
+def test_the_research_package_is_read():
+    """The checks above see the research package: its learned predictor imports its features and the core's
+    records (at run time), and no module of the core names it."""
+    assert {"meshplan_research.features", "meshplan.measure.records"} <= GRAPH["meshplan_research.learned"]
+    assert "meshplan.measure.learned" not in MODULES and "meshplan.measure.zoo" not in MODULES
 
 
 def test_no_import_cycles():
@@ -129,11 +148,11 @@ def test_the_layers_are_checked_on_something():
 
 def private_imports(module: str) -> list[str]:
     """The names starting with one underscore that ``module`` imports from another module of meshplan /
-    meshplan_validation (``from meshplan.x import _helper``): a private name is its module's own."""
+    meshplan_validation / meshplan_research (``from meshplan.x import _helper``): a private name is its module's
+    own."""
     found = []
     for node in ast.walk(ast.parse(MODULES[module].read_text())):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("meshplan",
-                                                                                         "meshplan_validation"):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("meshplan", *OUTSIDE):
             found += [f"{node.module}.{a.name}" for a in node.names
                       if a.name.startswith("_") and not a.name.startswith("__")]
     return found

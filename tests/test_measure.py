@@ -162,8 +162,8 @@ def test_peak_adds_a_kernels_workspace():
 
 
 def test_records_features_and_weighted_median():
-    from meshplan.measure.features import NAMES, matrix, vocabulary
-    from meshplan.measure.learned import _weighted_median, fit_roofline, roofline_time
+    from meshplan_research.features import NAMES, matrix, vocabulary
+    from meshplan_research.learned import _weighted_median, fit_roofline, roofline_time
 
     recs = [{"record": "op", "model": "m", "target": "aten.mul.Tensor", "phase": "fwd", "cls": "pointwise",
              "kind": "memory", "flops": 100.0 * i * i, "bytes_read": 1e3 * i, "bytes_written": 5e2 * i,

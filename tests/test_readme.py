@@ -150,12 +150,15 @@ def test_python_example_runs(path):
 
 
 def test_tour_names_every_package():
-    """Every subpackage and root module of src/meshplan, and the validation package, has its row in the tour."""
+    """Every subpackage and root module of src/meshplan, and the packages beside it (every other package under src/:
+    meshplan_validation, meshplan_research), has its row in the tour."""
     tour = text().split("## A tour of the code")[1].split("\n## ")[0]
     src = ROOT / "src" / "meshplan"
     names = [f"`{p.name}/`" for p in src.iterdir() if (p / "__init__.py").is_file()]
     names += [f"`{p.stem}`" for p in src.glob("*.py") if p.stem != "__init__"]
-    names += ["`presets/`", "`meshplan_validation`"]
+    names += ["`presets/`"] + [f"`{p.parent.name}`" for p in (ROOT / "src").glob("*/__init__.py")
+                               if p.parent.name != "meshplan"]
+    assert "`meshplan_research`" in names
     assert not [n for n in names if n not in tour]
 
 

@@ -35,9 +35,9 @@ from meshplan.errors import MissingDependency, SpecError
 @click.option("--top", type=int, default=10, show_default=True, help="discrepancies to list")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def check_step_cmd(model_ref: str, **options: object) -> None:
-    """Predict one training step of MODEL (a zoo name: gpt2 llama mistral qwen-moe bert t5 vit resnet50 convnext
-    mlp-mixer; or MODULE:FACTORY) on this machine, run it for real and compare: step time, peak memory, per op
-    class and the largest discrepancies."""
+    """Predict one training step of MODEL (MODULE:FACTORY; or, with the research package meshplan_research, a zoo
+    name: gpt2 llama mistral qwen-moe bert t5 vit resnet50 convnext mlp-mixer) on this machine, run it for real and
+    compare: step time, peak memory, per op class and the largest discrepancies."""
     main(model_ref, options)
 
 
@@ -53,7 +53,11 @@ def main(ref: str, options: dict[str, Any]) -> None:
     for name in ("top", "world_size"):
         if options[name] < 1:
             raise SpecError(f"{name.replace('_', '-')}={options[name]} must be a positive integer")
-    if options["learned"]:
+    apply_learned = None
+    if options["learned"]:  # refused before measuring: without the research package, or without profiles
+        from meshplan.measure.plugins import learned_residual
+
+        apply_learned = learned_residual()
         options["profiles"] = _profiles(options["profiles"])
     device = options["device"]
     if device == "auto":
@@ -80,11 +84,7 @@ def main(ref: str, options: dict[str, Any]) -> None:
                  settings=settings)
     from meshplan.measure import compare
 
-    learned = None
-    if options["learned"]:
-        from meshplan.measure.learned import apply_learned
-
-        learned = apply_learned(result, options["profiles"])
+    learned = None if apply_learned is None else apply_learned(result, options["profiles"])
     if options["save_profile"]:
         from meshplan.measure.records import append_profile
 

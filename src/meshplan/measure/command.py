@@ -1,4 +1,5 @@
-"""``meshplan check-step``: the model (a zoo name or MODULE:FACTORY), its inputs and optimizer, then check_step.
+"""``meshplan check-step``: the model (MODULE:FACTORY, or a zoo name from the research package: plugins.py), its
+inputs and optimizer, then check_step.
 
 A factory may return the module alone, or ``(module, inputs)``; with the module alone, ``--input-shape`` /
 ``--dtype`` give the inputs, made real: floating ones from a standard normal, integer ones uniform in [0, n) with
@@ -38,13 +39,16 @@ def load_target(ref: str, shapes: tuple[str, ...] = (), dtypes: tuple[str, ...] 
                 ) -> Target:
     """The module and real inputs named by ``ref`` (module docstring), on ``device``."""
     torch = _require_torch()
-    from meshplan.measure.zoo import ZOO
+    from meshplan.measure.plugins import MissingResearch, zoo_models
 
-    if ref in ZOO:
-        model, inputs = ZOO[ref].build()
+    zoo = zoo_models()
+    if ref in zoo:
+        model, inputs = zoo[ref].build()
     else:
+        if ":" not in ref and not zoo:
+            raise MissingResearch(f"model={ref!r} is not MODULE:FACTORY; the model zoo")
         if ":" not in ref:
-            raise SpecError(f"model={ref!r} is not in the zoo ({', '.join(ZOO)}) nor MODULE:FACTORY")
+            raise SpecError(f"model={ref!r} is not in the zoo ({', '.join(zoo)}) nor MODULE:FACTORY")
         from meshplan.trace.command import first_line, load_factory, parse_shape
 
         factory = load_factory(ref)

@@ -1,5 +1,5 @@
 """Seed 002's learned predictor: op times from static features (features.py), trained on the per-op profiles of
-other models (records.py) and judged on a model it has not seen (leave-one-model-out).
+other models (meshplan.measure.records) and judged on a model it has not seen (leave-one-model-out).
 
 The learner is gradient-boosted regression trees (scikit-learn's HistGradientBoostingRegressor, the histogram
 algorithm of LightGBM: Ke et al., NeurIPS 2017). Why trees and not a GNN over the graph (Gao et al., ICSE-SEIP
@@ -17,7 +17,7 @@ work into its step:
                      replayed ops: an analytic model with fitted latency and rates, no replay of this model
     roofline+learned the roofline times exp(a residual learned on the other models)
     learned          the trees alone: log t from the static features
-    replay           the analytic prediction check-step makes: this model's own ops replayed (replay.py)
+    replay           the analytic prediction check-step makes: this model's own ops replayed (meshplan.measure.replay)
     replay+learned   replay times exp(a residual learned on the other models): ``--learned`` in check-step
 """
 
@@ -32,7 +32,7 @@ import numpy as np
 
 from meshplan.calibrate.fit import nnls
 from meshplan.errors import MissingDependency
-from meshplan.measure.features import NAMES, matrix, vocabulary
+from meshplan_research.features import NAMES, matrix, vocabulary
 
 METHODS = ("roofline", "roofline+learned", "learned", "replay", "replay+learned")
 SEED = 0

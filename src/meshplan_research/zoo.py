@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from meshplan.errors import MissingDependency, SpecError
+from meshplan.errors import MissingDependency
 
 V, B, S, IMAGE = 2048, 4, 128, 64
 
@@ -89,7 +89,7 @@ def _pair(model: Callable[[], Any], inputs: Callable[[], tuple[Any, ...]]) -> Ca
 
 
 def _mixer() -> Any:
-    from meshplan.measure.mixer import MlpMixer
+    from meshplan_research.mixer import MlpMixer
 
     return MlpMixer(image=IMAGE, patch=8, channels=256, depth=4, token_hidden=128, channel_hidden=1024).train()
 
@@ -133,8 +133,3 @@ ZOO = {z.name: z for z in [
              build=_pair(_mixer, _images())),
 ]}
 
-
-def zoo_model(name: str) -> ZooModel:
-    if name not in ZOO:
-        raise SpecError(f"model={name!r} is not in the zoo ({', '.join(ZOO)}) nor MODULE:FACTORY")
-    return ZOO[name]

@@ -1,6 +1,7 @@
 """Static features of an op, for the learned model (learned.py): what is known before anything runs, from the
-trace (FLOPs, bytes, shapes, dtype, class, phase), the step's memory pattern (reuse distance, reuse.py) and the
-graph (kernel launches, the length of the fused chain it belongs to, fusion.py). No torch here; numpy only.
+trace (FLOPs, bytes, shapes, dtype, class, phase), the step's memory pattern (reuse distance,
+meshplan.measure.reuse) and the graph (kernel launches, the length of the fused chain it belongs to,
+meshplan.trace.fusion). No torch here; numpy only.
 
 Sizes enter as log(1 + x): an op's time grows with them over six decades, and trees split a log axis evenly.
 The aten op's name is a categorical feature (ordinal codes of the names seen in training; an unseen name is
@@ -25,7 +26,7 @@ NAMES = (*NUMERIC, *(f"class_{c}" for c in CLASSES), *(f"phase_{p}" for p in PHA
 
 
 def _numel(tensors: Sequence[str]) -> int:
-    """The largest element count of ``["4x128x256:float32", …]`` (records.py)."""
+    """The largest element count of ``["4x128x256:float32", …]`` (meshplan.measure.records)."""
     best = 0
     for text in tensors:
         n = 1
