@@ -40,12 +40,12 @@ def machine_slug(name: str, cores: int) -> str:
 
 def measure(models: list[str], rounds: int) -> list:
     from meshplan.measure.check import CheckSettings
-    from meshplan.measure.command import run
+    from meshplan.measure.command import check_step_ref
 
     results = []
     for name in models:
         start = time.time()
-        result = run(name, settings=CheckSettings(rounds=rounds))
+        result = check_step_ref(name, settings=CheckSettings(rounds=rounds))
         results.append(result)
         print(f"{name:10s} predicted {result.prediction.seconds * 1e3:7.1f} ms, measured "
               f"{result.measurement.timing.seconds * 1e3:7.1f} ms ({result.error:+.1%}); peak memory "

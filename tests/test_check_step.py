@@ -204,9 +204,9 @@ def test_sgd_is_plain_and_sgd_momentum_keeps_a_buffer():
     params = [torch.nn.Parameter(torch.zeros(3))]
     assert optimizer_factory("sgd", params)(params).defaults["momentum"] == 0.0
     assert optimizer_factory("sgd-momentum", params)(params).defaults["momentum"] == 0.9
-    from meshplan.measure.command import run
+    from meshplan.measure.command import check_step_ref
 
-    plain, momentum = (run("tests/data/measure_model.py:make", optimizer=o,
+    plain, momentum = (check_step_ref("tests/data/measure_model.py:make", optimizer=o,
                            settings=CheckSettings(rounds=1, steps=2, warmup=1, threads=1, optimizer=o))
                        for o in ("sgd", "sgd-momentum"))
     assert momentum.prediction.peak_bytes - plain.prediction.peak_bytes == 4 * 2_410

@@ -6,6 +6,7 @@ and tests/test_configs_framework_loaders.py (torchtitan's ConfigManager, Megatro
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import tomllib
@@ -58,7 +59,8 @@ def test_emit_then_read_gives_the_same_plan_and_step_time(fmt, name, gpus):
 
 
 def _documented(fmt: str) -> str:
-    return FORMATS[fmt].__doc__ or ""
+    """The docstring of the format's module (configs/megatron.py, ...), where its option names are cited."""
+    return importlib.import_module(f"meshplan.configs.{fmt}").__doc__ or ""
 
 
 @pytest.mark.parametrize("name,gpus", MODELS)
@@ -96,3 +98,16 @@ def test_nemo_keys_are_the_cited_ones():
     assert "model.tensor_model_parallel_size" in keys and "train.global_batch_size" in keys
     doc = _documented("nemo")
     assert not [k for k in keys if f"``{k}``" not in doc and f"``{k.partition('.')[2]}``" not in doc]
+
+
+def test_each_format_is_one_record_under_its_name():
+    """configs/format.py: FORMATS holds one ConfigFormat per framework under its own name; its preset is a stack
+    preset that loads, and the one `plan --emit` searches with (cli/emit.py EMIT_FRAMEWORK); its markers tell its
+    own files apart (a text naming one marker is that format's, an empty text no format's)."""
+    from meshplan.cli.emit import EMIT_FRAMEWORK
+
+    assert sorted(FORMATS) == ["deepspeed", "megatron", "nemo", "torchtitan"]
+    assert {name: f.preset for name, f in FORMATS.items()} == EMIT_FRAMEWORK
+    for name, f in FORMATS.items():
+        assert f.name == name and load_stack(f.preset).name
+        assert all(f.written_in(marker) for marker in f.markers) and not f.written_in("")

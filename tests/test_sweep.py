@@ -17,13 +17,13 @@ from meshplan.cli import main
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.specs.hardware import load_system
 from meshplan.sweep import (
-    COLUMNS,
     PARAMS,
+    SWEEP_COLUMNS,
     param_points,
     read_csv,
-    run,
     scaled_system,
     scaling_points,
+    search_points,
     sweep_space,
     write_csv,
     write_json,
@@ -81,7 +81,7 @@ def test_more_hardware_never_lowers_throughput(model, param):
     factors = (0.25, 0.5, 1, 2, 4)
     points = param_points(model, ["h100"], [32], GBS, param=param, factors=factors,
                           space=sweep_space(GBS, all_placements=False))
-    rows = run(points, workers=1, progress=False)
+    rows = search_points(points, workers=1, progress=False)
     speed = [r["tokens_per_s"] or 0.0 for r in rows]
     assert [r["factor"] for r in rows] == list(factors)
     assert all(b >= a * (1 - 1e-12) for a, b in zip(speed, speed[1:], strict=False)), (param, speed)
@@ -96,7 +96,7 @@ def test_more_latency_never_raises_throughput(model, param):
     factors = (0.25, 1, 4, 100)
     points = param_points(model, ["h100"], [32], GBS, param=param, factors=factors,
                           space=sweep_space(GBS, all_placements=False))
-    speed = [r["tokens_per_s"] for r in run(points, workers=1, progress=False)]
+    speed = [r["tokens_per_s"] for r in search_points(points, workers=1, progress=False)]
     assert all(b <= a * (1 + 1e-12) for a, b in zip(speed, speed[1:], strict=False)), (param, speed)
     assert speed[-1] < speed[0]
     assert points[1].value == 4 * points[0].value  # 1 / 0.25
@@ -116,7 +116,7 @@ def test_latency_and_host_link_scale_their_own_field():
 
 def test_infeasible_point_is_a_row_not_an_error(model, quick, tmp_path):
     points = param_points(model, ["h100"], [8], GBS, param="hbm_capacity", factors=(1e-4,), space=quick)
-    (row,) = run(points, workers=1, progress=False)
+    (row,) = search_points(points, workers=1, progress=False)
     assert row["feasible"] is False and row["tokens_per_s"] is None and row["plan"] is None
     assert row["evaluated"] > 0 and row["feasible_plans"] == 0
     write_csv([row], tmp_path / "r.csv")
@@ -126,13 +126,13 @@ def test_infeasible_point_is_a_row_not_an_error(model, quick, tmp_path):
 
 def test_files_have_the_columns_and_round_trip(model, quick, tmp_path):
     points = param_points(model, ["a100", "h100"], [8, 16], GBS, nvlink=(4, 8), space=quick)
-    rows = run(points, workers=1, progress=False)
-    assert all(list(r) == list(COLUMNS) for r in rows)
+    rows = search_points(points, workers=1, progress=False)
+    assert all(list(r) == list(SWEEP_COLUMNS) for r in rows)
     write_csv(rows, tmp_path / "s.csv")
     write_json(rows, tmp_path / "s.json")
     with (tmp_path / "s.csv").open(newline="") as f:
         reader = csv.DictReader(f)
-        assert tuple(reader.fieldnames) == COLUMNS
+        assert tuple(reader.fieldnames) == SWEEP_COLUMNS
         lines = list(reader)
     assert len(lines) == len(rows) == 8
     for line, row in zip(lines, rows, strict=True):
@@ -155,12 +155,12 @@ def test_files_have_the_columns_and_round_trip(model, quick, tmp_path):
 
 def test_pandas_reads_the_files(model, quick, tmp_path):
     pd = pytest.importorskip("pandas")
-    rows = run(param_points(model, ["h100"], [8, 16], GBS, param="nic_bandwidth", factors=(1, 2), space=quick),
-               workers=1, progress=False)
+    points = param_points(model, ["h100"], [8, 16], GBS, param="nic_bandwidth", factors=(1, 2), space=quick)
+    rows = search_points(points, workers=1, progress=False)
     write_csv(rows, tmp_path / "s.csv")
     write_json(rows, tmp_path / "s.json")
     for frame in (pd.read_csv(tmp_path / "s.csv"), pd.read_json(tmp_path / "s.json")):
-        assert list(frame.columns) == list(COLUMNS) and len(frame) == 4
+        assert list(frame.columns) == list(SWEEP_COLUMNS) and len(frame) == 4
         assert frame["tokens_per_s"].dtype.kind == "f" and frame["gpus"].dtype.kind == "i"
         assert frame["tokens_per_s"].tolist() == [r["tokens_per_s"] for r in rows]
 
@@ -168,8 +168,8 @@ def test_pandas_reads_the_files(model, quick, tmp_path):
 def test_pool_and_serial_give_identical_rows(model, quick):
     points = param_points(model, ["a100", "h100"], [8, 16, 32], GBS, space=quick)
     ticks = []
-    serial = run(points, workers=1, progress=lambda done, total: ticks.append((done, total)))
-    pooled = run(points, workers=2, progress=False)
+    serial = search_points(points, workers=1, progress=lambda done, total: ticks.append((done, total)))
+    pooled = search_points(points, workers=2, progress=False)
     assert pooled == serial
     assert ticks[-1] == (len(points), len(points)) and len(ticks) == len(points)
 
@@ -177,11 +177,11 @@ def test_pool_and_serial_give_identical_rows(model, quick):
 def test_ray_local_instance_gives_identical_rows(model, quick):
     ray = pytest.importorskip("ray")
     points = param_points(model, ["h100"], [8, 16], GBS, param="peak_flops", factors=(1, 2), space=quick)
-    serial = run(points, workers=1, progress=False)
+    serial = search_points(points, workers=1, progress=False)
     try:
-        assert run(points, ray_address="local", progress=False) == serial  # ray.init() of a local instance
+        assert search_points(points, ray_address="local", progress=False) == serial  # ray.init() of a local instance
     finally:
-        ray.shutdown()  # a no-op when run() shut it down as it should
+        ray.shutdown()  # a no-op when search_points() shut it down as it should
     assert not ray.is_initialized()
 
 
@@ -189,7 +189,7 @@ def test_an_address_ray_cannot_parse_is_a_one_line_error(model, quick):
     ray = pytest.importorskip("ray")
     points = scaling_points(model, ["h100"], [8], GBS, space=quick)
     with pytest.raises(SpecError, match=r"ray='bogus': cannot connect to a Ray cluster"):
-        run(points, ray_address="bogus", progress=False)
+        search_points(points, ray_address="bogus", progress=False)
     assert not ray.is_initialized()
 
 
@@ -197,7 +197,7 @@ def test_missing_ray_names_the_extra(model, quick, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     points = scaling_points(model, ["h100"], [8], GBS, space=quick)
     with pytest.raises(MissingDependency, match=r"pip install 'meshplan\[ray\]'"):
-        run(points, ray_address="auto", progress=False)
+        search_points(points, ray_address="auto", progress=False)
 
 
 def test_params_are_documented():

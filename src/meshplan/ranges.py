@@ -31,16 +31,16 @@ class Range(NamedTuple):
     zero: str = ""
 
 
-WIDTH = 2**20  # 1,048,576: 40x the widest hidden size trained (Megatron-LM's 1T model, 25,600)
-FFN = 2**22  # 4,194,304: 40x the widest FFN trained (GPT-3 175B / Megatron-LM 1T, 102,400)
-HEADS = 2**16  # 65,536: 400x the most attention heads trained (Megatron-LM 1T, 160)
-LORA = 2**16  # 65,536: LoRA ranks in use are 4-256 (Hu et al. 2021 use 1-64; QLoRA 64)
+_WIDTH = 2**20  # 1,048,576: 40x the widest hidden size trained (Megatron-LM's 1T model, 25,600)
+_FFN = 2**22  # 4,194,304: 40x the widest FFN trained (GPT-3 175B / Megatron-LM 1T, 102,400)
+_HEADS = 2**16  # 65,536: 400x the most attention heads trained (Megatron-LM 1T, 160)
+_LORA = 2**16  # 65,536: LoRA ranks in use are 4-256 (Hu et al. 2021 use 1-64; QLoRA 64)
 # A model's parameters: 10^15, 500x the largest models trained (~2T); with MAX_STEP_TOKENS it bounds every FLOP count
 MAX_PARAMS = 10**15
 # Tokens of one step (global batch x sequence): 2^40 = 1.1e12, 65,000x Llama 3 405B's 16M-token batches
 MAX_STEP_TOKENS = 2**40
-POWER = "0.1 kW class parts (L4 72 W) to 1.4 kW (B300); 100 kW is 4x a Cerebras CS-3 system (23 kW)"
-LATENCY = "NCCL's per-step latencies are 0.5-10 us (src/graph/tuning.cc hwLat); a second is 10^5 times that"
+_POWER = "0.1 kW class parts (L4 72 W) to 1.4 kW (B300); 100 kW is 4x a Cerebras CS-3 system (23 kW)"
+_LATENCY = "NCCL's per-step latencies are 0.5-10 us (src/graph/tuning.cc hwLat); a second is 10^5 times that"
 
 RANGES: dict[str, Range] = {
     # ---- Accelerator ------------------------------------------------------------------------------------------
@@ -53,11 +53,11 @@ RANGES: dict[str, Range] = {
     "nvlink_bandwidth": Range(1e6, 1e16, "B/s", "per GPU per direction: presets 32 GB/s (PCIe) to 900 GB/s "
                               "(NVLink 5); 10 PB/s is 10,000x NVLink 5"),
     "num_sms": Range(1, 1_000_000, "", "GPUs have 20-304 SMs / CUs; Cerebras WSE-3 has 900,000 cores"),
-    "tdp_watts": Range(1, 100_000, "W", POWER, "unknown"),
+    "tdp_watts": Range(1, 100_000, "W", _POWER, "unknown"),
     "matmul_bf16": Range(1e-9, 1, "", "MAMF / dense peak: measured 0.51-0.87 (ml-engineering's table), at most 1 "
                          "by definition; a CPU calibrated against a GPU's peak reads ~1e-6", "looked up"),
     "matmul_fp8": Range(0.01, 1, "", "as matmul_bf16, for fp8 (and fp4) GEMMs", "looked up"),
-    "matmul_watts": Range(1, 100_000, "W", POWER, "unknown"),
+    "matmul_watts": Range(1, 100_000, "W", _POWER, "unknown"),
     "gemm_overhead": Range(0, 1, "s", "fixed time per tensor-core kernel (calibrate's GEMM fit intercept): "
                            "2-20 us on GPUs; a CPU's quick calibration reads up to a few ms; a second is 10^5 x that"),
     "kernel_overhead": Range(0, 1, "s", "fixed time per other kernel (calibrate's memory fit intercept): 2-10 us "
@@ -81,12 +81,12 @@ RANGES: dict[str, Range] = {
     # ---- Network / Tier / Cluster -----------------------------------------------------------------------------
     "nvlink_domain": Range(1, MAX_GPUS, "", "GPUs per scale-up domain: 4-72 built (NVL72), 576 announced; up to "
                            "the largest cluster meshplan plans (what if every GPU were on NVLink?)"),
-    "nvlink_latency": Range(0, 1, "s", LATENCY),
+    "nvlink_latency": Range(0, 1, "s", _LATENCY),
     "nics_per_gpu": Range(0.001, 64, "", "0.5 (DGX-2) to 1 in the presets; one NIC per 1,000 GPUs or 64 per GPU "
                           "is past any machine built"),
     "nic_bandwidth": Range(1e6, 1e15, "B/s", "per NIC per direction: 10 Mb/s Ethernet is 1.25 MB/s, ConnectX-8 "
                            "800 Gb/s is 100 GB/s; 1 PB/s is 10,000x that"),
-    "nic_latency": Range(0, 1, "s", LATENCY),
+    "nic_latency": Range(0, 1, "s", _LATENCY),
     "host_bandwidth": Range(1e6, 1e15, "B/s", "GPU to host per direction: PCIe Gen3 x16 14 GB/s to NVLink-C2C 450 "
                             "GB/s (GH200)"),
     "python_host": Range(0.1, 100, "", "host CPU time for PyTorch's Python-side work against an x86 DGX host: 1, "
@@ -97,45 +97,45 @@ RANGES: dict[str, Range] = {
     "bandwidth": Range(1e3, 1e17, "B/s", "Tier: per GPU per direction: nvlink_bandwidth, or nics_per_gpu x "
                        "nic_bandwidth (0.001 x 1 MB/s ... 64 x 1 PB/s)", "the accelerator's nvlink_bandwidth (tier 0 "
                        "of a system file)"),
-    "latency": Range(0, 1, "s", "Tier: " + LATENCY),
+    "latency": Range(0, 1, "s", "Tier: " + _LATENCY),
     "oversubscription": Range(1, 1000, "", "a tier's k:1 switch taper: 1 in non-blocking fat trees (DGX SuperPOD), 7 "
                               "at the aggregation layer of Meta's Llama 3 clusters; 1000:1 is past any fabric built"),
     "num_gpus": Range(1, MAX_GPUS, "", "2^20: beyond every machine built or announced (a few hundred thousand "
                       "to a million GPUs)"),
     # ---- ModelSpec ----------------------------------------------------------------------------------------------
     "num_layers": Range(1, MAX_LAYERS, "", "10x the deepest transformer trained (DeepNet: 1,000 layers)"),
-    "hidden_size": Range(1, WIDTH, "", "40x the widest trained (Megatron-LM 1T: 25,600)"),
-    "num_heads": Range(1, HEADS, "", "400x the most heads trained (Megatron-LM 1T: 160)"),
-    "ffn_hidden_size": Range(1, FFN, "", "40x the widest FFN trained (102,400)"),
+    "hidden_size": Range(1, _WIDTH, "", "40x the widest trained (Megatron-LM 1T: 25,600)"),
+    "num_heads": Range(1, _HEADS, "", "400x the most heads trained (Megatron-LM 1T: 160)"),
+    "ffn_hidden_size": Range(1, _FFN, "", "40x the widest FFN trained (102,400)"),
     "vocab_size": Range(1, 2**24, "", "64x the largest vocabulary (Gemma 3: 262,144)"),
-    "num_kv_heads": Range(1, HEADS, "", "as num_heads", "as num_heads"),
-    "head_dim": Range(1, WIDTH, "", "at most the hidden size (one head); heads use 64-256", "hidden / heads"),
+    "num_kv_heads": Range(1, _HEADS, "", "as num_heads", "as num_heads"),
+    "head_dim": Range(1, _WIDTH, "", "at most the hidden size (one head); heads use 64-256", "hidden / heads"),
     "seq_length": Range(1, MAX_SIZE, "", "2^31 - 1, the int32 index bound: 200x the longest context trained "
                         "(10M)"),
     "sliding_window": Range(1, MAX_SIZE, "", "at most a sequence (Mistral 4,096, GPT-OSS 128)", "none"),
     "window_layers": Range(1, MAX_LAYERS, "", "at most the layers", "every attention layer"),
     "max_position_embeddings": Range(1, MAX_SIZE, "", "as seq_length", "the sequence length"),
-    "num_experts": Range(1, WIDTH, "", "DeepSeek-V3 256, Qwen3 512; 1,048,576 is PEER's (He 2024) million "
+    "num_experts": Range(1, _WIDTH, "", "DeepSeek-V3 256, Qwen3 512; 1,048,576 is PEER's (He 2024) million "
                          "experts", "a dense model"),
-    "moe_topk": Range(1, WIDTH, "", "at most the experts (2-22 in use)", "a dense model"),
-    "moe_ffn_hidden_size": Range(1, FFN, "", "as ffn_hidden_size", "ffn_hidden_size"),
-    "shared_expert_ffn_size": Range(1, FFN, "", "as ffn_hidden_size", "none"),
+    "moe_topk": Range(1, _WIDTH, "", "at most the experts (2-22 in use)", "a dense model"),
+    "moe_ffn_hidden_size": Range(1, _FFN, "", "as ffn_hidden_size", "ffn_hidden_size"),
+    "shared_expert_ffn_size": Range(1, _FFN, "", "as ffn_hidden_size", "none"),
     "first_k_dense_layers": Range(1, MAX_LAYERS, "", "at most the layers", "none"),
     "moe_layer_freq": Range(1, MAX_LAYERS, "", "at most the layers"),
     "glu_clamp": Range(1e-3, 3.4e38, "", "a clamp on bf16 activations (GPT-OSS 7): beyond bf16's largest value "
                        "(3.39e38) it never acts", "no clamp"),
-    "q_lora_rank": Range(1, WIDTH, "", "at most the hidden size (DeepSeek-V3 1,536)", "no q compression"),
-    "kv_lora_rank": Range(1, WIDTH, "", "at most the hidden size (DeepSeek-V3 512)", "standard attention"),
-    "qk_nope_head_dim": Range(1, HEADS, "", "MLA head widths (DeepSeek-V3 128)", "not MLA"),
-    "qk_rope_head_dim": Range(1, HEADS, "", "MLA head widths (DeepSeek-V3 64)", "not MLA"),
-    "v_head_dim": Range(1, HEADS, "", "MLA head widths (DeepSeek-V3 128)", "not MLA"),
-    "mamba_heads": Range(1, HEADS, "", "Nemotron-H 64-128", "no Mamba"),
-    "mamba_head_dim": Range(1, HEADS, "", "Mamba-2 uses 64", "no Mamba"),
-    "mamba_state": Range(1, HEADS, "", "Mamba-2 uses 64-256", "no Mamba"),
-    "mamba_groups": Range(1, HEADS, "", "at most the heads (1-8 in use)"),
+    "q_lora_rank": Range(1, _WIDTH, "", "at most the hidden size (DeepSeek-V3 1,536)", "no q compression"),
+    "kv_lora_rank": Range(1, _WIDTH, "", "at most the hidden size (DeepSeek-V3 512)", "standard attention"),
+    "qk_nope_head_dim": Range(1, _HEADS, "", "MLA head widths (DeepSeek-V3 128)", "not MLA"),
+    "qk_rope_head_dim": Range(1, _HEADS, "", "MLA head widths (DeepSeek-V3 64)", "not MLA"),
+    "v_head_dim": Range(1, _HEADS, "", "MLA head widths (DeepSeek-V3 128)", "not MLA"),
+    "mamba_heads": Range(1, _HEADS, "", "Nemotron-H 64-128", "no Mamba"),
+    "mamba_head_dim": Range(1, _HEADS, "", "Mamba-2 uses 64", "no Mamba"),
+    "mamba_state": Range(1, _HEADS, "", "Mamba-2 uses 64-256", "no Mamba"),
+    "mamba_groups": Range(1, _HEADS, "", "at most the heads (1-8 in use)"),
     "mamba_conv": Range(1, 2**16, "", "the causal conv1d kernel: 4 in every Mamba"),
     "mamba_chunk": Range(1, MAX_SIZE, "", "the SSD chunk: 128-256 in use, at most a sequence"),
-    "moe_latent_size": Range(1, WIDTH, "", "at most the hidden size (Nemotron 3 Super 1,024)", "no latent"),
+    "moe_latent_size": Range(1, _WIDTH, "", "at most the hidden size (Nemotron 3 Super 1,024)", "no latent"),
     "mtp_layers": Range(1, MAX_LAYERS, "", "1-2 in use", "none"),
     # ---- Plan and the options that set it -----------------------------------------------------------------------
     "dp": Range(1, MAX_GPUS, "", "a parallel axis is at most the cluster"),
@@ -154,11 +154,11 @@ RANGES: dict[str, Range] = {
     "recompute_layers": Range(1, MAX_LAYERS, "", "at most the layers", "all of them"),
     "offload_layers": Range(1, MAX_LAYERS, "", "at most the layers", "all of them"),
     "grad_bytes": Range(2, 4, "B", "bf16 (2) or fp32 (4) gradients: the only reduce dtypes costed"),
-    "lora_rank": Range(1, LORA, "", "LoRA ranks in use are 4-256; 65,536 is above every hidden size trained",
+    "lora_rank": Range(1, _LORA, "", "LoRA ranks in use are 4-256; 65,536 is above every hidden size trained",
                        "full training (the --lora-rank option)"),
     "train_metrics": Range(1, 100, "", "cross-entropies evaluated per micro-batch for metrics (Composer's MPT: 2)",
                            "none"),
-    "summa_panels": Range(1, WIDTH, "", "at most the hidden size", "max(tp, tp2)"),
+    "summa_panels": Range(1, _WIDTH, "", "at most the hidden size", "max(tp, tp2)"),
     # ---- serving (serve/): ServePlan, Workload, Engine --------------------------------------------------------------
     "dpa": Range(1, MAX_GPUS, "", "a parallel axis is at most the cluster"),
     "batch": Range(1, MAX_SIZE, "", "sequences in flight per instance: the int32 index bound"),
@@ -224,7 +224,7 @@ def problem(name: str, value: Any, key: str | None = None) -> str | None:
     return f"{name}={_shown(value)}{unit} is outside {_fmt(r.low)} … {_fmt(r.high)}{unit}{zero}"
 
 
-def check(name: str, value: Any, prefix: str = "", key: str | None = None) -> None:
+def check_value(name: str, value: Any, prefix: str = "", key: str | None = None) -> None:
     """Raise SpecError (``prefix`` + the problem) when ``value`` is outside the range of ``name``."""
     message = problem(name, value, key)
     if message:
@@ -239,16 +239,16 @@ def check_spec(spec: Any, prefix: str = "") -> None:
         value = getattr(spec, f.name)
         if isinstance(value, dict):
             for k, v in value.items():
-                check(f"{f.name}.{k}", v, prefix, f.name)
+                check_value(f"{f.name}.{k}", v, prefix, f.name)
         else:
-            check(f.name, value, prefix)
+            check_value(f.name, value, prefix)
 
 
 def check_options(**options: Any) -> None:
     """Check command-line options (``None``: not given) against their ranges, before any work starts."""
     for name, value in options.items():
         if value is not None:
-            check(name.replace("_", "-"), value)
+            check_value(name.replace("_", "-"), value)
 
 
 def numeric_fields(cls: type) -> list[str]:

@@ -1,14 +1,14 @@
 """Design-space sweeps: the best plan's throughput over GPU counts, systems and hardware parameters.
 
 A sweep is a list of ``Point``s (a model, a system, a GPU count, an NVLink domain size, a global batch and,
-for a hardware-parameter sweep, the parameter and its scale factor). ``run`` searches every point (the
+for a hardware-parameter sweep, the parameter and its scale factor). ``search_points`` searches every point (the
 exhaustive search of meshplan.search) and returns one flat row per point, in point order, whatever ran it:
 
 - serially (``workers=1``),
 - on the local cores (``concurrent.futures.ProcessPoolExecutor``, the default),
 - on a Ray cluster (``ray_address="auto"`` or ``"ray://host:10001"``; ``"local"`` starts one in-process).
 
-Rows are plain dicts of numbers and strings with the same keys in the same order (``COLUMNS``), so
+Rows are plain dicts of numbers and strings with the same keys in the same order (``SWEEP_COLUMNS``), so
 ``write_csv`` / ``write_json`` produce files that ``pandas.read_csv`` and ``pandas.read_json`` read directly;
 a point where no plan fits has ``feasible = False`` and empty (NaN) metrics. Rows are deterministic (no
 wall-clock fields), so the serial, pool and Ray paths give identical rows.
@@ -55,7 +55,7 @@ PARAMS: dict[str, tuple[str, Callable[[System], float]]] = {
                        lambda s: s.network.host_bandwidth),
 }
 
-COLUMNS = (
+SWEEP_COLUMNS = (
     "model", "system", "accelerator", "gpus", "nvlink_domain", "global_batch", "param", "factor", "value",
     "feasible", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu",
     "peak_memory_bytes", "hbm_bytes", "plan", "dp", "tp", "pp", "cp", "ep", "etp", "vpp", "last_stage_layers",
@@ -188,8 +188,8 @@ def param_points(model: ModelSpec, systems: Sequence[str | System], gpus: Sequen
 
 
 # ---- evaluating one point ------------------------------------------------------------------------------------
-def evaluate(point: Point) -> dict[str, Any]:
-    """Search one point; return its row (``COLUMNS``). Runs in a worker process or a Ray task."""
+def search_point(point: Point) -> dict[str, Any]:
+    """Search one point; return its row (``SWEEP_COLUMNS``). Runs in a worker process or a Ray task."""
     cluster = point.system.cluster(point.gpus, nvlink_domain=point.nvlink_domain)
     result = search(point.model, cluster, point.space, top_k=1, explore=point.explore)
     row = result_row(point, result)
@@ -201,7 +201,7 @@ def evaluate(point: Point) -> dict[str, Any]:
 def result_row(point: Point, result: SearchResult) -> dict[str, Any]:
     """The row of ``point`` from its search result (the best plan's numbers; empty when none fits)."""
     cluster = result.cluster
-    row: dict[str, Any] = dict.fromkeys(COLUMNS)
+    row: dict[str, Any] = dict.fromkeys(SWEEP_COLUMNS)
     row.update(model=point.model.name, system=point.label or point.system.name,
                accelerator=point.system.accelerator.name, gpus=point.gpus, nvlink_domain=point.nvlink_domain,
                global_batch=point.global_batch, param=point.param, factor=point.factor,
@@ -221,8 +221,8 @@ def result_row(point: Point, result: SearchResult) -> dict[str, Any]:
 
 
 # ---- running many --------------------------------------------------------------------------------------------
-def run(points: Sequence[Point], workers: int | None = None, ray_address: str | None = None,
-        progress: bool | Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+def search_points(points: Sequence[Point], workers: int | None = None, ray_address: str | None = None,
+                  progress: bool | Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
     """Rows of every point, in point order.
 
     ``workers``: local processes (default: the CPU count; 1 runs serially in this process).
@@ -241,7 +241,7 @@ def run(points: Sequence[Point], workers: int | None = None, ray_address: str | 
         rows = []
         with _Progress(progress, len(points)) as tick:
             for point in points:
-                rows.append(evaluate(point))
+                rows.append(search_point(point))
                 tick()
         return rows
     return _run_pool(points, workers, progress)
@@ -254,7 +254,7 @@ def _run_pool(points: Sequence[Point], workers: int, progress: bool | Callable[[
     rows: list[dict[str, Any] | None] = [None] * len(points)
     with ProcessPoolExecutor(max_workers=workers) as pool:
         # Submitting starts the workers (forked on Linux) before the progress bar starts its thread.
-        futures = {pool.submit(evaluate, p): i for i, p in enumerate(points)}
+        futures = {pool.submit(search_point, p): i for i, p in enumerate(points)}
         try:
             with _Progress(progress, len(points)) as tick:
                 for future in as_completed(futures):
@@ -280,7 +280,7 @@ def _run_ray(points: Sequence[Point], address: str, tick: Callable[[], None]) ->
             raise SpecError(f"ray={address!r}: cannot connect to a Ray cluster ({exc})") from None
         started = True
     try:
-        task = ray.remote(evaluate)
+        task = ray.remote(search_point)
         refs = [task.remote(p) for p in points]
         index = {ref: i for i, ref in enumerate(refs)}
         rows: list[dict[str, Any] | None] = [None] * len(points)
@@ -337,12 +337,12 @@ def _cell(value: Any) -> Any:
 
 
 def write_csv(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:
-    """One header line (``COLUMNS``) and one line per row; missing values are empty cells (NaN in pandas)."""
+    """One header line (``SWEEP_COLUMNS``) and one line per row; missing values are empty cells (NaN in pandas)."""
     text = io.StringIO(newline="")
-    writer = csv.DictWriter(text, fieldnames=COLUMNS, extrasaction="ignore")
+    writer = csv.DictWriter(text, fieldnames=SWEEP_COLUMNS, extrasaction="ignore")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: _cell(row.get(k)) for k in COLUMNS})
+        writer.writerow({k: _cell(row.get(k)) for k in SWEEP_COLUMNS})
     return write_text(path, text.getvalue(), "output")
 
 
@@ -351,7 +351,7 @@ def write_json(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:
     def null(v: Any) -> Any:  # NaN and infinities are not JSON
         return None if isinstance(v, float) and not math.isfinite(v) else v
 
-    clean = [{k: null(row.get(k)) for k in COLUMNS} for row in rows]
+    clean = [{k: null(row.get(k)) for k in SWEEP_COLUMNS} for row in rows]
     return write_text(path, json.dumps(clean, indent=1) + "\n", "output")
 
 

@@ -78,9 +78,9 @@ def main(ref: str, options: dict[str, Any]) -> None:
 
             render_dp(result, terminal_console())
         return
-    from meshplan.measure.command import run
+    from meshplan.measure.command import check_step_ref
 
-    result = run(ref, shapes=options["shapes"], dtypes=options["dtypes"], optimizer=options["optimizer"],
+    result = check_step_ref(ref, shapes=options["shapes"], dtypes=options["dtypes"], optimizer=options["optimizer"],
                  settings=settings)
     from meshplan.measure import compare
 
@@ -89,7 +89,7 @@ def main(ref: str, options: dict[str, Any]) -> None:
         from meshplan.measure.records import append_profile
 
         append_profile(options["save_profile"], result)
-    data = compare.to_dict(result, options["top"])
+    data = compare.check_dict(result, options["top"])
     if learned is not None:
         data["learned"] = learned
     if options["as_json"]:
@@ -97,7 +97,7 @@ def main(ref: str, options: dict[str, Any]) -> None:
         return
     from meshplan.report.text import terminal_console
 
-    compare.render(result, terminal_console(), options["top"], learned)
+    compare.render_check(result, terminal_console(), options["top"], learned)
 
 
 def _profiles(given: str) -> str:

@@ -179,11 +179,12 @@ def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path,
 def _scaling_rows(points: list, result, workers: int | None, ray_address: str | None) -> list[dict[str, Any]]:
     """The scaling curve's rows: the report's own search for its GPU count, the others searched (with their Pareto
     fronts, when the report draws the plan space)."""
-    from meshplan.sweep import result_row, run
+    from meshplan.sweep import result_row, search_points
 
     gpus = result.cluster.num_gpus
     others = [p for p in points if p.gpus != gpus]
-    done = dict(zip((p.gpus for p in others), run(others, workers=workers, ray_address=ray_address), strict=True))
+    rows = search_points(others, workers=workers, ray_address=ray_address)
+    done = dict(zip((p.gpus for p in others), rows, strict=True))
     done[gpus] = result_row(next(p for p in points if p.gpus == gpus), result)
     return [done[p.gpus] for p in points]
 
@@ -217,7 +218,7 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
     """Best-plan throughput of MODEL over GPU counts × systems × NVLink sizes (strong scaling) or over a
     hardware parameter's scale factors; writes CSV / JSON (pandas reads them) and PNG / SVG pictures."""
     from meshplan.cli.common import model_at
-    from meshplan.sweep import PARAMS, param_points, run, write_csv, write_json
+    from meshplan.sweep import PARAMS, param_points, search_points, write_csv, write_json
 
     seq, global_batch, nvlink, params, factors, formats = (options[k] for k in (
         "seq", "global_batch", "nvlink", "params", "factors", "formats"))
@@ -259,7 +260,7 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
     for name in names:
         points += param_points(model, refs, counts, gbs, param=name, factors=scale, nvlink=domains, space=space)
     writable_dir(output, "output")
-    rows = run(points, workers=workers, ray_address=ray_address)
+    rows = search_points(points, workers=workers, ray_address=ray_address)
     make_dir(output, "output")
     written = [write_csv(rows, output / "sweep.csv"), write_json(rows, output / "sweep.json")]
     try:

@@ -5,25 +5,32 @@ Formats: ``megatron`` (Megatron-LM pretrain_gpt.py arguments), ``torchtitan`` (a
 ds_config.json) and ``nemo`` (Megatron-Bridge recipe overrides, Hydra/OmegaConf ``key=value``). Each module's
 docstring cites the option names it writes. A plan a framework cannot express raises SpecError naming the field and
 the framework.
+
+Each format's module exports one ``ConfigFormat`` record (configs/format.py: name, stack preset, suffixes,
+markers, emit, read), named after it (``MEGATRON``, ``TORCHTITAN``, ``DEEPSPEED``, ``NEMO``); ``FORMATS`` holds
+them by name and the functions below dispatch through it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from types import ModuleType
 
-from meshplan.configs import deepspeed, megatron, nemo, torchtitan
+from meshplan.configs.deepspeed import DEEPSPEED
+from meshplan.configs.format import ConfigFormat
+from meshplan.configs.megatron import MEGATRON
+from meshplan.configs.nemo import NEMO
+from meshplan.configs.torchtitan import TORCHTITAN
 from meshplan.errors import SpecError
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 
-FORMATS: dict[str, ModuleType] = {m.NAME: m for m in (megatron, torchtitan, deepspeed, nemo)}
+FORMATS: dict[str, ConfigFormat] = {f.name: f for f in (MEGATRON, TORCHTITAN, DEEPSPEED, NEMO)}
 
-__all__ = ["FORMATS", "detect", "emit", "read"]
+__all__ = ["FORMATS", "ConfigFormat", "detect", "emit", "read"]
 
 
-def _format(fmt: str) -> ModuleType:
+def _format(fmt: str) -> ConfigFormat:
     if fmt not in FORMATS:
         raise SpecError(f"config format {fmt!r} must be one of {', '.join(FORMATS)}")
     return FORMATS[fmt]
@@ -38,8 +45,8 @@ def detect(text: str, path: str = "") -> str:
     """The format of a config: by its content where exactly one format's options appear in it (a DeepSpeed JSON
     saved as ``.txt`` is still DeepSpeed's), else by the file's suffix where only one format uses it."""
     suffix = Path(path).suffix.lower()
-    by_suffix = [name for name, m in FORMATS.items() if suffix and suffix in m.SUFFIXES]
-    by_content = [name for name, m in FORMATS.items() if m.detect(text)]
+    by_suffix = [name for name, f in FORMATS.items() if suffix and suffix in f.suffixes]
+    by_content = [name for name, f in FORMATS.items() if f.written_in(text)]
     if len(by_content) == 1:
         return by_content[0]
     if len(by_suffix) == 1 and (not by_content or by_suffix[0] in by_content):
@@ -56,9 +63,9 @@ def read(fmt_or_path: str, model: ModelSpec, gpus: int, text: str | None = None)
             raise SpecError(f"config {fmt_or_path!r} is not a file")
         text = path.read_text(encoding="utf-8")
     fmt = fmt_or_path if fmt_or_path in FORMATS else detect(text, fmt_or_path)
-    module = _format(fmt)
-    if not module.detect(text):  # an empty or foreign file would otherwise be priced as the defaults
+    form = _format(fmt)
+    if not form.written_in(text):  # an empty or foreign file would otherwise be priced as the defaults
         shown = fmt_or_path if fmt_or_path not in FORMATS else f"{fmt} text"
-        raise SpecError(f"config {shown}: sets none of {' / '.join(module.MARKERS)}, so it says nothing of the "
+        raise SpecError(f"config {shown}: sets none of {' / '.join(form.markers)}, so it says nothing of the "
                         f"plan (a {fmt} config names at least one)")
-    return module.read(text, model, gpus)
+    return form.read(text, model, gpus)

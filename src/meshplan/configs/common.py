@@ -49,8 +49,9 @@ def data_parallel(gpus: int, framework: str, **sizes: int) -> int:
     return gpus // model_parallel
 
 
-def stack_extras(stack: Stack, preset: str, expressed: tuple[str, ...]) -> dict[str, Any]:
-    """The stack's behaviour fields that differ from ``preset`` and have no option of their own in the format."""
+def carried_stack_fields(stack: Stack, preset: str, expressed: tuple[str, ...]) -> dict[str, Any]:
+    """The stack's behaviour fields that differ from ``preset`` and have no option of their own in the format: what
+    the ``meshplan:`` comment carries."""
     base = load_stack(preset)
     return {f.name: getattr(stack, f.name) for f in dataclasses.fields(Stack)
             if f.compare and f.name not in expressed and getattr(stack, f.name) != getattr(base, f.name)}

@@ -23,32 +23,24 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from meshplan.configs.common import check_layout, comment, data_parallel, parse_comment, refuse, stack_extras
+from meshplan.configs.common import carried_stack_fields, check_layout, comment, data_parallel, parse_comment, refuse
+from meshplan.configs.format import ConfigFormat
 from meshplan.errors import SpecError
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack, load_stack
 
-NAME = "deepspeed"
-PRESET = "deepspeed"
-SUFFIXES = (".json",)
-DTYPE = {"bf16": "bf16", "fp16": "fp16"}
+_NAME = "deepspeed"
+_PRESET = "deepspeed"
+_PRECISIONS = ("bf16", "fp16")  # the Plan.precision values it trains in
 # Plan.optimizer -> DeepSpeed's optimizer type and params (module docstring)
-OPTIMIZER = {"adam": ("Adam", {}), "adamw": ("AdamW", {}), "sgd-momentum": ("SGD", {"momentum": 0.9}),
+_OPTIMIZER = {"adam": ("Adam", {}), "adamw": ("AdamW", {}), "sgd-momentum": ("SGD", {"momentum": 0.9}),
              "sgd": ("SGD", {}), "adafactor": ("Adafactor", {})}
-ZERO_TESTED = ("Adam", "AdamW")
-
-
-# what a config of this format names, at least one of them (detect; read refuses a file with none)
-MARKERS = ("train_micro_batch_size_per_gpu", "train_batch_size", "zero_optimization")
-
-
-def detect(text: str) -> bool:
-    return any(marker in text for marker in MARKERS)
+_ZERO_TESTED = ("Adam", "AdamW")
 
 
 def _check(plan: Plan) -> None:
-    check_layout(plan, NAME)
+    check_layout(plan, _NAME)
     problems = [("pp", plan.pp, "DeepSpeed takes the pipeline in code (PipelineModule)", plan.pp > 1),
                 ("cp", plan.cp, "DeepSpeed takes sequence parallelism in code (Ulysses)", plan.cp > 1),
                 ("ep", plan.ep, "DeepSpeed takes expert parallelism in code (MoE ep_size)", plan.ep > 1),
@@ -60,16 +52,16 @@ def _check(plan: Plan) -> None:
                 ("offload_activations", True, "no activation offload key", plan.offload_activations),
                 ("offload_optimizer", True, "optimizer offload needs ZeRO 1-3",
                  plan.offload_optimizer and not plan.zero),
-                ("precision", plan.precision, "it trains in bf16 or fp16", plan.precision not in DTYPE),
+                ("precision", plan.precision, "it trains in bf16 or fp16", plan.precision not in _PRECISIONS),
                 ("grad_bytes", plan.grad_bytes, "its gradients are fp32 or 16-bit", plan.grad_bytes not in (2, 4)),
                 ("optimizer", plan.optimizer, "its config names Adam, AdamW or a torch.optim class (bf16 moments and "
-                 "bitsandbytes' 8-bit Adam are set in code)", plan.optimizer not in OPTIMIZER)]
+                 "bitsandbytes' 8-bit Adam are set in code)", plan.optimizer not in _OPTIMIZER)]
     for field, value, why, bad in problems:
         if bad:
-            raise refuse(NAME, field, value, why)
+            raise refuse(_NAME, field, value, why)
 
 
-def config(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
+def _config(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
     """The ds_config as a dict."""
     _check(plan)
     zero: dict[str, Any] = {"stage": plan.zero, "overlap_comm": stack.overlap_dp}
@@ -80,26 +72,26 @@ def config(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
         "gradient_accumulation_steps": plan.grad_accum, "zero_optimization": zero,
         "bf16": {"enabled": plan.precision == "bf16"}, "fp16": {"enabled": plan.precision == "fp16"},
         "data_types": {"grad_accum_dtype": "fp32" if plan.grad_bytes == 4 else plan.precision}}
-    kind, params = OPTIMIZER[plan.optimizer]
+    kind, params = _OPTIMIZER[plan.optimizer]
     cfg["optimizer"] = {"type": kind, **({"params": params} if params else {})}
-    if plan.zero and kind not in ZERO_TESTED:
+    if plan.zero and kind not in _ZERO_TESTED:
         cfg["zero_allow_untested_optimizer"] = True
     if plan.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": plan.tp}
     if plan.recompute == "full":
         cfg["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False,
                                            "contiguous_memory_optimization": False}
-    note = comment(stack_extras(stack, PRESET, ("overlap_dp",)), {})
+    note = comment(carried_stack_fields(stack, _PRESET, ("overlap_dp",)), {})
     if note:
         cfg["meshplan"] = note
     return cfg
 
 
-def emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
-    return json.dumps(config(model, plan, stack), indent=2) + "\n"
+def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
+    return json.dumps(_config(model, plan, stack), indent=2) + "\n"
 
 
-def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
+def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as e:
@@ -108,7 +100,7 @@ def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         raise SpecError("deepspeed config must be a JSON object")
     extra_stack, extra_plan = parse_comment([cfg.get("meshplan", "")])
     tp = int(cfg.get("tensor_parallel", {}).get("autotp_size", 1))
-    dp = data_parallel(gpus, NAME, tp=tp)
+    dp = data_parallel(gpus, _NAME, tp=tp)
     micro = int(cfg.get("train_micro_batch_size_per_gpu", 1))
     accum = int(cfg.get("gradient_accumulation_steps", 1))
     zero = cfg.get("zero_optimization", {})
@@ -120,7 +112,7 @@ def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         offload_optimizer=zero.get("offload_optimizer", {}).get("device", "none") == "cpu",
         recompute="full" if "activation_checkpointing" in cfg else "none", precision=precision,
         grad_bytes=4 if grads == "fp32" else 2, optimizer=_optimizer(cfg.get("optimizer", {}))), **extra_plan})
-    return plan, load_stack(PRESET).with_(overlap_dp=bool(zero.get("overlap_comm", False)), **extra_stack)
+    return plan, load_stack(_PRESET).with_(overlap_dp=bool(zero.get("overlap_comm", False)), **extra_stack)
 
 
 def _optimizer(section: object) -> str:
@@ -135,5 +127,9 @@ def _optimizer(section: object) -> str:
         return "sgd-momentum" if params.get("momentum", 0) else "sgd"
     names = {"adam": "adam", "adamw": "adamw", "adafactor": "adafactor"}
     if kind not in names:
-        raise refuse(NAME, "optimizer.type", section.get("type"), "meshplan reads Adam, AdamW, SGD and Adafactor")
+        raise refuse(_NAME, "optimizer.type", section.get("type"), "meshplan reads Adam, AdamW, SGD and Adafactor")
     return names[kind]
+
+
+DEEPSPEED = ConfigFormat(name=_NAME, preset=_PRESET, suffixes=(".json",), markers=(
+    "train_micro_batch_size_per_gpu", "train_batch_size", "zero_optimization"), emit=_emit, read=_read)

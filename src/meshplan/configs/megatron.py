@@ -33,34 +33,26 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from meshplan.configs.common import check_layout, comment, data_parallel, parse_comment, refuse, stack_extras
+from meshplan.configs.common import carried_stack_fields, check_layout, comment, data_parallel, parse_comment, refuse
+from meshplan.configs.format import ConfigFormat
 from meshplan.errors import SpecError
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack, load_stack
 
-NAME = "megatron"
-PRESET = "megatron-core"
-SUFFIXES = (".sh", ".args", ".txt")
+_NAME = "megatron"
+_PRESET = "megatron-core"
 # the stack fields these arguments say
-EXPRESSED = ("overlap_dp", "overlap_tp", "overlap_pp", "fp8_scaling", "cp_comm", "expert_gemm", "attention_kernel",
+_EXPRESSED = ("overlap_dp", "overlap_tp", "overlap_pp", "fp8_scaling", "cp_comm", "expert_gemm", "attention_kernel",
              "flash_attention")
-CP_COMM = {"ring": "p2p", "allgather": "all_gather"}
-BACKEND = {("fused", True): "fused", ("fa2", True): "flash"}
-FP8 = {"fp8": ("hybrid", None), "mxfp8": ("e4m3", "mxfp8")}
-SCALING = {"delayed": "delayed", "current": "tensorwise"}
+# Stack.cp_comm -> Megatron-Core's cp_comm_type (Megatron-Bridge takes the same values: configs/nemo.py)
+CP_COMM_TYPE = {"ring": "p2p", "allgather": "all_gather"}
+_BACKEND = {("fused", True): "fused", ("fa2", True): "flash"}
+_FP8 = {"fp8": ("hybrid", None), "mxfp8": ("e4m3", "mxfp8")}
+_SCALING = {"delayed": "delayed", "current": "tensorwise"}
 
 
-# what a config of this format names, at least one of them (detect; read refuses a file with none)
-MARKERS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
-           "--micro-batch-size", "--global-batch-size")
-
-
-def detect(text: str) -> bool:
-    return any(marker in text for marker in MARKERS)
-
-
-def model_args(model: ModelSpec) -> list[tuple[str, Any]]:
+def _model_args(model: ModelSpec) -> list[tuple[str, Any]]:
     """The architecture arguments (informational on read: the model is given, its size checked)."""
     args: list[tuple[str, Any]] = [
         ("--num-layers", model.num_layers), ("--hidden-size", model.hidden_size),
@@ -83,18 +75,18 @@ def model_args(model: ModelSpec) -> list[tuple[str, Any]]:
     return args
 
 
-def plan_args(plan: Plan, model: ModelSpec) -> list[tuple[str, Any]]:
+def _plan_args(plan: Plan, model: ModelSpec) -> list[tuple[str, Any]]:
     """The parallel layout's arguments (refusing what Megatron-LM cannot run)."""
-    check_layout(plan, NAME)
+    check_layout(plan, _NAME)
     if plan.zero > 1:
-        raise refuse(NAME, "zero", plan.zero, "its distributed optimizer is ZeRO-1")
+        raise refuse(_NAME, "zero", plan.zero, "its distributed optimizer is ZeRO-1")
     if plan.offload_activations:
-        raise refuse(NAME, "offload_activations", True, "pretrain_gpt.py has no activation offload argument")
+        raise refuse(_NAME, "offload_activations", True, "pretrain_gpt.py has no activation offload argument")
     if plan.precision == "fp4":
-        raise refuse(NAME, "precision", plan.precision, "no fp4 recipe is written")
+        raise refuse(_NAME, "precision", plan.precision, "no fp4 recipe is written")
     megatron_schedule = "interleaved" if plan.vpp > 1 else "1f1b"
     if plan.schedule != megatron_schedule:
-        raise refuse(NAME, "schedule", plan.schedule, f"with vpp={plan.vpp} it runs {megatron_schedule}")
+        raise refuse(_NAME, "schedule", plan.schedule, f"with vpp={plan.vpp} it runs {megatron_schedule}")
     args: list[tuple[str, Any]] = [
         ("--tensor-model-parallel-size", plan.tp), ("--pipeline-model-parallel-size", plan.pp),
         ("--context-parallel-size", plan.cp), ("--expert-model-parallel-size", plan.ep),
@@ -114,17 +106,17 @@ def plan_args(plan: Plan, model: ModelSpec) -> list[tuple[str, Any]]:
     args += [("--fp16", plan.precision == "fp16"), ("--bf16", plan.precision != "fp16"),
              ("--grad-reduce-in-bf16", plan.grad_bytes == 2)]
     if plan.grad_bytes not in (2, 4):
-        raise refuse(NAME, "grad_bytes", plan.grad_bytes, "its gradients are fp32 or bf16")
+        raise refuse(_NAME, "grad_bytes", plan.grad_bytes, "its gradients are fp32 or bf16")
     return args + _optimizer_args(plan)
 
 
 def _optimizer_args(plan: Plan) -> list[tuple[str, Any]]:
     """The optimizer's arguments (module docstring): none for Adam, Megatron's default."""
     if plan.optimizer in ("adam-8bit", "adafactor"):
-        raise refuse(NAME, "optimizer", plan.optimizer, "its optimizers are adam (fp32, bf16 or fp16 moments) and sgd")
+        raise refuse(_NAME, "optimizer", plan.optimizer, "its optimizers are adam (fp32, bf16 or fp16 moments) and sgd")
     if plan.optimizer == "adam-bf16":
         if plan.zero != 1:
-            raise refuse(NAME, "optimizer", plan.optimizer, "its precision-aware optimizer needs the distributed "
+            raise refuse(_NAME, "optimizer", plan.optimizer, "its precision-aware optimizer needs the distributed "
                          f"optimizer (zero=1, got zero={plan.zero})")
         return [("--use-precision-aware-optimizer", True), ("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
     if plan.optimizer.startswith("sgd"):
@@ -132,34 +124,35 @@ def _optimizer_args(plan: Plan) -> list[tuple[str, Any]]:
     return []
 
 
-def stack_args(stack: Stack, plan: Plan) -> list[tuple[str, Any]]:
-    backend = BACKEND.get((stack.attention_kernel, stack.flash_attention), "unfused")
+def _stack_args(stack: Stack, plan: Plan) -> list[tuple[str, Any]]:
+    backend = _BACKEND.get((stack.attention_kernel, stack.flash_attention), "unfused")
     if stack.flash_attention and stack.attention_kernel == "fp8":
-        raise refuse(NAME, "attention_kernel", "fp8", "its FP8 attention is Transformer Engine's, not an argument")
+        raise refuse(_NAME, "attention_kernel", "fp8", "its FP8 attention is Transformer Engine's, not an argument")
     args: list[tuple[str, Any]] = [
         ("--overlap-grad-reduce", stack.overlap_dp), ("--overlap-param-gather", stack.overlap_dp and plan.zero == 1),
         ("--tp-comm-overlap", stack.overlap_tp), ("--no-overlap-p2p-communication", not stack.overlap_pp),
-        ("--cp-comm-type", CP_COMM[stack.cp_comm]), ("--moe-grouped-gemm", stack.expert_gemm == "grouped"),
+        ("--cp-comm-type", CP_COMM_TYPE[stack.cp_comm]), ("--moe-grouped-gemm", stack.expert_gemm == "grouped"),
         ("--attention-backend", backend)]
-    if plan.precision in FP8:
-        fmt, recipe = FP8[plan.precision]
-        args += [("--fp8-format", fmt), ("--fp8-recipe", recipe or SCALING[stack.fp8_scaling])]
+    if plan.precision in _FP8:
+        fmt, recipe = _FP8[plan.precision]
+        args += [("--fp8-format", fmt), ("--fp8-recipe", recipe or _SCALING[stack.fp8_scaling])]
     elif stack.fp8_scaling != "delayed":
-        args.append(("--fp8-recipe", SCALING[stack.fp8_scaling]))
+        args.append(("--fp8-recipe", _SCALING[stack.fp8_scaling]))
     return args
 
 
-def emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
+def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     """The arguments file: the model's, the plan's and the stack's arguments, one a line."""
-    args = model_args(model) + plan_args(plan, model) + stack_args(stack, plan)
+    args = _model_args(model) + _plan_args(plan, model) + _stack_args(stack, plan)
     lines = [name if value is True else f"{name} {shlex.quote(str(value))}" for name, value in args
              if value is not None and value is not False]
-    note = comment(stack_extras(stack, PRESET, EXPRESSED), {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})
+    note = comment(carried_stack_fields(stack, _PRESET, _EXPRESSED),
+                   {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})
     head = [f"# Megatron-LM pretrain_gpt.py arguments for {model.name} ({plan.num_gpus} GPUs), written by meshplan"]
     return "\n".join(head + ([f"# {note}"] if note else []) + [" \\\n".join(lines)]) + "\n"
 
 
-def parse(text: str) -> tuple[dict[str, Any], list[str]]:
+def _parse(text: str) -> tuple[dict[str, Any], list[str]]:
     """``--name value`` / ``--name`` (True) from the text, and its comment lines."""
     comments = [ln.strip().lstrip("#") for ln in text.splitlines() if ln.strip().startswith("#")]
     body = " ".join(ln for ln in text.replace("\\\n", " ").splitlines() if not ln.strip().startswith("#"))
@@ -186,8 +179,8 @@ def _int(options: dict[str, Any], name: str, default: int) -> int:
         raise SpecError(f"megatron config: {name} {value} must be an integer") from None
 
 
-def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
-    options, comments = parse(text)
+def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
+    options, comments = _parse(text)
     _check_spelling(options)
     extra_stack, extra_plan = parse_comment(comments)
     if _int(options, "--num-layers", model.num_layers) != model.num_layers:
@@ -200,7 +193,7 @@ def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
     if "--num-layers-per-virtual-pipeline-stage" in options:
         vpp = model.num_layers // (sizes["pp"] * _int(options, "--num-layers-per-virtual-pipeline-stage", 1))
     fields = dict(
-        dp=data_parallel(gpus, NAME, **sizes), **sizes, ep=_int(options, "--expert-model-parallel-size", 1),
+        dp=data_parallel(gpus, _NAME, **sizes), **sizes, ep=_int(options, "--expert-model-parallel-size", 1),
         etp=_int(options, "--expert-tensor-parallel-size", sizes["tp"]), vpp=vpp,
         schedule="interleaved" if vpp > 1 else "1f1b",
         last_stage_layers=_int(options, "--decoder-last-pipeline-num-layers", 0),
@@ -268,13 +261,13 @@ def _optimizer(options: dict[str, Any]) -> str:
             raise SpecError(f"megatron config: --sgd-momentum {options['--sgd-momentum']} must be a number") from None
         return "sgd" if momentum == 0 else "sgd-momentum"
     if name != "adam":
-        raise refuse(NAME, "optimizer", name, "meshplan reads adam and sgd")
+        raise refuse(_NAME, "optimizer", name, "meshplan reads adam and sgd")
     if "--use-precision-aware-optimizer" not in options:
         return "adam"
     dtypes = (options.get("--exp-avg-dtype", "fp32"), options.get("--exp-avg-sq-dtype", "fp32"))
     moments = {("fp32", "fp32"): "adam", ("bf16", "bf16"): "adam-bf16"}
     if dtypes not in moments:
-        raise refuse(NAME, "exp_avg_dtype", "/".join(dtypes), "meshplan prices fp32 or bf16 moments, both alike")
+        raise refuse(_NAME, "exp_avg_dtype", "/".join(dtypes), "meshplan prices fp32 or bf16 moments, both alike")
     return moments[dtypes]
 
 
@@ -288,10 +281,15 @@ def _stack(options: dict[str, Any], extra: dict[str, Any]) -> Stack:
     backend = options.get("--attention-backend", "auto")
     kernel = {"flash": ("fa2", True), "unfused": ("fused", False)}.get(backend, ("fused", True))
     recipe = options.get("--fp8-recipe", "delayed")
-    return load_stack(PRESET).with_(
+    return load_stack(_PRESET).with_(
         overlap_dp="--overlap-grad-reduce" in options, overlap_tp="--tp-comm-overlap" in options,
         overlap_pp="--no-overlap-p2p-communication" not in options,
-        cp_comm={v: k for k, v in CP_COMM.items()}.get(options.get("--cp-comm-type", "p2p"), "ring"),
+        cp_comm={v: k for k, v in CP_COMM_TYPE.items()}.get(options.get("--cp-comm-type", "p2p"), "ring"),
         expert_gemm="grouped" if "--moe-grouped-gemm" in options else "per_expert",
         attention_kernel=kernel[0], flash_attention=kernel[1],
         fp8_scaling="current" if recipe == "tensorwise" else "delayed", **extra)
+
+
+MEGATRON = ConfigFormat(name=_NAME, preset=_PRESET, suffixes=(".sh", ".args", ".txt"), markers=(
+    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size", "--micro-batch-size",
+    "--global-batch-size"), emit=_emit, read=_read)

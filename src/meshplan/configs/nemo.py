@@ -27,45 +27,38 @@ from __future__ import annotations
 
 from typing import Any
 
-from meshplan.configs.common import check_layout, comment, data_parallel, parse_comment, refuse, stack_extras
+from meshplan.configs.common import carried_stack_fields, check_layout, comment, data_parallel, parse_comment, refuse
+from meshplan.configs.format import ConfigFormat
+from meshplan.configs.megatron import CP_COMM_TYPE
 from meshplan.errors import SpecError
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack, load_stack
 
-NAME = "nemo"
-PRESET = "megatron-bridge"
-SUFFIXES = (".overrides",)
-PRECISION = {("bf16", "delayed"): "bf16_mixed", ("fp16", "delayed"): "fp16_mixed",
-             ("fp8", "delayed"): "bf16_with_fp8_delayed_scaling_mixed",
-             ("fp8", "current"): "bf16_with_fp8_current_scaling_mixed", ("mxfp8", "delayed"): "bf16_with_mxfp8_mixed"}
-CP_COMM = {"ring": "p2p", "allgather": "all_gather"}
-
-
-# what a config of this format names, at least one of them (detect; read refuses a file with none)
-MARKERS = ("model.tensor_model_parallel_size=", "model.pipeline_model_parallel_size=", "train.global_batch_size=",
-           "train.micro_batch_size=")
-
-
-def detect(text: str) -> bool:
-    return any(marker in text for marker in MARKERS)
+_NAME = "nemo"
+_PRESET = "megatron-bridge"
+# (Plan.precision, Stack.fp8_scaling) -> Megatron-Bridge's mixed_precision preset
+_MIXED_PRECISION = {("bf16", "delayed"): "bf16_mixed", ("fp16", "delayed"): "fp16_mixed",
+                    ("fp8", "delayed"): "bf16_with_fp8_delayed_scaling_mixed",
+                    ("fp8", "current"): "bf16_with_fp8_current_scaling_mixed",
+                    ("mxfp8", "delayed"): "bf16_with_mxfp8_mixed"}
 
 
 def _check(plan: Plan, stack: Stack) -> str:
     """The mixed_precision preset, after refusing what Megatron-Bridge cannot run."""
-    check_layout(plan, NAME)
+    check_layout(plan, _NAME)
     if plan.zero > 1:
-        raise refuse(NAME, "zero", plan.zero, "its distributed optimizer is ZeRO-1")
+        raise refuse(_NAME, "zero", plan.zero, "its distributed optimizer is ZeRO-1")
     schedule = "interleaved" if plan.vpp > 1 else "1f1b"
     if plan.schedule != schedule:
-        raise refuse(NAME, "schedule", plan.schedule, f"with vpp={plan.vpp} it runs {schedule}")
+        raise refuse(_NAME, "schedule", plan.schedule, f"with vpp={plan.vpp} it runs {schedule}")
     scaling = stack.fp8_scaling if plan.precision == "fp8" else "delayed"
-    if (plan.precision, scaling) not in PRECISION:
-        raise refuse(NAME, "precision", plan.precision, f"its presets are {', '.join(PRECISION.values())}")
-    return PRECISION[plan.precision, scaling]
+    if (plan.precision, scaling) not in _MIXED_PRECISION:
+        raise refuse(_NAME, "precision", plan.precision, f"its presets are {', '.join(_MIXED_PRECISION.values())}")
+    return _MIXED_PRECISION[plan.precision, scaling]
 
 
-def overrides(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
+def _overrides(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
     precision = _check(plan, stack)
     out: dict[str, Any] = {
         "model.tensor_model_parallel_size": plan.tp, "model.pipeline_model_parallel_size": plan.pp,
@@ -84,33 +77,35 @@ def overrides(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
         "mixed_precision": precision, "ddp.grad_reduce_in_fp32": plan.grad_bytes == 4,
         "ddp.overlap_grad_reduce": stack.overlap_dp, "ddp.overlap_param_gather": stack.overlap_dp and plan.zero == 1,
         "comm_overlap.tp_comm_overlap": stack.overlap_tp, "model.overlap_p2p_comm": stack.overlap_pp,
-        "model.cp_comm_type": CP_COMM[stack.cp_comm], "model.moe_grouped_gemm": stack.expert_gemm == "grouped"}
+        "model.cp_comm_type": CP_COMM_TYPE[stack.cp_comm], "model.moe_grouped_gemm": stack.expert_gemm == "grouped"}
     if plan.recompute == "full":
         out["model.recompute_method"] = "block" if plan.recompute_layers else "uniform"
         out["model.recompute_num_layers"] = plan.recompute_layers or 1
     if plan.grad_bytes not in (2, 4):
-        raise refuse(NAME, "grad_bytes", plan.grad_bytes, "its gradients reduce in fp32 or bf16")
+        raise refuse(_NAME, "grad_bytes", plan.grad_bytes, "its gradients reduce in fp32 or bf16")
     if plan.optimizer not in ("adam", "adamw", "sgd-momentum", "sgd"):
-        raise refuse(NAME, "optimizer", plan.optimizer, "meshplan writes OptimizerConfig's adam (fp32 moments) and sgd")
+        raise refuse(_NAME, "optimizer", plan.optimizer,
+                     "meshplan writes OptimizerConfig's adam (fp32 moments) and sgd")
     if plan.optimizer.startswith("sgd"):
         out["optimizer.optimizer"] = "sgd"
         out["optimizer.sgd_momentum"] = 0.0 if plan.optimizer == "sgd" else None
     return out
 
 
-def emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
+def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     expressed = ("overlap_dp", "overlap_tp", "overlap_pp", "cp_comm", "expert_gemm")
     expressed += ("fp8_scaling",) if plan.precision == "fp8" else ()
-    note = comment(stack_extras(stack, PRESET, expressed), {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})
+    note = comment(carried_stack_fields(stack, _PRESET, expressed),
+                   {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})
     lines = [f"# Megatron-Bridge recipe overrides for {model.name} ({plan.num_gpus} GPUs), written by meshplan"]
     lines += [f"# {note}"] if note else []
-    for key, value in overrides(model, plan, stack).items():
+    for key, value in _overrides(model, plan, stack).items():
         if value is not None:
             lines.append(f"{key}={str(value).lower() if isinstance(value, bool) else value}")
     return "\n".join(lines) + "\n"
 
 
-def parse(text: str) -> tuple[dict[str, str], list[str]]:
+def _parse(text: str) -> tuple[dict[str, str], list[str]]:
     """``key=value`` per line or per word (the command-line form), and the comment lines."""
     comments, values = [], {}
     for line in text.splitlines():
@@ -145,9 +140,9 @@ def _optimizer(values: dict[str, str]) -> str:
     """adam, or sgd with or without momentum (OptimizerConfig.sgd_momentum, default 0.9)."""
     name = values.get("optimizer.optimizer", "adam")
     if name not in ("adam", "sgd"):
-        raise refuse(NAME, "optimizer.optimizer", name, "meshplan reads adam and sgd")
+        raise refuse(_NAME, "optimizer.optimizer", name, "meshplan reads adam and sgd")
     if _flag(values, "optimizer.use_precision_aware_optimizer"):
-        raise refuse(NAME, "optimizer.use_precision_aware_optimizer", True, "its moment dtypes are not read: use the "
+        raise refuse(_NAME, "optimizer.use_precision_aware_optimizer", True, "its moment dtypes are not read: use the "
                      "megatron format")
     try:
         momentum = float(values.get("optimizer.sgd_momentum", 0.9))
@@ -157,19 +152,19 @@ def _optimizer(values: dict[str, str]) -> str:
     return name if name == "adam" else "sgd" if momentum == 0 else "sgd-momentum"
 
 
-def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
-    values, comments = parse(text)
+def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
+    values, comments = _parse(text)
     extra_stack, extra_plan = parse_comment(comments)
     sizes = {k: _int(values, f"model.{n}_size", 1) for k, n in (("tp", "tensor_model_parallel"),
                                                                  ("pp", "pipeline_model_parallel"),
                                                                  ("cp", "context_parallel"))}
     vpp = _int(values, "model.virtual_pipeline_model_parallel_size", 1)
-    precision, scaling = {v: k for k, v in PRECISION.items()}.get(values.get("mixed_precision", "bf16_mixed"),
+    precision, scaling = {v: k for k, v in _MIXED_PRECISION.items()}.get(values.get("mixed_precision", "bf16_mixed"),
                                                                   ("bf16", "delayed"))
     granularity = values.get("model.recompute_granularity", "none")
     layers = _int(values, "model.recompute_num_layers", 0) if values.get("model.recompute_method") == "block" else 0
     plan = Plan(**{**dict(
-        dp=data_parallel(gpus, NAME, **sizes), **sizes, ep=_int(values, "model.expert_model_parallel_size", 1),
+        dp=data_parallel(gpus, _NAME, **sizes), **sizes, ep=_int(values, "model.expert_model_parallel_size", 1),
         etp=_int(values, "model.expert_tensor_parallel_size", sizes["tp"]), vpp=vpp,
         schedule="interleaved" if vpp > 1 else "1f1b",
         last_stage_layers=_int(values, "model.num_layers_in_last_pipeline_stage", 0),
@@ -183,10 +178,15 @@ def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         offload_layers=_int(values, "model.cpu_offloading_num_layers", 0), precision=precision,
         grad_bytes=4 if _flag(values, "ddp.grad_reduce_in_fp32", True) else 2, optimizer=_optimizer(values)),
         **extra_plan})
-    stack = load_stack(PRESET).with_(
+    stack = load_stack(_PRESET).with_(
         overlap_dp=_flag(values, "ddp.overlap_grad_reduce"), overlap_tp=_flag(values, "comm_overlap.tp_comm_overlap"),
         overlap_pp=_flag(values, "model.overlap_p2p_comm", True),
-        cp_comm={v: k for k, v in CP_COMM.items()}.get(values.get("model.cp_comm_type", "p2p"), "ring"),
+        cp_comm={v: k for k, v in CP_COMM_TYPE.items()}.get(values.get("model.cp_comm_type", "p2p"), "ring"),
         expert_gemm="grouped" if _flag(values, "model.moe_grouped_gemm") else "per_expert",
         **({"fp8_scaling": scaling} if precision == "fp8" else {}), **extra_stack)
     return plan, stack
+
+
+NEMO = ConfigFormat(name=_NAME, preset=_PRESET, suffixes=(".overrides",), markers=(
+    "model.tensor_model_parallel_size=", "model.pipeline_model_parallel_size=", "train.global_batch_size=",
+    "train.micro_batch_size="), emit=_emit, read=_read)

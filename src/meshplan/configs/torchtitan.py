@@ -30,31 +30,23 @@ from __future__ import annotations
 import tomllib
 from typing import Any
 
-from meshplan.configs.common import check_layout, comment, data_parallel, parse_comment, refuse, stack_extras
+from meshplan.configs.common import carried_stack_fields, check_layout, comment, data_parallel, parse_comment, refuse
+from meshplan.configs.format import ConfigFormat
 from meshplan.errors import SpecError
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack, load_stack
 
-NAME = "torchtitan"
-PRESET = "torchtitan"
-SUFFIXES = (".toml",)
-OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW"}
-SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
-ROTATE = {"allgather": "allgather", "ring": "alltoall"}
-DTYPE = {4: "float32", 2: "bfloat16"}
-
-
-# what a config of this format names, at least one of them (detect; read refuses a file with none)
-MARKERS = ("[parallelism]", "[training]")
-
-
-def detect(text: str) -> bool:
-    return any(marker in text for marker in MARKERS)
+_NAME = "torchtitan"
+_PRESET = "torchtitan"
+_OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW"}  # Plan.optimizer -> [optimizer] name
+_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
+_ROTATE = {"allgather": "allgather", "ring": "alltoall"}
+_REDUCE_DTYPE = {4: "float32", 2: "bfloat16"}  # Plan.grad_bytes -> mixed_precision_reduce
 
 
 def _check(plan: Plan, model: ModelSpec) -> None:
-    check_layout(plan, NAME)
+    check_layout(plan, _NAME)
     problems = [("zero", plan.zero, "FSDP has no ZeRO-1", plan.zero == 1),
                 ("sequence_parallel", plan.sequence_parallel, "its TP shards the sequence exactly when tp > 1",
                  plan.sequence_parallel != (plan.tp > 1)),
@@ -66,14 +58,15 @@ def _check(plan: Plan, model: ModelSpec) -> None:
                  plan.recompute == "full" and plan.recompute_layers),
                 ("recompute_modules", ",".join(plan.recompute_modules), "its selective recompute is per-op SAC",
                  plan.recompute == "selective" and plan.recompute_modules != ("core_attn",)),
-                ("grad_bytes", plan.grad_bytes, "it reduces in float32 or bfloat16", plan.grad_bytes not in DTYPE),
+                ("grad_bytes", plan.grad_bytes, "it reduces in float32 or bfloat16",
+                 plan.grad_bytes not in _REDUCE_DTYPE),
                 ("optimizer", plan.optimizer, "its build_optimizers takes Adam and AdamW",
-                 plan.optimizer not in OPTIMIZERS),
+                 plan.optimizer not in _OPTIMIZERS),
                 ("vpp", plan.vpp, f"{model.num_layers} layers do not split into pp·vpp stages",
                  model.num_layers % (plan.pp * plan.vpp))]
     for field, value, why, bad in problems:
         if bad:
-            raise refuse(NAME, field, value, why)
+            raise refuse(_NAME, field, value, why)
 
 
 def _table(name: str, values: dict[str, Any]) -> list[str]:
@@ -86,41 +79,41 @@ def _table(name: str, values: dict[str, Any]) -> list[str]:
     return [f"[{name}]", *(f"{k} = {text(v)}" for k, v in values.items() if v is not None), ""]
 
 
-def emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
+def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     _check(plan, model)
     fp8 = plan.precision == "fp8"
     if fp8 and stack.fp8_scaling != "current":
-        raise refuse(NAME, "fp8_scaling", stack.fp8_scaling, "torchao's float8 scales from the current amax")
+        raise refuse(_NAME, "fp8_scaling", stack.fp8_scaling, "torchao's float8 scales from the current amax")
     local = plan.global_batch // plan.dp if plan.pp > 1 else plan.micro_batch
     replicate = plan.dp if plan.zero == 0 else 1
     training = {"local_batch_size": local, "global_batch_size": plan.global_batch, "seq_len": model.seq_length,
-                "mixed_precision_param": "bfloat16", "mixed_precision_reduce": DTYPE[plan.grad_bytes]}
+                "mixed_precision_param": "bfloat16", "mixed_precision_reduce": _REDUCE_DTYPE[plan.grad_bytes]}
     parallelism = {
         "data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": plan.dp // replicate,
         "fsdp_reshard_after_forward": "never" if plan.zero == 2 else "always",
         "tensor_parallel_degree": plan.tp, "pipeline_parallel_degree": plan.pp,
-        "pipeline_parallel_schedule": SCHEDULES[plan.schedule],
+        "pipeline_parallel_schedule": _SCHEDULES[plan.schedule],
         "pipeline_parallel_layers_per_stage": model.num_layers // (plan.pp * plan.vpp) if plan.pp > 1 else None,
         "pipeline_parallel_microbatch_size": plan.micro_batch if plan.pp > 1 else None,
-        "context_parallel_degree": plan.cp, "context_parallel_rotate_method": ROTATE[stack.cp_comm],
+        "context_parallel_degree": plan.cp, "context_parallel_rotate_method": _ROTATE[stack.cp_comm],
         "expert_parallel_degree": plan.ep, "expert_tensor_parallel_degree": plan.etp,
         "enable_async_tensor_parallel": stack.overlap_tp}
     ac = {"mode": plan.recompute, "selective_ac_option": "op" if plan.recompute == "selective" else None}
     expressed = ("fusion", "overlap_tp", "cp_comm") + (("fp8_scaling",) if fp8 else ())
-    note = comment(stack_extras(stack, PRESET, expressed),
+    note = comment(carried_stack_fields(stack, _PRESET, expressed),
                    {"zero": plan.zero} if plan.dp == 1 else {})
     lines = [f"# torchtitan job config for {model.name} ({plan.num_gpus} GPUs), written by meshplan"]
     lines += [f"# {note}"] if note else []
     lines += _table("job", {"description": f"{model.name} {plan.describe()}"})
     lines += _table("model", {"converters": ["float8"]} if fp8 else {})
     lines += _table("float8", {"recipe_name": "tensorwise"}) if fp8 else []
-    lines += _table("optimizer", {"name": OPTIMIZERS[plan.optimizer]})
+    lines += _table("optimizer", {"name": _OPTIMIZERS[plan.optimizer]})
     lines += _table("training", training) + _table("parallelism", parallelism)
     lines += _table("activation_checkpoint", ac) + _table("compile", {"enable": stack.fusion == "fused"})
     return "\n".join(lines)
 
 
-def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
+def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -129,17 +122,17 @@ def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
                                              if ln.strip().startswith("#")])
     par, train = _section(data, "parallelism"), _section(data, "training")
     tp, pp, cp = (_int(par, f"{k}_parallel_degree", 1, "parallelism") for k in ("tensor", "pipeline", "context"))
-    dp = data_parallel(gpus, NAME, tp=tp, pp=pp, cp=cp)
+    dp = data_parallel(gpus, _NAME, tp=tp, pp=pp, cp=cp)
     replicate = _int(par, "data_parallel_replicate_degree", 1, "parallelism")
     shard = _int(par, "data_parallel_shard_degree", -1, "parallelism")
     _check_dp(dp, replicate, shard)
     if replicate > 1 and (shard if shard > 0 else dp // replicate) > 1:
-        raise refuse(NAME, "data_parallel_replicate_degree", replicate, "HSDP (replicate × shard) is not modelled")
+        raise refuse(_NAME, "data_parallel_replicate_degree", replicate, "HSDP (replicate × shard) is not modelled")
     zero = 0 if replicate > 1 else 2 if par.get("fsdp_reshard_after_forward") == "never" else 3
-    schedules = {v: k for k, v in SCHEDULES.items()}
+    schedules = {v: k for k, v in _SCHEDULES.items()}
     schedule = par.get("pipeline_parallel_schedule", "1F1B")
     if schedule not in schedules:
-        raise refuse(NAME, "pipeline_parallel_schedule", schedule, f"meshplan models {', '.join(schedules)}")
+        raise refuse(_NAME, "pipeline_parallel_schedule", schedule, f"meshplan models {', '.join(schedules)}")
     per_stage = _int(par, "pipeline_parallel_layers_per_stage", 0, "parallelism")
     vpp = model.num_layers // (per_stage * pp) if per_stage and pp > 1 else 1
     local = _int(train, "local_batch_size", 8, "training")
@@ -155,10 +148,10 @@ def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         precision="fp8" if "float8" in converters else "bf16",
         grad_bytes=2 if train.get("mixed_precision_reduce") == "bfloat16" else 4,
         optimizer=_optimizer(_section(data, "optimizer"))), **extra_plan})
-    stack = load_stack(PRESET).with_(
+    stack = load_stack(_PRESET).with_(
         fusion="fused" if data.get("compile", {}).get("enable") else "eager",
         overlap_tp=bool(par.get("enable_async_tensor_parallel", False)),
-        cp_comm={v: k for k, v in ROTATE.items()}.get(par.get("context_parallel_rotate_method", "allgather"),
+        cp_comm={v: k for k, v in _ROTATE.items()}.get(par.get("context_parallel_rotate_method", "allgather"),
                                                      "allgather"), **extra_stack)
     return plan, stack
 
@@ -166,9 +159,9 @@ def read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
 def _optimizer(table: dict[str, Any]) -> str:
     """[optimizer] name: torchtitan's Adam or AdamW (its default)."""
     name = table.get("name", "AdamW")
-    names = {v: k for k, v in OPTIMIZERS.items()}
+    names = {v: k for k, v in _OPTIMIZERS.items()}
     if name not in names:
-        raise refuse(NAME, "optimizer.name", name, "its build_optimizers takes Adam and AdamW")
+        raise refuse(_NAME, "optimizer.name", name, "its build_optimizers takes Adam and AdamW")
     return names[name]
 
 
@@ -196,3 +189,7 @@ def _check_dp(dp: int, replicate: int, shard: int) -> None:
     if (shard > 0 and replicate * shard != dp) or dp % replicate:
         raise SpecError(f"torchtitan config: data_parallel_replicate_degree x data_parallel_shard_degree = "
                         f"{replicate} x {shard} must be the data-parallel size {dp} (gpus / (tp·pp·cp))")
+
+
+TORCHTITAN = ConfigFormat(name=_NAME, preset=_PRESET, suffixes=(".toml",), markers=("[parallelism]", "[training]"),
+                      emit=_emit, read=_read)

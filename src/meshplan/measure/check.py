@@ -34,7 +34,7 @@ from meshplan.measure.replay import ReplaySettings, replay_all, workspaces
 from meshplan.measure.reuse import step_distances
 from meshplan.measure.signature import signatures
 from meshplan.measure.step import StepTiming, held_bytes, make_step, peak_bytes, time_steps
-from meshplan.measure.timing import load, make_clock, median, pinned_threads
+from meshplan.measure.timing import load_average, make_clock, median, pinned_threads
 from meshplan.trace.graph import Trace, TracedOp
 
 ALLOCATORS = ("keep", "system")
@@ -160,7 +160,7 @@ def check_step(name: str, model: Any, inputs: Sequence[Any], make_optimizer: Cal
     totals = [sum(t[s.key] * s.count for s in sigs if t[s.key] == t[s.key]) for t in rounds]
     timing = StepTiming(clock=clock.name, times=tuple(x for t in timings for x in t.times),
                         wall=tuple(x for t in timings for x in t.wall), load_before=timings[0].load_before,
-                        load_after=load(), page_faults=median([t.page_faults for t in timings]))
+                        load_after=load_average(), page_faults=median([t.page_faults for t in timings]))
     return CheckResult(name=name, machine=machine(settings.device, settings.threads), settings=settings,
                        trace=trace, optimizer_ops=tuple(opt_ops), prediction=prediction,
                        measurement=Measurement(timing=timing, peak_bytes=peak, op_seconds=tuple(per_op)),

@@ -17,7 +17,8 @@ from typing import Any
 
 from meshplan.errors import MissingDependency, SpecError
 
-OPTIMIZERS = ("adamw", "adam", "sgd-momentum", "sgd")  # as Plan.optimizer names them
+# the optimizers check-step builds with torch.optim, as Plan.optimizer names them (of specs.plan.OPTIMIZERS)
+TORCH_OPTIMIZERS = ("adamw", "adam", "sgd-momentum", "sgd")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,8 +91,8 @@ def _inputs(torch: Any, model: Any, shapes: list[tuple[int, ...]], dtypes: tuple
 def optimizer_factory(name: str, params: list[Any]) -> Any:
     """A builder of ``name`` over a parameter list, with the implementation torch.optim picks for ``params``."""
     torch = _require_torch()
-    if name not in OPTIMIZERS:
-        raise SpecError(f"optimizer={name!r} must be one of {', '.join(OPTIMIZERS)}")
+    if name not in TORCH_OPTIMIZERS:
+        raise SpecError(f"optimizer={name!r} must be one of {', '.join(TORCH_OPTIMIZERS)}")
     from torch.optim.optimizer import _default_to_fused_or_foreach
 
     _, foreach = _default_to_fused_or_foreach([p for p in params if p.requires_grad], differentiable=False,
@@ -103,9 +104,9 @@ def optimizer_factory(name: str, params: list[Any]) -> Any:
     return lambda ps: cls(ps, lr=1e-4, foreach=foreach)
 
 
-def run(ref: str, *, shapes: tuple[str, ...] = (), dtypes: tuple[str, ...] = (), optimizer: str = "adamw",
-        settings: Any = None) -> Any:
-    """Load, trace, predict, measure: a CheckResult."""
+def check_step_ref(ref: str, *, shapes: tuple[str, ...] = (), dtypes: tuple[str, ...] = (), optimizer: str = "adamw",
+                   settings: Any = None) -> Any:
+    """Load the model ``ref`` names (module docstring), then trace, predict, measure: a CheckResult."""
     _require_torch()
     from meshplan.measure.check import CheckSettings, check_step
 

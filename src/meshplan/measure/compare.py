@@ -53,7 +53,9 @@ def discrepancies(result: CheckResult, top: int) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: -abs(r["difference_s"]))[:top]
 
 
-def to_dict(result: CheckResult, top: int = 10) -> dict[str, Any]:
+def check_dict(result: CheckResult, top: int = 10) -> dict[str, Any]:
+    """The check-step result as data (``check-step --json``): settings, load, step, peak memory, host costs, op
+    counts, per class and per phase, the ``top`` largest discrepancies."""
     p, m = result.prediction, result.measurement
     matched = sum(x for x in m.op_seconds if x is not None)
     return {
@@ -83,12 +85,12 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1%}"
 
 
-def render(result: CheckResult, console: Console, top: int = 10, learned: dict[str, Any] | None = None) -> None:
+def render_check(result: CheckResult, console: Console, top: int = 10, learned: dict[str, Any] | None = None) -> None:
     """The summary, the per-class and per-phase tables and the largest discrepancies; with ``learned``
     (learned.apply_learned), the step as the learned residual corrects it."""
     from rich.table import Table
 
-    d = to_dict(result, top)
+    d = check_dict(result, top)
     mach, step, mem = d["machine"], d["step"], d["peak_memory"]
     console.print(f"[bold]{result.name}[/bold] on {mach['name']} ({mach['cores']} cores, {mach['threads']} "
                   f"thread(s), torch {mach['torch']}), clock {d['settings']['clock']}, load "

@@ -148,7 +148,7 @@ def _measure(rank: int, world: int, ref: str, settings: Any, shapes: tuple, dtyp
     from meshplan.measure.replay import replay_all
     from meshplan.measure.reuse import step_distances
     from meshplan.measure.signature import signatures
-    from meshplan.measure.timing import load, make_clock
+    from meshplan.measure.timing import load_average, make_clock
 
     kind = settings.device.split(":")[0]
     clock = make_clock("wall", kind, settings.threads)
@@ -184,7 +184,7 @@ def _measure(rank: int, world: int, ref: str, settings: Any, shapes: tuple, dtyp
     return DPResult(name=ref, world=world, backend=dist.get_backend(), machine={}, compute_s=pred.seconds,
                     comm_s=comm_time(sizes, link, world), measured_s=median(slowest), fastest_s=min(slowest),
                     measured_comm_s=comm_measured,
-                    gradients=len(sizes), gradient_bytes=sum(sizes), link=link, load=load())
+                    gradients=len(sizes), gradient_bytes=sum(sizes), link=link, load=load_average())
 
 
 def _dp_step(model: Any, inputs: tuple, optimizer: Any, params: list, world: int) -> tuple[Any, list[float]]:

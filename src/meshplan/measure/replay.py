@@ -37,8 +37,8 @@ from typing import Any
 from meshplan.measure.signature import Signature
 from meshplan.measure.timing import Clock, median, quiet_profiler
 from meshplan.trace.graph import TensorInfo
+from meshplan.units import MiB
 
-MiB = 1 << 20
 # what a call rebuilt on real tensors may raise (a kernel refusing synthetic values, an argument it cannot take)
 _FAILURES = (RuntimeError, ValueError, TypeError, IndexError, AttributeError, NotImplementedError)
 

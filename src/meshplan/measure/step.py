@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from meshplan.measure.timing import Clock, load, median, quiet_profiler
+from meshplan.measure.timing import Clock, load_average, median, quiet_profiler
 from meshplan.trace.capture import loss_of
 
 
@@ -62,7 +62,7 @@ def time_steps(step: Callable[[], None], clock: Clock, *, warmup: int = 3, steps
 
     for _ in range(warmup):
         step()
-    before = load()
+    before = load_average()
     times, wall, faults = [], [], []
     for _ in range(steps):
         f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -73,7 +73,7 @@ def time_steps(step: Callable[[], None], clock: Clock, *, warmup: int = 3, steps
         wall.append(time.perf_counter() - w0)
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
     return StepTiming(clock=clock.name, times=tuple(times), wall=tuple(wall), load_before=before,
-                      load_after=load(), page_faults=median([float(f) for f in faults]))
+                      load_after=load_average(), page_faults=median([float(f) for f in faults]))
 
 
 def held_bytes(model: Any, inputs: Sequence[Any], optimizer: Any) -> int:

@@ -78,7 +78,7 @@ def pinned_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def load() -> float:
+def load_average() -> float:
     """The 1-minute load average (0 where the platform has none)."""
     try:
         return os.getloadavg()[0]

@@ -48,4 +48,4 @@ class ServeSpace:
         if self.rank_by not in RANKINGS:
             raise SpecError(f"rank={self.rank_by!r} must be one of {', '.join(RANKINGS)}")
         for name in ("ttft_slo", "tpot_slo"):
-            ranges.check(name.replace("_", "-"), getattr(self, name), key="slo")
+            ranges.check_value(name.replace("_", "-"), getattr(self, name), key="slo")
