@@ -1,7 +1,8 @@
-"""The serving report's sections (each a sections.Section with its template under templates/sections/serve_*):
-the best configurations as the terminal lists them (serve_text.py), throughput against TPOT and TTFT over the decode
-batch for the best configurations' shapes (serve/curves.py), memory per GPU and the decode iteration by kind of op
-of the best configurations. The configuration space is serve_space.py, the trust note serve_trust.py.
+"""The serving report's own sections (each a sections.Section with its template under templates/sections/serve_*):
+throughput against TPOT and TTFT over the decode batch for the best configurations' shapes (serve/curves.py), memory
+per GPU with the KV cache and the decode iteration by kind of op of the best configurations. The best and rejected
+tables are the training report's (sections.py, from ranked_serving.py), the configuration space is serve_space.py,
+the trust note serve_trust.py.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from meshplan.report import serve_charts as C
 from meshplan.report.sections import Section
-from meshplan.report.serve_text import HEADERS, cells
 from meshplan.serve.curves import Curve, curve
 from meshplan.serve.plan import Workload
 from meshplan.units import fmt_bytes, fmt_time
@@ -26,23 +26,6 @@ SHOWN = 5  # configurations in the memory and decode-step charts
 def labels(plans: Sequence[ServeEstimate]) -> list[str]:
     """``#1 tp=2 x4 batch=128 fp8/fp8/fp8``: the rank and the configuration."""
     return [f"#{i} {e.plan.describe()}" for i, e in enumerate(plans, 1)]
-
-
-def plans_section(result: ServeSearchResult, price: float | None) -> Section:
-    """The best configurations' table: the terminal's columns, each header explained in its tooltip."""
-    rows = [cells(e, price) for e in result.plans]
-    header = [h for h in (rows[0] if rows else {})]
-    if not result.model.is_moe and "ep" in header:
-        header.remove("ep")
-    table = [[i, *(r[h] for h in header)] for i, r in enumerate(rows, 1)]
-    s = result.space
-    targets = [f"TTFT ≤ {fmt_time(s.ttft_slo)}"] * bool(s.ttft_slo) + [f"TPOT ≤ {fmt_time(s.tpot_slo)}"] * bool(
-        s.tpot_slo)
-    note = (f"Ranked by {'the lowest TPOT' if s.rank_by == 'latency' else 'output tokens/s of the deployment'}"
-            f"{', under ' + ' and '.join(targets) if targets else ''}. Hover a column's name for what it means.")
-    return Section("plans", "Best configurations", "sections/serve_plans.html.j2", {
-        "header": ["#", *header], "titles": [HEADERS["#"], *(HEADERS.get(h, "") for h in header)], "rows": table,
-        "left": [i + 1 for i, h in enumerate(header) if h in ("quant", "pools")], "note": note})
 
 
 def curves(result: ServeSearchResult, count: int = 4) -> tuple[list[Curve], list[int]]:
