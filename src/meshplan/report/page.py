@@ -3,8 +3,8 @@ report/templates (``report.html.j2``: the lead, the navigation, each section's o
 stylesheet (``report.css``), the charts' runtime inlined (vega.py) and the page's scripts (templates/*.js).
 
 A report is a list of ``Section``s (sections.py: an anchor, a title, a template and the values it reads, the
-Vega-Lite specs it draws) and a lead (ranked.Lead: heading, one line, cards). The training report (html.py) and the serving
-report (serve_html.py) are two such lists; ``report.js`` draws every chart of either, the other scripts add the
+Vega-Lite specs it draws) and a lead (ranked.Lead: heading, one line, cards). The training report (html.py) and the
+serving report (serve_html.py) are two such lists; ``report.js`` draws every chart of either, the other scripts add the
 interactions of the sections that are there (each returns at once when its data is absent).
 """
 
