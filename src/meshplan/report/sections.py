@@ -5,7 +5,7 @@ another page (a serving report) adds its own by writing a template and a functio
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -67,12 +67,17 @@ def time_section(plans: Sequence[Estimate]) -> Section:
                    {"n": len(plans), "table": table, "delta": delta is not None}, found)
 
 
+def share_rows(parts: Mapping[str, float], cap: float) -> list[list[str]]:
+    """(part, bytes, share of ``cap``) of each part: the memory tables of both reports."""
+    return [[k, fmt_bytes(v), f"{v / cap:.1%}"] for k, v in parts.items()]
+
+
 def memory_section(plans: Sequence[Estimate], headroom: float) -> Section:
     best = plans[0]
     cap = best.cluster.accelerator.hbm_bytes
-    table = [[k, fmt_bytes(v), f"{v / cap:.1%}"] for k, v in best.memory.items() if v > 0]
-    table.append(["peak", fmt_bytes(best.peak_memory), f"{best.peak_memory / cap:.1%}"])
-    return Section("memory", "Memory", "sections/memory.html.j2", {"n": len(plans), "hbm": fmt_bytes(cap),
+    table = share_rows({k: v for k, v in best.memory.items() if v > 0} | {"peak": best.peak_memory}, cap)
+    caption = f"Memory per GPU of the {len(plans)} best plans against {fmt_bytes(cap)} of HBM"
+    return Section("memory", "Memory", "sections/memory.html.j2", {"chart": "memory", "caption": caption, "note": "",
                                                                     "table": table},
                    {"memory": charts.memory_chart(plans, labels(plans), headroom)})
 

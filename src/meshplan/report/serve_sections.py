@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from meshplan.report import serve_charts as C
-from meshplan.report.sections import Section
+from meshplan.report.sections import Section, share_rows
 from meshplan.serve.curves import Curve, curve
 from meshplan.serve.plan import Workload
 from meshplan.units import fmt_bytes, fmt_time
@@ -62,16 +62,18 @@ def memory_section(plans: Sequence[ServeEstimate]) -> Section:
     best, hbm = shown[0], shown[0].cluster.accelerator.hbm_bytes
     m = best.memory
     parts = C.memory_parts(best)
-    table = [[k, fmt_bytes(v), f"{v / hbm:.1%}"] for k, v in parts.items()]
     allocated = sum(parts.values())
-    table += [["KV-cache pool", fmt_bytes(float(m.kv_pool)), f"{float(m.kv_pool) / hbm:.1%}"],
-              ["allocated by the engine", fmt_bytes(allocated), f"{allocated / hbm:.1%}"]]
+    table = share_rows(parts | {"KV-cache pool": float(m.kv_pool), "allocated by the engine": allocated}, hbm)
     seqs = (f"One sequence holds {fmt_bytes(float(m.sequence))} of KV cache per GPU at "
             f"{best.engine.resident(best.workload):,.0f} tokens (whole pages); the pool holds "
             f"{float(m.max_sequences(best.plan.dpa)):,.0f} such sequences per instance, the batch runs "
             f"{best.metrics.running:,.0f}.")
-    return Section("memory", "Memory", "sections/serve_memory.html.j2",
-                   {"n": len(shown), "hbm": fmt_bytes(hbm), "table": table, "sequences": seqs},
+    caption = (f"Memory per GPU of the {len(shown)} best configurations against {fmt_bytes(hbm)} of HBM and the "
+               "engine's share of it: the KV-cache pool is what the weights, one layer's activations and the "
+               "workspace leave of that share; the batch fills part of it")
+    return Section("memory", "Memory", "sections/memory.html.j2",
+                   {"chart": "serve-memory", "caption": caption, "table": table,
+                    "note": f"{seqs} Configuration #1 in detail:"},
                    {"serve-memory": C.memory_chart(shown, labels(shown))})
 
 
