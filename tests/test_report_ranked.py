@@ -42,6 +42,7 @@ def test_one_row_per_ranked_candidate_with_its_figures(both):
     assert n and len(ranked.table.key.cells) == n == len(ranked.metrics)
     assert all(len(c.cells) == n for c in ranked.table.columns)
     assert ranked.table.key.cells[0] == "1"
+    assert ranked.labels == tuple(e.plan.describe() for e in result.plans) and ranked.lead.best == ranked.labels[0]
     for est, m in zip(result.plans, ranked.metrics, strict=True):  # the numbers behind the cells: the estimate's
         if ranked.noun == "plans":
             assert (m["step_time_s"], m["tokens_per_s"], m["peak_memory_bytes"]) == (est.step_time, est.tokens_per_s,

@@ -32,11 +32,12 @@ class Ranked:
     """A search's result as report/ shows it.
 
     ``table``: the ranked rows, best first, one cell per column (as the terminal prints them; each header's meaning
-    is its legend entry and its tooltip); ``metrics``: per row, the numbers behind its cells (seconds, tokens/s,
-    bytes); ``rejected``: the rejected candidates by reason with a count and an example each; ``band``: the relative
-    error band within which the model cannot tell two rows apart (None: the engine states none); ``ranking``: one
-    sentence on how the rows are ranked; ``empty``: what the page says when no row is left; ``lead`` and ``footer``:
-    the top and the foot of the HTML page."""
+    is its legend entry and its tooltip); ``labels``: per row, the plan or configuration in words (``describe()``);
+    ``metrics``: per row, the numbers behind its cells (seconds, tokens/s, bytes); ``rejected``: the rejected
+    candidates by reason with a count and an example each; ``band``: the relative error band within which the model
+    cannot tell two rows apart (None: the engine states none); ``ranking``: one sentence on how the rows are ranked;
+    ``empty``: what the page says when no row is left; ``lead`` and ``footer``: the top and the foot of the HTML
+    page."""
 
     noun: str  # "plans", "configurations"
     page_title: str  # "llama3-8b on 16 × H100 SXM5 80GB"
@@ -51,6 +52,7 @@ class Ranked:
     ranking: str = ""
     empty: str = ""
     band: float | None = None
+    labels: tuple[str, ...] = ()
     metrics: tuple[Mapping[str, float], ...] = field(default_factory=tuple)
 
 

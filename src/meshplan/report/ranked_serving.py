@@ -120,4 +120,5 @@ def from_serving(result: ServeSearchResult, price: float | None = None) -> Ranke
                                             (UNITS,)),
                   rejected_total=result.rejected_total, evaluated=result.evaluated, feasible=result.feasible,
                   seconds=result.seconds, lead=lead(result, price), footer=footer, ranking=ranking, metrics=metrics,
+                  labels=tuple(e.plan.describe() for e in result.plans),
                   empty="No configuration fits and meets the targets.")

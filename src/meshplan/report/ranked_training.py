@@ -176,4 +176,5 @@ def from_training(result: SearchResult, tokens: float | None = None, price: floa
                   rejected_total=result.rejected_total,
                   evaluated=result.evaluated, feasible=result.feasible, seconds=result.seconds, lead=lead(result),
                   footer=footer, ranking=ranking, band=band, metrics=metrics,
+                  labels=tuple(e.plan.describe() for e in plans),
                   empty="No feasible plan.")

@@ -41,7 +41,7 @@ def render(result: ServeSearchResult, price: float | None = None, sample: int = 
     if result.plans:
         sections.append(S.curves_section(result))
     if result.weighed is not None and len(result.weighed):
-        sections.append(space_section(result, sample))
+        sections.append(space_section(result, ranked, sample))
     if result.plans:
         sections += [S.memory_section(result.plans), S.step_section(result.plans)]
     sections += [trust_section(result), rejected_section(ranked)]

@@ -23,6 +23,7 @@ from meshplan.serve import check
 from meshplan.units import GiB
 
 if TYPE_CHECKING:
+    from meshplan.report.ranked import Ranked
     from meshplan.serve.search import ServeSearchResult
     from meshplan.serve.weighed import Weighed
 
@@ -110,14 +111,15 @@ def columns(result: ServeSearchResult, rows: np.ndarray, bits: np.ndarray) -> di
     return out | {"vocab": vocab}
 
 
-def space_section(result: ServeSearchResult, sample: int = SAMPLE) -> Section:
-    """The configuration-space section: the chart (on a canvas), the latency and colour controls, the counts."""
+def space_section(result: ServeSearchResult, ranked: Ranked, sample: int = SAMPLE) -> Section:
+    """The configuration-space section: the chart (on a canvas), the latency and colour controls, the counts; the
+    best configurations marked from the search's ranked rows (ranked_serving.from_serving)."""
     rows, bits = pick(result.weighed, sample)
     s = result.space
     drawn = len(drawable(result.weighed))
-    best = [{"rank": f"#{i}", "plan": e.plan.describe(), "tpot": e.metrics.tpot, "ttft": e.metrics.ttft,
-             "e2e": e.metrics.e2e, "per_gpu": e.tokens_per_s_per_gpu, "memory": float(e.memory.total) / GiB}
-            for i, e in enumerate(result.plans, 1)]
+    best = [{"rank": f"#{i}", "plan": label, "tpot": m["tpot_s"], "ttft": m["ttft_s"], "e2e": m["e2e_s"],
+             "per_gpu": m["tokens_per_s_per_gpu"], "memory": m["memory_bytes"] / GiB}
+            for i, (label, m) in enumerate(zip(ranked.labels, ranked.metrics, strict=True), 1)]
     slo = {"tpot": s.tpot_slo, "ttft": s.ttft_slo}
     context = {"axes": axes(result.model.is_moe), "x_axes": {k: v[0] for k, v in X_AXES.items()}, "shown": len(rows),
                "drawable": drawn, "evaluated": result.evaluated, "feasible": result.feasible,
