@@ -33,9 +33,14 @@ class Section:
     renderers: dict[str, str] = field(default_factory=dict)
 
 
+def ranks(names: Sequence[str]) -> list[str]:
+    """``#1 name``: each of the best rows' names after its rank, as the charts of both reports label their bars."""
+    return [f"#{i} {n}" for i, n in enumerate(names, 1)]
+
+
 def labels(plans: Sequence[Estimate]) -> list[str]:
     """``#1 dp4 tp2 pp8 cp4 · mb1 z1``: the rank and the short label of each plan."""
-    return [f"#{i} {short_label(e)}" for i, e in enumerate(plans, 1)]
+    return ranks([short_label(e) for e in plans])
 
 
 def listing_context(listing: Listing) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from meshplan.report import serve_charts as C
-from meshplan.report.sections import Section, share_rows
+from meshplan.report.sections import Section, ranks, share_rows
 from meshplan.serve.curves import Curve, curve
 from meshplan.serve.plan import Workload
 from meshplan.units import fmt_bytes, fmt_time
@@ -25,7 +25,7 @@ SHOWN = 5  # configurations in the memory and decode-step charts
 
 def labels(plans: Sequence[ServeEstimate]) -> list[str]:
     """``#1 tp=2 x4 batch=128 fp8/fp8/fp8``: the rank and the configuration."""
-    return [f"#{i} {e.plan.describe()}" for i, e in enumerate(plans, 1)]
+    return ranks([e.plan.describe() for e in plans])
 
 
 def curves(result: ServeSearchResult, count: int = 4) -> tuple[list[Curve], list[int]]:

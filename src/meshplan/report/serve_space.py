@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from meshplan.report.sections import Section
+from meshplan.report.space import significant
 from meshplan.report.vega import spec
 from meshplan.serve import check
 from meshplan.units import GiB
@@ -86,18 +87,15 @@ def pick(w: Weighed, sample: int) -> tuple[np.ndarray, np.ndarray]:
     return rows, bits[rows]
 
 
-def _sig(values: np.ndarray) -> list[float]:
-    return [float(f"{v:.4g}") for v in values.tolist()]
-
-
 def columns(result: ServeSearchResult, rows: np.ndarray, bits: np.ndarray) -> dict[str, Any]:
     """The drawn rows as the page reads them: integers, latencies in seconds and memory in GiB (4 significant
     digits), tokens/s per GPU, the scheme and the verdict as codes into ``vocab``, the fronts' bits."""
     w = result.weighed
     c = {k: v[rows] for k, v in w.columns.items()}
     out: dict[str, Any] = {k: c[k].tolist() for k in INTS}
-    out |= {k: _sig(c[k]) for k in ("ttft", "tpot", "e2e")}
-    out |= {"per_gpu": _sig(c["tokens_per_s"] / c["gpus"]), "memory": _sig(c["memory"] / GiB), "front": bits.tolist()}
+    out |= {k: significant(c[k]) for k in ("ttft", "tpot", "e2e")}
+    out |= {"per_gpu": significant(c["tokens_per_s"] / c["gpus"]), "memory": significant(c["memory"] / GiB),
+            "front": bits.tolist()}
     verdicts = ["fits", *REJECTED.values()]
     names = {i: REJECTED.get(r, r) for i, r in enumerate(w.reasons)}
     out["verdict"] = [0 if r < 0 else verdicts.index(names[r]) for r in c["reason"].tolist()]
