@@ -88,3 +88,14 @@ def test_a_legend_names_the_headers_shown_then_the_notes():
     # b has no meaning: left out; the notes follow the headers
     assert listing.entries(["#", "a", "b"]) == [("#", "rank"), ("a", "first"), ("units", "s")]
     assert listing_tables(listing, 80)[-1].plain == "legend: #: rank; a: first; units: s"
+
+
+def test_the_page_lists_the_top_it_was_asked_for(training):
+    """render(top=2) of a search that kept 4 plans: the best-plans table has 2 rows, the first marked best."""
+    pytest.importorskip("jinja2")
+    pytest.importorskip("vl_convert")
+    from meshplan.report.html import render
+
+    assert len(training.plans) == 4
+    table = render(training, top=2).split('<table class="plans">')[1].split("</table>")[0]
+    assert table.count("<tr") == 1 + 2 and table.count('<tr class="best">') == 1

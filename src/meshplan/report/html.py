@@ -14,6 +14,7 @@ per GPU vs HBM, pipeline timeline, per-op roofline, strong scaling (from sweep r
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +48,7 @@ def render(result: SearchResult, scaling_rows: Sequence[dict[str, Any]] | None =
     others = [o | {"front3d": not dominated((o["time"], o["memory"] * GiB, o["gpus"]), points
                                             + [(x["time"], x["memory"] * GiB, x["gpus"]) for x in others])}
               for o in others]
-    ranked = from_training(result)
+    ranked = from_training(replace(result, plans=tuple(plans)))  # the ``top`` best
     sections = [S.plans_section(ranked)]
     if result.explored is not None and len(result.explored):
         sections.append(space_section(result, held, others))
