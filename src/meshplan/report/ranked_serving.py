@@ -58,7 +58,7 @@ def targets(result: ServeSearchResult) -> list[str]:
         s.tpot_slo)
 
 
-def plans_listing(result: ServeSearchResult, price: float | None = None) -> Listing:
+def best_configurations(result: ServeSearchResult, price: float | None = None) -> Listing:
     """The best configurations' table (``cells``; ep only for a mixture of experts), each header with its meaning."""
     s, slo = result.space, targets(result)
     title = (f"best serving configurations: {result.model.name} on {result.cluster.num_gpus} x "
@@ -76,7 +76,7 @@ def plans_listing(result: ServeSearchResult, price: float | None = None) -> List
     return Listing(title, key, cols, ("tokens/s", "per GPU", "TTFT", "TPOT", "$/Mtok"), (UNITS,))
 
 
-def lead(result: ServeSearchResult, price: float | None) -> Lead:
+def serving_lead(result: ServeSearchResult, price: float | None) -> Lead:
     """The workload, engine, targets and counts in a line; the best configuration's figures as cards."""
     model, cluster, s = result.model, result.cluster, result.space
     slo = targets(result)
@@ -115,10 +115,11 @@ def from_serving(result: ServeSearchResult, price: float | None = None) -> Ranke
                      "memory_bytes": float(e.memory.total)} for e in result.plans)
     return Ranked(noun="configurations", page_title=f"serving {result.model.name} on {cluster.num_gpus} × "
                                                     f"{cluster.accelerator.name}",
-                  table=plans_listing(result, price),
+                  table=best_configurations(result, price),
                   rejected=rejected_listing(result.rejected, result.examples, "configurations", "configs", HEADERS,
                                             (UNITS,)),
                   rejected_total=result.rejected_total, evaluated=result.evaluated, feasible=result.feasible,
-                  seconds=result.seconds, lead=lead(result, price), footer=footer, ranking=ranking, metrics=metrics,
+                  seconds=result.seconds, lead=serving_lead(result, price), footer=footer, ranking=ranking,
+                  metrics=metrics,
                   labels=tuple(e.plan.describe() for e in result.plans),
                   empty="No configuration fits and meets the targets.")

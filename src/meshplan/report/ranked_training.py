@@ -104,7 +104,7 @@ def _plan_cells(result) -> dict[str, list[str]]:
     return cells
 
 
-def plans_listing(result: SearchResult, tokens: float | None = None, price: float | None = None) -> Listing:
+def best_plans(result: SearchResult, tokens: float | None = None, price: float | None = None) -> Listing:
     """The best plans' table: the layout, the axes on each mesh tier and the figures, each header with its meaning;
     ``#`` marks with ≈ the plans the model cannot tell from the fastest."""
     space, blocks = result.space, tier_blocks(result.cluster)
@@ -137,7 +137,7 @@ def rejected_plans(result: SearchResult) -> Listing:
                             terms.reason_notes(list(result.rejected)))
 
 
-def lead(result: SearchResult) -> Lead:
+def training_lead(result: SearchResult) -> Lead:
     """One line on the model and the search, and the best plan's figures as cards."""
     model, cluster = result.model, result.cluster
     acc, mesh = cluster.accelerator, mesh_text(cluster, " × ")
@@ -172,9 +172,9 @@ def from_training(result: SearchResult, tokens: float | None = None, price: floa
               f"simulation); search took {result.seconds:.2f} s.")
     cluster = result.cluster
     return Ranked(noun="plans", page_title=f"{result.model.name} on {cluster.num_gpus} × {cluster.accelerator.name}",
-                  table=plans_listing(result, tokens, price), rejected=rejected_plans(result),
-                  rejected_total=result.rejected_total,
-                  evaluated=result.evaluated, feasible=result.feasible, seconds=result.seconds, lead=lead(result),
+                  table=best_plans(result, tokens, price), rejected=rejected_plans(result),
+                  rejected_total=result.rejected_total, evaluated=result.evaluated, feasible=result.feasible,
+                  seconds=result.seconds, lead=training_lead(result),
                   footer=footer, ranking=ranking, band=band, metrics=metrics,
                   labels=tuple(e.plan.describe() for e in plans),
                   empty="No feasible plan.")

@@ -1,4 +1,6 @@
-"""Readable tables for the terminal (rich). Pure formatting: numbers come from an Estimate."""
+"""Readable tables for the terminal (rich): one estimate in detail, the best plans and the rejected ones of a search
+(its result in the reports' one shape, ranked_training.py, folded to the terminal by fold.listing_tables), strong
+scaling, and the searches' JSON. Pure formatting: numbers come from an Estimate."""
 
 from __future__ import annotations
 
@@ -12,10 +14,10 @@ from meshplan.report.fold import Col, folded_tables, headers, legend, listing_ta
 from meshplan.report.ranked_training import (
     ASYNC_NOTES,
     band_text,
+    best_plans,
     cost_columns,
     from_training,
     metric_cells,
-    plans_listing,
     prefers_simple,
     rejected_plans,
     step_text,
@@ -134,7 +136,7 @@ def op_table(est: Estimate):  # -> rich.table.Table
 def plans_tables(result, tokens: float | None, price: float | None, width: int) -> list:
     """The best plans as rich renderables that fit ``width`` columns: one table when it fits, else folded into
     several that share the rank column (the numbers first), and the legend of what they show."""
-    return listing_tables(plans_listing(result, tokens, price), width)
+    return listing_tables(best_plans(result, tokens, price), width)
 
 
 def fastest_note(result) -> str | None:
