@@ -1,9 +1,10 @@
 """One shape for what a search found, whichever engine searched: the training search (search/run.py's SearchResult,
 turned into it by ranked_training.py) and the serving search (serve/search.py's ServeSearchResult, ranked_serving.py)
 are both rendered from a ``Ranked`` - the terminal's tables (fold.listing_tables), the HTML page's lead, best table,
-rejected table and footer (html.py, sections.py) - so that the two reports cannot drift apart in how they show a
-ranking. What only one engine has (the training plan space and pipeline, the serving curves and KV cache) stays in
-its own sections, which read the engine's own result.
+rejected table and footer (html.py, sections.py), the serving space's best markers (serve_space.py) - so that the two
+reports cannot drift apart in how they show a ranking. What only one engine has (the training plan space, comparison
+and pipeline, the serving curves, KV cache and decode step) stays in its own sections, which read the engine's own
+result and share the charts' and sections' builders (charts.stacked_bars, sections.share_rows, the memory template).
 """
 
 from __future__ import annotations
