@@ -192,7 +192,8 @@ def test_a_three_tier_mesh_shows_where_each_axis_lands():
     per tier but the outermost, in the terminal and in the HTML report, and the legend gives each block's size."""
     from meshplan.estimate import estimate
     from meshplan.report.sections import plans_section
-    from meshplan.report.text import estimate_tables, mesh_text, tier_axes, tier_blocks, tier_headers
+    from meshplan.report.text import estimate_tables
+    from meshplan.report.tiers import mesh_text, tier_axes, tier_blocks, tier_headers
     from meshplan.specs.plan import Plan
 
     cluster = load_system("h100-meta-24k").cluster(4096)
@@ -207,8 +208,14 @@ def test_a_three_tier_mesh_shows_where_each_axis_lands():
     assert "in NVLink: parallel groups inside one NVLink domain of 8 GPUs" in legend
     assert "in pod: parallel groups inside one pod block of 2,048 GPUs, not inside one of the tier below" in legend
     assert "in pod" in render(plans_tables(result, None, None, 80), 80)  # folded, still there
-    section = plans_section(result.plans)  # the HTML report's table: the same columns
-    assert section.context["header"][3:5] == ["in NVLink", "in pod"] and section.context["left"] == (1, 2, 3, 4)
+    from meshplan.report.ranked_training import from_training
+
+    section = plans_section(from_training(result))  # the HTML report's table: the terminal's columns
+    header = section.context["header"]
+    assert header == headers(plans_tables(result, None, None, 1000)[:-1])
+    tiers = [header.index("in NVLink"), header.index("in pod")]
+    assert tiers[1] == tiers[0] + 1 and set(tiers) <= set(section.context["left"])
+    assert section.context["titles"][tiers[1]].startswith("parallel groups inside one pod block of 2,048 GPUs")
     from rich.console import Console
 
     console = Console(width=160, record=True, file=open("/dev/null", "w"))  # noqa: SIM115

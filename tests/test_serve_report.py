@@ -25,8 +25,8 @@ pytest.importorskip("vl_convert")
 
 from meshplan.report import serve_charts, serve_space, serve_trust  # noqa: E402
 from meshplan.report.page import asset  # noqa: E402
+from meshplan.report.ranked_serving import cells  # noqa: E402
 from meshplan.report.serve_html import render  # noqa: E402
-from meshplan.report.serve_text import cells  # noqa: E402
 from meshplan.report.vega import bundle  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

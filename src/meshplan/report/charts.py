@@ -31,6 +31,30 @@ def _colours(mapping: dict[str, str], keys: Sequence[str]) -> dict[str, Any]:
     return {"domain": list(keys), "range": [mapping[k] for k in keys]}
 
 
+def palette(keys: Sequence[str]) -> dict[str, Any]:
+    """A colour scale giving ``keys`` the series colours (SYSTEM_COLORS) in turn."""
+    return {"domain": list(keys), "range": [SYSTEM_COLORS[i % len(SYSTEM_COLORS)] for i in range(len(keys))]}
+
+
+def bar_axis(field: str, labels: Sequence[str], limit: int = 240) -> dict[str, Any]:
+    """The y axis of a bar chart: one band per label (a plan, a configuration), in their order, untitled."""
+    return {"field": field, "type": "nominal", "sort": list(labels), "title": None, "axis": {"labelLimit": limit}}
+
+
+def stacked_bars(title: str, y: dict[str, Any], rows: list[dict[str, Any]], ends: list[dict[str, Any]],
+                 x: dict[str, Any], colour: dict[str, Any], tooltip: list[dict[str, Any]],
+                 extra: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """The best plans' or configurations' bars, one per label of ``y`` (34 px each, the first on top), stacked by
+    ``colour``'s field in each row's ``order`` (``rows``: a ``value`` each, on ``x``), the ``text`` of ``ends`` after
+    each bar (at its ``end``), and ``extra`` layers (limits, a zero rule) drawn between."""
+    bars = {"data": {"values": rows}, "mark": {"type": "bar", "height": {"band": 0.7}},
+            "encoding": {"y": y, "x": {"field": "value", "type": "quantitative", "stack": "zero"} | x, "color": colour,
+                         "order": {"field": "order"}, "tooltip": tooltip}}
+    text = [{"data": {"values": ends}, "mark": {"type": "text", "align": "left", "dx": 5, "fontSize": 11},
+             "encoding": {"y": y, "x": {"field": "end", "type": "quantitative"}, "text": {"field": "text"}}}]
+    return spec(height=34 * len(y["sort"]), title=title, layer=[bars, *extra, *(text if ends else [])])
+
+
 def breakdown_rows(estimates: Sequence[Estimate], labels: Sequence[str], scale: float) -> list[dict[str, Any]]:
     """One row per plan and non-zero component: its exposed time (in the chart's unit) and share of the step."""
     return [{"plan": label, "component": c, "value": e.breakdown[c] * scale, "order": COMPONENTS.index(c),
@@ -43,27 +67,17 @@ def breakdown_chart(estimates: Sequence[Estimate], labels: Sequence[str]) -> dic
     difference from the first plan at the end of each bar."""
     unit, scale = time_unit(max(e.step_time for e in estimates))
     best = estimates[0].step_time
-    totals = [{"plan": label, "total": e.step_time * scale,
-               "text": f"{fmt_time(e.step_time)} · MFU {e.mfu:.1%}" + ("" if i == 0 else
-                                                                       f" · {e.step_time / best - 1:+.1%}")}
-              for i, (e, label) in enumerate(zip(estimates, labels, strict=True))]
+    ends = [{"plan": label, "end": e.step_time * scale, "text": f"{fmt_time(e.step_time)} · MFU {e.mfu:.1%}"
+             + ("" if i == 0 else f" · {e.step_time / best - 1:+.1%}")}
+            for i, (e, label) in enumerate(zip(estimates, labels, strict=True))]
     shown = [c for c in COMPONENTS if any(e.breakdown.get(c, 0) > 0 for e in estimates)]
-    y = {"field": "plan", "type": "nominal", "sort": list(labels), "title": None, "axis": {"labelLimit": 240}}
-    top = max(t["total"] for t in totals)
-    return spec(
-        height=34 * len(estimates),
-        title=f"Step time by component ({unit}); the difference from plan #1 after each bar",
-        layer=[{"data": {"values": breakdown_rows(estimates, labels, scale)},
-                "mark": {"type": "bar", "height": {"band": 0.7}},
-                "encoding": {"y": y, "x": {"field": "value", "type": "quantitative", "stack": "zero",
-                                           "title": f"step time ({unit})", "scale": {"domain": [0, top * 1.45]}},
-                             "color": {"field": "component", "type": "nominal", "title": "component",
-                                       "scale": _colours(COMPONENT_COLORS, shown)},
-                             "order": {"field": "order"},
-                             "tooltip": [{"field": "plan"}, {"field": "component"}, {"field": "time"},
-                                         {"field": "share", "format": ".1%"}]}},
-               {"data": {"values": totals}, "mark": {"type": "text", "align": "left", "dx": 5, "fontSize": 11},
-                "encoding": {"y": y, "x": {"field": "total", "type": "quantitative"}, "text": {"field": "text"}}}])
+    top = max(t["end"] for t in ends)
+    return stacked_bars(
+        f"Step time by component ({unit}); the difference from plan #1 after each bar", bar_axis("plan", labels),
+        breakdown_rows(estimates, labels, scale), ends,
+        {"title": f"step time ({unit})", "scale": {"domain": [0, top * 1.45]}},
+        {"field": "component", "type": "nominal", "title": "component", "scale": _colours(COMPONENT_COLORS, shown)},
+        [{"field": "plan"}, {"field": "component"}, {"field": "time"}, {"field": "share", "format": ".1%"}])
 
 
 def delta_chart(estimates: Sequence[Estimate], labels: Sequence[str]) -> dict[str, Any] | None:
@@ -85,17 +99,12 @@ def delta_chart(estimates: Sequence[Estimate], labels: Sequence[str]) -> dict[st
                 rows.append({"plan": name, "component": c, "value": d * scale, "order": COMPONENTS.index(c),
                              "delta": ("+" if d > 0 else "−") + fmt_time(abs(d))})
     shown = [c for c in COMPONENTS if any(r["component"] == c for r in rows)]
-    y = {"field": "plan", "type": "nominal", "sort": names, "title": None, "axis": {"labelLimit": 320}}
-    return spec(
-        height=34 * len(names), title=f"Difference from plan #1 by component ({unit}; right: slower, left: faster)",
-        layer=[{"data": {"values": rows}, "mark": {"type": "bar", "height": {"band": 0.7}},
-                "encoding": {"y": y, "x": {"field": "value", "type": "quantitative", "stack": "zero",
-                                           "title": f"step time minus plan #1's ({unit})"},
-                             "color": {"field": "component", "type": "nominal", "title": "component",
-                                       "scale": _colours(COMPONENT_COLORS, shown)},
-                             "order": {"field": "order"},
-                             "tooltip": [{"field": "plan"}, {"field": "component"}, {"field": "delta"}]}},
-               {"mark": {"type": "rule", "color": "#333"}, "encoding": {"x": {"datum": 0}}}])
+    return stacked_bars(
+        f"Difference from plan #1 by component ({unit}; right: slower, left: faster)", bar_axis("plan", names, 320),
+        rows, [], {"title": f"step time minus plan #1's ({unit})"},
+        {"field": "component", "type": "nominal", "title": "component", "scale": _colours(COMPONENT_COLORS, shown)},
+        [{"field": "plan"}, {"field": "component"}, {"field": "delta"}],
+        [{"mark": {"type": "rule", "color": "#333"}, "encoding": {"x": {"datum": 0}}}])
 
 
 def memory_chart(estimates: Sequence[Estimate], labels: Sequence[str], headroom: float) -> dict[str, Any]:
@@ -104,28 +113,21 @@ def memory_chart(estimates: Sequence[Estimate], labels: Sequence[str], headroom:
     hbm = estimates[0].cluster.accelerator.hbm_bytes
     rows = [{"plan": label, "part": k, "value": v / GiB, "order": list(MEMORY_COLORS).index(k), "bytes": fmt_bytes(v)}
             for e, label in zip(estimates, labels, strict=True) for k, v in e.memory.items() if v > 0]
-    peaks = [{"plan": label, "peak": e.peak_memory / GiB, "text": fmt_bytes(e.peak_memory)
-              + ("" if i == 0 else f" ({(e.peak_memory - estimates[0].peak_memory) / GiB:+.1f} GiB)")}
-             for i, (e, label) in enumerate(zip(estimates, labels, strict=True))]
+    ends = [{"plan": label, "end": e.peak_memory / GiB, "text": fmt_bytes(e.peak_memory)
+             + ("" if i == 0 else f" ({(e.peak_memory - estimates[0].peak_memory) / GiB:+.1f} GiB)")}
+            for i, (e, label) in enumerate(zip(estimates, labels, strict=True))]
     limits = [{"x": hbm / GiB, "limit": f"HBM {fmt_bytes(hbm)}"}]
     if headroom:
         limits.append({"x": hbm * (1 - headroom) / GiB, "limit": f"{headroom:.0%} headroom"})
     shown = [k for k in MEMORY_COLORS if any(r["part"] == k for r in rows)]
-    y = {"field": "plan", "type": "nominal", "sort": list(labels), "title": None, "axis": {"labelLimit": 240}}
-    top = max([p["peak"] for p in peaks] + [hbm / GiB]) * 1.3
-    return spec(
-        height=34 * len(estimates), title=f"Memory per GPU (GiB) against {fmt_bytes(hbm)} of HBM",
-        layer=[{"data": {"values": rows}, "mark": {"type": "bar", "height": {"band": 0.7}},
-                "encoding": {"y": y, "x": {"field": "value", "type": "quantitative", "stack": "zero",
-                                           "title": "memory per GPU (GiB)", "scale": {"domain": [0, top]}},
-                             "color": {"field": "part", "type": "nominal", "title": "part",
-                                       "scale": _colours(MEMORY_COLORS, shown)},
-                             "order": {"field": "order"},
-                             "tooltip": [{"field": "plan"}, {"field": "part"}, {"field": "bytes"}]}},
-               {"data": {"values": limits}, "mark": {"type": "rule", "strokeDash": [5, 3], "color": "#C44E52"},
-                "encoding": {"x": {"field": "x", "type": "quantitative"}, "tooltip": [{"field": "limit"}]}},
-               {"data": {"values": peaks}, "mark": {"type": "text", "align": "left", "dx": 5, "fontSize": 11},
-                "encoding": {"y": y, "x": {"field": "peak", "type": "quantitative"}, "text": {"field": "text"}}}])
+    top = max([p["end"] for p in ends] + [hbm / GiB]) * 1.3
+    return stacked_bars(
+        f"Memory per GPU (GiB) against {fmt_bytes(hbm)} of HBM", bar_axis("plan", labels), rows, ends,
+        {"title": "memory per GPU (GiB)", "scale": {"domain": [0, top]}},
+        {"field": "part", "type": "nominal", "title": "part", "scale": _colours(MEMORY_COLORS, shown)},
+        [{"field": "plan"}, {"field": "part"}, {"field": "bytes"}],
+        [{"data": {"values": limits}, "mark": {"type": "rule", "strokeDash": [5, 3], "color": "#C44E52"},
+          "encoding": {"x": {"field": "x", "type": "quantitative"}, "tooltip": [{"field": "limit"}]}}])
 
 
 def timeline_rows(run: PipelineRun, width_px: float = 900.0) -> tuple[list[dict[str, Any]], str, float]:
@@ -246,8 +248,7 @@ def scaling_charts(rows: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], dict
              "mfu": r["mfu"], "plan": r["plan"], "step": fmt_time(r["step_time_s"])}
             for r in rows if r.get("feasible")]
     series = list(dict.fromkeys(d["series"] for d in data))
-    colour = {"field": "series", "type": "nominal", "title": "system",
-              "scale": {"domain": series, "range": [SYSTEM_COLORS[i % len(SYSTEM_COLORS)] for i in range(len(series))]}}
+    colour = {"field": "series", "type": "nominal", "title": "system", "scale": palette(series)}
     gpus = sorted({d["gpus"] for d in data})
     x = {"field": "gpus", "type": "quantitative", "title": "GPUs", "scale": {"type": "log", "base": 2},
          "axis": {"values": gpus, "grid": True}}

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from meshplan.estimate import COMPONENTS, Estimate, estimate
 from meshplan.report.charts import time_unit
 from meshplan.report.plots import PipelineRun, pipeline_run, short_label
-from meshplan.report.text import tier_axes, tier_headers
+from meshplan.report.tiers import tier_axes, tier_headers
 from meshplan.units import GiB, fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:

@@ -17,12 +17,32 @@ WRAP_MIN = 24  # the narrowest a wrapping text column is planned (its longest wo
 
 @dataclass(frozen=True)
 class Col:
-    """One column: its header, its cells top to bottom, how they align, and whether they may wrap."""
+    """One column: its header, its cells top to bottom, how they align, whether they may wrap, and what the header
+    means (the legend's entry, the HTML header's tooltip)."""
 
     header: str
     cells: list[str] = field(default_factory=list)
     justify: str = "right"
     wrap: bool = False
+    meaning: str = ""
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A table as a search's report shows it, in the terminal (``listing_tables``) and in the HTML page: its title,
+    the key column (``#``, ``reason``) and the others, the headers that lead when it folds (``first``), and the
+    legend's entries after those of its headers (``notes``: notations, units)."""
+
+    title: str
+    key: Col
+    columns: tuple[Col, ...] = ()
+    first: tuple[str, ...] = ()
+    notes: tuple[tuple[str, str], ...] = ()
+
+    def entries(self, shown: Sequence[str]) -> list[tuple[str, str]]:
+        """(header, meaning) of each header ``shown`` (a header without a meaning is left out), then the notes."""
+        meaning = {c.header: c.meaning for c in (self.key, *self.columns)}
+        return [(h, meaning[h]) for h in shown if meaning.get(h)] + list(self.notes)
 
 
 def cell_width(text: str) -> int:
@@ -96,3 +116,10 @@ def legend(entries: Sequence[tuple[str, str]]):  # -> rich Text
         text.append(term, style="bold")
         text.append(": " + meaning, style="dim")
     return text
+
+
+def listing_tables(listing: Listing, width: int) -> list:
+    """The listing as rich renderables that fit ``width`` columns: its table folded (``folded_tables``), then the
+    legend of the headers shown and the listing's notes."""
+    tables = folded_tables(listing.title, listing.key, listing.columns, width, listing.first)
+    return [*tables, legend(listing.entries(headers(tables)))]

@@ -14,6 +14,7 @@ per GPU vs HBM, pipeline timeline, per-op roofline, strong scaling (from sweep r
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,13 +22,14 @@ from meshplan.files import write_text
 from meshplan.report import sections as S
 from meshplan.report.compare import compare_section, pair_of, trust_section
 from meshplan.report.detail import detailed_plans, dominated, with_front
-from meshplan.report.page import Lead, render_page
+from meshplan.report.page import render_page
+from meshplan.report.ranked_training import from_training
 from meshplan.report.space import space_section
-from meshplan.report.text import mesh_text
-from meshplan.units import GiB, fmt_bytes, fmt_count, fmt_time
+from meshplan.units import GiB
 
 if TYPE_CHECKING:
     from meshplan.estimate import Estimate
+    from meshplan.report.ranked import Ranked
     from meshplan.search.run import SearchResult
 
 SCRIPTS = ("space.js", "compare.js")  # the page's own scripts after report.js, in order (templates/)
@@ -46,7 +48,8 @@ def render(result: SearchResult, scaling_rows: Sequence[dict[str, Any]] | None =
     others = [o | {"front3d": not dominated((o["time"], o["memory"] * GiB, o["gpus"]), points
                                             + [(x["time"], x["memory"] * GiB, x["gpus"]) for x in others])}
               for o in others]
-    sections = [S.plans_section(plans)]
+    ranked = from_training(replace(result, plans=tuple(plans)))  # the ``top`` best
+    sections = [S.plans_section(ranked)]
     if result.explored is not None and len(result.explored):
         sections.append(space_section(result, held, others))
     if held:
@@ -58,8 +61,8 @@ def render(result: SearchResult, scaling_rows: Sequence[dict[str, Any]] | None =
                      S.pipeline_section(plans[0]), S.roofline_section(plans[0])]
     if scaling_rows:
         sections.append(S.scaling_section(scaling_rows))
-    sections.append(S.rejected_section(result))
-    return page(result, sections)
+    sections.append(S.rejected_section(ranked))
+    return page(ranked, sections)
 
 
 def _other_fronts(result: SearchResult, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -69,35 +72,10 @@ def _other_fronts(result: SearchResult, rows: Sequence[dict[str, Any]]) -> list[
             for r in rows if r.get("gpus") != n for t, m, plan in r.get("front", ())]
 
 
-def page(result: SearchResult, sections: Sequence[S.Section]) -> str:
-    """The page of ``sections`` about ``result``'s search (page.render_page: the shared skeleton)."""
-    from meshplan import __version__
-
-    model, cluster = result.model, result.cluster
-    footer = (f"meshplan {__version__}: analytic estimate (roofline per op, α-β collectives, pipeline schedule "
-              f"simulation); search took {result.seconds:.2f} s.")
-    return render_page(f"{model.name} on {cluster.num_gpus} × {cluster.accelerator.name}",
-                       _lead(result, list(result.plans[:1])), sections, footer, SCRIPTS)
-
-
-def _lead(result: SearchResult, plans: list[Estimate]) -> Lead:
-    """One line on the model and the search, and the best plan's figures as cards."""
-    model, cluster = result.model, result.cluster
-    acc, mesh = cluster.accelerator, mesh_text(cluster, " × ")
-    text = (f"{fmt_count(model.params())} parameters, sequence {model.seq_length}, global batch "
-            f"{result.space.global_batch} sequences ({fmt_count(result.space.global_batch * model.seq_length)} "
-            f"tokens); mesh {mesh} (NVLink domain {cluster.nvlink_domain}); {result.evaluated:,} plans evaluated, "
-            f"{result.feasible:,} fit in {fmt_bytes(acc.hbm_bytes)} HBM.")
-    heading = f"meshplan report: {model.name} on {cluster.num_gpus} × {acc.name}"
-    if not plans:
-        return Lead(heading=heading, text=text)
-    best = plans[0]
-    cards = [("step time", f"{fmt_time(best.step_time)} ± {best.error_band:.0%}"),
-             ("tokens/s", fmt_count(best.tokens_per_s)), ("MFU", f"{best.mfu:.1%}"),
-             ("model TFLOP/s per GPU", f"{best.tflops_per_gpu:.0f}"),
-             ("memory per GPU", f"{fmt_bytes(best.peak_memory)} / {fmt_bytes(acc.hbm_bytes)}")]
-    return Lead(heading=heading, text=text, cards=cards, best=best.plan.describe(),
-                best_note=f"schedule {best.plan.schedule}, precision {best.plan.precision}")
+def page(ranked: Ranked, sections: Sequence[S.Section], scripts: Sequence[str] = SCRIPTS) -> str:
+    """The page of ``sections`` about a search's result (its title, lead and footer: ranked.Ranked) on the shared
+    skeleton (page.render_page), with the page's own ``scripts``."""
+    return render_page(ranked.page_title, ranked.lead, sections, ranked.footer, tuple(scripts))
 
 
 def write(path: str | Path, result: SearchResult, scaling_rows: Sequence[dict[str, Any]] | None = None,

@@ -3,37 +3,24 @@ report/templates (``report.html.j2``: the lead, the navigation, each section's o
 stylesheet (``report.css``), the charts' runtime inlined (vega.py) and the page's scripts (templates/*.js).
 
 A report is a list of ``Section``s (sections.py: an anchor, a title, a template and the values it reads, the
-Vega-Lite specs it draws) and a lead (heading, one line, cards). The training report (html.py) and the serving
-report (serve_html.py) are two such lists; ``report.js`` draws every chart of either, the other scripts add the
+Vega-Lite specs it draws) and a lead (ranked.Lead: heading, one line, cards). The training report (html.py) and the
+serving report (serve_html.py) are two such lists; ``report.js`` draws every chart of either, the other scripts add the
 interactions of the sections that are there (each returns at once when its data is absent).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from meshplan.report.vega import bundle, environment, versions
 
 if TYPE_CHECKING:
+    from meshplan.report.ranked import Lead
     from meshplan.report.sections import Section
 
 CORE_SCRIPT = "report.js"  # draws the charts and says when they are drawn (window.meshplan.ready); always first
-
-
-@dataclass(frozen=True, kw_only=True)
-class Lead:
-    """The top of a page: ``heading`` (h1), one line of ``text``, figures as ``cards`` ((name, value) pairs), and the
-    best plan or configuration (``best``, in code type) with a ``best_note`` after it."""
-
-    heading: str
-    text: str
-    cards: list[tuple[str, str]] = field(default_factory=list)
-    best: str = ""
-    best_note: str = ""
-    best_label: str = "best plan"
 
 
 def asset(name: str) -> str:

@@ -5,19 +5,19 @@ another page (a serving report) adds its own by writing a template and a functio
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from meshplan.report import charts
 from meshplan.report.plots import pipeline_run, short_label
-from meshplan.report.text import op_totals, tier_axes, tier_headers
+from meshplan.report.text import op_totals
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
     from meshplan.estimate import Estimate
-    from meshplan.search.run import SearchResult
-    from meshplan.serve.search import ServeSearchResult
+    from meshplan.report.fold import Listing
+    from meshplan.report.ranked import Ranked
 
 
 @dataclass(frozen=True)
@@ -33,27 +33,31 @@ class Section:
     renderers: dict[str, str] = field(default_factory=dict)
 
 
+def ranks(names: Sequence[str]) -> list[str]:
+    """``#1 name``: each of the best rows' names after its rank, as the charts of both reports label their bars."""
+    return [f"#{i} {n}" for i, n in enumerate(names, 1)]
+
+
 def labels(plans: Sequence[Estimate]) -> list[str]:
     """``#1 dp4 tp2 pp8 cp4 · mb1 z1``: the rank and the short label of each plan."""
-    return [f"#{i} {short_label(e)}" for i, e in enumerate(plans, 1)]
+    return ranks([short_label(e) for e in plans])
 
 
-def plans_section(plans: Sequence[Estimate]) -> Section:
-    """The best plans' table: the plan, where its axes sit, its step time and the difference from plan #1."""
-    tiers = tier_headers(plans[0].cluster) if plans else ["in NVLink"]
-    header = ["#", "plan", "schedule", *tiers, "step", "vs #1", "tokens/s", "MFU", "memory"]
-    rows = []
-    for i, est in enumerate(plans, 1):
-        p = est.plan
-        schedule = p.schedule if p.pp > 1 else "-"
-        rows.append([i, p.describe(), schedule, *tier_axes(est), fmt_time(est.step_time),
-                     "-" if i == 1 else f"{est.step_time / plans[0].step_time - 1:+.1%}",
-                     fmt_count(est.tokens_per_s), f"{est.mfu:.1%}", fmt_bytes(est.peak_memory)])
-    note = (f"Step times within ±{plans[0].ranking_band:.1%} of each other (the error band of comparable published "
-            "dense runs on the same GPU generation) cannot be told apart by the model; among those, the simplest and "
-            "lightest plan is listed first.") if plans else ""
-    return Section("plans", "Best plans", "sections/plans.html.j2", {"header": header, "rows": rows, "note": note,
-                                                                       "left": tuple(range(1, 3 + len(tiers)))})
+def listing_context(listing: Listing) -> dict[str, Any]:
+    """A listing (fold.Listing) as a table's template reads it: the header, each header's meaning (its tooltip),
+    the rows and which columns align left or wrap."""
+    cols = (listing.key, *listing.columns)
+    return {"header": [c.header for c in cols], "titles": [c.meaning for c in cols],
+            "rows": [list(row) for row in zip(*(c.cells for c in cols), strict=True)],
+            "left": [i for i, c in enumerate(cols) if c.justify == "left"], "wrap": [i for i, c in enumerate(cols)
+                                                                                 if c.wrap]}
+
+
+def plans_section(ranked: Ranked) -> Section:
+    """The best plans or configurations as the terminal lists them (ranked.Ranked), each header explained in its
+    tooltip, and how they are ranked."""
+    return Section("plans", f"Best {ranked.noun}", "sections/plans.html.j2", listing_context(ranked.table) | {
+        "noun": ranked.noun, "note": ranked.ranking, "empty": ranked.empty})
 
 
 def time_section(plans: Sequence[Estimate]) -> Section:
@@ -68,12 +72,17 @@ def time_section(plans: Sequence[Estimate]) -> Section:
                    {"n": len(plans), "table": table, "delta": delta is not None}, found)
 
 
+def share_rows(parts: Mapping[str, float], cap: float) -> list[list[str]]:
+    """(part, bytes, share of ``cap``) of each part: the memory tables of both reports."""
+    return [[k, fmt_bytes(v), f"{v / cap:.1%}"] for k, v in parts.items()]
+
+
 def memory_section(plans: Sequence[Estimate], headroom: float) -> Section:
     best = plans[0]
     cap = best.cluster.accelerator.hbm_bytes
-    table = [[k, fmt_bytes(v), f"{v / cap:.1%}"] for k, v in best.memory.items() if v > 0]
-    table.append(["peak", fmt_bytes(best.peak_memory), f"{best.peak_memory / cap:.1%}"])
-    return Section("memory", "Memory", "sections/memory.html.j2", {"n": len(plans), "hbm": fmt_bytes(cap),
+    table = share_rows({k: v for k, v in best.memory.items() if v > 0} | {"peak": best.peak_memory}, cap)
+    caption = f"Memory per GPU of the {len(plans)} best plans against {fmt_bytes(cap)} of HBM"
+    return Section("memory", "Memory", "sections/memory.html.j2", {"chart": "memory", "caption": caption, "note": "",
                                                                     "table": table},
                    {"memory": charts.memory_chart(plans, labels(plans), headroom)})
 
@@ -116,12 +125,10 @@ def scaling_section(scaling_rows: Sequence[dict[str, Any]]) -> Section:
     return Section("scaling", "Scaling", "sections/scaling.html.j2", {"rows": table, "charts": bool(found)}, found)
 
 
-def rejected_section(result: SearchResult | ServeSearchResult, noun: str = "plans") -> Section:
-    """What the search rejected, by reason, with an example of each (a training or a serving search: ``noun``)."""
-    rows = [[reason, f"{count:,}", result.examples.get(reason, "")]
-            for reason, count in sorted(result.rejected.items(), key=lambda kv: -kv[1])]
-    return Section("rejected", "Rejected", "sections/rejected.html.j2",
-                   {"rows": rows, "total": f"{result.rejected_total:,}", "noun": noun})
+def rejected_section(ranked: Ranked) -> Section:
+    """What the search rejected, by reason, with an example of each."""
+    return Section("rejected", "Rejected", "sections/rejected.html.j2", listing_context(ranked.rejected) | {
+        "total": f"{ranked.rejected_total:,}", "noun": ranked.noun})
 
 
 def per_rank(times: tuple[float, ...]) -> str:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from meshplan.report.charts import SYSTEM_COLORS
+from meshplan.report.charts import bar_axis, palette, stacked_bars
 from meshplan.report.vega import spec
 from meshplan.units import GiB, fmt_bytes, fmt_count, fmt_time
 
@@ -30,10 +30,6 @@ STEP_KINDS = {"gemm": ("GEMMs", "#4C72B0"), "attention": ("attention (KV-cache r
               "host": ("engine host time", "#937860")}
 LABELLED_BATCHES = (1, 8, 64, 512)  # the curves write these batches (and each configuration's own) beside the point
 SLO_COLOR = "#C44E52"
-
-
-def _colours(keys: Sequence[str]) -> dict[str, Any]:
-    return {"domain": list(keys), "range": [SYSTEM_COLORS[i % len(SYSTEM_COLORS)] for i in range(len(keys))]}
 
 
 def curve_rows(curves: Sequence[Curve], chosen: Sequence[int]) -> list[dict[str, Any]]:
@@ -64,7 +60,7 @@ def curve_chart(rows: list[dict[str, Any]], x: str, slo: float, title: str) -> d
              "scale": {"type": "log", "domain": [min(xs) / 1.3, max(xs) * 1.3]}}
     enc_y = {"field": "per_gpu", "type": "quantitative", "title": "output tokens/s per GPU (log scale)",
              "scale": {"type": "log"}, "axis": {"format": "~s"}}
-    colour = {"field": "config", "type": "nominal", "title": "configuration", "scale": _colours(configs),
+    colour = {"field": "config", "type": "nominal", "title": "configuration", "scale": palette(configs),
               "legend": {"columns": 1}}
     tip = [{"field": "config", "title": "configuration"}, {"field": "batch"}, {"field": "rate_text",
                                                                                  "title": "tokens/s per GPU"},
@@ -121,25 +117,17 @@ def memory_chart(plans: Sequence[ServeEstimate], labels: Sequence[str]) -> dict[
         name = f"{engine.name}'s {engine.memory_utilization:.0%}: {fmt_bytes(share)}"
         limits.append({"x": share / GiB, "limit": name})
     dashes = {"domain": [r["limit"] for r in limits], "range": [[6, 3], [2, 2]][:len(limits)]}
-    y = {"field": "config", "type": "nominal", "sort": list(labels), "title": None, "axis": {"labelLimit": 340}}
     shown = [k for k in MEMORY_PARTS if any(r["part"] == k for r in rows)]
-    return spec(
-        height=34 * len(plans), title=f"Memory per GPU (GiB) against {fmt_bytes(acc.hbm_bytes)} of HBM",
-        layer=[{"data": {"values": rows}, "mark": {"type": "bar", "height": {"band": 0.7}},
-                "encoding": {"y": y, "x": {"field": "value", "type": "quantitative", "stack": "zero",
-                                           "title": "memory per GPU (GiB)",
-                                           "scale": {"domain": [0, acc.hbm_bytes / GiB * 1.6]}},
-                             "color": {"field": "part", "type": "nominal", "title": "part",
-                                       "scale": {"domain": shown, "range": [MEMORY_PARTS[k] for k in shown]},
-                                       "legend": {"columns": 3}},
-                             "order": {"field": "order"},
-                             "tooltip": [{"field": "config"}, {"field": "part"}, {"field": "bytes"}]}},
-               {"data": {"values": limits}, "mark": {"type": "rule", "color": SLO_COLOR, "strokeWidth": 1.5},
-                "encoding": {"x": {"field": "x", "type": "quantitative"}, "tooltip": [{"field": "limit"}],
-                             "strokeDash": {"field": "limit", "type": "nominal", "title": "limit", "scale": dashes,
-                                            "legend": {"direction": "vertical", "columns": 1}}}},
-               {"data": {"values": ends}, "mark": {"type": "text", "align": "left", "dx": 5, "fontSize": 11},
-                "encoding": {"y": y, "x": {"field": "end", "type": "quantitative"}, "text": {"field": "text"}}}])
+    return stacked_bars(
+        f"Memory per GPU (GiB) against {fmt_bytes(acc.hbm_bytes)} of HBM", bar_axis("config", labels, 340), rows, ends,
+        {"title": "memory per GPU (GiB)", "scale": {"domain": [0, acc.hbm_bytes / GiB * 1.6]}},
+        {"field": "part", "type": "nominal", "title": "part",
+         "scale": {"domain": shown, "range": [MEMORY_PARTS[k] for k in shown]}, "legend": {"columns": 3}},
+        [{"field": "config"}, {"field": "part"}, {"field": "bytes"}],
+        [{"data": {"values": limits}, "mark": {"type": "rule", "color": SLO_COLOR, "strokeWidth": 1.5},
+          "encoding": {"x": {"field": "x", "type": "quantitative"}, "tooltip": [{"field": "limit"}],
+                       "strokeDash": {"field": "limit", "type": "nominal", "title": "limit", "scale": dashes,
+                                      "legend": {"direction": "vertical", "columns": 1}}}}])
 
 
 def step_kinds(e: ServeEstimate) -> dict[str, float]:
@@ -163,19 +151,10 @@ def step_chart(plans: Sequence[ServeEstimate], labels: Sequence[str]) -> dict[st
                      "text": f"{fmt_time(total)} per iteration · TPOT {fmt_time(e.metrics.tpot)}"})
     shown = [v[0] for k, v in STEP_KINDS.items() if any(r["kind"] == v[0] for r in rows)]
     top = max(r["end"] for r in ends)
-    y = {"field": "config", "type": "nominal", "sort": list(labels), "title": None, "axis": {"labelLimit": 340}}
-    return spec(
-        height=34 * len(plans), title="One decode iteration at the running batch, by kind of op (ms)",
-        layer=[{"data": {"values": rows}, "mark": {"type": "bar", "height": {"band": 0.7}},
-                "encoding": {"y": y, "x": {"field": "value", "type": "quantitative", "stack": "zero",
-                                           "title": "time per decode iteration (ms)",
-                                           "scale": {"domain": [0, top * 1.6]}},
-                             "color": {"field": "kind", "type": "nominal", "title": "kind of op",
-                                       "scale": {"domain": shown, "range": [c for n, c in STEP_KINDS.values()
-                                                                            if n in shown]},
-                                       "legend": {"columns": 3}},
-                             "order": {"field": "order"},
-                             "tooltip": [{"field": "config"}, {"field": "kind"}, {"field": "time"},
-                                         {"field": "share", "format": ".1%"}]}},
-               {"data": {"values": ends}, "mark": {"type": "text", "align": "left", "dx": 5, "fontSize": 11},
-                "encoding": {"y": y, "x": {"field": "end", "type": "quantitative"}, "text": {"field": "text"}}}])
+    return stacked_bars(
+        "One decode iteration at the running batch, by kind of op (ms)", bar_axis("config", labels, 340), rows, ends,
+        {"title": "time per decode iteration (ms)", "scale": {"domain": [0, top * 1.6]}},
+        {"field": "kind", "type": "nominal", "title": "kind of op",
+         "scale": {"domain": shown, "range": [c for n, c in STEP_KINDS.values() if n in shown]},
+         "legend": {"columns": 3}},
+        [{"field": "config"}, {"field": "kind"}, {"field": "time"}, {"field": "share", "format": ".1%"}])

@@ -1,7 +1,8 @@
-"""The serving report's sections (each a sections.Section with its template under templates/sections/serve_*):
-the best configurations as the terminal lists them (serve_text.py), throughput against TPOT and TTFT over the decode
-batch for the best configurations' shapes (serve/curves.py), memory per GPU and the decode iteration by kind of op
-of the best configurations. The configuration space is serve_space.py, the trust note serve_trust.py.
+"""The serving report's own sections (each a sections.Section with its template under templates/sections/serve_*):
+throughput against TPOT and TTFT over the decode batch for the best configurations' shapes (serve/curves.py), memory
+per GPU with the KV cache and the decode iteration by kind of op of the best configurations. The best and rejected
+tables are the training report's (sections.py, from ranked_serving.py), the configuration space is serve_space.py,
+the trust note serve_trust.py.
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from meshplan.report import serve_charts as C
-from meshplan.report.sections import Section
-from meshplan.report.serve_text import HEADERS, cells
+from meshplan.report.sections import Section, ranks, share_rows
 from meshplan.serve.curves import Curve, curve
 from meshplan.serve.plan import Workload
 from meshplan.units import fmt_bytes, fmt_time
@@ -25,24 +25,7 @@ SHOWN = 5  # configurations in the memory and decode-step charts
 
 def labels(plans: Sequence[ServeEstimate]) -> list[str]:
     """``#1 tp=2 x4 batch=128 fp8/fp8/fp8``: the rank and the configuration."""
-    return [f"#{i} {e.plan.describe()}" for i, e in enumerate(plans, 1)]
-
-
-def plans_section(result: ServeSearchResult, price: float | None) -> Section:
-    """The best configurations' table: the terminal's columns, each header explained in its tooltip."""
-    rows = [cells(e, price) for e in result.plans]
-    header = [h for h in (rows[0] if rows else {})]
-    if not result.model.is_moe and "ep" in header:
-        header.remove("ep")
-    table = [[i, *(r[h] for h in header)] for i, r in enumerate(rows, 1)]
-    s = result.space
-    targets = [f"TTFT ≤ {fmt_time(s.ttft_slo)}"] * bool(s.ttft_slo) + [f"TPOT ≤ {fmt_time(s.tpot_slo)}"] * bool(
-        s.tpot_slo)
-    note = (f"Ranked by {'the lowest TPOT' if s.rank_by == 'latency' else 'output tokens/s of the deployment'}"
-            f"{', under ' + ' and '.join(targets) if targets else ''}. Hover a column's name for what it means.")
-    return Section("plans", "Best configurations", "sections/serve_plans.html.j2", {
-        "header": ["#", *header], "titles": [HEADERS["#"], *(HEADERS.get(h, "") for h in header)], "rows": table,
-        "left": [i + 1 for i, h in enumerate(header) if h in ("quant", "pools")], "note": note})
+    return ranks([e.plan.describe() for e in plans])
 
 
 def curves(result: ServeSearchResult, count: int = 4) -> tuple[list[Curve], list[int]]:
@@ -79,16 +62,18 @@ def memory_section(plans: Sequence[ServeEstimate]) -> Section:
     best, hbm = shown[0], shown[0].cluster.accelerator.hbm_bytes
     m = best.memory
     parts = C.memory_parts(best)
-    table = [[k, fmt_bytes(v), f"{v / hbm:.1%}"] for k, v in parts.items()]
     allocated = sum(parts.values())
-    table += [["KV-cache pool", fmt_bytes(float(m.kv_pool)), f"{float(m.kv_pool) / hbm:.1%}"],
-              ["allocated by the engine", fmt_bytes(allocated), f"{allocated / hbm:.1%}"]]
+    table = share_rows(parts | {"KV-cache pool": float(m.kv_pool), "allocated by the engine": allocated}, hbm)
     seqs = (f"One sequence holds {fmt_bytes(float(m.sequence))} of KV cache per GPU at "
             f"{best.engine.resident(best.workload):,.0f} tokens (whole pages); the pool holds "
             f"{float(m.max_sequences(best.plan.dpa)):,.0f} such sequences per instance, the batch runs "
             f"{best.metrics.running:,.0f}.")
-    return Section("memory", "Memory", "sections/serve_memory.html.j2",
-                   {"n": len(shown), "hbm": fmt_bytes(hbm), "table": table, "sequences": seqs},
+    caption = (f"Memory per GPU of the {len(shown)} best configurations against {fmt_bytes(hbm)} of HBM and the "
+               "engine's share of it: the KV-cache pool is what the weights, one layer's activations and the "
+               "workspace leave of that share; the batch fills part of it")
+    return Section("memory", "Memory", "sections/memory.html.j2",
+                   {"chart": "serve-memory", "caption": caption, "table": table,
+                    "note": f"{seqs} Configuration #1 in detail:"},
                    {"serve-memory": C.memory_chart(shown, labels(shown))})
 
 

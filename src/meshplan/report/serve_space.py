@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from meshplan.report.sections import Section
+from meshplan.report.space import significant
 from meshplan.report.vega import spec
 from meshplan.serve import check
 from meshplan.units import GiB
 
 if TYPE_CHECKING:
+    from meshplan.report.ranked import Ranked
     from meshplan.serve.search import ServeSearchResult
     from meshplan.serve.weighed import Weighed
 
@@ -85,18 +87,15 @@ def pick(w: Weighed, sample: int) -> tuple[np.ndarray, np.ndarray]:
     return rows, bits[rows]
 
 
-def _sig(values: np.ndarray) -> list[float]:
-    return [float(f"{v:.4g}") for v in values.tolist()]
-
-
 def columns(result: ServeSearchResult, rows: np.ndarray, bits: np.ndarray) -> dict[str, Any]:
     """The drawn rows as the page reads them: integers, latencies in seconds and memory in GiB (4 significant
     digits), tokens/s per GPU, the scheme and the verdict as codes into ``vocab``, the fronts' bits."""
     w = result.weighed
     c = {k: v[rows] for k, v in w.columns.items()}
     out: dict[str, Any] = {k: c[k].tolist() for k in INTS}
-    out |= {k: _sig(c[k]) for k in ("ttft", "tpot", "e2e")}
-    out |= {"per_gpu": _sig(c["tokens_per_s"] / c["gpus"]), "memory": _sig(c["memory"] / GiB), "front": bits.tolist()}
+    out |= {k: significant(c[k]) for k in ("ttft", "tpot", "e2e")}
+    out |= {"per_gpu": significant(c["tokens_per_s"] / c["gpus"]), "memory": significant(c["memory"] / GiB),
+            "front": bits.tolist()}
     verdicts = ["fits", *REJECTED.values()]
     names = {i: REJECTED.get(r, r) for i, r in enumerate(w.reasons)}
     out["verdict"] = [0 if r < 0 else verdicts.index(names[r]) for r in c["reason"].tolist()]
@@ -110,14 +109,15 @@ def columns(result: ServeSearchResult, rows: np.ndarray, bits: np.ndarray) -> di
     return out | {"vocab": vocab}
 
 
-def space_section(result: ServeSearchResult, sample: int = SAMPLE) -> Section:
-    """The configuration-space section: the chart (on a canvas), the latency and colour controls, the counts."""
+def space_section(result: ServeSearchResult, ranked: Ranked, sample: int = SAMPLE) -> Section:
+    """The configuration-space section: the chart (on a canvas), the latency and colour controls, the counts; the
+    best configurations marked from the search's ranked rows (ranked_serving.from_serving)."""
     rows, bits = pick(result.weighed, sample)
     s = result.space
     drawn = len(drawable(result.weighed))
-    best = [{"rank": f"#{i}", "plan": e.plan.describe(), "tpot": e.metrics.tpot, "ttft": e.metrics.ttft,
-             "e2e": e.metrics.e2e, "per_gpu": e.tokens_per_s_per_gpu, "memory": float(e.memory.total) / GiB}
-            for i, e in enumerate(result.plans, 1)]
+    best = [{"rank": f"#{i}", "plan": label, "tpot": m["tpot_s"], "ttft": m["ttft_s"], "e2e": m["e2e_s"],
+             "per_gpu": m["tokens_per_s_per_gpu"], "memory": m["memory_bytes"] / GiB}
+            for i, (label, m) in enumerate(zip(ranked.labels, ranked.metrics, strict=True), 1)]
     slo = {"tpot": s.tpot_slo, "ttft": s.ttft_slo}
     context = {"axes": axes(result.model.is_moe), "x_axes": {k: v[0] for k, v in X_AXES.items()}, "shown": len(rows),
                "drawable": drawn, "evaluated": result.evaluated, "feasible": result.feasible,

@@ -1,12 +1,14 @@
-"""The serving search's and estimate's tables for the terminal (rich), folded to its width as ``plan``'s are
-(fold.py), each with its legend; and their JSON. Pure formatting: the numbers come from serve/."""
+"""The serving search's and estimate's tables for the terminal (rich), and their JSON: the best configurations and
+the rejected ones as the one shape of a search's result renders them (ranked_serving.py, fold.listing_tables), and
+one configuration in detail (its targets, memory per GPU and KV cache, the decode step by op). Pure formatting: the
+numbers come from serve/."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import TYPE_CHECKING
 
-from meshplan.report.fold import Col, folded_tables, headers, legend
+from meshplan.report.fold import listing_tables
+from meshplan.report.ranked_serving import from_serving
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
@@ -14,71 +16,6 @@ if TYPE_CHECKING:
 
     from meshplan.serve.estimate import ServeEstimate
     from meshplan.serve.search import ServeSearchResult
-
-HEADERS = {
-    "#": "rank: the most output tokens/s first (--rank latency: the lowest TPOT)",
-    "tp·pp·dpa": "tensor-parallel size, pipeline stages, data-parallel attention groups of one instance",
-    "ep": "expert-parallel size (1: every expert split tp ways)",
-    "pools": "xN: N co-located instances; PP+DD: P prefill and D decode instances (disaggregated)",
-    "batch": "sequences in flight per instance",
-    "quant": "weights / activations / KV cache formats",
-    "tokens/s": "output tokens per second, the whole deployment",
-    "per GPU": "output tokens per second per GPU used",
-    "TTFT": "time to first token",
-    "TPOT": "time per output token (mean inter-token latency)",
-    "e2e": "end-to-end latency of a request",
-    "memory": "memory per GPU: weights, activations, workspace and the batch's KV cache",
-    "$/Mtok": "price of a million output tokens at --price per GPU-hour",
-    "reason": "why configurations were rejected",
-    "configs": "how many configurations for that reason",
-    "for example": "one of them",
-}
-UNITS = ("units", "k M B = 10^3 10^6 10^9; KiB MiB GiB = 2^10 2^20 2^30 bytes; ms, us = milli-, microseconds")
-
-
-def _entries(tables: list) -> list[tuple[str, str]]:
-    return [(h, HEADERS[h]) for h in headers(tables) if h in HEADERS] + [UNITS]
-
-
-def cells(e: ServeEstimate, price: float | None) -> dict[str, str]:
-    """One configuration's row of the best configurations' table, by column (HEADERS), as the terminal and the HTML
-    report print it."""
-    p, m = e.plan, e.metrics
-    pools = f"{p.prefill_replicas}P+{p.replicas}D" if p.disaggregated else f"x{p.replicas}"
-    out = {"tp·pp·dpa": f"{p.tp}·{p.pp}·{p.dpa}", "ep": str(p.ep), "pools": pools, "batch": str(p.batch),
-           "quant": p.quant.label, "tokens/s": fmt_count(m.tokens_per_s), "per GPU": fmt_count(e.tokens_per_s_per_gpu),
-           "TTFT": fmt_time(m.ttft), "TPOT": fmt_time(m.tpot), "e2e": fmt_time(m.e2e),
-           "memory": fmt_bytes(float(e.memory.total))}
-    cost = e.cost_per_million(price)
-    return out | ({"$/Mtok": f"${cost:,.3g}"} if cost is not None else {})
-
-
-def plans_tables(result: ServeSearchResult, price: float | None, width: int) -> list:
-    s = result.space
-    slo = [f"TTFT ≤ {fmt_time(s.ttft_slo)}"] * bool(s.ttft_slo) + [f"TPOT ≤ {fmt_time(s.tpot_slo)}"] * bool(s.tpot_slo)
-    title = (f"best serving configurations: {result.model.name} on {result.cluster.num_gpus} x "
-             f"{result.cluster.accelerator.name}, {s.input_len} in / {s.output_len} out, {s.engine.describe()}"
-             + (f", {', '.join(slo)}" if slo else ""))
-    columns: dict[str, list[str]] = defaultdict(list)
-    for e in result.plans:
-        for k, v in cells(e, price).items():
-            columns[k].append(v)
-    if not result.model.is_moe:
-        columns.pop("ep", None)
-    key = Col("#", [str(i) for i in range(1, len(result.plans) + 1)])
-    cols = [Col(h, c, "left" if h in ("quant", "pools") else "right") for h, c in columns.items()]
-    tables = folded_tables(title, key, cols, width, ("tokens/s", "per GPU", "TTFT", "TPOT", "$/Mtok"))
-    return [*tables, legend(_entries(tables))]
-
-
-def rejected_tables(result: ServeSearchResult, width: int) -> list:
-    ranked = sorted(result.rejected.items(), key=lambda kv: -kv[1])
-    key = Col("reason", [r for r, _ in ranked], "left", wrap=True)
-    cols = [Col("configs", [f"{n:,}" for _, n in ranked]),
-            Col("for example", [result.examples.get(r, "") for r, _ in ranked], "left", wrap=True)]
-    tables = folded_tables(f"rejected: {result.rejected_total:,} configurations", key, cols, width)
-    return [*tables, legend(_entries(tables))]
-
 
 def _verdict(v: dict) -> str:
     name, target = str(v["metric"]).upper(), fmt_time(float(v["target_s"]))
@@ -150,14 +87,15 @@ def print_serve(result: ServeSearchResult, price: float | None, as_json: bool) -
         click.echo(json.dumps(result.to_dict(price)))
         return
     console = terminal_console()
+    ranked = from_serving(result, price)
     if result.plans:
-        for r in plans_tables(result, price, console.width):
+        for r in listing_tables(ranked.table, console.width):
             console.print(r)
         console.print("[bold]the best configuration in detail[/bold]")
         estimate_tables(result.plans[0], console, price)
     else:
         console.print("[bold red]no configuration meets the targets and fits[/bold red]")
-    for r in rejected_tables(result, console.width):
+    for r in listing_tables(ranked.rejected, console.width):
         console.print(r)
     rate = result.evaluated / max(result.seconds, 1e-9)
     console.print(f"evaluated {result.evaluated:,} configurations in {result.seconds:.2f} s ({rate:,.0f} per second)")

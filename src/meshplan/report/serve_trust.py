@@ -9,12 +9,10 @@ a run's architecture is that of the system preset meshplan prices it on.
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from meshplan.report.sections import Section
+from meshplan.report.trust import packaged
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
@@ -25,10 +23,9 @@ METRICS = {"ttft_ms": "time to first token (mean)", "itl_ms": "inter-token laten
            "e2e_latency_ms": "end-to-end latency"}
 
 
-@lru_cache(maxsize=1)
 def errors() -> dict[str, Any]:
-    """presets/serving_errors.json (module docstring)."""
-    return json.loads((resources.files("meshplan") / "presets" / "serving_errors.json").read_text())
+    """presets/serving_errors.json (module docstring), read as the training trust panel reads its runs."""
+    return packaged("serving_errors.json")
 
 
 def _pct(x: float) -> str:

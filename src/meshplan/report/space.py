@@ -32,6 +32,12 @@ AXES = {"tp": "tensor parallel (tp; tp×tp2 on the 2D grid)", "pp": "pipeline pa
 REGIONS = {"memory exceeds HBM": "#E8A0A0", "memory within the headroom": "#F3D9A4"}
 
 
+def significant(values: np.ndarray) -> list[float]:
+    """Four significant digits, as both reports' spaces send their figures to the page (a sample of thousands of
+    points: the JSON stays small, the tooltips print at most four digits)."""
+    return [float(f"{v:.4g}") for v in values.tolist()]
+
+
 def columns(ps: PlanSpace) -> dict[str, list[Any]]:
     """The sample's columns as the page reads them: times in seconds, memory in GiB (4 significant digits), and
     each categorical column as codes into ``vocab[column]`` (returned under ``"vocab"``)."""
@@ -47,8 +53,7 @@ def columns(ps: PlanSpace) -> dict[str, list[Any]]:
             "framework": frameworks(c, recompute, zero, opt, act), "status": np.array(STATUS)[c["status"]],
             "schedule": np.where(c["pp"] > 1, np.array(SCHEDULES)[c["schedule"]], "-"),
             "placement": np.array([",".join(p) for p in ps.placements])[c["placement"]]}
-    out: dict[str, list[Any]] = {"time": [float(f"{t:.4g}") for t in c["time"].tolist()],
-                                 "memory": [float(f"{m / GiB:.4g}") for m in c["memory"].tolist()]}
+    out: dict[str, list[Any]] = {"time": significant(c["time"]), "memory": significant(c["memory"] / GiB)}
     for name in ("dp", "pp", "cp", "ep", "vpp", "micro_batch"):
         out[name] = c[name].tolist()
     vocab = {}

@@ -1,4 +1,6 @@
-"""Readable tables for the terminal (rich). Pure formatting: numbers come from an Estimate."""
+"""Readable tables for the terminal (rich): one estimate in detail, the best plans and the rejected ones of a search
+(its result in the reports' one shape, ranked_training.py, folded to the terminal by fold.listing_tables), strong
+scaling, and the searches' JSON. Pure formatting: numbers come from an Estimate."""
 
 from __future__ import annotations
 
@@ -8,7 +10,20 @@ from typing import TYPE_CHECKING
 
 from meshplan.groups import axis_tiers
 from meshplan.report import terms
-from meshplan.report.fold import Col, folded_tables, headers, legend
+from meshplan.report.fold import Col, folded_tables, headers, legend, listing_tables
+from meshplan.report.ranked_training import (
+    ASYNC_NOTES,
+    band_text,
+    best_plans,
+    cost_columns,
+    from_training,
+    metric_cells,
+    prefers_simple,
+    rejected_plans,
+    step_text,
+    training_cost,
+)
+from meshplan.report.tiers import mesh_text
 from meshplan.specs.stack import frameworks_running
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
@@ -16,17 +31,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from meshplan.estimate import Estimate
-
-# what an asynchronous pipeline schedule changes in training, printed beside any plan that uses one
-ASYNC_NOTES = {
-    "pipedream": "stale weights, not synchronous SGD: a weight update after every micro-batch (optimizer batch "
-                 "dp x micro_batch), each in-flight micro-batch's weights stashed, p - r versions on rank r "
-                 "(Narayanan et al. 2019); no framework preset runs it",
-    "pipedream-2bw": "stale weights, not synchronous SGD: one update per m micro-batches from gradients of the "
-                     "previous weight version, 2 versions per rank (Narayanan et al. 2021, 2BW); no framework preset "
-                     "runs it",
-}
-
 
 def terminal_console() -> Console:
     """A console as wide as the terminal (or as ``COLUMNS`` says), else 150 columns when the output is a file or a
@@ -56,7 +60,7 @@ def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
     summary.add_row("axes on tiers", ", ".join(f"{a}={getattr(p, a)}: {t}" for a, t in tiers.items())
                     or "one GPU per group")
     summary.add_row("stack", est.stack.describe())
-    band = _band(est)  # the 80th-percentile |error| of published runs on this GPU generation and model kind
+    band = band_text(est)  # the 80th-percentile |error| of published runs on this GPU generation and model kind
     summary.add_row("step time", fmt_time(est.step_time) + (f"{band} (error band)" if band else ""))
     summary.add_row("tokens/s", f"{fmt_count(est.tokens_per_s)} ({fmt_count(est.tokens_per_s / est.cluster.num_gpus)}"
                     " per GPU)")
@@ -129,129 +133,10 @@ def op_table(est: Estimate):  # -> rich.table.Table
 
 
 # ---- search results --------------------------------------------------------------------------------------
-def training_cost(est: Estimate, tokens: float | None, price: float | None) -> dict[str, float]:
-    """Days to train on ``tokens`` tokens and the cost at ``price`` per GPU-hour."""
-    if not tokens:
-        return {}
-    days = tokens / est.tokens_per_s / 86400
-    out = {"days": days, "gpu_hours": days * 24 * est.cluster.num_gpus}
-    if price is not None:
-        out["cost"] = out["gpu_hours"] * price
-    return out
-
-
-def mesh_text(cluster, sep: str) -> str:
-    """The mesh shape, innermost first ("8 x 128"), with the tiers' names beyond two ("8 x 256 x 8 (nvlink, pod,
-    aggregation)")."""
-    shape = sep.join(map(str, cluster.mesh_shape))
-    return shape if len(cluster.tiers) <= 2 else f"{shape} ({', '.join(t.name for t in cluster.tiers)})"
-
-
-def tier_headers(cluster) -> list[str]:
-    """One column per mesh tier but the outermost: "in NVLink" for tier 0, "in <name>" for each tier beyond it."""
-    return ["in NVLink"] + [f"in {t.name}" for t in cluster.tiers[1:-1]]
-
-
-def tier_blocks(cluster) -> dict[str, int]:
-    """GPUs per block of each ``tier_headers`` column's tier (tier 0: the nominal NVLink domain)."""
-    blocks, span = {}, 1
-    for header, tier in zip(tier_headers(cluster), cluster.tiers, strict=False):
-        span *= tier.size
-        blocks[header] = span
-    return blocks
-
-
-def tier_axes(est: Estimate) -> list[str]:
-    """For each ``tier_headers`` column, the parallel axes whose groups stay inside one block of that tier and not
-    inside one of the tier before (on two tiers: those inside the NVLink domain)."""
-    spans = list(tier_blocks(est.cluster).values())
-    inside: list[list[str]] = [[] for _ in spans]
-    stride = 1
-    for axis in est.plan.placement:
-        size = getattr(est.plan, axis)
-        tier = next((i for i, span in enumerate(spans) if stride * size <= span), None)
-        if size > 1 and tier is not None:
-            inside[tier].append(f"{axis}={size}")
-        stride *= size
-    return ["+".join(axes) or "-" for axes in inside]
-
-
-def _band(est: Estimate) -> str:
-    """`` ±7%`` when the estimate carries an error band (the relative half-width of its step time), else ""."""
-    band = getattr(est, "error_band", None)
-    if band is None:
-        return ""
-    return f" ±{band:.0%}" if band >= 0.01 else f" ±{band:.1%}"
-
-
-def _step(est: Estimate) -> str:
-    return fmt_time(est.step_time) + _band(est)
-
-
-def _layout(p) -> str:
-    tp = f"{p.tp}x{p.tp2}" if p.tensor_layout == "summa" else str(p.tp)
-    return f"{p.dp}·{tp}·{p.pp}·{p.cp}"
-
-
-def _plan_columns(result, tokens: float | None, price: float | None) -> list[Col]:
-    """The best plans' columns, one cell per plan, in the wide table's order."""
-    ests, left = result.plans, ("recompute", "offload", *tier_headers(result.cluster))
-    cells: dict[str, list[str]] = defaultdict(list)
-    asynchronous = any(e.plan.schedule in ASYNC_NOTES and e.plan.pp > 1 for e in ests)
-    uneven = any(e.plan.last_stage_layers for e in ests)
-    for est in ests:
-        p = est.plan
-        cells["dp·tp·pp·cp"].append(_layout(p))
-        if result.model.is_moe:
-            cells["ep/etp"].append(f"{p.ep}/{p.etp}")
-        cells["vpp"].append(str(p.vpp))
-        if uneven:
-            cells["last"].append(str(p.last_stage_layers or "-"))
-        if asynchronous:
-            cells["schedule"].append(p.schedule if p.pp > 1 else "-")
-        cells["mbs"].append(str(p.micro_batch))
-        cells["zero"].append(str(p.zero))
-        cells["recompute"].append(p.recompute)
-        cells["sp"].append("on" if p.sequence_parallel else "-")
-        cells["offload"].append("+".join(k for k, on in (("opt", p.offload_optimizer),
-                                                         ("act", p.offload_activations)) if on) or "-")
-        for header, axes in zip(tier_headers(est.cluster), tier_axes(est), strict=True):
-            cells[header].append(axes)
-        for name, value in _metric_cells(est, tokens, price).items():
-            cells[name].append(value)
-    return [Col(h, cs, "left" if h in left else "right") for h, cs in cells.items()]
-
-
-def _metric_cells(est: Estimate, tokens: float | None, price: float | None) -> dict[str, str]:
-    out = {"step": _step(est), "tokens/s": fmt_count(est.tokens_per_s), "MFU": f"{est.mfu:.1%}",
-           "memory": fmt_bytes(est.peak_memory)}
-    return out | dict(zip(_cost_columns(tokens, price), _cost_cells(est, tokens, price), strict=True))
-
-
-METRICS = ("step", "tokens/s", "MFU", "memory", "days", "cost")
-
-
 def plans_tables(result, tokens: float | None, price: float | None, width: int) -> list:
     """The best plans as rich renderables that fit ``width`` columns: one table when it fits, else folded into
     several that share the rank column (the numbers first), and the legend of what they show."""
-    space = result.space
-    stack = [space.precision, space.stack.name] + ([space.stack.fsdp] if space.stack.fsdp != "none" else [])
-    title = (f"best plans: {result.model.name} on {result.cluster.num_gpus} x {result.cluster.accelerator.name}, "
-             f"global batch {space.global_batch}, {', '.join(stack)}")
-    same = getattr(result, "equivalent", ()) or (False,) * len(result.plans)  # SearchResult.equivalent
-    equivalent = [i > 1 and bool(eq) for i, eq in enumerate(same, 1)]
-    key = Col("#", [f"{i}≈" if eq else str(i) for i, eq in enumerate(equivalent, 1)])
-    tables = folded_tables(title, key, _plan_columns(result, tokens, price), width, ("dp·tp·pp·cp", *METRICS))
-    extra = [terms.NONE] + ([terms.SUMMA_CELL] if any(e.plan.tensor_layout == "summa" for e in result.plans) else [])
-    extra += [terms.BAND] if any(_band(e) for e in result.plans) else []
-    extra += [terms.EQUIVALENT] if any(equivalent) else []
-    meanings = {"#": terms.RANK_SIMPLE} if _prefers_simple(result) else {}
-    return [*tables, legend(terms.entries(headers(tables), extra, blocks=tier_blocks(result.cluster),
-                                          meanings=meanings))]
-
-
-def _prefers_simple(result) -> bool:
-    return bool(getattr(getattr(result, "space", None), "prefer_simple", False))
+    return listing_tables(best_plans(result, tokens, price), width)
 
 
 def fastest_note(result) -> str | None:
@@ -260,29 +145,13 @@ def fastest_note(result) -> str | None:
     if fastest is None or not plans or fastest.plan == plans[0].plan:
         return None
     gain = 1 - fastest.step_time / plans[0].step_time
-    return (f"fastest plan found: {fastest.plan.describe()}, {_step(fastest)}, {gain:.1%} faster than #1: within the "
-            "ranking band, where the simpler and lighter plan leads (#), whatever --top")
-
-
-def _cost_columns(tokens: float | None, price: float | None) -> list[str]:
-    return (["days"] + (["cost"] if price is not None else [])) if tokens else []
-
-
-def _cost_cells(est: Estimate, tokens: float | None, price: float | None) -> list[str]:
-    cost = training_cost(est, tokens, price)
-    cells = [f"{cost['days']:.1f}"] if tokens else []
-    return cells + [f"${cost['cost']:,.0f}"] if "cost" in cost else cells
+    return (f"fastest plan found: {fastest.plan.describe()}, {step_text(fastest)}, {gain:.1%} faster than #1: within "
+            "the ranking band, where the simpler and lighter plan leads (#), whatever --top")
 
 
 def rejected_tables(result, width: int) -> list:
     """The rejected plans tallied by reason, with one example each, fitting ``width``, and their legend."""
-    ranked = sorted(result.rejected.items(), key=lambda kv: -kv[1])
-    key = Col("reason", [r for r, _ in ranked], "left", wrap=True)
-    cols = [Col("plans", [f"{n:,}" for _, n in ranked]),
-            Col("for example", [result.examples.get(r, "") for r, _ in ranked], "left", wrap=True)]
-    tables = folded_tables(f"rejected: {result.rejected_total:,} plans", key, cols, width)
-    notes = terms.reason_notes([r for r, _ in ranked])
-    return [*tables, legend(terms.entries(headers(tables), notes, units=False))]
+    return listing_tables(rejected_plans(result), width)
 
 
 def scaling_tables(results, tokens: float | None, price: float | None, width: int) -> list:
@@ -292,20 +161,20 @@ def scaling_tables(results, tokens: float | None, price: float | None, width: in
     cells: dict[str, list[str]] = defaultdict(list)
     for r, est in rows:
         cells["best plan"].append(est.plan.describe() if est else "no feasible plan")
-        metrics = _metric_cells(est, tokens, price) if est else {}
+        metrics = metric_cells(est, tokens, price) if est else {}
         for name in ("step", "tokens/s", "MFU", "memory"):
             cells[name].append(metrics.get(name, ""))
         cells["evaluated"].append(f"{r.evaluated:,}")
-        for name in _cost_columns(tokens, price):
+        for name in cost_columns(tokens, price):
             cells[name].append(metrics.get(name, ""))
     cols = [Col(h, cs, "left" if h == "best plan" else "right", wrap=h == "best plan") for h, cs in cells.items()]
     tables = folded_tables("strong scaling: the best plan per GPU count", key, cols, width,
                            ("step", "tokens/s", "MFU", "memory", "best plan"))
     ests = [e for _, e in rows if e is not None]
     extra = [terms.SUMMA_PLAN] if any(e.plan.tensor_layout == "summa" for e in ests) else []
-    extra += [terms.BAND] if any(_band(e) for e in ests) else []
+    extra += [terms.BAND] if any(band_text(e) for e in ests) else []
     best = terms.HEADERS["best plan"].replace("the plan ranked first at that count", terms.BEST_SIMPLE)
-    meanings = {"best plan": best} if any(_prefers_simple(r) for r in results) else {}
+    meanings = {"best plan": best} if any(prefers_simple(r) for r in results) else {}
     return [*tables, legend(terms.entries(headers(tables), extra, meanings=meanings))]
 
 
@@ -351,8 +220,9 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
         _print_all(console, scaling_tables(results, tokens, price, console.width))
     else:
         r = results[0]
+        ranked = from_training(r, tokens, price)
         if r.plans:
-            _print_all(console, plans_tables(r, tokens, price, console.width))
+            _print_all(console, listing_tables(ranked.table, console.width))
             if fastest_note(r):
                 console.print(fastest_note(r), markup=False)
             console.print("[bold]#1 in detail[/bold]")
@@ -363,7 +233,7 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
                 console.print("re-run it: " + shlex.join(rerun(r.plans[0])), soft_wrap=True, markup=False)
         else:
             console.print("[bold red]no feasible plan[/bold red]")
-        _print_all(console, rejected_tables(r, console.width))
+        _print_all(console, listing_tables(ranked.rejected, console.width))
     shown = {e.plan.schedule for r in results for e in r.plans if e.plan.pp > 1} & set(ASYNC_NOTES)
     for schedule in sorted(shown):
         console.print(f"{schedule} (asynchronous, asked for with --async-pipeline): {ASYNC_NOTES[schedule]}",

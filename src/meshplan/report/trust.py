@@ -27,16 +27,21 @@ if TYPE_CHECKING:
 NEAREST = 5
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=4)
+def packaged(name: str) -> Any:
+    """A file of measured errors that the validation layer writes under presets/ and the trust notes of both
+    reports read as packaged data (validation_runs.json, error_bands.json, serving_errors.json)."""
+    return json.loads((resources.files("meshplan") / "presets" / name).read_text())
+
+
 def runs() -> list[dict[str, Any]]:
     """The evaluated published runs (presets/validation_runs.json), one dict each."""
-    data = json.loads((resources.files("meshplan") / "presets" / "validation_runs.json").read_text())
+    data = packaged("validation_runs.json")
     return [dict(zip(data["fields"], row, strict=True)) for row in data["runs"]]
 
 
-@lru_cache(maxsize=1)
 def bands() -> dict[str, Any]:
-    return json.loads((resources.files("meshplan") / "presets" / "error_bands.json").read_text())
+    return packaged("error_bands.json")
 
 
 def _log2(a: float, b: float) -> float:

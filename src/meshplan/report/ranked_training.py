@@ -1,0 +1,180 @@
+"""The training search's result (search/run.py's SearchResult) as the one shape the reports render (ranked.Ranked):
+the best plans' columns as the terminal prints them (dp·tp·pp·cp, the axes on each mesh tier, step time with its
+error band, tokens/s, MFU, memory, days and cost on a token budget), the rejected plans by reason, and the page's
+lead. Pure formatting: the numbers come from the Estimates.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from meshplan.report import terms
+from meshplan.report.fold import Col, Listing
+from meshplan.report.ranked import Lead, Ranked, rejected_listing
+from meshplan.report.tiers import mesh_text, tier_axes, tier_blocks, tier_headers
+from meshplan.units import fmt_bytes, fmt_count, fmt_time
+
+if TYPE_CHECKING:
+    from meshplan.estimate import Estimate
+    from meshplan.search.run import SearchResult
+
+# what an asynchronous pipeline schedule changes in training, printed beside any plan that uses one
+ASYNC_NOTES = {
+    "pipedream": "stale weights, not synchronous SGD: a weight update after every micro-batch (optimizer batch "
+                 "dp x micro_batch), each in-flight micro-batch's weights stashed, p - r versions on rank r "
+                 "(Narayanan et al. 2019); no framework preset runs it",
+    "pipedream-2bw": "stale weights, not synchronous SGD: one update per m micro-batches from gradients of the "
+                     "previous weight version, 2 versions per rank (Narayanan et al. 2021, 2BW); no framework preset "
+                     "runs it",
+}
+METRICS = ("step", "tokens/s", "MFU", "memory", "days", "cost")  # the columns a folded table keeps first
+
+
+def training_cost(est: Estimate, tokens: float | None, price: float | None) -> dict[str, float]:
+    """Days to train on ``tokens`` tokens and the cost at ``price`` per GPU-hour."""
+    if not tokens:
+        return {}
+    days = tokens / est.tokens_per_s / 86400
+    out = {"days": days, "gpu_hours": days * 24 * est.cluster.num_gpus}
+    if price is not None:
+        out["cost"] = out["gpu_hours"] * price
+    return out
+
+
+def band_text(est: Estimate) -> str:
+    """`` ±7%`` when the estimate carries an error band (the relative half-width of its step time), else ""."""
+    band = getattr(est, "error_band", None)
+    if band is None:
+        return ""
+    return f" ±{band:.0%}" if band >= 0.01 else f" ±{band:.1%}"
+
+
+def step_text(est: Estimate) -> str:
+    return fmt_time(est.step_time) + band_text(est)
+
+
+def cost_columns(tokens: float | None, price: float | None) -> list[str]:
+    return (["days"] + (["cost"] if price is not None else [])) if tokens else []
+
+
+def metric_cells(est: Estimate, tokens: float | None, price: float | None) -> dict[str, str]:
+    """A plan's figures as the tables print them: step (with its band), tokens/s, MFU, memory, days, cost."""
+    out = {"step": step_text(est), "tokens/s": fmt_count(est.tokens_per_s), "MFU": f"{est.mfu:.1%}",
+           "memory": fmt_bytes(est.peak_memory)}
+    cost = training_cost(est, tokens, price)
+    cells = [f"{cost['days']:.1f}"] if tokens else []
+    cells = cells + [f"${cost['cost']:,.0f}"] if "cost" in cost else cells
+    return out | dict(zip(cost_columns(tokens, price), cells, strict=True))
+
+
+def prefers_simple(result) -> bool:
+    return bool(getattr(getattr(result, "space", None), "prefer_simple", False))
+
+
+def _layout(p) -> str:
+    tp = f"{p.tp}x{p.tp2}" if p.tensor_layout == "summa" else str(p.tp)
+    return f"{p.dp}·{tp}·{p.pp}·{p.cp}"
+
+
+def _plan_cells(result) -> dict[str, list[str]]:
+    """The best plans' layout columns (before their figures), one cell per plan, in the wide table's order."""
+    ests = result.plans
+    cells: dict[str, list[str]] = defaultdict(list)
+    asynchronous = any(e.plan.schedule in ASYNC_NOTES and e.plan.pp > 1 for e in ests)
+    uneven = any(e.plan.last_stage_layers for e in ests)
+    for est in ests:
+        p = est.plan
+        cells["dp·tp·pp·cp"].append(_layout(p))
+        if result.model.is_moe:
+            cells["ep/etp"].append(f"{p.ep}/{p.etp}")
+        cells["vpp"].append(str(p.vpp))
+        if uneven:
+            cells["last"].append(str(p.last_stage_layers or "-"))
+        if asynchronous:
+            cells["schedule"].append(p.schedule if p.pp > 1 else "-")
+        cells["mbs"].append(str(p.micro_batch))
+        cells["zero"].append(str(p.zero))
+        cells["recompute"].append(p.recompute)
+        cells["sp"].append("on" if p.sequence_parallel else "-")
+        cells["offload"].append("+".join(k for k, on in (("opt", p.offload_optimizer),
+                                                         ("act", p.offload_activations)) if on) or "-")
+        for header, axes in zip(tier_headers(est.cluster), tier_axes(est), strict=True):
+            cells[header].append(axes)
+    return cells
+
+
+def best_plans(result: SearchResult, tokens: float | None = None, price: float | None = None) -> Listing:
+    """The best plans' table: the layout, the axes on each mesh tier and the figures, each header with its meaning;
+    ``#`` marks with ≈ the plans the model cannot tell from the fastest."""
+    space, blocks = result.space, tier_blocks(result.cluster)
+    stack = [space.precision, space.stack.name] + ([space.stack.fsdp] if space.stack.fsdp != "none" else [])
+    title = (f"best plans: {result.model.name} on {result.cluster.num_gpus} x {result.cluster.accelerator.name}, "
+             f"global batch {space.global_batch}, {', '.join(stack)}")
+    cells = _plan_cells(result)
+    for est in result.plans:
+        for name, value in metric_cells(est, tokens, price).items():
+            cells[name].append(value)
+    meanings = {"#": terms.RANK_SIMPLE} if prefers_simple(result) else {}
+    left = ("recompute", "offload", *tier_headers(result.cluster))
+
+    def meaning(h: str) -> str:
+        return terms.entries([h], blocks=blocks, meanings=meanings, units=False)[0][1]
+
+    same = getattr(result, "equivalent", ()) or (False,) * len(result.plans)  # SearchResult.equivalent
+    equivalent = [i > 1 and bool(eq) for i, eq in enumerate(same, 1)]
+    key = Col("#", [f"{i}≈" if eq else str(i) for i, eq in enumerate(equivalent, 1)], meaning=meaning("#"))
+    cols = tuple(Col(h, cs, "left" if h in left else "right", meaning=meaning(h)) for h, cs in cells.items())
+    notes = [terms.NONE] + ([terms.SUMMA_CELL] if any(e.plan.tensor_layout == "summa" for e in result.plans) else [])
+    notes += [terms.BAND] if any(band_text(e) for e in result.plans) else []
+    notes += [terms.EQUIVALENT] if any(equivalent) else []
+    return Listing(title, key, cols, ("dp·tp·pp·cp", *METRICS), (*notes, terms.UNITS))
+
+
+def rejected_plans(result: SearchResult) -> Listing:
+    """The rejected plans tallied by reason, with one example each, and the notations the reasons use."""
+    return rejected_listing(result.rejected, result.examples, "plans", "plans", terms.HEADERS,
+                            terms.reason_notes(list(result.rejected)))
+
+
+def training_lead(result: SearchResult) -> Lead:
+    """One line on the model and the search, and the best plan's figures as cards."""
+    model, cluster = result.model, result.cluster
+    acc, mesh = cluster.accelerator, mesh_text(cluster, " × ")
+    text = (f"{fmt_count(model.params())} parameters, sequence {model.seq_length}, global batch "
+            f"{result.space.global_batch} sequences ({fmt_count(result.space.global_batch * model.seq_length)} "
+            f"tokens); mesh {mesh} (NVLink domain {cluster.nvlink_domain}); {result.evaluated:,} plans evaluated, "
+            f"{result.feasible:,} fit in {fmt_bytes(acc.hbm_bytes)} HBM.")
+    heading = f"meshplan report: {model.name} on {cluster.num_gpus} × {acc.name}"
+    if not result.plans:
+        return Lead(heading=heading, text=text)
+    best = result.plans[0]
+    cards = [("step time", f"{fmt_time(best.step_time)} ± {best.error_band:.0%}"),
+             ("tokens/s", fmt_count(best.tokens_per_s)), ("MFU", f"{best.mfu:.1%}"),
+             ("model TFLOP/s per GPU", f"{best.tflops_per_gpu:.0f}"),
+             ("memory per GPU", f"{fmt_bytes(best.peak_memory)} / {fmt_bytes(acc.hbm_bytes)}")]
+    return Lead(heading=heading, text=text, cards=cards, best=best.plan.describe(),
+                best_note=f"schedule {best.plan.schedule}, precision {best.plan.precision}")
+
+
+def from_training(result: SearchResult, tokens: float | None = None, price: float | None = None) -> Ranked:
+    """The training search's result as the reports' one shape (``tokens``, ``price``: the days and cost columns)."""
+    from meshplan import __version__
+
+    plans = result.plans
+    band = plans[0].ranking_band if plans else None
+    ranking = (f"Step times within ±{band:.1%} of each other (the error band of comparable published dense runs on "
+               "the same GPU generation) cannot be told apart by the model; among those, the simplest and lightest "
+               "plan is listed first. Hover a column's name for what it means.") if plans else ""
+    metrics = tuple({"step_time_s": e.step_time, "tokens_per_s": e.tokens_per_s, "mfu": e.mfu,
+                     "peak_memory_bytes": e.peak_memory} for e in plans)
+    footer = (f"meshplan {__version__}: analytic estimate (roofline per op, α-β collectives, pipeline schedule "
+              f"simulation); search took {result.seconds:.2f} s.")
+    cluster = result.cluster
+    return Ranked(noun="plans", page_title=f"{result.model.name} on {cluster.num_gpus} × {cluster.accelerator.name}",
+                  table=best_plans(result, tokens, price), rejected=rejected_plans(result),
+                  rejected_total=result.rejected_total, evaluated=result.evaluated, feasible=result.feasible,
+                  seconds=result.seconds, lead=training_lead(result),
+                  footer=footer, ranking=ranking, band=band, metrics=metrics,
+                  labels=tuple(e.plan.describe() for e in plans),
+                  empty="No feasible plan.")
