@@ -33,30 +33,42 @@ def llama():
 
 
 def _parts_agree(a) -> None:
+    """Each part within what the six cases reach (docs/AUTOSHARD.md prints them), with what is left:
+    - compute 0.8 % (Llama module): the same kernels by the same roofline (roofline.op_time on the traced op's
+      record); left: the ops the traced code runs beside the template's (float32 casts of the norms' and the loss's
+      inputs, the bias gradients' reductions);
+    - tensor-parallel collectives 0.7 % (Mixtral module): the same all-gathers and reduce-scatters by the same
+      comm.collective_time; left: the embedding's and the head's few, a MoE layer's token moves;
+    - gradient reductions 9.2 % (Llama through transformers): the estimate reduces every gradient in one
+      all-reduce, the planner one per tensor (each pays the collective's latency: 291 tensors x ~14 us here), and
+      the replicated norms' gradients across the tensor-parallel ranks as well (Megatron-SP reduces them too);
+    - the optimizer 0.08 %: Adam's step traffic from the one table (memory.OPTIMIZER_STATE) on both sides, the bf16
+      gradient 2 + fp32 master and moments 24 + the bf16 weight 2 = 28 bytes a parameter; left: the norms' (whole
+      on every GPU in the planner).
+    Before the planner took its optimizer from that table it priced torch.optim's Adam on bf16 moments (7 x 2 = 14
+    bytes a parameter), half of the estimate's, and the totals agreed within 5 % (-1.7 % to +0.2 %)."""
     parts = a.parts()
     ours, theirs = parts["compute"]
-    assert ours == pytest.approx(theirs, rel=0.02)  # the same kernels: GEMMs, attention, eager element-wise
+    assert ours == pytest.approx(theirs, rel=0.01)
     ours, theirs = parts["tensor parallel"]
-    assert ours == pytest.approx(theirs, rel=0.012)  # the same all-gathers and reduce-scatters, priced alike
-    ours, theirs = parts["gradient reductions"]  # one all-reduce of every gradient / one per tensor (latencies)
-    assert ours == pytest.approx(theirs, rel=0.10)
-    # Adam: the planner's on bf16 parameters with bf16 moments, 7 x 2 = 14 bytes a parameter; the estimate's is
-    # Megatron's mixed-precision optimizer, gradient 2 + fp32 master and moments 24 + the bf16 weight 2 = 28
+    assert ours == pytest.approx(theirs, rel=0.008)
+    ours, theirs = parts["gradient reductions"]
+    assert theirs < ours < 1.10 * theirs  # the planner's per-tensor latencies only add
     ours, theirs = parts["optimizer"]
-    assert ours / theirs == pytest.approx(14 / 28, rel=0.002)  # (the norms, whole on each GPU, apart)
+    assert ours == pytest.approx(theirs, rel=0.001)
 
 
 @pytest.mark.parametrize("model", ["llama3-8b", "gpt3-175b", "mixtral-8x7b"])
-def test_megatron_plan_through_transformers_priced_within_5_percent_of_the_estimate(model):
+def test_megatron_plan_through_transformers_priced_within_1_percent_of_the_estimate(model):
     a = _agree(model, "transformers")
-    assert abs(a.error) <= 0.05, (a.planned.step_time, a.estimated.step_time)
+    assert abs(a.error) <= 0.01, (a.planned.step_time, a.estimated.step_time)  # +0.3 % to +0.6 %
     _parts_agree(a)
 
 
 @pytest.mark.parametrize("model", ["gpt3-175b", "mixtral-8x7b"])
-def test_megatron_plan_of_meshplan_modules_priced_within_5_percent_of_the_estimate(model):
+def test_megatron_plan_of_meshplan_modules_priced_within_1_percent_of_the_estimate(model):
     a = _agree(model, "meshplan module")
-    assert abs(a.error) <= 0.05, (a.planned.step_time, a.estimated.step_time)
+    assert abs(a.error) <= 0.01, (a.planned.step_time, a.estimated.step_time)  # +0.3 % to +0.6 %
     _parts_agree(a)
 
 
@@ -68,7 +80,7 @@ def test_llama_module_agrees_and_counts_every_traced_collective_of_sequence_para
     from meshplan.autoshard.placement import REPLICATE
     from meshplan.autoshard.reshard import moves
 
-    assert abs(llama.error) <= 0.05
+    assert abs(llama.error) <= 0.01  # +0.9 %
     _parts_agree(llama)
     mesh = llama.planned.problem.mesh
     activation = 8 * 4096 * 4096 * 2 / 8  # bf16 (b/dp, s, h) held as a sequence shard on 8 GPUs
