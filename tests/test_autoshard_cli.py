@@ -63,6 +63,33 @@ def test_factory_plan_as_json(model_file, capsys):
     assert set(data["breakdown_s"]) == {"compute_fwd", "compute_bwd", "comm_fwd", "comm_bwd", "grad_sync", "optimizer"}
 
 
+def test_the_planner_prices_the_plans_optimizer(model_file, capsys):
+    """--optimizer as Plan.optimizer names it (memory.OPTIMIZER_STATE). Beside bf16 parameters plain SGD keeps the
+    fp32 master copy only, 4 bytes a parameter = 2 x its bytes, where Adam keeps master and moments, 12 = 6 x; SGD's
+    step streams 2 + 8 + 2 = 12 bytes a parameter where Adam's streams 2 + 24 + 2 = 28, at every placement."""
+    from meshplan.autoshard.memory import Accounting
+    from meshplan.autoshard.planner import Request
+    from meshplan.autoshard.planner import run as plan
+    from meshplan.errors import SpecError
+
+    def planned(name: str) -> dict:
+        _, out = run(["plan", "--model", f"{model_file}:make", "--input-shape", "8x128x256", "--dtype", "bfloat16",
+                      "--system", "h100", "--gpus", "2", "--optimizer", name, "--json"], capsys)
+        return json.loads(out)
+
+    adam, sgd = planned("adam"), planned("sgd")
+    assert sgd["breakdown_s"]["optimizer"] < adam["breakdown_s"]["optimizer"]
+    assert sgd["peak_memory_bytes"] < adam["peak_memory_bytes"]
+    a, s = (plan(Request(model=f"{model_file}:make", gpus=2, input_shapes=((8, 128, 256),), dtypes=("bfloat16",),
+                         optimizer=name, stages="off")).intra.problem for name in ("adam", "sgd"))
+    assert set(a.optimizer) == set(s.optimizer) and len(a.optimizer) == 10  # 3 layers' and the head's weights, biases
+    for key, seconds in a.optimizer.items():
+        assert seconds == pytest.approx(28 / 12 * s.optimizer[key], rel=1e-12)
+    assert (Accounting(a).state, Accounting(s).state) == (1 + 6, 1 + 2)  # the parameter and its state, per byte
+    with pytest.raises(SpecError, match="optimizer='lion' must be one of adam, adamw"):
+        plan(Request(model=f"{model_file}:make", optimizer="lion"))
+
+
 def test_factory_plan_tables(model_file, capsys):
     _, out = run(["plan", "--model", f"{model_file}:make", "--input-shape", "64x128x256", "--dtype", "bfloat16",
                   "--system", "h100", "--gpus", "16", "--stages", "search", "--micro-batches", "4"], capsys)

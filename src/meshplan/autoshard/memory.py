@@ -40,7 +40,7 @@ class Memory:
 class Accounting:
     """Per storage of the trace: the template node deciding its share and the bytes per strategy."""
 
-    def __init__(self, problem: Problem, optimizer: str = "adam") -> None:
+    def __init__(self, problem: Problem, optimizer: str | None = None) -> None:
         self.problem = problem
         trace = problem.flow.trace
         self.spans = lifetimes(trace)
@@ -50,7 +50,8 @@ class Accounting:
             for sid in {s for c in node.created for s in c}:
                 created[sid] = (key, np.array([c.get(sid, 0.0) for c in node.created]))
         self._map_storages(created)
-        self.state = 1.0 + optimizer_per_byte(trace, optimizer, master=None)[0]  # a parameter and its state
+        name = optimizer or problem.optimizer_name  # the one the problem prices the step of
+        self.state = 1.0 + optimizer_per_byte(trace, name, master=None)[0]  # a parameter and its state
         self.extra_rows = self._extension()
 
     def _map_storages(self, created: dict[int, tuple[int, np.ndarray]]) -> None:

@@ -62,6 +62,7 @@ class Problem:
     grads: dict[int, int]  # parameter node key -> key of the node whose op last writes its gradient
     hubs: dict[int, tuple[Slot, Slot]] = field(default_factory=dict)  # hub -> (tensor it moves, a use it serves)
     views: dict[tuple[int, Slot], tuple[int, ...]] = field(default_factory=dict)  # (hub, reader) -> permutation
+    optimizer_name: str = "adam"  # as Plan.optimizer names it (memory.OPTIMIZER_STATE): its step and its state
 
 
 def template_map(flow: Flow, blocks: Blocks) -> dict[int, int]:
@@ -94,7 +95,7 @@ def build(flow: Flow, blocks: Blocks, mesh: DeviceMesh, eff: Efficiency, optimiz
     nodes = {k: build_node(flow, k, tuple(members[k]), mesh, resharder, eff) for k in sorted(keys)}
     weight = {k: _node_weight(blocks, k) if k < n else _source_weight(flow, blocks, k) for k in nodes}
     problem = Problem(flow=flow, mesh=mesh, blocks=blocks, nodes=nodes, weight=weight, edges={}, template=tmpl,
-                      optimizer={}, grads={})
+                      optimizer={}, grads={}, optimizer_name=optimizer)
     _data_edges(problem, owner)
     _grad_edges(problem, owner, eff, optimizer_per_byte(flow.trace, optimizer)[1])
     _fill_costs(problem, resharder)
