@@ -70,13 +70,16 @@ meshplan plan --model llama3-8b --autoshard --system h100 --gpus 64 --micro-batc
   linear's input for its weight gradient).
 - **Parameters**: a source whose placement is a decision; a replicated parameter read by a batch-split GEMM has a
   Partial gradient whose reduction to the parameter's placement is the data-parallel all-reduce (a sharded one's, a
-  reduce-scatter, with an all-gather per use: FSDP), once per step. Adam's update (7 x the parameter's bytes,
-  memory-bound) runs on each device's share.
+  reduce-scatter, with an all-gather per use: FSDP), once per step. The optimizer's update runs on each device's
+  share, memory-bound, with the traffic of memory.OPTIMIZER_STATE that the estimate prices: Adam beside bf16
+  parameters reads the gradient, reads and writes the fp32 master and moments, writes the weight (2 + 24 + 2 = 28
+  bytes a parameter, 14 x its bytes; at fp32, torch.optim's in place: 7 x).
 - **Memory** (memory.py): the trace's liveness (trace/liveness.py: every storage from its creation to its last use,
-  parameters, buffers and inputs for the whole step, gradients from their creation, Adam's two moments) with every
-  storage at the bytes one device holds under the plan. With nothing split it equals `meshplan trace`'s peak to the
-  byte; tests/test_autoshard_models.py checks the planner's figure against trace/liveness.py run on the sharded
-  graph. Temporaries of the moves are not counted.
+  parameters, buffers and inputs for the whole step, gradients from their creation, the optimizer's state: beside
+  bf16 parameters an fp32 master copy and Adam's two fp32 moments, 12 bytes a parameter, memory.OPTIMIZER_STATE as
+  the estimate counts it) with every storage at the bytes one device holds under the plan. With nothing split it
+  equals `meshplan trace`'s peak to the byte; tests/test_autoshard_models.py checks the planner's figure against
+  trace/liveness.py run on the sharded graph. Temporaries of the moves are not counted.
 - **The step**: m micro-batches of forward and backward, each with its moves, then the gradient reductions and the
   optimizer, one after another: no overlap of communication with compute.
 
@@ -175,11 +178,9 @@ What is left between them:
   forward, 6 backward with the weight gradients' re-gathers), a MoE layer's 2 token gathers and 2 reductions.
 - **The gradient reductions** within 10 %: the estimate reduces every gradient in one all-reduce, the planner one
   per tensor (their latencies), and the replicated norms' gradients across the tensor-parallel ranks as well.
-- **The optimizer** is a different computation, shown apart: the planner's Adam keeps the moments in the
-  parameters' bf16 (torch.optim.Adam on a bf16 model, as `meshplan trace` counts it: 7 x 2 = 14 bytes of traffic per
-  parameter), the estimate's is Megatron's mixed-precision optimizer (the gradient, fp32 master weights and moments,
-  the bf16 weight: 28 bytes): half, 0.7 % (Llama-3-8B) to 2.3 % (Mixtral) of the step, all of what separates the
-  totals of Mixtral and GPT-3.
+- **The optimizer** agrees to 0.1 %: both sides take Adam's step traffic from the one table (memory.OPTIMIZER_STATE:
+  the bf16 gradient, the fp32 master weights and moments read and written, the bf16 weight, 28 bytes a parameter);
+  what is left is the norms', whole on every GPU in the planner.
 
 ## Plans it finds
 

@@ -63,6 +63,33 @@ def test_factory_plan_as_json(model_file, capsys):
     assert set(data["breakdown_s"]) == {"compute_fwd", "compute_bwd", "comm_fwd", "comm_bwd", "grad_sync", "optimizer"}
 
 
+def test_the_planner_prices_the_plans_optimizer(model_file, capsys):
+    """--optimizer as Plan.optimizer names it (memory.OPTIMIZER_STATE). Beside bf16 parameters plain SGD keeps the
+    fp32 master copy only, 4 bytes a parameter = 2 x its bytes, where Adam keeps master and moments, 12 = 6 x; SGD's
+    step streams 2 + 8 + 2 = 12 bytes a parameter where Adam's streams 2 + 24 + 2 = 28, at every placement."""
+    from meshplan.autoshard.memory import Accounting
+    from meshplan.autoshard.planner import Request
+    from meshplan.autoshard.planner import run as plan
+    from meshplan.errors import SpecError
+
+    def planned(name: str) -> dict:
+        _, out = run(["plan", "--model", f"{model_file}:make", "--input-shape", "8x128x256", "--dtype", "bfloat16",
+                      "--system", "h100", "--gpus", "2", "--optimizer", name, "--json"], capsys)
+        return json.loads(out)
+
+    adam, sgd = planned("adam"), planned("sgd")
+    assert sgd["breakdown_s"]["optimizer"] < adam["breakdown_s"]["optimizer"]
+    assert sgd["peak_memory_bytes"] < adam["peak_memory_bytes"]
+    a, s = (plan(Request(model=f"{model_file}:make", gpus=2, input_shapes=((8, 128, 256),), dtypes=("bfloat16",),
+                         optimizer=name, stages="off")).intra.problem for name in ("adam", "sgd"))
+    assert set(a.optimizer) == set(s.optimizer) and len(a.optimizer) == 10  # 3 layers' and the head's weights, biases
+    for key, seconds in a.optimizer.items():
+        assert seconds == pytest.approx(28 / 12 * s.optimizer[key], rel=1e-12)
+    assert (Accounting(a).state, Accounting(s).state) == (1 + 6, 1 + 2)  # the parameter and its state, per byte
+    with pytest.raises(SpecError, match="optimizer='lion' must be one of adam, adamw"):
+        plan(Request(model=f"{model_file}:make", optimizer="lion"))
+
+
 def test_factory_plan_tables(model_file, capsys):
     _, out = run(["plan", "--model", f"{model_file}:make", "--input-shape", "64x128x256", "--dtype", "bfloat16",
                   "--system", "h100", "--gpus", "16", "--stages", "search", "--micro-batches", "4"], capsys)
@@ -89,9 +116,11 @@ def test_preset_with_autoshard_finds_megatron_tensor_parallelism(capsys):
 def test_data_parallelism_is_in_the_program_beside_tensor_parallelism(capsys):
     """The audit's case: a sequence per GPU on 8 x 8; the layers replicate on the network and shard on NVLink
     (HSDP), the embedding and head are column-split. The program is one HSDP fully_shard over both dimensions
-    (PyTorch composes no tensor parallelism on a dimension FSDP shards), and says what of the plan it leaves out."""
+    (PyTorch composes no tensor parallelism on a dimension FSDP shards), and says what of the plan it leaves out.
+    4096 tokens a sequence: at 8192, with mixed-precision Adam's 12 bytes of state a parameter (fp32 master and
+    moments, memory.OPTIMIZER_STATE), the activations push the MLP's weights to be sharded on the network too."""
     _, out = run(["plan", "--model", "llama3-8b", "--autoshard", "--system", "h100", "--gpus", "64",
-                  "--global-batch", "64", "--seq", "8192", "--json"], capsys)
+                  "--global-batch", "64", "--seq", "4096", "--json"], capsys)
     code = json.loads(out)["parallelize_module"]
     assert 'fully_shard(model, mesh=mesh["network", "nvlink"])' in code and code.count("fully_shard(model") == 1
     assert "parallelize_module(" not in code and "# not written: the plan's ColwiseParallel" in code

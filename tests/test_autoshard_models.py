@@ -26,7 +26,7 @@ from meshplan.autoshard.solve import plan  # noqa: E402
 from meshplan.autoshard.torch_models import build as build_preset  # noqa: E402
 from meshplan.trace import trace_module  # noqa: E402
 from meshplan.trace.graph import Storage, Trace  # noqa: E402
-from meshplan.trace.liveness import OPTIMIZER_STATE, peak_memory  # noqa: E402
+from meshplan.trace.liveness import optimizer_per_byte, peak_memory  # noqa: E402
 from vision_models import MODELS  # noqa: E402
 
 CLUSTER = load_system("h100").cluster(4)  # one 4-GPU mesh dimension: small programs
@@ -77,4 +77,5 @@ def test_non_transformer_plans_fit_and_their_memory_is_the_traced_liveness(name)
     assert sharding.fits and sharding.memory.peak <= limit
     # two methods: the planner's accounting (memory.py) and trace/liveness.py on the graph as the plan shards it
     assert peak_memory(sharded_trace(sharding)).peak == pytest.approx(sharding.memory.peak, rel=1e-9)
-    assert OPTIMIZER_STATE["adam"] == 2.0  # the state both count: Adam's two moments per parameter
+    # the state both count: mixed-precision Adam beside bf16 parameters, fp32 master and moments 12 bytes = 6 x 2
+    assert optimizer_per_byte(trace, "adam")[0] == 12 / 2

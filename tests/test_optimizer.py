@@ -15,7 +15,7 @@ from meshplan.configs import emit, read
 from meshplan.cost.params import StageParams
 from meshplan.errors import SpecError
 from meshplan.estimate import estimate
-from meshplan.memory import OPTIMIZER_STATE, model_states
+from meshplan.memory import OPTIMIZER_STATE, model_states, per_parameter_byte
 from meshplan.search import Space, search
 from meshplan.specs.check import check
 from meshplan.specs.efficiency import Efficiency
@@ -36,6 +36,21 @@ def test_every_choice_has_its_state():
                      "adam-bf16": 8,  # 4 + 2 + 2
                      "adam-8bit": 6.03125,  # 4 + 1 + 1 + 2 scales x 4 bytes / 256 elements
                      "sgd-momentum": 8, "sgd": 4, "adafactor": 4}
+
+
+@pytest.mark.parametrize(("name", "torch_optim", "mixed_bf16"), [
+    # torch.optim in place at fp32 (state K - 4; traffic r + 2K/4) | mixed precision on bf16 (K/2; (2r + 2K + 2)/2)
+    ("adam", (2.0, 7.0), (6.0, 14.0)),  # exp_avg, exp_avg_sq; read g, p, m, v, write p, m, v | 2 + 24 + 2 = 28
+    ("sgd-momentum", (1.0, 5.0), (4.0, 10.0)),  # the momentum buffer; read g, p, b, write p, b | 2 + 16 + 2 = 20
+    ("sgd", (0.0, 3.0), (2.0, 6.0)),  # read g, p, write p | 2 + 8 + 2 = 12
+    ("adafactor", (0.0, 4.0), (2.0, 7.0)),  # the gradient read twice | 4 + 8 + 2 = 14
+])
+def test_traced_engines_derive_state_and_traffic_from_the_table(name, torch_optim, mixed_bf16):
+    """trace, the sharding planner and check-step price the optimizer per parameter byte from OPTIMIZER_STATE
+    (memory.per_parameter_byte); the mixed-precision traffic is channels.optimizer_time's r·g + 2K + 2 over 2."""
+    assert per_parameter_byte(name, 4, master=False) == torch_optim
+    assert per_parameter_byte(name, 2, master=True) == mixed_bf16
+    assert mixed_bf16[1] == OPTIMIZER_STATE[name].step_bytes(2) / 2
 
 
 @pytest.mark.parametrize(("name", "gigabytes"), [("adam", 12.0), ("adam-bf16", 8.0), ("adam-8bit", 6.03125),

@@ -182,6 +182,30 @@ def test_liveness_peak_of_a_chain_by_hand():
     assert peak_memory(tr, optimizer="adam").peak == 6912 + 2 * 3072
 
 
+def test_optimizer_state_is_the_one_tables():
+    """memory.OPTIMIZER_STATE's K bytes a parameter (Adam 12: fp32 master 4 + two fp32 moments 8), per parameter
+    byte: at fp32 torch.optim's in place (the parameter is its own master: (12 - 4) / 4 = 2 x its bytes), beside bf16
+    parameters mixed precision's (12 / 2 = 6 x); ``momentum`` is sgd-momentum; a name outside the table: one line."""
+    from meshplan.errors import SpecError
+
+    chain = nn.Sequential(nn.Embedding(16, 32), nn.Linear(32, 8, bias=False))  # 16·32 + 32·8 = 768 parameters
+    fp32 = trace_module(chain, [((4,), "int64")])
+    bf16 = trace_module(chain, [((4,), "int64")], param_dtype="bfloat16")
+    assert (fp32.params, fp32.param_bytes, bf16.param_bytes) == (768, 4 * 768, 2 * 768)
+
+    def state(trace, name, master=None):
+        return peak_memory(trace, name, master).breakdown["optimizer"]
+
+    assert state(fp32, "adam") == 2 * 4 * 768 and state(fp32, "sgd") == state(fp32, "none") == 0
+    assert state(fp32, "momentum") == state(fp32, "sgd-momentum") == 4 * 768
+    assert state(fp32, "adam-8bit") == int((6.03125 - 4) * 768)  # two 1-byte moments and their block scales
+    assert state(bf16, "adam") == 12 * 768 and state(bf16, "sgd") == 4 * 768  # the fp32 master copy beside
+    assert state(bf16, "adam", master=False) == 2 * 2 * 768  # torch.optim.Adam on the bf16 model: bf16 moments
+    assert peak_memory(bf16, "adam").peak - peak_memory(bf16, "none").peak == 12 * 768
+    with pytest.raises(SpecError, match="optimizer='lion' must be one of adam, adamw, adam-bf16"):
+        peak_memory(fp32, "lion")
+
+
 def test_saved_activations_equal_the_saved_tensor_hooks(gpt):
     """Method 2: count the storages autograd saves (torch.autograd.graph.saved_tensors_hooks) in a real run."""
     model, tr = gpt
@@ -319,6 +343,8 @@ def test_cli_trace_table_from_an_importable_module(tmp_path, capsys, monkeypatch
     (["linear:make", "--input-shape", "2x4"], "addmm of float32 and int64 and float32: expected one dtype"),
     (["exiting:make", "--input-shape", "2x3"], "importing exiting called sys.exit(3); guard its script code"),
     (["nofile.py:make", "--input-shape", "2x3"], "model='nofile.py:make': no such file 'nofile.py'"),
+    (["tinymodel:make", "--input-shape", "2x3", "--optimizer", "lion"],
+     "optimizer='lion' must be one of adam, adamw, adam-bf16, adam-8bit, sgd-momentum, sgd, adafactor, none"),
 ])
 def test_cli_trace_bad_input_is_one_line(args, message, tmp_path, capsys, monkeypatch):
     (tmp_path / "tinymodel.py").write_text(MODEL_FILE)

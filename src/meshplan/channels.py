@@ -50,8 +50,10 @@ from typing import NamedTuple
 
 from meshplan.comm import collective_time
 from meshplan.cost.params import StageParams, layers_on_last, layers_on_stage, trainable
+from meshplan.cost.records import OpCost
 from meshplan.groups import axis_layout
 from meshplan.memory import OPTIMIZER_STATE, WEIGHT_BYTES, offloaded_layers
+from meshplan.roofline import memory_time
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -111,7 +113,8 @@ def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: Stage
 def optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency) -> Num:
     """The optimizer step over this GPU's shard, memory-bound: read the gradient (``grad_reads`` times), read and write
     the state (the fp32 master weight and the optimizer's own state, K bytes: memory.OPTIMIZER_STATE), write the bf16
-    weight: (r·g + 2K + 2) bytes per parameter; Adam's K = 12 gives (g + 24 + 2). Offloaded: the gradient goes to
+    weight: (r·g + 2K + 2) bytes per parameter (``OptimizerState.step_bytes``; Adam's K = 12 gives g + 24 + 2), streamed
+    at roofline.memory_time's rate as the sharding planner's optimizer is. Offloaded: the gradient goes to
     the host and the weight comes back over PCIe, and the host's update streams the same 2K bytes per parameter.
     Trainable parameters only (LoRA: the adapters)."""
     params = trainable(params, plan)
@@ -120,11 +123,10 @@ def optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Effic
             plan.tp * plan.cp * plan.dp)
     else:
         shard = params.total
-    kind = OPTIMIZER_STATE[plan.optimizer]
-    per_param = kind.grad_reads * plan.grad_bytes + 2 * kind.state + WEIGHT_BYTES
+    per_param = OPTIMIZER_STATE[plan.optimizer].step_bytes(plan.grad_bytes)
     if plan.offload_optimizer:
         return shard * per_param / cluster.host_bandwidth
-    return shard * per_param / (cluster.accelerator.hbm_bandwidth * eff.memory)
+    return memory_time(OpCost("optimizer/step", "step", "memory", nbytes=shard * per_param), cluster.accelerator, eff)
 
 
 def offload(model: ModelSpec, cluster: Cluster, plan: Plan, layer_saved: Num, last: bool) -> Offload:

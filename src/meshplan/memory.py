@@ -46,6 +46,11 @@ class OptimizerState(NamedTuple):
     state: float
     grad_reads: int = 1
 
+    def step_bytes(self, grad_bytes: Num, weight_bytes: float = WEIGHT_BYTES) -> Num:
+        """Bytes per parameter one memory-bound step moves: read the gradient ``grad_reads`` times, read and write
+        the state, write the 16-bit weight: r·g + 2K + 2 (Adam's K = 12: g + 24 + 2)."""
+        return self.grad_reads * grad_bytes + 2 * self.state + weight_bytes
+
 
 OPTIMIZER_STATE = {
     # Adam / AdamW: master 4 + m 4 + v 4 = 12 (Rajbhandari et al. 2020, ZeRO §3.1: K = 12); AdamW's decoupled weight
@@ -69,6 +74,23 @@ OPTIMIZER_STATE = {
     # the update G / sqrt(V))
     "adafactor": OptimizerState(MASTER_BYTES, grad_reads=2),
 }
+
+
+def per_parameter_byte(optimizer: str, width: float, master: bool) -> tuple[float, float]:
+    """(state, step traffic) of ``OPTIMIZER_STATE[optimizer]`` per byte of a parameter ``width`` bytes wide, for the
+    engines that price traced tensors (trace/liveness.py, autoshard/, check-step).
+
+    ``master``: mixed precision, an fp32 master copy beside a 16-bit weight (as the table counts it): the state is
+    K bytes a parameter, the step ``step_bytes`` with the gradient and the weight at ``width`` (Adam on bf16: 12 / 2
+    = 6 and (2 + 24 + 2) / 2 = 14). Otherwise the optimizer updates the parameter in place in its own dtype
+    (torch.optim on a module): the parameter is its own master, so the state is K less the master's 4 bytes, each
+    state tensor in the parameter's dtype as torch.optim keeps it, and the step reads the gradient, reads and writes
+    the parameter and the state: (r·4 + 2K) / 4 per byte (Adam: 2 and 7; SGD with momentum 1 and 5; SGD 0 and 3).
+    The fixed-dtype states (adam-bf16, adam-8bit) are exact beside fp32 parameters there."""
+    kind = OPTIMIZER_STATE[optimizer]
+    if master:
+        return kind.state / width, float(kind.step_bytes(width, width)) / width
+    return (kind.state - MASTER_BYTES) / MASTER_BYTES, float(kind.grad_reads + 2 * kind.state / MASTER_BYTES)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
-"""Golden outputs: the numbers meshplan gives for every model preset on a few systems and plans, and the top plans
-of a few searches, as reviewed files that a refactor must leave byte-identical (tests/test_golden.py).
+"""Golden outputs: the numbers meshplan gives for every model preset on a few systems and plans, the top plans of a
+few searches, and the sharding planner's Megatron-LM plan and its own plan of a few presets (autoshard.json: needs
+torch and scipy), as reviewed files that a refactor must leave byte-identical (tests/test_golden.py).
 
 A change that is meant to move an estimate regenerates them in a commit of its own that says why:
 
@@ -38,6 +39,12 @@ SEARCHES = (  # (model, system, gpus, global batch, space options)
     ("mixtral-8x7b", "h100", 64, 256, {"offload_optimizer": (False,), "offload_activations": (False,)}),
     ("deepseek-v3", "b200", 1024, 4096, {"offload_optimizer": (False,), "offload_activations": (False,),
                                          "zero": (1,), "recompute": ("selective", "full")}),
+)
+
+AUTOSHARD = (  # (model, system, gpus, sequences, tokens): one node (the mesh nvlink 8), two for Mixtral (network 2 x
+    ("gpt2", "h100", 8, 8, 1024),  # nvlink 8: its 16 bytes a parameter of model states, 47e9 x 16 / 8 = 94 GB, do not
+    ("llama3-8b", "h100", 8, 8, 2048),  # fit one node)
+    ("mixtral-8x7b", "h100", 16, 16, 1024),
 )
 
 
@@ -138,10 +145,47 @@ def searches() -> dict[str, Any]:
     return out
 
 
+def sharding(found: Any) -> dict[str, Any]:
+    """A sharding planner's plan: its status, step time and price by part, peak memory per GPU, and every
+    parameter's placements (autoshard/output.py's styles)."""
+    from meshplan.autoshard.output import params
+
+    price = found.price
+    return {"status": found.status, "step_time": num(found.step_time),
+            "price": {k: num(getattr(price, k)) for k in ("compute_fwd", "compute_bwd", "comm_fwd", "comm_bwd",
+                                                          "grad_sync", "optimizer")} if price else None,
+            "peak_memory": num(found.memory.peak) if found.memory else None,
+            "reason": found.reason,
+            "params": [f"{p.name}: {', '.join(p.styles)}" for p in params(found)] if found.choice else []}
+
+
+def autoshard() -> dict[str, Any]:
+    """For each of AUTOSHARD: the plan the planner finds itself (stages off, the whole HBM its limit) and
+    Megatron-LM's (reference.megatron: tensor parallelism on the innermost mesh dimension, the batch split on the
+    others), priced on the same trace."""
+    from meshplan.autoshard.planner import Request, run
+    from meshplan.autoshard.reference import megatron
+    from meshplan.autoshard.solve import plan
+
+    out: dict[str, Any] = {}
+    for model, system, gpus, sequences, tokens in AUTOSHARD:
+        result = run(Request(model=model, system=system, gpus=gpus, global_batch=sequences, seq=tokens,
+                             stages="off"))
+        problem = result.intra.problem
+        dims = len(problem.mesh.dims)
+        pinned = plan(problem, float("inf"), allowed=megatron(problem, tp=dims - 1, dp=tuple(range(dims - 1))))
+        out[f"{model} | {system} | {gpus} | {sequences} x {tokens}"] = {
+            "found": sharding(result.intra), "megatron": sharding(pinned)}
+    return out
+
+
+MAKERS = {"estimates.json": estimates, "searches.json": searches, "autoshard.json": autoshard}
+
+
 def documents() -> dict[str, str]:
     """File name -> the JSON text it should hold."""
-    return {name: json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
-            for name, data in (("estimates.json", estimates()), ("searches.json", searches()))}
+    return {name: json.dumps(make(), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+            for name, make in MAKERS.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

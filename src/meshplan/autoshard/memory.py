@@ -4,8 +4,11 @@ share of it a device holds.
 A storage created by an op takes the placement its creator's strategy gives the result (a Partial result is held
 whole); a parameter, input or buffer takes its source node's; a parameter's gradient and its Adam state take the
 parameter's (the gradient after its reduction: the unreduced gradient of one parameter while it is reduced is not
-counted). Lifetimes are the trace's (liveness.lifetimes): the ideal allocator that frees each tensor after its last
-use. With every tensor replicated this is exactly ``trace.liveness.peak_memory`` (tests/test_autoshard_memory.py).
+counted); the state is memory.OPTIMIZER_STATE's, with an fp32 master copy beside 16-bit parameters (mixed precision,
+as estimate counts it: Adam 12 bytes, 6 x a bf16 parameter's) and the parameter its own master at fp32 or wider
+(torch.optim: Adam 2 x; trace/liveness.optimizer_per_byte). Lifetimes are the trace's (liveness.lifetimes): the
+ideal allocator that frees each tensor after its last use. With every tensor replicated this is exactly
+``trace.liveness.peak_memory`` (tests/test_autoshard_memory.py).
 
 A model traced with fewer layers than it has (blocks.Group.layers > traced) adds, at every op, the persistent
 bytes (parameters, gradients, optimizer state) and the activations saved for the backward pass of the blocks it
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from meshplan.autoshard.problem import Problem
-from meshplan.trace.liveness import OPTIMIZER_STATE, lifetimes
+from meshplan.trace.liveness import lifetimes, optimizer_per_byte
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,7 +40,7 @@ class Memory:
 class Accounting:
     """Per storage of the trace: the template node deciding its share and the bytes per strategy."""
 
-    def __init__(self, problem: Problem, optimizer: str = "adam") -> None:
+    def __init__(self, problem: Problem, optimizer: str | None = None) -> None:
         self.problem = problem
         trace = problem.flow.trace
         self.spans = lifetimes(trace)
@@ -47,7 +50,8 @@ class Accounting:
             for sid in {s for c in node.created for s in c}:
                 created[sid] = (key, np.array([c.get(sid, 0.0) for c in node.created]))
         self._map_storages(created)
-        self.state = 1.0 + OPTIMIZER_STATE[optimizer]  # a parameter: itself and its optimizer state
+        name = optimizer or problem.optimizer_name  # the one the problem prices the step of
+        self.state = 1.0 + optimizer_per_byte(trace, name, master=None)[0]  # a parameter and its state
         self.extra_rows = self._extension()
 
     def _map_storages(self, created: dict[int, tuple[int, np.ndarray]]) -> None:

@@ -27,6 +27,7 @@ from meshplan.errors import SpecError
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import Cluster, load_system
 from meshplan.specs.model_load import load_model, preset_names
+from meshplan.specs.plan import OPTIMIZERS
 
 STAGE_MODES = ("off", "auto", "search")
 
@@ -46,6 +47,7 @@ class Request:
     headroom: float = 0.0  # share of HBM left free
     stages: str = "auto"  # off | auto (only when one stage does not fit) | search
     nvlink_domain: int | None = None
+    optimizer: str = "adam"  # as Plan.optimizer names it: its state and step (memory.OPTIMIZER_STATE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +115,8 @@ def run(request: Request) -> Result:
     """Trace, plan on the whole mesh, and (``stages``) on sub-meshes as pipelines; see the module docstring."""
     if request.stages not in STAGE_MODES:
         raise SpecError(f"stages={request.stages!r} must be one of {', '.join(STAGE_MODES)}")
+    if request.optimizer not in OPTIMIZERS:
+        raise SpecError(f"optimizer={request.optimizer!r} must be one of {', '.join(OPTIMIZERS)}")
     timings: dict[str, float] = {}
     clock = time.perf_counter()
     system = load_system(request.system)
@@ -127,7 +131,7 @@ def run(request: Request) -> Result:
     clock = time.perf_counter()
     blocks = find_blocks(trace, layers=full)
     fl = flow(trace, blocks.block_of)
-    problem = build(fl, blocks, mesh, DEFAULT)
+    problem = build(fl, blocks, mesh, DEFAULT, request.optimizer)
     timings["graph"] = time.perf_counter() - clock
     limit = cluster.accelerator.hbm_bytes * (1 - request.headroom)
     clock = time.perf_counter()
@@ -136,7 +140,7 @@ def run(request: Request) -> Result:
     clock = time.perf_counter()
     pipelines = ()
     if request.stages == "search" or (request.stages == "auto" and not intra.fits):
-        pipelines = tuple(_pipelines(fl, blocks, cluster, limit, request.micro_batches))
+        pipelines = tuple(_pipelines(fl, blocks, cluster, limit, request.micro_batches, request.optimizer))
     timings["stages"] = time.perf_counter() - clock
     layers = blocks.groups[0].layers if blocks.groups else 1
     return Result(request=request, name=name, params=trace.params if full is None else _full_params(request, trace),
@@ -172,7 +176,8 @@ def _full_params(request: Request, trace: Any) -> int:
     return trace.params
 
 
-def _pipelines(fl: Any, blocks: Any, cluster: Cluster, limit: float, micro_batches: int) -> list[Pipeline]:
+def _pipelines(fl: Any, blocks: Any, cluster: Cluster, limit: float, micro_batches: int, optimizer: str = "adam"
+               ) -> list[Pipeline]:
     """The best pipeline of each stage count stage_dp finds (p from 2 to the layers and micro-batches: 1F1B needs
     as many micro-batches as stages), stages on sub-meshes of the sizes aligned to the tiers, each size's plan
     solved once without a memory limit; if no slicing fits, again with the plans priced for memory (a stage on n of
@@ -180,10 +185,10 @@ def _pipelines(fl: Any, blocks: Any, cluster: Cluster, limit: float, micro_batch
     layers = blocks.groups[0].layers if blocks.groups else 1
     if min(layers, micro_batches) < 2:
         return []
-    plans = stage_plans(fl, blocks, cluster, micro_batches)
+    plans = stage_plans(fl, blocks, cluster, micro_batches, optimizer=optimizer)
     found = slice_stages(options(plans), layers, cluster.num_gpus, micro_batches, limit)
     if not found:
-        plans |= stage_plans(fl, blocks, cluster, micro_batches, limit, plans)
+        plans |= stage_plans(fl, blocks, cluster, micro_batches, limit, plans, optimizer)
         found = slice_stages(options(plans), layers, cluster.num_gpus, micro_batches, limit)
     return [price(s, plans, micro_batches, limit, cluster) for _, s in sorted(found.items())]
 
@@ -192,7 +197,7 @@ StagePlans = dict[int, tuple[Parts, Sharding]]  # sub-mesh GPUs (negative: price
 
 
 def stage_plans(fl: Any, blocks: Any, cluster: Cluster, micro_batches: int, limit: float | None = None,
-                free: StagePlans | None = None) -> StagePlans:
+                free: StagePlans | None = None, optimizer: str = "adam") -> StagePlans:
     """The intra-operator plan of every sub-mesh a stage may take (stage_dp.sizes, the whole cluster apart): without
     a memory limit, or (``limit`` and the ``free`` plans given) priced for a stage on n of the G GPUs holding about
     n/G of the layers (keys -n)."""
@@ -201,7 +206,7 @@ def stage_plans(fl: Any, blocks: Any, cluster: Cluster, micro_batches: int, limi
     for n, shape in sizes(cluster).items():
         if n == cluster.num_gpus or (free is not None and n not in free):
             continue
-        problem = build(fl, blocks, sub_mesh(cluster, shape), DEFAULT)
+        problem = build(fl, blocks, sub_mesh(cluster, shape), DEFAULT, optimizer)
         accounting = Accounting(problem)
         if free is None:
             budget, key = float("inf"), n

@@ -12,9 +12,11 @@ strategy needs (reshard.py), in the consumer's pass. A parameter's gradient, as 
 after a split batch: the data-parallel reduction), moves once per step to the parameter's placement, where the
 optimizer keeps it; this is the gradient all-reduce (replicated parameters) or reduce-scatter (sharded ones, ZeRO
 / FSDP), and a sharded parameter read replicated is all-gathered each micro-batch in each pass (FSDP's gathers).
-The optimizer step (Adam: read parameter, gradient and two moments, write parameter and moments, 7 x the parameter's
-bytes per device, memory-bound; the moments in the parameter's dtype, as torch.optim.Adam keeps them and as
-trace/liveness.py counts them) runs once per step on each device's share.
+The optimizer step runs once per step on each device's share, memory-bound: memory.OPTIMIZER_STATE's step traffic
+per parameter byte (trace/liveness.optimizer_per_byte): beside bf16 parameters mixed precision's, as estimate prices
+it (Adam: read the bf16 gradient, read and write the fp32 master and moments, write the bf16 weight, 2 + 24 + 2 = 28
+bytes a parameter, 14 x its bytes); at fp32 torch.optim's in place (Adam: 7 x); timed by roofline.memory_time as
+channels.optimizer_time times the estimate's.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from meshplan.autoshard.mesh import DeviceMesh
 from meshplan.autoshard.placement import shards
 from meshplan.autoshard.reshard import Resharder
 from meshplan.autoshard.strategies import Node, Slot, build_node
+from meshplan.cost.records import OpCost
+from meshplan.roofline import memory_time
 from meshplan.specs.efficiency import Efficiency
-
-ADAM_TRAFFIC = 7.0  # bytes moved per parameter byte by one Adam update (module docstring)
+from meshplan.trace.liveness import optimizer_per_byte
 
 
 @dataclass(kw_only=True)
@@ -59,6 +62,7 @@ class Problem:
     grads: dict[int, int]  # parameter node key -> key of the node whose op last writes its gradient
     hubs: dict[int, tuple[Slot, Slot]] = field(default_factory=dict)  # hub -> (tensor it moves, a use it serves)
     views: dict[tuple[int, Slot], tuple[int, ...]] = field(default_factory=dict)  # (hub, reader) -> permutation
+    optimizer_name: str = "adam"  # as Plan.optimizer names it (memory.OPTIMIZER_STATE): its step and its state
 
 
 def template_map(flow: Flow, blocks: Blocks) -> dict[int, int]:
@@ -76,8 +80,9 @@ def template_map(flow: Flow, blocks: Blocks) -> dict[int, int]:
     return tmpl
 
 
-def build(flow: Flow, blocks: Blocks, mesh: DeviceMesh, eff: Efficiency) -> Problem:
-    """Nodes of the template, their weights, and the weighted edge matrices (module docstring)."""
+def build(flow: Flow, blocks: Blocks, mesh: DeviceMesh, eff: Efficiency, optimizer: str = "adam") -> Problem:
+    """Nodes of the template, their weights, and the weighted edge matrices (module docstring); ``optimizer`` as
+    Plan.optimizer names it."""
     n = len(flow.trace.ops)
     tmpl = template_map(flow, blocks)
     owner = [flow.owners[i] for i in range(n)]
@@ -90,9 +95,9 @@ def build(flow: Flow, blocks: Blocks, mesh: DeviceMesh, eff: Efficiency) -> Prob
     nodes = {k: build_node(flow, k, tuple(members[k]), mesh, resharder, eff) for k in sorted(keys)}
     weight = {k: _node_weight(blocks, k) if k < n else _source_weight(flow, blocks, k) for k in nodes}
     problem = Problem(flow=flow, mesh=mesh, blocks=blocks, nodes=nodes, weight=weight, edges={}, template=tmpl,
-                      optimizer={}, grads={})
+                      optimizer={}, grads={}, optimizer_name=optimizer)
     _data_edges(problem, owner)
-    _grad_edges(problem, owner, eff)
+    _grad_edges(problem, owner, eff, optimizer_per_byte(flow.trace, optimizer)[1])
     _fill_costs(problem, resharder)
     return problem
 
@@ -240,14 +245,15 @@ def _hub(problem: Problem, uses: list[tuple]) -> bool:
     return True
 
 
-def _grad_edges(problem: Problem, owner: list[int], eff: Efficiency) -> None:
-    """Gradient to parameter placement, once per step; and the optimizer's time per parameter strategy."""
+def _grad_edges(problem: Problem, owner: list[int], eff: Efficiency, traffic: float) -> None:
+    """Gradient to parameter placement, once per step; and the optimizer's time per parameter strategy (``traffic``
+    bytes moved per parameter byte)."""
     flow, tmpl = problem.flow, problem.template
     last: dict[int, tuple[int, int]] = {}
     for op in flow.trace.ops:
         for slot, t in enumerate(op.outputs):
             last[t.storage] = (op.index, slot)
-    acc = problem.mesh.cluster.accelerator
+    acc, sizes = problem.mesh.cluster.accelerator, problem.mesh.sizes
     for number, src in enumerate(flow.sources):
         key = flow.key_of_source(number)
         grad = flow.trace.grad_of.get(src.storage)
@@ -255,8 +261,9 @@ def _grad_edges(problem: Problem, owner: list[int], eff: Efficiency) -> None:
             continue
         node = problem.nodes[key]
         nbytes = flow.trace.storages[src.storage].nbytes
-        problem.optimizer[key] = np.array([ADAM_TRAFFIC * nbytes / shards(o[(key, 0)], problem.mesh.sizes)
-                                           / (acc.hbm_bandwidth * eff.memory) for o in node.outs])
+        steps = [OpCost("optimizer/step", "step", "memory", nbytes=traffic * nbytes / shards(o[(key, 0)], sizes))
+                 for o in node.outs]
+        problem.optimizer[key] = np.array([memory_time(step, acc, eff) for step in steps], dtype=float)
         if grad is None or grad not in last:
             continue
         p, slot = last[grad]

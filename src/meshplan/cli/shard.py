@@ -15,8 +15,8 @@ from meshplan.fields import MEMORY_HEADROOM
 from meshplan.specs.model_load import preset_names
 
 # the template search's options (plan.py), which the sharding planner does not read: refused when given
-SEARCH_ONLY = ("top_k", *(n for n in SEARCH_OPTIONS if n != "headroom"), "tokens", "price", "rank_by", "framework",
-               "emit_format", "emit_to")
+SEARCH_ONLY = ("top_k", *(n for n in SEARCH_OPTIONS if n not in ("headroom", "optimizer")), "tokens", "price",
+               "rank_by", "framework", "emit_format", "emit_to")
 
 options = [
     click.option("--autoshard", is_flag=True, help="plan a preset or config.json with the sharding planner "
@@ -99,7 +99,7 @@ def run_planner(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, 
                       dtypes=tuple(opts["dtypes"]) or ("int64",), param_dtype=param_dtype,
                       global_batch=opts["global_batch"], seq=opts["seq"], micro_batches=opts["micro_batches"],
                       mesh=mesh, headroom=opts["headroom"], stages=opts["stages"],
-                      nvlink_domain=opts["nvlink_domain"])
+                      nvlink_domain=opts["nvlink_domain"], optimizer=opts["optimizer"])
     result = run(request)
     from meshplan.report.shard import render, to_dict
 

@@ -75,7 +75,8 @@ def _shaped_like(ref: str, settings: object) -> object:
 @click.option("--dtype", "dtypes", multiple=True, help="input dtype, one or one per input (default int64)")
 @click.option("--system", "system_ref", default="h100", show_default=True, help="system preset or .toml file")
 @click.option("--param-dtype", default=None, help="cast the model's floating-point weights, e.g. bfloat16")
-@click.option("--optimizer", default="adam", show_default=True, help="state in the peak: adam(w), momentum, sgd, none")
+@click.option("--optimizer", default="adam", show_default=True,
+              help="state in the peak, as Plan.optimizer names it (momentum: sgd-momentum), or none")
 @click.option("--top", type=int, default=20, show_default=True, help="ops to list")
 @click.option("--ops", "all_ops", is_flag=True, help="list every op in order (with its launches, fixed overhead "
               "and fused chain), not the top ones")

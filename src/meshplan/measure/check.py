@@ -52,7 +52,7 @@ class CheckSettings:
     rounds: int = 2
     profile_ops: bool = True
     allocator: str = "keep"
-    optimizer: str = "adamw"  # whose state the peak memory counts (trace/liveness.OPTIMIZER_STATE)
+    optimizer: str = "adamw"  # whose state the peak memory counts (memory.OPTIMIZER_STATE, trace/liveness.py)
     replay: ReplaySettings = field(default_factory=ReplaySettings)
 
     def __post_init__(self) -> None:
@@ -150,9 +150,8 @@ def check_step(name: str, model: Any, inputs: Sequence[Any], make_optimizer: Cal
             rounds.append(replay_all(sigs, clock, settings.replay, settings.device, distances))
             timings.append(time_steps(step, clock, warmup=settings.warmup if r == 0 else 1, steps=settings.steps))
         times = {s.key: median([t[s.key] for t in rounds]) for s in sigs}
-        state = "momentum" if settings.optimizer == "sgd-momentum" else settings.optimizer
-        prediction = predict_step(trace, opt_ops, times, host, serial=settings.device == "cpu", optimizer=state,
-                                  workspace=workspaces(sigs, settings.device))
+        prediction = predict_step(trace, opt_ops, times, host, serial=settings.device == "cpu",
+                                  optimizer=settings.optimizer, workspace=workspaces(sigs, settings.device))
         peak = peak_bytes(step, held_bytes(model, inputs, optimizer), settings.device)
         per_op: list[float | None] = []
         if settings.profile_ops:

@@ -174,7 +174,7 @@ def predict_peak(trace: Trace, optimizer_ops: Sequence[TracedOp], optimizer: str
                  workspace: Mapping[str, int] | None = None) -> int:
     """max(liveness peak of forward + backward, each op's live bytes plus the workspace it allocates inside itself
     (replay.workspaces, by signature), optimizer step: held bytes + gradients + its live temporaries)."""
-    mem = peak_memory(trace, optimizer)
+    mem = peak_memory(trace, optimizer, master=False)  # torch.optim updates the model's own parameters in place
     inside = 0
     if workspace:
         inside = max((live + workspace.get(signature_key(op), 0) for op, live in zip(trace.ops, mem.timeline,

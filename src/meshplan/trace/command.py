@@ -20,7 +20,7 @@ from meshplan.specs.hardware import Accelerator, load_system
 from meshplan.trace.cost import TimedOp, time_ops
 from meshplan.trace.graph import Trace
 from meshplan.trace.kernels import KernelRow, fused_summary, kernel_rows
-from meshplan.trace.liveness import OPTIMIZER_STATE, PeakMemory, peak_memory
+from meshplan.trace.liveness import PeakMemory, optimizer_name, peak_memory
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
@@ -158,8 +158,7 @@ def run(ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], system_ref: 
     if len(dtypes) not in (1, len(parsed)):
         given = " ".join(f"--dtype {d}" for d in dtypes)
         raise SpecError(f"{given}: give one --dtype or one per --input-shape ({len(parsed)} inputs)")
-    if optimizer not in OPTIMIZER_STATE:
-        raise SpecError(f"optimizer={optimizer!r} must be one of {', '.join(OPTIMIZER_STATE)}")
+    optimizer = optimizer_name(optimizer)
     system = load_system(system_ref)
     try:
         import torch  # noqa: F401

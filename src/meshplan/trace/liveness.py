@@ -8,8 +8,13 @@ since views share the storage id). During op i its inputs and outputs are both l
 Persistent storages are live for the whole step: parameters, buffers and the example inputs (held by the
 caller), and parameter gradients from their creation to the end of the step (PyTorch's default
 ``zero_grad(set_to_none=True)`` frees them before the next forward pass). Saved-for-backward activations need
-no special case: their last use is the backward op that reads them. Optimizer state (Adam's exp_avg and
-exp_avg_sq: 2 × the parameter bytes, torch.optim.Adam) is a constant added to every op.
+no special case: their last use is the backward op that reads them. Optimizer state is a constant added to every
+op: memory.OPTIMIZER_STATE's, per byte of parameter by memory.per_parameter_byte: beside 16-bit parameters mixed
+precision's (an fp32 master copy and the state: Adam's 12 bytes, 6 × a bf16 parameter's, as estimate counts them),
+at fp32 torch.optim's updating the parameters in place (Adam's exp_avg and exp_avg_sq: 2 × the parameter bytes);
+``master`` overrides the rule (check-step passes False: it runs torch.optim on the model as it is).
+The optimizers are named as Plan.optimizer names them, ``momentum`` for ``sgd-momentum``, and ``none`` for no
+optimizer at all (the forward and backward passes alone).
 
 This is the ideal an allocator reaches when every tensor is freed right after its last use; eager PyTorch
 frees a tensor when its last Python / autograd reference goes, which can be a little later (the
@@ -20,10 +25,44 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from meshplan.errors import SpecError
+from meshplan.memory import MASTER_BYTES, OPTIMIZER_STATE, per_parameter_byte
 from meshplan.trace.graph import Trace
 
 PERSISTENT = ("param", "buffer", "input")
-OPTIMIZER_STATE = {"adam": 2.0, "adamw": 2.0, "sgd": 0.0, "momentum": 1.0, "none": 0.0}  # × parameter bytes
+ALIASES = {"momentum": "sgd-momentum"}  # the names ``trace --optimizer`` took before it took Plan.optimizer's
+NONE = "none"  # no optimizer: no state, no step
+
+
+def optimizer_name(name: str) -> str:
+    """Plan.optimizer's name for ``name`` (an alias mapped), ``none`` kept; anything else refused in one line."""
+    name = ALIASES.get(name, name)
+    if name != NONE and name not in OPTIMIZER_STATE:
+        raise SpecError(f"optimizer={name!r} must be one of {', '.join((*OPTIMIZER_STATE, NONE))}")
+    return name
+
+
+def optimizer_per_byte(trace: Trace, optimizer: str, master: bool | None = None) -> tuple[float, float]:
+    """(state, step traffic) per parameter byte of ``trace`` (memory.per_parameter_byte at the parameters' mean
+    width). ``master`` None: mixed precision when the parameters are narrower than fp32 (the sharding planner's
+    rule: a bf16 model trained as Megatron trains it, as estimate prices it)."""
+    name = optimizer_name(optimizer)
+    if name == NONE:
+        return 0.0, 0.0
+    width = param_width(trace)
+    return per_parameter_byte(name, width, width < MASTER_BYTES if master is None else master)
+
+
+def param_width(trace: Trace) -> float:
+    """Bytes per element of the parameters the ops read (their bytes over their elements; fp32 when none is read)."""
+    widths: dict[int, int] = {}
+    for op in trace.ops:
+        for t in op.inputs:
+            s = trace.storages.get(t.storage)
+            if s is not None and s.role == "param":
+                widths.setdefault(t.storage, t.itemsize)
+    elements = sum(trace.storages[s].nbytes / w for s, w in widths.items() if w)
+    return sum(trace.storages[s].nbytes for s in widths) / elements if elements else float(MASTER_BYTES)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,12 +98,11 @@ def lifetimes(trace: Trace) -> dict[int, tuple[int, int]]:
     return spans
 
 
-def peak_memory(trace: Trace, optimizer: str = "adam") -> PeakMemory:
-    """The largest ``live(i)`` (first one on ties) and what is live then."""
-    if optimizer not in OPTIMIZER_STATE:
-        raise ValueError(f"optimizer={optimizer!r} must be one of {', '.join(OPTIMIZER_STATE)}")
+def peak_memory(trace: Trace, optimizer: str = "adam", master: bool | None = None) -> PeakMemory:
+    """The largest ``live(i)`` (first one on ties) and what is live then; the optimizer's state as torch.optim keeps
+    it, or as mixed precision does with ``master`` (None: by the parameters' width, ``optimizer_per_byte``)."""
     n = len(trace.ops)
-    opt = int(OPTIMIZER_STATE[optimizer] * trace.param_bytes)
+    opt = int(optimizer_per_byte(trace, optimizer, master)[0] * trace.param_bytes)
     spans = lifetimes(trace)
     delta = [0] * (n + 1)
     for sid, (a, b) in spans.items():
