@@ -15,7 +15,7 @@ from meshplan.serve.iteration import breakdown, op_kinds
 from meshplan.serve.memory import Memory, memory
 from meshplan.serve.metrics import Metrics, Setting, metrics
 from meshplan.serve.ops import Shape
-from meshplan.serve.plan import ServePlan, Workload
+from meshplan.serve.plan import PlanColumns, ServePlan, Workload
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.units import fmt_bytes
@@ -77,7 +77,7 @@ class ServeEstimate:
         }
 
 
-def plan_columns(plan: ServePlan) -> dict[str, int]:
+def plan_columns(plan: ServePlan) -> PlanColumns:
     return {"tp": plan.tp, "pp": plan.pp, "dpa": plan.dpa, "ep": plan.ep, "batch": plan.batch,
             "replicas": plan.replicas, "prefill_replicas": plan.prefill_replicas}
 

@@ -35,7 +35,7 @@ from meshplan.serve.engine import Engine
 from meshplan.serve.iteration import EXPERT_PATH, token_time
 from meshplan.serve.kv import token_bytes
 from meshplan.serve.ops import Shape
-from meshplan.serve.plan import Workload
+from meshplan.serve.plan import PlanColumns, Workload
 from meshplan.serve.precision import Quant
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -62,7 +62,7 @@ class Setting:
 
     model: ModelSpec
     cluster: Cluster
-    cols: dict[str, Num]  # tp, pp, dpa, ep, batch, replicas, prefill_replicas
+    cols: PlanColumns
     quant: Quant
     engine: Engine
     workload: Workload
