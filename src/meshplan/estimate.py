@@ -220,9 +220,9 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = DEFA
     capacity = cluster.accelerator.hbm_bytes
     reasons: tuple[str, ...] = ()
     if costs.peak_memory > capacity:
-        reasons += (f"memory {fmt_bytes(costs.peak_memory)} > {fmt_bytes(capacity)} HBM",)
+        reasons += (f"memory {fmt_bytes(float(costs.peak_memory))} > {fmt_bytes(capacity)} HBM",)
     if costs.host_memory > cluster.host_memory:
-        reasons += (f"offloaded {fmt_bytes(costs.host_memory)} > {fmt_bytes(cluster.host_memory)} host memory "
+        reasons += (f"offloaded {fmt_bytes(float(costs.host_memory))} > {fmt_bytes(cluster.host_memory)} host memory "
                     "per GPU",)
     return Estimate(model=model, cluster=cluster, plan=plan, stack=stack, step_time=float(costs.step_time),
                     breakdown={k: float(v) for k, v in costs.breakdown.items()},
