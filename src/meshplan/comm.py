@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
@@ -51,6 +52,10 @@ class Collective:
     group: Num
 
 
+@overload
+def bus_factor(kind: str, group: float) -> float: ...
+@overload
+def bus_factor(kind: str, group: Num) -> Num: ...
 def bus_factor(kind: str, group: Num) -> Num:
     """busbw / algbw for a collective of ``group`` ranks (NCCL PERFORMANCE.md)."""
     if kind == "all_reduce":
