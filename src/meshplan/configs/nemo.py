@@ -99,7 +99,7 @@ def overrides(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
 
 
 def emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
-    expressed = ("overlap_dp", "overlap_tp", "overlap_pp", "cp_comm", "expert_gemm")
+    expressed: tuple[str, ...] = ("overlap_dp", "overlap_tp", "overlap_pp", "cp_comm", "expert_gemm")
     expressed += ("fp8_scaling",) if plan.precision == "fp8" else ()
     note = comment(stack_extras(stack, PRESET, expressed), {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})
     lines = [f"# Megatron-Bridge recipe overrides for {model.name} ({plan.num_gpus} GPUs), written by meshplan"]

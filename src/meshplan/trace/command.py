@@ -49,6 +49,7 @@ def load_factory(ref: str) -> Any:
     try:
         if where.endswith(".py"):
             spec = importlib.util.spec_from_file_location(f"_meshplan_trace_{path.stem}", path)
+            assert spec is not None and spec.loader is not None  # a .py file that exists: a source loader
             module = importlib.util.module_from_spec(spec)
             sys.path.insert(0, str(path.resolve().parent))  # the file may import its neighbours
             try:
