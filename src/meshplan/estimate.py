@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from meshplan.channels import dp_collectives, optimizer_time
 from meshplan.cost.flops import plan_flops_per_token, recompute_flops_per_token
@@ -44,6 +44,7 @@ from meshplan.step.assemble import StepCosts, assemble
 from meshplan.step.stages import cadence
 from meshplan.step.units import Parts, Units, timed_parts, unit_costs
 from meshplan.units import fmt_bytes
+from meshplan.xp import Num
 
 COMPONENTS = ("compute", "recompute", "tp", "cp", "ep", "pp", "bubble", "dp", "optimizer", "offload")
 
@@ -275,7 +276,7 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, 
             3: [("dp/param_all_gather", 2 * m, weight_bytes, gather), ("dp/grad_reduce_scatter", m, grad_bytes,
                                                                       scatter)]}[plan.zero]
     rows = [OpRow(name, "step", "collective", float(count * updates), 0.0, float(nbytes), float(t), "network")
-            for name, count, nbytes, t in comm]
+            for name, count, nbytes, t in cast("list[tuple[str, Num, Num, Num]]", comm)]  # the lists' join: object
     opt = optimizer_time(cluster, plan, params, eff)
     moved = float(opt * cluster.accelerator.hbm_bandwidth * eff.memory)
     rows.append(OpRow(f"optimizer/{plan.optimizer}", "step", "memory", float(updates), 0.0, moved, float(opt),
