@@ -56,3 +56,20 @@ def test_plans_come_back_from_a_batch_as_they_went_in():
     assert replace(batch, recompute="none").plan(1) == replace(plans[1], recompute="none")
     with pytest.raises(ValueError, match="plans differ in zero"):
         PlanBatch.of([plans[0], replace(plans[1], zero=2)])
+
+
+def test_the_type_checkers_view_of_a_batch_declares_each_generated_column():
+    """batch.py declares, for the type checker only, the fields make_dataclass generates that are not Plan's own
+    (the NUMERIC columns, retyped as arrays, and the placement's): the declared names must be those fields."""
+    import ast
+    import inspect
+
+    import meshplan.search.batch as batch
+
+    tree = ast.parse(inspect.getsource(batch))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "_Batch")
+    block = next(n for n in cls.body if isinstance(n, ast.If))  # if TYPE_CHECKING:
+    declared = [n.target.id for n in block.body if isinstance(n, ast.AnnAssign)]
+    generated = [f.name for f in fields(PlanBatch) if f.name not in CATEGORICAL]
+    assert declared == generated  # 12 columns + placement_id, placements, strides
+    assert len(declared) == len(NUMERIC) + 3 == 15

@@ -45,6 +45,7 @@ data-parallel traffic contending with TP traffic on a shared NVLink (dp placed i
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -152,7 +153,7 @@ def _pass(bare: Num, k: Num, h: Num, d: Num, copy: Num, share: Num, slowdown: fl
     none = type(d) is float and d == 0.0
     if none and type(copy) is float and copy == 0.0:
         return 0.0, 0.0
-    moved = 0.0
+    moved: Num = 0.0
     if not (type(copy) is float and copy == 0.0):  # the copies' link is free only beside the offloaded layers
         moved = maximum(0.0, copy + (1 - share) * bare - (bare if none or not overlapped else maximum(bare, d)))
     if none:
@@ -188,7 +189,7 @@ def step_channels(p: Passes, m: Num, c: Collectives, zeros: tuple[int, ...], off
     shared = forward is not None and type(off.copy) is float and off.copy == 0.0
 
     def one(pass_: str, d: Num) -> tuple[Num, Num]:
-        memo = forward if shared and pass_ == "f" else priced
+        memo = forward if shared and pass_ == "f" and forward is not None else priced
         key = (pass_, id(d))
         if key not in memo:
             k, h = (p.k_f, p.h_f) if pass_ == "f" else (p.k_b, p.h_b)
@@ -203,7 +204,7 @@ def step_channels(p: Passes, m: Num, c: Collectives, zeros: tuple[int, ...], off
     return out
 
 
-def _sum(terms: object) -> Num:
+def _sum(terms: Iterable[tuple[Num, Num]]) -> Num:
     """Σ n·x over (n, x) pairs, skipping the x that are the float 0.0 (no array work for them)."""
     total: Num = 0.0
     for n, x in terms:

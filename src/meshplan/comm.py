@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import overload
 
 import numpy as np
 
@@ -52,6 +52,10 @@ class Collective:
     group: Num
 
 
+@overload
+def bus_factor(kind: str, group: float) -> float: ...
+@overload
+def bus_factor(kind: str, group: Num) -> Num: ...
 def bus_factor(kind: str, group: Num) -> Num:
     """busbw / algbw for a collective of ``group`` ranks (NCCL PERFORMANCE.md)."""
     if kind == "all_reduce":
@@ -83,20 +87,20 @@ def tier_members(group: Num, stride: Num, span: int) -> Num:
     8 + 8 (gcd(16, 72) = 8), not 16 on NVLink. A pipeline send's fractional stride s·p/2 (``send_stride``) has
     the integral extent s·p.
     """
-    extent = group * stride
+    extent: Num = group * stride
     if isinstance(extent, np.ndarray):
         if extent.dtype.kind == "f":
             extent = np.rint(extent).astype(np.int64)
         # span = 2^k: gcd(e, 2^k) is e's lowest set bit, at most 2^k (five times np.gcd's speed)
         power_of_two = span & (span - 1) == 0
         common = np.minimum(extent & -extent, span) if power_of_two else np.gcd(extent, span)
-        shared = np.floor_divide(common, stride)
+        shared: Num = np.floor_divide(common, stride)
     else:
         shared = math.gcd(round(extent), span) // stride
     return minimum(group, maximum(1, shared))
 
 
-Layout = Any  # a stride (Num), or the (members, stride) factors of a group that is not evenly strided
+Layout = Num | tuple[tuple[Num, Num], ...]  # a stride, or the (members, stride) factors of a group not evenly strided
 
 
 def block_members(group: Num, layout: Layout, span: int) -> Num:
@@ -120,7 +124,9 @@ def split_group(cluster: Cluster, group: Num, layout: Layout) -> list[Num]:
     A tier-i block spans Π_{j≤i} n_j consecutive ranks and holds ``block_members`` of the worst-placed group;
     g_i is that count divided by the inner tiers' count. The product of the g_i is ``group``.
     """
-    parts, inner, span = [], 1, 1
+    parts: list[Num] = []
+    inner: Num = 1
+    span = 1
     for i, tier in enumerate(cluster.tiers):
         span = span * tier.size
         last = i == len(cluster.tiers) - 1
@@ -161,7 +167,7 @@ def ring_hops(parts: Sequence[Num]) -> list[Num]:
     visits the g_0 members of a tier-0 block in turn, so only Π_{j≥i} g_j - Π_{j>i} g_j of its hops leave a
     tier-i block (NCCL src/graph/tuning.cc, ring latency: (nsteps - nInterSteps)·intraLat + nInterSteps·interLat
     with nInterSteps = nNodes - 1 for an all-gather or reduce-scatter)."""
-    outer = [1.0] * (len(parts) + 1)
+    outer: list[Num] = [1.0] * (len(parts) + 1)
     for i in range(len(parts) - 1, -1, -1):
         outer[i] = outer[i + 1] * parts[i]
     return [outer[i] - outer[i + 1] for i in range(len(parts))]
@@ -171,7 +177,8 @@ def _scatter_gather(n: Num, parts: Sequence[Num], bw: Sequence[float], lat: Sequ
     """Σ_i h_i·α_i + (g_i-1)/g_i · n_i / B_i, with n_i = n / Π_{j<i} g_j and h_i the ring's hops across tier i
     (``ring_hops``): NCCL runs these as one ring over all g ranks, whose channels each leave a node through a
     different NIC, so the bytes split by tier as in the hierarchical scheme but every member is a latency step."""
-    total, remaining = 0.0, n
+    total: Num = 0.0
+    remaining = n
     for g, b, a, h in zip(parts, bw, lat, ring_hops(parts), strict=True):
         total = total + h * a + (g - 1) / g * remaining / b
         remaining = remaining / g
@@ -180,7 +187,8 @@ def _scatter_gather(n: Num, parts: Sequence[Num], bw: Sequence[float], lat: Sequ
 
 def _all_reduce(n: Num, parts: Sequence[Num], bw: Sequence[float], lat: Sequence[float]) -> Num:
     """Per tier the faster of ring (2× scatter-gather) and tree; tiers compose hierarchically."""
-    total, remaining = 0.0, n
+    total: Num = 0.0
+    remaining = n
     for g, b, a in zip(parts, bw, lat, strict=True):
         ring = 2 * ((g - 1) * a + (g - 1) / g * remaining / b)
         tree = (2 * ceil_log2(g) * a + 2 * remaining / b) * (g > 1)
@@ -191,7 +199,9 @@ def _all_reduce(n: Num, parts: Sequence[Num], bw: Sequence[float], lat: Sequence
 
 def _all_to_all(n: Num, group: Num, parts: Sequence[Num], bw: Sequence[float], lat: Sequence[float]) -> Num:
     """Traffic to peers beyond tier i-1 leaves through tier i; the tiers run concurrently (max)."""
-    slowest, latency, inner = 0.0, 0.0, 1
+    slowest: Num = 0.0
+    latency: Num = 0.0
+    inner: Num = 1
     for g, b, a in zip(parts, bw, lat, strict=True):
         outer = inner * g
         slowest = maximum(slowest, n * (outer - inner) / group / b)
@@ -202,7 +212,8 @@ def _all_to_all(n: Num, group: Num, parts: Sequence[Num], bw: Sequence[float], l
 
 def _chain(n: Num, parts: Sequence[Num], bw: Sequence[float], lat: Sequence[float]) -> Num:
     """A pipelined chain runs at the slowest tier it crosses."""
-    latency, slowest = 0.0, 0.0
+    latency: Num = 0.0
+    slowest: Num = 0.0
     for g, b, a in zip(parts, bw, lat, strict=True):
         latency = latency + (g - 1) * a
         slowest = maximum(slowest, (g > 1) * n / b)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 from meshplan.channels import dp_collectives, optimizer_time
 from meshplan.cost.flops import plan_flops_per_token, recompute_flops_per_token
@@ -40,10 +40,11 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
-from meshplan.step.assemble import assemble
+from meshplan.step.assemble import StepCosts, assemble
 from meshplan.step.stages import cadence
-from meshplan.step.units import Parts, timed_parts, unit_costs
+from meshplan.step.units import Parts, Units, timed_parts, unit_costs
 from meshplan.units import fmt_bytes
+from meshplan.xp import Num
 
 COMPONENTS = ("compute", "recompute", "tp", "cp", "ep", "pp", "bubble", "dp", "optimizer", "offload")
 
@@ -72,6 +73,15 @@ class OpRow:
                 "bytes": self.nbytes, "seconds": self.seconds, "bound": self.bound}
 
 
+class Detail(NamedTuple):
+    """What an Estimate was composed from, kept for its per-op table and for the reports."""
+
+    efficiency: Efficiency
+    parts: Parts  # the ops, timed (step/units.py)
+    units: Units  # the per micro-batch units a step repeats
+    costs: StepCosts  # the step (step/assemble.py)
+
+
 @dataclass(frozen=True)
 class Estimate:
     """One plan's predicted training step: its time by component, memory per GPU, FLOPs and feasibility."""
@@ -89,11 +99,13 @@ class Estimate:
     reasons: tuple[str, ...] = ()
     host_memory: float = 0.0  # bytes offloaded to host memory per GPU
     rank_memory: tuple[float, float] = (0.0, 0.0)  # peak memory of the first and of the last pipeline rank
-    detail: tuple[Any, ...] = field(default=(), repr=False, compare=False)  # (efficiency, parts, units, costs)
+    detail: Detail | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def ops(self) -> tuple[OpRow, ...]:
         """The per-op table (computed on first use: the search re-estimates plans that never print it)."""
+        if self.detail is None:
+            raise ValueError("this Estimate has no detail (estimate() attaches it) to tabulate ops from")
         eff, parts, units, costs = self.detail
         return _op_table(self.model, self.cluster, self.plan, self.stack, eff, parts, bool(costs.use_first))
 
@@ -209,9 +221,9 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = DEFA
     capacity = cluster.accelerator.hbm_bytes
     reasons: tuple[str, ...] = ()
     if costs.peak_memory > capacity:
-        reasons += (f"memory {fmt_bytes(costs.peak_memory)} > {fmt_bytes(capacity)} HBM",)
+        reasons += (f"memory {fmt_bytes(float(costs.peak_memory))} > {fmt_bytes(capacity)} HBM",)
     if costs.host_memory > cluster.host_memory:
-        reasons += (f"offloaded {fmt_bytes(costs.host_memory)} > {fmt_bytes(cluster.host_memory)} host memory "
+        reasons += (f"offloaded {fmt_bytes(float(costs.host_memory))} > {fmt_bytes(cluster.host_memory)} host memory "
                     "per GPU",)
     return Estimate(model=model, cluster=cluster, plan=plan, stack=stack, step_time=float(costs.step_time),
                     breakdown={k: float(v) for k, v in costs.breakdown.items()},
@@ -219,7 +231,7 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = DEFA
                     host_memory=float(costs.host_memory),
                     rank_memory=(float(costs.rank_memory[0]), float(costs.rank_memory[1])),
                     model_flops=model_flops, hardware_flops=hardware_flops,
-                    reasons=reasons, detail=(eff, parts, units, costs))
+                    reasons=reasons, detail=Detail(eff, parts, units, costs))
 
 
 def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency, parts: Parts,
@@ -264,7 +276,7 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, 
             3: [("dp/param_all_gather", 2 * m, weight_bytes, gather), ("dp/grad_reduce_scatter", m, grad_bytes,
                                                                       scatter)]}[plan.zero]
     rows = [OpRow(name, "step", "collective", float(count * updates), 0.0, float(nbytes), float(t), "network")
-            for name, count, nbytes, t in comm]
+            for name, count, nbytes, t in cast("list[tuple[str, Num, Num, Num]]", comm)]  # the lists' join: object
     opt = optimizer_time(cluster, plan, params, eff)
     moved = float(opt * cluster.accelerator.hbm_bandwidth * eff.memory)
     rows.append(OpRow(f"optimizer/{plan.optimizer}", "step", "memory", float(updates), 0.0, moved, float(opt),

@@ -33,10 +33,10 @@ from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Accelerator
 from meshplan.xp import Num, maximum
 
-_RATES: dict[tuple[int, int, str], tuple[Accelerator, Efficiency, tuple[float, float, float, float]]] = {}
+_RATES: dict[tuple[int, int, str], tuple[Accelerator, Efficiency, tuple[Num, Num, Num, Num]]] = {}
 
 
-def rates(acc: Accelerator, precision: str, eff: Efficiency) -> tuple[float, float, float, float]:
+def rates(acc: Accelerator, precision: str, eff: Efficiency) -> tuple[Num, Num, Num, Num]:
     """Sustained FLOP/s before shape effects: (GEMMs at ``precision``, 16-bit GEMMs, which attention kernels
     also run at a fraction of, fp32 CUDA cores), each at the sustained clock of a GEMM, and that clock (a kernel
     drawing less power is clocked by its own load: ``compute_time``); GEMM rates include the best-shape
@@ -53,7 +53,7 @@ def rates(acc: Accelerator, precision: str, eff: Efficiency) -> tuple[float, flo
     return value
 
 
-def _rates(acc: Accelerator, precision: str, eff: Efficiency) -> tuple[float, float, float, float]:
+def _rates(acc: Accelerator, precision: str, eff: Efficiency) -> tuple[Num, Num, Num, Num]:
     clock = eff.clock(acc)
     return (acc.flops(precision) * clock * eff.mamf(acc, precision), acc.half_flops * clock * eff.mamf(acc, "bf16"),
             acc.peak_flops.get("fp32", acc.half_flops / 16) * clock, clock)
@@ -153,7 +153,7 @@ def optimistic_time(ops: list[OpCost], acc: Accelerator, network_bandwidth: floa
     flops = sum((op.flops for op in ops if op.kind != "collective"), 0.0)
     hbm = sum((op.nbytes for op in ops if op.kind != "collective"), 0.0)
     net = sum((all_reduce_traffic(op.collective.nbytes, op.collective.group, algorithm)
-               for op in ops if op.kind == "collective"), 0.0)
+               for op in ops if op.kind == "collective" and op.collective is not None), 0.0)
     compute = flops / (utilization * acc.flops(precision))
     memory = (hbm + net) / (utilization * acc.hbm_bandwidth)
     return maximum(maximum(compute, memory), net / network_bandwidth)

@@ -58,7 +58,7 @@ interleaved: min(w + 1, v·m) with w the warm-up count above; the asynchronous o
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from dataclasses import dataclass
 
 from meshplan.specs.plan import ASYNC_SCHEDULES, SCHEDULES
@@ -256,7 +256,7 @@ def _shape(table: Table) -> tuple[int, int, int]:
 
 def _per_stage(name: str, times: Times, pp: int, vpp: int) -> list[float]:
     """Time per virtual stage s: a scalar, or a sequence by rank (length p) or by virtual stage (p·v)."""
-    if not hasattr(times, "__len__"):  # a scalar (also a NumPy scalar)
+    if not isinstance(times, Sized):  # a scalar (also a NumPy scalar): no __len__
         values = [float(times)] * (pp * vpp)
     else:
         seq = [float(t) for t in times]
@@ -283,7 +283,7 @@ def simulate(table: Table, t_fwd: Times, t_bwd: Times, t_p2p: Times = 0.0) -> Ti
     pp, vpp, m = _shape(table)
     tf = _per_stage("t_fwd", t_fwd, pp, vpp)
     tb = _per_stage("t_bwd", t_bwd, pp, vpp)
-    hops = [float(t) for t in t_p2p] if hasattr(t_p2p, "__len__") else [float(t_p2p)] * max(pp * vpp - 1, 0)
+    hops = [float(t) for t in t_p2p] if isinstance(t_p2p, Sized) else [float(t_p2p)] * max(pp * vpp - 1, 0)
     if len(hops) != max(pp * vpp - 1, 0) or any(not t >= 0 for t in hops):
         raise ValueError(f"t_p2p must be >= 0, one value or one per boundary ({pp * vpp - 1}): got {t_p2p!r}")
     free, starts, ends = _replay(table, {"F": tf, "B": tb}, hops, m)

@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.files import write_text
@@ -46,7 +46,7 @@ PARAMS: dict[str, tuple[str, Callable[[System], float]]] = {
     "nvlink_bandwidth": ("NVLink bandwidth per GPU", lambda s: s.accelerator.nvlink_bandwidth),
     "nic_bandwidth": ("network (NIC) bandwidth per GPU (every tier beyond NVLink)",
                       lambda s: s.network.scale_out_bandwidth),
-    "nvlink_domain": ("NVLink domain size (GPUs)", lambda s: s.network.nvlink_domain),
+    "nvlink_domain": ("NVLink domain size (GPUs)", lambda s: cast(int, s.network.nvlink_domain)),  # set (Network)
     # the α of the cost model's collectives (comm.py: time = latency per message step + bytes / bandwidth)
     "nvlink_latency": ("NVLink latency per message step (tier 0's)", lambda s: s.network.scale_up_latency),
     "nic_latency": ("network latency per message step (every tier beyond NVLink)",
@@ -122,7 +122,7 @@ def _scaled(system: System, param: str, factor: float) -> System:
             net = _scaled_tiers(net, factor, outer=False)
     elif param == "nic_bandwidth":
         net = _scaled_tiers(net, factor, outer=True) if net.tiers else replace(
-            net, nic_bandwidth=net.nic_bandwidth * factor)
+            net, nic_bandwidth=cast(float, net.nic_bandwidth) * factor)  # the two-tier form's, set
     elif param in ("nvlink_latency", "nic_latency"):
         outer = param == "nic_latency"
         net = _scaled_tiers(net, factor, outer=outer, field="latency") if net.tiers else replace(
@@ -130,7 +130,7 @@ def _scaled(system: System, param: str, factor: float) -> System:
     elif param == "host_bandwidth":
         net = replace(net, host_bandwidth=net.host_bandwidth * factor)
     else:  # nvlink_domain
-        size = net.nvlink_domain * factor
+        size = cast(int, net.nvlink_domain) * factor  # set after Network.__post_init__
         if abs(size - round(size)) > 1e-9 or round(size) < 1:
             raise SpecError(f"nvlink_domain {net.nvlink_domain} x factor {factor} = {size:g} is not a whole "
                             "number of GPUs")
@@ -168,7 +168,7 @@ def param_points(model: ModelSpec, systems: Sequence[str | System], gpus: Sequen
     points = []
     for ref in systems:
         base = load_system(ref) if isinstance(ref, str) else ref
-        label = Path(ref).stem if isinstance(ref, str) and ref.endswith(".toml") else getattr(ref, "name", ref)
+        label = Path(ref).stem if isinstance(ref, str) and ref.endswith(".toml") else str(getattr(ref, "name", ref))
         for domain in nvlink:
             system = base if domain is None else replace(base, network=replace(base.network, nvlink_domain=domain))
             for factor in factors if param != "none" else (1.0,):
@@ -178,7 +178,7 @@ def param_points(model: ModelSpec, systems: Sequence[str | System], gpus: Sequen
                 precise = space if space.precision != "bf16" else replace(
                     space, precision=modified.accelerator.default_precision)
                 for n in gpus:
-                    d = modified.network.nvlink_domain
+                    d = cast(int, modified.network.nvlink_domain)  # set after Network.__post_init__
                     # SpecError now for a GPU count the mesh cannot hold, or a space beyond max_plans
                     check_space(model, modified.cluster(n), precise)
                     points.append(Point(model=model, system=modified, gpus=n, nvlink_domain=d,
@@ -273,7 +273,7 @@ def _run_ray(points: Sequence[Point], address: str, tick: Callable[[], None]) ->
         raise MissingDependency("ray", "ray") from None
     started = False
     if not ray.is_initialized():
-        kwargs = {"include_dashboard": False, "log_to_driver": False}
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
         try:
             ray.init(**kwargs) if address == "local" else ray.init(address=address, **kwargs)
         except (ConnectionError, ValueError) as exc:  # ValueError: an address Ray cannot parse
@@ -323,7 +323,7 @@ class _Progress:
         if self.callback is not None:
             self.callback(self.done, self.total)
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: Any) -> Literal[False]:
         if self.bar is not None:
             self.bar.__exit__(*exc)
         return False

@@ -3,28 +3,37 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeAlias, overload
 
 import numpy as np
 
-Num = Any  # float | int | np.ndarray
+# A quantity of one plan (a Python number) or of many (an array, one element per plan: a PlanBatch's columns)
+Num: TypeAlias = float | int | np.ndarray
 
 _SCALAR = (int, float)
 
 
+@overload
+def maximum(a: float, b: float) -> float: ...
+@overload
+def maximum(a: Num, b: Num) -> Num: ...
 def maximum(a: Num, b: Num) -> Num:
     if type(a) in _SCALAR and type(b) in _SCALAR:
         return a if a >= b else b
     return np.maximum(a, b)
 
 
+@overload
+def minimum(a: float, b: float) -> float: ...
+@overload
+def minimum(a: Num, b: Num) -> Num: ...
 def minimum(a: Num, b: Num) -> Num:
     if type(a) in _SCALAR and type(b) in _SCALAR:
         return a if a <= b else b
     return np.minimum(a, b)
 
 
-def where(cond: Num, a: Num, b: Num) -> Num:
+def where(cond: Num | bool, a: Num, b: Num) -> Num:
     if a is b:  # also when both are the same constant (the search: components folded away)
         return a
     if type(cond) is bool:
@@ -32,6 +41,10 @@ def where(cond: Num, a: Num, b: Num) -> Num:
     return np.where(cond, a, b)
 
 
+@overload
+def ceil_log2(x: float) -> float: ...
+@overload
+def ceil_log2(x: Num) -> Num: ...
 def ceil_log2(x: Num) -> Num:
     """⌈log2 x⌉ for x ≥ 1 (tree depth)."""
     if type(x) in _SCALAR:
@@ -39,6 +52,10 @@ def ceil_log2(x: Num) -> Num:
     return np.ceil(np.log2(np.maximum(x, 1)))
 
 
+@overload
+def floor_div(a: int, b: int) -> int: ...
+@overload
+def floor_div(a: Num, b: Num) -> Num: ...
 def floor_div(a: Num, b: Num) -> Num:
     if type(a) is int and type(b) is int:
         return a // b

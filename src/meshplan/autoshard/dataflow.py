@@ -71,7 +71,8 @@ def flow(trace: Trace, block_of: dict[int, tuple[int, int]] | None = None) -> Fl
             if key >= n:
                 consumers.setdefault(key, set()).add(block_of.get(i, (-1, -1)))
     where = {key: next(iter(b)) if len(b) == 1 else (-1, -1) for key, b in consumers.items()}
-    roles, rules, leaders, owners = [], [], [], []
+    roles, rules, leaders = [], [], []
+    owners: list[int] = []
     summing: dict[int, bool] = {}  # per op: its owner may leave a Partial result (a contraction or a sum)
     members: dict[tuple[int, int], set[int]] = {}
     for i in range(n):

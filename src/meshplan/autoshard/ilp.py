@@ -67,9 +67,9 @@ def pairwise(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[
         if u == v:
             continue
         m = micro_batches * (e.fwd + e.bwd) + e.step
-        key, m = ((u, v), m) if u < v else ((v, u), m.T)
-        edges[key] = edges[key] + m if key in edges else m
-    memory = {}
+        pair, m = ((u, v), m) if u < v else ((v, u), m.T)
+        edges[pair] = edges[pair] + m if pair in edges else m
+    memory: dict[int, np.ndarray] = {}
     for key in problem.nodes:
         columns = [coef[key] for coef, _ in memory_rows if key in coef and np.any(coef[key])]
         if columns:

@@ -117,7 +117,9 @@ def hf_model(config: dict[str, Any], layers: int = TRACED_LAYERS) -> Any:
     with FakeTensorMode(allow_non_fake_inputs=True):
         model = transformers.AutoModelForCausalLM.from_config(cfg)
 
-    class CausalLM(torch.nn.Module):
+    module: Any = torch.nn.Module  # torch, imported when a model is built
+
+    class CausalLM(module):
         """The model with its loss: ``hf(input_ids=ids, labels=ids).loss``."""
 
         def __init__(self, hf: Any) -> None:

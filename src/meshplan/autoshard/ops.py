@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from meshplan.autoshard.rules import Rule, replicated_rule
+from meshplan.autoshard.rules import Labels, Rule, replicated_rule
 from meshplan.autoshard.views import VIEWS, view_rule
 from meshplan.trace.graph import TracedOp
 
@@ -114,7 +114,7 @@ def elementwise(op: TracedOp, name: str) -> Rule:
     layout (views.py: each device holds its share of every piece), when every piece divides evenly."""
     out = op.outputs[0].shape
     labels = _dims(out)
-    inputs = []
+    inputs: list[Labels] = []
     for t in op.inputs:
         if name == "cat" and t.shape == (0,):  # torch.cat skips empty 1-D tensors
             inputs.append((None,))
@@ -157,7 +157,7 @@ def reduction(op: TracedOp, name: str) -> Rule:
             outputs.append(kept)
         else:
             outputs.append((None,) * len(o.shape))
-    reduced = frozenset(labels[i] for i in dims)
+    reduced = frozenset(lab for lab in (labels[i] for i in dims) if lab is not None)  # all named: no skip_ones
     return Rule(inputs=((labels,) + tuple((None,) * len(t.shape) for t in op.inputs[1:])), outputs=tuple(outputs),
                 no_partial=frozenset() if name in SUM_REDUCTIONS else reduced,
                 linear=frozenset({0}) if name in SUM_REDUCTIONS else frozenset())

@@ -6,7 +6,7 @@ channels, o output channels or features, e experts, i0 i1 … index dimensions, 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from meshplan.autoshard.rules import Rule
 from meshplan.trace.graph import TracedOp
@@ -19,7 +19,7 @@ def _none(shape: tuple[int, ...]) -> Labels:
     return (None,) * len(shape)
 
 
-def _by_name(op: TracedOp, table: dict[str, Labels]) -> tuple[Labels, ...]:
+def _by_name(op: TracedOp, table: Mapping[str, Labels]) -> tuple[Labels, ...]:
     """Labels of each argument by its schema name; arguments not in ``table`` stay replicated."""
     return tuple(table.get(name, _none(t.shape)) if len(table.get(name, ())) == len(t.shape) else _none(t.shape)
                  for name, t in zip(op.args, op.inputs, strict=True))
@@ -37,6 +37,8 @@ def gemm(op: TracedOp, name: str) -> Rule:
     rows, the others zero, a Partial sum) and its weight gradient ``ns,sk->enk``."""
     shapes = {a: t.shape for a, t in zip(op.args, op.inputs, strict=True)}
     out = op.outputs[0].shape
+    table: dict[str, Labels]
+    res: Labels
     if name == "_grouped_mm":
         a, b = shapes["self"], shapes["mat2"]
         if len(a) == 2 and len(b) == 3:
@@ -52,7 +54,7 @@ def gemm(op: TracedOp, name: str) -> Rule:
     first = "batch1" if name == "baddbmm" else "mat1" if name == "addmm" else "self"
     second = "batch2" if name == "baddbmm" else "mat2"
     table = {first: x, second: w}
-    additive = frozenset()
+    additive: frozenset[int] = frozenset()
     if name in ("addmm", "baddbmm"):
         table["self"] = _right(shapes["self"], res)
         additive = frozenset({op.args.index("self")})
@@ -75,7 +77,8 @@ def attention(op: TracedOp, bshd: bool) -> Rule:
         if a in ("attn_mask", "attn_bias", "bias") and len(t.shape) == 4:  # broadcastable mask
             inputs[i] = tuple(lab if s != 1 and s == qs else None
                               for lab, s, qs in zip(q, t.shape, (*qshape[:3], -1), strict=True))
-    outputs = []
+    outputs: list[Labels] = []
+    labels: Labels
     for slot, t in zip(op.results or range(len(op.outputs)), op.outputs, strict=True):
         if backward:
             labels = q if slot == 0 else kv

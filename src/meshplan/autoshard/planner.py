@@ -138,7 +138,7 @@ def run(request: Request) -> Result:
     intra = plan(problem, limit, request.micro_batches)
     timings["intra-op solve"] = time.perf_counter() - clock
     clock = time.perf_counter()
-    pipelines = ()
+    pipelines: tuple[Pipeline, ...] = ()
     if request.stages == "search" or (request.stages == "auto" and not intra.fits):
         pipelines = tuple(_pipelines(fl, blocks, cluster, limit, request.micro_batches, request.optimizer))
     timings["stages"] = time.perf_counter() - clock
@@ -211,6 +211,7 @@ def stage_plans(fl: Any, blocks: Any, cluster: Cluster, micro_batches: int, limi
         if free is None:
             budget, key = float("inf"), n
         else:
+            assert limit is not None  # given with the free plans
             budget, key = limit + layers * free[n][0].layer_state * (1 - n / cluster.num_gpus), -n
         sharding = plan(problem, budget, micro_batches, accounting=accounting)
         if sharding.price is not None:

@@ -22,6 +22,7 @@ channels.optimizer_time times the estimate's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -148,7 +149,7 @@ def _data_edges(problem: Problem, owner: list[int]) -> None:
     by several nodes share one move (``_hubs``)."""
     flow, blocks, tmpl = problem.flow, problem.blocks, problem.template
     n = len(flow.trace.ops)
-    boundary: dict[tuple, list[int]] = {}
+    boundary: dict[tuple, list[tuple[int, int]]] = {}  # per key: (block group, producer) of each use
     raw: list[tuple[int, int, Slot, Slot, float, int]] = []  # (u, v, produced, needed, weight, real producer)
     for i, found in enumerate(flow.producers):
         if flow.roles[i] == "source":  # its arguments only give a shape or dtype (zeros_like, new_zeros)
@@ -227,11 +228,12 @@ def _hub(problem: Problem, uses: list[tuple]) -> bool:
     key = HUB + len([k for k in problem.nodes if k >= HUB])
     places = {o[produced] for o in problem.nodes[u].outs if produced in o}
     for (_, v, _, needed, _, _), perm in zip(uses, perms, strict=True):
+        assert perm is not None  # checked above
         if perm != tuple(range(len(perm))):
             problem.views[(key, needed)] = perm
         places |= {tuple(perm[x] if x >= 0 else x for x in o[needed]) for o in problem.nodes[v].needs
                    if needed in o}
-    combos = sorted(places)
+    combos: list[Any] = sorted(places)  # a hub's strategies: the placements it carries, not labels
     problem.nodes[key] = Node(key=key, name=f"{problem.nodes[u].name} (shared move)", kind="hub", members=(),
                               combos=combos, outs=[{(key, 0): c} for c in combos], needs=[{} for _ in combos],
                               time=np.zeros((len(combos), 2)), comm=np.zeros((len(combos), 2)),

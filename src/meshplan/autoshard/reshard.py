@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from meshplan.autoshard.mesh import DeviceMesh
 from meshplan.autoshard.placement import PARTIAL, REPLICATE, Placements
 
@@ -66,7 +68,7 @@ class Resharder:
     def __init__(self, mesh: DeviceMesh) -> None:
         self.mesh = mesh
         self._cache: dict[tuple[Placements, Placements, float], float] = {}
-        self.tables: dict[tuple, object] = {}  # problem._move_matrix's tables of distinct placements
+        self.tables: dict[tuple, np.ndarray] = {}  # problem._move_matrix's tables of distinct placements
 
     def seconds(self, src: Placements, dst: Placements, local_bytes: float) -> float:
         """Seconds to move a tensor of ``local_bytes`` per device held as ``src`` to ``dst`` (0 when no collective)."""

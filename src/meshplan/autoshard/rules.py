@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import product
+from typing import TypeGuard
 
 from meshplan.autoshard.placement import PARTIAL, REPLICATE, Placements, valid
 
@@ -40,7 +41,7 @@ def passing(j: int) -> str:
     return f"{PASS}{j}"
 
 
-def is_pass(lab: str | None) -> bool:
+def is_pass(lab: str | None) -> TypeGuard[str]:
     return lab is not None and lab.startswith(PASS)
 
 

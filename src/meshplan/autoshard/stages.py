@@ -112,8 +112,8 @@ def parts(sharding: Sharding, accounting: Accounting) -> Parts:
         sync[where] += float(edge.step[a, b])
     state, saved = _layer_bytes(problem, choice, accounting)
     peak = sharding.memory.peak if sharding.memory else 0.0
-    return Parts(layer_fwd=t["block"][0] / layers, layer_bwd=t["block"][1] / layers, pre=tuple(t["pre"]),
-                 post=tuple(t["post"]), layer_state=state, layer_saved=saved,
+    return Parts(layer_fwd=t["block"][0] / layers, layer_bwd=t["block"][1] / layers, pre=(t["pre"][0], t["pre"][1]),
+                 post=(t["post"][0], t["post"][1]), layer_state=state, layer_saved=saved,
                  other=max(peak - layers * (state + saved), 0.0), layer_sync=sync["block"] / layers,
                  other_sync=sync["pre"] + sync["post"], boundary=_boundary(problem))
 

@@ -17,6 +17,7 @@ Bytes: each storage an op of the node creates, at the share a device holds (Part
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -156,7 +157,7 @@ def _follower_combo(flow: Flow, i: int, produced: dict[Slot, Placements], mesh: 
     return tuple(combo)
 
 
-def _inner_moves(flow: Flow, i: int, p_in: list[Placements], produced: dict[Slot, Placements], moved: set[tuple],
+def _inner_moves(flow: Flow, i: int, p_in: Sequence[Placements], produced: dict[Slot, Placements], moved: set[tuple],
                  mesh: DeviceMesh, resharder: Resharder) -> tuple[float, float]:
     """Moves to the placements op i needs of arguments its own node produced: (seconds charged, seconds of the moves
     op i's arguments needed); a tensor moved to a placement in one pass is moved once, whoever reads it (Q, K and V
@@ -177,8 +178,8 @@ def _inner_moves(flow: Flow, i: int, p_in: list[Placements], produced: dict[Slot
     return total, made
 
 
-def _op_seconds(op: TracedOp, r: Rule, combo: tuple[str | None, ...], p_in: list[Placements],
-                p_out: list[Placements], mesh: DeviceMesh, eff: Efficiency) -> tuple[float, float]:
+def _op_seconds(op: TracedOp, r: Rule, combo: tuple[str | None, ...], p_in: Sequence[Placements],
+                p_out: Sequence[Placements], mesh: DeviceMesh, eff: Efficiency) -> tuple[float, float]:
     """Roofline time of one op on the share each device computes (module docstring), and that of the rule's
     extra collectives."""
     if op.kind == "view":
@@ -203,7 +204,7 @@ def _op_seconds(op: TracedOp, r: Rule, combo: tuple[str | None, ...], p_in: list
     return seconds, extra
 
 
-def _share(tensors: tuple[TensorInfo, ...], places: list[Placements], sizes: tuple[int, ...]) -> float:
+def _share(tensors: tuple[TensorInfo, ...], places: Sequence[Placements], sizes: tuple[int, ...]) -> float:
     """The share of ``tensors``' bytes one device holds (of what the op reads, or of what it writes: a factory such
     as zeros_like reads none of its argument, trace/capture.py)."""
     whole = sum(t.nbytes for t in tensors)

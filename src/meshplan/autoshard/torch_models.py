@@ -120,6 +120,8 @@ class Layer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 class Decoder(nn.Module):
+    inv_freq: torch.Tensor  # a buffer (with rope)
+
     def __init__(self, s: ModelSpec, layers: int) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(s.vocab_size, s.hidden_size)

@@ -17,7 +17,7 @@ torch/distributed/tensor/_ops/_view_ops.py, ``view_groups`` and ``propagate_shap
 
 from __future__ import annotations
 
-from meshplan.autoshard.rules import Rule
+from meshplan.autoshard.rules import Labels, Rule
 from meshplan.trace.graph import TracedOp
 
 RESHAPES = {"view", "_unsafe_view", "reshape", "_reshape_alias", "view_copy", "_unsafe_view_copy"}
@@ -36,7 +36,8 @@ def _norm(dim: object, ndim: int) -> int:
 def view_rule(op: TracedOp, name: str) -> Rule:
     x = op.inputs[0].shape
     labels = tuple(f"d{i}" for i in range(len(x)))
-    inputs = [labels] + [(None,) * len(t.shape) for t in op.inputs[1:]]
+    inputs: list[Labels] = [labels] + [(None,) * len(t.shape) for t in op.inputs[1:]]
+    outs: list[Labels]
     if name in IDENTITY:
         outs = [labels if o.shape == x else (None,) * len(o.shape) for o in op.outputs]
     elif name in RESHAPES or name in ("unflatten", "flatten"):

@@ -17,6 +17,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from meshplan.calibrate.records import AttentionSample, GemmSample, MemorySample
@@ -103,7 +104,7 @@ def bench_gemm(settings: Settings, device: str) -> list[GemmSample]:
                 a = torch.randn(m, k, device=dev).to(dtype)
                 b = torch.randn(k, n, device=dev).to(dtype)
                 c = torch.empty(m, n, device=dev, dtype=dtype)
-                seconds = time_call(lambda a=a, b=b, c=c: torch.matmul(a, b, out=c), sync, settings)
+                seconds = time_call(partial(torch.matmul, a, b, out=c), sync, settings)
                 samples.append(GemmSample(m=m, n=n, k=k, precision=precision, seconds=seconds))
                 del a, b, c
     finally:
@@ -131,7 +132,7 @@ def bench_attention(settings: Settings, device: str) -> list[AttentionSample]:
     with torch.no_grad():
         for batch, heads, seq, head_dim in settings.attention_shapes:
             q, k, v = (torch.randn(batch, heads, seq, head_dim, device=dev).to(dtype) for _ in range(3))
-            seconds = time_call(lambda q=q, k=k, v=v: sdpa(q, k, v, is_causal=True), sync, settings)
+            seconds = time_call(partial(sdpa, q, k, v, is_causal=True), sync, settings)
             samples.append(AttentionSample(batch=batch, heads=heads, seq=seq, head_dim=head_dim,
                                            precision=precision, seconds=seconds))
             del q, k, v

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from meshplan.calibrate.records import (
     DIST_KINDS,
@@ -72,7 +73,7 @@ class NnlsFit:
     bounded: bool  # some coefficient is held at 0 that the unconstrained fit wanted negative
 
 
-def nnls(columns: Sequence[Sequence[float]], y: Sequence[float], *, relative: bool = True) -> NnlsFit:
+def nnls(columns: Sequence[npt.ArrayLike], y: npt.ArrayLike, *, relative: bool = True) -> NnlsFit:
     """Non-negative least squares of y on ``columns`` (a few of them), rows weighted by 1/y when ``relative``."""
     a = np.asarray(columns, dtype=float).T
     ys = np.asarray(y, dtype=float)

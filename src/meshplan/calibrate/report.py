@@ -50,16 +50,16 @@ def print_calibration(cal: Calibration, console: Console, out: str | None = None
     memory = Table(title="memory-bound kernels: t = t0 + bytes / BW", title_justify="left")
     for col in ("kernel", "BW (fit)", "t0", "best", "R²", "resid rms / max"):
         memory.add_column(col, justify="left" if col == "kernel" else "right")
-    for f in cal.memory:
-        memory.add_row(f.op, _rate(f.bandwidth), fmt_time(f.overhead), _rate(f.best), f"{f.r2:.3f}", _residuals(f))
+    for m in cal.memory:
+        memory.add_row(m.op, _rate(m.bandwidth), fmt_time(m.overhead), _rate(m.best), f"{m.r2:.3f}", _residuals(m))
     console.print(memory)
     if cal.links:
         links = Table(title="collectives: t = α + f·n / busbw (NCCL bus bandwidth)", title_justify="left")
         for col in ("dim", "group", "collective", "busbw", "α", "α / step", "R²", ""):
             links.add_column(col, justify="left" if col in ("collective", "") else "right")
-        for f in cal.links:
-            links.add_row(str(f.dim), str(f.group), f.kind, _rate(f.bandwidth), fmt_time(f.latency),
-                          fmt_time(f.step_latency), f"{f.r2:.3f}", "latency-bound: busbw ≥" if f.bound else "")
+        for k in cal.links:
+            links.add_row(str(k.dim), str(k.group), k.kind, _rate(k.bandwidth), fmt_time(k.latency),
+                          fmt_time(k.step_latency), f"{k.r2:.3f}", "latency-bound: busbw ≥" if k.bound else "")
         for t in cal.tiers:
             links.add_row(str(t.dim), str(t.group), "[bold]median[/bold]", _rate(t.bandwidth), "",
                           fmt_time(t.latency), "", "")

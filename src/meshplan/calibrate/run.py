@@ -163,7 +163,9 @@ def calibrate(*, world_size: int | None = None, mesh: tuple[int, ...] | None = N
 def _peaks(base: System | None, precisions: tuple[str, ...]) -> dict[str, float]:
     """The base preset's dense peak for each measured precision it has (bf16 and fp16 stand in for each other)."""
     peaks: dict[str, float] = {}
-    for precision in precisions if base is not None else ():
+    if base is None:
+        return peaks
+    for precision in precisions:
         with contextlib.suppress(SpecError):  # a precision the base has no peak for
             peaks[precision] = base.accelerator.flops(precision)
     return peaks

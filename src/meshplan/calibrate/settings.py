@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from meshplan.calibrate.records import DIST_KINDS
@@ -160,6 +161,9 @@ def _spread(values: set[int], count: int) -> tuple[int, ...]:
     if len(ordered) <= count:
         return tuple(ordered)
     lo, hi = math.log(ordered[0]), math.log(ordered[-1])
-    picks = {min(ordered, key=lambda v, t=lo + (hi - lo) * i / (count - 1): abs(math.log(v) - t))
-             for i in range(count)}
+    picks = {min(ordered, key=partial(_log_distance, t=lo + (hi - lo) * i / (count - 1))) for i in range(count)}
     return tuple(sorted(picks))
+
+
+def _log_distance(v: float, t: float) -> float:
+    return abs(math.log(v) - t)

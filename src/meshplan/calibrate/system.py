@@ -88,6 +88,7 @@ def _gemm_lines(cal: Calibration, base: System | None) -> tuple[list[str], dict[
     rate = half.rate if t0 > 0 else half.best  # the fit's F beside its t₀, else the best measured
     lines = [f"gemm_overhead = {_num(t0)}  # {overhead_note}"]
     if acc is not None:
+        assert base is not None  # acc is its accelerator
         peaks = dict(acc.peak_flops)
         mamf = rate / acc.half_flops
         lines += [f"tdp_watts = {_num(acc.tdp_watts)}  # from {base.name}",
@@ -136,11 +137,10 @@ def _intercept(t0: float, r2: float, fit: str) -> tuple[float, str]:
 
 def _memory_lines(cal: Calibration, base: System | None, eff: Efficiency) -> list[str]:
     """Device memory, its streaming bandwidth and the innermost link (mesh dimension 0)."""
-    acc = base.accelerator if base is not None else None
     if cal.memory_bytes > 0:
         lines = [f"hbm_bytes = {_num(cal.memory_bytes)}  # device memory: {fmt_bytes(cal.memory_bytes)}"]
-    elif acc is not None:
-        lines = [f"hbm_bytes = {_num(acc.hbm_bytes)}  # not measured: from {base.name}"]
+    elif base is not None:
+        lines = [f"hbm_bytes = {_num(base.accelerator.hbm_bytes)}  # not measured: from {base.name}"]
     else:
         raise SpecError("calibration has no device memory size (memory_bytes=0) and no base system")
     stream, how, fit = _stream_bandwidth(cal)
@@ -151,8 +151,8 @@ def _memory_lines(cal: Calibration, base: System | None, eff: Efficiency) -> lis
     if inner is not None:
         lines.append(f"nvlink_bandwidth = {_num(inner.bandwidth / eff.nvlink)}  # dim 0 busbw "
                      f"{inner.bandwidth / 1e9:.4g} GB/s ({', '.join(inner.kinds)}) / {eff.nvlink}")
-    elif acc is not None:
-        lines.append(f"nvlink_bandwidth = {_num(acc.nvlink_bandwidth)}  # not measured: from {base.name}")
+    elif base is not None:
+        lines.append(f"nvlink_bandwidth = {_num(base.accelerator.nvlink_bandwidth)}  # not measured: from {base.name}")
     else:
         raise SpecError(f"mesh {'x'.join(map(str, cal.mesh))} measured no links: give a base system for the link "
                         "figures")
@@ -165,7 +165,8 @@ def _network_lines(cal: Calibration, base: System | None, eff: Efficiency) -> li
     if inner is not None:
         lines = [f"nvlink_latency = {_num(inner.latency)}  # α per step, {inner.latency * 1e6:.3g} us"]
     else:
-        lines = [f"nvlink_latency = {_num(base.network.nvlink_latency)}  # not measured: from {base.name}"]
+        assert base is not None  # _memory_lines refuses a calibration with neither links nor a base system
+        lines = [f"nvlink_latency = {_num(base.network.scale_up_latency)}  # not measured: from {base.name}"]
     lines.append("nics_per_gpu = 1  # the measured bus bandwidth is per rank")
     if outer is not None:
         lines += [f"nic_bandwidth = {_num(outer.bandwidth / eff.network)}  # dim {outer.dim} busbw "
@@ -173,9 +174,10 @@ def _network_lines(cal: Calibration, base: System | None, eff: Efficiency) -> li
                   f"nic_latency = {_num(outer.latency)}  # α per step, {outer.latency * 1e6:.3g} us"]
     elif base is not None:
         net = base.network
-        lines += [f"nic_bandwidth = {_num(net.nics_per_gpu * net.nic_bandwidth)}  # not measured: from {base.name}",
-                  f"nic_latency = {_num(net.nic_latency)}  # not measured: from {base.name}"]
+        lines += [f"nic_bandwidth = {_num(net.scale_out_bandwidth)}  # not measured: from {base.name}",
+                  f"nic_latency = {_num(net.scale_out_latency)}  # not measured: from {base.name}"]
     else:
+        assert inner is not None  # as above: without a base system the links were measured
         lines += [f"nic_bandwidth = {_num(inner.bandwidth / eff.network)}  # not measured (one domain): tier 0's",
                   f"nic_latency = {_num(inner.latency)}  # not measured (one domain): tier 0's"]
     return lines + _host_lines(base)

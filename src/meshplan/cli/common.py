@@ -5,12 +5,16 @@ from __future__ import annotations
 import math
 import re
 import sys
+from typing import TYPE_CHECKING, overload
 
 import click
 
 from meshplan.errors import SpecError
 from meshplan.fields import MAX_SIZE
 from meshplan.ranges import RANGES
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 MAX_TOKENS = RANGES["tokens"].high  # the bounds of a token budget, a price and a plan count: ranges.RANGES
 MAX_PRICE = RANGES["price"].high
@@ -24,6 +28,10 @@ def default_global_batch(seq_length: int, dp: int, micro_batch: int) -> int:
     return max(1, math.ceil(DEFAULT_BATCH_TOKENS / seq_length / unit)) * unit
 
 
+@overload
+def split_ints(text: str, field: str) -> list[int]: ...
+@overload
+def split_ints(text: str | None, field: str) -> list[int] | None: ...
 def split_ints(text: str | None, field: str) -> list[int] | None:
     if text is None:
         return None
@@ -116,7 +124,9 @@ class progress:
     """A progress bar on stderr for searches that take more than a moment (interactive terminals only)."""
 
     def __init__(self, quiet: bool):
-        self.quiet, self.bar, self.task = quiet or not sys.stderr.isatty(), None, None
+        self.quiet = quiet or not sys.stderr.isatty()
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
 
     def __enter__(self):
         if self.quiet:
@@ -129,6 +139,7 @@ class progress:
         return self.update
 
     def update(self, done: int, total: int) -> None:
+        assert self.bar is not None and self.task is not None  # __enter__ hands this out with the bar started
         self.bar.update(self.task, completed=done, total=total)
 
     def __exit__(self, *exc):

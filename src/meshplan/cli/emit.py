@@ -45,7 +45,7 @@ def write_best(results: list, fmt: str, path: str | None) -> None:
     if not leaders:
         raise SpecError(f"--emit {fmt}: no feasible plan to write")
     ranked = min(leaders, key=lambda plans: plans[0].step_time)
-    refusal = None
+    refusal: SpecError | None = None
     for rank, est in enumerate(ranked, 1):
         try:
             text = emit(fmt, est.model, est.plan, est.stack)
@@ -61,4 +61,5 @@ def write_best(results: list, fmt: str, path: str | None) -> None:
             Path(path).write_text(text, encoding="utf-8")
             click.echo(f"wrote {fmt} config of #{rank} ({est.plan.describe()}) to {path}", err=True)
         return
+    assert refusal is not None  # every plan was refused
     raise refusal

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -12,6 +13,10 @@ from meshplan.cli.common import apply, common_model, load_inputs
 from meshplan.cli.options import DEFAULT_FRAMEWORK, plan_of, plan_options, stack_of, stack_options
 from meshplan.errors import SpecError
 from meshplan.report.fit_hints import fit_hints, print_hints
+
+if TYPE_CHECKING:
+    from meshplan.estimate import Estimate
+    from meshplan.specs.model import ModelSpec
 
 
 @click.command()
@@ -25,7 +30,7 @@ from meshplan.report.fit_hints import fit_hints, print_hints
 @click.option("--ops", "show_ops", is_flag=True, help="print the per-op table")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config: str | None, show_ops: bool,
-             as_json: bool, **options: object) -> None:
+             as_json: bool, **options: Any) -> None:
     """Estimate one training step of MODEL on GPUS accelerators of SYSTEM under one parallel plan."""
     from meshplan.estimate import estimate as run
 
@@ -59,7 +64,7 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
         print_hints(est, hints, search, console)
 
 
-def _search_command(model_ref: str, system_ref: str, where: dict, est: object, framework: str) -> str:
+def _search_command(model_ref: str, system_ref: str, where: dict, est: Estimate, framework: str) -> str:
     """The ``plan`` command line that searches every plan of this model, cluster, batch and framework."""
     args = ["meshplan", "plan", "--model", model_ref, "--system", system_ref, "--gpus", str(est.plan.num_gpus),
             "--global-batch", str(est.plan.global_batch)]
@@ -68,7 +73,7 @@ def _search_command(model_ref: str, system_ref: str, where: dict, est: object, f
     return shlex.join(args)
 
 
-def _from_config(path: str, model: object, gpus: int, framework: str, options: dict) -> tuple:
+def _from_config(path: str, model: ModelSpec, gpus: int, framework: str, options: dict) -> tuple:
     """``--from``: the config's plan and stack; a plan option or ``--framework`` beside it is refused (the config
     says them), a stack option overrides the stack the config gives."""
     from meshplan.cli.options import PLAN_PREFIX, STACK_PREFIX

@@ -99,7 +99,8 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
         from meshplan.report.plans_csv import write_plans_csv
 
         path = write_plans_csv(results, csv_path)
-        click.echo(f"wrote {path}: {sum(len(r.explored) for r in results):,} feasible plans", err=as_json)
+        kept = sum(len(r.explored) for r in results if r.explored is not None)
+        click.echo(f"wrote {path}: {kept:,} feasible plans", err=as_json)
 
 
 def _settings(options: dict[str, Any], stack: Stack) -> dict[str, Any]:
@@ -119,6 +120,7 @@ def _every_plan(all_plans: bool, output: str | None) -> tuple[Any, str | None]:
     from meshplan.files import writable
     from meshplan.search.explore import ALL_FEASIBLE
 
+    assert output is not None  # all_plans, checked beside it
     writable(output, "output")
     return ALL_FEASIBLE, output
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import click
 
@@ -63,6 +63,10 @@ def _global_batch(model, global_batch: int | None) -> int:
     return gbs
 
 
+@overload
+def _positive_ints(text: str, field: str) -> list[int]: ...
+@overload
+def _positive_ints(text: str | None, field: str) -> list[int] | None: ...
 def _positive_ints(text: str | None, field: str) -> list[int] | None:
     from meshplan.cli.common import split_ints
 

@@ -4,11 +4,15 @@ list what is built in."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from meshplan.errors import SpecError
 from meshplan.specs.stack import stack_names
+
+if TYPE_CHECKING:
+    from meshplan.calibrate.settings import Settings
 
 
 @click.command("calibrate")
@@ -25,7 +29,7 @@ from meshplan.specs.stack import stack_names
               "unmeasured links are kept")
 @click.option("--out", default=None, help="write the calibrated system as a hardware TOML (use it as --system)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (fits and raw measurements)")
-def calibrate_cmd(world_size: int | None, mesh: str | None, quick: bool, device: str, **options: object) -> None:
+def calibrate_cmd(world_size: int | None, mesh: str | None, quick: bool, device: str, **options: Any) -> None:
     """Time GEMMs, memory-bound kernels and collectives on this host with PyTorch and fit meshplan's constants."""
     from dataclasses import replace
 
@@ -58,7 +62,7 @@ def calibrate_cmd(world_size: int | None, mesh: str | None, quick: bool, device:
     print_calibration(cal, terminal_console(), out)
 
 
-def _shaped_like(ref: str, settings: object) -> object:
+def _shaped_like(ref: str, settings: Settings) -> Settings:
     """``settings`` with the GEMM shapes, element-wise sizes and gradient sizes of ``ref``'s traced step."""
     from meshplan.calibrate.settings import settings_for_trace
     from meshplan.measure.check import trace_step

@@ -93,7 +93,7 @@ def _overrides(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
 
 
 def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
-    expressed = ("overlap_dp", "overlap_tp", "overlap_pp", "cp_comm", "expert_gemm")
+    expressed: tuple[str, ...] = ("overlap_dp", "overlap_tp", "overlap_pp", "cp_comm", "expert_gemm")
     expressed += ("fp8_scaling",) if plan.precision == "fp8" else ()
     note = comment(carried_stack_fields(stack, _PRESET, expressed),
                    {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})

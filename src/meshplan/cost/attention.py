@@ -15,6 +15,8 @@ Sources:
 
 from __future__ import annotations
 
+from typing import Any
+
 from meshplan.cost.blocks import collective, gemm, norm, projections, residual, tp_enter, tp_exit
 from meshplan.cost.records import ACT_BYTES, FP32, MASK_BYTES, Dims, OpCost
 from meshplan.specs.model import ModelSpec
@@ -76,6 +78,7 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     full = core_flops(T, s, heads, d_qk, d_v)
     qkv_elems, out_elems = attention_elems(model, d)
     saved_qkv = qkv_elems * a
+    shape: dict[str, Any]  # an op's shape and kernel, OpCost's fields
     if d.stack.flash_attention:
         shape = {"m": T * heads, "n": s, "k": d_qk, "variant": "flash_causal" if model.causal else "flash",
                  "kernel": d.stack.attention_kernel, "groups": plan.cp if d.stack.cp_comm == "ring" else 1}

@@ -11,6 +11,7 @@ Symbols: N matmul parameters, s sequence length, A heads, d_qk / d_v head dims, 
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import cast
 
 from meshplan.cost.attention import head_dims
 from meshplan.cost.layers import layer_kinds
@@ -21,6 +22,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
+from meshplan.xp import Num
 
 
 @lru_cache(maxsize=256)
@@ -103,7 +105,7 @@ def recompute_flops_per_token(model: ModelSpec, plan: Plan, stack: Stack = DEFAU
     head = 2.0 * model.vocab_size * model.hidden_size
     mtp = mtp_flops_per_token(model) / 3
     if plan.recompute == "full":
-        layers = layers_on_stage(model, plan)
+        layers = cast(int, layers_on_stage(model, plan))  # one Plan (estimate.py), not a batch
         share = 1.0 if plan.recompute_layers == 0 else min(plan.recompute_layers, layers) / layers
         return share * (model_flops_per_token(model) / 3 - mtp - head) + mtp - model.mtp_layers * head
     if plan.recompute == "selective":
@@ -124,7 +126,7 @@ def module_flops_per_token(model: ModelSpec, plan: Plan, stack: Stack, modules: 
     flops · t / T, counted once per layer of its kind (the multi-token-prediction depths' layers too)."""
     tokens = token_rows(model, plan)[0]
     counts = model.block_counts
-    total = 0.0
+    total: Num = 0.0
     for kind, ops in layer_kinds(model, plan, stack).items():
         again = rerun_by(ops, modules)
         layers = counts[kind] + model.mtp_layers * model.mtp_kinds.count(kind)

@@ -41,7 +41,7 @@ def groups(result: CheckResult, key: str) -> list[dict[str, Any]]:
 
 def discrepancies(result: CheckResult, top: int) -> list[dict[str, Any]]:
     """The ``top`` ops whose in-step time is furthest from the prediction (seconds either way)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for p, m in zip(result.prediction.ops, result.measurement.op_seconds, strict=False):
         if m is None:
             continue

@@ -26,6 +26,7 @@ import pickle
 import tempfile
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from meshplan.calibrate.fit import LinkFit, fit_collective
@@ -88,9 +89,12 @@ def _bench_sizes(sizes: list[int], count: int = 6) -> list[int]:
     lo, hi = min(sizes), max(sizes)
     if lo == hi:
         return [lo, max(4, lo // 4)] if lo > 4 else [lo, lo * 4]
-    picks = {min(sizes, key=lambda s, t=lo * (hi / lo) ** (i / (count - 1)): abs(math.log(s / t)))
-             for i in range(count)}
+    picks = {min(sizes, key=partial(_log_distance, t=lo * (hi / lo) ** (i / (count - 1)))) for i in range(count)}
     return sorted(picks)
+
+
+def _log_distance(s: float, t: float) -> float:
+    return abs(math.log(s / t))
 
 
 def check_data_parallel(ref: str, world: int, settings: Any, shapes: tuple = (), dtypes: tuple = ()) -> DPResult:
@@ -198,8 +202,9 @@ def _dp_step(model: Any, inputs: tuple, optimizer: Any, params: list, world: int
     comm = [0.0]
 
     def step() -> None:
-        loss = loss_of(model(*inputs)) / world
-        loss.backward()
+        loss = loss_of(model(*inputs))
+        assert loss is not None  # a training step: some output needs a gradient
+        (loss / world).backward()
         dist.barrier()  # the wait for the slowest rank's backward stays in the step, not in the all-reduce time
         start = time.perf_counter()
         for p in params:

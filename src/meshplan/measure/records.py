@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime
 import gzip
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +80,7 @@ def write_profile(path: str | Path, results: Iterable[CheckResult], date: str | 
     if not path.name.endswith((".jsonl", ".jsonl.gz")):
         raise SpecError(f"profile={str(path)!r} must end in .jsonl or .jsonl.gz")
     path.parent.mkdir(parents=True, exist_ok=True)
-    opener = gzip.open if path.name.endswith(".gz") else open
+    opener: Callable[..., Any] = gzip.open if path.name.endswith(".gz") else open
     with opener(path, ("a" if append else "w") + "t") as f:
         for r in results:
             for rec in (step_record(r, date), *op_records(r)):

@@ -32,6 +32,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from meshplan.measure.signature import Signature
@@ -150,12 +151,12 @@ def build_calls(sig: Signature, device: Any, copies: int) -> list[Callable[[], A
     bases = [make_base(t, device, bound) for t in sig.inputs]
     args, kwargs = json.loads(sig.call)
     _balanced_offsets(func, args, sig.inputs, bases)
-    calls = []
+    calls: list[Callable[[], Any]] = []
     for c in range(copies):
         tensors = [view_of(b if c == 0 else b.clone(), t) for b, t in zip(bases, sig.inputs, strict=True)]
         a = _decode(args, tensors, device)
         k = {name: _decode(v, tensors, device) for name, v in kwargs.items()}
-        calls.append(lambda a=a, k=k: func(*a, **k))
+        calls.append(partial(func, *a, **k))
     return calls
 
 

@@ -49,6 +49,7 @@ def make_step(model: Any, inputs: Sequence[Any], optimizer: Any) -> Callable[[],
 
     def step() -> None:
         loss = loss_of(model(*inputs))
+        assert loss is not None  # a training step: some output needs a gradient
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

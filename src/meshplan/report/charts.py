@@ -67,9 +67,10 @@ def breakdown_chart(estimates: Sequence[Estimate], labels: Sequence[str]) -> dic
     difference from the first plan at the end of each bar."""
     unit, scale = time_unit(max(e.step_time for e in estimates))
     best = estimates[0].step_time
-    ends = [{"plan": label, "end": e.step_time * scale, "text": f"{fmt_time(e.step_time)} · MFU {e.mfu:.1%}"
-             + ("" if i == 0 else f" · {e.step_time / best - 1:+.1%}")}
-            for i, (e, label) in enumerate(zip(estimates, labels, strict=True))]
+    ends: list[dict[str, Any]] = [
+        {"plan": label, "end": e.step_time * scale, "text": f"{fmt_time(e.step_time)} · MFU {e.mfu:.1%}"
+         + ("" if i == 0 else f" · {e.step_time / best - 1:+.1%}")}
+        for i, (e, label) in enumerate(zip(estimates, labels, strict=True))]
     shown = [c for c in COMPONENTS if any(e.breakdown.get(c, 0) > 0 for e in estimates)]
     top = max(t["end"] for t in ends)
     return stacked_bars(
@@ -113,7 +114,7 @@ def memory_chart(estimates: Sequence[Estimate], labels: Sequence[str], headroom:
     hbm = estimates[0].cluster.accelerator.hbm_bytes
     rows = [{"plan": label, "part": k, "value": v / GiB, "order": list(MEMORY_COLORS).index(k), "bytes": fmt_bytes(v)}
             for e, label in zip(estimates, labels, strict=True) for k, v in e.memory.items() if v > 0]
-    ends = [{"plan": label, "end": e.peak_memory / GiB, "text": fmt_bytes(e.peak_memory)
+    ends: list[dict[str, Any]] = [{"plan": label, "end": e.peak_memory / GiB, "text": fmt_bytes(e.peak_memory)
              + ("" if i == 0 else f" ({(e.peak_memory - estimates[0].peak_memory) / GiB:+.1f} GiB)")}
             for i, (e, label) in enumerate(zip(estimates, labels, strict=True))]
     limits = [{"x": hbm / GiB, "limit": f"HBM {fmt_bytes(hbm)}"}]

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 WRAP_MIN = 24  # the narrowest a wrapping text column is planned (its longest word, if wider)
 
@@ -22,7 +26,7 @@ class Col:
 
     header: str
     cells: list[str] = field(default_factory=list)
-    justify: str = "right"
+    justify: JustifyMethod = "right"
     wrap: bool = False
     meaning: str = ""
 

@@ -141,7 +141,8 @@ def step_kinds(e: ServeEstimate) -> dict[str, float]:
 def step_chart(plans: Sequence[ServeEstimate], labels: Sequence[str]) -> dict[str, Any]:
     """One decode iteration of each configuration (at its running batch) stacked by kind of op, in ms, with the
     iteration's time and the configuration's TPOT after the bar."""
-    rows, ends = [], []
+    rows: list[dict[str, Any]] = []
+    ends: list[dict[str, Any]] = []
     for e, label in zip(plans, labels, strict=True):
         kinds = step_kinds(e)
         total = sum(kinds.values())

@@ -85,7 +85,7 @@ def step_section(plans: Sequence[ServeEstimate], top: int = 12) -> Section:
     ops = sorted(((k, v) for k, v in best.breakdown.items() if v > 0), key=lambda kv: -kv[1])[:top]
     table = [[k, C.STEP_KINDS[best.kinds.get(k, "memory")][0], fmt_time(v), f"{v / total:.1%}"] for k, v in ops]
     kinds = C.step_kinds(best)
-    lead = max(kinds, key=kinds.get)
+    lead = max(kinds, key=lambda k: kinds[k])
     note = (f"Plan #1 spends {kinds[lead] / total:.0%} of its decode iteration on {C.STEP_KINDS[lead][0]}. The "
             "iteration is the decode step at the running batch (every pipeline stage's micro-batch in turn); TPOT adds "
             "the prompts' share of the iterations (chunked prefill) or their stalls.")

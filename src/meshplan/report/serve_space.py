@@ -91,6 +91,7 @@ def columns(result: ServeSearchResult, rows: np.ndarray, bits: np.ndarray) -> di
     """The drawn rows as the page reads them: integers, latencies in seconds and memory in GiB (4 significant
     digits), tokens/s per GPU, the scheme and the verdict as codes into ``vocab``, the fronts' bits."""
     w = result.weighed
+    assert w is not None  # drawn only for a search that weighed its configurations (serve_html.py)
     c = {k: v[rows] for k, v in w.columns.items()}
     out: dict[str, Any] = {k: c[k].tolist() for k in INTS}
     out |= {k: significant(c[k]) for k in ("ttft", "tpot", "e2e")}
@@ -112,6 +113,7 @@ def columns(result: ServeSearchResult, rows: np.ndarray, bits: np.ndarray) -> di
 def space_section(result: ServeSearchResult, ranked: Ranked, sample: int = SAMPLE) -> Section:
     """The configuration-space section: the chart (on a canvas), the latency and colour controls, the counts; the
     best configurations marked from the search's ranked rows (ranked_serving.from_serving)."""
+    assert result.weighed is not None  # as in columns
     rows, bits = pick(result.weighed, sample)
     s = result.space
     drawn = len(drawable(result.weighed))

@@ -62,8 +62,9 @@ def estimate_tables(e: ServeEstimate, console: Console, price: float | None = No
     parts = {"weights": mem.weights, "activations (one layer)": mem.activations, "workspace": mem.workspace,
              "KV cache of the batch": mem.kv_used, "KV-cache pool": mem.kv_pool,
              f"sequences the pool holds at {e.engine.resident(e.workload):.0f} tokens": None}
-    for k, v in parts.items():
-        memory.add_row(k, fmt_bytes(float(v)) if v is not None else f"{float(mem.max_sequences(e.plan.dpa)):,.0f}")
+    for part, size in parts.items():
+        memory.add_row(part, fmt_bytes(float(size)) if size is not None
+                       else f"{float(mem.max_sequences(e.plan.dpa)):,.0f}")
     console.print(memory)
     if e.breakdown and e.fits:
         step = Table(title=f"decode step by op ({fmt_time(sum(e.breakdown.values()))} at the running batch)",

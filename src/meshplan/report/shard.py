@@ -3,7 +3,7 @@ as DTensor prints them and as a ``parallelize_module`` plan, the collectives it 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from meshplan.autoshard.output import inserted, params
 from meshplan.autoshard.placement import describe, short
@@ -13,7 +13,7 @@ from meshplan.autoshard.stages import Pipeline
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, JustifyMethod
 
     from meshplan.autoshard.planner import Result
 
@@ -89,7 +89,7 @@ def render(result: Result, console: Console, top: int = 12) -> None:
     moves = Table(title=f"collectives inserted (top {top} by time per step)", title_justify="left")
     for col, justify in (("from", "left"), ("to", "left"), ("tensor", "left"), ("placements", "left"),
                          ("collectives", "left"), ("when", "left"), ("time/step", "right")):
-        moves.add_column(col, justify=justify)
+        moves.add_column(col, justify=cast("JustifyMethod", justify))
     for m in inserted(sharding, top):
         moves.add_row(m.producer, m.consumer, "x".join(map(str, m.shape)), f"{short(m.src)} -> {short(m.dst)}",
                       ", ".join(m.kinds), "step" if m.per_step else "micro-batch", fmt_time(m.seconds))

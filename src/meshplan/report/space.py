@@ -38,7 +38,7 @@ def significant(values: np.ndarray) -> list[float]:
     return [float(f"{v:.4g}") for v in values.tolist()]
 
 
-def columns(ps: PlanSpace) -> dict[str, list[Any]]:
+def columns(ps: PlanSpace) -> dict[str, Any]:  # lists, and the vocabularies' dict
     """The sample's columns as the page reads them: times in seconds, memory in GiB (4 significant digits), and
     each categorical column as codes into ``vocab[column]`` (returned under ``"vocab"``)."""
     c = ps.columns
@@ -97,6 +97,7 @@ def frameworks(c: dict[str, np.ndarray], recompute: np.ndarray, zero: np.ndarray
 def space_section(result: SearchResult, plans: Sequence[Detailed], others: Sequence[dict[str, Any]]) -> Section:
     """The plan-space section: the chart (on a canvas: thousands of points), the colour-axis control, the counts."""
     ps = result.explored
+    assert ps is not None  # drawn only for a search that explored (html.py)
     hbm = result.cluster.accelerator.hbm_bytes
     usable = hbm * (1 - result.space.headroom)
     cols = columns(ps)

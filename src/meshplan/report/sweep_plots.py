@@ -65,8 +65,8 @@ def scaling_figure(rows: Sequence[dict[str, Any]], title: str | None = None) -> 
         x0, y0 = min((p[0] for pts in tput.values() for p in pts[:1]), default=1), None
         firsts = [pts[0] for pts in tput.values() if pts[0][0] == x0]
         y0 = max(p[1] for p in firsts)
-        xs = sorted({p[0] for pts in tput.values() for p in pts})
-        left.plot(xs, [y0 * x / x0 for x in xs], color="#999999", linestyle=":", linewidth=1, label="linear")
+        sizes = sorted({p[0] for pts in tput.values() for p in pts})
+        left.plot(sizes, [y0 * x / x0 for x in sizes], color="#999999", linestyle=":", linewidth=1, label="linear")
     for key, pts in mfu.items():
         xs, ys = zip(*pts, strict=True)
         right.plot(xs, [100 * y for y in ys], markersize=4.5, linewidth=1.4, **styles[key])

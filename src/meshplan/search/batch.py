@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import field, fields, make_dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,8 +27,35 @@ NUMERIC = ("dp", "tp", "pp", "cp", "tp2", "ep", "etp", "vpp", "last_stage_layers
 CATEGORICAL = tuple(f.name for f in fields(Plan) if f.name not in NUMERIC and f.name not in ("tags", "placement"))
 
 
-class _Batch:
+if TYPE_CHECKING:
+    # The checker's view of a batch: a Plan whose NUMERIC fields are columns (the cost code, written for a Plan, takes
+    # either: xp.py), with the fields generated below declared (tests/test_batch.py keeps the two lists equal).
+    _Base = Plan
+else:
+    _Base = object
+
+
+class _Batch(_Base):
     """What a PlanBatch does; its fields are generated from Plan's below."""
+
+    if TYPE_CHECKING:  # a column where Plan holds one int (the override is the point: assignment ignored)
+        dp: np.ndarray  # type: ignore[assignment]
+        tp: np.ndarray  # type: ignore[assignment]
+        pp: np.ndarray  # type: ignore[assignment]
+        cp: np.ndarray  # type: ignore[assignment]
+        tp2: np.ndarray  # type: ignore[assignment]
+        ep: np.ndarray  # type: ignore[assignment]
+        etp: np.ndarray  # type: ignore[assignment]
+        vpp: np.ndarray  # type: ignore[assignment]
+        last_stage_layers: np.ndarray  # type: ignore[assignment]
+        micro_batch: np.ndarray  # type: ignore[assignment]
+        global_batch: np.ndarray  # type: ignore[assignment]
+        summa_panels: np.ndarray  # type: ignore[assignment]
+        placement_id: np.ndarray
+        placements: tuple[tuple[str, ...], ...]
+        strides: dict[str, np.ndarray]  # None (the default) only until __post_init__ computes it
+
+        def __init__(self, **fields: Any) -> None: ...
 
     @classmethod
     def of(cls, plans: Sequence[Plan]) -> PlanBatch:
@@ -66,7 +94,7 @@ class _Batch:
                     strides[i] *= np.where(before[pid, i, j], getattr(self, inner), 1)
         object.__setattr__(self, "strides", {a: strides[i] for i, a in enumerate(DENSE_AXES)})
 
-    def stride(self, axis: str) -> np.ndarray:
+    def stride(self, axis: str) -> np.ndarray:  # type: ignore[override]  # Plan's stride, a column
         """Per element: the product of the sizes of the axes placed inside ``axis``."""
         return self.strides[axis]
 
@@ -79,7 +107,7 @@ class _Batch:
 
     def plan(self, i: int) -> Plan:
         """The i-th plan as a Plan."""
-        values = {n: int(getattr(self, n)[i]) for n in NUMERIC}
+        values: dict[str, Any] = {n: int(getattr(self, n)[i]) for n in NUMERIC}
         return Plan(**values, placement=self.placements[int(self.placement_id[i])],
                     **{n: getattr(self, n) for n in CATEGORICAL})
 
@@ -97,7 +125,10 @@ def _fields() -> list[tuple]:
     ]
 
 
-PlanBatch = make_dataclass("PlanBatch", _fields(), bases=(_Batch,), namespace={"__module__": __name__}, frozen=True,
-                           eq=False, kw_only=True)
+if TYPE_CHECKING:
+    PlanBatch = _Batch
+else:
+    PlanBatch = make_dataclass("PlanBatch", _fields(), bases=(_Batch,), namespace={"__module__": __name__},
+                               frozen=True, eq=False, kw_only=True)
 PlanBatch.__doc__ = """Plans as columns: Plan's numeric fields (``NUMERIC``) as int64 arrays, its categorical ones
 (``CATEGORICAL``) shared by every plan, the placement as ``placement_id`` into ``placements``."""

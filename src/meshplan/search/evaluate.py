@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -152,6 +153,7 @@ def _time_rows(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency
         low = bound[block[piece]] * (1 - BOUND_SLACK)
         near = low <= result.best.threshold
         if explored is not None:  # also the sampled combinations and those that may join the Pareto front
+            assert sampled is not None  # drawn whenever the search explores
             near |= sampled[piece] | explored.wanted(low, fits[:, piece], peak[:, piece])
         near = piece[near]
         result.bounded += int(count[piece].sum() - count[near].sum()) * settings
@@ -197,6 +199,7 @@ def _time_chunk(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficienc
     result.best.offer(time.reshape(-1)[ok], peak[setting, sizes[row]],
                       lambda i: _decode(batch, space.grid, time.shape, int(ok[i]), nb, model.num_layers), simple)
     if result.explored is not None:
+        assert sampled is not None  # given whenever the search explores
         _explore_chunk(cluster, space, batch, time, fits[:, sizes], peak[:, sizes], sampled[sizes], nb,
                        result.explored, model.num_layers)
 
@@ -206,7 +209,7 @@ def _explore_chunk(cluster: Cluster, space: Space, batch: PlanBatch, time: np.nd
                    layers: int) -> None:
     """Offer the plans of a timed chunk that fit to the Pareto front, and record every setting of its sampled plans
     with the reason each does not fit (``fits``, ``peak``: settings × plans)."""
-    flat = time.reshape(fits.shape)
+    flat: np.ndarray = time.reshape(fits.shape)
     explored.offer(flat.reshape(-1), fits.reshape(-1), peak.reshape(-1),
                    lambda i: _decode(batch, space.grid, time.shape, i, panels, layers))
     rows = np.flatnonzero(sampled)
@@ -228,7 +231,7 @@ def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], f
     r, z, o, a, row = np.unravel_index(flat, shape)
     plan = batch.plan(int(row))
     per_stage = -(-layers // plan.pp)
-    partial = {"recompute_layers": plan.recompute_layers if grid[0][r] == "full" else 0,
+    partial: dict[str, Any] = {"recompute_layers": plan.recompute_layers if grid[0][r] == "full" else 0,
                "offload_layers": plan.offload_layers if grid[3][a] else 0}
     partial = {k: 0 if v >= per_stage else v for k, v in partial.items()}
     plan = replace(plan, recompute=grid[0][r], zero=grid[1][z], offload_optimizer=grid[2][o],

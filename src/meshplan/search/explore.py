@@ -129,6 +129,7 @@ def sample_columns(time: np.ndarray, status: np.ndarray, peak: np.ndarray, setti
     """The sample's columns of plans ``rows`` of ``batch`` under every setting (``time``, ``status``, ``peak``:
     settings × rows; ``settings``: each setting's recompute, ZeRO, optimizer and activation offload indices)."""
     n = time.shape[0]
+    out: dict[str, np.ndarray]
     out = {"time": time.reshape(-1).astype(np.float32), "memory": peak.reshape(-1).astype(np.float32),
            "status": status.reshape(-1).astype(np.int8)}
     for name, idx in zip(("recompute", "zero", "offload_optimizer", "offload_activations"), settings, strict=True):
@@ -175,6 +176,7 @@ def plan_space(parts: list[Explored], explore: Explore, grid: tuple[tuple, ...],
     points = sorted(((float(t), float(m), p) for part in parts
                      for t, m, p in zip(part.front_t, part.front_m, part.front_plans, strict=True)),
                     key=lambda x: (x[0], x[1], x[2].describe()))
+    keep: np.ndarray | list[int]
     keep = front_of(np.array([x[0] for x in points]), np.array([x[1] for x in points])) if points else []
     return PlanSpace(columns=columns, drawn=drawn, front=tuple(points[i] for i in sorted(keep)), grid=grid,
                      placements=placements)

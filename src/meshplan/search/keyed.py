@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
-from meshplan.comm import block_members
+from meshplan.comm import Layout, block_members
 from meshplan.groups import expert_layout, send_stride
 from meshplan.search.batch import CATEGORICAL, PlanBatch
 from meshplan.specs.efficiency import Efficiency
@@ -23,7 +24,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.stack import Stack
 from meshplan.step.passes import ZERO, PassTimes
 from meshplan.step.units import Units, compute_times, timed_parts, units_for_recomputes
-from meshplan.xp import where
+from meshplan.xp import Num, where
 
 
 @lru_cache(maxsize=4096)
@@ -46,7 +47,7 @@ _UNIT_STRIDES = ("tp", "tp2", "cp", "pp")
 def split_codes(model: ModelSpec, cluster: Cluster, batch: PlanBatch) -> list[np.ndarray]:
     """For each group a unit's collectives use, how many members share each tier but the last (integers): the
     collective times depend on the placement only through this split (comm.split_group)."""
-    groups = {a: (getattr(batch, a), batch.stride(a)) for a in _UNIT_STRIDES}
+    groups: dict[str, tuple[Num, Layout]] = {a: (getattr(batch, a), batch.stride(a)) for a in _UNIT_STRIDES}
     groups["pp"] = (2, send_stride(batch.stride("pp"), batch.pp))  # a send: a pair of neighbouring stages
     if model.is_moe:  # the expert all-to-all (groups.expert_layout)
         groups["ep"] = (batch.ep, expert_layout(batch, batch.ep, batch.etp))
@@ -72,7 +73,7 @@ def _key_batch(batch: PlanBatch, first: np.ndarray) -> PlanBatch:
 
 
 def _units_of(model: ModelSpec, cluster: Cluster, keyed: PlanBatch, stack: Stack,
-              compute: dict[str, list[np.ndarray | None]], recomputes: tuple[str, ...], eff: Efficiency
+              compute: dict[str, list[Num | None]], recomputes: tuple[str, ...], eff: Efficiency
               ) -> tuple[dict[str, Units], dict[str, np.ndarray]]:
     """Units of every row of ``keyed`` for each recompute mode (lean: the forward, backward and total times of
     each pass are all the ranking needs), and each row's SUMMA panel count per mode. ``compute``: the rows'
@@ -104,10 +105,10 @@ def _units_of(model: ModelSpec, cluster: Cluster, keyed: PlanBatch, stack: Stack
     return best, best_nb
 
 
-def _rows_of(compute: dict[str, list[np.ndarray | None]], index: np.ndarray, n: int | None = None
-             ) -> dict[str, list[np.ndarray | None]]:
+def _rows_of(compute: dict[str, list[Num | None]], index: np.ndarray | slice, n: int | None = None
+             ) -> dict[str, list[Num | None]]:
     """Compute-op times at ``index`` (of ``n`` rows; a time that is one number for all rows is spread)."""
-    def pick(t: np.ndarray) -> np.ndarray:
+    def pick(t: Any) -> Num:  # an array (or one number for all rows, with n)
         return (np.broadcast_to(t, (n,)) if n is not None else t)[index]
 
     return {k: [None if t is None else pick(t) for t in v] for k, v in compute.items()}
@@ -200,7 +201,7 @@ class KeyUnits:
 def _stored(store: Units | None, slots: np.ndarray, part: Units) -> Units:
     """``store`` (the units of slots 0 … slots[0] - 1, or None) extended by ``part`` at ``slots`` (consecutive, at
     its end): a new array per field, with the constant fields (``ZERO``) kept as they are."""
-    def cat(x: object, y: object) -> object:
+    def cat(x: Any, y: Any) -> Any:  # a field: PassTimes or Num
         if isinstance(y, PassTimes):
             return PassTimes(*(cat(None if x is None else getattr(x, f), getattr(y, f)) for f in PassTimes.__slots__))
         if y is ZERO:
@@ -231,9 +232,9 @@ def _lean(units: Units) -> Units:
                    for f in Units.__slots__))
 
 
-def _choose(mask: np.ndarray, a: Units, b: Units) -> Units:
+def _choose(mask: Num, a: Units, b: Units) -> Units:
     """Elementwise: ``a`` where ``mask``, else ``b`` (every field of the units)."""
-    def pick(x: object, y: object) -> object:
+    def pick(x: Any, y: Any) -> Any:  # a field: PassTimes or Num
         if isinstance(x, PassTimes):
             return PassTimes(*(where(mask, getattr(x, f), getattr(y, f)) for f in PassTimes.__slots__))
         return where(mask, x, y)
@@ -243,7 +244,7 @@ def _choose(mask: np.ndarray, a: Units, b: Units) -> Units:
 
 def _scatter(full: Units, rows: np.ndarray, part: Units, n: int) -> Units:
     """``full`` with the elements at ``rows`` replaced by ``part`` (every field of the units)."""
-    def put(x: object, y: object) -> object:
+    def put(x: Any, y: Any) -> Any:  # a field: PassTimes or Num
         if isinstance(x, PassTimes):
             return PassTimes(*(put(getattr(x, f), getattr(y, f)) for f in PassTimes.__slots__))
         if x is y:  # the same constant (a folded-away component)

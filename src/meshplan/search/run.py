@@ -112,6 +112,6 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
                         evaluated=sum(r.evaluated for r in results), feasible=sum(r.feasible for r in results),
                         bounded=sum(r.bounded for r in results),
                         rejected=dict(tally.counts), examples=dict(tally.examples),
-                        explored=None if explore is None else plan_space([r.explored for r in results], explore,
-                                                                         space.grid, PLACEMENTS),
+                        explored=None if explore is None else plan_space(
+                            [r.explored for r in results if r.explored is not None], explore, space.grid, PLACEMENTS),
                         seconds=time.perf_counter() - start)

@@ -99,7 +99,7 @@ def grid_memory(model: ModelSpec, batch: PlanBatch, units: dict[str, Units], spa
 
 def _pair(first: object, last: object, n: int, dtype: type = np.float32) -> np.ndarray:
     """The first and the last rank's value of each plan, stacked: shape (2, n) (float32: the ranking's precision)."""
-    out = np.empty((2, n), dtype=dtype)
+    out: np.ndarray = np.empty((2, n), dtype=dtype)
     out[0], out[1] = first, last
     return out
 

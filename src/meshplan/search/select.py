@@ -76,7 +76,7 @@ def _within(kept: list[Best], limit: float, top_k: int, priced: Callable[[Plan],
     return sorted(out, key=_simple_first)[:top_k]
 
 
-def _near(a: int, b: int, simple: np.ndarray, peaks: np.ndarray, times: np.ndarray) -> bool:
+def _near(a: int | np.integer, b: int | np.integer, simple: np.ndarray, peaks: np.ndarray, times: np.ndarray) -> bool:
     """Whether float64 may rank candidate ``b`` (after ``a`` in the float32 order) before ``a``: as simple, as light
     to the float32 sums' precision and, where exactly as light, as fast to it."""
     light = peaks[b] <= peaks[a] * (1 + RANK_SLACK)

@@ -7,6 +7,7 @@ import multiprocessing
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from meshplan.search.combos import Combo
 from meshplan.search.evaluate import Part, evaluate
@@ -85,13 +86,13 @@ def run_jobs(jobs: list[Job], combos: list[Combo], args: tuple, workers: int,
     return results
 
 
-_SHARED: dict[str, object] = {}  # the candidates, inherited by forked workers instead of pickled
+_SHARED: dict[str, Any] = {}  # the candidates, inherited by forked workers instead of pickled
 
 
 def _evaluate(job: Job, combos: list[Combo], args: tuple) -> Part:
-    *fixed, explored = args
+    model, cluster, space, top_k, eff, explored = args
     fresh = None if explored is None else Explored(explored.rate, explored.seed, explored.fits_only)
-    return evaluate(job.mode, [combos[i] for i in job.combos], *fixed, fresh)
+    return evaluate(job.mode, [combos[i] for i in job.combos], model, cluster, space, top_k, eff, fresh)
 
 
 def _evaluate_shared(job: Job) -> Part:

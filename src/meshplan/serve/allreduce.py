@@ -48,6 +48,7 @@ def ring_protocols(nbytes: Num, group: Num, busbw: float) -> Num:
     for base, hop, share in PROTOCOLS.values():
         time = (base + steps * hop) * 1e-6 + nbytes * steps / g / (busbw * share)
         best = time if best is None else minimum(best, time)
+    assert best is not None  # PROTOCOLS has three
     return best
 
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from meshplan.errors import SpecError
 from meshplan.serve.engine import Engine
+from meshplan.serve.plan import PlanColumns
 from meshplan.serve.precision import Quant, unsupported
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -34,7 +35,7 @@ def servable(model: ModelSpec) -> None:
         raise SpecError(f"model {model.name}: latent MoE (moe_latent_size) is not modelled for serving")
 
 
-def structural(model: ModelSpec, cluster: Cluster, cols: dict[str, Num], quant: Quant, engine: Engine
+def structural(model: ModelSpec, cluster: Cluster, cols: PlanColumns, quant: Quant, engine: Engine
                ) -> list[tuple[str, Num]]:
     """(reason, violated) for everything but memory and the latency targets."""
     tp, pp, ep, dpa, batch = (np.asarray(cols[k]) for k in ("tp", "pp", "ep", "dpa", "batch"))

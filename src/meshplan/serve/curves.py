@@ -13,7 +13,7 @@ from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.engine import Engine
 from meshplan.serve.memory import memory
 from meshplan.serve.metrics import Setting, deployment, instance
-from meshplan.serve.plan import ServePlan, Workload
+from meshplan.serve.plan import PlanColumns, ServePlan, Workload
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 
@@ -33,7 +33,7 @@ def curve(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload: Workloa
     """``plan``'s shape and scheme at each of ``batches`` (multiples of pp·dpa only)."""
     lanes = plan.pp * plan.dpa
     b = np.array([x for x in batches if x % lanes == 0], dtype=np.int64)
-    cols = {"tp": plan.tp, "pp": plan.pp, "dpa": plan.dpa, "ep": plan.ep, "batch": b,
+    cols: PlanColumns = {"tp": plan.tp, "pp": plan.pp, "dpa": plan.dpa, "ep": plan.ep, "batch": b,
             "replicas": plan.replicas, "prefill_replicas": plan.prefill_replicas}
     mem = memory(model, cluster.accelerator.hbm_bytes, cols, plan.quant, engine, engine.resident(workload))
     with np.errstate(all="ignore"):

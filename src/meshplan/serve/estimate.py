@@ -15,10 +15,11 @@ from meshplan.serve.iteration import breakdown, op_kinds
 from meshplan.serve.memory import Memory, memory
 from meshplan.serve.metrics import Metrics, Setting, metrics
 from meshplan.serve.ops import Shape
-from meshplan.serve.plan import ServePlan, Workload
+from meshplan.serve.plan import PlanColumns, ServePlan, Workload
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.units import fmt_bytes
+from meshplan.xp import Num
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class ServeEstimate:
     plan: ServePlan
     workload: Workload
     engine: Engine
-    metrics: Metrics
+    metrics: Metrics[float]
     memory: Memory
     reasons: tuple[str, ...]
     breakdown: dict[str, float] = field(default_factory=dict)  # decode step seconds by op name
@@ -77,7 +78,7 @@ class ServeEstimate:
         }
 
 
-def plan_columns(plan: ServePlan) -> dict[str, int]:
+def plan_columns(plan: ServePlan) -> PlanColumns:
     return {"tp": plan.tp, "pp": plan.pp, "dpa": plan.dpa, "ep": plan.ep, "batch": plan.batch,
             "replicas": plan.replicas, "prefill_replicas": plan.prefill_replicas}
 
@@ -112,11 +113,11 @@ def serve_estimate(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload
     return ServeEstimate(model, cluster, plan, workload, engine, _floats(result), mem, tuple(reasons), parts, kinds)
 
 
-def _floats(m: Metrics) -> Metrics:
+def _floats(m: Metrics[Num]) -> Metrics[float]:
     return Metrics(*(float(v) for v in (m.ttft, m.tpot, m.e2e, m.instance_tokens_per_s, m.tokens_per_s,
                                         m.requests_per_s, m.running, m.decode_step)))
 
 
-def _nothing() -> Metrics:
+def _nothing() -> Metrics[float]:
     nan = float("nan")
     return Metrics(nan, nan, nan, 0.0, 0.0, 0.0, 0.0, nan)

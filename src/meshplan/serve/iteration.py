@@ -69,6 +69,7 @@ def op_seconds(op: OpCost, cluster: Cluster, quant: Quant, eff: ServeEfficiency,
     slower = 1.0 / eff.experts if op.name.startswith(EXPERT_PATH) else 1.0
     if op.kind == "collective":
         c = op.collective
+        assert c is not None  # a collective op carries its Collective (cost/records.py)
         if c.kind == "all_reduce" and c.axis == "tp":  # NCCL's protocols at decode's sizes (allreduce.py)
             return slower * tp_all_reduce(c.nbytes, c.group, layouts[c.axis], cluster, eff)
         return slower * collective_time(c.kind, c.nbytes, c.group, layouts[c.axis], cluster, eff)
@@ -99,7 +100,7 @@ def token_time(model: ModelSpec, cluster: Cluster, sh: Shape, pp: Num, quant: Qu
     """Seconds between two tokens of a sequence: p times the bottleneck stage's time on its micro-batch ``sh``,
     plus the engine's host time per iteration; ``only``: the ops whose names start with one of these alone."""
     place = layouts(sh.tp, sh.dpa, pp)
-    stage = 0.0
+    stage: Num = 0.0
     for op, count in stage_ops(model, sh, pp):
         if not only or op.name.startswith(only):
             stage = stage + count * op_seconds(op, cluster, quant, eff, place)

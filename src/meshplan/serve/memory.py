@@ -25,6 +25,7 @@ import numpy as np
 from meshplan.cost.records import ACT_BYTES
 from meshplan.serve.engine import Engine
 from meshplan.serve.kv import sequence_bytes
+from meshplan.serve.plan import PlanColumns
 from meshplan.serve.precision import Quant
 from meshplan.specs.model import ModelSpec
 from meshplan.xp import Num, maximum
@@ -102,7 +103,7 @@ def kv_pool(capacity: float, used: Num, engine: Engine) -> Num:
     return engine.memory_utilization * maximum(capacity - used, 0.0)
 
 
-def memory(model: ModelSpec, hbm: float, plan_cols: dict[str, Num], quant: Quant, engine: Engine,
+def memory(model: ModelSpec, hbm: float, plan_cols: PlanColumns, quant: Quant, engine: Engine,
            context: Num) -> Memory:
     """The memory of one GPU of an instance (``plan_cols``: tp, pp, ep, dpa, batch as scalars or arrays) whose
     ``batch`` sequences hold ``context`` tokens each on average, in whole pages."""

@@ -26,6 +26,7 @@ Throughput = sequences in flight / TPOT (one token per sequence per token step).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -35,25 +36,26 @@ from meshplan.serve.engine import Engine
 from meshplan.serve.iteration import EXPERT_PATH, token_time
 from meshplan.serve.kv import token_bytes
 from meshplan.serve.ops import Shape
-from meshplan.serve.plan import Workload
+from meshplan.serve.plan import PlanColumns, Workload
 from meshplan.serve.precision import Quant
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.xp import Num, maximum, minimum, where
 
 TRAFFIC = ("moe/dispatch", "moe/combine")  # what two-batch overlap hides behind the other half's work
+N = TypeVar("N", bound=Num)  # float for one priced configuration (ServeEstimate), Num over arrays
 
 
 @dataclass(frozen=True)
-class Metrics:
-    ttft: Num  # seconds
-    tpot: Num  # seconds per output token (mean inter-token latency)
-    e2e: Num  # seconds per request
-    instance_tokens_per_s: Num  # output tokens/s of one decode instance
-    tokens_per_s: Num  # output tokens/s of the whole deployment
-    requests_per_s: Num
-    running: Num  # sequences in flight per decode instance (after admission limits)
-    decode_step: Num  # a pure decode token step at the running batch
+class Metrics(Generic[N]):
+    ttft: N  # seconds
+    tpot: N  # seconds per output token (mean inter-token latency)
+    e2e: N  # seconds per request
+    instance_tokens_per_s: N  # output tokens/s of one decode instance
+    tokens_per_s: N  # output tokens/s of the whole deployment
+    requests_per_s: N
+    running: N  # sequences in flight per decode instance (after admission limits)
+    decode_step: N  # a pure decode token step at the running batch
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class Setting:
 
     model: ModelSpec
     cluster: Cluster
-    cols: dict[str, Num]  # tp, pp, dpa, ep, batch, replicas, prefill_replicas
+    cols: PlanColumns
     quant: Quant
     engine: Engine
     workload: Workload
@@ -140,7 +142,7 @@ def instance(s: Setting) -> Instance:
                     prefill_requests_per_s=m * s.lanes / prefill, split_ttft=prefill + kv_transfer(s) + full / 2)
 
 
-def deployment(one: Instance, replicas: Num, prefill_replicas: Num, output_len: int) -> Metrics:
+def deployment(one: Instance, replicas: Num, prefill_replicas: Num, output_len: int) -> Metrics[Num]:
     """``replicas`` co-located instances, or with ``prefill_replicas`` > 0 that many prefill instances feeding
     ``replicas`` decode instances: the system serves min(prefill, decode capacity) requests/s (a decode batch the
     prefill pool cannot keep full is the search's smaller batch)."""
@@ -157,7 +159,7 @@ def deployment(one: Instance, replicas: Num, prefill_replicas: Num, output_len: 
                    decode_step=one.decode_step)
 
 
-def metrics(s: Setting) -> Metrics:
+def metrics(s: Setting) -> Metrics[Num]:
     """The configuration's metrics: ``instance`` then ``deployment``."""
     return deployment(instance(s), s.cols["replicas"], s.cols["prefill_replicas"], s.workload.output_len)
 

@@ -16,12 +16,26 @@ what its memory and the engine's max_seqs admit).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.fields import check_types
 from meshplan.serve.precision import Quant
+from meshplan.xp import Num
+
+
+class PlanColumns(TypedDict):
+    """A ServePlan's sizes as the serving formulas take them: each a number (one plan) or an array (many: the search,
+    a curve's batches)."""
+
+    tp: Num
+    pp: Num
+    dpa: Num
+    ep: Num
+    batch: Num
+    replicas: Num
+    prefill_replicas: Num
 
 
 @dataclass(frozen=True, kw_only=True)

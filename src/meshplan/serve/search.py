@@ -195,7 +195,7 @@ def _estimate(model, cluster, space, keys, row, workload, eff) -> ServeEstimate:
 
 def _meets(e: ServeEstimate, space: ServeSpace) -> bool:
     m = e.metrics
-    return (not space.ttft_slo or m.ttft <= space.ttft_slo) and (not space.tpot_slo or m.tpot <= space.tpot_slo)
+    return bool((not space.ttft_slo or m.ttft <= space.ttft_slo) and (not space.tpot_slo or m.tpot <= space.tpot_slo))
 
 
 def _rank(e: ServeEstimate, space: ServeSpace) -> tuple:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 
@@ -32,8 +33,15 @@ class Weighed:
         return len(self.columns["tp"])
 
 
+class Part(TypedDict):
+    """One scheme's rows (``part``): its columns and the (reason, mask) pairs that break rows."""
+
+    columns: dict[str, np.ndarray]
+    bad: list[tuple[str, np.ndarray]]
+
+
 def part(keys: dict[str, np.ndarray], quant: int, deploy: tuple[np.ndarray, ...],
-         bad: Sequence[tuple[str, np.ndarray]], figures: dict[str, np.ndarray]) -> dict[str, object]:
+         bad: Sequence[tuple[str, np.ndarray]], figures: dict[str, np.ndarray]) -> Part:
     """The rows of one scheme: ``deploy`` (key index, replicas, prefill replicas per deployment), ``bad`` the
     (reason, mask) pairs whose masks exclude each other, ``figures`` the priced arrays per deployment."""
     index, replicas, prefill = deploy
@@ -44,7 +52,7 @@ def part(keys: dict[str, np.ndarray], quant: int, deploy: tuple[np.ndarray, ...]
     return {"columns": cols, "bad": [(r, np.asarray(m, dtype=bool)) for r, m in bad]}
 
 
-def join(parts: Sequence[dict[str, object]], quants: tuple[Quant, ...]) -> Weighed:
+def join(parts: Sequence[Part], quants: tuple[Quant, ...]) -> Weighed:
     """The schemes' rows as one table, each row's first broken constraint as an index into ``reasons``."""
     reasons: list[str] = []
     columns: dict[str, list[np.ndarray]] = {}

@@ -263,8 +263,9 @@ class Efficiency:
         as one grouped GEMM: each pads its own tiles, and the tiles of all of them fill the waves together."""
         if (type(m) in _SCALAR and type(n) in _SCALAR and type(k) in _SCALAR
                 and type(groups) in _SCALAR):  # one plan: plain floats, fast
-            return self.gemm * _quantization(m, n, num_sms, groups) * k / (k + self.gemm_k0)
-        best = 0.0
+            # scalars here (the type() test), which the memo hashes
+            return self.gemm * _quantization(m, n, num_sms, groups) * k / (k + self.gemm_k0)  # type: ignore[arg-type]
+        best: Num = 0.0
         for tm, tn in TILES:
             tiles = groups * _ceil(m / tm) * _ceil(n / tn)
             waves = maximum(_ceil(tiles / num_sms), 1.0)
@@ -332,7 +333,7 @@ class Efficiency:
             return 1.0
         shares = {(False, False): self.attention_exp_fwd, (False, True): self.attention_exp_bwd,
                   (True, False): self.attention_exp_fp8_fwd, (True, True): self.attention_exp_fp8_bwd}
-        x = shares[(kernel == "fp8", backward)]
+        x: Num = shares[(kernel == "fp8", backward)]
         x = 128.0 * x / (128.0 * x + (1 - x) * head_dim)
         return 1 / (1 - x + x / r)
 

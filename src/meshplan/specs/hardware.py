@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from meshplan import ranges
 from meshplan.errors import SpecError
@@ -208,15 +208,25 @@ class Network:
         """Bytes/s per GPU per direction of the first tier beyond the NVLink domain (the NICs' share)."""
         if self.tiers:
             return self.tiers[1].effective_bandwidth
+        assert self.nics_per_gpu is not None and self.nic_bandwidth is not None  # the two-tier form (__post_init__)
         return self.nics_per_gpu * self.nic_bandwidth
 
     @property
     def scale_out_latency(self) -> float:
-        return self.tiers[1].latency if self.tiers else self.nic_latency
+        return self.tiers[1].latency if self.tiers else _given(self.nic_latency)
 
     @property
     def scale_up_latency(self) -> float:
-        return self.tiers[0].latency if self.tiers else self.nvlink_latency
+        return self.tiers[0].latency if self.tiers else _given(self.nvlink_latency)
+
+
+_T = TypeVar("_T")
+
+
+def _given(value: _T | None) -> _T:
+    """A two-tier field of a Network in the two-tier form, which __post_init__ has checked is set."""
+    assert value is not None
+    return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -243,13 +253,13 @@ def build_cluster(name: str, accelerator: Accelerator, net: Network, num_gpus: i
         return Cluster(name=name, accelerator=accelerator, num_gpus=num_gpus,
                        tiers=build_tiers(net.tiers, accelerator.nvlink_bandwidth, num_gpus),
                        host_bandwidth=net.host_bandwidth, host_memory=net.host_memory, python_host=net.python_host)
-    domain = min(net.nvlink_domain, num_gpus)
+    domain = min(_given(net.nvlink_domain), num_gpus)
     if num_gpus % domain:
         raise SpecError(f"gpus={num_gpus} is not a multiple of the NVLink domain size {domain}")
     tiers = (
-        Tier(name="nvlink", size=domain, bandwidth=accelerator.nvlink_bandwidth, latency=net.nvlink_latency),
-        Tier(name="network", size=num_gpus // domain, bandwidth=net.nics_per_gpu * net.nic_bandwidth,
-             latency=net.nic_latency),
+        Tier(name="nvlink", size=domain, bandwidth=accelerator.nvlink_bandwidth, latency=_given(net.nvlink_latency)),
+        Tier(name="network", size=num_gpus // domain, bandwidth=net.scale_out_bandwidth,
+             latency=_given(net.nic_latency)),
     )
     return Cluster(name=name, accelerator=accelerator, num_gpus=num_gpus, tiers=tiers,
                    host_bandwidth=net.host_bandwidth, host_memory=net.host_memory, python_host=net.python_host)

@@ -21,6 +21,7 @@ expert rank order: etp innermost, then ep.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 DENSE_AXES = ("tp", "tp2", "cp", "dp", "pp")
 LAYOUTS = ("1d", "summa")
@@ -160,7 +161,7 @@ class Plan:
             stride *= getattr(self, inner)
         raise ValueError(axis)
 
-    def with_(self, **changes: object) -> Plan:
+    def with_(self, **changes: Any) -> Plan:
         return replace(self, **changes)
 
     def describe(self) -> str:

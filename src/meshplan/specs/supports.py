@@ -78,4 +78,5 @@ def supports_from_dict(data: Any, where: str) -> Supports:
     unknown = sorted(set(data) - known)
     if unknown:
         raise unknown_field(f"{where}: supports", unknown[0], known, "Supports' (specs/supports.py)")
-    return Supports(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+    return Supports(**values)

@@ -28,6 +28,7 @@ slowdown per second hidden (efficiency.py); a pass's time stays non-decreasing i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -50,10 +51,12 @@ def time_ops(ops: list[OpCost], cluster: Cluster, plan: Plan, eff: Efficiency,
              compute: list[Num | None] | None = None) -> list[Num]:
     """Seconds of each op: collectives by comm.py, the rest by the roofline (or taken from ``compute``, the
     same ops' times computed elsewhere: the search times compute ops once per shape, not per placement)."""
-    times, splits = [], {}
+    times: list[Num] = []
+    splits: dict[tuple[str, object], tuple[Num, list[Num]]] = {}
     for i, op in enumerate(ops):
         if op.kind == "collective":
             c = op.collective
+            assert c is not None  # a collective op carries its Collective (cost/records.py)
             key = (c.axis, id(c.group) if isinstance(c.group, np.ndarray) else c.group)
             if key not in splits:  # the ops of a layer use a few groups: split each over the tiers once
                 # (the group is kept with its split so that its id is not reused by another array meanwhile)
@@ -61,7 +64,7 @@ def time_ops(ops: list[OpCost], cluster: Cluster, plan: Plan, eff: Efficiency,
             one = split_time(c.kind, c.nbytes, c.group, splits[key][1], cluster, eff)
             times.append(one * op.repeat if type(op.repeat) is not float or op.repeat != 1.0 else one)
         elif compute is not None:
-            times.append(compute[i])
+            times.append(cast(Num, compute[i]))  # set for every op that is not a collective
         else:
             times.append(op_time(op, cluster.accelerator, plan.precision, eff))
     return times
@@ -153,7 +156,8 @@ def _sums(ops: list[OpCost], times: list[Num], paired: bool) -> dict[tuple[str, 
 
     def add(key: tuple[str, str], t: Num) -> None:
         cur = s.get(key, 0.0)
-        if key in owned and cur.shape == np.shape(t) and cur.dtype == np.result_type(cur, t):
+        if (key in owned and isinstance(cur, np.ndarray) and cur.shape == np.shape(t)
+                and cur.dtype == np.result_type(cur, t)):
             np.add(cur, t, out=cur)  # the search's arrays hold 10^5 keys: no new array per op
             return
         s[key] = cur + t
@@ -214,6 +218,10 @@ def _selective_redo(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stac
     hide behind GEMMs (``stack.overlap_tp``) behind the re-run GEMMs (``hide``), the others exposed; and a recomputed
     MoE layer's exposed forward all-to-alls."""
     modules = plan.recompute_modules
+    redo: Num
+    gemm: Num
+    behind: Num
+    exposed: Num
     redo = gemm = behind = exposed = 0.0
     for op, t, again in zip(ops, times, rerun_by(ops, modules), strict=True):
         if again:
@@ -280,7 +288,7 @@ def combined_1f1b(s: dict[tuple[str, str], Num], kernels: dict[str, Num], ep: di
             {"f": hidden * share, "b": hidden * (1 - share)})
 
 
-def hide(comm: Num, window: Num, slowdown: float) -> Num:
+def hide(comm: Num, window: Num, slowdown: Num) -> Num:
     """Exposed time of ``comm`` seconds of communication overlapped with ``window`` seconds of compute:
     what does not fit, plus the slowdown it inflicts on the compute while it runs (efficiency.py)."""
     return maximum(0.0, comm - window) + slowdown * minimum(comm, window)

@@ -59,6 +59,8 @@ def _with_sends(plan: Plan, stack: Stack, rank: PassTimes, u: Units) -> PassTime
     paid_f = where(interleaved, hide(send_f, t.t_f / v, u.p2p_paid), send_f)
     paid_b = where(interleaved, hide(send_b, t.t_b / v, u.p2p_paid), send_b)
     added = u.p2p.scaled(sends * (paid_f + paid_b) / maximum(send_f + send_b, 1e-30))
+    hid_f: Num
+    hid_b: Num
     hid_f = hid_b = 0.0
     if stack.overlap_pp:
         hid_f = sends * where(interleaved, minimum(send_f, t.t_f / v), 0.0)

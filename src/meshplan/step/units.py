@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from meshplan.cost.embed_head import embedding_ops, head_ops, mtp_ops
 from meshplan.cost.layers import layer_kinds
 from meshplan.cost.params import kind_fractions
@@ -72,10 +74,11 @@ def _layer(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recompute: 
     kinds = list(kind_fractions(model).items())
     if len(kinds) == 1:
         return pass_times(parts.ops[kinds[0][0]], parts.times[kinds[0][0]], plan, stack, recompute, eff)
-    layer = None
+    layer: PassTimes | None = None
     for kind, f in kinds:
         times = pass_times(parts.ops[kind], parts.times[kind], plan, stack, recompute, eff).scaled(f)
         layer = times if layer is None else layer.plus(times)
+    assert layer is not None  # kinds holds at least one kind
     return layer
 
 
@@ -101,13 +104,14 @@ class Units:
     def take(self, index: Any) -> Units:
         """Select elements (NumPy fancy indexing) of every array field."""
         def pick(v: Num) -> Num:
-            return v[index] if hasattr(v, "shape") and v.shape else v
+            return v[index] if isinstance(v, np.ndarray) and v.shape else v
 
         def pick_times(t: PassTimes) -> PassTimes:
             return PassTimes(*(pick(getattr(t, f)) for f in PassTimes.__slots__))
 
-        return Units(*(pick_times(getattr(self, f)) if isinstance(getattr(self, f), PassTimes)
-                       else pick(getattr(self, f)) for f in Units.__slots__))
+        fields: list[Any] = [pick_times(getattr(self, f)) if isinstance(getattr(self, f), PassTimes)
+                             else pick(getattr(self, f)) for f in Units.__slots__]  # PassTimes and Num, in order
+        return Units(*fields)
 
 
 def unit_costs(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = DEFAULT_STACK,

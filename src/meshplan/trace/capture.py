@@ -211,7 +211,7 @@ def _decomposes(func: Any) -> bool:
 
 
 def _fake_inputs(mode: FakeTensorMode, inputs: Sequence[Any]) -> list[torch.Tensor]:
-    result = []
+    result: list[torch.Tensor] = []
     for i, x in enumerate(inputs):
         if isinstance(x, torch.Tensor):
             result.append(x if isinstance(x, FakeTensor) else mode.from_tensor(x))
@@ -287,7 +287,7 @@ def trace_module(module: torch.nn.Module, inputs: Sequence[Any], *, backward: bo
     ``real``: run on the module's real tensors instead of fake ones (the inputs must then be real tensors): the
     ops compute, so a model whose shapes depend on values (MoE routing: ``nonzero``) traces as it runs.
     """
-    params = dict(module.named_parameters(remove_duplicate=False))
+    params: dict[str, torch.Tensor] = dict(module.named_parameters(remove_duplicate=False))
     buffers = dict(module.named_buffers(remove_duplicate=False))
     fake = next((t for t in [*params.values(), *buffers.values()] if isinstance(t, FakeTensor)), None)
     mode: Any = fake.fake_mode if fake is not None else FakeTensorMode(allow_non_fake_inputs=True)

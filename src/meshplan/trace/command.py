@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.specs.hardware import Accelerator, load_system
@@ -24,7 +24,7 @@ from meshplan.trace.liveness import PeakMemory, optimizer_name, peak_memory
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, JustifyMethod
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -49,6 +49,7 @@ def load_factory(ref: str) -> Any:
     try:
         if where.endswith(".py"):
             spec = importlib.util.spec_from_file_location(f"_meshplan_trace_{path.stem}", path)
+            assert spec is not None and spec.loader is not None  # a .py file that exists: a source loader
             module = importlib.util.module_from_spec(spec)
             sys.path.insert(0, str(path.resolve().parent))  # the file may import its neighbours
             try:
@@ -225,7 +226,7 @@ def render(report: TraceReport, console: Console, top: int) -> None:
     for col, justify in (("#", "right"), ("op", "left"), ("phase", "left"), ("aten", "left"), ("out shape", "left"),
                          ("FLOPs", "right"), ("bytes", "right"), ("time", "right"), ("share", "right"),
                          ("launches", "right"), ("overhead", "right"), ("fused", "right"), ("fused time", "right")):
-        table.add_column(col, justify=justify)
+        table.add_column(col, justify=cast("JustifyMethod", justify))
     for t in shown:
         op, k = t.op, report.kernels[t.op.index]
         out = "x".join(map(str, op.outputs[0].shape)) if op.outputs else ""

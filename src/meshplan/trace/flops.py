@@ -19,6 +19,7 @@ Sources, in order of precedence:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -50,7 +51,7 @@ def _grouped_mm(mat_a, mat_b, *args, out_val=None, **kwargs) -> int:
     return 2 * mat_a.numel() * mat_b.shape[-1]
 
 
-OWN_FORMULAS = {
+OWN_FORMULAS: dict[Any, Callable[..., int]] = {
     aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa,
     aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_sdpa_backward,
     aten._grouped_mm: _grouped_mm,
@@ -139,6 +140,7 @@ def shape(func: Any, args: tuple, kwargs: dict, out: Any, flops: float) -> dict[
         # mm / bmm / _scaled_mm (self, mat2), addmm (self, mat1, mat2), baddbmm (self, batch1, batch2)
         x = a.get("mat1", a.get("batch1", a.get("self")))
         w = a.get("batch2", a.get("mat2"))
+        assert x is not None and w is not None  # a matrix product's two operands
         if x.dim() == 3:
             return {"kind": "gemm", "m": x.shape[1], "n": w.shape[2], "k": x.shape[2], "groups": x.shape[0]}
         return {"kind": "gemm", "m": x.shape[0], "n": w.shape[1], "k": x.shape[1], "groups": 1}

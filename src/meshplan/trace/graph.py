@@ -19,6 +19,7 @@ reach a parameter gradient without leaving their autograd node, i.e. the weight-
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 PHASES = ("fwd", "bwd_x", "bwd_w")
 ROLES = ("param", "buffer", "input", "grad", "activation", "temporary")
@@ -93,7 +94,7 @@ class TracedOp:
     results: tuple[int, ...] = ()  # each output's position in what the op returned (dropped Nones leave gaps)
     attrs: tuple[tuple[str, object], ...] = ()  # non-tensor arguments by schema name (dim, keepdim, groups …)
 
-    def attr(self, name: str, default: object = None) -> object:
+    def attr(self, name: str, default: Any = None) -> Any:  # a non-tensor argument: a number, a list, a string…
         return next((v for k, v in self.attrs if k == name), default)
 
     @property

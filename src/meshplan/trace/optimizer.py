@@ -26,7 +26,7 @@ def trace_optimizer(params: Sequence[torch.Tensor], make: Callable[[list[torch.T
     unique = list({id(p): p for p in params if p.requires_grad}.values())
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     with mode:
-        fakes = []
+        fakes: list[torch.Tensor] = []
         for p in unique:
             f = torch.nn.Parameter(mode.from_tensor(p.detach()), requires_grad=True)
             f.grad = torch.zeros_like(f)
