@@ -4,7 +4,7 @@ Per micro-batch, on each pipeline rank (the first holds the embedding, the last 
     t_rank = Σ_layers (fwd + bwd kernels) + recompute + exposed TP / CP / EP communication + pipeline p2p
 Per step, the busier of the first and the last rank (channels.py: its m passes each way with the data-parallel
 collectives and offload copies that share them, and its optimizer step), and the bubble (a flow shop,
-``stages.bubble_time``: the other ranks' times once, over v; with equal ranks (p-1)/m for 1F1B and (p-1)/(v·m) for the
+``bubble.flow_bubble``: the other ranks' times once, over v; with equal ranks (p-1)/m for 1F1B and (p-1)/(v·m) for the
 interleaved schedule, Narayanan et al. 2021 §2.2):
     t_step = max over the end ranks of (m · t_rank + channels + optimizer) + ((p-2) · t_middle + t_other_end) / v
 The pieces, in data-flow order: step/passes.py (ops timed and summed per pass under the overlap rules, stated

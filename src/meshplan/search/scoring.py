@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from meshplan.bubble import flow_bubble
 from meshplan.channels import Offload, Passes, dp_collectives, offload, optimizer_time, step_channels
 from meshplan.cost.params import StageParams, stage_params
 from meshplan.memory import buffer_memory, model_states
@@ -20,7 +21,7 @@ from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.step.memory import activation_memory, offloaded_activations
-from meshplan.step.stages import bubble_time, cadence, stage_times
+from meshplan.step.stages import cadence, stage_times
 from meshplan.step.units import Units
 
 
@@ -47,7 +48,7 @@ def grid_times(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict
     for r, rc in enumerate(rcs):
         plan = replace(batch, recompute=rc)
         first, last, middle = stage_times(model, plan, space.stack, units[rc])
-        bubble = bubble_time(plan, first.total, last.total, middle.total)
+        bubble = flow_bubble(plan.schedule, plan.pp, plan.vpp, first.total, last.total, middle.total)
         pf, pl = first.passes(), last.passes()
         passes = Passes(*(_pair(getattr(pf, f), getattr(pl, f), n) for f in Passes.__slots__))
         pipelined = m * _pair(first.total, last.total, n)

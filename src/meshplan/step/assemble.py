@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from meshplan.bubble import flow_bubble
 from meshplan.memory import Memory, buffer_memory, model_state_memory, offloaded_optimizer
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
@@ -16,7 +17,7 @@ from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
 from meshplan.step.memory import activation_memory, offloaded_activations
 from meshplan.step.passes import PassTimes
-from meshplan.step.stages import bubble_time, rank_step, stage_times
+from meshplan.step.stages import rank_step, stage_times
 from meshplan.step.units import Parts, Units, unit_costs
 from meshplan.xp import Num, maximum, where
 
@@ -55,7 +56,7 @@ def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: Un
     m = plan.grad_accum
     breakdown = {"compute": m * (stage.fwd + stage.bwd), "recompute": m * stage.recompute, "tp": m * stage.tp,
                  "cp": m * stage.cp, "ep": m * stage.ep, "pp": m * stage.pp,
-                 "bubble": bubble_time(plan, first.total, last.total, middle.total)} | pick
+                 "bubble": flow_bubble(plan.schedule, plan.pp, plan.vpp, first.total, last.total, middle.total)} | pick
     states_first, states_last = model_state_memory(model, plan, stack)
     acts_first, acts_last = activation_memory(model, plan, stack, u)
     buffers = buffer_memory(model, plan)
