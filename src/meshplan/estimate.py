@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
-from meshplan.channels import dp_collectives, optimizer_time
+from meshplan.channels import dp_collectives, optimizer_time, zero_counts
 from meshplan.cost.flops import plan_flops_per_token, recompute_flops_per_token
 from meshplan.cost.params import kind_fractions, layers_on_last, layers_on_stage, stage_params, trainable
 from meshplan.groups import axis_tiers
@@ -252,19 +252,17 @@ def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff:
 
 
 def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, first: bool) -> list[OpRow]:
-    """Once-per-step ops of the busiest rank: the gradient reduction / parameter gather (before overlap) and
-    the optimizer step (ZeRO-3 traffic runs per micro-batch)."""
+    """Once-per-step ops of the busiest rank: the gradient reduction / parameter gather (before overlap), as often as
+    its ZeRO stage runs them (channels.zero_counts: ZeRO-2 and 3 traffic runs per micro-batch), and the optimizer
+    step."""
     params = stage_params(model, plan, first)
-    all_reduce, gather, scatter = dp_collectives(model, cluster, plan, params, eff)
+    seconds = dp_collectives(model, cluster, plan, params, eff)._asdict()
     grad_bytes, weight_bytes = trainable(params, plan).total * plan.grad_bytes, params.total * WEIGHT_BYTES
+    named = {"all_reduce": ("dp/grad_all_reduce", grad_bytes), "scatter": ("dp/grad_reduce_scatter", grad_bytes),
+             "gather": ("dp/param_all_gather", weight_bytes)}
     m, updates = cadence(plan)  # micro-batches per weight update, updates per step (PipeDream: 1, m)
-    comm = {0: [("dp/grad_all_reduce", 1, grad_bytes, all_reduce)],
-            1: [("dp/grad_reduce_scatter", 1, grad_bytes, scatter), ("dp/param_all_gather", 1, weight_bytes, gather)],
-            2: [("dp/grad_reduce_scatter", m, grad_bytes, scatter), ("dp/param_all_gather", 1, weight_bytes, gather)],
-            3: [("dp/param_all_gather", 2 * m, weight_bytes, gather), ("dp/grad_reduce_scatter", m, grad_bytes,
-                                                                      scatter)]}[plan.zero]
-    rows = [OpRow(name, "step", "collective", float(count * updates), 0.0, float(nbytes), float(t), "network")
-            for name, count, nbytes, t in comm]
+    rows = [OpRow(named[kind][0], "step", "collective", float(count * updates), 0.0, float(named[kind][1]),
+                  float(seconds[kind]), "network") for kind, count in zero_counts(plan.zero, m).items()]
     opt = optimizer_time(cluster, plan, params, eff)
     moved = float(opt * cluster.accelerator.hbm_bandwidth * eff.memory)
     rows.append(OpRow(f"optimizer/{plan.optimizer}", "step", "memory", float(updates), 0.0, moved, float(opt),
