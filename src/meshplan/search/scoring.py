@@ -1,8 +1,9 @@
 """Vectorised scoring: the step time and the memory of a batch of plans under every setting of the space's grid
 (recompute × ZeRO × optimizer offload × activation offload) at once, with NumPy.
 
-The same functions as ``estimate()``, on arrays, each part computed for the settings it changes with. The step times
-are float32 (ranking only: the search re-estimates its winners in float64).
+The step is ``estimate()``'s own composition (step.assemble.compose) under the whole grid; the memory the same
+functions as ``estimate()``, on arrays, each part computed for the settings it changes with. The step times are
+float32 (ranking only: the search re-estimates its winners in float64).
 """
 
 from __future__ import annotations
@@ -11,61 +12,27 @@ from dataclasses import replace
 
 import numpy as np
 
-from meshplan.bubble import flow_bubble
-from meshplan.channels import Offload, Passes, dp_collectives, offload, optimizer_time, step_channels
-from meshplan.cost.params import StageParams, stage_params
+from meshplan.cost.params import stage_params
 from meshplan.memory import buffer_memory, model_states
 from meshplan.search.batch import PlanBatch
 from meshplan.search.space import Space
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
+from meshplan.step.assemble import compose
 from meshplan.step.memory import activation_memory, offloaded_activations
-from meshplan.step.stages import cadence, stage_times
 from meshplan.step.units import Units
 
 
 def grid_times(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict[str, Units], space: Space,
                eff: Efficiency) -> np.ndarray:
     """Step time of every settings combination of a chunk, shape (recompute, zero, offload opt, offload act, plan):
-    estimate.assemble's step on arrays, each part computed for the settings it changes with: per recompute mode the
-    ranks' passes and the bubble, per offload setting the copies, the channels beside the passes for every ZeRO stage
-    at once (channels.step_channels), per ZeRO stage and optimizer offload the optimizer step; the first and the last
-    pipeline rank side by side on a leading axis of 2, the longer step taken. float32 (ranking only; the winners are
-    re-estimated in float64)."""
-    rcs, zeros = space.recompute, space.zero
-    oos, oas = space.offload_optimizer, space.offload_activations
-    n, m, sd = len(batch), batch.grad_accum, eff.overlap_slowdown
-    per_update, updates = cadence(batch)  # PipeDream: an update (DP reduction, optimizer) per micro-batch
-    ends = (stage_params(model, batch, True), stage_params(model, batch, False))
-    params = StageParams(*(_pair(getattr(ends[0], f), getattr(ends[1], f), n, np.float64)
-                           for f in StageParams.__slots__))
-    collectives = dp_collectives(model, cluster, batch, params, eff)  # the same for every ZeRO stage
-    opt = {(z, oo): optimizer_time(cluster, replace(batch, zero=z, offload_optimizer=oo), params, eff)
-           for z in zeros for oo in oos}
-    out = np.empty((len(rcs), len(zeros), len(oos), len(oas), n), dtype=np.float32)
-    forward: dict = {}  # the forward passes do not change with the recompute mode: priced once without copies
-    for r, rc in enumerate(rcs):
-        plan = replace(batch, recompute=rc)
-        first, last, middle = stage_times(model, plan, space.stack, units[rc])
-        bubble = flow_bubble(plan.schedule, plan.pp, plan.vpp, first.total, last.total, middle.total)
-        pf, pl = first.passes(), last.passes()
-        passes = Passes(*(_pair(getattr(pf, f), getattr(pl, f), n) for f in Passes.__slots__))
-        pipelined = m * _pair(first.total, last.total, n)
-        for a, oa in enumerate(oas):
-            copies = Offload()
-            if oa:
-                with_oa = replace(plan, offload_activations=True)
-                one, two = (offload(model, cluster, with_oa, units[rc].layer_saved, last) for last in (False, True))
-                copies = Offload(_pair(one.copy, two.copy, n), _pair(one.share, two.share, n))
-            channels = step_channels(passes, per_update, collectives, zeros, copies, sd, space.stack.overlap_dp,
-                                     forward)
-            for z, zero in enumerate(zeros):
-                dp, moved = (updates * x for x in channels[zero])
-                base = pipelined + dp + moved
-                for o, oo in enumerate(oos):
-                    rank = base + updates * opt[zero, oo]
-                    np.add(np.maximum(rank[0], rank[1]), bubble, out=out[r, z, o, a], casting="unsafe")
+    the step as estimate() composes it (step.assemble.compose, each part computed once for the settings it changes
+    with, and ``EndSteps.total``), in float32 (ranking only; the winners are re-estimated in float64)."""
+    out = np.empty((len(space.recompute), len(space.zero), len(space.offload_optimizer),
+                    len(space.offload_activations), len(batch)), dtype=np.float32)
+    for index, step in compose(model, cluster, batch, units, space, space.stack, eff, np.float32):
+        step.total(out=out[index])
     return out
 
 
@@ -96,13 +63,6 @@ def grid_memory(model: ModelSpec, batch: PlanBatch, units: dict[str, Units], spa
     np.maximum(peak, states[None, :, :, None, 1] + acts[:, None, None, :, 1], out=peak)  # or the last
     peak += buffers[None, :, None, None]
     return peak, host_opt[None, :, :, None] + host_act[:, None, None]
-
-
-def _pair(first: object, last: object, n: int, dtype: type = np.float32) -> np.ndarray:
-    """The first and the last rank's value of each plan, stacked: shape (2, n) (float32: the ranking's precision)."""
-    out = np.empty((2, n), dtype=dtype)
-    out[0], out[1] = first, last
-    return out
 
 
 def _vec(x: object, n: int) -> np.ndarray:

@@ -1,13 +1,25 @@
-"""The step from its per-micro-batch units: time by component (the busier end rank's passes, channels and
-optimizer, and the bubble: stages.py) and memory of the rank with the larger footprint (``StepCosts``). Fields are
-floats for one plan or NumPy arrays for many: the search assembles many plans with this same code.
+"""The step from its per-micro-batch units, composed once (``compose``) for one plan or a batch of them under a grid
+of settings (recompute × ZeRO × optimizer offload × activation offload): each end rank's m passes, the data-parallel
+and offload channels beside them (channels.py), its optimizer step, and the bubble (bubble.flow_bubble); the step is
+the busier of the first and the last pipeline rank plus the bubble (``EndSteps.total``, the one sum):
+    t_step = max over the end ranks of (m · t_rank + dp + offload + optimizer) + bubble
+``estimate`` composes one plan under its own settings (``assemble``: a grid of one, with the time by component and
+the memory of the rank with the larger footprint, ``StepCosts``); the search composes a batch of plans under the
+space's grid (search/scoring.py), each part computed once for the settings it changes with. Fields are floats for
+one plan or NumPy arrays for many.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import numpy as np
 
 from meshplan.bubble import flow_bubble
+from meshplan.channels import Offload, Passes, dp_collectives, offload, optimizer_time, step_channels
+from meshplan.cost.params import StageParams, stage_params
 from meshplan.memory import Memory, buffer_memory, model_state_memory, offloaded_optimizer
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
@@ -17,11 +29,125 @@ from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
 from meshplan.step.memory import activation_memory, offloaded_activations
 from meshplan.step.passes import PassTimes
-from meshplan.step.stages import rank_step, stage_times
+from meshplan.step.stages import cadence, stage_times
 from meshplan.step.units import Parts, Units, unit_costs
 from meshplan.xp import Num, maximum, where
 
 MEMORY = ("weights", "grads", "optimizer", "activations", "buffers")
+
+
+class Settings(Protocol):
+    """The settings grid a step is composed under: search.Space's axes, or one plan's own (``own_settings``)."""
+
+    @property
+    def recompute(self) -> tuple[str, ...]: ...
+    @property
+    def zero(self) -> tuple[int, ...]: ...
+    @property
+    def offload_optimizer(self) -> tuple[bool, ...]: ...
+    @property
+    def offload_activations(self) -> tuple[bool, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class OwnSettings:
+    """A grid of one setting: a plan's own."""
+
+    recompute: tuple[str, ...]
+    zero: tuple[int, ...]
+    offload_optimizer: tuple[bool, ...]
+    offload_activations: tuple[bool, ...]
+
+
+def own_settings(plan: Plan) -> OwnSettings:
+    return OwnSettings((plan.recompute,), (plan.zero,), (plan.offload_optimizer,), (plan.offload_activations,))
+
+
+@dataclass(frozen=True, slots=True)
+class EndSteps:
+    """One setting's step: the first and the last pipeline rank side by side on a leading axis of 2 (``pipelined``,
+    ``dp``, ``offload``, ``optimizer``: seconds per step), the bubble, and the per micro-batch passes of the first,
+    the last and a middle rank by component."""
+
+    pipelined: Num  # m · t_rank: the rank's passes of its m micro-batches
+    dp: Num  # what the data-parallel collectives add beside them (channels.step_channels), per step
+    offload: Num  # what the activation-offload copies add beyond that
+    optimizer: Num
+    bubble: Num
+    first: PassTimes
+    last: PassTimes
+    middle: PassTimes
+
+    def ranks(self) -> Num:
+        """Each end rank's step beside the bubble: m · t_rank + dp + offload + optimizer."""
+        return self.pipelined + self.dp + self.offload + self.optimizer
+
+    def total(self, out: np.ndarray | None = None) -> Num:
+        """The step: the busier end rank's, plus the bubble (written into ``out`` in its dtype if given)."""
+        ranks = self.ranks()
+        return np.add(np.maximum(ranks[0], ranks[1]), self.bubble, out=out, casting="unsafe")
+
+
+def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, Units], grid: Settings,
+            stack: Stack, eff: Efficiency = DEFAULT, dtype: type = np.float64
+            ) -> Iterator[tuple[tuple[int, int, int, int], EndSteps]]:
+    """The step of ``plan`` (one plan, or a batch of them: search.batch.PlanBatch) under every setting of ``grid``,
+    with its index (recompute, zero, offload opt, offload act) into the grid's axes; ``units`` per recompute mode.
+    Each part is computed once for the settings it changes with: per recompute mode the ranks' passes and the
+    bubble, per activation-offload setting the copies and the channels of every ZeRO stage at once
+    (channels.step_channels), per ZeRO stage and optimizer offload the optimizer step. The passes are held in
+    ``dtype`` (the search ranks in float32 and re-estimates its winners in float64)."""
+    shape, m, slowdown = np.shape(plan.dp), plan.grad_accum, eff.overlap_slowdown
+    per_update, updates = cadence(plan)  # PipeDream: an update (DP reduction, optimizer) per micro-batch
+    ends = (stage_params(model, plan, True), stage_params(model, plan, False))
+    params = StageParams(*(_pair(getattr(ends[0], f), getattr(ends[1], f), shape, np.float64)
+                           for f in StageParams.__slots__))
+    collectives = dp_collectives(model, cluster, plan, params, eff)  # the same for every ZeRO stage
+    opt = {(z, oo): optimizer_time(cluster, _with(plan, zero=z, offload_optimizer=oo), params, eff)
+           for z in grid.zero for oo in grid.offload_optimizer}
+    forward: dict = {}  # the forward passes do not change with the recompute mode: priced once without copies
+    for r, rc in enumerate(grid.recompute):
+        ranked = _with(plan, recompute=rc)
+        first, last, middle = stage_times(model, ranked, stack, units[rc])
+        bubble = flow_bubble(ranked.schedule, ranked.pp, ranked.vpp, first.total, last.total, middle.total)
+        pf, pl = first.passes(), last.passes()
+        passes = Passes(*(_pair(getattr(pf, f), getattr(pl, f), shape, dtype) for f in Passes.__slots__))
+        pipelined = m * _pair(first.total, last.total, shape, dtype)
+        for a, oa in enumerate(grid.offload_activations):
+            copies = _copies(model, cluster, _with(ranked, offload_activations=oa), units[rc], shape, dtype)
+            channels = step_channels(passes, per_update, collectives, grid.zero, copies, slowdown, stack.overlap_dp,
+                                     forward)
+            for z, zero in enumerate(grid.zero):
+                dp, moved = (updates * x for x in channels[zero])
+                for o, oo in enumerate(grid.offload_optimizer):
+                    yield (r, z, o, a), EndSteps(pipelined, dp, moved, updates * opt[zero, oo], bubble, first, last,
+                                                 middle)
+
+
+def _copies(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, shape: tuple[int, ...], dtype: type
+            ) -> Offload:
+    """The first and the last rank's activation-offload copies (channels.offload), side by side."""
+    if not plan.offload_activations:
+        return Offload()
+    one, two = (offload(model, cluster, plan, u.layer_saved, last) for last in (False, True))
+    return Offload(_pair(one.copy, two.copy, shape, dtype), _pair(one.share, two.share, shape, dtype))
+
+
+def _with(plan: Plan, **settings: Any) -> Plan:
+    """``plan`` with these categorical settings (itself if it has them already)."""
+    return plan if all(getattr(plan, k) == v for k, v in settings.items()) else replace(plan, **settings)
+
+
+def _ends(x: Num, ndim: int) -> tuple[Num, Num]:
+    """The first and the last rank's value of ``x``: its two rows, or ``x`` itself for both (the same on each)."""
+    return (x[0], x[1]) if np.ndim(x) == ndim else (x, x)
+
+
+def _pair(first: Num, last: Num, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    """The first and the last rank's value, stacked on a leading axis of 2."""
+    out = np.empty((2, *shape), dtype=dtype)
+    out[0], out[1] = first, last
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,19 +170,18 @@ class StepCosts:
 
 def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: Units, eff: Efficiency = DEFAULT
              ) -> StepCosts:
-    """The step from its per-micro-batch units: the busier of the first and the last pipeline rank (``rank_step``:
-    its passes, the data-parallel and offload channels beside them, its optimizer step) plus the bubble; and
-    memory."""
-    first, last, middle = stage_times(model, plan, stack, u)
-    ends = (rank_step(model, cluster, plan, stack, u, first, False, eff),
-            rank_step(model, cluster, plan, stack, u, last, True, eff))
-    use_first = ends[0].total >= ends[1].total
-    pick = {f: where(use_first, getattr(ends[0], f), getattr(ends[1], f)) for f in ("dp", "optimizer", "offload")}
+    """The step of one plan (or a batch) under its own settings (``compose``, a grid of one), by component: the
+    busier end rank's passes, channels and optimizer step, and the bubble; and memory."""
+    ((_, step),) = compose(model, cluster, plan, {plan.recompute: u}, own_settings(plan), stack, eff)
+    ranks = step.ranks()
+    use_first = ranks[0] >= ranks[1]
+    use_first = bool(use_first) if np.ndim(use_first) == 0 else use_first
+    pick = {f: where(use_first, *_ends(getattr(step, f), ranks.ndim)) for f in ("dp", "optimizer", "offload")}
+    first, last, middle = step.first, step.last, step.middle
     stage = PassTimes(*(where(use_first, getattr(first, f), getattr(last, f)) for f in PassTimes.__slots__))
     m = plan.grad_accum
     breakdown = {"compute": m * (stage.fwd + stage.bwd), "recompute": m * stage.recompute, "tp": m * stage.tp,
-                 "cp": m * stage.cp, "ep": m * stage.ep, "pp": m * stage.pp,
-                 "bubble": flow_bubble(plan.schedule, plan.pp, plan.vpp, first.total, last.total, middle.total)} | pick
+                 "cp": m * stage.cp, "ep": m * stage.ep, "pp": m * stage.pp, "bubble": step.bubble} | pick
     states_first, states_last = model_state_memory(model, plan, stack)
     acts_first, acts_last = activation_memory(model, plan, stack, u)
     buffers = buffer_memory(model, plan)
@@ -64,7 +189,7 @@ def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: Un
     mem_last = Memory(*states_last, acts_last, buffers)
     use_mem_first = mem_first.total >= mem_last.total
     memory = {k: where(use_mem_first, getattr(mem_first, k), getattr(mem_last, k)) for k in MEMORY}
-    return StepCosts(breakdown=breakdown, step_time=sum(breakdown.values(), 0.0), memory=memory,
+    return StepCosts(breakdown=breakdown, step_time=step.total(), memory=memory,
                      peak_memory=maximum(mem_first.total, mem_last.total),
                      stage_fwd=stage.fwd, stage_bwd=stage.bwd + stage.recompute,
                      host_memory=offloaded_optimizer(model, plan, stack) + offloaded_activations(model, plan, u),
