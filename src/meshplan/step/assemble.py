@@ -1,12 +1,14 @@
-"""The step from its per-micro-batch units, composed once (``compose``) for one plan or a batch of them under a grid
-of settings (recompute × ZeRO × optimizer offload × activation offload): each end rank's m passes, the data-parallel
-and offload channels beside them (channels.py), its optimizer step, and the bubble (bubble.flow_bubble); the step is
-the busier of the first and the last pipeline rank plus the bubble (``EndSteps.total``, the one sum):
+"""The step from its per-micro-batch units, composed once for one plan or a batch of them under a grid of settings
+(recompute × ZeRO × optimizer offload × activation offload), each part computed once for the settings it changes
+with. Time (``compose``): each end rank's m passes, the data-parallel and offload channels beside them (channels.py),
+its optimizer step, and the bubble (bubble.flow_bubble); the step is the busier of the first and the last pipeline
+rank plus the bubble (``EndSteps.total``, the one sum):
     t_step = max over the end ranks of (m · t_rank + dp + offload + optimizer) + bubble
+Memory (``compose_memory``): each end rank's model states, activations and buffers, the peak the larger of the two
+(``MemoryGrid.peak``), and what offload moves to the host.
 ``estimate`` composes one plan under its own settings (``assemble``: a grid of one, with the time by component and
-the memory of the rank with the larger footprint, ``StepCosts``); the search composes a batch of plans under the
-space's grid (search/scoring.py), each part computed once for the settings it changes with. Fields are floats for
-one plan or NumPy arrays for many.
+the memory of the rank with the larger footprint, ``StepCosts``); the search composes batches of plans under the
+space's grid (search/scoring.py). Fields are floats for one plan or NumPy arrays for many.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 from meshplan.bubble import flow_bubble
 from meshplan.channels import Offload, Passes, dp_collectives, offload, optimizer_time, step_channels
 from meshplan.cost.params import StageParams, stage_params
-from meshplan.memory import Memory, buffer_memory, model_state_memory, offloaded_optimizer
+from meshplan.memory import Memory, buffer_memory, model_states
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -31,7 +33,7 @@ from meshplan.step.memory import activation_memory, offloaded_activations
 from meshplan.step.passes import PassTimes
 from meshplan.step.stages import cadence, stage_times
 from meshplan.step.units import Parts, Units, unit_costs
-from meshplan.xp import Num, maximum, where
+from meshplan.xp import Num, where
 
 MEMORY = ("weights", "grads", "optimizer", "activations", "buffers")
 
@@ -138,6 +140,11 @@ def _with(plan: Plan, **settings: Any) -> Plan:
     return plan if all(getattr(plan, k) == v for k, v in settings.items()) else replace(plan, **settings)
 
 
+def _flag(x: Num) -> Num:
+    """A comparison's outcome: a bool for one plan (so that ``where`` picks without NumPy), an array for many."""
+    return bool(x) if np.ndim(x) == 0 else x
+
+
 def _ends(x: Num, ndim: int) -> tuple[Num, Num]:
     """The first and the last rank's value of ``x``: its two rows, or ``x`` itself for both (the same on each)."""
     return (x[0], x[1]) if np.ndim(x) == ndim else (x, x)
@@ -148,6 +155,62 @@ def _pair(first: Num, last: Num, shape: tuple[int, ...], dtype: type) -> np.ndar
     out = np.empty((2, *shape), dtype=dtype)
     out[0], out[1] = first, last
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryGrid:
+    """Bytes per GPU of a plan (or a batch) under every setting of a grid, each part for the settings it changes
+    with: model states per (ZeRO stage, optimizer offload, end rank), activations per (recompute, activation offload,
+    end rank), buffers per ZeRO stage, and what offload moves to the host; the end ranks (first, last) on an axis of
+    2. Held in float64; ``peak`` and ``host`` sum them in the caller's dtype (the search's: float32)."""
+
+    weights: np.ndarray  # (Z, O, 2, ...)
+    grads: np.ndarray
+    optimizer: np.ndarray  # 0 where offloaded (memory.model_states)
+    activations: np.ndarray  # (R, A, 2, ...)
+    buffers: np.ndarray  # (Z, ...)
+    host_optimizer: np.ndarray  # (Z, O, ...): the first rank's offloaded optimizer state (ZeRO-Offload)
+    host_activations: np.ndarray  # (R, A, ...): step.memory.offloaded_activations
+
+    def peak(self, dtype: type = np.float64) -> np.ndarray:
+        """Peak HBM bytes, shape (recompute, zero, offload opt, offload act, ...): the larger of the end ranks'
+        weights + grads + optimizer + activations + buffers."""
+        states = (self.weights + self.grads + self.optimizer).astype(dtype, copy=False)
+        acts, buffers = self.activations.astype(dtype, copy=False), self.buffers.astype(dtype, copy=False)
+        peak = states[None, :, :, None, 0] + acts[:, None, None, :, 0]  # the first rank
+        np.maximum(peak, states[None, :, :, None, 1] + acts[:, None, None, :, 1], out=peak)  # or the last
+        peak += buffers[None, :, None, None]
+        return peak
+
+    def host(self, dtype: type = np.float64) -> np.ndarray:
+        """Host bytes offloaded per GPU, shaped as ``peak``."""
+        return (self.host_optimizer.astype(dtype, copy=False)[None, :, :, None]
+                + self.host_activations.astype(dtype, copy=False)[:, None, None])
+
+
+def compose_memory(model: ModelSpec, plan: Plan, units: Mapping[str, Units], grid: Settings, stack: Stack
+                   ) -> MemoryGrid:
+    """The memory of ``plan`` (one plan, or a batch) under every setting of ``grid`` (``MemoryGrid``): memory.py's
+    model states, buffers and offloaded optimizer state, step/memory.py's activations and offloaded activations."""
+    shape, rcs, zeros = np.shape(plan.dp), grid.recompute, grid.zero
+    oos, oas = grid.offload_optimizer, grid.offload_activations
+
+    def arr(x: Num) -> np.ndarray:
+        return np.broadcast_to(np.asarray(x, dtype=np.float64), shape)
+
+    ends = (stage_params(model, plan, True), stage_params(model, plan, False))
+    # an offloaded optimizer state leaves the GPU for the host: the first rank's (memory.offloaded_optimizer)
+    kept = {z: [model_states(end, _with(plan, zero=z, offload_optimizer=False), stack, last)
+                for end, last in zip(ends, (False, True), strict=True)] for z in zeros}
+    states = [np.array([[[arr(0.0 if i == 2 and oo else end[i]) for end in kept[z]] for oo in oos] for z in zeros])
+              for i in range(3)]
+    settled = {(rc, oa): _with(plan, recompute=rc, offload_activations=oa) for rc in rcs for oa in oas}
+    acts = np.array([[[arr(a) for a in activation_memory(model, settled[rc, oa], stack, units[rc])] for oa in oas]
+                     for rc in rcs])
+    return MemoryGrid(*states, acts, np.array([arr(buffer_memory(model, _with(plan, zero=z))) for z in zeros]),
+                      np.array([[arr(kept[z][0][2] if oo else 0.0) for oo in oos] for z in zeros]),
+                      np.array([[arr(offloaded_activations(model, settled[rc, oa], units[rc])) for oa in oas]
+                                for rc in rcs]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,27 +235,25 @@ def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: Un
              ) -> StepCosts:
     """The step of one plan (or a batch) under its own settings (``compose``, a grid of one), by component: the
     busier end rank's passes, channels and optimizer step, and the bubble; and memory."""
-    ((_, step),) = compose(model, cluster, plan, {plan.recompute: u}, own_settings(plan), stack, eff)
+    settings = own_settings(plan)
+    ((_, step),) = compose(model, cluster, plan, {plan.recompute: u}, settings, stack, eff)
     ranks = step.ranks()
-    use_first = ranks[0] >= ranks[1]
-    use_first = bool(use_first) if np.ndim(use_first) == 0 else use_first
+    use_first = _flag(ranks[0] >= ranks[1])
     pick = {f: where(use_first, *_ends(getattr(step, f), ranks.ndim)) for f in ("dp", "optimizer", "offload")}
     first, last, middle = step.first, step.last, step.middle
     stage = PassTimes(*(where(use_first, getattr(first, f), getattr(last, f)) for f in PassTimes.__slots__))
     m = plan.grad_accum
     breakdown = {"compute": m * (stage.fwd + stage.bwd), "recompute": m * stage.recompute, "tp": m * stage.tp,
                  "cp": m * stage.cp, "ep": m * stage.ep, "pp": m * stage.pp, "bubble": step.bubble} | pick
-    states_first, states_last = model_state_memory(model, plan, stack)
-    acts_first, acts_last = activation_memory(model, plan, stack, u)
-    buffers = buffer_memory(model, plan)
-    mem_first = Memory(*states_first, acts_first, buffers)
-    mem_last = Memory(*states_last, acts_last, buffers)
-    use_mem_first = mem_first.total >= mem_last.total
+    mem = compose_memory(model, plan, {plan.recompute: u}, settings, stack)
+    mem_first, mem_last = (Memory(mem.weights[0, 0, e], mem.grads[0, 0, e], mem.optimizer[0, 0, e],
+                                  mem.activations[0, 0, e], mem.buffers[0]) for e in (0, 1))
+    use_mem_first = _flag(mem_first.total >= mem_last.total)
     memory = {k: where(use_mem_first, getattr(mem_first, k), getattr(mem_last, k)) for k in MEMORY}
     return StepCosts(breakdown=breakdown, step_time=step.total(), memory=memory,
-                     peak_memory=maximum(mem_first.total, mem_last.total),
+                     peak_memory=mem.peak()[0, 0, 0, 0],
                      stage_fwd=stage.fwd, stage_bwd=stage.bwd + stage.recompute,
-                     host_memory=offloaded_optimizer(model, plan, stack) + offloaded_activations(model, plan, u),
+                     host_memory=mem.host()[0, 0, 0, 0],
                      ranks=tuple((r.t_f, r.t_b) for r in (first.passes(), middle.passes(), last.passes())),
                      rank_memory=(mem_first.total, mem_last.total), use_first=use_first)
 
