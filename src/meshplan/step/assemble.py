@@ -195,22 +195,26 @@ def compose_memory(model: ModelSpec, plan: Plan, units: Mapping[str, Units], gri
     shape, rcs, zeros = np.shape(plan.dp), grid.recompute, grid.zero
     oos, oas = grid.offload_optimizer, grid.offload_activations
 
-    def arr(x: Num) -> np.ndarray:
-        return np.broadcast_to(np.asarray(x, dtype=np.float64), shape)
+    def arr(x: Num) -> Num:  # each plan's value (one plan: the value itself, a float or a NumPy scalar)
+        return np.broadcast_to(np.asarray(x, dtype=np.float64), shape) if shape else x
 
     ends = (stage_params(model, plan, True), stage_params(model, plan, False))
     # an offloaded optimizer state leaves the GPU for the host: the first rank's (memory.offloaded_optimizer)
     kept = {z: [model_states(end, _with(plan, zero=z, offload_optimizer=False), stack, last)
                 for end, last in zip(ends, (False, True), strict=True)] for z in zeros}
-    states = [np.array([[[arr(0.0 if i == 2 and oo else end[i]) for end in kept[z]] for oo in oos] for z in zeros])
+    states = [_array([[[arr(0.0 if i == 2 and oo else end[i]) for end in kept[z]] for oo in oos] for z in zeros])
               for i in range(3)]
     settled = {(rc, oa): _with(plan, recompute=rc, offload_activations=oa) for rc in rcs for oa in oas}
-    acts = np.array([[[arr(a) for a in activation_memory(model, settled[rc, oa], stack, units[rc])] for oa in oas]
-                     for rc in rcs])
-    return MemoryGrid(*states, acts, np.array([arr(buffer_memory(model, _with(plan, zero=z))) for z in zeros]),
-                      np.array([[arr(kept[z][0][2] if oo else 0.0) for oo in oos] for z in zeros]),
-                      np.array([[arr(offloaded_activations(model, settled[rc, oa], units[rc])) for oa in oas]
-                                for rc in rcs]))
+    acts = _array([[[arr(a) for a in activation_memory(model, settled[rc, oa], stack, units[rc])] for oa in oas]
+                   for rc in rcs])
+    return MemoryGrid(*states, acts, _array([arr(buffer_memory(model, _with(plan, zero=z))) for z in zeros]),
+                      _array([[arr(kept[z][0][2] if oo else 0.0) for oo in oos] for z in zeros]),
+                      _array([[arr(offloaded_activations(model, settled[rc, oa], units[rc])) for oa in oas]
+                              for rc in rcs]))
+
+
+def _array(nested: list) -> np.ndarray:
+    return np.array(nested, dtype=np.float64)
 
 
 @dataclass(frozen=True, slots=True)
