@@ -8,10 +8,12 @@ collectives and offload copies that share them, and its optimizer step), and the
 interleaved schedule, Narayanan et al. 2021 §2.2):
     t_step = max over the end ranks of (m · t_rank + channels + optimizer) + ((p-2) · t_middle + t_other_end) / v
 The pieces, in data-flow order: step/passes.py (ops timed and summed per pass under the overlap rules, stated
-there), step/units.py (the per micro-batch units a step repeats), step/stages.py (the ranks, the bubble, an end
-rank's step with channels.py), step/memory.py and memory.py (bytes per rank), step/assemble.py (the step).
-The arithmetic accepts NumPy arrays in the numeric plan fields, so the search evaluates many plans with this
-same code (``step.assemble.step_costs``); ``estimate`` adds the per-op table and the feasibility verdict for one plan.
+there), step/units.py (the per micro-batch units a step repeats), step/stages.py (the ranks and their sends),
+bubble.py (the bubble), channels.py (what runs beside the passes), step/memory.py and memory.py (bytes per rank),
+step/assemble.py (the step and its memory, composed once: ``compose`` and ``compose_memory``, for one plan under its
+own settings or a batch under the search's grid). The arithmetic accepts NumPy arrays in the numeric plan fields, so
+the search evaluates many plans with this same code (search/scoring.py); ``estimate`` adds the per-op table and the
+feasibility verdict for one plan.
 
 MFU counts model FLOPs (cost/flops.py): 6·N per token for the matmul parameters N (embedding lookup excluded, LM
 head included) plus 6·s·A·(d_qk + d_v) per layer for attention, without causal savings (PaLM, Chowdhery et al.
