@@ -62,6 +62,7 @@ class OwnSettings:
 
 
 def own_settings(plan: Plan) -> OwnSettings:
+    """The grid of ``plan``'s own recompute mode, ZeRO stage and offloads: what ``assemble`` composes it under."""
     return OwnSettings((plan.recompute,), (plan.zero,), (plan.offload_optimizer,), (plan.offload_activations,))
 
 
