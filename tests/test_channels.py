@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from meshplan.channels import Collectives, Offload, Passes, pass_channels, step_channels
+from meshplan.channels import Collectives, Offload, Passes, pass_channels, step_channels, zero_counts
 from meshplan.estimate import estimate
 from meshplan.specs.hardware import build_cluster, load_system
 from meshplan.specs.model_load import load_model
@@ -57,6 +57,21 @@ def test_step_channels_count_each_zero_stage_s_passes():
     assert out[2][0] == pytest.approx((3 - 1 + SD * 1) + 4 * (4 - 2 + SD * 2))
     # ZeRO-3: gather beside each forward, gather + scatter beside each backward
     assert out[3][0] == pytest.approx(4 * ((3 - 1 + SD * 1) + (7 - 2 + SD * 2)))
+
+
+def test_the_per_op_table_counts_the_traffic_the_step_prices():
+    """zero_counts (the per-op table's rows) reads the same ZERO_TRAFFIC as step_channels: with m = 4 micro-batches,
+    ZeRO-2 reduce-scatters beside each of the 4 backwards and gathers once; ZeRO-3 gathers beside 4 forwards and 4
+    backwards (8) and reduce-scatters beside the 4 backwards."""
+    assert zero_counts(0, 4) == {"all_reduce": 1}
+    assert zero_counts(1, 4) == {"scatter": 1, "gather": 1}
+    assert zero_counts(2, 4) == {"scatter": 4, "gather": 1}
+    assert zero_counts(3, 4) == {"gather": 8, "scatter": 4}
+    # the step, with the collectives all exposed (no pass time, not overlapped): Σ count · seconds
+    p, c = Passes(0.0, 0.0, 0.0, 0.0, 0.0, 0.0), Collectives(all_reduce=5.0, gather=3.0, scatter=4.0)
+    priced = step_channels(p, 4, c, (0, 1, 2, 3), Offload(), SD, False)
+    for zero in (0, 1, 2, 3):
+        assert priced[zero][0] == sum(n * getattr(c, kind) for kind, n in zero_counts(zero, 4).items())
 
 
 def _scaled(system: str, k: float = 1.0, **net: float):

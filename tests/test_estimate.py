@@ -69,7 +69,7 @@ def test_full_recompute_adds_one_forward():
 
 
 def test_pipeline_bubble_matches_the_simulator():
-    """The bubble formula (step.stages.bubble_time) against the schedule simulator fed each rank's own times."""
+    """The bubble formula (bubble.flow_bubble) against the schedule simulator fed each rank's own times."""
     model, c = gpt(layers=8), h100(8)
     for plan in (Plan(pp=4, dp=2, global_batch=16), Plan(pp=4, dp=2, vpp=2, global_batch=16,
                                                          schedule="interleaved")):

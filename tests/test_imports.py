@@ -24,7 +24,7 @@ LAYERS = [
     ("comm", "groups"),
     ("cost",),
     ("memory", "roofline"),
-    ("channels", "schedule", "steady"),
+    ("bubble", "channels", "schedule", "steady"),
     ("step",),
     ("estimate",),
     ("serve",),

@@ -128,7 +128,7 @@ def test_interleaved_timeline(est_interleaved):
     p, v, m = 4, 2, 8
     assert (run.schedule, run.vpp) == ("interleaved", v)
     assert math.isclose(run.timeline.step_time, sum(est_interleaved.breakdown[k] for k in PIPELINE), rel_tol=1e-9)
-    # bubble: the other ranks' times once, over v (step.stages.bubble_time); below (p-1)/(v·m) of the ideal time
+    # bubble: the other ranks' times once, over v (bubble.flow_bubble); below (p-1)/(v·m) of the ideal time
     # (Narayanan et al. 2021, equal ranks) because only the last rank carries the LM head
     assert math.isclose(run.timeline.bubble_time, est_interleaved.breakdown["bubble"], rel_tol=1e-9)
     assert run.timeline.bubble_fraction < (p - 1) / (v * m)

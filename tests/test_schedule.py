@@ -10,6 +10,7 @@ import itertools
 
 import pytest
 
+from meshplan.bubble import flow_bubble
 from meshplan.schedule import (
     Action,
     bubble_fraction,
@@ -254,6 +255,52 @@ def test_closed_forms_equal_the_simulator(tf, tb):
         assert tl.max_in_flight == tuple(in_flight(schedule, p, m, v, r, group=n) for r in range(p)), label
         checked += 1
     assert checked > 200
+
+
+# extra (forward, backward) seconds of an end rank over a middle rank's (1, 2): the embedding's on the first, the
+# LM head's on the last; none, one heavier forward, one heavier backward, both heavier
+EXTRAS = [(0.0, 0.0), (0.25, 0.5), (0.5, 0.25), (1.0, 2.0), (0.0, 1.0), (1.0, 0.0), (2.0, 3.0)]
+
+
+def _ranks(p, embed, head):
+    """Per-rank forward and backward seconds of one micro-batch (whole ranks): middle ranks (1, 2), the ends more."""
+    if p == 1:
+        return [1.0 + embed[0] + head[0]], [2.0 + embed[1] + head[1]]
+    return [1.0 + embed[0]] + [1.0] * (p - 2) + [1.0 + head[0]], [2.0 + embed[1]] + [2.0] * (p - 2) + [2.0 + head[1]]
+
+
+def test_flow_bubble_equals_the_simulator_where_it_claims_to():
+    """bubble.flow_bubble, the estimator's and the search's bubble: ((p − 2)·t_middle + t_other_end)/v from whole
+    ranks' times, against the simulator fed per-chunk times (rank time / v). Exact on equal ranks and whenever the
+    last rank is the busiest in both passes, for GPipe, 1F1B and interleaved; GPipe also with the first the busiest;
+    1F1B and interleaved with the first the busiest: the simulator's bubble is smaller (an upper bound). E.g. p = 4,
+    1F1B, head (1, 2): ranks of 3, 3, 3, 6 s, bubble (2·3 + 3)/1 = 9 s whatever m."""
+    exact = bounded = 0
+    for schedule, p, m, v, n in grid():
+        for embed, head in itertools.product(EXTRAS, EXTRAS):
+            fwd, bwd = _ranks(p, embed, head)
+            tl = simulate(build(schedule, p, m, v, group=n), [f / v for f in fwd], [b / v for b in bwd])
+            total = [f + b for f, b in zip(fwd, bwd, strict=True)]
+            middle = total[1] if p > 2 else 0.0  # no middle rank: its weight p − 2 is 0
+            closed = flow_bubble(schedule, p, v, total[0], total[-1], middle)
+            last_busiest = head[0] >= embed[0] and head[1] >= embed[1]
+            first_busiest = head[0] <= embed[0] and head[1] <= embed[1]
+            label = (schedule, p, m, v, n, embed, head)
+            if p == 1 or last_busiest or (first_busiest and schedule == "gpipe"):
+                assert tl.bubble_time == pytest.approx(closed, rel=1e-12, abs=1e-12), label
+                exact += 1
+            elif first_busiest:
+                assert tl.bubble_time <= closed + 1e-12, label
+                bounded += 1
+    assert exact > 5000 and bounded > 2000
+    # the docstring's case: 1F1B, p = 4, ranks 3, 3, 3, 6 s: m·6 + 9
+    tl = simulate(build("1f1b", 4, 8), [1.0, 1.0, 1.0, 2.0], [2.0, 2.0, 2.0, 4.0])
+    assert (tl.step_time, tl.bubble_time, flow_bubble("1f1b", 4, 1, 3.0, 6.0, 3.0)) == (8 * 6.0 + 9.0, 9.0, 9.0)
+
+
+def test_flow_bubble_of_the_asynchronous_schedules_is_zero():
+    for schedule in ("pipedream", "pipedream-2bw"):
+        assert flow_bubble(schedule, 4, 1, 3.0, 6.0, 3.0) == 0.0
 
 
 # --- unequal stages and p2p -----------------------------------------------------------------------

@@ -164,17 +164,42 @@ def _pass(bare: Num, k: Num, h: Num, d: Num, copy: Num, share: Num, slowdown: fl
     return dp, moved
 
 
-def _stage_traffic(c: Collectives, zero: int) -> tuple[Num, Num, Num, Num]:
-    """The data-parallel collectives beside (the first forward, every other forward, the last backward, every other
-    backward) pass of a step, by ZeRO stage (module docstring)."""
-    if zero == 0:
-        return 0.0, 0.0, c.all_reduce, 0.0
-    if zero == 1:
-        return c.gather, 0.0, c.scatter, 0.0
-    if zero == 2:
-        return c.gather, 0.0, c.scatter, c.scatter
-    both = c.gather + c.scatter
-    return c.gather, c.gather, both, both
+# What each ZeRO stage runs beside (the first forward, every other forward, the last backward, every other backward)
+# pass of a step (module docstring), by ``Collectives`` field: the one statement of the ZeRO traffic, which the step
+# prices (``step_channels``) and the per-op table counts (``zero_counts``)
+ZERO_TRAFFIC: dict[int, tuple[tuple[str, ...], ...]] = {
+    0: ((), (), ("all_reduce",), ()),
+    1: (("gather",), (), ("scatter",), ()),
+    2: (("gather",), (), ("scatter",), ("scatter",)),
+    3: (("gather",), ("gather",), ("gather", "scatter"), ("gather", "scatter")),
+}
+
+
+def zero_counts(zero: int, m: Num) -> dict[str, Num]:
+    """How often each data-parallel collective of ZeRO stage ``zero`` runs per weight update of m micro-batches
+    (``ZERO_TRAFFIC``: once beside the first forward and the last backward, m − 1 times beside the others), those of
+    the last backward first: stage 0 one all-reduce, 1 one reduce-scatter and one all-gather, 2 m reduce-scatters and
+    one all-gather, 3 2·m all-gathers and m reduce-scatters."""
+    first_f, other_f, last_b, other_b = ZERO_TRAFFIC[zero]
+    counts: dict[str, Num] = {}
+    for kinds, n in ((last_b, 1), (first_f, 1), (other_f, m - 1), (other_b, m - 1)):
+        for kind in kinds:
+            counts[kind] = counts.get(kind, 0) + n
+    return counts
+
+
+def _stage_traffic(c: Collectives, zero: int) -> tuple[Num, ...]:
+    """The data-parallel collectives' seconds beside (the first forward, every other forward, the last backward, every
+    other backward) pass of a step, by ZeRO stage (``ZERO_TRAFFIC``); passes that carry the same collectives get the
+    same object (``step_channels`` prices each once)."""
+    sums: dict[tuple[str, ...], Num] = {(): 0.0}
+    for kinds in ZERO_TRAFFIC[zero]:
+        if kinds not in sums:
+            total = getattr(c, kinds[0])
+            for kind in kinds[1:]:
+                total = total + getattr(c, kind)
+            sums[kinds] = total
+    return tuple(sums[kinds] for kinds in ZERO_TRAFFIC[zero])
 
 
 def step_channels(p: Passes, m: Num, c: Collectives, zeros: tuple[int, ...], off: Offload, slowdown: float,

@@ -4,14 +4,16 @@ Per micro-batch, on each pipeline rank (the first holds the embedding, the last 
     t_rank = Σ_layers (fwd + bwd kernels) + recompute + exposed TP / CP / EP communication + pipeline p2p
 Per step, the busier of the first and the last rank (channels.py: its m passes each way with the data-parallel
 collectives and offload copies that share them, and its optimizer step), and the bubble (a flow shop,
-``stages.bubble_time``: the other ranks' times once, over v; with equal ranks (p-1)/m for 1F1B and (p-1)/(v·m) for the
+``bubble.flow_bubble``: the other ranks' times once, over v; with equal ranks (p-1)/m for 1F1B and (p-1)/(v·m) for the
 interleaved schedule, Narayanan et al. 2021 §2.2):
     t_step = max over the end ranks of (m · t_rank + channels + optimizer) + ((p-2) · t_middle + t_other_end) / v
 The pieces, in data-flow order: step/passes.py (ops timed and summed per pass under the overlap rules, stated
-there), step/units.py (the per micro-batch units a step repeats), step/stages.py (the ranks, the bubble, an end
-rank's step with channels.py), step/memory.py and memory.py (bytes per rank), step/assemble.py (the step).
-The arithmetic accepts NumPy arrays in the numeric plan fields, so the search evaluates many plans with this
-same code (``step.assemble.step_costs``); ``estimate`` adds the per-op table and the feasibility verdict for one plan.
+there), step/units.py (the per micro-batch units a step repeats), step/stages.py (the ranks and their sends),
+bubble.py (the bubble), channels.py (what runs beside the passes), step/memory.py and memory.py (bytes per rank),
+step/assemble.py (the step and its memory, composed once: ``compose`` and ``compose_memory``, for one plan under its
+own settings or a batch under the search's grid). The arithmetic accepts NumPy arrays in the numeric plan fields, so
+the search evaluates many plans with this same code (search/scoring.py); ``estimate`` adds the per-op table and the
+feasibility verdict for one plan.
 
 MFU counts model FLOPs (cost/flops.py): 6·N per token for the matmul parameters N (embedding lookup excluded, LM
 head included) plus 6·s·A·(d_qk + d_v) per layer for attention, without causal savings (PaLM, Chowdhery et al.
@@ -24,9 +26,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from functools import cached_property
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
-from meshplan.channels import dp_collectives, optimizer_time
+from meshplan.channels import dp_collectives, optimizer_time, zero_counts
 from meshplan.cost.flops import plan_flops_per_token, recompute_flops_per_token
 from meshplan.cost.params import kind_fractions, layers_on_last, layers_on_stage, stage_params, trainable
 from meshplan.groups import axis_tiers
@@ -44,7 +46,6 @@ from meshplan.step.assemble import StepCosts, assemble
 from meshplan.step.stages import cadence
 from meshplan.step.units import Parts, Units, timed_parts, unit_costs
 from meshplan.units import fmt_bytes
-from meshplan.xp import Num
 
 COMPONENTS = ("compute", "recompute", "tp", "cp", "ep", "pp", "bubble", "dp", "optimizer", "offload")
 
@@ -264,19 +265,17 @@ def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff:
 
 
 def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, first: bool) -> list[OpRow]:
-    """Once-per-step ops of the busiest rank: the gradient reduction / parameter gather (before overlap) and
-    the optimizer step (ZeRO-3 traffic runs per micro-batch)."""
+    """Once-per-step ops of the busiest rank: the gradient reduction / parameter gather (before overlap), as often as
+    its ZeRO stage runs them (channels.zero_counts: ZeRO-2 and 3 traffic runs per micro-batch), and the optimizer
+    step."""
     params = stage_params(model, plan, first)
-    all_reduce, gather, scatter = dp_collectives(model, cluster, plan, params, eff)
+    seconds = dp_collectives(model, cluster, plan, params, eff)._asdict()
     grad_bytes, weight_bytes = trainable(params, plan).total * plan.grad_bytes, params.total * WEIGHT_BYTES
+    named = {"all_reduce": ("dp/grad_all_reduce", grad_bytes), "scatter": ("dp/grad_reduce_scatter", grad_bytes),
+             "gather": ("dp/param_all_gather", weight_bytes)}
     m, updates = cadence(plan)  # micro-batches per weight update, updates per step (PipeDream: 1, m)
-    comm = {0: [("dp/grad_all_reduce", 1, grad_bytes, all_reduce)],
-            1: [("dp/grad_reduce_scatter", 1, grad_bytes, scatter), ("dp/param_all_gather", 1, weight_bytes, gather)],
-            2: [("dp/grad_reduce_scatter", m, grad_bytes, scatter), ("dp/param_all_gather", 1, weight_bytes, gather)],
-            3: [("dp/param_all_gather", 2 * m, weight_bytes, gather), ("dp/grad_reduce_scatter", m, grad_bytes,
-                                                                      scatter)]}[plan.zero]
-    rows = [OpRow(name, "step", "collective", float(count * updates), 0.0, float(nbytes), float(t), "network")
-            for name, count, nbytes, t in cast("list[tuple[str, Num, Num, Num]]", comm)]  # the lists' join: object
+    rows = [OpRow(named[kind][0], "step", "collective", float(count * updates), 0.0, float(named[kind][1]),
+                  float(seconds[kind]), "network") for kind, count in zero_counts(plan.zero, m).items()]
     opt = optimizer_time(cluster, plan, params, eff)
     moved = float(opt * cluster.accelerator.hbm_bandwidth * eff.memory)
     rows.append(OpRow(f"optimizer/{plan.optimizer}", "step", "memory", float(updates), 0.0, moved, float(opt),

@@ -61,6 +61,7 @@ import re
 from collections.abc import Sequence, Sized
 from dataclasses import dataclass
 
+from meshplan.bubble import flow_bubble
 from meshplan.specs.plan import ASYNC_SCHEDULES, SCHEDULES
 
 KINDS = ("F", "B")
@@ -365,24 +366,22 @@ def _max_in_flight(row: Sequence[Action]) -> int:
 def bubble_fraction(schedule: str, pp: int, m: int, vpp: int = 1, *, group: int | None = None) -> float:
     """Bubble / ideal compute: (p − 1)/m for GPipe and 1F1B, (p − 1)/(v·m) interleaved.
 
-    Narayanan et al. 2021 §2.2.1–2.2.2; independent of the interleaved group size N (checked by the tests).
-    Asynchronous schedules: 0 (no flush; the one fill of a training run is amortised).
+    ``bubble.flow_bubble`` of equal ranks, over m (Narayanan et al. 2021 §2.2.1–2.2.2); independent of the
+    interleaved group size N (checked by the tests). Asynchronous: 0 (no flush; a run's one fill is amortised).
     """
     _check(schedule, pp, m, vpp, group)
-    return 0.0 if schedule in ASYNC_SCHEDULES else (pp - 1) / (vpp * m)
+    return float(flow_bubble(schedule, pp, vpp, 1.0, 1.0, 1.0)) / m
 
 
 def bubble_time(schedule: str, pp: int, m: int, vpp: int, t_fwd: float, t_bwd: float, *,
                 group: int | None = None) -> float:
-    """Idle time of the step: (p − 1)·(t_f + t_b), with t_f, t_b per chunk as in ``simulate``.
-
-    With per-rank times T_f = v·t_f, T_b = v·t_b this is the paper's (p − 1)·(T_f + T_b)/v for
-    interleaved (Narayanan et al. 2021 §2.2.2); for GPipe and 1F1B v = 1 and t = T. Assumes equal stages
-    and t_p2p = 0, where it equals ``simulate(...).bubble_time`` (the tests check a grid of cases). With
+    """Idle time of the step on equal stages, ``bubble.flow_bubble`` of ranks of v·(t_f + t_b) each: (p − 1)·(t_f + t_b)
+    with t_f, t_b per chunk as in ``simulate``, the paper's (p − 1)·(T_f + T_b)/v (Narayanan et al. 2021 §2.2.2). With
     t_p2p > 0 the p2p latency also stalls the steady state, so use ``simulate``. Asynchronous: 0 (steady.py).
     """
     _check(schedule, pp, m, vpp, group)
-    return 0.0 if schedule in ASYNC_SCHEDULES else (pp - 1) * (t_fwd + t_bwd)
+    rank = vpp * (t_fwd + t_bwd)
+    return float(flow_bubble(schedule, pp, vpp, rank, rank, rank))
 
 
 def step_time(schedule: str, pp: int, m: int, vpp: int, t_fwd: float, t_bwd: float, *,

@@ -217,7 +217,7 @@ def pipeline_run(est: Estimate) -> PipelineRun:
     Per micro-batch and chunk, each rank's forward and backward times (the first rank with the embedding,
     the last with the LM head and loss, the others with their layers only), each with its share of the
     pass's own exposed TP, CP, EP and p2p time (step.passes.PassTimes.passes), divided by vpp. The simulated step is the
-    estimate's pipelined part, compute + recompute + tp + cp + ep + pp + bubble (step.stages.bubble_time; the
+    estimate's pipelined part, compute + recompute + tp + cp + ep + pp + bubble (bubble.flow_bubble; the
     tests check it).
     """
     from meshplan.schedule import build, simulate

@@ -21,8 +21,8 @@ def lower_bound(model: ModelSpec, pool: PlanBatch, shapes: dict[str, Units], sha
     and the first rank the embedding's (e), the last the head's (h); everything else (communication, recompute,
     sends, DP, optimizer, offload) only adds. So the busiest rank takes at least B = max(L_f·c + e, L_l·c + h) (a
     single stage holds both: L·c + e + h), and the bubble, the other ranks' times over v
-    (``step.stages.bubble_time``), at least ((p − 1)·min(L_f, L_l)·c + min(e, h)) / v: the step takes at least
-    m·B + that. Without a ``bubble`` (the asynchronous schedules, step.stages.bubble_time): m·B."""
+    (``bubble.flow_bubble``), at least ((p − 1)·min(L_f, L_l)·c + min(e, h)) / v: the step takes at least
+    m·B + that. Without a ``bubble`` (the asynchronous schedules, bubble.flow_bubble): m·B."""
     def least(part: str) -> np.ndarray:
         times = [np.broadcast_to(getattr(u, part).fwd + getattr(u, part).bwd, shape_of.max() + 1)
                  for u in shapes.values()]

@@ -8,13 +8,13 @@ them (ties are broken towards less memory).
 
 How it is fast (DESIGN.md example 4): per-micro-batch costs of a layer, the embedding, the head and a pipeline
 send (``step.units.Units``) depend only on tp, cp, micro-batch, ep, etp, the strides of tp / cp / pp on the mesh
-and the categorical settings; they are computed once per distinct key. ``estimate.assemble``'s step, on arrays
-(``scoring``), then turns them into step time and memory for every candidate at once with NumPy, in chunks, so
-memory stays bounded. Memory, and a lower bound on the step time (``bound``), depend on the size combination (every
-numeric field but the placement) and on a unit's kernel times and saved activations, which depend on the op shapes
-alone: they are computed once per size combination. Only the combinations whose bound can still reach the top k have
-their placements built, their unit keys' collectives priced (``keyed.KeyUnits``) and their step time computed
-(branch and bound, ``evaluate``).
+and the categorical settings; they are computed once per distinct key. estimate()'s own step composition
+(``step.assemble.compose``, on arrays, via ``scoring``) then turns them into step time and memory for every candidate
+at once with NumPy, in chunks, so memory stays bounded. Memory, and a lower bound on the step time (``bound``),
+depend on the size combination (every numeric field but the placement) and on a unit's kernel times and saved
+activations, which depend on the op shapes alone: they are computed once per size combination. Only the combinations
+whose bound can still reach the top k have their placements built, their unit keys' collectives priced
+(``keyed.KeyUnits``) and their step time computed (branch and bound, ``evaluate``).
 
 The modules, in data-flow order: ``space`` (what may be chosen), ``combos`` (valid size combinations, the rest
 tallied), ``placements`` and ``candidates`` (the candidates as NumPy columns), ``limits`` (the space's size, checked

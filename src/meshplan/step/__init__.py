@@ -1,2 +1,3 @@
 """A training step from per-op costs: overlap and pass times (passes), the units a step repeats (units), pipeline
-ranks, bubble and data-parallel / optimizer channels (stages), bytes per rank (memory) -> step costs (assemble)."""
+ranks and update cadence (stages), bytes per rank (memory) -> the step composed once, with its channels, optimizer
+and bubble, for one plan or a batch under a grid of settings (assemble)."""

@@ -1,13 +1,28 @@
-"""The step from its per-micro-batch units: time by component (the busier end rank's passes, channels and
-optimizer, and the bubble: stages.py) and memory of the rank with the larger footprint (``StepCosts``). Fields are
-floats for one plan or NumPy arrays for many: the search assembles many plans with this same code.
+"""The step from its per-micro-batch units, composed once for one plan or a batch of them under a grid of settings
+(recompute × ZeRO × optimizer offload × activation offload), each part computed once for the settings it changes
+with. Time (``compose``): each end rank's m passes, the data-parallel and offload channels beside them (channels.py),
+its optimizer step, and the bubble (bubble.flow_bubble); the step is the busier of the first and the last pipeline
+rank plus the bubble (``EndSteps.total``, the one sum):
+    t_step = max over the end ranks of (m · t_rank + dp + offload + optimizer) + bubble
+Memory (``compose_memory``): each end rank's model states, activations and buffers, the peak the larger of the two
+(``MemoryGrid.peak``), and what offload moves to the host.
+``estimate`` composes one plan under its own settings (``assemble``: a grid of one, with the time by component and
+the memory of the rank with the larger footprint, ``StepCosts``); the search composes batches of plans under the
+space's grid (search/scoring.py). Fields are floats for one plan or NumPy arrays for many.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, cast
 
-from meshplan.memory import Memory, buffer_memory, model_state_memory, offloaded_optimizer
+import numpy as np
+
+from meshplan.bubble import flow_bubble
+from meshplan.channels import Offload, Passes, dp_collectives, offload, optimizer_time, step_channels
+from meshplan.cost.params import StageParams, stage_params
+from meshplan.memory import Memory, buffer_memory, model_states
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -16,11 +31,198 @@ from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
 from meshplan.step.memory import activation_memory, offloaded_activations
 from meshplan.step.passes import PassTimes
-from meshplan.step.stages import bubble_time, rank_step, stage_times
+from meshplan.step.stages import cadence, stage_times
 from meshplan.step.units import Parts, Units, unit_costs
-from meshplan.xp import Num, maximum, where
+from meshplan.xp import Num, where
 
 MEMORY = ("weights", "grads", "optimizer", "activations", "buffers")
+
+
+class Settings(Protocol):
+    """The settings grid a step is composed under: search.Space's axes, or one plan's own (``own_settings``)."""
+
+    @property
+    def recompute(self) -> tuple[str, ...]: ...
+    @property
+    def zero(self) -> tuple[int, ...]: ...
+    @property
+    def offload_optimizer(self) -> tuple[bool, ...]: ...
+    @property
+    def offload_activations(self) -> tuple[bool, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class OwnSettings:
+    """A grid of one setting: a plan's own."""
+
+    recompute: tuple[str, ...]
+    zero: tuple[int, ...]
+    offload_optimizer: tuple[bool, ...]
+    offload_activations: tuple[bool, ...]
+
+
+def own_settings(plan: Plan) -> OwnSettings:
+    """The grid of ``plan``'s own recompute mode, ZeRO stage and offloads: what ``assemble`` composes it under."""
+    return OwnSettings((plan.recompute,), (plan.zero,), (plan.offload_optimizer,), (plan.offload_activations,))
+
+
+@dataclass(frozen=True, slots=True)
+class EndSteps:
+    """One setting's step: the first and the last pipeline rank side by side on a leading axis of 2 (``pipelined``,
+    ``dp``, ``offload``, ``optimizer``: seconds per step), the bubble, and the per micro-batch passes of the first,
+    the last and a middle rank by component."""
+
+    pipelined: Num  # m · t_rank: the rank's passes of its m micro-batches
+    dp: Num  # what the data-parallel collectives add beside them (channels.step_channels), per step
+    offload: Num  # what the activation-offload copies add beyond that
+    optimizer: Num
+    bubble: Num
+    first: PassTimes
+    last: PassTimes
+    middle: PassTimes
+
+    def ranks(self) -> np.ndarray:
+        """Each end rank's step beside the bubble: m · t_rank + dp + offload + optimizer (the end ranks on the
+        leading axis: ``pipelined`` is always stacked, so the sum is an array)."""
+        return cast(np.ndarray, self.pipelined + self.dp + self.offload + self.optimizer)
+
+    def total(self, out: np.ndarray | None = None) -> Num:
+        """The step: the busier end rank's, plus the bubble (written into ``out`` in its dtype if given)."""
+        ranks = self.ranks()
+        return np.add(np.maximum(ranks[0], ranks[1]), self.bubble, out=out, casting="unsafe")
+
+
+def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, Units], grid: Settings,
+            stack: Stack, eff: Efficiency = DEFAULT, dtype: type = np.float64
+            ) -> Iterator[tuple[tuple[int, int, int, int], EndSteps]]:
+    """The step of ``plan`` (one plan, or a batch of them: search.batch.PlanBatch) under every setting of ``grid``,
+    with its index (recompute, zero, offload opt, offload act) into the grid's axes; ``units`` per recompute mode.
+    Each part is computed once for the settings it changes with: per recompute mode the ranks' passes and the
+    bubble, per activation-offload setting the copies and the channels of every ZeRO stage at once
+    (channels.step_channels), per ZeRO stage and optimizer offload the optimizer step. The passes are held in
+    ``dtype`` (the search ranks in float32 and re-estimates its winners in float64)."""
+    shape, m, slowdown = np.shape(plan.dp), plan.grad_accum, eff.overlap_slowdown
+    per_update, updates = cadence(plan)  # PipeDream: an update (DP reduction, optimizer) per micro-batch
+    ends = (stage_params(model, plan, True), stage_params(model, plan, False))
+    params = StageParams(*(_pair(getattr(ends[0], f), getattr(ends[1], f), shape, np.float64)
+                           for f in StageParams.__slots__))
+    collectives = dp_collectives(model, cluster, plan, params, eff)  # the same for every ZeRO stage
+    opt = {(z, oo): optimizer_time(cluster, _with(plan, zero=z, offload_optimizer=oo), params, eff)
+           for z in grid.zero for oo in grid.offload_optimizer}
+    forward: dict = {}  # the forward passes do not change with the recompute mode: priced once without copies
+    for r, rc in enumerate(grid.recompute):
+        ranked = _with(plan, recompute=rc)
+        first, last, middle = stage_times(model, ranked, stack, units[rc])
+        bubble = flow_bubble(ranked.schedule, ranked.pp, ranked.vpp, first.total, last.total, middle.total)
+        pf, pl = first.passes(), last.passes()
+        passes = Passes(*(_pair(getattr(pf, f), getattr(pl, f), shape, dtype) for f in Passes.__slots__))
+        pipelined = m * _pair(first.total, last.total, shape, dtype)
+        for a, oa in enumerate(grid.offload_activations):
+            copies = _copies(model, cluster, _with(ranked, offload_activations=oa), units[rc], shape, dtype)
+            channels = step_channels(passes, per_update, collectives, grid.zero, copies, slowdown, stack.overlap_dp,
+                                     forward)
+            for z, zero in enumerate(grid.zero):
+                dp, moved = (updates * x for x in channels[zero])
+                for o, oo in enumerate(grid.offload_optimizer):
+                    yield (r, z, o, a), EndSteps(pipelined, dp, moved, updates * opt[zero, oo], bubble, first, last,
+                                                 middle)
+
+
+def _copies(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, shape: tuple[int, ...], dtype: type
+            ) -> Offload:
+    """The first and the last rank's activation-offload copies (channels.offload), side by side."""
+    if not plan.offload_activations:
+        return Offload()
+    one, two = (offload(model, cluster, plan, u.layer_saved, last) for last in (False, True))
+    return Offload(_pair(one.copy, two.copy, shape, dtype), _pair(one.share, two.share, shape, dtype))
+
+
+def _with(plan: Plan, **settings: Any) -> Plan:
+    """``plan`` with these categorical settings (itself if it has them already)."""
+    return plan if all(getattr(plan, k) == v for k, v in settings.items()) else replace(plan, **settings)
+
+
+def _flag(x: Num) -> Num:
+    """A comparison's outcome: a bool for one plan (so that ``where`` picks without NumPy), an array for many."""
+    return bool(x) if np.ndim(x) == 0 else x
+
+
+def _ends(x: Num, ndim: int) -> tuple[Num, Num]:
+    """The first and the last rank's value of ``x``: its two rows, or ``x`` itself for both (the same on each)."""
+    if np.ndim(x) == ndim:
+        pair = cast(np.ndarray, x)
+        return pair[0], pair[1]
+    return x, x
+
+
+def _pair(first: Num, last: Num, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    """The first and the last rank's value, stacked on a leading axis of 2."""
+    out: np.ndarray = np.empty((2, *shape), dtype=dtype)
+    out[0], out[1] = first, last
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryGrid:
+    """Bytes per GPU of a plan (or a batch) under every setting of a grid, each part for the settings it changes
+    with: model states per (ZeRO stage, optimizer offload, end rank), activations per (recompute, activation offload,
+    end rank), buffers per ZeRO stage, and what offload moves to the host; the end ranks (first, last) on an axis of
+    2. Held in float64; ``peak`` and ``host`` sum them in the caller's dtype (the search's: float32)."""
+
+    weights: np.ndarray  # (Z, O, 2, ...)
+    grads: np.ndarray
+    optimizer: np.ndarray  # 0 where offloaded (memory.model_states)
+    activations: np.ndarray  # (R, A, 2, ...)
+    buffers: np.ndarray  # (Z, ...)
+    host_optimizer: np.ndarray  # (Z, O, ...): the first rank's offloaded optimizer state (ZeRO-Offload)
+    host_activations: np.ndarray  # (R, A, ...): step.memory.offloaded_activations
+
+    def peak(self, dtype: type = np.float64) -> np.ndarray:
+        """Peak HBM bytes, shape (recompute, zero, offload opt, offload act, ...): the larger of the end ranks'
+        weights + grads + optimizer + activations + buffers."""
+        states = (self.weights + self.grads + self.optimizer).astype(dtype, copy=False)
+        acts: np.ndarray = self.activations.astype(dtype, copy=False)
+        buffers: np.ndarray = self.buffers.astype(dtype, copy=False)
+        peak = states[None, :, :, None, 0] + acts[:, None, None, :, 0]  # the first rank
+        np.maximum(peak, states[None, :, :, None, 1] + acts[:, None, None, :, 1], out=peak)  # or the last
+        peak += buffers[None, :, None, None]
+        return peak
+
+    def host(self, dtype: type = np.float64) -> np.ndarray:
+        """Host bytes offloaded per GPU, shaped as ``peak``."""
+        return (self.host_optimizer.astype(dtype, copy=False)[None, :, :, None]
+                + self.host_activations.astype(dtype, copy=False)[:, None, None])
+
+
+def compose_memory(model: ModelSpec, plan: Plan, units: Mapping[str, Units], grid: Settings, stack: Stack
+                   ) -> MemoryGrid:
+    """The memory of ``plan`` (one plan, or a batch) under every setting of ``grid`` (``MemoryGrid``): memory.py's
+    model states, buffers and offloaded optimizer state, step/memory.py's activations and offloaded activations."""
+    shape, rcs, zeros = np.shape(plan.dp), grid.recompute, grid.zero
+    oos, oas = grid.offload_optimizer, grid.offload_activations
+
+    def arr(x: Num) -> Num:  # each plan's value (one plan: the value itself, a float or a NumPy scalar)
+        return np.broadcast_to(np.asarray(x, dtype=np.float64), shape) if shape else x
+
+    ends = (stage_params(model, plan, True), stage_params(model, plan, False))
+    # an offloaded optimizer state leaves the GPU for the host: the first rank's (memory.offloaded_optimizer)
+    kept = {z: [model_states(end, _with(plan, zero=z, offload_optimizer=False), stack, last)
+                for end, last in zip(ends, (False, True), strict=True)] for z in zeros}
+    states = [_array([[[arr(0.0 if i == 2 and oo else end[i]) for end in kept[z]] for oo in oos] for z in zeros])
+              for i in range(3)]
+    settled = {(rc, oa): _with(plan, recompute=rc, offload_activations=oa) for rc in rcs for oa in oas}
+    acts = _array([[[arr(a) for a in activation_memory(model, settled[rc, oa], stack, units[rc])] for oa in oas]
+                   for rc in rcs])
+    weights, grads, optimizer = states
+    buffers = _array([arr(buffer_memory(model, _with(plan, zero=z))) for z in zeros])
+    return MemoryGrid(weights, grads, optimizer, acts, buffers,
+                      _array([[arr(kept[z][0][2] if oo else 0.0) for oo in oos] for z in zeros]),
+                      _array([[arr(offloaded_activations(model, settled[rc, oa], units[rc])) for oa in oas]
+                              for rc in rcs]))
+
+
+def _array(nested: list) -> np.ndarray:
+    return np.array(nested, dtype=np.float64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,30 +245,27 @@ class StepCosts:
 
 def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: Units, eff: Efficiency = DEFAULT
              ) -> StepCosts:
-    """The step from its per-micro-batch units: the busier of the first and the last pipeline rank (``rank_step``:
-    its passes, the data-parallel and offload channels beside them, its optimizer step) plus the bubble; and
-    memory."""
-    first, last, middle = stage_times(model, plan, stack, u)
-    ends = (rank_step(model, cluster, plan, stack, u, first, False, eff),
-            rank_step(model, cluster, plan, stack, u, last, True, eff))
-    use_first = ends[0].total >= ends[1].total
-    pick = {f: where(use_first, getattr(ends[0], f), getattr(ends[1], f)) for f in ("dp", "optimizer", "offload")}
+    """The step of one plan (or a batch) under its own settings (``compose``, a grid of one), by component: the
+    busier end rank's passes, channels and optimizer step, and the bubble; and memory."""
+    settings = own_settings(plan)
+    ((_, step),) = compose(model, cluster, plan, {plan.recompute: u}, settings, stack, eff)
+    ranks = step.ranks()
+    use_first = _flag(ranks[0] >= ranks[1])
+    pick = {f: where(use_first, *_ends(getattr(step, f), ranks.ndim)) for f in ("dp", "optimizer", "offload")}
+    first, last, middle = step.first, step.last, step.middle
     stage = PassTimes(*(where(use_first, getattr(first, f), getattr(last, f)) for f in PassTimes.__slots__))
     m = plan.grad_accum
     breakdown = {"compute": m * (stage.fwd + stage.bwd), "recompute": m * stage.recompute, "tp": m * stage.tp,
-                 "cp": m * stage.cp, "ep": m * stage.ep, "pp": m * stage.pp,
-                 "bubble": bubble_time(plan, first.total, last.total, middle.total)} | pick
-    states_first, states_last = model_state_memory(model, plan, stack)
-    acts_first, acts_last = activation_memory(model, plan, stack, u)
-    buffers = buffer_memory(model, plan)
-    mem_first = Memory(*states_first, acts_first, buffers)
-    mem_last = Memory(*states_last, acts_last, buffers)
-    use_mem_first = mem_first.total >= mem_last.total
+                 "cp": m * stage.cp, "ep": m * stage.ep, "pp": m * stage.pp, "bubble": step.bubble} | pick
+    mem = compose_memory(model, plan, {plan.recompute: u}, settings, stack)
+    mem_first, mem_last = (Memory(mem.weights[0, 0, e], mem.grads[0, 0, e], mem.optimizer[0, 0, e],
+                                  mem.activations[0, 0, e], mem.buffers[0]) for e in (0, 1))
+    use_mem_first = _flag(mem_first.total >= mem_last.total)
     memory = {k: where(use_mem_first, getattr(mem_first, k), getattr(mem_last, k)) for k in MEMORY}
-    return StepCosts(breakdown=breakdown, step_time=sum(breakdown.values(), 0.0), memory=memory,
-                     peak_memory=maximum(mem_first.total, mem_last.total),
+    return StepCosts(breakdown=breakdown, step_time=step.total(), memory=memory,
+                     peak_memory=mem.peak()[0, 0, 0, 0],
                      stage_fwd=stage.fwd, stage_bwd=stage.bwd + stage.recompute,
-                     host_memory=offloaded_optimizer(model, plan, stack) + offloaded_activations(model, plan, u),
+                     host_memory=mem.host()[0, 0, 0, 0],
                      ranks=tuple((r.t_f, r.t_b) for r in (first.passes(), middle.passes(), last.passes())),
                      rank_memory=(mem_first.total, mem_last.total), use_first=use_first)
 

@@ -1,9 +1,8 @@
 """A step's pipeline ranks from its units: the per micro-batch times of the first, a middle and the last rank
-with their sends (``stage_times``), the bubble (``bubble_time``), and an end rank's step beside it (``rank_step``:
-its passes with the data-parallel collectives and offload copies of channels.py, and its optimizer step).
-
-Per step, the busier of the first and the last rank, and the bubble (a flow shop: the other ranks' times once, over
-v; with equal ranks (p-1)/m for 1F1B and (p-1)/(v·m) for the interleaved schedule, Narayanan et al. 2021 §2.2):
+with their sends (``stage_times``), and how often a step updates the weights (``cadence``). The step composes them
+(step/assemble.py): the busier of the first and the last rank, with its channels and optimizer step, and the bubble
+(bubble.flow_bubble, a flow shop: the other ranks' times once, over v; with equal ranks (p-1)/m for 1F1B and
+(p-1)/(v·m) for the interleaved schedule, Narayanan et al. 2021 §2.2):
     t_step = max over the end ranks of (m · t_rank + channels + optimizer) + ((p-2) · t_middle + t_other_end) / v
 The asynchronous schedules never flush (steady.py): no bubble per step (their one fill per training run is amortised
 away), and their optimizer-step cadence differs (``cadence``): PipeDream updates the weights after every micro-batch
@@ -13,14 +12,11 @@ and optimizer step; PipeDream-2BW after every m (Narayanan et al. 2021 §3.1), o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from meshplan.channels import dp_collectives, offload, optimizer_time, step_channels
-from meshplan.cost.params import any_uneven, layers_on_last, layers_on_stage, stage_params
-from meshplan.specs.efficiency import DEFAULT, Efficiency
-from meshplan.specs.hardware import Cluster
+from meshplan.cost.params import any_uneven, layers_on_last, layers_on_stage
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import ASYNC_SCHEDULES, Plan
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.step.passes import PassTimes, hide
 from meshplan.step.units import Units
@@ -68,53 +64,8 @@ def _with_sends(plan: Plan, stack: Stack, rank: PassTimes, u: Units) -> PassTime
     return rank.plus(replace(added, fwd_comm=sends * paid_f, hidden_f=hid_f, hidden_b=hid_b))
 
 
-def bubble_time(plan: Plan, first: Num, last: Num, middle: Num) -> Num:
-    """The pipeline bubble per step, from the per micro-batch times of the first, last and middle ranks.
-
-    A pipeline is a flow shop: the busiest rank b works m · t_b, and the step also waits for every other
-    rank once, while the first micro-batch fills the pipeline and the last one drains it: Σ_{i≠b} t_i.
-    Interleaving with v chunks per rank cuts those fill and drain steps to 1/v (Narayanan et al. 2021 §2.2:
-    with equal ranks this is the familiar (p − 1)/v · t_stage). Only the first rank holds the embedding and
-    only the last the LM head and loss, so the bubble is paid at the other ranks' times, not at the busiest
-    one's: ((p − 2) · t_middle + t_other_end) / v."""
-    busiest = maximum(first, last)
-    others = first + last + (plan.pp - 2) * middle - busiest
-    if plan.schedule in ASYNC_SCHEDULES:  # no flush: no bubble per step (steady.steady_step)
-        return 0.0 * others
-    return (plan.pp > 1) * others / plan.vpp
-
-
 def cadence(plan: Plan) -> tuple[Num, Num]:
     """(micro-batches per weight update, weight updates per step): (m, 1), but (1, m) under PipeDream, which updates
     after every backward (Narayanan et al. 2019 §3.3); PipeDream-2BW updates once per m ≥ p (2021 §3.1)."""
     m = plan.grad_accum
     return (1, m) if plan.schedule == "pipedream" else (m, 1)
-
-
-@dataclass(frozen=True, slots=True)
-class RankStep:
-    """One pipeline rank's step beside the bubble: m passes each way, the step-level channels, the optimizer."""
-
-    passes: PassTimes  # per micro-batch
-    dp: Num  # what the data-parallel collectives add (channels.step_channels)
-    offload: Num  # what the activation-offload copies add beyond that
-    optimizer: Num
-    micro_batches: Num
-
-    @property
-    def total(self) -> Num:
-        return self.micro_batches * self.passes.total + self.dp + self.offload + self.optimizer
-
-
-def rank_step(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: Units, rank: PassTimes,
-              last: bool, eff: Efficiency = DEFAULT) -> RankStep:
-    """The first (or ``last``) pipeline rank's step: its passes with the data-parallel collectives and offload copies
-    that share them (channels.py) and its optimizer step, for its own parameters and offloaded layers."""
-    params = stage_params(model, plan, not last)
-    collectives = dp_collectives(model, cluster, plan, params, eff)
-    copies = offload(model, cluster, plan, u.layer_saved, last)
-    per_update, updates = cadence(plan)
-    dp, moved = step_channels(rank.passes(), per_update, collectives, (plan.zero,), copies,
-                              eff.overlap_slowdown, stack.overlap_dp)[plan.zero]
-    return RankStep(rank, updates * dp, updates * moved, updates * optimizer_time(cluster, plan, params, eff),
-                    plan.grad_accum)
