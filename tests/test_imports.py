@@ -20,7 +20,7 @@ LAYERS = [
     ("errors", "units", "xp", "fields", "files", "ranges"),
     ("specs",),
     ("configs",),
-    ("comm", "groups"),
+    ("comm", "groups", "allreduce"),
     ("cost",),
     ("memory", "roofline"),
     ("channels", "schedule", "steady"),

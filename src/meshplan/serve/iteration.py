@@ -1,7 +1,7 @@
 """One iteration of an instance, timed: the ops of the layers on a pipeline stage, the embedding and the LM head
 (ops.py, moe.py), each op by the roofline (roofline.op_time: max of compute and memory time) and each collective by
 the α-β model on the mesh (comm.collective_time; the tensor-parallel all-reduce inside the NVLink domain by NCCL's
-protocol model, allreduce.py), one after another: decode's all-reduces are small and on the
+protocol model, meshplan/allreduce.py), one after another: decode's all-reduces are small and on the
 critical path, so their latency α counts in full (nothing overlaps them in a forward pass).
 
 Pipeline parallelism (vLLM's and TensorRT-LLM's pipeline runtimes): the batch is split into p micro-batches that
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from meshplan.allreduce import tp_all_reduce
 from meshplan.comm import collective_time
 from meshplan.cost.records import ACT_BYTES, OpCost
 from meshplan.groups import send_stride
 from meshplan.roofline import op_time
-from meshplan.serve.allreduce import tp_all_reduce
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.moe import moe_ops
 from meshplan.serve.ops import Shape, attention_ops, collective, dense_ops, gemm, sixteen_bit, stream
@@ -69,7 +69,7 @@ def op_seconds(op: OpCost, cluster: Cluster, quant: Quant, eff: ServeEfficiency,
     slower = 1.0 / eff.experts if op.name.startswith(EXPERT_PATH) else 1.0
     if op.kind == "collective":
         c = op.collective
-        if c.kind == "all_reduce" and c.axis == "tp":  # NCCL's protocols at decode's sizes (allreduce.py)
+        if c.kind == "all_reduce" and c.axis == "tp":  # NCCL's protocols at decode's sizes (meshplan/allreduce.py)
             return slower * tp_all_reduce(c.nbytes, c.group, layouts[c.axis], cluster, eff)
         return slower * collective_time(c.kind, c.nbytes, c.group, layouts[c.axis], cluster, eff)
     acc = compute_accelerator(cluster.accelerator, quant)
