@@ -15,6 +15,8 @@ Sources:
 
 from __future__ import annotations
 
+import numpy as np
+
 from meshplan.cost.blocks import collective, gemm, norm, projections, residual, tp_enter, tp_exit
 from meshplan.cost.records import ACT_BYTES, FP32, MASK_BYTES, Dims, OpCost
 from meshplan.specs.model import ModelSpec
@@ -113,6 +115,19 @@ def core_flops(tokens: Num, keys: Num, heads: Num, d_qk: Num, d_v: Num) -> Num:
     2·T·s·heads·(d_qk + d_v); a causal flash kernel does half (``core_attention``; calibrate times
     scaled_dot_product_attention with this count, calibrate/records.AttentionSample)."""
     return 2.0 * tokens * keys * heads * (d_qk + d_v)
+
+
+def window_keys(window: Num, start: Num, count: Num) -> Num:
+    """Keys a query sees on average in a sliding window of w = ``window`` keys, over the ``count`` queries at
+    positions start … start + count − 1, each seeing min(i + 1, w): (S(start + count) − S(start)) / count, with
+    S(x) = Σ_{j=1..x} min(j, w) = x(x + 1)/2 up to w and w(w + 1)/2 + (x − w)·w past it. From the first position
+    (start 0, count s) this is ``ModelSpec.window_keys()``, w − w(w − 1)/(2s), the training forward's; serving's
+    prefill chunks start past their cached prefix (serve/ops.prefill_attention)."""
+    def total(x: Num) -> Num:
+        return np.where(x <= window, x * (x + 1) / 2, window * (window + 1) / 2 + (x - window) * window)
+
+    out = (total(np.asarray(start + count, dtype=float)) - total(np.asarray(start, dtype=float))) / count
+    return float(out) if np.ndim(out) == 0 else out
 
 
 def flash_records(flops: Num, fwd_bytes: Num, bwd_bytes: Num, saved: Num, shape: dict, name: str = "attn/core"

@@ -21,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from meshplan.comm import Collective
+from meshplan.cost.attention import window_keys
 from meshplan.cost.records import ACT_BYTES, OpCost
-from meshplan.serve.kv import kept_tokens, kv_heads_per_gpu, layer_token_bytes
+from meshplan.serve.kv import kept_tokens, kv_heads_per_gpu, layer_token_bytes, window_share
 from meshplan.specs.model import ModelSpec
 from meshplan.xp import Num, maximum
 
@@ -147,13 +148,15 @@ def mla_decode(model: ModelSpec, sh: Shape) -> list[OpCost]:
 def prefill_attention(model: ModelSpec, sh: Shape) -> list[OpCost]:
     """P prompt tokens of n prompts, each chunk of P/n tokens attending causally to its p cached tokens and itself:
     FLOPs 2·P·(p + P/(2n))·A/t·(d_qk + d_v) (p = 0: the training forward's causal half, FlashAttention skipping the
-    masked blocks); bytes its q, k, v and output and the cached prefix. MLA prefills in the standard form (vLLM's
-    MLA prefill path): kv_up over the chunk's and the prefix's latents."""
+    masked blocks; a windowed layer's queries see cost/attention.window_keys on average, the training forward's
+    ModelSpec.window_keys() for whole prompts); bytes its q, k, v and output and the cached prefix. MLA prefills in
+    the standard form (vLLM's MLA prefill path): kv_up over the chunk's and the prefix's latents."""
     heads, (d_qk, d_v) = model.num_heads / sh.tp, head_dims(model)
     P, n, p = sh.prefill, maximum(sh.prompts, 1), sh.prefix  # no prompts: P = 0, no FLOPs
     keys = p + P / (2 * n)  # the average query's keys
-    if model.sliding_window:
-        keys = kept_tokens(model, keys)
+    if model.sliding_window:  # the windowed layers' share: each query's min(i + 1, w) keys, averaged over its chunk
+        share = window_share(model)
+        keys = (1 - share) * keys + share * window_keys(model.sliding_window, p, maximum(P / n, 1.0))
     kv_heads = heads if model.is_mla else kv_heads_per_gpu(model, sh.tp)
     own = ACT_BYTES * P * (heads * (d_qk + d_v) + kv_heads * (d_qk + d_v))
     cached = n * p * layer_token_bytes(model, sh.tp, sh.kv_bytes)
