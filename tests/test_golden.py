@@ -1,6 +1,7 @@
 """Golden outputs (tests/golden/): every model preset × 3 systems × 3 plan templates through ``estimate`` (step time,
-breakdown, memory, MFU, the per-op table of one template) and the top 5 of five searches must give what the
-reviewed files hold. A change meant to move a number regenerates them in its own commit
+breakdown, memory, MFU, the per-op table of one template), the top 5 of five searches and the serving estimates of
+``SERVES`` and of every servable preset on one H200 instance must give what the reviewed files hold. A change meant
+to move a number regenerates them in its own commit
 (``python tests/golden/generate.py``) and says why."""
 
 from __future__ import annotations
@@ -34,9 +35,13 @@ def _differences(stored: dict, current: dict, limit: int = 8) -> list[str]:
     return out[:limit] + ([f"... {len(out) - limit} more"] if len(out) > limit else [])
 
 
-@pytest.mark.parametrize("name", ["estimates.json", "searches.json"])
+MAKERS = {"estimates.json": generate.estimates, "searches.json": generate.searches,
+          "serve.json": generate.serve_estimates}
+
+
+@pytest.mark.parametrize("name", sorted(MAKERS))
 def test_golden_outputs_unchanged(name):
-    made = generate.estimates() if name == "estimates.json" else generate.searches()
+    made = MAKERS[name]()
     current = json.loads(json.dumps(made))
     stored = json.loads((HERE / name).read_text())
     diff = _differences(stored, current)
