@@ -25,13 +25,13 @@ from collections import defaultdict
 import pytest
 
 from meshplan.comm import bus_factor
+from meshplan.cost.decode import Shape
 from meshplan.cost.layers import layer_kinds
 from meshplan.cost.params import layer_weights, mtp_params, stage_params
 from meshplan.errors import SpecError
 from meshplan.serve.check import servable
 from meshplan.serve.iteration import layer_ops
 from meshplan.serve.memory import weight_bytes
-from meshplan.serve.ops import Shape
 from meshplan.serve.precision import Quant
 from meshplan.specs.model_load import load_model, preset_names
 from meshplan.specs.plan import Plan

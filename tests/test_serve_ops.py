@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from meshplan.cost.decode import Shape
 from meshplan.cost.layers import layer_kinds
 from meshplan.serve.iteration import layer_ops, stage_ops, token_time
 from meshplan.serve.memory import weight_bytes
 from meshplan.serve.moe import touched_experts
-from meshplan.serve.ops import Shape
 from meshplan.serve.precision import Quant
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
@@ -184,10 +184,10 @@ def test_a_kernel_per_query_head_rereads_the_kv_head_from_l2():
     each KV head 16 / 2 = 8 times. 64 sequences of 3,072 cached tokens, per layer 2 · 2 · 128 · 2 B = 1,024 B per
     token: 64 · 3,072 · 1,024 = 201 MB from HBM, 8 · 201 = 1.61 GB through L2 at 7.22 TB/s · 0.85 = 262 µs, against
     the once-read kernel's 201 MB / (2,039 GB/s · 0.85 · kv_read) ≈ 120 µs."""
+    from meshplan.cost.decode import decode_attention
     from meshplan.serve.efficiency import SERVE_DEFAULT
     from meshplan.serve.engine import load_engine
     from meshplan.serve.iteration import cache_read_time
-    from meshplan.serve.ops import decode_attention
 
     model, a100 = load_model("llama2-70b"), load_system("a100").cluster(4)
     once = shape(decode=64, context=3072, tp=4)

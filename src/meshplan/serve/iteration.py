@@ -16,12 +16,13 @@ from collections import defaultdict
 
 from meshplan.allreduce import tp_all_reduce
 from meshplan.comm import collective_time
+from meshplan.cost.decode import Shape, collective, gemm, sixteen_bit, stream
 from meshplan.cost.records import ACT_BYTES, OpCost
 from meshplan.groups import send_stride
 from meshplan.roofline import op_time
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.moe import moe_ops
-from meshplan.serve.ops import Shape, attention_ops, collective, dense_ops, gemm, sixteen_bit, stream
+from meshplan.serve.ops import attention_ops, dense_ops
 from meshplan.serve.precision import Quant, compute_accelerator, gemm_precision
 from meshplan.specs.hardware import Accelerator, Cluster
 from meshplan.specs.model import ModelSpec

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from meshplan.cost.kv_cache import sequence_bytes
 from meshplan.cost.params import end_params, layer_weights
 from meshplan.cost.records import ACT_BYTES
 from meshplan.serve.engine import Engine
-from meshplan.serve.kv import sequence_bytes
 from meshplan.serve.precision import Quant
 from meshplan.specs.model import ModelSpec
 from meshplan.xp import Num, maximum
