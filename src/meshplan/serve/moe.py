@@ -1,5 +1,5 @@
 """The MoE layer in inference, one iteration, one GPU: the router, the experts the batch touches, the token
-dispatch and combine, the shared experts (symbols: ops.py).
+dispatch and combine, the shared experts (symbols: cost/decode.py).
 
 Under uniform top-k routing a token picks k of the E experts, so an expert is missed by one token with probability
 1 − k/E and by T independent tokens with (1 − k/E)^T: the batch touches E·(1 − (1 − k/E)^T) distinct experts in
