@@ -89,6 +89,21 @@ def test_weights_per_gpu_agree(name):
             assert float(weight_bytes(model, tp, 2, ep, Quant())) == pytest.approx(2 * last, rel=RTOL), (tp, ep)
 
 
+@pytest.mark.parametrize("name", preset_names())
+def test_the_placement_keeps_every_parameter(name):
+    """Over the t ranks that split a layer and the ways its experts are split, the placement holds each parameter once
+    or whole on every rank: t·split + whole + kept + ways·expert = the layer's parameters (ModelSpec.block_params), for
+    every kind of layer and t = 1, 2, 8."""
+    model = load_model(name)
+    for kind in model.block_counts:
+        for tp in TPS:
+            ways = tp * 2
+            w = layer_weights(model, kind, tp, ways)
+            assert tp * w.split + w.whole + w.kept + ways * w.expert == pytest.approx(model.block_params(kind),
+                                                                                    rel=RTOL), (kind, tp)
+            assert w.whole >= 0 and w.kept > 0 and w.split > 0
+
+
 def test_deepseek_v3_attention_per_gpu_at_tp8():
     """The disagreement issue 45 names: DeepSeek-V3 at tp = 8 keeps 36.6 M attention parameters per layer per GPU.
     q_down 7168·1536 = 11,010,048 and kv_down 7168·(512 + 64) = 4,128,768 whole (15,138,816), the latent norms
