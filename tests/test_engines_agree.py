@@ -11,7 +11,8 @@ Where they differ by design the test says how much, by arithmetic:
   reduce-scatters them back (k·T·H each way), serving all-reduces the combined output (T·H): compared on the
   attention block only;
 - tp above the KV heads: vLLM keeps a whole KV head per rank (replicated K/t < 1), Megatron-Core refuses such a
-  layout (attention.py: divide(num_query_groups, tp)) and training prices K/t of one; left out;
+  layout (attention.py: divide(num_query_groups, tp)) and training prices K/t of one: serving's weights hold the
+  difference (``replicated_kv``), its FLOPs are left out;
 - serving refuses hybrid (Mamba) and latent-MoE models and encoders (serve/check.servable): their weights are
   compared, their ops are not;
 - the multi-token-prediction layers, which vLLM loads only as a speculative-decoding draft model, are left out of
@@ -73,17 +74,29 @@ def prefill(model, tp: int, ep: int) -> Shape:
                  prefix=0.0, w_bytes=2, a_bytes=2, kv_bytes=2)
 
 
+def replicated_kv(model, tp: int) -> float:
+    """What an inference engine's whole KV head per rank past K ranks adds to a layer on one GPU (module docstring):
+    the K and V projections, 2·K·d·(H + bias), held 1/K on the rank instead of 1/t; 0 for t ≤ K and for MLA."""
+    if model.is_mla or tp <= model.num_kv_heads:
+        return 0.0
+    return 2 * model.kv_dim * (model.hidden_size + model.qkv_bias) * (1 / model.num_kv_heads - 1 / tp)
+
+
 @pytest.mark.parametrize("name", preset_names())
 def test_weights_per_gpu_agree(name):
     """Serving's bf16 weights on one GPU of a single stage = 2 bytes × training's parameters on it, less the MTP
-    layers; with two stages (models of one layer kind and an even layer count, which training splits as serving's
-    average stage) the last stage: L/2 layers, the final norm and the LM head."""
+    layers, plus past K ranks the KV heads an engine replicates (``replicated_kv``: Qwen3 with K = 4 at t = 8 holds
+    2·512·(2048 + 0)·(1/4 − 1/8) = 262,144 more per layer for the 30B); with two stages (models of one layer kind and
+    an even layer count, which training splits as serving's average stage) the last stage: L/2 layers, the final norm
+    and the LM head."""
     model = load_model(name)
     for tp, ep in layouts(model):
         plan = training_plan(tp, ep)
         trained = stage_params(model, plan, first=True).total - mtp_params(model, plan).total
+        trained += replicated_kv(model, tp) * model.num_attention_layers
         assert float(weight_bytes(model, tp, 1, ep, Quant())) == pytest.approx(2 * trained, rel=RTOL), (tp, ep)
-        if len(model.block_counts) == 1 and model.num_layers % 2 == 0 and not model.mtp_layers:
+        if len(model.block_counts) == 1 and model.num_layers % 2 == 0 and not model.mtp_layers and not (
+                replicated_kv(model, tp)):
             two = training_plan(tp, ep, pp=2)
             last = stage_params(model, two, first=False).total
             assert float(weight_bytes(model, tp, 2, ep, Quant())) == pytest.approx(2 * last, rel=RTOL), (tp, ep)

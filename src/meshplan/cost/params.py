@@ -108,18 +108,25 @@ def kept_params(model: ModelSpec, kind: str) -> int:
     return kept
 
 
-def layer_weights(model: ModelSpec, kind: str, tp: Num, expert_ways: Num) -> LayerWeights:
+def layer_weights(model: ModelSpec, kind: str, tp: Num, expert_ways: Num, kv_heads: Num | None = None
+                  ) -> LayerWeights:
     """One layer of ``kind`` (``ModelSpec.block_counts``) on one GPU, the one placement of weights training
     (``kind_params``) and serving (serve/memory.weight_bytes) share: attention, dense MLPs, shared experts, latent
     projections and Mamba mixers (Megatron's by heads and groups) split ``tp`` ways; MLA's down-projections, the
     norms and the router whole on every rank (``mla_down_params``, ``kept_params``); the routed experts split
-    ``expert_ways`` ways (training: ep·etp; serving: ep, or tp when ep = 1)."""
+    ``expert_ways`` ways (training: ep·etp; serving: ep, or tp when ep = 1). ``kv_heads``: the KV heads a rank
+    keeps when not K/t (an inference engine keeps a whole head past K ranks, vLLM's QKVParallelLinear
+    num_kv_head_replicas = t / K; Megatron-Core refuses t > K, attention.py divide(num_query_groups, tp)): the key
+    and value projections then hold kv_heads / K of theirs on the rank instead of 1/t."""
     experts = model.num_experts * model.expert_params() if kind == "moe" else 0
     has_attention = kind in ("dense", "attention") or (kind == "moe" and not model.is_hybrid)
     whole = mla_down_params(model) if has_attention else 0
     kept = kept_params(model, kind)
-    split = model.block_params(kind) - experts - whole - kept
-    return LayerWeights(split=split / tp, whole=whole + 0 * tp, kept=kept + 0 * tp,
+    split = (model.block_params(kind) - experts - whole - kept) / tp
+    if kv_heads is not None and has_attention and not model.is_mla:
+        kv = 2 * model.kv_dim * (model.hidden_size + model.qkv_bias)  # the K and V projections and their biases
+        split = split + kv * (kv_heads / model.num_kv_heads - 1 / tp)
+    return LayerWeights(split=split, whole=whole + 0 * tp, kept=kept + 0 * tp,
                         expert=experts / expert_ways if experts else 0.0 * expert_ways)
 
 

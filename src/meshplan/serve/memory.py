@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from meshplan.cost.kv_cache import sequence_bytes
+from meshplan.cost.kv_cache import kv_heads_per_gpu, sequence_bytes
 from meshplan.cost.params import end_params, layer_weights
 from meshplan.cost.records import ACT_BYTES
 from meshplan.serve.engine import Engine
@@ -59,7 +59,8 @@ class Memory:
 
 def weight_bytes(model: ModelSpec, tp: Num, pp: Num, ep: Num, quant: Quant) -> Num:
     """Weights on one GPU of the busiest (last) stage: L/p layers of each kind placed as training places them
-    (cost/params.layer_weights; the routed experts over ep GPUs, or t when ep = 1), block linears in the scheme's
+    (cost/params.layer_weights; the routed experts over ep GPUs, or t when ep = 1; a whole KV head per rank past K
+    ranks, as the KV cache keeps it: cost/kv_cache.kv_heads_per_gpu), block linears in the scheme's
     weight format, norms and router in 16 bits; the stage's own parameters (cost/params.end_params: the LM head, the
     embedding too when p = 1) in 16 bits. The multi-token-prediction layers are not loaded (vLLM loads them only as
     a speculative-decoding draft model)."""
@@ -67,7 +68,7 @@ def weight_bytes(model: ModelSpec, tp: Num, pp: Num, ep: Num, quant: Quant) -> N
     spread = np.where(np.asarray(ep) > 1, ep, tp)
     layers = 0.0
     for kind, n in model.block_counts.items():
-        part = layer_weights(model, kind, tp, spread)
+        part = layer_weights(model, kind, tp, spread, kv_heads_per_gpu(model, tp))
         layers = layers + n * ((part.split + part.whole + part.expert) * w + part.kept * ACT_BYTES)
     return layers / pp + end_params(model, tp, np.asarray(pp) == 1, first=False) * ACT_BYTES
 
