@@ -87,7 +87,10 @@ def activation(name: str, rows: Num, width_in: Num, ffn: Num) -> OpCost:
 
 
 def norm(name: str, model: ModelSpec, sh: Shape) -> OpCost:
-    """A pre-norm (read and write the residual stream) with the residual add before it: 3 elements in, 1 out."""
+    """A pre-norm with the residual add before it in one kernel, as inference engines fuse them (vLLM's
+    fused_add_rms_norm: reads the block's output and the residual, writes the new residual and the normalised
+    input): 4 elements a row element, 8 FLOPs. Training keeps them two records (cost/blocks.norm and residual: 5
+    element reads and writes), its backward needing the norm's input."""
     return stream(name, 4 * ACT_BYTES * sh.rows * model.hidden_size, 8.0 * sh.rows * model.hidden_size)
 
 
