@@ -1,6 +1,6 @@
-"""Inference's per-op costs (serve/ops.py, moe.py, iteration.py): a prefill of whole prompts has the training forward
-pass's GEMM and attention FLOPs; a decode step takes at least the time to read the weights once; the closed forms of
-decode attention, MLA's absorbed form, the touched experts and weight-only quantisation."""
+"""Inference's per-op costs (serve/ops.py, moe.py, iteration.py; cost/decode.py): a prefill of whole prompts has the
+training forward pass's GEMM and attention FLOPs; a decode step takes at least the time to read the weights once; the
+closed forms of decode attention, MLA's absorbed form, the touched experts and weight-only quantisation."""
 
 from __future__ import annotations
 
