@@ -18,7 +18,8 @@ def test_fsdp_gradient_preparation_bytes_per_parameter():
     """FSDP1 (FlatParameter) per micro-batch: the flat gradient's cat (2 + 2), the cast to the fp32 reduce dtype
     (2 + 4) and the in-place pre-divide (4 + 4): 18 bytes per unsharded parameter; with bf16 reduction the cast
     goes: 4 + 4 = 8. FSDP2 copies into the fp32 reduce-scatter buffer only: 2 + 4 = 6. One layer of the test GPT
-    holds 12h² + 13h = 12,596,224 parameters (h = 1024), split over tp."""
+    holds 12h² + 13h = 12,596,224 parameters (h = 1024), split over tp but for its two LayerNorms' 4h, which every
+    rank keeps whole (cost/params.kept_params): (12,596,224 − 4,096) / 2 + 4,096 = 6,300,160 at tp = 2."""
     model, layer = gpt(), 12 * 1024**2 + 13 * 1024
 
     def prep(fsdp="none", **kw):
@@ -28,7 +29,7 @@ def test_fsdp_gradient_preparation_bytes_per_parameter():
     assert (fp32.phase, fp32.kind, fp32.nbytes) == ("bwd_w", "memory", 18 * layer)
     assert prep(fsdp="fsdp1", grad_bytes=2)[0].nbytes == 8 * layer
     assert prep(fsdp="fsdp2", grad_bytes=4)[0].nbytes == 6 * layer
-    assert prep(fsdp="fsdp1", grad_bytes=4, tp=2)[0].nbytes == 18 * layer / 2
+    assert prep(fsdp="fsdp1", grad_bytes=4, tp=2)[0].nbytes == 18 * 6_300_160
     assert prep() == [] and prep(fsdp="fsdp1", finetune="lora") == []  # LoRA: frozen weights have no gradient
     # the tied LM head holds only the final LayerNorm (2h); the embedding V·h + positions·h
     head = [o for o in head_ops(model, Plan(zero=3, grad_bytes=4), Stack(fsdp="fsdp1"))

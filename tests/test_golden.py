@@ -1,7 +1,8 @@
 """Golden outputs (tests/golden/): every model preset × 3 systems × 3 plan templates through ``estimate`` (step time,
-breakdown, memory, MFU, the per-op table of one template), the top 5 of five searches, and the sharding planner's own
-plan and Megatron-LM's of three presets on one or two 8-GPU nodes (time by part, memory, every parameter's placements)
-must give what the reviewed files hold. A change meant to move a number regenerates them in its own commit
+breakdown, memory, MFU, the per-op table of one template), the top 5 of five searches, the serving estimates of
+``SERVES`` and of every servable preset on one H200 instance, and the sharding planner's own plan and Megatron-LM's
+of three presets on one or two 8-GPU nodes (time by part, memory, every parameter's placements) must give what the
+reviewed files hold. A change meant to move a number regenerates them in its own commit
 (``python tests/golden/generate.py``) and says why."""
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def _differences(stored: dict, current: dict, limit: int = 8) -> list[str]:
     return out[:limit] + ([f"... {len(out) - limit} more"] if len(out) > limit else [])
 
 
-@pytest.mark.parametrize("name", ["estimates.json", "searches.json", "autoshard.json"])
+@pytest.mark.parametrize("name", sorted(generate.MAKERS))
 def test_golden_outputs_unchanged(name):
     if name == "autoshard.json":
         pytest.importorskip("torch")

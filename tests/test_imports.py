@@ -21,7 +21,7 @@ LAYERS = [
     ("errors", "units", "xp", "fields", "files", "ranges"),
     ("specs",),
     ("configs",),
-    ("comm", "groups"),
+    ("comm", "groups", "allreduce"),
     ("cost",),
     ("memory", "roofline"),
     ("bubble", "channels", "schedule", "steady"),

@@ -1,4 +1,4 @@
-"""The KV cache's closed forms (serve/kv.py) and the memory-fit arithmetic (serve/memory.py)."""
+"""The KV cache's closed forms (cost/kv_cache.py) and the memory-fit arithmetic (serve/memory.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
+from meshplan.cost.kv_cache import kv_heads_per_gpu, paged, sequence_bytes, token_bytes
 from meshplan.serve.engine import Engine, load_engine
-from meshplan.serve.kv import kv_heads_per_gpu, paged, sequence_bytes, token_bytes
 from meshplan.serve.memory import memory, weight_bytes
 from meshplan.serve.precision import BYTES, Quant
 from meshplan.specs.hardware import load_system

@@ -1,17 +1,17 @@
-"""Inference's per-op costs (serve/ops.py, moe.py, iteration.py): a prefill of whole prompts has the training forward
-pass's GEMM and attention FLOPs; a decode step takes at least the time to read the weights once; the closed forms of
-decode attention, MLA's absorbed form, the touched experts and weight-only quantisation."""
+"""Inference's per-op costs (serve/ops.py, moe.py, iteration.py; cost/decode.py): a prefill of whole prompts has the
+training forward pass's GEMM and attention FLOPs; a decode step takes at least the time to read the weights once; the
+closed forms of decode attention, MLA's absorbed form, the touched experts and weight-only quantisation."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from meshplan.cost.decode import Shape
 from meshplan.cost.layers import layer_kinds
 from meshplan.serve.iteration import layer_ops, stage_ops, token_time
 from meshplan.serve.memory import weight_bytes
 from meshplan.serve.moe import touched_experts
-from meshplan.serve.ops import Shape
 from meshplan.serve.precision import Quant
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
@@ -132,7 +132,7 @@ def test_fp8_activations_compute_faster_where_the_gpu_has_fp8_and_nowhere_else()
 def test_tp_all_reduce_is_nccls_fastest_ring_protocol():
     """NCCL tuning.cc on NVLink, 8 ranks, 14 steps: LL 3.6 + 14·0.47 = 10.18 µs + n·14/8 / (busbw/4); LL128 10 + 14·1.9
     = 36.6 µs + n·14/8 / (0.92 busbw); Simple 8.4 + 14·3.4 = 56 µs + n·14/8 / busbw; busbw = 450 GB/s · 0.8 = 360."""
-    from meshplan.serve.allreduce import ring_protocols, tp_all_reduce
+    from meshplan.allreduce import ring_protocols, tp_all_reduce
     from meshplan.specs.efficiency import DEFAULT
 
     busbw = 360e9
@@ -151,8 +151,11 @@ def test_tp_all_reduce_is_nccls_fastest_ring_protocol():
 def test_tp_all_reduce_on_a100_is_its_measured_kernel():
     """a100.toml: 12.6 µs + 2(g − 1)/g · n / 49 GB/s measured up to 2 MiB (SGLang PR #2688's two-shot timings: 45.5 µs
     at 1 MiB on 4 GPUs). 1 MiB on 4: 12.6 + 1.5 · 1,048,576 / 49e9 s = 12.6 + 32.1 = 44.7 µs, above NCCL's LL128 21.4 +
-    1.5 · 1,048,576 / (0.92 · 240e9) = 28.5 µs; past 2 MiB the protocols plus what the measurement added at 2 MiB."""
-    from meshplan.serve.allreduce import custom_kernel, ring_protocols, tp_all_reduce
+    1.5 · 1,048,576 / (0.92 · 240e9) = 28.5 µs; past 2 MiB each protocol plus what the measurement added to it at
+    2 MiB, the fastest: at 2 MiB the kernel takes 12.6 + 64.2 = 76.8 µs, LL128 21.4 + 14.25 = 35.65 µs, Simple
+    (8.4 + 6 · 3.4 = 28.8) + 13.1 = 41.9 µs; at 8 MiB LL128 is 21.4 + 57.0 = 78.4 µs and Simple 28.8 + 52.4 = 81.2 µs,
+    so LL128 with its excess gives 78.4 + 41.15 = 119.5 µs and Simple 81.2 + 34.9 = 116.1 µs: 116.1."""
+    from meshplan.allreduce import custom_kernel, protocol_times, ring_protocols, tp_all_reduce
     from meshplan.specs.efficiency import DEFAULT
 
     a100 = load_system("a100").cluster(8)
@@ -161,8 +164,13 @@ def test_tp_all_reduce_on_a100_is_its_measured_kernel():
     assert tp_all_reduce(mib, 4, 1, a100, DEFAULT) == pytest.approx(12.6e-6 + 1.5 * mib / 49e9)
     assert tp_all_reduce(mib, 4, 1, a100, DEFAULT) == pytest.approx(44.7e-6, abs=0.1e-6)
     assert ring_protocols(mib, 4, busbw) == pytest.approx(28.5e-6, abs=0.1e-6)
-    excess = custom_kernel(2 * mib, 4, 12.6e-6, 49e9) - ring_protocols(2 * mib, 4, busbw)
-    assert tp_all_reduce(8 * mib, 4, 1, a100, DEFAULT) == pytest.approx(ring_protocols(8 * mib, 4, busbw) + excess)
+    _, ll128, simple = protocol_times(8 * mib, 4, busbw)
+    _, ll128_at, simple_at = protocol_times(2 * mib, 4, busbw)
+    kernel = custom_kernel(2 * mib, 4, 12.6e-6, 49e9)
+    assert (kernel, ll128_at, simple_at) == pytest.approx((76.8e-6, 35.65e-6, 41.9e-6), abs=0.1e-6)
+    assert (ll128, simple) == pytest.approx((78.4e-6, 81.2e-6), abs=0.1e-6)
+    assert tp_all_reduce(8 * mib, 4, 1, a100, DEFAULT) == pytest.approx(simple + kernel - simple_at)
+    assert tp_all_reduce(8 * mib, 4, 1, a100, DEFAULT) == pytest.approx(116.1e-6, abs=0.1e-6)
     sizes = np.geomspace(1e3, 1e9, 61)
     times = tp_all_reduce(sizes, 4, 1, a100, DEFAULT)
     assert np.all(np.diff(times) > 0)  # continuous past the measured 2 MiB: more bytes never take less time
@@ -176,10 +184,10 @@ def test_a_kernel_per_query_head_rereads_the_kv_head_from_l2():
     each KV head 16 / 2 = 8 times. 64 sequences of 3,072 cached tokens, per layer 2 · 2 · 128 · 2 B = 1,024 B per
     token: 64 · 3,072 · 1,024 = 201 MB from HBM, 8 · 201 = 1.61 GB through L2 at 7.22 TB/s · 0.85 = 262 µs, against
     the once-read kernel's 201 MB / (2,039 GB/s · 0.85 · kv_read) ≈ 120 µs."""
+    from meshplan.cost.decode import decode_attention
     from meshplan.serve.efficiency import SERVE_DEFAULT
     from meshplan.serve.engine import load_engine
     from meshplan.serve.iteration import cache_read_time
-    from meshplan.serve.ops import decode_attention
 
     model, a100 = load_model("llama2-70b"), load_system("a100").cluster(4)
     once = shape(decode=64, context=3072, tp=4)

@@ -1,6 +1,9 @@
 """Physics where nature is monotone, for serving, over seeded random (model, system, plan, workload, engine) draws:
 more HBM bandwidth never slows a decode step or TPOT, more FLOP/s never slows a prefill, more bandwidth on any mesh
-tier never slows a step and more latency never speeds one up; every figure is finite and none negative."""
+tier never slows a step and more latency never speeds one up; every figure is finite and none negative. Over the
+whole estimate, every rate (FLOP/s, HBM and L2 bandwidth, each tier's bandwidth, the measured all-reduce kernel's
+bandwidth) scaled up never lowers the throughput nor raises TTFT or TPOT, and every latency (each tier's, the
+kernel's, the engine's host time per iteration and per sequence) scaled up never helps."""
 
 from __future__ import annotations
 
@@ -73,6 +76,9 @@ def steps(model, cluster: Cluster, plan: ServePlan, workload: Workload, engine) 
 
 def scaled(cluster: Cluster, what: str, factor: float) -> Cluster:
     acc = cluster.accelerator
+    fields = {"l2_cache": "l2_bandwidth", "kernel_bw": "allreduce_bandwidth", "kernel_lat": "allreduce_latency"}
+    if what in fields:
+        return replace(cluster, accelerator=replace(acc, **{fields[what]: getattr(acc, fields[what]) * factor}))
     if what == "hbm":
         return replace(cluster, accelerator=replace(acc, hbm_bandwidth=acc.hbm_bandwidth * factor))
     if what == "flops":
@@ -122,3 +128,79 @@ def test_every_figure_is_finite_and_none_negative():
         values |= {f"step.{k}": v for k, v in e.breakdown.items()}
         assert all(math.isfinite(v) and v >= 0 for v in values.values()), (d[0].name, d[2].describe(), values)
         assert e.metrics.ttft <= e.metrics.e2e * (1 + RTOL)
+
+
+RATES = ("flops", "hbm", "l2_cache", "kernel_bw", "tier0", "tier1", "tier2")  # a tier the cluster lacks is skipped
+LATENCIES = ("lat0", "lat1", "lat2", "kernel_lat", "iteration_overhead", "sequence_overhead")
+
+
+def estimate_metrics(model, cluster, plan, workload, engine) -> tuple[float, float, float]:
+    m = serve_estimate(model, cluster, plan, workload, engine).metrics
+    return float(m.tokens_per_s), float(m.ttft), float(m.tpot)
+
+
+def varied(d, what: str, factor: float):
+    """The draw with one rate or latency scaled, or None where it has none of it (a tier it lacks, no L2 rate, no
+    measured all-reduce kernel, an engine without host time)."""
+    model, cluster, plan, workload, engine = d
+    if what in ("iteration_overhead", "sequence_overhead"):
+        if not getattr(engine, what):
+            return None
+        return model, cluster, plan, workload, replace(engine, **{what: getattr(engine, what) * factor})
+    if what[-1].isdigit() and int(what[-1]) >= len(cluster.tiers):
+        return None
+    acc = cluster.accelerator
+    if (what == "l2_cache" and not acc.l2_bandwidth) or (what.startswith("kernel") and not acc.allreduce_bandwidth):
+        return None
+    return model, scaled(cluster, what, factor), plan, workload, engine
+
+
+@cache
+def fitting_draws(count: int = 30) -> list:
+    """The first ``count`` draws that fit, and two that a rate of L2 prices (LMDeploy's kernel reads a KV head once
+    per query head, from L2 on the GPUs that state its bandwidth: ops.decode_attention, iteration.cache_read_time)."""
+    lmdeploy = load_engine("lmdeploy")
+    l2 = [(load_model("llama2-70b"), load_system("a100").cluster(4), ServePlan(tp=4, batch=64),
+           Workload(input_len=3072, output_len=256), lmdeploy),
+          (load_model("llama3-8b"), load_system("a800").cluster(1), ServePlan(batch=32),
+           Workload(input_len=2048, output_len=512), lmdeploy)]
+    return [d for d in draws() if serve_estimate(*d).fits][:count] + [d for d in l2 if serve_estimate(*d).fits]
+
+
+@pytest.mark.parametrize("what", RATES)
+@pytest.mark.parametrize("factor", FACTORS)
+def test_more_of_any_rate_never_lowers_throughput_nor_raises_ttft_or_tpot(what, factor):
+    for d in fitting_draws():
+        other = varied(d, what, factor)
+        if other is None:
+            continue
+        (rate, ttft, tpot), (rate2, ttft2, tpot2) = estimate_metrics(*d), estimate_metrics(*other)
+        where = (what, factor, d[0].name, d[1].name, d[2].describe(), d[4].name)
+        assert rate2 >= rate * (1 - RTOL), where
+        assert ttft2 <= ttft * (1 + RTOL) and tpot2 <= tpot * (1 + RTOL), where
+
+
+@pytest.mark.parametrize("what", LATENCIES)
+@pytest.mark.parametrize("factor", FACTORS)
+def test_more_of_any_latency_never_helps(what, factor):
+    for d in fitting_draws():
+        other = varied(d, what, factor)
+        if other is None:
+            continue
+        (rate, ttft, tpot), (rate2, ttft2, tpot2) = estimate_metrics(*d), estimate_metrics(*other)
+        where = (what, factor, d[0].name, d[1].name, d[2].describe(), d[4].name)
+        assert rate2 <= rate * (1 + RTOL), where
+        assert ttft2 >= ttft * (1 - RTOL) and tpot2 >= tpot * (1 - RTOL), where
+
+
+def test_the_nvlink_that_slowed_megatron_3_6b_no_longer_does():
+    """megatron-3.6b on H200, tp 4, pp 4, batch 1024, SGLang (issue 45): its TPOT rose with a 10 % faster NVLink
+    (4.445 -> 4.482 ms) while the all-reduce's excess term grew with the bandwidth (meshplan/allreduce.py); under
+    that term 16 -> 128 tokens went 4.456 -> 4.487 ms, 1 -> 256 4.653 -> 4.689 ms, 128 -> 512 6.359 -> 6.386 ms."""
+    model, cluster = load_model("megatron-3.6b"), load_system("h200").cluster(16)
+    plan, engine = ServePlan(tp=4, pp=4, batch=1024), load_engine("sglang")
+    for input_len, output_len in ((16, 128), (1, 256), (128, 512), (1000, 2048)):
+        workload = Workload(input_len=input_len, output_len=output_len)
+        tpots = [serve_estimate(model, scaled(cluster, "tier0", f), plan, workload, engine).metrics.tpot
+                 for f in (1.0, 1.1, 2.0, 10.0)]
+        assert all(b <= a * (1 + RTOL) for a, b in zip(tpots, tpots[1:], strict=False)), (input_len, tpots)

@@ -1,6 +1,7 @@
 """Golden outputs: the numbers meshplan gives for every model preset on a few systems and plans, the top plans of a
-few searches, and the sharding planner's Megatron-LM plan and its own plan of a few presets (autoshard.json: needs
-torch and scipy), as reviewed files that a refactor must leave byte-identical (tests/test_golden.py).
+few searches, a few serving estimates (every servable model on one instance, and the settings of SERVES), and
+the sharding planner's Megatron-LM plan and its own plan of a few presets (autoshard.json: needs torch and
+scipy), as reviewed files that a refactor must leave byte-identical (tests/test_golden.py).
 
 A change that is meant to move an estimate regenerates them in a commit of its own that says why:
 
@@ -19,8 +20,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from meshplan.errors import SpecError
 from meshplan.estimate import Estimate, estimate
 from meshplan.search import Space, search
+from meshplan.serve.check import servable
+from meshplan.serve.engine import load_engine
+from meshplan.serve.estimate import ServeEstimate, serve_estimate
+from meshplan.serve.plan import ServePlan, Workload
+from meshplan.serve.precision import Quant
 from meshplan.specs.check import check
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model import ModelSpec
@@ -46,6 +53,17 @@ AUTOSHARD = (  # (model, system, gpus, sequences, tokens): one node (the mesh nv
     ("llama3-8b", "h100", 8, 8, 2048),  # fit one node)
     ("mixtral-8x7b", "h100", 16, 16, 1024),
 )
+
+
+SERVES = (  # (model, system, engine, tp, pp, dpa, ep, batch, quant, input, output): the serving golden outputs
+    ("llama3-70b", "h100", "vllm", 4, 1, 1, 1, 64, Quant(), 1000, 256),
+    ("megatron-3.6b", "h200", "sglang", 4, 4, 1, 1, 1024, Quant(), 128, 128),
+    ("mixtral-8x7b", "a100", "trtllm", 2, 1, 1, 2, 32, Quant(), 2048, 512),
+    ("deepseek-v3", "h200", "sglang", 8, 1, 2, 16, 128, Quant(weights="fp8", activations="fp8"), 1000, 1000),
+    ("mistral-7b", "l40s", "vllm", 1, 1, 1, 1, 16, Quant(weights="fp8", activations="fp8", kv_cache="fp8"), 16000, 500),
+    ("llama3-8b", "h100", "trtllm", 1, 1, 1, 1, 128, Quant(weights="int4"), 128, 2048),
+)
+SERVE_SYSTEM, SERVE_WORKLOAD = "h200", (1000, 256)  # every servable preset on one H200 instance of 8, batch 32
 
 
 def num(x: float) -> str:
@@ -179,7 +197,42 @@ def autoshard() -> dict[str, Any]:
     return out
 
 
-MAKERS = {"estimates.json": estimates, "searches.json": searches, "autoshard.json": autoshard}
+def serve_record(est: ServeEstimate) -> dict[str, Any]:
+    """A serving estimate's figures (ServeEstimate.to_dict) at 10 significant digits."""
+    def rounded(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: rounded(v) for k, v in value.items()}
+        if isinstance(value, float):
+            return num(value)
+        return value
+
+    return rounded(est.to_dict())
+
+
+def serve_estimates() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, system, engine, tp, pp, dpa, ep, batch, quant, i, o in SERVES:
+        plan = ServePlan(tp=tp, pp=pp, dpa=dpa, ep=ep, batch=batch, quant=quant)
+        est = serve_estimate(load_model(name), load_system(system).cluster(plan.num_gpus), plan,
+                             Workload(input_len=i, output_len=o), load_engine(engine))
+        out[f"{name} | {system} | {engine} | {plan.describe()} | {i}x{o}"] = serve_record(est)
+    cluster = load_system(SERVE_SYSTEM).cluster(8)
+    for name in preset_names():
+        model = load_model(name)
+        try:
+            servable(model)
+        except SpecError:
+            continue
+        tp = max(t for t in (8, 4, 2, 1) if model.num_heads % t == 0)
+        plan = ServePlan(tp=tp, ep=tp if model.is_moe and model.num_experts % tp == 0 else 1, batch=32)
+        est = serve_estimate(model, cluster, plan, Workload(input_len=SERVE_WORKLOAD[0],
+                                                            output_len=SERVE_WORKLOAD[1]), load_engine("vllm"))
+        out[f"{name} | {SERVE_SYSTEM} | vllm | {plan.describe()}"] = serve_record(est)
+    return out
+
+
+MAKERS = {"estimates.json": estimates, "searches.json": searches, "serve.json": serve_estimates,
+          "autoshard.json": autoshard}
 
 
 def documents() -> dict[str, str]:

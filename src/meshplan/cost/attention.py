@@ -17,8 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from meshplan.cost.blocks import collective, gemm, norm, projections, residual, tp_enter, tp_exit
 from meshplan.cost.records import ACT_BYTES, FP32, MASK_BYTES, Dims, OpCost
+from meshplan.cost.shapes import kv_up_shape, qkv_shapes
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.xp import Num
@@ -30,20 +33,16 @@ def qkv_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     column-parallel up-projections; the decoupled RoPE key comes from the kv down-projection."""
     h, t, T = model.hidden_size, d.tp, d.tokens
     stored_input = d.tokens_sp * h * ACT_BYTES  # stored sharded under SP, re-gathered in backward
+    shapes = qkv_shapes(model, t)  # the shapes serving's projections have too (cost/shapes.py)
     if not model.is_mla:
-        return projections("attn/qkv", T, h, (model.q_dim + 2 * model.kv_dim) / t,
-                           {"q": model.q_dim / t, "k": model.kv_dim / t, "v": model.kv_dim / t}, d, saved=stored_input)
-    a_heads = model.num_heads
-    qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+        (name, k, n), = shapes
+        return projections(name, T, k, n, {"q": model.q_dim / t, "k": model.kv_dim / t, "v": model.kv_dim / t}, d,
+                           saved=stored_input)
+    saved = {"attn/q_down": stored_input, "attn/q": stored_input, "attn/kv_down": 0.0}  # the input, saved once
     ops: list[OpCost] = []
-    if model.q_lora_rank:
-        ops += gemm("attn/q_down", T, h, model.q_lora_rank, d, saved=stored_input)
-        ops += gemm("attn/q_up", T, model.q_lora_rank, a_heads * qk / t, d)
-    else:
-        ops += gemm("attn/q", T, h, a_heads * qk / t, d, saved=stored_input)
-    ops += gemm("attn/kv_down", T, h, model.kv_lora_rank + model.qk_rope_head_dim, d, saved=0.0)
-    ops += gemm("attn/kv_up", T, model.kv_lora_rank, a_heads * (model.qk_nope_head_dim + model.v_head_dim) / t, d)
-    return ops
+    for name, k, n in shapes:
+        ops += gemm(name, T, k, n, d, saved=saved.get(name))
+    return ops + gemm("attn/kv_up", T, *kv_up_shape(model, t), d)
 
 
 def head_dims(model: ModelSpec) -> tuple[int, int]:
@@ -116,6 +115,19 @@ def core_flops(tokens: Num, keys: Num, heads: Num, d_qk: Num, d_v: Num) -> Num:
     2·T·s·heads·(d_qk + d_v); a causal flash kernel does half (``core_attention``; calibrate times
     scaled_dot_product_attention with this count, calibrate/records.AttentionSample)."""
     return 2.0 * tokens * keys * heads * (d_qk + d_v)
+
+
+def window_keys(window: Num, start: Num, count: Num) -> Num:
+    """Keys a query sees on average in a sliding window of w = ``window`` keys, over the ``count`` queries at
+    positions start … start + count − 1, each seeing min(i + 1, w): (S(start + count) − S(start)) / count, with
+    S(x) = Σ_{j=1..x} min(j, w) = x(x + 1)/2 up to w and w(w + 1)/2 + (x − w)·w past it. From the first position
+    (start 0, count s) this is ``ModelSpec.window_keys()``, w − w(w − 1)/(2s), the training forward's; serving's
+    prefill chunks start past their cached prefix (serve/ops.prefill_attention)."""
+    def total(x: Num) -> Num:
+        return np.where(x <= window, x * (x + 1) / 2, window * (window + 1) / 2 + (x - window) * window)
+
+    out = (total(np.asarray(start + count, dtype=float)) - total(np.asarray(start, dtype=float))) / count
+    return float(out) if np.ndim(out) == 0 else out
 
 
 def flash_records(flops: Num, fwd_bytes: Num, bwd_bytes: Num, saved: Num, shape: dict, name: str = "attn/core"

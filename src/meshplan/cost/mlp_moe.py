@@ -25,6 +25,7 @@ from meshplan.cost.blocks import (
 from meshplan.cost.eager import eager_op
 from meshplan.cost.moe_permute import gather_dispatch, permutation, rows_seen
 from meshplan.cost.records import ACT_BYTES, Dims, OpCost
+from meshplan.cost.shapes import fc1_width
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
@@ -40,7 +41,7 @@ def mlp_gemms(prefix: str, model: ModelSpec, rows: Num, ffn: Num, d: Dims, input
     projections (blocks.projections: one GEMM, one split by chunk, or gate and up apart); the experts' is one grouped
     GEMM (Megatron-Core's and transformers' 3-D gate_up_proj alike; eager stacks: mlp_moe.experts_eager)."""
     width = width or model.hidden_size
-    width_in = 2 * ffn if model.gated else ffn
+    width_in = fc1_width(model, ffn)
     dense, groups = groups is None, 1.0 if groups is None else groups
     if model.gated and dense:
         ops = projections(f"{prefix}/fc1", rows, width, width_in, {"gate": ffn, "up": ffn}, d, saved=input_saved)

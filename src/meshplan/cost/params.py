@@ -67,16 +67,78 @@ def kind_fractions(model: ModelSpec) -> dict[str, float]:
     return {kind: n / model.num_layers for kind, n in model.block_counts.items()}
 
 
+@dataclass(frozen=True, slots=True)
+class LayerWeights:
+    """Parameters of one layer of a kind on one GPU, by how they are placed and stored (``layer_weights``)."""
+
+    split: Num  # block linears split over the tensor-parallel ranks (and their biases, the Mamba mixer's rest)
+    whole: Num  # block linears every tensor-parallel rank keeps whole: MLA's down-projections
+    kept: Num  # norms and the router: whole on every rank; serving keeps them in 16 bits (serve/memory.py)
+    expert: Num  # the routed experts on this GPU
+
+    @property
+    def total(self) -> Num:
+        return self.split + self.whole + self.kept + self.expert
+
+
+def mla_down_params(model: ModelSpec) -> int:
+    """MLA's down-projections, H·r_q (when the query is compressed) and H·(r_kv + d_R): one attention block's linears
+    that no tensor-parallel rank splits. Megatron-Core builds linear_q_down_proj and linear_kv_down_proj as
+    ``backend.linear()`` (megatron/core/models/gpt/gpt_layer_specs.py), a TELinear that
+    megatron/core/transformer/multi_latent_attention.py (MLASelfAttention.__init__) builds with
+    parallel_mode="duplicated"; vLLM's vllm/model_executor/models/deepseek_v2.py (DeepseekV2MLAAttention) makes
+    q_a_proj and kv_a_proj_with_mqa ReplicatedLinear (fused_qkv_a_proj: disable_tp) and SGLang likewise."""
+    if not model.is_mla:
+        return 0
+    return model.hidden_size * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
+
+
+def kept_params(model: ModelSpec, kind: str) -> int:
+    """Parameters of one layer of ``kind`` every tensor-parallel rank keeps whole besides MLA's down-projections:
+    its pre-norms (Transformer Engine's LayerNormLinear holds the whole norm weight beside its column shard; vLLM's
+    RMSNorm is not split), MLA's latent norms (q_a_layernorm, kv_a_layernorm: over the replicated latents) and a MoE
+    layer's router with its bias (Megatron-Core TopKRouter's weight is a plain E×H parameter; vLLM's gate a
+    ReplicatedLinear)."""
+    norms = 2 if kind == "dense" or (kind == "moe" and not model.is_hybrid) else 1
+    kept = norms * model.norm_params(model.hidden_size)
+    if model.is_mla and kind in ("dense", "moe", "attention") and not (kind == "moe" and model.is_hybrid):
+        kept += model.q_lora_rank + model.kv_lora_rank
+    if kind == "moe":
+        kept += model.hidden_size * model.num_experts + (model.num_experts if model.router_bias else 0)
+    return kept
+
+
+def layer_weights(model: ModelSpec, kind: str, tp: Num, expert_ways: Num, kv_heads: Num | None = None
+                  ) -> LayerWeights:
+    """One layer of ``kind`` (``ModelSpec.block_counts``) on one GPU, the one placement of weights training
+    (``kind_params``) and serving (serve/memory.weight_bytes) share: attention, dense MLPs, shared experts, latent
+    projections and Mamba mixers (Megatron's by heads and groups) split ``tp`` ways; MLA's down-projections, the
+    norms and the router whole on every rank (``mla_down_params``, ``kept_params``); the routed experts split
+    ``expert_ways`` ways (training: ep·etp; serving: ep, or tp when ep = 1). ``kv_heads``: the KV heads a rank
+    keeps when not K/t (an inference engine keeps a whole head past K ranks, vLLM's QKVParallelLinear
+    num_kv_head_replicas = t / K; Megatron-Core refuses t > K, attention.py divide(num_query_groups, tp)): the key
+    and value projections then hold kv_heads / K of theirs on the rank instead of 1/t."""
+    experts = model.num_experts * model.expert_params() if kind == "moe" else 0
+    has_attention = kind in ("dense", "attention") or (kind == "moe" and not model.is_hybrid)
+    whole = mla_down_params(model) if has_attention else 0
+    kept = kept_params(model, kind)
+    split = (model.block_params(kind) - experts - whole - kept) / tp
+    if kv_heads is not None and has_attention and not model.is_mla:
+        kv = 2 * model.kv_dim * (model.hidden_size + model.qkv_bias)  # the K and V projections and their biases
+        split = split + kv * (kv_heads / model.num_kv_heads - 1 / tp)
+    return LayerWeights(split=split, whole=whole + 0 * tp, kept=kept + 0 * tp,
+                        expert=experts / expert_ways if experts else 0.0 * expert_ways)
+
+
 def kind_params(model: ModelSpec, plan: Plan, kind: str) -> StageParams:
-    """Parameters of one layer of ``kind`` (``ModelSpec.block_counts``) on one GPU: attention, norms, Mamba
-    mixers and dense MLPs (a MoE layer: its router, latent projections and shared experts) split t-ways (t·t2 on
-    a SUMMA grid, Megatron's Mamba mixer by heads and groups); routed experts split ep·etp-ways."""
+    """Parameters of one layer of ``kind`` on one GPU (``layer_weights``, the routed experts over ep·etp). A SUMMA
+    grid (summa.py) splits every weight of the block over its t = tp·tp2 ranks, the norms with the features."""
     t = plan.tp * plan.tp2
-    total = model.block_params(kind)
-    if kind != "moe":
-        return StageParams(dense=total / t, expert=0.0)
-    experts = model.num_experts * model.expert_params()
-    return StageParams(dense=(total - experts) / t, expert=experts / (plan.ep * plan.etp))
+    w = layer_weights(model, kind, t, plan.ep * plan.etp)
+    dense = w.split + w.whole + w.kept
+    if plan.tensor_layout == "summa":
+        dense = (model.block_params(kind) - (w.expert * plan.ep * plan.etp)) / t
+    return StageParams(dense=dense, expert=w.expert)
 
 
 def layer_params(model: ModelSpec, plan: Plan) -> StageParams:
@@ -143,29 +205,35 @@ def trainable(params: StageParams, plan: Plan) -> StageParams:
 
 
 def stage_params(model: ModelSpec, plan: Plan, first: bool) -> StageParams:
-    """The first (embedding) or last (final norm + LM head) stage; with p = 1 one stage holds both.
-    A tied LM head keeps its own copy on the last stage when p > 1 (Megatron). Only the vocabulary matrices are
-    split over the tensor-parallel ranks (VocabParallelEmbedding, the column-parallel output layer); a learned
-    position table and the norms are copied on every rank (Megatron-LM's LanguageModelEmbedding keeps its
-    position_embeddings a plain torch.nn.Embedding)."""
+    """The first (embedding) or last (final norm + LM head) stage: its layers (``kind_params``), its own parameters
+    (``end_params``), the MTP layers on the last, LoRA adapters."""
     layers = layers_on_stage(model, plan) if first else layers_on_last(model, plan)
     moe_layers = moe_layers_on_stage(model, plan, first)
     other = other_layer_params(model, plan)
     moe_layer = kind_params(model, plan, "moe")
     single = plan.pp == 1
-    word = model.vocab_size * model.hidden_size
-    head_matrix = 0 if model.tied_embeddings else word
-    embed = word / plan.tp + (model.embedding_params() - word)
-    head = head_matrix / plan.tp + (model.head_params() - head_matrix)
-    if model.tied_embeddings:
-        head = head + (word / plan.tp) * (1 - single)
-    extra = embed + head * single if first else head + embed * single
+    extra = end_params(model, plan.tp, single, first)
     mtp = mtp_params(model, plan)
     on_stage = single if first else 1  # the MTP layers sit on the last stage
     adapters = adapter_params(model, plan) * layers
     dense = other * (layers - moe_layers) + moe_layer.dense * moe_layers
     return StageParams(dense=dense + extra + on_stage * mtp.dense + adapters,
                        expert=moe_layer.expert * moe_layers + on_stage * mtp.expert, adapters=adapters)
+
+
+def end_params(model: ModelSpec, tp: Num, single: Num, first: bool) -> Num:
+    """The first (embedding) or last (final norm + LM head) stage's own parameters on one GPU; ``single``: one stage
+    holds both (p = 1). A tied LM head keeps its own copy on the last stage when p > 1 (Megatron). Only the
+    vocabulary matrices are split over the tensor-parallel ranks (VocabParallelEmbedding, the column-parallel output
+    layer; vLLM's VocabParallelEmbedding and ParallelLMHead); a learned position table and the norms are copied on
+    every rank (Megatron-LM's LanguageModelEmbedding keeps its position_embeddings a plain torch.nn.Embedding)."""
+    word = model.vocab_size * model.hidden_size
+    head_matrix = 0 if model.tied_embeddings else word
+    embed = word / tp + (model.embedding_params() - word)
+    head = head_matrix / tp + (model.head_params() - head_matrix)
+    if model.tied_embeddings:
+        head = head + (word / tp) * (1 - single)
+    return embed + head * single if first else head + embed * single
 
 
 def mtp_params(model: ModelSpec, plan: Plan) -> StageParams:

@@ -28,7 +28,10 @@ TPOT = "TPOT above its target"
 
 
 def servable(model: ModelSpec) -> None:
-    """Refuse what the serving model does not price: hybrid (Mamba) layers and latent MoE."""
+    """Refuse what the serving model does not price: hybrid (Mamba) layers, latent MoE, and a model without causal
+    attention (an encoder: no tokens to decode; its prefill would be priced causal)."""
+    if not model.causal:
+        raise SpecError(f"model {model.name}: a non-causal (encoder) model has no tokens to decode (causal = false)")
     if model.is_hybrid:
         raise SpecError(f"model {model.name}: hybrid (Mamba) layers are not modelled for serving (layer_pattern)")
     if model.moe_latent_size:

@@ -1,7 +1,7 @@
 """One iteration of an instance, timed: the ops of the layers on a pipeline stage, the embedding and the LM head
 (ops.py, moe.py), each op by the roofline (roofline.op_time: max of compute and memory time) and each collective by
 the α-β model on the mesh (comm.collective_time; the tensor-parallel all-reduce inside the NVLink domain by NCCL's
-protocol model, allreduce.py), one after another: decode's all-reduces are small and on the
+protocol model, meshplan/allreduce.py), one after another: decode's all-reduces are small and on the
 critical path, so their latency α counts in full (nothing overlaps them in a forward pass).
 
 Pipeline parallelism (vLLM's and TensorRT-LLM's pipeline runtimes): the batch is split into p micro-batches that
@@ -14,14 +14,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from meshplan.allreduce import tp_all_reduce
 from meshplan.comm import collective_time
+from meshplan.cost.decode import Shape, collective, gemm, sixteen_bit, stream
 from meshplan.cost.records import ACT_BYTES, OpCost
 from meshplan.groups import send_stride
 from meshplan.roofline import op_time
-from meshplan.serve.allreduce import tp_all_reduce
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.moe import moe_ops
-from meshplan.serve.ops import Shape, attention_ops, collective, dense_ops, gemm, sixteen_bit, stream
+from meshplan.serve.ops import attention_ops, dense_ops
 from meshplan.serve.precision import Quant, compute_accelerator, gemm_precision
 from meshplan.specs.hardware import Accelerator, Cluster
 from meshplan.specs.model import ModelSpec
@@ -70,7 +71,7 @@ def op_seconds(op: OpCost, cluster: Cluster, quant: Quant, eff: ServeEfficiency,
     if op.kind == "collective":
         c = op.collective
         assert c is not None  # a collective op carries its Collective (cost/records.py)
-        if c.kind == "all_reduce" and c.axis == "tp":  # NCCL's protocols at decode's sizes (allreduce.py)
+        if c.kind == "all_reduce" and c.axis == "tp":  # NCCL's protocols at decode's sizes (meshplan/allreduce.py)
             return slower * tp_all_reduce(c.nbytes, c.group, layouts[c.axis], cluster, eff)
         return slower * collective_time(c.kind, c.nbytes, c.group, layouts[c.axis], cluster, eff)
     acc = compute_accelerator(cluster.accelerator, quant)

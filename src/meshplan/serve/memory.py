@@ -3,10 +3,11 @@ what fits: the sequences the KV-cache pool holds at a context length (seed 004, 
 weights live through the whole process; a layer's activations only until the next layer starts, so one layer's
 worth is ever live).
 
-Weights per GPU: the attention blocks, dense MLPs and shared experts split t ways (MLA's down-projections, the
-norms and the router copied on every rank: vLLM ReplicatedLinear), the routed experts split ep ways (whole experts)
-or t ways (ep = 1), the layers p ways; the vocabulary embedding and LM head t ways, on the first and last stage.
-Block linears are stored in the scheme's weight format (precision.py); embeddings, head, norms and router in 16 bits.
+Weights per GPU: training's placement (cost/params.layer_weights, end_params): the attention blocks, dense MLPs and
+shared experts split t ways (MLA's down-projections, the norms and the router copied on every rank), the routed
+experts split ep ways (whole experts) or t ways (ep = 1), the layers p ways; the vocabulary embedding and LM head t
+ways, on the first and last stage. Block linears are stored in the scheme's weight format (precision.py);
+embeddings, head, norms and router in 16 bits.
 
 Budget (engine.py): with ``memory_basis = "total"`` the engine takes u·HBM (vLLM: "the current vLLM instance can
 use total_gpu_memory x gpu_memory_utilization", gpu_memory_utilization = 0.9 by default, EngineArgs) and gives the
@@ -22,9 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from meshplan.cost.kv_cache import kv_heads_per_gpu, sequence_bytes
+from meshplan.cost.params import end_params, layer_weights
 from meshplan.cost.records import ACT_BYTES
 from meshplan.serve.engine import Engine
-from meshplan.serve.kv import sequence_bytes
 from meshplan.serve.plan import PlanColumns
 from meshplan.serve.precision import Quant
 from meshplan.specs.model import ModelSpec
@@ -56,33 +58,20 @@ class Memory:
         return np.floor(np.maximum(self.kv_pool, 0.0) / self.sequence) * dpa
 
 
-def replicated_attention(model: ModelSpec) -> int:
-    """Attention parameters every tensor-parallel rank keeps whole: MLA's down-projections and their norms."""
-    if not model.is_mla:
-        return 0
-    h = model.hidden_size
-    return h * model.q_lora_rank + model.q_lora_rank + h * (model.kv_lora_rank + model.qk_rope_head_dim) \
-        + model.kv_lora_rank
-
-
 def weight_bytes(model: ModelSpec, tp: Num, pp: Num, ep: Num, quant: Quant) -> Num:
-    """Weights on one GPU of the busiest stage (module docstring)."""
-    w, h = quant.weight_bytes, model.hidden_size
-    norms = 2 * model.norm_params(h)
-    repl = replicated_attention(model)
-    attention = (model.attention_params() - repl) / tp * w + repl * w + norms * ACT_BYTES
-    dense_mlp = model.mlp_params(model.ffn_hidden_size) / tp * w
-    per_kind = {"dense": attention + dense_mlp}
-    if model.is_moe:
-        experts = model.num_experts * model.expert_params()
-        router = h * model.num_experts + (model.num_experts if model.router_bias else 0)
-        shared = model.mlp_params(model.shared_expert_ffn_size) if model.shared_expert_ffn_size else 0
-        spread = np.where(np.asarray(ep) > 1, ep, tp)
-        per_kind["moe"] = attention + experts / spread * w + shared / tp * w + router * ACT_BYTES
-    layers = sum(n * per_kind[kind] for kind, n in model.block_counts.items()) / pp
-    word = model.vocab_size * h * ACT_BYTES / tp
-    edges = word * np.where(np.asarray(pp) > 1, 1, 1 + (not model.tied_embeddings))
-    return layers + edges + model.norm_params(h) * ACT_BYTES
+    """Weights on one GPU of the busiest (last) stage: L/p layers of each kind placed as training places them
+    (cost/params.layer_weights; the routed experts over ep GPUs, or t when ep = 1; a whole KV head per rank past K
+    ranks, as the KV cache keeps it: cost/kv_cache.kv_heads_per_gpu), block linears in the scheme's
+    weight format, norms and router in 16 bits; the stage's own parameters (cost/params.end_params: the LM head, the
+    embedding too when p = 1) in 16 bits. The multi-token-prediction layers are not loaded (vLLM loads them only as
+    a speculative-decoding draft model)."""
+    w = quant.weight_bytes
+    spread = np.where(np.asarray(ep) > 1, ep, tp)
+    layers: Num = 0.0
+    for kind, n in model.block_counts.items():
+        part = layer_weights(model, kind, tp, spread, kv_heads_per_gpu(model, tp))
+        layers = layers + n * ((part.split + part.whole + part.expert) * w + part.kept * ACT_BYTES)
+    return layers / pp + end_params(model, tp, np.asarray(pp) == 1, first=False) * ACT_BYTES
 
 
 def activation_bytes(model: ModelSpec, tp: Num, engine: Engine) -> Num:

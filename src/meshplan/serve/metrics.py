@@ -31,11 +31,11 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from meshplan.comm import collective_time
+from meshplan.cost.decode import Shape
+from meshplan.cost.kv_cache import token_bytes
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.engine import Engine
 from meshplan.serve.iteration import EXPERT_PATH, token_time
-from meshplan.serve.kv import token_bytes
-from meshplan.serve.ops import Shape
 from meshplan.serve.plan import PlanColumns, Workload
 from meshplan.serve.precision import Quant
 from meshplan.specs.hardware import Cluster

@@ -1,5 +1,5 @@
 """The MoE layer in inference, one iteration, one GPU: the router, the experts the batch touches, the token
-dispatch and combine, the shared experts (symbols: ops.py).
+dispatch and combine, the shared experts (symbols: cost/decode.py).
 
 Under uniform top-k routing a token picks k of the E experts, so an expert is missed by one token with probability
 1 − k/E and by T independent tokens with (1 − k/E)^T: the batch touches E·(1 − (1 − k/E)^T) distinct experts in
@@ -21,8 +21,10 @@ and runs all R·k routed rows through it; the all-reduce combines them.
 
 from __future__ import annotations
 
+from meshplan.cost.decode import Shape, activation, collective, gemm, norm, sixteen_bit, stream
 from meshplan.cost.records import ACT_BYTES, OpCost
-from meshplan.serve.ops import Shape, collective, gemm, mlp_ops, norm, sixteen_bit, stream
+from meshplan.cost.shapes import fc1_width
+from meshplan.serve.ops import mlp_ops
 from meshplan.specs.model import ModelSpec
 from meshplan.xp import Num, where
 
@@ -41,10 +43,10 @@ def moe_ops(model: ModelSpec, sh: Shape) -> list[OpCost]:
     rows = where(expert_parallel, tokens * k / ep, R * k)
     ffn = where(expert_parallel, model.moe_ffn_hidden_size, model.moe_ffn_hidden_size / t)
     touched = touched_experts(E, k, tokens) * (local / E)  # of this GPU's share
-    width_in = 2 * ffn if model.gated else ffn
+    width_in = fc1_width(model, ffn)
     ops = [norm("moe/norm", model, sh), sixteen_bit(gemm("moe/router", R, h, E, ACT_BYTES, ACT_BYTES))]
     ops += [gemm("moe/experts/fc1", rows, h, width_in, sh.w_bytes, sh.a_bytes, groups=touched),
-            stream("moe/experts/act", ACT_BYTES * rows * (width_in + ffn), 8.0 * rows * width_in),
+            activation("moe/experts/act", rows, width_in, ffn),
             gemm("moe/experts/fc2", rows, ffn, h, sh.w_bytes, sh.a_bytes, groups=touched),
             stream("moe/permute", 2 * ACT_BYTES * rows * h * 2)]  # gather the routed rows, scatter-add them back
     if model.shared_expert_ffn_size:

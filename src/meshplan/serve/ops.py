@@ -1,168 +1,42 @@
 """Per-op costs of inference: one iteration of one instance, on one GPU of one attention group, as the flat
-``OpCost`` records the training model uses (cost/records.py), phase ``"serve"``, forward only.
+``OpCost`` records the training model uses (cost/records.py), phase ``"serve"``, forward only: the composer of one
+layer's attention block and dense MLP from the shared op library (symbols: cost/decode.py).
 
-Symbols: R rows (tokens) a GPU's GEMMs see in the iteration = D + P, D decoding sequences (one token each, each
-attending to c cached tokens), P prompt tokens of n prompts that already hold p tokens each in the cache (0: whole
-prompts; chunked prefill: the later chunks), t tensor-parallel size, the rest as cost/records.py (H, F, A, K, d, V,
-E, k, Fe). Byte sizes: w the weights' (quantised), a an activation a GEMM reads (its input, quantised with the
-weights in W8A8 / W4A4; the quantisation is fused into the kernel before it, as vLLM's and TensorRT-LLM's fused
-norm-quant and activation-quant kernels do), 2 for everything else, b the KV cache's (precision.py).
-
-A prefill of whole prompts runs the training forward pass's ops (cost/attention.py, cost/mlp_moe.py: the same GEMM
-shapes and FLOPs, FlashAttention's causal halving; tests/test_serve_ops.py checks the two agree), without what only
-training keeps. Inference adds: the KV-cache write of each new token and, in decode, attention over the cache
-(FLOPs 2·D·c·A/t·(d_qk + d_v), bytes the cached keys and values: a memory-bound kernel, FlashDecoding / paged
-attention), MLA in its absorbed form (kv.py; engine.mla_absorb), the experts a decode batch touches (moe_ops), and
-logits only for the last position of each sequence (vLLM's LogitsProcessor keeps the last token's hidden state).
+A prefill of whole prompts runs the training forward pass's ops: the same projection shapes (cost/shapes.py), the
+same GEMM and attention FLOPs, FlashAttention's causal halving (tests/test_engines_agree.py checks every preset),
+without what only training keeps. Inference adds the records of cost/decode.py: the KV-cache write of each new
+token and, in decode, attention over the cache (a memory-bound kernel, FlashDecoding / paged attention), MLA in its
+absorbed form (engine.mla_absorb), the experts a decode batch touches (moe.py), and logits only for the last position
+of each sequence (iteration.edge_ops: vLLM's LogitsProcessor keeps the last token's hidden state).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
-from meshplan.comm import Collective
+from meshplan.cost.decode import (
+    Shape,
+    activation,
+    collective,
+    decode_attention,
+    gemm,
+    kv_write,
+    norm,
+    prefill_attention,
+)
+from meshplan.cost.kv_cache import kv_heads_per_gpu
 from meshplan.cost.records import ACT_BYTES, OpCost
-from meshplan.serve.kv import kept_tokens, kv_heads_per_gpu, layer_token_bytes
+from meshplan.cost.shapes import fc1_width, qkv_shapes
 from meshplan.specs.model import ModelSpec
-from meshplan.xp import Num, maximum
-
-PHASE = "serve"
-
-
-@dataclass(frozen=True, slots=True)
-class Shape:
-    """What one GPU of one attention group runs in one iteration (module glossary); scalars or arrays alike."""
-
-    tp: Num
-    dpa: Num
-    ep: Num
-    decode: Num  # D
-    context: Num  # c
-    prefill: Num  # P
-    prompts: Num  # n
-    prefix: Num  # p
-    w_bytes: Num
-    a_bytes: Num
-    kv_bytes: Num
-    absorb: bool = True
-    gather: bool = False  # MoE under data-parallel attention by all-gather / reduce-scatter (engine.moe_comm)
-    per_query_head: bool = False  # decode attention reads a KV head once per query head (engine.kv_per_query_head)
-
-    @property
-    def rows(self) -> Num:
-        return self.decode + self.prefill
-
-
-def gemm(name: str, m: Num, k: Num, n: Num, w: Num, a: Num, groups: Num = 1.0, weights: Num | None = None
-         ) -> OpCost:
-    """(m×k)·(k×n): reads its input (a bytes) and ``weights`` k·n·groups elements (w bytes), writes 16-bit
-    output; ``groups`` GEMMs of m/groups rows each (a grouped GEMM: the touched experts)."""
-    elems = k * n * groups if weights is None else weights
-    return OpCost(name, PHASE, "gemm", 2.0 * m * k * n, a * m * k + w * elems + ACT_BYTES * m * n,
-                  m=m / groups, n=n, k=k, groups=groups)
-
-
-def sixteen_bit(op: OpCost) -> OpCost:
-    """A GEMM kept in 16 bits whatever the scheme (the router, the LM head): priced at the 16-bit rate."""
-    return replace(op, variant="bf16")
-
-
-def stream(name: str, nbytes: Num, flops: Num = 0.0) -> OpCost:
-    return OpCost(name, PHASE, "memory", flops, nbytes)
-
-
-def collective(name: str, kind: str, nbytes: Num, axis: str, group: Num) -> OpCost:
-    return OpCost(name, PHASE, "collective", nbytes=nbytes, collective=Collective(kind, nbytes, axis, group))
-
-
-def norm(name: str, model: ModelSpec, sh: Shape) -> OpCost:
-    """A pre-norm (read and write the residual stream) with the residual add before it: 3 elements in, 1 out."""
-    return stream(name, 4 * ACT_BYTES * sh.rows * model.hidden_size, 8.0 * sh.rows * model.hidden_size)
+from meshplan.xp import Num
 
 
 def qkv_ops(model: ModelSpec, sh: Shape) -> list[OpCost]:
-    """The query, key and value projections (cost/attention.qkv_ops's shapes), and the new tokens' cache write.
-    MLA's down-projections are replicated on every rank (vLLM ReplicatedLinear), its up-projections split by heads;
-    in the absorbed form the up-projection of the keys is applied to the query instead (``mla_decode``)."""
-    h, t, R, w, a = model.hidden_size, sh.tp, sh.rows, sh.w_bytes, sh.a_bytes
-    write = stream("attn/kv_write", R * (layer_token_bytes(model, t, sh.kv_bytes)
-                                         + layer_token_bytes(model, t, ACT_BYTES)))
-    if not model.is_mla:
-        n = model.q_dim / t + 2 * kv_heads_per_gpu(model, t) * model.head_dim
-        return [gemm("attn/qkv", R, h, n, w, a), write]
-    qk = model.qk_nope_head_dim + model.qk_rope_head_dim
-    heads = model.num_heads / t
-    if model.q_lora_rank:
-        ops = [gemm("attn/q_down", R, h, model.q_lora_rank, w, a),
-               gemm("attn/q_up", R, model.q_lora_rank, heads * qk, w, a)]
-    else:
-        ops = [gemm("attn/q", R, h, heads * qk, w, a)]
-    return ops + [gemm("attn/kv_down", R, h, model.kv_lora_rank + model.qk_rope_head_dim, w, a), write]
-
-
-def head_dims(model: ModelSpec) -> tuple[int, int]:
-    if model.is_mla:
-        return model.qk_nope_head_dim + model.qk_rope_head_dim, model.v_head_dim
-    return model.head_dim, model.head_dim
-
-
-def decode_attention(model: ModelSpec, sh: Shape) -> list[OpCost]:
-    """D queries against their c cached tokens (the windowed layers' share: at most the window): every cached key
-    and value read once per sequence (paged / FlashDecoding kernels share a KV head's read among its A/K query
-    heads), FLOPs 2·D·c·A/t·(d_qk + d_v). A kernel with one thread block per query head (FasterTransformer's masked
-    multi-head attention, ``sh.per_query_head``) reads each KV head once per query head of its group: ``repeat`` =
-    A/K reads of the same bytes, the repeats served by the L2 cache (iteration.op_seconds)."""
-    if model.is_mla:
-        return mla_decode(model, sh)
-    heads, (d_qk, d_v) = model.num_heads / sh.tp, head_dims(model)
-    keys = kept_tokens(model, sh.context)
-    cached = sh.decode * keys * layer_token_bytes(model, sh.tp, sh.kv_bytes)
-    q_out = ACT_BYTES * sh.decode * heads * (d_qk + d_v)
-    reads = heads / kv_heads_per_gpu(model, sh.tp) if sh.per_query_head else 1.0
-    return [OpCost("attn/decode", PHASE, "attention", 2.0 * sh.decode * keys * heads * (d_qk + d_v), cached + q_out,
-                   m=sh.decode * heads, n=maximum(keys, 1.0), k=d_qk, variant="flash", repeat=reads)]
-
-
-def mla_decode(model: ModelSpec, sh: Shape) -> list[OpCost]:
-    """MLA in decode. Absorbed (DeepSeek-V2 §2.1.2; FlashMLA): q_nope·W_UK per head into the latent space (A/t
-    batched GEMMs nope → d_c), an MQA over the cached latent with queries of d_c + d_R and values of d_c, then
-    W_UV per head (d_c → d_v): the cache is read once for all heads. Not absorbed: the cached latents of every
-    sequence are up-projected to keys and values (kv_up over D·c rows) and attended as standard heads."""
-    heads, dc, dr = model.num_heads / sh.tp, model.kv_lora_rank, model.qk_rope_head_dim
-    nope, dv, D, c = model.qk_nope_head_dim, model.v_head_dim, sh.decode, sh.context
-    cached = D * c * (dc + dr) * sh.kv_bytes
-    if sh.absorb:
-        return [gemm("attn/q_absorb", D * heads, nope, dc, sh.w_bytes, ACT_BYTES, groups=heads),
-                OpCost("attn/decode", PHASE, "attention", 2.0 * D * c * heads * (2 * dc + dr),
-                       cached + ACT_BYTES * D * heads * (2 * dc + dr), m=D * heads, n=maximum(c, 1.0), k=dc + dr,
-                       variant="flash"),
-                gemm("attn/v_absorb", D * heads, dc, dv, sh.w_bytes, ACT_BYTES, groups=heads)]
-    up = gemm("attn/kv_up", D * c, dc, heads * (nope + dv), sh.w_bytes, sh.kv_bytes)
-    d_qk = nope + dr
-    return [up, OpCost("attn/decode", PHASE, "attention", 2.0 * D * c * heads * (d_qk + dv),
-                       ACT_BYTES * D * c * heads * (d_qk + dv) + ACT_BYTES * D * heads * (d_qk + dv),
-                       m=D * heads, n=maximum(c, 1.0), k=d_qk, variant="flash")]
-
-
-def prefill_attention(model: ModelSpec, sh: Shape) -> list[OpCost]:
-    """P prompt tokens of n prompts, each chunk of P/n tokens attending causally to its p cached tokens and itself:
-    FLOPs 2·P·(p + P/(2n))·A/t·(d_qk + d_v) (p = 0: the training forward's causal half, FlashAttention skipping the
-    masked blocks); bytes its q, k, v and output and the cached prefix. MLA prefills in the standard form (vLLM's
-    MLA prefill path): kv_up over the chunk's and the prefix's latents."""
-    heads, (d_qk, d_v) = model.num_heads / sh.tp, head_dims(model)
-    P, n, p = sh.prefill, maximum(sh.prompts, 1), sh.prefix  # no prompts: P = 0, no FLOPs
-    keys = p + P / (2 * n)  # the average query's keys
-    if model.sliding_window:
-        keys = kept_tokens(model, keys)
-    kv_heads = heads if model.is_mla else kv_heads_per_gpu(model, sh.tp)
-    own = ACT_BYTES * P * (heads * (d_qk + d_v) + kv_heads * (d_qk + d_v))
-    cached = n * p * layer_token_bytes(model, sh.tp, sh.kv_bytes)
-    ops = [OpCost("attn/prefill", PHASE, "attention", 2.0 * P * keys * heads * (d_qk + d_v), own + cached,
-                  m=P * heads, n=maximum(p + P / n, 1.0), k=d_qk, variant="flash_causal")]
-    if model.is_mla:
-        ops.insert(0, gemm("attn/kv_up", P + n * p, model.kv_lora_rank, heads * (model.qk_nope_head_dim + d_v),
-                           sh.w_bytes, sh.a_bytes))
-    return ops
+    """The query, key and value projections (cost/shapes.qkv_shapes: the training forward's; an engine keeps a whole
+    KV head per rank past K ranks) and the new tokens' cache write. In MLA's absorbed form the up-projection of the
+    keys is applied to the query instead (decode.mla_decode); its prefill up-projects the latents
+    (decode.prefill_attention)."""
+    kv_heads = None if model.is_mla else kv_heads_per_gpu(model, sh.tp)
+    ops = [gemm(name, sh.rows, k, n, sh.w_bytes, sh.a_bytes) for name, k, n in qkv_shapes(model, sh.tp, kv_heads)]
+    return ops + [kv_write(model, sh)]
 
 
 def attention_ops(model: ModelSpec, sh: Shape) -> list[OpCost]:
@@ -177,10 +51,10 @@ def attention_ops(model: ModelSpec, sh: Shape) -> list[OpCost]:
 
 def mlp_ops(model: ModelSpec, sh: Shape, ffn: Num, prefix: str = "mlp") -> list[OpCost]:
     """A dense MLP of width ``ffn`` split t ways: fc1 (gate and up), the activation, fc2."""
-    width_in = 2 * ffn if model.gated else ffn
+    width_in = fc1_width(model, ffn)
     R, h = sh.rows, model.hidden_size
     return [gemm(f"{prefix}/fc1", R, h, width_in, sh.w_bytes, sh.a_bytes),
-            stream(f"{prefix}/act", ACT_BYTES * R * (width_in + ffn), 8.0 * R * width_in),
+            activation(f"{prefix}/act", R, width_in, ffn),
             gemm(f"{prefix}/fc2", R, ffn, h, sh.w_bytes, sh.a_bytes)]
 
 

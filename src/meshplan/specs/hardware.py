@@ -66,7 +66,7 @@ class Accelerator:
     attention_overhead: float = 0.0
     # a small all-reduce inside the NVLink domain as measured on this GPU (the one-shot / two-shot kernels serving
     # engines run at decode's sizes): t = allreduce_latency + 2(g − 1)/g · bytes / allreduce_bandwidth for messages
-    # up to allreduce_measured bytes, the largest measured (serve/allreduce.py); 0 → not measured, NCCL's model
+    # up to allreduce_measured bytes, the largest measured (meshplan/allreduce.py); 0 → not measured, NCCL's model
     allreduce_latency: float = 0.0
     allreduce_bandwidth: float = 0.0
     allreduce_measured: float = 0.0
