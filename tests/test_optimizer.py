@@ -107,7 +107,7 @@ def test_the_step_row_names_the_optimizer():
 
 def test_a_bad_optimizer_is_refused():
     assert any("optimizer='lion'" in r for r in check(load_model("llama3-8b"), None, Plan(optimizer="lion")))
-    with pytest.raises(ValueError, match="optimizer='lion'"):
+    with pytest.raises(SpecError, match="optimizer='lion'"):
         Space(global_batch=64, optimizer="lion")
 
 
@@ -138,8 +138,8 @@ def test_plan_keeps_the_optimizer_fixed(capsys):
 
 def test_search_space_passes_the_optimizer_to_every_plan():
     model, cluster = load_model("llama3-8b"), load_system("h100").cluster(8)
-    result = search(model, cluster, Space(global_batch=64, optimizer="adam-8bit", all_placements=False), top_k=3,
-                    workers=1)
+    space = Space(global_batch=64, optimizer="adam-8bit", all_placements=False, stack=load_stack("any"))  # Megatron
+    result = search(model, cluster, space, top_k=3, workers=1)  # (Space's default framework) runs no 8-bit Adam
     assert result.plans and all(e.plan.optimizer == "adam-8bit" for e in result.plans)
 
 

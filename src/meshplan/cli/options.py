@@ -20,12 +20,9 @@ from meshplan.specs.check import recompute_modules_problem
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
-from meshplan.specs.stack import Stack, load_stack, stack_names
+from meshplan.specs.stack import DEFAULT_FRAMEWORK, Stack, load_stack, stack_names
 
 PLAN_PREFIX, STACK_PREFIX = "plan_", "stack_"
-# what runs by default: a mainstream framework, so that the first answer is a plan the user can launch ("any": every
-# plan meshplan models, the 2D SUMMA layout included)
-DEFAULT_FRAMEWORK = "megatron-core"
 AXES = ("tp", "tp2", "pp", "cp", "dp")  # the axes whose product is the GPU count
 # set from the other options when not given (the metadata's default_help says how)
 COMPUTED = ("dp", "global_batch", "sequence_parallel", "precision", "schedule", "finetune", "offload_activations")
