@@ -19,7 +19,7 @@ from meshplan.steady import steady_step
 from meshplan.units import fmt_bytes, fmt_time
 
 P, M, F, B = 4, 8, 1.0, 2.0
-PLAN = Plan(dp=2, tp=4, pp=4, global_batch=64, sequence_parallel=True, zero=1)
+PLAN = Plan(dp=2, tp=4, pp=4, global_batch=64, sequence_parallel=True, zero=1, recompute="none", grad_bytes=2)
 
 
 def main() -> None:

@@ -122,7 +122,7 @@ def test_an_estimate_pays_each_kernels_overhead():
     """One GPU, no parallelism: nothing overlaps a kernel, so the step grows by exactly t0 per kernel it runs:
     gemm_overhead × (GEMM and attention kernels) + kernel_overhead × (the others), counted from the per-op table."""
     h100 = load_system("h100").cluster(1)
-    model, plan = gpt(layers=2, hidden=512, heads=8, seq=512), Plan(global_batch=4, micro_batch=2)
+    model, plan = gpt(layers=2, hidden=512, heads=8, seq=512), Plan(global_batch=4, micro_batch=2, recompute="none")
     base = estimate(model, h100, plan)
     slow = replace(h100, accelerator=replace(h100.accelerator, gemm_overhead=10e-6, kernel_overhead=3e-6))
     est = estimate(model, slow, plan)

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from meshplan import load_model, load_system
+from meshplan import Plan, load_model, load_system
 from meshplan.cli import main
+from meshplan.cli.options import cli_default, plan_fields
 from meshplan.cli.search_options import OPTIONS
 from meshplan.errors import SpecError
+from meshplan.estimate import estimate
 from meshplan.fields import MEMORY_HEADROOM
 from meshplan.search import Space, search
 from meshplan.specs.stack import DEFAULT_FRAMEWORK, load_stack
@@ -84,3 +86,54 @@ def test_space_refuses_what_the_command_line_refuses_with_the_same_line(space, a
         Space(global_batch=64, **space)
     assert main(["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", *args]) == 2
     assert capsys.readouterr().err == f"meshplan: error: {refused.value}\n"
+
+
+def test_every_plan_option_stands_for_plans_field_default():
+    """An estimate option not given is Plan's field default (zero 1, recompute selective, grad bytes 4 ...), or, for
+    the few the command line computes from the cluster or the other options, says how (dp, the global batch, the
+    precision, full training or LoRA, activation offload with --offload-layers); Plan computes sequence parallelism
+    and the schedule from its other fields itself."""
+    computed = {f.name for f in plan_fields() if "cli_default" in f.metadata}
+    assert computed == {"dp", "global_batch", "precision", "finetune", "offload_activations"}
+    assert all(cli_default(f) is None for f in plan_fields() if f.name in computed)
+    assert all(cli_default(f) == f.default for f in plan_fields() if f.name not in computed)
+    plain = Plan(dp=8, tp=8)
+    assert (plain.zero, plain.recompute, plain.grad_bytes, plain.sequence_parallel, plain.schedule) == (
+        1, "selective", 4, True, "1f1b")
+    assert Plan(tp=8, tp2=2, tensor_layout="summa").sequence_parallel is False  # SP is the 1D layout's
+    assert Plan(pp=4, vpp=2).schedule == "interleaved"
+
+
+@pytest.mark.parametrize("words", [
+    ["--tp", "8", "--pp", "4"],
+    ["--tp", "8", "--pp", "4", "--vpp", "2", "--zero", "0", "--recompute", "full"],
+    ["--tp", "4", "--tp2", "2", "--layout", "summa", "--framework", "any"],
+])
+def test_the_python_estimate_and_the_command_give_the_same_number(words, capsys):
+    """``estimate(model, cluster, Plan(tp=8, pp=4, ...), stack)`` and ``meshplan estimate ... --tp 8 --pp 4`` with the
+    same words: the same plan, the same step time and peak memory (the stack: --framework's, megatron-core unless
+    given)."""
+    model, cluster = load_model("llama3-70b"), load_system("h100").cluster(1024)
+    given = dict(zip(words[::2], words[1::2], strict=True))
+    framework = given.pop("--framework", DEFAULT_FRAMEWORK)
+    sizes = {k[2:].replace("-", "_"): (v if k in ("--recompute", "--layout") else int(v)) for k, v in given.items()}
+    sizes["tensor_layout"] = sizes.pop("layout", "1d")
+    other = sizes["tp"] * sizes.get("tp2", 1) * sizes.get("pp", 1)
+    plan = Plan(dp=1024 // other, global_batch=512, **sizes)
+    est = estimate(model, cluster, plan, load_stack(framework))
+    out = _json(capsys, ["estimate", "--model", "llama3-70b", "--system", "h100", "--gpus", "1024",
+                         "--global-batch", "512", *words, "--json"])
+    assert out["plan"] == json.loads(json.dumps(est.to_dict()["plan"]))
+    assert out["step_time_s"] == est.step_time and out["peak_memory_bytes"] == est.peak_memory
+
+
+def test_the_readme_python_estimate_is_the_plan_the_readme_command_writes(capsys):
+    """README: ``Plan(dp=32, tp=8, pp=4, global_batch=512, sequence_parallel=True, zero=1)`` is what
+    ``meshplan estimate ... --tp 8 --pp 4 --global-batch 512`` runs on 1024 GPUs (sequence parallelism and ZeRO-1 are
+    the defaults of both)."""
+    assert "Plan(dp=32, tp=8, pp=4, global_batch=512, sequence_parallel=True, zero=1)" in README.read_text()
+    out = _json(capsys, ["estimate", "--model", "llama3-70b", "--system", "h100", "--gpus", "1024", "--tp", "8",
+                         "--pp", "4", "--global-batch", "512", "--json"])
+    plan = Plan(dp=32, tp=8, pp=4, global_batch=512, sequence_parallel=True, zero=1)
+    est = estimate(load_model("llama3-70b"), load_system("h100").cluster(1024), plan, load_stack(DEFAULT_FRAMEWORK))
+    assert out["plan"] == json.loads(json.dumps(est.to_dict()["plan"])) and out["step_time_s"] == est.step_time

@@ -158,7 +158,7 @@ def test_emit_then_read_gives_the_optimizer_back_or_refuses(fmt, optimizer):
     model, cluster = load_model("llama3-8b"), load_system("h100").cluster(8)
     preset, zero = PRESETS[fmt]
     stack = load_stack(preset)
-    plan = Plan(dp=8, zero=zero, micro_batch=1, global_batch=64, optimizer=optimizer)
+    plan = Plan(dp=8, zero=zero, micro_batch=1, global_batch=64, optimizer=optimizer, recompute="none")
     if optimizer not in EXPRESSED[fmt]:
         with pytest.raises(SpecError, match=f"{fmt} cannot express optimizer={optimizer}"):
             emit(fmt, model, plan, stack)
@@ -196,14 +196,14 @@ def test_the_frameworks_take_the_emitted_optimizer(tmp_path, monkeypatch):
 
     model = load_model("llama3-8b")
     monkeypatch.setattr(ds.dist, "get_rank", lambda *args, **kwargs: 0)
-    plan = Plan(dp=8, zero=1, micro_batch=1, global_batch=64, optimizer="sgd-momentum")
+    plan = Plan(dp=8, zero=1, micro_batch=1, global_batch=64, optimizer="sgd-momentum", recompute="none")
     loaded = ds.DeepSpeedConfig(json.loads(emit("deepspeed", model, plan, load_stack("deepspeed"))),
                                 mpu=_DataParallel(8))
     assert (loaded.optimizer_name, loaded.optimizer_params) == ("SGD", {"momentum": 0.9})
     assert loaded.zero_allow_untested_optimizer
     path = tmp_path / "job.toml"
-    path.write_text(emit("torchtitan", model, Plan(dp=8, zero=3, micro_batch=1, global_batch=64, optimizer="adam"),
-                         load_stack("torchtitan")))
+    path.write_text(emit("torchtitan", model, Plan(dp=8, zero=3, micro_batch=1, global_batch=64, optimizer="adam",
+                                                   recompute="none"), load_stack("torchtitan")))
     assert _torchtitan_config_manager()().parse_args(["--job.config_file", str(path)]).optimizer.name == "Adam"
     text = emit("nemo", model, replace(plan, optimizer="sgd"), load_stack("megatron-bridge"))
     config = OptimizerConfig(**_overrides(text)["optimizer"])
