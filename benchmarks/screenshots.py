@@ -174,7 +174,7 @@ def timeline_picture(img: Path) -> float:
     model, cluster = load_model("gpt3-175b"), load_system("a100").cluster(1024)
     plan = Plan(dp=16, tp=8, pp=8, vpp=2, micro_batch=1, global_batch=128, sequence_parallel=True,
                 recompute="selective", zero=1, schedule="interleaved", grad_bytes=2)
-    est = estimate(model, cluster, plan)
+    est = estimate(model, cluster, plan, Stack())  # the generic stack (DP overlapped), as drawn
     pipeline = plots.pipeline_run(est)
     inputs = digest({"estimate": drawn(est), "starts": pipeline.timeline.starts, "ends": pipeline.timeline.ends})
     stamp(plots.save(plots.timeline_figure(est, pipeline), img / "timeline.png"), inputs)

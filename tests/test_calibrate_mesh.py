@@ -84,9 +84,9 @@ def test_a_calibrated_cube_searches_and_re_estimates():
     model = gpt(layers=2, hidden=512, heads=8, seq=512)
     result = search(model, cluster, Space(**EVERY_PLAN, global_batch=16), top_k=3, workers=1)
     top = result.plans[0]
-    assert estimate(model, cluster, top.plan).step_time == top.step_time
+    assert estimate(model, cluster, top.plan, top.stack).step_time == top.step_time
     bare = replace(cluster, accelerator=replace(cluster.accelerator, gemm_overhead=0.0, kernel_overhead=0.0))
-    assert estimate(model, bare, top.plan).step_time < top.step_time
+    assert estimate(model, bare, top.plan, top.stack).step_time < top.step_time
 
 
 def test_a_negative_or_noisy_intercept_is_clipped_to_zero():

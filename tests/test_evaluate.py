@@ -43,5 +43,6 @@ def test_units_are_priced_only_for_keys_that_can_reach_the_top_k(monkeypatch):
     every = len(unit_keys(model, cluster, plans)[0])
     priced = sum(u.priced for u in made)
     assert made and 0 < priced < 0.7 * every  # 3,255 of 5,324
-    assert result.plans[0].step_time == pytest.approx(estimate(model, cluster, result.plans[0].plan).step_time)
+    assert result.plans[0].step_time == pytest.approx(estimate(model, cluster, result.plans[0].plan,
+                                                               space.stack).step_time)
     assert result.bounded > 0

@@ -129,7 +129,7 @@ def test_search_agrees_with_estimate_and_rejects_cp():
     result = search(NANO, cluster, space, top_k=3, workers=1)
     assert result.plans and "cp of Mamba layers not modelled" in result.rejected
     for best in result.plans:
-        again = estimate(NANO, cluster, best.plan)
+        again = estimate(NANO, cluster, best.plan, best.stack)
         assert again.step_time == pytest.approx(best.step_time, rel=1e-6)
         assert again.peak_memory == pytest.approx(best.peak_memory, rel=1e-6)
 

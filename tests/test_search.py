@@ -60,7 +60,7 @@ def small_case():
 def test_search_equals_estimate_on_every_candidate(small_case):
     model, cluster, result = small_case
     """Every plan, and for SUMMA plans every panel count (which the search optimises per plan)."""
-    variants = [[estimate(model, cluster, p) for p in panel_options]
+    variants = [[estimate(model, cluster, p, SMALL.stack) for p in panel_options]
                 for panel_options in every_plan(model, cluster, SMALL)]
     assert len(variants) == result.evaluated
     ests = [min(v, key=lambda e: e.step_time) for v in variants]  # memory does not depend on the panels
@@ -169,7 +169,8 @@ def test_the_memory_example_is_the_plan_nearest_to_fitting():
     """Of the plans that do not fit, the example shown is the one with the smallest peak: what it would take."""
     model, cluster = load_model("llama3-70b").with_seq_length(2048), load_system("h100").cluster(4)
     result = search(model, cluster, SMALL, top_k=1)
-    estimates = [estimate(model, cluster, plan) for group in every_plan(model, cluster, SMALL) for plan in group]
+    estimates = [estimate(model, cluster, plan, SMALL.stack) for group in every_plan(model, cluster, SMALL)
+                 for plan in group]
     least = min(e.peak_memory for e in estimates if not e.fits)
     capacity = cluster.accelerator.hbm_bytes
     assert result.examples["memory exceeds HBM"].endswith(f"{fmt_bytes(least)} > {fmt_bytes(capacity)}")
@@ -183,7 +184,7 @@ def test_the_host_memory_example_is_the_plan_nearest_to_fitting():
     space = replace(SMALL, offload_optimizer=(False, True))
     result = search(model, cluster, space, top_k=1)
     # one estimate per plan: memory and offload do not depend on the SUMMA panel count
-    estimates = [estimate(model, cluster, group[0]) for group in every_plan(model, cluster, space)]
+    estimates = [estimate(model, cluster, group[0], space.stack) for group in every_plan(model, cluster, space)]
     over = [e for e in estimates if e.peak_memory <= cluster.accelerator.hbm_bytes
             and e.host_memory > cluster.host_memory]
     assert over and result.rejected["offload exceeds host memory"] == len(over)
@@ -266,7 +267,8 @@ def search_ranks_as_estimate(model) -> list[list]:
     space = Space(**EVERY_PLAN, global_batch=32, zero=(1,), recompute=("full",), offload_optimizer=(False,),
                   offload_activations=(False,), max_micro_batch=1, layouts=("1d",), sequence_parallel=(True,))
     result = search(model, cluster, space, top_k=5)
-    variants = [[estimate(model, cluster, p) for p in options] for options in every_plan(model, cluster, space)]
+    variants = [[estimate(model, cluster, p, space.stack) for p in options]
+                for options in every_plan(model, cluster, space)]
     assert len(variants) == result.evaluated
     feasible = sorted(min(e.step_time for e in v) for v in variants if v[0].fits)
     assert [e.step_time for e in result.plans] == pytest.approx(feasible[:5], rel=1e-9)
@@ -300,7 +302,8 @@ def test_search_equals_estimate_with_recompute_modules_and_mtp():
                   recompute_modules=("moe", "layernorm"), offload_optimizer=(False,), offload_activations=(False,),
                   max_micro_batch=1, layouts=("1d",), sequence_parallel=(True,))
     result = search(model, cluster, space, top_k=5)
-    variants = [[estimate(model, cluster, p) for p in options] for options in every_plan(model, cluster, space)]
+    variants = [[estimate(model, cluster, p, space.stack) for p in options]
+                for options in every_plan(model, cluster, space)]
     assert len(variants) == result.evaluated
     fits = [v[0] for v in variants if v[0].fits]
     assert len(fits) == result.feasible
@@ -360,9 +363,9 @@ def test_search_equals_estimate_on_three_tiers_with_kernel_overheads():
     space = replace(SMALL, all_placements=True, zero=(1,), recompute=("none",), offload_activations=(False,),
                     max_micro_batch=1)
     result = search(model, cluster, space, top_k=3)
-    ests = [min((estimate(model, cluster, p) for p in v), key=lambda e: e.step_time)
+    ests = [min((estimate(model, cluster, p, space.stack) for p in v), key=lambda e: e.step_time)
             for v in every_plan(model, cluster, space)]
     assert len(ests) == result.evaluated and len({e.plan.placement for e in ests}) > 6
     top = sorted(e.step_time for e in ests if e.fits)[: len(result.plans)]
     assert [e.step_time for e in result.plans] == pytest.approx(top, rel=1e-9)
-    assert estimate(model, cluster, result.plans[0].plan).step_time == result.plans[0].step_time
+    assert estimate(model, cluster, result.plans[0].plan, Stack()).step_time == result.plans[0].step_time

@@ -73,10 +73,10 @@ def test_llama3_8b_on_four_stages_runs_faster_with_fewer_layers_on_the_last():
     time, plan = _best_pp4(model, cluster, Space(**EVERY_PLAN, global_batch=64))
     assert even.last_stage_layers == 0 and plan.last_stage_layers == 5
     assert time < even_time * 0.99
-    again = estimate(model, cluster, plan)
+    again = estimate(model, cluster, plan, Stack())
     assert again.fits and again.step_time == pytest.approx(time, rel=1e-6)
     # the same plan with the even split is slower
-    assert estimate(model, cluster, plan.with_(last_stage_layers=0)).step_time > again.step_time
+    assert estimate(model, cluster, plan.with_(last_stage_layers=0), Stack()).step_time > again.step_time
 
 
 def test_the_whole_search_reports_an_uneven_winner_that_re_estimates_the_same():

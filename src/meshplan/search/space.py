@@ -17,14 +17,14 @@ The defaults are the command line's (``meshplan plan`` derives its options' defa
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from meshplan.errors import SpecError
 from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM
 from meshplan.ranges import check_options
 from meshplan.specs.check import fsdp_has_zero, recompute_modules_problem
 from meshplan.specs.plan import ASYNC_SCHEDULES, OPTIMIZERS, PINNABLE
-from meshplan.specs.stack import Stack, default_framework
+from meshplan.specs.stack import FRAMEWORK_STACK, Stack
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +56,7 @@ class Space:
     optimizer: str = "adam"  # Plan.optimizer: a training choice every plan of the space shares, not searched
     # how the software stack runs every plan (stack.py): its kernels, runtime, overlap, and which plans it runs (its
     # ``supports`` narrow the space); default: stack.DEFAULT_FRAMEWORK, Megatron-Core, as on the command line
-    stack: Stack = field(default_factory=default_framework)
+    stack: Stack = FRAMEWORK_STACK
     # the most plans a search space may hold (``limits.plan_count``); a larger one is refused before any is built
     # (fields.MAX_PLANS); 0: no limit
     max_plans: int = MAX_PLANS

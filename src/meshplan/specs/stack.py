@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field, fields, replace
-from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -125,9 +124,9 @@ class Stack:
 
 
 DEFAULT = Stack()
-# the framework a search and the command line run by default: a mainstream one, so that the first answer is a plan the
-# user can launch (``any``: every plan meshplan models, the 2D SUMMA layout included). ``estimate`` prices a plan under
-# the neutral ``DEFAULT`` unless given a stack (its numbers are the physics' own; a framework's are a preset's)
+# the framework the Python API (estimate, Space) and the command line run by default: a mainstream one, so that the
+# first answer is a plan the user can launch (``any``: every plan meshplan models, the 2D SUMMA layout included);
+# ``DEFAULT`` (generic) is the neutral stack the physics' own tests price
 DEFAULT_FRAMEWORK = "megatron-core"
 BEHAVIOUR = tuple(f.name for f in fields(Stack) if f.compare)  # the fields the estimator reads
 
@@ -163,10 +162,7 @@ def load_stack(ref: str | Stack, field_name: str = "framework") -> Stack:
     return stack_from_dict(tomllib.loads(text), f"preset {ref}")
 
 
-@cache
-def default_framework() -> Stack:
-    """The stack of DEFAULT_FRAMEWORK (read once: Stack is frozen)."""
-    return load_stack(DEFAULT_FRAMEWORK)
+FRAMEWORK_STACK = load_stack(DEFAULT_FRAMEWORK)  # the stack of DEFAULT_FRAMEWORK: estimate's and Space's default
 
 
 def frameworks_running(plan: Any) -> list[str]:
