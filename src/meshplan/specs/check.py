@@ -20,7 +20,7 @@ from meshplan.specs.plan import (
     SCHEDULES,
     Plan,
 )
-from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
+from meshplan.specs.stack import FRAMEWORK_STACK as DEFAULT_STACK  # estimate's default: the command line's
 from meshplan.specs.stack import Stack
 
 if TYPE_CHECKING:
