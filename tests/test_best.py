@@ -10,11 +10,7 @@ from meshplan.search.best import RANK_SLACK, Best, staircase
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
-from meshplan.specs.stack import Stack
-
-# every plan meshplan models (the generic stack), no memory headroom, ranked by time alone: not Space's defaults
-# (the command line's: Megatron-Core, the 9 % headroom, the simplest plan within the error band)
-EVERY_PLAN = {"stack": Stack(), "headroom": 0.0, "prefer_simple": False}
+from spaces import EVERY_PLAN
 
 
 def test_equally_fast_plans_are_kept_by_the_smaller_memory():

@@ -19,12 +19,8 @@ from meshplan.search import Space, search
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
 from meshplan.specs.plan import Plan
-from meshplan.specs.stack import Stack
+from spaces import EVERY_PLAN
 from test_calibrate import SIZES, collective_samples, synthetic
-
-# every plan meshplan models (the generic stack), no memory headroom, ranked by time alone: not Space's defaults
-# (the command line's: Megatron-Core, the 9 % headroom, the simplest plan within the error band)
-EVERY_PLAN = {"stack": Stack(), "headroom": 0.0, "prefer_simple": False}
 
 # per mesh dimension: (bus bandwidth, α per step): NVLink-like, a leaf, a slow spine
 LINKS = {0: (200e9, 2e-6), 1: (40e9, 6e-6), 2: (8e9, 12e-6)}

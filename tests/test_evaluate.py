@@ -13,12 +13,8 @@ from meshplan.search.keyed import KeyUnits
 from meshplan.search.placements import PLACEMENTS
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
-from meshplan.specs.stack import Stack
+from spaces import EVERY_PLAN
 from test_keyed import unit_keys
-
-# every plan meshplan models (the generic stack), no memory headroom, ranked by time alone: not Space's defaults
-# (the command line's: Megatron-Core, the 9 % headroom, the simplest plan within the error band)
-EVERY_PLAN = {"stack": Stack(), "headroom": 0.0, "prefer_simple": False}
 
 
 def test_units_are_priced_only_for_keys_that_can_reach_the_top_k(monkeypatch):

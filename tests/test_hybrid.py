@@ -21,10 +21,7 @@ from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.step.units import saved_bytes
-
-# every plan meshplan models (the generic stack), no memory headroom, ranked by time alone: not Space's defaults
-# (the command line's: Megatron-Core, the 9 % headroom, the simplest plan within the error band)
-EVERY_PLAN = {"stack": Stack(), "headroom": 0.0, "prefer_simple": False}
+from spaces import EVERY_PLAN
 
 NANO = load_model("nemotron-3-nano")
 SUPER = load_model("nemotron-3-super")

@@ -15,11 +15,7 @@ from meshplan.search.placements import PLACEMENTS
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
-from meshplan.specs.stack import Stack
-
-# every plan meshplan models (the generic stack), no memory headroom, ranked by time alone: not Space's defaults
-# (the command line's: Megatron-Core, the 9 % headroom, the simplest plan within the error band)
-EVERY_PLAN = {"stack": Stack(), "headroom": 0.0, "prefer_simple": False}
+from spaces import EVERY_PLAN
 
 
 def unit_keys(model, cluster, batch):

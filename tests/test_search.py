@@ -22,10 +22,7 @@ from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import LAYOUTS, Plan
 from meshplan.specs.stack import Stack
 from meshplan.units import fmt_bytes
-
-# every plan meshplan models (the generic stack), no memory headroom, ranked by time alone: not Space's defaults
-# (the command line's: Megatron-Core, the 9 % headroom, the simplest plan within the error band)
-EVERY_PLAN = {"stack": Stack(), "headroom": 0.0, "prefer_simple": False}
+from spaces import EVERY_PLAN
 
 SMALL = Space(**EVERY_PLAN, global_batch=16, zero=(0, 3), recompute=("none", "full"), offload_optimizer=(False,),
               offload_activations=(False, True), max_micro_batch=4)
