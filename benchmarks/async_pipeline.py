@@ -15,11 +15,12 @@ from meshplan.schedule import build, simulate
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
 from meshplan.steady import steady_step
 from meshplan.units import fmt_bytes, fmt_time
 
 P, M, F, B = 4, 8, 1.0, 2.0
-PLAN = Plan(dp=2, tp=4, pp=4, global_batch=64, sequence_parallel=True, zero=1)
+PLAN = Plan(dp=2, tp=4, pp=4, global_batch=64, sequence_parallel=True, zero=1, recompute="none", grad_bytes=2)
 
 
 def main() -> None:
@@ -30,7 +31,7 @@ def main() -> None:
     model, cluster = load_model("llama3-8b"), load_system("h100").cluster(PLAN.num_gpus)
     print(f"llama3-8b on {cluster.num_gpus} x H100, {PLAN.describe()}:")
     for schedule in ("1f1b", "pipedream", "pipedream-2bw"):
-        est = estimate(model, cluster, replace(PLAN, schedule=schedule))
+        est = estimate(model, cluster, replace(PLAN, schedule=schedule), Stack())  # generic: no framework runs them
         print(f"  {schedule:14s} step {fmt_time(est.step_time):>8s}  bubble {fmt_time(est.breakdown['bubble']):>8s}  "
               f"dp {fmt_time(est.breakdown['dp']):>8s}  optimizer {fmt_time(est.breakdown['optimizer']):>8s}  "
               f"first rank's weights {fmt_bytes(_weights(est)):>9s}  "

@@ -93,7 +93,8 @@ def mamba2_tokens_per_second(system: str, bandwidth_bound: bool = False) -> floa
     acc, eff = cluster.accelerator, DEFAULT
     if bandwidth_bound:  # the H100's share of its 3.35 TB/s, as bytes per second per SM of this GPU
         eff = DEFAULT.with_(ssd=DEFAULT.ssd * 132 / 3.35e12 * acc.hbm_bandwidth / acc.num_sms)
-    return float(estimate(MAMBA2, cluster, Plan(micro_batch=4, global_batch=4), eff=eff).tokens_per_s)
+    plain = Plan(micro_batch=4, global_batch=4, zero=0, recompute="none", grad_bytes=2)  # no recompute, bf16 grads
+    return float(estimate(MAMBA2, cluster, plain, eff=eff).tokens_per_s)
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from meshplan.search import search
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
 from meshplan.sweep import sweep_space
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,7 +161,7 @@ def drawn(est) -> dict:
 def plan_pictures(img: Path) -> None:
     """The same search as the report, for the stand-alone pictures of its best plans."""
     model, cluster = load_model("llama3-70b"), load_system("h100").cluster(256)
-    result = search(model, cluster, sweep_space(256), top_k=4)
+    result = search(model, cluster, sweep_space(256, stack=Stack()), top_k=4)  # every plan meshplan models
     plans = digest([drawn(est) for est in result.plans])
     stamp(plots.save(plots.breakdown_figure(result.plans), img / "breakdown.png"), plans)
     stamp(plots.save(plots.memory_figure(result.plans), img / "memory.png"), plans)
@@ -172,8 +173,8 @@ def timeline_picture(img: Path) -> float:
     """The timeline of GPT-3 175B on 1024 A100s; returns its bubble's share of the pipelined time."""
     model, cluster = load_model("gpt3-175b"), load_system("a100").cluster(1024)
     plan = Plan(dp=16, tp=8, pp=8, vpp=2, micro_batch=1, global_batch=128, sequence_parallel=True,
-                recompute="selective", zero=1, schedule="interleaved")
-    est = estimate(model, cluster, plan)
+                recompute="selective", zero=1, schedule="interleaved", grad_bytes=2)
+    est = estimate(model, cluster, plan, Stack())  # the generic stack (DP overlapped), as drawn
     pipeline = plots.pipeline_run(est)
     inputs = digest({"estimate": drawn(est), "starts": pipeline.timeline.starts, "ends": pipeline.timeline.ends})
     stamp(plots.save(plots.timeline_figure(est, pipeline), img / "timeline.png"), inputs)

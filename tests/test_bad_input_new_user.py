@@ -31,7 +31,7 @@ def test_an_encoder_config_is_not_read_as_llama(tmp_path, capsys):
 
 def test_a_deepspeed_config_saved_as_txt_is_read_as_deepspeed(tmp_path, capsys):
     model = load_model("llama3-8b")
-    plan = Plan(dp=16, micro_batch=2, global_batch=512, zero=2)
+    plan = Plan(dp=16, micro_batch=2, global_batch=512, zero=2, recompute="none")
     path = tmp_path / "ds.txt"
     path.write_text(emit("deepspeed", model, plan, load_stack("deepspeed")))
     assert main(["estimate", "--model", "llama3-8b", "--system", "h100", "--gpus", "16", "--from", str(path),

@@ -48,7 +48,7 @@ def test_ring_context_parallelism_of_a_windowed_model_says_what_to_use(capsys):
     (["--gpus", "8", "--seq", "100000000000000000000"], "seq=100000000000000000000 must be"),  # OverflowError
     (["--gpus", "8", "--recompute-modules", "moe,moe"], "recompute-modules=moe,moe names a module twice"),
     (["--gpus", "8", "--recompute", "none", "--recompute-modules", "moe"],
-     "recompute-modules=moe needs selective among --recompute (got none)"),
+     "recompute_modules=moe needs selective among recompute (got none)"),
 ])
 def test_plan_options(extra, message, capsys):
     assert message in fails(["plan", "--model", "llama3-8b", "--system", "h100", *extra], capsys)

@@ -43,7 +43,7 @@ def test_plans_within_the_band_are_equivalent_and_the_simplest_leads():
 
 
 def test_simplicity_counts_what_a_plan_asks_of_its_user():
-    assert simplicity(Plan(dp=8)) == 0
+    assert simplicity(Plan(dp=8, recompute="none")) == 0
     # tp, pp, vpp (3) + optimizer offload (1) + selective recompute (1) = 5
     assert simplicity(Plan(dp=2, tp=2, pp=2, vpp=2, schedule="interleaved", offload_optimizer=True,
                            recompute="selective")) == 5

@@ -28,21 +28,24 @@ def test_loss_workspace_of_a_batch_equals_each_plans():
 
 def test_a_batch_has_each_plan_field_once_with_plans_defaults():
     """PlanBatch's fields are Plan's (one definition): a column for each numeric field, Plan's type and default for
-    each shared one; the placement as an index into the distinct placements, and the strides it gives."""
+    each shared one (where Plan computes one from the others, None: the plain Plan's); the placement as an index into
+    the distinct placements, and the strides it gives."""
     plan_fields = {f.name: f for f in fields(Plan)}
     batch_fields = {f.name: f for f in fields(PlanBatch)}
     assert set(NUMERIC) | set(CATEGORICAL) == set(plan_fields) - {"placement", "tags"}
     assert set(batch_fields) == set(NUMERIC) | set(CATEGORICAL) | {"placement_id", "placements", "strides"}
     for name in CATEGORICAL:
-        assert (batch_fields[name].type, batch_fields[name].default) == (plan_fields[name].type,
-                                                                          plan_fields[name].default)
+        default = plan_fields[name].default
+        assert (batch_fields[name].type, batch_fields[name].default) == (
+            plan_fields[name].type, getattr(Plan(), name) if default is None else default)
 
 
 def test_plans_come_back_from_a_batch_as_they_went_in():
-    plans = [Plan(dp=2, tp=4, micro_batch=2, global_batch=16, zero=1, recompute="full"),
-             Plan(dp=8, cp=2, global_batch=32, zero=1, recompute="full", placement=("dp", "tp", "tp2", "cp", "pp")),
-             Plan(dp=2, tp=2, pp=2, micro_batch=4, global_batch=64, zero=1, recompute="full",
-                  placement=("pp", "tp", "tp2", "cp", "dp"))]
+    shared = {"zero": 1, "recompute": "full", "sequence_parallel": False}
+    plans = [Plan(dp=2, tp=4, micro_batch=2, global_batch=16, **shared),
+             Plan(dp=8, cp=2, global_batch=32, placement=("dp", "tp", "tp2", "cp", "pp"), **shared),
+             Plan(dp=2, tp=2, pp=2, micro_batch=4, global_batch=64, placement=("pp", "tp", "tp2", "cp", "dp"),
+                  **shared)]
     batch = PlanBatch.of(plans)
     assert len(batch) == 3 and [batch.plan(i) for i in range(3)] == plans
     assert len(batch.placements) == 3

@@ -19,6 +19,7 @@ from meshplan.search import Space, search
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
 from meshplan.specs.plan import Plan
+from spaces import EVERY_PLAN
 from test_calibrate import SIZES, collective_samples, synthetic
 
 # per mesh dimension: (bus bandwidth, α per step): NVLink-like, a leaf, a slow spine
@@ -77,11 +78,11 @@ def test_a_calibrated_cube_searches_and_re_estimates():
     system = load_system_text(to_toml(cube()))
     cluster = system.cluster(8)
     model = gpt(layers=2, hidden=512, heads=8, seq=512)
-    result = search(model, cluster, Space(global_batch=16), top_k=3, workers=1)
+    result = search(model, cluster, Space(**EVERY_PLAN, global_batch=16), top_k=3, workers=1)
     top = result.plans[0]
-    assert estimate(model, cluster, top.plan).step_time == top.step_time
+    assert estimate(model, cluster, top.plan, top.stack).step_time == top.step_time
     bare = replace(cluster, accelerator=replace(cluster.accelerator, gemm_overhead=0.0, kernel_overhead=0.0))
-    assert estimate(model, bare, top.plan).step_time < top.step_time
+    assert estimate(model, bare, top.plan, top.stack).step_time < top.step_time
 
 
 def test_a_negative_or_noisy_intercept_is_clipped_to_zero():
@@ -117,7 +118,7 @@ def test_an_estimate_pays_each_kernels_overhead():
     """One GPU, no parallelism: nothing overlaps a kernel, so the step grows by exactly t0 per kernel it runs:
     gemm_overhead × (GEMM and attention kernels) + kernel_overhead × (the others), counted from the per-op table."""
     h100 = load_system("h100").cluster(1)
-    model, plan = gpt(layers=2, hidden=512, heads=8, seq=512), Plan(global_batch=4, micro_batch=2)
+    model, plan = gpt(layers=2, hidden=512, heads=8, seq=512), Plan(global_batch=4, micro_batch=2, recompute="none")
     base = estimate(model, h100, plan)
     slow = replace(h100, accelerator=replace(h100.accelerator, gemm_overhead=10e-6, kernel_overhead=3e-6))
     est = estimate(model, slow, plan)

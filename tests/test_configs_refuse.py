@@ -77,7 +77,7 @@ def test_the_content_outranks_the_suffix_and_an_empty_config_is_refused(tmp_path
     """A DeepSpeed JSON saved as .txt (Megatron's suffix) is read as DeepSpeed's: its zero_optimization stage 2 and
     batch of 64 arrive, where reading it as Megatron arguments priced the defaults (zero=1 ... batch 0)."""
     stack = load_stack("deepspeed")
-    plan = BASE.with_(tp=1, dp=16, sequence_parallel=False, zero=2)
+    plan = BASE.with_(tp=1, dp=16, sequence_parallel=False, zero=2, recompute="none")
     saved = tmp_path / "ds_config.txt"
     saved.write_text(emit("deepspeed", MODEL, plan, stack))
     assert detect(saved.read_text(), str(saved)) == "deepspeed"

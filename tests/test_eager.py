@@ -82,7 +82,7 @@ def test_eager_is_slower_and_compile_matters_only_where_kernels_differ():
     cluster = load_system("h100").cluster(8)
     plan = Plan(dp=8, global_batch=8)
     llama = _llama()
-    assert estimate(llama, cluster, plan, EAGER).step_time > estimate(llama, cluster, plan).step_time
+    assert estimate(llama, cluster, plan, EAGER).step_time > estimate(llama, cluster, plan, Stack()).step_time
     plain = replace(gpt(layers=2), qkv_bias=False, linear_bias=False)  # LayerNorm, GELU, no biases: nothing to fuse
     assert estimate(plain, cluster, plan, EAGER).step_time == pytest.approx(
-        estimate(plain, cluster, plan).step_time)
+        estimate(plain, cluster, plan, Stack()).step_time)

@@ -13,6 +13,7 @@ from meshplan.search.keyed import KeyUnits
 from meshplan.search.placements import PLACEMENTS
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
+from spaces import EVERY_PLAN
 from test_keyed import unit_keys
 
 
@@ -28,7 +29,7 @@ def test_units_are_priced_only_for_keys_that_can_reach_the_top_k(monkeypatch):
 
     monkeypatch.setattr(evaluate_module, "KeyUnits", Recorded)
     model, cluster = load_model("mixtral-8x7b").with_seq_length(2048), load_system("h100").cluster(32)
-    space = Space(global_batch=64, zero=(1,), recompute=("none", "full"), offload_optimizer=(False,),
+    space = Space(**EVERY_PLAN, global_batch=64, zero=(1,), recompute=("none", "full"), offload_optimizer=(False,),
                   offload_activations=(False,), layouts=("1d",), sequence_parallel=(True,))
     result = search(model, cluster, space, top_k=3)
     columns, _ = candidates(model, cluster, space)
@@ -38,5 +39,6 @@ def test_units_are_priced_only_for_keys_that_can_reach_the_top_k(monkeypatch):
     every = len(unit_keys(model, cluster, plans)[0])
     priced = sum(u.priced for u in made)
     assert made and 0 < priced < 0.7 * every  # 3,255 of 5,324
-    assert result.plans[0].step_time == pytest.approx(estimate(model, cluster, result.plans[0].plan).step_time)
+    assert result.plans[0].step_time == pytest.approx(estimate(model, cluster, result.plans[0].plan,
+                                                               space.stack).step_time)
     assert result.bounded > 0

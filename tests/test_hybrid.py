@@ -21,6 +21,7 @@ from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.step.units import saved_bytes
+from spaces import EVERY_PLAN
 
 NANO = load_model("nemotron-3-nano")
 SUPER = load_model("nemotron-3-super")
@@ -120,12 +121,12 @@ def test_plans_a_hybrid_cannot_run_name_the_reason(plan, stack, reason):
 
 def test_search_agrees_with_estimate_and_rejects_cp():
     cluster = load_system("h100").cluster(16)
-    space = Space(global_batch=64, zero=(1,), recompute=("none", "full"), offload_optimizer=(False,),
+    space = Space(**EVERY_PLAN, global_batch=64, zero=(1,), recompute=("none", "full"), offload_optimizer=(False,),
                   offload_activations=(False,), max_micro_batch=2)
     result = search(NANO, cluster, space, top_k=3, workers=1)
     assert result.plans and "cp of Mamba layers not modelled" in result.rejected
     for best in result.plans:
-        again = estimate(NANO, cluster, best.plan)
+        again = estimate(NANO, cluster, best.plan, best.stack)
         assert again.step_time == pytest.approx(best.step_time, rel=1e-6)
         assert again.peak_memory == pytest.approx(best.peak_memory, rel=1e-6)
 

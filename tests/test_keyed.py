@@ -15,6 +15,7 @@ from meshplan.search.placements import PLACEMENTS
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
+from spaces import EVERY_PLAN
 
 
 def unit_keys(model, cluster, batch):
@@ -30,7 +31,7 @@ def test_one_key_per_shape_gives_every_keys_kernel_times_and_saved_activations(n
     alone, not on the placement or SUMMA panels: the key computed for its shape stands for every key of it (what
     memory and the lower bound use), on a two-tier mesh where placements split the groups differently."""
     model, cluster = load_model(name).with_seq_length(2048), load_system("h100").cluster(32)
-    space = Space(global_batch=64, layouts=(layout,), sequence_parallel=(True,))
+    space = Space(**EVERY_PLAN, global_batch=64, layouts=(layout,), sequence_parallel=(True,))
     columns, _ = candidates(model, cluster, space)
     columns.pop("layout")
     pool = PlanBatch(**columns, placements=PLACEMENTS, **space.settings).select(
@@ -51,7 +52,7 @@ def test_a_key_is_priced_once_whatever_the_batches():
     """keyed.KeyUnits.price: plans priced in two batches get the units they get in one, and pricing them again adds
     no key (the memo table finds every code it has met)."""
     model, cluster = load_model("mixtral-8x7b").with_seq_length(2048), load_system("h100").cluster(32)
-    space = Space(global_batch=64, layouts=("1d",), sequence_parallel=(True,))
+    space = Space(**EVERY_PLAN, global_batch=64, layouts=("1d",), sequence_parallel=(True,))
     columns, _ = candidates(model, cluster, space)
     columns.pop("layout")
     pool = PlanBatch(**columns, placements=PLACEMENTS, **space.settings).select(

@@ -69,11 +69,11 @@ def test_activations_per_layer_korthikanti_table2(tp):
     sbh = s * b * h
     scores = 5 * a * s * s * b
     # no parallelism row generalised to tp: 10·sbh + 24·sbh/t + 5·a·s²·b/t
-    plan = Plan(tp=tp)
+    plan = Plan(tp=tp, sequence_parallel=False, recompute="none")
     assert _saved(model, plan) == pytest.approx(10 * sbh + 24 * sbh / tp + scores / tp)
     # sequence parallel: 34·sbh/t + 5·a·s²·b/t (needs tp > 1)
     if tp > 1:
-        sp = Plan(tp=tp, sequence_parallel=True)
+        sp = Plan(tp=tp, sequence_parallel=True, recompute="none")
         assert _saved(model, sp) == pytest.approx(34 * sbh / tp + scores / tp)
         sel = Plan(tp=tp, sequence_parallel=True, recompute="selective")
         assert _saved(model, sel) == pytest.approx(34 * sbh / tp)
@@ -82,13 +82,13 @@ def test_activations_per_layer_korthikanti_table2(tp):
 def test_activations_without_parallelism_are_34_plus_5as_over_h():
     s, b, h, a = 1024, 2, 512, 8
     model = gpt(hidden=h, heads=a, seq=s)
-    plan = Plan(micro_batch=b)
+    plan = Plan(micro_batch=b, recompute="none")
     assert _saved(model, plan) == pytest.approx(s * b * h * (34 + 5 * a * s / h))
 
 
 def test_flash_attention_saves_like_selective_recompute_plus_lse():
     model = gpt()
-    flash = _saved(model, Plan(tp=4, sequence_parallel=True), Stack())
+    flash = _saved(model, Plan(tp=4, sequence_parallel=True, recompute="none"), Stack())
     selective = _saved(model, Plan(tp=4, sequence_parallel=True, recompute="selective"))
     lse = 2048 * (16 / 4) * 4  # T · A/t heads · fp32
     assert flash == pytest.approx(selective + lse)
@@ -103,7 +103,7 @@ def test_sequence_parallel_replaces_all_reduce_with_gather_and_scatter():
     ops = dense_layer(gpt(), Plan(tp=4, sequence_parallel=True), Stack())
     kinds = {o.collective.kind for o in ops if o.kind == "collective" and o.collective.axis == "tp"}
     assert kinds == {"all_gather", "reduce_scatter"}
-    ops = dense_layer(gpt(), Plan(tp=4), Stack())
+    ops = dense_layer(gpt(), Plan(tp=4, sequence_parallel=False), Stack())
     kinds = {o.collective.kind for o in ops if o.kind == "collective" and o.collective.axis == "tp"}
     assert kinds == {"all_reduce"}
 

@@ -191,7 +191,7 @@ def test_search_finds_the_best_plan_for_the_stacks_expert_gemm(expert_gemm):
     cluster = load_system("b200").cluster(8)
     space = Space(global_batch=64, zero=(1,), recompute=("none",), offload_optimizer=(False,),
                   offload_activations=(False,), max_micro_batch=4, precision="fp8",
-                  stack=Stack(expert_gemm=expert_gemm), all_placements=False)
+                  stack=Stack(expert_gemm=expert_gemm), all_placements=False, headroom=0.0, prefer_simple=False)
     result = search(model, cluster, space, top_k=1)
     fitting = [e for variants in every_plan(model, cluster, space)
                for e in (estimate(model, cluster, p, space.stack) for p in variants) if e.fits]

@@ -55,7 +55,7 @@ def test_each_depth_runs_the_projection_a_layer_and_the_shared_head():
     (embed_head.mtp_ops), plus one MoE layer and the head and loss again: the last stage's head unit adds, per depth,
     those three parts' times, each as the step prices them alone."""
     model = replace(DSV3, mtp_layers=2)
-    plan = Plan(ep=8, dp=8, etp=1, global_batch=8)
+    plan = Plan(ep=8, dp=8, etp=1, global_batch=8, recompute="none")
     ops = mtp_ops(model, plan, Stack())
     eh = [o for o in ops if o.name == "mtp/eh_proj" and o.phase == "fwd"]
     assert eh[0].flops == 2 * 4096 * 2 * 7168 * 7168

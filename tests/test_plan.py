@@ -49,7 +49,9 @@ def test_expert_parallel_constraints():
 def test_interleaved_needs_vpp_and_divisible_micro_batches():
     reasons = check(gpt(layers=8), None, Plan(pp=2, vpp=2, global_batch=3, schedule="interleaved"))
     assert any("does not divide the 3 micro-batches" in r for r in reasons)
-    assert any("needs schedule='interleaved'" in r for r in check(gpt(layers=8), None, Plan(pp=2, vpp=2)))
+    assert any("needs schedule='interleaved'" in r for r in check(gpt(layers=8), None,
+                                                                  Plan(pp=2, vpp=2, schedule="1f1b")))
+    assert Plan(pp=2, vpp=2).schedule == "interleaved" and Plan(pp=2).schedule == "1f1b"  # the default follows vpp
 
 
 def test_bf16_rejected_on_v100():

@@ -190,7 +190,7 @@ def draw_space(rng: random.Random, model, cluster: Cluster) -> Space:
                  layouts=some(("1d", "summa")), offload_optimizer=(rng.random() < 0.2,),
                  offload_activations=(rng.random() < 0.2,), all_placements=rng.random() < 0.3,
                  max_micro_batch=rng.choice((1, 2, 4)), gpipe=rng.random() < 0.2, precision=precision,
-                 stack=stack)
+                 stack=stack, headroom=0.0, prefer_simple=False)  # every plan that fits, ranked by time alone
 
 
 def searches() -> list:

@@ -101,7 +101,7 @@ def test_trust_nearest_runs_and_assumptions():
     runs_behind = trust.bands()["bands"]["hopper/dense"]["runs"]
     assert f"80% of the {runs_behind} published hopper dense runs were predicted within it" == trust.band_note(est)
     said = " ".join(a for a, _ in trust.assumptions(est, 0.09))
-    assert "the generic stack runs the plan" in said and "9% of HBM left free" in said
+    assert "the megatron-core stack runs the plan" in said and "9% of HBM left free" in said  # estimate's default
     assert "routed evenly" not in said and "pipeline stages" in said  # dense, pp = 2
     moe = estimate(load_model("mixtral-8x7b"), load_system("h100").cluster(64),
                    Plan(dp=8, ep=8, tp=1, pp=8, global_batch=64, zero=1))

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from meshplan.cli import main
+from meshplan.errors import SpecError
 from meshplan.estimate import estimate
 from meshplan.search import Space, search
 from meshplan.search.batch import PlanBatch
@@ -21,8 +22,9 @@ from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import LAYOUTS, Plan
 from meshplan.specs.stack import Stack
 from meshplan.units import fmt_bytes
+from spaces import EVERY_PLAN
 
-SMALL = Space(global_batch=16, zero=(0, 3), recompute=("none", "full"), offload_optimizer=(False,),
+SMALL = Space(**EVERY_PLAN, global_batch=16, zero=(0, 3), recompute=("none", "full"), offload_optimizer=(False,),
               offload_activations=(False, True), max_micro_batch=4)
 
 
@@ -55,7 +57,7 @@ def small_case():
 def test_search_equals_estimate_on_every_candidate(small_case):
     model, cluster, result = small_case
     """Every plan, and for SUMMA plans every panel count (which the search optimises per plan)."""
-    variants = [[estimate(model, cluster, p) for p in panel_options]
+    variants = [[estimate(model, cluster, p, SMALL.stack) for p in panel_options]
                 for panel_options in every_plan(model, cluster, SMALL)]
     assert len(variants) == result.evaluated
     ests = [min(v, key=lambda e: e.step_time) for v in variants]  # memory does not depend on the panels
@@ -102,8 +104,9 @@ def test_search_equals_estimate_with_fsdp_gradient_preparation():
     plain = search(model, cluster, replace(space, stack=Stack()), top_k=1)
     assert result.plans[0].step_time > plain.plans[0].step_time
     assert any(p.plan.tensor_layout == "summa" for e in variants for p in [e[0]])  # summa plans were compared
-    with pytest.raises(ValueError, match="no ZeRO-1"):
-        replace(space, zero=(1, 3))
+    assert replace(space, zero=(1, 3)).zero == (3,)  # FSDP has no ZeRO-1: the space keeps the stages it has
+    with pytest.raises(SpecError, match=r"zero=1: framework generic \(fsdp=fsdp1\) runs none of them \(it runs zero=0"):
+        replace(space, zero=(1,))
 
 
 def test_search_equals_estimate_with_overlapped_pipeline_sends():
@@ -163,7 +166,8 @@ def test_the_memory_example_is_the_plan_nearest_to_fitting():
     """Of the plans that do not fit, the example shown is the one with the smallest peak: what it would take."""
     model, cluster = load_model("llama3-70b").with_seq_length(2048), load_system("h100").cluster(4)
     result = search(model, cluster, SMALL, top_k=1)
-    estimates = [estimate(model, cluster, plan) for group in every_plan(model, cluster, SMALL) for plan in group]
+    estimates = [estimate(model, cluster, plan, SMALL.stack) for group in every_plan(model, cluster, SMALL)
+                 for plan in group]
     least = min(e.peak_memory for e in estimates if not e.fits)
     capacity = cluster.accelerator.hbm_bytes
     assert result.examples["memory exceeds HBM"].endswith(f"{fmt_bytes(least)} > {fmt_bytes(capacity)}")
@@ -177,7 +181,7 @@ def test_the_host_memory_example_is_the_plan_nearest_to_fitting():
     space = replace(SMALL, offload_optimizer=(False, True))
     result = search(model, cluster, space, top_k=1)
     # one estimate per plan: memory and offload do not depend on the SUMMA panel count
-    estimates = [estimate(model, cluster, group[0]) for group in every_plan(model, cluster, space)]
+    estimates = [estimate(model, cluster, group[0], space.stack) for group in every_plan(model, cluster, space)]
     over = [e for e in estimates if e.peak_memory <= cluster.accelerator.hbm_bytes
             and e.host_memory > cluster.host_memory]
     assert over and result.rejected["offload exceeds host memory"] == len(over)
@@ -194,8 +198,8 @@ def test_ranking_is_deterministic(small_case):
 
 def test_structural_rejections_are_counted():
     model = load_model("llama3-70b")  # 64 heads: tp=3 is impossible
-    result = search(model, load_system("h100").cluster(24), Space(global_batch=24, zero=(1,), recompute=("full",),
-                                                                   offload_optimizer=(False,),
+    result = search(model, load_system("h100").cluster(24), Space(**EVERY_PLAN, global_batch=24, zero=(1,),
+                                                                   recompute=("full",), offload_optimizer=(False,),
                                                                    offload_activations=(False,)))
     assert result.rejected["tp does not divide num_heads"] > 0
     assert "tp=3 does not divide num_heads=64" in result.examples["tp does not divide num_heads"]
@@ -204,7 +208,7 @@ def test_structural_rejections_are_counted():
 def test_placement_decides_what_shares_nvlink():
     """With tp inside the NVLink domain the best plan is faster than with tp forced across nodes."""
     model, cluster = load_model("llama3-70b"), load_system("h100").cluster(64)
-    space = Space(global_batch=64, zero=(1,), recompute=("selective",), offload_optimizer=(False,),
+    space = Space(**EVERY_PLAN, global_batch=64, zero=(1,), recompute=("selective",), offload_optimizer=(False,),
                   offload_activations=(False,))
     best = search(model, cluster, space, top_k=1).plans[0]
     assert best.plan.stride("tp") * best.plan.tp <= cluster.nvlink_domain or best.plan.tp == 1
@@ -212,7 +216,7 @@ def test_placement_decides_what_shares_nvlink():
 
 def test_no_feasible_plan_is_a_result():
     result = search(load_model("llama3.1-405b"), load_system("h100").cluster(8),
-                    Space(global_batch=8, zero=(0,), recompute=("none",), offload_optimizer=(False,),
+                    Space(**EVERY_PLAN, global_batch=8, zero=(0,), recompute=("none",), offload_optimizer=(False,),
                           offload_activations=(False,)))
     assert result.plans == () and result.rejected["memory exceeds HBM"] == result.evaluated
 
@@ -257,10 +261,11 @@ def search_ranks_as_estimate(model) -> list[list]:
     """Search ``model`` on 32 H100s (a small space) and check its top 5 against estimate() of every candidate,
     one by one; return those estimates (per candidate, its variants)."""
     cluster = load_system("h100").cluster(32)
-    space = Space(global_batch=32, zero=(1,), recompute=("full",), offload_optimizer=(False,),
+    space = Space(**EVERY_PLAN, global_batch=32, zero=(1,), recompute=("full",), offload_optimizer=(False,),
                   offload_activations=(False,), max_micro_batch=1, layouts=("1d",), sequence_parallel=(True,))
     result = search(model, cluster, space, top_k=5)
-    variants = [[estimate(model, cluster, p) for p in options] for options in every_plan(model, cluster, space)]
+    variants = [[estimate(model, cluster, p, space.stack) for p in options]
+                for options in every_plan(model, cluster, space)]
     assert len(variants) == result.evaluated
     feasible = sorted(min(e.step_time for e in v) for v in variants if v[0].fits)
     assert [e.step_time for e in result.plans] == pytest.approx(feasible[:5], rel=1e-9)
@@ -290,11 +295,12 @@ def test_search_equals_estimate_with_recompute_modules_and_mtp():
     MTP layer)."""
     model = replace(load_model("mixtral-8x7b"), mtp_layers=1).with_seq_length(2048)
     cluster = load_system("h100").cluster(16)
-    space = Space(global_batch=16, zero=(1,), recompute=("selective", "full"), recompute_modules=("moe", "layernorm"),
-                  offload_optimizer=(False,), offload_activations=(False,), max_micro_batch=1, layouts=("1d",),
-                  sequence_parallel=(True,))
+    space = Space(**EVERY_PLAN, global_batch=16, zero=(1,), recompute=("selective", "full"),
+                  recompute_modules=("moe", "layernorm"), offload_optimizer=(False,), offload_activations=(False,),
+                  max_micro_batch=1, layouts=("1d",), sequence_parallel=(True,))
     result = search(model, cluster, space, top_k=5)
-    variants = [[estimate(model, cluster, p) for p in options] for options in every_plan(model, cluster, space)]
+    variants = [[estimate(model, cluster, p, space.stack) for p in options]
+                for options in every_plan(model, cluster, space)]
     assert len(variants) == result.evaluated
     fits = [v[0] for v in variants if v[0].fits]
     assert len(fits) == result.feasible
@@ -316,8 +322,8 @@ def test_offload_is_limited_by_host_memory():
     plan = Plan(dp=1024, global_batch=1024, zero=3, offload_activations=True)
     est = estimate(model, cluster, plan)
     assert not est.fits and any("host memory" in r for r in est.reasons)
-    result = search(model, cluster, Space(global_batch=1024, layouts=("1d",), recompute=("none",), zero=(3,),
-                                          offload_optimizer=(False,), offload_activations=(True,), cp_max=1,
+    result = search(model, cluster, Space(**EVERY_PLAN, global_batch=1024, layouts=("1d",), recompute=("none",),
+                                          zero=(3,), offload_optimizer=(False,), offload_activations=(True,), cp_max=1,
                                           sequence_parallel=(False,)))
     assert result.rejected.get("offload exceeds host memory", 0) > 0
 
@@ -354,9 +360,9 @@ def test_search_equals_estimate_on_three_tiers_with_kernel_overheads():
     space = replace(SMALL, all_placements=True, zero=(1,), recompute=("none",), offload_activations=(False,),
                     max_micro_batch=1)
     result = search(model, cluster, space, top_k=3)
-    ests = [min((estimate(model, cluster, p) for p in v), key=lambda e: e.step_time)
+    ests = [min((estimate(model, cluster, p, space.stack) for p in v), key=lambda e: e.step_time)
             for v in every_plan(model, cluster, space)]
     assert len(ests) == result.evaluated and len({e.plan.placement for e in ests}) > 6
     top = sorted(e.step_time for e in ests if e.fits)[: len(result.plans)]
     assert [e.step_time for e in result.plans] == pytest.approx(top, rel=1e-9)
-    assert estimate(model, cluster, result.plans[0].plan).step_time == result.plans[0].step_time
+    assert estimate(model, cluster, result.plans[0].plan, Stack()).step_time == result.plans[0].step_time

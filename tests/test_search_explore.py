@@ -12,10 +12,11 @@ from meshplan.estimate import estimate
 from meshplan.search import Space, search
 from meshplan.search.explore import STATUS, Explore, front_of
 from meshplan.specs.hardware import load_system
+from meshplan.specs.stack import Stack
 
 MODEL = gpt(layers=32, hidden=5120, heads=40, seq=4096)  # 10 B parameters: many plans overflow 80 GB
 CLUSTER = load_system("h100").cluster(16)
-SPACE = Space(global_batch=32, headroom=0.09)
+SPACE = Space(global_batch=32, headroom=0.09, stack=Stack(), prefer_simple=False)  # every plan, by time
 
 
 @pytest.fixture(scope="module")

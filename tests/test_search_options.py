@@ -88,8 +88,8 @@ def test_an_infeasible_pin_is_a_result_with_its_reason(capsys, args, reason):
     (["--tp", "0"], "tp=0 is outside"), (["--pp", "2000000"], "pp=2000000 is outside"),
     (["--micro-batch", "a"], "micro-batch='a' must be integers"),
     (["--recompute-layers", "-1"], "recompute-layers=-1 is outside"),
-    (["--recompute-layers", "2", "--recompute", "none"], "recompute-layers=2 needs full"),
-    (["--offload-layers", "2", "--no-offload"], "offload-layers=2 needs --offload"),
+    (["--recompute-layers", "2", "--recompute", "none"], "recompute_layers=2 needs full"),
+    (["--offload-layers", "2", "--no-offload"], "offload_layers=2 needs activation offload"),
 ])
 def test_a_pin_out_of_range_is_one_line(capsys, args, message):
     assert main([*PLAN, *args]) == 2

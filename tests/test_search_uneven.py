@@ -19,6 +19,7 @@ from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.specs.supports import Supports
+from spaces import EVERY_PLAN
 
 NO_UNEVEN = Stack(supports=Supports(uneven_stages=False))
 
@@ -40,7 +41,7 @@ def test_stage_options_are_megatrons_exact_splits_below_the_even_one():
 
 def test_every_uneven_candidate_passes_check():
     model, cluster = load_model("llama3-8b").with_seq_length(2048), load_system("h100").cluster(8)
-    columns, _ = candidates(model, cluster, Space(global_batch=32, layouts=("1d",), max_micro_batch=2))
+    columns, _ = candidates(model, cluster, Space(**EVERY_PLAN, global_batch=32, layouts=("1d",), max_micro_batch=2))
     last, pp, vpp = columns["last_stage_layers"], columns["pp"], columns["vpp"]
     assert (last > 0).any() and not (last[pp == 1] > 0).any()
     for i in np.unique(np.flatnonzero(last > 0)[:: 50]):
@@ -65,19 +66,19 @@ def test_llama3_8b_on_four_stages_runs_faster_with_fewer_layers_on_the_last():
     """Llama-3-8B's 128k-vocabulary LM head and loss sit on the last pipeline rank: with pp = 4 the search finds
     5 layers there (27 = 3 * 9 on the others) faster than the even 8, and estimate() gives the plan the same time."""
     model, cluster = load_model("llama3-8b"), load_system("h100").cluster(8)
-    even_time, even = _best_pp4(model, cluster, Space(global_batch=64, stack=NO_UNEVEN))
-    time, plan = _best_pp4(model, cluster, Space(global_batch=64))
+    even_time, even = _best_pp4(model, cluster, Space(**{**EVERY_PLAN, "stack": NO_UNEVEN}, global_batch=64))
+    time, plan = _best_pp4(model, cluster, Space(**EVERY_PLAN, global_batch=64))
     assert even.last_stage_layers == 0 and plan.last_stage_layers == 5
     assert time < even_time * 0.99
-    again = estimate(model, cluster, plan)
+    again = estimate(model, cluster, plan, Stack())
     assert again.fits and again.step_time == pytest.approx(time, rel=1e-6)
     # the same plan with the even split is slower
-    assert estimate(model, cluster, plan.with_(last_stage_layers=0)).step_time > again.step_time
+    assert estimate(model, cluster, plan.with_(last_stage_layers=0), Stack()).step_time > again.step_time
 
 
 def test_the_whole_search_reports_an_uneven_winner_that_re_estimates_the_same():
     model, cluster = load_model("llama3-8b"), load_system("h100").cluster(8)
-    space = Space(global_batch=64, layouts=("1d",), cp_max=1, zero=(1,), recompute=("none",),
+    space = Space(**EVERY_PLAN, global_batch=64, layouts=("1d",), cp_max=1, zero=(1,), recompute=("none",),
                   offload_optimizer=(False,), offload_activations=(False,))
     result = search(model, cluster, space, top_k=5, workers=1)
     top = result.plans[0]
@@ -87,7 +88,7 @@ def test_the_whole_search_reports_an_uneven_winner_that_re_estimates_the_same():
 
 def test_a_framework_without_uneven_stages_never_gets_one():
     model, cluster = load_model("llama3-8b"), load_system("h100").cluster(8)
-    space = Space(global_batch=64, stack=NO_UNEVEN, uneven_stages=2)
+    space = Space(**{**EVERY_PLAN, "stack": NO_UNEVEN}, global_batch=64, uneven_stages=2)
     assert space.uneven_stages == 0  # narrowed to what the stack runs
     columns, _ = candidates(model, cluster, space)
     assert (columns["pp"] > 1).any() and not columns["last_stage_layers"].any()

@@ -62,8 +62,8 @@ def test_the_quick_start_is_runnable_in_the_default_framework_and_any_finds_the_
 def test_supports_name_what_a_framework_does_not_run():
     summa = Plan(dp=8, tp=4, tp2=2, tensor_layout="summa", zero=2)
     assert load_stack("megatron-core").supports.problems(summa) == ["tensor_layout=summa", "zero=2"]
-    assert load_stack("pytorch-fsdp").supports.problems(Plan(dp=4, tp=2, pp=2, schedule="1f1b")) == [
-        "tp=2", "pp=2"]
+    assert load_stack("pytorch-fsdp").supports.problems(Plan(dp=4, tp=2, pp=2, schedule="1f1b", zero=0,
+                                                             sequence_parallel=False)) == ["tp=2", "pp=2"]
     assert Supports().runs(summa)
 
 

@@ -40,8 +40,7 @@ from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
-from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
-from meshplan.specs.stack import Stack
+from meshplan.specs.stack import FRAMEWORK_STACK, Stack
 from meshplan.step.assemble import StepCosts, assemble
 from meshplan.step.stages import cadence
 from meshplan.step.units import Parts, Units, timed_parts, unit_costs
@@ -203,9 +202,10 @@ def _plan_dict(p: Plan) -> dict[str, Any]:
             | {"placement": list(p.placement), "grad_accum": p.grad_accum})
 
 
-def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = DEFAULT_STACK,
+def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = FRAMEWORK_STACK,
              eff: Efficiency = DEFAULT) -> Estimate:
-    """Predict one training step of ``model`` on ``cluster`` under ``plan``, as the software ``stack`` runs it.
+    """Predict one training step of ``model`` on ``cluster`` under ``plan``, as the software ``stack`` runs it
+    (default: stack.DEFAULT_FRAMEWORK's, Megatron-Core, as on the command line; ``Stack()``: the neutral generic one).
 
     Raises PlanError if the plan is invalid (divisibility, sizes); a plan that does not fit in memory is a
     valid result with ``fits == False`` and its reason.

@@ -90,10 +90,11 @@ class Point:
 
 # ---- building points -----------------------------------------------------------------------------------------
 def sweep_space(global_batch: int, all_placements: bool = True, offload: bool = True, **extra: Any) -> Space:
-    """The search space of one point: everything ``meshplan plan`` considers, optionally narrowed."""
+    """The search space of one point: everything ``meshplan plan`` considers, optionally narrowed, as ``meshplan sweep``
+    searches it: no memory headroom unless given, the fastest plan first (a scaling curve, not the simplest plan)."""
     offs = (False, True) if offload else (False,)
-    return Space(global_batch=global_batch, all_placements=all_placements, offload_optimizer=offs,
-                 offload_activations=offs, **extra)
+    return Space(**{"headroom": 0.0, "prefer_simple": False, **extra}, global_batch=global_batch,
+                 all_placements=all_placements, offload_optimizer=offs, offload_activations=offs)
 
 
 def scaled_system(system: System, param: str, factor: float) -> System:

@@ -4,8 +4,9 @@ the same model, cluster and plan (DESIGN.md, "two independent methods agree").
 The planner traces the model (a preset as meshplan's Megatron-layout module, or a Hugging Face config.json through
 transformers' class) and prices the plan reference.megatron pins: tensor parallelism with sequence parallelism on
 the innermost mesh dimension, the batch split on the others, a MoE layer's tokens exchanged as Megatron-Core's
-all-gather dispatcher does. ``estimate`` prices Plan(tp, dp, sequence_parallel, ZeRO 0, no recompute) under the
-stack that runs what the traced code runs (``code_stack``), so that each side prices the same computation:
+all-gather dispatcher does. ``estimate`` prices Plan(tp, dp, sequence_parallel, ZeRO 0, no recompute, bf16
+gradients) under the stack that runs what the traced code runs (``code_stack``), so that each side prices the same
+computation:
 
 - every aten op one kernel (``fusion="eager"``), PyTorch's cross-entropy, the gradient reduction after the backward
   pass (``overlap_dp=False``: the planner's step does not overlap communication), one grouped GEMM per expert
@@ -113,8 +114,8 @@ def agreement(model: str, system: str, gpus: int, batch: int, seq: int, source: 
     dims = len(problem.mesh.dims)
     pinned = plan(problem, float("inf"), allowed=megatron(problem, tp=dims - 1, dp=tuple(range(dims - 1))))
     dp = gpus // tp
-    megatron_plan = Plan(tp=tp, dp=dp, sequence_parallel=True, zero=0, recompute="none", micro_batch=batch // dp,
-                         global_batch=batch)
+    megatron_plan = Plan(tp=tp, dp=dp, sequence_parallel=True, zero=0, recompute="none", grad_bytes=2,
+                         micro_batch=batch // dp, global_batch=batch)
     stack = code_stack(source, kind)
     estimated = estimate(replace(spec, seq_length=seq), cluster, megatron_plan, stack)
     return Agreement(model=model, source=source, gpus=gpus, tp=tp, batch=batch, seq=seq, planned=pinned,

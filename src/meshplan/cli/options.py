@@ -20,12 +20,9 @@ from meshplan.specs.check import recompute_modules_problem
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
-from meshplan.specs.stack import Stack, load_stack, stack_names
+from meshplan.specs.stack import DEFAULT_FRAMEWORK, Stack, load_stack, stack_names
 
 PLAN_PREFIX, STACK_PREFIX = "plan_", "stack_"
-# what runs by default: a mainstream framework, so that the first answer is a plan the user can launch ("any": every
-# plan meshplan models, the 2D SUMMA layout included)
-DEFAULT_FRAMEWORK = "megatron-core"
 AXES = ("tp", "tp2", "pp", "cp", "dp")  # the axes whose product is the GPU count
 # set from the other options when not given (the metadata's default_help says how)
 COMPUTED = ("dp", "global_batch", "sequence_parallel", "precision", "schedule", "finetune", "offload_activations")
@@ -54,7 +51,7 @@ def _option(fld: dataclasses.Field, dest: str, default: Any) -> Any:
     """One option for a field: a choice, a ``--x/--no-x`` switch, a comma-separated list or an integer, None
     unless given."""
     name, text, choices = flag(fld), _help(fld, default), fld.metadata.get("choices")
-    if fld.type == "bool":
+    if fld.type.startswith("bool"):
         return click.option(f"{name}/--no-{name[2:]}", dest, default=None, help=text)
     if fld.type.startswith("tuple"):
         return click.option(name, dest, default=None, help=text)
@@ -134,10 +131,7 @@ def _computed(values: dict[str, Any], given: dict[str, Any], model: ModelSpec, c
         values["dp"] = cluster.num_gpus // other
     if values["global_batch"] is None:
         values["global_batch"] = default_global_batch(model.seq_length, values["dp"], values["micro_batch"])
-    if values["sequence_parallel"] is None:
-        values["sequence_parallel"] = values["tp"] > 1 and values["tensor_layout"] == "1d"
     values["precision"] = values["precision"] or cluster.accelerator.default_precision
-    values["schedule"] = values["schedule"] or ("interleaved" if values["vpp"] > 1 else "1f1b")
     if given.get("lora_rank") == 0:  # the option's 0 is full training (ranges.RANGES["lora_rank"].zero)
         if values["finetune"] == "lora":
             raise SpecError("lora-rank=0 is full training: --finetune lora needs a rank of 1 … 65,536")
@@ -191,12 +185,9 @@ def _plan_args(plan: Plan) -> list[str]:
         value = getattr(plan, fld.name)
         if fld.name in derived and value == derived[fld.name]:
             continue
-        default = cli_default(fld)
-        if fld.name == "placement":  # Plan puts tp2 next to tp where the order leaves it out
-            default = Plan(placement=default).placement
-        if fld.name not in COMPUTED and value == default:
+        if fld.name not in COMPUTED and value == cli_default(fld):
             continue
-        if fld.type == "bool":
+        if fld.type.startswith("bool"):
             args.append(flag(fld) if value else f"--no-{flag(fld)[2:]}")
         else:
             args += [flag(fld), _shown(value)]

@@ -149,4 +149,4 @@ def _global_batch(model: ModelSpec, global_batch: int | None) -> int:
 
 def _space(settings: dict[str, Any], global_batch: int, default_precision: str, stack: Stack) -> Any:  # a search.Space
     """The search space of one GPU count: the settings, with the GPU's own precision unless one was given."""
-    return search_space(settings, global_batch, stack, default_precision, prefer_simple=True)
+    return search_space(settings, global_batch, stack, default_precision)

@@ -159,7 +159,7 @@ def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path,
     if nvlink_domain is not None:
         system = replace(system, network=replace(system.network, nvlink_domain=nvlink_domain))
     cluster = system.cluster(gpus)
-    space = search_space(settings, gbs, stack, system.accelerator.default_precision, prefer_simple=True)
+    space = search_space(settings, gbs, stack, system.accelerator.default_precision)
     counts = _scaling_counts(scaling, gpus, system)
     check_space(model, cluster, space)
     own = _config_estimate(config, model, cluster) if config else None
@@ -258,8 +258,9 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
     if workers is not None and workers < 1:
         raise SpecError(f"workers={workers} must be a positive integer")
     check_options(workers=workers)
-    # bf16 unless given: param_points gives each system its GPU's own 16-bit precision; no headroom unless given
-    space = search_space(space_settings(given, stack, headroom=0.0), gbs, stack, "bf16")
+    # bf16 unless given: param_points gives each system its GPU's own 16-bit precision; no headroom unless given; the
+    # fastest plan of each point (a scaling curve), not the simplest within the error band
+    space = search_space(space_settings(given, stack, headroom=0.0), gbs, stack, "bf16", prefer_simple=False)
     points = []
     for name in names:
         points += param_points(model, refs, counts, gbs, param=name, factors=scale, nvlink=domains, space=space)

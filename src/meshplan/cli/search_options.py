@@ -15,16 +15,24 @@ import click
 
 from meshplan.cli.common import check_max_plans, choices, split_ints
 from meshplan.cli.options import flag, recompute_modules
-from meshplan.errors import SpecError
-from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM
 from meshplan.ranges import check_options
-from meshplan.specs.check import fsdp_has_zero
-from meshplan.specs.plan import ASYNC_SCHEDULES, OPTIMIZERS, PINNABLE, PRECISION, Plan
+from meshplan.search.space import Space
+from meshplan.specs.plan import OPTIMIZERS, PINNABLE, PRECISION, Plan
 from meshplan.specs.stack import Stack
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Plan)}
 PIN_PREFIX = "pin_"
 LAYER_COUNTS = ("recompute_layers", "offload_layers")  # Plan fields the search takes as one count for all its plans
+
+
+def _space_default(name: str) -> Any:
+    """The default of Space's field ``name``: the one an option not given stands for."""
+    return next(f.default for f in dataclasses.fields(Space) if f.name == name)
+
+
+def _listed(values: tuple) -> str:
+    """A tuple of Space's as the option writes it: comma-separated, sequence parallelism as off / on."""
+    return ",".join(("on" if v else "off") if isinstance(v, bool) else str(v) for v in values)
 
 
 def _pin_option(name: str) -> Any:
@@ -36,39 +44,43 @@ def _pin_option(name: str) -> Any:
 
 def _count_option(name: str) -> Any:
     fld = _FIELDS[name]
-    return click.option(flag(fld), name, type=int, default=0, show_default=True,
+    return click.option(flag(fld), name, type=int, default=_space_default(name), show_default=True,
                         help=f"{fld.metadata['help']}; the search's plans with that setting take this count")
 
 
 OPTIONS = [
     *(_pin_option(name) for name in PINNABLE),
-    click.option("--zero", "zero_opts", default="0,1,2,3", show_default=True, help="ZeRO stages to consider"),
-    click.option("--recompute", "recompute_opts", default="none,selective,full", show_default=True,
+    click.option("--zero", "zero_opts", default=_listed(_space_default("zero")), show_default=True,
+                 help="ZeRO stages to consider"),
+    click.option("--recompute", "recompute_opts", default=_listed(_space_default("recompute")), show_default=True,
                  help="activation recompute modes to consider"),
-    click.option("--recompute-modules", "recompute_modules_text", default="core_attn", show_default=True,
-                 help=_FIELDS["recompute_modules"].metadata["help"]),
+    click.option("--recompute-modules", "recompute_modules_text", default=_listed(_space_default("recompute_modules")),
+                 show_default=True, help=_FIELDS["recompute_modules"].metadata["help"]),
     _count_option("recompute_layers"),
-    click.option("--sp", "sp_opts", default="off,on", show_default=True, help="sequence parallelism options"),
-    click.option("--offload/--no-offload", default=True, show_default=True,
+    click.option("--sp", "sp_opts", default=_listed(_space_default("sequence_parallel")), show_default=True,
+                 help="sequence parallelism options"),
+    click.option("--offload/--no-offload", default=True in _space_default("offload_optimizer"), show_default=True,
                  help="consider optimizer / activation offload"),
     _count_option("offload_layers"),
-    click.option("--async-pipeline", is_flag=True,
+    click.option("--async-pipeline", is_flag=True, default=_space_default("async_pipeline"),
                  help="also search the asynchronous pipeline schedules pipedream and pipedream-2bw (stale weights: "
                       "not synchronous SGD; only --framework any or generic runs them)"),
-    click.option("--placements", type=click.Choice(["all", "default"]), default="all", show_default=True,
+    click.option("--placements", type=click.Choice(["all", "default"]),
+                 default="all" if _space_default("all_placements") else "default", show_default=True,
                  help="every placement of the axes on the mesh, or tp,cp,dp,pp only"),
-    click.option("--max-micro-batch", type=int, default=64, show_default=True),
-    click.option("--max-plans", type=int, default=MAX_PLANS, show_default=True,
+    click.option("--max-micro-batch", type=int, default=_space_default("max_micro_batch"), show_default=True),
+    click.option("--max-plans", type=int, default=_space_default("max_plans"), show_default=True,
                  help="refuse a search space of more plans than this (0: no limit)"),
     click.option("--precision", type=click.Choice(PRECISION), default=None,
                  help="default: " + _FIELDS["precision"].metadata["default_help"]),
-    click.option("--grad-bytes", type=int, default=4, show_default=True, help=_FIELDS["grad_bytes"].metadata["help"]),
-    click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adam", show_default=True,
+    click.option("--grad-bytes", type=int, default=_space_default("grad_bytes"), show_default=True,
+                 help=_FIELDS["grad_bytes"].metadata["help"]),
+    click.option("--optimizer", type=click.Choice(OPTIMIZERS), default=_space_default("optimizer"), show_default=True,
                  help=_FIELDS["optimizer"].metadata["help"] + "; every plan of the search keeps it (not searched)"),
     click.option("--headroom", type=float, default=None,
-                 help=f"share of HBM every plan leaves free (default: {MEMORY_HEADROOM:g}, the model's largest memory "
-                      "error against measured runs, docs/ACCURACY.md; sweep: 0); plans inside it are listed as "
-                      "rejected"),
+                 help=f"share of HBM every plan leaves free (default: {_space_default('headroom'):g}, the model's "
+                      "largest memory error against measured runs, docs/ACCURACY.md; sweep: 0); plans inside it are "
+                      "listed as rejected"),
 ]
 NAMES = tuple(o(lambda: None).__click_params__[0].name for o in OPTIONS)  # the parameters, for the test
 
@@ -99,63 +111,29 @@ def pins(given: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
     return tuple(out)
 
 
-def space_settings(given: dict[str, Any], stack: Stack, headroom: float = MEMORY_HEADROOM) -> dict[str, Any]:
-    """The fields of a ``Space`` from the search options (``pop_search_options``): the ZeRO stages the stack's FSDP
-    has, the recomputes and their modules, sequence parallelism, offload, placements, pins and limits; ``headroom``:
-    the command's default share of HBM left free. The precision is None unless given (the GPU's own)."""
+def space_settings(given: dict[str, Any], stack: Stack, headroom: float | None = None) -> dict[str, Any]:
+    """The fields of a ``Space`` from the search options (``pop_search_options``): the ZeRO stages, the recomputes and
+    their modules, sequence parallelism, offload, placements, pins and limits; ``headroom``: the command's default
+    share of HBM left free (None: Space's). The precision is None unless given (the GPU's own). What a space may not
+    be (a setting without effect, one the framework does not run, a value out of range) is Space's to refuse."""
     check_max_plans(given["max_plans"])
     share = headroom if given["headroom"] is None else given["headroom"]
-    check_options(max_micro_batch=given["max_micro_batch"], max_plans=given["max_plans"] or None,
-                  grad_bytes=given["grad_bytes"], headroom=share,
-                  **{k: given[k] for k in LAYER_COUNTS if given[k]})
-    can = stack.supports
-    zeros = tuple(z for z in map(int, choices(given["zero_opts"], ("0", "1", "2", "3"), "zero"))
-                  if fsdp_has_zero(stack.fsdp, z))
-    if not zeros:
-        raise SpecError(f"zero={given['zero_opts']} leaves no stage for fsdp={stack.fsdp} (FSDP has no ZeRO-1)")
-    zeros = tuple(z for z in zeros if z in can.zero)
-    if not zeros:
-        raise SpecError(f"zero={given['zero_opts']} leaves no stage that framework {stack.name} runs (it runs "
-                        f"zero {', '.join(map(str, can.zero))})")
-    sps = tuple(v == "on" for v in choices(given["sp_opts"], ("off", "on"), "sp")
-                if v == "off" or can.sequence_parallel)
-    if not sps:
-        raise SpecError(f"sp={given['sp_opts']}: framework {stack.name} has no sequence parallelism")
+    zeros = tuple(int(z) for z in choices(given["zero_opts"], ("0", "1", "2", "3"), "zero"))
+    sps = tuple(v == "on" for v in choices(given["sp_opts"], ("off", "on"), "sp"))
     recomputes = choices(given["recompute_opts"], ("none", "selective", "full"), "recompute")
-    modules = recompute_modules(given["recompute_modules_text"])
-    _needs(given, "recompute_modules_text", modules != ("core_attn",), "selective" in recomputes,
-           "needs selective among --recompute", given["recompute_opts"])
-    _needs(given, "recompute_layers", given["recompute_layers"] > 0, "full" in recomputes,
-           "needs full among --recompute", given["recompute_opts"])
-    _needs(given, "offload_layers", given["offload_layers"] > 0, given["offload"], "needs --offload", "--no-offload")
     offload = (False, True) if given["offload"] else (False,)
-    if given["optimizer"] not in can.optimizers:
-        raise SpecError(f"optimizer={given['optimizer']}: framework {stack.name} runs {', '.join(can.optimizers)} "
-                        "(--framework any prices every optimizer)")
-    if given["async_pipeline"] and not set(ASYNC_SCHEDULES) & set(can.schedules):
-        raise SpecError(f"async-pipeline: framework {stack.name} runs the schedules {', '.join(can.schedules)}, no "
-                        f"asynchronous one ({', '.join(ASYNC_SCHEDULES)}): use --framework any")
-    return {"async_pipeline": given["async_pipeline"], "zero": zeros, "recompute": recomputes,
-            "recompute_modules": modules, "sequence_parallel": sps,
-            "headroom": share, "offload_optimizer": offload, "offload_activations": offload,
-            "all_placements": given["placements"] == "all", "max_micro_batch": given["max_micro_batch"],
-            "precision": given["precision"], "grad_bytes": given["grad_bytes"], "optimizer": given["optimizer"],
-            "max_plans": given["max_plans"],
-            "pinned": pins(given), "recompute_layers": given["recompute_layers"],
-            "offload_layers": given["offload_layers"]}
-
-
-def _needs(given: dict[str, Any], name: str, used: bool, ok: bool, what: str, got: object) -> None:
-    """An option the others leave without effect is refused rather than ignored."""
-    if used and not ok:
-        shown = given[name]
-        raise SpecError(f"{name.removesuffix('_text').replace('_', '-')}={shown} {what} (got {got})")
+    settings = {"async_pipeline": given["async_pipeline"], "zero": zeros, "recompute": recomputes,
+                "recompute_modules": recompute_modules(given["recompute_modules_text"]), "sequence_parallel": sps,
+                "offload_optimizer": offload, "offload_activations": offload,
+                "all_placements": given["placements"] == "all", "max_micro_batch": given["max_micro_batch"],
+                "precision": given["precision"], "grad_bytes": given["grad_bytes"], "optimizer": given["optimizer"],
+                "max_plans": given["max_plans"], "pinned": pins(given), "recompute_layers": given["recompute_layers"],
+                "offload_layers": given["offload_layers"]}
+    return settings | ({} if share is None else {"headroom": share})
 
 
 def search_space(settings: dict[str, Any], global_batch: int, stack: Stack, precision: str, **extra: Any) -> Any:
     """The ``Space`` (search.Space) of ``space_settings``' fields, with ``precision`` (the GPU's own) unless one was
-    given; ``extra``: the command's own fields (``prefer_simple``)."""
-    from meshplan.search import Space
-
+    given; ``extra``: the command's own fields (sweep's ``prefer_simple=False``)."""
     return Space(**{**settings, "precision": settings["precision"] or precision}, global_batch=global_batch,
                  stack=stack, **extra)

@@ -92,7 +92,7 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
         "data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": plan.dp // replicate,
         "fsdp_reshard_after_forward": "never" if plan.zero == 2 else "always",
         "tensor_parallel_degree": plan.tp, "pipeline_parallel_degree": plan.pp,
-        "pipeline_parallel_schedule": _SCHEDULES[plan.schedule],
+        "pipeline_parallel_schedule": _SCHEDULES[str(plan.schedule)],
         "pipeline_parallel_layers_per_stage": model.num_layers // (plan.pp * plan.vpp) if plan.pp > 1 else None,
         "pipeline_parallel_microbatch_size": plan.micro_batch if plan.pp > 1 else None,
         "context_parallel_degree": plan.cp, "context_parallel_rotate_method": _ROTATE[stack.cp_comm],

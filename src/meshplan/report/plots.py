@@ -226,7 +226,7 @@ def pipeline_run(est: Estimate) -> PipelineRun:
     plan, m = est.plan, est.plan.grad_accum
     costs = step_costs(est.model, est.cluster, plan, est.stack)
     vpp = plan.vpp if plan.pp > 1 else 1
-    schedule = plan.schedule if plan.pp > 1 else "1f1b"
+    schedule = str(plan.schedule) if plan.pp > 1 else "1f1b"
     if schedule == "interleaved" and vpp == 1:
         schedule = "1f1b"
     (first, middle, last) = costs.ranks

@@ -115,8 +115,10 @@ class _Batch(_Base):
 def _fields() -> list[tuple]:
     """Plan's fields in Plan's order, a column (an array) for each of NUMERIC and Plan's type and default for each of
     CATEGORICAL; then the placement of each element and the strides."""
+    plain = Plan()  # a default Plan computes from the others (None: sequence_parallel, schedule) is the plain run's
     columns = [(f.name, "np.ndarray") if f.name in NUMERIC else
-               (f.name, f.type, field(default=f.default, default_factory=f.default_factory))
+               (f.name, f.type, field(default=getattr(plain, f.name) if f.default is None else f.default,
+                                      default_factory=f.default_factory))
                for f in fields(Plan) if f.name in NUMERIC or f.name in CATEGORICAL]
     return columns + [
         ("placement_id", "np.ndarray"),  # index into ``placements``

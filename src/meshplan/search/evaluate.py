@@ -148,7 +148,7 @@ def _time_rows(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency
     settings, any_fit = fits[..., 0].size, fits.any()
     fits, peak = fits.reshape(settings, -1), peak.reshape(settings, -1)
     count, explored = sized.count[block], result.explored
-    sampled = None if explored is None else explored.sampled(pool, block, pool.sequence_parallel)
+    sampled = None if explored is None else explored.sampled(pool, block, bool(pool.sequence_parallel))
     for piece in _pieces(count, result.best):
         low = bound[block[piece]] * (1 - BOUND_SLACK)
         near = low <= result.best.threshold

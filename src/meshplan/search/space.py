@@ -6,6 +6,12 @@ with fewer layers, Plan.last_stage_layers, where the framework runs it); ep divi
 ZeRO 0–3; recompute none / selective / full; sequence parallelism on / off (when tp > 1); optimizer / activation
 offload; and every distinct placement of the axes on the mesh (which axes share the NVLink domain). Each size
 combination is scored under the settings grid (recompute × ZeRO × optimizer offload × activation offload) at once.
+
+The defaults are the command line's (``meshplan plan`` derives its options' defaults from these fields): the stack of
+``stack.DEFAULT_FRAMEWORK`` (Megatron-Core, whose ``supports`` narrow the space to what it runs), the memory headroom
+``fields.MEMORY_HEADROOM`` and the simplest plan first among those the error band cannot tell apart; so
+``search(model, cluster, Space(global_batch=512))`` ranks first the plan ``meshplan plan`` ranks first.
+``Space(..., stack=Stack(), headroom=0, prefer_simple=False)`` searches every plan meshplan models, by time alone.
 """
 
 from __future__ import annotations
@@ -13,11 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM  # noqa: F401  (MEMORY_HEADROOM: the search's default)
+from meshplan.errors import SpecError
+from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM
+from meshplan.ranges import check_options
 from meshplan.specs.check import fsdp_has_zero, recompute_modules_problem
 from meshplan.specs.plan import ASYNC_SCHEDULES, OPTIMIZERS, PINNABLE
-from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
-from meshplan.specs.stack import Stack
+from meshplan.specs.stack import FRAMEWORK_STACK, Stack
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,15 +54,17 @@ class Space:
     precision: str = "bf16"
     grad_bytes: int = 4
     optimizer: str = "adam"  # Plan.optimizer: a training choice every plan of the space shares, not searched
-    stack: Stack = DEFAULT_STACK  # how the software stack runs every plan (stack.py): its kernels, runtime, overlap
+    # how the software stack runs every plan (stack.py): its kernels, runtime, overlap, and which plans it runs (its
+    # ``supports`` narrow the space); default: stack.DEFAULT_FRAMEWORK, Megatron-Core, as on the command line
+    stack: Stack = FRAMEWORK_STACK
     # the most plans a search space may hold (``limits.plan_count``); a larger one is refused before any is built
     # (fields.MAX_PLANS); 0: no limit
     max_plans: int = MAX_PLANS
-    # the share of HBM a plan must leave free (the model's memory error: cli/plan.py's default); 0: fill it
-    headroom: float = 0.0
+    # the share of HBM a plan must leave free: the model's largest memory error (fields.MEMORY_HEADROOM); 0: fill it
+    headroom: float = MEMORY_HEADROOM
     # among plans whose step times the error band cannot tell apart (specs/bands.py), rank the simpler and lighter
-    # first (fewer parallel axes and offloads, less memory): the command line's ranking; False: by time alone
-    prefer_simple: bool = False
+    # first (fewer parallel axes and offloads, less memory); False: by time alone
+    prefer_simple: bool = True
     # the sizes the search keeps to, per axis of PINNABLE ((axis, sizes) pairs: ``meshplan plan --tp 4,8``); an axis
     # not named: every size the search enumerates. A pinned size that no plan can take is a rejection with its reason
     # (combos.valid_combos), not an error
@@ -68,39 +77,62 @@ class Space:
     offload_layers: int = 0
 
     def __post_init__(self) -> None:
-        if not 0 <= self.headroom < 1:
-            raise ValueError(f"headroom={self.headroom} must be a share of HBM from 0 to below 1")
+        check_options(max_micro_batch=self.max_micro_batch, max_plans=self.max_plans or None,  # ranges.RANGES
+                      grad_bytes=self.grad_bytes, headroom=self.headroom,
+                      recompute_layers=self.recompute_layers or None, offload_layers=self.offload_layers or None)
         if not isinstance(self.uneven_stages, int) or self.uneven_stages < 0:
-            raise ValueError(f"uneven_stages={self.uneven_stages!r} must be a count of last-stage splits, 0 or more")
-        self._narrow_to_the_stack()
-        if not all(fsdp_has_zero(self.stack.fsdp, z) for z in self.zero):
-            raise ValueError(f"fsdp={self.stack.fsdp} has no ZeRO-1 strategy: search zero in 0, 2, 3")
+            raise SpecError(f"uneven_stages={self.uneven_stages!r} must be a count of last-stage splits, 0 or more")
         problem = recompute_modules_problem(self.recompute_modules)
         if problem:
-            raise ValueError(f"recompute_modules={self.recompute_modules!r} {problem}")
+            raise SpecError(f"recompute_modules={_shown(self.recompute_modules)} {problem}")
         for axis, sizes in self.pinned:
             if axis not in PINNABLE or not sizes or min(sizes) < 1:
-                raise ValueError(f"pinned {axis}={sizes!r}: pin positive sizes of {', '.join(PINNABLE)}")
+                raise SpecError(f"pinned {axis}={sizes!r}: pin positive sizes of {', '.join(PINNABLE)}")
         if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer={self.optimizer!r} must be one of {', '.join(OPTIMIZERS)}")
+            raise SpecError(f"optimizer={self.optimizer!r} must be one of {', '.join(OPTIMIZERS)}")
         if min(self.recompute_layers, self.offload_layers) < 0:
-            raise ValueError("recompute_layers and offload_layers must be counts of layers, 0 or more")
+            raise SpecError("recompute_layers and offload_layers must be counts of layers, 0 or more")
+        self._no_effect()
+        self._narrow_to_the_stack()
+
+    def _no_effect(self) -> None:
+        """A setting that the others leave without effect is refused rather than ignored."""
+        for name, used, ok, what in (
+                ("recompute_modules", self.recompute_modules != ("core_attn",), "selective" in self.recompute,
+                 f"needs selective among recompute (got {','.join(self.recompute)})"),
+                ("recompute_layers", self.recompute_layers > 0, "full" in self.recompute,
+                 f"needs full among recompute (got {','.join(self.recompute)})"),
+                ("offload_layers", self.offload_layers > 0, True in self.offload_activations,
+                 "needs activation offload (offload_activations)")):
+            if used and not ok:
+                raise SpecError(f"{name}={_shown(getattr(self, name))} {what}")
 
     def _narrow_to_the_stack(self) -> None:
-        """Keep of each choice what the stack's framework runs (``Stack.supports``); refuse a space it leaves empty."""
-        can = self.stack.supports
-        narrowed = {"zero": tuple(z for z in self.zero if z in can.zero),
+        """Keep of each choice what the stack's framework runs (``Stack.supports``, and the ZeRO stages its FSDP has);
+        refuse a space it leaves empty, an optimizer it does not run, asynchronous pipelines it has none of."""
+        can, name = self.stack.supports, self.stack.name
+        zeros = tuple(z for z in can.zero if fsdp_has_zero(self.stack.fsdp, z))
+        narrowed = {"zero": tuple(z for z in self.zero if z in zeros),
                     "recompute": tuple(r for r in self.recompute if r in can.recompute),
                     "layouts": tuple(t for t in self.layouts if t in can.layouts),
                     "sequence_parallel": tuple(v for v in self.sequence_parallel if can.sequence_parallel or not v),
                     "offload_optimizer": tuple(v for v in self.offload_optimizer if can.offload_optimizer or not v),
                     "offload_activations": tuple(v for v in self.offload_activations
                                                  if can.offload_activations or not v)}
-        for name, values in narrowed.items():
+        for field_name, values in narrowed.items():
             if not values:
-                raise ValueError(f"{name}={getattr(self, name)!r}: framework {self.stack.name} runs none of them "
-                                 f"(it runs {name}={getattr(can, name, False)!r})")
-            object.__setattr__(self, name, values)
+                runs = zeros if field_name == "zero" else getattr(can, field_name, False)
+                runs = ((False, True) if runs else (False,)) if isinstance(runs, bool) else runs
+                fsdp = f" (fsdp={self.stack.fsdp})" if field_name == "zero" and self.stack.fsdp != "none" else ""
+                raise SpecError(f"{field_name}={_shown(getattr(self, field_name))}: framework {name}{fsdp} runs none "
+                                f"of them (it runs {field_name}={_shown(runs)})")
+            object.__setattr__(self, field_name, values)
+        if self.optimizer not in can.optimizers:
+            raise SpecError(f"optimizer={self.optimizer}: framework {name} runs {', '.join(can.optimizers)} "
+                            "(--framework any prices every optimizer)")
+        if self.async_pipeline and not set(ASYNC_SCHEDULES) & set(can.schedules):
+            raise SpecError(f"async_pipeline: framework {name} runs the schedules {', '.join(can.schedules)}, no "
+                            f"asynchronous one ({', '.join(ASYNC_SCHEDULES)}): use --framework any")
         object.__setattr__(self, "gpipe", self.gpipe and "gpipe" in can.schedules)
         object.__setattr__(self, "all_placements", self.all_placements and can.any_placement)
         object.__setattr__(self, "uneven_stages", self.uneven_stages if can.uneven_stages else 0)
@@ -154,3 +186,10 @@ class Space:
         for layout in self.layouts:
             for sp in self.sequence_parallel if layout == "1d" else (False,):
                 yield layout, sp
+
+
+def _shown(value: object) -> str:
+    """A setting as the command line writes it: a tuple comma-separated (on/off for sequence parallelism)."""
+    if isinstance(value, tuple):
+        return ",".join({True: "on", False: "off"}.get(v, str(v)) if isinstance(v, bool) else str(v) for v in value)
+    return str(value)

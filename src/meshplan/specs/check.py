@@ -20,7 +20,7 @@ from meshplan.specs.plan import (
     SCHEDULES,
     Plan,
 )
-from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
+from meshplan.specs.stack import FRAMEWORK_STACK as DEFAULT_STACK  # estimate's default: the command line's
 from meshplan.specs.stack import Stack
 
 if TYPE_CHECKING:
@@ -276,7 +276,9 @@ def settings_problems(model: ModelSpec, cluster: Cluster | None, settings: dict[
     """What ``check`` finds wrong with settings that every plan of a search shares (``Space.settings``) under
     ``stack``: a precision the GPU lacks, an fp8 attention kernel without an fp8 precision ..."""
     hybrid = [r for r in _check_hybrid(model, Plan(), stack) if r.startswith("fusion=")]
-    return _check_options(model, cluster, Plan(**settings), stack) + hybrid  # type: ignore[arg-type]
+    # the ZeRO stage is the search's to choose, not a shared setting: 0, which every data-parallel wrapper has
+    shared = Plan(**{"zero": 0, **settings})  # type: ignore[arg-type]
+    return _check_options(model, cluster, shared, stack) + hybrid
 
 
 def _check_choices(plan: Plan) -> list[str]:

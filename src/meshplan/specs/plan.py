@@ -58,7 +58,9 @@ def _opt(help: str, *, flag: str = "", choices: tuple = (), cli_default: object 
 
 @dataclass(frozen=True, kw_only=True)
 class Plan:
-    """A parallel configuration. Defaults are the plain data-parallel run."""
+    """A parallel configuration. Defaults are the plain data-parallel run as Megatron-Core runs it (the distributed
+    optimizer, selective recompute, fp32 gradients, sequence parallelism with tp): the command line's (cli/options.py
+    reads them here)."""
 
     dp: int = field(default=1, metadata=_opt("data-parallel size", cli_default=None,
                                              default_help="gpus / (tp·tp2·pp·cp)"))
@@ -73,16 +75,19 @@ class Plan:
     # share of a pipeline_model_parallel_layout); the other ranks split the rest evenly. 0: an even split
     last_stage_layers: int = field(default=0, metadata=_opt(
         "layers on the last pipeline rank (Megatron-Core decoder_last_pipeline_num_layers; 0: even split)"))
-    sequence_parallel: bool = field(default=False, metadata=_opt(
-        "sequence parallelism", flag="sp", cli_default=None, default_help="on if tp > 1"))
+    # None: on where it applies, the 1D layout with tp > 1 (Megatron-LM's --sequence-parallel, which Megatron-Bridge's
+    # recipes and NeMo turn on with tensor parallelism)
+    sequence_parallel: bool | None = field(default=None, metadata=_opt(
+        "sequence parallelism", flag="sp", default_help="on if tp > 1 with --layout 1d"))
     micro_batch: int = field(default=1, metadata=_opt("sequences per micro-batch"))
     # sequences per step; 0 → dp·micro_batch (no gradient accumulation)
     global_batch: int = field(default=0, metadata=_opt("sequences per step", cli_default=None,
                                                        default_help="≈ 4M tokens"))
-    # 0 none, 1 optimizer state (= Megatron distributed optimizer), 2 + gradients, 3 + weights
-    zero: int = field(default=0, metadata=_opt("ZeRO stage 0-3 (1 = distributed optimizer)", cli_default=1))
-    recompute: str = field(default="none", metadata=_opt("activation recompute", choices=RECOMPUTE,
-                                                         cli_default="selective"))
+    # 0 none, 1 optimizer state (= Megatron distributed optimizer), 2 + gradients, 3 + weights; default 1, what
+    # Megatron-LM runs at scale (--use-distributed-optimizer, in every Megatron-Bridge / NeMo pretraining recipe)
+    zero: int = field(default=1, metadata=_opt("ZeRO stage 0-3 (1 = distributed optimizer)"))
+    # default selective: Megatron-Core's --recompute-granularity selective (the attention core, Korthikanti et al. 2022)
+    recompute: str = field(default="selective", metadata=_opt("activation recompute", choices=RECOMPUTE))
     # with recompute="full": layers per stage recomputed, 0 → all of them
     recompute_layers: int = field(default=0, metadata=_opt("with --recompute full: layers per stage (0 = all)"))
     # with recompute="selective": the modules recomputed (RECOMPUTE_MODULES; Megatron-Core's recompute_modules)
@@ -105,13 +110,15 @@ class Plan:
         "the optimizer whose state each GPU keeps: adam/adamw 12 bytes a parameter (fp32 master, m, v), adam-bf16 8 "
         "(bf16 moments), adam-8bit 6 (block-wise 8-bit moments), sgd-momentum 8, sgd 4, adafactor 4 (factored second "
         "moment)", choices=OPTIMIZERS))
-    # bytes per gradient element (2: bf16 as in ZeRO's 16Ψ; 4: fp32 main grads)
-    grad_bytes: int = field(default=2, metadata=_opt("bytes per gradient (4: fp32 main grads)", cli_default=4))
-    schedule: str = field(default="1f1b", metadata=_opt("pipeline schedule", choices=SCHEDULES, cli_default=None,
-                                                        default_help="interleaved if vpp > 1, else 1f1b"))
+    # bytes per gradient element (4: fp32 main grads, which Megatron keeps with bf16 unless --grad-reduce-in-bf16:
+    # configs/megatron.py; 2: bf16 as in ZeRO's 16Ψ)
+    grad_bytes: int = field(default=4, metadata=_opt("bytes per gradient (4: fp32 main grads; 2: bf16)"))
+    # None: interleaved with virtual stages (vpp > 1), else 1f1b
+    schedule: str | None = field(default=None, metadata=_opt("pipeline schedule", choices=SCHEDULES,
+                                                             default_help="interleaved if vpp > 1, else 1f1b"))
     placement: tuple[str, ...] = field(default=DENSE_AXES, metadata=_opt(
-        "axis order on the mesh, innermost first, comma-separated", choices=DENSE_AXES,
-        cli_default=("tp", "cp", "dp", "pp")))
+        "axis order on the mesh, innermost first, comma-separated (tp2 may be left out: it sits next to tp)",
+        choices=DENSE_AXES))
     # "full": every weight trains; "lora": base weights frozen, rank-``lora_rank`` adapters train (Hu et al. 2021,
     # LoRA) on ``lora_targets``: "all" the attention and MLP linears (Megatron-Bridge / NeMo 2 peft.LoRA defaults:
     # dim 32, linear_qkv, linear_proj, linear_fc1, linear_fc2) or "qkv" the query/key/value projection only
@@ -129,6 +136,10 @@ class Plan:
     tags: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
+        if self.sequence_parallel is None:
+            object.__setattr__(self, "sequence_parallel", self.tp > 1 and self.tensor_layout == "1d")
+        if self.schedule is None:
+            object.__setattr__(self, "schedule", "interleaved" if self.vpp > 1 else "1f1b")
         if self.etp == 0:
             object.__setattr__(self, "etp", self.tp)
         if self.global_batch == 0:
@@ -181,7 +192,7 @@ class Plan:
         if self.sequence_parallel:
             parts.append("sp")
         if self.schedule != "1f1b" and self.pp > 1:
-            parts.append(self.schedule)
+            parts.append(str(self.schedule))  # set in __post_init__
         if self.optimizer != "adam":
             parts.append(f"optimizer={self.optimizer}")
         parts += [name for name, on in (("offload-opt", self.offload_optimizer),

@@ -124,6 +124,10 @@ class Stack:
 
 
 DEFAULT = Stack()
+# the framework the Python API (estimate, Space) and the command line run by default: a mainstream one, so that the
+# first answer is a plan the user can launch (``any``: every plan meshplan models, the 2D SUMMA layout included);
+# ``DEFAULT`` (generic) is the neutral stack the physics' own tests price
+DEFAULT_FRAMEWORK = "megatron-core"
 BEHAVIOUR = tuple(f.name for f in fields(Stack) if f.compare)  # the fields the estimator reads
 
 
@@ -156,6 +160,9 @@ def load_stack(ref: str | Stack, field_name: str = "framework") -> Stack:
         raise not_a_preset(field_name, ref, stack_names(), "a stack preset or a .toml file")
     text = (resources.files("meshplan") / "presets" / "stacks" / f"{ref}.toml").read_text()
     return stack_from_dict(tomllib.loads(text), f"preset {ref}")
+
+
+FRAMEWORK_STACK = load_stack(DEFAULT_FRAMEWORK)  # the stack of DEFAULT_FRAMEWORK: estimate's and Space's default
 
 
 def frameworks_running(plan: Any) -> list[str]:

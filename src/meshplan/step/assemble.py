@@ -113,7 +113,7 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     for r, rc in enumerate(grid.recompute):
         ranked = _with(plan, recompute=rc)
         first, last, middle = stage_times(model, ranked, stack, units[rc])
-        bubble = flow_bubble(ranked.schedule, ranked.pp, ranked.vpp, first.total, last.total, middle.total)
+        bubble = flow_bubble(str(ranked.schedule), ranked.pp, ranked.vpp, first.total, last.total, middle.total)
         pf, pl = first.passes(), last.passes()
         passes = Passes(*(_pair(getattr(pf, f), getattr(pl, f), shape, dtype) for f in Passes.__slots__))
         pipelined = m * _pair(first.total, last.total, shape, dtype)
