@@ -17,6 +17,7 @@ from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.step.assemble import step_costs
 from meshplan.step.units import unit_costs
+from spaces import EVERY_PLAN
 
 
 def test_the_search_grid_is_estimate_s_step_under_every_setting():
@@ -27,7 +28,7 @@ def test_the_search_grid_is_estimate_s_step_under_every_setting():
     plans = [Plan(dp=8, tp=2, pp=4, global_batch=64, sequence_parallel=True),
              Plan(dp=4, tp=4, pp=4, vpp=2, schedule="interleaved", global_batch=64, sequence_parallel=True),
              Plan(dp=16, tp=4, pp=1, global_batch=64, sequence_parallel=True)]
-    space = Space(global_batch=64)
+    space = Space(global_batch=64, **EVERY_PLAN)  # every ZeRO stage and offload (tests/spaces.py)
     checked = 0
     for plan in plans:
         batch = PlanBatch.of([plan])
