@@ -67,7 +67,7 @@ def render_text(results: Sequence[RunResult], summary: dict[str, Any], width: in
     console.print(table)
     stats = Table(title="|error| by group", caption="complete configurations: the runs whose record states the "
                   "parallel layout, micro and global batch, activation recompute and precision (the accuracy "
-                  "targets' scope)")
+                  "targets' scope); a serving run's, that it needs no reading the source leaves out (its `assumed`)")
     for name in ("group", "evaluated", "skipped", "median", "mean", "p90", "max", "memory median", "not fitting"):
         stats.add_column(name, justify="left" if name == "group" else "right")
 
