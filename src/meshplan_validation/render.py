@@ -19,6 +19,8 @@ def _fmt(value: float | None, metric: str = "") -> str:
         return f"{value:.3f} s"
     if metric in PERCENT_OF_PEAK:
         return f"{value:.1f} %"
+    if metric.endswith("_ms"):
+        return f"{value:,.1f} ms"
     if abs(value) >= 1000:
         return f"{value:,.0f}"
     return f"{value:.1f}"
@@ -26,7 +28,21 @@ def _fmt(value: float | None, metric: str = "") -> str:
 
 _UNITS = {"iteration_time_s": "step time", "tokens_per_s_per_gpu": "tokens/s/GPU", "tokens_per_s_total": "tokens/s",
           "model_tflops_per_gpu": "TFLOP/s/GPU", "tflops_per_gpu": "TFLOP/s/GPU", "mfu_pct": "MFU", "hfu_pct": "HFU",
-          "pct_of_peak": "% of peak"}
+          "pct_of_peak": "% of peak",
+          # serving runs (serving_runs.py)
+          "output_tokens_per_s": "output tokens/s", "output_tokens_per_s_per_gpu": "output tokens/s/GPU",
+          "total_tokens_per_s": "total tokens/s", "requests_per_s": "requests/s",
+          "input_tokens_per_s_per_gpu": "input tokens/s/GPU", "ttft_ms": "TTFT", "itl_ms": "ITL", "tpot_ms": "TPOT",
+          "e2e_latency_ms": "latency"}
+
+
+def _note(r: RunResult) -> str:
+    """The note of an evaluated run: memory predicted past HBM; a serving run's mode, batch and other metrics."""
+    if r.kind != "serving":
+        return "" if r.fits else "predicted memory exceeds HBM"
+    others = ", ".join(f"{_UNITS.get(m, m)} {100 * e:+.1f}%" for m, _, _, e in r.other_metrics if e is not None)
+    batch = "" if r.batch is None else f" batch {r.batch:,.0f}"
+    return f"serving, {r.serving_mode}{batch}" + (f"; {others}" if others else "")
 
 
 def render_text(results: Sequence[RunResult], summary: dict[str, Any], width: int = 200) -> str:
@@ -47,12 +63,11 @@ def render_text(results: Sequence[RunResult], summary: dict[str, Any], width: in
             continue
         mem = "-" if r.memory_error is None else f"{100 * r.memory_error:+.1f}%"
         table.add_row(r.id, r.group, _UNITS.get(r.metric, r.metric), _fmt(r.predicted, r.metric),
-                      _fmt(r.measured, r.metric), f"{100 * r.error:+.1f}%", mem,
-                      "" if r.fits else "predicted memory exceeds HBM")
+                      _fmt(r.measured, r.metric), f"{100 * r.error:+.1f}%", mem, _note(r))
     console.print(table)
     stats = Table(title="|error| by group", caption="complete configurations: the runs whose record states the "
                   "parallel layout, micro and global batch, activation recompute and precision (the accuracy "
-                  "targets' scope)")
+                  "targets' scope); a serving run's, that it needs no reading the source leaves out (its `assumed`)")
     for name in ("group", "evaluated", "skipped", "median", "mean", "p90", "max", "memory median", "not fitting"):
         stats.add_column(name, justify="left" if name == "group" else "right")
 

@@ -29,6 +29,12 @@ class RunResult:
     fits: bool = True
     in_fit_set: bool = False
     unstated: tuple[str, ...] = ()  # what the record leaves out (``records.unstated_settings``)
+    # a serving run (kind "serving", serving_runs.py): how it was driven, the batch priced, and its other measured
+    # metrics as (metric, predicted, measured, error)
+    kind: str = "training"
+    serving_mode: str = ""
+    batch: float | None = None
+    other_metrics: tuple[tuple[str, float | None, float, float | None], ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -46,6 +52,8 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"id": self.id, "group": self.group, "in_fit_set": self.in_fit_set,
                              "complete_configuration": self.complete}
+        if self.kind == "serving":
+            return d | self._serving_dict()
         if self.skipped:
             return d | {"skipped": self.skipped}
         return d | {"metric": self.metric, "predicted": self.predicted, "measured": self.measured,
@@ -53,3 +61,12 @@ class RunResult:
                     "memory_predicted_bytes": self.memory_predicted, "memory_measured_bytes": self.memory_measured,
                     "memory_capacity_bytes": self.memory_capacity, "memory_error": self.memory_error,
                     "fits": self.fits, "assumptions": list(self.assumptions)}
+
+    def _serving_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"kind": "serving"}
+        if self.skipped:
+            return d | {"skipped": self.skipped}
+        others = {m: {"predicted": p, "measured": v, "error": e} for m, p, v, e in self.other_metrics}
+        return d | {"metric": self.metric, "predicted": self.predicted, "measured": self.measured, "error": self.error,
+                    "mode": self.serving_mode, "batch": self.batch, "other_metrics": others,
+                    "assumptions": list(self.assumptions)}

@@ -1,6 +1,8 @@
 """Validation against published, measured training runs (``shared/validation/published_runs.jsonl`` schema): every
 record of a file mapped to a (ModelSpec, Cluster, Plan, Stack) (case.map_run), evaluated (evaluate.py) or skipped with
-its reason; and the text or JSON that ``meshplan validate`` prints (command.py).
+its reason; and the text or JSON that ``meshplan validate`` prints (command.py). Serving records (the schema of
+data/serving/README.md) in the same file are told apart by their blocks and priced by the serving evaluation the
+serving accuracy benchmark uses (serving_runs.py), into the same per-run results.
 
 Every value a source does not state is filled with a documented default of that source's framework and release
 (sources.py, recipes.py), and the run carries that assumption as text. The prediction is compared on the basis the
@@ -24,6 +26,7 @@ from meshplan_validation.records import clean_record, read_runs, unstated_settin
 from meshplan_validation.render import finite, render_text
 from meshplan_validation.result import RunResult
 from meshplan_validation.selection import in_fit_set, select
+from meshplan_validation.serving_runs import is_serving, serving_run
 from meshplan_validation.skip import Skip
 from meshplan_validation.summary import summaries
 
@@ -34,17 +37,23 @@ def run_validation(records: Sequence[dict[str, Any]], group: str | None = None, 
                    eff: Efficiency = DEFAULT, hybrid: bool = False) -> list[RunResult]:
     """Every record evaluated or skipped with its reason; ``hybrid``: compare the hybrid Mamba runs too. A record
     this cannot read (not an object, a value of the wrong kind, sizes that contradict each other) is skipped with a
-    reason naming what it could not read, never raised."""
-    cleaned = [clean_record(r) if isinstance(r, dict) else {"id": f"#{i + 1}", "_not_object": JSON_KINDS.get(
-        type(r), type(r).__name__)} for i, r in enumerate(records)]
+    reason naming what it could not read, never raised. Serving records are priced as serving runs (serving_runs.py),
+    in their place in the file."""
+    cleaned = [r if is_serving(r) else clean_record(r) if isinstance(r, dict) else {
+        "id": f"#{i + 1}", "_not_object": JSON_KINDS.get(type(r), type(r).__name__)} for i, r in enumerate(records)]
+    training = [r for r in cleaned if not is_serving(r)]
     results = []
     for record, reason in select(cleaned, group, exclude_superseded):
         rid = str(record.get("id"))
+        if is_serving(record):
+            results.append(RunResult(id=rid, group=str(record.get("group") or ""), kind="serving", skipped=reason)
+                           if reason else serving_run(record))
+            continue
         # judged on the record as published, before fill_from_siblings lends it a sibling's settings
         unstated = unstated_settings(record)
         if record.get("_not_object"):
             reason = f"record {rid} is a JSON {record['_not_object']}, not an object"
-        outcome = reason or _evaluated_or_reason(record, cleaned, eff, hybrid)
+        outcome = reason or _evaluated_or_reason(record, training, eff, hybrid)
         if isinstance(outcome, RunResult):
             results.append(replace(outcome, unstated=unstated))
         else:
