@@ -36,7 +36,7 @@ def heavy_head_plans(gpus: int = 32, micro_batches: int = 8, tokens: tuple[int, 
 
     from meshplan.autoshard.blocks import find_blocks
     from meshplan.autoshard.dataflow import flow
-    from meshplan.autoshard.planner import options, stage_plans
+    from meshplan.autoshard.planner import stage_options, stage_plans
     from meshplan.autoshard.stage_dp import slice_stages
     from meshplan.autoshard.stages import price
     from meshplan.specs.hardware import load_system
@@ -49,7 +49,7 @@ def heavy_head_plans(gpus: int = 32, micro_batches: int = 8, tokens: tuple[int, 
     cluster = load_system("h100").cluster(gpus)
     limit, layers = cluster.accelerator.hbm_bytes, blocks.groups[0].layers
     plans = stage_plans(flow(trace, blocks.block_of), blocks, cluster, micro_batches=micro_batches)
-    every = options(plans)
+    every = stage_options(plans)
 
     def best(subset):
         found = [price(s, plans, micro_batches, limit, cluster)

@@ -19,9 +19,9 @@ from meshplan.autoshard.blocks import find_blocks  # noqa: E402
 from meshplan.autoshard.dataflow import flow  # noqa: E402
 from meshplan.autoshard.memory import Accounting  # noqa: E402
 from meshplan.autoshard.mesh import device_mesh  # noqa: E402
-from meshplan.autoshard.problem import build  # noqa: E402
+from meshplan.autoshard.problem import build_problem  # noqa: E402
 from meshplan.autoshard.solve import plan, price, replicated  # noqa: E402
-from meshplan.autoshard.torch_models import build as build_model  # noqa: E402
+from meshplan.autoshard.torch_models import build_preset  # noqa: E402
 from meshplan.trace import trace_module  # noqa: E402
 from meshplan.trace.cost import time_ops  # noqa: E402
 from meshplan.trace.liveness import peak_memory  # noqa: E402
@@ -32,7 +32,7 @@ SYSTEM = load_system("h100")
 
 
 def _trace(layers: int):
-    return trace_module(build_model(TINY, layers), [((16, 32), "int64")], param_dtype="bfloat16")
+    return trace_module(build_preset(TINY, layers), [((16, 32), "int64")], param_dtype="bfloat16")
 
 
 TRACES = {}
@@ -43,7 +43,7 @@ def problem(traced_layers: int = 3, layers: int = 3, cluster=None):
         TRACES[traced_layers] = _trace(traced_layers)
     tr = TRACES[traced_layers]
     blocks = find_blocks(tr, layers=layers)
-    return tr, build(flow(tr, blocks.block_of), blocks, device_mesh(cluster or SYSTEM.cluster(16)), DEFAULT)
+    return tr, build_problem(flow(tr, blocks.block_of), blocks, device_mesh(cluster or SYSTEM.cluster(16)), DEFAULT)
 
 
 def test_replicated_plan_is_the_traced_step_on_one_gpu():
