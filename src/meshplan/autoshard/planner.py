@@ -22,7 +22,7 @@ from meshplan.autoshard.mesh import device_mesh, sub_mesh
 from meshplan.autoshard.problem import build_problem
 from meshplan.autoshard.solve import Sharding, plan
 from meshplan.autoshard.stage_dp import Option, sizes, slice_stages
-from meshplan.autoshard.stages import Parts, Pipeline, option, parts, price
+from meshplan.autoshard.stages import Pipeline, StageParts, option, parts, price_slicing
 from meshplan.errors import SpecError
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import Cluster, load_system
@@ -185,14 +185,14 @@ def _pipelines(fl: Any, blocks: Any, cluster: Cluster, limit: float, micro_batch
     if min(layers, micro_batches) < 2:
         return []
     plans = stage_plans(fl, blocks, cluster, micro_batches, optimizer=optimizer)
-    found = slice_stages(stage_options(plans), layers, cluster.num_gpus, micro_batches, limit)
+    found = slice_stages(sub_mesh_options(plans), layers, cluster.num_gpus, micro_batches, limit)
     if not found:
         plans |= stage_plans(fl, blocks, cluster, micro_batches, limit, plans, optimizer)
-        found = slice_stages(stage_options(plans), layers, cluster.num_gpus, micro_batches, limit)
-    return [price(s, plans, micro_batches, limit, cluster) for _, s in sorted(found.items())]
+        found = slice_stages(sub_mesh_options(plans), layers, cluster.num_gpus, micro_batches, limit)
+    return [price_slicing(s, plans, micro_batches, limit, cluster) for _, s in sorted(found.items())]
 
 
-StagePlans = dict[int, tuple[Parts, Sharding]]  # sub-mesh GPUs (negative: priced for memory) -> its plan's parts
+StagePlans = dict[int, tuple[StageParts, Sharding]]  # sub-mesh GPUs (negative: priced for memory) -> its plan's parts
 
 
 def stage_plans(fl: Any, blocks: Any, cluster: Cluster, micro_batches: int, limit: float | None = None,
@@ -218,7 +218,7 @@ def stage_plans(fl: Any, blocks: Any, cluster: Cluster, micro_batches: int, limi
     return found
 
 
-def stage_options(plans: StagePlans) -> list[Option]:
+def sub_mesh_options(plans: StagePlans) -> list[Option]:
     """stage_dp's options, one per plan."""
     return [option(part, sharding.problem.mesh.devices, sharding.problem.mesh.sizes, key)
             for key, (part, sharding) in plans.items()]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.specs.hardware import Accelerator, load_system
-from meshplan.trace.cost import TimedOp, time_ops
+from meshplan.trace.cost import TimedOp, time_traced_ops
 from meshplan.trace.graph import Trace
 from meshplan.trace.kernels import KernelRow, fused_summary, kernel_rows
 from meshplan.trace.liveness import PeakMemory, optimizer_name, peak_memory
@@ -188,7 +188,7 @@ def trace_report(ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], sys
     finally:
         fake_log.setLevel(level)
     acc = system.accelerator
-    return TraceReport(trace=trace, timed=time_ops(trace, acc), memory=peak_memory(trace, optimizer),
+    return TraceReport(trace=trace, timed=time_traced_ops(trace, acc), memory=peak_memory(trace, optimizer),
                        system=system_ref, accelerator=acc, inputs=inputs)
 
 
