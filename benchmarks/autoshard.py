@@ -64,9 +64,10 @@ def agreement_table() -> str:
 def stages_table() -> str:
     """Llama-3-8B on 8 x 8 H100, 64 sequences of 8192 tokens in 8 micro-batches: the DP's best pipeline of each
     stage count against the one-stage plan."""
-    from meshplan.autoshard.planner import Request, run
+    from meshplan.autoshard.planner import Request, plan_sharding
 
-    result = run(Request(model="llama3-8b", gpus=64, global_batch=64, seq=8192, micro_batches=8, stages="search"))
+    result = plan_sharding(Request(model="llama3-8b", gpus=64, global_batch=64, seq=8192, micro_batches=8,
+                                   stages="search"))
     lines = ["| stages | GPUs per stage | layers per stage | step time | bubble | peak memory per GPU (first stage) "
              "| fits |", "|---:|---|---|---:|---:|---:|---|",
              f"| 1 | 64 | 32 | {fmt_time(result.intra.step_time)} | | {fmt_bytes(result.intra.memory.peak)} | "
@@ -94,12 +95,12 @@ def heavy_table() -> str:
 
 def found_table() -> str:
     from meshplan.autoshard.output import params, sequence_parallel
-    from meshplan.autoshard.planner import Request, run
+    from meshplan.autoshard.planner import Request, plan_sharding
 
     lines = ["| model | sequences x tokens on 8 H100 | step time | memory per GPU | plan found (by parameter: "
              "style on the NVLink dimension) | sequence-parallel norms |", "|---|---|---:|---:|---|---|"]
     for model, batch, seq in FOUND:
-        result = run(Request(model=model, gpus=8, global_batch=batch, seq=seq, headroom=0.0, stages="off"))
+        result = plan_sharding(Request(model=model, gpus=8, global_batch=batch, seq=seq, headroom=0.0, stages="off"))
         sharding = result.intra
         styles: dict[str, list[str]] = {}
         for p in params(sharding):
@@ -117,7 +118,7 @@ def vision_table() -> str:
     from meshplan.autoshard.dataflow import flow
     from meshplan.autoshard.mesh import device_mesh
     from meshplan.autoshard.output import params
-    from meshplan.autoshard.problem import build
+    from meshplan.autoshard.problem import build_problem
     from meshplan.autoshard.solve import plan
     from meshplan.specs.efficiency import DEFAULT
     from meshplan.specs.hardware import load_system
@@ -131,7 +132,7 @@ def vision_table() -> str:
     for name, (make, inputs) in MODELS.items():
         trace = trace_module(make(), inputs, param_dtype="bfloat16")
         blocks = find_blocks(trace)
-        problem = build(flow(trace, blocks.block_of), blocks, device_mesh(cluster), DEFAULT)
+        problem = build_problem(flow(trace, blocks.block_of), blocks, device_mesh(cluster), DEFAULT)
         one = peak_memory(trace).peak
         sharding = plan(problem, 0.6 * one)
         tied = ", ".join(f"{g.traced} x {g.prefix.removeprefix('hf.')}" for g in blocks.groups) or "none"
@@ -149,7 +150,7 @@ def size_table() -> str:
     from meshplan.autoshard.ilp import pairwise
     from meshplan.autoshard.mesh import device_mesh
     from meshplan.autoshard.planner import Request, load
-    from meshplan.autoshard.problem import build
+    from meshplan.autoshard.problem import build_problem
     from meshplan.autoshard.reduce import reduce
     from meshplan.specs.efficiency import DEFAULT
     from meshplan.specs.hardware import load_system
@@ -159,7 +160,7 @@ def size_table() -> str:
     module, inputs, _, layers = load(request)
     trace = trace_module(module, inputs, param_dtype="bfloat16")
     blocks = find_blocks(trace, layers=layers)
-    problem = build(flow(trace, blocks.block_of), blocks, device_mesh(load_system("h100").cluster(64)), DEFAULT)
+    problem = build_problem(flow(trace, blocks.block_of), blocks, device_mesh(load_system("h100").cluster(64)), DEFAULT)
     before = pairwise(problem, 1, [])
     strategies = sum(len(c) for c in before.costs.values())
     pairs = sum(m.size for m in before.edges.values())

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from meshplan.report.serve_html import render  # noqa: E402
+from meshplan.report.serve_html import render_serving  # noqa: E402
 from meshplan.report.vega import bundle  # noqa: E402
 from meshplan.serve.engine import load_engine  # noqa: E402
 from meshplan.serve.search import search  # noqa: E402
@@ -44,7 +44,7 @@ def main() -> None:
         space = ServeSpace(input_len=inp, output_len=out, ttft_slo=ttft, tpot_slo=tpot, engine=load_engine("vllm"))
         plain, _ = best_of(3, search, model, cluster, space, top_k=10)
         kept, result = best_of(3, search, model, cluster, space, top_k=10, keep=True)
-        took, page = best_of(3, render, result)
+        took, page = best_of(3, render_serving, result)
         data = json.loads(page.split('id="meshplan-data">')[1].split("</script>")[0])
         drawn = len(data["serve_space"]["columns"]["tp"]) if "serve_space" in data else 0
         print(f"{name:<16}{gpus:>6}{result.evaluated:>16,}{plain:>10.3f}{kept:>9.3f}{took:>10.3f}{drawn:>8,}"

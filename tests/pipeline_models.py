@@ -36,9 +36,9 @@ def heavy_head_plans(gpus: int = 32, micro_batches: int = 8, tokens: tuple[int, 
 
     from meshplan.autoshard.blocks import find_blocks
     from meshplan.autoshard.dataflow import flow
-    from meshplan.autoshard.planner import options, stage_plans
+    from meshplan.autoshard.planner import stage_plans, sub_mesh_options
     from meshplan.autoshard.stage_dp import slice_stages
-    from meshplan.autoshard.stages import price
+    from meshplan.autoshard.stages import price_slicing
     from meshplan.specs.hardware import load_system
     from meshplan.trace import trace_module
 
@@ -49,10 +49,10 @@ def heavy_head_plans(gpus: int = 32, micro_batches: int = 8, tokens: tuple[int, 
     cluster = load_system("h100").cluster(gpus)
     limit, layers = cluster.accelerator.hbm_bytes, blocks.groups[0].layers
     plans = stage_plans(flow(trace, blocks.block_of), blocks, cluster, micro_batches=micro_batches)
-    every = options(plans)
+    every = sub_mesh_options(plans)
 
     def best(subset):
-        found = [price(s, plans, micro_batches, limit, cluster)
+        found = [price_slicing(s, plans, micro_batches, limit, cluster)
                  for s in slice_stages(subset, layers, gpus, micro_batches, limit).values()]
         return min(found, key=lambda p: p.step_time) if found else None
 

@@ -18,8 +18,7 @@ from meshplan.search import Space, search
 from meshplan.specs.check import check
 from meshplan.specs.plan import ASYNC_SCHEDULES
 from meshplan.specs.stack import load_stack
-from meshplan.steady import steady_step
-from meshplan.steady import weight_versions as table_versions
+from meshplan.steady import steady_step, table_weight_versions
 
 F, B = 1.0, 2.0  # forward and backward of one micro-batch through one stage
 
@@ -55,11 +54,11 @@ def test_p2p_latency_only_lengthens_the_steady_step():
 def test_weight_versions_off_the_tables_match_the_closed_form(p, m):
     # PipeDream: rank r stashes one version per micro-batch in flight, p - r (p = 4: 4, 3, 2, 1);
     # 2BW: two, one on the last rank (its forward and backward of a micro-batch are adjacent)
-    stash = table_versions(build("pipedream", p, m, steps=4), every=1)
-    double = table_versions(build("pipedream-2bw", p, m, steps=4), every=m)
+    stash = table_weight_versions(build("pipedream", p, m, steps=4), every=1)
+    double = table_weight_versions(build("pipedream-2bw", p, m, steps=4), every=m)
     assert stash == tuple(p - r for r in range(p))
     assert double == tuple(min(2, p - r) for r in range(p))
-    assert table_versions(build("1f1b", p, m), every=m) == (1,) * p
+    assert table_weight_versions(build("1f1b", p, m), every=m) == (1,) * p
     for schedule, table in (("pipedream", stash), ("pipedream-2bw", double)):
         plan = Plan(dp=1, pp=p, global_batch=m, schedule=schedule)
         assert (weight_versions(plan), weight_versions(plan, last=True)) == (table[0], table[-1])

@@ -69,7 +69,7 @@ def test_the_planner_prices_the_plans_optimizer(model_file, capsys):
     step streams 2 + 8 + 2 = 12 bytes a parameter where Adam's streams 2 + 24 + 2 = 28, at every placement."""
     from meshplan.autoshard.memory import Accounting
     from meshplan.autoshard.planner import Request
-    from meshplan.autoshard.planner import run as plan
+    from meshplan.autoshard.planner import plan_sharding as plan
     from meshplan.errors import SpecError
 
     def planned(name: str) -> dict:

@@ -103,10 +103,10 @@ def test_reshape_keeps_the_leading_split_only():
 @pytest.fixture(scope="module")
 def traced():
     pytest.importorskip("torch")
-    from meshplan.autoshard.torch_models import build
+    from meshplan.autoshard.torch_models import build_preset
     from meshplan.trace import trace_module
 
-    return trace_module(build(TINY, 3), [((4, 32), "int64")], param_dtype="bfloat16")
+    return trace_module(build_preset(TINY, 3), [((4, 32), "int64")], param_dtype="bfloat16")
 
 
 def test_blocks_are_the_identical_layers(traced):

@@ -21,9 +21,9 @@ from meshplan.autoshard.blocks import find_blocks  # noqa: E402
 from meshplan.autoshard.dataflow import flow  # noqa: E402
 from meshplan.autoshard.mesh import device_mesh  # noqa: E402
 from meshplan.autoshard.placement import shards  # noqa: E402
-from meshplan.autoshard.problem import build  # noqa: E402
+from meshplan.autoshard.problem import build_problem  # noqa: E402
 from meshplan.autoshard.solve import plan  # noqa: E402
-from meshplan.autoshard.torch_models import build as build_preset  # noqa: E402
+from meshplan.autoshard.torch_models import build_preset  # noqa: E402
 from meshplan.trace import trace_module  # noqa: E402
 from meshplan.trace.graph import Storage, Trace  # noqa: E402
 from meshplan.trace.liveness import optimizer_per_byte, peak_memory  # noqa: E402
@@ -70,7 +70,7 @@ def test_non_transformer_plans_fit_and_their_memory_is_the_traced_liveness(name)
     make, inputs = MODELS[name]
     trace = trace_module(make(), inputs, param_dtype="bfloat16")
     blocks = find_blocks(trace)
-    problem = build(flow(trace, blocks.block_of), blocks, device_mesh(CLUSTER), DEFAULT)
+    problem = build_problem(flow(trace, blocks.block_of), blocks, device_mesh(CLUSTER), DEFAULT)
     one_gpu = peak_memory(trace).peak
     limit = 0.6 * one_gpu  # no plan that replicates everything fits
     sharding = plan(problem, limit)

@@ -23,7 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("scipy")
 
-from meshplan.autoshard.planner import Request, run  # noqa: E402
+from meshplan.autoshard.planner import Request, plan_sharding  # noqa: E402
 from meshplan.autoshard.program import parallelize_code  # noqa: E402
 
 MODELS = str(Path(__file__).with_name("shardrun_models.py"))
@@ -114,7 +114,8 @@ def execute(code: str, world: int, small: str, kind: str) -> None:
 
 
 def planned(model: str, gpus: int, shape: tuple[int, ...], mesh=None, dtype: str = "int64") -> str:
-    result = run(Request(model=model, gpus=gpus, mesh=mesh, input_shapes=(shape,), dtypes=(dtype,), stages="off"))
+    result = plan_sharding(Request(model=model, gpus=gpus, mesh=mesh, input_shapes=(shape,), dtypes=(dtype,),
+                                   stages="off"))
     return parallelize_code(result.intra)
 
 

@@ -19,11 +19,11 @@ from meshplan.autoshard.blocks import find_blocks  # noqa: E402
 from meshplan.autoshard.dataflow import flow  # noqa: E402
 from meshplan.autoshard.memory import Accounting  # noqa: E402
 from meshplan.autoshard.mesh import device_mesh  # noqa: E402
-from meshplan.autoshard.problem import build  # noqa: E402
-from meshplan.autoshard.solve import plan, price, replicated  # noqa: E402
-from meshplan.autoshard.torch_models import build as build_model  # noqa: E402
+from meshplan.autoshard.problem import build_problem  # noqa: E402
+from meshplan.autoshard.solve import plan, price, replicated_choice  # noqa: E402
+from meshplan.autoshard.torch_models import build_preset  # noqa: E402
 from meshplan.trace import trace_module  # noqa: E402
-from meshplan.trace.cost import time_ops  # noqa: E402
+from meshplan.trace.cost import time_traced_ops  # noqa: E402
 from meshplan.trace.liveness import peak_memory  # noqa: E402
 
 TINY = replace(load_model("llama3-8b"), name="tiny", num_layers=3, hidden_size=64, num_heads=4, num_kv_heads=2,
@@ -32,7 +32,7 @@ SYSTEM = load_system("h100")
 
 
 def _trace(layers: int):
-    return trace_module(build_model(TINY, layers), [((16, 32), "int64")], param_dtype="bfloat16")
+    return trace_module(build_preset(TINY, layers), [((16, 32), "int64")], param_dtype="bfloat16")
 
 
 TRACES = {}
@@ -43,14 +43,14 @@ def problem(traced_layers: int = 3, layers: int = 3, cluster=None):
         TRACES[traced_layers] = _trace(traced_layers)
     tr = TRACES[traced_layers]
     blocks = find_blocks(tr, layers=layers)
-    return tr, build(flow(tr, blocks.block_of), blocks, device_mesh(cluster or SYSTEM.cluster(16)), DEFAULT)
+    return tr, build_problem(flow(tr, blocks.block_of), blocks, device_mesh(cluster or SYSTEM.cluster(16)), DEFAULT)
 
 
 def test_replicated_plan_is_the_traced_step_on_one_gpu():
     tr, pr = problem()
-    choice = replicated(pr)
+    choice = replicated_choice(pr)
     cost = price(pr, choice)
-    one_gpu = sum(t.seconds for t in time_ops(tr, SYSTEM.accelerator))  # trace/cost.py, op by op
+    one_gpu = sum(t.seconds for t in time_traced_ops(tr, SYSTEM.accelerator))  # trace/cost.py, op by op
     assert cost.compute_fwd + cost.compute_bwd == pytest.approx(one_gpu, rel=1e-9)
     assert cost.comm_fwd == cost.comm_bwd == cost.grad_sync == 0.0  # nothing is split, nothing moves
     assert Accounting(pr).evaluate(choice).peak == peak_memory(tr).peak  # liveness, byte for byte
@@ -62,9 +62,10 @@ def test_tied_blocks_plan_a_shallow_trace_as_the_full_depth():
     _, shallow = problem(2, 3)
     a, b = plan(full, 80e9), plan(shallow, 80e9)
     assert a.step_time == pytest.approx(b.step_time, rel=1e-9)
-    assert price(full, replicated(full)).step(1) == pytest.approx(price(shallow, replicated(shallow)).step(1))
+    assert price(full, replicated_choice(full)).step(1) == pytest.approx(
+        price(shallow, replicated_choice(shallow)).step(1))
     exact = peak_memory(TRACES[3]).peak
-    extended = Accounting(shallow).evaluate(replicated(shallow)).peak
+    extended = Accounting(shallow).evaluate(replicated_choice(shallow)).peak
     assert exact <= extended <= 1.02 * exact  # an upper bound, exact where all activations are live
 
 

@@ -156,7 +156,7 @@ def test_a_faster_measured_attention_never_slows_a_step(plan):
 
 def test_trace_prices_sdpa_at_the_measured_rate():
     torch = pytest.importorskip("torch")
-    from meshplan.trace import time_ops, trace_module
+    from meshplan.trace import time_traced_ops, trace_module
 
     class Core(torch.nn.Module):
         def forward(self, q, k, v):
@@ -165,7 +165,7 @@ def test_trace_prices_sdpa_at_the_measured_rate():
     shape = ((1, 4, 2048, 64), "bfloat16")
     tr = trace_module(Core(), [shape] * 3, backward=False)
     acc = replace(load_system("h100").accelerator, attention_flops=RATE, attention_overhead=T0)
-    (timed,) = [t for t in time_ops(tr, acc) if t.cost.kind == "attention"]
+    (timed,) = [t for t in time_traced_ops(tr, acc) if t.cost.kind == "attention"]
     flops = 2 * 4 * 2048**2 * 64  # 2,147,483,648: the causal half of flop_counter's count
     # compute-bound: 5.37 us of math against q, k, v and the output, 4 · 1 MiB, streamed in under 1.5 us
     assert memory_time(timed.cost, acc, DEFAULT) < 1.5e-6 < flops / RATE

@@ -26,7 +26,7 @@ pytest.importorskip("vl_convert")
 from meshplan.report import serve_charts, serve_space, serve_trust  # noqa: E402
 from meshplan.report.page import asset  # noqa: E402
 from meshplan.report.ranked_serving import cells  # noqa: E402
-from meshplan.report.serve_html import render  # noqa: E402
+from meshplan.report.serve_html import render_serving  # noqa: E402
 from meshplan.report.vega import bundle  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,7 +63,7 @@ def result():
 
 @pytest.fixture(scope="module")
 def page(result) -> str:
-    return render(result, price=2.5)
+    return render_serving(result, price=2.5)
 
 
 def test_one_self_contained_page_on_the_shared_skeleton(page):
@@ -172,7 +172,7 @@ def test_a_generation_without_runs_falls_back_to_every_run():
 def test_a_moe_search_offers_its_axes_and_the_ep_column():
     model, cluster = load_model("mixtral-8x7b"), load_system("a100").cluster(8)
     space = ServeSpace(input_len=512, output_len=128, tpot_slo=0.1, engine=load_engine("trtllm"))
-    page = render(search(model, cluster, space, top_k=3, keep=True))
+    page = render_serving(search(model, cluster, space, top_k=3, keep=True))
     assert options(page, "serve-colour") == ["tp", "pp", "dpa", "ep", "pools", "quant", "batch"]
     assert '<th class="" title="expert-parallel size' in page and "tokens routed uniformly" in page
 
@@ -180,7 +180,7 @@ def test_a_moe_search_offers_its_axes_and_the_ep_column():
 def test_no_feasible_configuration_is_a_page_with_the_reasons():
     model, cluster = load_model("llama3-70b"), load_system("a100").cluster(2)
     result = search(model, cluster, ServeSpace(input_len=1024, output_len=256, tpot_slo=0.001), keep=True)
-    page = render(result)
+    page = render_serving(result)
     assert not result.plans and "No configuration fits and meets the targets" in page
     assert re.findall(r'<section id="([a-z]+)"', page) == ["plans", "space", "trust", "rejected"]
     assert "TPOT above its target" in page

@@ -20,7 +20,7 @@ pytest.importorskip("playwright")
 
 from browser_helpers import CHARTS_JS, READY, hover, tooltip_text  # noqa: E402
 from meshplan.report.browser import open_page  # noqa: E402
-from meshplan.report.serve_html import write  # noqa: E402
+from meshplan.report.serve_html import write_serving  # noqa: E402
 
 CHARTS = {"curve-tpot", "curve-ttft", "serve-space", "serve-memory", "serve-step"}
 
@@ -30,8 +30,8 @@ def report(tmp_path_factory) -> Path:
     """A small search (8 GPUs: about 3,000 configurations) with both targets, so that some break each."""
     model, cluster = load_model("llama3-8b"), load_system("h100").cluster(8)
     space = ServeSpace(input_len=1024, output_len=256, ttft_slo=0.5, tpot_slo=0.02)
-    return write(tmp_path_factory.mktemp("serve") / "serve.html", search(model, cluster, space, top_k=6, keep=True),
-                 price=2.0)
+    return write_serving(tmp_path_factory.mktemp("serve") / "serve.html",
+                         search(model, cluster, space, top_k=6, keep=True), price=2.0)
 
 
 @pytest.mark.parametrize("width", [1000, 1400])

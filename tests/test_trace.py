@@ -16,7 +16,7 @@ F = torch.nn.functional
 from meshplan.cli import main  # noqa: E402
 from meshplan.roofline import op_time  # noqa: E402
 from meshplan.specs.hardware import load_system  # noqa: E402
-from meshplan.trace import op_cost, peak_memory, time_ops, trace_module  # noqa: E402
+from meshplan.trace import op_cost, peak_memory, time_traced_ops, trace_module  # noqa: E402
 from meshplan.trace.cost import precision  # noqa: E402
 
 B, S, C, A, L, V = 2, 32, 64, 4, 2, 128  # batch, sequence, hidden, heads, layers, vocabulary
@@ -142,7 +142,7 @@ def test_ops_are_named_by_module_and_costed(gpt):
     assert {"h.0.attn.c_attn/addmm", "h.1.mlp.0/addmm", "lm_head/mm", "loss/sum"} <= names
     assert any(op.name == "h.0.mlp.0/mm" and op.phase == "bwd_w" for op in tr.ops)
     h100 = load_system("h100").accelerator
-    timed = time_ops(tr, h100)
+    timed = time_traced_ops(tr, h100)
     from meshplan.specs.efficiency import DEFAULT
 
     for t in timed:  # every kernel is timed by roofline.op_time on its OpCost, at its operands' precision
@@ -159,7 +159,7 @@ def test_bf16_weights_halve_parameter_bytes_and_run_faster():
     assert fp32.param_bytes == 4 * 110_336 and bf16.param_bytes == 2 * 110_336
     assert bf16.flops() == fp32.flops()
     h100 = load_system("h100").accelerator
-    assert sum(t.seconds for t in time_ops(bf16, h100)) < sum(t.seconds for t in time_ops(fp32, h100))
+    assert sum(t.seconds for t in time_traced_ops(bf16, h100)) < sum(t.seconds for t in time_traced_ops(fp32, h100))
 
 
 # ---- liveness ---------------------------------------------------------------------------------------------------

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from meshplan.bubble import flow_bubble
 from meshplan.specs.plan import ASYNC_SCHEDULES, SCHEDULES
 
-KINDS = ("F", "B")
+ACTION_KINDS = ("F", "B")
 
 Table = tuple[tuple["Action", ...], ...]
 Times = float | Sequence[float]
@@ -80,7 +80,7 @@ class Action:
     chunk: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
+        if self.kind not in ACTION_KINDS:
             raise ValueError(f"action kind={self.kind!r} must be 'F' or 'B'")
         for name in ("stage", "micro", "chunk"):
             value = getattr(self, name)
@@ -317,8 +317,8 @@ def _replay(table: Table, durations: dict[str, list[float]], p2p: list[float], m
     rank is done, and the start and end of each action. Raises ValueError if the table deadlocks."""
     pp, stages = len(table), len(durations["F"])
     # Finish times and the (single) rank blocked on each, per kind, indexed s·m + j.
-    done: dict[str, list[float | None]] = {k: [None] * (stages * m) for k in KINDS}
-    wait: dict[str, list[int | None]] = {k: [None] * (stages * m) for k in KINDS}
+    done: dict[str, list[float | None]] = {k: [None] * (stages * m) for k in ACTION_KINDS}
+    wait: dict[str, list[int | None]] = {k: [None] * (stages * m) for k in ACTION_KINDS}
     nxt = [0] * pp  # index of each rank's next action
     free = [0.0] * pp  # time each rank becomes free
     starts = [[0.0] * len(row) for row in table]

@@ -11,14 +11,14 @@ table of several consecutive steps (``build(..., steps=S)``): the time between t
 backwards on each rank, past the fill and before the drain, the slowest rank's. With equal stages and t_p2p = 0 it is
 m·(t_f + t_b), no bubble, where a 1F1B step with its flush takes (m + p − 1)·(t_f + t_b) (schedule.step_time).
 
-``weight_versions``: the most weight versions a rank holds at once, read off its row of the table: version k is the
-weights after k updates; PipeDream updates after every backward (§3.3, weight stashing: each in-flight micro-batch
+``table_weight_versions``: the most weight versions a rank holds at once, read off its row of the table: version k is
+the weights after k updates; PipeDream updates after every backward (§3.3, weight stashing: each in-flight micro-batch
 keeps the version its forward used), 2BW after every m-th (§3.1: gradients of m ≥ p micro-batches coalesced into one
-update, the new version used by new forwards while in-flight ones finish on the old: double buffering). A rank holds
-the current version and those of its in-flight micro-batches: p − r under PipeDream (PipeDream §3.3: the input stage
-holds as many versions as micro-batches in flight), and under 2BW two, but one on the last rank (its forward and
-backward of a micro-batch are adjacent, so no micro-batch is in flight across an update). memory.weight_versions is the
-closed form the search uses; the tests check the two agree.
+update, the new version used by new forwards while in-flight ones finish on the old: double buffering). A rank holds the
+current version and those of its in-flight micro-batches: p − r under PipeDream (PipeDream §3.3: the input stage holds
+as many versions as micro-batches in flight), and under 2BW two, but one on the last rank (its forward and backward of a
+micro-batch are adjacent, so no micro-batch is in flight across an update). memory.weight_versions is the closed form
+the search uses; the tests check the two agree.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def steady_step(schedule: str, pp: int, micro_batches: int, t_fwd: Times, t_bwd:
     return period
 
 
-def weight_versions(table: Table, every: int) -> tuple[int, ...]:
+def table_weight_versions(table: Table, every: int) -> tuple[int, ...]:
     """Per rank, the most weight versions alive at once when the weights are updated after every ``every``-th
     backward of a micro-batch (1: PipeDream; m: PipeDream-2BW; a synchronous schedule updates only after its flush,
     so one version)."""

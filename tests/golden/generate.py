@@ -184,13 +184,13 @@ def autoshard() -> dict[str, Any]:
     """For each of AUTOSHARD: the plan the planner finds itself (stages off, the whole HBM its limit) and
     Megatron-LM's (reference.megatron: tensor parallelism on the innermost mesh dimension, the batch split on the
     others), priced on the same trace."""
-    from meshplan.autoshard.planner import Request, run
+    from meshplan.autoshard.planner import Request, plan_sharding
     from meshplan.autoshard.reference import megatron
     from meshplan.autoshard.solve import plan
 
     out: dict[str, Any] = {}
     for model, system, gpus, sequences, tokens in AUTOSHARD:
-        result = run(Request(model=model, system=system, gpus=gpus, global_batch=sequences, seq=tokens,
+        result = plan_sharding(Request(model=model, system=system, gpus=gpus, global_batch=sequences, seq=tokens,
                              stages="off"))
         problem = result.intra.problem
         dims = len(problem.mesh.dims)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from meshplan.autoshard.blocks import find_blocks
 from meshplan.autoshard.dataflow import flow
 from meshplan.autoshard.mesh import device_mesh
-from meshplan.autoshard.problem import build
+from meshplan.autoshard.problem import build_problem
 from meshplan.autoshard.reference import megatron
 from meshplan.autoshard.solve import Price, Sharding, plan
 from meshplan.estimate import Estimate, estimate
@@ -98,9 +98,9 @@ def traced(model: str, source: str, batch: int, seq: int, config: str | None = N
         hf = read_config(config) if config else preset_config(spec)
         module, kind = hf_model(hf), str(hf["model_type"])
     else:
-        from meshplan.autoshard.torch_models import build as build_module
+        from meshplan.autoshard.torch_models import build_preset
 
-        module, kind = build_module(spec, TRACED_LAYERS), ""
+        module, kind = build_preset(spec, TRACED_LAYERS), ""
     return trace_module(module, [((batch, seq), "int64")], param_dtype="bfloat16"), spec, kind
 
 
@@ -110,7 +110,7 @@ def agreement(model: str, system: str, gpus: int, batch: int, seq: int, source: 
     trace, spec, kind = traced(model, source, batch, seq, config)
     cluster = load_system(system).cluster(gpus)
     blocks = find_blocks(trace, layers=spec.num_layers)
-    problem = build(flow(trace, blocks.block_of), blocks, device_mesh(cluster), DEFAULT)
+    problem = build_problem(flow(trace, blocks.block_of), blocks, device_mesh(cluster), DEFAULT)
     dims = len(problem.mesh.dims)
     pinned = plan(problem, float("inf"), allowed=megatron(problem, tp=dims - 1, dp=tuple(range(dims - 1))))
     dp = gpus // tp

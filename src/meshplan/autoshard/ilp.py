@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from meshplan.autoshard.problem import Problem
-from meshplan.autoshard.reduce import Pairwise, expand, reduce, restrict
+from meshplan.autoshard.reduce import Pairwise, expand_choice, reduce, restrict
 from meshplan.errors import MissingDependency
 
 MIP_GAP = 1e-3  # branch and bound stops within 0.1 % of the optimum (far inside the model's own error)
@@ -117,7 +117,7 @@ def solve(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int
     choice = {}
     if result.x is not None:
         reduced = {k: int(np.argmax(result.x[offset[k]:offset[k] + len(pw.costs[k])])) for k in keys}
-        choice = expand(pw, reduced)
+        choice = expand_choice(pw, reduced)
     return Solution(choice=choice, objective=float(result.fun) + pw.constant if result.x is not None else float("inf"),
                     status=status, seconds=time.perf_counter() - started, variables=n, constraints=len(lo))
 

@@ -31,7 +31,7 @@ from meshplan.trace.liveness import lifetimes, optimizer_per_byte
 
 
 @dataclass(frozen=True, kw_only=True)
-class Memory:
+class DeviceMemory:
     peak: float  # bytes per device
     index: int  # op at the peak
     timeline: np.ndarray  # bytes per device during each op
@@ -110,7 +110,7 @@ class Accounting:
                 row[key] = row.get(key, 0.0) + self._factor(sid) * vec
         return row
 
-    def evaluate(self, choice: dict[int, int]) -> Memory:
+    def evaluate(self, choice: dict[int, int]) -> DeviceMemory:
         """The liveness timeline per device under ``choice`` (template node -> strategy)."""
         n = len(self.problem.flow.trace.ops)
         delta = np.zeros(n + 1)
@@ -125,4 +125,4 @@ class Accounting:
         base = sum(float(v[choice[k]]) for k, v in self.extra_rows.items())
         timeline = np.cumsum(delta[:n]) + base
         index = int(np.argmax(timeline)) if n else 0
-        return Memory(peak=float(timeline[index]) if n else base, index=index, timeline=timeline)
+        return DeviceMemory(peak=float(timeline[index]) if n else base, index=index, timeline=timeline)

@@ -69,14 +69,14 @@ def _pointwise(target: str) -> bool:
     return op is not None and torch.Tag.pointwise in op.tags
 
 
-def shapes(op: TracedOp) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+def op_shapes(op: TracedOp) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
     return [t.shape for t in op.inputs], [t.shape for t in op.outputs]
 
 
 def rule(op: TracedOp, state_inputs: frozenset[int] = frozenset()) -> tuple[str, Rule]:
     """(role, rule) of one traced op; ``state_inputs``: arguments that are parameters or buffers."""
     name = packet(op)
-    ins, outs = shapes(op)
+    ins, outs = op_shapes(op)
     if name in SOURCES or not ins:
         return "source", Rule(inputs=tuple((None,) * len(s) for s in ins), outputs=tuple(_dims(s, "o") for s in outs))
     if name in VIEWS:
@@ -86,7 +86,7 @@ def rule(op: TracedOp, state_inputs: frozenset[int] = frozenset()) -> tuple[str,
     if name in FOLLOWERS:
         return "follow", FOLLOWERS[name](op, state_inputs)
     if name in ELEMENTWISE or name in LINEAR or _pointwise(op.target) or name == "cat":
-        return "follow", elementwise(op, name)
+        return "follow", broadcast_elementwise(op, name)
     made = _anchor(op, name, state_inputs)
     return "anchor", made if made is not None else replicated_rule(ins, outs)
 
@@ -95,7 +95,7 @@ def _anchor(op: TracedOp, name: str, state: frozenset[int]) -> Rule | None:
     from meshplan.autoshard import ops_nn  # the neural-network ops' rules
 
     if name in GEMMS:
-        return ops_nn.gemm(op, name)
+        return ops_nn.matmul(op, name)
     if name in ATTENTION:
         return ops_nn.attention(op, name in BSHD)
     if name in REDUCTIONS:
@@ -108,7 +108,7 @@ def _dims(shape: tuple[int, ...], prefix: str = "d", skip_ones: bool = False) ->
     return tuple(None if skip_ones and s == 1 else f"{prefix}{i}" for i, s in enumerate(shape))
 
 
-def elementwise(op: TracedOp, name: str) -> Rule:
+def broadcast_elementwise(op: TracedOp, name: str) -> Rule:
     """Broadcasting element-wise op: the result's dimensions are the labels; an argument's dimensions align from
     the right, a broadcast (size-1) one unlabelled. ``cat`` keeps a split of the concatenated dimension as a packed
     layout (views.py: each device holds its share of every piece), when every piece divides evenly."""

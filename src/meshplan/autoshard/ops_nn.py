@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from meshplan.autoshard.rules import Rule
+from meshplan.autoshard.rules import Labels, Rule
 from meshplan.trace.graph import TracedOp
 
-Labels = tuple[str | None, ...]
-NONE: frozenset[str] = frozenset()
+NO_SUMS: frozenset[str] = frozenset()
 
 
 def _none(shape: tuple[int, ...]) -> Labels:
@@ -31,7 +30,7 @@ def _right(shape: tuple[int, ...], labels: Labels) -> Labels:
     return tuple(labels[off + j] if off + j >= 0 and s != 1 else None for j, s in enumerate(shape))
 
 
-def gemm(op: TracedOp, name: str) -> Rule:
+def matmul(op: TracedOp, name: str) -> Rule:
     """mm ``mk,kn->mn``; addmm with its bias added (additive); bmm / baddbmm with a batch b; _scaled_mm as mm;
     _grouped_mm (routed rows s, experts e): ``sk,ekn->sn`` (experts contracted: each device runs its experts'
     rows, the others zero, a Partial sum) and its weight gradient ``ns,sk->enk``."""
@@ -85,7 +84,7 @@ def attention(op: TracedOp, bshd: bool) -> Rule:
         else:
             labels = q if slot == 0 else lse if len(t.shape) == 3 else _none(t.shape)
         outputs.append(labels if len(labels) == len(t.shape) else _none(t.shape))
-    sums = tuple(None if any(lab for lab in o) else NONE for o in outputs)
+    sums = tuple(None if any(lab for lab in o) else NO_SUMS for o in outputs)
     return Rule(inputs=tuple(inputs), outputs=tuple(outputs), sums=sums)
 
 
@@ -156,7 +155,7 @@ def batch_norm(op: TracedOp, state: frozenset[int]) -> Rule:
     table = {"input": full, "grad_out": full, "weight": ("c",), "bias": ("c",), "running_mean": ("c",),
              "running_var": ("c",), "save_mean": ("c",), "save_invstd": ("c",), "save_var": ("c",)}
     outputs = tuple(full if t.shape == x else ("c",) if len(t.shape) == 1 else _none(t.shape) for t in op.outputs)
-    sums = tuple(None if backward else NONE for _ in outputs)
+    sums = tuple(None if backward else NO_SUMS for _ in outputs)
     return Rule(inputs=_by_name(op, table), outputs=outputs, sums=sums)
 
 
@@ -259,7 +258,7 @@ def along(op: TracedOp, state: frozenset[int]) -> Rule:
 def histogram(op: TracedOp, state: frozenset[int]) -> Rule:
     """Tokens per expert of a MoE dispatch: each device counts its own tokens (local; R, not Partial)."""
     return Rule(inputs=(("t",) if len(op.inputs[0].shape) == 1 else _none(op.inputs[0].shape),)
-                + tuple(_none(t.shape) for t in op.inputs[1:]), outputs=(_none(op.outputs[0].shape),), sums=(NONE,))
+                + tuple(_none(t.shape) for t in op.inputs[1:]), outputs=(_none(op.outputs[0].shape),), sums=(NO_SUMS,))
 
 
 def last_two_whole(op: TracedOp, state: frozenset[int]) -> Rule:
@@ -290,7 +289,7 @@ def channels(op: TracedOp, state: frozenset[int]) -> Rule:
         return (("n", "c") + (None,) * (len(shape) - 2))[:len(shape)] if len(shape) >= 3 else _none(shape)
 
     return Rule(inputs=tuple(labels(t.shape) for t in op.inputs), outputs=tuple(labels(t.shape) for t in op.outputs),
-                sums=tuple(NONE for _ in op.outputs))
+                sums=tuple(NO_SUMS for _ in op.outputs))
 
 
 def pointwise_loss(op: TracedOp, state: frozenset[int]) -> Rule:

@@ -24,7 +24,7 @@ from meshplan.autoshard.solve import Sharding
 
 BATCH = {"m", "b", "s", "i0", "n", "d0", "l0", "t"}
 SPLITS = {"split", "split_with_sizes", "chunk", "_unsafe_split", "unbind", "slice", "narrow"}
-NORMS = ("norm", "layernorm", "ln_1", "ln_2", "ln_f")
+NORM_SUFFIXES = ("norm", "layernorm", "ln_1", "ln_2", "ln_f")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,7 +151,7 @@ def sequence_parallel(sharding: Sharding, dim: int) -> bool:
 
 
 def is_norm(module: str) -> bool:
-    return module.rsplit(".", 1)[-1].endswith(NORMS)
+    return module.rsplit(".", 1)[-1].endswith(NORM_SUFFIXES)
 
 
 def inserted(sharding: Sharding, top: int = 12) -> list[Move]:

@@ -19,10 +19,10 @@ from meshplan.autoshard.blocks import find_blocks
 from meshplan.autoshard.dataflow import flow
 from meshplan.autoshard.memory import Accounting
 from meshplan.autoshard.mesh import device_mesh, sub_mesh
-from meshplan.autoshard.problem import build
+from meshplan.autoshard.problem import build_problem
 from meshplan.autoshard.solve import Sharding, plan
 from meshplan.autoshard.stage_dp import Option, sizes, slice_stages
-from meshplan.autoshard.stages import Parts, Pipeline, option, parts, price
+from meshplan.autoshard.stages import Pipeline, StageParts, option, parts, price_slicing
 from meshplan.errors import SpecError
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import Cluster, load_system
@@ -89,18 +89,17 @@ def load(request: Request) -> tuple[Any, list, str, int | None]:
 
             return hf_model(preset_config(spec)), _ids(request, seq), spec.name, spec.num_layers
         from meshplan.autoshard.models import TRACED_LAYERS
-        from meshplan.autoshard.torch_models import build as build_preset
+        from meshplan.autoshard.torch_models import build_preset
 
         module = build_preset(replace(spec, seq_length=max(spec.seq_length, seq)), min(TRACED_LAYERS, spec.num_layers))
         return module, _ids(request, seq), spec.name, spec.num_layers
-    from meshplan.trace.command import build as build_factory
-    from meshplan.trace.command import load_factory
+    from meshplan.trace.command import build_from_factory, load_factory
 
     if not request.input_shapes:
         raise SpecError("input-shape is required for a MODULE:FACTORY model (e.g. --input-shape 8x1024)")
     dtypes = request.dtypes or ("int64",)
     inputs = [(s, dtypes[i] if len(dtypes) > 1 else dtypes[0]) for i, s in enumerate(request.input_shapes)]
-    module = build_factory(load_factory(ref), ref)
+    module = build_from_factory(load_factory(ref), ref)
     return module, inputs, type(module).__name__, None
 
 
@@ -111,7 +110,7 @@ def _ids(request: Request, seq: int) -> list:
     return [((batch // request.micro_batches, seq), "int64")]
 
 
-def run(request: Request) -> Result:
+def plan_sharding(request: Request) -> Result:
     """Trace, plan on the whole mesh, and (``stages``) on sub-meshes as pipelines; see the module docstring."""
     if request.stages not in STAGE_MODES:
         raise SpecError(f"stages={request.stages!r} must be one of {', '.join(STAGE_MODES)}")
@@ -131,7 +130,7 @@ def run(request: Request) -> Result:
     clock = time.perf_counter()
     blocks = find_blocks(trace, layers=full)
     fl = flow(trace, blocks.block_of)
-    problem = build(fl, blocks, mesh, DEFAULT, request.optimizer)
+    problem = build_problem(fl, blocks, mesh, DEFAULT, request.optimizer)
     timings["graph"] = time.perf_counter() - clock
     limit = cluster.accelerator.hbm_bytes * (1 - request.headroom)
     clock = time.perf_counter()
@@ -186,14 +185,14 @@ def _pipelines(fl: Any, blocks: Any, cluster: Cluster, limit: float, micro_batch
     if min(layers, micro_batches) < 2:
         return []
     plans = stage_plans(fl, blocks, cluster, micro_batches, optimizer=optimizer)
-    found = slice_stages(options(plans), layers, cluster.num_gpus, micro_batches, limit)
+    found = slice_stages(sub_mesh_options(plans), layers, cluster.num_gpus, micro_batches, limit)
     if not found:
         plans |= stage_plans(fl, blocks, cluster, micro_batches, limit, plans, optimizer)
-        found = slice_stages(options(plans), layers, cluster.num_gpus, micro_batches, limit)
-    return [price(s, plans, micro_batches, limit, cluster) for _, s in sorted(found.items())]
+        found = slice_stages(sub_mesh_options(plans), layers, cluster.num_gpus, micro_batches, limit)
+    return [price_slicing(s, plans, micro_batches, limit, cluster) for _, s in sorted(found.items())]
 
 
-StagePlans = dict[int, tuple[Parts, Sharding]]  # sub-mesh GPUs (negative: priced for memory) -> its plan's parts
+StagePlans = dict[int, tuple[StageParts, Sharding]]  # sub-mesh GPUs (negative: priced for memory) -> its plan's parts
 
 
 def stage_plans(fl: Any, blocks: Any, cluster: Cluster, micro_batches: int, limit: float | None = None,
@@ -206,7 +205,7 @@ def stage_plans(fl: Any, blocks: Any, cluster: Cluster, micro_batches: int, limi
     for n, shape in sizes(cluster).items():
         if n == cluster.num_gpus or (free is not None and n not in free):
             continue
-        problem = build(fl, blocks, sub_mesh(cluster, shape), DEFAULT, optimizer)
+        problem = build_problem(fl, blocks, sub_mesh(cluster, shape), DEFAULT, optimizer)
         accounting = Accounting(problem)
         if free is None:
             budget, key = float("inf"), n
@@ -219,7 +218,7 @@ def stage_plans(fl: Any, blocks: Any, cluster: Cluster, micro_batches: int, limi
     return found
 
 
-def options(plans: StagePlans) -> list[Option]:
+def sub_mesh_options(plans: StagePlans) -> list[Option]:
     """stage_dp's options, one per plan."""
     return [option(part, sharding.problem.mesh.devices, sharding.problem.mesh.sizes, key)
             for key, (part, sharding) in plans.items()]

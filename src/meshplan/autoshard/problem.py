@@ -81,7 +81,7 @@ def template_map(flow: Flow, blocks: Blocks) -> dict[int, int]:
     return tmpl
 
 
-def build(flow: Flow, blocks: Blocks, mesh: DeviceMesh, eff: Efficiency, optimizer: str = "adam") -> Problem:
+def build_problem(flow: Flow, blocks: Blocks, mesh: DeviceMesh, eff: Efficiency, optimizer: str = "adam") -> Problem:
     """Nodes of the template, their weights, and the weighted edge matrices (module docstring); ``optimizer`` as
     Plan.optimizer names it."""
     n = len(flow.trace.ops)

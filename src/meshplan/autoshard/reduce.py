@@ -9,7 +9,7 @@ without changing its optimum.
   with two neighbours becomes an edge between them: R_uw[a, c] += min_b (c_v[b] + R_uv[a, b] + R_vw[b, c]) (the
   leaf and series reductions of partitioned boolean quadratic problems, Scholz & Eckstein 2002, "Register
   allocation for irregular architectures", §4; the same that solve Alpa-style sharding graphs of chains quickly).
-  Its choice is read back from the neighbours' once they are solved (``expand``).
+  Its choice is read back from the neighbours' once they are solved (``expand_choice``).
 
 Nodes that create storages keep their variables: their bytes enter the memory constraints linearly, which an
 eliminated node's (chosen by its neighbours) would not.
@@ -118,7 +118,7 @@ def _eliminate(pw: Pairwise, v: int, near: list[int]) -> None:
     pw.history.append((v, ids, (u, pw.ids[u].copy()), (w, pw.ids[w].copy()), total.argmin(axis=1)))
 
 
-def expand(pw: Pairwise, choice: dict[int, int]) -> dict[int, int]:
+def expand_choice(pw: Pairwise, choice: dict[int, int]) -> dict[int, int]:
     """Original strategy indices of every node, eliminated ones read back in reverse order (their neighbours'
     choices located among the strategies those had when the node was eliminated; dominance may have dropped some
     since). ``choice`` holds the reduced indices of the nodes left."""

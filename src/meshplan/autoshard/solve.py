@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from meshplan.autoshard.ilp import solve as solve_ilp
-from meshplan.autoshard.memory import Accounting, Memory
+from meshplan.autoshard.memory import Accounting, DeviceMemory
 from meshplan.autoshard.problem import Problem
 from meshplan.trace.liveness import peak_memory
 
@@ -56,7 +56,7 @@ class Sharding:
     micro_batches: int
     status: str  # optimal | time limit | infeasible
     price: Price | None
-    memory: Memory | None
+    memory: DeviceMemory | None
     memory_limit: float
     solver_seconds: float
     rounds: int
@@ -169,7 +169,7 @@ def _penalty(rows: dict[int, dict[int, np.ndarray]], price_per_byte: float) -> d
 
 
 def _result(problem: Problem, sol, micro_batches: int, memory_limit: float, spent: float, rounds: int,
-            memory: Memory | None = None) -> Sharding:
+            memory: DeviceMemory | None = None) -> Sharding:
     return Sharding(problem=problem, choice=sol.choice, micro_batches=micro_batches, status=sol.status,
                     price=price(problem, sol.choice) if sol.choice else None, memory=memory,
                     memory_limit=memory_limit, solver_seconds=spent, rounds=rounds, variables=sol.variables,
@@ -199,7 +199,7 @@ def choose(problem: Problem, choice: dict[int, int]) -> dict[int, set[int]]:
     return {k: {a} for k, a in choice.items() if k in problem.nodes and isinstance(a, (int, np.integer))}
 
 
-def replicated(problem: Problem) -> dict[int, int]:
+def replicated_choice(problem: Problem) -> dict[int, int]:
     """Every tensor replicated on every device (each node's strategy that splits nothing): one device's step."""
     choice = {}
     for key, node in problem.nodes.items():

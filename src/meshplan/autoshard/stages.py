@@ -2,13 +2,13 @@
 et al. 2022, §5), each stage's time from the intra-operator plan on its sub-mesh.
 
 For each sub-mesh size aligned to the tiers (stage_dp.sizes) the planner solves the intra-operator program once
-(planner.py), and ``parts`` splits that plan's seconds and bytes into one layer's share (the tied blocks: every
-layer of the group runs the same plan), what the ops before the layers (the embedding) add to the first stage and
-what those after them (final norm, head, loss) add to the last: a slice of k layers on that sub-mesh costs k x one
-layer plus its boundary ops (``option``). stage_dp.slice_stages runs Alpa's DP over (layer counts x sub-mesh
-sizes); ``price`` then prices the slicing it returns by meshplan's schedule simulator (schedule.simulate on the 1F1B
-table, per-stage forward and backward times, each stage-to-stage send a p2p of the boundary activation over the link
-between the two sub-meshes), plus the slowest stage's gradient reductions and optimizer step.
+(planner.py), and ``parts`` splits that plan's seconds and bytes into one layer's share (the tied blocks: every layer of
+the group runs the same plan), what the ops before the layers (the embedding) add to the first stage and what those
+after them (final norm, head, loss) add to the last: a slice of k layers on that sub-mesh costs k x one layer plus its
+boundary ops (``option``). stage_dp.slice_stages runs Alpa's DP over (layer counts x sub-mesh sizes); ``price_slicing``
+then prices the slicing it returns by meshplan's schedule simulator (schedule.simulate on the 1F1B table, per-stage
+forward and backward times, each stage-to-stage send a p2p of the boundary activation over the link between the two
+sub-meshes), plus the slowest stage's gradient reductions and optimizer step.
 
 Memory per stage: the layers' state (parameters, gradients, optimizer state) and their saved activations for each
 micro-batch 1F1B keeps in flight on it, plus what the whole model's plan holds besides its layers (the embedding's
@@ -30,7 +30,7 @@ from meshplan.specs.hardware import Cluster
 
 
 @dataclass(frozen=True, kw_only=True)
-class Parts:
+class StageParts:
     """An intra-operator plan on one sub-mesh split into a layer's share and what the first / last stage adds."""
 
     layer_fwd: float
@@ -90,7 +90,7 @@ def _side(problem: Problem, key: int) -> str:
     return "pre" if op > max(bwd) else "post"
 
 
-def parts(sharding: Sharding, accounting: Accounting) -> Parts:
+def parts(sharding: Sharding, accounting: Accounting) -> StageParts:
     """The plan's seconds and bytes split by side (module docstring)."""
     problem, choice = sharding.problem, sharding.choice
     layers = float(problem.blocks.groups[0].layers) if problem.blocks.groups else 1.0
@@ -112,10 +112,11 @@ def parts(sharding: Sharding, accounting: Accounting) -> Parts:
         sync[where] += float(edge.step[a, b])
     state, saved = _layer_bytes(problem, choice, accounting)
     peak = sharding.memory.peak if sharding.memory else 0.0
-    return Parts(layer_fwd=t["block"][0] / layers, layer_bwd=t["block"][1] / layers, pre=(t["pre"][0], t["pre"][1]),
-                 post=(t["post"][0], t["post"][1]), layer_state=state, layer_saved=saved,
-                 other=max(peak - layers * (state + saved), 0.0), layer_sync=sync["block"] / layers,
-                 other_sync=sync["pre"] + sync["post"], boundary=_boundary(problem))
+    return StageParts(layer_fwd=t["block"][0] / layers, layer_bwd=t["block"][1] / layers,
+                      pre=(t["pre"][0], t["pre"][1]), post=(t["post"][0], t["post"][1]), layer_state=state,
+                      layer_saved=saved, other=max(peak - layers * (state + saved), 0.0),
+                      layer_sync=sync["block"] / layers, other_sync=sync["pre"] + sync["post"],
+                      boundary=_boundary(problem))
 
 
 def _layer_bytes(problem: Problem, choice: dict[int, int], accounting: Accounting) -> tuple[float, float]:
@@ -147,7 +148,7 @@ def _boundary(problem: Problem) -> float:
     return float(max((t.nbytes for t in ops[first].inputs), default=0))
 
 
-def option(p: Parts, devices: int, shape: tuple[int, ...], key: int) -> Option:
+def option(p: StageParts, devices: int, shape: tuple[int, ...], key: int) -> Option:
     """The DP's view of one sub-mesh's plan (stage_dp.Option): per micro-batch seconds of a layer, of the first and
     last stages' extras, and bytes per GPU."""
     return Option(devices=devices, shape=shape, layer=p.layer_fwd + p.layer_bwd, pre=sum(p.pre), post=sum(p.post),
@@ -165,8 +166,8 @@ def hop(cluster: Cluster, sender: int, receiver: int) -> int:
     return crossed or receiver - sender
 
 
-def price(slicing: Slicing, parts_of: dict[int, tuple[Parts, Sharding]], micro_batches: int, limit: float,
-          cluster: Cluster) -> Pipeline:
+def price_slicing(slicing: Slicing, parts_of: dict[int, tuple[StageParts, Sharding]], micro_batches: int,
+                  limit: float, cluster: Cluster) -> Pipeline:
     """The step of a slicing (module docstring): each stage's forward and backward per micro-batch, sends between
     neighbours, schedule.simulate on 1F1B, then the slowest stage's gradient reductions and optimizer."""
     p = len(slicing.stages)

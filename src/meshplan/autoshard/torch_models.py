@@ -169,7 +169,7 @@ def supported(spec: ModelSpec) -> bool:
     return moe_ok and not spec.kv_lora_rank and not spec.layer_pattern
 
 
-def build(spec: ModelSpec, layers: int) -> Any:
+def build_preset(spec: ModelSpec, layers: int) -> Any:
     """The preset's model with ``layers`` layers, on fake tensors (no memory), in training mode."""
     if not supported(spec):
         raise SpecError(f"model={spec.name}: no built-in module for its layers; meshplan builds it with transformers")

@@ -173,9 +173,9 @@ def _search(model, cluster, engine, options, price, as_json, report_path) -> Non
     result = search(model, cluster, space, top_k=options["top_k"], keep=bool(report_path))
     print_serve(result, price, as_json)
     if report_path:
-        from meshplan.report.serve_html import write
+        from meshplan.report.serve_html import write_serving
 
-        write(report_path, result, price)
+        write_serving(report_path, result, price)
         if not as_json:
             click.echo(f"wrote {report_path}")
 
@@ -183,7 +183,7 @@ def _search(model, cluster, engine, options, price, as_json, report_path) -> Non
 def _one(model, cluster, engine, options, price, as_json) -> None:
     import json
 
-    from meshplan.report.serve_text import estimate_tables
+    from meshplan.report.serve_text import serving_estimate_tables
     from meshplan.report.text import terminal_console
     from meshplan.serve.check import targets
     from meshplan.serve.estimate import serve_estimate
@@ -204,7 +204,7 @@ def _one(model, cluster, engine, options, price, as_json) -> None:
         met = all(v["met"] for v in verdicts) if verdicts else None
         click.echo(json.dumps(est.to_dict(price) | {"targets": verdicts, "meets_targets": met}))
     else:
-        estimate_tables(est, terminal_console(), price, verdicts)
+        serving_estimate_tables(est, terminal_console(), price, verdicts)
 
 
 COMMANDS = [serve_cmd]

@@ -92,7 +92,7 @@ def run_planner(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, 
         import scipy  # noqa: F401
     except ModuleNotFoundError:
         raise MissingDependency("scipy", "solve") from None
-    from meshplan.autoshard.planner import Request, run
+    from meshplan.autoshard.planner import Request, plan_sharding
 
     param_dtype = None if opts["param_dtype"] in ("none", "") else opts["param_dtype"]
     request = Request(model=model_ref, system=system_ref, gpus=count, input_shapes=shapes,
@@ -100,12 +100,12 @@ def run_planner(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, 
                       global_batch=opts["global_batch"], seq=opts["seq"], micro_batches=opts["micro_batches"],
                       mesh=mesh, headroom=opts["headroom"], stages=opts["stages"],
                       nvlink_domain=opts["nvlink_domain"], optimizer=opts["optimizer"])
-    result = run(request)
-    from meshplan.report.shard import render, to_dict
+    result = plan_sharding(request)
+    from meshplan.report.shard import shard_tables, to_dict
 
     if as_json:
         click.echo(json.dumps(to_dict(result), indent=2, default=float))
         return
     from meshplan.report.text import terminal_console
 
-    render(result, terminal_console())
+    shard_tables(result, terminal_console())

@@ -89,17 +89,17 @@ def trace_cmd(model_ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], 
               param_dtype: str | None, optimizer: str, top: int, **flags: bool) -> None:
     """Trace a PyTorch model (MODULE:FACTORY or file.py:FACTORY returns an nn.Module) on fake tensors: per-op
     time on one GPU of SYSTEM, FLOPs and the liveness peak memory of one forward + backward pass."""
-    from meshplan.trace.command import render, run
+    from meshplan.trace.command import trace_report, trace_tables
 
     if top < 1:
         raise SpecError(f"top={top} must be a positive integer")
-    report = run(model_ref, shapes, dtypes, system_ref, param_dtype, optimizer)
+    report = trace_report(model_ref, shapes, dtypes, system_ref, param_dtype, optimizer)
     if flags["as_json"]:
         click.echo(json.dumps(report.to_dict(top), indent=2))
         return
     from meshplan.report.text import terminal_console
 
-    render(report, terminal_console(), 0 if flags["all_ops"] else top)
+    trace_tables(report, terminal_console(), 0 if flags["all_ops"] else top)
 
 
 @click.command("presets")

@@ -21,7 +21,7 @@ from typing import Any
 
 from meshplan.errors import MeshplanError, MissingDependency
 
-NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+_BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 FLAGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
          "--disable-sync", "--no-first-run", "--disable-quic", "--no-default-browser-check", "--disable-extensions",
          "--mute-audio")
@@ -36,7 +36,7 @@ def find_chromium() -> str | None:
     env = os.environ.get("CHROMIUM")
     if env and Path(env).is_file():
         return env
-    return next((found for name in NAMES if (found := shutil.which(name))), None)
+    return next((found for name in _BROWSERS if (found := shutil.which(name))), None)
 
 
 @contextlib.contextmanager

@@ -14,12 +14,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from meshplan.estimate import COMPONENTS, Estimate
-from meshplan.report.plots import COMPONENT_COLORS, KIND_COLORS, MEMORY_COLORS, PipelineRun, roofline_points
+from meshplan.report.plots import (
+    COMPONENT_COLORS,
+    KIND_COLORS,
+    MEMORY_COLORS,
+    SYSTEM_COLORS,
+    PipelineRun,
+    roofline_points,
+)
 from meshplan.report.vega import spec
 from meshplan.units import GiB, fmt_bytes, fmt_time
 
-KINDS = {"forward": "#4C72B0", "backward": "#55A868", "idle (bubble)": "#F2C4C4"}
-SYSTEM_COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C")
+TIMELINE_COLORS = {"forward": "#4C72B0", "backward": "#55A868", "idle (bubble)": "#F2C4C4"}
 
 
 def time_unit(seconds: float) -> tuple[str, float]:
@@ -163,7 +169,7 @@ def timeline_chart(run: PipelineRun, title: str, data: str | None = None) -> dic
         layer=[{"mark": {"type": "bar", "stroke": "white", "strokeWidth": 0.3},
                 "encoding": {"y": y, "x": x, "x2": {"field": "end"},
                              "color": {"field": "kind", "type": "nominal", "title": None,
-                                       "scale": _colours(KINDS, list(KINDS))},
+                                       "scale": _colours(TIMELINE_COLORS, list(TIMELINE_COLORS))},
                              "tooltip": [{"field": "rank"}, {"field": "what"}]}},
                {"mark": {"type": "text", "fontSize": 9, "color": "white"},
                 "encoding": {"y": y, "x": {"field": "mid", "type": "quantitative"}, "text": {"field": "label"}},

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from meshplan.estimate import COMPONENTS
-from meshplan.report.charts import KINDS
+from meshplan.report.charts import TIMELINE_COLORS
 from meshplan.report.detail import Detailed, page_data
 from meshplan.report.plots import MEMORY_COLORS
 from meshplan.report.sections import Section
@@ -133,8 +133,8 @@ def timeline_template(slot: str) -> dict[str, Any]:
                 "encoding": {"y": y, "x": {"field": "start", "type": "quantitative", "title": "time within the step"},
                              "x2": {"field": "end"},
                              "color": {"field": "kind", "type": "nominal", "title": None,
-                                       "scale": {"domain": [*KINDS, "busy (blocks merged)"],
-                                                 "range": [*KINDS.values(), "#7F9FD0"]}},
+                                       "scale": {"domain": [*TIMELINE_COLORS, "busy (blocks merged)"],
+                                                 "range": [*TIMELINE_COLORS.values(), "#7F9FD0"]}},
                              "tooltip": [{"field": "rank"}, {"field": "what"}]}},
                {"mark": {"type": "text", "fontSize": 9, "color": "white"},
                 "transform": [{"filter": "datum.label != ''"},

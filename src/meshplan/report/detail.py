@@ -66,17 +66,17 @@ def dominated(p: tuple[float, ...], points: Sequence[tuple[float, ...]]) -> bool
     return any(all(a <= b for a, b in zip(q, p, strict=True)) and q != p for q in points)
 
 
-def plan_fields(est: Estimate) -> dict[str, Any]:
+def _plan_fields(est: Estimate) -> dict[str, Any]:
     """The plan's fields as the page shows and compares them."""
     p = est.plan
     return {"dp": p.dp, "tp": f"{p.tp}×{p.tp2}" if p.tp2 > 1 else p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep,
             "etp": p.etp, "vpp": p.vpp, "micro-batch": p.micro_batch, "micro-batches": p.grad_accum, "ZeRO": p.zero,
             "recompute": p.recompute, "sp": "on" if p.sequence_parallel else "off",
-            "schedule": p.schedule if p.pp > 1 else "-", "offload": offload(p),
+            "schedule": p.schedule if p.pp > 1 else "-", "offload": _offloads(p),
             **dict(zip(tier_headers(est.cluster), tier_axes(est), strict=True)), "framework": est.stack.name}
 
 
-def offload(plan: Any) -> str:
+def _offloads(plan: Any) -> str:
     return "+".join(k for k, on in (("optimizer", plan.offload_optimizer), ("activations", plan.offload_activations))
                     if on) or "none"
 
@@ -97,7 +97,7 @@ def page_data(plans: Sequence[Detailed], hbm: float, first: Sequence[int] = ()) 
             "time": e.step_time, "memory": e.peak_memory / GiB, "gpus": e.cluster.num_gpus, "front": d.on_front,
             "fits": e.fits, "reasons": list(e.reasons), "step": fmt_time(e.step_time), "mfu": e.mfu,
             "tokens": fmt_count(e.tokens_per_s), "peak": fmt_bytes(e.peak_memory), "band": e.error_band,
-            "hbm": hbm / GiB, "fields": plan_fields(e),
+            "hbm": hbm / GiB, "fields": _plan_fields(e),
             "breakdown": {c: e.breakdown.get(c, 0.0) for c in COMPONENTS},
             "parts": {k: v / GiB for k, v in e.memory.items()}, "timeline": timeline})
     return out

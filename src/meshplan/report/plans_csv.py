@@ -21,7 +21,7 @@ COLUMNS = ("gpus", "step_time_s", "tokens_per_s", "peak_memory_bytes", *SIZES, "
            "offload_activations", "offload_layers", "placement")
 
 
-def plan_columns(result) -> dict[str, np.ndarray]:  # result: a search.SearchResult run with ALL_FEASIBLE
+def _plan_columns(result) -> dict[str, np.ndarray]:  # result: a search.SearchResult run with ALL_FEASIBLE
     """The feasible plans of ``result`` as columns (``COLUMNS``), fastest first (ties: less memory)."""
     cols = result.explored.columns if result.explored is not None else {}
     if not len(cols.get("time", ())):
@@ -62,7 +62,7 @@ def csv_text(results) -> str:
     out = io.StringIO()
     out.write(",".join(COLUMNS) + "\n")
     for result in results:
-        cols = plan_columns(result)
+        cols = _plan_columns(result)
         if len(cols["gpus"]):
             rows = zip(*(_text(np.asarray(cols[name])) for name in COLUMNS), strict=True)
             out.write("\n".join(map(",".join, rows)) + "\n")

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from meshplan.serve.estimate import ServeEstimate
     from meshplan.serve.search import ServeSearchResult
 
-HEADERS = {
+SERVING_HEADERS = {
     "#": "rank: the most output tokens/s first (--rank latency: the lowest TPOT)",
     "tp·pp·dpa": "tensor-parallel size, pipeline stages, data-parallel attention groups of one instance",
     "ep": "expert-parallel size (1: every expert split tp ways)",
@@ -35,12 +35,12 @@ HEADERS = {
     "configs": "how many configurations for that reason",
     "for example": "one of them",
 }
-UNITS = ("units", "k M B = 10^3 10^6 10^9; KiB MiB GiB = 2^10 2^20 2^30 bytes; ms, us = milli-, microseconds")
+SERVING_UNITS = ("units", "k M B = 10^3 10^6 10^9; KiB MiB GiB = 2^10 2^20 2^30 bytes; ms, us = milli-, microseconds")
 
 
 def cells(e: ServeEstimate, price: float | None) -> dict[str, str]:
-    """One configuration's row of the best configurations' table, by column (HEADERS), as the terminal and the HTML
-    report print it."""
+    """One configuration's row of the best configurations' table, by column (SERVING_HEADERS), as the terminal and the
+    HTML report print it."""
     p, m = e.plan, e.metrics
     pools = f"{p.prefill_replicas}P+{p.replicas}D" if p.disaggregated else f"x{p.replicas}"
     out = {"tp·pp·dpa": f"{p.tp}·{p.pp}·{p.dpa}", "ep": str(p.ep), "pools": pools, "batch": str(p.batch),
@@ -51,7 +51,7 @@ def cells(e: ServeEstimate, price: float | None) -> dict[str, str]:
     return out | ({"$/Mtok": f"${cost:,.3g}"} if cost is not None else {})
 
 
-def targets(result: ServeSearchResult) -> list[str]:
+def target_titles(result: ServeSearchResult) -> list[str]:
     """The latency targets the search held to, as the titles write them ("TTFT ≤ 1 s")."""
     s = result.space
     return [f"TTFT ≤ {fmt_time(s.ttft_slo)}"] * bool(s.ttft_slo) + [f"TPOT ≤ {fmt_time(s.tpot_slo)}"] * bool(
@@ -60,7 +60,7 @@ def targets(result: ServeSearchResult) -> list[str]:
 
 def best_configurations(result: ServeSearchResult, price: float | None = None) -> Listing:
     """The best configurations' table (``cells``; ep only for a mixture of experts), each header with its meaning."""
-    s, slo = result.space, targets(result)
+    s, slo = result.space, target_titles(result)
     title = (f"best serving configurations: {result.model.name} on {result.cluster.num_gpus} x "
              f"{result.cluster.accelerator.name}, {s.input_len} in / {s.output_len} out, {s.engine.describe()}"
              + (f", {', '.join(slo)}" if slo else ""))
@@ -70,16 +70,16 @@ def best_configurations(result: ServeSearchResult, price: float | None = None) -
             columns[k].append(v)
     if not result.model.is_moe:
         columns.pop("ep", None)
-    key = Col("#", [str(i) for i in range(1, len(result.plans) + 1)], meaning=HEADERS["#"])
-    cols = tuple(Col(h, c, "left" if h in ("quant", "pools") else "right", meaning=HEADERS[h])
+    key = Col("#", [str(i) for i in range(1, len(result.plans) + 1)], meaning=SERVING_HEADERS["#"])
+    cols = tuple(Col(h, c, "left" if h in ("quant", "pools") else "right", meaning=SERVING_HEADERS[h])
                  for h, c in columns.items())
-    return Listing(title, key, cols, ("tokens/s", "per GPU", "TTFT", "TPOT", "$/Mtok"), (UNITS,))
+    return Listing(title, key, cols, ("tokens/s", "per GPU", "TTFT", "TPOT", "$/Mtok"), (SERVING_UNITS,))
 
 
 def serving_lead(result: ServeSearchResult, price: float | None) -> Lead:
     """The workload, engine, targets and counts in a line; the best configuration's figures as cards."""
     model, cluster, s = result.model, result.cluster, result.space
-    slo = targets(result)
+    slo = target_titles(result)
     text = (f"{fmt_count(model.params())} parameters; requests of {s.input_len:,} prompt and {s.output_len:,} output "
             f"tokens on the {s.engine.describe()} engine; {' and '.join(slo) if slo else 'no latency target'}; "
             f"{result.evaluated:,} configurations weighed, {result.feasible:,} fit in "
@@ -105,7 +105,7 @@ def from_serving(result: ServeSearchResult, price: float | None = None) -> Ranke
     """The serving search's result as the reports' one shape (``price``: per GPU-hour, the $/Mtok column)."""
     from meshplan import __version__
 
-    s, slo, cluster = result.space, targets(result), result.cluster
+    s, slo, cluster = result.space, target_titles(result), result.cluster
     ranking = (f"Ranked by {'the lowest TPOT' if s.rank_by == 'latency' else 'output tokens/s of the deployment'}"
                f"{', under ' + ' and '.join(slo) if slo else ''}. Hover a column's name for what it means.")
     footer = (f"meshplan {__version__}: analytic serving estimate (roofline per op, α-β collectives, continuous "
@@ -116,8 +116,8 @@ def from_serving(result: ServeSearchResult, price: float | None = None) -> Ranke
     return Ranked(noun="configurations", page_title=f"serving {result.model.name} on {cluster.num_gpus} × "
                                                     f"{cluster.accelerator.name}",
                   table=best_configurations(result, price),
-                  rejected=rejected_listing(result.rejected, result.examples, "configurations", "configs", HEADERS,
-                                            (UNITS,)),
+                  rejected=rejected_listing(result.rejected, result.examples, "configurations", "configs",
+                                            SERVING_HEADERS, (SERVING_UNITS,)),
                   rejected_total=result.rejected_total, evaluated=result.evaluated, feasible=result.feasible,
                   seconds=result.seconds, lead=serving_lead(result, price), footer=footer, ranking=ranking,
                   metrics=metrics,

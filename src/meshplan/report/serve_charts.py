@@ -102,7 +102,7 @@ def memory_parts(e: ServeEstimate) -> dict[str, float]:
             "KV pool left free": max(float(m.kv_pool) - float(m.kv_used), 0.0)}
 
 
-def memory_chart(plans: Sequence[ServeEstimate], labels: Sequence[str]) -> dict[str, Any]:
+def serving_memory_chart(plans: Sequence[ServeEstimate], labels: Sequence[str]) -> dict[str, Any]:
     """Memory per GPU of each configuration stacked by part (up to what the engine allocates: its share of the HBM
     when it takes a share of the total, memory.py), against the HBM and that share."""
     acc, engine = plans[0].cluster.accelerator, plans[0].engine

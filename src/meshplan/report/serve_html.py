@@ -24,16 +24,16 @@ from meshplan.report import serve_sections as S
 from meshplan.report.html import page
 from meshplan.report.ranked_serving import from_serving
 from meshplan.report.sections import plans_section, rejected_section
-from meshplan.report.serve_space import SAMPLE, space_section
-from meshplan.report.serve_trust import trust_section
+from meshplan.report.serve_space import SERVE_SAMPLE, serving_space_section
+from meshplan.report.serve_trust import serving_trust_section
 
 if TYPE_CHECKING:
     from meshplan.serve.search import ServeSearchResult
 
-SCRIPTS = ("serve.js",)  # after report.js (templates/)
+_SCRIPTS = ("serve.js",)  # after report.js (templates/)
 
 
-def render(result: ServeSearchResult, price: float | None = None, sample: int = SAMPLE) -> str:
+def render_serving(result: ServeSearchResult, price: float | None = None, sample: int = SERVE_SAMPLE) -> str:
     """The page of a serving search (module docstring); the configuration space needs ``search(..., keep=True)``.
     ``price``: per GPU-hour, for the cost of a million tokens; ``sample``: the most configurations drawn."""
     ranked = from_serving(result, price)
@@ -41,13 +41,13 @@ def render(result: ServeSearchResult, price: float | None = None, sample: int = 
     if result.plans:
         sections.append(S.curves_section(result))
     if result.weighed is not None and len(result.weighed):
-        sections.append(space_section(result, ranked, sample))
+        sections.append(serving_space_section(result, ranked, sample))
     if result.plans:
-        sections += [S.memory_section(result.plans), S.step_section(result.plans)]
-    sections += [trust_section(result), rejected_section(ranked)]
-    return page(ranked, sections, SCRIPTS)
+        sections += [S.serving_memory_section(result.plans), S.step_section(result.plans)]
+    sections += [serving_trust_section(result), rejected_section(ranked)]
+    return page(ranked, sections, _SCRIPTS)
 
 
-def write(path: str | Path, result: ServeSearchResult, price: float | None = None) -> Path:
+def write_serving(path: str | Path, result: ServeSearchResult, price: float | None = None) -> Path:
     """Write the page of ``result`` to ``path`` (UTF-8); return the path."""
-    return write_text(path, render(result, price), "report")
+    return write_text(path, render_serving(result, price), "report")

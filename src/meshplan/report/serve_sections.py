@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 SHOWN = 5  # configurations in the memory and decode-step charts
 
 
-def labels(plans: Sequence[ServeEstimate]) -> list[str]:
+def config_labels(plans: Sequence[ServeEstimate]) -> list[str]:
     """``#1 tp=2 x4 batch=128 fp8/fp8/fp8``: the rank and the configuration."""
     return ranks([e.plan.describe() for e in plans])
 
@@ -56,7 +56,7 @@ def curves_section(result: ServeSearchResult) -> Section:
                    {"count": len(lines), "batches": f"{min(s.batches)}–{max(s.batches)}"}, found)
 
 
-def memory_section(plans: Sequence[ServeEstimate]) -> Section:
+def serving_memory_section(plans: Sequence[ServeEstimate]) -> Section:
     """Memory per GPU of the best configurations against HBM, and the first one's parts in a table."""
     shown = list(plans[:SHOWN])
     best, hbm = shown[0], shown[0].cluster.accelerator.hbm_bytes
@@ -74,7 +74,7 @@ def memory_section(plans: Sequence[ServeEstimate]) -> Section:
     return Section("memory", "Memory", "sections/memory.html.j2",
                    {"chart": "serve-memory", "caption": caption, "table": table,
                     "note": f"{seqs} Configuration #1 in detail:"},
-                   {"serve-memory": C.memory_chart(shown, labels(shown))})
+                   {"serve-memory": C.serving_memory_chart(shown, config_labels(shown))})
 
 
 def step_section(plans: Sequence[ServeEstimate], top: int = 12) -> Section:
@@ -91,4 +91,4 @@ def step_section(plans: Sequence[ServeEstimate], top: int = 12) -> Section:
             "the prompts' share of the iterations (chunked prefill) or their stalls.")
     return Section("step", "Decode step", "sections/serve_step.html.j2",
                    {"n": len(shown), "table": table, "note": note},
-                   {"serve-step": C.step_chart(shown, labels(shown))})
+                   {"serve-step": C.step_chart(shown, config_labels(shown))})

@@ -6,8 +6,8 @@ and the configurations rejected for memory or a latency target drawn as grey mar
 target shaded. The ones rejected before pricing (divisibility, max_seqs, a format the GPU lacks) have no figures to
 draw: the rejected table counts them.
 
-Above SAMPLE drawable configurations, a uniform sample is drawn (seeded: the page is the same every time) and every
-configuration on a front is kept. The page's script (serve.js) builds the rows from the columns and redraws the
+Above SERVE_SAMPLE drawable configurations, a uniform sample is drawn (seeded: the page is the same every time) and
+every configuration on a front is kept. The page's script (serve.js) builds the rows from the columns and redraws the
 chart when the latency or the colour axis changes.
 """
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from meshplan.serve.search import ServeSearchResult
     from meshplan.serve.weighed import Weighed
 
-SAMPLE = 6000
+SERVE_SAMPLE = 6000
 REJECTED = {check.MEMORY: "memory: the KV cache does not fit", check.TTFT: "TTFT above its target",
             check.TPOT: "TPOT above its target"}  # the reasons drawn, as the legend names them
 SHAPES = {"memory: the KV cache does not fit": "cross", "TTFT above its target": "triangle-up",
@@ -87,7 +87,7 @@ def pick(w: Weighed, sample: int) -> tuple[np.ndarray, np.ndarray]:
     return rows, bits[rows]
 
 
-def columns(result: ServeSearchResult, rows: np.ndarray, bits: np.ndarray) -> dict[str, Any]:
+def serving_columns(result: ServeSearchResult, rows: np.ndarray, bits: np.ndarray) -> dict[str, Any]:
     """The drawn rows as the page reads them: integers, latencies in seconds and memory in GiB (4 significant
     digits), tokens/s per GPU, the scheme and the verdict as codes into ``vocab``, the fronts' bits."""
     w = result.weighed
@@ -110,10 +110,10 @@ def columns(result: ServeSearchResult, rows: np.ndarray, bits: np.ndarray) -> di
     return out | {"vocab": vocab}
 
 
-def space_section(result: ServeSearchResult, ranked: Ranked, sample: int = SAMPLE) -> Section:
+def serving_space_section(result: ServeSearchResult, ranked: Ranked, sample: int = SERVE_SAMPLE) -> Section:
     """The configuration-space section: the chart (on a canvas), the latency and colour controls, the counts; the
     best configurations marked from the search's ranked rows (ranked_serving.from_serving)."""
-    assert result.weighed is not None  # as in columns
+    assert result.weighed is not None  # as in serving_columns
     rows, bits = pick(result.weighed, sample)
     s = result.space
     drawn = len(drawable(result.weighed))
@@ -124,13 +124,14 @@ def space_section(result: ServeSearchResult, ranked: Ranked, sample: int = SAMPL
     context = {"axes": axes(result.model.is_moe), "x_axes": {k: v[0] for k, v in X_AXES.items()}, "shown": len(rows),
                "drawable": drawn, "evaluated": result.evaluated, "feasible": result.feasible,
                "undrawn": result.evaluated - drawn,
-               "data": {"serve_space": {"columns": columns(result, rows, bits), "axes": axes(result.model.is_moe),
-                                        "x_axes": X_AXES, "best": best, "slo": slo, "shapes": SHAPES}}}
+               "data": {"serve_space": {"columns": serving_columns(result, rows, bits),
+                                        "axes": axes(result.model.is_moe), "x_axes": X_AXES, "best": best,
+                                        "slo": slo, "shapes": SHAPES}}}
     return Section("space", "Configuration space", "sections/serve_space.html.j2", context,
-                   {"serve-space": space_chart()}, {"serve-space": "canvas"})
+                   {"serve-space": serving_space_chart()}, {"serve-space": "canvas"})
 
 
-def space_chart() -> dict[str, Any]:
+def serving_space_chart() -> dict[str, Any]:
     """The scatter's spec: its data sets (``points``, ``rejected``, ``best``, ``slo``), the x field and the colour
     field are filled in by the page's script (serve.js) for the axes chosen."""
     x = {"field": "x", "type": "quantitative", "scale": {"type": "log", "zero": False}, "title": "latency"}

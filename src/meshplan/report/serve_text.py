@@ -41,7 +41,7 @@ def _summary_rows(e: ServeEstimate, price: float | None, targets: list[dict]) ->
     return rows + ([("cost", f"${cost:,.3g} per million output tokens")] if cost is not None else [])
 
 
-def estimate_tables(e: ServeEstimate, console: Console, price: float | None = None,
+def serving_estimate_tables(e: ServeEstimate, console: Console, price: float | None = None,
                     targets: list[dict] | None = None) -> None:
     """One configuration: whether it fits and meets ``targets`` (check.targets), its metrics, memory per GPU and
     the decode step's time by op."""
@@ -93,7 +93,7 @@ def print_serve(result: ServeSearchResult, price: float | None, as_json: bool) -
         for r in listing_tables(ranked.table, console.width):
             console.print(r)
         console.print("[bold]the best configuration in detail[/bold]")
-        estimate_tables(result.plans[0], console, price)
+        serving_estimate_tables(result.plans[0], console, price)
     else:
         console.print("[bold red]no configuration meets the targets and fits[/bold red]")
     for r in listing_tables(ranked.rejected, console.width):

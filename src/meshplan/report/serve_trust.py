@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from meshplan.serve.estimate import ServeEstimate
     from meshplan.serve.search import ServeSearchResult
 
-METRICS = {"ttft_ms": "time to first token (mean)", "itl_ms": "inter-token latency", "tpot_ms": "TPOT (mean)",
+LATENCY_METRICS = {"ttft_ms": "time to first token (mean)", "itl_ms": "inter-token latency", "tpot_ms": "TPOT (mean)",
            "e2e_latency_ms": "end-to-end latency"}
 
 
@@ -73,7 +73,7 @@ def engine_note(best_engine: Any) -> str:
             "not fitted to any measurement.")
 
 
-def assumptions(result: ServeSearchResult, best: ServeEstimate | None) -> list[tuple[str, str]]:
+def serving_assumptions(result: ServeSearchResult, best: ServeEstimate | None) -> list[tuple[str, str]]:
     """(assumption, where it lives) for this search and its best configuration."""
     s, e, cluster = result.space, result.space.engine, result.cluster
     out = [(f"continuous batching in steady state: every request {s.input_len} prompt and {s.output_len} output tokens "
@@ -96,14 +96,14 @@ def assumptions(result: ServeSearchResult, best: ServeEstimate | None) -> list[t
     return out
 
 
-def trust_section(result: ServeSearchResult) -> Section:
+def serving_trust_section(result: ServeSearchResult) -> Section:
     """The trust note (module docstring)."""
     arch = result.cluster.accelerator.architecture or "unstated"
     text, entry = headline(arch)
     best = result.plans[0] if result.plans else None
     sources = [_row(g, s) for g, s in (entry or {}).get("sources", {}).items()]
-    latency = [_row(METRICS.get(m, m), s) for m, s in (entry or {}).get("latency", {}).items()]
+    latency = [_row(LATENCY_METRICS.get(m, m), s) for m, s in (entry or {}).get("latency", {}).items()]
     return Section("trust", "Trust", "sections/serve_trust.html.j2", {
         "headline": text, "likely": likely(best, entry) if best else "", "engine": engine_note(result.space.engine),
-        "sources": sources, "latency": latency, "assumptions": assumptions(result, best),
+        "sources": sources, "latency": latency, "assumptions": serving_assumptions(result, best),
         "name": (entry or {}).get("name", arch)})

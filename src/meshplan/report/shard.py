@@ -62,7 +62,7 @@ def _pipeline(p: Pipeline) -> dict[str, Any]:
             "stage_memory_bytes": list(p.memory), "fits": p.fits}
 
 
-def render(result: Result, console: Console, top: int = 12) -> None:
+def shard_tables(result: Result, console: Console, top: int = 12) -> None:
     """Summary, parameters, code, collectives and pipelines as tables."""
     from rich.table import Table
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from meshplan.search.run import SearchResult
 
 # the colour axes the page offers: column -> its title
-AXES = {"tp": "tensor parallel (tp; tp×tp2 on the 2D grid)", "pp": "pipeline parallel (pp)",
+_AXIS_TITLES = {"tp": "tensor parallel (tp; tp×tp2 on the 2D grid)", "pp": "pipeline parallel (pp)",
         "cp": "context parallel (cp)", "ep": "expert parallel (ep)", "zero": "ZeRO stage",
         "recompute": "activation recompute", "framework": "frameworks that run the plan", "offload": "offload"}
 REGIONS = {"memory exceeds HBM": "#E8A0A0", "memory within the headroom": "#F3D9A4"}
@@ -103,10 +103,10 @@ def space_section(result: SearchResult, plans: Sequence[Detailed], others: Seque
     cols = columns(ps)
     fitting = sum(1 for s in cols["status"] if cols["vocab"]["status"][s] == "fits")
     front = sum(1 for d in plans if "front" in d.origin)
-    context = {"axes": AXES, "shown": len(ps), "fitting": fitting, "drawn": ps.drawn, "front": front,
+    context = {"axes": _AXIS_TITLES, "shown": len(ps), "fitting": fitting, "drawn": ps.drawn, "front": front,
                "evaluated": result.evaluated, "others": sorted({o["gpus"] for o in others}),
                "hbm": fmt_bytes(hbm), "usable": fmt_bytes(usable),
-               "data": {"space": {"columns": cols, "others": list(others), "axes": AXES,
+               "data": {"space": {"columns": cols, "others": list(others), "axes": _AXIS_TITLES,
                                   "regions": regions(hbm, usable, cols), "gpus": result.cluster.num_gpus}}}
     return Section("space", "Plan space", "sections/space.html.j2", context, {"space": space_chart()},
                    {"space": "canvas"})

@@ -13,25 +13,26 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from meshplan.errors import MissingDependency
-from meshplan.trace.cost import TimedOp, op_cost, op_costs, time_ops
+from meshplan.trace.cost import TimedOp, op_cost, op_costs, time_traced_ops
 from meshplan.trace.graph import Storage, TensorInfo, Trace, TracedOp
 from meshplan.trace.liveness import PeakMemory, peak_memory
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from meshplan.trace.capture import trace_module
 
 __all__ = ["PeakMemory", "Storage", "TensorInfo", "TimedOp", "Trace", "TracedOp", "op_cost", "op_costs",
-           "peak_memory", "time_ops", "trace_module"]
+           "peak_memory", "time_traced_ops", "trace_module"]
 
 
-def trace_module(module: Any, inputs: Sequence[Any], *, backward: bool = True, param_dtype: Any = None,
-                 real: bool = False) -> Trace:
-    """Trace ``module(*inputs)`` forward and backward on fake tensors, or on its real ones (see
-    capture.trace_module)."""
+def __getattr__(name: str) -> Any:
+    """``trace_module`` (capture.trace_module: trace ``module(*inputs)`` forward and backward on fake tensors, or on
+    its real ones), imported on first use so that the rest of the package needs no torch."""
+    if name != "trace_module":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:
-        from meshplan.trace.capture import trace_module as run
+        from meshplan.trace.capture import trace_module
     except ModuleNotFoundError as exc:
         if exc.name == "torch":
             raise MissingDependency("torch", "torch") from None
         raise
-    return run(module, inputs, backward=backward, param_dtype=param_dtype, real=real)
+    return trace_module

@@ -43,9 +43,8 @@ from torch.utils.flop_counter import flop_registry
 from meshplan.errors import SpecError
 from meshplan.trace import flops as fl
 from meshplan.trace.calls import arg_names, call_attrs, encode_call, result_slots, tags
+from meshplan.trace.flops import aten
 from meshplan.trace.graph import Storage, TensorInfo, Trace, TracedOp
-
-aten = torch.ops.aten
 
 # metadata queries that are not kernels (as FlopCounterMode skips them)
 SKIP = {aten.sym_is_contiguous.default, aten.is_contiguous.default, aten.is_contiguous.memory_format,

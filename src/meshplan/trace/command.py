@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.specs.hardware import Accelerator, load_system
-from meshplan.trace.cost import TimedOp, time_ops
+from meshplan.trace.cost import TimedOp, time_traced_ops
 from meshplan.trace.graph import Trace
 from meshplan.trace.kernels import KernelRow, fused_summary, kernel_rows
 from meshplan.trace.liveness import PeakMemory, optimizer_name, peak_memory
@@ -75,7 +75,7 @@ def load_factory(ref: str) -> Any:
         raise SpecError(f"model={ref!r}: {where} has no attribute {attr!r}") from None
 
 
-def build(factory: Any, ref: str) -> Any:
+def build_from_factory(factory: Any, ref: str) -> Any:
     """The module, built inside FakeTensorMode (no memory) when the factory allows, else for real."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -149,8 +149,8 @@ class TraceReport:
         }
 
 
-def run(ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], system_ref: str, param_dtype: str | None = None,
-        optimizer: str = "adam") -> TraceReport:
+def trace_report(ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], system_ref: str,
+                 param_dtype: str | None = None, optimizer: str = "adam") -> TraceReport:
     """Parse and check the arguments, build the model (fake when it can be), trace, time and find the peak."""
     parsed = [parse_shape(s) for s in shapes]
     if not parsed:
@@ -172,7 +172,7 @@ def run(ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], system_ref: 
         torch_dtype(d)
     if param_dtype is not None:
         torch_dtype(param_dtype, "param-dtype")
-    model = build(load_factory(ref), ref)
+    model = build_from_factory(load_factory(ref), ref)
     # FakeTensorMode logs the traceback of an op whose meta kernel fails before raising it; the one-line error
     # below says the same, so the log stays quiet
     fake_log = logging.getLogger("torch._subclasses.fake_tensor")
@@ -188,11 +188,11 @@ def run(ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], system_ref: 
     finally:
         fake_log.setLevel(level)
     acc = system.accelerator
-    return TraceReport(trace=trace, timed=time_ops(trace, acc), memory=peak_memory(trace, optimizer),
+    return TraceReport(trace=trace, timed=time_traced_ops(trace, acc), memory=peak_memory(trace, optimizer),
                        system=system_ref, accelerator=acc, inputs=inputs)
 
 
-def render(report: TraceReport, console: Console, top: int) -> None:
+def trace_tables(report: TraceReport, console: Console, top: int) -> None:
     """The summary (FLOPs, time, peak memory and where) and the top ops by time with their share, kernel
     launches, fixed overhead and fused chain (``top`` 0: every op in order)."""
     from rich.table import Table

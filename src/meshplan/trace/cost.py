@@ -22,13 +22,13 @@ from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Accelerator
 from meshplan.trace.graph import Trace, TracedOp
 
-PRECISION = {"bfloat16": "bf16", "float16": "fp16", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
+DTYPE_PRECISION = {"bfloat16": "bf16", "float16": "fp16", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
 
 
 def precision(op: TracedOp, fp32_precision: str = "fp32") -> str:
     """The precision a GEMM of this op runs at: its first floating-point input's dtype."""
     dtype = next((t.dtype for t in op.inputs if t.dtype.startswith(("float", "bfloat"))), "float32")
-    return PRECISION.get(dtype, fp32_precision)
+    return DTYPE_PRECISION.get(dtype, fp32_precision)
 
 
 def op_cost(op: TracedOp) -> OpCost:
@@ -54,7 +54,7 @@ class TimedOp:
     seconds: float
 
 
-def time_ops(trace: Trace, accelerator: Accelerator, efficiency: Efficiency = DEFAULT,
+def time_traced_ops(trace: Trace, accelerator: Accelerator, efficiency: Efficiency = DEFAULT,
              fp32_precision: str = "fp32") -> list[TimedOp]:
     """Every op that does work with its roofline time on one ``accelerator``, in execution order."""
     timed = []

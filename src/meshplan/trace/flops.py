@@ -78,7 +78,7 @@ PER_ELEMENT: dict[Any, float] = {
 NO_ARITHMETIC = {aten.clone, aten.copy, aten.copy_, aten._to_copy, aten.lift_fresh_copy, aten.fill_, aten.zero_,
                  aten.fill, aten.zeros_like, aten.ones_like, aten.full_like}
 
-GEMMS = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten._scaled_mm}
+GEMM_PACKETS = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten._scaled_mm}
 CONVOLUTIONS = {aten.convolution, aten._convolution, aten.cudnn_convolution, aten.convolution_overrideable,
                 aten._slow_conv2d_forward, aten.convolution_backward}
 # attention kernels whose query / key are (batch, heads, seq, head_dim); _flash/_efficient_attention_forward
@@ -136,7 +136,7 @@ def shape(func: Any, args: tuple, kwargs: dict, out: Any, flops: float) -> dict[
     "k": head dim, "causal"}`` for fused attention, else ``{"kind": "memory"}``."""
     packet = func._overloadpacket
     a = named_args(func, args, kwargs)
-    if packet in GEMMS:
+    if packet in GEMM_PACKETS:
         # mm / bmm / _scaled_mm (self, mat2), addmm (self, mat1, mat2), baddbmm (self, batch1, batch2)
         x = a.get("mat1", a.get("batch1", a.get("self")))
         w = a.get("batch2", a.get("mat2"))

@@ -30,15 +30,15 @@ from meshplan.memory import MASTER_BYTES, OPTIMIZER_STATE, per_parameter_byte
 from meshplan.trace.graph import Trace
 
 PERSISTENT = ("param", "buffer", "input")
-ALIASES = {"momentum": "sgd-momentum"}  # the names ``trace --optimizer`` took before it took Plan.optimizer's
-NONE = "none"  # no optimizer: no state, no step
+OPTIMIZER_ALIASES = {"momentum": "sgd-momentum"}  # the names ``trace --optimizer`` took before it took Plan.optimizer's
+NO_OPTIMIZER = "none"  # no optimizer: no state, no step
 
 
 def optimizer_name(name: str) -> str:
     """Plan.optimizer's name for ``name`` (an alias mapped), ``none`` kept; anything else refused in one line."""
-    name = ALIASES.get(name, name)
-    if name != NONE and name not in OPTIMIZER_STATE:
-        raise SpecError(f"optimizer={name!r} must be one of {', '.join((*OPTIMIZER_STATE, NONE))}")
+    name = OPTIMIZER_ALIASES.get(name, name)
+    if name != NO_OPTIMIZER and name not in OPTIMIZER_STATE:
+        raise SpecError(f"optimizer={name!r} must be one of {', '.join((*OPTIMIZER_STATE, NO_OPTIMIZER))}")
     return name
 
 
@@ -47,7 +47,7 @@ def optimizer_per_byte(trace: Trace, optimizer: str, master: bool | None = None)
     width). ``master`` None: mixed precision when the parameters are narrower than fp32 (the sharding planner's
     rule: a bf16 model trained as Megatron trains it, as estimate prices it)."""
     name = optimizer_name(optimizer)
-    if name == NONE:
+    if name == NO_OPTIMIZER:
         return 0.0, 0.0
     width = param_width(trace)
     return per_parameter_byte(name, width, width < MASTER_BYTES if master is None else master)
