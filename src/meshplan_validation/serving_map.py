@@ -36,12 +36,15 @@ ENGINES: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("TensorRT-LLM (PyTorch backend", "trtllm-pytorch", {"memory_utilization": 0.95}),
     # the Triton tensorrtllm_backend of 0.14: enable_chunked_context false unless set (its config.pbtxt template)
     ("TensorRT-LLM 0.14", "trtllm", {"prefill": "separate"}),
+    ("TensorRT-LLM 0.5", "trtllm", {}),  # the small-work set's batch-1 first-token latencies (data/serving/README.md)
     ("LMDeploy", "lmdeploy", {}),
     ("vLLM", "vllm", {}),
     # the large-EP blog's H100 runs overlap two micro-batches (its "Two-batch Overlap" section; the engine string says
     # so); its GB200 sequel turns it off ("This allows two-batch overlap to be disabled")
     ("SGLang (May 2025)", "sglang", {"two_batch_overlap": True}),
     ("SGLang", "sglang", {}),
+    # gpt-fast: a compiled, CUDA-graphed decode step with no serving loop: the neutral engine, no host time
+    ("gpt-fast", "generic", {}),
 )
 SIXTEEN = ("bf16", "fp16")
 

@@ -1,0 +1,193 @@
+"""The small-work regime, reported apart from the accuracy summaries (issue 46, item 6): small models, small batches,
+single nodes and batch-1 decode, where fixed costs (kernel launch, host dispatch, collective latency, engine overhead)
+are a large share of a step.
+
+Training (docs/ACCURACY.md, section "Small-work regime"): the dev set of data/validation/small_work.jsonl, and the
+published runs of data/validation/published_runs.jsonl that ran on one node (num_gpus ≤ 8), which the summaries above
+that section already count (their scopes do not change). Serving (docs/ACCURACY_INFERENCE.md, same section name): the
+dev set of data/serving/small_work.jsonl and the published serving runs held at batch 1.
+
+Each dev-set record carries its side of the split (``split``: fit / check; data/validation/README.md and
+data/serving/README.md give the rule): physical constants may be fitted on the fit side, per stack; the check side
+judges them. benchmarks/accuracy.py and benchmarks/accuracy_inference.py call ``training_section`` and
+``serving_section``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from meshplan_validation.records import read_runs
+from meshplan_validation.result import RunResult
+from meshplan_validation.selection import in_fit_set
+from meshplan_validation.serving_eval import ServingResult
+from meshplan_validation.serving_eval import results as serving_results
+from meshplan_validation.validate import run_validation
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAINING = ROOT / "data" / "validation" / "small_work.jsonl"
+SERVING = ROOT / "data" / "serving" / "small_work.jsonl"
+ONE_NODE = 8  # GPUs: a published training run on at most this many GPUs belongs to the regime
+TIME_METRICS = ("iteration_time_s", "ttft_ms", "itl_ms", "tpot_ms", "e2e_latency_ms")
+
+
+def pct(x: float | None, signed: bool = False) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{100 * x:+.1f} %" if signed else f"{100 * x:.1f} %"
+
+
+def num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+
+
+def too_fast(metric: str, error: float) -> bool:
+    """The prediction is faster than the run: a shorter time, or a higher throughput."""
+    return error < 0 if metric in TIME_METRICS else error > 0
+
+
+def stats(rows: Sequence[tuple[str, float]]) -> dict[str, Any]:
+    """Runs, median / p90 / mean |error|, median signed error and the share predicted too fast, of (metric, error)
+    pairs."""
+    if not rows:
+        return {"runs": 0, "median_abs_error": None, "p90_abs_error": None, "mean_abs_error": None,
+                "median_signed_error": None, "too_fast_share": None}
+    e = np.array([err for _, err in rows], dtype=float)
+    a = np.abs(e)
+    fast = sum(too_fast(m, err) for m, err in rows)
+    return {"runs": int(a.size), "median_abs_error": float(np.median(a)), "p90_abs_error": float(np.percentile(a, 90)),
+            "mean_abs_error": float(a.mean()), "median_signed_error": float(np.median(e)),
+            "too_fast_share": fast / a.size}
+
+
+def stats_row(name: str, s: dict[str, Any]) -> str:
+    share = "-" if s["too_fast_share"] is None else f"{100 * s['too_fast_share']:.0f} %"
+    return (f"| {name} | {s['runs']} | {pct(s['median_abs_error'])} | {pct(s['p90_abs_error'])} | "
+            f"{pct(s['mean_abs_error'])} | {pct(s['median_signed_error'], True)} | {share} |")
+
+
+STATS_HEAD = ["| runs | evaluated | median \\|error\\| | p90 \\|error\\| | mean \\|error\\| | median signed "
+              "| too fast |", "|---|---:|---:|---:|---:|---:|---:|"]
+
+
+# ---- training -------------------------------------------------------------------------------------------------
+def one_node(records: Sequence[dict[str, Any]]) -> set[str]:
+    """Ids of the published runs on one node (num_gpus ≤ 8)."""
+    return {str(r["id"]) for r in records
+            if isinstance((r.get("hardware") or {}).get("num_gpus"), int) and r["hardware"]["num_gpus"] <= ONE_NODE}
+
+
+def training_results(path: Path = TRAINING) -> tuple[list[dict[str, Any]], list[RunResult]]:
+    records = read_runs(path)
+    return records, run_validation(records)
+
+
+def _pairs(results: Sequence[RunResult]) -> list[tuple[str, float]]:
+    return [(r.metric, r.error) for r in results if not r.skipped and r.error is not None]
+
+
+def training_summary(dev: Sequence[RunResult], published: Sequence[RunResult]) -> dict[str, Any]:
+    """The regime's figures (accuracy_summary.json's ``small_work``)."""
+    return {"dev_set": stats(_pairs(dev)), "dev_set_fit": stats(_pairs([r for r in dev if in_fit_set(r.id)])),
+            "dev_set_check": stats(_pairs([r for r in dev if not in_fit_set(r.id)])),
+            "published_one_node": stats(_pairs(published)), "all": stats(_pairs([*dev, *published])),
+            "skipped": sum(1 for r in [*dev, *published] if r.skipped)}
+
+
+def _training_rows(results: Sequence[RunResult], by_id: dict[str, dict[str, Any]]) -> list[str]:
+    rows = ["| run | stack | GPUs | half | measured | meshplan | metric | error |",
+            "|---|---|---:|---|---:|---:|---|---:|"]
+    for r in sorted(results, key=lambda r: r.id):
+        rec = by_id[r.id]
+        stack = str(rec.get("framework") or "")[:48]
+        gpus = (rec.get("hardware") or {}).get("num_gpus")
+        half = "fit" if in_fit_set(r.id) else "check"
+        if r.skipped:
+            rows.append(f"| {r.id} | {stack} | {gpus} | {half} | | | skipped | {r.skipped[:80]} |")
+            continue
+        rows.append(f"| {r.id} | {stack} | {gpus} | {half} | {num(r.measured)} | {num(r.predicted)} | {r.metric} | "
+                    f"{pct(r.error, True)} |")
+    return rows
+
+
+def training_section(results: Sequence[RunResult], records: Sequence[dict[str, Any]]
+                     ) -> tuple[list[str], dict[str, Any]]:
+    """The ACCURACY.md section and the summary's ``small_work`` entry; ``results`` / ``records`` are the published
+    runs' (the one-node ones are picked from them)."""
+    dev_records, dev = training_results()
+    ids = one_node(records)
+    published = [r for r in results if r.id in ids]
+    summary = training_summary(dev, published)
+    by_id = {str(r["id"]): r for r in [*records, *dev_records]}
+    out = ["", "## Small-work regime", "",
+           "Small models, small batches, single nodes: where a step is many small kernels and fixed costs (launch, "
+           "host dispatch, collective latency) weigh most (issue 46). Reported apart; the summaries above keep their "
+           f"runs. Two sets: the dev set of `data/validation/small_work.jsonl` ({len(dev_records)} runs from sources "
+           "the published runs do not hold; data/validation/README.md, \"Small work\", says where each comes from and "
+           "which were left out), and the published runs above that ran on one node (≤ 8 GPUs), counted again here. "
+           "Half: the run's side of the fixed split (`selection.in_fit_set`; the dev-set records carry it as `split`): "
+           "physical constants may be fitted per stack on the fit half only. Too fast: the share of runs predicted "
+           "faster than measured (a shorter step, a higher throughput).", "", *STATS_HEAD,
+           stats_row("dev set", summary["dev_set"]), stats_row("dev set, fit half", summary["dev_set_fit"]),
+           stats_row("dev set, check half", summary["dev_set_check"]),
+           stats_row("published runs on one node", summary["published_one_node"]),
+           stats_row("all of the regime", summary["all"]), "", "### The dev set", "",
+           *_training_rows(dev, by_id), "", "### Published runs on one node", "",
+           *_training_rows(published, by_id)]
+    return out, summary
+
+
+# ---- serving --------------------------------------------------------------------------------------------------
+def batch_one(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The published serving runs held at a stated batch of 1."""
+    return [r for r in records if (r.get("workload") or {}).get("batch_size") == 1]
+
+
+def _serving_pairs(rows: Sequence[ServingResult]) -> list[tuple[str, float]]:
+    return [(r.metric, r.error) for r in rows if r.error is not None]
+
+
+def _serving_rows(rows: Sequence[ServingResult]) -> list[str]:
+    lines = ["| id | split | GPU | mode | metric | measured | predicted | error |",
+             "|---|---|---|---|---|---:|---:|---:|"]
+    for r in rows:
+        if r.skipped:
+            lines.append(f"| {r.id} | {r.split} | {r.gpu} | skipped: {r.skipped} | | | | |")
+            continue
+        predicted = "-" if r.predicted is None else f"{r.predicted:,.4g}"
+        error = "-" if r.error is None else f"{100 * r.error:+.1f} %"
+        lines.append(f"| {r.id} | {r.split} | {r.gpu} | {r.mode} | {r.metric} | {r.measured:,.4g} | {predicted} | "
+                     f"{error} |")
+    return lines
+
+
+def serving_section(records: Sequence[dict[str, Any]], path: Path = SERVING) -> list[str]:
+    """The ACCURACY_INFERENCE.md section: every metric of the dev set's runs and of the published batch-1 runs."""
+    dev_records = read_runs(path)
+    dev = serving_results(list(dev_records))
+    published = serving_results(batch_one(records))
+    groups = sorted({r.group for r in dev})
+    lines = ["", "## Small-work regime", "",
+             "Batch-1 decode and small prefills, where engine overhead, kernel launches and the TP all-reduce's "
+             "latency weigh most (issue 46). Reported apart: the summaries above keep their runs. Two sets: the dev "
+             f"set of `data/serving/small_work.jsonl` ({len(dev_records)} runs; data/serving/README.md, "
+             "\"Small work\"), "
+             "and the published runs above held at batch 1, counted again here. Every measured metric counts (a "
+             "batch-1 run's tokens/s is one user's). Split: the dev set's fit / check rule of data/serving/README.md; "
+             "physical constants may be fitted per stack on the fit side only. Too fast: predicted faster than "
+             "measured (a higher throughput, a shorter latency).", "", *STATS_HEAD,
+             stats_row("dev set", stats(_serving_pairs(dev))),
+             stats_row("dev set, fit", stats(_serving_pairs([r for r in dev if r.split == "fit"]))),
+             stats_row("dev set, check", stats(_serving_pairs([r for r in dev if r.split == "check"])))]
+    lines += [stats_row(f"dev set, {g}", stats(_serving_pairs([r for r in dev if r.group == g]))) for g in groups]
+    lines += [stats_row("published runs at batch 1", stats(_serving_pairs(published))),
+              stats_row("all of the regime", stats(_serving_pairs([*dev, *published]))), "", "### The dev set", "",
+              *_serving_rows(dev), "", "### Published runs at batch 1", "", *_serving_rows(published)]
+    return lines
