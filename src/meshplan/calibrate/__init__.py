@@ -13,8 +13,8 @@
     stackfile.py    a Calibration's host cost per kernel as a stack TOML (host_dispatch) that load_stack reads
     report.py       rich tables
 
-PyTorch is imported only by bench.py, dispatch.py and collectives.py, inside their functions: the fits, mesh discovery and
-the TOML writer work without it.
+PyTorch is imported only by bench.py, dispatch.py and collectives.py, inside their functions: the fits, mesh
+discovery and the TOML writers work without it.
 """
 
 from meshplan.calibrate.discover import MeshGuess, discover_mesh, pair_matrices
