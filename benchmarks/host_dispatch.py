@@ -1,0 +1,102 @@
+"""The host-bound regime on this machine (issue 46, item 3): the host's cost per eager PyTorch call measured as
+``meshplan calibrate`` measures it (calibrate/dispatch.py, fitted t = t0 + work / rate), then check-step on models
+of many small ops, Linear + LayerNorm + ReLU + residual add per layer at batch 1, from widths where the host's
+dispatch is the step to widths where the work is: the measured step against the prediction with the host's costs
+(work + launches × host_dispatch + autograd, engine and module calls) and by work alone (measure/hostbound.py).
+Writes data/measured/<date>-<machine>-host-dispatch.json.
+
+    python benchmarks/host_dispatch.py                  # about a minute on a quiet 2-core host
+    python benchmarks/host_dispatch.py --widths 16,64 --out /tmp/hd.json
+
+One thread and the process's CPU time, as check-step (measure/timing.py); run it when the machine is quiet: the
+load average before and after is in the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from measured import machine_slug  # noqa: E402
+from meshplan.calibrate.dispatch import bench_dispatch  # noqa: E402
+from meshplan.calibrate.fit import fit_dispatch, host_dispatch  # noqa: E402
+from meshplan.calibrate.settings import settings_for  # noqa: E402
+from meshplan.measure.check import CheckSettings, check_step, machine  # noqa: E402
+from meshplan.measure.command import optimizer_factory  # noqa: E402
+from meshplan.measure.hostbound import host_bound  # noqa: E402
+from meshplan.measure.timing import load_average, pinned_threads  # noqa: E402
+
+LAYERS = 8
+
+
+def many_small_ops(width: int, layers: int = LAYERS):
+    """``layers`` × (Linear(width, width), LayerNorm, ReLU, residual add), a sum for the loss; input 1 × width."""
+    import torch
+
+    class ManySmallOps(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(
+                torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.LayerNorm(width)) for _ in range(layers))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = x + torch.relu(layer(x))
+            return x.sum()
+
+    torch.manual_seed(0)
+    return ManySmallOps(), (torch.randn(1, width),)
+
+
+def check_row(width: int, dispatch: float) -> dict:
+    model, inputs = many_small_ops(width)
+    result = check_step(f"many-small-ops-{width}", model, inputs,
+                        optimizer_factory("adamw", list(model.parameters())),
+                        CheckSettings(rounds=2, steps=7, warmup=3, profile_ops=False))
+    split, measured = host_bound(result.prediction, dispatch), result.measurement.timing.seconds
+    return {"width": width, "layers": LAYERS, "batch": 1, "measured_s": measured,
+            "predicted_s": result.prediction.seconds, **split.to_dict(),
+            "error_with_host": split.with_host / measured - 1, "error_without_host": split.without_host / measured - 1}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--widths", default="16,64,256,1024", help="model widths, comma-separated")
+    parser.add_argument("--out", default=None, help="output .json (default: data/measured/<date>-<machine>-...)")
+    args = parser.parse_args()
+    load_before = load_average()
+    with pinned_threads(1):
+        samples = bench_dispatch(settings_for("cpu", quick=False), "cpu")
+    fits = fit_dispatch(samples)
+    found = host_dispatch(fits)
+    rows = [check_row(int(w), found.seconds) for w in args.widths.split(",")]
+    mach = machine("cpu", 1)
+    data = {"date": datetime.date.today().isoformat(), "machine": mach, "load": {"before": load_before,
+            "after": load_average()}, "host_dispatch_s": found.seconds, "module_call_s": found.module,
+            "dispatch_fits": [asdict(f) for f in fits], "dispatch_samples": [asdict(s) for s in samples],
+            "check_step": rows}
+    out = Path(args.out) if args.out else ROOT / "data" / "measured" / (
+        f"{data['date']}-{machine_slug(mach['name'], os.cpu_count() or 1)}-host-dispatch.json")
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"{mach['name']}, torch {mach['torch']}: host_dispatch {found.seconds * 1e6:.3g} us per call "
+          f"(" + ", ".join(f"{f.op} {f.overhead * 1e6:.3g}" for f in fits) + " us), module call +"
+          f"{found.module * 1e6:.3g} us")
+    print(f"{'width':>6} {'launches':>8} {'measured':>10} {'with host':>10} {'err':>7} {'work alone':>10} {'err':>7} "
+          f"{'host share':>10}")
+    for r in rows:
+        print(f"{r['width']:>6} {r['launches']:>8} {r['measured_s'] * 1e3:>8.3f}ms {r['with_host_s'] * 1e3:>8.3f}ms "
+              f"{r['error_with_host']:>+7.1%} {r['without_host_s'] * 1e3:>8.3f}ms {r['error_without_host']:>+7.1%} "
+              f"{r['host_share']:>10.1%}")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
