@@ -3,7 +3,9 @@
 of many small ops, Linear + LayerNorm + ReLU + residual add per layer at batch 1, from widths where the host's
 dispatch is the step to widths where the work is: the measured step against the prediction with the host's costs
 (work + launches × host_dispatch + autograd, engine and module calls) and by work alone (measure/hostbound.py).
-Writes data/measured/<date>-<machine>-host-dispatch.json.
+Then the same model (width 16) data-parallel over 2 gloo processes (check-step --world-size 2, measure/dp.py): its
+32 gradient all-reduces of a few hundred bytes each are priced by the fitted α per call, the small-message regime
+of the collectives. Writes data/measured/<date>-<machine>-host-dispatch.json.
 
     python benchmarks/host_dispatch.py                  # about a minute on a quiet 2-core host
     python benchmarks/host_dispatch.py --widths 16,64 --out /tmp/hd.json
@@ -37,7 +39,7 @@ from meshplan.measure.timing import load_average, pinned_threads  # noqa: E402
 LAYERS = 8
 
 
-def many_small_ops(width: int, layers: int = LAYERS):
+def many_small_ops(width: int = 16, layers: int = LAYERS):
     """``layers`` × (Linear(width, width), LayerNorm, ReLU, residual add), a sum for the loss; input 1 × width."""
     import torch
 
@@ -67,9 +69,23 @@ def check_row(width: int, dispatch: float) -> dict:
             "error_with_host": split.with_host / measured - 1, "error_without_host": split.without_host / measured - 1}
 
 
+def gloo_row(world: int) -> dict:
+    """check-step --world-size ``world`` of many_small_ops (width 16): the step, and the all-reduces against the
+    fitted α alone (gradients × latency, no bandwidth term)."""
+    from meshplan.measure.dp import check_data_parallel
+
+    result = check_data_parallel("host_dispatch:many_small_ops", world,
+                                 CheckSettings(rounds=2, steps=7, warmup=3, profile_ops=False))
+    data = result.to_dict()
+    alpha = result.gradients * result.link.latency
+    return {"world_size": world, "backend": result.backend, "step": data["step"], "compute": data["compute"],
+            "all_reduce": data["all_reduce"] | {"alpha_only_s": alpha}, "link": data["link"], "load": result.load}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--widths", default="16,64,256,1024", help="model widths, comma-separated")
+    parser.add_argument("--world-size", type=int, default=2, help="gloo ranks of the data-parallel row (1: none)")
     parser.add_argument("--out", default=None, help="output .json (default: data/measured/<date>-<machine>-...)")
     args = parser.parse_args()
     load_before = load_average()
@@ -78,11 +94,12 @@ def main() -> None:
     fits = fit_dispatch(samples)
     found = host_dispatch(fits)
     rows = [check_row(int(w), found.seconds) for w in args.widths.split(",")]
+    gloo = gloo_row(args.world_size) if args.world_size > 1 else None
     mach = machine("cpu", 1)
     data = {"date": datetime.date.today().isoformat(), "machine": mach, "load": {"before": load_before,
             "after": load_average()}, "host_dispatch_s": found.seconds, "module_call_s": found.module,
             "dispatch_fits": [asdict(f) for f in fits], "dispatch_samples": [asdict(s) for s in samples],
-            "check_step": rows}
+            "check_step": rows, "data_parallel": gloo}
     out = Path(args.out) if args.out else ROOT / "data" / "measured" / (
         f"{data['date']}-{machine_slug(mach['name'], os.cpu_count() or 1)}-host-dispatch.json")
     out.write_text(json.dumps(data, indent=1) + "\n")
@@ -95,6 +112,12 @@ def main() -> None:
         print(f"{r['width']:>6} {r['launches']:>8} {r['measured_s'] * 1e3:>8.3f}ms {r['with_host_s'] * 1e3:>8.3f}ms "
               f"{r['error_with_host']:>+7.1%} {r['without_host_s'] * 1e3:>8.3f}ms {r['error_without_host']:>+7.1%} "
               f"{r['host_share']:>10.1%}")
+    if gloo is not None:
+        ar, step = gloo["all_reduce"], gloo["step"]
+        print(f"width 16 over {gloo['world_size']} {gloo['backend']} ranks: step {step['measured_s'] * 1e3:.3f} ms "
+              f"measured, {step['predicted_s'] * 1e3:.3f} ms predicted ({step['error']:+.1%}); "
+              f"{ar['gradients']} all-reduces of {ar['bytes']:,} B in all: {ar['measured_s'] * 1e3:.3f} ms measured, "
+              f"{ar['alpha_only_s'] * 1e3:.3f} ms by α alone ({gloo['link']['latency'] * 1e6:.0f} us per call)")
     print(f"wrote {out}")
 
 
