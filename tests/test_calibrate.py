@@ -43,6 +43,7 @@ from meshplan.estimate import estimate
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster, Tier, load_system
 from meshplan.specs.plan import Plan
+from meshplan.specs.stack import load_stack
 from meshplan.units import GiB, KiB, MiB
 
 SIZES = (4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB, 256 * MiB, 1 * GiB)
@@ -318,6 +319,8 @@ def test_real_microbenchmarks_on_cpu(measured, tmp_path):
     system = load_system(str(write_system(cal, tmp_path / "cpu.toml", load_system("h100"))))
     assert system.cluster(4).mesh_shape == (2, 2)
     assert system.accelerator.attention_flops in (cal.attention.rate, cal.attention.best)
+    # host dispatch: 4 calls (add, layer_norm, linear, nn.Linear module) × 3 sizes, one fit each (dispatch.py)
+    assert len(cal.dispatch_samples) == 4 * 3 and [f.op for f in cal.dispatch][-1] == "module"
 
 
 def test_real_discovery_with_an_odd_world():
@@ -333,13 +336,18 @@ def test_real_discovery_with_an_odd_world():
 def test_cli_calibrate_json_and_out(capsys, tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "me.toml"
-    code = main(["calibrate", "--quick", "--world-size", "2", "--json", "--out", str(out)])
+    stack = tmp_path / "me-stack.toml"
+    code = main(["calibrate", "--quick", "--world-size", "2", "--json", "--out", str(out), "--stack-out", str(stack),
+                 "--stack-base", "torchtitan"])
     stdout, err = capsys.readouterr()
     assert code == 0, err
     data = json.loads(stdout)
     assert data["world_size"] == 2 and math.prod(data["mesh"]) == 2 and data["backend"] == "gloo"
     assert math.prod(data["discovered"]["shape"]) == 2 and data["gemm"] and data["links"]
     assert load_system(str(out)).cluster(2).num_gpus == 2
+    written = load_stack(str(stack))  # torchtitan's fields, host_dispatch the median t0 of the bare calls
+    bare = sorted(f["overhead"] for f in data["dispatch"] if f["op"] != "module")
+    assert written.host_dispatch == bare[1] and 0 < written.host_dispatch < 1e-3 and written.fusion == "eager"
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -173,6 +173,9 @@ RANGES: dict[str, Range] = {
     "max_seqs": Range(1, MAX_SIZE, "", "running sequences per instance: 256-2,048 in use"),
     "iteration_overhead": Range(0, 1, "s", "host time per iteration: tens of microseconds to milliseconds"),
     "sequence_overhead": Range(0, 0.01, "s", "host time per running sequence per iteration: microseconds"),
+    "host_dispatch": Range(0, 1e-3, "s", "host CPU per launched kernel: eager PyTorch 10-20 us per op on x86, "
+                           "~2.5x on Grace; 1 ms is 10x the slowest call reported (te.Linear on GB200, 99.7 us: "
+                           "TransformerEngine issue #2053)", "not charged"),
     "slo": Range(1e-6, 3600, "s", "a TTFT or TPOT target: a microsecond is below one kernel launch; no request is "
                  "served for an hour", "no target"),
     # ---- options only ---------------------------------------------------------------------------------------------

@@ -11,6 +11,9 @@ F FLOP/s, t₀ fixed overhead (launch, synchronisation), BW bytes/s.
     attention    t = t₀ + 2·b·A·s²·d / F                    (causal forward, the cost model's FLOPs: records.py)
     memory       t = t₀ + bytes / BW                        (STREAM, McCalpin 1995: Copy moves 2 words per
                                                             element, Add 3)
+    dispatch     t = t₀ + work / rate                       (one eager PyTorch call on growing tensors: t₀ is
+                                                            the host's fixed cost per call, bounded by physics:
+                                                            0 < t₀ < 1 ms, ranges.py's host_dispatch)
 
 Every fit is least squares on rows scaled by 1/t, i.e. it minimises the *relative* residuals: timings span
 decades of message size and a 1 µs error matters at 4 KiB, not at 1 GiB. Every coefficient is a latency or a
@@ -36,15 +39,19 @@ import numpy as np
 import numpy.typing as npt
 
 from meshplan.calibrate.records import (
+    DISPATCH_OPS,
     DIST_KINDS,
     MEMORY_OPS,
+    MODULE_OP,
     AttentionSample,
     CollectiveSample,
+    DispatchSample,
     GemmSample,
     MemorySample,
 )
 from meshplan.comm import bus_factor, latency_steps
 from meshplan.errors import SpecError
+from meshplan.ranges import RANGES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -296,3 +303,82 @@ def fit_memory(samples: Iterable[MemorySample]) -> tuple[MemoryFit, ...]:
                               best=best, r2=fit.r2, points=fit.points, residual_rms=fit.residual_rms,
                               residual_max=fit.residual_max))
     return tuple(fits)
+
+
+# ---- host dispatch ----------------------------------------------------------------------------------------
+MAX_DISPATCH = RANGES["host_dispatch"].high  # 1 ms per call: beyond it the run was preempted, not dispatching
+
+
+@dataclass(frozen=True, kw_only=True)
+class DispatchFit:
+    """One eager call's host cost: t = t₀ + work / rate over growing tensors; ``problem`` says why t₀ is refused
+    (empty: 0 < t₀ < MAX_DISPATCH). R² is reported, not a gate: the sizes are chosen so that the work is small, and
+    a flat series (R² near 0) is the expected, host-bound answer."""
+
+    op: str
+    overhead: float  # t₀, seconds per call
+    rate: float  # work per second (1/slope; 0: the slope held at 0, no work term measured)
+    r2: float
+    points: int
+    residual_rms: float = 0.0
+    residual_max: float = 0.0
+    problem: str = ""
+
+
+def dispatch_problem(op: str, t0: float) -> str:
+    """Why ``t0`` is no host cost per call, in one line (empty when it is one)."""
+    if not 0 < t0 < MAX_DISPATCH:
+        why = ("held at 0 by the non-negative fit: no fixed cost per call measured, which no host has" if t0 <= 0
+               else "a call that slow is a preempted or throttled run, not dispatch")
+        return (f"{op} dispatch fit t0={t0 * 1e6:.4g} us is outside 0 … {MAX_DISPATCH * 1e6:g} us ({why}); "
+                "measure again on a quieter host")
+    return ""
+
+
+def fit_dispatch(samples: Iterable[DispatchSample]) -> tuple[DispatchFit, ...]:
+    """One DispatchFit per op (DISPATCH_OPS order, then the module call); an op timed at one size only is fitted
+    as t₀ = its time (no work term)."""
+    series: dict[str, list[DispatchSample]] = {}
+    for s in samples:
+        series.setdefault(s.op, []).append(s)
+    order = {k: i for i, k in enumerate((*DISPATCH_OPS, MODULE_OP))}
+    fits = []
+    for op in sorted(series, key=lambda o: (order.get(o, len(order)), o)):
+        points = series[op]
+        if len({s.work for s in points}) < 2:
+            t0 = statistics.median(s.seconds for s in points)
+            fits.append(DispatchFit(op=op, overhead=t0, rate=0.0, r2=0.0, points=len(points),
+                                    problem=dispatch_problem(op, t0)))
+            continue
+        fit = linear_fit([s.work for s in points], [s.seconds for s in points])
+        fits.append(DispatchFit(op=op, overhead=fit.intercept, rate=1.0 / fit.slope if fit.slope > 0 else 0.0,
+                                r2=fit.r2, points=fit.points, residual_rms=fit.residual_rms,
+                                residual_max=fit.residual_max, problem=dispatch_problem(op, fit.intercept)))
+    return tuple(fits)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostDispatch:
+    """What a stack's ``host_dispatch`` is set to: the median t₀ of the bare aten ops (each launches one kernel),
+    and the nn.Module call's own cost on top of its op (t₀ of the module call − t₀ of F.linear, ≥ 0)."""
+
+    seconds: float
+    module: float
+    ops: tuple[str, ...]
+
+
+def host_dispatch(fits: Sequence[DispatchFit]) -> HostDispatch:
+    """The host cost per launched kernel from the dispatch fits; a refused fit (``problem``) is one SpecError line."""
+    bare = [f for f in fits if f.op in DISPATCH_OPS]
+    if not bare:
+        raise SpecError("calibration has no host-dispatch measurements (add, layer_norm, linear)")
+    for f in bare:
+        if f.problem:
+            raise SpecError(f.problem)
+    by_op = {f.op: f for f in fits}
+    module = by_op.get(MODULE_OP)
+    extra = 0.0
+    if module is not None and "linear" in by_op and not module.problem:
+        extra = max(0.0, module.overhead - by_op["linear"].overhead)
+    return HostDispatch(seconds=statistics.median(f.overhead for f in bare), module=extra,
+                        ops=tuple(f.op for f in bare))

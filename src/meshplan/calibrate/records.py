@@ -14,6 +14,9 @@ from meshplan.cost.attention import core_flops
 
 MEMORY_OPS = ("copy", "add", "layernorm")
 DIST_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
+# host dispatch (dispatch.py): three bare aten ops called from Python, and an nn.Module call of the linear
+DISPATCH_OPS = ("add", "layer_norm", "linear")
+MODULE_OP = "module"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,4 +81,15 @@ class PairSample:
     src: int
     dst: int
     nbytes: float
+    seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class DispatchSample:
+    """One eager PyTorch call ``op`` (DISPATCH_OPS, or MODULE_OP: an ``nn.Linear`` module call) doing ``work``
+    (bytes moved for add and layer_norm, FLOPs for linear and module) took ``seconds`` of wall clock per call,
+    timed over many back-to-back calls."""
+
+    op: str
+    work: float
     seconds: float

@@ -53,6 +53,7 @@ def print_calibration(cal: Calibration, console: Console, out: str | None = None
     for m in cal.memory:
         memory.add_row(m.op, _rate(m.bandwidth), fmt_time(m.overhead), _rate(m.best), f"{m.r2:.3f}", _residuals(m))
     console.print(memory)
+    _print_dispatch(cal, console)
     if cal.links:
         links = Table(title="collectives: t = α + f·n / busbw (NCCL bus bandwidth)", title_justify="left")
         for col in ("dim", "group", "collective", "busbw", "α", "α / step", "R²", ""):
@@ -73,3 +74,19 @@ def print_calibration(cal: Calibration, console: Console, out: str | None = None
         console.print(f"discovered mesh {shape} from pairwise ping-pong{where}: {tiers}")
     if out:
         console.print(f"wrote {out}")
+
+
+def _print_dispatch(cal: Calibration, console: Console) -> None:
+    """The host's cost per eager call (calibrate/dispatch.py): t0 is what ``--stack-out`` writes."""
+    from rich.table import Table
+
+    if not cal.dispatch:
+        return
+    table = Table(title="host dispatch per eager call: t = t0 + work / rate", title_justify="left")
+    for col in ("call", "t0", "rate", "R²", "resid rms / max", ""):
+        table.add_column(col, justify="left" if col in ("call", "") else "right")
+    for f in cal.dispatch:
+        unit = "B/s" if f.op in ("add", "layer_norm") else "FLOP/s"
+        table.add_row(f.op, fmt_time(f.overhead), _rate(f.rate, unit) if f.rate > 0 else "-", f"{f.r2:.3f}",
+                      _residuals(f), f.problem and "refused: outside 0 … 1 ms")
+    console.print(table)

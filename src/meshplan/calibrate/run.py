@@ -19,17 +19,26 @@ from typing import Any
 from meshplan.calibrate.discover import MeshGuess, discover_mesh, pair_matrices
 from meshplan.calibrate.fit import (
     AttentionFit,
+    DispatchFit,
     GemmFit,
     LinkFit,
     MemoryFit,
     TierFit,
     fit_attention,
     fit_collectives,
+    fit_dispatch,
     fit_gemm,
     fit_memory,
     summarize_dims,
 )
-from meshplan.calibrate.records import AttentionSample, CollectiveSample, GemmSample, MemorySample, PairSample
+from meshplan.calibrate.records import (
+    AttentionSample,
+    CollectiveSample,
+    DispatchSample,
+    GemmSample,
+    MemorySample,
+    PairSample,
+)
 from meshplan.calibrate.settings import Settings, check_world_size, settings_for
 from meshplan.errors import SpecError
 from meshplan.specs.hardware import System
@@ -55,6 +64,7 @@ class Calibration:
     collective_samples: tuple[CollectiveSample, ...] = ()
     pair_samples: tuple[PairSample, ...] = ()
     attention_samples: tuple[AttentionSample, ...] = ()
+    dispatch_samples: tuple[DispatchSample, ...] = ()  # host cost per eager call (dispatch.py)
 
     def __post_init__(self) -> None:
         product = 1
@@ -75,6 +85,10 @@ class Calibration:
     @cached_property
     def memory(self) -> tuple[MemoryFit, ...]:
         return fit_memory(self.memory_samples)
+
+    @cached_property
+    def dispatch(self) -> tuple[DispatchFit, ...]:
+        return fit_dispatch(self.dispatch_samples)
 
     @cached_property
     def links(self) -> tuple[LinkFit, ...]:
@@ -100,6 +114,7 @@ class Calibration:
             "gemm": [{**asdict(f), "efficiency": f.efficiency} for f in self.gemm],
             "attention": None if attention is None else asdict(attention),
             "memory": [asdict(f) for f in self.memory],
+            "dispatch": [asdict(f) for f in self.dispatch],
             "links": [asdict(f) for f in self.links],
             "tiers": [asdict(t) for t in self.tiers],
             "discovered": None if guess is None else {
@@ -108,6 +123,7 @@ class Calibration:
             "samples": {"gemm": [asdict(s) for s in self.gemm_samples],
                         "attention": [asdict(s) for s in self.attention_samples],
                         "memory": [asdict(s) for s in self.memory_samples],
+                        "dispatch": [asdict(s) for s in self.dispatch_samples],
                         "collectives": [asdict(s) for s in self.collective_samples],
                         "pairs": [asdict(s) for s in self.pair_samples]},
         }
@@ -117,7 +133,8 @@ def calibrate(*, world_size: int | None = None, mesh: tuple[int, ...] | None = N
               device: str = "auto", base: System | None = None, settings: Settings | None = None,
               gap: float = 2.0) -> Calibration:
     """Measure this host: collectives on ``world_size`` local ranks over ``mesh`` (None: discovered from the
-    pairwise bandwidths), then GEMMs, causal attention and memory-bound kernels on device 0. ``base`` supplies the
+    pairwise bandwidths), then GEMMs, causal attention, memory-bound kernels and the host's cost per eager call
+    (dispatch.py) on device 0. ``base`` supplies the
     datasheet peaks that GEMM efficiencies are relative to. ``world_size`` defaults to the mesh's size, else the GPU
     count, else 2 on CPU."""
     from meshplan.calibrate.bench import (
@@ -130,6 +147,7 @@ def calibrate(*, world_size: int | None = None, mesh: tuple[int, ...] | None = N
         threads_of,
     )
     from meshplan.calibrate.collectives import measure_distributed
+    from meshplan.calibrate.dispatch import bench_dispatch
 
     check_world_size(world_size)
     torch = require_torch()
@@ -150,6 +168,7 @@ def calibrate(*, world_size: int | None = None, mesh: tuple[int, ...] | None = N
         gemm = bench_gemm(settings, dev)
         attention = bench_attention(settings, dev)
         memory = bench_memory(settings, dev)
+        dispatch = bench_dispatch(settings, dev)
     info = device_info(dev)
     peaks = _peaks(base, settings.precisions)
     return Calibration(host=socket.gethostname(), date=datetime.date.today().isoformat(), device=dev,
@@ -157,7 +176,7 @@ def calibrate(*, world_size: int | None = None, mesh: tuple[int, ...] | None = N
                        backend=dist.backend, world_size=world_size, mesh=dist.mesh, order=dist.order, peaks=peaks,
                        gemm_samples=tuple(gemm), memory_samples=tuple(memory),
                        collective_samples=dist.collectives, pair_samples=dist.pairs,
-                       attention_samples=tuple(attention))
+                       attention_samples=tuple(attention), dispatch_samples=tuple(dispatch))
 
 
 def _peaks(base: System | None, precisions: tuple[str, ...]) -> dict[str, float]:

@@ -36,8 +36,16 @@ class Settings:
     cold_bytes: int = 8 * MiB  # memory kernels cycle through copies of their tensors adding up to this much
     # causal scaled_dot_product_attention shapes (batch, heads, seq, head_dim), timed at the 16-bit precision
     attention_shapes: tuple[tuple[int, int, int, int], ...] = ()
+    # host dispatch (dispatch.py): tensor sizes in elements, calls timed back to back per run
+    dispatch_sizes: tuple[int, ...] = (1, 256, 4096, 65536)
+    dispatch_calls: int = 1000
 
     def __post_init__(self) -> None:
+        if len(set(self.dispatch_sizes)) < 2 or min(self.dispatch_sizes) < 1:
+            raise SpecError(f"dispatch_sizes={self.dispatch_sizes!r} needs two distinct positive sizes to fit t0")
+        if isinstance(self.dispatch_calls, bool) or not isinstance(self.dispatch_calls, int) or not (
+                1 <= self.dispatch_calls <= 10**6):
+            raise SpecError(f"dispatch_calls={self.dispatch_calls!r} must be an integer from 1 to 1,000,000")
         for name in ("warmup", "iters", "repeats"):
             if getattr(self, name) < (0 if name == "warmup" else 1):
                 raise SpecError(f"{name}={getattr(self, name)!r} is too small")
@@ -66,7 +74,8 @@ def settings_for(device: str, quick: bool) -> Settings:
         return Settings(gemm_shapes=((64, 64, 64), (128, 128, 128), (256, 256, 256), (256, 128, 512)),
                         precisions=("bf16", "fp32"), memory_sizes=(256 * KiB, 1 * MiB, 4 * MiB),
                         comm_sizes=(4 * KiB, 64 * KiB, 1 * MiB), pair_sizes=(4 * KiB, 1 * MiB),
-                        warmup=1, iters=3, repeats=3, timeout=120.0,
+                        warmup=1, iters=3, repeats=3, timeout=120.0, dispatch_sizes=(1, 256, 4096),
+                        dispatch_calls=200,
                         attention_shapes=attention_shapes(512, 256, (128, 256, 512)))
     squares = (1024, 2048, 4096, 8192, 16384) if gpu else (128, 256, 512, 1024, 2048)
     shapes = tuple((s, s, s) for s in squares)

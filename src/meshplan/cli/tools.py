@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 @click.option("--base", "base_ref", default=None, help="system preset or .toml whose datasheet peaks, TDP and "
               "unmeasured links are kept")
 @click.option("--out", default=None, help="write the calibrated system as a hardware TOML (use it as --system)")
+@click.option("--stack-out", default=None, help="write --stack-base with host_dispatch set to this host's measured "
+              "cost per eager PyTorch call, as a stack TOML (use it as --framework)")
+@click.option("--stack-base", default="generic", show_default=True, help="stack preset or .toml that --stack-out "
+              "copies")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (fits and raw measurements)")
 def calibrate_cmd(world_size: int | None, mesh: str | None, quick: bool, device: str, **options: Any) -> None:
     """Time GEMMs, memory-bound kernels and collectives on this host with PyTorch and fit meshplan's constants."""
@@ -46,6 +50,14 @@ def calibrate_cmd(world_size: int | None, mesh: str | None, quick: bool, device:
         raise SpecError(f"out={out!r} must end in .toml")
     if out is not None:
         writable(out, "out")
+    stack_out = options["stack_out"]
+    if stack_out is not None:
+        from meshplan.calibrate.stackfile import preset_text
+
+        if not stack_out.lower().endswith(".toml"):
+            raise SpecError(f"stack-out={stack_out!r} must end in .toml")
+        writable(stack_out, "stack-out")
+        preset_text(options["stack_base"])  # a bad base refused before measuring
     base = load_system(base_ref, "base") if base_ref else None
     settings = replace(settings_for(resolve_device(device), quick), threads=options["threads"])
     if options["model_ref"]:
@@ -53,6 +65,10 @@ def calibrate_cmd(world_size: int | None, mesh: str | None, quick: bool, device:
     cal = calibrate(world_size=world_size, mesh=shape, quick=quick, device=device, base=base, settings=settings)
     if out is not None:
         write_system(cal, out, base)
+    if stack_out is not None:
+        from meshplan.calibrate.stackfile import write_stack
+
+        write_stack(cal, stack_out, options["stack_base"])
     if options["as_json"]:
         click.echo(json.dumps(cal.to_dict(), indent=2))
         return
@@ -60,6 +76,8 @@ def calibrate_cmd(world_size: int | None, mesh: str | None, quick: bool, device:
     from meshplan.report.text import terminal_console
 
     print_calibration(cal, terminal_console(), out)
+    if stack_out is not None:
+        click.echo(f"wrote {stack_out}")
 
 
 def _shaped_like(ref: str, settings: Settings) -> Settings:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from meshplan.measure.hostbound import host_bound
 from meshplan.units import fmt_bytes, fmt_time
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ def check_dict(result: CheckResult, top: int = 10) -> dict[str, Any]:
         "peak_memory": {"predicted_bytes": p.peak_bytes, "measured_bytes": m.peak_bytes,
                         "error": result.memory_error},
         "host": p.host.to_dict() | {"module_calls": p.module_calls},
+        "host_bound": host_bound(p).to_dict(),
         "ops": {"traced": len(p.ops), "kernels": sum(o.launches for o in p.ops),
                 "replayed": sum(1 for o in p.ops if o.source == "replay"), "fused_chains": len(p.groups),
                 "fused_kernels": sum(o.launches for o in p.ops if o.group < 0) + len(p.groups)},
@@ -106,6 +108,9 @@ def render_check(result: CheckResult, console: Console, top: int = 10, learned: 
                         fmt_time(learned["predicted_s"]), fmt_time(step["measured_s"]), _pct(learned["error"]))
     summary.add_row("  kernels / host", f"{fmt_time(step['predicted_kernels_s'])} / "
                     f"{fmt_time(step['predicted_host_s'])}", "", "")
+    bound = d["host_bound"]
+    summary.add_row(f"  work alone (less {bound['launches']} launches × {fmt_time(bound['host_dispatch_s'])})",
+                    fmt_time(bound["without_host_s"]), "", _pct(_err(bound["without_host_s"], step["measured_s"])))
     summary.add_row("  fused (one kernel per chain)", fmt_time(step["predicted_fused_s"]), "",
                     f"{d['ops']['kernels']} → {d['ops']['fused_kernels']} kernels")
     console.print(summary)

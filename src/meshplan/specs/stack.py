@@ -97,6 +97,11 @@ class Stack:
     overlap_dp: bool = _flag(True, "the data-parallel collectives overlapped with the passes (overlap-grad-reduce)")
     overlap_ep: bool = _flag(False, "MoE all-to-alls behind another micro-batch's compute (combined 1F1B)")
     overlap_pp: bool = _flag(False, "pipeline sends behind the next chunk's compute (interleaved schedules)")
+    # ---- host ---------------------------------------------------------------------------------------------
+    host_dispatch: float = field(default=0.0, metadata={"help": (
+        "seconds of host CPU per launched kernel (Python call, dispatcher, launch): eager PyTorch 10-20 us per aten "
+        "op on x86 hosts (NVIDIA dgxc-benchmarking cpu_overhead: 11.3-17.7 us per tiny GEMM), less for fused / TE "
+        "stacks, ~0 under CUDA graphs; `meshplan calibrate --stack-out` measures it on this host; 0: not charged")})
     # ---- what plans it runs (supports.py): the search's space, not the price of a plan ----------------------
     supports: Supports = field(default_factory=Supports, compare=False)
 
