@@ -14,7 +14,7 @@ from meshplan.specs.hardware import PRECISIONS, Cluster, System, load_system, sy
 from meshplan.units import GiB, MiB
 
 PRESETS = ("a100", "a100-40gb", "a800", "b200", "b300", "gb200", "gb300", "gh200", "h100", "h100-96gb", "h100-meta-24k",
-           "h100-pcie", "h20", "h200", "h800", "l40s", "mi250x", "mi300x", "mi325x", "mi355x", "v100")
+           "h100-pcie", "h20", "h200", "h800", "l40s", "mi250x", "mi300x", "mi325x", "mi355x", "rtx-pro-6000", "v100")
 
 
 def test_system_names_lists_every_preset():
@@ -68,6 +68,7 @@ DENSE_BF16 = {
     "mi300x": 1307.4e12,  # 2100 MHz x 304 CUs x 2048 FLOP/clk = 1307.4
     "mi325x": 1307.4e12,  # same compute die as MI300X
     "mi355x": 2500e12,   # 5 PF with structured sparsity / 2
+    "rtx-pro-6000": 500e12,  # RTX PRO 6000 Blackwell Server Edition page FP16/BF16 1 PFLOP* / 2
 }
 
 
@@ -97,6 +98,7 @@ def test_fp16_falls_back_to_bf16_where_not_listed():
     ("b300", 4500e12),   # DGX B300 72 PFLOPS FP8* / 8 GPUs = 9* / 2 = 4.5 PFLOPS
     ("gb200", 5000e12),  # NVL72 720 PFLOPS* / 72 = 10* / 2 = 5 PFLOPS
     ("gb300", 5000e12),  # NVL72 720 PFLOPS* / 72 = 10* / 2 = 5 PFLOPS
+    ("rtx-pro-6000", 1000e12),  # Server Edition page FP8 2 PFLOPS* / 2 = 1 PFLOPS
 ])
 def test_dense_fp8_peak(name, fp8):
     acc = load_system(name).accelerator
@@ -110,6 +112,7 @@ def test_dense_fp8_peak(name, fp8):
     ("gb200", 10000e12),  # NVL72 1,440 PFLOPS* / 72 = 20* / 2 = 10 PFLOPS
     ("b300", 13500e12),   # DGX B300 FP4 108 PFLOPS dense / 8 = 13.5 PFLOPS ("Ultra": 1.5x B200's 9)
     ("gb300", 15000e12),  # NVL72 1,080 PFLOPS dense / 72 = 15 PFLOPS (1.5x GB200's 10)
+    ("rtx-pro-6000", 2000e12),  # Server Edition page FP4 4 PFLOPS* / 2 = 2 PFLOPS
 ])
 def test_dense_fp4_peak(name, fp4):
     assert load_system(name).accelerator.flops("fp4") == pytest.approx(fp4)
@@ -133,6 +136,7 @@ def test_hopper_has_no_fp4(name):
     ("b200", 183359),  # "180GB" = 179.1 GiB exposed
     ("b300", 275040),  # marketed 288 GB, 268.6 GiB exposed
     ("a100", 81920),   # Ampere exposes the full 80 GiB
+    ("rtx-pro-6000", 97887),  # "96 GB" GDDR7 with ECC: 95.6 GiB exposed
 ])
 def test_hbm_capacity_is_what_the_driver_exposes(name, mib):
     assert load_system(name).accelerator.hbm_bytes == mib * MiB
@@ -269,3 +273,15 @@ def test_missing_required_field_raises(tmp_path):
 def test_mxfp8_needs_block_scaled_tensor_cores(name):
     with pytest.raises(SpecError, match="mxfp8"):
         load_system(name).accelerator.flops("mxfp8")
+
+
+def test_rtx_pro_6000_is_a_pcie_part_without_nvlink():
+    """RTX PRO 6000 Blackwell Server Edition: GDDR7 at 1,597 GB/s (not the Workstation Edition's 1,792), 188 SMs
+    (24,064 cores / 128), 600 W, mma.sync only (sm_120); GPU to GPU over PCIe Gen5 x16 at NCCL's rating
+    16 lanes x 240 / 80 = 48 GB/s less the Intel peer overhead 6/5 = 40 GB/s, eight GPUs per server."""
+    s = load_system("rtx-pro-6000")
+    acc = s.accelerator
+    assert acc.hbm_bandwidth == pytest.approx(1597e9) and acc.num_sms == 188 and acc.tdp_watts == 600
+    assert acc.architecture == "blackwell" and acc.async_mma is False
+    assert acc.nvlink_bandwidth == pytest.approx(16 * 240 / 80 * 1e9 / 1.2)
+    assert s.network.nvlink_domain == 8

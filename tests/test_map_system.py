@@ -39,6 +39,7 @@ def test_servers_smaller_than_the_presets_nvlink_domain_bound_it():
     ("NVIDIA H800 80GB", "h800"), ("A800-SXM4-80GB", "a800"), ("H20", "h20"), ("H200", "h200"),
     ("GH200", "gh200"), ("AMD Instinct MI300X", "mi300x"), ("MI325X", "mi325x"), ("MI355X", "mi355x"),
     ("L40S", "l40s"), ("NVIDIA H100 PCIe", "h100-pcie"), ("8xH20", "h20"), ("NVIDIA GH200 480GB", "gh200"),
+    ("RTX-PRO-6000-Blackwell-Server", "rtx-pro-6000"), ("RTX 6000 Pro Blackwell Server Edition", "rtx-pro-6000"),
 ])
 def test_other_gpus_map_to_their_presets(gpu, preset):
     case = map_run(record(hardware={"gpu": gpu, "num_gpus": 64, "gpus_per_node": 8}, precision="bf16"))

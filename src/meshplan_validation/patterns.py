@@ -70,6 +70,7 @@ GPU_SYSTEMS: tuple[tuple[str, str], ...] = (
     (r"MI325X", "mi325x"),
     (r"MI355X", "mi355x"),
     (r"L40S", "l40s"),
+    (r"(?i)RTX[- ]?(PRO[- ])?6000[- ](PRO[- ])?Blackwell", "rtx-pro-6000"),  # the Server Edition; not RTX 6000 Ada
     (r"H100.*PCI", "h100-pcie"),
     (r"H100.*96\s*GB", "h100-96gb"),
     (r"H100", "h100"),

@@ -11,7 +11,8 @@ phase of a disaggregated deployment, held saturated).
 What the records leave unstated is read as the README says the sources ran: pp = 1 where only TP is printed; an FP8
 checkpoint's KV cache in FP8 (TensorRT-LLM's FP8 quantization sets it), an FP4 checkpoint's in 16 bits (TensorRT-LLM's
 DeepSeek-R1 blog runs its FP4 model with an FP16 KV cache unless it turns FP8 on, and prints the two apart), a 16-bit
-engine's in 16 bits. A multi-GPU MoE run of TensorRT-LLM's v1.0 page is not priced (``LAYOUT_UNKNOWN``).
+engine's in 16 bits. A multi-GPU MoE run of TensorRT-LLM's v1.0 page is not priced (``LAYOUT_UNKNOWN``: the page
+sets its EP size without printing it, so the release's default layout is not the one that ran).
 """
 
 from __future__ import annotations
@@ -180,7 +181,13 @@ VARIED = ("lengths vary: the QPS = INF burst lasted over 1.5x a mean request's T
 # TensorRT-LLM's v1.0 performance page runs its MoE models with '--ep $ep_size' (no value) and an llm_options.yml that
 # nests enable_attention_dp under cuda_graph_config, which 1.0 refuses (CudaGraphConfig is a StrictBaseModel, extra
 # fields forbidden: tensorrt_llm/llmapi/llm_args.py): the attention and expert layout that ran is not known, and it
-# sets the weights per GPU, the KV cache and the MoE's traffic (on one GPU there is no layout to know)
+# sets the weights per GPU, the KV cache and the MoE's traffic (on one GPU there is no layout to know). The release's
+# default is determinate but is not what ran: trtllm-bench hands --ep on as the world config's ep_size
+# (tensorrt_llm/bench/benchmark/utils/general.py get_settings: "ep_size": params.get("ep"), as of NVIDIA/TensorRT-LLM
+# 0171265e), and only when it is absent does Mapping fall back to moe_tp_size = tp_size, moe_ep_size = 1
+# (tensorrt_llm/mapping.py Mapping.__init__, "if moe_tp_size == -1 and moe_ep_size == -1", as of 05ebebb2); the page
+# passes the flag with a value it does not print, so reading the rows as that default would price a layout the page
+# says it changed
 LAYOUT_UNKNOWN = ("multi-GPU MoE layout not stated (EP size unstated; the printed options nest enable_attention_dp "
                   "where TensorRT-LLM 1.0 refuses it)")
 METRICS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "total_tokens_per_s", "requests_per_s",
