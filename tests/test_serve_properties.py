@@ -3,7 +3,9 @@ more HBM bandwidth never slows a decode step or TPOT, more FLOP/s never slows a 
 tier never slows a step and more latency never speeds one up; every figure is finite and none negative. Over the
 whole estimate, every rate (FLOP/s, HBM and L2 bandwidth, each tier's bandwidth, the measured all-reduce kernel's
 bandwidth) scaled up never lowers the throughput nor raises TTFT or TPOT, and every latency (each tier's, the
-kernel's, the engine's host time per iteration and per sequence) scaled up never helps."""
+kernel's, the engine's host time per iteration, per sequence and per eager layer) scaled up never helps; every
+preset given host time: more of it never raises the throughput, and its overlapping twin (the host scheduling the
+next iteration during this one) is never slower than the twin that waits."""
 
 from __future__ import annotations
 
@@ -131,7 +133,8 @@ def test_every_figure_is_finite_and_none_negative():
 
 
 RATES = ("flops", "hbm", "l2_cache", "kernel_bw", "tier0", "tier1", "tier2")  # a tier the cluster lacks is skipped
-LATENCIES = ("lat0", "lat1", "lat2", "kernel_lat", "iteration_overhead", "sequence_overhead")
+LATENCIES = ("lat0", "lat1", "lat2", "kernel_lat", "iteration_overhead", "sequence_overhead", "eager_layer_overhead")
+HOST = ("iteration_overhead", "sequence_overhead", "eager_layer_overhead")
 
 
 def estimate_metrics(model, cluster, plan, workload, engine) -> tuple[float, float, float]:
@@ -143,7 +146,7 @@ def varied(d, what: str, factor: float):
     """The draw with one rate or latency scaled, or None where it has none of it (a tier it lacks, no L2 rate, no
     measured all-reduce kernel, an engine without host time)."""
     model, cluster, plan, workload, engine = d
-    if what in ("iteration_overhead", "sequence_overhead"):
+    if what in HOST:
         if not getattr(engine, what):
             return None
         return model, cluster, plan, workload, replace(engine, **{what: getattr(engine, what) * factor})
@@ -204,3 +207,24 @@ def test_the_nvlink_that_slowed_megatron_3_6b_no_longer_does():
         tpots = [serve_estimate(model, scaled(cluster, "tier0", f), plan, workload, engine).metrics.tpot
                  for f in (1.0, 1.1, 2.0, 10.0)]
         assert all(b <= a * (1 + RTOL) for a, b in zip(tpots, tpots[1:], strict=False)), (input_len, tpots)
+
+
+def with_host(engine, scale: float, overlap: bool, graphs: int = 0):
+    """The engine with host time of its own: 2 ms per iteration, 10 us per sequence, 0.2 ms per eager layer, x scale
+    (the order of vLLM V0's 3.5-3.8 ms and 0.18 ms: presets/engines/vllm-v0*.toml), decode graphs up to ``graphs``."""
+    return replace(engine, iteration_overhead=2e-3 * scale, sequence_overhead=10e-6 * scale,
+                   eager_layer_overhead=0.2e-3 * scale, host_overlap=overlap, graph_max_batch=graphs)
+
+
+@pytest.mark.parametrize("graphs", (0, 64))
+def test_more_host_time_never_raises_throughput_and_overlap_never_slows(graphs):
+    for model, cluster, plan, workload, engine in fitting_draws():
+        where = (model.name, cluster.name, plan.describe(), engine.name, graphs)
+        for overlap in (False, True):
+            rates = [estimate_metrics(model, cluster, plan, workload, with_host(engine, f, overlap, graphs))[0]
+                     for f in (0.0, 1.0, 3.0, 10.0)]
+            assert all(b <= a * (1 + RTOL) for a, b in zip(rates, rates[1:], strict=False)), (where, overlap, rates)
+        serial = estimate_metrics(model, cluster, plan, workload, with_host(engine, 1.0, False, graphs))
+        overlapped = estimate_metrics(model, cluster, plan, workload, with_host(engine, 1.0, True, graphs))
+        assert overlapped[0] >= serial[0] * (1 - RTOL), where
+        assert overlapped[2] <= serial[2] * (1 + RTOL), where

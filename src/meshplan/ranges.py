@@ -176,6 +176,8 @@ RANGES: dict[str, Range] = {
     "host_dispatch": Range(0, 1e-3, "s", "host CPU per launched kernel: eager PyTorch 10-20 us per op on x86, "
                            "~2.5x on Grace; 1 ms is 10x the slowest call reported (te.Linear on GB200, 99.7 us: "
                            "TransformerEngine issue #2053)", "not charged"),
+    "graph_max_batch": Range(0, MAX_SIZE, "", "the largest captured decode batch: 128-512 in use, 0 for none"),
+    "eager_layer_overhead": Range(0, 0.1, "s", "host time to issue one layer's kernels eagerly: ~0.1-1 ms"),
     "slo": Range(1e-6, 3600, "s", "a TTFT or TPOT target: a microsecond is below one kernel launch; no request is "
                  "served for an hour", "no target"),
     # ---- options only ---------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from meshplan.serve.engine import Engine, load_engine
+from meshplan.serve.engine_version import preset_for
 from meshplan.serve.plan import ServePlan, Workload
 from meshplan.serve.precision import Quant
 from meshplan.specs.hardware import Cluster, load_system
@@ -28,24 +29,19 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model
 
 TUNER_TABLE = ((144, 128), (336, 256), (672, 512), (832, 768), (1280, 1024), (1664, 1536))
-# engine strings of the records (their prefixes) -> the engine preset and what the source says it changed
-ENGINES: tuple[tuple[str, str, dict[str, Any]], ...] = (
+# what a source's runs changed from their engine's defaults, by the prefix of the record's engine string (the preset
+# itself is the version's: serve/engine_version.py, presets/engine_versions.toml)
+ENGINES: tuple[tuple[str, dict[str, Any]], ...] = (
     # trtllm-bench throughput: kv_cache_free_gpu_mem_fraction 0.95 "in majority of cases" (perf-overview.md), and the
     # executor's runtime batch-size tuning on (tensorrt_llm/bench/dataclasses/configuration.py ExecutorSettingsConfig
     # dynamic_max_batch_size = True) with its default table (DynamicBatchConfig::kDefaultBatchSizeTable)
-    ("TensorRT-LLM 0.17", "trtllm", {"memory_utilization": 0.95, "batch_table": TUNER_TABLE}),
-    ("TensorRT-LLM (PyTorch backend", "trtllm-pytorch", {"memory_utilization": 0.95}),
+    ("TensorRT-LLM 0.17", {"memory_utilization": 0.95, "batch_table": TUNER_TABLE}),
+    ("TensorRT-LLM (PyTorch backend", {"memory_utilization": 0.95}),
     # the Triton tensorrtllm_backend of 0.14: enable_chunked_context false unless set (its config.pbtxt template)
-    ("TensorRT-LLM 0.14", "trtllm", {"prefill": "separate"}),
-    ("TensorRT-LLM 0.5", "trtllm", {}),  # the small-work set's batch-1 first-token latencies (data/serving/README.md)
-    ("LMDeploy", "lmdeploy", {}),
-    ("vLLM", "vllm", {}),
+    ("TensorRT-LLM 0.14", {"prefill": "separate"}),
     # the large-EP blog's H100 runs overlap two micro-batches (its "Two-batch Overlap" section; the engine string says
     # so); its GB200 sequel turns it off ("This allows two-batch overlap to be disabled")
-    ("SGLang (May 2025)", "sglang", {"two_batch_overlap": True}),
-    ("SGLang", "sglang", {}),
-    # gpt-fast: a compiled, CUDA-graphed decode step with no serving loop: the neutral engine, no host time
-    ("gpt-fast", "generic", {}),
+    ("SGLang (May 2025)", {"two_batch_overlap": True}),
 )
 SIXTEEN = ("bf16", "fp16")
 
@@ -63,11 +59,13 @@ class ServingCase:
 
 
 def engine_of(record: dict[str, Any]) -> Engine | None:
+    """The preset of the record's engine and version, with what its source changed; None for an engine without one."""
     text = record.get("engine") or ""
-    for prefix, preset, changes in ENGINES:
-        if text.startswith(prefix):
-            return load_engine(preset).with_(**changes) if changes else load_engine(preset)
-    return None
+    preset = preset_for(text)
+    if preset is None:
+        return None
+    changes = next((c for prefix, c in ENGINES if text.startswith(prefix)), {})
+    return load_engine(preset).with_(**changes) if changes else load_engine(preset)
 
 
 def model_of(record: dict[str, Any]) -> ModelSpec:
@@ -207,6 +205,7 @@ def case_of(record: dict[str, Any]) -> ServingCase | str:
     batch = w.get("batch_size") or 1
     plan = plan_of(record, model, quant, batch)
     engine = engine_of(record)
+    assert engine is not None  # skip_reason returned the record without one
     if mode == "decode" and w.get("batch_size"):  # SGLang states the batch per device
         plan = plan.with_(batch=w["batch_size"] * plan.dpa)
     return ServingCase(record, model, cluster_of(record), plan, workload, engine, mode)

@@ -9,10 +9,14 @@ al. 2024, "Taming Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serv
 own that stall the decoding batch ("separate"). ``iteration_overhead`` is the host's time per iteration that the GPU
 waits on (scheduling, input preparation, sampling, detokenisation: the vLLM team measured GPU execution at 38 % of
 Llama 3 8B's serving time on an H100 before v0.6.0's multi-step scheduling, vLLM blog "vLLM v0.6.0: 2.7x Throughput
-Improvement and 5x Latency Reduction", 2024-09-05); it is the one constant fitted per engine
-(benchmarks/accuracy_inference.py, on the fit half of the published runs).
+Improvement and 5x Latency Reduction", 2024-09-05); sourced per version where a figure is published (vLLM V0),
+else the one constant fitted per engine (benchmarks/fit_inference.py, on the fit half of the published runs).
+Decode iterations up to ``graph_max_batch`` sequences replay captured CUDA graphs; beyond, the host issues every
+kernel and the step lasts at least that (``eager_layer_overhead`` per layer). ``kv_overflow`` is what the engine does
+with a static batch its KV cache cannot hold (metrics._static).
 
-Presets: ``presets/engines/<name>.toml``, each number beside its source.
+Presets: ``presets/engines/<name>.toml``, each number beside its source; a record's engine string picks its
+version's preset through ``presets/engine_versions.toml`` (engine_version.py).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from meshplan import ranges
 from meshplan.errors import SpecError
@@ -33,6 +39,7 @@ PREFILL_MODES = ("chunked", "separate")
 MEMORY_BASES = ("total", "free")
 RESERVATIONS = ("on_demand", "full")
 MOE_COMM = ("all_to_all", "all_gather")
+OVERFLOWS = ("recompute", "queue", "refuse")
 TUNER_GRANULARITY, TUNER_THRESHOLD = 512, 128  # the batch tuner's fallback (engine.batch_table)
 
 
@@ -59,8 +66,20 @@ class Engine:
     # admission on ("full": TensorRT-LLM's default GUARANTEED_NO_EVICT capacity scheduler admits a request only when
     # its maximum KV-cache footprint fits)
     kv_reservation: str = "on_demand"
-    iteration_overhead: float = 0.0  # host seconds per iteration the GPU waits on (fitted)
+    # a static batch whose sequences the KV cache cannot hold to their last token: "recompute" (vLLM V0 and V1,
+    # SGLang: more are admitted than finish together, the newest are preempted, their pages freed and their tokens
+    # prefilled again when they return), "queue" (admission waits until a sequence's whole footprint fits:
+    # TensorRT-LLM's GUARANTEED_NO_EVICT, TurboMind), or "refuse" (the batch is not run). metrics._static prices the
+    # first two as waves of the sequences that fit; serve_estimate refuses the third
+    kv_overflow: str = "recompute"
+    iteration_overhead: float = 0.0  # host seconds per iteration the GPU waits on (sourced or fitted per preset)
     sequence_overhead: float = 0.0  # and per running sequence of the iteration (fitted)
+    # decode iterations replayed as captured CUDA graphs up to this many sequences per micro-batch (vLLM's
+    # cudagraph capture sizes, SGLang's cuda_graph_max_bs, TensorRT-LLM's CudaGraphConfig.max_batch_size); 0: none
+    # captured. A larger decode batch, and every iteration with prompt tokens where the engine graphs decode only,
+    # runs eager: the host issues each kernel, ``eager_layer_overhead`` seconds of it per layer
+    graph_max_batch: int = 0
+    eager_layer_overhead: float = 0.0
     # the host prepares iteration n + 1 while the GPU runs iteration n (an overlap scheduler: TensorRT-LLM's PyTorch
     # backend, SGLang's), so an iteration takes max(GPU, host) seconds instead of their sum
     host_overlap: bool = False
@@ -101,6 +120,8 @@ class Engine:
             raise SpecError(f"{where}kv_reservation={self.kv_reservation!r} must be one of {', '.join(RESERVATIONS)}")
         if self.moe_comm not in MOE_COMM:
             raise SpecError(f"{where}moe_comm={self.moe_comm!r} must be one of {', '.join(MOE_COMM)}")
+        if self.kv_overflow not in OVERFLOWS:
+            raise SpecError(f"{where}kv_overflow={self.kv_overflow!r} must be one of {', '.join(OVERFLOWS)}")
         if self.memory_basis not in MEMORY_BASES:
             raise SpecError(f"{where}memory_basis={self.memory_basis!r} must be one of {', '.join(MEMORY_BASES)}")
         ranges.check_spec(self, where)
@@ -130,6 +151,14 @@ class Engine:
         the host loop is Python (``host_in_python``)."""
         scale = python_host if self.host_in_python else 1.0
         return scale * (self.iteration_overhead + self.sequence_overhead * sequences * pp)
+
+    def eager_time(self, decode: Any, prompts: Any, layers: Any, python_host: float = 1.0) -> Any:
+        """The host's seconds to issue one eager iteration's kernels over ``layers`` layers, 0 where the iteration is
+        a captured decode graph (``graph_max_batch``): pure decode (no ``prompts``) of at most that many sequences.
+        The kernels run asynchronously, so the GPU's step is at least this long (metrics.Setting.time)."""
+        scale = python_host if self.host_in_python else 1.0
+        graphed = (np.asarray(prompts) <= 0) & (np.asarray(decode) <= self.graph_max_batch)
+        return np.where(graphed, 0.0, scale * self.eager_layer_overhead * layers)
 
     def runtime_batch(self, capacity: float) -> float:
         """The most sequences the executor runs when its KV cache holds ``capacity`` (``batch_table``)."""

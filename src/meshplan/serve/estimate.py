@@ -14,7 +14,7 @@ from meshplan.serve.engine import DEFAULT as DEFAULT_ENGINE
 from meshplan.serve.engine import Engine
 from meshplan.serve.iteration import breakdown, op_kinds
 from meshplan.serve.memory import Memory, memory
-from meshplan.serve.metrics import Metrics, Setting, metrics
+from meshplan.serve.metrics import Metrics, Setting, metrics, static_runs
 from meshplan.serve.plan import PlanColumns, ServePlan, Workload
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -90,12 +90,12 @@ def serve_estimate(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload
     cols = plan_columns(plan)
     mem = memory(model, cluster.accelerator.hbm_bytes, cols, plan.quant, engine, engine.resident(workload))
     reasons = [r for r, bad in check.structural(model, cluster, cols, plan.quant, engine) if bool(bad)]
-    if not bool(mem.fits):
+    setting = Setting(model, cluster, cols, plan.quant, engine, workload, eff)
+    if not bool(static_runs(setting) if workload.static else mem.fits):
         reasons.append(f"{check.MEMORY}: {fmt_bytes(float(mem.kv_used))} needed, {fmt_bytes(float(mem.kv_pool))} "
                        f"left for it of {fmt_bytes(float(mem.capacity))} (weights {fmt_bytes(float(mem.weights))})")
     if check.FORMAT in reasons:  # no price for a format the GPU cannot run
         return ServeEstimate(model, cluster, plan, workload, engine, _nothing(), mem, tuple(reasons))
-    setting = Setting(model, cluster, cols, plan.quant, engine, workload, eff)
     result = metrics(setting)
     q = plan.quant
     lane = Shape(tp=plan.tp, dpa=plan.dpa, ep=plan.ep, decode=float(result.running) / (plan.pp * plan.dpa),

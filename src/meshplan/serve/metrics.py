@@ -36,6 +36,7 @@ from meshplan.cost.kv_cache import token_bytes
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.engine import Engine
 from meshplan.serve.iteration import EXPERT_PATH, token_time
+from meshplan.serve.memory import memory
 from meshplan.serve.plan import PlanColumns, Workload
 from meshplan.serve.precision import Quant
 from meshplan.specs.hardware import Cluster
@@ -73,7 +74,10 @@ class Setting:
     def time(self, decode: Num, prefill: Num = 0.0, prompts: Num = 0.0, prefix: Num = 0.0) -> Num:
         """Seconds per token step of a micro-batch with ``decode`` sequences and ``prefill`` prompt tokens."""
         host = self.engine.host_time(decode + prompts, self.cols["pp"], self.cluster.python_host)
-        gpu = self.gpu_time(decode, prefill, prompts, prefix)
+        # eager kernels: the GPU runs each as the host issues it, so the step lasts at least the issuing (engine.py)
+        layers = self.model.num_layers / self.cols["pp"]
+        gpu = maximum(self.gpu_time(decode, prefill, prompts, prefix),
+                      self.engine.eager_time(decode, prompts, layers, self.cluster.python_host))
         if self.engine.host_overlap:  # the host's work hides behind the GPU's (engine.py)
             return maximum(gpu, host)
         return gpu + host
@@ -154,7 +158,8 @@ def deployment(one: Instance, replicas: Num, prefill_replicas: Num, output_len: 
     ttft, tpot = where(split, one.split_ttft, one.ttft), where(split, one.decode_step, one.tpot)
     per_instance = where(split, one.decode_tokens_per_s, one.tokens_per_s)
     running = where(split, one.decode_tokens_per_s * one.decode_step, one.running)  # B·lanes when split
-    return Metrics(ttft=ttft, tpot=tpot, e2e=ttft + (output_len - 1) * tpot, instance_tokens_per_s=per_instance,
+    e2e = ttft + (output_len - 1) * tpot if output_len > 1 else ttft  # (no 0·∞ where a static batch cannot run)
+    return Metrics(ttft=ttft, tpot=tpot, e2e=e2e, instance_tokens_per_s=per_instance,
                    tokens_per_s=total, requests_per_s=total / output_len, running=running,
                    decode_step=one.decode_step)
 
@@ -213,17 +218,55 @@ def _prefill_batch(s: Setting, waiting: Num | None = None) -> tuple[Num, Num]:
     return m, s.time(0.0, m * inp, m, 0.0)
 
 
+def static_capacity(s: Setting) -> Num:
+    """Sequences per micro-batch whose KV cache holds to the last token of a static batch (I + O tokens each, in
+    whole pages): the KV-cache pool over one such sequence's pages, per lane (memory.py)."""
+    w = s.workload
+    mem = memory(s.model, s.cluster.accelerator.hbm_bytes, s.cols, s.quant, s.engine, w.input_len + w.output_len)
+    return mem.max_sequences(s.cols["dpa"]) / s.lanes
+
+
+def static_runs(s: Setting) -> Num:
+    """Whether a static batch runs at all: one sequence per lane fits to its last token (waves for the rest), or,
+    for an engine that refuses a batch it cannot hold (Engine.kv_overflow = "refuse"), the whole batch fits."""
+    need = s.micro_batch if s.engine.kv_overflow == "refuse" else 1.0
+    return np.asarray(static_capacity(s)) >= need
+
+
 def _static(s: Setting) -> Instance:
-    """B prompts prefilled together, then O − 1 decode steps; the batch's tokens over its whole time."""
+    """B prompts prefilled together, then O − 1 decode steps; the batch's tokens over its whole time. A batch the KV
+    cache cannot hold to its last token (``static_capacity`` C < B, engine.kv_overflow) runs as waves: ⌊B/C⌋ of C
+    sequences and one of the rest, each prefilled and decoded to its end (a queueing engine admits the next only as
+    one finishes; a recompute engine preempts the newest and prefills them again on their return: vLLM's
+    PreemptionMode.RECOMPUTE, SGLang's retract_decode). A recompute engine also admits, per full wave, as many
+    prompts as their prompt pages allow, ⌊pool / I⌋, and the prefill of those beyond C is lost: charged once more.
+    TTFT is the mean request's (a later wave's wait for the earlier ones included), TPOT the running wave's step.
+    Below one sequence per lane, or short of the batch where the engine refuses, nothing runs: infinite time
+    (serve_estimate gives the reason)."""
     inp, out, b = s.workload.input_len, s.workload.output_len, s.micro_batch
-    prefill = s.time(0.0, b * inp, b, 0.0)
-    decode = s.time(b)
-    e2e = prefill + (out - 1) * decode
-    rate = b * s.lanes * out / e2e
-    # TPOT as the batch's whole time over its tokens after the first, so that ttft + (O − 1)·tpot = e2e
-    return Instance(ttft=prefill, tpot=decode, running=b * s.lanes, tokens_per_s=rate, decode_step=decode,
+    cap, fits = static_capacity(s), static_runs(s)
+    cap = np.maximum(np.floor(cap), 1.0)
+    full = np.where(b > cap, np.floor(b / cap), 0.0)
+    rest, first = b - full * cap, minimum(b, cap)
+
+    def prompts(n: Num) -> Num:
+        return s.time(0.0, n * inp, n, 0.0)
+
+    decode, prefill = s.time(first), prompts(first)
+    wave = where(full > 0, prefill + (out - 1) * decode, 0.0)  # a full wave: C sequences (first = C there)
+    last = where(rest > 0, prompts(rest) + (out - 1) * s.time(rest), 0.0)
+    whole = full * wave + last
+    if s.engine.kv_overflow == "recompute":
+        admitted = minimum(b, cap * (inp + out) / inp)  # prompt pages only: I tokens each (same pool)
+        lost = np.floor(admitted) - cap
+        whole = whole + where((full > 0) & (lost > 0), full * prompts(lost), 0.0)
+    waiting = (cap * full * (full - 1) / 2 * wave + rest * full * wave + full * cap * prefill) / b
+    ttft = where(fits, where(full > 0, waiting + where(rest > 0, rest * prompts(rest), 0.0) / b, prefill), np.inf)
+    tpot = where(fits, decode, np.inf)
+    rate = where(fits, b * s.lanes * out / whole, 0.0)
+    return Instance(ttft=ttft, tpot=tpot, running=first * s.lanes, tokens_per_s=rate, decode_step=decode,
                     decode_tokens_per_s=rate, prefill_requests_per_s=b * s.lanes / prefill,
-                    split_ttft=prefill)
+                    split_ttft=ttft)
 
 
 def kv_transfer(s: Setting) -> Num:

@@ -1,0 +1,168 @@
+"""Serving engines by version (issue 46, item 4): a record's engine string picks its version's preset
+(presets/engine_versions.toml); vLLM V0's sourced host time per iteration; decode CUDA graphs up to a captured batch
+and the eager host floor beyond it; and the KV-cache capacity rule: a static batch the cache cannot hold runs in
+waves (queued or preempted and recomputed), or is refused, never priced as if it fitted."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from meshplan.serve import check
+from meshplan.serve.engine import load_engine
+from meshplan.serve.engine_version import parse_version, preset_for
+from meshplan.serve.estimate import plan_columns, serve_estimate
+from meshplan.serve.metrics import Setting, static_capacity
+from meshplan.serve.plan import ServePlan, Workload
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+from meshplan_validation.serving_map import engine_of
+
+
+@pytest.mark.parametrize(("text", "preset"), [
+    ("vLLM 0.5.4", "vllm-v0.5"),
+    ("vllm==0.4.2", "vllm-v0.5"),
+    ("vllm==0.6.3.post1", "vllm-v0"),
+    ("vLLM 0.7.3", "vllm-v0"),
+    ("vLLM 0.8.0", "vllm"),
+    ("vLLM v0.10 ROCm", "vllm"),
+    ("vLLM 0.6.2 on ROCm 6.2", "vllm-v0"),
+    ("vLLM V1", "vllm"),
+    ("SGLang v0.4.1", "sglang"),
+    ("TensorRT-LLM 0.14.0 (TensorRT engine) + Triton tensorrtllm_backend", "trtllm"),
+    ("TensorRT-LLM (PyTorch backend, trtllm-bench)", "trtllm-pytorch"),
+    ("trtllm 1.0 PyTorch", "trtllm-pytorch"),
+    ("LMDeploy v0.1.0a1 (TurboMind engine), CUDA 11.8", "lmdeploy"),
+    ("DeepSpeed-FastGen 0.2", None),
+])
+def test_the_engine_string_picks_the_version_preset(text, preset):
+    assert preset_for(text) == preset
+
+
+def test_versions_parse_from_the_first_dotted_number():
+    assert parse_version("vllm==0.6.3.post1") == (0, 6, 3)
+    assert parse_version("vLLM v0.10 ROCm 6.4") == (0, 10)
+    assert parse_version("vLLM V1") is None
+
+
+def test_every_preset_of_the_table_loads():
+    from meshplan.serve.engine_version import version_table
+
+    for row in version_table():
+        assert load_engine(row["preset"]).name == row["preset"]
+
+
+def test_a_record_engine_string_gets_its_version_and_the_source_changes():
+    # a vLLM 0.5 record: V0 with the v0.6 blog's 29 % x 13 ms = 3.8 ms of scheduling per iteration, not the V1 preset
+    engine = engine_of({"engine": "vLLM 0.5.4"})
+    assert engine is not None and engine.name == "vllm-v0.5"
+    assert engine.iteration_overhead == pytest.approx(0.29 * 13e-3, rel=0.01)
+    assert engine_of({"engine": "vLLM 0.6.1"}).iteration_overhead == pytest.approx((1.7 - 1) * 5e-3)
+    assert engine_of({"engine": "vLLM v0.10.0 on ROCm 6.4.1"}).iteration_overhead == 0.0
+    # TensorRT-LLM 0.14's Triton backend: its preset (trtllm) with whole prompts apart
+    old = engine_of({"engine": "TensorRT-LLM 0.14.0 (TensorRT engine)"})
+    assert (old.name, old.prefill) == ("trtllm", "separate")
+    assert engine_of({"engine": "Orca 1.0"}) is None
+
+
+# ---- decode CUDA graphs ------------------------------------------------------------------------------------------
+
+
+SHORT = Workload(input_len=128, output_len=128)
+
+
+def _setting(engine, batch=1, workload=SHORT):
+    model, cluster = load_model("llama3-8b"), load_system("h100").cluster(1)
+    plan = ServePlan(batch=batch)
+    return Setting(model, cluster, plan_columns(plan), plan.quant, engine, workload)
+
+
+def test_a_decode_batch_beyond_the_captured_graphs_pays_the_eager_host_floor():
+    """vLLM V0 captures decode graphs up to 256 sequences; at 257, eager, the host issues 32 layers x 0.18 ms =
+    5.76 ms of kernels, and the GPU's step lasts at least that (plus the 3.5 ms scheduling, not overlapped)."""
+    engine = load_engine("vllm-v0")
+    assert engine.graph_max_batch == 256 and engine.eager_layer_overhead == pytest.approx(0.18e-3)
+    s = _setting(engine)
+    graphed, eager = float(s.time(256.0)), float(s.time(257.0))
+    gpu = float(s.gpu_time(257.0, 0.0, 0.0, 0.0))
+    assert eager == pytest.approx(max(gpu, 32 * 0.18e-3) + 3.5e-3)
+    assert float(s.time(256.0)) == pytest.approx(float(s.gpu_time(256.0, 0.0, 0.0, 0.0)) + 3.5e-3)
+    # graphs off: the eager floor at every batch, never faster
+    bare = _setting(engine.with_(graph_max_batch=0))
+    assert float(bare.time(8.0)) >= float(s.time(8.0)) and float(bare.time(8.0)) >= 32 * 0.18e-3 + 3.5e-3
+    assert eager >= graphed
+
+
+# ---- the KV-cache capacity rule for static batches ---------------------------------------------------------------
+
+LONG = Workload(input_len=8192, output_len=8192, static=True)
+
+
+def _capacity(engine) -> float:
+    return float(static_capacity(_setting(engine, 1, LONG)))
+
+
+@pytest.mark.parametrize("name", ["vllm-v0.5", "trtllm", "lmdeploy"])
+def test_a_static_batch_beyond_the_kv_cache_runs_in_waves(name):
+    """Llama 3 8B on one H100, 8192 + 8192 tokens: C sequences fit to their last token; a batch of 2C + C/2 runs as
+    two full waves of C and one of C/2 (a queueing engine), or more where a recompute engine loses the prefill of
+    the prompts it admitted beyond C; never at the throughput of the batch as if it fitted."""
+    engine = load_engine(name)
+    cap = math.floor(_capacity(engine))
+    assert cap >= 4
+    half = cap // 2
+    batch = 2 * cap + half
+    s = _setting(engine, batch, LONG)
+    got = serve_estimate(s.model, s.cluster, ServePlan(batch=batch), LONG, engine)
+    assert got.fits  # it runs: waves, no memory refusal
+    wave = lambda n: float(s.time(0.0, n * 8192.0, float(n), 0.0) + 8191 * s.time(float(n)))  # noqa: E731
+    whole = 2 * wave(cap) + wave(half)
+    if engine.kv_overflow == "recompute":  # prompts admitted on their 8192-token pages: min(B, 2C), C of them lost
+        assert whole < batch * 8192 / float(got.metrics.tokens_per_s)
+    else:
+        assert batch * 8192 / float(got.metrics.tokens_per_s) == pytest.approx(whole, rel=1e-9)
+    as_if = batch * 8192 / (wave(batch))
+    assert float(got.metrics.tokens_per_s) < as_if
+    # the later waves wait: the mean request's TTFT is its wave's start (0, W, 2W) plus that wave's prefill
+    prefill = lambda n: float(s.time(0.0, n * 8192.0, float(n), 0.0))  # noqa: E731
+    ttft = (cap * wave(cap) + half * 2 * wave(cap) + 2 * cap * prefill(cap) + half * prefill(half)) / batch
+    assert float(got.metrics.ttft) == pytest.approx(ttft, rel=1e-9)
+    assert float(got.metrics.ttft) > 10 * prefill(cap)
+    assert float(got.metrics.tpot) == pytest.approx(float(s.time(float(cap))))
+
+
+def test_a_batch_that_fits_is_priced_as_one_wave():
+    engine = load_engine("vllm")
+    s = _setting(engine, 4, LONG)
+    m = serve_estimate(s.model, s.cluster, ServePlan(batch=4), LONG, engine).metrics
+    e2e = float(s.time(0.0, 4 * 8192.0, 4.0, 0.0) + 8191 * s.time(4.0))
+    assert float(m.e2e) == pytest.approx(e2e, rel=1e-12)
+    assert float(m.tokens_per_s) == pytest.approx(4 * 8192 / e2e, rel=1e-12)
+
+
+def test_an_engine_that_refuses_runs_no_batch_its_cache_cannot_hold():
+    engine = load_engine("vllm").with_(kv_overflow="refuse")
+    cap = math.floor(_capacity(engine))
+    s = _setting(engine, cap + 1, LONG)
+    got = serve_estimate(s.model, s.cluster, ServePlan(batch=cap + 1), LONG, engine)
+    assert not got.fits and any(r.startswith(check.MEMORY) for r in got.reasons)
+    assert got.timings()["output_tokens_per_s"] is None
+    assert float(got.metrics.tokens_per_s) == 0.0 and math.isinf(float(got.metrics.ttft))
+    assert serve_estimate(s.model, s.cluster, ServePlan(batch=cap), LONG, engine).fits
+
+
+def test_no_wave_when_not_one_sequence_fits():
+    """A 70B model at 16 bits on one H100: no KV pool at all, nothing runs whatever the engine does with overflow."""
+    model, cluster = load_model("llama3-70b"), load_system("h100").cluster(1)
+    got = serve_estimate(model, cluster, ServePlan(batch=8), LONG, load_engine("vllm"))
+    assert not got.fits and float(got.metrics.tokens_per_s) == 0.0
+
+
+def test_recompute_never_faster_than_queueing():
+    queue, recompute = (load_engine("vllm").with_(kv_overflow=k) for k in ("queue", "recompute"))
+    cap = math.floor(_capacity(queue))
+    s = _setting(queue, 3 * cap, LONG)
+    a = serve_estimate(s.model, s.cluster, ServePlan(batch=3 * cap), LONG, queue).metrics.tokens_per_s
+    b = serve_estimate(s.model, s.cluster, ServePlan(batch=3 * cap), LONG, recompute).metrics.tokens_per_s
+    assert b < a
