@@ -158,6 +158,8 @@ RANGES: dict[str, Range] = {
                        "full training (the --lora-rank option)"),
     "train_metrics": Range(1, 100, "", "cross-entropies evaluated per micro-batch for metrics (Composer's MPT: 2)",
                            "none"),
+    "host_dispatch": Range(0, 0.01, "s", "host seconds per launched kernel: 3 us raw cuLaunchKernel to ~100 us (a "
+                           "te.Linear on Grace, TransformerEngine #2053); 10 ms is 100x that", "the host never limits"),
     "summa_panels": Range(1, _WIDTH, "", "at most the hidden size", "max(tp, tp2)"),
     # ---- serving (serve/): ServePlan, Workload, Engine --------------------------------------------------------------
     "dpa": Range(1, MAX_GPUS, "", "a parallel axis is at most the cluster"),

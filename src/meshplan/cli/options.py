@@ -51,8 +51,8 @@ def _help(fld: dataclasses.Field, default: Any) -> str:
 
 
 def _option(fld: dataclasses.Field, dest: str, default: Any) -> Any:
-    """One option for a field: a choice, a ``--x/--no-x`` switch, a comma-separated list or an integer, None
-    unless given."""
+    """One option for a field: a choice, a ``--x/--no-x`` switch, a comma-separated list, a number (seconds for a
+    float field: ``--host-dispatch 15e-6``) or an integer, None unless given."""
     name, text, choices = flag(fld), _help(fld, default), fld.metadata.get("choices")
     if fld.type == "bool":
         return click.option(f"{name}/--no-{name[2:]}", dest, default=None, help=text)
@@ -60,7 +60,7 @@ def _option(fld: dataclasses.Field, dest: str, default: Any) -> Any:
         return click.option(name, dest, default=None, help=text)
     if choices:
         return click.option(name, dest, type=click.Choice(choices), default=None, help=text)
-    return click.option(name, dest, type=int, default=None, help=text)
+    return click.option(name, dest, type=float if fld.type == "float" else int, default=None, help=text)
 
 
 def plan_options(f: Any) -> Any:
@@ -116,8 +116,8 @@ def _checked(given: dict[str, Any]) -> dict[str, Any]:
             raise SpecError(f"{name}={given[name]} must be a positive integer")
     for name in ("micro_batch", "global_batch"):
         sequences(given.get(name), name.replace("_", "-"))
-    check_options(**{k: v for k, v in given.items() if k in RANGES and isinstance(v, int) and not isinstance(v, bool)
-                     and (k != "lora_rank" or v != 0)})  # 0: full training (_computed)
+    check_options(**{k: v for k, v in given.items() if k in RANGES and isinstance(v, (int, float))
+                     and not isinstance(v, bool) and (k != "lora_rank" or v != 0)})  # 0: full training (_computed)
     if "recompute_modules" in given:
         given["recompute_modules"] = recompute_modules(given["recompute_modules"])
     if "placement" in given:
