@@ -98,6 +98,10 @@ on the host: ``host_launch`` (fitted: 34 µs per kernel, on the fit half's MoE r
 kernel, including TE's per-expert ``torch.split`` / ``torch.empty`` calls (NVIDIA/TransformerEngine#1499). For scale,
 one TE Linear forward costs 100 µs of CPU on a Grace CPU against 37 µs for torch's (TransformerEngine#2053), and TE's
 fused CuTeDSL grouped MLP for 64 experts 1.2 ms of CPU forward and 2.1 ms backward on GB200 (TransformerEngine#2897).
+It is the same physics as a stack's ``host_dispatch`` (step/passes.py: a pass takes at least its host's time), kept
+apart as a per-op floor: the tokens-per-expert sync drains the queue right before these launches, so no earlier GPU
+work hides them, where a pass's host time hides behind the GPU's queue; folded into the per-pass max at the stacks'
+12 µs it would price each expert launch at a third of what the MoE runs fit (benchmarks/fit_efficiency.py: 41 µs).
 The same price applies wherever a host synchronisation leaves the GPU waiting for the kernels that follow it:
 flash-attn's ``unpad_input`` (``nonzero``, ``.item()``) before a varlen FlashAttention call (attention.varlen_padding).
 
