@@ -20,6 +20,14 @@ def gpt(layers: int = 4, hidden: int = 1024, heads: int = 16, seq: int = 2048, v
                      **extra)
 
 
+def rates_only(system: str):
+    """A preset's accelerator without its per-kernel fixed time (``gemm_overhead``, ``kernel_overhead``:
+    roofline.overhead, tested in test_calibrate_mesh.py and test_host_dispatch.py), for tests of the rates alone."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    return replace(load_system(system).accelerator, gemm_overhead=0.0, kernel_overhead=0.0)
+
+
 @pytest.fixture
 def small_gpt() -> ModelSpec:
     return gpt()

@@ -34,10 +34,11 @@ def llama():
 
 def _parts_agree(a) -> None:
     """Each part within what the six cases reach (docs/AUTOSHARD.md prints them), with what is left:
-    - compute 0.8 % (Llama module): the GEMMs and the attention to the last bit (the same records through
+    - compute 1.1 % (Llama module): the GEMMs and the attention to the last bit (the same records through
       roofline.op_time: test_gemms_and_attention_are_priced_identically); left: the element-wise ops the traced code
       runs against cost/eager.py's template of them (the norms' float32 casts, pow, mean and rsqrt, the rotary
-      embedding's slices and negation, the bias gradients' reductions);
+      embedding's slices and negation, the bias gradients' reductions), each traced kernel also paying the
+      accelerator's fixed kernel_overhead (0.8 % before the presets carried it);
     - tensor-parallel collectives 0.7 % (Mixtral module): the same all-gathers and reduce-scatters by the same
       comm.collective_time; left: the embedding's and the head's few, a MoE layer's token moves;
     - gradient reductions 9.2 % (Llama through transformers): the estimate reduces every gradient in one
@@ -50,7 +51,7 @@ def _parts_agree(a) -> None:
     bytes a parameter), half of the estimate's, and the totals agreed within 5 % (-1.7 % to +0.2 %)."""
     parts = a.parts()
     ours, theirs = parts["compute"]
-    assert ours == pytest.approx(theirs, rel=0.01)
+    assert ours == pytest.approx(theirs, rel=0.012)
     ours, theirs = parts["tensor parallel"]
     assert ours == pytest.approx(theirs, rel=0.008)
     ours, theirs = parts["gradient reductions"]
@@ -81,7 +82,9 @@ def test_llama_module_agrees_and_counts_every_traced_collective_of_sequence_para
     from meshplan.autoshard.placement import REPLICATE
     from meshplan.autoshard.reshard import moves
 
-    assert abs(llama.error) <= 0.01  # +0.9 %
+    # +1.1 %: the trace's aten kernels each pay the H100's 1.5 us kernel_overhead, and it has more of them than
+    # cost/eager.py's template (the element-wise rest, test_gemms_and_attention_are_priced_identically)
+    assert abs(llama.error) <= 0.012
     _parts_agree(llama)
     mesh = llama.planned.problem.mesh
     activation = 8 * 4096 * 4096 * 2 / 8  # bf16 (b/dp, s, h) held as a sequence shard on 8 GPUs
@@ -94,8 +97,9 @@ def test_gemms_and_attention_are_priced_identically(llama):
     """Llama-3-8B as meshplan's module, Megatron's plan on 16 H100: per micro-batch the planner's GEMM decisions
     (forward and backward, each on the shard one GPU computes) cost what the estimate's GEMM records cost (fc1, fc2,
     qkv, out, logits: 282.8 ms) and its flash attention what the estimate's core attention costs (56.8 ms): both are
-    roofline.op_time on the same FLOPs, bytes and shapes. The element-wise rest is what differs (+3.5 %: 103.7 ms
-    traced against 100.2 ms of cost/eager.py's template; the module docstring of _parts_agree)."""
+    roofline.op_time on the same FLOPs, bytes and shapes. The element-wise rest is what differs (+4.7 %: 107.8 ms
+    traced against 103.0 ms of cost/eager.py's template, 3.5 % of it before the kernels' fixed 1.5 us each, of which
+    the trace has more; the module docstring of _parts_agree)."""
     from meshplan.autoshard.ops import ATTENTION, GEMMS, packet
 
     planned, problem = llama.planned, llama.planned.problem
@@ -110,7 +114,7 @@ def test_gemms_and_attention_are_priced_identically(llama):
     assert by["gemm"] == pytest.approx(theirs["gemm"], rel=1e-9) and 0.28 < by["gemm"] < 0.29
     assert by["attention"] == pytest.approx(theirs["attention"], rel=1e-9) and 0.056 < by["attention"] < 0.058
     eager = llama.estimated.breakdown["compute"] - theirs["gemm"] - theirs["attention"]
-    assert 1.0 < by["rest"] / eager < 1.04
+    assert 1.0 < by["rest"] / eager < 1.05
 
 
 def test_the_stack_is_what_the_code_runs():

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import gpt
+from conftest import gpt, rates_only
 from meshplan.calibrate import GemmSample, MemorySample, to_toml, write_system
 from meshplan.calibrate.records import DIST_KINDS
 from meshplan.comm import collective_time
@@ -117,7 +117,7 @@ def test_one_or_two_dimensions_keep_the_two_tier_form(dims):
 def test_an_estimate_pays_each_kernels_overhead():
     """One GPU, no parallelism: nothing overlaps a kernel, so the step grows by exactly t0 per kernel it runs:
     gemm_overhead × (GEMM and attention kernels) + kernel_overhead × (the others), counted from the per-op table."""
-    h100 = load_system("h100").cluster(1)
+    h100 = replace(load_system("h100").cluster(1), accelerator=rates_only("h100"))  # t0 = 0 to start from
     model, plan = gpt(layers=2, hidden=512, heads=8, seq=512), Plan(global_batch=4, micro_batch=2, recompute="none")
     base = estimate(model, h100, plan)
     slow = replace(h100, accelerator=replace(h100.accelerator, gemm_overhead=10e-6, kernel_overhead=3e-6))

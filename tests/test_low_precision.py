@@ -5,9 +5,11 @@ FP8 or 16-bit GEMM input, the cross entropy's fp32 logit gradients."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from conftest import gpt
+from conftest import gpt, rates_only
 from meshplan.cost.layers import dense_layer
 from meshplan.cost.records import dims
 from meshplan.errors import SpecError
@@ -45,7 +47,7 @@ def test_transformer_engine_stacks_keep_the_fp8_input_torchao_the_16_bit_one(cro
 
 def test_mxfp8_gemms_run_at_the_measured_block_scaled_fraction_of_the_fp8_rate():
     # TE GEMM profiling tutorial (B300, operands pre-quantized): 163.5 ms in FP8 current scaling, 171.9 in MXFP8
-    b200 = load_system("b200").accelerator
+    b200 = rates_only("b200")
     assert b200.flops("mxfp8") == b200.flops("fp8") == 4500e12  # same tensor-core peak
     assert DEFAULT.mamf(b200, "mxfp8") == pytest.approx(0.763 * 163.5 / 171.9)  # B200 FP8 MAMF 76.3 %
     op = next(o for o in dense_layer(gpt(hidden=8192), Plan(precision="fp8"), Stack()) if o.name == "mlp/fc1")
@@ -58,7 +60,7 @@ def test_block_scaled_quantization_runs_at_the_measured_fraction_of_a_per_tensor
     23.7 ms for FP8 delayed scaling, 1.84x, for casts of 1.016x the bytes (read 2, two copies of 1 + 1/32 against
     1): a block-scaled cast is 1.81x slower per byte, and the model reproduces the measured 1.84x."""
     assert DEFAULT.block_scaled_cast == pytest.approx(43.739 / 23.753 / 1.015625, rel=1e-3)
-    b200 = load_system("b200").accelerator
+    b200 = rates_only("b200")
     model = gpt(layers=1, hidden=1024, seq=2048)
 
     def cast_time(precision):
@@ -76,6 +78,7 @@ def test_the_block_scaled_cast_cost_reaches_the_step_time():
     from meshplan.estimate import estimate
 
     model, cluster = gpt(layers=2, hidden=2048), load_system("b200").cluster(1)
+    cluster = replace(cluster, accelerator=rates_only("b200"))
     plan = Plan(precision="mxfp8", global_batch=1)
     slow = estimate(model, cluster, plan)
     fast = estimate(model, cluster, plan, eff=DEFAULT.with_(block_scaled_cast=1.0))

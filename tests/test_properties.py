@@ -4,6 +4,8 @@ Each property is checked on at least 500 valid triples (the same 500 for every e
 - more of any rate (dense FLOP/s of every precision or of the one that runs, HBM, each mesh tier's bandwidth, the
   host link) never lengthens the step; more latency on any tier, or more fixed time per kernel (the GEMM and the
   other kernels' overheads, roofline.overhead), never shortens it; a fifth of the systems are on three tiers;
+- more host time per launched kernel (``Stack.host_dispatch``) never shortens the step, and a CUDA-graphed stack is
+  never slower than its eager twin;
 - the estimate is deterministic; MFU and HFU are at most 1; every number of the Estimate and of its JSON is finite;
   no memory or time component is negative;
 - the top plan of a search re-estimates to the same step time, fits, and is no slower than any fitting candidate
@@ -149,6 +151,31 @@ def test_more_latency_never_shortens_a_step(factor):
                 shorter.append(f"{model.name} {cluster.name}x{cluster.num_gpus} {plan.describe()}: {latency} "
                                f"x{factor} {base:.6g} -> {slower:.6g} s")
     assert not shorter, f"{len(shorter)} faster: " + "; ".join(shorter[:5])
+
+
+HOST_FACTORS = (2.0, 100.0)
+
+
+@pytest.mark.parametrize("factor", HOST_FACTORS)
+def test_more_host_cost_never_shortens_a_step_and_cuda_graphs_never_slow_one(factor):
+    """The host as a resource (step/passes.py): each triple's stack at 15 µs per launched kernel (or its own,
+    if more) and at ``factor`` × that; and each against its CUDA-graphed twin. At ×100 (1.5 ms a kernel) most
+    steps are host-bound, so the comparisons bite."""
+    shorter, slower, bound = [], [], 0
+    for model, cluster, plan, stack in triples()[:TRIPLES // 2]:
+        eager = stack.with_(host_dispatch=max(stack.host_dispatch, 15e-6), cuda_graphs=False)
+        base = estimate(model, cluster, plan, eager).step_time
+        more = estimate(model, cluster, plan, eager.with_(host_dispatch=eager.host_dispatch * factor)).step_time
+        graphed = estimate(model, cluster, plan, eager.with_(cuda_graphs=True)).step_time
+        where = f"{model.name} {cluster.name}x{cluster.num_gpus} {plan.describe()} {stack.describe()}"
+        if more < base * (1 - RTOL):
+            shorter.append(f"{where}: host x{factor} {base:.6g} -> {more:.6g} s")
+        if graphed > base * (1 + RTOL):
+            slower.append(f"{where}: graphed {base:.6g} -> {graphed:.6g} s")
+        bound += more > base * (1 + 1e-6)
+    assert not shorter, f"{len(shorter)} faster: " + "; ".join(shorter[:5])
+    assert not slower, f"{len(slower)} slower with CUDA graphs: " + "; ".join(slower[:5])
+    assert bound >= (100 if factor > 10 else 1), bound  # the host term binds: the test can fail
 
 
 def test_estimates_are_deterministic_finite_non_negative_and_below_peak():

@@ -46,7 +46,7 @@ from meshplan.step.stages import cadence
 from meshplan.step.units import Parts, Units, timed_parts, unit_costs
 from meshplan.units import fmt_bytes
 
-COMPONENTS = ("compute", "recompute", "tp", "cp", "ep", "pp", "bubble", "dp", "optimizer", "offload")
+COMPONENTS = ("compute", "recompute", "tp", "cp", "ep", "pp", "host", "bubble", "dp", "optimizer", "offload")
 
 
 @dataclass(frozen=True, slots=True)

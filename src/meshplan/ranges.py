@@ -158,6 +158,8 @@ RANGES: dict[str, Range] = {
                        "full training (the --lora-rank option)"),
     "train_metrics": Range(1, 100, "", "cross-entropies evaluated per micro-batch for metrics (Composer's MPT: 2)",
                            "none"),
+    "host_dispatch": Range(0, 0.01, "s", "host seconds per launched kernel: 3 us raw cuLaunchKernel to ~100 us (a "
+                           "te.Linear on Grace, TransformerEngine #2053); 10 ms is 100x that", "the host never limits"),
     "summa_panels": Range(1, _WIDTH, "", "at most the hidden size", "max(tp, tp2)"),
     # ---- serving (serve/): ServePlan, Workload, Engine --------------------------------------------------------------
     "dpa": Range(1, MAX_GPUS, "", "a parallel axis is at most the cluster"),
@@ -173,9 +175,6 @@ RANGES: dict[str, Range] = {
     "max_seqs": Range(1, MAX_SIZE, "", "running sequences per instance: 256-2,048 in use"),
     "iteration_overhead": Range(0, 1, "s", "host time per iteration: tens of microseconds to milliseconds"),
     "sequence_overhead": Range(0, 0.01, "s", "host time per running sequence per iteration: microseconds"),
-    "host_dispatch": Range(0, 1e-3, "s", "host CPU per launched kernel: eager PyTorch 10-20 us per op on x86, "
-                           "~2.5x on Grace; 1 ms is 10x the slowest call reported (te.Linear on GB200, 99.7 us: "
-                           "TransformerEngine issue #2053)", "not charged"),
     "graph_max_batch": Range(0, MAX_SIZE, "", "the largest captured decode batch: 128-512 in use, 0 for none"),
     "eager_layer_overhead": Range(0, 0.1, "s", "host time to issue one layer's kernels eagerly: ~0.1-1 ms"),
     "slo": Range(1e-6, 3600, "s", "a TTFT or TPOT target: a microsecond is below one kernel launch; no request is "

@@ -109,9 +109,11 @@ def memory_time(op: OpCost, acc: Accelerator, eff: Efficiency) -> Num:
 def overhead(op: OpCost, acc: Accelerator) -> Num:
     """The fixed seconds of the op's kernels (the module docstring): t₀ per kernel, ``gemm_overhead`` for a
     tensor-core kernel and ``kernel_overhead`` for the others; an op the host launches kernel by kernel
-    (``op.launches``, per-expert GEMMs) runs that many kernels, every other op one (a grouped GEMM is one kernel);
-    unfused attention runs its score GEMMs and its softmax as kernels of both kinds; a flash attention kernel of an
-    accelerator with a measured attention rate pays ``attention_overhead``; an op without work runs none."""
+    (``op.launches``, per-expert GEMMs) runs that many kernels, an eager aten sequence ``op.kernels``, every other
+    op one (a grouped GEMM is one kernel); unfused attention runs its score GEMMs and its softmax as kernels of
+    both kinds (t₀ of each kind, not one per kernel: its time is a sum of a GEMM's and a softmax's); a flash
+    attention kernel of an accelerator with a measured attention rate pays ``attention_overhead``; an op without
+    work runs none."""
     if op.variant == "unfused":
         t0 = acc.gemm_overhead + acc.kernel_overhead
     elif op.kind == "attention" and acc.attention_flops:  # measured with its own t₀ (the module docstring)
@@ -120,7 +122,7 @@ def overhead(op: OpCost, acc: Accelerator) -> Num:
         t0 = acc.gemm_overhead if op.kind in ("gemm", "attention") else acc.kernel_overhead
     if not t0:  # the presets: nothing to add
         return 0.0
-    kernels = maximum(1.0, op.launches) * ((op.flops > 0) | (op.nbytes > 0))
+    kernels = maximum(op.kernels, op.launches) * ((op.flops > 0) | (op.nbytes > 0))
     return t0 * kernels
 
 

@@ -62,7 +62,7 @@ SWEEP_COLUMNS = (
     "micro_batch", "zero", "recompute", "recompute_modules", "sequence_parallel", "schedule", "offload_optimizer",
     "offload_activations", "evaluated",
     "feasible_plans",
-    *(f"time_{c}_s" for c in ("compute", "recompute", "tp", "cp", "ep", "pp", "bubble", "dp", "optimizer",
+    *(f"time_{c}_s" for c in ("compute", "recompute", "tp", "cp", "ep", "pp", "host", "bubble", "dp", "optimizer",
                               "offload")),
     *(f"memory_{c}_bytes" for c in ("weights", "grads", "optimizer", "activations", "buffers")),
 )

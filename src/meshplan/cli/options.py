@@ -48,8 +48,8 @@ def _help(fld: dataclasses.Field, default: Any) -> str:
 
 
 def _option(fld: dataclasses.Field, dest: str, default: Any) -> Any:
-    """One option for a field: a choice, a ``--x/--no-x`` switch, a comma-separated list or an integer, None
-    unless given."""
+    """One option for a field: a choice, a ``--x/--no-x`` switch, a comma-separated list, a number (seconds for a
+    float field: ``--host-dispatch 15e-6``) or an integer, None unless given."""
     name, text, choices = flag(fld), _help(fld, default), fld.metadata.get("choices")
     if fld.type.startswith("bool"):
         return click.option(f"{name}/--no-{name[2:]}", dest, default=None, help=text)
@@ -113,8 +113,8 @@ def _checked(given: dict[str, Any]) -> dict[str, Any]:
             raise SpecError(f"{name}={given[name]} must be a positive integer")
     for name in ("micro_batch", "global_batch"):
         sequences(given.get(name), name.replace("_", "-"))
-    check_options(**{k: v for k, v in given.items() if k in RANGES and isinstance(v, int) and not isinstance(v, bool)
-                     and (k != "lora_rank" or v != 0)})  # 0: full training (_computed)
+    check_options(**{k: v for k, v in given.items() if k in RANGES and isinstance(v, (int, float))
+                     and not isinstance(v, bool) and (k != "lora_rank" or v != 0)})  # 0: full training (_computed)
     if "recompute_modules" in given:
         given["recompute_modules"] = recompute_modules(given["recompute_modules"])
     if "placement" in given:

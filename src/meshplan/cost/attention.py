@@ -100,13 +100,16 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     fwd_traffic, bwd_traffic = unfused_score_traffic(d.dropout)
     # Q·Kᵀ reduces over d, P·V over s (equal FLOPs): the pair runs like one GEMM of depth 2ds/(d+s)
     shape = {"m": T * heads, "n": s, "k": 2.0 * d_qk * s / (d_qk + s), "variant": "unfused"}
+    # kernels (Megatron's CoreAttention): forward Q·Kᵀ (baddbmm), the fused scale-mask-softmax, dropout, P·V (bmm);
+    # backward the two GEMMs of each product, the softmax's and the dropout's backward
+    drop = 1 if d.dropout else 0
     return [
         OpCost("attn/core", "fwd", "attention", full, a * (qkv_elems + out_elems) + scores * fwd_traffic,
-               saved_qkv, **shape),
+               saved_qkv, kernels=3 + drop, **shape),
         # the scores kept for the backward pass; selective recompute drops them (Korthikanti §5)
         OpCost("attn/scores", "fwd", "memory", saved=kept),
         OpCost("attn/core", "bwd_x", "attention", 2 * full,
-               a * (2 * qkv_elems + 2 * out_elems) + scores * bwd_traffic, **shape),
+               a * (2 * qkv_elems + 2 * out_elems) + scores * bwd_traffic, kernels=5 + drop, **shape),
     ]
 
 

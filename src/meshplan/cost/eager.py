@@ -63,9 +63,17 @@ def eager_bytes(kind: str, phase: str) -> int:
     return sum(r + w for _, r, w in EAGER[kind].get(phase, ()))
 
 
+def eager_kernels(kind: str, phase: str) -> int:
+    """Extra kernels an eager op sequence launches in one pass (``EAGER``): its aten kernels less the fused kernel
+    its base record already counts (the "fused ..." rows, negative bytes)."""
+    rows = EAGER[kind].get(phase, ())
+    return sum(1 for _, r, w in rows if r >= 0 and w >= 0) - sum(1 for _, r, w in rows if r < 0 or w < 0)
+
+
 def eager_op(name: str, kind: str, elems: Num) -> list[OpCost]:
-    """The extra memory-bound traffic of ``EAGER[kind]`` over ``elems`` elements, one record per pass."""
-    return [OpCost(f"{name}/eager", phase, "memory", 0.0, per_elem * elems)
+    """The extra memory-bound traffic of ``EAGER[kind]`` over ``elems`` elements, one record per pass, standing for
+    its extra kernels (``eager_kernels``)."""
+    return [OpCost(f"{name}/eager", phase, "memory", 0.0, per_elem * elems, kernels=max(1, eager_kernels(kind, phase)))
             for phase in ("fwd", "bwd_x", "bwd_w") if (per_elem := eager_bytes(kind, phase))]
 
 

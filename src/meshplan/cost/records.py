@@ -70,6 +70,10 @@ class OpCost:
     # kernels the host launches one by one with the GPU waiting on it (per-expert GEMMs right after the
     # tokens-per-expert sync): the op takes at least launches × Efficiency.host_launch (roofline.op_time)
     launches: Num = 0.0
+    # kernels the record stands for when the stack launches them one by one (an eager aten op sequence of
+    # cost/eager.py: one per aten op; unfused attention's GEMMs and softmax): the GPU pays a t₀ for each
+    # (roofline.overhead) and the host issues each (step/passes.launches)
+    kernels: Num = 1.0
 
 
 @dataclass(frozen=True, slots=True)

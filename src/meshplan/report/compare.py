@@ -31,6 +31,8 @@ DRIVERS: dict[str, tuple[tuple[str, ...], str]] = {
     "cp": (("cp", "in NVLink"), "the K/V exchange of context parallelism not hidden behind attention"),
     "ep": (("ep", "etp", "in NVLink"), "the experts' all-to-all (and expert-TP collectives) left exposed"),
     "pp": (("pp", "vpp", "micro-batches"), "activations sent between pipeline stages"),
+    "host": (("framework", "micro-batch", "tp"), "the GPU waiting on the host to issue its kernels (the stack's "
+                                                  "host_dispatch per kernel; CUDA graphs: one launch per layer)"),
     "bubble": (("pp", "vpp", "micro-batches", "schedule"), "the pipeline's idle time, about (p − 1)/(v·m) of the "
                                                             "pipelined time"),
     "dp": (("dp", "ZeRO", "in NVLink"), "the data-parallel gradient reduction (ZeRO-3: and weight gathers) left "

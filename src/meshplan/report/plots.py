@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 COMPONENT_COLORS = {
     "compute": "#4C72B0", "recompute": "#8FAADC", "tp": "#DD8452", "cp": "#E6B84C", "ep": "#937860",
-    "pp": "#8172B3", "bubble": "#B8B8B8", "dp": "#55A868", "optimizer": "#DA8BC3", "offload": "#8C8C3C",
+    "pp": "#8172B3", "host": "#C44E52", "bubble": "#B8B8B8", "dp": "#55A868", "optimizer": "#DA8BC3",
+    "offload": "#8C8C3C",
 }
 MEMORY_COLORS = {"weights": "#4C72B0", "grads": "#55A868", "optimizer": "#DA8BC3", "activations": "#DD8452",
                  "buffers": "#B8B8B8"}

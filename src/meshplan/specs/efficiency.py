@@ -98,6 +98,10 @@ on the host: ``host_launch`` (fitted: 34 µs per kernel, on the fit half's MoE r
 kernel, including TE's per-expert ``torch.split`` / ``torch.empty`` calls (NVIDIA/TransformerEngine#1499). For scale,
 one TE Linear forward costs 100 µs of CPU on a Grace CPU against 37 µs for torch's (TransformerEngine#2053), and TE's
 fused CuTeDSL grouped MLP for 64 experts 1.2 ms of CPU forward and 2.1 ms backward on GB200 (TransformerEngine#2897).
+It is the same physics as a stack's ``host_dispatch`` (step/passes.py: a pass takes at least its host's time), kept
+apart as a per-op floor: the tokens-per-expert sync drains the queue right before these launches, so no earlier GPU
+work hides them, where a pass's host time hides behind the GPU's queue; folded into the per-pass max at the stacks'
+12 µs it would price each expert launch at a third of what the MoE runs fit (benchmarks/fit_efficiency.py: 41 µs).
 The same price applies wherever a host synchronisation leaves the GPU waiting for the kernels that follow it:
 flash-attn's ``unpad_input`` (``nonzero``, ``.item()``) before a varlen FlashAttention call (attention.varlen_padding).
 
@@ -210,7 +214,9 @@ class Efficiency:
     # measured GPU-to-GPU throughput ratios (state-spaces/mamba#904: H200 / A100 2.33, GB200 / H200 1.51) within
     # 3.1 and 10.4 %, where a bandwidth-bound rate is 13.7 and 31.2 % off (benchmarks/kernel_checks.py). Measured
     # on an H100 only; capped at the streaming rate where a GPU has many SMs for its bandwidth (roofline.memory_time).
-    ssd: float = 830.5e6 / (8192 / 1.262327e7) / 132
+    # The fixed time of the four forward records' kernels (roofline.overhead, the H100 preset's 1.5 us each) is
+    # taken out of the measured 0.649 ms before the rate is read (0.9 % of it).
+    ssd: float = 830.5e6 / (8192 / 1.262327e7 - 4 * 1.5e-6) / 132
     nvlink: float = 0.8  # NCCL bus bandwidth / NVLink peak (nccl-tests)
     network: float = 0.9  # NCCL bus bandwidth / NIC peak (nccl-tests over InfiniBand NDR/HDR)
     clock_exponent: float = 1 / 3  # P ∝ f³ (see the module docstring)

@@ -92,16 +92,20 @@ class Stack:
     pipeline_runtime: str = _choice("megatron", PIPELINE_RUNTIMES, "what the pipeline keeps per micro-batch: "
                                                                   "megatron (Megatron-Core) or torch (pipelining)")
     cp_comm: str = _choice("ring", CP_COMM, "context-parallel K/V exchange: ring (p2p) or allgather")
+    host_dispatch: float = field(default=0.0, metadata={
+        "help": "host CPU seconds per launched kernel (Python module call, dispatcher, wrapper, launch): eager "
+                "PyTorch 11-18 us per op (NVIDIA dgxc-benchmarking cpu_overhead), torch Linear 13.5 us on an x86 "
+                "host, 33-37 us on Grace (TransformerEngine #2053); a pass takes at least its kernels x this "
+                "(step/passes.py); `meshplan calibrate --stack-out` measures it on this host; 0: the host never "
+                "limits"})
+    cuda_graphs: bool = _flag(False, "the layers are captured as CUDA graphs (Megatron-Core --cuda-graph-impl, "
+                                     "torch.compile mode='reduce-overhead'): the host launches one graph per layer "
+                                     "and pass, not each kernel")
     # ---- overlap --------------------------------------------------------------------------------------------
     overlap_tp: bool = _flag(False, "TP collectives overlapped with the GEMMs (Megatron --tp-comm-overlap)")
     overlap_dp: bool = _flag(True, "the data-parallel collectives overlapped with the passes (overlap-grad-reduce)")
     overlap_ep: bool = _flag(False, "MoE all-to-alls behind another micro-batch's compute (combined 1F1B)")
     overlap_pp: bool = _flag(False, "pipeline sends behind the next chunk's compute (interleaved schedules)")
-    # ---- host ---------------------------------------------------------------------------------------------
-    host_dispatch: float = field(default=0.0, metadata={"help": (
-        "seconds of host CPU per launched kernel (Python call, dispatcher, launch): eager PyTorch 10-20 us per aten "
-        "op on x86 hosts (NVIDIA dgxc-benchmarking cpu_overhead: 11.3-17.7 us per tiny GEMM), less for fused / TE "
-        "stacks, ~0 under CUDA graphs; `meshplan calibrate --stack-out` measures it on this host; 0: not charged")})
     # ---- what plans it runs (supports.py): the search's space, not the price of a plan ----------------------
     supports: Supports = field(default_factory=Supports, compare=False)
 

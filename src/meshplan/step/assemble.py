@@ -256,7 +256,8 @@ def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: Un
     stage = PassTimes(*(where(use_first, getattr(first, f), getattr(last, f)) for f in PassTimes.__slots__))
     m = plan.grad_accum
     breakdown = {"compute": m * (stage.fwd + stage.bwd), "recompute": m * stage.recompute, "tp": m * stage.tp,
-                 "cp": m * stage.cp, "ep": m * stage.ep, "pp": m * stage.pp, "bubble": step.bubble} | pick
+                 "cp": m * stage.cp, "ep": m * stage.ep, "pp": m * stage.pp, "host": m * stage.host,
+                 "bubble": step.bubble} | pick
     mem = compose_memory(model, plan, {plan.recompute: u}, settings, stack)
     mem_first, mem_last = (Memory(mem.weights[0, 0, e], mem.grads[0, 0, e], mem.optimizer[0, 0, e],
                                   mem.activations[0, 0, e], mem.buffers[0]) for e in (0, 1))
