@@ -14,12 +14,14 @@ ring of comm.py (every step at the Simple latency, the full bus bandwidth from t
 is off by the protocols' fixed costs: 10-40 µs against 20-45 µs per all-reduce at 8 GPUs, twice per layer. A group
 beyond the NVLink domain is priced by comm.py.
 
-Training's tensor-parallel all-reduces keep comm.py's α-β ring, by evidence: they are megabytes to gigabytes, where
-the two agree; training runs NCCL, never the engines' kernels below; and comm.py's tier latency and bandwidth are
-what calibrate fits from the mesh (this table's latencies are NCCL's constants). Pricing them with the protocols
-(``nvlink_all_reduce`` without a measured kernel) leaves the accuracy summary where it is: over the 403 published
-runs the median error stays 5.52 %, p90 22.0 %, the mean goes 9.60 -> 9.59 %, in-sample median 5.20 -> 5.27 %,
-out-of-sample 5.71 -> 5.69 % (benchmarks/accuracy.py, November 2026).
+Training and serving price their tensor-parallel all-reduces with this one model (``tp_all_reduce``): inside tier 0
+NCCL's protocols, beyond it comm.py's α-β ring. Training runs NCCL, never the engines' kernels below (``custom``
+False); serving engines run their kernels where the accelerator's cost is measured. Training's all-reduces are
+megabytes to gigabytes, where the protocols and comm.py's ring agree; pricing them with the protocols left the
+accuracy summary where it was when measured (over the 403 published runs the median error stays 5.52 %, p90 22.0 %,
+in-sample median 5.20 -> 5.27 %, out-of-sample 5.71 -> 5.69 %: benchmarks/accuracy.py, November 2026). Inside tier 0
+the protocols' latencies are NCCL's constants, not the tier's ``latency`` (which calibrate fits and comm.py prices
+beyond tier 0 and for the other collectives).
 
 Serving engines replace NCCL below a few megabytes on NVLink with their own one-shot / two-shot kernels (a launch, a
 flag barrier across the peers, their bytes read and written over NVLink: TensorRT-LLM's customAllReduceKernels.cu,
@@ -41,7 +43,7 @@ from functools import reduce
 
 import numpy as np
 
-from meshplan.comm import collective_time
+from meshplan.comm import split_time
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Accelerator, Cluster
 from meshplan.xp import Num, maximum, minimum, where
@@ -70,9 +72,9 @@ def custom_kernel(nbytes: Num, group: Num, latency: float, bandwidth: float) -> 
     return latency + 2 * (g - 1) / g * nbytes / bandwidth
 
 
-def nvlink_all_reduce(nbytes: Num, group: Num, busbw: float, acc: Accelerator) -> Num:
-    """An all-reduce inside tier 0: the fastest protocol, where the engines' kernel is measured
-    (``acc.allreduce_bandwidth`` > 0) at least the measured time, and past the largest size measured (m) each
+def nvlink_all_reduce(nbytes: Num, group: Num, busbw: float, acc: Accelerator, custom: bool = True) -> Num:
+    """An all-reduce inside tier 0: the fastest protocol, where the engines' kernel runs (``custom``) and is
+    measured (``acc.allreduce_bandwidth`` > 0) at least the measured time, and past the largest size measured (m) each
     protocol plus what the measurement added to it at m:
 
         min_p [ P_p(n) + max(measured(min(n, m)) − P_p(min(n, m)), 0) ]
@@ -83,7 +85,7 @@ def nvlink_all_reduce(nbytes: Num, group: Num, busbw: float, acc: Accelerator) -
     grew with the bandwidth: megatron-3.6b on H200, tp 4, pp 4, batch 1024 under SGLang had its TPOT go from 4.445
     to 4.482 ms on an NVLink 10 % faster)."""
     times = protocol_times(nbytes, group, busbw)
-    if not acc.allreduce_bandwidth > 0:
+    if not (custom and acc.allreduce_bandwidth > 0):
         return reduce(minimum, times)
     at = minimum(nbytes, acc.allreduce_measured)
     measured = custom_kernel(at, group, acc.allreduce_latency, acc.allreduce_bandwidth)
@@ -91,11 +93,14 @@ def nvlink_all_reduce(nbytes: Num, group: Num, busbw: float, acc: Accelerator) -
                             for t, t_at in zip(times, protocol_times(at, group, busbw), strict=True)])
 
 
-def tp_all_reduce(nbytes: Num, group: Num, layout: Num, cluster: Cluster, eff: Efficiency) -> Num:
-    """The tensor-parallel all-reduce (module docstring): the engines' measured kernels or NCCL's protocols inside
-    tier 0 (``nvlink_all_reduce``), comm.py beyond it."""
+def tp_all_reduce(nbytes: Num, group: Num, parts: list[Num], cluster: Cluster, eff: Efficiency,
+                  custom: bool = True) -> Num:
+    """The tensor-parallel all-reduce of training and serving (module docstring) over ``group`` ranks split over the
+    tiers as ``parts`` (comm.split_group): inside tier 0 (no part beyond it) NCCL's protocols, with the engines'
+    measured kernels where ``custom`` (``nvlink_all_reduce``); comm.py's ring beyond it."""
     tier = cluster.tiers[0]
-    inside = nvlink_all_reduce(nbytes, group, tier.bandwidth * eff.link(0), cluster.accelerator)
-    outside = collective_time("all_reduce", nbytes, group, layout, cluster, eff)
-    out = where(np.asarray(group) <= 1, 0.0, where(np.asarray(group) <= tier.size, inside, outside))
+    inside = nvlink_all_reduce(nbytes, group, tier.bandwidth * eff.link(0), cluster.accelerator, custom)
+    outside = split_time("all_reduce", nbytes, group, parts, cluster, eff)
+    spans = reduce(lambda a, b: a * b, [np.asarray(p) for p in parts[1:]], np.asarray(1.0))  # ranks beyond tier 0
+    out = where(np.asarray(group) <= 1, 0.0, where(spans <= 1, inside, outside))
     return float(out) if np.ndim(out) == 0 else out

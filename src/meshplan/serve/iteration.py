@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from meshplan.allreduce import tp_all_reduce
-from meshplan.comm import collective_time
+from meshplan.comm import collective_time, split_group
 from meshplan.cost.decode import Shape, collective, gemm, sixteen_bit, stream
 from meshplan.cost.records import ACT_BYTES, OpCost
 from meshplan.groups import send_stride
@@ -72,7 +72,8 @@ def op_seconds(op: OpCost, cluster: Cluster, quant: Quant, eff: ServeEfficiency,
         c = op.collective
         assert c is not None  # a collective op carries its Collective (cost/records.py)
         if c.kind == "all_reduce" and c.axis == "tp":  # NCCL's protocols at decode's sizes (meshplan/allreduce.py)
-            return slower * tp_all_reduce(c.nbytes, c.group, layouts[c.axis], cluster, eff)
+            parts = split_group(cluster, c.group, layouts[c.axis])
+            return slower * tp_all_reduce(c.nbytes, c.group, parts, cluster, eff)
         return slower * collective_time(c.kind, c.nbytes, c.group, layouts[c.axis], cluster, eff)
     acc = compute_accelerator(cluster.accelerator, quant)
     if op.name == "attn/decode":

@@ -47,6 +47,7 @@ from typing import cast
 
 import numpy as np
 
+from meshplan.allreduce import tp_all_reduce
 from meshplan.channels import Passes
 from meshplan.comm import split_group, split_time
 from meshplan.cost.recompute import RECOMPUTE_MODULES, rerun_by, tp_rerun_by
@@ -64,8 +65,9 @@ ZERO = 0.0  # the one object PassTimes.total skips
 
 def time_ops(ops: list[OpCost], cluster: Cluster, plan: Plan, eff: Efficiency,
              compute: list[Num | None] | None = None) -> list[Num]:
-    """Seconds of each op: collectives by comm.py, the rest by the roofline (or taken from ``compute``, the
-    same ops' times computed elsewhere: the search times compute ops once per shape, not per placement)."""
+    """Seconds of each op: collectives by comm.py (the TP all-reduce by allreduce.py), the rest by the roofline (or
+    taken from ``compute``, the same ops' times computed elsewhere: the search times compute ops once per shape, not
+    per placement)."""
     times: list[Num] = []
     splits: dict[tuple[str, object], tuple[Num, list[Num]]] = {}
     for i, op in enumerate(ops):
@@ -76,7 +78,10 @@ def time_ops(ops: list[OpCost], cluster: Cluster, plan: Plan, eff: Efficiency,
             if key not in splits:  # the ops of a layer use a few groups: split each over the tiers once
                 # (the group is kept with its split so that its id is not reused by another array meanwhile)
                 splits[key] = (c.group, split_group(cluster, c.group, axis_layout(plan, c.axis)))
-            one = split_time(c.kind, c.nbytes, c.group, splits[key][1], cluster, eff)
+            if c.kind == "all_reduce" and c.axis == "tp":  # the one TP all-reduce model (allreduce.py), NCCL's
+                one = tp_all_reduce(c.nbytes, c.group, splits[key][1], cluster, eff, custom=False)
+            else:
+                one = split_time(c.kind, c.nbytes, c.group, splits[key][1], cluster, eff)
             times.append(one * op.repeat if type(op.repeat) is not float or op.repeat != 1.0 else one)
         elif compute is not None:
             times.append(cast(Num, compute[i]))  # set for every op that is not a collective
