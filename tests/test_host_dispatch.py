@@ -9,7 +9,9 @@ notes, section 3.1: 11-18 µs per eager op with a CUDA launch, 13.5 µs per torc
 
 from __future__ import annotations
 
+import importlib.util
 import math
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +26,9 @@ from meshplan.specs.stack import Stack, load_stack
 T0 = {"add": 1e-6, "layer_norm": 2e-6, "linear": 3e-6, "module": 5e-6}
 RATE = {"add": 20e9, "layer_norm": 10e9, "linear": 5e9, "module": 5e9}  # bytes/s, FLOP/s
 WORK = (12.0, 3072.0, 49152.0, 786432.0)
+
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def planted(t0: dict[str, float] = T0) -> list[DispatchSample]:
@@ -113,22 +118,13 @@ def test_real_dispatch_on_cpu_is_in_range():
 
 
 def many_small_ops(width: int = 16, layers: int = 8):
-    """A model of many small ops: ``layers`` × (Linear, LayerNorm, ReLU, residual add) at batch 1."""
-    import torch
-
-    class Tiny(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layers = torch.nn.ModuleList(
-                torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.LayerNorm(width)) for _ in range(layers))
-
-        def forward(self, x):
-            for layer in self.layers:
-                x = x + torch.relu(layer(x))
-            return x.sum()
-
-    torch.manual_seed(0)
-    return Tiny(), (torch.randn(1, width),)
+    """A model of many small ops: ``layers`` × (Linear, LayerNorm, ReLU, residual add) at batch 1: the one
+    benchmarks/host_dispatch.py measures (loaded from there, not written twice)."""
+    spec = importlib.util.spec_from_file_location("bench_host_dispatch", ROOT / "benchmarks" / "host_dispatch.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench.many_small_ops(width, layers)
 
 
 ATTEMPTS = 3  # a disturbed run is measured again (tests/test_check_step.py's module docstring)

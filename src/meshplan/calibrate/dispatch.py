@@ -37,7 +37,7 @@ from meshplan.calibrate.settings import Settings
 NORM_WIDTH = 256  # the layer norm's row width (fewer elements: one row of all of them)
 
 
-def time_calls(fn: Callable[[], object], sync: Callable[[], None], calls: int, repeats: int,
+def _time_calls(fn: Callable[[], object], sync: Callable[[], None], calls: int, repeats: int,
                clock: Callable[[], float] = time.perf_counter) -> float:
     """Seconds per call: the median over ``repeats`` of (``calls`` calls, then sync) / calls by ``clock``, after one
     warm run."""
@@ -81,6 +81,6 @@ def bench_dispatch(settings: Settings, device: str) -> list[DispatchSample]:
     with torch.no_grad():
         for n in settings.dispatch_sizes:
             for op, work, call in _calls(torch, n, dev):
-                seconds = time_calls(call, sync, settings.dispatch_calls, settings.repeats, clock)
+                seconds = _time_calls(call, sync, settings.dispatch_calls, settings.repeats, clock)
                 samples.append(DispatchSample(op=op, work=work, seconds=seconds))
     return samples

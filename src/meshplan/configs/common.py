@@ -102,6 +102,11 @@ def _value(spec: type, name: str, text: str) -> Any:
             return int(text)
         except ValueError:
             raise SpecError(f"meshplan comment: {name}={text} must be an integer") from None
+    if isinstance(default, float):  # seconds (Stack.host_dispatch)
+        try:
+            return float(text)
+        except ValueError:
+            raise SpecError(f"meshplan comment: {name}={text} must be a number") from None
     if isinstance(default, tuple):
         return tuple(text.split(","))
     return text
