@@ -55,12 +55,15 @@ SDPA = ("PyTorch SDPA (FlashAttention-2 on Hopper and Blackwell: sdp_utils.cpp c
 # Megatron-LM before FlashAttention and before its communication overlaps (2020-2022 releases, and the Megatron-LM
 # model code on DeepSpeed's engine of 2022): unfused softmax attention, data-parallel gradients all-reduced after the
 # backward pass, TP and pipeline communication exposed
-MEGATRON_2021 = Stack(name="megatron-lm-2021", flash_attention=False, overlap_dp=False,
+# Megatron-LM's host issues its kernels as the megatron-core preset's does (12 us per launched kernel, that preset's
+# sources: TransformerEngine #2053, dgxc-benchmarking cpu_overhead): no CUDA graphs before core_r0.11.0
+MEGATRON_HOST = load_stack("megatron-core").host_dispatch
+MEGATRON_2021 = Stack(name="megatron-lm-2021", flash_attention=False, overlap_dp=False, host_dispatch=MEGATRON_HOST,
                       source="Megatron-LM 2020-22 (Shoeybi et al. 2019; Narayanan et al. 2021; Korthikanti et al. "
                              "2022): fused-softmax attention, no overlap flags yet")
 # Megatron-Core 0.8 with the overlaps its README scaling runs state (--overlap-grad-reduce --overlap-param-gather
 # --tp-comm-overlap) and its default of pipeline sends overlapped under interleaving
-MEGATRON_CORE_2024 = Stack(name="megatron-core-0.8", overlap_tp=True, overlap_pp=True,
+MEGATRON_CORE_2024 = Stack(name="megatron-core-0.8", overlap_tp=True, overlap_pp=True, host_dispatch=MEGATRON_HOST,
                            source="Megatron-Core r0.8 README scaling runs")
 
 
@@ -93,7 +96,8 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "gradient reduction after the backward pass, no FlashAttention; EleutherAI's GPT-NeoX is the same "
                    "construction (Megatron-LM model code on DeepSpeed's pipeline engine and ZeRO-1)"),
     # the framework text's hyphenated name: the group of its README's cost table also holds a DeepSpeed row
-    SourceDefaults("Megatron-LLaMA", r"megatron-llama", Stack(name="megatron-llama", overlap_dp=False), None, 1, 4,
+    SourceDefaults("Megatron-LLaMA", r"megatron-llama", Stack(name="megatron-llama", overlap_dp=False,
+                                                                  host_dispatch=MEGATRON_HOST), None, 1, 4,
                    "none",
                    "Megatron-LLaMA (Alibaba, 2023; a Megatron-LM fork): sequence parallelism with tp > 1, no TP "
                    "overlap, fp32 gradients, no recompute, FlashAttention; Megatron-LM's DistributedOptimizer "
