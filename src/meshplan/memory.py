@@ -166,7 +166,8 @@ def offloaded_optimizer(model: ModelSpec, plan: Plan, stack: Stack) -> Num:
 
 
 def weight_versions(plan: Plan, last: bool = False) -> Num:
-    """Weight versions the first (or last) pipeline rank r keeps (steady.weight_versions reads them off the tables):
+    """Weight versions the first (or last) pipeline rank r keeps (steady.table_weight_versions reads them off the
+    tables):
     PipeDream p - r, one per micro-batch in flight (Narayanan et al. 2019 §3.3, weight stashing); PipeDream-2BW
     min(2, p - r) (Narayanan et al. 2021 §3.1: double-buffered; the last rank's forward and backward of a micro-batch
     are adjacent, so it needs one); a synchronous schedule 1."""
