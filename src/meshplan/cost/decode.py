@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from meshplan.comm import Collective
+from meshplan.cost import blocks
 from meshplan.cost.attention import head_dims, window_keys
 from meshplan.cost.blocks import elementwise
 from meshplan.cost.kv_cache import kept_tokens, kv_heads_per_gpu, layer_token_bytes, window_share
@@ -72,7 +72,8 @@ def stream(name: str, nbytes: Num, flops: Num = 0.0) -> OpCost:
 
 
 def collective(name: str, kind: str, nbytes: Num, axis: str, group: Num) -> OpCost:
-    return OpCost(name, PHASE, "collective", nbytes=nbytes, collective=Collective(kind, nbytes, axis, group))
+    """A collective of an inference iteration: training's record (cost/blocks.collective) in phase ``serve``."""
+    return blocks.collective(name, PHASE, kind, nbytes, axis, group)
 
 
 def forward(ops: list[OpCost]) -> OpCost:
