@@ -159,12 +159,19 @@ class Estimate:
         return self._utilisation(self.hardware_flops, self.peak_flops_per_gpu)
 
     @property
-    def mfu_bf16(self) -> float:
-        return self._utilisation(self.model_flops, self.cluster.accelerator.half_flops)
+    def mfu_bf16(self) -> float | None:
+        """MFU against the 16-bit peak, the basis NVIDIA's FP8 tables quote; None for a plan whose precision runs
+        more than twice the 16-bit peak (fp4: 6x on B300), where a 16-bit basis is no utilisation (it passed 1,
+        issue 48)."""
+        return self._utilisation(self.model_flops, self.cluster.accelerator.half_flops) if self._half_basis else None
 
     @property
-    def hfu_bf16(self) -> float:
-        return self._utilisation(self.hardware_flops, self.cluster.accelerator.half_flops)
+    def hfu_bf16(self) -> float | None:
+        return self._utilisation(self.hardware_flops, self.cluster.accelerator.half_flops) if self._half_basis else None
+
+    @property
+    def _half_basis(self) -> bool:
+        return self.peak_flops_per_gpu <= 2 * self.cluster.accelerator.half_flops
 
     def _utilisation(self, flops: float, peak_per_gpu: float) -> float:
         """``flops`` per step over the step time, as a share of the cluster's peak at ``peak_per_gpu``."""

@@ -143,10 +143,13 @@ def chunk_gradient_share(plan: Plan, stack: Stack) -> Num:
     runs max(1, ⌊m/p⌋) rounds and moves its backwards to the next chunk, the last chunk first, after each round's
     m / rounds micro-batches, so with a single round (m < 2p) a rank backpropagates its chunks one after the other
     and 1/v of its gradients is alive at a time; with more rounds, all of them. (ZeRO-1 under the torch runtime
-    stands for this FSDP2 use; a ZeRO-1 optimizer beside DDP, whose gradients stay unsharded, is not modelled.)"""
-    if stack.pipeline_runtime != "torch" or plan.zero != 1:
+    stands for this FSDP2 use; a ZeRO-1 optimizer beside DDP, whose gradients stay unsharded, is not modelled.)
+    ZeRO-2 and -3 on a shard group of one (dp·cp = 1 and one expert-data-parallel rank) shard nothing and are the
+    same FSDP2 use, so they keep the same share (issue 48: ZeRO-2 read heavier than ZeRO-1 at dp = 1)."""
+    if stack.pipeline_runtime != "torch" or plan.zero == 0:
         return 1.0
-    one_round = (plan.vpp > 1) & (plan.grad_accum < 2 * plan.pp)
+    alone = (plan.dp * plan.cp == 1) & (plan.tp * plan.cp * plan.dp == plan.ep * plan.etp)
+    one_round = (plan.vpp > 1) & (plan.grad_accum < 2 * plan.pp) & ((plan.zero == 1) | alone)
     return where(one_round, 1.0 / plan.vpp, 1.0)
 
 
@@ -229,12 +232,18 @@ def activation_bytes(model: ModelSpec, plan: Plan, layer_saved: Num, layer_input
     layers = layers_on_last(model, plan) if last else layers_on_stage(model, plan)
     chunk_layers = layers / plan.vpp
     chunks = in_flight_chunks(plan, last)
-    if plan.offload_activations:  # double-buffered: the layer computing and the one being copied
-        # partial offload keeps the kept layers' share of the whole non-offloaded total (with full recompute that
-        # share also scales its one-layer working set: an approximation, exact when every layer is offloaded)
-        kept = layers - offloaded_layers(model, plan, last)
-        on_gpu = activation_bytes(model, replace(plan, offload_activations=False), layer_saved, layer_input, last)
-        return on_gpu * kept / layers + 2 * layer_saved
+    if plan.offload_activations:
+        # what a layer keeps for one micro-batch (its input under full recompute, else what it saves), averaged over
+        # the stage; the offloaded layers' share leaves the GPU but for a double buffer (the layer computing and the
+        # one being copied: Megatron-Core cpu_offload.py's double-buffered group handler), one buffer when a single
+        # layer's micro-batch is offloaded, none beyond what it would keep anyway when less. Full recompute's
+        # one-layer working set (the recomputed layer's saved activations) stays on the GPU.
+        working = layer_saved if plan.recompute == "full" else 0.0
+        stored = activation_bytes(model, replace(plan, offload_activations=False), layer_saved, layer_input,
+                                  last) - working
+        per_layer = stored / (chunks * chunk_layers)
+        offloaded = chunks * offloaded_layers(model, plan, last) / plan.vpp  # layer-micro-batches offloaded
+        return stored - offloaded * per_layer + minimum(2.0, offloaded) * per_layer + working
     if plan.recompute == "full":
         recomputed = layers if plan.recompute_layers == 0 else minimum(plan.recompute_layers, layers)
         per_chunk = (recomputed * layer_input + (layers - recomputed) * layer_saved) / plan.vpp
@@ -292,14 +301,21 @@ def pipeline_runtime_memory(model: ModelSpec, plan: Plan, stack: Stack) -> tuple
 
 def buffer_memory(model: ModelSpec, plan: Plan) -> Num:
     """Transient buffers: the gathered activations of a TP collective (×2, in and out; none without tensor
-    parallelism) and, with ZeRO-3, the unsharded weights of the layer in use and the one being prefetched, and
-    the layer's unsharded gradients on their way to the reduce-scatter: autograd's 16-bit gradients and the
-    reduce-scatter input they are copied into in the reduce dtype (``plan.grad_bytes``; PyTorch FSDP2
-    ``foreach_reduce`` allocates that input, world size × the padded shard, before it copies the gradients in,
-    and frees the previous layer's once its reduce-scatter has finished)."""
-    weights_in_use = 2 * WEIGHT_BYTES  # per parameter: this layer's and the prefetched one's
+    parallelism) and, with ZeRO-3, the unsharded weights of the layer in use and of the one being prefetched (one
+    when the stage holds a single layer), and the layer's unsharded gradients on their way to the reduce-scatter:
+    autograd's 16-bit gradients and the reduce-scatter input they are copied into in the reduce dtype
+    (``plan.grad_bytes``; PyTorch FSDP2 ``foreach_reduce`` allocates that input, world size × the padded shard,
+    before it copies the gradients in, and frees the previous layer's once its reduce-scatter has finished).
+
+    A shard group of one (dp·cp = 1 for the dense parameters, tp·cp·dp / (ep·etp) = 1 for the experts) shards
+    nothing: ZeRO-3 there gathers and reduce-scatters nothing (FSDP2 on a one-rank mesh keeps the parameter whole),
+    so those parameters need no buffer (issue 48: ZeRO-3 at dp = 1 added 0.59 GiB of gather buffers to a plan it
+    shards nothing of)."""
+    params = layer_params(model, plan)  # the parameters a shard group of one leaves whole need no buffer
+    layer = params.dense * (plan.dp * plan.cp > 1) + params.expert * (plan.tp * plan.cp * plan.dp > plan.ep * plan.etp)
+    in_use = minimum(2, layers_on_stage(model, plan)) * WEIGHT_BYTES  # per parameter: this layer and the prefetched
     grads_in_transit = WEIGHT_BYTES + plan.grad_bytes  # per parameter: autograd's and the reduce-scatter input
-    sharded = (plan.zero == 3) * layer_params(model, plan).total * (weights_in_use + grads_in_transit)
+    sharded = layer * (plan.zero == 3) * (grads_in_transit + in_use)
     gathered = 2 * token_rows(model, plan)[0] * model.hidden_size * ACT_BYTES
     return sharded + gathered * (plan.tp * plan.tp2 > 1)
 

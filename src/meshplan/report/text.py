@@ -66,8 +66,8 @@ def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
                     " per GPU)")
     summary.add_row("model TFLOP/s per GPU", f"{est.tflops_per_gpu:.1f}")
     basis = f"of the {est.mfu_basis} peak"
-    if est.peak_flops_per_gpu != est.cluster.accelerator.half_flops:
-        basis += f"; {est.mfu_bf16:.1%} / {est.hfu_bf16:.1%} of the 16-bit peak"
+    if est.peak_flops_per_gpu != est.cluster.accelerator.half_flops and est.mfu_bf16 is not None:
+        basis += f"; {est.mfu_bf16:.1%} / {est.hfu_bf16 or 0.0:.1%} of the 16-bit peak"
     summary.add_row("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%} ({basis})")
     cap = est.cluster.accelerator.hbm_bytes
     fit = "fits" if est.fits else "DOES NOT FIT: " + "; ".join(est.reasons)
