@@ -60,6 +60,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence, Sized
 from dataclasses import dataclass
+from functools import lru_cache
 
 from meshplan.bubble import flow_bubble
 from meshplan.specs.plan import ASYNC_SCHEDULES, SCHEDULES
@@ -82,6 +83,9 @@ class Action:
     def __post_init__(self) -> None:
         if self.kind not in ACTION_KINDS:
             raise ValueError(f"action kind={self.kind!r} must be 'F' or 'B'")
+        s, j, c = self.stage, self.micro, self.chunk
+        if type(s) is int and type(j) is int and type(c) is int and s >= 0 and j >= 0 and c >= 0:
+            return  # the common case, checked at once (a schedule table holds thousands of actions)
         for name in ("stage", "micro", "chunk"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -172,6 +176,7 @@ def _interleaved_order(m: int, vpp: int, n: int) -> list[tuple[int, int]]:
     return order
 
 
+@lru_cache(maxsize=64)  # a table is immutable; the HTML report times the same shapes for many plans
 def build(schedule: str, pp: int, micro_batches: int, vpp: int = 1, *, group: int | None = None,
           steps: int = 1) -> Table:
     """Per-rank ordered actions of ``schedule`` for ``pp`` ranks, ``micro_batches`` micro-batches.
@@ -255,6 +260,12 @@ def _shape(table: Table) -> tuple[int, int, int]:
     return pp, vpp, m
 
 
+def _built_shape(table: Table) -> tuple[int, int, int]:
+    """(p, v, m) of a table ``build`` made: its first rank holds one F and one B per chunk and micro-batch."""
+    row = table[0]
+    return len(table), max(a.chunk for a in row) + 1, max(a.micro for a in row) + 1
+
+
 def _per_stage(name: str, times: Times, pp: int, vpp: int) -> list[float]:
     """Time per virtual stage s: a scalar, or a sequence by rank (length p) or by virtual stage (p·v)."""
     if not isinstance(times, Sized):  # a scalar (also a NumPy scalar): no __len__
@@ -273,15 +284,16 @@ def _per_stage(name: str, times: Times, pp: int, vpp: int) -> list[float]:
     return values
 
 
-def simulate(table: Table, t_fwd: Times, t_bwd: Times, t_p2p: Times = 0.0) -> Timeline:
+def simulate(table: Table, t_fwd: Times, t_bwd: Times, t_p2p: Times = 0.0, *, built: bool = False) -> Timeline:
     """Time ``table`` under the pipeline's data dependencies (see the module docstring).
 
     ``t_fwd`` / ``t_bwd`` are per model chunk: a float, or a sequence by rank (length p) or by virtual
     stage (length p·v). ``t_p2p``: a float, or per boundary between virtual stages s and s + 1 (length p·v − 1;
     stages of unequal sub-meshes send over different links). Raises ValueError on a malformed table or one that
-    deadlocks. O(actions).
+    deadlocks. O(actions). ``built``: the table is ``build``'s, well formed by construction, so its shape is read
+    off its first rank instead of checked action by action (the HTML report simulates dozens of them).
     """
-    pp, vpp, m = _shape(table)
+    pp, vpp, m = _built_shape(table) if built else _shape(table)
     tf = _per_stage("t_fwd", t_fwd, pp, vpp)
     tb = _per_stage("t_bwd", t_bwd, pp, vpp)
     hops = [float(t) for t in t_p2p] if isinstance(t_p2p, Sized) else [float(t_p2p)] * max(pp * vpp - 1, 0)
@@ -316,9 +328,12 @@ def _replay(table: Table, durations: dict[str, list[float]], p2p: list[float], m
     """Run a rank's row in order until an action waits on another rank's, then the next ready rank's: the time each
     rank is done, and the start and end of each action. Raises ValueError if the table deadlocks."""
     pp, stages = len(table), len(durations["F"])
-    # Finish times and the (single) rank blocked on each, per kind, indexed s·m + j.
-    done: dict[str, list[float | None]] = {k: [None] * (stages * m) for k in ACTION_KINDS}
-    wait: dict[str, list[int | None]] = {k: [None] * (stages * m) for k in ACTION_KINDS}
+    steps = _compiled(table, pp, m, stages)
+    duration = durations["F"] + durations["B"]  # flat: F of virtual stage s at s, B at stages + s
+    hops = p2p + [0.0]  # index -1: no hop
+    n = stages * m
+    done: list[float | None] = [None] * (2 * n)  # finish of F(s, j) at s·m + j, of B(s, j) at n + s·m + j
+    wait: list[int | None] = [None] * (2 * n)  # the (single) rank blocked on each
     nxt = [0] * pp  # index of each rank's next action
     free = [0.0] * pp  # time each rank becomes free
     starts = [[0.0] * len(row) for row in table]
@@ -326,24 +341,22 @@ def _replay(table: Table, durations: dict[str, list[float]], p2p: list[float], m
     ready_ranks = list(range(pp))
     while ready_ranks:
         r = ready_ranks.pop()
-        row, i, t = table[r], nxt[r], free[r]
+        row, i, t = steps[r], nxt[r], free[r]
+        begin, finish_at = starts[r], ends[r]
         while i < len(row):
-            a = row[i]
-            dep, ready = _dependency(a, pp, m, stages), 0.0
-            if dep is not None:
-                kind, key, across = dep
-                finish = done[kind][key]
+            own, dep, hop, dur = row[i]
+            if dep >= 0:
+                finish = done[dep]
                 if finish is None:
-                    wait[kind][key] = r
+                    wait[dep] = r
                     break
-                s = a.chunk * pp + r
-                ready = finish + (p2p[s - 1 if a.kind == "F" else s] if across else 0.0)
-            s = a.chunk * pp + r
-            key = s * m + a.micro
-            start = max(t, ready)
-            t = done[a.kind][key] = start + durations[a.kind][s]
-            waiter = wait[a.kind][key]
-            starts[r][i], ends[r][i] = start, t
+                ready = finish + hops[hop]
+                start = t if t >= ready else ready
+            else:
+                start = t
+            t = done[own] = start + duration[dur]
+            begin[i], finish_at[i] = start, t
+            waiter = wait[own]
             if waiter is not None and waiter != r:
                 ready_ranks.append(waiter)
             i += 1
@@ -352,6 +365,38 @@ def _replay(table: Table, durations: dict[str, list[float]], p2p: list[float], m
     if stuck:
         raise ValueError(f"schedule deadlocks: ranks wait forever at {', '.join(stuck)}")
     return free, starts, ends
+
+
+_COMPILED: dict[int, tuple[Table, list[list[tuple[int, int, int, int]]]]] = {}
+
+
+def _compiled(table: Table, pp: int, m: int, stages: int) -> list[list[tuple[int, int, int, int]]]:
+    """Each rank's actions as (its slot in the finish times, the slot it waits for or -1, the p2p hop it pays or
+    -1, its duration's index): ``_dependency`` resolved once per table (``build``'s tables recur: kept by identity,
+    the last 32)."""
+    hit = _COMPILED.get(id(table))
+    if hit is not None and hit[0] is table:
+        return hit[1]
+    n = stages * m
+    out = []
+    for r, row in enumerate(table):
+        steps = []
+        for a in row:
+            s = a.chunk * pp + r
+            backward = a.kind == "B"
+            own = s * m + a.micro + n * backward
+            dep, hop = _dependency(a, pp, m, stages), -1
+            slot = -1
+            if dep is not None:
+                kind, key, across = dep
+                slot = key + n * (kind == "B")
+                hop = (s if backward else s - 1) if across else -1
+            steps.append((own, slot, hop, s + stages * backward))
+        out.append(steps)
+    if len(_COMPILED) >= 32:  # about 1.6 MB a 23,000-action table
+        _COMPILED.pop(next(iter(_COMPILED)))
+    _COMPILED[id(table)] = (table, out)
+    return out
 
 
 def _max_in_flight(row: Sequence[Action]) -> int:

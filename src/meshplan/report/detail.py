@@ -88,8 +88,9 @@ def page_data(plans: Sequence[Detailed], hbm: float, first: Sequence[int] = ()) 
     for d in sorted(plans, key=lambda d: (d.id not in first, d.id)):
         e = d.est
         run = pipeline_run(e)
-        timeline = compact_timeline(run, merged=False)
-        if len(timeline["rows"]) > budget:
+        # every block when the actions alone fit the budget (gaps may still push it over: then merged)
+        timeline = compact_timeline(run, merged=sum(map(len, run.table)) > budget)
+        if not timeline["merged"] and len(timeline["rows"]) > budget:
             timeline = compact_timeline(run, merged=True)
         budget -= 0 if timeline["merged"] else len(timeline["rows"])
         out.append({

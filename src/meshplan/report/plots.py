@@ -199,14 +199,15 @@ class PipelineRun:
 
     def idle(self) -> list[list[tuple[float, float]]]:
         """(start, length) of every idle interval of every rank within [0, step time]."""
-        out = []
+        out, tiny = [], 1e-12 * max(1.0, self.timeline.step_time)
         for starts, ends in zip(self.timeline.starts, self.timeline.ends, strict=True):
             gaps, t = [], 0.0
-            for s, e in sorted(zip(starts, ends, strict=True)):
-                if s - t > 1e-12 * max(1.0, self.timeline.step_time):
+            for s, e in zip(starts, ends, strict=True):  # a rank runs its row in order: starts never decrease
+                if s - t > tiny:
                     gaps.append((t, s - t))
-                t = max(t, e)
-            if self.timeline.step_time - t > 1e-12 * max(1.0, self.timeline.step_time):
+                if e > t:
+                    t = e
+            if self.timeline.step_time - t > tiny:
                 gaps.append((t, self.timeline.step_time - t))
             out.append(gaps)
         return out
@@ -236,7 +237,7 @@ def pipeline_run(est: Estimate) -> PipelineRun:
     t_b = tuple(float(b) / vpp for _, b in per_rank)
     table = build(schedule, plan.pp, m, vpp)
     return PipelineRun(schedule=schedule, pp=plan.pp, vpp=vpp, micro_batches=m, t_fwd=t_f, t_bwd=t_b, table=table,
-                       timeline=simulate(table, t_f, t_b))
+                       timeline=simulate(table, t_f, t_b, built=True))
 
 
 def timeline_figure(est: Estimate, run: PipelineRun | None = None, title: str | None = None) -> Figure:

@@ -48,21 +48,23 @@ def _log2(a: float, b: float) -> float:
     return abs(math.log2(max(a, 1) / max(b, 1)))
 
 
-def distance(est: Estimate, run: dict[str, Any]) -> float:
+def distance(est: Estimate, run: dict[str, Any], params_b: float | None = None) -> float:
     """How far a run's parallel shape is from the plan's: |log2| ratios of the tensor (tp·tp2), pipeline, context and
-    expert sizes, plus half those of the GPU count and the parameter count."""
+    expert sizes, plus half those of the GPU count and the parameter count (``params_b``, billions: the model's
+    when not given; ``nearest`` counts it once for all runs)."""
     p = est.plan
+    size = est.model.params() / 1e9 if params_b is None else params_b
     return (_log2(p.tp * p.tp2, run["tp"] * run["tp2"]) + _log2(p.pp, run["pp"]) + _log2(p.cp, run["cp"])
             + _log2(p.ep, run["ep"]) + 0.5 * _log2(est.cluster.num_gpus, run["gpus"])
-            + 0.5 * _log2(est.model.params() / 1e9, run["params_b"]))
+            + 0.5 * _log2(size, run["params_b"]))
 
 
 def nearest(est: Estimate, k: int = NEAREST) -> list[dict[str, Any]]:
     """The ``k`` runs nearest the plan: same GPU generation and model class first, then by ``distance``; each with
     ``same_generation``, ``same_class`` and ``distance``."""
-    arch = est.cluster.accelerator.architecture or "unstated"
+    arch, size = est.cluster.accelerator.architecture or "unstated", est.model.params() / 1e9
     scored = [run | {"same_generation": run["architecture"] == arch, "same_class": run["moe"] == est.model.is_moe,
-                     "distance": distance(est, run)} for run in runs()]
+                     "distance": distance(est, run, size)} for run in runs()]
     scored.sort(key=lambda r: (not r["same_generation"], not r["same_class"], r["distance"], r["id"]))
     return scored[:k]
 
