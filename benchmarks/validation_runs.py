@@ -15,7 +15,7 @@ from meshplan_validation.result import RunResult
 from meshplan_validation.skip import Skip
 
 FIELDS = ("id", "source", "url", "framework", "model", "params_b", "moe", "architecture", "gpu", "gpus", "dp", "tp",
-          "tp2", "pp", "cp", "ep", "vpp", "metric", "measured", "predicted", "error", "complete")
+          "tp2", "pp", "cp", "ep", "vpp", "precision", "metric", "measured", "predicted", "error", "complete")
 
 
 def _row(r: RunResult, record: dict[str, Any]) -> dict[str, Any] | None:
@@ -29,7 +29,8 @@ def _row(r: RunResult, record: dict[str, Any]) -> dict[str, Any] | None:
             "params_b": round(case.model.params() / 1e9, 2), "moe": case.model.is_moe,
             "architecture": acc.architecture or "unstated", "gpu": acc.name, "gpus": case.cluster.num_gpus,
             "dp": p.dp, "tp": p.tp, "tp2": p.tp2, "pp": p.pp, "cp": p.cp, "ep": p.ep, "vpp": p.vpp,
-            "metric": r.metric, "measured": r.measured, "predicted": round(r.predicted, 6), "error": round(r.error, 6),
+            "precision": p.precision, "metric": r.metric, "measured": r.measured,
+            "predicted": round(r.predicted, 6), "error": round(r.error, 6),
             "complete": r.complete}
 
 

@@ -3,6 +3,8 @@ trust panel's runs and assumptions (trust.py) and the plan space's columns (spac
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from conftest import gpt
@@ -93,6 +95,10 @@ def test_trust_nearest_runs_and_assumptions():
     runs = trust.nearest(est)
     assert len(runs) == trust.NEAREST == 5
     assert all(r["same_generation"] and r["same_class"] for r in runs)  # hopper dense runs are many
+    # issue 48: a bf16 plan's evidence is 16-bit runs (fp8 ones only once those run out)
+    assert all(r["same_precision"] and r["precision"] in ("bf16", "fp16") for r in runs)
+    fp8 = trust.nearest(estimate(est.model, est.cluster, replace(est.plan, precision="fp8")))
+    assert all(r["precision"] in ("fp8", "mxfp8") for r in fp8)
     assert [r["distance"] for r in runs] == sorted(r["distance"] for r in runs)
     # the distance is 0 for the plan's own shape and grows with each |log2| ratio: tp 4 -> 8 adds 1, pp 2 -> 8 adds 2
     own = {"tp": 4, "tp2": 1, "pp": 2, "cp": 1, "ep": 1, "gpus": 64, "params_b": est.model.params() / 1e9}

@@ -7,7 +7,7 @@ Playwright (the ``playwright`` package, in the ``dev`` extra) drives the Chromiu
     with chromium() as browser:
         page = open_page(browser, Path("report.html"), width=1280)
         page.screenshot(path="shot.png", full_page=True)
-        page.meshplan_errors      # console errors, uncaught exceptions and failed or outside requests
+        page.meshplan_errors      # console errors and warnings, uncaught exceptions and failed or outside requests
 """
 
 from __future__ import annotations
@@ -61,12 +61,14 @@ def open_page(browser: Any, path: Path | str, width: int = 1280, height: int = 9
               timeout_ms: float = 60_000) -> Any:
     """A new page (``width`` × ``height`` CSS pixels) showing ``path``; every request that is not the file itself is
     refused and recorded. ``ready``: a JavaScript expression to wait for (the report's: every chart drawn).
-    ``page.meshplan_errors`` lists the console errors, uncaught exceptions and refused or failed requests."""
+    ``page.meshplan_errors`` lists the console errors and warnings (Vega's included), uncaught exceptions and refused
+    or failed requests."""
     url = Path(path).resolve().as_uri()
     page = browser.new_page(viewport={"width": width, "height": height})
     errors: list[str] = []
     page.meshplan_errors = errors
-    page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type in ("error", "assert") else None)
+    page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type in ("error", "assert", "warning")
+            else None)
     page.on("pageerror", lambda e: errors.append(f"exception: {e}"))
     page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
 

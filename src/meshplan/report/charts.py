@@ -173,8 +173,7 @@ def timeline_chart(run: PipelineRun, title: str, data: str | None = None) -> dic
                              "tooltip": [{"field": "rank"}, {"field": "what"}]}},
                {"mark": {"type": "text", "fontSize": 9, "color": "white"},
                 "encoding": {"y": y, "x": {"field": "mid", "type": "quantitative"}, "text": {"field": "label"}},
-                "transform": [{"filter": "datum.label != ''"},
-                              {"calculate": "(datum.start + datum.end) / 2", "as": "mid"}]}])
+                "transform": [{"calculate": "(datum.start + datum.end) / 2", "as": "mid"}]}])
 
 
 def roofline_chart(est: Estimate, label_top: int = 6) -> dict[str, Any]:

@@ -26,8 +26,7 @@ DRIVERS: dict[str, tuple[tuple[str, ...], str]] = {
                 "the layers' kernels on the busiest rank: its share of the layers (pp) and of each layer (tp, cp), "
                 "at the micro-batch's size"),
     "recompute": (("recompute", "pp", "tp"), "forward work run again in the backward pass"),
-    "tp": (("tp", "sp", "in NVLink", "micro-batch"), "tensor-parallel collectives (the 2D grid's broadcasts and K/V "
-                                                      "exchange) not hidden behind the GEMMs"),
+    "tp": (("tp", "sp", "in NVLink", "micro-batch"), "tensor-parallel collectives not hidden behind the GEMMs"),
     "cp": (("cp", "in NVLink"), "the K/V exchange of context parallelism not hidden behind attention"),
     "ep": (("ep", "etp", "in NVLink"), "the experts' all-to-all (and expert-TP collectives) left exposed"),
     "pp": (("pp", "vpp", "micro-batches"), "activations sent between pipeline stages"),
@@ -35,10 +34,15 @@ DRIVERS: dict[str, tuple[tuple[str, ...], str]] = {
                                                   "host_dispatch per kernel; CUDA graphs: one launch per layer)"),
     "bubble": (("pp", "vpp", "micro-batches", "schedule"), "the pipeline's idle time, about (p − 1)/(v·m) of the "
                                                             "pipelined time"),
-    "dp": (("dp", "ZeRO", "in NVLink"), "the data-parallel gradient reduction (ZeRO-3: and weight gathers) left "
-                                         "exposed"),
+    "dp": (("dp", "ZeRO", "in NVLink"), "the data-parallel gradient reduction left exposed"),
     "optimizer": (("ZeRO", "offload", "dp"), "the optimizer step over this GPU's share of the states"),
     "offload": (("offload",), "host copies left exposed"),
+}
+# component -> (plan field, text in its value, what it adds): said only where plan A's or B's value holds that text
+# (issue 48: the text named a 2D grid and ZeRO-3 beside two 1D ZeRO-1 plans); compare.js appends them
+DRIVER_EXTRAS: dict[str, tuple[str, str, str]] = {
+    "tp": ("tp", "×", " (on the 2D grid: its broadcasts and K/V exchange)"),
+    "dp": ("ZeRO", "3", " (with ZeRO-3: and the weight gathers)"),
 }
 MEMORY_DRIVERS: dict[str, tuple[tuple[str, ...], str]] = {
     "weights": (("tp", "pp", "ep", "ZeRO"), "this GPU's share of the parameters"),
@@ -69,7 +73,9 @@ def trust_section(plans: Sequence[Detailed], headroom: float, shown: int) -> Sec
 
 
 def _drivers(table: dict[str, tuple[tuple[str, ...], str]]) -> dict[str, dict[str, Any]]:
-    return {k: {"fields": list(fields), "what": what} for k, (fields, what) in table.items()}
+    return {k: {"fields": list(fields), "what": what} | (
+        {"extra": dict(zip(("field", "value", "text"), DRIVER_EXTRAS[k], strict=True))} if k in DRIVER_EXTRAS else {})
+        for k, (fields, what) in table.items()}
 
 
 def pair_of(plans: Sequence[Detailed], text: str | None) -> tuple[int, int]:
@@ -139,6 +145,7 @@ def timeline_template(slot: str) -> dict[str, Any]:
                                                  "range": [*TIMELINE_COLORS.values(), "#7F9FD0"]}},
                              "tooltip": [{"field": "rank"}, {"field": "what"}]}},
                {"mark": {"type": "text", "fontSize": 9, "color": "white"},
-                "transform": [{"filter": "datum.label != ''"},
-                              {"calculate": "(datum.start + datum.end) / 2", "as": "mid"}],
+                # every row (a merged timeline's have no label: an empty text draws nothing), so that the layer's
+                # extent is never empty (Vega warned "Infinite extent for field mid")
+                "transform": [{"calculate": "(datum.start + datum.end) / 2", "as": "mid"}],
                 "encoding": {"y": y, "x": {"field": "mid", "type": "quantitative"}, "text": {"field": "label"}}}])

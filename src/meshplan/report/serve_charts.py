@@ -122,7 +122,7 @@ def serving_memory_chart(plans: Sequence[ServeEstimate], labels: Sequence[str]) 
         f"Memory per GPU (GiB) against {fmt_bytes(acc.hbm_bytes)} of HBM", bar_axis("config", labels, 340), rows, ends,
         {"title": "memory per GPU (GiB)", "scale": {"domain": [0, acc.hbm_bytes / GiB * 1.6]}},
         {"field": "part", "type": "nominal", "title": "part",
-         "scale": {"domain": shown, "range": [MEMORY_PARTS[k] for k in shown]}, "legend": {"columns": 3}},
+         "scale": {"domain": shown, "range": [MEMORY_PARTS[k] for k in shown]}, "legend": {"columns": 2}},
         [{"field": "config"}, {"field": "part"}, {"field": "bytes"}],
         [{"data": {"values": limits}, "mark": {"type": "rule", "color": SLO_COLOR, "strokeWidth": 1.5},
           "encoding": {"x": {"field": "x", "type": "quantitative"}, "tooltip": [{"field": "limit"}],

@@ -134,12 +134,13 @@ def serving_space_section(result: ServeSearchResult, ranked: Ranked, sample: int
 def serving_space_chart() -> dict[str, Any]:
     """The scatter's spec: its data sets (``points``, ``rejected``, ``best``, ``slo``), the x field and the colour
     field are filled in by the page's script (serve.js) for the axes chosen."""
-    x = {"field": "x", "type": "quantitative", "scale": {"type": "log", "zero": False}, "title": "latency"}
-    y = {"field": "per_gpu", "type": "quantitative", "scale": {"type": "log", "zero": False},
+    x = {"field": "x", "type": "quantitative", "scale": {"type": "log"}, "title": "latency"}
+    y = {"field": "per_gpu", "type": "quantitative", "scale": {"type": "log"},
          "title": "output tokens/s per GPU (log scale)", "axis": {"format": "~s"}}
     tip = [{"field": "plan", "title": "configuration"}, {"field": "rate", "title": "tokens/s per GPU"},
            {"field": "tpot_text", "title": "TPOT"}, {"field": "ttft_text", "title": "TTFT"},
-           {"field": "e2e_text", "title": "end-to-end"}, {"field": "memory", "title": "memory per GPU (GiB)"},
+           {"field": "e2e_text", "title": "end-to-end"},
+           {"field": "memory", "title": "memory per GPU (GiB)", "format": ".4~r"},
            {"field": "verdict"}]
     return spec(
         height=440, title="Every configuration the search weighed: throughput per GPU against latency",

@@ -124,11 +124,11 @@ def regions(hbm: float, usable: float, cols: dict[str, list[Any]]) -> list[dict[
 def space_chart() -> dict[str, Any]:
     """The scatter's spec; its data sets (``points``, ``regions``, ``plans``, ``others``, ``picked``) and the colour
     field the page's script fills in (space.js)."""
-    x = {"field": "time", "type": "quantitative", "scale": {"type": "log", "zero": False},
+    x = {"field": "time", "type": "quantitative", "scale": {"type": "log"},
          "title": "step time (s, log scale)"}
-    y = {"field": "memory", "type": "quantitative", "scale": {"type": "log", "zero": False},
+    y = {"field": "memory", "type": "quantitative", "scale": {"type": "log"},
          "title": "memory per GPU (GiB, log scale)"}
-    tip = [{"field": "plan"}, {"field": "step"}, {"field": "memory", "title": "memory (GiB)"},
+    tip = [{"field": "plan"}, {"field": "step"}, {"field": "memory", "title": "memory (GiB)", "format": ".4~r"},
            {"field": "status", "title": "verdict"}, {"field": "framework"}]
     return spec(
         height=460, title="Every plan the search scored: step time against memory per GPU",
@@ -148,7 +148,8 @@ def space_chart() -> dict[str, Any]:
              "mark": {"type": "point", "shape": "diamond", "size": 70, "filled": True, "color": "#8172B3",
                       "stroke": "#333", "strokeWidth": 0.6, "opacity": 0.8},
              "encoding": {"x": x, "y": y, "tooltip": [{"field": "plan"}, {"field": "gpus", "title": "GPUs"},
-                                                     {"field": "step"}, {"field": "memory", "title": "memory (GiB)"},
+                                                     {"field": "step"},
+                                                     {"field": "memory", "title": "memory (GiB)", "format": ".4~r"},
                                                      {"field": "front3d", "title": "on the 3D front"}]}},
             {"name": "front", "data": {"name": "plans"}, "transform": [{"filter": "datum.on2d"}],
              "mark": {"type": "line", "interpolate": "step-after", "color": "#222", "strokeWidth": 1.2}, "encoding": {

@@ -60,13 +60,21 @@ def distance(est: Estimate, run: dict[str, Any], params_b: float | None = None) 
 
 
 def nearest(est: Estimate, k: int = NEAREST) -> list[dict[str, Any]]:
-    """The ``k`` runs nearest the plan: same GPU generation and model class first, then by ``distance``; each with
-    ``same_generation``, ``same_class`` and ``distance``."""
+    """The ``k`` runs nearest the plan: same GPU generation, model class and GEMM precision first (issue 48: fp8 runs
+    stood as evidence for a bf16 plan), then by ``distance``; each with ``same_generation``, ``same_class``,
+    ``same_precision`` and ``distance``."""
     arch, size = est.cluster.accelerator.architecture or "unstated", est.model.params() / 1e9
     scored = [run | {"same_generation": run["architecture"] == arch, "same_class": run["moe"] == est.model.is_moe,
+                     "same_precision": _precision(run["precision"]) == _precision(est.plan.precision),
                      "distance": distance(est, run, size)} for run in runs()]
-    scored.sort(key=lambda r: (not r["same_generation"], not r["same_class"], r["distance"], r["id"]))
+    scored.sort(key=lambda r: (not r["same_generation"], not r["same_class"], not r["same_precision"], r["distance"],
+                               r["id"]))
     return scored[:k]
+
+
+def _precision(name: str) -> str:
+    """The GEMMs' number format family: fp16 and bf16 are one (16-bit), fp8 and mxfp8 one (8-bit)."""
+    return {"fp16": "16-bit", "bf16": "16-bit", "fp8": "8-bit", "mxfp8": "8-bit"}.get(name, name)
 
 
 def band_note(est: Estimate) -> str:
@@ -121,8 +129,9 @@ def trust_rows(plans: Sequence[Any], headroom: float) -> list[dict[str, Any]]:
         near = [[r["id"], r["gpu"], r["model"], r["gpus"],
                  "·".join(map(str, (f"{r['tp']}×{r['tp2']}" if r["tp2"] > 1 else r["tp"], r["pp"], r["cp"], r["ep"]))),
                  r["metric"].replace("_", " "), _num(r["measured"]), _num(r["predicted"]), f"{r['error']:+.1%}",
-                 ", ".join(x for x, on in (("generation", r["same_generation"]), ("class", r["same_class"])) if on)
-                 or "neither"] for r in nearest(e)]
+                 r["precision"],
+                 ", ".join(x for x, on in (("generation", r["same_generation"]), ("class", r["same_class"]),
+                                           ("precision", r["same_precision"])) if on) or "none"] for r in nearest(e)]
         out.append({"id": d.id, "label": f"{d.origin}: {e.plan.describe()}", "band": f"±{e.error_band:.1%}",
                     "step": e.step_time, "low": e.step_time * (1 - e.error_band),
                     "high": e.step_time * (1 + e.error_band), "band_note": band_note(e), "nearest": near,

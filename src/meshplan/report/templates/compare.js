@@ -75,10 +75,16 @@
     row.appendChild(td);
   }
 
+  function what(drivers, a, b) {  // the driver's text, with what only plan A's or B's settings bring
+    const x = drivers.extra;
+    const has = function (p) { return x && String(p.fields[x.field]).indexOf(x.value) >= 0; };
+    return drivers.what + (has(a) || has(b) ? x.text : "");
+  }
+
   function why(drivers, a, b) {
     const changed = drivers.fields.filter(function (f) { return String(a.fields[f]) !== String(b.fields[f]); })
       .map(function (f) { return f + " " + a.fields[f] + " → " + b.fields[f]; });
-    return drivers.what + (changed.length ? ". A → B: " + changed.join(", ") : ". Same settings in A and B: " +
+    return what(drivers, a, b) + (changed.length ? ". A → B: " + changed.join(", ") : ". Same settings in A and B: " +
       "the difference comes through the other components (or the busiest rank changed)");
   }
 
@@ -95,11 +101,11 @@
       const a = ab[0].breakdown[c], b = ab[1].breakdown[c];
       if (!(a > 0 || b > 0)) return;
       const row = document.createElement("tr"), d = b - a;
-      let text = Math.abs(d) > 1e-9 * Math.max(a, b) ? why(cmp.drivers[c], ab[0], ab[1]) : cmp.drivers[c].what +
-        ": equal in A and B";
+      const same = what(cmp.drivers[c], ab[0], ab[1]) + ": equal in A and B";
+      let text = Math.abs(d) > 1e-9 * Math.max(a, b) ? why(cmp.drivers[c], ab[0], ab[1]) : same;
       if (c === "bubble") text += "; A " + bubbleForm(ab[0]) + ", B " + bubbleForm(ab[1]);
       cell(row, c, "l"); cell(row, state.fmtTime(a)); cell(row, state.fmtTime(b));
-      cell(row, text === cmp.drivers[c].what + ": equal in A and B" ? "0" : (d >= 0 ? "+" : "−") +
+      cell(row, text === same ? "0" : (d >= 0 ? "+" : "−") +
         state.fmtTime(Math.abs(d)), d > 0 ? "plus" : (d < 0 ? "minus" : ""));
       cell(row, text, "l w why");
       body.appendChild(row);
