@@ -1,7 +1,7 @@
 """The HTML report in a real browser (headless Chromium driven by Playwright): every chart is drawn, nothing outside
 the file is requested, the console stays clean (no error, no warning), the page fits 800, 1000 and 1400 px without
-horizontal scrolling (a wide table scrolls in its own box), and the interactions work: hovering a point shows its tooltip, the colour axis of the plan space switches, two plans
-picked in the plan space are compared."""
+horizontal scrolling (a wide table scrolls in its own box), and the interactions work: hovering a point shows its
+tooltip, the colour axis of the plan space switches, two plans picked in the plan space are compared."""
 
 from __future__ import annotations
 
