@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -134,6 +135,15 @@ def test_config_json_with_autoshard(tmp_path, capsys):
     data = json.loads(out)
     assert data["fits"] and data["layers"] == 4 and data["traced_layers"] == 2
     assert any(p["name"].startswith("model.layers.*.self_attn.q_proj") for p in data["parameters"])
+    # the whole model's parameters, not the two traced layers' (issue 48: an 8B config.json read "1.49 B params"):
+    # transformers' own count of the 4-layer model on the meta device
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    with torch.device("meta"):
+        hf_config = transformers.AutoConfig.from_pretrained(Path(config).parent)
+        built = transformers.AutoModelForCausalLM.from_config(hf_config)
+    assert data["params"] == sum(p.numel() for p in built.parameters())
 
 
 @pytest.mark.parametrize("extra, words", [

@@ -340,7 +340,7 @@ def test_cli_trace_table_from_an_importable_module(tmp_path, capsys, monkeypatch
     (["tinymodel:make", "--input-shape", "2x3", "--dtype", "int64", "--dtype", "int64"],
      "--dtype int64 --dtype int64: give one --dtype or one per --input-shape (1 inputs)"),
     (["raising:make", "--input-shape", "2x3"], "model='raising:make': importing raising failed: RuntimeError: boom"),
-    (["linear:make", "--input-shape", "2x4"], "addmm of float32 and int64 and float32: expected one dtype"),
+    (["linear:make", "--input-shape", "2x4", "--dtype", "int64"], "addmm of float32 and int64 and float32: expected one dtype"),
     (["exiting:make", "--input-shape", "2x3"], "importing exiting called sys.exit(3); guard its script code"),
     (["nofile.py:make", "--input-shape", "2x3"], "model='nofile.py:make': no such file 'nofile.py'"),
     (["tinymodel:make", "--input-shape", "2x3", "--optimizer", "lion"],

@@ -38,7 +38,7 @@ class Request:
     system: str = "h100"
     gpus: int = 8
     input_shapes: tuple[tuple[int, ...], ...] = ()  # a factory's inputs
-    dtypes: tuple[str, ...] = ("int64",)
+    dtypes: tuple[str, ...] = ()  # none: trace.command.input_dtypes decides from the model
     param_dtype: str | None = "bfloat16"
     global_batch: int | None = None  # a preset's or config's sequences per step (default: one per GPU)
     seq: int | None = None
@@ -93,13 +93,12 @@ def load(request: Request) -> tuple[Any, list, str, int | None]:
 
         module = build_preset(replace(spec, seq_length=max(spec.seq_length, seq)), min(TRACED_LAYERS, spec.num_layers))
         return module, _ids(request, seq), spec.name, spec.num_layers
-    from meshplan.trace.command import build_from_factory, load_factory
+    from meshplan.trace.command import build_from_factory, input_dtypes, load_factory
 
     if not request.input_shapes:
         raise SpecError("input-shape is required for a MODULE:FACTORY model (e.g. --input-shape 8x1024)")
-    dtypes = request.dtypes or ("int64",)
-    inputs = [(s, dtypes[i] if len(dtypes) > 1 else dtypes[0]) for i, s in enumerate(request.input_shapes)]
     module = build_from_factory(load_factory(ref), ref)
+    inputs = input_dtypes(module, list(request.input_shapes), request.dtypes, request.param_dtype)
     return module, inputs, type(module).__name__, None
 
 
@@ -142,7 +141,7 @@ def plan_sharding(request: Request) -> Result:
         pipelines = tuple(_pipelines(fl, blocks, cluster, limit, request.micro_batches, request.optimizer))
     timings["stages"] = time.perf_counter() - clock
     layers = blocks.groups[0].layers if blocks.groups else 1
-    return Result(request=request, name=name, params=trace.params if full is None else _full_params(request, trace),
+    return Result(request=request, name=name, params=_full_params(request, trace, module, blocks),
                   layers=layers, traced_layers=blocks.groups[0].traced if blocks.groups else 1, cluster=cluster,
                   intra=intra, pipelines=pipelines, timings=timings)
 
@@ -169,10 +168,21 @@ def _trace(module: Any, inputs: list, request: Request) -> Any:
         fake_log.setLevel(level)
 
 
-def _full_params(request: Request, trace: Any) -> int:
+def _full_params(request: Request, trace: Any, module: Any, blocks: Any) -> int:
+    """The whole model's parameters: a preset's count, else the trace's plus, for a model traced with fewer blocks
+    than it has (a config.json at depth 2), each missing block's parameters (issue 48: an 8B config.json read
+    "1.49 B params", its two traced layers and embeddings)."""
     if request.model in preset_names() or request.model.endswith(".toml"):
         return load_model(request.model).params()
-    return trace.params
+    extra = 0
+    for group in blocks.groups:
+        if group.layers <= group.traced:
+            continue
+        first = trace.ops[group.blocks[0][0]].module[len(group.prefix):]  # ".0.self_attn.q_proj"
+        block = f"{group.prefix}.{first.lstrip('.').split('.')[0]}."
+        per_block = sum(p.numel() for n, p in module.named_parameters() if n.startswith(block))
+        extra += (group.layers - group.traced) * per_block
+    return trace.params + extra
 
 
 def _pipelines(fl: Any, blocks: Any, cluster: Cluster, limit: float, micro_batches: int, optimizer: str = "adam"

@@ -22,7 +22,8 @@ options = [
     click.option("--autoshard", is_flag=True, help="plan a preset or config.json with the sharding planner "
                  "(op-by-op placements, ILP + pipeline stages); implied by MODULE:FACTORY"),
     click.option("--input-shape", "input_shapes", multiple=True, help="MODULE:FACTORY's inputs, e.g. 8x1024; repeat"),
-    click.option("--dtype", "dtypes", multiple=True, help="input dtype, one or one per input (default int64)"),
+    click.option("--dtype", "dtypes", multiple=True, help="input dtype, one or one per input (default: int64 token "
+              "ids for a model with an embedding, else the parameters' dtype)"),
     click.option("--param-dtype", default="bfloat16", show_default=True, help="cast the parameters (none: as built)"),
     click.option("--micro-batches", type=int, default=1, show_default=True,
                  help="micro-batches per step (the traced batch is global / micro-batches); pipelines need >= stages"),
@@ -96,7 +97,7 @@ def run_planner(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, 
 
     param_dtype = None if opts["param_dtype"] in ("none", "") else opts["param_dtype"]
     request = Request(model=model_ref, system=system_ref, gpus=count, input_shapes=shapes,
-                      dtypes=tuple(opts["dtypes"]) or ("int64",), param_dtype=param_dtype,
+                      dtypes=tuple(opts["dtypes"]), param_dtype=param_dtype,
                       global_batch=opts["global_batch"], seq=opts["seq"], micro_batches=opts["micro_batches"],
                       mesh=mesh, headroom=opts["headroom"], stages=opts["stages"],
                       nvlink_domain=opts["nvlink_domain"], optimizer=opts["optimizer"])

@@ -94,7 +94,8 @@ def _shaped_like(ref: str, settings: Settings) -> Settings:
 @click.command("trace")
 @click.argument("model_ref", metavar="MODULE:FACTORY")
 @click.option("--input-shape", "shapes", multiple=True, required=True, help="e.g. 2x32; repeat for more inputs")
-@click.option("--dtype", "dtypes", multiple=True, help="input dtype, one or one per input (default int64)")
+@click.option("--dtype", "dtypes", multiple=True, help="input dtype, one or one per input (default: int64 token "
+              "ids for a model with an embedding, else the parameters' dtype)")
 @click.option("--system", "system_ref", default="h100", show_default=True, help="system preset or .toml file")
 @click.option("--param-dtype", default=None, help="cast the model's floating-point weights, e.g. bfloat16")
 @click.option("--optimizer", default="adam", show_default=True,

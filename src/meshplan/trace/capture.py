@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -45,6 +46,7 @@ from meshplan.trace import flops as fl
 from meshplan.trace.calls import arg_names, call_attrs, encode_call, result_slots, tags
 from meshplan.trace.flops import aten
 from meshplan.trace.graph import Storage, TensorInfo, Trace, TracedOp
+from meshplan.trace.sdpa import FusedAttention
 
 # metadata queries that are not kernels (as FlopCounterMode skips them)
 SKIP = {aten.sym_is_contiguous.default, aten.is_contiguous.default, aten.is_contiguous.memory_format,
@@ -314,8 +316,9 @@ def trace_module(module: torch.nn.Module, inputs: Sequence[Any], *, backward: bo
     rec = Recorder(type(module).__name__)
     hooks = _hooks(module, rec)
     unique = {id(p): p for p in params.values() if p.requires_grad}
+    fused = FusedAttention()
     try:
-        with mode, rec:
+        with mode, rec, (contextlib.nullcontext() if real else fused):
             out = torch.func.functional_call(module, state, tuple(args))
             rec.module_prefix = "loss"
             loss = loss_of(out) if backward else None
@@ -335,7 +338,7 @@ def trace_module(module: torch.nn.Module, inputs: Sequence[Any], *, backward: bo
     finally:
         for h in hooks:
             h.remove()
-    return _assemble(rec, module, params, buffers, args, grads, forward_end)
+    return replace(_assemble(rec, module, params, buffers, args, grads, forward_end), fused_dropout=fused.calls)
 
 
 def traced_ops(rows: list[dict[str, Any]], phases: Sequence[str]) -> list[TracedOp]:

@@ -139,7 +139,7 @@ class TraceReport:
             "peak_memory_bytes": self.memory.peak,
             "peak_op": {"index": self.memory.index, "name": self.memory.op_name, "phase": self.memory.phase},
             "memory_breakdown": self.memory.breakdown, "saved_activation_bytes": self.memory.saved,
-            "hbm_bytes": self.accelerator.hbm_bytes,
+            "hbm_bytes": self.accelerator.hbm_bytes, "fused_dropout_attention": tr.fused_dropout,
             "kernels": {"eager": eager, "fused": fused_kernels, "fused_time_s": fused_s},
             "top_ops": [{"index": t.op.index, "name": t.op.name, "target": t.op.target, "phase": t.op.phase,
                          "kind": t.op.kind, "flops": t.op.flops, "bytes": t.op.nbytes, "time_s": t.seconds,
@@ -149,14 +149,34 @@ class TraceReport:
         }
 
 
+def input_dtypes(model: Any, shapes: list[tuple[int, ...]], dtypes: tuple[str, ...], param_dtype: str | None
+                 ) -> list[tuple[tuple[int, ...], str]]:
+    """(shape, dtype) of each input: the ``--dtype`` given (one for all or one each), else token ids (int64) for a
+    model with an embedding and the parameters' floating dtype for any other (a CNN takes float images: issue 48, an
+    int64 default failed on a dtype clash); a floating input follows ``param_dtype`` when it is given, as the
+    parameters it meets do."""
+    import torch
+
+    if not dtypes:
+        embeds = any(isinstance(m, torch.nn.Embedding) for m in model.modules())
+        floats = [p.dtype for p in model.parameters() if p.is_floating_point()]
+        dtypes = ("int64",) if embeds or not floats else (str(floats[0]).removeprefix("torch."),)
+    out = []
+    for i, shape in enumerate(shapes):
+        d = dtypes[i] if len(dtypes) > 1 else dtypes[0]
+        if param_dtype is not None and d.startswith(("float", "bfloat", "half")):
+            d = param_dtype
+        out.append((shape, d))
+    return out
+
+
 def trace_report(ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], system_ref: str,
                  param_dtype: str | None = None, optimizer: str = "adam") -> TraceReport:
     """Parse and check the arguments, build the model (fake when it can be), trace, time and find the peak."""
     parsed = [parse_shape(s) for s in shapes]
     if not parsed:
         raise SpecError("input-shape is required (e.g. --input-shape 2x32)")
-    dtypes = dtypes or ("int64",)
-    if len(dtypes) not in (1, len(parsed)):
+    if dtypes and len(dtypes) not in (1, len(parsed)):
         given = " ".join(f"--dtype {d}" for d in dtypes)
         raise SpecError(f"{given}: give one --dtype or one per --input-shape ({len(parsed)} inputs)")
     optimizer = optimizer_name(optimizer)
@@ -167,12 +187,12 @@ def trace_report(ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], sys
         raise MissingDependency("torch", "torch") from None
     from meshplan.trace.capture import torch_dtype, trace_module
 
-    inputs = tuple((s, dtypes[i] if len(dtypes) > 1 else dtypes[0]) for i, s in enumerate(parsed))
-    for _, d in inputs:
+    for d in dtypes:
         torch_dtype(d)
     if param_dtype is not None:
         torch_dtype(param_dtype, "param-dtype")
     model = build_from_factory(load_factory(ref), ref)
+    inputs = tuple(input_dtypes(model, parsed, dtypes, param_dtype))
     # FakeTensorMode logs the traceback of an op whose meta kernel fails before raising it; the one-line error
     # below says the same, so the log stays quiet
     fake_log = logging.getLogger("torch._subclasses.fake_tensor")
@@ -217,6 +237,9 @@ def trace_tables(report: TraceReport, console: Console, top: int) -> None:
                     f"({mem.phase})" + ("" if mem.peak <= cap else "  DOES NOT FIT"))
     summary.add_row("at the peak", ", ".join(f"{k} {fmt_bytes(v)}" for k, v in mem.breakdown.items() if v))
     summary.add_row("saved for backward", fmt_bytes(mem.saved))
+    if tr.fused_dropout:
+        summary.add_row("attention", f"{tr.fused_dropout} SDPA calls with dropout: the GPU's fused kernel "
+                        "(dropout inside, as FlashAttention), not the CPU's math fallback")
     eager, fused_kernels, fused_s = fused_summary(report.kernels)
     summary.add_row("fused", f"{eager} kernels in eager mode, {fused_kernels} with every element-wise chain fused: "
                     f"{fmt_time(fused_s)} (kernels.py)")

@@ -113,6 +113,7 @@ class Trace:
     param_bytes: int
     forward_end: int  # index of the last forward op (the loss)
     module_calls: int = 0  # nn.Module forward calls in the forward pass, the root's included
+    fused_dropout: int = 0  # SDPA calls with dropout traced as the GPU's fused kernel (trace/sdpa.py)
     grad_of: dict[int, int] = field(default_factory=dict, hash=False)  # parameter storage -> its gradient's
     names: dict[int, str] = field(default_factory=dict, hash=False)  # parameter / buffer storage -> its name
 
