@@ -52,7 +52,7 @@ def test_without_it_the_zoo_is_empty_and_the_learner_refused(without_research):
 
 @pytest.mark.parametrize("args, what", [
     (["check-step", "tests/data/measure_model.py:make", "--learned"], "check-step --learned"),
-    (["check-step", "gpt2", "--rounds", "1"], "model='gpt2' is not MODULE:FACTORY; the model zoo"),
+    (["check-step", "gpt2", "--rounds", "2"], "model='gpt2' is not MODULE:FACTORY; the model zoo"),
 ])
 def test_without_it_check_step_says_how_to_get_it_in_one_line(without_research, capsys, args, what):
     pytest.importorskip("torch")

@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from meshplan.calibrate.fit import MemoryFit, TierFit
+from meshplan.calibrate.fit import MAX_DISPATCH, MemoryFit, TierFit
 from meshplan.calibrate.run import Calibration
 from meshplan.errors import SpecError
 from meshplan.files import write_text
@@ -84,7 +84,8 @@ def _gemm_lines(cal: Calibration, base: System | None) -> tuple[list[str], dict[
     half = fits.get("bf16") or fits.get("fp16")
     if half is None:
         raise SpecError(f"calibration has no bf16 or fp16 GEMM (measured: {', '.join(fits) or 'none'})")
-    t0, overhead_note = _intercept(half.overhead, half.r2, f"{half.precision} GEMM fit")
+    fastest = min((2 * m * n * k / rate for m, n, k, rate in half.shapes if rate > 0), default=float("inf"))
+    t0, overhead_note = _intercept(half.overhead, half.r2, f"{half.precision} GEMM fit", fastest)
     rate = half.rate if t0 > 0 else half.best  # the fit's F beside its t₀, else the best measured
     lines = [f"gemm_overhead = {_num(t0)}  # {overhead_note}"]
     if acc is not None:
@@ -125,13 +126,20 @@ def _attention_lines(cal: Calibration) -> list[str]:
             f"attention_overhead = {_num(t0)}  # {note}"]
 
 
-def _intercept(t0: float, r2: float, fit: str) -> tuple[float, str]:
-    """A fit's intercept as a per-kernel overhead (seconds) and why: kept when the fit is good and t₀ > 0, else 0
-    (the fits are non-negative least squares, fit.nnls: an intercept the data would pull below 0 is held at 0)."""
+def _intercept(t0: float, r2: float, fit: str, fastest: float = float("inf")) -> tuple[float, str]:
+    """A fit's intercept as a per-kernel overhead (seconds) and why: kept when the fit is good, t₀ > 0 and t₀ is
+    physical, else 0 (the fits are non-negative least squares, fit.nnls: an intercept the data would pull below 0 is
+    held at 0). Physical (issue 48: a 15.1 ms overhead passed on R² 0.964): below ``fastest``, the quickest kernel
+    the fit measured (a fixed part of a kernel's time cannot exceed the whole of it), and below MAX_DISPATCH, the
+    bound calibrate already puts on the host's fixed cost per call (launch, ramp and dispatch are microseconds; an
+    intercept of milliseconds is a line drawn through kernels too large to show one)."""
     if r2 < GOOD_FIT:
         return 0.0, f"{fit} R² {r2:.2f} < {GOOD_FIT}: its intercept is noise, not used"
     if t0 <= 0:
         return 0.0, f"{fit} intercept held at 0 by the non-negative fit (no fixed overhead measured)"
+    if t0 >= min(fastest, MAX_DISPATCH):
+        bound = "its fastest kernel's time" if fastest < MAX_DISPATCH else f"{MAX_DISPATCH * 1e6:g} us"
+        return 0.0, f"{fit} intercept t0 = {t0 * 1e6:.3g} us is not below {bound}: no fixed cost per kernel, not used"
     return t0, f"{fit} intercept t0 = {t0 * 1e6:.3g} us (R² {r2:.3f})"
 
 
