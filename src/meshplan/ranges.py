@@ -59,7 +59,8 @@ RANGES: dict[str, Range] = {
     "matmul_fp8": Range(0.01, 1, "", "as matmul_bf16, for fp8 (and fp4) GEMMs", "looked up"),
     "matmul_watts": Range(1, 100_000, "W", _POWER, "unknown"),
     "gemm_overhead": Range(0, 1, "s", "fixed time per tensor-core kernel (calibrate's GEMM fit intercept): "
-                           "2-20 us on GPUs; calibrate writes one only below 1 ms and its fastest GEMM; a second is 10^5 x that"),
+                           "2-20 us on GPUs; calibrate writes one only below 1 ms and its fastest GEMM; a second is "
+                           "10^5 x that"),
     "kernel_overhead": Range(0, 1, "s", "fixed time per other kernel (calibrate's memory fit intercept): 2-10 us "
                              "on GPUs, more on a CPU; a second is 10^5 x that"),
     "attention_flops": Range(1e6, 1e18, "FLOP/s", "measured causal attention forward rate (calibrate): "
