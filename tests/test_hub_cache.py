@@ -92,3 +92,16 @@ def test_estimate_of_a_cached_model(monkeypatch, tmp_path, capsys):
     code = main(["estimate", "--model", "Qwen/Qwen2-7B", "--system", "h100", "--gpus", "8", "--json"])
     data = json.loads(capsys.readouterr().out)
     assert code == 0 and data["params"] == 7_615_616_512  # tests/test_model.py's Qwen2-7B count
+
+
+def test_autoshard_reads_a_cached_model(monkeypatch, tmp_path):
+    """The sharding planner (plan --autoshard) takes the Hub id too, at the config.json training length."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from meshplan.autoshard.planner import Request, load
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    cache_repo(tmp_path, "openai-community/gpt2", HF / "gpt2" / "config.json")
+    _, inputs, name, depth = load(Request(model="openai-community/gpt2", system="h100", gpus=8, global_batch=8))
+    assert (name, depth) == ("gpt2", 12)
+    assert inputs[0][0][-1] == 1024  # GPT-2's 1,024 positions, below model_load.CONFIG_SEQ_LENGTH = 4,096
