@@ -14,7 +14,7 @@ import pytest
 from meshplan.errors import SpecError
 from meshplan.specs.hf_config import from_hf_config, translate
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.model_load import load_model
+from meshplan.specs.model_load import CONFIG_SEQ_LENGTH, load_model
 
 HF = Path(__file__).parent / "data" / "hf"
 
@@ -33,25 +33,32 @@ def hf_dict(name: str) -> dict:
                                         ("gpt-neox-20b", "gpt-neox-20b"), ("mistral-7b", "mistral-7b"),
                                         ("deepseek-v3", "deepseek-v3")])
 def test_config_json_and_preset_are_the_same_model(hf: str, preset: str) -> None:
-    """Equal in every field but the name and seq_length (config.json gives the longest context it allows, which a
-    RoPE preset that pretrained shorter keeps as max_position_embeddings, the context serve fills: the same number)."""
+    """Equal in every field but the name and the lengths: a config.json gives the longest context it allows, which
+    the preset states as max_position_embeddings (the context serve fills) or as its seq_length; the config.json
+    model trains at model_load.CONFIG_SEQ_LENGTH = 4,096 (or that context if shorter: GPT-2's 1,024)."""
     spec, model = fixture(hf), load_model(preset)
-    if model.position_embedding == "rope" and model.max_position_embeddings:
-        assert model.max_position_embeddings == spec.seq_length  # DeepSeek-V3 163,840, Mistral 32,768, Qwen3 40,960
-        model = replace(model, max_position_embeddings=0)
-    assert spec == replace(model, name=spec.name, seq_length=spec.seq_length)
+    # DeepSeek-V3 163,840, Mistral 32,768, Qwen3 40,960, Llama 3 8,192, GPT-2 1,024
+    assert spec.max_position_embeddings == max(model.seq_length, model.max_position_embeddings)
+    assert spec.seq_length == min(CONFIG_SEQ_LENGTH, spec.max_position_embeddings) == min(4096, spec.seq_length)
+    assert spec == replace(model, name=spec.name, seq_length=spec.seq_length,
+                           max_position_embeddings=spec.max_position_embeddings)
 
 
-def test_seq_length_comes_from_max_position_embeddings() -> None:
-    assert fixture("llama-3-8b").seq_length == 8192
-    assert fixture("deepseek-v3").seq_length == 163_840  # long; override with with_seq_length
-    assert fixture("deepseek-v3").with_seq_length(4096).seq_length == 4096
-    gpt2 = fixture("gpt2")  # learned positions: n_positions rows are parameters
+def test_seq_length_is_a_training_length_not_the_context() -> None:
+    """Issue 48 item 9: a config.json's max_position_embeddings (131,072 for Qwen2-7B) is the context served; the
+    model trains at 4,096 unless --seq says otherwise."""
+    qwen2 = fixture("qwen2-7b")
+    assert (qwen2.seq_length, qwen2.max_position_embeddings) == (4096, 131_072)
+    assert (fixture("llama-3-8b").seq_length, fixture("llama-3-8b").max_position_embeddings) == (4096, 8192)
+    assert fixture("deepseek-v3").with_seq_length(163_840).seq_length == 163_840
+    gpt2 = fixture("gpt2")  # learned positions: n_positions rows are parameters; the context is shorter than 4,096
     assert (gpt2.seq_length, gpt2.max_position_embeddings) == (1024, 1024)
 
 
 def test_nemotron_h_config_json_is_the_preset() -> None:
-    assert fixture("nemotron-3-nano") == replace(load_model("nemotron-3-nano"), seq_length=262144)
+    # the preset's documented 8,192 (Megatron-Bridge's seq_length) against the config.json default of 4,096
+    assert fixture("nemotron-3-nano") == replace(load_model("nemotron-3-nano"), seq_length=4096,
+                                                 max_position_embeddings=262_144)
 
 
 def test_unknown_model_type_with_llama_keys_reads_as_llama() -> None:

@@ -88,7 +88,10 @@ def test_deepseek_v3_config_json() -> None:
     assert (spec.num_dense_layers, spec.num_moe_layers) == (3, 58)
     # 3*583,483,392 + 58*11,507,286,272 + embedding and head 2*129280*7168 + final norm 7168
     assert spec.params() == 1_750_450_176 + 667_422_603_776 + 1_853_358_080 + 7_168 == 671_026_419_200
-    assert spec == replace(load_model("deepseek-v3"), seq_length=163_840, max_position_embeddings=0)  # RoPE: seq_length
+    # a config.json trains at model_load.CONFIG_SEQ_LENGTH = 4,096 (the report's 4K pre-training length, as the
+    # preset) and serves its max_position_embeddings 163,840
+    assert spec == load_model("deepseek-v3")
+    assert (spec.seq_length, spec.max_position_embeddings) == (4096, 163_840)
 
 
 def test_other_fixtures() -> None:

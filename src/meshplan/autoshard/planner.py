@@ -26,7 +26,8 @@ from meshplan.autoshard.stages import Pipeline, StageParts, option, parts, price
 from meshplan.errors import SpecError
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import Cluster, load_system
-from meshplan.specs.model_load import load_model, preset_names
+from meshplan.specs.hub_cache import cached_config, is_hub_id
+from meshplan.specs.model_load import CONFIG_SEQ_LENGTH, load_model, preset_names
 from meshplan.specs.plan import OPTIMIZERS
 
 STAGE_MODES = ("off", "auto", "search")
@@ -73,12 +74,16 @@ class Result:
 def load(request: Request) -> tuple[Any, list, str, int | None]:
     """(module, inputs, name, full depth or None) of the request's model (module docstring)."""
     ref = request.model
+    name = ref.split("/")[1] if is_hub_id(ref) else ""
+    if name:  # a Hub id: its config.json in the local Hugging Face cache
+        ref = str(cached_config(ref))
     if ref.endswith(".json"):
         from meshplan.autoshard.models import depth, hf_model, read_config
 
         config = read_config(ref)
-        seq = request.seq or min(int(config.get("max_position_embeddings") or config.get("n_positions") or 2048), 4096)
-        return hf_model(config), _ids(request, seq), Path(ref).parent.name or Path(ref).stem, depth(config)
+        context = int(config.get("max_position_embeddings") or config.get("n_positions") or 2048)
+        seq = request.seq or min(context, CONFIG_SEQ_LENGTH)  # a config.json's training length (model_load.py)
+        return hf_model(config), _ids(request, seq), name or Path(ref).parent.name or Path(ref).stem, depth(config)
     if ref in preset_names() or ref.endswith(".toml"):
         spec = load_model(ref)
         seq = request.seq or spec.seq_length

@@ -44,9 +44,11 @@ def split_ints(text: str | None, field: str) -> list[int] | None:
 
 
 common_model = [
-    click.option("--model", "model_ref", required=True, help="preset name, .toml file or HF config.json"),
+    click.option("--model", "model_ref", required=True,
+                 help="preset name, .toml file, HF config.json or Hub id org/name (local HF cache)"),
     click.option("--system", "system_ref", required=True, help="system preset (h100, gb200 …) or .toml file"),
-    click.option("--seq", "seq", type=int, default=None, help="sequence length (default: the model's)"),
+    click.option("--seq", "seq", type=int, default=None,
+                 help="sequence length (default: a preset's training length; 4096 for a config.json)"),
     click.option("--nvlink-domain", type=int, default=None, help="override the NVLink domain size"),
 ]
 

@@ -27,8 +27,8 @@ MAX_SAMPLE = 200_000  # a plan space of more points makes a page of tens of MB
 
 def _model_options(f):
     for opt in reversed([
-        click.option("--model", "model_ref", required=True, help="preset name, .toml file or HF config.json"),
-        click.option("--seq", type=int, default=None, help="sequence length (default: the model's)"),
+        click.option("--model", "model_ref", required=True, help="preset name, .toml file, HF config.json or Hub id"),
+        click.option("--seq", type=int, default=None, help="sequence length (default: the model's; config.json: 4096)"),
         click.option("--global-batch", type=int, default=None, help="sequences per step (default ≈ 4M tokens)"),
     ]):
         f = opt(f)

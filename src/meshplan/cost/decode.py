@@ -53,13 +53,17 @@ class Shape:
         return self.decode + self.prefill
 
 
+_NO_GROUP = 1e-30  # the divisor when no expert is touched (m = 0 too): below any expected count of touched experts
+
+
 def gemm(name: str, m: Num, k: Num, n: Num, w: Num, a: Num, groups: Num = 1.0, weights: Num | None = None
          ) -> OpCost:
     """(m×k)·(k×n): reads its input (a bytes) and ``weights`` k·n·groups elements (w bytes), writes 16-bit
-    output; ``groups`` GEMMs of m/groups rows each (a grouped GEMM: the touched experts)."""
+    output; ``groups`` GEMMs of m/groups rows each (a grouped GEMM: the touched experts; none when no token
+    arrives, m = 0, whose rows per group are 0, not 0/0)."""
     elems = k * n * groups if weights is None else weights
     return OpCost(name, PHASE, "gemm", 2.0 * m * k * n, a * m * k + w * elems + ACT_BYTES * m * n,
-                  m=m / groups, n=n, k=k, groups=groups)
+                  m=m / maximum(groups, _NO_GROUP), n=n, k=k, groups=groups)
 
 
 def sixteen_bit(op: OpCost) -> OpCost:

@@ -110,7 +110,7 @@ def best_plans(result: SearchResult, tokens: float | None = None, price: float |
     space, blocks = result.space, tier_blocks(result.cluster)
     stack = [space.precision, space.stack.name] + ([space.stack.fsdp] if space.stack.fsdp != "none" else [])
     title = (f"best plans: {result.model.name} on {result.cluster.num_gpus} x {result.cluster.accelerator.name}, "
-             f"global batch {space.global_batch}, {', '.join(stack)}")
+             f"seq {result.model.seq_length:,}, global batch {space.global_batch:,}, {', '.join(stack)}")
     cells = _plan_cells(result)
     for est in result.plans:
         for name, value in metric_cells(est, tokens, price).items():

@@ -48,7 +48,8 @@ def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
 
     p = est.plan
     title = (f"{est.model.name} ({fmt_count(est.model.params())} params) on {est.cluster.num_gpus} x "
-             f"{est.cluster.accelerator.name}, mesh {mesh_text(est.cluster, ' x ')}")
+             f"{est.cluster.accelerator.name}, mesh {mesh_text(est.cluster, ' x ')}, seq {est.model.seq_length:,}, "
+             f"global batch {p.global_batch:,}")
     summary = Table(title=title, show_header=False, title_justify="left")
     summary.add_column(style="bold")
     summary.add_column()

@@ -1,10 +1,16 @@
 """Loading a ModelSpec: from a flat mapping of its fields (a TOML preset), a preset name (``llama3-70b``), a
-``.toml`` preset file or a Hugging Face ``config.json`` (read by hf_config.py)."""
+``.toml`` preset file, a Hugging Face ``config.json`` (read by hf_config.py) or a Hub id ``org/name`` whose
+config.json is in the local Hugging Face cache (hub_cache.py).
+
+A config.json names the longest context the checkpoint serves (``max_position_embeddings``, 131,072 for
+Qwen2.5-7B), not the length it was trained at; a step at that length is rarely what a user plans. So a config.json
+model trains at ``CONFIG_SEQ_LENGTH`` (or its context, if shorter) unless ``--seq`` says otherwise, and keeps the
+context as ``max_position_embeddings``, which serving may fill. A preset states its own documented length."""
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import fields
+from dataclasses import fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -13,9 +19,16 @@ from meshplan.errors import SpecError
 from meshplan.fields import not_a_preset, require_fields, unknown_field
 from meshplan.files import read_json, read_toml
 from meshplan.specs.hf_config import from_hf_config
+from meshplan.specs.hub_cache import cached_config, is_hub_id
 from meshplan.specs.model import ModelSpec
 
 _FIELDS = {f.name for f in fields(ModelSpec)}
+
+# The training length of a config.json model (tokens per sequence): 4,096, the main pre-training stage's sequence
+# length of Llama 2 (Touvron et al. 2023, Table 1: context length 4k), Qwen2.5 (technical report 2024: 4,096 before
+# the long-context stage), Qwen3 (technical report 2025: stages S1 and S2 at 4,096; the qwen3 presets) and
+# DeepSeek-V3 (technical report §4.3: 4K before YaRN; the deepseek-v3 preset).
+CONFIG_SEQ_LENGTH = 4096
 
 
 def model_from_dict(data: dict[str, Any], where: str = "model") -> ModelSpec:
@@ -38,10 +51,15 @@ def preset_names() -> list[str]:
 
 def load_model(ref: str) -> ModelSpec:
     """A preset name (``llama3-70b``), a ``.toml`` preset file or a Hugging Face ``config.json``."""
+    if is_hub_id(ref):
+        path = cached_config(ref)
+        return _at_training_length(from_hf_config(read_json(path, "model"), name=ref.split("/")[1],
+                                                  where=f"model={ref!r} ({path})"))
     path = Path(ref)
     if path.suffix.lower() == ".json":
         where = f"model={str(path)!r}"
-        return from_hf_config(read_json(path, "model"), name=path.parent.name or path.stem, where=where)
+        spec = from_hf_config(read_json(path, "model"), name=path.parent.name or path.stem, where=where)
+        return _at_training_length(spec)
     if path.suffix.lower() == ".toml":
         return model_from_dict(read_toml(path, "model"), where=f"model={str(path)!r}")
     root = resources.files("meshplan") / "presets" / "models"
@@ -49,3 +67,10 @@ def load_model(ref: str) -> ModelSpec:
     if ref not in preset_names():
         raise not_a_preset("model", ref, preset_names(), "a preset, a .toml file or a config.json")
     return model_from_dict(tomllib.loads(preset.read_text()), where=f"preset {ref}")
+
+
+def _at_training_length(spec: ModelSpec) -> ModelSpec:
+    """A config.json model at ``CONFIG_SEQ_LENGTH`` (its context if shorter), the context kept as
+    ``max_position_embeddings`` (module docstring)."""
+    served = max(spec.seq_length, spec.max_position_embeddings)
+    return replace(spec, seq_length=min(CONFIG_SEQ_LENGTH, spec.seq_length), max_position_embeddings=served)
