@@ -247,7 +247,8 @@ def _ordered(plans: list[ServeEstimate], space: ServeSpace, band: float) -> list
     close = [e for e in by_rank if _inside(-_rank(e, space)[0], -best, band, space)]  # the score: −(rank's first)
     close.sort(key=lambda e: (int(_simplicity(e.plan.tp, e.plan.pp, e.plan.dpa, e.plan.ep, e.plan.prefill_replicas,
                                                _quantised(e.plan.quant))), e.plan.num_gpus, _rank(e, space)))
-    return close + [e for e in by_rank if e not in close]
+    chosen = {id(e) for e in close}
+    return close + [e for e in by_rank if id(e) not in chosen]
 
 
 def _plan(keys, quant: Quant, i: int, replicas: int, prefill: int) -> ServePlan:
