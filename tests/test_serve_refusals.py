@@ -73,10 +73,11 @@ def test_the_default_search_on_a_v100_serves_fp16(capsys):
     assert all(p["plan"]["activations"] == "fp16" for p in d["plans"])
 
 
-def test_the_search_still_tallies_the_default_formats_the_gpu_lacks(capsys):
-    """The default schemes on an H100 include NVFP4: rejected with its reason, never ranked."""
+def test_the_search_still_tallies_the_formats_the_gpu_lacks(capsys):
+    """Every scheme (--quant all) on an H100 includes NVFP4: rejected with its reason, never ranked."""
     d = json.loads(answer(capsys, ["serve", "--model", "llama3-8b", "--system", "h100", "--gpus", "8",
-                                   "--input-len", "512", "--output-len", "128", "--top", "3", "--json"]))
+                                   "--input-len", "512", "--output-len", "128", "--top", "3", "--json",
+                                   "--quant", "all"]))
     assert d["rejected"]["reasons"]["the GPU has no tensor cores for the activations' format"] > 0
     assert all(p["plan"]["activations"] != "fp4" for p in d["plans"])
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from meshplan.serve.search import search
-from meshplan.serve.space import ServeSpace
+from meshplan.serve.space import QUANTS, ServeSpace
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 
@@ -29,7 +29,7 @@ CHARTS = {"curve-tpot", "curve-ttft", "serve-space", "serve-memory", "serve-step
 def report(tmp_path_factory) -> Path:
     """A small search (8 GPUs: about 3,000 configurations) with both targets, so that some break each."""
     model, cluster = load_model("llama3-8b"), load_system("h100").cluster(8)
-    space = ServeSpace(input_len=1024, output_len=256, ttft_slo=0.5, tpot_slo=0.02)
+    space = ServeSpace(input_len=1024, output_len=256, ttft_slo=0.5, tpot_slo=0.02, quants=QUANTS)  # every format
     return write_serving(tmp_path_factory.mktemp("serve") / "serve.html",
                          search(model, cluster, space, top_k=6, keep=True), price=2.0)
 

@@ -5,6 +5,7 @@ rejected is tallied by reason."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -12,8 +13,10 @@ from meshplan.serve import check
 from meshplan.serve.engine import load_engine
 from meshplan.serve.estimate import serve_estimate
 from meshplan.serve.plan import ServePlan, Workload
+from meshplan.serve.precision import Quant, parse_quant
 from meshplan.serve.search import search, shapes
 from meshplan.serve.space import ServeSpace
+from meshplan.specs.bands import serving_band
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 
@@ -29,14 +32,67 @@ def searched(request):
     return model, cluster, space, search(model, cluster, space, top_k=5)
 
 
-def test_the_best_configurations_fit_meet_the_targets_and_rank_by_throughput(searched):
-    _, _, space, result = searched
+def test_the_best_configurations_fit_meet_the_targets_and_rank_simplest_first_within_the_band(searched):
+    """Within the tie band of the best throughput X (tokens/s ≥ X / (1 + b), b the serving band of the GPU's
+    architecture), the simplest first, then the fewest GPUs, then the most tokens/s; the rest after, by tokens/s."""
+    _, cluster, space, result = searched
     assert result.plans, result.rejected
     for e in result.plans:
         assert e.fits and e.metrics.tpot <= space.tpot_slo
         assert not space.ttft_slo or e.metrics.ttft <= space.ttft_slo
+    band, best = result.band, result.fastest.metrics.tokens_per_s
+    assert band == serving_band(cluster.accelerator.architecture) > 0
+    assert best >= max(e.metrics.tokens_per_s for e in result.plans)
+    inside = [e.metrics.tokens_per_s >= best / (1 + band) for e in result.plans]
+    assert inside[0] and inside == sorted(inside, reverse=True)  # the band's configurations lead
+    pairs = list(zip(result.plans, inside, strict=True))
+    keys = [(simple(e), e.plan.num_gpus, -e.metrics.tokens_per_s) for e, i in pairs if i]
+    assert keys == sorted(keys)
+    rest = [e.metrics.tokens_per_s for e, i in pairs if not i]
+    assert rest == sorted(rest, reverse=True)
+
+
+def simple(e) -> int:
+    """The rule of serve/search.py written out: one for each of tp, pp, dpa, ep above 1, for prefill / decode pools
+    and for a format other than 16 bits."""
+    p, q = e.plan, e.plan.quant
+    return (sum(v > 1 for v in (p.tp, p.pp, p.dpa, p.ep)) + (p.prefill_replicas > 0)
+            + any(f not in ("bf16", "fp16") for f in (q.weights, q.activations, q.kv_cache)))
+
+
+def test_the_default_serves_the_checkpoints_precision_and_quantises_only_when_asked():
+    """ServeSpace's default: 16 bits in every part; fp8 ranks only when the space names it, and a faster fp8
+    configuration is then listed, with its quantisation counted against its simplicity."""
+    model, cluster = load_model("llama3-70b"), load_system("h100").cluster(8)
+    plain = search(model, cluster, ServeSpace(input_len=1024, output_len=256, tpot_slo=0.05), top_k=5)
+    assert {e.plan.quant for e in plain.plans} == {Quant()}
+    both = ServeSpace(input_len=1024, output_len=256, tpot_slo=0.05, quants=(Quant(), parse_quant("fp8")))
+    asked = search(model, cluster, both, top_k=5)
+    assert asked.fastest.plan.quant.weights == "fp8"  # half the weight bytes: fp8 is faster here
+    assert asked.fastest.metrics.tokens_per_s > plain.fastest.metrics.tokens_per_s
+
+
+def test_without_the_band_the_ranking_is_by_throughput_alone():
+    model, cluster = load_model("llama3-8b"), load_system("h100").cluster(8)
+    space = ServeSpace(input_len=1024, output_len=256, tpot_slo=0.05, prefer_simple=False)
+    result = search(model, cluster, space, top_k=5)
     rates = [e.metrics.tokens_per_s for e in result.plans]
-    assert rates == sorted(rates, reverse=True)
+    assert result.band == 0 and rates == sorted(rates, reverse=True) and result.plans[0] == result.fastest
+
+
+def test_the_first_is_within_the_band_of_the_best_on_faster_hardware_too():
+    """The first configuration is within (1 + b) of the best, and the best only gains with HBM bandwidth: so a
+    faster machine's first configuration serves at least best / (1 + b) of the slower machine's best."""
+    model, cluster = load_model("llama3-8b"), load_system("h100").cluster(8)
+    space = ServeSpace(input_len=1024, output_len=256, tpot_slo=0.05)
+    slow = search(model, cluster, space, top_k=3)
+    acc = cluster.accelerator
+    fast_cluster = replace(cluster, accelerator=replace(acc, hbm_bandwidth=2 * acc.hbm_bandwidth))
+    fast = search(model, fast_cluster, space, top_k=3)
+    assert fast.fastest.metrics.tokens_per_s >= slow.fastest.metrics.tokens_per_s
+    for r in (slow, fast):
+        assert r.plans[0].metrics.tokens_per_s >= r.fastest.metrics.tokens_per_s / (1 + r.band)
+    assert fast.plans[0].metrics.tokens_per_s >= slow.fastest.metrics.tokens_per_s / (1 + fast.band)
 
 
 def test_every_configuration_is_evaluated_or_rejected_with_a_reason(searched):
@@ -51,7 +107,7 @@ def test_no_configuration_drawn_from_the_space_beats_the_best(searched):
     model, cluster, space, result = searched
     rng = random.Random(39)
     keys = shapes(model, cluster, space)
-    best = result.plans[0].metrics.tokens_per_s
+    best = result.fastest.metrics.tokens_per_s
     for _ in range(40):
         i = rng.randrange(len(keys["tp"]))
         g = int(keys["tp"][i] * keys["pp"][i] * keys["dpa"][i])
@@ -72,7 +128,7 @@ def test_tighter_targets_never_serve_more():
     rates = []
     for tpot in (0.2, 0.05, 0.02, 0.01):
         r = search(model, cluster, ServeSpace(input_len=1024, output_len=256, tpot_slo=tpot), top_k=1)
-        rates.append(r.plans[0].metrics.tokens_per_s if r.plans else 0.0)
+        rates.append(r.fastest.metrics.tokens_per_s if r.fastest else 0.0)
     assert all(a >= b for a, b in zip(rates, rates[1:], strict=False)) and rates[0] > rates[-1]
 
 

@@ -1,5 +1,5 @@
 """How a published serving run was driven, priced (meshplan_validation/serving_eval.py): an offline run of N identical
-requests in waves, a burst of requests offered at once, and the runs whose layout the source leaves unknown."""
+requests in waves, a burst of requests offered at once, and the runs whose EP size the source leaves unstated."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from meshplan.serve.efficiency import SERVE_DEFAULT
 from meshplan.serve.metrics import instance
 from meshplan_validation.serving_eval import batch_of, predict, setting
-from meshplan_validation.serving_map import LAYOUT_UNKNOWN, case_of
+from meshplan_validation.serving_map import case_of
 
 PATH = Path(__file__).resolve().parent.parent / "data" / "serving" / "published_serving.jsonl"
 RECORDS = {r["id"]: r for r in map(json.loads, PATH.read_text().splitlines())}
@@ -43,17 +43,31 @@ def test_a_burst_queues_its_prompts_through_prefill_iterations():
     assert out["itl_ms"] == pytest.approx(1e3 * (14.5 * step + 0.5 * decode) / 15)
 
 
-def test_a_multi_gpu_moe_run_without_its_layout_is_not_priced():
-    """Every MoE run of TensorRT-LLM's v1.0 page on a GPU with a preset: skipped for its unknown layout when it spans
-    several GPUs (132: Scout 18 + 15 on the RTX PRO 6000, Maverick 25 + 9, Qwen3-235B 27 + 9, Qwen3-30B 29 on the RTX),
-    priced when it runs on one (50: 40 + Qwen3-30B's 10 on one RTX PRO 6000). The page passes '--ep $ep_size' without
-    its value, so the release's default layout (moe_ep_size 1) is not what ran (serving_map.LAYOUT_UNKNOWN)."""
+def test_a_multi_gpu_moe_run_without_its_ep_size_is_priced_at_the_engines_default_and_says_so():
+    """Every MoE run of TensorRT-LLM's v1.0 page on a GPU with a preset is priced: 132 span several GPUs (Scout 18 + 15
+    on the RTX PRO 6000, Maverick 25 + 9, Qwen3-235B 27 + 9, Qwen3-30B 29 on the RTX), 50 run on one (40 + Qwen3-30B's
+    10 on one RTX PRO 6000). The page passes '--ep $ep_size' without its value, so the 132 are read at TensorRT-LLM's
+    default (Mapping: moe_tp_size = tp_size, moe_ep_size = 1 when no EP is given): experts split over the printed TP,
+    attention TP, no data-parallel attention; each record says so in ``assumed``. A record that stated ep = tp would
+    be priced with whole experts per GPU instead, and faster here (less all-reduce, the same weights per GPU)."""
     moe = [r for r in RECORDS.values() if r["group"] == "trtllm_perf_v1.0" and r["model"].get("num_experts")
            and r["hardware"].get("preset")]
     many = [r for r in moe if r["hardware"]["num_gpus"] > 1]
-    assert [case_of(r) for r in many] == [LAYOUT_UNKNOWN] * 132
+    assert len(many) == 132
+    for r in many:
+        case = case_of(r)
+        assert not isinstance(case, str), (r["id"], case)
+        assert (case.plan.tp, case.plan.pp, case.plan.ep, case.plan.dpa) == (r["parallel"]["tp"], r["parallel"]["pp"],
+                                                                            1, 1)
+        assert r["parallel"]["ep"] is None and any("moe_ep_size = 1" in a for a in r["assumed"]), r["id"]
+        assert np.isfinite(predict(case)[0]["output_tokens_per_s"])
     one = [case_of(r) for r in moe if r["hardware"]["num_gpus"] == 1]
     assert len(one) == 50 and all(np.isfinite(predict(c)[0]["output_tokens_per_s"]) for c in one)
+    stated = json.loads(json.dumps(RECORDS["trtllm10_llama4-maverick_h200_8gpu_tp8pp1_fp8_1000x1000"]))
+    stated["parallel"]["ep"] = 8
+    default, expert = case_of(RECORDS[stated["id"]]), case_of(stated)
+    assert not isinstance(default, str) and not isinstance(expert, str) and expert.plan.ep == 8
+    assert predict(expert)[0]["output_tokens_per_s"] > predict(default)[0]["output_tokens_per_s"]
 
 
 def test_a_burst_that_outlives_its_mean_request_has_varied_lengths():

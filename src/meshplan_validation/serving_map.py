@@ -11,8 +11,9 @@ phase of a disaggregated deployment, held saturated).
 What the records leave unstated is read as the README says the sources ran: pp = 1 where only TP is printed; an FP8
 checkpoint's KV cache in FP8 (TensorRT-LLM's FP8 quantization sets it), an FP4 checkpoint's in 16 bits (TensorRT-LLM's
 DeepSeek-R1 blog runs its FP4 model with an FP16 KV cache unless it turns FP8 on, and prints the two apart), a 16-bit
-engine's in 16 bits. A multi-GPU MoE run of TensorRT-LLM's v1.0 page is not priced (``LAYOUT_UNKNOWN``: the page
-sets its EP size without printing it, so the release's default layout is not the one that ran).
+engine's in 16 bits. A multi-GPU MoE run of TensorRT-LLM's v1.0 page, which passes '--ep $ep_size' without printing
+the value, is priced at the engine's default layout (experts split over the TP GPUs, ep = 1, attention TP), and each
+such record says so in its ``assumed`` readings (data/serving/README.md).
 """
 
 from __future__ import annotations
@@ -103,7 +104,9 @@ def quant_of(record: dict[str, Any], model: ModelSpec) -> Quant:
 
 def plan_of(record: dict[str, Any], model: ModelSpec, quant: Quant, batch: int) -> ServePlan:
     """TP as printed (pp as printed, else 1); data-parallel attention with experts over all GPUs where the record
-    says attention DP or runs EP without TP (SGLang)."""
+    says attention DP or runs EP without TP (SGLang); otherwise experts over the TP GPUs where the record states
+    ep = tp, else split tp ways (ep = 1: TensorRT-LLM's Mapping default, moe_tp_size = tp_size, when no EP is given;
+    the records that read their layout so say it in ``assumed``)."""
     par, hw = record["parallel"], record["hardware"]
     tp, pp, ep = par.get("tp") or 1, par.get("pp") or 1, par.get("ep")
     dis = par.get("disaggregated") or {}
@@ -148,8 +151,6 @@ def skip_reason(record: dict[str, Any]) -> str:
     if not w.get("input_len") or (not w.get("output_len") and w.get("phase") != "prefill"
                                   and w.get("phase") != "decode"):
         return "input or output length not stated"
-    if record["group"] == "trtllm_perf_v1.0" and record["model"].get("num_experts") and hw.get("num_gpus", 1) > 1:
-        return LAYOUT_UNKNOWN
     if not any(isinstance(v, (int, float)) and k in METRICS for k, v in m.items()):
         return "no measured metric meshplan predicts (tokens/s not labelled output or total)"
     return varied_lengths(record)
@@ -176,18 +177,6 @@ VARIED = ("lengths vary: the QPS = INF burst lasted over 1.5x a mean request's T
           "lengths are means of a distribution the source does not state")
 
 
-# TensorRT-LLM's v1.0 performance page runs its MoE models with '--ep $ep_size' (no value) and an llm_options.yml that
-# nests enable_attention_dp under cuda_graph_config, which 1.0 refuses (CudaGraphConfig is a StrictBaseModel, extra
-# fields forbidden: tensorrt_llm/llmapi/llm_args.py): the attention and expert layout that ran is not known, and it
-# sets the weights per GPU, the KV cache and the MoE's traffic (on one GPU there is no layout to know). The release's
-# default is determinate but is not what ran: trtllm-bench hands --ep on as the world config's ep_size
-# (tensorrt_llm/bench/benchmark/utils/general.py get_settings: "ep_size": params.get("ep"), as of NVIDIA/TensorRT-LLM
-# 0171265e), and only when it is absent does Mapping fall back to moe_tp_size = tp_size, moe_ep_size = 1
-# (tensorrt_llm/mapping.py Mapping.__init__, "if moe_tp_size == -1 and moe_ep_size == -1", as of 05ebebb2); the page
-# passes the flag with a value it does not print, so reading the rows as that default would price a layout the page
-# says it changed
-LAYOUT_UNKNOWN = ("multi-GPU MoE layout not stated (EP size unstated; the printed options nest enable_attention_dp "
-                  "where TensorRT-LLM 1.0 refuses it)")
 METRICS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "total_tokens_per_s", "requests_per_s",
            "input_tokens_per_s_per_gpu", "ttft_ms", "itl_ms", "tpot_ms", "e2e_latency_ms")
 

@@ -36,8 +36,9 @@ def _flag(name: str) -> str:
 @click.option("--engine", "engine_ref", default="vllm", show_default=True,
               help="serving engine preset (vllm, vllm-v0, vllm-v0.5, trtllm, sglang, lmdeploy, generic) or .toml file")
 @click.option("--quant", "quants", default=None,
-              help="schemes to try, comma-separated: fp8, int4, fp4 or weights/activations/kv like fp8/fp8/fp8 "
-                   "(default: 16 bits, fp8, fp8 with fp8 KV, int4, fp4; 16 bits is fp16 on GPUs without bf16)")
+              help="schemes to try, comma-separated: bf16, fp8, int4, fp4 or weights/activations/kv like "
+                   "fp8/fp8/fp8, or all (16 bits, fp8, fp8 with fp8 KV, int4, fp4); default: the checkpoint's 16 "
+                   "bits (fp16 on GPUs without bf16), quantised only when asked")
 @click.option("--tp", default=None, help="tensor-parallel sizes to try (comma-separated)")
 @click.option("--pp", default=None, help="pipeline stages to try")
 @click.option("--dpa", default=None, help="data-parallel attention groups to try (MoE)")
@@ -120,13 +121,16 @@ def _no_effect(model, options: dict[str, Any], fixed: bool, report_path: str | N
 
 def _quants(acc, text: str | None, one: bool) -> tuple:
     """The schemes of ``--quant`` (one only with every axis fixed), each one the GPU runs, their unsaid 16-bit parts
-    in its 16-bit format; by default the search's schemes in that format."""
+    in its 16-bit format; by default the checkpoint's 16 bits (serve/space.py); ``all``: every scheme of
+    space.QUANTS (those the GPU cannot run are rejected with their reason)."""
     from meshplan.serve.precision import formats_run, half_formats, native, parse_quant, unsupported
     from meshplan.serve.space import QUANTS
 
     half = half_formats(acc)[0]
     if text is None:
-        return (parse_quant(half, half),) if one else tuple(dict.fromkeys(native(acc, q) for q in QUANTS))
+        return (parse_quant(half, half),)
+    if text.strip() == "all" and not one:
+        return tuple(dict.fromkeys(native(acc, q) for q in QUANTS))  # the ones the GPU lacks: tallied, not ranked
     words = [w.strip() for w in text.split(",")]
     if one and len(words) != 1:
         raise SpecError(f"quant={text!r}: with every axis fixed, give one scheme")

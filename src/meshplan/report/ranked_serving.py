@@ -58,6 +58,48 @@ def target_titles(result: ServeSearchResult) -> list[str]:
         s.tpot_slo)
 
 
+def rank_meaning(result: ServeSearchResult) -> str:
+    """What the ``#`` column ranks by: the metric, and the tie band in which the simplest leads (serve/search.py)."""
+    metric = "the lowest TPOT" if result.space.rank_by == "latency" else "the most output tokens/s"
+    if not result.band:
+        return f"rank: {metric} first"
+    return (f"rank: configurations within ±{result.band:.1%} of {metric} (the median |error| of published serving "
+            "runs' throughput on this GPU generation) cannot be told apart: the simplest of them first (fewest of tp, "
+            "pp, dpa, ep above 1, prefill / decode pools and a format other than the checkpoint's), then the fewest "
+            f"GPUs; the others after, {metric} first")
+
+
+def ttft_note(result: ServeSearchResult) -> list[tuple[str, str]]:
+    """Where a TTFT target filters the configurations: how far the serving model's TTFT was from published runs
+    (presets/serving_errors.json, specs/bands.serving_latency_error)."""
+    from meshplan.specs.bands import serving_latency_error
+
+    if not result.space.ttft_slo:
+        return []
+    found, where = serving_latency_error(result.cluster.accelerator.architecture, "ttft_ms")
+    if not found:
+        return [("TTFT target", "no published time to first token was evaluated: the target filters on an "
+                 "unmeasured figure")]
+    return [("TTFT target", f"filters on the predicted TTFT, whose median |error| on {found['runs']:,} published "
+             f"runs ({where}) is {found['median']:.0%} (p90 {found['p90']:.0%}): a configuration that close to the "
+             "target may meet or miss it")]
+
+
+def fastest_line(result: ServeSearchResult) -> str | None:
+    """When the configuration listed first is not the best by the metric alone (``ServeSearchResult.fastest``): that
+    one, and by how much it is better."""
+    f, plans = result.fastest, result.plans
+    if f is None or not plans or f.plan == plans[0].plan:
+        return None
+    if result.space.rank_by == "latency":
+        figure, gain = f"TPOT {fmt_time(f.metrics.tpot)}", f"{1 - f.metrics.tpot / plans[0].metrics.tpot:.1%} lower"
+    else:
+        figure = f"{fmt_count(f.metrics.tokens_per_s)} output tokens/s"
+        gain = f"{f.metrics.tokens_per_s / plans[0].metrics.tokens_per_s - 1:.1%} more"
+    return (f"best by the metric alone: {f.plan.describe()}, {figure}, {gain} than #1: within the tie band, where "
+            "the simpler configuration leads (#), whatever --top")
+
+
 def best_configurations(result: ServeSearchResult, price: float | None = None) -> Listing:
     """The best configurations' table (``cells``; ep only for a mixture of experts), each header with its meaning."""
     s, slo = result.space, target_titles(result)
@@ -70,10 +112,11 @@ def best_configurations(result: ServeSearchResult, price: float | None = None) -
             columns[k].append(v)
     if not result.model.is_moe:
         columns.pop("ep", None)
-    key = Col("#", [str(i) for i in range(1, len(result.plans) + 1)], meaning=SERVING_HEADERS["#"])
+    key = Col("#", [str(i) for i in range(1, len(result.plans) + 1)], meaning=rank_meaning(result))
     cols = tuple(Col(h, c, "left" if h in ("quant", "pools") else "right", meaning=SERVING_HEADERS[h])
                  for h, c in columns.items())
-    return Listing(title, key, cols, ("tokens/s", "per GPU", "TTFT", "TPOT", "$/Mtok"), (SERVING_UNITS,))
+    return Listing(title, key, cols, ("tokens/s", "per GPU", "TTFT", "TPOT", "$/Mtok"),
+                   (*ttft_note(result), SERVING_UNITS))
 
 
 def serving_lead(result: ServeSearchResult, price: float | None) -> Lead:
@@ -107,7 +150,10 @@ def from_serving(result: ServeSearchResult, price: float | None = None) -> Ranke
 
     s, slo, cluster = result.space, target_titles(result), result.cluster
     ranking = (f"Ranked by {'the lowest TPOT' if s.rank_by == 'latency' else 'output tokens/s of the deployment'}"
-               f"{', under ' + ' and '.join(slo) if slo else ''}. Hover a column's name for what it means.")
+               f"{', under ' + ' and '.join(slo) if slo else ''}"
+               + (f"; within ±{result.band:.1%} of the best (the median |error| of published serving runs on this GPU "
+                  "generation) configurations cannot be told apart, and the simplest is listed first"
+                  if result.band else "") + ". Hover a column's name for what it means.")
     footer = (f"meshplan {__version__}: analytic serving estimate (roofline per op, α-β collectives, continuous "
               f"batching in steady state); search took {result.seconds:.2f} s.")
     metrics = tuple({"tokens_per_s": e.metrics.tokens_per_s, "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu,
@@ -120,6 +166,6 @@ def from_serving(result: ServeSearchResult, price: float | None = None) -> Ranke
                                             SERVING_HEADERS, (SERVING_UNITS,)),
                   rejected_total=result.rejected_total, evaluated=result.evaluated, feasible=result.feasible,
                   seconds=result.seconds, lead=serving_lead(result, price), footer=footer, ranking=ranking,
-                  metrics=metrics,
+                  metrics=metrics, band=result.band or None,
                   labels=tuple(e.plan.describe() for e in result.plans),
                   empty="No configuration fits and meets the targets.")

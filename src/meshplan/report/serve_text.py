@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from meshplan.report.fold import listing_tables
-from meshplan.report.ranked_serving import from_serving
+from meshplan.report.ranked_serving import fastest_line, from_serving
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
@@ -92,6 +92,9 @@ def print_serve(result: ServeSearchResult, price: float | None, as_json: bool) -
     if result.plans:
         for r in listing_tables(ranked.table, console.width):
             console.print(r)
+        fastest = fastest_line(result)
+        if fastest:
+            console.print(fastest, markup=False)
         console.print("[bold]the best configuration in detail[/bold]")
         serving_estimate_tables(result.plans[0], console, price)
     else:

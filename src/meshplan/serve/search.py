@@ -5,6 +5,13 @@ How it is fast: a configuration's iteration times depend on its instance shape a
 and its quantisation, not on how many instances there are or how they split into prefill and decode pools; so the
 instances' figures (metrics.instance) are computed once per shape and scheme on arrays, and every deployment of
 them (replicas filling the GPUs, each prefill / decode split) is a few array operations (metrics.deployment).
+
+The ranking (``ServeSpace.prefer_simple``), the training search's rule (search/select.py) on serving's figures: the
+best configuration's throughput X (or TPOT, ranking by latency) sets the band X / (1 + b), b the serving error band of
+the GPU's architecture (specs/bands.serving_band: the median |error| of the published runs' throughput), within
+which the model cannot tell two configurations apart; those within it come first, the simplest first (fewer of tp,
+pp, dpa, ep above 1, a disaggregated deployment and a format other than the checkpoint's, one each), then the ones on
+fewer GPUs, then the faster; the rest after them, best first.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from meshplan.serve.metrics import Setting, deployment, instance
 from meshplan.serve.plan import ServePlan, Workload
 from meshplan.serve.precision import Quant
 from meshplan.serve.space import ServeSpace
+from meshplan.specs.bands import serving_band, serving_latency_error
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 
@@ -41,10 +49,20 @@ class ServeSearchResult:
     examples: dict[str, str]
     seconds: float
     weighed: weighed.Weighed | None = None  # every configuration priced, with search(..., keep=True)
+    band: float = 0.0  # the ranking's tie band (module docstring); 0: by the metric alone
+    fastest: ServeEstimate | None = None  # the best by the metric alone (listed first only when the band allows)
 
     @property
     def rejected_total(self) -> int:
         return sum(self.rejected.values())
+
+    def ttft_error(self) -> dict[str, object] | None:
+        """Where a TTFT target filters: the serving model's TTFT error on published runs (runs, median, p90 of
+        |error|, and on which GPUs), None without a target; {} where no published TTFT was evaluated."""
+        if not self.space.ttft_slo:
+            return None
+        found, where = serving_latency_error(self.cluster.accelerator.architecture, "ttft_ms")
+        return {k: found[k] for k in ("runs", "median", "p90")} | {"runs_on": where} if found else {}
 
     def to_dict(self, price: float | None = None) -> dict[str, object]:
         return {"model": self.model.name, "system": self.cluster.name, "gpus": self.cluster.num_gpus,
@@ -53,7 +71,8 @@ class ServeSearchResult:
                 "tpot_slo_s": self.space.tpot_slo or None, "evaluated": self.evaluated, "feasible": self.feasible,
                 "rejected": {"count": self.rejected_total, "reasons": dict(self.rejected),
                              "examples": dict(self.examples)},
-                "seconds": self.seconds,
+                "seconds": self.seconds, "tie_band": self.band or None, "ttft_error": self.ttft_error(),
+                "fastest": self.fastest.to_dict(price) if self.fastest else None,
                 "configurations_per_second": self.evaluated / self.seconds if self.seconds else None,
                 "plans": [e.to_dict(price) for e in self.plans]}
 
@@ -115,7 +134,7 @@ def search(model: ModelSpec, cluster: Cluster, space: ServeSpace, top_k: int = 1
     tally: dict[str, int] = {}
     examples: dict[str, str] = {}
     ranked: list[tuple[float, float, int, int, int, int]] = []  # (score, tiebreak, quant, key, replicas, prefill)
-    evaluated, kept = 0, []
+    evaluated, kept, pool = 0, [], []
     for qi, quant in enumerate(space.quants):
         index, replicas, prefill = deployments(keys, cluster.num_gpus, space.disaggregate)
         evaluated += len(index)
@@ -131,13 +150,17 @@ def search(model: ModelSpec, cluster: Cluster, space: ServeSpace, top_k: int = 1
         ok = np.flatnonzero(~np.any([m for _, m in bad], axis=0)) if bad else np.arange(len(index))
         best = ok[np.lexsort((tiebreak[ok], -score[ok]))][: 2 * top_k + 2]
         ranked += [(score[i], tiebreak[i], qi, index[i], replicas[i], prefill[i]) for i in best]
+        pool.append((qi, ok, score, tiebreak, index, replicas, prefill))
     ranked.sort(key=lambda r: (-r[0], r[1]))
-    plans = [_estimate(model, cluster, space, keys, r, workload, eff) for r in ranked[: 2 * top_k + 2]]
-    plans = sorted((e for e in plans if e.fits and _meets(e, space)), key=lambda e: _rank(e, space))[:top_k]
-    return ServeSearchResult(model=model, cluster=cluster, space=space, plans=tuple(plans), evaluated=evaluated,
-                             feasible=evaluated - sum(tally.values()), rejected=tally, examples=examples,
-                             seconds=time.perf_counter() - start,
-                             weighed=weighed.join(kept, space.quants) if keep else None)
+    band = serving_band(cluster.accelerator.architecture) if space.prefer_simple else 0.0
+    rows = ranked[: 2 * top_k + 2] + _simple_rows(pool, keys, band, space, top_k)
+    plans = [_estimate(model, cluster, space, keys, r, workload, eff) for r in dict.fromkeys(rows)]
+    plans = _ordered([e for e in plans if e.fits and _meets(e, space)], space, band)
+    fastest = min(plans, key=lambda e: _rank(e, space)) if plans else None
+    return ServeSearchResult(model=model, cluster=cluster, space=space, plans=tuple(plans[:top_k]),
+                             evaluated=evaluated, feasible=evaluated - sum(tally.values()), rejected=tally,
+                             examples=examples, seconds=time.perf_counter() - start,
+                             weighed=weighed.join(kept, space.quants) if keep else None, band=band, fastest=fastest)
 
 
 def _score(model, cluster, space, quant, keys, deploy, workload, eff):
@@ -176,6 +199,56 @@ def _score(model, cluster, space, quant, keys, deploy, workload, eff):
     if space.rank_by == "latency":
         return bad, -np.nan_to_num(np.asarray(m.tpot, dtype=float), nan=np.inf), -tokens, figures
     return bad, tokens, np.nan_to_num(np.asarray(m.tpot, dtype=float), nan=np.inf), figures
+
+
+def _quantised(quant: Quant) -> bool:
+    """Whether ``quant`` leaves the checkpoint's 16 bits in any part."""
+    return any(f not in ("bf16", "fp16") for f in (quant.weights, quant.activations, quant.kv_cache))
+
+
+def _simplicity(tp, pp, dpa, ep, prefill, quantised: bool):
+    """How much a configuration asks of its user (module docstring): of one (numbers) or many (arrays)."""
+    axes = sum((np.asarray(v) > 1).astype(np.int64) for v in (tp, pp, dpa, ep))
+    return axes + (np.asarray(prefill) > 0) + int(quantised)
+
+
+def _inside(score, best: float, band: float, space: ServeSpace):
+    """Which scores lie within the band of the best one: tokens/s at least best / (1 + b), or (ranking by latency,
+    the score −TPOT) a TPOT at most (1 + b) times the best."""
+    return score >= (best * (1 + band) if space.rank_by == "latency" else best / (1 + band))
+
+
+def _simple_rows(pool, keys, band: float, space: ServeSpace, top_k: int) -> list[tuple]:
+    """The rows (as ``search`` ranks them) of the first 2·top_k + 2 configurations within the band of the best
+    score, simplest first, then on fewer GPUs, then by score: the candidates the estimates re-rank."""
+    tops = [float(score[ok].max()) for _, ok, score, *_ in pool if len(ok)]
+    if not band or not tops:
+        return []
+    out = []
+    for qi, ok, score, tiebreak, index, replicas, prefill in pool:
+        i = ok[_inside(score[ok], max(tops), band, space)]
+        k = index[i]
+        simple = _simplicity(keys["tp"][k], keys["pp"][k], keys["dpa"][k], keys["ep"][k], prefill[i],
+                             _quantised(space.quants[qi]))
+        gpus = keys["tp"][k] * keys["pp"][k] * keys["dpa"][k] * (replicas[i] + prefill[i])
+        order = np.lexsort((-score[i], gpus, simple))[: 2 * top_k + 2]
+        out += [(simple[j], gpus[j], (score[i][j], tiebreak[i][j], qi, k[j], replicas[i][j], prefill[i][j]))
+                for j in order]
+    out.sort(key=lambda r: (r[0], r[1], -r[2][0]))
+    return [r[2] for r in out[: 2 * top_k + 2]]
+
+
+def _ordered(plans: list[ServeEstimate], space: ServeSpace, band: float) -> list[ServeEstimate]:
+    """The estimates in the search's order (module docstring): within the band of the best, the simplest first."""
+    by_rank = sorted(plans, key=lambda e: _rank(e, space))
+    if not band or not by_rank:
+        return by_rank
+    best = _rank(by_rank[0], space)[0]
+    close = [e for e in by_rank if _inside(-_rank(e, space)[0], -best, band, space)]  # the score: −(rank's first)
+    close.sort(key=lambda e: (int(_simplicity(e.plan.tp, e.plan.pp, e.plan.dpa, e.plan.ep, e.plan.prefill_replicas,
+                                               _quantised(e.plan.quant))), e.plan.num_gpus, _rank(e, space)))
+    chosen = {id(e) for e in close}
+    return close + [e for e in by_rank if id(e) not in chosen]
 
 
 def _plan(keys, quant: Quant, i: int, replicas: int, prefill: int) -> ServePlan:

@@ -32,3 +32,32 @@ def error_band(architecture: str, moe: bool) -> float:
     data = _bands()
     found = data["bands"].get(f"{architecture or 'unstated'}/{'moe' if moe else 'dense'}")
     return float((found or data["overall"])["band"])
+
+
+@lru_cache(maxsize=1)
+def _serving() -> dict:
+    """``presets/serving_errors.json``: the serving model's errors on the published serving runs, per GPU
+    architecture (written by benchmarks/accuracy_inference.py from docs/ACCURACY_INFERENCE.md's runs)."""
+    return json.loads((resources.files("meshplan") / "presets" / "serving_errors.json").read_text())
+
+
+def serving_band(architecture: str) -> float:
+    """The band within which the serving search cannot tell two configurations apart: the median |predicted /
+    measured − 1| of the throughput of the published serving runs on the architecture (half of them were predicted
+    closer than it), else of every run; as ``ranking_band`` is the training search's."""
+    data = _serving()
+    found = data["architectures"].get(architecture or "unstated") or {}
+    return float((found if found.get("runs") else data["overall"])["median"])
+
+
+def serving_latency_error(architecture: str, metric: str) -> tuple[dict, str]:
+    """(runs, median and p90 of |error| of a latency ``metric`` such as "ttft_ms", where they come from) on the
+    published runs of the architecture that measured it, else on every run that did (the file's ``overall``);
+    ({}, "") when none did."""
+    data = _serving()
+    found = data["architectures"].get(architecture or "unstated") or {}
+    mine = (found.get("latency") or {}).get(metric) or {}
+    if mine.get("runs"):
+        return mine, f"{found['name']} GPUs"
+    every = (data["overall"].get("latency") or {}).get(metric) or {}
+    return (every, "every GPU generation") if every.get("runs") else ({}, "")
