@@ -16,10 +16,9 @@ import copy
 import dataclasses
 import importlib
 import sys
+from dataclasses import replace
 
 import pytest
-
-from dataclasses import replace
 
 from meshplan.configs import emit
 from meshplan.specs.model import ModelSpec
@@ -72,7 +71,8 @@ def _torchtitan_model(tmp_path, text: str):
 @pytest.mark.parametrize("name", MODELS)
 def test_torchtitan_builds_the_priced_model_from_the_emitted_toml(tmp_path, name):
     model = load_model(name)
-    job, built = _torchtitan_model(tmp_path, emit("torchtitan", model, replace(PLAN[name], zero=3), load_stack("torchtitan")))
+    text = emit("torchtitan", model, replace(PLAN[name], zero=3), load_stack("torchtitan"))
+    job, built = _torchtitan_model(tmp_path, text)
     params = sum(p.numel() for p in built.parameters())
     assert params == model.params() - _torchtitan_buffers_as_params(model), (name, params, model.params())
     assert tuple(built.tok_embeddings.weight.shape) == (model.vocab_size, model.hidden_size)

@@ -30,8 +30,15 @@ from __future__ import annotations
 import tomllib
 from typing import Any
 
-from meshplan.configs.common import (carried_stack_fields, check_layout, comment, data_parallel, parse_comment, refuse,
-                                     torchrun)
+from meshplan.configs.common import (
+    carried_stack_fields,
+    check_layout,
+    comment,
+    data_parallel,
+    parse_comment,
+    refuse,
+    torchrun,
+)
 from meshplan.configs.format import ConfigFormat
 from meshplan.configs.torchtitan_models import PLACEHOLDER_ASSETS, custom, module_name, notes, registered
 from meshplan.errors import SpecError
