@@ -192,3 +192,41 @@ def test_megatron_defaults_would_build_another_model(tmp_path, model_parallel):
     built = build_gpt(transformer_config(args), args, model.vocab_size)
     assert sum(p.numel() for p in built.parameters()) - model.params() == 32 * (4096 + 1024 + 1024 + 4096 + 2 * 14336
                                                                                  + 4096)
+
+
+def _overrides(text: str) -> dict[str, object]:
+    """The ``model.*`` overrides as OmegaConf would type them (true / false, numbers, [a,b] lists)."""
+    out: dict[str, object] = {}
+    for line in text.splitlines():
+        if line.startswith("model.") and "=" in line:
+            key, value = line.removeprefix("model.").split("=", 1)
+            typed = {"true": True, "false": False}.get(value, value)
+            if isinstance(typed, str) and typed.startswith("["):
+                typed = [_typed(v) for v in typed.strip("[]").split(",") if v]
+            out[key] = _typed(typed) if isinstance(typed, str) else typed
+    return out
+
+
+@pytest.mark.parametrize("name", list(PLAN))
+def test_megatron_bridge_overrides_build_the_priced_model(tmp_path, monkeypatch, model_parallel, name):
+    """The overrides alone (not the recipe's provider) hold the model: TransformerConfig of the ``model.*`` keys, with
+    the recipe's activation (SiLU: gated_linear_unit makes it SwiGLU), builds the priced parameters."""
+    import torch
+    from megatron.core.transformer import multi_latent_attention
+    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")  # module docstring: MLA's RoPE table
+    monkeypatch.setattr(multi_latent_attention, "HAVE_TE", False)
+    model = load_model(name)
+    values = _overrides(emit("nemo", model, PLAN[name], load_stack("megatron-bridge")))
+    cls = MLATransformerConfig if values.get("multi_latent_attention") else TransformerConfig
+    names = {f.name for f in dataclasses.fields(cls)}
+    config = cls(**{k: v for k, v in values.items() if k in names}, activation_func=torch.nn.functional.silu,
+                 pipeline_dtype=torch.bfloat16)
+    args = {"max_position_embeddings": values["seq_length"], "rotary_base": values["rotary_base"],
+            "position_embedding_type": values["position_embedding_type"],
+            "untie_embeddings_and_output_weights": not values["share_embeddings_and_output_weights"]}
+    assert values["vocab_size"] == model.vocab_size and model.vocab_size % (
+        int(values["make_vocab_size_divisible_by"]) * PLAN[name].tp) == 0  # no padding
+    built = build_gpt(config, args, model.vocab_size)
+    assert sum(p.numel() for p in built.parameters()) == model.params() + model.mtp_params() - _expert_bias(model)

@@ -72,11 +72,8 @@ def _moe(model: ModelSpec, stack: Stack) -> dict[str, Any]:
         "moe_ffn_hidden_size": model.moe_ffn_hidden_size,
         "moe_shared_expert_intermediate_size": model.shared_expert_ffn_size or None,
         "moe_token_dispatcher_type": stack.moe_dispatcher}
-    if model.first_k_dense_layers or model.moe_layer_freq != 1:
-        pattern = [int(model.is_moe_layer(i)) for i in range(model.num_layers)]
-        dense = model.first_k_dense_layers
-        fields["moe_layer_freq"] = (f"([0]*{dense}+[1]*{model.num_layers - dense})" if pattern == [0] * dense + [1] *
-                                    (model.num_layers - dense) else "[" + ",".join(map(str, pattern)) + "]")
+    if model.first_k_dense_layers or model.moe_layer_freq != 1:  # one 0 (dense) or 1 (MoE) a layer
+        fields["moe_layer_freq"] = [int(model.is_moe_layer(i)) for i in range(model.num_layers)]
     if model.router_bias and model.is_mla:  # DeepSeek-V3's router: sigmoid scores with a score-correction bias
         fields |= {"moe_router_score_function": "sigmoid", "moe_router_enable_expert_bias": True}
     return fields
@@ -132,8 +129,21 @@ def arguments(fields: dict[str, Any], num_heads: int) -> list[tuple[str, Any]]:
             continue
         if name in _WHEN_TRUE or name in _WHEN_FALSE:
             args.append((flag, value == (name in _WHEN_TRUE)))
+        elif name == "moe_layer_freq":  # a Python expression Megatron-LM evaluates (arguments.py moe_freq_type)
+            args.append((flag, _pattern(value)))
         elif name == "num_query_groups":
             args += [("--group-query-attention", True), (flag, value)] if value != num_heads else []
         else:
             args.append((flag, value))
     return args
+
+
+def _pattern(layers: list[int]) -> str:
+    """``([0]*3+[1]*58)`` for runs of 0s and 1s, as Megatron-LM's examples write --moe-layer-freq."""
+    runs: list[list[int]] = []
+    for flag in layers:
+        if runs and runs[-1][0] == flag:
+            runs[-1][1] += 1
+        else:
+            runs.append([flag, 1])
+    return "(" + "+".join(f"[{flag}]*{count}" for flag, count in runs) + ")"
