@@ -31,7 +31,8 @@ MODELS = ["llama3-8b", "llama3-70b", "mixtral-8x7b", "deepseek-v3"]
 # a plan each framework writes: 8 x 8 GPUs, tp 8 over a node, experts over the data-parallel ranks
 PLAN = {"llama3-8b": Plan(dp=8, tp=8, global_batch=64), "llama3-70b": Plan(dp=4, tp=8, pp=2, global_batch=64),
         "mixtral-8x7b": Plan(dp=8, tp=8, ep=8, etp=1, global_batch=64),
-        "deepseek-v3": Plan(dp=8, tp=8, ep=8, etp=1, global_batch=64)}
+        "deepseek-v3": Plan(dp=8, tp=8, ep=8, etp=1, global_batch=64),
+        "qwen3-30b-a3b": Plan(dp=8, tp=4, ep=8, etp=1, global_batch=64)}
 
 
 def _torchtitan_buffers_as_params(model: ModelSpec) -> int:
@@ -68,7 +69,7 @@ def _torchtitan_model(tmp_path, text: str):
         return job, spec.model_cls(args)
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", [*MODELS, "qwen3-30b-a3b"])
 def test_torchtitan_builds_the_priced_model_from_the_emitted_toml(tmp_path, name):
     model = load_model(name)
     text = emit("torchtitan", model, replace(PLAN[name], zero=3), load_stack("torchtitan"))

@@ -39,19 +39,22 @@ _FLAVOUR_NOTES = {
     "deepseek_v3": "its 671B flavour attends with FlexAttention under a block-causal (per-document) mask, and keeps "
                    "the router's score-correction bias as a buffer (expert_bias), not a parameter: 256 x 58 fewer "
                    "parameters counted than Hugging Face's"}
-# the fields meshplan's model and a flavour may differ in: they are the job's (seq_len), not the architecture's
-_FREE = {"name": "", "seq_length": 1, "max_position_embeddings": 0}
 PLACEHOLDER_ASSETS = "PATH/TO/HF_ASSETS"  # the tokenizer folder, torchtitan's scripts/download_hf_assets.py
+
+
+def _shape(model: ModelSpec) -> ModelSpec:
+    """The architecture alone: the name and the lengths are the job's (its seq_len), not the flavour's."""
+    return dataclasses.replace(model, name="", seq_length=1, max_position_embeddings=0)
 
 
 @cache
 def _preset(name: str) -> ModelSpec:
-    return dataclasses.replace(load_model(name), **_FREE)
+    return _shape(load_model(name))
 
 
 def registered(model: ModelSpec) -> tuple[str, str] | None:
     """The (model name, flavour) torchtitan registers with ``model``'s architecture, or None."""
-    shape = dataclasses.replace(model, **_FREE)
+    shape = _shape(model)
     for key, preset in REGISTERED.items():
         if shape == _preset(preset) and model.rope_theta in (0.0, _preset(preset).rope_theta):
             return key
