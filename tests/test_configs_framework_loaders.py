@@ -100,6 +100,7 @@ def test_torchtitan_rejects_a_key_it_does_not_have(tmp_path):
 def _arguments(text: str) -> dict[str, object]:
     """Megatron-LM's argument list as argparse would leave it: dest names, ints as ints, flags True, the
     store_false ``--no-overlap-p2p-communication`` as overlap_p2p_comm False, ``--fp8-format`` into ``fp8``."""
+    text = text[text.index("MEGATRON_ARGS=(") + len("MEGATRON_ARGS=("):text.index("\n)\n")]  # the script's arguments
     lines = [line.rstrip().removesuffix("\\") for line in text.splitlines() if not line.lstrip().startswith("#")]
     tokens = shlex.split(" ".join(lines))
     args: dict[str, object] = {}

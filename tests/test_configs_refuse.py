@@ -108,7 +108,7 @@ def test_torchtitan_degrees_are_integers_that_multiply_to_the_data_parallel_size
                                         ("--tensor-model-paralel-size", "--tensor-model-parallel-size"),
                                         ("--sequence-parallle", "--sequence-parallel")])
 def test_a_misspelt_megatron_argument_is_refused_with_the_one_meant(typo, meant):
-    text = emit("megatron", MODEL, BASE, load_stack("megatron-core")) + f"{typo} 1\n"
+    text = emit("megatron", MODEL, BASE, load_stack("megatron-core")).replace("\n)\n", f"\n  {typo} 1\n)\n")
     with pytest.raises(SpecError, match=f"{typo} is not a Megatron-LM argument; did you mean {meant}"):
         read("megatron", MODEL, 16, text=text)
 
@@ -122,11 +122,13 @@ def test_megatron_arguments_meshplan_does_not_read_pass():
 
 
 def test_the_megatron_arguments_known_are_those_the_module_writes_and_reads():
-    """configs/megatron.py's KNOWN (what a misspelling is measured against) lists every argument its code names."""
+    """configs/megatron.py's KNOWN (what a misspelling is measured against) lists every argument its code and
+    configs/megatron_model.py's name."""
     import re
     from pathlib import Path
 
-    from meshplan.configs import megatron
+    from meshplan.configs import megatron, megatron_model
 
-    named = set(re.findall(r'"(--[a-z0-9-]+)"', Path(megatron.__file__).read_text(encoding="utf-8")))
+    named = {flag for module in (megatron, megatron_model)
+             for flag in re.findall(r'"(--[a-z0-9-]+)"', Path(module.__file__).read_text(encoding="utf-8"))}
     assert named == megatron.KNOWN

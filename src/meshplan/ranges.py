@@ -123,6 +123,8 @@ RANGES: dict[str, Range] = {
     "shared_expert_ffn_size": Range(1, _FFN, "", "as ffn_hidden_size", "none"),
     "first_k_dense_layers": Range(1, MAX_LAYERS, "", "at most the layers", "none"),
     "moe_layer_freq": Range(1, MAX_LAYERS, "", "at most the layers"),
+    "rope_theta": Range(1.0, 1e12, "", "RoPE bases in use are 1e4-5e7 (GPT-NeoX 1e4, Llama 3 5e5, Qwen3 1e6)",
+                        "not stated"),
     "glu_clamp": Range(1e-3, 3.4e38, "", "a clamp on bf16 activations (GPT-OSS 7): beyond bf16's largest value "
                        "(3.39e38) it never acts", "no clamp"),
     "q_lora_rank": Range(1, _WIDTH, "", "at most the hidden size (DeepSeek-V3 1,536)", "no q compression"),

@@ -110,3 +110,12 @@ def _value(spec: type, name: str, text: str) -> Any:
     if isinstance(default, tuple):
         return tuple(text.split(","))
     return text
+
+
+def torchrun(plan: Plan, target: str, per_node: int = 8) -> str:
+    """``torchrun`` over the plan's GPUs, ``per_node`` a node (8: DGX / HGX servers; a node of fewer GPUs changes
+    --nnodes and --nproc-per-node, not the plan), the rendezvous at $MASTER_ADDR; ``target`` what it runs."""
+    gpus = plan.num_gpus
+    local = min(gpus, per_node) if gpus % min(gpus, per_node) == 0 else 1
+    return (f"torchrun --nnodes {gpus // local} --nproc-per-node {local} --rdzv-backend c10d "
+            f"--rdzv-endpoint $MASTER_ADDR:29500 {target}")

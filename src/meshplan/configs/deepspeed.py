@@ -13,9 +13,11 @@ accumulation · data-parallel size), ``train_micro_batch_size_per_gpu``, ``gradi
 DeepSpeed takes the pipeline (PipelineModule(num_stages=...)), MoE expert parallelism (deepspeed.moe.layer.MoE
 ep_size) and Ulysses sequence parallelism in the training script, not in this file: pp, ep, cp and sequence
 parallelism are refused, as are selective recompute, activation offload, fp8, bf16 Adam moments (no key) and 8-bit
-Adam (bitsandbytes' optimizer is passed in code). JSON has no comments: the stack
-fields this file has no key for (all but ``overlap_dp``) ride in a top-level ``"meshplan"`` string, which DeepSpeed
-ignores (its DeepSpeedConfig reads the keys it knows).
+Adam (bitsandbytes' optimizer is passed in code). What the script must do besides (the model it builds, gradient
+checkpointing turned on in the model, AutoTP's tp_model_init, the ``deepspeed`` launcher line) is said in
+``meshplan_notes``, a list of lines. JSON has no comments: the stack fields this file has no key for (all but
+``overlap_dp``) ride in a top-level ``"meshplan"`` string, which DeepSpeed ignores (its DeepSpeedConfig reads the keys
+it knows).
 """
 
 from __future__ import annotations
@@ -84,7 +86,26 @@ def _config(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
     note = comment(carried_stack_fields(stack, _PRESET, ("overlap_dp",)), {})
     if note:
         cfg["meshplan"] = note
+    cfg["meshplan_notes"] = _notes(model, plan)
     return cfg
+
+
+def _notes(model: ModelSpec, plan: Plan) -> list[str]:
+    """What the training script must do besides passing this file (DeepSpeed ignores keys it does not know)."""
+    nodes = plan.num_gpus // 8 if plan.num_gpus % 8 == 0 else plan.num_gpus
+    out = [f"model: the training script builds it; meshplan priced {model.name} ({model.params():,} parameters, "
+           f"{model.source or 'its ModelSpec'}) with its vocabulary and widths"
+           + ("" if model.dropout else ", without dropout")]
+    if plan.recompute == "full":
+        out.append("recompute: the model checkpoints every layer itself (Hugging Face: "
+                   "model.gradient_checkpointing_enable(); else deepspeed.checkpointing.checkpoint around each "
+                   "layer); activation_checkpointing only configures deepspeed.checkpointing")
+    if plan.tp > 1:
+        out.append(f"tensor parallelism: build the model under deepspeed.tp_model_init(model, tp_size={plan.tp}, "
+                   "dtype) before deepspeed.initialize (AutoTP training)")
+    out.append(f"launch: deepspeed --hostfile HOSTFILE --num_nodes {nodes} --num_gpus {plan.num_gpus // nodes} "
+               "TRAIN_SCRIPT.py --deepspeed --deepspeed_config THIS_FILE.json")
+    return out
 
 
 def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:

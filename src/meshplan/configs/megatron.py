@@ -1,4 +1,9 @@
-"""Megatron-LM ``pretrain_gpt.py`` command-line arguments: one option a line, ``\\``-continued, ``#`` comments.
+"""Megatron-LM ``pretrain_gpt.py`` command-line arguments, as a bash script that launches it: ``#`` comments, the
+arguments one a line in the bash array ``MEGATRON_ARGS`` (bash hands them to argparse as written: no comment or
+``\\`` continuation is read as an argument), then the ``torchrun ... pretrain_gpt.py "${MEGATRON_ARGS[@]}" "$@"``
+line. Read back: the array, or (a file of the user's) the whole text, one option a line, ``\\``-continued.
+The model's arguments are configs/megatron_model.py's (every architecture flag, so Megatron's defaults do not
+change the model), then ``--tokenizer-type`` HuggingFaceTokenizer and ``--tokenizer-model`` a placeholder path.
 
 Option names, their kinds (store_true / store_false / valued) and defaults are Megatron-LM's
 megatron/training/arguments.py (NVIDIA/Megatron-LM, commit 307dcf3): ``--tensor-model-parallel-size``,
@@ -33,8 +38,17 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from meshplan.configs.common import carried_stack_fields, check_layout, comment, data_parallel, parse_comment, refuse
+from meshplan.configs.common import (
+    carried_stack_fields,
+    check_layout,
+    comment,
+    data_parallel,
+    parse_comment,
+    refuse,
+    torchrun,
+)
 from meshplan.configs.format import ConfigFormat
+from meshplan.configs.megatron_model import MEGATRON_ARGUMENT, architecture, arguments
 from meshplan.errors import SpecError
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
@@ -47,32 +61,13 @@ _EXPRESSED = ("overlap_dp", "overlap_tp", "overlap_pp", "fp8_scaling", "cp_comm"
              "flash_attention")
 # Stack.cp_comm -> Megatron-Core's cp_comm_type (Megatron-Bridge takes the same values: configs/nemo.py)
 CP_COMM_TYPE = {"ring": "p2p", "allgather": "all_gather"}
+_ARRAY = "MEGATRON_ARGS=("  # the bash array the script holds the arguments in
+# the tokenizer: Hugging Face's, from a folder the user fills in (Megatron-LM --tokenizer-type HuggingFaceTokenizer)
+_TOKENIZER: list[tuple[str, Any]] = [("--tokenizer-type", "HuggingFaceTokenizer"),
+                                     ("--tokenizer-model", "PATH/TO/HF_TOKENIZER")]
 _BACKEND = {("fused", True): "fused", ("fa2", True): "flash"}
 _FP8 = {"fp8": ("hybrid", None), "mxfp8": ("e4m3", "mxfp8")}
 _SCALING = {"delayed": "delayed", "current": "tensorwise"}
-
-
-def _model_args(model: ModelSpec) -> list[tuple[str, Any]]:
-    """The architecture arguments (informational on read: the model is given, its size checked)."""
-    args: list[tuple[str, Any]] = [
-        ("--num-layers", model.num_layers), ("--hidden-size", model.hidden_size),
-        ("--ffn-hidden-size", model.ffn_hidden_size), ("--num-attention-heads", model.num_heads),
-        ("--seq-length", model.seq_length), ("--max-position-embeddings", model.max_position_embeddings
-                                              or model.seq_length)]
-    if model.num_kv_heads and model.num_kv_heads != model.num_heads:
-        args += [("--group-query-attention", True), ("--num-query-groups", model.num_kv_heads)]
-    if model.head_dim:
-        args.append(("--kv-channels", model.head_dim))
-    args += [("--swiglu", model.mlp == "swiglu"), ("--normalization", "RMSNorm" if model.norm == "rmsnorm" else
-                                                                      "LayerNorm"),
-             ("--untie-embeddings-and-output-weights", not model.tied_embeddings),
-             ("--position-embedding-type", "rope" if model.position_embedding == "rope" else "learned_absolute")]
-    if model.num_experts:
-        args += [("--num-experts", model.num_experts), ("--moe-router-topk", model.moe_topk),
-                 ("--moe-ffn-hidden-size", model.moe_ffn_hidden_size or model.ffn_hidden_size)]
-        if model.shared_expert_ffn_size:
-            args.append(("--moe-shared-expert-intermediate-size", model.shared_expert_ffn_size))
-    return args
 
 
 def _plan_args(plan: Plan, model: ModelSpec) -> list[tuple[str, Any]]:
@@ -142,20 +137,35 @@ def _stack_args(stack: Stack, plan: Plan) -> list[tuple[str, Any]]:
 
 
 def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
-    """The arguments file: the model's, the plan's and the stack's arguments, one a line."""
-    args = _model_args(model) + _plan_args(plan, model) + _stack_args(stack, plan)
-    lines = [name if value is True else f"{name} {shlex.quote(str(value))}" for name, value in args
-             if value is not None and value is not False]
-    note = comment(carried_stack_fields(stack, _PRESET, _EXPRESSED),
+    """A bash script: the comments, the arguments in the array MEGATRON_ARGS (one a line, which Megatron-LM's argparse
+    takes as bash hands them over: no comment or line continuation among them) and the torchrun line."""
+    fields, notes = architecture(model, plan, stack)
+    args = (arguments(fields, model.num_heads) + _TOKENIZER + _plan_args(plan, model) + _stack_args(stack, plan))
+    lines = [" ".join([name] + ([] if value is True else [shlex.quote(v) for v in str(value).split()]))
+             for name, value in args if value is not None and value is not False]
+    expressed = _EXPRESSED + (("moe_dispatcher",) if model.is_moe else ())
+    note = comment(carried_stack_fields(stack, _PRESET, expressed),
                    {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})
-    head = [f"# Megatron-LM pretrain_gpt.py arguments for {model.name} ({plan.num_gpus} GPUs), written by meshplan"]
-    return "\n".join(head + ([f"# {note}"] if note else []) + [" \\\n".join(lines)]) + "\n"
+    head = ["#!/usr/bin/env bash",
+            f"# Megatron-LM pretrain_gpt.py arguments for {model.name} ({plan.num_gpus} GPUs), written by meshplan.",
+            "# Run it from Megatron-LM's folder on every node (MASTER_ADDR set); what it is given (--data-path ...)",
+            f"# follows these arguments. {_TOKENIZER[1][1]} is a placeholder: the model's Hugging Face tokenizer."]
+    head += [f"# {note}"] if note else []
+    head += [f"# {line}" for line in notes]
+    launch = torchrun(plan, 'pretrain_gpt.py "${MEGATRON_ARGS[@]}" "$@"')
+    return "\n".join(head + [_ARRAY, *(f"  {line}" for line in lines), ")", launch]) + "\n"
 
 
 def _parse(text: str) -> tuple[dict[str, Any], list[str]]:
-    """``--name value`` / ``--name`` (True) from the text, and its comment lines."""
+    """``--name value`` / ``--name`` (True) from the text (the MEGATRON_ARGS array where the text is meshplan's
+    script, else all of it: an argument list one option a line, ``\\``-continued), and its comment lines."""
     comments = [ln.strip().lstrip("#") for ln in text.splitlines() if ln.strip().startswith("#")]
-    body = " ".join(ln for ln in text.replace("\\\n", " ").splitlines() if not ln.strip().startswith("#"))
+    rows = [ln.strip() for ln in text.splitlines()]
+    if _ARRAY in rows:
+        start = rows.index(_ARRAY)
+        end = next((i for i in range(start + 1, len(rows)) if rows[i] == ")"), len(rows))
+        rows = rows[start + 1:end]
+    body = " ".join(ln for ln in "\n".join(rows).replace("\\\n", " ").splitlines() if not ln.startswith("#"))
     options: dict[str, Any] = {}
     tokens = shlex.split(body)
     i = 0
@@ -207,7 +217,7 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
 
 # the arguments this module writes or reads: an unknown argument one slip from one of them is a misspelling, not an
 # argument of Megatron-LM's that meshplan does not read (argparse would refuse it: arguments.py has no such flag)
-KNOWN = frozenset(("--attention-backend", "--bf16", "--context-parallel-size", "--cp-comm-type",
+_WRITTEN = frozenset(("--attention-backend", "--bf16", "--context-parallel-size", "--cp-comm-type",
     "--decoder-last-pipeline-num-layers", "--exp-avg-dtype", "--exp-avg-sq-dtype", "--expert-model-parallel-size",
     "--expert-tensor-parallel-size", "--ffn-hidden-size", "--fp16", "--fp8-format", "--fp8-recipe",
     "--global-batch-size", "--grad-reduce-in-bf16", "--group-query-attention", "--hidden-size", "--kv-channels",
@@ -219,6 +229,8 @@ KNOWN = frozenset(("--attention-backend", "--bf16", "--context-parallel-size", "
     "--recompute-modules", "--recompute-num-layers", "--seq-length", "--sequence-parallel", "--sgd-momentum",
     "--swiglu", "--tensor-model-parallel-size", "--tp-comm-overlap", "--untie-embeddings-and-output-weights",
     "--use-distributed-optimizer", "--use-precision-aware-optimizer", "--virtual-pipeline-model-parallel-size"))
+KNOWN = _WRITTEN | frozenset(MEGATRON_ARGUMENT.values()) | {"--group-query-attention", "--tokenizer-type",
+                                                             "--tokenizer-model"}
 
 
 def _one_slip(a: str, b: str) -> bool:
@@ -286,6 +298,8 @@ def _stack(options: dict[str, Any], extra: dict[str, Any]) -> Stack:
         overlap_pp="--no-overlap-p2p-communication" not in options,
         cp_comm={v: k for k, v in CP_COMM_TYPE.items()}.get(options.get("--cp-comm-type", "p2p"), "ring"),
         expert_gemm="grouped" if "--moe-grouped-gemm" in options else "per_expert",
+        **({"moe_dispatcher": options["--moe-token-dispatcher-type"]} if "--moe-token-dispatcher-type" in options
+           else {}),
         attention_kernel=kernel[0], flash_attention=kernel[1],
         fp8_scaling="current" if recipe == "tensorwise" else "delayed", **extra)
 

@@ -18,6 +18,20 @@ and ``optimizer.sgd_momentum`` (OptimizerConfig);
 Megatron-Bridge preset name (src/megatron/bridge/training/mixed_precision.py: bf16_mixed, fp16_mixed,
 bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed).
 
+The model's shape: the same TransformerConfig / GPTModelProvider fields as Megatron-LM's arguments set
+(configs/megatron_model.py), as ``model.*`` overrides: ``num_layers``, ``hidden_size``, ``ffn_hidden_size``,
+``num_attention_heads``, ``num_query_groups``, ``kv_channels``, ``gated_linear_unit``, ``normalization``,
+``add_bias_linear``, ``add_qkv_bias``, ``qk_layernorm``, ``hidden_dropout``, ``attention_dropout``,
+``share_embeddings_and_output_weights``, ``position_embedding_type``, ``rotary_base``, ``num_moe_experts``,
+``moe_router_topk``, ``moe_ffn_hidden_size``, ``moe_shared_expert_intermediate_size``, ``moe_layer_freq`` (a list),
+``moe_token_dispatcher_type``, ``moe_router_score_function``, ``moe_router_enable_expert_bias``,
+``multi_latent_attention``, ``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``, ``qk_pos_emb_head_dim``,
+``v_head_dim``, ``mtp_num_layers``, ``make_vocab_size_divisible_by``, ``vocab_size``; the activation is the
+recipe's (a callable).
+Megatron-Bridge itself is not loaded by meshplan's tests: its PyPI package (megatron-bridge 0.3.1) requires
+Transformer Engine and mamba-ssm (CUDA builds), so its ConfigContainer is the missing check; the overrides build
+Megatron-Core's TransformerConfig, DDP and optimizer configs and GPTModel (tests/test_configs_build_megatron.py).
+
 Mapping as Megatron-LM's (configs/megatron.py). Refused: ZeRO-2/3 (Megatron-FSDP), fp4, a schedule other than
 Megatron's own, 8-bit Adam and Adafactor (Megatron-Core has neither), and bf16 Adam moments (OptimizerConfig's
 exp_avg_dtype is a torch.dtype, which meshplan does not write as an override: the megatron format writes it).
@@ -27,9 +41,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from meshplan.configs.common import carried_stack_fields, check_layout, comment, data_parallel, parse_comment, refuse
+from meshplan.configs.common import (
+    carried_stack_fields,
+    check_layout,
+    comment,
+    data_parallel,
+    parse_comment,
+    refuse,
+    torchrun,
+)
 from meshplan.configs.format import ConfigFormat
 from meshplan.configs.megatron import CP_COMM_TYPE
+from meshplan.configs.megatron_model import architecture
 from meshplan.errors import SpecError
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
@@ -92,14 +115,34 @@ def _overrides(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
     return out
 
 
+def _model(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[dict[str, Any], list[str]]:
+    """The ``model.*`` overrides of the architecture (configs/megatron_model.py's fields, less max_position_embeddings,
+    which GPTModelProvider does not have) and the notes on what they leave out."""
+    fields, notes = architecture(model, plan, stack)
+    fields.pop("max_position_embeddings")
+    fields["vocab_size"] = model.vocab_size  # GPTModelProvider's (None: the tokenizer's)
+    if isinstance(fields.get("moe_layer_freq"), list):
+        fields["moe_layer_freq"] = "[" + ",".join(map(str, fields["moe_layer_freq"])) + "]"
+    notes.append("model.activation_func is the recipe's (a callable, not an override): SiLU in the Llama, Mixtral, "
+                 "Qwen and DeepSeek recipes, which gated_linear_unit=true makes SwiGLU" if model.gated else
+                 "model.activation_func is the recipe's (a callable, not an override): GeLU priced")
+    return {f"model.{k}": v for k, v in fields.items()}, notes
+
+
 def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     expressed: tuple[str, ...] = ("overlap_dp", "overlap_tp", "overlap_pp", "cp_comm", "expert_gemm")
     expressed += ("fp8_scaling",) if plan.precision == "fp8" else ()
+    expressed += ("moe_dispatcher",) if model.is_moe else ()
     note = comment(carried_stack_fields(stack, _PRESET, expressed),
                    {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})
-    lines = [f"# Megatron-Bridge recipe overrides for {model.name} ({plan.num_gpus} GPUs), written by meshplan"]
+    shape, notes = _model(model, plan, stack)
+    launch = torchrun(plan, "RECIPE_SCRIPT.py $(grep -v '^#' THIS_FILE)")
+    lines = [f"# Megatron-Bridge recipe overrides for {model.name} ({plan.num_gpus} GPUs), written by meshplan",
+             f"# launch (RECIPE_SCRIPT: the model family's, e.g. examples/recipes/llama/pretrain_llama3_8b.py): "
+             f"{launch}"]
     lines += [f"# {note}"] if note else []
-    for key, value in _overrides(model, plan, stack).items():
+    lines += [f"# {line}" for line in notes]
+    for key, value in (shape | _overrides(model, plan, stack)).items():
         if value is not None:
             lines.append(f"{key}={str(value).lower() if isinstance(value, bool) else value}")
     return "\n".join(lines) + "\n"
@@ -183,6 +226,8 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         overlap_pp=_flag(values, "model.overlap_p2p_comm", True),
         cp_comm={v: k for k, v in CP_COMM_TYPE.items()}.get(values.get("model.cp_comm_type", "p2p"), "ring"),
         expert_gemm="grouped" if _flag(values, "model.moe_grouped_gemm") else "per_expert",
+        **({"moe_dispatcher": values["model.moe_token_dispatcher_type"]}
+           if "model.moe_token_dispatcher_type" in values else {}),
         **({"fp8_scaling": scaling} if precision == "fp8" else {}), **extra_stack)
     return plan, stack
 

@@ -30,8 +30,17 @@ from __future__ import annotations
 import tomllib
 from typing import Any
 
-from meshplan.configs.common import carried_stack_fields, check_layout, comment, data_parallel, parse_comment, refuse
+from meshplan.configs.common import (
+    carried_stack_fields,
+    check_layout,
+    comment,
+    data_parallel,
+    parse_comment,
+    refuse,
+    torchrun,
+)
 from meshplan.configs.format import ConfigFormat
+from meshplan.configs.torchtitan_models import PLACEHOLDER_ASSETS, custom, module_name, notes, registered
 from meshplan.errors import SpecError
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
@@ -43,6 +52,13 @@ _OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW"}  # Plan.optimizer -> [optimizer
 _SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
 _ROTATE = {"allgather": "allgather", "ring": "alltoall"}
 _REDUCE_DTYPE = {4: "float32", 2: "bfloat16"}  # Plan.grad_bytes -> mixed_precision_reduce
+# meshplan's selective recompute is Megatron-Core's core_attn (cost/recompute.py); torchtitan has no such option
+# (torchtitan/distributed/activation_checkpoint.py: "op" saves what _op_sac_save_list names, matmuls but every second
+# one and the attention outputs, and recomputes the rest; an integer N recomputes every N-th layer in full)
+_SELECTIVE = ["recompute: meshplan priced 'selective' as Megatron-Core's core_attn recompute (the attention core's "
+              "softmax and dropout only); torchtitan has no such option: selective_ac_option = \"op\" (per-op SAC) "
+              "also recomputes every second matmul and the pointwise ops, so it stores less and recomputes more "
+              "than priced; 'full' or an integer N (every N-th layer in full) differ more"]
 
 
 def _check(plan: Plan, model: ModelSpec) -> None:
@@ -102,15 +118,38 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     expressed = ("fusion", "overlap_tp", "cp_comm") + (("fp8_scaling",) if fp8 else ())
     note = comment(carried_stack_fields(stack, _PRESET, expressed),
                    {"zero": plan.zero} if plan.dp == 1 else {})
-    lines = [f"# torchtitan job config for {model.name} ({plan.num_gpus} GPUs), written by meshplan"]
+    table, experimental, about = _model(model, fp8)
+    lines = [f"# torchtitan job config for {model.name} ({plan.num_gpus} GPUs), written by meshplan",
+             f"# launch: {torchrun(plan, '-m torchtitan.train --job.config_file THIS_FILE.toml')}"]
     lines += [f"# {note}"] if note else []
+    lines += [f"# {line}" for line in about + (_SELECTIVE if plan.recompute == "selective" else [])]
     lines += _table("job", {"description": f"{model.name} {plan.describe()}"})
-    lines += _table("model", {"converters": ["float8"]} if fp8 else {})
+    lines += _table("model", table) + (_table("experimental", experimental) if experimental else [])
     lines += _table("float8", {"recipe_name": "tensorwise"}) if fp8 else []
     lines += _table("optimizer", {"name": _OPTIMIZERS[plan.optimizer]})
     lines += _table("training", training) + _table("parallelism", parallelism)
     lines += _table("activation_checkpoint", ac) + _table("compile", {"enable": stack.fusion == "fused"})
     return "\n".join(lines)
+
+
+def _model(model: ModelSpec, fp8: bool) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """The [model] and [experimental] tables and the comment lines that say what the model is (torchtitan_models)."""
+    found = registered(model)
+    lines: list[str] = []
+    if found is None:
+        name, flavour, definition = custom(model)
+        module = module_name(model)
+        lines = [f"flavour {flavour!r} is meshplan's: save the lines between the markers (without their '# ') as "
+                 f"{module}.py on PYTHONPATH; [experimental] custom_import registers it",
+                 f"---- {module}.py ----", *definition, f"---- end of {module}.py ----"]
+    else:
+        name, flavour = found
+    table: dict[str, Any] = {"name": name, "flavor": flavour, "hf_assets_path": PLACEHOLDER_ASSETS}
+    if fp8:
+        table["converters"] = ["float8"]
+    about = [f"model: torchtitan {name} / {flavour}; hf_assets_path is a placeholder: the folder of the model's "
+             "tokenizer (torchtitan's scripts/download_hf_assets.py)", *notes(model, name)]
+    return table, {"custom_import": module_name(model)} if found is None else {}, about + lines
 
 
 def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:

@@ -68,6 +68,10 @@ def from_hf_config(config: dict[str, Any], name: str = "hf-model", where: str | 
     GPT-2, GPT-NeoX, DeepSeek-V2/V3, GPT-OSS, Nemotron-H) into a ModelSpec. Unknown architectures are read as
     Llama-like if the keys are present."""
     fields_ = translate(config, name, where)
+    theta = config.get("rope_theta", (config.get("rope_parameters") or {}).get("rope_theta"))
+    if fields_.get("position_embedding", "rope") == "rope" and isinstance(theta, (int, float)) \
+            and not isinstance(theta, bool) and theta > 0:
+        fields_["rope_theta"] = float(theta)  # transformers 5 keeps it in rope_parameters
     try:
         return ModelSpec(**fields_)
     except SpecError as exc:  # name the config.json key the offending value came from

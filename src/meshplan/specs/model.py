@@ -51,6 +51,9 @@ class ModelSpec:
     linear_bias: bool = False  # bias on the attention output and MLP linears (GPT-2, NeoX)
     qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
     position_embedding: str = "rope"
+    # the RoPE base (HF config.json ``rope_theta``; Llama 3 500,000, Mixtral 1,000,000): no cost depends on it, a
+    # framework config (configs/) writes it; 0: not stated, which those configs say rather than write a default
+    rope_theta: float = field(default=0.0, compare=False)
     dropout: bool = False  # dropout after attention / MLP (GPT-3-era Megatron); adds masks to activations
     causal: bool = True  # causal (decoder) attention; False for encoders such as ViT
     # Sliding-window attention (Mistral 7B v0.1, Gemma 2/3, GPT-OSS): in ``window_layers`` of the attention layers a
