@@ -64,7 +64,9 @@ class Prices:
 
 
 def _where(axis: list[float], x: float) -> tuple[int, float]:
-    i = min(max(bisect_right(axis, x) - 1, 0), len(axis) - 2)
+    i = bisect_right(axis, x) - 1
+    last = len(axis) - 2
+    i = 0 if i < 0 else (last if i > last else i)
     return i, (x - axis[i]) / (axis[i + 1] - axis[i])
 
 

@@ -11,15 +11,19 @@ class Timeline:
 
     def __init__(self) -> None:
         self.rows: list[tuple[float, float, float, int, int]] = []
+        self._columns: dict[str, np.ndarray] | None = None
 
     def add(self, start: float, length: float, occupancy: float, running: int, waiting: int) -> None:
         self.rows.append((start, length, occupancy, running, waiting))
+        self._columns = None
 
     def columns(self) -> dict[str, np.ndarray]:
         """start_s, length_s, kv_occupancy, running, waiting: one array each."""
-        table = np.asarray(self.rows, dtype=float).reshape(-1, 5)
-        return {name: table[:, i] for i, name in enumerate(("start_s", "length_s", "kv_occupancy", "running",
-                                                             "waiting"))}
+        if self._columns is None:
+            table = np.asarray(self.rows, dtype=float).reshape(-1, 5)
+            self._columns = {name: table[:, i] for i, name in enumerate(("start_s", "length_s", "kv_occupancy",
+                                                                          "running", "waiting"))}
+        return self._columns
 
     def mean_in_system(self, until: float) -> float:
         """Time-average of running + waiting requests from 0 to ``until`` (idle gaps count 0)."""
