@@ -16,7 +16,7 @@ from meshplan.serve.load.arrivals import Requests
 from meshplan.serve.load.prices import prices
 from meshplan.serve.load.run import load_run
 from meshplan.serve.load.scheduler import scheduler
-from meshplan.serve.load.simulate import simulate
+from meshplan.serve.load.simulate import simulate_instance
 from meshplan.serve.load.summary import summarise
 from meshplan.serve.metrics import Setting
 from meshplan.serve.plan import ServePlan, Workload
@@ -49,7 +49,7 @@ def test_steady_state_limit_is_serve(engine, batch, inp, out):
     plan = ServePlan(batch=batch)
     est = serve_estimate(MODEL, H100, plan, Workload(input_len=inp, output_len=out), e)
     reqs = staggered(batch, inp, out)
-    run = simulate(reqs, scheduler(MODEL, H100, plan, e), prices(MODEL, H100, plan, e, inp + out))
+    run = simulate_instance(reqs, scheduler(MODEL, H100, plan, e), prices(MODEL, H100, plan, e, inp + out))
     later = slice(2 * batch, None)
     tpot = float(np.mean((run.done - run.first)[later] / (out - 1)))
     start = run.done[2 * batch - 1]
@@ -80,7 +80,7 @@ def _percentiles(rate: float, kv_tokens: int | None = None):
     sched = scheduler(MODEL, H100, plan, e)
     if kv_tokens:
         sched = dataclasses.replace(sched, kv_tokens=kv_tokens)
-    run = simulate(reqs, sched, prices(MODEL, H100, plan, e, 2048))
+    run = simulate_instance(reqs, sched, prices(MODEL, H100, plan, e, 2048))
     return summarise([run]), run
 
 

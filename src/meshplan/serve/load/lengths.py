@@ -34,7 +34,7 @@ DATASETS: dict[str, tuple[float, float, str]] = {
 # Fig. 11's histograms); the papers publish the histograms, not a spread
 SPREAD = 0.9
 MIN_LEN, MAX_PROMPT, MAX_TOTAL = 4, 1024, 2048  # vLLM benchmark_dataset.is_valid_sequence's ShareGPT filter
-KINDS = ("fixed", "uniform", "empirical", *DATASETS)
+LENGTH_KINDS = ("fixed", "uniform", "empirical", *DATASETS)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import numpy as np
 from meshplan.cost.decode import Shape
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.engine import Engine
+from meshplan.serve.estimate import plan_columns
 from meshplan.serve.metrics import Setting
 from meshplan.serve.plan import ServePlan, Workload
 from meshplan.specs.hardware import Cluster
@@ -87,8 +88,7 @@ def prices(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, 
         [float(engine.max_batched_tokens)]
     c = [0.0] + [float(v) for v in 2.0 ** np.arange(4, 40) if v < longest] + [float(max(longest, 1))]
     dd, pp, cc = np.meshgrid(d, p, c, indexing="ij")
-    cols = {"tp": plan.tp, "pp": plan.pp, "dpa": plan.dpa, "ep": plan.ep, "batch": plan.batch, "replicas": 1,
-            "prefill_replicas": 0}
+    cols = plan_columns(plan.with_(replicas=1, prefill_replicas=0))
     setting = _AtContext(model, cluster, cols, plan.quant, engine, Workload(input_len=1, output_len=1), eff,
                          context=cc.ravel())
     with np.errstate(all="ignore"):

@@ -12,7 +12,7 @@ from meshplan.serve.engine import Engine
 from meshplan.serve.load.arrivals import Requests
 from meshplan.serve.load.prices import prices
 from meshplan.serve.load.scheduler import scheduler
-from meshplan.serve.load.simulate import simulate
+from meshplan.serve.load.simulate import simulate_instance
 from meshplan.serve.load.summary import LoadResult, summarise
 from meshplan.serve.plan import ServePlan
 from meshplan.specs.hardware import Cluster
@@ -35,5 +35,5 @@ def load_run(model: ModelSpec, cluster: Cluster, plan: ServePlan, requests: Requ
         raise SpecError(f"{check.MEMORY}: no KV cache is left for {plan.describe()}")
     longest = int((requests.input_len + requests.output_len).max())
     price = prices(model, cluster, plan, engine, longest, eff)
-    runs = [simulate(requests.share(k, plan.replicas), sched, price) for k in range(plan.replicas)]
+    runs = [simulate_instance(requests.share(k, plan.replicas), sched, price) for k in range(plan.replicas)]
     return summarise([r for r in runs if len(r.arrival)], *slo)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from meshplan.cost.kv_cache import token_bytes
 from meshplan.errors import SpecError
 from meshplan.serve.engine import Engine
+from meshplan.serve.estimate import plan_columns
 from meshplan.serve.memory import memory
 from meshplan.serve.plan import ServePlan, Workload
 from meshplan.specs.hardware import Cluster
@@ -48,8 +49,7 @@ class Scheduler:
 def scheduler(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, prefix_hit: float = 0.0
               ) -> Scheduler:
     """The scheduler of one instance of ``plan`` (module docstring)."""
-    cols = {"tp": plan.tp, "pp": plan.pp, "dpa": plan.dpa, "ep": plan.ep, "batch": plan.batch, "replicas": 1,
-            "prefill_replicas": 0}
+    cols = plan_columns(plan.with_(replicas=1, prefill_replicas=0))
     mem = memory(model, cluster.accelerator.hbm_bytes, cols, plan.quant, engine, Workload(input_len=1,
                                                                                           output_len=1).decode_context)
     per_token = float(token_bytes(model, plan.quant.kv_bytes, plan.tp)) / plan.pp

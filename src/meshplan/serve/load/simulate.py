@@ -28,7 +28,7 @@ import numpy as np
 from meshplan.serve.load.arrivals import Requests
 from meshplan.serve.load.prices import Prices
 from meshplan.serve.load.scheduler import Scheduler
-from meshplan.serve.load.timeline import Timeline
+from meshplan.serve.load.timeline import LoadTimeline
 
 
 class _Instance:
@@ -49,7 +49,7 @@ class _Instance:
         self.nd = self.sum_base = self.sum_k0 = self.held_prefill = self.running = self.committed = 0
         self.it, self.now, self.next, self.preemptions, self.refused = 0, 0.0, 0, 0, 0
         self.closed = reqs.concurrency
-        self.timeline = Timeline()
+        self.timeline = LoadTimeline()
 
     def used(self) -> float:
         """KV tokens held now (module docstring)."""
@@ -220,7 +220,7 @@ class Run:
         self.preemptions, self.refused, self.timeline = sim.preemptions, sim.refused, sim.timeline
 
 
-def simulate(reqs: Requests, sched: Scheduler, price: Prices) -> Run:
+def simulate_instance(reqs: Requests, sched: Scheduler, price: Prices) -> Run:
     """Every request of ``reqs`` through one instance (module docstring)."""
     sim = _Instance(reqs, sched, price)
     while sim.step():

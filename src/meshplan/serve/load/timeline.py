@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 
-class Timeline:
+class LoadTimeline:
     """Rows appended by the simulation (simulate.py), read back as arrays."""
 
     def __init__(self) -> None:
