@@ -69,3 +69,15 @@ def test_recommend_gives_the_fewest_gpus(capsys):
 def test_bad_load_input_is_one_line_and_exit_2(capsys, extra, field):
     code, out, err = run(capsys, BASE + ["--gpus", "1"] + extra)
     assert code == 2 and field in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_report_under_a_load_draws_latency_against_the_load(capsys, tmp_path):
+    """--report under a load: the steady-state search's page with the load's section: TTFT and TPOT at p50 and p99
+    over seven levels of the rate (a quarter to twice 10 requests/s), the TTFT target a rule, the KV timeline."""
+    path = tmp_path / "load.html"
+    code, out, _ = run(capsys, BASE + ["--gpus", "2", "--tp", "1", "--rate", "10", "--requests", "200",
+                                       "--ttft-slo", "500ms", "--top", "2", "--report", str(path)])
+    html = path.read_text()
+    assert code == 0 and f"wrote {path}" in out
+    assert "Under load" in html and "TTFT against the load" in html and "KV-cache occupancy over the run" in html
+    assert '"percentile":"p99"' in html.replace(" ", "") and '"y":500.0' in html.replace(" ", "")

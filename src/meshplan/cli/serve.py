@@ -188,12 +188,11 @@ def _search(model, cluster, engine, options, price, as_json, report_path) -> Non
 def _loaded(model, cluster, engine, options, load, how) -> None:
     """Under a load (``--rate`` / ``--concurrency`` / ``--trace``): serve_load.py."""
     fixed, price, as_json, report_path = how
-    if report_path:
-        raise SpecError("report: the HTML report shows the steady-state search; leave out --report under a load")
     if fixed:
         return serve_load.run_fixed(model, cluster, _fixed_plan(cluster, options), engine, load, options, price,
                                     as_json)
-    serve_load.run_search(model, cluster, _space(engine, options, cluster.accelerator), load, options, price, as_json)
+    space = _space(engine, options, cluster.accelerator)
+    serve_load.run_search(model, cluster, space, load, options, (price, as_json, report_path))
 
 
 def _fixed_plan(cluster, options):

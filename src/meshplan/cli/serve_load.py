@@ -101,10 +101,11 @@ def run_fixed(model, cluster, plan, engine, load, options, price, as_json) -> No
     _print([Loaded(plan, result, targets.met(result, len(reqs)))], targets, price, as_json, "configuration")
 
 
-def run_search(model, cluster, space, load, options, price, as_json) -> None:
-    """The configurations under the load, ranked, or the recommendation."""
+def run_search(model, cluster, space, load, options, how) -> None:
+    """The configurations under the load, ranked, or the recommendation; ``how``: price, JSON, report path."""
     from meshplan.serve.load.under_load import rank, recommend
 
+    price, as_json, report_path = how
     reqs = requests_of(load, options["input_len"], options["output_len"])
     targets = targets_of(load, options["slo"])
     if load["recommend"]:
@@ -114,9 +115,30 @@ def run_search(model, cluster, space, load, options, price, as_json) -> None:
         if not found:
             raise SpecError(f"no deployment of up to {cluster.num_gpus} GPUs meets the targets at p"
                             f"{targets.percentile} under this load (raise --gpus or loosen the targets)")
-        _print(found[: options["top_k"]], targets, price, as_json, "recommended")
-        return
-    _print(rank(model, cluster, space, reqs, targets)[: options["top_k"]], targets, price, as_json, "ranked")
+        title = "recommended"
+    else:
+        found, title = rank(model, cluster, space, reqs, targets), "ranked"
+    _print(found[: options["top_k"]], targets, price, as_json, title)
+    if report_path:
+        _report(report_path, (model, cluster, space), found[0], reqs, targets, (price, options["top_k"], as_json))
+
+
+def _report(path, where, best, reqs, targets, how) -> None:
+    """The serving report of the steady-state search, with the load's section for ``best``."""
+    from meshplan.report.serve_html import write_serving
+    from meshplan.report.serve_load_section import load_section
+    from meshplan.serve.load.sweep import load_sweep
+    from meshplan.serve.search import search
+
+    model, cluster, space = where
+    price, top_k, as_json = how
+    result = search(model, cluster, space, top_k=top_k, keep=True)
+    sweep = load_sweep(model, cluster, best.plan, reqs, space.engine, targets.percentile, targets.prefix_hit)
+    section = load_section(best.plan.describe(), sweep, best.result.timeline, (targets.ttft, targets.tpot),
+                           bool(reqs.concurrency))
+    write_serving(path, result, price, extra=[section])
+    if not as_json:
+        click.echo(f"wrote {path}")
 
 
 def _print(rows, targets, price, as_json, title) -> None:
