@@ -7,6 +7,7 @@ deployment of the fewest GPUs (the lowest cost with ``--price``) that meets them
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -108,6 +109,9 @@ def run_search(model, cluster, space, load, options, how) -> None:
     price, as_json, report_path = how
     reqs = requests_of(load, options["input_len"], options["output_len"])
     targets = targets_of(load, options["slo"])
+    # the steady-state shortlist at the requests' mean lengths (a trace's, a distribution's)
+    space = replace(space, input_len=max(1, round(float(reqs.input_len.mean()))),
+                    output_len=max(1, round(float(reqs.output_len.mean()))))
     if load["recommend"]:
         if not targets.ttft and not targets.tpot:
             raise SpecError("--recommend: give a target to meet (--ttft-slo and / or --tpot-slo)")

@@ -2,8 +2,8 @@
 TTFT (arrival to first token), TPOT ((E2E − TTFT) / (O − 1), requests of more than one token), E2E latency, each at
 p50 / p90 / p99 and their mean; request and output-token throughput over the run (first arrival to last finish);
 goodput (DistServe, Zhong et al. 2024, §2.2: the requests per second that meet every latency target, benchmark_serving's
-``--goodput``); preemptions; the KV cache's occupancy over time; Little's law's two sides (mean requests in the
-system, and throughput × mean time in it)."""
+``--goodput``); preemptions; the KV cache's occupancy over time (the first replica's); Little's law's two sides
+(mean requests in the system, and throughput × mean time in it)."""
 
 from __future__ import annotations
 
