@@ -167,3 +167,17 @@ def test_prefix_hits_shorten_the_first_token():
     assert scheduler(MODEL, H100, plan, e, 0.5).cached(2000) == 992
     assert warm.mean["ttft"] < cold.mean["ttft"]
     assert warm.mean["ttft"] > cold.mean["ttft"] * (1 - 992 / 2000) * 0.9
+
+
+def test_a_plan_that_breaks_a_constraint_or_cannot_hold_a_request():
+    """A plan serve refuses is refused here too, with its reason; a request longer than the whole KV cache is
+    refused (counted, not simulated), and with none completed the latencies are None in the JSON, not NaN."""
+    reqs = arrivals.poisson(1, 5, lengths.Lengths("fixed", 100, 10))
+    with pytest.raises(SpecError, match="tp does not divide the attention heads"):
+        load_run(MODEL, load_system("h100").cluster(8), ServePlan(tp=3, batch=16), reqs)
+    plan = ServePlan(batch=16)
+    sched = dataclasses.replace(scheduler(MODEL, H100, plan, load_engine("vllm")), kv_tokens=50)
+    run = simulate_instance(reqs, sched, prices(MODEL, H100, plan, load_engine("vllm"), 128))
+    result = summarise([run])
+    assert run.refused == 5 and result.completed == 0
+    assert result.to_dict()["ttft_p99_s"] is None and result.to_dict()["tpot_mean_s"] is None

@@ -9,6 +9,7 @@ from meshplan.serve import check
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.engine import DEFAULT as DEFAULT_ENGINE
 from meshplan.serve.engine import Engine
+from meshplan.serve.estimate import plan_columns
 from meshplan.serve.load.arrivals import Requests
 from meshplan.serve.load.prices import prices
 from meshplan.serve.load.scheduler import scheduler
@@ -30,6 +31,9 @@ def load_run(model: ModelSpec, cluster: Cluster, plan: ServePlan, requests: Requ
                         "disaggregated pools are priced in steady state only")
     if not len(requests):
         raise SpecError("requests: no request to simulate")
+    broken = check.first_problem(check.structural(model, cluster, plan_columns(plan), plan.quant, engine))
+    if broken:
+        raise SpecError(f"{plan.describe()}: {broken}")
     sched = scheduler(model, cluster, plan, engine, prefix_hit)
     if sched.kv_tokens <= 0:
         raise SpecError(f"{check.MEMORY}: no KV cache is left for {plan.describe()}")

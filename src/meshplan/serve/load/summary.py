@@ -38,13 +38,18 @@ class LoadResult:
     timeline: dict[str, list[float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {f"{name}_p{p}_s": getattr(self, name)[p] for name in ("ttft", "tpot", "e2e")
+        """The figures by name; a latency no request gave (none completed) is None."""
+        out: dict[str, Any] = {f"{name}_p{p}_s": _finite(getattr(self, name)[p]) for name in ("ttft", "tpot", "e2e")
                                for p in PERCENTILES}
-        out |= {f"{k}_mean_s": v for k, v in self.mean.items()}
+        out |= {f"{k}_mean_s": _finite(v) for k, v in self.mean.items()}
         return out | {"requests_per_s": self.requests_per_s, "output_tokens_per_s": self.output_tokens_per_s,
                       "goodput_requests_per_s": self.goodput, "completed": self.completed,
                       "preemptions": self.preemptions, "refused": self.refused, "duration_s": self.duration_s,
                       "mean_in_system": self.in_system, "kv_peak": self.kv_peak, "kv_timeline": self.timeline}
+
+
+def _finite(value: float) -> float | None:
+    return value if np.isfinite(value) else None
 
 
 def _percentiles(values: np.ndarray) -> dict[int, float]:
