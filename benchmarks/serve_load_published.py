@@ -10,6 +10,13 @@ seeds 0-4 (one 500-request sample's mean gap strays by 1/sqrt(500) = 4.5 % from 
 Printed: per run, measured vs simulated, and per metric the median and p90 of |simulated / measured − 1|, beside the
 steady-state prediction's (serving_eval.predict, which picks the batch that serves the rate) for the same runs.
 
+Then the load tests with percentiles (data/serving/load_tests.jsonl: SGLang v0.3.0 and vLLM v0.6.0 at 4 and 8
+ShareGPT requests/s, medians): the engine preset of each version (engine_version.preset_for), TP as printed, the batch
+capped by the engine's max_seqs and its KV cache, ShareGPT lengths from the published means (serve/load/lengths.py),
+Poisson arrivals, seeds 0-4; the simulated median E2E, TTFT and TPOT against the printed ones, and the median ITL
+against the simulated median TPOT for SGLang (vLLM's ran 10 scheduler steps at a time: its ITL is a burst's gap,
+not modelled).
+
 Run: python benchmarks/serve_load_published.py [--check]   (--check: the check split only)
 """
 
@@ -21,13 +28,20 @@ from pathlib import Path
 
 import numpy as np
 
+from meshplan.serve.engine import load_engine
+from meshplan.serve.engine_version import preset_for
 from meshplan.serve.load.arrivals import Requests, poisson
 from meshplan.serve.load.lengths import Lengths
 from meshplan.serve.load.run import load_run
+from meshplan.serve.plan import ServePlan
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
 from meshplan_validation.serving_eval import largest_batch, predict
 from meshplan_validation.serving_map import case_of
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "serving" / "published_serving.jsonl"
+LOAD_TESTS = DATA.with_name("load_tests.jsonl")
+MEDIANS = ("e2e_latency_ms", "ttft_ms", "tpot_ms", "itl_ms")
 GROUP = "trtllm_serving_v0.14"
 METRICS = ("ttft_ms", "itl_ms", "requests_per_s", "output_tokens_per_s")
 SEEDS = (0, 1, 2, 3, 4)
@@ -86,6 +100,41 @@ def errors(rows: list[dict]) -> dict[str, dict[str, list[float]]]:
     return out
 
 
+def load_test(record: dict) -> dict[str, float]:
+    """A load test's medians (ms) from the simulation, the mean over SEEDS (module docstring)."""
+    engine = load_engine(preset_for(record["engine"]) or "generic")
+    model = load_model(record["model"]["preset"])
+    cluster = load_system(record["hardware"]["preset"]).cluster(record["hardware"]["num_gpus"])
+    plan = ServePlan(tp=record["parallel"]["tp"], batch=engine.max_seqs)
+    w = record["workload"]
+    runs = []
+    for seed in SEEDS:
+        r = load_run(model, cluster, plan, poisson(w["request_rate"], w["num_requests"], Lengths("sharegpt"), seed),
+                     engine)
+        runs.append({"e2e_latency_ms": 1e3 * r.e2e[50], "ttft_ms": 1e3 * r.ttft[50], "tpot_ms": 1e3 * r.tpot[50],
+                     "itl_ms": 1e3 * r.tpot[50] if record["engine"].startswith("SGLang") else float("nan")})
+    return {m: float(np.mean([x[m] for x in runs])) for m in MEDIANS}
+
+
+def load_tests() -> None:
+    """Each load test printed, and per median the |error| p50 / p90 and bias over them."""
+    rows = [json.loads(line) for line in LOAD_TESTS.read_text().splitlines() if line.strip()]
+    errs: dict[str, list[float]] = {m: [] for m in MEDIANS}
+    print(f"\nload tests (medians, ms; measured / simulated): {len(rows)} runs")
+    for r in rows:
+        sim = load_test(r)
+        cells = ""
+        for m in MEDIANS:
+            if np.isfinite(sim[m]):
+                errs[m].append(sim[m] / r["measured"][m] - 1)
+                cells += f"{m.removesuffix('_ms')}{r['measured'][m]:>9.1f}{sim[m]:>8.1f}  "
+        print(f"{r['id'].removeprefix('sglang030_vs_vllm060_'):<34}{cells}")
+    for m in MEDIANS:
+        a = np.abs(errs[m])
+        print(f"median {m:<16}{len(a):>4} runs  |err| p50 {np.median(a):>6.1%}  p90 {np.percentile(a, 90):>6.1%}  "
+              f"bias {np.median(errs[m]):>+6.1%}")
+
+
 def main() -> None:
     rows = records("--check" in sys.argv)
     print(f"{GROUP}: {len(rows)} runs; each cell: measured, simulated, steady state")
@@ -102,6 +151,7 @@ def main() -> None:
             a = np.abs(e)
             row += f"{np.median(a):>21.1%}{np.percentile(a, 90):>8.1%}{np.median(e):>+8.1%}"
         print(row)
+    load_tests()
 
 
 if __name__ == "__main__":
