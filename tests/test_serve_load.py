@@ -181,3 +181,23 @@ def test_a_plan_that_breaks_a_constraint_or_cannot_hold_a_request():
     result = summarise([run])
     assert run.refused == 5 and result.completed == 0
     assert result.to_dict()["ttft_p99_s"] is None and result.to_dict()["tpot_mean_s"] is None
+
+
+def test_fewest_replicas_is_the_fewest():
+    """Llama 3 8B on H100s at 60 ShareGPT requests/s under p99 targets of 300 ms TTFT and 20 ms TPOT: ``fewest``
+    finds n replicas that meet them, and n − 1 do not (the bisection's answer is the least, not just one that
+    passes)."""
+    from meshplan.serve.load.under_load import Targets, fewest
+
+    e = load_engine("vllm")
+    cluster = load_system("h100").cluster(8)
+    reqs = arrivals.poisson(60, 1500, lengths.Lengths("sharegpt"), seed=5)
+    targets = Targets(ttft=0.3, tpot=0.02)
+    one = ServePlan(batch=256)
+    steady = serve_estimate(MODEL, cluster, one, Workload(input_len=161, output_len=338), e)
+    found = fewest(MODEL, cluster, (one, float(steady.metrics.instance_tokens_per_s)), reqs, e, targets)
+    assert found is not None and found.meets
+    n = found.plan.replicas
+    assert n > 1
+    fewer = load_run(MODEL, cluster, one.with_(replicas=n - 1), reqs, e)
+    assert not targets.met(fewer, len(reqs))
