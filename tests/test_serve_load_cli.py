@@ -81,3 +81,15 @@ def test_report_under_a_load_draws_latency_against_the_load(capsys, tmp_path):
     assert code == 0 and f"wrote {path}" in out
     assert "Under load" in html and "TTFT against the load" in html and "KV-cache occupancy over the run" in html
     assert '"percentile":"p99"' in html.replace(" ", "") and '"y":500.0' in html.replace(" ", "")
+
+
+def test_speculative_under_a_load(capsys):
+    code, out, _ = run(capsys, BASE + ONE + ["--rate", "2", "--requests", "100", "--speculative", "3:0.7", "--json"])
+    d = json.loads(out)
+    assert code == 0 and d["speculative"]["tokens_per_step"] == pytest.approx(2.533, abs=1e-3)
+    for bad, field in (("3", "must be K:ALPHA"), ("0:0.5", "draft tokens must be from 1"),
+                       ("3:1.5", "acceptance=1.5 must be from 0 to 1"), ("3:0.5:nomodel", "nomodel")):
+        code, _, err = run(capsys, BASE + ONE + ["--rate", "2", "--speculative", bad])
+        assert code == 2 and field in err and len(err.strip().splitlines()) == 1, err
+    code, _, err = run(capsys, BASE + ONE + ["--speculative", "3:0.7"])
+    assert code == 2 and "--speculative: applies under a load" in err

@@ -15,7 +15,7 @@ import click
 from meshplan.errors import SpecError
 
 LOAD = ("rate", "concurrency", "trace")
-WITH_LOAD = ("lengths", "requests", "percentile", "prefix_hit", "recommend", "seed", "burstiness")
+WITH_LOAD = ("lengths", "requests", "percentile", "prefix_hit", "recommend", "seed", "burstiness", "speculative")
 LIMITS = {"rate": (1e-6, 1e6, "requests/s"), "concurrency": (1, 10**6, "clients"), "requests": (1, 10**7, "requests"),
           "burstiness": (1e-3, 1e3, "(a gamma shape)"), "prefix_hit": (0.0, 0.99, "(a share of each prompt)")}
 
@@ -33,6 +33,8 @@ LOAD_OPTIONS = [
                  help="the percentile the latency targets hold at under a load (default 99)"),
     click.option("--prefix-hit", type=float, default=None, help="share of each prompt found in the prefix cache"),
     click.option("--burstiness", type=float, default=None, help="the gamma shape of --rate's gaps (1: Poisson)"),
+    click.option("--speculative", default=None, help="speculative decoding under the load: K:ALPHA[:DRAFT], K draft "
+                 "tokens per step accepted at rate ALPHA, from MTP heads (default) or a draft model preset"),
     click.option("--seed", type=int, default=None, help="the random seed of arrivals and lengths (default 0)"),
     click.option("--recommend", is_flag=True, default=None,
                  help="the fewest GPUs (the lowest cost with --price) meeting the targets under the load"),
@@ -81,11 +83,13 @@ def requests_of(load: dict[str, Any], input_len: int, output_len: int):
     return arrivals.closed(load["concurrency"], count, lengths, seed)
 
 
-def targets_of(load: dict[str, Any], slo: tuple[float, float]):
+def targets_of(load: dict[str, Any], slo: tuple[float, float], model):
+    from meshplan.serve.load.speculation import parse_speculation
     from meshplan.serve.load.under_load import Targets
 
+    spec = parse_speculation(load["speculative"], model) if load["speculative"] else None
     return Targets(ttft=slo[0], tpot=slo[1], percentile=int(load["percentile"] or 99),
-                   prefix_hit=load["prefix_hit"] or 0.0)
+                   prefix_hit=load["prefix_hit"] or 0.0, speculation=spec)
 
 
 def run_fixed(model, cluster, plan, engine, load, options, price, as_json) -> None:
@@ -97,8 +101,8 @@ def run_fixed(model, cluster, plan, engine, load, options, price, as_json) -> No
         raise SpecError("--recommend: with every axis fixed there is nothing to choose (leave out one of --tp … "
                         "--prefill-replicas)")
     reqs = requests_of(load, options["input_len"], options["output_len"])
-    targets = targets_of(load, options["slo"])
-    result = load_run(model, cluster, plan, reqs, engine, options["slo"], targets.prefix_hit)
+    targets = targets_of(load, options["slo"], model)
+    result = load_run(model, cluster, plan, reqs, engine, options["slo"], targets.prefix_hit, targets.speculation)
     _print([Loaded(plan, result, targets.met(result, len(reqs)))], targets, price, as_json, "configuration")
 
 
@@ -108,7 +112,7 @@ def run_search(model, cluster, space, load, options, how) -> None:
 
     price, as_json, report_path = how
     reqs = requests_of(load, options["input_len"], options["output_len"])
-    targets = targets_of(load, options["slo"])
+    targets = targets_of(load, options["slo"], model)
     # the steady-state shortlist at the requests' mean lengths (a trace's, a distribution's)
     space = replace(space, input_len=max(1, round(float(reqs.input_len.mean()))),
                     output_len=max(1, round(float(reqs.output_len.mean()))))
@@ -137,7 +141,8 @@ def _report(path, where, best, reqs, targets, how) -> None:
     model, cluster, space = where
     price, top_k, as_json = how
     result = search(model, cluster, space, top_k=top_k, keep=True)
-    sweep = load_sweep(model, cluster, best.plan, reqs, space.engine, targets.percentile, targets.prefix_hit)
+    sweep = load_sweep(model, cluster, best.plan, reqs, space.engine, targets.percentile, targets.prefix_hit,
+                       targets.speculation)
     section = load_section(best.plan.describe(), sweep, best.result.timeline, (targets.ttft, targets.tpot),
                            bool(reqs.concurrency))
     write_serving(path, result, price, extra=[section])
@@ -146,13 +151,17 @@ def _report(path, where, best, reqs, targets, how) -> None:
 
 
 def _print(rows, targets, price, as_json, title) -> None:
-    p = targets.percentile
+    p, sp = targets.percentile, targets.speculation
+    spec = ({"draft_tokens": sp.tokens, "acceptance": sp.acceptance, "draft": sp.label,
+             "tokens_per_step": sp.per_step} if sp else None)
     if as_json:
         click.echo(json.dumps({"percentile": p, "ttft_slo_s": targets.ttft or None, "tpot_slo_s": targets.tpot or None,
-                               "plans": [r.to_dict(price) for r in rows]}))
+                               "speculative": spec, "plans": [r.to_dict(price) for r in rows]}))
         return
     cost = "  $/M tok" if price is not None else ""
-    click.echo(f"{title} under the load (targets at p{p}):")
+    extra = (f", speculative decoding: {sp.tokens} draft tokens from {sp.label} at acceptance {sp.acceptance:g}, "
+             f"{sp.per_step:.2f} tokens a step" if sp else "")
+    click.echo(f"{title} under the load (targets at p{p}{extra}):")
     click.echo(f"{'plan':<36}{'GPUs':>5}{'TTFT p50':>10}{f'TTFT p{p}':>10}{'TPOT p50':>10}{f'TPOT p{p}':>10}"
                f"{'tok/s':>9}{'goodput/s':>10}{'preempt':>8}  meets{cost}")
     for r in rows:

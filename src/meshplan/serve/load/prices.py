@@ -79,9 +79,10 @@ def _bilinear(t: list, j: int, k: int, b: float, g: float) -> float:
 
 
 def prices(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, longest: int,
-           eff: ServeEfficiency = SERVE_DEFAULT) -> Prices:
+           eff: ServeEfficiency = SERVE_DEFAULT, sampled: bool = False) -> Prices:
     """The grid for one instance of ``plan`` (module docstring): sequences up to its batch, prompt tokens up to the
-    engine's budget, contexts up to ``longest`` tokens."""
+    engine's budget, contexts up to ``longest`` tokens; ``sampled``: every prompt row is sampled (the LM head over
+    each: speculative decoding's verified tokens, speculation.py), not one per chunk."""
     lanes = plan.pp * plan.dpa
     d = _axis(max(plan.batch / lanes, 1.0), 32, 1.15)
     p = [0.0] + [float(round(v)) for v in 2.0 ** (np.arange(8, 80) / 2) if v < engine.max_batched_tokens] + \
@@ -92,5 +93,5 @@ def prices(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, 
     setting = _AtContext(model, cluster, cols, plan.quant, engine, Workload(input_len=1, output_len=1), eff,
                          context=cc.ravel())
     with np.errstate(all="ignore"):
-        t = setting.time(dd.ravel(), pp.ravel(), np.minimum(pp.ravel(), 1.0), 0.0)
+        t = setting.time(dd.ravel(), pp.ravel(), pp.ravel() if sampled else np.minimum(pp.ravel(), 1.0), 0.0)
     return Prices(d, p, c, np.broadcast_to(np.asarray(t, dtype=float), dd.ravel().shape).reshape(dd.shape), lanes)

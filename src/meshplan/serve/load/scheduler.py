@@ -17,7 +17,8 @@ from meshplan.cost.kv_cache import token_bytes
 from meshplan.errors import SpecError
 from meshplan.serve.engine import Engine
 from meshplan.serve.estimate import plan_columns
-from meshplan.serve.memory import memory
+from meshplan.serve.load.speculation import Speculation
+from meshplan.serve.memory import memory, weight_bytes
 from meshplan.serve.plan import ServePlan, Workload
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -35,6 +36,8 @@ class Scheduler:
     block_size: int
     lanes: int  # pp·dpa micro-batches the running sequences spread over
     prefix_hit: float = 0.0  # share of each prompt already in the prefix cache
+    step_tokens: float = 1.0  # tokens a decode gains per iteration (speculative decoding: E, speculation.py)
+    draft_tokens: int = 0  # draft tokens each decode verifies beside its own (they take budget too)
 
     def __post_init__(self) -> None:
         if not 0 <= self.prefix_hit < 1:
@@ -46,16 +49,23 @@ class Scheduler:
         return min(hit, prompt - 1)
 
 
-def scheduler(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, prefix_hit: float = 0.0
-              ) -> Scheduler:
-    """The scheduler of one instance of ``plan`` (module docstring)."""
+def scheduler(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, prefix_hit: float = 0.0,
+              spec: Speculation | None = None) -> Scheduler:
+    """The scheduler of one instance of ``plan`` (module docstring); with speculative decoding, the draft's weights
+    (16-bit where the target's are, one copy on the last stage's GPUs) and its KV cache per token come out of the
+    pool."""
     cols = plan_columns(plan.with_(replicas=1, prefill_replicas=0))
     mem = memory(model, cluster.accelerator.hbm_bytes, cols, plan.quant, engine, Workload(input_len=1,
                                                                                           output_len=1).decode_context)
     per_token = float(token_bytes(model, plan.quant.kv_bytes, plan.tp)) / plan.pp
+    pool = max(float(mem.kv_pool), 0.0)
+    if spec is not None:
+        pool = max(pool - float(weight_bytes(spec.draft, plan.tp, 1, 1, plan.quant)), 0.0)
+        per_token += float(token_bytes(spec.draft, plan.quant.kv_bytes, plan.tp))
     groups = plan.dpa
     lanes = plan.pp * plan.dpa
     return Scheduler(max_seqs=min(plan.batch, engine.max_seqs * groups), budget=engine.max_batched_tokens * lanes,
                      chunked=engine.prefill == "chunked", reserve_full=engine.kv_reservation == "full"
-                     or engine.kv_overflow == "queue", kv_tokens=int(max(float(mem.kv_pool), 0.0) / per_token) * groups,
-                     block_size=engine.block_size, lanes=lanes, prefix_hit=prefix_hit)
+                     or engine.kv_overflow == "queue", kv_tokens=int(pool / per_token) * groups,
+                     block_size=engine.block_size, lanes=lanes, prefix_hit=prefix_hit,
+                     step_tokens=spec.per_step if spec else 1.0, draft_tokens=spec.tokens if spec else 0)

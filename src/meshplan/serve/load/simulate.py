@@ -28,13 +28,14 @@ import numpy as np
 from meshplan.serve.load.arrivals import Requests
 from meshplan.serve.load.prices import Prices
 from meshplan.serve.load.scheduler import Scheduler
+from meshplan.serve.load.speculation import SpeculativePrices
 from meshplan.serve.load.timeline import LoadTimeline
 
 
 class _Instance:
     """One instance's state (module docstring); ``run`` returns the requests' first-token and finish times."""
 
-    def __init__(self, reqs: Requests, sched: Scheduler, price: Prices) -> None:
+    def __init__(self, reqs: Requests, sched: Scheduler, price: Prices | SpeculativePrices) -> None:
         self.s, self.price = sched, price
         self.arr = [float(v) for v in reqs.arrival]
         self.inp, self.out = [int(v) for v in reqs.input_len], [int(v) for v in reqs.output_len]
@@ -53,7 +54,7 @@ class _Instance:
 
     def used(self) -> float:
         """KV tokens held now (module docstring)."""
-        decode = self.sum_base + self.nd * self.it - self.sum_k0
+        decode = self.sum_base + self.s.step_tokens * (self.nd * self.it - self.sum_k0)
         return decode + self.held_prefill + self.running * self.s.block_size / 2
 
     def arrive(self) -> None:
@@ -82,7 +83,7 @@ class _Instance:
             self.order.pop()
         r = self.order.pop()
         if self.state[r] == 2:
-            self.gen[r] += self.it - self.k0[r]
+            self.gen[r] += int(self.s.step_tokens * (self.it - self.k0[r]))
             self.sum_base -= self.base[r]
             self.sum_k0 -= self.k0[r]
             self.nd -= 1
@@ -113,7 +114,7 @@ class _Instance:
             if s.reserve_full:
                 fits = self.committed + self.inp[r] + self.out[r] + s.block_size <= cap
             else:
-                fits = self.used() + self.nd + cached + take + s.block_size <= cap
+                fits = self.used() + self.nd * s.step_tokens + cached + take + s.block_size <= cap
             if not fits or (not s.chunked and take < prompt - cached):
                 break
             self.waiting.popleft()
@@ -130,7 +131,7 @@ class _Instance:
     def continued(self, budget: int) -> tuple[list, int]:
         """The chunks of the sequences already being prefilled, oldest first, in the budget and the free KV."""
         chunks, tokens = [], 0
-        free = self.s.kv_tokens - self.used() - self.nd if not self.s.reserve_full else budget
+        free = self.s.kv_tokens - self.used() - self.nd * self.s.step_tokens if not self.s.reserve_full else budget
         for entry in self.prefilling:
             take = min(entry[1], budget - tokens, int(free))
             if take <= 0:
@@ -150,10 +151,10 @@ class _Instance:
             self.now = max(self.now, self.arr[self.next])
             return True
         preempted = False
-        while not s.reserve_full and self.nd and self.used() + self.nd > s.kv_tokens:
+        while not s.reserve_full and self.nd and self.used() + self.nd * s.step_tokens > s.kv_tokens:
             self.preempt()
             preempted = True
-        budget = s.budget - self.nd if s.chunked else s.budget
+        budget = s.budget - self.nd * (1 + s.draft_tokens) if s.chunked else s.budget
         chunks, tokens = self.continued(budget) if s.chunked else ([], 0)
         if not preempted:
             tokens = self.admit(tokens, budget, chunks)
@@ -162,7 +163,7 @@ class _Instance:
             if self.running:
                 self.preempt()
             return True
-        held = self.sum_base + self.nd * self.it - self.sum_k0
+        held = self.sum_base + s.step_tokens * (self.nd * self.it - self.sum_k0)
         dt = self.price(nd, tokens, held / self.nd if self.nd else 0.0)
         self.timeline.add(self.now, dt, self.used() / s.kv_tokens, self.running, len(self.waiting))
         self.now += dt
@@ -208,7 +209,8 @@ class _Instance:
         self.nd += 1
         self.sum_base += self.base[r]
         self.sum_k0 += self.it
-        heapq.heappush(self.heap, (self.it + self.out[r] - self.gen[r] - 1, r, self.version[r]))
+        steps = math.ceil((self.out[r] - self.gen[r]) / self.s.step_tokens - 1e-9)
+        heapq.heappush(self.heap, (self.it + steps - 1, r, self.version[r]))
 
 
 class Run:
@@ -220,7 +222,7 @@ class Run:
         self.preemptions, self.refused, self.timeline = sim.preemptions, sim.refused, sim.timeline
 
 
-def simulate_instance(reqs: Requests, sched: Scheduler, price: Prices) -> Run:
+def simulate_instance(reqs: Requests, sched: Scheduler, price: Prices | SpeculativePrices) -> Run:
     """Every request of ``reqs`` through one instance (module docstring)."""
     sim = _Instance(reqs, sched, price)
     while sim.step():

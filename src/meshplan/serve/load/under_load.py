@@ -19,6 +19,7 @@ from typing import Any
 from meshplan.serve.engine import Engine
 from meshplan.serve.load.arrivals import Requests
 from meshplan.serve.load.run import load_run
+from meshplan.serve.load.speculation import Speculation
 from meshplan.serve.load.summary import LoadResult
 from meshplan.serve.plan import ServePlan
 from meshplan.serve.search import search
@@ -31,12 +32,14 @@ TIE_BAND = 0.05  # goodput per GPU within 5 % ties (the serving error band of do
 
 @dataclass(frozen=True)
 class Targets:
-    """Latency targets (seconds, 0: none) at a percentile (50, 90 or 99), and the prefix-cache hit share."""
+    """Latency targets (seconds, 0: none) at a percentile (50, 90 or 99), and what the user chose for every plan
+    under the load: the prefix-cache hit share and speculative decoding (None: none)."""
 
     ttft: float = 0.0
     tpot: float = 0.0
     percentile: int = 99
     prefix_hit: float = 0.0
+    speculation: Speculation | None = None
 
     def met(self, r: LoadResult, count: int) -> bool:
         """Every request completed, and the percentile of each target's metric within it."""
@@ -79,7 +82,8 @@ def load_shapes(model: ModelSpec, cluster: Cluster, space: ServeSpace, count: in
 
 
 def _simulate(model, cluster, plan, reqs, engine, targets) -> Loaded:
-    result = load_run(model, cluster, plan, reqs, engine, (targets.ttft, targets.tpot), targets.prefix_hit)
+    result = load_run(model, cluster, plan, reqs, engine, (targets.ttft, targets.tpot), targets.prefix_hit,
+                      targets.speculation)
     return Loaded(plan, result, targets.met(result, len(reqs)))
 
 
