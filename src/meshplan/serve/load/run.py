@@ -1,6 +1,7 @@
 """``load_run(model, cluster, plan, requests, engine) -> LoadResult``: one serving configuration under a load: the
 requests shared round-robin among its replicas, each replica's instance simulated (simulate.py) on its scheduler
-(scheduler.py) and serve's iteration prices (prices.py), the figures taken over all of them (summary.py)."""
+(scheduler.py) and serve's iteration prices (prices.py), or through prefill and decode pools (disagg.py), the
+figures taken over all of them (summary.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from meshplan.serve.engine import DEFAULT as DEFAULT_ENGINE
 from meshplan.serve.engine import Engine
 from meshplan.serve.estimate import plan_columns
 from meshplan.serve.load.arrivals import Requests
+from meshplan.serve.load.disagg import disaggregated, transfer_times
 from meshplan.serve.load.prices import prices
 from meshplan.serve.load.scheduler import scheduler
 from meshplan.serve.load.simulate import simulate_instance
@@ -26,9 +28,6 @@ def load_run(model: ModelSpec, cluster: Cluster, plan: ServePlan, requests: Requ
     """The figures of ``plan`` serving ``requests`` (module docstring); ``slo``: the TTFT and TPOT targets of the
     goodput (0: none); ``spec``: speculative decoding (speculation.py)."""
     check.servable(model)
-    if plan.disaggregated:
-        raise SpecError("prefill-replicas: the load simulation runs co-located instances (prefill_replicas = 0); "
-                        "disaggregated pools are priced in steady state only")
     if not len(requests):
         raise SpecError("requests: no request to simulate")
     broken = check.first_problem(check.structural(model, cluster, plan_columns(plan), plan.quant, engine))
@@ -40,5 +39,8 @@ def load_run(model: ModelSpec, cluster: Cluster, plan: ServePlan, requests: Requ
     longest = int((requests.input_len + requests.output_len).max())
     price = (prices(model, cluster, plan, engine, longest) if spec is None
              else speculative_prices(model, cluster, plan, engine, longest, spec))
+    if plan.disaggregated:
+        moved = transfer_times(model, cluster, plan, engine, requests.input_len)
+        return summarise(disaggregated(requests, plan, sched, price, moved), *slo)
     runs = [simulate_instance(requests.share(k, plan.replicas), sched, price) for k in range(plan.replicas)]
     return summarise([r for r in runs if len(r.arrival)], *slo)

@@ -38,6 +38,7 @@ class Scheduler:
     prefix_hit: float = 0.0  # share of each prompt already in the prefix cache
     step_tokens: float = 1.0  # tokens a decode gains per iteration (speculative decoding: E, speculation.py)
     draft_tokens: int = 0  # draft tokens each decode verifies beside its own (they take budget too)
+    kv_received: bool = False  # a disaggregated decode instance: each prompt's KV cache arrives from a prefill one
 
     def __post_init__(self) -> None:
         if not 0 <= self.prefix_hit < 1:
@@ -45,6 +46,8 @@ class Scheduler:
 
     def cached(self, prompt: int) -> int:
         """Prompt tokens found in the prefix cache: the hit share, in whole blocks, at least one token computed."""
+        if self.kv_received:  # all but the last token's: that one runs as the first decode (disagg.py)
+            return prompt - 1
         hit = int(self.prefix_hit * prompt) // self.block_size * self.block_size
         return min(hit, prompt - 1)
 

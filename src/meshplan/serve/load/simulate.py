@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -213,13 +214,18 @@ class _Instance:
         heapq.heappush(self.heap, (self.it + steps - 1, r, self.version[r]))
 
 
+@dataclass
 class Run:
     """One instance's simulated requests: arrival, first-token and finish times, lengths; its KV timeline."""
 
-    def __init__(self, sim: _Instance, reqs: Requests) -> None:
-        self.arrival, self.first, self.done = (np.asarray(v, dtype=float) for v in (sim.arr, sim.first, sim.done))
-        self.input_len, self.output_len = reqs.input_len, reqs.output_len
-        self.preemptions, self.refused, self.timeline = sim.preemptions, sim.refused, sim.timeline
+    arrival: np.ndarray
+    first: np.ndarray
+    done: np.ndarray
+    input_len: np.ndarray
+    output_len: np.ndarray
+    preemptions: int
+    refused: int
+    timeline: LoadTimeline
 
 
 def simulate_instance(reqs: Requests, sched: Scheduler, price: Prices | SpeculativePrices) -> Run:
@@ -227,4 +233,5 @@ def simulate_instance(reqs: Requests, sched: Scheduler, price: Prices | Speculat
     sim = _Instance(reqs, sched, price)
     while sim.step():
         pass
-    return Run(sim, reqs)
+    arrival, first, done = (np.asarray(v, dtype=float) for v in (sim.arr, sim.first, sim.done))
+    return Run(arrival, first, done, reqs.input_len, reqs.output_len, sim.preemptions, sim.refused, sim.timeline)
