@@ -93,3 +93,18 @@ def test_speculative_under_a_load(capsys):
         assert code == 2 and field in err and len(err.strip().splitlines()) == 1, err
     code, _, err = run(capsys, BASE + ONE + ["--speculative", "3:0.7"])
     assert code == 2 and "--speculative: applies under a load" in err
+
+
+def test_recommend_splits_into_pools_when_prompts_stall_the_decodes(capsys):
+    """Llama 3 8B at 8 requests/s of 4,000-token prompts under p99 TPOT <= 9 ms (bf16, tp = 1): co-located
+    instances meet it only when the prompts are spread thin (5 GPUs when written); one prefill and one decode
+    instance meet it on 2 (DistServe's case): --recommend lists the split first, and --no-disaggregate leaves it out."""
+    args = ["serve", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--input-len", "4000",
+            "--output-len", "200", "--rate", "8", "--requests", "400", "--tpot-slo", "9ms", "--ttft-slo", "2s",
+            "--recommend", "--quant", "bf16", "--tp", "1", "--pp", "1", "--json"]
+    code, out, _ = run(capsys, args)
+    plans = json.loads(out)["plans"]
+    assert code == 0 and "1P+1D" in plans[0]["plan"] and plans[0]["gpus"] == 2
+    assert all(p["gpus"] > 2 for p in plans if "P+" not in p["plan"])
+    code, out, _ = run(capsys, [*args, "--no-disaggregate"])
+    assert code == 0 and all("P+" not in p["plan"] for p in json.loads(out)["plans"])

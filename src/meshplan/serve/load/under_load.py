@@ -5,9 +5,10 @@ Instance shapes come from serve's steady-state search (search.py: every tp, pp, 
 priced at once with NumPy), co-located, ranked by output tokens/s per GPU; the ``shapes`` best distinct ones are
 simulated. For each, the fewest replicas that meet the targets at the chosen percentile (TTFT and TPOT at p50, p90
 or p99, every request completed) are found by doubling then bisection from the steady-state lower bound
-(the rate times the mean output over one instance's steady tokens/s). ``recommend``: the deployment of the fewest
-GPUs; ``rank``: every shape at the most replicas the GPUs hold, by goodput per GPU. Ties within the serving error
-band (5 %) go to the simpler plan: fewer GPUs, then smaller tp·pp, then 16 bits.
+(the rate times the mean output over one instance's steady tokens/s); for the first shapes, also the fewest
+instances split into prefill and decode pools (disagg.py) below that count. ``recommend``: the deployment of the
+fewest GPUs; ``rank``: every shape at the most replicas the GPUs hold, by goodput per GPU. Ties within the serving
+error band (5 %) go to the simpler plan: fewer GPUs, then co-located, then smaller tp·pp, then 16 bits.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 
 TIE_BAND = 0.05  # goodput per GPU within 5 % ties (the serving error band of docs/ACCURACY_INFERENCE.md's tables)
+SPLIT_SHAPES, SPLIT_TRIES = 3, 12  # shapes tried as prefill / decode pools, and simulations per shape
 
 
 @dataclass(frozen=True)
@@ -118,16 +120,52 @@ def fewest(model: ModelSpec, cluster: Cluster, shape: tuple[ServePlan, float], r
     return at(high)
 
 
+def fewest_split(model: ModelSpec, cluster: Cluster, one: ServePlan, reqs: Requests, engine: Engine,
+                 targets: Targets, upto: int) -> Loaded | None:
+    """The fewest instances of shape ``one``, up to ``upto``, split into prefill and decode pools (disagg.py) that
+    meet ``targets``: each count from 2 up, each split of it, at most SPLIT_TRIES simulations; of the splits that
+    meet them at the least count, the one of the highest goodput."""
+    tries = 0
+    for n in range(2, min(upto, cluster.num_gpus // one.instance_gpus) + 1):
+        met = []
+        for p in range(1, n):
+            if tries == SPLIT_TRIES:
+                return None
+            tries += 1
+            x = _simulate(model, cluster, one.with_(replicas=n - p, prefill_replicas=p), reqs, engine, targets)
+            if x.meets:
+                met.append(x)
+        if met:
+            return max(met, key=lambda x: x.result.goodput)
+    return None
+
+
+def _with_splits(model, cluster, space, reqs, targets, shapes_found) -> list[Loaded]:
+    """For the first SPLIT_SHAPES shapes (when the space allows pools), the fewest split deployment with fewer
+    instances than the co-located one found (or any, where none was)."""
+    out: list[Loaded] = []
+    if not space.disaggregate:
+        return out
+    for one, found in shapes_found[:SPLIT_SHAPES]:
+        upto = found.plan.replicas - 1 if found is not None and found.meets else cluster.num_gpus
+        split = fewest_split(model, cluster, one, reqs, space.engine, targets, upto)
+        if split is not None:
+            out.append(split)
+    return out
+
+
 def _simplicity(x: Loaded) -> tuple:
-    return (x.plan.num_gpus, x.plan.tp * x.plan.pp * x.plan.dpa, x.plan.quant.weight_bytes < 2, x.plan.batch)
+    return (x.plan.num_gpus, x.plan.disaggregated, x.plan.tp * x.plan.pp * x.plan.dpa, x.plan.quant.weight_bytes < 2,
+            x.plan.batch)
 
 
 def recommend(model: ModelSpec, cluster: Cluster, space: ServeSpace, reqs: Requests, targets: Targets,
               count: int = 8) -> list[Loaded]:
-    """Each shape's fewest-GPU deployment that meets the targets, fewest GPUs first (ties by goodput per GPU within
-    the band, then simplicity)."""
-    found = [f for s in load_shapes(model, cluster, space, count)
-             if (f := fewest(model, cluster, s, reqs, space.engine, targets)) is not None]
+    """Each shape's fewest-GPU deployment that meets the targets, co-located or split into pools (``fewest_split``
+    for the first shapes), fewest GPUs first (ties by goodput per GPU within the band, then simplicity)."""
+    shapes = load_shapes(model, cluster, space, count)
+    pairs = [(s[0], fewest(model, cluster, s, reqs, space.engine, targets)) for s in shapes]
+    found = [f for _, f in pairs if f is not None] + _with_splits(model, cluster, space, reqs, targets, pairs)
     return sorted(found, key=lambda x: (x.plan.num_gpus, -round(x.result.goodput / x.plan.num_gpus / _unit(found)),
                                         _simplicity(x)))
 
@@ -136,11 +174,13 @@ def rank(model: ModelSpec, cluster: Cluster, space: ServeSpace, reqs: Requests, 
          count: int = 8) -> list[Loaded]:
     """Each shape at the fewest replicas meeting the targets (else the most the GPUs hold), those meeting them
     first, by goodput per GPU (ties within the band by simplicity)."""
-    out = []
+    out, pairs = [], []
     for s in load_shapes(model, cluster, space, count):
         found = fewest(model, cluster, s, reqs, space.engine, targets)
+        pairs.append((s[0], found))
         out.append(found or _simulate(model, cluster, s[0].with_(replicas=cluster.num_gpus // s[0].instance_gpus),
                                       reqs, space.engine, targets))
+    out += _with_splits(model, cluster, space, reqs, targets, pairs)
     unit = _unit(out)
     return sorted(out, key=lambda x: (not x.meets, -round(x.result.goodput / x.plan.num_gpus / unit),
                                       _simplicity(x)))
