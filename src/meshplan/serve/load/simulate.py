@@ -52,6 +52,7 @@ class _Instance:
         self.it, self.now, self.next, self.preemptions, self.refused = 0, 0.0, 0, 0, 0
         self.closed = reqs.concurrency
         self.timeline = LoadTimeline()
+        self.rows = self.timeline.rows  # appended to directly in the loop (LoadTimeline.add's row)
 
     def used(self) -> float:
         """KV tokens held now (module docstring)."""
@@ -157,7 +158,7 @@ class _Instance:
             preempted = True
         budget = s.budget - self.nd * (1 + s.draft_tokens) if s.chunked else s.budget
         chunks, tokens = self.continued(budget) if s.chunked else ([], 0)
-        if not preempted:
+        if not preempted and self.waiting and self.running < s.max_seqs:
             tokens = self.admit(tokens, budget, chunks)
         nd = self.nd if s.chunked or not chunks else 0
         if not nd and not chunks:  # prompts being prefilled fill the cache: the newest gives way
@@ -166,7 +167,7 @@ class _Instance:
             return True
         held = self.sum_base + s.step_tokens * (self.nd * self.it - self.sum_k0)
         dt = self.price(nd, tokens, held / self.nd if self.nd else 0.0)
-        self.timeline.add(self.now, dt, self.used() / s.kv_tokens, self.running, len(self.waiting))
+        self.rows.append((self.now, dt, self.used() / s.kv_tokens, self.running, len(self.waiting)))
         self.now += dt
         if nd:
             self.finish_decodes()

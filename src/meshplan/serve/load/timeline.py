@@ -11,15 +11,16 @@ class LoadTimeline:
 
     def __init__(self) -> None:
         self.rows: list[tuple[float, float, float, int, int]] = []
-        self._columns: dict[str, np.ndarray] | None = None
+        self._columns: dict[str, np.ndarray] = {}
+        self._built = -1  # the row count the columns were built from
 
     def add(self, start: float, length: float, occupancy: float, running: int, waiting: int) -> None:
         self.rows.append((start, length, occupancy, running, waiting))
-        self._columns = None
 
     def columns(self) -> dict[str, np.ndarray]:
         """start_s, length_s, kv_occupancy, running, waiting: one array each."""
-        if self._columns is None:
+        if self._built != len(self.rows):
+            self._built = len(self.rows)
             table = np.asarray(self.rows, dtype=float).reshape(-1, 5)
             self._columns = {name: table[:, i] for i, name in enumerate(("start_s", "length_s", "kv_occupancy",
                                                                           "running", "waiting"))}
