@@ -8,6 +8,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from meshplan.cli import serve_load
 from meshplan.cli.common import MAX_PRICE, apply, common_model, load_inputs, split_ints
 from meshplan.errors import SpecError
 from meshplan.fields import MAX_SIZE
@@ -54,12 +55,14 @@ def _flag(name: str) -> str:
 @click.option("--top", "top_k", type=int, default=10, show_default=True, help="configurations to list")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--report", "report_path", default=None, help="also write an HTML report of the search to this file")
+@apply(serve_load.LOAD_OPTIONS)
 def serve_cmd(model_ref: str, system_ref: str, gpus: int, as_json: bool, **options: Any) -> None:
     """Find the best way to serve MODEL on GPUS accelerators of SYSTEM for requests of INPUT-LEN / OUTPUT-LEN tokens
     under the TTFT and TPOT targets."""
     from meshplan.serve.engine import load_engine
 
     price, report_path = options.pop("price"), options.pop("report_path")
+    load = serve_load.take(options)
     if price is not None and not 0 <= price <= MAX_PRICE:
         raise SpecError(f"price={price} must be a number from 0 to {MAX_PRICE:g} per GPU-hour")
     check_options(gpus=gpus, top=options["top_k"], input_len=options["input_len"], output_len=options["output_len"])
@@ -74,6 +77,8 @@ def serve_cmd(model_ref: str, system_ref: str, gpus: int, as_json: bool, **optio
 
         writable(report_path, "report")
         require_report_extra()
+    if load is not None:
+        return _loaded(model, cluster, engine, options, load, (fixed, price, as_json, report_path))
     if fixed:
         return _one(model, cluster, engine, options, price, as_json)
     _search(model, cluster, engine, options, price, as_json, report_path)
@@ -184,14 +189,19 @@ def _search(model, cluster, engine, options, price, as_json, report_path) -> Non
             click.echo(f"wrote {report_path}")
 
 
-def _one(model, cluster, engine, options, price, as_json) -> None:
-    import json
+def _loaded(model, cluster, engine, options, load, how) -> None:
+    """Under a load (``--rate`` / ``--concurrency`` / ``--trace``): serve_load.py."""
+    fixed, price, as_json, report_path = how
+    if fixed:
+        return serve_load.run_fixed(model, cluster, _fixed_plan(cluster, options), engine, load, options, price,
+                                    as_json)
+    space = _space(engine, options, cluster.accelerator)
+    serve_load.run_search(model, cluster, space, load, options, (price, as_json, report_path))
 
-    from meshplan.report.serve_text import serving_estimate_tables
-    from meshplan.report.text import terminal_console
-    from meshplan.serve.check import targets
-    from meshplan.serve.estimate import serve_estimate
-    from meshplan.serve.plan import ServePlan, Workload
+
+def _fixed_plan(cluster, options):
+    """The one plan of ``--tp`` … ``--prefill-replicas`` and ``--quant``, on at most the cluster's GPUs."""
+    from meshplan.serve.plan import ServePlan
 
     sizes = {k: split_ints(str(options[k]), k) for k in FIXED}
     if any(len(v) != 1 for v in sizes.values()):
@@ -201,6 +211,19 @@ def _one(model, cluster, engine, options, price, as_json) -> None:
     plan = ServePlan(**{k: v[0] for k, v in sizes.items()}, quant=quant)
     if plan.num_gpus > cluster.num_gpus:
         raise SpecError(f"the plan needs {plan.num_gpus} GPUs, more than gpus={cluster.num_gpus}")
+    return plan
+
+
+def _one(model, cluster, engine, options, price, as_json) -> None:
+    import json
+
+    from meshplan.report.serve_text import serving_estimate_tables
+    from meshplan.report.text import terminal_console
+    from meshplan.serve.check import targets
+    from meshplan.serve.estimate import serve_estimate
+    from meshplan.serve.plan import Workload
+
+    plan = _fixed_plan(cluster, options)
     est = serve_estimate(model, cluster, plan, Workload(input_len=options["input_len"],
                                                         output_len=options["output_len"]), engine)
     verdicts = targets(est.metrics.ttft, est.metrics.tpot, est.fits, *options["slo"])

@@ -10,12 +10,15 @@ training report's are (ranked_serving.py, sections.py):
 - the configuration space: every configuration the search weighed, throughput per GPU against a latency, coloured
   by a chosen axis, the rejected ones marked by reason (serve_space.py, serve.js);
 - memory per GPU and the KV cache, and the decode iteration by kind of op of the best configurations;
+- under a load (``--rate`` / ``--concurrency``), the chosen configuration's latency against the load and its KV cache
+  over the run (serve_load_section.py);
 - the trust note: the serving model's error on published runs of the GPU generation (serve_trust.py);
 - the rejected configurations by reason.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +26,7 @@ from meshplan.files import write_text
 from meshplan.report import serve_sections as S
 from meshplan.report.html import page
 from meshplan.report.ranked_serving import from_serving
-from meshplan.report.sections import plans_section, rejected_section
+from meshplan.report.sections import Section, plans_section, rejected_section
 from meshplan.report.serve_space import SERVE_SAMPLE, serving_space_section
 from meshplan.report.serve_trust import serving_trust_section
 
@@ -33,13 +36,16 @@ if TYPE_CHECKING:
 _SCRIPTS = ("serve.js",)  # after report.js (templates/)
 
 
-def render_serving(result: ServeSearchResult, price: float | None = None, sample: int = SERVE_SAMPLE) -> str:
+def render_serving(result: ServeSearchResult, price: float | None = None, sample: int = SERVE_SAMPLE,
+                   extra: Sequence[Section] = ()) -> str:
     """The page of a serving search (module docstring); the configuration space needs ``search(..., keep=True)``.
-    ``price``: per GPU-hour, for the cost of a million tokens; ``sample``: the most configurations drawn."""
+    ``price``: per GPU-hour, for the cost of a million tokens; ``sample``: the most configurations drawn; ``extra``:
+    sections after the curves (the load's)."""
     ranked = from_serving(result, price)
     sections = [plans_section(ranked)]
     if result.plans:
         sections.append(S.curves_section(result))
+    sections += extra
     if result.weighed is not None and len(result.weighed):
         sections.append(serving_space_section(result, ranked, sample))
     if result.plans:
@@ -48,6 +54,7 @@ def render_serving(result: ServeSearchResult, price: float | None = None, sample
     return page(ranked, sections, _SCRIPTS)
 
 
-def write_serving(path: str | Path, result: ServeSearchResult, price: float | None = None) -> Path:
-    """Write the page of ``result`` to ``path`` (UTF-8); return the path."""
-    return write_text(path, render_serving(result, price), "report")
+def write_serving(path: str | Path, result: ServeSearchResult, price: float | None = None,
+                  extra: Sequence[Section] = ()) -> Path:
+    """Write the page of ``result`` (and the ``extra`` sections) to ``path`` (UTF-8); return the path."""
+    return write_text(path, render_serving(result, price, extra=extra), "report")

@@ -1,0 +1,158 @@
+"""The request-level simulation (meshplan/serve/load/) against the published serving runs that state a request
+rate: TensorRT-LLM 0.14's "Online Serving Measurements" (data/serving/published_serving.jsonl, group
+``trtllm_serving_v0.14``: Llama 3.1 8B / 70B on H100 and H200, TP 1 or 4, 500 requests of 467/256, 467/16 or 202/214
+tokens offered at QPS 2-32 and all at once; the page prints mean TTFT, mean ITL, req/s and output tokens/s, no
+percentile). Each run as serving_map.case_of reads it (engine preset of its version, Triton's separate prefill, the
+plan at the engine's largest batch as serving_eval.largest_batch finds it); arrivals Poisson at the stated rate
+(the page does not state the process: an assumption), or all 500 at once for QPS = INF; each metric the mean over
+seeds 0-4 (one 500-request sample's mean gap strays by 1/sqrt(500) = 4.5 % from 1/rate).
+
+Printed: per run, measured vs simulated, and per metric the median and p90 of |simulated / measured − 1|, beside the
+steady-state prediction's (serving_eval.predict, which picks the batch that serves the rate) for the same runs.
+
+Then the load tests with percentiles (data/serving/load_tests.jsonl: SGLang v0.3.0 and vLLM v0.6.0 at 4 and 8
+ShareGPT requests/s, medians): the engine preset of each version (engine_version.preset_for), TP as printed, the batch
+capped by the engine's max_seqs and its KV cache, ShareGPT lengths from the published means (serve/load/lengths.py),
+Poisson arrivals, seeds 0-4; the simulated median E2E, TTFT and TPOT against the printed ones, and the median ITL
+against the simulated median TPOT for SGLang (vLLM's ran 10 scheduler steps at a time: its ITL is a burst's gap,
+not modelled).
+
+Run: python benchmarks/serve_load_published.py [--check]   (--check: the check split only)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from meshplan.serve.engine import load_engine
+from meshplan.serve.engine_version import preset_for
+from meshplan.serve.load.arrivals import Requests, poisson
+from meshplan.serve.load.lengths import Lengths
+from meshplan.serve.load.run import load_run
+from meshplan.serve.plan import ServePlan
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+from meshplan_validation.serving_eval import largest_batch, predict
+from meshplan_validation.serving_map import case_of
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "serving" / "published_serving.jsonl"
+LOAD_TESTS = DATA.with_name("load_tests.jsonl")
+MEDIANS = ("e2e_latency_ms", "ttft_ms", "tpot_ms", "itl_ms")
+GROUP = "trtllm_serving_v0.14"
+METRICS = ("ttft_ms", "itl_ms", "requests_per_s", "output_tokens_per_s")
+SEEDS = (0, 1, 2, 3, 4)
+
+
+def records(check_only: bool = False) -> list[dict]:
+    rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+    return [r for r in rows if r["group"] == GROUP and (not check_only or r.get("split") == "check")]
+
+
+def simulated(record: dict) -> dict[str, float] | None:
+    """The run's metrics from the simulation, or None when serving_map skips it."""
+    case = case_of(record)
+    if isinstance(case, str):
+        return None
+    w = record["workload"]
+    n, inp, out = w["num_requests"], case.workload.input_len, case.workload.output_len
+    lengths = Lengths("fixed", inp, out)
+    plan = case.plan.with_(batch=int(largest_batch(case)))
+    runs = []
+    for seed in SEEDS if w.get("request_rate") else SEEDS[:1]:
+        if w.get("request_rate"):
+            reqs = poisson(w["request_rate"], n, lengths, seed)
+        else:  # QPS = INF: every request at once
+            reqs = Requests(np.zeros(n), np.full(n, inp), np.full(n, out))
+        r = load_run(case.model, case.cluster, plan, reqs, case.engine)
+        runs.append({"ttft_ms": 1e3 * r.mean["ttft"], "itl_ms": 1e3 * r.mean["tpot"],
+                     "requests_per_s": r.requests_per_s, "output_tokens_per_s": r.output_tokens_per_s})
+    return {m: float(np.mean([x[m] for x in runs])) for m in METRICS}
+
+
+def steady(record: dict) -> dict[str, float] | None:
+    case = case_of(record)
+    return None if isinstance(case, str) else predict(case)[0]
+
+
+def errors(rows: list[dict]) -> dict[str, dict[str, list[float]]]:
+    """Per model ("simulated", "steady") and metric, the runs' predicted / measured − 1; each run printed."""
+    out: dict[str, dict[str, list[float]]] = {"simulated": {m: [] for m in METRICS},
+                                              "steady": {m: [] for m in METRICS}}
+    print(f"{'run':<52}" + "".join(f"{m:>24}" for m in METRICS))
+    for r in rows:
+        sim, ss = simulated(r), steady(r)
+        if sim is None or ss is None:
+            continue
+        cells = []
+        for m in METRICS:
+            measured = r["measured"].get(m)
+            if not isinstance(measured, (int, float)) or not measured:
+                cells.append(f"{'-':>24}")
+                continue
+            out["simulated"][m].append(sim[m] / measured - 1)
+            out["steady"][m].append(ss[m] / measured - 1)
+            cells.append(f"{measured:>9.4g} {sim[m]:>6.4g} {ss[m]:>6.4g}")
+        print(f"{r['id'].removeprefix('trtllm014srv_'):<52}" + "".join(cells))
+    return out
+
+
+def load_test(record: dict) -> dict[str, float]:
+    """A load test's medians (ms) from the simulation, the mean over SEEDS (module docstring)."""
+    engine = load_engine(preset_for(record["engine"]) or "generic")
+    model = load_model(record["model"]["preset"])
+    cluster = load_system(record["hardware"]["preset"]).cluster(record["hardware"]["num_gpus"])
+    plan = ServePlan(tp=record["parallel"]["tp"], batch=engine.max_seqs)
+    w = record["workload"]
+    runs = []
+    for seed in SEEDS:
+        r = load_run(model, cluster, plan, poisson(w["request_rate"], w["num_requests"], Lengths("sharegpt"), seed),
+                     engine)
+        runs.append({"e2e_latency_ms": 1e3 * r.e2e[50], "ttft_ms": 1e3 * r.ttft[50], "tpot_ms": 1e3 * r.tpot[50],
+                     "itl_ms": 1e3 * r.tpot[50] if record["engine"].startswith("SGLang") else float("nan")})
+    return {m: float(np.mean([x[m] for x in runs])) for m in MEDIANS}
+
+
+def load_tests() -> None:
+    """Each load test printed, and per median the |error| p50 / p90 and bias over them."""
+    rows = [json.loads(line) for line in LOAD_TESTS.read_text().splitlines() if line.strip()]
+    errs: dict[str, list[float]] = {m: [] for m in MEDIANS}
+    print(f"\nload tests (medians, ms; measured / simulated): {len(rows)} runs")
+    for r in rows:
+        sim = load_test(r)
+        cells = ""
+        for m in MEDIANS:
+            if np.isfinite(sim[m]):
+                errs[m].append(sim[m] / r["measured"][m] - 1)
+                cells += f"{m.removesuffix('_ms')}{r['measured'][m]:>9.1f}{sim[m]:>8.1f}  "
+        print(f"{r['id'].removeprefix('sglang030_vs_vllm060_'):<34}{cells}")
+    for m in MEDIANS:
+        a = np.abs(errs[m])
+        print(f"median {m:<16}{len(a):>4} runs  |err| p50 {np.median(a):>6.1%}  p90 {np.percentile(a, 90):>6.1%}  "
+              f"bias {np.median(errs[m]):>+6.1%}")
+
+
+def main() -> None:
+    rows = records("--check" in sys.argv)
+    print(f"{GROUP}: {len(rows)} runs; each cell: measured, simulated, steady state")
+    table = errors(rows)
+    print(f"\n{'metric':<22}{'runs':>6}{'simulated |err| p50':>22}{'p90':>8}{'bias':>8}"
+          f"{'steady |err| p50':>20}{'p90':>8}{'bias':>8}")
+    for m in METRICS:
+        row = f"{m:<22}{len(table['simulated'][m]):>6}"
+        for kind in ("simulated", "steady"):
+            e = np.asarray(table[kind][m])
+            if not len(e):
+                row += f"{'-':>22}{'-':>8}{'-':>8}"
+                continue
+            a = np.abs(e)
+            row += f"{np.median(a):>21.1%}{np.percentile(a, 90):>8.1%}{np.median(e):>+8.1%}"
+        print(row)
+    load_tests()
+
+
+if __name__ == "__main__":
+    main()

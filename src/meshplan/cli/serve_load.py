@@ -1,0 +1,176 @@
+"""``meshplan serve`` under a load: ``--rate`` (Poisson requests/s), ``--concurrency`` (a closed loop of clients)
+or ``--trace`` (a file of arrivals and lengths), simulated request by request (serve/load/): the chosen
+configuration's TTFT / TPOT / E2E percentiles, throughput and goodput; with an axis left free, the configurations
+ranked by goodput per GPU that meet ``--ttft-slo`` / ``--tpot-slo`` at ``--percentile``; ``--recommend``: the
+deployment of the fewest GPUs (the lowest cost with ``--price``) that meets them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import click
+
+from meshplan.errors import SpecError
+
+LOAD = ("rate", "concurrency", "trace")
+WITH_LOAD = ("lengths", "requests", "percentile", "prefix_hit", "recommend", "seed", "burstiness", "speculative")
+LIMITS = {"rate": (1e-6, 1e6, "requests/s"), "concurrency": (1, 10**6, "clients"), "requests": (1, 10**7, "requests"),
+          "burstiness": (1e-3, 1e3, "(a gamma shape)"), "prefix_hit": (0.0, 0.99, "(a share of each prompt)")}
+
+LOAD_OPTIONS = [
+    click.option("--rate", type=float, default=None, help="simulate requests arriving at this many per second "
+                 "(Poisson; --burstiness for a gamma process)"),
+    click.option("--concurrency", type=int, default=None, help="simulate this many clients, each sending its next "
+                 "request when the last one finishes"),
+    click.option("--trace", default=None, help="simulate a trace: CSV / JSONL of arrival_s, input_len, output_len"),
+    click.option("--lengths", default=None, help="request lengths under --rate / --concurrency: fixed (--input-len, "
+                 "--output-len; default), uniform[:ratio], sharegpt, alpaca, or a CSV / JSONL of input_len, "
+                 "output_len"),
+    click.option("--requests", type=int, default=None, help="requests simulated (default 1000, benchmark_serving's)"),
+    click.option("--percentile", type=click.Choice(["50", "90", "99"]), default=None,
+                 help="the percentile the latency targets hold at under a load (default 99)"),
+    click.option("--prefix-hit", type=float, default=None, help="share of each prompt found in the prefix cache"),
+    click.option("--burstiness", type=float, default=None, help="the gamma shape of --rate's gaps (1: Poisson)"),
+    click.option("--speculative", default=None, help="speculative decoding under the load: K:ALPHA[:DRAFT], K draft "
+                 "tokens per step accepted at rate ALPHA, from MTP heads (default) or a draft model preset"),
+    click.option("--seed", type=int, default=None, help="the random seed of arrivals and lengths (default 0)"),
+    click.option("--recommend", is_flag=True, default=None,
+                 help="the fewest GPUs (the lowest cost with --price) meeting the targets under the load"),
+]
+
+
+def take(options: dict[str, Any]) -> dict[str, Any] | None:
+    """The load options out of ``options``; None when no load is given (and none of its options either)."""
+    load = {k: options.pop(k) for k in (*LOAD, *WITH_LOAD)}
+    given = [k for k in LOAD if load[k] is not None]
+    if not given:
+        extra = [k for k in WITH_LOAD if load[k] is not None]
+        if extra:
+            raise SpecError(f"{_flag(extra[0])}: applies under a load; give --rate, --concurrency or --trace")
+        return None
+    if len(given) > 1:
+        raise SpecError(f"{_flag(given[0])} and {_flag(given[1])}: give one load (--rate, --concurrency or --trace)")
+    for k, (low, high, unit) in LIMITS.items():
+        v = load[k]
+        if v is not None and not low <= v <= high:
+            raise SpecError(f"{k.replace('_', '-')}={v} must be from {low:g} to {high:g} {unit}")
+    if load["trace"] is not None:
+        clash = [k for k in ("lengths", "requests", "seed", "burstiness") if load[k] is not None]
+        if clash:
+            raise SpecError(f"{_flag(clash[0])}: a trace gives its own arrivals and lengths")
+    if load["concurrency"] is not None and load["burstiness"] is not None:
+        raise SpecError("--burstiness: shapes --rate's arrivals; a closed loop sends as requests finish")
+    return load
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def requests_of(load: dict[str, Any], input_len: int, output_len: int):
+    """The simulated requests the options describe."""
+    from meshplan.serve.load import arrivals
+    from meshplan.serve.load.lengths import parse_lengths
+
+    if load["trace"] is not None:
+        return arrivals.trace(load["trace"])
+    lengths = parse_lengths(load["lengths"] or "fixed", input_len, output_len)
+    count, seed = load["requests"] or 1000, load["seed"] or 0
+    if load["rate"] is not None:
+        return arrivals.poisson(load["rate"], count, lengths, seed, load["burstiness"] or 1.0)
+    return arrivals.closed(load["concurrency"], count, lengths, seed)
+
+
+def targets_of(load: dict[str, Any], slo: tuple[float, float], model):
+    from meshplan.serve.load.speculation import parse_speculation
+    from meshplan.serve.load.under_load import Targets
+
+    spec = parse_speculation(load["speculative"], model) if load["speculative"] else None
+    return Targets(ttft=slo[0], tpot=slo[1], percentile=int(load["percentile"] or 99),
+                   prefix_hit=load["prefix_hit"] or 0.0, speculation=spec)
+
+
+def run_fixed(model, cluster, plan, engine, load, options, price, as_json) -> None:
+    """One configuration under the load."""
+    from meshplan.serve.load.run import load_run
+    from meshplan.serve.load.under_load import Loaded
+
+    if load["recommend"]:
+        raise SpecError("--recommend: with every axis fixed there is nothing to choose (leave out one of --tp … "
+                        "--prefill-replicas)")
+    reqs = requests_of(load, options["input_len"], options["output_len"])
+    targets = targets_of(load, options["slo"], model)
+    result = load_run(model, cluster, plan, reqs, engine, options["slo"], targets.prefix_hit, targets.speculation)
+    _print([Loaded(plan, result, targets.met(result, len(reqs)))], targets, price, as_json, "configuration")
+
+
+def run_search(model, cluster, space, load, options, how) -> None:
+    """The configurations under the load, ranked, or the recommendation; ``how``: price, JSON, report path."""
+    from meshplan.serve.load.under_load import rank, recommend
+
+    price, as_json, report_path = how
+    reqs = requests_of(load, options["input_len"], options["output_len"])
+    targets = targets_of(load, options["slo"], model)
+    # the steady-state shortlist at the requests' mean lengths (a trace's, a distribution's)
+    space = replace(space, input_len=max(1, round(float(reqs.input_len.mean()))),
+                    output_len=max(1, round(float(reqs.output_len.mean()))))
+    if load["recommend"]:
+        if not targets.ttft and not targets.tpot:
+            raise SpecError("--recommend: give a target to meet (--ttft-slo and / or --tpot-slo)")
+        found = recommend(model, cluster, space, reqs, targets)
+        if not found:
+            raise SpecError(f"no deployment of up to {cluster.num_gpus} GPUs meets the targets at p"
+                            f"{targets.percentile} under this load (raise --gpus or loosen the targets)")
+        title = "recommended"
+    else:
+        found, title = rank(model, cluster, space, reqs, targets), "ranked"
+    _print(found[: options["top_k"]], targets, price, as_json, title)
+    if report_path:
+        _report(report_path, (model, cluster, space), found[0], reqs, targets, (price, options["top_k"], as_json))
+
+
+def _report(path, where, best, reqs, targets, how) -> None:
+    """The serving report of the steady-state search, with the load's section for ``best``."""
+    from meshplan.report.serve_html import write_serving
+    from meshplan.report.serve_load_section import load_section
+    from meshplan.serve.load.sweep import load_sweep
+    from meshplan.serve.search import search
+
+    model, cluster, space = where
+    price, top_k, as_json = how
+    result = search(model, cluster, space, top_k=top_k, keep=True)
+    sweep = load_sweep(model, cluster, best.plan, reqs, space.engine, targets.percentile, targets.prefix_hit,
+                       targets.speculation)
+    section = load_section(best.plan.describe(), sweep, best.result.timeline, (targets.ttft, targets.tpot),
+                           bool(reqs.concurrency))
+    write_serving(path, result, price, extra=[section])
+    if not as_json:
+        click.echo(f"wrote {path}")
+
+
+def _print(rows, targets, price, as_json, title) -> None:
+    p, sp = targets.percentile, targets.speculation
+    spec = ({"draft_tokens": sp.tokens, "acceptance": sp.acceptance, "draft": sp.label,
+             "tokens_per_step": sp.per_step} if sp else None)
+    if as_json:
+        click.echo(json.dumps({"percentile": p, "ttft_slo_s": targets.ttft or None, "tpot_slo_s": targets.tpot or None,
+                               "speculative": spec, "plans": [r.to_dict(price) for r in rows]}))
+        return
+    cost = "  $/M tok" if price is not None else ""
+    extra = (f", speculative decoding: {sp.tokens} draft tokens from {sp.label} at acceptance {sp.acceptance:g}, "
+             f"{sp.per_step:.2f} tokens a step" if sp else "")
+    click.echo(f"{title} under the load (targets at p{p}{extra}):")
+    click.echo(f"{'plan':<36}{'GPUs':>5}{'TTFT p50':>10}{f'TTFT p{p}':>10}{'TPOT p50':>10}{f'TPOT p{p}':>10}"
+               f"{'tok/s':>9}{'goodput/s':>10}{'preempt':>8}  meets{cost}")
+    for r in rows:
+        x, d = r.result, r.to_dict(price)
+        money = f"  {d['cost_per_million_tokens']:.3f}" if price is not None and d["cost_per_million_tokens"] else ""
+        click.echo(f"{r.plan.describe():<36}{r.plan.num_gpus:>5}{_ms(x.ttft[50])}{_ms(x.ttft[p])}{_ms(x.tpot[50])}"
+                   f"{_ms(x.tpot[p])}{x.output_tokens_per_s:>9,.0f}{x.goodput:>10.2f}{x.preemptions:>8}  "
+                   f"{'yes' if r.meets else 'no'}{money}")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:>8.1f}ms"

@@ -1,0 +1,70 @@
+"""Disaggregated prefill and decode pools under a load (DistServe, Zhong et al. 2024, §3; Splitwise, Patel et al.
+2024, §4): ``prefill_replicas`` instances run the prompts, each request's KV cache then crosses to a decode instance
+(metrics.kv_transfer: a point-to-point send over the tier between neighbouring instances), which decodes the rest.
+
+Each pool is simulated as serve's co-located instance is (simulate.py), on its own scheduler: a prefill instance's
+requests end at their first token (one output token: the prefill samples it); a decode instance's requests arrive
+when their KV cache has landed, hold their prompt's pages from the start (Scheduler.kv_received: every token but the
+last is cached) and make the other O − 1 tokens. Requests go round-robin to the prefill instances, then in the same
+order to the decode instances. TTFT ends at the prefill's first token, E2E at the decode's last; the KV timeline is
+the first decode instance's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from meshplan.serve.efficiency import SERVE_DEFAULT
+from meshplan.serve.engine import Engine
+from meshplan.serve.estimate import plan_columns
+from meshplan.serve.load.arrivals import Requests
+from meshplan.serve.load.prices import Prices
+from meshplan.serve.load.scheduler import Scheduler
+from meshplan.serve.load.simulate import Run, simulate_instance
+from meshplan.serve.load.speculation import SpeculativePrices
+from meshplan.serve.metrics import Setting, kv_transfer
+from meshplan.serve.plan import ServePlan, Workload
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+
+
+def transfer_times(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine,
+                   input_len: np.ndarray) -> np.ndarray:
+    """Each request's KV-cache transfer (metrics.kv_transfer at its prompt length; one price per distinct length)."""
+    cols = plan_columns(plan.with_(replicas=1, prefill_replicas=0))
+    seconds = {int(n): float(kv_transfer(Setting(model, cluster, cols, plan.quant, engine,
+                                                 Workload(input_len=int(n), output_len=1), SERVE_DEFAULT)))
+               for n in np.unique(input_len)}
+    return np.array([seconds[int(n)] for n in input_len])
+
+
+def disaggregated(requests: Requests, plan: ServePlan, sched: Scheduler, price: Prices | SpeculativePrices,
+                  moved: np.ndarray) -> list[Run]:
+    """The requests through both pools (module docstring): one Run per request stream, with the prefill pool's
+    first tokens and the decode pool's finishes; ``moved``: each request's transfer seconds."""
+    pre = Requests(requests.arrival, requests.input_len, np.ones_like(requests.output_len))
+    first = np.full(len(requests), np.nan)
+    prefilled = [simulate_instance(pre.share(k, plan.prefill_replicas), sched, price)
+                 for k in range(plan.prefill_replicas)]
+    for k, run in enumerate(prefilled):
+        first[k::plan.prefill_replicas] = run.done
+    done = first.copy()
+    rest = requests.output_len > 1
+    ready = first + moved
+    decode_sched = replace(sched, kv_received=True)
+    decoded: list[Run] = []
+    order = np.flatnonzero(rest & np.isfinite(first))
+    order = order[np.argsort(ready[order], kind="stable")]
+    for k in range(plan.replicas):
+        mine = order[k::plan.replicas]
+        if not len(mine):
+            continue
+        reqs = Requests(ready[mine], requests.input_len[mine] + 1, requests.output_len[mine] - 1)
+        run = simulate_instance(reqs, decode_sched, price)
+        done[mine] = run.done
+        decoded.append(run)
+    timeline = decoded[0].timeline if decoded else prefilled[0].timeline
+    return [Run(requests.arrival, first, done, requests.input_len, requests.output_len,
+                sum(r.preemptions for r in decoded), int(np.sum(~np.isfinite(done))), timeline)]

@@ -1,0 +1,97 @@
+"""Iteration prices on a grid: serve's own iteration time (metrics.Setting.time: the ops of iteration.py on the
+roofline and the mesh, the engine's host and eager time) evaluated once with NumPy over a grid of decoding sequences
+per lane × prompt tokens per lane × mean context, then read by trilinear interpolation in the simulation's loop (a
+few microseconds a lookup). No new physics: the grid's points are Setting.time's values; between them the price is
+linear (GEMMs are linear in rows past their weight-bound knee, decode attention in the context it reads).
+
+A prompt chunk is priced as one prompt with no cached prefix before it (``prompts`` = 1, ``prefix`` = 0): the
+steady-state model's price of a chunk of a prompt that fits the budget (metrics._chunked).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+
+import numpy as np
+
+from meshplan.cost.decode import Shape
+from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
+from meshplan.serve.engine import Engine
+from meshplan.serve.estimate import plan_columns
+from meshplan.serve.metrics import Setting
+from meshplan.serve.plan import ServePlan, Workload
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+from meshplan.xp import Num
+
+
+@dataclass(frozen=True)
+class _AtContext(Setting):
+    """A Setting whose decoding sequences attend to ``context`` tokens (an array over the grid) rather than the
+    workload's mean."""
+
+    context: Num = 0.0
+
+    def shape(self, decode: Num, prefill: Num, prompts: Num, prefix: Num) -> Shape:
+        base = super().shape(decode, prefill, prompts, prefix)
+        return Shape(**{**{f: getattr(base, f) for f in Shape.__slots__}, "context": self.context})
+
+
+def _axis(top: float, dense: int, step: float) -> list[float]:
+    """0, 1 … ``dense``, then about ``step``-fold steps to ``top`` (at least two points)."""
+    points = [float(v) for v in range(0, int(min(dense, top)) + 1)]
+    while points[-1] < top:
+        points.append(min(max(points[-1] * step, points[-1] + 1), float(top)))
+    return points if len(points) > 1 else [0.0, 1.0]
+
+
+class Prices:
+    """Seconds of one iteration at (decoding sequences, prompt tokens, mean context) of the whole instance."""
+
+    def __init__(self, d: list[float], p: list[float], c: list[float], table: np.ndarray, lanes: int) -> None:
+        self.d, self.p, self.c, self.lanes = d, p, c, lanes
+        self.table = table.tolist()  # nested lists: faster to index from Python than an array
+
+    def __call__(self, decode: float, prefill: float, context: float) -> float:
+        """The interpolated price (module docstring); past the grid's ends, the nearest points extrapolated."""
+        i, a = _where(self.d, decode / self.lanes)
+        j, b = _where(self.p, prefill / self.lanes)
+        k, g = _where(self.c, context)
+        t = self.table
+        lo = _bilinear(t[i], j, k, b, g)
+        hi = _bilinear(t[i + 1], j, k, b, g)
+        return lo + a * (hi - lo)
+
+
+def _where(axis: list[float], x: float) -> tuple[int, float]:
+    i = bisect_right(axis, x) - 1
+    last = len(axis) - 2
+    i = 0 if i < 0 else (last if i > last else i)
+    return i, (x - axis[i]) / (axis[i + 1] - axis[i])
+
+
+def _bilinear(t: list, j: int, k: int, b: float, g: float) -> float:
+    r0, r1 = t[j], t[j + 1]
+    lo = r0[k] + g * (r0[k + 1] - r0[k])
+    hi = r1[k] + g * (r1[k + 1] - r1[k])
+    return lo + b * (hi - lo)
+
+
+def prices(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, longest: int,
+           eff: ServeEfficiency = SERVE_DEFAULT, sampled: bool = False) -> Prices:
+    """The grid for one instance of ``plan`` (module docstring): sequences up to its batch, prompt tokens up to the
+    engine's budget, contexts up to ``longest`` tokens; ``sampled``: every prompt row is sampled (the LM head over
+    each: speculative decoding's verified tokens, speculation.py), not one per chunk."""
+    lanes = plan.pp * plan.dpa
+    d = _axis(max(plan.batch / lanes, 1.0), 32, 1.15)
+    p = [0.0] + [float(round(v)) for v in 2.0 ** (np.arange(8, 80) / 2) if v < engine.max_batched_tokens] + \
+        [float(engine.max_batched_tokens)]
+    c = [0.0] + [float(v) for v in 2.0 ** np.arange(4, 40) if v < longest] + [float(max(longest, 1))]
+    dd, pp, cc = np.meshgrid(d, p, c, indexing="ij")
+    cols = plan_columns(plan.with_(replicas=1, prefill_replicas=0))
+    setting = _AtContext(model, cluster, cols, plan.quant, engine, Workload(input_len=1, output_len=1), eff,
+                         context=cc.ravel())
+    with np.errstate(all="ignore"):
+        t = setting.time(dd.ravel(), pp.ravel(), pp.ravel() if sampled else np.minimum(pp.ravel(), 1.0), 0.0)
+    return Prices(d, p, c, np.broadcast_to(np.asarray(t, dtype=float), dd.ravel().shape).reshape(dd.shape), lanes)

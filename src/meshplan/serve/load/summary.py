@@ -1,0 +1,89 @@
+"""A simulated load's figures, as vLLM's benchmark_serving reports them (benchmarks/serve.py calculate_metrics):
+TTFT (arrival to first token), TPOT ((E2E − TTFT) / (O − 1), requests of more than one token), E2E latency, each at
+p50 / p90 / p99 and their mean; request and output-token throughput over the run (first arrival to last finish);
+goodput (DistServe, Zhong et al. 2024, §2.2: the requests per second that meet every latency target, benchmark_serving's
+``--goodput``); preemptions; the KV cache's occupancy over time (the first replica's); Little's law's two sides
+(mean requests in the system, and throughput × mean time in it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from meshplan.serve.load.simulate import Run
+
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """Latency percentiles (seconds), rates (per second) and counts of a simulated load over every replica."""
+
+    ttft: dict[int, float]
+    tpot: dict[int, float]
+    e2e: dict[int, float]
+    mean: dict[str, float]
+    requests_per_s: float
+    output_tokens_per_s: float
+    goodput: float  # requests/s meeting the targets
+    completed: int
+    preemptions: int
+    refused: int
+    duration_s: float
+    in_system: float  # time-average of requests in the system (Little's L)
+    little: float  # throughput × mean time in the system (Little's λW)
+    kv_peak: float  # highest KV-cache occupancy (share of capacity)
+    timeline: dict[str, list[float]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The figures by name; a latency no request gave (none completed) is None."""
+        out: dict[str, Any] = {f"{name}_p{p}_s": _finite(getattr(self, name)[p]) for name in ("ttft", "tpot", "e2e")
+                               for p in PERCENTILES}
+        out |= {f"{k}_mean_s": _finite(v) for k, v in self.mean.items()}
+        return out | {"requests_per_s": self.requests_per_s, "output_tokens_per_s": self.output_tokens_per_s,
+                      "goodput_requests_per_s": self.goodput, "completed": self.completed,
+                      "preemptions": self.preemptions, "refused": self.refused, "duration_s": self.duration_s,
+                      "mean_in_system": self.in_system, "kv_peak": self.kv_peak, "kv_timeline": self.timeline}
+
+
+def _finite(value: float) -> float | None:
+    return value if np.isfinite(value) else None
+
+
+def _percentiles(values: np.ndarray) -> dict[int, float]:
+    if not len(values):
+        return dict.fromkeys(PERCENTILES, float("nan"))
+    return {p: float(np.percentile(values, p)) for p in PERCENTILES}
+
+
+def summarise(runs: list[Run], ttft_slo: float = 0.0, tpot_slo: float = 0.0) -> LoadResult:
+    """The figures of ``runs`` (one per replica) together; a target of 0 is none (goodput counts each request
+    against the targets)."""
+    arrival = np.concatenate([r.arrival for r in runs])
+    first = np.concatenate([r.first for r in runs])
+    done = np.concatenate([r.done for r in runs])
+    out = np.concatenate([np.asarray(r.output_len, dtype=float) for r in runs])
+    ok = np.isfinite(done)
+    ttft, e2e = (first - arrival)[ok], (done - arrival)[ok]
+    many = ok & (out > 1)
+    tpot = ((done - first) / np.maximum(out - 1, 1))[many]
+    span = float(np.max(done[ok]) - np.min(arrival)) if ok.any() else 0.0
+    good = np.ones(len(ttft), dtype=bool)
+    if ttft_slo:
+        good &= ttft <= ttft_slo
+    if tpot_slo:
+        good &= np.where(out[ok] > 1, (done - first)[ok] / np.maximum(out[ok] - 1, 1), 0.0) <= tpot_slo
+    rate = ok.sum() / span if span else 0.0
+    return LoadResult(
+        ttft=_percentiles(ttft), tpot=_percentiles(tpot), e2e=_percentiles(e2e),
+        mean={k: float(np.mean(v)) if len(v) else float("nan") for k, v in (("ttft", ttft), ("tpot", tpot),
+                                                                              ("e2e", e2e))},
+        requests_per_s=float(rate), output_tokens_per_s=float(out[ok].sum() / span) if span else 0.0,
+        goodput=float(good.sum() / span) if span else 0.0, completed=int(ok.sum()),
+        preemptions=sum(r.preemptions for r in runs), refused=sum(r.refused for r in runs), duration_s=span,
+        in_system=sum(r.timeline.mean_in_system(span) for r in runs),
+        little=float(rate * np.mean(e2e)) if len(e2e) else 0.0,
+        kv_peak=max((float(np.max(r.timeline.columns()["kv_occupancy"], initial=0.0)) for r in runs), default=0.0),
+        timeline=runs[0].timeline.sampled() if runs else {})
