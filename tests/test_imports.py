@@ -26,7 +26,7 @@ LAYERS = [
     ("memory", "roofline"),
     ("bubble", "channels", "schedule", "steady"),
     ("step",),
-    ("estimate",),
+    ("estimate", "goodput"),
     ("serve",),
     ("search", "sweep"),
     ("trace", "calibrate"),

@@ -19,6 +19,7 @@ from meshplan.cli.common import (
     split_ints,
 )
 from meshplan.cli.emit import EMIT_FRAMEWORK, FORMATS, check_emit, write_best
+from meshplan.cli.goodput_options import reliability_of, reliability_options
 from meshplan.cli.options import DEFAULT_FRAMEWORK, estimate_args, stack_of, stack_options
 from meshplan.cli.search_options import pop_search_options, search_options, search_space, space_settings
 from meshplan.errors import SpecError
@@ -39,6 +40,7 @@ from meshplan.specs.stack import Stack
 @click.option("--price", type=float, default=None, help="price per GPU-hour, for --tokens")
 @click.option("--rank", "rank_by", type=click.Choice(["time", "cost"]), default="time", show_default=True,
               help="across GPU counts: fastest, or cheapest for the token budget")
+@apply(reliability_options)
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--emit", "emit_format", type=click.Choice(sorted(FORMATS)), default=None,
               help="write the plan ranked #1 as this framework's config (printed after the table)")
@@ -128,6 +130,7 @@ def _every_plan(all_plans: bool, output: str | None) -> tuple[Any, str | None]:
 def _budget(options: dict[str, Any]) -> dict[str, Any]:
     """``--tokens``, ``--price`` and ``--rank``: what a training run of that many tokens takes and costs."""
     tokens, price, rank_by = options["tokens"], options["price"], options["rank_by"]
+    rel = reliability_of(options)
     budget = parse_count(tokens, "tokens") if tokens is not None else None
     if price is not None and not 0 <= price <= MAX_PRICE:
         raise SpecError(f"price={price} must be a number from 0 to {MAX_PRICE:g} per GPU-hour")
@@ -135,7 +138,7 @@ def _budget(options: dict[str, Any]) -> dict[str, Any]:
         raise SpecError(f"price={price} needs --tokens (the budget it prices)")
     if rank_by == "cost" and budget is None:
         raise SpecError("rank=cost needs --tokens (the budget whose cost it ranks)")
-    return {"tokens": budget, "price": price, "rank_by": rank_by}
+    return {"tokens": budget, "price": price, "rank_by": rank_by, "reliability": rel}
 
 
 def _global_batch(model: ModelSpec, global_batch: int | None) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+from meshplan.goodput import Goodput, Reliability, goodput
 from meshplan.report import terms
 from meshplan.report.fold import Col, Listing
 from meshplan.report.ranked import Lead, Ranked, rejected_listing
@@ -31,12 +32,17 @@ ASYNC_NOTES = {
 METRICS = ("step", "tokens/s", "MFU", "memory", "days", "cost")  # the columns a folded table keeps first
 
 
-def training_cost(est: Estimate, tokens: float | None, price: float | None) -> dict[str, float]:
-    """Days to train on ``tokens`` tokens and the cost at ``price`` per GPU-hour."""
+def training_cost(est: Estimate, tokens: float | None, price: float | None, rel: Reliability | None = None
+                  ) -> dict[str, float]:
+    """Days to train on ``tokens`` tokens and the cost at ``price`` per GPU-hour; with ``rel`` (--mtbf), the goodput
+    and the days with failures, checkpoints and restarts (goodput.py)."""
+    found = expected(est, rel)
+    out: dict[str, float] = {} if found is None else {"goodput": found.goodput,
+                                                       "expected_step_time_s": est.step_time * found.factor}
     if not tokens:
-        return {}
-    days = tokens / est.tokens_per_s / 86400
-    out = {"days": days, "gpu_hours": days * 24 * est.cluster.num_gpus}
+        return out
+    days = tokens / est.tokens_per_s / 86400 * (1.0 if found is None else found.factor)
+    out |= {"days": days, "gpu_hours": days * 24 * est.cluster.num_gpus}
     if price is not None:
         out["cost"] = out["gpu_hours"] * price
     return out
@@ -54,18 +60,38 @@ def step_text(est: Estimate) -> str:
     return fmt_time(est.step_time) + band_text(est)
 
 
-def cost_columns(tokens: float | None, price: float | None) -> list[str]:
-    return (["days"] + (["cost"] if price is not None else [])) if tokens else []
+def expected(est: Estimate, rel: Reliability | None) -> Goodput | None:
+    """The plan's failure accounting under ``rel`` (goodput.py), None without one."""
+    return None if rel is None else goodput(est.model, est.plan, est.cluster.num_gpus, rel)
 
 
-def metric_cells(est: Estimate, tokens: float | None, price: float | None) -> dict[str, str]:
-    """A plan's figures as the tables print them: step (with its band), tokens/s, MFU, memory, days, cost."""
+def failures_text(est: Estimate, rel: Reliability) -> str:
+    """One paragraph on the plan's failure accounting (goodput.py), every assumption named."""
+    g = goodput(est.model, est.plan, est.cluster.num_gpus, rel)
+    return (f"with failures (one interruption per {rel.mtbf_gpu_hours:,.0f} GPU-hours, --mtbf): on "
+            f"{est.cluster.num_gpus:,} GPUs one every {fmt_time(g.job_mtbf_s)}; a checkpoint of "
+            f"{fmt_bytes(g.checkpoint_bytes)} takes {fmt_time(g.checkpoint_s)} at "
+            f"{rel.checkpoint_bandwidth / 1e9:,.0f} GB/s, written every {fmt_time(g.interval_s)} of work (Daly 2006); "
+            f"a restart takes {fmt_time(g.restart_s)} (an assumed {fmt_time(rel.restart_s)}, then reading the "
+            "checkpoint back); "
+            f"goodput {g.goodput:.1%}: a step takes {fmt_time(est.step_time * g.factor)} on average")
+
+
+def cost_columns(tokens: float | None, price: float | None, rel: Reliability | None = None) -> list[str]:
+    return (["goodput"] if rel is not None else []) + (
+        (["days"] + (["cost"] if price is not None else [])) if tokens else [])
+
+
+def metric_cells(est: Estimate, tokens: float | None, price: float | None, rel: Reliability | None = None
+                 ) -> dict[str, str]:
+    """A plan's figures as the tables print them: step (with its band), tokens/s, MFU, memory, goodput, days, cost."""
     out = {"step": step_text(est), "tokens/s": fmt_count(est.tokens_per_s), "MFU": f"{est.mfu:.1%}",
            "memory": fmt_bytes(est.peak_memory)}
-    cost = training_cost(est, tokens, price)
-    cells = [f"{cost['days']:.1f}"] if tokens else []
+    cost = training_cost(est, tokens, price, rel)
+    cells = [f"{cost['goodput']:.1%}"] if "goodput" in cost else []
+    cells += [f"{cost['days']:.1f}"] if tokens else []
     cells = cells + [f"${cost['cost']:,.0f}"] if "cost" in cost else cells
-    return out | dict(zip(cost_columns(tokens, price), cells, strict=True))
+    return out | dict(zip(cost_columns(tokens, price, rel), cells, strict=True))
 
 
 def prefers_simple(result) -> bool:
@@ -104,7 +130,8 @@ def _plan_cells(result) -> dict[str, list[str]]:
     return cells
 
 
-def best_plans(result: SearchResult, tokens: float | None = None, price: float | None = None) -> Listing:
+def best_plans(result: SearchResult, tokens: float | None = None, price: float | None = None,
+               rel: Reliability | None = None) -> Listing:
     """The best plans' table: the layout, the axes on each mesh tier and the figures, each header with its meaning;
     ``#`` marks with ≈ the plans the model cannot tell from the fastest."""
     space, blocks = result.space, tier_blocks(result.cluster)
@@ -113,7 +140,7 @@ def best_plans(result: SearchResult, tokens: float | None = None, price: float |
              f"seq {result.model.seq_length:,}, global batch {space.global_batch:,}, {', '.join(stack)}")
     cells = _plan_cells(result)
     for est in result.plans:
-        for name, value in metric_cells(est, tokens, price).items():
+        for name, value in metric_cells(est, tokens, price, rel).items():
             cells[name].append(value)
     meanings = {"#": terms.RANK_SIMPLE} if prefers_simple(result) else {}
     left = ("recompute", "offload", *tier_headers(result.cluster))
@@ -157,7 +184,8 @@ def training_lead(result: SearchResult) -> Lead:
                 best_note=f"schedule {best.plan.schedule}, precision {best.plan.precision}")
 
 
-def from_training(result: SearchResult, tokens: float | None = None, price: float | None = None) -> Ranked:
+def from_training(result: SearchResult, tokens: float | None = None, price: float | None = None,
+                  rel: Reliability | None = None) -> Ranked:
     """The training search's result as the reports' one shape (``tokens``, ``price``: the days and cost columns)."""
     from meshplan import __version__
 
@@ -172,7 +200,7 @@ def from_training(result: SearchResult, tokens: float | None = None, price: floa
               f"simulation); search took {result.seconds:.2f} s.")
     cluster = result.cluster
     return Ranked(noun="plans", page_title=f"{result.model.name} on {cluster.num_gpus} × {cluster.accelerator.name}",
-                  table=best_plans(result, tokens, price), rejected=rejected_plans(result),
+                  table=best_plans(result, tokens, price, rel), rejected=rejected_plans(result),
                   rejected_total=result.rejected_total, evaluated=result.evaluated, feasible=result.feasible,
                   seconds=result.seconds, lead=training_lead(result),
                   footer=footer, ranking=ranking, band=band, metrics=metrics,

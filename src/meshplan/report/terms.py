@@ -23,7 +23,9 @@ HEADERS = {
     "tokens/s": "tokens per second, whole cluster",
     "MFU": "model FLOPs utilization (model FLOP/s per GPU over its peak)",
     "memory": "peak memory per GPU",
-    "days": "days to train on the token budget",
+    "goodput": "useful share of the wall time with failures at --mtbf, checkpoints every Young / Daly interval and "
+               "restarts (goodput.py)",
+    "days": "days to train on the token budget (with --mtbf: at that goodput)",
     "cost": "those GPU-hours times the price",
     "GPUs": "GPU count searched",
     "best plan": "the plan ranked first at that count: parallel sizes (dp= tp= pp= cp= ep= etp= vpp=), mbs, gbs "

@@ -8,6 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from meshplan.goodput import Reliability, goodput
 from meshplan.groups import axis_tiers
 from meshplan.report import terms
 from meshplan.report.fold import Col, folded_tables, headers, legend, listing_tables
@@ -16,6 +17,7 @@ from meshplan.report.ranked_training import (
     band_text,
     best_plans,
     cost_columns,
+    failures_text,
     from_training,
     metric_cells,
     prefers_simple,
@@ -134,10 +136,11 @@ def op_table(est: Estimate):  # -> rich.table.Table
 
 
 # ---- search results --------------------------------------------------------------------------------------
-def plans_tables(result, tokens: float | None, price: float | None, width: int) -> list:
+def plans_tables(result, tokens: float | None, price: float | None, width: int, rel: Reliability | None = None
+                 ) -> list:
     """The best plans as rich renderables that fit ``width`` columns: one table when it fits, else folded into
     several that share the rank column (the numbers first), and the legend of what they show."""
-    return listing_tables(best_plans(result, tokens, price), width)
+    return listing_tables(best_plans(result, tokens, price, rel), width)
 
 
 def fastest_note(result) -> str | None:
@@ -155,18 +158,19 @@ def rejected_tables(result, width: int) -> list:
     return listing_tables(rejected_plans(result), width)
 
 
-def scaling_tables(results, tokens: float | None, price: float | None, width: int) -> list:
+def scaling_tables(results, tokens: float | None, price: float | None, width: int, rel: Reliability | None = None
+                   ) -> list:
     """The best plan per GPU count, fitting ``width``, and the legend."""
     rows = [(r, r.plans[0] if r.plans else None) for r in results]
     key = Col("GPUs", [str(r.cluster.num_gpus) for r, _ in rows])
     cells: dict[str, list[str]] = defaultdict(list)
     for r, est in rows:
         cells["best plan"].append(est.plan.describe() if est else "no feasible plan")
-        metrics = metric_cells(est, tokens, price) if est else {}
+        metrics = metric_cells(est, tokens, price, rel) if est else {}
         for name in ("step", "tokens/s", "MFU", "memory"):
             cells[name].append(metrics.get(name, ""))
         cells["evaluated"].append(f"{r.evaluated:,}")
-        for name in cost_columns(tokens, price):
+        for name in cost_columns(tokens, price, rel):
             cells[name].append(metrics.get(name, ""))
     cols = [Col(h, cs, "left" if h == "best plan" else "right", wrap=h == "best plan") for h, cs in cells.items()]
     tables = folded_tables("strong scaling: the best plan per GPU count", key, cols, width,
@@ -179,13 +183,16 @@ def scaling_tables(results, tokens: float | None, price: float | None, width: in
     return [*tables, legend(terms.entries(headers(tables), extra, meanings=meanings))]
 
 
-def search_json(results, tokens: float | None, price: float | None, rank_by: str, rerun=None) -> dict:
+def search_json(results, tokens: float | None, price: float | None, rank_by: str, rerun=None,
+                rel: Reliability | None = None) -> dict:
     """The searches as one JSON object; with ``rerun`` (an Estimate -> command line) each plan says the
     ``estimate`` command that prices it again."""
     def one(r) -> dict:
         d = r.to_dict()
         for plan, est in zip(d["plans"], r.plans, strict=True):
-            plan.update(training_cost(est, tokens, price))
+            plan.update(training_cost(est, tokens, price, rel))
+            if rel is not None:
+                plan["failures"] = goodput(est.model, est.plan, est.cluster.num_gpus, rel).as_dict()
             plan["frameworks"] = frameworks_running(est.plan)
             if rerun is not None:
                 plan["estimate_command"] = rerun(est)
@@ -195,7 +202,8 @@ def search_json(results, tokens: float | None, price: float | None, rank_by: str
         return one(results[0])
     runs = [one(r) for r in results]
     best = [r["plans"][0] for r in runs if r["plans"]]
-    key = "cost" if rank_by == "cost" and tokens and price is not None else "step_time_s"
+    key = "cost" if rank_by == "cost" and tokens and price is not None else (
+        "expected_step_time_s" if rel is not None else "step_time_s")
     return {"scaling": runs, "plans": sorted(best, key=lambda p: p[key] * (1 if key == "cost" else p["gpus"])),
             "evaluated": sum(r["evaluated"] for r in runs), "seconds": sum(r["seconds"] for r in runs),
             "rejected": {"count": sum(r["rejected"]["count"] for r in runs)}}
@@ -207,21 +215,21 @@ def _print_all(console: Console, renderables: list) -> None:
 
 
 def print_search(results, as_json: bool, tokens: float | None, price: float | None, rank_by: str,
-                 rerun=None) -> None:
+                 rerun=None, reliability: Reliability | None = None) -> None:
     import json
     import shlex
 
     import click
 
     if as_json:
-        click.echo(json.dumps(search_json(results, tokens, price, rank_by, rerun)))
+        click.echo(json.dumps(search_json(results, tokens, price, rank_by, rerun, reliability)))
         return
     console = terminal_console()
     if len(results) > 1:
-        _print_all(console, scaling_tables(results, tokens, price, console.width))
+        _print_all(console, scaling_tables(results, tokens, price, console.width, reliability))
     else:
         r = results[0]
-        ranked = from_training(r, tokens, price)
+        ranked = from_training(r, tokens, price, reliability)
         if r.plans:
             _print_all(console, listing_tables(ranked.table, console.width))
             if fastest_note(r):
@@ -232,6 +240,8 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
             console.print(f"frameworks that run it: {', '.join(runs) or 'none of the presets'}", markup=False)
             if rerun is not None:
                 console.print("re-run it: " + shlex.join(rerun(r.plans[0])), soft_wrap=True, markup=False)
+            if reliability is not None:
+                console.print(failures_text(r.plans[0], reliability), markup=False)
         else:
             console.print("[bold red]no feasible plan[/bold red]")
         _print_all(console, listing_tables(ranked.rejected, console.width))

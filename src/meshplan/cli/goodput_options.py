@@ -1,0 +1,44 @@
+"""``--mtbf``, ``--checkpoint-bandwidth`` and ``--restart-time``: the failure accounting of goodput.py, for ``plan``
+(days to train, ranking across GPU counts) and ``estimate``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from meshplan.errors import SpecError
+from meshplan.goodput import LLAMA3_MTBF_GPU_HOURS, LLAMA3_STORAGE_BYTES_S, RESTART_S, Reliability
+
+reliability_options = [
+    click.option("--mtbf", "mtbf", default=None,
+                 help="GPU-hours per interruption of the job, per GPU ('llama3': "
+                      f"{LLAMA3_MTBF_GPU_HOURS:,.0f}, Llama 3's 419 interruptions in 54 days on 16,384 GPUs); "
+                      "prices checkpoints, restarts and lost work (goodput)"),
+    click.option("--checkpoint-bandwidth", "checkpoint_bandwidth", type=float, default=None,
+                 help=f"with --mtbf: GB/s the job's ranks write checkpoints at, together (default "
+                      f"{LLAMA3_STORAGE_BYTES_S / 1e9:,.0f}: Llama 3's storage, sustained)"),
+    click.option("--restart-time", "restart_time", type=float, default=None,
+                 help=f"with --mtbf: seconds to restart after an interruption, before reading the checkpoint back "
+                      f"(default {RESTART_S:.0f}, an assumption)"),
+]
+
+
+def reliability_of(options: dict[str, Any]) -> Reliability | None:
+    """The Reliability the options ask for (they are taken out of ``options``), None without --mtbf."""
+    mtbf, bandwidth, restart = (options.pop(k) for k in ("mtbf", "checkpoint_bandwidth", "restart_time"))
+    if mtbf is None:
+        if bandwidth is not None or restart is not None:
+            given = "--checkpoint-bandwidth" if bandwidth is not None else "--restart-time"
+            raise SpecError(f"{given} prices failures: give --mtbf too (GPU-hours per interruption, or 'llama3')")
+        return None
+    if mtbf == "llama3":
+        hours = LLAMA3_MTBF_GPU_HOURS
+    else:
+        try:
+            hours = float(mtbf)
+        except ValueError:
+            raise SpecError(f"mtbf={mtbf!r} must be GPU-hours per interruption (a number) or 'llama3'") from None
+    return Reliability(mtbf_gpu_hours=hours,
+                       checkpoint_bandwidth=LLAMA3_STORAGE_BYTES_S if bandwidth is None else bandwidth * 1e9,
+                       restart_s=RESTART_S if restart is None else restart)
