@@ -81,6 +81,10 @@ OPTIONS = [
                  help=f"share of HBM every plan leaves free (default: {_space_default('headroom'):g}, the model's "
                       "largest memory error against measured runs, docs/ACCURACY.md; sweep: 0); plans inside it are "
                       "listed as rejected"),
+    click.option("--fastest-first", is_flag=True, default=False,
+                 help="rank by step time alone: #1 is the fastest plan, which more bandwidth or FLOP/s never slows "
+                      "(by default the simplest plan within the fastest's error band leads: a faster machine can bring "
+                      "a simpler, slower plan into that band)"),
 ]
 NAMES = tuple(o(lambda: None).__click_params__[0].name for o in OPTIONS)  # the parameters, for the test
 
@@ -129,11 +133,12 @@ def space_settings(given: dict[str, Any], stack: Stack, headroom: float | None =
                 "precision": given["precision"], "grad_bytes": given["grad_bytes"], "optimizer": given["optimizer"],
                 "max_plans": given["max_plans"], "pinned": pins(given), "recompute_layers": given["recompute_layers"],
                 "offload_layers": given["offload_layers"]}
+    settings |= {"prefer_simple": False} if given["fastest_first"] else {}
     return settings | ({} if share is None else {"headroom": share})
 
 
 def search_space(settings: dict[str, Any], global_batch: int, stack: Stack, precision: str, **extra: Any) -> Any:
     """The ``Space`` (search.Space) of ``space_settings``' fields, with ``precision`` (the GPU's own) unless one was
     given; ``extra``: the command's own fields (sweep's ``prefer_simple=False``)."""
-    return Space(**{**settings, "precision": settings["precision"] or precision}, global_batch=global_batch,
-                 stack=stack, **extra)
+    return Space(**({**settings, "precision": settings["precision"] or precision} | extra), global_batch=global_batch,
+                 stack=stack)
