@@ -53,17 +53,25 @@ def main(ref: str, options: dict[str, Any]) -> None:
     for name in ("top", "world_size"):
         if options[name] < 1:
             raise SpecError(f"{name.replace('_', '-')}={options[name]} must be a positive integer")
+    if options["save_profile"]:
+        from meshplan.files import writable
+
+        writable(options["save_profile"], "save-profile")
     apply_learned = None
     if options["learned"]:  # refused before measuring: without the research package, or without profiles
         from meshplan.measure.plugins import learned_residual
 
-        apply_learned = learned_residual()
         options["profiles"] = _profiles(options["profiles"])
-    device = options["device"]
-    if device == "auto":
-        from meshplan.calibrate.bench import resolve_device
+        apply_learned = learned_residual()
+    from meshplan.calibrate.bench import resolve_device
 
-        device = resolve_device("auto")
+    device = resolve_device(options["device"])
+    _check_ranks(options["world_size"], device)
+    if options["world_size"] > 1:  # the factory is found before any rank is forked
+        from meshplan.trace.command import load_factory
+
+        if ":" in ref:
+            load_factory(ref)
     settings = CheckSettings(device=device, threads=check_threads(options["threads"]), clock=options["clock"],
                              warmup=options["warmup"], steps=options["steps"], rounds=options["rounds"],
                              allocator=options["allocator"], optimizer=options["optimizer"])
@@ -102,15 +110,44 @@ def main(ref: str, options: dict[str, Any]) -> None:
 
 def _profiles(given: str) -> str:
     """--profiles as given, or (the default, run outside the checkout) the checkout's data/measured beside the
-    installed sources; refused before measuring when neither exists."""
+    installed sources; refused before measuring when neither exists or it holds no profile (/dev/null, an empty
+    file, a FIFO)."""
+    import os.path
     from pathlib import Path
 
     import meshplan
+    from meshplan.files import check_input
+    from meshplan.measure.records import read_profiles
 
-    if Path(given).exists():
-        return given
-    beside = Path(meshplan.__file__).resolve().parents[2] / given
-    if beside.exists():
-        return str(beside)
-    raise SpecError(f"profiles={given!r} does not exist: --learned needs the zoo's profiles (a .jsonl file or a "
-                    "folder of them; python benchmarks/measured.py writes data/measured/ in a checkout)")
+    beside = str(Path(meshplan.__file__).resolve().parents[2] / given)
+    found = next((p for p in (given, beside) if os.path.exists(p)), None)  # os.path: False for a name too long
+    if found is None:
+        raise SpecError(f"profiles={given!r} does not exist: --learned needs the zoo's profiles (a .jsonl file or a "
+                        "folder of them; python benchmarks/measured.py writes data/measured/ in a checkout)")
+    if not os.path.isdir(found):
+        check_input(found, "profiles")
+    if not read_profiles(found):
+        raise SpecError(f"profiles={given!r} holds no profile record: --learned needs the zoo's profiles")
+    return found
+
+
+def _check_ranks(world: int, device: str) -> None:
+    """--world-size before any rank is forked: at most the GPUs of this host on CUDA, its cores on a CPU (each rank
+    is a process timing its own step: more ranks than cores time each other's waits), and never more than
+    calibrate's MAX_LOCAL_RANKS (calibrate/settings.py: the local ranks one host runs)."""
+    import os
+
+    from meshplan.calibrate.settings import MAX_LOCAL_RANKS
+
+    if world <= 1:
+        return
+    if device.startswith("cuda"):
+        import torch
+
+        have, what = torch.cuda.device_count(), "GPUs"
+    else:
+        have, what = os.cpu_count() or 1, "CPU cores"
+    limit = min(have, MAX_LOCAL_RANKS)
+    if world > limit:
+        raise SpecError(f"world-size={world} is more than the {limit} ranks this host runs ({have} {what}; at most "
+                        f"{MAX_LOCAL_RANKS} local ranks)")
