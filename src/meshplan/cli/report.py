@@ -222,7 +222,7 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
     """Best-plan throughput of MODEL over GPU counts × systems × NVLink sizes (strong scaling) or over a
     hardware parameter's scale factors; writes CSV / JSON (pandas reads them) and PNG / SVG pictures."""
     from meshplan.cli.common import model_at
-    from meshplan.sweep import PARAMS, param_points, search_points, write_csv, write_json
+    from meshplan.sweep import PARAMS, Interrupted, param_points, search_points, write_csv, write_json
 
     seq, global_batch, nvlink, params, factors, formats = (options[k] for k in (
         "seq", "global_batch", "nvlink", "params", "factors", "formats"))
@@ -265,7 +265,16 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
     for name in names:
         points += param_points(model, refs, counts, gbs, param=name, factors=scale, nvlink=domains, space=space)
     writable_dir(output, "output")
-    rows = search_points(points, workers=workers, ray_address=ray_address)
+    try:
+        rows = search_points(points, workers=workers, ray_address=ray_address)
+    except Interrupted as stop:  # Ctrl-C: keep the points that finished, then exit 130
+        done = [r for r in stop.rows if r is not None]
+        if done:
+            make_dir(output, "output")
+            kept = [write_csv(done, output / "sweep.csv"), write_json(done, output / "sweep.json")]
+            click.echo(f"meshplan: interrupted: wrote the {len(done)} of {len(points)} points done to "
+                       f"{', '.join(map(str, kept))}", err=True)
+        raise
     make_dir(output, "output")
     written = [write_csv(rows, output / "sweep.csv"), write_json(rows, output / "sweep.json")]
     try:

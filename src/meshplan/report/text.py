@@ -40,7 +40,13 @@ def terminal_console() -> Console:
 
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else Console(width=150)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            """`meshplan … | head -1`: rich exits 1 here (SystemExit); the CLI's main exits 0 quietly instead."""
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _Console() if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else _Console(width=150)
 
 
 def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
