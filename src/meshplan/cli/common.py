@@ -99,7 +99,15 @@ def parse_count(text: str, field: str) -> float:
     value = float(match.group(1)) * _COUNT_SCALE[match.group(2)] if match else 0.0
     if not 1 <= value <= MAX_TOKENS:
         raise SpecError(f"{field}={text!r} is not a count from 1 to {MAX_TOKENS:g} like '15T', '400B' or '1.5e12'")
+    if match and not match.group(2) and value < MIN_BARE_COUNT:  # '15' meant 15T, not 15 tokens
+        raise SpecError(f"{field}={text!r} would be {value:g} tokens: give a unit ('{text.strip()}T' = {value:g} "
+                        f"trillion, '{text.strip()}B' = billion) or the whole count (at least {MIN_BARE_COUNT:g})")
     return value
+
+
+# A count without a unit below this is taken for a missing unit: a million tokens is a fraction of one step of the
+# default ≈ 4M-token batch (DEFAULT_BATCH_TOKENS), no training budget
+MIN_BARE_COUNT = 1e6
 
 
 def check_max_plans(value: int) -> None:

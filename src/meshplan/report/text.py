@@ -8,11 +8,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from meshplan.fields import MEMORY_HEADROOM, usable_hbm
 from meshplan.groups import axis_tiers
 from meshplan.report import terms
 from meshplan.report.fold import Col, folded_tables, headers, legend, listing_tables
 from meshplan.report.ranked_training import (
     ASYNC_NOTES,
+    band_entry,
     band_text,
     best_plans,
     cost_columns,
@@ -25,7 +27,7 @@ from meshplan.report.ranked_training import (
 )
 from meshplan.report.tiers import mesh_text
 from meshplan.specs.stack import frameworks_running
-from meshplan.units import fmt_bytes, fmt_count, fmt_time
+from meshplan.units import fmt_bytes, fmt_count, fmt_over, fmt_time
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -77,6 +79,9 @@ def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
     summary.add_row("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%} ({basis})")
     cap = est.cluster.accelerator.hbm_bytes
     fit = "fits" if est.fits else "DOES NOT FIT: " + "; ".join(est.reasons)
+    if est.fits and est.peak_memory > usable_hbm(cap):  # plan's rule: it would reject this plan
+        fit = (f"fits HBM, but not the {MEMORY_HEADROOM:.0%} headroom `plan` keeps free for the model's memory "
+               f"error: {fmt_over(est.peak_memory, usable_hbm(cap))}; plan rejects it")
     summary.add_row("peak memory", f"{fmt_bytes(est.peak_memory)} of {fmt_bytes(cap)} ({fit})")
     console.print(summary)
 
@@ -178,7 +183,7 @@ def scaling_tables(results, tokens: float | None, price: float | None, width: in
                            ("step", "tokens/s", "MFU", "memory", "best plan"))
     ests = [e for _, e in rows if e is not None]
     extra = [terms.SUMMA_PLAN] if any(e.plan.tensor_layout == "summa" for e in ests) else []
-    extra += [terms.BAND] if any(band_text(e) for e in ests) else []
+    extra += band_entry(ests)
     best = terms.HEADERS["best plan"].replace("the plan ranked first at that count", terms.BEST_SIMPLE)
     meanings = {"best plan": best} if any(prefers_simple(r) for r in results) else {}
     return [*tables, legend(terms.entries(headers(tables), extra, meanings=meanings))]
