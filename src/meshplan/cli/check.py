@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from meshplan.cli.common import working
 from meshplan.errors import MissingDependency, SpecError
 
 
@@ -50,6 +51,49 @@ def main(ref: str, options: dict[str, Any]) -> None:
     from meshplan.measure.check import CheckSettings
     from meshplan.measure.timing import check_threads
 
+    apply_learned, device = _before_measuring(ref, options)
+    settings = CheckSettings(device=device, threads=check_threads(options["threads"]), clock=options["clock"],
+                             warmup=options["warmup"], steps=options["steps"], rounds=options["rounds"],
+                             allocator=options["allocator"], optimizer=options["optimizer"])
+    if options["world_size"] > 1:
+        from meshplan.measure.dp import check_data_parallel, render_dp
+
+        with working(f"check-step: {options['world_size']} ranks measuring {ref}", quiet=options["as_json"],
+                     animate=False):  # the ranks are forked
+            result = check_data_parallel(ref, options["world_size"], settings, options["shapes"], options["dtypes"])
+        if options["as_json"]:
+            click.echo(json.dumps(result.to_dict(), indent=2))
+        else:
+            from meshplan.report.text import terminal_console
+
+            render_dp(result, terminal_console())
+        return
+    from meshplan.measure.command import check_step_ref
+
+    with working(f"check-step: predicting and measuring {ref}", quiet=options["as_json"]):
+        result = check_step_ref(ref, shapes=options["shapes"], dtypes=options["dtypes"],
+                                optimizer=options["optimizer"], settings=settings)
+    from meshplan.measure import compare
+
+    learned = None if apply_learned is None else apply_learned(result, options["profiles"])
+    if options["save_profile"]:
+        from meshplan.measure.records import append_profile
+
+        append_profile(options["save_profile"], result)
+    data = compare.check_dict(result, options["top"])
+    if learned is not None:
+        data["learned"] = learned
+    if options["as_json"]:
+        click.echo(json.dumps(data, indent=2))
+        return
+    from meshplan.report.text import terminal_console
+
+    compare.render_check(result, terminal_console(), options["top"], learned)
+
+
+def _before_measuring(ref: str, options: dict[str, Any]) -> tuple[Any, str]:
+    """Every refusal before a step is timed or a rank forked: the counts, the profile to save, the profiles of
+    --learned, the device and the world size (with the factory found first)."""
     for name in ("top", "world_size"):
         if options[name] < 1:
             raise SpecError(f"{name.replace('_', '-')}={options[name]} must be a positive integer")
@@ -72,40 +116,7 @@ def main(ref: str, options: dict[str, Any]) -> None:
 
         if ":" in ref:
             load_factory(ref)
-    settings = CheckSettings(device=device, threads=check_threads(options["threads"]), clock=options["clock"],
-                             warmup=options["warmup"], steps=options["steps"], rounds=options["rounds"],
-                             allocator=options["allocator"], optimizer=options["optimizer"])
-    if options["world_size"] > 1:
-        from meshplan.measure.dp import check_data_parallel, render_dp
-
-        result = check_data_parallel(ref, options["world_size"], settings, options["shapes"], options["dtypes"])
-        if options["as_json"]:
-            click.echo(json.dumps(result.to_dict(), indent=2))
-        else:
-            from meshplan.report.text import terminal_console
-
-            render_dp(result, terminal_console())
-        return
-    from meshplan.measure.command import check_step_ref
-
-    result = check_step_ref(ref, shapes=options["shapes"], dtypes=options["dtypes"], optimizer=options["optimizer"],
-                 settings=settings)
-    from meshplan.measure import compare
-
-    learned = None if apply_learned is None else apply_learned(result, options["profiles"])
-    if options["save_profile"]:
-        from meshplan.measure.records import append_profile
-
-        append_profile(options["save_profile"], result)
-    data = compare.check_dict(result, options["top"])
-    if learned is not None:
-        data["learned"] = learned
-    if options["as_json"]:
-        click.echo(json.dumps(data, indent=2))
-        return
-    from meshplan.report.text import terminal_console
-
-    compare.render_check(result, terminal_console(), options["top"], learned)
+    return apply_learned, device
 
 
 def _profiles(given: str) -> str:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, overload
 
 import click
@@ -154,3 +156,22 @@ class progress:
         if self.bar is not None:
             self.bar.__exit__(*exc)
         return False
+
+
+@contextlib.contextmanager
+def working(what: str, quiet: bool = False, animate: bool = True) -> Iterator[None]:
+    """What a command does while it takes more than a moment (report, check-step, calibrate, the sharding planner):
+    a spinner, ``what`` and the time elapsed on stderr, gone when it ends; none when stderr is not a terminal or
+    ``quiet`` (--json). ``animate`` False: no refresh thread (the line is drawn once), for work that forks processes
+    (a thread holding a lock at fork time would leave it held in the child)."""
+    if quiet or not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn(what), TimeElapsedColumn(), console=Console(stderr=True),
+                  transient=True, auto_refresh=animate) as bar:
+        bar.add_task(what, total=None)
+        bar.refresh()
+        yield

@@ -31,7 +31,7 @@ class _PipeClosed(Exception):
 
 
 class _Group(click.Group):
-    def invoke(self, ctx: click.Context):  # type: ignore[no-untyped-def]
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except BrokenPipeError:

@@ -104,7 +104,10 @@ def run_planner(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, 
                       global_batch=opts["global_batch"], seq=opts["seq"], micro_batches=opts["micro_batches"],
                       mesh=mesh, headroom=opts["headroom"], stages=opts["stages"],
                       nvlink_domain=opts["nvlink_domain"], optimizer=opts["optimizer"])
-    result = plan_sharding(request)
+    from meshplan.cli.common import working
+
+    with working(f"sharding {model_ref} on {count} x {system_ref}", quiet=as_json):
+        result = plan_sharding(request)
     from meshplan.report.shard import shard_tables, to_dict
 
     if as_json:

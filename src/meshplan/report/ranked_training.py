@@ -7,6 +7,7 @@ lead. Pure formatting: the numbers come from the Estimates.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from meshplan.report import terms
@@ -50,7 +51,7 @@ def band_text(est: Estimate) -> str:
     return f" ±{band:.0%}" if band >= 0.01 else f" ±{band:.1%}"
 
 
-def band_entry(ests: list[Estimate]) -> list[tuple[str, str]]:
+def band_entry(ests: Sequence[Estimate]) -> list[tuple[str, str]]:
     """The legend's entry for the rows' error band, read from the rows themselves (``band_text``): ``±9%`` where
     every row shows ±9 % (the legend once said ±7 % beside ±9 % rows), ``±N%`` where they differ; none without."""
     shown = sorted({band_text(e).strip() for e in ests} - {""})

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from meshplan.fields import MEMORY_HEADROOM, usable_hbm
 from meshplan.groups import axis_tiers
 from meshplan.report import terms
-from meshplan.report.fold import Col, folded_tables, headers, legend, listing_tables
+from meshplan.report.fold import Col, folded_tables, headers, legend, listing_tables, refold, shell_command
 from meshplan.report.ranked_training import (
     ASYNC_NOTES,
     band_entry,
@@ -43,6 +43,13 @@ def terminal_console() -> Console:
     from rich.console import Console
 
     class _Console(Console):
+        def print(self, *objects: Any, **kwargs: Any) -> None:
+            """Tables wider than the terminal folded (fold.refold) instead of squeezed into "…" and split numbers."""
+            from rich.table import Table
+
+            super().print(*(x for o in objects for x in (refold(o, self.width) if isinstance(o, Table) else [o])),
+                          **kwargs)
+
         def on_broken_pipe(self) -> None:
             """`meshplan … | head -1`: rich exits 1 here (SystemExit); the CLI's main exits 0 quietly instead."""
             self.quiet = True
@@ -219,7 +226,6 @@ def _print_all(console: Console, renderables: list) -> None:
 def print_search(results, as_json: bool, tokens: float | None, price: float | None, rank_by: str,
                  rerun=None) -> None:
     import json
-    import shlex
 
     import click
 
@@ -241,7 +247,8 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
             runs = frameworks_running(r.plans[0].plan)
             console.print(f"frameworks that run it: {', '.join(runs) or 'none of the presets'}", markup=False)
             if rerun is not None:
-                console.print("re-run it: " + shlex.join(rerun(r.plans[0])), soft_wrap=True, markup=False)
+                console.print(shell_command("re-run it:", rerun(r.plans[0]), console.width), soft_wrap=True,
+                              markup=False, highlight=False)
         else:
             console.print("[bold red]no feasible plan[/bold red]")
         _print_all(console, listing_tables(ranked.rejected, console.width))
