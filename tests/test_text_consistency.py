@@ -51,8 +51,10 @@ def test_estimate_fits_by_plans_rule(micro, within, capsys):
     args = ["estimate", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--dp", "8", "--zero", "1",
             "--recompute", "full", "--micro-batch", micro]
     assert main([*args, "--json"]) == 0
-    peak = json.loads(capsys.readouterr().out)["peak_memory_bytes"]
-    assert (peak > usable_hbm(load_system("h100").accelerator.hbm_bytes, MEMORY_HEADROOM)) == within
+    data = json.loads(capsys.readouterr().out)
+    usable = usable_hbm(load_system("h100").accelerator.hbm_bytes, MEMORY_HEADROOM)
+    assert (data["peak_memory_bytes"] > usable) == within
+    assert data["fits"] and data["fits_headroom"] == (not within)
     assert main(args) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert ("(fits)" in out) == (not within) and ("plan rejects it" in out) == within
