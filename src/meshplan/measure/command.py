@@ -59,6 +59,9 @@ def load_target(ref: str, shapes: tuple[str, ...] = (), dtypes: tuple[str, ...] 
         except Exception as exc:  # noqa: BLE001  (the user's factory failed)
             raise SpecError(f"model={ref!r}: the factory failed: {first_line(exc)}") from None
         if isinstance(built, tuple) and len(built) == 2 and isinstance(built[0], torch.nn.Module):
+            if shapes or dtypes:  # were ignored, a typo in them unseen
+                raise SpecError(f"{'input-shape' if shapes else 'dtype'}={(shapes or dtypes)[0]!r}: {ref} returns its "
+                                "own inputs (module, inputs); leave --input-shape and --dtype out")
             model, inputs = built[0], tuple(built[1])
         elif isinstance(built, torch.nn.Module):
             if not shapes:
