@@ -93,7 +93,7 @@ def test_no_fifo_or_device_is_opened_for_reading_or_writing(tmp_path):
     assert write_text(tmp_path / "new.txt", "ok", "x").read_text() == "ok"
 
 
-def test_check_step_is_refused_before_measuring(capsys):
+def test_check_step_is_refused_before_measuring(tmp_path, capsys):
     """check-step: --world-size above the cores (or GPUs) of this host, or above MAX_LOCAL_RANKS (64), is refused
     before a rank is forked; --learned with profiles that hold nothing (/dev/null) before a step is timed."""
     pytest.importorskip("torch")
@@ -102,3 +102,7 @@ def test_check_step_is_refused_before_measuring(capsys):
     assert f"world-size=100000 is more than the {min(cores, 64)} ranks this host runs ({cores} CPU cores" in err
     err = fails(["check-step", "torch.nn:Linear", "--learned", "--profiles", "/dev/null"], capsys)
     assert err.endswith("profiles='/dev/null' is a character device, not a regular file")
+    foreign = tmp_path / "p.jsonl"
+    foreign.write_text('{"record": "op", "model": "m"}\n[1, 2]\n')  # a list where a record goes: was exit 3
+    err = fails(["check-step", "torch.nn:Linear", "--learned", "--profiles", str(foreign)], capsys)
+    assert err.endswith(f"profiles: {foreign} line 2 is not a step or op record (write_profile's)")

@@ -106,7 +106,11 @@ def read_profiles(path: str | Path) -> list[dict[str, Any]]:
         for n, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    records.append(json.loads(line))
+                    record = json.loads(line)
                 except json.JSONDecodeError:
                     raise SpecError(f"profiles: {f} line {n} is not JSON") from None
+                if not isinstance(record, dict) or record.get("record") not in ("step", "op") or \
+                        not isinstance(record.get("model"), str):  # what step_record / op_records write
+                    raise SpecError(f"profiles: {f} line {n} is not a step or op record (write_profile's)")
+                records.append(record)
     return records
