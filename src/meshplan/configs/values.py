@@ -36,7 +36,7 @@ class Values:
         self.autos = [] if autos is None else autos
 
     def _name(self, key: str) -> str:
-        base, _, section = self.where.partition(": ")
+        section = self.where.partition(": ")[2]
         return f"{section}.{key}" if section else key
 
     def _fail(self, key: str, value: Any, what: str) -> SpecError:
