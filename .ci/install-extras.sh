@@ -1,19 +1,36 @@
 #!/usr/bin/env bash
 # Everything the tests need, so that none skips on a CPU machine: .venv with meshplan and its `dev` extra (pytest,
 # ruff, matplotlib, Jinja2, vl-convert-python, Playwright, Ray, pandas, CPU PyTorch, transformers, DeepSpeed) and headless
-# Chromium (Debian's package, which Playwright drives: it downloads no browser) for the browser
-# test of the HTML report. Idempotent and quick when everything is already there. The README's test command runs it.
+# Chromium (Debian's package, which Playwright drives: it downloads no browser) for the browser tests of the HTML
+# reports. Idempotent and quick when everything is already there. The README's test command runs it.
+#
+# What it needs: python3 with venv and network access to PyPI (the `dev` extra). Chromium comes from apt-get, which
+# needs root or password-less sudo; without them (or without apt-get, or offline) it says so and goes on: the browser
+# tests (tests/test_report_browser.py, tests/test_serve_report_browser.py) then skip with that reason, the rest runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v chromium >/dev/null 2>&1; then
-  if command -v apt-get >/dev/null 2>&1; then
-    sudo=""
-    if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
-    export DEBIAN_FRONTEND=noninteractive
-    $sudo apt-get update -qq || (sleep 5 && $sudo apt-get update -qq)
-    $sudo apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+have_chromium() { command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; }
+skip_browser() {
+  echo "install-extras: Chromium not installed ($1): the browser tests will skip; to run them: as root," \
+       "apt-get install chromium fonts-dejavu-core" >&2
+}
+if ! have_chromium; then
+  as_root=""
+  if [ "$(id -u)" = 0 ]; then as_root="yes"
+  elif command -v sudo >/dev/null 2>&1 && sudo -n true >/dev/null 2>&1; then as_root="sudo -n"
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    skip_browser "no apt-get on this system"
+  elif [ -z "$as_root" ]; then
+    skip_browser "not root and no password-less sudo"
   else
-    echo "install-extras: no apt-get here: install Chromium yourself for tests/test_report.py's browser test" >&2
+    run=""
+    if [ "$as_root" != "yes" ]; then run="$as_root"; fi
+    export DEBIAN_FRONTEND=noninteractive
+    if ! { $run apt-get update -qq || { sleep 5 && $run apt-get update -qq; }; } ||
+       ! $run apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null; then
+      skip_browser "apt-get could not install it (offline?)"
+    fi
   fi
 fi
 [ -x .venv/bin/pip ] || python3 -m venv .venv

@@ -78,6 +78,7 @@ def test_an_emit_path_that_cannot_be_written_is_refused_before_the_search(tmp_pa
     missing = tmp_path / "nodir" / "x.out"
     assert fails([*plan, str(missing)], capsys) == (f"meshplan: error: emit-to={missing}: the folder "
                                                     f"{missing.parent} does not exist")
-    assert fails([*plan, str(tmp_path)], capsys) == f"meshplan: error: emit-to={tmp_path} is a folder: give a file path"
+    assert fails([*plan, str(tmp_path)], capsys) == (f"meshplan: error: emit-to={str(tmp_path)!r} is a directory, "
+                                                     "not a file")
     assert not missing.parent.exists()
     assert main([*plan, str(missing), "--json"]) == 2 and capsys.readouterr().out == ""  # no search, no JSON

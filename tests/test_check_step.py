@@ -144,6 +144,8 @@ def test_cli_json(capsys):
     (["check-step", "gpt2", "--threads", "0"], "threads=0"),
     (["check-step", "gpt2", "--rounds", "0"], "rounds=0"),
     (["check-step", "tests/data/measure_model.py:make_module"], "input-shape is required"),
+    (["check-step", "tests/data/measure_model.py:make", "--input-shape", "0x4"],  # was ignored, exit 0
+     "input-shape='0x4': tests/data/measure_model.py:make returns its own inputs"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, args, message):
     assert main(args) == 2

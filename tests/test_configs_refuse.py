@@ -60,7 +60,7 @@ def test_a_config_that_does_not_fit_the_gpus_or_model_is_refused():
         read("megatron", load_model("llama2-13b"), 16, text=text)
     with pytest.raises(SpecError, match="torchtitan config"):
         read("torchtitan", MODEL, 16, text="[parallelism\n")
-    with pytest.raises(SpecError, match="is not a file"):
+    with pytest.raises(SpecError, match="from='missing.json': no such file"):
         read("missing.json", MODEL, 16)
 
 

@@ -63,7 +63,8 @@ def test_estimate_prints_the_hints_and_the_options_reproduce_them(monkeypatch, c
     out = capsys.readouterr().out
     assert "does not fit (memory 96.1 GiB > 79.6 GiB HBM)" in out
     assert "what would make it fit" in out and "legend: options: " in out
-    assert "or search every plan: meshplan plan --model llama3-8b --system h100 --gpus 8 --global-batch 512" in out
+    assert "or search every plan: meshplan plan --model llama3-8b --system h100 --gpus 8 --global-batch 512" in \
+        out.replace(" \\\n    ", " ")  # wrapped to the terminal with shell continuations
     assert "…" not in out
     assert main([*README, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

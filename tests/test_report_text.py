@@ -116,7 +116,7 @@ def test_error_bands_and_equivalents_show(dense, width):
             assert (re.search(rf"^│ +{rank}≈ │", text, re.M) is not None) == same
     assert not re.search(r"^│ +1≈ │", text, re.M)
     legend = _legend(out)
-    assert "±7%: " in legend and "≈: " in legend
+    assert f"±{dense.plans[0].error_band:.0%}: " in legend and "≈: " in legend  # the rows' band (was a literal ±7%)
 
 
 @pytest.mark.parametrize("width", WIDTHS)

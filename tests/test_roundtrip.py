@@ -46,5 +46,6 @@ def test_the_table_shows_the_command_of_the_best_plan(capsys):
     capsys.readouterr()
     assert main(["plan", *SEARCHES[0], "--top", "2"]) == 0
     out = capsys.readouterr().out
-    line = next(x for x in out.splitlines() if x.startswith("re-run it: "))
+    joined = out.replace(" \\\n    ", " ")  # a command wrapped to the terminal, continued with " \\"
+    line = next(x for x in joined.splitlines() if x.startswith("re-run it: "))
     assert line.startswith("re-run it: meshplan estimate --model llama3-8b") and line.endswith("--framework any")

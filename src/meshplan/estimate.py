@@ -44,7 +44,7 @@ from meshplan.specs.stack import FRAMEWORK_STACK, Stack
 from meshplan.step.assemble import StepCosts, assemble
 from meshplan.step.stages import cadence
 from meshplan.step.units import Parts, Units, timed_parts, unit_costs
-from meshplan.units import fmt_bytes
+from meshplan.units import fmt_bytes, fmt_over
 
 COMPONENTS = ("compute", "recompute", "tp", "cp", "ep", "pp", "host", "bubble", "dp", "optimizer", "offload")
 
@@ -229,7 +229,7 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = FRAM
     capacity = cluster.accelerator.hbm_bytes
     reasons: tuple[str, ...] = ()
     if costs.peak_memory > capacity:
-        reasons += (f"memory {fmt_bytes(float(costs.peak_memory))} > {fmt_bytes(capacity)} HBM",)
+        reasons += (f"memory {fmt_over(float(costs.peak_memory), capacity)} HBM",)
     if costs.host_memory > cluster.host_memory:
         reasons += (f"offloaded {fmt_bytes(float(costs.host_memory))} > {fmt_bytes(cluster.host_memory)} host memory "
                     "per GPU",)

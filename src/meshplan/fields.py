@@ -35,6 +35,12 @@ MAX_PLANS = 1_000_000_000
 MEMORY_HEADROOM = 0.09
 
 
+def usable_hbm(capacity: float, headroom: float = MEMORY_HEADROOM) -> float:
+    """The bytes a plan may use of ``capacity``: what the headroom leaves (the search's feasibility and
+    ``estimate``'s "fits" read the same rule)."""
+    return capacity * (1 - headroom)
+
+
 def _kind_error(name: str, value: Any, kind: str) -> str | None:
     """The complaint about ``value`` for a field declared ``kind`` (a string annotation), or None."""
     is_int = isinstance(value, int) and not isinstance(value, bool)

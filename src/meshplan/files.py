@@ -10,9 +10,11 @@ report what the operating system says when the write itself fails (``/dev/full``
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -26,13 +28,84 @@ def _os_reason(exc: OSError) -> str:
     return reason[:1].lower() + reason[1:]
 
 
+# The lengths Linux refuses (linux/limits.h): NAME_MAX, one name in a path, and PATH_MAX, the whole path, in bytes.
+NAME_MAX, PATH_MAX = 255, 4096
+# What a path that exists but is not a regular file is (stat.S_IFMT): reading a FIFO or a terminal blocks until
+# someone writes, reading /dev/zero never ends, so inputs are regular files only; outputs may be a character device
+# (/dev/null, /dev/full: they never block) but not a FIFO or a socket (opening one to write blocks for a reader).
+_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
+
+
+def _too_long_name(path: str) -> str | None:
+    """Why the operating system would refuse ``path`` for its length (ENAMETOOLONG), or None."""
+    raw = os.fsencode(path)
+    longest = max((len(part) for part in raw.split(b"/")), default=0)
+    if longest > NAME_MAX:
+        return f"a name in it is {longest:,} bytes long (at most {NAME_MAX})"
+    if len(raw) >= PATH_MAX:
+        return f"it is {len(raw):,} bytes long (at most {PATH_MAX - 1:,})"
+    return None
+
+
+def _kind(mode: int) -> str | None:
+    return next((name for test, name in _KINDS if test(mode)), None)
+
+
+def _status(path: str, field: str) -> os.stat_result | None:
+    """os.stat of ``path`` (following links), None where nothing is there; the refusals (a name too long, a link
+    loop, a file used as a folder, permission) as one SpecError naming the option."""
+    if path == "":
+        raise SpecError(f"{field}='' is empty: give a file")
+    long = _too_long_name(path)
+    if long:
+        raise SpecError(f"{field}={_shown(path)}: the name is too long: {long}")
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):  # the callers say which folder is missing or a file
+        return None
+    except OSError as exc:
+        why = "a symbolic link loop" if exc.errno == errno.ELOOP else _os_reason(exc)
+        raise SpecError(f"{field}={_shown(path)}: cannot use it: {why}") from None
+
+
+def _shown(path: str) -> str:
+    """The path as an error line quotes it: whole up to 80 characters, else its ends."""
+    return repr(path) if len(path) <= 80 else repr(f"{path[:40]}…{path[-30:]}")
+
+
+def check_input(path: str | Path, field: str) -> None:
+    """An input file must exist and be a regular file: a directory, a FIFO (reading it blocks until a writer
+    comes), a device (/dev/zero never ends), a link loop or a name the OS refuses is one SpecError naming ``field``."""
+    text = str(path)
+    found = _status(text, field)
+    if found is None:
+        raise SpecError(f"{field}={_shown(text)}: no such file")
+    if stat.S_ISDIR(found.st_mode):
+        raise SpecError(f"{field}={_shown(text)} is a directory, not a file")
+    kind = _kind(found.st_mode)
+    if kind:
+        raise SpecError(f"{field}={_shown(text)} is {kind}, not a regular file")
+
+
+def check_output(path: str | Path, field: str) -> None:
+    """An output file must be creatable: not a directory, a FIFO or a socket (opening one to write blocks until a
+    reader comes), nor a link loop or a name the OS refuses; a character device (/dev/null) is fine."""
+    text = str(Path(path).expanduser()) if str(path) else ""
+    found = _status(text, field)
+    if found is None:
+        return
+    if stat.S_ISDIR(found.st_mode):
+        raise SpecError(f"{field}={_shown(str(path))} is a directory, not a file")
+    kind = _kind(found.st_mode)
+    if kind and not stat.S_ISCHR(found.st_mode):
+        raise SpecError(f"{field}={_shown(str(path))} is {kind}: writing to it would block (give a file)")
+
+
 def read_text(path: str | Path, field: str) -> str:
     """The file's text (UTF-8); ``field`` is the option that named it."""
-    if str(path) == "":
-        raise SpecError(f"{field}='' is empty: give a file")
+    check_input(path, field)
     target = Path(path)
-    if target.is_dir():
-        raise SpecError(f"{field}={str(path)!r} is a directory, not a file")
     try:
         return target.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -114,9 +187,8 @@ def writable(path: str | Path, field: str) -> None:
     """Fail before the work, not after it, when an output file cannot be created where the user asked."""
     if str(path) == "":
         raise SpecError(f"{field}='' is empty: give a file name")
+    check_output(path, field)
     target = Path(path).expanduser()
-    if target.is_dir():
-        raise SpecError(f"{field}={str(path)!r} is a directory, not a file")
     parent = target.parent
     if parent.exists() and not parent.is_dir():
         raise SpecError(f"{field}={str(path)!r}: {str(parent)!r} is a file, not a directory")
@@ -132,6 +204,7 @@ def writable_dir(path: str | Path, field: str) -> None:
     if str(path) == "":
         raise SpecError(f"{field}='' is empty: give a directory")
     target = Path(path).expanduser()
+    _status(str(target), field)  # a name too long, a link loop
     existing = next(p for p in (target, *target.parents) if p.exists())
     if not existing.is_dir():
         raise SpecError(f"{field}={str(path)!r}: {str(existing)!r} is a file, not a directory")
@@ -156,8 +229,11 @@ def write_text(path: str | Path, text: str, field: str) -> Path:
 def write_bytes(path: str | Path, data: bytes, field: str) -> Path:
     """Write ``data`` to ``path``; a failure (no space, read-only file system, /proc) names the option."""
     target = Path(path).expanduser()
-    try:
-        with target.open("wb") as f:
+    check_output(target, field)
+    try:  # O_NONBLOCK: a FIFO put there since the check fails (ENXIO) instead of waiting for a reader
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, 0o666)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "wb") as f:
             f.write(data)
     except OSError as exc:
         raise SpecError(f"{field}={str(path)!r}: cannot write: {_os_reason(exc)}") from None

@@ -24,6 +24,7 @@ import csv
 import io
 import json
 import math
+import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -239,13 +240,25 @@ def search_points(points: Sequence[Point], workers: int | None = None, ray_addre
             return _run_ray(points, ray_address, tick)
     workers = min(workers or os.cpu_count() or 1, len(points))
     if workers <= 1:
-        rows = []
-        with _Progress(progress, len(points)) as tick:
-            for point in points:
-                rows.append(search_point(point))
-                tick()
-        return rows
+        rows: list[dict[str, Any] | None] = [None] * len(points)
+        try:
+            with _Progress(progress, len(points)) as tick:
+                for i, point in enumerate(points):
+                    rows[i] = search_point(point)
+                    tick()
+        except KeyboardInterrupt:
+            raise Interrupted(rows) from None
+        return rows  # type: ignore[return-value]
     return _run_pool(points, workers, progress)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during ``search_points``: ``rows`` holds the points that finished (None for the others), so that the
+    caller keeps them (``meshplan sweep`` writes them) before exiting."""
+
+    def __init__(self, rows: list[dict[str, Any] | None]) -> None:
+        super().__init__(f"{sum(r is not None for r in rows)} of {len(rows)} points done")
+        self.rows = rows
 
 
 def _run_pool(points: Sequence[Point], workers: int, progress: bool | Callable[[int, int], None] | None
@@ -261,8 +274,12 @@ def _run_pool(points: Sequence[Point], workers: int, progress: bool | Callable[[
                 for future in as_completed(futures):
                     rows[futures[future]] = future.result()
                     tick()
-        except BaseException:  # an error or Ctrl-C: do not wait for the points not yet started
+        except BaseException as exc:  # an error or Ctrl-C: wait neither for the points not started nor the running
             pool.shutdown(wait=False, cancel_futures=True)
+            for child in multiprocessing.active_children():  # the pool's workers (the only children here)
+                child.terminate()
+            if isinstance(exc, KeyboardInterrupt):
+                raise Interrupted(rows) from None
             raise
     return rows  # type: ignore[return-value]
 

@@ -92,6 +92,18 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def fmt_over(used: float, limit: float) -> str:
+    """``used > limit`` in the limit's binary unit with the fewest decimals (1 to 3) that tell them apart
+    (``'72.53 GiB > 72.50 GiB'``, where one decimal read "72.5 GiB > 72.5 GiB"); closer still, the overshoot."""
+    unit, size = next(((u, z) for u, z in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB))
+                       if abs(limit) >= z), ("B", 1.0))
+    for digits in (1, 2, 3):
+        a, b = f"{used / size:.{digits}f}", f"{limit / size:.{digits}f}"
+        if a != b:
+            return f"{a} {unit} > {b} {unit}"
+    return f"{a} {unit} > {b} {unit} (by {fmt_bytes(used - limit)})"
+
+
 def fmt_time(seconds: float) -> str:
     """``fmt_time(0.0123) == '12.3 ms'``."""
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):

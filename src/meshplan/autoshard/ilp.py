@@ -99,6 +99,9 @@ def solve(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int
     for k in keys:
         offset[k] = n
         n += len(pw.costs[k])
+    if not keys:  # the reduction decided every op (a one-op chain): nothing is left to solve
+        return Solution(choice=expand_choice(pw, {}), objective=pw.constant, status="optimal",
+                        seconds=time.perf_counter() - started, variables=0, constraints=0)
     edges = [(key, *_classes(m)) for key, m in sorted(pw.edges.items())]
     c_parts = [pw.costs[k] for k in keys]
     e_offset = []

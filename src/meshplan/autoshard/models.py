@@ -15,8 +15,6 @@ same Hugging Face model at full depth (tests/test_hf_config.py).
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from meshplan.errors import MissingDependency, SpecError
@@ -66,10 +64,9 @@ def preset_config(spec: ModelSpec) -> dict[str, Any]:
 
 
 def read_config(path: str) -> dict[str, Any]:
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise SpecError(f"model={path!r}: cannot read it as a config.json ({type(exc).__name__})") from None
+    from meshplan.files import read_json
+
+    data = read_json(path, "model")
     if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
         raise SpecError(f"model={path!r}: a config.json needs a model_type")
     return data

@@ -130,6 +130,9 @@ def plan_sharding(request: Request) -> Result:
     timings["build model"] = time.perf_counter() - clock
     clock = time.perf_counter()
     trace = _trace(module, inputs, request)
+    if trace.params == 0:  # nothing to place: the ILP has no variable (``meshplan trace`` still times it)
+        raise SpecError(f"model={request.model!r} has no parameters: the sharding planner places parameters "
+                        "(meshplan trace times a module without any)")
     timings["trace"] = time.perf_counter() - clock
     clock = time.perf_counter()
     blocks = find_blocks(trace, layers=full)
@@ -156,12 +159,14 @@ def _trace(module: Any, inputs: list, request: Request) -> Any:
     import logging
 
     from meshplan.trace import trace_module
+    from meshplan.trace.command import user_code
 
     fake_log = logging.getLogger("torch._subclasses.fake_tensor")
     level = fake_log.level
     fake_log.setLevel(logging.CRITICAL)
     try:
-        return trace_module(module, inputs, param_dtype=request.param_dtype)
+        with user_code():
+            return trace_module(module, inputs, param_dtype=request.param_dtype)
     except SpecError:
         raise
     except Exception as exc:  # noqa: BLE001  (the user's model raised on its inputs)

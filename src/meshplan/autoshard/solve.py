@@ -22,6 +22,7 @@ from meshplan.autoshard.ilp import solve as solve_ilp
 from meshplan.autoshard.memory import Accounting, DeviceMemory
 from meshplan.autoshard.problem import Problem
 from meshplan.trace.liveness import peak_memory
+from meshplan.units import fmt_over
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,7 +78,7 @@ class Sharding:
             return ""
         if self.memory is None:
             return f"no plan fits {self.memory_limit / 2**30:.1f} GiB per device ({self.status})"
-        return f"memory {self.memory.peak / 2**30:.1f} GiB > {self.memory_limit / 2**30:.1f} GiB per device"
+        return f"memory {fmt_over(self.memory.peak, self.memory_limit)} per device"
 
 
 def price(problem: Problem, choice: dict[int, int]) -> Price:

@@ -43,7 +43,9 @@ def resolve_device(requested: str = "auto") -> str:
     if requested == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if requested == "cuda" and not torch.cuda.is_available():
-        raise SpecError("device='cuda' but torch.cuda.is_available() is False")
+        why = (f"this PyTorch {torch.__version__} is a CPU-only build" if torch.version.cuda is None
+               else "PyTorch sees no GPU (torch.cuda.is_available() is False)")
+        raise SpecError(f"device='cuda' but {why}: use --device cpu (or auto)")
     if requested not in ("cpu", "cuda"):
         raise SpecError(f"device={requested!r} must be auto, cpu or cuda")
     return requested

@@ -23,7 +23,7 @@ from pathlib import Path
 from meshplan.calibrate.fit import host_dispatch
 from meshplan.calibrate.run import Calibration
 from meshplan.errors import SpecError
-from meshplan.files import write_text
+from meshplan.files import read_text, write_text
 from meshplan.specs.stack import load_stack, stack_names
 
 _KEY = re.compile(r"^\s*(name|host_dispatch)\s*=")
@@ -32,10 +32,7 @@ _KEY = re.compile(r"^\s*(name|host_dispatch)\s*=")
 def preset_text(base: str) -> str:
     """The TOML text of stack preset ``base``, or of the .toml file it names."""
     if base.lower().endswith(".toml"):
-        try:
-            return Path(base).read_text()
-        except OSError as err:
-            raise SpecError(f"stack-base={base!r} cannot be read: {err.strerror}") from None
+        return read_text(base, "stack-base")
     if base not in stack_names():
         raise SpecError(f"stack-base={base!r} must be a stack preset ({', '.join(stack_names())}) or a .toml file")
     return (resources.files("meshplan") / "presets" / "stacks" / f"{base}.toml").read_text()

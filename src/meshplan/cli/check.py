@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from meshplan.cli.common import working
 from meshplan.errors import MissingDependency, SpecError
 
 
@@ -59,31 +60,16 @@ def main(ref: str, options: dict[str, Any]) -> None:
     from meshplan.measure.check import CheckSettings
     from meshplan.measure.timing import check_threads
 
-    for name in ("top", "world_size"):
-        if options[name] < 1:
-            raise SpecError(f"{name.replace('_', '-')}={options[name]} must be a positive integer")
-    for name, low in ROBUST.items():  # settings whose comparison one noisy sample would decide
-        if not low <= options[name] <= 1000:
-            raise SpecError(f"{name}={options[name]} must be an integer from {low} to 1000 (fewer cannot tell a loaded "
-                            "machine's noise from the model's error)")
-    apply_learned = None
-    if options["learned"]:  # refused before measuring: without the research package, or without profiles
-        from meshplan.measure.plugins import learned_residual
-
-        apply_learned = learned_residual()
-        options["profiles"] = _profiles(options["profiles"])
-    device = options["device"]
-    if device == "auto":
-        from meshplan.calibrate.bench import resolve_device
-
-        device = resolve_device("auto")
+    apply_learned, device = _before_measuring(ref, options)
     settings = CheckSettings(device=device, threads=check_threads(options["threads"]), clock=options["clock"],
                              warmup=options["warmup"], steps=options["steps"], rounds=options["rounds"],
                              allocator=options["allocator"], optimizer=options["optimizer"])
     if options["world_size"] > 1:
         from meshplan.measure.dp import check_data_parallel, render_dp
 
-        result = check_data_parallel(ref, options["world_size"], settings, options["shapes"], options["dtypes"])
+        with working(f"check-step: {options['world_size']} ranks measuring {ref}", quiet=options["as_json"],
+                     animate=False):  # the ranks are forked
+            result = check_data_parallel(ref, options["world_size"], settings, options["shapes"], options["dtypes"])
         if options["as_json"]:
             click.echo(json.dumps(result.to_dict(), indent=2))
         else:
@@ -93,8 +79,9 @@ def main(ref: str, options: dict[str, Any]) -> None:
         return
     from meshplan.measure.command import check_step_ref
 
-    result = check_step_ref(ref, shapes=options["shapes"], dtypes=options["dtypes"], optimizer=options["optimizer"],
-                 settings=settings)
+    with working(f"check-step: predicting and measuring {ref}", quiet=options["as_json"]):
+        result = check_step_ref(ref, shapes=options["shapes"], dtypes=options["dtypes"],
+                                optimizer=options["optimizer"], settings=settings)
     from meshplan.measure import compare
 
     learned = None if apply_learned is None else apply_learned(result, options["profiles"])
@@ -113,17 +100,78 @@ def main(ref: str, options: dict[str, Any]) -> None:
     compare.render_check(result, terminal_console(), options["top"], learned)
 
 
+def _before_measuring(ref: str, options: dict[str, Any]) -> tuple[Any, str]:
+    """Every refusal before a step is timed or a rank forked: the counts, the profile to save, the profiles of
+    --learned, the device and the world size (with the factory found first)."""
+    for name in ("top", "world_size"):
+        if options[name] < 1:
+            raise SpecError(f"{name.replace('_', '-')}={options[name]} must be a positive integer")
+    for name, low in ROBUST.items():  # settings whose comparison one noisy sample would decide
+        if not low <= options[name] <= 1000:
+            raise SpecError(f"{name}={options[name]} must be an integer from {low} to 1000 (fewer cannot tell a loaded "
+                            "machine's noise from the model's error)")
+    if options["save_profile"]:
+        from meshplan.files import writable
+
+        writable(options["save_profile"], "save-profile")
+    apply_learned = None
+    if options["learned"]:  # refused before measuring: without the research package, or without profiles
+        from meshplan.measure.plugins import learned_residual
+
+        options["profiles"] = _profiles(options["profiles"])
+        apply_learned = learned_residual()
+    from meshplan.calibrate.bench import resolve_device
+
+    device = resolve_device(options["device"])
+    _check_ranks(options["world_size"], device)
+    if options["world_size"] > 1:  # the factory is found before any rank is forked
+        from meshplan.trace.command import load_factory
+
+        if ":" in ref:
+            load_factory(ref)
+    return apply_learned, device
+
+
 def _profiles(given: str) -> str:
     """--profiles as given, or (the default, run outside the checkout) the checkout's data/measured beside the
-    installed sources; refused before measuring when neither exists."""
+    installed sources; refused before measuring when neither exists or it holds no profile (/dev/null, an empty
+    file, a FIFO)."""
+    import os.path
     from pathlib import Path
 
     import meshplan
+    from meshplan.files import check_input
+    from meshplan.measure.records import read_profiles
 
-    if Path(given).exists():
-        return given
-    beside = Path(meshplan.__file__).resolve().parents[2] / given
-    if beside.exists():
-        return str(beside)
-    raise SpecError(f"profiles={given!r} does not exist: --learned needs the zoo's profiles (a .jsonl file or a "
-                    "folder of them; python benchmarks/measured.py writes data/measured/ in a checkout)")
+    beside = str(Path(meshplan.__file__).resolve().parents[2] / given)
+    found = next((p for p in (given, beside) if os.path.exists(p)), None)  # os.path: False for a name too long
+    if found is None:
+        raise SpecError(f"profiles={given!r} does not exist: --learned needs the zoo's profiles (a .jsonl file or a "
+                        "folder of them; python benchmarks/measured.py writes data/measured/ in a checkout)")
+    if not os.path.isdir(found):
+        check_input(found, "profiles")
+    if not read_profiles(found):
+        raise SpecError(f"profiles={given!r} holds no profile record: --learned needs the zoo's profiles")
+    return found
+
+
+def _check_ranks(world: int, device: str) -> None:
+    """--world-size before any rank is forked: at most the GPUs of this host on CUDA, its cores on a CPU (each rank
+    is a process timing its own step: more ranks than cores time each other's waits), and never more than
+    calibrate's MAX_LOCAL_RANKS (calibrate/settings.py: the local ranks one host runs)."""
+    import os
+
+    from meshplan.calibrate.settings import MAX_LOCAL_RANKS
+
+    if world <= 1:
+        return
+    if device.startswith("cuda"):
+        import torch
+
+        have, what = torch.cuda.device_count(), "GPUs"
+    else:
+        have, what = os.cpu_count() or 1, "CPU cores"
+    limit = min(have, MAX_LOCAL_RANKS)
+    if world > limit:
+        raise SpecError(f"world-size={world} is more than the {limit} ranks this host runs ({have} {what}; at most "
+                        f"{MAX_LOCAL_RANKS} local ranks)")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, overload
 
 import click
@@ -101,7 +103,15 @@ def parse_count(text: str, field: str) -> float:
     value = float(match.group(1)) * _COUNT_SCALE[match.group(2)] if match else 0.0
     if not 1 <= value <= MAX_TOKENS:
         raise SpecError(f"{field}={text!r} is not a count from 1 to {MAX_TOKENS:g} like '15T', '400B' or '1.5e12'")
+    if match and not match.group(2) and value < MIN_BARE_COUNT:  # '15' meant 15T, not 15 tokens
+        raise SpecError(f"{field}={text!r} would be {value:g} tokens: give a unit ('{text.strip()}T' = {value:g} "
+                        f"trillion, '{text.strip()}B' = billion) or the whole count (at least {MIN_BARE_COUNT:g})")
     return value
+
+
+# A count without a unit below this is taken for a missing unit: a million tokens is a fraction of one step of the
+# default ≈ 4M-token batch (DEFAULT_BATCH_TOKENS), no training budget
+MIN_BARE_COUNT = 1e6
 
 
 def check_max_plans(value: int) -> None:
@@ -148,3 +158,22 @@ class progress:
         if self.bar is not None:
             self.bar.__exit__(*exc)
         return False
+
+
+@contextlib.contextmanager
+def working(what: str, quiet: bool = False, animate: bool = True) -> Iterator[None]:
+    """What a command does while it takes more than a moment (report, check-step, calibrate, the sharding planner):
+    a spinner, ``what`` and the time elapsed on stderr, gone when it ends; none when stderr is not a terminal or
+    ``quiet`` (--json). ``animate`` False: no refresh thread (the line is drawn once), for work that forks processes
+    (a thread holding a lock at fork time would leave it held in the child)."""
+    if quiet or not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn(what), TimeElapsedColumn(), console=Console(stderr=True),
+                  transient=True, auto_refresh=animate) as bar:
+        bar.add_task(what, total=None)
+        bar.refresh()
+        yield

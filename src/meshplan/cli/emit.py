@@ -10,6 +10,7 @@ import click
 
 from meshplan.configs import FORMATS, emit
 from meshplan.errors import SpecError
+from meshplan.files import check_output, write_text
 
 __all__ = ["EMIT_FRAMEWORK", "FORMATS", "check_emit", "write_best"]
 
@@ -27,10 +28,9 @@ def check_emit(fmt: str | None, path: str | None, as_json: bool) -> None:
         raise SpecError("--emit with --json needs --emit-to PATH (stdout holds the JSON)")
     if path is None:
         return
+    check_output(path, "emit-to")  # a folder, a FIFO, a link loop, a name the OS refuses
     target = Path(path)
     folder = target.parent
-    if target.is_dir():
-        raise SpecError(f"emit-to={path} is a folder: give a file path")
     if not folder.is_dir():
         raise SpecError(f"emit-to={path}: the folder {folder} does not exist")
     if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
@@ -58,7 +58,7 @@ def write_best(results: list, fmt: str, path: str | None) -> None:
         if path is None:
             click.echo(text, nl=False)
         else:
-            Path(path).write_text(text, encoding="utf-8")
+            write_text(path, text, "emit-to")
             click.echo(f"wrote {fmt} config of #{rank} ({est.plan.describe()}) to {path}", err=True)
         return
     assert refusal is not None  # every plan was refused

@@ -12,6 +12,7 @@ import click
 from meshplan.cli.common import apply, common_model, load_inputs
 from meshplan.cli.options import DEFAULT_FRAMEWORK, plan_of, plan_options, stack_of, stack_options
 from meshplan.errors import SpecError
+from meshplan.fields import usable_hbm
 from meshplan.report.fit_hints import fit_hints, print_hints
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
     search = _search_command(model_ref, system_ref, where, est, framework)
     if as_json:
         out = est.to_dict() | ({} if est.fits else {"fit_hints": [h.to_dict() for h in hints], "fit_search": search})
+        # plan's rule (fields.usable_hbm): "fits" is HBM alone, this one the headroom plan keeps free as well
+        out["fits_headroom"] = bool(est.fits and est.peak_memory <= usable_hbm(est.cluster.accelerator.hbm_bytes))
         click.echo(json.dumps(out, indent=None if show_ops else 2))
         return
     from meshplan.report.text import estimate_tables, terminal_console

@@ -129,7 +129,7 @@ def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path,
     step-time and memory breakdowns, pipeline timeline, per-op roofline and scaling curves."""
     from dataclasses import replace
 
-    from meshplan.cli.common import MAX_TOP, model_at
+    from meshplan.cli.common import MAX_TOP, model_at, working
     from meshplan.files import writable
     from meshplan.report.html import write
     from meshplan.search.explore import Explore
@@ -165,14 +165,15 @@ def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path,
     own = _config_estimate(config, model, cluster) if config else None
     require_report_extra()  # after the input checks: bad input gets its own message whatever is installed
     explore = Explore(sample=sample) if sample else None
-    result = search(model, cluster, space, top_k=top_k, explore=explore)
-    rows = None
-    if counts:
-        label = Path(system_ref).stem if system_ref.endswith(".toml") else system_ref
-        points = param_points(model, [system], counts, gbs, space=space)
-        points = [replace(p, label=label, explore=Explore(sample=0) if sample else None) for p in points]
-        rows = _scaling_rows(points, result, workers, ray_address)
-    path = write(output, result, rows, top=top_k, mine=own, compare=compare)
+    with working(f"report: {model.name} on {gpus} x {system_ref}"):
+        result = search(model, cluster, space, top_k=top_k, explore=explore)
+        rows = None
+        if counts:
+            label = Path(system_ref).stem if system_ref.endswith(".toml") else system_ref
+            points = param_points(model, [system], counts, gbs, space=space)
+            points = [replace(p, label=label, explore=Explore(sample=0) if sample else None) for p in points]
+            rows = _scaling_rows(points, result, workers, ray_address)
+        path = write(output, result, rows, top=top_k, mine=own, compare=compare)
     size = path.stat().st_size
     click.echo(f"wrote {path} ({size / 1e6:.2f} MB): {len(result.plans)} plans"
                + (f", {len(result.explored):,} in the plan space with a front of {len(result.explored.front)}"
@@ -222,7 +223,7 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
     """Best-plan throughput of MODEL over GPU counts × systems × NVLink sizes (strong scaling) or over a
     hardware parameter's scale factors; writes CSV / JSON (pandas reads them) and PNG / SVG pictures."""
     from meshplan.cli.common import model_at
-    from meshplan.sweep import PARAMS, param_points, search_points, write_csv, write_json
+    from meshplan.sweep import PARAMS, param_points, write_csv, write_json
 
     seq, global_batch, nvlink, params, factors, formats = (options[k] for k in (
         "seq", "global_batch", "nvlink", "params", "factors", "formats"))
@@ -265,7 +266,7 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
     for name in names:
         points += param_points(model, refs, counts, gbs, param=name, factors=scale, nvlink=domains, space=space)
     writable_dir(output, "output")
-    rows = search_points(points, workers=workers, ray_address=ray_address)
+    rows = _search_or_keep(points, workers, ray_address, output)
     make_dir(output, "output")
     written = [write_csv(rows, output / "sweep.csv"), write_json(rows, output / "sweep.json")]
     try:
@@ -276,27 +277,50 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
             written += [save(fig, output / f"{key}.{kind}") for kind in kinds]
     except MissingDependency as exc:
         click.echo(f"meshplan: no pictures: {exc}", err=True)
-    _print_rows(rows)
-    click.echo("wrote " + ", ".join(str(p) for p in written))
+    _print_rows(rows, written)
 
 
-def _print_rows(rows) -> None:
-    from rich.table import Table
+def _search_or_keep(points: list, workers: int | None, ray_address: str | None, output: Path) -> list:
+    """The sweep's rows; on Ctrl-C, the points that finished written to sweep.csv / sweep.json before it exits."""
+    from meshplan.sweep import Interrupted, search_points, write_csv, write_json
 
+    try:
+        return search_points(points, workers=workers, ray_address=ray_address)
+    except Interrupted as stop:  # keep the points that finished, then exit 130
+        done = [r for r in stop.rows if r is not None]
+        if done:
+            make_dir(output, "output")
+            kept = [write_csv(done, output / "sweep.csv"), write_json(done, output / "sweep.json")]
+            click.echo(f"meshplan: interrupted: wrote the {len(done)} of {len(points)} points done to "
+                       f"{', '.join(map(str, kept))}", err=True)
+        raise
+
+
+def _print_rows(rows, written: list) -> None:
+    """The best plan per point, folded to the terminal's width (report/fold.py: numbers never cut, the plan wraps),
+    and the files written."""
+    from meshplan.report.fold import Col, folded_tables
     from meshplan.report.text import terminal_console
     from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
-    table = Table(title="sweep: the best plan per point", title_justify="left")
-    for col in ("system", "NVLink", "GPUs", "param", "factor", "best plan", "step", "tokens/s", "MFU", "memory"):
-        table.add_column(col, justify="left" if col in ("system", "param", "best plan") else "right")
+    cells: dict[str, list[str]] = {h: [] for h in ("system", "NVLink", "GPUs", "param", "factor", "step", "tokens/s",
+                                                   "MFU", "memory", "best plan")}
     for r in rows:
-        head = [str(r["system"]), str(r["nvlink_domain"]), str(r["gpus"]), r["param"], f"{r['factor']:g}"]
-        if not r["feasible"]:
-            table.add_row(*head, "no feasible plan", "", "", "", "")
-            continue
-        table.add_row(*head, r["plan"], fmt_time(r["step_time_s"]), fmt_count(r["tokens_per_s"]), f"{r['mfu']:.1%}",
-                      fmt_bytes(r["peak_memory_bytes"]))
-    terminal_console().print(table)
+        found = bool(r["feasible"])
+        values = [str(r["system"]), str(r["nvlink_domain"]), str(r["gpus"]), str(r["param"]), f"{r['factor']:g}",
+                  fmt_time(r["step_time_s"]) if found else "", fmt_count(r["tokens_per_s"]) if found else "",
+                  f"{r['mfu']:.1%}" if found else "", fmt_bytes(r["peak_memory_bytes"]) if found else "",
+                  r["plan"] if found else "no feasible plan"]
+        for h, v in zip(cells, values, strict=True):
+            cells[h].append(v)
+    key = Col("#", [str(i) for i in range(1, len(rows) + 1)])
+    cols = [Col(h, c, "left" if h in ("system", "param", "best plan") else "right", wrap=h == "best plan")
+            for h, c in cells.items()]
+    console = terminal_console()
+    for table in folded_tables("sweep: the best plan per point", key, cols, console.width,
+                               ("system", "GPUs", "step", "tokens/s", "MFU", "memory")):
+        console.print(table)
+    console.print("wrote " + ", ".join(str(p) for p in written), markup=False, highlight=False)
     sys.stdout.flush()
 
 

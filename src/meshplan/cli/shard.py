@@ -11,7 +11,7 @@ from click.core import ParameterSource
 
 from meshplan.cli.search_options import NAMES as SEARCH_OPTIONS
 from meshplan.errors import MissingDependency, SpecError
-from meshplan.fields import MEMORY_HEADROOM
+from meshplan.fields import MAX_SIZE, MEMORY_HEADROOM
 from meshplan.specs.model_load import preset_names
 
 # the template search's options (plan.py), which the sharding planner does not read: refused when given
@@ -84,6 +84,10 @@ def run_planner(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, 
     if opts["global_batch"] is not None and is_factory(model_ref):
         raise SpecError(f"global-batch={opts['global_batch']}: a MODULE:FACTORY model's batch is its --input-shape "
                         "(the first dimension of each input); leave --global-batch out")
+    if opts["seq"] is not None and not 0 < opts["seq"] <= MAX_SIZE:  # 0 was silently the model's default
+        raise SpecError(f"seq={opts['seq']} must be a positive integer up to {MAX_SIZE:,}")
+    if opts["seq"] is not None and is_factory(model_ref):
+        raise SpecError(f"seq={opts['seq']}: a MODULE:FACTORY model's sequence is its --input-shape; leave --seq out")
     shapes = tuple(_shape(s, "input-shape") for s in opts["input_shapes"])
     if shapes and not is_factory(model_ref):
         raise SpecError("input-shape is for a MODULE:FACTORY model; a preset or config.json takes --global-batch and "
@@ -101,7 +105,10 @@ def run_planner(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, 
                       global_batch=opts["global_batch"], seq=opts["seq"], micro_batches=opts["micro_batches"],
                       mesh=mesh, headroom=opts["headroom"], stages=opts["stages"],
                       nvlink_domain=opts["nvlink_domain"], optimizer=opts["optimizer"])
-    result = plan_sharding(request)
+    from meshplan.cli.common import working
+
+    with working(f"sharding {model_ref} on {count} x {system_ref}", quiet=as_json):
+        result = plan_sharding(request)
     from meshplan.report.shard import shard_tables, to_dict
 
     if as_json:

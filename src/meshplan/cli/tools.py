@@ -62,7 +62,11 @@ def calibrate_cmd(world_size: int | None, mesh: str | None, quick: bool, device:
     settings = replace(settings_for(resolve_device(device), quick), threads=options["threads"])
     if options["model_ref"]:
         settings = _shaped_like(str(options["model_ref"]), settings)
-    cal = calibrate(world_size=world_size, mesh=shape, quick=quick, device=device, base=base, settings=settings)
+    from meshplan.cli.common import working
+
+    with working("calibrating this host: GEMMs, memory-bound kernels, collectives", quiet=options["as_json"],
+                 animate=False):  # its ranks are forked
+        cal = calibrate(world_size=world_size, mesh=shape, quick=quick, device=device, base=base, settings=settings)
     if out is not None:
         write_system(cal, out, base)
     if stack_out is not None:

@@ -21,6 +21,7 @@ from meshplan.configs.megatron import MEGATRON
 from meshplan.configs.nemo import NEMO
 from meshplan.configs.torchtitan import TORCHTITAN
 from meshplan.errors import SpecError
+from meshplan.files import read_text
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
@@ -58,14 +59,20 @@ def read(fmt_or_path: str, model: ModelSpec, gpus: int, text: str | None = None)
     """The plan and stack of a config: ``fmt_or_path`` a file (its format detected) or a format name with
     ``text`` (or a file with ``text`` given: its name only tells the format)."""
     if text is None:
-        path = Path(fmt_or_path)
-        if not path.is_file():
-            raise SpecError(f"config {fmt_or_path!r} is not a file")
-        text = path.read_text(encoding="utf-8")
+        text = read_text(fmt_or_path, "from")
     fmt = fmt_or_path if fmt_or_path in FORMATS else detect(text, fmt_or_path)
     form = _format(fmt)
     if not form.written_in(text):  # an empty or foreign file would otherwise be priced as the defaults
         shown = fmt_or_path if fmt_or_path not in FORMATS else f"{fmt} text"
         raise SpecError(f"config {shown}: sets none of {' / '.join(form.markers)}, so it says nothing of the "
                         f"plan (a {fmt} config names at least one)")
-    return form.read(text, model, gpus)
+    try:
+        return form.read(text, model, gpus)
+    except (ValueError, TypeError, AttributeError, KeyError, OverflowError) as exc:
+        # a value of the wrong kind the reader did not foresee (configs/values.py checks the ones it knows): still
+        # bad input, one line naming the format, not an internal error
+        raise SpecError(f"{fmt} config {_where(fmt_or_path)}: unreadable value: {type(exc).__name__}: {exc}") from None
+
+
+def _where(fmt_or_path: str) -> str:
+    return "text" if fmt_or_path in FORMATS else repr(fmt_or_path)

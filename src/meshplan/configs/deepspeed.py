@@ -27,6 +27,7 @@ from typing import Any
 
 from meshplan.configs.common import carried_stack_fields, check_layout, comment, data_parallel, parse_comment, refuse
 from meshplan.configs.format import ConfigFormat
+from meshplan.configs.values import Values, announce
 from meshplan.errors import SpecError
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
@@ -114,38 +115,70 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
 
 def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
     try:
-        cfg = json.loads(text)
+        cfg = Values(json.loads(text), "deepspeed config")
     except json.JSONDecodeError as e:
         raise SpecError(f"deepspeed config: {e}") from None
-    if not isinstance(cfg, dict):
-        raise SpecError("deepspeed config must be a JSON object")
-    extra_stack, extra_plan = parse_comment([cfg.get("meshplan", "")])
-    tp = int(cfg.get("tensor_parallel", {}).get("autotp_size", 1))
+    except SpecError:
+        raise SpecError("deepspeed config must be a JSON object") from None
+    extra_stack, extra_plan = parse_comment([cfg.text("meshplan", "")])
+    tp = cfg.section("tensor_parallel").integer("autotp_size", 1)
+    assert tp is not None  # a default of 1
     dp = data_parallel(gpus, _NAME, tp=tp)
-    micro = int(cfg.get("train_micro_batch_size_per_gpu", 1))
-    accum = int(cfg.get("gradient_accumulation_steps", 1))
-    zero = cfg.get("zero_optimization", {})
-    precision = "fp16" if cfg.get("fp16", {}).get("enabled") else "bf16"
-    grads = cfg.get("data_types", {}).get("grad_accum_dtype", "fp32")
+    global_batch, micro = _batch(cfg, dp)
+    zero = cfg.section("zero_optimization")
+    offload = zero.section("offload_optimizer").choice("device", "none", ("none", "cpu", "nvme"))
+    precision = "fp16" if cfg.section("fp16").flag("enabled", False) else "bf16"
+    grads = cfg.section("data_types").choice("grad_accum_dtype", "fp32", ("fp32", "bf16", "fp16"))
     plan = Plan(**{**dict(
-        dp=dp, tp=tp, sequence_parallel=False, micro_batch=micro,
-        global_batch=int(cfg.get("train_batch_size", micro * accum * dp)), zero=int(zero.get("stage", 0)),
-        offload_optimizer=zero.get("offload_optimizer", {}).get("device", "none") == "cpu",
-        recompute="full" if "activation_checkpointing" in cfg else "none", precision=precision,
-        grad_bytes=4 if grads == "fp32" else 2, optimizer=_optimizer(cfg.get("optimizer", {}))), **extra_plan})
-    return plan, load_stack(_PRESET).with_(overlap_dp=bool(zero.get("overlap_comm", False)), **extra_stack)
+        dp=dp, tp=tp, sequence_parallel=False, micro_batch=micro, global_batch=global_batch,
+        zero=zero.integer("stage", 0, low=0), offload_optimizer=offload != "none",
+        recompute="full" if cfg.raw("activation_checkpointing") is not None else "none", precision=precision,
+        grad_bytes=4 if grads == "fp32" else 2, optimizer=_optimizer(cfg.raw("optimizer", {}))), **extra_plan})
+    stack = load_stack(_PRESET).with_(overlap_dp=zero.flag("overlap_comm", False), **extra_stack)
+    announce(_NAME, cfg.autos, "the Hugging Face Trainer's defaults (TrainingArguments) and DeepSpeed's batch rule")
+    return plan, stack
+
+
+# What the Hugging Face Trainer writes for "auto" (transformers TrainingArguments: per_device_train_batch_size = 8,
+# gradient_accumulation_steps = 1; train_batch_size = their product times the world size)
+TRAINER_MICRO_BATCH, TRAINER_ACCUMULATION = 8, 1
+
+
+def _batch(cfg: Values, dp: int) -> tuple[int, int]:
+    """(global batch, micro-batch) of ``train_batch_size`` / ``train_micro_batch_size_per_gpu`` /
+    ``gradient_accumulation_steps``, the missing ones derived as DeepSpeed does (deepspeed/runtime/config.py
+    ``_set_batch_related_parameters``: train = micro · accumulation · dp); an "auto" micro-batch without a
+    train_batch_size is the Trainer's per-device batch (8); neither batch given: one sequence per GPU."""
+    train = cfg.integer("train_batch_size", None)
+    accum = cfg.integer("gradient_accumulation_steps", None, auto=TRAINER_ACCUMULATION) or 1
+    micro = cfg.integer("train_micro_batch_size_per_gpu", None)
+    if micro is None:
+        auto = cfg.raw("train_micro_batch_size_per_gpu") == "auto"
+        micro = train // dp // accum if train is not None else TRAINER_MICRO_BATCH if auto else 1
+        if micro < 1:
+            raise SpecError(f"deepspeed config: train_batch_size={train} is less than gradient_accumulation_steps="
+                            f"{accum} · dp {dp}")
+        if auto:
+            cfg.autos.append(f"train_micro_batch_size_per_gpu={micro}" + (
+                f" (= {train} / {accum} / dp {dp})" if train is not None else ""))
+    if train is None:
+        train = micro * accum * dp
+        if cfg.raw("train_batch_size") == "auto":
+            cfg.autos.append(f"train_batch_size={train} (= {micro} · {accum} · dp {dp})")
+    return train, micro
 
 
 def _optimizer(section: object) -> str:
     """Plan.optimizer of the ``optimizer`` section (none: Adam, the client's to pass, priced as Adam)."""
     if not isinstance(section, dict):
         raise SpecError(f"deepspeed config: optimizer must be an object, not {section!r}")
-    kind = str(section.get("type", "Adam")).lower()
-    params = section.get("params", {})
+    kind = str(section.get("type") or "Adam").lower()
+    params = section.get("params") or {}
     if not isinstance(params, dict):
         raise SpecError(f"deepspeed config: optimizer.params must be an object, not {params!r}")
     if kind == "sgd":
-        return "sgd-momentum" if params.get("momentum", 0) else "sgd"
+        momentum = params.get("momentum") or 0
+        return "sgd-momentum" if momentum not in (0, "auto") else "sgd"
     names = {"adam": "adam", "adamw": "adamw", "adafactor": "adafactor"}
     if kind not in names:
         raise refuse(_NAME, "optimizer.type", section.get("type"), "meshplan reads Adam, AdamW, SGD and Adafactor")

@@ -41,6 +41,7 @@ from meshplan.configs.common import (
 )
 from meshplan.configs.format import ConfigFormat
 from meshplan.configs.torchtitan_models import PLACEHOLDER_ASSETS, custom, module_name, notes, registered
+from meshplan.configs.values import Values
 from meshplan.errors import SpecError
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
@@ -169,7 +170,7 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         raise refuse(_NAME, "data_parallel_replicate_degree", replicate, "HSDP (replicate × shard) is not modelled")
     zero = 0 if replicate > 1 else 2 if par.get("fsdp_reshard_after_forward") == "never" else 3
     schedules = {v: k for k, v in _SCHEDULES.items()}
-    schedule = par.get("pipeline_parallel_schedule", "1F1B")
+    schedule = Values(par, "torchtitan config: parallelism").text("pipeline_parallel_schedule", "1F1B")
     if schedule not in schedules:
         raise refuse(_NAME, "pipeline_parallel_schedule", schedule, f"meshplan models {', '.join(schedules)}")
     per_stage = _int(par, "pipeline_parallel_layers_per_stage", 0, "parallelism")
@@ -177,8 +178,11 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
     local = _int(train, "local_batch_size", 8, "training")
     micro = _int(par, "pipeline_parallel_microbatch_size", 1, "parallelism") if pp > 1 else local
     global_batch = _int(train, "global_batch_size", -1, "training")
-    mode = data.get("activation_checkpoint", {}).get("mode", "selective")
-    converters = data.get("model", {}).get("converters", [])
+    mode = Values(_section(data, "activation_checkpoint"), "torchtitan config: activation_checkpoint").text(
+        "mode", "selective")
+    converters = _section(data, "model").get("converters", [])
+    if not isinstance(converters, list):
+        raise SpecError(f"torchtitan config: model.converters = {converters!r} must be a list")
     plan = Plan(**{**dict(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=_int(par, "expert_parallel_degree", 1, "parallelism"),
         etp=_int(par, "expert_tensor_parallel_degree", 1, "parallelism"), vpp=vpp, sequence_parallel=tp > 1,
@@ -188,16 +192,16 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         grad_bytes=2 if train.get("mixed_precision_reduce") == "bfloat16" else 4,
         optimizer=_optimizer(_section(data, "optimizer"))), **extra_plan})
     stack = load_stack(_PRESET).with_(
-        fusion="fused" if data.get("compile", {}).get("enable") else "eager",
+        fusion="fused" if _section(data, "compile").get("enable") else "eager",
         overlap_tp=bool(par.get("enable_async_tensor_parallel", False)),
-        cp_comm={v: k for k, v in _ROTATE.items()}.get(par.get("context_parallel_rotate_method", "allgather"),
-                                                     "allgather"), **extra_stack)
+        cp_comm={v: k for k, v in _ROTATE.items()}.get(Values(par, "torchtitan config: parallelism").text(
+            "context_parallel_rotate_method", "allgather"), "allgather"), **extra_stack)
     return plan, stack
 
 
 def _optimizer(table: dict[str, Any]) -> str:
     """[optimizer] name: torchtitan's Adam or AdamW (its default)."""
-    name = table.get("name", "AdamW")
+    name = Values(table, "torchtitan config: optimizer").text("name", "AdamW")
     names = {v: k for k, v in _OPTIMIZERS.items()}
     if name not in names:
         raise refuse(_NAME, "optimizer.name", name, "its build_optimizers takes Adam and AdamW")

@@ -50,14 +50,18 @@ def load_target(ref: str, shapes: tuple[str, ...] = (), dtypes: tuple[str, ...] 
             raise MissingResearch(f"model={ref!r} is not MODULE:FACTORY; the model zoo")
         if ":" not in ref:
             raise SpecError(f"model={ref!r} is not in the zoo ({', '.join(zoo)}) nor MODULE:FACTORY")
-        from meshplan.trace.command import first_line, load_factory, parse_shape
+        from meshplan.trace.command import first_line, load_factory, parse_shape, user_code
 
         factory = load_factory(ref)
         try:
-            built = factory() if callable(factory) and not isinstance(factory, torch.nn.Module) else factory
+            with user_code():
+                built = factory() if callable(factory) and not isinstance(factory, torch.nn.Module) else factory
         except Exception as exc:  # noqa: BLE001  (the user's factory failed)
             raise SpecError(f"model={ref!r}: the factory failed: {first_line(exc)}") from None
         if isinstance(built, tuple) and len(built) == 2 and isinstance(built[0], torch.nn.Module):
+            if shapes or dtypes:  # were ignored, a typo in them unseen
+                raise SpecError(f"{'input-shape' if shapes else 'dtype'}={(shapes or dtypes)[0]!r}: {ref} returns its "
+                                "own inputs (module, inputs); leave --input-shape and --dtype out")
             model, inputs = built[0], tuple(built[1])
         elif isinstance(built, torch.nn.Module):
             if not shapes:

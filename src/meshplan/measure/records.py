@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from meshplan.errors import SpecError
+from meshplan.files import check_input
 from meshplan.measure.reuse import step_distances
 
 if TYPE_CHECKING:
@@ -100,11 +101,16 @@ def read_profiles(path: str | Path) -> list[dict[str, Any]]:
         raise SpecError(f"profiles={str(path)!r}: no .jsonl(.gz) profile there (benchmarks/measured.py writes them)")
     records = []
     for f in files:
+        check_input(f, "profiles")
         text = gzip.decompress(f.read_bytes()).decode() if f.name.endswith(".gz") else f.read_text()
         for n, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    records.append(json.loads(line))
+                    record = json.loads(line)
                 except json.JSONDecodeError:
                     raise SpecError(f"profiles: {f} line {n} is not JSON") from None
+                if not isinstance(record, dict) or record.get("record") not in ("step", "op") or \
+                        not isinstance(record.get("model"), str):  # what step_record / op_records write
+                    raise SpecError(f"profiles: {f} line {n} is not a step or op record (write_profile's)")
+                records.append(record)
     return records

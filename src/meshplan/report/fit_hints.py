@@ -9,10 +9,12 @@ prints with its options; one the stack's framework does not run names the framew
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, fields
 from itertools import combinations
 from typing import TYPE_CHECKING, Any
 
+from meshplan.report.fold import shell_command
 from meshplan.specs.check import check
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import frameworks_running
@@ -140,4 +142,5 @@ def print_hints(est: Estimate, hints: list[FitHint], search: str, console) -> No
     """The hints under the estimate's tables; the ``plan`` command line on one line (to copy)."""
     for renderable in hints_renderables(est, hints, console.width):
         console.print(renderable)
-    console.print("or search every plan: " + search, soft_wrap=True, markup=False)
+    console.print(shell_command("or search every plan:", shlex.split(search), console.width), soft_wrap=True,
+                  markup=False, highlight=False)

@@ -127,3 +127,37 @@ def listing_tables(listing: Listing, width: int) -> list:
     legend of the headers shown and the listing's notes."""
     tables = folded_tables(listing.title, listing.key, listing.columns, width, listing.first)
     return [*tables, legend(listing.entries(headers(tables)))]
+
+
+def refold(table, width: int) -> list:  # table: a rich Table built without a width in mind
+    """A rich Table wider than ``width`` as ``folded_tables`` draws one: its first column the key, its right-aligned
+    (number) columns never cut or wrapped, its left-aligned (text) ones wrapped at spaces; the title kept. The
+    terminal console (report/text.py) applies it to every table it prints, so that check-step's, trace's,
+    calibrate's and the sharding planner's tables read at 80 columns as plan's do."""
+    from rich.text import Text
+
+    def plain(cell) -> str:
+        return cell.plain if isinstance(cell, Text) else str(cell)
+
+    cols = [Col(plain(c.header) or " ", [plain(x) for x in c.cells], c.justify or "left",
+                wrap=(c.justify or "left") == "left", meaning="") for c in table.columns]
+    if not cols or table_width(cols) <= width:  # it fits as built (a table folded_tables drew among them)
+        return [table]
+    title = plain(table.title) if table.title is not None else ""
+    return folded_tables(title, cols[0], cols[1:], width)
+
+
+def shell_command(label: str, args: list[str], width: int) -> str:
+    """``label`` and a command line to copy, in lines of at most ``width`` columns continued with `` \\`` (a shell
+    reads them as one line); on one line where it fits."""
+    import shlex
+
+    words = [shlex.quote(a) for a in args]
+    lines = [label.rstrip()]
+    for word in words:
+        if len(lines[-1]) + 1 + len(word) + 2 > width and len(lines[-1].strip()) > len(label.strip()):
+            lines[-1] += " \\"
+            lines.append("    " + word)
+        else:
+            lines[-1] += " " + word
+    return "\n".join(lines)

@@ -7,6 +7,7 @@ lead. Pure formatting: the numbers come from the Estimates.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from meshplan.goodput import Goodput, Reliability, goodput
@@ -54,6 +55,15 @@ def band_text(est: Estimate) -> str:
     if band is None:
         return ""
     return f" ±{band:.0%}" if band >= 0.01 else f" ±{band:.1%}"
+
+
+def band_entry(ests: Sequence[Estimate]) -> list[tuple[str, str]]:
+    """The legend's entry for the rows' error band, read from the rows themselves (``band_text``): ``±9%`` where
+    every row shows ±9 % (the legend once said ±7 % beside ±9 % rows), ``±N%`` where they differ; none without."""
+    shown = sorted({band_text(e).strip() for e in ests} - {""})
+    if not shown:
+        return []
+    return [(shown[0] if len(shown) == 1 else "±N%", terms.BAND[1])]
 
 
 def step_text(est: Estimate) -> str:
@@ -153,7 +163,7 @@ def best_plans(result: SearchResult, tokens: float | None = None, price: float |
     key = Col("#", [f"{i}≈" if eq else str(i) for i, eq in enumerate(equivalent, 1)], meaning=meaning("#"))
     cols = tuple(Col(h, cs, "left" if h in left else "right", meaning=meaning(h)) for h, cs in cells.items())
     notes = [terms.NONE] + ([terms.SUMMA_CELL] if any(e.plan.tensor_layout == "summa" for e in result.plans) else [])
-    notes += [terms.BAND] if any(band_text(e) for e in result.plans) else []
+    notes += band_entry(result.plans)
     notes += [terms.EQUIVALENT] if any(equivalent) else []
     return Listing(title, key, cols, ("dp·tp·pp·cp", *METRICS), (*notes, terms.UNITS))
 

@@ -42,7 +42,7 @@ HEADERS = {
 NONE = ("-", "none or off")
 UNITS = ("units", "k M B T = 10^3 10^6 10^9 10^12; KiB MiB GiB TiB = 2^10 2^20 2^30 2^40 bytes; ms, us = milli-, "
          "microseconds")
-BAND = ("±7%", "the step time's error band (relative half-width)")
+BAND = ("±N%", "the step time's error band (relative half-width)")  # ranked_training.band_entry shows the rows' own
 EQUIVALENT = ("≈", "after a rank: step time within the fastest plan's ranking band (the dense runs' error band on this "
               "GPU: as fast, to the model's accuracy)")
 # the ranking of a search that prefers simple plans (search/select.py), replacing HEADERS["#"]

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from meshplan.fields import MEMORY_HEADROOM, usable_hbm
 from meshplan.goodput import Reliability, goodput
 from meshplan.groups import axis_tiers
 from meshplan.report import terms
-from meshplan.report.fold import Col, folded_tables, headers, legend, listing_tables
+from meshplan.report.fold import Col, folded_tables, headers, legend, listing_tables, refold, shell_command
 from meshplan.report.ranked_training import (
     ASYNC_NOTES,
+    band_entry,
     band_text,
     best_plans,
     cost_columns,
@@ -27,7 +29,7 @@ from meshplan.report.ranked_training import (
 )
 from meshplan.report.tiers import mesh_text
 from meshplan.specs.stack import frameworks_running
-from meshplan.units import fmt_bytes, fmt_count, fmt_time
+from meshplan.units import fmt_bytes, fmt_count, fmt_over, fmt_time
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -42,7 +44,20 @@ def terminal_console() -> Console:
 
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else Console(width=150)
+    class _Console(Console):
+        def print(self, *objects: Any, **kwargs: Any) -> None:
+            """Tables wider than the terminal folded (fold.refold) instead of squeezed into "…" and split numbers."""
+            from rich.table import Table
+
+            super().print(*(x for o in objects for x in (refold(o, self.width) if isinstance(o, Table) else [o])),
+                          **kwargs)
+
+        def on_broken_pipe(self) -> None:
+            """`meshplan … | head -1`: rich exits 1 here (SystemExit); the CLI's main exits 0 quietly instead."""
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _Console() if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else _Console(width=150)
 
 
 def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
@@ -74,6 +89,9 @@ def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
     summary.add_row("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%} ({basis})")
     cap = est.cluster.accelerator.hbm_bytes
     fit = "fits" if est.fits else "DOES NOT FIT: " + "; ".join(est.reasons)
+    if est.fits and est.peak_memory > usable_hbm(cap):  # plan's rule: it would reject this plan
+        fit = (f"fits HBM, but not the {MEMORY_HEADROOM:.0%} headroom `plan` keeps free for the model's memory "
+               f"error: {fmt_over(est.peak_memory, usable_hbm(cap))}; plan rejects it")
     summary.add_row("peak memory", f"{fmt_bytes(est.peak_memory)} of {fmt_bytes(cap)} ({fit})")
     console.print(summary)
 
@@ -177,7 +195,7 @@ def scaling_tables(results, tokens: float | None, price: float | None, width: in
                            ("step", "tokens/s", "MFU", "memory", "best plan"))
     ests = [e for _, e in rows if e is not None]
     extra = [terms.SUMMA_PLAN] if any(e.plan.tensor_layout == "summa" for e in ests) else []
-    extra += [terms.BAND] if any(band_text(e) for e in ests) else []
+    extra += band_entry(ests)
     best = terms.HEADERS["best plan"].replace("the plan ranked first at that count", terms.BEST_SIMPLE)
     meanings = {"best plan": best} if any(prefers_simple(r) for r in results) else {}
     return [*tables, legend(terms.entries(headers(tables), extra, meanings=meanings))]
@@ -217,7 +235,6 @@ def _print_all(console: Console, renderables: list) -> None:
 def print_search(results, as_json: bool, tokens: float | None, price: float | None, rank_by: str,
                  rerun=None, reliability: Reliability | None = None) -> None:
     import json
-    import shlex
 
     import click
 
@@ -239,7 +256,8 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
             runs = frameworks_running(r.plans[0].plan)
             console.print(f"frameworks that run it: {', '.join(runs) or 'none of the presets'}", markup=False)
             if rerun is not None:
-                console.print("re-run it: " + shlex.join(rerun(r.plans[0])), soft_wrap=True, markup=False)
+                console.print(shell_command("re-run it:", rerun(r.plans[0]), console.width), soft_wrap=True,
+                              markup=False, highlight=False)
             if reliability is not None:
                 console.print(failures_text(r.plans[0], reliability), markup=False)
         else:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from meshplan.fields import usable_hbm
 from meshplan.search.batch import CATEGORICAL, PlanBatch
 from meshplan.search.best import Best, simplicities
 from meshplan.search.bound import BOUND_SLACK, lower_bound
@@ -33,7 +34,7 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import ASYNC_SCHEDULES, Plan
 from meshplan.step.units import Units
-from meshplan.units import fmt_bytes
+from meshplan.units import fmt_over
 
 CHUNK = 16384  # plans timed at once
 FIRST_CHUNK = 1024  # plans timed at once while the k-th best time is unknown (every key they use is priced)
@@ -123,7 +124,7 @@ def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: PlanBatch, sav
     does not depend on the placement), each standing for ``plans`` plans: counted as evaluated and feasible,
     those that do not fit tallied with their reason. Returns (fits, peak), shaped as ``grid_memory``'s."""
     capacity, host_capacity = cluster.accelerator.hbm_bytes, cluster.host_memory
-    usable = capacity * (1 - space.headroom)
+    usable = usable_hbm(capacity, space.headroom)
     peak, host = grid_memory(model, sized, saved, space)
     in_hbm, in_host = peak <= usable, host <= host_capacity
     fits = in_hbm & in_host
@@ -217,7 +218,7 @@ def _explore_chunk(cluster: Cluster, space: Space, batch: PlanBatch, time: np.nd
         return
     capacity = cluster.accelerator.hbm_bytes
     mem = peak[:, rows]
-    status = np.where(fits[:, rows], 0, np.where(mem > capacity, 1, np.where(mem > capacity * (1 - space.headroom),
+    status = np.where(fits[:, rows], 0, np.where(mem > capacity, 1, np.where(mem > usable_hbm(capacity, space.headroom),
                                                                               2, 3)))
     settings = np.unravel_index(np.arange(flat.shape[0]), time.shape[:-1])
     explored.record(sample_columns(flat[:, rows], status, mem, settings, batch, rows))
@@ -254,7 +255,7 @@ def _tally_misses(tally: Tally, reason: str, used: np.ndarray, miss: np.ndarray,
         tally.add(reason, "", count, least)
         return
     plan = _decode(sized, grid, miss.shape, flat, layers=layers)
-    tally.add(reason, f"{plan.describe()}: {fmt_bytes(least)} > {fmt_bytes(capacity)}", count, least)
+    tally.add(reason, f"{plan.describe()}: {fmt_over(least, capacity)}", count, least)
 
 
 def _chunks(rows: np.ndarray, size: int) -> Iterator[np.ndarray]:

@@ -6,6 +6,7 @@ missing torch becomes MissingDependency with the install command.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import logging
@@ -38,8 +39,19 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return shape
 
 
+def user_code() -> contextlib.AbstractContextManager:
+    """Around the user's code (importing a module, calling its factory, its forward): what it prints goes to stderr,
+    so that ``--json`` keeps stdout one JSON object."""
+    return contextlib.redirect_stdout(sys.stderr)
+
+
 def load_factory(ref: str) -> Any:
     """``package.module:factory`` or ``path/to/model.py:factory`` → the factory (or an nn.Module object)."""
+    with user_code():
+        return _load_factory(ref)
+
+
+def _load_factory(ref: str) -> Any:
     where, sep, attr = ref.rpartition(":")
     if not sep or not where or not attr:
         raise SpecError(f"model={ref!r} must be MODULE:FACTORY (e.g. mypkg.models:make_model or model.py:make)")
@@ -83,17 +95,22 @@ def build_from_factory(factory: Any, ref: str) -> Any:
     if isinstance(factory, torch.nn.Module):
         model = factory
     else:
-        try:
-            with FakeTensorMode(allow_non_fake_inputs=True):
-                model = factory()
-        except (Exception, SystemExit):  # e.g. .item() in __init__: build it for real, then trace with fakes
-            try:
-                model = factory()
-            except (Exception, SystemExit) as exc:
-                raise SpecError(f"model={ref!r}: the factory failed: {first_line(exc)}") from None
+        with user_code():
+            model = _build(factory, ref, FakeTensorMode)
     if not isinstance(model, torch.nn.Module):
         raise SpecError(f"model={ref!r} returned {type(model).__name__}, not a torch.nn.Module")
     return model
+
+
+def _build(factory: Any, ref: str, fake_mode: Any) -> Any:
+    try:
+        with fake_mode(allow_non_fake_inputs=True):
+            return factory()
+    except (Exception, SystemExit):  # e.g. .item() in __init__: build it for real, then trace with fakes
+        try:
+            return factory()
+        except (Exception, SystemExit) as exc:
+            raise SpecError(f"model={ref!r}: the factory failed: {first_line(exc)}") from None
 
 
 def first_line(exc: BaseException) -> str:
@@ -199,7 +216,8 @@ def trace_report(ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], sys
     level = fake_log.level
     fake_log.setLevel(logging.CRITICAL)
     try:
-        trace = trace_module(model, inputs, param_dtype=param_dtype)
+        with user_code():
+            trace = trace_module(model, inputs, param_dtype=param_dtype)
     except SpecError:
         raise
     except Exception as exc:
