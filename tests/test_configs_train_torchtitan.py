@@ -18,6 +18,7 @@ import json
 import math
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -71,10 +72,14 @@ def test_torchtitan_trains_a_tiny_model_from_the_emitted_config(tmp_path):
     runner = Path(__file__).parent / "torchtitan_cpu_train.py"
     env = os.environ | {"OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
                         "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29541",
+    with socket.socket() as probe:  # a free port: other test sessions on this machine may hold a fixed one
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", port,
                str(runner), "--job.config_file", "job.toml", "--training.steps", "8", "--training.dataset", "c4_test",
                "--training.dataset_path", "data", "--model.hf_assets_path", "assets", "--metrics.log_freq", "1",
-               "--job.dump_folder", "out", "--optimizer.lr", "0.01", "--lr_scheduler.warmup_steps", "1"]
+               "--job.dump_folder", "out", "--optimizer.lr", "0.01", "--lr_scheduler.warmup_steps", "1",
+               "--debug.seed", "0"]  # one initialisation every run: the first loss is then the same
     run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     log = re.sub(r"\x1b\[[0-9;]*m", "", run.stdout + run.stderr)
     assert run.returncode == 0, log[-3000:]
