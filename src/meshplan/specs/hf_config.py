@@ -1,78 +1,116 @@
-"""Translate a Hugging Face ``config.json`` into a ModelSpec.
+"""Translate a Hugging Face ``config.json`` into a ModelSpec, exactly or not at all.
 
-``translate(config, name)`` returns a flat dict of ModelSpec field names, read by the family's translator
-(hf_families.py, one per ``model_type``); ``from_hf_config`` builds the spec from it, naming the config.json key
-behind any value the spec refuses. Any other ``model_type`` whose config has the Llama keys is read as Llama. A missing
-key raises SpecError naming it. ``seq_length`` is the config's ``max_position_embeddings`` (``n_positions`` for
-GPT-2): the longest context the checkpoint supports, often far longer than it was pretrained at; override it with
-``ModelSpec.with_seq_length``.
+With transformers installed (the ``hf`` extra), the model is built from the config on the meta device (hf_meta.py)
+and read either by its hand-written family (hf_families.py, one per ``model_type``) or, for any other decoder-only
+``model_type``, from the built modules (hf_generic.py); the spec is then checked layer by layer against the built
+model (hf_verify.py) and refused with what differs when any count disagrees. Without transformers only the
+families in ``EXACT`` (the hand-written ones, each tested against transformers' own count) are read; any other
+``model_type`` is refused, naming what to install. A missing key raises SpecError naming it. ``seq_length`` is the
+config's ``max_position_embeddings`` (``n_positions`` for GPT-2): the longest context the checkpoint supports, often
+far longer than it was pretrained at; override it with ``ModelSpec.with_seq_length``.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from meshplan import ranges
 from meshplan.errors import SpecError
-from meshplan.specs.hf_families import FAMILIES, LLAMA_KEYS, WINDOWED, hf_key, llama, sliding_window
+from meshplan.specs.hf_families import FAMILIES, WINDOWED, hf_key, sliding_window
+from meshplan.specs.hf_generic import read_generic
+from meshplan.specs.hf_meta import MetaModel, available, build_meta
 from meshplan.specs.hf_reader import ConfigReader
+from meshplan.specs.hf_verify import check_build
 from meshplan.specs.model import ModelSpec
 
+# the model_types meshplan reads exactly from config.json alone (without transformers): the hand-written families
+EXACT = tuple(sorted(FAMILIES))
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 
-def translate(config: dict[str, Any], name: str, where: str | None = None) -> dict[str, Any]:
-    """ModelSpec fields (a flat dict) for a Hugging Face ``config.json`` dict (``where``: what errors name,
-    by default ``name``)."""
-    where = where or name
+
+def _check_type(config: Any, where: str) -> str:
     if not isinstance(config, dict):
         raise SpecError(f"{where}: config.json must be a JSON object, not {type(config).__name__}")
     model_type = config.get("model_type") or ""
     if not isinstance(model_type, str):
         raise SpecError(f"{where}: config.json model_type={model_type!r} must be a string")
-    family = FAMILIES.get(model_type)
+    return model_type
+
+
+def _family(config: dict[str, Any], name: str, where: str, model_type: str) -> dict[str, Any]:
+    family = FAMILIES[model_type]
     reader = ConfigReader(config, where, model_type)
-    if family is None:
-        _refuse_non_causal(config, where, model_type)
-        missing = [k for k in LLAMA_KEYS if config.get(k) is None]
-        if missing:
-            kind = f"model_type={model_type!r} is not supported" if model_type else "no model_type"
-            raise SpecError(f"{where}: {kind} and config.json has no {missing[0]!r} to read it as Llama "
-                            f"(supported: {', '.join(sorted(FAMILIES))})")
-        family = llama  # unknown but Llama-shaped: read as Llama
     spec = family(reader)
     if family in WINDOWED:
         spec.update(sliding_window(reader, spec["num_layers"]))
-    spec["name"] = name
-    spec["source"] = f"Hugging Face config.json, model_type={model_type or 'unknown'}"
     return spec
 
 
-# the heads of a decoder-only language model in transformers' class names (LlamaForCausalLM, GPT2LMHeadModel)
-CAUSAL_HEADS = ("ForCausalLM", "LMHeadModel")
+def _meta(config: dict[str, Any], where: str, model_type: str) -> MetaModel | None:
+    """The meta-device build (None without transformers, or for a family transformers cannot build: remote code);
+    a type without a family that cannot be built is refused."""
+    if not available() or not model_type:
+        if model_type in FAMILIES:
+            return None
+        kind = f"model_type={model_type!r}" if model_type else "a config.json without a model_type"
+        raise SpecError(f"{where}: {kind} is not one meshplan reads exactly from config.json alone (those: "
+                        f"{', '.join(EXACT)}); install transformers (pip install 'meshplan[hf]') to read it from "
+                        "the model transformers builds")
+    layers = next((config[k] for k in LAYER_KEYS if isinstance(config.get(k), int)), 0)
+    if layers > ranges.MAX_LAYERS:
+        raise SpecError(f"{where}: config.json has {layers} layers, more than {ranges.MAX_LAYERS:,}")
+    meta = build_meta(config)
+    if isinstance(meta, str):
+        if model_type in FAMILIES:
+            return None
+        raise SpecError(f"{where}: model_type={model_type!r} cannot be read: {meta}")
+    return meta
 
 
-def _refuse_non_causal(config: dict[str, Any], where: str, model_type: str) -> None:
-    """An architecture meshplan has no family for is read as Llama only when it is a decoder-only language model:
-    an encoder (BertForMaskedLM), an encoder-decoder (``is_encoder_decoder``) or a vision model is not Llama-shaped
-    whatever its keys say (BERT-base would read as 160 M parameters, not its 110 M)."""
-    architectures = config.get("architectures") or []
-    names = [a for a in architectures if isinstance(a, str)] if isinstance(architectures, list) else []
-    causal = any(a.endswith(CAUSAL_HEADS) for a in names)
-    if config.get("is_encoder_decoder") is True or (names and not causal):
-        shown = f" ({', '.join(names)})" if names else " (encoder-decoder)"
-        raise SpecError(f"{where}: model_type={model_type!r}{shown} is not a decoder-only language model meshplan can "
-                        f"read as Llama (supported: {', '.join(sorted(FAMILIES))}); trace the module instead "
-                        f"(meshplan trace / plan --model module.py:factory)")
+def _named(fields: dict[str, Any], name: str, model_type: str, checked: bool) -> dict[str, Any]:
+    how = "checked against transformers' meta-device build" if checked else "not checked: no transformers build"
+    return fields | {"name": name, "source": f"Hugging Face config.json, model_type={model_type or 'unknown'} ({how})"}
+
+
+def translate(config: dict[str, Any], name: str, where: str | None = None) -> dict[str, Any]:
+    """ModelSpec fields (a flat dict) for a Hugging Face ``config.json`` dict (``where``: what errors name,
+    by default ``name``), not yet checked against the build."""
+    where = where or name
+    model_type = _check_type(config, where)
+    if model_type in FAMILIES:
+        return _named(_family(config, name, where, model_type), name, model_type, available())
+    meta = _meta(config, where, model_type)
+    assert meta is not None
+    return _named(read_generic(meta, where)[0], name, model_type, True)
 
 
 def from_hf_config(config: dict[str, Any], name: str = "hf-model", where: str | None = None) -> ModelSpec:
-    """Translate a Hugging Face ``config.json`` (a family of hf_families.py: Llama, Mistral, Mixtral, Qwen2/3(-MoE),
-    GPT-2, GPT-NeoX, DeepSeek-V2/V3, GPT-OSS, Nemotron-H) into a ModelSpec. Unknown architectures are read as
-    Llama-like if the keys are present."""
-    fields_ = translate(config, name, where)
+    """Translate a Hugging Face ``config.json`` into a ModelSpec (the module docstring): a family of
+    hf_families.py or, with transformers, any decoder-only model it builds; checked against that build."""
+    where = where or name
+    model_type = _check_type(config, where)
+    if model_type in FAMILIES:
+        fields_ = _family(config, name, where, model_type)
+        spec = _spec(fields_, config, where)  # the family's values checked before anything is built
+        meta = _meta(config, where, model_type)
+        groups = None
+    else:
+        meta = _meta(config, where, model_type)
+        assert meta is not None
+        fields_, groups = read_generic(meta, where)
+        spec = _spec(fields_, config, where)
+    if meta is not None:
+        check_build(spec, meta, where, groups)
+    return replace(spec, **_named({}, name, model_type, meta is not None))
+
+
+def _spec(fields_: dict[str, Any], config: dict[str, Any], where: str) -> ModelSpec:
     try:
-        return ModelSpec(**fields_)
+        return ModelSpec(**(fields_ | {"name": "hf-model"}))
     except SpecError as exc:  # name the config.json key the offending value came from
         message = str(exc)
         field_name = message.split("=", 1)[0]
         key = hf_key(str(config.get("model_type") or ""), field_name) if field_name.isidentifier() else None
         shown = f"config.json {key} → {message}" if key and key != field_name else f"config.json: {message}"
-        raise SpecError(f"{where or name}: {shown}") from None
+        raise SpecError(f"{where}: {shown}") from None
