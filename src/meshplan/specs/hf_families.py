@@ -55,9 +55,10 @@ def llama(c: ConfigReader) -> dict[str, Any]:
         "position_embedding": "rope",
         "tied_embeddings": c.flag("tie_word_embeddings", False),  # LlamaConfig default False
         "qkv_bias": attention_bias,
-        # ModelSpec has one switch for the o_proj and MLP biases; Llama's attention_bias alone also biases
-        # o_proj (H per layer, uncounted when mlp_bias is off): no published Llama-family model does this.
+        # attention_bias biases o_proj too; mlp_bias the three MLP projections (linear_bias: both)
         "linear_bias": attention_bias and mlp_bias,
+        "out_bias": attention_bias and not mlp_bias,
+        "mlp_bias": mlp_bias and not attention_bias,
         "dropout": c.dropout("attention_dropout"),
     }
     if c.model_type == "qwen2":
@@ -214,7 +215,8 @@ def gpt_oss(c: ConfigReader) -> dict[str, Any]:
     down_proj (E, F, H) + bias (E, H); RMSNorm; untied head. Every layer is MoE."""
     spec = llama(c)
     attention_bias = c.flag("attention_bias", True)
-    spec.update(qkv_bias=attention_bias, linear_bias=True, attention_sinks=True, router_bias=True,
+    spec.update(qkv_bias=attention_bias, linear_bias=True, out_bias=False, mlp_bias=False, attention_sinks=True,
+                router_bias=True,
                 num_experts=c.need("num_local_experts"),
                 moe_topk=c.need("num_experts_per_tok"),
                 moe_ffn_hidden_size=c.need("intermediate_size"),

@@ -102,6 +102,8 @@ def read_layer(layer: Any, hidden: int) -> LayerBlocks:
                 out.unclaimed.append(f"{name} ({type(module).__name__} of width {width})")
             out.norms.append((width, getattr(module, "bias", None) is not None, type(module).__name__))
     _root_mlp(layer, hidden, claimed, out)
+    # in the order a pre-norm layer runs them: the mixer, then the feed-forward block (registration order varies)
+    out.blocks.sort(key=lambda kind: kind in ("mlp", "moe"))
     for name, p in layer.named_parameters():
         if not any(name.startswith(c + ".") for c in claimed):
             out.unclaimed.append(f"{name} {tuple(p.shape)}")
