@@ -47,14 +47,34 @@ def _family(config: dict[str, Any], name: str, where: str, model_type: str) -> d
     return spec
 
 
+# the heads of a decoder-only language model in transformers' class names (LlamaForCausalLM, GPT2LMHeadModel)
+CAUSAL_HEADS = ("ForCausalLM", "LMHeadModel")
+
+
+def _refuse_non_causal(config: dict[str, Any], where: str, model_type: str) -> None:
+    """An encoder (BertForMaskedLM) or an encoder-decoder (``is_encoder_decoder``) is refused from its config.json
+    alone, whatever its keys say (BERT-base read as Llama would be 160 M parameters, not its 110 M)."""
+    architectures = config.get("architectures") or []
+    names = [a for a in architectures if isinstance(a, str)] if isinstance(architectures, list) else []
+    if config.get("is_encoder_decoder") is True or (names and not any(a.endswith(CAUSAL_HEADS) for a in names)):
+        shown = f" ({', '.join(names)})" if names else " (encoder-decoder)"
+        raise SpecError(f"{where}: model_type={model_type!r}{shown} is not a decoder-only language model, which "
+                        "meshplan reads; trace the module instead (meshplan trace / plan --model module.py:factory)")
+
+
 def _meta(config: dict[str, Any], where: str, model_type: str) -> MetaModel | None:
     """The meta-device build (None without transformers, or for a family transformers cannot build: remote code);
     a type without a family that cannot be built is refused."""
-    if not available() or not model_type:
+    if not model_type:
+        raise SpecError(f"{where}: no model_type and so no model to read (a Hugging Face config.json names it: "
+                        f"{', '.join(EXACT)}, or with transformers any causal language model it registers)")
+    if model_type not in FAMILIES:
+        _refuse_non_causal(config, where, model_type)
+    if not available():
         if model_type in FAMILIES:
             return None
-        kind = f"model_type={model_type!r}" if model_type else "a config.json without a model_type"
-        raise SpecError(f"{where}: {kind} is not one meshplan reads exactly from config.json alone (those: "
+        raise SpecError(f"{where}: model_type={model_type!r} is not one meshplan reads exactly from config.json alone "
+                        f"(those: "
                         f"{', '.join(EXACT)}); install transformers (pip install 'meshplan[hf]') to read it from "
                         "the model transformers builds")
     layers = next((config[k] for k in LAYER_KEYS if isinstance(config.get(k), int)), 0)

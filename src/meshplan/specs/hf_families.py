@@ -318,9 +318,6 @@ FAMILIES: dict[str, Callable[[ConfigReader], dict[str, Any]]] = {
     "gpt_oss": gpt_oss,
     "nemotron_h": nemotron_h,
 }
-# the keys an unknown model_type needs to be read as Llama
-LLAMA_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
-               "max_position_embeddings")
 WINDOWED = (llama, mixtral, qwen_moe, gpt_oss)  # the families whose sliding windows are read (sliding_window)
 
 

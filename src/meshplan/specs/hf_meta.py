@@ -93,6 +93,8 @@ def _build(text: str) -> MetaModel | str:
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         return (f"transformers {transformers.__version__} has no causal language model for it (an encoder, "
                 "encoder-decoder or other model; meshplan reads decoder-only language models)")
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # its advice on building a model is not the user's business here
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -103,6 +105,8 @@ def _build(text: str) -> MetaModel | str:
     except Exception as exc:  # noqa: BLE001 - any failure of a third-party build is reported as one line
         first = (str(exc).strip().splitlines() or [""])[0][:160]
         return f"transformers {transformers.__version__} cannot build it ({type(exc).__name__}: {first})"
+    finally:
+        transformers.logging.set_verbosity(verbosity)
     path, layers = _decoder_layers(model, cfg)
     seen: set[int] = set()
     counts = tuple(param_count(layer, seen) for layer in layers)

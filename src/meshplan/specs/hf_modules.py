@@ -28,9 +28,9 @@ Q, K, V = ("q_proj", "query", "wq", "project_q"), ("k_proj", "key", "wk", "proje
     ("v_proj", "value", "wv", "project_v")
 QKV = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "W_pack", "wqkv", "qkv")
 OUT = ("o_proj", "dense", "out_proj", "wo", "c_proj", "attention_out", "o")
-UP = ("up_proj", "fc1", "c_fc", "fc_in", "dense_h_to_4h", "w3", "linear_fc1", "gate_up_proj")
+UP = ("up_proj", "fc1", "c_fc", "fc_in", "dense_h_to_4h", "w3", "linear_fc1", "gate_up_proj", "input_linear")
 GATE = ("gate_proj", "w1")
-DOWN = ("down_proj", "fc2", "c_proj", "fc_out", "dense_4h_to_h", "w2", "linear_fc2")
+DOWN = ("down_proj", "fc2", "c_proj", "fc_out", "dense_4h_to_h", "w2", "linear_fc2", "output_linear")
 QK_NORMS = (("q_norm", "k_norm"), ("q_layernorm", "k_layernorm"))
 MAMBA2 = {"A_log", "D", "dt_bias", "in_proj.weight", "conv1d.weight", "conv1d.bias", "norm.weight",
           "out_proj.weight"}
@@ -104,6 +104,11 @@ def read_layer(layer: Any, hidden: int) -> LayerBlocks:
     _root_mlp(layer, hidden, claimed, out)
     # in the order a pre-norm layer runs them: the mixer, then the feed-forward block (registration order varies)
     out.blocks.sort(key=lambda kind: kind in ("mlp", "moe"))
+    if "moe" in out.blocks and "mlp" in out.blocks and "shared" not in out.sizes["moe"]:
+        # an MLP beside the routed experts on the same input, summed with them (GraniteMoeHybrid's shared_mlp):
+        # a shared expert
+        out.blocks.remove("mlp")
+        out.sizes["moe"]["shared"] = out.sizes.pop("mlp")
     for name, p in layer.named_parameters():
         if not any(name.startswith(c + ".") for c in claimed):
             out.unclaimed.append(f"{name} {tuple(p.shape)}")
@@ -186,7 +191,7 @@ def _mlp(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
     if up is None or down is None:
         return {}, _rest(module, set())
     ffn = down[1][1]
-    gated = gate is not None or up[1][0] == 2 * ffn != hidden or (up[0] == "gate_up_proj")
+    gated = gate is not None or up[1][0] == 2 * ffn != hidden or up[0] in ("gate_up_proj", "input_linear")
     if gate is not None and gate[0] == up[0]:
         gate = None
     parts = [p for p in (up, down, gate) if p is not None]
