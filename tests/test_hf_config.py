@@ -57,10 +57,18 @@ def test_nemotron_h_config_json_is_the_preset() -> None:
 def test_unknown_model_type_with_llama_keys_is_refused_not_read_as_llama() -> None:
     """Issue 51: a model_type neither a family nor built by transformers is refused, whatever its keys say (it was
     read as Llama: gemma2 +77.6 %, starcoder2 +88.8 %)."""
-    config = hf_dict("llama-3-8b") | {"model_type": "my_llama_variant"}
+    config = {k: v for k, v in hf_dict("llama-3-8b").items() if k != "architectures"}
     with pytest.raises(SpecError, match="my_llama_variant") as err:
-        from_hf_config(config, "custom")
+        from_hf_config(config | {"model_type": "my_llama_variant"}, "custom")
     assert "\n" not in str(err.value)
+
+
+def test_a_remote_code_model_type_reads_as_the_class_it_names() -> None:
+    """Kimi-K2's config.json: model_type kimi_k2 (its own modeling code), architectures DeepseekV3ForCausalLM: read
+    as deepseek_v3, saying so."""
+    kimi = from_hf_config(hf_dict("deepseek-v3") | {"model_type": "kimi_k2"}, "kimi")
+    assert kimi.params() == fixture("deepseek-v3").params()
+    assert "model_type=kimi_k2 as deepseek_v3 (DeepseekV3ForCausalLM)" in kimi.source
 
 
 def test_a_model_type_without_a_causal_lm_is_refused() -> None:

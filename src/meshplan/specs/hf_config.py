@@ -19,7 +19,7 @@ from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.specs.hf_families import FAMILIES, WINDOWED, hf_key, sliding_window
 from meshplan.specs.hf_generic import read_generic
-from meshplan.specs.hf_meta import MetaModel, available, build_meta
+from meshplan.specs.hf_meta import MetaModel, available, build_meta, registered
 from meshplan.specs.hf_reader import ConfigReader
 from meshplan.specs.hf_verify import check_build
 from meshplan.specs.model import ModelSpec
@@ -29,6 +29,15 @@ EXACT = tuple(sorted(FAMILIES))
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 
 
+# The modeling classes of the families: a checkpoint with its own model_type and remote code (``auto_map``) that
+# names one of them in ``architectures`` is that family (Kimi-K2: model_type kimi_k2, DeepseekV3ForCausalLM)
+FAMILY_CLASSES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
+                  "Qwen3ForCausalLM": "qwen3", "MixtralForCausalLM": "mixtral", "Qwen2MoeForCausalLM": "qwen2_moe",
+                  "Qwen3MoeForCausalLM": "qwen3_moe", "GPT2LMHeadModel": "gpt2", "GPTNeoXForCausalLM": "gpt_neox",
+                  "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
+                  "GptOssForCausalLM": "gpt_oss", "NemotronHForCausalLM": "nemotron_h"}
+
+
 def _check_type(config: Any, where: str) -> str:
     if not isinstance(config, dict):
         raise SpecError(f"{where}: config.json must be a JSON object, not {type(config).__name__}")
@@ -36,6 +45,25 @@ def _check_type(config: Any, where: str) -> str:
     if not isinstance(model_type, str):
         raise SpecError(f"{where}: config.json model_type={model_type!r} must be a string")
     return model_type
+
+
+def _resolve(config: dict[str, Any], where: str) -> tuple[dict[str, Any], str, str]:
+    """The config to read, its model_type and what it was given as: a model_type neither a family nor known to
+    transformers is read as the model_type of the class its ``architectures`` names, when that class is a family's
+    or one of transformers' causal language models (remote-code checkpoints built on them)."""
+    given = _check_type(config, where)
+    if given in FAMILIES or (available() and registered(given)):
+        return config, given, given
+    architectures = config.get("architectures")
+    names = [a for a in architectures if isinstance(a, str)] if isinstance(architectures, list) else []
+    classes = dict(FAMILY_CLASSES)
+    if available():
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+        classes = {cls: t for t, cls in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items() if isinstance(cls, str)} | classes
+    found = next((classes[n] for n in names if n in classes), None)
+    if found is None or not given:
+        return config, given, given
+    return config | {"model_type": found}, found, f"{given} as {found} ({names[0]})"
 
 
 def _family(config: dict[str, Any], name: str, where: str, model_type: str) -> dict[str, Any]:
@@ -97,19 +125,19 @@ def translate(config: dict[str, Any], name: str, where: str | None = None) -> di
     """ModelSpec fields (a flat dict) for a Hugging Face ``config.json`` dict (``where``: what errors name,
     by default ``name``), not yet checked against the build."""
     where = where or name
-    model_type = _check_type(config, where)
+    config, model_type, given = _resolve(config, where)
     if model_type in FAMILIES:
-        return _named(_family(config, name, where, model_type), name, model_type, available())
+        return _named(_family(config, name, where, model_type), name, given, available())
     meta = _meta(config, where, model_type)
     assert meta is not None
-    return _named(read_generic(meta, where)[0], name, model_type, True)
+    return _named(read_generic(meta, where)[0], name, given, True)
 
 
 def from_hf_config(config: dict[str, Any], name: str = "hf-model", where: str | None = None) -> ModelSpec:
     """Translate a Hugging Face ``config.json`` into a ModelSpec (the module docstring): a family of
     hf_families.py or, with transformers, any decoder-only model it builds; checked against that build."""
     where = where or name
-    model_type = _check_type(config, where)
+    config, model_type, given = _resolve(config, where)
     if model_type in FAMILIES:
         fields_ = _family(config, name, where, model_type)
         spec = _spec(fields_, config, where)  # the family's values checked before anything is built
@@ -122,7 +150,7 @@ def from_hf_config(config: dict[str, Any], name: str = "hf-model", where: str | 
         spec = _spec(fields_, config, where)
     if meta is not None:
         check_build(spec, meta, where, groups)
-    return replace(spec, **_named({}, name, model_type, meta is not None))
+    return replace(spec, **_named({}, name, given, meta is not None))
 
 
 def _spec(fields_: dict[str, Any], config: dict[str, Any], where: str) -> ModelSpec:

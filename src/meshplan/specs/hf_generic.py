@@ -49,6 +49,10 @@ def read_generic(meta: MetaModel, where: str) -> tuple[dict[str, Any], tuple[int
             raise SpecError(f"{where}: layer {i} holds weights meshplan does not model: {shown}")
         _check_blocks(layer, i, where)
     fields = dict(outside) | _common(meta, layers, where)
+    final = fields.pop("final_norm_weights")
+    if final != fields.get("norm_weights", True):
+        raise SpecError(f"{where}: the final norm {'has' if final else 'has no'} weights and the layers' norms "
+                        f"{'do not' if final else 'do'}; meshplan's norms are all of one kind")
     uniform = all(_uniform(layer) for layer in layers) and len({len(layer.norms) for layer in layers}) == 1
     groups = None
     moe = [i for i, layer in enumerate(layers) if "moe" in layer.blocks]
@@ -139,8 +143,8 @@ def _norms(layers: list[LayerBlocks], where: str) -> dict[str, Any]:
     if not kinds:
         return {"norm": "rmsnorm", "layer_norms": 0}
     width, bias, rms = kinds.pop()
-    if width == 0:
-        raise SpecError(f"{where}: the layers' norms have no weights (a non-parametric norm); meshplan's norms have")
+    if width == 0:  # no learned weights (OLMo 1); the final norm must be weightless too (hf_outside.py)
+        return {"norm": "rmsnorm" if rms else "layernorm", "norm_weights": False}
     if rms and not bias:
         return {"norm": "rmsnorm"}
     return {"norm": "layernorm", "norm_bias": bias}

@@ -50,10 +50,14 @@ def outside_fields(meta: MetaModel, where: str) -> dict[str, Any]:
     tied = head.weight is embed.weight
     fields: dict[str, Any] = {"vocab_size": vocab, "hidden_size": hidden, "tied_embeddings": tied,
                               "head_bias": getattr(head, "bias", None) is not None}
-    finals, others = 0, []
+    finals, others, weightless = 0, [], 0
     for name, module in model.named_modules():
         own = sum(p.numel() for p in module.parameters(recurse=False))
-        if not own or module is embed or module is head or _under(name, meta.layer_path):
+        if _under(name, meta.layer_path) or module is embed or module is head:
+            continue
+        if not own:
+            bare = "norm" in type(module).__name__.lower() and not list(module.parameters())
+            weightless += bare and "emb" not in name.split(".")[-1]
             continue
         width = int(module.weight.shape[-1]) if getattr(module, "weight", None) is not None else 0
         if "norm" in type(module).__name__.lower() and width == hidden:
@@ -69,9 +73,9 @@ def outside_fields(meta: MetaModel, where: str) -> dict[str, Any]:
         top = _top(others)
         raise SpecError(f"{where}: {type(model).__name__} builds {top} beside its decoder layers, which meshplan "
                         "does not model")
-    if finals != 1:
-        raise SpecError(f"{where}: {finals} final norms after the decoder layers (meshplan models one)")
-    return fields | _config_fields(cfg, fields)
+    if finals + (weightless if not finals else 0) != 1:
+        raise SpecError(f"{where}: {finals + weightless} final norms after the decoder layers (meshplan models one)")
+    return fields | _config_fields(cfg, fields) | {"final_norm_weights": finals == 1}
 
 
 def _under(name: str, path: str) -> bool:

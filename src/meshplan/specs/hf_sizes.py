@@ -57,7 +57,7 @@ def attention_fields(cfg: Any, sizes: dict[str, Any], hidden: int, where: str) -
     fields: dict[str, Any] = {"num_heads": heads, "num_kv_heads": kv, "head_dim": head_dim,
                               "qkv_bias": biases.pop(), "out_bias": att["o_bias"]}
     if "q_norm" in att:
-        per_head = att["q_norm"] == att["k_norm"] == head_dim
+        per_head = att["q_norm"] == att["k_norm"] in (head_dim, 0)  # 0: weightless norms (nanochat)
         whole = (att["q_norm"], att["k_norm"]) == (heads * head_dim, kv * head_dim)
         if not (per_head or whole):
             raise SpecError(f"{where}: q/k norms of widths {att['q_norm']} / {att['k_norm']} are neither per head "

@@ -57,6 +57,7 @@ class ModelSpec:
     mlp_bias: bool = False
     head_bias: bool = False
     norm_bias: bool = True  # a LayerNorm's bias (False: weight only, as MPT's and Cohere's); RMSNorm has none
+    norm_weights: bool = True  # False: norms without learned weights (OLMo 1's non-parametric LayerNorm)
     # H-wide norms in an attention + MLP layer: 2 pre-norms (Llama), 1 before a parallel attention + MLP (GPT-J,
     # Phi-2, Cohere, Falcon-7B), 4 with the post-norms of Gemma 2 / 3 (HF modeling_gemma2.py Gemma2DecoderLayer)
     layer_norms: int = 2
@@ -230,6 +231,8 @@ class ModelSpec:
     # ---- parameters -----------------------------------------------------------------------------------
     def norm_params(self, width: int) -> int:
         """LayerNorm has a weight and a bias; RMSNorm only a weight."""
+        if not self.norm_weights:
+            return 0
         return width * (1 + self.norm_bias if self.norm == "layernorm" else 1)
 
     def attention_params(self) -> int:
