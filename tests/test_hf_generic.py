@@ -20,7 +20,7 @@ transformers = pytest.importorskip("transformers")
 
 from meshplan.specs.hf_config import from_hf_config  # noqa: E402
 from meshplan.specs.hf_meta import build_meta  # noqa: E402
-from meshplan.specs.hf_verify import mismatch  # noqa: E402
+from meshplan.specs.hf_verify import mismatch, shape_mismatch  # noqa: E402
 
 SMALL = {"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
          "intermediate_size": 96, "vocab_size": 128, "max_position_embeddings": 256}
@@ -106,6 +106,20 @@ def test_a_reading_that_disagrees_with_the_build_is_named() -> None:
                                                        "builds 30,848 (self_attn.q_proj.weight (64, 64)")
     assert mismatch(replace(spec, vocab_size=130), meta) == (
         "embedding, final norm and head: meshplan counts 16,704 parameters, transformers builds 16,448")
+
+
+def test_the_shapes_behind_the_counts_are_checked() -> None:
+    """shape_mismatch compares the widths themselves: q, k, v and F of the first dense layer, E and F_e of the first
+    MoE layer."""
+    c = config("llama", **SMALL)
+    meta = build_meta(c)
+    assert not isinstance(meta, str)
+    spec = from_hf_config(c, "llama")
+    assert shape_mismatch(spec, meta) is None
+    assert shape_mismatch(replace(spec, ffn_hidden_size=97), meta) == (
+        "layer 0: transformers builds ffn 96 (meshplan 97)")
+    assert shape_mismatch(replace(spec, num_kv_heads=4), meta) == (
+        "layer 0: transformers builds k 32 (meshplan 64), v 32 (meshplan 64)")
 
 
 def test_llama_mlp_bias_is_read() -> None:
