@@ -70,9 +70,11 @@ def outside_fields(meta: MetaModel, where: str) -> dict[str, Any]:
         else:
             others.append((own, name, type(module).__name__))
     if others:
-        top = _top(others)
-        raise SpecError(f"{where}: {type(model).__name__} builds {top} beside its decoder layers, which meshplan "
-                        "does not model")
+        text_type = str(getattr(getattr(meta.config, "text_config", None), "model_type", "") or "")
+        hint = (f"; its language model alone is the config.json of its text_config (model_type {text_type!r})"
+                if text_type else "")
+        raise SpecError(f"{where}: {type(model).__name__} builds {_top(others)} beside its decoder layers, which "
+                        f"meshplan does not model{hint}")
     if finals + (weightless if not finals else 0) != 1:
         raise SpecError(f"{where}: {finals + weightless} final norms after the decoder layers (meshplan models one)")
     return fields | _config_fields(cfg, fields) | {"final_norm_weights": finals == 1}
