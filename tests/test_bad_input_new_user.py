@@ -17,15 +17,23 @@ BERT = {"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size
         "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 30522, "max_position_embeddings": 512}
 
 
+def _transformers() -> bool:
+    from meshplan.specs.hf_meta import available
+    return available()
+
+
 def test_an_encoder_config_is_not_read_as_llama(tmp_path, capsys):
     """BERT-base read as Llama would be 160 M parameters (a SwiGLU MLP of three 768 x 3072 matrices), not 110 M."""
     line = fails(estimate(hf(tmp_path, BERT)), capsys)
     assert "model_type='bert' (BertForMaskedLM) is not a decoder-only language model" in line
     assert "trace the module instead" in line
+    bare = {k: v for k, v in BERT.items() if k != "architectures"}  # no head named: transformers' registry says
+    assert "is an encoder" in fails(estimate(hf(tmp_path, bare, "bare")), capsys) or not _transformers()
     t5 = {**BERT, "architectures": [], "model_type": "t5x", "is_encoder_decoder": True}
     assert "(encoder-decoder) is not a decoder-only" in fails(estimate(hf(tmp_path, t5, "t5")), capsys)
-    causal = {**BERT, "architectures": ["OlmoForCausalLM"], "model_type": "olmo"}  # unknown but causal: as Llama
-    assert main(estimate(hf(tmp_path, causal, "olmo"), "h100", "--json")) == 0
+    # a causal type without a hand-written family: read from the model transformers builds (issue 51)
+    causal = {**BERT, "architectures": ["Starcoder2ForCausalLM"], "model_type": "starcoder2"}
+    assert main(estimate(hf(tmp_path, causal, "sc2"), "h100", "--json")) == (0 if _transformers() else 2)
     capsys.readouterr()
 
 

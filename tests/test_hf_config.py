@@ -61,13 +61,25 @@ def test_nemotron_h_config_json_is_the_preset() -> None:
                                                  max_position_embeddings=262_144)
 
 
-def test_unknown_model_type_with_llama_keys_reads_as_llama() -> None:
-    config = hf_dict("llama-3-8b") | {"model_type": "my_llama_variant"}
-    assert from_hf_config(config, "custom").params() == 8_030_261_248
+def test_unknown_model_type_with_llama_keys_is_refused_not_read_as_llama() -> None:
+    """Issue 51: a model_type neither a family nor built by transformers is refused, whatever its keys say (it was
+    read as Llama: gemma2 +77.6 %, starcoder2 +88.8 %)."""
+    config = {k: v for k, v in hf_dict("llama-3-8b").items() if k != "architectures"}
+    with pytest.raises(SpecError, match="my_llama_variant") as err:
+        from_hf_config(config | {"model_type": "my_llama_variant"}, "custom")
+    assert "\n" not in str(err.value)
 
 
-def test_unsupported_model_type_names_the_missing_key() -> None:
-    with pytest.raises(SpecError, match="model_type='t5'.*'num_hidden_layers'"):
+def test_a_remote_code_model_type_reads_as_the_class_it_names() -> None:
+    """Kimi-K2's config.json: model_type kimi_k2 (its own modeling code), architectures DeepseekV3ForCausalLM: read
+    as deepseek_v3, saying so."""
+    kimi = from_hf_config(hf_dict("deepseek-v3") | {"model_type": "kimi_k2"}, "kimi")
+    assert kimi.params() == fixture("deepseek-v3").params()
+    assert "model_type=kimi_k2 as deepseek_v3 (DeepseekV3ForCausalLM)" in kimi.source
+
+
+def test_a_model_type_without_a_causal_lm_is_refused() -> None:
+    with pytest.raises(SpecError, match="model_type='t5'.*no causal language model"):
         translate({"model_type": "t5", "d_model": 512}, "t5-small")
 
 

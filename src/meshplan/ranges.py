@@ -140,6 +140,8 @@ RANGES: dict[str, Range] = {
     "mamba_chunk": Range(1, MAX_SIZE, "", "the SSD chunk: 128-256 in use, at most a sequence"),
     "moe_latent_size": Range(1, _WIDTH, "", "at most the hidden size (Nemotron 3 Super 1,024)", "no latent"),
     "mtp_layers": Range(1, MAX_LAYERS, "", "1-2 in use", "none"),
+    "layer_norms": Range(1, 4, "", "1 (parallel attention + MLP), 2 (pre-norms), 4 (Gemma 2 / 3's post-norms too)",
+                         "no norm weights (OLMo's non-parametric LayerNorm)"),
     # ---- Plan and the options that set it -----------------------------------------------------------------------
     "dp": Range(1, MAX_GPUS, "", "a parallel axis is at most the cluster"),
     "tp": Range(1, MAX_GPUS, "", "a parallel axis is at most the cluster"),

@@ -55,9 +55,10 @@ def llama(c: ConfigReader) -> dict[str, Any]:
         "position_embedding": "rope",
         "tied_embeddings": c.flag("tie_word_embeddings", False),  # LlamaConfig default False
         "qkv_bias": attention_bias,
-        # ModelSpec has one switch for the o_proj and MLP biases; Llama's attention_bias alone also biases
-        # o_proj (H per layer, uncounted when mlp_bias is off): no published Llama-family model does this.
+        # attention_bias biases o_proj too; mlp_bias the three MLP projections (linear_bias: both)
         "linear_bias": attention_bias and mlp_bias,
+        "out_bias": attention_bias and not mlp_bias,
+        "mlp_bias": mlp_bias and not attention_bias,
         "dropout": c.dropout("attention_dropout"),
     }
     if c.model_type == "qwen2":
@@ -97,7 +98,9 @@ def qwen_moe(c: ConfigReader) -> dict[str, Any]:
         # HF: MoE at layers step-1, 2*step-1, ...; ModelSpec: at k, k+step, ... (same count when step | L).
         raise SpecError(f"{c.name}: decoder_sparse_step={step} with num_hidden_layers={layers} and "
                         f"mlp_only_layers={dense} cannot be modelled")
-    spec.update(num_experts=c.need("num_experts"), moe_topk=c.need("num_experts_per_tok"),
+    # transformers 5's Qwen3MoeConfig names the expert count num_local_experts (4.x: num_experts)
+    experts = c.need("num_experts") if "num_local_experts" not in c.config else c.need("num_local_experts")
+    spec.update(num_experts=experts, moe_topk=c.need("num_experts_per_tok"),
                 moe_ffn_hidden_size=c.need("moe_intermediate_size"), first_k_dense_layers=len(dense),
                 moe_layer_freq=step)
     if c.model_type == "qwen2_moe":
@@ -200,7 +203,8 @@ def deepseek(c: ConfigReader) -> dict[str, Any]:
         "shared_expert_ffn_size": c.need("moe_intermediate_size") * c.get("n_shared_experts", 0),
         "first_k_dense_layers": dense,
         "moe_layer_freq": freq,
-        "router_bias": c.text("topk_method") == "noaux_tc",
+        # transformers' DeepseekV3TopkRouter always holds the bias (modeling_deepseek_v3.py)
+        "router_bias": c.text("topk_method") == "noaux_tc" or c.model_type == "deepseek_v3",
         "mtp_layers": c.get("num_nextn_predict_layers", 0),
     }
 
@@ -211,7 +215,8 @@ def gpt_oss(c: ConfigReader) -> dict[str, Any]:
     down_proj (E, F, H) + bias (E, H); RMSNorm; untied head. Every layer is MoE."""
     spec = llama(c)
     attention_bias = c.flag("attention_bias", True)
-    spec.update(qkv_bias=attention_bias, linear_bias=True, attention_sinks=True, router_bias=True,
+    spec.update(qkv_bias=attention_bias, linear_bias=True, out_bias=False, mlp_bias=False, attention_sinks=True,
+                router_bias=True,
                 num_experts=c.need("num_local_experts"),
                 moe_topk=c.need("num_experts_per_tok"),
                 moe_ffn_hidden_size=c.need("intermediate_size"),
@@ -229,11 +234,12 @@ def nemotron_h(c: ConfigReader) -> dict[str, Any]:
     fc1_latent_proj and fc2_latent_proj, when set), one shared expert of moe_shared_expert_intermediate_size.
     The multi-token-prediction layers (num_nextn_predict_layers) are not counted."""
     heads, hidden = c.need("num_attention_heads"), c.need("hidden_size")
-    pattern = c.text("hybrid_override_pattern")
+    pattern = c.text("hybrid_override_pattern") or _block_types(c)
     if not pattern:
         raise SpecError(f"{c.name}: config.json (model_type='nemotron_h') has no 'hybrid_override_pattern'")
     spec: dict[str, Any] = {
-        "num_layers": c.need("num_hidden_layers"), "layer_pattern": pattern, "hidden_size": hidden,
+        "num_layers": c.get("num_hidden_layers", len(pattern), minimum=1), "layer_pattern": pattern,
+        "hidden_size": hidden,
         "num_heads": heads, "num_kv_heads": c.get("num_key_value_heads", heads, minimum=1),
         "head_dim": c.get("head_dim", 0), "ffn_hidden_size": c.need("intermediate_size"),
         "vocab_size": c.need("vocab_size"), "seq_length": c.need("max_position_embeddings"),
@@ -249,6 +255,20 @@ def nemotron_h(c: ConfigReader) -> dict[str, Any]:
                     shared_expert_ffn_size=c.get("moe_shared_expert_intermediate_size", 0)
                     * c.get("n_shared_experts", 1), moe_latent_size=c.get("moe_latent_size", 0))
     return spec
+
+
+# transformers 5's NemotronHConfig spells the pattern as ``layers_block_type``, one name per layer
+_BLOCK_LETTERS = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-",
+                  "moe": "E"}
+
+
+def _block_types(c: ConfigReader) -> str:
+    names = c.strings("layers_block_type") or []
+    unknown = [n for n in names if n not in _BLOCK_LETTERS]
+    if unknown:
+        raise SpecError(f"{c.name}: config.json layers_block_type has {unknown[0]!r} (known: "
+                        f"{', '.join(_BLOCK_LETTERS)})")
+    return "".join(_BLOCK_LETTERS[n] for n in names)
 
 
 # How many layers of each family see a sliding window when config.json has no ``layer_types`` (the list newer
@@ -298,9 +318,6 @@ FAMILIES: dict[str, Callable[[ConfigReader], dict[str, Any]]] = {
     "gpt_oss": gpt_oss,
     "nemotron_h": nemotron_h,
 }
-# the keys an unknown model_type needs to be read as Llama
-LLAMA_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
-               "max_position_embeddings")
 WINDOWED = (llama, mixtral, qwen_moe, gpt_oss)  # the families whose sliding windows are read (sliding_window)
 
 

@@ -49,7 +49,18 @@ class ModelSpec:
     tied_embeddings: bool = False
     qkv_bias: bool = False  # bias on the q, k, v projections (GPT-2, NeoX, Qwen2)
     linear_bias: bool = False  # bias on the attention output and MLP linears (GPT-2, NeoX)
-    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
+    qk_norm: bool = False  # per-head norm (of the model's kind) on q and k (Qwen3; Persimmon's LayerNorm)
+    qk_norm_full: bool = False  # with qk_norm: one norm over all of q (A·d) and one over all of k (K·d) (OLMo 2)
+    # Finer biases, where linear_bias (the output projection and the MLP both) is off: the output projection's
+    # alone (Phi-3-small-style attention) or the MLP's alone (GPT-J's fc_in / fc_out); the LM head's (Phi-1/2)
+    out_bias: bool = False
+    mlp_bias: bool = False
+    head_bias: bool = False
+    norm_bias: bool = True  # a LayerNorm's bias (False: weight only, as MPT's and Cohere's); RMSNorm has none
+    norm_weights: bool = True  # False: norms without learned weights (OLMo 1's non-parametric LayerNorm)
+    # H-wide norms in an attention + MLP layer: 2 pre-norms (Llama), 1 before a parallel attention + MLP (GPT-J,
+    # Phi-2, Cohere, Falcon-7B), 4 with the post-norms of Gemma 2 / 3 (HF modeling_gemma2.py Gemma2DecoderLayer)
+    layer_norms: int = 2
     position_embedding: str = "rope"
     # the RoPE base (HF config.json ``rope_theta``; Llama 3 500,000, Mixtral 1,000,000): no cost depends on it, a
     # framework config (configs/) writes it; 0: not stated, which those configs say rather than write a default
@@ -223,7 +234,9 @@ class ModelSpec:
     # ---- parameters -----------------------------------------------------------------------------------
     def norm_params(self, width: int) -> int:
         """LayerNorm has a weight and a bias; RMSNorm only a weight."""
-        return width * (2 if self.norm == "layernorm" else 1)
+        if not self.norm_weights:
+            return 0
+        return width * (1 + self.norm_bias if self.norm == "layernorm" else 1)
 
     def attention_params(self) -> int:
         """Parameters of one attention block (projections, biases, q/k norms), without the pre-norm."""
@@ -240,10 +253,11 @@ class ModelSpec:
         total = h * q + 2 * h * kv + q * h
         if self.qkv_bias:
             total += q + 2 * kv
-        if self.linear_bias:
+        if self.linear_bias or self.out_bias:
             total += h
         if self.qk_norm:
-            total += 2 * self.head_dim
+            widths = (q, kv) if self.qk_norm_full else (self.head_dim, self.head_dim)
+            total += sum(self.norm_params(w) for w in widths)
         if self.attention_sinks:
             total += self.num_heads
         return total
@@ -253,7 +267,7 @@ class ModelSpec:
         h = self.hidden_size
         mats = 3 if self.gated else 2
         total = mats * h * ffn
-        if self.linear_bias:
+        if self.linear_bias or self.mlp_bias:
             total += (mats - 1) * ffn + h
         return total
 
@@ -287,9 +301,9 @@ class ModelSpec:
         """One layer of ``block_counts``'s kind, its norms included."""
         norm = self.norm_params(self.hidden_size)
         mlp = self.mlp_params(self.ffn_hidden_size)
-        return {"dense": lambda: self.attention_params() + mlp + 2 * norm,
-                "moe": lambda: (0 if self.is_hybrid else self.attention_params() + norm) + self.moe_params(active)
-                + norm,
+        norms = self.layer_norms * norm
+        return {"dense": lambda: self.attention_params() + mlp + norms,
+                "moe": lambda: (norm if self.is_hybrid else self.attention_params() + norms) + self.moe_params(active),
                 "mamba": lambda: self.mamba_params() + norm,
                 "attention": lambda: self.attention_params() + norm,
                 "mlp": lambda: mlp + norm}[kind]()
@@ -307,7 +321,8 @@ class ModelSpec:
 
     def head_params(self) -> int:
         """Final norm plus the LM head (V·H unless tied to the embedding)."""
-        return self.norm_params(self.hidden_size) + (0 if self.tied_embeddings else self.vocab_size * self.hidden_size)
+        head = 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
+        return self.norm_params(self.hidden_size) + head + (self.vocab_size if self.head_bias else 0)
 
     @property
     def mtp_kinds(self) -> tuple[str, ...]:

@@ -1,0 +1,163 @@
+"""The generic Hugging Face reader: a ModelSpec from the modules of the model built on the meta device (hf_meta.py),
+for any decoder-only model_type without a hand-written family (hf_families.py).
+
+Each decoder layer is split into blocks (hf_modules.py). When every layer is attention (or MLA) + MLP / MoE with the
+same norms, the spec is a standard one (``layer_norms`` norms per layer; MoE layers after ``first_k_dense_layers``,
+every ``moe_layer_freq``-th); otherwise it is a hybrid (``layer_pattern``: one letter per block, "*" attention,
+"M" Mamba-2, "-" MLP, "E" MoE, each block with one norm), so that Jamba-style interleavings and irregular MoE
+layouts keep their per-layer kinds. Sizes come from the weight shapes (H and V from the embedding, head_dim from
+q_proj and the head count, K from k_proj, F from the down projection, E from the expert tensors); what shapes do not
+say comes from the config (heads, top-k, MLA ranks, Mamba groups and state, sliding windows, dropout, MTP depth).
+Any structure the spec cannot express raises SpecError naming it. ``read_generic`` returns the fields and, for a
+hybrid, how many blocks each Hugging Face layer became (for the per-layer check in hf_verify.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from meshplan.errors import SpecError
+from meshplan.specs.hf_meta import MetaModel
+from meshplan.specs.hf_modules import LayerBlocks, read_layer
+from meshplan.specs.hf_outside import outside_fields, text_config
+from meshplan.specs.hf_sizes import attention_fields, mamba_fields, moe_fields
+
+LETTERS = {"attention": "*", "mla": "*", "mamba": "M", "mlp": "-", "moe": "E"}
+MIXERS, FFNS = ("attention", "mla", "mamba"), ("mlp", "moe")
+
+
+def cfg_get(cfg: Any, *names: str, default: Any = None) -> Any:
+    """The first of ``names`` the transformers config has a non-null value for."""
+    for name in names:
+        value = getattr(cfg, name, None)
+        if value is not None:
+            return value
+    return default
+
+
+def read_generic(meta: MetaModel, where: str) -> tuple[dict[str, Any], tuple[int, ...] | None]:
+    """ModelSpec fields for the model ``meta`` holds, and the blocks per layer of a hybrid (None: one layer each)."""
+    model, cfg = meta.module, text_config(meta.config)
+    if not meta.layers:
+        raise SpecError(f"{where}: {type(model).__name__} has no list of decoder layers meshplan can read")
+    outside = outside_fields(meta, where)
+    hidden = outside["hidden_size"]
+    layers = [read_layer(layer, hidden) for layer in model.get_submodule(meta.layer_path)]
+    for i, layer in enumerate(layers):
+        if layer.unclaimed:
+            shown = ", ".join(layer.unclaimed[:3]) + (" …" if len(layer.unclaimed) > 3 else "")
+            raise SpecError(f"{where}: layer {i} holds weights meshplan does not model: {shown}")
+        _check_blocks(layer, i, where)
+    fields = dict(outside) | _common(meta, layers, where)
+    final = fields.pop("final_norm_weights")
+    if final != fields.get("norm_weights", True):
+        raise SpecError(f"{where}: the final norm {'has' if final else 'has no'} weights and the layers' norms "
+                        f"{'do not' if final else 'do'}; meshplan's norms are all of one kind")
+    uniform = all(_uniform(layer) for layer in layers) and len({len(layer.norms) for layer in layers}) == 1
+    groups = None
+    moe = [i for i, layer in enumerate(layers) if "moe" in layer.blocks]
+    if uniform and _regular(moe, len(layers)):
+        fields.update(num_layers=len(layers), layer_norms=len(layers[0].norms))
+        if moe:
+            fields.update(first_k_dense_layers=moe[0], moe_layer_freq=moe[1] - moe[0] if len(moe) > 1 else 1)
+        fields["mtp_layers"] = int(cfg_get(cfg, "num_nextn_predict_layers", "mtp_num_layers", default=0) or 0)
+    else:
+        for i, layer in enumerate(layers):
+            if len(layer.norms) != len(layer.blocks):
+                raise SpecError(f"{where}: layer {i} has {len(layer.norms)} norms for its {len(layer.blocks)} blocks "
+                                f"({', '.join(layer.blocks)}); meshplan's hybrid layers have one norm per block")
+        fields["layer_pattern"] = "".join(LETTERS[b] for layer in layers for b in layer.blocks)
+        fields["num_layers"] = len(fields["layer_pattern"])
+        groups = tuple(len(layer.blocks) for layer in layers)
+    fields.update(_window(cfg, fields, layers))
+    if fields.get("out_bias") and fields.get("mlp_bias"):  # both: ModelSpec's linear_bias
+        fields.update(linear_bias=True, out_bias=False, mlp_bias=False)
+    return fields, groups
+
+
+def _check_blocks(layer: LayerBlocks, i: int, where: str) -> None:
+    mixers = [b for b in layer.blocks if b in MIXERS]
+    ffns = [b for b in layer.blocks if b in FFNS]
+    if mixers.count("attention") > 1:
+        raise SpecError(f"{where}: layer {i} has {mixers.count('attention')} attention blocks (cross-attention to an "
+                        "encoder: the decoder of an encoder-decoder model), which meshplan does not model")
+    if len(mixers) > 1:
+        raise SpecError(f"{where}: layer {i} runs {' and '.join(mixers)} side by side; meshplan models one mixer "
+                        "per block")
+    if len(ffns) > 1:
+        raise SpecError(f"{where}: layer {i} has {len(ffns)} feed-forward blocks ({', '.join(ffns)})")
+    if not layer.blocks:
+        raise SpecError(f"{where}: layer {i} has no attention, Mamba-2 or MLP block meshplan recognises")
+
+
+def _uniform(layer: LayerBlocks) -> bool:
+    """An attention (or MLA) + MLP / MoE layer: what a standard (not hybrid) spec's layers all are."""
+    return len(layer.blocks) == 2 and layer.blocks[0] in ("attention", "mla") and layer.blocks[1] in FFNS
+
+
+def _regular(moe: list[int], layers: int) -> bool:
+    """MoE at k, k + f, k + 2f, … to the end (ModelSpec.is_moe_layer), or no MoE."""
+    if not moe:
+        return True
+    step = moe[1] - moe[0] if len(moe) > 1 else 1
+    return moe == list(range(moe[0], layers, step))
+
+
+def _common(meta: MetaModel, layers: list[LayerBlocks], where: str) -> dict[str, Any]:
+    """The fields every layer must agree on: attention, MLP, MoE, Mamba sizes and the norms."""
+    cfg = text_config(meta.config)
+    fields: dict[str, Any] = {}
+    for kind in ("attention", "mla", "mlp", "moe", "mamba"):
+        seen = [(i, layer.sizes[kind]) for i, layer in enumerate(layers) if kind in layer.sizes]
+        if not seen:
+            continue
+        first = seen[0][1]
+        for i, sizes in seen:
+            if sizes != first:
+                raise SpecError(f"{where}: layers {seen[0][0]} and {i} have {kind} blocks of different shapes "
+                                f"({_diff(first, sizes)}); meshplan's layers of a kind are alike")
+    sizes = {kind: next((layer.sizes[kind] for layer in layers if kind in layer.sizes), None)
+             for kind in ("attention", "mla", "mlp", "moe", "mamba")}
+    fields.update(attention_fields(cfg, sizes, fields_hidden(meta), where))
+    fields.update(moe_fields(cfg, sizes, where))
+    fields.update(mamba_fields(cfg, sizes["mamba"], where))
+    fields.update(_norms(layers, where))
+    return fields
+
+
+def fields_hidden(meta: MetaModel) -> int:
+    return int(meta.module.get_input_embeddings().weight.shape[1])
+
+
+def _diff(a: dict[str, Any], b: dict[str, Any]) -> str:
+    keys = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return ", ".join(f"{k} {a.get(k)} vs {b.get(k)}" for k in keys[:3])
+
+
+def _norms(layers: list[LayerBlocks], where: str) -> dict[str, Any]:
+    """The norm kind every H-wide norm of the layers shares: RMSNorm (weight), LayerNorm (weight + bias) or a
+    LayerNorm with a weight only."""
+    kinds = {(width, bias, "rms" in name.lower()) for layer in layers for width, bias, name in layer.norms}
+    if len(kinds) > 1:
+        raise SpecError(f"{where}: the layers mix norms of different kinds ({', '.join(sorted(map(str, kinds)))})")
+    if not kinds:
+        return {"norm": "rmsnorm", "layer_norms": 0}
+    width, bias, rms = kinds.pop()
+    if width == 0:  # no learned weights (OLMo 1); the final norm must be weightless too (hf_outside.py)
+        return {"norm": "rmsnorm" if rms else "layernorm", "norm_weights": False}
+    if rms and not bias:
+        return {"norm": "rmsnorm"}
+    return {"norm": "layernorm", "norm_bias": bias}
+
+
+def _window(cfg: Any, fields: dict[str, Any], layers: list[LayerBlocks]) -> dict[str, Any]:
+    """Sliding-window attention: ``sliding_window`` and the "sliding_attention" entries of ``layer_types``."""
+    window = cfg_get(cfg, "sliding_window")
+    types = cfg_get(cfg, "layer_types")
+    if not isinstance(window, int) or window <= 0 or not isinstance(types, list):
+        return {}
+    count = sum(t == "sliding_attention" for t in types)
+    attention = sum(b in ("attention", "mla") for layer in layers for b in layer.blocks)
+    if not count:
+        return {}
+    return {"sliding_window": window, "window_layers": 0 if count >= attention else count}

@@ -1,0 +1,283 @@
+"""Reading one decoder layer of a model built on the meta device (hf_meta.py): which blocks it holds and their
+sizes, from its modules' names and weight shapes, for the generic reader (hf_generic.py).
+
+A layer is split into blocks by the modules that hold them (the names used across transformers' ``modeling_*.py``):
+
+    attention   a module with q/k/v/out projections (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``; GPT-2's
+                ``c_attn`` / ``c_proj`` Conv1D; fused ``qkv_proj``, ``query_key_value``, ``Wqkv``), per-head or
+                whole-width q/k norms (``q_norm``), attention sinks (GPT-OSS ``sinks``)
+    MLA         ``kv_a_proj_with_mqa`` / ``kv_b_proj`` (DeepSeek-V2/V3 §2.1): sizes from the config
+    Mamba-2     a module with ``A_log`` (one per head), ``D``, ``dt_bias``, ``in_proj``, ``conv1d``, ``norm``,
+                ``out_proj`` (Dao & Gu 2024; models/mamba2/modeling_mamba2.py)
+    MoE         a module with ``experts`` (fused 3-D expert tensors or a list of MLPs), a router weight (E, H)
+                (+ bias or score-correction bias), shared experts (``shared_expert(s)``) and their gate (1, H)
+    MLP         up / gate / down projections (``up_proj``, ``gate_proj``, ``down_proj``; ``fc1`` / ``fc2``;
+                ``c_fc`` / ``c_proj``; ``dense_h_to_4h`` / ``dense_4h_to_h``; fused ``gate_up_proj``)
+    norms       H-wide norm modules of the layer itself (pre-norms, post-norms)
+
+Anything else in the layer is ``unclaimed``: a structure meshplan does not model, which the reader refuses naming
+it (a linear-attention mixer, cross-attention, a Mamba-1 mixer, an output gate).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Q, K, V = ("q_proj", "query", "wq", "project_q"), ("k_proj", "key", "wk", "project_k"), \
+    ("v_proj", "value", "wv", "project_v")
+QKV = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "W_pack", "wqkv", "qkv")
+OUT = ("o_proj", "dense", "out_proj", "wo", "c_proj", "attention_out", "o")
+UP = ("up_proj", "fc1", "c_fc", "fc_in", "dense_h_to_4h", "w3", "linear_fc1", "gate_up_proj", "input_linear")
+GATE = ("gate_proj", "w1")
+DOWN = ("down_proj", "fc2", "c_proj", "fc_out", "dense_4h_to_h", "w2", "linear_fc2", "output_linear")
+QK_NORMS = (("q_norm", "k_norm"), ("q_layernorm", "k_layernorm"))
+MAMBA2 = {"A_log", "D", "dt_bias", "in_proj.weight", "conv1d.weight", "conv1d.bias", "norm.weight",
+          "out_proj.weight"}
+
+
+@dataclass
+class LayerBlocks:
+    """What one decoder layer holds: ``blocks`` in order ("attention", "mla", "mamba", "mlp", "moe") with the
+    sizes read from each (``sizes[kind]``), the widths and biases of its own norms, and the parameters no block
+    claims."""
+
+    blocks: list[str] = field(default_factory=list)
+    sizes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    norms: list[tuple[int, bool, str]] = field(default_factory=list)  # (width, bias, class name)
+    unclaimed: list[str] = field(default_factory=list)
+
+
+def linear(module: Any) -> tuple[int, int, bool] | None:
+    """(out, in, bias) of a linear layer (nn.Linear, or transformers' Conv1D whose weight is stored (in, out))."""
+    weight = getattr(module, "weight", None)
+    if weight is None or weight.dim() != 2:
+        return None
+    out, inp = weight.shape
+    if type(module).__name__ == "Conv1D":
+        out, inp = inp, out
+    return int(out), int(inp), getattr(module, "bias", None) is not None
+
+
+def children(module: Any) -> dict[str, Any]:
+    return dict(module.named_children())
+
+
+def kind_of(module: Any) -> str | None:
+    """The block a module is, by its children and own parameters (the module docstring's table), else None."""
+    kids, own = children(module), dict(module.named_parameters(recurse=False))
+    if "A_log" in own:
+        return "mamba"
+    if "kv_a_proj_with_mqa" in kids or "kv_b_proj" in kids:
+        return "mla"
+    if "experts" in kids:
+        return "moe"
+    has = set(kids)
+    if (has & set(Q) and has & set(K) or has & set(QKV)) and has & set(OUT):
+        return "attention"
+    if has & set(UP) and has & set(DOWN):
+        return "mlp"
+    return None
+
+
+def read_layer(layer: Any, hidden: int) -> LayerBlocks:
+    """Split one decoder layer into its blocks, norms and unclaimed parameters."""
+    out = LayerBlocks()
+    claimed: list[str] = []
+    for name, module in layer.named_modules():
+        if any(name == c or name.startswith(c + ".") for c in claimed) or not name:
+            continue
+        kind = kind_of(module)
+        if kind is not None:
+            claimed.append(name)
+            sizes, rest = READERS[kind](module, hidden)
+            out.blocks.append(kind)
+            out.sizes.setdefault(kind, sizes)
+            out.unclaimed += [f"{name}.{r}" for r in rest]
+        elif "norm" in type(module).__name__.lower() and not children(module):
+            claimed.append(name)
+            weight = getattr(module, "weight", None)
+            width = int(weight.shape[0]) if weight is not None else 0
+            if width not in (0, hidden):
+                out.unclaimed.append(f"{name} ({type(module).__name__} of width {width})")
+            out.norms.append((width, getattr(module, "bias", None) is not None, type(module).__name__))
+    _root_mlp(layer, hidden, claimed, out)
+    # in the order a pre-norm layer runs them: the mixer, then the feed-forward block (registration order varies)
+    out.blocks.sort(key=lambda kind: kind in ("mlp", "moe"))
+    if "moe" in out.blocks and "mlp" in out.blocks and "shared" not in out.sizes["moe"]:
+        # an MLP beside the routed experts on the same input, summed with them (GraniteMoeHybrid's shared_mlp):
+        # a shared expert
+        out.blocks.remove("mlp")
+        out.sizes["moe"]["shared"] = out.sizes.pop("mlp")
+    for name, p in layer.named_parameters():
+        if not any(name.startswith(c + ".") for c in claimed):
+            out.unclaimed.append(f"{name} {tuple(p.shape)}")
+    return out
+
+
+def _root_mlp(layer: Any, hidden: int, claimed: list[str], out: LayerBlocks) -> None:
+    """An MLP whose projections are the layer's own children (OPT's and XGLM's fc1 / fc2)."""
+    up, down = _take(layer, UP), _take(layer, DOWN)
+    if up is None or down is None or up[0] in claimed or down[0] in claimed or "mlp" in out.blocks:
+        return
+    sizes, _ = _mlp(layer, hidden)
+    gate = _take(layer, GATE)
+    claimed += [up[0], down[0]] + ([gate[0]] if gate else [])
+    out.blocks.append("mlp")
+    out.sizes.setdefault("mlp", sizes)
+
+
+def _take(module: Any, names: tuple[str, ...]) -> tuple[str, tuple[int, int, bool]] | None:
+    kids = children(module)
+    for n in names:
+        if n in kids and (shape := linear(kids[n])) is not None:
+            return n, shape
+    return None
+
+
+def _rest(module: Any, used: set[str]) -> list[str]:
+    """The parameters of ``module`` not under the children / own names in ``used``."""
+    return [f"{n} {tuple(p.shape)}" for n, p in module.named_parameters() if n.split(".")[0] not in used]
+
+
+def _attention(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
+    """q, k, v and out widths and biases, q/k norm widths, sinks."""
+    used: set[str] = set()
+    sizes: dict[str, Any] = {}
+    fused = _take(module, QKV)
+    if fused:
+        used.add(fused[0])
+        sizes.update(qkv=fused[1][0], qkv_bias=fused[1][2])
+    else:
+        for key, names in (("q", Q), ("k", K), ("v", V)):
+            got = _take(module, names)
+            if got:
+                used.add(got[0])
+                sizes[key], sizes[key + "_bias"] = got[1][0], got[1][2]
+    out = _take(module, OUT)
+    if out:
+        used.add(out[0])
+        sizes.update(o_in=out[1][1], o_bias=out[1][2])
+    kids = children(module)
+    for qn, kn in QK_NORMS:
+        if qn in kids and kn in kids:
+            used |= {qn, kn}
+            sizes["q_norm"], sizes["k_norm"] = (_width(kids[qn]), _width(kids[kn]))
+    own = dict(module.named_parameters(recurse=False))
+    if "sinks" in own:
+        used.add("sinks")
+        sizes["sinks"] = int(own["sinks"].numel())
+    return sizes, _rest(module, used)
+
+
+def _width(module: Any) -> int:
+    weight = getattr(module, "weight", None)
+    return int(weight.numel()) if weight is not None else 0
+
+
+def _mla(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
+    """Multi-head latent attention: its sizes come from the config; every projection and latent norm is its."""
+    known = {"q_a_proj", "q_a_layernorm", "q_b_proj", "q_proj", "kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj",
+             "o_proj"}
+    biased = [n for n, m in children(module).items() if getattr(m, "bias", None) is not None and "norm" not in n]
+    return {"biased": biased}, _rest(module, known)
+
+
+def _mlp(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
+    """The FFN width (down's input), whether gated (a gate projection, or an up projection 2F wide), biases."""
+    up, down, gate = _take(module, UP), _take(module, tuple(n for n in DOWN if n != "c_fc")), _take(module, GATE)
+    if up and down and up[0] == down[0]:  # GPT-2's c_proj is the MLP's down projection, never its up
+        up = None
+    if up is None or down is None:
+        return {}, _rest(module, set())
+    ffn = down[1][1]
+    gated = gate is not None or up[1][0] == 2 * ffn != hidden or up[0] in ("gate_up_proj", "input_linear")
+    if gate is not None and gate[0] == up[0]:
+        gate = None
+    parts = [p for p in (up, down, gate) if p is not None]
+    biases = {p[1][2] for p in parts}
+    sizes = {"ffn": ffn, "gated": gated, "bias": biases == {True}, "mixed_bias": len(biases) > 1,
+             "up_out": up[1][0], "in": up[1][1]}
+    return sizes, _rest(module, {p[0] for p in parts})
+
+
+def _mamba(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
+    """A Mamba-2 mixer's sizes from its weights: n_h = |A_log|, D_i = out_proj's input, conv channels D_i + 2·G·N
+    and kernel k from conv1d; a Mamba-1 mixer (A_log of shape (D_i, N)) or any other recurrent mixer is unclaimed."""
+    names = {n for n, _ in module.named_parameters()}
+    a_log = dict(module.named_parameters(recurse=False))["A_log"]
+    if a_log.dim() != 1 or not {"A_log", "D", "dt_bias", "in_proj.weight", "conv1d.weight", "out_proj.weight"} <= names:
+        return {}, [f"({type(module).__name__}: a recurrent mixer other than Mamba-2)"]
+    kids = children(module)
+    conv = kids["conv1d"].weight
+    in_proj, out_proj = linear(kids["in_proj"]), linear(kids["out_proj"])
+    assert in_proj is not None and out_proj is not None
+    sizes = {"heads": int(a_log.shape[0]), "inner": out_proj[1], "conv_dim": int(conv.shape[0]),
+             "kernel": int(conv.shape[-1]), "in_proj": in_proj[0], "in_bias": in_proj[2], "out_bias": out_proj[2],
+             "conv_bias": "conv1d.bias" in names, "norm": "norm.weight" in names}
+    return sizes, [f"{n} (a Mamba-2 mixer has no such weight)" for n in names - MAMBA2]
+
+
+def _moe(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
+    """Experts (count, width, gated, biased), router (bias or score-correction bias), shared experts and gate."""
+    kids = children(module)
+    experts = kids["experts"]
+    sizes: dict[str, Any] = _experts(experts, hidden)
+    bad = [f"experts.{b}" for b in sizes.pop("bad")]
+    if bad:
+        return sizes, bad
+    used = {"experts"}
+    num = sizes.get("experts", 0)
+    for name, kid in kids.items():
+        if name.startswith("shared_expert") and name != "shared_expert_gate" and kind_of(kid) == "mlp":
+            shared, rest = _mlp(kid, hidden)
+            sizes["shared"] = shared
+            used.add(name)
+            if rest:
+                return sizes, [f"{name}.{r}" for r in rest]
+    gate = kids.get("shared_expert_gate")
+    if gate is not None and linear(gate) == (1, hidden, False):
+        sizes["shared_gate"] = True
+        used.add("shared_expert_gate")
+    for name, kid in kids.items():
+        if name in used:
+            continue
+        weights = dict(kid.named_parameters())
+        w = weights.get("weight")
+        if w is not None and tuple(w.shape) == (num, hidden):
+            used.add(name)
+            sizes["router_bias"] = sum(1 for n in weights if n != "weight") + sum(
+                1 for n, _ in kid.named_buffers() if n.endswith("e_score_correction_bias"))
+            if any(n != "weight" and p.numel() != num for n, p in weights.items()):
+                return sizes, [f"{name} (a router with weights beyond E×H and a bias)"]
+    if "router_bias" in sizes:  # a score-correction bias held by the MoE block itself (MiniMax-M2)
+        sizes["router_bias"] += sum(1 for n, _ in module.named_buffers(recurse=False)
+                                    if n.endswith("e_score_correction_bias"))
+    if "router_bias" not in sizes:
+        return sizes, [f"(a MoE block {type(module).__name__} without an E×H router)"] + _rest(module, used)
+    return sizes, _rest(module, used)
+
+
+def _experts(experts: Any, hidden: int) -> dict[str, Any]:
+    """Fused expert tensors (E, ·, ·): gate_up_proj (2F and H), down_proj (F and H), their biases; or a ModuleList
+    of MLPs."""
+    import torch
+    if isinstance(experts, torch.nn.ModuleList):
+        first, rest = _mlp(experts[0], hidden)
+        same = all(_mlp(e, hidden)[0] == first for e in experts)
+        return {"experts": len(experts), **first, "bad": rest or ([] if same else ["experts of different widths"])}
+    own = dict(experts.named_parameters())
+    down = own.get("down_proj")
+    up = own.get("gate_up_proj", own.get("up_proj"))
+    if down is None or up is None or down.dim() != 3:
+        return {"experts": 0, "bad": [f"({type(experts).__name__}: {sorted(own)})"]}
+    ffn = int(down.shape[2] if down.shape[1] == hidden else down.shape[1])
+    up_out = int(up.shape[1] * up.shape[2] // hidden)
+    known = {"gate_up_proj", "up_proj", "down_proj", "gate_up_proj_bias", "down_proj_bias", "up_proj_bias"}
+    bias = {"gate_up_proj_bias" in own or "up_proj_bias" in own, "down_proj_bias" in own}
+    return {"experts": int(down.shape[0]), "ffn": ffn, "gated": up_out == 2 * ffn and "gate_up_proj" in own,
+            "bias": bias == {True}, "mixed_bias": len(bias) > 1,
+            "bad": [f"{n} {tuple(p.shape)}" for n, p in own.items() if n not in known]}
+
+
+READERS = {"attention": _attention, "mla": _mla, "mlp": _mlp, "mamba": _mamba, "moe": _moe}

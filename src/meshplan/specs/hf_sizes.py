@@ -1,0 +1,138 @@
+"""ModelSpec fields from the block sizes hf_modules.py reads off a meta-device model (attention, MLA, MLP, MoE,
+Mamba-2), with what the weight shapes do not say taken from the transformers config: the head count
+(``num_attention_heads``), the experts per token, MLA's ranks, Mamba-2's groups. A combination the spec cannot
+express raises SpecError naming it. See hf_generic.py for the whole reader.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from meshplan.errors import SpecError
+
+TOPK = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts", "moe_k", "experts_per_token",
+        "num_experts_per_token", "topk")
+GROUPS = ("n_groups", "mamba_n_groups", "ngroups", "num_groups")
+STATE_KEYS = ("ssm_state_size", "state_size", "mamba_d_state", "d_state")
+RELU2 = ("relu2", "relu_squared", "squared_relu")
+
+
+def _get(cfg: Any, names: tuple[str, ...]) -> Any:
+    return next((v for n in names if (v := getattr(cfg, n, None)) is not None), None)
+
+
+def _exact(value: float, what: str, where: str) -> int:
+    if value != int(value) or value <= 0:
+        raise SpecError(f"{where}: {what} = {value} is not a whole positive number")
+    return int(value)
+
+
+def attention_fields(cfg: Any, sizes: dict[str, Any], hidden: int, where: str) -> dict[str, Any]:
+    """Heads, KV heads, head_dim, q/k/v and output biases, q/k norms and sinks, or MLA's sizes."""
+    if sizes.get("mla") is not None:
+        return _mla(cfg, sizes["mla"], where)
+    att = sizes.get("attention")
+    if att is None:  # no attention layer (Mamba): heads only so that the spec is whole
+        return {"num_heads": 1, "num_kv_heads": 1}
+    heads = int(getattr(cfg, "num_attention_heads", 0) or 0)
+    if heads <= 0:
+        raise SpecError(f"{where}: the config has no num_attention_heads")
+    if "qkv" in att:
+        head_dim = int(getattr(cfg, "head_dim", None) or hidden // heads)
+        kv = _exact((att["qkv"] / head_dim - heads) / 2, "the fused qkv projection's KV heads", where)
+        biases = {att["qkv_bias"]}
+    else:
+        if not {"q", "k", "v"} <= set(att):
+            raise SpecError(f"{where}: the attention has no separate q, k and v projections meshplan recognises")
+        head_dim = _exact(att["q"] / heads, f"q_proj's width {att['q']} / {heads} heads", where)
+        kv = _exact(att["k"] / head_dim, f"k_proj's width {att['k']} / head_dim {head_dim}", where)
+        if att["v"] != att["k"]:
+            raise SpecError(f"{where}: v_proj ({att['v']}) and k_proj ({att['k']}) differ in width")
+        biases = {att["q_bias"], att["k_bias"], att["v_bias"]}
+    if len(biases) > 1:
+        raise SpecError(f"{where}: some of q, k and v have a bias and some not")
+    if att.get("o_in") != heads * head_dim:
+        raise SpecError(f"{where}: the output projection takes {att.get('o_in')}, not heads × head_dim = "
+                        f"{heads * head_dim}")
+    fields: dict[str, Any] = {"num_heads": heads, "num_kv_heads": kv, "head_dim": head_dim,
+                              "qkv_bias": biases.pop(), "out_bias": att["o_bias"]}
+    if "q_norm" in att:
+        per_head = att["q_norm"] == att["k_norm"] in (head_dim, 0)  # 0: weightless norms (nanochat)
+        whole = (att["q_norm"], att["k_norm"]) == (heads * head_dim, kv * head_dim)
+        if not (per_head or whole):
+            raise SpecError(f"{where}: q/k norms of widths {att['q_norm']} / {att['k_norm']} are neither per head "
+                            f"({head_dim}) nor whole")
+        fields.update(qk_norm=True, qk_norm_full=whole and not per_head)
+    if att.get("sinks"):
+        if att["sinks"] != heads:
+            raise SpecError(f"{where}: {att['sinks']} attention sinks for {heads} heads")
+        fields["attention_sinks"] = True
+    return fields
+
+
+def _mla(cfg: Any, mla: dict[str, Any], where: str) -> dict[str, Any]:
+    """Multi-head latent attention (DeepSeek-V2/V3 §2.1), its ranks and head widths from the config."""
+    if mla["biased"]:
+        raise SpecError(f"{where}: MLA projections with biases ({', '.join(mla['biased'])}) are not modelled")
+    heads = int(cfg.num_attention_heads)
+    nope, rope = int(cfg.qk_nope_head_dim), int(cfg.qk_rope_head_dim)
+    return {"num_heads": heads, "num_kv_heads": heads, "head_dim": nope + rope,
+            "q_lora_rank": int(getattr(cfg, "q_lora_rank", 0) or 0), "kv_lora_rank": int(cfg.kv_lora_rank),
+            "qk_nope_head_dim": nope, "qk_rope_head_dim": rope, "v_head_dim": int(cfg.v_head_dim)}
+
+
+def ffn_fields(cfg: Any, sizes: dict[str, Any], hidden: int, where: str) -> dict[str, Any]:
+    """The dense MLP's width, its kind (gated → "swiglu"; a squared ReLU → "relu2"; else "gelu") and biases;
+    the routed and shared experts must be MLPs of the same kind."""
+    mlps = [s for s in (sizes.get("mlp"), sizes.get("moe"), (sizes.get("moe") or {}).get("shared")) if s]
+    if not mlps:
+        return {"ffn_hidden_size": hidden, "mlp": "gelu"}
+    kinds = {(s["gated"], s["bias"]) for s in mlps}
+    if len(kinds) > 1 or any(s.get("mixed_bias") for s in mlps):
+        raise SpecError(f"{where}: the MLPs and experts differ in gating or biases (meshplan has one MLP kind)")
+    gated, bias = kinds.pop()
+    act = str(getattr(cfg, "hidden_act", "") or getattr(cfg, "activation_function", "") or "")
+    kind = "swiglu" if gated else ("relu2" if act in RELU2 else "gelu")
+    ffn = (sizes.get("mlp") or {}).get("ffn") or (sizes.get("moe") or {}).get("ffn")
+    return {"ffn_hidden_size": ffn, "mlp": kind, "mlp_bias": bias}
+
+
+def moe_fields(cfg: Any, sizes: dict[str, Any], where: str) -> dict[str, Any]:
+    """Experts, their width and top-k, the router's bias, the shared experts and their gate."""
+    fields = ffn_fields(cfg, sizes, int(getattr(cfg, "hidden_size", 0) or 0), where)
+    moe = sizes.get("moe")
+    if moe is None:
+        return fields
+    topk = _get(cfg, TOPK)
+    if not isinstance(topk, int) or topk <= 0:
+        raise SpecError(f"{where}: the config says no number of experts per token ({' / '.join(TOPK[:3])})")
+    if moe["router_bias"] > 1:
+        raise SpecError(f"{where}: the router has both a bias and a score-correction bias (meshplan counts one)")
+    shared = moe.get("shared")
+    fields.update(num_experts=moe["experts"], moe_topk=topk, moe_ffn_hidden_size=moe["ffn"],
+                  router_bias=bool(moe["router_bias"]), shared_expert_ffn_size=shared["ffn"] if shared else 0,
+                  shared_expert_gate=bool(moe.get("shared_gate")))
+    return fields
+
+
+def mamba_fields(cfg: Any, mamba: dict[str, Any] | None, where: str) -> dict[str, Any]:
+    """A Mamba-2 mixer: heads, head width P = D_i / n_h, groups G (config), state N = (conv channels − D_i) / 2G,
+    kernel; its in_proj must be 2·D_i + 2·G·N + n_h wide, without biases, with a conv bias and the gated norm
+    (ModelSpec.mamba_params)."""
+    if mamba is None:
+        return {}
+    heads, inner = mamba["heads"], mamba["inner"]
+    groups = int(_get(cfg, GROUPS) or 1)
+    state = _exact((mamba["conv_dim"] - inner) / (2 * groups), "the Mamba state size", where)
+    given = _get(cfg, STATE_KEYS)
+    if given is not None and given != state:
+        raise SpecError(f"{where}: the Mamba mixer's conv1d implies state {state}, the config says {given}")
+    if mamba["in_proj"] != 2 * inner + 2 * groups * state + heads:
+        raise SpecError(f"{where}: the Mamba mixer's in_proj is {mamba['in_proj']} wide, not 2·D_i + 2·G·N + n_h "
+                        f"= {2 * inner + 2 * groups * state + heads} (a Mamba-2 mixer meshplan does not model)")
+    if mamba["in_bias"] or mamba["out_bias"] or not mamba["conv_bias"] or not mamba["norm"]:
+        raise SpecError(f"{where}: the Mamba-2 mixer's biases or gated norm differ from the one meshplan models "
+                        "(no in/out projection bias, a conv1d bias, a gated RMSNorm)")
+    chunk = int(getattr(cfg, "chunk_size", None) or getattr(cfg, "mamba_chunk_size", None) or 128)
+    return {"mamba_heads": heads, "mamba_head_dim": _exact(inner / heads, "the Mamba head width", where),
+            "mamba_state": state, "mamba_groups": groups, "mamba_conv": mamba["kernel"], "mamba_chunk": chunk}

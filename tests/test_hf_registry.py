@@ -1,0 +1,50 @@
+"""Issue 51: every causal-LM model_type transformers registers, from its default config.json, is read exactly or
+refused with one line saying what is not modelled; none is silently wrong (hf_sweep.py builds each on the meta
+device: no weights, milliseconds a model). Skipped without torch + transformers (the ``hf`` extra)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from meshplan.specs.hf_sweep import Outcome, registry_sweep, tally  # noqa: E402
+
+# The 2024-26 decoder families training users run, and the three issue 48 found read as Llama: each exact.
+FAMILIES = ("llama", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
+            "deepseek_v3", "gpt_oss", "olmo2", "olmo3", "olmoe", "gemma2", "gemma3_text", "phi", "phi3", "phimoe",
+            "granite", "granitemoe", "ernie4_5", "ernie4_5_moe", "glm4", "glm4_moe", "nemotron_h", "bamba",
+            "mamba2", "cohere2", "cohere2_moe", "starcoder2", "gpt2", "gpt_neox", "falcon", "opt", "bloom")
+# Encoders and encoder-decoders: refused, never read as decoders
+NOT_DECODERS = ("bert", "roberta", "xlm-roberta", "electra", "camembert", "bart", "whisper", "marian")
+
+
+@pytest.fixture(scope="module")
+def outcomes() -> dict[str, Outcome]:
+    return {o.model_type: o for o in registry_sweep()}
+
+
+def test_registry_is_exact_or_refused_never_wrong(outcomes: dict[str, Outcome]) -> None:
+    counts = tally(list(outcomes.values()))
+    wrong = [o for o in outcomes.values() if o.kind == "wrong"]
+    assert not wrong, wrong
+    assert counts["exact"] >= 84, counts  # 40 exact and 76 silently wrong before the meta-device check
+    assert counts["exact"] + counts["refused"] == len(outcomes) >= 170
+
+
+def test_refusals_are_one_line_naming_what_is_missing(outcomes: dict[str, Outcome]) -> None:
+    for o in outcomes.values():
+        if o.kind == "refused":
+            assert "\n" not in o.detail and len(o.detail) > 30, o
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_families_are_exact(outcomes: dict[str, Outcome], model_type: str) -> None:
+    assert outcomes[model_type].kind == "exact", outcomes[model_type]
+
+
+@pytest.mark.parametrize("model_type", NOT_DECODERS)
+def test_encoders_are_refused_as_such(outcomes: dict[str, Outcome], model_type: str) -> None:
+    o = outcomes[model_type]
+    assert o.kind == "refused" and ("encoder" in o.detail), o
