@@ -224,17 +224,20 @@ def compose_memory(model: ModelSpec, plan: Plan, units: Mapping[str, Units], gri
     # an offloaded optimizer state leaves the GPU for the host: the first rank's (memory.offloaded_optimizer)
     kept = {z: [model_states(end, _with(plan, zero=z, offload_optimizer=False), stack, last)
                 for end, last in zip(ends, (False, True), strict=True)] for z in zeros}
-    resident = [resident_weights(model, plan, last) for last in (False, True)]  # 1 unless weights are offloaded
-    states = [_array([[[arr(0.0 if i == 2 and oo else end[i] * (resident[e] if i == 0 else 1.0))
-                        for e, end in enumerate(kept[z])] for oo in oos] for z in zeros]) for i in range(3)]
-    host_weights = {z: (1 - resident[0]) * kept[z][0][0] for z in zeros}
+    if plan.offload_weights:  # the weights' resident share on the GPU, the rest in host memory (memory.py)
+        resident = [resident_weights(model, plan, last) for last in (False, True)]
+        kept = {z: [(w * share, g, o) for (w, g, o), share in zip(kept[z], resident, strict=True)] for z in zeros}
+        host_weights = {z: kept[z][0][0] * (1 - resident[0]) / resident[0] for z in zeros}
+    states = [_array([[[arr(0.0 if i == 2 and oo else end[i]) for end in kept[z]] for oo in oos] for z in zeros])
+              for i in range(3)]
     settled = {(rc, oa): _with(plan, recompute=rc, offload_activations=oa) for rc in rcs for oa in oas}
     acts = _array([[[arr(a) for a in activation_memory(model, settled[rc, oa], stack, units[rc])] for oa in oas]
                    for rc in rcs])
     weights, grads, optimizer = states
     buffers = _array([arr(buffer_memory(model, _with(plan, zero=z))) for z in zeros])
     return MemoryGrid(weights, grads, optimizer, acts, buffers,
-                      _array([[arr((kept[z][0][2] if oo else 0.0) + host_weights[z]) for oo in oos] for z in zeros]),
+                      _array([[arr((kept[z][0][2] if oo else 0.0) + (host_weights[z] if plan.offload_weights else 0.0))
+                                for oo in oos] for z in zeros]),
                       _array([[arr(offloaded_activations(model, settled[rc, oa], units[rc])) for oa in oas]
                               for rc in rcs]))
 
