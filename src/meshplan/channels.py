@@ -25,6 +25,8 @@ The data-parallel traffic (NVLink / NIC), the offload copies (host link) and the
 own link busy, at the same time, so the pass lasts as long as the slowest of them, not as their sum:
     X = max(T', D, O + (1 − s)·T') + σ·max(H, min(H + D, K))     data-parallel traffic overlapped (stack.overlap_dp)
     X = max(T', O + (1 − s)·T') + σ·H + D                        data-parallel traffic after the pass
+With offloaded weights (ZeRO-Infinity) the fetches F of every layer's weights share the host link with the copies, so
+the link is busy at least O + F: the terms O + (1 − s)·T' above become max(O + (1 − s)·T', O + F).
 The data-parallel collectives may run while exposed layer traffic holds the compute stream (T' counts it), the copies
 only beside the offloaded layers (what (1 − s)·T' blocks). The compute is slowed once for each second it overlaps any
 communication, σ·min(H + D, K), and never less than the layer-level rules already charged (σ·H); copy engines take no
@@ -49,7 +51,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from meshplan.comm import collective_time
+from meshplan.comm import Layout, collective_time, fastest_time, split_group
 from meshplan.cost.params import StageParams, layers_on_last, layers_on_stage, trainable
 from meshplan.cost.records import OpCost
 from meshplan.groups import axis_layout
@@ -82,6 +84,9 @@ class Offload:
 
     copy: Num = 0.0
     share: Num = 1.0
+    # offloaded weights (ZeRO-Infinity, Rajbhandari et al. 2021 §5): the rank's weights fetched from the host a layer
+    # at a time beside every pass (``weight_fetch``), over the same host link as the copies but beside every layer
+    fetch: Num = 0.0
 
 
 class Collectives(NamedTuple):
@@ -100,15 +105,48 @@ def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: Stage
     params = trainable(params, plan)
     dense_group, expert_group = plan.dp * plan.cp, plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp)
     layout_d, layout_e = axis_layout(plan, "dp"), axis_layout(plan, "edp")
+    if plan.dp_mode == "ps":
+        return ps_collectives(cluster, plan, params.dense * (dense_group > 1) + params.expert * (expert_group > 1), eff)
+
+    def one(kind: str, nbytes: Num, group: Num, layout: Layout) -> Num:
+        if plan.collectives == "mst":  # MPICH's choice per message (comm.fastest_time)
+            return fastest_time(kind, nbytes, group, split_group(cluster, group, layout), cluster, eff)
+        return collective_time(kind, nbytes, group, layout, cluster, eff)
 
     def coll(kind: str, per_param: int) -> Num:
-        t = collective_time(kind, params.dense * per_param, dense_group, layout_d, cluster, eff)
+        t = one(kind, params.dense * per_param, dense_group, layout_d)
         if not model.is_moe:
             return t
-        return t + collective_time(kind, params.expert * per_param, expert_group, layout_e, cluster, eff)
+        return t + one(kind, params.expert * per_param, expert_group, layout_e)
 
     return Collectives(coll("all_reduce", plan.grad_bytes), coll("all_gather", WEIGHT_BYTES),
                        coll("reduce_scatter", plan.grad_bytes))
+
+
+def ps_push(cluster: Cluster, plan: Plan, nbytes: Num, eff: Efficiency) -> Num:
+    """Seconds for every GPU to push ``nbytes`` to (or pull them from) the parameter servers (seed 004's parameter
+    server; Li et al. 2014, "Scaling distributed machine learning with the parameter server", OSDI, §3: the keys are
+    sharded over the servers, each worker exchanges each shard with the server that holds it). Over the network tier
+    (the outermost: latency α, bandwidth B per GPU and per server, at the mesh's NCCL efficiency), N GPUs each send n
+    bytes, S server shards each take N·n/S; the exchange runs at the slower of a worker's link and a server's:
+        t = α + n/B · max(1, N/S)
+    S = ``plan.servers``, 0: one per GPU (N/S = 1, every link at full rate)."""
+    tiers = cluster.tiers
+    last = len(tiers) - 1
+    workers = plan.num_gpus
+    load = workers / (plan.servers or workers)
+    return (tiers[last].latency + nbytes / (tiers[last].bandwidth * eff.link(last)) * maximum(1.0, load)) * (nbytes > 0)
+
+
+def ps_collectives(cluster: Cluster, plan: Plan, params: Num, eff: Efficiency) -> Collectives:
+    """The data-parallel exchange of a parameter server for the ``params`` this GPU exchanges (``ps_push``): the push
+    of the gradients stands for the reduce-scatter, the pull of the updated bf16 weights for the all-gather, and the
+    two in turn for the all-reduce; so the ZeRO stages keep their schedule of ``ZERO_TRAFFIC`` (stage 0: push and
+    pull after the last backward; 1: the pull beside the next step's first forward, as a parameter server's workers
+    prefetch; 3: a pull per pass, the workers holding no weights between passes)."""
+    push = ps_push(cluster, plan, params * plan.grad_bytes, eff)
+    pull = ps_push(cluster, plan, params * WEIGHT_BYTES, eff)
+    return Collectives(push + pull, pull, push)
 
 
 def optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency) -> Num:
@@ -127,7 +165,18 @@ def optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Effic
     per_param = OPTIMIZER_STATE[plan.optimizer].step_bytes(plan.grad_bytes)
     if plan.offload_optimizer:
         return shard * per_param / cluster.host_bandwidth
-    return memory_time(OpCost("optimizer/step", "step", "memory", nbytes=shard * per_param), cluster.accelerator, eff)
+    step = memory_time(OpCost("optimizer/step", "step", "memory", nbytes=shard * per_param), cluster.accelerator, eff)
+    if plan.offload_weights:  # the updated bf16 weights go back to their home in host memory
+        return step + shard * WEIGHT_BYTES / cluster.host_bandwidth
+    return step
+
+
+def weight_fetch(cluster: Cluster, weights: Num) -> Num:
+    """Seconds to fetch a rank's offloaded ``weights`` (bytes on the GPU under its ZeRO stage) from host memory over
+    the host link, once per pass: ZeRO-Infinity prefetches each layer's parameters before its forward and again
+    before its backward (Rajbhandari et al. 2021, §5.1 and §6.2: the host link's bandwidth bounds the step when the
+    compute per parameter is small)."""
+    return weights / cluster.host_bandwidth
 
 
 def offload(model: ModelSpec, cluster: Cluster, plan: Plan, layer_saved: Num, last: bool) -> Offload:
@@ -147,15 +196,18 @@ def pass_channels(t: Num, k: Num, h: Num, d: Num, copy: Num, share: Num, slowdow
     return _pass(t - slowdown * h, k, h, d, copy, share, slowdown, overlapped)
 
 
-def _pass(bare: Num, k: Num, h: Num, d: Num, copy: Num, share: Num, slowdown: float, overlapped: bool
-          ) -> tuple[Num, Num]:
-    """``pass_channels`` from T' = ``bare``."""
+def _pass(bare: Num, k: Num, h: Num, d: Num, copy: Num, share: Num, slowdown: float, overlapped: bool,
+          fetch: Num = 0.0) -> tuple[Num, Num]:
+    """``pass_channels`` from T' = ``bare``; ``fetch``: the weight fetches (``Offload.fetch``), X ≥ O + fetch."""
     none = type(d) is float and d == 0.0
-    if none and type(copy) is float and copy == 0.0:
+    no_fetch = type(fetch) is float and fetch == 0.0
+    if none and type(copy) is float and copy == 0.0 and no_fetch:
         return 0.0, 0.0
     moved: Num = 0.0
-    if not (type(copy) is float and copy == 0.0):  # the copies' link is free only beside the offloaded layers
-        moved = maximum(0.0, copy + (1 - share) * bare - (bare if none or not overlapped else maximum(bare, d)))
+    if not (type(copy) is float and copy == 0.0 and no_fetch):  # the copies' link is free only beside the offloaded
+        busy = copy + (1 - share) * bare  # layers; the weight fetches run beside every layer, on the same link
+        busy = busy if no_fetch else maximum(busy, copy + fetch)
+        moved = maximum(0.0, busy - (bare if none or not overlapped else maximum(bare, d)))
     if none:
         return 0.0, moved
     if not overlapped:
@@ -211,14 +263,15 @@ def step_channels(p: Passes, m: Num, c: Collectives, zeros: tuple[int, ...], off
     recompute mode (which changes the backward pass only)."""
     bare = {"f": p.t_f - slowdown * p.h_f, "b": p.t_b - slowdown * p.h_b}
     priced: dict[tuple[str, int], tuple[Num, tuple[Num, Num]]] = {}
-    shared = forward is not None and type(off.copy) is float and off.copy == 0.0
+    shared = forward is not None and type(off.copy) is float and off.copy == 0.0 and type(off.fetch) is float \
+        and off.fetch == 0.0
 
     def one(pass_: str, d: Num) -> tuple[Num, Num]:
         memo = forward if shared and pass_ == "f" and forward is not None else priced
         key = (pass_, id(d))
         if key not in memo:
             k, h = (p.k_f, p.h_f) if pass_ == "f" else (p.k_b, p.h_b)
-            memo[key] = (d, _pass(bare[pass_], k, h, d, off.copy, off.share, slowdown, overlapped))
+            memo[key] = (d, _pass(bare[pass_], k, h, d, off.copy, off.share, slowdown, overlapped, off.fetch))
         return memo[key][1]
 
     out = {}

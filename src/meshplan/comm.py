@@ -232,3 +232,51 @@ def all_reduce_traffic(nbytes: Num, group: Num, algorithm: str = "ring") -> Num:
     if algorithm == "multicast":
         return 3 * (group - 1) / group * nbytes
     raise ValueError(f"unknown all-reduce algorithm {algorithm!r}")
+
+
+# Minimum-spanning-tree (binomial-tree) collectives, seed 004's "MST algorithm for small messages": each node talks
+# to one other at a time, so a broadcast reaches g ranks in ⌈log2 g⌉ rounds of the whole message (Chan, Heimlich,
+# Purkayastha & van de Geijn 2007, "Collective communication: theory, practice, and experience", §5.1 Table 2;
+# Thakur, Rabenseifner & Gropp 2005, §4.1 (binomial-tree broadcast for short messages, MPICH), §4.4 (binomial reduce)):
+#     broadcast / reduce                   ⌈log2 g⌉·(α + n/B)
+#     scatter / gather                     ⌈log2 g⌉·α + (g-1)/g · n/B          (halving the data each round)
+#     all-gather = gather + broadcast      2⌈log2 g⌉·α + (g-1)/g · n/B + ⌈log2 g⌉ · n/B
+#     reduce-scatter = reduce + scatter    2⌈log2 g⌉·α + ⌈log2 g⌉ · n/B + (g-1)/g · n/B
+#     all-reduce = reduce + broadcast      2⌈log2 g⌉·(α + n/B)
+# (the reduction arithmetic γ of Chan et al. is below this model's resolution, as in the ring formulas above). Over a
+# group that spans tiers the tree runs on each tier in turn, innermost first, on the whole message (a reduction or a
+# broadcast does not shrink it), so the rounds of tier i cost its α_i and B_i; gathers move the bytes of the ranks
+# inside tier i at once. MPICH picks, per message, the faster of the tree and the bandwidth-optimal algorithm
+# (Thakur et al. 2005 §4: binomial tree below 12 KB or under 8 ranks): ``fastest_time``.
+MST_KINDS = ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter")
+
+
+def mst_time(kind: str, nbytes: Num, parts: Sequence[Num], cluster: Cluster, eff: Efficiency = DEFAULT) -> Num:
+    """Seconds of the minimum-spanning-tree ``kind`` (MST_KINDS) of ``nbytes`` over a group split over the tiers as
+    ``parts`` (``split_group``); infinity for a kind the tree does not serve (all-to-all, p2p)."""
+    if kind not in MST_KINDS:
+        return math.inf
+    total: Num = 0.0
+    inner: Num = 1
+    whole: Num = 1
+    for g in parts:
+        whole = whole * g
+    for i, (g, tier) in enumerate(zip(parts, cluster.tiers, strict=True)):
+        rounds, step = ceil_log2(g), nbytes / (tier.bandwidth * eff.link(i))
+        outer = inner * g
+        spread = (outer - inner) / whole * step  # scatter / gather: the shares of the ranks beyond tier i-1's block
+        if kind in ("broadcast", "reduce"):
+            total = total + rounds * (tier.latency + step)
+        elif kind == "all_reduce":
+            total = total + 2 * rounds * (tier.latency + step)
+        else:
+            total = total + 2 * rounds * tier.latency + rounds * step + spread
+        inner = outer
+    return total
+
+
+def fastest_time(kind: str, nbytes: Num, group: Num, parts: list[Num], cluster: Cluster,
+                 eff: Efficiency = DEFAULT) -> Num:
+    """MPICH's per-message choice (Thakur et al. 2005 §4): the faster of ``split_time``'s algorithm (ring, double
+    binary tree, chain) and the minimum spanning tree (``mst_time``); zero for a group of one."""
+    return minimum(split_time(kind, nbytes, group, parts, cluster, eff), mst_time(kind, nbytes, parts, cluster, eff))

@@ -132,6 +132,20 @@ def model_states(params: StageParams, plan: Plan, stack: Stack, last: bool = Fal
     return weights, grads, optimizer
 
 
+# ZeRO-Infinity keeps the parameters of the layer running and of the one prefetched on the GPU (Rajbhandari et al. 2021,
+# §5.1 "the parameters are fetched layer by layer", DeepSpeed stage3_prefetch_bucket_size / max_live_parameters)
+RESIDENT_LAYERS = 2
+
+
+def resident_weights(model: ModelSpec, plan: Plan, last: bool = False) -> Num:
+    """The share of a rank's weights kept on the GPU: 1, or with offloaded weights (``plan.offload_weights``) the
+    RESIDENT_LAYERS of its stage's layers being used and prefetched (the rest live in host memory)."""
+    if not plan.offload_weights:
+        return 1.0
+    layers = layers_on_last(model, plan) if last else layers_on_stage(model, plan)
+    return minimum(1.0, RESIDENT_LAYERS / maximum(layers, 1))
+
+
 def chunk_gradient_share(plan: Plan, stack: Stack) -> Num:
     """Share of a rank's unsharded gradients alive at its memory peak: 1, except under the torch pipeline runtime
     with ZeRO-1 (torchtitan's FSDP2 with pipeline parallelism: weights kept unsharded across micro-batches,
@@ -155,9 +169,12 @@ def chunk_gradient_share(plan: Plan, stack: Stack) -> Num:
 
 def model_state_memory(model: ModelSpec, plan: Plan, stack: Stack
                        ) -> tuple[tuple[Num, Num, Num], tuple[Num, Num, Num]]:
-    """(weights, grads, optimizer) of the first and of the last pipeline rank."""
-    return (model_states(stage_params(model, plan, True), plan, stack),
-            model_states(stage_params(model, plan, False), plan, stack, last=True))
+    """(weights, grads, optimizer) of the first and of the last pipeline rank (the weights' resident share only)."""
+    out = []
+    for first in (True, False):
+        w, g, o = model_states(stage_params(model, plan, first), plan, stack, last=not first)
+        out.append((w * resident_weights(model, plan, last=not first), g, o))
+    return out[0], out[1]
 
 
 def offloaded_optimizer(model: ModelSpec, plan: Plan, stack: Stack) -> Num:

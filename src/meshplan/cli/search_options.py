@@ -17,7 +17,7 @@ from meshplan.cli.common import check_max_plans, choices, split_ints
 from meshplan.cli.options import flag, recompute_modules
 from meshplan.ranges import check_options
 from meshplan.search.space import Space
-from meshplan.specs.plan import OPTIMIZERS, PINNABLE, PRECISION, Plan
+from meshplan.specs.plan import COLLECTIVE_ALGORITHMS, DP_MODES, OPTIMIZERS, PINNABLE, PRECISION, Plan
 from meshplan.specs.stack import Stack
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Plan)}
@@ -77,6 +77,16 @@ OPTIONS = [
                  help=_FIELDS["grad_bytes"].metadata["help"]),
     click.option("--optimizer", type=click.Choice(OPTIMIZERS), default=_space_default("optimizer"), show_default=True,
                  help=_FIELDS["optimizer"].metadata["help"] + "; every plan of the search keeps it (not searched)"),
+    click.option("--dp-mode", "dp_mode_opts", default=_listed(_space_default("dp_modes")), show_default=True,
+                 help="data-parallel exchanges to consider: allreduce, ps (a parameter server: seed 004; --framework "
+                      "any or generic)"),
+    click.option("--servers", type=int, default=_space_default("servers"), show_default=True,
+                 help=_FIELDS["servers"].metadata["help"]),
+    click.option("--offload-weights", is_flag=True, default=False,
+                 help="also consider weights in host memory (ZeRO-Infinity; --framework any or generic)"),
+    click.option("--collectives", "collectives_opts", default=_listed(_space_default("collectives")),
+                 show_default=True, help="collective algorithms to consider: nccl, mst (also the minimum spanning "
+                                         "tree where faster; --framework any or generic)"),
     click.option("--headroom", type=float, default=None,
                  help=f"share of HBM every plan leaves free (default: {_space_default('headroom'):g}, the model's "
                       "largest memory error against measured runs, docs/ACCURACY.md; sweep: 0); plans inside it are "
@@ -132,7 +142,10 @@ def space_settings(given: dict[str, Any], stack: Stack, headroom: float | None =
                 "all_placements": given["placements"] == "all", "max_micro_batch": given["max_micro_batch"],
                 "precision": given["precision"], "grad_bytes": given["grad_bytes"], "optimizer": given["optimizer"],
                 "max_plans": given["max_plans"], "pinned": pins(given), "recompute_layers": given["recompute_layers"],
-                "offload_layers": given["offload_layers"]}
+                "offload_layers": given["offload_layers"], "servers": given["servers"],
+                "dp_modes": choices(given["dp_mode_opts"], DP_MODES, "dp-mode"),
+                "offload_weights": (False, True) if given["offload_weights"] else (False,),
+                "collectives": choices(given["collectives_opts"], COLLECTIVE_ALGORITHMS, "collectives")}
     settings |= {"prefer_simple": False} if given["fastest_first"] else {}
     return settings | ({} if share is None else {"headroom": share})
 

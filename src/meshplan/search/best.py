@@ -32,7 +32,13 @@ def simplicity(plan: Plan) -> int:
     """How much a plan asks of its user: its parallel axes beyond data parallelism, interleaving, a 2D layout,
     offloads and recompute, one each."""
     axes = sum(getattr(plan, a) > 1 for a in AXES)
-    return axes + plan.offload_optimizer + plan.offload_activations + (plan.recompute != "none")
+    return axes + plan.offload_optimizer + plan.offload_activations + (plan.recompute != "none") + extras(plan)
+
+
+def extras(plan: Plan) -> int:
+    """The options beyond the settings grid a plan takes, one each: weight offload, a parameter server, MST
+    collectives (a batch shares them, so this is one count for all its rows)."""
+    return int(plan.offload_weights) + (plan.dp_mode == "ps") + (plan.collectives != "nccl")
 
 
 def simplicities(batch: object, rows: np.ndarray, recompute: np.ndarray, offload_opt: np.ndarray,
@@ -40,7 +46,7 @@ def simplicities(batch: object, rows: np.ndarray, recompute: np.ndarray, offload
     """``simplicity`` of many plans: rows of a PlanBatch under per-plan settings (booleans: recompute is not
     "none", the optimizer and the activations are offloaded)."""
     axes = sum((getattr(batch, a)[rows] > 1).astype(np.int64) for a in AXES)
-    return axes + offload_opt + offload_act + recompute
+    return axes + offload_opt + offload_act + recompute + extras(batch)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -119,5 +125,5 @@ def plan_key(plan: Plan) -> tuple:
     """(the ranking's order of the plan fields, the plan)."""
     order = (plan.dp, plan.tp, plan.pp, plan.cp, plan.ep, plan.etp, plan.vpp, plan.last_stage_layers, plan.micro_batch,
              plan.zero, plan.recompute, plan.sequence_parallel, plan.schedule, plan.offload_optimizer,
-             plan.offload_activations, plan.placement)
+             plan.offload_activations, plan.placement, plan.offload_weights, plan.dp_mode, plan.collectives)
     return (order, plan)

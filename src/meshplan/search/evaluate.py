@@ -71,6 +71,13 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
     pool = base.select(rows, sequence_parallel=sp, tensor_layout=layout)  # one row per size combination
     sized = replace(sized, columns=columns).select(rows)  # without the layout column
     units = KeyUnits(model, cluster, pool, space.stack, space.recompute, eff)
+    by_algorithm = {"nccl": units}  # the layers' collectives priced per algorithm (Plan.collectives: comm.fastest_time)
+
+    def keyed(algorithm: str) -> KeyUnits:
+        if algorithm not in by_algorithm:
+            by_algorithm[algorithm] = KeyUnits(model, cluster, pool.select(np.arange(len(pool)), collectives=algorithm),
+                                               space.stack, space.recompute, eff)
+        return by_algorithm[algorithm]
     if not space.gpipe and "gpipe" in space.stack.supports.schedules:  # a GPipe the framework has but loses
         gpipe = int(sized.count[(pool.vpp == 1) & (pool.pp > 1)].sum()) * space.grid_size
         result.tally.add("dominated: GPipe (1F1B has its step time with less memory)", "any pp > 1 plan", gpipe)
@@ -82,8 +89,10 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
             result.tally.add("pipedream-2bw needs m >= pp micro-batches", "any pp > 1 plan with fewer",
                              int(sized.count[short].sum()) * space.grid_size)
     for group, schedule in _groups(pool, space):
-        _score_group(model, cluster, space, eff, pool.select(group, schedule=schedule), sized.select(group),
-                     (free if schedule in ASYNC_SCHEDULES else bound)[group], units.shape_of[group], units, result)
+        for extra in space.variants():  # options beyond the grid (Space.variants): one empty variant by default
+            _score_group(model, cluster, space, eff, pool.select(group, schedule=schedule, **extra),
+                         sized.select(group), (free if schedule in ASYNC_SCHEDULES else bound)[group],
+                         units.shape_of[group], keyed(str(extra.get("collectives", "nccl"))), result)
     return result
 
 

@@ -75,6 +75,13 @@ class Space:
     # offload; 0: all of them. A stage with fewer layers recomputes (offloads) all of its own
     recompute_layers: int = 0
     offload_layers: int = 0
+    # options beyond the settings grid, each searched as a variant of every plan (``variants``: the search's time grows
+    # with their product, so each defaults to off): the data-parallel exchange (Plan.dp_mode, with ``servers``
+    # parameter-server shards), weight offload (Plan.offload_weights), the collective algorithms (Plan.collectives)
+    dp_modes: tuple[str, ...] = ("allreduce",)
+    servers: int = 0
+    offload_weights: tuple[bool, ...] = (False,)
+    collectives: tuple[str, ...] = ("nccl",)
 
     def __post_init__(self) -> None:
         check_options(max_micro_batch=self.max_micro_batch, max_plans=self.max_plans or None,  # ranges.RANGES
@@ -118,7 +125,10 @@ class Space:
                     "sequence_parallel": tuple(v for v in self.sequence_parallel if can.sequence_parallel or not v),
                     "offload_optimizer": tuple(v for v in self.offload_optimizer if can.offload_optimizer or not v),
                     "offload_activations": tuple(v for v in self.offload_activations
-                                                 if can.offload_activations or not v)}
+                                                 if can.offload_activations or not v),
+                    "dp_modes": tuple(v for v in self.dp_modes if can.parameter_server or v != "ps"),
+                    "offload_weights": tuple(v for v in self.offload_weights if can.offload_weights or not v),
+                    "collectives": tuple(v for v in self.collectives if can.mst_collectives or v != "mst")}
         for field_name, values in narrowed.items():
             if not values:
                 runs = zeros if field_name == "zero" else getattr(can, field_name, False)
@@ -170,7 +180,15 @@ class Space:
         """The plan fields every plan of the space shares."""
         return {"precision": self.precision, "grad_bytes": self.grad_bytes, "optimizer": self.optimizer,
                 "recompute_modules": self.recompute_modules,
-                "recompute_layers": self.recompute_layers, "offload_layers": self.offload_layers}
+                "recompute_layers": self.recompute_layers, "offload_layers": self.offload_layers,
+                "servers": self.servers}
+
+    def variants(self) -> list[dict[str, object]]:
+        """The options beyond the grid each plan is scored under (``dp_modes`` × ``offload_weights`` ×
+        ``collectives``), as Plan fields; one empty variant when every one is off."""
+        return [{k: v for k, v in (("dp_mode", d), ("offload_weights", w), ("collectives", c))
+                 if v != {"dp_mode": "allreduce", "offload_weights": False, "collectives": "nccl"}[k]}
+                for d in self.dp_modes for w in self.offload_weights for c in self.collectives]
 
     @property
     def grid(self) -> tuple[tuple, ...]:

@@ -325,6 +325,8 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack:
     if not fsdp_has_zero(stack.fsdp, plan.zero):
         reasons.append(f"fsdp={stack.fsdp} has no ZeRO-1 strategy (NO_SHARD is zero=0, SHARD_GRAD_OP 2, "
                        "FULL_SHARD 3)")
+    if not isinstance(plan.servers, int) or isinstance(plan.servers, bool) or plan.servers < 0:
+        reasons.append(f"servers={plan.servers!r} must be a count of parameter-server shards, 0 (one per GPU) or more")
     if plan.grad_bytes not in (2, 4):
         reasons.append(f"grad_bytes={plan.grad_bytes} must be 2 or 4")
     if sorted(plan.placement) != sorted(DENSE_AXES):

@@ -37,6 +37,12 @@ ASYNC_SCHEDULES = ("pipedream", "pipedream-2bw")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", *ASYNC_SCHEDULES)
 PRECISION = ("bf16", "fp16", "fp8", "mxfp8", "fp4")
 FINETUNE = ("full", "lora")
+# how the data-parallel gradients meet: NCCL-style collectives over the dp group, or a parameter server (seed 004:
+# workers push gradients to and pull weights from server shards over the network; channels.ps_collectives)
+DP_MODES = ("allreduce", "ps")
+# the collective library's algorithms: NCCL's (ring, double binary tree, chain), or MPICH's per-message choice that
+# adds the minimum spanning tree for small messages (comm.fastest_time; Thakur et al. 2005)
+COLLECTIVE_ALGORITHMS = ("nccl", "mst")
 # the optimizer whose state the run keeps (memory.OPTIMIZER_STATE prices each: its bytes per parameter, its step)
 OPTIMIZERS = ("adam", "adamw", "adam-bf16", "adam-8bit", "sgd-momentum", "sgd", "adafactor")
 LORA_TARGETS = ("all", "qkv")
@@ -133,6 +139,16 @@ class Plan:
     tensor_layout: str = field(default="1d", metadata=_opt(
         "1d (Megatron) or summa (2D SUMMA on a tp x tp2 grid)", flag="layout", choices=LAYOUTS))
     summa_panels: int = field(default=0, metadata=_opt("SUMMA panels nb (0: max(tp, tp2))"))
+    dp_mode: str = field(default="allreduce", metadata=_opt(
+        "data-parallel gradient exchange: collectives, or a parameter server (push gradients, pull weights)",
+        choices=DP_MODES))
+    servers: int = field(default=0, metadata=_opt("with --dp-mode ps: parameter-server shards (0: one per GPU)"))
+    collectives: str = field(default="nccl", metadata=_opt(
+        "collective algorithms: NCCL's ring / tree / chain, or also the minimum spanning tree where it is faster "
+        "(MPICH: small messages, few ranks)", choices=COLLECTIVE_ALGORITHMS))
+    # ZeRO-Infinity's parameter offload (Rajbhandari et al. 2021): the weights live in host memory, fetched a layer at a
+    # time over the host link beside each forward and backward pass (channels.weight_fetch, memory.model_states)
+    offload_weights: bool = field(default=False, metadata=_opt("weights in host memory, fetched per layer"))
     tags: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -199,6 +215,12 @@ class Plan:
                                         ("offload-act", self.offload_activations and not self.offload_layers)) if on]
         if self.offload_activations and self.offload_layers:
             parts.append(f"offload-act={self.offload_layers}")
+        if self.offload_weights:
+            parts.append("offload-weights")
+        if self.dp_mode == "ps":
+            parts.append(f"ps={self.servers or self.num_gpus}")
+        if self.collectives != "nccl":
+            parts.append(f"collectives={self.collectives}")
         shown = [a for a in self.placement if getattr(self, a) > 1]
         if shown != [a for a in DENSE_AXES if getattr(self, a) > 1]:
             parts.append("placement=" + ",".join(shown))

@@ -35,6 +35,9 @@ class Supports:
     sequence_parallel: bool = field(default=True, metadata={"help": "Megatron sequence parallelism with tp"})
     offload_optimizer: bool = field(default=True, metadata={"help": "optimizer state and step on the host"})
     offload_activations: bool = field(default=True, metadata={"help": "saved activations on the host"})
+    offload_weights: bool = field(default=True, metadata={"help": "weights in host memory (ZeRO-Infinity)"})
+    parameter_server: bool = field(default=True, metadata={"help": "parameter-server data parallelism"})
+    mst_collectives: bool = field(default=True, metadata={"help": "minimum-spanning-tree collectives (MPICH)"})
     uneven_stages: bool = field(default=True, metadata={"help": "a last pipeline stage with its own layer count"})
     any_placement: bool = field(default=True, metadata={"help": "the axes in any order on the mesh (false: the "
                                                                 "framework's own rank order, tp innermost)"})
@@ -62,6 +65,12 @@ class Supports:
         for name in ("sequence_parallel", "offload_optimizer", "offload_activations"):
             if getattr(plan, name) and not getattr(self, name):
                 out.append(name)
+        if plan.offload_weights and not self.offload_weights:
+            out.append("offload_weights")
+        if plan.dp_mode == "ps" and not self.parameter_server:
+            out.append("dp_mode=ps")
+        if plan.collectives == "mst" and not self.mst_collectives:
+            out.append("collectives=mst")
         if plan.last_stage_layers and not self.uneven_stages:
             out.append(f"last_stage_layers={plan.last_stage_layers}")
         return out

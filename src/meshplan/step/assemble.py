@@ -20,9 +20,9 @@ from typing import Any, Protocol, cast
 import numpy as np
 
 from meshplan.bubble import flow_bubble
-from meshplan.channels import Offload, Passes, dp_collectives, offload, optimizer_time, step_channels
+from meshplan.channels import Offload, Passes, dp_collectives, offload, optimizer_time, step_channels, weight_fetch
 from meshplan.cost.params import StageParams, stage_params
-from meshplan.memory import Memory, buffer_memory, model_states
+from meshplan.memory import Memory, buffer_memory, model_states, resident_weights
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -119,8 +119,10 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
         pipelined = m * _pair(first.total, last.total, shape, dtype)
         for a, oa in enumerate(grid.offload_activations):
             copies = _copies(model, cluster, _with(ranked, offload_activations=oa), units[rc], shape, dtype)
-            channels = step_channels(passes, per_update, collectives, grid.zero, copies, slowdown, stack.overlap_dp,
-                                     forward)
+            channels: dict[int, tuple[Num, Num]] = {}
+            for zeros, fetch in _fetches(cluster, plan, params, grid.zero, stack, shape, dtype):
+                channels |= step_channels(passes, per_update, collectives, zeros, replace(copies, fetch=fetch),
+                                          slowdown, stack.overlap_dp, forward)
             for z, zero in enumerate(grid.zero):
                 dp, moved = (updates * x for x in channels[zero])
                 for o, oo in enumerate(grid.offload_optimizer):
@@ -135,6 +137,20 @@ def _copies(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, shape: tup
         return Offload()
     one, two = (offload(model, cluster, plan, u.layer_saved, last) for last in (False, True))
     return Offload(_pair(one.copy, two.copy, shape, dtype), _pair(one.share, two.share, shape, dtype))
+
+
+def _fetches(cluster: Cluster, plan: Plan, params: StageParams, zeros: tuple[int, ...], stack: Stack,
+             shape: tuple[int, ...], dtype: type) -> Iterator[tuple[tuple[int, ...], Num]]:
+    """(ZeRO stages, the end ranks' weight fetch per pass) with offloaded weights (channels.weight_fetch: the weights
+    each GPU holds, a shard under ZeRO-3, the whole stage's below); without, every stage at once with none."""
+    if not plan.offload_weights:
+        yield zeros, 0.0
+        return
+    for group in ((z for z in zeros if z < 3), (z for z in zeros if z == 3)):
+        stages = tuple(group)
+        if stages:
+            held = model_states(params, _with(plan, zero=stages[0]), stack)[0]  # both end ranks (stacked)
+            yield stages, weight_fetch(cluster, np.asarray(held, dtype=dtype))
 
 
 def _with(plan: Plan, **settings: Any) -> Plan:
@@ -174,7 +190,7 @@ class MemoryGrid:
     optimizer: np.ndarray  # 0 where offloaded (memory.model_states)
     activations: np.ndarray  # (R, A, 2, ...)
     buffers: np.ndarray  # (Z, ...)
-    host_optimizer: np.ndarray  # (Z, O, ...): the first rank's offloaded optimizer state (ZeRO-Offload)
+    host_optimizer: np.ndarray  # (Z, O, ...): the first rank's offloaded optimizer state (ZeRO-Offload) and weights
     host_activations: np.ndarray  # (R, A, ...): step.memory.offloaded_activations
 
     def peak(self, dtype: type = np.float64) -> np.ndarray:
@@ -208,6 +224,10 @@ def compose_memory(model: ModelSpec, plan: Plan, units: Mapping[str, Units], gri
     # an offloaded optimizer state leaves the GPU for the host: the first rank's (memory.offloaded_optimizer)
     kept = {z: [model_states(end, _with(plan, zero=z, offload_optimizer=False), stack, last)
                 for end, last in zip(ends, (False, True), strict=True)] for z in zeros}
+    if plan.offload_weights:  # the weights' resident share on the GPU, the rest in host memory (memory.py)
+        resident = [resident_weights(model, plan, last) for last in (False, True)]
+        kept = {z: [(w * share, g, o) for (w, g, o), share in zip(kept[z], resident, strict=True)] for z in zeros}
+        host_weights = {z: kept[z][0][0] * (1 - resident[0]) / resident[0] for z in zeros}
     states = [_array([[[arr(0.0 if i == 2 and oo else end[i]) for end in kept[z]] for oo in oos] for z in zeros])
               for i in range(3)]
     settled = {(rc, oa): _with(plan, recompute=rc, offload_activations=oa) for rc in rcs for oa in oas}
@@ -216,7 +236,8 @@ def compose_memory(model: ModelSpec, plan: Plan, units: Mapping[str, Units], gri
     weights, grads, optimizer = states
     buffers = _array([arr(buffer_memory(model, _with(plan, zero=z))) for z in zeros])
     return MemoryGrid(weights, grads, optimizer, acts, buffers,
-                      _array([[arr(kept[z][0][2] if oo else 0.0) for oo in oos] for z in zeros]),
+                      _array([[arr((kept[z][0][2] if oo else 0.0) + (host_weights[z] if plan.offload_weights else 0.0))
+                                for oo in oos] for z in zeros]),
                       _array([[arr(offloaded_activations(model, settled[rc, oa], units[rc])) for oa in oas]
                               for rc in rcs]))
 

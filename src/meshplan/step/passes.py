@@ -49,7 +49,7 @@ import numpy as np
 
 from meshplan.allreduce import tp_all_reduce
 from meshplan.channels import Passes
-from meshplan.comm import split_group, split_time
+from meshplan.comm import fastest_time, split_group, split_time
 from meshplan.cost.recompute import RECOMPUTE_MODULES, rerun_by, tp_rerun_by
 from meshplan.cost.records import OpCost
 from meshplan.groups import axis_layout
@@ -81,7 +81,8 @@ def time_ops(ops: list[OpCost], cluster: Cluster, plan: Plan, eff: Efficiency,
             if c.kind == "all_reduce" and c.axis == "tp":  # the one TP all-reduce model (allreduce.py), NCCL's
                 one = tp_all_reduce(c.nbytes, c.group, splits[key][1], cluster, eff, custom=False)
             else:
-                one = split_time(c.kind, c.nbytes, c.group, splits[key][1], cluster, eff)
+                one = (fastest_time if plan.collectives == "mst" else split_time)(  # MST: comm.fastest_time
+                    c.kind, c.nbytes, c.group, splits[key][1], cluster, eff)
             times.append(one * op.repeat if type(op.repeat) is not float or op.repeat != 1.0 else one)
         elif compute is not None:
             times.append(cast(Num, compute[i]))  # set for every op that is not a collective
