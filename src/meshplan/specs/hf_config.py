@@ -19,7 +19,7 @@ from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.specs.hf_families import FAMILIES, WINDOWED, hf_key, sliding_window
 from meshplan.specs.hf_generic import read_generic
-from meshplan.specs.hf_meta import MetaModel, available, build_meta, registered
+from meshplan.specs.hf_meta import MetaModel, available, build_meta, transformers_registers
 from meshplan.specs.hf_reader import ConfigReader
 from meshplan.specs.hf_verify import check_build
 from meshplan.specs.model import ModelSpec
@@ -52,7 +52,7 @@ def _resolve(config: dict[str, Any], where: str) -> tuple[dict[str, Any], str, s
     transformers is read as the model_type of the class its ``architectures`` names, when that class is a family's
     or one of transformers' causal language models (remote-code checkpoints built on them)."""
     given = _check_type(config, where)
-    if given in FAMILIES or (available() and registered(given)):
+    if given in FAMILIES or (available() and transformers_registers(given)):
         return config, given, given
     architectures = config.get("architectures")
     names = [a for a in architectures if isinstance(a, str)] if isinstance(architectures, list) else []

@@ -56,7 +56,7 @@ def available() -> bool:
     return True
 
 
-def registered(model_type: str) -> bool:
+def transformers_registers(model_type: str) -> bool:
     """Whether transformers has a config class for ``model_type`` (models on the Hub with their own modeling code,
     ``auto_map``, are not)."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
@@ -87,7 +87,7 @@ def _build(text: str) -> MetaModel | str:
     config = json.loads(text)
     config = {k: _floats(v) for k, v in config.items()}
     model_type = str(config.pop("model_type", "") or "")
-    if not registered(model_type):
+    if not transformers_registers(model_type):
         return f"transformers {transformers.__version__} has no model_type={model_type!r}"
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
