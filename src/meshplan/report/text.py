@@ -185,7 +185,7 @@ def search_json(results, tokens: float | None, price: float | None, rank_by: str
         d = r.to_dict()
         for plan, est in zip(d["plans"], r.plans, strict=True):
             plan.update(training_cost(est, tokens, price))
-            plan["frameworks"] = frameworks_running(est.plan)
+            plan["frameworks"] = frameworks_running(est.plan, est.model)
             if rerun is not None:
                 plan["estimate_command"] = rerun(est)
         return d
@@ -227,7 +227,7 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
                 console.print(fastest_note(r), markup=False)
             console.print("[bold]#1 in detail[/bold]")
             estimate_tables(r.plans[0], console)
-            runs = frameworks_running(r.plans[0].plan)
+            runs = frameworks_running(r.plans[0].plan, r.plans[0].model)
             console.print(f"frameworks that run it: {', '.join(runs) or 'none of the presets'}", markup=False)
             if rerun is not None:
                 console.print("re-run it: " + shlex.join(rerun(r.plans[0])), soft_wrap=True, markup=False)

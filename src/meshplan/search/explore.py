@@ -25,7 +25,8 @@ import numpy as np
 from meshplan.search.batch import PlanBatch
 from meshplan.specs.plan import Plan
 
-STATUS = ("fits", "memory exceeds HBM", "memory within the headroom", "offload exceeds host memory")
+STATUS = ("fits", "memory exceeds HBM", "memory within the headroom", "offload exceeds host memory",
+          "refused by the framework")
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "pipedream", "pipedream-2bw")
 LAYOUTS = ("1d", "summa")
 SIZES = ("dp", "tp", "tp2", "pp", "cp", "ep", "etp", "vpp", "last_stage_layers", "micro_batch")
