@@ -138,7 +138,7 @@ def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: PlanBatch, sav
         _tally_misses(result.tally, f"memory within the {space.headroom:.0%} headroom", peak,
                       (peak > usable) & (peak <= capacity) & runs, where, usable)
     _tally_misses(result.tally, "offload exceeds host memory", host, in_hbm & ~in_host, where, host_capacity)
-    return fits, np.where(runs, peak, np.nan)  # a refused plan has no memory to show (explore: its own status)
+    return fits, np.where(runs, peak, np.nan)  # a refused plan has no memory to show (explore: left out of the sample)
 
 
 def _tally_refused(tally: Tally, model: ModelSpec, sized: PlanBatch, space: Space, plans: np.ndarray) -> np.ndarray:
@@ -235,7 +235,7 @@ def _explore_chunk(cluster: Cluster, space: Space, batch: PlanBatch, time: np.nd
     capacity = cluster.accelerator.hbm_bytes
     mem = peak[:, rows]
     status = np.where(fits[:, rows], 0, np.where(mem > capacity, 1, np.where(mem > capacity * (1 - space.headroom),
-                                                                              2, np.where(np.isnan(mem), 4, 3))))
+                                                                              2, 3)))
     settings = np.unravel_index(np.arange(flat.shape[0]), time.shape[:-1])
     explored.record(sample_columns(flat[:, rows], status, mem, settings, batch, rows))
 
