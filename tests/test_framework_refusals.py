@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -25,17 +26,17 @@ from meshplan.specs.stack import load_stack
 MCORE = load_stack("megatron-core")
 
 
-def _site_file(path: str) -> Path:
-    spec = importlib.util.find_spec(path.split("/")[0])
-    assert spec is not None and spec.submodule_search_locations
-    return Path(next(iter(spec.submodule_search_locations))).parent / path
+def _site_file(package: str, path: str) -> Path:
+    """A file of the installed distribution, found by its metadata (without importing it: a test module may have
+    put a stand-in of the package into sys.modules)."""
+    return Path(str(importlib.metadata.distribution(package).locate_file(path)))
 
 
 @pytest.mark.parametrize("name", sorted(REFUSALS))
 def test_each_refusal_quotes_the_installed_framework_at_the_cited_lines(name):
     rule = REFUSALS[name]
     assert importlib.metadata.version(rule.package[0]) == rule.package[1]
-    lines = _site_file(rule.path).read_text().splitlines()
+    lines = _site_file(rule.package[0], rule.path).read_text().splitlines()
     first, last = rule.lines
     assert rule.quote in "\n".join(lines[first - 1:last]), f"{rule.source} no longer says {rule.quote!r}"
 
@@ -201,3 +202,20 @@ def test_the_known_leaders_leave_the_ranking():
                         workers=1)
         assert all(stack.supports.problems(e.plan, model, stack) == [] for e in result.plans)
         assert any(what in reason for reason in result.rejected)
+
+
+def test_estimate_prices_a_refused_plan_and_says_who_refuses_it():
+    """``estimate`` prices any plan; under a framework that refuses it, it names the refusal and its source."""
+    from click.testing import CliRunner
+
+    from meshplan.cli.main import cli
+
+    args = ["estimate", "--model", "llama3-8b", "--system", "h100", "--gpus", "16", "--pp", "2",
+            "--offload-activations", "--recompute", "none"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "note: megatron-core refuses this plan: activation offload with pp > 1 (megatron-core 0.16.1 " \
+           "megatron/core/transformer/transformer_config.py:1144-1147)" in result.stderr
+    assert "with recompute" not in result.stderr
+    data = json.loads(CliRunner().invoke(cli, [*args, "--json"]).stdout)
+    assert data["refused_by_framework"] == [f"activation offload with pp > 1 ({REFUSALS['offload_with_pp'].source})"]
