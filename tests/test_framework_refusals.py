@@ -219,3 +219,30 @@ def test_estimate_prices_a_refused_plan_and_says_who_refuses_it():
     assert "with recompute" not in result.stderr
     data = json.loads(CliRunner().invoke(cli, [*args, "--json"]).stdout)
     assert data["refused_by_framework"] == [f"activation offload with pp > 1 ({REFUSALS['offload_with_pp'].source})"]
+
+
+def test_the_plan_space_view_names_the_frameworks_as_one_plan_is_judged():
+    """The report's plan-space column (report/space.frameworks, on the sample's arrays) names, for each sampled plan
+    of qwen3-30b-a3b on 16 H100s under --framework any, the presets that Supports.problems (one plan, with the
+    refusals) finds run it."""
+    from meshplan.report.space import columns
+    from meshplan.search.explore import LAYOUTS, SCHEDULES, Explore
+    from meshplan.specs.stack import frameworks_running
+
+    model = load_model("qwen3-30b-a3b")
+    result = search(model, load_system("h100").cluster(16), Space(global_batch=64, stack=load_stack("any")), top_k=3,
+                    workers=1, explore=Explore(sample=200))
+    ps = result.explored
+    cols, c, grid = columns(ps, result.model, result.space), ps.columns, ps.grid
+    sizes = ("dp", "tp", "pp", "cp", "ep", "etp", "tp2", "vpp", "micro_batch", "last_stage_layers")
+    names = set()
+    for i in range(len(ps)):
+        plan = Plan(global_batch=64, **{k: int(c[k][i]) for k in sizes},
+                    sequence_parallel=bool(c["sequence_parallel"][i]), recompute=grid[0][c["recompute"][i]],
+                    zero=int(grid[1][c["zero"][i]]), offload_optimizer=bool(grid[2][c["offload_optimizer"][i]]),
+                    offload_activations=bool(grid[3][c["offload_activations"][i]]),
+                    tensor_layout=LAYOUTS[c["layout"][i]], schedule=SCHEDULES[c["schedule"][i]])
+        shown = cols["vocab"]["framework"][cols["framework"][i]]
+        assert shown == (", ".join(frameworks_running(plan, model)) or "none"), plan.describe()
+        names.add(shown)
+    assert len(names) > 2  # the sample spans plans several frameworks run and some none does
