@@ -12,6 +12,7 @@ one missing)."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shlex
 from pathlib import Path
@@ -123,10 +124,16 @@ def test_a_launch_of_another_engines_pricing_is_refused():
     assert "priced with engine vllm; price it with --engine sglang" in str(result.exception)
 
 
+# vLLM's and SGLang's wheels pull CUDA builds of several GB, so no extra installs them (the dev extra holds what the
+# other tests import); installed from their wheels with --no-deps and their light dependencies (generate.py), they
+# import on a CPU and this test runs: it passed so with vLLM 0.33.0 and SGLang 0.5.23
+ENGINES = importlib.util.find_spec("vllm") is not None and importlib.util.find_spec("sglang") is not None
+
+
+@pytest.mark.skipif(not ENGINES, reason="vLLM and SGLang are not installed (tests/data/engine_args/generate.py says "
+                                        "how to install them on a CPU)")
 def test_the_engines_own_parsers_accept_the_launch(tmp_path):
     """Where vLLM and SGLang import (see tests/data/engine_args/generate.py), their own parsers read the launch."""
-    pytest.importorskip("vllm.engine.arg_utils")
-    pytest.importorskip("sglang.srt.server_args")
     from sglang.srt.server_args import ServerArgs
     from vllm.engine.arg_utils import EngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
