@@ -163,6 +163,8 @@ def test_megatron_core_builds_configs_of_recompute_and_fp8_plans(recompute):
         args = _arguments(emit("megatron", model, est.plan, est.stack))
         assert args["recompute_granularity"] == recompute and args["fp8"] in ("e4m3", "hybrid")
         _check_layout(_transformer_config(args), est.plan, model)
+    if recompute == "full":  # Megatron-Bridge graphs its layers: Megatron-Core 0.16.1 refuses full recompute there
+        return  # (specs/refusals.py cuda_graphs_with_full_recompute, tests/test_framework_refusals.py)
     model, plans = _plans("megatron-bridge", "llama3-8b", 32, 256, recompute=(recompute,), precision="fp8")
     for est in plans:
         overrides = _overrides(emit("nemo", model, est.plan, est.stack))["model"]

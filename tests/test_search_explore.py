@@ -73,6 +73,7 @@ def test_sample_size_verdicts_and_workers(explored):
     assert (cols["memory"][over] > hbm * (1 - 1e-6)).all()
     assert (cols["memory"][within] > hbm * (1 - SPACE.headroom) * (1 - 1e-6)).all()
     assert len(STATUS) == 4
+    assert not np.isnan(cols["memory"]).any()  # no plan the framework refuses (search/refused.py) in the sample
     again = search(MODEL, CLUSTER, SPACE, top_k=3, workers=2, explore=Explore(sample=2000)).explored
     assert all(np.array_equal(again.columns[k], cols[k]) for k in cols)
     assert [p for _, _, p in again.front] == [p for _, _, p in space.front]

@@ -222,3 +222,8 @@ def _imports(body: list[str], mesh_lines: list[str]) -> list[str]:
     if "replicate(" in text:
         lines.append("from torch.distributed._composable.replicate import replicate")
     return lines
+
+
+def unwritten_lines(sharding: Sharding) -> list[str]:
+    """The program's "# not written" lines: what of the plan it leaves out (as_written.py prices the rest)."""
+    return [line for line in parallelize_code(sharding).splitlines() if line.startswith("# not written")]

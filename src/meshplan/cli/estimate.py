@@ -14,6 +14,7 @@ from meshplan.cli.options import DEFAULT_FRAMEWORK, plan_of, plan_options, stack
 from meshplan.errors import SpecError
 from meshplan.fields import usable_hbm
 from meshplan.report.fit_hints import fit_hints, print_hints
+from meshplan.specs.refusals import refused
 
 if TYPE_CHECKING:
     from meshplan.estimate import Estimate
@@ -53,10 +54,14 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
     est = run(model, cluster, plan, stack)
     hints = fit_hints(est)
     search = _search_command(model_ref, system_ref, where, est, framework)
+    refusals = [f"{r.what} ({r.source})" for r in refused(stack.supports.refuses, plan, model, stack)]
+    for text in [] if as_json else refusals:  # priced all the same: the search leaves such plans out
+        click.echo(f"note: {stack.name} refuses this plan: {text}", err=True)
     if as_json:
         out = est.to_dict() | ({} if est.fits else {"fit_hints": [h.to_dict() for h in hints], "fit_search": search})
         # plan's rule (fields.usable_hbm): "fits" is HBM alone, this one the headroom plan keeps free as well
         out["fits_headroom"] = bool(est.fits and est.peak_memory <= usable_hbm(est.cluster.accelerator.hbm_bytes))
+        out |= {"refused_by_framework": refusals} if refusals else {}
         click.echo(json.dumps(out, indent=None if show_ops else 2))
         return
     from meshplan.report.text import estimate_tables, terminal_console

@@ -18,7 +18,7 @@ from meshplan.cli.common import (
     sequences,
     split_ints,
 )
-from meshplan.cli.emit import EMIT_FRAMEWORK, FORMATS, check_emit, write_best
+from meshplan.cli.emit import EMIT_DEPTH, EMIT_FRAMEWORK, FORMATS, check_emit, write_best
 from meshplan.cli.goodput_options import reliability_of, reliability_options
 from meshplan.cli.options import DEFAULT_FRAMEWORK, estimate_args, stack_of, stack_options
 from meshplan.cli.search_options import pop_search_options, search_options, search_space, space_settings
@@ -86,9 +86,10 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
     where = {"seq": options["seq"], "nvlink_domain": options["nvlink_domain"]}
     clusters = [load_inputs(model_ref, system_ref, gpus=n, **where) for n in counts]  # all, before any search
     gbs = _global_batch(clusters[0][0], options["global_batch"])
+    spaces = [(model, cluster, _space(settings, gbs, cluster.accelerator.default_precision, stack))
+              for model, cluster in clusters]
     results = []
-    for model, cluster in clusters:
-        space = _space(settings, gbs, cluster.accelerator.default_precision, stack)
+    for model, cluster, space in spaces:
         with progress(as_json) as update:
             results.append(search(model, cluster, space, top_k=options["top_k"], progress=update, explore=every))
     rerun = ["meshplan", "estimate", "--model", model_ref, "--system", system_ref]
@@ -96,7 +97,8 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
     print_search(results, as_json=as_json, **budget,
                  rerun=lambda est: [*rerun, "--gpus", str(est.plan.num_gpus), *estimate_args(est.plan, est.stack)])
     if emit_format:
-        write_best(results, emit_format, emit_to)
+        write_best(results, emit_format, emit_to,
+                   deeper=lambda: [search(m, c, s, top_k=max(EMIT_DEPTH, options["top_k"])) for m, c, s in spaces])
     if csv_path is not None:
         from meshplan.report.plans_csv import write_plans_csv
 

@@ -8,7 +8,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from meshplan.cli import serve_load
+from meshplan.cli import serve_emit, serve_load
 from meshplan.cli.common import MAX_PRICE, apply, common_model, load_inputs, split_ints
 from meshplan.errors import SpecError
 from meshplan.fields import MAX_SIZE
@@ -56,6 +56,7 @@ def _flag(name: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--report", "report_path", default=None, help="also write an HTML report of the search to this file")
 @apply(serve_load.LOAD_OPTIONS)
+@apply(serve_emit.emit_options)
 def serve_cmd(model_ref: str, system_ref: str, gpus: int, as_json: bool, **options: Any) -> None:
     """Find the best way to serve MODEL on GPUS accelerators of SYSTEM for requests of INPUT-LEN / OUTPUT-LEN tokens
     under the TTFT and TPOT targets."""
@@ -67,7 +68,10 @@ def serve_cmd(model_ref: str, system_ref: str, gpus: int, as_json: bool, **optio
         raise SpecError(f"price={price} must be a number from 0 to {MAX_PRICE:g} per GPU-hour")
     check_options(gpus=gpus, top=options["top_k"], input_len=options["input_len"], output_len=options["output_len"])
     model, cluster = load_inputs(model_ref, system_ref, gpus=gpus, seq=None, nvlink_domain=options.pop("nvlink_domain"))
-    context(model, options.pop("seq"), options["input_len"], options["output_len"])
+    emit = serve_emit.take_emit(options, click.get_current_context().get_parameter_source("engine_ref")
+                                == ParameterSource.COMMANDLINE, as_json)
+    served = options.pop("seq")
+    context(model, served, options["input_len"], options["output_len"])
     options["slo"] = tuple(_seconds(options.pop(k), k.replace("_", "-")) for k in ("ttft_slo", "tpot_slo"))
     fixed = all(options[k] is not None for k in FIXED)
     _no_effect(model, options, fixed, report_path)
@@ -78,10 +82,13 @@ def serve_cmd(model_ref: str, system_ref: str, gpus: int, as_json: bool, **optio
         writable(report_path, "report")
         require_report_extra()
     if load is not None:
+        if emit[0]:
+            raise SpecError(f"--emit {emit[0]} writes the launch of one steady-state configuration: leave out --rate, "
+                            "--concurrency and --trace (or fix every axis and emit that configuration)")
         return _loaded(model, cluster, engine, options, load, (fixed, price, as_json, report_path))
-    if fixed:
-        return _one(model, cluster, engine, options, price, as_json)
-    _search(model, cluster, engine, options, price, as_json, report_path)
+    best = (_one if fixed else _search)(model, cluster, engine, options, price, as_json, report_path)
+    if emit[0]:
+        serve_emit.write_launch(best, emit[0], emit[1], served or options["input_len"] + options["output_len"])
 
 
 def context(model, seq: int | None, input_len: int, output_len: int) -> None:
@@ -174,7 +181,7 @@ def _seconds(text: str | None, field: str) -> float:
     return parse_duration(text, field, r.low, r.high)
 
 
-def _search(model, cluster, engine, options, price, as_json, report_path) -> None:
+def _search(model, cluster, engine, options, price, as_json, report_path) -> Any:
     from meshplan.report.serve_text import print_serve
     from meshplan.serve.search import search
 
@@ -187,6 +194,7 @@ def _search(model, cluster, engine, options, price, as_json, report_path) -> Non
         write_serving(report_path, result, price)
         if not as_json:
             click.echo(f"wrote {report_path}")
+    return result.plans[0] if result.plans else None
 
 
 def _loaded(model, cluster, engine, options, load, how) -> None:
@@ -214,7 +222,8 @@ def _fixed_plan(cluster, options):
     return plan
 
 
-def _one(model, cluster, engine, options, price, as_json) -> None:
+def _one(model, cluster, engine, options, price, as_json, report_path=None) -> Any:
+    """One configuration (every axis fixed) priced and printed; it (when it fits) for --emit."""
     import json
 
     from meshplan.report.serve_text import serving_estimate_tables
@@ -232,6 +241,7 @@ def _one(model, cluster, engine, options, price, as_json) -> None:
         click.echo(json.dumps(est.to_dict(price) | {"targets": verdicts, "meets_targets": met}))
     else:
         serving_estimate_tables(est, terminal_console(), price, verdicts)
+    return est if est.fits else None
 
 
 COMMANDS = [serve_cmd]

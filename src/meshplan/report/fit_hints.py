@@ -41,7 +41,7 @@ class FitHint:
     @property
     def frameworks(self) -> list[str]:
         """The framework presets that run the variant (all of them are listed only when the stack does not)."""
-        return [] if self.runs else frameworks_running(self.est.plan)
+        return [] if self.runs else frameworks_running(self.est.plan, self.est.model)
 
     def to_dict(self) -> dict[str, Any]:
         return {"options": self.options, "changes": dict(self.changes), "fits": self.est.fits,
@@ -107,7 +107,8 @@ def _priced(est: Estimate, changes: list[dict[str, Any]]) -> list[FitHint]:
         plan, shown = _apply(est.plan, change)
         if check(est.model, est.cluster, plan, est.stack):
             continue
-        out.append(FitHint(shown, run(est.model, est.cluster, plan, est.stack), est.stack.supports.runs(plan)))
+        runs = est.stack.supports.runs(plan, est.model, est.stack)
+        out.append(FitHint(shown, run(est.model, est.cluster, plan, est.stack), runs))
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
+from meshplan.autoshard.as_written import AsWritten, as_written
 from meshplan.autoshard.output import inserted, params
 from meshplan.autoshard.placement import describe, short
 from meshplan.autoshard.program import parallelize_code
@@ -23,6 +24,29 @@ def _sharding(result: Result) -> Sharding:
     return best.intra if isinstance(best, Pipeline) else best
 
 
+_PROGRAMS: dict[int, tuple[Sharding, AsWritten]] = {}
+
+
+def program(result: Result) -> AsWritten | None:
+    """The printed program's price (autoshard/as_written.py) where the best plan is one intra-operator plan that
+    fits; None for a pipeline (the program printed is one stage's) or no plan. Solved once per plan shown."""
+    best = result.best
+    if isinstance(best, Pipeline) or not best.choice or not best.fits:
+        return None
+    if id(best) not in _PROGRAMS:
+        _PROGRAMS[id(best)] = (best, as_written(best))  # the plan kept beside it: its id stays its own
+    return _PROGRAMS[id(best)][1]
+
+
+def _program_dict(result: Result) -> dict[str, Any] | None:
+    written = program(result)
+    if written is None:
+        return None
+    return {"step_time_s": written.sharding.step_time, "plan_step_time_s": result.best.step_time,
+            "fits": written.sharding.fits, "parameters_written_otherwise": list(written.changed),
+            "left_out": list(written.left_out), "gathered_outputs_not_priced": written.unpriced}
+
+
 def to_dict(result: Result, top: int = 12) -> dict[str, Any]:
     """One JSON object: the request, the best plan (time, memory, stages), every parameter's placements, the
     parallelize_module code, the inserted collectives, every pipeline considered and the solver's timings."""
@@ -34,6 +58,8 @@ def to_dict(result: Result, top: int = 12) -> dict[str, Any]:
         "mesh": {"names": list(sharding.problem.mesh.names), "shape": list(sharding.problem.mesh.sizes)},
         "fits": bool(best.fits), "reason": "" if best.fits else sharding.reason,
         "step_time_s": best.step_time if best.step_time != float("inf") else None,
+        # the printed program's own step (the plan's above), where it writes the plan otherwise (as_written.py)
+        "program": _program_dict(result),
         "micro_batches": result.request.micro_batches,
         "pipeline": _pipeline(best) if isinstance(best, Pipeline) else None,
         "memory_limit_bytes": sharding.memory_limit,
@@ -105,7 +131,13 @@ def _summary_rows(result: Result, best: Any, sharding: Sharding) -> list[tuple[s
         if result.request.micro_batches == 1:
             hint = " (more micro-batches, --micro-batches N, shrink the activations and let --stages try pipelines)"
         rows.append(("verdict", f"DOES NOT FIT: {sharding.reason}{hint}"))
-    if best.step_time != float("inf"):
+    written = program(result)
+    if written is not None and written.sharding.step_time != best.step_time:
+        rows.append(("step time", f"{fmt_time(written.sharding.step_time)} as the program below writes it "
+                                  f"({len(written.changed)} parameters placed otherwise than planned: the '# not "
+                                  f"written' lines); the plan: {fmt_time(best.step_time)}"
+                                  + (" (and its gathered fused outputs are not priced)" if written.unpriced else "")))
+    elif best.step_time != float("inf"):
         rows.append(("step time", fmt_time(best.step_time) + (f" ({result.request.micro_batches} micro-batches)"
                                                               if result.request.micro_batches > 1 else "")))
     if isinstance(best, Pipeline):

@@ -17,6 +17,7 @@ import numpy as np
 from meshplan.report.sections import Section
 from meshplan.report.vega import spec
 from meshplan.search.explore import LAYOUTS, SCHEDULES, STATUS
+from meshplan.specs.refusals import REFUSALS
 from meshplan.specs.stack import load_stack, stack_names
 from meshplan.units import GiB, fmt_bytes
 
@@ -38,7 +39,7 @@ def significant(values: np.ndarray) -> list[float]:
     return [float(f"{v:.4g}") for v in values.tolist()]
 
 
-def columns(ps: PlanSpace) -> dict[str, Any]:  # lists, and the vocabularies' dict
+def columns(ps: PlanSpace, model: Any = None, space: Any = None) -> dict[str, Any]:  # lists, and the vocabularies
     """The sample's columns as the page reads them: times in seconds, memory in GiB (4 significant digits), and
     each categorical column as codes into ``vocab[column]`` (returned under ``"vocab"``)."""
     c = ps.columns
@@ -50,7 +51,8 @@ def columns(ps: PlanSpace) -> dict[str, Any]:  # lists, and the vocabularies' di
     off = np.where(opt & act, "optimizer+activations", np.where(opt, "optimizer", np.where(act, "activations",
                                                                                              "none")))
     text = {"tp": tensor, "recompute": recompute, "zero": zero.astype(str), "offload": off,
-            "framework": frameworks(c, recompute, zero, opt, act), "status": np.array(STATUS)[c["status"]],
+            "framework": frameworks(c, (recompute, zero, opt, act), model, space),
+            "status": np.array(STATUS)[c["status"]],
             "schedule": np.where(c["pp"] > 1, np.array(SCHEDULES)[c["schedule"]], "-"),
             "placement": np.array([",".join(p) for p in ps.placements])[c["placement"]]}
     out: dict[str, list[Any]] = {"time": significant(c["time"]), "memory": significant(c["memory"] / GiB)}
@@ -73,25 +75,44 @@ def _ordered(values: np.ndarray) -> list[str]:
     return sorted((str(v) for v in values), key=key)
 
 
-def frameworks(c: dict[str, np.ndarray], recompute: np.ndarray, zero: np.ndarray, opt: np.ndarray,
-               act: np.ndarray) -> np.ndarray:
+def frameworks(c: dict[str, np.ndarray], settings: tuple[np.ndarray, ...], model: Any = None,
+               space: Any = None) -> np.ndarray:
     """Per sampled plan, the framework presets whose ``[supports]`` run it (specs/supports.py, as ``Supports.problems``
-    judges one plan), joined by commas; "none" for a plan only meshplan models (the 2D layout, for one)."""
+    judges one plan; with the ``model`` and the search's ``space``, none of the preset's refusals refusing it either),
+    joined by commas; "none" for a plan only meshplan models (the 2D layout, for one). ``settings``: each plan's
+    recompute, ZeRO stage, optimizer and activation offload."""
+    recompute, zero, opt, act = settings
     names = [n for n in stack_names() if n not in ("any", "generic")]
     runs = []
     layout = np.array(LAYOUTS)[c["layout"]]
     schedule = np.array(SCHEDULES)[c["schedule"]]
     for name in names:
-        s = load_stack(name).supports
+        stack = load_stack(name)
+        s = stack.supports
         ok = np.isin(layout, s.layouts) & np.isin(zero.astype(int), s.zero) & np.isin(recompute, s.recompute)
         for axis in ("tp", "pp", "cp", "ep"):
             ok &= (c[axis] <= 1) | (axis in s.axes)
         ok &= (c["pp"] <= 1) | np.isin(schedule, s.schedules)
         ok &= (s.sequence_parallel | ~c["sequence_parallel"]) & (s.offload_optimizer | ~opt)
         ok &= (s.offload_activations | ~act) & (s.uneven_stages | (c["last_stage_layers"] == 0))
+        if model is not None and space is not None:
+            view = _Sampled(c, recompute, zero.astype(int), opt, act, space)
+            for rule in (REFUSALS[r] for r in s.refuses):
+                ok &= ~np.broadcast_to(np.asarray(rule.test(view, model, stack), dtype=bool), ok.shape)
         runs.append(ok)
     table = np.array(runs).T if runs else np.zeros((len(zero), 0), dtype=bool)
     return np.array([", ".join(n for n, on in zip(names, row, strict=True) if on) or "none" for row in table])
+
+
+class _Sampled:
+    """The sampled plans as a refusal's test reads them (specs/refusals.py): their columns, their settings, and the
+    fields every plan of the search's space shares."""
+
+    def __init__(self, c: dict[str, np.ndarray], recompute: np.ndarray, zero: np.ndarray, opt: np.ndarray,
+                 act: np.ndarray, space: Any) -> None:
+        self.__dict__.update({k: c[k] for k in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "sequence_parallel")})
+        self.recompute, self.zero, self.offload_optimizer, self.offload_activations = recompute, zero, opt, act
+        self.optimizer, self.offload_layers = space.optimizer, space.offload_layers
 
 
 def space_section(result: SearchResult, plans: Sequence[Detailed], others: Sequence[dict[str, Any]]) -> Section:
@@ -100,7 +121,7 @@ def space_section(result: SearchResult, plans: Sequence[Detailed], others: Seque
     assert ps is not None  # drawn only for a search that explored (html.py)
     hbm = result.cluster.accelerator.hbm_bytes
     usable = hbm * (1 - result.space.headroom)
-    cols = columns(ps)
+    cols = columns(ps, result.model, result.space)
     fitting = sum(1 for s in cols["status"] if cols["vocab"]["status"][s] == "fits")
     front = sum(1 for d in plans if "front" in d.origin)
     context = {"axes": _AXIS_TITLES, "shown": len(ps), "fitting": fitting, "drawn": ps.drawn, "front": front,

@@ -211,7 +211,7 @@ def search_json(results, tokens: float | None, price: float | None, rank_by: str
             plan.update(training_cost(est, tokens, price, rel))
             if rel is not None:
                 plan["failures"] = goodput(est.model, est.plan, est.cluster.num_gpus, rel).as_dict()
-            plan["frameworks"] = frameworks_running(est.plan)
+            plan["frameworks"] = frameworks_running(est.plan, est.model)
             if rerun is not None:
                 plan["estimate_command"] = rerun(est)
         return d
@@ -253,7 +253,7 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
                 console.print(fastest_note(r), markup=False)
             console.print("[bold]#1 in detail[/bold]")
             estimate_tables(r.plans[0], console)
-            runs = frameworks_running(r.plans[0].plan)
+            runs = frameworks_running(r.plans[0].plan, r.plans[0].model)
             console.print(f"frameworks that run it: {', '.join(runs) or 'none of the presets'}", markup=False)
             if rerun is not None:
                 console.print(shell_command("re-run it:", rerun(r.plans[0]), console.width), soft_wrap=True,

@@ -25,6 +25,7 @@ from meshplan.search.combos import Combo
 from meshplan.search.explore import Explored, sample_columns
 from meshplan.search.keyed import KeyUnits
 from meshplan.search.placements import PLACEMENTS
+from meshplan.search.refused import grid_refusals
 from meshplan.search.scoring import grid_memory, grid_times
 from meshplan.search.space import Space
 from meshplan.search.tally import Tally
@@ -131,21 +132,37 @@ def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: PlanBatch, sav
          plans: np.ndarray, result: Part) -> tuple[np.ndarray, np.ndarray]:
     """Memory and feasibility of every setting of some size combinations (``sized``: one plan of each; memory
     does not depend on the placement), each standing for ``plans`` plans: counted as evaluated and feasible,
-    those that do not fit tallied with their reason. Returns (fits, peak), shaped as ``grid_memory``'s."""
+    those that do not fit tallied with their reason, those the framework refuses under the refusal. Returns (fits,
+    peak), shaped as ``grid_memory``'s, the peak NaN where the framework refuses the plan."""
     capacity, host_capacity = cluster.accelerator.hbm_bytes, cluster.host_memory
     usable = usable_hbm(capacity, space.headroom)
     peak, host = grid_memory(model, sized, saved, space)
-    in_hbm, in_host = peak <= usable, host <= host_capacity
-    fits = in_hbm & in_host
+    runs = _tally_refused(result.tally, model, sized, space, plans)
+    in_hbm, in_host = (peak <= usable) | ~runs, (host <= host_capacity) | ~runs  # a refused plan misses nothing
+    fits = in_hbm & in_host & runs
     result.evaluated += int(plans.sum()) * fits[..., 0].size
     result.feasible += int(fits.reshape(-1, len(sized)).sum(axis=0) @ plans)
     where = (plans, sized, space.grid, model.num_layers)
-    _tally_misses(result.tally, "memory exceeds HBM", peak, peak > capacity, where, capacity)
+    _tally_misses(result.tally, "memory exceeds HBM", peak, (peak > capacity) & runs, where, capacity)
     if space.headroom:
         _tally_misses(result.tally, f"memory within the {space.headroom:.0%} headroom", peak,
-                      (peak > usable) & (peak <= capacity), where, usable)
+                      (peak > usable) & (peak <= capacity) & runs, where, usable)
     _tally_misses(result.tally, "offload exceeds host memory", host, in_hbm & ~in_host, where, host_capacity)
-    return fits, peak
+    return fits, np.where(runs, peak, np.nan)  # a refused plan has no memory to show (explore: left out of the sample)
+
+
+def _tally_refused(tally: Tally, model: ModelSpec, sized: PlanBatch, space: Space, plans: np.ndarray) -> np.ndarray:
+    """Tally the settings of some size combinations (``sized``, each standing for ``plans`` plans) that the stack's
+    framework refuses (search/refused.py), each under its refusal with the first such plan and the source; return
+    where the framework runs them (the grid's shape)."""
+    runs = np.ones((*(len(g) for g in space.grid), len(sized)), dtype=bool)
+    for rule, hit in grid_refusals(model, sized, space):
+        count = int(hit.reshape(-1, len(sized)).sum(axis=0) @ plans)
+        flat = int(np.flatnonzero(hit.reshape(-1))[0])
+        plan = _decode(sized, space.grid, hit.shape, flat, layers=model.num_layers)
+        tally.add(rule.reason(space.stack.name), f"{plan.describe()} ({rule.source})", count)
+        runs &= ~hit
+    return runs
 
 
 def _time_rows(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, sized: Sized,

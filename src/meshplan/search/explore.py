@@ -100,10 +100,10 @@ class Explored:
         self.front_t, self.front_m = t[keep], m[keep]
 
     def record(self, columns: dict[str, np.ndarray]) -> None:
-        if self.fits_only:
-            keep = columns["status"] == 0
-            columns = {k: v[keep] for k, v in columns.items()}
-        self.chunks.append(columns)
+        """Keep a chunk of the sample (only the plans that fit, with ``fits_only``); a plan the stack's framework
+        refuses (its memory NaN: search/evaluate._fit) is no plan of the space and stays out."""
+        keep = (columns["status"] == 0) if self.fits_only else ~np.isnan(columns["memory"])
+        self.chunks.append({k: v[keep] for k, v in columns.items()})
 
 
 def _mix(h: np.ndarray) -> np.ndarray:

@@ -174,6 +174,8 @@ def load_stack(ref: str | Stack, field_name: str = "framework") -> Stack:
 FRAMEWORK_STACK = load_stack(DEFAULT_FRAMEWORK)  # the stack of DEFAULT_FRAMEWORK: estimate's and Space's default
 
 
-def frameworks_running(plan: Any) -> list[str]:
-    """The framework presets whose ``supports`` run ``plan`` (a Plan); "any" and "generic" are not frameworks."""
-    return [name for name in stack_names() if name not in ("any", "generic") and load_stack(name).supports.runs(plan)]
+def frameworks_running(plan: Any, model: Any = None) -> list[str]:
+    """The framework presets whose ``supports`` run ``plan`` (a Plan; with its ``model``, also none of the preset's
+    refusals refuses it); "any" and "generic" are not frameworks."""
+    stacks = [load_stack(name) for name in stack_names() if name not in ("any", "generic")]
+    return [s.name for s in stacks if s.supports.runs(plan, model, s)]

@@ -15,6 +15,7 @@ from typing import Any
 from meshplan.errors import SpecError
 from meshplan.fields import unknown_field
 from meshplan.specs.plan import OPTIMIZERS, SCHEDULES
+from meshplan.specs.refusals import REFUSALS, refused
 
 LAYOUTS = ("1d", "summa")
 AXES = ("tp", "pp", "cp", "ep")  # the axes a framework may lack (dp it always has)
@@ -41,6 +42,8 @@ class Supports:
     uneven_stages: bool = field(default=True, metadata={"help": "a last pipeline stage with its own layer count"})
     any_placement: bool = field(default=True, metadata={"help": "the axes in any order on the mesh (false: the "
                                                                 "framework's own rank order, tp innermost)"})
+    # combinations its own validation code refuses (specs/refusals.py: each with its file, lines and version)
+    refuses: tuple[str, ...] = field(default=(), metadata={"help": "refusals of specs/refusals.py it makes"})
     source: str = ""  # where these come from (the framework's arguments, schedules and parallelisms at a version)
 
     def __post_init__(self) -> None:
@@ -49,12 +52,16 @@ class Supports:
             value = getattr(self, name)
             if not isinstance(value, tuple) or (not value and name != "axes") or any(v not in allowed for v in value):
                 raise SpecError(f"supports.{name}={value!r} must list some of {', '.join(map(str, allowed))}")
+        unknown = [r for r in self.refuses if r not in REFUSALS] if isinstance(self.refuses, tuple) else [self.refuses]
+        if unknown:
+            raise SpecError(f"supports.refuses: {unknown[0]!r} must be one of {', '.join(REFUSALS)}")
         for f in fields(self):
             if f.type == "bool" and not isinstance(getattr(self, f.name), bool):
                 raise SpecError(f"supports.{f.name}={getattr(self, f.name)!r} must be true or false")
 
-    def problems(self, plan: Any) -> list[str]:
-        """What of ``plan`` (a Plan) this framework does not run ([] = it runs it)."""
+    def problems(self, plan: Any, model: Any = None, stack: Any = None) -> list[str]:
+        """What of ``plan`` (a Plan) this framework does not run ([] = it runs it); with the ``model`` and the
+        ``stack`` (a Stack: some refusals read it), also the combinations its code refuses (``refuses``)."""
         out = [f"tensor_layout={plan.tensor_layout}"] if plan.tensor_layout not in self.layouts else []
         out += [f"{a}={getattr(plan, a)}" for a in AXES if getattr(plan, a) > 1 and a not in self.axes]
         if plan.pp > 1 and plan.schedule not in self.schedules:
@@ -73,10 +80,12 @@ class Supports:
             out.append("collectives=mst")
         if plan.last_stage_layers and not self.uneven_stages:
             out.append(f"last_stage_layers={plan.last_stage_layers}")
+        if model is not None and stack is not None:
+            out += [r.what for r in refused(self.refuses, plan, model, stack)]
         return out
 
-    def runs(self, plan: Any) -> bool:
-        return not self.problems(plan)
+    def runs(self, plan: Any, model: Any = None, stack: Any = None) -> bool:
+        return not self.problems(plan, model, stack)
 
 
 def supports_from_dict(data: Any, where: str) -> Supports:

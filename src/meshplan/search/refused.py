@@ -1,0 +1,52 @@
+"""The plans of a settings grid that the stack's framework refuses (``Supports.refuses``, specs/refusals.py).
+
+Each refusal's test runs once on a grid view of some size combinations: the settings the grid varies (recompute,
+ZeRO, optimizer offload, activation offload) as arrays along their own axis, each size column along the last, so
+that the test broadcasts to the grid's shape (recompute, zero, offload opt, offload act, combination), as the
+memory does (scoring.grid_memory). A plan is counted under the first refusal that refuses it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from meshplan.search.batch import PlanBatch
+from meshplan.search.space import Space
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.refusals import REFUSALS, Refusal
+
+
+class _GridView:
+    """A PlanBatch's fields, the grid's four settings replaced by arrays along their own axes (see the module)."""
+
+    def __init__(self, batch: PlanBatch, space: Space) -> None:
+        self._batch = batch
+        for axis, (name, values) in enumerate(zip(("recompute", "zero", "offload_optimizer", "offload_activations"),
+                                                  space.grid, strict=True)):
+            shape = [1] * 5
+            shape[axis] = len(values)
+            setattr(self, name, np.array(values).reshape(shape))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._batch, name)
+
+
+def grid_refusals(model: ModelSpec, batch: PlanBatch, space: Space) -> list[tuple[Refusal, np.ndarray]]:
+    """Each refusal of the stack that refuses some plan of the grid, with the plans it refuses first (bool arrays
+    of the grid's shape, disjoint); [] when the stack refuses none."""
+    names = space.stack.supports.refuses
+    if not names:
+        return []
+    view = _GridView(batch, space)
+    shape = (*(len(g) for g in space.grid), len(batch))
+    taken = np.zeros(shape, dtype=bool)
+    out = []
+    for name in names:
+        rule = REFUSALS[name]
+        hit = np.broadcast_to(np.asarray(rule.test(view, model, space.stack), dtype=bool), shape) & ~taken
+        if hit.any():
+            out.append((rule, hit))
+            taken |= hit
+    return out

@@ -1,0 +1,121 @@
+"""Refusals: plans a framework refuses to run, each read from the framework's own validation code at a version.
+
+A stack preset's ``[supports]`` table names the refusals of its framework (``refuses = [...]``); the search leaves
+their plans out and tallies them under the refusal's reason (search/refused.py), ``Supports.problems`` names them
+for one plan. Each refusal cites the file, the lines and the installed version whose check raises (or silently
+drops the setting), and quotes the text the test (tests/test_framework_refusals.py) finds at those lines; where the
+check runs on a CPU, the test also builds the framework's own object with the plan's settings and expects its error.
+
+A test takes a plan-like (a Plan, or the search's grid view: the same fields as NumPy arrays that broadcast), the
+model and the stack, and returns a bool (array): it uses ``&``, ``|``, comparisons and ``_no`` only, never ``and``,
+``or`` or ``not``, so that one definition serves one plan and a million.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from meshplan.specs.model import ModelSpec
+
+_MCORE = ("megatron-core", "0.16.1")
+_TITAN = ("torchtitan", "0.2.2")
+_DS = ("deepspeed", "0.19.8")
+
+
+def _no(value: Any) -> Any:
+    """Logical not of a bool or a bool array (``~`` on a Python bool is an integer)."""
+    return np.logical_not(value)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One plan a framework refuses: ``what`` it refuses (the search's rejection reason), where its code says so
+    (``package`` at ``version``, ``path`` relative to the package's site-packages folder, ``lines``), the ``quote``
+    found there, and the ``test`` of a plan-like."""
+
+    name: str
+    what: str
+    package: tuple[str, str]  # (distribution, version)
+    path: str
+    lines: tuple[int, int]
+    quote: str
+    test: Callable[[Any, ModelSpec, Any], Any]
+
+    @property
+    def source(self) -> str:
+        return f"{self.package[0]} {self.package[1]} {self.path}:{self.lines[0]}-{self.lines[1]}"
+
+    def reason(self, framework: str) -> str:
+        return f"{framework} refuses {self.what}"
+
+
+def _offloaded_every_layer(p: Any, m: ModelSpec, s: Any) -> Any:
+    """cpu_offloading_num_layers must be below num_layers: offloading a stage's every layer (offload_layers 0, or
+    as many as the stage holds) with one stage offloads them all."""
+    per_stage = -(-m.num_layers // p.pp)
+    return p.offload_activations & (p.pp == 1) & ((p.offload_layers == 0) | (p.offload_layers >= per_stage))
+
+
+_TC = "megatron/core/transformer/transformer_config.py"
+_PARALLELIZE = "torchtitan/models/llama3/infra/parallelize.py"
+
+REFUSALS: dict[str, Refusal] = {r.name: r for r in (
+    # ---- Megatron-Core 0.16.1 -------------------------------------------------------------------------------
+    Refusal("offload_with_pp", "activation offload with pp > 1", _MCORE, _TC, (1144, 1147),
+            "no support for Pipeline parallelism with CPU offloading",
+            lambda p, m, s: p.offload_activations & (p.pp > 1)),
+    Refusal("offload_with_recompute", "activation offload with recompute", _MCORE, _TC, (1149, 1152),
+            "CPU offloading does not work when activation recomputation is enabled",
+            lambda p, m, s: p.offload_activations & (p.recompute != "none")),
+    Refusal("offload_every_layer", "activation offload of every layer (cpu_offloading_num_layers < num_layers)",
+            _MCORE, _TC, (1137, 1142), "CPU offloading can be done only for layers less than",
+            _offloaded_every_layer),
+    Refusal("moe_tp_without_sp", "MoE with tp > 1 without sequence parallelism", _MCORE,
+            "megatron/core/transformer/moe/moe_layer.py", (379, 383),
+            "are enabled without also enabling sequence parallelism.",
+            lambda p, m, s: m.is_moe & (p.tp > 1) & _no(p.sequence_parallel)),
+    Refusal("moe_bias_with_etp", "MoE linear biases with etp > 1", _MCORE, _TC, (1589, 1591),
+            "Bias in Moe is only supported when ETP==1",
+            lambda p, m, s: m.is_moe & m.linear_bias & (p.etp > 1)),
+    Refusal("precision_aware_without_distributed", "bf16 Adam moments without the distributed optimizer (ZeRO-1)",
+            _MCORE, "megatron/core/optimizer/optimizer_config.py", (375, 381),
+            "--use-precision-aware-optimizer only supported with distributed optimizer",
+            lambda p, m, s: (p.optimizer == "adam-bf16") & (p.zero == 0)),
+    Refusal("cuda_graphs_with_offload", "CUDA graphs with activation offload", _MCORE, _TC, (1722, 1723),
+            "CUDA graphs not supported with CPU offloading.",
+            lambda p, m, s: s.cuda_graphs & p.offload_activations),
+    Refusal("cuda_graphs_with_full_recompute", "CUDA graphs of layers with full recompute", _MCORE, _TC,
+            (1780, 1784), "full recompute is only supported with full iteration CUDA graph.",
+            lambda p, m, s: s.cuda_graphs & (p.recompute == "full")),
+    # ---- torchtitan 0.2.2 -----------------------------------------------------------------------------------
+    Refusal("tp_without_sp", "tp > 1 without sequence parallelism (its TP plan shards the norms' sequence)",
+            _TITAN, _PARALLELIZE, (219, 233), '"attention_norm": SequenceParallel(),',
+            lambda p, m, s: (p.tp > 1) & _no(p.sequence_parallel)),
+    Refusal("seq_not_divisible", "seq_length not divisible by tp * 2 * cp", _TITAN,
+            "torchtitan/distributed/parallel_dims.py", (365, 372), "return self.tp * (self.cp * 2)",
+            lambda p, m, s: (m.seq_length % (p.tp * 2 * p.cp)) != 0),
+    Refusal("ddp_with_model_parallel", "ZeRO-0 (DDP) with tp, pp or cp > 1", _TITAN, _PARALLELIZE, (146, 151),
+            "DDP has not supported > 1D parallelism",
+            lambda p, m, s: (p.zero == 0) & (p.dp > 1) & ((p.tp > 1) | (p.pp > 1) | (p.cp > 1))),
+    Refusal("experts_not_over_tp", "MoE experts sharded other than over tp (ep = 1) or over tp or nothing (ep > 1)",
+            _TITAN, "torchtitan/models/llama4/infra/parallelize.py", (559, 563),
+            "experts_mesh = tp_mesh",
+            lambda p, m, s: m.is_moe & (p.etp != p.tp) & ((p.ep == 1) | (p.etp != 1))),
+    # ---- DeepSpeed 0.19.8 -----------------------------------------------------------------------------------
+    Refusal("offload_without_zero", "optimizer offload at ZeRO stage 0 (no ZeRO optimizer to offload)", _DS,
+            "deepspeed/runtime/config.py", (501, 501), "self.zero_enabled = self.zero_optimization_stage > 0",
+            lambda p, m, s: p.offload_optimizer & (p.zero == 0)),
+)}
+
+
+def refusal_names() -> tuple[str, ...]:
+    return tuple(REFUSALS)
+
+
+def refused(names: tuple[str, ...], plan: Any, model: ModelSpec, stack: Any) -> list[Refusal]:
+    """The refusals among ``names`` that refuse ``plan`` (one Plan)."""
+    return [REFUSALS[n] for n in names if bool(REFUSALS[n].test(plan, model, stack))]

@@ -1,0 +1,44 @@
+"""``--emit`` never fails after a search (issue 47): for the issue's four models every format writes the plan its
+framework's search ranks first, and where the format cannot express the plans listed (``--framework any`` ranks
+ZeRO-3 first; Megatron's distributed optimizer is ZeRO-1) it looks further down the same ranking and says so."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from meshplan.cli.emit import EMIT_FRAMEWORK
+from meshplan.cli.main import cli
+from meshplan.configs import read
+from meshplan.specs.model_load import load_model
+
+MODELS = [("llama3-8b", "8"), ("llama3-70b", "64"), ("mixtral-8x7b", "64"), ("deepseek-v3", "256")]
+
+
+@pytest.mark.parametrize(("model", "gpus"), MODELS)
+@pytest.mark.parametrize("fmt", sorted(EMIT_FRAMEWORK))
+def test_every_format_writes_the_best_plan_its_framework_runs(tmp_path, model, gpus, fmt):
+    if (model, fmt) == ("deepseek-v3", "deepspeed"):  # data parallelism alone: 671B parameters fit no H100
+        pytest.skip("no DeepSpeed plan of deepseek-v3 fits (the search says so: 'no feasible plan to write')")
+    path = tmp_path / "config"
+    result = CliRunner().invoke(cli, ["plan", "--model", model, "--system", "h100", "--gpus", gpus,
+                                      "--global-batch", "512", "--top", "3", "--emit", fmt, "--emit-to", str(path)])
+    assert result.exit_code == 0, result.output
+    assert f"wrote {fmt} config of #1 " in result.output  # the framework's own search ranks only what it runs
+    plan, _ = read(fmt, load_model(model), int(gpus), path.read_text())
+    assert plan.num_gpus == int(gpus)
+
+
+def test_emit_looks_past_the_listed_plans_when_it_can_write_none_of_them(tmp_path):
+    """With ``--framework any --top 1``, #1 is a ZeRO-3 plan (no Megatron argument writes it): the deeper search of
+    the same ranking finds #5, a ZeRO-1 plan, and says why #1 was not written."""
+    path = tmp_path / "args.sh"
+    result = CliRunner().invoke(cli, ["plan", "--model", "llama3-70b", "--system", "h100", "--gpus", "64",
+                                      "--global-batch", "512", "--framework", "any", "--top", "1", "--emit",
+                                      "megatron", "--emit-to", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "#1 (dp=64 tp=1 pp=1 mbs=1 gbs=512 zero=3" in result.output
+    assert "cannot be written as megatron (megatron cannot express zero=3" in result.output
+    assert "wrote megatron config of #5 (dp=2 tp=4 pp=8 mbs=1 gbs=512 zero=1" in result.output
+    plan, _ = read("megatron", load_model("llama3-70b"), 64, path.read_text())
+    assert (plan.tp, plan.pp, plan.zero) == (4, 8, 1)
