@@ -73,7 +73,7 @@ def prefers_simple(result) -> bool:
 
 
 def _layout(p) -> str:
-    tp = f"{p.tp}x{p.tp2}" if p.tensor_layout == "summa" else str(p.tp)
+    tp = {"summa": f"{p.tp}x{p.tp2}", "tp2d": f"{p.tp}x{p.tp2}w"}.get(p.tensor_layout, str(p.tp))
     return f"{p.dp}·{tp}·{p.pp}·{p.cp}"
 
 
@@ -126,6 +126,7 @@ def best_plans(result: SearchResult, tokens: float | None = None, price: float |
     key = Col("#", [f"{i}≈" if eq else str(i) for i, eq in enumerate(equivalent, 1)], meaning=meaning("#"))
     cols = tuple(Col(h, cs, "left" if h in left else "right", meaning=meaning(h)) for h, cs in cells.items())
     notes = [terms.NONE] + ([terms.SUMMA_CELL] if any(e.plan.tensor_layout == "summa" for e in result.plans) else [])
+    notes += [terms.TP2D_CELL] if any(e.plan.tensor_layout == "tp2d" for e in result.plans) else []
     notes += [terms.BAND] if any(band_text(e) for e in result.plans) else []
     notes += [terms.EQUIVALENT] if any(equivalent) else []
     return Listing(title, key, cols, ("dp·tp·pp·cp", *METRICS), (*notes, terms.UNITS))

@@ -27,7 +27,7 @@ from meshplan.specs.plan import Plan
 
 STATUS = ("fits", "memory exceeds HBM", "memory within the headroom", "offload exceeds host memory")
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "pipedream", "pipedream-2bw")
-LAYOUTS = ("1d", "summa")
+LAYOUTS = ("1d", "summa", "tp2d")
 SIZES = ("dp", "tp", "tp2", "pp", "cp", "ep", "etp", "vpp", "last_stage_layers", "micro_batch")
 _HASHED = ("dp", "tp", "tp2", "pp", "cp", "ep", "etp", "vpp", "last_stage_layers", "micro_batch", "global_batch")
 

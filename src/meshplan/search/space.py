@@ -36,7 +36,7 @@ class Space:
     recompute: tuple[str, ...] = ("none", "selective", "full")
     recompute_modules: tuple[str, ...] = ("core_attn",)  # Plan.recompute_modules: what "selective" recomputes
     sequence_parallel: tuple[bool, ...] = (False, True)
-    layouts: tuple[str, ...] = ("1d", "summa")
+    layouts: tuple[str, ...] = ("1d", "summa", "tp2d")
     cp_min: int = 1  # context-parallel sizes considered (a strategy comparison pins them)
     cp_max: int = 0  # 0: no limit
     offload_optimizer: tuple[bool, ...] = (False, True)

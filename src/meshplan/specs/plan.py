@@ -8,7 +8,9 @@ arXiv 2504.14960): expert-data-parallel = tp·cp·dp / (etp·ep) must be an inte
 
 Tensor layouts (seed 003, arXiv 2410.00273): ``1d`` is Megatron tensor parallelism over ``tp`` GPUs
 (with optional sequence parallelism); ``summa`` is 2D tensor parallelism on a tp × tp2 grid: activations
-(b, s/tp2, h/tp), weights (h/tp2, f/tp), SUMMA broadcasts in ``summa_panels`` panels. Context parallelism
+(b, s/tp2, h/tp), weights (h/tp2, f/tp), SUMMA broadcasts in ``summa_panels`` panels; ``tp2d`` is seed 001's
+weight-stationary tp_in × tp_out grid (cost/tp2d.py): every weight split h over ``tp`` and the other dimension
+over ``tp2``, partial sums all-reduced over one axis forward and the other backward. Context parallelism
 (``cp``) shards the sequence further and exchanges K/V by a ring or an all-gather (``cp_comm``); tp × cp is
 seed 003's "2D context parallel" strategy.
 
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 DENSE_AXES = ("tp", "tp2", "cp", "dp", "pp")
-LAYOUTS = ("1d", "summa")
+LAYOUTS = ("1d", "summa", "tp2d")
 RECOMPUTE = ("none", "selective", "full")
 # Megatron-Core's selective recompute modules (TransformerConfig.recompute_modules, recompute_granularity
 # "selective"; megatron/core/transformer/transformer_config.py), each priced by ops.RECOMPUTE_MODULES; its default
@@ -64,10 +66,10 @@ class Plan:
 
     dp: int = field(default=1, metadata=_opt("data-parallel size", cli_default=None,
                                              default_help="gpus / (tp·tp2·pp·cp)"))
-    tp: int = field(default=1, metadata=_opt("tensor-parallel size (the first grid axis with --layout summa)"))
+    tp: int = field(default=1, metadata=_opt("tensor-parallel size (the first grid axis with --layout summa or tp2d)"))
     pp: int = field(default=1, metadata=_opt("pipeline-parallel size"))
     cp: int = field(default=1, metadata=_opt("context-parallel size"))
-    tp2: int = field(default=1, metadata=_opt("second tensor-parallel grid axis (with --layout summa)"))
+    tp2: int = field(default=1, metadata=_opt("second tensor-parallel grid axis (with --layout summa or tp2d)"))
     ep: int = field(default=1, metadata=_opt("expert-parallel size"))
     etp: int = field(default=0, metadata=_opt("expert tensor-parallel size", default_help="tp"))  # 0 → same as tp
     vpp: int = field(default=1, metadata=_opt("virtual pipeline stages (model chunks) per pipeline rank"))
@@ -131,7 +133,8 @@ class Plan:
         "with --finetune lora: adapters on every attention and MLP linear, or the QKV projection only",
         choices=LORA_TARGETS))
     tensor_layout: str = field(default="1d", metadata=_opt(
-        "1d (Megatron) or summa (2D SUMMA on a tp x tp2 grid)", flag="layout", choices=LAYOUTS))
+        "1d (Megatron), summa (2D SUMMA on a tp x tp2 grid) or tp2d (seed 001's weight-stationary tp_in x tp_out "
+        "grid: tp = tp_in, tp2 = tp_out)", flag="layout", choices=LAYOUTS))
     summa_panels: int = field(default=0, metadata=_opt("SUMMA panels nb (0: max(tp, tp2))"))
     tags: tuple[str, ...] = field(default=(), compare=False)
 
@@ -179,6 +182,8 @@ class Plan:
         parts = [f"dp={self.dp}", f"tp={self.tp}", f"pp={self.pp}"]
         if self.tensor_layout == "summa":
             parts[1] = f"summa={self.tp}x{self.tp2}/nb{self.summa_panels}"
+        elif self.tensor_layout == "tp2d":
+            parts[1] = f"tp2d={self.tp}x{self.tp2}"
         parts += [f"{k}={getattr(self, k)}" for k in ("cp", "ep", "vpp") if getattr(self, k) > 1]
         if self.last_stage_layers:
             parts.append(f"last-stage-layers={self.last_stage_layers}")
