@@ -18,6 +18,7 @@ from meshplan.specs.plan import (
     PRECISION,
     RECOMPUTE_MODULES,
     SCHEDULES,
+    SPLIT_SCHEDULES,
     Plan,
 )
 from meshplan.specs.stack import FRAMEWORK_STACK as DEFAULT_STACK  # estimate's default: the command line's
@@ -177,6 +178,8 @@ def _check_pipeline(model: ModelSpec, plan: Plan) -> list[str]:
         return reasons
     if plan.schedule in ASYNC_SCHEDULES:
         return reasons + _check_async(plan, micro)
+    if plan.schedule in SPLIT_SCHEDULES:
+        return reasons + _check_split(plan, micro)
     if plan.vpp > 1 and plan.schedule != "interleaved":
         reasons.append(f"vpp={plan.vpp} needs schedule='interleaved' (got {plan.schedule!r})")
     elif plan.schedule == "interleaved":
@@ -201,6 +204,19 @@ def _check_async(plan: Plan, micro: int) -> list[str]:
     if plan.schedule == "pipedream-2bw" and not plan.global_batch % micro and plan.grad_accum < plan.pp:
         return [f"schedule=pipedream-2bw needs micro-batches per step m >= pp (m = global_batch/(dp*micro_batch) = "
                 f"{plan.grad_accum}, pp={plan.pp}): 2BW updates the weights every m >= pp micro-batches"]
+    return []
+
+
+def _check_split(plan: Plan, micro: int) -> list[str]:
+    """A split-backward schedule (zero_bubble.py) runs one model chunk per rank on a pipeline; DualPipe's two
+    directions each feed half of the micro-batches into one end of the pipeline, so pp and m are even and m >= pp
+    (DeepSeek-V3 §3.2.1, Figure 5: 8 ranks, 20 micro-batches, 10 each way)."""
+    if plan.pp == 1 or plan.vpp > 1:
+        return [f"schedule={plan.schedule} needs pp > 1 and vpp = 1 (pp={plan.pp}, vpp={plan.vpp})"]
+    m = plan.grad_accum
+    if plan.schedule == "dualpipe" and (plan.pp % 2 or (not plan.global_batch % micro and (m % 2 or m < plan.pp))):
+        return [f"schedule=dualpipe needs an even pp and an even number of micro-batches m >= pp (pp={plan.pp}, "
+                f"m = global_batch/(dp*micro_batch) = {m})"]
     return []
 
 

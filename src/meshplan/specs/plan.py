@@ -36,7 +36,12 @@ RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_
 # semantics differ from synchronous SGD): PipeDream's 1F1B with weight stashing (Narayanan et al., SOSP 2019, §3.2-3.3)
 # and PipeDream-2BW's double-buffered weights (Narayanan et al., ICML 2021, §3.1); schedule.py, memory.py
 ASYNC_SCHEDULES = ("pipedream", "pipedream-2bw")
-SCHEDULES = ("gpipe", "1f1b", "interleaved", *ASYNC_SCHEDULES)
+# split-backward schedules: the backward split into the input gradient (B) and the weight gradient (W), W passes
+# moved into the bubble: ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", arXiv 2401.10241, §3.1) and
+# DeepSeek-V3's bidirectional DualPipe (arXiv 2412.19437, §3.2.1); zero_bubble.py, memory.py
+SPLIT_SCHEDULES = ("zb-h1", "dualpipe")
+TABLED_SCHEDULES = ("gpipe", "1f1b", "interleaved", *ASYNC_SCHEDULES)  # schedule.build's (zero_bubble.py the others)
+SCHEDULES = (*TABLED_SCHEDULES, *SPLIT_SCHEDULES)
 PRECISION = ("bf16", "fp16", "fp8", "mxfp8", "fp4")
 FINETUNE = ("full", "lora")
 # the optimizer whose state the run keeps (memory.OPTIMIZER_STATE prices each: its bytes per parameter, its step)
