@@ -121,3 +121,14 @@ def test_search_finds_tp2d_plans_at_their_estimate():
     for e in result.plans:
         assert estimate(model, cluster, e.plan, space.stack).step_time == pytest.approx(e.step_time, rel=1e-9)
     assert "tp2d=" in result.plans[0].plan.describe()
+
+
+def test_the_tp2d_layout_never_makes_the_best_plan_slower():
+    """Property: adding tp2d to the generic space keeps the best plan or finds a faster one; the space grows."""
+    model, cluster = load_model("llama3-8b").with_seq_length(2048), load_system("h100").cluster(16)
+    base = dict(EVERY_PLAN, global_batch=32, zero=(1,), recompute=("none",), offload_optimizer=(False,),
+                offload_activations=(False,), max_micro_batch=2)
+    without = search(model, cluster, Space(**base, layouts=("1d", "summa")), top_k=1)
+    with_tp2d = search(model, cluster, Space(**base, layouts=("1d", "summa", "tp2d")), top_k=1)
+    assert with_tp2d.plans[0].step_time <= without.plans[0].step_time
+    assert with_tp2d.evaluated > without.evaluated

@@ -146,3 +146,19 @@ def test_search_with_split_backward_is_never_slower_and_prices_as_estimate():
     assert split.plans[0].plan.schedule in ("zb-h1", "dualpipe")
     for e in split.plans:
         assert estimate(model, cluster, e.plan, base.stack).step_time == pytest.approx(e.step_time, rel=1e-6)
+
+
+def test_report_timeline_of_a_zb_h1_plan_has_weight_gradient_blocks(seventy):
+    from meshplan.report.plots import pipeline_run
+    _, _, est = seventy
+    run = pipeline_run(est["zb-h1"])
+    assert run.schedule == "zb-h1" and {a.kind for a in run.table[0]} == {"F", "B", "W"}
+    one = pipeline_run(est["1f1b"])
+    assert run.timeline.bubble_time < one.timeline.bubble_time
+    assert pipeline_run(est["dualpipe"]).schedule.startswith("zb-h1 (dualpipe")
+
+
+def test_cli_plan_split_backward_needs_a_framework_that_runs_it(capsys):
+    line = fails(["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--framework", "megatron-core",
+                  "--split-backward"], capsys)
+    assert "split_backward: framework megatron-core runs the schedules 1f1b, interleaved" in line
