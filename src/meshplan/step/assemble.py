@@ -104,6 +104,9 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     shape, m, slowdown = np.shape(plan.dp), plan.grad_accum, eff.overlap_slowdown
     per_update, updates = cadence(plan)  # PipeDream: an update (DP reduction, optimizer) per micro-batch
     ends = (stage_params(model, plan, True), stage_params(model, plan, False))
+    if plan.schedule == "dualpipe":  # two stages per rank: both reduced across data parallelism and stepped
+        one, two = (replace(e, dense=2 * e.dense, expert=2 * e.expert, adapters=2 * e.adapters) for e in ends)
+        ends = (one, two)
     params = StageParams(*(_pair(getattr(ends[0], f), getattr(ends[1], f), shape, np.float64)
                            for f in StageParams.__slots__))
     collectives = dp_collectives(model, cluster, plan, params, eff)  # the same for every ZeRO stage
