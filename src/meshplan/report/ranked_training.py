@@ -81,7 +81,8 @@ def _plan_cells(result) -> dict[str, list[str]]:
     """The best plans' layout columns (before their figures), one cell per plan, in the wide table's order."""
     ests = result.plans
     cells: dict[str, list[str]] = defaultdict(list)
-    asynchronous = any(e.plan.schedule in ASYNC_NOTES and e.plan.pp > 1 for e in ests)
+    # a schedule column where a plan runs an asynchronous or a split-backward (zero_bubble.py) pipeline
+    asynchronous = any(e.plan.schedule in (*ASYNC_NOTES, "zb-h1", "dualpipe") and e.plan.pp > 1 for e in ests)
     uneven = any(e.plan.last_stage_layers for e in ests)
     for est in ests:
         p = est.plan
