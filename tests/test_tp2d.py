@@ -132,3 +132,17 @@ def test_the_tp2d_layout_never_makes_the_best_plan_slower():
     with_tp2d = search(model, cluster, Space(**base, layouts=("1d", "summa", "tp2d")), top_k=1)
     assert with_tp2d.plans[0].step_time <= without.plans[0].step_time
     assert with_tp2d.evaluated > without.evaluated
+
+
+def test_cli_estimate_layout_tp2d(capsys):
+    from bad_input_helpers import estimate as estimate_args
+    from bad_input_helpers import fails
+    from meshplan.cli import main
+    assert main(estimate_args("llama3-8b", "h100", "--layout", "tp2d", "--tp", "2", "--tp2", "4")) == 0
+    out = capsys.readouterr().out
+    assert "tp2d=2x4" in out and "tp=2: nvlink, tp2=4: nvlink" in out
+    line = fails(estimate_args("llama3-8b", "h100", "--layout", "tp2d", "--tp", "2", "--tp2", "4", "--sp"), capsys)
+    assert "sequence_parallel does not apply to the tp2d layout (the residual stream is feature-sharded)" in line
+    line = fails(estimate_args("llama3-8b", "h100", "--layout", "tp2d", "--tp", "4", "--tp2", "16", "--gpus", "64"),
+                 capsys)
+    assert "tp2=16 does not divide num_kv_heads=8" in line
