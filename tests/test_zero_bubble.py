@@ -165,3 +165,18 @@ def test_cli_plan_split_backward_needs_a_framework_that_runs_it(capsys):
     line = fails(["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--framework", "megatron-core",
                   "--split-backward"], capsys)
     assert "split_backward: framework megatron-core runs the schedules 1f1b, interleaved" in line
+
+
+@pytest.mark.parametrize(("name", "gpus", "plan"), [
+    ("llama3-8b", 16, Plan(pp=2, dp=8, micro_batch=1, global_batch=16)),
+    ("llama3-8b", 16, Plan(tp=2, pp=8, micro_batch=2, global_batch=4)),  # m = 2 < p
+    ("mixtral-8x7b", 64, Plan(tp=2, pp=4, dp=8, ep=8, micro_batch=1, global_batch=64, recompute="full")),
+    ("gpt3-175b", 128, Plan(tp=8, pp=16, micro_batch=1, global_batch=64, zero=1)),
+])
+def test_zb_h1_estimate_is_never_slower_and_keeps_the_first_ranks_memory(name, gpus, plan):
+    """Property: ZB-H1 prices no more than 1F1B's step (its bubble is the forward's share of 1F1B's flow shop) and
+    the first rank, which holds 1F1B's peak of min(p, m), the same bytes."""
+    model, cluster = load_model(name), load_system("h100").cluster(gpus)
+    one, zb = (estimate(model, cluster, plan.with_(schedule=s)) for s in ("1f1b", "zb-h1"))
+    assert zb.step_time <= one.step_time
+    assert zb.rank_memory[0] == pytest.approx(one.rank_memory[0], rel=1e-12)
