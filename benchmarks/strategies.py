@@ -1,4 +1,5 @@
-"""Compare 1D, 2D SUMMA and 2D context tensor parallelism as in seed 003 (arXiv 2410.00273); write
+"""Compare 1D, 2D SUMMA and 2D context tensor parallelism as in seed 003 (arXiv 2410.00273), and seed 001's 2D
+weight-stationary tp_in x tp_out layout beside them; write
 docs/STRATEGIES.md, its comparison with the paper's claims included: every figure in it is computed here.
 
 Run: python benchmarks/strategies.py [--out DIR]   (about 5 s on 2 cores: one search per strategy, system and size;
@@ -10,6 +11,8 @@ Strategies (each is the full meshplan search restricted to one layout):
 - 1D as in seed 003: no sequence parallelism and no TP overlap (the reference code's 1D).
 - 2D SUMMA: the tp × tp2 grid with panelled, overlapped broadcasts; no extra context parallelism.
 - 2D context: 1D tensor parallelism × context parallelism (cp > 1), K/V all-gathered as in seed 003.
+- 2D tp2d: seed 001's weight-stationary tp_in × tp_out grid (cost/tp2d.py); not one of the paper's strategies, so
+  shown beside them and compared apart (the paper's claims are tested on its own three).
 Everything else (pipeline, interleaving, micro-batch, ZeRO, recompute, offload, placement on the mesh) is
 searched for every strategy alike.
 """
@@ -35,7 +38,10 @@ STRATEGIES = {  # each strategy's search space; "stack" holds how the software r
     "1D (seed 003)": {"layouts": ("1d",), "cp_max": 1, "sequence_parallel": (False,)},
     "2D SUMMA": {"layouts": ("summa",), "cp_max": 1},
     "2D context": {"layouts": ("1d",), "cp_min": 2, "stack": Stack(overlap_tp=True, cp_comm="allgather")},
+    "2D tp2d": {"layouts": ("tp2d",), "cp_max": 1},
 }
+PAPER_2D = ("2D SUMMA", "2D context")  # the paper's 2D strategies, which its claims (paper_section) are about
+TP2D = "2D tp2d"
 # what a strategy's space leaves to Space: every plan meshplan models (the generic stack: 2D layouts, context
 # parallelism by all-gather), with no memory headroom, the fastest first (not Space's defaults, the command line's)
 EVERY_PLAN = {"stack": Stack(), "headroom": 0.0, "prefer_simple": False}
@@ -57,15 +63,15 @@ class Row:
 
     def winner(self, one_d: str = "1D") -> str:
         """The fastest strategy, with ``one_d`` ("1D" or the seed's 1D) standing for 1D."""
-        fair = {k: v for k, v in self.best.items() if v is not None and k in (one_d, "2D SUMMA", "2D context")}
+        fair = {k: v for k, v in self.best.items() if v is not None and k in (one_d, *PAPER_2D)}
         return min(fair, key=lambda k: fair[k].step_time) if fair else "-"
 
     def label(self, by_gpus: bool) -> str:
         return f"{self.system}/{self.domain}" + (f"/{self.gpus}" if by_gpus else "")
 
     def two_d(self) -> Estimate | None:
-        """The fastest 2D strategy's plan."""
-        two = [e for k, e in self.best.items() if k.startswith("2D") and e is not None]
+        """The fastest of the paper's 2D strategies' plans."""
+        two = [e for k, e in self.best.items() if k in PAPER_2D and e is not None]
         return min(two, key=lambda e: e.step_time) if two else None
 
     def gain(self, one_d: str = "1D") -> float | None:
@@ -98,7 +104,8 @@ def plan_text(est: Estimate | None) -> str:
     if est is None:
         return "-"
     p = est.plan
-    grid = f"{p.tp}x{p.tp2}/nb{p.summa_panels}" if p.tensor_layout == "summa" else f"tp{p.tp}"
+    grid = {"summa": f"{p.tp}x{p.tp2}/nb{p.summa_panels}", "tp2d": f"tp2d {p.tp}x{p.tp2}"}.get(p.tensor_layout,
+                                                                                          f"tp{p.tp}")
     extra = f" cp{p.cp}" if p.cp > 1 else ""
     off = "".join(f" offload-{k}" for k, on in (("opt", p.offload_optimizer), ("act", p.offload_activations)) if on)
     return f"{grid}{extra} pp{p.pp} dp{p.dp} v{p.vpp} mbs{p.micro_batch} z{p.zero} {p.recompute}{off}"
@@ -156,6 +163,21 @@ def generation_text(best: dict[str, float]) -> str:
     trend = "" if len(best) < 2 else " (smaller on the newest GPUs)" if best[GENERATIONS[-1]] < best[
         GENERATIONS[0]] else " (not smaller on the newest GPUs)"
     return ", ".join(f"{g} {v:+.1%}" for g, v in best.items()) + trend
+
+
+def tp2d_text(rows: list[Row], by_gpus: bool) -> str:
+    """Seed 001's tp2d against 1D and SUMMA, per row: its throughput over theirs, minus 1, and its plan."""
+    def over(r: Row, name: str) -> str:
+        one, two = r.best[name], r.best[TP2D]
+        return f"{one.step_time / two.step_time - 1:+.1%}" if one and two else "-"
+    beats = [r for r in rows if r.best[TP2D] and all(r.best[k] is None or r.best[k].step_time > r.best[TP2D].step_time
+                                                     for k in ("1D", "2D SUMMA", "2D context"))]
+    lines = [f"Seed 001's tp2d fastest of all four in {len(beats)} of {len(rows)} rows"
+             + (f" ({', '.join(r.label(by_gpus) for r in beats)})" if beats else "") + "; its throughput over 1D's "
+             "and SUMMA's, and its plan:", ""]
+    lines += [f"- {r.label(by_gpus)}: vs 1D {over(r, '1D')}, vs SUMMA {over(r, '2D SUMMA')}; {plan_text(r.best[TP2D])}"
+              for r in rows]
+    return "\n".join(lines)
 
 
 def model_title(name: str, gpus: tuple[int, ...], global_batch: int) -> str:
@@ -254,6 +276,10 @@ def document(one_t: list[Row], vit: list[Row]) -> str:
         "- **1D (seed 003)**: the reference code's 1D: no sequence parallelism, no overlap (shown, not ranked).",
         "- **2D SUMMA**: tp x tp2 grid, SUMMA broadcasts in panels overlapped with compute (panel count searched).",
         "- **2D context**: 1D TP x context parallelism (cp > 1), K/V all-gathered as in seed 003.",
+        "- **2D tp2d**: seed 001's weight-stationary tp_in x tp_out grid (`--layout tp2d`): h over tp, heads and FFN",
+        "  over tp2, each linear's partial sums all-reduced over one axis forward and the other backward; the tp",
+        "  ranks repeat the attention of their heads. Not one of the paper's strategies: the winner columns and",
+        "  the claims below rank 1D, SUMMA and 2D context, and tp2d is compared after each table.",
         "",
         "All strategies share the rest of the space: pipeline and interleaving, micro-batch, ZeRO 0-3,",
         "recompute, offload and the placement of every axis on the NVLink / network mesh.",
@@ -261,13 +287,14 @@ def document(one_t: list[Row], vit: list[Row]) -> str:
         model_title(*ONE_T), "", *table(one_t, by_gpus=False), "",
         f"Winners: {win_text(one_t, False)}.", "",
         f"Fastest 2D over 1D, throughput: {margin(one_t, False)}.", "",
+        tp2d_text(one_t, False), "",
         "Time breakdown of the winner:", "",
     ]
     lines += [f"- {r.system} NVLink {r.domain}, {r.winner()}: {breakdown(r.best[r.winner()])}"
               for r in one_t if r.best.get(r.winner()) is not None]
     lines += ["", model_title(*VIT), "", *table(vit, by_gpus=True), "",
               f"Winners: {win_text(vit, True)}.", "",
-              f"Fastest 2D over 1D, throughput: {margin(vit, True)}.", ""]
+              f"Fastest 2D over 1D, throughput: {margin(vit, True)}.", "", tp2d_text(vit, True), ""]
     return "\n".join(lines + paper_section(one_t, vit))
 
 

@@ -129,7 +129,8 @@ def model_states(params: StageParams, plan: Plan, stack: Stack, last: bool = Fal
         weights = weights + (weight_versions(plan, last) - 1) * sharded(3, WEIGHT_BYTES, train)
     grads = sharded(2, plan.grad_bytes, train) * chunk_gradient_share(plan, stack)
     optimizer = 0.0 if plan.offload_optimizer else sharded(1, OPTIMIZER_STATE[plan.optimizer].state, train)
-    return weights, grads, optimizer
+    copies = 2 if plan.schedule == "dualpipe" else 1  # DualPipe: two stages per rank (zero_bubble.weight_copies)
+    return weights * copies, grads * copies, optimizer * copies
 
 
 # ZeRO-Infinity keeps the parameters of the layer running and of the one prefetched on the GPU (Rajbhandari et al. 2021,
@@ -207,6 +208,10 @@ def in_flight_chunks(plan: Plan, last: bool = False) -> Num:
     if plan.schedule == "gpipe":
         return m
     rank = plan.pp - 1 if last else 0
+    if plan.schedule == "zb-h1":  # every rank holds up to p between F and W (zero_bubble.build_zb_h1), its W residues
+        return minimum(plan.pp, m)  # counted whole: rank 0's is 1F1B's, the last rank's an upper bound
+    if plan.schedule == "dualpipe":  # DeepSeek-V3 Table 2: PP + 1 micro-batches of activations
+        return minimum(plan.pp + 1, m)
     if plan.schedule in ASYNC_SCHEDULES:
         return plan.pp - rank
     if plan.schedule == "interleaved":

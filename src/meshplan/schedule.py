@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from meshplan.bubble import flow_bubble
-from meshplan.specs.plan import ASYNC_SCHEDULES, SCHEDULES
+from meshplan.specs.plan import ASYNC_SCHEDULES, TABLED_SCHEDULES
 
 ACTION_KINDS = ("F", "B")
 
@@ -126,8 +126,8 @@ def _positive(name: str, value: object) -> int:
 
 def _check(schedule: str, pp: int, m: int, vpp: int, group: int | None) -> int:
     """Validate the arguments shared by ``build`` and the closed forms; return the group size N."""
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule={schedule!r} must be one of {', '.join(SCHEDULES)}")
+    if schedule not in TABLED_SCHEDULES:
+        raise ValueError(f"schedule={schedule!r} must be one of {', '.join(TABLED_SCHEDULES)}")
     _positive("pp", pp)
     _positive("micro_batches", m)
     _positive("vpp", vpp)

@@ -65,6 +65,9 @@ OPTIONS = [
     click.option("--async-pipeline", is_flag=True, default=_space_default("async_pipeline"),
                  help="also search the asynchronous pipeline schedules pipedream and pipedream-2bw (stale weights: "
                       "not synchronous SGD; only --framework any or generic runs them)"),
+    click.option("--split-backward", is_flag=True, default=_space_default("split_backward"),
+                 help="also search the split-backward schedules zb-h1 and dualpipe (only --framework any or generic "
+                      "runs them)"),
     click.option("--placements", type=click.Choice(["all", "default"]),
                  default="all" if _space_default("all_placements") else "default", show_default=True,
                  help="every placement of the axes on the mesh, or tp,cp,dp,pp only"),
@@ -136,7 +139,8 @@ def space_settings(given: dict[str, Any], stack: Stack, headroom: float | None =
     sps = tuple(v == "on" for v in choices(given["sp_opts"], ("off", "on"), "sp"))
     recomputes = choices(given["recompute_opts"], ("none", "selective", "full"), "recompute")
     offload = (False, True) if given["offload"] else (False,)
-    settings = {"async_pipeline": given["async_pipeline"], "zero": zeros, "recompute": recomputes,
+    settings = {"async_pipeline": given["async_pipeline"], "split_backward": given["split_backward"], "zero": zeros,
+                "recompute": recomputes,
                 "recompute_modules": recompute_modules(given["recompute_modules_text"]), "sequence_parallel": sps,
                 "offload_optimizer": offload, "offload_activations": offload,
                 "all_placements": given["placements"] == "all", "max_micro_batch": given["max_micro_batch"],

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any
 
 from meshplan.errors import SpecError
-from meshplan.specs.plan import ASYNC_SCHEDULES, DENSE_AXES, Plan
+from meshplan.specs.plan import ASYNC_SCHEDULES, DENSE_AXES, SPLIT_SCHEDULES, Plan
 from meshplan.specs.stack import Stack, load_stack
 
 COMMENT = "meshplan:"
@@ -27,10 +27,14 @@ def check_layout(plan: Plan, framework: str) -> None:
     """What no framework below runs: the 2D SUMMA layout, LoRA (left out here), a rank order other than the
     Megatron-LM / torchtitan one (tp innermost, then cp, dp, pp)."""
     if plan.tensor_layout != "1d" or plan.tp2 > 1:
-        raise refuse(framework, "tensor_layout", plan.tensor_layout, "2D SUMMA tensor parallelism (tp2) is not run")
+        raise refuse(framework, "tensor_layout", plan.tensor_layout, "2D tensor parallelism (tp2: SUMMA, tp2d) is not "
+                     "run")
     if plan.schedule in ASYNC_SCHEDULES and plan.pp > 1:
         raise refuse(framework, "schedule", plan.schedule, "it runs synchronous pipelines only (no PipeDream weight "
                      "stashing or 2BW double buffering): allowed schedules 1f1b, interleaved, gpipe where it has it")
+    if plan.schedule in SPLIT_SCHEDULES and plan.pp > 1:  # zero_bubble.py: which frameworks run them
+        raise refuse(framework, "schedule", plan.schedule, "no split-backward schedule with one chunk per rank is run "
+                     "(torchtitan's zero-bubble schedules need 2 stages per rank): allowed 1f1b, interleaved, gpipe")
     if plan.finetune != "full":
         raise refuse(framework, "finetune", plan.finetune, "meshplan writes pre-training configs only")
     shown = [a for a in plan.placement if getattr(plan, a) > 1]

@@ -1,5 +1,5 @@
 """One transformer layer of each kind the model has, one micro-batch, one GPU: the dispatcher that composes the
-blocks (attention.py, mlp_moe.py, mamba.py; summa.py for the 2D layout) with what the stack and plan add
+blocks (attention.py, mlp_moe.py, mamba.py; summa.py and tp2d.py for the 2D layouts) with what the stack and plan add
 (eager kernels, low-precision casts, LoRA, FSDP's gradient preparation)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from meshplan.cost.mamba import mamba_block
 from meshplan.cost.mlp_moe import mlp_block, moe_block
 from meshplan.cost.records import Dims, OpCost, dims
 from meshplan.cost.summa import summa_layer
+from meshplan.cost.tp2d import tp2d_layer
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
@@ -34,6 +35,8 @@ def dense_layer(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     d = dims(model, plan, stack)
     if plan.tensor_layout == "summa":
         return lora(summa_layer(model, plan, d) + stack_extras(model, plan, d, "dense"), plan, d)
+    if plan.tensor_layout == "tp2d":
+        return low_precision_casts(tp2d_layer(model, plan, d) + stack_extras(model, plan, d, "dense"), plan, stack)
     return low_precision_casts(lora(attention_block(model, plan, d) + mlp_block(model, plan, d)
                                     + eager_layer(model, plan, d) + stack_extras(model, plan, d, "dense"), plan, d),
                                plan, stack)

@@ -132,11 +132,13 @@ def layer_weights(model: ModelSpec, kind: str, tp: Num, expert_ways: Num, kv_hea
 
 def kind_params(model: ModelSpec, plan: Plan, kind: str) -> StageParams:
     """Parameters of one layer of ``kind`` on one GPU (``layer_weights``, the routed experts over ep·etp). A SUMMA
-    grid (summa.py) splits every weight of the block over its t = tp·tp2 ranks, the norms with the features."""
+    grid (summa.py) or a tp2d grid (tp2d.py) splits every weight of the block over its t = tp·tp2 ranks, the norms
+    with the features (tp2d: h over tp, replicated over tp2; counted as split over t, a norm's h weights being
+    negligible beside the block's)."""
     t = plan.tp * plan.tp2
     w = layer_weights(model, kind, t, plan.ep * plan.etp)
     dense = w.split + w.whole + w.kept
-    if plan.tensor_layout == "summa":
+    if plan.tensor_layout in ("summa", "tp2d"):
         dense = (model.block_params(kind) - (w.expert * plan.ep * plan.etp)) / t
     return StageParams(dense=dense, expert=w.expert)
 

@@ -92,10 +92,12 @@ class Dims:
 
 
 def token_rows(model: ModelSpec, plan: Plan) -> tuple[Num, Num]:
-    """T = b·s/(c·tp2) rows per GPU (tp2 = 1 outside the summa layout); Tsp = T/t where the residual stream
-    is sharded t-ways (sequence parallelism, or the summa layout's feature split)."""
-    tokens = plan.micro_batch * model.seq_length / (plan.cp * plan.tp2)
-    sharded = plan.sequence_parallel or plan.tensor_layout == "summa"
+    """T = b·s/(c·tp2) rows per GPU under the summa layout (its tp2 splits the sequence), b·s/c otherwise (the tp2d
+    layout's tp2 splits features); Tsp = T/t where the residual stream is sharded t-ways (sequence parallelism, or
+    the 2D layouts' feature split of h over tp)."""
+    rows_split = plan.tp2 if plan.tensor_layout == "summa" else 1
+    tokens = plan.micro_batch * model.seq_length / (plan.cp * rows_split)
+    sharded = plan.sequence_parallel or plan.tensor_layout in ("summa", "tp2d")
     return tokens, tokens / plan.tp if sharded else tokens
 
 

@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.files import write_bytes
@@ -194,7 +194,7 @@ class PipelineRun:
     micro_batches: int
     t_fwd: tuple[float, ...]  # per rank, per micro-batch per chunk, with the exposed TP / CP / EP / p2p time
     t_bwd: tuple[float, ...]  # the same for the backward pass (recompute included)
-    table: Table
+    table: Table  # zero_bubble.SplitTable for the split-backward schedules (F, B and W actions, the same fields)
     timeline: Timeline
 
     def idle(self) -> list[list[tuple[float, float]]]:
@@ -235,6 +235,14 @@ def pipeline_run(est: Estimate) -> PipelineRun:
     per_rank = [first] + [middle] * (plan.pp - 2) + [last] if plan.pp > 1 else [first]
     t_f = tuple(float(f) / vpp for f, _ in per_rank)
     t_b = tuple(float(b) / vpp for _, b in per_rank)
+    if schedule in ("zb-h1", "dualpipe"):  # split backward: B and W half each (zero_bubble.py); DualPipe has no table
+        from meshplan.zero_bubble import build_zb_h1, simulate_split
+        split = build_zb_h1(plan.pp, m)
+        name = "zb-h1" if schedule == "zb-h1" else "zb-h1 (dualpipe has no action table)"
+        half = tuple(b / 2 for b in t_b)
+        return PipelineRun(schedule=name, pp=plan.pp, vpp=1, micro_batches=m, t_fwd=t_f, t_bwd=t_b,
+                           table=cast("Table", split),
+                           timeline=simulate_split(split, t_f, half, half))
     table = build(schedule, plan.pp, m, vpp)
     return PipelineRun(schedule=schedule, pp=plan.pp, vpp=vpp, micro_batches=m, t_fwd=t_f, t_bwd=t_b, table=table,
                        timeline=simulate(table, t_f, t_b, built=True))

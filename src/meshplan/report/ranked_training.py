@@ -109,7 +109,7 @@ def prefers_simple(result) -> bool:
 
 
 def _layout(p) -> str:
-    tp = f"{p.tp}x{p.tp2}" if p.tensor_layout == "summa" else str(p.tp)
+    tp = {"summa": f"{p.tp}x{p.tp2}", "tp2d": f"{p.tp}x{p.tp2}w"}.get(p.tensor_layout, str(p.tp))
     return f"{p.dp}·{tp}·{p.pp}·{p.cp}"
 
 
@@ -117,7 +117,8 @@ def _plan_cells(result) -> dict[str, list[str]]:
     """The best plans' layout columns (before their figures), one cell per plan, in the wide table's order."""
     ests = result.plans
     cells: dict[str, list[str]] = defaultdict(list)
-    asynchronous = any(e.plan.schedule in ASYNC_NOTES and e.plan.pp > 1 for e in ests)
+    # a schedule column where a plan runs an asynchronous or a split-backward (zero_bubble.py) pipeline
+    asynchronous = any(e.plan.schedule in (*ASYNC_NOTES, "zb-h1", "dualpipe") and e.plan.pp > 1 for e in ests)
     uneven = any(e.plan.last_stage_layers for e in ests)
     for est in ests:
         p = est.plan
@@ -163,6 +164,7 @@ def best_plans(result: SearchResult, tokens: float | None = None, price: float |
     key = Col("#", [f"{i}≈" if eq else str(i) for i, eq in enumerate(equivalent, 1)], meaning=meaning("#"))
     cols = tuple(Col(h, cs, "left" if h in left else "right", meaning=meaning(h)) for h, cs in cells.items())
     notes = [terms.NONE] + ([terms.SUMMA_CELL] if any(e.plan.tensor_layout == "summa" for e in result.plans) else [])
+    notes += [terms.TP2D_CELL] if any(e.plan.tensor_layout == "tp2d" for e in result.plans) else []
     notes += band_entry(result.plans)
     notes += [terms.EQUIVALENT] if any(equivalent) else []
     return Listing(title, key, cols, ("dp·tp·pp·cp", *METRICS), (*notes, terms.UNITS))

@@ -52,6 +52,8 @@ RANK_SIMPLE = ("rank: the plans within the fastest plan's ranking band first, th
 BEST_SIMPLE = "the plan ranked first at that count (the simplest within the fastest plan's ranking band)"
 SUMMA_CELL = ("4x2 as tp", "2D SUMMA tensor parallelism on a tp x tp2 grid of 4 x 2")
 SUMMA_PLAN = ("summa=4x2/nb16", "2D SUMMA tensor parallelism on a 4 x 2 grid, broadcast in 16 panels")
+TP2D_CELL = ("4x2w as tp", "2D weight-stationary tensor parallelism (seed 001's tp_in x tp_out) on a 4 x 2 grid")
+TP2D_PLAN = ("tp2d=4x2", "2D weight-stationary tensor parallelism (seed 001): h over 4 GPUs, the heads and FFN over 2")
 REASONS = {
     "dominated: GPipe": "GPipe plans: 1F1B has their step time with less memory, so they are counted, not timed",
     "headroom": "the share of HBM every plan leaves free (--headroom)",

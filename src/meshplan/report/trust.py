@@ -116,6 +116,9 @@ def assumptions(est: Estimate, headroom: float) -> list[tuple[str, str]]:
     if p.tensor_layout == "summa":
         out.append(("activations stay in L2 between neighbouring kernels of the 2D layout (seed 003)",
                     "cost/linear_2d.py"))
+    if p.tensor_layout == "tp2d":
+        out.append(("the tp ranks of a grid column repeat its attention heads; embedding and LM head split over tp "
+                    "only", "cost/tp2d.py"))
     if p.offload_optimizer or p.offload_activations:
         out.append((f"host copies at {fmt_bytes(est.cluster.host_bandwidth)}/s per GPU", "channels.py"))
     return out

@@ -69,14 +69,15 @@ def valid_combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list
         if cp < space.cp_min or (space.cp_max and cp > space.cp_max) or dp not in space.keep("dp", [dp]):
             continue  # outside the space asked for, not a rejection
         mult = cat * (len(space.sequence_parallel) if tp > 1 and layout == "1d" else 1)
-        reason = _tensor_reason(model, tp) or _layout_reason(model, layout, tp2, cp)
+        reason = (_tensor_reason(model, tp) or _layout_reason(model, layout, tp2, cp)) if layout != "tp2d" \
+            else (_layout_reason(model, layout, tp2, cp) or _tp2d_reason(model, tp, tp2))
         if reason is None and cp > 1 and model.seq_length % (2 * cp):
             reason = ("2*cp does not divide seq_length", f"cp={cp}, seq_length={model.seq_length}")
         if reason is None and ring_window_reason(model, cp, space.stack.cp_comm):
             reason = ("ring context parallelism with a sliding window",
                       f"cp={cp}, sliding_window={model.sliding_window}")
-        if reason is None and layout == "summa" and space.stack.projections != "fused":
-            reason = ("summa: fused projections only", f"projections={space.stack.projections}")
+        if reason is None and layout != "1d" and space.stack.projections != "fused":
+            reason = (f"{layout}: fused projections only", f"projections={space.stack.projections}")
         if reason is None and pp > layers:
             reason = ("pp exceeds num_layers", f"pp={pp} > num_layers={layers}")
         if reason is None and gbs % dp:
@@ -132,7 +133,9 @@ def stage_options(layers: int, pp: int, vpps: list[int], uneven: int) -> list[tu
 
 
 def _grids(n: int, space: Space) -> Iterator[tuple[int, int, int, int, str]]:
-    """(tp, tp2, cp, pp, layout) with tp·tp2·cp·pp dividing n: tp2 = 1 for 1D, tp2 >= 2 for SUMMA."""
+    """(tp, tp2, cp, pp, layout) with tp·tp2·cp·pp dividing n: tp2 = 1 for 1D, tp2 >= 2 for SUMMA, tp and tp2 >= 2
+    for tp2d (its tp = 1 grid is the 1D layout without sequence parallelism, its tp2 = 1 grid all-reduces every
+    GEMM's output: neither searched)."""
     divs = divisors(n)
     for tp, cp, pp in itertools.product(*(space.axis_sizes(a, divs) for a in ("tp", "cp", "pp"))):
         if n % (tp * cp * pp):
@@ -142,6 +145,9 @@ def _grids(n: int, space: Space) -> Iterator[tuple[int, int, int, int, str]]:
         if "summa" in space.layouts:
             for tp2 in divisors(n // (tp * cp * pp))[1:]:
                 yield tp, tp2, cp, pp, "summa"
+        if "tp2d" in space.layouts and tp > 1:
+            for tp2 in divisors(n // (tp * cp * pp))[1:]:
+                yield tp, tp2, cp, pp, "tp2d"
 
 
 def _tensor_reason(model: ModelSpec, tp: int) -> tuple[str, str] | None:
@@ -157,15 +163,27 @@ def _tensor_reason(model: ModelSpec, tp: int) -> tuple[str, str] | None:
     return None
 
 
+def _tp2d_reason(model: ModelSpec, tp: int, tp2: int) -> tuple[str, str] | None:
+    """The tp2d grid's divisibility (check._check_tp2d): h over tp; the heads, K/V heads and FFN over tp2."""
+    if model.hidden_size % tp:
+        return "tp2d: tp does not divide hidden_size", f"tp={tp}, hidden={model.hidden_size}"
+    if model.num_heads % tp2 or model.num_kv_heads % tp2 or model.ffn_hidden_size % tp2:
+        return ("tp2d: tp2 does not divide the heads, K/V heads or FFN size",
+                f"tp2={tp2}, heads={model.num_heads}, kv_heads={model.num_kv_heads}, ffn={model.ffn_hidden_size}")
+    return None
+
+
 def _layout_reason(model: ModelSpec, layout: str, tp2: int, cp: int) -> tuple[str, str] | None:
     if model.is_hybrid and "M" in model.layer_pattern and cp > 1:
         return "cp of Mamba layers not modelled", f"cp={cp} with {model.name}'s Mamba blocks"
     if layout == "1d":
         return None
     if model.is_hybrid:
-        return "summa: not for hybrid models", f"{model.name} has a layer_pattern"
+        return f"{layout}: not for hybrid models", f"{model.name} has a layer_pattern"
     if model.is_moe or model.is_mla:
-        return "summa: dense standard-attention models only", f"{model.name} is MoE or MLA"
+        return f"{layout}: dense standard-attention models only", f"{model.name} is MoE or MLA"
+    if layout == "tp2d":
+        return None  # its tp2 splits features, checked with tp (_tp2d_reason)
     if model.seq_length % (tp2 * cp):
         return "tp2*cp does not divide seq_length", f"tp2={tp2}, cp={cp}, seq_length={model.seq_length}"
     if model.hidden_size % tp2 or model.ffn_hidden_size % tp2:

@@ -33,7 +33,7 @@ from meshplan.specs.bands import ranking_band
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import ASYNC_SCHEDULES, Plan
+from meshplan.specs.plan import ASYNC_SCHEDULES, SPLIT_SCHEDULES, Plan
 from meshplan.step.units import Units
 from meshplan.units import fmt_over
 
@@ -83,7 +83,7 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
         gpipe = int(sized.count[(pool.vpp == 1) & (pool.pp > 1)].sum()) * space.grid_size
         result.tally.add("dominated: GPipe (1F1B has its step time with less memory)", "any pp > 1 plan", gpipe)
     bound = lower_bound(model, pool, units.shapes, units.shape_of)
-    if space.async_schedules:  # no bubble: a bound without one
+    if space.async_schedules or space.split_schedules:  # no bubble, or less than 1F1B's: a bound without one
         free = lower_bound(model, pool, units.shapes, units.shape_of, bubble=False)
         short = (pool.vpp == 1) & (pool.pp > 1) & (pool.grad_accum < pool.pp)
         if "pipedream-2bw" in space.async_schedules and short.any():
@@ -92,7 +92,7 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
     for group, schedule in _groups(pool, space):
         for extra in space.variants():  # options beyond the grid (Space.variants): one empty variant by default
             _score_group(model, cluster, space, eff, pool.select(group, schedule=schedule, **extra),
-                         sized.select(group), (free if schedule in ASYNC_SCHEDULES else bound)[group],
+                         sized.select(group), (free if schedule in ASYNC_SCHEDULES + SPLIT_SCHEDULES else bound)[group],
                          units.shape_of[group], keyed(str(extra.get("collectives", "nccl"))), result)
     return result
 
@@ -113,6 +113,9 @@ def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray, str]]:
     for schedule in space.async_schedules:  # a pipeline of one chunk per rank; 2BW with m >= p (check._check_async)
         yield np.flatnonzero(flat & (batch.pp > 1) & ((batch.grad_accum >= batch.pp) | (schedule == "pipedream"))), \
             schedule
+    for schedule in space.split_schedules:  # one chunk per rank; DualPipe with p and m even, m >= p (_check_split)
+        dual = (batch.pp % 2 == 0) & (batch.grad_accum % 2 == 0) & (batch.grad_accum >= batch.pp)
+        yield np.flatnonzero(flat & (batch.pp > 1) & (dual | (schedule == "zb-h1"))), schedule
 
 
 def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, sized: Sized,

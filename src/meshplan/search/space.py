@@ -23,7 +23,7 @@ from meshplan.errors import SpecError
 from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM
 from meshplan.ranges import check_options
 from meshplan.specs.check import fsdp_has_zero, recompute_modules_problem
-from meshplan.specs.plan import ASYNC_SCHEDULES, OPTIMIZERS, PINNABLE
+from meshplan.specs.plan import ASYNC_SCHEDULES, OPTIMIZERS, PINNABLE, SPLIT_SCHEDULES
 from meshplan.specs.stack import FRAMEWORK_STACK, Stack
 
 
@@ -36,7 +36,7 @@ class Space:
     recompute: tuple[str, ...] = ("none", "selective", "full")
     recompute_modules: tuple[str, ...] = ("core_attn",)  # Plan.recompute_modules: what "selective" recomputes
     sequence_parallel: tuple[bool, ...] = (False, True)
-    layouts: tuple[str, ...] = ("1d", "summa")
+    layouts: tuple[str, ...] = ("1d", "summa", "tp2d")
     cp_min: int = 1  # context-parallel sizes considered (a strategy comparison pins them)
     cp_max: int = 0  # 0: no limit
     offload_optimizer: tuple[bool, ...] = (False, True)
@@ -49,6 +49,9 @@ class Space:
     # the asynchronous schedules (pipedream, pipedream-2bw: stale weights, so never searched unless asked for), those
     # of them the stack's framework runs (only ``--framework any`` / generic: no framework preset runs them)
     async_pipeline: bool = False
+    # the split-backward schedules (zb-h1, dualpipe: zero_bubble.py), those of them the framework runs (only
+    # ``--framework any`` / generic: no framework preset runs them with one chunk per rank); off by default
+    split_backward: bool = False
     all_placements: bool = True
     max_micro_batch: int = 64
     precision: str = "bf16"
@@ -140,6 +143,9 @@ class Space:
         if self.optimizer not in can.optimizers:
             raise SpecError(f"optimizer={self.optimizer}: framework {name} runs {', '.join(can.optimizers)} "
                             "(--framework any prices every optimizer)")
+        if self.split_backward and not set(SPLIT_SCHEDULES) & set(can.schedules):
+            raise SpecError(f"split_backward: framework {name} runs the schedules {', '.join(can.schedules)}, none of "
+                            f"{', '.join(SPLIT_SCHEDULES)}: use --framework any")
         if self.async_pipeline and not set(ASYNC_SCHEDULES) & set(can.schedules):
             raise SpecError(f"async_pipeline: framework {name} runs the schedules {', '.join(can.schedules)}, no "
                             f"asynchronous one ({', '.join(ASYNC_SCHEDULES)}): use --framework any")
@@ -169,6 +175,12 @@ class Space:
         """The asynchronous schedules searched: none unless ``async_pipeline``, then those the framework runs."""
         can = self.stack.supports.schedules
         return tuple(s for s in ASYNC_SCHEDULES if s in can) if self.async_pipeline else ()
+
+    @property
+    def split_schedules(self) -> tuple[str, ...]:
+        """The split-backward schedules searched: none unless ``split_backward``, then those the framework runs."""
+        can = self.stack.supports.schedules
+        return tuple(s for s in SPLIT_SCHEDULES if s in can) if self.split_backward else ()
 
     @property
     def interleaving(self) -> bool:

@@ -18,6 +18,7 @@ from meshplan.specs.plan import (
     PRECISION,
     RECOMPUTE_MODULES,
     SCHEDULES,
+    SPLIT_SCHEDULES,
     Plan,
 )
 from meshplan.specs.stack import FRAMEWORK_STACK as DEFAULT_STACK  # estimate's default: the command line's
@@ -109,11 +110,12 @@ def validate(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack
 
 def _check_tensor(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
     reasons = []
-    if model.num_heads % plan.tp:
+    heads_tp = plan.tp if plan.tensor_layout != "tp2d" else 1  # tp2d's tp splits h only (_check_tp2d)
+    if model.num_heads % heads_tp:
         reasons.append(f"tp={plan.tp} does not divide num_heads={model.num_heads}")
-    elif not model.is_mla and model.num_kv_heads % plan.tp and plan.tp % model.num_kv_heads:
+    elif not model.is_mla and model.num_kv_heads % heads_tp and heads_tp % model.num_kv_heads:
         reasons.append(f"tp={plan.tp} and num_kv_heads={model.num_kv_heads}: neither divides the other")
-    if model.ffn_hidden_size % plan.tp:
+    if model.ffn_hidden_size % heads_tp:
         reasons.append(f"tp={plan.tp} does not divide ffn_hidden_size={model.ffn_hidden_size}")
     if plan.cp > 1 and model.seq_length % (2 * plan.cp):
         reasons.append(f"2*cp={2 * plan.cp} does not divide seq_length={model.seq_length} "
@@ -140,8 +142,11 @@ def ring_window_reason(model: ModelSpec, cp: int, cp_comm: str) -> str:
 def _check_summa(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
     """The 2D SUMMA grid: tp2 shards the sequence and the weights' rows; panels split the hidden size; its
     projections are one GEMM each (summa.py)."""
+    if plan.tensor_layout == "tp2d":
+        return _check_tp2d(model, plan, stack)
     if plan.tensor_layout != "summa":  # another name than 1d: _check_choices says it
-        return [f"tp2={plan.tp2} needs tensor_layout='summa'"] if plan.tp2 > 1 and plan.tensor_layout == "1d" else []
+        alone = plan.tp2 > 1 and plan.tensor_layout == "1d"
+        return [f"tp2={plan.tp2} needs tensor_layout='summa' or 'tp2d'"] if alone else []
     reasons = []
     if stack.projections != "fused":
         reasons.append(f"projections={stack.projections!r}: tensor_layout='summa' is costed with fused projections")
@@ -173,6 +178,8 @@ def _check_pipeline(model: ModelSpec, plan: Plan) -> list[str]:
         return reasons
     if plan.schedule in ASYNC_SCHEDULES:
         return reasons + _check_async(plan, micro)
+    if plan.schedule in SPLIT_SCHEDULES:
+        return reasons + _check_split(plan, micro)
     if plan.vpp > 1 and plan.schedule != "interleaved":
         reasons.append(f"vpp={plan.vpp} needs schedule='interleaved' (got {plan.schedule!r})")
     elif plan.schedule == "interleaved":
@@ -197,6 +204,19 @@ def _check_async(plan: Plan, micro: int) -> list[str]:
     if plan.schedule == "pipedream-2bw" and not plan.global_batch % micro and plan.grad_accum < plan.pp:
         return [f"schedule=pipedream-2bw needs micro-batches per step m >= pp (m = global_batch/(dp*micro_batch) = "
                 f"{plan.grad_accum}, pp={plan.pp}): 2BW updates the weights every m >= pp micro-batches"]
+    return []
+
+
+def _check_split(plan: Plan, micro: int) -> list[str]:
+    """A split-backward schedule (zero_bubble.py) runs one model chunk per rank on a pipeline; DualPipe's two
+    directions each feed half of the micro-batches into one end of the pipeline, so pp and m are even and m >= pp
+    (DeepSeek-V3 §3.2.1, Figure 5: 8 ranks, 20 micro-batches, 10 each way)."""
+    if plan.pp == 1 or plan.vpp > 1:
+        return [f"schedule={plan.schedule} needs pp > 1 and vpp = 1 (pp={plan.pp}, vpp={plan.vpp})"]
+    m = plan.grad_accum
+    if plan.schedule == "dualpipe" and (plan.pp % 2 or (not plan.global_batch % micro and (m % 2 or m < plan.pp))):
+        return [f"schedule=dualpipe needs an even pp and an even number of micro-batches m >= pp (pp={plan.pp}, "
+                f"m = global_batch/(dp*micro_batch) = {m})"]
     return []
 
 
@@ -332,3 +352,23 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack:
     if sorted(plan.placement) != sorted(DENSE_AXES):
         reasons.append(f"placement={','.join(plan.placement)} must order each of {', '.join(DENSE_AXES)} once")
     return reasons
+
+
+def _check_tp2d(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
+    """The tp2d grid (cost/tp2d.py): h over tp, the heads and the MLP's hidden size over tp2; dense standard-attention
+    layers with fused projections, as the summa layout."""
+    reasons = []
+    if stack.projections != "fused":
+        reasons.append(f"projections={stack.projections!r}: tensor_layout='tp2d' is costed with fused projections")
+    if model.is_moe or model.is_mla:
+        reasons.append(f"tensor_layout='tp2d' models dense standard-attention layers only ({model.name})")
+    if model.hidden_size % plan.tp:
+        reasons.append(f"tp={plan.tp} does not divide hidden_size={model.hidden_size}")
+    for name, size in (("num_heads", model.num_heads), ("num_kv_heads", model.num_kv_heads),
+                       ("ffn_hidden_size", model.ffn_hidden_size)):
+        if size % plan.tp2:
+            reasons.append(f"tp2={plan.tp2} does not divide {name}={size}")
+    if plan.sequence_parallel:
+        reasons.append("sequence_parallel does not apply to the tp2d layout (the residual stream is feature-sharded)")
+    return reasons
+

@@ -8,7 +8,9 @@ arXiv 2504.14960): expert-data-parallel = tp·cp·dp / (etp·ep) must be an inte
 
 Tensor layouts (seed 003, arXiv 2410.00273): ``1d`` is Megatron tensor parallelism over ``tp`` GPUs
 (with optional sequence parallelism); ``summa`` is 2D tensor parallelism on a tp × tp2 grid: activations
-(b, s/tp2, h/tp), weights (h/tp2, f/tp), SUMMA broadcasts in ``summa_panels`` panels. Context parallelism
+(b, s/tp2, h/tp), weights (h/tp2, f/tp), SUMMA broadcasts in ``summa_panels`` panels; ``tp2d`` is seed 001's
+weight-stationary tp_in × tp_out grid (cost/tp2d.py): every weight split h over ``tp`` and the other dimension
+over ``tp2``, partial sums all-reduced over one axis forward and the other backward. Context parallelism
 (``cp``) shards the sequence further and exchanges K/V by a ring or an all-gather (``cp_comm``); tp × cp is
 seed 003's "2D context parallel" strategy.
 
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 DENSE_AXES = ("tp", "tp2", "cp", "dp", "pp")
-LAYOUTS = ("1d", "summa")
+LAYOUTS = ("1d", "summa", "tp2d")
 RECOMPUTE = ("none", "selective", "full")
 # Megatron-Core's selective recompute modules (TransformerConfig.recompute_modules, recompute_granularity
 # "selective"; megatron/core/transformer/transformer_config.py), each priced by ops.RECOMPUTE_MODULES; its default
@@ -34,7 +36,12 @@ RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_
 # semantics differ from synchronous SGD): PipeDream's 1F1B with weight stashing (Narayanan et al., SOSP 2019, §3.2-3.3)
 # and PipeDream-2BW's double-buffered weights (Narayanan et al., ICML 2021, §3.1); schedule.py, memory.py
 ASYNC_SCHEDULES = ("pipedream", "pipedream-2bw")
-SCHEDULES = ("gpipe", "1f1b", "interleaved", *ASYNC_SCHEDULES)
+# split-backward schedules: the backward split into the input gradient (B) and the weight gradient (W), W passes
+# moved into the bubble: ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", arXiv 2401.10241, §3.1) and
+# DeepSeek-V3's bidirectional DualPipe (arXiv 2412.19437, §3.2.1); zero_bubble.py, memory.py
+SPLIT_SCHEDULES = ("zb-h1", "dualpipe")
+TABLED_SCHEDULES = ("gpipe", "1f1b", "interleaved", *ASYNC_SCHEDULES)  # schedule.build's (zero_bubble.py the others)
+SCHEDULES = (*TABLED_SCHEDULES, *SPLIT_SCHEDULES)
 PRECISION = ("bf16", "fp16", "fp8", "mxfp8", "fp4")
 FINETUNE = ("full", "lora")
 # how the data-parallel gradients meet: NCCL-style collectives over the dp group, or a parameter server (seed 004:
@@ -70,10 +77,10 @@ class Plan:
 
     dp: int = field(default=1, metadata=_opt("data-parallel size", cli_default=None,
                                              default_help="gpus / (tp·tp2·pp·cp)"))
-    tp: int = field(default=1, metadata=_opt("tensor-parallel size (the first grid axis with --layout summa)"))
+    tp: int = field(default=1, metadata=_opt("tensor-parallel size (the first grid axis with --layout summa or tp2d)"))
     pp: int = field(default=1, metadata=_opt("pipeline-parallel size"))
     cp: int = field(default=1, metadata=_opt("context-parallel size"))
-    tp2: int = field(default=1, metadata=_opt("second tensor-parallel grid axis (with --layout summa)"))
+    tp2: int = field(default=1, metadata=_opt("second tensor-parallel grid axis (with --layout summa or tp2d)"))
     ep: int = field(default=1, metadata=_opt("expert-parallel size"))
     etp: int = field(default=0, metadata=_opt("expert tensor-parallel size", default_help="tp"))  # 0 → same as tp
     vpp: int = field(default=1, metadata=_opt("virtual pipeline stages (model chunks) per pipeline rank"))
@@ -137,7 +144,8 @@ class Plan:
         "with --finetune lora: adapters on every attention and MLP linear, or the QKV projection only",
         choices=LORA_TARGETS))
     tensor_layout: str = field(default="1d", metadata=_opt(
-        "1d (Megatron) or summa (2D SUMMA on a tp x tp2 grid)", flag="layout", choices=LAYOUTS))
+        "1d (Megatron), summa (2D SUMMA on a tp x tp2 grid) or tp2d (seed 001's weight-stationary tp_in x tp_out "
+        "grid: tp = tp_in, tp2 = tp_out)", flag="layout", choices=LAYOUTS))
     summa_panels: int = field(default=0, metadata=_opt("SUMMA panels nb (0: max(tp, tp2))"))
     dp_mode: str = field(default="allreduce", metadata=_opt(
         "data-parallel gradient exchange: collectives, or a parameter server (push gradients, pull weights)",
@@ -195,6 +203,8 @@ class Plan:
         parts = [f"dp={self.dp}", f"tp={self.tp}", f"pp={self.pp}"]
         if self.tensor_layout == "summa":
             parts[1] = f"summa={self.tp}x{self.tp2}/nb{self.summa_panels}"
+        elif self.tensor_layout == "tp2d":
+            parts[1] = f"tp2d={self.tp}x{self.tp2}"
         parts += [f"{k}={getattr(self, k)}" for k in ("cp", "ep", "vpp") if getattr(self, k) > 1]
         if self.last_stage_layers:
             parts.append(f"last-stage-layers={self.last_stage_layers}")

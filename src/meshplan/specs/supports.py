@@ -2,9 +2,9 @@
 
 A framework runs some parallel dimensions, pipeline schedules, tensor layouts, ZeRO stages and offloads and not
 others: Megatron-Core has no GPipe schedule and no ZeRO-2, plain PyTorch FSDP no tensor or pipeline parallelism,
-none of them the 2D SUMMA layout. The search explores only what the stack supports (``search/space.py``), so that
-the plan it ranks first is one the user can launch; ``--framework any`` (every field at its default here) keeps the
-whole space meshplan models and names the frameworks that could run the winner (``runs``).
+none of them the 2D SUMMA or tp2d layouts. The search explores only what the stack supports (``search/space.py``), so
+that the plan it ranks first is one the user can launch; ``--framework any`` (every field at its default here) keeps
+the whole space meshplan models and names the frameworks that could run the winner (``runs``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from meshplan.fields import unknown_field
 from meshplan.specs.plan import OPTIMIZERS, SCHEDULES
 from meshplan.specs.refusals import REFUSALS, refused
 
-LAYOUTS = ("1d", "summa")
+LAYOUTS = ("1d", "summa", "tp2d")
 AXES = ("tp", "pp", "cp", "ep")  # the axes a framework may lack (dp it always has)
 RECOMPUTE = ("none", "selective", "full")
 
@@ -26,7 +26,8 @@ RECOMPUTE = ("none", "selective", "full")
 class Supports:
     """What plans a framework runs. The defaults: everything meshplan models (``--framework any``)."""
 
-    layouts: tuple[str, ...] = field(default=LAYOUTS, metadata={"help": "tensor layouts: 1d (Megatron), summa (2D)"})
+    layouts: tuple[str, ...] = field(default=LAYOUTS, metadata={"help": "tensor layouts: 1d (Megatron), summa (2D), "
+                                                                      "tp2d (2D weight-stationary)"})
     schedules: tuple[str, ...] = field(default=SCHEDULES, metadata={"help": "pipeline schedules"})
     zero: tuple[int, ...] = field(default=(0, 1, 2, 3), metadata={"help": "ZeRO stages (1: distributed optimizer)"})
     axes: tuple[str, ...] = field(default=AXES, metadata={"help": "parallel axes besides dp: tp, pp, cp, ep"})

@@ -26,12 +26,12 @@ from meshplan.memory import Memory, buffer_memory, model_states, resident_weight
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import Plan
+from meshplan.specs.plan import SPLIT_SCHEDULES, Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
 from meshplan.step.memory import activation_memory, offloaded_activations
 from meshplan.step.passes import PassTimes
-from meshplan.step.stages import cadence, stage_times
+from meshplan.step.stages import cadence, ep_overlapped, split_bubble, stage_times
 from meshplan.step.units import Parts, Units, unit_costs
 from meshplan.xp import Num, where
 
@@ -104,6 +104,9 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     shape, m, slowdown = np.shape(plan.dp), plan.grad_accum, eff.overlap_slowdown
     per_update, updates = cadence(plan)  # PipeDream: an update (DP reduction, optimizer) per micro-batch
     ends = (stage_params(model, plan, True), stage_params(model, plan, False))
+    if plan.schedule == "dualpipe":  # two stages per rank: both reduced across data parallelism and stepped
+        one, two = (replace(e, dense=2 * e.dense, expert=2 * e.expert, adapters=2 * e.adapters) for e in ends)
+        ends = (one, two)
     params = StageParams(*(_pair(getattr(ends[0], f), getattr(ends[1], f), shape, np.float64)
                            for f in StageParams.__slots__))
     collectives = dp_collectives(model, cluster, plan, params, eff)  # the same for every ZeRO stage
@@ -113,7 +116,12 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     for r, rc in enumerate(grid.recompute):
         ranked = _with(plan, recompute=rc)
         first, last, middle = stage_times(model, ranked, stack, units[rc])
-        bubble = flow_bubble(str(ranked.schedule), ranked.pp, ranked.vpp, first.total, last.total, middle.total)
+        if ranked.schedule == "dualpipe":  # its chunk pairs hide the EP all-to-alls (zero_bubble.ep_overlapped)
+            first, last, middle = (ep_overlapped(t, slowdown) for t in (first, last, middle))
+        if ranked.schedule in SPLIT_SCHEDULES:
+            bubble = split_bubble(str(ranked.schedule), ranked.pp, first, last, middle)
+        else:
+            bubble = flow_bubble(str(ranked.schedule), ranked.pp, ranked.vpp, first.total, last.total, middle.total)
         pf, pl = first.passes(), last.passes()
         passes = Passes(*(_pair(getattr(pf, f), getattr(pl, f), shape, dtype) for f in Passes.__slots__))
         pipelined = m * _pair(first.total, last.total, shape, dtype)

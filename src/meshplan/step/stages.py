@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from meshplan.bubble import flow_bubble
 from meshplan.cost.params import any_uneven, layers_on_last, layers_on_stage
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
@@ -69,3 +70,25 @@ def cadence(plan: Plan) -> tuple[Num, Num]:
     after every backward (Narayanan et al. 2019 §3.3); PipeDream-2BW updates once per m ≥ p (2021 §3.1)."""
     m = plan.grad_accum
     return (1, m) if plan.schedule == "pipedream" else (m, 1)
+
+
+def split_bubble(schedule: str, pp: Num, first: PassTimes, last: PassTimes, middle: PassTimes) -> Num:
+    """The bubble of a split-backward schedule from the ranks' passes (assemble.py): ``zero_bubble.closed_bubble`` with
+    T_B = T_W = half the backward, T_F the forward, as the flow shop of ``bubble.flow_bubble`` prices ranks of
+    unequal times: ZB-H1's (p − 1)·T_F is 1F1B's flow form over forward times; DualPipe's (p/2 − 1)·T_F its
+    (p/2 − 1)/(p − 1) share."""
+    fwd = [t.passes().t_f for t in (first, last, middle)]
+    zb = flow_bubble("1f1b", pp, 1, *fwd)
+    if schedule == "dualpipe":
+        return zb * maximum(pp / 2 - 1, 0.0) / maximum(pp - 1, 1)
+    return zb
+
+
+def ep_overlapped(rank: PassTimes, slowdown: Num) -> PassTimes:
+    """DualPipe's forward-backward chunk pairs: a chunk's expert-parallel all-to-all runs under the other chunk's
+    kernels (DeepSeek-V3 §3.2.1, Figure 4), exposed only beyond them plus the overlap's slowdown (``passes.hide``).
+    The forward's share of the exposed communication (``fwd_comm``) loses half of what is hidden (dispatch and
+    combine move the same bytes forward and backward)."""
+    ep = hide(rank.ep, rank.fwd + rank.bwd, slowdown)
+    saved = rank.ep - ep
+    return replace(rank, ep=ep, fwd_comm=rank.fwd_comm - saved / 2)
