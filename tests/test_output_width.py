@@ -22,7 +22,7 @@ COMMANDS = {
     "sweep": ["sweep", "--model", "llama3-8b", "--systems", "h100,a100", "--gpus", "8,16", "--workers", "1"],
     "trace": ["trace", "{mlp}:make", "--input-shape", "4x128"],
     "sharding planner": ["plan", "--autoshard", "--model", "gpt2", "--system", "h100", "--gpus", "8"],
-    "check-step": ["check-step", TORCH_FACTORY, "--steps", "1", "--warmup", "0", "--rounds", "1"],
+    "check-step": ["check-step", TORCH_FACTORY, "--steps", "3", "--warmup", "0", "--rounds", "2"],  # the least it takes
 }
 NUMBER_SPLIT = re.compile(r"│ +(?:us|ms|s|ns|KiB|MiB|GiB|k|M) │")  # a unit whose number stayed on the line above
 

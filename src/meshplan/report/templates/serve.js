@@ -49,13 +49,14 @@
   function fill(template) {
     const spec = JSON.parse(JSON.stringify(template)), key = state.serve.x, axis = state.serve.axis;
     const title = sp.x_axes[key][0], unit = sp.x_axes[key][1], factor = sp.x_axes[key][2];
-    let lo = Infinity, hi = 0;
+    let lo = Infinity, hi = 0, ylo = Infinity, yhi = 0;
     [points, rejected, best].forEach(function (set) {
       set.forEach(function (r) {
         r.x = r[key] * factor;
         r.onFront = (r.front & FRONT[key]) > 0;
         lo = Math.min(lo, r.x);
         hi = Math.max(hi, r.x);
+        if (r.per_gpu > 0) { ylo = Math.min(ylo, r.per_gpu); yhi = Math.max(yhi, r.per_gpu); }
       });
     });
     const slo = [], target = sp.slo[key] || 0;
@@ -68,8 +69,12 @@
                 scale: { type: "log", domain: [lo / 1.25, hi * 1.25], clamp: true } };
     const domain = vocab[axis].slice();
     spec.datasets = { points: points, rejected: rejected, best: best, slo: slo };
+    // the y domain from every set at once: a set left empty (no rejected configuration) has no extent of its own,
+    // which Vega warns about ("Infinite extent")
+    const yscale = yhi > 0 ? { type: "log", domain: [ylo / 1.25, yhi * 1.25] } : { type: "log" };
     spec.layer.forEach(function (layer) {
       if (layer.encoding && layer.encoding.x) layer.encoding.x = x;
+      if (layer.encoding && layer.encoding.y) layer.encoding.y = Object.assign({}, layer.encoding.y, { scale: yscale });
       if (layer.name === "points") {
         layer.encoding.color = { field: axis, type: "ordinal", title: sp.axes[axis],
                                  scale: { domain: domain, scheme: scheme(domain.length) },
