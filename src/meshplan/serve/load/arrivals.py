@@ -34,9 +34,16 @@ class Requests:
 
     def share(self, k: int, n: int) -> Requests:
         """Replica ``k`` of ``n``'s requests: every n-th from the k-th (a round-robin router), and its share of a
-        closed loop's clients."""
-        clients = self.concurrency // n + (k < self.concurrency % n)
-        return Requests(self.arrival[k::n], self.input_len[k::n], self.output_len[k::n], clients)
+        closed loop's clients; a closed loop of fewer clients than replicas keeps one client on each of the first
+        ``concurrency`` replicas and sends the others nothing (a replica without a client gets no request: it is not
+        an open loop with every request at t = 0)."""
+        if not self.concurrency:
+            return Requests(self.arrival[k::n], self.input_len[k::n], self.output_len[k::n])
+        busy = min(n, self.concurrency)  # replicas that hold a client
+        if k >= busy:
+            return Requests(self.arrival[:0], self.input_len[:0], self.output_len[:0], 0)
+        clients = self.concurrency // busy + (k < self.concurrency % busy)
+        return Requests(self.arrival[k::busy], self.input_len[k::busy], self.output_len[k::busy], clients)
 
 
 def poisson(rate: float, count: int, lengths: Lengths, seed: int = 0, burstiness: float = 1.0) -> Requests:

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from meshplan.errors import SpecError
 from meshplan.serve.efficiency import SERVE_DEFAULT
 from meshplan.serve.engine import Engine
 from meshplan.serve.estimate import plan_columns
@@ -43,7 +44,11 @@ def transfer_times(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: 
 def disaggregated(requests: Requests, plan: ServePlan, sched: Scheduler, price: Prices | SpeculativePrices,
                   moved: np.ndarray) -> list[Run]:
     """The requests through both pools (module docstring): one Run per request stream, with the prefill pool's
-    first tokens and the decode pool's finishes; ``moved``: each request's transfer seconds."""
+    first tokens and the decode pool's finishes; ``moved``: each request's transfer seconds. A closed loop (a client
+    sends its next request when the last one is done) is not simulated across two pools: refused."""
+    if requests.concurrency:
+        raise SpecError(f"concurrency={requests.concurrency}: a closed loop through prefill and decode pools is not "
+                        "simulated; give --rate or --trace for a disaggregated configuration")
     pre = Requests(requests.arrival, requests.input_len, np.ones_like(requests.output_len))
     first = np.full(len(requests), np.nan)
     prefilled = [simulate_instance(pre.share(k, plan.prefill_replicas), sched, price)
@@ -66,5 +71,9 @@ def disaggregated(requests: Requests, plan: ServePlan, sched: Scheduler, price: 
         done[mine] = run.done
         decoded.append(run)
     timeline = decoded[0].timeline if decoded else prefilled[0].timeline
+    finished = np.isfinite(done)
+    # requests are in the system from arrival to finish across both pools and the transfer between them: counted
+    # from their own times (the one timeline kept is a decode instance's, for the occupancy curve)
+    held = float(np.sum(done[finished] - requests.arrival[finished]))
     return [Run(requests.arrival, first, done, requests.input_len, requests.output_len,
-                sum(r.preemptions for r in decoded), int(np.sum(~np.isfinite(done))), timeline)]
+                sum(r.preemptions for r in decoded), int(np.sum(~finished)), timeline, held_s=held)]

@@ -4,14 +4,16 @@ per lane × prompt tokens per lane × mean context, then read by trilinear inter
 few microseconds a lookup). No new physics: the grid's points are Setting.time's values; between them the price is
 linear (GEMMs are linear in rows past their weight-bound knee, decode attention in the context it reads).
 
-A prompt chunk is priced as one prompt with no cached prefix before it (``prompts`` = 1, ``prefix`` = 0): the
-steady-state model's price of a chunk of a prompt that fits the budget (metrics._chunked).
+A prompt chunk attends to the tokens of its prompt already in the cache (the chunks before it, a prefix-cache hit):
+the iteration's price adds Setting.time's difference between a chunk after ``prefix`` tokens and one with none, read
+from a second grid (prompt tokens per lane × prefix), as the steady-state model prices a chunk after its earlier
+ones (metrics._chunked); an iteration's several prompts are priced at their chunk-weighted mean prefix.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -49,11 +51,14 @@ def _axis(top: float, dense: int, step: float) -> list[float]:
 class Prices:
     """Seconds of one iteration at (decoding sequences, prompt tokens, mean context) of the whole instance."""
 
-    def __init__(self, d: list[float], p: list[float], c: list[float], table: np.ndarray, lanes: int) -> None:
+    def __init__(self, d: list[float], p: list[float], c: list[float], table: np.ndarray, lanes: int,
+                 prefixed: np.ndarray | None = None) -> None:
         self.d, self.p, self.c, self.lanes = d, p, c, lanes
         self.table = table.tolist()  # nested lists: faster to index from Python than an array
+        # seconds a chunk's attention to its prompt's cached prefix adds, over (prompt tokens, prefix) on (p, c)
+        self.prefixed = None if prefixed is None else prefixed.tolist()
 
-    def __call__(self, decode: float, prefill: float, context: float) -> float:
+    def __call__(self, decode: float, prefill: float, context: float, prefix: float = 0.0) -> float:
         """The interpolated price (module docstring); past the grid's ends, the nearest points extrapolated."""
         i, a = _where(self.d, decode / self.lanes)
         j, b = _where(self.p, prefill / self.lanes)
@@ -61,7 +66,11 @@ class Prices:
         t = self.table
         lo = _bilinear(t[i], j, k, b, g)
         hi = _bilinear(t[i + 1], j, k, b, g)
-        return lo + a * (hi - lo)
+        extra = 0.0
+        if prefix > 0 and prefill > 0 and self.prefixed is not None:
+            q, h = _where(self.c, prefix)
+            extra = max(0.0, _bilinear(self.prefixed, j, q, b, h))
+        return lo + a * (hi - lo) + extra
 
 
 def _where(axis: list[float], x: float) -> tuple[int, float]:
@@ -94,4 +103,11 @@ def prices(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, 
                          context=cc.ravel())
     with np.errstate(all="ignore"):
         t = setting.time(dd.ravel(), pp.ravel(), pp.ravel() if sampled else np.minimum(pp.ravel(), 1.0), 0.0)
-    return Prices(d, p, c, np.broadcast_to(np.asarray(t, dtype=float), dd.ravel().shape).reshape(dd.shape), lanes)
+        # a chunk after ``prefix`` cached tokens of its prompt, less the same chunk with none (no decodes)
+        p2, q2 = np.meshgrid(p, c, indexing="ij")
+        one = np.minimum(p2.ravel(), 1.0)
+        alone = replace(setting, context=0.0)
+        after = alone.time(0.0, p2.ravel(), one, q2.ravel()) - alone.time(0.0, p2.ravel(), one, 0.0)
+    prefixed = np.broadcast_to(np.asarray(after, dtype=float), p2.ravel().shape).reshape(p2.shape)
+    return Prices(d, p, c, np.broadcast_to(np.asarray(t, dtype=float), dd.ravel().shape).reshape(dd.shape), lanes,
+                  np.nan_to_num(prefixed))

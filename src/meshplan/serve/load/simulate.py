@@ -166,7 +166,9 @@ class _Instance:
                 self.preempt()
             return True
         held = self.sum_base + s.step_tokens * (self.nd * self.it - self.sum_k0)
-        dt = self.price(nd, tokens, held / self.nd if self.nd else 0.0)
+        # the chunks' mean prefix: the tokens of their prompts already cached (earlier chunks, prefix-cache hits)
+        prefix = sum(take * entry[2] for entry, take in chunks) / tokens if tokens else 0.0
+        dt = self.price(nd, tokens, held / self.nd if self.nd else 0.0, prefix)
         self.rows.append((self.now, dt, self.used() / s.kv_tokens, self.running, len(self.waiting)))
         self.now += dt
         if nd:
@@ -227,6 +229,7 @@ class Run:
     preemptions: int
     refused: int
     timeline: LoadTimeline
+    held_s: float | None = None  # request-seconds in the system, where no one timeline holds them (disagg.py)
 
 
 def simulate_instance(reqs: Requests, sched: Scheduler, price: Prices | SpeculativePrices) -> Run:

@@ -83,11 +83,11 @@ class SpeculativePrices:
     def __init__(self, plain: Prices, verify: Prices, draft: Prices, tokens: int) -> None:
         self.plain, self.verify, self.draft, self.tokens = plain, verify, draft, tokens
 
-    def __call__(self, decode: float, prefill: float, context: float) -> float:
+    def __call__(self, decode: float, prefill: float, context: float, prefix: float = 0.0) -> float:
         if not decode:
-            return self.plain(decode, prefill, context)
+            return self.plain(decode, prefill, context, prefix)
         extra = self.verify(decode, decode * self.tokens, context) - self.plain(decode, 0.0, context)
-        return self.plain(decode, prefill, context) + extra + self.tokens * self.draft(decode, 0.0, context)
+        return self.plain(decode, prefill, context, prefix) + extra + self.tokens * self.draft(decode, 0.0, context)
 
 
 def speculative_prices(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, longest: int,

@@ -127,6 +127,8 @@ def fewest_split(model: ModelSpec, cluster: Cluster, one: ServePlan, reqs: Reque
     """The fewest instances of shape ``one``, up to ``upto``, split into prefill and decode pools (disagg.py) that
     meet ``targets``: each count from 2 up, each split of it, at most SPLIT_TRIES simulations; of the splits that
     meet them at the least count, the one of the highest goodput."""
+    if reqs.concurrency:  # a closed loop through two pools is not simulated (disagg.disaggregated)
+        return None
     tries = 0
     for n in range(2, min(upto, cluster.num_gpus // one.instance_gpus) + 1):
         met = []
