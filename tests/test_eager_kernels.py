@@ -16,7 +16,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack, load_stack
-from meshplan.step.passes import launches
+from meshplan.step.host import launches
 
 ROOT = Path(__file__).resolve().parents[1]
 GPT = ModelSpec(name="gpt-1.3b", num_layers=24, hidden_size=2048, num_heads=16, ffn_hidden_size=8192,
