@@ -62,7 +62,8 @@ def squeezed(t: torch.Tensor) -> tuple[int, ...]:
 class Counting(TorchDispatchMode):
     """Counts the kernels of each aten op by the record its autograd node (backward) or section (forward) names, and
     in the backward by what it computes: ``bwd_w`` a parameter's gradient (a result of a parameter's shape: the weight
-    GEMM, the bias sum, AccumulateGrad's add), ``bwd_x`` the rest."""
+    GEMM, the bias sum), ``accumulate`` AccumulateGrad's add of it into the former micro-batches' gradient,
+    ``bwd_x`` the rest."""
 
     def __init__(self, owner: Callable[[], str], phase: str, weights: set[tuple[int, ...]]) -> None:
         super().__init__()
@@ -73,9 +74,17 @@ class Counting(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if launches_kernel(func):
             phase = self.phase
+            name, record = func.__name__.split(".")[0], self.owner()
             if phase == "bwd":
                 phase = "bwd_w" if isinstance(out, torch.Tensor) and squeezed(out) in self.weights else "bwd_x"
-            self.counts[(self.owner(), phase, func.__name__.split(".")[0])] += 1
+                if name == "add_" and phase == "bwd_w":
+                    phase = "accumulate"  # AccumulateGrad's add into the gradient of a former micro-batch
+                elif name == "add" and record.endswith("/norm") and out.dtype == torch.bfloat16:
+                    # the residual fork's two gradients summed where they meet (autograd's input buffer, run under
+                    # the norm's node): the skip connection's backward, booked to the block's residual record (in the
+                    # activations' bf16; an eager RMSNorm's own sum of its two paths to x is in fp32)
+                    record = record.replace("/norm", "/residual")
+            self.counts[(record, phase, name)] += 1
         return out
 
 
@@ -276,7 +285,7 @@ class LlamaLayer(nn.Module):
         return x
 
 
-PHASES = ("fwd", "bwd_x", "bwd_w")
+PHASES = ("fwd", "bwd_x", "bwd_w", "accumulate")
 
 
 def count_layer(style: str, h: int = 64, heads: int = 4, ffn: int = 256, seq: int = 12, batch: int = 3,
@@ -313,16 +322,16 @@ def count_layer(style: str, h: int = 64, heads: int = 4, ffn: int = 256, seq: in
     return dict(sorted(table.items()))
 
 
-def kernel_table(style: str, **sizes: int) -> dict[str, tuple[int, int, int]]:
-    """{record: (forward, input-gradient, weight-gradient kernels)} of ``count_layer``."""
-    return {r: (sum(n["fwd"].values()), sum(n["bwd_x"].values()), sum(n["bwd_w"].values()))
-            for r, n in count_layer(style, **sizes).items()}
+def kernel_table(style: str, **sizes: int) -> dict[str, tuple[int, int, int, int]]:
+    """{record: (forward, input-gradient, weight-gradient, accumulation kernels)} of ``count_layer``."""
+    return {r: (sum(n["fwd"].values()), sum(n["bwd_x"].values()), sum(n["bwd_w"].values()),
+                sum(n["accumulate"].values())) for r, n in count_layer(style, **sizes).items()}
 
 
 def main() -> None:
     for style in ("gpt", "llama"):
         table = count_layer(style)
-        print(f"{style}: record, forward / input-gradient / weight-gradient kernels, by aten op")
+        print(f"{style}: record, forward / input-gradient / weight-gradient / accumulation kernels, by aten op")
         for record, n in table.items():
             ops = " | ".join(" ".join(f"{op}{'x' + str(k) if k > 1 else ''}" for op, k in sorted(n[ph].items()))
                              for ph in PHASES)

@@ -61,7 +61,8 @@ def per_pass(ops: list) -> dict[str, float]:  # type: ignore[type-arg]
 
 
 def test_an_eager_gpt_layer_launches_what_pytorch_counts() -> None:
-    # forward 1 + 1 + 6 + 1 + 3 + 1 + 1 + 2 + 1 + 3 = 20 kernels, backward 4 + 5 + 10 + 3 + 3 + 4 + 3 + 3 + 3 + 3 = 41
+    # forward 1 + 1 + 6 + 1 + 3 + 1 + 1 + 2 + 1 + 3 = 20 kernels; backward (input gradient + weight gradient +
+    # accumulation) 3 + 5 + 10 + 3 + 4 + 3 + 3 + 3 + 3 + 4 = 41
     assert per_pass(dense_layer(GPT, Plan(micro_batch=1), EAGER_GPT)) == {"fwd": 20.0, "bwd": 41.0}
     # tp 8 without sequence parallelism: Megatron's mapping regions add two all-reduce calls to each pass
     assert per_pass(dense_layer(GPT, Plan(tp=8, micro_batch=1, sequence_parallel=False), EAGER_GPT)) == {
@@ -73,10 +74,13 @@ def test_an_eager_gpt_layer_launches_what_pytorch_counts() -> None:
 
 def test_an_eager_llama_layer_launches_what_pytorch_counts() -> None:
     # torchtitan: the table's rows less SDPA's (flash: the attention module's one kernel each way, as cost/ counts);
-    # forward 8 + 3 + 6 + 2 + 1 + 1 + 1 + 8 + 2 + 2 + 1 + 1 = 36; backward 18 + 11 + 8 + 2 + 1 + 3 + 0 + 18 + 7 + 3 + 3
-    # + 0 = 74, and FSDP's gradient preparation (1)
+    # forward 8 + 3 + 6 + 2 + 1 + 1 + 1 + 8 + 2 + 2 + 1 + 1 = 36; backward without the accumulation (FSDP2 accumulates
+    # the shards): 16 + 8 + 8 + 2 + 1 + 2 + 1 + 16 + 5 + 3 + 2 + 1 = 65, and FSDP's gradient preparation (1)
     llama = load_model("llama3-8b")
-    assert per_pass(dense_layer(llama, Plan(micro_batch=1), load_stack("torchtitan"))) == {"fwd": 36.0, "bwd": 75.0}
+    assert per_pass(dense_layer(llama, Plan(micro_batch=1), load_stack("torchtitan"))) == {"fwd": 36.0, "bwd": 66.0}
+    # without FSDP each of its 9 weights' gradients is accumulated by one add more
+    no_fsdp = load_stack("torchtitan").with_(fsdp="none")
+    assert per_pass(dense_layer(llama, Plan(micro_batch=1, zero=1), no_fsdp)) == {"fwd": 36.0, "bwd": 74.0}
 
 
 def test_rows_that_differ_from_the_model_stay_as_costed() -> None:

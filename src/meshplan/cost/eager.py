@@ -105,22 +105,26 @@ def eager_layer(model: ModelSpec, plan: Plan, d: Dims, moe: bool = False) -> lis
     return ops
 
 
-# Kernels (forward, input gradient, weight gradient) that each record of an eager layer launches, one per aten op
-# that reaches the dispatcher less views and allocations, counted by benchmarks/eager_kernels.py with PyTorch 2.13's
-# TorchDispatchMode over two reference layers in bf16 (tests/test_eager_kernels.py recounts them): "gpt", Megatron-
-# DeepSpeed's GPT layer unfused (megatron/model/transformer.py: LayerNorm, QKV linear with bias, baddbmm scores,
-# masked_fill + softmax, dropout, bmm, the context made contiguous, dense, bias-dropout-add, LayerNorm, fc1 + bias-
-# GeLU, fc2, bias-dropout-add), and "llama", torchtitan's Llama layer (models/llama/model.py: eager RMSNorm, separate
-# wq / wk / wv, complex-multiply RoPE, repeat_kv, SDPA, wo, SwiGLU). The backward is a later micro-batch's: each
-# parameter's gradient accumulated by one add (AccumulateGrad; Megatron's main_grad hooks add the same one kernel).
-# A bias gradient, its sum and its add, is the record that adds the bias (the bias-dropout-add, the bias-GeLU).
-EAGER_KERNELS: dict[str, dict[str, tuple[int, int, int]]] = {
-    "gpt": {"attn/norm": (1, 2, 2), "attn/qkv": (1, 1, 4), "attn/core": (6, 10, 0), "attn/out": (1, 1, 2),
-            "attn/residual": (3, 1, 2), "mlp/norm": (1, 2, 2), "mlp/fc1": (1, 1, 2), "mlp/act": (2, 1, 2),
-            "mlp/fc2": (1, 1, 2), "mlp/residual": (3, 1, 2)},
-    "llama": {"attn/norm": (8, 16, 2), "attn/qkv": (3, 5, 6), "attn/rope": (6, 8, 0), "attn/repeat_kv": (2, 2, 0),
-              "attn/core": (1, 1, 0), "attn/out": (1, 1, 2), "attn/residual": (1, 0, 0), "mlp/norm": (8, 16, 2),
-              "mlp/fc1": (2, 3, 4), "mlp/act": (2, 3, 0), "mlp/fc2": (1, 1, 2), "mlp/residual": (1, 0, 0)},
+# Kernels (forward, input gradient, weight gradient, gradient accumulation) that each record of an eager layer
+# launches, one per aten op that reaches the dispatcher less views and allocations, counted by
+# benchmarks/eager_kernels.py with PyTorch 2.13's TorchDispatchMode over two reference layers in bf16
+# (tests/test_eager_kernels.py recounts them): "gpt", Megatron-DeepSpeed's GPT layer unfused (megatron/model/
+# transformer.py: LayerNorm, QKV linear with bias, baddbmm scores, masked_fill + softmax, dropout, bmm, the context
+# made contiguous, dense, bias-dropout-add, LayerNorm, fc1 + bias-GeLU, fc2, bias-dropout-add), and "llama",
+# torchtitan's Llama layer (models/llama/model.py: eager RMSNorm, separate wq / wk / wv, complex-multiply RoPE,
+# repeat_kv, SDPA, wo, SwiGLU). A bias gradient (its sum) is the record that adds the bias (the bias-dropout-add, the
+# bias-GeLU); the residual fork's gradient sum is the residual's. Accumulation: one add per parameter into the
+# gradient of the former micro-batches (AccumulateGrad; Megatron's main_grad hooks add the same one kernel every
+# micro-batch), paid where the gradients stay whole on the GPU (no FSDP: FSDP reduce-scatters each micro-batch's
+# gradient and accumulates the shard, cost/fsdp.py).
+EAGER_KERNELS: dict[str, dict[str, tuple[int, int, int, int]]] = {
+    "gpt": {"attn/norm": (1, 1, 0, 2), "attn/qkv": (1, 1, 2, 2), "attn/core": (6, 10, 0, 0), "attn/out": (1, 1, 1, 1),
+            "attn/residual": (3, 2, 1, 1), "mlp/norm": (1, 1, 0, 2), "mlp/fc1": (1, 1, 1, 1), "mlp/act": (2, 1, 1, 1),
+            "mlp/fc2": (1, 1, 1, 1), "mlp/residual": (3, 2, 1, 1)},
+    "llama": {"attn/norm": (8, 15, 1, 1), "attn/qkv": (3, 5, 3, 3), "attn/rope": (6, 8, 0, 0),
+              "attn/repeat_kv": (2, 2, 0, 0), "attn/core": (1, 1, 0, 0), "attn/out": (1, 1, 1, 1),
+              "attn/residual": (1, 1, 0, 0), "mlp/norm": (8, 15, 1, 1), "mlp/fc1": (2, 3, 2, 2),
+              "mlp/act": (2, 3, 0, 0), "mlp/fc2": (1, 1, 1, 1), "mlp/residual": (1, 1, 0, 0)},
 }
 # the extra records of ``eager_layer`` whose kernels a row counts, besides its own ``<row>/eager`` (the bias gradients:
 # counted with the bias-dropout-add and the bias-GeLU), when all of those rows apply
@@ -133,11 +137,13 @@ def eager_rows(model: ModelSpec, stack: Stack) -> dict[str, tuple[int, int, int]
     """The rows of ``EAGER_KERNELS`` that count this model's records under an eager stack: the reference layer of its
     norm (LayerNorm: "gpt", RMSNorm: "llama"), less the rows whose layer differs from the model's there (another
     activation; fused or separate projections, a QKV bias; bias-dropout-add or a plain residual add) and the attention
-    core unless it is Megatron's unfused one (a flash / SDPA kernel keeps the attention module's count)."""
+    core unless it is Megatron's unfused one (a flash / SDPA kernel keeps the attention module's count); per row
+    (forward, input-gradient, weight-gradient kernels), the accumulation counted with the weight gradient unless FSDP
+    accumulates the shards (``stack.fsdp``)."""
     style = {"layernorm": "gpt", "rmsnorm": "llama"}.get(model.norm) if stack.fusion == "eager" else None
     if style is None:
         return {}
-    rows = dict(EAGER_KERNELS[style])
+    rows = EAGER_KERNELS[style]
     llama = style == "llama"
     drop = {"attn/core"} if llama or stack.flash_attention else set()
     if model.mlp != ("swiglu" if llama else "gelu"):
@@ -146,7 +152,8 @@ def eager_rows(model: ModelSpec, stack: Stack) -> dict[str, tuple[int, int, int]
         drop |= {"attn/qkv", "mlp/fc1"} if llama else {"attn/qkv"}
     if (model.dropout and model.linear_bias) == llama or model.dropout != model.linear_bias:
         drop |= {"attn/residual", "mlp/residual", "mlp/act"}
-    return {r: n for r, n in rows.items() if r not in drop}
+    whole = stack.fsdp == "none"
+    return {r: (f, x, w + acc * whole) for r, (f, x, w, acc) in rows.items() if r not in drop}
 
 
 def _group(name: str, rows: dict[str, tuple[int, int, int]]) -> str | None:
