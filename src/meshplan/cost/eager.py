@@ -126,6 +126,12 @@ EAGER_KERNELS: dict[str, dict[str, tuple[int, int, int, int]]] = {
               "attn/residual": (1, 1, 0, 0), "mlp/norm": (8, 15, 1, 1), "mlp/fc1": (2, 3, 2, 2),
               "mlp/act": (2, 3, 0, 0), "mlp/fc2": (1, 1, 1, 1), "mlp/residual": (1, 1, 0, 0)},
 }
+# A fused stack (``stack.fusion = "fused"``) keeps cost/'s own counts, one kernel per record: Megatron-Core fuses
+# what the eager rows count apart (megatron/core/fusions/: fused_layer_norm.py, fused_softmax.py's scale-mask-softmax,
+# fused_bias_gelu.py / fused_bias_swiglu.py, fused_bias_dropout.py's bias-dropout-add), Transformer Engine's
+# LayerNormLinear folds the norm into the linear, and TransformerConfig.gradient_accumulation_fusion makes the weight-
+# gradient GEMM accumulate into main_grad (no add of its own). A CUDA-graphed stack launches one graph per layer and
+# pass whatever its kernels (step/host.py).
 # the extra records of ``eager_layer`` whose kernels a row counts, besides its own ``<row>/eager`` (the bias gradients:
 # counted with the bias-dropout-add and the bias-GeLU), when all of those rows apply
 _COUNTED_IN = {"attn/qkv_bias/eager": ("attn/qkv",), "attn/out_bias/eager": ("attn/residual",),
