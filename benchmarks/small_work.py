@@ -191,3 +191,60 @@ def serving_section(records: Sequence[dict[str, Any]], path: Path = SERVING) -> 
               stats_row("all of the regime", stats(_serving_pairs([*dev, *published]))), "", "### The dev set", "",
               *_serving_rows(dev), "", "### Published runs at batch 1", "", *_serving_rows(published)]
     return lines
+
+
+# ---- fixed costs per layer (issue 46) ---------------------------------------------------------------------------
+def gpt_1_3b() -> Any:
+    """A 1.3 B GPT as Megatron-DeepSpeed's examples configure it (24 layers, hidden 2048, 16 heads, FFN 4h, GPT-2
+    vocabulary, sequence 1024; LayerNorm, biases, dropout, learned positions)."""
+    from meshplan.specs.model import ModelSpec
+    return ModelSpec(name="gpt-1.3b", num_layers=24, hidden_size=2048, num_heads=16, ffn_hidden_size=8192,
+                     vocab_size=50257, seq_length=1024, mlp="gelu", norm="layernorm", position_embedding="learned",
+                     max_position_embeddings=1024, tied_embeddings=True, qkv_bias=True, linear_bias=True, dropout=True)
+
+
+def eager_megatron_deepspeed() -> Any:
+    """Megatron-DeepSpeed's stack (meshplan_validation.sources: Megatron-LM 2020-22 model code, unfused softmax
+    attention, no overlap) run eagerly: one kernel per aten op (cost/eager.py EAGER_KERNELS), eager PyTorch's 15 us of
+    host time per kernel (the deepspeed preset's)."""
+    from meshplan.specs.stack import load_stack
+    from meshplan_validation.sources import MEGATRON_2021
+    return MEGATRON_2021.with_(fusion="eager", host_dispatch=load_stack("deepspeed").host_dispatch)
+
+
+def layer_times(tp: int, micro_batch: int) -> tuple[float, float]:
+    """Seconds per layer per micro-batch of the 1.3 B GPT on one 8 x A100 node (dp = 8 / tp, no sequence
+    parallelism, no recompute) and the GPU's wait on the host in them."""
+    from meshplan.specs.hardware import load_system
+    from meshplan.specs.plan import Plan
+    from meshplan.step.units import unit_costs
+    plan = Plan(tp=tp, dp=8 // tp, micro_batch=micro_batch, global_batch=micro_batch * (8 // tp),
+                sequence_parallel=False, recompute="none")
+    layer = unit_costs(gpt_1_3b(), load_system("a100").cluster(8), plan, eager_megatron_deepspeed()).layer
+    return float(layer.total), float(layer.host)
+
+
+def fixed_costs(batches: Sequence[int] = (1, 2, 4, 8)) -> list[dict[str, float]]:
+    """Per tp: the time per layer per micro-batch at each micro-batch, and the issue's fit a + b·batch over them (a:
+    the fixed ms per layer per micro-batch, b: per sample)."""
+    rows = []
+    for tp in (1, 2, 4, 8):
+        times = [layer_times(tp, b) for b in batches]
+        slope, fixed = np.polyfit(np.array(batches, dtype=float), np.array([t for t, _ in times]), 1)
+        rows.append({"tp": tp, **{f"mb{b}": t for b, (t, _) in zip(batches, times, strict=True)},
+                     **{f"host_mb{b}": h for b, (_, h) in zip(batches, times, strict=True)},
+                     "fixed": float(fixed), "per_sample": float(slope)})
+    return rows
+
+
+def main() -> None:
+    print("1.3 B GPT (24 x 2048, 16 heads, seq 1024) on 8 x A100, eager Megatron-DeepSpeed: ms per layer per "
+          "micro-batch (of it the GPU's wait on the host), and the fit a + b*batch over micro-batches 1-8")
+    print("tp | mb 1 | mb 2 | mb 4 | mb 8 | a (fixed) | b (per sample)")
+    for r in fixed_costs():
+        cells = " | ".join(f"{1e3 * r[f'mb{b}']:.3f} ({1e3 * r[f'host_mb{b}']:.3f})" for b in (1, 2, 4, 8))
+        print(f"{r['tp']} | {cells} | {1e3 * r['fixed']:.3f} | {1e3 * r['per_sample']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -37,7 +37,7 @@ from meshplan.calibrate.collectives import mesh_groups, round_robin
 from meshplan.calibrate.fit import summarize_dims
 from meshplan.calibrate.records import DIST_KINDS
 from meshplan.cli import main
-from meshplan.comm import bus_factor, collective_time, latency_steps
+from meshplan.comm import BASE_LATENCY_KINDS, SIMPLE_BASE, bus_factor, collective_time, latency_steps
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.estimate import estimate
 from meshplan.specs.efficiency import DEFAULT, Efficiency
@@ -70,10 +70,10 @@ def test_linear_fit_rejects_one_size():
 
 
 def collective_samples(kind: str, dim: int, group: int, bandwidth: float, step: float) -> list[CollectiveSample]:
-    """t = steps·α + f·n / busbw (comm.py's ring formulas)."""
-    return [CollectiveSample(kind=kind, dim=dim, group=group, nbytes=n,
-                             seconds=latency_steps(kind, group) * step + bus_factor(kind, group) * n / bandwidth)
-            for n in SIZES]
+    """t = base + steps·α + f·n / busbw (comm.py's ring formulas; base: comm.base_latency beyond dimension 0)."""
+    base = SIMPLE_BASE if dim > 0 and kind in BASE_LATENCY_KINDS else 0.0
+    return [CollectiveSample(kind=kind, dim=dim, group=group, nbytes=n, seconds=base + latency_steps(kind, group) * step
+                             + bus_factor(kind, group) * n / bandwidth) for n in SIZES]
 
 
 def test_collective_fits_recover_busbw_and_alpha_per_dimension():

@@ -151,7 +151,8 @@ def test_a_faster_measured_attention_never_slows_a_step(plan):
     for rate in (1e12, 1e13, 1e14, 4e14, 1e15, 1e16):  # with a per-kernel t0 of 12 us
         system = replace(h100, accelerator=replace(h100.accelerator, attention_flops=rate, attention_overhead=T0))
         times.append(estimate(gpt(), system.cluster(8), plan).step_time)
-    assert all(a >= b for a, b in zip(times, times[1:], strict=False)) and times[0] > times[-1], times
+    # equal up to rounding where the host bounds the step (step/host.py: its idle is S - G, added back to G)
+    assert all(a >= b * (1 - 1e-12) for a, b in zip(times, times[1:], strict=False)) and times[0] > times[-1], times
 
 
 def test_trace_prices_sdpa_at_the_measured_rate():

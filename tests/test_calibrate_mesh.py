@@ -28,7 +28,8 @@ LINKS = {0: (200e9, 2e-6), 1: (40e9, 6e-6), 2: (8e9, 12e-6)}
 
 
 def cube():
-    """Records of a 2x2x2 mesh: every collective along every dimension at t = steps·α_d + f·n / busbw_d."""
+    """Records of a 2x2x2 mesh: every collective along every dimension at t = steps·α_d + f·n / busbw_d, plus NCCL's
+    base latency beyond dimension 0 (test_calibrate.collective_samples)."""
     dist = [s for kind in DIST_KINDS for d, (bw, a) in LINKS.items() for s in collective_samples(kind, d, 2, bw, a)]
     return replace(synthetic(world=8, mesh=(2, 2, 2)), collective_samples=tuple(dist))
 
@@ -52,15 +53,15 @@ def test_a_2x2x2_calibration_round_trips_with_three_tiers(tmp_path):
 
 def test_the_loaded_mesh_reproduces_every_record():
     """comm.collective_time on the loaded cluster, for each record's collective along its dimension (a group of 2 at
-    stride 2^d), gives the record's time: e.g. an all-reduce of 1 GiB along dimension 2 takes 2 · 12 µs + 2^30 / 8e9
-    = 134.2 ms."""
+    stride 2^d), gives the record's time: e.g. an all-reduce of 1 GiB along dimension 2 takes NCCL's 8.4 µs base
+    latency + 2 · 12 µs + 2^30 / 8e9 = 134.2 ms."""
     cal = cube()
     cluster = load_system_text(to_toml(cal)).cluster(8)
     for s in cal.collective_samples:
         t = collective_time(s.kind, s.nbytes, 2, 2**s.dim, cluster, DEFAULT)
         assert math.isclose(t, s.seconds, rel_tol=1e-9), (s.kind, s.dim, s.nbytes)
     one = next(s for s in cal.collective_samples if (s.kind, s.dim, s.nbytes) == ("all_reduce", 2, SIZES[-1]))
-    assert math.isclose(one.seconds, 2 * 12e-6 + 2**30 / 8e9)
+    assert math.isclose(one.seconds, 8.4e-6 + 2 * 12e-6 + 2**30 / 8e9)
 
 
 def load_system_text(text: str):

@@ -44,7 +44,9 @@ def test_hierarchical_all_reduce_across_nodes():
     n = 8e9
     inner = 2 * (7 * 1e-6 + 7 / 8 * n / 100e9)
     outer = 2 * (1 * 5e-6 + 1 / 2 * (n / 8) / 10e9)
-    assert collective_time("all_reduce", n, 16, 1, cluster(8, 2), PERFECT) == pytest.approx(inner + outer)
+    base = 8.4e-6  # NCCL's Simple-protocol base latency, once per call of a group that leaves the node
+    assert collective_time("all_reduce", n, 16, 1, cluster(8, 2), PERFECT) == pytest.approx(base + inner + outer)
+    assert collective_time("all_reduce", n, 8, 1, cluster(8, 2), PERFECT) == pytest.approx(inner)  # inside: none
 
 
 def test_all_gather_and_reduce_scatter_are_half_an_all_reduce_ring():
@@ -59,7 +61,7 @@ def test_all_gather_across_nodes_is_one_ring_whose_every_member_is_a_latency_ste
     (tuning.cc: (nsteps - nInterSteps)·intraLat + nInterSteps·interLat, nInterSteps = nNodes - 1), while its
     channels leave each node through different NICs, so only n/8 of the bytes cross it per GPU."""
     n = 8e9
-    latency = 14 * 1e-6 + 1 * 5e-6
+    latency = 8.4e-6 + 14 * 1e-6 + 1 * 5e-6  # NCCL's base latency once per call, then the ring's hops
     bytes_time = 7 / 8 * n / 100e9 + 1 / 2 * (n / 8) / 10e9
     c = cluster(8, 2)
     assert collective_time("all_gather", n, 16, 1, c, PERFECT) == pytest.approx(latency + bytes_time)
@@ -141,3 +143,16 @@ def test_the_batched_split_equals_the_scalar_one():
     for span in (1, 2, 8, 64, 72, 576):
         batched = tier_members(groups, strides, span)
         assert batched.tolist() == [tier_members(int(g), float(s), span) for g, s in zip(groups, strides, strict=True)]
+
+
+def test_nccl_base_latency_where_its_tuner_prices_the_call():
+    """Beyond the node every call of a collective NCCL's tuner prices pays the Simple protocol's 8.4 us base latency
+    (tuning.cc baseLat); all-to-all and p2p, which it does not price, keep their per-step alpha only. An
+    8-byte all-reduce over 2 x 8 GPUs: 8.4 us, then the node's tree (2 log2(8) steps of 1 us, 2 n/B), then the ring of
+    the 1 byte left across the 2 nodes (2 steps of 5 us, 2 (1/2) n / B)."""
+    c = cluster(8, 2)
+    assert collective_time("all_reduce", 8, 16, 1, c, PERFECT) == pytest.approx(
+        8.4e-6 + (6e-6 + 16 / 100e9) + (10e-6 + 1 / 10e9))
+    assert collective_time("broadcast", 8, 16, 1, c, PERFECT) == pytest.approx(8.4e-6 + 7e-6 + 5e-6 + 8 / 10e9)
+    assert collective_time("all_to_all", 8, 16, 1, c, PERFECT) == pytest.approx(7e-6 + 5e-6 + 8 * 8 / 16 / 10e9)
+    assert collective_time("p2p", 8, 2, 8, c, PERFECT) == pytest.approx(5e-6 + 8 / 10e9)

@@ -4,6 +4,9 @@ kernels each record stands for (cost/eager.py's aten sequences)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
 
 from meshplan.comm import Collective
@@ -11,7 +14,8 @@ from meshplan.cost.eager import EAGER, eager_kernels
 from meshplan.cost.records import OpCost
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack, load_stack
-from meshplan.step.passes import host_times, launches, pass_times
+from meshplan.step.host import host_times, launches
+from meshplan.step.passes import pass_times
 
 US = 1e-6
 OPS = [OpCost("norm", "fwd", "memory", 0.0, 1e3),
@@ -71,3 +75,49 @@ def test_stack_presets_state_their_host_cost():
     for name in ("megatron-core", "nemo", "megatron-bridge"):
         assert load_stack(name).host_dispatch == 12e-6, name
     assert load_stack("megatron-bridge").cuda_graphs and not load_stack("megatron-core").cuda_graphs
+
+
+# a layer's forward as eager Megatron runs it at tp 2: norm and QKV, an exposed all-reduce, then a big GEMM
+SEGMENTED = [OpCost("norm", "fwd", "memory", 0.0, 1e3, kernels=10),
+             OpCost("ar", "fwd", "collective", nbytes=1e3, collective=Collective("all_reduce", 1e3, "tp", 2)),
+             OpCost("fc", "fwd", "gemm", 1e9, 1e3)]
+SEG_TIMES = [10 * US, 5 * US, 200 * US]
+
+
+def test_an_exposed_collective_drains_the_hosts_lead():
+    stack = Stack(host_dispatch=10 * US)
+    t = pass_times(SEGMENTED, SEG_TIMES, Plan(), stack, "none")
+    # segment 1: host 10 kernels + the all-reduce call = 110 us against 10 + 5 us of GPU: 95 us idle; segment 2: host
+    # 10 us against a 200 us GEMM: none. One max over the pass would find none (host 120 < GPU 215 us)
+    assert t.host == pytest.approx(95 * US) and t.total == pytest.approx((215 + 95) * US)
+    # hidden behind the GEMMs (--tp-comm-overlap) the all-reduce is no sync: one max over the pass
+    hidden = [SEGMENTED[0], replace(SEGMENTED[1], overlap="tp"), SEGMENTED[2]]
+    assert pass_times(hidden, SEG_TIMES, Plan(), stack.with_(overlap_tp=True), "none").host == 0.0
+    # CUDA graphs launch the collective inside the graph: one launch, no segments, never slower than eager
+    graphed = pass_times(SEGMENTED, SEG_TIMES, Plan(), stack.with_(cuda_graphs=True), "none")
+    assert graphed.host == 0.0 and graphed.total <= t.total
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_segments_never_shorten_a_pass_and_more_host_never_helps(seed):
+    rng = np.random.default_rng(seed)
+    ops, times = [], []
+    for i in range(12):
+        if rng.random() < 0.3:
+            ops.append(OpCost(f"ar{i}", "fwd" if i < 6 else "bwd_x", "collective", nbytes=1e3,
+                              collective=Collective("all_reduce", 1e3, "tp", int(rng.choice([1, 2, 8])))))
+        else:
+            ops.append(OpCost(f"k{i}", "fwd" if i < 6 else "bwd_x", "gemm", 1e6, 1e3, kernels=int(rng.integers(1, 9))))
+        times.append(float(rng.uniform(1, 100)) * US)
+    host = float(rng.uniform(1, 30)) * US
+    stack = Stack(host_dispatch=host)
+    t = pass_times(ops, times, Plan(), stack, "none")
+    h = host_times(ops, Plan(), stack, "none")
+    # the segmented sum is at least the single max over each pass (nothing hides here: the GPU time is every op's)
+    gpu = {ph: sum(x for o, x in zip(ops, times, strict=True) if (o.phase == "fwd") == (ph == "f")) for ph in "fb"}
+    assert t.total >= max(h["f"], gpu["f"]) + max(h["b"], gpu["b"]) - 1e-15
+    # more host cost, or a slower op, never shortens it; the graphed twin is never slower
+    assert pass_times(ops, times, Plan(), Stack(host_dispatch=1.5 * host), "none").total >= t.total - 1e-15
+    slower = [x * (1.5 if i == seed % 12 else 1.0) for i, x in enumerate(times)]
+    assert pass_times(ops, slower, Plan(), stack, "none").total >= t.total - 1e-15
+    assert pass_times(ops, times, Plan(), stack.with_(cuda_graphs=True), "none").total <= t.total + 1e-15

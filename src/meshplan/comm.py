@@ -21,6 +21,16 @@ An all-gather or reduce-scatter moves its bytes that way too (NCCL's ring channe
 different NIC), but it is one ring over all g ranks, so its latency is that ring's g-1 hops, each at the latency
 of the outermost tier it crosses (``ring_hops``; NCCL src/graph/tuning.cc), not Σ_i (g_i-1)·α_i.
 
+NCCL's base latency (``base_latency``): NCCL prices every call of a collective its tuner models as baseLat + steps ×
+hwLat + bytes / algbw (src/graph/tuning.cc, ncclTopoTuneModel and ncclTopoGetAlgoTime); the tiers' ``latency`` is the
+per-step hwLat, and a group that leaves tier 0 (an all-reduce, all-gather, reduce-scatter, broadcast or reduce across
+nodes) pays the Simple protocol's base latency, 8.4 µs, once per call: an 8-byte all-reduce over 2 × 8 A100s reads
+18 + 2 × 5 + 8.4 = 36.4 µs on the a100 preset, 36.5 µs measured (RoCE, oci-hpc-oke; hardware/h100.toml),
+28 µs without it. Inside tier 0 comm.py keeps the α-β steps, which `meshplan calibrate` measures there (an 8-byte
+all-reduce over 8 H100s: 18 µs against 13.67 µs measured and NCCL's protocols' 10-15 µs; the tensor-parallel
+all-reduce takes the protocols themselves, allreduce.py). NCCL's tuner does not price send / receive or the all-to-all
+built from them (no p2p entry in tuning.cc, v2.12.12-1 to v2.30.7-1): those keep their per-step α only.
+
 Bus bandwidth vs algorithm bandwidth (NCCL ``PERFORMANCE.md``): algbw = n / t; busbw = algbw · factor with
 factor 2(g-1)/g for all-reduce, (g-1)/g for all-gather / reduce-scatter / all-to-all, 1 for broadcast / reduce /
 p2p. Link bandwidths in meshplan are bus bandwidths (what the link sustains), so t = factor · n / busbw.
@@ -150,16 +160,37 @@ def split_time(kind: str, nbytes: Num, group: Num, parts: list[Num], cluster: Cl
     bandwidths = [t.bandwidth * eff.link(i) for i, t in enumerate(cluster.tiers)]
     latencies = [t.latency for t in cluster.tiers]
     if kind == "all_reduce":
-        return _all_reduce(nbytes, parts, bandwidths, latencies)
+        return _all_reduce(nbytes, parts, bandwidths, latencies) + base_latency(kind, parts)
     if kind in ("all_gather", "reduce_scatter"):
-        return _scatter_gather(nbytes, parts, bandwidths, latencies)
+        return _scatter_gather(nbytes, parts, bandwidths, latencies) + base_latency(kind, parts)
     if kind == "all_to_all":
         return _all_to_all(nbytes, group, parts, bandwidths, latencies)
     if kind in ("broadcast", "reduce"):
-        return _chain(nbytes, parts, bandwidths, latencies)
+        return _chain(nbytes, parts, bandwidths, latencies) + base_latency(kind, parts)
     if kind == "p2p":
         return _chain(nbytes, parts, bandwidths, latencies) * (group > 1)
     raise ValueError(f"unknown collective {kind!r}")
+
+
+# NCCL's base latency per call of a ring collective (ncclTopoTuneModel: latency = baseLat + steps × hwLat), the Simple
+# protocol's, which carries the bandwidth-bound messages comm.py prices: 8.4 µs in every release from v2.12.12-1
+# (NVIDIA/nccl src/graph/tuning.cc:56, ring) to v2.30.7-1 (tuning.cc:149-151, ring and tree). Charged where a group
+# leaves tier 0 (module docstring)
+SIMPLE_BASE = 8.4e-6
+BASE_LATENCY_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")  # what NCCL's tuner prices
+
+
+def base_latency(kind: str, parts: Sequence[Num]) -> Num:
+    """NCCL's base latency of one ``kind`` call over a group split over the tiers as ``parts``: ``SIMPLE_BASE`` when
+    the group leaves tier 0 and NCCL's tuner prices the kind (``BASE_LATENCY_KINDS``), else 0."""
+    if kind not in BASE_LATENCY_KINDS:
+        return 0.0
+    spans: Num = 1.0
+    for p in parts[1:]:
+        spans = spans * p
+    if isinstance(spans, np.ndarray):
+        return np.where(spans > 1, SIMPLE_BASE, 0.0)
+    return SIMPLE_BASE if spans > 1 else 0.0
 
 
 def ring_hops(parts: Sequence[Num]) -> list[Num]:

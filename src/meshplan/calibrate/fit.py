@@ -49,7 +49,7 @@ from meshplan.calibrate.records import (
     GemmSample,
     MemorySample,
 )
-from meshplan.comm import bus_factor, latency_steps
+from meshplan.comm import BASE_LATENCY_KINDS, SIMPLE_BASE, bus_factor, latency_steps
 from meshplan.errors import SpecError
 
 
@@ -157,8 +157,12 @@ def fit_collective(samples: Sequence[CollectiveSample]) -> LinkFit:
         bandwidth, bound = 1.0 / fit.slope, False
     else:  # latency-bound sizes only: the highest bus bandwidth seen is a lower bound
         bandwidth, bound = max(xi / yi for xi, yi in zip(x, y, strict=True)), True
+    # beyond the innermost dimension comm.py adds NCCL's base latency per call to what α × steps gives
+    # (comm.base_latency): the per-step α is what the intercept leaves of it
+    base = SIMPLE_BASE if dim > 0 and kind in BASE_LATENCY_KINDS else 0.0
     return LinkFit(kind=kind, dim=dim, group=group, latency=latency, bandwidth=bandwidth,
-                   step_latency=latency / latency_steps(kind, group), r2=fit.r2, points=fit.points, bound=bound,
+                   step_latency=max(latency - base, 0.0) / latency_steps(kind, group), r2=fit.r2, points=fit.points,
+                   bound=bound,
                    residual_rms=fit.residual_rms, residual_max=fit.residual_max)
 
 

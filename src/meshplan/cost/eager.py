@@ -1,12 +1,16 @@
 """Eager PyTorch (``stack.fusion = "eager"``) and PyTorch's cross-entropy (``stack.cross_entropy = "pytorch"``):
-the extra kernels of the unfused aten op sequences, counted kernel by kernel in ``EAGER``, and what they add to
-one layer (``eager_layer``)."""
+the extra traffic of the unfused aten op sequences, counted kernel by kernel in ``EAGER``, what they add to one layer
+(``eager_layer``), and the kernels each record of an eager layer launches, counted by PyTorch itself
+(``EAGER_KERNELS``, ``eager_kernel_counts``)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from meshplan.cost.records import Dims, OpCost
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
 from meshplan.xp import Num
 
 # Bytes per element that each unfused aten kernel reads (r) and writes (w), bf16 = 2, fp32 = 4, in the order
@@ -99,3 +103,98 @@ def eager_layer(model: ModelSpec, plan: Plan, d: Dims, moe: bool = False) -> lis
             width_in = 2 * model.ffn_hidden_size if model.gated else model.ffn_hidden_size
             ops += eager_op("mlp/bias", "bias", T * width_in / t + d.tokens_sp * h)
     return ops
+
+
+# Kernels (forward, input gradient, weight gradient, gradient accumulation) that each record of an eager layer
+# launches, one per aten op that reaches the dispatcher less views and allocations, counted by
+# benchmarks/eager_kernels.py with PyTorch 2.13's TorchDispatchMode over two reference layers in bf16
+# (tests/test_eager_kernels.py recounts them): "gpt", Megatron-DeepSpeed's GPT layer unfused (megatron/model/
+# transformer.py: LayerNorm, QKV linear with bias, baddbmm scores, masked_fill + softmax, dropout, bmm, the context
+# made contiguous, dense, bias-dropout-add, LayerNorm, fc1 + bias-GeLU, fc2, bias-dropout-add), and "llama",
+# torchtitan's Llama layer (models/llama/model.py: eager RMSNorm, separate wq / wk / wv, complex-multiply RoPE,
+# repeat_kv, SDPA, wo, SwiGLU). A bias gradient (its sum) is the record that adds the bias (the bias-dropout-add, the
+# bias-GeLU); the residual fork's gradient sum is the residual's. Accumulation: one add per parameter into the
+# gradient of the former micro-batches (AccumulateGrad; Megatron's main_grad hooks add the same one kernel every
+# micro-batch), paid where the gradients stay whole on the GPU (no FSDP: FSDP reduce-scatters each micro-batch's
+# gradient and accumulates the shard, cost/fsdp.py).
+EAGER_KERNELS: dict[str, dict[str, tuple[int, int, int, int]]] = {
+    "gpt": {"attn/norm": (1, 1, 0, 2), "attn/qkv": (1, 1, 2, 2), "attn/core": (6, 10, 0, 0), "attn/out": (1, 1, 1, 1),
+            "attn/residual": (3, 2, 1, 1), "mlp/norm": (1, 1, 0, 2), "mlp/fc1": (1, 1, 1, 1), "mlp/act": (2, 1, 1, 1),
+            "mlp/fc2": (1, 1, 1, 1), "mlp/residual": (3, 2, 1, 1)},
+    "llama": {"attn/norm": (8, 15, 1, 1), "attn/qkv": (3, 5, 3, 3), "attn/rope": (6, 8, 0, 0),
+              "attn/repeat_kv": (2, 2, 0, 0), "attn/core": (1, 1, 0, 0), "attn/out": (1, 1, 1, 1),
+              "attn/residual": (1, 1, 0, 0), "mlp/norm": (8, 15, 1, 1), "mlp/fc1": (2, 3, 2, 2),
+              "mlp/act": (2, 3, 0, 0), "mlp/fc2": (1, 1, 1, 1), "mlp/residual": (1, 1, 0, 0)},
+}
+# A fused stack (``stack.fusion = "fused"``) keeps cost/'s own counts, one kernel per record: Megatron-Core fuses
+# what the eager rows count apart (megatron/core/fusions/: fused_layer_norm.py, fused_softmax.py's scale-mask-softmax,
+# fused_bias_gelu.py / fused_bias_swiglu.py, fused_bias_dropout.py's bias-dropout-add), Transformer Engine's
+# LayerNormLinear folds the norm into the linear, and TransformerConfig.gradient_accumulation_fusion makes the weight-
+# gradient GEMM accumulate into main_grad (no add of its own). A CUDA-graphed stack launches one graph per layer and
+# pass whatever its kernels (step/host.py).
+# the extra records of ``eager_layer`` whose kernels a row counts, besides its own ``<row>/eager`` (the bias gradients:
+# counted with the bias-dropout-add and the bias-GeLU), when all of those rows apply
+_COUNTED_IN = {"attn/qkv_bias/eager": ("attn/qkv",), "attn/out_bias/eager": ("attn/residual",),
+               "mlp/bias/eager": ("mlp/act", "mlp/residual")}
+_PHASES = ("fwd", "bwd_x", "bwd_w")
+
+
+def eager_rows(model: ModelSpec, stack: Stack) -> dict[str, tuple[int, int, int]]:
+    """The rows of ``EAGER_KERNELS`` that count this model's records under an eager stack: the reference layer of its
+    norm (LayerNorm: "gpt", RMSNorm: "llama"), less the rows whose layer differs from the model's there (another
+    activation; fused or separate projections, a QKV bias; bias-dropout-add or a plain residual add) and the attention
+    core unless it is Megatron's unfused one (a flash / SDPA kernel keeps the attention module's count); per row
+    (forward, input-gradient, weight-gradient kernels), the accumulation counted with the weight gradient unless FSDP
+    accumulates the shards (``stack.fsdp``)."""
+    style = {"layernorm": "gpt", "rmsnorm": "llama"}.get(model.norm) if stack.fusion == "eager" else None
+    if style is None:
+        return {}
+    rows = EAGER_KERNELS[style]
+    llama = style == "llama"
+    drop = {"attn/core"} if llama or stack.flash_attention else set()
+    if model.mlp != ("swiglu" if llama else "gelu"):
+        drop.add("mlp/act")
+    if (stack.projections == "separate") != llama or model.qkv_bias == llama:
+        drop |= {"attn/qkv", "mlp/fc1"} if llama else {"attn/qkv"}
+    if (model.dropout and model.linear_bias) == llama or model.dropout != model.linear_bias:
+        drop |= {"attn/residual", "mlp/residual", "mlp/act"}
+    whole = stack.fsdp == "none"
+    return {r: (f, x, w + acc * whole) for r, (f, x, w, acc) in rows.items() if r not in drop}
+
+
+def _group(name: str, rows: dict[str, tuple[int, int, int]]) -> str | None:
+    """The row of ``eager_rows`` a record belongs to: its own name, its base's (``.../eager``), the projection it is
+    part of (``attn/qkv/q``), or a row that counts it (``_COUNTED_IN``)."""
+    for row in rows:
+        if name == row or name.startswith(row + "/"):
+            return row
+    of = _COUNTED_IN.get(name, ())
+    return of[0] if of and all(r in rows for r in of) else None
+
+
+def eager_kernel_counts(ops: list[OpCost], model: ModelSpec, stack: Stack) -> list[OpCost]:
+    """An eager layer's records with the kernels PyTorch counts for them (``eager_rows``): per row and pass, the
+    kernels of the row's records (``_group``) are made the row's count, the difference added to (or taken from) its
+    first records in that pass; a pass the row has no record of counts with its input-gradient records. The record
+    counts of cost/ and the extra records of ``eager_layer`` stand, only their sum moves to what PyTorch launches."""
+    rows = eager_rows(model, stack)
+    if not rows:
+        return ops
+    groups = [_group(op.name, rows) for op in ops]
+    want: dict[tuple[str, str], int] = {}
+    for r, counts in rows.items():
+        phases = {op.phase for op, g in zip(ops, groups, strict=True) if g == r}
+        for phase, n in zip(_PHASES, counts, strict=True):
+            to = phase if phase in phases else "bwd_x" if phase != "fwd" and "bwd_x" in phases else None
+            if to is not None:
+                want[(r, to)] = want.get((r, to), 0) + n
+    kernels = [op.kernels for op in ops]
+    for (r, phase), n in want.items():
+        idx = [i for i, (op, g) in enumerate(zip(ops, groups, strict=True)) if g == r and op.phase == phase]
+        diff = n - sum(kernels[i] for i in idx)
+        if diff > 0:
+            kernels[idx[0]] = kernels[idx[0]] + diff
+        for i in idx if diff < 0 else ():
+            take = min(kernels[i], -diff)
+            kernels[i], diff = kernels[i] - take, diff + take
+    return [op if k is op.kernels else replace(op, kernels=k) for op, k in zip(ops, kernels, strict=True)]

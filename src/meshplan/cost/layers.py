@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from meshplan.cost.attention import attention_block, qkv_concat, varlen_padding
 from meshplan.cost.casts import low_precision_casts
-from meshplan.cost.eager import eager_layer
+from meshplan.cost.eager import eager_kernel_counts, eager_layer
 from meshplan.cost.fsdp import layer_fsdp_grad
 from meshplan.cost.lora import lora
 from meshplan.cost.mamba import mamba_block
@@ -37,16 +37,16 @@ def dense_layer(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
         return lora(summa_layer(model, plan, d) + stack_extras(model, plan, d, "dense"), plan, d)
     if plan.tensor_layout == "tp2d":
         return low_precision_casts(tp2d_layer(model, plan, d) + stack_extras(model, plan, d, "dense"), plan, stack)
-    return low_precision_casts(lora(attention_block(model, plan, d) + mlp_block(model, plan, d)
-                                    + eager_layer(model, plan, d) + stack_extras(model, plan, d, "dense"), plan, d),
-                               plan, stack)
+    ops = eager_kernel_counts(attention_block(model, plan, d) + mlp_block(model, plan, d)
+                              + eager_layer(model, plan, d), model, stack)
+    return low_precision_casts(lora(ops + stack_extras(model, plan, d, "dense"), plan, d), plan, stack)
 
 
 def moe_layer(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     d = dims(model, plan, stack)
-    return low_precision_casts(lora(attention_block(model, plan, d) + moe_block(model, plan, d)
-                                    + eager_layer(model, plan, d, moe=True) + stack_extras(model, plan, d, "moe"),
-                                    plan, d), plan, stack)
+    ops = eager_kernel_counts(attention_block(model, plan, d) + moe_block(model, plan, d)
+                              + eager_layer(model, plan, d, moe=True), model, stack)
+    return low_precision_casts(lora(ops + stack_extras(model, plan, d, "moe"), plan, d), plan, stack)
 
 
 def hybrid_block(model: ModelSpec, plan: Plan, stack: Stack, kind: str) -> list[OpCost]:

@@ -20,20 +20,18 @@ slowdown per second hidden (efficiency.py); a pass's time stays non-decreasing i
   slowdown (a chunk's activation is far smaller than its layers' work; Megatron-Bridge training/comm_overlap.py
   turns it on for every interleaved schedule, Megatron-LM's --no-overlap-p2p-communication defaults it on there).
   Applied per rank, where the sends are counted (stages.py, ``_with_sends``).
-- The host as a resource: the host issues each kernel and collective call asynchronously, at the stack's
-  ``host_dispatch`` seconds each (one graph per layer and pass under ``stack.cuda_graphs``), and the GPU cannot run
-  a kernel before it is issued; a synchronisation (an NCCL call the stack waits on, ``.item()``, MoE token counts)
-  drains the queue. Simplification: each pass of each group of ops (a layer, the embedding, the head, a send) takes
-  max(GPU time, host time), its GPU time the kernels plus the exposed communication, as if a synchronisation closed
-  every layer's pass (the queue never carries one layer's host lead into the next): for a stack of equal layers
-  this is the max over the whole pass, and a layer's host time never hides behind the head's GPU time. The excess
-  (``PassTimes.host``, the GPU idle) is booked as exposed time, like exposed communication: it is no window for the
-  DP traffic to hide in, and the GPU time it is measured against leaves out the slowdown of hidden traffic, which
-  stays charged (T' = T − σ·H of channels.py is then max(GPU time without slowdown, host time)): both keep the step
-  monotone in every rate (a faster link must not widen a window or turn slowdown into idle time). A group of
-  collectives only (a pipeline send) has no host term: the host issues it amid the stage's kernels. The per-expert
-  GEMMs' host floor after the tokens-per-expert sync (``Efficiency.host_launch``, roofline.op_time) stays a per-op
-  floor: the sync drains the queue right before them, so no GPU work hides it.
+- The host as a resource (step/host.py): the host issues each kernel and collective call asynchronously, at the
+  stack's ``host_dispatch`` seconds each (one graph per pass under ``stack.cuda_graphs``), and the GPU cannot run a
+  kernel before it is issued; an exposed collective (a rendezvous of its group) drains the queue, so each pass of
+  each group of ops (a layer, the embedding, the head) takes the larger of Σ over its segments between syncs of
+  max(host_s, GPU_s) and max(GPU time, host time) (``host.host_idle``), and a layer's host time never hides behind
+  the head's GPU time. The excess (``PassTimes.host``, the GPU idle) is booked as exposed time, like exposed
+  communication: it is no window for the DP traffic to hide in, and the GPU time it is measured against leaves out
+  the slowdown of hidden traffic, which stays charged (T' = T − σ·H of channels.py is then max(GPU time without
+  slowdown, host time)): both keep the step monotone in every rate (a faster link must not widen a window or turn
+  slowdown into idle time). A group of collectives only (a pipeline send) has no host term: the host issues it amid
+  the stage's kernels. The per-expert GEMMs' host floor after the tokens-per-expert sync (``Efficiency.host_launch``,
+  roofline.op_time) stays a per-op floor: the sync drains the queue right before them, so no GPU work hides it.
 - DP gradient reduction and the distributed optimizer's parameter all-gather (Megatron overlap-grad-reduce /
   overlap-param-gather, when ``stack.overlap_dp``), ZeRO-3's gathers and activation offload share the passes they
   run beside with the traffic above, each on its own link (channels.py).
@@ -41,7 +39,6 @@ slowdown per second hidden (efficiency.py); a pass's time stays non-decreasing i
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -58,6 +55,7 @@ from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
+from meshplan.step.host import host_idle, most_launches
 from meshplan.xp import Num, maximum, minimum
 
 ZERO = 0.0  # the one object PassTimes.total skips
@@ -169,53 +167,15 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, re
     if stack.host_dispatch and any(op.collective is None for op in ops):  # the host as a resource (docstring)
         gpu_f = kernels["f"] + fwd_comm - sd * hidden["f"]
         gpu_b = kernels["b"] + redo + tp["b"] + cp["b"] + ep["b"] + pp["b"] - sd * hidden_b
-        most = host_times(ops, plan, stack, recompute, _most_launches)  # a bound: idle nowhere, skip the count
-        if np.any(most["f"] > gpu_f) or np.any(most["b"] > gpu_b):
-            host = host_times(ops, plan, stack, recompute)
-            idle_f = maximum(0.0, host["f"] - gpu_f)
-            idle = idle_f + maximum(0.0, host["b"] - gpu_b)
-            fwd_comm = fwd_comm + idle_f
+        gpu = {"f": gpu_f, "b": gpu_b}
+        most = host_idle(ops, times, plan, stack, recompute, gpu, most_launches)  # a bound: idle nowhere, skip
+        if np.any(most["f"] > 0) or np.any(most["b"] > 0):
+            waits = host_idle(ops, times, plan, stack, recompute, gpu)
+            idle = waits["f"] + waits["b"]
+            fwd_comm = fwd_comm + waits["f"]
     return PassTimes(fwd=kernels["f"], bwd=kernels["b"], recompute=redo, tp=tp["f"] + tp["b"],
                      cp=cp["f"] + cp["b"], ep=ep["f"] + ep["b"], pp=pp["f"] + pp["b"],
                      fwd_comm=fwd_comm, hidden_f=hidden["f"], hidden_b=hidden_b, host=idle)
-
-
-def launches(op: OpCost) -> Num:
-    """Kernels the host issues for an op: a collective one NCCL call per message (``repeat``) when its group has
-    more than one rank (the call's host cost is a launch's); a compute op with work ``max(op.kernels, op.launches)``
-    (one per record of a fused kernel, the per-expert GEMMs one per local expert, an eager aten sequence of
-    cost/eager.py one per aten op: the records follow the stack's fusion); an op without work (a view) none."""
-    if op.collective is not None:
-        return op.repeat * (op.collective.group > 1)
-    return maximum(op.kernels, op.launches) * ((op.flops > 0) | (op.nbytes > 0))
-
-
-def _most_launches(op: OpCost) -> float:
-    """An upper bound of ``launches`` over the plans of a batch, as one number (the search's ops hold arrays)."""
-    if op.collective is not None:
-        return op.repeat if type(op.repeat) is float else float(np.max(op.repeat))
-    k, n = op.kernels, op.launches
-    return max(k if type(k) is float else float(np.max(k)), n if type(n) is float else float(np.max(n)))
-
-
-def host_times(ops: list[OpCost], plan: Plan, stack: Stack, recompute: str,
-               count_of: Callable[[OpCost], Num] = launches) -> dict[str, Num]:
-    """Host seconds to issue the forward ("f") and backward ("b") pass of a group of ops: kernels launched
-    (``count_of``: ``launches``) × ``stack.host_dispatch``, the backward's including what recompute launches again;
-    a CUDA-graphed stack (``stack.cuda_graphs``) launches one graph per group and pass instead."""
-    count: dict[str, Num] = {"f": 0.0, "b": 0.0}
-    for op in ops:
-        ph = "f" if op.phase == "fwd" else "b"
-        count[ph] = count[ph] + count_of(op)
-    if recompute == "full":
-        count["b"] = count["b"] + count["f"]
-    elif recompute == "selective":
-        for op, again in zip(ops, rerun_by(ops, plan.recompute_modules), strict=True):
-            if again:
-                count["b"] = count["b"] + count_of(op)
-    if stack.cuda_graphs:
-        count = {ph: minimum(c, 1.0) for ph, c in count.items()}
-    return {ph: c * stack.host_dispatch for ph, c in count.items()}
 
 
 def _sums(ops: list[OpCost], times: list[Num], paired: bool) -> dict[tuple[str, str], Num]:

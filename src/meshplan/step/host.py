@@ -1,0 +1,115 @@
+"""The host as a resource (issue 46): what a pass's ops cost the host CPU that issues them, and the seconds the GPU
+waits on it. step/passes.py composes a pass's time with it; written once, so that any schedule of ops (training's
+passes, a serving step, the sharding planner's) can use it.
+
+The host issues each kernel and collective call asynchronously, ``stack.host_dispatch`` seconds each (``launches``;
+one graph per pass under ``stack.cuda_graphs``), and the GPU cannot run a kernel before it is issued. Two bounds:
+- without synchronisation the host's lead carries through the whole pass, and the pass takes max(host, GPU): the
+  GPU waits max(0, H − G) (``host_times``);
+- a synchronisation drains the queue (issue 46: "synchronisations (NCCL calls in stacks that wait, .item(), MoE token
+  counts) drain the queue ... the step is the max of the host's and the GPU's timelines between syncs"): an exposed
+  collective is a rendezvous of its group, which no rank leaves before every rank's host has issued it and its GPU
+  has run what came before, and the kernels after it wait for its result. Modelled as a host that waits for the
+  collective to finish (a blocking NCCL wait, as ``.item()`` waits): between syncs each segment takes max(host_s,
+  GPU_s), and the pass Σ_s max(host_s, GPU_s), which is ≥ max(H, G) (Σ max ≥ max Σ). It is the upper bound of the
+  two: a host that never blocks keeps a lead across a sync (the flow-shop makespan max_k (Σ_{i≤k} h_i + Σ_{i≥k} g_i)
+  lies between them). Collectives that hide behind compute (``stack.overlap_tp``, the context-parallel ring) are no
+  syncs. A CUDA-graphed stack launches the collectives inside its graph: one launch per pass, no segments.
+The pass takes the larger of the two forms (``host_idle``): max(G, H), G the pass's GPU time after the overlap rules,
+and Σ_s max(h_s, g_s); each is non-increasing in every rate and non-decreasing in the host's cost, so the step stays
+monotone (step/passes.py's docstring).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from meshplan.cost.recompute import rerun_by
+from meshplan.cost.records import OpCost
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
+from meshplan.xp import Num, maximum, minimum, where
+
+
+def launches(op: OpCost) -> Num:
+    """Kernels the host issues for an op: a collective one NCCL call per message (``repeat``) when its group has
+    more than one rank (the call's host cost is a launch's); a compute op with work ``max(op.kernels, op.launches)``
+    (one per record of a fused kernel, the per-expert GEMMs one per local expert, an eager aten sequence of
+    cost/eager.py one per aten op: the records follow the stack's fusion); an op without work (a view) none."""
+    if op.collective is not None:
+        return op.repeat * (op.collective.group > 1)
+    return maximum(op.kernels, op.launches) * ((op.flops > 0) | (op.nbytes > 0))
+
+
+def most_launches(op: OpCost) -> float:
+    """An upper bound of ``launches`` over the plans of a batch, as one number (the search's ops hold arrays)."""
+    if op.collective is not None:
+        return op.repeat if type(op.repeat) is float else float(np.max(op.repeat))
+    k, n = op.kernels, op.launches
+    return max(k if type(k) is float else float(np.max(k)), n if type(n) is float else float(np.max(n)))
+
+
+def host_times(ops: list[OpCost], plan: Plan, stack: Stack, recompute: str,
+               count_of: Callable[[OpCost], Num] = launches) -> dict[str, Num]:
+    """Host seconds to issue the forward ("f") and backward ("b") pass of a group of ops: kernels launched
+    (``count_of``: ``launches``) × ``stack.host_dispatch``, the backward's including what recompute launches again;
+    a CUDA-graphed stack (``stack.cuda_graphs``) launches one graph per group and pass instead."""
+    count: dict[str, Num] = {"f": 0.0, "b": 0.0}
+    for op in ops:
+        ph = "f" if op.phase == "fwd" else "b"
+        count[ph] = count[ph] + count_of(op)
+    if recompute == "full":
+        count["b"] = count["b"] + count["f"]
+    elif recompute == "selective":
+        for op, again in zip(ops, rerun_by(ops, plan.recompute_modules), strict=True):
+            if again:
+                count["b"] = count["b"] + count_of(op)
+    if stack.cuda_graphs:
+        count = {ph: minimum(c, 1.0) for ph, c in count.items()}
+    return {ph: c * stack.host_dispatch for ph, c in count.items()}
+
+
+def syncs(op: OpCost, stack: Stack) -> bool:
+    """An exposed collective (module docstring): one the stack does not hide behind compute."""
+    return op.collective is not None and (op.overlap == "" or (op.overlap == "tp" and not stack.overlap_tp))
+
+
+def segment_time(ops: list[OpCost], times: list[Num], stack: Stack,
+                 count_of: Callable[[OpCost], Num] = launches) -> dict[str, Num]:
+    """Per pass ("f", "b") Σ over the segments between syncs (``syncs``, over a group of more than one rank) of
+    max(host_s, GPU_s): host_s the segment's launches × ``stack.host_dispatch``, GPU_s its kernels' ``times`` and
+    its closing collective's (a collective that hides counts in neither). What follows the last sync is a segment."""
+    total: dict[str, Num] = {"f": 0.0, "b": 0.0}
+    host: dict[str, Num] = {"f": 0.0, "b": 0.0}
+    gpu: dict[str, Num] = {"f": 0.0, "b": 0.0}
+    for op, t in zip(ops, times, strict=True):
+        ph = "f" if op.phase == "fwd" else "b"
+        host[ph] = host[ph] + count_of(op) * stack.host_dispatch
+        if op.collective is not None and not syncs(op, stack):
+            continue  # hidden behind compute: neither the segment's GPU time nor a sync
+        gpu[ph] = gpu[ph] + t
+        if op.collective is not None:
+            closes = np.asarray(op.collective.group) > 1
+            total[ph] = total[ph] + where(closes, maximum(host[ph], gpu[ph]), 0.0)
+            host[ph], gpu[ph] = where(closes, 0.0, host[ph]), where(closes, 0.0, gpu[ph])
+    return {ph: total[ph] + maximum(host[ph], gpu[ph]) for ph in "fb"}
+
+
+def host_idle(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, recompute: str,
+              gpu: dict[str, Num], count_of: Callable[[OpCost], Num] = launches) -> dict[str, Num]:
+    """Seconds the GPU waits on the host per pass ("f", "b"; module docstring), ``gpu`` the passes' GPU times G after
+    the overlap rules: the pass takes max(G, H) and at least the segmented sum S (``segment_time``; full recompute
+    runs the forward's segments again before the backward's), so the GPU waits max(0, H − G, S − G). Both max(G, H)
+    and S are non-increasing in every rate (S sums raw op times, which only shrink; G is the overlap rules' GPU time,
+    which does too), so the step stays monotone; S counts the exposed collectives only, so without host time
+    S ≤ G."""
+    host = host_times(ops, plan, stack, recompute, count_of)
+    whole = {ph: maximum(0.0, host[ph] - gpu[ph]) for ph in "fb"}
+    if stack.cuda_graphs:
+        return whole
+    seg = segment_time(ops, times, stack, count_of)
+    if recompute == "full":
+        seg["b"] = seg["b"] + seg["f"]
+    return {ph: maximum(whole[ph], seg[ph] - gpu[ph]) for ph in "fb"}

@@ -1,0 +1,93 @@
+"""The kernels of an eager layer (cost/eager.py ``EAGER_KERNELS``) are PyTorch's own count: benchmarks/eager_kernels.py
+counts the aten ops of two reference layers with a TorchDispatchMode, and this test recounts them on tiny layers and
+fails if the committed table drifts; an eager layer's records then launch those kernels, per pass."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from meshplan.cost.eager import EAGER_KERNELS, eager_rows
+from meshplan.cost.layers import dense_layer
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack, load_stack
+from meshplan.step.host import launches
+
+ROOT = Path(__file__).resolve().parents[1]
+GPT = ModelSpec(name="gpt-1.3b", num_layers=24, hidden_size=2048, num_heads=16, ffn_hidden_size=8192,
+                vocab_size=50257, seq_length=1024, mlp="gelu", norm="layernorm", position_embedding="learned",
+                max_position_embeddings=1024, tied_embeddings=True, qkv_bias=True, linear_bias=True, dropout=True)
+EAGER_GPT = Stack(flash_attention=False, fusion="eager", host_dispatch=15e-6)
+
+
+def _bench():  # type: ignore[no-untyped-def]
+    pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location("bench_eager_kernels", ROOT / "benchmarks" / "eager_kernels.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+@pytest.mark.parametrize("style", ["gpt", "llama"])
+def test_the_committed_table_is_what_pytorch_counts(style: str) -> None:
+    assert _bench().kernel_table(style) == EAGER_KERNELS[style]
+
+
+def test_the_count_does_not_depend_on_the_sizes_or_tp() -> None:
+    bench = _bench()
+    assert bench.kernel_table("gpt", h=96, heads=6, ffn=384, seq=10, batch=2, tp=2) == EAGER_KERNELS["gpt"]
+
+
+def test_views_and_allocations_launch_nothing() -> None:
+    import torch
+    bench = _bench()
+    aten = torch.ops.aten
+    assert not any(bench.launches_kernel(f) for f in (aten.view.default, aten.transpose.int, aten.empty.memory_format,
+                                                      aten._unsafe_view.default, aten.split.Tensor))
+    assert all(bench.launches_kernel(f) for f in (aten.mm.default, aten.add_.Tensor, aten.clone.default))
+
+
+def per_pass(ops: list) -> dict[str, float]:  # type: ignore[type-arg]
+    total = {"fwd": 0.0, "bwd": 0.0}
+    for op in ops:
+        total["fwd" if op.phase == "fwd" else "bwd"] += float(launches(op))
+    return total
+
+
+def test_an_eager_gpt_layer_launches_what_pytorch_counts() -> None:
+    # forward 1 + 1 + 6 + 1 + 3 + 1 + 1 + 2 + 1 + 3 = 20 kernels; backward (input gradient + weight gradient +
+    # accumulation) 3 + 5 + 10 + 3 + 4 + 3 + 3 + 3 + 3 + 4 = 41
+    assert per_pass(dense_layer(GPT, Plan(micro_batch=1), EAGER_GPT)) == {"fwd": 20.0, "bwd": 41.0}
+    # tp 8 without sequence parallelism: Megatron's mapping regions add two all-reduce calls to each pass
+    assert per_pass(dense_layer(GPT, Plan(tp=8, micro_batch=1, sequence_parallel=False), EAGER_GPT)) == {
+        "fwd": 22.0, "bwd": 43.0}
+    # the same layer fused (Megatron-Core / TE kernels) keeps cost/'s fused counts: far fewer
+    fused = per_pass(dense_layer(GPT, Plan(micro_batch=1), Stack(flash_attention=False)))
+    assert fused["fwd"] < 20 and fused["bwd"] < 41
+
+
+def test_an_eager_llama_layer_launches_what_pytorch_counts() -> None:
+    # torchtitan: the table's rows less SDPA's (flash: the attention module's one kernel each way, as cost/ counts);
+    # forward 8 + 3 + 6 + 2 + 1 + 1 + 1 + 8 + 2 + 2 + 1 + 1 = 36; backward without the accumulation (FSDP2 accumulates
+    # the shards): 16 + 8 + 8 + 2 + 1 + 2 + 1 + 16 + 5 + 3 + 2 + 1 = 65, and FSDP's gradient preparation (1)
+    llama = load_model("llama3-8b")
+    assert per_pass(dense_layer(llama, Plan(micro_batch=1), load_stack("torchtitan"))) == {"fwd": 36.0, "bwd": 66.0}
+    # without FSDP each of its 9 weights' gradients is accumulated by one add more
+    no_fsdp = load_stack("torchtitan").with_(fsdp="none")
+    assert per_pass(dense_layer(llama, Plan(micro_batch=1, zero=1), no_fsdp)) == {"fwd": 36.0, "bwd": 74.0}
+
+
+def test_rows_that_differ_from_the_model_stay_as_costed() -> None:
+    # a fused stack has no eager rows; flash attention keeps its kernel; fused projections are not torchtitan's
+    # separate wq / wk / wv; a LayerNorm model with SwiGLU has no GeLU row
+    assert eager_rows(GPT, Stack()) == {}
+    assert "attn/core" not in eager_rows(GPT, EAGER_GPT.with_(flash_attention=True))
+    llama_rows = eager_rows(load_model("llama3-8b"), EAGER_GPT.with_(projections="fused"))
+    assert "attn/qkv" not in llama_rows and "mlp/fc1" not in llama_rows and "mlp/act" in llama_rows
+    assert "mlp/act" not in eager_rows(replace(GPT, mlp="swiglu", ffn_hidden_size=5504), EAGER_GPT)
