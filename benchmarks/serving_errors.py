@@ -46,7 +46,7 @@ def serving_errors(results: Sequence[ServingResult], records: Sequence[dict[str,
     """The file's contents (module docstring)."""
     where = _where(records)
     rated = [r for r in results if r.error is not None and r.id in where]
-    head = [r for r in rated if r.headline]
+    head = [r for r in rated if r.headline and r.layout_stated]  # an unstated MoE layout: no band of a GPU
     by_arch: dict[str, dict[str, Any]] = {}
     for arch in sorted({where[r.id][0] for r in rated}):
         mine = [r for r in head if where[r.id][0] == arch]

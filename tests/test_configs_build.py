@@ -92,3 +92,20 @@ def test_torchtitan_flavour_of_a_model_it_does_not_register(tmp_path):
     _, built = _torchtitan_model(tmp_path, text)
     assert sum(p.numel() for p in built.parameters()) == model.params()
     assert tuple(built.layers["0"].feed_forward.w1.weight.shape) == (12288, 4096)
+
+
+def test_deepspeed_and_torchrun_launch_the_same_nodes():
+    """A review found a 4-GPU plan launched as --num_nodes 4 --num_gpus 1 by DeepSpeed and 1 x 4 by torchrun: both
+    now take configs.common.node_split (one node of 4; 16 GPUs: 2 nodes of 8)."""
+    import json
+
+    from meshplan.configs import emit
+    from meshplan.specs.model_load import load_model
+    from meshplan.specs.plan import Plan
+    from meshplan.specs.stack import load_stack
+
+    for gpus, nodes, local in ((4, 1, 4), (16, 2, 8)):
+        plan = Plan(dp=gpus, global_batch=2 * gpus, zero=1, recompute="full")
+        text = emit("deepspeed", load_model("llama3-8b"), plan, load_stack("deepspeed"))
+        launch = next(n for n in json.loads(text)["meshplan_notes"] if n.startswith("launch:"))
+        assert f"--num_nodes {nodes} --num_gpus {local} " in launch

@@ -80,7 +80,8 @@ def test_plan_mtbf_prices_days_and_ranks_gpu_counts_by_expected_time(capsys):
     (["--mtbf", "often"], "mtbf='often' must be GPU-hours per interruption"),
     (["--mtbf", "0.5"], "mtbf_gpu_hours=0.5 must be a number from 1"),
     (["--restart-time", "60"], "--restart-time prices failures: give --mtbf too"),
-    (["--mtbf", "llama3", "--checkpoint-bandwidth", "0"], "checkpoint_bandwidth=0.0 must be a number from"),
+    (["--mtbf", "llama3", "--checkpoint-bandwidth", "0"], "checkpoint-bandwidth=0.0 must be GB/s from 0.001"),
+    (["--mtbf", "llama3", "--checkpoint-bandwidth", "inf"], "checkpoint-bandwidth=inf must be GB/s from 0.001"),
 ])
 def test_bad_failure_options_are_one_line(capsys, extra, words):
     assert main(["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", *extra]) == 2

@@ -22,9 +22,10 @@ communication, not compute), so with T_B = T_W the bubble is (p/2 − 1)·T_F. m
 action table (the two directions need a second copy of every stage in the simulator).
 
 Which frameworks run them (specs/supports.py, the stack presets): torch.distributed.pipelining (torch 2.13) has
-ScheduleInterleavedZeroBubble ("implementing the ZB1P schedule in the paper", ZB-H1 with one stage per rank),
-ScheduleZBVZeroBubble and ScheduleDualPipeV (DualPipe's one-copy "V" variant), which torchtitan 0.2.2 runs by name
-(``pipeline_parallel_schedule``, torch's ``get_schedule_class``): zb-h1 there; DualPipe itself runs in DeepSeek's
+ScheduleInterleavedZeroBubble ("implementing the ZB1P schedule in the paper"), ScheduleZBVZeroBubble and
+ScheduleDualPipeV (DualPipe's one-copy "V" variant), which torchtitan 0.2.2 runs by name
+(``pipeline_parallel_schedule``, torch's ``get_schedule_class``), each with 2 stages per rank: not the
+one-chunk-per-rank schedules priced here, so no preset runs them (docs/USAGE.md); DualPipe itself runs in DeepSeek's
 DualPipe library. Megatron-Core 0.16.1 has neither (its pipeline_parallel/ has 1F1B, interleaved and the combined
 1F1B of EP overlap only).
 """

@@ -39,6 +39,8 @@ def reliability_of(options: dict[str, Any]) -> Reliability | None:
             hours = float(mtbf)
         except ValueError:
             raise SpecError(f"mtbf={mtbf!r} must be GPU-hours per interruption (a number) or 'llama3'") from None
+    if bandwidth is not None and not 1e-3 <= bandwidth <= 1e6:  # also NaN; Reliability's bounds, in GB/s
+        raise SpecError(f"checkpoint-bandwidth={bandwidth} must be GB/s from 0.001 to 1,000,000")
     return Reliability(mtbf_gpu_hours=hours,
                        checkpoint_bandwidth=LLAMA3_STORAGE_BYTES_S if bandwidth is None else bandwidth * 1e9,
                        restart_s=RESTART_S if restart is None else restart)

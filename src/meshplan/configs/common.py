@@ -116,10 +116,17 @@ def _value(spec: type, name: str, text: str) -> Any:
     return text
 
 
+def node_split(plan: Plan, per_node: int = 8) -> tuple[int, int]:
+    """(nodes, GPUs per node) of the plan's GPUs on nodes of ``per_node`` (8: DGX / HGX servers): one node when they
+    fit in one, else full nodes, else one GPU a node (a count that no full node divides)."""
+    gpus = plan.num_gpus
+    local = min(gpus, per_node) if gpus % min(gpus, per_node) == 0 else 1
+    return gpus // local, local
+
+
 def torchrun(plan: Plan, target: str, per_node: int = 8) -> str:
     """``torchrun`` over the plan's GPUs, ``per_node`` a node (8: DGX / HGX servers; a node of fewer GPUs changes
     --nnodes and --nproc-per-node, not the plan), the rendezvous at $MASTER_ADDR; ``target`` what it runs."""
-    gpus = plan.num_gpus
-    local = min(gpus, per_node) if gpus % min(gpus, per_node) == 0 else 1
-    return (f"torchrun --nnodes {gpus // local} --nproc-per-node {local} --rdzv-backend c10d "
+    nodes, local = node_split(plan, per_node)
+    return (f"torchrun --nnodes {nodes} --nproc-per-node {local} --rdzv-backend c10d "
             f"--rdzv-endpoint $MASTER_ADDR:29500 {target}")

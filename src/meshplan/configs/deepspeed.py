@@ -25,7 +25,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from meshplan.configs.common import carried_stack_fields, check_layout, comment, data_parallel, parse_comment, refuse
+from meshplan.configs.common import (
+    carried_stack_fields,
+    check_layout,
+    comment,
+    data_parallel,
+    node_split,
+    parse_comment,
+    refuse,
+)
 from meshplan.configs.format import ConfigFormat
 from meshplan.configs.values import Values, announce
 from meshplan.errors import SpecError
@@ -93,7 +101,7 @@ def _config(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
 
 def _notes(model: ModelSpec, plan: Plan) -> list[str]:
     """What the training script must do besides passing this file (DeepSpeed ignores keys it does not know)."""
-    nodes = plan.num_gpus // 8 if plan.num_gpus % 8 == 0 else plan.num_gpus
+    nodes, local = node_split(plan)  # the same nodes as torchrun's (a 4-GPU plan: one node of 4)
     out = [f"model: the training script builds it; meshplan priced {model.name} ({model.params():,} parameters, "
            f"{model.source or 'its ModelSpec'}) with its vocabulary and widths"
            + ("" if model.dropout else ", without dropout")]
@@ -104,7 +112,7 @@ def _notes(model: ModelSpec, plan: Plan) -> list[str]:
     if plan.tp > 1:
         out.append(f"tensor parallelism: build the model under deepspeed.tp_model_init(model, tp_size={plan.tp}, "
                    "dtype) before deepspeed.initialize (AutoTP training)")
-    out.append(f"launch: deepspeed --hostfile HOSTFILE --num_nodes {nodes} --num_gpus {plan.num_gpus // nodes} "
+    out.append(f"launch: deepspeed --hostfile HOSTFILE --num_nodes {nodes} --num_gpus {local} "
                "TRAIN_SCRIPT.py --deepspeed --deepspeed_config THIS_FILE.json")
     return out
 

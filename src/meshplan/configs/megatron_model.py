@@ -114,6 +114,11 @@ def architecture(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[dict[str, 
                      "positions, DeepSeek-V3's); group-limited routing and the top-k scaling factor are not stated by "
                      "meshplan's model: set --moe-router-num-groups, --moe-router-group-topk, "
                      "--moe-router-topk-scaling-factor from its config.json")
+    if model.router_bias and not model.is_mla:  # the field stands for two biases (ModelSpec.router_bias)
+        notes.append("the router has a bias of one per expert, which meshplan does not tell apart: DeepSeek-style "
+                     "score correction (GLM-4.5: add --moe-router-score-function sigmoid "
+                     "--moe-router-enable-expert-bias) or a router linear bias (GPT-OSS: Megatron has none); "
+                     "these arguments write neither")
     if model.vocab_size % plan.tp:
         notes.append(f"tp={plan.tp} does not divide the vocabulary {model.vocab_size}: Megatron pads it")
     fields["make_vocab_size_divisible_by"] = model.vocab_size // plan.tp if model.vocab_size % plan.tp == 0 else None

@@ -44,10 +44,15 @@ def _serving() -> dict:
 def serving_band(architecture: str) -> float:
     """The band within which the serving search cannot tell two configurations apart: the median |predicted /
     measured − 1| of the throughput of the published serving runs on the architecture (half of them were predicted
-    closer than it), else of every run; as ``ranking_band`` is the training search's."""
+    closer than it), else of every run, at most ``ranking_band`` (the training search's, the dense runs' band of the
+    same GPUs)."""
     data = _serving()
     found = data["architectures"].get(architecture or "unstated") or {}
-    return float((found if found.get("runs") else data["overall"])["median"])
+    median = float((found if found.get("runs") else data["overall"])["median"])
+    # at most the training search's band on the same GPUs: a generation's serving median carries errors every
+    # configuration of a run shares (a GPU priced slow, an unstated layout: Blackwell's 23-37 %), which are no
+    # error of one configuration against another; uncapped, a configuration 17 % slower led on B200
+    return min(median, ranking_band(architecture))
 
 
 def serving_latency_error(architecture: str, metric: str) -> tuple[dict, str]:
