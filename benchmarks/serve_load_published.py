@@ -116,8 +116,8 @@ def load_test(record: dict) -> dict[str, float]:
     return {m: float(np.mean([x[m] for x in runs])) for m in MEDIANS}
 
 
-def load_tests() -> None:
-    """Each load test printed, and per median the |error| p50 / p90 and bias over them."""
+def load_tests() -> dict[str, list[float]]:
+    """Each load test printed, and per median the |error| p50 / p90 and bias over them (returned per median)."""
     rows = [json.loads(line) for line in LOAD_TESTS.read_text().splitlines() if line.strip()]
     errs: dict[str, list[float]] = {m: [] for m in MEDIANS}
     print(f"\nload tests (medians, ms; measured / simulated): {len(rows)} runs")
@@ -133,6 +133,39 @@ def load_tests() -> None:
         a = np.abs(errs[m])
         print(f"median {m:<16}{len(a):>4} runs  |err| p50 {np.median(a):>6.1%}  p90 {np.percentile(a, 90):>6.1%}  "
               f"bias {np.median(errs[m]):>+6.1%}")
+    return errs
+
+
+def _cells(errors: list[float]) -> str:
+    e = np.asarray(errors)
+    a = np.abs(e)
+    return (f"{len(e)} | {np.median(a) * 100:.1f} % | {np.percentile(a, 90) * 100:.1f} % | {np.median(e) * 100:+.1f} %"
+            if len(e) else "0 | - | - | -")
+
+
+def markdown_section() -> list[str]:
+    """docs/ACCURACY_INFERENCE.md's section (benchmarks/accuracy_inference.py writes it): the same figures as main()
+    prints, as two tables; the per-run lines are left to this script's own output."""
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        table, tests = errors(records()), load_tests()
+    lines = ["## Under load (`serve --rate`, the request-level simulation)", "",
+             f"`python benchmarks/serve_load_published.py` runs each published run that states a request rate through "
+             f"the simulator (serve/load/; {len(SEEDS)} seeds of Poisson arrivals, an assumption: the sources do not "
+             "state the process). TensorRT-LLM 0.14's online serving runs (means; beside them the steady-state "
+             "prediction of the same runs):", "",
+             r"| metric | runs | simulated p50 \|error\| | p90 | bias | steady-state p50 \|error\| | p90 | bias |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for m in METRICS:
+        steady_cells = _cells(table["steady"][m]).split(" | ", 1)[1]
+        lines.append(f"| {m} | {_cells(table['simulated'][m])} | {steady_cells} |")
+    lines += ["", "SGLang v0.3.0 and vLLM v0.6.0 at 4 and 8 ShareGPT requests/s (data/serving/load_tests.jsonl; "
+              "medians of each request's latency: the percentile the source printed):", "",
+              r"| median of | runs | p50 \|error\| | p90 | bias |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {m} | {_cells(tests[m])} |" for m in MEDIANS]
+    return lines + [""]
 
 
 def main() -> None:
