@@ -5,7 +5,8 @@ A layer is split into blocks by the modules that hold them (the names used acros
 
     attention   a module with q/k/v/out projections (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``; GPT-2's
                 ``c_attn`` / ``c_proj`` Conv1D; fused ``qkv_proj``, ``query_key_value``, ``Wqkv``), per-head or
-                whole-width q/k norms (``q_norm``), attention sinks (GPT-OSS ``sinks``)
+                whole-width q/k norms (``q_norm``), attention sinks (GPT-OSS ``sinks``), an output gate (a
+                q_proj twice o_proj's input, Qwen3-Next; a ``gate_proj`` H → A·d, AFMoE)
     MLA         ``kv_a_proj_with_mqa`` / ``kv_b_proj`` (DeepSeek-V2/V3 §2.1): sizes from the config
     Mamba-2     a module with ``A_log`` (one per head), ``D``, ``dt_bias``, ``in_proj``, ``conv1d``, ``norm``,
                 ``out_proj`` (Dao & Gu 2024; models/mamba2/modeling_mamba2.py)
@@ -16,7 +17,7 @@ A layer is split into blocks by the modules that hold them (the names used acros
     norms       H-wide norm modules of the layer itself (pre-norms, post-norms)
 
 Anything else in the layer is ``unclaimed``: a structure meshplan does not model, which the reader refuses naming
-it (a linear-attention mixer, cross-attention, a Mamba-1 mixer, an output gate).
+it (a linear-attention mixer, cross-attention, a Mamba-1 mixer).
 """
 
 from __future__ import annotations
@@ -163,6 +164,10 @@ def _attention(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
         if qn in kids and kn in kids:
             used |= {qn, kn}
             sizes["q_norm"], sizes["k_norm"] = (_width(kids[qn]), _width(kids[kn]))
+    gate = kids.get("gate_proj")  # a separate output-gate projection H → A·d (AFMoE: output * sigmoid(gate_proj(x)))
+    if gate is not None and out and linear(gate) == (out[1][1], hidden, False):
+        used.add("gate_proj")
+        sizes["gate"] = True
     own = dict(module.named_parameters(recurse=False))
     if "sinks" in own:
         used.add("sinks")

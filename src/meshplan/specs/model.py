@@ -87,6 +87,11 @@ class ModelSpec:
     router_bias: bool = False  # per-expert score-correction bias (DeepSeek-V3), router linear bias (GPT-OSS)
     shared_expert_gate: bool = False  # sigmoid(Linear(H, 1)) on the shared expert (Qwen2-MoE): H per layer
     attention_sinks: bool = False  # one learned sink logit per head (GPT-OSS ``sinks``): A per layer
+    # a sigmoid gate on the attention output, elementwise per head channel, from a gate of width A·d that the query
+    # projection emits beside the queries (Qwen3-Next / Qwen 3.5: HF modeling_qwen3_next.py Qwen3NextAttention,
+    # q_proj H → 2·A·d chunked into query and gate, attn_output * sigmoid(gate) before o_proj; Qiu et al. 2025,
+    # "Gated Attention for Large Language Models", the G1 position): H·A·d more weights (+ A·d with qkv_bias)
+    attn_output_gate: bool = False
     # the GLU clamps its gate from above and its linear input both ways at this value before the activation
     # (GPT-OSS ``swiglu_limit`` = 7; Megatron-Core ``activation_func_clamp_value``); 0: no clamp
     glu_clamp: float = 0.0
@@ -222,6 +227,11 @@ class ModelSpec:
         return self.num_heads * self.head_dim
 
     @property
+    def gate_dim(self) -> int:
+        """Width of the attention output gate (``attn_output_gate``): A·d, else 0."""
+        return self.q_dim if self.attn_output_gate else 0
+
+    @property
     def kv_dim(self) -> int:
         """Width of the keys (= values for standard attention): K·d."""
         return self.num_kv_heads * self.head_dim
@@ -250,9 +260,9 @@ class ModelSpec:
             kv = h * (self.kv_lora_rank + rope) + self.kv_lora_rank + self.kv_lora_rank * a * (nope + dv)
             return q + kv + a * dv * h
         q, kv = self.q_dim, self.kv_dim
-        total = h * q + 2 * h * kv + q * h
+        total = h * (q + self.gate_dim) + 2 * h * kv + q * h
         if self.qkv_bias:
-            total += q + 2 * kv
+            total += q + self.gate_dim + 2 * kv
         if self.linear_bias or self.out_bias:
             total += h
         if self.qk_norm:

@@ -72,6 +72,9 @@ def check_structure(spec: Any) -> None:
     for name in _MLA_FIELDS:
         if getattr(spec, name) and not spec.is_mla:
             raise SpecError(f"{name}={getattr(spec, name)} needs kv_lora_rank > 0 (multi-head latent attention)")
+    if spec.attn_output_gate and spec.is_mla:
+        raise SpecError("attn_output_gate=true with MLA (kv_lora_rank > 0) is not modelled: the gate comes from a "
+                        "standard query projection (Qwen3-Next)")
     if spec.shared_expert_gate and not spec.shared_expert_ffn_size:
         raise SpecError("shared_expert_gate=true needs shared_expert_ffn_size > 0 (the expert it gates)")
     if spec.position_embedding == "learned" and 0 < spec.max_position_embeddings < spec.seq_length:
