@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from meshplan.cost.attention import attention_block, qkv_concat, varlen_padding
 from meshplan.cost.casts import low_precision_casts
+from meshplan.cost.deltanet import deltanet_block
 from meshplan.cost.eager import eager_layer
 from meshplan.cost.fsdp import layer_fsdp_grad
 from meshplan.cost.lora import lora
@@ -50,7 +51,8 @@ def hybrid_block(model: ModelSpec, plan: Plan, stack: Stack, kind: str) -> list[
     """One block of a hybrid model (``ModelSpec.layer_pattern``), one micro-batch, one GPU: its pre-norm, mixer
     and residual. Fused kernels only (check.check refuses eager, SUMMA and LoRA plans for a hybrid)."""
     d = dims(model, plan, stack)
-    block = {"mamba": mamba_block, "attention": attention_block, "mlp": mlp_block, "moe": moe_block}[kind]
+    block = {"mamba": mamba_block, "deltanet": deltanet_block, "attention": attention_block, "mlp": mlp_block,
+             "moe": moe_block}[kind]
     return low_precision_casts(block(model, plan, d) + stack_extras(model, plan, d, kind), plan, stack)
 
 

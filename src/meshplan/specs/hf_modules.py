@@ -10,6 +10,8 @@ A layer is split into blocks by the modules that hold them (the names used acros
     MLA         ``kv_a_proj_with_mqa`` / ``kv_b_proj`` (DeepSeek-V2/V3 §2.1): sizes from the config
     Mamba-2     a module with ``A_log`` (one per head), ``D``, ``dt_bias``, ``in_proj``, ``conv1d``, ``norm``,
                 ``out_proj`` (Dao & Gu 2024; models/mamba2/modeling_mamba2.py)
+    GDN         Gated DeltaNet: ``A_log``, ``dt_bias``, ``in_proj_*`` projections, ``conv1d``, ``norm``,
+                ``out_proj`` (Yang et al. 2024; models/qwen3_next/modeling_qwen3_next.py)
     MoE         a module with ``experts`` (fused 3-D expert tensors or a list of MLPs), a router weight (E, H)
                 (+ bias or score-correction bias), shared experts (``shared_expert(s)``) and their gate (1, H)
     MLP         up / gate / down projections (``up_proj``, ``gate_proj``, ``down_proj``; ``fc1`` / ``fc2``;
@@ -68,7 +70,7 @@ def kind_of(module: Any) -> str | None:
     """The block a module is, by its children and own parameters (the module docstring's table), else None."""
     kids, own = children(module), dict(module.named_parameters(recurse=False))
     if "A_log" in own:
-        return "mamba"
+        return "deltanet" if any(k.startswith("in_proj_") for k in kids) else "mamba"
     if "kv_a_proj_with_mqa" in kids or "kv_b_proj" in kids:
         return "mla"
     if "experts" in kids:
@@ -223,6 +225,26 @@ def _mamba(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
     return sizes, [f"{n} (a Mamba-2 mixer has no such weight)" for n in names - MAMBA2]
 
 
+def _deltanet(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
+    """A Gated DeltaNet mixer (Qwen3-Next's in_proj_qkvz + in_proj_ba, Qwen 3.5's in_proj_qkv / _z / _b / _a): n_v
+    = |A_log|, the value width n_v·d_v = out_proj's input, conv channels 2·n_k·d_k + n_v·d_v, the in_proj widths
+    summed, the gated norm's width d_v; biases and other weights unclaimed."""
+    kids, own = children(module), dict(module.named_parameters(recurse=False))
+    names = {n for n, _ in module.named_parameters()}
+    inputs = [linear(kid) for name, kid in kids.items() if name.startswith("in_proj_")]
+    out, conv = linear(kids["out_proj"]) if "out_proj" in kids else None, kids.get("conv1d")
+    if own["A_log"].dim() != 1 or out is None or conv is None or None in inputs or "dt_bias" not in own:
+        return {}, [f"({type(module).__name__}: a recurrent mixer other than Gated DeltaNet)"]
+    known = {"A_log", "dt_bias", "conv1d.weight", "norm.weight", "out_proj.weight"} | {
+        f"{n}.weight" for n in kids if n.startswith("in_proj_")}
+    biased = [n for n in names if n.endswith(".bias")]
+    sizes = {"heads": int(own["A_log"].shape[0]), "value": out[1], "conv_dim": int(conv.weight.shape[0]),
+             "kernel": int(conv.weight.shape[-1]), "in_proj": sum(i[0] for i in inputs if i),
+             "norm": _width(kids["norm"]) if "norm" in kids else 0}
+    return sizes, [f"{n} (a Gated DeltaNet mixer meshplan models has no such weight)" for n in
+                   sorted(names - known) + biased]
+
+
 def _moe(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
     """Experts (count, width, gated, biased), router (bias or score-correction bias), shared experts and gate."""
     kids = children(module)
@@ -285,4 +307,4 @@ def _experts(experts: Any, hidden: int) -> dict[str, Any]:
             "bad": [f"{n} {tuple(p.shape)}" for n, p in own.items() if n not in known]}
 
 
-READERS = {"attention": _attention, "mla": _mla, "mlp": _mlp, "mamba": _mamba, "moe": _moe}
+READERS = {"attention": _attention, "mla": _mla, "mlp": _mlp, "mamba": _mamba, "deltanet": _deltanet, "moe": _moe}

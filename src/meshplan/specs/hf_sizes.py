@@ -144,3 +144,23 @@ def mamba_fields(cfg: Any, mamba: dict[str, Any] | None, where: str) -> dict[str
     chunk = int(getattr(cfg, "chunk_size", None) or getattr(cfg, "mamba_chunk_size", None) or 128)
     return {"mamba_heads": heads, "mamba_head_dim": _exact(inner / heads, "the Mamba head width", where),
             "mamba_state": state, "mamba_groups": groups, "mamba_conv": mamba["kernel"], "mamba_chunk": chunk}
+
+
+def deltanet_fields(cfg: Any, gdn: dict[str, Any] | None, where: str) -> dict[str, Any]:
+    """A Gated DeltaNet mixer: n_v = |A_log|, d_v = out_proj's input / n_v (the gated norm's width), n_k and d_k from
+    the config (``linear_num_key_heads``, ``linear_key_head_dim``), checked against the conv channels
+    2·n_k·d_k + n_v·d_v and the in_proj widths 2·n_k·d_k + 2·n_v·d_v + 2·n_v (ModelSpec.deltanet_params)."""
+    if gdn is None:
+        return {}
+    heads, value = gdn["heads"], gdn["value"]
+    dv = _exact(value / heads, "the Gated DeltaNet value head width", where)
+    kh, dk = _get(cfg, ("linear_num_key_heads",)), _get(cfg, ("linear_key_head_dim",))
+    if not isinstance(kh, int) or not isinstance(dk, int):
+        raise SpecError(f"{where}: the config has no linear_num_key_heads / linear_key_head_dim")
+    key = kh * dk
+    if gdn["conv_dim"] != 2 * key + value or gdn["in_proj"] != 2 * key + 2 * value + 2 * heads or gdn["norm"] != dv:
+        raise SpecError(f"{where}: the Gated DeltaNet mixer's conv1d ({gdn['conv_dim']}), in_proj ({gdn['in_proj']}) "
+                        f"or gated norm ({gdn['norm']}) differ from 2·n_k·d_k + n_v·d_v, 2·n_k·d_k + 2·n_v·d_v + 2·n_v "
+                        "and d_v (a Gated DeltaNet meshplan does not model)")
+    return {"gdn_key_heads": kh, "gdn_key_dim": dk, "gdn_value_heads": heads, "gdn_value_dim": dv,
+            "gdn_conv": gdn["kernel"]}

@@ -102,7 +102,8 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
-    # Hybrid (Nemotron-H): one letter per layer ("M" Mamba-2, "*" attention, "-" MLP, "E" MoE); "" = every layer
+    # Hybrid (Nemotron-H; Qwen3-Next): one letter per layer ("M" Mamba-2, "G" Gated DeltaNet, "*" attention, "-" MLP,
+    # "E" MoE); "" = every layer
     # attention + MLP (MoE by first_k_dense_layers / moe_layer_freq)
     layer_pattern: str = ""
     mamba_heads: int = 0  # n_h
@@ -112,6 +113,14 @@ class ModelSpec:
     mamba_conv: int = 4  # k, the causal conv1d kernel
     mamba_chunk: int = 128  # Q, the SSD chunk length (mamba_chunk_scan_combined)
     moe_latent_size: int = 0  # latent MoE width (0: experts on the hidden size)
+    # Gated DeltaNet ("G" blocks; Yang et al. 2024, "Gated Delta Networks"; HF Qwen3NextGatedDeltaNet): n_k key
+    # (and query) heads of width d_k, n_v value heads of width d_v, a conv1d of kernel k, fla's chunk length C
+    gdn_key_heads: int = 0
+    gdn_key_dim: int = 0
+    gdn_value_heads: int = 0
+    gdn_value_dim: int = 0
+    gdn_conv: int = 4
+    gdn_chunk: int = 64
     # Multi-token prediction (DeepSeek-V3 §2.2; Megatron-Core multi_token_prediction.py): training runs
     # ``mtp_layers`` extra depths after the last layer, each one MTP layer on the last pipeline stage: the next
     # tokens' embedding and the previous depth's hidden state, each normed (enorm, hnorm), concatenated and
@@ -307,6 +316,21 @@ class ModelSpec:
         in_proj = h * (inner + self.mamba_conv_dim + heads)
         return in_proj + self.mamba_conv_dim * (self.mamba_conv + 1) + 3 * heads + inner + inner * h
 
+    @property
+    def gdn_dims(self) -> tuple[int, int]:
+        """(n_k·d_k, n_v·d_v): the widths of q (= k) and of v (= z, the gated norm's input)."""
+        return self.gdn_key_heads * self.gdn_key_dim, self.gdn_value_heads * self.gdn_value_dim
+
+    def deltanet_params(self) -> int:
+        """One Gated DeltaNet mixer (HF Qwen3NextGatedDeltaNet; Qwen 3.5's in_proj_qkv, _z, _b, _a hold the same):
+        in_proj H·(2·n_k·d_k + 2·n_v·d_v) for q, k, v, z and H·2·n_v for β and a, the depthwise conv1d over q, k,
+        v (2·n_k·d_k + n_v·d_v)·k without bias, dt_bias and A_log (n_v each), the per-head gated RMSNorm's d_v,
+        out_proj n_v·d_v·H; no linear biases."""
+        key, value = self.gdn_dims
+        in_proj = self.hidden_size * (2 * key + 2 * value + 2 * self.gdn_value_heads)
+        conv = (2 * key + value) * self.gdn_conv
+        return in_proj + conv + 2 * self.gdn_value_heads + self.gdn_value_dim + value * self.hidden_size
+
     def block_params(self, kind: str, active: bool = False) -> int:
         """One layer of ``block_counts``'s kind, its norms included."""
         norm = self.norm_params(self.hidden_size)
@@ -315,6 +339,7 @@ class ModelSpec:
         return {"dense": lambda: self.attention_params() + mlp + norms,
                 "moe": lambda: (norm if self.is_hybrid else self.attention_params() + norms) + self.moe_params(active),
                 "mamba": lambda: self.mamba_params() + norm,
+                "deltanet": lambda: self.deltanet_params() + norm,
                 "attention": lambda: self.attention_params() + norm,
                 "mlp": lambda: mlp + norm}[kind]()
 
