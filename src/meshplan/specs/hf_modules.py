@@ -70,7 +70,7 @@ def kind_of(module: Any) -> str | None:
     """The block a module is, by its children and own parameters (the module docstring's table), else None."""
     kids, own = children(module), dict(module.named_parameters(recurse=False))
     if "A_log" in own:
-        return "deltanet" if any(k.startswith("in_proj_") for k in kids) else "mamba"
+        return "deltanet" if any(k.startswith("in_proj_") or k == "q_proj" for k in kids) else "mamba"
     if "kv_a_proj_with_mqa" in kids or "kv_b_proj" in kids:
         return "mla"
     if "experts" in kids:
@@ -226,21 +226,23 @@ def _mamba(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
 
 
 def _deltanet(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
-    """A Gated DeltaNet mixer (Qwen3-Next's in_proj_qkvz + in_proj_ba, Qwen 3.5's in_proj_qkv / _z / _b / _a): n_v
-    = |A_log|, the value width n_v·d_v = out_proj's input, conv channels 2·n_k·d_k + n_v·d_v, the in_proj widths
-    summed, the gated norm's width d_v; biases and other weights unclaimed."""
+    """A Gated DeltaNet mixer (Qwen3-Next's in_proj_qkvz + in_proj_ba, Qwen 3.5's in_proj_qkv / _z / _b / _a; OLMo
+    hybrid's q/k/v/g/a/b_proj, o_proj and o_norm): n_v = |A_log|, the value width n_v·d_v = the output projection's
+    input, conv channels 2·n_k·d_k + n_v·d_v, the input projections' widths summed, the gated norm's width d_v;
+    biases and other weights unclaimed."""
     kids, own = children(module), dict(module.named_parameters(recurse=False))
     names = {n for n, _ in module.named_parameters()}
-    inputs = [linear(kid) for name, kid in kids.items() if name.startswith("in_proj_")]
-    out, conv = linear(kids["out_proj"]) if "out_proj" in kids else None, kids.get("conv1d")
-    if own["A_log"].dim() != 1 or out is None or conv is None or None in inputs or "dt_bias" not in own:
+    out_name, norm_name = ("o_proj", "o_norm") if "o_proj" in kids else ("out_proj", "norm")
+    inputs = {n: linear(kid) for n, kid in kids.items() if n not in (out_name, norm_name, "conv1d")}
+    out, conv = linear(kids[out_name]) if out_name in kids else None, kids.get("conv1d")
+    if own["A_log"].dim() != 1 or out is None or conv is None or None in inputs.values() or "dt_bias" not in own:
         return {}, [f"({type(module).__name__}: a recurrent mixer other than Gated DeltaNet)"]
-    known = {"A_log", "dt_bias", "conv1d.weight", "norm.weight", "out_proj.weight"} | {
-        f"{n}.weight" for n in kids if n.startswith("in_proj_")}
+    known = {"A_log", "dt_bias", "conv1d.weight", f"{norm_name}.weight", f"{out_name}.weight"} | {
+        f"{n}.weight" for n in inputs}
     biased = [n for n in names if n.endswith(".bias")]
     sizes = {"heads": int(own["A_log"].shape[0]), "value": out[1], "conv_dim": int(conv.weight.shape[0]),
-             "kernel": int(conv.weight.shape[-1]), "in_proj": sum(i[0] for i in inputs if i),
-             "norm": _width(kids["norm"]) if "norm" in kids else 0}
+             "kernel": int(conv.weight.shape[-1]), "in_proj": sum(i[0] for i in inputs.values() if i),
+             "norm": _width(kids[norm_name]) if norm_name in kids else 0}
     return sizes, [f"{n} (a Gated DeltaNet mixer meshplan models has no such weight)" for n in
                    sorted(names - known) + biased]
 
