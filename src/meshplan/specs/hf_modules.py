@@ -272,16 +272,20 @@ def _moe(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
         if name in used:
             continue
         weights = dict(kid.named_parameters())
-        w = weights.get("weight")
+        key = "weight" if "weight" in weights else "gate.weight"  # a router module holding its linear (AFMoE)
+        w = weights.get(key)
         if w is not None and tuple(w.shape) == (num, hidden):
             used.add(name)
-            sizes["router_bias"] = sum(1 for n in weights if n != "weight") + sum(
+            sizes["router_bias"] = sum(1 for n in weights if n != key) + sum(
                 1 for n, _ in kid.named_buffers() if n.endswith("e_score_correction_bias"))
-            if any(n != "weight" and p.numel() != num for n, p in weights.items()):
+            if any(n != key and p.numel() != num for n, p in weights.items()):
                 return sizes, [f"{name} (a router with weights beyond E×H and a bias)"]
-    if "router_bias" in sizes:  # a score-correction bias held by the MoE block itself (MiniMax-M2)
+    if "router_bias" in sizes:  # a score-correction bias held by the MoE block itself (MiniMax-M2; AFMoE's parameter)
         sizes["router_bias"] += sum(1 for n, _ in module.named_buffers(recurse=False)
                                     if n.endswith("e_score_correction_bias"))
+        own = {n for n, p in module.named_parameters(recurse=False) if n == "expert_bias" and p.numel() == num}
+        sizes["router_bias"] += len(own)
+        used |= own
     if "router_bias" not in sizes:
         return sizes, [f"(a MoE block {type(module).__name__} without an E×H router)"] + _rest(module, used)
     return sizes, _rest(module, used)
