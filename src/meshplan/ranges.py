@@ -144,6 +144,8 @@ RANGES: dict[str, Range] = {
     "gdn_value_dim": Range(1, _HEADS, "", "128 in use", "no Gated DeltaNet"),
     "gdn_conv": Range(1, 2**16, "", "the short causal conv1d kernel: 4 in use"),
     "gdn_chunk": Range(1, MAX_SIZE, "", "fla's chunk: 64"),
+    "ssm_inner": Range(1, MAX_SIZE, "", "Mamba-1: 2·H", "no Mamba-1"),
+    "ssm_dt_rank": Range(1, MAX_SIZE, "", "Mamba-1: ⌈H / 16⌉", "no Mamba-1"),
     "moe_latent_size": Range(1, _WIDTH, "", "at most the hidden size (Nemotron 3 Super 1,024)", "no latent"),
     "mtp_layers": Range(1, MAX_LAYERS, "", "1-2 in use", "none"),
     "layer_norms": Range(1, 4, "", "1 (parallel attention + MLP), 2 (pre-norms), 4 (Gemma 2 / 3's post-norms too)",

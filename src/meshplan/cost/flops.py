@@ -51,9 +51,10 @@ def attention_layer_flops(model: ModelSpec) -> float:
 
 def ssd_flops_per_token(model: ModelSpec) -> float:
     """Forward FLOPs per token of the Mamba-2 SSD scans of the model's Mamba blocks (``ssd_block_flops``) and of the
-    Gated DeltaNet blocks' chunked scans (``gdn_block_flops``)."""
-    return model.layer_pattern.count("M") * ssd_block_flops(model) + model.layer_pattern.count("G") * gdn_block_flops(
-        model)
+    Gated DeltaNet blocks' chunked scans (``gdn_block_flops``) and the Mamba-1 blocks' selective scans."""
+    mamba1 = (9.0 * model.mamba_state + 2.0) * model.ssm_inner  # mamba1.selective_scan's, per token
+    return (model.layer_pattern.count("M") * ssd_block_flops(model) + model.layer_pattern.count("G")
+            * gdn_block_flops(model) + model.layer_pattern.count("S") * mamba1)
 
 
 def gdn_block_flops(model: ModelSpec) -> float:

@@ -70,6 +70,8 @@ def kind_of(module: Any) -> str | None:
     """The block a module is, by its children and own parameters (the module docstring's table), else None."""
     kids, own = children(module), dict(module.named_parameters(recurse=False))
     if "A_log" in own:
+        if own["A_log"].dim() == 2 and "x_proj" in kids:  # Mamba-1: A of shape (D_i, N)
+            return "mamba1"
         return "deltanet" if any(k.startswith("in_proj_") or k == "q_proj" for k in kids) else "mamba"
     if "kv_a_proj_with_mqa" in kids or "kv_b_proj" in kids:
         return "mla"
@@ -247,6 +249,26 @@ def _deltanet(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
                    sorted(names - known) + biased]
 
 
+def _mamba1(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
+    """A Mamba-1 mixer (HF MambaMixer): D_i and N from A_log, r from dt_proj's input, k from conv1d; in_proj 2·D_i
+    wide and x_proj r + 2N, biases only on conv1d and dt_proj (use_bias false); anything else unclaimed."""
+    kids, own = children(module), dict(module.named_parameters(recurse=False))
+    names = {n for n, _ in module.named_parameters()}
+    d_i, n = (int(x) for x in own["A_log"].shape)
+    shapes = {k: got for k in ("in_proj", "x_proj", "dt_proj", "out_proj") if k in kids
+              and (got := linear(kids[k])) is not None}
+    conv = kids.get("conv1d")
+    if len(shapes) < 4 or conv is None or "D" not in own:
+        return {}, [f"({type(module).__name__}: a recurrent mixer other than Mamba-1)"]
+    rank = shapes["dt_proj"][1]
+    known = {"A_log", "D", "conv1d.weight", "conv1d.bias", "in_proj.weight", "x_proj.weight", "dt_proj.weight",
+             "dt_proj.bias", "out_proj.weight"}
+    wrong = shapes["in_proj"][:2] != (2 * d_i, hidden) or shapes["x_proj"][:2] != (rank + 2 * n, d_i) or \
+        shapes["out_proj"][:2] != (hidden, d_i) or "conv1d.bias" not in names or not shapes["dt_proj"][2]
+    bad = sorted(names - known) + (["(a Mamba-1 mixer of other shapes or biases)"] if wrong else [])
+    return {"inner": d_i, "state": n, "rank": rank, "kernel": int(conv.weight.shape[-1])}, bad
+
+
 def _moe(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
     """Experts (count, width, gated, biased), router (bias or score-correction bias), shared experts and gate."""
     kids = children(module)
@@ -313,4 +335,5 @@ def _experts(experts: Any, hidden: int) -> dict[str, Any]:
             "bad": [f"{n} {tuple(p.shape)}" for n, p in own.items() if n not in known]}
 
 
-READERS = {"attention": _attention, "mla": _mla, "mlp": _mlp, "mamba": _mamba, "deltanet": _deltanet, "moe": _moe}
+READERS = {"attention": _attention, "mla": _mla, "mlp": _mlp, "mamba": _mamba, "deltanet": _deltanet, "mamba1": _mamba1,
+           "moe": _moe}

@@ -102,8 +102,8 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
-    # Hybrid (Nemotron-H; Qwen3-Next): one letter per layer ("M" Mamba-2, "G" Gated DeltaNet, "*" attention, "-" MLP,
-    # "E" MoE); "" = every layer
+    # Hybrid (Nemotron-H; Qwen3-Next): one letter per layer ("M" Mamba-2, "S" Mamba-1, "G" Gated DeltaNet, "*"
+    # attention, "-" MLP, "E" MoE); "" = every layer
     # attention + MLP (MoE by first_k_dense_layers / moe_layer_freq)
     layer_pattern: str = ""
     mamba_heads: int = 0  # n_h
@@ -113,14 +113,16 @@ class ModelSpec:
     mamba_conv: int = 4  # k, the causal conv1d kernel
     mamba_chunk: int = 128  # Q, the SSD chunk length (mamba_chunk_scan_combined)
     moe_latent_size: int = 0  # latent MoE width (0: experts on the hidden size)
-    # Gated DeltaNet ("G" blocks; Yang et al. 2024, "Gated Delta Networks"; HF Qwen3NextGatedDeltaNet): n_k key
-    # (and query) heads of width d_k, n_v value heads of width d_v, a conv1d of kernel k, fla's chunk length C
+    # Gated DeltaNet ("G"; Yang et al. 2024; HF Qwen3NextGatedDeltaNet): n_k q/k heads of d_k, n_v value heads of d_v
     gdn_key_heads: int = 0
     gdn_key_dim: int = 0
     gdn_value_heads: int = 0
     gdn_value_dim: int = 0
     gdn_conv: int = 4
     gdn_chunk: int = 64
+    # Mamba-1 ("S"; Gu & Dao 2023; HF MambaMixer): D_i channels, Δ of rank r; state N, kernel k: mamba_state, _conv
+    ssm_inner: int = 0
+    ssm_dt_rank: int = 0
     # Multi-token prediction (DeepSeek-V3 §2.2; Megatron-Core multi_token_prediction.py): training runs
     # ``mtp_layers`` extra depths after the last layer, each one MTP layer on the last pipeline stage: the next
     # tokens' embedding and the previous depth's hidden state, each normed (enorm, hnorm), concatenated and
@@ -331,6 +333,12 @@ class ModelSpec:
         conv = (2 * key + value) * self.gdn_conv
         return in_proj + conv + 2 * self.gdn_value_heads + self.gdn_value_dim + value * self.hidden_size
 
+    def mamba1_params(self) -> int:
+        """One Mamba-1 mixer (HF MambaMixer, use_bias false): in_proj H·2·D_i, conv1d D_i·(k + 1), x_proj
+        D_i·(r + 2N), dt_proj r·D_i + D_i, A_log D_i·N, D D_i, out_proj D_i·H."""
+        d, n, r = self.ssm_inner, self.mamba_state, self.ssm_dt_rank
+        return 3 * self.hidden_size * d + d * (self.mamba_conv + 1) + d * (r + 2 * n) + r * d + 2 * d + d * n
+
     def block_params(self, kind: str, active: bool = False) -> int:
         """One layer of ``block_counts``'s kind, its norms included."""
         norm = self.norm_params(self.hidden_size)
@@ -339,7 +347,7 @@ class ModelSpec:
         return {"dense": lambda: self.attention_params() + mlp + norms,
                 "moe": lambda: (norm if self.is_hybrid else self.attention_params() + norms) + self.moe_params(active),
                 "mamba": lambda: self.mamba_params() + norm,
-                "deltanet": lambda: self.deltanet_params() + norm,
+                "deltanet": lambda: self.deltanet_params() + norm, "mamba1": lambda: self.mamba1_params() + norm,
                 "attention": lambda: self.attention_params() + norm,
                 "mlp": lambda: mlp + norm}[kind]()
 

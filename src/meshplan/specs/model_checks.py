@@ -16,7 +16,7 @@ from meshplan.fields import check_types
 
 MLP_KINDS = ("gelu", "swiglu", "relu2")  # relu2 (Nemotron-H): squared ReLU, up → act → down like gelu
 # layer_pattern letters (Nemotron-H; Qwen3-Next's Gated DeltaNet)
-BLOCK_KINDS = {"M": "mamba", "G": "deltanet", "*": "attention", "-": "mlp", "E": "moe"}
+BLOCK_KINDS = {"M": "mamba", "S": "mamba1", "G": "deltanet", "*": "attention", "-": "mlp", "E": "moe"}
 NORM_KINDS = ("layernorm", "rmsnorm")
 POSITION_KINDS = ("rope", "learned", "none")
 _POSITIVE = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_length")
@@ -24,13 +24,14 @@ _NON_NEGATIVE = ("num_kv_heads", "head_dim", "num_experts", "moe_topk", "moe_ffn
                  "shared_expert_ffn_size", "first_k_dense_layers", "q_lora_rank", "kv_lora_rank",
                  "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings",
                  "mamba_heads", "mamba_head_dim", "mamba_state", "moe_latent_size", "mtp_layers",
-                 "sliding_window", "window_layers", "gdn_key_heads", "gdn_key_dim", "gdn_value_heads", "gdn_value_dim")
+                 "sliding_window", "window_layers", "gdn_key_heads", "gdn_key_dim", "gdn_value_heads", "gdn_value_dim",
+                 "ssm_inner", "ssm_dt_rank")
 # The sizes a parameter count grows with, named when it is out of range (check_params)
 _SIZES = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size", "vocab_size",
           "max_position_embeddings", "num_experts", "moe_ffn_hidden_size", "shared_expert_ffn_size", "q_lora_rank",
           "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "mamba_heads", "mamba_head_dim",
           "mamba_state", "mamba_groups", "mamba_conv", "moe_latent_size", "mtp_layers", "gdn_key_heads",
-          "gdn_key_dim", "gdn_value_heads", "gdn_value_dim")
+          "gdn_key_dim", "gdn_value_heads", "gdn_value_dim", "ssm_inner", "ssm_dt_rank")
 _EXPERT_FIELDS = ("moe_topk", "moe_ffn_hidden_size", "shared_expert_ffn_size", "first_k_dense_layers", "router_bias",
                   "shared_expert_gate", "moe_latent_size")
 _MLA_FIELDS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -119,7 +120,7 @@ def _check_pattern(spec: Any) -> None:
         return
     bad = sorted(set(pattern) - set(BLOCK_KINDS))
     if bad:
-        raise SpecError(f"layer_pattern has {bad[0]!r}: its letters are M (Mamba-2), G (Gated DeltaNet), "
+        raise SpecError(f"layer_pattern has {bad[0]!r}: its letters are M (Mamba-2), S (Mamba-1), G (Gated DeltaNet), "
                         "* (attention), - (MLP), E (MoE)")
     if len(pattern) != spec.num_layers:
         raise SpecError(f"layer_pattern has {len(pattern)} letters but num_layers={spec.num_layers}")
@@ -139,6 +140,9 @@ def _check_pattern(spec: Any) -> None:
         if getattr(spec, name) < 1:
             raise SpecError(f"{name}={getattr(spec, name)} must be positive: layer_pattern has Gated DeltaNet (G) "
                             "blocks")
+    for name in ("ssm_inner", "ssm_dt_rank", "mamba_state") if "S" in pattern else ():
+        if getattr(spec, name) < 1:
+            raise SpecError(f"{name}={getattr(spec, name)} must be positive: layer_pattern has Mamba-1 (S) blocks")
     if "G" in pattern and spec.gdn_value_heads % spec.gdn_key_heads:
         raise SpecError(f"gdn_key_heads={spec.gdn_key_heads} does not divide gdn_value_heads={spec.gdn_value_heads}")
 
