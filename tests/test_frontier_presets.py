@@ -4,9 +4,9 @@ the published total and active counts at the precision they were printed with (o
 differ), and PyTorch's count of transformers' own model built on the meta device from the same config.json keys
 (skipped without torch + transformers; Grok-1 has no transformers architecture).
 
-Qwen 3.5 has no preset: 3 of its 4 layers are Gated DeltaNet linear attention (transformers 5.24 qwen3_5 /
-qwen3_5_moe: layer_types "linear_attention" / "full_attention", full_attention_interval 4) and its attention
-layers gate their output (q_proj 2·A·d wide), neither of which ModelSpec expresses.
+Qwen3-Next-80B-A3B: 3 of its 4 layers are Gated DeltaNet linear attention ("G" blocks) and its attention layers
+gate their output (q_proj 2·A·d wide, attn_output_gate); Qwen 3.5 has the same layers (its config.json reads exactly
+through the generic reader, tests/test_hf_registry.py) but no preset yet.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from meshplan.specs.model_load import load_model
 
 FRONTIER = ["grok-1", "kimi-k2", "llama4-scout", "llama4-maverick", "glm-4.5", "glm-4.5-air", "nemotron-h-8b",
-            "nemotron-h-56b"]
+            "nemotron-h-56b", "qwen3-next-80b-a3b"]
 NEMOTRON_H_56B = ("M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-"
                   "M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-")
 
@@ -63,6 +63,13 @@ HF_CONFIGS = {
                        "mamba_num_heads": 256, "mamba_head_dim": 64, "ssm_state_size": 256, "n_groups": 8,
                        "conv_kernel": 4, "chunk_size": 128, "vocab_size": 131072, "tie_word_embeddings": False,
                        "use_bias": False, "use_conv_bias": True, "mlp_hidden_act": "relu2"},
+    "qwen3-next-80b-a3b": {"model_type": "qwen3_next", "hidden_size": 2048, "num_hidden_layers": 48,
+                           "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+                           "linear_num_key_heads": 16, "linear_key_head_dim": 128, "linear_num_value_heads": 32,
+                           "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "num_experts": 512,
+                           "num_experts_per_tok": 10, "moe_intermediate_size": 512,
+                           "shared_expert_intermediate_size": 512, "vocab_size": 151936,
+                           "tie_word_embeddings": False},
 }
 
 # (total, active per token) as ModelSpec.params() counts them; the meta-device build equals the total
@@ -75,6 +82,7 @@ COUNTS = {
     "glm-4.5-air": (106_852_251_264, 13_424_129_664),
     "nemotron-h-8b": (8_100_852_736, 8_100_852_736),
     "nemotron-h-56b": (56_324_350_464, 56_324_350_464),
+    "qwen3-next-80b-a3b": (79_674_391_296, 3_874_929_408),
 }
 
 
@@ -111,6 +119,7 @@ def test_llama4_maverick_interleaves_dense_and_moe() -> None:
 def test_nemotron_h_blocks() -> None:
     assert load_model("nemotron-h-8b").block_counts == {"mamba": 24, "attention": 4, "mlp": 24}
     assert load_model("nemotron-h-56b").block_counts == {"mamba": 54, "attention": 10, "mlp": 54}
+    assert load_model("qwen3-next-80b-a3b").block_counts == {"deltanet": 36, "attention": 12, "moe": 48}
 
 
 def _printed(count: float, printed: str, unit: float, truncated: bool = False) -> bool:
@@ -129,6 +138,8 @@ def test_published_counts() -> None:
     assert _printed(kimi.params(), "1", 1e12) and _printed(kimi.params(active=True) - 163840 * 7168, "32", b)
     assert _printed(load_model("nemotron-h-8b").params(), "8", b)  # dense: every parameter active
     assert _printed(load_model("nemotron-h-56b").params(), "56", b)
+    nxt = load_model("qwen3-next-80b-a3b")  # '80B total, 3B activated' (3.56B without the input embedding)
+    assert _printed(nxt.params(), "80", b) and _printed(nxt.params(active=True) - 151936 * 2048, "3", b, truncated=True)
     air = load_model("glm-4.5-air")  # '106B total, 12B active', cut to whole billions (106.85B, 12.80B)
     assert _printed(air.params(), "106", b, truncated=True)
     assert _printed(air.params(active=True) - 151552 * 4096, "12", b, truncated=True)

@@ -130,8 +130,8 @@ def test_llama_mlp_bias_is_read() -> None:
     assert spec.params() == built(c)
 
 
-@pytest.mark.parametrize("model_type, named", [("gemma3", "vision_tower"), ("qwen3_next", "GatedDeltaNet"),
-                                               ("mamba", "MambaMixer"), ("bert", "encoder")])
+@pytest.mark.parametrize("model_type, named", [("gemma3", "vision_tower"), ("kimi_linear", "forget_gate"),
+                                               ("zamba", "ZambaMambaMixer"), ("bert", "encoder")])
 def test_what_cannot_be_modelled_is_named(model_type: str, named: str) -> None:
     with pytest.raises(SpecError, match=named) as err:
         from_hf_config(config(model_type), model_type)

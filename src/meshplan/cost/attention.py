@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.cost.blocks import collective, gemm, norm, projections, residual, tp_enter, tp_exit
+from meshplan.cost.blocks import collective, elementwise, gemm, norm, projections, residual, tp_enter, tp_exit
 from meshplan.cost.records import ACT_BYTES, FP32, MASK_BYTES, Dims, OpCost
 from meshplan.cost.shapes import kv_up_shape, qkv_shapes
 from meshplan.specs.model import ModelSpec
@@ -36,8 +36,8 @@ def qkv_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     shapes = qkv_shapes(model, t)  # the shapes serving's projections have too (cost/shapes.py)
     if not model.is_mla:
         (name, k, n), = shapes
-        return projections(name, T, k, n, {"q": model.q_dim / t, "k": model.kv_dim / t, "v": model.kv_dim / t}, d,
-                           saved=stored_input)
+        widths = {"q": (model.q_dim + model.gate_dim) / t, "k": model.kv_dim / t, "v": model.kv_dim / t}
+        return projections(name, T, k, n, widths, d, saved=stored_input)
     saved = {"attn/q_down": stored_input, "attn/q": stored_input, "attn/kv_down": 0.0}  # the input, saved once
     ops: list[OpCost] = []
     for name, k, n in shapes:
@@ -185,12 +185,24 @@ def context_exchange(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     return kv_exchange("attn/cp_kv", "cp", plan.cp, d.stack.cp_comm, kv_chunk(model, d))
 
 
+def output_gate(model: ModelSpec, d: Dims) -> list[OpCost]:
+    """The attention output gate (ModelSpec.attn_output_gate; HF Qwen3NextAttention: attn_output *
+    torch.sigmoid(gate)): reads the output and the gate, writes the gated output, A·d/t per token; a sigmoid and a
+    multiply, about 5 FLOPs an element (the exponential counted as one, as the norms' 5 count theirs); keeps the gate
+    for the backward (the attention output is kept by the core's record)."""
+    if not model.attn_output_gate:
+        return []
+    elems = d.tokens * model.gate_dim / d.tp
+    return elementwise("attn/out_gate", 2 * elems, elems, 2.5, saved=elems * ACT_BYTES)
+
+
 def attention_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     ops = norm("attn/norm", model, d)
     ops += tp_enter("attn/tp_in", model, plan, d)
     ops += qkv_ops(model, plan, d)
     ops += core_attention(model, plan, d)
     ops += context_exchange(model, plan, d)
+    ops += output_gate(model, d)
     ops += gemm("attn/out", d.tokens, model.attn_out_dim / d.tp, model.hidden_size, d)
     ops += tp_exit("attn/tp_out", model, plan, d)
     ops += residual("attn/residual", model, d)

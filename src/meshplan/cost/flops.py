@@ -50,8 +50,18 @@ def attention_layer_flops(model: ModelSpec) -> float:
 
 
 def ssd_flops_per_token(model: ModelSpec) -> float:
-    """Forward FLOPs per token of the Mamba-2 SSD scans of the model's Mamba blocks (``ssd_block_flops``)."""
-    return model.layer_pattern.count("M") * ssd_block_flops(model)
+    """Forward FLOPs per token of the Mamba-2 SSD scans of the model's Mamba blocks (``ssd_block_flops``) and of the
+    Gated DeltaNet blocks' chunked scans (``gdn_block_flops``) and the Mamba-1 blocks' selective scans."""
+    mamba1 = (9.0 * model.mamba_state + 2.0) * model.ssm_inner  # mamba1.selective_scan's, per token
+    return (model.layer_pattern.count("M") * ssd_block_flops(model) + model.layer_pattern.count("G")
+            * gdn_block_flops(model) + model.layer_pattern.count("S") * mamba1)
+
+
+def gdn_block_flops(model: ModelSpec) -> float:
+    """Forward FLOPs per token of one Gated DeltaNet block's chunked scan (``deltanet.gdn_scan_ops``' products, per
+    token): n_v·(6·d_k·d_v + C·(6·d_k + 4·d_v) + 2·C²/3)."""
+    c, dk, dv = model.gdn_chunk, model.gdn_key_dim, model.gdn_value_dim
+    return model.gdn_value_heads * (6.0 * dk * dv + c * (6.0 * dk + 4.0 * dv) + 2.0 * c * c / 3)
 
 
 def ssd_block_flops(model: ModelSpec) -> float:

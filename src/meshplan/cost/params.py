@@ -177,7 +177,7 @@ def qkv_linears(model: ModelSpec) -> list[tuple[int, int]]:
     MLA's q_down / q_up (or a single q) and kv_down / kv_up (DeepSeek-V2 §2.1)."""
     h = model.hidden_size
     if not model.is_mla:
-        return [(h, model.q_dim + 2 * model.kv_dim)]
+        return [(h, model.q_dim + model.gate_dim + 2 * model.kv_dim)]
     heads = model.num_heads
     q_out = heads * (model.qk_nope_head_dim + model.qk_rope_head_dim)
     q = [(h, model.q_lora_rank), (model.q_lora_rank, q_out)] if model.q_lora_rank else [(h, q_out)]

@@ -4,7 +4,8 @@ serving's (serve/ops.py, serve/moe.py), as (name, k, n) on one GPU: its input wi
 RoPE key's width).
 
 - The query, key and value projections (Shoeybi et al. 2019, §3: column-parallel, split by heads): one fused linear
-  H → A/t·d + 2·K_g·d, K_g the KV heads a rank keeps (K/t; an inference engine keeps a whole head past K ranks,
+  H → A/t·d + 2·K_g·d (+ A/t·d for an attention output gate, which the query projection emits: ModelSpec.gate_dim),
+  K_g the KV heads a rank keeps (K/t; an inference engine keeps a whole head past K ranks,
   cost/kv_cache.kv_heads_per_gpu). MLA: the down-projections H → r_q and H → r_kv + d_R whole on every rank
   (cost/params.mla_down_params cites Megatron-Core and vLLM), the query's up-projection r_q → A/t·(d_nope + d_R)
   split by heads (or one H → A/t·(d_nope + d_R) without a query latent); the keys' and values' up-projection
@@ -23,9 +24,10 @@ def qkv_shapes(model: ModelSpec, tp: Num, kv_heads: Num | None = None) -> list[t
     when not K/t."""
     h = model.hidden_size
     if not model.is_mla:
+        qg = model.q_dim + model.gate_dim
         if kv_heads is None:
-            return [("attn/qkv", h, (model.q_dim + 2 * model.kv_dim) / tp)]
-        return [("attn/qkv", h, model.q_dim / tp + 2 * kv_heads * model.head_dim)]
+            return [("attn/qkv", h, (qg + 2 * model.kv_dim) / tp)]
+        return [("attn/qkv", h, qg / tp + 2 * kv_heads * model.head_dim)]
     q_out = model.num_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim) / tp
     q: list[tuple[str, Num, Num]] = [("attn/q", h, q_out)]
     if model.q_lora_rank:

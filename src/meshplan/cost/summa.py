@@ -71,7 +71,7 @@ def summa_layer(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     """One dense transformer layer in the summa layout."""
     h, rows = model.hidden_size, d.tokens
     ops = summa_norm("attn/norm", model, plan, d)
-    ops += summa_linear("attn/qkv", rows, h, model.q_dim + 2 * model.kv_dim, plan, d)
+    ops += summa_linear("attn/qkv", rows, h, model.q_dim + model.gate_dim + 2 * model.kv_dim, plan, d)
     ops += core_attention(model, plan, d)
     ops += kv_exchange("attn/tp2_kv", "tp2", plan.tp2, "allgather", kv_chunk(model, d))
     ops += context_exchange(model, plan, d)

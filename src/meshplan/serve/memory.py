@@ -77,7 +77,7 @@ def weight_bytes(model: ModelSpec, tp: Num, pp: Num, ep: Num, quant: Quant) -> N
 def activation_bytes(model: ModelSpec, tp: Num, engine: Engine) -> Num:
     """Peak activations of one layer at the engine's max_batched_tokens rows (module docstring)."""
     rows, h, t = engine.max_batched_tokens, model.hidden_size, tp
-    widest = max(model.q_dim + 2 * model.kv_dim, (3 if model.gated else 2) * model.ffn_hidden_size)
+    widest = max(model.q_dim + model.gate_dim + 2 * model.kv_dim, (3 if model.gated else 2) * model.ffn_hidden_size)
     if model.is_moe:
         widest = max(widest, model.moe_topk * (h + (3 if model.gated else 2) * model.moe_ffn_hidden_size))
     stream = 2 * rows * h * ACT_BYTES

@@ -21,6 +21,7 @@ from meshplan.cost.decode import (
     kv_write,
     norm,
     prefill_attention,
+    stream,
 )
 from meshplan.cost.kv_cache import kv_heads_per_gpu
 from meshplan.cost.records import ACT_BYTES, OpCost
@@ -44,6 +45,9 @@ def attention_ops(model: ModelSpec, sh: Shape) -> list[OpCost]:
     projection, the tensor-parallel all-reduce (Shoeybi et al. 2019, Fig. 3)."""
     ops = [norm("attn/norm", model, sh), *qkv_ops(model, sh)]
     ops += prefill_attention(model, sh) + decode_attention(model, sh)
+    if model.attn_output_gate:  # sigmoid(gate) * output: cost/attention.output_gate's forward record
+        gated = sh.rows * model.gate_dim / sh.tp
+        ops.append(stream("attn/out_gate", 3 * ACT_BYTES * gated, 5.0 * gated))
     ops.append(gemm("attn/out", sh.rows, model.attn_out_dim / sh.tp, model.hidden_size, sh.w_bytes, sh.a_bytes))
     ops.append(collective("attn/tp", "all_reduce", sh.rows * model.hidden_size * ACT_BYTES, "tp", sh.tp))
     return ops

@@ -4,10 +4,11 @@ for any decoder-only model_type without a hand-written family (hf_families.py).
 Each decoder layer is split into blocks (hf_modules.py). When every layer is attention (or MLA) + MLP / MoE with the
 same norms, the spec is a standard one (``layer_norms`` norms per layer; MoE layers after ``first_k_dense_layers``,
 every ``moe_layer_freq``-th); otherwise it is a hybrid (``layer_pattern``: one letter per block, "*" attention,
-"M" Mamba-2, "-" MLP, "E" MoE, each block with one norm), so that Jamba-style interleavings and irregular MoE
-layouts keep their per-layer kinds. Sizes come from the weight shapes (H and V from the embedding, head_dim from
-q_proj and the head count, K from k_proj, F from the down projection, E from the expert tensors); what shapes do not
-say comes from the config (heads, top-k, MLA ranks, Mamba groups and state, sliding windows, dropout, MTP depth).
+"M" Mamba-2, "G" Gated DeltaNet, "-" MLP, "E" MoE, each block with one norm), so that Jamba-style interleavings
+and irregular MoE layouts keep their per-layer kinds. Sizes come from the weight shapes (H and V from the
+embedding, head_dim from q_proj and the head count, K from k_proj, F from the down projection, E from the expert
+tensors); what shapes do not say comes from the config (heads, top-k, MLA ranks, Mamba groups and state, Gated
+DeltaNet key heads, sliding windows, dropout, MTP depth).
 Any structure the spec cannot express raises SpecError naming it. ``read_generic`` returns the fields and, for a
 hybrid, how many blocks each Hugging Face layer became (for the per-layer check in hf_verify.py).
 """
@@ -20,10 +21,10 @@ from meshplan.errors import SpecError
 from meshplan.specs.hf_meta import MetaModel
 from meshplan.specs.hf_modules import LayerBlocks, read_layer
 from meshplan.specs.hf_outside import outside_fields, text_config
-from meshplan.specs.hf_sizes import attention_fields, mamba_fields, moe_fields
+from meshplan.specs.hf_sizes import attention_fields, deltanet_fields, mamba_fields, moe_fields
 
-LETTERS = {"attention": "*", "mla": "*", "mamba": "M", "mlp": "-", "moe": "E"}
-MIXERS, FFNS = ("attention", "mla", "mamba"), ("mlp", "moe")
+LETTERS = {"attention": "*", "mla": "*", "mamba": "M", "mamba1": "S", "deltanet": "G", "mlp": "-", "moe": "E"}
+MIXERS, FFNS = ("attention", "mla", "mamba", "mamba1", "deltanet"), ("mlp", "moe")
 
 
 def cfg_get(cfg: Any, *names: str, default: Any = None) -> Any:
@@ -107,7 +108,7 @@ def _common(meta: MetaModel, layers: list[LayerBlocks], where: str) -> dict[str,
     """The fields every layer must agree on: attention, MLP, MoE, Mamba sizes and the norms."""
     cfg = text_config(meta.config)
     fields: dict[str, Any] = {}
-    for kind in ("attention", "mla", "mlp", "moe", "mamba"):
+    for kind in ("attention", "mla", "mlp", "moe", "mamba", "mamba1", "deltanet"):
         seen = [(i, layer.sizes[kind]) for i, layer in enumerate(layers) if kind in layer.sizes]
         if not seen:
             continue
@@ -117,10 +118,14 @@ def _common(meta: MetaModel, layers: list[LayerBlocks], where: str) -> dict[str,
                 raise SpecError(f"{where}: layers {seen[0][0]} and {i} have {kind} blocks of different shapes "
                                 f"({_diff(first, sizes)}); meshplan's layers of a kind are alike")
     sizes = {kind: next((layer.sizes[kind] for layer in layers if kind in layer.sizes), None)
-             for kind in ("attention", "mla", "mlp", "moe", "mamba")}
+             for kind in ("attention", "mla", "mlp", "moe", "mamba", "mamba1", "deltanet")}
     fields.update(attention_fields(cfg, sizes, fields_hidden(meta), where))
     fields.update(moe_fields(cfg, sizes, where))
     fields.update(mamba_fields(cfg, sizes["mamba"], where))
+    fields.update(deltanet_fields(cfg, sizes["deltanet"], where))
+    if sizes["mamba1"]:  # Mamba-1 (hf_modules._mamba1 checked its shapes)
+        m1 = sizes["mamba1"]
+        fields.update(ssm_inner=m1["inner"], mamba_state=m1["state"], ssm_dt_rank=m1["rank"], mamba_conv=m1["kernel"])
     fields.update(_norms(layers, where))
     return fields
 

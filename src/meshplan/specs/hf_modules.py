@@ -5,10 +5,13 @@ A layer is split into blocks by the modules that hold them (the names used acros
 
     attention   a module with q/k/v/out projections (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``; GPT-2's
                 ``c_attn`` / ``c_proj`` Conv1D; fused ``qkv_proj``, ``query_key_value``, ``Wqkv``), per-head or
-                whole-width q/k norms (``q_norm``), attention sinks (GPT-OSS ``sinks``)
+                whole-width q/k norms (``q_norm``), attention sinks (GPT-OSS ``sinks``), an output gate (a
+                q_proj twice o_proj's input, Qwen3-Next; a ``gate_proj`` H → A·d, AFMoE)
     MLA         ``kv_a_proj_with_mqa`` / ``kv_b_proj`` (DeepSeek-V2/V3 §2.1): sizes from the config
     Mamba-2     a module with ``A_log`` (one per head), ``D``, ``dt_bias``, ``in_proj``, ``conv1d``, ``norm``,
                 ``out_proj`` (Dao & Gu 2024; models/mamba2/modeling_mamba2.py)
+    GDN         Gated DeltaNet: ``A_log``, ``dt_bias``, ``in_proj_*`` projections, ``conv1d``, ``norm``,
+                ``out_proj`` (Yang et al. 2024; models/qwen3_next/modeling_qwen3_next.py)
     MoE         a module with ``experts`` (fused 3-D expert tensors or a list of MLPs), a router weight (E, H)
                 (+ bias or score-correction bias), shared experts (``shared_expert(s)``) and their gate (1, H)
     MLP         up / gate / down projections (``up_proj``, ``gate_proj``, ``down_proj``; ``fc1`` / ``fc2``;
@@ -16,7 +19,7 @@ A layer is split into blocks by the modules that hold them (the names used acros
     norms       H-wide norm modules of the layer itself (pre-norms, post-norms)
 
 Anything else in the layer is ``unclaimed``: a structure meshplan does not model, which the reader refuses naming
-it (a linear-attention mixer, cross-attention, a Mamba-1 mixer, an output gate).
+it (a linear-attention mixer, cross-attention, a Mamba-1 mixer).
 """
 
 from __future__ import annotations
@@ -67,7 +70,9 @@ def kind_of(module: Any) -> str | None:
     """The block a module is, by its children and own parameters (the module docstring's table), else None."""
     kids, own = children(module), dict(module.named_parameters(recurse=False))
     if "A_log" in own:
-        return "mamba"
+        if own["A_log"].dim() == 2 and "x_proj" in kids:  # Mamba-1: A of shape (D_i, N)
+            return "mamba1"
+        return "deltanet" if any(k.startswith("in_proj_") or k == "q_proj" for k in kids) else "mamba"
     if "kv_a_proj_with_mqa" in kids or "kv_b_proj" in kids:
         return "mla"
     if "experts" in kids:
@@ -163,6 +168,10 @@ def _attention(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
         if qn in kids and kn in kids:
             used |= {qn, kn}
             sizes["q_norm"], sizes["k_norm"] = (_width(kids[qn]), _width(kids[kn]))
+    gate = kids.get("gate_proj")  # a separate output-gate projection H → A·d (AFMoE: output * sigmoid(gate_proj(x)))
+    if gate is not None and out and linear(gate) == (out[1][1], hidden, False):
+        used.add("gate_proj")
+        sizes["gate"] = True
     own = dict(module.named_parameters(recurse=False))
     if "sinks" in own:
         used.add("sinks")
@@ -218,6 +227,48 @@ def _mamba(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
     return sizes, [f"{n} (a Mamba-2 mixer has no such weight)" for n in names - MAMBA2]
 
 
+def _deltanet(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
+    """A Gated DeltaNet mixer (Qwen3-Next's in_proj_qkvz + in_proj_ba, Qwen 3.5's in_proj_qkv / _z / _b / _a; OLMo
+    hybrid's q/k/v/g/a/b_proj, o_proj and o_norm): n_v = |A_log|, the value width n_v·d_v = the output projection's
+    input, conv channels 2·n_k·d_k + n_v·d_v, the input projections' widths summed, the gated norm's width d_v;
+    biases and other weights unclaimed."""
+    kids, own = children(module), dict(module.named_parameters(recurse=False))
+    names = {n for n, _ in module.named_parameters()}
+    out_name, norm_name = ("o_proj", "o_norm") if "o_proj" in kids else ("out_proj", "norm")
+    inputs = {n: linear(kid) for n, kid in kids.items() if n not in (out_name, norm_name, "conv1d")}
+    out, conv = linear(kids[out_name]) if out_name in kids else None, kids.get("conv1d")
+    if own["A_log"].dim() != 1 or out is None or conv is None or None in inputs.values() or "dt_bias" not in own:
+        return {}, [f"({type(module).__name__}: a recurrent mixer other than Gated DeltaNet)"]
+    known = {"A_log", "dt_bias", "conv1d.weight", f"{norm_name}.weight", f"{out_name}.weight"} | {
+        f"{n}.weight" for n in inputs}
+    biased = [n for n in names if n.endswith(".bias")]
+    sizes = {"heads": int(own["A_log"].shape[0]), "value": out[1], "conv_dim": int(conv.weight.shape[0]),
+             "kernel": int(conv.weight.shape[-1]), "in_proj": sum(i[0] for i in inputs.values() if i),
+             "norm": _width(kids[norm_name]) if norm_name in kids else 0}
+    return sizes, [f"{n} (a Gated DeltaNet mixer meshplan models has no such weight)" for n in
+                   sorted(names - known) + biased]
+
+
+def _mamba1(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
+    """A Mamba-1 mixer (HF MambaMixer): D_i and N from A_log, r from dt_proj's input, k from conv1d; in_proj 2·D_i
+    wide and x_proj r + 2N, biases only on conv1d and dt_proj (use_bias false); anything else unclaimed."""
+    kids, own = children(module), dict(module.named_parameters(recurse=False))
+    names = {n for n, _ in module.named_parameters()}
+    d_i, n = (int(x) for x in own["A_log"].shape)
+    shapes = {k: got for k in ("in_proj", "x_proj", "dt_proj", "out_proj") if k in kids
+              and (got := linear(kids[k])) is not None}
+    conv = kids.get("conv1d")
+    if len(shapes) < 4 or conv is None or "D" not in own:
+        return {}, [f"({type(module).__name__}: a recurrent mixer other than Mamba-1)"]
+    rank = shapes["dt_proj"][1]
+    known = {"A_log", "D", "conv1d.weight", "conv1d.bias", "in_proj.weight", "x_proj.weight", "dt_proj.weight",
+             "dt_proj.bias", "out_proj.weight"}
+    wrong = shapes["in_proj"][:2] != (2 * d_i, hidden) or shapes["x_proj"][:2] != (rank + 2 * n, d_i) or \
+        shapes["out_proj"][:2] != (hidden, d_i) or "conv1d.bias" not in names or not shapes["dt_proj"][2]
+    bad = sorted(names - known) + (["(a Mamba-1 mixer of other shapes or biases)"] if wrong else [])
+    return {"inner": d_i, "state": n, "rank": rank, "kernel": int(conv.weight.shape[-1])}, bad
+
+
 def _moe(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
     """Experts (count, width, gated, biased), router (bias or score-correction bias), shared experts and gate."""
     kids = children(module)
@@ -243,16 +294,20 @@ def _moe(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
         if name in used:
             continue
         weights = dict(kid.named_parameters())
-        w = weights.get("weight")
+        key = "weight" if "weight" in weights else "gate.weight"  # a router module holding its linear (AFMoE)
+        w = weights.get(key)
         if w is not None and tuple(w.shape) == (num, hidden):
             used.add(name)
-            sizes["router_bias"] = sum(1 for n in weights if n != "weight") + sum(
+            sizes["router_bias"] = sum(1 for n in weights if n != key) + sum(
                 1 for n, _ in kid.named_buffers() if n.endswith("e_score_correction_bias"))
-            if any(n != "weight" and p.numel() != num for n, p in weights.items()):
+            if any(n != key and p.numel() != num for n, p in weights.items()):
                 return sizes, [f"{name} (a router with weights beyond E×H and a bias)"]
-    if "router_bias" in sizes:  # a score-correction bias held by the MoE block itself (MiniMax-M2)
+    if "router_bias" in sizes:  # a score-correction bias held by the MoE block itself (MiniMax-M2; AFMoE's parameter)
         sizes["router_bias"] += sum(1 for n, _ in module.named_buffers(recurse=False)
                                     if n.endswith("e_score_correction_bias"))
+        own = {n for n, p in module.named_parameters(recurse=False) if n == "expert_bias" and p.numel() == num}
+        sizes["router_bias"] += len(own)
+        used |= own
     if "router_bias" not in sizes:
         return sizes, [f"(a MoE block {type(module).__name__} without an E×H router)"] + _rest(module, used)
     return sizes, _rest(module, used)
@@ -280,4 +335,5 @@ def _experts(experts: Any, hidden: int) -> dict[str, Any]:
             "bad": [f"{n} {tuple(p.shape)}" for n, p in own.items() if n not in known]}
 
 
-READERS = {"attention": _attention, "mla": _mla, "mlp": _mlp, "mamba": _mamba, "moe": _moe}
+READERS = {"attention": _attention, "mla": _mla, "mlp": _mlp, "mamba": _mamba, "deltanet": _deltanet, "mamba1": _mamba1,
+           "moe": _moe}

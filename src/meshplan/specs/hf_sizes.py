@@ -41,10 +41,18 @@ def attention_fields(cfg: Any, sizes: dict[str, Any], hidden: int, where: str) -
         head_dim = int(getattr(cfg, "head_dim", None) or hidden // heads)
         kv = _exact((att["qkv"] / head_dim - heads) / 2, "the fused qkv projection's KV heads", where)
         biases = {att["qkv_bias"]}
+        gate = False
     else:
         if not {"q", "k", "v"} <= set(att):
             raise SpecError(f"{where}: the attention has no separate q, k and v projections meshplan recognises")
-        head_dim = _exact(att["q"] / heads, f"q_proj's width {att['q']} / {heads} heads", where)
+        # q_proj twice the output projection's input: queries and an output gate (Qwen3-Next's q_proj H → 2·A·d);
+        # or a gate_proj of its own (AFMoE), without a bias
+        fused_gate = att["q"] == 2 * att.get("o_in", 0)
+        gate = fused_gate or att.get("gate", False)
+        if att.get("gate") and (fused_gate or att["q_bias"]):
+            raise SpecError(f"{where}: an output gate_proj beside a gated or biased q_proj is not modelled")
+        head_dim = _exact(att["q"] / (2 if fused_gate else 1) / heads, f"q_proj's width {att['q']} / {heads} heads",
+                          where)
         kv = _exact(att["k"] / head_dim, f"k_proj's width {att['k']} / head_dim {head_dim}", where)
         if att["v"] != att["k"]:
             raise SpecError(f"{where}: v_proj ({att['v']}) and k_proj ({att['k']}) differ in width")
@@ -55,7 +63,7 @@ def attention_fields(cfg: Any, sizes: dict[str, Any], hidden: int, where: str) -
         raise SpecError(f"{where}: the output projection takes {att.get('o_in')}, not heads × head_dim = "
                         f"{heads * head_dim}")
     fields: dict[str, Any] = {"num_heads": heads, "num_kv_heads": kv, "head_dim": head_dim,
-                              "qkv_bias": biases.pop(), "out_bias": att["o_bias"]}
+                              "qkv_bias": biases.pop(), "out_bias": att["o_bias"], "attn_output_gate": gate}
     if "q_norm" in att:
         per_head = att["q_norm"] == att["k_norm"] in (head_dim, 0)  # 0: weightless norms (nanochat)
         whole = (att["q_norm"], att["k_norm"]) == (heads * head_dim, kv * head_dim)
@@ -136,3 +144,23 @@ def mamba_fields(cfg: Any, mamba: dict[str, Any] | None, where: str) -> dict[str
     chunk = int(getattr(cfg, "chunk_size", None) or getattr(cfg, "mamba_chunk_size", None) or 128)
     return {"mamba_heads": heads, "mamba_head_dim": _exact(inner / heads, "the Mamba head width", where),
             "mamba_state": state, "mamba_groups": groups, "mamba_conv": mamba["kernel"], "mamba_chunk": chunk}
+
+
+def deltanet_fields(cfg: Any, gdn: dict[str, Any] | None, where: str) -> dict[str, Any]:
+    """A Gated DeltaNet mixer: n_v = |A_log|, d_v = out_proj's input / n_v (the gated norm's width), n_k and d_k from
+    the config (``linear_num_key_heads``, ``linear_key_head_dim``), checked against the conv channels
+    2·n_k·d_k + n_v·d_v and the in_proj widths 2·n_k·d_k + 2·n_v·d_v + 2·n_v (ModelSpec.deltanet_params)."""
+    if gdn is None:
+        return {}
+    heads, value = gdn["heads"], gdn["value"]
+    dv = _exact(value / heads, "the Gated DeltaNet value head width", where)
+    kh, dk = _get(cfg, ("linear_num_key_heads",)), _get(cfg, ("linear_key_head_dim",))
+    if not isinstance(kh, int) or not isinstance(dk, int):
+        raise SpecError(f"{where}: the config has no linear_num_key_heads / linear_key_head_dim")
+    key = kh * dk
+    if gdn["conv_dim"] != 2 * key + value or gdn["in_proj"] != 2 * key + 2 * value + 2 * heads or gdn["norm"] != dv:
+        raise SpecError(f"{where}: the Gated DeltaNet mixer's conv1d ({gdn['conv_dim']}), in_proj ({gdn['in_proj']}) "
+                        f"or gated norm ({gdn['norm']}) differ from 2·n_k·d_k + n_v·d_v, 2·n_k·d_k + 2·n_v·d_v + 2·n_v "
+                        "and d_v (a Gated DeltaNet meshplan does not model)")
+    return {"gdn_key_heads": kh, "gdn_key_dim": dk, "gdn_value_heads": heads, "gdn_value_dim": dv,
+            "gdn_conv": gdn["kernel"]}

@@ -87,6 +87,11 @@ class ModelSpec:
     router_bias: bool = False  # per-expert score-correction bias (DeepSeek-V3), router linear bias (GPT-OSS)
     shared_expert_gate: bool = False  # sigmoid(Linear(H, 1)) on the shared expert (Qwen2-MoE): H per layer
     attention_sinks: bool = False  # one learned sink logit per head (GPT-OSS ``sinks``): A per layer
+    # a sigmoid gate on the attention output, elementwise per head channel, from a gate of width A·d that the query
+    # projection emits beside the queries (Qwen3-Next / Qwen 3.5: HF modeling_qwen3_next.py Qwen3NextAttention,
+    # q_proj H → 2·A·d chunked into query and gate, attn_output * sigmoid(gate) before o_proj; Qiu et al. 2025,
+    # "Gated Attention for Large Language Models", the G1 position): H·A·d more weights (+ A·d with qkv_bias)
+    attn_output_gate: bool = False
     # the GLU clamps its gate from above and its linear input both ways at this value before the activation
     # (GPT-OSS ``swiglu_limit`` = 7; Megatron-Core ``activation_func_clamp_value``); 0: no clamp
     glu_clamp: float = 0.0
@@ -97,7 +102,8 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
-    # Hybrid (Nemotron-H): one letter per layer ("M" Mamba-2, "*" attention, "-" MLP, "E" MoE); "" = every layer
+    # Hybrid (Nemotron-H; Qwen3-Next): one letter per layer ("M" Mamba-2, "S" Mamba-1, "G" Gated DeltaNet, "*"
+    # attention, "-" MLP, "E" MoE); "" = every layer
     # attention + MLP (MoE by first_k_dense_layers / moe_layer_freq)
     layer_pattern: str = ""
     mamba_heads: int = 0  # n_h
@@ -107,6 +113,16 @@ class ModelSpec:
     mamba_conv: int = 4  # k, the causal conv1d kernel
     mamba_chunk: int = 128  # Q, the SSD chunk length (mamba_chunk_scan_combined)
     moe_latent_size: int = 0  # latent MoE width (0: experts on the hidden size)
+    # Gated DeltaNet ("G"; Yang et al. 2024; HF Qwen3NextGatedDeltaNet): n_k q/k heads of d_k, n_v value heads of d_v
+    gdn_key_heads: int = 0
+    gdn_key_dim: int = 0
+    gdn_value_heads: int = 0
+    gdn_value_dim: int = 0
+    gdn_conv: int = 4
+    gdn_chunk: int = 64
+    # Mamba-1 ("S"; Gu & Dao 2023; HF MambaMixer): D_i channels, Δ of rank r; state N, kernel k: mamba_state, _conv
+    ssm_inner: int = 0
+    ssm_dt_rank: int = 0
     # Multi-token prediction (DeepSeek-V3 §2.2; Megatron-Core multi_token_prediction.py): training runs
     # ``mtp_layers`` extra depths after the last layer, each one MTP layer on the last pipeline stage: the next
     # tokens' embedding and the previous depth's hidden state, each normed (enorm, hnorm), concatenated and
@@ -222,6 +238,11 @@ class ModelSpec:
         return self.num_heads * self.head_dim
 
     @property
+    def gate_dim(self) -> int:
+        """Width of the attention output gate (``attn_output_gate``): A·d, else 0."""
+        return self.q_dim if self.attn_output_gate else 0
+
+    @property
     def kv_dim(self) -> int:
         """Width of the keys (= values for standard attention): K·d."""
         return self.num_kv_heads * self.head_dim
@@ -250,9 +271,9 @@ class ModelSpec:
             kv = h * (self.kv_lora_rank + rope) + self.kv_lora_rank + self.kv_lora_rank * a * (nope + dv)
             return q + kv + a * dv * h
         q, kv = self.q_dim, self.kv_dim
-        total = h * q + 2 * h * kv + q * h
+        total = h * (q + self.gate_dim) + 2 * h * kv + q * h
         if self.qkv_bias:
-            total += q + 2 * kv
+            total += q + self.gate_dim + 2 * kv
         if self.linear_bias or self.out_bias:
             total += h
         if self.qk_norm:
@@ -297,6 +318,27 @@ class ModelSpec:
         in_proj = h * (inner + self.mamba_conv_dim + heads)
         return in_proj + self.mamba_conv_dim * (self.mamba_conv + 1) + 3 * heads + inner + inner * h
 
+    @property
+    def gdn_dims(self) -> tuple[int, int]:
+        """(n_k·d_k, n_v·d_v): the widths of q (= k) and of v (= z, the gated norm's input)."""
+        return self.gdn_key_heads * self.gdn_key_dim, self.gdn_value_heads * self.gdn_value_dim
+
+    def deltanet_params(self) -> int:
+        """One Gated DeltaNet mixer (HF Qwen3NextGatedDeltaNet; Qwen 3.5's in_proj_qkv, _z, _b, _a hold the same):
+        in_proj H·(2·n_k·d_k + 2·n_v·d_v) for q, k, v, z and H·2·n_v for β and a, the depthwise conv1d over q, k,
+        v (2·n_k·d_k + n_v·d_v)·k without bias, dt_bias and A_log (n_v each), the per-head gated RMSNorm's d_v,
+        out_proj n_v·d_v·H; no linear biases."""
+        key, value = self.gdn_dims
+        in_proj = self.hidden_size * (2 * key + 2 * value + 2 * self.gdn_value_heads)
+        conv = (2 * key + value) * self.gdn_conv
+        return in_proj + conv + 2 * self.gdn_value_heads + self.gdn_value_dim + value * self.hidden_size
+
+    def mamba1_params(self) -> int:
+        """One Mamba-1 mixer (HF MambaMixer, use_bias false): in_proj H·2·D_i, conv1d D_i·(k + 1), x_proj
+        D_i·(r + 2N), dt_proj r·D_i + D_i, A_log D_i·N, D D_i, out_proj D_i·H."""
+        d, n, r = self.ssm_inner, self.mamba_state, self.ssm_dt_rank
+        return 3 * self.hidden_size * d + d * (self.mamba_conv + 1) + d * (r + 2 * n) + r * d + 2 * d + d * n
+
     def block_params(self, kind: str, active: bool = False) -> int:
         """One layer of ``block_counts``'s kind, its norms included."""
         norm = self.norm_params(self.hidden_size)
@@ -305,6 +347,7 @@ class ModelSpec:
         return {"dense": lambda: self.attention_params() + mlp + norms,
                 "moe": lambda: (norm if self.is_hybrid else self.attention_params() + norms) + self.moe_params(active),
                 "mamba": lambda: self.mamba_params() + norm,
+                "deltanet": lambda: self.deltanet_params() + norm, "mamba1": lambda: self.mamba1_params() + norm,
                 "attention": lambda: self.attention_params() + norm,
                 "mlp": lambda: mlp + norm}[kind]()
 

@@ -15,7 +15,8 @@ from meshplan.errors import SpecError
 from meshplan.fields import check_types
 
 MLP_KINDS = ("gelu", "swiglu", "relu2")  # relu2 (Nemotron-H): squared ReLU, up → act → down like gelu
-BLOCK_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}  # layer_pattern letters (Nemotron-H)
+# layer_pattern letters (Nemotron-H; Qwen3-Next's Gated DeltaNet)
+BLOCK_KINDS = {"M": "mamba", "S": "mamba1", "G": "deltanet", "*": "attention", "-": "mlp", "E": "moe"}
 NORM_KINDS = ("layernorm", "rmsnorm")
 POSITION_KINDS = ("rope", "learned", "none")
 _POSITIVE = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_length")
@@ -23,12 +24,14 @@ _NON_NEGATIVE = ("num_kv_heads", "head_dim", "num_experts", "moe_topk", "moe_ffn
                  "shared_expert_ffn_size", "first_k_dense_layers", "q_lora_rank", "kv_lora_rank",
                  "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings",
                  "mamba_heads", "mamba_head_dim", "mamba_state", "moe_latent_size", "mtp_layers",
-                 "sliding_window", "window_layers")
+                 "sliding_window", "window_layers", "gdn_key_heads", "gdn_key_dim", "gdn_value_heads", "gdn_value_dim",
+                 "ssm_inner", "ssm_dt_rank")
 # The sizes a parameter count grows with, named when it is out of range (check_params)
 _SIZES = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size", "vocab_size",
           "max_position_embeddings", "num_experts", "moe_ffn_hidden_size", "shared_expert_ffn_size", "q_lora_rank",
           "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "mamba_heads", "mamba_head_dim",
-          "mamba_state", "mamba_groups", "mamba_conv", "moe_latent_size", "mtp_layers")
+          "mamba_state", "mamba_groups", "mamba_conv", "moe_latent_size", "mtp_layers", "gdn_key_heads",
+          "gdn_key_dim", "gdn_value_heads", "gdn_value_dim", "ssm_inner", "ssm_dt_rank")
 _EXPERT_FIELDS = ("moe_topk", "moe_ffn_hidden_size", "shared_expert_ffn_size", "first_k_dense_layers", "router_bias",
                   "shared_expert_gate", "moe_latent_size")
 _MLA_FIELDS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -42,7 +45,7 @@ def check_fields(spec: Any) -> None:
         _positive(spec, name)
     for name in _NON_NEGATIVE:
         _non_negative(spec, name)
-    for name in ("mamba_groups", "mamba_conv", "mamba_chunk"):
+    for name in ("mamba_groups", "mamba_conv", "mamba_chunk", "gdn_conv", "gdn_chunk"):
         _positive(spec, name)
     _positive(spec, "moe_layer_freq")
     _check_pattern(spec)
@@ -72,6 +75,9 @@ def check_structure(spec: Any) -> None:
     for name in _MLA_FIELDS:
         if getattr(spec, name) and not spec.is_mla:
             raise SpecError(f"{name}={getattr(spec, name)} needs kv_lora_rank > 0 (multi-head latent attention)")
+    if spec.attn_output_gate and spec.is_mla:
+        raise SpecError("attn_output_gate=true with MLA (kv_lora_rank > 0) is not modelled: the gate comes from a "
+                        "standard query projection (Qwen3-Next)")
     if spec.shared_expert_gate and not spec.shared_expert_ffn_size:
         raise SpecError("shared_expert_gate=true needs shared_expert_ffn_size > 0 (the expert it gates)")
     if spec.position_embedding == "learned" and 0 < spec.max_position_embeddings < spec.seq_length:
@@ -114,7 +120,8 @@ def _check_pattern(spec: Any) -> None:
         return
     bad = sorted(set(pattern) - set(BLOCK_KINDS))
     if bad:
-        raise SpecError(f"layer_pattern has {bad[0]!r}: its letters are M (Mamba-2), * (attention), - (MLP), E (MoE)")
+        raise SpecError(f"layer_pattern has {bad[0]!r}: its letters are M (Mamba-2), S (Mamba-1), G (Gated DeltaNet), "
+                        "* (attention), - (MLP), E (MoE)")
     if len(pattern) != spec.num_layers:
         raise SpecError(f"layer_pattern has {len(pattern)} letters but num_layers={spec.num_layers}")
     if ("E" in pattern) != (spec.num_experts > 0):
@@ -128,6 +135,16 @@ def _check_pattern(spec: Any) -> None:
                 raise SpecError(f"{name}={getattr(spec, name)} must be positive: layer_pattern has Mamba (M) blocks")
         if spec.mamba_heads % spec.mamba_groups:
             raise SpecError(f"mamba_groups={spec.mamba_groups} does not divide mamba_heads={spec.mamba_heads}")
+    gdn = ("gdn_key_heads", "gdn_key_dim", "gdn_value_heads", "gdn_value_dim", "gdn_conv", "gdn_chunk")
+    for name in gdn[:4] if "G" in pattern else ():
+        if getattr(spec, name) < 1:
+            raise SpecError(f"{name}={getattr(spec, name)} must be positive: layer_pattern has Gated DeltaNet (G) "
+                            "blocks")
+    for name in ("ssm_inner", "ssm_dt_rank", "mamba_state") if "S" in pattern else ():
+        if getattr(spec, name) < 1:
+            raise SpecError(f"{name}={getattr(spec, name)} must be positive: layer_pattern has Mamba-1 (S) blocks")
+    if "G" in pattern and spec.gdn_value_heads % spec.gdn_key_heads:
+        raise SpecError(f"gdn_key_heads={spec.gdn_key_heads} does not divide gdn_value_heads={spec.gdn_value_heads}")
 
 
 def _check_mtp(spec: Any) -> None:
