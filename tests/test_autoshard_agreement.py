@@ -55,7 +55,9 @@ def _parts_agree(a) -> None:
     ours, theirs = parts["tensor parallel"]
     assert ours == pytest.approx(theirs, rel=0.008)
     ours, theirs = parts["gradient reductions"]
-    assert theirs < ours < 1.10 * theirs  # the planner's per-tensor latencies only add
+    # the planner's per-tensor latencies only add: each of its reductions (one per gradient tensor) pays
+    # NCCL's base latency (comm.SIMPLE_BASE, 8.4 us) where the estimate's bucketed one pays it once a bucket
+    assert theirs < ours < 1.20 * theirs
     ours, theirs = parts["optimizer"]
     assert ours == pytest.approx(theirs, rel=0.001)
 
@@ -111,7 +113,9 @@ def test_gemms_and_attention_are_priced_identically(llama):
         by[kind] += problem.weight[key] * float(node.time[planned.choice[key]].sum())
     theirs = {kind: sum(o.seconds * o.count for o in llama.estimated.ops if o.kind == kind)
               for kind in ("gemm", "attention")}
-    assert by["gemm"] == pytest.approx(theirs["gemm"], rel=1e-9) and 0.28 < by["gemm"] < 0.29
+    # the same roofline times; the estimate's GEMM records under this eager stack also carry their weight gradients'
+    # accumulation kernels' fixed 1.5 us each (cost/eager.EAGER_KERNELS), which the trace holds as element-wise ops
+    assert by["gemm"] == pytest.approx(theirs["gemm"], rel=1e-3) and 0.28 < by["gemm"] < 0.29
     assert by["attention"] == pytest.approx(theirs["attention"], rel=1e-9) and 0.056 < by["attention"] < 0.058
     eager = llama.estimated.breakdown["compute"] - theirs["gemm"] - theirs["attention"]
     assert 1.0 < by["rest"] / eager < 1.05

@@ -10,7 +10,7 @@ import pytest
 
 from bad_input_helpers import H100
 from meshplan.cli import main
-from meshplan.comm import collective_time, ring_hops, split_group
+from meshplan.comm import SIMPLE_BASE, collective_time, ring_hops, split_group
 from meshplan.errors import SpecError
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Accelerator, Cluster, Network, Tier, load_system
@@ -153,9 +153,12 @@ def test_hierarchical_all_reduce_costs_each_tiers_part():
     # tier 0, n 8 MB:  ring 2(1 µs + 0.5 · 8e6/1e11) = 82 µs     (tree 2 µs + 160 µs = 162 µs)
     # tier 1, n 4 MB:  ring 2(2 µs + 0.5 · 4e6/1e10) = 404 µs    (tree 4 µs + 800 µs)
     # tier 2, n 2 MB:  ring 2(4 µs + 0.5 · 2e6/1e9) = 2,008 µs   (tree 8 µs + 4,000 µs)
-    assert collective_time("all_reduce", N, 8, 1, three_tiers(), PERFECT) == pytest.approx(82e-6 + 404e-6 + 2008e-6)
+    # and NCCL's base latency once a call, the group leaving tier 0: SIMPLE_BASE = 8.4 µs (comm.base_latency)
+    assert collective_time("all_reduce", N, 8, 1, three_tiers(), PERFECT) == pytest.approx(
+        82e-6 + 404e-6 + 2008e-6 + SIMPLE_BASE)
     # the group of 4 at stride 2 skips tier 0: 2(2 µs + 0.5 · 8e6/1e10) + 2(4 µs + 0.5 · 4e6/1e9) = 804 + 4,008 µs
-    assert collective_time("all_reduce", N, 4, 2, three_tiers(), PERFECT) == pytest.approx(804e-6 + 4008e-6)
+    assert collective_time("all_reduce", N, 4, 2, three_tiers(), PERFECT) == pytest.approx(
+        804e-6 + 4008e-6 + SIMPLE_BASE)
 
 
 def test_a_small_all_reduce_takes_the_tree_on_the_wide_tier():
@@ -164,13 +167,14 @@ def test_a_small_all_reduce_takes_the_tree_on_the_wide_tier():
     inner = 2 * 3 * 1e-6 + 2 * 1e3 / 100e9  # tier 0: 8 ranks, tree 6 µs (ring 14 µs)
     middle = 2 * 6 * 5e-6 + 2 * 1e3 / 8 / 50e9  # tier 1 works on n / 8
     outer = 2 * (10e-6 + 0.5 * 1e3 / 8 / 64 / 10e9)  # tier 2: 2 ranks, ring 2(α + n/2B) beats tree 2α + 2n/B
-    assert collective_time("all_reduce", 1e3, 1024, 1, c, PERFECT) == pytest.approx(inner + middle + outer)
+    assert collective_time("all_reduce", 1e3, 1024, 1, c, PERFECT) == pytest.approx(inner + middle + outer
+                                                                                      + SIMPLE_BASE)
 
 
 def test_all_gather_is_one_ring_whose_hops_cross_each_tier():
     # Σ_i h_i·α_i + (g_i−1)/g_i · n_i/B_i with hops (4, 2, 1): 4 µs + 40 µs, 4 µs + 200 µs, 4 µs + 1,000 µs
     for kind in ("all_gather", "reduce_scatter"):
-        assert collective_time(kind, N, 8, 1, three_tiers(), PERFECT) == pytest.approx(1252e-6)
+        assert collective_time(kind, N, 8, 1, three_tiers(), PERFECT) == pytest.approx(1252e-6 + SIMPLE_BASE)
 
 
 def test_all_to_all_is_paced_by_its_slowest_tier():
@@ -180,8 +184,9 @@ def test_all_to_all_is_paced_by_its_slowest_tier():
 
 
 def test_a_chain_runs_at_the_slowest_tier_it_crosses():
-    # broadcast over 8: latency (1 + 1 + 1 hops) 1 + 2 + 4 µs, bytes at the slowest tier: 8e6 / 1e9 = 8 ms
-    assert collective_time("broadcast", N, 8, 1, three_tiers(), PERFECT) == pytest.approx(7e-6 + 8e-3)
+    # broadcast over 8: latency (1 + 1 + 1 hops) 1 + 2 + 4 µs, bytes at the slowest tier: 8e6 / 1e9 = 8 ms, and
+    # NCCL's base latency (a broadcast is a kind its tuner prices); p2p has none (send / recv: not tuned)
+    assert collective_time("broadcast", N, 8, 1, three_tiers(), PERFECT) == pytest.approx(7e-6 + 8e-3 + SIMPLE_BASE)
     assert collective_time("p2p", N, 2, 4, three_tiers(), PERFECT) == pytest.approx(4e-6 + 8e-3)  # across leaves
 
 
