@@ -64,6 +64,8 @@ class Supports:
                 out.append(name)
         if plan.last_stage_layers and not self.uneven_stages:
             out.append(f"last_stage_layers={plan.last_stage_layers}")
+        if getattr(plan, "first_stage_layers", 0) and not self.uneven_stages:
+            out.append(f"first_stage_layers={plan.first_stage_layers}")
         return out
 
     def runs(self, plan: Any) -> bool:
