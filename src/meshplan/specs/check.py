@@ -213,6 +213,12 @@ def _check_first_stage(model: ModelSpec, plan: Plan) -> list[str]:
         return [f"first_stage_layers={first} leaves {rest} of num_layers={model.num_layers} for the other "
                 f"{ranks} model chunks (each needs at least one layer; with pp=2 and last_stage_layers the two "
                 f"must sum to num_layers)"]
+    # the step and the memory price the end ranks (step/stages.py): a middle rank may not hold more layers than the
+    # first, which also runs the embedding and, under 1F1B, holds the most micro-batches in flight
+    middle = -(-rest // (ranks // plan.vpp)) if ranks else 0
+    if middle > first:
+        return [f"first_stage_layers={first} leaves the middle pipeline ranks {middle} layers each, more than the "
+                f"first: at least {middle} (a lighter first stage than the middle ones is not modelled)"]
     return []
 
 
