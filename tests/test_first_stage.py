@@ -109,3 +109,9 @@ def test_search_first_plan_is_refined_and_reproduced():
     assert estimate(model, cluster, best.plan).step_time == best.step_time
     if best.plan.pp > 1:  # the refinement never loses to the split the search found
         assert best.step_time <= refine_ends(model, cluster, best, Stack(), DEFAULT).step_time
+
+
+def test_torchtitan_refuses_it():
+    # torchtitan's pipeline stages hold equal layers: its emitter names the field and why
+    with pytest.raises(Exception, match="first_stage_layers"):
+        emit("torchtitan", MODEL, Plan(dp=2, tp=8, pp=4, zero=3, first_stage_layers=9), Stack())
