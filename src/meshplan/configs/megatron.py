@@ -8,7 +8,8 @@ change the model), then ``--tokenizer-type`` HuggingFaceTokenizer and ``--tokeni
 Option names, their kinds (store_true / store_false / valued) and defaults are Megatron-LM's
 megatron/training/arguments.py (NVIDIA/Megatron-LM, commit 307dcf3): ``--tensor-model-parallel-size``,
 ``--pipeline-model-parallel-size``, ``--context-parallel-size``, ``--expert-model-parallel-size``,
-``--expert-tensor-parallel-size``, ``--virtual-pipeline-model-parallel-size``, ``--decoder-last-pipeline-num-layers``,
+``--expert-tensor-parallel-size``, ``--virtual-pipeline-model-parallel-size``, ``--decoder-first-pipeline-num-layers``,
+``--decoder-last-pipeline-num-layers``,
 ``--sequence-parallel``, ``--micro-batch-size``, ``--global-batch-size``, ``--use-distributed-optimizer`` (ZeRO-1),
 ``--recompute-granularity {full,selective}``, ``--recompute-method {uniform,block}``, ``--recompute-num-layers``,
 ``--recompute-modules``, ``--bf16`` / ``--fp16``, ``--fp8-format {e4m3,hybrid}``,
@@ -220,7 +221,8 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
 # the arguments this module writes or reads: an unknown argument one slip from one of them is a misspelling, not an
 # argument of Megatron-LM's that meshplan does not read (argparse would refuse it: arguments.py has no such flag)
 _WRITTEN = frozenset(("--attention-backend", "--bf16", "--context-parallel-size", "--cp-comm-type",
-    "--decoder-last-pipeline-num-layers", "--exp-avg-dtype", "--exp-avg-sq-dtype", "--expert-model-parallel-size",
+    "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+    "--exp-avg-dtype", "--exp-avg-sq-dtype", "--expert-model-parallel-size",
     "--expert-tensor-parallel-size", "--ffn-hidden-size", "--fp16", "--fp8-format", "--fp8-recipe",
     "--global-batch-size", "--grad-reduce-in-bf16", "--group-query-attention", "--hidden-size", "--kv-channels",
     "--max-position-embeddings", "--micro-batch-size", "--moe-ffn-hidden-size", "--moe-grouped-gemm",
