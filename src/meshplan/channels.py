@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from meshplan.comm import Layout, collective_time, fastest_time, split_group
-from meshplan.cost.params import StageParams, layers_on_last, layers_on_stage, trainable
+from meshplan.cost.params import StageParams, layers_on_first, layers_on_last, trainable
 from meshplan.cost.records import OpCost
 from meshplan.groups import axis_layout
 from meshplan.memory import OPTIMIZER_STATE, WEIGHT_BYTES, offloaded_layers
@@ -185,7 +185,7 @@ def offload(model: ModelSpec, cluster: Cluster, plan: Plan, layer_saved: Num, la
     if not plan.offload_activations:
         return Offload()
     n = offloaded_layers(model, plan, last=last)
-    layers = layers_on_last(model, plan) if last else layers_on_stage(model, plan)
+    layers = layers_on_last(model, plan) if last else layers_on_first(model, plan)
     return Offload(layer_saved * n / cluster.host_bandwidth, n / layers)
 
 

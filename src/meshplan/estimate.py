@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from meshplan.channels import dp_collectives, optimizer_time, zero_counts
 from meshplan.cost.flops import plan_flops_per_token, recompute_flops_per_token
-from meshplan.cost.params import kind_fractions, layers_on_last, layers_on_stage, stage_params, trainable
+from meshplan.cost.params import kind_fractions, layers_on_first, layers_on_last, stage_params, trainable
 from meshplan.groups import axis_tiers
 from meshplan.memory import WEIGHT_BYTES
 from meshplan.roofline import compute_time, memory_time, overhead
@@ -248,7 +248,7 @@ def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff:
     (its layers and the embedding) or the last (its layers, the head and the multi-token-prediction depths, each a
     layer of ``mtp_kinds`` and the head again); a single stage runs all of them."""
     m, depths, single = plan.grad_accum, model.mtp_layers, plan.pp == 1
-    layers = layers_on_stage(model, plan) if first else layers_on_last(model, plan)
+    layers = layers_on_first(model, plan) if first else layers_on_last(model, plan)
     ends = single or not first  # the last stage's head and MTP depths are on the busiest rank
     counts = {kind: m * (layers * f + ends * depths * model.mtp_kinds.count(kind))
               for kind, f in kind_fractions(model).items()} | {

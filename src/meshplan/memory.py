@@ -25,7 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from meshplan.cost.params import StageParams, layer_params, layers_on_last, layers_on_stage, stage_params, trainable
+from meshplan.cost.params import (
+    StageParams,
+    layer_params,
+    layers_on_first,
+    layers_on_last,
+    layers_on_stage,
+    stage_params,
+    trainable,
+)
 from meshplan.cost.records import ACT_BYTES, FP32, token_rows
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import ASYNC_SCHEDULES, Plan
@@ -235,7 +243,7 @@ def offloaded_layers(model: ModelSpec, plan: Plan, last: bool = False) -> Num:
     without ``plan.offload_activations``."""
     if not plan.offload_activations:
         return 0
-    layers = layers_on_last(model, plan) if last else layers_on_stage(model, plan)
+    layers = layers_on_last(model, plan) if last else layers_on_first(model, plan)
     return layers if plan.offload_layers == 0 else minimum(plan.offload_layers, layers)
 
 
@@ -251,7 +259,7 @@ def activation_bytes(model: ModelSpec, plan: Plan, layer_saved: Num, layer_input
     ``layer_saved``: bytes one layer saves for one micro-batch; ``layer_input``: its input (kept by a
     fully recomputed layer).
     """
-    layers = layers_on_last(model, plan) if last else layers_on_stage(model, plan)
+    layers = layers_on_last(model, plan) if last else layers_on_first(model, plan)
     chunk_layers = layers / plan.vpp
     chunks = in_flight_chunks(plan, last)
     if plan.offload_activations:

@@ -160,6 +160,7 @@ RANGES: dict[str, Range] = {
     "etp": Range(1, MAX_GPUS, "", "a parallel axis is at most the cluster", "tp"),
     "vpp": Range(1, MAX_LAYERS, "", "model chunks per pipeline rank: at most the layers"),
     "last_stage_layers": Range(1, MAX_LAYERS, "", "at most the layers", "an even split"),
+    "first_stage_layers": Range(1, MAX_LAYERS, "", "at most the layers", "an even split"),
     "micro_batch": Range(1, MAX_SIZE, "", "sequences: the int32 index bound (the search enumerates divisors)"),
     "global_batch": Range(1, MAX_SIZE, "", "sequences: the int32 index bound (the search enumerates divisors)",
                           "dp x micro_batch"),

@@ -8,7 +8,8 @@ change the model), then ``--tokenizer-type`` HuggingFaceTokenizer and ``--tokeni
 Option names, their kinds (store_true / store_false / valued) and defaults are Megatron-LM's
 megatron/training/arguments.py (NVIDIA/Megatron-LM, commit 307dcf3): ``--tensor-model-parallel-size``,
 ``--pipeline-model-parallel-size``, ``--context-parallel-size``, ``--expert-model-parallel-size``,
-``--expert-tensor-parallel-size``, ``--virtual-pipeline-model-parallel-size``, ``--decoder-last-pipeline-num-layers``,
+``--expert-tensor-parallel-size``, ``--virtual-pipeline-model-parallel-size``, ``--decoder-first-pipeline-num-layers``,
+``--decoder-last-pipeline-num-layers``,
 ``--sequence-parallel``, ``--micro-batch-size``, ``--global-batch-size``, ``--use-distributed-optimizer`` (ZeRO-1),
 ``--recompute-granularity {full,selective}``, ``--recompute-method {uniform,block}``, ``--recompute-num-layers``,
 ``--recompute-modules``, ``--bf16`` / ``--fp16``, ``--fp8-format {e4m3,hybrid}``,
@@ -87,6 +88,7 @@ def _plan_args(plan: Plan, model: ModelSpec) -> list[tuple[str, Any]]:
         ("--context-parallel-size", plan.cp), ("--expert-model-parallel-size", plan.ep),
         ("--expert-tensor-parallel-size", plan.etp),
         ("--virtual-pipeline-model-parallel-size", plan.vpp if plan.vpp > 1 else None),
+        ("--decoder-first-pipeline-num-layers", plan.first_stage_layers or None),
         ("--decoder-last-pipeline-num-layers", plan.last_stage_layers or None),
         ("--sequence-parallel", plan.sequence_parallel),
         ("--micro-batch-size", plan.micro_batch), ("--global-batch-size", plan.global_batch),
@@ -207,6 +209,7 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         etp=_int(options, "--expert-tensor-parallel-size", sizes["tp"]), vpp=vpp,
         schedule="interleaved" if vpp > 1 else "1f1b",
         last_stage_layers=_int(options, "--decoder-last-pipeline-num-layers", 0),
+        first_stage_layers=_int(options, "--decoder-first-pipeline-num-layers", 0),
         sequence_parallel="--sequence-parallel" in options, micro_batch=_int(options, "--micro-batch-size", 1),
         global_batch=_int(options, "--global-batch-size", 0), zero=int("--use-distributed-optimizer" in options),
         offload_optimizer="--optimizer-cpu-offload" in options, **_recompute(options),
@@ -218,7 +221,8 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
 # the arguments this module writes or reads: an unknown argument one slip from one of them is a misspelling, not an
 # argument of Megatron-LM's that meshplan does not read (argparse would refuse it: arguments.py has no such flag)
 _WRITTEN = frozenset(("--attention-backend", "--bf16", "--context-parallel-size", "--cp-comm-type",
-    "--decoder-last-pipeline-num-layers", "--exp-avg-dtype", "--exp-avg-sq-dtype", "--expert-model-parallel-size",
+    "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+    "--exp-avg-dtype", "--exp-avg-sq-dtype", "--expert-model-parallel-size",
     "--expert-tensor-parallel-size", "--ffn-hidden-size", "--fp16", "--fp8-format", "--fp8-recipe",
     "--global-batch-size", "--grad-reduce-in-bf16", "--group-query-attention", "--hidden-size", "--kv-channels",
     "--max-position-embeddings", "--micro-batch-size", "--moe-ffn-hidden-size", "--moe-grouped-gemm",

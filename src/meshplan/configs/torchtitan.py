@@ -71,6 +71,7 @@ def _check(plan: Plan, model: ModelSpec) -> None:
                 ("offload_optimizer", True, "no optimizer-only offload", plan.offload_optimizer),
                 ("offload_activations", True, "no activation offload option", plan.offload_activations),
                 ("last_stage_layers", plan.last_stage_layers, "stages hold equal layers", plan.last_stage_layers),
+                ("first_stage_layers", plan.first_stage_layers, "stages hold equal layers", plan.first_stage_layers),
                 ("recompute_layers", plan.recompute_layers, "it recomputes every layer or none",
                  plan.recompute == "full" and plan.recompute_layers),
                 ("recompute_modules", ",".join(plan.recompute_modules), "its selective recompute is per-op SAC",

@@ -15,7 +15,7 @@ from typing import cast
 
 from meshplan.cost.attention import head_dims
 from meshplan.cost.layers import layer_kinds
-from meshplan.cost.params import layers_on_stage
+from meshplan.cost.params import layers_on_first
 from meshplan.cost.recompute import rerun_by
 from meshplan.cost.records import token_rows
 from meshplan.specs.model import ModelSpec
@@ -115,7 +115,7 @@ def recompute_flops_per_token(model: ModelSpec, plan: Plan, stack: Stack = DEFAU
     head = 2.0 * model.vocab_size * model.hidden_size
     mtp = mtp_flops_per_token(model) / 3
     if plan.recompute == "full":
-        layers = cast(int, layers_on_stage(model, plan))  # one Plan (estimate.py), not a batch
+        layers = cast(int, layers_on_first(model, plan))  # one Plan (estimate.py), not a batch
         share = 1.0 if plan.recompute_layers == 0 else min(plan.recompute_layers, layers) / layers
         return share * (model_flops_per_token(model) / 3 - mtp - head) + mtp - model.mtp_layers * head
     if plan.recompute == "selective":

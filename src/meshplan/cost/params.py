@@ -42,11 +42,26 @@ def any_uneven(plan: Plan) -> bool:
     return bool(np.any(_uneven(plan)))
 
 
+def _uneven_first(plan: Plan) -> Num:
+    """An uneven first stage applies: ``plan.first_stage_layers`` set (a scalar even in a search batch) and a
+    pipeline to set it on."""
+    return (plan.first_stage_layers > 0) & (plan.pp > 1)
+
+
 def layers_on_stage(model: ModelSpec, plan: Plan) -> Num:
-    """Layers on the first (and every middle) pipeline rank: ⌈L / p⌉, or with an uneven last stage
-    (``plan.last_stage_layers`` = l) the other ranks' even split of the rest, ⌈(L − l) / (p − 1)⌉."""
-    uneven = _uneven(plan)  # one division for both: ⌈(L − l·u) / (p − u)⌉, u = 1 for an uneven last stage
-    return -(-(model.num_layers - plan.last_stage_layers * uneven) // (plan.pp - uneven))
+    """Layers on every middle pipeline rank (and the first one without an uneven first stage): ⌈L / p⌉, or with an
+    uneven last stage (``plan.last_stage_layers`` = l) and first stage (``plan.first_stage_layers`` = f, Megatron-Core
+    decoder_first_pipeline_num_layers) the other ranks' even split of the rest, ⌈(L − l·u − f·w) / (p − u − w)⌉
+    (u, w = 1 where each applies; with p = 2 and both set no middle rank is left: the divisor is kept at 1)."""
+    uneven, first = _uneven(plan), _uneven_first(plan)
+    ranks = plan.pp - uneven - first
+    ranks = ranks + (ranks == 0)
+    return -(-(model.num_layers - plan.last_stage_layers * uneven - plan.first_stage_layers * first) // ranks)
+
+
+def layers_on_first(model: ModelSpec, plan: Plan) -> Num:
+    """Layers on the first pipeline rank: ``plan.first_stage_layers``, or those of the middle ranks."""
+    return where(_uneven_first(plan), plan.first_stage_layers, layers_on_stage(model, plan))
 
 
 def layers_on_last(model: ModelSpec, plan: Plan) -> Num:
@@ -154,7 +169,7 @@ def moe_layers_on_stage(model: ModelSpec, plan: Plan, first: bool) -> Num:
     first_k_dense_replace = 3) and sit in the first rank's first model chunk, min(k, L / (p·v)) of them; after
     them one layer in moe_layer_freq is MoE. The last rank holds the model's last layers, past the dense ones.
     One stage (p = 1) holds all of them. (Timing keeps the model-wide share, ``moe_fraction``.)"""
-    layers = layers_on_stage(model, plan) if first else layers_on_last(model, plan)
+    layers = layers_on_first(model, plan) if first else layers_on_last(model, plan)
     if not model.is_moe:
         return 0 * layers
     if model.is_hybrid:  # E blocks spread through the pattern: the stage's share
@@ -209,7 +224,7 @@ def trainable(params: StageParams, plan: Plan) -> StageParams:
 def stage_params(model: ModelSpec, plan: Plan, first: bool) -> StageParams:
     """The first (embedding) or last (final norm + LM head) stage: its layers (``kind_params``), its own parameters
     (``end_params``), the MTP layers on the last, LoRA adapters."""
-    layers = layers_on_stage(model, plan) if first else layers_on_last(model, plan)
+    layers = layers_on_first(model, plan) if first else layers_on_last(model, plan)
     moe_layers = moe_layers_on_stage(model, plan, first)
     other = other_layer_params(model, plan)
     moe_layer = kind_params(model, plan, "moe")

@@ -120,12 +120,15 @@ def _plan_cells(result) -> dict[str, list[str]]:
     # a schedule column where a plan runs an asynchronous or a split-backward (zero_bubble.py) pipeline
     asynchronous = any(e.plan.schedule in (*ASYNC_NOTES, "zb-h1", "dualpipe") and e.plan.pp > 1 for e in ests)
     uneven = any(e.plan.last_stage_layers for e in ests)
+    uneven_first = any(e.plan.first_stage_layers for e in ests)
     for est in ests:
         p = est.plan
         cells["dp·tp·pp·cp"].append(_layout(p))
         if result.model.is_moe:
             cells["ep/etp"].append(f"{p.ep}/{p.etp}")
         cells["vpp"].append(str(p.vpp))
+        if uneven_first:
+            cells["first"].append(str(p.first_stage_layers or "-"))
         if uneven:
             cells["last"].append(str(p.last_stage_layers or "-"))
         if asynchronous:

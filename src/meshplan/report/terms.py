@@ -9,6 +9,8 @@ HEADERS = {
     "dp·tp·pp·cp": "data-, tensor-, pipeline-, context-parallel sizes",
     "ep/etp": "expert-parallel / expert-tensor-parallel sizes",
     "vpp": "virtual pipeline stages (model chunks) per pipeline rank",
+    "first": "layers on the first pipeline stage, where the plan sets them apart (-: an even split; the search's #1 is "
+             "refined so: search/refine.py)",
     "last": "layers on the last pipeline stage, where the plan sets them apart (-: an even split; shown when a "
             "plan does)",
     "mbs": "sequences per micro-batch",

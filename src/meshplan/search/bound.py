@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from meshplan.cost.params import layers_on_last, layers_on_stage
+from meshplan.cost.params import layers_on_first, layers_on_last
 from meshplan.search.batch import PlanBatch
 from meshplan.specs.model import ModelSpec
 from meshplan.step.units import Units
@@ -29,7 +29,7 @@ def lower_bound(model: ModelSpec, pool: PlanBatch, shapes: dict[str, Units], sha
         return np.minimum.reduce(times)[shape_of]
 
     layer = np.minimum(least("layer"), least("layer_plain"))
-    first, last = layers_on_stage(model, pool) * layer, layers_on_last(model, pool) * layer
+    first, last = layers_on_first(model, pool) * layer, layers_on_last(model, pool) * layer
     embed, head = least("embed"), least("head")
     single = pool.pp == 1
     busiest = np.maximum(first + embed + single * head, last + head + single * embed)

@@ -37,6 +37,7 @@ from meshplan.search.combos import valid_combos
 from meshplan.search.explore import Explore, Explored, PlanSpace, plan_space
 from meshplan.search.limits import check_space
 from meshplan.search.placements import PLACEMENTS
+from meshplan.search.refine import refine_ends
 from meshplan.search.select import ranked
 from meshplan.search.space import Space
 from meshplan.search.workers import jobs, run_jobs, worker_count
@@ -108,6 +109,10 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
     for part in results:
         tally.merge(part.tally)
     plans, fastest = ranked(model, cluster, space, eff, [part.best for part in results], top_k)
+    if plans and fastest is not None and space.uneven_stages:  # the first plan's end stages resized (refine.py)
+        refined = refine_ends(model, cluster, plans[0], space.stack, eff)
+        plans = (refined, *(p for p in plans[1:] if p.plan != refined.plan))
+        fastest = min(fastest, refined, key=lambda e: e.step_time)
     return SearchResult(model=model, cluster=cluster, space=space, plans=plans, fastest=fastest,
                         evaluated=sum(r.evaluated for r in results), feasible=sum(r.feasible for r in results),
                         bounded=sum(r.bounded for r in results),

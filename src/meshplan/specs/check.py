@@ -65,7 +65,8 @@ def check(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack = 
 
 
 # The numeric fields whose range check() reads from ranges.RANGES (zero and grad_bytes are choices, checked by name)
-RANGED = ("dp", "tp", "pp", "cp", "tp2", "ep", "etp", "vpp", "last_stage_layers", "micro_batch", "global_batch",
+RANGED = ("dp", "tp", "pp", "cp", "tp2", "ep", "etp", "vpp", "last_stage_layers", "first_stage_layers",
+          "micro_batch", "global_batch",
           "recompute_layers", "offload_layers", "lora_rank", "summa_panels")
 
 
@@ -182,7 +183,7 @@ def _check_pipeline(model: ModelSpec, plan: Plan) -> list[str]:
     stages = plan.pp * plan.vpp
     if stages > model.num_layers:
         reasons.append(f"pp*vpp = {stages} exceeds num_layers={model.num_layers}")
-    reasons += _check_last_stage(model, plan)
+    reasons += _check_last_stage(model, plan) + _check_first_stage(model, plan)
     if plan.schedule not in SCHEDULES:  # _check_choices says it
         return reasons
     if plan.schedule in ASYNC_SCHEDULES:
@@ -226,6 +227,27 @@ def _check_split(plan: Plan, micro: int) -> list[str]:
     if plan.schedule == "dualpipe" and (plan.pp % 2 or (not plan.global_batch % micro and (m % 2 or m < plan.pp))):
         return [f"schedule=dualpipe needs an even pp and an even number of micro-batches m >= pp (pp={plan.pp}, "
                 f"m = global_batch/(dp*micro_batch) = {m})"]
+    return []
+
+
+def _check_first_stage(model: ModelSpec, plan: Plan) -> list[str]:
+    """An uneven first stage: with a pipeline, leaving the other ranks at least one layer per model chunk."""
+    first, last = plan.first_stage_layers, plan.last_stage_layers
+    if not isinstance(first, int) or isinstance(first, bool) or first < 0 or not first:
+        return []
+    if plan.pp == 1:
+        return [f"first_stage_layers={first} needs pp > 1 (a pipeline whose first stage it sizes)"]
+    rest, ranks = model.num_layers - first - (last or 0), (plan.pp - 1 - (last > 0)) * plan.vpp
+    if rest < ranks or (ranks == 0 and rest != 0):
+        return [f"first_stage_layers={first} leaves {rest} of num_layers={model.num_layers} for the other "
+                f"{ranks} model chunks (each needs at least one layer; with pp=2 and last_stage_layers the two "
+                f"must sum to num_layers)"]
+    # the step and the memory price the end ranks (step/stages.py): a middle rank may not hold more layers than the
+    # first, which also runs the embedding and, under 1F1B, holds the most micro-batches in flight
+    middle = -(-rest // (ranks // plan.vpp)) if ranks else 0
+    if middle > first:
+        return [f"first_stage_layers={first} leaves the middle pipeline ranks {middle} layers each, more than the "
+                f"first: at least {middle} (a lighter first stage than the middle ones is not modelled)"]
     return []
 
 

@@ -88,6 +88,10 @@ class Plan:
     # share of a pipeline_model_parallel_layout); the other ranks split the rest evenly. 0: an even split
     last_stage_layers: int = field(default=0, metadata=_opt(
         "layers on the last pipeline rank (Megatron-Core decoder_last_pipeline_num_layers; 0: even split)"))
+    # decoder layers on the first pipeline rank (Megatron-Core decoder_first_pipeline_num_layers): fewer layers beside
+    # the embedding balance an embedding-heavy first stage; the middle ranks split the rest evenly. 0: an even split
+    first_stage_layers: int = field(default=0, metadata=_opt(
+        "layers on the first pipeline rank (Megatron-Core decoder_first_pipeline_num_layers; 0: even split)"))
     # None: on where it applies, the 1D layout with tp > 1 (Megatron-LM's --sequence-parallel, which Megatron-Bridge's
     # recipes and NeMo turn on with tensor parallelism)
     sequence_parallel: bool | None = field(default=None, metadata=_opt(
@@ -206,6 +210,8 @@ class Plan:
         elif self.tensor_layout == "tp2d":
             parts[1] = f"tp2d={self.tp}x{self.tp2}"
         parts += [f"{k}={getattr(self, k)}" for k in ("cp", "ep", "vpp") if getattr(self, k) > 1]
+        if self.first_stage_layers:
+            parts.append(f"first-stage-layers={self.first_stage_layers}")
         if self.last_stage_layers:
             parts.append(f"last-stage-layers={self.last_stage_layers}")
         if self.etp != self.tp:

@@ -83,6 +83,8 @@ class Supports:
             out.append(f"last_stage_layers={plan.last_stage_layers}")
         if model is not None and stack is not None:
             out += [r.what for r in refused(self.refuses, plan, model, stack)]
+        if getattr(plan, "first_stage_layers", 0) and not self.uneven_stages:
+            out.append(f"first_stage_layers={plan.first_stage_layers}")
         return out
 
     def runs(self, plan: Any, model: Any = None, stack: Any = None) -> bool:

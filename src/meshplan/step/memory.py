@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from meshplan.cost.params import layers_on_last, layers_on_stage
+from meshplan.cost.params import layers_on_first, layers_on_last
 from meshplan.memory import (
     activation_bytes,
     embedding_in_flight,
@@ -43,7 +43,7 @@ def offloaded_activations(model: ModelSpec, plan: Plan, u: Units) -> Num:
         return 0.0
     kept, layer_input = replace(plan, offload_activations=False), layer_input_bytes(model, plan)
     first = activation_bytes(model, kept, u.layer_saved, layer_input) * offloaded_layers(model, plan) / (
-        layers_on_stage(model, plan))
+        layers_on_first(model, plan))
     last = activation_bytes(model, kept, u.layer_saved, layer_input, last=True) * offloaded_layers(
         model, plan, last=True) / layers_on_last(model, plan)
     return maximum(first, last)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from meshplan.bubble import flow_bubble
-from meshplan.cost.params import any_uneven, layers_on_last, layers_on_stage
+from meshplan.cost.params import any_uneven, layers_on_first, layers_on_last, layers_on_stage
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
@@ -38,7 +38,9 @@ def stage_times(model: ModelSpec, plan: Plan, stack: Stack, u: Units) -> tuple[P
     # an uneven last stage (plan.last_stage_layers) has layers of its own; an even split the same as the others (in a
     # search batch holding both, layers_on_last gives the even rows the others' count: the same numbers)
     own_last = _with_sends(plan, stack, body(layers_on_last(model, plan)), u) if any_uneven(plan) else middle
-    first = middle.plus(u.embed).plus(u.head.scaled(single))
+    # an uneven first stage (plan.first_stage_layers, a scalar even in a search batch) likewise
+    own_first = _with_sends(plan, stack, body(layers_on_first(model, plan)), u) if plan.first_stage_layers else middle
+    first = own_first.plus(u.embed).plus(u.head.scaled(single))
     last = own_last.plus(u.head).plus(u.embed.scaled(single))
     return first, last, middle
 

@@ -1,0 +1,59 @@
+"""A refinement of the search's first plan: its pipeline's end stages resized (Plan.first_stage_layers and
+last_stage_layers, Megatron-Core's decoder_first_pipeline_num_layers / decoder_last_pipeline_num_layers), so that an
+embedding-heavy first rank and a head-heavy last rank carry fewer layers than the middle ones (Galvatron, Aceso and
+Mist search per-stage splits; the issue's report: stages treated alike under-estimate the heaviest by 32 %).
+
+The split is a partition of the L layers over p ranks whose middle p − 2 ranks hold equal counts (Megatron-Core
+asserts an even split of the layers between the first and the last stage): each (f, l) with L − f − l a positive
+multiple of p − 2 (f + l = L for p = 2) near the even ⌈L / p⌉, the middle ranks holding no more layers than the
+first (the step and the memory price the end ranks, the first being the busier of it and a middle one: check.py), so
+layers move off a head-heavy last rank onto the others. Every candidate is priced by ``estimate()`` (so the
+refined plan's time is estimate's exactly) and the fastest no heavier than the plan is kept, the unrefined plan
+among the candidates: the refined #1 is never slower nor heavier than the uniform one.
+Per-stage recompute is not refined here.
+"""
+
+from __future__ import annotations
+
+from meshplan.estimate import Estimate, estimate
+from meshplan.specs.check import check
+from meshplan.specs.efficiency import Efficiency
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.stack import Stack
+
+# layers the first stage may gain above the even count ⌈L / p⌉ and the last one shed below it: ≤ 4 · 5 candidates
+REACH = 3
+
+
+def end_splits(layers: int, pp: int, vpp: int) -> list[tuple[int, int]]:
+    """(first, last) layer counts near the even split whose middle ranks split the rest evenly, each end at least
+    one layer per model chunk (vpp) and a multiple of it, the even split (0, 0) first."""
+    even = -(-layers // pp)
+    out = [(0, 0)]
+    for f in range(even, even + REACH + 1):
+        for last in range(max(vpp, even - REACH), even + 2):
+            rest, middle = layers - f - last, pp - 2
+            ok = rest == 0 if middle == 0 else rest >= middle * vpp and rest % (middle * vpp) == 0
+            same = f == last == even and layers == even * pp  # the even split itself
+            if ok and not same and f % vpp == 0 and last % vpp == 0 and (middle == 0 or rest // middle <= f):
+                out.append((f, last))
+    return out
+
+
+def refine_ends(model: ModelSpec, cluster: Cluster, best: Estimate, stack: Stack, eff: Efficiency) -> Estimate:
+    """``best`` with its end stages resized where that is faster and no heavier (estimate's times and peaks), else
+    ``best``."""
+    plan = best.plan
+    if plan.pp == 1 or not best.fits or not stack.supports.uneven_stages:
+        return best
+    chosen = best
+    for f, last in end_splits(model.num_layers, plan.pp, plan.vpp)[1:]:
+        candidate = plan.with_(first_stage_layers=f, last_stage_layers=last)
+        if check(model, cluster, candidate, stack):
+            continue
+        est = estimate(model, cluster, candidate, stack, eff)
+        if est.fits and est.peak_memory <= best.peak_memory and (est.step_time, est.peak_memory) < (
+                chosen.step_time, chosen.peak_memory):
+            chosen = est
+    return chosen
