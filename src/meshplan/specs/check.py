@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from meshplan import ranges
 from meshplan.errors import PlanError
+from meshplan.specs.check_pipeline import check_first_stage, check_split
 from meshplan.specs.plan import (
     ASYNC_SCHEDULES,
     DENSE_AXES,
@@ -183,13 +184,13 @@ def _check_pipeline(model: ModelSpec, plan: Plan) -> list[str]:
     stages = plan.pp * plan.vpp
     if stages > model.num_layers:
         reasons.append(f"pp*vpp = {stages} exceeds num_layers={model.num_layers}")
-    reasons += _check_last_stage(model, plan) + _check_first_stage(model, plan)
+    reasons += _check_last_stage(model, plan) + check_first_stage(model, plan)
     if plan.schedule not in SCHEDULES:  # _check_choices says it
         return reasons
     if plan.schedule in ASYNC_SCHEDULES:
         return reasons + _check_async(plan, micro)
     if plan.schedule in SPLIT_SCHEDULES:
-        return reasons + _check_split(plan, micro)
+        return reasons + check_split(plan, micro)
     if plan.vpp > 1 and plan.schedule != "interleaved":
         reasons.append(f"vpp={plan.vpp} needs schedule='interleaved' (got {plan.schedule!r})")
     elif plan.schedule == "interleaved":
@@ -214,40 +215,6 @@ def _check_async(plan: Plan, micro: int) -> list[str]:
     if plan.schedule == "pipedream-2bw" and not plan.global_batch % micro and plan.grad_accum < plan.pp:
         return [f"schedule=pipedream-2bw needs micro-batches per step m >= pp (m = global_batch/(dp*micro_batch) = "
                 f"{plan.grad_accum}, pp={plan.pp}): 2BW updates the weights every m >= pp micro-batches"]
-    return []
-
-
-def _check_split(plan: Plan, micro: int) -> list[str]:
-    """A split-backward schedule (zero_bubble.py) runs one model chunk per rank on a pipeline; DualPipe's two
-    directions each feed half of the micro-batches into one end of the pipeline, so pp and m are even and m >= pp
-    (DeepSeek-V3 §3.2.1, Figure 5: 8 ranks, 20 micro-batches, 10 each way)."""
-    if plan.pp == 1 or plan.vpp > 1:
-        return [f"schedule={plan.schedule} needs pp > 1 and vpp = 1 (pp={plan.pp}, vpp={plan.vpp})"]
-    m = plan.grad_accum
-    if plan.schedule == "dualpipe" and (plan.pp % 2 or (not plan.global_batch % micro and (m % 2 or m < plan.pp))):
-        return [f"schedule=dualpipe needs an even pp and an even number of micro-batches m >= pp (pp={plan.pp}, "
-                f"m = global_batch/(dp*micro_batch) = {m})"]
-    return []
-
-
-def _check_first_stage(model: ModelSpec, plan: Plan) -> list[str]:
-    """An uneven first stage: with a pipeline, leaving the other ranks at least one layer per model chunk."""
-    first, last = plan.first_stage_layers, plan.last_stage_layers
-    if not isinstance(first, int) or isinstance(first, bool) or first < 0 or not first:
-        return []
-    if plan.pp == 1:
-        return [f"first_stage_layers={first} needs pp > 1 (a pipeline whose first stage it sizes)"]
-    rest, ranks = model.num_layers - first - (last or 0), (plan.pp - 1 - (last > 0)) * plan.vpp
-    if rest < ranks or (ranks == 0 and rest != 0):
-        return [f"first_stage_layers={first} leaves {rest} of num_layers={model.num_layers} for the other "
-                f"{ranks} model chunks (each needs at least one layer; with pp=2 and last_stage_layers the two "
-                f"must sum to num_layers)"]
-    # the step and the memory price the end ranks (step/stages.py): a middle rank may not hold more layers than the
-    # first, which also runs the embedding and, under 1F1B, holds the most micro-batches in flight
-    middle = -(-rest // (ranks // plan.vpp)) if ranks else 0
-    if middle > first:
-        return [f"first_stage_layers={first} leaves the middle pipeline ranks {middle} layers each, more than the "
-                f"first: at least {middle} (a lighter first stage than the middle ones is not modelled)"]
     return []
 
 

@@ -1,0 +1,41 @@
+"""Rules of pipeline layouts the check of a plan (specs/check.py) applies: the split-backward schedules' shapes and
+an uneven first stage's layer count."""
+
+from __future__ import annotations
+
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+
+
+def check_split(plan: Plan, micro: int) -> list[str]:
+    """A split-backward schedule (zero_bubble.py) runs one model chunk per rank on a pipeline; DualPipe's two
+    directions each feed half of the micro-batches into one end of the pipeline, so pp and m are even and m >= pp
+    (DeepSeek-V3 §3.2.1, Figure 5: 8 ranks, 20 micro-batches, 10 each way)."""
+    if plan.pp == 1 or plan.vpp > 1:
+        return [f"schedule={plan.schedule} needs pp > 1 and vpp = 1 (pp={plan.pp}, vpp={plan.vpp})"]
+    m = plan.grad_accum
+    if plan.schedule == "dualpipe" and (plan.pp % 2 or (not plan.global_batch % micro and (m % 2 or m < plan.pp))):
+        return [f"schedule=dualpipe needs an even pp and an even number of micro-batches m >= pp (pp={plan.pp}, "
+                f"m = global_batch/(dp*micro_batch) = {m})"]
+    return []
+
+
+def check_first_stage(model: ModelSpec, plan: Plan) -> list[str]:
+    """An uneven first stage: with a pipeline, leaving the other ranks at least one layer per model chunk."""
+    first, last = plan.first_stage_layers, plan.last_stage_layers
+    if not isinstance(first, int) or isinstance(first, bool) or first < 0 or not first:
+        return []
+    if plan.pp == 1:
+        return [f"first_stage_layers={first} needs pp > 1 (a pipeline whose first stage it sizes)"]
+    rest, ranks = model.num_layers - first - (last or 0), (plan.pp - 1 - (last > 0)) * plan.vpp
+    if rest < ranks or (ranks == 0 and rest != 0):
+        return [f"first_stage_layers={first} leaves {rest} of num_layers={model.num_layers} for the other "
+                f"{ranks} model chunks (each needs at least one layer; with pp=2 and last_stage_layers the two "
+                f"must sum to num_layers)"]
+    # the step and the memory price the end ranks (step/stages.py): a middle rank may not hold more layers than the
+    # first, which also runs the embedding and, under 1F1B, holds the most micro-batches in flight
+    middle = -(-rest // (ranks // plan.vpp)) if ranks else 0
+    if middle > first:
+        return [f"first_stage_layers={first} leaves the middle pipeline ranks {middle} layers each, more than the "
+                f"first: at least {middle} (a lighter first stage than the middle ones is not modelled)"]
+    return []
