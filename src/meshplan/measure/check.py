@@ -120,13 +120,15 @@ def machine(device: str, threads: int) -> dict[str, Any]:
             "torch": torch.__version__, "python": platform.python_version(), "system": platform.system()}
 
 
-def trace_step(model: Any, inputs: Sequence[Any], make_optimizer: Callable[[list], Any]) -> tuple[Trace, list]:
-    """The model's trace (fake tensors, or its real ones when fake tensors cannot run it) and the optimizer's."""
+def trace_step(model: Any, inputs: Sequence[Any], make_optimizer: Callable[[list], Any], device: str = "cpu"
+               ) -> tuple[Trace, list]:
+    """The model's trace (fake tensors, or its real ones when fake tensors cannot run it) and the optimizer's, as
+    ``device`` runs it (a CPU takes its own attention path: trace_module's ``gpu``)."""
     from meshplan.trace.capture import trace_module
     from meshplan.trace.optimizer import trace_optimizer
 
     try:
-        trace = trace_module(model, inputs)
+        trace = trace_module(model, inputs, gpu=not device.startswith("cpu"))
     except Exception:  # noqa: BLE001  shapes that depend on values (MoE routing), or a meta kernel stricter than
         trace = trace_module(model, inputs, real=True)  # the real one (grouped_mm's wants bf16): trace it for real
     return trace, trace_optimizer(list(model.parameters()), make_optimizer)
@@ -139,7 +141,7 @@ def check_step(name: str, model: Any, inputs: Sequence[Any], make_optimizer: Cal
         keep_freed_memory()
     clock = make_clock(settings.clock, settings.device, settings.threads)
     with pinned_threads(settings.threads):
-        trace, opt_ops = trace_step(model, inputs, make_optimizer)
+        trace, opt_ops = trace_step(model, inputs, make_optimizer, settings.device)
         sigs = signatures([*trace.ops, *opt_ops])
         distances = step_distances(trace.ops, opt_ops)
         optimizer = make_optimizer(list(model.parameters()))

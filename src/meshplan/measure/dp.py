@@ -159,7 +159,7 @@ def _measure(rank: int, world: int, ref: str, settings: Any, shapes: tuple, dtyp
     target = load_target(ref, shapes, dtypes, settings.device)
     model, inputs = target.model, target.inputs
     make = optimizer_factory(settings.optimizer, list(model.parameters()))
-    trace, opt_ops = trace_step(model, inputs, make)
+    trace, opt_ops = trace_step(model, inputs, make, settings.device)
     sigs = signatures([*trace.ops, *opt_ops])
     distances = step_distances(trace.ops, opt_ops)
     params = [p for p in model.parameters() if p.requires_grad]

@@ -280,13 +280,15 @@ def _hooks(module: torch.nn.Module, rec: Recorder) -> list[Any]:
 
 
 def trace_module(module: torch.nn.Module, inputs: Sequence[Any], *, backward: bool = True,
-                 param_dtype: str | torch.dtype | None = None, real: bool = False) -> Trace:
+                 param_dtype: str | torch.dtype | None = None, real: bool = False, gpu: bool = True) -> Trace:
     """Trace ``module(*inputs)`` and the backward pass of its loss.
 
     ``inputs``: tensors (real or fake) or ``(shape, dtype)`` pairs, e.g. ``[((2, 32), "int64")]``.
     ``param_dtype``: cast the floating-point parameters and buffers first (e.g. ``"bfloat16"``).
     ``real``: run on the module's real tensors instead of fake ones (the inputs must then be real tensors): the
     ops compute, so a model whose shapes depend on values (MoE routing: ``nonzero``) traces as it runs.
+    ``gpu``: trace what a GPU runs (attention with dropout as one fused kernel: trace/sdpa.py); False for a step
+    that runs on this CPU (check-step), which takes the CPU's own path.
     """
     params: dict[str, torch.Tensor] = dict(module.named_parameters(remove_duplicate=False))
     buffers = dict(module.named_buffers(remove_duplicate=False))
@@ -318,7 +320,7 @@ def trace_module(module: torch.nn.Module, inputs: Sequence[Any], *, backward: bo
     unique = {id(p): p for p in params.values() if p.requires_grad}
     fused = FusedAttention()
     try:
-        with mode, rec, (contextlib.nullcontext() if real else fused):
+        with mode, rec, (contextlib.nullcontext() if real or not gpu else fused):
             out = torch.func.functional_call(module, state, tuple(args))
             rec.module_prefix = "loss"
             loss = loss_of(out) if backward else None
