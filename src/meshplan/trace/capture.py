@@ -287,8 +287,7 @@ def trace_module(module: torch.nn.Module, inputs: Sequence[Any], *, backward: bo
     ``param_dtype``: cast the floating-point parameters and buffers first (e.g. ``"bfloat16"``).
     ``real``: run on the module's real tensors instead of fake ones (the inputs must then be real tensors): the
     ops compute, so a model whose shapes depend on values (MoE routing: ``nonzero``) traces as it runs.
-    ``gpu``: trace what a GPU runs (attention with dropout as one fused kernel: trace/sdpa.py); False for a step
-    that runs on this CPU (check-step), which takes the CPU's own path.
+    ``gpu``: a GPU's attention (trace/sdpa.py); False: this CPU's path (check-step).
     """
     params: dict[str, torch.Tensor] = dict(module.named_parameters(remove_duplicate=False))
     buffers = dict(module.named_buffers(remove_duplicate=False))
