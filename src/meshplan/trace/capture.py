@@ -284,11 +284,9 @@ def trace_module(module: torch.nn.Module, inputs: Sequence[Any], *, backward: bo
     """Trace ``module(*inputs)`` and the backward pass of its loss.
 
     ``inputs``: tensors (real or fake) or ``(shape, dtype)`` pairs, e.g. ``[((2, 32), "int64")]``.
-    ``param_dtype``: cast the floating-point parameters and buffers first (e.g. ``"bfloat16"``).
-    ``real``: run on the module's real tensors instead of fake ones (the inputs must then be real tensors): the
-    ops compute, so a model whose shapes depend on values (MoE routing: ``nonzero``) traces as it runs.
-    ``gpu``: a GPU's attention (trace/sdpa.py); False: this CPU's path (check-step).
-    """
+    ``param_dtype``: cast the floating-point parameters and buffers first (e.g. ``"bfloat16"``). ``real``: run on
+    the module's real tensors (real inputs too): a model whose shapes depend on values (MoE routing) traces as it runs.
+    ``gpu``: a GPU's attention (trace/sdpa.py); False: this CPU's path (check-step)."""
     params: dict[str, torch.Tensor] = dict(module.named_parameters(remove_duplicate=False))
     buffers = dict(module.named_buffers(remove_duplicate=False))
     fake = next((t for t in [*params.values(), *buffers.values()] if isinstance(t, FakeTensor)), None)
