@@ -38,19 +38,23 @@ def machine_slug(name: str, cores: int) -> str:
     return f"{slug}-{cores}c"
 
 
-def measure(models: list[str], rounds: int) -> list:
+def measure(models: list[str], rounds: int, data: Path | None = None, device: str = "cpu") -> list:
+    """Each model's check-step result; with ``data``, the file is rewritten after each model (a run cut short keeps
+    the models it finished)."""
     from meshplan.measure.check import CheckSettings
     from meshplan.measure.command import check_step_ref
 
     results = []
     for name in models:
         start = time.time()
-        result = check_step_ref(name, settings=CheckSettings(rounds=rounds))
+        result = check_step_ref(name, settings=CheckSettings(rounds=rounds, device=device))
         results.append(result)
         print(f"{name:10s} predicted {result.prediction.seconds * 1e3:7.1f} ms, measured "
               f"{result.measurement.timing.seconds * 1e3:7.1f} ms ({result.error:+.1%}); peak memory "
               f"{result.memory_error:+.2%}; load {result.measurement.timing.load_before:.2f}; "
               f"{time.time() - start:.0f} s", flush=True)
+        if data is not None:
+            write_profile(data, results)
     return results
 
 
@@ -62,15 +66,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved calibrate / measure rounds per model")
     parser.add_argument("--render", default=None, help="only render docs/MEASURED.md from this data file")
     parser.add_argument("--doc", default=str(DOC))
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the steps run (cuda: the wall "
+                        "clock and the GPU; docs/MEASURED.md is the CPU's)")
+    parser.add_argument("--data", default=None, help="the data file to write (default: data/measured/<date>-<machine>"
+                        ".jsonl.gz), rewritten after each model")
     args = parser.parse_args(argv)
     if args.render:
         data = Path(args.render)
         data = data if data.is_absolute() or data.exists() else ROOT / data
     else:
         models = [m.strip() for m in args.models.split(",") if m.strip()]
-        results = measure(models, args.rounds)
+        results = measure(models, args.rounds, Path(args.data) if args.data else None, args.device)
         mach = results[0].machine
-        data = DATA / f"{datetime.date.today().isoformat()}-{machine_slug(mach['name'], mach['cores'])}.jsonl.gz"
+        data = Path(args.data) if args.data else (
+            DATA / f"{datetime.date.today().isoformat()}-{machine_slug(mach['name'], mach['cores'])}.jsonl.gz")
         write_profile(data, results)
         print(f"wrote {data.relative_to(ROOT)}")
     data = data.resolve()

@@ -29,12 +29,20 @@ from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sd
 aten = torch.ops.aten
 
 
+def _heads_of(query, kv) -> tuple[int, ...]:
+    """``kv``'s shape with the query's heads: grouped-query attention (``enable_gqa``) computes every query head
+    against its group's key and value, so the FLOPs are those of as many key / value heads as query heads (older
+    PyTorch's counter asserts equal heads; 2.13's expands them the same way)."""
+    shape = tuple(kv.shape)
+    return (*shape[:-3], query.shape[-3], *shape[-2:]) if len(shape) >= 3 else shape
+
+
 def _cpu_sdpa(query, key, value, *args, out_val=None, **kwargs) -> int:
-    return sdpa_flop_count(query.shape, key.shape, value.shape)
+    return sdpa_flop_count(query.shape, _heads_of(query, key), _heads_of(query, value))
 
 
 def _cpu_sdpa_backward(grad_out, query, key, value, *args, out_val=None, **kwargs) -> int:
-    return sdpa_backward_flop_count(grad_out.shape, query.shape, key.shape, value.shape)
+    return sdpa_backward_flop_count(grad_out.shape, query.shape, _heads_of(query, key), _heads_of(query, value))
 
 
 def _grouped_mm(mat_a, mat_b, *args, out_val=None, **kwargs) -> int:

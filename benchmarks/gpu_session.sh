@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One lent-GPU session's measurements (issue 46, item 3; the brief: "calibrate on it, run real training steps of small
+# models, and commit the measured results as dated data files with the device named"). Run from the repository root
+# on the GPU machine with meshplan importable from src/ and an output folder OUT:
+#
+#     OUT=/tmp/out bash benchmarks/gpu_session.sh          # stages 1-3
+#     OUT=/tmp/out bash benchmarks/gpu_session.sh more     # stages 4-5
+#
+# 1. benchmarks/small_work_gpu.py: eager GPT training passes, host vs GPU time, kernel floors, dispatch fit;
+# 2. meshplan calibrate on the GPU (GEMM, memory, attention, dispatch; one GPU: no collectives), with the calibrated
+#    hardware TOML and a pytorch-fsdp stack whose host_dispatch is this host's;
+# 3. benchmarks/measured.py: check-step on the research zoo (predicted by replay, measured for real), on the host CPU;
+# 4. benchmarks/small_work_gpu.py --phases: forward / backward apart with their kernels, and check-step's host
+#    microbenchmarks on the GPU's host;
+# 5. benchmarks/measured.py --device cuda: the zoo's check-step on the GPU.
+# Each stage has its own time limit so that one that hangs leaves the others theirs; every output lands in OUT.
+set -u
+export PYTHONUNBUFFERED=1
+EP=/tmp/meshplan-ep/meshplan-0.0.dist-info   # check-step finds the zoo through an entry point: register it
+mkdir -p "$EP" "$OUT"
+printf 'Metadata-Version: 2.1\nName: meshplan\nVersion: 0.0\n' > "$EP/METADATA"
+printf '[meshplan.research]\nzoo = meshplan_research.zoo:ZOO\nlearned = meshplan_research.learned:apply_learned\n' \
+  > "$EP/entry_points.txt"
+export PYTHONPATH="$PWD/src:$(dirname "$EP")"
+LOG="$OUT/log.txt"
+{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit --format=csv;
+  lscpu | grep -E 'Model name|^CPU\(s\)'; python3 -c 'import torch, transformers; print(torch.__version__, torch.version.cuda, transformers.__version__)'; } >> "$LOG" 2>&1
+if [ "${1:-}" = more ]; then
+  echo "== phases $(date -u +%T)" >> "$LOG"
+  timeout "${T_PHASES:-90}" python3 benchmarks/small_work_gpu.py --phases --batches 1,8 --out "$OUT/phases.json" \
+    >> "$LOG" 2>&1
+  echo "== zoo on cuda rc=$? $(date -u +%T)" >> "$LOG"
+  timeout "${T_ZOO:-240}" python3 benchmarks/measured.py --device cuda --rounds 2 --data "$OUT/zoo-cuda.jsonl.gz" \
+    --doc "$OUT/MEASURED_GPU.md" >> "$LOG" 2>&1
+  echo "== done rc=$? $(date -u +%T)" >> "$LOG"
+  exit 0
+fi
+echo "== small_work_gpu $(date -u +%T)" >> "$LOG"
+timeout "${T_SMALL:-180}" python3 benchmarks/small_work_gpu.py --out "$OUT/small_work.json" >> "$LOG" 2>&1
+echo "== calibrate rc=$? $(date -u +%T)" >> "$LOG"
+timeout "${T_CAL:-120}" python3 -m meshplan.cli calibrate --device cuda --base h200 --out "$OUT/calibrated.toml" \
+  --stack-out "$OUT/eager-stack.toml" --stack-base pytorch-fsdp --json > "$OUT/calibrate.json" 2>> "$LOG"
+echo "== measured rc=$? $(date -u +%T)" >> "$LOG"
+timeout "${T_ZOO:-180}" python3 benchmarks/measured.py --rounds 2 --data "$OUT/zoo.jsonl.gz" --doc "$OUT/MEASURED.md" \
+  >> "$LOG" 2>&1
+echo "== done rc=$? $(date -u +%T)" >> "$LOG"
