@@ -5,6 +5,7 @@
 #
 #     OUT=/tmp/out bash benchmarks/gpu_session.sh          # stages 1-3
 #     OUT=/tmp/out bash benchmarks/gpu_session.sh more     # stages 4-5
+#     OUT=/tmp/out bash benchmarks/gpu_session.sh megatron # stage 6 (megatron-core's wheel carried in .whl/)
 #
 # 1. benchmarks/small_work_gpu.py: eager GPT training passes, host vs GPU time, kernel floors, dispatch fit;
 # 2. meshplan calibrate on the GPU (GEMM, memory, attention, dispatch; one GPU: no collectives), with the calibrated
@@ -12,7 +13,9 @@
 # 3. benchmarks/measured.py: check-step on the research zoo (predicted by replay, measured for real), on the host CPU;
 # 4. benchmarks/small_work_gpu.py --phases: forward / backward apart with their kernels, and check-step's host
 #    microbenchmarks on the GPU's host;
-# 5. benchmarks/measured.py --device cuda: the zoo's check-step on the GPU.
+# 5. benchmarks/measured.py --device cuda: the zoo's check-step on the GPU;
+# 6. small_work_gpu.py --stack megatron (rows and phases): the same GPT built by Megatron-Core's module code, with the
+#    plain-PyTorch rows again in the same call as the baseline.
 # Each stage has its own time limit so that one that hangs leaves the others theirs; every output lands in OUT.
 set -u
 export PYTHONUNBUFFERED=1
@@ -32,6 +35,19 @@ if [ "${1:-}" = more ]; then
   echo "== zoo on cuda rc=$? $(date -u +%T)" >> "$LOG"
   timeout "${T_ZOO:-240}" python3 benchmarks/measured.py --device cuda --rounds 2 --data "$OUT/zoo-cuda.jsonl.gz" \
     --doc "$OUT/MEASURED_GPU.md" >> "$LOG" 2>&1
+  echo "== done rc=$? $(date -u +%T)" >> "$LOG"
+  exit 0
+fi
+if [ "${1:-}" = megatron ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >> "$LOG" 2>&1
+  export PYTHONPATH="$PYTHONPATH:/tmp/site"
+  for stack in megatron pytorch; do
+    echo "== $stack rows $(date -u +%T)" >> "$LOG"
+    timeout "${T_ROWS:-120}" python3 benchmarks/small_work_gpu.py --stack $stack --out "$OUT/$stack.json" >> "$LOG" 2>&1
+    echo "== $stack phases rc=$? $(date -u +%T)" >> "$LOG"
+    timeout "${T_PHASES:-60}" python3 benchmarks/small_work_gpu.py --stack $stack --phases --batches 1,8 \
+      --out "$OUT/$stack-phases.json" >> "$LOG" 2>&1
+  done
   echo "== done rc=$? $(date -u +%T)" >> "$LOG"
   exit 0
 fi

@@ -46,6 +46,19 @@ HEAD_DIM = {1024: 64, 2048: 128}
 DEVICE = os.environ.get("SMALL_WORK_DEVICE", "cuda")  # cpu: a smoke test of this script on a machine without a GPU
 
 
+STACK = {"name": "pytorch"}  # --stack: "pytorch" (gpt below) or "megatron" (small_work_megatron.py)
+
+
+def build(torch, width: int, layers: int, seq: int = SEQ):
+    """The GPT of ``--stack`` in bf16 on DEVICE."""
+    if STACK["name"] == "megatron":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from small_work_megatron import megatron_gpt
+
+        return megatron_gpt(torch, width, layers, width // HEAD_DIM[width], seq, VOCAB, DEVICE)
+    return gpt(torch, width, layers, seq).to(DEVICE, torch.bfloat16)
+
+
 def _sync(torch) -> None:
     if DEVICE == "cuda":
         torch.cuda.synchronize()
@@ -123,7 +136,7 @@ def _profiled(torch, step) -> dict:
 
 def measure_config(torch, width: int, batch: int, layers: int, steps: int, warmup: int, seq: int = SEQ) -> dict:
     torch.manual_seed(0)
-    model = gpt(torch, width, layers, seq).to(DEVICE, torch.bfloat16)
+    model = build(torch, width, layers, seq)
     tokens = torch.randint(0, VOCAB, (batch, seq), device=DEVICE)
     labels = torch.randint(0, VOCAB, (batch, seq), device=DEVICE)
 
@@ -131,8 +144,8 @@ def measure_config(torch, width: int, batch: int, layers: int, steps: int, warmu
         model(tokens, labels).backward()
 
     wall, host = _median_pass(torch, eager, steps, warmup)
-    row = {"width": width, "batch": batch, "layers": layers, "seq": seq, "eager_s": wall, "host_s": host,
-           **_profiled(torch, eager)}
+    row = {"stack": STACK["name"], "width": width, "batch": batch, "layers": layers, "seq": seq, "eager_s": wall,
+           "host_s": host, **_profiled(torch, eager)}
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     row["adamw_s"], row["adamw_host_s"] = _median_pass(torch, opt.step, steps, warmup)
     row["params"] = sum(p.numel() for p in model.parameters())
@@ -152,7 +165,7 @@ def phase_split(torch, width: int, batch: int, layers: int, steps: int, warmup: 
     """Forward without autograd, forward recording it, and backward, timed apart (a synchronisation between), and
     the kernels each launches (torch.profiler): where the host's time per kernel goes in training."""
     torch.manual_seed(0)
-    model = gpt(torch, width, layers, seq).to(DEVICE, torch.bfloat16)
+    model = build(torch, width, layers, seq)
     tokens = torch.randint(0, VOCAB, (batch, seq), device=DEVICE)
     labels = torch.randint(0, VOCAB, (batch, seq), device=DEVICE)
     times: dict[str, list[float]] = {"forward_nograd_s": [], "forward_s": [], "backward_s": []}
@@ -172,7 +185,7 @@ def phase_split(torch, width: int, batch: int, layers: int, steps: int, warmup: 
             times["forward_nograd_s"].append(mid - start)
             times["forward_s"].append(end - mid)
             times["backward_s"].append(time.perf_counter() - end)
-    row = {"width": width, "batch": batch, "layers": layers, "seq": seq}
+    row = {"stack": STACK["name"], "width": width, "batch": batch, "layers": layers, "seq": seq}
     row |= {k: statistics.median(v) for k, v in times.items()}
     with torch.no_grad():
         row["forward_nograd"] = _profiled(torch, lambda: model(tokens, labels))
@@ -251,9 +264,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=_ints, default=BATCHES)
     parser.add_argument("--depths", type=_ints, default=DEPTHS)
     parser.add_argument("--seq", type=int, default=SEQ)
+    parser.add_argument("--stack", choices=("pytorch", "megatron"), default="pytorch",
+                        help="the model's code: plain PyTorch, or Megatron-Core's GPTModel (small_work_megatron.py)")
     parser.add_argument("--phases", action="store_true", help="only the forward / backward split (batch 1, both "
                         "depths) and the host microbenchmarks")
     args = parser.parse_args(argv)
+    STACK["name"] = args.stack
     import torch
 
     data = machine(torch) | {"rows": []}
