@@ -191,6 +191,14 @@ def test_measured_document_is_what_the_committed_data_renders(tmp_path):
     _same(tmp_path / "MEASURED.md", "MEASURED.md", f"python benchmarks/measured.py --render {data.relative_to(ROOT)}")
 
 
+def test_small_work_gpu_document_is_current(tmp_path):
+    """docs/SMALL_WORK_GPU.md: the GPU runs of data/measured/gpu/ against meshplan's estimate, rendered again without
+    a GPU (the estimate moves with the physics: regenerate it then)."""
+    doc = _script("small_work_gpu_doc")
+    doc.main(["--doc", str(tmp_path / "SMALL_WORK_GPU.md")])
+    _same(tmp_path / "SMALL_WORK_GPU.md", "SMALL_WORK_GPU.md", "python benchmarks/small_work_gpu_doc.py")
+
+
 def test_autoshard_document_is_current(tmp_path):
     """The sharding planner's agreement with the estimate, the plans it finds, the non-transformers' plans and the
     program's size (about 20 s on 2 cores: traces on fake tensors and a few dozen integer programs)."""
