@@ -216,10 +216,12 @@ class PipelineRun:
 def pipeline_times(est: Estimate) -> tuple[str, int, tuple[float, ...], tuple[float, ...]]:
     """The schedule ``pipeline_run`` simulates, its chunks per rank and each rank's forward and backward times per
     micro-batch and chunk (its docstring); the HTML report's page simulates the long ones itself (detail.py)."""
+    from meshplan.specs.efficiency import DEFAULT
     from meshplan.step.assemble import step_costs
 
-    plan = est.plan
-    costs = step_costs(est.model, est.cluster, plan, est.stack)
+    plan, kept = est.plan, est.detail  # the estimate's own step costs where it kept them (estimate.Detail)
+    costs = kept.costs if kept is not None and kept.efficiency is DEFAULT else step_costs(
+        est.model, est.cluster, plan, est.stack)
     vpp = plan.vpp if plan.pp > 1 else 1
     schedule = str(plan.schedule) if plan.pp > 1 else "1f1b"
     if schedule == "interleaved" and vpp == 1:
