@@ -19,7 +19,7 @@ from meshplan.specs.stack import load_stack
 
 pytest.importorskip("jinja2")
 
-from meshplan.report import compare, detail, space, trust  # noqa: E402
+from meshplan.report import compare, detail, plots, space, trust  # noqa: E402
 
 MODEL = gpt(layers=16, hidden=4096, heads=32, seq=4096)
 CLUSTER = load_system("h100").cluster(16)
@@ -86,7 +86,18 @@ def test_page_data_keeps_every_block_within_the_budget(held, monkeypatch):
     monkeypatch.setattr(detail, "BLOCKS", 0)
     tight = detail.page_data(held, CLUSTER.accelerator.hbm_bytes)
     assert all(p["timeline"]["merged"] for p in tight)
-    assert all(r[3] in (2, 3) for p in tight for r in p["timeline"]["rows"])  # busy and idle only
+    assert all(r[3] in (2, 3) for p in tight for r in p["timeline"].get("rows", []))  # busy and idle only
+    # past the budget a schedule.build table is the page's to simulate (templates/timeline.js): its shape and the
+    # ranks' times per micro-batch and chunk, as plots.pipeline_run simulates them, and no rows
+    by_id = {d.id: d.est for d in held}
+    left = [p for p in tight if "replay" in p["timeline"]]
+    assert left and all("rows" not in p["timeline"] for p in left)
+    for p in left:
+        schedule, vpp, t_f, t_b = plots.pipeline_times(by_id[p["id"]])
+        t = p["timeline"]
+        assert (t["schedule"], t["vpp"], t["replay"]["t_fwd"], t["replay"]["t_bwd"]) == (schedule, vpp, list(t_f),
+                                                                                         list(t_b))
+        assert t["replay"]["pixels"] == detail.MERGED_PIXELS and t["micro_batches"] == p["fields"]["micro-batches"]
 
 
 def test_trust_nearest_runs_and_assumptions():

@@ -133,7 +133,7 @@ def memory_pair_chart() -> dict[str, Any]:
 
 
 def timeline_template(slot: str) -> dict[str, Any]:
-    """One plan's pipeline timeline (rows filled in by compare.js from detail.compact_timeline)."""
+    """One plan's pipeline timeline (rows filled in by compare.js from detail.compact_timeline, or timeline.js)."""
     y = {"field": "rank", "type": "ordinal", "title": "pipeline rank"}
     return spec(
         height=120, title=f"Pipeline timeline of {slot}", data={"name": "rows"},

@@ -4,7 +4,9 @@ each with its breakdown, memory and simulated pipeline timeline as the page's sc
 
 A timeline of every block can be long (2·m·v·p blocks: 5,120 for 64 micro-batches on 4 ranks with 10 chunks), so the
 plans past ``BLOCKS`` blocks in all keep their ranks' busy and idle intervals only (``compact_timeline``'s ``merged``:
-the idle intervals a chart 1,000 pixels wide shows), which is what a side-by-side comparison of bubbles needs.
+the idle intervals a chart 1,000 pixels wide shows), which is what a side-by-side comparison of bubbles needs. Those of
+a ``schedule.build`` table the page simulates itself when it first shows them (``replay_inputs``, templates/timeline.js:
+the same numbers), so that writing the report does not replay every plan's every action (issue 48).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from meshplan.estimate import COMPONENTS, Estimate, estimate
 from meshplan.report.charts import time_unit
-from meshplan.report.plots import PipelineRun, pipeline_run, short_label
+from meshplan.report.plots import PipelineRun, pipeline_run, pipeline_times, short_label
 from meshplan.report.tiers import tier_axes, tier_headers
+from meshplan.specs.plan import TABLED_SCHEDULES
 from meshplan.units import GiB, fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
@@ -87,11 +90,7 @@ def page_data(plans: Sequence[Detailed], hbm: float, first: Sequence[int] = ()) 
     budget, out = BLOCKS, []
     for d in sorted(plans, key=lambda d: (d.id not in first, d.id)):
         e = d.est
-        run = pipeline_run(e)
-        # every block when the actions alone fit the budget (gaps may still push it over: then merged)
-        timeline = compact_timeline(run, merged=sum(map(len, run.table)) > budget)
-        if not timeline["merged"] and len(timeline["rows"]) > budget:
-            timeline = compact_timeline(run, merged=True)
+        timeline = _timeline(e, budget)
         budget -= 0 if timeline["merged"] else len(timeline["rows"])
         out.append({
             "id": d.id, "origin": d.origin, "label": f"{d.origin}: {short_label(e)}", "describe": e.plan.describe(),
@@ -102,6 +101,31 @@ def page_data(plans: Sequence[Detailed], hbm: float, first: Sequence[int] = ()) 
             "breakdown": {c: e.breakdown.get(c, 0.0) for c in COMPONENTS},
             "parts": {k: v / GiB for k, v in e.memory.items()}, "timeline": timeline})
     return out
+
+
+def _timeline(est: Estimate, budget: int) -> dict[str, Any]:
+    """The plan's timeline with every block when the actions alone fit ``budget`` and the gaps do not push it over,
+    else merged; a merged one of a ``schedule.build`` table is left to the page's script (``replay_inputs``)."""
+    schedule, vpp, t_f, t_b = pipeline_times(est)
+    p, m = est.plan.pp, est.plan.grad_accum
+    if schedule in TABLED_SCHEDULES and 2 * m * vpp * p > budget:  # build's table: one F and one B per (j, c)
+        return replay_inputs(schedule, p, m, vpp, (t_f, t_b))
+    run = pipeline_run(est)
+    timeline = compact_timeline(run, merged=sum(map(len, run.table)) > budget)
+    if not timeline["merged"] and len(timeline["rows"]) > budget:
+        timeline = compact_timeline(run, merged=True)
+    return timeline
+
+
+def replay_inputs(schedule: str, pp: int, m: int, vpp: int, times: tuple[Sequence[float], Sequence[float]]
+                  ) -> dict[str, Any]:
+    """A merged timeline the page computes when it shows it (templates/timeline.js: ``schedule.build``,
+    ``schedule.simulate`` and ``compact_timeline(merged=True)`` in the same floating-point operations): its shape
+    and per-rank forward and backward times per micro-batch and chunk; the page adds unit, step, bubble and rows.
+    Simulating every long timeline here took most of ``meshplan report``'s time (issue 48: 1.5 M actions at 256
+    GPUs)."""
+    return {"pp": pp, "merged": True, "schedule": schedule, "micro_batches": m, "vpp": vpp,
+            "replay": {"t_fwd": list(times[0]), "t_bwd": list(times[1]), "pixels": MERGED_PIXELS}}
 
 
 def compact_timeline(run: PipelineRun, merged: bool) -> dict[str, Any]:

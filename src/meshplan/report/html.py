@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from meshplan.report.ranked import Ranked
     from meshplan.search.run import SearchResult
 
-SCRIPTS = ("space.js", "compare.js")  # the page's own scripts after report.js, in order (templates/)
+SCRIPTS = ("space.js", "timeline.js", "compare.js")  # the page's own scripts after report.js, in order (templates/)
 
 
 def render(result: SearchResult, scaling_rows: Sequence[dict[str, Any]] | None = None, top: int = 5,

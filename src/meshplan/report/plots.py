@@ -213,6 +213,24 @@ class PipelineRun:
         return out
 
 
+def pipeline_times(est: Estimate) -> tuple[str, int, tuple[float, ...], tuple[float, ...]]:
+    """The schedule ``pipeline_run`` simulates, its chunks per rank and each rank's forward and backward times per
+    micro-batch and chunk (its docstring); the HTML report's page simulates the long ones itself (detail.py)."""
+    from meshplan.specs.efficiency import DEFAULT
+    from meshplan.step.assemble import step_costs
+
+    plan, kept = est.plan, est.detail  # the estimate's own step costs where it kept them (estimate.Detail)
+    costs = kept.costs if kept is not None and kept.efficiency is DEFAULT else step_costs(
+        est.model, est.cluster, plan, est.stack)
+    vpp = plan.vpp if plan.pp > 1 else 1
+    schedule = str(plan.schedule) if plan.pp > 1 else "1f1b"
+    if schedule == "interleaved" and vpp == 1:
+        schedule = "1f1b"
+    (first, middle, last) = costs.ranks
+    per_rank = [first] + [middle] * (plan.pp - 2) + [last] if plan.pp > 1 else [first]
+    return (schedule, vpp, tuple(float(f) / vpp for f, _ in per_rank), tuple(float(b) / vpp for _, b in per_rank))
+
+
 def pipeline_run(est: Estimate) -> PipelineRun:
     """Simulate ``est.plan``'s pipeline schedule (schedule.build / schedule.simulate).
 
@@ -223,18 +241,9 @@ def pipeline_run(est: Estimate) -> PipelineRun:
     tests check it).
     """
     from meshplan.schedule import build, simulate
-    from meshplan.step.assemble import step_costs
 
     plan, m = est.plan, est.plan.grad_accum
-    costs = step_costs(est.model, est.cluster, plan, est.stack)
-    vpp = plan.vpp if plan.pp > 1 else 1
-    schedule = str(plan.schedule) if plan.pp > 1 else "1f1b"
-    if schedule == "interleaved" and vpp == 1:
-        schedule = "1f1b"
-    (first, middle, last) = costs.ranks
-    per_rank = [first] + [middle] * (plan.pp - 2) + [last] if plan.pp > 1 else [first]
-    t_f = tuple(float(f) / vpp for f, _ in per_rank)
-    t_b = tuple(float(b) / vpp for _, b in per_rank)
+    schedule, vpp, t_f, t_b = pipeline_times(est)
     if schedule in ("zb-h1", "dualpipe"):  # split backward: B and W half each (zero_bubble.py); DualPipe has no table
         from meshplan.zero_bubble import build_zb_h1, simulate_split
         split = build_zb_h1(plan.pp, m)
@@ -378,5 +387,5 @@ def _label_groups(points: Sequence[RooflinePoint], top: int) -> list[tuple[tuple
     return groups
 
 
-__all__ = ["breakdown_figure", "memory_figure", "timeline_figure", "roofline_figure", "pipeline_run",
+__all__ = ["breakdown_figure", "memory_figure", "timeline_figure", "roofline_figure", "pipeline_run", "pipeline_times",
            "roofline_points", "save", "svg_text", "png_bytes", "short_label"]

@@ -52,11 +52,20 @@ def distance(est: Estimate, run: dict[str, Any], params_b: float | None = None) 
     """How far a run's parallel shape is from the plan's: |log2| ratios of the tensor (tp·tp2), pipeline, context and
     expert sizes, plus half those of the GPU count and the parameter count (``params_b``, billions: the model's
     when not given; ``nearest`` counts it once for all runs)."""
-    p = est.plan
     size = est.model.params() / 1e9 if params_b is None else params_b
-    return (_log2(p.tp * p.tp2, run["tp"] * run["tp2"]) + _log2(p.pp, run["pp"]) + _log2(p.cp, run["cp"])
-            + _log2(p.ep, run["ep"]) + 0.5 * _log2(est.cluster.num_gpus, run["gpus"])
-            + 0.5 * _log2(size, run["params_b"]))
+    return _distance(_shape(est, size), run)
+
+
+def _shape(est: Estimate, params_b: float) -> tuple[float, ...]:
+    """What ``distance`` reads of a plan: tp·tp2, pp, cp, ep, the GPU count and the parameters (billions)."""
+    p = est.plan
+    return p.tp * p.tp2, p.pp, p.cp, p.ep, est.cluster.num_gpus, params_b
+
+
+def _distance(shape: tuple[float, ...], run: dict[str, Any]) -> float:
+    tp, pp, cp, ep, gpus, size = shape
+    return (_log2(tp, run["tp"] * run["tp2"]) + _log2(pp, run["pp"]) + _log2(cp, run["cp"]) + _log2(ep, run["ep"])
+            + 0.5 * _log2(gpus, run["gpus"]) + 0.5 * _log2(size, run["params_b"]))
 
 
 def nearest(est: Estimate, k: int = NEAREST) -> list[dict[str, Any]]:
@@ -64,12 +73,18 @@ def nearest(est: Estimate, k: int = NEAREST) -> list[dict[str, Any]]:
     stood as evidence for a bf16 plan), then by ``distance``; each with ``same_generation``, ``same_class``,
     ``same_precision`` and ``distance``."""
     arch, size = est.cluster.accelerator.architecture or "unstated", est.model.params() / 1e9
-    scored = [run | {"same_generation": run["architecture"] == arch, "same_class": run["moe"] == est.model.is_moe,
-                     "same_precision": _precision(run["precision"]) == _precision(est.plan.precision),
-                     "distance": distance(est, run, size)} for run in runs()]
+    found = _nearest(arch, est.model.is_moe, _precision(est.plan.precision), _shape(est, size), k)
+    return [dict(r) for r in found]
+
+
+@lru_cache(maxsize=256)  # the report's plans share shapes (they differ in ZeRO, recompute, micro-batch ...)
+def _nearest(arch: str, moe: bool, precision: str, shape: tuple[float, ...], k: int) -> tuple[dict[str, Any], ...]:
+    scored = [run | {"same_generation": run["architecture"] == arch, "same_class": run["moe"] == moe,
+                     "same_precision": _precision(run["precision"]) == precision,
+                     "distance": _distance(shape, run)} for run in runs()]
     scored.sort(key=lambda r: (not r["same_generation"], not r["same_class"], not r["same_precision"], r["distance"],
                                r["id"]))
-    return scored[:k]
+    return tuple(scored[:k])
 
 
 def _precision(name: str) -> str:

@@ -49,7 +49,7 @@
 
   function timeline(slot) {
     return function (template) {
-      const spec = JSON.parse(JSON.stringify(template)), p = pair()[slot], t = p.timeline;
+      const spec = JSON.parse(JSON.stringify(template)), p = pair()[slot], t = state.timeline(p);  // timeline.js
       spec.data = { values: t.rows.map(function (r) {
         const kind = KIND[r[3]];
         return { rank: r[0], start: r[1], end: r[2], kind: kind, label: r[4],
