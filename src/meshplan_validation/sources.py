@@ -58,7 +58,15 @@ SDPA = ("PyTorch SDPA (FlashAttention-2 on Hopper and Blackwell: sdp_utils.cpp c
 # Megatron-LM's host issues its kernels as the megatron-core preset's does (12 us per launched kernel, that preset's
 # sources: TransformerEngine #2053, dgxc-benchmarking cpu_overhead): no CUDA graphs before core_r0.11.0
 MEGATRON_HOST = load_stack("megatron-core").host_dispatch
-MEGATRON_2021 = Stack(name="megatron-lm-2021", flash_attention=False, overlap_dp=False, host_dispatch=MEGATRON_HOST,
+# Megatron-LM's own module code of 2020-22 (megatron/model/transformer.py, which Megatron-DeepSpeed and GPT-NeoX carry
+# and Megatron-Core's local layer spec descends from: Python autograd Functions for every parallel linear, the scale-
+# mask-softmax module, bias-dropout-add and bias-GeLU functions) issues each kernel with more Python around it: 50 us
+# of host time per CUDA kernel, from the fixed cost a of Megatron-Core 0.16.1's local-spec GPT layer per micro-batch over
+# its 63 kernels on an H200 host (49-73 us at the host-bound widths and batches, this the low end: the apex and JIT
+# fusions of the published releases issue fewer, lighter calls; data/measured/gpu/*-megatron.json,
+# docs/SMALL_WORK_GPU.md), against 25 us for a plain-PyTorch layer measured in the same call
+MEGATRON_LM_HOST = 50e-6
+MEGATRON_2021 = Stack(name="megatron-lm-2021", flash_attention=False, overlap_dp=False, host_dispatch=MEGATRON_LM_HOST,
                       source="Megatron-LM 2020-22 (Shoeybi et al. 2019; Narayanan et al. 2021; Korthikanti et al. "
                              "2022): fused-softmax attention, no overlap flags yet")
 # Megatron-Core 0.8 with the overlaps its README scaling runs state (--overlap-grad-reduce --overlap-param-gather
