@@ -1,0 +1,76 @@
+"""The host constants of the eager stacks stand on the committed GPU measurements (data/measured/gpu/, issue 46,
+item 3): each is read again from the files here, without a GPU, and the presets must lie in what was measured.
+
+Per CUDA kernel of a training layer, host-bound (micro-batch 1-2 at width 1024, where the GPU is busy a fraction of
+the pass): the fixed cost a of a layer (benchmarks/small_work_gpu_doc.py's fit over the micro-batch of the depths'
+difference) over the kernels PyTorch's profiler counted in it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from meshplan.specs.stack import load_stack
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data" / "measured" / "gpu"
+
+
+def _doc():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("small_work_gpu_doc", ROOT / "benchmarks" / "small_work_gpu_doc.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _per_kernel(rows: list[dict], width: int, batches: tuple[int, ...]) -> list[float]:
+    """Seconds per kernel at each batch: (t(6 layers) − t(2 layers)) / 4 over (kernels(6) − kernels(2)) / 4."""
+    by = {(r["layers"], r["batch"]): r for r in rows if r["width"] == width}
+    return [(by[(6, b)]["eager_s"] - by[(2, b)]["eager_s"]) / (by[(6, b)]["kernels"] - by[(2, b)]["kernels"])
+            for b in batches]
+
+
+def _rows(code: str) -> list[list[dict]]:
+    out = []
+    for path in sorted(DATA.glob("*-small-work*.json")):
+        data = json.loads(path.read_text())
+        parts = data.get("stacks", {"pytorch": data})
+        if code in parts:
+            out.append(parts[code]["rows"])
+    return out
+
+
+def test_plain_pytorch_layer_host_per_kernel_brackets_the_eager_presets() -> None:
+    # run B (small-work.json): (8.490 - 3.567) ms / (305 - 121) kernels = 26.8 us at b = 1; run A: 29.6 us
+    found = [t for rows in _rows("pytorch") for t in _per_kernel(rows, 1024, (1, 2))]
+    assert len(found) == 4
+    assert min(found) == pytest.approx(24.5e-6, abs=0.1e-6) and max(found) == pytest.approx(29.6e-6, abs=0.1e-6)
+    for name in ("pytorch-fsdp", "deepspeed", "torchtitan", "llm-foundry"):
+        assert min(found) * 0.9 <= load_stack(name).host_dispatch <= max(found)
+
+
+def test_megatron_module_code_host_per_kernel_brackets_the_megatron_lm_stack() -> None:
+    from meshplan_validation.sources import MEGATRON_LM_HOST
+
+    (rows,) = _rows("megatron")
+    found = _per_kernel(rows, 1024, (1, 2, 4)) + _per_kernel(rows, 2048, (1, 2))
+    # (27.718 - 9.413) ms / (424 - 172) kernels = 72.6 us at width 1024, b = 1
+    assert found[0] == pytest.approx(72.6e-6, abs=0.1e-6)
+    assert min(found) <= MEGATRON_LM_HOST <= max(found)
+    assert 1.5 * load_stack("pytorch-fsdp").host_dispatch < MEGATRON_LM_HOST  # more Python per kernel, same host
+
+
+def test_counted_kernels_of_the_measured_layer() -> None:
+    """meshplan's count for the plain GPT layer under an eager stack with whole gradients: the forward's 10 as
+    measured; the backward's 29 of the 36 measured (the 12 AccumulateGrad adds all counted since the bias rows'
+    accumulations moved to their linears: cost/eager.py)."""
+    doc = _doc()
+    stack = doc.stacks()["pytorch"][1]
+    row = {"width": 1024, "layers": 6, "batch": 1, "seq": 1024}
+    fwd, bwd = doc.launches_per_layer(row, stack, "NVIDIA H200")
+    assert (fwd, bwd) == (10, 29)
