@@ -120,20 +120,25 @@ def timelines(step: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, floa
            "gpu": sum(max(r["replay_s"] - d * r["launches"], 0.0) for r in launched)}
     out["host_line"] = out["host"] + out["dispatch"] + out["views"]
     out["unexplained"] = out["measured"] - max(out["host_line"], out["gpu"])
+    if step.get("host_cpu_s"):  # measured since step.py records it: the host's own timeline, not a model of it
+        out["host_cpu"] = statistics.median(step["host_cpu_s"])
     return out
 
 
 def timeline_rows(models: Sequence[tuple[dict[str, Any], list[dict[str, Any]]]]) -> tuple[list[str], list[float]]:
+    cpu = any(s.get("host_cpu_s") for s, _ in models)
     lines = ["| model | measured | Σ replayed (the prediction) | autograd + engine + modules | dispatch × kernels | "
-             "views (replayed) | host timeline | GPU timeline | unexplained host time | per op (µs) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "views (replayed) | host timeline | GPU timeline | unexplained host time | per op (µs) |"
+             + (" host CPU time measured |" if cpu else ""), "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+             + ("---:|" if cpu else "")]
     shares = []
     for s, ops in models:
         t = timelines(s, ops)
         shares.append(t["unexplained"] / t["measured"])
         lines.append(f"| {s['model']} | {_ms(t['measured'])} | {_ms(t['replayed'])} | {_ms(t['host'])} | "
                      f"{_ms(t['dispatch'])} | {_ms(t['views'])} | {_ms(t['host_line'])} | {_ms(t['gpu'])} | "
-                     f"{_ms(t['unexplained'])} | {t['unexplained'] / len(ops) * 1e6:.1f} |")
+                     f"{_ms(t['unexplained'])} | {t['unexplained'] / len(ops) * 1e6:.1f} |"
+                     + ((f" {_ms(t['host_cpu'])} |" if "host_cpu" in t else " – |") if cpu else ""))
     return lines, shares
 
 
@@ -213,7 +218,10 @@ def render(records: list[dict[str, Any]], data: Path | str) -> str:
         "of the ratio is the timing mode's own: profile.py). The rest is Python between ops (the modules' "
         "forward bodies beyond `nn.Module.__call__`, which host.py prices at "
         f"{host['module'] * 1e6:.2f} µs a call; the optimizer's per-parameter lists; `zero_grad`): on a CPU it hides "
-        "in the kernels' time (MEASURED.md), on this GPU it is most of the step.",
+        "in the kernels' time (MEASURED.md), on this GPU it is the share above. No microbenchmark of one op "
+        "sees it; check-step now records each timed step's host CPU time before its final synchronisation "
+        "(step.py, `host_cpu_s` in the step record), so that the next GPU run measures the host's timeline itself "
+        "(a last column of this table when the data file holds it).",
         "",
     ]
     return "\n".join(lines)

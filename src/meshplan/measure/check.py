@@ -179,6 +179,7 @@ def check_step(name: str, model: Any, inputs: Sequence[Any], make_optimizer: Cal
     totals = [sum(t[s.key] * s.count for s in sigs if t[s.key] == t[s.key]) for t in rounds]
     timing = StepTiming(clock=clock.name, times=tuple(x for t in timings for x in t.times),
                         wall=tuple(x for t in timings for x in t.wall), load_before=timings[0].load_before,
+                        host=tuple(x for t in timings for x in t.host),
                         load_after=load_average(), page_faults=median([t.page_faults for t in timings]))
     return CheckResult(name=name, machine=machine(settings.device, settings.threads), settings=settings,
                        trace=trace, optimizer_ops=tuple(opt_ops), prediction=prediction,
