@@ -14,6 +14,7 @@ predicts now). tests/test_docs.py renders the committed file again and compares.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from collections.abc import Sequence
@@ -142,12 +143,59 @@ def timeline_rows(models: Sequence[tuple[dict[str, Any], list[dict[str, Any]]]])
     return lines, shares
 
 
+def python_rows(models: Sequence[tuple[dict[str, Any], list[dict[str, Any]]]], calls: dict[str, Any],
+                ) -> tuple[list[str], list[float]]:
+    """The unexplained host time against the Python calls of each model's step (benchmarks/python_calls.py), and the
+    step if the host paid a cost per Python call fitted on the other models (least squares through zero)."""
+    rows = [(s, timelines(s, ops), calls["models"][s["model"]]["call"]) for s, ops in models
+            if s["model"] in calls["models"]]
+    lines = ["| model | Python calls per step | unexplained per call (µs) | per call, fitted on the others (µs) | "
+             "step with it (ms) | error | stored error |", "|---|---:|---:|---:|---:|---:|---:|"]
+    errors = []
+    for s, t, n in rows:
+        others = [(u["unexplained"], m) for r, u, m in rows if r is not s]
+        per_call = sum(g * m for g, m in others) / sum(m * m for _, m in others)
+        step = max(t["host_line"] + per_call * n, t["gpu"])
+        errors.append(step / t["measured"] - 1)
+        lines.append(f"| {s['model']} | {n} | {t['unexplained'] / n * 1e6:.2f} | {per_call * 1e6:.2f} | {_ms(step)} | "
+                     f"{_pct(errors[-1])} | {_pct(s['predicted_s'] / s['measured_s'] - 1)} |")
+    return lines, errors
+
+
 def _summary(errors: list[float]) -> str:
     a = sorted(abs(e) for e in errors)
     return f"median |error| {statistics.median(a):.1%}, largest {a[-1]:.1%}"
 
 
-def render(records: list[dict[str, Any]], data: Path | str) -> str:
+def python_section(models: Sequence[tuple[dict[str, Any], list[dict[str, Any]]]], calls: dict[str, Any] | None,
+                   ) -> list[str]:
+    if not calls:
+        return []
+    table, errors = python_rows(models, calls)
+    per = sorted((timelines(s, ops)["unexplained"] / calls["models"][s["model"]]["call"], s["model"])
+                 for s, ops in models if s["model"] in calls["models"])
+    (low, _), (high, _), (worst, outlier) = per[0], per[-2], per[-1]
+    return [
+        "## The missing host time follows the step's Python calls",
+        "",
+        f"Python function calls per step counted on a CPU (`{calls['made_by']}`: `sys.setprofile`, PyTorch "
+        f"{calls['torch']}, transformers {calls['transformers']}; the GPU run had PyTorch "
+        f"{models[0][0]['machine']['torch']}), against the unexplained host time above. Each model's step is then "
+        "predicted with a host cost per Python call fitted on the other models (leave one out), added to the host's "
+        "timeline:",
+        "",
+        *table,
+        "",
+        f"With it: {_summary(errors)} (stored: {_summary([s['predicted_s'] / s['measured_s'] - 1 for s, _ in models])}"
+        f"). The unexplained time comes to {low * 1e6:.1f} to {high * 1e6:.1f} µs per Python call on all models "
+        f"but {outlier} ({worst * 1e6:.1f} µs: not explained here). "
+        "A figure fitted on the data it is judged on is a diagnosis, not a prediction: check-step does not use it "
+        "(the step record's `host_cpu_s` measures the host's timeline on the next GPU run instead).",
+        "",
+    ]
+
+
+def render(records: list[dict[str, Any]], data: Path | str, calls: dict[str, Any] | None = None) -> str:
     models = by_model(records)
     if not models:
         raise SystemExit(f"{data}: no step records")
@@ -223,6 +271,7 @@ def render(records: list[dict[str, Any]], data: Path | str) -> str:
         "(step.py, `host_cpu_s` in the step record), so that the next GPU run measures the host's timeline itself "
         "(a last column of this table when the data file holds it).",
         "",
+        *python_section(models, calls),
     ]
     return "\n".join(lines)
 
@@ -235,7 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     data = Path(args.data) if args.data else newest_data()
     data = (data if data.is_absolute() else ROOT / data).resolve()
-    text = render(read_profiles(data), data.relative_to(ROOT) if data.is_relative_to(ROOT) else data)
+    found = sorted(data.parent.glob("*-python-calls.json"))
+    calls = json.loads(found[-1].read_text()) if found else None
+    text = render(read_profiles(data), data.relative_to(ROOT) if data.is_relative_to(ROOT) else data, calls)
     Path(args.doc).write_text(text)
     print(f"wrote {args.doc}")
     return 0
