@@ -1,14 +1,14 @@
 """The cuBLAS / cuBLASLt workspaces a CUDA training step holds in PyTorch's caching allocator for its whole length:
 bytes that ``torch.cuda.max_memory_allocated`` counts and no traced tensor owns (check-step's peak memory).
 
-PyTorch (aten/src/ATen/cuda/CublasHandlePool.cpp, the version of PyTorch 2.11's era: ``setWorkspaceForHandle``,
-``getCUDABlasLtWorkspace``) gives each cuBLAS handle, on its first GEMM on a stream, a workspace allocated through
-the CUDA caching allocator and kept in a map keyed by (handle, stream) until ``clearCublasWorkspaces``. Handles
-are per thread (``getCurrentCUDABlasHandle``: a thread-local ``PoolWindow`` of ``DeviceThreadHandlePool``,
-ATen/cuda/detail/DeviceThreadHandles.h). A training step runs GEMMs on two threads: its forward and optimizer on
-the caller's, its backward on the autograd engine's thread for the CUDA device (torch/csrc/autograd/engine.cpp,
-``Engine::ready_queue``: "CPU ready queue is per GraphTask, but CUDA device ready queues are shared across all
-graph tasks", served by the device threads ``start_device_threads`` makes). So:
+PyTorch (aten/src/ATen/cuda/CublasHandlePool.cpp at pytorch/pytorch 26a39059ec58: ``setWorkspaceForHandle``,
+``getCUDABlasLtWorkspace``, the behaviour PyTorch 2.11 showed on the H200 below) gives each cuBLAS handle, on its
+first GEMM on a stream, a workspace allocated through the CUDA caching allocator and kept in a map keyed by (handle,
+stream) until ``clearCublasWorkspaces``. Handles are per thread (``getCurrentCUDABlasHandle``: a thread-local
+``PoolWindow`` of ``DeviceThreadHandlePool``, ATen/cuda/detail/DeviceThreadHandles.h). A training step runs GEMMs on
+two threads: its forward and optimizer on the caller's, its backward on the autograd engine's thread for the CUDA
+device (torch/csrc/autograd/engine.cpp, ``Engine::ready_queue``: "CPU ready queue is per GraphTask, but CUDA device
+ready queues are shared across all graph tasks", served by the device threads ``start_device_threads`` makes). So:
 
     resident = cublas × (threads that run a cuBLAS GEMM) + cublasLt × (threads that run a cuBLASLt GEMM)
 
@@ -20,8 +20,10 @@ graph tasks", served by the device threads ``start_device_threads`` makes). So:
   ``addmm`` with a 1-d contiguous bias, β = 1, a float / half / bf16 / double dtype and both matrices larger than
   1 × 1 (aten/src/ATen/native/cuda/Blas.cpp, ``isInputCompliesAddmmCudaLt``): ``nn.Linear`` with a bias. ``mm``
   enters the same function with β = 0 and takes plain cuBLAS.
-- Later sources (``TORCH_CUBLAS_WORKSPACE_CACHE``, default off on CUDA) leave the workspace to cuBLAS's own
-  allocations, outside the caching allocator: ``TORCH_CUBLAS_WORKSPACE_CACHE=0`` reads as no resident workspace.
+- Other versions differ: one keys the map by (device, stream), so both threads share one workspace; a later one
+  (``TORCH_CUBLAS_WORKSPACE_CACHE``, default off on CUDA) leaves the workspace to cuBLAS's own allocations, outside
+  the caching allocator: ``TORCH_CUBLAS_WORKSPACE_CACHE=0`` reads as no resident workspace. Re-check the term when
+  a GPU run's PyTorch moves (the test on the committed run below).
 
 Measured (data/measured/gpu/2026-11-26-nvidia-h200-zoo.jsonl.gz, H200, PyTorch 2.11): measured − predicted peak
 is 65.00 MiB + 1 to 5 KiB on the four zoo models whose step holds no other unpredicted block (BERT, ViT,
