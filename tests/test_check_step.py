@@ -205,6 +205,9 @@ def test_learned_residual_and_saved_profile(capsys, tmp_path):
     ops = [r for r in records if r["record"] == "op"]
     assert step["predicted_s"] == pytest.approx(data["step"]["predicted_s"], rel=1e-9)
     assert len(ops) == data["ops"]["traced"] and {r["phase"] for r in ops} >= {"fwd", "bwd_x", "opt"}
+    # each timed step's host CPU time (step.py; 2 rounds x 3 steps): on a CPU by the CPU clock, the step's own time
+    assert len(step["host_cpu_s"]) == len(step["steps_s"]) == 6
+    assert all(0 < h <= t * 1.05 + 1e-4 for h, t in zip(step["host_cpu_s"], step["steps_s"], strict=True))
 
 
 def test_sgd_is_plain_and_sgd_momentum_keeps_a_buffer():

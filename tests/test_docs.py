@@ -58,7 +58,7 @@ GENERATED = {"ACCURACY.md", "accuracy_summary.json", "accuracy.png", "INDEPENDEN
              "STRATEGIES.md", *QUICK, "img/report.png", "img/plan-space.png", "img/compare.png", "img/trust.png",
              "img/serve.png", "img/serve-space.png", "img/breakdown.png", "img/memory.png", "img/roofline.png",
              "img/timeline.png", "img/scaling.png", "img/param-hbm_bandwidth.png", "img/param-nic_bandwidth.png",
-             "MEASURED.md"}
+             "MEASURED.md", "MEASURED_GPU.md"}
 
 
 def _first_difference(old: bytes, new: bytes) -> str:
@@ -197,6 +197,15 @@ def test_small_work_gpu_document_is_current(tmp_path):
     doc = _script("small_work_gpu_doc")
     doc.main(["--doc", str(tmp_path / "SMALL_WORK_GPU.md")])
     _same(tmp_path / "SMALL_WORK_GPU.md", "SMALL_WORK_GPU.md", "python benchmarks/small_work_gpu_doc.py")
+
+
+def test_measured_gpu_document_is_what_the_committed_gpu_data_renders(tmp_path):
+    """docs/MEASURED_GPU.md from the committed GPU zoo run (data/measured/gpu/*-zoo.jsonl.gz), rendered again from its
+    records alone (the peak's workspace term recomputed from the op records): no GPU needed."""
+    doc = _script("measured_gpu_doc")
+    (data,) = sorted((ROOT / "data" / "measured" / "gpu").glob("*-zoo.jsonl.gz"))[-1:]
+    doc.main(["--data", str(data.relative_to(ROOT)), "--doc", str(tmp_path / "MEASURED_GPU.md")])
+    _same(tmp_path / "MEASURED_GPU.md", "MEASURED_GPU.md", "python benchmarks/measured_gpu_doc.py")
 
 
 def test_autoshard_document_is_current(tmp_path):

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meshplan.errors import SpecError
+from meshplan.measure.blas_workspace import calls_of_ops, resident_workspace
 from meshplan.measure.host import HostCosts, measure_host
 from meshplan.measure.predict import StepPrediction, predict_step
 from meshplan.measure.profile import op_profile
@@ -116,8 +117,24 @@ def machine(device: str, threads: int) -> dict[str, Any]:
     from meshplan.calibrate.bench import device_info
 
     info = device_info(device)
-    return {"device": device, "name": info["name"], "cores": os.cpu_count() or 1, "threads": threads,
-            "torch": torch.__version__, "python": platform.python_version(), "system": platform.system()}
+    out = {"device": device, "name": info["name"], "cores": os.cpu_count() or 1, "threads": threads,
+           "torch": torch.__version__, "python": platform.python_version(), "system": platform.system()}
+    if device.startswith("cuda"):  # what blas_workspace.py sizes the cuBLAS workspace by
+        out["capability"] = ".".join(map(str, torch.cuda.get_device_capability()))
+    return out
+
+
+def step_resident(device: str, ops: Sequence[TracedOp]) -> int:
+    """Bytes a step on ``device`` holds beside its tensors: on a GPU the BLAS handles' workspaces
+    (blas_workspace.py, at this device's compute capability and this process's environment); none on a CPU."""
+    if not device.startswith("cuda"):
+        return 0
+    import os
+
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    return resident_workspace(calls_of_ops(ops), (major, minor), os.environ)
 
 
 def trace_step(model: Any, inputs: Sequence[Any], make_optimizer: Callable[[list], Any], device: str = "cpu"
@@ -153,7 +170,8 @@ def check_step(name: str, model: Any, inputs: Sequence[Any], make_optimizer: Cal
             timings.append(time_steps(step, clock, warmup=settings.warmup if r == 0 else 1, steps=settings.steps))
         times = {s.key: median([t[s.key] for t in rounds]) for s in sigs}
         prediction = predict_step(trace, opt_ops, times, host, serial=settings.device == "cpu",
-                                  optimizer=settings.optimizer, workspace=workspaces(sigs, settings.device))
+                                  optimizer=settings.optimizer, workspace=workspaces(sigs, settings.device),
+                                  resident=step_resident(settings.device, [*trace.ops, *opt_ops]))
         peak = peak_bytes(step, held_bytes(model, inputs, optimizer), settings.device)
         per_op: list[float | None] = []
         if settings.profile_ops:
@@ -161,6 +179,7 @@ def check_step(name: str, model: Any, inputs: Sequence[Any], make_optimizer: Cal
     totals = [sum(t[s.key] * s.count for s in sigs if t[s.key] == t[s.key]) for t in rounds]
     timing = StepTiming(clock=clock.name, times=tuple(x for t in timings for x in t.times),
                         wall=tuple(x for t in timings for x in t.wall), load_before=timings[0].load_before,
+                        host=tuple(x for t in timings for x in t.host),
                         load_after=load_average(), page_faults=median([t.page_faults for t in timings]))
     return CheckResult(name=name, machine=machine(settings.device, settings.threads), settings=settings,
                        trace=trace, optimizer_ops=tuple(opt_ops), prediction=prediction,

@@ -11,7 +11,8 @@ bytes · β + FLOPs · γ, all ≥ 0: calibrate.fit.nnls). host(op): autograd re
 floating-point result, plus the engine's cost of running its backward node (host.py). The optimizer's ops are
 traced (trace/optimizer.py) and replayed like the model's. Peak memory: the trace's liveness peak
 (trace/liveness.py, Adam's two states), or the optimizer step's if higher (parameters, gradients, states and the
-largest set of its temporaries alive at once).
+largest set of its temporaries alive at once), plus what stays allocated through the whole step without being a
+traced tensor (on a GPU the cuBLAS / cuBLASLt workspaces: blas_workspace.py).
 """
 
 from __future__ import annotations
@@ -122,9 +123,9 @@ def _host(op: TracedOp, host: HostCosts) -> float:
 
 def predict_step(trace: Trace, optimizer_ops: Sequence[TracedOp], times: Mapping[str, float], host: HostCosts,
                  *, serial: bool = True, optimizer: str = "adamw", workspace: Mapping[str, int] | None = None,
-                 ) -> StepPrediction:
+                 resident: int = 0) -> StepPrediction:
     """The step's prediction from replayed signature times (``times``: signature key → seconds, NaN: not
-    replayed)."""
+    replayed); ``resident``: bytes held through the whole step beside the traced tensors (blas_workspace.py)."""
     ops = [*trace.ops, *optimizer_ops]
     if not ops:
         raise SpecError("the traced step has no ops")
@@ -148,7 +149,7 @@ def predict_step(trace: Trace, optimizer_ops: Sequence[TracedOp], times: Mapping
                                  group=groups[i] if groups[i] in chains else -1))
     rows = _with_fused(rows, chains, fits)
     return StepPrediction(ops=tuple(rows), module_calls=trace.module_calls, host=host, serial=serial,
-                          peak_bytes=predict_peak(trace, optimizer_ops, optimizer, workspace), fits=fits,
+                          peak_bytes=predict_peak(trace, optimizer_ops, optimizer, workspace) + resident, fits=fits,
                           groups=tuple(chains.values()))
 
 

@@ -5,13 +5,14 @@ One file per run of the zoo (``data/measured/<date>-<machine>.jsonl.gz``, gzip: 
 each line is a record:
 
     {"record": "step", "model", "machine", "date", "params", "ops", "kernels", "predicted_s", "measured_s",
-     "steps_s", "wall_s", "kernels_s", "host_s", "module_calls", "predicted_peak_bytes", "measured_peak_bytes",
-     "load", "clock", "threads", "page_faults", "host_costs", "replay_spread"}
+     "steps_s", "wall_s", "host_cpu_s", "kernels_s", "host_s", "module_calls", "predicted_peak_bytes",
+     "measured_peak_bytes", "load", "clock", "threads", "page_faults", "host_costs", "replay_spread"}
     {"record": "op", "model", "index", "target", "phase", "cls", "kind", "flops", "bytes_read",
      "bytes_written", "inputs": ["4x128x256:float32", …], "outputs", "m", "n", "k", "groups", "distance", "group",
      "group_ops", "launches", "source", "replay_s", "host_s", "measured_s"}
 
-Times and distances are rounded to five significant digits.
+Times and distances are rounded to five significant digits. ``host_cpu_s`` (each timed step's CPU time before its
+final synchronisation, step.py) is absent from files written before it was recorded.
 
 ``replay_s`` is the analytic prediction of the op's kernel (replay.py), ``measured_s`` its in-step time
 (profile.py; null when the op was not matched).
@@ -40,6 +41,7 @@ def step_record(result: CheckResult, date: str | None = None) -> dict[str, Any]:
             "date": date or datetime.date.today().isoformat(), "params": result.trace.params, "ops": len(p.ops),
             "kernels": sum(o.launches for o in p.ops), "predicted_s": p.seconds,
             "measured_s": m.timing.seconds, "steps_s": list(m.timing.times), "wall_s": list(m.timing.wall),
+            "host_cpu_s": list(m.timing.host),
             "kernels_s": p.kernels, "host_s": p.host_seconds, "module_calls": p.module_calls,
             "predicted_peak_bytes": p.peak_bytes, "measured_peak_bytes": m.peak_bytes,
             "load": [m.timing.load_before, m.timing.load_after], "clock": m.timing.clock,

@@ -6,6 +6,10 @@ The loss is the trace's (capture.loss_of): a 0-d floating output if the model re
 labels), else the sum of its first floating output. The model's output is dropped as soon as the loss is taken,
 so only what autograd saved stays alive through the backward pass, as in the trace's liveness analysis.
 
+Host time: the process's CPU time (every thread: the caller's and, on a GPU, the autograd engine's device thread
+that runs the backward) from the step's start to its return, before the synchronisation that waits for its last
+kernels: the host's own timeline, which a GPU step is when the host is the bottleneck (docs/MEASURED_GPU.md).
+
 Peak memory: on a GPU, ``torch.cuda.max_memory_allocated`` over the step (the caching allocator's count of
 live tensor bytes, not its reserved pool); on a CPU, the profiler's memory events (every allocation and free
 the CPU allocator made during the step, ``torch.profiler`` with ``profile_memory=True``) added to the bytes
@@ -33,6 +37,7 @@ class StepTiming:
     load_before: float
     load_after: float
     page_faults: float  # minor page faults per step (median): fresh memory the allocator had to map
+    host: tuple[float, ...] = ()  # the process's CPU time over each step before its final synchronisation
 
     @property
     def seconds(self) -> float:
@@ -64,17 +69,19 @@ def time_steps(step: Callable[[], None], clock: Clock, *, warmup: int = 3, steps
     for _ in range(warmup):
         step()
     before = load_average()
-    times, wall, faults = [], [], []
+    times, wall, faults, host = [], [], [], []
     for _ in range(steps):
         f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         w0, t0 = time.perf_counter(), clock.now()
+        c0 = time.process_time()
         step()
+        host.append(time.process_time() - c0)
         t1 = clock.now()
         times.append(t1 - t0)
         wall.append(time.perf_counter() - w0)
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
     return StepTiming(clock=clock.name, times=tuple(times), wall=tuple(wall), load_before=before,
-                      load_after=load_average(), page_faults=median([float(f) for f in faults]))
+                      load_after=load_average(), page_faults=median([float(f) for f in faults]), host=tuple(host))
 
 
 def held_bytes(model: Any, inputs: Sequence[Any], optimizer: Any) -> int:
