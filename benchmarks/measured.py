@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         data = Path(args.data) if args.data else (
             DATA / f"{datetime.date.today().isoformat()}-{machine_slug(mach['name'], mach['cores'])}.jsonl.gz")
         write_profile(data, results)
-        print(f"wrote {data.relative_to(ROOT)}")
+        print(f"wrote {data}")
     data = data.resolve()
     text = render(read_profiles(data), data.relative_to(ROOT) if data.is_relative_to(ROOT) else data)
     Path(args.doc).write_text(text)
