@@ -69,9 +69,10 @@ def test_eager_sequences_count_their_aten_kernels():
 
 
 def test_stack_presets_state_their_host_cost():
-    # eager PyTorch stacks 15 us per kernel, Megatron-Core family 12 us; Megatron-Bridge captures CUDA graphs
+    # eager PyTorch stacks 25 us per kernel (measured on an H200 host: tests/test_small_work_gpu.py), Megatron-Core
+    # family 12 us; Megatron-Bridge captures CUDA graphs
     for name in ("deepspeed", "pytorch-fsdp", "torchtitan", "llm-foundry"):
-        assert load_stack(name).host_dispatch == 15e-6 and not load_stack(name).cuda_graphs, name
+        assert load_stack(name).host_dispatch == 25e-6 and not load_stack(name).cuda_graphs, name
     for name in ("megatron-core", "nemo", "megatron-bridge"):
         assert load_stack(name).host_dispatch == 12e-6, name
     assert load_stack("megatron-bridge").cuda_graphs and not load_stack("megatron-core").cuda_graphs
