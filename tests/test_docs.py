@@ -58,7 +58,7 @@ GENERATED = {"ACCURACY.md", "accuracy_summary.json", "accuracy.png", "INDEPENDEN
              "STRATEGIES.md", *QUICK, "img/report.png", "img/plan-space.png", "img/compare.png", "img/trust.png",
              "img/serve.png", "img/serve-space.png", "img/breakdown.png", "img/memory.png", "img/roofline.png",
              "img/timeline.png", "img/scaling.png", "img/param-hbm_bandwidth.png", "img/param-nic_bandwidth.png",
-             "MEASURED.md", "MEASURED_GPU.md"}
+             "MEASURED.md", "MEASURED_GPU.md", "SMALL_WORK_GPU.md"}
 
 
 def _first_difference(old: bytes, new: bytes) -> str:
