@@ -24,7 +24,7 @@ LAYERS = [
     ("comm", "groups", "allreduce"),
     ("cost",),
     ("memory", "roofline"),
-    ("bubble", "channels", "schedule_replay", "schedule", "steady", "zero_bubble"),
+    ("bubble", "channels", "contention", "schedule_replay", "schedule", "steady", "zero_bubble"),
     ("step",),
     ("estimate", "goodput"),
     ("serve",),

@@ -64,7 +64,8 @@ def _with_sends(plan: Plan, stack: Stack, rank: PassTimes, u: Units) -> PassTime
     if stack.overlap_pp:
         hid_f = sends * where(interleaved, minimum(send_f, t.t_f / v), 0.0)
         hid_b = sends * where(interleaved, minimum(send_b, t.t_b / v), 0.0)
-    return rank.plus(replace(added, fwd_comm=sends * paid_f, hidden_f=hid_f, hidden_b=hid_b))
+    return rank.plus(replace(added, fwd_comm=sends * paid_f, hidden_f=hid_f, hidden_b=hid_b,
+                             traffic_f=sends * send_f, traffic_b=sends * send_b))
 
 
 def cadence(plan: Plan) -> tuple[Num, Num]:
