@@ -42,7 +42,7 @@ from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
 from meshplan.step.memory import activation_memory, offloaded_activations
 from meshplan.step.passes import PassTimes
-from meshplan.step.stages import cadence, ep_overlapped, split_bubble, stage_times
+from meshplan.step.stages import cadence, ep_overlapped, split_bubble, stage_times, two_chunk_times
 from meshplan.step.units import Parts, Units, unit_costs
 from meshplan.xp import Num, where
 
@@ -128,7 +128,8 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     forward: dict = {}  # the forward passes do not change with the recompute mode: priced once without copies
     for r, rc in enumerate(grid.recompute):
         ranked = _with(plan, recompute=rc)
-        first, last, middle = stage_times(model, ranked, stack, units[rc])
+        first, last, middle = two_chunk_times(ranked.schedule, *stage_times(model, ranked, stack, units[rc]),
+                                              units[rc].head)
         if ranked.schedule == "dualpipe":  # its chunk pairs hide the EP all-to-alls (zero_bubble.ep_overlapped)
             first, last, middle = (ep_overlapped(t, slowdown) for t in (first, last, middle))
         if ranked.schedule in SPLIT_SCHEDULES:
