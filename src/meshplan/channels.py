@@ -43,7 +43,7 @@ plus the bubble.
 
 Link contention (contention.py): where the data-parallel collectives overlap a pass whose layer traffic uses a tier
 they also span (dp inside the NVLink domain beside tp; gradients and pipeline sends across nodes), the two share that
-tier's bandwidth: T' and D above grow by the fluid model's waits before X is taken.
+tier's bandwidth: X grows by the fluid model's wait W.
 Not modelled: on DGX-class nodes GPUDirect RDMA and host copies share the GPU's PCIe link (taken here as two paths).
 """
 
@@ -279,12 +279,11 @@ def step_channels(p: Passes, m: Num, c: Collectives | tuple[Collectives, Collect
         key = (pass_, id(d), id(s))
         if key not in memo:
             k, h = (p.k_f, p.h_f) if pass_ == "f" else (p.k_b, p.h_b)
-            if not overlapped or (type(s) is float and s == 0.0):
-                memo[key] = (d, s, _pass(bare[pass_], k, h, d, off.copy, off.share, slowdown, overlapped, off.fetch))
-            else:  # the pass's own wait for the shared tier (T'' − T') is the collectives' too
-                t, dp = contended(bare[pass_], p.c_f if pass_ == "f" else p.c_b, d, s)
-                grown, moved = _pass(t, k, h, dp, off.copy, off.share, slowdown, overlapped, off.fetch)
-                memo[key] = (d, s, (grown + (t - bare[pass_]), moved))
+            dp, moved = _pass(bare[pass_], k, h, d, off.copy, off.share, slowdown, overlapped, off.fetch)
+            if overlapped and not (type(s) is float and s == 0.0):  # the pass (X = T + dp + moved) waits W for
+                whole = (p.t_f if pass_ == "f" else p.t_b) + dp + moved  # the shared tiers
+                dp = dp + contended(whole, p.c_f if pass_ == "f" else p.c_b, d, s)
+            memo[key] = (d, s, (dp, moved))
         return memo[key][2]
 
     out = {}

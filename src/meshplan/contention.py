@@ -13,15 +13,18 @@ flight the link carries bytes_a + bytes_b at its bandwidth, each flow at half of
         traffic_b), exposed or hidden under its kernels alike, however the overlap rules split it
     S   the seconds of the pass's data-parallel collectives on the tiers the layer traffic also spans (their
         bandwidth terms there, ``shared_collectives``): 0 where the groups sit on different tiers
-Contended, both flows wait for the smaller one on the shared tier:
-    T' → T' + min(C, S)        D → D + min(C, S)
-so the pass, max(T', D) and the rest of channels.py's X, grows by min(C, S). The layer traffic's wait is taken as
-exposed whether the traffic was hidden or not (an upper bound: a hidden collective's stretch may still fit under its
-kernels); so the wait does not depend on how the overlap rules split the traffic, and faster kernels, which expose
-traffic they hid, never lengthen a pass. The flows are taken to start together, as the gradient buckets of the last
-backward start while its layers' collectives run (Megatron-Core overlap_grad_reduce); latency terms do not share
-(only bytes do). Where no tier is shared S = 0 and nothing moves; C and S are sums of collectives' times, which never
-shrink when a rate drops, so a faster link or GPU never slows a step (tests/test_contention.py,
+The data-parallel collectives start with the pass (the gradient buckets of the last backward while its layers'
+collectives run: Megatron-Core overlap_grad_reduce; the parameter gathers with the forward) and are in flight for
+min(D, X) of it, X the pass as channels.py prices it (its kernels, exposed traffic, the collectives' own exposure and
+the offload copies'); the layer traffic is spread over the pass, so C·min(D, X)/X of it is in flight beside them. The
+two flows on the shared tiers then wait for the smaller of the two overlapping volumes, and the pass with them:
+    W = min(S, min(C, X)·min(D, X)/X)          X → X + W
+The layer traffic's wait is taken as exposed whether the traffic was hidden or not (an upper bound: a hidden
+collective's stretch may still fit under its kernels); so it does not depend on how the overlap rules split the
+traffic, and faster kernels, which expose traffic they hid, never lengthen a pass. Latency terms do not share (only
+bytes do). Where no tier is shared S = 0 and nothing moves. Monotone: C, D and S never shrink when a rate drops, X
+never does (channels.py), and X + min(C, X)·min(D, X)/X never shrinks with X (its slope is 1 − C·D/X² ≥ 0 where
+C, D ≤ X, else 1 or more), so a faster link or GPU never slows a step (tests/test_contention.py,
 tests/test_properties.py). The congestion-unaware model (each collective at the full link rate, as ASTRA-sim's
 analytical backend) is S = 0.
 """
@@ -105,14 +108,14 @@ def shared_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: S
     return minimum(shared[0], full[0]), minimum(shared[1], full[1]), minimum(shared[2], full[2])
 
 
-def contended(bare: Num, traffic: Num, d: Num, shared: Num) -> tuple[Num, Num]:
-    """(T'', D'') of a pass (T' = ``bare``) whose data-parallel collectives (``d`` seconds, ``shared`` of them on the
-    tiers the layer traffic also uses) overlap its layer traffic (``traffic``: C seconds): both wait
-    min(C, S) (module docstring). ``shared`` the float 0.0: unchanged."""
+def contended(whole: Num, traffic: Num, d: Num, shared: Num) -> Num:
+    """W of a pass (X = ``whole``) whose data-parallel collectives (``d`` seconds, ``shared`` of them on the tiers
+    the layer traffic also uses) overlap its layer traffic (``traffic``: C seconds): min(S, min(C, X)·min(D, X)/X)
+    (module docstring). ``shared`` the float 0.0: 0."""
     if type(shared) is float and shared == 0.0:
-        return bare, d
-    wait = minimum(maximum(traffic, 0.0), shared)
-    return bare + wait, d + wait
+        return 0.0
+    span = maximum(whole, 1e-30)
+    return minimum(shared, minimum(traffic, span) * minimum(d, span) / span)
 
 
 def any_shared(c: Sequence[Num]) -> bool:
