@@ -107,7 +107,8 @@ class PassTimes:
     hidden_b: Num = 0.0  # ... under the backward kernels and the recompute
     host: Num = ZERO  # seconds the GPU waits on the host beyond its kernels and exposed communication (host-bound)
     # the pass's collectives and sends at their own seconds, exposed or hidden alike (each rule's c, not what it
-    # leaves exposed): the traffic that shares a tier with the data-parallel collectives (contention.py)
+    # leaves exposed; full recompute's re-run forward ones in the backward, selective recompute's left out): the
+    # traffic that shares a tier with the data-parallel collectives (contention.py)
     traffic_f: Num = ZERO
     traffic_b: Num = ZERO
 
