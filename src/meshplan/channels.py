@@ -41,8 +41,10 @@ non-decreasing in every latency; so the step never lengthens when a rate grows a
 optimizer step; the step is the larger of the first and the last rank's (a middle rank holds no more than the first),
 plus the bubble.
 
-Not modelled: on DGX-class nodes GPUDirect RDMA and host copies share the GPU's PCIe link (taken here as two paths);
-data-parallel traffic contending with TP traffic on a shared NVLink (dp placed inside the NVLink domain beside tp).
+Link contention (contention.py): where the data-parallel collectives overlap a pass whose layer traffic uses a tier
+they also span (dp inside the NVLink domain beside tp; gradients and pipeline sends across nodes), the two share that
+tier's bandwidth: X grows by the fluid model's wait W.
+Not modelled: on DGX-class nodes GPUDirect RDMA and host copies share the GPU's PCIe link (taken here as two paths).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from meshplan.comm import Layout, collective_time, fastest_time, split_group
+from meshplan.contention import contended
 from meshplan.cost.params import StageParams, layers_on_first, layers_on_last, trainable
 from meshplan.cost.records import OpCost
 from meshplan.groups import axis_layout
@@ -76,6 +79,8 @@ class Passes:
     k_b: Num
     h_f: Num
     h_b: Num
+    c_f: Num = 0.0  # the layer traffic of each pass at its own seconds, exposed or hidden (contention.py's C)
+    c_b: Num = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,30 +259,39 @@ def _stage_traffic(c: Collectives, zero: int) -> tuple[Num, ...]:
     return tuple(sums[kinds] for kinds in ZERO_TRAFFIC[zero])
 
 
-def step_channels(p: Passes, m: Num, c: Collectives, zeros: tuple[int, ...], off: Offload, slowdown: float,
-                  overlapped: bool, forward: dict | None = None) -> dict[int, tuple[Num, Num]]:
+def step_channels(p: Passes, m: Num, c: Collectives | tuple[Collectives, Collectives], zeros: tuple[int, ...],
+                  off: Offload, slowdown: float, overlapped: bool, forward: dict | None = None
+                  ) -> dict[int, tuple[Num, Num]]:
     """For each ZeRO stage in ``zeros``: what the data-parallel collectives and the offload copies add to a rank's
-    step, (dp, offload) seconds, summed over its m forward and m backward passes. Passes that carry the same traffic
-    are priced once (the search asks for every stage at once), and terms that are the constant 0.0 cost nothing.
-    ``forward``: a memo of forward passes without copies, shared by callers whose ranks differ only in their
-    recompute mode (which changes the backward pass only)."""
+    step, (dp, offload) seconds, summed over its m forward and m backward passes. ``c``: the collectives, or they and
+    their seconds on the tiers the layers' own traffic shares (contention.py: overlapped, the two flows share those
+    tiers' bandwidth). Passes that carry the same traffic are priced once (the search asks for every stage at once),
+    and terms that are the constant 0.0 cost nothing. ``forward``: a memo of forward passes without copies, shared by
+    callers whose ranks differ only in their recompute mode (which changes the backward pass only)."""
+    c, shared = (c, None) if isinstance(c, Collectives) else c
     bare = {"f": p.t_f - slowdown * p.h_f, "b": p.t_b - slowdown * p.h_b}
-    priced: dict[tuple[str, int], tuple[Num, tuple[Num, Num]]] = {}
-    shared = forward is not None and type(off.copy) is float and off.copy == 0.0 and type(off.fetch) is float \
+    priced: dict[tuple[str, int, int], tuple[Num, Num, tuple[Num, Num]]] = {}
+    plain = forward is not None and type(off.copy) is float and off.copy == 0.0 and type(off.fetch) is float \
         and off.fetch == 0.0
 
-    def one(pass_: str, d: Num) -> tuple[Num, Num]:
-        memo = forward if shared and pass_ == "f" and forward is not None else priced
-        key = (pass_, id(d))
+    def one(pass_: str, d: Num, s: Num) -> tuple[Num, Num]:
+        memo = forward if plain and pass_ == "f" and forward is not None else priced
+        key = (pass_, id(d), id(s))
         if key not in memo:
             k, h = (p.k_f, p.h_f) if pass_ == "f" else (p.k_b, p.h_b)
-            memo[key] = (d, _pass(bare[pass_], k, h, d, off.copy, off.share, slowdown, overlapped, off.fetch))
-        return memo[key][1]
+            dp, moved = _pass(bare[pass_], k, h, d, off.copy, off.share, slowdown, overlapped, off.fetch)
+            if overlapped and not (type(s) is float and s == 0.0):  # the pass (X = T + dp + moved) waits W for
+                whole = (p.t_f if pass_ == "f" else p.t_b) + dp + moved  # the shared tiers
+                dp = dp + contended(whole, p.c_f if pass_ == "f" else p.c_b, d, s)
+            memo[key] = (d, s, (dp, moved))
+        return memo[key][2]
 
     out = {}
     for zero in zeros:
-        first_f, other_f, last_b, other_b = _stage_traffic(c, zero)
-        terms = ((1, one("f", first_f)), (m - 1, one("f", other_f)), (1, one("b", last_b)), (m - 1, one("b", other_b)))
+        traffic = _stage_traffic(c, zero)
+        sharing = (0.0,) * 4 if shared is None else _stage_traffic(shared, zero)
+        f1, f, b1, b = (one(ph, d, s) for ph, d, s in zip("ffbb", traffic, sharing, strict=True))
+        terms = ((1, f1), (m - 1, f), (1, b1), (m - 1, b))
         out[zero] = (_sum((n, part[0]) for n, part in terms), _sum((n, part[1]) for n, part in terms))
     return out
 

@@ -220,6 +220,10 @@ def in_flight_chunks(plan: Plan, last: bool = False) -> Num:
         return minimum(plan.pp, m)  # counted whole: rank 0's is 1F1B's, the last rank's an upper bound
     if plan.schedule == "dualpipe":  # DeepSeek-V3 Table 2: PP + 1 micro-batches of activations
         return minimum(plan.pp + 1, m)
+    if plan.schedule == "zb-v":  # 1F1B's p micro-batches of a whole stage: 2p half-stage chunks, F to W counted
+        return minimum(2 * plan.pp, 2 * m)  # whole (zero_bubble_v.build_zb_v's table, every rank)
+    if plan.schedule == "chimera":  # Li & Hoefler 2021 Table 1: between p/2 + 1 and p micro-batches, the end ranks
+        return minimum(plan.pp, m)  # taken at p
     if plan.schedule in ASYNC_SCHEDULES:
         return plan.pp - rank
     if plan.schedule == "interleaved":
@@ -234,6 +238,8 @@ def embedding_in_flight(plan: Plan) -> Num:
     backward, p + (p - 1) = 2p - 1 are chunk 0's; 1F1B and GPipe hold one chunk, all of their in-flight ones."""
     if plan.schedule == "interleaved":
         return minimum(plan.grad_accum, 2 * plan.pp - 1)
+    if plan.schedule == "zb-v":  # rank 0's 2p chunk-0 forwards before its first chunk-0 input gradient (build_zb_v)
+        return minimum(plan.grad_accum, 2 * plan.pp)
     return in_flight_chunks(plan)
 
 

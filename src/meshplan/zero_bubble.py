@@ -42,8 +42,9 @@ SPLIT_KINDS = ("F", "B", "W")
 
 @dataclass(frozen=True, slots=True)
 class SplitAction:
-    """Forward ("F"), input gradient ("B") or weight gradient ("W") of micro-batch ``micro`` on rank ``stage`` (one
-    model chunk per rank: ``chunk`` 0, as schedule.Action's, whose kinds are F and B only)."""
+    """Forward ("F"), input gradient ("B") or weight gradient ("W") of micro-batch ``micro`` on rank ``stage``,
+    through its model chunk ``chunk``: 0 for the one-chunk schedules here, 0 or 1 for zero_bubble_v.py's two-chunk
+    ones (schedule.Action's kinds are F and B only)."""
 
     stage: int
     kind: str
@@ -51,11 +52,13 @@ class SplitAction:
     chunk: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind not in SPLIT_KINDS or min(self.stage, self.micro) < 0 or self.chunk:
-            raise ValueError(f"split action {self.stage}{self.kind}{self.micro}: kind F, B or W, rank and micro >= 0")
+        if self.kind not in SPLIT_KINDS or min(self.stage, self.micro) < 0 or self.chunk not in (0, 1):
+            raise ValueError(f"split action {self.stage}{self.kind}{self.micro}: kind F, B or W, rank and micro >= 0, "
+                             "chunk 0 or 1")
 
     def __str__(self) -> str:
-        return f"{self.stage}{self.kind}{self.micro}"
+        text = f"{self.stage}{self.kind}{self.micro}"
+        return f"{text}.{self.chunk}" if self.chunk else text
 
 
 SplitTable = tuple[tuple[SplitAction, ...], ...]

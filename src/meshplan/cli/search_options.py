@@ -66,8 +66,8 @@ OPTIONS = [
                  help="also search the asynchronous pipeline schedules pipedream and pipedream-2bw (stale weights: "
                       "not synchronous SGD; only --framework any or generic runs them)"),
     click.option("--split-backward", is_flag=True, default=_space_default("split_backward"),
-                 help="also search the split-backward schedules zb-h1 and dualpipe (only --framework any or generic "
-                      "runs them)"),
+                 help="also search the split-backward schedules zb-h1, zb-v (vpp 2), dualpipe and chimera (only "
+                      "--framework any or generic runs them)"),
     click.option("--placements", type=click.Choice(["all", "default"]),
                  default="all" if _space_default("all_placements") else "default", show_default=True,
                  help="every placement of the axes on the mesh, or tp,cp,dp,pp only"),

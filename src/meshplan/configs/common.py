@@ -33,8 +33,9 @@ def check_layout(plan: Plan, framework: str) -> None:
         raise refuse(framework, "schedule", plan.schedule, "it runs synchronous pipelines only (no PipeDream weight "
                      "stashing or 2BW double buffering): allowed schedules 1f1b, interleaved, gpipe where it has it")
     if plan.schedule in SPLIT_SCHEDULES and plan.pp > 1:  # zero_bubble.py: which frameworks run them
-        raise refuse(framework, "schedule", plan.schedule, "no split-backward schedule with one chunk per rank is run "
-                     "(torchtitan's zero-bubble schedules need 2 stages per rank): allowed 1f1b, interleaved, gpipe")
+        raise refuse(framework, "schedule", plan.schedule, "no split-backward, V-shaped or bidirectional schedule is "
+                     "written (torch's ScheduleZBVZeroBubble needs a V stage placement this emitter does not write; "
+                     "Chimera runs in its authors' code only): allowed 1f1b, interleaved, gpipe")
     if plan.finetune != "full":
         raise refuse(framework, "finetune", plan.finetune, "meshplan writes pre-training configs only")
     shown = [a for a in plan.placement if getattr(plan, a) > 1]

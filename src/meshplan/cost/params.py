@@ -8,7 +8,7 @@ grid), ep·etp the ranks that split the routed experts, H hidden size, V vocabul
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -223,15 +223,22 @@ def trainable(params: StageParams, plan: Plan) -> StageParams:
 
 def stage_params(model: ModelSpec, plan: Plan, first: bool) -> StageParams:
     """The first (embedding) or last (final norm + LM head) stage: its layers (``kind_params``), its own parameters
-    (``end_params``), the MTP layers on the last, LoRA adapters."""
+    (``end_params``), the MTP layers on the last, LoRA adapters. ZB-V's V puts the embedding, the head and the MTP
+    layers on the first rank; Chimera's end ranks hold the first and the last stage each (zero_bubble_v.py)."""
     layers = layers_on_first(model, plan) if first else layers_on_last(model, plan)
     moe_layers = moe_layers_on_stage(model, plan, first)
     other = other_layer_params(model, plan)
     moe_layer = kind_params(model, plan, "moe")
+    if plan.schedule == "chimera":  # each rank holds stage r of one replica and p − 1 − r of the other: the end
+        one, two = (stage_params(model, replace(plan, schedule="1f1b"), end) for end in (True, False))  # ranks both
+        return StageParams(one.dense + two.dense, one.expert + two.expert, one.adapters + two.adapters)  # ends
     single = plan.pp == 1
     extra = end_params(model, plan.tp, single, first)
     mtp = mtp_params(model, plan)
     on_stage = single if first else 1  # the MTP layers sit on the last stage
+    if plan.schedule == "zb-v":  # the V: the first rank holds the first and the last chunk (zero_bubble_v.py)
+        extra = end_params(model, plan.tp, 1, True) if first else 0.0
+        on_stage = 1 if first else 0
     adapters = adapter_params(model, plan) * layers
     dense = other * (layers - moe_layers) + moe_layer.dense * moe_layers
     return StageParams(dense=dense + extra + on_stage * mtp.dense + adapters,

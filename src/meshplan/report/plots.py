@@ -244,6 +244,15 @@ def pipeline_run(est: Estimate) -> PipelineRun:
 
     plan, m = est.plan, est.plan.grad_accum
     schedule, vpp, t_f, t_b = pipeline_times(est)
+    if schedule == "zb-v":  # its V of two chunks per rank, at the ranks' mean chunk times (zero_bubble_v.py)
+        from meshplan.zero_bubble_v import build_zb_v, simulate_routes, v_route
+        v_table = build_zb_v(plan.pp, m)
+        f, b = sum(t_f) / len(t_f), sum(t_b) / len(t_b)
+        return PipelineRun(schedule="zb-v", pp=plan.pp, vpp=2, micro_batches=m, t_fwd=t_f, t_bwd=t_b,
+                           table=cast("Table", v_table), timeline=simulate_routes(v_table, v_route(plan.pp), f, b / 2,
+                                                                                   b / 2))
+    if schedule == "chimera":  # no action table (zero_bubble_v.py): 1F1B's, named so
+        schedule = "1f1b"
     if schedule in ("zb-h1", "dualpipe"):  # split backward: B and W half each (zero_bubble.py); DualPipe has no table
         from meshplan.zero_bubble import build_zb_h1, simulate_split
         split = build_zb_h1(plan.pp, m)

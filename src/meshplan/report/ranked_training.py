@@ -15,6 +15,7 @@ from meshplan.report import terms
 from meshplan.report.fold import Col, Listing
 from meshplan.report.ranked import Lead, Ranked, rejected_listing
 from meshplan.report.tiers import mesh_text, tier_axes, tier_blocks, tier_headers
+from meshplan.specs.plan import SPLIT_SCHEDULES
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ def _plan_cells(result) -> dict[str, list[str]]:
     ests = result.plans
     cells: dict[str, list[str]] = defaultdict(list)
     # a schedule column where a plan runs an asynchronous or a split-backward (zero_bubble.py) pipeline
-    asynchronous = any(e.plan.schedule in (*ASYNC_NOTES, "zb-h1", "dualpipe") and e.plan.pp > 1 for e in ests)
+    asynchronous = any(e.plan.schedule in (*ASYNC_NOTES, *SPLIT_SCHEDULES) and e.plan.pp > 1 for e in ests)
     uneven = any(e.plan.last_stage_layers for e in ests)
     uneven_first = any(e.plan.first_stage_layers for e in ests)
     for est in ests:

@@ -113,9 +113,23 @@ def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray, str]]:
     for schedule in space.async_schedules:  # a pipeline of one chunk per rank; 2BW with m >= p (check._check_async)
         yield np.flatnonzero(flat & (batch.pp > 1) & ((batch.grad_accum >= batch.pp) | (schedule == "pipedream"))), \
             schedule
-    for schedule in space.split_schedules:  # one chunk per rank; DualPipe with p and m even, m >= p (_check_split)
-        dual = (batch.pp % 2 == 0) & (batch.grad_accum % 2 == 0) & (batch.grad_accum >= batch.pp)
-        yield np.flatnonzero(flat & (batch.pp > 1) & (dual | (schedule == "zb-h1"))), schedule
+    for schedule in space.split_schedules:  # the shapes check_pipeline.check_split allows each
+        yield np.flatnonzero(_split_rows(batch, schedule)), schedule
+
+
+def _split_rows(batch: PlanBatch, schedule: str) -> np.ndarray:
+    """The rows a split-backward schedule runs: one chunk per rank (ZB-V: two), p > 1; DualPipe with p and m even,
+    m >= p; ZB-V m >= 2p on even stages; Chimera p even dividing m, on even stages (specs/check_pipeline.py)."""
+    m, pp = batch.grad_accum, batch.pp
+    even = (batch.last_stage_layers == 0) & (batch.first_stage_layers == 0)
+    if schedule == "zb-v":
+        return (batch.vpp == 2) & (pp > 1) & (m >= 2 * pp) & even
+    rows = (batch.vpp == 1) & (pp > 1)
+    if schedule == "dualpipe":
+        return rows & (pp % 2 == 0) & (m % 2 == 0) & (m >= pp)
+    if schedule == "chimera":
+        return rows & (pp % 2 == 0) & (m % pp == 0) & even
+    return rows
 
 
 def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, sized: Sized,

@@ -26,7 +26,7 @@ from meshplan.search.batch import PlanBatch
 from meshplan.specs.plan import Plan
 
 STATUS = ("fits", "memory exceeds HBM", "memory within the headroom", "offload exceeds host memory")
-SCHEDULES = ("1f1b", "interleaved", "gpipe", "pipedream", "pipedream-2bw", "zb-h1", "dualpipe")
+SCHEDULES = ("1f1b", "interleaved", "gpipe", "pipedream", "pipedream-2bw", "zb-h1", "zb-v", "dualpipe", "chimera")
 LAYOUTS = ("1d", "summa", "tp2d")
 SIZES = ("dp", "tp", "tp2", "pp", "cp", "ep", "etp", "vpp", "last_stage_layers", "micro_batch")
 _HASHED = ("dp", "tp", "tp2", "pp", "cp", "ep", "etp", "vpp", "last_stage_layers", "micro_batch", "global_batch")

@@ -204,11 +204,12 @@ def _stored(store: Units | None, slots: np.ndarray, part: Units) -> Units:
     def cat(x: Any, y: Any) -> Any:  # a field: PassTimes or Num
         if isinstance(y, PassTimes):
             return PassTimes(*(cat(None if x is None else getattr(x, f), getattr(y, f)) for f in PassTimes.__slots__))
-        if y is ZERO:
-            if x is not None and x is not ZERO:
-                raise AssertionError("a units field constant in one batch of keys and not in another")
+        if y is ZERO and (x is None or x is ZERO):
             return ZERO
-        tail = np.broadcast_to(np.asarray(y, dtype=np.float64), (len(slots),))
+        # a field constant in one batch of keys and not in another (a host-bound pass: PassTimes.host): zeros there
+        tail = np.broadcast_to(np.asarray(0.0 if y is ZERO else y, dtype=np.float64), (len(slots),))
+        if x is ZERO:
+            x = np.zeros(int(slots[0]))
         return tail.copy() if x is None else np.concatenate([x, tail])
 
     return Units(*(cat(None if store is None else getattr(store, f), getattr(part, f)) for f in Units.__slots__))

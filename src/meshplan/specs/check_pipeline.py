@@ -10,10 +10,25 @@ from meshplan.specs.plan import Plan
 def check_split(plan: Plan, micro: int) -> list[str]:
     """A split-backward schedule (zero_bubble.py) runs one model chunk per rank on a pipeline; DualPipe's two
     directions each feed half of the micro-batches into one end of the pipeline, so pp and m are even and m >= pp
-    (DeepSeek-V3 §3.2.1, Figure 5: 8 ranks, 20 micro-batches, 10 each way)."""
+    (DeepSeek-V3 §3.2.1, Figure 5: 8 ranks, 20 micro-batches, 10 each way). ZB-V runs two chunks per rank (vpp = 2)
+    and m >= 2p; Chimera units of p micro-batches, half down and half up (Li & Hoefler 2021 §3.1, §3.5), p even;
+    both on even stages (zero_bubble_v.py)."""
+    m = plan.grad_accum
+    if plan.schedule in ("zb-v", "chimera") and (plan.first_stage_layers or plan.last_stage_layers):
+        return [f"schedule={plan.schedule} runs even stages: first_stage_layers and last_stage_layers must be 0 "
+                f"(got {plan.first_stage_layers}, {plan.last_stage_layers})"]
+    if plan.schedule == "zb-v":  # two chunks per rank, the V (zero_bubble_v.py); its bubble form needs m >= 2p
+        if plan.pp == 1 or plan.vpp != 2:
+            return [f"schedule=zb-v needs pp > 1 and vpp = 2 (its two chunks per rank; pp={plan.pp}, vpp={plan.vpp})"]
+        if not plan.global_batch % micro and m < 2 * plan.pp:
+            return [f"schedule=zb-v needs m >= 2*pp micro-batches (pp={plan.pp}, m = global_batch/(dp*micro_batch) = "
+                    f"{m})"]
+        return []
     if plan.pp == 1 or plan.vpp > 1:
         return [f"schedule={plan.schedule} needs pp > 1 and vpp = 1 (pp={plan.pp}, vpp={plan.vpp})"]
-    m = plan.grad_accum
+    if plan.schedule == "chimera" and (plan.pp % 2 or (not plan.global_batch % micro and m % plan.pp)):
+        return [f"schedule=chimera needs an even pp dividing the number of micro-batches (units of pp, half each way; "
+                f"pp={plan.pp}, m = global_batch/(dp*micro_batch) = {m})"]
     if plan.schedule == "dualpipe" and (plan.pp % 2 or (not plan.global_batch % micro and (m % 2 or m < plan.pp))):
         return [f"schedule=dualpipe needs an even pp and an even number of micro-batches m >= pp (pp={plan.pp}, "
                 f"m = global_batch/(dp*micro_batch) = {m})"]

@@ -38,8 +38,11 @@ RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_
 ASYNC_SCHEDULES = ("pipedream", "pipedream-2bw")
 # split-backward schedules: the backward split into the input gradient (B) and the weight gradient (W), W passes
 # moved into the bubble: ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", arXiv 2401.10241, §3.1) and
-# DeepSeek-V3's bidirectional DualPipe (arXiv 2412.19437, §3.2.1); zero_bubble.py, memory.py
-SPLIT_SCHEDULES = ("zb-h1", "dualpipe")
+# DeepSeek-V3's bidirectional DualPipe (arXiv 2412.19437, §3.2.1); zero_bubble.py, memory.py; with the two-chunk
+# ones of zero_bubble_v.py: ZB-V (Qi et al. 2024 §6, V-shaped, 2 chunks per rank) and Chimera (Li & Hoefler 2021,
+# bidirectional pipelines of 2 model replicas, its backward whole): the pipelines no preset runs, searched only when
+# asked (search.Space.split_backward)
+SPLIT_SCHEDULES = ("zb-h1", "zb-v", "dualpipe", "chimera")
 TABLED_SCHEDULES = ("gpipe", "1f1b", "interleaved", *ASYNC_SCHEDULES)  # schedule.build's (zero_bubble.py the others)
 SCHEDULES = (*TABLED_SCHEDULES, *SPLIT_SCHEDULES)
 PRECISION = ("bf16", "fp16", "fp8", "mxfp8", "fp4")

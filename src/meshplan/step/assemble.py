@@ -1,6 +1,7 @@
 """The step from its per-micro-batch units, composed once for one plan or a batch of them under a grid of settings
 (recompute × ZeRO × optimizer offload × activation offload), each part computed once for the settings it changes
-with. Time (``compose``): each end rank's m passes, the data-parallel and offload channels beside them (channels.py),
+with. Time (``compose``): each end rank's m passes, the data-parallel and offload channels beside them (channels.py;
+sharing a tier's bandwidth with the layers' traffic where both span it, contention.py),
 its optimizer step, and the bubble (bubble.flow_bubble); the step is the busier of the first and the last pipeline
 rank plus the bubble (``EndSteps.total``, the one sum):
     t_step = max over the end ranks of (m · t_rank + dp + offload + optimizer) + bubble
@@ -20,7 +21,17 @@ from typing import Any, Protocol, cast
 import numpy as np
 
 from meshplan.bubble import flow_bubble
-from meshplan.channels import Offload, Passes, dp_collectives, offload, optimizer_time, step_channels, weight_fetch
+from meshplan.channels import (
+    Collectives,
+    Offload,
+    Passes,
+    dp_collectives,
+    offload,
+    optimizer_time,
+    step_channels,
+    weight_fetch,
+)
+from meshplan.contention import any_shared, shared_collectives
 from meshplan.cost.params import StageParams, stage_params
 from meshplan.memory import Memory, buffer_memory, model_states, resident_weights
 from meshplan.specs.efficiency import DEFAULT, Efficiency
@@ -31,7 +42,7 @@ from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
 from meshplan.step.memory import activation_memory, offloaded_activations
 from meshplan.step.passes import PassTimes
-from meshplan.step.stages import cadence, ep_overlapped, split_bubble, stage_times
+from meshplan.step.stages import cadence, ep_overlapped, split_bubble, stage_times, two_chunk_times
 from meshplan.step.units import Parts, Units, unit_costs
 from meshplan.xp import Num, where
 
@@ -110,12 +121,15 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     params = StageParams(*(_pair(getattr(ends[0], f), getattr(ends[1], f), shape, np.float64)
                            for f in StageParams.__slots__))
     collectives = dp_collectives(model, cluster, plan, params, eff)  # the same for every ZeRO stage
+    shared = Collectives(*shared_collectives(model, cluster, plan, params, eff, collectives))  # contention.py
+    traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
     opt = {(z, oo): optimizer_time(cluster, _with(plan, zero=z, offload_optimizer=oo), params, eff)
            for z in grid.zero for oo in grid.offload_optimizer}
     forward: dict = {}  # the forward passes do not change with the recompute mode: priced once without copies
     for r, rc in enumerate(grid.recompute):
         ranked = _with(plan, recompute=rc)
-        first, last, middle = stage_times(model, ranked, stack, units[rc])
+        first, last, middle = two_chunk_times(ranked.schedule, *stage_times(model, ranked, stack, units[rc]),
+                                              units[rc].head)
         if ranked.schedule == "dualpipe":  # its chunk pairs hide the EP all-to-alls (zero_bubble.ep_overlapped)
             first, last, middle = (ep_overlapped(t, slowdown) for t in (first, last, middle))
         if ranked.schedule in SPLIT_SCHEDULES:
@@ -129,7 +143,7 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
             copies = _copies(model, cluster, _with(ranked, offload_activations=oa), units[rc], shape, dtype)
             channels: dict[int, tuple[Num, Num]] = {}
             for zeros, fetch in _fetches(cluster, plan, params, grid.zero, stack, shape, dtype):
-                channels |= step_channels(passes, per_update, collectives, zeros, replace(copies, fetch=fetch),
+                channels |= step_channels(passes, per_update, traffic, zeros, replace(copies, fetch=fetch),
                                           slowdown, stack.overlap_dp, forward)
             for z, zero in enumerate(grid.zero):
                 dp, moved = (updates * x for x in channels[zero])

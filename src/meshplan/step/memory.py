@@ -30,9 +30,12 @@ def activation_memory(model: ModelSpec, plan: Plan, stack: Stack, u: Units) -> t
     loss = loss_workspace(model, plan, stack)
     embed = u.embed_saved * embedding_in_flight(plan)
     kept_first, kept_last = pipeline_runtime_memory(model, plan, stack)
-    first = activation_bytes(model, plan, u.layer_saved, layer_input) + embed + (u.head_saved + loss) * single
-    last = activation_bytes(model, plan, u.layer_saved, layer_input, last=True) + u.head_saved + loss + (
-        embed * single)
+    # ZB-V: the head on the first rank (its V); Chimera: both ends run an embedding and a head (zero_bubble_v.py)
+    head_first = True if plan.schedule in ("zb-v", "chimera") else single
+    head_last, embed_last = plan.schedule != "zb-v", True if plan.schedule == "chimera" else single
+    first = activation_bytes(model, plan, u.layer_saved, layer_input) + embed + (u.head_saved + loss) * head_first
+    last = activation_bytes(model, plan, u.layer_saved, layer_input, last=True) + (u.head_saved + loss) * head_last \
+        + embed * embed_last
     return first + kept_first, last + kept_last
 
 

@@ -106,6 +106,11 @@ class PassTimes:
     hidden_f: Num = 0.0  # communication seconds hidden under the forward kernels (H of channels.py)
     hidden_b: Num = 0.0  # ... under the backward kernels and the recompute
     host: Num = ZERO  # seconds the GPU waits on the host beyond its kernels and exposed communication (host-bound)
+    # the pass's collectives and sends at their own seconds, exposed or hidden alike (each rule's c, not what it
+    # leaves exposed; full recompute's re-run forward ones in the backward, selective recompute's left out): the
+    # traffic that shares a tier with the data-parallel collectives (contention.py)
+    traffic_f: Num = ZERO
+    traffic_b: Num = ZERO
 
     @property
     def total(self) -> Num:
@@ -120,7 +125,7 @@ class PassTimes:
         passes, not their breakdown: the search's ranking)."""
         comm = self.total - self.fwd - self.bwd - self.recompute
         return PassTimes(self.fwd, self.bwd, self.recompute, comm, ZERO, ZERO, ZERO, self.fwd_comm, self.hidden_f,
-                         self.hidden_b, ZERO)
+                         self.hidden_b, ZERO, self.traffic_f, self.traffic_b)
 
     def scaled(self, k: Num) -> PassTimes:
         return PassTimes(*(v if v is ZERO else v * k for v in (getattr(self, f) for f in PassTimes.__slots__)))
@@ -133,7 +138,7 @@ class PassTimes:
         """The forward and backward pass: T, K and H of channels.py."""
         t_f = self.fwd + self.fwd_comm
         return Passes(t_f=t_f, t_b=self.total - t_f, k_f=self.fwd, k_b=self.bwd + self.recompute,
-                      h_f=self.hidden_f, h_b=self.hidden_b)
+                      h_f=self.hidden_f, h_b=self.hidden_b, c_f=self.traffic_f, c_b=self.traffic_b)
 
 
 def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, recompute: str,
@@ -162,6 +167,7 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, re
     else:
         redo = 0.0
     pp = {ph: g((ph, "pp_exposed"), 0.0) for ph in "fb"}
+    traffic = _traffic(ops, times)
     fwd_comm = tp["f"] + cp["f"] + ep["f"] + pp["f"]
     idle: Num = ZERO
     if stack.host_dispatch and any(op.collective is None for op in ops):  # the host as a resource (docstring)
@@ -175,7 +181,8 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, re
             fwd_comm = fwd_comm + waits["f"]
     return PassTimes(fwd=kernels["f"], bwd=kernels["b"], recompute=redo, tp=tp["f"] + tp["b"],
                      cp=cp["f"] + cp["b"], ep=ep["f"] + ep["b"], pp=pp["f"] + pp["b"],
-                     fwd_comm=fwd_comm, hidden_f=hidden["f"], hidden_b=hidden_b, host=idle)
+                     fwd_comm=fwd_comm, hidden_f=hidden["f"], hidden_b=hidden_b, host=idle,
+                     traffic_f=traffic["f"], traffic_b=traffic["b"] + (traffic["f"] if recompute == "full" else ZERO))
 
 
 def _sums(ops: list[OpCost], times: list[Num], paired: bool) -> dict[tuple[str, str], Num]:
@@ -235,6 +242,16 @@ def _overlap(s: dict[tuple[str, str], Num], stack: Stack, sd: float
         hidden[ph] = (0.0 if _none(behind) else minimum(behind, gemm)) + (
             0.0 if _none(ring) else minimum(ring, attention))
     return tp, cp, ep, hidden
+
+
+def _traffic(ops: list[OpCost], times: list[Num]) -> dict[str, Num]:
+    """Each pass's collectives at their own seconds (``PassTimes.traffic_f``): ZERO where it has none."""
+    out: dict[str, Num] = {"f": ZERO, "b": ZERO}
+    for op, t in zip(ops, times, strict=True):
+        if op.kind == "collective":
+            ph = "f" if op.phase == "fwd" else "b"
+            out[ph] = t if out[ph] is ZERO else out[ph] + t
+    return out
 
 
 def _none(x: Num) -> bool:

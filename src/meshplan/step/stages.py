@@ -64,7 +64,8 @@ def _with_sends(plan: Plan, stack: Stack, rank: PassTimes, u: Units) -> PassTime
     if stack.overlap_pp:
         hid_f = sends * where(interleaved, minimum(send_f, t.t_f / v), 0.0)
         hid_b = sends * where(interleaved, minimum(send_b, t.t_b / v), 0.0)
-    return rank.plus(replace(added, fwd_comm=sends * paid_f, hidden_f=hid_f, hidden_b=hid_b))
+    return rank.plus(replace(added, fwd_comm=sends * paid_f, hidden_f=hid_f, hidden_b=hid_b,
+                             traffic_f=sends * send_f, traffic_b=sends * send_b))
 
 
 def cadence(plan: Plan) -> tuple[Num, Num]:
@@ -78,12 +79,33 @@ def split_bubble(schedule: str, pp: Num, first: PassTimes, last: PassTimes, midd
     """The bubble of a split-backward schedule from the ranks' passes (assemble.py): ``zero_bubble.closed_bubble`` with
     T_B = T_W = half the backward, T_F the forward, as the flow shop of ``bubble.flow_bubble`` prices ranks of
     unequal times: ZB-H1's (p − 1)·T_F is 1F1B's flow form over forward times; DualPipe's (p/2 − 1)·T_F its
-    (p/2 − 1)/(p − 1) share."""
-    fwd = [t.passes().t_f for t in (first, last, middle)]
-    zb = flow_bubble("1f1b", pp, 1, *fwd)
+    (p/2 − 1)/(p − 1) share. ZB-V (zero_bubble_v.py): its table's (p − 1)·max(T_F − T_B, (T_B − T_F)/2), the
+    paper's (p − 1)·(T_F + T_B − 2·T_W) where T_F ≥ T_B = T_W, over each rank's value; Chimera: 1F1B's flow form over
+    whole passes at its (p/2 − 1)/(p − 1) share."""
+    passes = [t.passes() for t in (first, last, middle)]
+    if schedule == "zb-v":
+        gap = [maximum(p.t_f - p.t_b / 2, (p.t_b / 2 - p.t_f) / 2) for p in passes]
+        return flow_bubble("1f1b", pp, 1, *gap)
+    if schedule == "chimera":
+        whole = flow_bubble("1f1b", pp, 1, *(p.t_f + p.t_b for p in passes))
+        return whole * maximum(pp / 2 - 1, 0.0) / maximum(pp - 1, 1)
+    zb = flow_bubble("1f1b", pp, 1, *(p.t_f for p in passes))
     if schedule == "dualpipe":
         return zb * maximum(pp / 2 - 1, 0.0) / maximum(pp - 1, 1)
     return zb
+
+
+def two_chunk_times(schedule: object, first: PassTimes, last: PassTimes, middle: PassTimes, head: PassTimes
+                    ) -> tuple[PassTimes, PassTimes, PassTimes]:
+    """The end ranks' passes per micro-batch under the two-chunk schedules (zero_bubble_v.py): ZB-V's V runs the LM head
+    on the first rank (the last rank turns the V: the middle ranks' layers); Chimera's end ranks each take half of the
+    micro-batches through the first stage and half through the last, (first + last)/2 on average. Else unchanged."""
+    if schedule == "zb-v":
+        return first.plus(head), middle, middle  # even stages (specs/check_pipeline.py): the last rank's layers
+    if schedule == "chimera":
+        both = first.plus(last).scaled(0.5)
+        return both, both, middle
+    return first, last, middle
 
 
 def ep_overlapped(rank: PassTimes, slowdown: Num) -> PassTimes:
