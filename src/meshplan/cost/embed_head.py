@@ -58,7 +58,7 @@ def head_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     d = dims(model, plan, stack)
     vocab = model.vocab_size / d.tp
     logits = d.tokens * vocab
-    ops = norm("head/norm", model, d)
+    ops = norm("head/norm", model, d) if model.final_norm else []  # GPT-1 has none (cost/extras.py)
     ops += tp_enter("head/tp_in", model, plan, d, quantized=False)
     # the output layer is outside Transformer Engine's fp8 region: it runs in 16 bits whatever the plan's precision
     ops += [replace(op, variant="bf16") for op in gemm("head/logits", d.tokens, model.hidden_size, vocab, d,
@@ -69,7 +69,7 @@ def head_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
         ops.append(train_metrics(stack.train_metrics, logits))
     if stack.cross_entropy == "pytorch":
         ops += eager_op("head/loss", "cross_entropy", logits)
-    if d.eager:
+    if d.eager and model.final_norm:
         ops += eager_op("head/norm", model.norm, d.tokens_sp * model.hidden_size)
     ops += fsdp_grad_prep("head", model.head_params() / plan.tp, plan, stack)
     return lora(ops, plan, d)

@@ -14,6 +14,7 @@ from functools import lru_cache
 import numpy as np
 
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_extras import kept_extra_params
 from meshplan.specs.plan import Plan
 from meshplan.xp import Num, minimum, where
 
@@ -120,7 +121,7 @@ def kept_params(model: ModelSpec, kind: str) -> int:
         kept += model.q_lora_rank + model.kv_lora_rank
     if kind == "moe":
         kept += model.hidden_size * model.num_experts + (model.num_experts if model.router_bias else 0)
-    return kept
+    return kept + kept_extra_params(model, kind)
 
 
 def layer_weights(model: ModelSpec, kind: str, tp: Num, expert_ways: Num, kv_heads: Num | None = None

@@ -17,6 +17,7 @@ from collections import defaultdict
 from meshplan.allreduce import tp_all_reduce
 from meshplan.comm import collective_time, split_group
 from meshplan.cost.decode import Shape, collective, gemm, sixteen_bit, stream
+from meshplan.cost.extras import serve_extra_ops
 from meshplan.cost.records import ACT_BYTES, OpCost
 from meshplan.groups import send_stride
 from meshplan.roofline import op_time
@@ -30,10 +31,12 @@ from meshplan.xp import Num, maximum, where
 
 
 def layer_ops(model: ModelSpec, sh: Shape) -> dict[str, list[OpCost]]:
-    """The ops of one layer of each kind the model has (ModelSpec.block_counts: dense, moe)."""
+    """The ops of one layer of each kind the model has (ModelSpec.block_counts: dense, moe), with the extras of
+    cost/extras.py."""
     attention = attention_ops(model, sh)
     builders = {"dense": dense_ops, "moe": moe_ops}
-    return {kind: attention + builders[kind](model, sh) for kind in model.block_counts}
+    return {kind: attention + builders[kind](model, sh) + serve_extra_ops(model, sh, kind)
+            for kind in model.block_counts}
 
 
 def edge_ops(model: ModelSpec, sh: Shape, first: Num, last: Num) -> list[OpCost]:
@@ -44,7 +47,7 @@ def edge_ops(model: ModelSpec, sh: Shape, first: Num, last: Num) -> list[OpCost]
     sampled = sh.decode + sh.prompts
     return [stream("embed/lookup", first * 2 * ACT_BYTES * sh.rows * h),
             collective("embed/tp", "all_reduce", first * sh.rows * h * ACT_BYTES, "tp", t),
-            stream("head/norm", last * 4 * ACT_BYTES * sampled * h),
+            stream("head/norm", model.final_norm * last * 4 * ACT_BYTES * sampled * h),
             sixteen_bit(gemm("head/logits", sampled * last, h, v / t, ACT_BYTES, ACT_BYTES)),
             collective("head/gather", "all_gather", last * sampled * v * ACT_BYTES, "tp", t),
             stream("head/sample", last * sampled * v * (ACT_BYTES + 2 * 4))]

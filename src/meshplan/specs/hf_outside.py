@@ -1,5 +1,7 @@
 """What surrounds the decoder layers of a meta-device model (hf_meta.py): the token embedding (V, H), a learned
-position table, an embedding norm, the final norm, the LM head (tied or not, with or without a bias); and the models
+position table, an embedding norm (a norm named for the embedding but registered after the layers, LFM2's
+``embedding_norm``, is the final norm: Lfm2Model.forward applies it to the last layer's output), the final norm or none
+(GPT-1's post-norm blocks: ModelSpec.final_norm), the LM head (tied or not, with or without a bias); and the models
 that are not decoder-only language models, refused: encoders (a masked-LM model_type: BERT, RoBERTa, ELECTRA …),
 encoder-decoders (``is_encoder_decoder``: BART, Whisper, …) and anything else built beside the decoder (a vision
 tower, an audio encoder), named with its parameter count. Also the config-only fields: the sequence length, dropout
@@ -50,8 +52,9 @@ def outside_fields(meta: MetaModel, where: str) -> dict[str, Any]:
     tied = head.weight is embed.weight
     fields: dict[str, Any] = {"vocab_size": vocab, "hidden_size": hidden, "tied_embeddings": tied,
                               "head_bias": getattr(head, "bias", None) is not None}
-    finals, others, weightless = 0, [], 0
-    for name, module in model.named_modules():
+    finals, others, weightless, past = 0, [], 0, False
+    for name, module in model.named_modules():  # in the order the model registers them
+        past = past or _under(name, meta.layer_path)
         own = sum(p.numel() for p in module.parameters(recurse=False))
         if _under(name, meta.layer_path) or module is embed or module is head:
             continue
@@ -61,7 +64,7 @@ def outside_fields(meta: MetaModel, where: str) -> dict[str, Any]:
             continue
         width = int(module.weight.shape[-1]) if getattr(module, "weight", None) is not None else 0
         if "norm" in type(module).__name__.lower() and width == hidden:
-            if "emb" in name.split(".")[-1]:
+            if "emb" in name.split(".")[-1] and not past:  # LFM2's embedding_norm follows the layers: a final norm
                 fields["embedding_norm"] = True
             else:
                 finals += 1
@@ -75,9 +78,12 @@ def outside_fields(meta: MetaModel, where: str) -> dict[str, Any]:
                 if text_type else "")
         raise SpecError(f"{where}: {type(model).__name__} builds {_top(others)} beside its decoder layers, which "
                         f"meshplan does not model{hint}")
-    if finals + (weightless if not finals else 0) != 1:
-        raise SpecError(f"{where}: {finals + weightless} final norms after the decoder layers (meshplan models one)")
-    return fields | _config_fields(cfg, fields) | {"final_norm_weights": finals == 1}
+    count = finals + (weightless if not finals else 0)
+    if count > 1:
+        raise SpecError(f"{where}: {finals + weightless} final norms after the decoder layers (meshplan models one "
+                        "or none)")
+    return fields | _config_fields(cfg, fields) | {"final_norm_weights": finals == 1 if count else None,
+                                                   "final_norm": count == 1}
 
 
 def _under(name: str, path: str) -> bool:

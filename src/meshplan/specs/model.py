@@ -29,11 +29,12 @@ from functools import cached_property
 
 from meshplan.errors import SpecError
 from meshplan.specs.model_checks import BLOCK_KINDS, check_fields, check_params, check_structure
+from meshplan.specs.model_extras import ModelExtras, attention_extra_params, mlp_extra_params, moe_extra_params
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModelSpec:
-    """A decoder-only transformer. Sizes are per layer unless stated; see the module glossary."""
+class ModelSpec(ModelExtras):
+    """A decoder-only transformer. Sizes are per layer unless stated (module glossary); extras: model_extras.py."""
 
     name: str
     num_layers: int
@@ -281,7 +282,7 @@ class ModelSpec:
             total += sum(self.norm_params(w) for w in widths)
         if self.attention_sinks:
             total += self.num_heads
-        return total
+        return total + attention_extra_params(self)
 
     def mlp_params(self, ffn: int) -> int:
         """A dense MLP of width ffn: 2·H·F (GeLU) or 3·H·F (SwiGLU), plus biases."""
@@ -290,7 +291,7 @@ class ModelSpec:
         total = mats * h * ffn
         if self.linear_bias or self.mlp_bias:
             total += (mats - 1) * ffn + h
-        return total
+        return total + mlp_extra_params(self, ffn)
 
     def expert_params(self) -> int:
         """One routed expert: an MLP of width F_e on the hidden size, or on the latent size (latent MoE)."""
@@ -308,7 +309,7 @@ class ModelSpec:
             total += self.mlp_params(self.shared_expert_ffn_size)
         if self.shared_expert_gate:
             total += self.hidden_size
-        return total
+        return total + moe_extra_params(self)
 
     def mamba_params(self) -> int:
         """One Mamba-2 mixer (module docstring): in_proj H·(2·D_i + 2·G·N + n_h), conv1d (D_i + 2·G·N)·(k + 1),
@@ -363,9 +364,10 @@ class ModelSpec:
         return (self.vocab_size + positions) * self.hidden_size + norm
 
     def head_params(self) -> int:
-        """Final norm plus the LM head (V·H unless tied to the embedding)."""
+        """Final norm (unless ``final_norm`` is off) plus the LM head (V·H unless tied to the embedding)."""
         head = 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
-        return self.norm_params(self.hidden_size) + head + (self.vocab_size if self.head_bias else 0)
+        norm = self.norm_params(self.hidden_size) if self.final_norm else 0
+        return norm + head + (self.vocab_size if self.head_bias else 0)
 
     @property
     def mtp_kinds(self) -> tuple[str, ...]:

@@ -1,0 +1,90 @@
+"""The work of the small extra structures of specs/model_extras.py, one micro-batch (training) or one iteration
+(serving), one GPU: records beside a layer's blocks (symbols: records.py; the structures' sources: model_extras.py).
+
+- Sub-norms (BitNet): an RMSNorm over the attention output, A·d/t a token on the rank, and over the MLP's
+  act(gate)·up, F/t, each the pre-norm's element-wise record (blocks.norm: 5 FLOPs an element, its input kept). The
+  heads and the MLP columns are split over the t tensor-parallel ranks, so each token's sum of squares is summed
+  across them: an all-reduce of T fp32 values forward and, for the backward's Σ g·x, another.
+- Per-head gate (Laguna g_proj): a GEMM H → A/t, then softplus and the product of each head's d outputs with its
+  value, A·d/t elements (read output and gate, write; 5 FLOPs as cost/attention.output_gate's sigmoid gate).
+- Gate bias (Beam): adding a head's bias to its A·d/t gate elements before the sigmoid, 1 FLOP an element (read,
+  write); its gradient, the gate gradient summed over the tokens, is neglected beside the gate's own record.
+- Activation scalars (xIELU alpha_p, alpha_n): the activation itself is the 8-FLOP record every activation has
+  (mlp_moe.mlp_gemms); the scalars' gradients reduce g·x² (and the negative branch's) over the T·F/t elements
+  in the backward pass, reading the saved input and the output gradient: 2 reads and 3 FLOPs an element.
+- MoE post-norm (A.X-K1): an H-wide norm over the MoE block's output (blocks.norm), before the residual add.
+- No final norm (GPT-1): embed_head.head_ops and serve/iteration.edge_ops leave the head's norm out.
+"""
+
+from __future__ import annotations
+
+from meshplan.cost.blocks import collective, elementwise, gemm, norm
+from meshplan.cost.decode import Shape, forward
+from meshplan.cost.decode import collective as serve_collective
+from meshplan.cost.decode import gemm as serve_gemm
+from meshplan.cost.records import ACT_BYTES, FP32, Dims, OpCost
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.xp import Num
+
+
+def sub_norm(name: str, elems: Num, tokens: Num, plan: Plan) -> list[OpCost]:
+    """An RMSNorm over a width split t ways (module docstring): the element-wise record and the two all-reduces of
+    the tokens' partial sums."""
+    return elementwise(name, elems, elems, 5.0, saved=elems * ACT_BYTES) + [
+        collective(f"{name}/tp", "fwd", "all_reduce", tokens * FP32, "tp", plan.tp),
+        collective(f"{name}/tp", "bwd_x", "all_reduce", tokens * FP32, "tp", plan.tp)]
+
+
+def attention_extra_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """An attention block's extras: sub-norm, per-head gate, gate bias."""
+    out = d.tokens * model.attn_out_dim / d.tp
+    ops = sub_norm("attn/sub_norm", out, d.tokens, plan) if model.sub_norms else []
+    if model.head_gate:
+        ops += gemm("attn/head_gate", d.tokens, model.hidden_size, model.num_heads / d.tp, d)
+        ops += elementwise("attn/head_gate_mul", out + d.tokens * model.num_heads / d.tp, out, 5.0,
+                           saved=out * ACT_BYTES)
+    if model.gate_bias:
+        ops += elementwise("attn/gate_bias", d.tokens * model.gate_dim / d.tp, d.tokens * model.gate_dim / d.tp, 1.0)
+    return ops
+
+
+def ffn_extra_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """A dense MLP's extras: the sub-norm over F/t and the activation scalars' gradient reduction."""
+    elems = d.tokens * model.ffn_hidden_size / d.tp
+    ops = sub_norm("mlp/sub_norm", elems, d.tokens, plan) if model.sub_norms else []
+    if model.act_params:
+        ops.append(OpCost("mlp/act_params", "bwd_w", "memory", 3.0 * elems, 2 * ACT_BYTES * elems))
+    return ops
+
+
+def extra_ops(model: ModelSpec, plan: Plan, d: Dims, kind: str) -> list[OpCost]:
+    """The extras of one layer of ``kind`` (ModelSpec.block_counts: dense, moe, or a hybrid's blocks)."""
+    attention = kind in ("dense", "attention") or (kind == "moe" and not model.is_hybrid)
+    ops = attention_extra_ops(model, plan, d) if attention else []
+    if kind in ("dense", "mlp"):
+        ops += ffn_extra_ops(model, plan, d)
+    if kind == "moe" and model.moe_post_norm:
+        ops += norm("moe/post_norm", model, d)
+    return ops
+
+
+def serve_extra_ops(model: ModelSpec, sh: Shape, kind: str) -> list[OpCost]:
+    """The forward records of ``extra_ops`` in an inference iteration of ``sh.rows`` rows (training's records in
+    phase ``serve``; the sub-norms' all-reduces of the rows' partial sums)."""
+    rows, t = sh.rows, sh.tp
+    out, ffn, gate = rows * model.attn_out_dim / t, rows * model.ffn_hidden_size / t, rows * model.gate_dim / t
+    ops: list[OpCost] = []
+    if model.sub_norms:
+        widths = [("attn/sub_norm", out)] + ([("mlp/sub_norm", ffn)] if kind == "dense" else [])
+        for name, elems in widths:
+            ops += [forward(elementwise(name, elems, elems, 5.0)),
+                    serve_collective(f"{name}/tp", "all_reduce", rows * FP32, "tp", t)]
+    if model.head_gate:
+        ops += [serve_gemm("attn/head_gate", rows, model.hidden_size, model.num_heads / t, sh.w_bytes, sh.a_bytes),
+                forward(elementwise("attn/head_gate_mul", out + rows * model.num_heads / t, out, 5.0))]
+    if model.gate_bias:
+        ops.append(forward(elementwise("attn/gate_bias", gate, gate, 1.0)))
+    if kind == "moe" and model.moe_post_norm:
+        ops.append(forward(elementwise("moe/post_norm", rows * model.hidden_size, rows * model.hidden_size, 5.0)))
+    return ops

@@ -1,0 +1,76 @@
+"""The small structures some Hugging Face decoder families add to the standard layer, as fields ModelSpec inherits
+(``ModelExtras``): each off by default (every preset's count and cost unchanged), each with its parameters here and
+its work in cost/extras.py (training and serving). Sources, transformers 5.24's modeling files:
+
+- ``final_norm`` false: no norm after the last layer (GPT-1, models/openai/modeling_openai.py: post-norm blocks, the
+  LM head reads the last block's output).
+- ``sub_norms``: BitNet b1.58's RMSNorms inside the blocks (models/bitnet/modeling_bitnet.py): ``attn_sub_norm`` over
+  the attention output (A·d) before o_proj, ``ffn_sub_norm`` over act(gate)·up (F) before down_proj.
+- ``head_gate``: a per-head gate on the attention output (Laguna, models/laguna/modeling_laguna.py, gate_per_head):
+  ``g_proj`` H → A, softplus, each head's d outputs scaled by its value: H·A weights.
+- ``gate_bias``: a per-head bias on an output gate (``attn_output_gate``) before its sigmoid (Beam,
+  models/beam/modeling_beam.py: gate_proj(x) + gate_bias[head]): A weights.
+- ``act_params``: learned scalars of the MLP activation, per MLP (Apertus' xIELU, transformers/activations.py
+  XIELUActivation: alpha_p and alpha_n, 2).
+- ``moe_post_norm``: an H-wide RMSNorm on a MoE block's output, routed and shared experts summed (A.X-K1,
+  models/axk1/modeling_axk1.py AXK1MoE.post_mlp_layernorm): H weights in each MoE layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from meshplan.errors import SpecError
+
+_Spec = Any  # the ModelSpec (specs/model.py) that inherits ModelExtras; imported there, not here (no cycle)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelExtras:
+    """The extra structures of the module docstring, all off by default."""
+
+    final_norm: bool = True
+    sub_norms: bool = False
+    head_gate: bool = False
+    gate_bias: bool = False
+    act_params: int = 0
+    moe_post_norm: bool = False
+
+
+def attention_extra_params(spec: _Spec) -> int:
+    """An attention block's extra weights: the sub-norm over A·d, the per-head gate H·A, the gate bias A."""
+    total = spec.norm_params(spec.attn_out_dim) if spec.sub_norms else 0
+    total += spec.hidden_size * spec.num_heads if spec.head_gate else 0
+    return total + (spec.num_heads if spec.gate_bias else 0)
+
+
+def mlp_extra_params(spec: _Spec, ffn: int) -> int:
+    """A dense MLP's (or an expert's) extra weights: the sub-norm over its width F, the activation's scalars."""
+    return (spec.norm_params(ffn) if spec.sub_norms else 0) + spec.act_params
+
+
+def moe_extra_params(spec: _Spec) -> int:
+    """A MoE block's extra weights: the post-norm over H."""
+    return spec.norm_params(spec.hidden_size) if spec.moe_post_norm else 0
+
+
+def kept_extra_params(spec: _Spec, kind: str) -> int:
+    """Extra weights every tensor-parallel rank keeps whole in a layer of ``kind`` (cost/params.kept_params): the MoE
+    post-norm (over the whole hidden state, as the pre-norms are) and a dense MLP's activation scalars."""
+    moe = moe_extra_params(spec) if kind == "moe" else 0
+    return moe + (spec.act_params if kind in ("dense", "mlp") else 0)
+
+
+def check_extras(spec: _Spec) -> None:
+    """The extras only where their structure is modelled: the attention gates with standard attention (a gate bias
+    on an output gate), sub-norms and activation scalars on dense MLPs (cost/extras.py prices a dense MLP's), the
+    MoE post-norm with experts."""
+    if (spec.head_gate or spec.gate_bias or spec.sub_norms) and spec.is_mla:
+        raise SpecError("head_gate, gate_bias and sub_norms are modelled on standard attention, not MLA")
+    if spec.gate_bias and not spec.attn_output_gate:
+        raise SpecError("gate_bias=true needs attn_output_gate=true (the bias is the output gate's)")
+    if (spec.sub_norms or spec.act_params) and spec.is_moe:
+        raise SpecError("sub_norms and act_params are modelled on dense MLPs, not on experts (num_experts > 0)")
+    if spec.moe_post_norm and not spec.is_moe:
+        raise SpecError("moe_post_norm=true needs experts (num_experts > 0)")

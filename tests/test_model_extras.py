@@ -1,0 +1,110 @@
+"""The small extra structures of specs/model_extras.py (issue 51): each one's weights by hand and equal to the module
+transformers builds, its work in the training and serving records (cost/extras.py), and the registry types it makes
+exact; all off by default, so no preset's numbers move."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from meshplan.cost.embed_head import head_ops
+from meshplan.cost.layers import layer_kinds
+from meshplan.cost.params import kept_params
+from meshplan.cost.records import ACT_BYTES, FP32
+from meshplan.errors import SpecError
+from meshplan.serve.iteration import layer_ops
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
+
+# H = 64, A = 4 heads of d = 32 (A·d = 128), K = 2, F = 96, L = 2, RMSNorm
+BASE = ModelSpec(name="base", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=32,
+                 ffn_hidden_size=96, vocab_size=128, mlp="swiglu", norm="rmsnorm", seq_length=16)
+MOE = replace(BASE, num_experts=4, moe_topk=2, moe_ffn_hidden_size=32)
+PLAN = Plan(micro_batch=2, tp=2)  # T = 2·16 = 32 tokens, t = 2
+TOKENS = 32
+
+
+def records(model: ModelSpec, kind: str = "dense") -> dict[tuple[str, str], object]:
+    return {(o.name, o.phase): o for o in layer_kinds(model, PLAN, Stack())[kind]}
+
+
+def test_extras_weights_by_hand():
+    # BitNet: attn_sub_norm A·d = 128 and ffn_sub_norm F = 96 a layer, 2 layers
+    assert replace(BASE, sub_norms=True).params() - BASE.params() == 2 * (128 + 96)
+    # Laguna: g_proj H·A = 64·4 = 256 a layer
+    assert replace(BASE, head_gate=True).params() - BASE.params() == 2 * 256
+    # Beam: gate_bias A = 4 a layer, on top of the output gate's H·A·d
+    gated = replace(BASE, attn_output_gate=True)
+    assert replace(gated, gate_bias=True).params() - gated.params() == 2 * 4
+    # xIELU: alpha_p and alpha_n a layer
+    assert replace(BASE, act_params=2).params() - BASE.params() == 2 * 2
+    # A.X-K1: post_mlp_layernorm H = 64 in each of the 2 MoE layers, kept whole on every tensor-parallel rank
+    assert replace(MOE, moe_post_norm=True).params() - MOE.params() == 2 * 64
+    assert kept_params(replace(MOE, moe_post_norm=True), "moe") - kept_params(MOE, "moe") == 64
+    # GPT-1: no final norm, H = 64 fewer
+    assert BASE.params() - replace(BASE, final_norm=False).params() == 64
+
+
+def test_extras_refused_where_not_modelled():
+    with pytest.raises(SpecError, match="gate_bias=true needs attn_output_gate"):
+        replace(BASE, gate_bias=True)
+    with pytest.raises(SpecError, match="moe_post_norm=true needs experts"):
+        replace(BASE, moe_post_norm=True)
+    with pytest.raises(SpecError, match="not on experts"):
+        replace(MOE, sub_norms=True)
+
+
+def test_sub_norm_records():
+    ops = records(replace(BASE, sub_norms=True))
+    attn, mlp = ops[("attn/sub_norm", "fwd")], ops[("mlp/sub_norm", "fwd")]
+    assert attn.flops == 5.0 * TOKENS * 128 / 2  # 5 FLOPs an element of A·d/t
+    assert mlp.flops == 5.0 * TOKENS * 96 / 2 and mlp.saved == TOKENS * 48 * ACT_BYTES  # F/t, its input kept
+    assert ops[("attn/sub_norm/tp", "fwd")].nbytes == TOKENS * FP32  # each token's partial sum of squares
+    assert ("attn/sub_norm", "fwd") not in records(BASE)
+
+
+def test_head_gate_records():
+    ops = records(replace(BASE, head_gate=True))
+    gate = ops[("attn/head_gate", "fwd")]
+    assert (gate.m, gate.k, gate.n) == (TOKENS, 64, 2) and gate.flops == 2.0 * TOKENS * 64 * 2  # H → A/t
+    mul = ops[("attn/head_gate_mul", "fwd")]
+    assert mul.flops == 5.0 * (TOKENS * 64 + TOKENS * 2)  # A·d/t outputs and A/t gates a token
+
+
+def test_gate_bias_act_and_post_norm_records():
+    bias = records(replace(BASE, attn_output_gate=True, gate_bias=True))[("attn/gate_bias", "fwd")]
+    assert bias.flops == TOKENS * 128 / 2 and bias.nbytes == 2 * ACT_BYTES * TOKENS * 64  # read, write A·d/t
+    act = records(replace(BASE, act_params=2))[("mlp/act_params", "bwd_w")]
+    assert act.flops == 3.0 * TOKENS * 48 and act.nbytes == 2 * ACT_BYTES * TOKENS * 48  # g and x over T·F/t
+    post = records(replace(MOE, moe_post_norm=True), "moe")[("moe/post_norm", "fwd")]
+    assert post.flops == 5.0 * TOKENS / 2 * 64  # sequence-parallel rows T/t, H wide
+
+
+def test_final_norm_left_out_of_the_head():
+    names = {o.name for o in head_ops(replace(BASE, final_norm=False), PLAN, Stack())}
+    assert "head/norm" not in names and "head/logits" in names
+    assert "head/norm" in {o.name for o in head_ops(BASE, PLAN, Stack())}
+
+
+def test_serving_prices_the_extras():
+    from meshplan.cost.decode import Shape
+    sh = Shape(tp=2, dpa=1, ep=1, decode=8, context=64, prefill=0, prompts=0, prefix=0, w_bytes=2, a_bytes=2,
+               kv_bytes=2)
+    ops = {o.name: o for o in layer_ops(replace(BASE, sub_norms=True, head_gate=True), sh)["dense"]}
+    rows = 8  # decoding sequences, no prefill
+    assert ops["attn/sub_norm"].flops == 5.0 * rows * 64 and ops["mlp/sub_norm"].flops == 5.0 * rows * 48
+    assert ops["attn/head_gate"].flops == 2.0 * rows * 64 * 2
+
+
+EXACT = ("apertus", "apertus1p5_text", "axk1", "beam", "bitnet", "laguna", "lfm2", "openai-gpt")
+
+
+@pytest.mark.parametrize("model_type", EXACT)
+def test_registry_types_exact(model_type: str):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from meshplan.specs.hf_sweep import registry_sweep
+    (outcome,) = registry_sweep([model_type])
+    assert outcome.kind == "exact", outcome
