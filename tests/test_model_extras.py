@@ -96,9 +96,12 @@ def test_serving_prices_the_extras():
     rows = 8  # decoding sequences, no prefill
     assert ops["attn/sub_norm"].flops == 5.0 * rows * 64 and ops["mlp/sub_norm"].flops == 5.0 * rows * 48
     assert ops["attn/head_gate"].flops == 2.0 * rows * 64 * 2
+    plain = {o.name: o for o in layer_ops(BASE, sh)["dense"]}
+    twice = {o.name: o for o in layer_ops(replace(BASE, diff_attention=True), sh)["dense"]}
+    assert twice["attn/decode/diff"].nbytes == plain["attn/decode"].nbytes  # the cache read again by the second call
 
 
-EXACT = ("apertus", "apertus1p5_text", "axk1", "beam", "bitnet", "laguna", "lfm2", "openai-gpt")
+EXACT = ("apertus", "apertus1p5_text", "axk1", "beam", "bitnet", "diffllama", "laguna", "lfm2", "openai-gpt")
 
 
 @pytest.mark.parametrize("model_type", EXACT)
@@ -108,3 +111,20 @@ def test_registry_types_exact(model_type: str):
     from meshplan.specs.hf_sweep import registry_sweep
     (outcome,) = registry_sweep([model_type])
     assert outcome.kind == "exact", outcome
+
+
+def test_differential_attention():
+    from meshplan.cost.flops import attention_layer_flops
+    diff = replace(BASE, diff_attention=True)
+    assert diff.params() - BASE.params() == 2 * 4 * 32  # lambda_q1, k1, q2, k2: 4·d a layer, 2 layers
+    assert kept_params(diff, "dense") - kept_params(BASE, "dense") == 4 * 32
+    ops = records(diff)
+    first, second = ops[("attn/core", "fwd")], ops[("attn/core/diff", "fwd")]
+    assert second.flops == first.flops and ops[("attn/core/diff", "bwd_x")].flops == ops[("attn/core", "bwd_x")].flops
+    # the second call keeps no second Q and K: T·(A + K)/t·d·2 bytes = 32·3·32·2 = 6,144 fewer
+    assert first.saved - second.saved == 32 * 3 * 32 * ACT_BYTES
+    out = TOKENS * 128 / 2  # A·d/t a token
+    assert ops[("attn/diff_combine", "fwd")].flops == 2 * out and ops[("attn/diff_norm", "fwd")].flops == 5 * out
+    assert attention_layer_flops(diff) == 2 * attention_layer_flops(BASE)  # MFU counts both calls
+    with pytest.raises(SpecError, match="must be even"):
+        replace(BASE, diff_attention=True, num_kv_heads=1)

@@ -13,13 +13,23 @@
   (mlp_moe.mlp_gemms); the scalars' gradients reduce g·x² (and the negative branch's) over the T·F/t elements
   in the backward pass, reading the saved input and the output gradient: 2 reads and 3 FLOPs an element.
 - MoE post-norm (A.X-K1): an H-wide norm over the MoE block's output (blocks.norm), before the residual add.
+- Differential attention (DiffLlama): transformers' second attention call, the core's records again as sub-records
+  (``attn/core/diff``: selective recompute of the core takes them along), its saved tensors without Q and K (the
+  first call's, shared); the concatenation of the two calls' outputs (2·A·d/t read and written), out₁ − λ·out₂
+  (2·A·d/t read, A·d/t written, 2 FLOPs an output), the weightless RMSNorm over each head pair (5 FLOPs an element,
+  its input kept) and the (1 − λ_init) scale (1 FLOP). Paired heads i and i + A/2 are taken to sit on one
+  tensor-parallel rank (a permutation of the projections' rows at load; transformers has no tensor-parallel plan
+  for it). Serving runs the prefill and decode attention records twice over the same cache.
 - No final norm (GPT-1): embed_head.head_ops and serve/iteration.edge_ops leave the head's norm out.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from meshplan.cost.attention import core_attention, head_dims
 from meshplan.cost.blocks import collective, elementwise, gemm, norm
-from meshplan.cost.decode import Shape, forward
+from meshplan.cost.decode import Shape, decode_attention, forward, prefill_attention
 from meshplan.cost.decode import collective as serve_collective
 from meshplan.cost.decode import gemm as serve_gemm
 from meshplan.cost.records import ACT_BYTES, FP32, Dims, OpCost
@@ -46,7 +56,21 @@ def attention_extra_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
                            saved=out * ACT_BYTES)
     if model.gate_bias:
         ops += elementwise("attn/gate_bias", d.tokens * model.gate_dim / d.tp, d.tokens * model.gate_dim / d.tp, 1.0)
-    return ops
+    return ops + (diff_attention_ops(model, plan, d) if model.diff_attention else [])
+
+
+def diff_attention_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """Differential attention's second call and its combination (module docstring)."""
+    shared = ACT_BYTES * d.tokens * (model.num_heads + model.num_kv_heads) / d.tp * head_dims(model)[0]  # Q, K
+    second = []
+    for op in core_attention(model, plan, d):
+        second.append(replace(op, name=op.name + "/diff", saved=max(op.saved - shared, 0.0) if shared else op.saved))
+        shared = 0.0 if op.saved else shared  # taken off the first record that keeps them
+    out = d.tokens * model.attn_out_dim / d.tp
+    return second + (elementwise("attn/diff_concat", 2 * out, 2 * out, 0.0)
+                     + elementwise("attn/diff_combine", 2 * out, out, 1.0)
+                     + elementwise("attn/diff_norm", out, out, 5.0, saved=out * ACT_BYTES)
+                     + elementwise("attn/diff_scale", out, out, 1.0))
 
 
 def ffn_extra_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
@@ -85,6 +109,12 @@ def serve_extra_ops(model: ModelSpec, sh: Shape, kind: str) -> list[OpCost]:
                 forward(elementwise("attn/head_gate_mul", out + rows * model.num_heads / t, out, 5.0))]
     if model.gate_bias:
         ops.append(forward(elementwise("attn/gate_bias", gate, gate, 1.0)))
+    if model.diff_attention and kind != "mlp":
+        calls = prefill_attention(model, sh) + decode_attention(model, sh)
+        ops += [replace(op, name=op.name + "/diff") for op in calls]
+        parts = (("attn/diff_concat", 2 * out, 2 * out, 0.0), ("attn/diff_combine", 2 * out, out, 1.0),
+                 ("attn/diff_norm", out, out, 5.0), ("attn/diff_scale", out, out, 1.0))
+        ops += [forward(elementwise(*part)) for part in parts]
     if kind == "moe" and model.moe_post_norm:
         ops.append(forward(elementwise("moe/post_norm", rows * model.hidden_size, rows * model.hidden_size, 5.0)))
     return ops

@@ -46,7 +46,8 @@ def attention_layer_flops(model: ModelSpec) -> float:
     d_qk, d_v = head_dims(model)
     f = model.window_share
     keys = (1 - f) * model.seq_length + f * min(model.sliding_window, model.seq_length)
-    return 2.0 * keys * model.num_heads * (d_qk + d_v)
+    calls = 2 if model.diff_attention else 1  # differential attention's two calls (cost/extras.py)
+    return 2.0 * keys * model.num_heads * (d_qk + d_v) * calls
 
 
 def ssd_flops_per_token(model: ModelSpec) -> float:

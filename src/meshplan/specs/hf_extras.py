@@ -7,6 +7,8 @@ and its shape, as transformers 5.24's modeling files build it:
     head_gate      ``<attention>.g_proj`` of shape (A, H): one gate per head (Laguna)
     gate_bias      ``<attention>.gate_bias`` of A values beside a gate_proj output gate (Beam)
     moe_post_norm  ``<moe>.post_mlp_layernorm`` over H (A.X-K1)
+    diff_attention ``<attention>.lambda_q1`` / ``lambda_k1`` / ``lambda_q2`` / ``lambda_k2``, d values each, of a
+                   differential attention (DiffLlama's two-call form)
 
 What is recognised is taken out of ``unclaimed`` and becomes a ModelSpec field; the spec then counts the structure in
 every layer of its kind, and the meta-device check (hf_verify.py) refuses a model that has it in only some of them.
@@ -17,6 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from meshplan.specs.hf_modules import LayerBlocks
+
+LAMBDAS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
 
 
 def claim_extras(modules: list[Any], layers: list[LayerBlocks], hidden: int, cfg: Any) -> dict[str, Any]:
@@ -59,6 +63,8 @@ def _extra(layer: Any, weights: dict[str, Any], name: str, hidden: int, heads: i
         return "sub_norms"
     if leaf == "weight" and parent == "g_proj" and shape == (heads, hidden):
         return "head_gate"
+    if leaf in LAMBDAS and len(shape) == 1 and "Diff" in cls and all(hasattr(owner, n) for n in LAMBDAS):
+        return "diff_attention"
     if leaf == "gate_bias" and shape == (heads,) and hasattr(owner, "gate_proj"):
         return "gate_bias"
     if leaf == "weight" and parent == "post_mlp_layernorm" and shape == (hidden,) and hasattr(

@@ -10,8 +10,9 @@ embedding, head_dim from q_proj and the head count, K from k_proj, F from the do
 tensors); what shapes do not say comes from the config (heads, top-k, MLA ranks, Mamba groups and state, Gated
 DeltaNet key heads, sliding windows, dropout, MTP depth).
 The small extra weights of some families (sub-norms, per-head gates, activation scalars …) become the fields of
-specs/model_extras.py (hf_extras.py). Any structure the spec cannot express raises SpecError naming it. ``read_generic`` returns the fields and, for a
-hybrid, how many blocks each Hugging Face layer became (for the per-layer check in hf_verify.py).
+specs/model_extras.py (hf_extras.py). Any structure the spec cannot express raises SpecError naming it.
+``read_generic`` returns the fields and, for a hybrid, how many blocks each Hugging Face layer became (for the
+per-layer check in hf_verify.py).
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ its work in cost/extras.py (training and serving). Sources, transformers 5.24's 
   XIELUActivation: alpha_p and alpha_n, 2).
 - ``moe_post_norm``: an H-wide RMSNorm on a MoE block's output, routed and shared experts summed (A.X-K1,
   models/axk1/modeling_axk1.py AXK1MoE.post_mlp_layernorm): H weights in each MoE layer.
+- ``diff_attention``: differential attention (Ye et al. 2024, "Differential Transformer"; models/diffllama/
+  modeling_diffllama.py DiffLlamaAttention): two attention calls sharing Q and K, over the two halves of the value
+  heads, combined head pair by head pair as out₁ − λ·out₂, λ from four d-wide vectors (lambda_q1, lambda_k1,
+  lambda_q2, lambda_k2: 4·d weights), then a weightless RMSNorm over each pair's 2·d outputs.
 """
 
 from __future__ import annotations
@@ -36,12 +40,14 @@ class ModelExtras:
     gate_bias: bool = False
     act_params: int = 0
     moe_post_norm: bool = False
+    diff_attention: bool = False
 
 
 def attention_extra_params(spec: _Spec) -> int:
     """An attention block's extra weights: the sub-norm over A·d, the per-head gate H·A, the gate bias A."""
     total = spec.norm_params(spec.attn_out_dim) if spec.sub_norms else 0
     total += spec.hidden_size * spec.num_heads if spec.head_gate else 0
+    total += 4 * spec.head_dim if spec.diff_attention else 0
     return total + (spec.num_heads if spec.gate_bias else 0)
 
 
@@ -57,17 +63,24 @@ def moe_extra_params(spec: _Spec) -> int:
 
 def kept_extra_params(spec: _Spec, kind: str) -> int:
     """Extra weights every tensor-parallel rank keeps whole in a layer of ``kind`` (cost/params.kept_params): the MoE
-    post-norm (over the whole hidden state, as the pre-norms are) and a dense MLP's activation scalars."""
+    post-norm (over the whole hidden state, as the pre-norms are), a dense MLP's activation scalars and the
+    differential attention's λ vectors (every head uses them)."""
     moe = moe_extra_params(spec) if kind == "moe" else 0
-    return moe + (spec.act_params if kind in ("dense", "mlp") else 0)
+    attention = kind in ("dense", "attention") or (kind == "moe" and not spec.is_hybrid)
+    lambdas = 4 * spec.head_dim if spec.diff_attention and attention else 0
+    return moe + lambdas + (spec.act_params if kind in ("dense", "mlp") else 0)
 
 
 def check_extras(spec: _Spec) -> None:
     """The extras only where their structure is modelled: the attention gates with standard attention (a gate bias
     on an output gate), sub-norms and activation scalars on dense MLPs (cost/extras.py prices a dense MLP's), the
     MoE post-norm with experts."""
-    if (spec.head_gate or spec.gate_bias or spec.sub_norms) and spec.is_mla:
-        raise SpecError("head_gate, gate_bias and sub_norms are modelled on standard attention, not MLA")
+    if (spec.head_gate or spec.gate_bias or spec.sub_norms or spec.diff_attention) and spec.is_mla:
+        raise SpecError("head_gate, gate_bias, sub_norms and diff_attention are modelled on standard attention, not "
+                        "MLA")
+    if spec.diff_attention and (spec.num_heads % 2 or spec.num_kv_heads % 2):
+        raise SpecError(f"diff_attention=true pairs the heads: num_heads={spec.num_heads} and num_kv_heads="
+                        f"{spec.num_kv_heads} must be even (transformers' DiffLlamaAttention refuses odd KV heads)")
     if spec.gate_bias and not spec.attn_output_gate:
         raise SpecError("gate_bias=true needs attn_output_gate=true (the bias is the output gate's)")
     if (spec.sub_norms or spec.act_params) and spec.is_moe:
