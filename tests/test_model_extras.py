@@ -128,3 +128,12 @@ def test_differential_attention():
     assert attention_layer_flops(diff) == 2 * attention_layer_flops(BASE)  # MFU counts both calls
     with pytest.raises(SpecError, match="must be even"):
         replace(BASE, diff_attention=True, num_kv_heads=1)
+
+
+def test_framework_configs_name_the_extras_they_cannot_build():
+    from meshplan.configs.torchtitan_models import _llama_like
+    from meshplan.specs.model_extras import extras_on
+    bitnet = replace(BASE, sub_norms=True, final_norm=False)
+    assert extras_on(bitnet) == ["BitNet sub-norms (sub_norms)", "no final norm (final_norm=false)"]
+    assert extras_on(BASE) == []
+    assert "BitNet sub-norms" in _llama_like(bitnet)

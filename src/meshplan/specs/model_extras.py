@@ -71,6 +71,15 @@ def kept_extra_params(spec: _Spec, kind: str) -> int:
     return moe + lambdas + (spec.act_params if kind in ("dense", "mlp") else 0)
 
 
+def extras_on(spec: _Spec) -> list[str]:
+    """The extras ``spec`` has, named for a framework configuration that cannot build them (configs/)."""
+    named = [("sub_norms", "BitNet sub-norms"), ("head_gate", "a per-head attention gate"),
+             ("gate_bias", "an attention gate bias"), ("act_params", "learned activation scalars"),
+             ("moe_post_norm", "a MoE post-norm"), ("diff_attention", "differential attention")]
+    return [f"{what} ({name})" for name, what in named if getattr(spec, name)] + (
+        [] if spec.final_norm else ["no final norm (final_norm=false)"])
+
+
 def check_extras(spec: _Spec) -> None:
     """The extras only where their structure is modelled: the attention gates with standard attention (a gate bias
     on an output gate), sub-norms and activation scalars on dense MLPs (cost/extras.py prices a dense MLP's), the
