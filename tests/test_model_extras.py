@@ -101,7 +101,8 @@ def test_serving_prices_the_extras():
     assert twice["attn/decode/diff"].nbytes == plain["attn/decode"].nbytes  # the cache read again by the second call
 
 
-EXACT = ("apertus", "apertus1p5_text", "axk1", "beam", "bitnet", "diffllama", "laguna", "lfm2", "openai-gpt")
+EXACT = ("apertus", "apertus1p5_text", "axk1", "beam", "bitnet", "diffllama", "laguna", "lfm2", "moshi",
+         "openai-gpt")
 
 
 @pytest.mark.parametrize("model_type", EXACT)
@@ -137,3 +138,12 @@ def test_framework_configs_name_the_extras_they_cannot_build():
     assert extras_on(bitnet) == ["BitNet sub-norms (sub_norms)", "no final norm (final_norm=false)"]
     assert extras_on(BASE) == []
     assert "BitNet sub-norms" in _llama_like(bitnet)
+
+
+def test_head_over_its_own_vocabulary():
+    moshi = replace(BASE, head_vocab_size=100)  # embedding V = 128 rows, head 100 (Moshi: 32,001 and 32,000)
+    assert BASE.params() - moshi.params() == (128 - 100) * 64  # the head's (V − V_head)·H
+    logits = {o.name: o for o in head_ops(moshi, PLAN, Stack()) if o.phase == "fwd"}["head/logits"]
+    assert logits.n == 100 / 2 and logits.flops == 2.0 * TOKENS * 64 * 50  # H → V_head/t
+    with pytest.raises(SpecError, match="a tied head is the embedding's matrix"):
+        replace(moshi, tied_embeddings=True)

@@ -12,6 +12,7 @@ from meshplan.cost.fsdp import fsdp_grad_prep
 from meshplan.cost.lora import lora
 from meshplan.cost.records import ACT_BYTES, FP32, MASK_BYTES, Dims, OpCost, dims
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_extras import head_vocab
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.xp import Num
@@ -56,7 +57,7 @@ def head_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     the output layer), with three small all-reduces (max, sum, target logit) of T fp32 values each across TP.
     """
     d = dims(model, plan, stack)
-    vocab = model.vocab_size / d.tp
+    vocab = head_vocab(model) / d.tp
     logits = d.tokens * vocab
     ops = norm("head/norm", model, d) if model.final_norm else []  # GPT-1 has none (cost/extras.py)
     ops += tp_enter("head/tp_in", model, plan, d, quantized=False)

@@ -14,7 +14,7 @@ from functools import lru_cache
 import numpy as np
 
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.model_extras import kept_extra_params
+from meshplan.specs.model_extras import head_vocab, kept_extra_params
 from meshplan.specs.plan import Plan
 from meshplan.xp import Num, minimum, where
 
@@ -246,7 +246,7 @@ def end_params(model: ModelSpec, tp: Num, single: Num, first: bool) -> Num:
     layer; vLLM's VocabParallelEmbedding and ParallelLMHead); a learned position table and the norms are copied on
     every rank (Megatron-LM's LanguageModelEmbedding keeps its position_embeddings a plain torch.nn.Embedding)."""
     word = model.vocab_size * model.hidden_size
-    head_matrix = 0 if model.tied_embeddings else word
+    head_matrix = 0 if model.tied_embeddings else head_vocab(model) * model.hidden_size  # Moshi's: V_head < V
     embed = word / tp + (model.embedding_params() - word)
     head = head_matrix / tp + (model.head_params() - head_matrix)
     if model.tied_embeddings:

@@ -27,6 +27,7 @@ from meshplan.serve.ops import attention_ops, dense_ops
 from meshplan.serve.precision import Quant, compute_accelerator, gemm_precision
 from meshplan.specs.hardware import Accelerator, Cluster
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_extras import head_vocab
 from meshplan.xp import Num, maximum, where
 
 
@@ -43,7 +44,7 @@ def edge_ops(model: ModelSpec, sh: Shape, first: Num, last: Num) -> list[OpCost]
     """The embedding lookup (vocabulary-parallel: an all-reduce across tp) on the first stage, and on the last the
     final norm, the LM head for the rows that sample (each decoding sequence and each prompt's last token: a 16-bit
     GEMM, vLLM keeps lm_head unquantised), the gather of the vocabulary shards and the sampler's fp32 softmax."""
-    h, v, t = model.hidden_size, model.vocab_size, sh.tp
+    h, v, t = model.hidden_size, head_vocab(model), sh.tp
     sampled = sh.decode + sh.prompts
     return [stream("embed/lookup", first * 2 * ACT_BYTES * sh.rows * h),
             collective("embed/tp", "all_reduce", first * sh.rows * h * ACT_BYTES, "tp", t),

@@ -54,6 +54,8 @@ class LayerBlocks:
 def linear(module: Any) -> tuple[int, int, bool] | None:
     """(out, in, bias) of a linear layer (nn.Linear, or transformers' Conv1D whose weight is stored (in, out))."""
     weight = getattr(module, "weight", None)
+    if weight is None and set(children(module)) == {"linear"}:  # a wrapper holding its nn.Linear (Moshi's MoshiLinear)
+        return linear(children(module)["linear"])
     if weight is None or weight.dim() != 2:
         return None
     out, inp = weight.shape

@@ -46,12 +46,15 @@ def outside_fields(meta: MetaModel, where: str) -> dict[str, Any]:
     model, cfg = meta.module, text_config(meta.config)
     embed, head = model.get_input_embeddings(), model.get_output_embeddings()
     vocab, hidden = (int(n) for n in embed.weight.shape)
-    if head is None or tuple(head.weight.shape) != (vocab, hidden):
-        shown = "none" if head is None else tuple(head.weight.shape)
-        raise SpecError(f"{where}: the LM head ({shown}) is not the embedding's transpose ({vocab}, {hidden})")
+    weight = getattr(head, "weight", None)
+    if weight is None or weight.dim() != 2 or weight.shape[1] != hidden:
+        shown = "none" if weight is None else tuple(weight.shape)
+        raise SpecError(f"{where}: the LM head ({shown}) is not a linear layer of the embedding's width {hidden}")
     tied = head.weight is embed.weight
     fields: dict[str, Any] = {"vocab_size": vocab, "hidden_size": hidden, "tied_embeddings": tied,
                               "head_bias": getattr(head, "bias", None) is not None}
+    if int(head.weight.shape[0]) != vocab:  # an untied head over another vocabulary (Moshi: V, the embedding V + 1)
+        fields["head_vocab_size"] = int(head.weight.shape[0])
     finals, others, weightless, past = 0, [], 0, False
     for name, module in model.named_modules():  # in the order the model registers them
         past = past or _under(name, meta.layer_path)

@@ -28,12 +28,12 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from meshplan.errors import SpecError
+from meshplan.specs import model_extras as extras
 from meshplan.specs.model_checks import BLOCK_KINDS, check_fields, check_params, check_structure
-from meshplan.specs.model_extras import ModelExtras, attention_extra_params, mlp_extra_params, moe_extra_params
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModelSpec(ModelExtras):
+class ModelSpec(extras.ModelExtras):
     """A decoder-only transformer. Sizes are per layer unless stated (module glossary); extras: model_extras.py."""
 
     name: str
@@ -282,7 +282,7 @@ class ModelSpec(ModelExtras):
             total += sum(self.norm_params(w) for w in widths)
         if self.attention_sinks:
             total += self.num_heads
-        return total + attention_extra_params(self)
+        return total + extras.attention_extra_params(self)
 
     def mlp_params(self, ffn: int) -> int:
         """A dense MLP of width ffn: 2·H·F (GeLU) or 3·H·F (SwiGLU), plus biases."""
@@ -291,7 +291,7 @@ class ModelSpec(ModelExtras):
         total = mats * h * ffn
         if self.linear_bias or self.mlp_bias:
             total += (mats - 1) * ffn + h
-        return total + mlp_extra_params(self, ffn)
+        return total + extras.mlp_extra_params(self, ffn)
 
     def expert_params(self) -> int:
         """One routed expert: an MLP of width F_e on the hidden size, or on the latent size (latent MoE)."""
@@ -309,7 +309,7 @@ class ModelSpec(ModelExtras):
             total += self.mlp_params(self.shared_expert_ffn_size)
         if self.shared_expert_gate:
             total += self.hidden_size
-        return total + moe_extra_params(self)
+        return total + extras.moe_extra_params(self)
 
     def mamba_params(self) -> int:
         """One Mamba-2 mixer (module docstring): in_proj H·(2·D_i + 2·G·N + n_h), conv1d (D_i + 2·G·N)·(k + 1),
@@ -364,10 +364,8 @@ class ModelSpec(ModelExtras):
         return (self.vocab_size + positions) * self.hidden_size + norm
 
     def head_params(self) -> int:
-        """Final norm (unless ``final_norm`` is off) plus the LM head (V·H unless tied to the embedding)."""
-        head = 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
-        norm = self.norm_params(self.hidden_size) if self.final_norm else 0
-        return norm + head + (self.vocab_size if self.head_bias else 0)
+        """Final norm (unless ``final_norm`` is off) plus the LM head (V·H unless tied: model_extras.lm_head_params)."""
+        return (self.norm_params(self.hidden_size) if self.final_norm else 0) + extras.lm_head_params(self)
 
     @property
     def mtp_kinds(self) -> tuple[str, ...]:

@@ -14,6 +14,8 @@ its work in cost/extras.py (training and serving). Sources, transformers 5.24's 
   XIELUActivation: alpha_p and alpha_n, 2).
 - ``moe_post_norm``: an H-wide RMSNorm on a MoE block's output, routed and shared experts summed (A.X-K1,
   models/axk1/modeling_axk1.py AXK1MoE.post_mlp_layernorm): H weights in each MoE layer.
+- ``head_vocab_size``: an LM head over fewer tokens than the embedding holds (Moshi, models/moshi/modeling_moshi.py
+  MoshiForCausalLM: embed_tokens V + 1 rows, the last a padding token; lm_head V): 0 means the embedding's V.
 - ``diff_attention``: differential attention (Ye et al. 2024, "Differential Transformer"; models/diffllama/
   modeling_diffllama.py DiffLlamaAttention): two attention calls sharing Q and K, over the two halves of the value
   heads, combined head pair by head pair as out₁ − λ·out₂, λ from four d-wide vectors (lambda_q1, lambda_k1,
@@ -41,6 +43,18 @@ class ModelExtras:
     act_params: int = 0
     moe_post_norm: bool = False
     diff_attention: bool = False
+    head_vocab_size: int = 0
+
+
+def head_vocab(spec: _Spec) -> int:
+    """The LM head's vocabulary: ``head_vocab_size``, or the embedding's."""
+    return int(spec.head_vocab_size or spec.vocab_size)
+
+
+def lm_head_params(spec: _Spec) -> int:
+    """The LM head: V_head·H unless tied to the embedding, and its bias (V_head)."""
+    v = head_vocab(spec)
+    return (0 if spec.tied_embeddings else v * spec.hidden_size) + (v if spec.head_bias else 0)
 
 
 def attention_extra_params(spec: _Spec) -> int:
@@ -75,7 +89,8 @@ def extras_on(spec: _Spec) -> list[str]:
     """The extras ``spec`` has, named for a framework configuration that cannot build them (configs/)."""
     named = [("sub_norms", "BitNet sub-norms"), ("head_gate", "a per-head attention gate"),
              ("gate_bias", "an attention gate bias"), ("act_params", "learned activation scalars"),
-             ("moe_post_norm", "a MoE post-norm"), ("diff_attention", "differential attention")]
+             ("moe_post_norm", "a MoE post-norm"), ("diff_attention", "differential attention"),
+             ("head_vocab_size", "an LM head over another vocabulary than the embedding's")]
     return [f"{what} ({name})" for name, what in named if getattr(spec, name)] + (
         [] if spec.final_norm else ["no final norm (final_norm=false)"])
 
@@ -94,5 +109,8 @@ def check_extras(spec: _Spec) -> None:
         raise SpecError("gate_bias=true needs attn_output_gate=true (the bias is the output gate's)")
     if (spec.sub_norms or spec.act_params) and spec.is_moe:
         raise SpecError("sub_norms and act_params are modelled on dense MLPs, not on experts (num_experts > 0)")
+    if spec.head_vocab_size and spec.tied_embeddings and spec.head_vocab_size != spec.vocab_size:
+        raise SpecError(f"head_vocab_size={spec.head_vocab_size} differs from vocab_size={spec.vocab_size}: a tied "
+                        "head is the embedding's matrix")
     if spec.moe_post_norm and not spec.is_moe:
         raise SpecError("moe_post_norm=true needs experts (num_experts > 0)")
