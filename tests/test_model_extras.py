@@ -101,8 +101,8 @@ def test_serving_prices_the_extras():
     assert twice["attn/decode/diff"].nbytes == plain["attn/decode"].nbytes  # the cache read again by the second call
 
 
-EXACT = ("apertus", "apertus1p5_text", "axk1", "beam", "bitnet", "diffllama", "laguna", "lfm2", "moshi",
-         "openai-gpt")
+EXACT = ("apertus", "apertus1p5_text", "axk1", "beam", "bitnet", "diffllama", "gpt_neox_japanese", "laguna", "lfm2",
+         "moshi", "openai-gpt")
 
 
 @pytest.mark.parametrize("model_type", EXACT)
@@ -147,3 +147,15 @@ def test_head_over_its_own_vocabulary():
     assert logits.n == 100 / 2 and logits.flops == 2.0 * TOKENS * 64 * 50  # H → V_head/t
     with pytest.raises(SpecError, match="a tied head is the embedding's matrix"):
         replace(moshi, tied_embeddings=True)
+
+
+def test_last_layer_output_bias():
+    from meshplan.cost.params import end_params
+    neox = replace(BASE, last_out_bias=True)  # GPT-NeoX-Japanese: dense_bias in the last of its layers only
+    assert neox.layer_params(1) - neox.layer_params(0) == 64 and neox.params() - BASE.params() == 64
+    assert end_params(neox, 2, False, first=False) - end_params(BASE, 2, False, first=False) == 64  # last stage
+    assert end_params(neox, 2, False, first=True) == end_params(BASE, 2, False, first=True)
+    add = {(o.name, o.phase): o for o in head_ops(neox, PLAN, Stack())}[("last/out_bias", "fwd")]
+    assert add.flops == TOKENS / 2 * 64  # 1 FLOP an element of T/t·H (sequence parallelism, on by default at t = 2)
+    with pytest.raises(SpecError, match="last_out_bias=true with output-projection biases"):
+        replace(neox, linear_bias=True)

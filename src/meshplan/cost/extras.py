@@ -20,6 +20,8 @@
   its input kept) and the (1 − λ_init) scale (1 FLOP). Paired heads i and i + A/2 are taken to sit on one
   tensor-parallel rank (a permutation of the projections' rows at load; transformers has no tensor-parallel plan
   for it). Serving runs the prefill and decode attention records twice over the same cache.
+- The last layer's attention-output bias (GPT-NeoX-Japanese): its add over the last stage's T·H outputs (1 FLOP
+  an element, read and write; the bias's gradient a sum over the tokens, read once), beside the head's ops.
 - No final norm (GPT-1): embed_head.head_ops and serve/iteration.edge_ops leave the head's norm out.
 """
 
@@ -91,6 +93,21 @@ def extra_ops(model: ModelSpec, plan: Plan, d: Dims, kind: str) -> list[OpCost]:
     if kind == "moe" and model.moe_post_norm:
         ops += norm("moe/post_norm", model, d)
     return ops
+
+
+def last_layer_ops(model: ModelSpec, d: Dims) -> list[OpCost]:
+    """The last layer's own bias add (module docstring), on the last stage; none without one."""
+    if not model.last_out_bias:
+        return []
+    elems = d.tokens_sp * model.hidden_size
+    return elementwise("last/out_bias", elems, elems, 1.0) + [
+        OpCost("last/out_bias", "bwd_w", "memory", elems, ACT_BYTES * elems)]
+
+
+def serve_last_layer_ops(model: ModelSpec, rows: Num, last: Num) -> list[OpCost]:
+    """``last_layer_ops``' forward in an inference iteration of ``rows`` rows (``last``: 1 on the last stage)."""
+    elems = rows * model.hidden_size * last
+    return [forward(elementwise("last/out_bias", elems, elems, 1.0))] if model.last_out_bias else []
 
 
 def serve_extra_ops(model: ModelSpec, sh: Shape, kind: str) -> list[OpCost]:

@@ -7,6 +7,8 @@ and its shape, as transformers 5.24's modeling files build it:
     head_gate      ``<attention>.g_proj`` of shape (A, H): one gate per head (Laguna)
     gate_bias      ``<attention>.gate_bias`` of A values beside a gate_proj output gate (Beam)
     moe_post_norm  ``<moe>.post_mlp_layernorm`` over H (A.X-K1)
+    last_out_bias  ``<attention>.dense_bias`` over H beside its ``dense`` output projection (GPT-NeoX-Japanese builds
+                   it in the last layer only; in any other layer the per-layer check refuses it)
     diff_attention ``<attention>.lambda_q1`` / ``lambda_k1`` / ``lambda_q2`` / ``lambda_k2``, d values each, of a
                    differential attention (DiffLlama's two-call form)
 
@@ -65,6 +67,8 @@ def _extra(layer: Any, weights: dict[str, Any], name: str, hidden: int, heads: i
         return "head_gate"
     if leaf in LAMBDAS and len(shape) == 1 and "Diff" in cls and all(hasattr(owner, n) for n in LAMBDAS):
         return "diff_attention"
+    if leaf == "dense_bias" and shape == (hidden,) and hasattr(owner, "dense"):
+        return "last_out_bias"
     if leaf == "gate_bias" and shape == (heads,) and hasattr(owner, "gate_proj"):
         return "gate_bias"
     if leaf == "weight" and parent == "post_mlp_layernorm" and shape == (hidden,) and hasattr(

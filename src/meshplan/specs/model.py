@@ -353,9 +353,8 @@ class ModelSpec(extras.ModelExtras):
                 "mlp": lambda: mlp + norm}[kind]()
 
     def layer_params(self, i: int, active: bool = False) -> int:
-        if self.is_hybrid:
-            return self.block_params(BLOCK_KINDS[self.layer_pattern[i]], active)
-        return self.block_params("moe" if self.is_moe_layer(i) else "dense", active)
+        kind = BLOCK_KINDS[self.layer_pattern[i]] if self.is_hybrid else "moe" if self.is_moe_layer(i) else "dense"
+        return self.block_params(kind, active) + extras.last_layer_params(self, i)
 
     def embedding_params(self) -> int:
         """Token embedding V·H plus learned positions (if any) and the embedding norm (if any)."""

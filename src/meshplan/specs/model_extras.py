@@ -16,6 +16,9 @@ its work in cost/extras.py (training and serving). Sources, transformers 5.24's 
   models/axk1/modeling_axk1.py AXK1MoE.post_mlp_layernorm): H weights in each MoE layer.
 - ``head_vocab_size``: an LM head over fewer tokens than the embedding holds (Moshi, models/moshi/modeling_moshi.py
   MoshiForCausalLM: embed_tokens V + 1 rows, the last a padding token; lm_head V): 0 means the embedding's V.
+- ``last_out_bias``: a bias on the attention output of the last layer only (GPT-NeoX-Japanese,
+  models/gpt_neox_japanese/modeling_gpt_neox_japanese.py: ``use_bias=layer_number == num_hidden_layers - 1``, its
+  dense_bias added in bias_dropout_add): H weights, held by the last pipeline stage.
 - ``diff_attention``: differential attention (Ye et al. 2024, "Differential Transformer"; models/diffllama/
   modeling_diffllama.py DiffLlamaAttention): two attention calls sharing Q and K, over the two halves of the value
   heads, combined head pair by head pair as out₁ − λ·out₂, λ from four d-wide vectors (lambda_q1, lambda_k1,
@@ -44,6 +47,7 @@ class ModelExtras:
     moe_post_norm: bool = False
     diff_attention: bool = False
     head_vocab_size: int = 0
+    last_out_bias: bool = False
 
 
 def head_vocab(spec: _Spec) -> int:
@@ -55,6 +59,11 @@ def lm_head_params(spec: _Spec) -> int:
     """The LM head: V_head·H unless tied to the embedding, and its bias (V_head)."""
     v = head_vocab(spec)
     return (0 if spec.tied_embeddings else v * spec.hidden_size) + (v if spec.head_bias else 0)
+
+
+def last_layer_params(spec: _Spec, i: int) -> int:
+    """What layer i holds beyond its kind's weights: the last layer's attention-output bias (H)."""
+    return spec.hidden_size if spec.last_out_bias and i == spec.num_layers - 1 else 0
 
 
 def attention_extra_params(spec: _Spec) -> int:
@@ -90,7 +99,8 @@ def extras_on(spec: _Spec) -> list[str]:
     named = [("sub_norms", "BitNet sub-norms"), ("head_gate", "a per-head attention gate"),
              ("gate_bias", "an attention gate bias"), ("act_params", "learned activation scalars"),
              ("moe_post_norm", "a MoE post-norm"), ("diff_attention", "differential attention"),
-             ("head_vocab_size", "an LM head over another vocabulary than the embedding's")]
+             ("head_vocab_size", "an LM head over another vocabulary than the embedding's"),
+             ("last_out_bias", "an attention-output bias in the last layer only")]
     return [f"{what} ({name})" for name, what in named if getattr(spec, name)] + (
         [] if spec.final_norm else ["no final norm (final_norm=false)"])
 
@@ -112,5 +122,7 @@ def check_extras(spec: _Spec) -> None:
     if spec.head_vocab_size and spec.tied_embeddings and spec.head_vocab_size != spec.vocab_size:
         raise SpecError(f"head_vocab_size={spec.head_vocab_size} differs from vocab_size={spec.vocab_size}: a tied "
                         "head is the embedding's matrix")
+    if spec.last_out_bias and (spec.linear_bias or spec.out_bias):
+        raise SpecError("last_out_bias=true with output-projection biases in every layer (linear_bias / out_bias)")
     if spec.moe_post_norm and not spec.is_moe:
         raise SpecError("moe_post_norm=true needs experts (num_experts > 0)")
