@@ -102,6 +102,7 @@ def test_serving_prices_the_extras():
 
 
 EXACT = ("apertus", "apertus1p5_text", "axk1", "beam", "bitnet", "diffllama", "gpt_neox_japanese", "laguna", "lfm2",
+         "modernbert-decoder",
          "moshi", "openai-gpt")
 
 
@@ -159,3 +160,22 @@ def test_last_layer_output_bias():
     assert add.flops == TOKENS / 2 * 64  # 1 FLOP an element of T/t·H (sequence parallelism, on by default at t = 2)
     with pytest.raises(SpecError, match="last_out_bias=true with output-projection biases"):
         replace(neox, linear_bias=True)
+
+
+def test_prediction_head_and_first_layer_without_pre_norm():
+    from meshplan.cost.params import end_params
+    from meshplan.serve.iteration import edge_ops
+    modern = replace(BASE, head_transform=True, first_norm_skipped=True)  # ModernBERT-decoder's two
+    assert modern.head_params() - BASE.head_params() == 64 * 64 + 64  # dense H·H and its RMSNorm's H
+    assert modern.layer_params(0) - modern.layer_params(1) == -64  # no attn_norm in layer 0
+    assert modern.params() - BASE.params() == 64 * 64 + 64 - 64
+    assert end_params(modern, 2, False, first=True) - end_params(BASE, 2, False, first=True) == -64
+    assert end_params(modern, 2, False, first=False) - end_params(BASE, 2, False, first=False) == 64 * 64 + 64
+    ops = {(o.name, o.phase): o for o in head_ops(modern, PLAN, Stack())}
+    assert ops[("head/transform", "fwd")].flops == 2.0 * TOKENS * 64 * 64  # every token, whole on each rank
+    assert ops[("head/transform_norm", "fwd")].flops == 5.0 * TOKENS * 64
+    from meshplan.cost.decode import Shape
+    sh = Shape(tp=2, dpa=1, ep=1, decode=8, context=64, prefill=0, prompts=0, prefix=0, w_bytes=2, a_bytes=2,
+               kv_bytes=2)
+    serve = {o.name: o for o in edge_ops(modern, sh, 0.0, 1.0)}
+    assert serve["head/transform"].flops == 2.0 * 8 * 64 * 64  # the 8 sampled rows only

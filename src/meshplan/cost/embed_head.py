@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from meshplan.cost.blocks import collective, gemm, norm, tp_enter, tp_exit
 from meshplan.cost.eager import EAGER, eager_op
-from meshplan.cost.extras import last_layer_ops
+from meshplan.cost.extras import head_extra_ops
 from meshplan.cost.fsdp import fsdp_grad_prep
 from meshplan.cost.lora import lora
 from meshplan.cost.records import ACT_BYTES, FP32, MASK_BYTES, Dims, OpCost, dims
@@ -60,7 +60,7 @@ def head_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     d = dims(model, plan, stack)
     vocab = head_vocab(model) / d.tp
     logits = d.tokens * vocab
-    ops = last_layer_ops(model, d) + (norm("head/norm", model, d) if model.final_norm else [])  # cost/extras.py
+    ops = (norm("head/norm", model, d) if model.final_norm else []) + head_extra_ops(model, d)  # cost/extras.py
     ops += tp_enter("head/tp_in", model, plan, d, quantized=False)
     # the output layer is outside Transformer Engine's fp8 region: it runs in 16 bits whatever the plan's precision
     ops += [replace(op, variant="bf16") for op in gemm("head/logits", d.tokens, model.hidden_size, vocab, d,

@@ -22,6 +22,11 @@
   for it). Serving runs the prefill and decode attention records twice over the same cache.
 - The last layer's attention-output bias (GPT-NeoX-Japanese): its add over the last stage's T·H outputs (1 FLOP
   an element, read and write; the bias's gradient a sum over the tokens, read once), beside the head's ops.
+- The prediction head (ModernBERT-decoder): after the final norm a GEMM T×H×H, whole on every tensor-parallel rank
+  (no framework splits it), its activation (8 FLOPs an element, as an MLP's) and a norm (blocks.norm's record over
+  T·H); serving runs them on the rows that sample only, as it does the LM head.
+- The first layer's missing pre-norm (ModernBERT-decoder): its weights leave the first stage (cost/params.end_params);
+  its work, one norm over T·H on the first stage, is left priced as the average layer's (no negative record).
 - No final norm (GPT-1): embed_head.head_ops and serve/iteration.edge_ops leave the head's norm out.
 """
 
@@ -95,19 +100,32 @@ def extra_ops(model: ModelSpec, plan: Plan, d: Dims, kind: str) -> list[OpCost]:
     return ops
 
 
-def last_layer_ops(model: ModelSpec, d: Dims) -> list[OpCost]:
-    """The last layer's own bias add (module docstring), on the last stage; none without one."""
-    if not model.last_out_bias:
-        return []
-    elems = d.tokens_sp * model.hidden_size
-    return elementwise("last/out_bias", elems, elems, 1.0) + [
-        OpCost("last/out_bias", "bwd_w", "memory", elems, ACT_BYTES * elems)]
+def head_extra_ops(model: ModelSpec, d: Dims) -> list[OpCost]:
+    """The last stage's extras (module docstring): the last layer's own bias add, the prediction head."""
+    h = model.hidden_size
+    elems = d.tokens_sp * h
+    ops = elementwise("last/out_bias", elems, elems, 1.0) + [
+        OpCost("last/out_bias", "bwd_w", "memory", elems, ACT_BYTES * elems)] if model.last_out_bias else []
+    if model.head_transform:
+        rows = d.tokens * h  # every token's H outputs, on every tensor-parallel rank
+        ops += gemm("head/transform", d.tokens, h, h, d)
+        ops += elementwise("head/transform_act", rows, rows, 8.0, saved=rows * ACT_BYTES)
+        ops += elementwise("head/transform_norm", rows, rows, 5.0, saved=rows * ACT_BYTES)
+    return ops
 
 
-def serve_last_layer_ops(model: ModelSpec, rows: Num, last: Num) -> list[OpCost]:
-    """``last_layer_ops``' forward in an inference iteration of ``rows`` rows (``last``: 1 on the last stage)."""
-    elems = rows * model.hidden_size * last
-    return [forward(elementwise("last/out_bias", elems, elems, 1.0))] if model.last_out_bias else []
+def serve_head_extra_ops(model: ModelSpec, sh: Shape, sampled: Num, last: Num) -> list[OpCost]:
+    """``head_extra_ops``' forward in an inference iteration: the bias over its rows, the prediction head over the
+    ``sampled`` rows (``last``: 1 on the last stage)."""
+    h = model.hidden_size
+    ops = [forward(elementwise("last/out_bias", sh.rows * h * last, sh.rows * h * last, 1.0))] if (
+        model.last_out_bias) else []
+    if model.head_transform:
+        rows = sampled * last
+        ops += [serve_gemm("head/transform", rows, h, h, ACT_BYTES, ACT_BYTES),
+                forward(elementwise("head/transform_act", rows * h, rows * h, 8.0)),
+                forward(elementwise("head/transform_norm", rows * h, rows * h, 5.0))]
+    return ops
 
 
 def serve_extra_ops(model: ModelSpec, sh: Shape, kind: str) -> list[OpCost]:

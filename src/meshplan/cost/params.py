@@ -14,7 +14,7 @@ from functools import lru_cache
 import numpy as np
 
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.model_extras import head_vocab, kept_extra_params, last_layer_params
+from meshplan.specs.model_extras import edge_layer_params, head_vocab, kept_extra_params
 from meshplan.specs.plan import Plan
 from meshplan.xp import Num, minimum, where
 
@@ -247,9 +247,10 @@ def end_params(model: ModelSpec, tp: Num, single: Num, first: bool) -> Num:
     every rank (Megatron-LM's LanguageModelEmbedding keeps its position_embeddings a plain torch.nn.Embedding)."""
     word = model.vocab_size * model.hidden_size
     head_matrix = 0 if model.tied_embeddings else head_vocab(model) * model.hidden_size  # Moshi's: V_head < V
-    embed = word / tp + (model.embedding_params() - word)
-    last = last_layer_params(model, model.num_layers - 1)  # the last layer's own bias (GPT-NeoX-Japanese), whole
-    head = head_matrix / tp + (model.head_params() - head_matrix) + last
+    # the first and last layers' own weights beyond their kind's (model_extras.edge_layer_params), whole
+    embed = word / tp + (model.embedding_params() - word) + edge_layer_params(model, 0, last=False)
+    head = head_matrix / tp + (model.head_params() - head_matrix) + edge_layer_params(model, model.num_layers - 1,
+                                                                                      first=False)
     if model.tied_embeddings:
         head = head + (word / tp) * (1 - single)
     return embed + head * single if first else head + embed * single

@@ -17,7 +17,7 @@ from collections import defaultdict
 from meshplan.allreduce import tp_all_reduce
 from meshplan.comm import collective_time, split_group
 from meshplan.cost.decode import Shape, collective, gemm, sixteen_bit, stream
-from meshplan.cost.extras import serve_extra_ops, serve_last_layer_ops
+from meshplan.cost.extras import serve_extra_ops, serve_head_extra_ops
 from meshplan.cost.records import ACT_BYTES, OpCost
 from meshplan.groups import send_stride
 from meshplan.roofline import op_time
@@ -48,7 +48,7 @@ def edge_ops(model: ModelSpec, sh: Shape, first: Num, last: Num) -> list[OpCost]
     sampled = sh.decode + sh.prompts
     return [stream("embed/lookup", first * 2 * ACT_BYTES * sh.rows * h),
             collective("embed/tp", "all_reduce", first * sh.rows * h * ACT_BYTES, "tp", t),
-            *serve_last_layer_ops(model, sh.rows, last),
+            *serve_head_extra_ops(model, sh, sampled, last),
             stream("head/norm", model.final_norm * last * 4 * ACT_BYTES * sampled * h),
             sixteen_bit(gemm("head/logits", sampled * last, h, v / t, ACT_BYTES, ACT_BYTES)),
             collective("head/gather", "all_gather", last * sampled * v * ACT_BYTES, "tp", t),

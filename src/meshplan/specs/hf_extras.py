@@ -9,6 +9,7 @@ and its shape, as transformers 5.24's modeling files build it:
     moe_post_norm  ``<moe>.post_mlp_layernorm`` over H (A.X-K1)
     last_out_bias  ``<attention>.dense_bias`` over H beside its ``dense`` output projection (GPT-NeoX-Japanese builds
                    it in the last layer only; in any other layer the per-layer check refuses it)
+    first_norm_skipped  layer 0 holding one norm fewer than every other layer (ModernBERT-decoder)
     diff_attention ``<attention>.lambda_q1`` / ``lambda_k1`` / ``lambda_q2`` / ``lambda_k2``, d values each, of a
                    differential attention (DiffLlama's two-call form)
 
@@ -48,7 +49,19 @@ def claim_extras(modules: list[Any], layers: list[LayerBlocks], hidden: int, cfg
         scalars += [acts] if acts else []
     if scalars:  # one MLP's activation scalars: the first layer's (a layer with other counts fails the check)
         fields["act_params"] = scalars[0]
-    return fields
+    return fields | ({"first_norm_skipped": True} if _first_norm_skipped(layers) else {})
+
+
+def _first_norm_skipped(layers: list[LayerBlocks]) -> bool:
+    """Layer 0 holds one norm fewer than the others, which all hold the same norms (ModernBERT-decoder's first
+    attn_norm is an nn.Identity): layer 0's norms are completed with the others' first, so that the layers read
+    alike; ModelSpec.first_norm_skipped takes the norm's weights back out of layer 0."""
+    if len(layers) < 2 or len({tuple(layer.norms) for layer in layers[1:]}) != 1:
+        return False
+    if len(layers[0].norms) != len(layers[1].norms) - 1 or layers[0].norms != layers[1].norms[1:]:
+        return False
+    layers[0].norms.insert(0, layers[1].norms[0])
+    return True
 
 
 def _extra(layer: Any, weights: dict[str, Any], name: str, hidden: int, heads: int) -> str | None:

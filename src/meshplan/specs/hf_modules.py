@@ -30,10 +30,10 @@ from typing import Any
 Q, K, V = ("q_proj", "query", "wq", "project_q"), ("k_proj", "key", "wk", "project_k"), \
     ("v_proj", "value", "wv", "project_v")
 QKV = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "W_pack", "wqkv", "qkv")
-OUT = ("o_proj", "dense", "out_proj", "wo", "c_proj", "attention_out", "o")
-UP = ("up_proj", "fc1", "c_fc", "fc_in", "dense_h_to_4h", "w3", "linear_fc1", "gate_up_proj", "input_linear")
+OUT = ("o_proj", "dense", "out_proj", "wo", "c_proj", "attention_out", "o", "Wo")
+UP = ("up_proj", "fc1", "c_fc", "fc_in", "dense_h_to_4h", "w3", "linear_fc1", "gate_up_proj", "input_linear", "Wi")
 GATE = ("gate_proj", "w1")
-DOWN = ("down_proj", "fc2", "c_proj", "fc_out", "dense_4h_to_h", "w2", "linear_fc2", "output_linear")
+DOWN = ("down_proj", "fc2", "c_proj", "fc_out", "dense_4h_to_h", "w2", "linear_fc2", "output_linear", "Wo")
 QK_NORMS = (("q_norm", "k_norm"), ("q_layernorm", "k_layernorm"))
 MAMBA2 = {"A_log", "D", "dt_bias", "in_proj.weight", "conv1d.weight", "conv1d.bias", "norm.weight",
           "out_proj.weight"}

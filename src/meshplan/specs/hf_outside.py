@@ -56,10 +56,14 @@ def outside_fields(meta: MetaModel, where: str) -> dict[str, Any]:
     if int(head.weight.shape[0]) != vocab:  # an untied head over another vocabulary (Moshi: V, the embedding V + 1)
         fields["head_vocab_size"] = int(head.weight.shape[0])
     finals, others, weightless, past = 0, [], 0, False
+    # a prediction head between the final norm and the vocabulary (ModernBertDecoderPredictionHead: dense, act, norm)
+    transform = next((n for n, m in model.named_modules() if type(m).__name__.endswith("PredictionHead")), None)
+    if transform is not None:
+        fields["head_transform"] = True
     for name, module in model.named_modules():  # in the order the model registers them
         past = past or _under(name, meta.layer_path)
         own = sum(p.numel() for p in module.parameters(recurse=False))
-        if _under(name, meta.layer_path) or module is embed or module is head:
+        if _under(name, meta.layer_path) or module is embed or module is head or _under(name, transform or "\0"):
             continue
         if not own:
             bare = "norm" in type(module).__name__.lower() and not list(module.parameters())
@@ -67,7 +71,9 @@ def outside_fields(meta: MetaModel, where: str) -> dict[str, Any]:
             continue
         width = int(module.weight.shape[-1]) if getattr(module, "weight", None) is not None else 0
         if "norm" in type(module).__name__.lower() and width == hidden:
-            if "emb" in name.split(".")[-1] and not past:  # LFM2's embedding_norm follows the layers: a final norm
+            # named for the embedding (BLOOM's word_embeddings_layernorm, ModernBERT's embeddings.norm) and before the
+            # layers; LFM2's embedding_norm follows them: its final norm
+            if any("emb" in part for part in name.split(".")[-2:]) and not past:
                 fields["embedding_norm"] = True
             else:
                 finals += 1

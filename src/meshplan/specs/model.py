@@ -354,7 +354,7 @@ class ModelSpec(extras.ModelExtras):
 
     def layer_params(self, i: int, active: bool = False) -> int:
         kind = BLOCK_KINDS[self.layer_pattern[i]] if self.is_hybrid else "moe" if self.is_moe_layer(i) else "dense"
-        return self.block_params(kind, active) + extras.last_layer_params(self, i)
+        return self.block_params(kind, active) + extras.edge_layer_params(self, i)
 
     def embedding_params(self) -> int:
         """Token embedding V·H plus learned positions (if any) and the embedding norm (if any)."""

@@ -19,6 +19,12 @@ its work in cost/extras.py (training and serving). Sources, transformers 5.24's 
 - ``last_out_bias``: a bias on the attention output of the last layer only (GPT-NeoX-Japanese,
   models/gpt_neox_japanese/modeling_gpt_neox_japanese.py: ``use_bias=layer_number == num_hidden_layers - 1``, its
   dense_bias added in bias_dropout_add): H weights, held by the last pipeline stage.
+- ``first_norm_skipped``: the first layer has no attention pre-norm (ModernBERT-decoder, models/modernbert_decoder/
+  modeling_modernbert_decoder.py ModernBertDecoderLayer: attn_norm is nn.Identity at layer 0, after the embedding's
+  norm): one H-wide norm fewer, on the first pipeline stage.
+- ``head_transform``: a prediction head between the final norm and the vocabulary projection (ModernBERT-decoder's
+  ModernBertDecoderPredictionHead: dense H → H without bias, the activation, a norm): H·H + a norm's weights, kept
+  whole on every tensor-parallel rank (the last stage's own parameters, as the final norm).
 - ``diff_attention``: differential attention (Ye et al. 2024, "Differential Transformer"; models/diffllama/
   modeling_diffllama.py DiffLlamaAttention): two attention calls sharing Q and K, over the two halves of the value
   heads, combined head pair by head pair as out₁ − λ·out₂, λ from four d-wide vectors (lambda_q1, lambda_k1,
@@ -48,6 +54,8 @@ class ModelExtras:
     diff_attention: bool = False
     head_vocab_size: int = 0
     last_out_bias: bool = False
+    first_norm_skipped: bool = False
+    head_transform: bool = False
 
 
 def head_vocab(spec: _Spec) -> int:
@@ -57,13 +65,16 @@ def head_vocab(spec: _Spec) -> int:
 
 def lm_head_params(spec: _Spec) -> int:
     """The LM head: V_head·H unless tied to the embedding, and its bias (V_head)."""
-    v = head_vocab(spec)
-    return (0 if spec.tied_embeddings else v * spec.hidden_size) + (v if spec.head_bias else 0)
+    v, h = head_vocab(spec), spec.hidden_size
+    transform = h * h + spec.norm_params(h) if spec.head_transform else 0
+    return (0 if spec.tied_embeddings else v * h) + (v if spec.head_bias else 0) + transform
 
 
-def last_layer_params(spec: _Spec, i: int) -> int:
-    """What layer i holds beyond its kind's weights: the last layer's attention-output bias (H)."""
-    return spec.hidden_size if spec.last_out_bias and i == spec.num_layers - 1 else 0
+def edge_layer_params(spec: _Spec, i: int, first: bool = True, last: bool = True) -> int:
+    """What layer i holds beyond its kind's weights: the last layer's attention-output bias (+H), the first layer's
+    missing pre-norm (−H, or −2H with a bias); ``first`` / ``last``: which of the two to count."""
+    bias = spec.hidden_size if last and spec.last_out_bias and i == spec.num_layers - 1 else 0
+    return bias - (spec.norm_params(spec.hidden_size) if first and spec.first_norm_skipped and i == 0 else 0)
 
 
 def attention_extra_params(spec: _Spec) -> int:
@@ -100,7 +111,8 @@ def extras_on(spec: _Spec) -> list[str]:
              ("gate_bias", "an attention gate bias"), ("act_params", "learned activation scalars"),
              ("moe_post_norm", "a MoE post-norm"), ("diff_attention", "differential attention"),
              ("head_vocab_size", "an LM head over another vocabulary than the embedding's"),
-             ("last_out_bias", "an attention-output bias in the last layer only")]
+             ("last_out_bias", "an attention-output bias in the last layer only"),
+             ("first_norm_skipped", "no pre-norm in the first layer"), ("head_transform", "a prediction head")]
     return [f"{what} ({name})" for name, what in named if getattr(spec, name)] + (
         [] if spec.final_norm else ["no final norm (final_norm=false)"])
 
@@ -124,5 +136,7 @@ def check_extras(spec: _Spec) -> None:
                         "head is the embedding's matrix")
     if spec.last_out_bias and (spec.linear_bias or spec.out_bias):
         raise SpecError("last_out_bias=true with output-projection biases in every layer (linear_bias / out_bias)")
+    if spec.first_norm_skipped and (spec.is_hybrid or not spec.layer_norms or not spec.norm_weights):
+        raise SpecError("first_norm_skipped=true needs attention + MLP layers with weighted pre-norms")
     if spec.moe_post_norm and not spec.is_moe:
         raise SpecError("moe_post_norm=true needs experts (num_experts > 0)")
