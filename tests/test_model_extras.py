@@ -101,9 +101,8 @@ def test_serving_prices_the_extras():
     assert twice["attn/decode/diff"].nbytes == plain["attn/decode"].nbytes  # the cache read again by the second call
 
 
-EXACT = ("apertus", "apertus1p5_text", "axk1", "beam", "bitnet", "diffllama", "gpt_neox_japanese", "laguna", "lfm2",
-         "modernbert-decoder",
-         "moshi", "openai-gpt")
+EXACT = ("apertus", "apertus1p5_text", "axk1", "beam", "bitnet", "ctrl", "diffllama", "gpt_neox_japanese", "laguna",
+         "lfm2", "modernbert-decoder", "moshi", "openai-gpt")
 
 
 @pytest.mark.parametrize("model_type", EXACT)
@@ -179,3 +178,17 @@ def test_prediction_head_and_first_layer_without_pre_norm():
                kv_bytes=2)
     serve = {o.name: o for o in edge_ops(modern, sh, 0.0, 1.0)}
     assert serve["head/transform"].flops == 2.0 * 8 * 64 * 64  # the 8 sampled rows only
+
+
+def test_sequential_mlp_is_read():
+    torch = pytest.importorskip("torch")
+    from meshplan.specs.hf_modules import kind_of, read_layer
+    ffn = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))  # CTRL's ffn
+    assert kind_of(ffn) == "mlp"
+    layer = torch.nn.Module()
+    layer.ffn = ffn
+    read = read_layer(layer, 8)
+    assert read.blocks == ["mlp"] and read.sizes["mlp"]["ffn"] == 32 and read.sizes["mlp"]["bias"]
+    assert not read.unclaimed
+    normed = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.LayerNorm(32), torch.nn.Linear(32, 8))
+    assert kind_of(normed) is None  # a weighted module between the linears: not an MLP meshplan models

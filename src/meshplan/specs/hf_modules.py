@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-Q, K, V = ("q_proj", "query", "wq", "project_q"), ("k_proj", "key", "wk", "project_k"), \
-    ("v_proj", "value", "wv", "project_v")
+Q, K, V = ("q_proj", "query", "wq", "project_q", "Wq"), ("k_proj", "key", "wk", "project_k", "Wk"), \
+    ("v_proj", "value", "wv", "project_v", "Wv")
 QKV = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "W_pack", "wqkv", "qkv")
 OUT = ("o_proj", "dense", "out_proj", "wo", "c_proj", "attention_out", "o", "Wo")
 UP = ("up_proj", "fc1", "c_fc", "fc_in", "dense_h_to_4h", "w3", "linear_fc1", "gate_up_proj", "input_linear", "Wi")
@@ -82,9 +82,22 @@ def kind_of(module: Any) -> str | None:
     has = set(kids)
     if (has & set(Q) and has & set(K) or has & set(QKV)) and has & set(OUT):
         return "attention"
-    if has & set(UP) and has & set(DOWN):
+    if has & set(UP) and has & set(DOWN) or _sequential(module):
         return "mlp"
     return None
+
+
+def _sequential(module: Any) -> tuple[tuple[str, tuple[int, int, bool]], tuple[str, tuple[int, int, bool]]] | None:
+    """An nn.Sequential MLP: two linear layers with parameter-free modules (the activation) between them (CTRL's
+    ffn = Sequential(Linear, ReLU, Linear)), as (name, shape) of its up and down projections."""
+    if type(module).__name__ != "Sequential":
+        return None
+    kids = children(module)
+    linears = [(n, shape) for n, kid in kids.items() if (shape := linear(kid)) is not None]
+    others = [kid for n, kid in kids.items() if n not in dict(linears)]
+    if len(linears) != 2 or any(list(kid.parameters()) for kid in others):
+        return None
+    return linears[0], linears[1]
 
 
 def read_layer(layer: Any, hidden: int) -> LayerBlocks:
@@ -197,6 +210,8 @@ def _mla(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
 def _mlp(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
     """The FFN width (down's input), whether gated (a gate projection, or an up projection 2F wide), biases."""
     up, down, gate = _take(module, UP), _take(module, tuple(n for n in DOWN if n != "c_fc")), _take(module, GATE)
+    if (pair := _sequential(module)) is not None:
+        up, down = pair
     if up and down and up[0] == down[0]:  # GPT-2's c_proj is the MLP's down projection, never its up
         up = None
     if up is None or down is None:
