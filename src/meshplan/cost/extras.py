@@ -42,7 +42,7 @@ from meshplan.cost.decode import gemm as serve_gemm
 from meshplan.cost.records import ACT_BYTES, FP32, Dims, OpCost
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
-from meshplan.xp import Num
+from meshplan.xp import Num, maximum
 
 
 def sub_norm(name: str, elems: Num, tokens: Num, plan: Plan) -> list[OpCost]:
@@ -69,10 +69,9 @@ def attention_extra_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
 def diff_attention_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     """Differential attention's second call and its combination (module docstring)."""
     shared = ACT_BYTES * d.tokens * (model.num_heads + model.num_kv_heads) / d.tp * head_dims(model)[0]  # Q, K
-    second = []
-    for op in core_attention(model, plan, d):
-        second.append(replace(op, name=op.name + "/diff", saved=max(op.saved - shared, 0.0) if shared else op.saved))
-        shared = 0.0 if op.saved else shared  # taken off the first record that keeps them
+    # the first record keeps Q, K and V (core_attention); the second call's keeps its own V copy and the rest
+    second = [replace(op, name=op.name + "/diff", saved=maximum(op.saved - shared, 0.0) if i == 0 else op.saved)
+              for i, op in enumerate(core_attention(model, plan, d))]
     out = d.tokens * model.attn_out_dim / d.tp
     return second + (elementwise("attn/diff_concat", 2 * out, 2 * out, 0.0)
                      + elementwise("attn/diff_combine", 2 * out, out, 1.0)
