@@ -102,7 +102,7 @@ def test_serving_prices_the_extras():
 
 
 EXACT = ("apertus", "apertus1p5_text", "axk1", "beam", "bitnet", "ctrl", "diffllama", "gpt_neox_japanese", "laguna",
-         "lfm2", "modernbert-decoder", "moshi", "openai-gpt")
+         "jetmoe", "lfm2", "modernbert-decoder", "moshi", "openai-gpt")
 
 
 @pytest.mark.parametrize("model_type", EXACT)
@@ -192,3 +192,19 @@ def test_sequential_mlp_is_read():
     assert not read.unclaimed
     normed = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.LayerNorm(32), torch.nn.Linear(32, 8))
     assert kind_of(normed) is None  # a weighted module between the linears: not an MLP meshplan models
+
+
+def test_mixture_of_attention_heads_and_moe_output_bias():
+    # JetMoE: E_a = 4 attention experts, each q H → K·d = 64 → 64 and o back; k = A / K = 4 / 2 = 2 per token
+    moa = replace(MOE, attention_experts=4, moe_out_bias=True)
+    idle = (4 - 2) * 2 * 64 * 64  # the two experts a token does not use: q and o, H·K·d each
+    router_bias = 64 * 4 + 64  # router H·E_a and the output bias H
+    assert moa.attention_params() - MOE.attention_params() == idle + router_bias == 16_704
+    assert moa.attention_params(active=True) - MOE.attention_params(active=True) == router_bias
+    assert moa.params() - MOE.params() == 2 * (idle + router_bias + 64)  # + the MoE output bias, 2 layers
+    ops = records(moa, "moe")
+    assert ops[("attn/moa_router", "fwd")].flops == 2.0 * TOKENS * 64 * 4
+    assert ops[("attn/moa_weights", "fwd")].nbytes == ACT_BYTES * (4 - 2) * 2 * 64 * 64 / 2  # idle experts' share/t
+    assert ops[("moe/out_bias", "fwd")].flops == TOKENS / 2 * 64  # T/t·H
+    with pytest.raises(SpecError, match="at least num_heads / num_kv_heads = 2"):
+        replace(MOE, attention_experts=1)

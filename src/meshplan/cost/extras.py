@@ -20,6 +20,13 @@
   its input kept) and the (1 − λ_init) scale (1 FLOP). Paired heads i and i + A/2 are taken to sit on one
   tensor-parallel rank (a permutation of the projections' rows at load; transformers has no tensor-parallel plan
   for it). Serving runs the prefill and decode attention records twice over the same cache.
+- A mixture of attention heads (JetMoE): the A = k·K query heads' projections and attention are the standard block's
+  records (same FLOPs: T·k rows through H → K·d/t each way); beside them the router GEMM T×H×E_a (whole on each
+  rank, as its weight is kept), the other E_a − k experts' q and o weights, 2·(E_a − k)·H·K·d/t, that the grouped
+  GEMMs read forward and backward and whose gradients they write, the tokens' gather to their experts and the
+  queries' scatter back (T·k rows of H and of K·d/t, read and written), the outputs' gate-weighted scatter-add (1 FLOP
+  an element) and the output bias (1 FLOP an element of T·H). transformers repeats K and V k times for its attention
+  call; a GQA kernel shares them, as priced. A MoE output bias (JetMoeMoE.bias) is one more add over T/t·H.
 - The last layer's attention-output bias (GPT-NeoX-Japanese): its add over the last stage's T·H outputs (1 FLOP
   an element, read and write; the bias's gradient a sum over the tokens, read once), beside the head's ops.
 - The prediction head (ModernBERT-decoder): after the final norm a GEMM T×H×H, whole on every tensor-parallel rank
@@ -36,11 +43,12 @@ from dataclasses import replace
 
 from meshplan.cost.attention import core_attention, head_dims
 from meshplan.cost.blocks import collective, elementwise, gemm, norm
-from meshplan.cost.decode import Shape, decode_attention, forward, prefill_attention
+from meshplan.cost.decode import Shape, decode_attention, forward, prefill_attention, stream
 from meshplan.cost.decode import collective as serve_collective
 from meshplan.cost.decode import gemm as serve_gemm
 from meshplan.cost.records import ACT_BYTES, FP32, Dims, OpCost
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_extras import moa_topk
 from meshplan.specs.plan import Plan
 from meshplan.xp import Num, maximum
 
@@ -63,7 +71,22 @@ def attention_extra_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
                            saved=out * ACT_BYTES)
     if model.gate_bias:
         ops += elementwise("attn/gate_bias", d.tokens * model.gate_dim / d.tp, d.tokens * model.gate_dim / d.tp, 1.0)
+    ops += moa_ops(model, d) if model.attention_experts else []
     return ops + (diff_attention_ops(model, plan, d) if model.diff_attention else [])
+
+
+def moa_ops(model: ModelSpec, d: Dims) -> list[OpCost]:
+    """A mixture of attention heads' router, idle expert weights, routing and output bias (module docstring)."""
+    e, k, h, kd = model.attention_experts, moa_topk(model), model.hidden_size, model.kv_dim / d.tp
+    idle = (e - k) * 2 * h * kd
+    rows = d.tokens * k
+    return gemm("attn/moa_router", d.tokens, h, e, d) + [
+        OpCost("attn/moa_weights", "fwd", "memory", 0.0, ACT_BYTES * idle),
+        OpCost("attn/moa_weights", "bwd_x", "memory", 0.0, ACT_BYTES * idle),
+        OpCost("attn/moa_weights", "bwd_w", "memory", 0.0, 2 * d.grad_bytes * idle)] + (
+        elementwise("attn/moa_dispatch", rows * (h + kd), rows * (h + kd), 0.0)
+        + elementwise("attn/moa_combine", rows * (kd + h), rows * h, 1.0)
+        + elementwise("attn/moa_bias", d.tokens * h, d.tokens * h, 1.0))
 
 
 def diff_attention_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
@@ -96,6 +119,8 @@ def extra_ops(model: ModelSpec, plan: Plan, d: Dims, kind: str) -> list[OpCost]:
         ops += ffn_extra_ops(model, plan, d)
     if kind == "moe" and model.moe_post_norm:
         ops += norm("moe/post_norm", model, d)
+    if kind == "moe" and model.moe_out_bias:
+        ops += elementwise("moe/out_bias", d.tokens_sp * model.hidden_size, d.tokens_sp * model.hidden_size, 1.0)
     return ops
 
 
@@ -149,6 +174,15 @@ def serve_extra_ops(model: ModelSpec, sh: Shape, kind: str) -> list[OpCost]:
         parts = (("attn/diff_concat", 2 * out, 2 * out, 0.0), ("attn/diff_combine", 2 * out, out, 1.0),
                  ("attn/diff_norm", out, out, 5.0), ("attn/diff_scale", out, out, 1.0))
         ops += [forward(elementwise(*part)) for part in parts]
+    if model.attention_experts and kind != "mlp":
+        e, k, h, kd = model.attention_experts, moa_topk(model), model.hidden_size, model.kv_dim / t
+        ops += [serve_gemm("attn/moa_router", rows, h, e, sh.w_bytes, sh.a_bytes),
+                stream("attn/moa_weights", sh.w_bytes * (e - k) * 2 * h * kd),
+                forward(elementwise("attn/moa_dispatch", rows * k * (h + kd), rows * k * (h + kd), 0.0)),
+                forward(elementwise("attn/moa_combine", rows * k * (kd + h), rows * k * h, 1.0)),
+                forward(elementwise("attn/moa_bias", rows * h, rows * h, 1.0))]
+    if kind == "moe" and model.moe_out_bias:
+        ops.append(forward(elementwise("moe/out_bias", rows * model.hidden_size, rows * model.hidden_size, 1.0)))
     if kind == "moe" and model.moe_post_norm:
         ops.append(forward(elementwise("moe/post_norm", rows * model.hidden_size, rows * model.hidden_size, 5.0)))
     return ops

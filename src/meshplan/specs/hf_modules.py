@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from meshplan.specs.hf_moa import is_fused_moe, is_moa, read_fused_moe, read_moa
+
 Q, K, V = ("q_proj", "query", "wq", "project_q", "Wq"), ("k_proj", "key", "wk", "project_k", "Wk"), \
     ("v_proj", "value", "wv", "project_v", "Wv")
 QKV = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "W_pack", "wqkv", "qkv")
@@ -77,7 +79,9 @@ def kind_of(module: Any) -> str | None:
         return "deltanet" if any(k.startswith("in_proj_") or k == "q_proj" for k in kids) else "mamba"
     if "kv_a_proj_with_mqa" in kids or "kv_b_proj" in kids:
         return "mla"
-    if "experts" in kids:
+    if is_moa(module):  # JetMoE's mixture of attention heads (hf_moa.py)
+        return "attention"
+    if "experts" in kids or is_fused_moe(module):
         return "moe"
     has = set(kids)
     if (has & set(Q) and has & set(K) or has & set(QKV)) and has & set(OUT):
@@ -161,7 +165,9 @@ def _rest(module: Any, used: set[str]) -> list[str]:
 
 
 def _attention(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
-    """q, k, v and out widths and biases, q/k norm widths, sinks."""
+    """q, k, v and out widths and biases, q/k norm widths, sinks (a mixture of attention heads: hf_moa.py)."""
+    if is_moa(module):
+        return read_moa(module, hidden)
     used: set[str] = set()
     sizes: dict[str, Any] = {}
     fused = _take(module, QKV)
@@ -287,7 +293,10 @@ def _mamba1(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
 
 
 def _moe(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
-    """Experts (count, width, gated, biased), router (bias or score-correction bias), shared experts and gate."""
+    """Experts (count, width, gated, biased), router (bias or score-correction bias), shared experts and gate (JetMoE's
+    fused experts: hf_moa.py)."""
+    if is_fused_moe(module):
+        return read_fused_moe(module, hidden)
     kids = children(module)
     experts = kids["experts"]
     sizes: dict[str, Any] = _experts(experts, hidden)

@@ -260,7 +260,7 @@ class ModelSpec(extras.ModelExtras):
             return 0
         return width * (1 + self.norm_bias if self.norm == "layernorm" else 1)
 
-    def attention_params(self) -> int:
+    def attention_params(self, active: bool = False) -> int:
         """Parameters of one attention block (projections, biases, q/k norms), without the pre-norm."""
         h = self.hidden_size
         if self.is_mla:
@@ -282,7 +282,7 @@ class ModelSpec(extras.ModelExtras):
             total += sum(self.norm_params(w) for w in widths)
         if self.attention_sinks:
             total += self.num_heads
-        return total + extras.attention_extra_params(self)
+        return total + extras.attention_extra_params(self, active)
 
     def mlp_params(self, ffn: int) -> int:
         """A dense MLP of width ffn: 2·H·F (GeLU) or 3·H·F (SwiGLU), plus biases."""
@@ -344,12 +344,12 @@ class ModelSpec(extras.ModelExtras):
         """One layer of ``block_counts``'s kind, its norms included."""
         norm = self.norm_params(self.hidden_size)
         mlp = self.mlp_params(self.ffn_hidden_size)
-        norms = self.layer_norms * norm
-        return {"dense": lambda: self.attention_params() + mlp + norms,
-                "moe": lambda: (norm if self.is_hybrid else self.attention_params() + norms) + self.moe_params(active),
+        norms, att = self.layer_norms * norm, self.attention_params(active)
+        return {"dense": lambda: att + mlp + norms,
+                "moe": lambda: (norm if self.is_hybrid else att + norms) + self.moe_params(active),
                 "mamba": lambda: self.mamba_params() + norm,
                 "deltanet": lambda: self.deltanet_params() + norm, "mamba1": lambda: self.mamba1_params() + norm,
-                "attention": lambda: self.attention_params() + norm,
+                "attention": lambda: att + norm,
                 "mlp": lambda: mlp + norm}[kind]()
 
     def layer_params(self, i: int, active: bool = False) -> int:

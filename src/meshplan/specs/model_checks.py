@@ -26,7 +26,8 @@ _NON_NEGATIVE = ("num_kv_heads", "head_dim", "num_experts", "moe_topk", "moe_ffn
                  "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings",
                  "mamba_heads", "mamba_head_dim", "mamba_state", "moe_latent_size", "mtp_layers",
                  "sliding_window", "window_layers", "gdn_key_heads", "gdn_key_dim", "gdn_value_heads", "gdn_value_dim",
-                 "ssm_inner", "ssm_dt_rank", "act_params", "head_vocab_size")
+                 "ssm_inner", "ssm_dt_rank", "act_params", "head_vocab_size",
+                 "attention_experts")
 # The sizes a parameter count grows with, named when it is out of range (check_params)
 _SIZES = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size", "vocab_size",
           "max_position_embeddings", "num_experts", "moe_ffn_hidden_size", "shared_expert_ffn_size", "q_lora_rank",

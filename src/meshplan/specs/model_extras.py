@@ -25,6 +25,12 @@ its work in cost/extras.py (training and serving). Sources, transformers 5.24's 
 - ``head_transform``: a prediction head between the final norm and the vocabulary projection (ModernBERT-decoder's
   ModernBertDecoderPredictionHead: dense H → H without bias, the activation, a norm): H·H + a norm's weights, kept
   whole on every tensor-parallel rank (the last stage's own parameters, as the final norm).
+- ``attention_experts``: a mixture of attention heads (JetMoE's MoA, models/jetmoe/modeling_jetmoe.py JetMoeMoA):
+  E_a experts, each a query projection H → K·d and an output projection K·d → H, k = A / K of them per token (the
+  A = k·K query heads of ModelSpec share the K key/value heads of one kv_proj), a router H → E_a and a bias H on the
+  output: the spec's q and o count k experts' (A·d each way); the other E_a − k experts' 2·H·K·d each, the router
+  and the bias are these extras (the active count, per token, only the router and the bias).
+- ``moe_out_bias``: a bias H on a MoE block's output (JetMoeMoE.bias): H weights in each MoE layer.
 - ``diff_attention``: differential attention (Ye et al. 2024, "Differential Transformer"; models/diffllama/
   modeling_diffllama.py DiffLlamaAttention): two attention calls sharing Q and K, over the two halves of the value
   heads, combined head pair by head pair as out₁ − λ·out₂, λ from four d-wide vectors (lambda_q1, lambda_k1,
@@ -55,6 +61,8 @@ class ModelExtras:
     head_vocab_size: int = 0
     last_out_bias: bool = False
     first_norm_skipped: bool = False
+    attention_experts: int = 0
+    moe_out_bias: bool = False
     head_transform: bool = False
 
 
@@ -77,9 +85,14 @@ def edge_layer_params(spec: _Spec, i: int, first: bool = True, last: bool = True
     return bias - (spec.norm_params(spec.hidden_size) if first and spec.first_norm_skipped and i == 0 else 0)
 
 
-def attention_extra_params(spec: _Spec) -> int:
-    """An attention block's extra weights: the sub-norm over A·d, the per-head gate H·A, the gate bias A."""
+def attention_extra_params(spec: _Spec, active: bool = False) -> int:
+    """An attention block's extra weights: the sub-norm over A·d, the per-head gate H·A, the gate bias A, the
+    differential attention's λ vectors 4·d, a mixture of attention heads' idle experts 2·(E_a − k)·H·K·d (not when
+    ``active``), its router H·E_a and output bias H."""
     total = spec.norm_params(spec.attn_out_dim) if spec.sub_norms else 0
+    if spec.attention_experts:
+        idle = 0 if active else (spec.attention_experts - moa_topk(spec)) * 2 * spec.hidden_size * spec.kv_dim
+        total += idle + spec.hidden_size * (spec.attention_experts + 1)
     total += spec.hidden_size * spec.num_heads if spec.head_gate else 0
     total += 4 * spec.head_dim if spec.diff_attention else 0
     return total + (spec.num_heads if spec.gate_bias else 0)
@@ -91,18 +104,25 @@ def mlp_extra_params(spec: _Spec, ffn: int) -> int:
 
 
 def moe_extra_params(spec: _Spec) -> int:
-    """A MoE block's extra weights: the post-norm over H."""
-    return spec.norm_params(spec.hidden_size) if spec.moe_post_norm else 0
+    """A MoE block's extra weights: the post-norm over H, the output bias H."""
+    norm = spec.norm_params(spec.hidden_size) if spec.moe_post_norm else 0
+    return norm + (spec.hidden_size if spec.moe_out_bias else 0)
+
+
+def moa_topk(spec: _Spec) -> int:
+    """The attention experts a token uses: k = A / K (each brings K query heads)."""
+    return int(spec.num_heads // spec.num_kv_heads)
 
 
 def kept_extra_params(spec: _Spec, kind: str) -> int:
     """Extra weights every tensor-parallel rank keeps whole in a layer of ``kind`` (cost/params.kept_params): the MoE
-    post-norm (over the whole hidden state, as the pre-norms are), a dense MLP's activation scalars and the
-    differential attention's λ vectors (every head uses them)."""
+    post-norm and output bias (over the whole hidden state, as the pre-norms are), a dense MLP's activation scalars,
+    the differential attention's λ vectors (every head uses them), the attention experts' router and output bias."""
     moe = moe_extra_params(spec) if kind == "moe" else 0
     attention = kind in ("dense", "attention") or (kind == "moe" and not spec.is_hybrid)
     lambdas = 4 * spec.head_dim if spec.diff_attention and attention else 0
-    return moe + lambdas + (spec.act_params if kind in ("dense", "mlp") else 0)
+    moa = spec.hidden_size * (spec.attention_experts + 1) if spec.attention_experts and attention else 0
+    return moe + lambdas + moa + (spec.act_params if kind in ("dense", "mlp") else 0)
 
 
 def extras_on(spec: _Spec) -> list[str]:
@@ -112,7 +132,8 @@ def extras_on(spec: _Spec) -> list[str]:
              ("moe_post_norm", "a MoE post-norm"), ("diff_attention", "differential attention"),
              ("head_vocab_size", "an LM head over another vocabulary than the embedding's"),
              ("last_out_bias", "an attention-output bias in the last layer only"),
-             ("first_norm_skipped", "no pre-norm in the first layer"), ("head_transform", "a prediction head")]
+             ("first_norm_skipped", "no pre-norm in the first layer"), ("head_transform", "a prediction head"),
+             ("attention_experts", "a mixture of attention heads"), ("moe_out_bias", "a MoE output bias")]
     return [f"{what} ({name})" for name, what in named if getattr(spec, name)] + (
         [] if spec.final_norm else ["no final norm (final_norm=false)"])
 
@@ -138,5 +159,11 @@ def check_extras(spec: _Spec) -> None:
         raise SpecError("last_out_bias=true with output-projection biases in every layer (linear_bias / out_bias)")
     if spec.first_norm_skipped and (spec.is_hybrid or not spec.layer_norms or not spec.norm_weights):
         raise SpecError("first_norm_skipped=true needs attention + MLP layers with weighted pre-norms")
+    if spec.attention_experts and (spec.is_mla or spec.attention_experts < moa_topk(spec) or spec.attn_output_gate):
+        raise SpecError(f"attention_experts={spec.attention_experts}: a mixture of attention heads needs standard "
+                        f"attention without an output gate and at least num_heads / num_kv_heads = {moa_topk(spec)} "
+                        "experts")
+    if spec.moe_out_bias and not spec.is_moe:
+        raise SpecError("moe_out_bias=true needs experts (num_experts > 0)")
     if spec.moe_post_norm and not spec.is_moe:
         raise SpecError("moe_post_norm=true needs experts (num_experts > 0)")
