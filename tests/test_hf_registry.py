@@ -57,3 +57,17 @@ def test_families_are_exact(outcomes: dict[str, Outcome], model_type: str) -> No
 def test_encoders_are_refused_as_such(outcomes: dict[str, Outcome], model_type: str) -> None:
     o = outcomes[model_type]
     assert o.kind == "refused" and ("encoder" in o.detail), o
+
+
+# Refused for what they add, named in the line (issue 51's small-gap list): cross-attention (TrOCR, Mllama's text
+# model), LFM's short-convolution blocks (lfm3: its attention, gate, norms and final norm read, the conv is not a
+# block meshplan models), a router without its experts per token (DeepSeek-V2's default config: num_experts_per_tok
+# null, so transformers' torch.topk cannot run)
+REFUSED_FOR = {"trocr": "cross-attention", "mllama": "cross_attn", "lfm3": "conv.in_proj",
+               "deepseek_v2": "num_experts_per_tok"}
+
+
+@pytest.mark.parametrize("model_type", sorted(REFUSED_FOR))
+def test_refused_for_what_they_add(outcomes: dict[str, Outcome], model_type: str) -> None:
+    o = outcomes[model_type]
+    assert o.kind == "refused" and REFUSED_FOR[model_type] in o.detail, o
