@@ -36,6 +36,7 @@ from meshplan.cost.params import (
 )
 from meshplan.cost.records import ACT_BYTES, FP32, token_rows
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_extras import head_vocab
 from meshplan.specs.plan import ASYNC_SCHEDULES, Plan
 from meshplan.specs.stack import Stack
 from meshplan.xp import Num, maximum, minimum, where
@@ -306,7 +307,7 @@ def loss_workspace(model: ModelSpec, plan: Plan, stack: Stack) -> Num:
     ``"flash"`` (flash-attn's CrossEntropyLoss): the 16-bit gradient beside the saved 16-bit logits, 2 bytes."""
     # numeric plan fields may be arrays (a PlanBatch): no branch on tp
     per_logit = FP32 * (2 + (plan.tp > 1)) if stack.cross_entropy == "pytorch" else ACT_BYTES
-    return token_rows(model, plan)[0] * model.vocab_size / plan.tp * per_logit
+    return token_rows(model, plan)[0] * head_vocab(model) / plan.tp * per_logit
 
 
 def pipeline_runtime_memory(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[Num, Num]:
@@ -331,7 +332,7 @@ def pipeline_runtime_memory(model: ModelSpec, plan: Plan, stack: Stack) -> tuple
     m, v, pipelined = plan.grad_accum, plan.vpp, plan.pp > 1
     boundaries = 2 * m * (2 * v - 1) * layer_input_bytes(model, plan) * pipelined
     logit_bytes = FP32 if stack.cross_entropy == "pytorch" else ACT_BYTES
-    logits = m * token_rows(model, plan)[0] * model.vocab_size / plan.tp * logit_bytes * pipelined
+    logits = m * token_rows(model, plan)[0] * head_vocab(model) / plan.tp * logit_bytes * pipelined
     return boundaries, boundaries + logits
 
 

@@ -148,6 +148,11 @@ RANGES: dict[str, Range] = {
     "ssm_dt_rank": Range(1, MAX_SIZE, "", "Mamba-1: ⌈H / 16⌉", "no Mamba-1"),
     "moe_latent_size": Range(1, _WIDTH, "", "at most the hidden size (Nemotron 3 Super 1,024)", "no latent"),
     "mtp_layers": Range(1, MAX_LAYERS, "", "1-2 in use", "none"),
+    # the extras of specs/model_extras.py
+    "act_params": Range(1, 64, "", "learned scalars of one MLP's activation: xIELU's 2 (Apertus)", "none"),
+    "head_vocab_size": Range(1, 2**24, "", "as vocab_size (Moshi's head: 32,000 of the embedding's 32,001)",
+                             "the embedding's vocabulary"),
+    "attention_experts": Range(1, _WIDTH, "", "as num_experts (JetMoE: 8 attention experts)", "none"),
     "layer_norms": Range(1, 4, "", "1 (parallel attention + MLP), 2 (pre-norms), 4 (Gemma 2 / 3's post-norms too)",
                          "no norm weights (OLMo's non-parametric LayerNorm)"),
     # ---- Plan and the options that set it -----------------------------------------------------------------------

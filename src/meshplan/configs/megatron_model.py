@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_extras import extras_on
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 
@@ -105,6 +106,7 @@ def architecture(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[dict[str, 
     fields |= _mla(model) if model.is_mla else {}
     notes = [f"meshplan's model has {what} ({name}), which these arguments do not build"
              for name, what in _UNWRITTEN.items() if getattr(model, name)]
+    notes += [f"meshplan's model has {what}, which these arguments do not build" for what in extras_on(model)]
     if model.mlp not in ("swiglu", "gelu"):
         notes.append(f"mlp={model.mlp}: Megatron's activation is GeLU unless --swiglu (or --squared-relu by hand)")
     if model.position_embedding == "rope" and not model.rope_theta:

@@ -25,6 +25,7 @@ from functools import cache
 
 from meshplan.configs.common import refuse
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_extras import extras_on
 from meshplan.specs.model_load import load_model
 
 _NAME = "torchtitan"
@@ -87,7 +88,7 @@ def _llama_like(model: ModelSpec) -> str:
         checks += [(model.first_k_dense_layers > 0 or model.moe_layer_freq != 1, "dense layers among MoE layers"),
                    (model.shared_expert_ffn_size > 0, "shared experts"), (model.router_bias, "router_bias"),
                    (model.shared_expert_gate, "shared_expert_gate"), (model.moe_latent_size > 0, "latent MoE")]
-    return ", ".join(why for bad, why in checks if bad)
+    return ", ".join([why for bad, why in checks if bad] + extras_on(model))
 
 
 def module_name(model: ModelSpec) -> str:

@@ -8,10 +8,12 @@ from dataclasses import replace
 
 from meshplan.cost.blocks import collective, gemm, norm, tp_enter, tp_exit
 from meshplan.cost.eager import EAGER, eager_op
+from meshplan.cost.extras import head_extra_ops
 from meshplan.cost.fsdp import fsdp_grad_prep
 from meshplan.cost.lora import lora
 from meshplan.cost.records import ACT_BYTES, FP32, MASK_BYTES, Dims, OpCost, dims
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_extras import head_vocab
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.xp import Num
@@ -56,9 +58,9 @@ def head_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     the output layer), with three small all-reduces (max, sum, target logit) of T fp32 values each across TP.
     """
     d = dims(model, plan, stack)
-    vocab = model.vocab_size / d.tp
+    vocab = head_vocab(model) / d.tp
     logits = d.tokens * vocab
-    ops = norm("head/norm", model, d)
+    ops = (norm("head/norm", model, d) if model.final_norm else []) + head_extra_ops(model, d)  # cost/extras.py
     ops += tp_enter("head/tp_in", model, plan, d, quantized=False)
     # the output layer is outside Transformer Engine's fp8 region: it runs in 16 bits whatever the plan's precision
     ops += [replace(op, variant="bf16") for op in gemm("head/logits", d.tokens, model.hidden_size, vocab, d,
@@ -69,7 +71,7 @@ def head_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
         ops.append(train_metrics(stack.train_metrics, logits))
     if stack.cross_entropy == "pytorch":
         ops += eager_op("head/loss", "cross_entropy", logits)
-    if d.eager:
+    if d.eager and model.final_norm:
         ops += eager_op("head/norm", model.norm, d.tokens_sp * model.hidden_size)
     ops += fsdp_grad_prep("head", model.head_params() / plan.tp, plan, stack)
     return lora(ops, plan, d)

@@ -19,6 +19,7 @@ from meshplan.cost.params import layers_on_first
 from meshplan.cost.recompute import rerun_by
 from meshplan.cost.records import token_rows
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_extras import head_vocab
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
@@ -46,7 +47,8 @@ def attention_layer_flops(model: ModelSpec) -> float:
     d_qk, d_v = head_dims(model)
     f = model.window_share
     keys = (1 - f) * model.seq_length + f * min(model.sliding_window, model.seq_length)
-    return 2.0 * keys * model.num_heads * (d_qk + d_v)
+    calls = 2 if model.diff_attention else 1  # differential attention's two calls (cost/extras.py)
+    return 2.0 * keys * model.num_heads * (d_qk + d_v) * calls
 
 
 def ssd_flops_per_token(model: ModelSpec) -> float:
@@ -84,7 +86,7 @@ def mtp_flops_per_token(model: ModelSpec) -> float:
     likewise)."""
     if not model.mtp_layers:
         return 0.0
-    params = model.mtp_layer_params(active=True) + model.vocab_size * model.hidden_size
+    params = model.mtp_layer_params(active=True) + head_vocab(model) * model.hidden_size
     return model.mtp_layers * (6.0 * params + 3.0 * _mtp_scores_flops(model))
 
 
@@ -112,7 +114,7 @@ def recompute_flops_per_token(model: ModelSpec, plan: Plan, stack: Stack = DEFAU
     """Extra forward FLOPs per token that recomputation executes (counted like model FLOPs): under full recompute
     the layers' forward (a share of them with ``recompute_layers``) and every MTP depth's but its head; under
     selective recompute the modules' (``module_flops_per_token``, the attention core by its closed form)."""
-    head = 2.0 * model.vocab_size * model.hidden_size
+    head = 2.0 * head_vocab(model) * model.hidden_size
     mtp = mtp_flops_per_token(model) / 3
     if plan.recompute == "full":
         layers = cast(int, layers_on_first(model, plan))  # one Plan (estimate.py), not a batch

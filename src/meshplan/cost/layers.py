@@ -8,6 +8,7 @@ from meshplan.cost.attention import attention_block, qkv_concat, varlen_padding
 from meshplan.cost.casts import low_precision_casts
 from meshplan.cost.deltanet import deltanet_block
 from meshplan.cost.eager import eager_kernel_counts, eager_layer
+from meshplan.cost.extras import extra_ops
 from meshplan.cost.fsdp import layer_fsdp_grad
 from meshplan.cost.lora import lora
 from meshplan.cost.mamba import mamba_block
@@ -24,12 +25,12 @@ from meshplan.specs.stack import Stack
 def stack_extras(model: ModelSpec, plan: Plan, d: Dims, kind: str) -> list[OpCost]:
     """What the software stack adds to a layer: its model code's attention copies (flash-attn's varlen packing,
     the QKV split's backward concatenation; layers with attention) and FSDP's gradient preparation
-    (``layer_fsdp_grad``)."""
+    (``layer_fsdp_grad``); and the model's extra structures (cost/extras.py), in every tensor layout."""
     attention = varlen_padding(model, plan, d) + qkv_concat(model, plan, d) if kind in ("dense", "moe",
                                                                                         "attention") else []
     if model.is_hybrid and kind == "moe":
         attention = []
-    return attention + layer_fsdp_grad(model, plan, d.stack, kind)
+    return attention + layer_fsdp_grad(model, plan, d.stack, kind) + extra_ops(model, plan, d, kind)
 
 
 def dense_layer(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:

@@ -14,6 +14,7 @@ from functools import lru_cache
 import numpy as np
 
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_extras import edge_layer_params, head_vocab, kept_extra_params
 from meshplan.specs.plan import Plan
 from meshplan.xp import Num, minimum, where
 
@@ -120,7 +121,7 @@ def kept_params(model: ModelSpec, kind: str) -> int:
         kept += model.q_lora_rank + model.kv_lora_rank
     if kind == "moe":
         kept += model.hidden_size * model.num_experts + (model.num_experts if model.router_bias else 0)
-    return kept
+    return kept + kept_extra_params(model, kind)
 
 
 def layer_weights(model: ModelSpec, kind: str, tp: Num, expert_ways: Num, kv_heads: Num | None = None
@@ -252,9 +253,11 @@ def end_params(model: ModelSpec, tp: Num, single: Num, first: bool) -> Num:
     layer; vLLM's VocabParallelEmbedding and ParallelLMHead); a learned position table and the norms are copied on
     every rank (Megatron-LM's LanguageModelEmbedding keeps its position_embeddings a plain torch.nn.Embedding)."""
     word = model.vocab_size * model.hidden_size
-    head_matrix = 0 if model.tied_embeddings else word
-    embed = word / tp + (model.embedding_params() - word)
-    head = head_matrix / tp + (model.head_params() - head_matrix)
+    head_matrix = 0 if model.tied_embeddings else head_vocab(model) * model.hidden_size  # Moshi's: V_head < V
+    # the first and last layers' own weights beyond their kind's (model_extras.edge_layer_params), whole
+    embed = word / tp + (model.embedding_params() - word) + edge_layer_params(model, 0, last=False)
+    head = head_matrix / tp + (model.head_params() - head_matrix) + edge_layer_params(model, model.num_layers - 1,
+                                                                                      first=False)
     if model.tied_embeddings:
         head = head + (word / tp) * (1 - single)
     return embed + head * single if first else head + embed * single

@@ -17,6 +17,7 @@ from collections import defaultdict
 from meshplan.allreduce import tp_all_reduce
 from meshplan.comm import collective_time, split_group
 from meshplan.cost.decode import Shape, collective, gemm, sixteen_bit, stream
+from meshplan.cost.extras import serve_extra_ops, serve_head_extra_ops
 from meshplan.cost.records import ACT_BYTES, OpCost
 from meshplan.groups import send_stride
 from meshplan.roofline import op_time
@@ -26,25 +27,29 @@ from meshplan.serve.ops import attention_ops, dense_ops
 from meshplan.serve.precision import Quant, compute_accelerator, gemm_precision
 from meshplan.specs.hardware import Accelerator, Cluster
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_extras import head_vocab
 from meshplan.xp import Num, maximum, where
 
 
 def layer_ops(model: ModelSpec, sh: Shape) -> dict[str, list[OpCost]]:
-    """The ops of one layer of each kind the model has (ModelSpec.block_counts: dense, moe)."""
+    """The ops of one layer of each kind the model has (ModelSpec.block_counts: dense, moe), with the extras of
+    cost/extras.py."""
     attention = attention_ops(model, sh)
     builders = {"dense": dense_ops, "moe": moe_ops}
-    return {kind: attention + builders[kind](model, sh) for kind in model.block_counts}
+    return {kind: attention + builders[kind](model, sh) + serve_extra_ops(model, sh, kind)
+            for kind in model.block_counts}
 
 
 def edge_ops(model: ModelSpec, sh: Shape, first: Num, last: Num) -> list[OpCost]:
     """The embedding lookup (vocabulary-parallel: an all-reduce across tp) on the first stage, and on the last the
     final norm, the LM head for the rows that sample (each decoding sequence and each prompt's last token: a 16-bit
     GEMM, vLLM keeps lm_head unquantised), the gather of the vocabulary shards and the sampler's fp32 softmax."""
-    h, v, t = model.hidden_size, model.vocab_size, sh.tp
+    h, v, t = model.hidden_size, head_vocab(model), sh.tp
     sampled = sh.decode + sh.prompts
     return [stream("embed/lookup", first * 2 * ACT_BYTES * sh.rows * h),
             collective("embed/tp", "all_reduce", first * sh.rows * h * ACT_BYTES, "tp", t),
-            stream("head/norm", last * 4 * ACT_BYTES * sampled * h),
+            *serve_head_extra_ops(model, sh, sampled, last),
+            stream("head/norm", model.final_norm * last * 4 * ACT_BYTES * sampled * h),
             sixteen_bit(gemm("head/logits", sampled * last, h, v / t, ACT_BYTES, ACT_BYTES)),
             collective("head/gather", "all_gather", last * sampled * v * ACT_BYTES, "tp", t),
             stream("head/sample", last * sampled * v * (ACT_BYTES + 2 * 4))]

@@ -30,6 +30,7 @@ from meshplan.serve.engine import Engine
 from meshplan.serve.plan import PlanColumns
 from meshplan.serve.precision import Quant
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_extras import head_vocab
 from meshplan.xp import Num, maximum
 
 
@@ -81,7 +82,7 @@ def activation_bytes(model: ModelSpec, tp: Num, engine: Engine) -> Num:
     if model.is_moe:
         widest = max(widest, model.moe_topk * (h + (3 if model.gated else 2) * model.moe_ffn_hidden_size))
     stream = 2 * rows * h * ACT_BYTES
-    logits = engine.max_seqs * model.vocab_size / t * 4
+    logits = engine.max_seqs * head_vocab(model) / t * 4
     return stream + rows * (h + widest / t) * ACT_BYTES + logits
 
 

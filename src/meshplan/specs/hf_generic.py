@@ -9,8 +9,10 @@ and irregular MoE layouts keep their per-layer kinds. Sizes come from the weight
 embedding, head_dim from q_proj and the head count, K from k_proj, F from the down projection, E from the expert
 tensors); what shapes do not say comes from the config (heads, top-k, MLA ranks, Mamba groups and state, Gated
 DeltaNet key heads, sliding windows, dropout, MTP depth).
-Any structure the spec cannot express raises SpecError naming it. ``read_generic`` returns the fields and, for a
-hybrid, how many blocks each Hugging Face layer became (for the per-layer check in hf_verify.py).
+The small extra weights of some families (sub-norms, per-head gates, activation scalars …) become the fields of
+specs/model_extras.py (hf_extras.py). Any structure the spec cannot express raises SpecError naming it.
+``read_generic`` returns the fields and, for a hybrid, how many blocks each Hugging Face layer became (for the
+per-layer check in hf_verify.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from meshplan.errors import SpecError
+from meshplan.specs.hf_extras import claim_extras
 from meshplan.specs.hf_meta import MetaModel
 from meshplan.specs.hf_modules import LayerBlocks, read_layer
 from meshplan.specs.hf_outside import outside_fields, text_config
@@ -43,15 +46,17 @@ def read_generic(meta: MetaModel, where: str) -> tuple[dict[str, Any], tuple[int
         raise SpecError(f"{where}: {type(model).__name__} has no list of decoder layers meshplan can read")
     outside = outside_fields(meta, where)
     hidden = outside["hidden_size"]
-    layers = [read_layer(layer, hidden) for layer in model.get_submodule(meta.layer_path)]
+    modules = list(model.get_submodule(meta.layer_path))
+    layers = [read_layer(layer, hidden) for layer in modules]
+    extras = claim_extras(modules, layers, hidden, cfg)
     for i, layer in enumerate(layers):
         if layer.unclaimed:
             shown = ", ".join(layer.unclaimed[:3]) + (" …" if len(layer.unclaimed) > 3 else "")
             raise SpecError(f"{where}: layer {i} holds weights meshplan does not model: {shown}")
         _check_blocks(layer, i, where)
-    fields = dict(outside) | _common(meta, layers, where)
+    fields = dict(outside) | _common(meta, layers, where) | extras
     final = fields.pop("final_norm_weights")
-    if final != fields.get("norm_weights", True):
+    if final is not None and final != fields.get("norm_weights", True):
         raise SpecError(f"{where}: the final norm {'has' if final else 'has no'} weights and the layers' norms "
                         f"{'do not' if final else 'do'}; meshplan's norms are all of one kind")
     uniform = all(_uniform(layer) for layer in layers) and len({len(layer.norms) for layer in layers}) == 1

@@ -27,13 +27,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-Q, K, V = ("q_proj", "query", "wq", "project_q"), ("k_proj", "key", "wk", "project_k"), \
-    ("v_proj", "value", "wv", "project_v")
+from meshplan.specs.hf_moa import is_fused_moe, is_moa, read_fused_moe, read_moa
+
+Q, K, V = ("q_proj", "query", "wq", "project_q", "Wq"), ("k_proj", "key", "wk", "project_k", "Wk"), \
+    ("v_proj", "value", "wv", "project_v", "Wv")
 QKV = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "W_pack", "wqkv", "qkv")
-OUT = ("o_proj", "dense", "out_proj", "wo", "c_proj", "attention_out", "o")
-UP = ("up_proj", "fc1", "c_fc", "fc_in", "dense_h_to_4h", "w3", "linear_fc1", "gate_up_proj", "input_linear")
+OUT = ("o_proj", "dense", "out_proj", "wo", "c_proj", "attention_out", "o", "Wo")
+UP = ("up_proj", "fc1", "c_fc", "fc_in", "dense_h_to_4h", "w3", "linear_fc1", "gate_up_proj", "input_linear", "Wi")
 GATE = ("gate_proj", "w1")
-DOWN = ("down_proj", "fc2", "c_proj", "fc_out", "dense_4h_to_h", "w2", "linear_fc2", "output_linear")
+DOWN = ("down_proj", "fc2", "c_proj", "fc_out", "dense_4h_to_h", "w2", "linear_fc2", "output_linear", "Wo")
 QK_NORMS = (("q_norm", "k_norm"), ("q_layernorm", "k_layernorm"))
 MAMBA2 = {"A_log", "D", "dt_bias", "in_proj.weight", "conv1d.weight", "conv1d.bias", "norm.weight",
           "out_proj.weight"}
@@ -54,6 +56,8 @@ class LayerBlocks:
 def linear(module: Any) -> tuple[int, int, bool] | None:
     """(out, in, bias) of a linear layer (nn.Linear, or transformers' Conv1D whose weight is stored (in, out))."""
     weight = getattr(module, "weight", None)
+    if weight is None and set(children(module)) == {"linear"}:  # a wrapper holding its nn.Linear (Moshi's MoshiLinear)
+        return linear(children(module)["linear"])
     if weight is None or weight.dim() != 2:
         return None
     out, inp = weight.shape
@@ -75,14 +79,29 @@ def kind_of(module: Any) -> str | None:
         return "deltanet" if any(k.startswith("in_proj_") or k == "q_proj" for k in kids) else "mamba"
     if "kv_a_proj_with_mqa" in kids or "kv_b_proj" in kids:
         return "mla"
-    if "experts" in kids:
+    if is_moa(module):  # JetMoE's mixture of attention heads (hf_moa.py)
+        return "attention"
+    if "experts" in kids or is_fused_moe(module):
         return "moe"
     has = set(kids)
     if (has & set(Q) and has & set(K) or has & set(QKV)) and has & set(OUT):
         return "attention"
-    if has & set(UP) and has & set(DOWN):
+    if has & set(UP) and has & set(DOWN) or _sequential(module):
         return "mlp"
     return None
+
+
+def _sequential(module: Any) -> tuple[tuple[str, tuple[int, int, bool]], tuple[str, tuple[int, int, bool]]] | None:
+    """An nn.Sequential MLP: two linear layers with parameter-free modules (the activation) between them (CTRL's
+    ffn = Sequential(Linear, ReLU, Linear)), as (name, shape) of its up and down projections."""
+    if type(module).__name__ != "Sequential":
+        return None
+    kids = children(module)
+    linears = [(n, shape) for n, kid in kids.items() if (shape := linear(kid)) is not None]
+    others = [kid for n, kid in kids.items() if n not in dict(linears)]
+    if len(linears) != 2 or any(list(kid.parameters()) for kid in others):
+        return None
+    return linears[0], linears[1]
 
 
 def read_layer(layer: Any, hidden: int) -> LayerBlocks:
@@ -146,7 +165,9 @@ def _rest(module: Any, used: set[str]) -> list[str]:
 
 
 def _attention(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
-    """q, k, v and out widths and biases, q/k norm widths, sinks."""
+    """q, k, v and out widths and biases, q/k norm widths, sinks (a mixture of attention heads: hf_moa.py)."""
+    if is_moa(module):
+        return read_moa(module, hidden)
     used: set[str] = set()
     sizes: dict[str, Any] = {}
     fused = _take(module, QKV)
@@ -195,6 +216,8 @@ def _mla(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
 def _mlp(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
     """The FFN width (down's input), whether gated (a gate projection, or an up projection 2F wide), biases."""
     up, down, gate = _take(module, UP), _take(module, tuple(n for n in DOWN if n != "c_fc")), _take(module, GATE)
+    if (pair := _sequential(module)) is not None:
+        up, down = pair
     if up and down and up[0] == down[0]:  # GPT-2's c_proj is the MLP's down projection, never its up
         up = None
     if up is None or down is None:
@@ -270,7 +293,10 @@ def _mamba1(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
 
 
 def _moe(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
-    """Experts (count, width, gated, biased), router (bias or score-correction bias), shared experts and gate."""
+    """Experts (count, width, gated, biased), router (bias or score-correction bias), shared experts and gate (JetMoE's
+    fused experts: hf_moa.py)."""
+    if is_fused_moe(module):
+        return read_fused_moe(module, hidden)
     kids = children(module)
     experts = kids["experts"]
     sizes: dict[str, Any] = _experts(experts, hidden)

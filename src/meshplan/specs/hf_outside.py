@@ -1,5 +1,7 @@
 """What surrounds the decoder layers of a meta-device model (hf_meta.py): the token embedding (V, H), a learned
-position table, an embedding norm, the final norm, the LM head (tied or not, with or without a bias); and the models
+position table, an embedding norm (a norm named for the embedding but registered after the layers, LFM2's
+``embedding_norm``, is the final norm: Lfm2Model.forward applies it to the last layer's output), the final norm or none
+(GPT-1's post-norm blocks: ModelSpec.final_norm), the LM head (tied or not, with or without a bias); and the models
 that are not decoder-only language models, refused: encoders (a masked-LM model_type: BERT, RoBERTa, ELECTRA …),
 encoder-decoders (``is_encoder_decoder``: BART, Whisper, …) and anything else built beside the decoder (a vision
 tower, an audio encoder), named with its parameter count. Also the config-only fields: the sequence length, dropout
@@ -44,16 +46,24 @@ def outside_fields(meta: MetaModel, where: str) -> dict[str, Any]:
     model, cfg = meta.module, text_config(meta.config)
     embed, head = model.get_input_embeddings(), model.get_output_embeddings()
     vocab, hidden = (int(n) for n in embed.weight.shape)
-    if head is None or tuple(head.weight.shape) != (vocab, hidden):
-        shown = "none" if head is None else tuple(head.weight.shape)
-        raise SpecError(f"{where}: the LM head ({shown}) is not the embedding's transpose ({vocab}, {hidden})")
+    weight = getattr(head, "weight", None)
+    if weight is None or weight.dim() != 2 or weight.shape[1] != hidden:
+        shown = "none" if weight is None else tuple(weight.shape)
+        raise SpecError(f"{where}: the LM head ({shown}) is not a linear layer of the embedding's width {hidden}")
     tied = head.weight is embed.weight
     fields: dict[str, Any] = {"vocab_size": vocab, "hidden_size": hidden, "tied_embeddings": tied,
                               "head_bias": getattr(head, "bias", None) is not None}
-    finals, others, weightless = 0, [], 0
-    for name, module in model.named_modules():
+    if int(head.weight.shape[0]) != vocab:  # an untied head over another vocabulary (Moshi: V, the embedding V + 1)
+        fields["head_vocab_size"] = int(head.weight.shape[0])
+    finals, others, weightless, past = 0, [], 0, False
+    # a prediction head between the final norm and the vocabulary (ModernBertDecoderPredictionHead: dense, act, norm)
+    transform = next((n for n, m in model.named_modules() if type(m).__name__.endswith("PredictionHead")), None)
+    if transform is not None:
+        fields["head_transform"] = True
+    for name, module in model.named_modules():  # in the order the model registers them
+        past = past or _under(name, meta.layer_path)
         own = sum(p.numel() for p in module.parameters(recurse=False))
-        if _under(name, meta.layer_path) or module is embed or module is head:
+        if _under(name, meta.layer_path) or module is embed or module is head or _under(name, transform or "\0"):
             continue
         if not own:
             bare = "norm" in type(module).__name__.lower() and not list(module.parameters())
@@ -61,7 +71,9 @@ def outside_fields(meta: MetaModel, where: str) -> dict[str, Any]:
             continue
         width = int(module.weight.shape[-1]) if getattr(module, "weight", None) is not None else 0
         if "norm" in type(module).__name__.lower() and width == hidden:
-            if "emb" in name.split(".")[-1]:
+            # named for the embedding (BLOOM's word_embeddings_layernorm, ModernBERT's embeddings.norm) and before the
+            # layers; LFM2's embedding_norm follows them: its final norm
+            if any("emb" in part for part in name.split(".")[-2:]) and not past:
                 fields["embedding_norm"] = True
             else:
                 finals += 1
@@ -75,9 +87,12 @@ def outside_fields(meta: MetaModel, where: str) -> dict[str, Any]:
                 if text_type else "")
         raise SpecError(f"{where}: {type(model).__name__} builds {_top(others)} beside its decoder layers, which "
                         f"meshplan does not model{hint}")
-    if finals + (weightless if not finals else 0) != 1:
-        raise SpecError(f"{where}: {finals + weightless} final norms after the decoder layers (meshplan models one)")
-    return fields | _config_fields(cfg, fields) | {"final_norm_weights": finals == 1}
+    count = finals + (weightless if not finals else 0)
+    if count > 1:
+        raise SpecError(f"{where}: {finals + weightless} final norms after the decoder layers (meshplan models one "
+                        "or none)")
+    return fields | _config_fields(cfg, fields) | {"final_norm_weights": finals == 1 if count else None,
+                                                   "final_norm": count == 1}
 
 
 def _under(name: str, path: str) -> bool:

@@ -71,6 +71,8 @@ def attention_fields(cfg: Any, sizes: dict[str, Any], hidden: int, where: str) -
             raise SpecError(f"{where}: q/k norms of widths {att['q_norm']} / {att['k_norm']} are neither per head "
                             f"({head_dim}) nor whole")
         fields.update(qk_norm=True, qk_norm_full=whole and not per_head)
+    if att.get("experts"):  # a mixture of attention heads (hf_moa.py)
+        fields["attention_experts"] = att["experts"]
     if att.get("sinks"):
         if att["sinks"] != heads:
             raise SpecError(f"{where}: {att['sinks']} attention sinks for {heads} heads")
@@ -119,7 +121,7 @@ def moe_fields(cfg: Any, sizes: dict[str, Any], where: str) -> dict[str, Any]:
     shared = moe.get("shared")
     fields.update(num_experts=moe["experts"], moe_topk=topk, moe_ffn_hidden_size=moe["ffn"],
                   router_bias=bool(moe["router_bias"]), shared_expert_ffn_size=shared["ffn"] if shared else 0,
-                  shared_expert_gate=bool(moe.get("shared_gate")))
+                  shared_expert_gate=bool(moe.get("shared_gate")), moe_out_bias=bool(moe.get("out_bias")))
     return fields
 
 

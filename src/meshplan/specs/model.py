@@ -28,12 +28,13 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from meshplan.errors import SpecError
+from meshplan.specs import model_extras as extras
 from meshplan.specs.model_checks import BLOCK_KINDS, check_fields, check_params, check_structure
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModelSpec:
-    """A decoder-only transformer. Sizes are per layer unless stated; see the module glossary."""
+class ModelSpec(extras.ModelExtras):
+    """A decoder-only transformer. Sizes are per layer unless stated (module glossary); extras: model_extras.py."""
 
     name: str
     num_layers: int
@@ -259,7 +260,7 @@ class ModelSpec:
             return 0
         return width * (1 + self.norm_bias if self.norm == "layernorm" else 1)
 
-    def attention_params(self) -> int:
+    def attention_params(self, active: bool = False) -> int:
         """Parameters of one attention block (projections, biases, q/k norms), without the pre-norm."""
         h = self.hidden_size
         if self.is_mla:
@@ -281,7 +282,7 @@ class ModelSpec:
             total += sum(self.norm_params(w) for w in widths)
         if self.attention_sinks:
             total += self.num_heads
-        return total
+        return total + extras.attention_extra_params(self, active)
 
     def mlp_params(self, ffn: int) -> int:
         """A dense MLP of width ffn: 2·H·F (GeLU) or 3·H·F (SwiGLU), plus biases."""
@@ -290,7 +291,7 @@ class ModelSpec:
         total = mats * h * ffn
         if self.linear_bias or self.mlp_bias:
             total += (mats - 1) * ffn + h
-        return total
+        return total + extras.mlp_extra_params(self, ffn)
 
     def expert_params(self) -> int:
         """One routed expert: an MLP of width F_e on the hidden size, or on the latent size (latent MoE)."""
@@ -308,7 +309,7 @@ class ModelSpec:
             total += self.mlp_params(self.shared_expert_ffn_size)
         if self.shared_expert_gate:
             total += self.hidden_size
-        return total
+        return total + extras.moe_extra_params(self)
 
     def mamba_params(self) -> int:
         """One Mamba-2 mixer (module docstring): in_proj H·(2·D_i + 2·G·N + n_h), conv1d (D_i + 2·G·N)·(k + 1),
@@ -343,18 +344,17 @@ class ModelSpec:
         """One layer of ``block_counts``'s kind, its norms included."""
         norm = self.norm_params(self.hidden_size)
         mlp = self.mlp_params(self.ffn_hidden_size)
-        norms = self.layer_norms * norm
-        return {"dense": lambda: self.attention_params() + mlp + norms,
-                "moe": lambda: (norm if self.is_hybrid else self.attention_params() + norms) + self.moe_params(active),
+        norms, att = self.layer_norms * norm, self.attention_params(active)
+        return {"dense": lambda: att + mlp + norms,
+                "moe": lambda: (norm if self.is_hybrid else att + norms) + self.moe_params(active),
                 "mamba": lambda: self.mamba_params() + norm,
                 "deltanet": lambda: self.deltanet_params() + norm, "mamba1": lambda: self.mamba1_params() + norm,
-                "attention": lambda: self.attention_params() + norm,
+                "attention": lambda: att + norm,
                 "mlp": lambda: mlp + norm}[kind]()
 
     def layer_params(self, i: int, active: bool = False) -> int:
-        if self.is_hybrid:
-            return self.block_params(BLOCK_KINDS[self.layer_pattern[i]], active)
-        return self.block_params("moe" if self.is_moe_layer(i) else "dense", active)
+        kind = BLOCK_KINDS[self.layer_pattern[i]] if self.is_hybrid else "moe" if self.is_moe_layer(i) else "dense"
+        return self.block_params(kind, active) + extras.edge_layer_params(self, i)
 
     def embedding_params(self) -> int:
         """Token embedding V·H plus learned positions (if any) and the embedding norm (if any)."""
@@ -363,9 +363,8 @@ class ModelSpec:
         return (self.vocab_size + positions) * self.hidden_size + norm
 
     def head_params(self) -> int:
-        """Final norm plus the LM head (V·H unless tied to the embedding)."""
-        head = 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
-        return self.norm_params(self.hidden_size) + head + (self.vocab_size if self.head_bias else 0)
+        """Final norm (unless ``final_norm`` is off) plus the LM head (V·H unless tied: model_extras.lm_head_params)."""
+        return (self.norm_params(self.hidden_size) if self.final_norm else 0) + extras.lm_head_params(self)
 
     @property
     def mtp_kinds(self) -> tuple[str, ...]:

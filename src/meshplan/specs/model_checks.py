@@ -13,6 +13,7 @@ from typing import Any
 from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.fields import check_types
+from meshplan.specs.model_extras import check_extras
 
 MLP_KINDS = ("gelu", "swiglu", "relu2")  # relu2 (Nemotron-H): squared ReLU, up → act → down like gelu
 # layer_pattern letters (Nemotron-H; Qwen3-Next's Gated DeltaNet)
@@ -25,7 +26,8 @@ _NON_NEGATIVE = ("num_kv_heads", "head_dim", "num_experts", "moe_topk", "moe_ffn
                  "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings",
                  "mamba_heads", "mamba_head_dim", "mamba_state", "moe_latent_size", "mtp_layers",
                  "sliding_window", "window_layers", "gdn_key_heads", "gdn_key_dim", "gdn_value_heads", "gdn_value_dim",
-                 "ssm_inner", "ssm_dt_rank")
+                 "ssm_inner", "ssm_dt_rank", "act_params", "head_vocab_size",
+                 "attention_experts")
 # The sizes a parameter count grows with, named when it is out of range (check_params)
 _SIZES = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size", "vocab_size",
           "max_position_embeddings", "num_experts", "moe_ffn_hidden_size", "shared_expert_ffn_size", "q_lora_rank",
@@ -75,6 +77,7 @@ def check_structure(spec: Any) -> None:
     for name in _MLA_FIELDS:
         if getattr(spec, name) and not spec.is_mla:
             raise SpecError(f"{name}={getattr(spec, name)} needs kv_lora_rank > 0 (multi-head latent attention)")
+    check_extras(spec)
     if spec.attn_output_gate and spec.is_mla:
         raise SpecError("attn_output_gate=true with MLA (kv_lora_rank > 0) is not modelled: the gate comes from a "
                         "standard query projection (Qwen3-Next)")

@@ -1,0 +1,169 @@
+"""The small structures some Hugging Face decoder families add to the standard layer, as fields ModelSpec inherits
+(``ModelExtras``): each off by default (every preset's count and cost unchanged), each with its parameters here and
+its work in cost/extras.py (training and serving). Sources, transformers 5.24's modeling files:
+
+- ``final_norm`` false: no norm after the last layer (GPT-1, models/openai/modeling_openai.py: post-norm blocks, the
+  LM head reads the last block's output).
+- ``sub_norms``: BitNet b1.58's RMSNorms inside the blocks (models/bitnet/modeling_bitnet.py): ``attn_sub_norm`` over
+  the attention output (A·d) before o_proj, ``ffn_sub_norm`` over act(gate)·up (F) before down_proj.
+- ``head_gate``: a per-head gate on the attention output (Laguna, models/laguna/modeling_laguna.py, gate_per_head):
+  ``g_proj`` H → A, softplus, each head's d outputs scaled by its value: H·A weights.
+- ``gate_bias``: a per-head bias on an output gate (``attn_output_gate``) before its sigmoid (Beam,
+  models/beam/modeling_beam.py: gate_proj(x) + gate_bias[head]): A weights.
+- ``act_params``: learned scalars of the MLP activation, per MLP (Apertus' xIELU, transformers/activations.py
+  XIELUActivation: alpha_p and alpha_n, 2).
+- ``moe_post_norm``: an H-wide RMSNorm on a MoE block's output, routed and shared experts summed (A.X-K1,
+  models/axk1/modeling_axk1.py AXK1MoE.post_mlp_layernorm): H weights in each MoE layer.
+- ``head_vocab_size``: an LM head over fewer tokens than the embedding holds (Moshi, models/moshi/modeling_moshi.py
+  MoshiForCausalLM: embed_tokens V + 1 rows, the last a padding token; lm_head V): 0 means the embedding's V.
+- ``last_out_bias``: a bias on the attention output of the last layer only (GPT-NeoX-Japanese,
+  models/gpt_neox_japanese/modeling_gpt_neox_japanese.py: ``use_bias=layer_number == num_hidden_layers - 1``, its
+  dense_bias added in bias_dropout_add): H weights, held by the last pipeline stage.
+- ``first_norm_skipped``: the first layer has no attention pre-norm (ModernBERT-decoder, models/modernbert_decoder/
+  modeling_modernbert_decoder.py ModernBertDecoderLayer: attn_norm is nn.Identity at layer 0, after the embedding's
+  norm): one H-wide norm fewer, on the first pipeline stage.
+- ``head_transform``: a prediction head between the final norm and the vocabulary projection (ModernBERT-decoder's
+  ModernBertDecoderPredictionHead: dense H → H without bias, the activation, a norm): H·H + a norm's weights, kept
+  whole on every tensor-parallel rank (the last stage's own parameters, as the final norm).
+- ``attention_experts``: a mixture of attention heads (JetMoE's MoA, models/jetmoe/modeling_jetmoe.py JetMoeMoA):
+  E_a experts, each a query projection H → K·d and an output projection K·d → H, k = A / K of them per token (the
+  A = k·K query heads of ModelSpec share the K key/value heads of one kv_proj), a router H → E_a and a bias H on the
+  output: the spec's q and o count k experts' (A·d each way); the other E_a − k experts' 2·H·K·d each, the router
+  and the bias are these extras (the active count, per token, only the router and the bias).
+- ``moe_out_bias``: a bias H on a MoE block's output (JetMoeMoE.bias): H weights in each MoE layer.
+- ``diff_attention``: differential attention (Ye et al. 2024, "Differential Transformer"; models/diffllama/
+  modeling_diffllama.py DiffLlamaAttention): two attention calls sharing Q and K, over the two halves of the value
+  heads, combined head pair by head pair as out₁ − λ·out₂, λ from four d-wide vectors (lambda_q1, lambda_k1,
+  lambda_q2, lambda_k2: 4·d weights), then a weightless RMSNorm over each pair's 2·d outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from meshplan.errors import SpecError
+
+_Spec = Any  # the ModelSpec (specs/model.py) that inherits ModelExtras; imported there, not here (no cycle)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelExtras:
+    """The extra structures of the module docstring, all off by default."""
+
+    final_norm: bool = True
+    sub_norms: bool = False
+    head_gate: bool = False
+    gate_bias: bool = False
+    act_params: int = 0
+    moe_post_norm: bool = False
+    diff_attention: bool = False
+    head_vocab_size: int = 0
+    last_out_bias: bool = False
+    first_norm_skipped: bool = False
+    attention_experts: int = 0
+    moe_out_bias: bool = False
+    head_transform: bool = False
+
+
+def head_vocab(spec: _Spec) -> int:
+    """The LM head's vocabulary: ``head_vocab_size``, or the embedding's."""
+    return int(spec.head_vocab_size or spec.vocab_size)
+
+
+def lm_head_params(spec: _Spec) -> int:
+    """The LM head: V_head·H unless tied to the embedding, and its bias (V_head)."""
+    v, h = head_vocab(spec), spec.hidden_size
+    transform = h * h + spec.norm_params(h) if spec.head_transform else 0
+    return (0 if spec.tied_embeddings else v * h) + (v if spec.head_bias else 0) + transform
+
+
+def edge_layer_params(spec: _Spec, i: int, first: bool = True, last: bool = True) -> int:
+    """What layer i holds beyond its kind's weights: the last layer's attention-output bias (+H), the first layer's
+    missing pre-norm (−H, or −2H with a bias); ``first`` / ``last``: which of the two to count."""
+    bias = spec.hidden_size if last and spec.last_out_bias and i == spec.num_layers - 1 else 0
+    return bias - (spec.norm_params(spec.hidden_size) if first and spec.first_norm_skipped and i == 0 else 0)
+
+
+def attention_extra_params(spec: _Spec, active: bool = False) -> int:
+    """An attention block's extra weights: the sub-norm over A·d, the per-head gate H·A, the gate bias A, the
+    differential attention's λ vectors 4·d, a mixture of attention heads' idle experts 2·(E_a − k)·H·K·d (not when
+    ``active``), its router H·E_a and output bias H."""
+    total = spec.norm_params(spec.attn_out_dim) if spec.sub_norms else 0
+    if spec.attention_experts:
+        idle = 0 if active else (spec.attention_experts - moa_topk(spec)) * 2 * spec.hidden_size * spec.kv_dim
+        total += idle + spec.hidden_size * (spec.attention_experts + 1)
+    total += spec.hidden_size * spec.num_heads if spec.head_gate else 0
+    total += 4 * spec.head_dim if spec.diff_attention else 0
+    return total + (spec.num_heads if spec.gate_bias else 0)
+
+
+def mlp_extra_params(spec: _Spec, ffn: int) -> int:
+    """A dense MLP's (or an expert's) extra weights: the sub-norm over its width F, the activation's scalars."""
+    return (spec.norm_params(ffn) if spec.sub_norms else 0) + spec.act_params
+
+
+def moe_extra_params(spec: _Spec) -> int:
+    """A MoE block's extra weights: the post-norm over H, the output bias H."""
+    norm = spec.norm_params(spec.hidden_size) if spec.moe_post_norm else 0
+    return norm + (spec.hidden_size if spec.moe_out_bias else 0)
+
+
+def moa_topk(spec: _Spec) -> int:
+    """The attention experts a token uses: k = A / K (each brings K query heads)."""
+    return int(spec.num_heads // spec.num_kv_heads)
+
+
+def kept_extra_params(spec: _Spec, kind: str) -> int:
+    """Extra weights every tensor-parallel rank keeps whole in a layer of ``kind`` (cost/params.kept_params): the MoE
+    post-norm and output bias (over the whole hidden state, as the pre-norms are), a dense MLP's activation scalars,
+    the differential attention's λ vectors (every head uses them), the attention experts' router and output bias."""
+    moe = moe_extra_params(spec) if kind == "moe" else 0
+    attention = kind in ("dense", "attention") or (kind == "moe" and not spec.is_hybrid)
+    lambdas = 4 * spec.head_dim if spec.diff_attention and attention else 0
+    moa = spec.hidden_size * (spec.attention_experts + 1) if spec.attention_experts and attention else 0
+    return moe + lambdas + moa + (spec.act_params if kind in ("dense", "mlp") else 0)
+
+
+def extras_on(spec: _Spec) -> list[str]:
+    """The extras ``spec`` has, named for a framework configuration that cannot build them (configs/)."""
+    named = [("sub_norms", "BitNet sub-norms"), ("head_gate", "a per-head attention gate"),
+             ("gate_bias", "an attention gate bias"), ("act_params", "learned activation scalars"),
+             ("moe_post_norm", "a MoE post-norm"), ("diff_attention", "differential attention"),
+             ("head_vocab_size", "an LM head over another vocabulary than the embedding's"),
+             ("last_out_bias", "an attention-output bias in the last layer only"),
+             ("first_norm_skipped", "no pre-norm in the first layer"), ("head_transform", "a prediction head"),
+             ("attention_experts", "a mixture of attention heads"), ("moe_out_bias", "a MoE output bias")]
+    return [f"{what} ({name})" for name, what in named if getattr(spec, name)] + (
+        [] if spec.final_norm else ["no final norm (final_norm=false)"])
+
+
+def check_extras(spec: _Spec) -> None:
+    """The extras only where their structure is modelled: the attention gates with standard attention (a gate bias
+    on an output gate), sub-norms and activation scalars on dense MLPs (cost/extras.py prices a dense MLP's), the
+    MoE post-norm with experts."""
+    if (spec.head_gate or spec.gate_bias or spec.sub_norms or spec.diff_attention) and spec.is_mla:
+        raise SpecError("head_gate, gate_bias, sub_norms and diff_attention are modelled on standard attention, not "
+                        "MLA")
+    if spec.diff_attention and (spec.num_heads % 2 or spec.num_kv_heads % 2):
+        raise SpecError(f"diff_attention=true pairs the heads: num_heads={spec.num_heads} and num_kv_heads="
+                        f"{spec.num_kv_heads} must be even (transformers' DiffLlamaAttention refuses odd KV heads)")
+    if spec.gate_bias and not spec.attn_output_gate:
+        raise SpecError("gate_bias=true needs attn_output_gate=true (the bias is the output gate's)")
+    if (spec.sub_norms or spec.act_params) and spec.is_moe:
+        raise SpecError("sub_norms and act_params are modelled on dense MLPs, not on experts (num_experts > 0)")
+    if spec.head_vocab_size and spec.tied_embeddings and spec.head_vocab_size != spec.vocab_size:
+        raise SpecError(f"head_vocab_size={spec.head_vocab_size} differs from vocab_size={spec.vocab_size}: a tied "
+                        "head is the embedding's matrix")
+    if spec.last_out_bias and (spec.linear_bias or spec.out_bias):
+        raise SpecError("last_out_bias=true with output-projection biases in every layer (linear_bias / out_bias)")
+    if spec.first_norm_skipped and (spec.is_hybrid or not spec.layer_norms or not spec.norm_weights):
+        raise SpecError("first_norm_skipped=true needs attention + MLP layers with weighted pre-norms")
+    if spec.attention_experts and (spec.is_mla or spec.attention_experts < moa_topk(spec) or spec.attn_output_gate):
+        raise SpecError(f"attention_experts={spec.attention_experts}: a mixture of attention heads needs standard "
+                        f"attention without an output gate and at least num_heads / num_kv_heads = {moa_topk(spec)} "
+                        "experts")
+    if spec.moe_out_bias and not spec.is_moe:
+        raise SpecError("moe_out_bias=true needs experts (num_experts > 0)")
+    if spec.moe_post_norm and not spec.is_moe:
+        raise SpecError("moe_post_norm=true needs experts (num_experts > 0)")
