@@ -42,8 +42,9 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import FRAMEWORK_STACK, Stack
 from meshplan.step.assemble import StepCosts, assemble
+from meshplan.step.ranks import assemble_ranks, priced_apart, stage_modes
 from meshplan.step.stages import cadence
-from meshplan.step.units import Parts, Units, timed_parts, unit_costs
+from meshplan.step.units import Parts, Units, timed_parts, unit_costs, units_for_recomputes
 from meshplan.units import fmt_bytes, fmt_over
 
 COMPONENTS = ("compute", "recompute", "tp", "cp", "ep", "pp", "host", "bubble", "dp", "optimizer", "offload")
@@ -99,6 +100,9 @@ class Estimate:
     reasons: tuple[str, ...] = ()
     host_memory: float = 0.0  # bytes offloaded to host memory per GPU
     rank_memory: tuple[float, float] = (0.0, 0.0)  # peak memory of the first and of the last pipeline rank
+    # every pipeline rank's step beside the bubble and its peak memory, where they are priced apart (step/ranks.py)
+    stage_steps: tuple[float, ...] = ()
+    stage_memory: tuple[float, ...] = ()
     detail: Detail | None = field(default=None, repr=False, compare=False)
 
     @cached_property
@@ -199,6 +203,7 @@ def _summary(e: Estimate) -> dict[str, Any]:
         "peak_memory_bytes": e.peak_memory, "hbm_bytes": e.cluster.accelerator.hbm_bytes,
         "rank_memory_bytes": {"first": e.rank_memory[0], "last": e.rank_memory[1]},
         "host_memory_bytes": e.host_memory,
+        **({"stage_steps_s": list(e.stage_steps), "stage_memory_bytes": list(e.stage_memory)} if e.stage_steps else {}),
         "fits": e.fits, "reasons": list(e.reasons), "error_band": e.error_band,
     }
 
@@ -221,8 +226,12 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = FRAM
         raise TypeError(f"stack must be a Stack, not {type(stack).__name__} (pass the efficiency as eff=)")
     validate(model, cluster, plan, stack)
     parts = timed_parts(model, cluster, plan, stack, eff)
-    units = unit_costs(model, cluster, plan, stack, eff, parts)
-    costs = assemble(model, cluster, plan, stack, units, eff)
+    if priced_apart(model, plan):  # ranks unlike beyond the ends: each priced apart (step/ranks.py)
+        by_mode = units_for_recomputes(model, plan, stack, parts, (*stage_modes(plan), plan.recompute), eff)
+        units, costs = by_mode[plan.recompute], assemble_ranks(model, cluster, plan, stack, by_mode, eff)
+    else:
+        units = unit_costs(model, cluster, plan, stack, eff, parts)
+        costs = assemble(model, cluster, plan, stack, units, eff)
     tokens = plan.global_batch * model.seq_length
     model_flops = plan_flops_per_token(model, plan) * tokens
     hardware_flops = model_flops + recompute_flops_per_token(model, plan, stack) * tokens
@@ -238,6 +247,8 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = FRAM
                     memory={k: float(v) for k, v in costs.memory.items()}, peak_memory=float(costs.peak_memory),
                     host_memory=float(costs.host_memory),
                     rank_memory=(float(costs.rank_memory[0]), float(costs.rank_memory[1])),
+                    stage_steps=tuple(map(float, costs.stage_steps)),
+                    stage_memory=tuple(map(float, costs.stage_memory)),
                     model_flops=model_flops, hardware_flops=hardware_flops,
                     reasons=reasons, detail=Detail(eff, parts, units, costs))
 

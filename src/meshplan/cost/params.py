@@ -69,6 +69,13 @@ def layers_on_last(model: ModelSpec, plan: Plan) -> Num:
     return where(_uneven(plan), plan.last_stage_layers, layers_on_stage(model, plan))
 
 
+def layers_on_rank(model: ModelSpec, plan: Plan, rank: int) -> Num:
+    """Layers on pipeline rank ``rank`` of one plan: the first's, the last's or a middle rank's."""
+    if rank == 0:
+        return layers_on_first(model, plan)
+    return layers_on_last(model, plan) if rank == plan.pp - 1 else layers_on_stage(model, plan)
+
+
 @lru_cache(maxsize=256)
 def moe_fraction(model: ModelSpec) -> float:
     """Share of layers that are MoE (layers of each kind are assumed spread evenly over the stages)."""
@@ -219,6 +226,18 @@ def trainable(params: StageParams, plan: Plan) -> StageParams:
     if plan.finetune == "lora":
         return StageParams(dense=params.adapters, expert=0.0, adapters=params.adapters)
     return params
+
+
+def middle_params(model: ModelSpec, plan: Plan) -> StageParams:
+    """A middle pipeline rank (neither end) of one plan: its layers only (``layers_on_stage``), MoE ones at the
+    model-wide share past the dense first layers (on the first rank), LoRA adapters."""
+    layers = layers_on_stage(model, plan)
+    moe_layers = layers * moe_fraction(model) if model.is_hybrid else (
+        minimum(layers / model.moe_layer_freq, model.num_moe_layers) if model.is_moe else 0)
+    adapters = adapter_params(model, plan) * layers
+    dense = other_layer_params(model, plan) * (layers - moe_layers) + kind_params(model, plan, "moe").dense * moe_layers
+    return StageParams(dense=dense + adapters, expert=kind_params(model, plan, "moe").expert * moe_layers,
+                       adapters=adapters)
 
 
 def stage_params(model: ModelSpec, plan: Plan, first: bool) -> StageParams:

@@ -270,6 +270,9 @@ class StepCosts:
     ranks: tuple[tuple[Num, Num], ...] = ()
     rank_memory: tuple[Num, Num] = (0.0, 0.0)  # peak memory of the first and of the last pipeline rank
     use_first: Num = True  # the first pipeline rank takes the longer step (else the last): the breakdown's rank
+    # every rank's step beside the bubble and peak memory, where the ranks are priced apart (step/ranks.py)
+    stage_steps: tuple[Num, ...] = ()
+    stage_memory: tuple[Num, ...] = ()
 
 
 def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: Units, eff: Efficiency = DEFAULT

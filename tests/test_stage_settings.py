@@ -1,0 +1,127 @@
+"""Every pipeline rank priced apart (step/ranks.py; issue 50 item 3): it reproduces the end-rank step of
+step/assemble.py where the ranks are alike beyond the ends, prices a first stage lighter than the middle ones (the
+middle rank then bounds the step and, with the first ranks' micro-batches in flight, the memory), and per-rank
+recompute and offload (Plan.stage_recompute, Plan.stage_offload): each rank's memory and time move with its own
+setting only, and the first rank, holding p micro-batches in flight under 1F1B against the last rank's 1, is the one
+that needs the recompute."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshplan.estimate import estimate
+from meshplan.memory import layer_input_bytes
+from meshplan.specs.check import check
+from meshplan.specs.efficiency import DEFAULT
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import load_stack
+from meshplan.specs.supports import Supports
+from meshplan.step.ranks import assemble_ranks, priced_apart
+from meshplan.step.units import timed_parts, units_for_recomputes
+
+MODEL = load_model("llama3-8b")  # 32 layers
+CLUSTER = load_system("h100").cluster(64)
+ANY = load_stack("any")
+GIB = 2**30
+
+
+def _apart(plan: Plan):
+    """``plan`` priced rank by rank even where estimate would price its end ranks only."""
+    parts = timed_parts(MODEL, CLUSTER, plan, ANY, DEFAULT)
+    units = units_for_recomputes(MODEL, plan, ANY, parts, (plan.recompute,), DEFAULT)
+    return assemble_ranks(MODEL, CLUSTER, plan, ANY, units, DEFAULT)
+
+
+@pytest.mark.parametrize("plan", [
+    Plan(dp=2, tp=8, pp=4, global_batch=64),
+    Plan(dp=2, tp=8, pp=4, global_batch=64, recompute="full", recompute_layers=3),
+    Plan(dp=4, tp=4, pp=4, vpp=2, global_batch=64, last_stage_layers=5),
+    Plan(dp=2, tp=8, pp=4, global_batch=64, schedule="zb-h1"),
+    Plan(dp=2, tp=8, pp=4, global_batch=64, offload_activations=True, offload_layers=2),
+    Plan(dp=4, tp=8, pp=2, global_batch=64, first_stage_layers=15),
+])
+def test_ranks_apart_reproduce_the_end_ranks(plan):
+    # ranks alike beyond the ends: the busiest and the heaviest rank are an end one, and the flow-shop bubble
+    # (Σ t_r − max t_r)/v is ((p − 2)·t_middle + t_other_end)/v: the same step and peak to rounding
+    even, apart = estimate(MODEL, CLUSTER, plan, ANY), _apart(plan)
+    assert not priced_apart(MODEL, plan)
+    assert apart.step_time == pytest.approx(even.step_time, rel=1e-12)
+    assert apart.peak_memory == pytest.approx(even.peak_memory, rel=1e-12)
+    assert apart.stage_memory[0] == pytest.approx(even.rank_memory[0], rel=1e-12)
+    assert apart.stage_memory[-1] == pytest.approx(even.rank_memory[1], rel=1e-12)
+
+
+def test_a_lighter_first_stage_is_priced_by_its_middle_ranks():
+    # f = 5 of 32 layers on p = 4: the others hold 9 each; 1F1B with m = 64 / 2 = 32 micro-batches
+    plan = Plan(dp=2, tp=8, pp=4, global_batch=64, first_stage_layers=5)
+    assert priced_apart(MODEL, plan) and not check(MODEL, CLUSTER, plan)
+    e = estimate(MODEL, CLUSTER, plan, ANY)
+    steps, mem = e.stage_steps, e.stage_memory
+    # the middle ranks (9 layers) are busier than the first (5 layers and the embedding): rank 1 bounds the step
+    # unless the last (9 layers and the head) is busier still; the step is the busiest rank's plus the bubble
+    assert steps[1] > steps[0] and steps[1] == steps[2]
+    assert e.step_time == pytest.approx(max(steps) + e.breakdown["bubble"], rel=1e-12)
+    # rank 1 holds p − 1 = 3 micro-batches of 9 layers (27 layer-micro-batches), the first p = 4 of 5 (20): rank 1
+    # is the heavier and the peak is its own
+    assert mem[1] > mem[0] and e.peak_memory == max(mem)
+    # the even split's first rank (8 layers and the embedding) is slower than f = 5's
+    even = estimate(MODEL, CLUSTER, plan.with_(first_stage_layers=0), ANY)
+    assert not even.stage_steps and e.rank_memory[0] < even.rank_memory[0]
+
+
+def test_stage_recompute_moves_each_rank_by_its_own_setting():
+    base = Plan(dp=2, tp=8, pp=4, global_batch=64, recompute="none")
+    none = estimate(MODEL, CLUSTER, base.with_(stage_recompute=("none",) * 4), ANY)
+    # full recompute on rank 0 only: its memory drops and its step grows (a forward again), the others unchanged
+    full0 = estimate(MODEL, CLUSTER, base.with_(stage_recompute=("full", "none", "none", "none")), ANY)
+    assert full0.stage_memory[0] < none.stage_memory[0] and full0.stage_steps[0] > none.stage_steps[0]
+    assert full0.stage_memory[1:] == none.stage_memory[1:] and full0.stage_steps[1:] == none.stage_steps[1:]
+    # N = 3 of rank 0's 8 layers fully recomputed lies between none and full in both
+    three = estimate(MODEL, CLUSTER, base.with_(stage_recompute=("3", "none", "none", "none")), ANY)
+    assert full0.stage_memory[0] < three.stage_memory[0] < none.stage_memory[0]
+    assert none.stage_steps[0] < three.stage_steps[0] < full0.stage_steps[0]
+    # every rank "none" is the uniform plan's numbers rank by rank (its ends: estimate's end ranks)
+    uniform = estimate(MODEL, CLUSTER, base, ANY)
+    assert none.step_time == pytest.approx(uniform.step_time, rel=1e-12)
+    assert none.peak_memory == pytest.approx(uniform.peak_memory, rel=1e-12)
+
+
+def test_the_first_ranks_hold_the_most_micro_batches():
+    # 1F1B on p = 4, m = 32: rank r holds p − r micro-batches of its 8 layers, ranks 1 and 2 (no embedding nor head)
+    # 3 and 2
+    e = estimate(MODEL, CLUSTER, Plan(dp=2, tp=8, pp=4, global_batch=64, recompute="none",
+                                      stage_recompute=("none",) * 4), ANY)
+    states = estimate(MODEL, CLUSTER, Plan(dp=2, tp=8, pp=4, global_batch=64, recompute="none",
+                                           stage_recompute=("none", "full", "full", "none")), ANY)
+    # under full recompute a middle rank keeps each layer's input I instead of its saved S for its (p − r)·8
+    # layer-micro-batches, and holds one layer's S while it recomputes: it saves (p − r)·8·(S − I) − S
+    plan = Plan(dp=2, tp=8, pp=4, global_batch=64, recompute="none")
+    big_s = units_for_recomputes(MODEL, plan, ANY, timed_parts(MODEL, CLUSTER, plan, ANY, DEFAULT), ("none",),
+                                 DEFAULT)["none"].layer_saved
+    big_i = layer_input_bytes(MODEL, plan)
+    for rank, in_flight in ((1, 3), (2, 2)):
+        saved = e.stage_memory[rank] - states.stage_memory[rank]
+        assert saved == pytest.approx(in_flight * 8 * (big_s - big_i) - big_s, rel=1e-9)
+
+
+def test_stage_offload_lightens_its_rank():
+    base = Plan(dp=2, tp=8, pp=4, global_batch=64, recompute="none")
+    off = estimate(MODEL, CLUSTER, base.with_(stage_offload=(4, 0, 0, 0)), ANY)
+    none = estimate(MODEL, CLUSTER, base.with_(stage_recompute=("none",) * 4), ANY)
+    assert off.stage_memory[0] < none.stage_memory[0] and off.stage_memory[1:] == none.stage_memory[1:]
+    assert off.host_memory > 0 and none.host_memory == 0
+
+
+def test_checks_and_frameworks():
+    plan = Plan(dp=2, tp=8, pp=4, global_batch=64)
+    assert any("one entry per pipeline rank (pp=4)" in r for r in check(MODEL, CLUSTER, plan.with_(
+        stage_recompute=("full", "none"))))
+    assert any("entry 'most'" in r for r in check(MODEL, CLUSTER, plan.with_(stage_recompute=("most",) * 4)))
+    assert any("dualpipe" in r for r in check(MODEL, CLUSTER, plan.with_(schedule="dualpipe",
+                                                                         stage_offload=(1, 0, 0, 0))))
+    assert "stage_recompute=full,none,none,none" in Supports(stage_settings=False).problems(
+        plan.with_(stage_recompute=("full", "none", "none", "none")))
+    # Megatron-Core runs one recompute setting on every rank (TransformerConfig): its preset refuses per-rank ones
+    assert not load_stack("megatron-core").supports.stage_settings and ANY.supports.stage_settings
