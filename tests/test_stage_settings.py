@@ -7,10 +7,16 @@ that needs the recompute."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from meshplan.configs import emit, read
+from meshplan.errors import SpecError
 from meshplan.estimate import estimate
 from meshplan.memory import layer_input_bytes
+from meshplan.search import Space, search
+from meshplan.search.stage_settings import refine_stages
 from meshplan.specs.check import check
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
@@ -125,3 +131,80 @@ def test_checks_and_frameworks():
         plan.with_(stage_recompute=("full", "none", "none", "none")))
     # Megatron-Core runs one recompute setting on every rank (TransformerConfig): its preset refuses per-rank ones
     assert not load_stack("megatron-core").supports.stage_settings and ANY.supports.stage_settings
+
+
+BIG = load_model("llama3-70b")  # 80 layers
+SMALL = load_system("h100").cluster(32)
+NO_OFFLOAD = ANY.with_(supports=dataclasses.replace(ANY.supports, offload_activations=False))
+
+
+def _weight(entry: str) -> int:
+    """How much a per-rank recompute entry recomputes: none < selective < N layers < full."""
+    return {"none": 0, "selective": 1, "full": 1000}.get(entry, 2 + int(entry) if entry.isdigit() else 0)
+
+
+def test_the_first_ranks_recompute_the_most():
+    # 70B on 32 H100 at tp=4, pp=8, m = 64: no recompute needs 82.4 GiB on rank 0 (8 micro-batches of 10 layers in
+    # flight), past the 72.4 GiB the 9 % headroom leaves; full recompute everywhere fits at 43.5 GiB, 22.6 s
+    uniform = estimate(BIG, SMALL, Plan(dp=1, tp=4, pp=8, global_batch=64, recompute="full"), NO_OFFLOAD)
+    refined = refine_stages(BIG, SMALL, uniform, Space(global_batch=64, stack=NO_OFFLOAD), DEFAULT)
+    entries = refined.plan.stage_recompute
+    assert refined.fits and refined.step_time < 0.8 * uniform.step_time  # 22.6 -> 17.5 s
+    assert max(refined.stage_memory) <= 0.91 * CLUSTER.accelerator.hbm_bytes
+    # rank r holds p − r micro-batches: the recompute each rank needs falls along the pipeline, the last ranks none
+    weights = [_weight(e) for e in entries]
+    assert weights == sorted(weights, reverse=True) and weights[0] > 0 and entries[-1] == "none"
+    # estimate reproduces the refined plan from its fields alone
+    again = estimate(BIG, SMALL, refined.plan, NO_OFFLOAD)
+    assert (again.step_time, again.peak_memory) == (refined.step_time, refined.peak_memory)
+
+
+@pytest.mark.parametrize("plan, stack", [
+    (Plan(dp=1, tp=4, pp=8, global_batch=64, recompute="full"), ANY),
+    (Plan(dp=1, tp=4, pp=8, global_batch=64, recompute="full"), NO_OFFLOAD),
+    (Plan(dp=2, tp=4, pp=4, global_batch=64, recompute="full"), NO_OFFLOAD),
+    (Plan(dp=1, tp=8, pp=4, global_batch=32, recompute="full", recompute_layers=10), NO_OFFLOAD),
+    (Plan(dp=1, tp=4, pp=8, vpp=2, global_batch=64, recompute="full"), NO_OFFLOAD),
+    (Plan(dp=2, tp=4, pp=4, global_batch=64, recompute="selective"), ANY),
+    (Plan(dp=1, tp=4, pp=8, global_batch=64, recompute="none", offload_activations=True), ANY),
+])
+def test_per_rank_settings_are_never_slower_than_the_uniform_plan(plan, stack):
+    uniform = estimate(BIG, SMALL, plan, stack)
+    refined = refine_stages(BIG, SMALL, uniform, Space(global_batch=64, stack=stack), DEFAULT)
+    assert refined.step_time <= uniform.step_time
+    assert refined.fits == uniform.fits
+    if refined is not uniform:
+        assert refined.peak_memory <= 0.91 * SMALL.accelerator.hbm_bytes
+        assert estimate(BIG, SMALL, refined.plan, stack).step_time == refined.step_time
+
+
+def test_frameworks_without_per_rank_settings_keep_the_plan():
+    uniform = estimate(BIG, SMALL, Plan(dp=1, tp=4, pp=8, global_batch=64, recompute="full"))
+    assert refine_stages(BIG, SMALL, uniform, Space(global_batch=64), DEFAULT) is uniform
+
+
+def test_search_first_plan_runs_per_rank_settings():
+    # no offload at all (the optimizer's on the host would leave rank 0 room without recompute): tp=4, pp=8
+    stack = NO_OFFLOAD.with_(supports=dataclasses.replace(NO_OFFLOAD.supports, offload_optimizer=False))
+    space = Space(global_batch=64, stack=stack, pinned=(("tp", (4,)), ("pp", (8,)), ("vpp", (1,))))
+    best = search(BIG, SMALL, space, top_k=3, workers=1).plans[0]
+    assert best.plan.stage_recompute and best.fits
+    again = estimate(BIG, SMALL, best.plan, stack)
+    assert again.step_time == best.step_time
+
+
+def test_megatron_writes_the_most_any_rank_needs():
+    plan = Plan(dp=1, tp=4, pp=8, global_batch=64, stage_recompute=("3", "1", *("none",) * 6))
+    text = emit("megatron", BIG, plan, load_stack("megatron-core"))
+    # one recompute setting for every rank: rank 0's 3 layers (--recompute-method block), and a comment that says so
+    assert "--recompute-method block" in text and "--recompute-num-layers 3" in text
+    assert "per-rank recompute 3,1,none,none,none,none,none,none" in text
+    back = read("megatron", BIG, 32, text)[0]
+    assert (back.recompute, back.recompute_layers, back.stage_recompute) == ("full", 3, ())
+    written, ours = (estimate(BIG, SMALL, p, ANY) for p in (back, plan))
+    # every rank recomputing rank 0's 3 layers: no rank heavier than under its own setting, the step no faster
+    assert written.step_time >= ours.step_time and written.peak_memory <= ours.peak_memory
+    with pytest.raises(SpecError, match="stage_offload"):
+        emit("megatron", BIG, plan.with_(stage_offload=(2, *(0,) * 7)), load_stack("megatron-core"))
+    with pytest.raises(SpecError, match="stage_recompute"):
+        emit("torchtitan", BIG, plan.with_(zero=3), load_stack("torchtitan"))

@@ -231,10 +231,10 @@ class Plan:
         recompute = self.recompute
         if recompute == "selective" and self.recompute_modules != ("core_attn",):
             recompute += "(" + "+".join(self.recompute_modules) + ")"
-        parts += [f"mbs={self.micro_batch}", f"gbs={self.global_batch}", f"zero={self.zero}",
-                  f"recompute={recompute}"]
-        if self.stage_recompute:
-            parts.append("stage-recompute=" + ",".join(self.stage_recompute))
+        parts += [f"mbs={self.micro_batch}", f"gbs={self.global_batch}", f"zero={self.zero}"]
+        # per-rank recompute in place of the plan's own (step/ranks.rank_view)
+        parts.append("stage-recompute=" + ",".join(self.stage_recompute) if self.stage_recompute
+                     else f"recompute={recompute}")
         if self.stage_offload:
             parts.append("stage-offload=" + ",".join(map(str, self.stage_offload)))
         if self.sequence_parallel:
