@@ -8,6 +8,7 @@ that needs the recompute."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -208,3 +209,29 @@ def test_megatron_writes_the_most_any_rank_needs():
         emit("megatron", BIG, plan.with_(stage_offload=(2, *(0,) * 7)), load_stack("megatron-core"))
     with pytest.raises(SpecError, match="stage_recompute"):
         emit("torchtitan", BIG, plan.with_(zero=3), load_stack("torchtitan"))
+
+
+def test_estimate_and_plan_on_the_command_line(capsys):
+    from meshplan.cli import main
+
+    base = ["--model", "llama3-70b", "--system", "h100", "--gpus", "32", "--global-batch", "64", "--framework", "any"]
+    assert main(["estimate", *base, "--tp", "4", "--pp", "8", "--stage-recompute", "3,1,none,none,none,none,none,none",
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["plan"]["stage_recompute"] == ["3", "1", *["none"] * 6] and len(data["stage_steps_s"]) == 8
+    assert data["peak_memory_bytes"] == max(data["stage_memory_bytes"])
+    # the text report lists every rank: its layers, its recompute, its step and memory
+    assert main(["estimate", *base, "--tp", "4", "--pp", "8", "--stage-recompute", "full,2,none,none,none,none,none,"
+                 "none", "--stage-offload", "1,0,0,0,0,0,0,0"]) == 0
+    out = capsys.readouterr().out
+    assert "pipeline ranks" in out and "full 2" in out
+    # bad input: one line naming the field, exit code 2
+    assert main(["estimate", *base, "--tp", "4", "--pp", "8", "--stage-recompute", "full,none"]) == 2
+    assert "stage_recompute=full,none needs one entry per pipeline rank (pp=8)" in capsys.readouterr().err
+    assert main(["estimate", *base, "--tp", "4", "--pp", "8", "--stage-offload", "1,x"]) == 2
+    assert "stage-offload=1,x must list" in capsys.readouterr().err
+    # plan: the first plan's recompute column per rank (3,1,-,…: rank 0 three layers, rank 1 one, the others none)
+    assert main(["plan", *base, "--tp", "4", "--pp", "8", "--vpp", "1", "--no-offload",
+                 "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)["plans"][0]["plan"]
+    assert first["stage_recompute"] and first["stage_recompute"][0] != "none"

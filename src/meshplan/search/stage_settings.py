@@ -15,8 +15,9 @@ the stage DP of the sharding planner (autoshard/stage_dp.py, Alpa's Algorithm 1)
 split: over Megatron-Core's (first, last) splits the recurrence has one state per rank and no coupling left, so
 the DP is the per-rank choice, run for each split. The settings a rank may take: none, selective, full recompute of
 N = 1 … L_r layers (Megatron's block method, --recompute-num-layers N), and without recompute N = 1 … L_r layers
-offloaded (Megatron-Core cpu_offloading_num_layers), each where the stack runs it; "none" first, and the rest only
-where "none" does not fit. The chosen plan is re-estimated (``estimate()``) and kept only where it fits and is
+offloaded (Megatron-Core cpu_offloading_num_layers), each where the space allows it; "none" first, and the rest only
+where "none" does not fit, each family (N recomputed, N offloaded: memory falling, time rising with N) scanned up to
+its first setting that fits. The chosen plan is re-estimated (``estimate()``) and kept only where it fits and is
 faster than the plan it refines, so the search's #1 is never slower than the uniform plan.
 """
 
@@ -41,32 +42,35 @@ from meshplan.step.units import Units, units_for_recomputes
 RankSetting = tuple[str, int]  # (stage_recompute entry, stage_offload count)
 
 
-def rank_settings(space: Space, layers: int) -> list[RankSetting]:
-    """What a rank of ``layers`` layers may run, "none" first: the space's recompute modes (search/space.py: those
-    its stack runs), full recompute of N layers, and N offloaded layers where the space offloads activations."""
+def rank_settings(space: Space, layers: int) -> list[list[RankSetting]]:
+    """What a rank of ``layers`` layers may run, in families each ordered by falling memory and rising time: "none",
+    the space's selective recompute, full recompute of N = 1 … L_r layers (the last: all, "full"), and N offloaded
+    layers where the space offloads activations (search/space.py: what its stack runs)."""
     allowed = space.recompute
-    out: list[RankSetting] = [(mode, 0) for mode in ("none", "selective") if mode in allowed]
+    out: list[list[RankSetting]] = [[(mode, 0)] for mode in ("none", "selective") if mode in allowed]
     if "full" in allowed:
-        out += [(str(n), 0) for n in range(1, layers)] + [("full", 0)]
+        out.append([(str(n), 0) for n in range(1, layers)] + [("full", 0)])
     if True in space.offload_activations and "none" in allowed:
-        out += [("none", n) for n in range(1, layers + 1)]
+        out.append([("none", n) for n in range(1, layers + 1)])
     return out
 
 
 def settle_ranks(model: ModelSpec, cluster: Cluster, plan: Plan, space: Space, units: Mapping[str, Units],
                  eff: Efficiency, limit: float) -> tuple[Plan, float] | None:
     """``plan`` with each rank's fastest setting within ``limit`` bytes (module docstring) and its step, or None
-    where a rank fits none."""
+    where a rank fits none. Within a family (``rank_settings``) the first setting that fits is its fastest that
+    does; "none", the fastest of all, ends the search where it fits."""
     chosen: list[tuple[RankSetting, RankCost]] = []
     for r in range(plan.pp):
         best: tuple[RankSetting, RankCost] | None = None
-        for setting in rank_settings(space, int(layers_on_rank(model, plan, r))):
-            cost = _priced(model, cluster, plan, space.stack, units, eff, r, setting)
-            if cost.memory.total > limit:
-                continue
-            if best is None or (cost.step, cost.memory.total) < (best[1].step, best[1].memory.total):
-                best = (setting, cost)
-            if setting == ("none", 0):  # the fastest of all: nothing to compare it with
+        for family in rank_settings(space, int(layers_on_rank(model, plan, r))):
+            fit = next(((s, c) for s in family
+                        if (c := _priced(model, cluster, plan, space.stack, units, eff, r, s)).memory.total <= limit),
+                       None)
+            if fit is not None and (best is None or (fit[1].step, fit[1].memory.total) < (
+                    best[1].step, best[1].memory.total)):
+                best = fit
+            if best is not None and best[0] == ("none", 0):
                 break
         if best is None:
             return None
