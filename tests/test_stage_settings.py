@@ -13,6 +13,7 @@ import json
 import pytest
 
 from meshplan.configs import emit, read
+from meshplan.cost.params import kind_params, middle_params, stage_params
 from meshplan.errors import SpecError
 from meshplan.estimate import estimate
 from meshplan.memory import layer_input_bytes
@@ -235,3 +236,27 @@ def test_estimate_and_plan_on_the_command_line(capsys):
                  "--json"]) == 0
     first = json.loads(capsys.readouterr().out)["plans"][0]["plan"]
     assert first["stage_recompute"] and first["stage_recompute"][0] != "none"
+
+
+def test_a_middle_rank_with_more_expert_layers_is_priced():
+    # DeepSeek-V3 (61 layers, the first 3 dense) on 16 ranks, the last holding 1: the first rank holds 3 dense + 1
+    # MoE layers, every middle rank 4 MoE layers (56 = 14 · 4), each MoE layer 256 routed experts over ep = 8
+    model, cluster = load_model("deepseek-v3"), load_system("b200").cluster(1024)
+    plan = Plan(dp=64, tp=1, pp=16, ep=8, last_stage_layers=1, global_batch=4096)
+    first, middle = stage_params(model, plan, True), middle_params(model, plan)
+    per_layer = kind_params(model, plan, "moe").expert
+    assert (first.expert, middle.expert) == (pytest.approx(1 * per_layer), pytest.approx(4 * per_layer))
+    e = estimate(model, cluster, plan, ANY)
+    apart = _apart_of(model, cluster, plan)
+    # the middle rank 1 (15 micro-batches in flight, 4 MoE layers' states) is the heaviest and, its expert gradients
+    # reduced over the expert-data-parallel ranks, the busiest: estimate's step and peak are its own, rank by rank
+    assert apart.stage_memory[1] == max(apart.stage_memory) > apart.stage_memory[0]
+    assert apart.stage_steps[1] == max(apart.stage_steps) > apart.stage_steps[0]
+    assert e.step_time == pytest.approx(apart.step_time, rel=1e-12)
+    assert e.peak_memory == pytest.approx(apart.peak_memory, rel=1e-12)
+
+
+def _apart_of(model, cluster, plan):
+    parts = timed_parts(model, cluster, plan, ANY, DEFAULT)
+    units = units_for_recomputes(model, plan, ANY, parts, (plan.recompute,), DEFAULT)
+    return assemble_ranks(model, cluster, plan, ANY, units, DEFAULT)

@@ -2,11 +2,12 @@
 
 Per micro-batch, on each pipeline rank (the first holds the embedding, the last the LM head):
     t_rank = Σ_layers (fwd + bwd kernels) + recompute + exposed TP / CP / EP communication + pipeline p2p
-Per step, the busier of the first and the last rank (channels.py: its m passes each way with the data-parallel
-collectives and offload copies that share them, and its optimizer step), and the bubble (a flow shop,
+Per step, the busiest of the first, the last and a middle rank (channels.py: its m passes each way with the
+data-parallel collectives and offload copies that share them, and its optimizer step; every rank where they differ
+further, step/ranks.py), and the bubble (a flow shop,
 ``bubble.flow_bubble``: the other ranks' times once, over v; with equal ranks (p-1)/m for 1F1B and (p-1)/(v·m) for the
 interleaved schedule, Narayanan et al. 2021 §2.2):
-    t_step = max over the end ranks of (m · t_rank + channels + optimizer) + ((p-2) · t_middle + t_other_end) / v
+    t_step = max over the ranks of (m · t_rank + channels + optimizer) + (Σ of the other ranks' t_rank) / v
 The pieces, in data-flow order: step/passes.py (ops timed and summed per pass under the overlap rules, stated
 there), step/units.py (the per micro-batch units a step repeats), step/stages.py (the ranks and their sends),
 bubble.py (the bubble), channels.py (what runs beside the passes), step/memory.py and memory.py (bytes per rank),

@@ -281,7 +281,7 @@ def activation_bytes(model: ModelSpec, plan: Plan, layer_saved: Num, layer_input
         working = layer_saved if plan.recompute == "full" else 0.0
         stored = activation_bytes(model, replace(plan, offload_activations=False), layer_saved, layer_input,
                                   last, rank) - working
-        per_layer = stored / (chunks * chunk_layers)
+        per_layer = stored / maximum(chunks * chunk_layers, 1)  # ≥ 1 on a valid rank (0 on a middle of p ≤ 2)
         offloaded = chunks * offloaded_layers(model, plan, last, rank) / plan.vpp  # layer-micro-batches offloaded
         return stored - offloaded * per_layer + minimum(2.0, offloaded) * per_layer + working
     if plan.recompute == "full":

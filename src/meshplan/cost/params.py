@@ -70,10 +70,18 @@ def layers_on_last(model: ModelSpec, plan: Plan) -> Num:
 
 
 def layers_on_rank(model: ModelSpec, plan: Plan, rank: int) -> Num:
-    """Layers on pipeline rank ``rank`` of one plan: the first's, the last's or a middle rank's."""
+    """Layers on pipeline rank ``rank`` (r ≥ 1 the last's where it is the last, of each plan of a batch): the
+    first's, the last's or a middle rank's."""
     if rank == 0:
         return layers_on_first(model, plan)
-    return layers_on_last(model, plan) if rank == plan.pp - 1 else layers_on_stage(model, plan)
+    return where(plan.pp - 1 == rank, layers_on_last(model, plan), layers_on_stage(model, plan))
+
+
+def middle_or_first(plan: Plan, middle: Num, first: Num) -> Num:
+    """A middle pipeline rank's value where there is one (p > 2), else the first rank's (of each plan of a batch)."""
+    if np.ndim(plan.pp) == 0:
+        return middle if plan.pp > 2 else first
+    return np.where(plan.pp > 2, middle, first)
 
 
 @lru_cache(maxsize=256)

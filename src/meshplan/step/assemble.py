@@ -1,11 +1,15 @@
 """The step from its per-micro-batch units, composed once for one plan or a batch of them under a grid of settings
 (recompute × ZeRO × optimizer offload × activation offload), each part computed once for the settings it changes
-with. Time (``compose``): each end rank's m passes, the data-parallel and offload channels beside them (channels.py),
-its optimizer step, and the bubble (bubble.flow_bubble); the step is the busier of the first and the last pipeline
-rank plus the bubble (``EndSteps.total``, the one sum):
-    t_step = max over the end ranks of (m · t_rank + dp + offload + optimizer) + bubble
-Memory (``compose_memory``): each end rank's model states, activations and buffers, the peak the larger of the two
-(``MemoryGrid.peak``), and what offload moves to the host.
+with. Time (``compose``): each rank's m passes, the data-parallel and offload channels beside them (channels.py),
+its optimizer step, and the bubble (bubble.flow_bubble); the step is the busiest of the first, the last and a middle
+pipeline rank plus the bubble (``EndSteps.total``, the one sum):
+    t_step = max over the ranks of (m · t_rank + dp + offload + optimizer) + bubble
+Memory (``compose_memory``): each rank's model states, activations and buffers, the peak the largest of the three
+(``MemoryGrid.peak``), and what offload moves to the host. The middle rank is rank 1, which holds the most
+micro-batches in flight of the middle ones (p − 1 under 1F1B) and, the ranks alike in settings, the same passes and
+parameters as every other middle rank: a middle rank whose layers carry more parameters than the first's (DeepSeek-V3:
+the first rank's 3 dense layers) is the heaviest and the busiest (its data-parallel gradients). Ranks that differ
+further (per-rank settings, a lighter first stage) are priced one by one (step/ranks.py).
 ``estimate`` composes one plan under its own settings (``assemble``: a grid of one, with the time by component and
 the memory of the rank with the larger footprint, ``StepCosts``); the search composes batches of plans under the
 space's grid (search/scoring.py). Fields are floats for one plan or NumPy arrays for many.
@@ -13,7 +17,7 @@ space's grid (search/scoring.py). Fields are floats for one plan or NumPy arrays
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
@@ -21,7 +25,7 @@ import numpy as np
 
 from meshplan.bubble import flow_bubble
 from meshplan.channels import Offload, Passes, dp_collectives, offload, optimizer_time, step_channels, weight_fetch
-from meshplan.cost.params import StageParams, stage_params
+from meshplan.cost.params import StageParams, middle_or_first, middle_params, stage_params
 from meshplan.memory import Memory, buffer_memory, model_states, resident_weights
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
@@ -33,7 +37,7 @@ from meshplan.step.memory import activation_memory, offloaded_activations
 from meshplan.step.passes import PassTimes
 from meshplan.step.stages import cadence, ep_overlapped, split_bubble, stage_times
 from meshplan.step.units import Parts, Units, unit_costs
-from meshplan.xp import Num, where
+from meshplan.xp import Num
 
 MEMORY = ("weights", "grads", "optimizer", "activations", "buffers")
 
@@ -68,9 +72,10 @@ def own_settings(plan: Plan) -> OwnSettings:
 
 @dataclass(frozen=True, slots=True)
 class EndSteps:
-    """One setting's step: the first and the last pipeline rank side by side on a leading axis of 2 (``pipelined``,
-    ``dp``, ``offload``, ``optimizer``: seconds per step), the bubble, and the per micro-batch passes of the first,
-    the last and a middle rank by component."""
+    """One setting's step: the first, the last and a middle pipeline rank side by side on a leading axis of 3
+    (``pipelined``, ``dp``, ``offload``, ``optimizer``: seconds per step; a middle rank's layers may carry more
+    parameters than the first's, DeepSeek-V3's dense first layers, so its data-parallel traffic and optimizer step
+    are its own), the bubble, and the per micro-batch passes of the first, the last and a middle rank by component."""
 
     pipelined: Num  # m · t_rank: the rank's passes of its m micro-batches
     dp: Num  # what the data-parallel collectives add beside them (channels.step_channels), per step
@@ -82,14 +87,14 @@ class EndSteps:
     middle: PassTimes
 
     def ranks(self) -> np.ndarray:
-        """Each end rank's step beside the bubble: m · t_rank + dp + offload + optimizer (the end ranks on the
-        leading axis: ``pipelined`` is always stacked, so the sum is an array)."""
+        """Each rank's step beside the bubble: m · t_rank + dp + offload + optimizer (the first, the last and a
+        middle rank on the leading axis: ``pipelined`` is always stacked, so the sum is an array)."""
         return cast(np.ndarray, self.pipelined + self.dp + self.offload + self.optimizer)
 
     def total(self, out: np.ndarray | None = None) -> Num:
-        """The step: the busier end rank's, plus the bubble (written into ``out`` in its dtype if given)."""
+        """The step: the busiest rank's, plus the bubble (written into ``out`` in its dtype if given)."""
         ranks = self.ranks()
-        return np.add(np.maximum(ranks[0], ranks[1]), self.bubble, out=out, casting="unsafe")
+        return np.add(np.maximum(np.maximum(ranks[0], ranks[1]), ranks[2]), self.bubble, out=out, casting="unsafe")
 
 
 def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, Units], grid: Settings,
@@ -103,11 +108,10 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     ``dtype`` (the search ranks in float32 and re-estimates its winners in float64)."""
     shape, m, slowdown = np.shape(plan.dp), plan.grad_accum, eff.overlap_slowdown
     per_update, updates = cadence(plan)  # PipeDream: an update (DP reduction, optimizer) per micro-batch
-    ends = (stage_params(model, plan, True), stage_params(model, plan, False))
+    ends: tuple[StageParams, ...] = rank_params(model, plan)
     if plan.schedule == "dualpipe":  # two stages per rank: both reduced across data parallelism and stepped
-        one, two = (replace(e, dense=2 * e.dense, expert=2 * e.expert, adapters=2 * e.adapters) for e in ends)
-        ends = (one, two)
-    params = StageParams(*(_pair(getattr(ends[0], f), getattr(ends[1], f), shape, np.float64)
+        ends = tuple(replace(e, dense=2 * e.dense, expert=2 * e.expert, adapters=2 * e.adapters) for e in ends)
+    params = StageParams(*(_rows(plan, [getattr(e, f) for e in ends], shape, np.float64)
                            for f in StageParams.__slots__))
     collectives = dp_collectives(model, cluster, plan, params, eff)  # the same for every ZeRO stage
     opt = {(z, oo): optimizer_time(cluster, _with(plan, zero=z, offload_optimizer=oo), params, eff)
@@ -122,9 +126,9 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
             bubble = split_bubble(str(ranked.schedule), ranked.pp, first, last, middle)
         else:
             bubble = flow_bubble(str(ranked.schedule), ranked.pp, ranked.vpp, first.total, last.total, middle.total)
-        pf, pl = first.passes(), last.passes()
-        passes = Passes(*(_pair(getattr(pf, f), getattr(pl, f), shape, dtype) for f in Passes.__slots__))
-        pipelined = m * _pair(first.total, last.total, shape, dtype)
+        each = (first.passes(), last.passes(), middle.passes())
+        passes = Passes(*(_rows(plan, [getattr(t, f) for t in each], shape, dtype) for f in Passes.__slots__))
+        pipelined = m * _rows(plan, [first.total, last.total, middle.total], shape, dtype)
         for a, oa in enumerate(grid.offload_activations):
             copies = _copies(model, cluster, _with(ranked, offload_activations=oa), units[rc], shape, dtype)
             channels: dict[int, tuple[Num, Num]] = {}
@@ -140,11 +144,13 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
 
 def _copies(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, shape: tuple[int, ...], dtype: type
             ) -> Offload:
-    """The first and the last rank's activation-offload copies (channels.offload), side by side."""
+    """The first, the last and a middle rank's activation-offload copies (channels.offload), side by side."""
     if not plan.offload_activations:
         return Offload()
-    one, two = (offload(model, cluster, plan, u.layer_saved, last) for last in (False, True))
-    return Offload(_pair(one.copy, two.copy, shape, dtype), _pair(one.share, two.share, shape, dtype))
+    each = (*(offload(model, cluster, plan, u.layer_saved, last) for last in (False, True)),
+            offload(model, cluster, plan, u.layer_saved, False, rank=1))
+    return Offload(_rows(plan, [o.copy for o in each], shape, dtype),
+                   _rows(plan, [o.share for o in each], shape, dtype))
 
 
 def _fetches(cluster: Cluster, plan: Plan, params: StageParams, zeros: tuple[int, ...], stack: Stack,
@@ -157,7 +163,7 @@ def _fetches(cluster: Cluster, plan: Plan, params: StageParams, zeros: tuple[int
     for group in ((z for z in zeros if z < 3), (z for z in zeros if z == 3)):
         stages = tuple(group)
         if stages:
-            held = model_states(params, _with(plan, zero=stages[0]), stack)[0]  # both end ranks (stacked)
+            held = model_states(params, _with(plan, zero=stages[0]), stack)[0]  # the three ranks (stacked)
             yield stages, weight_fetch(cluster, np.asarray(held, dtype=dtype))
 
 
@@ -171,44 +177,53 @@ def _flag(x: Num) -> Num:
     return bool(x) if np.ndim(x) == 0 else x
 
 
-def _ends(x: Num, ndim: int) -> tuple[Num, Num]:
-    """The first and the last rank's value of ``x``: its two rows, or ``x`` itself for both (the same on each)."""
+def _each(x: Num, ndim: int) -> tuple[Num, Num, Num]:
+    """The first, the last and the middle rank's value of ``x``: its three rows, or ``x`` itself for each."""
     if np.ndim(x) == ndim:
-        pair = cast(np.ndarray, x)
-        return pair[0], pair[1]
-    return x, x
+        rows = cast(np.ndarray, x)
+        return rows[0], rows[1], rows[2]
+    return x, x, x
 
 
-def _pair(first: Num, last: Num, shape: tuple[int, ...], dtype: type) -> np.ndarray:
-    """The first and the last rank's value, stacked on a leading axis of 2."""
-    out: np.ndarray = np.empty((2, *shape), dtype=dtype)
-    out[0], out[1] = first, last
+def _rows(plan: Plan, values: Sequence[Num], shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    """The first, the last and a middle rank's value, stacked on a leading axis of 3; where the pipeline has no middle
+    rank (p ≤ 2) the first rank's value stands in the middle row (a copy: the largest of the rows is unchanged)."""
+    first, last, middle = values
+    out: np.ndarray = np.empty((3, *shape), dtype=dtype)
+    out[0], out[1], out[2] = first, last, middle_or_first(plan, middle, first)
     return out
+
+
+def rank_params(model: ModelSpec, plan: Plan) -> tuple[StageParams, StageParams, StageParams]:
+    """The parameters of the first, the last and a middle pipeline rank (cost/params.py)."""
+    return stage_params(model, plan, True), stage_params(model, plan, False), middle_params(model, plan)
 
 
 @dataclass(frozen=True, slots=True)
 class MemoryGrid:
     """Bytes per GPU of a plan (or a batch) under every setting of a grid, each part for the settings it changes
-    with: model states per (ZeRO stage, optimizer offload, end rank), activations per (recompute, activation offload,
-    end rank), buffers per ZeRO stage, and what offload moves to the host; the end ranks (first, last) on an axis of
-    2. Held in float64; ``peak`` and ``host`` sum them in the caller's dtype (the search's: float32)."""
+    with: model states per (ZeRO stage, optimizer offload, rank), activations per (recompute, activation offload,
+    rank), buffers per ZeRO stage, and what offload moves to the host; the ranks (first, last, the middle rank 1 with
+    the most micro-batches in flight of the middle ones) on an axis of 3. Held in float64; ``peak`` and ``host`` sum
+    them in the caller's dtype (the search's: float32)."""
 
-    weights: np.ndarray  # (Z, O, 2, ...)
+    weights: np.ndarray  # (Z, O, 3, ...)
     grads: np.ndarray
     optimizer: np.ndarray  # 0 where offloaded (memory.model_states)
-    activations: np.ndarray  # (R, A, 2, ...)
+    activations: np.ndarray  # (R, A, 3, ...)
     buffers: np.ndarray  # (Z, ...)
     host_optimizer: np.ndarray  # (Z, O, ...): the first rank's offloaded optimizer state (ZeRO-Offload) and weights
     host_activations: np.ndarray  # (R, A, ...): step.memory.offloaded_activations
 
     def peak(self, dtype: type = np.float64) -> np.ndarray:
-        """Peak HBM bytes, shape (recompute, zero, offload opt, offload act, ...): the larger of the end ranks'
+        """Peak HBM bytes, shape (recompute, zero, offload opt, offload act, ...): the largest of the ranks'
         weights + grads + optimizer + activations + buffers."""
         states = (self.weights + self.grads + self.optimizer).astype(dtype, copy=False)
         acts: np.ndarray = self.activations.astype(dtype, copy=False)
         buffers: np.ndarray = self.buffers.astype(dtype, copy=False)
         peak = states[None, :, :, None, 0] + acts[:, None, None, :, 0]  # the first rank
-        np.maximum(peak, states[None, :, :, None, 1] + acts[:, None, None, :, 1], out=peak)  # or the last
+        for rank in (1, 2):  # or the last, or a middle one
+            np.maximum(peak, states[None, :, :, None, rank] + acts[:, None, None, :, rank], out=peak)
         peak += buffers[None, :, None, None]
         return peak
 
@@ -228,12 +243,15 @@ def compose_memory(model: ModelSpec, plan: Plan, units: Mapping[str, Units], gri
     def arr(x: Num) -> Num:  # each plan's value (one plan: the value itself, a float or a NumPy scalar)
         return np.broadcast_to(np.asarray(x, dtype=np.float64), shape) if shape else x
 
-    ends = (stage_params(model, plan, True), stage_params(model, plan, False))
+    ends = rank_params(model, plan)
     # an offloaded optimizer state leaves the GPU for the host: the first rank's (memory.offloaded_optimizer)
-    kept = {z: [model_states(end, _with(plan, zero=z, offload_optimizer=False), stack, last)
-                for end, last in zip(ends, (False, True), strict=True)] for z in zeros}
-    if plan.offload_weights:  # the weights' resident share on the GPU, the rest in host memory (memory.py)
-        resident = [resident_weights(model, plan, last) for last in (False, True)]
+    kept: dict[int, list[tuple[Num, ...]]] = {
+        z: [model_states(end, _with(plan, zero=z, offload_optimizer=False), stack, last)
+            for end, last in zip(ends, (False, True, False), strict=True)] for z in zeros}
+    kept = {z: [*k[:2], tuple(middle_or_first(plan, x, y) for x, y in zip(k[2], k[0], strict=True))]
+            for z, k in kept.items()}
+    if plan.offload_weights:  # the weights' resident share on the GPU, the rest in host memory (memory.py; a middle
+        resident = [resident_weights(model, plan, last) for last in (False, True, False)]  # rank: the first's share
         kept = {z: [(w * share, g, o) for (w, g, o), share in zip(kept[z], resident, strict=True)] for z in zeros}
         host_weights = {z: kept[z][0][0] * (1 - resident[0]) / resident[0] for z in zeros}
     states = [_array([[[arr(0.0 if i == 2 and oo else end[i]) for end in kept[z]] for oo in oos] for z in zeros])
@@ -282,25 +300,33 @@ def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: Un
     settings = own_settings(plan)
     ((_, step),) = compose(model, cluster, plan, {plan.recompute: u}, settings, stack, eff)
     ranks = step.ranks()
-    use_first = _flag(ranks[0] >= ranks[1])
-    pick = {f: where(use_first, *_ends(getattr(step, f), ranks.ndim)) for f in ("dp", "optimizer", "offload")}
-    first, last, middle = step.first, step.last, step.middle
-    stage = PassTimes(*(where(use_first, getattr(first, f), getattr(last, f)) for f in PassTimes.__slots__))
+    busiest = np.argmax(ranks, axis=0)  # 0 the first, 1 the last, 2 the middle rank (ties: the first)
+    pick = {f: _choose(busiest, _each(getattr(step, f), ranks.ndim)) for f in ("dp", "optimizer", "offload")}
+    each = (step.first, step.last, step.middle)
+    stage = PassTimes(*(_choose(busiest, tuple(getattr(t, f) for t in each)) for f in PassTimes.__slots__))
     m = plan.grad_accum
     breakdown = {"compute": m * (stage.fwd + stage.bwd), "recompute": m * stage.recompute, "tp": m * stage.tp,
                  "cp": m * stage.cp, "ep": m * stage.ep, "pp": m * stage.pp, "host": m * stage.host,
                  "bubble": step.bubble} | pick
     mem = compose_memory(model, plan, {plan.recompute: u}, settings, stack)
-    mem_first, mem_last = (Memory(mem.weights[0, 0, e], mem.grads[0, 0, e], mem.optimizer[0, 0, e],
-                                  mem.activations[0, 0, e], mem.buffers[0]) for e in (0, 1))
-    use_mem_first = _flag(mem_first.total >= mem_last.total)
-    memory = {k: where(use_mem_first, getattr(mem_first, k), getattr(mem_last, k)) for k in MEMORY}
+    mems = tuple(Memory(mem.weights[0, 0, e], mem.grads[0, 0, e], mem.optimizer[0, 0, e], mem.activations[0, 0, e],
+                        mem.buffers[0]) for e in (0, 1, 2))
+    heaviest = np.argmax(np.stack([np.asarray(x.total) for x in mems]), axis=0)
+    memory = {k: _choose(heaviest, tuple(getattr(x, k) for x in mems)) for k in MEMORY}
     return StepCosts(breakdown=breakdown, step_time=step.total(), memory=memory,
                      peak_memory=mem.peak()[0, 0, 0, 0],
                      stage_fwd=stage.fwd, stage_bwd=stage.bwd + stage.recompute,
                      host_memory=mem.host()[0, 0, 0, 0],
-                     ranks=tuple((r.t_f, r.t_b) for r in (first.passes(), middle.passes(), last.passes())),
-                     rank_memory=(mem_first.total, mem_last.total), use_first=use_first)
+                     ranks=tuple((r.t_f, r.t_b) for r in (step.first.passes(), step.middle.passes(),
+                                                          step.last.passes())),
+                     rank_memory=(mems[0].total, mems[1].total), use_first=_flag(busiest != 1))
+
+
+def _choose(index: Num, values: tuple) -> Num:
+    """``values[index]``: of one plan (a NumPy integer), or each plan's of a batch (np.choose)."""
+    if np.ndim(index) == 0:
+        return values[int(index)]
+    return np.choose(cast(np.ndarray, index), [np.broadcast_to(v, np.shape(index)) for v in values])
 
 
 def step_costs(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = DEFAULT_STACK,

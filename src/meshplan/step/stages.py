@@ -1,9 +1,10 @@
 """A step's pipeline ranks from its units: the per micro-batch times of the first, a middle and the last rank
 with their sends (``stage_times``), and how often a step updates the weights (``cadence``). The step composes them
-(step/assemble.py): the busier of the first and the last rank, with its channels and optimizer step, and the bubble
+(step/assemble.py): the busiest of the first, the last and a middle rank, with its channels and optimizer step, and
+the bubble
 (bubble.flow_bubble, a flow shop: the other ranks' times once, over v; with equal ranks (p-1)/m for 1F1B and
 (p-1)/(v·m) for the interleaved schedule, Narayanan et al. 2021 §2.2):
-    t_step = max over the end ranks of (m · t_rank + channels + optimizer) + ((p-2) · t_middle + t_other_end) / v
+    t_step = max over the ranks of (m · t_rank + channels + optimizer) + ((p-2) · t_middle + t_other_end) / v
 The asynchronous schedules never flush (steady.py): no bubble per step (their one fill per training run is amortised
 away), and their optimizer-step cadence differs (``cadence``): PipeDream updates the weights after every micro-batch
 (Narayanan et al. 2019 §3.3), so each of its m micro-batches per step carries its own data-parallel gradient reduction
