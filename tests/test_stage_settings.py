@@ -260,3 +260,24 @@ def _apart_of(model, cluster, plan):
     parts = timed_parts(model, cluster, plan, ANY, DEFAULT)
     units = units_for_recomputes(model, plan, ANY, parts, (plan.recompute,), DEFAULT)
     return assemble_ranks(model, cluster, plan, ANY, units, DEFAULT)
+
+
+@pytest.mark.parametrize("name, gpus, plan, stack", [
+    ("llama3-70b", 64, Plan(dp=2, tp=4, pp=8, global_batch=256), "any"),
+    ("llama3-70b", 64, Plan(dp=2, tp=4, pp=8, vpp=5, global_batch=256, recompute="full"), "any"),
+    ("mixtral-8x7b", 64, Plan(dp=4, tp=4, pp=4, ep=4, global_batch=256), "any"),
+    ("deepseek-v3", 1024, Plan(dp=64, tp=1, pp=16, ep=8, last_stage_layers=1, global_batch=4096), "any"),
+    # torch.distributed.pipelining's boundaries: a middle rank keeps 4·m·v of them (m = 64 here)
+    ("llama3-8b", 64, Plan(dp=2, tp=8, pp=4, zero=2, global_batch=128, recompute="none"), "torchtitan"),
+])
+def test_the_ranks_estimate_prices_are_every_rank(name, gpus, plan, stack):
+    # estimate prices the ends and, where it may bind (assemble.middle_may_bind), the middle rank 1: the same step and
+    # peak as every rank priced one by one
+    model, cluster, preset = load_model(name), load_system("h100" if gpus < 1024 else "b200").cluster(gpus), load_stack(
+        stack)
+    e = estimate(model, cluster, plan, preset)
+    parts = timed_parts(model, cluster, plan, preset, DEFAULT)
+    units = units_for_recomputes(model, plan, preset, parts, (plan.recompute,), DEFAULT)
+    apart = assemble_ranks(model, cluster, plan, preset, units, DEFAULT)
+    assert e.step_time == pytest.approx(apart.step_time, rel=1e-12)
+    assert e.peak_memory == pytest.approx(apart.peak_memory, rel=1e-12)

@@ -94,7 +94,10 @@ class EndSteps:
     def total(self, out: np.ndarray | None = None) -> Num:
         """The step: the busiest rank's, plus the bubble (written into ``out`` in its dtype if given)."""
         ranks = self.ranks()
-        return np.add(np.maximum(np.maximum(ranks[0], ranks[1]), ranks[2]), self.bubble, out=out, casting="unsafe")
+        busiest = np.maximum(ranks[0], ranks[1])
+        if len(ranks) > 2:  # a middle rank (middle_may_bind)
+            busiest = np.maximum(busiest, ranks[2])
+        return np.add(busiest, self.bubble, out=out, casting="unsafe")
 
 
 def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, Units], grid: Settings,
@@ -108,7 +111,8 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     ``dtype`` (the search ranks in float32 and re-estimates its winners in float64)."""
     shape, m, slowdown = np.shape(plan.dp), plan.grad_accum, eff.overlap_slowdown
     per_update, updates = cadence(plan)  # PipeDream: an update (DP reduction, optimizer) per micro-batch
-    ends: tuple[StageParams, ...] = rank_params(model, plan)
+    n = 3 if middle_may_bind(model, stack) else 2  # ranks priced: the ends, and a middle one where it may bind
+    ends: tuple[StageParams, ...] = rank_params(model, plan)[:n]
     if plan.schedule == "dualpipe":  # two stages per rank: both reduced across data parallelism and stepped
         ends = tuple(replace(e, dense=2 * e.dense, expert=2 * e.expert, adapters=2 * e.adapters) for e in ends)
     params = StageParams(*(_rows(plan, [getattr(e, f) for e in ends], shape, np.float64)
@@ -126,11 +130,11 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
             bubble = split_bubble(str(ranked.schedule), ranked.pp, first, last, middle)
         else:
             bubble = flow_bubble(str(ranked.schedule), ranked.pp, ranked.vpp, first.total, last.total, middle.total)
-        each = (first.passes(), last.passes(), middle.passes())
+        each = (first.passes(), last.passes(), middle.passes())[:n]
         passes = Passes(*(_rows(plan, [getattr(t, f) for t in each], shape, dtype) for f in Passes.__slots__))
-        pipelined = m * _rows(plan, [first.total, last.total, middle.total], shape, dtype)
+        pipelined = m * _rows(plan, [first.total, last.total, middle.total][:n], shape, dtype)
         for a, oa in enumerate(grid.offload_activations):
-            copies = _copies(model, cluster, _with(ranked, offload_activations=oa), units[rc], shape, dtype)
+            copies = _copies(model, cluster, _with(ranked, offload_activations=oa), units[rc], shape, dtype, n)
             channels: dict[int, tuple[Num, Num]] = {}
             for zeros, fetch in _fetches(cluster, plan, params, grid.zero, stack, shape, dtype):
                 channels |= step_channels(passes, per_update, collectives, zeros, replace(copies, fetch=fetch),
@@ -142,13 +146,14 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
                                                  middle)
 
 
-def _copies(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, shape: tuple[int, ...], dtype: type
+def _copies(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, shape: tuple[int, ...], dtype: type, n: int
             ) -> Offload:
-    """The first, the last and a middle rank's activation-offload copies (channels.offload), side by side."""
+    """The first, the last (and, n = 3, a middle) rank's activation-offload copies (channels.offload), side by
+    side."""
     if not plan.offload_activations:
         return Offload()
-    each = (*(offload(model, cluster, plan, u.layer_saved, last) for last in (False, True)),
-            offload(model, cluster, plan, u.layer_saved, False, rank=1))
+    each = [offload(model, cluster, plan, u.layer_saved, last) for last in (False, True)]
+    each += [offload(model, cluster, plan, u.layer_saved, False, rank=1)] * (n == 3)
     return Offload(_rows(plan, [o.copy for o in each], shape, dtype),
                    _rows(plan, [o.share for o in each], shape, dtype))
 
@@ -177,24 +182,36 @@ def _flag(x: Num) -> Num:
     return bool(x) if np.ndim(x) == 0 else x
 
 
-def _each(x: Num, ndim: int) -> tuple[Num, Num, Num]:
-    """The first, the last and the middle rank's value of ``x``: its three rows, or ``x`` itself for each."""
+def _each(x: Num, ndim: int, n: int) -> tuple[Num, ...]:
+    """The first, the last (and the middle) rank's value of ``x``: its n rows, or ``x`` itself for each."""
     if np.ndim(x) == ndim:
         rows = cast(np.ndarray, x)
-        return rows[0], rows[1], rows[2]
-    return x, x, x
+        return tuple(rows[i] for i in range(n))
+    return (x,) * n
 
 
 def _rows(plan: Plan, values: Sequence[Num], shape: tuple[int, ...], dtype: type) -> np.ndarray:
-    """The first, the last and a middle rank's value, stacked on a leading axis of 3; where the pipeline has no middle
-    rank (p ≤ 2) the first rank's value stands in the middle row (a copy: the largest of the rows is unchanged)."""
-    first, last, middle = values
-    out: np.ndarray = np.empty((3, *shape), dtype=dtype)
-    out[0], out[1], out[2] = first, last, middle_or_first(plan, middle, first)
+    """The first, the last (and a middle) rank's value, stacked on a leading axis of 2 (3); where the pipeline has no
+    middle rank (p ≤ 2) the first rank's value stands in the middle row (a copy: the largest of the rows is
+    unchanged)."""
+    out: np.ndarray = np.empty((len(values), *shape), dtype=dtype)
+    out[0], out[1] = values[0], values[1]
+    if len(values) == 3:
+        out[2] = middle_or_first(plan, values[2], values[0])
     return out
 
 
-def rank_params(model: ModelSpec, plan: Plan) -> tuple[StageParams, StageParams, StageParams]:
+def middle_may_bind(model: ModelSpec, stack: Stack) -> bool:
+    """Whether a middle pipeline rank may be the busiest or the heaviest of a plan whose ranks are alike beyond the
+    ends (step/ranks.py prices the others): where its layers may carry more parameters than the first's (the first
+    rank's dense layers, ``first_k_dense_layers``, in a MoE model) or torch.distributed.pipelining keeps 4·m·v
+    boundaries on it against the first's 2·m·(2v − 1) (memory.pipeline_runtime_memory). Else a middle rank holds the
+    first's layers without the embedding, as many parameters less the embedding's and fewer micro-batches in flight
+    (memory.in_flight_chunks): never busier nor heavier, so the step prices the two ends only."""
+    return model.first_k_dense_layers > 0 or stack.pipeline_runtime == "torch"
+
+
+def rank_params(model: ModelSpec, plan: Plan) -> tuple[StageParams, ...]:
     """The parameters of the first, the last and a middle pipeline rank (cost/params.py)."""
     return stage_params(model, plan, True), stage_params(model, plan, False), middle_params(model, plan)
 
@@ -222,7 +239,7 @@ class MemoryGrid:
         acts: np.ndarray = self.activations.astype(dtype, copy=False)
         buffers: np.ndarray = self.buffers.astype(dtype, copy=False)
         peak = states[None, :, :, None, 0] + acts[:, None, None, :, 0]  # the first rank
-        for rank in (1, 2):  # or the last, or a middle one
+        for rank in range(1, self.weights.shape[2]):  # or the last, or a middle one (middle_may_bind)
             np.maximum(peak, states[None, :, :, None, rank] + acts[:, None, None, :, rank], out=peak)
         peak += buffers[None, :, None, None]
         return peak
@@ -243,28 +260,31 @@ def compose_memory(model: ModelSpec, plan: Plan, units: Mapping[str, Units], gri
     def arr(x: Num) -> Num:  # each plan's value (one plan: the value itself, a float or a NumPy scalar)
         return np.broadcast_to(np.asarray(x, dtype=np.float64), shape) if shape else x
 
-    ends = rank_params(model, plan)
+    n = 3 if middle_may_bind(model, stack) else 2
+    ends = rank_params(model, plan)[:n]
     # an offloaded optimizer state leaves the GPU for the host: the first rank's (memory.offloaded_optimizer)
     kept: dict[int, list[tuple[Num, ...]]] = {
         z: [model_states(end, _with(plan, zero=z, offload_optimizer=False), stack, last)
-            for end, last in zip(ends, (False, True, False), strict=True)] for z in zeros}
-    kept = {z: [*k[:2], tuple(middle_or_first(plan, x, y) for x, y in zip(k[2], k[0], strict=True))]
-            for z, k in kept.items()}
+            for end, last in zip(ends, (False, True, False)[:n], strict=True)] for z in zeros}
+    if n == 3:  # no middle rank (p ≤ 2): the first's states in its row
+        kept = {z: [*k[:2], tuple(middle_or_first(plan, x, y) for x, y in zip(k[2], k[0], strict=True))]
+                for z, k in kept.items()}
     if plan.offload_weights:  # the weights' resident share on the GPU, the rest in host memory (memory.py; a middle
-        resident = [resident_weights(model, plan, last) for last in (False, True, False)]  # rank: the first's share
+        resident = [resident_weights(model, plan, last) for last in (False, True, False)[:n]]  # rank: the first's
         kept = {z: [(w * share, g, o) for (w, g, o), share in zip(kept[z], resident, strict=True)] for z in zeros}
         host_weights = {z: kept[z][0][0] * (1 - resident[0]) / resident[0] for z in zeros}
     states = [_array([[[arr(0.0 if i == 2 and oo else end[i]) for end in kept[z]] for oo in oos] for z in zeros])
               for i in range(3)]
     settled = {(rc, oa): _with(plan, recompute=rc, offload_activations=oa) for rc in rcs for oa in oas}
-    acts = _array([[[arr(a) for a in activation_memory(model, settled[rc, oa], stack, units[rc])] for oa in oas]
+    acts = _array([[[arr(a) for a in activation_memory(model, settled[rc, oa], stack, units[rc], n == 3)]
+                    for oa in oas]
                    for rc in rcs])
     weights, grads, optimizer = states
     buffers = _array([arr(buffer_memory(model, _with(plan, zero=z))) for z in zeros])
     return MemoryGrid(weights, grads, optimizer, acts, buffers,
                       _array([[arr((kept[z][0][2] if oo else 0.0) + (host_weights[z] if plan.offload_weights else 0.0))
                                 for oo in oos] for z in zeros]),
-                      _array([[arr(offloaded_activations(model, settled[rc, oa], units[rc])) for oa in oas]
+                      _array([[arr(offloaded_activations(model, settled[rc, oa], units[rc], n == 3)) for oa in oas]
                               for rc in rcs]))
 
 
@@ -301,8 +321,9 @@ def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: Un
     ((_, step),) = compose(model, cluster, plan, {plan.recompute: u}, settings, stack, eff)
     ranks = step.ranks()
     busiest = np.argmax(ranks, axis=0)  # 0 the first, 1 the last, 2 the middle rank (ties: the first)
-    pick = {f: _choose(busiest, _each(getattr(step, f), ranks.ndim)) for f in ("dp", "optimizer", "offload")}
-    each = (step.first, step.last, step.middle)
+    n = len(ranks)
+    pick = {f: _choose(busiest, _each(getattr(step, f), ranks.ndim, n)) for f in ("dp", "optimizer", "offload")}
+    each = (step.first, step.last, step.middle)[:n]
     stage = PassTimes(*(_choose(busiest, tuple(getattr(t, f) for t in each)) for f in PassTimes.__slots__))
     m = plan.grad_accum
     breakdown = {"compute": m * (stage.fwd + stage.bwd), "recompute": m * stage.recompute, "tp": m * stage.tp,
@@ -310,7 +331,7 @@ def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: Un
                  "bubble": step.bubble} | pick
     mem = compose_memory(model, plan, {plan.recompute: u}, settings, stack)
     mems = tuple(Memory(mem.weights[0, 0, e], mem.grads[0, 0, e], mem.optimizer[0, 0, e], mem.activations[0, 0, e],
-                        mem.buffers[0]) for e in (0, 1, 2))
+                        mem.buffers[0]) for e in range(mem.weights.shape[2]))
     heaviest = np.argmax(np.stack([np.asarray(x.total) for x in mems]), axis=0)
     memory = {k: _choose(heaviest, tuple(getattr(x, k) for x in mems)) for k in MEMORY}
     return StepCosts(breakdown=breakdown, step_time=step.total(), memory=memory,

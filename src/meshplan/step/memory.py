@@ -23,11 +23,12 @@ from meshplan.step.units import Units
 from meshplan.xp import Num, maximum
 
 
-def activation_memory(model: ModelSpec, plan: Plan, stack: Stack, u: Units) -> tuple[Num, Num, Num]:
-    """Saved activations on the first, on the last and on the middle pipeline rank 1 (memory.py; the first's where
-    p ≤ 2), with the loss's transient workspace on the rank that computes the loss and what the pipeline runtime
-    keeps per micro-batch: torch.distributed.pipelining's 4·m·v boundaries on a middle rank against the first's
-    2·m·(2v − 1) (memory.pipeline_runtime_memory)."""
+def activation_memory(model: ModelSpec, plan: Plan, stack: Stack, u: Units, middle: bool = False
+                      ) -> tuple[Num, ...]:
+    """Saved activations on the first, on the last and (``middle``) on the middle pipeline rank 1 (memory.py; the
+    first's where p ≤ 2), with the loss's transient workspace on the rank that computes the loss and what the
+    pipeline runtime keeps per micro-batch: torch.distributed.pipelining's 4·m·v boundaries on a middle rank against
+    the first's 2·m·(2v − 1) (memory.pipeline_runtime_memory)."""
     single, layer_input = plan.pp == 1, layer_input_bytes(model, plan)
     loss = loss_workspace(model, plan, stack)
     embed = u.embed_saved * embedding_in_flight(plan)
@@ -35,14 +36,16 @@ def activation_memory(model: ModelSpec, plan: Plan, stack: Stack, u: Units) -> t
     first = activation_bytes(model, plan, u.layer_saved, layer_input) + embed + (u.head_saved + loss) * single
     last = activation_bytes(model, plan, u.layer_saved, layer_input, last=True) + u.head_saved + loss + (
         embed * single)
-    middle = activation_bytes(model, plan, u.layer_saved, layer_input, rank=1) + (
+    if not middle:
+        return first + kept_first, last + kept_last
+    rank1 = activation_bytes(model, plan, u.layer_saved, layer_input, rank=1) + (
         kept_first * 2 * plan.vpp / (2 * plan.vpp - 1))
-    return first + kept_first, last + kept_last, middle_or_first(plan, middle, first + kept_first)
+    return first + kept_first, last + kept_last, middle_or_first(plan, rank1, first + kept_first)
 
 
-def offloaded_activations(model: ModelSpec, plan: Plan, u: Units) -> Num:
-    """Host bytes of offloaded activations: what the first (or, if more, the last or the middle rank 1) rank would
-    otherwise hold for its in-flight micro-batches."""
+def offloaded_activations(model: ModelSpec, plan: Plan, u: Units, middle: bool = False) -> Num:
+    """Host bytes of offloaded activations: what the first (or, if more, the last or, with ``middle``, the middle
+    rank 1) rank would otherwise hold for its in-flight micro-batches."""
     if not plan.offload_activations:
         return 0.0
     kept, layer_input = replace(plan, offload_activations=False), layer_input_bytes(model, plan)
@@ -50,6 +53,8 @@ def offloaded_activations(model: ModelSpec, plan: Plan, u: Units) -> Num:
         layers_on_first(model, plan))
     last = activation_bytes(model, kept, u.layer_saved, layer_input, last=True) * offloaded_layers(
         model, plan, last=True) / layers_on_last(model, plan)
-    middle = activation_bytes(model, kept, u.layer_saved, layer_input, rank=1) * offloaded_layers(
+    if not middle:
+        return maximum(first, last)
+    rank1 = activation_bytes(model, kept, u.layer_saved, layer_input, rank=1) * offloaded_layers(
         model, plan, rank=1) / layers_on_rank(model, plan, 1)
-    return maximum(maximum(first, last), middle_or_first(plan, middle, first))
+    return maximum(maximum(first, last), middle_or_first(plan, rank1, first))
