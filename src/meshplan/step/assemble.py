@@ -111,7 +111,7 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     ``dtype`` (the search ranks in float32 and re-estimates its winners in float64)."""
     shape, m, slowdown = np.shape(plan.dp), plan.grad_accum, eff.overlap_slowdown
     per_update, updates = cadence(plan)  # PipeDream: an update (DP reduction, optimizer) per micro-batch
-    n = 3 if middle_may_bind(model, stack) else 2  # ranks priced: the ends, and a middle one where it may bind
+    n = 3 if middle_may_bind(model, stack, plan) else 2  # ranks priced: the ends, and a middle one where it may bind
     ends: tuple[StageParams, ...] = rank_params(model, plan)[:n]
     if plan.schedule == "dualpipe":  # two stages per rank: both reduced across data parallelism and stepped
         ends = tuple(replace(e, dense=2 * e.dense, expert=2 * e.expert, adapters=2 * e.adapters) for e in ends)
@@ -201,14 +201,15 @@ def _rows(plan: Plan, values: Sequence[Num], shape: tuple[int, ...], dtype: type
     return out
 
 
-def middle_may_bind(model: ModelSpec, stack: Stack) -> bool:
+def middle_may_bind(model: ModelSpec, stack: Stack, plan: Plan) -> bool:
     """Whether a middle pipeline rank may be the busiest or the heaviest of a plan whose ranks are alike beyond the
     ends (step/ranks.py prices the others): where its layers may carry more parameters than the first's (the first
     rank's dense layers, ``first_k_dense_layers``, in a MoE model) or torch.distributed.pipelining keeps 4·m·v
     boundaries on it against the first's 2·m·(2v − 1) (memory.pipeline_runtime_memory). Else a middle rank holds the
     first's layers without the embedding, as many parameters less the embedding's and fewer micro-batches in flight
-    (memory.in_flight_chunks): never busier nor heavier, so the step prices the two ends only."""
-    return model.first_k_dense_layers > 0 or stack.pipeline_runtime == "torch"
+    (memory.in_flight_chunks): never busier nor heavier, so the step prices the two ends only; as where no plan (of
+    a batch) has a middle rank (p ≤ 2)."""
+    return (model.first_k_dense_layers > 0 or stack.pipeline_runtime == "torch") and bool(np.any(plan.pp > 2))
 
 
 def rank_params(model: ModelSpec, plan: Plan) -> tuple[StageParams, ...]:
@@ -260,7 +261,7 @@ def compose_memory(model: ModelSpec, plan: Plan, units: Mapping[str, Units], gri
     def arr(x: Num) -> Num:  # each plan's value (one plan: the value itself, a float or a NumPy scalar)
         return np.broadcast_to(np.asarray(x, dtype=np.float64), shape) if shape else x
 
-    n = 3 if middle_may_bind(model, stack) else 2
+    n = 3 if middle_may_bind(model, stack, plan) else 2
     ends = rank_params(model, plan)[:n]
     # an offloaded optimizer state leaves the GPU for the host: the first rank's (memory.offloaded_optimizer)
     kept: dict[int, list[tuple[Num, ...]]] = {
