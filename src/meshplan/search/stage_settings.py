@@ -42,16 +42,18 @@ from meshplan.step.units import Units, units_for_recomputes
 RankSetting = tuple[str, int]  # (stage_recompute entry, stage_offload count)
 
 
-def rank_settings(space: Space, layers: int) -> list[list[RankSetting]]:
+def rank_settings(space: Space, layers: int, vpp: int = 1) -> list[list[RankSetting]]:
     """What a rank of ``layers`` layers may run, in families each ordered by falling memory and rising time: "none",
     the space's selective recompute, full recompute of N = 1 … L_r layers (the last: all, "full"), and N offloaded
-    layers where the space offloads activations (search/space.py: what its stack runs)."""
+    layers where the space offloads activations (search/space.py: what its stack runs). With model chunks (vpp > 1)
+    full recompute is of all layers only and no partial offload: Megatron-Core's recompute_num_layers and
+    cpu_offloading_num_layers count a chunk's layers (TransformerBlock.num_layers_per_pipeline_rank), not a rank's."""
     allowed = space.recompute
     out: list[list[RankSetting]] = [[(mode, 0)] for mode in ("none", "selective") if mode in allowed]
     if "full" in allowed:
-        out.append([(str(n), 0) for n in range(1, layers)] + [("full", 0)])
+        out.append([(str(n), 0) for n in range(1, layers) if vpp == 1] + [("full", 0)])
     if True in space.offload_activations and "none" in allowed:
-        out.append([("none", n) for n in range(1, layers + 1)])
+        out.append([("none", n) for n in range(1, layers + 1) if vpp == 1 or n == layers])
     return out
 
 
@@ -63,7 +65,7 @@ def settle_ranks(model: ModelSpec, cluster: Cluster, plan: Plan, space: Space, u
     chosen: list[tuple[RankSetting, RankCost]] = []
     for r in range(plan.pp):
         best: tuple[RankSetting, RankCost] | None = None
-        for family in rank_settings(space, int(layers_on_rank(model, plan, r))):
+        for family in rank_settings(space, int(layers_on_rank(model, plan, r)), plan.vpp):
             fit = next(((s, c) for s in family
                         if (c := _priced(model, cluster, plan, space.stack, units, eff, r, s)).memory.total <= limit),
                        None)

@@ -231,6 +231,8 @@ class Plan:
         recompute = self.recompute
         if recompute == "selective" and self.recompute_modules != ("core_attn",):
             recompute += "(" + "+".join(self.recompute_modules) + ")"
+        if recompute == "full" and self.recompute_layers:  # N layers a stage (Megatron's block method)
+            recompute += f"({self.recompute_layers} layer{'s' * (self.recompute_layers > 1)})"
         parts += [f"mbs={self.micro_batch}", f"gbs={self.global_batch}", f"zero={self.zero}"]
         # per-rank recompute in place of the plan's own (step/ranks.rank_view)
         parts.append("stage-recompute=" + ",".join(self.stage_recompute) if self.stage_recompute
