@@ -236,6 +236,10 @@ def test_estimate_and_plan_on_the_command_line(capsys):
                  "--json"]) == 0
     first = json.loads(capsys.readouterr().out)["plans"][0]["plan"]
     assert first["stage_recompute"] and first["stage_recompute"][0] != "none"
+    assert main(["plan", *base, "--tp", "4", "--pp", "8", "--vpp", "1", "--no-offload"]) == 0
+    cell = ",".join({"none": "-", "selective": "sel"}.get(e, e) for e in first["stage_recompute"])
+    out = capsys.readouterr().out
+    assert f"│ {cell}" in out and "pipeline ranks" in out  # the table's recompute column, #1's per-rank table
 
 
 def test_a_middle_rank_with_more_expert_layers_is_priced():
