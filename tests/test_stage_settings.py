@@ -285,3 +285,15 @@ def test_the_ranks_estimate_prices_are_every_rank(name, gpus, plan, stack):
     apart = assemble_ranks(model, cluster, plan, preset, units, DEFAULT)
     assert e.step_time == pytest.approx(apart.step_time, rel=1e-12)
     assert e.peak_memory == pytest.approx(apart.peak_memory, rel=1e-12)
+
+
+def test_hardware_flops_count_each_ranks_recompute():
+    # every rank recomputing in full, given per rank, counts the same recomputed FLOPs as the uniform plan; rank 0
+    # alone of 4 (8 of the 32 layers) a quarter of them
+    plan = Plan(dp=2, tp=8, pp=4, global_batch=64, recompute="full")
+    full = estimate(MODEL, CLUSTER, plan, ANY)
+    each = estimate(MODEL, CLUSTER, plan.with_(stage_recompute=("full",) * 4), ANY)
+    one = estimate(MODEL, CLUSTER, plan.with_(stage_recompute=("full", "none", "none", "none")), ANY)
+    redone = full.hardware_flops - full.model_flops
+    assert each.hardware_flops == pytest.approx(full.hardware_flops, rel=1e-12)
+    assert one.hardware_flops - one.model_flops == pytest.approx(redone / 4, rel=1e-12)

@@ -43,7 +43,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import FRAMEWORK_STACK, Stack
 from meshplan.step.assemble import StepCosts, assemble
-from meshplan.step.ranks import assemble_ranks, priced_apart, stage_modes
+from meshplan.step.ranks import assemble_ranks, priced_apart, stage_modes, stage_recompute_flops
 from meshplan.step.stages import cadence
 from meshplan.step.units import Parts, Units, timed_parts, unit_costs, units_for_recomputes
 from meshplan.units import fmt_bytes, fmt_over
@@ -235,7 +235,9 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = FRAM
         costs = assemble(model, cluster, plan, stack, units, eff)
     tokens = plan.global_batch * model.seq_length
     model_flops = plan_flops_per_token(model, plan) * tokens
-    hardware_flops = model_flops + recompute_flops_per_token(model, plan, stack) * tokens
+    redone = stage_recompute_flops(model, plan, stack) if plan.stage_recompute else recompute_flops_per_token(
+        model, plan, stack)
+    hardware_flops = model_flops + redone * tokens
     capacity = cluster.accelerator.hbm_bytes
     reasons: tuple[str, ...] = ()
     if costs.peak_memory > capacity:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from meshplan.channels import dp_collectives, offload, optimizer_time, step_channels
+from meshplan.cost.flops import recompute_flops_per_token
 from meshplan.cost.params import layers_on_first, layers_on_rank, layers_on_stage, middle_params, stage_params
 from meshplan.memory import (
     Memory,
@@ -158,3 +159,17 @@ def assemble_ranks(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack,
                      ranks=tuple((r.t_f, r.t_b) for r in (c.times.passes() for c in (ranks[0], middle, ranks[-1]))),
                      rank_memory=(ranks[0].memory.total, ranks[-1].memory.total), use_first=busiest != plan.pp - 1,
                      stage_steps=tuple(c.step for c in ranks), stage_memory=tuple(c.memory.total for c in ranks))
+
+
+def stage_recompute_flops(model: ModelSpec, plan: Plan, stack: Stack) -> float:
+    """Recomputed forward FLOPs per token of a plan with per-rank recompute (cost/flops.recompute_flops_per_token
+    of each rank's own setting, by its share of the layers; N of a rank's L_r layers recomputed in full: N / L_r of
+    the full recompute's)."""
+    total = 0.0
+    for r in range(plan.pp):
+        view, layers = rank_view(plan, r), float(layers_on_rank(model, plan, r))
+        partial = view.recompute == "full" and view.recompute_layers
+        share = min(view.recompute_layers, layers) / layers if partial else 1.0
+        total += layers / model.num_layers * share * recompute_flops_per_token(model, view.with_(recompute_layers=0),
+                                                                                stack)
+    return total
