@@ -268,7 +268,14 @@ def search_ranks_as_estimate(model) -> list[list]:
                 for options in every_plan(model, cluster, space)]
     assert len(variants) == result.evaluated
     feasible = sorted(min(e.step_time for e in v) for v in variants if v[0].fits)
-    assert [e.step_time for e in result.plans] == pytest.approx(feasible[:5], rel=1e-9)
+    # the first plan refined with each pipeline rank's own recompute (search/stage_settings.py) where that is faster:
+    # never slower than the best uniform candidate, and estimate() reproduces it; the others are the candidates'
+    first, *rest = result.plans
+    assert first.step_time <= feasible[0] * (1 + 1e-9)
+    assert estimate(model, cluster, first.plan, space.stack).step_time == pytest.approx(first.step_time, rel=1e-9)
+    refined = first.step_time < feasible[0] * (1 - 1e-9)  # per-rank recompute, or one N layers on every rank
+    assert [e.step_time for e in (rest if refined else result.plans)] == pytest.approx(
+        feasible[1:5] if refined else feasible[:5], rel=1e-9)
     return variants
 
 
@@ -304,8 +311,15 @@ def test_search_equals_estimate_with_recompute_modules_and_mtp():
     assert len(variants) == result.evaluated
     fits = [v[0] for v in variants if v[0].fits]
     assert len(fits) == result.feasible
-    assert [e.step_time for e in result.plans] == pytest.approx(sorted(e.step_time for e in fits)[:5], rel=1e-9)
-    assert {e.plan.recompute_modules for e in fits} == {("moe", "layernorm")}
+    times = sorted(e.step_time for e in fits)[:5]
+    # the first refined per pipeline rank (search/stage_settings.py) where faster, estimate() reproducing it
+    first, *rest = result.plans
+    refined = first.step_time < times[0] * (1 - 1e-9)
+    assert first.step_time <= times[0] * (1 + 1e-9)
+    assert estimate(model, cluster, first.plan, space.stack).step_time == pytest.approx(first.step_time, rel=1e-9)
+    assert [e.step_time for e in (rest if refined else result.plans)] == pytest.approx(
+        times[1:] if refined else times, rel=1e-9)
+    assert {e.plan.recompute_modules for e in fits} == {("moe", "layernorm")} == {first.plan.recompute_modules}
 
 
 def test_placement_of_a_size_one_axis_changes_nothing():

@@ -28,8 +28,8 @@ def flow_bubble(schedule: str, pp: Num, vpp: Num, first: Num, last: Num, middle:
     """The bubble per step from one micro-batch's time through the first, the last and a middle rank (both passes,
     all v chunks; scalars or arrays): ((p − 2)·t_middle + t_other_end)/v (module docstring); 0 for p = 1 and for the
     asynchronous schedules."""
-    busiest = maximum(first, last)
-    others = first + last + (pp - 2) * middle - busiest
+    busiest = maximum(maximum(first, last), middle * (pp > 2))  # a middle rank the busiest (more parameters to
+    others = first + last + (pp - 2) * middle - busiest  # reduce, a lighter first stage): it is paid m times
     if schedule in ASYNC_SCHEDULES:  # no flush: no bubble per step (steady.steady_step)
         return 0.0 * others
     return (pp > 1) * others / vpp

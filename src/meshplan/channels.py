@@ -55,7 +55,7 @@ from typing import NamedTuple
 
 from meshplan.comm import Layout, collective_time, fastest_time, split_group
 from meshplan.contention import contended
-from meshplan.cost.params import StageParams, layers_on_first, layers_on_last, trainable
+from meshplan.cost.params import StageParams, layers_on_first, layers_on_last, layers_on_rank, trainable
 from meshplan.cost.records import OpCost
 from meshplan.groups import axis_layout
 from meshplan.memory import OPTIMIZER_STATE, WEIGHT_BYTES, offloaded_layers
@@ -184,13 +184,15 @@ def weight_fetch(cluster: Cluster, weights: Num) -> Num:
     return weights / cluster.host_bandwidth
 
 
-def offload(model: ModelSpec, cluster: Cluster, plan: Plan, layer_saved: Num, last: bool) -> Offload:
-    """The first (or last) rank's offload copies per pass: the saved bytes of its offloaded layers over the host link,
-    beside the share of the pass those layers take."""
+def offload(model: ModelSpec, cluster: Cluster, plan: Plan, layer_saved: Num, last: bool, rank: int | None = None
+            ) -> Offload:
+    """The first (or last, or ``rank``'s) rank's offload copies per pass: the saved bytes of its offloaded layers over
+    the host link, beside the share of the pass those layers take."""
     if not plan.offload_activations:
         return Offload()
-    n = offloaded_layers(model, plan, last=last)
-    layers = layers_on_last(model, plan) if last else layers_on_first(model, plan)
+    n = offloaded_layers(model, plan, last=last, rank=rank)
+    layers = layers_on_rank(model, plan, rank) if rank is not None else (
+        layers_on_last(model, plan) if last else layers_on_first(model, plan))
     return Offload(layer_saved * n / cluster.host_bandwidth, n / layers)
 
 

@@ -2,11 +2,12 @@
 
 Per micro-batch, on each pipeline rank (the first holds the embedding, the last the LM head):
     t_rank = Σ_layers (fwd + bwd kernels) + recompute + exposed TP / CP / EP communication + pipeline p2p
-Per step, the busier of the first and the last rank (channels.py: its m passes each way with the data-parallel
-collectives and offload copies that share them, and its optimizer step), and the bubble (a flow shop,
+Per step, the busiest of the first, the last and a middle rank (channels.py: its m passes each way with the
+data-parallel collectives and offload copies that share them, and its optimizer step; every rank where they differ
+further, step/ranks.py), and the bubble (a flow shop,
 ``bubble.flow_bubble``: the other ranks' times once, over v; with equal ranks (p-1)/m for 1F1B and (p-1)/(v·m) for the
 interleaved schedule, Narayanan et al. 2021 §2.2):
-    t_step = max over the end ranks of (m · t_rank + channels + optimizer) + ((p-2) · t_middle + t_other_end) / v
+    t_step = max over the ranks of (m · t_rank + channels + optimizer) + (Σ of the other ranks' t_rank) / v
 The pieces, in data-flow order: step/passes.py (ops timed and summed per pass under the overlap rules, stated
 there), step/units.py (the per micro-batch units a step repeats), step/stages.py (the ranks and their sends),
 bubble.py (the bubble), channels.py (what runs beside the passes), step/memory.py and memory.py (bytes per rank),
@@ -42,8 +43,9 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import FRAMEWORK_STACK, Stack
 from meshplan.step.assemble import StepCosts, assemble
+from meshplan.step.ranks import assemble_ranks, priced_apart, stage_modes, stage_recompute_flops
 from meshplan.step.stages import cadence
-from meshplan.step.units import Parts, Units, timed_parts, unit_costs
+from meshplan.step.units import Parts, Units, timed_parts, unit_costs, units_for_recomputes
 from meshplan.units import fmt_bytes, fmt_over
 
 COMPONENTS = ("compute", "recompute", "tp", "cp", "ep", "pp", "host", "bubble", "dp", "optimizer", "offload")
@@ -99,6 +101,9 @@ class Estimate:
     reasons: tuple[str, ...] = ()
     host_memory: float = 0.0  # bytes offloaded to host memory per GPU
     rank_memory: tuple[float, float] = (0.0, 0.0)  # peak memory of the first and of the last pipeline rank
+    # every pipeline rank's step beside the bubble and its peak memory, where they are priced apart (step/ranks.py)
+    stage_steps: tuple[float, ...] = ()
+    stage_memory: tuple[float, ...] = ()
     detail: Detail | None = field(default=None, repr=False, compare=False)
 
     @cached_property
@@ -199,6 +204,7 @@ def _summary(e: Estimate) -> dict[str, Any]:
         "peak_memory_bytes": e.peak_memory, "hbm_bytes": e.cluster.accelerator.hbm_bytes,
         "rank_memory_bytes": {"first": e.rank_memory[0], "last": e.rank_memory[1]},
         "host_memory_bytes": e.host_memory,
+        **({"stage_steps_s": list(e.stage_steps), "stage_memory_bytes": list(e.stage_memory)} if e.stage_steps else {}),
         "fits": e.fits, "reasons": list(e.reasons), "error_band": e.error_band,
     }
 
@@ -221,11 +227,17 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = FRAM
         raise TypeError(f"stack must be a Stack, not {type(stack).__name__} (pass the efficiency as eff=)")
     validate(model, cluster, plan, stack)
     parts = timed_parts(model, cluster, plan, stack, eff)
-    units = unit_costs(model, cluster, plan, stack, eff, parts)
-    costs = assemble(model, cluster, plan, stack, units, eff)
+    if priced_apart(model, plan):  # ranks unlike beyond the ends: each priced apart (step/ranks.py)
+        by_mode = units_for_recomputes(model, plan, stack, parts, (*stage_modes(plan), plan.recompute), eff)
+        units, costs = by_mode[plan.recompute], assemble_ranks(model, cluster, plan, stack, by_mode, eff)
+    else:
+        units = unit_costs(model, cluster, plan, stack, eff, parts)
+        costs = assemble(model, cluster, plan, stack, units, eff)
     tokens = plan.global_batch * model.seq_length
     model_flops = plan_flops_per_token(model, plan) * tokens
-    hardware_flops = model_flops + recompute_flops_per_token(model, plan, stack) * tokens
+    redone = stage_recompute_flops(model, plan, stack) if plan.stage_recompute else recompute_flops_per_token(
+        model, plan, stack)
+    hardware_flops = model_flops + redone * tokens
     capacity = cluster.accelerator.hbm_bytes
     reasons: tuple[str, ...] = ()
     if costs.peak_memory > capacity:
@@ -238,6 +250,8 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = FRAM
                     memory={k: float(v) for k, v in costs.memory.items()}, peak_memory=float(costs.peak_memory),
                     host_memory=float(costs.host_memory),
                     rank_memory=(float(costs.rank_memory[0]), float(costs.rank_memory[1])),
+                    stage_steps=tuple(map(float, costs.stage_steps)),
+                    stage_memory=tuple(map(float, costs.stage_memory)),
                     model_flops=model_flops, hardware_flops=hardware_flops,
                     reasons=reasons, detail=Detail(eff, parts, units, costs))
 

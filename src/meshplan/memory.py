@@ -30,6 +30,7 @@ from meshplan.cost.params import (
     layer_params,
     layers_on_first,
     layers_on_last,
+    layers_on_rank,
     layers_on_stage,
     stage_params,
     trainable,
@@ -207,8 +208,8 @@ def weight_versions(plan: Plan, last: bool = False) -> Num:
     return in_flight if plan.schedule == "pipedream" else minimum(2, in_flight)
 
 
-def in_flight_chunks(plan: Plan, last: bool = False) -> Num:
-    """Model chunks whose activations the first (or last) pipeline rank holds at its peak.
+def in_flight_chunks(plan: Plan, last: bool = False, rank: int | None = None) -> Num:
+    """Model chunks whose activations the first (or last, or ``rank``) pipeline rank holds at its peak.
 
     Megatron-LM warm-up forwards on rank r: p - r - 1 (1F1B), 2(p - r - 1) + (v - 1)·p (interleaved);
     the peak is warm-up + 1. GPipe keeps all m.
@@ -216,7 +217,8 @@ def in_flight_chunks(plan: Plan, last: bool = False) -> Num:
     m = plan.grad_accum
     if plan.schedule == "gpipe":
         return m
-    rank = plan.pp - 1 if last else 0
+    if rank is None:
+        rank = plan.pp - 1 if last else 0
     if plan.schedule == "zb-h1":  # every rank holds up to p between F and W (zero_bubble.build_zb_h1), its W residues
         return minimum(plan.pp, m)  # counted whole: rank 0's is 1F1B's, the last rank's an upper bound
     if plan.schedule == "dualpipe":  # DeepSeek-V3 Table 2: PP + 1 micro-batches of activations
@@ -244,13 +246,20 @@ def embedding_in_flight(plan: Plan) -> Num:
     return in_flight_chunks(plan)
 
 
-def offloaded_layers(model: ModelSpec, plan: Plan, last: bool = False) -> Num:
-    """Layers of the first (or the last) pipeline rank whose saved activations go to host memory:
+def _rank_layers(model: ModelSpec, plan: Plan, last: bool, rank: int | None) -> Num:
+    """Layers on the first or the last pipeline rank, or on ``rank`` where given (cost/params.layers_on_rank)."""
+    if rank is not None:
+        return layers_on_rank(model, plan, rank)
+    return layers_on_last(model, plan) if last else layers_on_first(model, plan)
+
+
+def offloaded_layers(model: ModelSpec, plan: Plan, last: bool = False, rank: int | None = None) -> Num:
+    """Layers of the first (or the last, or ``rank``) pipeline rank whose saved activations go to host memory:
     ``plan.offload_layers`` of them (Megatron-Core ``cpu_offloading_num_layers``: the first ones), all when 0, none
     without ``plan.offload_activations``."""
     if not plan.offload_activations:
         return 0
-    layers = layers_on_last(model, plan) if last else layers_on_first(model, plan)
+    layers = _rank_layers(model, plan, last, rank)
     return layers if plan.offload_layers == 0 else minimum(plan.offload_layers, layers)
 
 
@@ -259,16 +268,17 @@ def layer_input_bytes(model: ModelSpec, plan: Plan) -> Num:
     return token_rows(model, plan)[1] * model.hidden_size * ACT_BYTES
 
 
-def activation_bytes(model: ModelSpec, plan: Plan, layer_saved: Num, layer_input: Num, last: bool = False
-                     ) -> Num:
-    """Activations on the first pipeline rank (see the module docstring).
+def activation_bytes(model: ModelSpec, plan: Plan, layer_saved: Num, layer_input: Num, last: bool = False,
+                     rank: int | None = None) -> Num:
+    """Activations on the first pipeline rank (the last with ``last``, any one plan's ``rank`` where given: see the
+    module docstring).
 
     ``layer_saved``: bytes one layer saves for one micro-batch; ``layer_input``: its input (kept by a
     fully recomputed layer).
     """
-    layers = layers_on_last(model, plan) if last else layers_on_first(model, plan)
+    layers = _rank_layers(model, plan, last, rank)
     chunk_layers = layers / plan.vpp
-    chunks = in_flight_chunks(plan, last)
+    chunks = in_flight_chunks(plan, last, rank)
     if plan.offload_activations:
         # what a layer keeps for one micro-batch (its input under full recompute, else what it saves), averaged over
         # the stage; the offloaded layers' share leaves the GPU but for a double buffer (the layer computing and the
@@ -277,9 +287,9 @@ def activation_bytes(model: ModelSpec, plan: Plan, layer_saved: Num, layer_input
         # one-layer working set (the recomputed layer's saved activations) stays on the GPU.
         working = layer_saved if plan.recompute == "full" else 0.0
         stored = activation_bytes(model, replace(plan, offload_activations=False), layer_saved, layer_input,
-                                  last) - working
-        per_layer = stored / (chunks * chunk_layers)
-        offloaded = chunks * offloaded_layers(model, plan, last) / plan.vpp  # layer-micro-batches offloaded
+                                  last, rank) - working
+        per_layer = stored / maximum(chunks * chunk_layers, 1)  # ≥ 1 on a valid rank (0 on a middle of p ≤ 2)
+        offloaded = chunks * offloaded_layers(model, plan, last, rank) / plan.vpp  # layer-micro-batches offloaded
         return stored - offloaded * per_layer + minimum(2.0, offloaded) * per_layer + working
     if plan.recompute == "full":
         recomputed = layers if plan.recompute_layers == 0 else minimum(plan.recompute_layers, layers)

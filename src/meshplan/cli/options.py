@@ -119,7 +119,19 @@ def _checked(given: dict[str, Any]) -> dict[str, Any]:
         given["recompute_modules"] = recompute_modules(given["recompute_modules"])
     if "placement" in given:
         given["placement"] = placement(given["placement"])
+    if "stage_recompute" in given:  # check.check_stage_settings says what is wrong with an entry
+        given["stage_recompute"] = tuple(e.strip() for e in given["stage_recompute"].split(","))
+    if "stage_offload" in given:
+        given["stage_offload"] = stage_offload(given["stage_offload"])
     return given
+
+
+def stage_offload(text: str) -> tuple[int, ...]:
+    """``--stage-offload`` as a layer count per pipeline rank."""
+    counts = tuple(e.strip() for e in text.split(","))
+    if not all(c.isdigit() for c in counts):
+        raise SpecError(f"stage-offload={text} must list a non-negative layer count per pipeline rank, e.g. 4,2,0,0")
+    return tuple(int(c) for c in counts)
 
 
 def _computed(values: dict[str, Any], given: dict[str, Any], model: ModelSpec, cluster: Cluster) -> dict[str, Any]:

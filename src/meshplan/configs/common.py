@@ -23,9 +23,37 @@ def refuse(framework: str, field: str, value: object, why: str) -> SpecError:
     return SpecError(f"{framework} cannot express {field}={value}: {why}")
 
 
+def per_rank_fallback(plan: Plan, framework: str) -> tuple[Plan, list[str]]:
+    """Per-rank recompute (Plan.stage_recompute) as a framework with one recompute setting for every pipeline rank
+    runs it (Megatron-Core: TransformerConfig's recompute_granularity / recompute_method / recompute_num_layers,
+    applied on each rank by TransformerBlock._checkpointed_forward, core 0.16.1): the setting that recomputes the
+    most of any rank's (none < selective < N layers < full), written for every rank, which keeps each rank's memory
+    at or below its own setting's and runs a step no faster than the plan's; with the comment lines saying so. Per-rank
+    offload is refused (Megatron-Core's CPU offload refuses a pipeline: specs/refusals.py)."""
+    if plan.stage_offload and any(plan.stage_offload):
+        raise refuse(framework, "stage_offload", ",".join(map(str, plan.stage_offload)), "it offloads the same layers "
+                     "on every pipeline rank, and not with pipeline parallelism")
+    if not plan.stage_recompute:
+        return plan.with_(stage_offload=()), []
+    def weight(entry: str) -> int:
+        return {"none": 0, "0": 0, "selective": 1, "full": 1 << 20}.get(entry, 2 + int(entry) if entry.isdigit() else 0)
+
+    most = max(plan.stage_recompute, key=weight)
+    mode, layers = ("full", int(most)) if most.isdigit() and most != "0" else ("none" if most == "0" else most, 0)
+    written = plan.with_(recompute=mode, recompute_layers=layers, stage_recompute=(), stage_offload=())
+    return written, [f"per-rank recompute {','.join(plan.stage_recompute)} (meshplan's plan) is not expressible: "
+                     f"{framework} runs one recompute setting on every pipeline rank; written as the most any rank "
+                     f"needs, {most}, on all (no rank holds more memory, the step is estimate's of this file)"]
+
+
 def check_layout(plan: Plan, framework: str) -> None:
     """What no framework below runs: the 2D SUMMA layout, LoRA (left out here), a rank order other than the
-    Megatron-LM / torchtitan one (tp innermost, then cp, dp, pp)."""
+    Megatron-LM / torchtitan one (tp innermost, then cp, dp, pp), per-rank recompute or offload (Megatron-LM's and
+    Megatron-Bridge's emitters write ``per_rank_fallback`` first)."""
+    for name in ("stage_recompute", "stage_offload"):
+        if getattr(plan, name):
+            raise refuse(framework, name, ",".join(map(str, getattr(plan, name))), "it runs one recompute and "
+                         "offload setting on every pipeline rank")
     if plan.tensor_layout != "1d" or plan.tp2 > 1:
         raise refuse(framework, "tensor_layout", plan.tensor_layout, "2D tensor parallelism (tp2: SUMMA, tp2d) is not "
                      "run")

@@ -45,6 +45,7 @@ from meshplan.configs.common import (
     comment,
     data_parallel,
     parse_comment,
+    per_rank_fallback,
     refuse,
     torchrun,
 )
@@ -141,7 +142,9 @@ def _stack_args(stack: Stack, plan: Plan) -> list[tuple[str, Any]]:
 def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     """A bash script: the comments, the arguments in the array MEGATRON_ARGS (one a line, which Megatron-LM's argparse
     takes as bash hands them over: no comment or line continuation among them) and the torchrun line."""
+    plan, fallback = per_rank_fallback(plan, _NAME)
     fields, notes = architecture(model, plan, stack)
+    notes = [*notes, *fallback]
     args = (arguments(fields, model.num_heads) + _TOKENIZER + _plan_args(plan, model) + _stack_args(stack, plan))
     lines = [" ".join([name] + ([] if value is True else [shlex.quote(v) for v in str(value).split()]))
              for name, value in args if value is not None and value is not False]

@@ -47,6 +47,7 @@ from meshplan.configs.common import (
     comment,
     data_parallel,
     parse_comment,
+    per_rank_fallback,
     refuse,
     torchrun,
 )
@@ -136,7 +137,9 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     expressed += ("moe_dispatcher",) if model.is_moe else ()
     note = comment(carried_stack_fields(stack, _PRESET, expressed),
                    {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})
+    plan, fallback = per_rank_fallback(plan, _NAME)
     shape, notes = _model(model, plan, stack)
+    notes = [*notes, *fallback]
     launch = torchrun(plan, "RECIPE_SCRIPT.py $(grep -v '^#' THIS_FILE)")
     lines = [f"# Megatron-Bridge recipe overrides for {model.name} ({plan.num_gpus} GPUs), written by meshplan",
              f"# launch (RECIPE_SCRIPT: the model family's, e.g. examples/recipes/llama/pretrain_llama3_8b.py): "

@@ -70,6 +70,21 @@ def layers_on_last(model: ModelSpec, plan: Plan) -> Num:
     return where(_uneven(plan), plan.last_stage_layers, layers_on_stage(model, plan))
 
 
+def layers_on_rank(model: ModelSpec, plan: Plan, rank: int) -> Num:
+    """Layers on pipeline rank ``rank`` (r ≥ 1 the last's where it is the last, of each plan of a batch): the
+    first's, the last's or a middle rank's."""
+    if rank == 0:
+        return layers_on_first(model, plan)
+    return where(plan.pp - 1 == rank, layers_on_last(model, plan), layers_on_stage(model, plan))
+
+
+def middle_or_first(plan: Plan, middle: Num, first: Num) -> Num:
+    """A middle pipeline rank's value where there is one (p > 2), else the first rank's (of each plan of a batch)."""
+    if np.ndim(plan.pp) == 0:
+        return middle if plan.pp > 2 else first
+    return np.where(plan.pp > 2, middle, first)
+
+
 @lru_cache(maxsize=256)
 def moe_fraction(model: ModelSpec) -> float:
     """Share of layers that are MoE (layers of each kind are assumed spread evenly over the stages)."""
@@ -220,6 +235,18 @@ def trainable(params: StageParams, plan: Plan) -> StageParams:
     if plan.finetune == "lora":
         return StageParams(dense=params.adapters, expert=0.0, adapters=params.adapters)
     return params
+
+
+def middle_params(model: ModelSpec, plan: Plan) -> StageParams:
+    """A middle pipeline rank (neither end) of one plan: its layers only (``layers_on_stage``), MoE ones at the
+    model-wide share past the dense first layers (on the first rank), LoRA adapters."""
+    layers = layers_on_stage(model, plan)
+    moe_layers = layers * moe_fraction(model) if model.is_hybrid else (
+        minimum(layers / model.moe_layer_freq, model.num_moe_layers) if model.is_moe else 0)
+    adapters = adapter_params(model, plan) * layers
+    dense = other_layer_params(model, plan) * (layers - moe_layers) + kind_params(model, plan, "moe").dense * moe_layers
+    return StageParams(dense=dense + adapters, expert=kind_params(model, plan, "moe").expert * moe_layers,
+                       adapters=adapters)
 
 
 def stage_params(model: ModelSpec, plan: Plan, first: bool) -> StageParams:

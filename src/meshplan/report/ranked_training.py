@@ -114,6 +114,9 @@ def _layout(p) -> str:
     return f"{p.dp}·{tp}·{p.pp}·{p.cp}"
 
 
+SHORT = {"none": "-", "selective": "sel"}  # per-rank recompute entries in the recompute column
+
+
 def _plan_cells(result) -> dict[str, list[str]]:
     """The best plans' layout columns (before their figures), one cell per plan, in the wide table's order."""
     ests = result.plans
@@ -136,10 +139,11 @@ def _plan_cells(result) -> dict[str, list[str]]:
             cells["schedule"].append(p.schedule if p.pp > 1 else "-")
         cells["mbs"].append(str(p.micro_batch))
         cells["zero"].append(str(p.zero))
-        cells["recompute"].append(p.recompute)
+        cells["recompute"].append(",".join(SHORT.get(e, e) for e in p.stage_recompute) or p.recompute)
         cells["sp"].append("on" if p.sequence_parallel else "-")
+        act = "act " + ",".join(map(str, p.stage_offload)) if p.stage_offload else "act"
         cells["offload"].append("+".join(k for k, on in (("opt", p.offload_optimizer),
-                                                         ("act", p.offload_activations)) if on) or "-")
+                                                         (act, p.offload_activations or p.stage_offload)) if on) or "-")
         for header, axes in zip(tier_headers(est.cluster), tier_axes(est), strict=True):
             cells[header].append(axes)
     return cells

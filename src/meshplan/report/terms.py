@@ -17,9 +17,11 @@ HEADERS = {
     "schedule": "pipeline schedule (shown when a plan is asynchronous: pipedream, pipedream-2bw train on stale "
                 "weights, searched only with --async-pipeline)",
     "zero": "ZeRO stage (1 shards the optimizer state over dp, 2 also gradients, 3 also weights)",
-    "recompute": "activations recomputed (selective: the attention core; full: whole layers)",
+    "recompute": "activations recomputed (selective: the attention core; full: whole layers); per pipeline rank "
+                 "where the ranks differ (sel, full, N: N layers full, -: none; search/stage_settings.py)",
     "sp": "sequence parallelism",
-    "offload": "held in host memory (opt: optimizer state and step; act: activations)",
+    "offload": "held in host memory (opt: optimizer state and step; act: activations, act N,M,…: layers per "
+               "pipeline rank)",
     "in NVLink": "parallel groups inside one NVLink domain",
     "step": "predicted step time",
     "tokens/s": "tokens per second, whole cluster",

@@ -110,8 +110,31 @@ def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
         memory.add_row(name, fmt_bytes(value), f"{value / est.peak_memory:.1%}")
     console.print(times)
     console.print(memory)
+    if est.stage_steps:
+        console.print(stage_table(est))
     if ops:
         console.print(op_table(est))
+
+
+def stage_table(est: Estimate) -> Any:
+    """Every pipeline rank where they are priced apart (step/ranks.py): its layers, recompute, offloaded layers,
+    step beside the bubble and peak memory."""
+    from rich.table import Table
+
+    from meshplan.cost.params import layers_on_rank
+    from meshplan.step.ranks import rank_view
+
+    table = Table(title="pipeline ranks (each priced apart; the step: the busiest + the bubble)", title_justify="left")
+    for name in ("rank", "layers", "recompute", "offloaded layers", "step", "memory"):
+        table.add_column(name, justify="left" if name == "recompute" else "right")
+    for r, (step, mem) in enumerate(zip(est.stage_steps, est.stage_memory, strict=True)):
+        view = rank_view(est.plan, r)
+        recompute = f"full {view.recompute_layers}" if view.recompute == "full" and view.recompute_layers else (
+            view.recompute)
+        offloaded = (view.offload_layers or "all") if view.offload_activations else 0
+        table.add_row(str(r), str(layers_on_rank(est.model, est.plan, r)), recompute, str(offloaded), fmt_time(step),
+                      fmt_bytes(mem))
+    return table
 
 
 @dataclass(frozen=True)

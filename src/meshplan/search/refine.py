@@ -1,16 +1,16 @@
 """A refinement of the search's first plan: its pipeline's end stages resized (Plan.first_stage_layers and
 last_stage_layers, Megatron-Core's decoder_first_pipeline_num_layers / decoder_last_pipeline_num_layers), so that an
-embedding-heavy first rank and a head-heavy last rank carry fewer layers than the middle ones (Galvatron, Aceso and
-Mist search per-stage splits; the issue's report: stages treated alike under-estimate the heaviest by 32 %).
+embedding-heavy first rank and a head-heavy last rank carry fewer layers than the middle ones, or more where they
+are the lighter (Galvatron, Aceso and Mist search per-stage splits; the issue's report: stages treated alike
+under-estimate the heaviest by 32 %).
 
 The split is a partition of the L layers over p ranks whose middle p − 2 ranks hold equal counts (Megatron-Core
 asserts an even split of the layers between the first and the last stage): each (f, l) with L − f − l a positive
-multiple of p − 2 (f + l = L for p = 2) near the even ⌈L / p⌉, the middle ranks holding no more layers than the
-first (the step and the memory price the end ranks, the first being the busier of it and a middle one: check.py), so
-layers move off a head-heavy last rank onto the others. Every candidate is priced by ``estimate()`` (so the
-refined plan's time is estimate's exactly) and the fastest no heavier than the plan is kept, the unrefined plan
-among the candidates: the refined #1 is never slower nor heavier than the uniform one.
-Per-stage recompute is not refined here.
+multiple of p − 2 (f + l = L for p = 2) near the even ⌈L / p⌉, the first from ``LIGHTER`` below it (a first stage
+lighter than the middle ones is priced rank by rank: step/ranks.py) to ``REACH`` above. Every candidate is priced by
+``estimate()`` (so the refined plan's time is estimate's exactly) and the fastest no heavier than the plan is kept,
+the unrefined plan among the candidates: the refined #1 is never slower nor heavier than the uniform one.
+Per-rank recompute and offload are search/stage_settings.py's.
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.stack import Stack
 
-# layers the first stage may gain above the even count ⌈L / p⌉ and the last one shed below it: ≤ 4 · 5 candidates
+# layers the first stage may gain above the even count ⌈L / p⌉ and the last one shed below it (≤ 4 · 5 candidates),
+# and the first may shed (≤ 2 · 5 more): where the middle ranks divide the rest, a few of them are splits
 REACH = 3
+LIGHTER = 2
 
 
 def end_splits(layers: int, pp: int, vpp: int) -> list[tuple[int, int]]:
@@ -31,12 +33,12 @@ def end_splits(layers: int, pp: int, vpp: int) -> list[tuple[int, int]]:
     one layer per model chunk (vpp) and a multiple of it, the even split (0, 0) first."""
     even = -(-layers // pp)
     out = [(0, 0)]
-    for f in range(even, even + REACH + 1):
+    for f in range(max(vpp, even - LIGHTER), even + REACH + 1):
         for last in range(max(vpp, even - REACH), even + 2):
             rest, middle = layers - f - last, pp - 2
             ok = rest == 0 if middle == 0 else rest >= middle * vpp and rest % (middle * vpp) == 0
             same = f == last == even and layers == even * pp  # the even split itself
-            if ok and not same and f % vpp == 0 and last % vpp == 0 and (middle == 0 or rest // middle <= f):
+            if ok and not same and f % vpp == 0 and last % vpp == 0:
                 out.append((f, last))
     return out
 

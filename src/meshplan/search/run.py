@@ -40,6 +40,7 @@ from meshplan.search.placements import PLACEMENTS
 from meshplan.search.refine import refine_ends
 from meshplan.search.select import ranked
 from meshplan.search.space import Space
+from meshplan.search.stage_settings import refine_stages
 from meshplan.search.workers import jobs, run_jobs, worker_count
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
@@ -113,6 +114,10 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
         refined = refine_ends(model, cluster, plans[0], space.stack, eff)
         plans = (refined, *(p for p in plans[1:] if p.plan != refined.plan))
         fastest = min(fastest, refined, key=lambda e: e.step_time)
+    if plans and fastest is not None:  # each rank's own recompute and offload (stage_settings.py)
+        staged = refine_stages(model, cluster, plans[0], space, eff)
+        plans = (staged, *(p for p in plans[1:] if p.plan != staged.plan))
+        fastest = min(fastest, staged, key=lambda e: e.step_time)
     return SearchResult(model=model, cluster=cluster, space=space, plans=plans, fastest=fastest,
                         evaluated=sum(r.evaluated for r in results), feasible=sum(r.feasible for r in results),
                         bounded=sum(r.bounded for r in results),

@@ -4,7 +4,7 @@ an uneven first stage's layer count."""
 from __future__ import annotations
 
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import Plan
+from meshplan.specs.plan import ASYNC_SCHEDULES, RECOMPUTE, Plan
 
 
 def check_split(plan: Plan, micro: int) -> list[str]:
@@ -47,10 +47,46 @@ def check_first_stage(model: ModelSpec, plan: Plan) -> list[str]:
         return [f"first_stage_layers={first} leaves {rest} of num_layers={model.num_layers} for the other "
                 f"{ranks} model chunks (each needs at least one layer; with pp=2 and last_stage_layers the two "
                 f"must sum to num_layers)"]
-    # the step and the memory price the end ranks (step/stages.py): a middle rank may not hold more layers than the
-    # first, which also runs the embedding and, under 1F1B, holds the most micro-batches in flight
+    # a middle rank holding more layers than the first: every rank priced apart (step/ranks.py), as far as it models
     middle = -(-rest // (ranks // plan.vpp)) if ranks else 0
-    if middle > first:
+    if plan.pp > 2 and middle > first and (problem := _apart_problem(plan)):
         return [f"first_stage_layers={first} leaves the middle pipeline ranks {middle} layers each, more than the "
-                f"first: at least {middle} (a lighter first stage than the middle ones is not modelled)"]
+                f"first: {problem}"]
     return []
+
+
+def _apart_problem(plan: Plan) -> str:
+    """Why the ranks of ``plan`` cannot be priced apart (step/ranks.py), "" if they can: DualPipe's ranks hold two
+    stages each, the asynchronous schedules' weight versions and offloaded weights are priced for the end ranks only."""
+    if plan.schedule == "dualpipe" or plan.schedule in ASYNC_SCHEDULES:
+        return f"ranks priced apart need a synchronous schedule other than dualpipe (got {plan.schedule})"
+    if plan.offload_weights:
+        return "ranks priced apart need the weights on the GPU (offload_weights is priced for the end ranks only)"
+    return ""
+
+
+def check_stage_settings(model: ModelSpec, plan: Plan) -> list[str]:
+    """Per-rank recompute and offload (Plan.stage_recompute, Plan.stage_offload): one entry per pipeline rank, each
+    a known setting, on a plan whose ranks can be priced apart."""
+    recompute, offload = plan.stage_recompute, plan.stage_offload
+    if not recompute and not offload:
+        return []
+    reasons = []
+    for name, value in (("stage_recompute", recompute), ("stage_offload", offload)):
+        if value and (not isinstance(value, tuple) or len(value) != plan.pp):
+            reasons.append(f"{name}={_shown(value)} needs one entry per pipeline rank (pp={plan.pp})")
+    bad = [e for e in recompute if not (isinstance(e, str) and (e in RECOMPUTE or e.isdigit()))]
+    if bad:
+        reasons.append(f"stage_recompute entry {bad[0]!r} must be none, selective, full or a layer count 0-"
+                       f"{model.num_layers}")
+    if any(not isinstance(e, int) or isinstance(e, bool) or e < 0 for e in offload):
+        reasons.append(f"stage_offload={_shown(offload)} must list non-negative layer counts")
+    if plan.pp == 1:
+        reasons.append("stage_recompute / stage_offload need pp > 1 (a pipeline whose ranks they set)")
+    elif problem := _apart_problem(plan):
+        reasons.append(f"stage_recompute / stage_offload: {problem}")
+    return reasons
+
+
+def _shown(value: object) -> str:
+    return ",".join(map(str, value)) if isinstance(value, tuple) else repr(value)

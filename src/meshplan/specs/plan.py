@@ -114,6 +114,18 @@ class Plan:
     recompute_modules: tuple[str, ...] = field(default=("core_attn",), metadata=_opt(
         "with --recompute selective: the modules recomputed, comma-separated (Megatron-Core's recompute_modules: "
         + ", ".join(RECOMPUTE_MODULES) + ")", choices=RECOMPUTE_MODULES))
+    # per pipeline rank (issue 50 item 3, step/ranks.py): each rank's own recompute, "none", "selective", "full" or
+    # a count N of its layers fully recomputed (Megatron's --recompute-method block --recompute-num-layers N, the rest
+    # not recomputed); () every rank the plan's ``recompute``. Under 1F1B rank r holds p − r micro-batches in
+    # flight, so the first ranks need more recompute than the last (Aceso, Mist: per-stage recompute)
+    stage_recompute: tuple[str, ...] = field(default=(), metadata=_opt(
+        "per pipeline rank, comma-separated: none, selective, full or N (N layers fully recomputed)",
+        default_help="every rank --recompute"))
+    # per pipeline rank: layers whose saved activations go to the host (Megatron-Core cpu_offloading_num_layers, on
+    # that rank only), 0 none; () every rank the plan's ``offload_activations`` / ``offload_layers``
+    stage_offload: tuple[int, ...] = field(default=(), metadata=_opt(
+        "per pipeline rank, comma-separated: layers whose saved activations go to the host (0: none)",
+        default_help="every rank --offload-layers"))
     # optimizer state and step on the host (ZeRO-Offload)
     offload_optimizer: bool = field(default=False, metadata=_opt("optimizer state and step on the host"))
     # saved activations copied to host memory between fwd and bwd
@@ -222,8 +234,14 @@ class Plan:
         recompute = self.recompute
         if recompute == "selective" and self.recompute_modules != ("core_attn",):
             recompute += "(" + "+".join(self.recompute_modules) + ")"
-        parts += [f"mbs={self.micro_batch}", f"gbs={self.global_batch}", f"zero={self.zero}",
-                  f"recompute={recompute}"]
+        if recompute == "full" and self.recompute_layers:  # N layers a stage (Megatron's block method)
+            recompute += f"({self.recompute_layers} layer{'s' * (self.recompute_layers > 1)})"
+        parts += [f"mbs={self.micro_batch}", f"gbs={self.global_batch}", f"zero={self.zero}"]
+        # per-rank recompute in place of the plan's own (step/ranks.rank_view)
+        parts.append("stage-recompute=" + ",".join(self.stage_recompute) if self.stage_recompute
+                     else f"recompute={recompute}")
+        if self.stage_offload:
+            parts.append("stage-offload=" + ",".join(map(str, self.stage_offload)))
         if self.sequence_parallel:
             parts.append("sp")
         if self.schedule != "1f1b" and self.pp > 1:

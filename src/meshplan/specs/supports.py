@@ -41,6 +41,8 @@ class Supports:
     parameter_server: bool = field(default=True, metadata={"help": "parameter-server data parallelism"})
     mst_collectives: bool = field(default=True, metadata={"help": "minimum-spanning-tree collectives (MPICH)"})
     uneven_stages: bool = field(default=True, metadata={"help": "a last pipeline stage with its own layer count"})
+    stage_settings: bool = field(default=True, metadata={"help": "recompute and activation offload set per pipeline "
+                                                                 "rank (Plan.stage_recompute, stage_offload)"})
     any_placement: bool = field(default=True, metadata={"help": "the axes in any order on the mesh (false: the "
                                                                 "framework's own rank order, tp innermost)"})
     # combinations its own validation code refuses (specs/refusals.py: each with its file, lines and version)
@@ -85,6 +87,9 @@ class Supports:
             out += [r.what for r in refused(self.refuses, plan, model, stack)]
         if getattr(plan, "first_stage_layers", 0) and not self.uneven_stages:
             out.append(f"first_stage_layers={plan.first_stage_layers}")
+        for name in ("stage_recompute", "stage_offload"):
+            if getattr(plan, name, ()) and not self.stage_settings:
+                out.append(f"{name}={','.join(map(str, getattr(plan, name)))}")
         return out
 
     def runs(self, plan: Any, model: Any = None, stack: Any = None) -> bool:

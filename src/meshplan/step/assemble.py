@@ -1,12 +1,16 @@
 """The step from its per-micro-batch units, composed once for one plan or a batch of them under a grid of settings
 (recompute × ZeRO × optimizer offload × activation offload), each part computed once for the settings it changes
-with. Time (``compose``): each end rank's m passes, the data-parallel and offload channels beside them (channels.py;
+with. Time (``compose``): each rank's m passes, the data-parallel and offload channels beside them (channels.py;
 sharing a tier's bandwidth with the layers' traffic where both span it, contention.py),
-its optimizer step, and the bubble (bubble.flow_bubble); the step is the busier of the first and the last pipeline
-rank plus the bubble (``EndSteps.total``, the one sum):
-    t_step = max over the end ranks of (m · t_rank + dp + offload + optimizer) + bubble
-Memory (``compose_memory``): each end rank's model states, activations and buffers, the peak the larger of the two
-(``MemoryGrid.peak``), and what offload moves to the host.
+its optimizer step, and the bubble (bubble.flow_bubble); the step is the busiest of the first, the last and a middle
+pipeline rank plus the bubble (``EndSteps.total``, the one sum):
+    t_step = max over the ranks of (m · t_rank + dp + offload + optimizer) + bubble
+Memory (``compose_memory``): each rank's model states, activations and buffers, the peak the largest of the three
+(``MemoryGrid.peak``), and what offload moves to the host. The middle rank is rank 1, which holds the most
+micro-batches in flight of the middle ones (p − 1 under 1F1B) and, the ranks alike in settings, the same passes and
+parameters as every other middle rank: a middle rank whose layers carry more parameters than the first's (DeepSeek-V3:
+the first rank's 3 dense layers) is the heaviest and the busiest (its data-parallel gradients). Ranks that differ
+further (per-rank settings, a lighter first stage) are priced one by one (step/ranks.py).
 ``estimate`` composes one plan under its own settings (``assemble``: a grid of one, with the time by component and
 the memory of the rank with the larger footprint, ``StepCosts``); the search composes batches of plans under the
 space's grid (search/scoring.py). Fields are floats for one plan or NumPy arrays for many.
@@ -14,7 +18,7 @@ space's grid (search/scoring.py). Fields are floats for one plan or NumPy arrays
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
@@ -32,7 +36,7 @@ from meshplan.channels import (
     weight_fetch,
 )
 from meshplan.contention import any_shared, shared_collectives
-from meshplan.cost.params import StageParams, stage_params
+from meshplan.cost.params import StageParams, middle_or_first, middle_params, stage_params
 from meshplan.memory import Memory, buffer_memory, model_states, resident_weights
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
@@ -44,7 +48,7 @@ from meshplan.step.memory import activation_memory, offloaded_activations
 from meshplan.step.passes import PassTimes
 from meshplan.step.stages import cadence, ep_overlapped, split_bubble, stage_times, two_chunk_times
 from meshplan.step.units import Parts, Units, unit_costs
-from meshplan.xp import Num, where
+from meshplan.xp import Num
 
 MEMORY = ("weights", "grads", "optimizer", "activations", "buffers")
 
@@ -79,9 +83,10 @@ def own_settings(plan: Plan) -> OwnSettings:
 
 @dataclass(frozen=True, slots=True)
 class EndSteps:
-    """One setting's step: the first and the last pipeline rank side by side on a leading axis of 2 (``pipelined``,
-    ``dp``, ``offload``, ``optimizer``: seconds per step), the bubble, and the per micro-batch passes of the first,
-    the last and a middle rank by component."""
+    """One setting's step: the first, the last and a middle pipeline rank side by side on a leading axis of 3
+    (``pipelined``, ``dp``, ``offload``, ``optimizer``: seconds per step; a middle rank's layers may carry more
+    parameters than the first's, DeepSeek-V3's dense first layers, so its data-parallel traffic and optimizer step
+    are its own), the bubble, and the per micro-batch passes of the first, the last and a middle rank by component."""
 
     pipelined: Num  # m · t_rank: the rank's passes of its m micro-batches
     dp: Num  # what the data-parallel collectives add beside them (channels.step_channels), per step
@@ -93,14 +98,17 @@ class EndSteps:
     middle: PassTimes
 
     def ranks(self) -> np.ndarray:
-        """Each end rank's step beside the bubble: m · t_rank + dp + offload + optimizer (the end ranks on the
-        leading axis: ``pipelined`` is always stacked, so the sum is an array)."""
+        """Each rank's step beside the bubble: m · t_rank + dp + offload + optimizer (the first, the last and a
+        middle rank on the leading axis: ``pipelined`` is always stacked, so the sum is an array)."""
         return cast(np.ndarray, self.pipelined + self.dp + self.offload + self.optimizer)
 
     def total(self, out: np.ndarray | None = None) -> Num:
-        """The step: the busier end rank's, plus the bubble (written into ``out`` in its dtype if given)."""
+        """The step: the busiest rank's, plus the bubble (written into ``out`` in its dtype if given)."""
         ranks = self.ranks()
-        return np.add(np.maximum(ranks[0], ranks[1]), self.bubble, out=out, casting="unsafe")
+        busiest = np.maximum(ranks[0], ranks[1])
+        if len(ranks) > 2:  # a middle rank (middle_may_bind)
+            busiest = np.maximum(busiest, ranks[2])
+        return np.add(busiest, self.bubble, out=out, casting="unsafe")
 
 
 def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, Units], grid: Settings,
@@ -114,11 +122,11 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     ``dtype`` (the search ranks in float32 and re-estimates its winners in float64)."""
     shape, m, slowdown = np.shape(plan.dp), plan.grad_accum, eff.overlap_slowdown
     per_update, updates = cadence(plan)  # PipeDream: an update (DP reduction, optimizer) per micro-batch
-    ends = (stage_params(model, plan, True), stage_params(model, plan, False))
+    n = 3 if middle_may_bind(model, stack, plan) else 2  # ranks priced: the ends, and a middle one where it may bind
+    ends: tuple[StageParams, ...] = rank_params(model, plan)[:n]
     if plan.schedule == "dualpipe":  # two stages per rank: both reduced across data parallelism and stepped
-        one, two = (replace(e, dense=2 * e.dense, expert=2 * e.expert, adapters=2 * e.adapters) for e in ends)
-        ends = (one, two)
-    params = StageParams(*(_pair(getattr(ends[0], f), getattr(ends[1], f), shape, np.float64)
+        ends = tuple(replace(e, dense=2 * e.dense, expert=2 * e.expert, adapters=2 * e.adapters) for e in ends)
+    params = StageParams(*(_rows(plan, [getattr(e, f) for e in ends], shape, np.float64)
                            for f in StageParams.__slots__))
     collectives = dp_collectives(model, cluster, plan, params, eff)  # the same for every ZeRO stage
     shared = Collectives(*shared_collectives(model, cluster, plan, params, eff, collectives))  # contention.py
@@ -136,11 +144,11 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
             bubble = split_bubble(str(ranked.schedule), ranked.pp, first, last, middle)
         else:
             bubble = flow_bubble(str(ranked.schedule), ranked.pp, ranked.vpp, first.total, last.total, middle.total)
-        pf, pl = first.passes(), last.passes()
-        passes = Passes(*(_pair(getattr(pf, f), getattr(pl, f), shape, dtype) for f in Passes.__slots__))
-        pipelined = m * _pair(first.total, last.total, shape, dtype)
+        each = (first.passes(), last.passes(), middle.passes())[:n]
+        passes = Passes(*(_rows(plan, [getattr(t, f) for t in each], shape, dtype) for f in Passes.__slots__))
+        pipelined = m * _rows(plan, [first.total, last.total, middle.total][:n], shape, dtype)
         for a, oa in enumerate(grid.offload_activations):
-            copies = _copies(model, cluster, _with(ranked, offload_activations=oa), units[rc], shape, dtype)
+            copies = _copies(model, cluster, _with(ranked, offload_activations=oa), units[rc], shape, dtype, n)
             channels: dict[int, tuple[Num, Num]] = {}
             for zeros, fetch in _fetches(cluster, plan, params, grid.zero, stack, shape, dtype):
                 channels |= step_channels(passes, per_update, traffic, zeros, replace(copies, fetch=fetch),
@@ -152,13 +160,16 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
                                                  middle)
 
 
-def _copies(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, shape: tuple[int, ...], dtype: type
+def _copies(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, shape: tuple[int, ...], dtype: type, n: int
             ) -> Offload:
-    """The first and the last rank's activation-offload copies (channels.offload), side by side."""
+    """The first, the last (and, n = 3, a middle) rank's activation-offload copies (channels.offload), side by
+    side."""
     if not plan.offload_activations:
         return Offload()
-    one, two = (offload(model, cluster, plan, u.layer_saved, last) for last in (False, True))
-    return Offload(_pair(one.copy, two.copy, shape, dtype), _pair(one.share, two.share, shape, dtype))
+    each = [offload(model, cluster, plan, u.layer_saved, last) for last in (False, True)]
+    each += [offload(model, cluster, plan, u.layer_saved, False, rank=1)] * (n == 3)
+    return Offload(_rows(plan, [o.copy for o in each], shape, dtype),
+                   _rows(plan, [o.share for o in each], shape, dtype))
 
 
 def _fetches(cluster: Cluster, plan: Plan, params: StageParams, zeros: tuple[int, ...], stack: Stack,
@@ -171,7 +182,7 @@ def _fetches(cluster: Cluster, plan: Plan, params: StageParams, zeros: tuple[int
     for group in ((z for z in zeros if z < 3), (z for z in zeros if z == 3)):
         stages = tuple(group)
         if stages:
-            held = model_states(params, _with(plan, zero=stages[0]), stack)[0]  # both end ranks (stacked)
+            held = model_states(params, _with(plan, zero=stages[0]), stack)[0]  # the three ranks (stacked)
             yield stages, weight_fetch(cluster, np.asarray(held, dtype=dtype))
 
 
@@ -185,44 +196,66 @@ def _flag(x: Num) -> Num:
     return bool(x) if np.ndim(x) == 0 else x
 
 
-def _ends(x: Num, ndim: int) -> tuple[Num, Num]:
-    """The first and the last rank's value of ``x``: its two rows, or ``x`` itself for both (the same on each)."""
+def _each(x: Num, ndim: int, n: int) -> tuple[Num, ...]:
+    """The first, the last (and the middle) rank's value of ``x``: its n rows, or ``x`` itself for each."""
     if np.ndim(x) == ndim:
-        pair = cast(np.ndarray, x)
-        return pair[0], pair[1]
-    return x, x
+        rows = cast(np.ndarray, x)
+        return tuple(rows[i] for i in range(n))
+    return (x,) * n
 
 
-def _pair(first: Num, last: Num, shape: tuple[int, ...], dtype: type) -> np.ndarray:
-    """The first and the last rank's value, stacked on a leading axis of 2."""
-    out: np.ndarray = np.empty((2, *shape), dtype=dtype)
-    out[0], out[1] = first, last
+def _rows(plan: Plan, values: Sequence[Num], shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    """The first, the last (and a middle) rank's value, stacked on a leading axis of 2 (3); where the pipeline has no
+    middle rank (p ≤ 2) the first rank's value stands in the middle row (a copy: the largest of the rows is
+    unchanged)."""
+    out: np.ndarray = np.empty((len(values), *shape), dtype=dtype)
+    out[0], out[1] = values[0], values[1]
+    if len(values) == 3:
+        out[2] = middle_or_first(plan, values[2], values[0])
     return out
+
+
+def middle_may_bind(model: ModelSpec, stack: Stack, plan: Plan) -> bool:
+    """Whether a middle pipeline rank may be the busiest or the heaviest of a plan whose ranks are alike beyond the
+    ends (step/ranks.py prices the others): where its layers may carry more parameters than the first's (the first
+    rank's dense layers, ``first_k_dense_layers``, in a MoE model) or torch.distributed.pipelining keeps 4·m·v
+    boundaries on it against the first's 2·m·(2v − 1) (memory.pipeline_runtime_memory). Else a middle rank holds the
+    first's layers without the embedding, as many parameters less the embedding's and fewer micro-batches in flight
+    (memory.in_flight_chunks): never busier nor heavier, so the step prices the two ends only; as where no plan (of
+    a batch) has a middle rank (p ≤ 2)."""
+    return (model.first_k_dense_layers > 0 or stack.pipeline_runtime == "torch") and bool(np.any(plan.pp > 2))
+
+
+def rank_params(model: ModelSpec, plan: Plan) -> tuple[StageParams, ...]:
+    """The parameters of the first, the last and a middle pipeline rank (cost/params.py)."""
+    return stage_params(model, plan, True), stage_params(model, plan, False), middle_params(model, plan)
 
 
 @dataclass(frozen=True, slots=True)
 class MemoryGrid:
     """Bytes per GPU of a plan (or a batch) under every setting of a grid, each part for the settings it changes
-    with: model states per (ZeRO stage, optimizer offload, end rank), activations per (recompute, activation offload,
-    end rank), buffers per ZeRO stage, and what offload moves to the host; the end ranks (first, last) on an axis of
-    2. Held in float64; ``peak`` and ``host`` sum them in the caller's dtype (the search's: float32)."""
+    with: model states per (ZeRO stage, optimizer offload, rank), activations per (recompute, activation offload,
+    rank), buffers per ZeRO stage, and what offload moves to the host; the ranks (first, last, the middle rank 1 with
+    the most micro-batches in flight of the middle ones) on an axis of 3. Held in float64; ``peak`` and ``host`` sum
+    them in the caller's dtype (the search's: float32)."""
 
-    weights: np.ndarray  # (Z, O, 2, ...)
+    weights: np.ndarray  # (Z, O, 3, ...)
     grads: np.ndarray
     optimizer: np.ndarray  # 0 where offloaded (memory.model_states)
-    activations: np.ndarray  # (R, A, 2, ...)
+    activations: np.ndarray  # (R, A, 3, ...)
     buffers: np.ndarray  # (Z, ...)
     host_optimizer: np.ndarray  # (Z, O, ...): the first rank's offloaded optimizer state (ZeRO-Offload) and weights
     host_activations: np.ndarray  # (R, A, ...): step.memory.offloaded_activations
 
     def peak(self, dtype: type = np.float64) -> np.ndarray:
-        """Peak HBM bytes, shape (recompute, zero, offload opt, offload act, ...): the larger of the end ranks'
+        """Peak HBM bytes, shape (recompute, zero, offload opt, offload act, ...): the largest of the ranks'
         weights + grads + optimizer + activations + buffers."""
         states = (self.weights + self.grads + self.optimizer).astype(dtype, copy=False)
         acts: np.ndarray = self.activations.astype(dtype, copy=False)
         buffers: np.ndarray = self.buffers.astype(dtype, copy=False)
         peak = states[None, :, :, None, 0] + acts[:, None, None, :, 0]  # the first rank
-        np.maximum(peak, states[None, :, :, None, 1] + acts[:, None, None, :, 1], out=peak)  # or the last
+        for rank in range(1, self.weights.shape[2]):  # or the last, or a middle one (middle_may_bind)
+            np.maximum(peak, states[None, :, :, None, rank] + acts[:, None, None, :, rank], out=peak)
         peak += buffers[None, :, None, None]
         return peak
 
@@ -242,25 +275,31 @@ def compose_memory(model: ModelSpec, plan: Plan, units: Mapping[str, Units], gri
     def arr(x: Num) -> Num:  # each plan's value (one plan: the value itself, a float or a NumPy scalar)
         return np.broadcast_to(np.asarray(x, dtype=np.float64), shape) if shape else x
 
-    ends = (stage_params(model, plan, True), stage_params(model, plan, False))
+    n = 3 if middle_may_bind(model, stack, plan) else 2
+    ends = rank_params(model, plan)[:n]
     # an offloaded optimizer state leaves the GPU for the host: the first rank's (memory.offloaded_optimizer)
-    kept = {z: [model_states(end, _with(plan, zero=z, offload_optimizer=False), stack, last)
-                for end, last in zip(ends, (False, True), strict=True)] for z in zeros}
-    if plan.offload_weights:  # the weights' resident share on the GPU, the rest in host memory (memory.py)
-        resident = [resident_weights(model, plan, last) for last in (False, True)]
+    kept: dict[int, list[tuple[Num, ...]]] = {
+        z: [model_states(end, _with(plan, zero=z, offload_optimizer=False), stack, last)
+            for end, last in zip(ends, (False, True, False)[:n], strict=True)] for z in zeros}
+    if n == 3:  # no middle rank (p ≤ 2): the first's states in its row
+        kept = {z: [*k[:2], tuple(middle_or_first(plan, x, y) for x, y in zip(k[2], k[0], strict=True))]
+                for z, k in kept.items()}
+    if plan.offload_weights:  # the weights' resident share on the GPU, the rest in host memory (memory.py; a middle
+        resident = [resident_weights(model, plan, last) for last in (False, True, False)[:n]]  # rank: the first's
         kept = {z: [(w * share, g, o) for (w, g, o), share in zip(kept[z], resident, strict=True)] for z in zeros}
         host_weights = {z: kept[z][0][0] * (1 - resident[0]) / resident[0] for z in zeros}
     states = [_array([[[arr(0.0 if i == 2 and oo else end[i]) for end in kept[z]] for oo in oos] for z in zeros])
               for i in range(3)]
     settled = {(rc, oa): _with(plan, recompute=rc, offload_activations=oa) for rc in rcs for oa in oas}
-    acts = _array([[[arr(a) for a in activation_memory(model, settled[rc, oa], stack, units[rc])] for oa in oas]
+    acts = _array([[[arr(a) for a in activation_memory(model, settled[rc, oa], stack, units[rc], n == 3)]
+                    for oa in oas]
                    for rc in rcs])
     weights, grads, optimizer = states
     buffers = _array([arr(buffer_memory(model, _with(plan, zero=z))) for z in zeros])
     return MemoryGrid(weights, grads, optimizer, acts, buffers,
                       _array([[arr((kept[z][0][2] if oo else 0.0) + (host_weights[z] if plan.offload_weights else 0.0))
                                 for oo in oos] for z in zeros]),
-                      _array([[arr(offloaded_activations(model, settled[rc, oa], units[rc])) for oa in oas]
+                      _array([[arr(offloaded_activations(model, settled[rc, oa], units[rc], n == 3)) for oa in oas]
                               for rc in rcs]))
 
 
@@ -284,6 +323,9 @@ class StepCosts:
     ranks: tuple[tuple[Num, Num], ...] = ()
     rank_memory: tuple[Num, Num] = (0.0, 0.0)  # peak memory of the first and of the last pipeline rank
     use_first: Num = True  # the first pipeline rank takes the longer step (else the last): the breakdown's rank
+    # every rank's step beside the bubble and peak memory, where the ranks are priced apart (step/ranks.py)
+    stage_steps: tuple[Num, ...] = ()
+    stage_memory: tuple[Num, ...] = ()
 
 
 def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: Units, eff: Efficiency = DEFAULT
@@ -293,25 +335,34 @@ def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: Un
     settings = own_settings(plan)
     ((_, step),) = compose(model, cluster, plan, {plan.recompute: u}, settings, stack, eff)
     ranks = step.ranks()
-    use_first = _flag(ranks[0] >= ranks[1])
-    pick = {f: where(use_first, *_ends(getattr(step, f), ranks.ndim)) for f in ("dp", "optimizer", "offload")}
-    first, last, middle = step.first, step.last, step.middle
-    stage = PassTimes(*(where(use_first, getattr(first, f), getattr(last, f)) for f in PassTimes.__slots__))
+    busiest = np.argmax(ranks, axis=0)  # 0 the first, 1 the last, 2 the middle rank (ties: the first)
+    n = len(ranks)
+    pick = {f: _choose(busiest, _each(getattr(step, f), ranks.ndim, n)) for f in ("dp", "optimizer", "offload")}
+    each = (step.first, step.last, step.middle)[:n]
+    stage = PassTimes(*(_choose(busiest, tuple(getattr(t, f) for t in each)) for f in PassTimes.__slots__))
     m = plan.grad_accum
     breakdown = {"compute": m * (stage.fwd + stage.bwd), "recompute": m * stage.recompute, "tp": m * stage.tp,
                  "cp": m * stage.cp, "ep": m * stage.ep, "pp": m * stage.pp, "host": m * stage.host,
                  "bubble": step.bubble} | pick
     mem = compose_memory(model, plan, {plan.recompute: u}, settings, stack)
-    mem_first, mem_last = (Memory(mem.weights[0, 0, e], mem.grads[0, 0, e], mem.optimizer[0, 0, e],
-                                  mem.activations[0, 0, e], mem.buffers[0]) for e in (0, 1))
-    use_mem_first = _flag(mem_first.total >= mem_last.total)
-    memory = {k: where(use_mem_first, getattr(mem_first, k), getattr(mem_last, k)) for k in MEMORY}
+    mems = tuple(Memory(mem.weights[0, 0, e], mem.grads[0, 0, e], mem.optimizer[0, 0, e], mem.activations[0, 0, e],
+                        mem.buffers[0]) for e in range(mem.weights.shape[2]))
+    heaviest = np.argmax(np.stack([np.asarray(x.total) for x in mems]), axis=0)
+    memory = {k: _choose(heaviest, tuple(getattr(x, k) for x in mems)) for k in MEMORY}
     return StepCosts(breakdown=breakdown, step_time=step.total(), memory=memory,
                      peak_memory=mem.peak()[0, 0, 0, 0],
                      stage_fwd=stage.fwd, stage_bwd=stage.bwd + stage.recompute,
                      host_memory=mem.host()[0, 0, 0, 0],
-                     ranks=tuple((r.t_f, r.t_b) for r in (first.passes(), middle.passes(), last.passes())),
-                     rank_memory=(mem_first.total, mem_last.total), use_first=use_first)
+                     ranks=tuple((r.t_f, r.t_b) for r in (step.first.passes(), step.middle.passes(),
+                                                          step.last.passes())),
+                     rank_memory=(mems[0].total, mems[1].total), use_first=_flag(busiest != 1))
+
+
+def _choose(index: Num, values: tuple) -> Num:
+    """``values[index]``: of one plan (a NumPy integer), or each plan's of a batch (np.choose)."""
+    if np.ndim(index) == 0:
+        return values[int(index)]
+    return np.choose(cast(np.ndarray, index), [np.broadcast_to(v, np.shape(index)) for v in values])
 
 
 def step_costs(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = DEFAULT_STACK,

@@ -19,7 +19,7 @@ slowdown per second hidden (efficiency.py); a pass's time stays non-decreasing i
   needs it, so it hides behind the compute of another chunk of the same pass, which it slows by the overlap
   slowdown (a chunk's activation is far smaller than its layers' work; Megatron-Bridge training/comm_overlap.py
   turns it on for every interleaved schedule, Megatron-LM's --no-overlap-p2p-communication defaults it on there).
-  Applied per rank, where the sends are counted (stages.py, ``_with_sends``).
+  Applied per rank, where the sends are counted (stages.py, ``with_sends``).
 - The host as a resource (step/host.py): the host issues each kernel and collective call asynchronously, at the
   stack's ``host_dispatch`` seconds each (one graph per pass under ``stack.cuda_graphs``), and the GPU cannot run a
   kernel before it is issued; an exposed collective (a rendezvous of its group) drains the queue, so each pass of

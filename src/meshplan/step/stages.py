@@ -1,9 +1,10 @@
 """A step's pipeline ranks from its units: the per micro-batch times of the first, a middle and the last rank
 with their sends (``stage_times``), and how often a step updates the weights (``cadence``). The step composes them
-(step/assemble.py): the busier of the first and the last rank, with its channels and optimizer step, and the bubble
+(step/assemble.py): the busiest of the first, the last and a middle rank, with its channels and optimizer step, and
+the bubble
 (bubble.flow_bubble, a flow shop: the other ranks' times once, over v; with equal ranks (p-1)/m for 1F1B and
 (p-1)/(v·m) for the interleaved schedule, Narayanan et al. 2021 §2.2):
-    t_step = max over the end ranks of (m · t_rank + channels + optimizer) + ((p-2) · t_middle + t_other_end) / v
+    t_step = max over the ranks of (m · t_rank + channels + optimizer) + ((p-2) · t_middle + t_other_end) / v
 The asynchronous schedules never flush (steady.py): no bubble per step (their one fill per training run is amortised
 away), and their optimizer-step cadence differs (``cadence``): PipeDream updates the weights after every micro-batch
 (Narayanan et al. 2019 §3.3), so each of its m micro-batches per step carries its own data-parallel gradient reduction
@@ -28,24 +29,30 @@ def stage_times(model: ModelSpec, plan: Plan, stack: Stack, u: Units) -> tuple[P
     """Per micro-batch times of the first and the last pipeline rank, and of a middle rank (its layers and sends,
     without the embedding or the head), by component."""
     def body(layers: Num) -> PassTimes:
-        if plan.recompute == "full":
-            redone = layers if plan.recompute_layers == 0 else minimum(plan.recompute_layers, layers)
-            return u.layer.scaled(redone).plus(u.layer_plain.scaled(layers - redone))
-        return u.layer.scaled(layers)
+        return rank_body(plan, u, layers)
 
     single = plan.pp == 1
-    middle = _with_sends(plan, stack, body(layers_on_stage(model, plan)), u)
+    middle = with_sends(plan, stack, body(layers_on_stage(model, plan)), u)
     # an uneven last stage (plan.last_stage_layers) has layers of its own; an even split the same as the others (in a
     # search batch holding both, layers_on_last gives the even rows the others' count: the same numbers)
-    own_last = _with_sends(plan, stack, body(layers_on_last(model, plan)), u) if any_uneven(plan) else middle
+    own_last = with_sends(plan, stack, body(layers_on_last(model, plan)), u) if any_uneven(plan) else middle
     # an uneven first stage (plan.first_stage_layers, a scalar even in a search batch) likewise
-    own_first = _with_sends(plan, stack, body(layers_on_first(model, plan)), u) if plan.first_stage_layers else middle
+    own_first = with_sends(plan, stack, body(layers_on_first(model, plan)), u) if plan.first_stage_layers else middle
     first = own_first.plus(u.embed).plus(u.head.scaled(single))
     last = own_last.plus(u.head).plus(u.embed.scaled(single))
     return first, last, middle
 
 
-def _with_sends(plan: Plan, stack: Stack, rank: PassTimes, u: Units) -> PassTimes:
+def rank_body(plan: Plan, u: Units, layers: Num) -> PassTimes:
+    """A rank's ``layers`` per micro-batch under the plan's recompute (``u``: the units of that mode): under full
+    recompute of N layers (``plan.recompute_layers``; 0 all) N recomputed and the rest plain."""
+    if plan.recompute == "full":
+        redone = layers if plan.recompute_layers == 0 else minimum(plan.recompute_layers, layers)
+        return u.layer.scaled(redone).plus(u.layer_plain.scaled(layers - redone))
+    return u.layer.scaled(layers)
+
+
+def with_sends(plan: Plan, stack: Stack, rank: PassTimes, u: Units) -> PassTimes:
     """A rank's layers with its pipeline sends: each of its v chunks sends its activation once in the forward pass
     and its gradient once in the backward pass. With ``stack.overlap_pp`` and v > 1 a send hides behind a chunk's
     compute of the same pass (1/v of the pass) at the overlap slowdown ``u.p2p_paid``, whatever exceeds it exposed

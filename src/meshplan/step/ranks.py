@@ -1,0 +1,175 @@
+"""Every pipeline rank priced apart (issue 50 item 3): for one plan whose ranks differ beyond its two ends, a first
+stage lighter than the middle ones (Plan.first_stage_layers, Megatron-Core decoder_first_pipeline_num_layers) or
+per-rank recompute and activation offload (Plan.stage_recompute, Plan.stage_offload), rank r's time per micro-batch
+(its layers under its own recompute and sends, the embedding on the first, the head on the last: step/stages.py),
+its step beside the bubble (m · t_r + its data-parallel channels + offload copies + optimizer step: channels.py, as
+``assemble.compose`` prices the end ranks), and its memory (its model states, its layers' activations for the
+micro-batches in flight on it, memory.in_flight_chunks: p − r under 1F1B, Narayanan et al. 2021 §2.2, so the first
+ranks hold the most and need the most recompute). The step is the busiest rank's plus the flow-shop bubble of the
+others (bubble.py: every other rank once, over v):
+    t_step = max_r (m · t_r + dp_r + offload_r + optimizer_r) + (Σ_r t_r − max_r t_r) / v
+With ranks alike beyond the ends this is ``assemble``'s step exactly (tests/test_stage_settings.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from meshplan.channels import dp_collectives, offload, optimizer_time, step_channels
+from meshplan.cost.flops import recompute_flops_per_token
+from meshplan.cost.params import layers_on_first, layers_on_rank, layers_on_stage, middle_params, stage_params
+from meshplan.memory import (
+    Memory,
+    activation_bytes,
+    buffer_memory,
+    layer_input_bytes,
+    model_states,
+    offloaded_layers,
+    pipeline_runtime_memory,
+)
+from meshplan.specs.efficiency import Efficiency
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import ASYNC_SCHEDULES, SPLIT_SCHEDULES, Plan
+from meshplan.specs.stack import Stack
+from meshplan.step.assemble import StepCosts
+from meshplan.step.memory import activation_memory
+from meshplan.step.passes import PassTimes
+from meshplan.step.stages import cadence, rank_body, with_sends
+from meshplan.step.units import Units
+
+
+def recompute_entry(entry: str) -> tuple[str, int]:
+    """A ``Plan.stage_recompute`` entry as (recompute mode, layers fully recomputed: 0 all): "none", "selective",
+    "full", or N (N layers fully recomputed, Megatron's block method; "0" none)."""
+    if entry.isdigit():
+        return ("full", int(entry)) if int(entry) else ("none", 0)
+    return entry, 0
+
+
+def rank_view(plan: Plan, rank: int) -> Plan:
+    """``plan`` with rank ``rank``'s own recompute and offload (``stage_recompute``, ``stage_offload``)."""
+    changes: dict[str, Any] = {}
+    if plan.stage_recompute:
+        mode, layers = recompute_entry(plan.stage_recompute[rank])
+        changes |= {"recompute": mode, "recompute_layers": layers}
+    if plan.stage_offload:
+        changes |= {"offload_activations": plan.stage_offload[rank] > 0, "offload_layers": plan.stage_offload[rank]}
+    return replace(plan, **changes) if changes else plan
+
+
+def priced_apart(model: ModelSpec, plan: Plan) -> bool:
+    """Whether ``plan`` (one plan) needs its ranks priced apart: per-rank settings, or a middle rank holding more
+    layers than the first (the end ranks then no longer bound the step and the memory)."""
+    if plan.pp == 1:
+        return False
+    return bool(plan.stage_recompute or plan.stage_offload or
+                (plan.pp > 2 and layers_on_first(model, plan) < layers_on_stage(model, plan)))
+
+
+def stage_modes(plan: Plan) -> tuple[str, ...]:
+    """The recompute modes the ranks of ``plan`` run (the units to build)."""
+    return tuple(sorted({rank_view(plan, r).recompute for r in range(plan.pp)}))
+
+
+@dataclass(frozen=True, slots=True)
+class RankCost:
+    """One pipeline rank's step: per micro-batch passes, its step beside the bubble and its parts, memory, host."""
+
+    times: PassTimes
+    step: float  # m · t_r + dp + offload + optimizer
+    dp: float
+    offload: float
+    optimizer: float
+    memory: Memory
+    host: float  # bytes this rank offloads to host memory
+
+
+def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, units: Mapping[str, Units],
+               eff: Efficiency, rank: int) -> RankCost:
+    """Rank ``rank`` of ``plan`` under its own settings (``rank_view``); ``units`` per recompute mode."""
+    view = rank_view(plan, rank)
+    u, first, last = units[view.recompute], rank == 0, rank == plan.pp - 1
+    times = with_sends(view, stack, rank_body(view, u, layers_on_rank(model, plan, rank)), u)
+    times = times.plus(u.embed) if first else times.plus(u.head) if last else times
+    params = stage_params(model, plan, first) if first or last else middle_params(model, plan)
+    per_update, updates = cadence(plan)
+    copies = offload(model, cluster, view, u.layer_saved, last, rank)
+    channels = step_channels(times.passes(), per_update, dp_collectives(model, cluster, plan, params, eff),
+                             (plan.zero,), copies, eff.overlap_slowdown, stack.overlap_dp)
+    dp, moved = (float(updates * x) for x in channels[plan.zero])
+    opt = float(updates * optimizer_time(cluster, plan, params, eff))
+    weights, grads, optimizer = model_states(params, view, stack, last)
+    memory = Memory(weights, grads, optimizer, _activations(model, view, stack, u, rank), buffer_memory(model, plan))
+    host = model_states(params, replace(view, offload_optimizer=False), stack, last)[2] * plan.offload_optimizer
+    if view.offload_activations:  # the offloaded layers' share of what the rank would otherwise keep
+        kept = activation_bytes(model, replace(view, offload_activations=False), u.layer_saved,
+                                layer_input_bytes(model, view), last, rank)
+        host = host + kept * offloaded_layers(model, view, last, rank) / layers_on_rank(model, plan, rank)
+    return RankCost(times, float(plan.grad_accum * times.total + dp + moved + opt), dp, moved, opt, memory,
+                    float(host))
+
+
+def _activations(model: ModelSpec, view: Plan, stack: Stack, u: Units, rank: int) -> float:
+    """Rank ``rank``'s activations: an end rank's as step/memory.py prices it (the embedding's or the head's and the
+    loss's with its layers'); a middle rank's layers for its micro-batches in flight, and what the pipeline runtime
+    keeps: torch.distributed.pipelining's 4·m·v boundaries on a middle rank against the first rank's 2·m·(2v − 1)
+    (memory.pipeline_runtime_memory)."""
+    if rank in (0, view.pp - 1):
+        return float(activation_memory(model, view, stack, u)[rank != 0])
+    kept = pipeline_runtime_memory(model, view, stack)[0] * 2 * view.vpp / (2 * view.vpp - 1)
+    return float(activation_bytes(model, view, u.layer_saved, layer_input_bytes(model, view), rank=rank) + kept)
+
+
+def rank_bubble(plan: Plan, times: list[PassTimes]) -> float:
+    """The flow-shop bubble over every rank (bubble.flow_bubble with each rank its own time): the other ranks once,
+    over v; over the forward passes under ZB-H1 (step/stages.split_bubble); none for the asynchronous schedules."""
+    if plan.schedule in ASYNC_SCHEDULES:
+        return 0.0
+    if plan.schedule in SPLIT_SCHEDULES:
+        each = np.array([float(t.passes().t_f) for t in times])
+        return float(each.sum() - each.max())
+    each = np.array([float(t.total) for t in times])
+    return float((each.sum() - each.max()) / plan.vpp)
+
+
+def assemble_ranks(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, units: Mapping[str, Units],
+                   eff: Efficiency) -> StepCosts:
+    """The step of one plan priced rank by rank (module docstring), as ``assemble.assemble`` reports it: the
+    busiest rank's breakdown, the heaviest rank's memory, every rank's step and memory (``stage_steps``,
+    ``stage_memory``)."""
+    ranks = [price_rank(model, cluster, plan, stack, units, eff, r) for r in range(plan.pp)]
+    bubble = rank_bubble(plan, [c.times for c in ranks])
+    busiest = max(range(plan.pp), key=lambda r: ranks[r].step)
+    heaviest = max(range(plan.pp), key=lambda r: ranks[r].memory.total)
+    stage, m = ranks[busiest].times, plan.grad_accum
+    breakdown = {"compute": m * (stage.fwd + stage.bwd), "recompute": m * stage.recompute, "tp": m * stage.tp,
+                 "cp": m * stage.cp, "ep": m * stage.ep, "pp": m * stage.pp, "host": m * stage.host,
+                 "bubble": bubble, "dp": ranks[busiest].dp, "optimizer": ranks[busiest].optimizer,
+                 "offload": ranks[busiest].offload}
+    middle = max(ranks[1:-1], key=lambda c: c.step, default=ranks[0])
+    return StepCosts(breakdown=breakdown, step_time=ranks[busiest].step + bubble,
+                     memory=ranks[heaviest].memory.as_dict(), peak_memory=ranks[heaviest].memory.total,
+                     stage_fwd=stage.fwd, stage_bwd=stage.bwd + stage.recompute,
+                     host_memory=max(c.host for c in ranks),
+                     ranks=tuple((r.t_f, r.t_b) for r in (c.times.passes() for c in (ranks[0], middle, ranks[-1]))),
+                     rank_memory=(ranks[0].memory.total, ranks[-1].memory.total), use_first=busiest != plan.pp - 1,
+                     stage_steps=tuple(c.step for c in ranks), stage_memory=tuple(c.memory.total for c in ranks))
+
+
+def stage_recompute_flops(model: ModelSpec, plan: Plan, stack: Stack) -> float:
+    """Recomputed forward FLOPs per token of a plan with per-rank recompute (cost/flops.recompute_flops_per_token
+    of each rank's own setting, by its share of the layers; N of a rank's L_r layers recomputed in full: N / L_r of
+    the full recompute's)."""
+    total = 0.0
+    for r in range(plan.pp):
+        view, layers = rank_view(plan, r), float(layers_on_rank(model, plan, r))
+        partial = view.recompute == "full" and view.recompute_layers
+        share = min(view.recompute_layers, layers) / layers if partial else 1.0
+        total += layers / model.num_layers * share * recompute_flops_per_token(model, view.with_(recompute_layers=0),
+                                                                                stack)
+    return total
