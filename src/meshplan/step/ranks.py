@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.channels import dp_collectives, offload, optimizer_time, step_channels
+from meshplan.channels import Collectives, dp_collectives, offload, optimizer_time, step_channels
+from meshplan.contention import any_shared, shared_collectives
 from meshplan.cost.flops import recompute_flops_per_token
 from meshplan.cost.params import layers_on_first, layers_on_rank, layers_on_stage, middle_params, stage_params
 from meshplan.memory import (
@@ -99,8 +100,11 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
     params = stage_params(model, plan, first) if first or last else middle_params(model, plan)
     per_update, updates = cadence(plan)
     copies = offload(model, cluster, view, u.layer_saved, last, rank)
-    channels = step_channels(times.passes(), per_update, dp_collectives(model, cluster, plan, params, eff),
-                             (plan.zero,), copies, eff.overlap_slowdown, stack.overlap_dp)
+    collectives = dp_collectives(model, cluster, plan, params, eff)
+    shared = Collectives(*shared_collectives(model, cluster, plan, params, eff, collectives))  # contention.py
+    traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
+    channels = step_channels(times.passes(), per_update, traffic, (plan.zero,), copies, eff.overlap_slowdown,
+                             stack.overlap_dp)
     dp, moved = (float(updates * x) for x in channels[plan.zero])
     opt = float(updates * optimizer_time(cluster, plan, params, eff))
     weights, grads, optimizer = model_states(params, view, stack, last)
