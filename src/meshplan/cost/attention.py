@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from meshplan.cost.blocks import collective, elementwise, gemm, norm, projections, residual, tp_enter, tp_exit
+from meshplan.cost.dsa import indexer_ops, selected_keys
 from meshplan.cost.records import ACT_BYTES, FP32, MASK_BYTES, Dims, OpCost
 from meshplan.cost.shapes import kv_up_shape, qkv_shapes
 from meshplan.specs.model import ModelSpec
@@ -70,6 +71,9 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     share of the average layer (a record with ``window``); an unfused one still computes the square.
     Saved (Korthikanti §4.1): Q and K (4sbh), V (2sbh); unfused adds softmax output (2as²b), dropout mask
     (as²b) and dropout output (2as²b); FlashAttention stores the log-sum-exp instead (4 bytes per row).
+    DeepSeek Sparse Attention: a flash kernel attends each query's selected keys, 2·T·k̄·(A/t)·(d_qk + d_v) FLOPs
+    (k̄ = dsa.selected_keys, no mask left to skip), priced as a causal band of k keys; an unfused one computes the
+    square and masks it (Megatron-Core's unfused_dsa_fn), as dense attention does.
     """
     a = ACT_BYTES
     heads, d_qk, d_v = model.num_heads / d.tp, *head_dims(model)
@@ -82,6 +86,9 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
         shape = {"m": T * heads, "n": s, "k": d_qk, "variant": "flash_causal" if model.causal else "flash",
                  "kernel": d.stack.attention_kernel, "groups": plan.cp if d.stack.cp_comm == "ring" else 1}
         saved = saved_qkv + T * heads * FP32  # q, k, v and the log-sum-exp
+        if model.index_topk:  # DeepSeek Sparse Attention: each query's selected keys (dsa.py), a band of k keys
+            return flash_records(full * selected_keys(model) / s, a * (qkv_elems + out_elems),
+                                 a * (2 * qkv_elems + 3 * out_elems), saved, shape | {"window": model.index_topk})
         windowed = model.window_share
         ops = []
         if windowed < 1:  # the full-attention layers' share of the average layer
@@ -200,6 +207,7 @@ def attention_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     ops = norm("attn/norm", model, d)
     ops += tp_enter("attn/tp_in", model, plan, d)
     ops += qkv_ops(model, plan, d)
+    ops += indexer_ops(model, plan, d)  # DeepSeek Sparse Attention's lightning indexer (none without one)
     ops += core_attention(model, plan, d)
     ops += context_exchange(model, plan, d)
     ops += output_gate(model, d)

@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import cast
 
 from meshplan.cost.attention import head_dims
+from meshplan.cost.dsa import indexer_flops_per_token
 from meshplan.cost.layers import layer_kinds
 from meshplan.cost.params import layers_on_first
 from meshplan.cost.recompute import rerun_by
@@ -42,11 +43,14 @@ def attention_flops_per_token(model: ModelSpec) -> float:
 def attention_layer_flops(model: ModelSpec) -> float:
     """Forward FLOPs per token of one attention layer's Q·Kᵀ and A·V, no causal savings: 2·s·A·(d_qk + d_v), the
     keys s a query may see; a sliding window lets it see w = min(sliding_window, s) of them, so the windowed share
-    f of the layers counts 2·w·A·(d_qk + d_v) (the average layer: 2·((1 − f)·s + f·w)·A·(d_qk + d_v))."""
+    f of the layers counts 2·w·A·(d_qk + d_v) (the average layer: 2·((1 − f)·s + f·w)·A·(d_qk + d_v)). DeepSeek
+    Sparse Attention: a query sees its min(k, s) selected keys, and the indexer's scores add 2·s·n_i·d_i (dsa.py)."""
     d_qk, d_v = head_dims(model)
     f = model.window_share
     keys = (1 - f) * model.seq_length + f * min(model.sliding_window, model.seq_length)
-    return 2.0 * keys * model.num_heads * (d_qk + d_v)
+    if model.index_topk:
+        keys = min(model.index_topk, model.seq_length)
+    return 2.0 * keys * model.num_heads * (d_qk + d_v) + indexer_flops_per_token(model)
 
 
 def ssd_flops_per_token(model: ModelSpec) -> float:

@@ -102,10 +102,12 @@ def mla_down_params(model: ModelSpec) -> int:
     ``backend.linear()`` (megatron/core/models/gpt/gpt_layer_specs.py), a TELinear that
     megatron/core/transformer/multi_latent_attention.py (MLASelfAttention.__init__) builds with
     parallel_mode="duplicated"; vLLM's vllm/model_executor/models/deepseek_v2.py (DeepseekV2MLAAttention) makes
-    q_a_proj and kv_a_proj_with_mqa ReplicatedLinear (fused_qkv_a_proj: disable_tp) and SGLang likewise."""
+    q_a_proj and kv_a_proj_with_mqa ReplicatedLinear (fused_qkv_a_proj: disable_tp) and SGLang likewise. DeepSeek
+    Sparse Attention's indexer (``ModelSpec.indexer_params``) is whole on every rank too (cost/dsa.py)."""
     if not model.is_mla:
         return 0
-    return model.hidden_size * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
+    down = model.hidden_size * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
+    return down + model.indexer_params()  # DSA's indexer: Megatron-Core DSAIndexer's linears are "duplicated"
 
 
 def kept_params(model: ModelSpec, kind: str) -> int:

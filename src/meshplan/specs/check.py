@@ -61,6 +61,9 @@ def check(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack = 
     reasons += _check_pipeline(model, plan)
     reasons += _check_experts(model, plan) + _check_ep_overlap(model, plan, stack)
     reasons += _check_hybrid(model, plan, stack)
+    if model.index_topk and (plan.cp > 1 or plan.tensor_layout != "1d"):
+        reasons.append(f"cp={plan.cp}, tensor_layout={plan.tensor_layout!r}: DeepSeek Sparse Attention (index_topk) "
+                       "is costed with cp=1 and the 1d layout only")
     reasons += _check_options(model, cluster, plan, stack)
     return reasons
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from meshplan.specs.hf_indexer import read_indexer
+
 Q, K, V = ("q_proj", "query", "wq", "project_q"), ("k_proj", "key", "wk", "project_k"), \
     ("v_proj", "value", "wv", "project_v")
 QKV = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "W_pack", "wqkv", "qkv")
@@ -189,7 +191,12 @@ def _mla(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
     known = {"q_a_proj", "q_a_layernorm", "q_b_proj", "q_proj", "kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj",
              "o_proj"}
     biased = [n for n, m in children(module).items() if getattr(m, "bias", None) is not None and "norm" not in n]
-    return {"biased": biased}, _rest(module, known)
+    sizes: dict[str, Any] = {"biased": biased}
+    indexer = children(module).get("indexer")
+    if indexer is not None:  # DeepSeek Sparse Attention's lightning indexer (hf_indexer.py)
+        sizes["indexer"], bad = read_indexer(indexer, hidden)
+        return sizes, _rest(module, known | {"indexer"}) + [f"indexer.{b}" for b in bad]
+    return sizes, _rest(module, known)
 
 
 def _mlp(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:

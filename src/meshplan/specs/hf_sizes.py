@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from meshplan.errors import SpecError
+from meshplan.specs.hf_indexer import indexer_fields
 
 TOPK = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts", "moe_k", "experts_per_token",
         "num_experts_per_token", "topk")
@@ -83,10 +84,10 @@ def _mla(cfg: Any, mla: dict[str, Any], where: str) -> dict[str, Any]:
     if mla["biased"]:
         raise SpecError(f"{where}: MLA projections with biases ({', '.join(mla['biased'])}) are not modelled")
     heads = int(cfg.num_attention_heads)
-    nope, rope = int(cfg.qk_nope_head_dim), int(cfg.qk_rope_head_dim)
-    return {"num_heads": heads, "num_kv_heads": heads, "head_dim": nope + rope,
-            "q_lora_rank": int(getattr(cfg, "q_lora_rank", 0) or 0), "kv_lora_rank": int(cfg.kv_lora_rank),
-            "qk_nope_head_dim": nope, "qk_rope_head_dim": rope, "v_head_dim": int(cfg.v_head_dim)}
+    nope, rope, q_rank = int(cfg.qk_nope_head_dim), int(cfg.qk_rope_head_dim), int(getattr(cfg, "q_lora_rank", 0) or 0)
+    return {"num_heads": heads, "num_kv_heads": heads, "head_dim": nope + rope, "q_lora_rank": q_rank,
+            "kv_lora_rank": int(cfg.kv_lora_rank), "qk_nope_head_dim": nope, "qk_rope_head_dim": rope,
+            "v_head_dim": int(cfg.v_head_dim)} | indexer_fields(cfg, mla.get("indexer"), q_rank, where)
 
 
 def ffn_fields(cfg: Any, sizes: dict[str, Any], hidden: int, where: str) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from meshplan.errors import SpecError
+from meshplan.specs import mixer_params
 from meshplan.specs.model_checks import BLOCK_KINDS, check_fields, check_params, check_structure
 
 
@@ -102,6 +103,11 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # DeepSeek Sparse Attention (DSA; DeepSeek-V3.2, with MLA): a lightning indexer of ``index_heads`` heads of
+    # ``index_head_dim`` picks each query's ``index_topk`` keys (cost/dsa.py); index_topk = 0: dense attention
+    index_heads: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
     # Hybrid (Nemotron-H; Qwen3-Next): one letter per layer ("M" Mamba-2, "S" Mamba-1, "G" Gated DeltaNet, "*"
     # attention, "-" MLP, "E" MoE); "" = every layer
     # attention + MLP (MoE by first_k_dense_layers / moe_layer_freq)
@@ -269,7 +275,7 @@ class ModelSpec:
             else:
                 q = h * a * (nope + rope)
             kv = h * (self.kv_lora_rank + rope) + self.kv_lora_rank + self.kv_lora_rank * a * (nope + dv)
-            return q + kv + a * dv * h
+            return q + kv + a * dv * h + self.indexer_params()
         q, kv = self.q_dim, self.kv_dim
         total = h * (q + self.gate_dim) + 2 * h * kv + q * h
         if self.qkv_bias:
@@ -282,6 +288,12 @@ class ModelSpec:
         if self.attention_sinks:
             total += self.num_heads
         return total
+
+    def indexer_params(self) -> int:
+        """DSA's lightning indexer (HF DeepseekV32Indexer): wq_b r_q·n_i·d_i, wk H·d_i, weights_proj H·n_i and
+        k_norm, a LayerNorm of d_i with its bias; 0 without DSA."""
+        n, d = self.index_heads, self.index_head_dim
+        return self.q_lora_rank * n * d + self.hidden_size * (d + n) + 2 * d if self.index_topk else 0
 
     def mlp_params(self, ffn: int) -> int:
         """A dense MLP of width ffn: 2·H·F (GeLU) or 3·H·F (SwiGLU), plus biases."""
@@ -311,12 +323,7 @@ class ModelSpec:
         return total
 
     def mamba_params(self) -> int:
-        """One Mamba-2 mixer (module docstring): in_proj H·(2·D_i + 2·G·N + n_h), conv1d (D_i + 2·G·N)·(k + 1),
-        dt_bias, A_log and D (n_h each), the gated norm's weight D_i, out_proj D_i·H; no linear biases
-        (Nemotron-H: mamba_proj_bias false, use_conv_bias true)."""
-        h, inner, heads = self.hidden_size, self.mamba_inner, self.mamba_heads
-        in_proj = h * (inner + self.mamba_conv_dim + heads)
-        return in_proj + self.mamba_conv_dim * (self.mamba_conv + 1) + 3 * heads + inner + inner * h
+        return mixer_params.mamba2_count(self)  # one Mamba-2 mixer, as the mixers below: mixer_params.py
 
     @property
     def gdn_dims(self) -> tuple[int, int]:
@@ -324,20 +331,10 @@ class ModelSpec:
         return self.gdn_key_heads * self.gdn_key_dim, self.gdn_value_heads * self.gdn_value_dim
 
     def deltanet_params(self) -> int:
-        """One Gated DeltaNet mixer (HF Qwen3NextGatedDeltaNet; Qwen 3.5's in_proj_qkv, _z, _b, _a hold the same):
-        in_proj H·(2·n_k·d_k + 2·n_v·d_v) for q, k, v, z and H·2·n_v for β and a, the depthwise conv1d over q, k,
-        v (2·n_k·d_k + n_v·d_v)·k without bias, dt_bias and A_log (n_v each), the per-head gated RMSNorm's d_v,
-        out_proj n_v·d_v·H; no linear biases."""
-        key, value = self.gdn_dims
-        in_proj = self.hidden_size * (2 * key + 2 * value + 2 * self.gdn_value_heads)
-        conv = (2 * key + value) * self.gdn_conv
-        return in_proj + conv + 2 * self.gdn_value_heads + self.gdn_value_dim + value * self.hidden_size
+        return mixer_params.deltanet_count(self)
 
     def mamba1_params(self) -> int:
-        """One Mamba-1 mixer (HF MambaMixer, use_bias false): in_proj H·2·D_i, conv1d D_i·(k + 1), x_proj
-        D_i·(r + 2N), dt_proj r·D_i + D_i, A_log D_i·N, D D_i, out_proj D_i·H."""
-        d, n, r = self.ssm_inner, self.mamba_state, self.ssm_dt_rank
-        return 3 * self.hidden_size * d + d * (self.mamba_conv + 1) + d * (r + 2 * n) + r * d + 2 * d + d * n
+        return mixer_params.mamba1_count(self)
 
     def block_params(self, kind: str, active: bool = False) -> int:
         """One layer of ``block_counts``'s kind, its norms included."""

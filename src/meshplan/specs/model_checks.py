@@ -25,13 +25,14 @@ _NON_NEGATIVE = ("num_kv_heads", "head_dim", "num_experts", "moe_topk", "moe_ffn
                  "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings",
                  "mamba_heads", "mamba_head_dim", "mamba_state", "moe_latent_size", "mtp_layers",
                  "sliding_window", "window_layers", "gdn_key_heads", "gdn_key_dim", "gdn_value_heads", "gdn_value_dim",
-                 "ssm_inner", "ssm_dt_rank")
+                 "ssm_inner", "ssm_dt_rank", "index_heads", "index_head_dim", "index_topk")
 # The sizes a parameter count grows with, named when it is out of range (check_params)
 _SIZES = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size", "vocab_size",
           "max_position_embeddings", "num_experts", "moe_ffn_hidden_size", "shared_expert_ffn_size", "q_lora_rank",
           "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "mamba_heads", "mamba_head_dim",
           "mamba_state", "mamba_groups", "mamba_conv", "moe_latent_size", "mtp_layers", "gdn_key_heads",
-          "gdn_key_dim", "gdn_value_heads", "gdn_value_dim", "ssm_inner", "ssm_dt_rank")
+          "gdn_key_dim", "gdn_value_heads", "gdn_value_dim", "ssm_inner", "ssm_dt_rank", "index_heads",
+          "index_head_dim")
 _EXPERT_FIELDS = ("moe_topk", "moe_ffn_hidden_size", "shared_expert_ffn_size", "first_k_dense_layers", "router_bias",
                   "shared_expert_gate", "moe_latent_size")
 _MLA_FIELDS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -78,11 +79,26 @@ def check_structure(spec: Any) -> None:
     if spec.attn_output_gate and spec.is_mla:
         raise SpecError("attn_output_gate=true with MLA (kv_lora_rank > 0) is not modelled: the gate comes from a "
                         "standard query projection (Qwen3-Next)")
+    _check_indexer(spec)
     if spec.shared_expert_gate and not spec.shared_expert_ffn_size:
         raise SpecError("shared_expert_gate=true needs shared_expert_ffn_size > 0 (the expert it gates)")
     if spec.position_embedding == "learned" and 0 < spec.max_position_embeddings < spec.seq_length:
         raise SpecError(f"max_position_embeddings={spec.max_position_embeddings} is shorter than "
                         f"seq_length={spec.seq_length} (a learned position table has a row per position)")
+
+
+def _check_indexer(spec: Any) -> None:
+    """DeepSeek Sparse Attention: an indexer (its heads and head width) exactly where index_topk is set, on MLA
+    with a compressed query (the indexer's query is projected from the query latent)."""
+    given = [n for n in ("index_heads", "index_head_dim") if getattr(spec, n)]
+    if spec.index_topk and (len(given) < 2 or not spec.q_lora_rank):
+        raise SpecError(f"index_topk={spec.index_topk} (DeepSeek Sparse Attention) needs index_heads, index_head_dim "
+                        "and MLA with q_lora_rank > 0 (the indexer's query comes from the query latent)")
+    if spec.index_topk and spec.sliding_window:
+        raise SpecError(f"index_topk={spec.index_topk} with sliding_window={spec.sliding_window}: DeepSeek Sparse "
+                        "Attention in a sliding window is not modelled")
+    if given and not spec.index_topk:
+        raise SpecError(f"{given[0]}={getattr(spec, given[0])} needs index_topk > 0 (DeepSeek Sparse Attention)")
 
 
 def check_params(spec: Any) -> None:
