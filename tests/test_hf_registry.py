@@ -17,8 +17,9 @@ FAMILIES = ("llama", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", 
             "olmo_hybrid", "afmoe", "mamba", "falcon_mamba", "gemma2", "gemma3_text", "phi", "phi3", "phimoe",
             "granite", "granitemoe", "ernie4_5", "ernie4_5_moe", "glm4", "glm4_moe", "nemotron_h", "bamba",
             "mamba2", "cohere2", "cohere2_moe", "starcoder2", "gpt2", "gpt_neox", "falcon", "opt", "bloom")
-# New mixers and layer shapes, each exact: DeepSeek Sparse Attention's indexer
-MIXERS = ("deepseek_v32", "glm_moe_dsa")
+# New mixers and layer shapes, each exact: DeepSeek Sparse Attention's indexer, Kimi Delta Attention, lightning
+# attention
+MIXERS = ("deepseek_v32", "glm_moe_dsa", "kimi_linear", "minimax")
 # Encoders and encoder-decoders: refused, never read as decoders
 NOT_DECODERS = ("bert", "roberta", "xlm-roberta", "electra", "camembert", "bart", "whisper", "marian")
 
@@ -35,8 +36,8 @@ def test_registry_is_exact_or_refused_never_wrong(outcomes: dict[str, Outcome]) 
     # 40 exact and 76 silently wrong before the meta-device check; 84 before the Gated DeltaNet blocks and the
     # attention output gate (qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, lara_mini, olmo_hybrid;
     # afmoe with its gate_proj and nested router; Mamba-1: mamba, falcon_mamba); 94 before DeepSeek Sparse Attention's
-    # indexer (deepseek_v32, glm_moe_dsa)
-    assert counts["exact"] >= 96, counts
+    # indexer (deepseek_v32, glm_moe_dsa); 96 before Kimi Delta Attention (kimi_linear), lightning attention (minimax)
+    assert counts["exact"] >= 98, counts
     assert counts["exact"] + counts["refused"] == len(outcomes) >= 170
 
 

@@ -146,6 +146,8 @@ RANGES: dict[str, Range] = {
     "gdn_chunk": Range(1, MAX_SIZE, "", "fla's chunk: 64"),
     "ssm_inner": Range(1, MAX_SIZE, "", "Mamba-1: 2·H", "no Mamba-1"),
     "ssm_dt_rank": Range(1, MAX_SIZE, "", "Mamba-1: ⌈H / 16⌉", "no Mamba-1"),
+    "kda_gate_rank": Range(1, _WIDTH, "", "Kimi Linear's low-rank gates: the head width, 128", "full-rank gates"),
+    "lightning_block": Range(1, MAX_SIZE, "", "MiniMax's lightning-attention block: 256"),
     "index_heads": Range(1, _HEADS, "", "DeepSeek-V3.2's lightning indexer: 64", "no DSA indexer"),
     "index_head_dim": Range(1, _HEADS, "", "DeepSeek-V3.2: 128", "no DSA indexer"),
     "index_topk": Range(1, MAX_SIZE, "", "keys each query attends: DeepSeek-V3.2 2,048", "dense attention"),

@@ -55,10 +55,13 @@ def attention_layer_flops(model: ModelSpec) -> float:
 
 def ssd_flops_per_token(model: ModelSpec) -> float:
     """Forward FLOPs per token of the Mamba-2 SSD scans of the model's Mamba blocks (``ssd_block_flops``) and of the
-    Gated DeltaNet blocks' chunked scans (``gdn_block_flops``) and the Mamba-1 blocks' selective scans."""
+    Gated DeltaNet and Kimi Delta Attention blocks' chunked scans (``gdn_block_flops``), the Mamba-1 blocks'
+    selective scans and the lightning-attention blocks' 4·A·d·(B + d) (lightning.lightning_scan_ops')."""
     mamba1 = (9.0 * model.mamba_state + 2.0) * model.ssm_inner  # mamba1.selective_scan's, per token
-    return (model.layer_pattern.count("M") * ssd_block_flops(model) + model.layer_pattern.count("G")
-            * gdn_block_flops(model) + model.layer_pattern.count("S") * mamba1)
+    lightning = 4.0 * model.num_heads * model.head_dim * (model.lightning_block + model.head_dim)  # lightning.py's
+    pattern = model.layer_pattern
+    return (pattern.count("M") * ssd_block_flops(model) + (pattern.count("G") + pattern.count("K"))
+            * gdn_block_flops(model) + pattern.count("S") * mamba1 + pattern.count("L") * lightning)
 
 
 def gdn_block_flops(model: ModelSpec) -> float:

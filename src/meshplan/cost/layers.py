@@ -9,6 +9,8 @@ from meshplan.cost.casts import low_precision_casts
 from meshplan.cost.deltanet import deltanet_block
 from meshplan.cost.eager import eager_kernel_counts, eager_layer
 from meshplan.cost.fsdp import layer_fsdp_grad
+from meshplan.cost.kda import kda_block
+from meshplan.cost.lightning import lightning_block
 from meshplan.cost.lora import lora
 from meshplan.cost.mamba import mamba_block
 from meshplan.cost.mamba1 import mamba1_block
@@ -55,8 +57,8 @@ def hybrid_block(model: ModelSpec, plan: Plan, stack: Stack, kind: str) -> list[
     """One block of a hybrid model (``ModelSpec.layer_pattern``), one micro-batch, one GPU: its pre-norm, mixer
     and residual. Fused kernels only (check.check refuses eager, SUMMA and LoRA plans for a hybrid)."""
     d = dims(model, plan, stack)
-    block = {"mamba": mamba_block, "mamba1": mamba1_block, "deltanet": deltanet_block, "attention": attention_block,
-             "mlp": mlp_block, "moe": moe_block}[kind]
+    block = {"mamba": mamba_block, "mamba1": mamba1_block, "deltanet": deltanet_block, "kda": kda_block,
+             "lightning": lightning_block, "attention": attention_block, "mlp": mlp_block, "moe": moe_block}[kind]
     return low_precision_casts(block(model, plan, d) + stack_extras(model, plan, d, kind), plan, stack)
 
 

@@ -102,12 +102,16 @@ def _check_hybrid(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
     if "S" in model.layer_pattern and (plan.tp > 1 or plan.cp > 1):
         reasons.append(f"tp={plan.tp}, cp={plan.cp}: Mamba-1 blocks are costed on one tensor- and context-parallel "
                        "rank only (their x_proj reads every channel)")
-    if "G" in model.layer_pattern:
+    if "L" in model.layer_pattern and plan.cp > 1:
+        reasons.append(f"cp={plan.cp}: context parallelism of lightning-attention layers is not modelled "
+                       f"({model.name})")
+    if any(c in model.layer_pattern for c in "GK"):
         for name in ("gdn_key_heads", "gdn_value_heads"):
             if getattr(model, name) % plan.tp:
                 reasons.append(f"tp={plan.tp} does not divide {name}={getattr(model, name)}")
         if plan.cp > 1:
-            reasons.append(f"cp={plan.cp}: context parallelism of Gated DeltaNet layers is not modelled ({model.name})")
+            reasons.append(f"cp={plan.cp}: context parallelism of Gated DeltaNet (and KDA) layers is not modelled "
+                           f"({model.name})")
     for name, value, plain in (("fusion", stack.fusion, "fused"), ("tensor_layout", plan.tensor_layout, "1d"),
                                ("finetune", plan.finetune, "full")):
         if value != plain:

@@ -18,13 +18,16 @@ from __future__ import annotations
 from typing import Any
 
 from meshplan.errors import SpecError
+from meshplan.specs.hf_linear import linear_fields
 from meshplan.specs.hf_meta import MetaModel
 from meshplan.specs.hf_modules import LayerBlocks, read_layer
 from meshplan.specs.hf_outside import outside_fields, text_config
 from meshplan.specs.hf_sizes import attention_fields, deltanet_fields, mamba_fields, moe_fields
 
-LETTERS = {"attention": "*", "mla": "*", "mamba": "M", "mamba1": "S", "deltanet": "G", "mlp": "-", "moe": "E"}
-MIXERS, FFNS = ("attention", "mla", "mamba", "mamba1", "deltanet"), ("mlp", "moe")
+LETTERS = {"attention": "*", "mla": "*", "mamba": "M", "mamba1": "S", "deltanet": "G", "kda": "K", "lightning": "L",
+           "mlp": "-", "moe": "E"}
+MIXERS, FFNS = ("attention", "mla", "mamba", "mamba1", "deltanet", "kda", "lightning"), ("mlp", "moe")
+BLOCK_NAMES = MIXERS + FFNS
 
 
 def cfg_get(cfg: Any, *names: str, default: Any = None) -> Any:
@@ -108,7 +111,7 @@ def _common(meta: MetaModel, layers: list[LayerBlocks], where: str) -> dict[str,
     """The fields every layer must agree on: attention, MLP, MoE, Mamba sizes and the norms."""
     cfg = text_config(meta.config)
     fields: dict[str, Any] = {}
-    for kind in ("attention", "mla", "mlp", "moe", "mamba", "mamba1", "deltanet"):
+    for kind in BLOCK_NAMES:
         seen = [(i, layer.sizes[kind]) for i, layer in enumerate(layers) if kind in layer.sizes]
         if not seen:
             continue
@@ -117,12 +120,12 @@ def _common(meta: MetaModel, layers: list[LayerBlocks], where: str) -> dict[str,
             if sizes != first:
                 raise SpecError(f"{where}: layers {seen[0][0]} and {i} have {kind} blocks of different shapes "
                                 f"({_diff(first, sizes)}); meshplan's layers of a kind are alike")
-    sizes = {kind: next((layer.sizes[kind] for layer in layers if kind in layer.sizes), None)
-             for kind in ("attention", "mla", "mlp", "moe", "mamba", "mamba1", "deltanet")}
+    sizes = {kind: next((layer.sizes[kind] for layer in layers if kind in layer.sizes), None) for kind in BLOCK_NAMES}
     fields.update(attention_fields(cfg, sizes, fields_hidden(meta), where))
     fields.update(moe_fields(cfg, sizes, where))
     fields.update(mamba_fields(cfg, sizes["mamba"], where))
     fields.update(deltanet_fields(cfg, sizes["deltanet"], where))
+    fields.update(linear_fields(cfg, sizes, fields, where))  # Kimi Delta Attention, lightning attention
     if sizes["mamba1"]:  # Mamba-1 (hf_modules._mamba1 checked its shapes)
         m1 = sizes["mamba1"]
         fields.update(ssm_inner=m1["inner"], mamba_state=m1["state"], ssm_dt_rank=m1["rank"], mamba_conv=m1["kernel"])

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meshplan.specs.hf_indexer import read_indexer
+from meshplan.specs.hf_linear import linear_kind, read_kda, read_lightning
 
 Q, K, V = ("q_proj", "query", "wq", "project_q"), ("k_proj", "key", "wk", "project_k"), \
     ("v_proj", "value", "wv", "project_v")
@@ -71,6 +72,8 @@ def children(module: Any) -> dict[str, Any]:
 def kind_of(module: Any) -> str | None:
     """The block a module is, by its children and own parameters (the module docstring's table), else None."""
     kids, own = children(module), dict(module.named_parameters(recurse=False))
+    if (linear_kind_ := linear_kind(module)) is not None:  # Kimi Delta Attention, lightning attention (hf_linear.py)
+        return linear_kind_
     if "A_log" in own:
         if own["A_log"].dim() == 2 and "x_proj" in kids:  # Mamba-1: A of shape (D_i, N)
             return "mamba1"
@@ -343,4 +346,4 @@ def _experts(experts: Any, hidden: int) -> dict[str, Any]:
 
 
 READERS = {"attention": _attention, "mla": _mla, "mlp": _mlp, "mamba": _mamba, "deltanet": _deltanet, "mamba1": _mamba1,
-           "moe": _moe}
+           "moe": _moe, "kda": read_kda, "lightning": read_lightning}

@@ -33,3 +33,20 @@ def mamba1_count(m: Any) -> int:
     dt_proj r·D_i + D_i, A_log D_i·N, D D_i, out_proj D_i·H."""
     d, n, r = m.ssm_inner, m.mamba_state, m.ssm_dt_rank
     return 3 * m.hidden_size * d + d * (m.mamba_conv + 1) + d * (r + 2 * n) + r * d + 2 * d + d * n
+
+
+def kda_count(m: Any) -> int:
+    """One Kimi Delta Attention mixer (HF KimiLinearDeltaAttention; Bailing-hybrid's BailingHybridDeltaAttention): q,
+    k, v 3·H·n·d, the depthwise conv1d over them 3·n·d·k without bias, the forget gate (f_a H·r + f_b r·n·d, or f_proj
+    H·n·d with r = 0) with dt_bias n·d and A_log n, b_proj (β) H·n, the output gate (g_a + g_b, or g_proj) as the
+    forget gate's, the per-head gated RMSNorm d, o_proj n·d·H; no linear biases (n, d: gdn_value_heads, _dim)."""
+    n, d, r, h = m.gdn_value_heads, m.gdn_value_dim, m.kda_gate_rank, m.hidden_size
+    gate = r * (h + n * d) if r else h * n * d
+    return 3 * h * n * d + 3 * n * d * m.gdn_conv + 2 * gate + n * d + n + h * n + d + n * d * h
+
+
+def lightning_count(m: Any) -> int:
+    """One MiniMax lightning-attention mixer (HF MiniMaxLightningAttention): qkv_proj H·3·A·d, output_gate H·A·d,
+    out_proj A·d·H, the RMSNorm over A·d; no biases (its decays are buffers)."""
+    width = m.num_heads * m.head_dim
+    return 5 * m.hidden_size * width + width

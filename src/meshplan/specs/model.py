@@ -108,9 +108,8 @@ class ModelSpec:
     index_heads: int = 0
     index_head_dim: int = 0
     index_topk: int = 0
-    # Hybrid (Nemotron-H; Qwen3-Next): one letter per layer ("M" Mamba-2, "S" Mamba-1, "G" Gated DeltaNet, "*"
-    # attention, "-" MLP, "E" MoE); "" = every layer
-    # attention + MLP (MoE by first_k_dense_layers / moe_layer_freq)
+    # Hybrid (Nemotron-H; Qwen3-Next): one letter per layer ("M" Mamba-2, "S" Mamba-1, "G" Gated DeltaNet, "K", "L"
+    # below, "*" attention, "-" MLP, "E" MoE); "" = every layer attention + MLP (MoE: first_k_dense_layers / freq)
     layer_pattern: str = ""
     mamba_heads: int = 0  # n_h
     mamba_head_dim: int = 0  # P
@@ -129,6 +128,10 @@ class ModelSpec:
     # Mamba-1 ("S"; Gu & Dao 2023; HF MambaMixer): D_i channels, Δ of rank r; state N, kernel k: mamba_state, _conv
     ssm_inner: int = 0
     ssm_dt_rank: int = 0
+    # "K" (Kimi Delta Attention): n = gdn_value_heads heads of d = gdn_value_dim, gates H → r → n·d (r = kda_gate_rank;
+    # 0: H → n·d); "L" (lightning attention): num_heads of head_dim, blocks of lightning_block (mixer_params.py)
+    kda_gate_rank: int = 0
+    lightning_block: int = 256
     # Multi-token prediction (DeepSeek-V3 §2.2; Megatron-Core multi_token_prediction.py): training runs
     # ``mtp_layers`` extra depths after the last layer, each one MTP layer on the last pipeline stage: the next
     # tokens' embedding and the previous depth's hidden state, each normed (enorm, hnorm), concatenated and
@@ -346,7 +349,8 @@ class ModelSpec:
                 "mamba": lambda: self.mamba_params() + norm,
                 "deltanet": lambda: self.deltanet_params() + norm, "mamba1": lambda: self.mamba1_params() + norm,
                 "attention": lambda: self.attention_params() + norm,
-                "mlp": lambda: mlp + norm}[kind]()
+                "kda": lambda: mixer_params.kda_count(self) + norm,
+                "lightning": lambda: mixer_params.lightning_count(self) + norm, "mlp": lambda: mlp + norm}[kind]()
 
     def layer_params(self, i: int, active: bool = False) -> int:
         if self.is_hybrid:

@@ -16,7 +16,8 @@ from meshplan.fields import check_types
 
 MLP_KINDS = ("gelu", "swiglu", "relu2")  # relu2 (Nemotron-H): squared ReLU, up → act → down like gelu
 # layer_pattern letters (Nemotron-H; Qwen3-Next's Gated DeltaNet)
-BLOCK_KINDS = {"M": "mamba", "S": "mamba1", "G": "deltanet", "*": "attention", "-": "mlp", "E": "moe"}
+BLOCK_KINDS = {"M": "mamba", "S": "mamba1", "G": "deltanet", "K": "kda", "L": "lightning", "*": "attention",
+               "-": "mlp", "E": "moe"}
 NORM_KINDS = ("layernorm", "rmsnorm")
 POSITION_KINDS = ("rope", "learned", "none")
 _POSITIVE = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_length")
@@ -25,7 +26,7 @@ _NON_NEGATIVE = ("num_kv_heads", "head_dim", "num_experts", "moe_topk", "moe_ffn
                  "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings",
                  "mamba_heads", "mamba_head_dim", "mamba_state", "moe_latent_size", "mtp_layers",
                  "sliding_window", "window_layers", "gdn_key_heads", "gdn_key_dim", "gdn_value_heads", "gdn_value_dim",
-                 "ssm_inner", "ssm_dt_rank", "index_heads", "index_head_dim", "index_topk")
+                 "ssm_inner", "ssm_dt_rank", "index_heads", "index_head_dim", "index_topk", "kda_gate_rank")
 # The sizes a parameter count grows with, named when it is out of range (check_params)
 _SIZES = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size", "vocab_size",
           "max_position_embeddings", "num_experts", "moe_ffn_hidden_size", "shared_expert_ffn_size", "q_lora_rank",
@@ -46,7 +47,7 @@ def check_fields(spec: Any) -> None:
         _positive(spec, name)
     for name in _NON_NEGATIVE:
         _non_negative(spec, name)
-    for name in ("mamba_groups", "mamba_conv", "mamba_chunk", "gdn_conv", "gdn_chunk"):
+    for name in ("mamba_groups", "mamba_conv", "mamba_chunk", "gdn_conv", "gdn_chunk", "lightning_block"):
         _positive(spec, name)
     _positive(spec, "moe_layer_freq")
     _check_pattern(spec)
@@ -137,7 +138,7 @@ def _check_pattern(spec: Any) -> None:
     bad = sorted(set(pattern) - set(BLOCK_KINDS))
     if bad:
         raise SpecError(f"layer_pattern has {bad[0]!r}: its letters are M (Mamba-2), S (Mamba-1), G (Gated DeltaNet), "
-                        "* (attention), - (MLP), E (MoE)")
+                        "K (Kimi Delta Attention), L (lightning attention), * (attention), - (MLP), E (MoE)")
     if len(pattern) != spec.num_layers:
         raise SpecError(f"layer_pattern has {len(pattern)} letters but num_layers={spec.num_layers}")
     if ("E" in pattern) != (spec.num_experts > 0):
@@ -161,6 +162,20 @@ def _check_pattern(spec: Any) -> None:
             raise SpecError(f"{name}={getattr(spec, name)} must be positive: layer_pattern has Mamba-1 (S) blocks")
     if "G" in pattern and spec.gdn_value_heads % spec.gdn_key_heads:
         raise SpecError(f"gdn_key_heads={spec.gdn_key_heads} does not divide gdn_value_heads={spec.gdn_value_heads}")
+    _check_linear(spec, pattern)
+
+
+def _check_linear(spec: Any, pattern: str) -> None:
+    """Kimi Delta Attention ("K"): its heads and width in the Gated DeltaNet fields, keys as many and as wide as the
+    values (KimiLinearDeltaAttention's q, k and v are n·d each)."""
+    if "K" not in pattern:
+        return
+    if spec.gdn_value_heads < 1 or spec.gdn_value_dim < 1:
+        raise SpecError("gdn_value_heads and gdn_value_dim must be positive: layer_pattern has Kimi Delta Attention "
+                        "(K) blocks")
+    if (spec.gdn_key_heads, spec.gdn_key_dim) != (spec.gdn_value_heads, spec.gdn_value_dim):
+        raise SpecError(f"gdn_key_heads={spec.gdn_key_heads}, gdn_key_dim={spec.gdn_key_dim}: Kimi Delta Attention (K) "
+                        f"has as many and as wide keys as values ({spec.gdn_value_heads}, {spec.gdn_value_dim})")
 
 
 def _check_mtp(spec: Any) -> None:
