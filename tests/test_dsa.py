@@ -75,3 +75,15 @@ def test_refusals():
         servable(DSA)
     with pytest.raises(SpecError, match="index_topk=8 .* needs index_heads"):
         ModelSpec(**MLA, index_topk=8)
+
+
+def test_mla_head_gate_and_rope_key_norm():
+    # Bailing-hybrid's g_proj H → A: 64·4 = 256 weights; dots3's RoPE-key RMSNorm: d_R = 8
+    gated = ModelSpec(**MLA, attn_head_gate=True, rope_key_norm=True)
+    assert gated.attention_params() - DENSE.attention_params() == 256 + 8
+    plan = Plan(micro_batch=1)
+    ops = {(o.name, o.phase): o for o in attention_block(gated, plan, dims(gated, plan, Stack()))}
+    # g_proj 2·T·H·A = 2·32·64·4 forward; the multiply over T·A·d_v = 32·64 outputs and T·A gates, 2.5 FLOPs each
+    assert ops[("attn/head_gate", "fwd")].flops == 2 * 32 * 64 * 4
+    assert ops[("attn/head_gate_mul", "fwd")].flops == 2.5 * (32 * 64 + 32 * 4)
+    assert ops[("attn/rope_key_norm", "fwd")].flops == 5.0 * 32 * 8

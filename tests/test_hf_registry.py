@@ -17,9 +17,10 @@ FAMILIES = ("llama", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", 
             "olmo_hybrid", "afmoe", "mamba", "falcon_mamba", "gemma2", "gemma3_text", "phi", "phi3", "phimoe",
             "granite", "granitemoe", "ernie4_5", "ernie4_5_moe", "glm4", "glm4_moe", "nemotron_h", "bamba",
             "mamba2", "cohere2", "cohere2_moe", "starcoder2", "gpt2", "gpt_neox", "falcon", "opt", "bloom")
-# New mixers and layer shapes, each exact: DeepSeek Sparse Attention's indexer, Kimi Delta Attention, lightning
-# attention
-MIXERS = ("deepseek_v32", "glm_moe_dsa", "kimi_linear", "minimax")
+# New mixers and layer shapes, each exact: DeepSeek Sparse Attention's indexer, Kimi Delta Attention (with MLA's
+# per-head output gate: bailing_hybrid), lightning attention, windowed layers of their own attention shape
+MIXERS = ("deepseek_v32", "glm_moe_dsa", "kimi_linear", "bailing_hybrid", "minimax", "gemma4_unified",
+          "gemma4_unified_text")
 # Encoders and encoder-decoders: refused, never read as decoders
 NOT_DECODERS = ("bert", "roberta", "xlm-roberta", "electra", "camembert", "bart", "whisper", "marian")
 
@@ -36,8 +37,9 @@ def test_registry_is_exact_or_refused_never_wrong(outcomes: dict[str, Outcome]) 
     # 40 exact and 76 silently wrong before the meta-device check; 84 before the Gated DeltaNet blocks and the
     # attention output gate (qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, lara_mini, olmo_hybrid;
     # afmoe with its gate_proj and nested router; Mamba-1: mamba, falcon_mamba); 94 before DeepSeek Sparse Attention's
-    # indexer (deepseek_v32, glm_moe_dsa); 96 before Kimi Delta Attention (kimi_linear), lightning attention (minimax)
-    assert counts["exact"] >= 98, counts
+    # indexer (deepseek_v32, glm_moe_dsa); 96 before Kimi Delta Attention (kimi_linear), lightning attention (minimax);
+    # 98 before MLA's per-head gate (bailing_hybrid) and windowed "W" blocks (gemma4_unified, gemma4_unified_text)
+    assert counts["exact"] >= 101, counts
     assert counts["exact"] + counts["refused"] == len(outcomes) >= 170
 
 

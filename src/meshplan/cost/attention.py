@@ -198,9 +198,27 @@ def output_gate(model: ModelSpec, d: Dims) -> list[OpCost]:
     multiply, about 5 FLOPs an element (the exponential counted as one, as the norms' 5 count theirs); keeps the gate
     for the backward (the attention output is kept by the core's record)."""
     if not model.attn_output_gate:
-        return []
+        return head_gate(model, d)
     elems = d.tokens * model.gate_dim / d.tp
-    return elementwise("attn/out_gate", 2 * elems, elems, 2.5, saved=elems * ACT_BYTES)
+    return elementwise("attn/out_gate", 2 * elems, elems, 2.5, saved=elems * ACT_BYTES) + head_gate(model, d)
+
+
+def head_gate(model: ModelSpec, d: Dims) -> list[OpCost]:
+    """A sigmoid gate per head (ModelSpec.attn_head_gate; HF BailingHybridAttention: attn_output *
+    sigmoid(g_proj(x)), g_proj H → A): the column-parallel g_proj (A/t columns, its input the QKV projection's,
+    saved by it) and the multiply over the output, A·d_v/t an element (a sigmoid and a multiply as
+    ``output_gate``'s); keeps the gate, A/t a token. With it, MLA's RoPE-key norm (ModelSpec.rope_key_norm, dots3's
+    k_rope_only_layernorm): an RMSNorm over the T × d_R key, whole on every rank as kv_a_proj_with_mqa is."""
+    ops: list[OpCost] = []
+    heads, t = model.num_heads / d.tp, d.tokens
+    if model.attn_head_gate:
+        out = t * model.attn_out_dim / d.tp
+        ops += gemm("attn/head_gate", t, model.hidden_size, heads, d, saved=0.0)
+        ops += elementwise("attn/head_gate_mul", out + t * heads, out, 2.5, saved=t * heads * ACT_BYTES)
+    if model.rope_key_norm:
+        keys = t * model.qk_rope_head_dim
+        ops += elementwise("attn/rope_key_norm", keys, keys, 5.0, saved=keys * ACT_BYTES)
+    return ops
 
 
 def attention_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:

@@ -19,6 +19,7 @@ from meshplan.cost.layers import layer_kinds
 from meshplan.cost.params import layers_on_first
 from meshplan.cost.recompute import rerun_by
 from meshplan.cost.records import token_rows
+from meshplan.specs.mixer_params import attention_spec
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
@@ -37,7 +38,16 @@ def matmul_params(model: ModelSpec) -> int:
 def attention_flops_per_token(model: ModelSpec) -> float:
     """Forward FLOPs of Q·Kᵀ and A·V per token over all attention layers, no causal savings: 2·s·A·(d_qk + d_v)·L
     (a hybrid: its attention blocks), plus a hybrid's SSD scans (``ssd_flops_per_token``)."""
-    return attention_layer_flops(model) * model.num_attention_layers + ssd_flops_per_token(model)
+    return attention_blocks_flops(model) + ssd_flops_per_token(model)
+
+
+def attention_blocks_flops(model: ModelSpec) -> float:
+    """``attention_layer_flops`` over the attention layers; beside windowed "W" blocks, each "*" block's full
+    attention and each "W" block's windowed one (mixer_params.attention_spec)."""
+    if "W" not in model.layer_pattern:
+        return attention_layer_flops(model) * model.num_attention_layers
+    return sum(model.layer_pattern.count(c) * attention_layer_flops(attention_spec(model, kind))
+               for c, kind in (("*", "attention"), ("W", "window")))
 
 
 def attention_layer_flops(model: ModelSpec) -> float:
@@ -129,8 +139,8 @@ def recompute_flops_per_token(model: ModelSpec, plan: Plan, stack: Stack = DEFAU
         modules = plan.recompute_modules
         attention = 0.0
         if "core_attn" in modules:
-            blocks = model.num_attention_layers + model.mtp_layers * _mtp_attention_blocks(model)
-            attention = blocks * attention_layer_flops(model)
+            mtp = model.mtp_layers * _mtp_attention_blocks(model) * attention_layer_flops(model)
+            attention = attention_blocks_flops(model) + mtp
         others = tuple(m for m in modules if m != "core_attn")
         return attention + (module_flops_per_token(model, plan, stack, others) if others else 0.0)
     return 0.0

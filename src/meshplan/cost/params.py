@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from meshplan.specs.mixer_params import attention_spec
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.xp import Num, minimum, where
@@ -116,9 +117,9 @@ def kept_params(model: ModelSpec, kind: str) -> int:
     RMSNorm is not split), MLA's latent norms (q_a_layernorm, kv_a_layernorm: over the replicated latents) and a MoE
     layer's router with its bias (Megatron-Core TopKRouter's weight is a plain E×H parameter; vLLM's gate a
     ReplicatedLinear)."""
-    norms = 2 if kind == "dense" or (kind == "moe" and not model.is_hybrid) else 1
+    norms = 2 if kind == "dense" or (kind == "moe" and not model.is_hybrid) else model.block_norms
     kept = norms * model.norm_params(model.hidden_size)
-    if model.is_mla and kind in ("dense", "moe", "attention") and not (kind == "moe" and model.is_hybrid):
+    if model.is_mla and kind in ("dense", "moe", "attention", "window") and not (kind == "moe" and model.is_hybrid):
         kept += model.q_lora_rank + model.kv_lora_rank
     if kind == "moe":
         kept += model.hidden_size * model.num_experts + (model.num_experts if model.router_bias else 0)
@@ -136,8 +137,8 @@ def layer_weights(model: ModelSpec, kind: str, tp: Num, expert_ways: Num, kv_hea
     num_kv_head_replicas = t / K; Megatron-Core refuses t > K, attention.py divide(num_query_groups, tp)): the key
     and value projections then hold kv_heads / K of theirs on the rank instead of 1/t."""
     experts = model.num_experts * model.expert_params() if kind == "moe" else 0
-    has_attention = kind in ("dense", "attention") or (kind == "moe" and not model.is_hybrid)
-    whole = mla_down_params(model) if has_attention else 0
+    has_attention = kind in ("dense", "attention", "window") or (kind == "moe" and not model.is_hybrid)
+    whole = mla_down_params(attention_spec(model, kind)) if has_attention else 0  # a "W" block: no DSA indexer
     kept = kept_params(model, kind)
     split = (model.block_params(kind) - experts - whole - kept) / tp
     if kv_heads is not None and has_attention and not model.is_mla:

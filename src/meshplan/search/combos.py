@@ -153,8 +153,9 @@ def _grids(n: int, space: Space) -> Iterator[tuple[int, int, int, int, str]]:
 def _tensor_reason(model: ModelSpec, tp: int) -> tuple[str, str] | None:
     if model.num_heads % tp:
         return "tp does not divide num_heads", f"tp={tp} does not divide num_heads={model.num_heads}"
-    if not model.is_mla and model.num_kv_heads % tp and tp % model.num_kv_heads:
-        return "tp and num_kv_heads do not divide", f"tp={tp}, num_kv_heads={model.num_kv_heads}"
+    for kv in (model.num_kv_heads, model.window_kv_heads or model.num_kv_heads):
+        if not model.is_mla and kv % tp and tp % kv:
+            return "tp and num_kv_heads do not divide", f"tp={tp}, num_kv_heads={kv}"
     if model.ffn_hidden_size % tp:
         return "tp does not divide ffn_hidden_size", f"tp={tp} does not divide ffn={model.ffn_hidden_size}"
     if "M" in model.layer_pattern and (model.mamba_heads % tp or model.mamba_groups % tp):

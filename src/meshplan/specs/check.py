@@ -102,6 +102,9 @@ def _check_hybrid(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
     if "S" in model.layer_pattern and (plan.tp > 1 or plan.cp > 1):
         reasons.append(f"tp={plan.tp}, cp={plan.cp}: Mamba-1 blocks are costed on one tensor- and context-parallel "
                        "rank only (their x_proj reads every channel)")
+    kv = model.window_kv_heads
+    if kv and plan.tp > 1 and kv % plan.tp and plan.tp % kv:
+        reasons.append(f"tp={plan.tp} and window_kv_heads={kv}: neither divides the other")
     if "L" in model.layer_pattern and plan.cp > 1:
         reasons.append(f"cp={plan.cp}: context parallelism of lightning-attention layers is not modelled "
                        f"({model.name})")

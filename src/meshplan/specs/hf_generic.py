@@ -23,10 +23,11 @@ from meshplan.specs.hf_meta import MetaModel
 from meshplan.specs.hf_modules import LayerBlocks, read_layer
 from meshplan.specs.hf_outside import outside_fields, text_config
 from meshplan.specs.hf_sizes import attention_fields, deltanet_fields, mamba_fields, moe_fields
+from meshplan.specs.hf_window import split_windowed, window_fields
 
-LETTERS = {"attention": "*", "mla": "*", "mamba": "M", "mamba1": "S", "deltanet": "G", "kda": "K", "lightning": "L",
-           "mlp": "-", "moe": "E"}
-MIXERS, FFNS = ("attention", "mla", "mamba", "mamba1", "deltanet", "kda", "lightning"), ("mlp", "moe")
+LETTERS = {"attention": "*", "mla": "*", "window": "W", "mamba": "M", "mamba1": "S", "deltanet": "G", "kda": "K",
+           "lightning": "L", "mlp": "-", "moe": "E"}
+MIXERS, FFNS = ("attention", "mla", "window", "mamba", "mamba1", "deltanet", "kda", "lightning"), ("mlp", "moe")
 BLOCK_NAMES = MIXERS + FFNS
 
 
@@ -47,12 +48,19 @@ def read_generic(meta: MetaModel, where: str) -> tuple[dict[str, Any], tuple[int
     outside = outside_fields(meta, where)
     hidden = outside["hidden_size"]
     layers = [read_layer(layer, hidden) for layer in model.get_submodule(meta.layer_path)]
+    split_windowed(layers, cfg)  # windowed layers of their own attention shape: "W" blocks (hf_window.py)
     for i, layer in enumerate(layers):
         if layer.unclaimed:
             shown = ", ".join(layer.unclaimed[:3]) + (" …" if len(layer.unclaimed) > 3 else "")
             raise SpecError(f"{where}: layer {i} holds weights meshplan does not model: {shown}")
         _check_blocks(layer, i, where)
-    fields = dict(outside) | _common(meta, layers, where)
+    try:
+        fields = dict(outside) | _common(meta, layers, where)
+    except RuntimeError as exc:  # transformers' heterogeneous configs: a key that varies per layer has no global
+        if type(exc).__name__ != "AmbiguousGlobalPerLayerAttributeError":
+            raise
+        raise SpecError(f"{where}: {str(exc).split(' and may')[0]} (per_layer_config) that meshplan reads as one "
+                        "value, refused") from None
     final = fields.pop("final_norm_weights")
     if final != fields.get("norm_weights", True):
         raise SpecError(f"{where}: the final norm {'has' if final else 'has no'} weights and the layers' norms "
@@ -66,10 +74,12 @@ def read_generic(meta: MetaModel, where: str) -> tuple[dict[str, Any], tuple[int
             fields.update(first_k_dense_layers=moe[0], moe_layer_freq=moe[1] - moe[0] if len(moe) > 1 else 1)
         fields["mtp_layers"] = int(cfg_get(cfg, "num_nextn_predict_layers", "mtp_num_layers", default=0) or 0)
     else:
+        per_block = 2 if len(layers[0].norms) == 2 * len(layers[0].blocks) else 1  # post-norms too (Gemma 4)
         for i, layer in enumerate(layers):
-            if len(layer.norms) != len(layer.blocks):
+            if len(layer.norms) != per_block * len(layer.blocks):
                 raise SpecError(f"{where}: layer {i} has {len(layer.norms)} norms for its {len(layer.blocks)} blocks "
                                 f"({', '.join(layer.blocks)}); meshplan's hybrid layers have one norm per block")
+        fields["block_norms"] = per_block
         fields["layer_pattern"] = "".join(LETTERS[b] for layer in layers for b in layer.blocks)
         fields["num_layers"] = len(fields["layer_pattern"])
         groups = tuple(len(layer.blocks) for layer in layers)
@@ -126,6 +136,7 @@ def _common(meta: MetaModel, layers: list[LayerBlocks], where: str) -> dict[str,
     fields.update(mamba_fields(cfg, sizes["mamba"], where))
     fields.update(deltanet_fields(cfg, sizes["deltanet"], where))
     fields.update(linear_fields(cfg, sizes, fields, where))  # Kimi Delta Attention, lightning attention
+    fields.update(window_fields(sizes, fields, where))  # windowed "W" blocks of their own shape
     if sizes["mamba1"]:  # Mamba-1 (hf_modules._mamba1 checked its shapes)
         m1 = sizes["mamba1"]
         fields.update(ssm_inner=m1["inner"], mamba_state=m1["state"], ssm_dt_rank=m1["rank"], mamba_conv=m1["kernel"])
@@ -168,4 +179,6 @@ def _window(cfg: Any, fields: dict[str, Any], layers: list[LayerBlocks]) -> dict
     attention = sum(b in ("attention", "mla") for layer in layers for b in layer.blocks)
     if not count:
         return {}
+    if any("window" in layer.blocks for layer in layers):  # "W" blocks: every one windowed, the "*" ones full
+        return {"sliding_window": window, "window_layers": 0}
     return {"sliding_window": window, "window_layers": 0 if count >= attention else count}

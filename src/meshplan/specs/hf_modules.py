@@ -195,6 +195,12 @@ def _mla(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
              "o_proj"}
     biased = [n for n, m in children(module).items() if getattr(m, "bias", None) is not None and "norm" not in n]
     sizes: dict[str, Any] = {"biased": biased}
+    kids = children(module)
+    gate, rope_norm = kids.get("g_proj"), kids.get("k_rope_only_layernorm")  # Bailing-hybrid's, dots3's
+    if gate is not None and linear(gate) == (getattr(module, "num_heads", -1), hidden, False):
+        sizes["head_gate"], known = True, known | {"g_proj"}
+    if rope_norm is not None:
+        sizes["rope_norm"], known = _width(rope_norm), known | {"k_rope_only_layernorm"}
     indexer = children(module).get("indexer")
     if indexer is not None:  # DeepSeek Sparse Attention's lightning indexer (hf_indexer.py)
         sizes["indexer"], bad = read_indexer(indexer, hidden)

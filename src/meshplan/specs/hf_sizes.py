@@ -87,7 +87,15 @@ def _mla(cfg: Any, mla: dict[str, Any], where: str) -> dict[str, Any]:
     nope, rope, q_rank = int(cfg.qk_nope_head_dim), int(cfg.qk_rope_head_dim), int(getattr(cfg, "q_lora_rank", 0) or 0)
     return {"num_heads": heads, "num_kv_heads": heads, "head_dim": nope + rope, "q_lora_rank": q_rank,
             "kv_lora_rank": int(cfg.kv_lora_rank), "qk_nope_head_dim": nope, "qk_rope_head_dim": rope,
-            "v_head_dim": int(cfg.v_head_dim)} | indexer_fields(cfg, mla.get("indexer"), q_rank, where)
+            "v_head_dim": int(cfg.v_head_dim), "attn_head_gate": bool(mla.get("head_gate")),
+            "rope_key_norm": _rope_norm(mla, rope, where)} | indexer_fields(cfg, mla.get("indexer"), q_rank, where)
+
+
+def _rope_norm(mla: dict[str, Any], rope: int, where: str) -> bool:
+    """An RMSNorm over the decoupled RoPE key (dots3's k_rope_only_layernorm), d_R wide."""
+    if mla.get("rope_norm") not in (None, rope):
+        raise SpecError(f"{where}: a RoPE-key norm of width {mla['rope_norm']}, not qk_rope_head_dim = {rope}")
+    return "rope_norm" in mla
 
 
 def ffn_fields(cfg: Any, sizes: dict[str, Any], hidden: int, where: str) -> dict[str, Any]:

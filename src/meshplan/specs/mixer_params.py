@@ -1,10 +1,17 @@
 """Parameters of one recurrent (linear-time) mixer of a hybrid ModelSpec (``layer_pattern``), each equal to the
-module transformers builds (model.py's ``block_params`` adds the block's pre-norm). Symbols: model.py's glossary;
+module transformers builds (model.py's ``block_params`` adds the block's pre-norm), DeepSeek Sparse Attention's
+indexer, and the specs of a hybrid's full ("*") and windowed ("W") attention blocks. Symbols: model.py's glossary;
 each formula names the module it counts.
+
+A Mamba-2 mixer (Dao & Gu 2024, "Transformers are SSMs", §7; mamba_ssm ``modules/mamba2.py``): in_proj H → (z, x,
+B, C, dt) of widths (D_i, D_i, G·N, G·N, n_h) with D_i = n_h·P, a depthwise causal conv1d (kernel k, with bias) over
+x, B, C, per-head dt_bias, A_log and D, a gated RMSNorm over D_i and out_proj D_i → H.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import lru_cache
 from typing import Any
 
 
@@ -50,3 +57,38 @@ def lightning_count(m: Any) -> int:
     out_proj A·d·H, the RMSNorm over A·d; no biases (its decays are buffers)."""
     width = m.num_heads * m.head_dim
     return 5 * m.hidden_size * width + width
+
+
+def indexer_count(m: Any) -> int:
+    """DeepSeek Sparse Attention's lightning indexer (HF DeepseekV32Indexer): wq_b r_q·n_i·d_i, wk H·d_i, weights_proj
+    H·n_i and k_norm, a LayerNorm of d_i with its bias; 0 without DSA."""
+    n, d = m.index_heads, m.index_head_dim
+    return m.q_lora_rank * n * d + m.hidden_size * (d + n) + 2 * d if m.index_topk else 0
+
+
+_PLAIN = dict(window_head_dim=0, window_kv_heads=0, window_sinks=False)
+
+
+@lru_cache(maxsize=64)
+def window_attention_spec(m: Any) -> Any:
+    """The spec a hybrid's "W" blocks attend as: every attention block windowed (the "W" letters read as "*",
+    window_layers 0), with the window's head width, KV heads and sinks, no DSA indexer (dots3's windowed layers have
+    none)."""
+    return replace(m, layer_pattern=m.layer_pattern.replace("W", "*"), window_layers=0,
+                   head_dim=m.window_head_dim or m.head_dim, num_kv_heads=m.window_kv_heads or m.num_kv_heads,
+                   attention_sinks=m.window_sinks, index_topk=0, index_heads=0, index_head_dim=0, **_PLAIN)
+
+
+@lru_cache(maxsize=64)
+def full_attention_spec(m: Any) -> Any:
+    """The spec a hybrid's "*" blocks attend as when "W" blocks window beside them: no sliding window."""
+    if "W" not in m.layer_pattern:
+        return m
+    return replace(m, layer_pattern=m.layer_pattern.replace("W", "*"), sliding_window=0, window_layers=0, **_PLAIN)
+
+
+def attention_spec(m: Any, kind: str) -> Any:
+    """The spec a block of ``kind`` attends as: a "W" block's window spec, a "*" block's full one, else ``m``."""
+    if kind == "window":
+        return window_attention_spec(m)
+    return full_attention_spec(m) if kind == "attention" else m

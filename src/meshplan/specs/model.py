@@ -11,11 +11,8 @@ Sources for the layouts: HF ``modeling_llama.py`` (q/k/v/o, gate/up/down, RMSNor
 DeepSeek-V3 technical report §2.1 (MLA: low-rank q and kv compression with decoupled RoPE keys).
 
 Hybrid models (``layer_pattern``, Nemotron-H / Nemotron 3): each layer is one block with its own pre-norm and
-residual, "M" a Mamba-2 mixer, "*" attention, "-" a dense MLP, "E" a MoE (HF ``modeling_nemotron_h.py``,
-``hybrid_override_pattern``; Megatron-Core ``megatron/core/models/mamba`` builds the same blocks). A Mamba-2
-mixer (Dao & Gu 2024, "Transformers are SSMs", §7; mamba_ssm ``modules/mamba2.py``): in_proj H → (z, x, B, C, dt)
-of widths (D_i, D_i, G·N, G·N, n_h) with D_i = n_h·P, a depthwise causal conv1d (kernel k, with bias) over
-x, B, C, per-head dt_bias, A_log and D, a gated RMSNorm over D_i and out_proj D_i → H. A latent MoE
+residual, "M" a Mamba-2 mixer (mixer_params.py), "*" attention, "-" a dense MLP, "E" a MoE (HF
+``modeling_nemotron_h.py``, ``hybrid_override_pattern``; Megatron-Core ``megatron/core/models/mamba``). A latent MoE
 (``moe_latent_size``, Nemotron 3 Super) routes on H, projects the tokens H → latent (``fc1_latent_proj``), runs
 the experts latent → F → latent, and projects their sum back (``fc2_latent_proj``).
 
@@ -63,16 +60,14 @@ class ModelSpec:
     # Phi-2, Cohere, Falcon-7B), 4 with the post-norms of Gemma 2 / 3 (HF modeling_gemma2.py Gemma2DecoderLayer)
     layer_norms: int = 2
     position_embedding: str = "rope"
-    # the RoPE base (HF config.json ``rope_theta``; Llama 3 500,000, Mixtral 1,000,000): no cost depends on it, a
-    # framework config (configs/) writes it; 0: not stated, which those configs say rather than write a default
+    # the RoPE base (HF ``rope_theta``; Llama 3 500,000): no cost depends on it, configs/ write it; 0: not stated
     rope_theta: float = field(default=0.0, compare=False)
     dropout: bool = False  # dropout after attention / MLP (GPT-3-era Megatron); adds masks to activations
     causal: bool = True  # causal (decoder) attention; False for encoders such as ViT
     # Sliding-window attention (Mistral 7B v0.1, Gemma 2/3, GPT-OSS): in ``window_layers`` of the attention layers a
     # query sees only the last ``sliding_window`` keys, itself included (HF ``sliding_window``, ``layer_types``);
-    # sliding_window = 0: none; window_layers = 0 with a window: every attention layer. Which layers they are is not
-    # modelled: each pipeline stage is priced as the average layer, as an alternating pattern (GPT-OSS, Gemma 2)
-    # splits; a contiguous run of windowed layers (Qwen2's max_window_layers) would load the stages unevenly.
+    # 0: none; window_layers = 0 with a window: every attention layer. Which layers they are is not modelled (a
+    # stage is priced as the average layer; a contiguous run, Qwen2's max_window_layers, would load stages unevenly).
     sliding_window: int = 0
     window_layers: int = 0
     # rows of the learned position table; with RoPE the longest context the checkpoint serves (HF config.json's
@@ -103,11 +98,14 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
-    # DeepSeek Sparse Attention (DSA; DeepSeek-V3.2, with MLA): a lightning indexer of ``index_heads`` heads of
-    # ``index_head_dim`` picks each query's ``index_topk`` keys (cost/dsa.py); index_topk = 0: dense attention
+    # DeepSeek Sparse Attention (MLA; cost/dsa.py): an indexer of index_heads × index_head_dim keeps index_topk keys
     index_heads: int = 0
     index_head_dim: int = 0
     index_topk: int = 0
+    # a sigmoid gate per head on the attention output from H → A (Bailing-hybrid's and dots3's g_proj): H·A weights;
+    # an RMSNorm over MLA's decoupled RoPE key (dots3's k_rope_only_layernorm): d_R
+    attn_head_gate: bool = False
+    rope_key_norm: bool = False
     # Hybrid (Nemotron-H; Qwen3-Next): one letter per layer ("M" Mamba-2, "S" Mamba-1, "G" Gated DeltaNet, "K", "L"
     # below, "*" attention, "-" MLP, "E" MoE); "" = every layer attention + MLP (MoE: first_k_dense_layers / freq)
     layer_pattern: str = ""
@@ -132,13 +130,17 @@ class ModelSpec:
     # 0: H → n·d); "L" (lightning attention): num_heads of head_dim, blocks of lightning_block (mixer_params.py)
     kda_gate_rank: int = 0
     lightning_block: int = 256
-    # Multi-token prediction (DeepSeek-V3 §2.2; Megatron-Core multi_token_prediction.py): training runs
-    # ``mtp_layers`` extra depths after the last layer, each one MTP layer on the last pipeline stage: the next
-    # tokens' embedding and the previous depth's hidden state, each normed (enorm, hnorm), concatenated and
-    # projected 2H → H (eh_proj), one transformer layer (a hybrid: the blocks of ``mtp_pattern``, Megatron-Core's
-    # mtp_hybrid_override_pattern), a final norm, and the shared LM head and loss. ``mtp_shared``: one such layer
-    # applied at every depth (Megatron-Core mtp_use_repeated_layer). Not in ``params()``, which counts the model as
-    # Hugging Face builds it (``mtp_params``).
+    # "W" (windowed attention) blocks beside full "*" ones, of their own head width, KV heads and sinks (0 / False:
+    # the model's; Gemma 4 unified, dots3: mixer_params.window_attention_spec); norms per hybrid block (2: post-norms)
+    window_head_dim: int = 0
+    window_kv_heads: int = 0
+    window_sinks: bool = False
+    block_norms: int = 1
+    # Multi-token prediction (DeepSeek-V3 §2.2; Megatron-Core multi_token_prediction.py): ``mtp_layers`` extra depths
+    # after the last layer on the last stage: the next tokens' embedding and the previous depth's hidden state, each
+    # normed (enorm, hnorm), concatenated and projected 2H → H (eh_proj), one layer (a hybrid: ``mtp_pattern``'s
+    # blocks), a final norm, the shared LM head and loss; ``mtp_shared``: one layer at every depth (Megatron-Core
+    # mtp_use_repeated_layer). Not in ``params()``, which counts what Hugging Face builds (``mtp_params``).
     mtp_layers: int = 0
     mtp_pattern: str = ""
     mtp_shared: bool = False
@@ -197,7 +199,7 @@ class ModelSpec:
     def window_share(self) -> float:
         """Share of the attention layers whose keys a sliding window shorter than the sequence limits (0 without
         one; window_layers = 0 with a window: all of them)."""
-        if not 0 < self.sliding_window < self.seq_length:
+        if not 0 < self.sliding_window < self.seq_length or "W" in self.layer_pattern:  # "*" full beside "W"
             return 0.0
         return self.window_layers / self.num_attention_layers if self.window_layers else 1.0
 
@@ -278,7 +280,8 @@ class ModelSpec:
             else:
                 q = h * a * (nope + rope)
             kv = h * (self.kv_lora_rank + rope) + self.kv_lora_rank + self.kv_lora_rank * a * (nope + dv)
-            return q + kv + a * dv * h + self.indexer_params()
+            extra = self.indexer_params() + self.attn_head_gate * h * a + self.rope_key_norm * rope
+            return q + kv + a * dv * h + extra
         q, kv = self.q_dim, self.kv_dim
         total = h * (q + self.gate_dim) + 2 * h * kv + q * h
         if self.qkv_bias:
@@ -288,15 +291,12 @@ class ModelSpec:
         if self.qk_norm:
             widths = (q, kv) if self.qk_norm_full else (self.head_dim, self.head_dim)
             total += sum(self.norm_params(w) for w in widths)
-        if self.attention_sinks:
-            total += self.num_heads
+        if self.attention_sinks or self.attn_head_gate:
+            total += self.num_heads * (self.attention_sinks + self.attn_head_gate * h)
         return total
 
     def indexer_params(self) -> int:
-        """DSA's lightning indexer (HF DeepseekV32Indexer): wq_b r_q·n_i·d_i, wk H·d_i, weights_proj H·n_i and
-        k_norm, a LayerNorm of d_i with its bias; 0 without DSA."""
-        n, d = self.index_heads, self.index_head_dim
-        return self.q_lora_rank * n * d + self.hidden_size * (d + n) + 2 * d if self.index_topk else 0
+        return mixer_params.indexer_count(self)  # DSA's lightning indexer; 0 without one
 
     def mlp_params(self, ffn: int) -> int:
         """A dense MLP of width ffn: 2·H·F (GeLU) or 3·H·F (SwiGLU), plus biases."""
@@ -341,16 +341,17 @@ class ModelSpec:
 
     def block_params(self, kind: str, active: bool = False) -> int:
         """One layer of ``block_counts``'s kind, its norms included."""
-        norm = self.norm_params(self.hidden_size)
+        norms = self.layer_norms * self.norm_params(self.hidden_size)
+        norm = self.norm_params(self.hidden_size) * self.block_norms  # a hybrid block's
         mlp = self.mlp_params(self.ffn_hidden_size)
-        norms = self.layer_norms * norm
         return {"dense": lambda: self.attention_params() + mlp + norms,
                 "moe": lambda: (norm if self.is_hybrid else self.attention_params() + norms) + self.moe_params(active),
                 "mamba": lambda: self.mamba_params() + norm,
                 "deltanet": lambda: self.deltanet_params() + norm, "mamba1": lambda: self.mamba1_params() + norm,
                 "attention": lambda: self.attention_params() + norm,
                 "kda": lambda: mixer_params.kda_count(self) + norm,
-                "lightning": lambda: mixer_params.lightning_count(self) + norm, "mlp": lambda: mlp + norm}[kind]()
+                "lightning": lambda: mixer_params.lightning_count(self) + norm, "mlp": lambda: mlp + norm,
+                "window": lambda: mixer_params.window_attention_spec(self).attention_params() + norm}[kind]()
 
     def layer_params(self, i: int, active: bool = False) -> int:
         if self.is_hybrid:

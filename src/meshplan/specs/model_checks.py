@@ -17,7 +17,7 @@ from meshplan.fields import check_types
 MLP_KINDS = ("gelu", "swiglu", "relu2")  # relu2 (Nemotron-H): squared ReLU, up → act → down like gelu
 # layer_pattern letters (Nemotron-H; Qwen3-Next's Gated DeltaNet)
 BLOCK_KINDS = {"M": "mamba", "S": "mamba1", "G": "deltanet", "K": "kda", "L": "lightning", "*": "attention",
-               "-": "mlp", "E": "moe"}
+               "W": "window", "-": "mlp", "E": "moe"}
 NORM_KINDS = ("layernorm", "rmsnorm")
 POSITION_KINDS = ("rope", "learned", "none")
 _POSITIVE = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_length")
@@ -26,7 +26,8 @@ _NON_NEGATIVE = ("num_kv_heads", "head_dim", "num_experts", "moe_topk", "moe_ffn
                  "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings",
                  "mamba_heads", "mamba_head_dim", "mamba_state", "moe_latent_size", "mtp_layers",
                  "sliding_window", "window_layers", "gdn_key_heads", "gdn_key_dim", "gdn_value_heads", "gdn_value_dim",
-                 "ssm_inner", "ssm_dt_rank", "index_heads", "index_head_dim", "index_topk", "kda_gate_rank")
+                 "ssm_inner", "ssm_dt_rank", "index_heads", "index_head_dim", "index_topk", "kda_gate_rank",
+                 "window_head_dim", "window_kv_heads")
 # The sizes a parameter count grows with, named when it is out of range (check_params)
 _SIZES = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size", "vocab_size",
           "max_position_embeddings", "num_experts", "moe_ffn_hidden_size", "shared_expert_ffn_size", "q_lora_rank",
@@ -36,7 +37,7 @@ _SIZES = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", 
           "index_head_dim")
 _EXPERT_FIELDS = ("moe_topk", "moe_ffn_hidden_size", "shared_expert_ffn_size", "first_k_dense_layers", "router_bias",
                   "shared_expert_gate", "moe_latent_size")
-_MLA_FIELDS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+_MLA_FIELDS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_key_norm")
 
 
 def check_fields(spec: Any) -> None:
@@ -51,6 +52,7 @@ def check_fields(spec: Any) -> None:
         _positive(spec, name)
     _positive(spec, "moe_layer_freq")
     _check_pattern(spec)
+    _check_windowed(spec)
     _check_mtp(spec)
     _check_window(spec)
     ranges.check_spec(spec)
@@ -138,7 +140,8 @@ def _check_pattern(spec: Any) -> None:
     bad = sorted(set(pattern) - set(BLOCK_KINDS))
     if bad:
         raise SpecError(f"layer_pattern has {bad[0]!r}: its letters are M (Mamba-2), S (Mamba-1), G (Gated DeltaNet), "
-                        "K (Kimi Delta Attention), L (lightning attention), * (attention), - (MLP), E (MoE)")
+                        "K (Kimi Delta Attention), L (lightning attention), * (attention), W (windowed attention), "
+                        "- (MLP), E (MoE)")
     if len(pattern) != spec.num_layers:
         raise SpecError(f"layer_pattern has {len(pattern)} letters but num_layers={spec.num_layers}")
     if ("E" in pattern) != (spec.num_experts > 0):
@@ -163,6 +166,22 @@ def _check_pattern(spec: Any) -> None:
     if "G" in pattern and spec.gdn_value_heads % spec.gdn_key_heads:
         raise SpecError(f"gdn_key_heads={spec.gdn_key_heads} does not divide gdn_value_heads={spec.gdn_value_heads}")
     _check_linear(spec, pattern)
+
+
+def _check_windowed(spec: Any) -> None:
+    """Windowed attention blocks ("W"): a sliding window, every "W" block windowed (window_layers 0) and the "*"
+    ones full; their own sizes and norms per block only in a hybrid with "W" blocks."""
+    pattern, windowed = spec.layer_pattern, "W" in spec.layer_pattern
+    if windowed and (not spec.sliding_window or spec.window_layers):
+        raise SpecError(f"layer_pattern has W (windowed attention) blocks: it needs sliding_window > 0 (it is "
+                        f"{spec.sliding_window}) and window_layers = 0 (it is {spec.window_layers})")
+    given = [n for n in ("window_head_dim", "window_kv_heads", "window_sinks") if getattr(spec, n)]
+    if given and not windowed:
+        raise SpecError(f"{given[0]}={getattr(spec, given[0])} needs W (windowed attention) blocks in layer_pattern")
+    if spec.window_kv_heads and spec.num_heads % spec.window_kv_heads:
+        raise SpecError(f"window_kv_heads={spec.window_kv_heads} does not divide num_heads={spec.num_heads}")
+    if spec.block_norms not in (1, 2) or (spec.block_norms == 2 and not pattern):
+        raise SpecError(f"block_norms={spec.block_norms} must be 1 or 2 (a hybrid block's pre-norm, and post-norm)")
 
 
 def _check_linear(spec: Any, pattern: str) -> None:
@@ -207,7 +226,7 @@ def _check_window(spec: Any) -> None:
     if spec.sliding_window:
         if not spec.causal:
             raise SpecError(f"sliding_window={spec.sliding_window} needs causal attention (causal=false)")
-        attention = spec.num_attention_layers
+        attention = spec.num_attention_layers + spec.layer_pattern.count("W")
         if not attention:
             raise SpecError(f"sliding_window={spec.sliding_window} needs attention layers (layer_pattern has no '*')")
         if spec.window_layers > attention:
