@@ -139,7 +139,8 @@ def _common(meta: MetaModel, layers: list[LayerBlocks], where: str) -> dict[str,
     fields.update(window_fields(sizes, fields, where))  # windowed "W" blocks of their own shape
     if sizes["mamba1"]:  # Mamba-1 (hf_modules._mamba1 checked its shapes)
         m1 = sizes["mamba1"]
-        fields.update(ssm_inner=m1["inner"], mamba_state=m1["state"], ssm_dt_rank=m1["rank"], mamba_conv=m1["kernel"])
+        fields.update(ssm_inner=m1["inner"], mamba_state=m1["state"], ssm_dt_rank=m1["rank"], mamba_conv=m1["kernel"],
+                      ssm_norms=m1["norms"])
     fields.update(_norms(layers, where))
     return fields
 

@@ -279,10 +279,14 @@ def _mamba1(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
     rank = shapes["dt_proj"][1]
     known = {"A_log", "D", "conv1d.weight", "conv1d.bias", "in_proj.weight", "x_proj.weight", "dt_proj.weight",
              "dt_proj.bias", "out_proj.weight"}
+    norms = {f"{x}_layernorm": w for x, w in (("dt", rank), ("b", n), ("c", n))}  # Jamba's, over Δ, B and C
+    if all(k in kids and _width(kids[k]) == w for k, w in norms.items()):
+        known |= {f"{k}.weight" for k in norms}
     wrong = shapes["in_proj"][:2] != (2 * d_i, hidden) or shapes["x_proj"][:2] != (rank + 2 * n, d_i) or \
         shapes["out_proj"][:2] != (hidden, d_i) or "conv1d.bias" not in names or not shapes["dt_proj"][2]
     bad = sorted(names - known) + (["(a Mamba-1 mixer of other shapes or biases)"] if wrong else [])
-    return {"inner": d_i, "state": n, "rank": rank, "kernel": int(conv.weight.shape[-1])}, bad
+    return {"inner": d_i, "state": n, "rank": rank, "kernel": int(conv.weight.shape[-1]),
+            "norms": "dt_layernorm.weight" in known}, bad
 
 
 def _moe(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:

@@ -37,9 +37,11 @@ def deltanet_count(m: Any) -> int:
 
 def mamba1_count(m: Any) -> int:
     """One Mamba-1 mixer (HF MambaMixer, use_bias false): in_proj H·2·D_i, conv1d D_i·(k + 1), x_proj D_i·(r + 2N),
-    dt_proj r·D_i + D_i, A_log D_i·N, D D_i, out_proj D_i·H."""
+    dt_proj r·D_i + D_i, A_log D_i·N, D D_i, out_proj D_i·H; Jamba's RMSNorms over Δ, B and C (``ssm_norms``):
+    r + 2N (HF JambaMambaMixer dt_layernorm, b_layernorm, c_layernorm)."""
     d, n, r = m.ssm_inner, m.mamba_state, m.ssm_dt_rank
-    return 3 * m.hidden_size * d + d * (m.mamba_conv + 1) + d * (r + 2 * n) + r * d + 2 * d + d * n
+    norms = r + 2 * n if m.ssm_norms else 0
+    return 3 * m.hidden_size * d + d * (m.mamba_conv + 1) + d * (r + 2 * n) + r * d + 2 * d + d * n + norms
 
 
 def kda_count(m: Any) -> int:

@@ -123,11 +123,13 @@ class ModelSpec:
     gdn_value_dim: int = 0
     gdn_conv: int = 4
     gdn_chunk: int = 64
-    # Mamba-1 ("S"; Gu & Dao 2023; HF MambaMixer): D_i channels, Δ of rank r; state N, kernel k: mamba_state, _conv
+    # Mamba-1 ("S"; Gu & Dao 2023; HF MambaMixer): D_i channels, Δ of rank r (state N, kernel k: mamba_state, _conv),
+    # with RMSNorms over Δ, B and C (Jamba's dt/b/c_layernorm: r + 2N)
     ssm_inner: int = 0
     ssm_dt_rank: int = 0
-    # "K" (Kimi Delta Attention): n = gdn_value_heads heads of d = gdn_value_dim, gates H → r → n·d (r = kda_gate_rank;
-    # 0: H → n·d); "L" (lightning attention): num_heads of head_dim, blocks of lightning_block (mixer_params.py)
+    ssm_norms: bool = False
+    # "K" (Kimi Delta Attention): n = gdn_value_heads of d = gdn_value_dim, gates H → r → n·d (r = kda_gate_rank; 0:
+    # H → n·d); "L" (lightning attention): num_heads of head_dim, blocks of lightning_block (mixer_params.py)
     kda_gate_rank: int = 0
     lightning_block: int = 256
     # "W" (windowed attention) blocks beside full "*" ones, of their own head width, KV heads and sinks (0 / False:
@@ -319,11 +321,8 @@ class ModelSpec:
         experts = self.moe_topk if active else self.num_experts
         total = self.hidden_size * self.num_experts + (self.num_experts if self.router_bias else 0)
         total += experts * self.expert_params() + 2 * self.hidden_size * self.moe_latent_size
-        if self.shared_expert_ffn_size:
-            total += self.mlp_params(self.shared_expert_ffn_size)
-        if self.shared_expert_gate:
-            total += self.hidden_size
-        return total
+        shared = self.mlp_params(self.shared_expert_ffn_size) if self.shared_expert_ffn_size else 0
+        return total + shared + (self.hidden_size if self.shared_expert_gate else 0)
 
     def mamba_params(self) -> int:
         return mixer_params.mamba2_count(self)  # one Mamba-2 mixer, as the mixers below: mixer_params.py
