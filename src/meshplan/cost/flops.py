@@ -70,7 +70,8 @@ def ssd_flops_per_token(model: ModelSpec) -> float:
     mamba1 = (9.0 * model.mamba_state + 2.0) * model.ssm_inner  # mamba1.selective_scan's, per token
     lightning = 4.0 * model.num_heads * model.head_dim * (model.lightning_block + model.head_dim)  # lightning.py's
     pattern = model.layer_pattern
-    return (pattern.count("M") * ssd_block_flops(model) + (pattern.count("G") + pattern.count("K"))
+    mamba2 = pattern.count("M") + pattern.count("P")  # "P": Falcon-H1's Mamba-2 beside its attention
+    return (mamba2 * ssd_block_flops(model) + (pattern.count("G") + pattern.count("K"))
             * gdn_block_flops(model) + pattern.count("S") * mamba1 + pattern.count("L") * lightning)
 
 

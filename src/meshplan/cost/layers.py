@@ -16,6 +16,7 @@ from meshplan.cost.lora import lora
 from meshplan.cost.mamba import mamba_block
 from meshplan.cost.mamba1 import mamba1_block
 from meshplan.cost.mlp_moe import mlp_block, moe_block
+from meshplan.cost.parallel import parallel_block
 from meshplan.cost.records import Dims, OpCost, dims
 from meshplan.cost.summa import summa_layer
 from meshplan.cost.tp2d import tp2d_layer
@@ -30,7 +31,8 @@ def stack_extras(model: ModelSpec, plan: Plan, d: Dims, kind: str) -> list[OpCos
     the QKV split's backward concatenation; layers with attention) and FSDP's gradient preparation
     (``layer_fsdp_grad``)."""
     attention = varlen_padding(model, plan, d) + qkv_concat(model, plan, d) if kind in ("dense", "moe",
-                                                                                        "attention", "window") else []
+                                                                                        "attention", "window",
+                                                                                        "parallel") else []
     if model.is_hybrid and kind == "moe":
         attention = []
     return attention + layer_fsdp_grad(model, plan, d.stack, kind)
@@ -61,7 +63,7 @@ def hybrid_block(model: ModelSpec, plan: Plan, stack: Stack, kind: str) -> list[
     d = dims(model, plan, stack)
     block = {"mamba": mamba_block, "mamba1": mamba1_block, "deltanet": deltanet_block, "kda": kda_block,
              "lightning": lightning_block, "attention": attention_block, "window": attention_block,
-             "mlp": mlp_block, "moe": moe_block}[kind]
+             "parallel": parallel_block, "mlp": mlp_block, "moe": moe_block}[kind]
     spec = attention_spec(model, kind)  # a "W" block's or, beside them, a "*" block's own attention
     post = norm(f"{kind}/post_norm", model, d) if model.block_norms == 2 else []  # Gemma 4's post-norms
     return low_precision_casts(block(spec, plan, d) + post + stack_extras(spec, plan, d, kind), plan, stack)

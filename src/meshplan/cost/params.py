@@ -119,7 +119,8 @@ def kept_params(model: ModelSpec, kind: str) -> int:
     ReplicatedLinear)."""
     norms = 2 if kind == "dense" or (kind == "moe" and not model.is_hybrid) else model.block_norms
     kept = norms * model.norm_params(model.hidden_size)
-    if model.is_mla and kind in ("dense", "moe", "attention", "window") and not (kind == "moe" and model.is_hybrid):
+    if model.is_mla and kind in ("dense", "moe", "attention", "window", "parallel") and not (
+            kind == "moe" and model.is_hybrid):
         kept += model.q_lora_rank + model.kv_lora_rank
     if kind == "moe":
         kept += model.hidden_size * model.num_experts + (model.num_experts if model.router_bias else 0)
@@ -137,7 +138,7 @@ def layer_weights(model: ModelSpec, kind: str, tp: Num, expert_ways: Num, kv_hea
     num_kv_head_replicas = t / K; Megatron-Core refuses t > K, attention.py divide(num_query_groups, tp)): the key
     and value projections then hold kv_heads / K of theirs on the rank instead of 1/t."""
     experts = model.num_experts * model.expert_params() if kind == "moe" else 0
-    has_attention = kind in ("dense", "attention", "window") or (kind == "moe" and not model.is_hybrid)
+    has_attention = kind in ("dense", "attention", "window", "parallel") or (kind == "moe" and not model.is_hybrid)
     whole = mla_down_params(attention_spec(model, kind)) if has_attention else 0  # a "W" block: no DSA indexer
     kept = kept_params(model, kind)
     split = (model.block_params(kind) - experts - whole - kept) / tp

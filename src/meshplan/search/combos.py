@@ -158,7 +158,7 @@ def _tensor_reason(model: ModelSpec, tp: int) -> tuple[str, str] | None:
             return "tp and num_kv_heads do not divide", f"tp={tp}, num_kv_heads={kv}"
     if model.ffn_hidden_size % tp:
         return "tp does not divide ffn_hidden_size", f"tp={tp} does not divide ffn={model.ffn_hidden_size}"
-    if "M" in model.layer_pattern and (model.mamba_heads % tp or model.mamba_groups % tp):
+    if any(c in model.layer_pattern for c in "MP") and (model.mamba_heads % tp or model.mamba_groups % tp):
         return ("tp does not divide the Mamba heads and groups",
                 f"tp={tp}, mamba_heads={model.mamba_heads}, mamba_groups={model.mamba_groups}")
     if "S" in model.layer_pattern and tp > 1:
@@ -184,7 +184,7 @@ def _tp2d_reason(model: ModelSpec, tp: int, tp2: int) -> tuple[str, str] | None:
 def _layout_reason(model: ModelSpec, layout: str, tp2: int, cp: int) -> tuple[str, str] | None:
     if model.index_topk and (cp > 1 or layout != "1d"):
         return "DeepSeek Sparse Attention: cp=1, 1d only", f"cp={cp}, layout={layout}"
-    if model.is_hybrid and any(c in model.layer_pattern for c in "MGSKL") and cp > 1:
+    if model.is_hybrid and any(c in model.layer_pattern for c in "MGSKLP") and cp > 1:
         return "cp of Mamba layers not modelled", f"cp={cp} with {model.name}'s Mamba blocks"
     if layout == "1d":
         return None

@@ -93,7 +93,7 @@ def _check_hybrid(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
     if not model.is_hybrid:
         return []
     reasons = []
-    if "M" in model.layer_pattern:
+    if "M" in model.layer_pattern or "P" in model.layer_pattern:
         for name in ("mamba_heads", "mamba_groups"):
             if getattr(model, name) % plan.tp:
                 reasons.append(f"tp={plan.tp} does not divide {name}={getattr(model, name)}")

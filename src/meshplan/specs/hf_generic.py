@@ -4,7 +4,8 @@ for any decoder-only model_type without a hand-written family (hf_families.py).
 Each decoder layer is split into blocks (hf_modules.py). When every layer is attention (or MLA) + MLP / MoE with the
 same norms, the spec is a standard one (``layer_norms`` norms per layer; MoE layers after ``first_k_dense_layers``,
 every ``moe_layer_freq``-th); otherwise it is a hybrid (``layer_pattern``: one letter per block, "*" attention,
-"M" Mamba-2, "G" Gated DeltaNet, "-" MLP, "E" MoE, each block with one norm), so that Jamba-style interleavings
+"M" Mamba-2, "G" Gated DeltaNet, "-" MLP, "E" MoE, each block with one norm; "S", "K", "L", "W", "P": the
+other letters of model_checks.BLOCK_KINDS), so that Jamba-style interleavings
 and irregular MoE layouts keep their per-layer kinds. Sizes come from the weight shapes (H and V from the
 embedding, head_dim from q_proj and the head count, K from k_proj, F from the down projection, E from the expert
 tensors); what shapes do not say comes from the config (heads, top-k, MLA ranks, Mamba groups and state, Gated
@@ -25,9 +26,10 @@ from meshplan.specs.hf_outside import outside_fields, text_config
 from meshplan.specs.hf_sizes import attention_fields, deltanet_fields, mamba_fields, moe_fields
 from meshplan.specs.hf_window import split_windowed, window_fields
 
-LETTERS = {"attention": "*", "mla": "*", "window": "W", "mamba": "M", "mamba1": "S", "deltanet": "G", "kda": "K",
-           "lightning": "L", "mlp": "-", "moe": "E"}
-MIXERS, FFNS = ("attention", "mla", "window", "mamba", "mamba1", "deltanet", "kda", "lightning"), ("mlp", "moe")
+LETTERS = {"attention": "*", "mla": "*", "window": "W", "parallel": "P", "mamba": "M", "mamba1": "S", "deltanet": "G",
+           "kda": "K", "lightning": "L", "mlp": "-", "moe": "E"}
+MIXERS = ("attention", "mla", "window", "parallel", "mamba", "mamba1", "deltanet", "kda", "lightning")
+FFNS = ("mlp", "moe")
 BLOCK_NAMES = MIXERS + FFNS
 
 
@@ -49,6 +51,9 @@ def read_generic(meta: MetaModel, where: str) -> tuple[dict[str, Any], tuple[int
     hidden = outside["hidden_size"]
     layers = [read_layer(layer, hidden) for layer in model.get_submodule(meta.layer_path)]
     split_windowed(layers, cfg)  # windowed layers of their own attention shape: "W" blocks (hf_window.py)
+    for layer in layers:  # attention and Mamba-2 side by side (Falcon-H1): one "P" block where the first stood
+        if {"attention", "mamba"} <= set(layer.blocks):
+            layer.blocks = ["parallel" if b == "attention" else b for b in layer.blocks if b != "mamba"]
     for i, layer in enumerate(layers):
         if layer.unclaimed:
             shown = ", ".join(layer.unclaimed[:3]) + (" …" if len(layer.unclaimed) > 3 else "")

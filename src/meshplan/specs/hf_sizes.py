@@ -147,12 +147,13 @@ def mamba_fields(cfg: Any, mamba: dict[str, Any] | None, where: str) -> dict[str
     if mamba["in_proj"] != 2 * inner + 2 * groups * state + heads:
         raise SpecError(f"{where}: the Mamba mixer's in_proj is {mamba['in_proj']} wide, not 2·D_i + 2·G·N + n_h "
                         f"= {2 * inner + 2 * groups * state + heads} (a Mamba-2 mixer meshplan does not model)")
-    if mamba["in_bias"] or mamba["out_bias"] or not mamba["conv_bias"] or not mamba["norm"]:
-        raise SpecError(f"{where}: the Mamba-2 mixer's biases or gated norm differ from the one meshplan models "
-                        "(no in/out projection bias, a conv1d bias, a gated RMSNorm)")
+    if mamba["in_bias"] or mamba["out_bias"] or not mamba["conv_bias"]:
+        raise SpecError(f"{where}: the Mamba-2 mixer's biases differ from the one meshplan models (no in/out "
+                        "projection bias, a conv1d bias)")
     chunk = int(getattr(cfg, "chunk_size", None) or getattr(cfg, "mamba_chunk_size", None) or 128)
     return {"mamba_heads": heads, "mamba_head_dim": _exact(inner / heads, "the Mamba head width", where),
-            "mamba_state": state, "mamba_groups": groups, "mamba_conv": mamba["kernel"], "mamba_chunk": chunk}
+            "mamba_state": state, "mamba_groups": groups, "mamba_conv": mamba["kernel"], "mamba_chunk": chunk,
+            "mamba_norm": mamba["norm"]}  # the gated norm's weight (Falcon-H1's mamba_rms_norm may drop it)
 
 
 def deltanet_fields(cfg: Any, gdn: dict[str, Any] | None, where: str) -> dict[str, Any]:

@@ -17,11 +17,11 @@ from typing import Any
 
 def mamba2_count(m: Any) -> int:
     """One Mamba-2 mixer (model.py's docstring): in_proj H·(2·D_i + 2·G·N + n_h), conv1d (D_i + 2·G·N)·(k + 1),
-    dt_bias, A_log and D (n_h each), the gated norm's weight D_i, out_proj D_i·H; no linear biases (Nemotron-H:
-    mamba_proj_bias false, use_conv_bias true)."""
+    dt_bias, A_log and D (n_h each), the gated norm's weight D_i (none without ``mamba_norm``: Falcon-H1's
+    mamba_rms_norm false), out_proj D_i·H; no linear biases (Nemotron-H: mamba_proj_bias false, use_conv_bias true)."""
     h, inner, heads = m.hidden_size, m.mamba_inner, m.mamba_heads
     in_proj = h * (inner + m.mamba_conv_dim + heads)
-    return in_proj + m.mamba_conv_dim * (m.mamba_conv + 1) + 3 * heads + inner + inner * h
+    return in_proj + m.mamba_conv_dim * (m.mamba_conv + 1) + 3 * heads + inner * m.mamba_norm + inner * h
 
 
 def deltanet_count(m: Any) -> int:

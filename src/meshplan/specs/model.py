@@ -102,10 +102,8 @@ class ModelSpec:
     index_heads: int = 0
     index_head_dim: int = 0
     index_topk: int = 0
-    # a sigmoid gate per head on the attention output from H → A (Bailing-hybrid's and dots3's g_proj): H·A weights;
-    # an RMSNorm over MLA's decoupled RoPE key (dots3's k_rope_only_layernorm): d_R
-    attn_head_gate: bool = False
-    rope_key_norm: bool = False
+    attn_head_gate: bool = False  # a sigmoid gate per head on the output, g_proj H → A (Bailing-hybrid): H·A weights
+    rope_key_norm: bool = False  # an RMSNorm over MLA's decoupled RoPE key (dots3's k_rope_only_layernorm): d_R
     # Hybrid (Nemotron-H; Qwen3-Next): one letter per layer ("M" Mamba-2, "S" Mamba-1, "G" Gated DeltaNet, "K", "L"
     # below, "*" attention, "-" MLP, "E" MoE); "" = every layer attention + MLP (MoE: first_k_dense_layers / freq)
     layer_pattern: str = ""
@@ -115,6 +113,7 @@ class ModelSpec:
     mamba_groups: int = 1  # G, groups of heads sharing B and C
     mamba_conv: int = 4  # k, the causal conv1d kernel
     mamba_chunk: int = 128  # Q, the SSD chunk length (mamba_chunk_scan_combined)
+    mamba_norm: bool = True  # the gated RMSNorm's weight (False: Falcon-H1's mamba_rms_norm off, y·silu(z) alone)
     moe_latent_size: int = 0  # latent MoE width (0: experts on the hidden size)
     # Gated DeltaNet ("G"; Yang et al. 2024; HF Qwen3NextGatedDeltaNet): n_k q/k heads of d_k, n_v value heads of d_v
     gdn_key_heads: int = 0
@@ -194,8 +193,8 @@ class ModelSpec:
 
     @property
     def num_attention_layers(self) -> int:
-        """Layers with an attention block (all of them unless hybrid)."""
-        return self.layer_pattern.count("*") if self.is_hybrid else self.num_layers
+        """Layers with an attention block (all of them unless hybrid; "P" blocks run one beside their Mamba-2)."""
+        return self.layer_pattern.count("*") + self.layer_pattern.count("P") if self.is_hybrid else self.num_layers
 
     @property
     def window_share(self) -> float:
@@ -350,7 +349,8 @@ class ModelSpec:
                 "attention": lambda: self.attention_params() + norm,
                 "kda": lambda: mixer_params.kda_count(self) + norm,
                 "lightning": lambda: mixer_params.lightning_count(self) + norm, "mlp": lambda: mlp + norm,
-                "window": lambda: mixer_params.window_attention_spec(self).attention_params() + norm}[kind]()
+                "window": lambda: mixer_params.window_attention_spec(self).attention_params() + norm,
+                "parallel": lambda: self.attention_params() + self.mamba_params() + norm}[kind]()
 
     def layer_params(self, i: int, active: bool = False) -> int:
         if self.is_hybrid:

@@ -17,7 +17,7 @@ from meshplan.fields import check_types
 MLP_KINDS = ("gelu", "swiglu", "relu2")  # relu2 (Nemotron-H): squared ReLU, up → act → down like gelu
 # layer_pattern letters (Nemotron-H; Qwen3-Next's Gated DeltaNet)
 BLOCK_KINDS = {"M": "mamba", "S": "mamba1", "G": "deltanet", "K": "kda", "L": "lightning", "*": "attention",
-               "W": "window", "-": "mlp", "E": "moe"}
+               "W": "window", "P": "parallel", "-": "mlp", "E": "moe"}
 NORM_KINDS = ("layernorm", "rmsnorm")
 POSITION_KINDS = ("rope", "learned", "none")
 _POSITIVE = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_length")
@@ -141,7 +141,7 @@ def _check_pattern(spec: Any) -> None:
     if bad:
         raise SpecError(f"layer_pattern has {bad[0]!r}: its letters are M (Mamba-2), S (Mamba-1), G (Gated DeltaNet), "
                         "K (Kimi Delta Attention), L (lightning attention), * (attention), W (windowed attention), "
-                        "- (MLP), E (MoE)")
+                        "P (attention and Mamba-2 side by side), - (MLP), E (MoE)")
     if len(pattern) != spec.num_layers:
         raise SpecError(f"layer_pattern has {len(pattern)} letters but num_layers={spec.num_layers}")
     if ("E" in pattern) != (spec.num_experts > 0):
@@ -149,10 +149,11 @@ def _check_pattern(spec: Any) -> None:
                         f"num_experts={spec.num_experts}")
     if spec.first_k_dense_layers or spec.moe_layer_freq != 1:
         raise SpecError("first_k_dense_layers / moe_layer_freq do not apply to a layer_pattern (its E blocks are MoE)")
-    if "M" in pattern:
+    if "M" in pattern or "P" in pattern:
         for name in ("mamba_heads", "mamba_head_dim", "mamba_state"):
             if getattr(spec, name) < 1:
-                raise SpecError(f"{name}={getattr(spec, name)} must be positive: layer_pattern has Mamba (M) blocks")
+                raise SpecError(f"{name}={getattr(spec, name)} must be positive: layer_pattern has Mamba (M, P) "
+                                "blocks")
         if spec.mamba_heads % spec.mamba_groups:
             raise SpecError(f"mamba_groups={spec.mamba_groups} does not divide mamba_heads={spec.mamba_heads}")
     gdn = ("gdn_key_heads", "gdn_key_dim", "gdn_value_heads", "gdn_value_dim", "gdn_conv", "gdn_chunk")
