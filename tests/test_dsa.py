@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from meshplan.cost.attention import attention_block
-from meshplan.cost.dsa import selected_keys
-from meshplan.cost.flops import attention_layer_flops
+from meshplan.cost.dsa import indexer_flops_per_token, selected_keys
+from meshplan.cost.flops import attention_layer_flops, model_flops_per_token
 from meshplan.cost.records import dims
 from meshplan.errors import SpecError
 from meshplan.serve.check import servable
@@ -46,9 +46,15 @@ def test_indexer_weights_equal_transformers():
 def test_selected_keys_and_model_flops():
     # min(i + 1, 8) over i = 0 … 31: 1 + 2 + … + 8 = 36, then 24 · 8 = 192: 228 / 32 = 7.125 = 8 − 8·7/64
     assert selected_keys(DSA) == 228 / 32 == 8 - 8 * 7 / 64
-    # main attention 2·min(k, s)·A·(d_qk + d_v) = 2·8·4·(24 + 16) = 2,560; the indexer's 2·s·n_i·d_i = 2·32·2·16
-    assert attention_layer_flops(DSA) == 2_560 + 2_048
+    # main attention 2·min(k, s)·A·(d_qk + d_v) = 2·8·4·(24 + 16) = 2,560 (dense: all s = 32 keys)
+    assert attention_layer_flops(DSA) == 2_560
     assert attention_layer_flops(DENSE) == 2 * 32 * 4 * 40 == 10_240
+    # the indexer's training FLOPs a token: (2·16 + 3)·2·32/2 = 1,120 forward + 6·16·2·7.125 = 1,368 backward,
+    # less 2 per indexer weight (2·2,208), in each of the 2 layers, on top of the dense model's count
+    per_layer = 1_120 + 1_368 - 2 * 2_208
+    assert indexer_flops_per_token(DSA) == per_layer
+    assert model_flops_per_token(DSA) - model_flops_per_token(DENSE) == pytest.approx(
+        6 * 2 * 2_208 + 3 * 2 * (2_560 - 10_240) + 2 * per_layer)
 
 
 def test_indexer_and_sparse_core_ops():
@@ -87,3 +93,18 @@ def test_mla_head_gate_and_rope_key_norm():
     assert ops[("attn/head_gate", "fwd")].flops == 2 * 32 * 64 * 4
     assert ops[("attn/head_gate_mul", "fwd")].flops == 2.5 * (32 * 64 + 32 * 4)
     assert ops[("attn/rope_key_norm", "fwd")].flops == 5.0 * 32 * 8
+
+
+def test_deepseek_v32_preset():
+    """DeepSeek-V3's 671,026,419,200 + 61 indexers of 1536·64·128 + 7168·(128 + 64) + 2·128 = 13,959,424; the same as
+    transformers builds from the checkpoint's config.json keys (DeepSeek-V3.2-Exp)."""
+    from meshplan.specs.model_load import load_model
+    spec = load_model("deepseek-v3.2")
+    assert spec.indexer_params() == 1536 * 64 * 128 + 7168 * 192 + 256 == 13_959_424
+    assert spec.params() == 671_026_419_200 + 61 * 13_959_424 == 671_877_944_064
+    from meshplan.specs.hf_meta import available, build_meta
+    if not available():
+        pytest.skip("transformers not installed")
+    meta = build_meta({"model_type": "deepseek_v32", "index_n_heads": 64, "index_head_dim": 128, "index_topk": 2048,
+                       "num_hidden_layers": 61, "vocab_size": 129280, "tie_word_embeddings": False})
+    assert not isinstance(meta, str) and meta.total == spec.params()

@@ -37,9 +37,16 @@ def selected_keys(model: ModelSpec) -> float:
 
 
 def indexer_flops_per_token(model: ModelSpec) -> float:
-    """Forward FLOPs per token of one indexer's scores, q·kᵀ over n_i heads of d_i against the s keys, no causal
-    savings (counted as flops.attention_layer_flops counts the main attention's): 2·s·n_i·d_i."""
-    return 2.0 * model.seq_length * model.index_heads * model.index_head_dim if model.index_topk else 0.0
+    """Training FLOPs per token of one indexer beyond 6 per weight (flops.model_flops_per_token counts its weights
+    among the matmul parameters): its scores as ``indexer_ops`` runs them, (2·d_i + 3)·n_i·s/2 forward (the causal
+    half: counting the masked half too, as PaLM's convention does for attention, would put MFU above the GEMM rate
+    the scores run at, the indexer being most of a long sequence's attention work) and 6·d_i·n_i·k̄ backward
+    (``selected_keys``), less 2 per indexer weight (its detached inputs get no gradient)."""
+    if not model.index_topk:
+        return 0.0
+    heads, dim = model.index_heads, model.index_head_dim
+    scores = (2.0 * dim + 3.0) * heads * model.seq_length / 2 + 6.0 * dim * heads * selected_keys(model)
+    return scores - 2.0 * model.indexer_params()
 
 
 def indexer_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:

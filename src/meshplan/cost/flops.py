@@ -54,13 +54,13 @@ def attention_layer_flops(model: ModelSpec) -> float:
     """Forward FLOPs per token of one attention layer's Q·Kᵀ and A·V, no causal savings: 2·s·A·(d_qk + d_v), the
     keys s a query may see; a sliding window lets it see w = min(sliding_window, s) of them, so the windowed share
     f of the layers counts 2·w·A·(d_qk + d_v) (the average layer: 2·((1 − f)·s + f·w)·A·(d_qk + d_v)). DeepSeek
-    Sparse Attention: a query sees its min(k, s) selected keys, and the indexer's scores add 2·s·n_i·d_i (dsa.py)."""
+    Sparse Attention: a query sees its min(k, s) selected keys (its indexer: ``model_flops_per_token``)."""
     d_qk, d_v = head_dims(model)
     f = model.window_share
     keys = (1 - f) * model.seq_length + f * min(model.sliding_window, model.seq_length)
     if model.index_topk:
         keys = min(model.index_topk, model.seq_length)
-    return 2.0 * keys * model.num_heads * (d_qk + d_v) + indexer_flops_per_token(model)
+    return 2.0 * keys * model.num_heads * (d_qk + d_v)
 
 
 def ssd_flops_per_token(model: ModelSpec) -> float:
@@ -91,8 +91,10 @@ def ssd_block_flops(model: ModelSpec) -> float:
 
 def model_flops_per_token(model: ModelSpec) -> float:
     """Training (forward + backward) model FLOPs per token: 6·N + 3 · attention forward (PaLM App. B), plus the
-    multi-token-prediction depths' (``mtp_flops_per_token``)."""
-    return 6.0 * matmul_params(model) + 3.0 * attention_flops_per_token(model) + mtp_flops_per_token(model)
+    multi-token-prediction depths' (``mtp_flops_per_token``) and DeepSeek Sparse Attention's indexers' scores, one
+    in each attention layer (dsa.indexer_flops_per_token: forward and backward as they run)."""
+    indexers = model.num_attention_layers * indexer_flops_per_token(model)
+    return 6.0 * matmul_params(model) + 3.0 * attention_flops_per_token(model) + mtp_flops_per_token(model) + indexers
 
 
 def mtp_flops_per_token(model: ModelSpec) -> float:
