@@ -163,6 +163,8 @@ def _tensor_reason(model: ModelSpec, tp: int) -> tuple[str, str] | None:
                 f"tp={tp}, mamba_heads={model.mamba_heads}, mamba_groups={model.mamba_groups}")
     if "S" in model.layer_pattern and tp > 1:
         return "Mamba-1 blocks on one tp rank only", f"tp={tp} with {model.name}'s Mamba-1 blocks"
+    if "R" in model.layer_pattern and model.lru_heads % tp:
+        return "tp does not divide the RG-LRU gate blocks", f"tp={tp}, lru_heads={model.lru_heads}"
     if "L" in model.layer_pattern and model.num_heads % tp:
         return "tp does not divide the lightning-attention heads", f"tp={tp}, num_heads={model.num_heads}"
     if any(c in model.layer_pattern for c in "GK") and (model.gdn_key_heads % tp or model.gdn_value_heads % tp):
@@ -184,7 +186,7 @@ def _tp2d_reason(model: ModelSpec, tp: int, tp2: int) -> tuple[str, str] | None:
 def _layout_reason(model: ModelSpec, layout: str, tp2: int, cp: int) -> tuple[str, str] | None:
     if model.index_topk and (cp > 1 or layout != "1d"):
         return "DeepSeek Sparse Attention: cp=1, 1d only", f"cp={cp}, layout={layout}"
-    if model.is_hybrid and any(c in model.layer_pattern for c in "MGSKLP") and cp > 1:
+    if model.is_hybrid and any(c in model.layer_pattern for c in "MGSKLPR") and cp > 1:
         return "cp of Mamba layers not modelled", f"cp={cp} with {model.name}'s Mamba blocks"
     if layout == "1d":
         return None

@@ -105,6 +105,9 @@ def _check_hybrid(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
     kv = model.window_kv_heads
     if kv and plan.tp > 1 and kv % plan.tp and plan.tp % kv:
         reasons.append(f"tp={plan.tp} and window_kv_heads={kv}: neither divides the other")
+    if "R" in model.layer_pattern and (model.lru_heads % plan.tp or plan.cp > 1):
+        reasons.append(f"tp={plan.tp}, cp={plan.cp}: RG-LRU blocks split by their lru_heads={model.lru_heads} gate "
+                       "blocks over tp, and not over cp")
     if "L" in model.layer_pattern and plan.cp > 1:
         reasons.append(f"cp={plan.cp}: context parallelism of lightning-attention layers is not modelled "
                        f"({model.name})")

@@ -27,8 +27,8 @@ from meshplan.specs.hf_sizes import attention_fields, deltanet_fields, mamba_fie
 from meshplan.specs.hf_window import split_windowed, window_fields
 
 LETTERS = {"attention": "*", "mla": "*", "window": "W", "parallel": "P", "mamba": "M", "mamba1": "S", "deltanet": "G",
-           "kda": "K", "lightning": "L", "mlp": "-", "moe": "E"}
-MIXERS = ("attention", "mla", "window", "parallel", "mamba", "mamba1", "deltanet", "kda", "lightning")
+           "kda": "K", "lightning": "L", "rglru": "R", "mlp": "-", "moe": "E"}
+MIXERS = ("attention", "mla", "window", "parallel", "mamba", "mamba1", "deltanet", "kda", "lightning", "rglru")
 FFNS = ("mlp", "moe")
 BLOCK_NAMES = MIXERS + FFNS
 
@@ -179,6 +179,9 @@ def _window(cfg: Any, fields: dict[str, Any], layers: list[LayerBlocks]) -> dict
     """Sliding-window attention: ``sliding_window`` and the "sliding_attention" entries of ``layer_types``."""
     window = cfg_get(cfg, "sliding_window")
     types = cfg_get(cfg, "layer_types")
+    local = cfg_get(cfg, "attention_window_size")  # RecurrentGemma: every attention layer local (Griffin §2.3)
+    if window is None and types is None and isinstance(local, int) and local > 0:
+        return {"sliding_window": local, "window_layers": 0}
     if not isinstance(window, int) or window <= 0 or not isinstance(types, list):
         return {}
     count = sum(t == "sliding_attention" for t in types)

@@ -2,7 +2,7 @@
 (hf_generic.py): Kimi Delta Attention ("K": transformers' KimiLinearDeltaAttention, low-rank forget and output gates;
 BailingHybridDeltaAttention, full-rank ones) and MiniMax's lightning attention ("L": MiniMaxLightningAttention). Each
 reader gives the sizes and the weights that differ from the mixer ModelSpec counts (mixer_params.py): those the
-reader refuses, naming them.
+reader refuses, naming them. Griffin's RG-LRU ("R": RecurrentGemmaRecurrentBlock) likewise.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ def linear_kind(module: Any) -> str | None:
         return "kda"
     if {"qkv_proj", "out_proj", "output_gate"} <= set(kids):
         return "lightning"
+    if {"linear_x", "linear_y", "linear_out", "conv_1d", "rg_lru"} <= set(kids):
+        return "rglru"
     return None
 
 
@@ -60,6 +62,20 @@ def read_lightning(module: Any, hidden: int) -> tuple[dict[str, int], list[str]]
     return {"width": width}, _differ(shapes, want)
 
 
+def read_rglru(module: Any, hidden: int) -> tuple[dict[str, int], list[str]]:
+    """Width W (linear_x's outputs), gate blocks n (the block-diagonal gates' first axis) and conv kernel k of an
+    RG-LRU block (HF RecurrentGemmaRecurrentBlock)."""
+    shapes = _shapes(module)
+    w, k = shapes.get("linear_x.weight", (0,))[0], shapes.get("conv_1d.weight", (0, 0, 0))[-1]
+    n = shapes.get("rg_lru.input_gate_weight", (1,))[0]
+    want = {f"linear_{x}.weight": (w, hidden) for x in "xy"} | {f"linear_{x}.bias": (w,) for x in "xy"} | {
+        "linear_out.weight": (hidden, w), "linear_out.bias": (hidden,), "conv_1d.weight": (w, 1, k),
+        "conv_1d.bias": (w,), "rg_lru.recurrent_param": (w,)}
+    want |= {f"rg_lru.{g}_gate_weight": (n, w // n, w // n) for g in ("input", "recurrent")}
+    want |= {f"rg_lru.{g}_gate_bias": (n, w // n) for g in ("input", "recurrent")}
+    return {"width": w, "heads": n, "kernel": k}, _differ(shapes, want)
+
+
 def _numel(shape: tuple[int, ...]) -> int:
     total = 1
     for x in shape:
@@ -79,6 +95,9 @@ def linear_fields(cfg: Any, sizes: dict[str, Any], fields: dict[str, Any], where
         d = kda["width"] // kda["heads"]
         out |= {"gdn_key_heads": kda["heads"], "gdn_value_heads": kda["heads"], "gdn_key_dim": d, "gdn_value_dim": d,
                 "gdn_conv": kda["kernel"], "kda_gate_rank": kda["rank"]}
+    if sizes.get("rglru") is not None:
+        lru = sizes["rglru"]
+        out |= {"lru_width": lru["width"], "lru_heads": lru["heads"], "lru_conv": lru["kernel"]}
     if lightning is not None:
         width = fields.get("num_heads", 0) * fields.get("head_dim", 0)
         if sizes.get("attention") is None or lightning["width"] != width:

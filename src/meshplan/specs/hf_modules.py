@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meshplan.specs.hf_indexer import read_indexer
-from meshplan.specs.hf_linear import linear_kind, read_kda, read_lightning
+from meshplan.specs.hf_linear import linear_kind, read_kda, read_lightning, read_rglru
 
 Q, K, V = ("q_proj", "query", "wq", "project_q"), ("k_proj", "key", "wk", "project_k"), \
     ("v_proj", "value", "wv", "project_v")
@@ -356,4 +356,4 @@ def _experts(experts: Any, hidden: int) -> dict[str, Any]:
 
 
 READERS = {"attention": _attention, "mla": _mla, "mlp": _mlp, "mamba": _mamba, "deltanet": _deltanet, "mamba1": _mamba1,
-           "moe": _moe, "kda": read_kda, "lightning": read_lightning}
+           "moe": _moe, "kda": read_kda, "lightning": read_lightning, "rglru": read_rglru}

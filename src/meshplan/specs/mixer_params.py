@@ -94,3 +94,11 @@ def attention_spec(m: Any, kind: str) -> Any:
     if kind == "window":
         return window_attention_spec(m)
     return full_attention_spec(m) if kind == "attention" else m
+
+
+def rglru_count(m: Any) -> int:
+    """One RG-LRU recurrent block (Griffin; HF RecurrentGemmaRecurrentBlock): linear_x and linear_y H → W and
+    linear_out W → H with biases, the depthwise conv_1d W·(k + 1), and the RG-LRU: recurrent_param W, the input and
+    recurrence gates block-diagonal, W²/n + W each (n = lru_heads blocks, with biases)."""
+    h, w, n = m.hidden_size, m.lru_width, m.lru_heads
+    return 3 * h * w + 2 * w + h + w * (m.lru_conv + 1) + w + 2 * (w * w // n + w) if n else 0

@@ -127,10 +127,14 @@ class ModelSpec:
     ssm_inner: int = 0
     ssm_dt_rank: int = 0
     ssm_norms: bool = False
-    # "K" (Kimi Delta Attention): n = gdn_value_heads of d = gdn_value_dim, gates H → r → n·d (r = kda_gate_rank; 0:
-    # H → n·d); "L" (lightning attention): num_heads of head_dim, blocks of lightning_block (mixer_params.py)
+    # (mixer_params.py) "K" (Kimi Delta Attention): n = gdn_value_heads of d = gdn_value_dim, gates H → r → n·d (r =
+    # kda_gate_rank; 0: H → n·d); "L" (lightning attention): num_heads of head_dim, blocks of lightning_block; "R"
+    # (Griffin's RG-LRU, RecurrentGemma): width lru_width, gates of lru_heads blocks, conv kernel lru_conv
     kda_gate_rank: int = 0
     lightning_block: int = 256
+    lru_width: int = 0
+    lru_heads: int = 0
+    lru_conv: int = 4
     # "W" (windowed attention) blocks beside full "*" ones, of their own head width, KV heads and sinks (0 / False:
     # the model's; Gemma 4 unified, dots3: mixer_params.window_attention_spec); norms per hybrid block (2: post-norms)
     window_head_dim: int = 0
@@ -169,7 +173,7 @@ class ModelSpec:
         return self.num_experts > 0
 
     @property
-    def is_mla(self) -> bool:
+    def is_mla(self) -> bool:  # multi-head latent attention
         return self.kv_lora_rank > 0
 
     @property
@@ -212,18 +216,15 @@ class ModelSpec:
         return w - w * (w - 1) / (2 * self.seq_length)
 
     @property
-    def mamba_inner(self) -> int:
-        """D_i = n_h·P, the width of x, z and the gated norm."""
+    def mamba_inner(self) -> int:  # D_i = n_h·P, the width of x, z and the gated norm
         return self.mamba_heads * self.mamba_head_dim
 
     @property
-    def mamba_conv_dim(self) -> int:
-        """Channels of the causal conv1d: x, B and C (D_i + 2·G·N)."""
+    def mamba_conv_dim(self) -> int:  # channels of the causal conv1d: x, B and C (D_i + 2·G·N)
         return self.mamba_inner + 2 * self.mamba_groups * self.mamba_state
 
     @property
-    def moe_width(self) -> int:
-        """Width of the tokens the experts see (and the all-to-all carries): the latent size, else H."""
+    def moe_width(self) -> int:  # the width of the tokens the experts see (and the all-to-all carries)
         return self.moe_latent_size or self.hidden_size
 
     def is_moe_layer(self, i: int) -> bool:
@@ -327,8 +328,7 @@ class ModelSpec:
         return mixer_params.mamba2_count(self)  # one Mamba-2 mixer, as the mixers below: mixer_params.py
 
     @property
-    def gdn_dims(self) -> tuple[int, int]:
-        """(n_k·d_k, n_v·d_v): the widths of q (= k) and of v (= z, the gated norm's input)."""
+    def gdn_dims(self) -> tuple[int, int]:  # (n_k·d_k, n_v·d_v): the widths of q (= k) and of v (= z)
         return self.gdn_key_heads * self.gdn_key_dim, self.gdn_value_heads * self.gdn_value_dim
 
     def deltanet_params(self) -> int:
@@ -350,7 +350,8 @@ class ModelSpec:
                 "kda": lambda: mixer_params.kda_count(self) + norm,
                 "lightning": lambda: mixer_params.lightning_count(self) + norm, "mlp": lambda: mlp + norm,
                 "window": lambda: mixer_params.window_attention_spec(self).attention_params() + norm,
-                "parallel": lambda: self.attention_params() + self.mamba_params() + norm}[kind]()
+                "parallel": lambda: self.attention_params() + self.mamba_params() + norm,
+                "rglru": lambda: mixer_params.rglru_count(self) + norm}[kind]()
 
     def layer_params(self, i: int, active: bool = False) -> int:
         if self.is_hybrid:

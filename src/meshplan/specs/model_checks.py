@@ -17,7 +17,7 @@ from meshplan.fields import check_types
 MLP_KINDS = ("gelu", "swiglu", "relu2")  # relu2 (Nemotron-H): squared ReLU, up → act → down like gelu
 # layer_pattern letters (Nemotron-H; Qwen3-Next's Gated DeltaNet)
 BLOCK_KINDS = {"M": "mamba", "S": "mamba1", "G": "deltanet", "K": "kda", "L": "lightning", "*": "attention",
-               "W": "window", "P": "parallel", "-": "mlp", "E": "moe"}
+               "W": "window", "P": "parallel", "R": "rglru", "-": "mlp", "E": "moe"}
 NORM_KINDS = ("layernorm", "rmsnorm")
 POSITION_KINDS = ("rope", "learned", "none")
 _POSITIVE = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_length")
@@ -27,7 +27,7 @@ _NON_NEGATIVE = ("num_kv_heads", "head_dim", "num_experts", "moe_topk", "moe_ffn
                  "mamba_heads", "mamba_head_dim", "mamba_state", "moe_latent_size", "mtp_layers",
                  "sliding_window", "window_layers", "gdn_key_heads", "gdn_key_dim", "gdn_value_heads", "gdn_value_dim",
                  "ssm_inner", "ssm_dt_rank", "index_heads", "index_head_dim", "index_topk", "kda_gate_rank",
-                 "window_head_dim", "window_kv_heads")
+                 "window_head_dim", "window_kv_heads", "lru_width", "lru_heads")
 # The sizes a parameter count grows with, named when it is out of range (check_params)
 _SIZES = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size", "vocab_size",
           "max_position_embeddings", "num_experts", "moe_ffn_hidden_size", "shared_expert_ffn_size", "q_lora_rank",
@@ -48,7 +48,7 @@ def check_fields(spec: Any) -> None:
         _positive(spec, name)
     for name in _NON_NEGATIVE:
         _non_negative(spec, name)
-    for name in ("mamba_groups", "mamba_conv", "mamba_chunk", "gdn_conv", "gdn_chunk", "lightning_block"):
+    for name in ("mamba_groups", "mamba_conv", "mamba_chunk", "gdn_conv", "gdn_chunk", "lightning_block", "lru_conv"):
         _positive(spec, name)
     _positive(spec, "moe_layer_freq")
     _check_pattern(spec)
@@ -141,7 +141,7 @@ def _check_pattern(spec: Any) -> None:
     if bad:
         raise SpecError(f"layer_pattern has {bad[0]!r}: its letters are M (Mamba-2), S (Mamba-1), G (Gated DeltaNet), "
                         "K (Kimi Delta Attention), L (lightning attention), * (attention), W (windowed attention), "
-                        "P (attention and Mamba-2 side by side), - (MLP), E (MoE)")
+                        "P (attention and Mamba-2 side by side), R (RG-LRU), - (MLP), E (MoE)")
     if len(pattern) != spec.num_layers:
         raise SpecError(f"layer_pattern has {len(pattern)} letters but num_layers={spec.num_layers}")
     if ("E" in pattern) != (spec.num_experts > 0):
@@ -188,6 +188,9 @@ def _check_windowed(spec: Any) -> None:
 def _check_linear(spec: Any, pattern: str) -> None:
     """Kimi Delta Attention ("K"): its heads and width in the Gated DeltaNet fields, keys as many and as wide as the
     values (KimiLinearDeltaAttention's q, k and v are n·d each)."""
+    if "R" in pattern and (spec.lru_width < 1 or spec.lru_heads < 1 or spec.lru_width % spec.lru_heads):
+        raise SpecError(f"lru_width={spec.lru_width}, lru_heads={spec.lru_heads}: layer_pattern has RG-LRU (R) blocks, "
+                        "which need a width the gate blocks divide")
     if "K" not in pattern:
         return
     if spec.gdn_value_heads < 1 or spec.gdn_value_dim < 1:
