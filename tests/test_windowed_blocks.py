@@ -53,3 +53,22 @@ def test_rules():
         ModelSpec(**(BASE | {"sliding_window": 0}))
     with pytest.raises(SpecError, match="window_head_dim=16 needs W"):
         ModelSpec(**(BASE | {"layer_pattern": "*-*-"}), window_head_dim=16)
+
+
+def test_values_of_their_own_width():
+    """MiMo-V2-Flash: keys and queries of 192, values of 128. Here d = 32, d_v = 16: v_proj 64·(2·16), o_proj
+    (4·16)·64, the core's P·V over d_v."""
+    mimo = ModelSpec(**BASE, v_head_dim=16)
+    # "*": q 64·128 + k 64·64 + v 64·32 + o 64·64 = 8,192 + 4,096 + 2,048 + 4,096 = 18,432, + the pre-norm 64
+    assert mimo.block_params("attention") == 18_432 + 64
+    # 2·s·A·(d + d_v) = 2·64·4·(32 + 16) for "*"; the "W" block (no window overrides) in its window of 16 keys
+    assert attention_flops_per_token(mimo) == 2 * 64 * 4 * 48 + 2 * 16 * 4 * 48
+    with pytest.raises(SpecError, match="v_head_dim=16 needs MLA"):
+        ModelSpec(**(BASE | {"layer_pattern": "", "sliding_window": 0}), v_head_dim=16)
+
+
+def test_ring_context_parallelism_refused_with_windowed_blocks():
+    # the "*" blocks are full (window_share 0), but the "W" blocks still window: Transformer Engine's ring refuses
+    from meshplan.specs.check import check
+    assert WIN.window_share == 0.0
+    assert any("sliding-window" in r for r in check(WIN, None, Plan(cp=2, dp=1), Stack()))

@@ -37,7 +37,7 @@ def qkv_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     shapes = qkv_shapes(model, t)  # the shapes serving's projections have too (cost/shapes.py)
     if not model.is_mla:
         (name, k, n), = shapes
-        widths = {"q": (model.q_dim + model.gate_dim) / t, "k": model.kv_dim / t, "v": model.kv_dim / t}
+        widths = {"q": (model.q_dim + model.gate_dim) / t, "k": model.kv_dim / t, "v": model.v_dim / t}
         return projections(name, T, k, n, widths, d, saved=stored_input)
     saved = {"attn/q_down": stored_input, "attn/q": stored_input, "attn/kv_down": 0.0}  # the input, saved once
     ops: list[OpCost] = []
@@ -50,7 +50,7 @@ def head_dims(model: ModelSpec) -> tuple[int, int]:
     """(query/key, value) head dimensions (MLA: d_nope + d_rope and d_v)."""
     if model.is_mla:
         return model.qk_nope_head_dim + model.qk_rope_head_dim, model.v_head_dim
-    return model.head_dim, model.head_dim
+    return model.head_dim, model.v_head_dim or model.head_dim
 
 
 def attention_elems(model: ModelSpec, d: Dims) -> tuple[Num, Num]:
@@ -166,7 +166,7 @@ def kv_chunk(model: ModelSpec, d: Dims) -> Num:
     if model.is_mla:
         kv_width = model.num_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim)
     else:
-        kv_width = 2 * model.kv_dim
+        kv_width = model.kv_dim + model.v_dim
     return d.tokens * kv_width / d.tp * ACT_BYTES
 
 

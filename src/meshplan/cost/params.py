@@ -143,7 +143,7 @@ def layer_weights(model: ModelSpec, kind: str, tp: Num, expert_ways: Num, kv_hea
     kept = kept_params(model, kind)
     split = (model.block_params(kind) - experts - whole - kept) / tp
     if kv_heads is not None and has_attention and not model.is_mla:
-        kv = 2 * model.kv_dim * (model.hidden_size + model.qkv_bias)  # the K and V projections and their biases
+        kv = (model.kv_dim + model.v_dim) * (model.hidden_size + model.qkv_bias)  # the K and V projections, biases
         split = split + kv * (kv_heads / model.num_kv_heads - 1 / tp)
     return LayerWeights(split=split, whole=whole + 0 * tp, kept=kept + 0 * tp,
                         expert=experts / expert_ways if experts else 0.0 * expert_ways)
@@ -196,7 +196,7 @@ def qkv_linears(model: ModelSpec) -> list[tuple[int, int]]:
     MLA's q_down / q_up (or a single q) and kv_down / kv_up (DeepSeek-V2 §2.1)."""
     h = model.hidden_size
     if not model.is_mla:
-        return [(h, model.q_dim + model.gate_dim + 2 * model.kv_dim)]
+        return [(h, model.q_dim + model.gate_dim + model.kv_dim + model.v_dim)]
     heads = model.num_heads
     q_out = heads * (model.qk_nope_head_dim + model.qk_rope_head_dim)
     q = [(h, model.q_lora_rank), (model.q_lora_rank, q_out)] if model.q_lora_rank else [(h, q_out)]

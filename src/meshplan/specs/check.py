@@ -156,7 +156,7 @@ def ring_window_reason(model: ModelSpec, cp: int, cp_comm: str) -> str:
     """Ring context parallelism cannot run sliding-window attention: Transformer Engine's attention_with_cp asserts
     "The context parallel running configs cannot support sliding window attention!" unless cp_comm_type is a2a or
     all_gather (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py)."""
-    if cp > 1 and cp_comm == "ring" and model.window_share:
+    if cp > 1 and cp_comm == "ring" and (model.window_share or "W" in model.layer_pattern):
         return (f"cp={cp} with cp_comm='ring' cannot run sliding-window attention (sliding_window="
                 f"{model.sliding_window}): Transformer Engine takes a window only with cp_comm='allgather' "
                 "(--cp-comm allgather)")

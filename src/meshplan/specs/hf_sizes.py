@@ -55,16 +55,20 @@ def attention_fields(cfg: Any, sizes: dict[str, Any], hidden: int, where: str) -
         head_dim = _exact(att["q"] / (2 if fused_gate else 1) / heads, f"q_proj's width {att['q']} / {heads} heads",
                           where)
         kv = _exact(att["k"] / head_dim, f"k_proj's width {att['k']} / head_dim {head_dim}", where)
-        if att["v"] != att["k"]:
+        v_head = att["v"] // kv  # values of their own width (MiMo-V2-Flash: 128 beside 192): v_head_dim
+        if v_head * kv != att["v"] or (v_head != head_dim and gate):
             raise SpecError(f"{where}: v_proj ({att['v']}) and k_proj ({att['k']}) differ in width")
         biases = {att["q_bias"], att["k_bias"], att["v_bias"]}
     if len(biases) > 1:
         raise SpecError(f"{where}: some of q, k and v have a bias and some not")
-    if att.get("o_in") != heads * head_dim:
+    v_head = head_dim if "qkv" in att else v_head
+    if att.get("o_in") != heads * v_head:
         raise SpecError(f"{where}: the output projection takes {att.get('o_in')}, not heads × head_dim = "
-                        f"{heads * head_dim}")
+                        f"{heads * v_head}")
     fields: dict[str, Any] = {"num_heads": heads, "num_kv_heads": kv, "head_dim": head_dim,
                               "qkv_bias": biases.pop(), "out_bias": att["o_bias"], "attn_output_gate": gate}
+    if v_head != head_dim:
+        fields["v_head_dim"] = v_head
     if "q_norm" in att:
         per_head = att["q_norm"] == att["k_norm"] in (head_dim, 0)  # 0: weightless norms (nanochat)
         whole = (att["q_norm"], att["k_norm"]) == (heads * head_dim, kv * head_dim)

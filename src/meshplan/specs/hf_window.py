@@ -53,8 +53,9 @@ def window_fields(sizes: dict[str, Any], fields: dict[str, Any], where: str) -> 
             raise SpecError(f"{where}: a DSA indexer in the windowed layers is not modelled")
         return {}
     heads = fields["num_heads"]
-    dim = win["q"] // heads
-    if dim * heads != win["q"] or win["q"] != win.get("o_in") or win["k"] != win["v"] or win["k"] % dim:
+    dim, v_head = win["q"] // heads, fields.get("v_head_dim") or win["q"] // heads
+    if dim * heads != win["q"] or win.get("o_in") != heads * v_head or win["k"] % dim or \
+            win["v"] != win["k"] // dim * v_head:
         raise SpecError(f"{where}: windowed attention of q {win['q']}, k {win['k']}, v {win['v']} for {heads} heads "
                         "is not modelled")
     sinks = win.get("sinks", 0)

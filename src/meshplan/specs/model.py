@@ -244,26 +244,26 @@ class ModelSpec:
         return self.num_layers - self.num_moe_layers
 
     @property
-    def q_dim(self) -> int:
-        """Width of the concatenated queries (A·d; MLA: A·(d_nope + d_rope))."""
+    def q_dim(self) -> int:  # the concatenated queries' width: A·d (MLA: A·(d_nope + d_rope))
         if self.is_mla:
             return self.num_heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
         return self.num_heads * self.head_dim
 
     @property
-    def gate_dim(self) -> int:
-        """Width of the attention output gate (``attn_output_gate``): A·d, else 0."""
+    def gate_dim(self) -> int:  # the attention output gate's width (``attn_output_gate``): A·d, else 0
         return self.q_dim if self.attn_output_gate else 0
 
     @property
-    def kv_dim(self) -> int:
-        """Width of the keys (= values for standard attention): K·d."""
+    def kv_dim(self) -> int:  # the keys' width, K·d (the values': v_dim)
         return self.num_kv_heads * self.head_dim
 
     @property
-    def attn_out_dim(self) -> int:
-        """Width of the attention output fed to the output projection (A·d; MLA: A·d_v)."""
-        return self.num_heads * (self.v_head_dim if self.is_mla else self.head_dim)
+    def v_dim(self) -> int:  # the values' width: K·d, or K·v_head_dim in a hybrid's attention (MiMo-V2-Flash)
+        return self.num_kv_heads * (self.v_head_dim or self.head_dim)
+
+    @property
+    def attn_out_dim(self) -> int:  # the output projection's input: A·d (MLA, v_head_dim set: A·d_v)
+        return self.num_heads * (self.v_head_dim or self.head_dim)
 
     # ---- parameters -----------------------------------------------------------------------------------
     def norm_params(self, width: int) -> int:
@@ -285,9 +285,9 @@ class ModelSpec:
             extra = self.indexer_params() + self.attn_head_gate * h * a + self.rope_key_norm * rope
             return q + kv + a * dv * h + extra
         q, kv = self.q_dim, self.kv_dim
-        total = h * (q + self.gate_dim) + 2 * h * kv + q * h
+        total = h * (q + self.gate_dim) + h * (kv + self.v_dim) + self.attn_out_dim * h
         if self.qkv_bias:
-            total += q + self.gate_dim + 2 * kv
+            total += q + self.gate_dim + kv + self.v_dim
         if self.linear_bias or self.out_bias:
             total += h
         if self.qk_norm:

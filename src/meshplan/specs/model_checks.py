@@ -37,7 +37,7 @@ _SIZES = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", 
           "index_head_dim")
 _EXPERT_FIELDS = ("moe_topk", "moe_ffn_hidden_size", "shared_expert_ffn_size", "first_k_dense_layers", "router_bias",
                   "shared_expert_gate", "moe_latent_size")
-_MLA_FIELDS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_key_norm")
+_MLA_FIELDS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "rope_key_norm")
 
 
 def check_fields(spec: Any) -> None:
@@ -83,6 +83,9 @@ def check_structure(spec: Any) -> None:
         raise SpecError("attn_output_gate=true with MLA (kv_lora_rank > 0) is not modelled: the gate comes from a "
                         "standard query projection (Qwen3-Next)")
     _check_indexer(spec)
+    if spec.v_head_dim and not spec.is_mla and not spec.layer_pattern:
+        raise SpecError(f"v_head_dim={spec.v_head_dim} needs MLA (kv_lora_rank > 0) or a hybrid layer_pattern (values "
+                        "of their own width in standard attention are costed in hybrids only)")
     if spec.shared_expert_gate and not spec.shared_expert_ffn_size:
         raise SpecError("shared_expert_gate=true needs shared_expert_ffn_size > 0 (the expert it gates)")
     if spec.position_embedding == "learned" and 0 < spec.max_position_embeddings < spec.seq_length:
