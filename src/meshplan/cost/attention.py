@@ -203,6 +203,18 @@ def output_gate(model: ModelSpec, d: Dims) -> list[OpCost]:
     return elementwise("attn/out_gate", 2 * elems, elems, 2.5, saved=elems * ACT_BYTES) + head_gate(model, d)
 
 
+def differential(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """Differential attention's second map (ModelSpec.diff_attention; Ye et al. 2024, "Differential Transformer",
+    arXiv 2410.05258, §2.1; HF DiffLlamaAttention: two attention calls on the same q and k, each over half the value
+    heads repeated, then (o₁ − λ·o₂), an RMSNorm over 2·d without weights and a scale): the core's records once more
+    and the combination, reading both outputs and writing one, 8 FLOPs an element (the norm's 5, the λ multiply-add
+    and the scale); none without it."""
+    if not model.diff_attention:
+        return []
+    out = d.tokens * model.attn_out_dim / d.tp
+    return core_attention(model, plan, d) + elementwise("attn/diff_combine", 2 * out, out, 8.0, saved=out * ACT_BYTES)
+
+
 def head_gate(model: ModelSpec, d: Dims) -> list[OpCost]:
     """A sigmoid gate per head (ModelSpec.attn_head_gate; HF BailingHybridAttention: attn_output *
     sigmoid(g_proj(x)), g_proj H → A): the column-parallel g_proj (A/t columns, its input the QKV projection's,
@@ -226,7 +238,7 @@ def attention_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     ops += tp_enter("attn/tp_in", model, plan, d)
     ops += qkv_ops(model, plan, d)
     ops += indexer_ops(model, plan, d)  # DeepSeek Sparse Attention's lightning indexer (none without one)
-    ops += core_attention(model, plan, d)
+    ops += core_attention(model, plan, d) + differential(model, plan, d)
     ops += context_exchange(model, plan, d)
     ops += output_gate(model, d)
     ops += gemm("attn/out", d.tokens, model.attn_out_dim / d.tp, model.hidden_size, d)

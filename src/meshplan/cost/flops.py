@@ -60,7 +60,7 @@ def attention_layer_flops(model: ModelSpec) -> float:
     keys = (1 - f) * model.seq_length + f * min(model.sliding_window, model.seq_length)
     if model.index_topk:
         keys = min(model.index_topk, model.seq_length)
-    return 2.0 * keys * model.num_heads * (d_qk + d_v)
+    return 2.0 * keys * model.num_heads * (d_qk + d_v) * (2 if model.diff_attention else 1)  # DiffLlama: two maps
 
 
 def ssd_flops_per_token(model: ModelSpec) -> float:

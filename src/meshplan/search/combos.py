@@ -186,6 +186,8 @@ def _tp2d_reason(model: ModelSpec, tp: int, tp2: int) -> tuple[str, str] | None:
 def _layout_reason(model: ModelSpec, layout: str, tp2: int, cp: int) -> tuple[str, str] | None:
     if model.index_topk and (cp > 1 or layout != "1d"):
         return "DeepSeek Sparse Attention: cp=1, 1d only", f"cp={cp}, layout={layout}"
+    if model.diff_attention and layout != "1d":
+        return "differential attention: 1d only", f"layout={layout}"
     if model.is_hybrid and any(c in model.layer_pattern for c in "MGSKLPR") and cp > 1:
         return "cp of Mamba layers not modelled", f"cp={cp} with {model.name}'s Mamba blocks"
     if layout == "1d":

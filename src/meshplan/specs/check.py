@@ -64,6 +64,8 @@ def check(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack = 
     if model.index_topk and (plan.cp > 1 or plan.tensor_layout != "1d"):
         reasons.append(f"cp={plan.cp}, tensor_layout={plan.tensor_layout!r}: DeepSeek Sparse Attention (index_topk) "
                        "is costed with cp=1 and the 1d layout only")
+    if model.diff_attention and plan.tensor_layout != "1d":
+        reasons.append(f"tensor_layout={plan.tensor_layout!r}: differential attention is costed in the 1d layout only")
     reasons += _check_options(model, cluster, plan, stack)
     return reasons
 

@@ -178,6 +178,10 @@ def _attention(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
         used.add("gate_proj")
         sizes["gate"] = True
     own = dict(module.named_parameters(recurse=False))
+    lambdas = {f"lambda_{x}" for x in ("q1", "k1", "q2", "k2")}  # differential attention's (DiffLlama)
+    if lambdas <= set(own) and len({own[n].numel() for n in lambdas}) == 1:
+        used |= lambdas
+        sizes["diff"] = int(own["lambda_q1"].numel())
     if "sinks" in own:
         used.add("sinks")
         sizes["sinks"] = int(own["sinks"].numel())

@@ -69,6 +69,9 @@ def attention_fields(cfg: Any, sizes: dict[str, Any], hidden: int, where: str) -
                               "qkv_bias": biases.pop(), "out_bias": att["o_bias"], "attn_output_gate": gate}
     if v_head != head_dim:
         fields["v_head_dim"] = v_head
+    if att.get("diff") not in (None, head_dim):
+        raise SpecError(f"{where}: differential attention's λ vectors are {att['diff']} wide, not head_dim {head_dim}")
+    fields["diff_attention"] = "diff" in att
     if "q_norm" in att:
         per_head = att["q_norm"] == att["k_norm"] in (head_dim, 0)  # 0: weightless norms (nanochat)
         whole = (att["q_norm"], att["k_norm"]) == (heads * head_dim, kv * head_dim)

@@ -83,6 +83,7 @@ class ModelSpec:
     router_bias: bool = False  # per-expert score-correction bias (DeepSeek-V3), router linear bias (GPT-OSS)
     shared_expert_gate: bool = False  # sigmoid(Linear(H, 1)) on the shared expert (Qwen2-MoE): H per layer
     attention_sinks: bool = False  # one learned sink logit per head (GPT-OSS ``sinks``): A per layer
+    diff_attention: bool = False  # two softmax maps a head, their difference (DiffLlama; cost/attention.py)
     # a sigmoid gate on the attention output, elementwise per head channel, from a gate of width A·d that the query
     # projection emits beside the queries (Qwen3-Next / Qwen 3.5: HF modeling_qwen3_next.py Qwen3NextAttention,
     # q_proj H → 2·A·d chunked into query and gate, attn_output * sigmoid(gate) before o_proj; Qiu et al. 2025,
@@ -104,8 +105,7 @@ class ModelSpec:
     index_topk: int = 0
     attn_head_gate: bool = False  # a sigmoid gate per head on the output, g_proj H → A (Bailing-hybrid): H·A weights
     rope_key_norm: bool = False  # an RMSNorm over MLA's decoupled RoPE key (dots3's k_rope_only_layernorm): d_R
-    # Hybrid (Nemotron-H; Qwen3-Next): one letter per layer ("M" Mamba-2, "S" Mamba-1, "G" Gated DeltaNet, "K", "L"
-    # below, "*" attention, "-" MLP, "E" MoE); "" = every layer attention + MLP (MoE: first_k_dense_layers / freq)
+    # Hybrid: a letter per block (model_checks.BLOCK_KINDS); "": every layer attention + MLP (MoE: first_k_dense_layers)
     layer_pattern: str = ""
     mamba_heads: int = 0  # n_h
     mamba_head_dim: int = 0  # P
@@ -177,7 +177,7 @@ class ModelSpec:
         return self.kv_lora_rank > 0
 
     @property
-    def gated(self) -> bool:
+    def gated(self) -> bool:  # a GLU MLP
         return self.mlp == "swiglu"
 
     @property
@@ -295,7 +295,7 @@ class ModelSpec:
             total += sum(self.norm_params(w) for w in widths)
         if self.attention_sinks or self.attn_head_gate:
             total += self.num_heads * (self.attention_sinks + self.attn_head_gate * h)
-        return total
+        return total + 4 * self.head_dim * self.diff_attention  # DiffLlama's λ_q1, λ_k1, λ_q2, λ_k2
 
     def indexer_params(self) -> int:
         return mixer_params.indexer_count(self)  # DSA's lightning indexer; 0 without one
