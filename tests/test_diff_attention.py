@@ -49,3 +49,13 @@ def test_weights_equal_transformers():
     with torch.device("meta"):
         module = modeling.DiffLlamaAttention(cfg, layer_idx=0)
     assert sum(p.numel() for p in module.parameters()) == DIFF.attention_params()
+
+
+def test_standard_attention_head_gate():
+    """Laguna's g_proj H → A gates each head's output (softplus; Bailing-hybrid's MLA, sigmoid): H·A weights, the
+    projection's 2·T·H·A/t FLOPs and the multiply."""
+    gated = ModelSpec(**BASE, attn_head_gate=True)
+    assert gated.attention_params() - PLAIN.attention_params() == 64 * 4
+    plan = Plan(micro_batch=1)
+    ops = {(o.name, o.phase): o for o in attention_block(gated, plan, dims(gated, plan, Stack()))}
+    assert ops[("attn/head_gate", "fwd")].flops == 2 * 32 * 64 * 4

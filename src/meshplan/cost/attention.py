@@ -216,9 +216,9 @@ def differential(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
 
 
 def head_gate(model: ModelSpec, d: Dims) -> list[OpCost]:
-    """A sigmoid gate per head (ModelSpec.attn_head_gate; HF BailingHybridAttention: attn_output *
-    sigmoid(g_proj(x)), g_proj H → A): the column-parallel g_proj (A/t columns, its input the QKV projection's,
-    saved by it) and the multiply over the output, A·d_v/t an element (a sigmoid and a multiply as
+    """A gate per head (ModelSpec.attn_head_gate; HF BailingHybridAttention: attn_output * sigmoid(g_proj(x)), g_proj
+    H → A; LagunaAttention's softplus(g_proj(x)) likewise): the column-parallel g_proj (A/t columns, its input the
+    QKV projection's, saved by it) and the multiply over the output, A·d_v/t an element (a sigmoid and a multiply as
     ``output_gate``'s); keeps the gate, A/t a token. With it, MLA's RoPE-key norm (ModelSpec.rope_key_norm, dots3's
     k_rope_only_layernorm): an RMSNorm over the T × d_R key, whole on every rank as kv_a_proj_with_mqa is."""
     ops: list[OpCost] = []

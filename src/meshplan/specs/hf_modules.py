@@ -177,6 +177,13 @@ def _attention(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
     if gate is not None and out and linear(gate) == (out[1][1], hidden, False):
         used.add("gate_proj")
         sizes["gate"] = True
+    head_gate = linear(kids["g_proj"]) if "g_proj" in kids else None  # Laguna's: H → A·d, or H → A (per head)
+    if head_gate is not None and out and head_gate[1:] == (hidden, False) and "gate" not in sizes:
+        used.add("g_proj")
+        if head_gate[0] == out[1][1]:
+            sizes["gate"] = True
+        else:
+            sizes["head_gate"] = head_gate[0]
     own = dict(module.named_parameters(recurse=False))
     lambdas = {f"lambda_{x}" for x in ("q1", "k1", "q2", "k2")}  # differential attention's (DiffLlama)
     if lambdas <= set(own) and len({own[n].numel() for n in lambdas}) == 1:

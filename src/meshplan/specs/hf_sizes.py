@@ -72,6 +72,9 @@ def attention_fields(cfg: Any, sizes: dict[str, Any], hidden: int, where: str) -
     if att.get("diff") not in (None, head_dim):
         raise SpecError(f"{where}: differential attention's λ vectors are {att['diff']} wide, not head_dim {head_dim}")
     fields["diff_attention"] = "diff" in att
+    if att.get("head_gate") not in (None, heads):
+        raise SpecError(f"{where}: a per-head output gate of {att['head_gate']} outputs for {heads} heads")
+    fields["attn_head_gate"] = "head_gate" in att
     if "q_norm" in att:
         per_head = att["q_norm"] == att["k_norm"] in (head_dim, 0)  # 0: weightless norms (nanochat)
         whole = (att["q_norm"], att["k_norm"]) == (heads * head_dim, kv * head_dim)

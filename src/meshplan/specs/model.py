@@ -103,7 +103,7 @@ class ModelSpec:
     index_heads: int = 0
     index_head_dim: int = 0
     index_topk: int = 0
-    attn_head_gate: bool = False  # a sigmoid gate per head on the output, g_proj H → A (Bailing-hybrid): H·A weights
+    attn_head_gate: bool = False  # a gate per head on the output, g_proj H → A (Bailing-hybrid, Laguna): H·A weights
     rope_key_norm: bool = False  # an RMSNorm over MLA's decoupled RoPE key (dots3's k_rope_only_layernorm): d_R
     # Hybrid: a letter per block (model_checks.BLOCK_KINDS); "": every layer attention + MLP (MoE: first_k_dense_layers)
     layer_pattern: str = ""
