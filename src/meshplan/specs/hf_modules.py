@@ -6,8 +6,11 @@ A layer is split into blocks by the modules that hold them (the names used acros
     attention   a module with q/k/v/out projections (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``; GPT-2's
                 ``c_attn`` / ``c_proj`` Conv1D; fused ``qkv_proj``, ``query_key_value``, ``Wqkv``), per-head or
                 whole-width q/k norms (``q_norm``), attention sinks (GPT-OSS ``sinks``), an output gate (a
-                q_proj twice o_proj's input, Qwen3-Next; a ``gate_proj`` H → A·d, AFMoE)
-    MLA         ``kv_a_proj_with_mqa`` / ``kv_b_proj`` (DeepSeek-V2/V3 §2.1): sizes from the config
+                q_proj twice o_proj's input, Qwen3-Next; a ``gate_proj`` H → A·d, AFMoE), a per-head gate
+                (Laguna's ``g_proj`` H → A), differential attention's λ vectors (DiffLlama ``lambda_q1`` …)
+    MLA         ``kv_a_proj_with_mqa`` / ``kv_b_proj`` (DeepSeek-V2/V3 §2.1): sizes from the config; DeepSeek
+                Sparse Attention's ``indexer`` (hf_indexer.py), a per-head ``g_proj``, a RoPE-key norm
+    KDA, …      Kimi Delta Attention, lightning attention, RG-LRU (hf_linear.py)
     Mamba-2     a module with ``A_log`` (one per head), ``D``, ``dt_bias``, ``in_proj``, ``conv1d``, ``norm``,
                 ``out_proj`` (Dao & Gu 2024; models/mamba2/modeling_mamba2.py)
     GDN         Gated DeltaNet: ``A_log``, ``dt_bias``, ``in_proj_*`` projections, ``conv1d``, ``norm``,
@@ -19,7 +22,7 @@ A layer is split into blocks by the modules that hold them (the names used acros
     norms       H-wide norm modules of the layer itself (pre-norms, post-norms)
 
 Anything else in the layer is ``unclaimed``: a structure meshplan does not model, which the reader refuses naming
-it (a linear-attention mixer, cross-attention, a Mamba-1 mixer).
+it (RWKV's or xLSTM's mixers, cross-attention, Zamba's multi-head Mamba-1).
 """
 
 from __future__ import annotations
