@@ -59,3 +59,17 @@ def test_standard_attention_head_gate():
     plan = Plan(micro_batch=1)
     ops = {(o.name, o.phase): o for o in attention_block(gated, plan, dims(gated, plan, Stack()))}
     assert ops[("attn/head_gate", "fwd")].flops == 2 * 32 * 64 * 4
+
+
+def test_output_gate_bias_per_head():
+    """Beam's gate_proj H → A·d with a bias per head: A weights more than the gate alone, and one more add an element
+    of the gated output (5 → 6 FLOPs: the gate op counts 2.5 → 3 per element of its two inputs)."""
+    gate = ModelSpec(**BASE, attn_output_gate=True)
+    biased = ModelSpec(**BASE, attn_output_gate=True, gate_bias=True)
+    assert biased.attention_params() - gate.attention_params() == 4
+    plan = Plan(micro_batch=1)
+    flops = [next(o.flops for o in attention_block(m, plan, dims(m, plan, Stack())) if o.name == "attn/out_gate")
+             for m in (gate, biased)]
+    assert flops == [2.5 * 2 * 32 * 64, 3.0 * 2 * 32 * 64]
+    with pytest.raises(SpecError, match="gate_bias=true needs attn_output_gate"):
+        ModelSpec(**BASE, gate_bias=True)

@@ -20,7 +20,8 @@ FAMILIES = ("llama", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", 
 # New mixers and layer shapes, each exact: DeepSeek Sparse Attention's indexer, Kimi Delta Attention (with MLA's
 # per-head output gate: bailing_hybrid), lightning attention, windowed layers of their own attention shape
 MIXERS = ("deepseek_v32", "glm_moe_dsa", "kimi_linear", "bailing_hybrid", "minimax", "gemma4_unified",
-          "gemma4_unified_text", "mimo_v2_flash", "jamba", "falcon_h1", "recurrent_gemma", "diffllama", "laguna")
+          "gemma4_unified_text", "mimo_v2_flash", "jamba", "falcon_h1", "recurrent_gemma", "diffllama", "laguna",
+          "beam")
 # Encoders and encoder-decoders: refused, never read as decoders
 NOT_DECODERS = ("bert", "roberta", "xlm-roberta", "electra", "camembert", "bart", "whisper", "marian")
 
@@ -41,8 +42,9 @@ def test_registry_is_exact_or_refused_never_wrong(outcomes: dict[str, Outcome]) 
     # 98 before MLA's per-head gate (bailing_hybrid) and windowed "W" blocks (gemma4_unified, gemma4_unified_text);
     # 101 before Mamba-1's norms over Δ, B and C (jamba); 102 before attention and Mamba-2 side by side (falcon_h1);
     # 103 before Griffin's RG-LRU (recurrent_gemma); 104 before values of their own width (mimo_v2_flash); 105 before
-    # differential attention (diffllama); 106 before the per-head output gate of standard attention (laguna)
-    assert counts["exact"] >= 107, counts
+    # differential attention (diffllama); 106 before the per-head output gate of standard attention (laguna); 107
+    # before the output gate's per-head bias (beam)
+    assert counts["exact"] >= 108, counts
     assert counts["exact"] + counts["refused"] == len(outcomes) >= 170
 
 

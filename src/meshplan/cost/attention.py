@@ -200,7 +200,8 @@ def output_gate(model: ModelSpec, d: Dims) -> list[OpCost]:
     if not model.attn_output_gate:
         return head_gate(model, d)
     elems = d.tokens * model.gate_dim / d.tp
-    return elementwise("attn/out_gate", 2 * elems, elems, 2.5, saved=elems * ACT_BYTES) + head_gate(model, d)
+    per = 2.5 + 0.5 * model.gate_bias  # Beam's bias per head on the gate: one more add an output element
+    return elementwise("attn/out_gate", 2 * elems, elems, per, saved=elems * ACT_BYTES) + head_gate(model, d)
 
 
 def differential(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:

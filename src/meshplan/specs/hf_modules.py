@@ -188,6 +188,9 @@ def _attention(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
         else:
             sizes["head_gate"] = head_gate[0]
     own = dict(module.named_parameters(recurse=False))
+    if sizes.get("gate") and "gate_bias" in own:  # a bias per head on the output gate (Beam)
+        used.add("gate_bias")
+        sizes["gate_bias"] = int(own["gate_bias"].numel())
     lambdas = {f"lambda_{x}" for x in ("q1", "k1", "q2", "k2")}  # differential attention's (DiffLlama)
     if lambdas <= set(own) and len({own[n].numel() for n in lambdas}) == 1:
         used |= lambdas

@@ -69,12 +69,7 @@ def attention_fields(cfg: Any, sizes: dict[str, Any], hidden: int, where: str) -
                               "qkv_bias": biases.pop(), "out_bias": att["o_bias"], "attn_output_gate": gate}
     if v_head != head_dim:
         fields["v_head_dim"] = v_head
-    if att.get("diff") not in (None, head_dim):
-        raise SpecError(f"{where}: differential attention's λ vectors are {att['diff']} wide, not head_dim {head_dim}")
-    fields["diff_attention"] = "diff" in att
-    if att.get("head_gate") not in (None, heads):
-        raise SpecError(f"{where}: a per-head output gate of {att['head_gate']} outputs for {heads} heads")
-    fields["attn_head_gate"] = "head_gate" in att
+    fields.update(_per_head(att, heads, head_dim, where))
     if "q_norm" in att:
         per_head = att["q_norm"] == att["k_norm"] in (head_dim, 0)  # 0: weightless norms (nanochat)
         whole = (att["q_norm"], att["k_norm"]) == (heads * head_dim, kv * head_dim)
@@ -87,6 +82,17 @@ def attention_fields(cfg: Any, sizes: dict[str, Any], hidden: int, where: str) -
             raise SpecError(f"{where}: {att['sinks']} attention sinks for {heads} heads")
         fields["attention_sinks"] = True
     return fields
+
+
+def _per_head(att: dict[str, Any], heads: int, head_dim: int, where: str) -> dict[str, Any]:
+    """Differential attention's λ vectors (head_dim each), a per-head output gate (H → A), a bias per head on the
+    elementwise output gate."""
+    checks = (("diff", head_dim, "differential attention's λ vectors"), ("head_gate", heads, "a per-head output gate"),
+              ("gate_bias", heads, "an output-gate bias"))
+    for key, want, what in checks:
+        if att.get(key) not in (None, want):
+            raise SpecError(f"{where}: {what} of {att[key]}, not {want} (heads {heads}, head_dim {head_dim})")
+    return {"diff_attention": "diff" in att, "attn_head_gate": "head_gate" in att, "gate_bias": "gate_bias" in att}
 
 
 def _mla(cfg: Any, mla: dict[str, Any], where: str) -> dict[str, Any]:

@@ -84,11 +84,11 @@ class ModelSpec:
     shared_expert_gate: bool = False  # sigmoid(Linear(H, 1)) on the shared expert (Qwen2-MoE): H per layer
     attention_sinks: bool = False  # one learned sink logit per head (GPT-OSS ``sinks``): A per layer
     diff_attention: bool = False  # two softmax maps a head, their difference (DiffLlama; cost/attention.py)
-    # a sigmoid gate on the attention output, elementwise per head channel, from a gate of width A·d that the query
-    # projection emits beside the queries (Qwen3-Next / Qwen 3.5: HF modeling_qwen3_next.py Qwen3NextAttention,
-    # q_proj H → 2·A·d chunked into query and gate, attn_output * sigmoid(gate) before o_proj; Qiu et al. 2025,
-    # "Gated Attention for Large Language Models", the G1 position): H·A·d more weights (+ A·d with qkv_bias)
+    # a sigmoid gate on the attention output, elementwise per head channel, of width A·d from the query projection
+    # (Qwen3-Next / Qwen 3.5: HF Qwen3NextAttention, q_proj H → 2·A·d chunked into query and gate, attn_output *
+    # sigmoid(gate) before o_proj; Qiu et al. 2025, "Gated Attention for LLMs", G1): H·A·d more (+ A·d with qkv_bias)
     attn_output_gate: bool = False
+    gate_bias: bool = False  # a bias per head added to that gate (Beam's gate_bias): A weights
     # the GLU clamps its gate from above and its linear input both ways at this value before the activation
     # (GPT-OSS ``swiglu_limit`` = 7; Megatron-Core ``activation_func_clamp_value``); 0: no clamp
     glu_clamp: float = 0.0
@@ -293,8 +293,8 @@ class ModelSpec:
         if self.qk_norm:
             widths = (q, kv) if self.qk_norm_full else (self.head_dim, self.head_dim)
             total += sum(self.norm_params(w) for w in widths)
-        if self.attention_sinks or self.attn_head_gate:
-            total += self.num_heads * (self.attention_sinks + self.attn_head_gate * h)
+        if self.attention_sinks or self.attn_head_gate or self.gate_bias:
+            total += self.num_heads * (self.attention_sinks + self.gate_bias + self.attn_head_gate * h)
         return total + 4 * self.head_dim * self.diff_attention  # DiffLlama's λ_q1, λ_k1, λ_q2, λ_k2
 
     def indexer_params(self) -> int:

@@ -86,6 +86,8 @@ def check_structure(spec: Any) -> None:
     if spec.v_head_dim and not spec.is_mla and not spec.layer_pattern:
         raise SpecError(f"v_head_dim={spec.v_head_dim} needs MLA (kv_lora_rank > 0) or a hybrid layer_pattern (values "
                         "of their own width in standard attention are costed in hybrids only)")
+    if spec.gate_bias and not spec.attn_output_gate:
+        raise SpecError("gate_bias=true needs attn_output_gate=true (the gate it biases)")
     if spec.shared_expert_gate and not spec.shared_expert_ffn_size:
         raise SpecError("shared_expert_gate=true needs shared_expert_ffn_size > 0 (the expert it gates)")
     if spec.position_embedding == "learned" and 0 < spec.max_position_embeddings < spec.seq_length:
