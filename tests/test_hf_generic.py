@@ -130,7 +130,7 @@ def test_llama_mlp_bias_is_read() -> None:
     assert spec.params() == built(c)
 
 
-@pytest.mark.parametrize("model_type, named", [("gemma3", "vision_tower"), ("kimi_linear", "forget_gate"),
+@pytest.mark.parametrize("model_type, named", [("gemma3", "vision_tower"), ("rwkv", "time_decay"),
                                                ("zamba", "ZambaMambaMixer"), ("bert", "encoder")])
 def test_what_cannot_be_modelled_is_named(model_type: str, named: str) -> None:
     with pytest.raises(SpecError, match=named) as err:

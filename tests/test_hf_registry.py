@@ -17,6 +17,11 @@ FAMILIES = ("llama", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", 
             "olmo_hybrid", "afmoe", "mamba", "falcon_mamba", "gemma2", "gemma3_text", "phi", "phi3", "phimoe",
             "granite", "granitemoe", "ernie4_5", "ernie4_5_moe", "glm4", "glm4_moe", "nemotron_h", "bamba",
             "mamba2", "cohere2", "cohere2_moe", "starcoder2", "gpt2", "gpt_neox", "falcon", "opt", "bloom")
+# New mixers and layer shapes, each exact: DeepSeek Sparse Attention's indexer, Kimi Delta Attention (with MLA's
+# per-head output gate: bailing_hybrid), lightning attention, windowed layers of their own attention shape
+MIXERS = ("deepseek_v32", "glm_moe_dsa", "kimi_linear", "bailing_hybrid", "minimax", "gemma4_unified",
+          "gemma4_unified_text", "mimo_v2_flash", "jamba", "falcon_h1", "recurrent_gemma", "diffllama", "laguna",
+          "beam")
 # Encoders and encoder-decoders: refused, never read as decoders
 NOT_DECODERS = ("bert", "roberta", "xlm-roberta", "electra", "camembert", "bart", "whisper", "marian")
 
@@ -32,12 +37,16 @@ def test_registry_is_exact_or_refused_never_wrong(outcomes: dict[str, Outcome]) 
     assert not wrong, wrong
     # 40 exact and 76 silently wrong before the meta-device check; 84 before the Gated DeltaNet blocks and the
     # attention output gate (qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, lara_mini, olmo_hybrid;
-    # afmoe with its gate_proj and nested router; Mamba-1: mamba, falcon_mamba)
-    # 94 before the small extras of specs/model_extras.py (apertus, apertus1p5_text: xIELU's scalars; axk1: the MoE
-    # post-norm; beam: the gate bias; bitnet: sub-norms; diffllama: differential attention; laguna: per-head gate;
-    # lfm2, openai-gpt: no final norm; moshi: a head over its own vocabulary; gpt_neox_japanese: its last layer's bias;
-    # modernbert-decoder: its prediction head and first layer without a pre-norm; ctrl: Wq / Wk / Wv, a Sequential
-    # MLP; jetmoe: its mixture of attention heads and MoE output bias)
+    # afmoe with its gate_proj and nested router; Mamba-1: mamba, falcon_mamba); 94 on main before two branches:
+    # the small extras of specs/model_extras.py (apertus, apertus1p5_text: xIELU's scalars; axk1: the MoE post-norm;
+    # bitnet: sub-norms; lfm2, openai-gpt: no final norm; moshi: a head over its own vocabulary; gpt_neox_japanese: its
+    # last layer's bias; modernbert-decoder: its prediction head and first layer without a pre-norm; ctrl: Wq / Wk /
+    # Wv, a Sequential MLP; jetmoe: its mixture of attention heads and MoE output bias), and the new mixers: DeepSeek
+    # Sparse Attention's indexer (deepseek_v32, glm_moe_dsa), Kimi Delta Attention (kimi_linear), lightning attention
+    # (minimax), MLA's per-head gate (bailing_hybrid), windowed "W" blocks (gemma4_unified, gemma4_unified_text),
+    # Mamba-1's norms over Δ, B and C (jamba), attention and Mamba-2 side by side (falcon_h1), Griffin's RG-LRU
+    # (recurrent_gemma), values of their own width (mimo_v2_flash), differential attention (diffllama), the per-head
+    # output gate of standard attention (laguna) and its bias (beam), which both branches read (the second's kept)
     assert counts["exact"] >= 108, counts
     assert counts["exact"] + counts["refused"] == len(outcomes) >= 170
 
@@ -48,7 +57,7 @@ def test_refusals_are_one_line_naming_what_is_missing(outcomes: dict[str, Outcom
             assert "\n" not in o.detail and len(o.detail) > 30, o
 
 
-@pytest.mark.parametrize("model_type", FAMILIES)
+@pytest.mark.parametrize("model_type", FAMILIES + MIXERS)
 def test_families_are_exact(outcomes: dict[str, Outcome], model_type: str) -> None:
     assert outcomes[model_type].kind == "exact", outcomes[model_type]
 

@@ -42,3 +42,20 @@ def test_scan_flops_and_tp():
     assert scan[0].flops == (9 * 16 + 2) * 64 * 32  # 2 sequences of 16 tokens
     assert ssd_flops_per_token(M1) == 2 * (9 * 16 + 2) * 64  # two blocks
     assert any("Mamba-1" in r for r in check(M1, None, Plan(tp=2, dp=1), Stack()))
+
+
+def test_jamba_norms_over_dt_b_c():
+    # Jamba's RMSNorms over Δ (r = 2) and B, C (N = 16 each): 2 + 32 = 34 weights more than MambaMixer's 9,920
+    from dataclasses import replace
+    jamba = replace(M1, ssm_norms=True)
+    assert jamba.mamba1_params() == 9_920 + 34
+    plan = Plan(micro_batch=2)
+    norms = [o for o in mamba1_block(jamba, plan, dims(jamba, plan, Stack())) if o.name == "mamba1/dt_bc_norm"]
+    assert norms[0].flops == 5.0 * 32 * 34  # 32 tokens, r + 2N = 34 channels, 5 FLOPs each
+    torch = pytest.importorskip("torch")
+    modeling = pytest.importorskip("transformers.models.jamba.modeling_jamba")
+    from transformers import JambaConfig
+    cfg = JambaConfig(hidden_size=32, mamba_expand=2, mamba_d_state=16, mamba_dt_rank=2, mamba_d_conv=4)
+    with torch.device("meta"):
+        module = modeling.JambaMambaMixer(cfg, layer_idx=0)
+    assert sum(p.numel() for p in module.parameters()) == jamba.mamba1_params()

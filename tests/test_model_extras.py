@@ -33,11 +33,8 @@ def records(model: ModelSpec, kind: str = "dense") -> dict[tuple[str, str], obje
 def test_extras_weights_by_hand():
     # BitNet: attn_sub_norm A·d = 128 and ffn_sub_norm F = 96 a layer, 2 layers
     assert replace(BASE, sub_norms=True).params() - BASE.params() == 2 * (128 + 96)
-    # Laguna: g_proj H·A = 64·4 = 256 a layer
-    assert replace(BASE, head_gate=True).params() - BASE.params() == 2 * 256
-    # Beam: gate_bias A = 4 a layer, on top of the output gate's H·A·d
-    gated = replace(BASE, attn_output_gate=True)
-    assert replace(gated, gate_bias=True).params() - gated.params() == 2 * 4
+    # Laguna's per-head gate, Beam's gate bias and DiffLlama's λ vectors are ModelSpec's own (attn_head_gate,
+    # gate_bias, diff_attention: tests/test_diff_attention.py and the registry sweep)
     # xIELU: alpha_p and alpha_n a layer
     assert replace(BASE, act_params=2).params() - BASE.params() == 2 * 2
     # A.X-K1: post_mlp_layernorm H = 64 in each of the 2 MoE layers, kept whole on every tensor-parallel rank
@@ -48,8 +45,6 @@ def test_extras_weights_by_hand():
 
 
 def test_extras_refused_where_not_modelled():
-    with pytest.raises(SpecError, match="gate_bias=true needs attn_output_gate"):
-        replace(BASE, gate_bias=True)
     with pytest.raises(SpecError, match="moe_post_norm=true needs experts"):
         replace(BASE, moe_post_norm=True)
     with pytest.raises(SpecError, match="not on experts"):
@@ -65,17 +60,7 @@ def test_sub_norm_records():
     assert ("attn/sub_norm", "fwd") not in records(BASE)
 
 
-def test_head_gate_records():
-    ops = records(replace(BASE, head_gate=True))
-    gate = ops[("attn/head_gate", "fwd")]
-    assert (gate.m, gate.k, gate.n) == (TOKENS, 64, 2) and gate.flops == 2.0 * TOKENS * 64 * 2  # H → A/t
-    mul = ops[("attn/head_gate_mul", "fwd")]
-    assert mul.flops == 5.0 * (TOKENS * 64 + TOKENS * 2)  # A·d/t outputs and A/t gates a token
-
-
-def test_gate_bias_act_and_post_norm_records():
-    bias = records(replace(BASE, attn_output_gate=True, gate_bias=True))[("attn/gate_bias", "fwd")]
-    assert bias.flops == TOKENS * 128 / 2 and bias.nbytes == 2 * ACT_BYTES * TOKENS * 64  # read, write A·d/t
+def test_act_and_post_norm_records():
     act = records(replace(BASE, act_params=2))[("mlp/act_params", "bwd_w")]
     assert act.flops == 3.0 * TOKENS * 48 and act.nbytes == 2 * ACT_BYTES * TOKENS * 48  # g and x over T·F/t
     post = records(replace(MOE, moe_post_norm=True), "moe")[("moe/post_norm", "fwd")]
@@ -92,13 +77,9 @@ def test_serving_prices_the_extras():
     from meshplan.cost.decode import Shape
     sh = Shape(tp=2, dpa=1, ep=1, decode=8, context=64, prefill=0, prompts=0, prefix=0, w_bytes=2, a_bytes=2,
                kv_bytes=2)
-    ops = {o.name: o for o in layer_ops(replace(BASE, sub_norms=True, head_gate=True), sh)["dense"]}
+    ops = {o.name: o for o in layer_ops(replace(BASE, sub_norms=True), sh)["dense"]}
     rows = 8  # decoding sequences, no prefill
     assert ops["attn/sub_norm"].flops == 5.0 * rows * 64 and ops["mlp/sub_norm"].flops == 5.0 * rows * 48
-    assert ops["attn/head_gate"].flops == 2.0 * rows * 64 * 2
-    plain = {o.name: o for o in layer_ops(BASE, sh)["dense"]}
-    twice = {o.name: o for o in layer_ops(replace(BASE, diff_attention=True), sh)["dense"]}
-    assert twice["attn/decode/diff"].nbytes == plain["attn/decode"].nbytes  # the cache read again by the second call
 
 
 EXACT = ("apertus", "apertus1p5_text", "axk1", "beam", "bitnet", "ctrl", "diffllama", "gpt_neox_japanese", "laguna",
@@ -112,23 +93,6 @@ def test_registry_types_exact(model_type: str):
     from meshplan.specs.hf_sweep import registry_sweep
     (outcome,) = registry_sweep([model_type])
     assert outcome.kind == "exact", outcome
-
-
-def test_differential_attention():
-    from meshplan.cost.flops import attention_layer_flops
-    diff = replace(BASE, diff_attention=True)
-    assert diff.params() - BASE.params() == 2 * 4 * 32  # lambda_q1, k1, q2, k2: 4·d a layer, 2 layers
-    assert kept_params(diff, "dense") - kept_params(BASE, "dense") == 4 * 32
-    ops = records(diff)
-    first, second = ops[("attn/core", "fwd")], ops[("attn/core/diff", "fwd")]
-    assert second.flops == first.flops and ops[("attn/core/diff", "bwd_x")].flops == ops[("attn/core", "bwd_x")].flops
-    # the second call keeps no second Q and K: T·(A + K)/t·d·2 bytes = 32·3·32·2 = 6,144 fewer
-    assert first.saved - second.saved == 32 * 3 * 32 * ACT_BYTES
-    out = TOKENS * 128 / 2  # A·d/t a token
-    assert ops[("attn/diff_combine", "fwd")].flops == 2 * out and ops[("attn/diff_norm", "fwd")].flops == 5 * out
-    assert attention_layer_flops(diff) == 2 * attention_layer_flops(BASE)  # MFU counts both calls
-    with pytest.raises(SpecError, match="must be even"):
-        replace(BASE, diff_attention=True, num_kv_heads=1)
 
 
 def test_framework_configs_name_the_extras_they_cannot_build():

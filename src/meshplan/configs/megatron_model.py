@@ -64,7 +64,9 @@ _POSITIONS = {"rope": "rope", "learned": "learned_absolute", "none": "none"}
 _UNWRITTEN = {"sliding_window": "sliding-window attention", "attention_sinks": "attention sinks",
               "glu_clamp": "a clamped GLU", "embedding_norm": "a norm after the embedding",
               "layer_pattern": "a hybrid Mamba layer pattern", "moe_latent_size": "a latent MoE",
-              "shared_expert_gate": "a gated shared expert"}
+              "shared_expert_gate": "a gated shared expert", "index_topk": "DeepSeek Sparse Attention's indexer",
+              "attn_head_gate": "a per-head attention output gate", "rope_key_norm": "a norm over MLA's RoPE key",
+              "diff_attention": "differential attention"}
 
 
 def _moe(model: ModelSpec, stack: Stack) -> dict[str, Any]:

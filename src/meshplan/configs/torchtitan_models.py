@@ -80,6 +80,7 @@ def _llama_like(model: ModelSpec) -> str:
               (model.tied_embeddings, "tied_embeddings"), (model.qkv_bias or model.linear_bias, "biases"),
               (model.qk_norm, "qk_norm"), (model.sliding_window > 0, "sliding_window"), (model.is_mla, "MLA"),
               (model.is_hybrid, "layer_pattern"), (model.attention_sinks, "attention_sinks"),
+              (model.diff_attention, "diff_attention"), (model.attn_head_gate, "attn_head_gate"),
               (model.glu_clamp > 0, "glu_clamp"), (model.embedding_norm, "embedding_norm"),
               (model.dropout, "dropout"), (not model.causal, "causal=false"), (model.mtp_layers > 0, "mtp_layers"),
               (model.head_dim * model.num_heads != model.hidden_size, "head_dim x num_heads != hidden_size"),

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from meshplan.cost.blocks import collective, elementwise, gemm, norm, projections, residual, tp_enter, tp_exit
+from meshplan.cost.dsa import indexer_ops, selected_keys
 from meshplan.cost.records import ACT_BYTES, FP32, MASK_BYTES, Dims, OpCost
 from meshplan.cost.shapes import kv_up_shape, qkv_shapes
 from meshplan.specs.model import ModelSpec
@@ -36,7 +37,7 @@ def qkv_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     shapes = qkv_shapes(model, t)  # the shapes serving's projections have too (cost/shapes.py)
     if not model.is_mla:
         (name, k, n), = shapes
-        widths = {"q": (model.q_dim + model.gate_dim) / t, "k": model.kv_dim / t, "v": model.kv_dim / t}
+        widths = {"q": (model.q_dim + model.gate_dim) / t, "k": model.kv_dim / t, "v": model.v_dim / t}
         return projections(name, T, k, n, widths, d, saved=stored_input)
     saved = {"attn/q_down": stored_input, "attn/q": stored_input, "attn/kv_down": 0.0}  # the input, saved once
     ops: list[OpCost] = []
@@ -49,7 +50,7 @@ def head_dims(model: ModelSpec) -> tuple[int, int]:
     """(query/key, value) head dimensions (MLA: d_nope + d_rope and d_v)."""
     if model.is_mla:
         return model.qk_nope_head_dim + model.qk_rope_head_dim, model.v_head_dim
-    return model.head_dim, model.head_dim
+    return model.head_dim, model.v_head_dim or model.head_dim
 
 
 def attention_elems(model: ModelSpec, d: Dims) -> tuple[Num, Num]:
@@ -70,6 +71,9 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     share of the average layer (a record with ``window``); an unfused one still computes the square.
     Saved (Korthikanti §4.1): Q and K (4sbh), V (2sbh); unfused adds softmax output (2as²b), dropout mask
     (as²b) and dropout output (2as²b); FlashAttention stores the log-sum-exp instead (4 bytes per row).
+    DeepSeek Sparse Attention: a flash kernel attends each query's selected keys, 2·T·k̄·(A/t)·(d_qk + d_v) FLOPs
+    (k̄ = dsa.selected_keys, no mask left to skip), priced as a causal band of k keys; an unfused one computes the
+    square and masks it (Megatron-Core's unfused_dsa_fn), as dense attention does.
     """
     a = ACT_BYTES
     heads, d_qk, d_v = model.num_heads / d.tp, *head_dims(model)
@@ -82,6 +86,9 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
         shape = {"m": T * heads, "n": s, "k": d_qk, "variant": "flash_causal" if model.causal else "flash",
                  "kernel": d.stack.attention_kernel, "groups": plan.cp if d.stack.cp_comm == "ring" else 1}
         saved = saved_qkv + T * heads * FP32  # q, k, v and the log-sum-exp
+        if model.index_topk:  # DeepSeek Sparse Attention: each query's selected keys (dsa.py), a band of k keys
+            return flash_records(full * selected_keys(model) / s, a * (qkv_elems + out_elems),
+                                 a * (2 * qkv_elems + 3 * out_elems), saved, shape | {"window": model.index_topk})
         windowed = model.window_share
         ops = []
         if windowed < 1:  # the full-attention layers' share of the average layer
@@ -159,7 +166,7 @@ def kv_chunk(model: ModelSpec, d: Dims) -> Num:
     if model.is_mla:
         kv_width = model.num_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim)
     else:
-        kv_width = 2 * model.kv_dim
+        kv_width = model.kv_dim + model.v_dim
     return d.tokens * kv_width / d.tp * ACT_BYTES
 
 
@@ -191,16 +198,48 @@ def output_gate(model: ModelSpec, d: Dims) -> list[OpCost]:
     multiply, about 5 FLOPs an element (the exponential counted as one, as the norms' 5 count theirs); keeps the gate
     for the backward (the attention output is kept by the core's record)."""
     if not model.attn_output_gate:
-        return []
+        return head_gate(model, d)
     elems = d.tokens * model.gate_dim / d.tp
-    return elementwise("attn/out_gate", 2 * elems, elems, 2.5, saved=elems * ACT_BYTES)
+    per = 2.5 + 0.5 * model.gate_bias  # Beam's bias per head on the gate: one more add an output element
+    return elementwise("attn/out_gate", 2 * elems, elems, per, saved=elems * ACT_BYTES) + head_gate(model, d)
+
+
+def differential(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
+    """Differential attention's second map (ModelSpec.diff_attention; Ye et al. 2024, "Differential Transformer",
+    arXiv 2410.05258, §2.1; HF DiffLlamaAttention: two attention calls on the same q and k, each over half the value
+    heads repeated, then (o₁ − λ·o₂), an RMSNorm over 2·d without weights and a scale): the core's records once more
+    and the combination, reading both outputs and writing one, 8 FLOPs an element (the norm's 5, the λ multiply-add
+    and the scale); none without it."""
+    if not model.diff_attention:
+        return []
+    out = d.tokens * model.attn_out_dim / d.tp
+    return core_attention(model, plan, d) + elementwise("attn/diff_combine", 2 * out, out, 8.0, saved=out * ACT_BYTES)
+
+
+def head_gate(model: ModelSpec, d: Dims) -> list[OpCost]:
+    """A gate per head (ModelSpec.attn_head_gate; HF BailingHybridAttention: attn_output * sigmoid(g_proj(x)), g_proj
+    H → A; LagunaAttention's softplus(g_proj(x)) likewise): the column-parallel g_proj (A/t columns, its input the
+    QKV projection's, saved by it) and the multiply over the output, A·d_v/t an element (a sigmoid and a multiply as
+    ``output_gate``'s); keeps the gate, A/t a token. With it, MLA's RoPE-key norm (ModelSpec.rope_key_norm, dots3's
+    k_rope_only_layernorm): an RMSNorm over the T × d_R key, whole on every rank as kv_a_proj_with_mqa is."""
+    ops: list[OpCost] = []
+    heads, t = model.num_heads / d.tp, d.tokens
+    if model.attn_head_gate:
+        out = t * model.attn_out_dim / d.tp
+        ops += gemm("attn/head_gate", t, model.hidden_size, heads, d, saved=0.0)
+        ops += elementwise("attn/head_gate_mul", out + t * heads, out, 2.5, saved=t * heads * ACT_BYTES)
+    if model.rope_key_norm:
+        keys = t * model.qk_rope_head_dim
+        ops += elementwise("attn/rope_key_norm", keys, keys, 5.0, saved=keys * ACT_BYTES)
+    return ops
 
 
 def attention_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     ops = norm("attn/norm", model, d)
     ops += tp_enter("attn/tp_in", model, plan, d)
     ops += qkv_ops(model, plan, d)
-    ops += core_attention(model, plan, d)
+    ops += indexer_ops(model, plan, d)  # DeepSeek Sparse Attention's lightning indexer (none without one)
+    ops += core_attention(model, plan, d) + differential(model, plan, d)
     ops += context_exchange(model, plan, d)
     ops += output_gate(model, d)
     ops += gemm("attn/out", d.tokens, model.attn_out_dim / d.tp, model.hidden_size, d)

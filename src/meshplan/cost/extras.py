@@ -39,18 +39,15 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from meshplan.cost.attention import core_attention, head_dims
 from meshplan.cost.blocks import collective, elementwise, gemm, norm
-from meshplan.cost.decode import Shape, decode_attention, forward, prefill_attention, stream
+from meshplan.cost.decode import Shape, forward, stream
 from meshplan.cost.decode import collective as serve_collective
 from meshplan.cost.decode import gemm as serve_gemm
 from meshplan.cost.records import ACT_BYTES, FP32, Dims, OpCost
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import moa_topk
 from meshplan.specs.plan import Plan
-from meshplan.xp import Num, maximum
+from meshplan.xp import Num
 
 
 def sub_norm(name: str, elems: Num, tokens: Num, plan: Plan) -> list[OpCost]:
@@ -62,17 +59,11 @@ def sub_norm(name: str, elems: Num, tokens: Num, plan: Plan) -> list[OpCost]:
 
 
 def attention_extra_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
-    """An attention block's extras: sub-norm, per-head gate, gate bias."""
+    """An attention block's extras: sub-norm, a mixture of attention heads (the per-head output gate, its bias and
+    differential attention are cost/attention.py's: ModelSpec.attn_head_gate, gate_bias, diff_attention)."""
     out = d.tokens * model.attn_out_dim / d.tp
     ops = sub_norm("attn/sub_norm", out, d.tokens, plan) if model.sub_norms else []
-    if model.head_gate:
-        ops += gemm("attn/head_gate", d.tokens, model.hidden_size, model.num_heads / d.tp, d)
-        ops += elementwise("attn/head_gate_mul", out + d.tokens * model.num_heads / d.tp, out, 5.0,
-                           saved=out * ACT_BYTES)
-    if model.gate_bias:
-        ops += elementwise("attn/gate_bias", d.tokens * model.gate_dim / d.tp, d.tokens * model.gate_dim / d.tp, 1.0)
-    ops += moa_ops(model, d) if model.attention_experts else []
-    return ops + (diff_attention_ops(model, plan, d) if model.diff_attention else [])
+    return ops + (moa_ops(model, d) if model.attention_experts else [])
 
 
 def moa_ops(model: ModelSpec, d: Dims) -> list[OpCost]:
@@ -87,19 +78,6 @@ def moa_ops(model: ModelSpec, d: Dims) -> list[OpCost]:
         elementwise("attn/moa_dispatch", rows * (h + kd), rows * (h + kd), 0.0)
         + elementwise("attn/moa_combine", rows * (kd + h), rows * h, 1.0)
         + elementwise("attn/moa_bias", d.tokens * h, d.tokens * h, 1.0))
-
-
-def diff_attention_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
-    """Differential attention's second call and its combination (module docstring)."""
-    shared = ACT_BYTES * d.tokens * (model.num_heads + model.num_kv_heads) / d.tp * head_dims(model)[0]  # Q, K
-    # the first record keeps Q, K and V (core_attention); the second call's keeps its own V copy and the rest
-    second = [replace(op, name=op.name + "/diff", saved=maximum(op.saved - shared, 0.0) if i == 0 else op.saved)
-              for i, op in enumerate(core_attention(model, plan, d))]
-    out = d.tokens * model.attn_out_dim / d.tp
-    return second + (elementwise("attn/diff_concat", 2 * out, 2 * out, 0.0)
-                     + elementwise("attn/diff_combine", 2 * out, out, 1.0)
-                     + elementwise("attn/diff_norm", out, out, 5.0, saved=out * ACT_BYTES)
-                     + elementwise("attn/diff_scale", out, out, 1.0))
 
 
 def ffn_extra_ops(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
@@ -156,24 +134,13 @@ def serve_extra_ops(model: ModelSpec, sh: Shape, kind: str) -> list[OpCost]:
     """The forward records of ``extra_ops`` in an inference iteration of ``sh.rows`` rows (training's records in
     phase ``serve``; the sub-norms' all-reduces of the rows' partial sums)."""
     rows, t = sh.rows, sh.tp
-    out, ffn, gate = rows * model.attn_out_dim / t, rows * model.ffn_hidden_size / t, rows * model.gate_dim / t
+    out, ffn = rows * model.attn_out_dim / t, rows * model.ffn_hidden_size / t
     ops: list[OpCost] = []
     if model.sub_norms:
         widths = [("attn/sub_norm", out)] + ([("mlp/sub_norm", ffn)] if kind == "dense" else [])
         for name, elems in widths:
             ops += [forward(elementwise(name, elems, elems, 5.0)),
                     serve_collective(f"{name}/tp", "all_reduce", rows * FP32, "tp", t)]
-    if model.head_gate:
-        ops += [serve_gemm("attn/head_gate", rows, model.hidden_size, model.num_heads / t, sh.w_bytes, sh.a_bytes),
-                forward(elementwise("attn/head_gate_mul", out + rows * model.num_heads / t, out, 5.0))]
-    if model.gate_bias:
-        ops.append(forward(elementwise("attn/gate_bias", gate, gate, 1.0)))
-    if model.diff_attention and kind != "mlp":
-        calls = prefill_attention(model, sh) + decode_attention(model, sh)
-        ops += [replace(op, name=op.name + "/diff") for op in calls]
-        parts = (("attn/diff_concat", 2 * out, 2 * out, 0.0), ("attn/diff_combine", 2 * out, out, 1.0),
-                 ("attn/diff_norm", out, out, 5.0), ("attn/diff_scale", out, out, 1.0))
-        ops += [forward(elementwise(*part)) for part in parts]
     if model.attention_experts and kind != "mlp":
         e, k, h, kd = model.attention_experts, moa_topk(model), model.hidden_size, model.kv_dim / t
         ops += [serve_gemm("attn/moa_router", rows, h, e, sh.w_bytes, sh.a_bytes),

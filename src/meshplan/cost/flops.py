@@ -14,10 +14,12 @@ from functools import lru_cache
 from typing import cast
 
 from meshplan.cost.attention import head_dims
+from meshplan.cost.dsa import indexer_flops_per_token
 from meshplan.cost.layers import layer_kinds
 from meshplan.cost.params import layers_on_first
 from meshplan.cost.recompute import rerun_by
 from meshplan.cost.records import token_rows
+from meshplan.specs.mixer_params import attention_spec
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import head_vocab
 from meshplan.specs.plan import Plan
@@ -37,26 +39,41 @@ def matmul_params(model: ModelSpec) -> int:
 def attention_flops_per_token(model: ModelSpec) -> float:
     """Forward FLOPs of Q·Kᵀ and A·V per token over all attention layers, no causal savings: 2·s·A·(d_qk + d_v)·L
     (a hybrid: its attention blocks), plus a hybrid's SSD scans (``ssd_flops_per_token``)."""
-    return attention_layer_flops(model) * model.num_attention_layers + ssd_flops_per_token(model)
+    return attention_blocks_flops(model) + ssd_flops_per_token(model)
+
+
+def attention_blocks_flops(model: ModelSpec) -> float:
+    """``attention_layer_flops`` over the attention layers; beside windowed "W" blocks, each "*" block's full
+    attention and each "W" block's windowed one (mixer_params.attention_spec)."""
+    if "W" not in model.layer_pattern:
+        return attention_layer_flops(model) * model.num_attention_layers
+    return sum(model.layer_pattern.count(c) * attention_layer_flops(attention_spec(model, kind))
+               for c, kind in (("*", "attention"), ("W", "window")))
 
 
 def attention_layer_flops(model: ModelSpec) -> float:
     """Forward FLOPs per token of one attention layer's Q·Kᵀ and A·V, no causal savings: 2·s·A·(d_qk + d_v), the
     keys s a query may see; a sliding window lets it see w = min(sliding_window, s) of them, so the windowed share
-    f of the layers counts 2·w·A·(d_qk + d_v) (the average layer: 2·((1 − f)·s + f·w)·A·(d_qk + d_v))."""
+    f of the layers counts 2·w·A·(d_qk + d_v) (the average layer: 2·((1 − f)·s + f·w)·A·(d_qk + d_v)). DeepSeek
+    Sparse Attention: a query sees its min(k, s) selected keys (its indexer: ``model_flops_per_token``)."""
     d_qk, d_v = head_dims(model)
     f = model.window_share
     keys = (1 - f) * model.seq_length + f * min(model.sliding_window, model.seq_length)
-    calls = 2 if model.diff_attention else 1  # differential attention's two calls (cost/extras.py)
-    return 2.0 * keys * model.num_heads * (d_qk + d_v) * calls
+    if model.index_topk:
+        keys = min(model.index_topk, model.seq_length)
+    return 2.0 * keys * model.num_heads * (d_qk + d_v) * (2 if model.diff_attention else 1)  # DiffLlama: two maps
 
 
 def ssd_flops_per_token(model: ModelSpec) -> float:
     """Forward FLOPs per token of the Mamba-2 SSD scans of the model's Mamba blocks (``ssd_block_flops``) and of the
-    Gated DeltaNet blocks' chunked scans (``gdn_block_flops``) and the Mamba-1 blocks' selective scans."""
+    Gated DeltaNet and Kimi Delta Attention blocks' chunked scans (``gdn_block_flops``), the Mamba-1 blocks'
+    selective scans and the lightning-attention blocks' 4·A·d·(B + d) (lightning.lightning_scan_ops')."""
     mamba1 = (9.0 * model.mamba_state + 2.0) * model.ssm_inner  # mamba1.selective_scan's, per token
-    return (model.layer_pattern.count("M") * ssd_block_flops(model) + model.layer_pattern.count("G")
-            * gdn_block_flops(model) + model.layer_pattern.count("S") * mamba1)
+    lightning = 4.0 * model.num_heads * model.head_dim * (model.lightning_block + model.head_dim)  # lightning.py's
+    pattern = model.layer_pattern
+    mamba2 = pattern.count("M") + pattern.count("P")  # "P": Falcon-H1's Mamba-2 beside its attention
+    return (mamba2 * ssd_block_flops(model) + (pattern.count("G") + pattern.count("K"))
+            * gdn_block_flops(model) + pattern.count("S") * mamba1 + pattern.count("L") * lightning)
 
 
 def gdn_block_flops(model: ModelSpec) -> float:
@@ -75,8 +92,10 @@ def ssd_block_flops(model: ModelSpec) -> float:
 
 def model_flops_per_token(model: ModelSpec) -> float:
     """Training (forward + backward) model FLOPs per token: 6·N + 3 · attention forward (PaLM App. B), plus the
-    multi-token-prediction depths' (``mtp_flops_per_token``)."""
-    return 6.0 * matmul_params(model) + 3.0 * attention_flops_per_token(model) + mtp_flops_per_token(model)
+    multi-token-prediction depths' (``mtp_flops_per_token``) and DeepSeek Sparse Attention's indexers' scores, one
+    in each attention layer (dsa.indexer_flops_per_token: forward and backward as they run)."""
+    indexers = model.num_attention_layers * indexer_flops_per_token(model)
+    return 6.0 * matmul_params(model) + 3.0 * attention_flops_per_token(model) + mtp_flops_per_token(model) + indexers
 
 
 def mtp_flops_per_token(model: ModelSpec) -> float:
@@ -124,8 +143,8 @@ def recompute_flops_per_token(model: ModelSpec, plan: Plan, stack: Stack = DEFAU
         modules = plan.recompute_modules
         attention = 0.0
         if "core_attn" in modules:
-            blocks = model.num_attention_layers + model.mtp_layers * _mtp_attention_blocks(model)
-            attention = blocks * attention_layer_flops(model)
+            mtp = model.mtp_layers * _mtp_attention_blocks(model) * attention_layer_flops(model)
+            attention = attention_blocks_flops(model) + mtp
         others = tuple(m for m in modules if m != "core_attn")
         return attention + (module_flops_per_token(model, plan, stack, others) if others else 0.0)
     return 0.0

@@ -42,6 +42,9 @@ def mamba1_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     ops += elementwise("mamba1/conv1d", tokens * d_i, tokens * d_i, 2.0 * model.mamba_conv + 4.0,
                        saved=tokens * 2 * d_i * a)
     ops += gemm("mamba1/x_proj", tokens, d_i, r + 2 * n, d, saved=tokens * d_i * a)
+    if model.ssm_norms:  # Jamba's RMSNorms over Δ, B and C before dt_proj and the scan (5 FLOPs an element)
+        ops += elementwise("mamba1/dt_bc_norm", tokens * (r + 2 * n), tokens * (r + 2 * n), 5.0,
+                           saved=tokens * (r + 2 * n) * a)
     ops += gemm("mamba1/dt_proj", tokens, r, d_i, d, saved=tokens * (r + 2 * n) * a)
     ops += elementwise("mamba1/dt_softplus", tokens * d_i, tokens * d_i, 5.0, saved=tokens * d_i * a)
     ops += selective_scan(model, d)

@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from meshplan.specs.mixer_params import attention_spec
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import edge_layer_params, head_vocab, kept_extra_params
 from meshplan.specs.plan import Plan
@@ -118,10 +119,12 @@ def mla_down_params(model: ModelSpec) -> int:
     ``backend.linear()`` (megatron/core/models/gpt/gpt_layer_specs.py), a TELinear that
     megatron/core/transformer/multi_latent_attention.py (MLASelfAttention.__init__) builds with
     parallel_mode="duplicated"; vLLM's vllm/model_executor/models/deepseek_v2.py (DeepseekV2MLAAttention) makes
-    q_a_proj and kv_a_proj_with_mqa ReplicatedLinear (fused_qkv_a_proj: disable_tp) and SGLang likewise."""
+    q_a_proj and kv_a_proj_with_mqa ReplicatedLinear (fused_qkv_a_proj: disable_tp) and SGLang likewise. DeepSeek
+    Sparse Attention's indexer (``ModelSpec.indexer_params``) is whole on every rank too (cost/dsa.py)."""
     if not model.is_mla:
         return 0
-    return model.hidden_size * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
+    down = model.hidden_size * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
+    return down + model.indexer_params()  # DSA's indexer: Megatron-Core DSAIndexer's linears are "duplicated"
 
 
 def kept_params(model: ModelSpec, kind: str) -> int:
@@ -130,9 +133,10 @@ def kept_params(model: ModelSpec, kind: str) -> int:
     RMSNorm is not split), MLA's latent norms (q_a_layernorm, kv_a_layernorm: over the replicated latents) and a MoE
     layer's router with its bias (Megatron-Core TopKRouter's weight is a plain E×H parameter; vLLM's gate a
     ReplicatedLinear)."""
-    norms = 2 if kind == "dense" or (kind == "moe" and not model.is_hybrid) else 1
+    norms = 2 if kind == "dense" or (kind == "moe" and not model.is_hybrid) else model.block_norms
     kept = norms * model.norm_params(model.hidden_size)
-    if model.is_mla and kind in ("dense", "moe", "attention") and not (kind == "moe" and model.is_hybrid):
+    if model.is_mla and kind in ("dense", "moe", "attention", "window", "parallel") and not (
+            kind == "moe" and model.is_hybrid):
         kept += model.q_lora_rank + model.kv_lora_rank
     if kind == "moe":
         kept += model.hidden_size * model.num_experts + (model.num_experts if model.router_bias else 0)
@@ -150,12 +154,12 @@ def layer_weights(model: ModelSpec, kind: str, tp: Num, expert_ways: Num, kv_hea
     num_kv_head_replicas = t / K; Megatron-Core refuses t > K, attention.py divide(num_query_groups, tp)): the key
     and value projections then hold kv_heads / K of theirs on the rank instead of 1/t."""
     experts = model.num_experts * model.expert_params() if kind == "moe" else 0
-    has_attention = kind in ("dense", "attention") or (kind == "moe" and not model.is_hybrid)
-    whole = mla_down_params(model) if has_attention else 0
+    has_attention = kind in ("dense", "attention", "window", "parallel") or (kind == "moe" and not model.is_hybrid)
+    whole = mla_down_params(attention_spec(model, kind)) if has_attention else 0  # a "W" block: no DSA indexer
     kept = kept_params(model, kind)
     split = (model.block_params(kind) - experts - whole - kept) / tp
     if kv_heads is not None and has_attention and not model.is_mla:
-        kv = 2 * model.kv_dim * (model.hidden_size + model.qkv_bias)  # the K and V projections and their biases
+        kv = (model.kv_dim + model.v_dim) * (model.hidden_size + model.qkv_bias)  # the K and V projections, biases
         split = split + kv * (kv_heads / model.num_kv_heads - 1 / tp)
     return LayerWeights(split=split, whole=whole + 0 * tp, kept=kept + 0 * tp,
                         expert=experts / expert_ways if experts else 0.0 * expert_ways)
@@ -208,7 +212,7 @@ def qkv_linears(model: ModelSpec) -> list[tuple[int, int]]:
     MLA's q_down / q_up (or a single q) and kv_down / kv_up (DeepSeek-V2 §2.1)."""
     h = model.hidden_size
     if not model.is_mla:
-        return [(h, model.q_dim + model.gate_dim + 2 * model.kv_dim)]
+        return [(h, model.q_dim + model.gate_dim + model.kv_dim + model.v_dim)]
     heads = model.num_heads
     q_out = heads * (model.qk_nope_head_dim + model.qk_rope_head_dim)
     q = [(h, model.q_lora_rank), (model.q_lora_rank, q_out)] if model.q_lora_rank else [(h, q_out)]

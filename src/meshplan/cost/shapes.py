@@ -26,8 +26,8 @@ def qkv_shapes(model: ModelSpec, tp: Num, kv_heads: Num | None = None) -> list[t
     if not model.is_mla:
         qg = model.q_dim + model.gate_dim
         if kv_heads is None:
-            return [("attn/qkv", h, (qg + 2 * model.kv_dim) / tp)]
-        return [("attn/qkv", h, qg / tp + 2 * kv_heads * model.head_dim)]
+            return [("attn/qkv", h, (qg + model.kv_dim + model.v_dim) / tp)]
+        return [("attn/qkv", h, qg / tp + kv_heads * (model.head_dim + (model.v_head_dim or model.head_dim)))]
     q_out = model.num_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim) / tp
     q: list[tuple[str, Num, Num]] = [("attn/q", h, q_out)]
     if model.q_lora_rank:

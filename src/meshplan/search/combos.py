@@ -153,16 +153,21 @@ def _grids(n: int, space: Space) -> Iterator[tuple[int, int, int, int, str]]:
 def _tensor_reason(model: ModelSpec, tp: int) -> tuple[str, str] | None:
     if model.num_heads % tp:
         return "tp does not divide num_heads", f"tp={tp} does not divide num_heads={model.num_heads}"
-    if not model.is_mla and model.num_kv_heads % tp and tp % model.num_kv_heads:
-        return "tp and num_kv_heads do not divide", f"tp={tp}, num_kv_heads={model.num_kv_heads}"
+    for kv in (model.num_kv_heads, model.window_kv_heads or model.num_kv_heads):
+        if not model.is_mla and kv % tp and tp % kv:
+            return "tp and num_kv_heads do not divide", f"tp={tp}, num_kv_heads={kv}"
     if model.ffn_hidden_size % tp:
         return "tp does not divide ffn_hidden_size", f"tp={tp} does not divide ffn={model.ffn_hidden_size}"
-    if "M" in model.layer_pattern and (model.mamba_heads % tp or model.mamba_groups % tp):
+    if any(c in model.layer_pattern for c in "MP") and (model.mamba_heads % tp or model.mamba_groups % tp):
         return ("tp does not divide the Mamba heads and groups",
                 f"tp={tp}, mamba_heads={model.mamba_heads}, mamba_groups={model.mamba_groups}")
     if "S" in model.layer_pattern and tp > 1:
         return "Mamba-1 blocks on one tp rank only", f"tp={tp} with {model.name}'s Mamba-1 blocks"
-    if "G" in model.layer_pattern and (model.gdn_key_heads % tp or model.gdn_value_heads % tp):
+    if "R" in model.layer_pattern and model.lru_heads % tp:
+        return "tp does not divide the RG-LRU gate blocks", f"tp={tp}, lru_heads={model.lru_heads}"
+    if "L" in model.layer_pattern and model.num_heads % tp:
+        return "tp does not divide the lightning-attention heads", f"tp={tp}, num_heads={model.num_heads}"
+    if any(c in model.layer_pattern for c in "GK") and (model.gdn_key_heads % tp or model.gdn_value_heads % tp):
         return ("tp does not divide the Gated DeltaNet heads",
                 f"tp={tp}, gdn_key_heads={model.gdn_key_heads}, gdn_value_heads={model.gdn_value_heads}")
     return None
@@ -179,7 +184,11 @@ def _tp2d_reason(model: ModelSpec, tp: int, tp2: int) -> tuple[str, str] | None:
 
 
 def _layout_reason(model: ModelSpec, layout: str, tp2: int, cp: int) -> tuple[str, str] | None:
-    if model.is_hybrid and any(c in model.layer_pattern for c in "MGS") and cp > 1:
+    if model.index_topk and (cp > 1 or layout != "1d"):
+        return "DeepSeek Sparse Attention: cp=1, 1d only", f"cp={cp}, layout={layout}"
+    if model.diff_attention and layout != "1d":
+        return "differential attention: 1d only", f"layout={layout}"
+    if model.is_hybrid and any(c in model.layer_pattern for c in "MGSKLPR") and cp > 1:
         return "cp of Mamba layers not modelled", f"cp={cp} with {model.name}'s Mamba blocks"
     if layout == "1d":
         return None

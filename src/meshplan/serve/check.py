@@ -34,6 +34,10 @@ def servable(model: ModelSpec) -> None:
         raise SpecError(f"model {model.name}: a non-causal (encoder) model has no tokens to decode (causal = false)")
     if model.is_hybrid:
         raise SpecError(f"model {model.name}: hybrid (Mamba) layers are not modelled for serving (layer_pattern)")
+    if model.diff_attention:
+        raise SpecError(f"model {model.name}: differential attention (diff_attention) is not modelled for serving")
+    if model.index_topk:
+        raise SpecError(f"model {model.name}: DeepSeek Sparse Attention (index_topk) is not modelled for serving")
     if model.moe_latent_size:
         raise SpecError(f"model {model.name}: latent MoE (moe_latent_size) is not modelled for serving")
 

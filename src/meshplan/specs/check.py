@@ -61,6 +61,11 @@ def check(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack = 
     reasons += _check_pipeline(model, plan)
     reasons += _check_experts(model, plan) + _check_ep_overlap(model, plan, stack)
     reasons += _check_hybrid(model, plan, stack)
+    if model.index_topk and (plan.cp > 1 or plan.tensor_layout != "1d"):
+        reasons.append(f"cp={plan.cp}, tensor_layout={plan.tensor_layout!r}: DeepSeek Sparse Attention (index_topk) "
+                       "is costed with cp=1 and the 1d layout only")
+    if model.diff_attention and plan.tensor_layout != "1d":
+        reasons.append(f"tensor_layout={plan.tensor_layout!r}: differential attention is costed in the 1d layout only")
     reasons += _check_options(model, cluster, plan, stack)
     return reasons
 
@@ -90,7 +95,7 @@ def _check_hybrid(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
     if not model.is_hybrid:
         return []
     reasons = []
-    if "M" in model.layer_pattern:
+    if "M" in model.layer_pattern or "P" in model.layer_pattern:
         for name in ("mamba_heads", "mamba_groups"):
             if getattr(model, name) % plan.tp:
                 reasons.append(f"tp={plan.tp} does not divide {name}={getattr(model, name)}")
@@ -99,12 +104,22 @@ def _check_hybrid(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
     if "S" in model.layer_pattern and (plan.tp > 1 or plan.cp > 1):
         reasons.append(f"tp={plan.tp}, cp={plan.cp}: Mamba-1 blocks are costed on one tensor- and context-parallel "
                        "rank only (their x_proj reads every channel)")
-    if "G" in model.layer_pattern:
+    kv = model.window_kv_heads
+    if kv and plan.tp > 1 and kv % plan.tp and plan.tp % kv:
+        reasons.append(f"tp={plan.tp} and window_kv_heads={kv}: neither divides the other")
+    if "R" in model.layer_pattern and (model.lru_heads % plan.tp or plan.cp > 1):
+        reasons.append(f"tp={plan.tp}, cp={plan.cp}: RG-LRU blocks split by their lru_heads={model.lru_heads} gate "
+                       "blocks over tp, and not over cp")
+    if "L" in model.layer_pattern and plan.cp > 1:
+        reasons.append(f"cp={plan.cp}: context parallelism of lightning-attention layers is not modelled "
+                       f"({model.name})")
+    if any(c in model.layer_pattern for c in "GK"):
         for name in ("gdn_key_heads", "gdn_value_heads"):
             if getattr(model, name) % plan.tp:
                 reasons.append(f"tp={plan.tp} does not divide {name}={getattr(model, name)}")
         if plan.cp > 1:
-            reasons.append(f"cp={plan.cp}: context parallelism of Gated DeltaNet layers is not modelled ({model.name})")
+            reasons.append(f"cp={plan.cp}: context parallelism of Gated DeltaNet (and KDA) layers is not modelled "
+                           f"({model.name})")
     for name, value, plain in (("fusion", stack.fusion, "fused"), ("tensor_layout", plan.tensor_layout, "1d"),
                                ("finetune", plan.finetune, "full")):
         if value != plain:
@@ -143,7 +158,7 @@ def ring_window_reason(model: ModelSpec, cp: int, cp_comm: str) -> str:
     """Ring context parallelism cannot run sliding-window attention: Transformer Engine's attention_with_cp asserts
     "The context parallel running configs cannot support sliding window attention!" unless cp_comm_type is a2a or
     all_gather (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py)."""
-    if cp > 1 and cp_comm == "ring" and model.window_share:
+    if cp > 1 and cp_comm == "ring" and (model.window_share or "W" in model.layer_pattern):
         return (f"cp={cp} with cp_comm='ring' cannot run sliding-window attention (sliding_window="
                 f"{model.sliding_window}): Transformer Engine takes a window only with cp_comm='allgather' "
                 "(--cp-comm allgather)")

@@ -4,14 +4,13 @@ and its shape, as transformers 5.24's modeling files build it:
 
     act_params     ``<mlp>.act_fn.alpha_p`` / ``alpha_n``, one value each, of an XIELUActivation (Apertus)
     sub_norms      ``<attention>.attn_sub_norm`` (A·d wide) and ``<mlp>.ffn_sub_norm`` (F wide) (BitNet)
-    head_gate      ``<attention>.g_proj`` of shape (A, H): one gate per head (Laguna)
-    gate_bias      ``<attention>.gate_bias`` of A values beside a gate_proj output gate (Beam)
     moe_post_norm  ``<moe>.post_mlp_layernorm`` over H (A.X-K1)
     last_out_bias  ``<attention>.dense_bias`` over H beside its ``dense`` output projection (GPT-NeoX-Japanese builds
                    it in the last layer only; in any other layer the per-layer check refuses it)
     first_norm_skipped  layer 0 holding one norm fewer than every other layer (ModernBERT-decoder)
-    diff_attention ``<attention>.lambda_q1`` / ``lambda_k1`` / ``lambda_q2`` / ``lambda_k2``, d values each, of a
-                   differential attention (DiffLlama's two-call form)
+
+(Laguna's per-head gate, Beam's gate bias and DiffLlama's λ vectors are read with the attention block itself,
+hf_modules.py: ModelSpec's attn_head_gate, gate_bias and diff_attention.)
 
 What is recognised is taken out of ``unclaimed`` and becomes a ModelSpec field; the spec then counts the structure in
 every layer of its kind, and the meta-device check (hf_verify.py) refuses a model that has it in only some of them.
@@ -22,8 +21,6 @@ from __future__ import annotations
 from typing import Any
 
 from meshplan.specs.hf_modules import LayerBlocks
-
-LAMBDAS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
 
 
 def claim_extras(modules: list[Any], layers: list[LayerBlocks], hidden: int, cfg: Any) -> dict[str, Any]:
@@ -76,14 +73,8 @@ def _extra(layer: Any, weights: dict[str, Any], name: str, hidden: int, heads: i
         return "act_params"
     if leaf == "weight" and parent in ("attn_sub_norm", "ffn_sub_norm") and "norm" in cls.lower():
         return "sub_norms"
-    if leaf == "weight" and parent == "g_proj" and shape == (heads, hidden):
-        return "head_gate"
-    if leaf in LAMBDAS and len(shape) == 1 and "Diff" in cls and all(hasattr(owner, n) for n in LAMBDAS):
-        return "diff_attention"
     if leaf == "dense_bias" and shape == (hidden,) and hasattr(owner, "dense"):
         return "last_out_bias"
-    if leaf == "gate_bias" and shape == (heads,) and hasattr(owner, "gate_proj"):
-        return "gate_bias"
     if leaf == "weight" and parent == "post_mlp_layernorm" and shape == (hidden,) and hasattr(
             layer.get_submodule(path.rpartition(".")[0]), "experts"):
         return "moe_post_norm"

@@ -4,7 +4,8 @@ for any decoder-only model_type without a hand-written family (hf_families.py).
 Each decoder layer is split into blocks (hf_modules.py). When every layer is attention (or MLA) + MLP / MoE with the
 same norms, the spec is a standard one (``layer_norms`` norms per layer; MoE layers after ``first_k_dense_layers``,
 every ``moe_layer_freq``-th); otherwise it is a hybrid (``layer_pattern``: one letter per block, "*" attention,
-"M" Mamba-2, "G" Gated DeltaNet, "-" MLP, "E" MoE, each block with one norm), so that Jamba-style interleavings
+"M" Mamba-2, "G" Gated DeltaNet, "-" MLP, "E" MoE, each block with one norm; "S", "K", "L", "W", "P": the
+other letters of model_checks.BLOCK_KINDS), so that Jamba-style interleavings
 and irregular MoE layouts keep their per-layer kinds. Sizes come from the weight shapes (H and V from the
 embedding, head_dim from q_proj and the head count, K from k_proj, F from the down projection, E from the expert
 tensors); what shapes do not say comes from the config (heads, top-k, MLA ranks, Mamba groups and state, Gated
@@ -21,13 +22,18 @@ from typing import Any
 
 from meshplan.errors import SpecError
 from meshplan.specs.hf_extras import claim_extras
+from meshplan.specs.hf_linear import linear_fields
 from meshplan.specs.hf_meta import MetaModel
 from meshplan.specs.hf_modules import LayerBlocks, read_layer
 from meshplan.specs.hf_outside import outside_fields, text_config
 from meshplan.specs.hf_sizes import attention_fields, deltanet_fields, mamba_fields, moe_fields
+from meshplan.specs.hf_window import split_windowed, window_fields
 
-LETTERS = {"attention": "*", "mla": "*", "mamba": "M", "mamba1": "S", "deltanet": "G", "mlp": "-", "moe": "E"}
-MIXERS, FFNS = ("attention", "mla", "mamba", "mamba1", "deltanet"), ("mlp", "moe")
+LETTERS = {"attention": "*", "mla": "*", "window": "W", "parallel": "P", "mamba": "M", "mamba1": "S", "deltanet": "G",
+           "kda": "K", "lightning": "L", "rglru": "R", "mlp": "-", "moe": "E"}
+MIXERS = ("attention", "mla", "window", "parallel", "mamba", "mamba1", "deltanet", "kda", "lightning", "rglru")
+FFNS = ("mlp", "moe")
+BLOCK_NAMES = MIXERS + FFNS
 
 
 def cfg_get(cfg: Any, *names: str, default: Any = None) -> Any:
@@ -49,12 +55,22 @@ def read_generic(meta: MetaModel, where: str) -> tuple[dict[str, Any], tuple[int
     modules = list(model.get_submodule(meta.layer_path))
     layers = [read_layer(layer, hidden) for layer in modules]
     extras = claim_extras(modules, layers, hidden, cfg)
+    split_windowed(layers, cfg)  # windowed layers of their own attention shape: "W" blocks (hf_window.py)
+    for layer in layers:  # attention and Mamba-2 side by side (Falcon-H1): one "P" block where the first stood
+        if {"attention", "mamba"} <= set(layer.blocks):
+            layer.blocks = ["parallel" if b == "attention" else b for b in layer.blocks if b != "mamba"]
     for i, layer in enumerate(layers):
         if layer.unclaimed:
             shown = ", ".join(layer.unclaimed[:3]) + (" …" if len(layer.unclaimed) > 3 else "")
             raise SpecError(f"{where}: layer {i} holds weights meshplan does not model: {shown}")
         _check_blocks(layer, i, where)
-    fields = dict(outside) | _common(meta, layers, where) | extras
+    try:
+        fields = dict(outside) | _common(meta, layers, where) | extras
+    except RuntimeError as exc:  # transformers' heterogeneous configs: a key that varies per layer has no global
+        if type(exc).__name__ != "AmbiguousGlobalPerLayerAttributeError":
+            raise
+        raise SpecError(f"{where}: {str(exc).split(' and may')[0]} (per_layer_config) that meshplan reads as one "
+                        "value, refused") from None
     final = fields.pop("final_norm_weights")
     if final is not None and final != fields.get("norm_weights", True):
         raise SpecError(f"{where}: the final norm {'has' if final else 'has no'} weights and the layers' norms "
@@ -68,10 +84,12 @@ def read_generic(meta: MetaModel, where: str) -> tuple[dict[str, Any], tuple[int
             fields.update(first_k_dense_layers=moe[0], moe_layer_freq=moe[1] - moe[0] if len(moe) > 1 else 1)
         fields["mtp_layers"] = int(cfg_get(cfg, "num_nextn_predict_layers", "mtp_num_layers", default=0) or 0)
     else:
+        per_block = 2 if len(layers[0].norms) == 2 * len(layers[0].blocks) else 1  # post-norms too (Gemma 4)
         for i, layer in enumerate(layers):
-            if len(layer.norms) != len(layer.blocks):
+            if len(layer.norms) != per_block * len(layer.blocks):
                 raise SpecError(f"{where}: layer {i} has {len(layer.norms)} norms for its {len(layer.blocks)} blocks "
                                 f"({', '.join(layer.blocks)}); meshplan's hybrid layers have one norm per block")
+        fields["block_norms"] = per_block
         fields["layer_pattern"] = "".join(LETTERS[b] for layer in layers for b in layer.blocks)
         fields["num_layers"] = len(fields["layer_pattern"])
         groups = tuple(len(layer.blocks) for layer in layers)
@@ -113,7 +131,7 @@ def _common(meta: MetaModel, layers: list[LayerBlocks], where: str) -> dict[str,
     """The fields every layer must agree on: attention, MLP, MoE, Mamba sizes and the norms."""
     cfg = text_config(meta.config)
     fields: dict[str, Any] = {}
-    for kind in ("attention", "mla", "mlp", "moe", "mamba", "mamba1", "deltanet"):
+    for kind in BLOCK_NAMES:
         seen = [(i, layer.sizes[kind]) for i, layer in enumerate(layers) if kind in layer.sizes]
         if not seen:
             continue
@@ -122,15 +140,17 @@ def _common(meta: MetaModel, layers: list[LayerBlocks], where: str) -> dict[str,
             if sizes != first:
                 raise SpecError(f"{where}: layers {seen[0][0]} and {i} have {kind} blocks of different shapes "
                                 f"({_diff(first, sizes)}); meshplan's layers of a kind are alike")
-    sizes = {kind: next((layer.sizes[kind] for layer in layers if kind in layer.sizes), None)
-             for kind in ("attention", "mla", "mlp", "moe", "mamba", "mamba1", "deltanet")}
+    sizes = {kind: next((layer.sizes[kind] for layer in layers if kind in layer.sizes), None) for kind in BLOCK_NAMES}
     fields.update(attention_fields(cfg, sizes, fields_hidden(meta), where))
     fields.update(moe_fields(cfg, sizes, where))
     fields.update(mamba_fields(cfg, sizes["mamba"], where))
     fields.update(deltanet_fields(cfg, sizes["deltanet"], where))
+    fields.update(linear_fields(cfg, sizes, fields, where))  # Kimi Delta Attention, lightning attention
+    fields.update(window_fields(sizes, fields, where))  # windowed "W" blocks of their own shape
     if sizes["mamba1"]:  # Mamba-1 (hf_modules._mamba1 checked its shapes)
         m1 = sizes["mamba1"]
-        fields.update(ssm_inner=m1["inner"], mamba_state=m1["state"], ssm_dt_rank=m1["rank"], mamba_conv=m1["kernel"])
+        fields.update(ssm_inner=m1["inner"], mamba_state=m1["state"], ssm_dt_rank=m1["rank"], mamba_conv=m1["kernel"],
+                      ssm_norms=m1["norms"])
     fields.update(_norms(layers, where))
     return fields
 
@@ -164,10 +184,15 @@ def _window(cfg: Any, fields: dict[str, Any], layers: list[LayerBlocks]) -> dict
     """Sliding-window attention: ``sliding_window`` and the "sliding_attention" entries of ``layer_types``."""
     window = cfg_get(cfg, "sliding_window")
     types = cfg_get(cfg, "layer_types")
+    local = cfg_get(cfg, "attention_window_size")  # RecurrentGemma: every attention layer local (Griffin §2.3)
+    if window is None and types is None and isinstance(local, int) and local > 0:
+        return {"sliding_window": local, "window_layers": 0}
     if not isinstance(window, int) or window <= 0 or not isinstance(types, list):
         return {}
     count = sum(t == "sliding_attention" for t in types)
     attention = sum(b in ("attention", "mla") for layer in layers for b in layer.blocks)
     if not count:
         return {}
+    if any("window" in layer.blocks for layer in layers):  # "W" blocks: every one windowed, the "*" ones full
+        return {"sliding_window": window, "window_layers": 0}
     return {"sliding_window": window, "window_layers": 0 if count >= attention else count}

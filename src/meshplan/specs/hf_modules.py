@@ -6,8 +6,11 @@ A layer is split into blocks by the modules that hold them (the names used acros
     attention   a module with q/k/v/out projections (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``; GPT-2's
                 ``c_attn`` / ``c_proj`` Conv1D; fused ``qkv_proj``, ``query_key_value``, ``Wqkv``), per-head or
                 whole-width q/k norms (``q_norm``), attention sinks (GPT-OSS ``sinks``), an output gate (a
-                q_proj twice o_proj's input, Qwen3-Next; a ``gate_proj`` H → A·d, AFMoE)
-    MLA         ``kv_a_proj_with_mqa`` / ``kv_b_proj`` (DeepSeek-V2/V3 §2.1): sizes from the config
+                q_proj twice o_proj's input, Qwen3-Next; a ``gate_proj`` H → A·d, AFMoE), a per-head gate
+                (Laguna's ``g_proj`` H → A), differential attention's λ vectors (DiffLlama ``lambda_q1`` …)
+    MLA         ``kv_a_proj_with_mqa`` / ``kv_b_proj`` (DeepSeek-V2/V3 §2.1): sizes from the config; DeepSeek
+                Sparse Attention's ``indexer`` (hf_indexer.py), a per-head ``g_proj``, a RoPE-key norm
+    KDA, …      Kimi Delta Attention, lightning attention, RG-LRU (hf_linear.py)
     Mamba-2     a module with ``A_log`` (one per head), ``D``, ``dt_bias``, ``in_proj``, ``conv1d``, ``norm``,
                 ``out_proj`` (Dao & Gu 2024; models/mamba2/modeling_mamba2.py)
     GDN         Gated DeltaNet: ``A_log``, ``dt_bias``, ``in_proj_*`` projections, ``conv1d``, ``norm``,
@@ -18,8 +21,7 @@ A layer is split into blocks by the modules that hold them (the names used acros
                 ``c_fc`` / ``c_proj``; ``dense_h_to_4h`` / ``dense_4h_to_h``; fused ``gate_up_proj``)
     norms       H-wide norm modules of the layer itself (pre-norms, post-norms)
 
-Anything else in the layer is ``unclaimed``: a structure meshplan does not model, which the reader refuses naming
-it (a linear-attention mixer, cross-attention, a Mamba-1 mixer).
+Anything else is ``unclaimed``: a structure meshplan does not model, which the reader refuses naming it (RWKV, xLSTM).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from meshplan.specs.hf_indexer import read_indexer
+from meshplan.specs.hf_linear import linear_kind, read_kda, read_lightning, read_rglru
 from meshplan.specs.hf_moa import is_fused_moe, is_moa, read_fused_moe, read_moa
 
 Q, K, V = ("q_proj", "query", "wq", "project_q", "Wq"), ("k_proj", "key", "wk", "project_k", "Wk"), \
@@ -73,6 +77,8 @@ def children(module: Any) -> dict[str, Any]:
 def kind_of(module: Any) -> str | None:
     """The block a module is, by its children and own parameters (the module docstring's table), else None."""
     kids, own = children(module), dict(module.named_parameters(recurse=False))
+    if (linear_kind_ := linear_kind(module)) is not None:  # Kimi Delta Attention, lightning attention (hf_linear.py)
+        return linear_kind_
     if "A_log" in own:
         if own["A_log"].dim() == 2 and "x_proj" in kids:  # Mamba-1: A of shape (D_i, N)
             return "mamba1"
@@ -193,7 +199,21 @@ def _attention(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
     if gate is not None and out and linear(gate) == (out[1][1], hidden, False):
         used.add("gate_proj")
         sizes["gate"] = True
+    head_gate = linear(kids["g_proj"]) if "g_proj" in kids else None  # Laguna's: H → A·d, or H → A (per head)
+    if head_gate is not None and out and head_gate[1:] == (hidden, False) and "gate" not in sizes:
+        used.add("g_proj")
+        if head_gate[0] == out[1][1]:
+            sizes["gate"] = True
+        else:
+            sizes["head_gate"] = head_gate[0]
     own = dict(module.named_parameters(recurse=False))
+    if sizes.get("gate") and "gate_bias" in own:  # a bias per head on the output gate (Beam)
+        used.add("gate_bias")
+        sizes["gate_bias"] = int(own["gate_bias"].numel())
+    lambdas = {f"lambda_{x}" for x in ("q1", "k1", "q2", "k2")}  # differential attention's (DiffLlama)
+    if lambdas <= set(own) and len({own[n].numel() for n in lambdas}) == 1:
+        used |= lambdas
+        sizes["diff"] = int(own["lambda_q1"].numel())
     if "sinks" in own:
         used.add("sinks")
         sizes["sinks"] = int(own["sinks"].numel())
@@ -210,7 +230,18 @@ def _mla(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
     known = {"q_a_proj", "q_a_layernorm", "q_b_proj", "q_proj", "kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj",
              "o_proj"}
     biased = [n for n, m in children(module).items() if getattr(m, "bias", None) is not None and "norm" not in n]
-    return {"biased": biased}, _rest(module, known)
+    sizes: dict[str, Any] = {"biased": biased}
+    kids = children(module)
+    gate, rope_norm = kids.get("g_proj"), kids.get("k_rope_only_layernorm")  # Bailing-hybrid's, dots3's
+    if gate is not None and linear(gate) == (getattr(module, "num_heads", -1), hidden, False):
+        sizes["head_gate"], known = True, known | {"g_proj"}
+    if rope_norm is not None:
+        sizes["rope_norm"], known = _width(rope_norm), known | {"k_rope_only_layernorm"}
+    indexer = children(module).get("indexer")
+    if indexer is not None:  # DeepSeek Sparse Attention's lightning indexer (hf_indexer.py)
+        sizes["indexer"], bad = read_indexer(indexer, hidden)
+        return sizes, _rest(module, known | {"indexer"}) + [f"indexer.{b}" for b in bad]
+    return sizes, _rest(module, known)
 
 
 def _mlp(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
@@ -286,10 +317,14 @@ def _mamba1(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
     rank = shapes["dt_proj"][1]
     known = {"A_log", "D", "conv1d.weight", "conv1d.bias", "in_proj.weight", "x_proj.weight", "dt_proj.weight",
              "dt_proj.bias", "out_proj.weight"}
+    norms = {f"{x}_layernorm": w for x, w in (("dt", rank), ("b", n), ("c", n))}  # Jamba's, over Δ, B and C
+    if all(k in kids and _width(kids[k]) == w for k, w in norms.items()):
+        known |= {f"{k}.weight" for k in norms}
     wrong = shapes["in_proj"][:2] != (2 * d_i, hidden) or shapes["x_proj"][:2] != (rank + 2 * n, d_i) or \
         shapes["out_proj"][:2] != (hidden, d_i) or "conv1d.bias" not in names or not shapes["dt_proj"][2]
     bad = sorted(names - known) + (["(a Mamba-1 mixer of other shapes or biases)"] if wrong else [])
-    return {"inner": d_i, "state": n, "rank": rank, "kernel": int(conv.weight.shape[-1])}, bad
+    return {"inner": d_i, "state": n, "rank": rank, "kernel": int(conv.weight.shape[-1]),
+            "norms": "dt_layernorm.weight" in known}, bad
 
 
 def _moe(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
@@ -362,4 +397,4 @@ def _experts(experts: Any, hidden: int) -> dict[str, Any]:
 
 
 READERS = {"attention": _attention, "mla": _mla, "mlp": _mlp, "mamba": _mamba, "deltanet": _deltanet, "mamba1": _mamba1,
-           "moe": _moe}
+           "moe": _moe, "kda": read_kda, "lightning": read_lightning, "rglru": read_rglru}

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from meshplan.errors import SpecError
+from meshplan.specs.hf_indexer import indexer_fields
 
 TOPK = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts", "moe_k", "experts_per_token",
         "num_experts_per_token", "topk")
@@ -54,16 +55,21 @@ def attention_fields(cfg: Any, sizes: dict[str, Any], hidden: int, where: str) -
         head_dim = _exact(att["q"] / (2 if fused_gate else 1) / heads, f"q_proj's width {att['q']} / {heads} heads",
                           where)
         kv = _exact(att["k"] / head_dim, f"k_proj's width {att['k']} / head_dim {head_dim}", where)
-        if att["v"] != att["k"]:
+        v_head = att["v"] // kv  # values of their own width (MiMo-V2-Flash: 128 beside 192): v_head_dim
+        if v_head * kv != att["v"] or (v_head != head_dim and gate):
             raise SpecError(f"{where}: v_proj ({att['v']}) and k_proj ({att['k']}) differ in width")
         biases = {att["q_bias"], att["k_bias"], att["v_bias"]}
     if len(biases) > 1:
         raise SpecError(f"{where}: some of q, k and v have a bias and some not")
-    if att.get("o_in") != heads * head_dim:
+    v_head = head_dim if "qkv" in att else v_head
+    if att.get("o_in") != heads * v_head:
         raise SpecError(f"{where}: the output projection takes {att.get('o_in')}, not heads × head_dim = "
-                        f"{heads * head_dim}")
+                        f"{heads * v_head}")
     fields: dict[str, Any] = {"num_heads": heads, "num_kv_heads": kv, "head_dim": head_dim,
                               "qkv_bias": biases.pop(), "out_bias": att["o_bias"], "attn_output_gate": gate}
+    if v_head != head_dim:
+        fields["v_head_dim"] = v_head
+    fields.update(_per_head(att, heads, head_dim, where))
     if "q_norm" in att:
         per_head = att["q_norm"] == att["k_norm"] in (head_dim, 0)  # 0: weightless norms (nanochat)
         whole = (att["q_norm"], att["k_norm"]) == (heads * head_dim, kv * head_dim)
@@ -80,15 +86,34 @@ def attention_fields(cfg: Any, sizes: dict[str, Any], hidden: int, where: str) -
     return fields
 
 
+def _per_head(att: dict[str, Any], heads: int, head_dim: int, where: str) -> dict[str, Any]:
+    """Differential attention's λ vectors (head_dim each), a per-head output gate (H → A), a bias per head on the
+    elementwise output gate."""
+    checks = (("diff", head_dim, "differential attention's λ vectors"), ("head_gate", heads, "a per-head output gate"),
+              ("gate_bias", heads, "an output-gate bias"))
+    for key, want, what in checks:
+        if att.get(key) not in (None, want):
+            raise SpecError(f"{where}: {what} of {att[key]}, not {want} (heads {heads}, head_dim {head_dim})")
+    return {"diff_attention": "diff" in att, "attn_head_gate": "head_gate" in att, "gate_bias": "gate_bias" in att}
+
+
 def _mla(cfg: Any, mla: dict[str, Any], where: str) -> dict[str, Any]:
     """Multi-head latent attention (DeepSeek-V2/V3 §2.1), its ranks and head widths from the config."""
     if mla["biased"]:
         raise SpecError(f"{where}: MLA projections with biases ({', '.join(mla['biased'])}) are not modelled")
     heads = int(cfg.num_attention_heads)
-    nope, rope = int(cfg.qk_nope_head_dim), int(cfg.qk_rope_head_dim)
-    return {"num_heads": heads, "num_kv_heads": heads, "head_dim": nope + rope,
-            "q_lora_rank": int(getattr(cfg, "q_lora_rank", 0) or 0), "kv_lora_rank": int(cfg.kv_lora_rank),
-            "qk_nope_head_dim": nope, "qk_rope_head_dim": rope, "v_head_dim": int(cfg.v_head_dim)}
+    nope, rope, q_rank = int(cfg.qk_nope_head_dim), int(cfg.qk_rope_head_dim), int(getattr(cfg, "q_lora_rank", 0) or 0)
+    return {"num_heads": heads, "num_kv_heads": heads, "head_dim": nope + rope, "q_lora_rank": q_rank,
+            "kv_lora_rank": int(cfg.kv_lora_rank), "qk_nope_head_dim": nope, "qk_rope_head_dim": rope,
+            "v_head_dim": int(cfg.v_head_dim), "attn_head_gate": bool(mla.get("head_gate")),
+            "rope_key_norm": _rope_norm(mla, rope, where)} | indexer_fields(cfg, mla.get("indexer"), q_rank, where)
+
+
+def _rope_norm(mla: dict[str, Any], rope: int, where: str) -> bool:
+    """An RMSNorm over the decoupled RoPE key (dots3's k_rope_only_layernorm), d_R wide."""
+    if mla.get("rope_norm") not in (None, rope):
+        raise SpecError(f"{where}: a RoPE-key norm of width {mla['rope_norm']}, not qk_rope_head_dim = {rope}")
+    return "rope_norm" in mla
 
 
 def ffn_fields(cfg: Any, sizes: dict[str, Any], hidden: int, where: str) -> dict[str, Any]:
@@ -140,12 +165,13 @@ def mamba_fields(cfg: Any, mamba: dict[str, Any] | None, where: str) -> dict[str
     if mamba["in_proj"] != 2 * inner + 2 * groups * state + heads:
         raise SpecError(f"{where}: the Mamba mixer's in_proj is {mamba['in_proj']} wide, not 2·D_i + 2·G·N + n_h "
                         f"= {2 * inner + 2 * groups * state + heads} (a Mamba-2 mixer meshplan does not model)")
-    if mamba["in_bias"] or mamba["out_bias"] or not mamba["conv_bias"] or not mamba["norm"]:
-        raise SpecError(f"{where}: the Mamba-2 mixer's biases or gated norm differ from the one meshplan models "
-                        "(no in/out projection bias, a conv1d bias, a gated RMSNorm)")
+    if mamba["in_bias"] or mamba["out_bias"] or not mamba["conv_bias"]:
+        raise SpecError(f"{where}: the Mamba-2 mixer's biases differ from the one meshplan models (no in/out "
+                        "projection bias, a conv1d bias)")
     chunk = int(getattr(cfg, "chunk_size", None) or getattr(cfg, "mamba_chunk_size", None) or 128)
     return {"mamba_heads": heads, "mamba_head_dim": _exact(inner / heads, "the Mamba head width", where),
-            "mamba_state": state, "mamba_groups": groups, "mamba_conv": mamba["kernel"], "mamba_chunk": chunk}
+            "mamba_state": state, "mamba_groups": groups, "mamba_conv": mamba["kernel"], "mamba_chunk": chunk,
+            "mamba_norm": mamba["norm"]}  # the gated norm's weight (Falcon-H1's mamba_rms_norm may drop it)
 
 
 def deltanet_fields(cfg: Any, gdn: dict[str, Any] | None, where: str) -> dict[str, Any]:

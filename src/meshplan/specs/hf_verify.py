@@ -48,7 +48,7 @@ def shape_mismatch(spec: ModelSpec, meta: MetaModel) -> str | None:
     for moe, i in sorted(firsts.items()):
         sizes = read_layer(layers[i], spec.hidden_size).sizes
         att, mlp, experts = sizes.get("attention", {}), sizes.get("mlp", {}), sizes.get("moe", {})
-        want = {"q": spec.q_dim, "k": spec.kv_dim, "v": spec.kv_dim, "qkv": spec.q_dim + 2 * spec.kv_dim}
+        want = {"q": spec.q_dim, "k": spec.kv_dim, "v": spec.v_dim, "qkv": spec.q_dim + spec.kv_dim + spec.v_dim}
         built = {k: att[k] for k in want if k in att and not spec.is_mla}
         if not moe and "ffn" in mlp:
             want["ffn"], built["ffn"] = spec.ffn_hidden_size, mlp["ffn"]

@@ -11,11 +11,8 @@ Sources for the layouts: HF ``modeling_llama.py`` (q/k/v/o, gate/up/down, RMSNor
 DeepSeek-V3 technical report §2.1 (MLA: low-rank q and kv compression with decoupled RoPE keys).
 
 Hybrid models (``layer_pattern``, Nemotron-H / Nemotron 3): each layer is one block with its own pre-norm and
-residual, "M" a Mamba-2 mixer, "*" attention, "-" a dense MLP, "E" a MoE (HF ``modeling_nemotron_h.py``,
-``hybrid_override_pattern``; Megatron-Core ``megatron/core/models/mamba`` builds the same blocks). A Mamba-2
-mixer (Dao & Gu 2024, "Transformers are SSMs", §7; mamba_ssm ``modules/mamba2.py``): in_proj H → (z, x, B, C, dt)
-of widths (D_i, D_i, G·N, G·N, n_h) with D_i = n_h·P, a depthwise causal conv1d (kernel k, with bias) over
-x, B, C, per-head dt_bias, A_log and D, a gated RMSNorm over D_i and out_proj D_i → H. A latent MoE
+residual, "M" a Mamba-2 mixer (mixer_params.py), "*" attention, "-" a dense MLP, "E" a MoE (HF
+``modeling_nemotron_h.py``, ``hybrid_override_pattern``; Megatron-Core ``megatron/core/models/mamba``). A latent MoE
 (``moe_latent_size``, Nemotron 3 Super) routes on H, projects the tokens H → latent (``fc1_latent_proj``), runs
 the experts latent → F → latent, and projects their sum back (``fc2_latent_proj``).
 
@@ -28,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from meshplan.errors import SpecError
+from meshplan.specs import mixer_params
 from meshplan.specs import model_extras as extras
 from meshplan.specs.model_checks import BLOCK_KINDS, check_fields, check_params, check_structure
 
@@ -63,16 +61,14 @@ class ModelSpec(extras.ModelExtras):
     # Phi-2, Cohere, Falcon-7B), 4 with the post-norms of Gemma 2 / 3 (HF modeling_gemma2.py Gemma2DecoderLayer)
     layer_norms: int = 2
     position_embedding: str = "rope"
-    # the RoPE base (HF config.json ``rope_theta``; Llama 3 500,000, Mixtral 1,000,000): no cost depends on it, a
-    # framework config (configs/) writes it; 0: not stated, which those configs say rather than write a default
+    # the RoPE base (HF ``rope_theta``; Llama 3 500,000): no cost depends on it, configs/ write it; 0: not stated
     rope_theta: float = field(default=0.0, compare=False)
     dropout: bool = False  # dropout after attention / MLP (GPT-3-era Megatron); adds masks to activations
     causal: bool = True  # causal (decoder) attention; False for encoders such as ViT
     # Sliding-window attention (Mistral 7B v0.1, Gemma 2/3, GPT-OSS): in ``window_layers`` of the attention layers a
     # query sees only the last ``sliding_window`` keys, itself included (HF ``sliding_window``, ``layer_types``);
-    # sliding_window = 0: none; window_layers = 0 with a window: every attention layer. Which layers they are is not
-    # modelled: each pipeline stage is priced as the average layer, as an alternating pattern (GPT-OSS, Gemma 2)
-    # splits; a contiguous run of windowed layers (Qwen2's max_window_layers) would load the stages unevenly.
+    # 0: none; window_layers = 0 with a window: every attention layer. Which layers they are is not modelled (a
+    # stage is priced as the average layer; a contiguous run, Qwen2's max_window_layers, would load stages unevenly).
     sliding_window: int = 0
     window_layers: int = 0
     # rows of the learned position table; with RoPE the longest context the checkpoint serves (HF config.json's
@@ -88,11 +84,12 @@ class ModelSpec(extras.ModelExtras):
     router_bias: bool = False  # per-expert score-correction bias (DeepSeek-V3), router linear bias (GPT-OSS)
     shared_expert_gate: bool = False  # sigmoid(Linear(H, 1)) on the shared expert (Qwen2-MoE): H per layer
     attention_sinks: bool = False  # one learned sink logit per head (GPT-OSS ``sinks``): A per layer
-    # a sigmoid gate on the attention output, elementwise per head channel, from a gate of width A·d that the query
-    # projection emits beside the queries (Qwen3-Next / Qwen 3.5: HF modeling_qwen3_next.py Qwen3NextAttention,
-    # q_proj H → 2·A·d chunked into query and gate, attn_output * sigmoid(gate) before o_proj; Qiu et al. 2025,
-    # "Gated Attention for Large Language Models", the G1 position): H·A·d more weights (+ A·d with qkv_bias)
+    diff_attention: bool = False  # two softmax maps a head, their difference (DiffLlama; cost/attention.py)
+    # a sigmoid gate on the attention output, elementwise per head channel, of width A·d from the query projection
+    # (Qwen3-Next / Qwen 3.5: HF Qwen3NextAttention, q_proj H → 2·A·d chunked into query and gate, attn_output *
+    # sigmoid(gate) before o_proj; Qiu et al. 2025, "Gated Attention for LLMs", G1): H·A·d more (+ A·d with qkv_bias)
     attn_output_gate: bool = False
+    gate_bias: bool = False  # a bias per head added to that gate (Beam's gate_bias): A weights
     # the GLU clamps its gate from above and its linear input both ways at this value before the activation
     # (GPT-OSS ``swiglu_limit`` = 7; Megatron-Core ``activation_func_clamp_value``); 0: no clamp
     glu_clamp: float = 0.0
@@ -103,9 +100,13 @@ class ModelSpec(extras.ModelExtras):
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
-    # Hybrid (Nemotron-H; Qwen3-Next): one letter per layer ("M" Mamba-2, "S" Mamba-1, "G" Gated DeltaNet, "*"
-    # attention, "-" MLP, "E" MoE); "" = every layer
-    # attention + MLP (MoE by first_k_dense_layers / moe_layer_freq)
+    # DeepSeek Sparse Attention (MLA; cost/dsa.py): an indexer of index_heads × index_head_dim keeps index_topk keys
+    index_heads: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
+    attn_head_gate: bool = False  # a gate per head on the output, g_proj H → A (Bailing-hybrid, Laguna): H·A weights
+    rope_key_norm: bool = False  # an RMSNorm over MLA's decoupled RoPE key (dots3's k_rope_only_layernorm): d_R
+    # Hybrid: a letter per block (model_checks.BLOCK_KINDS); "": every layer attention + MLP (MoE: first_k_dense_layers)
     layer_pattern: str = ""
     mamba_heads: int = 0  # n_h
     mamba_head_dim: int = 0  # P
@@ -113,6 +114,7 @@ class ModelSpec(extras.ModelExtras):
     mamba_groups: int = 1  # G, groups of heads sharing B and C
     mamba_conv: int = 4  # k, the causal conv1d kernel
     mamba_chunk: int = 128  # Q, the SSD chunk length (mamba_chunk_scan_combined)
+    mamba_norm: bool = True  # the gated RMSNorm's weight (False: Falcon-H1's mamba_rms_norm off, y·silu(z) alone)
     moe_latent_size: int = 0  # latent MoE width (0: experts on the hidden size)
     # Gated DeltaNet ("G"; Yang et al. 2024; HF Qwen3NextGatedDeltaNet): n_k q/k heads of d_k, n_v value heads of d_v
     gdn_key_heads: int = 0
@@ -121,16 +123,30 @@ class ModelSpec(extras.ModelExtras):
     gdn_value_dim: int = 0
     gdn_conv: int = 4
     gdn_chunk: int = 64
-    # Mamba-1 ("S"; Gu & Dao 2023; HF MambaMixer): D_i channels, Δ of rank r; state N, kernel k: mamba_state, _conv
+    # Mamba-1 ("S"; Gu & Dao 2023; HF MambaMixer): D_i channels, Δ of rank r (state N, kernel k: mamba_state, _conv),
+    # with RMSNorms over Δ, B and C (Jamba's dt/b/c_layernorm: r + 2N)
     ssm_inner: int = 0
     ssm_dt_rank: int = 0
-    # Multi-token prediction (DeepSeek-V3 §2.2; Megatron-Core multi_token_prediction.py): training runs
-    # ``mtp_layers`` extra depths after the last layer, each one MTP layer on the last pipeline stage: the next
-    # tokens' embedding and the previous depth's hidden state, each normed (enorm, hnorm), concatenated and
-    # projected 2H → H (eh_proj), one transformer layer (a hybrid: the blocks of ``mtp_pattern``, Megatron-Core's
-    # mtp_hybrid_override_pattern), a final norm, and the shared LM head and loss. ``mtp_shared``: one such layer
-    # applied at every depth (Megatron-Core mtp_use_repeated_layer). Not in ``params()``, which counts the model as
-    # Hugging Face builds it (``mtp_params``).
+    ssm_norms: bool = False
+    # (mixer_params.py) "K" (Kimi Delta Attention): n = gdn_value_heads of d = gdn_value_dim, gates H → r → n·d (r =
+    # kda_gate_rank; 0: H → n·d); "L" (lightning attention): num_heads of head_dim, blocks of lightning_block; "R"
+    # (Griffin's RG-LRU, RecurrentGemma): width lru_width, gates of lru_heads blocks, conv kernel lru_conv
+    kda_gate_rank: int = 0
+    lightning_block: int = 256
+    lru_width: int = 0
+    lru_heads: int = 0
+    lru_conv: int = 4
+    # "W" (windowed attention) blocks beside full "*" ones, of their own head width, KV heads and sinks (0 / False:
+    # the model's; Gemma 4 unified, dots3: mixer_params.window_attention_spec); norms per hybrid block (2: post-norms)
+    window_head_dim: int = 0
+    window_kv_heads: int = 0
+    window_sinks: bool = False
+    block_norms: int = 1
+    # Multi-token prediction (DeepSeek-V3 §2.2; Megatron-Core multi_token_prediction.py): ``mtp_layers`` extra depths
+    # after the last layer on the last stage: the next tokens' embedding and the previous depth's hidden state, each
+    # normed (enorm, hnorm), concatenated and projected 2H → H (eh_proj), one layer (a hybrid: ``mtp_pattern``'s
+    # blocks), a final norm, the shared LM head and loss; ``mtp_shared``: one layer at every depth (Megatron-Core
+    # mtp_use_repeated_layer). Not in ``params()``, which counts what Hugging Face builds (``mtp_params``).
     mtp_layers: int = 0
     mtp_pattern: str = ""
     mtp_shared: bool = False
@@ -158,11 +174,11 @@ class ModelSpec(extras.ModelExtras):
         return self.num_experts > 0
 
     @property
-    def is_mla(self) -> bool:
+    def is_mla(self) -> bool:  # multi-head latent attention
         return self.kv_lora_rank > 0
 
     @property
-    def gated(self) -> bool:
+    def gated(self) -> bool:  # a GLU MLP
         return self.mlp == "swiglu"
 
     @property
@@ -182,14 +198,14 @@ class ModelSpec(extras.ModelExtras):
 
     @property
     def num_attention_layers(self) -> int:
-        """Layers with an attention block (all of them unless hybrid)."""
-        return self.layer_pattern.count("*") if self.is_hybrid else self.num_layers
+        """Layers with an attention block (all of them unless hybrid; "P" blocks run one beside their Mamba-2)."""
+        return self.layer_pattern.count("*") + self.layer_pattern.count("P") if self.is_hybrid else self.num_layers
 
     @property
     def window_share(self) -> float:
         """Share of the attention layers whose keys a sliding window shorter than the sequence limits (0 without
         one; window_layers = 0 with a window: all of them)."""
-        if not 0 < self.sliding_window < self.seq_length:
+        if not 0 < self.sliding_window < self.seq_length or "W" in self.layer_pattern:  # "*" full beside "W"
             return 0.0
         return self.window_layers / self.num_attention_layers if self.window_layers else 1.0
 
@@ -201,18 +217,15 @@ class ModelSpec(extras.ModelExtras):
         return w - w * (w - 1) / (2 * self.seq_length)
 
     @property
-    def mamba_inner(self) -> int:
-        """D_i = n_h·P, the width of x, z and the gated norm."""
+    def mamba_inner(self) -> int:  # D_i = n_h·P, the width of x, z and the gated norm
         return self.mamba_heads * self.mamba_head_dim
 
     @property
-    def mamba_conv_dim(self) -> int:
-        """Channels of the causal conv1d: x, B and C (D_i + 2·G·N)."""
+    def mamba_conv_dim(self) -> int:  # channels of the causal conv1d: x, B and C (D_i + 2·G·N)
         return self.mamba_inner + 2 * self.mamba_groups * self.mamba_state
 
     @property
-    def moe_width(self) -> int:
-        """Width of the tokens the experts see (and the all-to-all carries): the latent size, else H."""
+    def moe_width(self) -> int:  # the width of the tokens the experts see (and the all-to-all carries)
         return self.moe_latent_size or self.hidden_size
 
     def is_moe_layer(self, i: int) -> bool:
@@ -232,26 +245,26 @@ class ModelSpec(extras.ModelExtras):
         return self.num_layers - self.num_moe_layers
 
     @property
-    def q_dim(self) -> int:
-        """Width of the concatenated queries (A·d; MLA: A·(d_nope + d_rope))."""
+    def q_dim(self) -> int:  # the concatenated queries' width: A·d (MLA: A·(d_nope + d_rope))
         if self.is_mla:
             return self.num_heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
         return self.num_heads * self.head_dim
 
     @property
-    def gate_dim(self) -> int:
-        """Width of the attention output gate (``attn_output_gate``): A·d, else 0."""
+    def gate_dim(self) -> int:  # the attention output gate's width (``attn_output_gate``): A·d, else 0
         return self.q_dim if self.attn_output_gate else 0
 
     @property
-    def kv_dim(self) -> int:
-        """Width of the keys (= values for standard attention): K·d."""
+    def kv_dim(self) -> int:  # the keys' width, K·d (the values': v_dim)
         return self.num_kv_heads * self.head_dim
 
     @property
-    def attn_out_dim(self) -> int:
-        """Width of the attention output fed to the output projection (A·d; MLA: A·d_v)."""
-        return self.num_heads * (self.v_head_dim if self.is_mla else self.head_dim)
+    def v_dim(self) -> int:  # the values' width: K·d, or K·v_head_dim in a hybrid's attention (MiMo-V2-Flash)
+        return self.num_kv_heads * (self.v_head_dim or self.head_dim)
+
+    @property
+    def attn_out_dim(self) -> int:  # the output projection's input: A·d (MLA, v_head_dim set: A·d_v)
+        return self.num_heads * (self.v_head_dim or self.head_dim)
 
     # ---- parameters -----------------------------------------------------------------------------------
     def norm_params(self, width: int) -> int:
@@ -270,19 +283,23 @@ class ModelSpec(extras.ModelExtras):
             else:
                 q = h * a * (nope + rope)
             kv = h * (self.kv_lora_rank + rope) + self.kv_lora_rank + self.kv_lora_rank * a * (nope + dv)
-            return q + kv + a * dv * h
+            extra = self.indexer_params() + self.attn_head_gate * h * a + self.rope_key_norm * rope
+            return q + kv + a * dv * h + extra
         q, kv = self.q_dim, self.kv_dim
-        total = h * (q + self.gate_dim) + 2 * h * kv + q * h
+        total = h * (q + self.gate_dim) + h * (kv + self.v_dim) + self.attn_out_dim * h
         if self.qkv_bias:
-            total += q + self.gate_dim + 2 * kv
+            total += q + self.gate_dim + kv + self.v_dim
         if self.linear_bias or self.out_bias:
             total += h
         if self.qk_norm:
             widths = (q, kv) if self.qk_norm_full else (self.head_dim, self.head_dim)
             total += sum(self.norm_params(w) for w in widths)
-        if self.attention_sinks:
-            total += self.num_heads
-        return total + extras.attention_extra_params(self, active)
+        if self.attention_sinks or self.attn_head_gate or self.gate_bias:
+            total += self.num_heads * (self.attention_sinks + self.gate_bias + self.attn_head_gate * h)
+        return total + 4 * self.head_dim * self.diff_attention + extras.attention_extra_params(self, active)  # λ ×4
+
+    def indexer_params(self) -> int:
+        return mixer_params.indexer_count(self)  # DSA's lightning indexer; 0 without one
 
     def mlp_params(self, ffn: int) -> int:
         """A dense MLP of width ffn: 2·H·F (GeLU) or 3·H·F (SwiGLU), plus biases."""
@@ -305,52 +322,38 @@ class ModelSpec(extras.ModelExtras):
         experts = self.moe_topk if active else self.num_experts
         total = self.hidden_size * self.num_experts + (self.num_experts if self.router_bias else 0)
         total += experts * self.expert_params() + 2 * self.hidden_size * self.moe_latent_size
-        if self.shared_expert_ffn_size:
-            total += self.mlp_params(self.shared_expert_ffn_size)
-        if self.shared_expert_gate:
-            total += self.hidden_size
-        return total + extras.moe_extra_params(self)
+        shared = self.mlp_params(self.shared_expert_ffn_size) if self.shared_expert_ffn_size else 0
+        return total + shared + (self.hidden_size if self.shared_expert_gate else 0) + extras.moe_extra_params(self)
 
     def mamba_params(self) -> int:
-        """One Mamba-2 mixer (module docstring): in_proj H·(2·D_i + 2·G·N + n_h), conv1d (D_i + 2·G·N)·(k + 1),
-        dt_bias, A_log and D (n_h each), the gated norm's weight D_i, out_proj D_i·H; no linear biases
-        (Nemotron-H: mamba_proj_bias false, use_conv_bias true)."""
-        h, inner, heads = self.hidden_size, self.mamba_inner, self.mamba_heads
-        in_proj = h * (inner + self.mamba_conv_dim + heads)
-        return in_proj + self.mamba_conv_dim * (self.mamba_conv + 1) + 3 * heads + inner + inner * h
+        return mixer_params.mamba2_count(self)  # one Mamba-2 mixer, as the mixers below: mixer_params.py
 
     @property
-    def gdn_dims(self) -> tuple[int, int]:
-        """(n_k·d_k, n_v·d_v): the widths of q (= k) and of v (= z, the gated norm's input)."""
+    def gdn_dims(self) -> tuple[int, int]:  # (n_k·d_k, n_v·d_v): the widths of q (= k) and of v (= z)
         return self.gdn_key_heads * self.gdn_key_dim, self.gdn_value_heads * self.gdn_value_dim
 
     def deltanet_params(self) -> int:
-        """One Gated DeltaNet mixer (HF Qwen3NextGatedDeltaNet; Qwen 3.5's in_proj_qkv, _z, _b, _a hold the same):
-        in_proj H·(2·n_k·d_k + 2·n_v·d_v) for q, k, v, z and H·2·n_v for β and a, the depthwise conv1d over q, k,
-        v (2·n_k·d_k + n_v·d_v)·k without bias, dt_bias and A_log (n_v each), the per-head gated RMSNorm's d_v,
-        out_proj n_v·d_v·H; no linear biases."""
-        key, value = self.gdn_dims
-        in_proj = self.hidden_size * (2 * key + 2 * value + 2 * self.gdn_value_heads)
-        conv = (2 * key + value) * self.gdn_conv
-        return in_proj + conv + 2 * self.gdn_value_heads + self.gdn_value_dim + value * self.hidden_size
+        return mixer_params.deltanet_count(self)
 
     def mamba1_params(self) -> int:
-        """One Mamba-1 mixer (HF MambaMixer, use_bias false): in_proj H·2·D_i, conv1d D_i·(k + 1), x_proj
-        D_i·(r + 2N), dt_proj r·D_i + D_i, A_log D_i·N, D D_i, out_proj D_i·H."""
-        d, n, r = self.ssm_inner, self.mamba_state, self.ssm_dt_rank
-        return 3 * self.hidden_size * d + d * (self.mamba_conv + 1) + d * (r + 2 * n) + r * d + 2 * d + d * n
+        return mixer_params.mamba1_count(self)
 
     def block_params(self, kind: str, active: bool = False) -> int:
         """One layer of ``block_counts``'s kind, its norms included."""
-        norm = self.norm_params(self.hidden_size)
+        norms = self.layer_norms * self.norm_params(self.hidden_size)
+        norm = self.norm_params(self.hidden_size) * self.block_norms  # a hybrid block's
         mlp = self.mlp_params(self.ffn_hidden_size)
-        norms, att = self.layer_norms * norm, self.attention_params(active)
+        att = self.attention_params(active)
         return {"dense": lambda: att + mlp + norms,
                 "moe": lambda: (norm if self.is_hybrid else att + norms) + self.moe_params(active),
                 "mamba": lambda: self.mamba_params() + norm,
                 "deltanet": lambda: self.deltanet_params() + norm, "mamba1": lambda: self.mamba1_params() + norm,
                 "attention": lambda: att + norm,
-                "mlp": lambda: mlp + norm}[kind]()
+                "kda": lambda: mixer_params.kda_count(self) + norm,
+                "lightning": lambda: mixer_params.lightning_count(self) + norm, "mlp": lambda: mlp + norm,
+                "window": lambda: mixer_params.window_attention_spec(self).attention_params() + norm,
+                "parallel": lambda: att + self.mamba_params() + norm,
+                "rglru": lambda: mixer_params.rglru_count(self) + norm}[kind]()
 
     def layer_params(self, i: int, active: bool = False) -> int:
         kind = BLOCK_KINDS[self.layer_pattern[i]] if self.is_hybrid else "moe" if self.is_moe_layer(i) else "dense"

@@ -17,7 +17,8 @@ from meshplan.specs.model_extras import check_extras
 
 MLP_KINDS = ("gelu", "swiglu", "relu2")  # relu2 (Nemotron-H): squared ReLU, up → act → down like gelu
 # layer_pattern letters (Nemotron-H; Qwen3-Next's Gated DeltaNet)
-BLOCK_KINDS = {"M": "mamba", "S": "mamba1", "G": "deltanet", "*": "attention", "-": "mlp", "E": "moe"}
+BLOCK_KINDS = {"M": "mamba", "S": "mamba1", "G": "deltanet", "K": "kda", "L": "lightning", "*": "attention",
+               "W": "window", "P": "parallel", "R": "rglru", "-": "mlp", "E": "moe"}
 NORM_KINDS = ("layernorm", "rmsnorm")
 POSITION_KINDS = ("rope", "learned", "none")
 _POSITIVE = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_length")
@@ -26,17 +27,19 @@ _NON_NEGATIVE = ("num_kv_heads", "head_dim", "num_experts", "moe_topk", "moe_ffn
                  "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "max_position_embeddings",
                  "mamba_heads", "mamba_head_dim", "mamba_state", "moe_latent_size", "mtp_layers",
                  "sliding_window", "window_layers", "gdn_key_heads", "gdn_key_dim", "gdn_value_heads", "gdn_value_dim",
-                 "ssm_inner", "ssm_dt_rank", "act_params", "head_vocab_size",
-                 "attention_experts")
+                 "ssm_inner", "ssm_dt_rank", "act_params", "head_vocab_size", "attention_experts", "index_heads",
+                 "index_head_dim", "index_topk", "kda_gate_rank", "window_head_dim", "window_kv_heads", "lru_width",
+                 "lru_heads")
 # The sizes a parameter count grows with, named when it is out of range (check_params)
 _SIZES = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size", "vocab_size",
           "max_position_embeddings", "num_experts", "moe_ffn_hidden_size", "shared_expert_ffn_size", "q_lora_rank",
           "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "mamba_heads", "mamba_head_dim",
           "mamba_state", "mamba_groups", "mamba_conv", "moe_latent_size", "mtp_layers", "gdn_key_heads",
-          "gdn_key_dim", "gdn_value_heads", "gdn_value_dim", "ssm_inner", "ssm_dt_rank")
+          "gdn_key_dim", "gdn_value_heads", "gdn_value_dim", "ssm_inner", "ssm_dt_rank", "index_heads",
+          "index_head_dim")
 _EXPERT_FIELDS = ("moe_topk", "moe_ffn_hidden_size", "shared_expert_ffn_size", "first_k_dense_layers", "router_bias",
                   "shared_expert_gate", "moe_latent_size")
-_MLA_FIELDS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+_MLA_FIELDS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "rope_key_norm")
 
 
 def check_fields(spec: Any) -> None:
@@ -47,10 +50,11 @@ def check_fields(spec: Any) -> None:
         _positive(spec, name)
     for name in _NON_NEGATIVE:
         _non_negative(spec, name)
-    for name in ("mamba_groups", "mamba_conv", "mamba_chunk", "gdn_conv", "gdn_chunk"):
+    for name in ("mamba_groups", "mamba_conv", "mamba_chunk", "gdn_conv", "gdn_chunk", "lightning_block", "lru_conv"):
         _positive(spec, name)
     _positive(spec, "moe_layer_freq")
     _check_pattern(spec)
+    _check_windowed(spec)
     _check_mtp(spec)
     _check_window(spec)
     ranges.check_spec(spec)
@@ -81,11 +85,31 @@ def check_structure(spec: Any) -> None:
     if spec.attn_output_gate and spec.is_mla:
         raise SpecError("attn_output_gate=true with MLA (kv_lora_rank > 0) is not modelled: the gate comes from a "
                         "standard query projection (Qwen3-Next)")
+    _check_indexer(spec)
+    if spec.v_head_dim and not spec.is_mla and not spec.layer_pattern:
+        raise SpecError(f"v_head_dim={spec.v_head_dim} needs MLA (kv_lora_rank > 0) or a hybrid layer_pattern (values "
+                        "of their own width in standard attention are costed in hybrids only)")
+    if spec.gate_bias and not spec.attn_output_gate:
+        raise SpecError("gate_bias=true needs attn_output_gate=true (the gate it biases)")
     if spec.shared_expert_gate and not spec.shared_expert_ffn_size:
         raise SpecError("shared_expert_gate=true needs shared_expert_ffn_size > 0 (the expert it gates)")
     if spec.position_embedding == "learned" and 0 < spec.max_position_embeddings < spec.seq_length:
         raise SpecError(f"max_position_embeddings={spec.max_position_embeddings} is shorter than "
                         f"seq_length={spec.seq_length} (a learned position table has a row per position)")
+
+
+def _check_indexer(spec: Any) -> None:
+    """DeepSeek Sparse Attention: an indexer (its heads and head width) exactly where index_topk is set, on MLA
+    with a compressed query (the indexer's query is projected from the query latent)."""
+    given = [n for n in ("index_heads", "index_head_dim") if getattr(spec, n)]
+    if spec.index_topk and (len(given) < 2 or not spec.q_lora_rank):
+        raise SpecError(f"index_topk={spec.index_topk} (DeepSeek Sparse Attention) needs index_heads, index_head_dim "
+                        "and MLA with q_lora_rank > 0 (the indexer's query comes from the query latent)")
+    if spec.index_topk and spec.sliding_window:
+        raise SpecError(f"index_topk={spec.index_topk} with sliding_window={spec.sliding_window}: DeepSeek Sparse "
+                        "Attention in a sliding window is not modelled")
+    if given and not spec.index_topk:
+        raise SpecError(f"{given[0]}={getattr(spec, given[0])} needs index_topk > 0 (DeepSeek Sparse Attention)")
 
 
 def check_params(spec: Any) -> None:
@@ -124,7 +148,8 @@ def _check_pattern(spec: Any) -> None:
     bad = sorted(set(pattern) - set(BLOCK_KINDS))
     if bad:
         raise SpecError(f"layer_pattern has {bad[0]!r}: its letters are M (Mamba-2), S (Mamba-1), G (Gated DeltaNet), "
-                        "* (attention), - (MLP), E (MoE)")
+                        "K (Kimi Delta Attention), L (lightning attention), * (attention), W (windowed attention), "
+                        "P (attention and Mamba-2 side by side), R (RG-LRU), - (MLP), E (MoE)")
     if len(pattern) != spec.num_layers:
         raise SpecError(f"layer_pattern has {len(pattern)} letters but num_layers={spec.num_layers}")
     if ("E" in pattern) != (spec.num_experts > 0):
@@ -132,10 +157,11 @@ def _check_pattern(spec: Any) -> None:
                         f"num_experts={spec.num_experts}")
     if spec.first_k_dense_layers or spec.moe_layer_freq != 1:
         raise SpecError("first_k_dense_layers / moe_layer_freq do not apply to a layer_pattern (its E blocks are MoE)")
-    if "M" in pattern:
+    if "M" in pattern or "P" in pattern:
         for name in ("mamba_heads", "mamba_head_dim", "mamba_state"):
             if getattr(spec, name) < 1:
-                raise SpecError(f"{name}={getattr(spec, name)} must be positive: layer_pattern has Mamba (M) blocks")
+                raise SpecError(f"{name}={getattr(spec, name)} must be positive: layer_pattern has Mamba (M, P) "
+                                "blocks")
         if spec.mamba_heads % spec.mamba_groups:
             raise SpecError(f"mamba_groups={spec.mamba_groups} does not divide mamba_heads={spec.mamba_heads}")
     gdn = ("gdn_key_heads", "gdn_key_dim", "gdn_value_heads", "gdn_value_dim", "gdn_conv", "gdn_chunk")
@@ -148,6 +174,39 @@ def _check_pattern(spec: Any) -> None:
             raise SpecError(f"{name}={getattr(spec, name)} must be positive: layer_pattern has Mamba-1 (S) blocks")
     if "G" in pattern and spec.gdn_value_heads % spec.gdn_key_heads:
         raise SpecError(f"gdn_key_heads={spec.gdn_key_heads} does not divide gdn_value_heads={spec.gdn_value_heads}")
+    _check_linear(spec, pattern)
+
+
+def _check_windowed(spec: Any) -> None:
+    """Windowed attention blocks ("W"): a sliding window, every "W" block windowed (window_layers 0) and the "*"
+    ones full; their own sizes and norms per block only in a hybrid with "W" blocks."""
+    pattern, windowed = spec.layer_pattern, "W" in spec.layer_pattern
+    if windowed and (not spec.sliding_window or spec.window_layers):
+        raise SpecError(f"layer_pattern has W (windowed attention) blocks: it needs sliding_window > 0 (it is "
+                        f"{spec.sliding_window}) and window_layers = 0 (it is {spec.window_layers})")
+    given = [n for n in ("window_head_dim", "window_kv_heads", "window_sinks") if getattr(spec, n)]
+    if given and not windowed:
+        raise SpecError(f"{given[0]}={getattr(spec, given[0])} needs W (windowed attention) blocks in layer_pattern")
+    if spec.window_kv_heads and spec.num_heads % spec.window_kv_heads:
+        raise SpecError(f"window_kv_heads={spec.window_kv_heads} does not divide num_heads={spec.num_heads}")
+    if spec.block_norms not in (1, 2) or (spec.block_norms == 2 and not pattern):
+        raise SpecError(f"block_norms={spec.block_norms} must be 1 or 2 (a hybrid block's pre-norm, and post-norm)")
+
+
+def _check_linear(spec: Any, pattern: str) -> None:
+    """Kimi Delta Attention ("K"): its heads and width in the Gated DeltaNet fields, keys as many and as wide as the
+    values (KimiLinearDeltaAttention's q, k and v are n·d each)."""
+    if "R" in pattern and (spec.lru_width < 1 or spec.lru_heads < 1 or spec.lru_width % spec.lru_heads):
+        raise SpecError(f"lru_width={spec.lru_width}, lru_heads={spec.lru_heads}: layer_pattern has RG-LRU (R) blocks, "
+                        "which need a width the gate blocks divide")
+    if "K" not in pattern:
+        return
+    if spec.gdn_value_heads < 1 or spec.gdn_value_dim < 1:
+        raise SpecError("gdn_value_heads and gdn_value_dim must be positive: layer_pattern has Kimi Delta Attention "
+                        "(K) blocks")
+    if (spec.gdn_key_heads, spec.gdn_key_dim) != (spec.gdn_value_heads, spec.gdn_value_dim):
+        raise SpecError(f"gdn_key_heads={spec.gdn_key_heads}, gdn_key_dim={spec.gdn_key_dim}: Kimi Delta Attention (K) "
+                        f"has as many and as wide keys as values ({spec.gdn_value_heads}, {spec.gdn_value_dim})")
 
 
 def _check_mtp(spec: Any) -> None:
@@ -179,7 +238,7 @@ def _check_window(spec: Any) -> None:
     if spec.sliding_window:
         if not spec.causal:
             raise SpecError(f"sliding_window={spec.sliding_window} needs causal attention (causal=false)")
-        attention = spec.num_attention_layers
+        attention = spec.num_attention_layers + spec.layer_pattern.count("W")
         if not attention:
             raise SpecError(f"sliding_window={spec.sliding_window} needs attention layers (layer_pattern has no '*')")
         if spec.window_layers > attention:

@@ -6,10 +6,6 @@ its work in cost/extras.py (training and serving). Sources, transformers 5.24's 
   LM head reads the last block's output).
 - ``sub_norms``: BitNet b1.58's RMSNorms inside the blocks (models/bitnet/modeling_bitnet.py): ``attn_sub_norm`` over
   the attention output (A·d) before o_proj, ``ffn_sub_norm`` over act(gate)·up (F) before down_proj.
-- ``head_gate``: a per-head gate on the attention output (Laguna, models/laguna/modeling_laguna.py, gate_per_head):
-  ``g_proj`` H → A, softplus, each head's d outputs scaled by its value: H·A weights.
-- ``gate_bias``: a per-head bias on an output gate (``attn_output_gate``) before its sigmoid (Beam,
-  models/beam/modeling_beam.py: gate_proj(x) + gate_bias[head]): A weights.
 - ``act_params``: learned scalars of the MLP activation, per MLP (Apertus' xIELU, transformers/activations.py
   XIELUActivation: alpha_p and alpha_n, 2).
 - ``moe_post_norm``: an H-wide RMSNorm on a MoE block's output, routed and shared experts summed (A.X-K1,
@@ -31,10 +27,6 @@ its work in cost/extras.py (training and serving). Sources, transformers 5.24's 
   output: the spec's q and o count k experts' (A·d each way); the other E_a − k experts' 2·H·K·d each, the router
   and the bias are these extras (the active count, per token, only the router and the bias).
 - ``moe_out_bias``: a bias H on a MoE block's output (JetMoeMoE.bias): H weights in each MoE layer.
-- ``diff_attention``: differential attention (Ye et al. 2024, "Differential Transformer"; models/diffllama/
-  modeling_diffllama.py DiffLlamaAttention): two attention calls sharing Q and K, over the two halves of the value
-  heads, combined head pair by head pair as out₁ − λ·out₂, λ from four d-wide vectors (lambda_q1, lambda_k1,
-  lambda_q2, lambda_k2: 4·d weights), then a weightless RMSNorm over each pair's 2·d outputs.
 """
 
 from __future__ import annotations
@@ -53,11 +45,8 @@ class ModelExtras:
 
     final_norm: bool = True
     sub_norms: bool = False
-    head_gate: bool = False
-    gate_bias: bool = False
     act_params: int = 0
     moe_post_norm: bool = False
-    diff_attention: bool = False
     head_vocab_size: int = 0
     last_out_bias: bool = False
     first_norm_skipped: bool = False
@@ -86,16 +75,14 @@ def edge_layer_params(spec: _Spec, i: int, first: bool = True, last: bool = True
 
 
 def attention_extra_params(spec: _Spec, active: bool = False) -> int:
-    """An attention block's extra weights: the sub-norm over A·d, the per-head gate H·A, the gate bias A, the
-    differential attention's λ vectors 4·d, a mixture of attention heads' idle experts 2·(E_a − k)·H·K·d (not when
-    ``active``), its router H·E_a and output bias H."""
+    """An attention block's extra weights: the sub-norm over A·d, a mixture of attention heads' idle experts
+    2·(E_a − k)·H·K·d (not when ``active``), its router H·E_a and output bias H (the per-head output gate, its bias
+    and differential attention's λ vectors are ModelSpec's own: attn_head_gate, gate_bias, diff_attention)."""
     total = spec.norm_params(spec.attn_out_dim) if spec.sub_norms else 0
     if spec.attention_experts:
         idle = 0 if active else (spec.attention_experts - moa_topk(spec)) * 2 * spec.hidden_size * spec.kv_dim
         total += idle + spec.hidden_size * (spec.attention_experts + 1)
-    total += spec.hidden_size * spec.num_heads if spec.head_gate else 0
-    total += 4 * spec.head_dim if spec.diff_attention else 0
-    return total + (spec.num_heads if spec.gate_bias else 0)
+    return total
 
 
 def mlp_extra_params(spec: _Spec, ffn: int) -> int:
@@ -127,9 +114,8 @@ def kept_extra_params(spec: _Spec, kind: str) -> int:
 
 def extras_on(spec: _Spec) -> list[str]:
     """The extras ``spec`` has, named for a framework configuration that cannot build them (configs/)."""
-    named = [("sub_norms", "BitNet sub-norms"), ("head_gate", "a per-head attention gate"),
-             ("gate_bias", "an attention gate bias"), ("act_params", "learned activation scalars"),
-             ("moe_post_norm", "a MoE post-norm"), ("diff_attention", "differential attention"),
+    named = [("sub_norms", "BitNet sub-norms"), ("act_params", "learned activation scalars"),
+             ("moe_post_norm", "a MoE post-norm"),
              ("head_vocab_size", "an LM head over another vocabulary than the embedding's"),
              ("last_out_bias", "an attention-output bias in the last layer only"),
              ("first_norm_skipped", "no pre-norm in the first layer"), ("head_transform", "a prediction head"),
@@ -142,14 +128,8 @@ def check_extras(spec: _Spec) -> None:
     """The extras only where their structure is modelled: the attention gates with standard attention (a gate bias
     on an output gate), sub-norms and activation scalars on dense MLPs (cost/extras.py prices a dense MLP's), the
     MoE post-norm with experts."""
-    if (spec.head_gate or spec.gate_bias or spec.sub_norms or spec.diff_attention) and spec.is_mla:
-        raise SpecError("head_gate, gate_bias, sub_norms and diff_attention are modelled on standard attention, not "
-                        "MLA")
-    if spec.diff_attention and (spec.num_heads % 2 or spec.num_kv_heads % 2):
-        raise SpecError(f"diff_attention=true pairs the heads: num_heads={spec.num_heads} and num_kv_heads="
-                        f"{spec.num_kv_heads} must be even (transformers' DiffLlamaAttention refuses odd KV heads)")
-    if spec.gate_bias and not spec.attn_output_gate:
-        raise SpecError("gate_bias=true needs attn_output_gate=true (the bias is the output gate's)")
+    if spec.sub_norms and spec.is_mla:
+        raise SpecError("sub_norms are modelled on standard attention, not MLA")
     if (spec.sub_norms or spec.act_params) and spec.is_moe:
         raise SpecError("sub_norms and act_params are modelled on dense MLPs, not on experts (num_experts > 0)")
     if spec.head_vocab_size and spec.tied_embeddings and spec.head_vocab_size != spec.vocab_size:
