@@ -61,8 +61,8 @@ MEGATRON_HOST = load_stack("megatron-core").host_dispatch
 # Megatron-LM's own module code of 2020-22 (megatron/model/transformer.py, which Megatron-DeepSpeed and GPT-NeoX carry
 # and Megatron-Core's local layer spec descends from: Python autograd Functions for every parallel linear, the scale-
 # mask-softmax module, bias-dropout-add and bias-GeLU functions) issues each kernel with more Python around it: 50 us
-# of host time per CUDA kernel, from the fixed cost a of Megatron-Core 0.16.1's local-spec GPT layer per micro-batch over
-# its 63 kernels on an H200 host (49-73 us at the host-bound widths and batches, this the low end: the apex and JIT
+# of host time per CUDA kernel, from the fixed cost a of Megatron-Core 0.16.1's local-spec GPT layer per micro-batch
+# over its 63 kernels on an H200 host (49-73 us at the host-bound widths and batches, this the low end: the apex and JIT
 # fusions of the published releases issue fewer, lighter calls; data/measured/gpu/*-megatron.json,
 # docs/SMALL_WORK_GPU.md), against 25 us for a plain-PyTorch layer measured in the same call
 MEGATRON_LM_HOST = 50e-6
