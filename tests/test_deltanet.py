@@ -10,6 +10,7 @@ from meshplan.cost.deltanet import deltanet_block, gdn_scan_ops
 from meshplan.cost.flops import gdn_block_flops
 from meshplan.cost.records import dims
 from meshplan.errors import SpecError
+from meshplan.specs.mixer_params import deltanet_count
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
@@ -23,7 +24,7 @@ GDN = ModelSpec(name="gdn", num_layers=4, hidden_size=64, num_heads=4, num_kv_he
 def test_mixer_weights_by_hand():
     # key width 32, value width 64: in_proj 64·(2·32 + 2·64 + 2·4) = 12,800; conv (2·32 + 64)·4 = 512;
     # dt_bias + A_log 8; gated norm 16; out_proj 64·64 = 4,096
-    assert GDN.deltanet_params() == 12_800 + 512 + 8 + 16 + 4_096 == 17_432
+    assert deltanet_count(GDN) == 12_800 + 512 + 8 + 16 + 4_096 == 17_432
     assert GDN.block_params("deltanet") == 17_432 + 64  # its pre-norm
 
 
@@ -35,7 +36,7 @@ def test_mixer_weights_equal_transformers():
                           linear_value_head_dim=16, linear_conv_kernel_dim=4, num_hidden_layers=4)
     with torch.device("meta"):
         module = qwen3_next.Qwen3NextGatedDeltaNet(cfg, layer_idx=0)
-    assert sum(p.numel() for p in module.parameters()) == GDN.deltanet_params()
+    assert sum(p.numel() for p in module.parameters()) == deltanet_count(GDN)
 
 
 def test_scan_flops_per_token():

@@ -153,6 +153,7 @@ RANGES: dict[str, Range] = {
     "lru_width": Range(1, MAX_SIZE, "", "RecurrentGemma: the hidden size", "no RG-LRU"),
     "lru_heads": Range(1, _HEADS, "", "RecurrentGemma: its attention heads, 10", "no RG-LRU"),
     "lru_conv": Range(1, 2**16, "", "the RG-LRU's temporal conv1d: 4"),
+    "short_conv": Range(1, 2**16, "", "LFM2's short convolution: conv_L_cache 3, LFM3's 7", "no C blocks"),
     "block_norms": Range(1, 2, "", "a hybrid block's pre-norm (1), and its post-norm (2: Gemma 4)"),
     "index_heads": Range(1, _HEADS, "", "DeepSeek-V3.2's lightning indexer: 64", "no DSA indexer"),
     "index_head_dim": Range(1, _HEADS, "", "DeepSeek-V3.2: 128", "no DSA indexer"),

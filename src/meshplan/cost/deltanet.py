@@ -1,6 +1,6 @@
 """A Gated DeltaNet block's per-op costs, one micro-batch, one GPU: in_proj, the short causal conv1d, the q/k L2
 norms and the gates, the chunked gated delta-rule scan, the gated norm, out_proj (symbols: records.py; the layer:
-model.py ``deltanet_params``).
+mixer_params.deltanet_count).
 
 Sources: Yang, Kautz and Hatamizadeh 2024, "Gated Delta Networks: Improving Mamba2 with Delta Rule" (ICLR 2025),
 §2-3: the state S_t = S_{t-1}·α_t·(I − β_t·k_t·k_tᵀ) + β_t·v_t·k_tᵀ per value head (d_v × d_k), computed chunk by

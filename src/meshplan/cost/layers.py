@@ -20,6 +20,7 @@ from meshplan.cost.mlp_moe import mlp_block, moe_block
 from meshplan.cost.parallel import parallel_block
 from meshplan.cost.records import Dims, OpCost, dims
 from meshplan.cost.rglru import rglru_block
+from meshplan.cost.shortconv import shortconv_block
 from meshplan.cost.summa import summa_layer
 from meshplan.cost.tp2d import tp2d_layer
 from meshplan.specs.mixer_params import attention_spec
@@ -65,7 +66,8 @@ def hybrid_block(model: ModelSpec, plan: Plan, stack: Stack, kind: str) -> list[
     d = dims(model, plan, stack)
     block = {"mamba": mamba_block, "mamba1": mamba1_block, "deltanet": deltanet_block, "kda": kda_block,
              "lightning": lightning_block, "attention": attention_block, "window": attention_block,
-             "parallel": parallel_block, "rglru": rglru_block, "mlp": mlp_block, "moe": moe_block}[kind]
+             "parallel": parallel_block, "rglru": rglru_block, "shortconv": shortconv_block, "mlp": mlp_block,
+             "moe": moe_block}[kind]
     spec = attention_spec(model, kind)  # a "W" block's or, beside them, a "*" block's own attention
     post = norm(f"{kind}/post_norm", model, d) if model.block_norms == 2 else []  # Gemma 4's post-norms
     return low_precision_casts(block(spec, plan, d) + post + stack_extras(spec, plan, d, kind), plan, stack)

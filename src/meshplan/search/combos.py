@@ -165,6 +165,8 @@ def _tensor_reason(model: ModelSpec, tp: int) -> tuple[str, str] | None:
         return "Mamba-1 blocks on one tp rank only", f"tp={tp} with {model.name}'s Mamba-1 blocks"
     if "R" in model.layer_pattern and model.lru_heads % tp:
         return "tp does not divide the RG-LRU gate blocks", f"tp={tp}, lru_heads={model.lru_heads}"
+    if "C" in model.layer_pattern and model.hidden_size % tp:
+        return "tp does not divide the short-convolution channels", f"tp={tp}, hidden={model.hidden_size}"
     if "L" in model.layer_pattern and model.num_heads % tp:
         return "tp does not divide the lightning-attention heads", f"tp={tp}, num_heads={model.num_heads}"
     if any(c in model.layer_pattern for c in "GK") and (model.gdn_key_heads % tp or model.gdn_value_heads % tp):
@@ -188,7 +190,7 @@ def _layout_reason(model: ModelSpec, layout: str, tp2: int, cp: int) -> tuple[st
         return "DeepSeek Sparse Attention: cp=1, 1d only", f"cp={cp}, layout={layout}"
     if model.diff_attention and layout != "1d":
         return "differential attention: 1d only", f"layout={layout}"
-    if model.is_hybrid and any(c in model.layer_pattern for c in "MGSKLPR") and cp > 1:
+    if model.is_hybrid and any(c in model.layer_pattern for c in "MGSKLPRC") and cp > 1:
         return "cp of Mamba layers not modelled", f"cp={cp} with {model.name}'s Mamba blocks"
     if layout == "1d":
         return None

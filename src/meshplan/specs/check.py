@@ -110,6 +110,9 @@ def _check_hybrid(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
     if "R" in model.layer_pattern and (model.lru_heads % plan.tp or plan.cp > 1):
         reasons.append(f"tp={plan.tp}, cp={plan.cp}: RG-LRU blocks split by their lru_heads={model.lru_heads} gate "
                        "blocks over tp, and not over cp")
+    if "C" in model.layer_pattern and (model.hidden_size % plan.tp or plan.cp > 1):
+        reasons.append(f"tp={plan.tp}, cp={plan.cp}: short-convolution blocks split their hidden_size="
+                       f"{model.hidden_size} channels over tp, and not over cp (cost/shortconv.py)")
     if "L" in model.layer_pattern and plan.cp > 1:
         reasons.append(f"cp={plan.cp}: context parallelism of lightning-attention layers is not modelled "
                        f"({model.name})")

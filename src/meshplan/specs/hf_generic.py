@@ -4,7 +4,7 @@ for any decoder-only model_type without a hand-written family (hf_families.py).
 Each decoder layer is split into blocks (hf_modules.py). When every layer is attention (or MLA) + MLP / MoE with the
 same norms, the spec is a standard one (``layer_norms`` norms per layer; MoE layers after ``first_k_dense_layers``,
 every ``moe_layer_freq``-th); otherwise it is a hybrid (``layer_pattern``: one letter per block, "*" attention,
-"M" Mamba-2, "G" Gated DeltaNet, "-" MLP, "E" MoE, each block with one norm; "S", "K", "L", "W", "P": the
+"M" Mamba-2, "G" Gated DeltaNet, "-" MLP, "E" MoE, each block with one norm; "S", "K", "L", "W", "P", "R", "C": the
 other letters of model_checks.BLOCK_KINDS), so that Jamba-style interleavings
 and irregular MoE layouts keep their per-layer kinds. Sizes come from the weight shapes (H and V from the
 embedding, head_dim from q_proj and the head count, K from k_proj, F from the down projection, E from the expert
@@ -30,8 +30,9 @@ from meshplan.specs.hf_sizes import attention_fields, deltanet_fields, mamba_fie
 from meshplan.specs.hf_window import split_windowed, window_fields
 
 LETTERS = {"attention": "*", "mla": "*", "window": "W", "parallel": "P", "mamba": "M", "mamba1": "S", "deltanet": "G",
-           "kda": "K", "lightning": "L", "rglru": "R", "mlp": "-", "moe": "E"}
-MIXERS = ("attention", "mla", "window", "parallel", "mamba", "mamba1", "deltanet", "kda", "lightning", "rglru")
+           "kda": "K", "lightning": "L", "rglru": "R", "shortconv": "C", "mlp": "-", "moe": "E"}
+MIXERS = ("attention", "mla", "window", "parallel", "mamba", "mamba1", "deltanet", "kda", "lightning", "rglru",
+          "shortconv")
 FFNS = ("mlp", "moe")
 BLOCK_NAMES = MIXERS + FFNS
 

@@ -2,7 +2,8 @@
 (hf_generic.py): Kimi Delta Attention ("K": transformers' KimiLinearDeltaAttention, low-rank forget and output gates;
 BailingHybridDeltaAttention, full-rank ones) and MiniMax's lightning attention ("L": MiniMaxLightningAttention). Each
 reader gives the sizes and the weights that differ from the mixer ModelSpec counts (mixer_params.py): those the
-reader refuses, naming them. Griffin's RG-LRU ("R": RecurrentGemmaRecurrentBlock) likewise.
+reader refuses, naming them. Griffin's RG-LRU ("R": RecurrentGemmaRecurrentBlock) and LFM2's short convolution
+("C": Lfm2ShortConv, LFM3's Lfm3ShortConv) likewise.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ def linear_kind(module: Any) -> str | None:
         return "lightning"
     if {"linear_x", "linear_y", "linear_out", "conv_1d", "rg_lru"} <= set(kids):
         return "rglru"
+    if set(kids) == {"conv", "in_proj", "out_proj"} and type(kids["conv"]).__name__ == "Conv1d":
+        return "shortconv"
     return None
 
 
@@ -76,6 +79,15 @@ def read_rglru(module: Any, hidden: int) -> tuple[dict[str, int], list[str]]:
     return {"width": w, "heads": n, "kernel": k}, _differ(shapes, want)
 
 
+def read_shortconv(module: Any, hidden: int) -> tuple[dict[str, int], list[str]]:
+    """The kernel L of a short-convolution mixer (HF Lfm2ShortConv): in_proj H → 3H (B, C, x), a depthwise conv over
+    the H channels, out_proj H → H, no biases (conv_bias false; with it the biases are refused)."""
+    shapes = _shapes(module)
+    k = shapes.get("conv.weight", (0, 0, 0))[-1]
+    want = {"in_proj.weight": (3 * hidden, hidden), "conv.weight": (hidden, 1, k), "out_proj.weight": (hidden, hidden)}
+    return {"kernel": k}, _differ(shapes, want)
+
+
 def _numel(shape: tuple[int, ...]) -> int:
     total = 1
     for x in shape:
@@ -98,6 +110,8 @@ def linear_fields(cfg: Any, sizes: dict[str, Any], fields: dict[str, Any], where
     if sizes.get("rglru") is not None:
         lru = sizes["rglru"]
         out |= {"lru_width": lru["width"], "lru_heads": lru["heads"], "lru_conv": lru["kernel"]}
+    if sizes.get("shortconv") is not None:
+        out["short_conv"] = sizes["shortconv"]["kernel"]
     if lightning is not None:
         width = fields.get("num_heads", 0) * fields.get("head_dim", 0)
         if sizes.get("attention") is None or lightning["width"] != width:
@@ -105,3 +119,6 @@ def linear_fields(cfg: Any, sizes: dict[str, Any], fields: dict[str, Any], where
                             f"heads × head_dim ({width})")
         out["lightning_block"] = int(getattr(cfg, "block_size", 256) or 256)
     return out
+
+
+LINEAR_READERS = {"kda": read_kda, "lightning": read_lightning, "rglru": read_rglru, "shortconv": read_shortconv}

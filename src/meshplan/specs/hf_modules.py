@@ -10,7 +10,7 @@ A layer is split into blocks by the modules that hold them (the names used acros
                 (Laguna's ``g_proj`` H → A), differential attention's λ vectors (DiffLlama ``lambda_q1`` …)
     MLA         ``kv_a_proj_with_mqa`` / ``kv_b_proj`` (DeepSeek-V2/V3 §2.1): sizes from the config; DeepSeek
                 Sparse Attention's ``indexer`` (hf_indexer.py), a per-head ``g_proj``, a RoPE-key norm
-    KDA, …      Kimi Delta Attention, lightning attention, RG-LRU (hf_linear.py)
+    KDA, …      Kimi Delta Attention, lightning attention, RG-LRU, LFM2's short convolution (hf_linear.py)
     Mamba-2     a module with ``A_log`` (one per head), ``D``, ``dt_bias``, ``in_proj``, ``conv1d``, ``norm``,
                 ``out_proj`` (Dao & Gu 2024; models/mamba2/modeling_mamba2.py)
     GDN         Gated DeltaNet: ``A_log``, ``dt_bias``, ``in_proj_*`` projections, ``conv1d``, ``norm``,
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meshplan.specs.hf_indexer import read_indexer
-from meshplan.specs.hf_linear import linear_kind, read_kda, read_lightning, read_rglru
+from meshplan.specs.hf_linear import LINEAR_READERS, linear_kind
 from meshplan.specs.hf_moa import is_fused_moe, is_moa, read_fused_moe, read_moa
 
 Q, K, V = ("q_proj", "query", "wq", "project_q", "Wq"), ("k_proj", "key", "wk", "project_k", "Wk"), \
@@ -397,4 +397,4 @@ def _experts(experts: Any, hidden: int) -> dict[str, Any]:
 
 
 READERS = {"attention": _attention, "mla": _mla, "mlp": _mlp, "mamba": _mamba, "deltanet": _deltanet, "mamba1": _mamba1,
-           "moe": _moe, "kda": read_kda, "lightning": read_lightning, "rglru": read_rglru}
+           "moe": _moe} | LINEAR_READERS

@@ -177,7 +177,7 @@ def mamba_fields(cfg: Any, mamba: dict[str, Any] | None, where: str) -> dict[str
 def deltanet_fields(cfg: Any, gdn: dict[str, Any] | None, where: str) -> dict[str, Any]:
     """A Gated DeltaNet mixer: n_v = |A_log|, d_v = out_proj's input / n_v (the gated norm's width), n_k and d_k from
     the config (``linear_num_key_heads``, ``linear_key_head_dim``), checked against the conv channels
-    2·n_k·d_k + n_v·d_v and the in_proj widths 2·n_k·d_k + 2·n_v·d_v + 2·n_v (ModelSpec.deltanet_params)."""
+    2·n_k·d_k + n_v·d_v and the in_proj widths 2·n_k·d_k + 2·n_v·d_v + 2·n_v (mixer_params.deltanet_count)."""
     if gdn is None:
         return {}
     heads, value = gdn["heads"], gdn["value"]

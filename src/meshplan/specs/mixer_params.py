@@ -102,3 +102,10 @@ def rglru_count(m: Any) -> int:
     recurrence gates block-diagonal, W²/n + W each (n = lru_heads blocks, with biases)."""
     h, w, n = m.hidden_size, m.lru_width, m.lru_heads
     return 3 * h * w + 2 * w + h + w * (m.lru_conv + 1) + w + 2 * (w * w // n + w) if n else 0
+
+
+def shortconv_count(m: Any) -> int:
+    """One LFM2 short-convolution mixer (HF Lfm2ShortConv, conv_bias false): in_proj H → 3H (B, C and x), the
+    depthwise conv over H channels of kernel L (``short_conv``: conv_L_cache) without bias H·L, out_proj H → H."""
+    h = m.hidden_size
+    return 3 * h * h + h * m.short_conv + h * h

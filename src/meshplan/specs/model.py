@@ -130,12 +130,14 @@ class ModelSpec(extras.ModelExtras):
     ssm_norms: bool = False
     # (mixer_params.py) "K" (Kimi Delta Attention): n = gdn_value_heads of d = gdn_value_dim, gates H → r → n·d (r =
     # kda_gate_rank; 0: H → n·d); "L" (lightning attention): num_heads of head_dim, blocks of lightning_block; "R"
-    # (Griffin's RG-LRU, RecurrentGemma): width lru_width, gates of lru_heads blocks, conv kernel lru_conv
+    # (Griffin's RG-LRU, RecurrentGemma): width lru_width, gates of lru_heads blocks, conv kernel lru_conv; "C" (LFM2's
+    # short convolution, cost/shortconv.py): in_proj H → 3H, a depthwise causal conv1d of kernel short_conv, out_proj
     kda_gate_rank: int = 0
     lightning_block: int = 256
     lru_width: int = 0
     lru_heads: int = 0
     lru_conv: int = 4
+    short_conv: int = 0
     # "W" (windowed attention) blocks beside full "*" ones, of their own head width, KV heads and sinks (0 / False:
     # the model's; Gemma 4 unified, dots3: mixer_params.window_attention_spec); norms per hybrid block (2: post-norms)
     window_head_dim: int = 0
@@ -332,9 +334,6 @@ class ModelSpec(extras.ModelExtras):
     def gdn_dims(self) -> tuple[int, int]:  # (n_k·d_k, n_v·d_v): the widths of q (= k) and of v (= z)
         return self.gdn_key_heads * self.gdn_key_dim, self.gdn_value_heads * self.gdn_value_dim
 
-    def deltanet_params(self) -> int:
-        return mixer_params.deltanet_count(self)
-
     def mamba1_params(self) -> int:
         return mixer_params.mamba1_count(self)
 
@@ -347,13 +346,14 @@ class ModelSpec(extras.ModelExtras):
         return {"dense": lambda: att + mlp + norms,
                 "moe": lambda: (norm if self.is_hybrid else att + norms) + self.moe_params(active),
                 "mamba": lambda: self.mamba_params() + norm,
-                "deltanet": lambda: self.deltanet_params() + norm, "mamba1": lambda: self.mamba1_params() + norm,
-                "attention": lambda: att + norm,
+                "deltanet": lambda: mixer_params.deltanet_count(self) + norm,
+                "mamba1": lambda: self.mamba1_params() + norm, "attention": lambda: att + norm,
                 "kda": lambda: mixer_params.kda_count(self) + norm,
                 "lightning": lambda: mixer_params.lightning_count(self) + norm, "mlp": lambda: mlp + norm,
                 "window": lambda: mixer_params.window_attention_spec(self).attention_params() + norm,
                 "parallel": lambda: att + self.mamba_params() + norm,
-                "rglru": lambda: mixer_params.rglru_count(self) + norm}[kind]()
+                "rglru": lambda: mixer_params.rglru_count(self) + norm,
+                "shortconv": lambda: mixer_params.shortconv_count(self) + norm}[kind]()
 
     def layer_params(self, i: int, active: bool = False) -> int:
         kind = BLOCK_KINDS[self.layer_pattern[i]] if self.is_hybrid else "moe" if self.is_moe_layer(i) else "dense"

@@ -18,7 +18,7 @@ from meshplan.specs.model_extras import check_extras
 MLP_KINDS = ("gelu", "swiglu", "relu2")  # relu2 (Nemotron-H): squared ReLU, up → act → down like gelu
 # layer_pattern letters (Nemotron-H; Qwen3-Next's Gated DeltaNet)
 BLOCK_KINDS = {"M": "mamba", "S": "mamba1", "G": "deltanet", "K": "kda", "L": "lightning", "*": "attention",
-               "W": "window", "P": "parallel", "R": "rglru", "-": "mlp", "E": "moe"}
+               "W": "window", "P": "parallel", "R": "rglru", "C": "shortconv", "-": "mlp", "E": "moe"}
 NORM_KINDS = ("layernorm", "rmsnorm")
 POSITION_KINDS = ("rope", "learned", "none")
 _POSITIVE = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_length")
@@ -29,7 +29,7 @@ _NON_NEGATIVE = ("num_kv_heads", "head_dim", "num_experts", "moe_topk", "moe_ffn
                  "sliding_window", "window_layers", "gdn_key_heads", "gdn_key_dim", "gdn_value_heads", "gdn_value_dim",
                  "ssm_inner", "ssm_dt_rank", "act_params", "head_vocab_size", "attention_experts", "index_heads",
                  "index_head_dim", "index_topk", "kda_gate_rank", "window_head_dim", "window_kv_heads", "lru_width",
-                 "lru_heads")
+                 "lru_heads", "short_conv")
 # The sizes a parameter count grows with, named when it is out of range (check_params)
 _SIZES = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size", "vocab_size",
           "max_position_embeddings", "num_experts", "moe_ffn_hidden_size", "shared_expert_ffn_size", "q_lora_rank",
@@ -144,12 +144,15 @@ def _check_pattern(spec: Any) -> None:
         for name in ("mamba_heads", "mamba_head_dim", "mamba_state"):
             if getattr(spec, name):
                 raise SpecError(f"{name}={getattr(spec, name)} needs a hybrid layer_pattern with Mamba (M) blocks")
+        if spec.short_conv:
+            raise SpecError(f"short_conv={spec.short_conv} needs a layer_pattern with short-convolution (C) blocks")
         return
     bad = sorted(set(pattern) - set(BLOCK_KINDS))
     if bad:
         raise SpecError(f"layer_pattern has {bad[0]!r}: its letters are M (Mamba-2), S (Mamba-1), G (Gated DeltaNet), "
                         "K (Kimi Delta Attention), L (lightning attention), * (attention), W (windowed attention), "
-                        "P (attention and Mamba-2 side by side), R (RG-LRU), - (MLP), E (MoE)")
+                        "P (attention and Mamba-2 side by side), R (RG-LRU), C (short convolution), - (MLP), "
+                        "E (MoE)")
     if len(pattern) != spec.num_layers:
         raise SpecError(f"layer_pattern has {len(pattern)} letters but num_layers={spec.num_layers}")
     if ("E" in pattern) != (spec.num_experts > 0):
@@ -199,6 +202,9 @@ def _check_linear(spec: Any, pattern: str) -> None:
     if "R" in pattern and (spec.lru_width < 1 or spec.lru_heads < 1 or spec.lru_width % spec.lru_heads):
         raise SpecError(f"lru_width={spec.lru_width}, lru_heads={spec.lru_heads}: layer_pattern has RG-LRU (R) blocks, "
                         "which need a width the gate blocks divide")
+    if ("C" in pattern) != (spec.short_conv > 0):
+        raise SpecError(f"short_conv={spec.short_conv}: the kernel of the short-convolution (C) blocks, > 0 exactly "
+                        f"when layer_pattern has them ({pattern!r})")
     if "K" not in pattern:
         return
     if spec.gdn_value_heads < 1 or spec.gdn_value_dim < 1:
