@@ -4,6 +4,8 @@ ZeRO-3 first; Megatron's distributed optimizer is ZeRO-1) it looks further down 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from click.testing import CliRunner
 
@@ -29,7 +31,8 @@ def test_every_format_writes_the_best_plan_its_framework_runs(tmp_path, model, g
 
 def test_emit_looks_past_the_listed_plans_when_it_can_write_none_of_them(tmp_path):
     """With ``--framework any --top 1``, #1 is a ZeRO-3 plan (no Megatron argument writes it): the deeper search of
-    the same ranking finds #5, a ZeRO-1 plan, and says why #1 was not written."""
+    the same ranking finds the first ZeRO-1 plan below it (#3 since link contention and per-rank pricing, #5 before),
+    and says why #1 was not written."""
     path = tmp_path / "args.sh"
     result = CliRunner().invoke(cli, ["plan", "--model", "llama3-70b", "--system", "h100", "--gpus", "64",
                                       "--global-batch", "512", "--framework", "any", "--top", "1", "--emit",
@@ -37,7 +40,7 @@ def test_emit_looks_past_the_listed_plans_when_it_can_write_none_of_them(tmp_pat
     assert result.exit_code == 0, result.output
     assert "#1 (dp=64 tp=1 pp=1 mbs=1 gbs=512 zero=3" in result.output
     assert "cannot be written as megatron (megatron cannot express zero=3" in result.output
-    assert "wrote megatron config of #5 (dp=2 tp=4 pp=8 mbs=1 gbs=512 zero=1" in result.output
+    assert re.search(r"wrote megatron config of #[2-9] \(dp=2 tp=4 pp=8 mbs=1 gbs=512 zero=1", result.output)
     plan, _ = read("megatron", load_model("llama3-70b"), 64, path.read_text())
     assert (plan.tp, plan.pp, plan.zero) == (4, 8, 1)
 

@@ -19,7 +19,7 @@ def test_the_legend_band_is_the_rows_band(system, capsys):
     assert main(["plan", "--model", "llama3-8b", "--system", system, "--gpus", "16", "--top", "4"]) == 0
     out = capsys.readouterr().out
     rows = set(re.findall(r" s (±\d+%) │", out))
-    legend = re.findall(r"(±\d+%): the step time's error band", out.replace("\n", " "))
+    legend = re.findall(r"(±\d+%): the step time's error band", re.sub(r"\s+", " ", out))  # wrapped, padded lines
     assert len(rows) == 1 and legend == [rows.pop()], (rows, legend)
 
 

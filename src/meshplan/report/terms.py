@@ -20,7 +20,7 @@ HEADERS = {
     "recompute": "activations recomputed (selective: the attention core; full: whole layers); per pipeline rank "
                  "where the ranks differ (sel, full, N: N layers full, -: none; search/stage_settings.py)",
     "sp": "sequence parallelism",
-    "offload": "held in host memory (opt: optimizer state and step; act: activations, act N,M,…: layers per "
+    "offload": "held in host memory (opt: optimizer state and step; act: activations; act 3,1,0: layers per "
                "pipeline rank)",
     "in NVLink": "parallel groups inside one NVLink domain",
     "step": "predicted step time",
