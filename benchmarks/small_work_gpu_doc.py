@@ -39,9 +39,12 @@ HEAD_DIM = {1024: 64, 2048: 128}
 def stacks() -> dict[str, tuple[str, Stack]]:
     """The preset each measured code is priced under, as meshplan's options would say it."""
     eager = replace(load_stack("pytorch-fsdp"), fsdp="none")
-    megatron = replace(load_stack("megatron-core"), fusion="eager", flash_attention=False)
+    from meshplan_validation.sources import MEGATRON_2021
+
+    megatron = replace(MEGATRON_2021, fusion="eager")
     return {"pytorch": ("`--framework pytorch-fsdp`, no FSDP on one GPU", eager),
-            "megatron": ("`--framework megatron-core --fusion eager --no-flash-attention`", megatron)}
+            "megatron": ("validation's `megatron-lm-2021` stack (the one Megatron-LM 2020-22 and Megatron-DeepSpeed "
+                         "runs are priced under: unfused attention), its element-wise kernels eager", megatron)}
 
 
 def model_of(row: dict):
