@@ -32,7 +32,7 @@ DualPipe library. Megatron-Core 0.16.1 has neither (its pipeline_parallel/ has 1
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from meshplan.schedule import Timeline
@@ -106,7 +106,28 @@ def simulate_split(table: SplitTable, t_fwd: float | Sequence[float], t_bwd: flo
     m = max(a.micro for row in table for a in row) + 1
     dur = {k: _per_rank(n, t, pp) for k, n, t in (("F", "t_fwd", t_fwd), ("B", "t_bwd", t_bwd),
                                                    ("W", "t_wgrad", t_wgrad))}
-    done: dict[tuple[str, int, int], float] = {}
+    starts, ends, free, stuck = run_rows(
+        table, lambda a, r: {"F": ("F", r - 1, a.micro) if r else None, "W": ("B", r, a.micro),
+                             "B": ("F", r, a.micro) if r == pp - 1 else ("B", r + 1, a.micro)}[a.kind],
+        lambda a, r: (a.kind, r, a.micro), lambda a, r: dur[a.kind][r], t_p2p)
+    if stuck or any(len(row) != 3 * m for row in table):
+        raise ValueError(f"split schedule deadlocks or misses actions: ranks stop at {', '.join(stuck) or 'the end'}")
+    busy = tuple(m * (dur["F"][r] + dur["B"][r] + dur["W"][r]) for r in range(pp))
+    return Timeline(step_time=max(free), starts=tuple(map(tuple, starts)), ends=tuple(map(tuple, ends)), busy=busy,
+                    max_in_flight=tuple(_in_flight(row) for row in table))
+
+
+Key = tuple  # an action's identity in ``run_rows``: (kind, rank, ...), its rank second
+
+
+def run_rows(table: SplitTable, dependency: Callable[[SplitAction, int], Key | None],
+             key: Callable[[SplitAction, int], Key], duration: Callable[[SplitAction, int], float], t_p2p: float
+             ) -> tuple[list[list[float]], list[list[float]], list[float], list[str]]:
+    """The event loop of both split-backward simulators (this one and zero_bubble_v.simulate_routes): each rank runs
+    its row in order, an action starting once its rank is free and its ``dependency`` (a ``key``, None: none) has
+    ended, plus ``t_p2p`` when that ran on another rank. (starts, ends, each rank's end, the actions left stuck)."""
+    pp = len(table)
+    done: dict[Key, float] = {}
     nxt, free = [0] * pp, [0.0] * pp
     starts: list[list[float]] = [[0.0] * len(row) for row in table]
     ends: list[list[float]] = [[0.0] * len(row) for row in table]
@@ -116,22 +137,16 @@ def simulate_split(table: SplitTable, t_fwd: float | Sequence[float], t_bwd: flo
         for r, row in enumerate(table):
             while nxt[r] < len(row):
                 a = row[nxt[r]]
-                dep = {"F": ("F", r - 1, a.micro) if r else None, "W": ("B", r, a.micro),
-                       "B": ("F", r, a.micro) if r == pp - 1 else ("B", r + 1, a.micro)}[a.kind]
+                dep = dependency(a, r)
                 if dep is not None and dep not in done:
                     break
                 ready = 0.0 if dep is None else done[dep] + (t_p2p if dep[1] != r else 0.0)
                 start = max(free[r], ready)
-                free[r] = done[(a.kind, r, a.micro)] = start + dur[a.kind][r]
+                free[r] = done[key(a, r)] = start + duration(a, r)
                 starts[r][nxt[r]], ends[r][nxt[r]] = start, free[r]
                 nxt[r] += 1
                 moved = True
-    stuck = [str(table[r][nxt[r]]) for r in range(pp) if nxt[r] < len(table[r])]
-    if stuck or any(len(row) != 3 * m for row in table):
-        raise ValueError(f"split schedule deadlocks or misses actions: ranks stop at {', '.join(stuck) or 'the end'}")
-    busy = tuple(m * (dur["F"][r] + dur["B"][r] + dur["W"][r]) for r in range(pp))
-    return Timeline(step_time=max(free), starts=tuple(map(tuple, starts)), ends=tuple(map(tuple, ends)), busy=busy,
-                    max_in_flight=tuple(_in_flight(row) for row in table))
+    return starts, ends, free, [str(table[r][nxt[r]]) for r in range(pp) if nxt[r] < len(table[r])]
 
 
 def _in_flight(row: Sequence[SplitAction]) -> int:

@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from meshplan.schedule import Timeline
-from meshplan.zero_bubble import SplitAction, SplitTable
+from meshplan.zero_bubble import SplitAction, SplitTable, run_rows
 
 Place = tuple[int, int]  # (rank, chunk)
 Route = Callable[[int], Sequence[Place]]  # micro-batch -> the places its forward visits
@@ -102,29 +102,10 @@ def simulate_routes(table: SplitTable, route: Route, t_fwd: float, t_bwd: float,
     before it, B after B at the place after it (the last place's after its own F), W after B at the same place,
     each plus ``t_p2p`` across ranks; each rank runs its row in order. Times are per chunk. ``max_in_flight``: per
     rank, the most (micro-batch, chunk) pairs between F and the end of their backward (W, or B without W)."""
-    pp = len(table)
     split = any(a.kind == "W" for row in table for a in row)
     dur = {"F": t_fwd, "B": t_bwd, "W": t_wgrad}
-    done: dict[tuple[str, int, int, int], float] = {}
-    nxt, free = [0] * pp, [0.0] * pp
-    starts = [[0.0] * len(row) for row in table]
-    ends = [[0.0] * len(row) for row in table]
-    moved = True
-    while moved:
-        moved = False
-        for r, row in enumerate(table):
-            while nxt[r] < len(row):
-                a = row[nxt[r]]
-                dep = _dependency(a, route(a.micro))
-                if dep is not None and dep not in done:
-                    break
-                ready = 0.0 if dep is None else done[dep] + (t_p2p if dep[1] != r else 0.0)
-                start = max(free[r], ready)
-                free[r] = done[(a.kind, r, a.chunk, a.micro)] = start + dur[a.kind]
-                starts[r][nxt[r]], ends[r][nxt[r]] = start, free[r]
-                nxt[r] += 1
-                moved = True
-    stuck = [str(table[r][nxt[r]]) for r in range(pp) if nxt[r] < len(table[r])]
+    starts, ends, free, stuck = run_rows(table, lambda a, r: _dependency(a, route(a.micro)),
+                                         lambda a, r: (a.kind, r, a.chunk, a.micro), lambda a, r: dur[a.kind], t_p2p)
     if stuck:
         raise ValueError(f"schedule deadlocks: ranks stop at {', '.join(stuck)}")
     busy = tuple(sum(dur[a.kind] for a in row) for row in table)
