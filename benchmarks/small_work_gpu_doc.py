@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from meshplan.estimate import estimate
+from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
@@ -67,16 +68,10 @@ def predicted(row: dict, stack: Stack, gpu: str) -> float:
 def launches_per_layer(row: dict, stack: Stack, gpu: str) -> tuple[float, float]:
     """Kernels meshplan has the host issue per layer, forward and backward (step/host.py's count)."""
     plan = Plan(micro_batch=row["batch"], global_batch=row["batch"], zero=0, recompute="none")
-    parts = timed_parts(model_of(row), load_system(SYSTEM[gpu]).cluster(1), plan, stack, _eff())
+    parts = timed_parts(model_of(row), load_system(SYSTEM[gpu]).cluster(1), plan, stack, DEFAULT)
     ops = parts.ops[next(k for k in parts.ops if k not in ("embed", "head", "mtp", "p2p"))]
     fwd = sum(float(launches(op)) for op in ops if op.phase == "fwd")
     return fwd, sum(float(launches(op)) for op in ops) - fwd
-
-
-def _eff():
-    from meshplan.specs.efficiency import DEFAULT
-
-    return DEFAULT
 
 
 def per_layer(rows: list[dict], key) -> dict[tuple[int, int], float]:
