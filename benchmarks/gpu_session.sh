@@ -6,6 +6,7 @@
 #     OUT=/tmp/out bash benchmarks/gpu_session.sh          # stages 1-3
 #     OUT=/tmp/out bash benchmarks/gpu_session.sh more     # stages 4-5
 #     OUT=/tmp/out bash benchmarks/gpu_session.sh megatron # stage 6 (megatron-core's wheel carried in .whl/)
+#     OUT=/tmp/out bash benchmarks/gpu_session.sh compiled # stage 7
 #
 # 1. benchmarks/small_work_gpu.py: eager GPT training passes, host vs GPU time, kernel floors, dispatch fit;
 # 2. meshplan calibrate on the GPU (GEMM, memory, attention, dispatch; one GPU: no collectives), with the calibrated
@@ -16,6 +17,8 @@
 # 5. benchmarks/measured.py --device cuda: the zoo's check-step on the GPU;
 # 6. small_work_gpu.py --stack megatron (rows and phases): the same GPT built by Megatron-Core's module code, with the
 #    plain-PyTorch rows again in the same call as the baseline.
+# 7. small_work_gpu.py --stack compiled (rows at micro-batch 1 and 8, phases at 1): each block under torch.compile
+#    as torchtitan compiles it, with the plain-PyTorch rows again in the same call as the baseline.
 # Each stage has its own time limit so that one that hangs leaves the others theirs; every output lands in OUT.
 set -u
 export PYTHONUNBUFFERED=1
@@ -46,6 +49,18 @@ if [ "${1:-}" = megatron ]; then
     timeout "${T_ROWS:-120}" python3 benchmarks/small_work_gpu.py --stack $stack --out "$OUT/$stack.json" >> "$LOG" 2>&1
     echo "== $stack phases rc=$? $(date -u +%T)" >> "$LOG"
     timeout "${T_PHASES:-60}" python3 benchmarks/small_work_gpu.py --stack $stack --phases --batches 1,8 \
+      --out "$OUT/$stack-phases.json" >> "$LOG" 2>&1
+  done
+  echo "== done rc=$? $(date -u +%T)" >> "$LOG"
+  exit 0
+fi
+if [ "${1:-}" = compiled ]; then
+  for stack in pytorch compiled; do
+    echo "== $stack rows $(date -u +%T)" >> "$LOG"
+    timeout "${T_ROWS:-200}" python3 benchmarks/small_work_gpu.py --stack $stack --batches 1,8 --out "$OUT/$stack.json" \
+      >> "$LOG" 2>&1
+    echo "== $stack phases rc=$? $(date -u +%T)" >> "$LOG"
+    timeout "${T_PHASES:-80}" python3 benchmarks/small_work_gpu.py --stack $stack --phases --batches 1 \
       --out "$OUT/$stack-phases.json" >> "$LOG" 2>&1
   done
   echo "== done rc=$? $(date -u +%T)" >> "$LOG"

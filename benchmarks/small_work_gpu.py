@@ -46,7 +46,7 @@ HEAD_DIM = {1024: 64, 2048: 128}
 DEVICE = os.environ.get("SMALL_WORK_DEVICE", "cuda")  # cpu: a smoke test of this script on a machine without a GPU
 
 
-STACK = {"name": "pytorch"}  # --stack: "pytorch" (gpt below) or "megatron" (small_work_megatron.py)
+STACK = {"name": "pytorch"}  # --stack: "pytorch" (gpt below), "compiled" (it under torch.compile) or "megatron"
 
 
 def build(torch, width: int, layers: int, seq: int = SEQ):
@@ -56,7 +56,11 @@ def build(torch, width: int, layers: int, seq: int = SEQ):
         from small_work_megatron import megatron_gpt
 
         return megatron_gpt(torch, width, layers, width // HEAD_DIM[width], seq, VOCAB, DEVICE)
-    return gpt(torch, width, layers, seq).to(DEVICE, torch.bfloat16)
+    model = gpt(torch, width, layers, seq).to(DEVICE, torch.bfloat16)
+    if STACK["name"] == "compiled":  # each block compiled as torchtitan's apply_compile does (torch.compile(block,
+        for i, layer in enumerate(model.layers):  # fullgraph=True), Inductor's default mode: fused Triton kernels, each
+            model.layers[i] = torch.compile(layer, fullgraph=True)  # launched by the host, no CUDA graphs)
+    return model
 
 
 def _sync(torch) -> None:
@@ -149,8 +153,8 @@ def measure_config(torch, width: int, batch: int, layers: int, steps: int, warmu
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     row["adamw_s"], row["adamw_host_s"] = _median_pass(torch, opt.step, steps, warmup)
     row["params"] = sum(p.numel() for p in model.parameters())
-    if DEVICE != "cuda":
-        row["graphed_error"] = "no CUDA graphs on a CPU"
+    if DEVICE != "cuda" or STACK["name"] == "compiled":
+        row["graphed_error"] = "no CUDA graphs on a CPU" if DEVICE != "cuda" else "compiled: not captured"
         return row
     try:
         graphed = torch.cuda.make_graphed_callables(model, (tokens, labels))
@@ -264,8 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=_ints, default=BATCHES)
     parser.add_argument("--depths", type=_ints, default=DEPTHS)
     parser.add_argument("--seq", type=int, default=SEQ)
-    parser.add_argument("--stack", choices=("pytorch", "megatron"), default="pytorch",
-                        help="the model's code: plain PyTorch, or Megatron-Core's GPTModel (small_work_megatron.py)")
+    parser.add_argument("--stack", choices=("pytorch", "compiled", "megatron"), default="pytorch",
+                        help="the model's code: plain PyTorch, it under torch.compile (Inductor, default mode), or "
+                        "Megatron-Core's GPTModel (small_work_megatron.py)")
     parser.add_argument("--phases", action="store_true", help="only the forward / backward split (batch 1, both "
                         "depths) and the host microbenchmarks")
     args = parser.parse_args(argv)
@@ -281,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
         print(json.dumps(data["phases"]), flush=True)
         return 0
-    if DEVICE == "cuda":
+    if DEVICE == "cuda" and args.stack != "compiled":
         data["floors"] = kernel_floors(torch)
         print(json.dumps(data["floors"]), flush=True)
         try:

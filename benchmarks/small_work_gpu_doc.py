@@ -43,7 +43,10 @@ def stacks() -> dict[str, tuple[str, Stack]]:
     from meshplan_validation.sources import MEGATRON_2021
 
     megatron = replace(MEGATRON_2021, fusion="eager")
+    compiled = replace(load_stack("torchtitan"), fsdp="none", fusion="fused")
     return {"pytorch": ("`--framework pytorch-fsdp`, no FSDP on one GPU", eager),
+            "compiled": ("`--framework torchtitan` as `estimate --from` reads a job TOML with [compile] enable "
+                         "(configs/torchtitan.py), no FSDP on one GPU", compiled),
             "megatron": ("validation's `megatron-lm-2021` stack (the one Megatron-LM 2020-22 and Megatron-DeepSpeed "
                          "runs are priced under: unfused attention), its element-wise kernels eager", megatron)}
 

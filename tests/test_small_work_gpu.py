@@ -32,7 +32,7 @@ def _per_kernel(rows: list[dict], width: int, batches: tuple[int, ...]) -> list[
     """Seconds per kernel at each batch: (t(6 layers) − t(2 layers)) / 4 over (kernels(6) − kernels(2)) / 4."""
     by = {(r["layers"], r["batch"]): r for r in rows if r["width"] == width}
     return [(by[(6, b)]["eager_s"] - by[(2, b)]["eager_s"]) / (by[(6, b)]["kernels"] - by[(2, b)]["kernels"])
-            for b in batches]
+            for b in batches if (6, b) in by and (2, b) in by]  # run C measured micro-batches 1 and 8 only
 
 
 def _rows(code: str) -> list[list[dict]]:
@@ -46,10 +46,11 @@ def _rows(code: str) -> list[list[dict]]:
 
 
 def test_plain_pytorch_layer_host_per_kernel_brackets_the_eager_presets() -> None:
-    # run B (small-work.json): (8.490 - 3.567) ms / (305 - 121) kernels = 26.8 us at b = 1; run A: 29.6 us
+    # run B (small-work.json): (8.490 - 3.567) ms / (305 - 121) kernels = 26.8 us at b = 1; run A: 29.6 us; run C
+    # (small-work-compiled.json's eager baseline): (7.036 - 2.838) ms / (305 - 121) = 22.8 us at b = 1
     found = [t for rows in _rows("pytorch") for t in _per_kernel(rows, 1024, (1, 2))]
-    assert len(found) == 4
-    assert min(found) == pytest.approx(24.5e-6, abs=0.1e-6) and max(found) == pytest.approx(29.6e-6, abs=0.1e-6)
+    assert len(found) == 5
+    assert min(found) == pytest.approx(22.8e-6, abs=0.1e-6) and max(found) == pytest.approx(29.6e-6, abs=0.1e-6)
     for name in ("pytorch-fsdp", "deepspeed", "torchtitan", "llm-foundry"):
         assert min(found) * 0.9 <= load_stack(name).host_dispatch <= max(found)
 
