@@ -170,12 +170,15 @@ def test_the_command_line_honours_columns(monkeypatch, capsys):
     lines = [ln for ln in out.splitlines() if not ln.startswith("re-run it: ")]  # a command line, kept whole to copy
     assert "…" not in out and max(len(ln.rstrip()) for ln in lines) <= 80
     assert "legend: " in out
-    # the legend says how the rows are ordered (the simplest within the fastest plan's band first), and a line names
-    # the fastest plan, which is not #1 here (dp=16 tp=2 pp=8 cp=4, 4.13 s; #1: dp=32 tp=4 pp=8, 4.29 s)
+    # the legend says how the rows are ordered (the fastest first, then its band's plans, simplest first), and a line
+    # names the simplest of the band, which is not #1 here (#1 dp=16 tp=2 pp=8 cp=4, 4.14 s; #2 dp=32 tp=4 pp=8,
+    # 4.29 s: 3 axes and offloads against 4, 3.6 % slower)
     flat = " ".join(out.split())
-    assert "#: rank: the plans within the fastest plan's ranking band first, the simplest leading" in flat
-    assert "#: rank, fastest first" not in flat
-    assert "fastest plan found: dp=16 tp=2 pp=8 cp=4" in flat and "faster than #1" in flat
+    assert "#: rank: the fastest plan first, then the others within its ranking band, the simplest first" in flat
+    assert "#: rank, fastest first" not in flat and "fastest plan found" not in flat
+    assert "#2 is the simplest plan within #1's ranking band (3 of the parallel axes, offloads and recompute " \
+           "against 4), 3.6% slower" in flat
+    assert "16 --tp 2 --pp 8 --cp 4" in flat  # #1's re-run line (wrapped after --dp)
 
 
 def test_counts_move_to_the_next_unit_when_they_round_up_to_it():

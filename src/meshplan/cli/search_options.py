@@ -15,6 +15,7 @@ import click
 
 from meshplan.cli.common import check_max_plans, choices, split_ints
 from meshplan.cli.options import flag, recompute_modules
+from meshplan.errors import SpecError
 from meshplan.ranges import check_options
 from meshplan.search.space import Space
 from meshplan.specs.plan import COLLECTIVE_ALGORITHMS, DP_MODES, OPTIMIZERS, PINNABLE, PRECISION, Plan
@@ -95,9 +96,11 @@ OPTIONS = [
                       "largest memory error against measured runs, docs/ACCURACY.md; sweep: 0); plans inside it are "
                       "listed as rejected"),
     click.option("--fastest-first", is_flag=True, default=False,
-                 help="rank by step time alone: #1 is the fastest plan, which more bandwidth or FLOP/s never slows "
-                      "(by default the simplest plan within the fastest's error band leads: a faster machine can bring "
-                      "a simpler, slower plan into that band)"),
+                 help="rank by step time alone (by default the fastest plan leads and the others within its error "
+                      "band follow it, the simplest first)"),
+    click.option("--simplest-first", is_flag=True, default=False,
+                 help="let the simplest plan within the fastest's error band lead instead of the fastest (a faster "
+                      "machine can then bring a simpler, slower plan into the band, and #1 gets slower)"),
 ]
 NAMES = tuple(o(lambda: None).__click_params__[0].name for o in OPTIONS)  # the parameters, for the test
 
@@ -150,7 +153,11 @@ def space_settings(given: dict[str, Any], stack: Stack, headroom: float | None =
                 "dp_modes": choices(given["dp_mode_opts"], DP_MODES, "dp-mode"),
                 "offload_weights": (False, True) if given["offload_weights"] else (False,),
                 "collectives": choices(given["collectives_opts"], COLLECTIVE_ALGORITHMS, "collectives")}
+    if given["fastest_first"] and given["simplest_first"]:
+        raise SpecError("ranking=--fastest-first --simplest-first: give one of them (time alone, or the simplest of "
+                        "the error band leading)")
     settings |= {"prefer_simple": False} if given["fastest_first"] else {}
+    settings |= {"simplest_leads": True} if given["simplest_first"] else {}
     return settings | ({} if share is None else {"headroom": share})
 
 

@@ -51,6 +51,9 @@ def _flag(name: str) -> str:
               help="also try prefill / decode pools")
 @click.option("--rank", "rank_by", type=click.Choice(["throughput", "latency"]), default="throughput",
               show_default=True, help="most output tokens/s, or the lowest TPOT")
+@click.option("--simplest-first", is_flag=True, default=False,
+              help="let the simplest configuration within the best one's error band lead (by default the best leads "
+                   "and the others in its band follow it, the simplest first)")
 @click.option("--price", type=float, default=None, help="price per GPU-hour, for the cost of a million tokens")
 @click.option("--top", "top_k", type=int, default=10, show_default=True, help="configurations to list")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
@@ -168,7 +171,8 @@ def _space(engine, options: dict[str, Any], acc):
     return ServeSpace(input_len=options["input_len"], output_len=options["output_len"],
                       quants=_quants(acc, options["quants"], False), batches=sizes["batch"] or BATCHES,
                       tp=sizes["tp"], pp=sizes["pp"], dpa=sizes["dpa"], disaggregate=options["disaggregate"],
-                      ttft_slo=ttft, tpot_slo=tpot, engine=engine, rank_by=options["rank_by"])
+                      ttft_slo=ttft, tpot_slo=tpot, engine=engine, rank_by=options["rank_by"],
+                      simplest_leads=options["simplest_first"])
 
 
 def _seconds(text: str | None, field: str) -> float:

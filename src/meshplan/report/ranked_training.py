@@ -109,6 +109,11 @@ def prefers_simple(result) -> bool:
     return bool(getattr(getattr(result, "space", None), "prefer_simple", False))
 
 
+def simplest_leads(result) -> bool:
+    """Whether the simplest plan of the band leads (``Space.simplest_leads``), not the fastest."""
+    return prefers_simple(result) and bool(getattr(result.space, "simplest_leads", False))
+
+
 def _layout(p) -> str:
     tp = {"summa": f"{p.tp}x{p.tp2}", "tp2d": f"{p.tp}x{p.tp2}w"}.get(p.tensor_layout, str(p.tp))
     return f"{p.dp}·{tp}·{p.pp}·{p.cp}"
@@ -161,7 +166,8 @@ def best_plans(result: SearchResult, tokens: float | None = None, price: float |
     for est in result.plans:
         for name, value in metric_cells(est, tokens, price, rel).items():
             cells[name].append(value)
-    meanings = {"#": terms.RANK_SIMPLE} if prefers_simple(result) else {}
+    meanings = {"#": terms.RANK_SIMPLEST if simplest_leads(result) else terms.RANK_SIMPLE} \
+        if prefers_simple(result) else {}
     left = ("recompute", "offload", *tier_headers(result.cluster))
 
     def meaning(h: str) -> str:

@@ -49,10 +49,13 @@ UNITS = ("units", "k M B T = 10^3 10^6 10^9 10^12; KiB MiB GiB TiB = 2^10 2^20 2
 BAND = ("±N%", "the step time's error band (relative half-width)")  # ranked_training.band_entry shows the rows' own
 EQUIVALENT = ("≈", "after a rank: step time within the fastest plan's ranking band (the dense runs' error band on this "
               "GPU: as fast, to the model's accuracy)")
-# the ranking of a search that prefers simple plans (search/select.py), replacing HEADERS["#"]
-RANK_SIMPLE = ("rank: the plans within the fastest plan's ranking band first, the simplest leading (fewest of: tp, "
-               "pp, cp, ep, a second tp grid axis and interleaving (vpp) above 1, optimizer and activation offload, "
-               "any recompute), then the lightest, then the fastest; the others after them, fastest first")
+# the ranking of a search that prefers simple plans (search/select.py), replacing HEADERS["#"]: the fastest leading
+# (the default), or the simplest of the band (Space.simplest_leads)
+_SIMPLER = ("the simplest first (fewest of: tp, pp, cp, ep, a second tp grid axis and interleaving (vpp) above 1, "
+            "optimizer and activation offload, any recompute), then the lightest, then the fastest; the others after "
+            "them, fastest first")
+RANK_SIMPLE = ("rank: the fastest plan first, then the others within its ranking band, " + _SIMPLER)
+RANK_SIMPLEST = ("rank: the plans within the fastest plan's ranking band first, " + _SIMPLER)
 BEST_SIMPLE = "the plan ranked first at that count (the simplest within the fastest plan's ranking band)"
 SUMMA_CELL = ("4x2 as tp", "2D SUMMA tensor parallelism on a tp x tp2 grid of 4 x 2")
 SUMMA_PLAN = ("summa=4x2/nb16", "2D SUMMA tensor parallelism on a 4 x 2 grid, broadcast in 16 panels")

@@ -24,10 +24,12 @@ from meshplan.report.ranked_training import (
     metric_cells,
     prefers_simple,
     rejected_plans,
+    simplest_leads,
     step_text,
     training_cost,
 )
 from meshplan.report.tiers import mesh_text
+from meshplan.search.best import simplicity
 from meshplan.specs.stack import frameworks_running
 from meshplan.units import fmt_bytes, fmt_count, fmt_over, fmt_time
 
@@ -191,7 +193,24 @@ def fastest_note(result) -> str | None:
         return None
     gain = 1 - fastest.step_time / plans[0].step_time
     return (f"fastest plan found: {fastest.plan.describe()}, {step_text(fastest)}, {gain:.1%} faster than #1: within "
-            "the ranking band, where the simpler and lighter plan leads (#), whatever --top")
+            "the ranking band, where with --simplest-first the simpler and lighter plan leads (#), whatever --top")
+
+
+def simpler_note(result) -> str | None:
+    """When #1 (the fastest) is not the simplest plan within its ranking band: the simplest, how much slower, and
+    that the model cannot tell them apart (search/select.py)."""
+    plans = result.plans
+    if not prefers_simple(result) or simplest_leads(result) or len(plans) < 2:
+        return None
+    same = getattr(result, "equivalent", ()) or ()
+    close = [(i, e) for i, (e, eq) in enumerate(zip(plans, same, strict=False), 1) if eq and i > 1]
+    if not close or simplicity(close[0][1].plan) >= simplicity(plans[0].plan):
+        return None
+    i, e = close[0]
+    slower = e.step_time / plans[0].step_time - 1
+    return (f"#{i} is the simplest plan within #1's ranking band ({simplicity(e.plan)} of the parallel axes, offloads "
+            f"and recompute against {simplicity(plans[0].plan)}), {slower:.1%} slower: as fast to the model's "
+            "accuracy; --simplest-first ranks it first")
 
 
 def rejected_tables(result, width: int) -> list:
@@ -221,7 +240,7 @@ def scaling_tables(results, tokens: float | None, price: float | None, width: in
     extra += [terms.TP2D_PLAN] if any(e.plan.tensor_layout == "tp2d" for e in ests) else []
     extra += band_entry(ests)
     best = terms.HEADERS["best plan"].replace("the plan ranked first at that count", terms.BEST_SIMPLE)
-    meanings = {"best plan": best} if any(prefers_simple(r) for r in results) else {}
+    meanings = {"best plan": best} if any(simplest_leads(r) for r in results) else {}
     return [*tables, legend(terms.entries(headers(tables), extra, meanings=meanings))]
 
 
@@ -273,8 +292,9 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
         ranked = from_training(r, tokens, price, reliability)
         if r.plans:
             _print_all(console, listing_tables(ranked.table, console.width))
-            if fastest_note(r):
-                console.print(fastest_note(r), markup=False)
+            for note in (fastest_note(r), simpler_note(r)):
+                if note:
+                    console.print(note, markup=False)
             console.print("[bold]#1 in detail[/bold]")
             estimate_tables(r.plans[0], console)
             runs = frameworks_running(r.plans[0].plan, r.plans[0].model)

@@ -1,12 +1,16 @@
 """The ranking a search returns, in float64: the plans the shares kept (best.py, float32 sums) re-estimated with
 ``estimate()`` and ranked again, so that the plan listed first is the same whatever the number listed (``top_k``).
 
-By time alone: the fastest first (ties: less memory, then a fixed order of the plan fields). Preferring simple plans
-(``Space.prefer_simple``): the fastest plan's step time T sets the band T × (1 + b) (b: the ranking band, bands.py,
-within which the model cannot tell two plans apart); every feasible plan within it is a candidate (the shares kept all
-that can lead), the simplest of them first (``best.simplicity``: fewer parallel axes and offloads), then the lighter,
-then the faster; the plans outside the band after them, fastest first. So the plan listed first is at most (1 + b) ×
-T, and T, the fastest plan's time, is what more bandwidth or FLOP/s can only lower.
+By time alone (``Space.prefer_simple`` False): the fastest first (ties: less memory, then a fixed order of the plan
+fields). By default (``prefer_simple``): the fastest plan leads, and its step time T sets the band T × (1 + b) (b: the
+ranking band, bands.py, within which the model cannot tell two plans apart); every other feasible plan within it
+follows (the shares kept all that can), the simplest of them first (``best.simplicity``: fewer parallel axes and
+offloads), then the lighter, then the faster; the plans outside the band after them, fastest first. #1 is then the
+fastest plan, whose time T more bandwidth or FLOP/s can only lower (issue 48: a faster machine never makes the
+recommendation slower), and the simpler equivalents are the rows right under it. ``Space.simplest_leads`` puts the
+simplest of the band first instead (issue 36's rule): #1 is then at most (1 + b) × T, but a faster machine can bring
+a simpler, slower plan into the band, which then leads slower than the old #1 (no rule that can rank a slower plan
+first avoids that: tests/test_fastest_first.py).
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ def ranked(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, ke
         return tuple(by_time()[:top_k]), fastest
     limit = fastest.step_time * (1 + fastest.ranking_band)
     close = _within(kept, limit, top_k, priced)
+    if not space.simplest_leads:
+        close = [fastest, *(e for e in close if e.plan != fastest.plan)][:top_k]
     if len(close) >= top_k:
         return tuple(close[:top_k]), fastest
     chosen = {e.plan for e in close}

@@ -66,8 +66,12 @@ class Space:
     # the share of HBM a plan must leave free: the model's largest memory error (fields.MEMORY_HEADROOM); 0: fill it
     headroom: float = MEMORY_HEADROOM
     # among plans whose step times the error band cannot tell apart (specs/bands.py), rank the simpler and lighter
-    # first (fewer parallel axes and offloads, less memory); False: by time alone
+    # first (fewer parallel axes and offloads, less memory) after the fastest, which leads (search/select.py);
+    # False: by time alone
     prefer_simple: bool = True
+    # with prefer_simple, the simplest of the band leads instead of the fastest (issue 36's rule; a faster machine
+    # can then make #1 slower: search/select.py)
+    simplest_leads: bool = False
     # the sizes the search keeps to, per axis of PINNABLE ((axis, sizes) pairs: ``meshplan plan --tp 4,8``); an axis
     # not named: every size the search enumerates. A pinned size that no plan can take is a rejection with its reason
     # (combos.valid_combos), not an error

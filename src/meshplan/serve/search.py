@@ -247,6 +247,8 @@ def _ordered(plans: list[ServeEstimate], space: ServeSpace, band: float) -> list
     close = [e for e in by_rank if _inside(-_rank(e, space)[0], -best, band, space)]  # the score: −(rank's first)
     close.sort(key=lambda e: (int(_simplicity(e.plan.tp, e.plan.pp, e.plan.dpa, e.plan.ep, e.plan.prefill_replicas,
                                                _quantised(e.plan.quant))), e.plan.num_gpus, _rank(e, space)))
+    if not space.simplest_leads:
+        close = [by_rank[0], *(e for e in close if e is not by_rank[0])]
     chosen = {id(e) for e in close}
     return close + [e for e in by_rank if id(e) not in chosen]
 

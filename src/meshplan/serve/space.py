@@ -43,7 +43,8 @@ class ServeSpace:
     tpot_slo: float = 0.0
     engine: Engine = field(default=DEFAULT_ENGINE)
     rank_by: str = "throughput"  # output tokens/s of the deployment, or the lowest TPOT
-    prefer_simple: bool = True  # within the serving error band of the best, the simplest first (search.ranked)
+    prefer_simple: bool = True  # within the serving error band of the best, the simplest first after it (search.py)
+    simplest_leads: bool = False  # the simplest of that band leads instead of the best (search.py)
 
     def __post_init__(self) -> None:
         if not self.quants:
