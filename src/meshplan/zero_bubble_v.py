@@ -38,7 +38,7 @@ Chimera, PyTorch 1.x) only: no preset runs it either (configs/common.py refuses 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from meshplan.schedule import Timeline
 from meshplan.zero_bubble import SplitAction, SplitTable, run_rows
@@ -97,15 +97,23 @@ def _zb_v_row(pp: int, r: int, n: int) -> list[tuple[str, int]]:
 
 
 def simulate_routes(table: SplitTable, route: Route, t_fwd: float, t_bwd: float, t_wgrad: float = 0.0,
-                    t_p2p: float = 0.0) -> Timeline:
+                    t_p2p: float = 0.0, pairs: Mapping[SplitAction, SplitAction] | None = None) -> Timeline:
     """Time a table of F, B (and W) actions whose micro-batches follow ``route``: F at a place after F at the place
     before it, B after B at the place after it (the last place's after its own F), W after B at the same place,
-    each plus ``t_p2p`` across ranks; each rank runs its row in order. Times are per chunk. ``max_in_flight``: per
-    rank, the most (micro-batch, chunk) pairs between F and the end of their backward (W, or B without W)."""
+    each plus ``t_p2p`` across ranks; each rank runs its row in order. ``pairs``: a forward that runs overlapped
+    with a backward (DualPipe's F&B cell, dualpipe.py) waits for that backward's input too. Times are per chunk.
+    ``max_in_flight``: per rank, the most (micro-batch, chunk) pairs between F and the end of their backward (W, or
+    B without W)."""
     split = any(a.kind == "W" for row in table for a in row)
     dur = {"F": t_fwd, "B": t_bwd, "W": t_wgrad}
-    starts, ends, free, stuck = run_rows(table, lambda a, r: _dependency(a, route(a.micro)),
-                                         lambda a, r: (a.kind, r, a.chunk, a.micro), lambda a, r: dur[a.kind], t_p2p)
+    partner = pairs or {}
+
+    def waits(a: SplitAction, r: int) -> tuple[tuple[str, int, int, int], ...]:
+        mate = partner.get(a)
+        return route_dependency(a, route) + (() if mate is None else route_dependency(mate, route))
+
+    starts, ends, free, stuck = run_rows(table, waits, lambda a, r: (a.kind, r, a.chunk, a.micro),
+                                         lambda a, r: dur[a.kind], t_p2p)
     if stuck:
         raise ValueError(f"schedule deadlocks: ranks stop at {', '.join(stuck)}")
     busy = tuple(sum(dur[a.kind] for a in row) for row in table)
@@ -113,14 +121,16 @@ def simulate_routes(table: SplitTable, route: Route, t_fwd: float, t_bwd: float,
                     max_in_flight=tuple(_live(row, "W" if split else "B") for row in table))
 
 
-def _dependency(a: SplitAction, places: Sequence[Place]) -> tuple[str, int, int, int] | None:
-    """The action ``a`` waits for: (kind, rank, chunk, micro), or None (the first forward)."""
+def route_dependency(a: SplitAction, route: Route) -> tuple[tuple[str, int, int, int], ...]:
+    """The actions ``a`` waits for along its micro-batch's ``route``: ((kind, rank, chunk, micro),), or () (the first
+    forward)."""
+    places = route(a.micro)
     i = places.index((a.stage, a.chunk))
     if a.kind == "W":
-        return "B", a.stage, a.chunk, a.micro
+        return (("B", a.stage, a.chunk, a.micro),)
     if a.kind == "F":
-        return None if i == 0 else ("F", *places[i - 1], a.micro)
-    return ("F", *places[i], a.micro) if i == len(places) - 1 else ("B", *places[i + 1], a.micro)
+        return () if i == 0 else (("F", *places[i - 1], a.micro),)
+    return (("F", *places[i], a.micro),) if i == len(places) - 1 else (("B", *places[i + 1], a.micro),)
 
 
 def _live(row: Sequence[SplitAction], last: str) -> int:
