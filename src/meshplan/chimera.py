@@ -15,15 +15,17 @@ up forwards and down backwards on the other, and the two of each parity apart (n
 the unit before it returns its first micro-batch): unit u's slots are shifted by 2D·u, its first forwards filling
 the slots the unit before it leaves at its end.
 
-What the table shows (tests/test_chimera.py), times per stage:
+What the table shows (tests/test_chimera.py), times per stage; the estimate prices Table 1's form
+(step/stages.split_bubble), the table's where T_F = T_B:
   - with T_F = T_B (the unit slots Table 1 counts) each worker idles D − 2 slots at any N = K·D: the bubble ratio
     (D − 2)/(2N + D − 2) of Table 1 (Figure 3, D = N = 4: 2 idle slots of 10), zero_bubble_v.closed_bubble_v's
     (p/2 − 1)·(T_F + T_B);
-  - with T_B = 2·T_F (Figure 3's proportions) the table's bubble at N = D is (D/2 − 1)·2·T_B, 4 units at D = 4
-    (F = 1, B = 2), not Table 1's (D/2 − 1)·(T_F + T_B) = 3, and no order of these actions does better: a
-    mixed-integer program over every order of every worker (scipy's HiGHS) finds 16 units the shortest step at
-    D = N = 4, 12 of work; concatenated units add (D/2 − 1)·2·(T_B − T_F) each (§3.5: "intermediate bubbles" when
-    the backward is longer, which its forward doubling and backward halving remove; not modelled here);
+  - with T_B ≠ T_F the table's bubble is (D/2 − 1)·((T_F + T_B) + (2K − 1)·|T_B − T_F|) for K = N/D units: with
+    T_B = 2·T_F (Figure 3's proportions) 4 units at D = N = 4 (F = 1, B = 2), not Table 1's (D/2 − 1)·(T_F + T_B)
+    = 3, and no order of these actions does better: an integer program over every order of every worker (scipy's
+    HiGHS) finds 16 units the shortest step there, 12 of work; each further unit adds (D/2 − 1)·2·|T_B − T_F|
+    (§3.5's "intermediate bubbles" of direct concatenation when the backward is longer, which its forward doubling
+    and backward halving remove: not modelled here);
   - worker w holds min(D/2, D − w) down and min(D/2, w + 1) up micro-batches between F and B at its peak: D/2 + 1 on
     the end workers, D on the middle ones, Table 1's range [(D/2 + 1)·M_a, D·M_a].
 """
