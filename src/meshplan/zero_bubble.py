@@ -18,8 +18,8 @@ each one's expert-parallel all-to-all hidden under the other's compute (step/sta
 Bubble, Table 2:
     (p/2 − 1)·(T_F&B + T_B − 3·T_W)
 with T_F&B the time of an overlapped forward and backward chunk pair, here T_F + T_B + T_W (the overlap hides the
-communication, not compute), so with T_B = T_W the bubble is (p/2 − 1)·T_F. meshplan has its closed forms, not an
-action table (the two directions need a second copy of every stage in the simulator).
+communication, not compute), so with T_B = T_W the bubble is (p/2 − 1)·T_F: the estimate's form; its action table,
+as DeepSeek's library orders it, is dualpipe.py's (the same bubble at T_F = T_B = T_W; above it where T_F ≠ T_B).
 
 Which frameworks run them (specs/supports.py, the stack presets): torch.distributed.pipelining (torch 2.13) has
 ScheduleInterleavedZeroBubble ("implementing the ZB1P schedule in the paper"), ScheduleZBVZeroBubble and

@@ -1,5 +1,5 @@
-"""Two-chunk pipeline schedules: ZB-V's V-shaped table, timed by a simulator of routes (``simulate_routes``), and
-Chimera's bidirectional pipelines in closed form.
+"""Two-chunk pipeline schedules: ZB-V's V-shaped table, timed by a simulator of routes (``simulate_routes``, which
+also times dualpipe.py's and chimera.py's tables), and Chimera's bidirectional pipelines in closed form.
 
 A *route* is the sequence of (rank, chunk) places a micro-batch's forward visits; its backward visits them in reverse.
 
@@ -25,10 +25,9 @@ micro-batch visits every rank once, so a rank's work per step is 1F1B's; the bub
     (p/2 − 1)·(T_F + T_B)              against 1F1B's (p − 1)·(T_F + T_B),
 with activations of between p/2 + 1 and p micro-batches per rank (Table 1: [(D/2 + 1)·M_a, D·M_a]); the two
 replicas' gradients are all-reduced together with the data-parallel ones (§3.3; here as the data-parallel reduction of
-the rank's two stages). m is a multiple of p (units of p micro-batches, §3.5's concatenation). No action table here:
-the greedy list schedules tried on its routes (a ready backward first, or the forward farthest from its pipeline's
-end) reach 4 of Figure 3's 3 units of bubble at p = 4 (F = 1, B = 2), not its hand-made order, so the estimate takes
-Table 1's form.
+the rank's two stages). m is a multiple of p (units of p micro-batches, §3.5's concatenation). The estimate takes
+Table 1's form; the action table, the paper's merge of the two pipelines, is chimera.py's (Table 1's bubble in the
+unit slots it counts, T_F = T_B; at T_B = 2·T_F 4 units where Table 1 says 3 at p = 4, the best any order reaches).
 
 Which frameworks run them: torch.distributed.pipelining (torch 2.13) has ScheduleZBVZeroBubble, which torchtitan 0.2.2
 runs by name (``pipeline_parallel_schedule = "ZBVZeroBubble"``), but meshplan's torchtitan emitter does not write it
