@@ -25,7 +25,7 @@ LAYERS = [
     ("cost",),
     ("memory", "roofline"),
     ("bubble", "channels", "contention", "schedule_replay", "schedule", "steady", "zero_bubble",
-     "zero_bubble_v"),
+     "zero_bubble_v", "dualpipe", "chimera"),
     ("step",),
     ("estimate", "goodput"),
     ("serve",),

@@ -17,7 +17,7 @@ pytest.importorskip("playwright")
 from meshplan.report.browser import open_page  # noqa: E402
 from meshplan.report.detail import compact_timeline, replay_inputs  # noqa: E402
 from meshplan.report.page import asset  # noqa: E402
-from meshplan.report.plots import PipelineRun  # noqa: E402
+from meshplan.report.split_runs import PipelineRun  # noqa: E402
 
 SHAPES = [("1f1b", 1, 8, 1), ("gpipe", 4, 8, 1), ("1f1b", 4, 16, 1), ("1f1b", 8, 4, 1), ("interleaved", 4, 8, 2),
           ("interleaved", 8, 64, 5), ("interleaved", 2, 6, 3), ("pipedream", 4, 8, 1), ("pipedream-2bw", 4, 8, 1)]

@@ -158,7 +158,9 @@ def test_report_timeline_of_a_zb_h1_plan_has_weight_gradient_blocks(seventy):
     assert run.schedule == "zb-h1" and {a.kind for a in run.table[0]} == {"F", "B", "W"}
     one = pipeline_run(est["1f1b"])
     assert run.timeline.bubble_time < one.timeline.bubble_time
-    assert pipeline_run(est["dualpipe"]).schedule.startswith("zb-h1 (dualpipe")
+    dual = pipeline_run(est["dualpipe"])  # m = 32 >= 2p: its own table, both directions (dualpipe.py)
+    assert dual.schedule == "dualpipe" and {a.chunk for a in dual.table[0]} == {0, 1}
+    assert {a.kind for a in dual.table[0]} == {"F", "B", "W"}
 
 
 def test_cli_plan_split_backward_needs_a_framework_that_runs_it(capsys):

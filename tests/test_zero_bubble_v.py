@@ -130,3 +130,16 @@ def test_no_preset_runs_zb_v_or_chimera(framework):
     for schedule in ("zb-v", "chimera"):
         assert f"schedule={schedule}" in stack.supports.problems(Plan(pp=2, schedule=schedule))
         assert Stack().supports.runs(Plan(pp=2, schedule=schedule))
+
+
+def test_report_timelines_draw_the_two_direction_tables(seventy):
+    """The report simulates Chimera's own table (chimera.py: both directions, two chunks a rank, backward whole) and
+    ZB-V's, and its page gets their rows (detail.compact_timeline)."""
+    from meshplan.report.detail import compact_timeline
+    from meshplan.report.plots import pipeline_run
+    run = pipeline_run(seventy["chimera"])  # p = 4, m = 32: 8 units of 2 down and 2 up
+    assert run.schedule == "chimera" and run.vpp == 2
+    assert {(a.kind, a.chunk) for a in run.table[0]} == {("F", 0), ("F", 1), ("B", 0), ("B", 1)}
+    assert len(run.table[0]) == 2 * 32 and run.timeline.bubble_time > 0
+    assert compact_timeline(run, merged=False)["rows"]
+    assert pipeline_run(seventy["zb-v"]).schedule == "zb-v"

@@ -221,12 +221,12 @@ def in_flight_chunks(plan: Plan, last: bool = False, rank: int | None = None) ->
         rank = plan.pp - 1 if last else 0
     if plan.schedule == "zb-h1":  # every rank holds up to p between F and W (zero_bubble.build_zb_h1), its W residues
         return minimum(plan.pp, m)  # counted whole: rank 0's is 1F1B's, the last rank's an upper bound
-    if plan.schedule == "dualpipe":  # DeepSeek-V3 Table 2: PP + 1 micro-batches of activations
-        return minimum(plan.pp + 1, m)
+    if plan.schedule == "dualpipe":  # DeepSeek-V3 Table 2: PP + 1 micro-batches of activations, every rank of
+        return minimum(plan.pp + 1, m)  # dualpipe.build_dualpipe's table (F to W, m >= 2p)
     if plan.schedule == "zb-v":  # 1F1B's p micro-batches of a whole stage: 2p half-stage chunks, F to W counted
         return minimum(2 * plan.pp, 2 * m)  # whole (zero_bubble_v.build_zb_v's table, every rank)
-    if plan.schedule == "chimera":  # Li & Hoefler 2021 Table 1: between p/2 + 1 and p micro-batches, the end ranks
-        return minimum(plan.pp, m)  # taken at p
+    if plan.schedule == "chimera":  # Li & Hoefler 2021 Table 1: between p/2 + 1 (the end ranks) and p (the middle
+        return minimum(plan.pp, m)  # ones) micro-batches (chimera.build_chimera's table): every rank taken at p
     if plan.schedule in ASYNC_SCHEDULES:
         return plan.pp - rank
     if plan.schedule == "interleaved":

@@ -18,8 +18,8 @@ each one's expert-parallel all-to-all hidden under the other's compute (step/sta
 Bubble, Table 2:
     (p/2 − 1)·(T_F&B + T_B − 3·T_W)
 with T_F&B the time of an overlapped forward and backward chunk pair, here T_F + T_B + T_W (the overlap hides the
-communication, not compute), so with T_B = T_W the bubble is (p/2 − 1)·T_F. meshplan has its closed forms, not an
-action table (the two directions need a second copy of every stage in the simulator).
+communication, not compute), so with T_B = T_W the bubble is (p/2 − 1)·T_F: the estimate's form; its action table,
+as DeepSeek's library orders it, is dualpipe.py's (the same bubble at T_F = T_B = T_W; above it where T_F ≠ T_B).
 
 Which frameworks run them (specs/supports.py, the stack presets): torch.distributed.pipelining (torch 2.13) has
 ScheduleInterleavedZeroBubble ("implementing the ZB1P schedule in the paper"), ScheduleZBVZeroBubble and
@@ -107,8 +107,8 @@ def simulate_split(table: SplitTable, t_fwd: float | Sequence[float], t_bwd: flo
     dur = {k: _per_rank(n, t, pp) for k, n, t in (("F", "t_fwd", t_fwd), ("B", "t_bwd", t_bwd),
                                                    ("W", "t_wgrad", t_wgrad))}
     starts, ends, free, stuck = run_rows(
-        table, lambda a, r: {"F": ("F", r - 1, a.micro) if r else None, "W": ("B", r, a.micro),
-                             "B": ("F", r, a.micro) if r == pp - 1 else ("B", r + 1, a.micro)}[a.kind],
+        table, lambda a, r: {"F": (("F", r - 1, a.micro),) if r else (), "W": (("B", r, a.micro),),
+                             "B": (("F", r, a.micro),) if r == pp - 1 else (("B", r + 1, a.micro),)}[a.kind],
         lambda a, r: (a.kind, r, a.micro), lambda a, r: dur[a.kind][r], t_p2p)
     if stuck or any(len(row) != 3 * m for row in table):
         raise ValueError(f"split schedule deadlocks or misses actions: ranks stop at {', '.join(stuck) or 'the end'}")
@@ -120,12 +120,13 @@ def simulate_split(table: SplitTable, t_fwd: float | Sequence[float], t_bwd: flo
 Key = tuple  # an action's identity in ``run_rows``: (kind, rank, ...), its rank second
 
 
-def run_rows(table: SplitTable, dependency: Callable[[SplitAction, int], Key | None],
+def run_rows(table: SplitTable, dependency: Callable[[SplitAction, int], tuple[Key, ...]],
              key: Callable[[SplitAction, int], Key], duration: Callable[[SplitAction, int], float], t_p2p: float
              ) -> tuple[list[list[float]], list[list[float]], list[float], list[str]]:
-    """The event loop of both split-backward simulators (this one and zero_bubble_v.simulate_routes): each rank runs
-    its row in order, an action starting once its rank is free and its ``dependency`` (a ``key``, None: none) has
-    ended, plus ``t_p2p`` when that ran on another rank. (starts, ends, each rank's end, the actions left stuck)."""
+    """The event loop of the split-backward simulators (this one, zero_bubble_v.simulate_routes, dualpipe.py and
+    chimera.py through it): each rank runs its row in order, an action starting once its rank is free and each of
+    its ``dependency`` keys (none: ``()``; DualPipe's overlapped pairs wait for two) has ended, plus ``t_p2p`` for
+    one that ran on another rank. (starts, ends, each rank's end, the actions left stuck)."""
     pp = len(table)
     done: dict[Key, float] = {}
     nxt, free = [0] * pp, [0.0] * pp
@@ -137,10 +138,10 @@ def run_rows(table: SplitTable, dependency: Callable[[SplitAction, int], Key | N
         for r, row in enumerate(table):
             while nxt[r] < len(row):
                 a = row[nxt[r]]
-                dep = dependency(a, r)
-                if dep is not None and dep not in done:
+                deps = dependency(a, r)
+                if any(d not in done for d in deps):
                     break
-                ready = 0.0 if dep is None else done[dep] + (t_p2p if dep[1] != r else 0.0)
+                ready = max((done[d] + (t_p2p if d[1] != r else 0.0) for d in deps), default=0.0)
                 start = max(free[r], ready)
                 free[r] = done[key(a, r)] = start + duration(a, r)
                 starts[r][nxt[r]], ends[r][nxt[r]] = start, free[r]

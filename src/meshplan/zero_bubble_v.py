@@ -1,5 +1,5 @@
-"""Two-chunk pipeline schedules: ZB-V's V-shaped table, timed by a simulator of routes (``simulate_routes``), and
-Chimera's bidirectional pipelines in closed form.
+"""Two-chunk pipeline schedules: ZB-V's V-shaped table, timed by a simulator of routes (``simulate_routes``, which
+also times dualpipe.py's and chimera.py's tables), and Chimera's bidirectional pipelines in closed form.
 
 A *route* is the sequence of (rank, chunk) places a micro-batch's forward visits; its backward visits them in reverse.
 
@@ -25,10 +25,9 @@ micro-batch visits every rank once, so a rank's work per step is 1F1B's; the bub
     (p/2 − 1)·(T_F + T_B)              against 1F1B's (p − 1)·(T_F + T_B),
 with activations of between p/2 + 1 and p micro-batches per rank (Table 1: [(D/2 + 1)·M_a, D·M_a]); the two
 replicas' gradients are all-reduced together with the data-parallel ones (§3.3; here as the data-parallel reduction of
-the rank's two stages). m is a multiple of p (units of p micro-batches, §3.5's concatenation). No action table here:
-the greedy list schedules tried on its routes (a ready backward first, or the forward farthest from its pipeline's
-end) reach 4 of Figure 3's 3 units of bubble at p = 4 (F = 1, B = 2), not its hand-made order, so the estimate takes
-Table 1's form.
+the rank's two stages). m is a multiple of p (units of p micro-batches, §3.5's concatenation). The estimate takes
+Table 1's form; the action table, the paper's merge of the two pipelines, is chimera.py's (Table 1's bubble in the
+unit slots it counts, T_F = T_B; at T_B = 2·T_F 4 units where Table 1 says 3 at p = 4, the best any order reaches).
 
 Which frameworks run them: torch.distributed.pipelining (torch 2.13) has ScheduleZBVZeroBubble, which torchtitan 0.2.2
 runs by name (``pipeline_parallel_schedule = "ZBVZeroBubble"``), but meshplan's torchtitan emitter does not write it
@@ -38,7 +37,7 @@ Chimera, PyTorch 1.x) only: no preset runs it either (configs/common.py refuses 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from meshplan.schedule import Timeline
 from meshplan.zero_bubble import SplitAction, SplitTable, run_rows
@@ -97,15 +96,23 @@ def _zb_v_row(pp: int, r: int, n: int) -> list[tuple[str, int]]:
 
 
 def simulate_routes(table: SplitTable, route: Route, t_fwd: float, t_bwd: float, t_wgrad: float = 0.0,
-                    t_p2p: float = 0.0) -> Timeline:
+                    t_p2p: float = 0.0, pairs: Mapping[SplitAction, SplitAction] | None = None) -> Timeline:
     """Time a table of F, B (and W) actions whose micro-batches follow ``route``: F at a place after F at the place
     before it, B after B at the place after it (the last place's after its own F), W after B at the same place,
-    each plus ``t_p2p`` across ranks; each rank runs its row in order. Times are per chunk. ``max_in_flight``: per
-    rank, the most (micro-batch, chunk) pairs between F and the end of their backward (W, or B without W)."""
+    each plus ``t_p2p`` across ranks; each rank runs its row in order. ``pairs``: a forward that runs overlapped
+    with a backward (DualPipe's F&B cell, dualpipe.py) waits for that backward's input too. Times are per chunk.
+    ``max_in_flight``: per rank, the most (micro-batch, chunk) pairs between F and the end of their backward (W, or
+    B without W)."""
     split = any(a.kind == "W" for row in table for a in row)
     dur = {"F": t_fwd, "B": t_bwd, "W": t_wgrad}
-    starts, ends, free, stuck = run_rows(table, lambda a, r: _dependency(a, route(a.micro)),
-                                         lambda a, r: (a.kind, r, a.chunk, a.micro), lambda a, r: dur[a.kind], t_p2p)
+    partner = pairs or {}
+
+    def waits(a: SplitAction, r: int) -> tuple[tuple[str, int, int, int], ...]:
+        mate = partner.get(a)
+        return route_dependency(a, route) + (() if mate is None else route_dependency(mate, route))
+
+    starts, ends, free, stuck = run_rows(table, waits, lambda a, r: (a.kind, r, a.chunk, a.micro),
+                                         lambda a, r: dur[a.kind], t_p2p)
     if stuck:
         raise ValueError(f"schedule deadlocks: ranks stop at {', '.join(stuck)}")
     busy = tuple(sum(dur[a.kind] for a in row) for row in table)
@@ -113,14 +120,16 @@ def simulate_routes(table: SplitTable, route: Route, t_fwd: float, t_bwd: float,
                     max_in_flight=tuple(_live(row, "W" if split else "B") for row in table))
 
 
-def _dependency(a: SplitAction, places: Sequence[Place]) -> tuple[str, int, int, int] | None:
-    """The action ``a`` waits for: (kind, rank, chunk, micro), or None (the first forward)."""
+def route_dependency(a: SplitAction, route: Route) -> tuple[tuple[str, int, int, int], ...]:
+    """The actions ``a`` waits for along its micro-batch's ``route``: ((kind, rank, chunk, micro),), or () (the first
+    forward)."""
+    places = route(a.micro)
     i = places.index((a.stage, a.chunk))
     if a.kind == "W":
-        return "B", a.stage, a.chunk, a.micro
+        return (("B", a.stage, a.chunk, a.micro),)
     if a.kind == "F":
-        return None if i == 0 else ("F", *places[i - 1], a.micro)
-    return ("F", *places[i], a.micro) if i == len(places) - 1 else ("B", *places[i + 1], a.micro)
+        return () if i == 0 else (("F", *places[i - 1], a.micro),)
+    return (("F", *places[i], a.micro),) if i == len(places) - 1 else (("B", *places[i + 1], a.micro),)
 
 
 def _live(row: Sequence[SplitAction], last: str) -> int:

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from meshplan.estimate import COMPONENTS, Estimate, estimate
 from meshplan.report.charts import time_unit
-from meshplan.report.plots import PipelineRun, pipeline_run, pipeline_times, short_label
+from meshplan.report.plots import pipeline_run, pipeline_times, short_label
+from meshplan.report.split_runs import PipelineRun
 from meshplan.report.tiers import tier_axes, tier_headers
 from meshplan.specs.plan import TABLED_SCHEDULES
 from meshplan.units import GiB, fmt_bytes, fmt_count, fmt_time

@@ -23,17 +23,17 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.files import write_bytes
+from meshplan.report.split_runs import PipelineRun, split_run
 from meshplan.units import GiB, fmt_bytes, fmt_time
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from meshplan.estimate import Estimate
-    from meshplan.schedule import Table, Timeline
 
 COMPONENT_COLORS = {
     "compute": "#4C72B0", "recompute": "#8FAADC", "tp": "#DD8452", "cp": "#E6B84C", "ep": "#937860",
@@ -184,35 +184,6 @@ def memory_figure(estimates: Sequence[Estimate], labels: Sequence[str] | None = 
 
 
 # ---- pipeline timeline -------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PipelineRun:
-    """The plan's schedule table simulated with the estimate's per-chunk times."""
-
-    schedule: str
-    pp: int
-    vpp: int
-    micro_batches: int
-    t_fwd: tuple[float, ...]  # per rank, per micro-batch per chunk, with the exposed TP / CP / EP / p2p time
-    t_bwd: tuple[float, ...]  # the same for the backward pass (recompute included)
-    table: Table  # zero_bubble.SplitTable for the split-backward schedules (F, B and W actions, the same fields)
-    timeline: Timeline
-
-    def idle(self) -> list[list[tuple[float, float]]]:
-        """(start, length) of every idle interval of every rank within [0, step time]."""
-        out, tiny = [], 1e-12 * max(1.0, self.timeline.step_time)
-        for starts, ends in zip(self.timeline.starts, self.timeline.ends, strict=True):
-            gaps, t = [], 0.0
-            for s, e in zip(starts, ends, strict=True):  # a rank runs its row in order: starts never decrease
-                if s - t > tiny:
-                    gaps.append((t, s - t))
-                if e > t:
-                    t = e
-            if self.timeline.step_time - t > tiny:
-                gaps.append((t, self.timeline.step_time - t))
-            out.append(gaps)
-        return out
-
-
 def pipeline_times(est: Estimate) -> tuple[str, int, tuple[float, ...], tuple[float, ...]]:
     """The schedule ``pipeline_run`` simulates, its chunks per rank and each rank's forward and backward times per
     micro-batch and chunk (its docstring); the HTML report's page simulates the long ones itself (detail.py)."""
@@ -232,7 +203,8 @@ def pipeline_times(est: Estimate) -> tuple[str, int, tuple[float, ...], tuple[fl
 
 
 def pipeline_run(est: Estimate) -> PipelineRun:
-    """Simulate ``est.plan``'s pipeline schedule (schedule.build / schedule.simulate).
+    """Simulate ``est.plan``'s pipeline schedule (schedule.build / schedule.simulate; the split-backward and
+    two-direction schedules' own tables: split_runs.py).
 
     Per micro-batch and chunk, each rank's forward and backward times (the first rank with the embedding,
     the last with the LM head and loss, the others with their layers only), each with its share of the
@@ -244,23 +216,9 @@ def pipeline_run(est: Estimate) -> PipelineRun:
 
     plan, m = est.plan, est.plan.grad_accum
     schedule, vpp, t_f, t_b = pipeline_times(est)
-    if schedule == "zb-v":  # its V of two chunks per rank, at the ranks' mean chunk times (zero_bubble_v.py)
-        from meshplan.zero_bubble_v import build_zb_v, simulate_routes, v_route
-        v_table = build_zb_v(plan.pp, m)
-        f, b = sum(t_f) / len(t_f), sum(t_b) / len(t_b)
-        return PipelineRun(schedule="zb-v", pp=plan.pp, vpp=2, micro_batches=m, t_fwd=t_f, t_bwd=t_b,
-                           table=cast("Table", v_table), timeline=simulate_routes(v_table, v_route(plan.pp), f, b / 2,
-                                                                                   b / 2))
-    if schedule == "chimera":  # no action table (zero_bubble_v.py): 1F1B's, named so
-        schedule = "1f1b"
-    if schedule in ("zb-h1", "dualpipe"):  # split backward: B and W half each (zero_bubble.py); DualPipe has no table
-        from meshplan.zero_bubble import build_zb_h1, simulate_split
-        split = build_zb_h1(plan.pp, m)
-        name = "zb-h1" if schedule == "zb-h1" else "zb-h1 (dualpipe has no action table)"
-        half = tuple(b / 2 for b in t_b)
-        return PipelineRun(schedule=name, pp=plan.pp, vpp=1, micro_batches=m, t_fwd=t_f, t_bwd=t_b,
-                           table=cast("Table", split),
-                           timeline=simulate_split(split, t_f, half, half))
+    split = split_run(schedule, plan.pp, m, t_f, t_b) if plan.pp > 1 else None
+    if split is not None:  # zb-h1, zb-v, dualpipe, chimera: their action tables (split_runs.py)
+        return split
     table = build(schedule, plan.pp, m, vpp)
     return PipelineRun(schedule=schedule, pp=plan.pp, vpp=vpp, micro_batches=m, t_fwd=t_f, t_bwd=t_b, table=table,
                        timeline=simulate(table, t_f, t_b, built=True))
