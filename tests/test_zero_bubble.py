@@ -104,14 +104,14 @@ def test_estimate_dualpipe_doubles_model_states_and_shrinks_the_bubble(seventy):
 
 def test_dualpipe_hides_the_expert_all_to_all():
     model, cluster = load_model("mixtral-8x7b"), load_system("h100").cluster(64)
-    plan = Plan(tp=1, pp=4, dp=16, ep=8, micro_batch=1, global_batch=64)
+    plan = Plan(tp=1, pp=4, dp=16, ep=8, micro_batch=1, global_batch=128)
     one, dual = (estimate(model, cluster, plan.with_(schedule=s)) for s in ("1f1b", "dualpipe"))
     assert one.breakdown["ep"] > 0 and dual.breakdown["ep"] < one.breakdown["ep"]
 
 
 @pytest.mark.parametrize(("plan", "message"), [
     (Plan(pp=3, dp=1, schedule="dualpipe", global_batch=8), "schedule=dualpipe needs an even pp"),
-    (Plan(pp=4, dp=1, schedule="dualpipe", global_batch=2), "even number of micro-batches m >= pp"),
+    (Plan(pp=4, dp=1, schedule="dualpipe", global_batch=2), "even number of micro-batches m >= 2*pp"),
     (Plan(pp=2, vpp=2, schedule="zb-h1", global_batch=8), "needs pp > 1 and vpp = 1"),
     (Plan(pp=1, schedule="zb-h1"), "needs pp > 1"),
 ])
@@ -125,7 +125,7 @@ def test_cli_estimate_schedules(capsys):
     assert "zb-h1" in capsys.readouterr().out
     line = fails(estimate_args("llama3-8b", "h100", "--pp", "2", "--schedule", "dualpipe", "--global-batch", "4"),
                  capsys)
-    assert "schedule=dualpipe needs an even pp and an even number of micro-batches m >= pp" in line
+    assert "schedule=dualpipe needs an even pp and an even number of micro-batches m >= 2*pp" in line
 
 
 @pytest.mark.parametrize("framework", ["megatron-core", "torchtitan", "deepspeed"])

@@ -159,7 +159,7 @@ def _in_flight(row: Sequence[SplitAction]) -> int:
 
 
 def closed_bubble(schedule: str, pp: int, t_fwd: float, t_bwd: float, t_wgrad: float) -> float:
-    """The bubble with equal stages and m ≥ p (m ≥ 2p... DualPipe: m ≥ p, even): ZB-H1 (p − 1)·(T_F + T_B − T_W),
+    """The bubble with equal stages and m ≥ p (ZB-V: m ≥ 2p; DualPipe: m ≥ 2p, even): ZB-H1 (p − 1)·(T_F + T_B − T_W),
     DualPipe (p/2 − 1)·(T_F&B + T_B − 3·T_W) with T_F&B = T_F + T_B + T_W (module docstring)."""
     if schedule == "zb-h1":
         return (pp - 1) * (t_fwd + t_bwd - t_wgrad)

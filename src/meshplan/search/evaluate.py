@@ -119,14 +119,14 @@ def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray, str]]:
 
 def _split_rows(batch: PlanBatch, schedule: str) -> np.ndarray:
     """The rows a split-backward schedule runs: one chunk per rank (ZB-V: two), p > 1; DualPipe with p and m even,
-    m >= p; ZB-V m >= 2p on even stages; Chimera p even dividing m, on even stages (specs/check_pipeline.py)."""
+    m >= 2p; ZB-V m >= 2p on even stages; Chimera p even dividing m, on even stages (specs/check_pipeline.py)."""
     m, pp = batch.grad_accum, batch.pp
     even = (batch.last_stage_layers == 0) & (batch.first_stage_layers == 0)
     if schedule == "zb-v":
         return (batch.vpp == 2) & (pp > 1) & (m >= 2 * pp) & even
     rows = (batch.vpp == 1) & (pp > 1)
     if schedule == "dualpipe":
-        return rows & (pp % 2 == 0) & (m % 2 == 0) & (m >= pp)
+        return rows & (pp % 2 == 0) & (m % 2 == 0) & (m >= 2 * pp)
     if schedule == "chimera":
         return rows & (pp % 2 == 0) & (m % pp == 0) & even
     return rows

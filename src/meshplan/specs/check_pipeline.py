@@ -9,8 +9,9 @@ from meshplan.specs.plan import ASYNC_SCHEDULES, RECOMPUTE, Plan
 
 def check_split(plan: Plan, micro: int) -> list[str]:
     """A split-backward schedule (zero_bubble.py) runs one model chunk per rank on a pipeline; DualPipe's two
-    directions each feed half of the micro-batches into one end of the pipeline, so pp and m are even and m >= pp
-    (DeepSeek-V3 §3.2.1, Figure 5: 8 ranks, 20 micro-batches, 10 each way). ZB-V runs two chunks per rank (vpp = 2)
+    directions each feed half of the micro-batches into one end of the pipeline, so pp and m are even, and m >= 2·pp
+    as deepseek-ai/DualPipe's DualPipe.step asserts (DeepSeek-V3 §3.2.1, Figure 5: 8 ranks, 20 micro-batches, 10
+    each way). ZB-V runs two chunks per rank (vpp = 2)
     and m >= 2p; Chimera units of p micro-batches, half down and half up (Li & Hoefler 2021 §3.1, §3.5), p even;
     both on even stages (zero_bubble_v.py)."""
     m = plan.grad_accum
@@ -29,9 +30,10 @@ def check_split(plan: Plan, micro: int) -> list[str]:
     if plan.schedule == "chimera" and (plan.pp % 2 or (not plan.global_batch % micro and m % plan.pp)):
         return [f"schedule=chimera needs an even pp dividing the number of micro-batches (units of pp, half each way; "
                 f"pp={plan.pp}, m = global_batch/(dp*micro_batch) = {m})"]
-    if plan.schedule == "dualpipe" and (plan.pp % 2 or (not plan.global_batch % micro and (m % 2 or m < plan.pp))):
-        return [f"schedule=dualpipe needs an even pp and an even number of micro-batches m >= pp (pp={plan.pp}, "
-                f"m = global_batch/(dp*micro_batch) = {m})"]
+    # DualPipe: deepseek-ai/DualPipe's DualPipe.step asserts an even number of chunks, at least twice the ranks
+    if plan.schedule == "dualpipe" and (plan.pp % 2 or (not plan.global_batch % micro and (m % 2 or m < 2 * plan.pp))):
+        return [f"schedule=dualpipe needs an even pp and an even number of micro-batches m >= 2*pp (deepseek-ai/"
+                f"DualPipe's own check; pp={plan.pp}, m = global_batch/(dp*micro_batch) = {m})"]
     return []
 
 
