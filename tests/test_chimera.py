@@ -57,7 +57,7 @@ def test_bubble_ratio_is_table_1_s_in_unit_slots(d, units):
     assert line.idle_fraction == pytest.approx((d - 2) / (2 * n + d - 2))
     rank = PassTimes(fwd=1.0, bwd=1.0)
     assert line.bubble_time == pytest.approx(closed_bubble_v("chimera", d, 1.0, 1.0)) == pytest.approx(
-        split_bubble("chimera", d, rank, rank, rank))
+        split_bubble("chimera", d, rank, rank, rank, n))
 
 
 @pytest.mark.parametrize(("d", "n"), [(4, 4), (4, 8), (8, 8), (8, 16), (4, 12)])
@@ -69,6 +69,8 @@ def test_a_longer_backward_adds_what_section_3_5_calls_intermediate_bubbles(d, n
     for f, b in ((1.0, 2.0), (1.0, 3.0), (2.0, 1.0), (1.0, 1.5)):
         want = (d / 2 - 1) * ((f + b) + (2 * k - 1) * abs(b - f))
         assert simulate_chimera(d, n, f, b).bubble_time == pytest.approx(want)
+        rank = PassTimes(fwd=f, bwd=b)  # what the estimate prices: the table's form, on equal ranks
+        assert split_bubble("chimera", d, rank, rank, rank, n) == pytest.approx(want)
 
 
 def _best_step(d: int, n: int, f: float, b: float) -> float:

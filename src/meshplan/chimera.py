@@ -15,8 +15,8 @@ up forwards and down backwards on the other, and the two of each parity apart (n
 the unit before it returns its first micro-batch): unit u's slots are shifted by 2D·u, its first forwards filling
 the slots the unit before it leaves at its end.
 
-What the table shows (tests/test_chimera.py), times per stage; the estimate prices Table 1's form
-(step/stages.split_bubble), the table's where T_F = T_B:
+What the table shows (tests/test_chimera.py), times per stage; the estimate prices the table's form below
+(step/stages.split_bubble), Table 1's where T_F = T_B:
   - with T_F = T_B (the unit slots Table 1 counts) each worker idles D − 2 slots at any N = K·D: the bubble ratio
     (D − 2)/(2N + D − 2) of Table 1 (Figure 3, D = N = 4: 2 idle slots of 10), zero_bubble_v.closed_bubble_v's
     (p/2 − 1)·(T_F + T_B);

@@ -141,7 +141,7 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
         if ranked.schedule == "dualpipe":  # its chunk pairs hide the EP all-to-alls (zero_bubble.ep_overlapped)
             first, last, middle = (ep_overlapped(t, slowdown) for t in (first, last, middle))
         if ranked.schedule in SPLIT_SCHEDULES:
-            bubble = split_bubble(str(ranked.schedule), ranked.pp, first, last, middle)
+            bubble = split_bubble(str(ranked.schedule), ranked.pp, first, last, middle, m)
         else:
             bubble = flow_bubble(str(ranked.schedule), ranked.pp, ranked.vpp, first.total, last.total, middle.total)
         each = (first.passes(), last.passes(), middle.passes())[:n]

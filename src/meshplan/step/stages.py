@@ -14,6 +14,7 @@ and optimizer step; PipeDream-2BW after every m (Narayanan et al. 2021 §3.1), o
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import reduce
 
 from meshplan.bubble import flow_bubble
 from meshplan.cost.params import any_uneven, layers_on_first, layers_on_last, layers_on_stage
@@ -82,20 +83,26 @@ def cadence(plan: Plan) -> tuple[Num, Num]:
     return (1, m) if plan.schedule == "pipedream" else (m, 1)
 
 
-def split_bubble(schedule: str, pp: Num, first: PassTimes, last: PassTimes, middle: PassTimes) -> Num:
+def split_bubble(schedule: str, pp: Num, first: PassTimes, last: PassTimes, middle: PassTimes, m: Num = 0) -> Num:
     """The bubble of a split-backward schedule from the ranks' passes (assemble.py): ``zero_bubble.closed_bubble`` with
     T_B = T_W = half the backward, T_F the forward, as the flow shop of ``bubble.flow_bubble`` prices ranks of
     unequal times: ZB-H1's (p − 1)·T_F is 1F1B's flow form over forward times; DualPipe's (p/2 − 1)·T_F its
     (p/2 − 1)/(p − 1) share. ZB-V (zero_bubble_v.py): its table's (p − 1)·max(T_F − T_B, (T_B − T_F)/2), the
-    paper's (p − 1)·(T_F + T_B − 2·T_W) where T_F ≥ T_B = T_W, over each rank's value; Chimera: 1F1B's flow form over
-    whole passes at its (p/2 − 1)/(p − 1) share."""
+    paper's (p − 1)·(T_F + T_B − 2·T_W) where T_F ≥ T_B = T_W, over each rank's value; Chimera (chimera.py): its
+    table's (p/2 − 1)·((T_F + T_B) + (2K − 1)·|T_B − T_F|) for K = m/p basic units, the first term 1F1B's flow form
+    over whole passes at its (p/2 − 1)/(p − 1) share, the second over the ranks' largest |T_B − T_F| (Table 1's
+    (p/2 − 1)·(T_F + T_B) where T_B = T_F; the concatenated units' intermediate bubbles otherwise, §3.5). The step
+    stays monotone: a rate that widens |T_B − T_F| by δ shortens the m passes by at least δ, and m = K·p exceeds
+    (p/2 − 1)(2K − 1)."""
     passes = [t.passes() for t in (first, last, middle)]
     if schedule == "zb-v":
         gap = [maximum(p.t_f - p.t_b / 2, (p.t_b / 2 - p.t_f) / 2) for p in passes]
         return flow_bubble("1f1b", pp, 1, *gap)
     if schedule == "chimera":
         whole = flow_bubble("1f1b", pp, 1, *(p.t_f + p.t_b for p in passes))
-        return whole * maximum(pp / 2 - 1, 0.0) / maximum(pp - 1, 1)
+        gap = reduce(maximum, [abs(p.t_b - p.t_f) for p in passes])
+        units = maximum(2 * m / maximum(pp, 1) - 1, 0.0)
+        return maximum(pp / 2 - 1, 0.0) * (whole / maximum(pp - 1, 1) + units * gap)
     zb = flow_bubble("1f1b", pp, 1, *(p.t_f for p in passes))
     if schedule == "dualpipe":
         return zb * maximum(pp / 2 - 1, 0.0) / maximum(pp - 1, 1)
