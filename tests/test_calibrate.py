@@ -95,8 +95,7 @@ def test_collective_fits_recover_busbw_and_alpha_per_dimension():
 
 
 def test_fit_inverts_comm_py():
-    """Times from comm.collective_time on a known calibrated cluster (tier 0 at its α per step, not NCCL's protocol
-    constants: protocols.py): the fit gives back that cluster's link, the all-reduce's too (a ring of 2·7 steps)."""
+    """Times from comm.collective_time on a calibrated cluster (tier 0 at its α, protocols.py): the fit returns it."""
     acc = load_system("h100").accelerator
     cluster = Cluster(name="t", accelerator=acc, num_gpus=16, nccl_protocols=False, tiers=(
         Tier(name="nvlink", size=8, bandwidth=NVLINK[0], latency=NVLINK[1]),
