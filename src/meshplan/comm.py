@@ -161,13 +161,12 @@ def split_time(kind: str, nbytes: Num, group: Num, parts: list[Num], cluster: Cl
     """``collective_time`` of a group already split over the tiers (``parts``: the ops of a layer share a few
     groups, so step.passes.time_ops splits each once)."""
     if kind in NCCL_KINDS:  # inside tier 0 NCCL's protocols (protocols.py), beyond it the hierarchical α-β model
-        spans = _beyond(parts)
-        if not isinstance(spans, np.ndarray):
-            if spans <= 1:
-                return tier0_time(kind, nbytes, group, cluster, eff)
-        else:
-            return where(spans <= 1, tier0_time(kind, nbytes, group, cluster, eff),
+        inside = _beyond(parts) <= 1
+        if isinstance(inside, np.ndarray) and inside.all() != inside.any():  # some plans' groups inside, some not
+            return where(inside, tier0_time(kind, nbytes, group, cluster, eff),
                          _alpha_beta(kind, nbytes, group, parts, cluster, eff))
+        if inside.all() if isinstance(inside, np.ndarray) else inside:
+            return tier0_time(kind, nbytes, group, cluster, eff)
     return _alpha_beta(kind, nbytes, group, parts, cluster, eff)
 
 
