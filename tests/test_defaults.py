@@ -42,7 +42,7 @@ def test_the_readme_python_search_answers_the_readme_command(capsys):
     first = _json(capsys, [*command.group(1).split(), "--top", "1", "--json"])["plans"][0]
     assert first["plan"] == json.loads(json.dumps(best.to_dict()["plan"]))
     assert first["stack"] == best.to_dict()["stack"]
-    assert first["step_time_s"] == best.step_time == pytest.approx(4.2920, rel=1e-4)  # 4.2858 s before
+    assert first["step_time_s"] == best.step_time == pytest.approx(4.3085, rel=1e-4)  # 4.2920 s before protocols.py
     assert best.stack.name == DEFAULT_FRAMEWORK and best.plan.tensor_layout == "1d"
 
 
