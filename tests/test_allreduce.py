@@ -9,7 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from meshplan.allreduce import custom_kernel, nvlink_all_reduce, protocol_times, ring_protocols
+from meshplan.allreduce import custom_kernel, nvlink_all_reduce
+from meshplan.protocols import nccl_time, protocol_times
 from meshplan.specs.hardware import load_system, system_names
 
 SIZES = np.geomspace(1e3, 1e9, 241)
@@ -52,11 +53,11 @@ def test_the_measured_kernel_sets_a_floor_up_to_its_largest_size_and_its_excess_
     assert measured == pytest.approx((5.1e-6, 61e9, mib))
     half = mib / 2  # 5.1 µs + 1.5 · 524,288 / 61e9 = 5.1 + 12.9 = 18.0 µs
     assert nvlink_all_reduce(half, 4, busbw, acc) == pytest.approx(
-        max(custom_kernel(half, 4, 5.1e-6, 61e9), ring_protocols(half, 4, busbw)))
+        max(custom_kernel(half, 4, 5.1e-6, 61e9), nccl_time("all_reduce", half, 4, busbw)))
     assert nvlink_all_reduce(half, 4, busbw, acc) == pytest.approx(18.0e-6, abs=0.05e-6)
     kernel = custom_kernel(mib, 4, 5.1e-6, 61e9)
-    sums = [t + max(kernel - t_at, 0.0) for t, t_at in zip(protocol_times(4 * mib, 4, busbw),
-                                                             protocol_times(mib, 4, busbw), strict=True)]
+    sums = [t + max(kernel - t_at, 0.0) for t, t_at in zip(protocol_times("all_reduce", 4 * mib, 4, busbw),
+                                                             protocol_times("all_reduce", mib, 4, busbw), strict=True)]
     assert nvlink_all_reduce(4 * mib, 4, busbw, acc) == pytest.approx(min(sums))
 
 
@@ -69,7 +70,7 @@ def test_the_old_excess_grew_with_the_bandwidth_and_this_one_does_not():
 
     def former(bw: float) -> float:
         kernel = custom_kernel(top, 4, acc.allreduce_latency, acc.allreduce_bandwidth)
-        return ring_protocols(n, 4, bw) + max(kernel - ring_protocols(top, 4, bw), 0.0)
+        return nccl_time("all_reduce", n, 4, bw) + max(kernel - nccl_time("all_reduce", top, 4, bw), 0.0)
 
     assert former(1.1 * busbw) > former(busbw)
     assert nvlink_all_reduce(n, 4, 1.1 * busbw, acc) <= nvlink_all_reduce(n, 4, busbw, acc)

@@ -113,9 +113,10 @@ def execute(code: str, world: int, small: str, kind: str) -> None:
                            join=True, start_method="fork")
 
 
-def planned(model: str, gpus: int, shape: tuple[int, ...], mesh=None, dtype: str = "int64") -> str:
+def planned(model: str, gpus: int, shape: tuple[int, ...], mesh=None, dtype: str = "int64", headroom: float = 0.0
+            ) -> str:
     result = plan_sharding(Request(model=model, gpus=gpus, mesh=mesh, input_shapes=(shape,), dtypes=(dtype,),
-                                   stages="off"))
+                                   stages="off", headroom=headroom))
     return parallelize_code(result.intra)
 
 
@@ -147,8 +148,10 @@ def test_tensor_and_data_parallel_transformer_on_a_2d_mesh():
 
 def test_hsdp_is_one_fully_shard_over_a_2d_mesh(audit):
     """The audit's case: sharded on one dimension, replicated on the other. PyTorch refuses replicate() on a module
-    fully_shard manages; HSDP is one fully_shard over (replicate, shard)."""
-    code = planned(f"{audit}:make_model", 4, (64, 512), mesh=(2, 2))
+    fully_shard manages; HSDP is one fully_shard over (replicate, shard). With the whole HBM the plan replicates on
+    both (its 249 MB per GPU fit, and its tier-0 gathers would cost NCCL's protocol latencies, protocols.py): 225 MB
+    per GPU (the headroom leaves them of the H100's 85.5 GB) makes it shard one dimension."""
+    code = planned(f"{audit}:make_model", 4, (64, 512), mesh=(2, 2), headroom=1 - 225e6 / 85_520_809_984)
     assert code.count("fully_shard(model") == 1 and "replicate(model" not in code
     execute(code, 4, f"{audit}:make_small", "tokens_audit")
 
@@ -166,8 +169,9 @@ def test_a_chunked_fused_projection_is_packed():
 def test_a_fused_projection_split_by_whole_widths_is_gathered():
     """meshplan's preset layers (torch_models.py): ``qkv_proj`` split into q, k, v by the whole tensor's widths
     (32 + 16 + 16 = 64 of a rank's 32 columns: an error), ``gate_up_proj`` chunked. qkv_proj gathers its output and
-    o_proj slices its input (as transformers' Phi-3 plan), gate_up_proj is packed; the comment says so."""
-    code = planned(f"{MODELS}:make_fused_plan", 2, (1, 4096))
+    o_proj slices its input (as transformers' Phi-3 plan), gate_up_proj is packed; the comment says so. (A sequence of
+    2048 tokens: at 4096 the plan no longer splits qkv_proj's input by the sequence.)"""
+    code = planned(f"{MODELS}:make_fused_plan", 2, (1, 2048))
     assert '"model.layers.*.self_attn.qkv_proj": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())' \
         in code and "# not written as planned: the plan's split of model.layers.*.self_attn.qkv_proj" in code
     assert '"model.layers.*.self_attn.o_proj": RowwiseParallel(input_layouts=Replicate(), ' in code

@@ -95,13 +95,13 @@ def test_collective_fits_recover_busbw_and_alpha_per_dimension():
 
 
 def test_fit_inverts_comm_py():
-    """Times from comm.collective_time on a known cluster: the fit gives back that cluster's link."""
+    """Times from comm.collective_time on a calibrated cluster (tier 0 at its α, protocols.py): the fit returns it."""
     acc = load_system("h100").accelerator
-    cluster = Cluster(name="t", accelerator=acc, num_gpus=16, tiers=(
+    cluster = Cluster(name="t", accelerator=acc, num_gpus=16, nccl_protocols=False, tiers=(
         Tier(name="nvlink", size=8, bandwidth=NVLINK[0], latency=NVLINK[1]),
         Tier(name="network", size=2, bandwidth=NETWORK[0], latency=NETWORK[1])))
     ideal = Efficiency(nvlink=1.0, network=1.0)
-    for kind in ("all_gather", "reduce_scatter", "all_to_all"):  # (comm.py's p2p in a group of 8 is a chain)
+    for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):  # (p2p in a group of 8 is a chain)
         inner = [CollectiveSample(kind=kind, dim=0, group=8, nbytes=n,
                                   seconds=float(collective_time(kind, n, 8, 1, cluster, ideal))) for n in SIZES]
         (fit,) = fit_collectives(inner)

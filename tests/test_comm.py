@@ -27,16 +27,21 @@ def test_split_group_by_stride():
     assert split_group(c, 1, 1) == [1, 1]
 
 
-def test_ring_all_reduce_inside_nvlink():
-    # 2(g-1)α + 2(g-1)/g · n/B = 2·7·1e-6 + 2·7/8 · 1e9/1e11 = 14e-6 + 0.0175
+def test_all_reduce_inside_nvlink_is_nccls_fastest_protocol():
+    # protocols.py (NCCL v2.12.12-1 tuning.cc), 8 ranks at 100 GB/s: 1 GB is Simple's 8.4 + 2·7·3.4 = 56 µs + 2·7/8 ·
+    # 1e9/1e11 = 17.5 ms (LL128: 10 + 14·1.9 = 36.6 µs + 17.5 / 0.92 = 19.02 ms)
     t = collective_time("all_reduce", 1e9, 8, 1, cluster(8, 2), PERFECT)
-    assert t == pytest.approx(14e-6 + 0.0175)
-
-
-def test_small_all_reduce_takes_the_tree():
-    # 1 KB on 8 ranks: ring 14 α = 14 µs; tree 2·3 α + 2n/B = 6 µs + 0.02 µs
+    assert t == pytest.approx(56e-6 + 0.0175)
+    # 1 KB: LL's 3.6 + 14·0.47 = 10.18 µs + 1.75 · 1e3 / (1e11 / 4) = 0.07 µs (Simple: 56 µs + 0.0175 µs)
     t = collective_time("all_reduce", 1e3, 8, 1, cluster(8, 2), PERFECT)
-    assert t == pytest.approx(6e-6 + 2e3 / 100e9)
+    assert t == pytest.approx(10.18e-6 + 1.75e3 / 25e9)
+
+
+def test_small_all_reduce_beyond_tier_0_takes_the_tree():
+    # 1 KB on 16 ranks one per node (α-β beyond tier 0): ring 2·15·5 µs = 150 µs; tree 2·4·5 µs + 2n/B = 40 µs +
+    # 0.2 µs; and NCCL's base latency 8.4 µs once
+    t = collective_time("all_reduce", 1e3, 16, 1, cluster(1, 16), PERFECT)
+    assert t == pytest.approx(40e-6 + 2e3 / 10e9 + 8.4e-6)
 
 
 def test_hierarchical_all_reduce_across_nodes():
@@ -46,13 +51,16 @@ def test_hierarchical_all_reduce_across_nodes():
     outer = 2 * (1 * 5e-6 + 1 / 2 * (n / 8) / 10e9)
     base = 8.4e-6  # NCCL's Simple-protocol base latency, once per call of a group that leaves the node
     assert collective_time("all_reduce", n, 16, 1, cluster(8, 2), PERFECT) == pytest.approx(base + inner + outer)
-    assert collective_time("all_reduce", n, 8, 1, cluster(8, 2), PERFECT) == pytest.approx(inner)  # inside: none
+    # inside the node NCCL's Simple protocol: 8.4 + 14·3.4 = 56 µs + the same bytes (protocols.py)
+    assert collective_time("all_reduce", n, 8, 1, cluster(8, 2), PERFECT) == pytest.approx(
+        56e-6 + 2 * 7 / 8 * n / 100e9)
 
 
 def test_all_gather_and_reduce_scatter_are_half_an_all_reduce_ring():
+    # inside the node (protocols.py): Simple's 8.4 + 7·3.4 = 32.2 µs + 7/8 · 1e9 / 1e11 (LL128: 23.3 µs + 9.51 ms)
     c = cluster(8, 1)
     ag = collective_time("all_gather", 1e9, 8, 1, c, PERFECT)
-    assert ag == pytest.approx(7e-6 + 7 / 8 * 1e9 / 100e9)
+    assert ag == pytest.approx(32.2e-6 + 7 / 8 * 1e9 / 100e9)
     assert collective_time("reduce_scatter", 1e9, 8, 1, c, PERFECT) == ag
 
 

@@ -137,19 +137,21 @@ def _inside(group: int, cluster) -> list[int]:
 def test_tp_all_reduce_is_nccls_fastest_ring_protocol():
     """NCCL tuning.cc on NVLink, 8 ranks, 14 steps: LL 3.6 + 14·0.47 = 10.18 µs + n·14/8 / (busbw/4); LL128 10 + 14·1.9
     = 36.6 µs + n·14/8 / (0.92 busbw); Simple 8.4 + 14·3.4 = 56 µs + n·14/8 / busbw; busbw = 450 GB/s · 0.8 = 360."""
-    from meshplan.allreduce import ring_protocols, tp_all_reduce
+    from meshplan.allreduce import tp_all_reduce
+    from meshplan.protocols import nccl_time
     from meshplan.specs.efficiency import DEFAULT
 
     busbw = 360e9
     small = 16 * 1024  # one decode row of an 8,192-wide model: LL
-    assert ring_protocols(small, 8, busbw) == pytest.approx(10.18e-6 + small * 1.75 / 90e9)
+    assert nccl_time("all_reduce", small, 8, busbw) == pytest.approx(10.18e-6 + small * 1.75 / 90e9)
     big = 256 * 2**20  # a quarter gigabyte: Simple
-    assert ring_protocols(big, 8, busbw) == pytest.approx(56e-6 + big * 1.75 / 360e9)
+    assert nccl_time("all_reduce", big, 8, busbw) == pytest.approx(56e-6 + big * 1.75 / 360e9)
     h100 = load_system("h100").cluster(8)
-    assert tp_all_reduce(small, 8, _inside(8, h100), h100, DEFAULT) == pytest.approx(ring_protocols(small, 8, busbw))
+    assert tp_all_reduce(small, 8, _inside(8, h100), h100, DEFAULT) == pytest.approx(
+        nccl_time("all_reduce", small, 8, busbw))
     assert tp_all_reduce(small, 1, _inside(1, h100), h100, DEFAULT) == 0.0  # a group of one
     sizes = np.geomspace(1e3, 1e9, 25)
-    times = ring_protocols(sizes, 8, busbw)
+    times = nccl_time("all_reduce", sizes, 8, busbw)
     assert np.all(np.diff(times) > 0)  # more bytes never take less time
 
 
@@ -160,7 +162,8 @@ def test_tp_all_reduce_on_a100_is_its_measured_kernel():
     2 MiB, the fastest: at 2 MiB the kernel takes 12.6 + 64.2 = 76.8 µs, LL128 21.4 + 14.25 = 35.65 µs, Simple
     (8.4 + 6 · 3.4 = 28.8) + 13.1 = 41.9 µs; at 8 MiB LL128 is 21.4 + 57.0 = 78.4 µs and Simple 28.8 + 52.4 = 81.2 µs,
     so LL128 with its excess gives 78.4 + 41.15 = 119.5 µs and Simple 81.2 + 34.9 = 116.1 µs: 116.1."""
-    from meshplan.allreduce import custom_kernel, protocol_times, ring_protocols, tp_all_reduce
+    from meshplan.allreduce import custom_kernel, tp_all_reduce
+    from meshplan.protocols import nccl_time, protocol_times
     from meshplan.specs.efficiency import DEFAULT
 
     a100 = load_system("a100").cluster(8)
@@ -168,9 +171,9 @@ def test_tp_all_reduce_on_a100_is_its_measured_kernel():
     mib = 2**20
     assert tp_all_reduce(mib, 4, _inside(4, a100), a100, DEFAULT) == pytest.approx(12.6e-6 + 1.5 * mib / 49e9)
     assert tp_all_reduce(mib, 4, _inside(4, a100), a100, DEFAULT) == pytest.approx(44.7e-6, abs=0.1e-6)
-    assert ring_protocols(mib, 4, busbw) == pytest.approx(28.5e-6, abs=0.1e-6)
-    _, ll128, simple = protocol_times(8 * mib, 4, busbw)
-    _, ll128_at, simple_at = protocol_times(2 * mib, 4, busbw)
+    assert nccl_time("all_reduce", mib, 4, busbw) == pytest.approx(28.5e-6, abs=0.1e-6)
+    _, ll128, simple = protocol_times("all_reduce", 8 * mib, 4, busbw)
+    _, ll128_at, simple_at = protocol_times("all_reduce", 2 * mib, 4, busbw)
     kernel = custom_kernel(2 * mib, 4, 12.6e-6, 49e9)
     assert (kernel, ll128_at, simple_at) == pytest.approx((76.8e-6, 35.65e-6, 41.9e-6), abs=0.1e-6)
     assert (ll128, simple) == pytest.approx((78.4e-6, 81.2e-6), abs=0.1e-6)
@@ -181,7 +184,8 @@ def test_tp_all_reduce_on_a100_is_its_measured_kernel():
     assert np.all(np.diff(times) > 0)  # continuous past the measured 2 MiB: more bytes never take less time
     b200 = load_system("b200").cluster(8)  # no measurement: NCCL's protocols alone
     assert b200.accelerator.allreduce_bandwidth == 0.0
-    assert tp_all_reduce(mib, 4, _inside(4, b200), b200, DEFAULT) == pytest.approx(ring_protocols(mib, 4, 900e9 * 0.8))
+    assert tp_all_reduce(mib, 4, _inside(4, b200), b200, DEFAULT) == pytest.approx(
+        nccl_time("all_reduce", mib, 4, 900e9 * 0.8))
 
 
 def test_a_kernel_per_query_head_rereads_the_kv_head_from_l2():
@@ -217,9 +221,10 @@ def test_training_prices_its_tp_all_reduce_with_the_same_model_without_the_engin
     (whose engines' kernel is measured: 12.6 us + 1.5 · n / 49 GB/s at 4 GPUs) its 1 MiB all-reduce is NCCL's
     fastest protocol, below the engines' measured 44.7 us; a group that leaves tier 0 (4 x 2 nodes) is comm.py's
     ring."""
-    from meshplan.allreduce import ring_protocols, tp_all_reduce
+    from meshplan.allreduce import tp_all_reduce
     from meshplan.comm import Collective, split_time
     from meshplan.cost.records import OpCost
+    from meshplan.protocols import nccl_time
     from meshplan.specs.efficiency import DEFAULT
     from meshplan.specs.plan import Plan
     from meshplan.step.passes import time_ops
@@ -227,7 +232,7 @@ def test_training_prices_its_tp_all_reduce_with_the_same_model_without_the_engin
     a100 = load_system("a100").cluster(8)
     mib, busbw = 2.0**20, a100.tiers[0].bandwidth * DEFAULT.link(0)
     nccl = tp_all_reduce(mib, 4, _inside(4, a100), a100, DEFAULT, custom=False)
-    assert nccl == pytest.approx(ring_protocols(mib, 4, busbw)) and nccl < 44.7e-6
+    assert nccl == pytest.approx(nccl_time("all_reduce", mib, 4, busbw)) and nccl < 44.7e-6
     op = OpCost("attn/tp", "fwd", "collective", nbytes=mib, collective=Collective("all_reduce", mib, "tp", 4))
     assert time_ops([op], a100, Plan(dp=2, tp=4, global_batch=8), DEFAULT) == [pytest.approx(nccl)]
     two_nodes = load_system("a100").cluster(16)

@@ -26,10 +26,12 @@ hwLat + bytes / algbw (src/graph/tuning.cc, ncclTopoTuneModel and ncclTopoGetAlg
 per-step hwLat, and a group that leaves tier 0 (an all-reduce, all-gather, reduce-scatter, broadcast or reduce across
 nodes) pays the Simple protocol's base latency, 8.4 µs, once per call: an 8-byte all-reduce over 2 × 8 A100s reads
 18 + 2 × 5 + 8.4 = 36.4 µs on the a100 preset, 36.5 µs measured (RoCE, oci-hpc-oke; hardware/h100.toml),
-28 µs without it. Inside tier 0 comm.py keeps the α-β steps, which `meshplan calibrate` measures there (an 8-byte
-all-reduce over 8 H100s: 18 µs against 13.67 µs measured and NCCL's protocols' 10-15 µs; the tensor-parallel
-all-reduce takes the protocols themselves, allreduce.py). NCCL's tuner does not price send / receive or the all-to-all
-built from them (no p2p entry in tuning.cc, v2.12.12-1 to v2.30.7-1): those keep their per-step α only.
+28 µs without it. A group inside tier 0 is priced by NCCL's protocol model itself (protocols.py: the fastest of LL,
+LL128 and Simple, each with its base latency, hwLat per step and share of the bus bandwidth; an 8-byte all-reduce
+over 8 H100s: LL's 3.6 + 14 × 0.47 = 10.2 µs, 13.67 µs measured, where the α-β tree at the preset's 3 µs per step
+read 18 µs), or, on a tier 0 that `meshplan calibrate` measured, by the line it fitted there (steps × its α + bytes /
+busbw). NCCL's tuner does not price send / receive or the all-to-all built from them (no p2p entry in tuning.cc,
+v2.12.12-1 to v2.30.7-1): those keep their per-step α only, inside tier 0 as beyond it.
 
 Bus bandwidth vs algorithm bandwidth (NCCL ``PERFORMANCE.md``): algbw = n / t; busbw = algbw · factor with
 factor 2(g-1)/g for all-reduce, (g-1)/g for all-gather / reduce-scatter / all-to-all, 1 for broadcast / reduce /
@@ -45,9 +47,10 @@ from typing import overload
 
 import numpy as np
 
+from meshplan.protocols import NCCL_KINDS, PROTOCOLS, tier0_time
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
-from meshplan.xp import Num, ceil_log2, maximum, minimum
+from meshplan.xp import Num, ceil_log2, maximum, minimum, where
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "p2p")
 
@@ -157,6 +160,18 @@ def split_time(kind: str, nbytes: Num, group: Num, parts: list[Num], cluster: Cl
                eff: Efficiency = DEFAULT) -> Num:
     """``collective_time`` of a group already split over the tiers (``parts``: the ops of a layer share a few
     groups, so step.passes.time_ops splits each once)."""
+    if kind in NCCL_KINDS:  # inside tier 0 NCCL's protocols (protocols.py), beyond it the hierarchical α-β model
+        inside = _beyond(parts) <= 1
+        if isinstance(inside, np.ndarray) and inside.all() != inside.any():  # some plans' groups inside, some not
+            return where(inside, tier0_time(kind, nbytes, group, cluster, eff),
+                         _alpha_beta(kind, nbytes, group, parts, cluster, eff))
+        if inside.all() if isinstance(inside, np.ndarray) else inside:
+            return tier0_time(kind, nbytes, group, cluster, eff)
+    return _alpha_beta(kind, nbytes, group, parts, cluster, eff)
+
+
+def _alpha_beta(kind: str, nbytes: Num, group: Num, parts: list[Num], cluster: Cluster, eff: Efficiency) -> Num:
+    """``split_time`` under the α-β model (the module docstring's formulas)."""
     bandwidths = [t.bandwidth * eff.link(i) for i, t in enumerate(cluster.tiers)]
     latencies = [t.latency for t in cluster.tiers]
     if kind == "all_reduce":
@@ -176,8 +191,16 @@ def split_time(kind: str, nbytes: Num, group: Num, parts: list[Num], cluster: Cl
 # protocol's, which carries the bandwidth-bound messages comm.py prices: 8.4 µs in every release from v2.12.12-1
 # (NVIDIA/nccl src/graph/tuning.cc:56, ring) to v2.30.7-1 (tuning.cc:149-151, ring and tree). Charged where a group
 # leaves tier 0 (module docstring)
-SIMPLE_BASE = 8.4e-6
-BASE_LATENCY_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")  # what NCCL's tuner prices
+SIMPLE_BASE = PROTOCOLS["Simple"][0]
+BASE_LATENCY_KINDS = NCCL_KINDS  # what NCCL's tuner prices
+
+
+def _beyond(parts: Sequence[Num]) -> Num:
+    """Π_{i≥1} g_i: the blocks of tier 0 a group split as ``parts`` spans (1: it lies inside tier 0)."""
+    spans: Num = 1.0
+    for p in parts[1:]:
+        spans = spans * p
+    return spans
 
 
 def base_latency(kind: str, parts: Sequence[Num]) -> Num:
@@ -185,9 +208,7 @@ def base_latency(kind: str, parts: Sequence[Num]) -> Num:
     the group leaves tier 0 and NCCL's tuner prices the kind (``BASE_LATENCY_KINDS``), else 0."""
     if kind not in BASE_LATENCY_KINDS:
         return 0.0
-    spans: Num = 1.0
-    for p in parts[1:]:
-        spans = spans * p
+    spans = _beyond(parts)
     if isinstance(spans, np.ndarray):
         return np.where(spans > 1, SIMPLE_BASE, 0.0)
     return SIMPLE_BASE if spans > 1 else 0.0
@@ -308,6 +329,7 @@ def mst_time(kind: str, nbytes: Num, parts: Sequence[Num], cluster: Cluster, eff
 
 def fastest_time(kind: str, nbytes: Num, group: Num, parts: list[Num], cluster: Cluster,
                  eff: Efficiency = DEFAULT) -> Num:
-    """MPICH's per-message choice (Thakur et al. 2005 §4): the faster of ``split_time``'s algorithm (ring, double
-    binary tree, chain) and the minimum spanning tree (``mst_time``); zero for a group of one."""
-    return minimum(split_time(kind, nbytes, group, parts, cluster, eff), mst_time(kind, nbytes, parts, cluster, eff))
+    """MPICH's per-message choice (Thakur et al. 2005 §4): the faster of the α-β model's algorithm (ring, double
+    binary tree, chain: ``split_time`` without NCCL's protocols inside tier 0, which are NCCL's, not MPICH's) and the
+    minimum spanning tree (``mst_time``); zero for a group of one."""
+    return minimum(_alpha_beta(kind, nbytes, group, parts, cluster, eff), mst_time(kind, nbytes, parts, cluster, eff))

@@ -11,6 +11,7 @@ derating the model will apply, so the model's sustained figure is the measured o
     nvlink_bandwidth = busbw_0 / nvlink           (mesh dimension 0: median bus bandwidth of its collectives)
     nic_bandwidth    = busbw_out / network        (the slowest outer dimension), nics_per_gpu = 1
     nvlink_latency, nic_latency = α per step      (fit.py: intercept / comm.py's latency steps)
+    nccl_protocols   = false                      (dimension 0 measured: its collectives at that α, protocols.py)
     matmul_bf16      = F / peak                   (F: the GEMM fit's asymptotic rate when its t₀ is written, else
                                                    the best GEMM measured, the definition of MAMF; peak from
                                                    ``base``, else F itself with matmul_bf16 = 1)
@@ -48,6 +49,8 @@ from meshplan.specs.hardware import System
 from meshplan.units import fmt_bytes
 
 GOOD_FIT = 0.9  # R² below which a fit is noise: the best observed rate is written, and no intercept
+# tier 0 measured: its collectives at the fitted α per step, not NCCL's protocol constants (protocols.py)
+_PROTOCOLS = "nccl_protocols = false  # tier 0 measured: its collectives at the α fitted there (meshplan.protocols)"
 
 
 def to_toml(cal: Calibration, base: System | None = None, eff: Efficiency = DEFAULT, name: str | None = None) -> str:
@@ -70,7 +73,9 @@ def to_toml(cal: Calibration, base: System | None = None, eff: Efficiency = DEFA
     lines += [f"source = {_str(source)}", "", "[accelerator.peak_flops]", f"# {peak_note}"]
     lines += [f"{p} = {_num(v)}  # {v / 1e12:.4g} TFLOP/s" for p, v in peaks.items()]
     if len(cal.tiers) >= 3:
-        lines += ["", "[network]"] + _host_lines(base) + [f"source = {_str(source)}"] + _tier_tables(cal, eff)
+        protocols = [_PROTOCOLS] if cal.tiers[0].dim == 0 else []
+        lines += ["", "[network]"] + _host_lines(base) + protocols + [f"source = {_str(source)}"]
+        lines += _tier_tables(cal, eff)
     else:
         lines += ["", "[network]", f"nvlink_domain = {cal.mesh[0]}  # mesh dimension 0"]
         lines += _network_lines(cal, base, eff) + [f"source = {_str(source)}"]
@@ -171,7 +176,7 @@ def _network_lines(cal: Calibration, base: System | None, eff: Efficiency) -> li
     """The [network] table: latencies and the outer tier's bandwidth, measured or from the base system."""
     inner, outer = _tiers(cal)
     if inner is not None:
-        lines = [f"nvlink_latency = {_num(inner.latency)}  # α per step, {inner.latency * 1e6:.3g} us"]
+        lines = [f"nvlink_latency = {_num(inner.latency)}  # α per step, {inner.latency * 1e6:.3g} us", _PROTOCOLS]
     else:
         assert base is not None  # _memory_lines refuses a calibration with neither links nor a base system
         lines = [f"nvlink_latency = {_num(base.network.scale_up_latency)}  # not measured: from {base.name}"]

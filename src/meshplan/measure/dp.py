@@ -80,7 +80,8 @@ def comm_time(sizes: list[int], link: LinkFit, world: int) -> float:
                       nvlink_bandwidth=link.bandwidth)
     tier = Tier(name="nvlink", size=world, bandwidth=link.bandwidth / DEFAULT.link(0),
                 latency=link.step_latency)
-    cluster = Cluster(name="local", accelerator=acc, num_gpus=world, tiers=(tier,))
+    # the fitted α, not NCCL's protocol constants (protocols.py: a calibrated tier 0)
+    cluster = Cluster(name="local", accelerator=acc, num_gpus=world, tiers=(tier,), nccl_protocols=False)
     return float(sum(collective_time("all_reduce", float(n), world, 1, cluster) for n in sizes))
 
 

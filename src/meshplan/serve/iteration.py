@@ -1,7 +1,7 @@
 """One iteration of an instance, timed: the ops of the layers on a pipeline stage, the embedding and the LM head
 (ops.py, moe.py), each op by the roofline (roofline.op_time: max of compute and memory time) and each collective by
-the α-β model on the mesh (comm.collective_time; the tensor-parallel all-reduce inside the NVLink domain by NCCL's
-protocol model, meshplan/allreduce.py), one after another: decode's all-reduces are small and on the
+comm.collective_time (inside the NVLink domain NCCL's protocol model, protocols.py, and the tensor-parallel all-reduce
+with the engines' kernels, allreduce.py; α-β beyond it), one after another: decode's all-reduces are small and on the
 critical path, so their latency α counts in full (nothing overlaps them in a forward pass).
 
 Pipeline parallelism (vLLM's and TensorRT-LLM's pipeline runtimes): the batch is split into p micro-batches that

@@ -127,6 +127,8 @@ class Cluster:
     host_bandwidth: float = 55e9  # bytes/s per GPU to host memory (PCIe Gen5 x16 ≈ 64 GB/s raw) for offload
     host_memory: float = 256e9  # bytes of host memory per GPU that offloading may use (DGX H100: 2 TB / 8)
     python_host: float = 1.0  # the host CPU's time for PyTorch's Python-side work, relative to a DGX's x86 host
+    # tier 0's NCCL collectives by NCCL's protocol constants; False: by tier 0's calibrated latency (protocols.py)
+    nccl_protocols: bool = True
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -172,6 +174,7 @@ class Network:
     host_bandwidth: float = 55e9
     host_memory: float = 256e9
     python_host: float = 1.0  # Cluster.python_host
+    nccl_protocols: bool = True  # Cluster.nccl_protocols (calibrate writes false with the tier-0 latency it fitted)
     tiers: tuple[TierSpec, ...] = ()
     source: str = field(default="", compare=False)
 
@@ -252,7 +255,8 @@ def build_cluster(name: str, accelerator: Accelerator, net: Network, num_gpus: i
     if net.tiers:
         return Cluster(name=name, accelerator=accelerator, num_gpus=num_gpus,
                        tiers=build_tiers(net.tiers, accelerator.nvlink_bandwidth, num_gpus),
-                       host_bandwidth=net.host_bandwidth, host_memory=net.host_memory, python_host=net.python_host)
+                       host_bandwidth=net.host_bandwidth, host_memory=net.host_memory, python_host=net.python_host,
+                       nccl_protocols=net.nccl_protocols)
     domain = min(_given(net.nvlink_domain), num_gpus)
     if num_gpus % domain:
         raise SpecError(f"gpus={num_gpus} is not a multiple of the NVLink domain size {domain}")
@@ -262,7 +266,8 @@ def build_cluster(name: str, accelerator: Accelerator, net: Network, num_gpus: i
              latency=_given(net.nic_latency)),
     )
     return Cluster(name=name, accelerator=accelerator, num_gpus=num_gpus, tiers=tiers,
-                   host_bandwidth=net.host_bandwidth, host_memory=net.host_memory, python_host=net.python_host)
+                   host_bandwidth=net.host_bandwidth, host_memory=net.host_memory, python_host=net.python_host,
+                   nccl_protocols=net.nccl_protocols)
 
 
 # ---- loading ----------------------------------------------------------------------------------------------

@@ -1,0 +1,103 @@
+"""NCCL's protocol model of a collective whose group lies inside tier 0 (the NVLink domain): the one formula that
+training, serving, the sharding planner and the search price every such all-reduce, all-gather, reduce-scatter,
+broadcast and reduce with (comm.split_time calls it; allreduce.py adds the serving engines' own kernels on top).
+
+NCCL prices each call of a collective per algorithm and protocol and runs the fastest (NVIDIA/nccl
+src/graph/tuning.cc, ncclTopoTuneModel and ncclTopoGetAlgoTime; the constants of v2.12.12-1, tuning.cc:56-65 and
+:111-150, the release allreduce.py has priced the tensor-parallel all-reduce with; v2.30.7-1 keeps Simple's 8.4 µs
+and 3.4 µs and LL128's 1.9 µs, and moves LL to 6.6 µs + 0.6 µs per step and LL128's base to 14 µs, tuning.cc:149-160):
+
+    time_p = baseLat_p + steps·hwLat_p + n / algbw_p,      algbw_p = share_p · busbw · g / steps (tuning.cc:135)
+    ring steps: all-reduce 2(g − 1), all-gather / reduce-scatter g − 1, broadcast / reduce g (tuning.cc's nsteps)
+    LL:     baseLat 3.6 µs, hwLat 0.47 µs per step, busbw / 4 for all-reduce and reduce, busbw / 3 for all-gather,
+            reduce-scatter and broadcast on one node (8-byte stores carrying a 4-byte flag each)
+    LL128:  baseLat 10 µs,  hwLat 1.9 µs,           busbw · 0.92 (120 of every 128 bytes are data)
+    Simple: baseLat 8.4 µs, hwLat 3.4 µs,           busbw
+
+and the collective takes min_p time_p. n / algbw_p = share_p⁻¹ · (steps / g) · n / busbw: steps / g is comm.py's
+bus factor (2(g − 1)/g, (g − 1)/g, 1), so at large messages every protocol tends to the α-β ring's bandwidth term
+and Simple, the one at the full bus bandwidth, wins (its fixed cost, 8.4 + 14 × 3.4 = 56 µs at 8 ranks, is under
+1 % of a 1.75 × 1 GB / 360 GB/s all-reduce). busbw is tier 0's bandwidth at the mesh's NCCL efficiency
+(``Efficiency.link(0)``, as comm.py).
+
+What is left out, each a choice of NCCL's topology search rather than a number: the broadcast / reduce chain is
+charged g steps at the ring's hwLat (NCCL charges one step when all its channels share one ring order and g steps
+at the tree's Simple chunk latency otherwise, a placeholder "waiting for proper chunk modeling"); LL's and LL128's
+per-channel caps (llMaxBw, 20 GB/s per channel), which bind only where those protocols have lost to Simple; NCCL's
+tree inside one node (a chain of the g ranks, 2(g − 1) steps at up to 0.92 · 7/9 of the bus bandwidth) and NVLS
+(NVLink SHARP, Hopper and later), whose single-node costs this model does not cite. Send / receive and the
+all-to-all built from them have no entry in NCCL's tuner and keep comm.py's α per step.
+
+A calibrated tier 0. ``meshplan calibrate`` fits t = steps·α + f·n / busbw to the collectives it times inside
+mesh dimension 0 (calibrate/fit.py: no base latency there) and writes ``nccl_protocols = false`` beside the α it
+fitted (calibrate/system.py). Such a cluster (``Cluster.nccl_protocols`` false) prices its tier-0 collectives with
+one protocol whose base latency is 0, whose hwLat is the tier's calibrated ``latency`` and whose share is 1: the
+line calibrate fitted, so the measured per-step latency is what the estimate pays, not NCCL's constants. A preset's
+tier-0 ``latency`` (not measured) prices only tier 0's sends and all-to-alls, and each hop of a ring beyond it.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+
+from meshplan.specs.efficiency import Efficiency
+from meshplan.specs.hardware import Cluster
+from meshplan.xp import Num, minimum
+
+# (baseLat s, hwLat s per step on NVLink, share of the bus bandwidth) of NCCL's ring: v2.12.12-1 src/graph/tuning.cc
+# baseLat[RING] (line 56), hwLat[NVLINK][RING] (line 65), the busBw refinements for LL and LL128 (lines 127-128)
+PROTOCOLS = {"LL": (3.6e-6, 0.47e-6, 0.25), "LL128": (10.0e-6, 1.9e-6, 0.92), "Simple": (8.4e-6, 3.4e-6, 1.0)}
+LL_ONE_NODE = 1 / 3  # LL's share for the all-gather, reduce-scatter and broadcast on one node (tuning.cc:127)
+NCCL_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")  # what NCCL's tuner prices
+
+
+def nccl_steps(kind: str, group: Num) -> Num:
+    """The ring's steps of a ``kind`` over ``group`` ranks in NCCL's tuner (tuning.cc, nsteps)."""
+    if kind == "all_reduce":
+        return 2 * (group - 1)
+    if kind in ("all_gather", "reduce_scatter"):
+        return group - 1
+    if kind in ("broadcast", "reduce"):
+        return group
+    raise ValueError(f"NCCL's tuner does not price {kind!r}")
+
+
+def protocol_table(kind: str, latency: float | None = None) -> list[tuple[float, float, float]]:
+    """(baseLat s, hwLat s per step, bandwidth share) of each protocol a ``kind`` inside tier 0 may run: NCCL's
+    three, or with ``latency`` (a calibrated tier 0, module docstring) one line at that α per step."""
+    if latency is not None:
+        return [(0.0, latency, 1.0)]
+    table = list(PROTOCOLS.values())
+    if kind in ("all_gather", "reduce_scatter", "broadcast"):
+        base, hop, _ = table[0]
+        table[0] = (base, hop, LL_ONE_NODE)
+    return table
+
+
+def protocol_times(kind: str, nbytes: Num, group: Num, busbw: float, latency: float | None = None) -> list[Num]:
+    """Each protocol's seconds for a ``kind`` of ``nbytes`` over ``group`` ranks inside tier 0 at ``busbw`` bytes/s
+    (``protocol_table``; 0 for a group of one)."""
+    if type(group) in (int, float) and group <= 1:
+        return [0.0 for _ in protocol_table(kind, latency)]
+    steps = nccl_steps(kind, group)
+    times = [base + steps * hop + nbytes * steps / group / (busbw * share)
+             for base, hop, share in protocol_table(kind, latency)]
+    if type(group) in (int, float):
+        return times
+    return [t * (group > 1) for t in times]
+
+
+def nccl_time(kind: str, nbytes: Num, group: Num, busbw: float, latency: float | None = None) -> Num:
+    """The fastest protocol's seconds (``protocol_times``)."""
+    return reduce(minimum, protocol_times(kind, nbytes, group, busbw, latency))
+
+
+def tier0_latency(cluster: Cluster) -> float | None:
+    """The per-step latency that replaces NCCL's protocols inside tier 0: the calibrated one, or None (NCCL's)."""
+    return None if cluster.nccl_protocols else cluster.tiers[0].latency
+
+
+def tier0_time(kind: str, nbytes: Num, group: Num, cluster: Cluster, eff: Efficiency) -> Num:
+    """Seconds of a ``kind`` (NCCL_KINDS) whose ``group`` lies inside ``cluster``'s tier 0 (module docstring)."""
+    busbw = cluster.tiers[0].bandwidth * eff.link(0)
+    return nccl_time(kind, nbytes, group, busbw, tier0_latency(cluster))
