@@ -111,6 +111,11 @@ def test_rows_that_differ_from_the_model_stay_as_costed() -> None:
     assert eager_rows(GPT, Stack()) == {}
     # flash attention: SDPA's own kernels (1 forward, 3 backward), not Megatron's unfused core (8, 13)
     assert eager_rows(GPT, EAGER_GPT.with_(flash_attention=True))["attn/core"] == (1, 3, 0)
+    # plain PyTorch without dropout: SDPA's 3 + the unbind's stack of the q, k, v gradients + its layout copy = 5; a
+    # stack that splits the QKV with torch.split has the concatenation as a record of its own (cost/attention.py)
+    plain, flash = replace(GPT, dropout=False), EAGER_GPT.with_(flash_attention=True)
+    assert eager_rows(plain, flash)["attn/core"] == (1, 5, 0)
+    assert eager_rows(plain, flash.with_(qkv_concat=True))["attn/core"] == (1, 3, 0)
     llama_rows = eager_rows(load_model("llama3-8b"), EAGER_GPT.with_(projections="fused"))
     assert "attn/qkv" not in llama_rows and "mlp/fc1" not in llama_rows and "mlp/act" in llama_rows
     assert "mlp/act" not in eager_rows(replace(GPT, mlp="swiglu", ffn_hidden_size=5504), EAGER_GPT)

@@ -161,7 +161,8 @@ def eager_rows(model: ModelSpec, stack: Stack) -> dict[str, tuple[int, int, int]
     """The rows of ``EAGER_KERNELS`` that count this model's records under an eager stack: the reference layer of its
     norm and code (RMSNorm: "llama", its SDPA core where the stack runs flash attention; LayerNorm: Megatron's module
     code where the attention is Megatron's unfused one, "gpt" or at dropout 0 "gpt-no-dropout", else plain PyTorch's
-    QKV linear and SDPA core ("sdpa"), the flash kernel alone where the layer keeps Megatron's bias-dropout-add), less
+    QKV linear and SDPA core ("sdpa"), the flash kernel alone where the layer keeps Megatron's bias-dropout-add or
+    the stack splits the QKV projection with torch.split, whose concatenation is a record of its own), less
     the rows whose layer differs from the model's (another activation; fused or separate projections, a QKV bias; a
     bias-dropout-add where the linears have no bias, or, in plain PyTorch, a plain residual add); per row (forward,
     input-gradient, weight-gradient kernels), the accumulation counted with the weight gradient unless FSDP
@@ -173,8 +174,9 @@ def eager_rows(model: ModelSpec, stack: Stack) -> dict[str, tuple[int, int, int]
     megatron = not llama and not stack.flash_attention  # Megatron's unfused attention: its module code
     bias_dropout_add = model.dropout and model.linear_bias
     rows = EAGER_KERNELS["llama" if llama else "gpt" if model.dropout else "gpt-no-dropout"]
-    if not (llama or megatron):
-        core = EAGER_KERNELS["llama" if bias_dropout_add else "sdpa"]["attn/core"]
+    if not (llama or megatron):  # the flash kernel alone where a record of its own concatenates the q, k, v gradients
+        alone = bias_dropout_add or stack.qkv_concat or stack.projections == "split"  # (cost/attention.qkv_concat)
+        core = EAGER_KERNELS["llama" if alone else "sdpa"]["attn/core"]
         rows = {**rows, "attn/qkv": EAGER_KERNELS["sdpa"]["attn/qkv"], "attn/core": core}
     drop = {"attn/core"} if llama and not stack.flash_attention else set()
     if model.mlp != ("swiglu" if llama else "gelu"):
