@@ -9,8 +9,8 @@ one layer, free of the embedding and the head), one forward and one backward pas
 torch.profiler; each CUDA kernel is counted under the chain of CPU ops that launched it (the innermost op first,
 through its ``cpu_parent``s: the aten op, its caller, the autograd node). Memsets and memcpys are listed too (small_
 work_gpu.py's kernel count leaves them out). Then SDPA's backward under each backend (flash, cuDNN, efficient) on
-one 16-head 1024 x 64 causal attention, its kernels by aten op. The committed file was made by this code, run inline
-from the device machine's copy of the repository (2026-11-26, H200).
+one 16-head 1024 x 64 causal attention, its kernels by aten op. The committed file (2026-11-26, H200) came from a
+compact copy of these functions run inline on the device machine, its two outputs joined under a ``source`` line.
 """
 
 from __future__ import annotations
