@@ -2,20 +2,31 @@
 dispatcher in the forward and the backward pass of a reference layer, less the ones that launch nothing (views,
 allocations), each booked to the record of cost/ that stands for it (``attn/qkv``, ``attn/core``, ``mlp/fc1`` ...).
 
-Two reference layers, written the way eager PyTorch runs them:
-- ``gpt``: a Megatron-LM / Megatron-DeepSpeed GPT layer in plain PyTorch (megatron/model/transformer.py,
-  ParallelAttention / CoreAttention / ParallelMLP, their unfused paths: no apex layer norm, no fused softmax, no jit
-  fusions): LayerNorm; the column-parallel QKV linear with its bias; the [s, b, np, 3·hn] view split into q, k, v;
-  baddbmm of the scores with the 1/√d scale (beta 0 into an empty buffer); the causal mask (masked_fill) and softmax;
-  attention dropout; bmm with V; the context's permute made contiguous; the row-parallel dense linear with its bias
-  added after the reduction; bias-dropout-add into the residual; LayerNorm; fc1 with bias + GeLU; fc2; bias-dropout-
-  add. With tp > 1 Megatron's mapping regions: copy_to_tensor_model_parallel_region (identity forward, all-reduce of
-  the input gradient) before each column-parallel linear, reduce_from_tensor_model_parallel_region (all-reduce
-  forward, identity backward) after each row-parallel one (megatron/mpu/mappings.py), counted as collective calls.
+Three reference layers, written the way eager PyTorch runs them:
+- ``gpt``: Megatron-Core 0.16.1's GPT layer with the local (non-Transformer-Engine) spec and its fusions off, the
+  module code benchmarks/small_work_megatron.py measured on an H200 (Megatron-DeepSpeed's model code is its parent):
+  LayerNorm; the column-parallel QKV linear (LinearWithGradAccumulationAndAsyncCommunication: torch.matmul, then
+  ``output + bias``); the [s, b, np, 3·hn] view split into q, k, v (torch.split); DotProductAttention's baddbmm of
+  the scores with the 1/√d scale (beta 0 into a buffer); FusedScaleMaskSoftmax's torch path with
+  attention_softmax_in_fp32 (its default): the scores cast to fp32, attention_mask_func's in-place masked_fill_,
+  softmax, cast back to bf16; attention dropout; bmm with V; the context's permute made contiguous; the row-parallel
+  dense linear, its bias left to the bias-dropout-add (x + bias, dropout, residual + x); LayerNorm; fc1, its bias
+  added before the GeLU (bias_activation_fusion off); fc2; bias-dropout-add. ``gpt-no-dropout``: dropout 0, which
+  launches nothing (ATen Dropout.cpp ``_dropout_impl`` returns the input for p = 0). Megatron-LM before Megatron-Core
+  defaulted to query-key layer scaling, one mul more each way in the softmax (``input * self.scale``), not counted.
+  With tp > 1 Megatron's mapping regions (tensor_parallel/mappings.py) add collective calls: copy_to_tensor_model_
+  parallel_region before each column-parallel linear (an all-reduce backward), reduce_from_... after each row one.
+- ``sdpa``: benchmarks/small_work_gpu.py's plain-PyTorch GPT layer (measured on the H200 too): LayerNorm, nn.Linear
+  QKV with bias (addmm) viewed [b, s, 3, heads, hn], permuted and unbound into q, k, v, causal SDPA, the context
+  transposed back, nn.Linear projection, residual add, LayerNorm, fc1, tanh GeLU, fc2, residual add; no dropout.
 - ``llama``: a torchtitan / Hugging Face Llama layer (torchtitan models/llama/model.py): RMSNorm as torchtitan's
   eager RMSNorm, separate wq / wk / wv linears without bias, rotary embedding by complex multiply (apply_rotary_emb),
-  repeat_kv for grouped queries, F.scaled_dot_product_attention (one flash kernel each way on the GPU; on this CPU
-  its flash-for-CPU op, also one call each way), wo, residual add, RMSNorm, SwiGLU (w1, silu, w3, mul, w2), residual.
+  repeat_kv for grouped queries, F.scaled_dot_product_attention (on this CPU its flash-for-CPU op, one call each
+  way, standing for the GPU's flash kernels), wo, residual add, RMSNorm, SwiGLU (w1, silu, w3, mul, w2), residual.
+
+Kernels, not aten ops: a few aten ops launch more than one CUDA kernel, added to the CPU's one (``CUDA_EXTRA``: the
+kernels torch.profiler saw under each op on an H200, data/measured/gpu/2026-11-26-nvidia-h200-kernel-names.json).
+Memsets and device-to-device memcpys are no kernels, as small_work_gpu.py's count leaves them out.
 
 The backward pass is that of a micro-batch after the first one of a step: every parameter already holds a gradient,
 so autograd's AccumulateGrad adds into it (one add per parameter and micro-batch; Megatron's fp32 main_grad hooks
@@ -38,12 +49,27 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-# aten ops that launch no kernel on the GPU: allocations (their memory comes from the caching allocator) and
-# results that alias their input
-# (views: the schema's return carries a non-writing alias annotation; _unsafe_view and _reshape_alias are views whose
-# schema does not say so)
+# aten ops that launch no kernel on the GPU: allocations (their memory comes from the caching allocator) and results
+# that alias their input (views: a non-writing alias annotation on the schema's return; _unsafe_view and
+# _reshape_alias are views whose schema does not say so)
 ALLOCATIONS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "lift_fresh", "detach",
                "_unsafe_view", "_reshape_alias"}
+
+# aten ops that launch more than one CUDA kernel: the pass of each kernel beyond the first ("" the op's own), with the
+# kernels torch.profiler recorded under the op on an H200 (data/measured/gpu/2026-11-26-nvidia-h200-kernel-names.json)
+_FLASH_BWD = ("", "")  # cuDNN: compute_dot_do_o (dot(o, do)), flash_bprop, convert_dq_to_16bits (the fp32 dq cast);
+# FlashAttention-2 alike: flash_bwd_dot_do_o_kernel, flash_bwd_dq_dk_dv_loop_seqk_parallel, flash_bwd_convert_dq_kernel
+CUDA_EXTRA: dict[str, tuple[str, ...]] = {
+    # layer_norm_grad_input_kernel, then GammaBetaBackwardCUDAKernel (the weight and bias gradients' reduction):
+    # ATen/native/cuda/layer_norm_kernel.cu
+    "native_layer_norm_backward": ("bwd_w",),
+    # ``Tensor tmp = grad * output`` (a mul kernel), then softmax_warp_backward: ATen/native/cuda/SoftMax.cu
+    "_softmax_backward_data": ("",),
+    # SDPA's flash backward (the CPU's own flash kernel stands for the GPU's cuDNN / FlashAttention-2 one)
+    "_scaled_dot_product_flash_attention_for_cpu_backward": _FLASH_BWD,
+    "_scaled_dot_product_flash_attention_backward": _FLASH_BWD,
+    "_scaled_dot_product_cudnn_attention_backward": _FLASH_BWD,
+}
 
 
 def launches_kernel(func: Any) -> bool:
@@ -85,6 +111,8 @@ class Counting(TorchDispatchMode):
                     # activations' bf16; an eager RMSNorm's own sum of its two paths to x is in fp32)
                     record = record.replace("/norm", "/residual")
             self.counts[(record, phase, name)] += 1
+            for extra in CUDA_EXTRA.get(name, ()):
+                self.counts[(record, extra or phase, name)] += 1
         return out
 
 
@@ -123,24 +151,14 @@ class Sections:
 def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     """F.dropout as it runs on a GPU: one fused native_dropout kernel (mask and output) forward, native_dropout_backward
     backward (ATen/native/Dropout.cpp: ``is_fused_kernel_acceptable`` holds for CUDA inputs only; on a CPU F.dropout
-    runs bernoulli_, div_ and mul instead)."""
-    return torch.ops.aten.native_dropout(x, p, True)[0]
+    runs bernoulli_, div_ and mul instead); p = 0 returns the input, no kernel (``_dropout_impl``)."""
+    return torch.ops.aten.native_dropout(x, p, True)[0] if p > 0 else x
 
 
-class CopyToTP(torch.autograd.Function):
-    """copy_to_tensor_model_parallel_region: identity forward, all-reduce of the gradient backward."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-    @staticmethod
-    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
-        return g  # the all-reduce of the input gradient: a collective record of cost/blocks.py (tp_in)
-
-
-class ReduceFromTP(torch.autograd.Function):
-    """reduce_from_tensor_model_parallel_region: all-reduce forward (a collective record: tp_out), identity backward."""
+class Region(torch.autograd.Function):
+    """Megatron's mapping regions, identity both ways here (their all-reduces are collective records of cost/blocks.py):
+    copy_to_tensor_model_parallel_region (the input gradient's all-reduce backward: tp_in) and
+    reduce_from_tensor_model_parallel_region (the all-reduce forward: tp_out)."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
@@ -151,8 +169,11 @@ class ReduceFromTP(torch.autograd.Function):
         return g
 
 
+CopyToTP = ReduceFromTP = Region
+
+
 class GPTLayer(nn.Module):
-    """Megatron-DeepSpeed's GPT layer, unfused (module docstring), on [s, b, h] activations of one TP rank."""
+    """Megatron-Core's GPT layer, local spec, unfused (module docstring), on [s, b, h] activations of one TP rank."""
 
     def __init__(self, h: int, heads: int, ffn: int, tp: int = 1, dropout: float = 0.1) -> None:
         super().__init__()
@@ -169,7 +190,7 @@ class GPTLayer(nn.Module):
             y = CopyToTP.apply(self.ln1(x))
             sec.claim("attn/norm", y)
         with sec.section("attn/qkv"):
-            mixed = F.linear(y, self.qkv.weight, self.qkv.bias)
+            mixed = torch.matmul(y, self.qkv.weight.t()) + self.qkv.bias  # LinearWithGradAccumulation...
             sec.claim("attn/qkv", mixed)
         with sec.section("attn/core"):
             mixed = mixed.view(s, b, self.heads, 3 * self.hn)
@@ -178,8 +199,8 @@ class GPTLayer(nn.Module):
             buf = torch.empty(b * self.heads, s, s, dtype=x.dtype)
             scores = torch.baddbmm(buf, q.transpose(0, 1), k.transpose(0, 1).transpose(1, 2), beta=0.0,
                                    alpha=1.0 / math.sqrt(self.hn))
-            scores = scores.view(b, self.heads, s, s).masked_fill(mask, -10000.0)
-            probs = dropout(F.softmax(scores, dim=-1), self.p)
+            scores = scores.view(b, self.heads, s, s).float().masked_fill_(mask, -10000.0)  # softmax in fp32
+            probs = dropout(F.softmax(scores, dim=-1).bfloat16(), self.p)
             ctx = torch.bmm(probs.view(b * self.heads, s, s), v.transpose(0, 1))
             ctx = ctx.view(b, self.heads, s, self.hn).permute(2, 0, 1, 3).contiguous().view(s, b, -1)
             sec.claim("attn/core", ctx)
@@ -205,6 +226,36 @@ class GPTLayer(nn.Module):
             x = x + dropout(out + self.fc2.bias, self.p)
             sec.claim("mlp/residual", x)
         return x
+
+
+class PlainGPTLayer(nn.Module):
+    """benchmarks/small_work_gpu.py's plain-PyTorch GPT layer (module docstring), on [b, s, h] activations."""
+
+    def __init__(self, h: int, heads: int, ffn: int) -> None:
+        super().__init__()
+        self.heads, self.hn = heads, h // heads
+        self.ln1, self.ln2 = nn.LayerNorm(h), nn.LayerNorm(h)
+        self.qkv, self.proj = nn.Linear(h, 3 * h), nn.Linear(h, h)
+        self.fc1, self.fc2 = nn.Linear(h, ffn), nn.Linear(ffn, h)
+
+    def attend(self, qkv: torch.Tensor) -> torch.Tensor:
+        b, s, _ = qkv.shape
+        q, k, v = qkv.view(b, s, 3, self.heads, self.hn).permute(2, 0, 3, 1, 4).unbind(0)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, -1)
+
+    def forward(self, x: torch.Tensor, _: Any, sec: Sections) -> torch.Tensor:
+        steps = (("attn/norm", self.ln1), ("attn/qkv", self.qkv), ("attn/core", self.attend), ("attn/out", self.proj),
+                 ("attn/residual", None), ("mlp/norm", self.ln2), ("mlp/fc1", self.fc1),
+                 ("mlp/act", lambda t: F.gelu(t, approximate="tanh")), ("mlp/fc2", self.fc2), ("mlp/residual", None))
+        y = x
+        for name, f in steps:
+            with sec.section(name):
+                if f is None:  # the residual: the block's input plus its output
+                    x = y = x + y
+                else:
+                    y = f(y)
+                sec.claim(name, y)
+        return y
 
 
 class RMSNorm(nn.Module):
@@ -286,19 +337,23 @@ class LlamaLayer(nn.Module):
 
 
 PHASES = ("fwd", "bwd_x", "bwd_w", "accumulate")
+STYLES = ("gpt", "gpt-no-dropout", "sdpa", "llama")
 
 
 def count_layer(style: str, h: int = 64, heads: int = 4, ffn: int = 256, seq: int = 12, batch: int = 3,
                 tp: int = 1) -> dict[str, dict[str, Counter[str]]]:
-    """Kernels per record, pass and aten op of one ``style`` ("gpt" / "llama") layer in bf16: {record: {phase:
-    Counter}}, the backward that of a micro-batch whose parameters already hold gradients (module docstring). The
-    sizes must give no activation gradient a parameter's shape (seq · batch rows differ from every width)."""
+    """Kernels per record, pass and aten op of one ``style`` (``STYLES``) layer in bf16: {record: {phase: Counter}},
+    the backward that of a micro-batch whose parameters already hold gradients (module docstring). The sizes must
+    give no activation gradient a parameter's shape (seq · batch rows differ from every width)."""
     torch.manual_seed(0)
     bf16 = torch.bfloat16
-    if style == "gpt":
-        layer: nn.Module = GPTLayer(h, heads, ffn, tp).to(bf16)
+    extra: Any = torch.triu(torch.ones(seq, seq, dtype=torch.bool), 1)
+    if style in ("gpt", "gpt-no-dropout"):
+        layer: nn.Module = GPTLayer(h, heads, ffn, tp, dropout=0.1 if style == "gpt" else 0.0).to(bf16)
         x = torch.randn(seq, batch, h, dtype=bf16, requires_grad=True)
-        extra: Any = torch.triu(torch.ones(seq, seq, dtype=torch.bool), 1)
+    elif style == "sdpa":
+        layer = PlainGPTLayer(h, heads, ffn).to(bf16)
+        x = torch.randn(batch, seq, h, dtype=bf16, requires_grad=True)
     else:
         layer = LlamaLayer(h, heads, heads // 2, ffn, tp).to(bf16)
         x = torch.randn(batch, seq, h, dtype=bf16, requires_grad=True)
@@ -329,7 +384,7 @@ def kernel_table(style: str, **sizes: int) -> dict[str, tuple[int, int, int, int
 
 
 def main() -> None:
-    for style in ("gpt", "llama"):
+    for style in STYLES:
         table = count_layer(style)
         print(f"{style}: record, forward / input-gradient / weight-gradient / accumulation kernels, by aten op")
         for record, n in table.items():

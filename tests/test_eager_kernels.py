@@ -1,6 +1,7 @@
 """The kernels of an eager layer (cost/eager.py ``EAGER_KERNELS``) are PyTorch's own count: benchmarks/eager_kernels.py
-counts the aten ops of two reference layers with a TorchDispatchMode, and this test recounts them on tiny layers and
-fails if the committed table drifts; an eager layer's records then launch those kernels, per pass."""
+counts the aten ops of the reference layers with a TorchDispatchMode (plus the GPU's extra kernels of the few aten ops
+that launch several, ``CUDA_EXTRA``), and this test recounts them on tiny layers and fails if the committed table
+drifts; an eager layer's records then launch those kernels, per pass."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def _bench():  # type: ignore[no-untyped-def]
     return bench
 
 
-@pytest.mark.parametrize("style", ["gpt", "llama"])
+@pytest.mark.parametrize("style", ["gpt", "gpt-no-dropout", "sdpa", "llama"])
 def test_the_committed_table_is_what_pytorch_counts(style: str) -> None:
     assert _bench().kernel_table(style) == EAGER_KERNELS[style]
 
@@ -60,34 +61,61 @@ def per_pass(ops: list) -> dict[str, float]:  # type: ignore[type-arg]
     return total
 
 
+def test_the_gpu_launches_more_kernels_than_the_aten_ops_of_a_few() -> None:
+    # LayerNorm's backward: the input gradient, then GammaBetaBackward (the weight and bias gradients); softmax's
+    # backward: grad * output, then the softmax kernel; SDPA's flash backward: dot(o, do), the kernel, dq's cast
+    extra = _bench().CUDA_EXTRA
+    assert extra["native_layer_norm_backward"] == ("bwd_w",) and len(extra["_softmax_backward_data"]) == 1
+    assert all(len(extra[f"_scaled_dot_product_{k}_backward"]) == 2 for k in ("flash_attention", "cudnn_attention"))
+    assert EAGER_KERNELS["sdpa"]["attn/norm"] == (1, 1, 1, 2)  # the GammaBetaBackward kernel as a weight gradient
+
+
 def test_an_eager_gpt_layer_launches_what_pytorch_counts() -> None:
-    # forward 1 + 1 + 6 + 1 + 3 + 1 + 1 + 2 + 1 + 3 = 20 kernels; backward (input gradient + weight gradient +
-    # accumulation) 3 + 5 + 10 + 3 + 4 + 3 + 3 + 3 + 3 + 4 = 41
-    assert per_pass(dense_layer(GPT, Plan(micro_batch=1), EAGER_GPT)) == {"fwd": 20.0, "bwd": 41.0}
+    # Megatron-Core's module code with dropout: forward 1 + 2 + 8 + 1 + 3 + 1 + 1 + 2 + 1 + 3 = 23 kernels; backward
+    # (input gradient + weight gradient + accumulation) 4 + 5 + 13 + 3 + 4 + 4 + 3 + 3 + 3 + 4 = 46
+    assert per_pass(dense_layer(GPT, Plan(micro_batch=1), EAGER_GPT)) == {"fwd": 23.0, "bwd": 46.0}
     # tp 8 without sequence parallelism: Megatron's mapping regions add two all-reduce calls to each pass
     assert per_pass(dense_layer(GPT, Plan(tp=8, micro_batch=1, sequence_parallel=False), EAGER_GPT)) == {
-        "fwd": 22.0, "bwd": 43.0}
+        "fwd": 25.0, "bwd": 48.0}
+    # without dropout no dropout kernel (1 each way in the core and each bias-dropout-add): 23 - 3 = 20, 46 - 3 = 43
+    no_dropout = replace(GPT, dropout=False)
+    assert per_pass(dense_layer(no_dropout, Plan(micro_batch=1), EAGER_GPT)) == {"fwd": 20.0, "bwd": 43.0}
     # the same layer fused (Megatron-Core / TE kernels) keeps cost/'s fused counts: far fewer
     fused = per_pass(dense_layer(GPT, Plan(micro_batch=1), Stack(flash_attention=False)))
     assert fused["fwd"] < 20 and fused["bwd"] < 41
 
 
+def test_a_plain_pytorch_gpt_layer_launches_what_pytorch_counts() -> None:
+    # nn.Linear with biases, SDPA (flash), no dropout, whole gradients: forward 10 (2 norms, 4 linears, SDPA, 2
+    # residual adds, GeLU); backward 4 + 5 + 5 + 5 + 1 + 4 + 5 + 1 + 5 + 1 = 36: each norm 1 + 1 + 2 accumulations,
+    # each linear 2 GEMMs + its bias sum + 2 accumulations, the core SDPA's 3 + the q, k, v stack + its layout copy
+    plain = replace(GPT, dropout=False)
+    assert per_pass(dense_layer(plain, Plan(micro_batch=1), EAGER_GPT.with_(flash_attention=True))) == {
+        "fwd": 10.0, "bwd": 36.0}
+
+
 def test_an_eager_llama_layer_launches_what_pytorch_counts() -> None:
-    # torchtitan: the table's rows less SDPA's (flash: the attention module's one kernel each way, as cost/ counts);
-    # forward 8 + 3 + 6 + 2 + 1 + 1 + 1 + 8 + 2 + 2 + 1 + 1 = 36; backward without the accumulation (FSDP2 accumulates
-    # the shards): 16 + 8 + 8 + 2 + 1 + 2 + 1 + 16 + 5 + 3 + 2 + 1 = 65, and FSDP's gradient preparation (1)
+    # torchtitan: the table's rows, SDPA's flash kernel 1 forward and 3 backward; forward 8 + 3 + 6 + 2 + 1 + 1 + 1 +
+    # 8 + 2 + 2 + 1 + 1 = 36; backward without the accumulation (FSDP2 accumulates the shards): 16 + 8 + 8 + 2 + 3 +
+    # 2 + 1 + 16 + 5 + 3 + 2 + 1 = 67, and FSDP's gradient preparation (1)
     llama = load_model("llama3-8b")
-    assert per_pass(dense_layer(llama, Plan(micro_batch=1), load_stack("torchtitan"))) == {"fwd": 36.0, "bwd": 66.0}
+    assert per_pass(dense_layer(llama, Plan(micro_batch=1), load_stack("torchtitan"))) == {"fwd": 36.0, "bwd": 68.0}
     # without FSDP each of its 9 weights' gradients is accumulated by one add more
     no_fsdp = load_stack("torchtitan").with_(fsdp="none")
-    assert per_pass(dense_layer(llama, Plan(micro_batch=1, zero=1), no_fsdp)) == {"fwd": 36.0, "bwd": 74.0}
+    assert per_pass(dense_layer(llama, Plan(micro_batch=1, zero=1), no_fsdp)) == {"fwd": 36.0, "bwd": 76.0}
 
 
 def test_rows_that_differ_from_the_model_stay_as_costed() -> None:
     # a fused stack has no eager rows; flash attention keeps its kernel; fused projections are not torchtitan's
     # separate wq / wk / wv; a LayerNorm model with SwiGLU has no GeLU row
     assert eager_rows(GPT, Stack()) == {}
-    assert "attn/core" not in eager_rows(GPT, EAGER_GPT.with_(flash_attention=True))
+    # flash attention: SDPA's own kernels (1 forward, 3 backward), not Megatron's unfused core (8, 13)
+    assert eager_rows(GPT, EAGER_GPT.with_(flash_attention=True))["attn/core"] == (1, 3, 0)
+    # plain PyTorch without dropout: SDPA's 3 + the unbind's stack of the q, k, v gradients + its layout copy = 5; a
+    # stack that splits the QKV with torch.split has the concatenation as a record of its own (cost/attention.py)
+    plain, flash = replace(GPT, dropout=False), EAGER_GPT.with_(flash_attention=True)
+    assert eager_rows(plain, flash)["attn/core"] == (1, 5, 0)
+    assert eager_rows(plain, flash.with_(qkv_concat=True))["attn/core"] == (1, 3, 0)
     llama_rows = eager_rows(load_model("llama3-8b"), EAGER_GPT.with_(projections="fused"))
     assert "attn/qkv" not in llama_rows and "mlp/fc1" not in llama_rows and "mlp/act" in llama_rows
     assert "mlp/act" not in eager_rows(replace(GPT, mlp="swiglu", ffn_hidden_size=5504), EAGER_GPT)

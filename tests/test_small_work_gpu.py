@@ -66,12 +66,37 @@ def test_megatron_module_code_host_per_kernel_brackets_the_megatron_lm_stack() -
     assert 1.5 * load_stack("pytorch-fsdp").host_dispatch < MEGATRON_LM_HOST  # more Python per kernel, same host
 
 
-def test_counted_kernels_of_the_measured_layer() -> None:
-    """meshplan's count for the plain GPT layer under an eager stack with whole gradients: the forward's 10 as
-    measured; the backward's 29 of the 36 measured (the 12 AccumulateGrad adds all counted since the bias rows'
-    accumulations moved to their linears: cost/eager.py)."""
+def _phases(code: str) -> list[list[dict]]:
+    """The ``phases`` (forward and backward timed and profiled apart) of every measurement of ``code``."""
+    out = []
+    for path in sorted(DATA.glob("*-small-work*.json")):
+        data = json.loads(path.read_text())
+        parts = data.get("stacks", {"pytorch": data})
+        if code in parts and parts[code].get("phases"):
+            out.append(parts[code]["phases"])
+    return out
+
+
+@pytest.mark.parametrize("code", ["pytorch", "megatron"])
+def test_counted_kernels_of_the_measured_layer(code: str) -> None:
+    """meshplan's kernels per layer (step/host.py's count under the code's stack, small_work_gpu_doc.py) are the ones
+    PyTorch's profiler counted on the H200, forward and backward, in every committed measurement of the code: per
+    layer (kernels at 6 layers − at 2) / 4. Plain PyTorch: forward (69 − 29) / 4 = 10, backward (236 − 92) / 4 = 36
+    (2 norms × 4, 4 linears × 5, SDPA's 3 + the q, k, v stack and its layout copy, 2 residual fork sums, GeLU 1: 8 +
+    20 + 5 + 2 + 1); Megatron-Core's local spec: forward (142 − 62) / 4 = 20, backward (282 − 110) / 4 = 43
+    (cost/eager.py's "gpt-no-dropout" rows: 4 + 5 + 12 + 3 + 3 + 4 + 3 + 3 + 3 + 3)."""
     doc = _doc()
-    stack = doc.stacks()["pytorch"][1]
-    row = {"width": 1024, "layers": 6, "batch": 1, "seq": 1024}
-    fwd, bwd = doc.launches_per_layer(row, stack, "NVIDIA H200")
-    assert (fwd, bwd) == (10, 29)
+    stack = doc.stacks()[code][1]
+    expected = {"pytorch": (10, 36), "megatron": (20, 43)}[code]
+    found = _phases(code)
+    assert found
+    for phases in found:
+        by = {(p["width"], p["layers"], p["batch"]): p for p in phases}
+        for (width, layers, batch), hi in by.items():
+            lo = by.get((width, 2, batch))
+            if layers != 6 or lo is None:
+                continue
+            measured = tuple((hi[ph]["kernels"] - lo[ph]["kernels"]) / 4 for ph in ("forward", "backward"))
+            assert measured == expected
+            row = {"width": width, "layers": 6, "batch": batch, "seq": hi["seq"]}
+            assert doc.launches_per_layer(row, stack, "NVIDIA H200") == expected

@@ -74,10 +74,11 @@ def eager_kernels(kind: str, phase: str) -> int:
     return sum(1 for _, r, w in rows if r >= 0 and w >= 0) - sum(1 for _, r, w in rows if r < 0 or w < 0)
 
 
-def eager_op(name: str, kind: str, elems: Num) -> list[OpCost]:
-    """The extra memory-bound traffic of ``EAGER[kind]`` over ``elems`` elements, one record per pass, standing for
-    its extra kernels (``eager_kernels``)."""
-    return [OpCost(f"{name}/eager", phase, "memory", 0.0, per_elem * elems, kernels=max(1, eager_kernels(kind, phase)))
+def eager_op(name: str, kind: str, elems: Num, tensors: int = 1) -> list[OpCost]:
+    """The extra memory-bound traffic of ``EAGER[kind]`` over ``elems`` elements of ``tensors`` tensors, one record
+    per pass, standing for its extra kernels (``eager_kernels``; each sequence once per tensor)."""
+    return [OpCost(f"{name}/eager", phase, "memory", 0.0, per_elem * elems,
+                   kernels=tensors * max(1, eager_kernels(kind, phase)))
             for phase in ("fwd", "bwd_x", "bwd_w") if (per_elem := eager_bytes(kind, phase))]
 
 
@@ -101,30 +102,47 @@ def eager_layer(model: ModelSpec, plan: Plan, d: Dims, moe: bool = False) -> lis
         ops += eager_op("mlp/act", model.mlp, T * model.ffn_hidden_size / t)
         if model.linear_bias:
             width_in = 2 * model.ffn_hidden_size if model.gated else model.ffn_hidden_size
-            ops += eager_op("mlp/bias", "bias", T * width_in / t + d.tokens_sp * h)
+            # one reduction per bias vector: fc2's, and fc1's (gate and up apart when their linears are separate)
+            biases = 1 + (2 if model.gated and d.stack.projections == "separate" else 1)
+            ops += eager_op("mlp/bias", "bias", T * width_in / t + d.tokens_sp * h, biases)
     return ops
 
 
 # Kernels (forward, input gradient, weight gradient, gradient accumulation) that each record of an eager layer
-# launches, one per aten op that reaches the dispatcher less views and allocations, counted by
-# benchmarks/eager_kernels.py with PyTorch 2.13's TorchDispatchMode over two reference layers in bf16
-# (tests/test_eager_kernels.py recounts them): "gpt", Megatron-DeepSpeed's GPT layer unfused (megatron/model/
-# transformer.py: LayerNorm, QKV linear with bias, baddbmm scores, masked_fill + softmax, dropout, bmm, the context
-# made contiguous, dense, bias-dropout-add, LayerNorm, fc1 + bias-GeLU, fc2, bias-dropout-add), and "llama",
-# torchtitan's Llama layer (models/llama/model.py: eager RMSNorm, separate wq / wk / wv, complex-multiply RoPE,
-# repeat_kv, SDPA, wo, SwiGLU). A bias gradient (its sum) is the record that adds the bias (the bias-dropout-add, the
-# bias-GeLU); the residual fork's gradient sum is the residual's. Accumulation: one add per parameter into the
-# gradient of the former micro-batches (AccumulateGrad; Megatron's main_grad hooks add the same one kernel every
-# micro-batch), paid where the gradients stay whole on the GPU (no FSDP: FSDP reduce-scatters each micro-batch's
-# gradient and accumulates the shard, cost/fsdp.py).
+# launches on a GPU, counted by benchmarks/eager_kernels.py with PyTorch 2.13's TorchDispatchMode over reference layers
+# in bf16 (tests/test_eager_kernels.py recounts them): one per aten op that reaches the dispatcher, less views and
+# allocations, plus the kernels beyond the first of the few aten ops that launch several on a GPU (its CUDA_EXTRA, from
+# the kernel names torch.profiler recorded on an H200, data/measured/gpu/2026-11-26-nvidia-h200-kernel-names.json):
+# LayerNorm's backward 2 (the input gradient; GammaBetaBackward, the weight and bias gradients' reduction), softmax's
+# backward 2 (SoftMax.cu's grad * output, then the softmax kernel), SDPA's flash backward 3 (dot(o, do), the main
+# kernel, the fp32 dq's cast). The layers: "gpt", Megatron-Core 0.16.1's GPT layer with the local spec, fusions off
+# (the module code measured on the H200: matmul then ``+ bias`` in the QKV linear, baddbmm, the softmax in fp32 between
+# two casts with an in-place masked_fill_, dropout, bmm, the context made contiguous, bias-dropout-add, bias-GeLU);
+# "gpt-no-dropout", the same at dropout 0 (no kernel: ATen's dropout returns its input); "sdpa", the plain-PyTorch GPT
+# layer measured beside it (nn.Linear with bias, its QKV unbound into SDPA: backward the flash kernel's 3, the stack of
+# the q, k, v gradients and the copy of that stack back into the projection's layout); "llama", torchtitan's Llama
+# layer (models/llama/model.py: eager RMSNorm, separate wq / wk / wv, complex-multiply RoPE, repeat_kv, SDPA, wo,
+# SwiGLU). Per layer these are what the H200 ran (data/measured/gpu/*small-work*.json): "gpt-no-dropout" 20 forward,
+# 21 + 10 + 12 = 43 backward; "sdpa" 10 and 14 + 10 + 12 = 36. A bias gradient (its sum) is the record that adds the
+# bias (the bias-dropout-add, the bias-GeLU; the linear in "sdpa"); the residual fork's gradient sum is the residual's.
+# Accumulation: one add per parameter into the gradient of the former micro-batches (AccumulateGrad; Megatron's
+# main_grad hooks add the same one kernel every micro-batch), paid where the gradients stay whole on the GPU (no FSDP:
+# FSDP reduce-scatters each micro-batch's gradient and accumulates the shard, cost/fsdp.py).
 EAGER_KERNELS: dict[str, dict[str, tuple[int, int, int, int]]] = {
-    "gpt": {"attn/norm": (1, 1, 0, 2), "attn/qkv": (1, 1, 2, 2), "attn/core": (6, 10, 0, 0), "attn/out": (1, 1, 1, 1),
-            "attn/residual": (3, 2, 1, 1), "mlp/norm": (1, 1, 0, 2), "mlp/fc1": (1, 1, 1, 1), "mlp/act": (2, 1, 1, 1),
-            "mlp/fc2": (1, 1, 1, 1), "mlp/residual": (3, 2, 1, 1)},
-    "llama": {"attn/norm": (8, 15, 1, 1), "attn/qkv": (3, 5, 3, 3), "attn/rope": (6, 8, 0, 0),
-              "attn/repeat_kv": (2, 2, 0, 0), "attn/core": (1, 1, 0, 0), "attn/out": (1, 1, 1, 1),
-              "attn/residual": (1, 1, 0, 0), "mlp/norm": (8, 15, 1, 1), "mlp/fc1": (2, 3, 2, 2),
-              "mlp/act": (2, 3, 0, 0), "mlp/fc2": (1, 1, 1, 1), "mlp/residual": (1, 1, 0, 0)},
+    "gpt": {"attn/core": (8, 13, 0, 0), "attn/norm": (1, 1, 1, 2), "attn/out": (1, 1, 1, 1), "attn/qkv": (2, 1, 2, 2),
+            "attn/residual": (3, 2, 1, 1), "mlp/act": (2, 1, 1, 1), "mlp/fc1": (1, 1, 1, 1), "mlp/fc2": (1, 1, 1, 1),
+            "mlp/norm": (1, 1, 1, 2), "mlp/residual": (3, 2, 1, 1)},
+    "gpt-no-dropout": {"attn/core": (7, 12, 0, 0), "attn/norm": (1, 1, 1, 2), "attn/out": (1, 1, 1, 1),
+                       "attn/qkv": (2, 1, 2, 2), "attn/residual": (2, 1, 1, 1), "mlp/act": (2, 1, 1, 1),
+                       "mlp/fc1": (1, 1, 1, 1), "mlp/fc2": (1, 1, 1, 1), "mlp/norm": (1, 1, 1, 2),
+                       "mlp/residual": (2, 1, 1, 1)},
+    "sdpa": {"attn/core": (1, 5, 0, 0), "attn/norm": (1, 1, 1, 2), "attn/out": (1, 1, 2, 2), "attn/qkv": (1, 1, 2, 2),
+             "attn/residual": (1, 1, 0, 0), "mlp/act": (1, 1, 0, 0), "mlp/fc1": (1, 1, 2, 2), "mlp/fc2": (1, 1, 2, 2),
+             "mlp/norm": (1, 1, 1, 2), "mlp/residual": (1, 1, 0, 0)},
+    "llama": {"attn/core": (1, 3, 0, 0), "attn/norm": (8, 15, 1, 1), "attn/out": (1, 1, 1, 1), "attn/qkv": (3, 5, 3, 3),
+              "attn/repeat_kv": (2, 2, 0, 0), "attn/residual": (1, 1, 0, 0), "attn/rope": (6, 8, 0, 0),
+              "mlp/act": (2, 3, 0, 0), "mlp/fc1": (2, 3, 2, 2), "mlp/fc2": (1, 1, 1, 1), "mlp/norm": (8, 15, 1, 1),
+              "mlp/residual": (1, 1, 0, 0)},
 }
 # A fused stack (``stack.fusion = "fused"``) keeps cost/'s own counts, one kernel per record: Megatron-Core fuses
 # what the eager rows count apart (megatron/core/fusions/: fused_layer_norm.py, fused_softmax.py's scale-mask-softmax,
@@ -141,22 +159,31 @@ _PHASES = ("fwd", "bwd_x", "bwd_w")
 
 def eager_rows(model: ModelSpec, stack: Stack) -> dict[str, tuple[int, int, int]]:
     """The rows of ``EAGER_KERNELS`` that count this model's records under an eager stack: the reference layer of its
-    norm (LayerNorm: "gpt", RMSNorm: "llama"), less the rows whose layer differs from the model's there (another
-    activation; fused or separate projections, a QKV bias; bias-dropout-add or a plain residual add) and the attention
-    core unless it is Megatron's unfused one (a flash / SDPA kernel keeps the attention module's count); per row
-    (forward, input-gradient, weight-gradient kernels), the accumulation counted with the weight gradient unless FSDP
+    norm and code (RMSNorm: "llama", its SDPA core where the stack runs flash attention; LayerNorm: Megatron's module
+    code where the attention is Megatron's unfused one, "gpt" or at dropout 0 "gpt-no-dropout", else plain PyTorch's
+    QKV linear and SDPA core ("sdpa"), the flash kernel alone where the layer keeps Megatron's bias-dropout-add or
+    the stack splits the QKV projection with torch.split, whose concatenation is a record of its own), less
+    the rows whose layer differs from the model's (another activation; fused or separate projections, a QKV bias; a
+    bias-dropout-add where the linears have no bias, or, in plain PyTorch, a plain residual add); per row (forward,
+    input-gradient, weight-gradient kernels), the accumulation counted with the weight gradient unless FSDP
     accumulates the shards (``stack.fsdp``)."""
     style = {"layernorm": "gpt", "rmsnorm": "llama"}.get(model.norm) if stack.fusion == "eager" else None
     if style is None:
         return {}
-    rows = EAGER_KERNELS[style]
     llama = style == "llama"
-    drop = {"attn/core"} if llama or stack.flash_attention else set()
+    megatron = not llama and not stack.flash_attention  # Megatron's unfused attention: its module code
+    bias_dropout_add = model.dropout and model.linear_bias
+    rows = EAGER_KERNELS["llama" if llama else "gpt" if model.dropout else "gpt-no-dropout"]
+    if not (llama or megatron):  # the flash kernel alone where a record of its own concatenates the q, k, v gradients
+        alone = bias_dropout_add or stack.qkv_concat or stack.projections == "split"  # (cost/attention.qkv_concat)
+        core = EAGER_KERNELS["llama" if alone else "sdpa"]["attn/core"]
+        rows = {**rows, "attn/qkv": EAGER_KERNELS["sdpa"]["attn/qkv"], "attn/core": core}
+    drop = {"attn/core"} if llama and not stack.flash_attention else set()
     if model.mlp != ("swiglu" if llama else "gelu"):
         drop.add("mlp/act")
     if (stack.projections == "separate") != llama or model.qkv_bias == llama:
         drop |= {"attn/qkv", "mlp/fc1"} if llama else {"attn/qkv"}
-    if (model.dropout and model.linear_bias) == llama or model.dropout != model.linear_bias:
+    if (not model.linear_bias if megatron else bias_dropout_add == llama or model.dropout != model.linear_bias):
         drop |= {"attn/residual", "mlp/residual", "mlp/act"}
     whole = stack.fsdp == "none"
     kept = {r: (f, x, w + acc * whole) for r, (f, x, w, acc) in rows.items() if r not in drop}
