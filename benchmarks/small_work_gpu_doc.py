@@ -26,7 +26,7 @@ from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
-from meshplan.specs.stack import Stack, load_stack
+from meshplan.specs.stack import TORCH_COMPILE_REGION_HOST, Stack, load_stack
 from meshplan.step.host import launches
 from meshplan.step.units import timed_parts
 
@@ -43,7 +43,8 @@ def stacks() -> dict[str, tuple[str, Stack]]:
     from meshplan_validation.sources import MEGATRON_2021
 
     megatron = replace(MEGATRON_2021, fusion="eager")
-    compiled = replace(load_stack("torchtitan"), fsdp="none", fusion="fused")
+    compiled = replace(load_stack("torchtitan"), fsdp="none", fusion="fused", compiled=True,
+                       region_host=TORCH_COMPILE_REGION_HOST)
     return {"pytorch": ("`--framework pytorch-fsdp`, no FSDP on one GPU", eager),
             "compiled": ("`--framework torchtitan` as `estimate --from` reads a job TOML with [compile] enable "
                          "(configs/torchtitan.py), no FSDP on one GPU", compiled),
@@ -226,6 +227,8 @@ def render() -> str:
         f"{first['cores']} cores, measured {first['date']}. meshplan prices each run on its `{SYSTEM[first['gpu']]}` "
         "preset. Codes and the stack each is priced under:", ""]
     head += [f"- {code}: {text}, host_dispatch {stack.host_dispatch * 1e6:.0f} µs per kernel"
+             + (f", a compiled region (a layer) {stack.region_host * 1e3:.2f} ms a pass, its kernels counted as "
+                "eager PyTorch's (specs/stack.py's TORCH_COMPILE_REGION_HOST)" if stack.compiled else "")
              for code, (text, stack) in stacks().items()]
     head += ["", "RUNS: " + "; ".join(sorted({f"{run} = {data['file']}" for run, _, data in found})) + "."]
     return "\n".join(head + ["", *passes_section(found), *layer_section(found), *host_section(found),

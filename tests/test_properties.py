@@ -4,8 +4,8 @@ Each property is checked on at least 500 valid triples (the same 500 for every e
 - more of any rate (dense FLOP/s of every precision or of the one that runs, HBM, each mesh tier's bandwidth, the
   host link) never lengthens the step; more latency on any tier, or more fixed time per kernel (the GEMM and the
   other kernels' overheads, roofline.overhead), never shortens it; a fifth of the systems are on three tiers;
-- more host time per launched kernel (``Stack.host_dispatch``) never shortens the step, and a CUDA-graphed stack is
-  never slower than its eager twin;
+- more host time per launched kernel (``Stack.host_dispatch``) or per compiled region (``Stack.region_host``) never
+  shortens the step, and a CUDA-graphed stack is never slower than its eager twin;
 - the estimate is deterministic; MFU and HFU are at most 1; every number of the Estimate and of its JSON is finite;
   no memory or time component is negative;
 - the top plan of a search re-estimates to the same step time, fits, and is no slower than any fitting candidate
@@ -167,11 +167,16 @@ def test_more_host_cost_never_shortens_a_step_and_cuda_graphs_never_slow_one(fac
         base = estimate(model, cluster, plan, eager).step_time
         more = estimate(model, cluster, plan, eager.with_(host_dispatch=eager.host_dispatch * factor)).step_time
         graphed = estimate(model, cluster, plan, eager.with_(cuda_graphs=True)).step_time
+        compiled = eager.with_(compiled=True, region_host=0.29e-3)  # a torch.compile region per layer and pass
+        region = estimate(model, cluster, plan, compiled).step_time
+        more_region = estimate(model, cluster, plan, compiled.with_(region_host=0.29e-3 * factor)).step_time
         where = f"{model.name} {cluster.name}x{cluster.num_gpus} {plan.describe()} {stack.describe()}"
         if more < base * (1 - RTOL):
             shorter.append(f"{where}: host x{factor} {base:.6g} -> {more:.6g} s")
         if graphed > base * (1 + RTOL):
             slower.append(f"{where}: graphed {base:.6g} -> {graphed:.6g} s")
+        if more_region < region * (1 - RTOL):
+            shorter.append(f"{where}: region host x{factor} {region:.6g} -> {more_region:.6g} s")
         bound += more > base * (1 + 1e-6)
     assert not shorter, f"{len(shorter)} faster: " + "; ".join(shorter[:5])
     assert not slower, f"{len(slower)} slower with CUDA graphs: " + "; ".join(slower[:5])

@@ -45,7 +45,7 @@ from meshplan.configs.values import Values
 from meshplan.errors import SpecError
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
-from meshplan.specs.stack import Stack, load_stack
+from meshplan.specs.stack import TORCH_COMPILE_REGION_HOST, Stack, load_stack
 
 _NAME = "torchtitan"
 _PRESET = "torchtitan"
@@ -118,8 +118,12 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
         "enable_async_tensor_parallel": stack.overlap_tp}
     ac = {"mode": plan.recompute, "selective_ac_option": "op" if plan.recompute == "selective" else None}
     expressed = ("fusion", "overlap_tp", "cp_comm") + (("fp8_scaling",) if fp8 else ())
-    note = comment(carried_stack_fields(stack, _PRESET, expressed),
-                   {"zero": plan.zero} if plan.dp == 1 else {})
+    # [compile] enable says fusion, and what reading it implies of the compiled region; the comment says otherwise
+    implied = {"compiled": stack.fusion == "fused",
+               "region_host": TORCH_COMPILE_REGION_HOST if stack.fusion == "fused" else 0.0}
+    carried = carried_stack_fields(stack, _PRESET, expressed + tuple(implied))
+    carried |= {k: getattr(stack, k) for k, v in implied.items() if getattr(stack, k) != v}
+    note = comment(carried, {"zero": plan.zero} if plan.dp == 1 else {})
     table, experimental, about = _model(model, fp8)
     lines = [f"# torchtitan job config for {model.name} ({plan.num_gpus} GPUs), written by meshplan",
              f"# launch: {torchrun(plan, '-m torchtitan.train --job.config_file THIS_FILE.toml')}"]
@@ -192,8 +196,11 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         precision="fp8" if "float8" in converters else "bf16",
         grad_bytes=2 if train.get("mixed_precision_reduce") == "bfloat16" else 4,
         optimizer=_optimizer(_section(data, "optimizer"))), **extra_plan})
+    compiled = bool(_section(data, "compile").get("enable"))  # each block under torch.compile (specs/stack.py)
+    extra_stack = {"compiled": compiled, "region_host": TORCH_COMPILE_REGION_HOST if compiled else 0.0,
+                   **extra_stack}  # the meshplan comment's say outranks what [compile] implies
     stack = load_stack(_PRESET).with_(
-        fusion="fused" if _section(data, "compile").get("enable") else "eager",
+        fusion="fused" if compiled else "eager",
         overlap_tp=bool(par.get("enable_async_tensor_parallel", False)),
         cp_comm={v: k for k, v in _ROTATE.items()}.get(Values(par, "torchtitan config: parallelism").text(
             "context_parallel_rotate_method", "allgather"), "allgather"), **extra_stack)

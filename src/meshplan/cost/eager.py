@@ -167,7 +167,8 @@ def eager_rows(model: ModelSpec, stack: Stack) -> dict[str, tuple[int, int, int]
     bias-dropout-add where the linears have no bias, or, in plain PyTorch, a plain residual add); per row (forward,
     input-gradient, weight-gradient kernels), the accumulation counted with the weight gradient unless FSDP
     accumulates the shards (``stack.fsdp``)."""
-    style = {"layernorm": "gpt", "rmsnorm": "llama"}.get(model.norm) if stack.fusion == "eager" else None
+    counted = stack.fusion == "eager" or stack.compiled  # torch.compile: eager's count, measured (specs/stack.py)
+    style = {"layernorm": "gpt", "rmsnorm": "llama"}.get(model.norm) if counted else None
     if style is None:
         return {}
     llama = style == "llama"

@@ -98,6 +98,13 @@ class Stack:
                 "host, 33-37 us on Grace (TransformerEngine #2053); a pass takes at least its kernels x this "
                 "(step/passes.py); `meshplan calibrate --stack-out` measures it on this host; 0: the host never "
                 "limits"})
+    compiled: bool = _flag(False, "each layer runs under torch.compile (Inductor's default mode: torchtitan's "
+                                  "[compile] enable): its element-wise kernels fused (fusion fused) but about eager "
+                                  "PyTorch's kernel count launched, each by the compiled region's wrapper "
+                                  "(cost/eager.py)")
+    region_host: float = field(default=0.0, metadata={
+        "help": "host CPU seconds per compiled region (a layer under torch.compile) and pass beyond its launches: "
+                "Dynamo's guards and AOTAutograd's runtime wrapper (TORCH_COMPILE_REGION_HOST); 0: no region"})
     cuda_graphs: bool = _flag(False, "the layers are captured as CUDA graphs (Megatron-Core --cuda-graph-impl, "
                                      "torch.compile mode='reduce-overhead'): the host launches one graph per layer "
                                      "and pass, not each kernel")
@@ -133,6 +140,13 @@ class Stack:
 
 
 DEFAULT = Stack()
+# A layer under torch.compile (each TransformerBlock compiled with fullgraph, Inductor's default mode, as torchtitan's
+# apply_compile does; PyTorch 2.11) costs its host 0.27-0.32 ms a pass beyond launching its kernels at the eager host
+# cost per kernel: the compiled GPT layer's host time a layer at micro-batch 1 less 9 forward / 40 backward kernels at
+# its eager twin's cost per kernel on the same H200 host (forward 0.275 and 0.319 ms at width 1024 and 2048, backward
+# 0.305 ms at 1024; data/measured/gpu/2026-11-26c-nvidia-h200-small-work-compiled.json, docs/SMALL_WORK_GPU.md
+# run C, tests/test_small_work_gpu.py)
+TORCH_COMPILE_REGION_HOST = 0.29e-3
 # the framework the Python API (estimate, Space) and the command line run by default: a mainstream one, so that the
 # first answer is a plan the user can launch (``any``: every plan meshplan models, the 2D SUMMA layout included);
 # ``DEFAULT`` (generic) is the neutral stack the physics' own tests price

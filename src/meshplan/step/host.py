@@ -98,14 +98,18 @@ def segment_time(ops: list[OpCost], times: list[Num], stack: Stack,
 
 
 def host_idle(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, recompute: str,
-              gpu: dict[str, Num], count_of: Callable[[OpCost], Num] = launches) -> dict[str, Num]:
+              gpu: dict[str, Num], count_of: Callable[[OpCost], Num] = launches, region: bool = False
+              ) -> dict[str, Num]:
     """Seconds the GPU waits on the host per pass ("f", "b"; module docstring), ``gpu`` the passes' GPU times G after
     the overlap rules: the pass takes max(G, H) and at least the segmented sum S (``segment_time``; full recompute
     runs the forward's segments again before the backward's), so the GPU waits max(0, H − G, S − G). Both max(G, H)
     and S are non-increasing in every rate (S sums raw op times, which only shrink; G is the overlap rules' GPU time,
     which does too), so the step stays monotone; S counts the exposed collectives only, so without host time
-    S ≤ G."""
+    S ≤ G. ``region``: the ops are a layer, which a compiled stack (``stack.compiled``) runs as one torch.compile
+    region: H gains ``stack.region_host`` per pass (Dynamo's guards, AOTAutograd's wrapper: specs/stack.py)."""
     host = host_times(ops, plan, stack, recompute, count_of)
+    if region and stack.compiled:
+        host = {ph: h + stack.region_host for ph, h in host.items()}
     whole = {ph: maximum(0.0, host[ph] - gpu[ph]) for ph in "fb"}
     if stack.cuda_graphs:
         return whole

@@ -142,12 +142,13 @@ class PassTimes:
 
 
 def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, recompute: str,
-               eff: Efficiency = DEFAULT) -> PassTimes:
+               eff: Efficiency = DEFAULT, region: bool = False) -> PassTimes:
     """Sum kernels per pass, apply the overlap rules, add recompute (``"full"``: the forward again;
     ``"selective"``: the forward kernels of ``plan.recompute_modules`` again, ``ops.RECOMPUTE_MODULES``, with a
     recomputed MoE layer's exposed forward all-to-alls). A hidden collective still slows the compute it
     overlaps by ``eff.overlap_slowdown`` × its hidden time (SMs and HBM it takes; efficiency.py); that cost
-    is booked under the collective's component."""
+    is booked under the collective's component. ``region``: the ops are a layer (a torch.compile region under a
+    compiled stack: step/host.host_idle)."""
     paired = stack.overlap_ep and any(op.name in _A2A_NODES for op in ops)
     s = _sums(ops, times, paired)
     g = s.get
@@ -174,9 +175,9 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, re
         gpu_f = kernels["f"] + fwd_comm - sd * hidden["f"]
         gpu_b = kernels["b"] + redo + tp["b"] + cp["b"] + ep["b"] + pp["b"] - sd * hidden_b
         gpu = {"f": gpu_f, "b": gpu_b}
-        most = host_idle(ops, times, plan, stack, recompute, gpu, most_launches)  # a bound: idle nowhere, skip
-        if np.any(most["f"] > 0) or np.any(most["b"] > 0):
-            waits = host_idle(ops, times, plan, stack, recompute, gpu)
+        most = host_idle(ops, times, plan, stack, recompute, gpu, most_launches, region)  # a bound: idle nowhere,
+        if np.any(most["f"] > 0) or np.any(most["b"] > 0):  # skip
+            waits = host_idle(ops, times, plan, stack, recompute, gpu, region=region)
             idle = waits["f"] + waits["b"]
             fwd_comm = fwd_comm + waits["f"]
     return PassTimes(fwd=kernels["f"], bwd=kernels["b"], recompute=redo, tp=tp["f"] + tp["b"],

@@ -73,10 +73,10 @@ def _layer(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recompute: 
     """The average layer: each kind's pass times weighted by its share of the layers."""
     kinds = list(kind_fractions(model).items())
     if len(kinds) == 1:
-        return pass_times(parts.ops[kinds[0][0]], parts.times[kinds[0][0]], plan, stack, recompute, eff)
+        return pass_times(parts.ops[kinds[0][0]], parts.times[kinds[0][0]], plan, stack, recompute, eff, True)
     layer: PassTimes | None = None
     for kind, f in kinds:
-        times = pass_times(parts.ops[kind], parts.times[kind], plan, stack, recompute, eff).scaled(f)
+        times = pass_times(parts.ops[kind], parts.times[kind], plan, stack, recompute, eff, True).scaled(f)
         layer = times if layer is None else layer.plus(times)
     assert layer is not None  # kinds holds at least one kind
     return layer
