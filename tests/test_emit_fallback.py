@@ -30,19 +30,21 @@ def test_every_format_writes_the_best_plan_its_framework_runs(tmp_path, model, g
 
 
 def test_emit_looks_past_the_listed_plans_when_it_can_write_none_of_them(tmp_path):
-    """With ``--framework any --top 1``, #1 is a ZeRO-3 plan (no Megatron argument writes it): the deeper search of
-    the same ranking finds the first ZeRO-1 plan below it (#3 since link contention and per-rank pricing, #5 before),
-    and says why #1 was not written."""
+    """With ``--framework any --top 1``, GPT-3 175B's #1 on 256 H100s (the fastest plan) offloads activations, which no
+    Megatron argument writes: the deeper search of the same ranking finds the first plan below it that Megatron runs
+    (#5, dp=8 tp=4 pp=8 ZeRO-1), and says why #1 was not written."""
     path = tmp_path / "args.sh"
-    result = CliRunner().invoke(cli, ["plan", "--model", "llama3-70b", "--system", "h100", "--gpus", "64",
+    result = CliRunner().invoke(cli, ["plan", "--model", "gpt3-175b", "--system", "h100", "--gpus", "256",
                                       "--global-batch", "512", "--framework", "any", "--top", "1", "--emit",
                                       "megatron", "--emit-to", str(path)])
     assert result.exit_code == 0, result.output
-    assert "#1 (dp=64 tp=1 pp=1 mbs=1 gbs=512 zero=3" in result.output
-    assert "cannot be written as megatron (megatron cannot express zero=3" in result.output
-    assert re.search(r"wrote megatron config of #[2-9] \(dp=2 tp=4 pp=8 mbs=1 gbs=512 zero=1", result.output)
-    plan, _ = read("megatron", load_model("llama3-70b"), 64, path.read_text())
-    assert (plan.tp, plan.pp, plan.zero) == (4, 8, 1)
+    assert re.search(r"#1 \(dp=\d+ tp=\d+ pp=\d+ .*offload-act\)", result.output)
+    assert "cannot be written as megatron (megatron cannot express offload_activations=True" in result.output
+    found = re.search(r"wrote megatron config of #([2-9]) \(dp=(\d+) tp=(\d+) pp=(\d+) .*zero=1", result.output)
+    assert found, result.output
+    plan, _ = read("megatron", load_model("gpt3-175b"), 256, path.read_text())
+    assert (plan.dp, plan.tp, plan.pp, plan.zero, plan.offload_activations) == (
+        int(found.group(2)), int(found.group(3)), int(found.group(4)), 1, False)
 
 
 def test_a_format_whose_framework_fits_no_plan_says_so_in_one_line():

@@ -110,16 +110,19 @@ def test_the_launch_carries_the_priced_sizes(tmp_path):
 
 def test_a_moe_launch_spreads_the_experts_as_priced(tmp_path):
     """deepseek-v3 on 32 H200s under SGLang: whatever configuration ranks first (its header line, e.g. tp=1 pp=4
-    dpa=4 ep=4 x2), SGLang's TP group is tp·dpa GPUs with dpa attention groups, experts over ep, the replicas as
-    --dp-size."""
-    text, (argv,) = _launch(tmp_path, "sglang", "moe")
-    found = re.search(r"tp=(\d+) pp=(\d+) dpa=(\d+) ep=(\d+) x(\d+)", text)
+    dpa=4 ep=4 x2, or tp=1 pp=2 dpa=8 ep=8 1P+1D: one command per pool), SGLang's TP group is tp·dpa GPUs with dpa
+    attention groups, experts over ep, the replicas of each pool as --dp-size."""
+    text, commands = _launch(tmp_path, "sglang", "moe")
+    found = re.search(r"tp=(\d+) pp=(\d+) dpa=(\d+) ep=(\d+) (?:x(\d+)|(\d+)P\+(\d+)D)", text)
     assert found is not None, text.splitlines()[:2]
-    tp, pp, dpa, ep, replicas = (int(g) for g in found.groups())
+    tp, pp, dpa, ep = (int(g) for g in found.groups()[:4])
+    replicas = [int(found.group(5))] if found.group(5) else [int(found.group(6)), int(found.group(7))]
     assert dpa > 1 and ep > 1  # a MoE configuration that spreads its experts
-    args = _args("sglang", argv)
-    assert (args.tp_size, args.pp_size, args.attn_dp_size, args.ep_size, args.dp_size) == (
-        str(tp * dpa), str(pp), str(dpa), str(ep), str(replicas))
+    assert len(commands) == len(replicas)
+    for argv, n in zip(commands, replicas, strict=True):
+        args = _args("sglang", argv)
+        assert (args.tp_size, args.pp_size, args.attn_dp_size, args.ep_size, args.dp_size) == (
+            str(tp * dpa), str(pp), str(dpa), str(ep), str(n))
 
 
 def test_a_launch_of_another_engines_pricing_is_refused():

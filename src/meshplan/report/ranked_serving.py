@@ -63,8 +63,10 @@ def rank_meaning(result: ServeSearchResult) -> str:
     metric = "the lowest TPOT" if result.space.rank_by == "latency" else "the most output tokens/s"
     if not result.band:
         return f"rank: {metric} first"
+    lead = "the simplest of them first" if result.space.simplest_leads else \
+        f"{metric} first, then the others of them, the simplest first"
     return (f"rank: configurations within ±{result.band:.1%} of {metric} (the median |error| of published serving "
-            "runs' throughput on this GPU generation) cannot be told apart: the simplest of them first (fewest of tp, "
+            f"runs' throughput on this GPU generation) cannot be told apart: {lead} (fewest of tp, "
             "pp, dpa, ep above 1, prefill / decode pools and a format other than the checkpoint's), then the fewest "
             f"GPUs; the others after, {metric} first")
 
@@ -97,7 +99,7 @@ def fastest_line(result: ServeSearchResult) -> str | None:
         figure = f"{fmt_count(f.metrics.tokens_per_s)} output tokens/s"
         gain = f"{f.metrics.tokens_per_s / plans[0].metrics.tokens_per_s - 1:.1%} more"
     return (f"best by the metric alone: {f.plan.describe()}, {figure}, {gain} than #1: within the tie band, where "
-            "the simpler configuration leads (#), whatever --top")
+            "with --simplest-first the simpler configuration leads (#), whatever --top")
 
 
 def best_configurations(result: ServeSearchResult, price: float | None = None) -> Listing:
