@@ -14,7 +14,6 @@ and optimizer step; PipeDream-2BW after every m (Narayanan et al. 2021 §3.1), o
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import reduce
 
 from meshplan.bubble import flow_bubble
 from meshplan.cost.params import any_uneven, layers_on_first, layers_on_last, layers_on_stage
@@ -100,9 +99,11 @@ def split_bubble(schedule: str, pp: Num, first: PassTimes, last: PassTimes, midd
         return flow_bubble("1f1b", pp, 1, *gap)
     if schedule == "chimera":
         whole = flow_bubble("1f1b", pp, 1, *(p.t_f + p.t_b for p in passes))
-        gap = reduce(maximum, [abs(p.t_b - p.t_f) for p in passes])
+        widest: Num = 0.0
+        for p in passes:
+            widest = maximum(widest, maximum(p.t_b - p.t_f, p.t_f - p.t_b))  # the ranks' largest |T_B − T_F|
         units = maximum(2 * m / maximum(pp, 1) - 1, 0.0)
-        return maximum(pp / 2 - 1, 0.0) * (whole / maximum(pp - 1, 1) + units * gap)
+        return maximum(pp / 2 - 1, 0.0) * (whole / maximum(pp - 1, 1) + units * widest)
     zb = flow_bubble("1f1b", pp, 1, *(p.t_f for p in passes))
     if schedule == "dualpipe":
         return zb * maximum(pp / 2 - 1, 0.0) / maximum(pp - 1, 1)
