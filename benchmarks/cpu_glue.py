@@ -44,7 +44,8 @@ def measure(models: list[str], foreach: bool = True) -> dict:
               f"empty, mode {glue.op_overhead * 1e6:.2f} / {glue.empty_overhead * 1e6:.2f} us", flush=True)
     return {"machine": device_info("cpu")["name"], "cores": __import__("os").cpu_count(), "threads": 1,
             "torch": torch.__version__, "python": platform.python_version(),
-            "date": datetime.date.today().isoformat(), "optimizer": "adamw " + ("foreach" if foreach else "for-loop"), "models": out}
+            "date": datetime.date.today().isoformat(), "optimizer": "adamw " + ("foreach" if foreach else "for-loop"),
+            "models": out}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -89,6 +89,9 @@ def test_step_time_and_peak_memory_are_within_the_targets(result):
 def test_the_prediction_is_the_sum_of_its_ops(result):
     p = result.prediction
     assert p.seconds == pytest.approx(sum(o.kernel + o.host for o in p.ops) + p.module_calls * p.host.module)
+    # the step's Python glue (glue.py) is measured and held, but a CPU prediction leaves it out (predict.py)
+    glue = result.measurement.glue
+    assert glue is not None and p.glue == glue.seconds > 0 and p.extra_glue > 0
     assert sum(p.by("phase").values()) == pytest.approx(p.kernels + sum(o.host for o in p.ops))
     # every op but views launches one kernel; the optimizer's ops are part of the step
     assert sum(o.launches for o in p.ops) == sum(1 for o in p.ops if o.op.kind != "view")

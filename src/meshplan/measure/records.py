@@ -13,9 +13,9 @@ each line is a record:
      "group_ops", "launches", "source", "replay_s", "host_s", "measured_s"}
 
 Times and distances are rounded to five significant digits. ``host_cpu_s`` (each timed step's CPU time before its
-final synchronisation, step.py) is absent from files written before it was recorded; so are ``glue`` (the step's Python glue, glue.py: its seconds, the mode's
-counts and per-call costs) and the GPU formula's two timelines (predict.py), which ``predicted_s`` is the longer of
-on a GPU.
+final synchronisation, step.py) is absent from files written before it was recorded; so are ``glue`` (the step's
+Python glue, glue.py: its seconds, the mode's counts and per-call costs) and the GPU formula's two timelines
+(predict.py), which ``predicted_s`` is the longer of on a GPU.
 
 ``replay_s`` is the analytic prediction of the op's kernel (replay.py), ``measured_s`` its in-step time
 (profile.py; null when the op was not matched).
