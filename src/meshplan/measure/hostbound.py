@@ -68,4 +68,5 @@ def host_bound(prediction: StepPrediction, host_dispatch: float | None = None) -
     launches = sum(p.launches for p in prediction.ops)
     work = sum(max(p.kernel - d * p.launches, 0.0) for p in prediction.ops)
     return HostBound(host_dispatch=d, launches=launches, work=work, dispatch=d * launches,
-                     host=prediction.host_seconds + (0.0 if prediction.serial else prediction.extra_glue), serial=prediction.serial)
+                     host=prediction.host_seconds + (0.0 if prediction.serial else prediction.extra_glue),
+                     serial=prediction.serial)
