@@ -38,7 +38,7 @@ def measure(models: list[str], foreach: bool = True) -> dict:
         step = make_step(model, inputs, optimizer)
         for _ in range(3):
             step()
-        glue = measure_glue(step)
+        glue = measure_glue(step, repeats=7)
         out[name] = {k: float(f"{v:.5g}") for k, v in glue.to_dict().items()}
         print(f"{name:10s} glue {glue.seconds * 1e3:6.2f} ms, {glue.op_calls} op calls, {glue.empty_calls} "
               f"empty, mode {glue.op_overhead * 1e6:.2f} / {glue.empty_overhead * 1e6:.2f} us", flush=True)
