@@ -6,7 +6,10 @@ host timeline (the GPU records predate the glue's measurement).
 
 Each model runs the step check-step runs (forward, the trace's loss, backward, AdamW, zero_grad) on one thread,
 with the optimizer's foreach implementation, which torch.optim picks for CUDA tensors (command.optimizer_factory)
-and so the one the GPU run's step called; three warm-up steps, then the median of three watched steps.
+and so the one the GPU run's step called; three warm-up steps, then the median of seven watched steps, glibc
+keeping freed memory as check-step does on a CPU (check.keep_freed_memory: otherwise the frees between ops return
+memory to the system, host work a GPU's caching allocator does not do, and the glue varies by ±40 % from step to
+step; with it ±10 %).
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ def measure(models: list[str], foreach: bool = True) -> dict:
     from meshplan.measure.step import make_step
     from meshplan_research.zoo import ZOO
 
+    from meshplan.measure.check import keep_freed_memory
+
     torch.set_num_threads(1)
+    keep_freed_memory()
     out = {}
     for name in models:
         torch.manual_seed(0)

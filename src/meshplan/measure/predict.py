@@ -17,7 +17,7 @@ ops run from the engine's C++, a composite op's inner ops from the dispatcher), 
 that surplus is as large as the glue (tests/test_host_dispatch.py's many small ops, on this project's AMD EPYC
 host: measured 0.99 ms, predicted 1.05 ms without the glue, 1.56 ms with it: +6 % → +57 %). On the zoo the glue
 helps (data/measured/2025-11-25's CPU run on an Intel Xeon, the glue measured on the AMD EPYC host,
-data/measured/2026-11-26-cpu-glue-for-loop.json: median |error| 5.1 % → 1.6 %, largest 11.2 % → 10.0 %); until
+data/measured/2026-11-26-cpu-glue-for-loop.json: median |error| 5.1 % → 1.6 %, largest 11.2 % → 9.6 %); until
 the surplus per nested op is measured and taken out, the CPU prediction stays as it was. On a GPU the same surplus
 sits in ``dispatch × launches``: there the step still reads too fast with the glue (docs/MEASURED_GPU.md).
 
