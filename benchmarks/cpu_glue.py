@@ -28,11 +28,10 @@ def measure(models: list[str], foreach: bool = True) -> dict:
     import torch
 
     from meshplan.calibrate.bench import device_info
+    from meshplan.measure.check import keep_freed_memory
     from meshplan.measure.glue import measure_glue
     from meshplan.measure.step import make_step
     from meshplan_research.zoo import ZOO
-
-    from meshplan.measure.check import keep_freed_memory
 
     torch.set_num_threads(1)
     keep_freed_memory()
