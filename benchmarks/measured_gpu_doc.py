@@ -201,14 +201,15 @@ def glue_section(models: Sequence[tuple[dict[str, Any], list[dict[str, Any]]]], 
                  ) -> list[str]:
     """The GPU prediction with the step's Python glue (measure/glue.py) measured on a CPU host and added to the
     host's timeline as predict.py now does: max(GPU, host + glue − module calls × module)."""
-    if not glue:
+    if not glue and not any(s.get("glue") for s, _ in models):
         return []
+    glue = glue or {"models": {}}
     rows = ["| model | measured (ms) | stored prediction | error | GPU timeline | host timeline | glue (this CPU) | "
             "glue − module calls | predicted with the glue | error |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     errors = []
     for s, ops in models:
-        g = glue["models"].get(s["model"])
+        g = s.get("glue") or glue["models"].get(s["model"])  # the run's own host's glue where it measured it
         if g is None:
             continue
         t = timelines(s, ops)
@@ -292,8 +293,8 @@ def render(records: list[dict[str, Any]], data: Path | str, calls: dict[str, Any
         "",
         "## Where the step's time goes",
         "",
-        "The stored prediction is max(Σ replayed, host) with host = autograd + engine + modules + dispatch × "
-        "kernels (predict.py); Σ replayed always wins. Split as measure/hostbound.py does (ms): the host's "
+        "The stored prediction (check-step before the glue, below) is max(Σ replayed, host) with host = "
+        "autograd + engine + modules + dispatch × kernels; Σ replayed always wins. Split as measure/hostbound.py does (ms): the host's "
         "timeline = autograd + engine + modules (host.py) + dispatch per kernel "
         f"({host['dispatch'] * 1e6:.1f} µs, a `torch.ops` call on this host) + the replayed time of the ops that "
         "launch no kernel; the GPU's = Σ (replayed − dispatch) over the ops that launch one (an upper bound: it "
