@@ -294,8 +294,8 @@ def render(records: list[dict[str, Any]], data: Path | str, calls: dict[str, Any
         "## Where the step's time goes",
         "",
         "The stored prediction (check-step before the glue, below) is max(Σ replayed, host) with host = "
-        "autograd + engine + modules + dispatch × kernels; Σ replayed always wins. Split as measure/hostbound.py does (ms): the host's "
-        "timeline = autograd + engine + modules (host.py) + dispatch per kernel "
+        "autograd + engine + modules + dispatch × kernels; Σ replayed always wins. Split as measure/hostbound.py "
+        "does (ms): the host's timeline = autograd + engine + modules (host.py) + dispatch per kernel "
         f"({host['dispatch'] * 1e6:.1f} µs, a `torch.ops` call on this host) + the replayed time of the ops that "
         "launch no kernel; the GPU's = Σ (replayed − dispatch) over the ops that launch one (an upper bound: it "
         "still holds the synchronisation's round trip). Unexplained: measured − the longer of the two.",
