@@ -211,6 +211,11 @@ def test_learned_residual_and_saved_profile(capsys, tmp_path):
     # each timed step's host CPU time (step.py; 2 rounds x 3 steps): on a CPU by the CPU clock, the step's own time
     assert len(step["host_cpu_s"]) == len(step["steps_s"]) == 6
     assert all(0 < h <= t * 1.05 + 1e-4 for h, t in zip(step["host_cpu_s"], step["steps_s"], strict=True))
+    # the step's Python glue (glue.py), stored for the next GPU run's document: less than the host's whole step,
+    # at least one top-level call reaching aten per module call, and the timelines of the GPU formula
+    glue = step["glue"]
+    assert 0 < glue["glue_s"] < min(step["host_cpu_s"]) and glue["op_calls"] >= step["module_calls"]
+    assert glue["aten_ops"] >= glue["op_calls"] and step["gpu_timeline_s"] > 0 and step["host_timeline_s"] > 0
 
 
 def test_sgd_is_plain_and_sgd_momentum_keeps_a_buffer():
