@@ -22,7 +22,7 @@ d_op and d_empty are the mode's own cost that lands in ``raw``, measured here by
     d_empty = raw(N × ``x.dim()``) / N − t(N × ``x.dim()``) / N               every such call is glue, unwatched
 
 On this project's 2-core AMD EPYC host (one thread): d_op 1.5 µs, d_empty 2.0 µs; a busy loop of 2 ms between two
-ops adds 2.00 ± 0.01 ms to the glue (tests/test_glue.py). The calibration's calls take plain tensors; a call on
+ops adds 2.006 ms to the glue, one of 0.5 ms 0.497 ms (tests/test_glue.py checks 2 ms within 0.3 ms). The calibration's calls take plain tensors; a call on
 ``nn.Parameter`` arguments that need a gradient leaves 0.3 µs more in its gap (``F.linear``: 1.87 against 1.55 µs a
 call, the loop's own ``id`` call taken out), part of it the mode's: at most 0.3 µs × n_op, 0.05 to 0.2 ms on the
 zoo's models, a few % of their glue.
@@ -36,6 +36,12 @@ a CPU or a GPU step; check-step measures it on the device the step runs on with 
 The gaps also hold the frees of the tensors whose last reference the Python drops there: check-step keeps glibc's
 freed memory on a CPU (check.keep_freed_memory), as a GPU's caching allocator does, so that they cost no page
 mapping (without it the glue of the zoo's GPT-2 varied from 4.0 to 8.7 ms a step, with it from 3.5 to 4.4 ms).
+
+Why its own watched steps rather than profile.py's: profile.py's ``TorchDispatchMode`` sits below autograd and
+sees every aten op, the nested ones and the backward's included, with its Python around each; which of them
+Python called, and so where the glue lies, is not in its rows, and watching the top-level calls there would add
+the function mode's cost to the per-op times it records. torch.profiler's events would tell the levels apart, at
+a larger and less regular cost per op (profile.py's docstring).
 
 Not counted: the Python inside a top-level call before it reaches aten (``F.layer_norm``'s argument checks), which
 is inside a call; on a GPU the mode sees the same calls (the host's Python is the same), and a call that blocks on
