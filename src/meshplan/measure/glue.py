@@ -22,10 +22,10 @@ d_op and d_empty are the mode's own cost that lands in ``raw``, measured here by
     d_empty = raw(N × ``x.dim()``) / N − t(N × ``x.dim()``) / N               every such call is glue, unwatched
 
 On this project's 2-core AMD EPYC host (one thread): d_op 1.5 µs, d_empty 2.0 µs; a busy loop of 2 ms between two
-ops adds 2.006 ms to the glue, one of 0.5 ms 0.497 ms (tests/test_glue.py checks 2 ms within 0.3 ms). The calibration's calls take plain tensors; a call on
-``nn.Parameter`` arguments that need a gradient leaves 0.3 µs more in its gap (``F.linear``: 1.87 against 1.55 µs a
-call, the loop's own ``id`` call taken out), part of it the mode's: at most 0.3 µs × n_op, 0.05 to 0.2 ms on the
-zoo's models, a few % of their glue.
+ops adds 2.006 ms to the glue, one of 0.5 ms 0.497 ms (tests/test_glue.py checks 2 ms within 0.3 ms). The
+calibration's calls take plain tensors; a call on ``nn.Parameter`` arguments that need a gradient leaves 0.3 µs
+more in its gap (``F.linear``: 1.87 against 1.55 µs a call, the loop's own ``id`` call taken out), part of it the
+mode's: at most 0.3 µs × n_op, 0.05 to 0.2 ms on the zoo's models, a few % of their glue.
 
 The ops' own time (dispatch, kernel, autograd recording, the engine running backward nodes) is inside the
 top-level calls and stays out of the glue: replay.py and host.py price it. Module calls are in the gaps:
