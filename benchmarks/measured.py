@@ -50,7 +50,8 @@ def measure(models: list[str], rounds: int, data: Path | None = None, device: st
         result = check_step_ref(name, settings=CheckSettings(rounds=rounds, device=device))
         results.append(result)
         print(f"{name:10s} predicted {result.prediction.seconds * 1e3:7.1f} ms, measured "
-              f"{result.measurement.timing.seconds * 1e3:7.1f} ms ({result.error:+.1%}); peak memory "
+              f"{result.measurement.timing.seconds * 1e3:7.1f} ms ({result.error:+.1%}); Python glue "
+              f"{result.prediction.glue * 1e3:.2f} ms; peak memory "
               f"{result.memory_error:+.2%}; load {result.measurement.timing.load_before:.2f}; "
               f"{time.time() - start:.0f} s", flush=True)
         if data is not None:

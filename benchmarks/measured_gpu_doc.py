@@ -197,7 +197,50 @@ def python_section(models: Sequence[tuple[dict[str, Any], list[dict[str, Any]]]]
     ]
 
 
-def render(records: list[dict[str, Any]], data: Path | str, calls: dict[str, Any] | None = None) -> str:
+def glue_section(models: Sequence[tuple[dict[str, Any], list[dict[str, Any]]]], glue: dict[str, Any] | None,
+                 ) -> list[str]:
+    """The GPU prediction with the step's Python glue (measure/glue.py) measured on a CPU host and added to the
+    host's timeline as predict.py now does: max(GPU, host + glue − module calls × module)."""
+    if not glue and not any(s.get("glue") for s, _ in models):
+        return []
+    glue = glue or {"models": {}}
+    rows = ["| model | measured (ms) | stored prediction | error | GPU timeline | host timeline | glue (this CPU) | "
+            "glue − module calls | predicted with the glue | error |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    errors = []
+    for s, ops in models:
+        g = s.get("glue") or glue["models"].get(s["model"])  # the run's own host's glue where it measured it
+        if g is None:
+            continue
+        t = timelines(s, ops)
+        extra = max(g["glue_s"] - s["module_calls"] * s["host_costs"]["module"], 0.0)
+        pred = max(t["gpu"], t["host_line"] + extra)
+        errors.append(pred / s["measured_s"] - 1)
+        rows.append(f"| {s['model']} | {_ms(s['measured_s'])} | {_ms(s['predicted_s'])} | "
+                    f"{_pct(s['predicted_s'] / s['measured_s'] - 1)} | {_ms(t['gpu'])} | {_ms(t['host_line'])} | "
+                    f"{_ms(g['glue_s'])} | {_ms(extra)} | {_ms(pred)} | {_pct(errors[-1])} |")
+    stored = [s["predicted_s"] / s["measured_s"] - 1 for s, _ in models if s["model"] in glue["models"]]
+    return [
+        "## The step's Python glue, measured on a CPU host",
+        "",
+        "check-step now measures the host time the step's own Python spends between its top-level torch calls "
+        "(measure/glue.py: a `TorchFunctionMode` notes the gaps between calls and the calls that reach no aten op, "
+        "then takes out its own cost per call, measured on loops of known glue) and adds it to the host's timeline, "
+        "less the module calls host.py already prices (predict.py). The GPU records above predate it, so the glue "
+        f"here was measured on another machine's CPU: {glue['machine']}, {glue['cores']} cores, one thread, "
+        f"PyTorch {glue['torch']}, on {glue['date']} (`benchmarks/cpu_glue.py`, AdamW foreach as torch.optim picks "
+        "on a GPU); the GPU run's host was a Xeon of 16 vCPUs, PyTorch 2.11.0+cu130. Nothing is fitted to the "
+        "GPU's steps. The timelines are the section above's (ms).",
+        "",
+        *rows,
+        "",
+        f"With the glue: {_summary(errors)} (stored: {_summary(stored)}). The next GPU run stores the glue its own "
+        "host measured (`glue` in the step record) and predicts with it.",
+    ]
+
+
+def render(records: list[dict[str, Any]], data: Path | str, calls: dict[str, Any] | None = None,
+           glue: dict[str, Any] | None = None) -> str:
     models = by_model(records)
     if not models:
         raise SystemExit(f"{data}: no step records")
@@ -250,9 +293,9 @@ def render(records: list[dict[str, Any]], data: Path | str, calls: dict[str, Any
         "",
         "## Where the step's time goes",
         "",
-        "The stored prediction is max(Σ replayed, host) with host = autograd + engine + modules + dispatch × "
-        "kernels (predict.py); Σ replayed always wins. Split as measure/hostbound.py does (ms): the host's "
-        "timeline = autograd + engine + modules (host.py) + dispatch per kernel "
+        "The stored prediction (check-step before the glue, below) is max(Σ replayed, host) with host = "
+        "autograd + engine + modules + dispatch × kernels; Σ replayed always wins. Split as measure/hostbound.py "
+        "does (ms): the host's timeline = autograd + engine + modules (host.py) + dispatch per kernel "
         f"({host['dispatch'] * 1e6:.1f} µs, a `torch.ops` call on this host) + the replayed time of the ops that "
         "launch no kernel; the GPU's = Σ (replayed − dispatch) over the ops that launch one (an upper bound: it "
         "still holds the synchronisation's round trip). Unexplained: measured − the longer of the two.",
@@ -276,6 +319,7 @@ def render(records: list[dict[str, Any]], data: Path | str, calls: dict[str, Any
         "(a last column of this table when the data file holds it).",
         "",
         *python_section(models, calls),
+        *([""] + glue_section(models, glue) if glue else []),
     ]
     return "\n".join(lines)
 
@@ -290,7 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     data = (data if data.is_absolute() else ROOT / data).resolve()
     found = sorted(data.parent.glob("*-python-calls.json"))
     calls = json.loads(found[-1].read_text()) if found else None
-    text = render(read_profiles(data), data.relative_to(ROOT) if data.is_relative_to(ROOT) else data, calls)
+    glues = sorted((ROOT / "data" / "measured").glob("*-cpu-glue.json"))  # benchmarks/cpu_glue.py
+    glue = json.loads(glues[-1].read_text()) if glues else None
+    text = render(read_profiles(data), data.relative_to(ROOT) if data.is_relative_to(ROOT) else data, calls, glue)
     Path(args.doc).write_text(text)
     print(f"wrote {args.doc}")
     return 0

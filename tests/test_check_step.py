@@ -89,6 +89,9 @@ def test_step_time_and_peak_memory_are_within_the_targets(result):
 def test_the_prediction_is_the_sum_of_its_ops(result):
     p = result.prediction
     assert p.seconds == pytest.approx(sum(o.kernel + o.host for o in p.ops) + p.module_calls * p.host.module)
+    # the step's Python glue (glue.py) is measured and held, but a CPU prediction leaves it out (predict.py)
+    glue = result.measurement.glue
+    assert glue is not None and p.glue == glue.seconds > 0 and p.extra_glue > 0
     assert sum(p.by("phase").values()) == pytest.approx(p.kernels + sum(o.host for o in p.ops))
     # every op but views launches one kernel; the optimizer's ops are part of the step
     assert sum(o.launches for o in p.ops) == sum(1 for o in p.ops if o.op.kind != "view")
@@ -208,6 +211,11 @@ def test_learned_residual_and_saved_profile(capsys, tmp_path):
     # each timed step's host CPU time (step.py; 2 rounds x 3 steps): on a CPU by the CPU clock, the step's own time
     assert len(step["host_cpu_s"]) == len(step["steps_s"]) == 6
     assert all(0 < h <= t * 1.05 + 1e-4 for h, t in zip(step["host_cpu_s"], step["steps_s"], strict=True))
+    # the step's Python glue (glue.py), stored for the next GPU run's document: less than the host's whole step,
+    # at least one top-level call reaching aten per module call, and the timelines of the GPU formula
+    glue = step["glue"]
+    assert 0 < glue["glue_s"] < min(step["host_cpu_s"]) and glue["op_calls"] >= step["module_calls"]
+    assert glue["aten_ops"] >= glue["op_calls"] and step["gpu_timeline_s"] > 0 and step["host_timeline_s"] > 0
 
 
 def test_sgd_is_plain_and_sgd_momentum_keeps_a_buffer():

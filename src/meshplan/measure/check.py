@@ -6,6 +6,7 @@
                                                                                          change of load on a
                                                                                          shared host hits both
     predict (predict.py: median replay per signature) ; peak memory measured ; per-op in-step times (profile.py)
+    the step's Python glue (glue.py: the host's time between its top-level torch calls), into the prediction
 
 glibc's malloc (the CPU allocator under PyTorch) returns freed memory to the system whenever the free space at
 the top of its heap passes a threshold, and maps allocations above another one afresh; a training step frees most
@@ -23,11 +24,12 @@ import ctypes
 import ctypes.util
 import platform
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from meshplan.errors import SpecError
 from meshplan.measure.blas_workspace import calls_of_ops, resident_workspace
+from meshplan.measure.glue import Glue, measure_glue
 from meshplan.measure.host import HostCosts, measure_host
 from meshplan.measure.predict import StepPrediction, predict_step
 from meshplan.measure.profile import op_profile
@@ -72,6 +74,7 @@ class Measurement:
     timing: StepTiming
     peak_bytes: int
     op_seconds: tuple[float | None, ...] = ()  # aligned with StepPrediction.ops
+    glue: Glue | None = None  # the step's Python glue (glue.py), which the prediction holds too
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,6 +179,8 @@ def check_step(name: str, model: Any, inputs: Sequence[Any], make_optimizer: Cal
         per_op: list[float | None] = []
         if settings.profile_ops:
             per_op = op_profile(step, clock, [p.op.target for p in prediction.ops])
+        glue = measure_glue(step, settings.device)
+    prediction = replace(prediction, glue=glue.seconds)
     totals = [sum(t[s.key] * s.count for s in sigs if t[s.key] == t[s.key]) for t in rounds]
     timing = StepTiming(clock=clock.name, times=tuple(x for t in timings for x in t.times),
                         wall=tuple(x for t in timings for x in t.wall), load_before=timings[0].load_before,
@@ -183,7 +188,8 @@ def check_step(name: str, model: Any, inputs: Sequence[Any], make_optimizer: Cal
                         load_after=load_average(), page_faults=median([t.page_faults for t in timings]))
     return CheckResult(name=name, machine=machine(settings.device, settings.threads), settings=settings,
                        trace=trace, optimizer_ops=tuple(opt_ops), prediction=prediction,
-                       measurement=Measurement(timing=timing, peak_bytes=peak, op_seconds=tuple(per_op)),
+                       measurement=Measurement(timing=timing, peak_bytes=peak, op_seconds=tuple(per_op),
+                                               glue=glue),
                        replay_spread=(max(totals) - min(totals)) / min(totals) if min(totals) > 0 else 0.0)
 
 

@@ -11,7 +11,7 @@ through ``torch.ops``) out of each replayed op and charges it per launch, so tha
 
     work     = Σ_ops max(kernel − host_dispatch · launches, 0)     what work / rate alone prices
     dispatch = host_dispatch · Σ_ops launches                      the host's fixed cost per kernel
-    host     = autograd + engine + module calls                    host.py
+    host     = autograd + engine + module calls (+ extra glue: GPU) host.py; glue.py (predict.py: not on a CPU)
     with     = work + dispatch + host           (CPU)              max(work, dispatch + host) (GPU)
     without  = work
 
@@ -68,4 +68,5 @@ def host_bound(prediction: StepPrediction, host_dispatch: float | None = None) -
     launches = sum(p.launches for p in prediction.ops)
     work = sum(max(p.kernel - d * p.launches, 0.0) for p in prediction.ops)
     return HostBound(host_dispatch=d, launches=launches, work=work, dispatch=d * launches,
-                     host=prediction.host_seconds, serial=prediction.serial)
+                     host=prediction.host_seconds + (0.0 if prediction.serial else prediction.extra_glue),
+                     serial=prediction.serial)

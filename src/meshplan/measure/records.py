@@ -6,13 +6,16 @@ each line is a record:
 
     {"record": "step", "model", "machine", "date", "params", "ops", "kernels", "predicted_s", "measured_s",
      "steps_s", "wall_s", "host_cpu_s", "kernels_s", "host_s", "module_calls", "predicted_peak_bytes",
-     "measured_peak_bytes", "load", "clock", "threads", "page_faults", "host_costs", "replay_spread"}
+     "measured_peak_bytes", "load", "clock", "threads", "page_faults", "host_costs", "replay_spread", "glue",
+     "gpu_timeline_s", "host_timeline_s"}
     {"record": "op", "model", "index", "target", "phase", "cls", "kind", "flops", "bytes_read",
      "bytes_written", "inputs": ["4x128x256:float32", …], "outputs", "m", "n", "k", "groups", "distance", "group",
      "group_ops", "launches", "source", "replay_s", "host_s", "measured_s"}
 
 Times and distances are rounded to five significant digits. ``host_cpu_s`` (each timed step's CPU time before its
-final synchronisation, step.py) is absent from files written before it was recorded.
+final synchronisation, step.py) is absent from files written before it was recorded; so are ``glue`` (the step's
+Python glue, glue.py: its seconds, the mode's counts and per-call costs) and the GPU formula's two timelines
+(predict.py), which ``predicted_s`` is the longer of on a GPU.
 
 ``replay_s`` is the analytic prediction of the op's kernel (replay.py), ``measured_s`` its in-step time
 (profile.py; null when the op was not matched).
@@ -46,7 +49,9 @@ def step_record(result: CheckResult, date: str | None = None) -> dict[str, Any]:
             "predicted_peak_bytes": p.peak_bytes, "measured_peak_bytes": m.peak_bytes,
             "load": [m.timing.load_before, m.timing.load_after], "clock": m.timing.clock,
             "threads": result.settings.threads, "page_faults": m.timing.page_faults,
-            "host_costs": p.host.to_dict(), "replay_spread": result.replay_spread}
+            "host_costs": p.host.to_dict(), "replay_spread": result.replay_spread,
+            "glue": m.glue.to_dict() if m.glue else None, "gpu_timeline_s": p.gpu_timeline,
+            "host_timeline_s": p.host_timeline}
 
 
 def _g(x: float | None) -> float | None:
