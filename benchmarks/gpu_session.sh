@@ -7,6 +7,7 @@
 #     OUT=/tmp/out bash benchmarks/gpu_session.sh more     # stages 4-5
 #     OUT=/tmp/out bash benchmarks/gpu_session.sh megatron # stage 6 (megatron-core's wheel carried in .whl/)
 #     OUT=/tmp/out bash benchmarks/gpu_session.sh compiled # stage 7
+#     OUT=/tmp/out bash benchmarks/gpu_session.sh zoo      # stage 8
 #
 # 1. benchmarks/small_work_gpu.py: eager GPT training passes, host vs GPU time, kernel floors, dispatch fit;
 # 2. meshplan calibrate on the GPU (GEMM, memory, attention, dispatch; one GPU: no collectives), with the calibrated
@@ -19,6 +20,8 @@
 #    plain-PyTorch rows again in the same call as the baseline.
 # 7. small_work_gpu.py --stack compiled (rows at micro-batch 1 and 8, phases at 1): each block under torch.compile
 #    as torchtitan compiles it, with the plain-PyTorch rows again in the same call as the baseline.
+# 8. benchmarks/measured.py --device cuda alone: the zoo's check-step on the GPU, its records holding the step's
+#    Python glue measured on the GPU's own host (measure/glue.py).
 # Each stage has its own time limit so that one that hangs leaves the others theirs; every output lands in OUT.
 set -u
 export PYTHONUNBUFFERED=1
@@ -51,6 +54,13 @@ if [ "${1:-}" = megatron ]; then
     timeout "${T_PHASES:-60}" python3 benchmarks/small_work_gpu.py --stack $stack --phases --batches 1,8 \
       --out "$OUT/$stack-phases.json" >> "$LOG" 2>&1
   done
+  echo "== done rc=$? $(date -u +%T)" >> "$LOG"
+  exit 0
+fi
+if [ "${1:-}" = zoo ]; then
+  echo "== zoo on cuda $(date -u +%T)" >> "$LOG"
+  timeout "${T_ZOO:-300}" python3 benchmarks/measured.py --device cuda --rounds 2 --data "$OUT/zoo-cuda.jsonl.gz" \
+    --doc "$OUT/MEASURED_GPU.md" >> "$LOG" 2>&1
   echo "== done rc=$? $(date -u +%T)" >> "$LOG"
   exit 0
 fi
