@@ -204,7 +204,7 @@ def glue_section(models: Sequence[tuple[dict[str, Any], list[dict[str, Any]]]], 
     if not glue and not any(s.get("glue") for s, _ in models):
         return []
     glue = glue or {"models": {}}
-    rows = ["| model | measured (ms) | stored prediction | error | GPU timeline | host timeline | glue (this CPU) | "
+    rows = ["| model | measured (ms) | stored prediction | error | GPU timeline | host timeline | glue | "
             "glue − module calls | predicted with the glue | error |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     errors = []
@@ -219,23 +219,29 @@ def glue_section(models: Sequence[tuple[dict[str, Any], list[dict[str, Any]]]], 
         rows.append(f"| {s['model']} | {_ms(s['measured_s'])} | {_ms(s['predicted_s'])} | "
                     f"{_pct(s['predicted_s'] / s['measured_s'] - 1)} | {_ms(t['gpu'])} | {_ms(t['host_line'])} | "
                     f"{_ms(g['glue_s'])} | {_ms(extra)} | {_ms(pred)} | {_pct(errors[-1])} |")
-    stored = [s["predicted_s"] / s["measured_s"] - 1 for s, _ in models if s["model"] in glue["models"]]
+    stored = [s["predicted_s"] / s["measured_s"] - 1 for s, _ in models
+              if s.get("glue") or s["model"] in glue["models"]]
+    own = all(s.get("glue") for s, _ in models)
+    where = ("This run's records hold the glue its own host measured (the GPU machine's Xeon, PyTorch "
+             "2.11.0+cu130), and its stored prediction already adds it: the columns agree." if own else
+             "The GPU records above predate it, so the glue here was measured on another machine's CPU: "
+             f"{glue.get('machine')}, {glue.get('cores')} cores, one thread, PyTorch {glue.get('torch')}, on "
+             f"{glue.get('date')} (`benchmarks/cpu_glue.py`, AdamW foreach as torch.optim picks on a GPU); the GPU "
+             "run's host was a Xeon of 16 vCPUs, PyTorch 2.11.0+cu130.")
     return [
-        "## The step's Python glue, measured on a CPU host",
+        "## The step's Python glue, measured on " + ("the GPU's host" if own else "a CPU host"),
         "",
-        "check-step now measures the host time the step's own Python spends between its top-level torch calls "
+        "check-step measures the host time the step's own Python spends between its top-level torch calls "
         "(measure/glue.py: a `TorchFunctionMode` notes the gaps between calls and the calls that reach no aten op, "
         "then takes out its own cost per call, measured on loops of known glue) and adds it to the host's timeline, "
-        "less the module calls host.py already prices (predict.py). The GPU records above predate it, so the glue "
-        f"here was measured on another machine's CPU: {glue['machine']}, {glue['cores']} cores, one thread, "
-        f"PyTorch {glue['torch']}, on {glue['date']} (`benchmarks/cpu_glue.py`, AdamW foreach as torch.optim picks "
-        "on a GPU); the GPU run's host was a Xeon of 16 vCPUs, PyTorch 2.11.0+cu130. Nothing is fitted to the "
-        "GPU's steps. The timelines are the section above's (ms).",
+        f"less the module calls host.py already prices (predict.py). {where} Nothing is fitted to the GPU's steps. "
+        "The timelines are the section above's (ms).",
         "",
         *rows,
         "",
-        f"With the glue: {_summary(errors)} (stored: {_summary(stored)}). The next GPU run stores the glue its own "
-        "host measured (`glue` in the step record) and predicts with it.",
+        f"With the glue: {_summary(errors)} (stored: {_summary(stored)})."
+        + ("" if own else " The next GPU run stores the glue its own host measured (`glue` in the step record) "
+                          "and predicts with it."),
     ]
 
 
@@ -293,12 +299,15 @@ def render(records: list[dict[str, Any]], data: Path | str, calls: dict[str, Any
         "",
         "## Where the step's time goes",
         "",
-        "The stored prediction (check-step before the glue, below) is max(Σ replayed, host) with host = "
-        "autograd + engine + modules + dispatch × kernels; Σ replayed always wins. Split as measure/hostbound.py "
-        "does (ms): the host's timeline = autograd + engine + modules (host.py) + dispatch per kernel "
-        f"({host['dispatch'] * 1e6:.1f} µs, a `torch.ops` call on this host) + the replayed time of the ops that "
-        "launch no kernel; the GPU's = Σ (replayed − dispatch) over the ops that launch one (an upper bound: it "
-        "still holds the synchronisation's round trip). Unexplained: measured − the longer of the two.",
+        ("The stored prediction is max(GPU timeline, host timeline + glue) (predict.py; the glue below). "
+         if all(st.get("glue") for st, _ in models) else
+         "The stored prediction (check-step before the glue, below) is max(Σ replayed, host) with host = "
+         "autograd + engine + modules + dispatch × kernels; Σ replayed always wins. ")
+        + "Split as measure/hostbound.py does (ms): the host's timeline = autograd + engine + modules (host.py) + "
+        f"dispatch per kernel ({host['dispatch'] * 1e6:.1f} µs, a `torch.ops` call on this host) + the replayed "
+        "time of the ops that launch no kernel; the GPU's = Σ (replayed − dispatch) over the ops that launch one "
+        "(an upper bound: it still holds the synchronisation's round trip). Unexplained: measured − the longer of "
+        "the two.",
         "",
         *timeline,
         "",
