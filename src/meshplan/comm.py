@@ -163,11 +163,26 @@ def split_time(kind: str, nbytes: Num, group: Num, parts: list[Num], cluster: Cl
     if kind in NCCL_KINDS:  # inside tier 0 NCCL's protocols (protocols.py), beyond it the hierarchical α-β model
         inside = _beyond(parts) <= 1
         if isinstance(inside, np.ndarray) and inside.all() != inside.any():  # some plans' groups inside, some not
-            return where(inside, tier0_time(kind, nbytes, group, cluster, eff),
+            return where(inside, _tier0(kind, nbytes, group, parts, cluster, eff),
                          _alpha_beta(kind, nbytes, group, parts, cluster, eff))
         if inside.all() if isinstance(inside, np.ndarray) else inside:
-            return tier0_time(kind, nbytes, group, cluster, eff)
+            return _tier0(kind, nbytes, group, parts, cluster, eff)
     return _alpha_beta(kind, nbytes, group, parts, cluster, eff)
+
+
+ONE_HOST = 8  # GPUs of one HGX board, the ring NCCL's tuning.cc constants price inside a node (protocols.py)
+
+
+def _tier0(kind: str, nbytes: Num, group: Num, parts: list[Num], cluster: Cluster, eff: Efficiency) -> Num:
+    """A group inside tier 0: NCCL's protocols on its ring (protocols.py); a group of more than one host's GPUs in a
+    multi-node NVLink domain (NVL72) the faster of that and the α-β model's ring or double-binary tree (NCCL runs
+    its tree or NVLS there, whose ring's 2(g − 1) steps would otherwise price 142 hops at g = 72), so a group
+    moved into a larger NVLink domain is never priced above the α-β model it left."""
+    ring = tier0_time(kind, nbytes, group, cluster, eff)
+    big = np.asarray(group) > ONE_HOST
+    if not big.any():
+        return ring
+    return where(big, minimum(ring, _alpha_beta(kind, nbytes, group, parts, cluster, eff)), ring)
 
 
 def _alpha_beta(kind: str, nbytes: Num, group: Num, parts: list[Num], cluster: Cluster, eff: Efficiency) -> Num:
