@@ -65,9 +65,9 @@ def test_zb_h1_is_never_slower_than_1f1b_on_random_ranks():
 
 
 def test_dualpipe_closed_bubble():
-    """DeepSeek-V3 Table 2: (p/2 - 1)·(T_F&B + T_B - 3·T_W) with T_F&B = T_F + T_B + T_W: p = 8, T = 1: 3·(3 + 1 - 3)
-    = 3, against 1F1B's 7·3 = 21 and ZB-H1's 7."""
-    assert closed_bubble("dualpipe", 8, 1.0, 1.0, 1.0) == 3.0
+    """DeepSeek-V3 Table 2: (p/2 - 1)·(F&B + B - 3·W), its caption's B the full backward (T_B + T_W) and F&B = T_F + B:
+    p = 8, T = 1: 3·(3 + 2 - 3) = 6, against 1F1B's 7·3 = 21 and ZB-H1's 7."""
+    assert closed_bubble("dualpipe", 8, 1.0, 1.0, 1.0) == 6.0
     with pytest.raises(ValueError, match="not a split-backward schedule"):
         closed_bubble("1f1b", 8, 1.0, 1.0, 1.0)
     with pytest.raises(ValueError, match="must be one of"):  # schedule.build has no table for them
@@ -98,8 +98,9 @@ def test_estimate_dualpipe_doubles_model_states_and_shrinks_the_bubble(seventy):
     # both stages' gradients reduced across data parallelism and stepped: twice 1F1B's (0.151 -> 0.303 s, 12 -> 24 ms)
     for part in ("dp", "optimizer"):
         assert est["dualpipe"].breakdown[part] == pytest.approx(2 * est["1f1b"].breakdown[part], rel=1e-3)
-    # (p/2 - 1)/(p - 1) = 1/3 of ZB-H1's bubble at p = 4
-    assert est["dualpipe"].breakdown["bubble"] == pytest.approx(est["zb-h1"].breakdown["bubble"] / 3, rel=1e-9)
+    # Table 2's (p/2 - 1)·(T_F + T_B) (T_B = T_W = half the backward, about T_F) against ZB-H1's (p - 1)·T_F at p = 4:
+    # 1·2·T_F / (3·T_F) = 2/3 (0.185 against 0.277 s here)
+    assert 0.6 < est["dualpipe"].breakdown["bubble"] / est["zb-h1"].breakdown["bubble"] < 0.75
 
 
 def test_dualpipe_hides_the_expert_all_to_all():

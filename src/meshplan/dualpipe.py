@@ -25,13 +25,14 @@ dualpipe/dualpipe.py, ``DualPipe.step``'s eight steps; reimplemented here, not c
     8. the h + 1 deferred W passes left.
 The library needs p even, m even and m ≥ 2p (its assertion); so does ``build_dualpipe``.
 
-What the table shows (tests/test_dualpipe.py): with T_F = T_B = T_W its bubble is Table 2's
-(p/2 − 1)·(T_F&B + T_B − 3·T_W) = (p/2 − 1)·(3 + 1 − 3) = p/2 − 1 units at any m ≥ 2p, and every rank holds p + 1
-micro-batches between F and W at its peak (Table 2: PP + 1), two stages of parameters (Table 2: 2×). With T_B = T_W
-(meshplan's split) and T_F > T_B the pairs wait for the later of their two inputs and the table's bubble is
-(p/2 − 1)·(2·T_F − T_B), above Table 2's (p/2 − 1)·T_F by (p/2 − 1)·(T_F − T_B); with T_F < T_B it is at least
-Table 2's too (5 units against 3 at p = 8, T_F = 1, T_B = 2). The estimate prices Table 2's form
-(step/stages.split_bubble), the table's at T_F = T_B = T_W.
+What the table shows (tests/test_dualpipe.py): with T_F = T_B = T_W its bubble is p/2 − 1 units at any m ≥ 2p, half
+Table 2's (p/2 − 1)·(F&B + B − 3·W) = (p/2 − 1)·(3 + 2 − 3) read with its caption (B a full backward chunk, F&B the
+overlapped pair: zero_bubble.py), and every rank holds p + 1 micro-batches between F and W at its peak (Table 2:
+PP + 1), two stages of parameters (Table 2: 2×). With T_B = T_W (meshplan's split) and T_F > T_B the pairs wait for
+the later of their two inputs and the table's bubble is (p/2 − 1)·(2·T_F − T_B); with T_F < T_B more than
+(p/2 − 1)·T_F (5 units at p = 8, T_F = 1, T_B = 2); at or under Table 2's (p/2 − 1)·(T_F + T_B) wherever
+T_F ≤ 2·T_B. The estimate prices Table 2's published form (step/stages.split_bubble), the larger: a reimplemented
+order is not the library's measured run.
 """
 
 from __future__ import annotations

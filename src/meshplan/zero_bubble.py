@@ -15,11 +15,13 @@ DualPipe (DeepSeek-V3 technical report, arXiv 2412.19437, §3.2.1, Figure 5, Tab
 from both ends, so rank r holds stage r of one direction and stage p − 1 − r of the other: 2× the parameters of a 1F1B
 rank, p + 1 micro-batches of activations; a forward chunk of one direction runs beside a backward chunk of the other,
 each one's expert-parallel all-to-all hidden under the other's compute (step/stages.py ``ep_overlapped``).
-Bubble, Table 2:
-    (p/2 − 1)·(T_F&B + T_B − 3·T_W)
-with T_F&B the time of an overlapped forward and backward chunk pair, here T_F + T_B + T_W (the overlap hides the
-communication, not compute), so with T_B = T_W the bubble is (p/2 − 1)·T_F: the estimate's form; its action table,
-as DeepSeek's library orders it, is dualpipe.py's (the same bubble at T_F = T_B = T_W; above it where T_F ≠ T_B).
+Bubble, Table 2, whose caption defines B as a full backward chunk (input and weight gradients) and F&B as two
+mutually overlapped forward and backward chunks:
+    (p/2 − 1)·(F&B + B − 3·W),   B = T_B + T_W,   F&B = T_F + T_B + T_W (the overlap hides communication, not compute)
+    = (p/2 − 1)·(T_F + 2·T_B − T_W),   (p/2 − 1)·(T_F + T_B) with T_B = T_W: the estimate's form.
+(The same reading gives its ZB1P row (p − 1)·(F + B − 2W) = ZB-H1's (p − 1)·(T_F + T_B − T_W).) Its action table,
+as DeepSeek's library orders it, is dualpipe.py's: at T_F = T_B = T_W it idles (p/2 − 1)·T_F, half Table 2's; the
+estimate keeps the published form, the larger.
 
 Which frameworks run them (specs/supports.py, the stack presets): torch.distributed.pipelining (torch 2.13) has
 ScheduleInterleavedZeroBubble ("implementing the ZB1P schedule in the paper"), ScheduleZBVZeroBubble and
@@ -160,11 +162,12 @@ def _in_flight(row: Sequence[SplitAction]) -> int:
 
 def closed_bubble(schedule: str, pp: int, t_fwd: float, t_bwd: float, t_wgrad: float) -> float:
     """The bubble with equal stages and m ≥ p (ZB-V: m ≥ 2p; DualPipe: m ≥ 2p, even): ZB-H1 (p − 1)·(T_F + T_B − T_W),
-    DualPipe (p/2 − 1)·(T_F&B + T_B − 3·T_W) with T_F&B = T_F + T_B + T_W (module docstring)."""
+    DualPipe (p/2 − 1)·(F&B + B − 3·W) with B = T_B + T_W the full backward and F&B = T_F + B (module docstring)."""
     if schedule == "zb-h1":
         return (pp - 1) * (t_fwd + t_bwd - t_wgrad)
     if schedule == "dualpipe":
-        return (pp / 2 - 1) * ((t_fwd + t_bwd + t_wgrad) + t_bwd - 3 * t_wgrad)
+        full = t_bwd + t_wgrad  # Table 2's B: a full backward chunk
+        return (pp / 2 - 1) * ((t_fwd + full) + full - 3 * t_wgrad)
     raise ValueError(f"schedule={schedule!r} is not a split-backward schedule (zb-h1, dualpipe)")
 
 

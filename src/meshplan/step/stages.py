@@ -85,8 +85,8 @@ def cadence(plan: Plan) -> tuple[Num, Num]:
 def split_bubble(schedule: str, pp: Num, first: PassTimes, last: PassTimes, middle: PassTimes, m: Num = 0) -> Num:
     """The bubble of a split-backward schedule from the ranks' passes (assemble.py): ``zero_bubble.closed_bubble`` with
     T_B = T_W = half the backward, T_F the forward, as the flow shop of ``bubble.flow_bubble`` prices ranks of
-    unequal times: ZB-H1's (p − 1)·T_F is 1F1B's flow form over forward times; DualPipe's (p/2 − 1)·T_F its
-    (p/2 − 1)/(p − 1) share. ZB-V (zero_bubble_v.py): its table's (p − 1)·max(T_F − T_B, (T_B − T_F)/2), the
+    unequal times: ZB-H1's (p − 1)·T_F is 1F1B's flow form over forward times; DualPipe's Table 2 form (p/2 − 1)·(T_F + T_B)
+    its (p/2 − 1)/(p − 1) share of that flow form over T_F + T_B. ZB-V (zero_bubble_v.py): its table's (p − 1)·max(T_F − T_B, (T_B − T_F)/2), the
     paper's (p − 1)·(T_F + T_B − 2·T_W) where T_F ≥ T_B = T_W, over each rank's value; Chimera (chimera.py): its
     table's (p/2 − 1)·((T_F + T_B) + (2K − 1)·|T_B − T_F|) for K = m/p basic units, the first term 1F1B's flow form
     over whole passes at its (p/2 − 1)/(p − 1) share, the second over the ranks' largest |T_B − T_F| (Table 1's
@@ -104,10 +104,10 @@ def split_bubble(schedule: str, pp: Num, first: PassTimes, last: PassTimes, midd
             widest = maximum(widest, maximum(p.t_b - p.t_f, p.t_f - p.t_b))  # the ranks' largest |T_B − T_F|
         units = maximum(2 * m / maximum(pp, 1) - 1, 0.0)
         return maximum(pp / 2 - 1, 0.0) * (whole / maximum(pp - 1, 1) + units * widest)
-    zb = flow_bubble("1f1b", pp, 1, *(p.t_f for p in passes))
-    if schedule == "dualpipe":
-        return zb * maximum(pp / 2 - 1, 0.0) / maximum(pp - 1, 1)
-    return zb
+    if schedule == "dualpipe":  # Table 2's (p/2 − 1)·(T_F + T_B) with T_B = T_W = half the backward
+        pair = flow_bubble("1f1b", pp, 1, *(p.t_f + p.t_b / 2 for p in passes))
+        return pair * maximum(pp / 2 - 1, 0.0) / maximum(pp - 1, 1)
+    return flow_bubble("1f1b", pp, 1, *(p.t_f for p in passes))
 
 
 def two_chunk_times(schedule: object, first: PassTimes, last: PassTimes, middle: PassTimes, head: PassTimes
