@@ -76,3 +76,24 @@ def test_glue_never_shortens_a_step_and_adds_what_exceeds_the_module_calls(seria
     else:  # GPU: 5 launching ops, 11 − 5 × 0.5 = 8.5 us of kernels; host 13 + 5 × 0.5 + 97 = 112.5 us
         assert pred.gpu_timeline == pytest.approx(8.5e-6)
         assert replace(pred, glue=100e-6).seconds == pytest.approx(112.5e-6)
+
+
+@pytest.mark.parametrize("glue", [0.0, 2e-6, 100e-6])
+def test_the_host_bound_split_is_the_prediction_on_a_gpu(glue):
+    """hostbound.host_bound on a GPU prediction adds up to what predict.py predicts: max(work, dispatch + host), the
+    ops that launch no kernel (views) on the host's side as in predict.py's host timeline, the glue beyond the module
+    calls with them. The chain of test_measure has 5 launching ops (kernels 11 us, 8.5 us after their dispatch);
+    with a view of 20 us among them the split put it in the work (8.5 + 20 = 28.5 us against a host of 13 + 2.5 us)
+    where the prediction has it on the host (host 13 + 2.5 + 20 = 35.5 us)."""
+    from meshplan.measure.hostbound import host_bound
+    from meshplan.measure.predict import OpPrediction
+
+    ops = chain()
+    times = {s.key: (i + 1) * 1e-6 for i, s in enumerate(signatures(ops))}
+    host = HostCosts(autograd=0.5e-6, engine=1.5e-6, module=1e-6, dispatch=0.5e-6)
+    pred = replace(predict_step(trace_of(ops), [], times, host, serial=False), glue=glue)
+    first = pred.ops[0]
+    view = OpPrediction(index=len(pred.ops), op=first.op, cls="view", kernel=20e-6, host=0.0, source="replay",
+                        launches=0)
+    for p in (pred, replace(pred, ops=(*pred.ops, view))):
+        assert host_bound(p).with_host == pytest.approx(p.seconds, rel=1e-12)

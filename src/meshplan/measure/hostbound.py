@@ -66,7 +66,9 @@ def host_bound(prediction: StepPrediction, host_dispatch: float | None = None) -
     """The split of the module docstring; ``host_dispatch`` None: the prediction's own (host.py's ``dispatch``)."""
     d = prediction.host.dispatch if host_dispatch is None else host_dispatch
     launches = sum(p.launches for p in prediction.ops)
-    work = sum(max(p.kernel - d * p.launches, 0.0) for p in prediction.ops)
+    serial = prediction.serial  # on a GPU the ops that launch nothing (views) are the host's, as predict.py has them
+    work = sum(max(p.kernel - d * p.launches, 0.0) for p in prediction.ops if serial or p.launches)
+    views = 0.0 if serial else sum(p.kernel for p in prediction.ops if not p.launches)
     return HostBound(host_dispatch=d, launches=launches, work=work, dispatch=d * launches,
-                     host=prediction.host_seconds + (0.0 if prediction.serial else prediction.extra_glue),
-                     serial=prediction.serial)
+                     host=prediction.host_seconds + (0.0 if serial else prediction.extra_glue + views),
+                     serial=serial)
