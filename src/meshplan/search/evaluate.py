@@ -98,7 +98,8 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
 
 
 def search_band(model: ModelSpec, cluster: Cluster, space: Space) -> float:
-    """The error band within which the search ranks the simplest plan first (``Space.prefer_simple``), else 0: the
+    """The error band within which the search ranks the plans after the fastest simplest first (``Space.prefer_simple``,
+    search/select.py), else 0: the
     band of the estimates it ranks (``Estimate.ranking_band``, specs/bands.py)."""
     return ranking_band(cluster.accelerator.architecture) if space.prefer_simple else 0.0
 

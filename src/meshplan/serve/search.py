@@ -9,9 +9,10 @@ them (replicas filling the GPUs, each prefill / decode split) is a few array ope
 The ranking (``ServeSpace.prefer_simple``), the training search's rule (search/select.py) on serving's figures: the
 best configuration's throughput X (or TPOT, ranking by latency) sets the band X / (1 + b), b the serving error band of
 the GPU's architecture (specs/bands.serving_band: the median |error| of the published runs' throughput), within
-which the model cannot tell two configurations apart; those within it come first, the simplest first (fewer of tp,
-pp, dpa, ep above 1, a disaggregated deployment and a format other than the checkpoint's, one each), then the ones on
-fewer GPUs, then the faster; the rest after them, best first.
+which the model cannot tell two configurations apart. The best leads (a faster machine never makes #1 worse: issue
+48); the others within the band follow it, the simplest first (fewer of tp, pp, dpa, ep above 1, a disaggregated
+deployment and a format other than the checkpoint's, one each), then the ones on fewer GPUs, then the faster; the rest
+after them, best first. ``ServeSpace.simplest_leads``: the simplest of the band leads instead (issue 36's rule).
 """
 
 from __future__ import annotations
@@ -239,7 +240,7 @@ def _simple_rows(pool, keys, band: float, space: ServeSpace, top_k: int) -> list
 
 
 def _ordered(plans: list[ServeEstimate], space: ServeSpace, band: float) -> list[ServeEstimate]:
-    """The estimates in the search's order (module docstring): within the band of the best, the simplest first."""
+    """The estimates in the search's order (module docstring): the best, then the rest of its band, simplest first."""
     by_rank = sorted(plans, key=lambda e: _rank(e, space))
     if not band or not by_rank:
         return by_rank
