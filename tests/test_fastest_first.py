@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 
 from meshplan.cli import main
+from meshplan.errors import SpecError
 from meshplan.search import Space, search
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
@@ -47,3 +48,17 @@ def test_the_first_plan_never_slows_on_faster_memory(prefer_simple):
     slow_best = search(model, system.cluster(8), space, top_k=1).plans[0].step_time
     fast_best = search(model, fast.cluster(8), space, top_k=1).plans[0].step_time
     assert fast_best <= slow_best
+
+
+def test_simplest_first_is_refused_where_the_ranking_is_by_time_alone():
+    """sweep ranks each point by step time alone (a scaling curve of the fastest plans): --simplest-first there is one
+    line and exit 2, not silently ignored; so is it beside --fastest-first."""
+    from click.testing import CliRunner
+
+    from meshplan.cli.main import cli
+
+    swept = CliRunner().invoke(cli, ["sweep", "--model", "llama3-8b", "--systems", "h100", "--gpus", "8,16",
+                                     "--simplest-first"])
+    assert "simplest_first=true" in (swept.output + str(swept.exception))
+    with pytest.raises(SpecError, match="by step time alone"):  # the Space's own check, without the CLI
+        Space(global_batch=32, prefer_simple=False, simplest_leads=True)

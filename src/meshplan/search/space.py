@@ -94,6 +94,9 @@ class Space:
         check_options(max_micro_batch=self.max_micro_batch, max_plans=self.max_plans or None,  # ranges.RANGES
                       grad_bytes=self.grad_bytes, headroom=self.headroom,
                       recompute_layers=self.recompute_layers or None, offload_layers=self.offload_layers or None)
+        if self.simplest_leads and not self.prefer_simple:  # sweep, report's scaling and --fastest-first rank by time
+            raise SpecError("simplest_first=true lets the simplest plan of the error band lead, but this ranking is "
+                            "by step time alone (sweep, report's scaling curve, --fastest-first): leave it out")
         if not isinstance(self.uneven_stages, int) or self.uneven_stages < 0:
             raise SpecError(f"uneven_stages={self.uneven_stages!r} must be a count of last-stage splits, 0 or more")
         problem = recompute_modules_problem(self.recompute_modules)
