@@ -49,27 +49,16 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from meshplan.trace.launches import CUDA_EXTRA
+
 # aten ops that launch no kernel on the GPU: allocations (their memory comes from the caching allocator) and results
 # that alias their input (views: a non-writing alias annotation on the schema's return; _unsafe_view and
 # _reshape_alias are views whose schema does not say so)
 ALLOCATIONS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "lift_fresh", "detach",
                "_unsafe_view", "_reshape_alias"}
 
-# aten ops that launch more than one CUDA kernel: the pass of each kernel beyond the first ("" the op's own), with the
-# kernels torch.profiler recorded under the op on an H200 (data/measured/gpu/2026-11-26-nvidia-h200-kernel-names.json)
-_FLASH_BWD = ("", "")  # cuDNN: compute_dot_do_o (dot(o, do)), flash_bprop, convert_dq_to_16bits (the fp32 dq cast);
-# FlashAttention-2 alike: flash_bwd_dot_do_o_kernel, flash_bwd_dq_dk_dv_loop_seqk_parallel, flash_bwd_convert_dq_kernel
-CUDA_EXTRA: dict[str, tuple[str, ...]] = {
-    # layer_norm_grad_input_kernel, then GammaBetaBackwardCUDAKernel (the weight and bias gradients' reduction):
-    # ATen/native/cuda/layer_norm_kernel.cu
-    "native_layer_norm_backward": ("bwd_w",),
-    # ``Tensor tmp = grad * output`` (a mul kernel), then softmax_warp_backward: ATen/native/cuda/SoftMax.cu
-    "_softmax_backward_data": ("",),
-    # SDPA's flash backward (the CPU's own flash kernel stands for the GPU's cuDNN / FlashAttention-2 one)
-    "_scaled_dot_product_flash_attention_for_cpu_backward": _FLASH_BWD,
-    "_scaled_dot_product_flash_attention_backward": _FLASH_BWD,
-    "_scaled_dot_product_cudnn_attention_backward": _FLASH_BWD,
-}
+# aten ops that launch more than one CUDA kernel: src/meshplan/trace/launches.py's CUDA_EXTRA (one table for this
+# count and the traced ops' price)
 
 
 def launches_kernel(func: Any) -> bool:

@@ -21,6 +21,7 @@ from meshplan.roofline import op_time
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Accelerator
 from meshplan.trace.graph import Trace, TracedOp
+from meshplan.trace.launches import gpu_kernels
 
 DTYPE_PRECISION = {"bfloat16": "bf16", "float16": "fp16", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
 
@@ -32,14 +33,17 @@ def precision(op: TracedOp, fp32_precision: str = "fp32") -> str:
 
 
 def op_cost(op: TracedOp) -> OpCost:
-    """The OpCost of one traced op (name, phase, kind, FLOPs, HBM bytes, GEMM / attention shape)."""
+    """The OpCost of one traced op (name, phase, kind, FLOPs, HBM bytes, GEMM / attention shape), with the kernels
+    its GPU implementation launches (launches.py: SDPA's flash backward 3, LayerNorm's and softmax's backward 2)."""
+    kernels = float(gpu_kernels(op.target.split(".")[1] if "." in op.target else op.target))  # aten.NAME.overload
     if op.kind == "attention":
         flops = op.flops / 2 if op.causal else op.flops
         return OpCost(op.name, op.phase, "attention", flops, op.nbytes, m=op.m, n=op.n, k=op.k,
-                      variant="flash_causal" if op.causal else "flash")
+                      variant="flash_causal" if op.causal else "flash", kernels=kernels)
     if op.kind == "gemm":
-        return OpCost(op.name, op.phase, "gemm", op.flops, op.nbytes, m=op.m, n=op.n, k=op.k, groups=op.groups)
-    return OpCost(op.name, op.phase, "memory", op.flops, op.nbytes)
+        return OpCost(op.name, op.phase, "gemm", op.flops, op.nbytes, m=op.m, n=op.n, k=op.k, groups=op.groups,
+                      kernels=kernels)
+    return OpCost(op.name, op.phase, "memory", op.flops, op.nbytes, kernels=kernels)
 
 
 def op_costs(trace: Trace) -> list[OpCost]:

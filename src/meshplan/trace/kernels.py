@@ -47,7 +47,8 @@ def kernel_rows(trace: Trace, timed: Sequence[TimedOp], acc: Accelerator, eff: E
     for index, t in own.items():
         g = groups[index] if groups[index] in chains else -1
         share = chain_time[g] * t.op.nbytes / eager_bytes[g] if g >= 0 else t.seconds
-        rows[index] = KernelRow(launches=1, overhead=float(overhead(t.cost, acc)), group=g, fused=share)
+        rows[index] = KernelRow(launches=int(t.cost.kernels), overhead=float(overhead(t.cost, acc)), group=g,
+                                fused=share)
     return rows
 
 
