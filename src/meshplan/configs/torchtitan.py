@@ -173,9 +173,11 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
     _check_dp(dp, replicate, shard)
     if replicate > 1 and (shard if shard > 0 else dp // replicate) > 1:
         raise refuse(_NAME, "data_parallel_replicate_degree", replicate, "HSDP (replicate × shard) is not modelled")
-    zero = 0 if replicate > 1 else 2 if par.get("fsdp_reshard_after_forward") == "never" else 3
+    values = Values(par, "torchtitan config: parallelism")  # its options refused unless torchtitan takes them
+    reshard = values.choice("fsdp_reshard_after_forward", "default", ("default", "always", "never"))
+    zero = 0 if replicate > 1 else 2 if reshard == "never" else 3
     schedules = {v: k for k, v in _SCHEDULES.items()}
-    schedule = Values(par, "torchtitan config: parallelism").text("pipeline_parallel_schedule", "1F1B")
+    schedule = values.text("pipeline_parallel_schedule", "1F1B")
     if schedule not in schedules:
         raise refuse(_NAME, "pipeline_parallel_schedule", schedule, f"meshplan models {', '.join(schedules)}")
     per_stage = _int(par, "pipeline_parallel_layers_per_stage", 0, "parallelism")
@@ -194,16 +196,17 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         micro_batch=micro, global_batch=global_batch if global_batch > 0 else local * dp, zero=zero, recompute=mode,
         schedule=schedules[schedule],
         precision="fp8" if "float8" in converters else "bf16",
-        grad_bytes=2 if train.get("mixed_precision_reduce") == "bfloat16" else 4,
+        grad_bytes=2 if Values(train, "torchtitan config: training").choice(
+            "mixed_precision_reduce", "float32", ("float32", "bfloat16")) == "bfloat16" else 4,
         optimizer=_optimizer(_section(data, "optimizer"))), **extra_plan})
-    compiled = bool(_section(data, "compile").get("enable"))  # each block under torch.compile (specs/stack.py)
+    compiled = Values(_section(data, "compile"), "torchtitan config: compile").flag("enable", False)  # stack.py
     extra_stack = {"compiled": compiled, "region_host": TORCH_COMPILE_REGION_HOST if compiled else 0.0,
                    **extra_stack}  # the meshplan comment's say outranks what [compile] implies
     stack = load_stack(_PRESET).with_(
         fusion="fused" if compiled else "eager",
-        overlap_tp=bool(par.get("enable_async_tensor_parallel", False)),
-        cp_comm={v: k for k, v in _ROTATE.items()}.get(Values(par, "torchtitan config: parallelism").text(
-            "context_parallel_rotate_method", "allgather"), "allgather"), **extra_stack)
+        overlap_tp=values.flag("enable_async_tensor_parallel", False),
+        cp_comm={v: k for k, v in _ROTATE.items()}[values.choice(
+            "context_parallel_rotate_method", "allgather", tuple(_ROTATE.values()))], **extra_stack)
     return plan, stack
 
 

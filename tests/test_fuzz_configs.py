@@ -1,0 +1,46 @@
+"""Fuzz classes of the framework configs ``--from`` reads (issue 48, a second campaign): a torchtitan option torchtitan
+takes as a bool or one of a few strings, written as another kind or an unknown string, is refused naming the key;
+never read by its truthiness (``[compile] enable = "false"`` priced a compiled model) nor taken as the default
+(``context_parallel_rotate_method = "ring"`` priced as allgather)."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshplan.cli import main
+from meshplan.configs import emit, read
+from meshplan.errors import SpecError
+from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import load_stack
+
+MODEL = load_model("llama3-8b")
+PLAN = Plan(dp=8, tp=2, micro_batch=1, global_batch=64, zero=3, sequence_parallel=True)
+TEXT = emit("torchtitan", MODEL, PLAN, load_stack("torchtitan"))
+# (section, key, what the emitted config says): torchtitan's JobConfig fields of type bool or Literal
+KEYS = [("compile", "enable", "false"), ("parallelism", "enable_async_tensor_parallel", "false"),
+        ("parallelism", "fsdp_reshard_after_forward", '"always"'),
+        ("parallelism", "context_parallel_rotate_method", '"alltoall"'),
+        ("training", "mixed_precision_reduce", '"float32"')]
+ODD = ['"false"', '"no"', "0", "1", "2", "[]", '"Ring"', "nan"]
+
+
+@pytest.mark.parametrize(("section", "key", "written"), KEYS)
+def test_a_torchtitan_flag_or_choice_of_another_kind_is_refused_naming_it(section, key, written):
+    assert f"{key} = {written}" in TEXT
+    assert read("torchtitan", MODEL, 16, text=TEXT)[0] == PLAN  # as written: read back
+    for odd in ODD:
+        with pytest.raises(SpecError, match=rf"{section}\.{key}=.* must be") as err:
+            read("torchtitan", MODEL, 16, text=TEXT.replace(f"{key} = {written}", f"{key} = {odd}"))
+        assert "\n" not in str(err.value)
+
+
+def test_compile_enable_true_is_compiled_and_anything_else_but_false_is_refused(tmp_path, capsys):
+    """Through the CLI: enable = true prices torch.compile's regions (stack.compiled), "false" exits 2, not 0."""
+    path = tmp_path / "tt.toml"
+    path.write_text(TEXT.replace("enable = false", "enable = true"))
+    assert read(str(path), MODEL, 16)[1].compiled
+    path.write_text(TEXT.replace("enable = false", 'enable = "false"'))
+    assert main(["estimate", "--from", str(path), "--model", "llama3-8b", "--system", "h100", "--gpus", "16"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "compile.enable='false' must be true or false" in err[0]
