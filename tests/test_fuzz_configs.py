@@ -1,9 +1,11 @@
-"""Fuzz classes of the framework configs ``--from`` reads (issue 48, a second campaign): a torchtitan option torchtitan
+"""Fuzz classes of the framework configs ``--from`` reads (issue 48, a second campaign): an option its framework
 takes as a bool or one of a few strings, written as another kind or an unknown string, is refused naming the key;
 never read by its truthiness (``[compile] enable = "false"`` priced a compiled model) nor taken as the default
 (``context_parallel_rotate_method = "ring"`` priced as allgather)."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -44,3 +46,27 @@ def test_compile_enable_true_is_compiled_and_anything_else_but_false_is_refused(
     assert main(["estimate", "--from", str(path), "--model", "llama3-8b", "--system", "h100", "--gpus", "16"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "compile.enable='false' must be true or false" in err[0]
+
+
+MEGATRON = emit("megatron", MODEL, PLAN.with_(dp=4, cp=2, zero=1), load_stack("megatron-core"))
+NEMO = emit("nemo", MODEL, PLAN.with_(dp=4, cp=2, zero=1), load_stack("nemo"))
+# (format, text, the option as written, its field in the refusal): an enumerated option of Megatron's arguments or
+# Megatron-Bridge's overrides; each used to fall back to the default on a value meshplan did not know
+CHOICES = [("megatron", MEGATRON, "--cp-comm-type p2p", "--cp-comm-type {}", "cp_comm_type"),
+           ("megatron", MEGATRON, "--attention-backend fused", "--attention-backend {}", "attention_backend"),
+           ("megatron", MEGATRON, "--attention-backend fused", "--attention-backend fused --fp8-recipe {}",
+            "fp8_recipe"),
+           ("nemo", NEMO, "model.cp_comm_type=p2p", "model.cp_comm_type={}", "model.cp_comm_type"),
+           ("nemo", NEMO, "mixed_precision=bf16_mixed", "mixed_precision={}", "mixed_precision")]
+
+
+@pytest.mark.parametrize(("fmt", "text", "written", "odd", "field"), CHOICES)
+def test_an_unknown_value_of_an_enumerated_option_is_refused_not_priced_as_its_default(fmt, text, written, odd,
+                                                                                       field):
+    """cp_comm_type a2a+p2p was priced as the ring (p2p), mixed_precision=bogus as bf16_mixed, attention_backend
+    bogus as fused: each is now refused naming the option and the values meshplan reads."""
+    assert written in text
+    read(fmt, MODEL, 16, text=text)  # as written: read
+    for value in ("bogus", "a2a+p2p", "P2P", "16"):
+        with pytest.raises(SpecError, match=re.escape(f"{fmt} cannot express {field}={value}: meshplan reads")):
+            read(fmt, MODEL, 16, text=text.replace(written, odd.format(value)))
