@@ -60,3 +60,14 @@ def test_compiled_reads_alike_from_the_option_and_a_torchtitan_job(tmp_path, cap
     assert via_option == via_job
     assert stack(["--compiled", "--region-host", "0.001"])[1] == 0.001
     assert stack(["--from", str(job), "--no-compiled"])[:2] == (False, 0.0)
+
+
+@pytest.mark.parametrize("extra", [[], ["--dp-mode", "allreduce"]])
+def test_parameter_server_shards_without_a_parameter_server_are_refused(extra, capsys):
+    """--servers 4 on an all-reduce plan priced the plan as without it (27.2 s for llama3-8b on 16 H100s, both);
+    like --summa-panels without SUMMA it is refused, by estimate and by the search alike."""
+    assert "servers=4 needs --dp-mode ps (got allreduce)" in one_line([*RUN, "--servers", "4", *extra], capsys)
+    search = ["plan", "--model", "gpt2", "--system", "h100", "--gpus", "8", "--servers", "4", *extra]
+    assert "servers=4 needs ps among dp_modes (got allreduce)" in one_line(search, capsys)
+    assert main([*RUN, "--servers", "4", "--dp-mode", "ps", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["plan"]["servers"] == 4

@@ -184,6 +184,8 @@ def _no_effect(given: dict[str, Any], values: dict[str, Any]) -> None:
         raise SpecError(f"summa-panels={given['summa_panels']} needs --layout summa (got {values['tensor_layout']})")
     if given.get("lora_rank", 0) > 0 and given.get("finetune") == "full":
         raise SpecError(f"lora-rank={given['lora_rank']} needs --finetune lora (got full; or leave --finetune out)")
+    if given.get("servers", 0) > 0 and values["dp_mode"] != "ps":
+        raise SpecError(f"servers={given['servers']} needs --dp-mode ps (got {values['dp_mode']})")
     if "lora_targets" in given and values["finetune"] != "lora":
         raise SpecError(f"lora-targets={given['lora_targets']} needs --lora-rank or --finetune lora")
 

@@ -117,7 +117,9 @@ class Space:
                 ("recompute_layers", self.recompute_layers > 0, "full" in self.recompute,
                  f"needs full among recompute (got {','.join(self.recompute)})"),
                 ("offload_layers", self.offload_layers > 0, True in self.offload_activations,
-                 "needs activation offload (offload_activations)")):
+                 "needs activation offload (offload_activations)"),
+                ("servers", self.servers > 0, "ps" in self.dp_modes,
+                 f"needs ps among dp_modes (got {','.join(self.dp_modes)})")):
             if used and not ok:
                 raise SpecError(f"{name}={_shown(getattr(self, name))} {what}")
 
