@@ -70,3 +70,16 @@ def test_an_unknown_value_of_an_enumerated_option_is_refused_not_priced_as_its_d
     for value in ("bogus", "a2a+p2p", "P2P", "16"):
         with pytest.raises(SpecError, match=re.escape(f"{fmt} cannot express {field}={value}: meshplan reads")):
             read(fmt, MODEL, 16, text=text.replace(written, odd.format(value)))
+
+
+@pytest.mark.parametrize(("stack", "enable"), [
+    (load_stack("torchtitan"), False),  # eager, not compiled: torchtitan's benchmark stack
+    (load_stack("torchtitan").with_(compiled=True, region_host=2.9e-4), True),  # --compiled: was enable = false
+    (load_stack("generic"), True),  # fused kernels: torch.compile is torchtitan's one way to them
+    (load_stack("torchtitan").with_(compiled=True, region_host=1e-3, fusion="fused"), True)])
+def test_a_compiled_stack_is_written_with_compile_enabled_and_read_back_equal(stack, enable):
+    """The job config a user launches compiles what meshplan priced as compiled: [compile] enable = true for a
+    compiled stack (its eager element-wise kernels, if so, said in the meshplan comment), and read back equal."""
+    text = emit("torchtitan", MODEL, PLAN, stack)
+    assert f"[compile]\nenable = {str(enable).lower()}" in text
+    assert read("torchtitan", MODEL, 16, text=text) == (PLAN, stack)
