@@ -71,3 +71,14 @@ def test_parameter_server_shards_without_a_parameter_server_are_refused(extra, c
     assert "servers=4 needs ps among dp_modes (got allreduce)" in one_line(search, capsys)
     assert main([*RUN, "--servers", "4", "--dp-mode", "ps", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["plan"]["servers"] == 4
+
+
+def test_sweep_refuses_simplest_first_which_it_would_leave_without_effect(tmp_path, capsys):
+    """sweep takes the search's options, --simplest-first among them, but ranks each point by time alone
+    (``prefer_simple=False``): the option changed nothing. Refused, before any search; --fastest-first is what it
+    does anyway and passes."""
+    args = ["sweep", "--model", "gpt2", "--systems", "h100", "--gpus", "8", "-o", str(tmp_path / "s"),
+            "--workers", "1", "--zero", "1", "--placements", "default", "--max-micro-batch", "2"]
+    assert "simplest-first: each point of a sweep is its fastest plan" in one_line([*args, "--simplest-first"], capsys)
+    assert not (tmp_path / "s").exists()
+    assert main([*args, "--fastest-first"]) == 0
