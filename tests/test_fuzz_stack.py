@@ -82,3 +82,11 @@ def test_sweep_refuses_simplest_first_which_it_would_leave_without_effect(tmp_pa
     assert "simplest-first: each point of a sweep is its fastest plan" in one_line([*args, "--simplest-first"], capsys)
     assert not (tmp_path / "s").exists()
     assert main([*args, "--fastest-first"]) == 0
+
+
+@pytest.mark.parametrize(("option", "value", "runs"), [("--dp-mode", "ps", "dp_modes=allreduce"),
+                                                       ("--collectives", "mst", "collectives=nccl")])
+def test_a_refused_exchange_says_what_the_framework_runs(option, value, runs, capsys):
+    """megatron-core runs no parameter server and no MST collectives: the refusal named what it runs as "off"."""
+    line = one_line(["plan", "--model", "gpt2", "--system", "h100", "--gpus", "8", option, value], capsys)
+    assert line.endswith(f"framework megatron-core runs none of them (it runs {runs})")
