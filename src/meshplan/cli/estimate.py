@@ -84,7 +84,7 @@ def _search_command(model_ref: str, system_ref: str, where: dict, est: Estimate,
 def _from_config(path: str, model: ModelSpec, gpus: int, framework: str, options: dict) -> tuple:
     """``--from``: the config's plan and stack; a plan option or ``--framework`` beside it is refused (the config
     says them), a stack option overrides the stack the config gives."""
-    from meshplan.cli.options import PLAN_PREFIX, STACK_PREFIX
+    from meshplan.cli.options import PLAN_PREFIX, STACK_PREFIX, stack_with
     from meshplan.configs import read
 
     given = sorted(k.removeprefix(PLAN_PREFIX) for k, v in options.items()
@@ -94,4 +94,4 @@ def _from_config(path: str, model: ModelSpec, gpus: int, framework: str, options
         raise SpecError(f"--{shown} given with --from {path}: the config sets the plan and the framework")
     plan, stack = read(path, model, gpus)
     stack_options = {k.removeprefix(STACK_PREFIX): v for k, v in options.items() if k.startswith(STACK_PREFIX)}
-    return plan, stack.with_(**{k: v for k, v in stack_options.items() if v is not None})
+    return plan, stack_with(stack, {k: v for k, v in stack_options.items() if v is not None})

@@ -73,11 +73,22 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001  (a bug, not bad input: still one line, and how to see more)
         if os.environ.get("MESHPLAN_DEBUG"):
             raise
+        if _out_of_memory(exc):  # what the command asked of this host's or GPU's memory: too much, not a bug
+            return _error(f"out of memory: {type(exc).__name__}: {one_line(str(exc))[:200]} (this host or GPU has "
+                          "less than the command asked for: smaller inputs, model, batch or fewer ranks)")
         first = one_line((str(exc).strip().splitlines() or [""])[0])
         click.echo(f"meshplan: internal error: {type(exc).__name__}: {first} (a bug in meshplan: please report "
                    "the command; MESHPLAN_DEBUG=1 shows the traceback)", err=True)
         return 3
     return 0
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """An allocation the machine refused: Python's MemoryError, PyTorch's OutOfMemoryError (a GPU's) or the
+    RuntimeError of its CPU allocator ("DefaultCPUAllocator: can't allocate memory")."""
+    text = str(exc)
+    return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or (
+        isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text))
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ from meshplan.specs.check import recompute_modules_problem
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
-from meshplan.specs.stack import DEFAULT_FRAMEWORK, Stack, load_stack, stack_names
+from meshplan.specs.stack import DEFAULT_FRAMEWORK, TORCH_COMPILE_REGION_HOST, Stack, load_stack, stack_names
 
 PLAN_PREFIX, STACK_PREFIX = "plan_", "stack_"
 AXES = ("tp", "tp2", "pp", "cp", "dp")  # the axes whose product is the GPU count
@@ -85,7 +85,19 @@ def _given(options: dict[str, Any], prefix: str) -> dict[str, Any]:
 
 def stack_of(framework: str, options: dict[str, Any]) -> Stack:
     """The stack of ``--framework`` with the stack options that were given."""
-    return load_stack(framework).with_(**_given(options, STACK_PREFIX))
+    return stack_with(load_stack(framework), _given(options, STACK_PREFIX))
+
+
+def stack_with(stack: Stack, given: dict[str, Any]) -> Stack:
+    """``stack`` with the stack options ``given``: ``--compiled`` on a stack with no compiled region's host cost
+    prices the one measured (TORCH_COMPILE_REGION_HOST, as a torchtitan job's ``[compile] enable`` reads) unless
+    ``--region-host`` says another; ``--no-compiled`` drops it unless ``--region-host`` is given too (which the
+    stack then refuses: a region's host time needs a compiled region)."""
+    if "compiled" in given and "region_host" not in given:
+        given = {**given, "region_host": TORCH_COMPILE_REGION_HOST if given["compiled"] else 0.0}
+        if given["compiled"] and stack.compiled and stack.region_host:
+            given["region_host"] = stack.region_host
+    return stack.with_(**given)
 
 
 def recompute_modules(text: str) -> tuple[str, ...]:
@@ -172,6 +184,8 @@ def _no_effect(given: dict[str, Any], values: dict[str, Any]) -> None:
         raise SpecError(f"summa-panels={given['summa_panels']} needs --layout summa (got {values['tensor_layout']})")
     if given.get("lora_rank", 0) > 0 and given.get("finetune") == "full":
         raise SpecError(f"lora-rank={given['lora_rank']} needs --finetune lora (got full; or leave --finetune out)")
+    if given.get("servers", 0) > 0 and values["dp_mode"] != "ps":
+        raise SpecError(f"servers={given['servers']} needs --dp-mode ps (got {values['dp_mode']})")
     if "lora_targets" in given and values["finetune"] != "lora":
         raise SpecError(f"lora-targets={given['lora_targets']} needs --lora-rank or --finetune lora")
 

@@ -203,6 +203,13 @@ def _config_estimate(path: str, model, cluster):
     return estimate(model, cluster, plan, stack)
 
 
+def _fastest_points(given: dict[str, Any]) -> None:
+    """sweep takes the search's options but ranks each point by time alone: --simplest-first would change nothing."""
+    if given["simplest_first"]:
+        raise SpecError("simplest-first: each point of a sweep is its fastest plan (a scaling curve); plan and "
+                        "report rank by it")
+
+
 @click.command("sweep")
 @_model_options
 @click.option("--systems", default="a100,h200,b200", show_default=True,
@@ -259,6 +266,7 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
     if workers is not None and workers < 1:
         raise SpecError(f"workers={workers} must be a positive integer")
     check_options(workers=workers)
+    _fastest_points(given)
     # bf16 unless given: param_points gives each system its GPU's own 16-bit precision; no headroom unless given; the
     # fastest plan of each point (a scaling curve), not the simplest within the error band
     space = search_space(space_settings(given, stack, headroom=0.0), gbs, stack, "bf16", prefer_simple=False)

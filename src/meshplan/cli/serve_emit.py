@@ -3,12 +3,12 @@ with every axis fixed) as the engine's launch script (serve/launch.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
 
 from meshplan.errors import SpecError
+from meshplan.files import write_text
 from meshplan.serve.launch import LAUNCH_FORMATS, launch_text
 
 # the engine preset a format's configuration is priced with when --engine is not given (trtllm-serve's default
@@ -42,5 +42,5 @@ def write_launch(est: Any, fmt: str, path: str | None, context: int) -> None:
     if path is None:
         click.echo(text, nl=False)
     else:
-        Path(path).write_text(text, encoding="utf-8")
+        write_text(path, text, "emit-to")
         click.echo(f"wrote {fmt} launch of {est.plan.describe()} to {path}", err=True)

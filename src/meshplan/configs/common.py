@@ -23,6 +23,14 @@ def refuse(framework: str, field: str, value: object, why: str) -> SpecError:
     return SpecError(f"{framework} cannot express {field}={value}: {why}")
 
 
+def known_value(framework: str, field: str, value: Any, allowed: tuple[str, ...]) -> Any:
+    """``value`` if the framework's option takes it (``allowed``: the values meshplan reads), else the one-line
+    refusal: an unknown or misspelt value is never priced as the option's default."""
+    if value not in allowed:
+        raise refuse(framework, field, value, f"meshplan reads {', '.join(allowed)}")
+    return value
+
+
 def per_rank_fallback(plan: Plan, framework: str) -> tuple[Plan, list[str]]:
     """Per-rank recompute (Plan.stage_recompute) as a framework with one recompute setting for every pipeline rank
     runs it (Megatron-Core: TransformerConfig's recompute_granularity / recompute_method / recompute_num_layers,

@@ -44,6 +44,7 @@ from meshplan.configs.common import (
     check_layout,
     comment,
     data_parallel,
+    known_value,
     parse_comment,
     per_rank_fallback,
     refuse,
@@ -297,13 +298,17 @@ def _precision(options: dict[str, Any]) -> str:
 
 
 def _stack(options: dict[str, Any], extra: dict[str, Any]) -> Stack:
-    backend = options.get("--attention-backend", "auto")
+    # Megatron-Core's AttnBackend (flash, fused, unfused, local, auto) and --fp8-recipe values meshplan prices
+    backend = known_value(_NAME, "attention_backend", options.get("--attention-backend", "auto"),
+                          ("flash", "fused", "unfused", "local", "auto"))
     kernel = {"flash": ("fa2", True), "unfused": ("fused", False)}.get(backend, ("fused", True))
-    recipe = options.get("--fp8-recipe", "delayed")
+    recipe = known_value(_NAME, "fp8_recipe", options.get("--fp8-recipe", "delayed"),
+                         ("delayed", "tensorwise", "mxfp8"))
+    cp_comm = known_value(_NAME, "cp_comm_type", options.get("--cp-comm-type", "p2p"), tuple(CP_COMM_TYPE.values()))
     return load_stack(_PRESET).with_(
         overlap_dp="--overlap-grad-reduce" in options, overlap_tp="--tp-comm-overlap" in options,
         overlap_pp="--no-overlap-p2p-communication" not in options,
-        cp_comm={v: k for k, v in CP_COMM_TYPE.items()}.get(options.get("--cp-comm-type", "p2p"), "ring"),
+        cp_comm={v: k for k, v in CP_COMM_TYPE.items()}[cp_comm],
         expert_gemm="grouped" if "--moe-grouped-gemm" in options else "per_expert",
         **({"moe_dispatcher": options["--moe-token-dispatcher-type"]} if "--moe-token-dispatcher-type" in options
            else {}),

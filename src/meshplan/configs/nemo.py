@@ -46,6 +46,7 @@ from meshplan.configs.common import (
     check_layout,
     comment,
     data_parallel,
+    known_value,
     parse_comment,
     per_rank_fallback,
     refuse,
@@ -206,8 +207,8 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
                                                                  ("pp", "pipeline_model_parallel"),
                                                                  ("cp", "context_parallel"))}
     vpp = _int(values, "model.virtual_pipeline_model_parallel_size", 1)
-    precision, scaling = {v: k for k, v in _MIXED_PRECISION.items()}.get(values.get("mixed_precision", "bf16_mixed"),
-                                                                  ("bf16", "delayed"))
+    precision, scaling = {v: k for k, v in _MIXED_PRECISION.items()}[known_value(
+        _NAME, "mixed_precision", values.get("mixed_precision", "bf16_mixed"), tuple(_MIXED_PRECISION.values()))]
     granularity = values.get("model.recompute_granularity", "none")
     layers = _int(values, "model.recompute_num_layers", 0) if values.get("model.recompute_method") == "block" else 0
     plan = Plan(**{**dict(
@@ -229,7 +230,8 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
     stack = load_stack(_PRESET).with_(
         overlap_dp=_flag(values, "ddp.overlap_grad_reduce"), overlap_tp=_flag(values, "comm_overlap.tp_comm_overlap"),
         overlap_pp=_flag(values, "model.overlap_p2p_comm", True),
-        cp_comm={v: k for k, v in CP_COMM_TYPE.items()}.get(values.get("model.cp_comm_type", "p2p"), "ring"),
+        cp_comm={v: k for k, v in CP_COMM_TYPE.items()}[known_value(
+            _NAME, "model.cp_comm_type", values.get("model.cp_comm_type", "p2p"), tuple(CP_COMM_TYPE.values()))],
         expert_gemm="grouped" if _flag(values, "model.moe_grouped_gemm") else "per_expert",
         **({"moe_dispatcher": values["model.moe_token_dispatcher_type"]}
            if "model.moe_token_dispatcher_type" in values else {}),

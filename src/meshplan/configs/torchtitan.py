@@ -16,7 +16,8 @@ ParallelismConfig):
 - [activation_checkpoint] ``mode`` ("none" / "selective" / "full"), ``selective_ac_option`` ("op": per-op SAC)
 - [optimizer] ``name`` ("Adam" / "AdamW", default "AdamW": torchtitan/components/optimizer.py build_optimizers
   takes those two)
-- [compile] ``enable``; [model] ``converters = ["float8"]`` with [float8] ``recipe_name = "tensorwise"``
+- [compile] ``enable`` (a compiled or fused stack); [model] ``converters = ["float8"]`` with [float8]
+  ``recipe_name = "tensorwise"``
 
 Mapping: FSDP2 is ZeRO-3 when it reshards after forward and ZeRO-2 when it does not ("never"); plain replication
 (DDP) is ZeRO-0; torchtitan has no ZeRO-1. Its tensor parallelism always shards the norms' sequence (sequence
@@ -117,10 +118,12 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
         "expert_parallel_degree": plan.ep, "expert_tensor_parallel_degree": plan.etp,
         "enable_async_tensor_parallel": stack.overlap_tp}
     ac = {"mode": plan.recompute, "selective_ac_option": "op" if plan.recompute == "selective" else None}
-    expressed = ("fusion", "overlap_tp", "cp_comm") + (("fp8_scaling",) if fp8 else ())
-    # [compile] enable says fusion, and what reading it implies of the compiled region; the comment says otherwise
-    implied = {"compiled": stack.fusion == "fused",
-               "region_host": TORCH_COMPILE_REGION_HOST if stack.fusion == "fused" else 0.0}
+    expressed = ("overlap_tp", "cp_comm") + (("fp8_scaling",) if fp8 else ())
+    # [compile] enable: torch.compile's regions (a compiled stack) or its fused element-wise kernels (a fused one),
+    # torchtitan's one way to either; what reading it implies of the other fields, the comment says otherwise
+    enable = stack.compiled or stack.fusion == "fused"
+    implied = {"fusion": "fused" if enable else "eager", "compiled": enable,
+               "region_host": TORCH_COMPILE_REGION_HOST if enable else 0.0}
     carried = carried_stack_fields(stack, _PRESET, expressed + tuple(implied))
     carried |= {k: getattr(stack, k) for k, v in implied.items() if getattr(stack, k) != v}
     note = comment(carried, {"zero": plan.zero} if plan.dp == 1 else {})
@@ -134,7 +137,7 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     lines += _table("float8", {"recipe_name": "tensorwise"}) if fp8 else []
     lines += _table("optimizer", {"name": _OPTIMIZERS[plan.optimizer]})
     lines += _table("training", training) + _table("parallelism", parallelism)
-    lines += _table("activation_checkpoint", ac) + _table("compile", {"enable": stack.fusion == "fused"})
+    lines += _table("activation_checkpoint", ac) + _table("compile", {"enable": enable})
     return "\n".join(lines)
 
 
@@ -173,9 +176,11 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
     _check_dp(dp, replicate, shard)
     if replicate > 1 and (shard if shard > 0 else dp // replicate) > 1:
         raise refuse(_NAME, "data_parallel_replicate_degree", replicate, "HSDP (replicate × shard) is not modelled")
-    zero = 0 if replicate > 1 else 2 if par.get("fsdp_reshard_after_forward") == "never" else 3
+    values = Values(par, "torchtitan config: parallelism")  # its options refused unless torchtitan takes them
+    reshard = values.choice("fsdp_reshard_after_forward", "default", ("default", "always", "never"))
+    zero = 0 if replicate > 1 else 2 if reshard == "never" else 3
     schedules = {v: k for k, v in _SCHEDULES.items()}
-    schedule = Values(par, "torchtitan config: parallelism").text("pipeline_parallel_schedule", "1F1B")
+    schedule = values.text("pipeline_parallel_schedule", "1F1B")
     if schedule not in schedules:
         raise refuse(_NAME, "pipeline_parallel_schedule", schedule, f"meshplan models {', '.join(schedules)}")
     per_stage = _int(par, "pipeline_parallel_layers_per_stage", 0, "parallelism")
@@ -194,16 +199,17 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         micro_batch=micro, global_batch=global_batch if global_batch > 0 else local * dp, zero=zero, recompute=mode,
         schedule=schedules[schedule],
         precision="fp8" if "float8" in converters else "bf16",
-        grad_bytes=2 if train.get("mixed_precision_reduce") == "bfloat16" else 4,
+        grad_bytes=2 if Values(train, "torchtitan config: training").choice(
+            "mixed_precision_reduce", "float32", ("float32", "bfloat16")) == "bfloat16" else 4,
         optimizer=_optimizer(_section(data, "optimizer"))), **extra_plan})
-    compiled = bool(_section(data, "compile").get("enable"))  # each block under torch.compile (specs/stack.py)
+    compiled = Values(_section(data, "compile"), "torchtitan config: compile").flag("enable", False)  # stack.py
     extra_stack = {"compiled": compiled, "region_host": TORCH_COMPILE_REGION_HOST if compiled else 0.0,
+                   "fusion": "fused" if compiled else "eager",
                    **extra_stack}  # the meshplan comment's say outranks what [compile] implies
     stack = load_stack(_PRESET).with_(
-        fusion="fused" if compiled else "eager",
-        overlap_tp=bool(par.get("enable_async_tensor_parallel", False)),
-        cp_comm={v: k for k, v in _ROTATE.items()}.get(Values(par, "torchtitan config: parallelism").text(
-            "context_parallel_rotate_method", "allgather"), "allgather"), **extra_stack)
+        overlap_tp=values.flag("enable_async_tensor_parallel", False),
+        cp_comm={v: k for k, v in _ROTATE.items()}[values.choice(
+            "context_parallel_rotate_method", "allgather", tuple(_ROTATE.values()))], **extra_stack)
     return plan, stack
 
 

@@ -12,10 +12,13 @@ kernels on a GPU), which the trace of its step then follows.
 from __future__ import annotations
 
 import logging
+import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
 from meshplan.errors import MissingDependency, SpecError
+from meshplan.fields import one_line
 
 # the optimizers check-step builds with torch.optim, as Plan.optimizer names them (of specs.plan.OPTIMIZERS)
 TORCH_OPTIMIZERS = ("adamw", "adam", "sgd-momentum", "sgd")
@@ -82,14 +85,27 @@ def _inputs(torch: Any, model: Any, shapes: list[tuple[int, ...]], dtypes: tuple
     from meshplan.trace.capture import torch_dtype
 
     vocab = [m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    kinds = [torch_dtype(dtypes[i] if len(dtypes) > 1 else dtypes[0]) for i in range(len(shapes))]
+    _fits_the_host(shapes, [k.itemsize for k in kinds])
     out = []
-    for i, shape in enumerate(shapes):
-        dtype = torch_dtype(dtypes[i] if len(dtypes) > 1 else dtypes[0])
+    for shape, dtype in zip(shapes, kinds, strict=True):
         if dtype.is_floating_point:
             out.append(torch.randn(shape, dtype=dtype))
         else:
             out.append(torch.randint(0, min(vocab) if vocab else 2, shape, dtype=dtype))
     return tuple(out)
+
+
+def _fits_the_host(shapes: list[tuple[int, ...]], itemsizes: list[int]) -> None:
+    """Refuse inputs over a quarter of this host's memory before allocating them: the step runs for real, its
+    activations and gradients beside them (a 100000x100000 float32 input asked 40 GB of a 16 GB host: the allocator's
+    failure was an internal error)."""
+    need = sum(math.prod(shape) * size for shape, size in zip(shapes, itemsizes, strict=True))
+    host = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if need > host / 4:
+        shown = ",".join("x".join(map(str, shape)) for shape in shapes)
+        raise SpecError(f"input-shape={one_line(shown)}: {need / 2**30:.3g} GiB of inputs, more than a quarter of this "
+                        f"host's {host / 2**30:.3g} GiB (check-step runs the step: activations and gradients beside)")
 
 
 def optimizer_factory(name: str, params: list[Any]) -> Any:

@@ -120,7 +120,9 @@ class Space:
                 ("recompute_layers", self.recompute_layers > 0, "full" in self.recompute,
                  f"needs full among recompute (got {','.join(self.recompute)})"),
                 ("offload_layers", self.offload_layers > 0, True in self.offload_activations,
-                 "needs activation offload (offload_activations)")):
+                 "needs activation offload (offload_activations)"),
+                ("servers", self.servers > 0, "ps" in self.dp_modes,
+                 f"needs ps among dp_modes (got {','.join(self.dp_modes)})")):
             if used and not ok:
                 raise SpecError(f"{name}={_shown(getattr(self, name))} {what}")
 
@@ -141,7 +143,9 @@ class Space:
                     "collectives": tuple(v for v in self.collectives if can.mst_collectives or v != "mst")}
         for field_name, values in narrowed.items():
             if not values:
-                runs = zeros if field_name == "zero" else getattr(can, field_name, False)
+                runs = {"zero": zeros, "dp_modes": ("allreduce", "ps")[:1 + can.parameter_server],
+                        "collectives": ("nccl", "mst")[:1 + can.mst_collectives]}.get(
+                    field_name, getattr(can, field_name, False))
                 runs = ((False, True) if runs else (False,)) if isinstance(runs, bool) else runs
                 fsdp = f" (fsdp={self.stack.fsdp})" if field_name == "zero" and self.stack.fsdp != "none" else ""
                 raise SpecError(f"{field_name}={_shown(getattr(self, field_name))}: framework {name}{fsdp} runs none "

@@ -124,6 +124,9 @@ class Stack:
             if choices and getattr(self, f.name) not in choices:
                 raise SpecError(f"{where}{f.name}={getattr(self, f.name)!r} must be one of {', '.join(choices)}")
         ranges.check_spec(self, where)
+        if self.region_host and not self.compiled:  # a region's host time, with no region: never silently dropped
+            raise SpecError(f"{where}region_host={self.region_host} s needs compiled = true (--compiled: each layer "
+                            "a torch.compile region); 0 without")
 
     def with_(self, **changes: Any) -> Stack:
         return replace(self, **changes)
