@@ -59,6 +59,6 @@ def test_simplest_first_is_refused_where_the_ranking_is_by_time_alone():
 
     swept = CliRunner().invoke(cli, ["sweep", "--model", "llama3-8b", "--systems", "h100", "--gpus", "8,16",
                                      "--simplest-first"])
-    assert "simplest_first=true" in (swept.output + str(swept.exception))
+    assert "simplest-first: each point of a sweep is its fastest plan" in (swept.output + str(swept.exception))
     with pytest.raises(SpecError, match="by step time alone"):  # the Space's own check, without the CLI
         Space(global_batch=32, prefer_simple=False, simplest_leads=True)
