@@ -34,15 +34,19 @@ export PYTHONPATH="$PWD/src:$(dirname "$EP")"
 LOG="$OUT/log.txt"
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit --format=csv;
   lscpu | grep -E 'Model name|^CPU\(s\)'; python3 -c 'import torch, transformers; print(torch.__version__, torch.version.cuda, transformers.__version__)'; } >> "$LOG" 2>&1
+zoo() {  # the zoo's check-step on the GPU (stages 5 and 8), within T_ZOO or $1 seconds; ends the script
+  echo "== zoo on cuda $(date -u +%T)" >> "$LOG"
+  timeout "${T_ZOO:-$1}" python3 benchmarks/measured.py --device cuda --rounds 2 --data "$OUT/zoo-cuda.jsonl.gz" \
+    --doc "$OUT/MEASURED_GPU.md" >> "$LOG" 2>&1
+  echo "== done rc=$? $(date -u +%T)" >> "$LOG"
+  exit 0
+}
 if [ "${1:-}" = more ]; then
   echo "== phases $(date -u +%T)" >> "$LOG"
   timeout "${T_PHASES:-90}" python3 benchmarks/small_work_gpu.py --phases --batches 1,8 --out "$OUT/phases.json" \
     >> "$LOG" 2>&1
-  echo "== zoo on cuda rc=$? $(date -u +%T)" >> "$LOG"
-  timeout "${T_ZOO:-240}" python3 benchmarks/measured.py --device cuda --rounds 2 --data "$OUT/zoo-cuda.jsonl.gz" \
-    --doc "$OUT/MEASURED_GPU.md" >> "$LOG" 2>&1
-  echo "== done rc=$? $(date -u +%T)" >> "$LOG"
-  exit 0
+  echo "== phases rc=$?" >> "$LOG"
+  zoo 240
 fi
 if [ "${1:-}" = megatron ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >> "$LOG" 2>&1
@@ -58,11 +62,7 @@ if [ "${1:-}" = megatron ]; then
   exit 0
 fi
 if [ "${1:-}" = zoo ]; then
-  echo "== zoo on cuda $(date -u +%T)" >> "$LOG"
-  timeout "${T_ZOO:-300}" python3 benchmarks/measured.py --device cuda --rounds 2 --data "$OUT/zoo-cuda.jsonl.gz" \
-    --doc "$OUT/MEASURED_GPU.md" >> "$LOG" 2>&1
-  echo "== done rc=$? $(date -u +%T)" >> "$LOG"
-  exit 0
+  zoo 300
 fi
 if [ "${1:-}" = compiled ]; then
   for stack in pytorch compiled; do
