@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,7 @@ SYSTEM = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100"}
 HEAD_DIM = {1024: 64, 2048: 128}
 
 
+@cache
 def stacks() -> dict[str, tuple[str, Stack]]:
     """The preset each measured code is priced under, as meshplan's options would say it."""
     eager = replace(load_stack("pytorch-fsdp"), fsdp="none")
