@@ -25,6 +25,7 @@ from functools import cache
 
 from meshplan.autoshard.rules import Labels, Rule, replicated_rule
 from meshplan.autoshard.views import VIEWS, view_rule
+from meshplan.trace.classes import aten_name
 from meshplan.trace.graph import TracedOp
 
 SOURCES = {"arange", "zeros", "ones", "full", "empty", "empty_strided", "scalar_tensor", "rand", "randn", "randint",
@@ -52,9 +53,8 @@ BSHD = {"_flash_attention_forward", "_flash_attention_backward", "_efficient_att
 
 
 def packet(op: TracedOp) -> str:
-    """``aten.mm.default`` -> ``mm``."""
-    parts = op.target.split(".")
-    return parts[1] if len(parts) > 1 else op.target
+    """``aten.mm.default`` -> ``mm`` (trace.classes.aten_name)."""
+    return aten_name(op.target)
 
 
 @cache

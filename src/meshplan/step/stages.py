@@ -87,8 +87,8 @@ def split_bubble(schedule: str, pp: Num, first: PassTimes, last: PassTimes, midd
     T_B = T_W = half the backward, T_F the forward, as the flow shop of ``bubble.flow_bubble`` prices ranks of
     unequal times: ZB-H1's (p − 1)·T_F is 1F1B's flow form over forward times; DualPipe's Table 2 form
     (p/2 − 1)·(T_F + T_B) its (p/2 − 1)/(p − 1) share of that flow form over T_F + T_B. ZB-V (zero_bubble_v.py): its
-    table's (p − 1)·max(T_F − T_B, (T_B − T_F)/2), the
-    paper's (p − 1)·(T_F + T_B − 2·T_W) where T_F ≥ T_B = T_W, over each rank's value; Chimera (chimera.py): its
+    table's (p − 1)·max(T_F − T_B, (T_B − T_F)/2), the paper's (p − 1)·(T_F + T_B − 2·T_W) where T_F ≥ T_B = T_W,
+    over each rank's value; Chimera (chimera.py): its
     table's (p/2 − 1)·((T_F + T_B) + (2K − 1)·|T_B − T_F|) for K = m/p basic units, the first term 1F1B's flow form
     over whole passes at its (p/2 − 1)/(p − 1) share, the second over the ranks' largest |T_B − T_F| (Table 1's
     (p/2 − 1)·(T_F + T_B) where T_B = T_F; the concatenated units' intermediate bubbles otherwise, §3.5). The step

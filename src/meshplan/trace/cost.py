@@ -20,6 +20,7 @@ from meshplan.cost.records import OpCost
 from meshplan.roofline import op_time
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Accelerator
+from meshplan.trace.classes import aten_name
 from meshplan.trace.graph import Trace, TracedOp
 from meshplan.trace.launches import gpu_kernels
 
@@ -35,7 +36,7 @@ def precision(op: TracedOp, fp32_precision: str = "fp32") -> str:
 def op_cost(op: TracedOp) -> OpCost:
     """The OpCost of one traced op (name, phase, kind, FLOPs, HBM bytes, GEMM / attention shape), with the kernels
     its GPU implementation launches (launches.py: SDPA's flash backward 3, LayerNorm's and softmax's backward 2)."""
-    kernels = float(gpu_kernels(op.target.split(".")[1] if "." in op.target else op.target))  # aten.NAME.overload
+    kernels = float(gpu_kernels(aten_name(op.target)))
     if op.kind == "attention":
         flops = op.flops / 2 if op.causal else op.flops
         return OpCost(op.name, op.phase, "attention", flops, op.nbytes, m=op.m, n=op.n, k=op.k,
