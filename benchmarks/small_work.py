@@ -204,12 +204,12 @@ def gpt_1_3b() -> Any:
 
 
 def eager_megatron_deepspeed() -> Any:
-    """Megatron-DeepSpeed's stack (meshplan_validation.sources: Megatron-LM 2020-22 model code, unfused softmax
-    attention, no overlap) run eagerly: one kernel per aten op (cost/eager.py EAGER_KERNELS), eager PyTorch's 15 us of
-    host time per kernel (the deepspeed preset's)."""
+    """Megatron-DeepSpeed's stack preset (presets/stacks/megatron-deepspeed.toml), the one validation prices its
+    records with (meshplan_validation.sources): Megatron-LM's module code with its fused softmax, LayerNorm and
+    TorchScript fusions, each kernel issued from eager PyTorch (cost/eager.py's "jit" count), 50 us of host time a
+    kernel, unfused softmax attention, no overlap."""
     from meshplan.specs.stack import load_stack
-    from meshplan_validation.sources import MEGATRON_2021
-    return MEGATRON_2021.with_(fusion="eager", host_dispatch=load_stack("deepspeed").host_dispatch)
+    return load_stack("megatron-deepspeed")
 
 
 def layer_times(tp: int, micro_batch: int) -> tuple[float, float]:

@@ -173,6 +173,20 @@ def _build_megatron(model, plan):
     return _transformer_config(**kw)
 
 
+def test_deepspeeds_pipeline_engine_refuses_zero_2_and_3():
+    # runtime/pipe/engine.py asserts zero_optimization_stage() < ZeroStageEnum.gradients (2) before anything else;
+    # Megatron-DeepSpeed runs its pipeline on that engine, ZeRO-3 without a pipeline (--no-pipeline-parallel)
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+
+    assert int(ZeroStageEnum.gradients) == 2
+    stack = load_stack("megatron-deepspeed")
+    rule = REFUSALS["zero_grads_with_pipeline"]
+    for zero, pp, refused in ((1, 2, False), (2, 2, True), (3, 4, True), (3, 1, False)):
+        plan = Plan(dp=2, pp=pp, zero=zero, global_batch=16, micro_batch=1)
+        assert bool(rule.test(plan, TINY, stack)) is refused, (zero, pp)
+    assert "zero_grads_with_pipeline" in stack.supports.refuses
+
+
 @pytest.mark.parametrize(("model_name", "system", "gpus", "space"), [
     ("llama3-70b", "a100", 64, {}),  # offload of every layer led before the rules (#1 at 175.1 s)
     ("llama3-8b", "h100", 8, {"offload_layers": 16}),  # partial offload: runs at pp = 1 without recompute

@@ -76,6 +76,8 @@ def test_stack_presets_state_their_host_cost():
     for name in ("megatron-core", "nemo", "megatron-bridge"):
         assert load_stack(name).host_dispatch == 12e-6, name
     assert load_stack("megatron-bridge").cuda_graphs and not load_stack("megatron-core").cuda_graphs
+    # Megatron-LM's module code on DeepSpeed's engine: 50 us a kernel (its measured host per kernel's low end)
+    assert load_stack("megatron-deepspeed").host_dispatch == 50e-6 and not load_stack("megatron-deepspeed").cuda_graphs
 
 
 # a layer's forward as eager Megatron runs it at tp 2: norm and QKV, an exposed all-reduce, then a big GEMM

@@ -66,7 +66,10 @@ MEGATRON_HOST = load_stack("megatron-core").host_dispatch
 # fusions of the published releases issue fewer, lighter calls; data/measured/gpu/*-megatron.json,
 # docs/SMALL_WORK_GPU.md), against 25 us for a plain-PyTorch layer measured in the same call
 MEGATRON_LM_HOST = 50e-6
+# Its kernels: the module code with its fusions on (fused softmax and LayerNorm, TorchScript bias-GeLU and bias-dropout-
+# add), counted as cost/eager.py's "jit" rows (58 a GPT layer with dropout), not one per fused record
 MEGATRON_2021 = Stack(name="megatron-lm-2021", flash_attention=False, overlap_dp=False, host_dispatch=MEGATRON_LM_HOST,
+                      fusion="jit",
                       source="Megatron-LM 2020-22 (Shoeybi et al. 2019; Narayanan et al. 2021; Korthikanti et al. "
                              "2022): fused-softmax attention, no overlap flags yet")
 # Megatron-Core 0.8 with the overlaps its README scaling runs state (--overlap-grad-reduce --overlap-param-gather
@@ -99,7 +102,7 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "Korthikanti et al. 2022: Megatron-LM of 2022 (no TP overlap, no distributed optimizer, "
                    "fused-softmax attention, no FlashAttention), dp = 1 benchmark"),
     SourceDefaults("Megatron-DeepSpeed (BLOOM)", r"bloom|gpt-?neox|megatron.{0,20}deepspeed|deepspeed.{0,20}megatron",
-                   MEGATRON_2021, False, 1, 4, "full",
+                   load_stack("megatron-deepspeed"), False, 1, 4, "full",
                    "Megatron-DeepSpeed 2022: no sequence parallelism, BF16_Optimizer (ZeRO-1) with fp32 "
                    "gradient reduction after the backward pass, no FlashAttention; EleutherAI's GPT-NeoX is the same "
                    "construction (Megatron-LM model code on DeepSpeed's pipeline engine and ZeRO-1)"),

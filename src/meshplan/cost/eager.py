@@ -144,6 +144,34 @@ EAGER_KERNELS: dict[str, dict[str, tuple[int, int, int, int]]] = {
               "mlp/act": (2, 3, 0, 0), "mlp/fc1": (2, 3, 2, 2), "mlp/fc2": (1, 1, 1, 1), "mlp/norm": (8, 15, 1, 1),
               "mlp/residual": (1, 1, 0, 0)},
 }
+# Megatron-LM's module code of 2020-22 (``stack.fusion = "jit"``; megatron/model/transformer.py, which Megatron-
+# DeepSpeed and GPT-NeoX carry) is the "gpt" layer's code with its default fusions on (megatron/arguments.py:
+# masked_softmax_fusion, bias_gelu_fusion, bias_dropout_fusion; NVIDIA/Megatron-LM 453414dac8, 2021-06-30), each
+# kernel still issued from eager PyTorch. Per row, what they change in the measured count (forward, input gradient,
+# weight gradient, accumulation): the scale-mask-softmax kernel (megatron/fused_kernels/
+# scaled_upper_triang_masked_softmax.h: one kernel each way) for the fp32 casts, masked_fill_ and softmax (forward 4 -> 1;
+# backward the casts' 2, masked_fill's clone and fill, softmax's 2 -> 1); TorchScript's bias_gelu (fused_bias_gelu.py,
+# the legacy fuser that transformer.py selects) for the bias add and GeLU (forward 2 -> 1; backward bias_gelu_back's one
+# kernel and the bias's sum, as measured); bias_dropout_add_fused_train for the bias add, dropout and residual add
+# (forward -> 1; backward as measured: dropout's mask product, the residual fork's sum, the bias's sum); Megatron's
+# LayerNorm (fused_layer_norm.py, layer_norm_cuda_kernel.cu: cuApplyLayerNorm forward; backward cuComputeGradInput,
+# cuComputePartGradGammaBeta and cuComputeGradGammaBeta, one weight-gradient kernel more than ATen's). Megatron's
+# DistributedDataParallel adds each parameter's gradient into main_grad every micro-batch (distributed.py: main_grad
+# .add_), the accumulation counted. Per layer 58 kernels with dropout (15 forward, 19 + 12 + 12 backward), 54 without.
+JIT_DELTA: dict[str, tuple[int, int, int, int]] = {"attn/core": (-3, -5, 0, 0), "mlp/act": (-1, 0, 0, 0),
+                                                   "attn/norm": (0, 0, 1, 0), "mlp/norm": (0, 0, 1, 0)}
+JIT_ONE_FORWARD = ("attn/residual", "mlp/residual")  # bias-dropout-add: one fused kernel forward
+
+
+def jit_rows(rows: dict[str, tuple[int, int, int, int]]) -> dict[str, tuple[int, int, int, int]]:
+    """A "gpt" row of ``EAGER_KERNELS`` as Megatron-LM's fused module code launches it (``JIT_DELTA``)."""
+    out = {}
+    for r, counts in rows.items():
+        moved = tuple(c + d for c, d in zip(counts, JIT_DELTA.get(r, (0, 0, 0, 0)), strict=True))
+        out[r] = (1, *moved[1:]) if r in JIT_ONE_FORWARD else moved
+    return out  # type: ignore[return-value]
+
+
 # A fused stack (``stack.fusion = "fused"``) keeps cost/'s own counts, one kernel per record: Megatron-Core fuses
 # what the eager rows count apart (megatron/core/fusions/: fused_layer_norm.py, fused_softmax.py's scale-mask-softmax,
 # fused_bias_gelu.py / fused_bias_swiglu.py, fused_bias_dropout.py's bias-dropout-add), Transformer Engine's
@@ -166,15 +194,19 @@ def eager_rows(model: ModelSpec, stack: Stack) -> dict[str, tuple[int, int, int]
     the rows whose layer differs from the model's (another activation; fused or separate projections, a QKV bias; a
     bias-dropout-add where the linears have no bias, or, in plain PyTorch, a plain residual add); per row (forward,
     input-gradient, weight-gradient kernels), the accumulation counted with the weight gradient unless FSDP
-    accumulates the shards (``stack.fsdp``)."""
-    counted = stack.fusion == "eager" or stack.compiled  # torch.compile: eager's count, measured (specs/stack.py)
+    accumulates the shards (``stack.fsdp``). Under Megatron-LM's fused module code (``stack.fusion = "jit"``) the
+    "gpt" rows as its fusions launch them (``jit_rows``); a jit stack has no RMSNorm layer (cost/'s counts stand)."""
+    counted = stack.fusion in ("eager", "jit") or stack.compiled  # torch.compile: eager's count, measured
     style = {"layernorm": "gpt", "rmsnorm": "llama"}.get(model.norm) if counted else None
-    if style is None:
+    jit = stack.fusion == "jit" and not stack.compiled
+    if style is None or (jit and style == "llama"):  # Megatron-LM 2020-22 has no RMSNorm layer: cost/'s own counts
         return {}
     llama = style == "llama"
     megatron = not llama and not stack.flash_attention  # Megatron's unfused attention: its module code
     bias_dropout_add = model.dropout and model.linear_bias
     rows = EAGER_KERNELS["llama" if llama else "gpt" if model.dropout else "gpt-no-dropout"]
+    if jit:
+        rows = jit_rows(rows)
     if not (llama or megatron):  # the flash kernel alone where a record of its own concatenates the q, k, v gradients
         alone = bias_dropout_add or stack.qkv_concat or stack.projections == "split"  # (cost/attention.qkv_concat)
         core = EAGER_KERNELS["llama" if alone else "sdpa"]["attn/core"]

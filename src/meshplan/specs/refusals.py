@@ -109,6 +109,10 @@ REFUSALS: dict[str, Refusal] = {r.name: r for r in (
     Refusal("offload_without_zero", "optimizer offload at ZeRO stage 0 (no ZeRO optimizer to offload)", _DS,
             "deepspeed/runtime/config.py", (501, 501), "self.zero_enabled = self.zero_optimization_stage > 0",
             lambda p, m, s: p.offload_optimizer & (p.zero == 0)),
+    Refusal("zero_grads_with_pipeline", "ZeRO-2 or ZeRO-3 with pp > 1 (its pipeline engine)", _DS,
+            "deepspeed/runtime/pipe/engine.py", (76, 77),
+            "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism",
+            lambda p, m, s: (p.zero >= 2) & (p.pp > 1)),
 )}
 
 

@@ -28,7 +28,7 @@ from meshplan.specs.supports import Supports, supports_from_dict
 
 ATTENTION_KERNELS = ("fused", "fa2", "fp8")
 CROSS_ENTROPY = ("fused", "pytorch", "flash")
-FUSION = ("fused", "eager")
+FUSION = ("fused", "eager", "jit")
 EXPERT_GEMM = ("per_expert", "grouped")
 FP8_SCALING = ("delayed", "current")
 FSDP = ("none", "fsdp1", "fsdp2")
@@ -64,7 +64,10 @@ class Stack:
         "fused", CROSS_ENTROPY, "the loss: fused (Megatron's vocabulary-parallel), pytorch (F.cross_entropy in "
         "eager autograd; its fp8 linears torchao's, keeping the 16-bit input) or flash (flash-attn's kernel)")
     fusion: str = _choice("fused", FUSION, "element-wise kernels: fused (Megatron / Transformer Engine, or "
-                                           "torch.compile) or eager (one PyTorch kernel per aten op)")
+                                           "torch.compile), eager (one PyTorch kernel per aten op) or jit "
+                                           "(Megatron-LM's module code of 2020-22, which Megatron-DeepSpeed runs: "
+                                           "eager PyTorch with its own fused softmax and LayerNorm kernels and "
+                                           "TorchScript-fused bias-GeLU and bias-dropout-add; cost/eager.py)")
     expert_gemm: str = _choice("per_expert", EXPERT_GEMM, "MoE expert GEMMs: per_expert (launched by the host "
                                                           "after the tokens-per-expert sync) or grouped (one kernel)")
     fp8_scaling: str = _choice("delayed", FP8_SCALING, "fp8 scales from the amax history (delayed) or from the "
