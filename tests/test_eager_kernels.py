@@ -103,7 +103,7 @@ def test_megatron_lm_fused_module_code_launches_the_measured_layer_less_its_fusi
     assert eager_rows(llama, megatron_ds) == {}
     # validation prices Megatron-LM's published runs with the same physics (the stacks compare equal)
     from meshplan_validation.sources import MEGATRON_2021
-    assert MEGATRON_2021 == megatron_ds
+    assert megatron_ds == MEGATRON_2021
 
 
 def test_a_plain_pytorch_gpt_layer_launches_what_pytorch_counts() -> None:

@@ -146,18 +146,18 @@ EAGER_KERNELS: dict[str, dict[str, tuple[int, int, int, int]]] = {
 }
 # Megatron-LM's module code of 2020-22 (``stack.fusion = "jit"``; megatron/model/transformer.py, which Megatron-
 # DeepSpeed and GPT-NeoX carry) is the "gpt" layer's code with its default fusions on (megatron/arguments.py:
-# masked_softmax_fusion, bias_gelu_fusion, bias_dropout_fusion; NVIDIA/Megatron-LM 453414dac8, 2021-06-30), each
-# kernel still issued from eager PyTorch. Per row, what they change in the measured count (forward, input gradient,
-# weight gradient, accumulation): the scale-mask-softmax kernel (megatron/fused_kernels/
-# scaled_upper_triang_masked_softmax.h: one kernel each way) for the fp32 casts, masked_fill_ and softmax (forward 4 -> 1;
-# backward the casts' 2, masked_fill's clone and fill, softmax's 2 -> 1); TorchScript's bias_gelu (fused_bias_gelu.py,
-# the legacy fuser that transformer.py selects) for the bias add and GeLU (forward 2 -> 1; backward bias_gelu_back's one
-# kernel and the bias's sum, as measured); bias_dropout_add_fused_train for the bias add, dropout and residual add
-# (forward -> 1; backward as measured: dropout's mask product, the residual fork's sum, the bias's sum); Megatron's
-# LayerNorm (fused_layer_norm.py, layer_norm_cuda_kernel.cu: cuApplyLayerNorm forward; backward cuComputeGradInput,
-# cuComputePartGradGammaBeta and cuComputeGradGammaBeta, one weight-gradient kernel more than ATen's). Megatron's
-# DistributedDataParallel adds each parameter's gradient into main_grad every micro-batch (distributed.py: main_grad
-# .add_), the accumulation counted. Per layer 58 kernels with dropout (15 forward, 19 + 12 + 12 backward), 54 without.
+# masked_softmax_fusion, bias_gelu_fusion, bias_dropout_fusion; NVIDIA/Megatron-LM 453414dac8, 2021-06-30), each kernel
+# still issued from eager PyTorch. Per row, what they change in the measured count (forward, input gradient, weight
+# gradient, accumulation): the scale-mask-softmax kernel (megatron/fused_kernels/scaled_upper_triang_masked_softmax.h:
+# one kernel each way) for the fp32 casts, masked_fill_ and softmax (forward 4 -> 1; backward the casts' 2,
+# masked_fill's clone and fill, softmax's 2 -> 1); TorchScript's bias_gelu (fused_bias_gelu.py, the legacy fuser that
+# transformer.py selects) for the bias add and GeLU (forward 2 -> 1; backward bias_gelu_back's one kernel and the bias's
+# sum, as measured); bias_dropout_add_fused_train for the bias add, dropout and residual add (forward -> 1; backward as
+# measured: dropout's mask product, the residual fork's sum, the bias's sum); Megatron's LayerNorm (fused_layer_norm.py,
+# layer_norm_cuda_kernel.cu: cuApplyLayerNorm forward; backward cuComputeGradInput, cuComputePartGradGammaBeta and
+# cuComputeGradGammaBeta, one weight-gradient kernel more than ATen's). Megatron's DistributedDataParallel adds each
+# parameter's gradient into main_grad every micro-batch (distributed.py: main_grad.add_), the accumulation counted. Per
+# layer 58 kernels with dropout (15 forward, 19 + 12 + 12 backward), 54 without.
 JIT_DELTA: dict[str, tuple[int, int, int, int]] = {"attn/core": (-3, -5, 0, 0), "mlp/act": (-1, 0, 0, 0),
                                                    "attn/norm": (0, 0, 1, 0), "mlp/norm": (0, 0, 1, 0)}
 JIT_ONE_FORWARD = ("attn/residual", "mlp/residual")  # bias-dropout-add: one fused kernel forward
