@@ -94,7 +94,10 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "gradient accumulation; no sequence parallelism or TP overlap; fp16 gradients all-reduced after "
                    "the backward pass; unfused softmax attention; --checkpoint-activations in its example scripts",
                    whole_batch=True),
-    SourceDefaults("Megatron-LM 2021", r"narayanan|megatron_readme", MEGATRON_2021, False, 0, 2, "full",
+    # dlperf_megatron_lm: OneFlow DLPerf's reproduction of NVIDIA/Megatron-LM at 8aa4619f (2021; DLPerf
+    # Megatron-LM/README.md and scripts/mutil_perf_pretrain_gpt_dp_mp_pp.sh: --fp16 --checkpoint-activations)
+    SourceDefaults("Megatron-LM 2021", r"narayanan|megatron_readme|dlperf_megatron_lm", MEGATRON_2021, False, 0, 2,
+                   "full",
                    "Megatron-LM 2020-21: no sequence parallelism or TP overlap yet, fp16 gradients all-reduced "
                    "after the backward pass, no distributed optimizer, unfused softmax attention, full "
                    "activation checkpointing (--checkpoint-activations in its example scripts)"),
