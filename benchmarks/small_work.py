@@ -28,6 +28,7 @@ from meshplan_validation.selection import in_fit_set
 from meshplan_validation.serving_eval import ServingResult
 from meshplan_validation.serving_eval import results as serving_results
 from meshplan_validation.validate import run_validation
+from small_work_sweeps import sweep_section
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = ROOT / "data" / "validation" / "small_work.jsonl"
@@ -141,7 +142,8 @@ def training_section(results: Sequence[RunResult], records: Sequence[dict[str, A
            stats_row("all of the regime", summary["all"]), "", "### The dev set", "",
            *_training_rows(dev, by_id), "", "### Published runs on one node", "",
            *_training_rows(published, by_id)]
-    return out, summary
+    sweep_lines, summary["sweeps"] = sweep_section([*dev_records, *records], [*dev, *published])
+    return [*out, *sweep_lines], summary
 
 
 # ---- serving --------------------------------------------------------------------------------------------------

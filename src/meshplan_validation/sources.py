@@ -94,7 +94,10 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "gradient accumulation; no sequence parallelism or TP overlap; fp16 gradients all-reduced after "
                    "the backward pass; unfused softmax attention; --checkpoint-activations in its example scripts",
                    whole_batch=True),
-    SourceDefaults("Megatron-LM 2021", r"narayanan|megatron_readme", MEGATRON_2021, False, 0, 2, "full",
+    # dlperf_megatron_lm: OneFlow DLPerf's reproduction of NVIDIA/Megatron-LM at 8aa4619f (2021; DLPerf
+    # Megatron-LM/README.md and scripts/mutil_perf_pretrain_gpt_dp_mp_pp.sh: --fp16 --checkpoint-activations)
+    SourceDefaults("Megatron-LM 2021", r"narayanan|megatron_readme|dlperf_megatron_lm", MEGATRON_2021, False, 0, 2,
+                   "full",
                    "Megatron-LM 2020-21: no sequence parallelism or TP overlap yet, fp16 gradients all-reduced "
                    "after the backward pass, no distributed optimizer, unfused softmax attention, full "
                    "activation checkpointing (--checkpoint-activations in its example scripts)"),
@@ -182,6 +185,14 @@ SOURCES: tuple[SourceDefaults, ...] = (
     pytorch_fsdp("PyTorch FSDP2", r"^(?!.*megatron).*(?:fsdp2|fully[-_ ]shard|automodel)", "fsdp2", 4,
                  "PyTorch-native FSDP2 trainers (fully_shard; NeMo AutoModel, torchtitan-style stacks): gradients "
                  "reduced in fp32 (MixedPrecisionPolicy reduce_dtype float32, as torchtitan)"),
+    # A plain PyTorch training loop (torch.cuda.amp autocast + GradScaler, or DDP), no sharding unless the record
+    # states it: the pytorch-fsdp preset's eager PyTorch kernels and host cost without FSDP; AMP keeps fp32 weights, so
+    # the gradients are fp32 (torch/amp/grad_scaler.py unscales fp32 .grad tensors). First record: the 1-GPU baseline
+    # of kadamrahul18/GPT2-Optimization (src/gpt2.py, run_type baseline).
+    SourceDefaults("plain PyTorch", r"^(?!.*(?:megatron|deepspeed)).*plain pytorch",
+                   load_stack("pytorch-fsdp").with_(fsdp="none"), None, 0, 4, "none",
+                   "plain PyTorch training loops (torch.cuda.amp, DDP): the pytorch-fsdp preset's eager kernels and "
+                   "host cost without FSDP, no sharding unless stated, fp32 gradients under AMP", sdpa=True),
     pytorch_fsdp("PyTorch FSDP", r"^(?!.*megatron).*(?:pytorch\W{0,3}fsdp|\bhsdp\b|fms[-_]fsdp)", "fsdp1", 2,
                  "PyTorch-native FSDP (FlatParameter) trainers such as IBM's fms-fsdp: the bf16 mixed-precision "
                  "policy of PyTorch's FSDP tutorial and of fms-fsdp (MixedPrecision param, reduce and buffer dtype "

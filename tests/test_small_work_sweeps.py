@@ -1,0 +1,52 @@
+"""The sweep metrics of benchmarks/small_work_sweeps.py on hand-worked examples (issue 46's planner bars)."""
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import small_work_sweeps as sw  # noqa: E402
+from meshplan_validation.result import RunResult  # noqa: E402
+
+
+def test_spearman_of_a_swapped_pair():
+    """Predicted ranks 1 2 3 4, measured 1 3 2 4: d² = 0 + 1 + 1 + 0 = 2, rho = 1 - 6·2 / (4·(16 - 1)) = 0.8."""
+    assert sw.spearman([0.34, 0.36, 0.42, 0.55], [0.48, 0.59, 0.58, 0.66]) == pytest.approx(0.8)
+    assert sw.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+
+
+def test_regret_of_the_predicted_best():
+    """meshplan predicts run 2 fastest (0.5 s); it measures 0.6 s against a best of 0.5 s: 0.6 / 0.5 - 1 = 20 %."""
+    assert sw.regret([0.9, 0.5, 0.7], [0.5, 0.6, 0.55]) == pytest.approx(0.2)
+    assert sw.regret([0.1, 0.5, 0.7], [0.5, 0.6, 0.55]) == 0.0
+
+
+def _rec(id_, gbs, metric="iteration_time_s"):
+    return {"id": id_, "framework": "x", "precision": "fp16", "model": {"num_layers": 2, "hidden_size": 8,
+            "seq_length": 16}, "hardware": {"gpu": "V100", "num_gpus": 8}, "parallel": {"global_batch_size": gbs}}
+
+
+def test_sweeps_group_equal_work_and_invert_throughput():
+    """Three runs at global batch 16 form a sweep; the fourth (batch 32) is alone and dropped. A throughput
+    becomes 1 / throughput: 200 tokens/s -> 0.005."""
+    recs = [_rec("a", 16), _rec("b", 16), _rec("c", 16), _rec("d", 32)]
+    res = [RunResult("a", "g", "iteration_time_s", 0.4, 0.5, -0.2), RunResult("b", "g", "iteration_time_s", 0.3,
+           0.6, -0.5), RunResult("c", "g", "tokens_per_s_total", 200.0, 100.0, 1.0),
+           RunResult("d", "g", "iteration_time_s", 1.0, 1.0, 0.0)]
+    (sweep,) = sw.sweeps(recs, res)
+    assert [r[0] for r in sweep] == ["a", "b", "c"]
+    assert sweep[2][1:] == (0.005, 0.01)
+    m = sw.sweep_metrics(sweep)
+    # predicted order c < b < a, measured c < a < b: ranks (3, 2, 1) vs (2, 3, 1), d² = 1 + 1 + 0, rho = 1 - 12/24
+    assert m["spearman"] == pytest.approx(0.5) and m["regret"] == 0.0 and m["predicted_best"] == "c"
+
+
+def test_pooled_figures():
+    """Regrets 0 and 0.2: median 0.1, largest 0.2, one of two within 10 %; Spearman mean (1 + 0.5) / 2."""
+    p = sw.pooled([{"runs": 4, "spearman": 1.0, "regret": 0.0}, {"runs": 3, "spearman": 0.5, "regret": 0.2}])
+    assert (p["sweeps"], p["runs"], p["mean_spearman"], p["min_spearman"]) == (2, 7, 0.75, 0.5)
+    assert p["median_regret"] == pytest.approx(0.1) and p["max_regret"] == 0.2 and p["within_10pct"] == 0.5
+    assert sw.pooled([])["mean_spearman"] is None and not math.isnan(sw.pooled([])["sweeps"])
