@@ -14,6 +14,7 @@ from meshplan.cli.options import DEFAULT_FRAMEWORK, plan_of, plan_options, stack
 from meshplan.errors import SpecError
 from meshplan.fields import usable_hbm
 from meshplan.report.fit_hints import fit_hints, print_hints
+from meshplan.report.host_note import host_note
 from meshplan.specs.refusals import refused
 
 if TYPE_CHECKING:
@@ -57,8 +58,10 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
     refusals = [f"{r.what} ({r.source})" for r in refused(stack.supports.refuses, plan, model, stack)]
     for text in [] if as_json else refusals:  # priced all the same: the search leaves such plans out
         click.echo(f"note: {stack.name} refuses this plan: {text}", err=True)
+    host = host_note(est)
     if as_json:
         out = est.to_dict() | ({} if est.fits else {"fit_hints": [h.to_dict() for h in hints], "fit_search": search})
+        out |= {"host_bound": host.to_dict()} if host else {}
         # plan's rule (fields.usable_hbm): "fits" is HBM alone, this one the headroom plan keeps free as well
         out["fits_headroom"] = bool(est.fits and est.peak_memory <= usable_hbm(est.cluster.accelerator.hbm_bytes))
         out |= {"refused_by_framework": refusals} if refusals else {}
@@ -68,6 +71,8 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
 
     console = terminal_console()
     estimate_tables(est, console, ops=show_ops)
+    if host is not None:
+        console.print(host.text(), highlight=False, markup=False)
     if not est.fits:
         print_hints(est, hints, search, console)
 

@@ -1,0 +1,53 @@
+"""The host-bound note of ``meshplan estimate`` (issue 46: the host that launches kernels is a resource): where the
+GPUs wait on the host for a share of the step, say so, with the host cost per kernel the stack pays and what the same
+plan would take with its layers captured as CUDA graphs (one launch per layer and pass, step/host.py), the remedy
+Megatron-Core (--cuda-graph-impl) and torch.compile (mode="reduce-overhead") offer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from meshplan.estimate import Estimate
+
+HOST_BOUND_SHARE = 0.10  # the note's threshold: the GPUs wait on the host for at least this share of the step
+
+
+@dataclass(frozen=True)
+class HostNote:
+    """The GPUs' wait on the host (seconds, share of the step), the stack's host seconds per kernel, and the step
+    time of the same plan under CUDA graphs (None where the stack already captures them)."""
+
+    wait: float
+    share: float
+    per_kernel: float
+    graphed_step: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host_wait_s": self.wait, "host_wait_share": self.share, "host_dispatch_s": self.per_kernel,
+                "cuda_graphs_step_time_s": self.graphed_step}
+
+    def text(self) -> str:
+        line = (f"host-bound: the GPUs wait on the host {_ms(self.wait)} ({100 * self.share:.0f} % of the step) at "
+                f"{self.per_kernel * 1e6:.3g} us of host time per launched kernel")
+        if self.graphed_step is not None:
+            line += (f"; with the layers captured as CUDA graphs (--cuda-graphs, where the framework can) this plan "
+                     f"takes {_ms(self.graphed_step)}")
+        return line + "; a larger micro-batch does more work per launch"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds:.3g} s" if seconds >= 1 else f"{seconds * 1e3:.3g} ms"
+
+
+def host_note(est: Estimate) -> HostNote | None:
+    """The note for ``est``, or None where the host's wait is under HOST_BOUND_SHARE of the step."""
+    wait = float(est.breakdown.get("host", 0.0))
+    if est.step_time <= 0 or wait < HOST_BOUND_SHARE * est.step_time:
+        return None
+    graphed = None
+    if not est.stack.cuda_graphs:
+        from meshplan.estimate import estimate  # noqa: PLC0415  (the graphed twin of the same plan)
+        graphed = estimate(est.model, est.cluster, est.plan, est.stack.with_(cuda_graphs=True)).step_time
+    return HostNote(wait=wait, share=wait / est.step_time, per_kernel=est.stack.host_dispatch, graphed_step=graphed)

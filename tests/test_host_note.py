@@ -1,0 +1,57 @@
+"""estimate's host-bound note (report/host_note.py): said where the GPUs wait on the host for 10 % of the step or more,
+with the host cost per kernel and the same plan's step under CUDA graphs; silent where the GPUs are the limit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from meshplan.cli import main
+from meshplan.estimate import estimate
+from meshplan.report.host_note import HOST_BOUND_SHARE, host_note
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import load_stack
+
+SMALL = ["--model", "gpt2", "--system", "a100", "--gpus", "8", "--tp", "2", "--global-batch", "64",
+         "--framework", "megatron-deepspeed"]
+
+
+def _small():
+    plan = Plan(dp=4, tp=2, micro_batch=1, global_batch=64)
+    return estimate(load_model("gpt2"), load_system("a100").cluster(8), plan, load_stack("megatron-deepspeed"))
+
+
+def test_a_host_bound_step_says_so_with_its_graphed_twin():
+    est = _small()
+    note = host_note(est)
+    assert note is not None
+    # GPT-2 small at micro-batch 1 under Megatron-LM's module code: 50 us a kernel, the GPUs idle most of the step
+    assert note.wait == est.breakdown["host"] and note.share == pytest.approx(note.wait / est.step_time)
+    assert note.share > 0.5 and note.per_kernel == 50e-6
+    graphed = estimate(est.model, est.cluster, est.plan, est.stack.with_(cuda_graphs=True)).step_time
+    assert note.graphed_step == graphed and graphed < est.step_time - note.wait / 2
+    assert "host-bound" in note.text() and "--cuda-graphs" in note.text()
+
+
+def test_no_note_where_the_gpus_are_the_limit_and_no_twin_for_a_graphed_stack():
+    big = estimate(load_model("llama3-70b"), load_system("h100").cluster(64),
+                   Plan(dp=4, tp=8, pp=2, micro_batch=1, global_batch=128), load_stack("megatron-core"))
+    assert big.breakdown.get("host", 0.0) < HOST_BOUND_SHARE * big.step_time and host_note(big) is None
+    est = _small()
+    graphed = estimate(est.model, est.cluster, est.plan, est.stack.with_(cuda_graphs=True, host_dispatch=2e-3))
+    note = host_note(graphed)
+    assert note is not None and note.graphed_step is None and "--cuda-graphs" not in note.text()
+
+
+def test_estimate_prints_it_at_80_columns_and_in_json(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["estimate", *SMALL]) == 0
+    out = capsys.readouterr().out
+    assert "host-bound: the GPUs wait on the host" in out and max(map(len, out.splitlines())) <= 80
+    assert main(["estimate", *SMALL, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["host_bound"]["host_wait_share"] > 0.5
+    assert data["host_bound"]["cuda_graphs_step_time_s"] < data["step_time_s"]
