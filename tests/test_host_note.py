@@ -55,3 +55,12 @@ def test_estimate_prints_it_at_80_columns_and_in_json(capsys, monkeypatch):
     data = json.loads(capsys.readouterr().out)
     assert data["host_bound"]["host_wait_share"] > 0.5
     assert data["host_bound"]["cuda_graphs_step_time_s"] < data["step_time_s"]
+
+
+def test_plan_says_it_of_its_first_plan(capsys, monkeypatch):
+    # GPT-2 small, one sequence per GPU: the search's best plan still waits on the host most of its step
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["plan", "--model", "gpt2", "--system", "a100", "--gpus", "8", "--global-batch", "8",
+                 "--framework", "megatron-deepspeed"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("#1 in detail") < out.index("host-bound: the GPUs wait on the host")

@@ -13,6 +13,7 @@ from meshplan.goodput import Reliability, goodput
 from meshplan.groups import axis_tiers
 from meshplan.report import terms
 from meshplan.report.fold import Col, folded_tables, headers, legend, listing_tables, refold, shell_command
+from meshplan.report.host_note import host_note
 from meshplan.report.ranked_training import (
     ASYNC_NOTES,
     band_entry,
@@ -297,6 +298,9 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
                     console.print(note, markup=False)
             console.print("[bold]#1 in detail[/bold]")
             estimate_tables(r.plans[0], console)
+            host = host_note(r.plans[0])
+            if host is not None:
+                console.print(host.text(), markup=False, highlight=False)
             runs = frameworks_running(r.plans[0].plan, r.plans[0].model)
             console.print(f"frameworks that run it: {', '.join(runs) or 'none of the presets'}", markup=False)
             if rerun is not None:
