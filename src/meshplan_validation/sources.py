@@ -95,9 +95,12 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "the backward pass; unfused softmax attention; --checkpoint-activations in its example scripts",
                    whole_batch=True),
     # dlperf_megatron_lm: OneFlow DLPerf's reproduction of NVIDIA/Megatron-LM at 8aa4619f (2021; DLPerf
-    # Megatron-LM/README.md and scripts/mutil_perf_pretrain_gpt_dp_mp_pp.sh: --fp16 --checkpoint-activations)
-    SourceDefaults("Megatron-LM 2021", r"narayanan|megatron_readme|dlperf_megatron_lm", MEGATRON_2021, False, 0, 2,
-                   "full",
+    # Megatron-LM/README.md and scripts/mutil_perf_pretrain_gpt_dp_mp_pp.sh: --fp16 --checkpoint-activations);
+    # megatron_lm_ci: Megatron-LM's CI golden values of 2024 for its legacy GPT path (megatron/model with
+    # --transformer-impl local and no overlap flags: this module code, tests/functional_tests/test_scripts/gpt3/
+    # pretrain_gpt3_distributed_test.sh), whose records state their recompute ("none")
+    SourceDefaults("Megatron-LM 2021", r"narayanan|megatron_readme|dlperf_megatron_lm|megatron_lm_ci", MEGATRON_2021,
+                   False, 0, 2, "full",
                    "Megatron-LM 2020-21: no sequence parallelism or TP overlap yet, fp16 gradients all-reduced "
                    "after the backward pass, no distributed optimizer, unfused softmax attention, full "
                    "activation checkpointing (--checkpoint-activations in its example scripts)"),
