@@ -205,7 +205,7 @@ def gpt_1_3b() -> Any:
                      max_position_embeddings=1024, tied_embeddings=True, qkv_bias=True, linear_bias=True, dropout=True)
 
 
-def eager_megatron_deepspeed() -> Any:
+def megatron_deepspeed() -> Any:
     """Megatron-DeepSpeed's stack preset (presets/stacks/megatron-deepspeed.toml), the one validation prices its
     records with (meshplan_validation.sources): Megatron-LM's module code with its fused softmax, LayerNorm and
     TorchScript fusions, each kernel issued from eager PyTorch (cost/eager.py's "jit" count), 50 us of host time a
@@ -222,7 +222,7 @@ def layer_times(tp: int, micro_batch: int) -> tuple[float, float]:
     from meshplan.step.units import unit_costs
     plan = Plan(tp=tp, dp=8 // tp, micro_batch=micro_batch, global_batch=micro_batch * (8 // tp),
                 sequence_parallel=False, recompute="none")
-    layer = unit_costs(gpt_1_3b(), load_system("a100").cluster(8), plan, eager_megatron_deepspeed()).layer
+    layer = unit_costs(gpt_1_3b(), load_system("a100").cluster(8), plan, megatron_deepspeed()).layer
     return float(layer.total), float(layer.host)
 
 

@@ -37,15 +37,16 @@ def as_time(metric: str, value: float) -> float:
 
 def sweeps(records: Sequence[dict[str, Any]], results: Sequence[RunResult]
            ) -> list[list[tuple[str, float, float]]]:
-    """The sweeps of equal work among the evaluated runs: each a list of (id, predicted time, measured time), by id,
-    of at least SWEEP_MIN_RUNS runs."""
+    """The sweeps of equal work among the evaluated runs (``sweep_key`` and the measured metric): each a list of (id,
+    predicted time, measured time), by id, of at least SWEEP_MIN_RUNS runs."""
     by_id = {str(r["id"]): r for r in records}
     groups: dict[tuple[Any, ...], list[tuple[str, float, float]]] = {}
     for r in results:
         if r.skipped or r.predicted is None or r.measured is None or r.id not in by_id:
             continue
         run = (r.id, as_time(r.metric, r.predicted), as_time(r.metric, r.measured))
-        groups.setdefault(sweep_key(by_id[r.id]), []).append(run)
+        # one metric a sweep: 1 / throughput ranks against other throughputs only, not against step times
+        groups.setdefault((*sweep_key(by_id[r.id]), r.metric), []).append(run)
     return [sorted(g) for _, g in sorted(groups.items(), key=lambda kv: str(kv[0])) if len(g) >= SWEEP_MIN_RUNS]
 
 

@@ -1,6 +1,5 @@
 """The sweep metrics of benchmarks/small_work_sweeps.py on hand-worked examples (issue 46's planner bars)."""
 
-import math
 import sys
 from pathlib import Path
 
@@ -30,18 +29,23 @@ def _rec(id_, gbs, metric="iteration_time_s"):
 
 
 def test_sweeps_group_equal_work_and_invert_throughput():
-    """Three runs at global batch 16 form a sweep; the fourth (batch 32) is alone and dropped. A throughput
-    becomes 1 / throughput: 200 tokens/s -> 0.005."""
-    recs = [_rec("a", 16), _rec("b", 16), _rec("c", 16), _rec("d", 32)]
-    res = [RunResult("a", "g", "iteration_time_s", 0.4, 0.5, -0.2), RunResult("b", "g", "iteration_time_s", 0.3,
-           0.6, -0.5), RunResult("c", "g", "tokens_per_s_total", 200.0, 100.0, 1.0),
-           RunResult("d", "g", "iteration_time_s", 1.0, 1.0, 0.0)]
+    """Three runs at global batch 16 that measured throughput form a sweep; the fourth (batch 32) is alone and
+    dropped, and so are the two that measured step time (a time does not rank against 1 / throughput: a sweep has
+    one metric). A throughput becomes 1 / throughput: 200 tokens/s -> 0.005."""
+    recs = [_rec(i, 16) for i in "abcxy"] + [_rec("d", 32)]
+    tps = "tokens_per_s_total"
+    res = [RunResult("a", "g", tps, 250.0, 200.0, 0.25), RunResult("b", "g", tps, 400.0, 160.0, 1.5),
+           RunResult("c", "g", tps, 200.0, 100.0, 1.0), RunResult("d", "g", tps, 1.0, 1.0, 0.0),
+           RunResult("x", "g", "iteration_time_s", 0.4, 0.5, -0.2), RunResult("y", "g", "iteration_time_s", 0.3,
+                                                                              0.6, -0.5)]
     (sweep,) = sw.sweeps(recs, res)
     assert [r[0] for r in sweep] == ["a", "b", "c"]
     assert sweep[2][1:] == (0.005, 0.01)
     m = sw.sweep_metrics(sweep)
-    # predicted order c < b < a, measured c < a < b: ranks (3, 2, 1) vs (2, 3, 1), d² = 1 + 1 + 0, rho = 1 - 12/24
-    assert m["spearman"] == pytest.approx(0.5) and m["regret"] == 0.0 and m["predicted_best"] == "c"
+    # times (1 / throughput): predicted a 0.004, b 0.0025, c 0.005 -> ranks (2, 1, 3); measured a 0.005, b 0.00625,
+    # c 0.01 -> ranks (1, 2, 3): d² = 1 + 1 + 0, rho = 1 - 6·2 / (3·8) = 0.5; meshplan picks b, measured 0.00625
+    # against a best of 0.005: regret 25 %
+    assert m["spearman"] == pytest.approx(0.5) and m["regret"] == pytest.approx(0.25) and m["predicted_best"] == "b"
 
 
 def test_pooled_figures():
@@ -49,4 +53,4 @@ def test_pooled_figures():
     p = sw.pooled([{"runs": 4, "spearman": 1.0, "regret": 0.0}, {"runs": 3, "spearman": 0.5, "regret": 0.2}])
     assert (p["sweeps"], p["runs"], p["mean_spearman"], p["min_spearman"]) == (2, 7, 0.75, 0.5)
     assert p["median_regret"] == pytest.approx(0.1) and p["max_regret"] == 0.2 and p["within_10pct"] == 0.5
-    assert sw.pooled([])["mean_spearman"] is None and not math.isnan(sw.pooled([])["sweeps"])
+    assert sw.pooled([])["mean_spearman"] is None and sw.pooled([])["sweeps"] == 0

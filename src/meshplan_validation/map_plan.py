@@ -86,8 +86,9 @@ def _stack_settings(record: dict[str, Any], model: ModelSpec, layout: dict[str, 
     sp, overlap_tp = tensor_parallel(record, src, layout["tp"], precision, notes)
     dp_overlap = overlap_dp(p, src, notes)
     mode, lora_rank, lora_targets = finetune(record, p, src, notes)
-    # Composer FSDP mixed_precision PURE: bf16 reduce
-    grad_bytes = 2 if str(p.get("mp_mode") or "").upper() == "PURE" else src.grad_bytes
+    # Composer FSDP mixed_precision PURE: bf16 reduce; DeepSpeed's fp16 engine: fp16 gradients (SourceDefaults)
+    pure = str(p.get("mp_mode") or "").upper() == "PURE"
+    grad_bytes = 2 if pure or (src.fp16_grads and precision == "fp16") else src.grad_bytes
     flash, fusion = kernels(record, model, src, notes)
     overlap_ep, expert_gemm, offload_layers = recipe_settings(record, model, layout["ep"], notes)
     kernel = attention_kernel(record, src, flash, precision, notes)

@@ -42,6 +42,9 @@ class SourceDefaults:
     # (megatron/training/arguments.py: expert_tensor_parallel_size None → tensor_model_parallel_size; before
     # Megatron-Core 0.10 there was no separate expert TP and the experts were split over the TP group)
     expert_tp_is_tp: bool = False
+    # DeepSpeed's engine in fp16 reduces the fp16 gradients themselves: communication_data_type is the model's dtype
+    # unless the config names one (deepspeed 0.19.8 runtime/engine.py:1718-1730): 2 gradient bytes for an fp16 run
+    fp16_grads: bool = False
 
 
 # PyTorch's scaled_dot_product_attention picks its FlashAttention-2 backend on Hopper and Blackwell; cuDNN's kernel
@@ -107,11 +110,21 @@ SOURCES: tuple[SourceDefaults, ...] = (
     SourceDefaults("Megatron-LM 2022", r"korthikanti", MEGATRON_2021, False, 0, 2, "full",
                    "Korthikanti et al. 2022: Megatron-LM of 2022 (no TP overlap, no distributed optimizer, "
                    "fused-softmax attention, no FlashAttention), dp = 1 benchmark"),
+    # DeepSpeedExamples' Megatron-LM v1 GPT-2 (2020; OneFlow DLPerf's DeepSpeed runs): Megatron-LM's 2019 model code
+    # on DeepSpeed's engine, before Megatron's fused softmax and bias-dropout-add (attention by matmul, masking by
+    # arithmetic, an eager softmax; dropout and residual apart): its module code unfused, the "gpt" rows (fusion eager)
+    SourceDefaults("DeepSpeedExamples Megatron-LM v1", r"deepspeedexamples|dlperf_deepspeed_megatron",
+                   load_stack("megatron-deepspeed").with_(name="deepspeedexamples-megatron-v1", fusion="eager"),
+                   False, 0, 2, "none",
+                   "DeepSpeedExamples Megatron-LM v1 (2020): Megatron-LM's 2019 GPT-2 module code, unfused (no fused "
+                   "softmax or bias-dropout-add), on DeepSpeed's engine in fp16 (fp16 gradients reduced after the "
+                   "backward pass), no tensor parallelism unless stated", fp16_grads=True),
     SourceDefaults("Megatron-DeepSpeed (BLOOM)", r"bloom|gpt-?neox|megatron.{0,20}deepspeed|deepspeed.{0,20}megatron",
                    load_stack("megatron-deepspeed"), False, 1, 4, "full",
                    "Megatron-DeepSpeed 2022: no sequence parallelism, BF16_Optimizer (ZeRO-1) with fp32 "
                    "gradient reduction after the backward pass, no FlashAttention; EleutherAI's GPT-NeoX is the same "
-                   "construction (Megatron-LM model code on DeepSpeed's pipeline engine and ZeRO-1)"),
+                   "construction (Megatron-LM model code on DeepSpeed's pipeline engine and ZeRO-1)",
+                   fp16_grads=True),
     # the framework text's hyphenated name: the group of its README's cost table also holds a DeepSpeed row
     SourceDefaults("Megatron-LLaMA", r"megatron-llama", Stack(name="megatron-llama", overlap_dp=False,
                                                                   host_dispatch=MEGATRON_HOST), None, 1, 4,
@@ -179,8 +192,8 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    load_stack("deepspeed"), False, 3, 4, "none",
                    "Hugging Face model code in eager PyTorch (one kernel per aten op; F.cross_entropy on fp32 logits) "
                    "with FlashAttention-2 (attn_implementation='flash_attention_2'), data parallel with ZeRO-3 / FSDP "
-                   "full shard (prefetch overlapped), fp32 gradient accumulation, no tensor or sequence parallelism, "
-                   "no recompute unless stated"),
+                   "full shard (prefetch overlapped), fp32 gradient accumulation (fp16 gradients in an fp16 run), no "
+                   "tensor or sequence parallelism, no recompute unless stated", fp16_grads=True),
     # PyTorch-native trainers that shard with FSDP and run PyTorch's own kernels (no Megatron, no Transformer Engine
     # unless the record names it): torchtitan's stack without torchtitan's name. A bare "FSDP" names no stack (Llama
     # 3's "DP(=FSDP)" is Meta's own, with fused kernels): the generic profile, sharding as map_training.zero_stage

@@ -1,7 +1,8 @@
 """Eager PyTorch (``stack.fusion = "eager"``) and PyTorch's cross-entropy (``stack.cross_entropy = "pytorch"``):
 the extra traffic of the unfused aten op sequences, counted kernel by kernel in ``EAGER``, what they add to one layer
 (``eager_layer``), and the kernels each record of an eager layer launches, counted by PyTorch itself
-(``EAGER_KERNELS``, ``eager_kernel_counts``)."""
+(``EAGER_KERNELS``, ``eager_kernel_counts``); Megatron-LM's module code with its own fusions (``stack.fusion =
+"jit"``) launches the measured Megatron layer less what those fusions merge (``jit_rows``)."""
 
 from __future__ import annotations
 
@@ -144,30 +145,43 @@ EAGER_KERNELS: dict[str, dict[str, tuple[int, int, int, int]]] = {
               "mlp/act": (2, 3, 0, 0), "mlp/fc1": (2, 3, 2, 2), "mlp/fc2": (1, 1, 1, 1), "mlp/norm": (8, 15, 1, 1),
               "mlp/residual": (1, 1, 0, 0)},
 }
-# Megatron-LM's module code of 2020-22 (``stack.fusion = "jit"``; megatron/model/transformer.py, which Megatron-
-# DeepSpeed and GPT-NeoX carry) is the "gpt" layer's code with its default fusions on (megatron/arguments.py:
+# Megatron-LM's module code of 2020-22 (``stack.fusion = "jit"``; megatron/model/transformer.py, which
+# Megatron-DeepSpeed and GPT-NeoX carry) is the "gpt" layer's code with its default fusions on (megatron/arguments.py:
 # masked_softmax_fusion, bias_gelu_fusion, bias_dropout_fusion; NVIDIA/Megatron-LM 453414dac8, 2021-06-30), each kernel
 # still issued from eager PyTorch. Per row, what they change in the measured count (forward, input gradient, weight
 # gradient, accumulation): the scale-mask-softmax kernel (megatron/fused_kernels/scaled_upper_triang_masked_softmax.h:
-# one kernel each way) for the fp32 casts, masked_fill_ and softmax (forward 4 -> 1; backward the casts' 2,
-# masked_fill's clone and fill, softmax's 2 -> 1); TorchScript's bias_gelu (fused_bias_gelu.py, the legacy fuser that
-# transformer.py selects) for the bias add and GeLU (forward 2 -> 1; backward bias_gelu_back's one kernel and the bias's
-# sum, as measured); bias_dropout_add_fused_train for the bias add, dropout and residual add (forward -> 1; backward as
-# measured: dropout's mask product, the residual fork's sum, the bias's sum); Megatron's LayerNorm (fused_layer_norm.py,
-# layer_norm_cuda_kernel.cu: cuApplyLayerNorm forward; backward cuComputeGradInput, cuComputePartGradGammaBeta and
-# cuComputeGradGammaBeta, one weight-gradient kernel more than ATen's). Megatron's DistributedDataParallel adds each
-# parameter's gradient into main_grad every micro-batch (distributed.py: main_grad.add_), the accumulation counted. Per
-# layer 58 kernels with dropout (15 forward, 19 + 12 + 12 backward), 54 without.
-JIT_DELTA: dict[str, tuple[int, int, int, int]] = {"attn/core": (-3, -5, 0, 0), "mlp/act": (-1, 0, 0, 0),
+# one kernel each way) for the fp32 casts, masked_fill_ and softmax (forward 4 -> 1; backward the casts' 2 and
+# masked_fill's and softmax's 2 -> 1: masked_fill's clone is a device copy, no kernel counted), where the kernel runs:
+# keys up to JIT_SOFTMAX_MAX_SEQ (fused_softmax.py's custom_kernel_constraint, 16 < sk <= 2048 at 453414dac8;
+# Megatron-DeepSpeed f4157bea allows 4096; both also need b·heads and sq divisible by 4, not checked here);
+# TorchScript's bias_gelu (fused_bias_gelu.py, under the legacy fuser that transformer.py selects, or nvFuser below
+# PyTorch 2.2: Megatron-DeepSpeed's initialize.py; newer PyTorch runs these functions unfused, fusion "eager" then) for
+# the bias add and GeLU (forward 2 -> 1; backward bias_gelu_back's one kernel and the bias's sum, as measured);
+# bias_dropout_add_fused_train for the bias add, dropout and residual add (forward -> 1; backward as measured: dropout's
+# mask product, the residual fork's sum, the bias's sum), which draws its mask at dropout 0 too (the scripted function
+# calls native_dropout, which unlike eager dropout does not return its input at p = 0: the dropout rows of the residuals
+# stand at any dropout); Megatron's LayerNorm (fused_layer_norm.py, layer_norm_cuda_kernel.cu: cuApplyLayerNorm forward;
+# backward cuComputeGradInput, cuComputePartGradGammaBeta and cuComputeGradGammaBeta, one weight-gradient kernel more
+# than ATen's; apex's persistent FastLayerNorm, which later releases pick for some widths, launches 2). The accumulation
+# stays one add per parameter and micro-batch, as the measured rows count it (a first micro-batch after
+# zero_grad(set_to_none=True) launches none: not modelled). Per layer 59 kernels with dropout (15 forward, 20 + 12 + 12
+# backward), 57 without.
+JIT_DELTA: dict[str, tuple[int, int, int, int]] = {"attn/core": (-3, -4, 0, 0), "mlp/act": (-1, 0, 0, 0),
                                                    "attn/norm": (0, 0, 1, 0), "mlp/norm": (0, 0, 1, 0)}
 JIT_ONE_FORWARD = ("attn/residual", "mlp/residual")  # bias-dropout-add: one fused kernel forward
+JIT_SOFTMAX_MAX_SEQ = 2048  # the longest key sequence Megatron-LM's fused softmax kernel takes (comment above)
 
 
-def jit_rows(rows: dict[str, tuple[int, int, int, int]]) -> dict[str, tuple[int, int, int, int]]:
-    """A "gpt" row of ``EAGER_KERNELS`` as Megatron-LM's fused module code launches it (``JIT_DELTA``)."""
+def jit_rows(model: ModelSpec) -> dict[str, tuple[int, int, int, int]]:
+    """The "gpt" rows of ``EAGER_KERNELS`` as Megatron-LM's fused module code launches them for ``model``
+    (``JIT_DELTA``; the residuals' dropout rows at any dropout; the softmax unfused beyond JIT_SOFTMAX_MAX_SEQ)."""
+    rows = EAGER_KERNELS["gpt" if model.dropout else "gpt-no-dropout"]
+    rows = {**rows, **{r: EAGER_KERNELS["gpt"][r] for r in JIT_ONE_FORWARD}}
+    fused_softmax = model.seq_length <= JIT_SOFTMAX_MAX_SEQ
     out = {}
     for r, counts in rows.items():
-        moved = tuple(c + d for c, d in zip(counts, JIT_DELTA.get(r, (0, 0, 0, 0)), strict=True))
+        delta = JIT_DELTA.get(r, (0, 0, 0, 0)) if (r != "attn/core" or fused_softmax) else (0, 0, 0, 0)
+        moved = tuple(c + d for c, d in zip(counts, delta, strict=True))
         out[r] = (1, *moved[1:]) if r in JIT_ONE_FORWARD else moved
     return out  # type: ignore[return-value]
 
@@ -204,9 +218,7 @@ def eager_rows(model: ModelSpec, stack: Stack) -> dict[str, tuple[int, int, int]
     llama = style == "llama"
     megatron = not llama and not stack.flash_attention  # Megatron's unfused attention: its module code
     bias_dropout_add = model.dropout and model.linear_bias
-    rows = EAGER_KERNELS["llama" if llama else "gpt" if model.dropout else "gpt-no-dropout"]
-    if jit:
-        rows = jit_rows(rows)
+    rows = jit_rows(model) if jit else EAGER_KERNELS["llama" if llama else "gpt" if model.dropout else "gpt-no-dropout"]
     if not (llama or megatron):  # the flash kernel alone where a record of its own concatenates the q, k, v gradients
         alone = bias_dropout_add or stack.qkv_concat or stack.projections == "split"  # (cost/attention.qkv_concat)
         core = EAGER_KERNELS["llama" if alone else "sdpa"]["attn/core"]

@@ -133,7 +133,8 @@ def grouped_mlp_eager(model: ModelSpec, stack: Stack, rows: Num, ffn: Num) -> li
       GEMM (Transformer Engine GroupedLinear, skip_bias_add false), for free.
     A fused grouped MLP (``"grouped"``: Transformer Engine's CuTeDSL kernel applies the clamp and the scaled bias
     in its epilogues) runs none of these, nor does a stack of eager PyTorch (``stack.fusion = "eager"``), whose
-    experts are not Megatron-Core's (``eager_layer``). The host time of the per-expert launches is not priced."""
+    experts are not Megatron-Core's (``eager_layer``), nor Megatron-LM's module code of 2020-22 (``"jit"``), which
+    has no MoE layer of this kind. The host time of the per-expert launches is not priced."""
     if stack.expert_gemm != "per_expert" or stack.fusion != "fused":
         return []
     a, h = ACT_BYTES, model.moe_width
