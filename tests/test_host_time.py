@@ -14,7 +14,7 @@ from meshplan.cost.eager import EAGER, eager_kernels
 from meshplan.cost.records import OpCost
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack, load_stack
-from meshplan.step.host import host_times, launches
+from meshplan.step.host import host_times, launches, on_host
 from meshplan.step.passes import pass_times
 
 US = 1e-6
@@ -87,8 +87,37 @@ SEGMENTED = [OpCost("norm", "fwd", "memory", 0.0, 1e3, kernels=10),
 SEG_TIMES = [10 * US, 5 * US, 200 * US]
 
 
-def test_an_exposed_collective_drains_the_hosts_lead():
-    stack = Stack(host_dispatch=10 * US)
+def test_pytorchs_nccl_calls_keep_the_hosts_lead():
+    # ProcessGroupNCCL enqueues the all-reduce and returns: the host's lead carries past it, one max over the pass
+    # (host 10 kernels + the call + the GEMM's launch = 120 us against 215 us of GPU): the GPU never waits
+    t = pass_times(SEGMENTED, SEG_TIMES, Plan(), Stack(host_dispatch=10 * US), "none")
+    assert t.host == 0.0 and t.total == pytest.approx(215 * US)
+    # 25 us a kernel: host 300 us against 215 us of GPU, the GPU waits the difference
+    t = pass_times(SEGMENTED, SEG_TIMES, Plan(), Stack(host_dispatch=25 * US), "none")
+    assert t.host == pytest.approx(85 * US) and t.total == pytest.approx(300 * US)
+
+
+def test_on_a_slower_host_a_stack_pays_its_host_costs_at_that_hosts_speed():
+    # Cluster.python_host: GB200's Grace 2.75 x an x86 DGX host's time (TransformerEngine #2053): 10 us -> 27.5 us
+    stack = Stack(host_dispatch=10 * US, compiled=True, region_host=0.2e-3)
+    slow = on_host(stack, 2.75)
+    assert slow.host_dispatch == pytest.approx(27.5 * US) and slow.region_host == pytest.approx(0.55e-3)
+    assert on_host(stack, 1.0) is stack
+    t = pass_times(SEGMENTED, SEG_TIMES, Plan(), slow, "none")
+    assert t.host == pytest.approx((12 * 27.5 - 215) * US)  # 12 launches at 27.5 us against 215 us of GPU
+    # the system's preset carries it into the step: the same plan on a DGX A100's host (1.53) is never faster
+    from meshplan.estimate import estimate
+    from meshplan.specs.hardware import load_system
+    from meshplan.specs.model_load import load_model
+    cluster = load_system("a100").cluster(8)
+    plan = Plan(dp=4, tp=2, micro_batch=1, global_batch=64)
+    at = {f: estimate(load_model("gpt2"), replace(cluster, python_host=f), plan, load_stack("megatron-deepspeed"))
+          for f in (1.0, 1.53, 2.0)}
+    assert cluster.python_host == 1.53 and at[1.0].step_time < at[1.53].step_time < at[2.0].step_time
+
+
+def test_an_exposed_collective_drains_the_hosts_lead_where_the_host_waits_for_it():
+    stack = Stack(host_dispatch=10 * US, blocking_collectives=True)
     t = pass_times(SEGMENTED, SEG_TIMES, Plan(), stack, "none")
     # segment 1: host 10 kernels + the all-reduce call = 110 us against 10 + 5 us of GPU: 95 us idle; segment 2: host
     # 10 us against a 200 us GEMM: none. One max over the pass would find none (host 120 < GPU 215 us)
@@ -113,14 +142,18 @@ def test_segments_never_shorten_a_pass_and_more_host_never_helps(seed):
             ops.append(OpCost(f"k{i}", "fwd" if i < 6 else "bwd_x", "gemm", 1e6, 1e3, kernels=int(rng.integers(1, 9))))
         times.append(float(rng.uniform(1, 100)) * US)
     host = float(rng.uniform(1, 30)) * US
-    stack = Stack(host_dispatch=host)
+    # half the seeds with a host that waits for each exposed collective (segments), half with PyTorch's async calls
+    stack = Stack(host_dispatch=host, blocking_collectives=bool(seed % 2))
     t = pass_times(ops, times, Plan(), stack, "none")
     h = host_times(ops, Plan(), stack, "none")
-    # the segmented sum is at least the single max over each pass (nothing hides here: the GPU time is every op's)
+    # at least the single max over each pass (nothing hides here: the GPU time is every op's)
     gpu = {ph: sum(x for o, x in zip(ops, times, strict=True) if (o.phase == "fwd") == (ph == "f")) for ph in "fb"}
     assert t.total >= max(h["f"], gpu["f"]) + max(h["b"], gpu["b"]) - 1e-15
+    # a host that waits for its collectives never gains on one that does not
+    waits = pass_times(ops, times, Plan(), stack.with_(blocking_collectives=True), "none").total
+    assert waits >= pass_times(ops, times, Plan(), stack.with_(blocking_collectives=False), "none").total - 1e-15
     # more host cost, or a slower op, never shortens it; the graphed twin is never slower
-    assert pass_times(ops, times, Plan(), Stack(host_dispatch=1.5 * host), "none").total >= t.total - 1e-15
+    assert pass_times(ops, times, Plan(), stack.with_(host_dispatch=1.5 * host), "none").total >= t.total - 1e-15
     slower = [x * (1.5 if i == seed % 12 else 1.0) for i, x in enumerate(times)]
     assert pass_times(ops, slower, Plan(), stack, "none").total >= t.total - 1e-15
     assert pass_times(ops, times, Plan(), stack.with_(cuda_graphs=True), "none").total <= t.total + 1e-15

@@ -123,8 +123,7 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    load_stack("megatron-deepspeed"), False, 1, 4, "full",
                    "Megatron-DeepSpeed 2022: no sequence parallelism, BF16_Optimizer (ZeRO-1) with fp32 "
                    "gradient reduction after the backward pass, no FlashAttention; EleutherAI's GPT-NeoX is the same "
-                   "construction (Megatron-LM model code on DeepSpeed's pipeline engine and ZeRO-1)",
-                   fp16_grads=True),
+                   "construction (Megatron-LM model code on DeepSpeed's pipeline engine and ZeRO-1)"),
     # the framework text's hyphenated name: the group of its README's cost table also holds a DeepSpeed row
     SourceDefaults("Megatron-LLaMA", r"megatron-llama", Stack(name="megatron-llama", overlap_dp=False,
                                                                   host_dispatch=MEGATRON_HOST), None, 1, 4,

@@ -111,6 +111,10 @@ class Stack:
     cuda_graphs: bool = _flag(False, "the layers are captured as CUDA graphs (Megatron-Core --cuda-graph-impl, "
                                      "torch.compile mode='reduce-overhead'): the host launches one graph per layer "
                                      "and pass, not each kernel")
+    blocking_collectives: bool = _flag(False, "the host waits for each exposed collective to finish "
+                                              "(TORCH_NCCL_BLOCKING_WAIT, or a loop that reads a collective's result "
+                                              "on the host): each drains the host's lead (step/host.py); false: "
+                                              "PyTorch's NCCL calls return once enqueued and the lead carries on")
     # ---- overlap --------------------------------------------------------------------------------------------
     overlap_tp: bool = _flag(False, "TP collectives overlapped with the GEMMs (Megatron --tp-comm-overlap)")
     overlap_dp: bool = _flag(True, "the data-parallel collectives overlapped with the passes (overlap-grad-reduce)")

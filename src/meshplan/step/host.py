@@ -3,18 +3,22 @@ waits on it. step/passes.py composes a pass's time with it; written once, so tha
 passes, a serving step, the sharding planner's) can use it.
 
 The host issues each kernel and collective call asynchronously, ``stack.host_dispatch`` seconds each (``launches``;
-one graph per pass under ``stack.cuda_graphs``), and the GPU cannot run a kernel before it is issued. Two bounds:
+one graph per pass under ``stack.cuda_graphs``), at its own CPU's speed (``on_host``), and the GPU cannot run a
+kernel before it is issued. Two bounds:
 - without synchronisation the host's lead carries through the whole pass, and the pass takes max(host, GPU): the
-  GPU waits max(0, H − G) (``host_times``);
+  GPU waits max(0, H − G) (``host_times``). PyTorch's NCCL collectives are such calls: ProcessGroupNCCL enqueues
+  the collective on its stream and returns, and ``wait()`` makes the compute stream wait on it, not the host
+  (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, unless TORCH_NCCL_BLOCKING_WAIT), so an exposed all-reduce
+  (Megatron's TP all-reduce, a pipeline send) costs the host one call and the GPU its transfer; ranks that issue it
+  alike meet at it without losing the lead. The published Megatron-LM 2021 runs agree: the GPU-bound runs at tp 2-8
+  (Narayanan et al. 2021 Table 1) read 1-3 points slower had each all-reduce drained the host's lead.
 - a synchronisation drains the queue (issue 46: "synchronisations (NCCL calls in stacks that wait, .item(), MoE token
-  counts) drain the queue ... the step is the max of the host's and the GPU's timelines between syncs"): an exposed
-  collective is a rendezvous of its group, which no rank leaves before every rank's host has issued it and its GPU
-  has run what came before, and the kernels after it wait for its result. Modelled as a host that waits for the
-  collective to finish (a blocking NCCL wait, as ``.item()`` waits): between syncs each segment takes max(host_s,
-  GPU_s), and the pass Σ_s max(host_s, GPU_s), which is ≥ max(H, G) (Σ max ≥ max Σ). It is the upper bound of the
-  two: a host that never blocks keeps a lead across a sync (the flow-shop makespan max_k (Σ_{i≤k} h_i + Σ_{i≥k} g_i)
-  lies between them). Collectives that hide behind compute (``stack.overlap_tp``, the context-parallel ring) are no
-  syncs. A CUDA-graphed stack launches the collectives inside its graph: one launch per pass, no segments.
+  counts) drain the queue ... the step is the max of the host's and the GPU's timelines between syncs"): under
+  ``stack.blocking_collectives`` (a host that waits for each exposed collective to finish, as ``.item()`` waits)
+  between syncs each segment takes max(host_s, GPU_s), and the pass Σ_s max(host_s, GPU_s), which is ≥ max(H, G)
+  (Σ max ≥ max Σ). Collectives that hide behind compute (``stack.overlap_tp``, the context-parallel ring) are no
+  syncs. A CUDA-graphed stack launches the collectives inside its graph: one launch per pass, no segments. The MoE
+  tokens-per-expert sync is the per-expert GEMMs' (roofline.op_time, Efficiency.host_launch).
 The pass takes the larger of the two forms (``host_idle``): max(G, H), G the pass's GPU time after the overlap rules,
 and Σ_s max(h_s, g_s); each is non-increasing in every rate and non-decreasing in the host's cost, so the step stays
 monotone (step/passes.py's docstring).
@@ -31,6 +35,16 @@ from meshplan.cost.records import OpCost
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.xp import Num, maximum, minimum, where
+
+
+def on_host(stack: Stack, python_host: float) -> Stack:
+    """``stack`` on a host CPU that takes ``python_host`` times as long for PyTorch's Python-side work as the x86 DGX
+    host its constants were measured against (Cluster.python_host: Grace 2.46-2.75, a torch Linear's CPU time on GH200
+    / GB200 against DGX H100's Xeon 8480C, NVIDIA/TransformerEngine issue #2053; the serving engines' Python loops
+    scale the same, serve/engine.py): its host seconds per kernel and per compiled region scaled; 1 leaves it as is."""
+    if python_host == 1.0:
+        return stack
+    return stack.with_(host_dispatch=stack.host_dispatch * python_host, region_host=stack.region_host * python_host)
 
 
 def launches(op: OpCost) -> Num:
@@ -71,14 +85,21 @@ def host_times(ops: list[OpCost], plan: Plan, stack: Stack, recompute: str,
     return {ph: c * stack.host_dispatch for ph, c in count.items()}
 
 
-def syncs(op: OpCost, stack: Stack) -> bool:
-    """An exposed collective (module docstring): one the stack does not hide behind compute."""
+def exposed(op: OpCost, stack: Stack) -> bool:
+    """A collective the stack does not hide behind compute."""
     return op.collective is not None and (op.overlap == "" or (op.overlap == "tp" and not stack.overlap_tp))
+
+
+def syncs(op: OpCost, stack: Stack) -> bool:
+    """A collective that drains the host's lead (module docstring): an exposed one under a stack whose host waits
+    for its collectives (``stack.blocking_collectives``)."""
+    return stack.blocking_collectives and exposed(op, stack)
 
 
 def segment_time(ops: list[OpCost], times: list[Num], stack: Stack,
                  count_of: Callable[[OpCost], Num] = launches) -> dict[str, Num]:
-    """Per pass ("f", "b") Σ over the segments between syncs (``syncs``, over a group of more than one rank) of
+    """Per pass ("f", "b") Σ over the segments between exposed collectives (``exposed``, over a group of more than
+    one rank; each a sync where the host waits for them: ``syncs``) of
     max(host_s, GPU_s): host_s the segment's launches × ``stack.host_dispatch``, GPU_s its kernels' ``times`` and
     its closing collective's (a collective that hides counts in neither). What follows the last sync is a segment."""
     total: dict[str, Num] = {"f": 0.0, "b": 0.0}
@@ -87,7 +108,7 @@ def segment_time(ops: list[OpCost], times: list[Num], stack: Stack,
     for op, t in zip(ops, times, strict=True):
         ph = "f" if op.phase == "fwd" else "b"
         host[ph] = host[ph] + count_of(op) * stack.host_dispatch
-        if op.collective is not None and not syncs(op, stack):
+        if op.collective is not None and not exposed(op, stack):
             continue  # hidden behind compute: neither the segment's GPU time nor a sync
         gpu[ph] = gpu[ph] + t
         if op.collective is not None:
@@ -101,8 +122,9 @@ def host_idle(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, rec
               gpu: dict[str, Num], count_of: Callable[[OpCost], Num] = launches, region: bool = False
               ) -> dict[str, Num]:
     """Seconds the GPU waits on the host per pass ("f", "b"; module docstring), ``gpu`` the passes' GPU times G after
-    the overlap rules: the pass takes max(G, H) and at least the segmented sum S (``segment_time``; full recompute
-    runs the forward's segments again before the backward's), so the GPU waits max(0, H − G, S − G). Both max(G, H)
+    the overlap rules: the pass takes max(G, H) and, where the host waits for its collectives, at least the
+    segmented sum S (``segment_time``; full recompute runs the forward's segments again before the backward's), so
+    the GPU waits max(0, H − G, S − G). Both max(G, H)
     and S are non-increasing in every rate (S sums raw op times, which only shrink; G is the overlap rules' GPU time,
     which does too), so the step stays monotone; S counts the exposed collectives only, so without host time
     S ≤ G. ``region``: the ops are a layer, which a compiled stack (``stack.compiled``) runs as one torch.compile
@@ -111,7 +133,7 @@ def host_idle(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, rec
     if region and stack.compiled:
         host = {ph: h + stack.region_host for ph, h in host.items()}
     whole = {ph: maximum(0.0, host[ph] - gpu[ph]) for ph in "fb"}
-    if stack.cuda_graphs:
+    if stack.cuda_graphs or not stack.blocking_collectives:  # no sync inside the pass: the lead carries through
         return whole
     seg = segment_time(ops, times, stack, count_of)
     if recompute == "full":

@@ -22,15 +22,15 @@ slowdown per second hidden (efficiency.py); a pass's time stays non-decreasing i
   Applied per rank, where the sends are counted (stages.py, ``with_sends``).
 - The host as a resource (step/host.py): the host issues each kernel and collective call asynchronously, at the
   stack's ``host_dispatch`` seconds each (one graph per pass under ``stack.cuda_graphs``), and the GPU cannot run a
-  kernel before it is issued; an exposed collective (a rendezvous of its group) drains the queue, so each pass of
-  each group of ops (a layer, the embedding, the head) takes the larger of Σ over its segments between syncs of
-  max(host_s, GPU_s) and max(GPU time, host time) (``host.host_idle``), and a layer's host time never hides behind
-  the head's GPU time. The excess (``PassTimes.host``, the GPU idle) is booked as exposed time, like exposed
-  communication: it is no window for the DP traffic to hide in, and the GPU time it is measured against leaves out
-  the slowdown of hidden traffic, which stays charged (T' = T − σ·H of channels.py is then max(GPU time without
-  slowdown, host time)): both keep the step monotone in every rate (a faster link must not widen a window or turn
-  slowdown into idle time). A group of collectives only (a pipeline send) has no host term: the host issues it amid
-  the stage's kernels. The per-expert GEMMs' host floor after the tokens-per-expert sync (``Efficiency.host_launch``,
+  kernel before it is issued; each pass of each group of ops (a layer, the embedding, the head) takes max(GPU time,
+  host time), and where the host waits for its collectives (``stack.blocking_collectives``) at least Σ over its
+  segments between exposed collectives of max(host_s, GPU_s) (``host.host_idle``), and a layer's host time never hides
+  behind the head's GPU time. The excess (``PassTimes.host``, the GPU idle) is booked as exposed time, like exposed
+  communication: it is no window for the DP traffic to hide in, and the GPU time it is measured against leaves out the
+  slowdown of hidden traffic, which stays charged (T' = T − σ·H of channels.py is then max(GPU time without slowdown,
+  host time)): both keep the step monotone in every rate (a faster link must not widen a window or turn slowdown into
+  idle time). A group of collectives only (a pipeline send) has no host term: the host issues it amid the stage's
+  kernels. The per-expert GEMMs' host floor after the tokens-per-expert sync (``Efficiency.host_launch``,
   roofline.op_time) stays a per-op floor: the sync drains the queue right before them, so no GPU work hides it.
 - DP gradient reduction and the distributed optimizer's parameter all-gather (Megatron overlap-grad-reduce /
   overlap-param-gather, when ``stack.overlap_dp``), ZeRO-3's gathers and activation offload share the passes they

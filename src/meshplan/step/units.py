@@ -25,16 +25,19 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
+from meshplan.step.host import on_host
 from meshplan.step.passes import PassTimes, pass_times, time_ops
 from meshplan.xp import Num
 
 
 @dataclass(frozen=True, slots=True)
 class Parts:
-    """The ops of each group (a layer kind, "embed", "head", "mtp", "p2p") and their times."""
+    """The ops of each group (a layer kind, "embed", "head", "mtp", "p2p") and their times, and the cluster's host CPU
+    time for PyTorch's Python-side work against an x86 DGX host (Cluster.python_host: step/host.on_host)."""
 
     ops: dict[str, list[OpCost]]
     times: dict[str, list[Num]]
+    python_host: float = 1.0
 
 
 def _ops(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCost]]:
@@ -50,7 +53,8 @@ def timed_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, ef
                 compute: dict[str, list[Num | None]] | None = None) -> Parts:
     """Ops of each group and their times (``compute``: the non-collective ops' times, computed elsewhere)."""
     ops = _ops(model, plan, stack)
-    return Parts(ops, {k: time_ops(v, cluster, plan, eff, compute[k] if compute else None) for k, v in ops.items()})
+    return Parts(ops, {k: time_ops(v, cluster, plan, eff, compute[k] if compute else None) for k, v in ops.items()},
+                 cluster.python_host)
 
 
 def compute_times(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency = DEFAULT
@@ -124,7 +128,9 @@ def units_for_recomputes(model: ModelSpec, plan: Plan, stack: Stack, parts: Part
                          eff: Efficiency = DEFAULT) -> dict[str, Units]:
     """The units of ``plan`` under each recompute mode: the ops and their times do not depend on it, only
     how they are summed (and which saved activations are kept), so the modes share one ``timed_parts`` and
-    everything but the layer's recompute sum and saved bytes."""
+    everything but the layer's recompute sum and saved bytes. The host pays the stack's costs at its own speed
+    (``on_host``)."""
+    stack = on_host(stack, parts.python_host)
     plain = _layer(model, plan, stack, parts, "none", eff)
     embed = pass_times(parts.ops["embed"], parts.times["embed"], plan, stack, "none", eff)
     p2p = pass_times(parts.ops["p2p"], parts.times["p2p"], plan, stack, "none", eff)
