@@ -28,9 +28,11 @@ def test_a_host_bound_step_says_so_with_its_graphed_twin():
     est = _small()
     note = host_note(est)
     assert note is not None
-    # GPT-2 small at micro-batch 1 under Megatron-LM's module code: 50 us a kernel, the GPUs idle most of the step
+    # GPT-2 small at micro-batch 1 under Megatron-LM's module code: 50 us a kernel on a DGX H100's host, 1.53 x that
+    # on a DGX A100's (python_host): 76.5 us; the GPUs idle most of the step
     assert note.wait == est.breakdown["host"] and note.share == pytest.approx(note.wait / est.step_time)
-    assert note.share > 0.5 and note.per_kernel == 50e-6
+    assert note.share > 0.5 and note.per_kernel == pytest.approx(50e-6 * 1.53)
+    assert "76.5 us of host time per launched kernel" in note.text()
     graphed = estimate(est.model, est.cluster, est.plan, est.stack.with_(cuda_graphs=True)).step_time
     assert note.graphed_step == graphed and graphed < est.step_time - note.wait / 2
     assert "host-bound" in note.text() and "--cuda-graphs" in note.text()

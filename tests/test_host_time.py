@@ -103,6 +103,8 @@ def test_on_a_slower_host_a_stack_pays_its_host_costs_at_that_hosts_speed():
     slow = on_host(stack, 2.75)
     assert slow.host_dispatch == pytest.approx(27.5 * US) and slow.region_host == pytest.approx(0.55e-3)
     assert on_host(stack, 1.0) is stack
+    # a derived stack, not re-checked against the fields' ranges: 5 ms a kernel on a host 100x as slow
+    assert on_host(Stack(host_dispatch=5e-3), 100.0).host_dispatch == pytest.approx(0.5)
     t = pass_times(SEGMENTED, SEG_TIMES, Plan(), slow, "none")
     assert t.host == pytest.approx((12 * 27.5 - 215) * US)  # 12 launches at 27.5 us against 215 us of GPU
     # the system's preset carries it into the step: the same plan on a DGX A100's host (1.53) is never faster

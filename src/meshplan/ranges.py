@@ -190,11 +190,10 @@ RANGES: dict[str, Range] = {
                        "full training (the --lora-rank option)"),
     "train_metrics": Range(1, 100, "", "cross-entropies evaluated per micro-batch for metrics (Composer's MPT: 2)",
                            "none"),
-    "host_dispatch": Range(0, 0.1, "s", "host seconds per launched kernel: 3 us raw cuLaunchKernel to ~100 us (a "
-                           "te.Linear on Grace, TransformerEngine #2053); 100 ms is 1,000x that (room for a stack's "
-                           "cost on a slower host, Cluster.python_host)", "the host never limits"),
-    "region_host": Range(0, 1.0, "s", "host seconds per torch.compile region and pass: 0.29 ms measured (a GPT layer "
-                         "on an H200 host, specs/stack.py); 1 s is 3,000x that", "no compiled region"),
+    "host_dispatch": Range(0, 0.01, "s", "host seconds per launched kernel: 3 us raw cuLaunchKernel to ~100 us (a "
+                           "te.Linear on Grace, TransformerEngine #2053); 10 ms is 100x that", "the host never limits"),
+    "region_host": Range(0, 0.1, "s", "host seconds per torch.compile region and pass: 0.29 ms measured (a GPT layer "
+                         "on an H200 host, specs/stack.py); 100 ms is 300x that", "no compiled region"),
     "summa_panels": Range(1, _WIDTH, "", "at most the hidden size", "max(tp, tp2)"),
     # ---- serving (serve/): ServePlan, Workload, Engine --------------------------------------------------------------
     "dpa": Range(1, MAX_GPUS, "", "a parallel axis is at most the cluster"),

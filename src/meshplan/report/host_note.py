@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from meshplan.step.host import on_host
+
 if TYPE_CHECKING:
     from meshplan.estimate import Estimate
 
@@ -16,7 +18,7 @@ HOST_BOUND_SHARE = 0.10  # the note's threshold: the GPUs wait on the host for a
 
 @dataclass(frozen=True)
 class HostNote:
-    """The GPUs' wait on the host (seconds, share of the step), the stack's host seconds per kernel, and the step
+    """The GPUs' wait on the host (seconds, share of the step), the host seconds per kernel on this host, and the step
     time of the same plan under CUDA graphs (None where the stack already captures them)."""
 
     wait: float
@@ -50,4 +52,6 @@ def host_note(est: Estimate) -> HostNote | None:
     if not est.stack.cuda_graphs:
         from meshplan.estimate import estimate  # noqa: PLC0415  (the graphed twin of the same plan)
         graphed = estimate(est.model, est.cluster, est.plan, est.stack.with_(cuda_graphs=True)).step_time
-    return HostNote(wait=wait, share=wait / est.step_time, per_kernel=est.stack.host_dispatch, graphed_step=graphed)
+    # the host pays the stack's cost per kernel at its own CPU's speed (Cluster.python_host, step/host.on_host)
+    per_kernel = on_host(est.stack, est.cluster.python_host).host_dispatch
+    return HostNote(wait=wait, share=wait / est.step_time, per_kernel=per_kernel, graphed_step=graphed)

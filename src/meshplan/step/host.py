@@ -5,13 +5,14 @@ passes, a serving step, the sharding planner's) can use it.
 The host issues each kernel and collective call asynchronously, ``stack.host_dispatch`` seconds each (``launches``;
 one graph per pass under ``stack.cuda_graphs``), at its own CPU's speed (``on_host``), and the GPU cannot run a
 kernel before it is issued. Two bounds:
-- without synchronisation the host's lead carries through the whole pass, and the pass takes max(host, GPU): the
-  GPU waits max(0, H − G) (``host_times``). PyTorch's NCCL collectives are such calls: ProcessGroupNCCL enqueues
-  the collective on its stream and returns, and ``wait()`` makes the compute stream wait on it, not the host
+- without synchronisation the host's lead carries through the whole pass, and the pass takes max(host, GPU): the GPU
+  waits max(0, H − G) (``host_times``). PyTorch's NCCL collectives are such calls: ProcessGroupNCCL enqueues the
+  collective on its stream and returns, and ``wait()`` makes the compute stream wait on it, not the host
   (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, unless TORCH_NCCL_BLOCKING_WAIT), so an exposed all-reduce
-  (Megatron's TP all-reduce, a pipeline send) costs the host one call and the GPU its transfer; ranks that issue it
-  alike meet at it without losing the lead. The published Megatron-LM 2021 runs agree: the GPU-bound runs at tp 2-8
-  (Narayanan et al. 2021 Table 1) read 1-3 points slower had each all-reduce drained the host's lead.
+  (Megatron's TP all-reduce) costs the host one call and the GPU its transfer; ranks that issue it alike meet at it
+  without losing the lead. (Megatron's pipeline sends do synchronise the device after batch_isend_irecv, but a group
+  of sends has no host term here: step/passes.py.) The published Megatron-LM 2021 runs agree: the GPU-bound runs at tp
+  2-8 (Narayanan et al. 2021 Table 1) read 1-3 points slower had each all-reduce drained the host's lead.
 - a synchronisation drains the queue (issue 46: "synchronisations (NCCL calls in stacks that wait, .item(), MoE token
   counts) drain the queue ... the step is the max of the host's and the GPU's timelines between syncs"): under
   ``stack.blocking_collectives`` (a host that waits for each exposed collective to finish, as ``.item()`` waits)
@@ -19,13 +20,14 @@ kernel before it is issued. Two bounds:
   (Σ max ≥ max Σ). Collectives that hide behind compute (``stack.overlap_tp``, the context-parallel ring) are no
   syncs. A CUDA-graphed stack launches the collectives inside its graph: one launch per pass, no segments. The MoE
   tokens-per-expert sync is the per-expert GEMMs' (roofline.op_time, Efficiency.host_launch).
-The pass takes the larger of the two forms (``host_idle``): max(G, H), G the pass's GPU time after the overlap rules,
-and Σ_s max(h_s, g_s); each is non-increasing in every rate and non-decreasing in the host's cost, so the step stays
-monotone (step/passes.py's docstring).
+The pass takes max(G, H), G the pass's GPU time after the overlap rules, and where the host waits for its collectives
+the larger of that and Σ_s max(h_s, g_s) (``host_idle``); each is non-increasing in every rate and non-decreasing in
+the host's cost, so the step stays monotone (step/passes.py's docstring).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import numpy as np
@@ -44,7 +46,12 @@ def on_host(stack: Stack, python_host: float) -> Stack:
     scale the same, serve/engine.py): its host seconds per kernel and per compiled region scaled; 1 leaves it as is."""
     if python_host == 1.0:
         return stack
-    return stack.with_(host_dispatch=stack.host_dispatch * python_host, region_host=stack.region_host * python_host)
+    # a derived stack, not user input: not checked against the fields' ranges again (a valid stack's times a valid
+    # python_host may lie past them, as a slow host's cost may)
+    scaled = copy.copy(stack)
+    object.__setattr__(scaled, "host_dispatch", stack.host_dispatch * python_host)
+    object.__setattr__(scaled, "region_host", stack.region_host * python_host)
+    return scaled
 
 
 def launches(op: OpCost) -> Num:
