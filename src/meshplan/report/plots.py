@@ -56,11 +56,22 @@ def new_figure(width: float, height: float) -> Figure:
     return Figure(figsize=(width, height), layout="constrained")
 
 
+def settled(fig: Figure) -> Figure:
+    """``fig`` with its constrained layout solved once and then fixed: the solver's result depends on the label
+    extents of the draw before it, so every save would move the axes a little (a bar's end label shifting the axes by
+    thousandths of a point); fixed after one solve, the same figure gives the same file."""
+    if fig.get_layout_engine() is not None:
+        fig.draw_without_rendering()
+        fig.set_layout_engine("none")
+    return fig
+
+
 def save(fig: Figure, path: str | Path, dpi: int = 150) -> Path:
     """Write ``fig`` as PNG or SVG (by the suffix)."""
     path = Path(path)
     if path.suffix.lower() not in (".png", ".svg"):
         raise SpecError(f"{path}: plots are written as .png or .svg")
+    settled(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format=path.suffix.lower()[1:], dpi=dpi,
                 metadata={"Software": None} if path.suffix.lower() == ".png" else {"Date": None})
@@ -71,6 +82,7 @@ def svg_text(fig: Figure) -> str:
     """The figure as a standalone SVG document (text drawn as paths: no fonts needed to view it)."""
     import matplotlib
 
+    settled(fig)
     buf = io.StringIO()
     with matplotlib.rc_context({"svg.hashsalt": "meshplan"}):  # stable ids: the same figure, the same text
         fig.savefig(buf, format="svg", metadata={"Date": None})
@@ -78,6 +90,7 @@ def svg_text(fig: Figure) -> str:
 
 
 def png_bytes(fig: Figure, dpi: int = 150) -> bytes:
+    settled(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
     return buf.getvalue()
