@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from meshplan.step.host import on_host
+from meshplan.units import fmt_time
 
 if TYPE_CHECKING:
     from meshplan.estimate import Estimate
@@ -31,16 +32,12 @@ class HostNote:
                 "cuda_graphs_step_time_s": self.graphed_step}
 
     def text(self) -> str:
-        line = (f"host-bound: the GPUs wait on the host {_ms(self.wait)} ({100 * self.share:.0f} % of the step) at "
-                f"{self.per_kernel * 1e6:.3g} us of host time per launched kernel")
+        line = (f"host-bound: the GPUs wait on the host {fmt_time(self.wait)} ({100 * self.share:.0f} % of the step) "
+                f"at {fmt_time(self.per_kernel)} of host time per launched kernel")
         if self.graphed_step is not None:
             line += (f"; with the layers captured as CUDA graphs (--cuda-graphs, where the framework can) this plan "
-                     f"takes {_ms(self.graphed_step)}")
+                     f"takes {fmt_time(self.graphed_step)}")
         return line + "; a larger micro-batch does more work per launch"
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds:.3g} s" if seconds >= 1 else f"{seconds * 1e3:.3g} ms"
 
 
 def host_note(est: Estimate) -> HostNote | None:
