@@ -97,16 +97,10 @@ def exposed(op: OpCost, stack: Stack) -> bool:
     return op.collective is not None and (op.overlap == "" or (op.overlap == "tp" and not stack.overlap_tp))
 
 
-def syncs(op: OpCost, stack: Stack) -> bool:
-    """A collective that drains the host's lead (module docstring): an exposed one under a stack whose host waits
-    for its collectives (``stack.blocking_collectives``)."""
-    return stack.blocking_collectives and exposed(op, stack)
-
-
 def segment_time(ops: list[OpCost], times: list[Num], stack: Stack,
                  count_of: Callable[[OpCost], Num] = launches) -> dict[str, Num]:
     """Per pass ("f", "b") Σ over the segments between exposed collectives (``exposed``, over a group of more than
-    one rank; each a sync where the host waits for them: ``syncs``) of
+    one rank; each a sync where the host waits for them, ``stack.blocking_collectives``) of
     max(host_s, GPU_s): host_s the segment's launches × ``stack.host_dispatch``, GPU_s its kernels' ``times`` and
     its closing collective's (a collective that hides counts in neither). What follows the last sync is a segment."""
     total: dict[str, Num] = {"f": 0.0, "b": 0.0}
