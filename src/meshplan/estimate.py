@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 from meshplan.channels import dp_collectives, optimizer_time, zero_counts
 from meshplan.cost.flops import plan_flops_per_token, recompute_flops_per_token
 from meshplan.cost.params import kind_fractions, layers_on_first, layers_on_last, stage_params, trainable
+from meshplan.cost.tensors import tensors_on_rank
 from meshplan.groups import axis_tiers
 from meshplan.memory import WEIGHT_BYTES
 from meshplan.roofline import compute_time, memory_time, overhead
@@ -43,6 +44,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import FRAMEWORK_STACK, Stack
 from meshplan.step.assemble import StepCosts, assemble
+from meshplan.step.host import step_host
 from meshplan.step.ranks import assemble_ranks, priced_apart, stage_modes, stage_recompute_flops
 from meshplan.step.stages import cadence
 from meshplan.step.units import Parts, Units, timed_parts, unit_costs, units_for_recomputes
@@ -281,14 +283,15 @@ def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff:
                     "overhead" if fixed > work else "compute" if compute >= memory else "memory")
             rows.append(OpRow(op.name, op.phase, op.kind, float(counts[group]), float(op.flops),
                               float(op.nbytes), float(t), bound))
-    rows += _step_rows(model, cluster, plan, eff, first)
+    rows += _step_rows(model, cluster, plan, stack, eff, first)
     return tuple(r for r in rows if r.count > 0 and (r.seconds > 0 or r.flops > 0))
 
 
-def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, first: bool) -> list[OpRow]:
+def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency, first: bool
+               ) -> list[OpRow]:
     """Once-per-step ops of the busiest rank: the gradient reduction / parameter gather (before overlap), as often as
-    its ZeRO stage runs them (channels.zero_counts: ZeRO-2 and 3 traffic runs per micro-batch), and the optimizer
-    step."""
+    its ZeRO stage runs them (channels.zero_counts: ZeRO-2 and 3 traffic runs per micro-batch), the optimizer
+    step, and the host's per-parameter loops around it (step/host.step_host), where the stack prices them."""
     params = stage_params(model, plan, first)
     seconds = dp_collectives(model, cluster, plan, params, eff)._asdict()
     grad_bytes, weight_bytes = trainable(params, plan).total * plan.grad_bytes, params.total * WEIGHT_BYTES
@@ -301,4 +304,8 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency, 
     moved = float(opt * cluster.accelerator.hbm_bandwidth * eff.memory)
     rows.append(OpRow(f"optimizer/{plan.optimizer}", "step", "memory", float(updates), 0.0, moved, float(opt),
                       "memory"))
+    if stack.tensor_host:
+        rank = 0 if first else plan.pp - 1
+        host = step_host(tensors_on_rank(model, plan, stack, rank), stack, cluster.python_host)
+        rows.append(OpRow("optimizer/host", "step", "host", float(updates), 0.0, 0.0, float(host), "host"))
     return rows

@@ -108,6 +108,11 @@ class Stack:
     region_host: float = field(default=0.0, metadata={
         "help": "host CPU seconds per compiled region (a layer under torch.compile) and pass beyond its launches: "
                 "Dynamo's guards and AOTAutograd's runtime wrapper (TORCH_COMPILE_REGION_HOST); 0: no region"})
+    tensor_host: float = field(default=0.0, metadata={
+        "help": "host CPU seconds per parameter tensor per optimizer step on an x86 DGX host: the per-parameter "
+                "loops and eager ops of the optimizer, its mixed-precision wrapper, the data-parallel wrapper and "
+                "per-parameter logging, run after the step's synchronisation (step/host.step_host; cost/tensors.py "
+                "counts the tensors); 0: none"})
     cuda_graphs: bool = _flag(False, "the layers are captured as CUDA graphs (Megatron-Core --cuda-graph-impl, "
                                      "torch.compile mode='reduce-overhead'): the host launches one graph per layer "
                                      "and pass, not each kernel")

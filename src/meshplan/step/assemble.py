@@ -37,6 +37,7 @@ from meshplan.channels import (
 )
 from meshplan.contention import any_shared, shared_collectives
 from meshplan.cost.params import StageParams, middle_or_first, middle_params, stage_params
+from meshplan.cost.tensors import rank_tensors
 from meshplan.memory import Memory, buffer_memory, model_states, resident_weights
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
@@ -44,6 +45,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import SPLIT_SCHEDULES, Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
+from meshplan.step.host import step_host
 from meshplan.step.memory import activation_memory, offloaded_activations
 from meshplan.step.passes import PassTimes
 from meshplan.step.stages import cadence, ep_overlapped, split_bubble, stage_times, two_chunk_times
@@ -131,7 +133,11 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     collectives = dp_collectives(model, cluster, plan, params, eff)  # the same for every ZeRO stage
     shared = Collectives(*shared_collectives(model, cluster, plan, params, eff, collectives))  # contention.py
     traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
-    opt = {(z, oo): optimizer_time(cluster, _with(plan, zero=z, offload_optimizer=oo), params, eff)
+    host: Num = 0.0  # the per-parameter loops' host time after the optimizer's synchronisation (step/host.step_host)
+    if stack.tensor_host:
+        tensors = [t * (1 + (plan.schedule == "dualpipe")) for t in rank_tensors(model, plan, stack)[:n]]
+        host = step_host(_rows(plan, tensors, shape, np.float64), stack, cluster.python_host)
+    opt = {(z, oo): optimizer_time(cluster, _with(plan, zero=z, offload_optimizer=oo), params, eff) + host
            for z in grid.zero for oo in grid.offload_optimizer}
     forward: dict = {}  # the forward passes do not change with the recompute mode: priced once without copies
     for r, rc in enumerate(grid.recompute):

@@ -23,6 +23,7 @@ from meshplan.channels import Collectives, dp_collectives, offload, optimizer_ti
 from meshplan.contention import any_shared, shared_collectives
 from meshplan.cost.flops import recompute_flops_per_token
 from meshplan.cost.params import layers_on_first, layers_on_rank, layers_on_stage, middle_params, stage_params
+from meshplan.cost.tensors import tensors_on_rank
 from meshplan.memory import (
     Memory,
     activation_bytes,
@@ -38,6 +39,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import ASYNC_SCHEDULES, SPLIT_SCHEDULES, Plan
 from meshplan.specs.stack import Stack
 from meshplan.step.assemble import StepCosts
+from meshplan.step.host import step_host
 from meshplan.step.memory import activation_memory
 from meshplan.step.passes import PassTimes
 from meshplan.step.stages import cadence, rank_body, with_sends
@@ -106,7 +108,8 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
     channels = step_channels(times.passes(), per_update, traffic, (plan.zero,), copies, eff.overlap_slowdown,
                              stack.overlap_dp)
     dp, moved = (float(updates * x) for x in channels[plan.zero])
-    opt = float(updates * optimizer_time(cluster, plan, params, eff))
+    opt = float(updates * (optimizer_time(cluster, plan, params, eff) + step_host(
+        tensors_on_rank(model, plan, stack, rank), stack, cluster.python_host)))
     weights, grads, optimizer = model_states(params, view, stack, last)
     memory = Memory(weights, grads, optimizer, _activations(model, view, stack, u, rank), buffer_memory(model, plan))
     host = model_states(params, replace(view, offload_optimizer=False), stack, last)[2] * plan.offload_optimizer
