@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from meshplan.cost.tensors import layer_tensors, rank_tensors, tensors_on_rank
+from meshplan.cost.tensors import layer_tensors, rank_tensors, stepped, tensors_on_rank
 from meshplan.estimate import estimate
 from meshplan.search import Space, search
 from meshplan.specs.hardware import load_system
@@ -82,16 +82,28 @@ def test_step_host_is_tensors_times_the_stack_cost_at_the_hosts_speed():
 
 
 def test_the_estimate_adds_it_to_the_optimizer_step_once_per_step():
-    """GPT-2 on 8 A100 (python_host 1.53): 148 tensors x 40 us x 1.53 = 9.06 ms more optimizer time and step time,
-    whatever the micro-batches per step."""
+    """GPT-2 on 8 A100 (python_host 1.53) without ZeRO: 148 tensors x 40 us x 1.53 = 9.06 ms more optimizer time and
+    step time, whatever the micro-batches per step; with a sharded optimizer (ZeRO-1) its wrapper walks its shard's,
+    148 / 8 = 18.5 tensors: 1.13 ms."""
     model, cluster = load_model("gpt2"), load_system("a100").cluster(8)
-    for gbs in (32, 256):
-        plan = Plan(dp=8, micro_batch=4, global_batch=gbs, recompute="none")
+    for gbs, zero, tensors in ((32, 0, 148), (256, 0, 148), (32, 1, 18.5)):
+        plan = Plan(dp=8, micro_batch=4, global_batch=gbs, recompute="none", zero=zero)
         base = estimate(model, cluster, plan, Stack())
         more = estimate(model, cluster, plan, Stack(tensor_host=40e-6))
-        added = 148 * 40e-6 * cluster.python_host
+        added = tensors * 40e-6 * cluster.python_host
         assert math.isclose(more.breakdown["optimizer"] - base.breakdown["optimizer"], added, rel_tol=1e-9)
         assert math.isclose(more.step_time - base.step_time, added, rel_tol=1e-9)
+        row = {r.name: r for r in more.ops}["optimizer/host"]
+        assert math.isclose(row.seconds, added, rel_tol=1e-9) and row.bound == "host"
+
+
+def test_fsdp_steps_every_tensors_shard():
+    """FSDP2's optimizer walks every DTensor (each a shard) whatever ZeRO stage the plan names; Megatron's and
+    DeepSpeed's sharded optimizers walk their shard's."""
+    plan = Plan(dp=8, zero=3)
+    assert stepped(148, plan, Stack(fsdp="fsdp2")) == 148
+    assert stepped(148, plan, Stack()) == 148 / 8
+    assert stepped(148, replace(plan, zero=0), Stack()) == 148
 
 
 def test_ranks_priced_one_by_one_agree_with_the_composed_step():

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 from meshplan.channels import dp_collectives, optimizer_time, zero_counts
 from meshplan.cost.flops import plan_flops_per_token, recompute_flops_per_token
 from meshplan.cost.params import kind_fractions, layers_on_first, layers_on_last, stage_params, trainable
-from meshplan.cost.tensors import tensors_on_rank
+from meshplan.cost.tensors import stepped, tensors_on_rank
 from meshplan.groups import axis_tiers
 from meshplan.memory import WEIGHT_BYTES
 from meshplan.roofline import compute_time, memory_time, overhead
@@ -306,6 +306,6 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff
                       "memory"))
     if stack.tensor_host:
         rank = 0 if first else plan.pp - 1
-        host = step_host(tensors_on_rank(model, plan, stack, rank), stack, cluster.python_host)
+        host = step_host(stepped(tensors_on_rank(model, plan, stack, rank), plan, stack), stack, cluster.python_host)
         rows.append(OpRow("optimizer/host", "step", "host", float(updates), 0.0, 0.0, float(host), "host"))
     return rows

@@ -18,7 +18,11 @@ module's own tensors, as ``named_parameters()`` lists them:
   (an approximation: their counts differ by a few tensors);
 - the embedding (its word table, a learned position table), the final norm and an untied LM head on the end ranks.
 FSDP1 (``Stack.fsdp = "fsdp1"``) flattens each wrapped module's parameters into one FlatParameter: a layer is one
-tensor to the optimizer.
+tensor to the optimizer. The tensors a step walks (``stepped``): a sharded optimizer's wrapper outside FSDP
+(Megatron's distributed optimizer, DeepSpeed's ZeRO-1/2: ``plan.zero`` ≥ 1) loops over the tensors of its own shard,
+about 1/(dp·cp) of them (Megatron-Core's DistributedOptimizer over its shard's main parameters; DeepSpeed
+stage_1_and_2.py's overflow check and gradient norm over ``params_in_partition``); FSDP steps every tensor's shard
+(FSDP2's DTensors, FSDP1's FlatParameters), as does an optimizer without ZeRO.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from meshplan.cost.params import layers_on_first, layers_on_last, layers_on_rank
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan.xp import Num
+from meshplan.xp import Num, where
 
 RECURRENT_TENSORS = 8  # MambaMixer: in_proj, conv1d.weight, conv1d.bias, dt_bias, A_log, D, norm.weight, out_proj
 
@@ -113,3 +117,11 @@ def tensors_on_rank(model: ModelSpec, plan: Plan, stack: Stack, rank: int) -> Nu
     ends = (end_tensors(model, True, single) if rank == 0 else 0) + (
         end_tensors(model, False, single) if rank == plan.pp - 1 and not single else 0)
     return layers_on_rank(model, plan, rank) * layer_tensors(model, plan, stack) + ends
+
+
+def stepped(tensors: Num, plan: Plan, stack: Stack) -> Num:
+    """Of ``tensors`` on a GPU, those its optimizer step walks one by one (module docstring): its shard's under a
+    sharded optimizer outside FSDP (ZeRO ≥ 1), all of them otherwise."""
+    if stack.fsdp != "none":
+        return tensors
+    return where(plan.zero >= 1, tensors / (plan.dp * plan.cp), tensors)

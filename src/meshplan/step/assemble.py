@@ -37,7 +37,7 @@ from meshplan.channels import (
 )
 from meshplan.contention import any_shared, shared_collectives
 from meshplan.cost.params import StageParams, middle_or_first, middle_params, stage_params
-from meshplan.cost.tensors import rank_tensors
+from meshplan.cost.tensors import rank_tensors, stepped
 from meshplan.memory import Memory, buffer_memory, model_states, resident_weights
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
@@ -133,11 +133,13 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     collectives = dp_collectives(model, cluster, plan, params, eff)  # the same for every ZeRO stage
     shared = Collectives(*shared_collectives(model, cluster, plan, params, eff, collectives))  # contention.py
     traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
-    host: Num = 0.0  # the per-parameter loops' host time after the optimizer's synchronisation (step/host.step_host)
-    if stack.tensor_host:
-        tensors = [t * (1 + (plan.schedule == "dualpipe")) for t in rank_tensors(model, plan, stack)[:n]]
-        host = step_host(_rows(plan, tensors, shape, np.float64), stack, cluster.python_host)
-    opt = {(z, oo): optimizer_time(cluster, _with(plan, zero=z, offload_optimizer=oo), params, eff) + host
+    host: dict[int, Num] = {z: 0.0 for z in grid.zero}  # the per-parameter loops after the optimizer's sync
+    if stack.tensor_host:  # (step/host.step_host), over the tensors each ZeRO stage's step walks
+        tensors = _rows(plan, [t * (1 + (plan.schedule == "dualpipe")) for t in rank_tensors(model, plan, stack)[:n]],
+                        shape, np.float64)
+        host = {z: step_host(stepped(tensors, _with(plan, zero=z), stack), stack, cluster.python_host)
+                for z in grid.zero}
+    opt = {(z, oo): optimizer_time(cluster, _with(plan, zero=z, offload_optimizer=oo), params, eff) + host[z]
            for z in grid.zero for oo in grid.offload_optimizer}
     forward: dict = {}  # the forward passes do not change with the recompute mode: priced once without copies
     for r, rc in enumerate(grid.recompute):

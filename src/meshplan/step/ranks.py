@@ -23,7 +23,7 @@ from meshplan.channels import Collectives, dp_collectives, offload, optimizer_ti
 from meshplan.contention import any_shared, shared_collectives
 from meshplan.cost.flops import recompute_flops_per_token
 from meshplan.cost.params import layers_on_first, layers_on_rank, layers_on_stage, middle_params, stage_params
-from meshplan.cost.tensors import tensors_on_rank
+from meshplan.cost.tensors import stepped, tensors_on_rank
 from meshplan.memory import (
     Memory,
     activation_bytes,
@@ -109,7 +109,7 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
                              stack.overlap_dp)
     dp, moved = (float(updates * x) for x in channels[plan.zero])
     opt = float(updates * (optimizer_time(cluster, plan, params, eff) + step_host(
-        tensors_on_rank(model, plan, stack, rank), stack, cluster.python_host)))
+        stepped(tensors_on_rank(model, plan, stack, rank), plan, stack), stack, cluster.python_host)))
     weights, grads, optimizer = model_states(params, view, stack, last)
     memory = Memory(weights, grads, optimizer, _activations(model, view, stack, u, rank), buffer_memory(model, plan))
     host = model_states(params, replace(view, offload_optimizer=False), stack, last)[2] * plan.offload_optimizer
