@@ -69,15 +69,25 @@ MEGATRON_HOST = load_stack("megatron-core").host_dispatch
 # fusions of the published releases issue fewer, lighter calls; data/measured/gpu/*-megatron.json,
 # docs/SMALL_WORK_GPU.md), against 25 us for a plain-PyTorch layer measured in the same call
 MEGATRON_LM_HOST = 50e-6
+# Per parameter tensor per optimizer step (step/host.step_host), counted in Megatron-LM's own code (NVIDIA/Megatron-LM
+# 6aad2116, its CI of February 2024, run on CPU: data/measured/2026-11-26-optimizer-host-ops.md): the fp16 optimizer
+# wrapper, clip_grads.py's gradient norm and the step's copies run 2 kernel-launching ops + 1 view a tensor, 6 .data
+# reads and ~14 Python passes: 2 x 14.5 + 0.6 + 6 x 0.2 + 14 x 0.1 ~ 32 us; the CI's --log-num-zeros-in-grad
+# (count_zeros_fp32: count_nonzero, the subtraction from numel, the running sum) and --log-params-norm add 3 more:
+# ~76 us. Megatron-Core's optimizer, the megatron-core preset's
+MEGATRON_LM_TENSOR = 32e-6
+MEGATRON_LM_CI_TENSOR = 76e-6
+MEGATRON_CORE_TENSOR = load_stack("megatron-core").tensor_host
 # Its kernels: the module code with its fusions on (fused softmax and LayerNorm, TorchScript bias-GeLU and bias-dropout-
 # add), counted as cost/eager.py's "jit" rows (58 a GPT layer with dropout), not one per fused record
 MEGATRON_2021 = Stack(name="megatron-lm-2021", flash_attention=False, overlap_dp=False, host_dispatch=MEGATRON_LM_HOST,
-                      fusion="jit",
+                      fusion="jit", tensor_host=MEGATRON_LM_TENSOR,
                       source="Megatron-LM 2020-22 (Shoeybi et al. 2019; Narayanan et al. 2021; Korthikanti et al. "
                              "2022): fused-softmax attention, no overlap flags yet")
 # Megatron-Core 0.8 with the overlaps its README scaling runs state (--overlap-grad-reduce --overlap-param-gather
 # --tp-comm-overlap) and its default of pipeline sends overlapped under interleaving
 MEGATRON_CORE_2024 = Stack(name="megatron-core-0.8", overlap_tp=True, overlap_pp=True, host_dispatch=MEGATRON_HOST,
+                           tensor_host=MEGATRON_CORE_TENSOR,
                            source="Megatron-Core r0.8 README scaling runs")
 
 
@@ -102,6 +112,11 @@ SOURCES: tuple[SourceDefaults, ...] = (
     # megatron_lm_ci: Megatron-LM's CI golden values of 2024 for its legacy GPT path (megatron/model with
     # --transformer-impl local and no overlap flags: this module code, tests/functional_tests/test_scripts/gpt3/
     # pretrain_gpt3_distributed_test.sh), whose records state their recompute ("none")
+    SourceDefaults("Megatron-LM CI 2024", r"megatron_lm_ci",
+                   MEGATRON_2021.with_(name="megatron-lm-ci", tensor_host=MEGATRON_LM_CI_TENSOR), False, 0, 2, "full",
+                   "Megatron-LM 2020-21's module code as its CI ran it in 2024 (megatron/model, --transformer-impl "
+                   "local): as Megatron-LM 2021, with the CI's per-parameter logging (--log-num-zeros-in-grad, "
+                   "--log-params-norm) in the optimizer step's host time"),
     SourceDefaults("Megatron-LM 2021", r"narayanan|megatron_readme|dlperf_megatron_lm|megatron_lm_ci", MEGATRON_2021,
                    False, 0, 2, "full",
                    "Megatron-LM 2020-21: no sequence parallelism or TP overlap yet, fp16 gradients all-reduced "
@@ -114,7 +129,8 @@ SOURCES: tuple[SourceDefaults, ...] = (
     # on DeepSpeed's engine, before Megatron's fused softmax and bias-dropout-add (attention by matmul, masking by
     # arithmetic, an eager softmax; dropout and residual apart): its module code unfused, the "gpt" rows (fusion eager)
     SourceDefaults("DeepSpeedExamples Megatron-LM v1", r"deepspeedexamples|dlperf_deepspeed_megatron",
-                   load_stack("megatron-deepspeed").with_(name="deepspeedexamples-megatron-v1", fusion="eager"),
+                   load_stack("megatron-deepspeed").with_(name="deepspeedexamples-megatron-v1", fusion="eager",
+                                                          tensor_host=load_stack("deepspeed").tensor_host),
                    False, 0, 2, "none",
                    "DeepSpeedExamples Megatron-LM v1 (2020): Megatron-LM's 2019 GPT-2 module code, unfused (no fused "
                    "softmax or bias-dropout-add), on DeepSpeed's engine in fp16 (fp16 gradients reduced after the "
@@ -126,7 +142,8 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "construction (Megatron-LM model code on DeepSpeed's pipeline engine and ZeRO-1)"),
     # the framework text's hyphenated name: the group of its README's cost table also holds a DeepSpeed row
     SourceDefaults("Megatron-LLaMA", r"megatron-llama", Stack(name="megatron-llama", overlap_dp=False,
-                                                                  host_dispatch=MEGATRON_HOST), None, 1, 4,
+                                                                  host_dispatch=MEGATRON_HOST,
+                                                                  tensor_host=MEGATRON_CORE_TENSOR), None, 1, 4,
                    "none",
                    "Megatron-LLaMA (Alibaba, 2023; a Megatron-LM fork): sequence parallelism with tp > 1, no TP "
                    "overlap, fp32 gradients, no recompute, FlashAttention; Megatron-LM's DistributedOptimizer "

@@ -1,0 +1,166 @@
+"""The host's work per parameter tensor of an optimizer step, counted in the frameworks' own code (issue 46): the
+derivation of the stack presets' ``tensor_host`` (specs/stack.py, step/host.step_host).
+
+Every PyTorch dispatcher call of one steady-state optimizer step is counted (a TorchDispatchMode) over n = 50 and
+n = 100 tiny parameters: the difference over 50 is the calls per parameter tensor, the rest is fixed per step. A call
+that launches a kernel on a GPU costs the host an eager op's time, 11.3-17.7 us on a DGX H100 host (NVIDIA
+dgxc-benchmarking microbenchmarks/cpu_overhead, "Kernel launch test"): 14.5 us, the middle, here; a call that only
+makes a view, detaches or reads a CPU scalar (``KERNEL_FREE``) costs what it takes on this project's host, 0.3-0.9 us:
+0.6 us. Python's own loop passes over the parameters (0.05-0.14 us each) are left out. Counted here, on CPU:
+- torch.optim.AdamW, foreach (PyTorch's default on CUDA), fused and the per-parameter loop, with clip_grad_norm_;
+- DeepSpeed's ZeRO-1/2 optimizer (deepspeed/runtime/zero/stage_1_and_2.py, bf16, overlap_comm off) and its
+  BF16_Optimizer (stage 1 with fp32 gradient accumulation, as Megatron-DeepSpeed's bf16 runs take it), on DeepSpeed's
+  CPU accelerator over gloo (world size 1: every tensor in the rank's partition), in a process of their own.
+Megatron-LM's and Megatron-Core's optimizers need CUDA and apex to build; their counts, read and run with apex's
+FusedAdam loop replicated, are in data/measured/2026-11-26-optimizer-host-ops.md with FSDP2's DTensor cost.
+
+Run: python benchmarks/optimizer_host_ops.py
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+
+LAUNCH_S = 14.5e-6  # an eager op that launches a kernel, on a DGX H100 host (module docstring)
+META_S = 0.6e-6  # a call that launches none (module docstring)
+KERNEL_FREE = ("view", "detach", "slice", "alias", "expand", "as_strided", "_local_scalar_dense", "lift_fresh", "t",
+               "select", "unsqueeze", "squeeze", "_reshape_alias", "_record_function_enter_new",
+               "_record_function_exit")
+SIZES = (50, 100)
+
+
+def count(fn: Callable[[], object]) -> collections.Counter:
+    """The dispatcher calls ``fn`` makes, by op name."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counting(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: collections.Counter = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            self.calls[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    mode = Counting()
+    with mode:
+        fn()
+    return mode.calls
+
+
+Step = tuple[Callable[[], object], Callable[[], object]]  # (prepare, step): the step alone is counted
+
+
+def per_tensor(make: Callable[[int], Step]) -> dict[str, float]:
+    """Calls per parameter tensor of the step ``make(n)`` returns (after its ``prepare``, not counted: the backward
+    pass that leaves the gradients), from n = 50 and 100, after two warm steps."""
+    counts = []
+    for n in SIZES:
+        prepare, step = make(n)
+        for _ in range(2):
+            prepare()
+            step()
+        prepare()
+        counts.append(count(step))
+    a, b = counts
+    return {k: (b[k] - a[k]) / (SIZES[1] - SIZES[0]) for k in set(a) | set(b) if b[k] != a[k]}
+
+
+def split(calls: dict[str, float]) -> tuple[float, float]:
+    """(calls that launch a kernel, calls that do not) of a per-tensor count."""
+    free = sum(v for k, v in calls.items() if k in KERNEL_FREE)
+    return sum(calls.values()) - free, free
+
+
+def price(calls: dict[str, float]) -> float:
+    """Host seconds per parameter tensor on a DGX H100 host (module docstring)."""
+    launching, free = split(calls)
+    return launching * LAUNCH_S + free * META_S
+
+
+def torch_counts() -> dict[str, dict[str, float]]:
+    """torch.optim.AdamW's step and clip_grad_norm_, per implementation."""
+    import torch
+
+    def params(n: int) -> list:
+        ps = [torch.nn.Parameter(torch.randn(4)) for _ in range(n)]
+        for p in ps:
+            p.grad = torch.randn(4)
+        return ps
+
+    def step(**kw: bool) -> Callable[[int], Step]:
+        def make(n: int) -> Step:
+            ps = params(n)
+            opt = torch.optim.AdamW(ps, lr=1e-3, **kw)
+            foreach = kw.get("foreach", kw.get("fused", False))
+
+            def run() -> None:
+                torch.nn.utils.clip_grad_norm_(ps, 1.0, foreach=foreach)
+                opt.step()
+            return (lambda: None), run  # the gradients stay: nothing to prepare
+        return make
+
+    return {"torch AdamW foreach + clip": per_tensor(step(foreach=True)),
+            "torch AdamW fused + clip": per_tensor(step(fused=True)),
+            "torch AdamW for-loop + clip": per_tensor(step(foreach=False))}
+
+
+def deepspeed_counts(stage: int, grad_accum: str | None) -> tuple[str, dict[str, float]]:
+    """The optimizer DeepSpeed wraps the step in (bf16, ZeRO ``stage``) and its calls per parameter tensor, in a
+    process of its own (DeepSpeed picks its accelerator and process group at import)."""
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29541", "RANK": "0",
+           "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    out = subprocess.run([sys.executable, __file__, "--deepspeed", str(stage), grad_accum or ""], env=env,
+                         capture_output=True, text=True, timeout=600, check=True).stdout
+    found = json.loads(out.strip().splitlines()[-1])
+    return found["optimizer"], found["calls"]
+
+
+def _deepspeed_child(stage: int, grad_accum: str) -> None:
+    import deepspeed
+    import torch
+
+    deepspeed.init_distributed(dist_backend="gloo")
+
+    class Params(torch.nn.Module):
+        def __init__(self, n: int) -> None:
+            super().__init__()
+            self.ps = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(4)) for _ in range(n)])
+
+        def forward(self) -> torch.Tensor:
+            return sum((p * p).sum() for p in self.ps)
+
+    def make(n: int) -> Step:
+        cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 1.0, "steps_per_print": 10**9,
+               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
+               "zero_optimization": {"stage": stage, "overlap_comm": False, "contiguous_gradients": True},
+               "bf16": {"enabled": True}}
+        if grad_accum:
+            cfg["data_types"] = {"grad_accum_dtype": grad_accum}
+        engine, *_ = deepspeed.initialize(model=Params(n), config=cfg)
+        return (lambda: engine.backward(engine())), engine.step
+
+    print(json.dumps({"optimizer": type(make(2)[1].__self__.optimizer).__name__, "calls": per_tensor(make)}))
+
+
+def main() -> None:
+    rows = dict(torch_counts())
+    for stage, accumulate in ((2, None), (1, "fp32")):
+        wrapper, calls = deepspeed_counts(stage, accumulate)
+        rows[f"DeepSpeed {wrapper} (ZeRO-{stage}, bf16{', fp32 accumulation' if accumulate else ''})"] = calls
+    print("configuration | kernel-launching calls | other calls | host us per tensor (DGX H100)")
+    for name, calls in rows.items():
+        launching, free = split(calls)
+        print(f"{name} | {launching:.0f} | {free:.0f} | {price(calls) * 1e6:.1f}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--deepspeed":
+        _deepspeed_child(int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "")
+    else:
+        main()

@@ -1,0 +1,44 @@
+"""The stack presets' host time per parameter tensor (Stack.tensor_host) against the calls the frameworks' own
+optimizers make per tensor, counted by benchmarks/optimizer_host_ops.py on CPU: torch.optim.AdamW's implementations,
+and DeepSpeed's ZeRO-2 optimizer and BF16_Optimizer run on DeepSpeed's CPU accelerator."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from meshplan.specs.stack import load_stack
+
+pytest.importorskip("torch")
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "optimizer_host_ops.py"
+_SPEC = importlib.util.spec_from_file_location("optimizer_host_ops", _PATH)
+assert _SPEC is not None and _SPEC.loader is not None
+ops = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(ops)
+
+
+def test_torch_adamw_launches_per_tensor_only_in_its_loop_implementation():
+    """foreach and fused launch a kernel per group of tensors, none per tensor (foreach reads its CPU step counters,
+    2 scalar reads a tensor); the per-parameter loop launches lerp_, mul_ x2, addcmul_, sqrt, div, add_ x2, addcdiv_
+    (9) and clip_grad_norm_'s norm and scale (2): 11 x 14.5 + 1 x 0.6 = 160.1 us a tensor on a DGX H100 host."""
+    counts = ops.torch_counts()
+    assert ops.split(counts["torch AdamW foreach + clip"]) == (0, 2)
+    assert ops.split(counts["torch AdamW fused + clip"]) == (0, 0)
+    loop = counts["torch AdamW for-loop + clip"]
+    assert ops.split(loop) == (11, 1)
+    assert ops.price(loop) == pytest.approx(11 * 14.5e-6 + 0.6e-6)
+
+
+def test_deepspeed_presets_price_the_calls_deepspeed_makes():
+    """ZeRO-2 (stage_1_and_2.py): 15 launching calls a tensor (the inf / nan check, the accumulated flag, the norm's
+    cast and vector_norm) + 7 views -> 221.7 us, the deepspeed preset's 220 us; BF16_Optimizer (Megatron-DeepSpeed's
+    bf16 wrapper): 2 + 2 -> 30.2 us, the megatron-deepspeed preset's 30 us."""
+    pytest.importorskip("deepspeed")
+    zero2, calls2 = ops.deepspeed_counts(2, None)
+    bf16, calls1 = ops.deepspeed_counts(1, "fp32")
+    assert (zero2, bf16) == ("DeepSpeedZeroOptimizer", "BF16_Optimizer")
+    assert ops.split(calls2) == (15, 7) and ops.split(calls1) == (2, 2)
+    assert load_stack("deepspeed").tensor_host == pytest.approx(ops.price(calls2), rel=0.02)
+    assert load_stack("megatron-deepspeed").tensor_host == pytest.approx(ops.price(calls1), rel=0.02)
