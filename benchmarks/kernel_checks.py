@@ -43,7 +43,7 @@ from meshplan.specs.hardware import load_system
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
-from meshplan.specs.stack import Stack
+from meshplan.specs.stack import DEFAULT_FRAMEWORK, Stack, load_stack
 
 TE_TUTORIAL = "Transformer Engine GEMM profiling tutorial, B300, pre-quantized"
 TE_5B = ModelSpec(name="te-gemm-profiling-5b", num_layers=24, hidden_size=4096, num_heads=32, ffn_hidden_size=16384,
@@ -94,7 +94,10 @@ def mamba2_tokens_per_second(system: str, bandwidth_bound: bool = False) -> floa
     if bandwidth_bound:  # the H100's share of its 3.35 TB/s, as bytes per second per SM of this GPU
         eff = DEFAULT.with_(ssd=DEFAULT.ssd * 132 / 3.35e12 * acc.hbm_bandwidth / acc.num_sms)
     plain = Plan(micro_batch=4, global_batch=4, zero=0, recompute="none", grad_bytes=2)  # no recompute, bf16 grads
-    return float(estimate(MAMBA2, cluster, plain, eff=eff).tokens_per_s)
+    # the kernels' rates are the question: the optimizer's per-parameter host loops (Stack.tensor_host, a framework's,
+    # on Grace 2.75 x an x86 host's) left out, as a fused / foreach torch AdamW has none (optimizer_host_ops.py)
+    stack = load_stack(DEFAULT_FRAMEWORK).with_(tensor_host=0.0)
+    return float(estimate(MAMBA2, cluster, plain, stack, eff=eff).tokens_per_s)
 
 
 @dataclass(frozen=True)

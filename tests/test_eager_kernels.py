@@ -106,9 +106,11 @@ def test_megatron_lm_fused_module_code_launches_the_measured_layer_less_its_fusi
     assert sum(fused.values()) < sum(jit.values()) < sum(eager.values())
     # an RMSNorm model keeps cost/'s counts (Megatron-LM 2020-22 has no RMSNorm layer)
     assert eager_rows(load_model("llama3-8b"), megatron_ds) == {}
-    # validation prices Megatron-LM's published runs with the same physics (the stacks compare equal)
+    # validation prices Megatron-LM's published runs with the same physics (the stacks compare equal) but for the
+    # optimizer's wrapper: DeepSpeed's BF16_Optimizer (30 us a tensor) against Megatron-LM's own (32 us)
     from meshplan_validation.sources import MEGATRON_2021
-    assert megatron_ds == MEGATRON_2021
+    assert (megatron_ds.tensor_host, MEGATRON_2021.tensor_host) == (30e-6, 32e-6)
+    assert megatron_ds == MEGATRON_2021.with_(tensor_host=megatron_ds.tensor_host)
 
 
 def test_a_plain_pytorch_gpt_layer_launches_what_pytorch_counts() -> None:

@@ -98,7 +98,7 @@ def test_refined_first_plan_is_never_slower_nor_heavier_and_estimate_reproduces_
     for plan in (Plan(dp=gpus // 16, tp=2, pp=8, recompute="none", global_batch=64),
                  Plan(dp=gpus // 16, tp=4, pp=4, global_batch=64)):
         even = estimate(model, cluster, plan)
-        refined = refine_ends(model, cluster, even, Stack(), DEFAULT)
+        refined = refine_ends(model, cluster, even, even.stack, DEFAULT)
         assert refined.step_time <= even.step_time and refined.peak_memory <= even.peak_memory
         assert refined.fits == even.fits
         again = estimate(model, cluster, refined.plan)

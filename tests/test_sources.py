@@ -38,9 +38,11 @@ def test_bridge_record_maps_to_the_recipe_defaults():
     # the same README's cost table compares a DeepSpeed run: its group names Megatron-LLaMA, its framework does not
     ("megatron_llama_readme_cost_table", "HF transformers LLaMA + DeepSpeed ZeRO-2, FlashAttention enabled",
      "DeepSpeed / Hugging Face"),
-    # Megatron-LM's CI golden values of 2024 for its legacy GPT path: the 2020-22 module code, not Megatron-Core
+    # Megatron-LM's CI golden values of 2024 for its legacy GPT path: the 2020-22 module code, not Megatron-Core, with
+    # the CI's per-parameter logging in the optimizer step
     ("megatron_lm_ci_golden_2024_h100", "Megatron-LM legacy GPT model code (megatron/model, --transformer-impl local)",
-     "Megatron-LM 2021"),
+     "Megatron-LM CI 2024"),
+    ("dlperf_megatron_lm_2021", "OneFlow DLPerf's Megatron-LM", "Megatron-LM 2021"),
 ])
 def test_each_source_profile_is_reached(group, framework, profile):
     assert source_defaults({"group": group, "framework": framework}).name == profile

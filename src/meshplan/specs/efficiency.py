@@ -104,6 +104,10 @@ work hides them, where a pass's host time hides behind the GPU's queue; folded i
 12 µs it would price each expert launch at a third of what the MoE runs fit (benchmarks/fit_efficiency.py: 41 µs).
 The same price applies wherever a host synchronisation leaves the GPU waiting for the kernels that follow it:
 flash-attn's ``unpad_input`` (``nonzero``, ``.item()``) before a varlen FlashAttention call (attention.varlen_padding).
+It is not scaled by the host CPU's Python speed (Cluster.python_host, which scales the stacks' per-kernel cost:
+step/host.on_host): the fit half holds GB200 (Grace) runs beside their B200 twins of the same releases, and scaled by
+Grace's 2.75 the per-expert path read the GB200 Qwen3-30B-A3B runs 38-45 % too slow where unscaled they read -7 to
++8 % (tried 2026-11-26): on Grace this path's host time is not Python's alone.
 
 Sustained clocks: a part capped below the power its datasheet peak is rated at runs slower. Dynamic power
 ∝ f·V² and V ∝ f near the top of the curve, so P ∝ f³ and f = (P_cap / P_rated)^(1/3) (check: H100 NVL,
