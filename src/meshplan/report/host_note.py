@@ -19,21 +19,26 @@ HOST_BOUND_SHARE = 0.10  # the note's threshold: the GPUs wait on the host for a
 
 @dataclass(frozen=True)
 class HostNote:
-    """The GPUs' wait on the host (seconds, share of the step), the host seconds per kernel on this host, and the step
-    time of the same plan under CUDA graphs (None where the stack already captures them)."""
+    """The GPUs' wait on the host (seconds, share of the step: the passes' wait and the optimizer step's
+    per-parameter loops), the host seconds per kernel on this host, the loops' seconds, and the step time of the same
+    plan under CUDA graphs (None where the stack already captures them)."""
 
     wait: float
     share: float
     per_kernel: float
     graphed_step: float | None
+    tensor_loops: float = 0.0  # of ``wait``: the optimizer step's per-parameter loops (step/host.step_host)
 
     def to_dict(self) -> dict[str, Any]:
         return {"host_wait_s": self.wait, "host_wait_share": self.share, "host_dispatch_s": self.per_kernel,
-                "cuda_graphs_step_time_s": self.graphed_step}
+                "optimizer_host_s": self.tensor_loops, "cuda_graphs_step_time_s": self.graphed_step}
 
     def text(self) -> str:
         line = (f"host-bound: the GPUs wait on the host {fmt_time(self.wait)} ({100 * self.share:.0f} % of the step) "
                 f"at {fmt_time(self.per_kernel)} of host time per launched kernel")
+        if self.tensor_loops:
+            line += (f", {fmt_time(self.tensor_loops)} of it in the optimizer step's per-parameter loops "
+                     "(--ops: optimizer/host)")
         if self.graphed_step is not None:
             line += (f"; with the layers captured as CUDA graphs (--cuda-graphs, where the framework can) this plan "
                      f"takes {fmt_time(self.graphed_step)}")
@@ -41,8 +46,10 @@ class HostNote:
 
 
 def host_note(est: Estimate) -> HostNote | None:
-    """The note for ``est``, or None where the host's wait is under HOST_BOUND_SHARE of the step."""
-    wait = float(est.breakdown.get("host", 0.0))
+    """The note for ``est``, or None where the host's wait (the passes' and the optimizer step's per-parameter loops,
+    the per-op table's optimizer/host) is under HOST_BOUND_SHARE of the step."""
+    loops = sum(r.seconds * r.count for r in est.ops if r.name == "optimizer/host") if est.stack.tensor_host else 0.0
+    wait = float(est.breakdown.get("host", 0.0)) + loops
     if est.step_time <= 0 or wait < HOST_BOUND_SHARE * est.step_time:
         return None
     graphed = None
@@ -51,4 +58,5 @@ def host_note(est: Estimate) -> HostNote | None:
         graphed = estimate(est.model, est.cluster, est.plan, est.stack.with_(cuda_graphs=True)).step_time
     # the host pays the stack's cost per kernel at its own CPU's speed (Cluster.python_host, step/host.on_host)
     per_kernel = on_host(est.stack, est.cluster.python_host).host_dispatch
-    return HostNote(wait=wait, share=wait / est.step_time, per_kernel=per_kernel, graphed_step=graphed)
+    return HostNote(wait=wait, share=wait / est.step_time, per_kernel=per_kernel, graphed_step=graphed,
+                    tensor_loops=loops)
