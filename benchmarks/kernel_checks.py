@@ -94,8 +94,9 @@ def mamba2_tokens_per_second(system: str, bandwidth_bound: bool = False) -> floa
     if bandwidth_bound:  # the H100's share of its 3.35 TB/s, as bytes per second per SM of this GPU
         eff = DEFAULT.with_(ssd=DEFAULT.ssd * 132 / 3.35e12 * acc.hbm_bandwidth / acc.num_sms)
     plain = Plan(micro_batch=4, global_batch=4, zero=0, recompute="none", grad_bytes=2)  # no recompute, bf16 grads
-    # the kernels' rates are the question: the optimizer's per-parameter host loops (Stack.tensor_host, a framework's,
-    # on Grace 2.75 x an x86 host's) left out, as a fused / foreach torch AdamW has none (optimizer_host_ops.py)
+    # the kernels' rates are the question, on three hosts (Grace's Python 2.75 x an x86 host's): the optimizer's
+    # per-parameter host loops (Stack.tensor_host, a framework's wrapper's; the issue's script is not Megatron's) are
+    # left out of the comparison
     stack = load_stack(DEFAULT_FRAMEWORK).with_(tensor_host=0.0)
     return float(estimate(MAMBA2, cluster, plain, stack, eff=eff).tokens_per_s)
 

@@ -107,10 +107,12 @@ def test_megatron_lm_fused_module_code_launches_the_measured_layer_less_its_fusi
     # an RMSNorm model keeps cost/'s counts (Megatron-LM 2020-22 has no RMSNorm layer)
     assert eager_rows(load_model("llama3-8b"), megatron_ds) == {}
     # validation prices Megatron-LM's published runs with the same physics (the stacks compare equal) but for the
-    # optimizer's wrapper: DeepSpeed's BF16_Optimizer (30 us a tensor) against Megatron-LM's own (32 us)
+    # optimizer's wrapper: DeepSpeed's BF16_Optimizer (30 us a tensor, over the whole model) against Megatron-LM's own
+    # (32 us, its distributed optimizer over its shard)
     from meshplan_validation.sources import MEGATRON_2021
     assert (megatron_ds.tensor_host, MEGATRON_2021.tensor_host) == (30e-6, 32e-6)
-    assert megatron_ds == MEGATRON_2021.with_(tensor_host=megatron_ds.tensor_host)
+    assert (megatron_ds.tensor_sharded, MEGATRON_2021.tensor_sharded) == (False, True)
+    assert megatron_ds == MEGATRON_2021.with_(tensor_host=30e-6, tensor_sharded=False)
 
 
 def test_a_plain_pytorch_gpt_layer_launches_what_pytorch_counts() -> None:

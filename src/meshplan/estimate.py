@@ -306,6 +306,7 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff
                       "memory"))
     if stack.tensor_host:
         rank = 0 if first else plan.pp - 1
-        host = step_host(stepped(tensors_on_rank(model, plan, stack, rank), plan, stack), stack, cluster.python_host)
+        walked = stepped(tensors_on_rank(model, plan, stack, rank), plan, stack) * (1 + (plan.schedule == "dualpipe"))
+        host = step_host(walked, stack, cluster.python_host)  # as step/assemble.py composes it (DualPipe: 2 stages)
         rows.append(OpRow("optimizer/host", "step", "host", float(updates), 0.0, 0.0, float(host), "host"))
     return rows

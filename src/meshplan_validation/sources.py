@@ -78,16 +78,22 @@ MEGATRON_LM_HOST = 50e-6
 MEGATRON_LM_TENSOR = 32e-6
 MEGATRON_LM_CI_TENSOR = 76e-6
 MEGATRON_CORE_TENSOR = load_stack("megatron-core").tensor_host
+# DeepSpeed's FP16_Optimizer (ZeRO-0 fp16: DeepSpeedExamples' Megatron-LM v1 on DeepSpeed's engine) runs 14 kernel-
+# launching ops + 6 views per tensor of the whole model (data/measured/2026-11-26-optimizer-host-ops.md §4):
+# 14 x 14.5 + 6 x 0.6 = 206.6 us, and reads an overflow flag per tensor (runtime/utils.py has_overflow_serial: a device
+# sync each, not priced); its 2020 ZeRO-1 (stage1.py, not counted) taken alike: OneFlow DLPerf measured the two at 161
+# and 163 ms
+DEEPSPEED_FP16_TENSOR = 206.6e-6
 # Its kernels: the module code with its fusions on (fused softmax and LayerNorm, TorchScript bias-GeLU and bias-dropout-
 # add), counted as cost/eager.py's "jit" rows (58 a GPT layer with dropout), not one per fused record
 MEGATRON_2021 = Stack(name="megatron-lm-2021", flash_attention=False, overlap_dp=False, host_dispatch=MEGATRON_LM_HOST,
-                      fusion="jit", tensor_host=MEGATRON_LM_TENSOR,
+                      fusion="jit", tensor_host=MEGATRON_LM_TENSOR, tensor_sharded=True,
                       source="Megatron-LM 2020-22 (Shoeybi et al. 2019; Narayanan et al. 2021; Korthikanti et al. "
                              "2022): fused-softmax attention, no overlap flags yet")
 # Megatron-Core 0.8 with the overlaps its README scaling runs state (--overlap-grad-reduce --overlap-param-gather
 # --tp-comm-overlap) and its default of pipeline sends overlapped under interleaving
 MEGATRON_CORE_2024 = Stack(name="megatron-core-0.8", overlap_tp=True, overlap_pp=True, host_dispatch=MEGATRON_HOST,
-                           tensor_host=MEGATRON_CORE_TENSOR,
+                           tensor_host=MEGATRON_CORE_TENSOR, tensor_sharded=True,
                            source="Megatron-Core r0.8 README scaling runs")
 
 
@@ -130,7 +136,7 @@ SOURCES: tuple[SourceDefaults, ...] = (
     # arithmetic, an eager softmax; dropout and residual apart): its module code unfused, the "gpt" rows (fusion eager)
     SourceDefaults("DeepSpeedExamples Megatron-LM v1", r"deepspeedexamples|dlperf_deepspeed_megatron",
                    load_stack("megatron-deepspeed").with_(name="deepspeedexamples-megatron-v1", fusion="eager",
-                                                          tensor_host=load_stack("deepspeed").tensor_host),
+                                                          tensor_host=DEEPSPEED_FP16_TENSOR),
                    False, 0, 2, "none",
                    "DeepSpeedExamples Megatron-LM v1 (2020): Megatron-LM's 2019 GPT-2 module code, unfused (no fused "
                    "softmax or bias-dropout-add), on DeepSpeed's engine in fp16 (fp16 gradients reduced after the "
@@ -143,7 +149,8 @@ SOURCES: tuple[SourceDefaults, ...] = (
     # the framework text's hyphenated name: the group of its README's cost table also holds a DeepSpeed row
     SourceDefaults("Megatron-LLaMA", r"megatron-llama", Stack(name="megatron-llama", overlap_dp=False,
                                                                   host_dispatch=MEGATRON_HOST,
-                                                                  tensor_host=MEGATRON_CORE_TENSOR), None, 1, 4,
+                                                                  tensor_host=MEGATRON_CORE_TENSOR,
+                                                                  tensor_sharded=True), None, 1, 4,
                    "none",
                    "Megatron-LLaMA (Alibaba, 2023; a Megatron-LM fork): sequence parallelism with tp > 1, no TP "
                    "overlap, fp32 gradients, no recompute, FlashAttention; Megatron-LM's DistributedOptimizer "

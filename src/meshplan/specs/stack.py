@@ -113,6 +113,9 @@ class Stack:
                 "loops and eager ops of the optimizer, its mixed-precision wrapper, the data-parallel wrapper and "
                 "per-parameter logging, run after the step's synchronisation (step/host.step_host; cost/tensors.py "
                 "counts the tensors); 0: none"})
+    tensor_sharded: bool = _flag(False, "the optimizer wrapper's per-parameter loops run over its own ZeRO shard at "
+                                        "ZeRO 1 and 2 (Megatron's DistributedOptimizer, DeepSpeed's ZeRO-1/2 "
+                                        "optimizer); false: over every tensor on the GPU (cost/tensors.py)")
     cuda_graphs: bool = _flag(False, "the layers are captured as CUDA graphs (Megatron-Core --cuda-graph-impl, "
                                      "torch.compile mode='reduce-overhead'): the host launches one graph per layer "
                                      "and pass, not each kernel")

@@ -135,10 +135,9 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
     host: dict[int, Num] = {z: 0.0 for z in grid.zero}  # the per-parameter loops after the optimizer's sync
     if stack.tensor_host:  # (step/host.step_host), over the tensors each ZeRO stage's step walks
-        tensors = _rows(plan, [t * (1 + (plan.schedule == "dualpipe")) for t in rank_tensors(model, plan, stack)[:n]],
-                        shape, np.float64)
-        host = {z: step_host(stepped(tensors, _with(plan, zero=z), stack), stack, cluster.python_host)
-                for z in grid.zero}
+        tensors, both = rank_tensors(model, plan, stack)[:n], 1 + (plan.schedule == "dualpipe")  # DualPipe: 2 stages
+        host = {z: step_host(_rows(plan, [both * stepped(t, _with(plan, zero=z), stack) for t in tensors], shape,
+                                   np.float64), stack, cluster.python_host) for z in grid.zero}
     opt = {(z, oo): optimizer_time(cluster, _with(plan, zero=z, offload_optimizer=oo), params, eff) + host[z]
            for z in grid.zero for oo in grid.offload_optimizer}
     forward: dict = {}  # the forward passes do not change with the recompute mode: priced once without copies
