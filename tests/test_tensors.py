@@ -78,6 +78,23 @@ def test_moe_layers_count_two_tensors_per_local_expert():
     assert one.expert == 4 * oss.num_experts / 8 and one.dense == 2 + 4 + 1 + 1  # norms, qkv+proj w/b, sinks, router
 
 
+def test_stacked_experts_count_as_the_frameworks_hold_them():
+    """transformers' Mixtral layer: q, k, v, o, the router, gate_up_proj and down_proj (all experts stacked), two
+    norms = 9 (its modules on the meta device); the deepspeed preset (Hugging Face's modules) counts the stacked pair,
+    torchtitan's its w1, w2, w3."""
+    cfg = transformers.MixtralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                                     num_key_value_heads=2, num_local_experts=8, vocab_size=100)
+    layer, _ = hf_layer_and_total(cfg)
+    model = load_model("mixtral-8x7b")
+    hf = load_stack("deepspeed").with_(projections="separate")  # HF's q_proj, k_proj, v_proj
+    assert layer == 9 == sum(vars_of(layer_tensors(model, Plan(dp=8), hf)))
+    assert layer_tensors(model, Plan(dp=8), load_stack("torchtitan")).expert == 3
+
+
+def vars_of(t: Tensors) -> tuple:
+    return (t.dense, t.expert)
+
+
 def test_lora_walks_its_adapters_only():
     """LoRA on all linears of Llama 3 8B: an A and a B on QKV, the output projection, fc1 and fc2: 8 a layer, the
     embedding and head frozen."""

@@ -194,6 +194,8 @@ RANGES: dict[str, Range] = {
                            "te.Linear on Grace, TransformerEngine #2053); 10 ms is 100x that", "the host never limits"),
     "region_host": Range(0, 0.1, "s", "host seconds per torch.compile region and pass: 0.29 ms measured (a GPT layer "
                          "on an H200 host, specs/stack.py); 100 ms is 300x that", "no compiled region"),
+    "expert_tensors": Range(1, 16, "", "stacked expert tensors a layer: 2-3 in the frameworks that stack them",
+                            "an fc1 and an fc2 per local expert"),
     "tensor_host": Range(0, 0.001, "s", "host seconds per parameter tensor per optimizer step: 0-220 us (up to 15 "
                          "eager ops and Python loop passes per tensor, specs/stack.py); 1 ms is 4x that", "none"),
     "summa_panels": Range(1, _WIDTH, "", "at most the hidden size", "max(tp, tp2)"),

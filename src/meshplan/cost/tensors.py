@@ -13,8 +13,8 @@ none):
   up-projections with theirs, the output projection (Megatron-Core MLASelfAttention);
 - an MLP: fc1 (gate and up fused, or two under "separate" with a GLU) and fc2, and their biases;
 - MoE: the router, two weights per local expert and their biases (Megatron-Core's TEGroupedMLP and SequentialMLP keep
-  one fc1 and one fc2 per expert; Hugging Face's and torchtitan's stacked expert tensors, two or three a layer, are
-  fewer: counted as Megatron's, an overcount for those stacks), the shared expert's MLP and gate;
+  one fc1 and one fc2 per expert), or the stack's stacked expert tensors (``Stack.expert_tensors``: torchtitan's w1,
+  w2, w3; transformers' gate_up_proj and down_proj), the shared expert's MLP and gate;
 - a recurrent mixer (Mamba, DeltaNet, KDA, lightning attention, RG-LRU, short convolution): 8, Megatron-Core
   MambaMixer's in_proj, conv1d weight and bias, dt_bias, A_log, D, norm and out_proj, taken for every such kind
   (an approximation: their counts differ by a few tensors);
@@ -71,9 +71,11 @@ def mlp_tensors(model: ModelSpec, stack: Stack) -> int:
     return (fc1 + 1) * (1 + int(model.mlp_bias or model.linear_bias))
 
 
-def expert_tensors(model: ModelSpec, local_experts: Num) -> Num:
-    """The routed experts' tensors on one GPU: fc1 and fc2 per local expert, and their biases."""
-    return 2 * local_experts * (1 + int(model.mlp_bias or model.linear_bias))
+def expert_tensors(model: ModelSpec, stack: Stack, local_experts: Num) -> Num:
+    """The routed experts' tensors on one GPU: fc1 and fc2 per local expert, or the stack's stacked tensors
+    (``Stack.expert_tensors``), and their biases."""
+    weights = stack.expert_tensors if stack.expert_tensors else 2 * local_experts
+    return weights * (1 + int(model.mlp_bias or model.linear_bias))
 
 
 def moe_tensors(model: ModelSpec, stack: Stack) -> int:
@@ -98,7 +100,7 @@ class Tensors:
 
 def kind_tensors(model: ModelSpec, plan: Plan, stack: Stack, kind: str) -> Tensors:
     """One layer's tensors of ``kind`` (a ``ModelSpec.block_counts`` key) on one GPU: its norms and blocks."""
-    experts = Tensors(0.0, expert_tensors(model, model.num_experts / plan.ep)) if model.is_moe else Tensors(0.0)
+    experts = Tensors(0.0, expert_tensors(model, stack, model.num_experts / plan.ep)) if model.is_moe else Tensors(0.0)
     norm = norm_tensors(model)
     if kind in ("dense", "moe") and not model.is_hybrid:
         mlp = moe_tensors(model, stack) if kind == "moe" else mlp_tensors(model, stack)

@@ -113,6 +113,11 @@ class Stack:
                 "loops and eager ops of the optimizer, its mixed-precision wrapper, the data-parallel wrapper and "
                 "per-parameter logging, run after the step's synchronisation (step/host.step_host; cost/tensors.py "
                 "counts the tensors); 0: none"})
+    expert_tensors: int = field(default=0, metadata={
+        "help": "the routed experts of a layer held as this many stacked tensors (torchtitan's grouped w1, w2, w3: 3; "
+                "transformers' gate_up_proj, down_proj: 2), each with its bias where the experts have biases; 0: an "
+                "fc1 and an fc2 per local expert, as Megatron-Core's TEGroupedMLP and SequentialMLP hold them "
+                "(cost/tensors.py)"})
     tensor_sharded: bool = _flag(False, "the optimizer wrapper's per-parameter loops run over its own ZeRO shard at "
                                         "ZeRO 1 and 2 (Megatron's DistributedOptimizer, DeepSpeed's ZeRO-1/2 "
                                         "optimizer); false: over every tensor on the GPU (cost/tensors.py)")
