@@ -71,12 +71,13 @@ MEGATRON_HOST = load_stack("megatron-core").host_dispatch
 MEGATRON_LM_HOST = 50e-6
 # Per parameter tensor per optimizer step (step/host.step_host), counted in Megatron-LM's own code (NVIDIA/Megatron-LM
 # 6aad2116, its CI of February 2024, run on CPU: data/measured/2026-11-26-optimizer-host-ops.md): the fp16 optimizer
-# wrapper, clip_grads.py's gradient norm and the step's copies run 2 kernel-launching ops + 1 view a tensor, 6 .data
-# reads and ~14 Python passes: 2 x 14.5 + 0.6 + 6 x 0.2 + 14 x 0.1 ~ 32 us; the CI's --log-num-zeros-in-grad
-# (count_zeros_fp32: count_nonzero, the subtraction from numel, the running sum) and --log-params-norm add 3 more:
-# ~76 us. Megatron-Core's optimizer, the megatron-core preset's
+# wrapper, clip_grads.py's gradient norm and the step's copies run 2 kernel-launching ops + 1 view a tensor, 5 .data
+# reads and ~14 Python passes: 2 x 14.5 + 0.6 + 5 x 0.2 + 14 x 0.1 = 32.0 us; the CI's --log-num-zeros-in-grad
+# (count_zeros_fp32: count_nonzero, the subtraction from numel, the running sum) and --log-params-norm make it 5
+# launching ops + 2 views, 6 .data reads and ~16 passes: 72.5 + 1.2 + 1.2 + 1.6 = 76.5 us
 MEGATRON_LM_TENSOR = 32e-6
 MEGATRON_LM_CI_TENSOR = 76e-6
+# Megatron-Core's distributed optimizer: the megatron-core preset's
 MEGATRON_CORE_TENSOR = load_stack("megatron-core").tensor_host
 # DeepSpeed's FP16_Optimizer (ZeRO-0 fp16: DeepSpeedExamples' Megatron-LM v1 on DeepSpeed's engine) runs 14 kernel-
 # launching ops + 6 views per tensor of the whole model (data/measured/2026-11-26-optimizer-host-ops.md §4):
