@@ -5,7 +5,8 @@ Each property is checked on at least 500 valid triples (the same 500 for every e
   host link) never lengthens the step; more latency on any tier, or more fixed time per kernel (the GEMM and the
   other kernels' overheads, roofline.overhead), never shortens it; a fifth of the systems are on three tiers;
 - more host time per launched kernel (``Stack.host_dispatch``) or per compiled region (``Stack.region_host``) never
-  shortens the step, host time per parameter tensor per step (``Stack.tensor_host``) lengthens it, and a
+  shortens the step, host time per parameter tensor per step (``Stack.tensor_host``) and the training loop's per
+  micro-batch and per step (``Stack.microbatch_host``, ``Stack.iteration_host``) lengthen it, and a
   CUDA-graphed stack is never slower than its eager twin;
 - the estimate is deterministic; MFU and HFU are at most 1; every number of the Estimate and of its JSON is finite;
   no memory or time component is negative;
@@ -162,7 +163,7 @@ def test_more_host_cost_never_shortens_a_step_and_cuda_graphs_never_slow_one(fac
     """The host as a resource (step/passes.py): each triple's stack at 15 µs per launched kernel (or its own,
     if more) and at ``factor`` × that; and each against its CUDA-graphed twin. At ×100 (1.5 ms a kernel) most
     steps are host-bound, so the comparisons bite."""
-    shorter, slower, bound = [], [], 0
+    shorter, slower, bound, longer = [], [], 0, 0
     for model, cluster, plan, stack in triples()[:TRIPLES // 2]:
         eager = stack.with_(host_dispatch=max(stack.host_dispatch, 15e-6), cuda_graphs=False)
         base = estimate(model, cluster, plan, eager).step_time
@@ -173,6 +174,9 @@ def test_more_host_cost_never_shortens_a_step_and_cuda_graphs_never_slow_one(fac
         more_region = estimate(model, cluster, plan, compiled.with_(region_host=0.29e-3 * factor)).step_time
         extra = eager.with_(tensor_host=eager.tensor_host + 5e-6 * factor)  # per tensor per step, beyond its own
         tensors = estimate(model, cluster, plan, extra).step_time
+        # the training loop's host work: per micro-batch and rank at x2, per step at x100 (each on 250 triples)
+        loop = eager.with_(microbatch_host=50e-6) if factor < 10 else eager.with_(iteration_host=50e-6)
+        looped = estimate(model, cluster, plan, loop).step_time
         where = f"{model.name} {cluster.name}x{cluster.num_gpus} {plan.describe()} {stack.describe()}"
         if more < base * (1 - RTOL):
             shorter.append(f"{where}: host x{factor} {base:.6g} -> {more:.6g} s")
@@ -182,10 +186,16 @@ def test_more_host_cost_never_shortens_a_step_and_cuda_graphs_never_slow_one(fac
             shorter.append(f"{where}: region host x{factor} {region:.6g} -> {more_region:.6g} s")
         if not tensors > base:  # the per-parameter loops add host time to every step (step/host.step_host)
             shorter.append(f"{where}: tensor host +{5e-6 * factor:.3g} s {base:.6g} -> {tensors:.6g} s")
+        longer += looped > base  # behind a synchronisation: no queued GPU work hides it (step/stages.loop_times)
+        if looped < base * (1 - RTOL):
+            shorter.append(f"{where}: loop host {loop.microbatch_host:.3g} / {loop.iteration_host:.3g} s "
+                           f"{base:.6g} -> {looped:.6g} s")
         bound += more > base * (1 + 1e-6)
     assert not shorter, f"{len(shorter)} faster: " + "; ".join(shorter[:5])
     assert not slower, f"{len(slower)} slower with CUDA graphs: " + "; ".join(slower[:5])
     assert bound >= (100 if factor > 10 else 1), bound  # the host term binds: the test can fail
+    # the loop's host work lengthens nearly every step (not one whose data-parallel traffic outlasts its passes)
+    assert longer >= 0.9 * len(triples()[:TRIPLES // 2]), longer
 
 
 def test_estimates_are_deterministic_finite_non_negative_and_below_peak():

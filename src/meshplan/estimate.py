@@ -44,7 +44,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import FRAMEWORK_STACK, Stack
 from meshplan.step.assemble import StepCosts, assemble
-from meshplan.step.host import step_host
+from meshplan.step.host import on_host, paid_per_step, step_host
 from meshplan.step.ranks import assemble_ranks, priced_apart, stage_modes, stage_recompute_flops
 from meshplan.step.stages import cadence
 from meshplan.step.units import Parts, Units, timed_parts, unit_costs, units_for_recomputes
@@ -283,6 +283,9 @@ def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff:
                     "overhead" if fixed > work else "compute" if compute >= memory else "memory")
             rows.append(OpRow(op.name, op.phase, op.kind, float(counts[group]), float(op.flops),
                               float(op.nbytes), float(t), bound))
+    if stack.microbatch_host:  # the training loop's host work per micro-batch on each rank (step/stages.py)
+        rows.append(OpRow("loop/host", "fwd", "host", float(m), 0.0, 0.0,
+                          float(on_host(stack, cluster.python_host).microbatch_host), "host"))
     rows += _step_rows(model, cluster, plan, stack, eff, first)
     return tuple(r for r in rows if r.count > 0 and (r.seconds > 0 or r.flops > 0))
 
@@ -304,7 +307,7 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff
     moved = float(opt * cluster.accelerator.hbm_bandwidth * eff.memory)
     rows.append(OpRow(f"optimizer/{plan.optimizer}", "step", "memory", float(updates), 0.0, moved, float(opt),
                       "memory"))
-    if stack.tensor_host:
+    if paid_per_step(stack):
         rank = 0 if first else plan.pp - 1
         walked = stepped(tensors_on_rank(model, plan, stack, rank), plan, stack) * (1 + (plan.schedule == "dualpipe"))
         host = step_host(walked, stack, cluster.python_host)  # as step/assemble.py composes it (DualPipe: 2 stages)

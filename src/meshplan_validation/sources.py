@@ -77,6 +77,15 @@ MEGATRON_LM_HOST = 50e-6
 # launching ops + 2 views, 6 .data reads and ~16 passes: 72.5 + 1.2 + 1.2 + 1.6 = 76.5 us
 MEGATRON_LM_TENSOR = 32e-6
 MEGATRON_LM_CI_TENSOR = 76e-6
+# The CI's training loop around the model (the recipe's --timing-log-level 2 --log-interval 1
+# --log-timers-to-tensorboard; data/measured/2026-11-26-megatron-ci-loop.md): per step its logging, replayed on this
+# host with tensorboard's own writer (benchmarks/megatron_ci_loop.py: 33 scalars and two log lines, 0.96 ms); per
+# micro-batch and pipeline rank the timers' torch.cuda.synchronize at every start and stop (megatron/timers.py; ~15 a
+# micro-batch on a pipelined rank), the sends' synchronise after batch_isend_irecv, the batch's fetch, broadcast and
+# attention-mask copy and the loss's NaN check and all-reduce: GPU work to time, so fitted, the one constant, by least
+# squares on the fit half of the CI records (its six pipelined runs; tests/test_megatron_ci_loop.py re-fits it)
+MEGATRON_LM_CI_STEP = 1.0e-3
+MEGATRON_LM_CI_MICROBATCH = 2.1e-3  # the fit: 2.08 ms
 # Megatron-Core's distributed optimizer: the megatron-core preset's
 MEGATRON_CORE_TENSOR = load_stack("megatron-core").tensor_host
 # DeepSpeed's FP16_Optimizer (ZeRO-0 fp16: DeepSpeedExamples' Megatron-LM v1 on DeepSpeed's engine) runs 14 kernel-
@@ -120,10 +129,13 @@ SOURCES: tuple[SourceDefaults, ...] = (
     # --transformer-impl local and no overlap flags: this module code, tests/functional_tests/test_scripts/gpt3/
     # pretrain_gpt3_distributed_test.sh), whose records state their recompute ("none")
     SourceDefaults("Megatron-LM CI 2024", r"megatron_lm_ci",
-                   MEGATRON_2021.with_(name="megatron-lm-ci", tensor_host=MEGATRON_LM_CI_TENSOR), False, 0, 2, "full",
+                   MEGATRON_2021.with_(name="megatron-lm-ci", tensor_host=MEGATRON_LM_CI_TENSOR,
+                                       iteration_host=MEGATRON_LM_CI_STEP,
+                                       microbatch_host=MEGATRON_LM_CI_MICROBATCH), False, 0, 2, "full",
                    "Megatron-LM 2020-21's module code as its CI ran it in 2024 (megatron/model, --transformer-impl "
                    "local): as Megatron-LM 2021, with the CI's per-parameter logging (--log-num-zeros-in-grad, "
-                   "--log-params-norm) in the optimizer step's host time"),
+                   "--log-params-norm) in the optimizer step's host time, its logging every step and its "
+                   "synchronising timers (--timing-log-level 2) per micro-batch"),
     SourceDefaults("Megatron-LM 2021", r"narayanan|megatron_readme|dlperf_megatron_lm|megatron_lm_ci", MEGATRON_2021,
                    False, 0, 2, "full",
                    "Megatron-LM 2020-21: no sequence parallelism or TP overlap yet, fp16 gradients all-reduced "

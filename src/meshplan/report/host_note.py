@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from meshplan.step.host import on_host
+from meshplan.step.host import on_host, paid_per_step
 from meshplan.units import fmt_time
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class HostNote:
 def host_note(est: Estimate) -> HostNote | None:
     """The note for ``est``, or None where the host's wait (the passes' and the optimizer step's per-parameter loops,
     the per-op table's optimizer/host) is under HOST_BOUND_SHARE of the step."""
-    loops = sum(r.seconds * r.count for r in est.ops if r.name == "optimizer/host") if est.stack.tensor_host else 0.0
+    loops = sum(r.seconds * r.count for r in est.ops if r.name == "optimizer/host") if paid_per_step(est.stack) else 0.0
     wait = float(est.breakdown.get("host", 0.0)) + loops
     if est.step_time <= 0 or wait < HOST_BOUND_SHARE * est.step_time:
         return None

@@ -121,6 +121,15 @@ class Stack:
     tensor_sharded: bool = _flag(False, "the optimizer wrapper's per-parameter loops run over its own ZeRO shard at "
                                         "ZeRO 1 and 2 (Megatron's DistributedOptimizer, DeepSpeed's ZeRO-1/2 "
                                         "optimizer); false: over every tensor on the GPU (cost/tensors.py)")
+    microbatch_host: float = field(default=0.0, metadata={
+        "help": "host CPU seconds per micro-batch on each pipeline rank, on an x86 DGX host, that the GPU waits out: "
+                "the training loop's own work around the model (the batch's fetch and copy, the loss's reduction, "
+                "timers that synchronise the device), behind a synchronisation that drains the queue "
+                "(step/stages.py); 0: none counted"})
+    iteration_host: float = field(default=0.0, metadata={
+        "help": "host CPU seconds per training step, on an x86 DGX host, that the GPU waits out: the loop's "
+                "per-step logging and bookkeeping after the step's synchronisation (step/host.step_host); 0: none "
+                "counted"})
     cuda_graphs: bool = _flag(False, "the layers are captured as CUDA graphs (Megatron-Core --cuda-graph-impl, "
                                      "torch.compile mode='reduce-overhead'): the host launches one graph per layer "
                                      "and pass, not each kernel")

@@ -45,7 +45,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import SPLIT_SCHEDULES, Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
-from meshplan.step.host import step_host
+from meshplan.step.host import on_host, paid_per_step, step_host
 from meshplan.step.memory import activation_memory, offloaded_activations
 from meshplan.step.passes import PassTimes
 from meshplan.step.stages import cadence, ep_overlapped, split_bubble, stage_times, two_chunk_times
@@ -134,16 +134,17 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     shared = Collectives(*shared_collectives(model, cluster, plan, params, eff, collectives))  # contention.py
     traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
     host: dict[int, Num] = {z: 0.0 for z in grid.zero}  # the per-parameter loops after the optimizer's sync
-    if stack.tensor_host:  # (step/host.step_host), over the tensors each ZeRO stage's step walks
+    if paid_per_step(stack):  # (step/host.step_host), over the tensors each ZeRO stage's step walks
         tensors, both = rank_tensors(model, plan, stack)[:n], 1 + (plan.schedule == "dualpipe")  # DualPipe: 2 stages
         host = {z: step_host(_rows(plan, [both * stepped(t, _with(plan, zero=z), stack) for t in tensors], shape,
                                    np.float64), stack, cluster.python_host) for z in grid.zero}
     opt = {(z, oo): optimizer_time(cluster, _with(plan, zero=z, offload_optimizer=oo), params, eff) + host[z]
            for z in grid.zero for oo in grid.offload_optimizer}
+    loop = on_host(stack, cluster.python_host).microbatch_host  # the training loop's, per micro-batch and rank
     forward: dict = {}  # the forward passes do not change with the recompute mode: priced once without copies
     for r, rc in enumerate(grid.recompute):
         ranked = _with(plan, recompute=rc)
-        first, last, middle = two_chunk_times(ranked.schedule, *stage_times(model, ranked, stack, units[rc]),
+        first, last, middle = two_chunk_times(ranked.schedule, *stage_times(model, ranked, stack, units[rc], loop),
                                               units[rc].head)
         if ranked.schedule == "dualpipe":  # its chunk pairs hide the EP all-to-alls (zero_bubble.ep_overlapped)
             first, last, middle = (ep_overlapped(t, slowdown) for t in (first, last, middle))

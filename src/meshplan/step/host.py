@@ -44,7 +44,7 @@ def on_host(stack: Stack, python_host: float) -> Stack:
     host its constants were measured against (Cluster.python_host: Grace 2.46-2.75, a torch Linear's CPU time on GH200
     / GB200 against DGX H100's Xeon 8480C, NVIDIA/TransformerEngine issue #2053; the serving engines' Python loops
     scale the same, serve/engine.py): its host seconds per kernel, per compiled region and per parameter tensor
-    scaled; 1 leaves it as is."""
+    scaled, and the training loop's per micro-batch and per step; 1 leaves it as is."""
     if python_host == 1.0:
         return stack
     # a derived stack, not user input: not checked against the fields' ranges again (a valid stack's times a valid
@@ -53,17 +53,26 @@ def on_host(stack: Stack, python_host: float) -> Stack:
     object.__setattr__(scaled, "host_dispatch", stack.host_dispatch * python_host)
     object.__setattr__(scaled, "region_host", stack.region_host * python_host)
     object.__setattr__(scaled, "tensor_host", stack.tensor_host * python_host)
+    object.__setattr__(scaled, "microbatch_host", stack.microbatch_host * python_host)
+    object.__setattr__(scaled, "iteration_host", stack.iteration_host * python_host)
     return scaled
 
 
 def step_host(tensors: Num, stack: Stack, python_host: float = 1.0) -> Num:
     """Host seconds per optimizer step beyond the passes: ``tensors`` parameter tensors on the GPU (cost/tensors.py)
-    at ``stack.tensor_host`` each, at this host's speed (``on_host``). The GPU waits them out: the step's
+    at ``stack.tensor_host`` each, and the training loop's ``stack.iteration_host`` (its per-step logging), at this
+    host's speed (``on_host``). The GPU waits them out: the step's
     synchronisations come first (the loss scaler's inf check and the gradient norm read back with ``.item()``
     in Megatron's and DeepSpeed's optimizers, the logged loss in every training loop), so no queued GPU work hides
     the per-parameter loops that follow, and the optimizer's kernels are issued only after them; the term adds to
     the optimizer step's GPU time (channels.optimizer_time)."""
-    return tensors * on_host(stack, python_host).tensor_host
+    host = on_host(stack, python_host)
+    return tensors * host.tensor_host + host.iteration_host
+
+
+def paid_per_step(stack: Stack) -> bool:
+    """Whether the stack has host work per optimizer step (``step_host``) at all."""
+    return bool(stack.tensor_host or stack.iteration_host)
 
 
 def launches(op: OpCost) -> Num:

@@ -39,10 +39,10 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import ASYNC_SCHEDULES, SPLIT_SCHEDULES, Plan
 from meshplan.specs.stack import Stack
 from meshplan.step.assemble import StepCosts
-from meshplan.step.host import step_host
+from meshplan.step.host import on_host, step_host
 from meshplan.step.memory import activation_memory
 from meshplan.step.passes import PassTimes
-from meshplan.step.stages import cadence, rank_body, with_sends
+from meshplan.step.stages import cadence, loop_times, rank_body, with_sends
 from meshplan.step.units import Units
 
 
@@ -99,6 +99,8 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
     u, first, last = units[view.recompute], rank == 0, rank == plan.pp - 1
     times = with_sends(view, stack, rank_body(view, u, layers_on_rank(model, plan, rank)), u)
     times = times.plus(u.embed) if first else times.plus(u.head) if last else times
+    if stack.microbatch_host:  # the training loop's host work per micro-batch (step/stages.loop_times)
+        times = times.plus(loop_times(on_host(stack, cluster.python_host).microbatch_host))
     params = stage_params(model, plan, first) if first or last else middle_params(model, plan)
     per_update, updates = cadence(plan)
     copies = offload(model, cluster, view, u.layer_saved, last, rank)

@@ -25,9 +25,10 @@ from meshplan.step.units import Units
 from meshplan.xp import Num, maximum, minimum, where
 
 
-def stage_times(model: ModelSpec, plan: Plan, stack: Stack, u: Units) -> tuple[PassTimes, PassTimes, PassTimes]:
+def stage_times(model: ModelSpec, plan: Plan, stack: Stack, u: Units, loop: float = 0.0
+                ) -> tuple[PassTimes, PassTimes, PassTimes]:
     """Per micro-batch times of the first and the last pipeline rank, and of a middle rank (its layers and sends,
-    without the embedding or the head), by component."""
+    without the embedding or the head), by component; each with ``loop`` (``loop_times``)."""
     def body(layers: Num) -> PassTimes:
         return rank_body(plan, u, layers)
 
@@ -40,7 +41,19 @@ def stage_times(model: ModelSpec, plan: Plan, stack: Stack, u: Units) -> tuple[P
     own_first = with_sends(plan, stack, body(layers_on_first(model, plan)), u) if plan.first_stage_layers else middle
     first = own_first.plus(u.embed).plus(u.head.scaled(single))
     last = own_last.plus(u.head).plus(u.embed.scaled(single))
+    if loop:
+        first, last, middle = (t.plus(loop_times(loop)) for t in (first, last, middle))
     return first, last, middle
+
+
+def loop_times(loop: float) -> PassTimes:
+    """The training loop's host work per micro-batch on a rank (``Stack.microbatch_host`` at the host's speed,
+    step/host.on_host): the batch's fetch and copy, the loss's reduction and logging, timers, run between
+    synchronisations (Megatron-LM's timers call torch.cuda.synchronize at each start and stop, megatron/timers.py; its
+    pipeline sends synchronise after batch_isend_irecv; the loss's NaN check reads a device flag), so no queued GPU
+    work hides it: booked as the GPU's wait on the host in the forward pass, on every rank, so a pipeline pays it on
+    each of the m + p − 1 micro-batch slots of its critical path (the bubble is the other ranks' times)."""
+    return PassTimes(fwd_comm=loop, host=loop)
 
 
 def rank_body(plan: Plan, u: Units, layers: Num) -> PassTimes:
