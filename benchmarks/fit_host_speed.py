@@ -6,11 +6,13 @@ values written at 6aad2116 / aa96ab73, 2024-02-01, its A100 values at a59d6fe6 /
 data/validation/small_work.jsonl, groups ``megatron_lm_ci_golden_2024_h100`` / ``_a100``; data/validation/README.md).
 A twin pair differs only in the system: its GPUs, which meshplan prices, and its host CPU (2 x Xeon Platinum 8480C
 against 2 x AMD EPYC 7742), which it prices through python_host. What the harness adds (per-micro-batch timer syncs,
-per-step logging) is host work of both. Whatever else the A100 runs' prices miss is folded into the fit too: on the
-fit half's 3 runs 1.53, on all 9 pairs 1.58, on the check half's 6 alone 1.60. So the DGX A100's python_host is the
-one under which each fit-half A100 run reads the error of its H100 twin (priced at python_host 1): the least-squares f
-of Σ_runs (e_A100(f) − e_H100)², by a scan of f in steps of 0.01 from 1 to 3 (the error only grows with f: more host
-time never shortens a step). The check half's twins are reported beside it; the value is copied into
+per-step logging) is host work of both, which the CI profile prices (Stack.microbatch_host, fitted on the same fit
+half, and Stack.iteration_host: meshplan_validation/sources.py). Whatever else the A100 runs' prices miss is folded into
+the fit too: on the fit half's 3 runs 1.55, on all 9 pairs 1.59, on the check half's 6 alone 1.61 (1.53, 1.58, 1.60
+before the profile priced its loop's host work). So the DGX A100's python_host is the one under which each fit-half
+A100 run reads the error of its H100 twin (priced at python_host 1): the least-squares f of Σ_runs (e_A100(f) −
+e_H100)², by a scan of f in steps of 0.01 from 1 to 3 (the error only grows with f: more host time never shortens a
+step). The check half's twins are reported beside it; the value is copied into
 presets/hardware/a100.toml by hand.
 
 Run: python benchmarks/fit_host_speed.py

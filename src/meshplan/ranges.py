@@ -198,7 +198,7 @@ RANGES: dict[str, Range] = {
                             "an fc1 and an fc2 per local expert"),
     "tensor_host": Range(0, 0.001, "s", "host seconds per parameter tensor per optimizer step: 0-220 us (up to 15 "
                          "eager ops and Python loop passes per tensor, specs/stack.py); 1 ms is 4x that", "none"),
-    "microbatch_host": Range(0, 0.1, "s", "host seconds per micro-batch and pipeline rank outside the model: ~2.1 ms "
+    "microbatch_host": Range(0, 0.1, "s", "host seconds per micro-batch and pipeline rank outside the model: ~2 ms "
                              "with Megatron-LM's CI timers (specs/stack.py); 100 ms is 50x that", "none counted"),
     "iteration_host": Range(0, 1.0, "s", "host seconds per training step outside the optimizer: a few ms of logging "
                             "(specs/stack.py); 1 s is 100x that", "none counted"),
