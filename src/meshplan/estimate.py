@@ -33,6 +33,7 @@ from meshplan.channels import dp_collectives, optimizer_time, zero_counts
 from meshplan.cost.flops import plan_flops_per_token, recompute_flops_per_token
 from meshplan.cost.params import kind_fractions, layers_on_first, layers_on_last, stage_params, trainable
 from meshplan.cost.tensors import stepped, tensors_on_rank
+from meshplan.cost.wrappers import wrapped
 from meshplan.groups import axis_tiers
 from meshplan.memory import WEIGHT_BYTES
 from meshplan.roofline import compute_time, memory_time, overhead
@@ -284,7 +285,7 @@ def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff:
             rows.append(OpRow(op.name, op.phase, op.kind, float(counts[group]), float(op.flops),
                               float(op.nbytes), float(t), bound))
     if stack.microbatch_host:  # the training loop's host work per micro-batch on each rank (step/stages.py)
-        rows.append(OpRow("loop/host", "fwd", "host", float(m), 0.0, 0.0,
+        rows.append(OpRow("loop/micro_batch", "fwd", "host", float(m), 0.0, 0.0,
                           float(on_host(stack, cluster.python_host).microbatch_host), "host"))
     rows += _step_rows(model, cluster, plan, stack, eff, first)
     return tuple(r for r in rows if r.count > 0 and (r.seconds > 0 or r.flops > 0))
@@ -309,7 +310,10 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff
                       "memory"))
     if paid_per_step(stack):
         rank = 0 if first else plan.pp - 1
-        walked = stepped(tensors_on_rank(model, plan, stack, rank), plan, stack) * (1 + (plan.schedule == "dualpipe"))
-        host = step_host(walked, stack, cluster.python_host)  # as step/assemble.py composes it (DualPipe: 2 stages)
-        rows.append(OpRow("optimizer/host", "step", "host", float(updates), 0.0, 0.0, float(host), "host"))
+        st = wrapped(stack, plan)  # the optimizer wrapper the plan runs (cost/wrappers.py)
+        walked = stepped(tensors_on_rank(model, plan, stack, rank), plan, st) * (1 + (plan.schedule == "dualpipe"))
+        host = step_host(walked, st, cluster.python_host)  # as step/assemble.py composes it (DualPipe: 2 stages)
+        loop = on_host(stack, cluster.python_host).iteration_host  # the training loop's, in step_host
+        rows += [OpRow(name, "step", "host", float(updates), 0.0, 0.0, float(t), "host")
+                 for name, t in (("optimizer/host", host - loop), ("loop/step", loop)) if t > 0]
     return rows

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from meshplan.cost.wrappers import DEEPSPEED_FP16
 from meshplan.specs.stack import Stack, load_stack
 
 
@@ -90,12 +91,11 @@ MEGATRON_LM_CI_STEP = 1.0e-3
 MEGATRON_LM_CI_MICROBATCH = 2.0e-3  # the fit: 1.98 ms
 # Megatron-Core's distributed optimizer: the megatron-core preset's
 MEGATRON_CORE_TENSOR = load_stack("megatron-core").tensor_host
-# DeepSpeed's FP16_Optimizer (ZeRO-0 fp16: DeepSpeedExamples' Megatron-LM v1 on DeepSpeed's engine) runs 14 kernel-
-# launching ops + 6 views per tensor of the whole model (data/measured/2026-11-26-optimizer-host-ops.md §4):
-# 14 x 14.5 + 6 x 0.6 = 206.6 us, and reads an overflow flag per tensor (runtime/utils.py has_overflow_serial: a device
-# sync each, not priced); its 2020 ZeRO-1 (stage1.py, not counted) taken alike: OneFlow DLPerf measured the two at 161
-# and 163 ms
-DEEPSPEED_FP16_TENSOR = 206.6e-6
+# DeepSpeed's FP16_Optimizer (ZeRO-0 fp16: DeepSpeedExamples' Megatron-LM v1 on DeepSpeed's engine), counted in
+# DeepSpeed 0.19.8 (cost/wrappers.py: 206.6 us per tensor of the whole model), stated for both of that profile's plans:
+# its 2020 ZeRO-1 (stage1.py, not counted, not today's stage_1_and_2.py) taken alike, since OneFlow DLPerf measured
+# the two at 161 and 163 ms
+DEEPSPEED_FP16_TENSOR = DEEPSPEED_FP16
 # Its kernels: the module code with its fusions on (fused softmax and LayerNorm, TorchScript bias-GeLU and bias-dropout-
 # add), counted as cost/eager.py's "jit" rows (58 a GPT layer with dropout), not one per fused record
 MEGATRON_2021 = Stack(name="megatron-lm-2021", flash_attention=False, overlap_dp=False, host_dispatch=MEGATRON_LM_HOST,
@@ -151,6 +151,7 @@ SOURCES: tuple[SourceDefaults, ...] = (
     # arithmetic, an eager softmax; dropout and residual apart): its module code unfused, the "gpt" rows (fusion eager)
     SourceDefaults("DeepSpeedExamples Megatron-LM v1", r"deepspeedexamples|dlperf_deepspeed_megatron",
                    load_stack("megatron-deepspeed").with_(name="deepspeedexamples-megatron-v1", fusion="eager",
+                                                          optimizer_wrapper="stated",
                                                           tensor_host=DEEPSPEED_FP16_TENSOR),
                    False, 0, 2, "none",
                    "DeepSpeedExamples Megatron-LM v1 (2020): Megatron-LM's 2019 GPT-2 module code, unfused (no fused "

@@ -46,10 +46,12 @@ class HostNote:
 
 
 def host_note(est: Estimate) -> HostNote | None:
-    """The note for ``est``, or None where the host's wait (the passes' and the optimizer step's per-parameter loops,
-    the per-op table's optimizer/host) is under HOST_BOUND_SHARE of the step."""
+    """The note for ``est``, or None where the host's wait (the passes', the optimizer step's per-parameter loops and
+    the training loop's per step: the per-op table's optimizer/host and loop/step) is under HOST_BOUND_SHARE of
+    the step."""
     loops = sum(r.seconds * r.count for r in est.ops if r.name == "optimizer/host") if paid_per_step(est.stack) else 0.0
-    wait = float(est.breakdown.get("host", 0.0)) + loops
+    per_step = sum(r.seconds * r.count for r in est.ops if r.name == "loop/step")  # the loop's logging
+    wait = float(est.breakdown.get("host", 0.0)) + loops + per_step
     if est.step_time <= 0 or wait < HOST_BOUND_SHARE * est.step_time:
         return None
     graphed = None

@@ -37,6 +37,7 @@ CP_COMM = ("ring", "allgather")
 PROJECTIONS = ("fused", "split", "separate")
 MOE_PERMUTE = ("fused", "gather_scatter", "sort_gather")
 MOE_DISPATCHER = ("alltoall", "allgather")
+OPTIMIZER_WRAPPERS = ("stated", "deepspeed", "deepspeed-pipeline")
 
 
 def _choice(default: str, choices: tuple[str, ...], help: str) -> Any:
@@ -121,6 +122,11 @@ class Stack:
     tensor_sharded: bool = _flag(False, "the optimizer wrapper's per-parameter loops run over its own ZeRO shard at "
                                         "ZeRO 1 and 2 (Megatron's DistributedOptimizer, DeepSpeed's ZeRO-1/2 "
                                         "optimizer); false: over every tensor on the GPU (cost/tensors.py)")
+    optimizer_wrapper: str = _choice(
+        "stated", OPTIMIZER_WRAPPERS, "the optimizer wrapper whose per-parameter loops the step pays: stated (this "
+        "stack's tensor_host and tensor_sharded), or the one DeepSpeed's engine picks per plan from the precision, "
+        "ZeRO stage, gradient bytes and offload (deepspeed; deepspeed-pipeline under its pipeline engine, as "
+        "Megatron-DeepSpeed runs it), at its counted host cost (cost/wrappers.py)")
     microbatch_host: float = field(default=0.0, metadata={
         "help": "host CPU seconds per micro-batch on each pipeline rank, on an x86 DGX host, that the GPU waits out: "
                 "the training loop's own work around the model (the batch's fetch and copy, the loss's reduction, "

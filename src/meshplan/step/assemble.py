@@ -38,6 +38,7 @@ from meshplan.channels import (
 from meshplan.contention import any_shared, shared_collectives
 from meshplan.cost.params import StageParams, middle_or_first, middle_params, stage_params
 from meshplan.cost.tensors import rank_tensors, stepped
+from meshplan.cost.wrappers import wrapped
 from meshplan.memory import Memory, buffer_memory, model_states, resident_weights
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
@@ -133,13 +134,9 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     collectives = dp_collectives(model, cluster, plan, params, eff)  # the same for every ZeRO stage
     shared = Collectives(*shared_collectives(model, cluster, plan, params, eff, collectives))  # contention.py
     traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
-    host: dict[int, Num] = {z: 0.0 for z in grid.zero}  # the per-parameter loops after the optimizer's sync
-    if paid_per_step(stack):  # (step/host.step_host), over the tensors each ZeRO stage's step walks
-        tensors, both = rank_tensors(model, plan, stack)[:n], 1 + (plan.schedule == "dualpipe")  # DualPipe: 2 stages
-        host = {z: step_host(_rows(plan, [both * stepped(t, _with(plan, zero=z), stack) for t in tensors], shape,
-                                   np.float64), stack, cluster.python_host) for z in grid.zero}
-    opt = {(z, oo): optimizer_time(cluster, _with(plan, zero=z, offload_optimizer=oo), params, eff) + host[z]
-           for z in grid.zero for oo in grid.offload_optimizer}
+    host = _step_hosts(model, cluster, plan, stack, grid, n, shape)
+    opt = {(z, oo): optimizer_time(cluster, _with(plan, zero=z, offload_optimizer=oo), params, eff) + host[z, oo]
+           for z, oo in host}
     loop = on_host(stack, cluster.python_host).microbatch_host  # the training loop's, per micro-batch and rank
     forward: dict = {}  # the forward passes do not change with the recompute mode: priced once without copies
     for r, rc in enumerate(grid.recompute):
@@ -166,6 +163,24 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
                 for o, oo in enumerate(grid.offload_optimizer):
                     yield (r, z, o, a), EndSteps(pipelined, dp, moved, updates * opt[zero, oo], bubble, first, last,
                                                  middle)
+
+
+def _step_hosts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, grid: Settings, n: int,
+                shape: tuple[int, ...]) -> dict[tuple[int, bool], Num]:
+    """The host's per-step work after the step's synchronisation (step/host.step_host), per (ZeRO stage, optimizer
+    offload) of the grid: the per-parameter loops over the tensors the wrapper of that setting walks
+    (cost/wrappers.py; DualPipe's ranks hold two stages) and the training loop's per step, for the n ranks."""
+    settings = [(z, oo) for z in grid.zero for oo in grid.offload_optimizer]
+    host: dict[tuple[int, bool], Num] = dict.fromkeys(settings, 0.0)
+    if not paid_per_step(stack):
+        return host
+    tensors, both = rank_tensors(model, plan, stack)[:n], 1 + (plan.schedule == "dualpipe")
+    for z, oo in settings:
+        setting = _with(plan, zero=z, offload_optimizer=oo)
+        st = wrapped(stack, setting)
+        walked = _rows(plan, [both * stepped(t, setting, st) for t in tensors], shape, np.float64)
+        host[z, oo] = step_host(walked, st, cluster.python_host)
+    return host
 
 
 def _copies(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, shape: tuple[int, ...], dtype: type, n: int

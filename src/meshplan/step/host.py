@@ -71,8 +71,9 @@ def step_host(tensors: Num, stack: Stack, python_host: float = 1.0) -> Num:
 
 
 def paid_per_step(stack: Stack) -> bool:
-    """Whether the stack has host work per optimizer step (``step_host``) at all."""
-    return bool(stack.tensor_host or stack.iteration_host)
+    """Whether the stack has host work per optimizer step (``step_host``) at all (a wrapper picked per plan,
+    cost/wrappers.py, may have)."""
+    return bool(stack.tensor_host or stack.iteration_host or stack.optimizer_wrapper != "stated")
 
 
 def launches(op: OpCost) -> Num:

@@ -24,6 +24,7 @@ from meshplan.contention import any_shared, shared_collectives
 from meshplan.cost.flops import recompute_flops_per_token
 from meshplan.cost.params import layers_on_first, layers_on_rank, layers_on_stage, middle_params, stage_params
 from meshplan.cost.tensors import stepped, tensors_on_rank
+from meshplan.cost.wrappers import wrapped
 from meshplan.memory import (
     Memory,
     activation_bytes,
@@ -110,8 +111,9 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
     channels = step_channels(times.passes(), per_update, traffic, (plan.zero,), copies, eff.overlap_slowdown,
                              stack.overlap_dp)
     dp, moved = (float(updates * x) for x in channels[plan.zero])
+    st = wrapped(stack, plan)  # the optimizer wrapper the plan runs (cost/wrappers.py)
     opt = float(updates * (optimizer_time(cluster, plan, params, eff) + step_host(
-        stepped(tensors_on_rank(model, plan, stack, rank), plan, stack), stack, cluster.python_host)))
+        stepped(tensors_on_rank(model, plan, stack, rank), plan, st), st, cluster.python_host)))
     weights, grads, optimizer = model_states(params, view, stack, last)
     memory = Memory(weights, grads, optimizer, _activations(model, view, stack, u, rank), buffer_memory(model, plan))
     host = model_states(params, replace(view, offload_optimizer=False), stack, last)[2] * plan.offload_optimizer

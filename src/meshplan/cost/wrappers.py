@@ -1,0 +1,65 @@
+"""The mixed-precision optimizer wrapper a framework runs for a plan (issue 46): its host seconds per parameter tensor
+per optimizer step and whether its loops walk the tensors of its own ZeRO shard (cost/tensors.stepped,
+step/host.step_host). ``Stack.optimizer_wrapper``:
+
+- "stated": the stack's own ``tensor_host`` and ``tensor_sharded``;
+- "deepspeed", "deepspeed-pipeline": DeepSpeed's engine picks the wrapper from the plan
+  (deepspeed/runtime/engine.py ``_do_optimizer_sanity_check`` and ``_configure_optimizer``, 0.19.8): under ZeRO 1-3
+  its ZeRO optimizer (stage_1_and_2.py, stage3.py), except bf16 weights with fp32 gradient accumulation at stage 1
+  without CPU offload, which get BF16_Optimizer; without ZeRO, fp16 weights get FP16_Optimizer (fused, since
+  Megatron-DeepSpeed and the Hugging Face integration hand it a FusedAdam), bf16 weights BF16_Optimizer under the
+  pipeline engine ("deepspeed-pipeline": Megatron-DeepSpeed runs it even at pp 1 unless --no-pipeline-parallel) and
+  otherwise the same FP16_Optimizer class in bf16 (DDP_BFLOAT16; DeepSpeed refuses bf16 weights with fp32
+  accumulation there, an error this model does not raise: it prices them as that class); fp32 weights no wrapper.
+
+The per-tensor costs are the dispatcher calls each wrapper makes per tensor, counted in DeepSpeed's own code on CPU
+(data/measured/2026-11-26-optimizer-host-ops.md §4; benchmarks/optimizer_host_ops.py re-counts the first two), a
+kernel-launching call at 14.5 us and a view at 0.6 us on a DGX H100 host (the middle of dgxc-benchmarking's
+11.3-17.7 us per eager op), plus ~1 us per Python pass:
+- ZeRO optimizer: 15 launching calls a tensor of its partition (the inf / nan check of runtime/utils.py: amax, amin,
+  isfinite's 4 ops twice, logical and / not; the accumulated flag; the gradient norm's cast and vector_norm) + 7 views
+  + ~5 passes: 15 x 14.5 + 7 x 0.6 + 5 ~ 220 us, over its shard at stages 1-2 (``params_in_partition``); stage3.py
+  checks and norms every parameter's partition alike: taken at the same cost, over every tensor;
+- BF16_Optimizer: 2 launching calls (the gradient norm, the clip) + 2 views + ~4 passes ~ 30 us, over the whole
+  16-bit model on every rank (its get_grads_for_norm and clip loop over bf16_groups);
+- FP16_Optimizer: 14 launching calls (the inf / nan check, the cast, the copy back) + 6 views: 14 x 14.5 + 6 x 0.6 =
+  206.6 us over every tensor; its per-tensor overflow read (has_overflow_serial, one device sync a tensor) not priced.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
+
+DEEPSPEED_ZERO = 220e-6
+DEEPSPEED_BF16 = 30e-6
+DEEPSPEED_FP16 = 206.6e-6
+# wrapper -> (host seconds per tensor, walks its own shard at ZeRO 1-2)
+DEEPSPEED_WRAPPERS = {"zero": (DEEPSPEED_ZERO, True), "bf16": (DEEPSPEED_BF16, False),
+                      "fp16": (DEEPSPEED_FP16, False), "none": (0.0, False)}
+
+
+def deepspeed_wrapper(plan: Plan, pipeline: bool) -> str:
+    """The wrapper DeepSpeed's engine runs for ``plan`` (module docstring): "zero", "bf16", "fp16" or "none"."""
+    if plan.precision in ("fp32", "tf32"):
+        return "none" if plan.zero == 0 else "zero"
+    bf16 = plan.precision != "fp16"  # fp8 / fp4 recipes keep bf16 weights
+    if plan.zero >= 1:
+        fp32_grads = plan.grad_bytes == 4
+        return "bf16" if bf16 and fp32_grads and plan.zero == 1 and not plan.offload_optimizer else "zero"
+    return "bf16" if bf16 and pipeline else "fp16"
+
+
+def wrapped(stack: Stack, plan: Plan) -> Stack:
+    """``stack`` with the per-tensor host cost and sharding of the wrapper it runs for ``plan`` (one ZeRO stage and
+    optimizer offload setting: the search's batches share them)."""
+    if stack.optimizer_wrapper == "stated":
+        return stack
+    host, sharded = DEEPSPEED_WRAPPERS[deepspeed_wrapper(plan, stack.optimizer_wrapper == "deepspeed-pipeline")]
+    # a derived stack, not user input (as step/host.on_host's)
+    out = copy.copy(stack)
+    object.__setattr__(out, "tensor_host", host)
+    object.__setattr__(out, "tensor_sharded", sharded)
+    return out
