@@ -107,12 +107,12 @@ def test_megatron_lm_fused_module_code_launches_the_measured_layer_less_its_fusi
     # an RMSNorm model keeps cost/'s counts (Megatron-LM 2020-22 has no RMSNorm layer)
     assert eager_rows(load_model("llama3-8b"), megatron_ds) == {}
     # validation prices Megatron-LM's published runs with the same physics (the stacks compare equal) but for the
-    # optimizer's wrapper: DeepSpeed's BF16_Optimizer (30 us a tensor, over the whole model) against Megatron-LM's own
-    # (32 us, its distributed optimizer over its shard)
+    # optimizer's wrapper: the one DeepSpeed's pipeline engine picks per plan (cost/wrappers.py: BF16_Optimizer, 30 us
+    # a tensor over the whole model, in bf16) against Megatron-LM's own (32 us, its distributed optimizer's shard)
     from meshplan_validation.sources import MEGATRON_2021
-    assert (megatron_ds.tensor_host, MEGATRON_2021.tensor_host) == (30e-6, 32e-6)
-    assert (megatron_ds.tensor_sharded, MEGATRON_2021.tensor_sharded) == (False, True)
-    assert megatron_ds == MEGATRON_2021.with_(tensor_host=30e-6, tensor_sharded=False)
+    assert (megatron_ds.optimizer_wrapper, MEGATRON_2021.tensor_host) == ("deepspeed-pipeline", 32e-6)
+    assert megatron_ds == MEGATRON_2021.with_(tensor_host=0.0, tensor_sharded=False,
+                                              optimizer_wrapper="deepspeed-pipeline")
 
 
 def test_a_plain_pytorch_gpt_layer_launches_what_pytorch_counts() -> None:

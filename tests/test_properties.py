@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from draws import draw_count, draw_model, draw_stack, draw_system, draw_triple
+from meshplan.cost.wrappers import wrapped
 from meshplan.estimate import estimate
 from meshplan.search import Space, search
 from meshplan.search.batch import PlanBatch
@@ -172,7 +173,9 @@ def test_more_host_cost_never_shortens_a_step_and_cuda_graphs_never_slow_one(fac
         compiled = eager.with_(compiled=True, region_host=0.29e-3)  # a torch.compile region per layer and pass
         region = estimate(model, cluster, plan, compiled).step_time
         more_region = estimate(model, cluster, plan, compiled.with_(region_host=0.29e-3 * factor)).step_time
-        extra = eager.with_(tensor_host=eager.tensor_host + 5e-6 * factor)  # per tensor per step, beyond its own
+        own = wrapped(eager, plan)  # the wrapper the plan runs (cost/wrappers.py), stated with more per tensor
+        extra = eager.with_(optimizer_wrapper="stated", tensor_host=own.tensor_host + 5e-6 * factor,
+                            tensor_sharded=own.tensor_sharded)
         tensors = estimate(model, cluster, plan, extra).step_time
         # the training loop's host work: per micro-batch and rank at x2, per step at x100 (each on 250 triples)
         loop = eager.with_(microbatch_host=50e-6) if factor < 10 else eager.with_(iteration_host=50e-6)

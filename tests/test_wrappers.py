@@ -56,3 +56,14 @@ def test_the_step_pays_the_wrapper_the_plan_runs(preset, zero, precision, per_te
     assert math.isclose(row.seconds, tensors * per_tensor * 1.55, rel_tol=1e-9)
     bare = estimate(model, cluster, plan, stack.with_(optimizer_wrapper="stated", tensor_host=0.0))
     assert math.isclose(est.step_time - bare.step_time, row.seconds, rel_tol=1e-6)
+
+
+def test_a_stated_tensor_host_on_the_command_line_overrides_the_picked_wrapper():
+    """--tensor-host on a DeepSpeed preset states the wrapper's cost (optimizer_wrapper becomes "stated") unless
+    --optimizer-wrapper is given too."""
+    from meshplan.cli.options import stack_with
+
+    stack = load_stack("deepspeed")
+    assert stack_with(stack, {"tensor_host": 1e-5}).optimizer_wrapper == "stated"
+    assert stack_with(stack, {"tensor_host": 1e-5, "optimizer_wrapper": "deepspeed"}).optimizer_wrapper == "deepspeed"
+    assert stack_with(stack, {"fusion": "eager"}).optimizer_wrapper == "deepspeed"
