@@ -4,9 +4,10 @@
 
 What is replayed is counted in Megatron-LM's own code (NVIDIA/Megatron-LM 6aad2116, megatron/training.py
 training_log; the flags of tests/functional_tests/test_scripts/gpt3/pretrain_gpt3_distributed_test.sh): each step
-``timers.write`` adds one scalar per timer the run has created (the 24 names of ``timers_to_log`` that exist at
---timing-log-level 2: forward-backward, forward-compute, backward-compute, batch-generator, the pipeline's p2p
-timers, all-grads-sync, layernorm- and embedding-grads-all-reduce, the six optimizer-* timers and optimizer), then
+``timers.write`` adds one scalar per timer the run has created (of the 24 names of ``timers_to_log``, the 20 a
+pipelined run without the distributed optimizer creates at --timing-log-level 2: forward-backward, forward-compute,
+backward-compute, batch-generator, the 1F1B schedule's six p2p timers, all-grads-sync, layernorm- and
+embedding-grads-all-reduce, the six optimizer-* timers and optimizer), then
 ``training_log`` adds learning-rate, lm loss, loss-scale, grad-norm, num-zeros and params-norm, each also "vs
 samples" (the flags on by default or set by the script), and iteration-time, and formats and prints the log line
 and the timers' line. The timers' all-gather and the .item() reads are synchronisations on a GPU, not Python: not

@@ -110,18 +110,19 @@ def torch_counts() -> dict[str, dict[str, float]]:
             "torch AdamW for-loop + clip": per_tensor(step(foreach=False))}
 
 
-def deepspeed_counts(stage: int, grad_accum: str | None) -> tuple[str, dict[str, float]]:
-    """The optimizer DeepSpeed wraps the step in (bf16, ZeRO ``stage``) and its calls per parameter tensor, in a
-    process of its own (DeepSpeed picks its accelerator and process group at import)."""
+def deepspeed_counts(stage: int, grad_accum: str | None, bf16: bool = True) -> tuple[str, dict[str, float]]:
+    """The optimizer DeepSpeed wraps the step in (bf16, or fp32 weights with ``bf16`` false; ZeRO ``stage``) and its
+    calls per parameter tensor, in a process of its own (DeepSpeed picks its accelerator and process group at
+    import)."""
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29541", "RANK": "0",
            "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
-    out = subprocess.run([sys.executable, __file__, "--deepspeed", str(stage), grad_accum or ""], env=env,
-                         capture_output=True, text=True, timeout=600, check=True).stdout
+    args = [sys.executable, __file__, "--deepspeed", str(stage), grad_accum or "", "bf16" if bf16 else "fp32"]
+    out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, check=True).stdout
     found = json.loads(out.strip().splitlines()[-1])
     return found["optimizer"], found["calls"]
 
 
-def _deepspeed_child(stage: int, grad_accum: str) -> None:
+def _deepspeed_child(stage: int, grad_accum: str, dtype: str) -> None:
     import deepspeed
     import torch
 
@@ -139,7 +140,7 @@ def _deepspeed_child(stage: int, grad_accum: str) -> None:
         cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 1.0, "steps_per_print": 10**9,
                "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
                "zero_optimization": {"stage": stage, "overlap_comm": False, "contiguous_gradients": True},
-               "bf16": {"enabled": True}}
+               "bf16": {"enabled": dtype == "bf16"}}
         if grad_accum:
             cfg["data_types"] = {"grad_accum_dtype": grad_accum}
         engine, *_ = deepspeed.initialize(model=Params(n), config=cfg)
@@ -150,9 +151,10 @@ def _deepspeed_child(stage: int, grad_accum: str) -> None:
 
 def main() -> None:
     rows = dict(torch_counts())
-    for stage, accumulate in ((2, None), (1, "fp32")):
-        wrapper, calls = deepspeed_counts(stage, accumulate)
-        rows[f"DeepSpeed {wrapper} (ZeRO-{stage}, bf16{', fp32 accumulation' if accumulate else ''})"] = calls
+    for stage, accumulate, bf16 in ((2, None, True), (1, "fp32", True), (2, None, False)):
+        wrapper, calls = deepspeed_counts(stage, accumulate, bf16)
+        weights = ("bf16" if bf16 else "fp32") + (", fp32 accumulation" if accumulate else "")
+        rows[f"DeepSpeed {wrapper} (ZeRO-{stage}, {weights})"] = calls
     print("configuration | kernel-launching calls | other calls | host us per tensor (DGX H100)")
     for name, calls in rows.items():
         launching, free = split(calls)
@@ -161,6 +163,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--deepspeed":
-        _deepspeed_child(int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "")
+        _deepspeed_child(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     else:
         main()

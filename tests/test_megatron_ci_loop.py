@@ -10,12 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from meshplan.estimate import estimate
-from meshplan.report.host_note import host_note
-from meshplan.specs.hardware import load_system
-from meshplan.specs.model_load import load_model
-from meshplan.specs.plan import Plan
-from meshplan.specs.stack import load_stack
 from meshplan_validation.case import Case, map_run
 from meshplan_validation.evaluate import evaluate_case
 from meshplan_validation.record_fields import fill_from_siblings
@@ -66,20 +60,3 @@ def test_each_micro_batch_slot_pays_the_loop_once(index):
     assert _step(case, 1e-3, 0.0) - base == pytest.approx((m + p - 1) * 1e-3 * host, rel=1e-6)
     assert _step(case, 0.0, 1e-3) - base == pytest.approx(1e-3 * host, rel=1e-6)
 
-
-def test_the_estimate_shows_the_loop_and_the_host_note_counts_it():
-    """GPT-2 on 8 DGX A100 GPUs (python_host 1.55), dp 8, 4 micro-batches a step: 1 ms a micro-batch and 2 ms a step
-    at DGX H100 speed add 4 x 1.55 + 2 x 1.55 = 9.3 ms, shown in the per-op table as loop/micro_batch (4 a step) and
-    loop/step (1), and the host-bound note's wait counts both."""
-    model, cluster = load_model("gpt2"), load_system("a100").cluster(8)
-    plan = Plan(dp=8, micro_batch=4, global_batch=128, recompute="none")
-    stack = load_stack("megatron-deepspeed")
-    base = estimate(model, cluster, plan, stack)
-    est = estimate(model, cluster, plan, stack.with_(microbatch_host=1e-3, iteration_host=2e-3))
-    assert est.step_time - base.step_time == pytest.approx(6 * 1e-3 * 1.55, rel=1e-6)
-    rows = {r.name: r for r in est.ops}
-    assert (rows["loop/micro_batch"].count, rows["loop/micro_batch"].seconds) == (4, pytest.approx(1.55e-3))
-    assert (rows["loop/step"].count, rows["loop/step"].seconds) == (1, pytest.approx(3.1e-3))
-    before, after = host_note(base), host_note(est)
-    assert before is not None and after is not None
-    assert after.wait - before.wait == pytest.approx(6 * 1.55e-3, rel=1e-6)

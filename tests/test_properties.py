@@ -178,7 +178,8 @@ def test_more_host_cost_never_shortens_a_step_and_cuda_graphs_never_slow_one(fac
                             tensor_sharded=own.tensor_sharded)
         tensors = estimate(model, cluster, plan, extra).step_time
         # the training loop's host work: per micro-batch and rank at x2, per step at x100 (each on 250 triples)
-        loop = eager.with_(microbatch_host=50e-6) if factor < 10 else eager.with_(iteration_host=50e-6)
+        loop = (eager.with_(microbatch_host=eager.microbatch_host + 50e-6) if factor < 10
+                else eager.with_(iteration_host=eager.iteration_host + 50e-6))
         looped = estimate(model, cluster, plan, loop).step_time
         where = f"{model.name} {cluster.name}x{cluster.num_gpus} {plan.describe()} {stack.describe()}"
         if more < base * (1 - RTOL):

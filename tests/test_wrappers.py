@@ -7,7 +7,13 @@ import math
 
 import pytest
 
-from meshplan.cost.wrappers import DEEPSPEED_BF16, DEEPSPEED_FP16, DEEPSPEED_ZERO, deepspeed_wrapper, wrapped
+from meshplan.cost.wrappers import (
+    DEEPSPEED_BF16,
+    DEEPSPEED_FP16,
+    DEEPSPEED_ZERO,
+    deepspeed_wrapper,
+    wrapped,
+)
 from meshplan.estimate import estimate
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
@@ -59,11 +65,83 @@ def test_the_step_pays_the_wrapper_the_plan_runs(preset, zero, precision, per_te
 
 
 def test_a_stated_tensor_host_on_the_command_line_overrides_the_picked_wrapper():
-    """--tensor-host on a DeepSpeed preset states the wrapper's cost (optimizer_wrapper becomes "stated") unless
-    --optimizer-wrapper is given too."""
+    """--tensor-host on a DeepSpeed preset states the wrapper's cost (optimizer_wrapper becomes "stated"); with
+    --optimizer-wrapper deepspeed too, or --tensor-sharded alone, the stack refuses what it would drop."""
     from meshplan.cli.options import stack_with
+    from meshplan.errors import SpecError
 
     stack = load_stack("deepspeed")
     assert stack_with(stack, {"tensor_host": 1e-5}).optimizer_wrapper == "stated"
-    assert stack_with(stack, {"tensor_host": 1e-5, "optimizer_wrapper": "deepspeed"}).optimizer_wrapper == "deepspeed"
     assert stack_with(stack, {"fusion": "eager"}).optimizer_wrapper == "deepspeed"
+    for given in ({"tensor_host": 1e-5, "optimizer_wrapper": "deepspeed"}, {"tensor_sharded": True}):
+        with pytest.raises(SpecError, match="picks per plan"):
+            stack_with(stack, given)
+
+
+def _deepspeeds_choice(precision: str, grad_bytes: int, zero: int, offload: bool, pipeline: bool) -> str:
+    """DeepSpeed 0.19.8's own rule (runtime/engine.py DeepSpeedEngine._do_optimizer_sanity_check), run on an object
+    that answers its questions as an engine with these settings would; its wrapper names as cost/wrappers.py's."""
+    import torch
+    from deepspeed.runtime import engine as ds
+
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[precision]
+
+    class Settings:
+        global_rank, pipeline_parallelism = 0, pipeline
+
+        def get_data_types(self):
+            return dtype, torch.float32 if grad_bytes == 4 else dtype
+
+        def zero_optimization(self):
+            return zero > 0
+
+        def zero_optimization_stage(self):
+            return zero
+
+        def zero_cpu_offload(self):
+            return offload
+
+        def zero_compute_grad_norm(self):
+            return True
+
+        def zero_allow_untested_optimizer(self):
+            return True
+
+    try:
+        picked = ds.DeepSpeedEngine._do_optimizer_sanity_check(Settings(), torch.optim.AdamW([torch.zeros(1)]))
+    except NotImplementedError:
+        return "refused"
+    names = {ds.ZERO_OPTIMIZATION: "zero", ds.BFLOAT16: "bf16", ds.FP16: "fp16", ds.DDP_BFLOAT16: "fp16", None: "none"}
+    name = names[picked]
+    return "zero-fp32" if name == "zero" and precision == "fp32" and zero < 3 else name
+
+
+def test_the_rule_agrees_with_deepspeeds_own_code_on_every_setting(monkeypatch):
+    """Every precision x gradient bytes x ZeRO stage x offload x pipeline engine that DeepSpeed's engine accepts picks
+    the wrapper deepspeed_wrapper picks (fp32 under ZeRO 1-2: the ZeRO optimizer without its overflow check, engine.py
+    check_grad_overflow); the ones it refuses are the refusal fp32_grads_without_zero's."""
+    pytest.importorskip("deepspeed")
+    import deepspeed.comm
+
+    from meshplan.specs.model_load import load_model
+    from meshplan.specs.refusals import REFUSALS
+
+    monkeypatch.setattr(deepspeed.comm, "get_rank", lambda *args, **kwargs: 0)  # its check logs on rank 0 only
+
+    rule, model, stack = REFUSALS["fp32_grads_without_zero"], load_model("gpt2"), load_stack("deepspeed")
+    seen = set()
+    for precision in ("fp16", "bf16", "fp32"):
+        for grad_bytes in (2, 4):
+            if precision == "fp32" and grad_bytes == 2:
+                continue
+            for zero in (0, 1, 2, 3):
+                for offload in (False, True):
+                    for pipeline in (False, True):
+                        plan = Plan(dp=8, zero=zero, precision=precision, grad_bytes=grad_bytes,
+                                    offload_optimizer=offload)
+                        theirs = _deepspeeds_choice(precision, grad_bytes, zero, offload, pipeline)
+                        seen.add(theirs)
+                        assert bool(rule.test(plan, model, stack)) is (theirs == "refused"), (plan, pipeline)
+                        if theirs != "refused":
+                            assert deepspeed_wrapper(plan, pipeline) == theirs, (plan, pipeline)
+    assert seen == {"zero", "zero-fp32", "bf16", "fp16", "none", "refused"}

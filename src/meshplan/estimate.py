@@ -45,7 +45,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import FRAMEWORK_STACK, Stack
 from meshplan.step.assemble import StepCosts, assemble
-from meshplan.step.host import on_host, paid_per_step, step_host
+from meshplan.step.host import iteration_host, on_host, paid_per_step, step_host
 from meshplan.step.ranks import assemble_ranks, priced_apart, stage_modes, stage_recompute_flops
 from meshplan.step.stages import cadence
 from meshplan.step.units import Parts, Units, timed_parts, unit_costs, units_for_recomputes
@@ -313,7 +313,8 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff
         st = wrapped(stack, plan)  # the optimizer wrapper the plan runs (cost/wrappers.py)
         walked = stepped(tensors_on_rank(model, plan, stack, rank), plan, st) * (1 + (plan.schedule == "dualpipe"))
         host = step_host(walked, st, cluster.python_host)  # as step/assemble.py composes it (DualPipe: 2 stages)
-        loop = on_host(stack, cluster.python_host).iteration_host  # the training loop's, in step_host
-        rows += [OpRow(name, "step", "host", float(updates), 0.0, 0.0, float(t), "host")
-                 for name, t in (("optimizer/host", host - loop), ("loop/step", loop)) if t > 0]
+        rows.append(OpRow("optimizer/host", "step", "host", float(updates), 0.0, 0.0, float(host), "host"))
+    if stack.iteration_host:  # the training loop's per step, once (step/host.iteration_host)
+        rows.append(OpRow("loop/step", "step", "host", 1.0, 0.0, 0.0, iteration_host(stack, cluster.python_host),
+                          "host"))
     return rows

@@ -92,11 +92,10 @@ def stack_with(stack: Stack, given: dict[str, Any]) -> Stack:
     """``stack`` with the stack options ``given``: ``--compiled`` on a stack with no compiled region's host cost
     prices the one measured (TORCH_COMPILE_REGION_HOST, as a torchtitan job's ``[compile] enable`` reads) unless
     ``--region-host`` says another; ``--no-compiled`` drops it unless ``--region-host`` is given too (which the
-    stack then refuses: a region's host time needs a compiled region). ``--tensor-host`` or ``--tensor-sharded`` on
-    a stack whose wrapper is picked per plan (``optimizer_wrapper``, cost/wrappers.py) states the wrapper's cost
-    instead, unless ``--optimizer-wrapper`` is given too."""
-    if stack.optimizer_wrapper != "stated" and "optimizer_wrapper" not in given and (
-            "tensor_host" in given or "tensor_sharded" in given):
+    stack then refuses: a region's host time needs a compiled region). ``--tensor-host`` on a stack
+    whose wrapper is picked per plan (``optimizer_wrapper``, cost/wrappers.py) states the wrapper's cost instead,
+    unless ``--optimizer-wrapper`` is given too; ``--tensor-sharded`` alone there the stack refuses (specs/stack.py)."""
+    if stack.optimizer_wrapper != "stated" and "optimizer_wrapper" not in given and "tensor_host" in given:
         given = {**given, "optimizer_wrapper": "stated"}
     if "compiled" in given and "region_host" not in given:
         given = {**given, "region_host": TORCH_COMPILE_REGION_HOST if given["compiled"] else 0.0}

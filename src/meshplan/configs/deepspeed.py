@@ -136,7 +136,8 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
     zero = cfg.section("zero_optimization")
     offload = zero.section("offload_optimizer").choice("device", "none", ("none", "cpu", "nvme"))
     precision = "fp16" if cfg.section("fp16").flag("enabled", False) else "bf16"
-    grads = cfg.section("data_types").choice("grad_accum_dtype", "fp32", ("fp32", "bf16", "fp16"))
+    # DeepSpeed accumulates in the weights' dtype unless data_types says otherwise (runtime/engine.py get_data_types)
+    grads = cfg.section("data_types").choice("grad_accum_dtype", precision, ("fp32", "bf16", "fp16"))
     plan = Plan(**{**dict(
         dp=dp, tp=tp, sequence_parallel=False, micro_batch=micro, global_batch=global_batch,
         zero=zero.integer("stage", 0, low=0), offload_optimizer=offload != "none",

@@ -6,11 +6,14 @@ step/host.step_host). ``Stack.optimizer_wrapper``:
 - "deepspeed", "deepspeed-pipeline": DeepSpeed's engine picks the wrapper from the plan
   (deepspeed/runtime/engine.py ``_do_optimizer_sanity_check`` and ``_configure_optimizer``, 0.19.8): under ZeRO 1-3
   its ZeRO optimizer (stage_1_and_2.py, stage3.py), except bf16 weights with fp32 gradient accumulation at stage 1
-  without CPU offload, which get BF16_Optimizer; without ZeRO, fp16 weights get FP16_Optimizer (fused, since
-  Megatron-DeepSpeed and the Hugging Face integration hand it a FusedAdam), bf16 weights BF16_Optimizer under the
-  pipeline engine ("deepspeed-pipeline": Megatron-DeepSpeed runs it even at pp 1 unless --no-pipeline-parallel) and
-  otherwise the same FP16_Optimizer class in bf16 (DDP_BFLOAT16; DeepSpeed refuses bf16 weights with fp32
-  accumulation there, an error this model does not raise: it prices them as that class); fp32 weights no wrapper.
+  without CPU offload, which get BF16_Optimizer; without ZeRO, fp16 weights get FP16_Optimizer (fused when the
+  inner optimizer is a FusedAdam, as Megatron-DeepSpeed's and the DeepSpeed JSON meshplan writes name it), bf16
+  weights BF16_Optimizer under the pipeline engine ("deepspeed-pipeline": Megatron-DeepSpeed runs it even at pp 1
+  unless --no-pipeline-parallel) and otherwise the same FP16_Optimizer class in bf16 (DDP_BFLOAT16); fp32 weights no
+  wrapper without ZeRO, and under ZeRO 1-2 the ZeRO optimizer without its overflow check (engine.py sets
+  check_grad_overflow only for fp16 or bf16). 16-bit weights with fp32 gradient accumulation without ZeRO raise
+  (NotImplementedError "unsupported mix"): the presets refuse those plans (specs/refusals.py
+  fp32_grads_without_zero), priced here as the 16-bit wrapper of their weights.
 
 The per-tensor costs are the dispatcher calls each wrapper makes per tensor, counted in DeepSpeed's own code on CPU
 (data/measured/2026-11-26-optimizer-host-ops.md §4; benchmarks/optimizer_host_ops.py re-counts the first two), a
@@ -23,7 +26,10 @@ kernel-launching call at 14.5 us and a view at 0.6 us on a DGX H100 host (the mi
 - BF16_Optimizer: 2 launching calls (the gradient norm, the clip) + 2 views + ~4 passes ~ 30 us, over the whole
   16-bit model on every rank (its get_grads_for_norm and clip loop over bf16_groups);
 - FP16_Optimizer: 14 launching calls (the inf / nan check, the cast, the copy back) + 6 views: 14 x 14.5 + 6 x 0.6 =
-  206.6 us over every tensor; its per-tensor overflow read (has_overflow_serial, one device sync a tensor) not priced.
+  206.6 us over every tensor; its per-tensor overflow read (has_overflow_serial, one device sync a tensor) not priced;
+- the ZeRO-1/2 optimizer with fp32 weights: 2 launching calls (the norm's cast and vector_norm) + 7 views = 33.2 us,
+  counted alike (benchmarks/optimizer_host_ops.py). meshplan's plans run 16-bit or narrower (specs/plan.py): the fp32
+  branches complete DeepSpeed's rule (tests/test_wrappers.py runs it on every setting) but no estimate reaches them.
 """
 
 from __future__ import annotations
@@ -36,15 +42,17 @@ from meshplan.specs.stack import Stack
 DEEPSPEED_ZERO = 220e-6
 DEEPSPEED_BF16 = 30e-6
 DEEPSPEED_FP16 = 206.6e-6
+DEEPSPEED_ZERO_FP32 = 33.2e-6
 # wrapper -> (host seconds per tensor, walks its own shard at ZeRO 1-2)
-DEEPSPEED_WRAPPERS = {"zero": (DEEPSPEED_ZERO, True), "bf16": (DEEPSPEED_BF16, False),
-                      "fp16": (DEEPSPEED_FP16, False), "none": (0.0, False)}
+DEEPSPEED_WRAPPERS = {"zero": (DEEPSPEED_ZERO, True), "zero-fp32": (DEEPSPEED_ZERO_FP32, True),
+                      "bf16": (DEEPSPEED_BF16, False), "fp16": (DEEPSPEED_FP16, False), "none": (0.0, False)}
 
 
 def deepspeed_wrapper(plan: Plan, pipeline: bool) -> str:
-    """The wrapper DeepSpeed's engine runs for ``plan`` (module docstring): "zero", "bf16", "fp16" or "none"."""
+    """The wrapper DeepSpeed's engine runs for ``plan`` (module docstring): "zero", "zero-fp32", "bf16", "fp16" or
+    "none"."""
     if plan.precision in ("fp32", "tf32"):
-        return "none" if plan.zero == 0 else "zero"
+        return "none" if plan.zero == 0 else "zero-fp32" if plan.zero < 3 else "zero"
     bf16 = plan.precision != "fp16"  # fp8 / fp4 recipes keep bf16 weights
     if plan.zero >= 1:
         fp32_grads = plan.grad_bytes == 4

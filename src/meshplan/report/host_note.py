@@ -19,19 +19,22 @@ HOST_BOUND_SHARE = 0.10  # the note's threshold: the GPUs wait on the host for a
 
 @dataclass(frozen=True)
 class HostNote:
-    """The GPUs' wait on the host (seconds, share of the step: the passes' wait and the optimizer step's
-    per-parameter loops), the host seconds per kernel on this host, the loops' seconds, and the step time of the same
-    plan under CUDA graphs (None where the stack already captures them)."""
+    """The GPUs' wait on the host (seconds, share of the step: the passes' wait, the optimizer step's per-parameter
+    loops and the training loop's per step), the host seconds per kernel on this host, the optimizer loops' and the
+    training loop's seconds of it, and the step time of the same plan under CUDA graphs (None where the stack
+    already captures them)."""
 
     wait: float
     share: float
     per_kernel: float
     graphed_step: float | None
     tensor_loops: float = 0.0  # of ``wait``: the optimizer step's per-parameter loops (step/host.step_host)
+    training_loop: float = 0.0  # of ``wait``: the training loop's own, per micro-batch and per step (loop/ rows)
 
     def to_dict(self) -> dict[str, Any]:
         return {"host_wait_s": self.wait, "host_wait_share": self.share, "host_dispatch_s": self.per_kernel,
-                "optimizer_host_s": self.tensor_loops, "cuda_graphs_step_time_s": self.graphed_step}
+                "optimizer_host_s": self.tensor_loops, "training_loop_host_s": self.training_loop,
+                "cuda_graphs_step_time_s": self.graphed_step}
 
     def text(self) -> str:
         line = (f"host-bound: the GPUs wait on the host {fmt_time(self.wait)} ({100 * self.share:.0f} % of the step) "
@@ -39,6 +42,9 @@ class HostNote:
         if self.tensor_loops:
             line += (f", {fmt_time(self.tensor_loops)} of it in the optimizer step's per-parameter loops "
                      "(--ops: optimizer/host)")
+        if self.training_loop:
+            line += (f", {fmt_time(self.training_loop)} in the training loop's own work, which CUDA graphs of the "
+                     "layers leave as it is (--ops: loop/)")
         if self.graphed_step is not None:
             line += (f"; with the layers captured as CUDA graphs (--cuda-graphs, where the framework can) this plan "
                      f"takes {fmt_time(self.graphed_step)}")
@@ -51,6 +57,7 @@ def host_note(est: Estimate) -> HostNote | None:
     the step."""
     loops = sum(r.seconds * r.count for r in est.ops if r.name == "optimizer/host") if paid_per_step(est.stack) else 0.0
     per_step = sum(r.seconds * r.count for r in est.ops if r.name == "loop/step")  # the loop's logging
+    training_loop = per_step + sum(r.seconds * r.count for r in est.ops if r.name == "loop/micro_batch")
     wait = float(est.breakdown.get("host", 0.0)) + loops + per_step
     if est.step_time <= 0 or wait < HOST_BOUND_SHARE * est.step_time:
         return None
@@ -61,4 +68,4 @@ def host_note(est: Estimate) -> HostNote | None:
     # the host pays the stack's cost per kernel at its own CPU's speed (Cluster.python_host, step/host.on_host)
     per_kernel = on_host(est.stack, est.cluster.python_host).host_dispatch
     return HostNote(wait=wait, share=wait / est.step_time, per_kernel=per_kernel, graphed_step=graphed,
-                    tensor_loops=loops)
+                    tensor_loops=loops, training_loop=training_loop)

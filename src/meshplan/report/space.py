@@ -113,6 +113,7 @@ class _Sampled:
         self.__dict__.update({k: c[k] for k in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "sequence_parallel")})
         self.recompute, self.zero, self.offload_optimizer, self.offload_activations = recompute, zero, opt, act
         self.optimizer, self.offload_layers = space.optimizer, space.offload_layers
+        self.precision, self.grad_bytes = space.precision, space.grad_bytes
 
 
 def space_section(result: SearchResult, plans: Sequence[Detailed], others: Sequence[dict[str, Any]]) -> Section:

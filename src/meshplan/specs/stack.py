@@ -162,6 +162,10 @@ class Stack:
         if self.region_host and not self.compiled:  # a region's host time, with no region: never silently dropped
             raise SpecError(f"{where}region_host={self.region_host} s needs compiled = true (--compiled: each layer "
                             "a torch.compile region); 0 without")
+        if self.optimizer_wrapper != "stated" and (self.tensor_host or self.tensor_sharded):  # never silently dropped
+            raise SpecError(f"{where}tensor_host={self.tensor_host} s / tensor_sharded={self.tensor_sharded} state the "
+                            f"optimizer wrapper's loops, which optimizer_wrapper={self.optimizer_wrapper} picks per "
+                            "plan (cost/wrappers.py): give optimizer_wrapper = stated with them, or leave them out")
 
     def with_(self, **changes: Any) -> Stack:
         return replace(self, **changes)

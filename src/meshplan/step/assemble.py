@@ -46,7 +46,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import SPLIT_SCHEDULES, Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
-from meshplan.step.host import on_host, paid_per_step, step_host
+from meshplan.step.host import iteration_host, on_host, paid_per_step, step_host
 from meshplan.step.memory import activation_memory, offloaded_activations
 from meshplan.step.passes import PassTimes
 from meshplan.step.stages import cadence, ep_overlapped, split_bubble, stage_times, two_chunk_times
@@ -135,8 +135,9 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     shared = Collectives(*shared_collectives(model, cluster, plan, params, eff, collectives))  # contention.py
     traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
     host = _step_hosts(model, cluster, plan, stack, grid, n, shape)
+    logging = iteration_host(stack, cluster.python_host) / updates  # once per step: opt is paid per update
     opt = {(z, oo): optimizer_time(cluster, _with(plan, zero=z, offload_optimizer=oo), params, eff) + host[z, oo]
-           for z, oo in host}
+           + logging for z, oo in host}
     loop = on_host(stack, cluster.python_host).microbatch_host  # the training loop's, per micro-batch and rank
     forward: dict = {}  # the forward passes do not change with the recompute mode: priced once without copies
     for r, rc in enumerate(grid.recompute):
@@ -169,7 +170,7 @@ def _step_hosts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, gr
                 shape: tuple[int, ...]) -> dict[tuple[int, bool], Num]:
     """The host's per-step work after the step's synchronisation (step/host.step_host), per (ZeRO stage, optimizer
     offload) of the grid: the per-parameter loops over the tensors the wrapper of that setting walks
-    (cost/wrappers.py; DualPipe's ranks hold two stages) and the training loop's per step, for the n ranks."""
+    (cost/wrappers.py; DualPipe's ranks hold two stages), for the n ranks."""
     settings = [(z, oo) for z in grid.zero for oo in grid.offload_optimizer]
     host: dict[tuple[int, bool], Num] = dict.fromkeys(settings, 0.0)
     if not paid_per_step(stack):

@@ -60,20 +60,25 @@ def on_host(stack: Stack, python_host: float) -> Stack:
 
 def step_host(tensors: Num, stack: Stack, python_host: float = 1.0) -> Num:
     """Host seconds per optimizer step beyond the passes: ``tensors`` parameter tensors on the GPU (cost/tensors.py)
-    at ``stack.tensor_host`` each, and the training loop's ``stack.iteration_host`` (its per-step logging), at this
-    host's speed (``on_host``). The GPU waits them out: the step's
+    at ``stack.tensor_host`` each, at this host's speed (``on_host``). The GPU waits them out: the step's
     synchronisations come first (the loss scaler's inf check and the gradient norm read back with ``.item()``
     in Megatron's and DeepSpeed's optimizers, the logged loss in every training loop), so no queued GPU work hides
     the per-parameter loops that follow, and the optimizer's kernels are issued only after them; the term adds to
     the optimizer step's GPU time (channels.optimizer_time)."""
-    host = on_host(stack, python_host)
-    return tensors * host.tensor_host + host.iteration_host
+    return tensors * on_host(stack, python_host).tensor_host
 
 
 def paid_per_step(stack: Stack) -> bool:
-    """Whether the stack has host work per optimizer step (``step_host``) at all (a wrapper picked per plan,
-    cost/wrappers.py, may have)."""
-    return bool(stack.tensor_host or stack.iteration_host or stack.optimizer_wrapper != "stated")
+    """Whether the stack has per-parameter loops in its optimizer step (``step_host``) at all (a wrapper picked per
+    plan, cost/wrappers.py, may have)."""
+    return bool(stack.tensor_host or stack.optimizer_wrapper != "stated")
+
+
+def iteration_host(stack: Stack, python_host: float = 1.0) -> float:
+    """Host seconds the training loop spends per step beyond the passes and the optimizer (``stack.iteration_host``:
+    its logging and bookkeeping, after the step's synchronisation), at this host's speed: once per step, however
+    many optimizer updates the schedule makes (PipeDream's one per micro-batch included)."""
+    return float(on_host(stack, python_host).iteration_host)
 
 
 def launches(op: OpCost) -> Num:

@@ -40,7 +40,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import ASYNC_SCHEDULES, SPLIT_SCHEDULES, Plan
 from meshplan.specs.stack import Stack
 from meshplan.step.assemble import StepCosts
-from meshplan.step.host import on_host, step_host
+from meshplan.step.host import iteration_host, on_host, step_host
 from meshplan.step.memory import activation_memory
 from meshplan.step.passes import PassTimes
 from meshplan.step.stages import cadence, loop_times, rank_body, with_sends
@@ -113,7 +113,8 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
     dp, moved = (float(updates * x) for x in channels[plan.zero])
     st = wrapped(stack, plan)  # the optimizer wrapper the plan runs (cost/wrappers.py)
     opt = float(updates * (optimizer_time(cluster, plan, params, eff) + step_host(
-        stepped(tensors_on_rank(model, plan, stack, rank), plan, st), st, cluster.python_host)))
+        stepped(tensors_on_rank(model, plan, stack, rank), plan, st), st, cluster.python_host))
+        + iteration_host(stack, cluster.python_host))
     weights, grads, optimizer = model_states(params, view, stack, last)
     memory = Memory(weights, grads, optimizer, _activations(model, view, stack, u, rank), buffer_memory(model, plan))
     host = model_states(params, replace(view, offload_optimizer=False), stack, last)[2] * plan.offload_optimizer

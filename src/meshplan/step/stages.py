@@ -51,9 +51,13 @@ def loop_times(loop: float) -> PassTimes:
     step/host.on_host): the batch's fetch and copy, the loss's reduction and logging, timers, run between
     synchronisations (Megatron-LM's timers call torch.cuda.synchronize at each start and stop, megatron/timers.py; its
     pipeline sends synchronise after batch_isend_irecv; the loss's NaN check reads a device flag), so no queued GPU
-    work hides it: booked as the GPU's wait on the host in the forward pass, on every rank, so a pipeline pays it on
-    each of the m + p − 1 micro-batch slots of its critical path (the bubble is the other ranks' times)."""
-    return PassTimes(fwd_comm=loop, host=loop)
+    work hides it: booked as the GPU's wait on the host, on every rank, so a 1F1B pipeline pays it on each of the
+    m + p − 1 micro-batch slots of its critical path (the bubble is the other ranks' times). Half of it in each
+    pass (Megatron's timers and sends synchronise around the forward and the backward alike), which also leaves the
+    forward-backward asymmetry that the zero-bubble and Chimera bubbles price (step/stages.split_bubble) as it was.
+    Per micro-batch, not per model chunk: an interleaved schedule's v chunks are taken to share one (its CI runs
+    have v = 1)."""
+    return PassTimes(fwd_comm=loop / 2, host=loop)
 
 
 def rank_body(plan: Plan, u: Units, layers: Num) -> PassTimes:
