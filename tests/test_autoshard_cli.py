@@ -61,7 +61,8 @@ def test_factory_plan_as_json(model_file, capsys):
     assert all(p["placements"].startswith("[") for p in data["parameters"])
     assert data["parallelize_module"].startswith("from torch.distributed.device_mesh import init_device_mesh")
     assert "\nmesh = init_device_mesh(" in data["parallelize_module"]
-    assert set(data["breakdown_s"]) == {"compute_fwd", "compute_bwd", "comm_fwd", "comm_bwd", "grad_sync", "optimizer"}
+    assert set(data["breakdown_s"]) == {"compute_fwd", "compute_bwd", "comm_fwd", "comm_bwd", "grad_sync", "optimizer",
+                                        "host_fwd", "host_bwd"}
 
 
 def test_the_planner_prices_the_plans_optimizer(model_file, capsys):

@@ -29,6 +29,7 @@ from meshplan.specs.hardware import Cluster, load_system
 from meshplan.specs.hub_cache import cached_config, is_hub_id
 from meshplan.specs.model_load import CONFIG_SEQ_LENGTH, load_model, preset_names
 from meshplan.specs.plan import OPTIMIZERS
+from meshplan.specs.stack import load_stack
 
 STAGE_MODES = ("off", "auto", "search")
 
@@ -49,6 +50,20 @@ class Request:
     stages: str = "auto"  # off | auto (only when one stage does not fit) | search
     nvlink_domain: int | None = None
     optimizer: str = "adam"  # as Plan.optimizer names it: its state and step (memory.OPTIMIZER_STATE)
+    # host seconds per launched kernel on an x86 DGX host (--host-dispatch); None: eager PyTorch's (EAGER_HOST)
+    host_dispatch: float | None = None
+
+
+# The traced step runs as eager PyTorch, one kernel per aten op issued from Python: the plain-PyTorch stack preset's
+# host cost per kernel (pytorch-fsdp: a plain-PyTorch layer's measured per-kernel host time, specs/stack.py), paid at
+# the cluster's host speed (Cluster.python_host)
+EAGER_HOST = load_stack("pytorch-fsdp").host_dispatch
+
+
+def kernel_host(request: Request, cluster: Cluster) -> float:
+    """Host seconds per launched kernel of the traced step on this cluster's host (problem.host_seconds)."""
+    per_kernel = EAGER_HOST if request.host_dispatch is None else request.host_dispatch
+    return per_kernel * cluster.python_host
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,7 +152,8 @@ def plan_sharding(request: Request) -> Result:
     clock = time.perf_counter()
     blocks = find_blocks(trace, layers=full)
     fl = flow(trace, blocks.block_of)
-    problem = build_problem(fl, blocks, mesh, DEFAULT, request.optimizer)
+    host = kernel_host(request, cluster)
+    problem = build_problem(fl, blocks, mesh, DEFAULT, request.optimizer, host)
     timings["graph"] = time.perf_counter() - clock
     limit = cluster.accelerator.hbm_bytes * (1 - request.headroom)
     clock = time.perf_counter()
@@ -146,7 +162,7 @@ def plan_sharding(request: Request) -> Result:
     clock = time.perf_counter()
     pipelines: tuple[Pipeline, ...] = ()
     if request.stages == "search" or (request.stages == "auto" and not intra.fits):
-        pipelines = tuple(_pipelines(fl, blocks, cluster, limit, request.micro_batches, request.optimizer))
+        pipelines = tuple(_pipelines(fl, blocks, cluster, limit, request.micro_batches, request.optimizer, host))
     timings["stages"] = time.perf_counter() - clock
     layers = blocks.groups[0].layers if blocks.groups else 1
     return Result(request=request, name=name, params=_full_params(request, trace, module, blocks),
@@ -195,8 +211,8 @@ def _full_params(request: Request, trace: Any, module: Any, blocks: Any) -> int:
     return trace.params + extra
 
 
-def _pipelines(fl: Any, blocks: Any, cluster: Cluster, limit: float, micro_batches: int, optimizer: str = "adam"
-               ) -> list[Pipeline]:
+def _pipelines(fl: Any, blocks: Any, cluster: Cluster, limit: float, micro_batches: int, optimizer: str = "adam",
+               host: float = 0.0) -> list[Pipeline]:
     """The best pipeline of each stage count stage_dp finds (p from 2 to the layers and micro-batches: 1F1B needs
     as many micro-batches as stages), stages on sub-meshes of the sizes aligned to the tiers, each size's plan
     solved once without a memory limit; if no slicing fits, again with the plans priced for memory (a stage on n of
@@ -204,10 +220,10 @@ def _pipelines(fl: Any, blocks: Any, cluster: Cluster, limit: float, micro_batch
     layers = blocks.groups[0].layers if blocks.groups else 1
     if min(layers, micro_batches) < 2:
         return []
-    plans = stage_plans(fl, blocks, cluster, micro_batches, optimizer=optimizer)
+    plans = stage_plans(fl, blocks, cluster, micro_batches, optimizer=optimizer, host=host)
     found = slice_stages(sub_mesh_options(plans), layers, cluster.num_gpus, micro_batches, limit)
     if not found:
-        plans |= stage_plans(fl, blocks, cluster, micro_batches, limit, plans, optimizer)
+        plans |= stage_plans(fl, blocks, cluster, micro_batches, limit, plans, optimizer, host)
         found = slice_stages(sub_mesh_options(plans), layers, cluster.num_gpus, micro_batches, limit)
     return [price_slicing(s, plans, micro_batches, limit, cluster) for _, s in sorted(found.items())]
 
@@ -216,7 +232,7 @@ StagePlans = dict[int, tuple[StageParts, Sharding]]  # sub-mesh GPUs (negative: 
 
 
 def stage_plans(fl: Any, blocks: Any, cluster: Cluster, micro_batches: int, limit: float | None = None,
-                free: StagePlans | None = None, optimizer: str = "adam") -> StagePlans:
+                free: StagePlans | None = None, optimizer: str = "adam", host: float = 0.0) -> StagePlans:
     """The intra-operator plan of every sub-mesh a stage may take (stage_dp.sizes, the whole cluster apart): without
     a memory limit, or (``limit`` and the ``free`` plans given) priced for a stage on n of the G GPUs holding about
     n/G of the layers (keys -n)."""
@@ -225,7 +241,7 @@ def stage_plans(fl: Any, blocks: Any, cluster: Cluster, micro_batches: int, limi
     for n, shape in sizes(cluster).items():
         if n == cluster.num_gpus or (free is not None and n not in free):
             continue
-        problem = build_problem(fl, blocks, sub_mesh(cluster, shape), DEFAULT, optimizer)
+        problem = build_problem(fl, blocks, sub_mesh(cluster, shape), DEFAULT, optimizer, host)
         accounting = Accounting(problem)
         if free is None:
             budget, key = float("inf"), n

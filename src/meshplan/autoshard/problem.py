@@ -64,6 +64,7 @@ class Problem:
     hubs: dict[int, tuple[Slot, Slot]] = field(default_factory=dict)  # hub -> (tensor it moves, a use it serves)
     views: dict[tuple[int, Slot], tuple[int, ...]] = field(default_factory=dict)  # (hub, reader) -> permutation
     optimizer_name: str = "adam"  # as Plan.optimizer names it (memory.OPTIMIZER_STATE): its step and its state
+    host_dispatch: float = 0.0  # host seconds per launched kernel at this host's speed (``host_seconds``)
 
 
 def template_map(flow: Flow, blocks: Blocks) -> dict[int, int]:
@@ -81,9 +82,10 @@ def template_map(flow: Flow, blocks: Blocks) -> dict[int, int]:
     return tmpl
 
 
-def build_problem(flow: Flow, blocks: Blocks, mesh: DeviceMesh, eff: Efficiency, optimizer: str = "adam") -> Problem:
+def build_problem(flow: Flow, blocks: Blocks, mesh: DeviceMesh, eff: Efficiency, optimizer: str = "adam",
+                  host_dispatch: float = 0.0) -> Problem:
     """Nodes of the template, their weights, and the weighted edge matrices (module docstring); ``optimizer`` as
-    Plan.optimizer names it."""
+    Plan.optimizer names it; ``host_dispatch`` the host's seconds per launched kernel (``host_seconds``)."""
     n = len(flow.trace.ops)
     tmpl = template_map(flow, blocks)
     owner = [flow.owners[i] for i in range(n)]
@@ -96,11 +98,29 @@ def build_problem(flow: Flow, blocks: Blocks, mesh: DeviceMesh, eff: Efficiency,
     nodes = {k: build_node(flow, k, tuple(members[k]), mesh, resharder, eff) for k in sorted(keys)}
     weight = {k: _node_weight(blocks, k) if k < n else _source_weight(flow, blocks, k) for k in nodes}
     problem = Problem(flow=flow, mesh=mesh, blocks=blocks, nodes=nodes, weight=weight, edges={}, template=tmpl,
-                      optimizer={}, grads={}, optimizer_name=optimizer)
+                      optimizer={}, grads={}, optimizer_name=optimizer, host_dispatch=host_dispatch)
     _data_edges(problem, owner)
     _grad_edges(problem, owner, eff, optimizer_per_byte(flow.trace, optimizer)[1])
     _fill_costs(problem, resharder)
     return problem
+
+
+def host_seconds(problem: Problem, keys: object = None) -> tuple[float, float]:
+    """Host seconds per micro-batch to launch the forward and the backward kernels of the nodes ``keys`` (all by
+    default): the traced step is eager PyTorch, one kernel per aten op that does work (a view launches none), each
+    issued by the host at ``problem.host_dispatch`` (step/host.py's model: the host issues kernels asynchronously, so
+    a pass takes at least its launches' host time), weighted as its node (a tied block's ops once per block). The
+    collectives a strategy inserts add a call each, not counted (tens against the thousands of aten ops)."""
+    if not problem.host_dispatch:
+        return 0.0, 0.0
+    ops, count = problem.flow.trace.ops, [0.0, 0.0]
+    for key, node in problem.nodes.items():
+        if keys is not None and key not in keys:  # type: ignore[operator]
+            continue
+        for i in node.members:
+            if ops[i].kind != "view":
+                count[0 if ops[i].phase == "fwd" else 1] += problem.weight[key]
+    return count[0] * problem.host_dispatch, count[1] * problem.host_dispatch
 
 
 def _node_weight(blocks: Blocks, key: int) -> float:

@@ -9,7 +9,9 @@ peak is the exact liveness of the sharded graph. A plan that cannot fit is a res
 
 The step: m micro-batches of forward and backward compute, each with its moves (activations and parameters),
 then once per step the gradient reductions and the optimizer, one after another (no overlap of communication with
-compute; docs/AUTOSHARD.md says where meshplan's estimate overlaps and what that changes).
+compute; docs/AUTOSHARD.md says where meshplan's estimate overlaps and what that changes). Each pass takes at least
+the host's time to launch its kernels (problem.host_seconds, step/host.py's max(GPU, host)); the integer program
+minimises the GPU's time, which the host's does not change between strategies but for the collectives' calls.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 
 from meshplan.autoshard.ilp import solve as solve_ilp
 from meshplan.autoshard.memory import Accounting, DeviceMemory
-from meshplan.autoshard.problem import Problem
+from meshplan.autoshard.problem import Problem, host_seconds
 from meshplan.trace.liveness import peak_memory
 from meshplan.units import fmt_over
 
@@ -35,14 +37,17 @@ class Price:
     comm_bwd: float
     grad_sync: float  # gradient reductions, once per step
     optimizer: float
+    host_fwd: float = 0.0  # the host's seconds to launch the pass's kernels (problem.host_seconds)
+    host_bwd: float = 0.0
 
     @property
     def fwd(self) -> float:
-        return self.compute_fwd + self.comm_fwd
+        """The forward pass: its kernels and moves, or the host's launches where those take longer."""
+        return max(self.compute_fwd + self.comm_fwd, self.host_fwd)
 
     @property
     def bwd(self) -> float:
-        return self.compute_bwd + self.comm_bwd
+        return max(self.compute_bwd + self.comm_bwd, self.host_bwd)
 
     def step(self, micro_batches: int) -> float:
         return micro_batches * (self.fwd + self.bwd) + self.grad_sync + self.optimizer
@@ -97,7 +102,9 @@ def price(problem: Problem, choice: dict[int, int]) -> Price:
         mf += float(edge.fwd[a, b])
         mb += float(edge.bwd[a, b])
         grad += float(edge.step[a, b])
-    return Price(compute_fwd=cf, compute_bwd=cb, comm_fwd=mf, comm_bwd=mb, grad_sync=grad, optimizer=opt)
+    hf, hb = host_seconds(problem)
+    return Price(compute_fwd=cf, compute_bwd=cb, comm_fwd=mf, comm_bwd=mb, grad_sync=grad, optimizer=opt,
+                 host_fwd=hf, host_bwd=hb)
 
 
 def start_points(problem: Problem) -> list[int]:

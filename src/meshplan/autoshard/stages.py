@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from meshplan.autoshard.memory import Accounting
-from meshplan.autoshard.problem import Problem
+from meshplan.autoshard.problem import Problem, host_seconds
 from meshplan.autoshard.solve import Sharding
 from meshplan.autoshard.stage_dp import Option, Slicing
 from meshplan.comm import collective_time
@@ -110,6 +110,9 @@ def parts(sharding: Sharding, accounting: Accounting) -> StageParts:
         t[where][0] += float(edge.fwd[a, b])
         t[where][1] += float(edge.bwd[a, b])
         sync[where] += float(edge.step[a, b])
+    for where in t:  # each side's passes take at least the host's launches (problem.host_seconds)
+        host = host_seconds(problem, {k for k in problem.nodes if (side[k] or "block") == where})
+        t[where] = [max(t[where][0], host[0]), max(t[where][1], host[1])]
     state, saved = _layer_bytes(problem, choice, accounting)
     peak = sharding.memory.peak if sharding.memory else 0.0
     return StageParts(layer_fwd=t["block"][0] / layers, layer_bwd=t["block"][1] / layers,

@@ -104,7 +104,8 @@ def run_planner(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, 
                       dtypes=tuple(opts["dtypes"]), param_dtype=param_dtype,
                       global_batch=opts["global_batch"], seq=opts["seq"], micro_batches=opts["micro_batches"],
                       mesh=mesh, headroom=opts["headroom"], stages=opts["stages"],
-                      nvlink_domain=opts["nvlink_domain"], optimizer=opts["optimizer"])
+                      nvlink_domain=opts["nvlink_domain"], optimizer=opts["optimizer"],
+                      host_dispatch=opts.get("stack_host_dispatch"))  # --host-dispatch, else eager PyTorch's
     from meshplan.cli.common import working
 
     with working(f"sharding {model_ref} on {count} x {system_ref}", quiet=as_json):

@@ -67,7 +67,8 @@ def to_dict(result: Result, top: int = 12) -> dict[str, Any]:
             sharding.memory.peak if sharding.memory else None),
         "breakdown_s": {"compute_fwd": price.compute_fwd, "compute_bwd": price.compute_bwd,
                         "comm_fwd": price.comm_fwd, "comm_bwd": price.comm_bwd, "grad_sync": price.grad_sync,
-                        "optimizer": price.optimizer} if price else {},
+                        "optimizer": price.optimizer, "host_fwd": price.host_fwd,
+                        "host_bwd": price.host_bwd} if price else {},
         "parameters": [{"name": p.name, "shape": list(p.shape), "placements": describe(p.placements),
                         "styles": list(p.styles)} for p in params(sharding)] if sharding.choice else [],
         "parallelize_module": parallelize_code(sharding) if sharding.choice else "",
@@ -152,7 +153,10 @@ def _summary_rows(result: Result, best: Any, sharding: Sharding) -> list[tuple[s
     if sharding.price is not None:
         p = sharding.price
         rows.append(("per micro-batch", f"compute {fmt_time(p.compute_fwd)} + {fmt_time(p.compute_bwd)} (fwd + bwd), "
-                                        f"moves {fmt_time(p.comm_fwd)} + {fmt_time(p.comm_bwd)}"))
+                                        f"moves {fmt_time(p.comm_fwd)} + {fmt_time(p.comm_bwd)}, host launches "
+                                        f"{fmt_time(p.host_fwd)} + {fmt_time(p.host_bwd)}"
+                                        + (" (host-bound)" if p.host_fwd + p.host_bwd > p.compute_fwd + p.compute_bwd
+                                           + p.comm_fwd + p.comm_bwd else "")))
         rows.append(("per step", f"gradient reductions {fmt_time(p.grad_sync)}, optimizer {fmt_time(p.optimizer)}"))
     solve = sum(v for k, v in result.timings.items() if k in ("graph", "intra-op solve", "stages"))
     rows.append(("planner", f"{solve:.2f} s ({', '.join(f'{k} {v:.2f} s' for k, v in result.timings.items())})"))

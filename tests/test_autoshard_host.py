@@ -1,0 +1,46 @@
+"""The sharding planner pays the host (issue 46: training, serving and the sharding planner all pay it): each pass of
+the traced step takes at least the host's time to launch its kernels, one per aten op that does work, at eager
+PyTorch's cost per kernel at the cluster's host speed (autoshard/problem.host_seconds, planner.kernel_host)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("scipy")
+
+from meshplan.autoshard.planner import EAGER_HOST, Request, plan_sharding  # noqa: E402
+from meshplan.autoshard.problem import host_seconds  # noqa: E402
+from meshplan.specs.stack import load_stack  # noqa: E402
+from test_autoshard_run import MODELS  # noqa: E402
+
+
+def _plan(host: float | None):
+    return plan_sharding(Request(model=f"{MODELS}:make_gated_plan", gpus=2, input_shapes=((1, 4096),),
+                                 dtypes=("int64",), stages="off", host_dispatch=host)).intra
+
+
+def test_each_pass_takes_at_least_its_launches():
+    """Without host time (host_dispatch 0) the price is the GPU's; with eager PyTorch's 25 us a kernel (an H100's host:
+    python_host 1) each pass is max(GPU, launches x 25 us), the launches counted from the trace's ops."""
+    assert EAGER_HOST == load_stack("pytorch-fsdp").host_dispatch == 25e-6
+    gpu, host = _plan(0.0), _plan(None)
+    problem = host.problem
+    ops = problem.flow.trace.ops
+    fwd = sum(problem.weight[k] for k, node in problem.nodes.items() for i in node.members
+              if ops[i].kind != "view" and ops[i].phase == "fwd")
+    assert fwd > 0 and host_seconds(problem)[0] == pytest.approx(fwd * 25e-6)
+    p = host.price
+    assert p is not None and gpu.price is not None
+    assert (p.host_fwd, gpu.price.host_fwd) == (pytest.approx(fwd * 25e-6), 0.0)
+    assert p.fwd == pytest.approx(max(p.compute_fwd + p.comm_fwd, p.host_fwd))
+    assert p.bwd == pytest.approx(max(p.compute_bwd + p.comm_bwd, p.host_bwd))
+    assert host.step_time >= gpu.step_time
+    # at 0.5 ms a kernel (20x eager PyTorch's) this MLP's 32 forward launches outlast its kernels: the host binds
+    slow = _plan(0.5e-3)
+    assert slow.price is not None and slow.price.host_fwd == pytest.approx(fwd * 0.5e-3)
+    assert slow.price.host_fwd > slow.price.compute_fwd + slow.price.comm_fwd and slow.step_time > gpu.step_time
+
+
+def test_more_host_time_per_kernel_never_shortens_the_planners_step():
+    steps = [_plan(h).step_time for h in (0.0, 25e-6, 0.5e-3, 2e-3)]
+    assert steps == sorted(steps) and steps[-1] > steps[0]
