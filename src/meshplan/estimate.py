@@ -32,8 +32,7 @@ from typing import Any, NamedTuple
 from meshplan.channels import dp_collectives, optimizer_time, zero_counts
 from meshplan.cost.flops import plan_flops_per_token, recompute_flops_per_token
 from meshplan.cost.params import kind_fractions, layers_on_first, layers_on_last, stage_params, trainable
-from meshplan.cost.tensors import stepped, tensors_on_rank
-from meshplan.cost.wrappers import wrapped
+from meshplan.cost.tensors import tensors_on_rank
 from meshplan.groups import axis_tiers
 from meshplan.memory import WEIGHT_BYTES
 from meshplan.roofline import compute_time, memory_time, overhead
@@ -45,7 +44,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import FRAMEWORK_STACK, Stack
 from meshplan.step.assemble import StepCosts, assemble
-from meshplan.step.host import iteration_host, on_host, paid_per_step, step_host
+from meshplan.step.host import iteration_host, loop_host, optimizer_loops, paid_per_step
 from meshplan.step.ranks import assemble_ranks, priced_apart, stage_modes, stage_recompute_flops
 from meshplan.step.stages import cadence
 from meshplan.step.units import Parts, Units, timed_parts, unit_costs, units_for_recomputes
@@ -285,8 +284,8 @@ def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff:
             rows.append(OpRow(op.name, op.phase, op.kind, float(counts[group]), float(op.flops),
                               float(op.nbytes), float(t), bound))
     if stack.microbatch_host:  # the training loop's host work per micro-batch on each rank (step/stages.py)
-        rows.append(OpRow("loop/micro_batch", "fwd", "host", float(m), 0.0, 0.0,
-                          float(on_host(stack, cluster.python_host).microbatch_host), "host"))
+        rows.append(OpRow("loop/micro_batch", "fwd", "host", float(m), 0.0, 0.0, loop_host(stack, cluster.python_host),
+                          "host"))
     rows += _step_rows(model, cluster, plan, stack, eff, first)
     return tuple(r for r in rows if r.count > 0 and (r.seconds > 0 or r.flops > 0))
 
@@ -310,9 +309,8 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff
                       "memory"))
     if paid_per_step(stack):
         rank = 0 if first else plan.pp - 1
-        st = wrapped(stack, plan)  # the optimizer wrapper the plan runs (cost/wrappers.py)
-        walked = stepped(tensors_on_rank(model, plan, stack, rank), plan, st) * (1 + (plan.schedule == "dualpipe"))
-        host = step_host(walked, st, cluster.python_host)  # as step/assemble.py composes it (DualPipe: 2 stages)
+        host = optimizer_loops(tensors_on_rank(model, plan, stack, rank), plan, stack, cluster.python_host,
+                               1 + (plan.schedule == "dualpipe"))  # as step/assemble.py composes it
         rows.append(OpRow("optimizer/host", "step", "host", float(updates), 0.0, 0.0, float(host), "host"))
     if stack.iteration_host:  # the training loop's per step, once (step/host.iteration_host)
         rows.append(OpRow("loop/step", "step", "host", 1.0, 0.0, 0.0, iteration_host(stack, cluster.python_host),

@@ -21,6 +21,7 @@ channels.optimizer_time times the estimate's.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,7 +106,7 @@ def build_problem(flow: Flow, blocks: Blocks, mesh: DeviceMesh, eff: Efficiency,
     return problem
 
 
-def host_seconds(problem: Problem, keys: object = None) -> tuple[float, float]:
+def host_seconds(problem: Problem, keys: Collection[int] | None = None) -> tuple[float, float]:
     """Host seconds per micro-batch to launch the forward and the backward kernels of the nodes ``keys`` (all by
     default): the traced step is eager PyTorch, one kernel per aten op that does work (a view launches none), each
     issued by the host at ``problem.host_dispatch`` (step/host.py's model: the host issues kernels asynchronously, so
@@ -115,7 +116,7 @@ def host_seconds(problem: Problem, keys: object = None) -> tuple[float, float]:
         return 0.0, 0.0
     ops, count = problem.flow.trace.ops, [0.0, 0.0]
     for key, node in problem.nodes.items():
-        if keys is not None and key not in keys:  # type: ignore[operator]
+        if keys is not None and key not in keys:
             continue
         for i in node.members:
             if ops[i].kind != "view":

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from meshplan.step.host import on_host, paid_per_step
+from meshplan.step.host import on_host
 from meshplan.units import fmt_time
 
 if TYPE_CHECKING:
@@ -55,10 +55,11 @@ def host_note(est: Estimate) -> HostNote | None:
     """The note for ``est``, or None where the host's wait (the passes', the optimizer step's per-parameter loops and
     the training loop's per step: the per-op table's optimizer/host and loop/step) is under HOST_BOUND_SHARE of
     the step."""
-    loops = sum(r.seconds * r.count for r in est.ops if r.name == "optimizer/host") if paid_per_step(est.stack) else 0.0
-    per_step = sum(r.seconds * r.count for r in est.ops if r.name == "loop/step")  # the loop's logging
-    training_loop = per_step + sum(r.seconds * r.count for r in est.ops if r.name == "loop/micro_batch")
-    wait = float(est.breakdown.get("host", 0.0)) + loops + per_step
+    per_step = {name: sum(r.seconds * r.count for r in est.ops if r.name == name)
+                for name in ("optimizer/host", "loop/step", "loop/micro_batch")}
+    loops, logging = per_step["optimizer/host"], per_step["loop/step"]
+    training_loop = logging + per_step["loop/micro_batch"]  # the micro-batches' share is in the passes' wait
+    wait = float(est.breakdown.get("host", 0.0)) + loops + logging
     if est.step_time <= 0 or wait < HOST_BOUND_SHARE * est.step_time:
         return None
     graphed = None

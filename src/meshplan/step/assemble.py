@@ -37,8 +37,7 @@ from meshplan.channels import (
 )
 from meshplan.contention import any_shared, shared_collectives
 from meshplan.cost.params import StageParams, middle_or_first, middle_params, stage_params
-from meshplan.cost.tensors import rank_tensors, stepped
-from meshplan.cost.wrappers import wrapped
+from meshplan.cost.tensors import rank_tensors
 from meshplan.memory import Memory, buffer_memory, model_states, resident_weights
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
@@ -46,7 +45,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import SPLIT_SCHEDULES, Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
-from meshplan.step.host import iteration_host, on_host, paid_per_step, step_host
+from meshplan.step.host import iteration_host, loop_host, optimizer_loops, paid_per_step
 from meshplan.step.memory import activation_memory, offloaded_activations
 from meshplan.step.passes import PassTimes
 from meshplan.step.stages import cadence, ep_overlapped, split_bubble, stage_times, two_chunk_times
@@ -138,7 +137,7 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     logging = iteration_host(stack, cluster.python_host) / updates  # once per step: opt is paid per update
     opt = {(z, oo): optimizer_time(cluster, _with(plan, zero=z, offload_optimizer=oo), params, eff) + host[z, oo]
            + logging for z, oo in host}
-    loop = on_host(stack, cluster.python_host).microbatch_host  # the training loop's, per micro-batch and rank
+    loop = loop_host(stack, cluster.python_host)  # the training loop's, per micro-batch and rank
     forward: dict = {}  # the forward passes do not change with the recompute mode: priced once without copies
     for r, rc in enumerate(grid.recompute):
         ranked = _with(plan, recompute=rc)
@@ -178,9 +177,8 @@ def _step_hosts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, gr
     tensors, both = rank_tensors(model, plan, stack)[:n], 1 + (plan.schedule == "dualpipe")
     for z, oo in settings:
         setting = _with(plan, zero=z, offload_optimizer=oo)
-        st = wrapped(stack, setting)
-        walked = _rows(plan, [both * stepped(t, setting, st) for t in tensors], shape, np.float64)
-        host[z, oo] = step_host(walked, st, cluster.python_host)
+        host[z, oo] = _rows(plan, [optimizer_loops(t, setting, stack, cluster.python_host, both) for t in tensors],
+                            shape, np.float64)
     return host
 
 

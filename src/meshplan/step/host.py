@@ -34,6 +34,8 @@ import numpy as np
 
 from meshplan.cost.recompute import rerun_by
 from meshplan.cost.records import OpCost
+from meshplan.cost.tensors import Tensors, stepped
+from meshplan.cost.wrappers import wrapped
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.xp import Num, maximum, minimum, where
@@ -68,10 +70,24 @@ def step_host(tensors: Num, stack: Stack, python_host: float = 1.0) -> Num:
     return tensors * on_host(stack, python_host).tensor_host
 
 
+def optimizer_loops(tensors: Tensors, plan: Plan, stack: Stack, python_host: float = 1.0, stages: int = 1) -> Num:
+    """Host seconds of the optimizer step's per-parameter loops on a rank holding ``tensors`` (of ``stages`` pipeline
+    stages: DualPipe's ranks hold two): the tensors that the wrapper the plan runs walks (cost/wrappers.wrapped,
+    cost/tensors.stepped), at its cost per tensor (``step_host``)."""
+    walker = wrapped(stack, plan)
+    return step_host(stages * stepped(tensors, plan, walker), walker, python_host)
+
+
 def paid_per_step(stack: Stack) -> bool:
     """Whether the stack has per-parameter loops in its optimizer step (``step_host``) at all (a wrapper picked per
     plan, cost/wrappers.py, may have)."""
     return bool(stack.tensor_host or stack.optimizer_wrapper != "stated")
+
+
+def loop_host(stack: Stack, python_host: float = 1.0) -> float:
+    """Host seconds the training loop spends per micro-batch on each pipeline rank (``stack.microbatch_host``,
+    step/stages.loop_times), at this host's speed."""
+    return float(on_host(stack, python_host).microbatch_host)
 
 
 def iteration_host(stack: Stack, python_host: float = 1.0) -> float:

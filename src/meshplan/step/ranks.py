@@ -23,8 +23,7 @@ from meshplan.channels import Collectives, dp_collectives, offload, optimizer_ti
 from meshplan.contention import any_shared, shared_collectives
 from meshplan.cost.flops import recompute_flops_per_token
 from meshplan.cost.params import layers_on_first, layers_on_rank, layers_on_stage, middle_params, stage_params
-from meshplan.cost.tensors import stepped, tensors_on_rank
-from meshplan.cost.wrappers import wrapped
+from meshplan.cost.tensors import tensors_on_rank
 from meshplan.memory import (
     Memory,
     activation_bytes,
@@ -40,7 +39,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import ASYNC_SCHEDULES, SPLIT_SCHEDULES, Plan
 from meshplan.specs.stack import Stack
 from meshplan.step.assemble import StepCosts
-from meshplan.step.host import iteration_host, on_host, step_host
+from meshplan.step.host import iteration_host, loop_host, optimizer_loops
 from meshplan.step.memory import activation_memory
 from meshplan.step.passes import PassTimes
 from meshplan.step.stages import cadence, loop_times, rank_body, with_sends
@@ -101,7 +100,7 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
     times = with_sends(view, stack, rank_body(view, u, layers_on_rank(model, plan, rank)), u)
     times = times.plus(u.embed) if first else times.plus(u.head) if last else times
     if stack.microbatch_host:  # the training loop's host work per micro-batch (step/stages.loop_times)
-        times = times.plus(loop_times(on_host(stack, cluster.python_host).microbatch_host))
+        times = times.plus(loop_times(loop_host(stack, cluster.python_host)))
     params = stage_params(model, plan, first) if first or last else middle_params(model, plan)
     per_update, updates = cadence(plan)
     copies = offload(model, cluster, view, u.layer_saved, last, rank)
@@ -111,9 +110,8 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
     channels = step_channels(times.passes(), per_update, traffic, (plan.zero,), copies, eff.overlap_slowdown,
                              stack.overlap_dp)
     dp, moved = (float(updates * x) for x in channels[plan.zero])
-    st = wrapped(stack, plan)  # the optimizer wrapper the plan runs (cost/wrappers.py)
-    opt = float(updates * (optimizer_time(cluster, plan, params, eff) + step_host(
-        stepped(tensors_on_rank(model, plan, stack, rank), plan, st), st, cluster.python_host))
+    opt = float(updates * (optimizer_time(cluster, plan, params, eff) + optimizer_loops(
+        tensors_on_rank(model, plan, stack, rank), plan, stack, cluster.python_host))
         + iteration_host(stack, cluster.python_host))
     weights, grads, optimizer = model_states(params, view, stack, last)
     memory = Memory(weights, grads, optimizer, _activations(model, view, stack, u, rank), buffer_memory(model, plan))
