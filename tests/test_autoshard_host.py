@@ -1,6 +1,7 @@
 """The sharding planner pays the host (issue 46: training, serving and the sharding planner all pay it): each pass of
-the traced step takes at least the host's time to launch its kernels, one per aten op that does work, at eager
-PyTorch's cost per kernel at the cluster's host speed (autoshard/problem.host_seconds, planner.kernel_host)."""
+the traced step takes at least the host's time to launch its kernels, those each aten op's GPU implementation
+launches (step/host.launches, as the estimate counts them), at eager PyTorch's cost per kernel at the cluster's host
+speed (autoshard/problem.host_seconds, planner.kernel_host)."""
 
 from __future__ import annotations
 

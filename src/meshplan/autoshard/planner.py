@@ -54,7 +54,7 @@ class Request:
     host_dispatch: float | None = None
 
 
-# The traced step runs as eager PyTorch, one kernel per aten op issued from Python: the plain-PyTorch stack preset's
+# The traced step runs as eager PyTorch, each aten op's kernels issued from Python: the plain-PyTorch stack preset's
 # host cost per kernel (pytorch-fsdp: a plain-PyTorch layer's measured per-kernel host time, specs/stack.py), paid at
 # the cluster's host speed (Cluster.python_host)
 EAGER_HOST = load_stack("pytorch-fsdp").host_dispatch

@@ -36,6 +36,8 @@ from meshplan.autoshard.strategies import Node, Slot, build_node
 from meshplan.cost.records import OpCost
 from meshplan.roofline import memory_time
 from meshplan.specs.efficiency import Efficiency
+from meshplan.step.host import launches
+from meshplan.trace.cost import op_cost
 from meshplan.trace.liveness import optimizer_per_byte
 
 
@@ -108,7 +110,8 @@ def build_problem(flow: Flow, blocks: Blocks, mesh: DeviceMesh, eff: Efficiency,
 
 def host_seconds(problem: Problem, keys: Collection[int] | None = None) -> tuple[float, float]:
     """Host seconds per micro-batch to launch the forward and the backward kernels of the nodes ``keys`` (all by
-    default): the traced step is eager PyTorch, one kernel per aten op that does work (a view launches none), each
+    default): the traced step is eager PyTorch, each aten op that does work launching the kernels its GPU
+    implementation does (step/host.launches of trace/cost.op_cost, as the estimate counts them; a view none), each
     issued by the host at ``problem.host_dispatch`` (step/host.py's model: the host issues kernels asynchronously, so
     a pass takes at least its launches' host time), weighted as its node (a tied block's ops once per block). The
     collectives a strategy inserts add a call each, not counted (tens against the thousands of aten ops)."""
@@ -120,7 +123,7 @@ def host_seconds(problem: Problem, keys: Collection[int] | None = None) -> tuple
             continue
         for i in node.members:
             if ops[i].kind != "view":
-                count[0 if ops[i].phase == "fwd" else 1] += problem.weight[key]
+                count[0 if ops[i].phase == "fwd" else 1] += problem.weight[key] * float(launches(op_cost(ops[i])))
     return count[0] * problem.host_dispatch, count[1] * problem.host_dispatch
 
 
