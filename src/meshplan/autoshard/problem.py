@@ -68,6 +68,7 @@ class Problem:
     views: dict[tuple[int, Slot], tuple[int, ...]] = field(default_factory=dict)  # (hub, reader) -> permutation
     optimizer_name: str = "adam"  # as Plan.optimizer names it (memory.OPTIMIZER_STATE): its step and its state
     host_dispatch: float = 0.0  # host seconds per launched kernel at this host's speed (``host_seconds``)
+    launches: dict[int, tuple[float, float]] = field(default_factory=dict)  # node -> its kernels per pass (f, b)
 
 
 def template_map(flow: Flow, blocks: Blocks) -> dict[int, int]:
@@ -101,7 +102,8 @@ def build_problem(flow: Flow, blocks: Blocks, mesh: DeviceMesh, eff: Efficiency,
     nodes = {k: build_node(flow, k, tuple(members[k]), mesh, resharder, eff) for k in sorted(keys)}
     weight = {k: _node_weight(blocks, k) if k < n else _source_weight(flow, blocks, k) for k in nodes}
     problem = Problem(flow=flow, mesh=mesh, blocks=blocks, nodes=nodes, weight=weight, edges={}, template=tmpl,
-                      optimizer={}, grads={}, optimizer_name=optimizer, host_dispatch=host_dispatch)
+                      optimizer={}, grads={}, optimizer_name=optimizer, host_dispatch=host_dispatch,
+                      launches={k: _launches(flow, node) for k, node in nodes.items()} if host_dispatch else {})
     _data_edges(problem, owner)
     _grad_edges(problem, owner, eff, optimizer_per_byte(flow.trace, optimizer)[1])
     _fill_costs(problem, resharder)
@@ -115,16 +117,21 @@ def host_seconds(problem: Problem, keys: Collection[int] | None = None) -> tuple
     issued by the host at ``problem.host_dispatch`` (step/host.py's model: the host issues kernels asynchronously, so
     a pass takes at least its launches' host time), weighted as its node (a tied block's ops once per block). The
     collectives a strategy inserts add a call each, not counted (tens against the thousands of aten ops)."""
-    if not problem.host_dispatch:
-        return 0.0, 0.0
-    ops, count = problem.flow.trace.ops, [0.0, 0.0]
-    for key, node in problem.nodes.items():
-        if keys is not None and key not in keys:
-            continue
-        for i in node.members:
-            if ops[i].kind != "view":
-                count[0 if ops[i].phase == "fwd" else 1] += problem.weight[key] * float(launches(op_cost(ops[i])))
-    return count[0] * problem.host_dispatch, count[1] * problem.host_dispatch
+    fwd = bwd = 0.0
+    for key, (f, b) in problem.launches.items():
+        if keys is None or key in keys:
+            fwd, bwd = fwd + problem.weight[key] * f, bwd + problem.weight[key] * b
+    return fwd * problem.host_dispatch, bwd * problem.host_dispatch
+
+
+def _launches(flow: Flow, node: Node) -> tuple[float, float]:
+    """The kernels a node's ops launch in the forward and in the backward pass (``host_seconds``)."""
+    count = [0.0, 0.0]
+    for i in node.members:
+        op = flow.trace.ops[i]
+        if op.kind != "view":
+            count[0 if op.phase == "fwd" else 1] += float(launches(op_cost(op)))
+    return count[0], count[1]
 
 
 def _node_weight(blocks: Blocks, key: int) -> float:
