@@ -82,7 +82,10 @@ def test_torchtitan_trains_a_tiny_model_from_the_emitted_config(tmp_path):
                "--debug.seed", "0"]  # one initialisation every run: the first loss is then the same
     run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     log = re.sub(r"\x1b\[[0-9;]*m", "", run.stdout + run.stderr)
-    assert run.returncode == 0, log[-3000:]
+    # a rank that dies prints faulthandler's list of loaded extension modules, a line of thousands of characters:
+    # leave it out, so the rank's own last words and torchrun's summary both fit the message
+    log = "\n".join(line for line in log.splitlines() if "Extension modules:" not in line)
+    assert run.returncode == 0, log[-5000:]
     losses = {int(step): float(loss) for step, loss in re.findall(r"step:\s*(\d+)\s+loss:\s*([\d.]+)", log)}
     assert sorted(losses) == list(range(1, 9)), log[-3000:]
     assert abs(losses[1] - math.log(VOCAB)) < 0.5, losses

@@ -1,4 +1,4 @@
-"""Runs torchtitan 0.2.2's own Trainer (torchtitan/train.py) on CPU processes, for
+"""Runs torchtitan 0.2.2's own entry point (torchtitan/train.py main, its Trainer) on CPU processes, for
 tests/test_configs_train_torchtitan.py:
 ``python -m torch.distributed.run ... tests/torchtitan_cpu_train.py --job.config_file job.toml [overrides]``.
 
@@ -16,7 +16,6 @@ before it imports torchtitan (nothing else of torchtitan changes):
 
 from __future__ import annotations
 
-import sys
 import types
 
 import torch
@@ -34,13 +33,9 @@ torch._utils._get_available_device_type = lambda: "cpu"
 torch._utils._get_device_module = lambda kind="cuda": cpu if kind == "cpu" else _device_module(kind)
 
 if __name__ == "__main__":
-    from torchtitan.config import ConfigManager
-    from torchtitan.tools.logging import init_logger
-    from torchtitan.train import Trainer
+    # torchtitan's own entry point (train.py main): it parses sys.argv, trains, closes the trainer and destroys the
+    # process group; a process that exits with gloo's group alive can abort in its threads' destructors ("terminate
+    # called without an active exception") after the last step.
+    from torchtitan.train import Trainer, main
 
-    init_logger()
-    trainer = Trainer(ConfigManager().parse_args(sys.argv[1:]))
-    try:
-        trainer.train()
-    finally:
-        trainer.close()
+    main(Trainer)
