@@ -190,6 +190,8 @@ RANGES: dict[str, Range] = {
                        "full training (the --lora-rank option)"),
     "train_metrics": Range(1, 100, "", "cross-entropies evaluated per micro-batch for metrics (Composer's MPT: 2)",
                            "none"),
+    "vocab_multiple": Range(1, 2**16, "", "rows per rank the output layer's vocabulary is padded to a multiple of: "
+                            "Megatron-LM's 128; 65,536 is past any vocabulary shard"),
     "host_dispatch": Range(0, 0.01, "s", "host seconds per launched kernel: 3 us raw cuLaunchKernel to ~100 us (a "
                            "te.Linear on Grace, TransformerEngine #2053); 10 ms is 100x that", "the host never limits"),
     "region_host": Range(0, 0.1, "s", "host seconds per torch.compile region and pass: 0.29 ms measured (a GPT layer "

@@ -31,8 +31,13 @@ from meshplan.comm import all_reduce_traffic
 from meshplan.cost.records import OpCost
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Accelerator
-from meshplan.xp import Num, maximum
+from meshplan.xp import Num, maximum, where
 
+# a GEMM runs at the aligned rate when its leading dimensions are multiples of 16 bytes (efficiency.py, "Alignment")
+ALIGNED_BYTES = 16.0
+# bytes per element of a GEMM's operands at each precision (fp32 GEMMs run as TF32 on the tensor cores, 4-byte
+# operands; NVFP4 packs two elements a byte): a leading dimension of ``OpCost.align`` elements is align × this bytes
+ELEMENT_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "mxfp8": 1.0, "fp4": 0.5}
 _RATES: dict[tuple[int, int, str], tuple[Accelerator, Efficiency, tuple[Num, Num, Num, Num]]] = {}
 
 
@@ -61,15 +66,18 @@ def _rates(acc: Accelerator, precision: str, eff: Efficiency) -> tuple[Num, Num,
 
 def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Num:
     """Math time at the sustained clock: GEMMs at the plan's precision with their shape's efficiency (the LM
-    head, ``variant="bf16"``, in 16 bits), attention at a fraction of the 16-bit GEMM rate (flash kernels: the
-    attention efficiency of efficiency.py; unfused: batched score GEMMs), element-wise math at the fp32 CUDA-core
-    rate."""
+    head, ``variant="bf16"``, in 16 bits) and, when their leading dimensions are not 16-byte multiples
+    (``op.align`` elements of ``ELEMENT_BYTES``), the unaligned kernels' rate (efficiency.py, "Alignment");
+    attention at a fraction of the 16-bit GEMM rate (flash kernels: the attention efficiency of efficiency.py;
+    unfused: batched score GEMMs); element-wise math at the fp32 CUDA-core rate."""
     if op.variant == "ssd":  # priced by its measured streaming rate (memory_time)
         return 0.0
     gemm, gemm16, fp32, clock = rates(acc, precision, eff)
     if op.kind == "gemm":
         rate = gemm16 if op.variant == "bf16" else gemm
-        return op.flops / (rate * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms, op.groups))
+        width = 2.0 if op.variant == "bf16" else ELEMENT_BYTES.get(precision, 2.0)
+        aligned = where(op.align * width >= ALIGNED_BYTES, 1.0, eff.unaligned_gemm)
+        return op.flops / (rate * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms, op.groups) * aligned)
     if op.kind == "attention":
         if op.variant == "unfused":
             return op.flops / (gemm16 * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms))

@@ -62,6 +62,9 @@ SDPA = ("PyTorch SDPA (FlashAttention-2 on Hopper and Blackwell: sdp_utils.cpp c
 # Megatron-LM's host issues its kernels as the megatron-core preset's does (12 us per launched kernel, that preset's
 # sources: TransformerEngine #2053, dgxc-benchmarking cpu_overhead): no CUDA graphs before core_r0.11.0
 MEGATRON_HOST = load_stack("megatron-core").host_dispatch
+# Megatron-LM pads the vocabulary to a multiple of 128 x tp (--make-vocab-size-divisible-by, default 128, since its
+# first release): the presets' vocab_multiple
+MEGATRON_VOCAB = load_stack("megatron-core").vocab_multiple
 # Megatron-LM's own module code of 2020-22 (megatron/model/transformer.py, which Megatron-DeepSpeed and GPT-NeoX carry
 # and Megatron-Core's local layer spec descends from: Python autograd Functions for every parallel linear, the scale-
 # mask-softmax module, bias-dropout-add and bias-GeLU functions) issues each kernel with more Python around it: 50 us
@@ -99,12 +102,13 @@ DEEPSPEED_FP16_TENSOR = DEEPSPEED_FP16
 # Its kernels: the module code with its fusions on (fused softmax and LayerNorm, TorchScript bias-GeLU and bias-dropout-
 # add), counted as cost/eager.py's "jit" rows (58 a GPT layer with dropout), not one per fused record
 MEGATRON_2021 = Stack(name="megatron-lm-2021", flash_attention=False, overlap_dp=False, host_dispatch=MEGATRON_LM_HOST,
-                      fusion="jit", tensor_host=MEGATRON_LM_TENSOR, tensor_sharded=True,
+                      fusion="jit", vocab_multiple=MEGATRON_VOCAB, tensor_host=MEGATRON_LM_TENSOR, tensor_sharded=True,
                       source="Megatron-LM 2020-22 (Shoeybi et al. 2019; Narayanan et al. 2021; Korthikanti et al. "
                              "2022): fused-softmax attention, no overlap flags yet")
 # Megatron-Core 0.8 with the overlaps its README scaling runs state (--overlap-grad-reduce --overlap-param-gather
 # --tp-comm-overlap) and its default of pipeline sends overlapped under interleaving
 MEGATRON_CORE_2024 = Stack(name="megatron-core-0.8", overlap_tp=True, overlap_pp=True, host_dispatch=MEGATRON_HOST,
+                           vocab_multiple=MEGATRON_VOCAB,
                            tensor_host=MEGATRON_CORE_TENSOR, tensor_sharded=True,
                            source="Megatron-Core r0.8 README scaling runs")
 
@@ -164,6 +168,7 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "construction (Megatron-LM model code on DeepSpeed's pipeline engine and ZeRO-1)"),
     # the framework text's hyphenated name: the group of its README's cost table also holds a DeepSpeed row
     SourceDefaults("Megatron-LLaMA", r"megatron-llama", Stack(name="megatron-llama", overlap_dp=False,
+                                                                  vocab_multiple=MEGATRON_VOCAB,
                                                                   host_dispatch=MEGATRON_HOST,
                                                                   tensor_host=MEGATRON_CORE_TENSOR,
                                                                   tensor_sharded=True), None, 1, 4,
@@ -253,6 +258,17 @@ SOURCES: tuple[SourceDefaults, ...] = (
                  "policy of PyTorch's FSDP tutorial and of fms-fsdp (MixedPrecision param, reduce and buffer dtype "
                  "bfloat16: gradients reduced in bf16)"),
 )
+# Trainers that pad the vocabulary themselves, without Megatron's code: llm.c pads GPT-2's 50257 to 50304, "padded to
+# 128 for CUDA kernel efficiency" (karpathy/llm.c train_gpt2.cu, padded_vocab_size); FlashAttention's training
+# scripts to a multiple of 8 (Dao-AILab/flash-attention training/configs/experiment/owt/gpt2s-flash.yaml and
+# pile/gpt3s-flash.yaml, which the other sizes' configs extend: model.config.pad_vocab_size_multiple 8). Otherwise the
+# generic profile below.
+SOURCES += tuple(
+    SourceDefaults(name, match, Stack(name=name, vocab_multiple=multiple), None, 1, 4, "none",
+                   f"{name}: as the generic profile (below), with the vocabulary padded to a multiple of {multiple}",
+                   interleaved=True)
+    for name, match, multiple in (("llm.c", r"llm\.c|\bllmc", 128),
+                                  ("FlashAttention training", r"flash[-_ ]?attention[-_ ]training", 8)))
 GENERIC = SourceDefaults("generic", r"", Stack(), None, 1, 4, "none",
                          "no source profile matched: sequence parallelism with tp > 1, distributed optimizer, "
                          "fp32 gradients, no recompute, FlashAttention; a pipeline of unstated schedule interleaved "

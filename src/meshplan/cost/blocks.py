@@ -13,7 +13,7 @@ Sources:
 from __future__ import annotations
 
 from meshplan.comm import Collective
-from meshplan.cost.records import ACT_BYTES, LOW_PRECISION_BYTES, MASK_BYTES, Dims, OpCost
+from meshplan.cost.records import ACT_BYTES, LOW_PRECISION_BYTES, MASK_BYTES, Dims, OpCost, alignment
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.xp import Num
@@ -28,16 +28,19 @@ def gemm(name: str, m: Num, k: Num, n: Num, d: Dims, saved: Num | None = None, g
     ``groups`` > 1: a grouped GEMM (Megatron-Core GroupedMLP / TE GroupedLinear, one GEMM per local expert):
     the m rows split evenly over ``groups`` weights of k×n each, so each group is an (m/g×k)·(k×n) GEMM and
     its weight gradient reduces over only m/g rows; weights and their gradients are g × k×n.
+    Row-major activations make k and n the leading dimensions of every pass's operands (``OpCost.align``).
     """
     a = ACT_BYTES
     flops = 2.0 * m * k * n
     stored = m * k * a if saved is None else saved
-    mg, weights = m / groups, k * n * groups
+    mg, weights, align = m / groups, k * n * groups, alignment(k, n)
     return [
-        OpCost(name, "fwd", "gemm", flops, a * (m * k + weights + m * n), stored, m=mg, n=n, k=k, groups=groups),
-        OpCost(name, "bwd_x", "gemm", flops, a * (m * n + weights + m * k), m=mg, n=k, k=n, groups=groups),
+        OpCost(name, "fwd", "gemm", flops, a * (m * k + weights + m * n), stored, m=mg, n=n, k=k, groups=groups,
+               align=align),
+        OpCost(name, "bwd_x", "gemm", flops, a * (m * n + weights + m * k), m=mg, n=k, k=n, groups=groups,
+               align=align),
         OpCost(name, "bwd_w", "gemm", flops, a * (m * k + m * n) + 2 * d.grad_bytes * weights, m=k, n=n, k=mg,
-               groups=groups),
+               groups=groups, align=align),
     ]
 
 

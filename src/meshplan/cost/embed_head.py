@@ -4,7 +4,10 @@ depth adds (symbols: records.py)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
+
+import numpy as np
 
 from meshplan.cost.blocks import collective, gemm, norm, tp_enter, tp_exit
 from meshplan.cost.eager import EAGER, eager_op
@@ -58,7 +61,7 @@ def head_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     the output layer), with three small all-reduces (max, sum, target logit) of T fp32 values each across TP.
     """
     d = dims(model, plan, stack)
-    vocab = head_vocab(model) / d.tp
+    vocab = vocab_shard(head_vocab(model), d.tp, stack.vocab_multiple)
     logits = d.tokens * vocab
     ops = (norm("head/norm", model, d) if model.final_norm else []) + head_extra_ops(model, d)  # cost/extras.py
     ops += tp_enter("head/tp_in", model, plan, d, quantized=False)
@@ -75,6 +78,19 @@ def head_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
         ops += eager_op("head/norm", model.norm, d.tokens_sp * model.hidden_size)
     ops += fsdp_grad_prep("head", model.head_params() / plan.tp, plan, stack)
     return lora(ops, plan, d)
+
+
+def vocab_shard(vocab: Num, tp: Num, multiple: int) -> Num:
+    """The output layer's columns on each of ``tp`` ranks: V/t, or with the stack's padding (``vocab_multiple`` q,
+    Megatron-LM's --make-vocab-size-divisible-by) the padded vocabulary ⌈V/(q·t)⌉·q·t over t, ⌈V/(q·t)⌉·q: the
+    padded logits are computed and normalised like the others. The weights' memory counts the model's own rows
+    (params.py), under 128·t rows fewer."""
+    shard = vocab / tp
+    if multiple <= 1:
+        return shard
+    if type(shard) in (int, float):
+        return float(math.ceil(shard / multiple - 1e-9) * multiple)
+    return np.ceil(shard / multiple - 1e-9) * multiple
 
 
 def mtp_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:

@@ -4,7 +4,7 @@ linear layer on an H100)."""
 from __future__ import annotations
 
 from meshplan.cost.blocks import collective
-from meshplan.cost.records import ACT_BYTES, OpCost
+from meshplan.cost.records import ACT_BYTES, OpCost, alignment
 from meshplan.xp import Num
 
 
@@ -25,11 +25,12 @@ def linear_2d(d_in: Num, d_out: Num, tokens: Num, tp_in: Num, tp_out: Num, dp: N
     din, dout, rows = d_in / tp_in, d_out / tp_out, tokens / dp
     n_local = din * dout
     flops = 2.0 * n_local * rows
-    b = elem_bytes
+    b, align = elem_bytes, alignment(din, dout)  # the weight block's dims lead every pass (records.OpCost.align)
     return [
-        OpCost("linear/fwd", "fwd", "gemm", flops, n_local * b, m=rows, n=dout, k=din),
+        OpCost("linear/fwd", "fwd", "gemm", flops, n_local * b, m=rows, n=dout, k=din, align=align),
         collective("linear/tp_in", "fwd", "all_reduce", dout * rows * b, "tp_in", tp_in),
-        OpCost("linear/wgrad", "bwd_w", "gemm", flops, (din * rows + 2 * n_local) * b, m=din, n=dout, k=rows),
-        OpCost("linear/dgrad", "bwd_x", "gemm", flops, n_local * b, m=rows, n=din, k=dout),
+        OpCost("linear/wgrad", "bwd_w", "gemm", flops, (din * rows + 2 * n_local) * b, m=din, n=dout, k=rows,
+               align=align),
+        OpCost("linear/dgrad", "bwd_x", "gemm", flops, n_local * b, m=rows, n=din, k=dout, align=align),
         collective("linear/tp_out", "bwd_x", "all_reduce", din * rows * b, "tp_out", tp_out),
     ]

@@ -29,7 +29,7 @@ from meshplan.comm import Collective
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan.xp import Num
+from meshplan.xp import Num, minimum, where
 
 ACT_BYTES = 2  # bf16 activations
 MASK_BYTES = 1  # dropout masks are stored as bytes
@@ -74,6 +74,10 @@ class OpCost:
     # cost/eager.py: one per aten op; unfused attention's GEMMs and softmax): the GPU pays a t₀ for each
     # (roofline.overhead) and the host issues each (step/passes.launches)
     kernels: Num = 1.0
+    # a GEMM: the elements, a power of two up to ``ALIGN_MAX``, that divide every leading dimension of its operands
+    # and result (row-major activations: the weight's two dims, in every pass; never the token count), which sets
+    # whether the library's 16-byte-aligned tensor-core kernels can run it (roofline.compute_time, efficiency.py)
+    align: Num = 32.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,3 +111,24 @@ def dims(model: ModelSpec, plan: Plan, stack: Stack) -> Dims:
     return Dims(tokens=tokens, tokens_sp=tokens_sp, tp=plan.tp, seq=model.seq_length,
                 micro_batch=plan.micro_batch, grad_bytes=plan.grad_bytes, dropout=model.dropout, stack=stack,
                 eager=stack.fusion == "eager")
+
+
+ALIGN_MAX = 32.0  # elements: 16 bytes of the narrowest GEMM operand meshplan prices (NVFP4, half a byte)
+
+
+def alignment(*sizes: Num) -> Num:
+    """The largest power of two, at most ``ALIGN_MAX``, that divides every one of ``sizes`` (1 for a fractional
+    size: a dimension split unevenly): a GEMM's ``align`` from its operands' leading dimensions."""
+    if all(type(x) in (int, float) for x in sizes):
+        best = int(ALIGN_MAX)
+        for x in sizes:
+            while best > 1 and x % best:
+                best //= 2
+        return float(best)
+    out: Num = ALIGN_MAX
+    for x in sizes:
+        own: Num = 1.0
+        for p in (2.0, 4.0, 8.0, 16.0, ALIGN_MAX):
+            own = where(x % p == 0, p, own)
+        out = minimum(out, own)
+    return out

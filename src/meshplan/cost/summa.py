@@ -24,7 +24,7 @@ from __future__ import annotations
 from meshplan.cost.attention import context_exchange, core_attention, kv_chunk, kv_exchange
 from meshplan.cost.blocks import collective, elementwise, gathered_bytes, residual
 from meshplan.cost.casts import cast
-from meshplan.cost.records import ACT_BYTES, FP32, LOW_PRECISION_BYTES, Dims, OpCost
+from meshplan.cost.records import ACT_BYTES, FP32, LOW_PRECISION_BYTES, Dims, OpCost, alignment
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.xp import Num
@@ -40,10 +40,12 @@ def summa_linear(name: str, rows: Num, k: Num, n: Num, plan: Plan, d: Dims) -> l
     q = gathered_bytes(plan) / a
     saved = rows * k / t * a  # this GPU's own X block
     w_local = k / t2 * n / t
+    align = alignment(k, n / t)  # the leading dimensions of the panels' GEMMs (records.OpCost.align)
     ops = [
-        OpCost(name, "fwd", "gemm", flops, x_row + w_col + y, saved, m=rows, n=n / t, k=k),
-        OpCost(name, "bwd_x", "gemm", flops, y + w_col + x_row, m=rows, n=k, k=n / t),
-        OpCost(name, "bwd_w", "gemm", flops, x_row + y + 2 * d.grad_bytes * w_local * t2, m=k, n=n / t, k=rows),
+        OpCost(name, "fwd", "gemm", flops, x_row + w_col + y, saved, m=rows, n=n / t, k=k, align=align),
+        OpCost(name, "bwd_x", "gemm", flops, y + w_col + x_row, m=rows, n=k, k=n / t, align=align),
+        OpCost(name, "bwd_w", "gemm", flops, x_row + y + 2 * d.grad_bytes * w_local * t2, m=k, n=n / t, k=rows,
+               align=align),
     ]
     if plan.precision in LOW_PRECISION_BYTES:  # each GPU quantizes its own X block forward, its dY block backward
         ops += [cast(name, "fwd", rows * k / t, plan, d.stack), cast(name, "bwd_x", rows * n / t, plan, d.stack)]

@@ -90,6 +90,10 @@ class Stack:
         "--moe-token-dispatcher-type allgather)")
     train_metrics: int = field(default=0, metadata={"help": "metric cross-entropies the trainer evaluates over each "
                                                             "micro-batch's logits (Composer's MPT: 2)"})
+    vocab_multiple: int = field(default=1, metadata={
+        "help": "the output layer's vocabulary padded to a multiple of this x tp, as Megatron-LM pads it "
+                "(--make-vocab-size-divisible-by, default 128: megatron/core/tokenizers/utils/build_tokenizer.py); "
+                "1: the model's own (cost/embed_head.py)"})
     # ---- runtime --------------------------------------------------------------------------------------------
     fsdp: str = _choice("none", FSDP, "data parallelism by PyTorch FSDP (its per-micro-batch gradient "
                                       "preparation): fsdp1 (FlatParameter), fsdp2 (fully_shard) or none")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meshplan.cost.records import OpCost
+from meshplan.cost.records import ALIGN_MAX, OpCost, alignment
 from meshplan.roofline import op_time
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Accelerator
@@ -43,8 +43,21 @@ def op_cost(op: TracedOp) -> OpCost:
                       variant="flash_causal" if op.causal else "flash", kernels=kernels)
     if op.kind == "gemm":
         return OpCost(op.name, op.phase, "gemm", op.flops, op.nbytes, m=op.m, n=op.n, k=op.k, groups=op.groups,
-                      kernels=kernels)
+                      kernels=kernels, align=gemm_alignment(op))
     return OpCost(op.name, op.phase, "memory", op.flops, op.nbytes, kernels=kernels)
+
+
+def gemm_alignment(op: TracedOp) -> float:
+    """The elements that divide every leading dimension and storage offset of a traced GEMM's matrices, as the
+    tensors were laid out (records.OpCost.align): a matrix's leading dimension is the stride of its last two dims
+    that is not 1 (a transposed view's is its row count); a vector (a bias) has none. Untraced strides: aligned."""
+    sizes: list[float] = []
+    for t in (*op.inputs, *op.outputs):
+        if len(t.shape) < 2 or not t.stride:
+            continue
+        sizes += [float(st) for st, dim in zip(t.stride[-2:], t.shape[-2:], strict=True) if st != 1 and dim > 1]
+        sizes.append(float(t.offset))
+    return float(alignment(*sizes)) if sizes else ALIGN_MAX
 
 
 def op_costs(trace: Trace) -> list[OpCost]:

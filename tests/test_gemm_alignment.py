@@ -1,0 +1,135 @@
+"""GEMMs whose leading dimensions are not 16-byte multiples run at ``Efficiency.unaligned_gemm`` of the aligned rate
+(efficiency.py, "Alignment"), and stacks that pad the vocabulary (``Stack.vocab_multiple``, Megatron-LM's 128 x tp)
+compute the padded, aligned output layer: the arithmetic of each, the constant's derivation from nanoGPT's padded
+vocabulary (benchmarks/unaligned_gemm.py), and a traced model's alignment read from its tensors' strides."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import rates_only
+from meshplan.cost.blocks import gemm
+from meshplan.cost.embed_head import head_ops, vocab_shard
+from meshplan.cost.records import OpCost, alignment, dims
+from meshplan.errors import SpecError
+from meshplan.estimate import estimate
+from meshplan.roofline import compute_time
+from meshplan.specs.efficiency import DEFAULT
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack, load_stack
+from meshplan.trace.capture import trace_module
+from meshplan.trace.cost import op_costs
+
+
+def test_alignment_is_the_largest_power_of_two_dividing_every_size_up_to_32():
+    """768 = 2^8 * 3 and 50304 = 2^7 * 393: 32 (the cap); 50257 is odd: 1; 50264 = 2^3 * 6283: 8; a shard of an
+    uneven split (50257 / 2 = 25128.5): 1. Arrays (the search's plans side by side) give the same, element-wise."""
+    assert alignment(768, 50304) == 32.0
+    assert alignment(768, 50257) == 1.0
+    assert alignment(768, 50264) == 8.0
+    assert alignment(768, 50257 / 2) == 1.0
+    sizes = np.array([50304.0, 50257.0, 50264.0, 25128.5])
+    assert list(alignment(768.0, sizes)) == [32.0, 1.0, 8.0, 1.0]
+
+
+def test_a_gemm_record_carries_its_weights_dims_alignment_in_every_pass_never_the_token_count():
+    """Row-major activations: the leading dimensions of every pass are the weight's k and n, not the m tokens
+    (1,001 tokens here, odd, leave the GEMM aligned)."""
+    d = dims(load_model("gpt2"), Plan(), Stack())
+    assert {op.align for op in gemm("x", 1001, 768, 50304, d)} == {32.0}
+    assert {op.align for op in gemm("x", 1024, 768, 50257, d)} == {1.0}
+
+
+def test_an_unaligned_gemm_takes_its_flops_at_unaligned_gemm_of_the_aligned_rate():
+    """A 1024 x 768 x 50257 GEMM against 1024 x 768 x 50264: the same 393 column tiles of 128 (tile quantization prices
+    the tiles, not the FLOPs in them), so the same time at one rate, and the unaligned one takes 1 / unaligned_gemm =
+    1 / 0.349 as long. At fp8 (1-byte operands) 50264 is 8 bytes, unaligned too; at bf16 it is
+    16 bytes, aligned."""
+    acc = rates_only("h100")
+    d = dims(load_model("gpt2"), Plan(), Stack())
+    odd, even = (gemm("x", 1024, 768, n, d)[0] for n in (50257, 50264))
+    ratio = float(compute_time(odd, acc, "bf16", DEFAULT) / compute_time(even, acc, "bf16", DEFAULT))
+    assert ratio == pytest.approx(1 / DEFAULT.unaligned_gemm, rel=1e-12)
+    assert DEFAULT.unaligned_gemm == pytest.approx(0.349)
+    fp8 = float(compute_time(even, acc, "fp8", DEFAULT))
+    wide = float(compute_time(gemm("x", 1024, 768, 50272, d)[0], acc, "fp8", DEFAULT))  # 50272 = 16 * 3142
+    assert fp8 / wide == pytest.approx(1 / DEFAULT.unaligned_gemm, rel=1e-12)  # 393 tiles each
+    # an output layer kept in 16 bits under an fp8 plan (variant "bf16") is judged by its 2-byte operands
+    head16 = replace(even, variant="bf16")
+    assert float(compute_time(head16, acc, "fp8", DEFAULT)) == pytest.approx(
+        float(compute_time(even, acc, "bf16", DEFAULT)), rel=1e-12)
+
+
+def test_more_alignment_never_slows_a_gemm():
+    acc = rates_only("a100")
+    op = OpCost("x", "fwd", "gemm", 2e12, 1e9, m=4096, n=4096, k=4096)
+    times = [float(compute_time(replace(op, align=a), acc, "bf16", DEFAULT)) for a in (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)]
+    assert times == sorted(times, reverse=True)
+
+
+def test_megatron_pads_the_vocabulary_to_128_per_rank():
+    """Megatron-LM: V padded to a multiple of 128 x tp, so each rank holds ceil(V / (128 t)) * 128 columns: 50257 at
+    tp 1 -> 50304 (393 * 128), at tp 2 -> 197 * 128 = 25216 a rank (50432 in all), at tp 8 -> 50 * 128 = 6400; a
+    stack that does not pad keeps V / t; the search's tp side by side gives the same."""
+    assert vocab_shard(50257, 1, 128) == 50304
+    assert vocab_shard(50257, 2, 128) == 25216
+    assert vocab_shard(50257, 8, 128) == 6400
+    assert vocab_shard(50304, 1, 128) == 50304  # already a multiple
+    assert vocab_shard(50257, 2, 1) == 50257 / 2
+    assert list(vocab_shard(50257.0, np.array([1.0, 2.0, 8.0]), 128)) == [50304, 25216, 6400]
+    gpt2 = load_model("gpt2")
+    for stack, n in ((load_stack("megatron-core"), 50304.0), (Stack(), 50257.0)):
+        logits = [op for op in head_ops(gpt2, Plan(), stack) if op.name == "head/logits"]
+        assert {op.n if op.phase != "bwd_x" else op.k for op in logits} == {n}
+        assert {op.align for op in logits} == ({32.0} if n == 50304.0 else {1.0})
+
+
+def test_vocab_multiple_is_a_checked_stack_field():
+    with pytest.raises(SpecError, match="vocab_multiple"):
+        Stack(vocab_multiple=0)
+    assert load_stack("megatron-core").vocab_multiple == 128
+    assert load_stack("torchtitan").vocab_multiple == 1
+
+
+def test_gpt2_trains_faster_with_megatrons_padded_vocabulary_than_unpadded():
+    """The same plan of GPT-2 (50257) on one A100, the generic stack with and without Megatron's padding: the padded
+    head computes 47 more columns, in the same 393 column tiles, at the aligned rate: its GEMMs take about
+    unaligned_gemm of the unpadded head's time (the passes' other dims and depths move it under 1 %), and the step
+    is shorter."""
+    gpt2, cluster, plan = load_model("gpt2"), load_system("a100").cluster(1), Plan(micro_batch=8, global_batch=8)
+    plain = estimate(gpt2, cluster, plan, Stack())
+    padded = estimate(gpt2, cluster, plan, Stack(vocab_multiple=128))
+    assert padded.step_time < plain.step_time
+    head = {e.stack.vocab_multiple: sum(op.seconds * op.count for op in e.ops if op.name == "head/logits")
+            for e in (plain, padded)}
+    assert head[1] / head[128] == pytest.approx(1 / DEFAULT.unaligned_gemm, rel=0.01)
+
+
+def test_the_constant_is_what_nanogpts_padded_vocabulary_gives():
+    """benchmarks/unaligned_gemm.py: r = H / (H + 0.25 T) from meshplan's own aligned nanoGPT step (T) and its
+    output-layer GEMMs (H); the constant in efficiency.py is that value to three digits."""
+    path = Path(__file__).parents[1] / "benchmarks" / "unaligned_gemm.py"
+    spec = importlib.util.spec_from_file_location("unaligned_gemm", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rate, step, head, _, share = module.derive()
+    assert rate == pytest.approx(head / (head + 0.25 * step), rel=1e-12)
+    assert DEFAULT.unaligned_gemm == pytest.approx(rate, abs=0.0015)
+    assert 0.3 < share < 0.6  # the commit: "about 40% of latency" in the last layer
+
+
+def test_a_traced_linear_reads_its_alignment_from_its_tensors():
+    """nn.Linear(768, 50257): the forward addmm's weight and output lead with 50257 elements, odd; 50304: aligned."""
+    for width, align in ((50257, 1.0), (50304, 32.0)):
+        traced = trace_module(torch.nn.Linear(768, width), [torch.randn(64, 768)])
+        forward = [c for c in op_costs(traced) if c.kind == "gemm" and c.phase == "fwd"]
+        assert [c.align for c in forward] == [align]
