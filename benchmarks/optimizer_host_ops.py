@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import Any
 
 LAUNCH_S = 14.5e-6  # an eager op that launches a kernel, on a DGX H100 host (module docstring)
 META_S = 0.6e-6  # a call that launches none (module docstring)
@@ -110,19 +111,22 @@ def torch_counts() -> dict[str, dict[str, float]]:
             "torch AdamW for-loop + clip": per_tensor(step(foreach=False))}
 
 
-def deepspeed_counts(stage: int, grad_accum: str | None, bf16: bool = True) -> tuple[str, dict[str, float]]:
-    """The optimizer DeepSpeed wraps the step in (bf16, or fp32 weights with ``bf16`` false; ZeRO ``stage``) and its
-    calls per parameter tensor, in a process of its own (DeepSpeed picks its accelerator and process group at
-    import)."""
+Setting = tuple[int, str | None, bool]  # ZeRO stage, gradient accumulation dtype (None: DeepSpeed's default), bf16
+
+
+def deepspeed_counts(settings: list[Setting]) -> list[tuple[str, dict[str, float]]]:
+    """For each (ZeRO stage, gradient accumulation dtype, bf16 weights or fp32) the optimizer DeepSpeed wraps the
+    step in and its calls per parameter tensor, all in one process of their own (DeepSpeed picks its accelerator and
+    process group at import, which takes seconds: one import for all of them)."""
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29541", "RANK": "0",
            "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
-    args = [sys.executable, __file__, "--deepspeed", str(stage), grad_accum or "", "bf16" if bf16 else "fp32"]
+    args = [sys.executable, __file__, "--deepspeed",
+            *(f"{stage},{accumulate or ''},{'bf16' if bf16 else 'fp32'}" for stage, accumulate, bf16 in settings)]
     out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, check=True).stdout
-    found = json.loads(out.strip().splitlines()[-1])
-    return found["optimizer"], found["calls"]
+    return [(found["optimizer"], found["calls"]) for found in json.loads(out.strip().splitlines()[-1])]
 
 
-def _deepspeed_child(stage: int, grad_accum: str, dtype: str) -> None:
+def _deepspeed_child(settings: list[str]) -> None:
     import deepspeed
     import torch
 
@@ -136,23 +140,30 @@ def _deepspeed_child(stage: int, grad_accum: str, dtype: str) -> None:
         def forward(self) -> torch.Tensor:
             return sum((p * p).sum() for p in self.ps)
 
-    def make(n: int) -> Step:
-        cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 1.0, "steps_per_print": 10**9,
-               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
-               "zero_optimization": {"stage": stage, "overlap_comm": False, "contiguous_gradients": True},
-               "bf16": {"enabled": dtype == "bf16"}}
-        if grad_accum:
-            cfg["data_types"] = {"grad_accum_dtype": grad_accum}
-        engine, *_ = deepspeed.initialize(model=Params(n), config=cfg)
-        return (lambda: engine.backward(engine())), engine.step
+    def counts(stage: int, grad_accum: str, dtype: str) -> dict[str, Any]:
+        def make(n: int) -> Step:
+            cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 1.0, "steps_per_print": 10**9,
+                   "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
+                   "zero_optimization": {"stage": stage, "overlap_comm": False, "contiguous_gradients": True},
+                   "bf16": {"enabled": dtype == "bf16"}}
+            if grad_accum:
+                cfg["data_types"] = {"grad_accum_dtype": grad_accum}
+            engine, *_ = deepspeed.initialize(model=Params(n), config=cfg)
+            return (lambda: engine.backward(engine())), engine.step
 
-    print(json.dumps({"optimizer": type(make(2)[1].__self__.optimizer).__name__, "calls": per_tensor(make)}))
+        return {"optimizer": type(make(2)[1].__self__.optimizer).__name__, "calls": per_tensor(make)}
+
+    found = []
+    for setting in settings:
+        stage, grad_accum, dtype = setting.split(",")
+        found.append(counts(int(stage), grad_accum, dtype))
+    print(json.dumps(found))
 
 
 def main() -> None:
     rows = dict(torch_counts())
-    for stage, accumulate, bf16 in ((2, None, True), (1, "fp32", True), (2, None, False)):
-        wrapper, calls = deepspeed_counts(stage, accumulate, bf16)
+    settings: list[Setting] = [(2, None, True), (1, "fp32", True), (2, None, False)]
+    for (stage, accumulate, bf16), (wrapper, calls) in zip(settings, deepspeed_counts(settings), strict=True):
         weights = ("bf16" if bf16 else "fp32") + (", fp32 accumulation" if accumulate else "")
         rows[f"DeepSpeed {wrapper} (ZeRO-{stage}, {weights})"] = calls
     print("configuration | kernel-launching calls | other calls | host us per tensor (DGX H100)")
@@ -163,6 +174,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--deepspeed":
-        _deepspeed_child(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+        _deepspeed_child(sys.argv[2:])
     else:
         main()

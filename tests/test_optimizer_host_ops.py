@@ -39,8 +39,7 @@ def test_deepspeed_wrappers_price_the_calls_deepspeed_makes():
     at stage 1): 2 + 2 -> 30.2 us, its 30 us; each the wrapper DeepSpeed's engine itself picked for those settings,
     as cost/wrappers.deepspeed_wrapper picks it; both DeepSpeed presets take the wrapper per plan."""
     pytest.importorskip("deepspeed")
-    zero2, calls2 = ops.deepspeed_counts(2, None)
-    bf16, calls1 = ops.deepspeed_counts(1, "fp32")
+    (zero2, calls2), (bf16, calls1) = ops.deepspeed_counts([(2, None, True), (1, "fp32", True)])
     assert (zero2, bf16) == ("DeepSpeedZeroOptimizer", "BF16_Optimizer")
     assert ops.split(calls2) == (15, 7) and ops.split(calls1) == (2, 2)
     assert ops.price(calls2) == pytest.approx(DEEPSPEED_ZERO, rel=0.02)
