@@ -18,8 +18,8 @@ whatever use_cpu_initialization says, which on a CPU build names the CPU; and th
 does), so the MLA build holds Megatron-Core's IdentityOp in its place; MLA's module sets HAVE_TE when Megatron-Core's
 Transformer Engine extension imports, which it does without Transformer Engine (its TELinear then no class), so the
 build says HAVE_TE False (it gates fp8 options of TE's linears only). The vocabulary is padded as Megatron-LM pads it
-(megatron/training/tokenizer/tokenizer.py ``_vocab_size_with_padding``: up to a multiple of make_vocab_size_divisible_by
-x tp).
+(megatron/core/tokenizers/utils/build_tokenizer.py: up to a multiple of make_vocab_size_divisible_by x tp), the
+padded output layer meshplan prices (Stack.vocab_multiple); meshplan's weight count leaves the padded rows out.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from dataclasses import replace
 import pytest
 
 from meshplan.configs import emit
+from meshplan.cost.embed_head import vocab_shard
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
@@ -152,6 +153,13 @@ def _expert_bias(model: ModelSpec) -> int:
     return model.num_experts * (model.num_moe_layers + model.mtp_layers) if model.router_bias else 0
 
 
+def _padding(model: ModelSpec, padded: int) -> int:
+    """The padded rows' weights, which meshplan's weight count leaves out (cost/embed_head.vocab_shard): the
+    embedding's, and the output layer's when untied. At tp 8 each model here pads 768 rows (128,256 -> 129,024;
+    32,000 -> 32,768; 129,280 -> 130,048)."""
+    return (padded - model.vocab_size) * model.hidden_size * (1 if model.tied_embeddings else 2)
+
+
 def _padded(model: ModelSpec, args: dict[str, object]) -> int:
     multiple = int(args.get("make_vocab_size_divisible_by", 128)) * int(args["tensor_model_parallel_size"])
     return math.ceil(model.vocab_size / multiple) * multiple
@@ -171,12 +179,13 @@ def test_megatron_builds_the_priced_model_from_the_emitted_script(tmp_path, monk
             config.expert_model_parallel_size) == (PLAN[name].tp, PLAN[name].pp, PLAN[name].ep)
     assert not config.add_bias_linear and config.hidden_dropout == config.attention_dropout == 0
     assert args["rotary_base"] == model.rope_theta and args["tokenizer_type"] == "HuggingFaceTokenizer"
-    assert _padded(model, args) == model.vocab_size  # no padding: the priced vocabulary
-    built = build_gpt(config, args, _padded(model, args))
+    padded = _padded(model, args)  # Megatron's padding of the emitted divisor: the output layer meshplan priced
+    assert padded == vocab_shard(model.vocab_size, PLAN[name].tp, 128) * PLAN[name].tp > model.vocab_size
+    built = build_gpt(config, args, padded)
     params = sum(p.numel() for p in built.parameters())
-    priced = model.params() + model.mtp_params() - _expert_bias(model)
+    priced = model.params() + model.mtp_params() - _expert_bias(model) + _padding(model, padded)
     assert params == priced, (name, params, priced)
-    assert tuple(built.embedding.word_embeddings.weight.shape) == (model.vocab_size, model.hidden_size)
+    assert tuple(built.embedding.word_embeddings.weight.shape) == (padded, model.hidden_size)
     if model.is_moe:
         assert args["moe_token_dispatcher_type"] == "alltoall"  # the megatron-core preset's, priced
 
@@ -226,7 +235,9 @@ def test_megatron_bridge_overrides_build_the_priced_model(tmp_path, monkeypatch,
     args = {"max_position_embeddings": values["seq_length"], "rotary_base": values["rotary_base"],
             "position_embedding_type": values["position_embedding_type"],
             "untie_embeddings_and_output_weights": not values["share_embeddings_and_output_weights"]}
-    assert values["vocab_size"] == model.vocab_size and model.vocab_size % (
-        int(values["make_vocab_size_divisible_by"]) * PLAN[name].tp) == 0  # no padding
-    built = build_gpt(config, args, model.vocab_size)
-    assert sum(p.numel() for p in built.parameters()) == model.params() + model.mtp_params() - _expert_bias(model)
+    padded = int(values["vocab_size"])  # the priced output layer's, padded as Megatron pads it; not padded again
+    assert padded == vocab_shard(model.vocab_size, PLAN[name].tp, 128) * PLAN[name].tp and padded % (
+        int(values["make_vocab_size_divisible_by"]) * PLAN[name].tp) == 0
+    built = build_gpt(config, args, padded)
+    assert sum(p.numel() for p in built.parameters()) == model.params() + model.mtp_params() - _expert_bias(model) \
+        + _padding(model, padded)

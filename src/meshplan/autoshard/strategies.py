@@ -27,6 +27,7 @@ from meshplan.autoshard.mesh import DeviceMesh
 from meshplan.autoshard.placement import Placements, shards, valid
 from meshplan.autoshard.reshard import Resharder
 from meshplan.autoshard.rules import Rule, assignments, follow, is_pass, place, split_factor
+from meshplan.cost.records import alignment
 from meshplan.roofline import op_time
 from meshplan.specs.efficiency import Efficiency
 from meshplan.trace.cost import op_cost, precision
@@ -188,13 +189,15 @@ def _op_seconds(op: TracedOp, r: Rule, combo: tuple[str | None, ...], p_in: Sequ
     work = split_factor(combo, sizes)
     cost = op_cost(op)
     nbytes = (op.bytes_read * _share(op.inputs, p_in, sizes) + op.bytes_written * _share(op.outputs, p_out, sizes))
-    m, n, k = cost.m, cost.n, cost.k
+    m, n, k, align = cost.m, cost.n, cost.k, cost.align
     if cost.kind == "gemm" and any(r.gemm):
         m, n, k = (v / split_factor(combo, sizes, frozenset({lab})) if lab else v
                    for v, lab in zip((m, n, k), r.gemm, strict=True))
+        split = [v for v, lab in zip((n, k), r.gemm[1:], strict=True) if lab]  # a shard's own leading dims
+        align = min(align, alignment(*split)) if split else align
     elif cost.kind == "attention":
         m = m / work
-    local = replace(cost, flops=cost.flops / work, nbytes=nbytes, m=m, n=n, k=k)
+    local = replace(cost, flops=cost.flops / work, nbytes=nbytes, m=m, n=n, k=k, align=align)
     seconds = float(op_time(local, mesh.cluster.accelerator, precision(op), eff))
     extra = 0.0
     for label, kind, nbytes in r.extra:

@@ -20,8 +20,8 @@ With MLA, ``--qk-layernorm`` is the norm of the compressed q and kv (DeepSeek-V3
 multi_latent_attention.py q_layernorm / kv_layernorm). Megatron's defaults that would change the priced model are
 written out: biases (add_bias_linear True), dropout 0.1, RoPE base 10,000, LayerNorm, GeLU, tied embeddings, and the
 token dispatcher (its default allgather where meshplan priced the stack's, alltoall in the megatron-core preset). The
-vocabulary: Megatron pads it to a multiple of make_vocab_size_divisible_by x tp (megatron/training/tokenizer
-``_vocab_size_with_padding``), so the divisor is written as V / tp, which pads nothing, when tp divides V. What
+vocabulary: Megatron pads it to a multiple of make_vocab_size_divisible_by x tp (megatron/core/tokenizers/utils/
+build_tokenizer.py), the stack's ``vocab_multiple`` that meshplan prices (``vocabulary``). What
 meshplan's model has and Megatron has no argument for is named in ``notes``, not written.
 """
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from meshplan.cost.embed_head import vocab_shard
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import extras_on
 from meshplan.specs.plan import Plan
@@ -123,10 +124,24 @@ def architecture(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[dict[str, 
                      "score correction (GLM-4.5: add --moe-router-score-function sigmoid "
                      "--moe-router-enable-expert-bias) or a router linear bias (GPT-OSS: Megatron has none); "
                      "these arguments write neither")
-    if model.vocab_size % plan.tp:
-        notes.append(f"tp={plan.tp} does not divide the vocabulary {model.vocab_size}: Megatron pads it")
-    fields["make_vocab_size_divisible_by"] = model.vocab_size // plan.tp if model.vocab_size % plan.tp == 0 else None
-    return fields, notes
+    fields["make_vocab_size_divisible_by"], note = vocabulary(model, plan, stack)
+    return fields, notes + ([note] if note else [])
+
+
+def vocabulary(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[int | None, str]:
+    """``make_vocab_size_divisible_by`` and a note on the vocabulary Megatron builds: the stack's padding
+    (``Stack.vocab_multiple`` q: Megatron pads V to a multiple of q x tp, and meshplan prices the padded output layer,
+    cost/embed_head.vocab_shard), or with q = 1 the model's own V (divisor V / tp, which pads nothing, when tp divides
+    V)."""
+    vocab, q = model.vocab_size, stack.vocab_multiple
+    if q > 1:
+        padded = round(float(vocab_shard(vocab, plan.tp, q)) * plan.tp)
+        return q, (f"Megatron pads the vocabulary {vocab:,} to {padded:,} (a multiple of {q} x tp={plan.tp}), as "
+                   f"priced: the output layer computes the padded logits; the weights' memory counts {vocab:,} rows"
+                   if padded != vocab else "")
+    if vocab % plan.tp:
+        return None, f"tp={plan.tp} does not divide the vocabulary {vocab}: Megatron pads it"
+    return vocab // plan.tp, ""
 
 
 def arguments(fields: dict[str, Any], num_heads: int) -> list[tuple[str, Any]]:

@@ -55,6 +55,7 @@ from meshplan.configs.common import (
 from meshplan.configs.format import ConfigFormat
 from meshplan.configs.megatron import CP_COMM_TYPE
 from meshplan.configs.megatron_model import architecture
+from meshplan.cost.embed_head import vocab_shard
 from meshplan.errors import SpecError
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
@@ -123,7 +124,11 @@ def _model(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[dict[str, Any], 
     which GPTModelProvider does not have) and the notes on what they leave out."""
     fields, notes = architecture(model, plan, stack)
     fields.pop("max_position_embeddings")
-    fields["vocab_size"] = model.vocab_size  # GPTModelProvider's (None: the tokenizer's)
+    # GPTModelProvider's (None: the tokenizer's, padded): the vocabulary priced, padded as Megatron pads it (a
+    # preset vocab_size is not padded again: nemo/collections/llm/gpt/model/base.py, Megatron-Bridge should_pad_vocab)
+    q = stack.vocab_multiple
+    fields["vocab_size"] = round(float(vocab_shard(model.vocab_size, plan.tp, q)) * plan.tp) if q > 1 \
+        else model.vocab_size
     if isinstance(fields.get("moe_layer_freq"), list):
         fields["moe_layer_freq"] = "[" + ",".join(map(str, fields["moe_layer_freq"])) + "]"
     notes.append("model.activation_func is the recipe's (a callable, not an override): SiLU in the Llama, Mixtral, "

@@ -78,7 +78,9 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     routed = d.tokens / d.tp  # tokens this rank routes
     a = ACT_BYTES
     ops = norm("moe/norm", model, d)
-    ops += gemm("moe/router", routed, model.hidden_size, model.num_experts, d)  # its input: the shared experts' too
+    # its input: the shared experts' too; outside the fp8 region whatever the plan's precision (Megatron-Core's
+    # RouterGatingLinearFunction: a GEMM of the 16-bit input, or fp32 with --moe-router-dtype), as serving's router
+    ops += [replace(op, variant="bf16") for op in gemm("moe/router", routed, model.hidden_size, model.num_experts, d)]
     if latent:  # a latent MoE projects the routed tokens down before the dispatch (and back after the combine)
         ops += gemm("moe/latent_in", routed, model.hidden_size, latent, d, saved=0.0)
     h = model.moe_width  # the width the all-to-alls carry and the experts see

@@ -39,14 +39,14 @@ block-scaled format (an amax and a scale per block, row-wise and column-wise) ta
 time per byte of a per-tensor cast (same measurement, autocast minus pre-quantized).
 
 Alignment. The tensor-core kernels cuBLAS picks first load operands in 16-byte vectors, so every leading dimension
-must be a multiple of 16 bytes (8 fp16 / bf16 elements, 16 fp8; NVIDIA "Matrix Multiplication Background User's
-Guide", §"Tensor Core Requirements"); otherwise narrower-load kernels run the GEMM at ``unaligned_gemm`` of the aligned
-rate. Row-major activations make the weight's two dims the leading ones in all three passes (``OpCost.align``; a
-traced GEMM reads its tensors' strides). Derived, not fitted: padding GPT-2's vocabulary 50257 -> 50304 made nanoGPT
-"about 25% faster" (karpathy/nanoGPT be610d8b, 8 A100 40GB, bf16, torch.compile), and only the output layer's GEMMs
-changed, so their rate r solves H/r - H = 0.25 T on meshplan's aligned step T and head GEMMs H: 0.349
-(benchmarks/unaligned_gemm.py). Measured on A100 (cuBLAS of early 2023), applied on every GPU. Megatron-LM pads the
-vocabulary to 128 x tp against it (``Stack.vocab_multiple``).
+must be a multiple of 16 bytes (8 fp16 / bf16 elements; NVIDIA "Matrix Multiplication Background User's Guide",
+§"Tensor Core Requirements"); otherwise narrower-load kernels run the GEMM at ``unaligned_gemm`` of the aligned rate.
+Row-major activations make the weight's two dims the leading ones in all three passes (``OpCost.align``; a traced GEMM
+reads its tensors' strides). An unaligned FP8 GEMM runs in 16 bits (Transformer Engine asserts fp8 dims divisible by
+16; torchtitan's quantization/utils.py keeps such linears in bf16). Derived, not fitted: padding GPT-2's vocabulary
+50257 -> 50304 made nanoGPT "about 25% faster" (karpathy/nanoGPT 77e7e04c, bench.py, A100, torch.compile), and only
+the output layer's GEMMs changed, so their rate r solves H/r - H = 0.25 T on meshplan's aligned step T and head GEMMs
+H: 0.377 (benchmarks/unaligned_gemm.py; an A100's, applied on every GPU). Megatron pads it: ``Stack.vocab_multiple``.
 
 Attention (FlashAttention-2, Dao 2023, Fig. 4–5: forward 50–73 % of A100 peak, backward lower; FlashAttention-3, Shah
 et al. 2024, abstract: 75 % of H100 peak forward at d = 128, FA2 only 35 % on H100): the softmax, exponentials and
@@ -169,7 +169,7 @@ class Efficiency:
     overlap_slowdown: float = 0.189  # compute slowdown while communication overlaps it (Lee et al. 2025: 18.9 %)
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
     gemm_k0: float = 64.0  # per-tile fixed cost, in units of reduction depth (one 64-deep k-block of CUTLASS)
-    unaligned_gemm: float = 0.349  # leading dims not 16-byte multiples: benchmarks/unaligned_gemm.py (docstring)
+    unaligned_gemm: float = 0.377  # leading dims not 16-byte multiples: benchmarks/unaligned_gemm.py (docstring)
     attention_bwd: float = 0.8  # backward / forward kernel rate (FA2 Fig. 4-5, FA3 Fig. 5-6)
     # head dimension at which the per-score softmax work equals the matmuls' (module docstring: FA3 Fig. 5, H100)
     attention_d0: float = 128 * (1 - 497 / 648) / (2 * 497 / 648 - 1)  # FlashAttention-3 / cuDNN class: 55.9
