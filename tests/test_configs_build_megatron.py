@@ -32,8 +32,8 @@ from dataclasses import replace
 import pytest
 
 from meshplan.configs import emit
-from meshplan.cost.embed_head import vocab_shard
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_extras import vocab_shard
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import load_stack

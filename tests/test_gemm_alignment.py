@@ -15,13 +15,14 @@ import torch
 
 from conftest import rates_only
 from meshplan.cost.blocks import gemm
-from meshplan.cost.embed_head import head_ops, vocab_shard
+from meshplan.cost.embed_head import head_ops
 from meshplan.cost.records import OpCost, alignment, dims
 from meshplan.errors import SpecError
 from meshplan.estimate import estimate
 from meshplan.roofline import compute_time
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
+from meshplan.specs.model_extras import vocab_shard
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack, load_stack

@@ -29,9 +29,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from meshplan.cost.embed_head import vocab_shard
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.model_extras import extras_on
+from meshplan.specs.model_extras import extras_on, vocab_shard
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 

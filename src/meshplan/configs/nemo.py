@@ -55,9 +55,9 @@ from meshplan.configs.common import (
 from meshplan.configs.format import ConfigFormat
 from meshplan.configs.megatron import CP_COMM_TYPE
 from meshplan.configs.megatron_model import architecture
-from meshplan.cost.embed_head import vocab_shard
 from meshplan.errors import SpecError
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_extras import vocab_shard
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack, load_stack
 

@@ -4,10 +4,7 @@ depth adds (symbols: records.py)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
-
-import numpy as np
 
 from meshplan.cost.blocks import collective, gemm, norm, tp_enter, tp_exit
 from meshplan.cost.eager import EAGER, eager_op
@@ -16,7 +13,7 @@ from meshplan.cost.fsdp import fsdp_grad_prep
 from meshplan.cost.lora import lora
 from meshplan.cost.records import ACT_BYTES, FP32, MASK_BYTES, Dims, OpCost, dims
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.model_extras import head_vocab
+from meshplan.specs.model_extras import head_vocab, vocab_shard
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.xp import Num
@@ -78,19 +75,6 @@ def head_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
         ops += eager_op("head/norm", model.norm, d.tokens_sp * model.hidden_size)
     ops += fsdp_grad_prep("head", model.head_params() / plan.tp, plan, stack)
     return lora(ops, plan, d)
-
-
-def vocab_shard(vocab: Num, tp: Num, multiple: int) -> Num:
-    """The output layer's columns on each of ``tp`` ranks: V/t, or with the stack's padding (``vocab_multiple`` q,
-    Megatron-LM's --make-vocab-size-divisible-by) the padded vocabulary ⌈V/(q·t)⌉·q·t over t, ⌈V/(q·t)⌉·q: the
-    padded logits are computed and normalised like the others. The weights' memory counts the model's own rows
-    (params.py), under 128·t rows fewer."""
-    shard = vocab / tp
-    if multiple <= 1:
-        return shard
-    if type(shard) in (int, float):
-        return float(math.ceil(shard / multiple - 1e-9) * multiple)
-    return np.ceil(shard / multiple - 1e-9) * multiple
 
 
 def mtp_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:

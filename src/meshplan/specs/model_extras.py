@@ -31,10 +31,14 @@ its work in cost/extras.py (training and serving). Sources, transformers 5.24's 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from meshplan.errors import SpecError
+from meshplan.xp import Num
 
 _Spec = Any  # the ModelSpec (specs/model.py) that inherits ModelExtras; imported there, not here (no cycle)
 
@@ -58,6 +62,19 @@ class ModelExtras:
 def head_vocab(spec: _Spec) -> int:
     """The LM head's vocabulary: ``head_vocab_size``, or the embedding's."""
     return int(spec.head_vocab_size or spec.vocab_size)
+
+
+def vocab_shard(vocab: Num, tp: Num, multiple: int) -> Num:
+    """The output layer's columns on each of ``tp`` ranks: V/t, or with the stack's padding (``vocab_multiple`` q,
+    Megatron-LM's --make-vocab-size-divisible-by) the padded vocabulary ⌈V/(q·t)⌉·q·t over t, ⌈V/(q·t)⌉·q: the
+    padded logits are computed and normalised like the others. The weights' memory counts the model's own rows
+    (cost/params.py), under 128·t rows fewer; cost/embed_head.py prices the padded output layer."""
+    shard = vocab / tp
+    if multiple <= 1:
+        return shard
+    if type(shard) in (int, float):
+        return float(math.ceil(shard / multiple - 1e-9) * multiple)
+    return np.ceil(shard / multiple - 1e-9) * multiple
 
 
 def lm_head_params(spec: _Spec) -> int:
