@@ -32,10 +32,11 @@ def _attention_time(system: str, kernel: str) -> float:
 
 def test_fa2_kernels_run_at_sdpa_fa2_over_cudnn_rate_on_hopper_only():
     """pytorch/pytorch#142132: SDPA's FA2 backend 329.483 TFLOP/s against cuDNN's 631.338 on one H100 (d = 128,
-    4608 keys, no mask, forward): the model reproduces that ratio at that shape. On the A100 FA2 is the native
-    kernel, so the families differ only in their query tiles' fixed cost: at 2048 keys, causal, a tile visits 1024
-    keys on average and wastes 64 in the diagonal blocks, and FA2 (281 keys of fixed cost) takes (1024 + 64 + 281) /
-    (1024 + 64 + 543) of cuDNN's time."""
+    4608 keys, no mask, forward): the model reproduces that ratio at that shape. On the A100, without asynchronous
+    MMA, every family runs FlashAttention-2-class kernels (cuDNN's included: no TMA or warpgroup MMA to build
+    Hopper's pipeline on), with FA2's rate, head-dimension falloff and tile cost alike: the families take one time.
+    On the H100 at 2048 keys, causal, a tile visits 1024 keys on average and wastes 64 in the diagonal blocks, and its
+    fixed cost is FA2's 281 keys or cuDNN's 543: (1024 + 64 + 281) / (1024 + 64 + 543)."""
     h100 = load_system("h100").accelerator
 
     def rate(kernel):
@@ -45,7 +46,7 @@ def test_fa2_kernels_run_at_sdpa_fa2_over_cudnn_rate_on_hopper_only():
     assert rate("fa2") / rate("fused") == pytest.approx(329.483 / 631.338)
     per_tile = (1024 + 64 + DEFAULT.attention_l0_fa2) / (1024 + 64 + DEFAULT.attention_l0)
     assert per_tile == pytest.approx(1369 / 1631)
-    assert _attention_time("a100", "fa2") == pytest.approx(_attention_time("a100", "fused") * per_tile)
+    assert _attention_time("a100", "fa2") == pytest.approx(_attention_time("a100", "fused"))
     assert _attention_time("h100", "fa2") > _attention_time("h100", "fused")
 
 
@@ -57,9 +58,11 @@ def test_attention_runs_at_a_fraction_of_the_gpus_best_gemm_rate_not_of_its_data
 
     for a, b in (("h100", "gb200"), ("b200", "gb200")):
         assert _attention_time(a, "fused") / _attention_time(b, "fused") == pytest.approx(rate(b) / rate(a))
-    # the A100's native kernel (FlashAttention-2) keeps a smaller share of that rate: attention_on_sync
+    # the A100's native kernel (FlashAttention-2) keeps a smaller share of that rate, attention_on_sync, with its own
+    # tile cost: at 2048 keys (1024 + 64 + 281) against the H100's cuDNN (1024 + 64 + 543)
+    per_tile = (1024 + 64 + DEFAULT.attention_l0_fa2) / (1024 + 64 + DEFAULT.attention_l0)
     assert _attention_time("a100", "fused") / _attention_time("h100", "fused") == pytest.approx(
-        rate("h100") / rate("a100") / DEFAULT.attention_on_sync)
+        rate("h100") / rate("a100") / DEFAULT.attention_on_sync * per_tile)
     # GB200's datasheet peak is 11 % above B200's, its measured GEMM ceiling only 4 %: 1822 vs 1745 TFLOP/s
     assert _attention_time("b200", "fused") / _attention_time("gb200", "fused") == pytest.approx(1822 / 1745, rel=2e-3)
 

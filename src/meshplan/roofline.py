@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from meshplan.comm import all_reduce_traffic
 from meshplan.cost.records import OpCost
+from meshplan.specs.architectures import async_mma
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Accelerator
 from meshplan.xp import Num, maximum, where
@@ -88,8 +89,11 @@ def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) 
         backward = op.phase != "fwd"
         if acc.attention_flops:  # measured (the module docstring)
             return op.flops / measured_attention_rate(acc, eff, backward, op.kernel)
+        # without asynchronous MMA (Ampere) every family runs FlashAttention-2-class kernels, with their head-dimension
+        # falloff and tile cost as well as their rate (efficiency.py: attention_kernel_factor, attention_on_sync)
+        family = op.kernel if async_mma(acc) or op.kernel != "fused" else "fa2"
         rate = eff.attention_efficiency(op.k, op.n, backward=backward, causal=op.variant == "flash_causal",
-                                        kernel=op.kernel, calls=op.groups, window=op.window)
+                                        kernel=family, calls=op.groups, window=op.window)
         rate = rate * eff.attention_kernel_factor(acc, op.kernel) * eff.exp_factor(acc, op.k, backward, op.kernel)
         # a kernel at a fraction ``rate`` of the GEMM ceiling draws that fraction of its power (efficiency.py,
         # "Sustained clocks"), so a power cap throttles it less than the GEMMs ``gemm16`` is clocked for

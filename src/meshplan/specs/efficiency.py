@@ -76,7 +76,7 @@ FA2 on A100: 0.5–0.7) because in a training step the kernel also pays for the 
 statistics around it. A stack that runs FlashAttention-2-class kernels on Hopper or Blackwell
 (``Stack.attention_kernel = "fa2"``) gets ``fa2_on_async`` = 0.50 of that at long sequences (PyTorch SDPA's FA2 backend
 vs cuDNN on an H100, pytorch/pytorch#142132, measured at 4608 keys, where the two families' tile costs make it 0.52).
-On Ampere, whose tensor cores take only synchronous MMA, FlashAttention-2 is the native kernel and reaches
+On Ampere (synchronous MMA only) every family runs FlashAttention-2-class kernels, with FA2's d_0 and L_0, at
 ``attention_on_sync`` = 0.90 of the share of MAMF that FlashAttention-3 reaches on Hopper (each paper's best forward:
 FA2 73 % of A100 peak against its 86.9 % MAMF, FA3 75 % of H100 peak against 80.3 %). cuDNN's FP8 attention
 (``"fp8"``) runs its forward 1.22 and its backward 1.05 times as fast as the bf16 kernel (``fp8_attention_fwd`` /
