@@ -75,13 +75,11 @@ def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) 
         return 0.0
     gemm, gemm16, fp32, clock = rates(acc, precision, eff)
     if op.kind == "gemm":
-        width: Num = 2.0 if op.variant == "bf16" else ELEMENT_BYTES.get(precision, 2.0)
+        element = 2.0 if op.variant == "bf16" else ELEMENT_BYTES.get(precision, 2.0)
         rate = gemm16 if op.variant == "bf16" else gemm
-        if op.variant != "bf16" and ELEMENT_BYTES.get(precision, 2.0) < 2.0:
-            # an 8-bit GEMM whose leading dims do not align runs in 16 bits (efficiency.py, "Alignment")
-            fits = op.align * width >= ALIGNED_BYTES
-            rate, width = where(fits, rate, gemm16), where(fits, width, 2.0)
-        aligned = where(op.align * width >= ALIGNED_BYTES, 1.0, eff.unaligned_gemm)
+        if element < 2.0:  # an 8-bit GEMM whose leading dims do not align runs in 16 bits (efficiency.py, "Alignment")
+            rate, element = where(op.align * element >= ALIGNED_BYTES, rate, gemm16), 2.0
+        aligned = where(op.align * element >= ALIGNED_BYTES, 1.0, eff.unaligned_gemm)
         return op.flops / (rate * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms, op.groups) * aligned)
     if op.kind == "attention":
         if op.variant == "unfused":

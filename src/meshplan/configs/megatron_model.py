@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.model_extras import extras_on, vocab_shard
+from meshplan.specs.model_extras import extras_on, padded_vocab
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 
@@ -129,12 +129,12 @@ def architecture(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[dict[str, 
 
 def vocabulary(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[int | None, str]:
     """``make_vocab_size_divisible_by`` and a note on the vocabulary Megatron builds: the stack's padding
-    (``Stack.vocab_multiple`` q: Megatron pads V to a multiple of q x tp, and meshplan prices the padded output layer,
-    cost/embed_head.vocab_shard), or with q = 1 the model's own V (divisor V / tp, which pads nothing, when tp divides
-    V)."""
+    (``Stack.vocab_multiple`` q: Megatron pads V to a multiple of q x tp, specs/model_extras.padded_vocab, and
+    meshplan prices the padded output layer), or with q = 1 the model's own V (divisor V / tp, which pads nothing,
+    when tp divides V)."""
     vocab, q = model.vocab_size, stack.vocab_multiple
     if q > 1:
-        padded = round(float(vocab_shard(vocab, plan.tp, q)) * plan.tp)
+        padded = padded_vocab(vocab, plan.tp, q)
         return q, (f"Megatron pads the vocabulary {vocab:,} to {padded:,} (a multiple of {q} x tp={plan.tp}), as "
                    f"priced: the output layer computes the padded logits; the weights' memory counts {vocab:,} rows"
                    if padded != vocab else "")

@@ -57,7 +57,7 @@ from meshplan.configs.megatron import CP_COMM_TYPE
 from meshplan.configs.megatron_model import architecture
 from meshplan.errors import SpecError
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.model_extras import vocab_shard
+from meshplan.specs.model_extras import padded_vocab
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack, load_stack
 
@@ -126,9 +126,7 @@ def _model(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[dict[str, Any], 
     fields.pop("max_position_embeddings")
     # GPTModelProvider's (None: the tokenizer's, padded): the vocabulary priced, padded as Megatron pads it (a
     # preset vocab_size is not padded again: nemo/collections/llm/gpt/model/base.py, Megatron-Bridge should_pad_vocab)
-    q = stack.vocab_multiple
-    fields["vocab_size"] = round(float(vocab_shard(model.vocab_size, plan.tp, q)) * plan.tp) if q > 1 \
-        else model.vocab_size
+    fields["vocab_size"] = padded_vocab(model.vocab_size, plan.tp, stack.vocab_multiple)
     if isinstance(fields.get("moe_layer_freq"), list):
         fields["moe_layer_freq"] = "[" + ",".join(map(str, fields["moe_layer_freq"])) + "]"
     notes.append("model.activation_func is the recipe's (a callable, not an override): SiLU in the Llama, Mixtral, "

@@ -77,6 +77,12 @@ def vocab_shard(vocab: Num, tp: Num, multiple: int) -> Num:
     return np.ceil(shard / multiple - 1e-9) * multiple
 
 
+def padded_vocab(vocab: int, tp: int, multiple: int) -> int:
+    """The whole vocabulary a framework builds with the padding of ``vocab_shard``: its shard times ``tp`` (``vocab``
+    itself when ``multiple`` is 1 or it already divides)."""
+    return round(float(vocab_shard(vocab, tp, multiple)) * tp) if multiple > 1 else vocab
+
+
 def lm_head_params(spec: _Spec) -> int:
     """The LM head: V_head·H unless tied to the embedding, and its bias (V_head)."""
     v, h = head_vocab(spec), spec.hidden_size
