@@ -46,7 +46,13 @@ reads its tensors' strides). An unaligned FP8 GEMM runs in 16 bits (Transformer 
 16; torchtitan's quantization/utils.py keeps such linears in bf16). Derived, not fitted: padding GPT-2's vocabulary
 50257 -> 50304 made nanoGPT "about 25% faster" (karpathy/nanoGPT 77e7e04c, bench.py, A100, torch.compile), and only
 the output layer's GEMMs changed, so their rate r solves H/r - H = 0.25 T on meshplan's aligned step T and head GEMMs
-H: 0.377 (benchmarks/unaligned_gemm.py; an A100's, applied on every GPU). Megatron pads it: ``Stack.vocab_multiple``.
+H: 0.377 (benchmarks/unaligned_gemm.py; an A100's, applied on every GPU without asynchronous MMA). Measured on an
+H200 (benchmarks/unaligned_gemm_gpu.py, data/measured/gpu/2026-11-26-nvidia-h200-unaligned-gemm.json: the three passes
+of 5 shapes, vocabularies 50,257 and 32,001 and a width of 2,047, twice): cuBLAS runs an odd leading dimension with
+Turing-era align1 kernels (sm75 mma.sync) at ``unaligned_gemm_async`` = 0.170 of the aligned rate (median of the
+passes' time-weighted ratios, 0.160-0.184), and a leading dimension of 4 or 8 bytes (50,258, 50,260) at 0.326, so
+``unaligned_wide_gain`` = 1.92 × the 2-byte rate, applied on every GPU (at most the aligned rate). The A100's nanoGPT
+figure is an odd dimension's. Megatron pads the vocabulary: ``Stack.vocab_multiple``.
 
 Attention (FlashAttention-2, Dao 2023, Fig. 4–5: forward 50–73 % of A100 peak, backward lower; FlashAttention-3, Shah
 et al. 2024, abstract: 75 % of H100 peak forward at d = 128, FA2 only 35 % on H100): the softmax, exponentials and
@@ -73,7 +79,10 @@ rate is a fraction of the GPU's best-shape 16-bit GEMM rate (MAMF × sustained c
 datasheet peak: ``attention`` (fitted: 0.52 of that rate at d = 128, forward, long sequences, i.e. 0.42 of the H100's
 and, with ``attention_on_sync``, 0.41 of the A100's) sits below the kernels' own benchmarks (FA3: 0.6–0.75 of peak;
 FA2 on A100: 0.5–0.7) because in a training step the kernel also pays for the QKV layout transposes and the softmax
-statistics around it. A stack that runs FlashAttention-2-class kernels on Hopper or Blackwell
+statistics around it (on an H200 the kernels alone run 1.62-1.89x the rate meshplan charges, within 17 % of each
+other over head dimensions 64-128, 512-16k keys and the mask: tests/test_attention_gpu.py, benchmarks/attention_gpu.py;
+PyTorch's SDPA picks cuDNN there from 2.11, whose bundled cuDNN passes sdp_utils.cpp's 9.15 gate for Hopper and
+Blackwell). A stack that runs FlashAttention-2-class kernels on Hopper or Blackwell
 (``Stack.attention_kernel = "fa2"``) gets ``fa2_on_async`` = 0.50 of that at long sequences (PyTorch SDPA's FA2 backend
 vs cuDNN on an H100, pytorch/pytorch#142132, measured at 4608 keys, where the two families' tile costs make it 0.52).
 On Ampere (synchronous MMA only) every family runs FlashAttention-2-class kernels, with FA2's d_0 and L_0, at
@@ -170,6 +179,12 @@ class Efficiency:
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
     gemm_k0: float = 64.0  # per-tile fixed cost, in units of reduction depth (one 64-deep k-block of CUTLASS)
     unaligned_gemm: float = 0.377  # leading dims not 16-byte multiples: benchmarks/unaligned_gemm.py (docstring)
+    # the same on a GPU with asynchronous MMA (Hopper, Blackwell), whose fast GEMMs load through TMA: cuBLAS falls back
+    # to sm75 mma.sync kernels (cutlass_75_tensorop_bf16_s1688gemm_*_align1), measured on an H200 (docstring)
+    unaligned_gemm_async: float = 0.170
+    # a leading dimension of 4 or 8 bytes (an even count of 16-bit elements) runs this many times the 2-byte rate, at
+    # most the aligned one: the H200's 0.326 over its 0.170 (docstring)
+    unaligned_wide_gain: float = 0.326 / 0.170
     attention_bwd: float = 0.8  # backward / forward kernel rate (FA2 Fig. 4-5, FA3 Fig. 5-6)
     # head dimension at which the per-score softmax work equals the matmuls' (module docstring: FA3 Fig. 5, H100)
     attention_d0: float = 128 * (1 - 497 / 648) / (2 * 497 / 648 - 1)  # FlashAttention-3 / cuDNN class: 55.9
