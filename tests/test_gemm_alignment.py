@@ -208,3 +208,15 @@ def test_the_h200s_eager_gpt2_step_slows_as_predicted_without_the_padded_vocabul
     step = {v: estimate(replace(load_model("gpt2"), vocab_size=v, dropout=False), cluster, plan, stack).step_time
             for v in (50257, 50304)}
     assert step[50257] / step[50304] == pytest.approx(measured, rel=0.05)
+
+
+def test_a_traced_convolution_reads_its_alignment_from_its_channels_not_the_images_strides():
+    """cuDNN runs convolutions on the tensor cores in NHWC, channels innermost: a 64 -> 64 convolution of a 7 x 7 image
+    (rows 7 elements apart) is aligned; a stem of 3 input channels is not, forward and weight gradient alike; a
+    depthwise one (groups = channels: cuDNN's direct kernels, not a tensor-core GEMM) takes no alignment rule."""
+    for conv, shape, align in ((torch.nn.Conv2d(64, 64, 3, padding=1), (8, 64, 7, 7), 32.0),
+                               (torch.nn.Conv2d(3, 64, 7, stride=2), (8, 3, 32, 32), 1.0),
+                               (torch.nn.Conv2d(64, 64, 7, padding=3, groups=64), (8, 64, 7, 7), 32.0)):
+        traced = trace_module(conv, [torch.randn(*shape)])
+        convs = [c for c in op_costs(traced) if c.kind == "gemm"]
+        assert convs and {c.align for c in convs} == {align}

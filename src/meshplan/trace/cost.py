@@ -20,7 +20,7 @@ from meshplan.cost.records import ALIGN_MAX, OpCost, alignment
 from meshplan.roofline import op_time
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Accelerator
-from meshplan.trace.classes import aten_name
+from meshplan.trace.classes import aten_name, op_class
 from meshplan.trace.graph import Trace, TracedOp
 from meshplan.trace.launches import gpu_kernels
 
@@ -50,7 +50,17 @@ def op_cost(op: TracedOp) -> OpCost:
 def gemm_alignment(op: TracedOp) -> float:
     """The elements that divide every leading dimension and storage offset of a traced GEMM's matrices, as the
     tensors were laid out (records.OpCost.align): a matrix's leading dimension is the stride of its last two dims
-    that is not 1 (a transposed view's is its row count); a vector (a bias) has none. Untraced strides: aligned."""
+    that is not 1 (a transposed view's is its row count); a vector (a bias) has none. Untraced strides: aligned.
+    A convolution's are its channels, its weight's output and per-group input channels: cuDNN moves the tensors to
+    NHWC for the tensor cores (channels innermost) and needs those to be multiples of 8 16-bit elements (NVIDIA cuDNN
+    Developer Guide, "Legacy API", Tensor Core operations, "Data and Filter Formats"), whatever the image's strides.
+    A grouped (depthwise) convolution runs cuDNN's direct kernels, not a tensor-core GEMM: no alignment rule."""
+    if op_class(op) == "conv" and "weight" in op.args:
+        if dict(op.attrs).get("groups", 1) != 1:
+            return ALIGN_MAX
+        weight = op.inputs[op.args.index("weight")]
+        if len(weight.shape) >= 2:
+            return float(alignment(float(weight.shape[0]), float(weight.shape[1])))
     sizes: list[float] = []
     for t in (*op.inputs, *op.outputs):
         if len(t.shape) < 2 or not t.stride:
