@@ -1,5 +1,5 @@
 """GEMMs whose leading dimensions are not 16-byte multiples run at ``Efficiency.unaligned_gemm`` of the aligned rate
-(efficiency.py, "Alignment"), and stacks that pad the vocabulary (``Stack.vocab_multiple``, Megatron-LM's 128 x tp)
+(specs/alignment.py), and stacks that pad the vocabulary (``Stack.vocab_multiple``, Megatron-LM's 128 x tp)
 compute the padded, aligned output layer: the arithmetic of each, the constant's derivation from nanoGPT's padded
 vocabulary (benchmarks/unaligned_gemm.py), and a traced model's alignment read from its tensors' strides."""
 
@@ -20,7 +20,8 @@ from meshplan.cost.embed_head import head_ops
 from meshplan.cost.records import OpCost, alignment, dims
 from meshplan.errors import SpecError
 from meshplan.estimate import estimate
-from meshplan.roofline import compute_time, unaligned_factor
+from meshplan.roofline import compute_time
+from meshplan.specs.alignment import unaligned_factor
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_extras import vocab_shard

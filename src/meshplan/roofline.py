@@ -29,14 +29,12 @@ from __future__ import annotations
 
 from meshplan.comm import all_reduce_traffic
 from meshplan.cost.records import OpCost
+from meshplan.specs.alignment import ALIGNED_BYTES, unaligned_factor
 from meshplan.specs.architectures import async_mma
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Accelerator
 from meshplan.xp import Num, maximum, where
 
-# a GEMM runs at the aligned rate when its leading dimensions are multiples of 16 bytes (efficiency.py, "Alignment")
-ALIGNED_BYTES = 16.0
-WIDE_BYTES = 4.0  # from 4 bytes, narrower vector loads than 16 bytes' but wider than one element's (efficiency.py)
 # bytes per element of a GEMM's operands at each precision (fp32 GEMMs run as TF32 on the tensor cores, 4-byte
 # operands; NVFP4 packs two elements a byte): a leading dimension of ``OpCost.align`` elements is align × this bytes
 ELEMENT_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "mxfp8": 1.0, "fp4": 0.5}
@@ -66,19 +64,10 @@ def _rates(acc: Accelerator, precision: str, eff: Efficiency) -> tuple[Num, Num,
             acc.peak_flops.get("fp32", acc.half_flops / 16) * clock, clock)
 
 
-def unaligned_factor(lead_bytes: Num, acc: Accelerator, eff: Efficiency) -> Num:
-    """Rate of a GEMM whose leading dimensions are multiples of ``lead_bytes`` bytes, relative to an aligned one
-    (efficiency.py, "Alignment"): 1 from 16 bytes; an odd 16-bit dimension's unaligned rate (its own on GPUs with
-    asynchronous MMA); ``unaligned_wide_gain`` times that, at most 1, from 4 bytes."""
-    low = eff.unaligned_gemm_async if async_mma(acc) else eff.unaligned_gemm
-    wide = min(1.0, low * eff.unaligned_wide_gain)
-    return where(lead_bytes >= ALIGNED_BYTES, 1.0, where(lead_bytes >= WIDE_BYTES, wide, low))
-
-
 def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Num:
     """Math time at the sustained clock: GEMMs at the plan's precision with their shape's efficiency (the LM
     head, ``variant="bf16"``, in 16 bits) and, when their leading dimensions are not 16-byte multiples
-    (``op.align`` elements of ``ELEMENT_BYTES``), the unaligned kernels' rate (efficiency.py, "Alignment");
+    (``op.align`` elements of ``ELEMENT_BYTES``), the unaligned kernels' rate (specs/alignment.py);
     attention at a fraction of the 16-bit GEMM rate (flash kernels: the attention efficiency of efficiency.py;
     unfused: batched score GEMMs); element-wise math at the fp32 CUDA-core rate."""
     if op.variant == "ssd":  # priced by its measured streaming rate (memory_time)
@@ -87,7 +76,7 @@ def compute_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) 
     if op.kind == "gemm":
         element = 2.0 if op.variant == "bf16" else ELEMENT_BYTES.get(precision, 2.0)
         rate = gemm16 if op.variant == "bf16" else gemm
-        if element < 2.0:  # an 8-bit GEMM whose leading dims do not align runs in 16 bits (efficiency.py, "Alignment")
+        if element < 2.0:  # an 8-bit GEMM whose leading dims do not align runs in 16 bits (specs/alignment.py)
             rate, element = where(op.align * element >= ALIGNED_BYTES, rate, gemm16), 2.0
         aligned = unaligned_factor(op.align * element, acc, eff)
         return op.flops / (rate * eff.gemm_efficiency(op.m, op.n, op.k, acc.num_sms, op.groups) * aligned)

@@ -76,7 +76,7 @@ class OpCost:
     kernels: Num = 1.0
     # a GEMM: the elements, a power of two up to ``ALIGN_MAX``, that divide every leading dimension of its operands
     # and result (row-major activations: the weight's two dims, in every pass; never the token count), which sets
-    # whether the library's 16-byte-aligned tensor-core kernels can run it (roofline.compute_time, efficiency.py)
+    # whether the library's 16-byte-aligned tensor-core kernels can run it (roofline.compute_time, specs/alignment.py)
     align: Num = 32.0
 
 

@@ -51,7 +51,7 @@ def edge_ops(model: ModelSpec, sh: Shape, first: Num, last: Num) -> list[OpCost]
             *serve_head_extra_ops(model, sh, sampled, last),
             stream("head/norm", model.final_norm * last * 4 * ACT_BYTES * sampled * h),
             # the engines pad the output layer (vLLM's ParallelLMHead to a multiple of 64): its GEMM is aligned
-            # (records.OpCost.align's default; efficiency.py, "Alignment")
+            # (records.OpCost.align's default; specs/alignment.py)
             sixteen_bit(gemm("head/logits", sampled * last, h, v / t, ACT_BYTES, ACT_BYTES)),
             collective("head/gather", "all_gather", last * sampled * v * ACT_BYTES, "tp", t),
             stream("head/sample", last * sampled * v * (ACT_BYTES + 2 * 4))]

@@ -38,21 +38,7 @@ GEMMs at ``nvfp4_gemm`` = 1.81 × that rate (same measurement), at most the FP4 
 block-scaled format (an amax and a scale per block, row-wise and column-wise) takes ``block_scaled_cast`` = 1.8 × the
 time per byte of a per-tensor cast (same measurement, autocast minus pre-quantized).
 
-Alignment. The tensor-core kernels cuBLAS picks first load operands in 16-byte vectors, so every leading dimension
-must be a multiple of 16 bytes (8 fp16 / bf16 elements; NVIDIA "Matrix Multiplication Background User's Guide",
-§"Tensor Core Requirements"); otherwise narrower-load kernels run the GEMM at ``unaligned_gemm`` of the aligned rate.
-Row-major activations make the weight's two dims the leading ones in all three passes (``OpCost.align``; a traced GEMM
-reads its tensors' strides). An unaligned FP8 GEMM runs in 16 bits (Transformer Engine asserts fp8 dims divisible by
-16; torchtitan's quantization/utils.py keeps such linears in bf16). Derived, not fitted: padding GPT-2's vocabulary
-50257 -> 50304 made nanoGPT "about 25% faster" (karpathy/nanoGPT 77e7e04c, bench.py, A100, torch.compile), and only
-the output layer's GEMMs changed, so their rate r solves H/r - H = 0.25 T on meshplan's aligned step T and head GEMMs
-H: 0.377 (benchmarks/unaligned_gemm.py; an A100's, applied on every GPU without asynchronous MMA). Measured on an
-H200 (benchmarks/unaligned_gemm_gpu.py, data/measured/gpu/2026-11-26-nvidia-h200-unaligned-gemm.json: the three passes
-of 5 shapes, vocabularies 50,257 and 32,001 and a width of 2,047, twice): cuBLAS runs an odd leading dimension with
-Turing-era align1 kernels (sm75 mma.sync) at ``unaligned_gemm_async`` = 0.170 of the aligned rate (median of the
-passes' time-weighted ratios, 0.160-0.184), and a leading dimension of 4 or 8 bytes (50,258, 50,260) at 0.326, so
-``unaligned_wide_gain`` = 1.92 × the 2-byte rate, applied on every GPU (at most the aligned rate). The A100's nanoGPT
-figure is an odd dimension's. Megatron pads the vocabulary: ``Stack.vocab_multiple``.
+Alignment (``unaligned_gemm``, ``unaligned_gemm_async``, ``unaligned_wide_gain``): specs/alignment.py.
 
 Attention (FlashAttention-2, Dao 2023, Fig. 4–5: forward 50–73 % of A100 peak, backward lower; FlashAttention-3, Shah
 et al. 2024, abstract: 75 % of H100 peak forward at d = 128, FA2 only 35 % on H100): the softmax, exponentials and
@@ -178,13 +164,9 @@ class Efficiency:
     overlap_slowdown: float = 0.189  # compute slowdown while communication overlaps it (Lee et al. 2025: 18.9 %)
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
     gemm_k0: float = 64.0  # per-tile fixed cost, in units of reduction depth (one 64-deep k-block of CUTLASS)
-    unaligned_gemm: float = 0.377  # leading dims not 16-byte multiples: benchmarks/unaligned_gemm.py (docstring)
-    # the same on a GPU with asynchronous MMA (Hopper, Blackwell), whose fast GEMMs load through TMA: cuBLAS falls back
-    # to sm75 mma.sync kernels (cutlass_75_tensorop_bf16_s1688gemm_*_align1), measured on an H200 (docstring)
-    unaligned_gemm_async: float = 0.170
-    # a leading dimension of 4 or 8 bytes (an even count of 16-bit elements) runs this many times the 2-byte rate, at
-    # most the aligned one: the H200's 0.326 over its 0.170 (docstring)
-    unaligned_wide_gain: float = 0.326 / 0.170
+    unaligned_gemm: float = 0.377  # leading dims not 16-byte multiples: specs/alignment.py
+    unaligned_gemm_async: float = 0.170  # the same with asynchronous MMA: an H200's (specs/alignment.py)
+    unaligned_wide_gain: float = 0.326 / 0.170  # 4- and 8-byte leading dims over odd ones: the H200's
     attention_bwd: float = 0.8  # backward / forward kernel rate (FA2 Fig. 4-5, FA3 Fig. 5-6)
     # head dimension at which the per-score softmax work equals the matmuls' (module docstring: FA3 Fig. 5, H100)
     attention_d0: float = 128 * (1 - 497 / 648) / (2 * 497 / 648 - 1)  # FlashAttention-3 / cuDNN class: 55.9
