@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -217,6 +218,22 @@ def floors_section(found: list[tuple[str, str, dict]]) -> list[str]:
     return lines + [""]
 
 
+def breakdown_section() -> list[str]:
+    """GPT-2's eager iteration on the H200 by kernel family beside meshplan's ops (gpt2_breakdown_gpu.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import gpt2_breakdown_gpu as gb
+
+    return ["## Where an iteration's time goes", "",
+            "GPT-2 (124M, 12 x 1024 tokens, vocabulary 50,304, fused AdamW) in eager PyTorch on the H200: its CUDA "
+            "kernels summed by family (`profile` of data/measured/gpu/2026-11-26-nvidia-h200-unaligned-gemm.json) "
+            "beside meshplan's ops under `--framework pytorch-fsdp` (benchmarks/gpt2_breakdown_gpu.py). The totals "
+            "agree better than the families: the fitted `gemm` and `attention` rates (efficiency.py) carry time that "
+            "the kernels themselves do not take; the copy family holds the logits' fp32 upcast, which meshplan "
+            "prices in its loss, and the layout copies around attention, which no op of meshplan's carries, as it "
+            "underprices the LayerNorm and bias gradients; meshplan's optimizer time is mostly the host's "
+            "(optimizer/host), which the GPU's kernels do not show.", "", *gb.table(), ""]
+
+
 def render() -> str:
     found = runs()
     first = found[0][2]
@@ -234,7 +251,7 @@ def render() -> str:
              for code, (text, stack) in stacks().items()]
     head += ["", "RUNS: " + "; ".join(sorted({f"{run} = {data['file']}" for run, _, data in found})) + "."]
     return "\n".join(head + ["", *passes_section(found), *layer_section(found), *host_section(found),
-                             *floors_section(found)])
+                             *floors_section(found), *breakdown_section()])
 
 
 def main(argv: list[str] | None = None) -> int:
