@@ -6,7 +6,8 @@ one dated JSON file that tests/test_gemm_alignment.py reads (no GPU at test time
 
     python benchmarks/unaligned_gemm_gpu.py --out data/measured/gpu/<date>-<gpu>-unaligned-gemm.json
 
-Three parts, each written to the file as soon as it is done (a later one that runs out of time leaves the others):
+Its parts (``--parts``), each written to the file as soon as it is done (a later one that runs out of time leaves
+the others):
 
     gemms   for each (M, K, N): y = x Wᵀ with x [M, K], W [N, K] row-major as torch.nn.Linear holds it, timed as its
             forward (x Wᵀ), input gradient (dy W, the contraction over N) and weight gradient (dyᵀ x), each the
@@ -15,9 +16,15 @@ Three parts, each written to the file as soon as it is done (a later one that ru
             when N is a multiple of 8.
     loss    cross-entropy forward + backward over fp32 logits [M, N] for the same vocabularies (the loss kernels lose
             their vector loads on odd rows too).
-    steps   one training iteration of GPT-2 (12 layers of 768, 1024 tokens, micro-batch 12, bf16 weights, fused AdamW),
+    eager, compiled
+            one training iteration of GPT-2 (12 layers of 768, 1024 tokens, micro-batch 12, bf16 weights, fused AdamW),
             eager and under torch.compile (the whole model, as nanoGPT's bench.py), with vocabulary 50,257 and 50,304:
             wall-clock medians (small_work_gpu._median_pass).
+    compiled_linear
+            one linear layer's forward and backward at both vocabularies, eager and under torch.compile, with
+            Inductor's padding settings (``shape_padding``, on by default since PyTorch 2.1: pytorch/pytorch#101915).
+    profile the CUDA kernels of one eager iteration at each vocabulary and one compiled at 50,304 (torch.profiler),
+            by name with their launches and summed seconds (benchmarks/gpt2_breakdown_gpu.py reads them).
 """
 
 from __future__ import annotations
@@ -182,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    out = {"machine": sw.machine(torch), "method": __doc__.split("\n\n")[2].strip()}
+    out = {"machine": sw.machine(torch), "method": __doc__.split("\n\n", 2)[2].strip()}
     parts = args.parts.split(",")
     jobs = {"gemms": lambda: gemms(torch, args.reps), "loss": lambda: losses(torch, args.reps),
             "eager": lambda: steps(torch, False, 10), "compiled": lambda: steps(torch, True, 10),
