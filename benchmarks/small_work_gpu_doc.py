@@ -219,19 +219,21 @@ def floors_section(found: list[tuple[str, str, dict]]) -> list[str]:
 
 
 def breakdown_section() -> list[str]:
-    """GPT-2's eager iteration on the H200 by kernel family beside meshplan's ops (gpt2_breakdown_gpu.py)."""
+    """Eager iterations on the H200 by kernel family beside meshplan's ops (benchmarks/breakdown_gpu.py)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import gpt2_breakdown_gpu as gb
+    import breakdown_gpu as bg
 
     return ["## Where an iteration's time goes", "",
-            "GPT-2 (124M, 12 x 1024 tokens, vocabulary 50,304, fused AdamW) in eager PyTorch on the H200: its CUDA "
-            "kernels summed by family (`profile` of data/measured/gpu/2026-11-26-nvidia-h200-unaligned-gemm.json) "
-            "beside meshplan's ops under `--framework pytorch-fsdp` (benchmarks/gpt2_breakdown_gpu.py). The totals "
-            "agree better than the families: the fitted `gemm` and `attention` rates (efficiency.py) carry time that "
-            "the kernels themselves do not take; the copy family holds the logits' fp32 upcast, which meshplan "
-            "prices in its loss, and the layout copies around attention, which no op of meshplan's carries, as it "
-            "underprices the LayerNorm and bias gradients; meshplan's optimizer time is mostly the host's "
-            "(optimizer/host), which the GPU's kernels do not show.", "", *gb.table(), ""]
+            "Eager training iterations on the H200 (PyTorch 2.11, bf16 weights, fused AdamW), their CUDA kernels "
+            "profiled and summed by family, beside meshplan's ops under `--framework pytorch-fsdp` on one GPU "
+            "(benchmarks/breakdown_gpu.py: GPT-2 from data/measured/gpu/2026-11-26-nvidia-h200-unaligned-gemm.json, "
+            "Hugging Face Llama shapes from 2026-11-26-nvidia-h200-llama-profile.json). Each cell is measured / "
+            "meshplan. The iterations agree better than their families: the fitted `gemm` and `attention` rates "
+            "(efficiency.py, fitted on whole published steps) carry time the kernels themselves do not take on one "
+            "GPU (PyTorch 2.11's SDPA runs cuDNN's kernels here, not the FlashAttention-2 the preset names), while "
+            "the memory-bound rest (norms, activations, rotary embeddings, layout copies, the loss) takes longer "
+            "than meshplan's ops; meshplan's optimizer time is mostly the host's (optimizer/host), which the GPU's "
+            "kernels do not show.", "", *bg.table(), ""]
 
 
 def render() -> str:

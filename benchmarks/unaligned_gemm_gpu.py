@@ -24,7 +24,7 @@ the others):
             one linear layer's forward and backward at both vocabularies, eager and under torch.compile, with
             Inductor's padding settings (``shape_padding``, on by default since PyTorch 2.1: pytorch/pytorch#101915).
     profile the CUDA kernels of one eager iteration at each vocabulary and one compiled at 50,304 (torch.profiler),
-            by name with their launches and summed seconds (benchmarks/gpt2_breakdown_gpu.py reads them).
+            by name with their launches and summed seconds (benchmarks/breakdown_gpu.py reads them).
 """
 
 from __future__ import annotations
