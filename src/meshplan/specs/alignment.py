@@ -35,6 +35,8 @@ def unaligned_factor(lead_bytes: Num, acc: object, eff: Efficiency) -> Num:
     """Rate of a GEMM whose leading dimensions are multiples of ``lead_bytes`` bytes, relative to an aligned one: 1
     from 16 bytes; an odd 16-bit dimension's unaligned rate (its own on GPUs with asynchronous MMA);
     ``unaligned_wide_gain`` times that, at most 1, from 4 bytes."""
+    if type(lead_bytes) in (int, float) and lead_bytes >= ALIGNED_BYTES:  # the common case, off the search's hot path
+        return 1.0
     low = eff.unaligned_gemm_async if async_mma(acc) else eff.unaligned_gemm
     wide = min(1.0, low * eff.unaligned_wide_gain)
     return where(lead_bytes >= ALIGNED_BYTES, 1.0, where(lead_bytes >= WIDE_BYTES, wide, low))
