@@ -51,7 +51,9 @@ class SourceDefaults:
 # PyTorch's scaled_dot_product_attention picks its FlashAttention-2 backend on Hopper and Blackwell; cuDNN's kernel
 # comes first only from PyTorch 2.11, whose pip wheels bundle a cuDNN that passes sdp_utils.cpp's
 # check_prefer_cudnn_attention (cuDNN > 9.15; pytorch/pytorch#138522 had made it opt-in after the 2.5 bugs). A
-# stack built against another cuDNN (an NGC container) may differ; the records rarely say which.
+# stack built against another cuDNN (an NGC container) may differ; the records rarely say which. Seen on a lent H200:
+# PyTorch 2.11.0+cu130 (cuDNN 9.19) ran SDPA's causal forward and backward as cuDNN's sm90 kernels
+# (data/measured/gpu/2026-11-26-nvidia-h200-unaligned-gemm.json, "profile").
 SDPA_CUDNN_FROM = (2, 11)
 SDPA = ("PyTorch SDPA (FlashAttention-2 on Hopper and Blackwell: sdp_utils.cpp check_prefer_cudnn_attention puts cuDNN "
         "first only with the cuDNN > 9.15 that PyTorch 2.11 bundles)")
