@@ -6,7 +6,8 @@ The measurements (profiled iterations in eager PyTorch 2.11, bf16 weights, fused
   unaligned-gemm.json (benchmarks/unaligned_gemm_gpu.py), priced under ``--framework pytorch-fsdp`` without FSDP;
 - two Hugging Face Llama shapes (transformers' LlamaForCausalLM, SDPA attention, GQA, untied head):
   data/measured/gpu/2026-11-26-nvidia-h200-llama-profile.json (benchmarks/llama_profile_gpu.py), priced the same way
-  on the llama2-7b preset at their shapes.
+  on the llama2-7b preset at their shapes (the last, four layers of Llama-2-7B at 16,384 tokens, in a second call
+  whose GPU drew 625 W at 1,691 MHz on average while busy: the 700 W limit throttled it from 1,980 MHz).
 Kernels fall into four families by name: GEMMs (cuBLAS's nvjet and CUTLASS kernels), attention (cuDNN's SDPA),
 the optimizer (the fused AdamW's multi-tensor kernels) and everything else (norms, activations, rotary embeddings,
 copies, the loss: memory-bound kernels); meshplan's op records by their kind and name the same way.
@@ -62,9 +63,12 @@ def _plan(batch: int) -> Plan:
     return Plan(micro_batch=batch, global_batch=batch, zero=0, recompute="none", precision="bf16", optimizer="adamw")
 
 
-def runs() -> list[tuple[str, dict[str, float], Estimate, float]]:
-    """(name, measured seconds per family, meshplan's estimate, measured wall seconds) per profiled iteration."""
-    stack, cluster = load_stack("pytorch-fsdp").with_(fsdp="none"), load_system("h200").cluster(1)
+def runs(attention_kernel: str = "") -> list[tuple[str, dict[str, float], Estimate, float]]:
+    """(name, measured seconds per family, meshplan's estimate, measured wall seconds) per profiled iteration, priced
+    with the preset's attention family (cuDNN's, which PyTorch 2.11 ran) or another (``fa2``: releases before)."""
+    stack = load_stack("pytorch-fsdp").with_(fsdp="none")
+    stack = stack.with_(attention_kernel=attention_kernel) if attention_kernel else stack
+    cluster = load_system("h200").cluster(1)
     gpt2 = next(p for p in json.loads(GPT2.read_text())["profile"] if p["vocab"] == 50304 and not p["compiled"])
     wall = [r["wall_s"] for c in json.loads(GPT2.read_text())["calls"] for r in c["eager"] if r["vocab"] == 50304]
     model = replace(load_model("gpt2"), vocab_size=50304, dropout=False)
@@ -83,14 +87,15 @@ def runs() -> list[tuple[str, dict[str, float], Estimate, float]]:
 
 def table() -> list[str]:
     """Per iteration: each family's measured kernel time against meshplan's, then the wall clock against the step."""
-    lines = ["| iteration | " + " | ".join(FAMILIES) + " | kernels in all | wall clock |",
-             "|---|" + "---:|" * (len(FAMILIES) + 2)]
-    for name, got, est, wall in runs():
+    lines = ["| iteration | " + " | ".join(FAMILIES) + " | kernels in all | wall clock | meshplan with "
+             "FlashAttention-2 (PyTorch before 2.11) |", "|---|" + "---:|" * (len(FAMILIES) + 3)]
+    for (name, got, est, wall), (_, _, fa2, _) in zip(runs(), runs("fa2"), strict=True):
         want = predicted(est)
         cells = [f"{got[f] * 1e3:.1f} / {want[f] * 1e3:.1f} ms" for f in FAMILIES]
         total = f"{sum(got.values()) * 1e3:.1f} / {sum(want.values()) * 1e3:.1f} ms"
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {total} | {wall * 1e3:.1f} / "
-                     f"{est.step_time * 1e3:.1f} ms ({est.step_time / wall - 1:+.1%}) |")
+                     f"{est.step_time * 1e3:.1f} ms ({est.step_time / wall - 1:+.1%}) | "
+                     f"{fa2.step_time * 1e3:.1f} ms ({fa2.step_time / wall - 1:+.1%}) |")
     return lines
 
 

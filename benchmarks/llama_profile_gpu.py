@@ -23,6 +23,8 @@ import unaligned_gemm_gpu as ug  # noqa: E402
 
 # (hidden, layers, heads, kv heads, ffn, vocabulary, micro-batch, sequence)
 SHAPES = ((1024, 8, 16, 4, 4096, 32000, 8, 1024), (2048, 16, 32, 8, 8192, 32000, 4, 2048))
+# ``--long``: four layers of Llama-2-7B's shape at 16,384 tokens, where attention is most of the layer
+LONG = ((4096, 4, 32, 32, 11008, 32000, 1, 16384),)
 
 
 def measure(torch, shape: tuple) -> dict:
@@ -52,13 +54,14 @@ def measure(torch, shape: tuple) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
+    parser.add_argument("--long", action="store_true", help="the LONG shapes instead of SHAPES")
     args = parser.parse_args(argv)
     import torch
     import transformers
 
     out = {"machine": sw.machine(torch) | {"transformers": transformers.__version__},
            "method": __doc__.split("\n\n", 2)[2].strip(), "rows": []}
-    for shape in SHAPES:
+    for shape in LONG if args.long else SHAPES:
         out["rows"].append(measure(torch, shape))
         torch.cuda.empty_cache()
         row = out["rows"][-1]

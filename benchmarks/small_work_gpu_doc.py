@@ -228,12 +228,13 @@ def breakdown_section() -> list[str]:
             "profiled and summed by family, beside meshplan's ops under `--framework pytorch-fsdp` on one GPU "
             "(benchmarks/breakdown_gpu.py: GPT-2 from data/measured/gpu/2026-11-26-nvidia-h200-unaligned-gemm.json, "
             "Hugging Face Llama shapes from 2026-11-26-nvidia-h200-llama-profile.json). Each cell is measured / "
-            "meshplan. The iterations agree better than their families: the fitted `gemm` and `attention` rates "
-            "(efficiency.py, fitted on whole published steps) carry time the kernels themselves do not take on one "
-            "GPU (PyTorch 2.11's SDPA runs cuDNN's kernels here, not the FlashAttention-2 the preset names), while "
-            "the memory-bound rest (norms, activations, rotary embeddings, layout copies, the loss) takes longer "
-            "than meshplan's ops; meshplan's optimizer time is mostly the host's (optimizer/host), which the GPU's "
-            "kernels do not show.", "", *bg.table(), ""]
+            "meshplan; the preset prices SDPA as cuDNN's kernels, which PyTorch 2.11 ran here, and the last column "
+            "as FlashAttention-2, which releases before 2.11 run on Hopper. The iterations agree better than their "
+            "families: the fitted `gemm` and `attention` rates (efficiency.py, fitted on whole published steps) "
+            "carry time the kernels themselves do not take on one GPU, while the memory-bound rest (norms, "
+            "activations, rotary embeddings, layout copies, the loss) takes longer than meshplan's ops; meshplan's "
+            "optimizer time is mostly the host's (optimizer/host), which the GPU's kernels do not show.", "",
+            *bg.table(), ""]
 
 
 def render() -> str:

@@ -55,6 +55,9 @@ class SourceDefaults:
 # PyTorch 2.11.0+cu130 (cuDNN 9.19) ran SDPA's causal forward and backward as cuDNN's sm90 kernels
 # (data/measured/gpu/2026-11-26-nvidia-h200-unaligned-gemm.json, "profile").
 SDPA_CUDNN_FROM = (2, 11)
+# The pytorch-fsdp preset describes PyTorch 2.11+ (cuDNN's attention); the records' profiles default to the releases
+# before it, FlashAttention-2, unless the record names its release (map_kernels._sdpa_kernel)
+SDPA_ERA = load_stack("pytorch-fsdp").with_(attention_kernel="fa2")
 SDPA = ("PyTorch SDPA (FlashAttention-2 on Hopper and Blackwell: sdp_utils.cpp check_prefer_cudnn_attention puts cuDNN "
         "first only with the cuDNN > 9.15 that PyTorch 2.11 bundles)")
 
@@ -119,7 +122,7 @@ def pytorch_fsdp(name: str, match: str, fsdp: str, grad_bytes: int, who: str) ->
     """A PyTorch-native FSDP stack (the pytorch-fsdp preset with this FSDP): full shard with prefetch, SDPA
     attention, F.cross_entropy in eager autograd, element-wise kernels in eager PyTorch unless torch.compile is
     stated, sequence parallelism inside a TP plan, no recompute unless stated."""
-    return SourceDefaults(name, match, load_stack("pytorch-fsdp").with_(fsdp=fsdp), None, 3, grad_bytes, "none",
+    return SourceDefaults(name, match, SDPA_ERA.with_(fsdp=fsdp), None, 3, grad_bytes, "none",
                           f"{who}; full shard with prefetch, {SDPA} attention, F.cross_entropy in eager autograd, "
                           "element-wise kernels in eager PyTorch unless torch.compile is stated, sequence parallelism "
                           "inside a TP plan, no recompute unless stated", sdpa=True)
@@ -252,7 +255,7 @@ SOURCES: tuple[SourceDefaults, ...] = (
     # the gradients are fp32 (torch/amp/grad_scaler.py unscales fp32 .grad tensors). First record: the 1-GPU baseline
     # of kadamrahul18/GPT2-Optimization (src/gpt2.py, run_type baseline).
     SourceDefaults("plain PyTorch", r"^(?!.*(?:megatron|deepspeed)).*plain pytorch",
-                   load_stack("pytorch-fsdp").with_(fsdp="none"), None, 0, 4, "none",
+                   SDPA_ERA.with_(fsdp="none"), None, 0, 4, "none",
                    "plain PyTorch training loops (torch.cuda.amp, DDP): the pytorch-fsdp preset's eager kernels and "
                    "host cost without FSDP, no sharding unless stated, fp32 gradients under AMP", sdpa=True),
     pytorch_fsdp("PyTorch FSDP", r"^(?!.*megatron).*(?:pytorch\W{0,3}fsdp|\bhsdp\b|fms[-_]fsdp)", "fsdp1", 2,
