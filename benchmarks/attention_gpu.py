@@ -1,45 +1,31 @@
 """Flash attention measured on a GPU: PyTorch SDPA's cuDNN and FlashAttention-2 backends, forward and backward, over
 head dimension, sequence length and the causal mask, at a fixed token count and width, the shapes a training step's
 ``attn/core`` records price (efficiency.py, "Attention"). Run where a GPU is lent; writes one dated JSON file that
-benchmarks/attention_gpu_doc.py and tests read (no GPU at test time).
+tests/test_attention_gpu.py reads (no GPU at test time).
 
     python benchmarks/attention_gpu.py --out data/measured/gpu/<date>-<gpu>-attention.json
 
 Each row: backend (cudnn | flash), head dim d, keys T, batch B = TOKENS / T, heads h = WIDTH / d, causal; the forward
 alone (no autograd graph) and the forward + backward (``out.backward(grad)``), each the median of ``reps`` CUDA-event
-timings after 3 warm-ups; the backward is their difference. FLOPs as meshplan counts them: forward 4·B·h·T²·d, halved
-under the causal mask; backward 2.5 × the forward.
+timings after warm-ups (unaligned_gemm_gpu._time; the data file's run took 3); the backward is their difference. FLOPs
+as meshplan counts them: forward 4·B·h·T²·d, halved under the causal mask; backward 2.5 × the forward.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import small_work_gpu as sw  # noqa: E402  (the machine description)
+from unaligned_gemm_gpu import _time  # noqa: E402  (CUDA-event medians)
 
 TOKENS = 16384
 WIDTH = 2048
 HEAD_DIMS = (64, 128)
 KEYS = (512, 1024, 2048, 4096, 8192, 16384)
-
-
-def _time(torch, fn, reps: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e-3)
-    return statistics.median(times)
 
 
 def measure(torch, backend, d: int, keys: int, causal: bool, reps: int) -> dict:
