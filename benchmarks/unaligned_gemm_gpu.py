@@ -91,7 +91,9 @@ def losses(torch, reps: int, m: int = 12288) -> list[dict]:
     return [_loss(torch, m, n, reps) for n in VOCABS + (32000, 32001)]
 
 
-def _step(torch, vocab: int, compiled: bool, reps: int, batch: int, seq: int) -> dict:
+def _iteration(torch, vocab: int, compiled: bool, batch: int, seq: int):
+    """One GPT-2 training iteration (forward, backward, fused AdamW) as a callable, whole-model compiled or eager."""
+    sw.HEAD_DIM.setdefault(768, 64)
     torch.manual_seed(0)
     model = sw.gpt(torch, 768, 12, seq, vocab).to("cuda", torch.bfloat16)
     run = torch.compile(model) if compiled else model
@@ -103,6 +105,11 @@ def _step(torch, vocab: int, compiled: bool, reps: int, batch: int, seq: int) ->
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    return step
+
+
+def _step(torch, vocab: int, compiled: bool, reps: int, batch: int, seq: int) -> dict:
+    step = _iteration(torch, vocab, compiled, batch, seq)
     start = time.perf_counter()
     step()
     torch.cuda.synchronize()
@@ -153,27 +160,15 @@ def _kernels(torch, step) -> list[dict]:
 
 def profiles(torch, batch: int = 12, seq: int = 1024) -> list[dict]:
     """The kernels of one GPT-2 training iteration (as ``steps``), eager at both vocabularies and compiled aligned."""
-    sw.HEAD_DIM.setdefault(768, 64)
     rows = []
     for vocab, compiled in ((50304, False), (50257, False), (50304, True)):
-        torch.manual_seed(0)
-        model = sw.gpt(torch, 768, 12, seq, vocab).to("cuda", torch.bfloat16)
-        run = torch.compile(model) if compiled else model
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-        tokens = torch.randint(0, vocab, (batch, seq), device="cuda")
-
-        def step(run=run, opt=opt, tokens=tokens):
-            run(tokens, tokens).backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
-        rows.append({"vocab": vocab, "compiled": compiled, "kernels": _kernels(torch, step)})
+        rows.append({"vocab": vocab, "compiled": compiled,
+                     "kernels": _kernels(torch, _iteration(torch, vocab, compiled, batch, seq))})
         torch.cuda.empty_cache()
     return rows
 
 
 def steps(torch, compiled: bool, reps: int, batch: int = 12, seq: int = 1024) -> list[dict]:
-    sw.HEAD_DIM.setdefault(768, 64)
     rows = []
     for vocab in VOCABS:
         rows.append(_step(torch, vocab, compiled, reps, batch, seq))
