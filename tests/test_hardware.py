@@ -13,8 +13,9 @@ from meshplan.fields import MAX_LISTED
 from meshplan.specs.hardware import PRECISIONS, Cluster, System, load_system, system_names
 from meshplan.units import GiB, MiB
 
-PRESETS = ("a100", "a100-40gb", "a800", "b200", "b300", "gb200", "gb300", "gh200", "h100", "h100-96gb", "h100-meta-24k",
-           "h100-pcie", "h20", "h200", "h800", "l40s", "mi250x", "mi300x", "mi325x", "mi355x", "rtx-pro-6000", "v100")
+PRESETS = ("a100", "a100-40gb", "a800", "b200", "b300", "dgx1-v100", "gb200", "gb300", "gh200", "h100", "h100-96gb",
+           "h100-meta-24k", "h100-pcie", "h20", "h200", "h800", "l40s", "mi250x", "mi300x", "mi325x", "mi355x",
+           "rtx-pro-6000", "v100")
 
 
 def test_system_names_lists_every_preset():
@@ -32,7 +33,7 @@ def test_every_preset_loads(name):
     assert acc.tdp_watts > 0 and acc.num_sms > 0
     # Sanity of orders of magnitude: HBM faster than NVLink, NVLink faster than the per-GPU NIC share.
     assert acc.hbm_bandwidth > acc.nvlink_bandwidth > net.scale_out_bandwidth
-    assert 16 * GiB < acc.hbm_bytes < 300 * GiB
+    assert 15 * GiB < acc.hbm_bytes < 300 * GiB  # the V100 SXM2 16GB exposes 15.8 GiB
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -48,6 +49,7 @@ def test_latencies_are_the_same_in_every_preset(name):
 # name -> dense bf16 FLOP/s per GPU, as quoted in the preset comments.
 DENSE_BF16 = {
     "v100": 125e12,      # fp16 tensor peak (DGX-2 2 PFLOPS / 16); Volta has no bf16, the entry is a stand-in
+    "dgx1-v100": 125e12,  # V100 datasheet SXM2 tensor performance 125 TFLOPS (fp16; bf16 is the stand-in)
     "a100-40gb": 312e12,  # A100 datasheet BF16 312 | 624*
     "a100": 312e12,      # same GA100 part
     "h100": 989e12,      # H100 datasheet (SXM) 1,979* / 2 = 989.5, quoted as 989
@@ -118,7 +120,7 @@ def test_dense_fp4_peak(name, fp4):
     assert load_system(name).accelerator.flops("fp4") == pytest.approx(fp4)
 
 
-@pytest.mark.parametrize("name", ["v100", "a100", "a100-40gb"])
+@pytest.mark.parametrize("name", ["v100", "dgx1-v100", "a100", "a100-40gb"])
 def test_pre_hopper_parts_have_no_fp8(name):
     with pytest.raises(SpecError, match="fp8"):
         load_system(name).accelerator.flops("fp8")

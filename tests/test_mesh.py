@@ -98,7 +98,7 @@ def test_the_nvlink_domain_override_resizes_tier_zero():
      "tiers[1]: tier net: oversubscription=0.5 is outside 1 … 1,000"),
     ('[[network.tiers]]\nname = "nvlink"\nsize = 8\nlatency = "3 us"\n'
      '[[network.tiers]]\nname = "net"\nbandwidth = "50 GB/s"\nlatency = "5 us"\nspeed = 3\n',
-     "tiers[1]: unknown field 'speed' (known: bandwidth, latency, name, oversubscription, size, source)"),
+     "tiers[1]: unknown field 'speed' (known: bandwidth, latency, name, oversubscription, peers, size, source)"),
     ('[[network.tiers]]\nname = "nvlink"\nsize = 8\nlatency = "3 us"\n'
      '[[network.tiers]]\nname = "net"\nbandwidth = "50 GB"\nlatency = "5 us"\n', "bandwidth"),
     ('nic_latency = "5 us"\n[[network.tiers]]\nname = "nvlink"\nsize = 8\nlatency = "3 us"\n'

@@ -34,6 +34,7 @@ from meshplan.comm import split_time
 from meshplan.protocols import protocol_times, tier0_latency
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Accelerator, Cluster
+from meshplan.specs.mesh import group_bandwidth
 from meshplan.xp import Num, maximum, minimum, where
 
 
@@ -43,7 +44,7 @@ def custom_kernel(nbytes: Num, group: Num, latency: float, bandwidth: float) -> 
     return latency + 2 * (g - 1) / g * nbytes / bandwidth
 
 
-def nvlink_all_reduce(nbytes: Num, group: Num, busbw: float, acc: Accelerator, custom: bool = True,
+def nvlink_all_reduce(nbytes: Num, group: Num, busbw: Num, acc: Accelerator, custom: bool = True,
                       latency: float | None = None) -> Num:
     """An all-reduce inside tier 0: the fastest protocol, where the engines' kernel runs (``custom``) and is
     measured (``acc.allreduce_bandwidth`` > 0) at least the measured time, and past the largest size measured (m) each
@@ -72,7 +73,7 @@ def tp_all_reduce(nbytes: Num, group: Num, parts: list[Num], cluster: Cluster, e
     tiers as ``parts`` (comm.split_group): inside tier 0 (no part beyond it) NCCL's protocols, with the engines'
     measured kernels where ``custom`` (``nvlink_all_reduce``); comm.py's ring beyond it."""
     tier = cluster.tiers[0]
-    inside = nvlink_all_reduce(nbytes, group, tier.bandwidth * eff.link(0), cluster.accelerator, custom,
+    inside = nvlink_all_reduce(nbytes, group, group_bandwidth(tier, group) * eff.link(0), cluster.accelerator, custom,
                                tier0_latency(cluster))
     outside = split_time("all_reduce", nbytes, group, parts, cluster, eff)
     spans = reduce(lambda a, b: a * b, [np.asarray(p) for p in parts[1:]], np.asarray(1.0))  # ranks beyond tier 0

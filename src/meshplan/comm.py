@@ -50,6 +50,7 @@ import numpy as np
 from meshplan.protocols import NCCL_KINDS, PROTOCOLS, tier0_time
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
+from meshplan.specs.mesh import group_bandwidth
 from meshplan.xp import Num, ceil_log2, maximum, minimum, where
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "p2p")
@@ -187,7 +188,8 @@ def _tier0(kind: str, nbytes: Num, group: Num, parts: list[Num], cluster: Cluste
 
 def _alpha_beta(kind: str, nbytes: Num, group: Num, parts: list[Num], cluster: Cluster, eff: Efficiency) -> Num:
     """``split_time`` under the α-β model (the module docstring's formulas)."""
-    bandwidths = [t.bandwidth * eff.link(i) for i, t in enumerate(cluster.tiers)]
+    bandwidths = [group_bandwidth(t, g) * eff.link(i) for i, (t, g) in enumerate(zip(cluster.tiers, parts,
+                                                                                       strict=True))]
     latencies = [t.latency for t in cluster.tiers]
     if kind == "all_reduce":
         return _all_reduce(nbytes, parts, bandwidths, latencies) + base_latency(kind, parts)
@@ -240,7 +242,7 @@ def ring_hops(parts: Sequence[Num]) -> list[Num]:
     return [outer[i] - outer[i + 1] for i in range(len(parts))]
 
 
-def _scatter_gather(n: Num, parts: Sequence[Num], bw: Sequence[float], lat: Sequence[float]) -> Num:
+def _scatter_gather(n: Num, parts: Sequence[Num], bw: Sequence[Num], lat: Sequence[float]) -> Num:
     """Σ_i h_i·α_i + (g_i-1)/g_i · n_i / B_i, with n_i = n / Π_{j<i} g_j and h_i the ring's hops across tier i
     (``ring_hops``): NCCL runs these as one ring over all g ranks, whose channels each leave a node through a
     different NIC, so the bytes split by tier as in the hierarchical scheme but every member is a latency step."""
@@ -252,7 +254,7 @@ def _scatter_gather(n: Num, parts: Sequence[Num], bw: Sequence[float], lat: Sequ
     return total
 
 
-def _all_reduce(n: Num, parts: Sequence[Num], bw: Sequence[float], lat: Sequence[float]) -> Num:
+def _all_reduce(n: Num, parts: Sequence[Num], bw: Sequence[Num], lat: Sequence[float]) -> Num:
     """Per tier the faster of ring (2× scatter-gather) and tree; tiers compose hierarchically."""
     total: Num = 0.0
     remaining = n
@@ -264,7 +266,7 @@ def _all_reduce(n: Num, parts: Sequence[Num], bw: Sequence[float], lat: Sequence
     return total
 
 
-def _all_to_all(n: Num, group: Num, parts: Sequence[Num], bw: Sequence[float], lat: Sequence[float]) -> Num:
+def _all_to_all(n: Num, group: Num, parts: Sequence[Num], bw: Sequence[Num], lat: Sequence[float]) -> Num:
     """Traffic to peers beyond tier i-1 leaves through tier i; the tiers run concurrently (max)."""
     slowest: Num = 0.0
     latency: Num = 0.0
@@ -277,7 +279,7 @@ def _all_to_all(n: Num, group: Num, parts: Sequence[Num], bw: Sequence[float], l
     return latency + slowest
 
 
-def _chain(n: Num, parts: Sequence[Num], bw: Sequence[float], lat: Sequence[float]) -> Num:
+def _chain(n: Num, parts: Sequence[Num], bw: Sequence[Num], lat: Sequence[float]) -> Num:
     """A pipelined chain runs at the slowest tier it crosses."""
     latency: Num = 0.0
     slowest: Num = 0.0
@@ -329,7 +331,7 @@ def mst_time(kind: str, nbytes: Num, parts: Sequence[Num], cluster: Cluster, eff
     for g in parts:
         whole = whole * g
     for i, (g, tier) in enumerate(zip(parts, cluster.tiers, strict=True)):
-        rounds, step = ceil_log2(g), nbytes / (tier.bandwidth * eff.link(i))
+        rounds, step = ceil_log2(g), nbytes / (group_bandwidth(tier, g) * eff.link(i))
         outer = inner * g
         spread = (outer - inner) / whole * step  # scatter / gather: the shares of the ranks beyond tier i-1's block
         if kind in ("broadcast", "reduce"):

@@ -41,6 +41,7 @@ from meshplan.groups import axis_layout, expert_layout
 from meshplan.memory import WEIGHT_BYTES
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
+from meshplan.specs.mesh import group_bandwidth
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.xp import Num, maximum, minimum
@@ -71,7 +72,7 @@ def tier_bandwidth_terms(kind: str, nbytes: Num, parts: Sequence[Num], cluster: 
     terms: list[Num] = []
     remaining = nbytes
     for i, (g, tier) in enumerate(zip(parts, cluster.tiers, strict=True)):
-        one = (g - 1) / g * remaining / (tier.bandwidth * eff.link(i))
+        one = (g - 1) / g * remaining / (group_bandwidth(tier, g) * eff.link(i))
         terms.append(2 * one if kind == "all_reduce" else one)
         remaining = remaining / g
     return terms

@@ -42,6 +42,7 @@ from functools import reduce
 
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
+from meshplan.specs.mesh import group_bandwidth
 from meshplan.xp import Num, minimum
 
 # (baseLat s, hwLat s per step on NVLink, share of the bus bandwidth) of NCCL's ring: v2.12.12-1 src/graph/tuning.cc
@@ -74,7 +75,7 @@ def protocol_table(kind: str, latency: float | None = None) -> list[tuple[float,
     return table
 
 
-def protocol_times(kind: str, nbytes: Num, group: Num, busbw: float, latency: float | None = None) -> list[Num]:
+def protocol_times(kind: str, nbytes: Num, group: Num, busbw: Num, latency: float | None = None) -> list[Num]:
     """Each protocol's seconds for a ``kind`` of ``nbytes`` over ``group`` ranks inside tier 0 at ``busbw`` bytes/s
     (``protocol_table``; 0 for a group of one)."""
     if type(group) in (int, float) and group <= 1:
@@ -87,7 +88,7 @@ def protocol_times(kind: str, nbytes: Num, group: Num, busbw: float, latency: fl
     return [t * (group > 1) for t in times]
 
 
-def nccl_time(kind: str, nbytes: Num, group: Num, busbw: float, latency: float | None = None) -> Num:
+def nccl_time(kind: str, nbytes: Num, group: Num, busbw: Num, latency: float | None = None) -> Num:
     """The fastest protocol's seconds (``protocol_times``)."""
     return reduce(minimum, protocol_times(kind, nbytes, group, busbw, latency))
 
@@ -99,5 +100,5 @@ def tier0_latency(cluster: Cluster) -> float | None:
 
 def tier0_time(kind: str, nbytes: Num, group: Num, cluster: Cluster, eff: Efficiency) -> Num:
     """Seconds of a ``kind`` (NCCL_KINDS) whose ``group`` lies inside ``cluster``'s tier 0 (module docstring)."""
-    busbw = cluster.tiers[0].bandwidth * eff.link(0)
+    busbw = group_bandwidth(cluster.tiers[0], group) * eff.link(0)
     return nccl_time(kind, nbytes, group, busbw, tier0_latency(cluster))

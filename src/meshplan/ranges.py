@@ -101,6 +101,10 @@ RANGES: dict[str, Range] = {
     "latency": Range(0, 1, "s", "Tier: " + _LATENCY),
     "oversubscription": Range(1, 1000, "", "a tier's k:1 switch taper: 1 in non-blocking fat trees (DGX SuperPOD), 7 "
                               "at the aggregation layer of Meta's Llama 3 clusters; 1000:1 is past any fabric built"),
+    "peers": Range(0, 1023, "", "Tier: GPUs each GPU links to directly on a switchless tier: 7 on an MI300X board, 4 "
+                   "on a DGX-1 (0: a switch); 1023 is past any direct-connect board", "0 (a switch)"),
+    "nvlink_peers": Range(0, 1023, "", "tier 0's direct links per GPU without a switch: 7 on an MI300X board, 4 on a "
+                          "DGX-1, 3 on a GH200 quad (0: NVSwitch)", "0 (NVSwitch)"),
     "num_gpus": Range(1, MAX_GPUS, "", "2^20: beyond every machine built or announced (a few hundred thousand "
                       "to a million GPUs)"),
     # ---- ModelSpec ----------------------------------------------------------------------------------------------

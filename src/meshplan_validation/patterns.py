@@ -76,6 +76,7 @@ GPU_SYSTEMS: tuple[tuple[str, str], ...] = (
     (r"H100", "h100"),
     (r"A100.*40\s*GB", "a100-40gb"),
     (r"A100", "a100"),
+    (r"V100.*SXM2", "dgx1-v100"),  # the SXM2 part ships on the cube-mesh boards (DGX-1, HGX-1); SXM3 on DGX-2
     (r"V100", "v100"),
 )
 A100_TEXT = re.compile(r"A100", re.I)

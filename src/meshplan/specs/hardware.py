@@ -175,6 +175,7 @@ class Network:
     host_memory: float = 256e9
     python_host: float = 1.0  # Cluster.python_host
     nccl_protocols: bool = True  # Cluster.nccl_protocols (calibrate writes false with the tier-0 latency it fitted)
+    nvlink_peers: int = 0  # the two-tier form's tier 0 without a switch: mesh.Tier.peers (0: NVSwitch)
     tiers: tuple[TierSpec, ...] = ()
     source: str = field(default="", compare=False)
 
@@ -195,10 +196,10 @@ class Network:
             raise SpecError(f"tiers={self.tiers!r} must be a list of tiers ([[network.tiers]] tables)")
         tiers = tuple(self.tiers)
         check_tiers(tiers)
-        given = [name for name in TWO_TIER if getattr(self, name) is not None]
+        given = [n for n in TWO_TIER if getattr(self, n) is not None] + ["nvlink_peers"] * (self.nvlink_peers != 0)
         if given:
             raise SpecError(f"{given[0]} belongs to the two-tier form: with [[network.tiers]], give each tier its "
-                            "bandwidth and latency")
+                            "bandwidth and latency" + (" (tier 0 its peers)" if given[0] == "nvlink_peers" else ""))
         if self.nvlink_domain is not None and self.nvlink_domain != tiers[0].size:  # tier 1 keeps its GPUs
             old, new = tiers[0].size, self.nvlink_domain
             outer = replace(tiers[1], size=max(1, tiers[1].size * old // new)) if tiers[1].size else tiers[1]
@@ -261,7 +262,8 @@ def build_cluster(name: str, accelerator: Accelerator, net: Network, num_gpus: i
     if num_gpus % domain:
         raise SpecError(f"gpus={num_gpus} is not a multiple of the NVLink domain size {domain}")
     tiers = (
-        Tier(name="nvlink", size=domain, bandwidth=accelerator.nvlink_bandwidth, latency=_given(net.nvlink_latency)),
+        Tier(name="nvlink", size=domain, bandwidth=accelerator.nvlink_bandwidth, latency=_given(net.nvlink_latency),
+             peers=net.nvlink_peers),
         Tier(name="network", size=num_gpus // domain, bandwidth=net.scale_out_bandwidth,
              latency=_given(net.nic_latency)),
     )

@@ -17,6 +17,17 @@ How a job of n GPUs is laid onto the tiers (``tier_sizes``), innermost first:
   not 5⅓ pods; an uneven spread is no regular mesh);
 - the outermost tier holds the rest, and at most its size when it states one (its capacity).
 The ``--nvlink-domain`` what-if resizes tier 0 and keeps tier 1's GPUs per block (hardware.Network).
+
+A tier without a switch (``peers`` > 0) links each GPU directly to ``peers`` others, its bandwidth split over those
+links: an MI300X board's 7 Infinity Fabric links of 64 GB/s, one to each other GPU; a DGX-1's 6 NVLink2 links to 4
+neighbours (hybrid cube-mesh). A group of g GPUs in one block then drives only the links to its other members, so its
+bandwidth per GPU is B · min(g − 1, peers) / peers (``group_bandwidth``): a pair of MI300X shares one 64 GB/s link,
+all eight reach 448. A collective over g fully connected GPUs can keep all g − 1 links busy at once: the complete
+directed graph on g vertices splits into g − 1 edge-disjoint directed Hamiltonian cycles, one ring each (Tillson 1980,
+"A Hamiltonian decomposition of K*_2m, 2m ≥ 8", J. Combin. Theory B 29; g = 4 and 6 excepted, where rings and
+one-shot exchanges still fill the links), and an all-to-all sends to each member over its own link. On a partial mesh
+(a DGX-1's 4 of 7) the links to the members are taken as an even share, an approximation of its NV1 / NV2 pairs.
+Behind a switch (``peers`` 0: NVSwitch, InfiniBand) every group reaches the full bandwidth.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from math import isqrt
 from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.fields import check_types
+from meshplan.xp import Num, maximum, minimum
 
 MAX_TIERS = 8  # an NVLink domain, a rack, a leaf, a pod, a spine, a building, a campus: deeper is a typo
 
@@ -39,6 +51,7 @@ class Tier:
     size: int
     bandwidth: float  # bytes/s per GPU per direction
     latency: float  # seconds per message step (α)
+    peers: int = 0  # GPUs each GPU links to directly on a switchless tier (module docstring); 0: a switch
 
     def __post_init__(self) -> None:
         check_types(self, f"tier {self.name}: ")
@@ -60,6 +73,7 @@ class TierSpec:
     size: int = 0  # blocks of the tier inside per block of this one (tier 0: GPUs); 0: the rest (outermost only)
     bandwidth: float = 0.0  # bytes/s per GPU per direction at full bisection; 0 on tier 0: nvlink_bandwidth
     oversubscription: float = 1.0  # k of a k:1 taper of the switches that join this tier's blocks
+    peers: int = 0  # Tier.peers: direct links per GPU on a switchless tier; 0: a switch
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -133,5 +147,15 @@ def tier_sizes(tiers: tuple[TierSpec, ...], num_gpus: int) -> list[int]:
 def build_tiers(tiers: tuple[TierSpec, ...], nvlink_bandwidth: float, num_gpus: int) -> tuple[Tier, ...]:
     """The job's mesh dimensions: each tier at its share of ``num_gpus`` (``tier_sizes``), at its bandwidth over
     its oversubscription (tier 0 without a bandwidth: the accelerator's ``nvlink_bandwidth``)."""
+    sizes = tier_sizes(tiers, num_gpus)
     return tuple(Tier(name=t.name, size=n, bandwidth=(t.bandwidth or nvlink_bandwidth) / t.oversubscription,
-                      latency=t.latency) for t, n in zip(tiers, tier_sizes(tiers, num_gpus), strict=True))
+                      latency=t.latency, peers=t.peers) for t, n in zip(tiers, sizes, strict=True))
+
+
+def group_bandwidth(tier: Tier, members: Num) -> Num:
+    """Bytes/s per GPU per direction that a group with ``members`` GPUs in one block of ``tier`` reaches: the tier's
+    bandwidth behind a switch, B · min(members − 1, peers) / peers on a switchless tier (module docstring). More
+    members never lower it, nor does a larger B."""
+    if not tier.peers:
+        return tier.bandwidth
+    return tier.bandwidth * minimum(maximum(members - 1, 1), tier.peers) / tier.peers
