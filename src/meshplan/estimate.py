@@ -35,7 +35,7 @@ from meshplan.cost.params import kind_fractions, layers_on_first, layers_on_last
 from meshplan.cost.tensors import tensors_on_rank
 from meshplan.groups import axis_tiers
 from meshplan.memory import WEIGHT_BYTES
-from meshplan.roofline import compute_time, memory_time, overhead
+from meshplan.roofline import compute_time, memory_time, overhead, stream_bandwidth
 from meshplan.specs.bands import error_band, ranking_band
 from meshplan.specs.check import validate
 from meshplan.specs.efficiency import DEFAULT, Efficiency
@@ -304,7 +304,7 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff
     rows = [OpRow(named[kind][0], "step", "collective", float(count * updates), 0.0, float(named[kind][1]),
                   float(seconds[kind]), "network") for kind, count in zero_counts(plan.zero, m).items()]
     opt = optimizer_time(cluster, plan, params, eff)
-    moved = float(opt * cluster.accelerator.hbm_bandwidth * eff.memory)
+    moved = float(opt * stream_bandwidth(cluster.accelerator, eff))
     rows.append(OpRow(f"optimizer/{plan.optimizer}", "step", "memory", float(updates), 0.0, moved, float(opt),
                       "memory"))
     if paid_per_step(stack):

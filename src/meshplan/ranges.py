@@ -57,6 +57,9 @@ RANGES: dict[str, Range] = {
     "matmul_bf16": Range(1e-9, 1, "", "MAMF / dense peak: measured 0.51-0.87 (ml-engineering's table), at most 1 "
                          "by definition; a CPU calibrated against a GPU's peak reads ~1e-6", "looked up"),
     "matmul_fp8": Range(0.01, 1, "", "as matmul_bf16, for fp8 (and fp4) GEMMs", "looked up"),
+    "hbm_copy_share": Range(0, 1, "", "a large copy's measured bandwidth over the datasheet HBM figure: 0.80 on "
+                            "MI300X (BabelStream Copy), 0.96 on H200; a copy never beats the datasheet",
+                            "not measured"),
     "matmul_watts": Range(1, 100_000, "W", _POWER, "unknown"),
     "gemm_overhead": Range(0, 1, "s", "fixed time per tensor-core kernel (calibrate's GEMM fit intercept): "
                            "2-20 us on GPUs; calibrate writes one only below 1 ms and its fastest GEMM; a second is "

@@ -107,6 +107,21 @@ def measured_attention_rate(acc: Accelerator, eff: Efficiency, backward: bool = 
     return rate
 
 
+# The share of the datasheet HBM bandwidth a large device-to-device copy sustains on the NVIDIA parts whose streaming
+# kernels Efficiency.memory describes: an H200's copy fit, 4,599 of 4,800 GB/s (meshplan calibrate on a lent H200,
+# data/measured/gpu/2026-11-26-nvidia-h200-calibrated.toml)
+COPY_REFERENCE = 4599 / 4800
+
+
+def stream_bandwidth(acc: Accelerator, eff: Efficiency) -> float:
+    """Bytes/s a streaming kernel sustains: ``eff.memory`` × the HBM bandwidth, × the accelerator's measured copy
+    share over ``COPY_REFERENCE`` where it states one (``Accelerator.hbm_copy_share``: an MI300X's BabelStream copy
+    reaches 0.80 of its datasheet where an H200's reaches 0.96, so its kernels stream at 0.84 of the NVIDIA share),
+    at most 1 (a GPU whose copies beat the reference's is not taken faster than the model's kernels)."""
+    share = acc.hbm_copy_share / COPY_REFERENCE if acc.hbm_copy_share else 1.0
+    return acc.hbm_bandwidth * eff.memory * min(1.0, share)
+
+
 def memory_time(op: OpCost, acc: Accelerator, eff: Efficiency) -> Num:
     """Streaming time of the op's bytes; a block-scaled quantization (``variant="block_scaled"``) takes
     ``eff.block_scaled_cast`` times as long; a Mamba-2 SSD kernel (``variant="ssd"``, mamba_ssm's Triton chunked
@@ -114,9 +129,9 @@ def memory_time(op: OpCost, acc: Accelerator, eff: Efficiency) -> Num:
     per SM, the rate its benchmark measured, math included (efficiency.py), and no faster than a streaming kernel
     (a GPU of many SMs and little bandwidth: L40S)."""
     if op.variant == "ssd":
-        return maximum(op.nbytes / (acc.num_sms * eff.ssd), op.nbytes / (acc.hbm_bandwidth * eff.memory))
+        return maximum(op.nbytes / (acc.num_sms * eff.ssd), op.nbytes / stream_bandwidth(acc, eff))
     slower = eff.block_scaled_cast if op.variant == "block_scaled" else 1.0
-    return slower * op.nbytes / (acc.hbm_bandwidth * eff.memory)
+    return slower * op.nbytes / stream_bandwidth(acc, eff)
 
 
 def overhead(op: OpCost, acc: Accelerator) -> Num:

@@ -71,6 +71,10 @@ class Accelerator:
     allreduce_bandwidth: float = 0.0
     allreduce_measured: float = 0.0
     l2_bandwidth: float = 0.0  # L2 cache read bandwidth, bytes/s (serve: re-read KV heads, iteration.py); 0 unstated
+    # a large device-to-device copy's sustained bandwidth / hbm_bandwidth as measured on this GPU (BabelStream Copy):
+    # streaming kernels run that much slower than on the NVIDIA parts Efficiency.memory describes (roofline.py,
+    # ``stream_bandwidth``); 0 → not measured, as those parts
+    hbm_copy_share: float = 0.0
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
