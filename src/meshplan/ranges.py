@@ -107,7 +107,7 @@ RANGES: dict[str, Range] = {
     "peers": Range(0, 1023, "", "Tier: GPUs each GPU links to directly on a switchless tier: 7 on an MI300X board, 4 "
                    "on a DGX-1 (0: a switch); 1023 is past any direct-connect board", "0 (a switch)"),
     "nvlink_peers": Range(0, 1023, "", "tier 0's direct links per GPU without a switch: 7 on an MI300X board, 4 on a "
-                          "DGX-1, 3 on a GH200 quad (0: NVSwitch)", "0 (NVSwitch)"),
+                          "DGX-1 (0: NVSwitch); 1023 is past any direct-connect board", "0 (NVSwitch)"),
     "num_gpus": Range(1, MAX_GPUS, "", "2^20: beyond every machine built or announced (a few hundred thousand "
                       "to a million GPUs)"),
     # ---- ModelSpec ----------------------------------------------------------------------------------------------
