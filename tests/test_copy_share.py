@@ -20,7 +20,7 @@ GEMV = OpCost("mlp/fc1", "fwd", "memory", nbytes=58.7e6)  # one Llama-3-70B gate
 
 def test_an_mi300x_streams_at_its_measured_copy_share() -> None:
     mi300x = load_system("mi300x").accelerator
-    assert COPY_REFERENCE == pytest.approx(0.958, abs=1e-3)
+    assert round(COPY_REFERENCE, 3) == 0.958
     rate = 5.3e12 * 0.85 * 0.803 / (4599 / 4800)  # datasheet x Efficiency.memory x the share over the H200's
     assert rate / 1e12 == pytest.approx(3.776, abs=1e-3)
     assert stream_bandwidth(mi300x, DEFAULT) == pytest.approx(rate)
