@@ -15,7 +15,7 @@ from meshplan.comm import collective_time, split_group
 from meshplan.errors import SpecError
 from meshplan.protocols import nccl_time
 from meshplan.specs.efficiency import DEFAULT, Efficiency
-from meshplan.specs.hardware import Cluster, load_system, network_from_dict
+from meshplan.specs.hardware import Cluster, build_cluster, load_system, network_from_dict
 from meshplan.specs.mesh import Tier, group_bandwidth
 from meshplan_validation.map_system import map_cluster
 
@@ -91,3 +91,12 @@ def test_bad_peers_are_one_line() -> None:
         network_from_dict({"nvlink_peers": 7, "tiers": [{"name": "xgmi", "size": 8, "latency": "3 us"},
                                                         {"name": "ib", "bandwidth": "50 GB/s", "latency": "5 us"}]},
                           "network")
+
+
+def test_a_tier_list_states_its_peers() -> None:
+    """The N-tier form gives tier 0 (or any tier) its ``peers``: 16 MI300X as two boards of 8 over InfiniBand."""
+    net = network_from_dict({"tiers": [{"name": "xgmi", "size": 8, "latency": "3 us", "peers": 7},
+                                       {"name": "ib", "bandwidth": "50 GB/s", "latency": "5 us"}]}, "network")
+    cluster = build_cluster("two boards", load_system("mi300x").accelerator, net, 16)
+    assert [(t.size, t.peers) for t in cluster.tiers] == [(8, 7), (2, 0)]
+    assert group_bandwidth(cluster.tiers[0], 2) / GB == pytest.approx(64)
