@@ -31,10 +31,9 @@ from functools import reduce
 import numpy as np
 
 from meshplan.comm import split_time
-from meshplan.protocols import protocol_times, tier0_latency
+from meshplan.protocols import protocol_times, tier0_busbw, tier0_latency
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Accelerator, Cluster
-from meshplan.specs.mesh import group_bandwidth
 from meshplan.xp import Num, maximum, minimum, where
 
 
@@ -72,8 +71,7 @@ def tp_all_reduce(nbytes: Num, group: Num, parts: list[Num], cluster: Cluster, e
     """The tensor-parallel all-reduce of training and serving (module docstring) over ``group`` ranks split over the
     tiers as ``parts`` (comm.split_group): inside tier 0 (no part beyond it) NCCL's protocols, with the engines'
     measured kernels where ``custom`` (``nvlink_all_reduce``); comm.py's ring beyond it."""
-    tier = cluster.tiers[0]
-    inside = nvlink_all_reduce(nbytes, group, group_bandwidth(tier, group) * eff.link(0), cluster.accelerator, custom,
+    inside = nvlink_all_reduce(nbytes, group, tier0_busbw(cluster, group, eff), cluster.accelerator, custom,
                                tier0_latency(cluster))
     outside = split_time("all_reduce", nbytes, group, parts, cluster, eff)
     spans = reduce(lambda a, b: a * b, [np.asarray(p) for p in parts[1:]], np.asarray(1.0))  # ranks beyond tier 0

@@ -98,7 +98,12 @@ def tier0_latency(cluster: Cluster) -> float | None:
     return None if cluster.nccl_protocols else cluster.tiers[0].latency
 
 
+def tier0_busbw(cluster: Cluster, group: Num, eff: Efficiency) -> Num:
+    """The bus bandwidth a ``group`` inside ``cluster``'s tier 0 runs at: the links it drives (mesh.group_bandwidth)
+    at the mesh's NCCL efficiency."""
+    return group_bandwidth(cluster.tiers[0], group) * eff.link(0)
+
+
 def tier0_time(kind: str, nbytes: Num, group: Num, cluster: Cluster, eff: Efficiency) -> Num:
     """Seconds of a ``kind`` (NCCL_KINDS) whose ``group`` lies inside ``cluster``'s tier 0 (module docstring)."""
-    busbw = group_bandwidth(cluster.tiers[0], group) * eff.link(0)
-    return nccl_time(kind, nbytes, group, busbw, tier0_latency(cluster))
+    return nccl_time(kind, nbytes, group, tier0_busbw(cluster, group, eff), tier0_latency(cluster))
