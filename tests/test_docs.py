@@ -58,7 +58,7 @@ GENERATED = {"ACCURACY.md", "accuracy_summary.json", "accuracy.png", "INDEPENDEN
              "STRATEGIES.md", *QUICK, "img/report.png", "img/plan-space.png", "img/compare.png", "img/trust.png",
              "img/serve.png", "img/serve-space.png", "img/breakdown.png", "img/memory.png", "img/roofline.png",
              "img/timeline.png", "img/scaling.png", "img/param-hbm_bandwidth.png", "img/param-nic_bandwidth.png",
-             "MEASURED.md", "MEASURED_GPU.md", "SMALL_WORK_GPU.md"}
+             "MEASURED.md", "MEASURED_GPU.md", "SMALL_WORK_GPU.md", "DECODE_GPU.md"}
 
 
 def _first_difference(old: bytes, new: bytes) -> str:
@@ -189,6 +189,14 @@ def test_measured_document_is_what_the_committed_data_renders(tmp_path):
     (data,) = sorted((ROOT / "data" / "measured").glob("*.jsonl.gz"))[-1:]
     measured.main(["--render", str(data.relative_to(ROOT)), "--doc", str(tmp_path / "MEASURED.md")])
     _same(tmp_path / "MEASURED.md", "MEASURED.md", f"python benchmarks/measured.py --render {data.relative_to(ROOT)}")
+
+
+def test_decode_gpu_document_is_current(tmp_path):
+    """docs/DECODE_GPU.md: the decode steps measured on a lent GPU against meshplan's serving estimate, rendered again
+    without a GPU (the estimate moves with the physics: regenerate it then)."""
+    doc = _script("decode_gpu_doc")
+    doc.main(["--doc", str(tmp_path / "DECODE_GPU.md")])
+    _same(tmp_path / "DECODE_GPU.md", "DECODE_GPU.md", "python benchmarks/decode_gpu_doc.py")
 
 
 def test_small_work_gpu_document_is_current(tmp_path):

@@ -34,6 +34,7 @@ from meshplan_validation.serving_map import engine_of
     ("TensorRT-LLM (PyTorch backend, trtllm-bench)", "trtllm-pytorch"),
     ("trtllm 1.0 PyTorch", "trtllm-pytorch"),
     ("LMDeploy v0.1.0a1 (TurboMind engine), CUDA 11.8", "lmdeploy"),
+    ("gpt-fast (PyTorch, torch.compile mode='reduce-overhead', CUDA graphs)", "gpt-fast"),
     ("DeepSpeed-FastGen 0.2", None),
 ])
 def test_the_engine_string_picks_the_version_preset(text, preset):

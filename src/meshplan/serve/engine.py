@@ -80,6 +80,11 @@ class Engine:
     # runs eager: the host issues each kernel, ``eager_layer_overhead`` seconds of it per layer
     graph_max_batch: int = 0
     eager_layer_overhead: float = 0.0
+    # kernels one decode layer launches in the engine's decode step, where a profile counted them; each beyond the
+    # serving op list's own (iteration.layer_kernels: one kernel an op) runs for the accelerator's kernel_overhead
+    # more (roofline.overhead): the unfused rotary embedding, the cache writes and split-K reductions the op list
+    # folds into its ops. 0: the op list's count
+    decode_layer_kernels: float = 0.0
     # the host prepares iteration n + 1 while the GPU runs iteration n (an overlap scheduler: TensorRT-LLM's PyTorch
     # backend, SGLang's), so an iteration takes max(GPU, host) seconds instead of their sum
     host_overlap: bool = False
@@ -159,6 +164,12 @@ class Engine:
         scale = python_host if self.host_in_python else 1.0
         graphed = (np.asarray(prompts) <= 0) & (np.asarray(decode) <= self.graph_max_batch)
         return np.where(graphed, 0.0, scale * self.eager_layer_overhead * layers)
+
+    def extra_kernels(self, listed: Any) -> Any:
+        """Kernels a decode layer launches beyond the ``listed`` ones of the op list (``decode_layer_kernels``)."""
+        if not self.decode_layer_kernels:
+            return 0.0
+        return np.maximum(self.decode_layer_kernels - np.asarray(listed, dtype=float), 0.0)
 
     def runtime_batch(self, capacity: float) -> float:
         """The most sequences the executor runs when its KV cache holds ``capacity`` (``batch_table``)."""

@@ -12,7 +12,7 @@ from meshplan.serve import check
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.engine import DEFAULT as DEFAULT_ENGINE
 from meshplan.serve.engine import Engine
-from meshplan.serve.iteration import breakdown, op_kinds
+from meshplan.serve.iteration import breakdown, extra_kernel_time, op_kinds
 from meshplan.serve.memory import Memory, memory
 from meshplan.serve.metrics import Metrics, Setting, metrics, static_runs
 from meshplan.serve.plan import PlanColumns, ServePlan, Workload
@@ -108,6 +108,9 @@ def serve_estimate(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload
     if engine.host_overlap:  # only what the GPU's work does not hide
         host = max(host - sum(parts.values()), 0.0)
     kinds = op_kinds(model, lane, plan.pp)
+    extra = float(extra_kernel_time(model, cluster, lane, engine))
+    if extra:  # the engine's kernels beyond the op list's (engine.py: decode_layer_kernels)
+        parts["engine/kernels"], kinds["engine/kernels"] = extra, "memory"
     if host:
         parts["engine/host"], kinds["engine/host"] = host, "host"
     return ServeEstimate(model, cluster, plan, workload, engine, _floats(result), mem, tuple(reasons), parts, kinds)

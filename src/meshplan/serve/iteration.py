@@ -22,6 +22,7 @@ from meshplan.cost.records import ACT_BYTES, OpCost
 from meshplan.groups import send_stride
 from meshplan.roofline import op_time
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
+from meshplan.serve.engine import Engine
 from meshplan.serve.moe import moe_ops
 from meshplan.serve.ops import attention_ops, dense_ops
 from meshplan.serve.precision import Quant, compute_accelerator, gemm_precision
@@ -114,6 +115,26 @@ def token_time(model: ModelSpec, cluster: Cluster, sh: Shape, pp: Num, quant: Qu
         if not only or op.name.startswith(only):
             stage = stage + count * op_seconds(op, cluster, quant, eff, place)
     return pp * stage + overhead
+
+
+def layer_kernels(model: ModelSpec, sh: Shape) -> Num:
+    """Kernels one layer's ops launch, averaged over the model's layer kinds: one an op with work on the GPU (its
+    ``kernels``), collectives apart."""
+    total: Num = 0.0
+    for kind, ops in layer_ops(model, sh).items():
+        for op in ops:
+            if op.kind != "collective":
+                total = total + model.block_counts[kind] * op.kernels * ((op.flops > 0) | (op.nbytes > 0))
+    return total / model.num_layers
+
+
+def extra_kernel_time(model: ModelSpec, cluster: Cluster, sh: Shape, engine: Engine) -> Num:
+    """The fixed time of the kernels a token step launches beyond the op list's (``Engine.decode_layer_kernels``):
+    each runs for the accelerator's ``kernel_overhead`` (roofline.overhead), in every layer of every stage, one
+    after another (p stages of L/p layers: L layers a token)."""
+    if not engine.decode_layer_kernels:
+        return 0.0
+    return engine.extra_kernels(layer_kernels(model, sh)) * cluster.accelerator.kernel_overhead * model.num_layers
 
 
 def op_kinds(model: ModelSpec, sh: Shape, pp: int) -> dict[str, str]:

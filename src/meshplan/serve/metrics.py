@@ -35,7 +35,7 @@ from meshplan.cost.decode import Shape
 from meshplan.cost.kv_cache import token_bytes
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.engine import Engine
-from meshplan.serve.iteration import EXPERT_PATH, token_time
+from meshplan.serve.iteration import EXPERT_PATH, extra_kernel_time, token_time
 from meshplan.serve.memory import memory
 from meshplan.serve.plan import PlanColumns, Workload
 from meshplan.serve.precision import Quant
@@ -87,13 +87,14 @@ class Setting:
         DeepSeek's inference system, deepseek-ai/profile-data) the batch runs as two halves on two streams, each
         half's expert dispatch and combine beside the other half's computation: 2·max(C(B/2), M(B/2)), M the
         dispatch and combine, C the rest (each half reads the weights again)."""
+        sh = self.shape(decode, prefill, prompts, prefix)
+        extra = extra_kernel_time(self.model, self.cluster, sh, self.engine)  # the engine's own kernels (engine.py)
         if not self.engine.two_batch_overlap:
-            return token_time(self.model, self.cluster, self.shape(decode, prefill, prompts, prefix), self.cols["pp"],
-                              self.quant, 0.0, self.eff)
+            return token_time(self.model, self.cluster, sh, self.cols["pp"], self.quant, 0.0, self.eff) + extra
         half = self.shape(decode / 2, prefill / 2, prompts / 2, prefix)
         step = token_time(self.model, self.cluster, half, self.cols["pp"], self.quant, 0.0, self.eff)
         traffic = token_time(self.model, self.cluster, half, self.cols["pp"], self.quant, 0.0, self.eff, TRAFFIC)
-        return 2 * maximum(step - traffic, traffic)
+        return 2 * maximum(step - traffic, traffic) + extra
 
     def expert_time(self, decode: Num, prefill: Num = 0.0, prompts: Num = 0.0, prefix: Num = 0.0) -> Num:
         """The seconds of ``time`` that the MoE layers' shared work takes: the experts and their token traffic,
