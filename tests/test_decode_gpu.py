@@ -32,8 +32,9 @@ def _doc():
 
 
 doc = _doc()
-DATA = doc.latest()
+DATA = doc.of_gpu("h200")
 ROWS = doc.rows(DATA)
+H100_DATA = doc.of_gpu("h100")
 LLAMA = load_model("llama2-7b")
 H200 = load_system("h200").cluster(1)
 
@@ -93,20 +94,37 @@ def test_the_compiled_step_reads_closer_but_not_past_the_measurement():
 
 def test_meshplans_weight_gemms_are_near_the_measured_ones():
     """The decode GEMMs of both shapes at 1-128 rows (5 matrices: 4 batches in the first call, 3 in the second, 4
-    of the 70B shape, 2 in the third: 65 timings): meshplan's time within 30 % of each, and at one row the measured
-    line t = t0 + bytes / B over the 10 matrices streams at 4.2-4.5 TB/s (of 4.8 on the datasheet) after 3-8 us."""
+    of the 70B shape, 2 in the third: 65 timings). The 4,096 x 4,096 weight (33.5 MB) fits in the H200's 60 MB L2, so
+    its repeats may hit there: left out (56 left). meshplan's time is within 30 % of each other one, and at one row
+    the measured line t = t0 + bytes / B over the 9 other matrices streams at 4.2-4.5 TB/s (of 4.8 on the
+    datasheet) after 3-8 us."""
     table = doc.gemm_rows(DATA, H200)
     assert len(table) == 5 * (4 + 3 + 4 + 2)
+    assert [g["k"] for g in table if g["in_l2"]] == [4096] * (4 + 3 + 2)
+    table = [g for g in table if not g["in_l2"]]
     assert all(abs(g["predicted_s"] / g["s"] - 1) < 0.3 for g in table)
     ones = doc.one_row(table)
-    assert len(ones) == 10
+    assert len(ones) == 9
     t0, rate = doc.line_fit(ones)
     assert 3e-6 < t0 < 8e-6 and 4.2e12 < rate < 4.5e12
 
 
+def test_the_h100_launches_the_same_kernels_and_reads_as_close():
+    """On an H100 (one call: batches 1, 32, 128; compiled at 1 and 32) the compiled step launched the same 460
+    kernels at batch 1 (4 outside the layers: the preset's 14.25 holds on a second GPU), and meshplan (h100 preset,
+    gpt-fast engine) reads short of each compiled step by less than on the H200."""
+    rows = doc.rows(H100_DATA)
+    assert sum(k["count"] for k in rows[(1, 256)]["compiled_kernels"]) == 460
+    h100 = doc.cluster_of(H100_DATA)
+    for key in ((1, 256), (32, 256)):
+        h100_error = sum(doc.predicted(LLAMA, h100, *key).values()) / rows[key]["compiled_s"] - 1
+        h200_error = sum(doc.predicted(LLAMA, H200, *key).values()) / ROWS[key]["compiled_s"] - 1
+        assert h200_error < h100_error < 0.0, key
+
+
 def test_the_eager_step_is_the_hosts():
-    """Eager, the wall time is the issuing thread's (within 2 %), at 10-30 us of host time per kernel."""
-    for row in ROWS.values():
+    """Eager, the wall time is the issuing thread's (within 2 %), at 10-30 us of host time per kernel (both GPUs)."""
+    for row in [*ROWS.values(), *doc.rows(H100_DATA).values()]:
         assert row["eager_host_s"] == pytest.approx(row["eager_s"], rel=0.02)
         per_kernel = row["eager_host_s"] / sum(k["count"] for k in row["kernels"])
         assert 10e-6 < per_kernel < 30e-6
