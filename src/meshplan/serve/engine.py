@@ -12,8 +12,10 @@ Llama 3 8B's serving time on an H100 before v0.6.0's multi-step scheduling, vLLM
 Improvement and 5x Latency Reduction", 2024-09-05); sourced per version where a figure is published (vLLM V0),
 else the one constant fitted per engine (benchmarks/fit_inference.py, on the fit half of the published runs).
 Decode iterations up to ``graph_max_batch`` sequences replay captured CUDA graphs; beyond, the host issues every
-kernel and the step lasts at least that (``eager_layer_overhead`` per layer). ``kv_overflow`` is what the engine does
-with a static batch its KV cache cannot hold (metrics._static).
+kernel and the step lasts at least that (``eager_layer_overhead`` per layer). ``decode_layer_kernels`` is how many
+kernels a layer launches where a profile counted them (gpt-fast's compiled layer: 14.25 on an H200 and an H100,
+docs/DECODE_GPU.md), each beyond the op list's at the accelerator's fixed time per kernel. ``kv_overflow`` is what
+the engine does with a static batch its KV cache cannot hold (metrics._static).
 
 Presets: ``presets/engines/<name>.toml``, each number beside its source; a record's engine string picks its
 version's preset through ``presets/engine_versions.toml`` (engine_version.py).

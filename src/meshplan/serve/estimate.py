@@ -104,13 +104,13 @@ def serve_estimate(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload
                  gather=engine.moe_comm == "all_gather",
                  per_query_head=engine.kv_per_query_head)
     parts = breakdown(model, cluster, lane, plan.pp, q, eff)
-    host = engine.host_time(float(result.running) / plan.dpa, 1, cluster.python_host)
-    if engine.host_overlap:  # only what the GPU's work does not hide
-        host = max(host - sum(parts.values()), 0.0)
     kinds = op_kinds(model, lane, plan.pp)
     extra = float(extra_kernel_time(model, cluster, lane, engine))
     if extra:  # the engine's kernels beyond the op list's (engine.py: decode_layer_kernels)
         parts["engine/kernels"], kinds["engine/kernels"] = extra, "memory"
+    host = engine.host_time(float(result.running) / plan.dpa, 1, cluster.python_host)
+    if engine.host_overlap:  # only what the GPU's work does not hide
+        host = max(host - sum(parts.values()), 0.0)
     if host:
         parts["engine/host"], kinds["engine/host"] = host, "host"
     return ServeEstimate(model, cluster, plan, workload, engine, _floats(result), mem, tuple(reasons), parts, kinds)

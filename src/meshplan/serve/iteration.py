@@ -7,7 +7,8 @@ critical path, so their latency α counts in full (nothing overlaps them in a fo
 Pipeline parallelism (vLLM's and TensorRT-LLM's pipeline runtimes): the batch is split into p micro-batches that
 follow each other through the p stages, so each stage runs L/p layers on B/p sequences and a sequence's next token
 waits for its micro-batch to pass every stage: a token every p·T_stage (the bottleneck stage: the last, with the
-head), for B sequences. The engine's host time per iteration (engine.py) comes on top.
+head), for B sequences. The engine's host time per iteration (engine.py) comes on top, and the fixed time of the
+kernels its layers launch beyond the op list's, where a profile counted them (``extra_kernel_time``).
 """
 
 from __future__ import annotations

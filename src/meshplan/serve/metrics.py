@@ -94,7 +94,7 @@ class Setting:
         half = self.shape(decode / 2, prefill / 2, prompts / 2, prefix)
         step = token_time(self.model, self.cluster, half, self.cols["pp"], self.quant, 0.0, self.eff)
         traffic = token_time(self.model, self.cluster, half, self.cols["pp"], self.quant, 0.0, self.eff, TRAFFIC)
-        return 2 * maximum(step - traffic, traffic) + extra
+        return 2 * maximum(step - traffic, traffic) + 2 * extra  # each half launches every layer's kernels
 
     def expert_time(self, decode: Num, prefill: Num = 0.0, prompts: Num = 0.0, prefix: Num = 0.0) -> Num:
         """The seconds of ``time`` that the MoE layers' shared work takes: the experts and their token traffic,
