@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from meshplan.cost.decode import Shape, gemm
+from meshplan.roofline import stream_bandwidth
 from meshplan.serve.efficiency import SERVE_DEFAULT
 from meshplan.serve.engine import load_engine
 from meshplan.serve.engine_version import preset_for
@@ -112,6 +113,31 @@ def kernel_classes(kernels: list[dict]) -> dict[str, tuple[int, float]]:
         out[cls][0] += k["count"]
         out[cls][1] += k["us"] * 1e-6
     return {c: (int(n), float(s)) for c, (n, s) in out.items()}
+
+
+def fixed_costs(path: Path) -> dict[int, dict[str, float]]:
+    """Per profiled compiled step (by batch), the fixed seconds of a kernel, each with the graph's mean gap between
+    kernels (``gap``: the step's wall time less its kernels' summed durations, over the kernels): a GEMM kernel's
+    (``gemm``: the GEMM class's durations less the weights' and activations' bytes at the preset's streaming rate,
+    roofline.stream_bandwidth, over its kernels, split-K reductions among them), an Inductor / PyTorch kernel's
+    (``other``: their work is a few KB, so their whole duration) and the attention kernel's (``attention``: less the
+    KV cache's bytes at that rate). Llama-2-7B's shape (decode_gpu.SHAPES)."""
+    model = load_model("llama2-7b")
+    h, f, v, L = model.hidden_size, model.ffn_hidden_size, model.vocab_size, model.num_layers
+    rate = float(stream_bandwidth(cluster_of(path).accelerator, SERVE_DEFAULT))
+    out = {}
+    for (b, c), row in sorted(rows(path).items()):
+        if "compiled_kernels" not in row:
+            continue
+        cls = kernel_classes(row["compiled_kernels"])
+        count = sum(n for n, _ in cls.values())
+        gap = (row["compiled_s"] - sum(t for _, t in cls.values())) / count
+        gemm_bytes = 2 * (L * (3 * h * h + h * h + 3 * h * f) + v * h) + 2 * b * L * (9 * h + 3 * f) + 2 * b * (h + v)
+        kv_bytes = 2 * b * c * 2 * h * L  # keys and values of every cached position, 16-bit
+        out[b] = {"gap": gap, "gemm": (cls["gemm"][1] - gemm_bytes / rate) / cls["gemm"][0] + gap,
+                  "other": cls["other"][1] / cls["other"][0] + gap,
+                  "attention": (cls["attention"][1] - kv_bytes / rate) / cls["attention"][0] + gap}
+    return out
 
 
 def gemm_rows(path: Path, cluster: Cluster) -> list[dict]:
@@ -215,8 +241,20 @@ def render(path: Path) -> str:
                      f"({cls['other'][0] / per:.1f}) | {gaps / per * 1e6:.1f} | {layer * 1e6:.1f} | "
                      f"{mine.get('gemm', 0) * 1e6:.1f} | {mine.get('attention', 0) * 1e6:.1f} | "
                      f"{mine.get('memory', 0) * 1e6:.1f} | {sum(mine.values()) * 1e6:.1f} |")
+    acc = cluster.accelerator
     lines += ["", "The measured layer's column is the whole step over its layers (the head and the embedding in it); "
-              "meshplan's is its layer ops alone.", "", "### The weight GEMMs alone", "",
+              "meshplan's is its layer ops alone.", "",
+              "Each kernel's fixed time, its share of the graph's gaps included (`fixed_costs`): an Inductor or "
+              "PyTorch kernel's whole duration (a few KB of work), a GEMM kernel's duration less its bytes at the "
+              "preset's streaming rate, the attention kernel's less the cache's bytes. The preset's `kernel_overhead` "
+              f"is {acc.kernel_overhead * 1e6:.1f} µs and its `gemm_overhead` {acc.gemm_overhead * 1e6:.1f} µs "
+              "(attention kernels pay it too).", "",
+              "| batch | graph gap µs | other kernel µs | GEMM kernel µs | attention kernel µs |",
+              "|---|---|---|---|---|"]
+    for b, fixed in fixed_costs(path).items():
+        lines.append(f"| {b} | {fixed['gap'] * 1e6:.2f} | {fixed['other'] * 1e6:.2f} | {fixed['gemm'] * 1e6:.2f} | "
+                     f"{fixed['attention'] * 1e6:.2f} |")
+    lines += ["", "### The weight GEMMs alone", "",
               "Each weight matrix of a layer and the LM head at m rows, 20 in a row replayed from a CUDA graph: time "
               "per GEMM (the median over the calls that measured it), and the rate at which it read its bytes (weights "
               "and activations), against meshplan's decode "

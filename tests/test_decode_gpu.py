@@ -1,7 +1,7 @@
-"""Decode steps measured on a lent H200 (data/measured/gpu/*-decode.json, benchmarks/decode_gpu.py) and the engine
-kernels they gave meshplan (Engine.decode_layer_kernels, serve/iteration.extra_kernel_time): the gpt-fast preset's
-count is the profile's, each kernel beyond the op list's costs the accelerator's kernel_overhead, and the estimate of
-the compiled step moves toward the measurement without passing it."""
+"""Decode steps measured on a lent H200 and H100 (data/measured/gpu/*-decode.json, benchmarks/decode_gpu.py) and what
+they gave meshplan: the engine kernels (Engine.decode_layer_kernels, serve/iteration.extra_kernel_time: the gpt-fast
+preset's count is the profile's, each kernel beyond the op list's costs the accelerator's kernel_overhead), the
+compiled step they price, and each kernel's measured fixed time against the presets'."""
 
 from __future__ import annotations
 
@@ -78,18 +78,35 @@ def test_more_engine_kernels_never_shorten_a_step():
     assert est.breakdown["engine/kernels"] == pytest.approx(5.25 * 1.5e-6 * 32)
 
 
+def test_a_hopper_kernels_fixed_time_is_above_the_presets():
+    """Each profiled compiled step (H100 and H200, batches 1 and 32) gives a kernel's fixed time, the graph's gap
+    included (decode_gpu_doc.fixed_costs): an Inductor kernel's 2.34-2.52 us, a GEMM kernel's 2.29-3.39 us beyond its
+    bytes at the streaming rate, the attention kernel's 2.96-8.03 us. Each is above the 1.5 us the Hopper presets
+    hold (kernel_overhead, gemm_overhead: the forum figures of hardware/h100.toml), which is what leaves the
+    compiled steps short (docs/DECODE_GPU.md)."""
+    fixed = [x for path in (H100_DATA, DATA) for x in doc.fixed_costs(path).values()]
+    assert len(fixed) == 4
+    acc = H200.accelerator
+    assert acc.kernel_overhead == acc.gemm_overhead == load_system("h100").accelerator.kernel_overhead == 1.5e-6
+    for x in fixed:
+        assert 2.3e-6 < x["other"] < 2.6e-6 and 2.2e-6 < x["gemm"] < 3.5e-6 and x["attention"] > 2.9e-6
+        assert 0.4e-6 < x["gap"] < 0.8e-6
+
+
 def test_the_compiled_step_reads_closer_but_not_past_the_measurement():
-    """meshplan's compiled decode step on the H200 is short of the measured one at every batch (the attention
-    kernel's fixed time, the graph's gaps and the GEMVs' ramp are not all priced: docs/DECODE_GPU.md), and the
-    engine's kernels take 2-6 points off that shortfall."""
-    for (batch, cache), row in ROWS.items():
-        if "compiled_s" not in row:
-            continue
-        with_kernels = sum(doc.predicted(LLAMA, H200, batch, cache).values())
-        without = with_kernels - doc.predicted(LLAMA, H200, batch, cache)["engine/kernels"]
-        assert without < with_kernels < row["compiled_s"], (batch, cache)
-        assert -0.25 < with_kernels / row["compiled_s"] - 1 < 0.0
-        assert 0.02 < (with_kernels - without) / row["compiled_s"] < 0.06
+    """meshplan's compiled decode step is short of the measured one at every batch on both GPUs (each kernel's fixed
+    time is above the presets', test above), by at most 20 %, and the engine's kernels take 2-6 points off that
+    shortfall."""
+    for path, cluster in ((DATA, H200), (H100_DATA, doc.cluster_of(H100_DATA))):
+        for (batch, cache), row in doc.rows(path).items():
+            if "compiled_s" not in row:
+                continue
+            parts = doc.predicted(LLAMA, cluster, batch, cache)
+            with_kernels = sum(parts.values())
+            without = with_kernels - parts["engine/kernels"]
+            assert without < with_kernels < row["compiled_s"], (path.name, batch)
+            assert with_kernels / row["compiled_s"] - 1 > -0.2
+            assert 0.02 < (with_kernels - without) / row["compiled_s"] < 0.06
 
 
 def test_meshplans_weight_gemms_are_near_the_measured_ones():
@@ -109,17 +126,11 @@ def test_meshplans_weight_gemms_are_near_the_measured_ones():
     assert 3e-6 < t0 < 8e-6 and 4.2e12 < rate < 4.5e12
 
 
-def test_the_h100_launches_the_same_kernels_and_reads_as_close():
+def test_the_h100_launches_the_same_kernels():
     """On an H100 (one call: batches 1, 32, 128; compiled at 1 and 32) the compiled step launched the same 460
-    kernels at batch 1 (4 outside the layers: the preset's 14.25 holds on a second GPU), and meshplan (h100 preset,
-    gpt-fast engine) reads short of each compiled step by less than on the H200."""
+    kernels at batch 1 as on the H200: the preset's 14.25 a layer holds on a second GPU."""
     rows = doc.rows(H100_DATA)
     assert sum(k["count"] for k in rows[(1, 256)]["compiled_kernels"]) == 460
-    h100 = doc.cluster_of(H100_DATA)
-    for key in ((1, 256), (32, 256)):
-        h100_error = sum(doc.predicted(LLAMA, h100, *key).values()) / rows[key]["compiled_s"] - 1
-        h200_error = sum(doc.predicted(LLAMA, H200, *key).values()) / ROWS[key]["compiled_s"] - 1
-        assert h200_error < h100_error < 0.0, key
 
 
 def test_the_eager_step_is_the_hosts():

@@ -12,8 +12,9 @@ Jesshope, "Parallel Computers", 1981; fitted by least squares, as the RINF1 benc
 t₀ + max(compute, memory) (``overhead``), with t₀ the accelerator's ``gemm_overhead`` for tensor-core kernels
 (GEMMs, attention) and ``kernel_overhead`` for every other kernel. The overhead overlaps nothing: it is the
 kernel's own start and end, serial with its work and with the kernels before and after it in its stream (it hides
-behind communication only as the op's whole time does, step/passes.py). It is 0 in the presets, whose efficiency
-model prices small kernels (efficiency.py); calibrate writes it, clipped at 0 (calibrate/system.py).
+behind communication only as the op's whole time does, step/passes.py). The presets state it (hardware/h100.toml
+gives the figures; docs/DECODE_GPU.md measures it on Hopper in graph replay); calibrate writes it, clipped at 0
+(calibrate/system.py).
 
 An accelerator with a measured attention rate (``Accelerator.attention_flops``: calibrate's fit t = t₀ + FLOPs / F of
 PyTorch's causal scaled_dot_product_attention, FLOPs counted as cost/attention.py counts them) runs its flash
@@ -163,7 +164,7 @@ def op_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Nu
         time = compute_time(op, acc, precision, eff) + memory_time(op, acc, eff)
     else:
         time = maximum(compute_time(op, acc, precision, eff), memory_time(op, acc, eff))
-    if acc.gemm_overhead or acc.kernel_overhead or acc.attention_overhead:  # 0 in the presets: times untouched
+    if acc.gemm_overhead or acc.kernel_overhead or acc.attention_overhead:  # 0: times untouched
         time = overhead(op, acc) + time
     if op.variant == "unfused":
         return time
