@@ -33,14 +33,15 @@ device copy (the streaming rate those bytes could move at).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
-import platform
-import statistics
+import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import small_work_gpu  # noqa: E402  (the same folder: its timing helper)
 
 DEVICE = os.environ.get("DECODE_DEVICE", "cuda")  # cpu: a smoke test of this script on a machine without a GPU
 SHAPES = {"llama2-7b": {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 32, "head_dim": 128, "ffn": 11008,
@@ -116,18 +117,10 @@ def build(torch, shape: dict, batch: int, cache: int):
 
 
 def _timed(torch, fn, steps: int, warmup: int) -> tuple[float, float]:
-    """(wall seconds, issuing thread's CPU seconds) per call: medians over ``steps`` after ``warmup``."""
-    for _ in range(warmup):
-        fn()
-    _sync(torch)
-    walls, hosts = [], []
-    for _ in range(steps):
-        start, cpu = time.perf_counter(), time.thread_time()
-        fn()
-        hosts.append(time.thread_time() - cpu)
-        _sync(torch)
-        walls.append(time.perf_counter() - start)
-    return statistics.median(walls), statistics.median(hosts)
+    """(wall seconds, issuing thread's CPU seconds) per call: medians over ``steps`` after ``warmup``
+    (small_work_gpu's timing, on this script's device)."""
+    small_work_gpu.DEVICE = DEVICE
+    return small_work_gpu._median_pass(torch, fn, steps, warmup)
 
 
 def _run_of(torch, fn, repeat: int, steps: int, warmup: int) -> float:
@@ -236,13 +229,11 @@ def copy_rate(torch, steps: int) -> dict:
 
 
 def machine(torch) -> dict:
-    base = {"date": datetime.date.today().isoformat(), "torch": torch.__version__, "python": platform.python_version(),
-            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
-    if DEVICE != "cuda":
-        return base | {"gpu": "none (CPU smoke test)"}
-    props = torch.cuda.get_device_properties(0)
-    return base | {"gpu": props.name, "sms": props.multi_processor_count, "memory_bytes": props.total_memory,
-                   "cuda": torch.version.cuda, "clocks": "default (not locked)"}
+    """small_work_gpu's record of the machine, with the GPU's L2 bytes (a weight that fits may be read from there
+    when its GEMM repeats)."""
+    small_work_gpu.DEVICE = DEVICE
+    base = small_work_gpu.machine(torch)
+    return base | ({"l2_bytes": torch.cuda.get_device_properties(0).L2_cache_size} if DEVICE == "cuda" else {})
 
 
 def _ints(text: str) -> tuple[int, ...]:

@@ -37,7 +37,8 @@ DATA = ROOT / "data" / "measured" / "gpu"
 DOC = ROOT / "docs" / "DECODE_GPU.md"
 SYSTEM = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100"}
 # L2 bytes as PyTorch reported them on the lent machines (torch.cuda.get_device_properties(0).L2_cache_size,
-# .library/device/KINDS.md): a weight that fits is read from L2 when its GEMM repeats (the GEMM table's runs)
+# .library/device/KINDS.md), for the files that predate decode_gpu.py recording it: a weight that fits is read from L2
+# when its GEMM repeats (the GEMM table's runs)
 L2_BYTES = {"NVIDIA H200": 60e6, "NVIDIA H100 80GB HBM3": 50e6}
 MODELS = {4096: "llama2-7b", 8192: "llama2-70b"}  # the measured shapes (decode_gpu.SHAPES) by width
 ENGINE = "gpt-fast (PyTorch, torch.compile mode='reduce-overhead', CUDA graphs)"  # the small-work records' string
@@ -148,7 +149,8 @@ def gemm_rows(path: Path, cluster: Cluster) -> list[dict]:
         for g in call["gemms"]:
             op = gemm("g", g["m"], g["k"], g["n"], q.weight_bytes, q.act_bytes)
             mine = float(op_seconds(op, cluster, q, SERVE_DEFAULT, layouts(1, 1, 1)))
-            cached = g["n"] * g["k"] * q.weight_bytes < L2_BYTES[call["machine"]["gpu"]]
+            l2 = call["machine"].get("l2_bytes") or L2_BYTES[call["machine"]["gpu"]]  # recorded since these files
+            cached = g["n"] * g["k"] * q.weight_bytes < l2
             out.append(g | {"model": MODELS[call["shape"]["hidden"]], "predicted_s": mine, "in_l2": cached})
     return out
 
