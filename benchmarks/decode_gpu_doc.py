@@ -22,11 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from meshplan.cost.decode import Shape, gemm
+from meshplan.cost.kv_cache import token_bytes
 from meshplan.roofline import stream_bandwidth
 from meshplan.serve.efficiency import SERVE_DEFAULT
 from meshplan.serve.engine import load_engine
 from meshplan.serve.engine_version import preset_for
-from meshplan.serve.iteration import breakdown, extra_kernel_time, layouts, op_kinds, op_seconds
+from meshplan.serve.iteration import breakdown, extra_kernel_time, layouts, op_kinds, op_seconds, stage_ops
 from meshplan.serve.precision import parse_quant
 from meshplan.specs.hardware import Cluster, load_system
 from meshplan.specs.model import ModelSpec
@@ -73,13 +74,19 @@ def cluster_of(path: Path) -> Cluster:
     return load_system(SYSTEM[calls(path)[0]["machine"]["gpu"]]).cluster(1)
 
 
+def _shape(batch: int, cache: int) -> Shape:
+    """One GPU decoding ``batch`` sequences at ``cache`` tokens of context, bf16 throughout."""
+    q = parse_quant("bf16")
+    return Shape(tp=1, dpa=1, ep=1, decode=float(batch), context=float(cache), prefill=0.0, prompts=0.0, prefix=0.0,
+                 w_bytes=q.weight_bytes, a_bytes=q.act_bytes, kv_bytes=q.kv_bytes)
+
+
 def predicted(model: ModelSpec, cluster: Cluster, batch: int, cache: int) -> dict[str, float]:
     """meshplan's decode step for ``batch`` sequences at ``cache`` tokens of context: seconds by op name, the
     engine's host time per iteration (``engine/host``) and its kernels beyond the op list's (``engine/kernels``)
     where its preset has them."""
     q = parse_quant("bf16")
-    sh = Shape(tp=1, dpa=1, ep=1, decode=float(batch), context=float(cache), prefill=0.0, prompts=0.0, prefix=0.0,
-               w_bytes=q.weight_bytes, a_bytes=q.act_bytes, kv_bytes=q.kv_bytes)
+    sh = _shape(batch, cache)
     parts = breakdown(model, cluster, sh, 1, q, SERVE_DEFAULT)
     engine = load_engine(preset_for(ENGINE) or "generic")
     host = float(engine.host_time(batch, 1, cluster.python_host))
@@ -89,10 +96,7 @@ def predicted(model: ModelSpec, cluster: Cluster, batch: int, cache: int) -> dic
 
 def by_kind(model: ModelSpec, parts: dict[str, float], batch: int, cache: int) -> dict[str, float]:
     """Seconds per layer by kind (gemm, attention, memory) of the layer's ops alone."""
-    q = parse_quant("bf16")
-    sh = Shape(tp=1, dpa=1, ep=1, decode=float(batch), context=float(cache), prefill=0.0, prompts=0.0, prefix=0.0,
-               w_bytes=q.weight_bytes, a_bytes=q.act_bytes, kv_bytes=q.kv_bytes)
-    kinds = op_kinds(model, sh, 1)
+    kinds = op_kinds(model, _shape(batch, cache), 1)
     out: dict[str, float] = {}
     for name, seconds in parts.items():
         if name.startswith(LAYER_OPS) and seconds:
@@ -122,9 +126,9 @@ def fixed_costs(path: Path) -> dict[int, dict[str, float]]:
     (``gemm``: the GEMM class's durations less the weights' and activations' bytes at the preset's streaming rate,
     roofline.stream_bandwidth, over its kernels, split-K reductions among them), an Inductor / PyTorch kernel's
     (``other``: their work is a few KB, so their whole duration) and the attention kernel's (``attention``: less the
-    KV cache's bytes at that rate). Llama-2-7B's shape (decode_gpu.SHAPES)."""
+    KV cache's bytes at that rate). The GEMMs' bytes are those of meshplan's own decode ops (serve/iteration.stage_ops),
+    the cache's cost/kv_cache.token_bytes for every position, for Llama-2-7B's shape (decode_gpu.SHAPES)."""
     model = load_model("llama2-7b")
-    h, f, v, L = model.hidden_size, model.ffn_hidden_size, model.vocab_size, model.num_layers
     rate = float(stream_bandwidth(cluster_of(path).accelerator, SERVE_DEFAULT))
     out = {}
     for (b, c), row in sorted(rows(path).items()):
@@ -133,8 +137,9 @@ def fixed_costs(path: Path) -> dict[int, dict[str, float]]:
         cls = kernel_classes(row["compiled_kernels"])
         count = sum(n for n, _ in cls.values())
         gap = (row["compiled_s"] - sum(t for _, t in cls.values())) / count
-        gemm_bytes = 2 * (L * (3 * h * h + h * h + 3 * h * f) + v * h) + 2 * b * L * (9 * h + 3 * f) + 2 * b * (h + v)
-        kv_bytes = 2 * b * c * 2 * h * L  # keys and values of every cached position, 16-bit
+        ops = stage_ops(model, _shape(b, c), 1)
+        gemm_bytes = sum(float(op.nbytes) * n for op, n in ops if op.kind == "gemm")
+        kv_bytes = b * c * float(token_bytes(model, 2))  # every cached position's keys and values, 16-bit
         out[b] = {"gap": gap, "gemm": (cls["gemm"][1] - gemm_bytes / rate) / cls["gemm"][0] + gap,
                   "other": cls["other"][1] / cls["other"][0] + gap,
                   "attention": (cls["attention"][1] - kv_bytes / rate) / cls["attention"][0] + gap}

@@ -167,12 +167,6 @@ class Engine:
         graphed = (np.asarray(prompts) <= 0) & (np.asarray(decode) <= self.graph_max_batch)
         return np.where(graphed, 0.0, scale * self.eager_layer_overhead * layers)
 
-    def extra_kernels(self, listed: Any) -> Any:
-        """Kernels a decode layer launches beyond the ``listed`` ones of the op list (``decode_layer_kernels``)."""
-        if not self.decode_layer_kernels:
-            return 0.0
-        return np.maximum(self.decode_layer_kernels - np.asarray(listed, dtype=float), 0.0)
-
     def runtime_batch(self, capacity: float) -> float:
         """The most sequences the executor runs when its KV cache holds ``capacity`` (``batch_table``)."""
         for limit, batch in self.batch_table:

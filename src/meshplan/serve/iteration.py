@@ -133,9 +133,10 @@ def extra_kernel_time(model: ModelSpec, cluster: Cluster, sh: Shape, engine: Eng
     """The fixed time of the kernels a token step launches beyond the op list's (``Engine.decode_layer_kernels``):
     each runs for the accelerator's ``kernel_overhead`` (roofline.overhead), in every layer of every stage, one
     after another (p stages of L/p layers: L layers a token)."""
-    if not engine.decode_layer_kernels:
+    if not engine.decode_layer_kernels:  # no count: nothing to add, and no op list to build again
         return 0.0
-    return engine.extra_kernels(layer_kernels(model, sh)) * cluster.accelerator.kernel_overhead * model.num_layers
+    extra = maximum(engine.decode_layer_kernels - layer_kernels(model, sh), 0.0)
+    return extra * cluster.accelerator.kernel_overhead * model.num_layers
 
 
 def op_kinds(model: ModelSpec, sh: Shape, pp: int) -> dict[str, str]:
