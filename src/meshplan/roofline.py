@@ -12,9 +12,9 @@ Jesshope, "Parallel Computers", 1981; fitted by least squares, as the RINF1 benc
 t₀ + max(compute, memory) (``overhead``), with t₀ the accelerator's ``gemm_overhead`` for tensor-core kernels
 (GEMMs, attention) and ``kernel_overhead`` for every other kernel. The overhead overlaps nothing: it is the
 kernel's own start and end, serial with its work and with the kernels before and after it in its stream (it hides
-behind communication only as the op's whole time does, step/passes.py). The presets state it (hardware/h100.toml
-gives the figures; docs/DECODE_GPU.md measures it on Hopper in graph replay); calibrate writes it, clipped at 0
-(calibrate/system.py).
+behind communication only as the op's whole time does, step/passes.py). The presets hold what compiled decode steps
+profiled on a lent H100 and H200 measured (hardware/h100.toml; docs/DECODE_GPU.md); calibrate writes it, clipped at
+0 (calibrate/system.py).
 
 An accelerator with a measured attention rate (``Accelerator.attention_flops``: calibrate's fit t = t₀ + FLOPs / F of
 PyTorch's causal scaled_dot_product_attention, FLOPs counted as cost/attention.py counts them) runs its flash
@@ -34,7 +34,7 @@ from meshplan.specs.alignment import ALIGNED_BYTES, unaligned_factor
 from meshplan.specs.architectures import async_mma
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Accelerator
-from meshplan.xp import Num, maximum, where
+from meshplan.xp import Num, maximum, minimum, where
 
 # bytes per element of a GEMM's operands at each precision (fp32 GEMMs run as TF32 on the tensor cores, 4-byte
 # operands; NVFP4 packs two elements a byte): a leading dimension of ``OpCost.align`` elements is align × this bytes
@@ -135,24 +135,29 @@ def memory_time(op: OpCost, acc: Accelerator, eff: Efficiency) -> Num:
     return slower * op.nbytes / stream_bandwidth(acc, eff)
 
 
-def overhead(op: OpCost, acc: Accelerator) -> Num:
+def overhead(op: OpCost, acc: Accelerator, eff: Efficiency | None = None) -> Num:
     """The fixed seconds of the op's kernels (the module docstring): t₀ per kernel, ``gemm_overhead`` for a
-    tensor-core kernel and ``kernel_overhead`` for the others; an op the host launches kernel by kernel
-    (``op.launches``, per-expert GEMMs) runs that many kernels, an eager aten sequence ``op.kernels``, every other
-    op one (a grouped GEMM is one kernel); unfused attention runs its score GEMMs and its softmax as kernels of
-    both kinds (t₀ of each kind, not one per kernel: its time is a sum of a GEMM's and a softmax's); a flash
-    attention kernel of an accelerator with a measured attention rate pays ``attention_overhead``; an op without
-    work runs none."""
+    tensor-core kernel and ``kernel_overhead`` for the others. An op runs one kernel of its kind, or as many as the
+    host launches one by one (``op.launches``, per-expert GEMMs; a grouped GEMM is one kernel); the rest of an eager
+    aten sequence (``op.kernels`` beyond those: a GEMM row's gradient accumulation, a flash backward's pre- and
+    post-processing, a layout copy) are element-wise kernels at ``kernel_overhead``. Unfused attention's kernel pays
+    t₀ of both kinds (its time is a sum of a GEMM's and a softmax's); a flash attention kernel of an accelerator with a
+    measured attention rate pays ``attention_overhead``; a GEMM whose kernel splits k (``eff.split_k_reductions``:
+    inference's small-row kernels) runs a reduction kernel after it, at ``kernel_overhead``; an op without work runs
+    none."""
     if op.variant == "unfused":
         t0 = acc.gemm_overhead + acc.kernel_overhead
     elif op.kind == "attention" and acc.attention_flops:  # measured with its own t₀ (the module docstring)
         t0 = acc.attention_overhead
     else:
         t0 = acc.gemm_overhead if op.kind in ("gemm", "attention") else acc.kernel_overhead
-    if not t0:  # the presets: nothing to add
+    if op.kind == "gemm" and eff is not None and acc.kernel_overhead:
+        t0 = t0 + acc.kernel_overhead * eff.split_k_reductions(op.m, op.n, op.k, acc.num_sms, op.groups)
+    if type(t0) is float and not t0 and not acc.kernel_overhead:  # the presets: nothing to add
         return 0.0
-    kernels = maximum(op.kernels, op.launches) * ((op.flops > 0) | (op.nbytes > 0))
-    return t0 * kernels
+    kernels = maximum(op.kernels, op.launches)
+    own = minimum(maximum(op.launches, 1.0), kernels)  # the op's own kernels; the rest element-wise
+    return (t0 * own + acc.kernel_overhead * (kernels - own)) * ((op.flops > 0) | (op.nbytes > 0))
 
 
 def op_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Num:
@@ -165,7 +170,7 @@ def op_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Nu
     else:
         time = maximum(compute_time(op, acc, precision, eff), memory_time(op, acc, eff))
     if acc.gemm_overhead or acc.kernel_overhead or acc.attention_overhead:  # 0: times untouched
-        time = overhead(op, acc) + time
+        time = overhead(op, acc, eff) + time
     if op.variant == "unfused":
         return time
     if type(op.launches) is not float or op.launches:  # host-launched kernels: the GPU cannot outrun the CPU

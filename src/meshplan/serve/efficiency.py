@@ -46,7 +46,7 @@ SPLIT_DEPTH = 128.0  # a split-K slice is at least this deep (two 64-deep k-bloc
 class ServeEfficiency(Efficiency):
     """``Efficiency`` with inference's GEMM kernels and its two fitted constants (module docstring)."""
 
-    kv_read: float = 0.9816  # decode attention's share of the streaming rate (fitted)
+    kv_read: float = 0.9978  # decode attention's share of the streaming rate (fitted)
     experts: float = 0.6477  # the MoE path's rate against dense GEMMs and uniform collectives (fitted)
 
     @cached_property
@@ -54,9 +54,11 @@ class ServeEfficiency(Efficiency):
         """The efficiency the decode attention kernels stream the KV cache at: ``memory`` × ``kv_read``."""
         return replace(self, memory=self.memory * self.kv_read)
 
-    def gemm_efficiency(self, m: Num, n: Num, k: Num, num_sms: int = 132, groups: Num = 1.0) -> Num:
+    def _choice(self, m: Num, n: Num, k: Num, num_sms: int, groups: Num) -> tuple[np.ndarray, ...]:
+        """The best tile's (value, slice depth, split) for each GEMM (the module docstring)."""
         m, n, k, g = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k, groups))  # an empty GEMM: 0 FLOPs
-        best, depth = np.zeros(np.broadcast(m, n, k, g).shape), np.zeros(np.broadcast(m, n, k, g).shape)
+        shape = np.broadcast(m, n, k, g).shape
+        best, depth, chosen = np.zeros(shape), np.zeros(shape), np.ones(shape)
         for tm, tn in SERVE_TILES:
             tiles = g * np.ceil(m / tm) * np.ceil(n / tn)
             single = tiles < num_sms
@@ -68,8 +70,21 @@ class ServeEfficiency(Efficiency):
             slice_depth = k / split
             better = value * slice_depth / (slice_depth + self.gemm_k0) > best * depth / (depth + self.gemm_k0)
             best, depth = np.where(better, value, best), np.where(better, slice_depth, depth)
+            chosen = np.where(better, split, chosen)
+        return best, depth, chosen
+
+    def gemm_efficiency(self, m: Num, n: Num, k: Num, num_sms: int = 132, groups: Num = 1.0) -> Num:
+        best, depth, _ = self._choice(m, n, k, num_sms, groups)
         out = self.gemm * np.minimum(best, 1.0) * depth / (depth + self.gemm_k0)
         return float(out) if out.ndim == 0 else out
 
+    def split_k_reductions(self, m: Num, n: Num, k: Num, num_sms: int = 132, groups: Num = 1.0) -> Num:
+        """1 where the chosen kernel splits k (its CTAs' fp32 partial sums are then summed by a reduction kernel
+        of their own: cuBLAS's ``splitKreduce_kernel``, one after each split GEMM in the compiled decode steps
+        profiled on an H100 and an H200, data/measured/gpu/2026-11-26d-*-decode.json), else 0. The kernel's fixed
+        time is priced (roofline.overhead), not its bytes: s·m·n fp32 partials, under 0.1 % of a decode GEMM's
+        weights at m ≤ 32."""
+        out = (self._choice(m, n, k, num_sms, groups)[2] > 1.0).astype(float)
+        return float(out) if out.ndim == 0 else out
 
 SERVE_DEFAULT = ServeEfficiency()

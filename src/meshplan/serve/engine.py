@@ -83,9 +83,9 @@ class Engine:
     graph_max_batch: int = 0
     eager_layer_overhead: float = 0.0
     # kernels one decode layer launches in the engine's decode step, where a profile counted them; each beyond the
-    # serving op list's own (iteration.layer_kernels: one kernel an op) runs for the accelerator's kernel_overhead
-    # more (roofline.overhead): the unfused rotary embedding, the cache writes and split-K reductions the op list
-    # folds into its ops. 0: the op list's count
+    # serving op list's own (iteration.layer_kernels: one kernel an op, and a reduction after each split-K GEMM) runs
+    # for the accelerator's kernel_overhead more (roofline.overhead): the unfused rotary embedding and the cache
+    # writes the op list folds into its ops. 0: the op list's count
     decode_layer_kernels: float = 0.0
     # the host prepares iteration n + 1 while the GPU runs iteration n (an overlap scheduler: TensorRT-LLM's PyTorch
     # backend, SGLang's), so an iteration takes max(GPU, host) seconds instead of their sum

@@ -105,7 +105,7 @@ def serve_estimate(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload
                  per_query_head=engine.kv_per_query_head)
     parts = breakdown(model, cluster, lane, plan.pp, q, eff)
     kinds = op_kinds(model, lane, plan.pp)
-    extra = float(extra_kernel_time(model, cluster, lane, engine))
+    extra = float(extra_kernel_time(model, cluster, lane, engine, eff))
     if extra:  # the engine's kernels beyond the op list's (engine.py: decode_layer_kernels)
         parts["engine/kernels"], kinds["engine/kernels"] = extra, "memory"
     host = engine.host_time(float(result.running) / plan.dpa, 1, cluster.python_host)

@@ -118,25 +118,32 @@ def token_time(model: ModelSpec, cluster: Cluster, sh: Shape, pp: Num, quant: Qu
     return pp * stage + overhead
 
 
-def layer_kernels(model: ModelSpec, sh: Shape) -> Num:
-    """Kernels one layer's ops launch, averaged over the model's layer kinds: one an op with work on the GPU (its
-    ``kernels``), collectives apart."""
+def layer_kernels(model: ModelSpec, sh: Shape, acc: Accelerator, eff: ServeEfficiency = SERVE_DEFAULT) -> Num:
+    """Kernels one layer's ops launch, averaged over the model's layer kinds, as roofline.overhead counts them: an
+    op with work on the GPU its ``kernels`` (or its host-issued ``launches``, whichever is more), a GEMM whose kernel
+    splits k one reduction kernel more (ServeEfficiency.split_k_reductions); collectives apart."""
     total: Num = 0.0
     for kind, ops in layer_ops(model, sh).items():
         for op in ops:
-            if op.kind != "collective":
-                total = total + model.block_counts[kind] * op.kernels * ((op.flops > 0) | (op.nbytes > 0))
+            if op.kind == "collective":
+                continue
+            kernels = maximum(op.kernels, op.launches) * ((op.flops > 0) | (op.nbytes > 0))
+            if op.kind == "gemm":
+                kernels = kernels * (1.0 + eff.split_k_reductions(op.m, op.n, op.k, acc.num_sms, op.groups))
+            total = total + model.block_counts[kind] * kernels
     return total / model.num_layers
 
 
-def extra_kernel_time(model: ModelSpec, cluster: Cluster, sh: Shape, engine: Engine) -> Num:
+def extra_kernel_time(model: ModelSpec, cluster: Cluster, sh: Shape, engine: Engine,
+                      eff: ServeEfficiency = SERVE_DEFAULT) -> Num:
     """The fixed time of the kernels a token step launches beyond the op list's (``Engine.decode_layer_kernels``):
     each runs for the accelerator's ``kernel_overhead`` (roofline.overhead), in every layer of every stage, one
     after another (p stages of L/p layers: L layers a token)."""
     if not engine.decode_layer_kernels:  # no count: nothing to add, and no op list to build again
         return 0.0
-    extra = maximum(engine.decode_layer_kernels - layer_kernels(model, sh), 0.0)
-    return extra * cluster.accelerator.kernel_overhead * model.num_layers
+    acc = cluster.accelerator
+    extra = maximum(engine.decode_layer_kernels - layer_kernels(model, sh, acc, eff), 0.0)
+    return extra * acc.kernel_overhead * model.num_layers
 
 
 def op_kinds(model: ModelSpec, sh: Shape, pp: int) -> dict[str, str]:

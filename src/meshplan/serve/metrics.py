@@ -88,7 +88,7 @@ class Setting:
         half's expert dispatch and combine beside the other half's computation: 2·max(C(B/2), M(B/2)), M the
         dispatch and combine, C the rest (each half reads the weights again)."""
         sh = self.shape(decode, prefill, prompts, prefix)
-        extra = extra_kernel_time(self.model, self.cluster, sh, self.engine)  # the engine's own kernels (engine.py)
+        extra = extra_kernel_time(self.model, self.cluster, sh, self.engine, self.eff)  # its own kernels (engine.py)
         if not self.engine.two_batch_overlap:
             return token_time(self.model, self.cluster, sh, self.cols["pp"], self.quant, 0.0, self.eff) + extra
         half = self.shape(decode / 2, prefill / 2, prompts / 2, prefix)

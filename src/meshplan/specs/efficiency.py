@@ -147,7 +147,6 @@ TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
 ATTENTION_L0, ATTENTION_L0_FA2 = 543.0, 281.0
 
 
-
 def exp_share(speedup: float) -> float:
     """The share x of a kernel's time spent on one unit whose throughput doubling sped it up ``speedup`` = s times:
     s = 1 / (1 - x/2), x = 2·(1 - 1/s)."""
@@ -164,7 +163,7 @@ class Efficiency:
     overlap_slowdown: float = 0.189  # compute slowdown while communication overlaps it (Lee et al. 2025: 18.9 %)
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
     gemm_k0: float = 64.0  # per-tile fixed cost, in units of reduction depth (one 64-deep k-block of CUTLASS)
-    unaligned_gemm: float = 0.377  # leading dims not 16-byte multiples: specs/alignment.py
+    unaligned_gemm: float = 0.375  # leading dims not 16-byte multiples: specs/alignment.py
     unaligned_gemm_async: float = 0.170  # the same with asynchronous MMA: an H200's (specs/alignment.py)
     unaligned_wide_gain: float = 0.326 / 0.170  # 4- and 8-byte leading dims over odd ones: the H200's
     attention_bwd: float = 0.8  # backward / forward kernel rate (FA2 Fig. 4-5, FA3 Fig. 5-6)
@@ -227,9 +226,9 @@ class Efficiency:
     # measured GPU-to-GPU throughput ratios (state-spaces/mamba#904: H200 / A100 2.33, GB200 / H200 1.51) within
     # 3.1 and 10.4 %, where a bandwidth-bound rate is 13.7 and 31.2 % off (benchmarks/kernel_checks.py). Measured
     # on an H100 only; capped at the streaming rate where a GPU has many SMs for its bandwidth (roofline.memory_time).
-    # The fixed time of the four forward records' kernels (roofline.overhead, the H100 preset's 1.5 us each) is
-    # taken out of the measured 0.649 ms before the rate is read (0.9 % of it).
-    ssd: float = 830.5e6 / (8192 / 1.262327e7 - 4 * 1.5e-6) / 132
+    # The four forward kernels' fixed time (the H100's gemm_overhead for the three chunk products, its kernel_overhead
+    # for the state pass: roofline.overhead) is taken out of the measured 0.649 ms first (1.8 % of it).
+    ssd: float = 830.5e6 / (8192 / 1.262327e7 - (3 * 3.1e-6 + 2.4e-6)) / 132
     nvlink: float = 0.8  # NCCL bus bandwidth / NVLink peak (nccl-tests)
     network: float = 0.9  # NCCL bus bandwidth / NIC peak (nccl-tests over InfiniBand NDR/HDR)
     clock_exponent: float = 1 / 3  # P ∝ f³ (see the module docstring)
@@ -290,6 +289,10 @@ class Efficiency:
             waves = maximum(_ceil(tiles / num_sms), 1.0)
             best = maximum(best, groups * m * n / (waves * num_sms * tm * tn))
         return self.gemm * minimum(best, 1.0) * k / (k + self.gemm_k0)
+
+    def split_k_reductions(self, m: Num, n: Num, k: Num, num_sms: int = 132, groups: Num = 1.0) -> Num:
+        """Reduction kernels the GEMM's kernel runs after it: none, training's tiles never split k (serve's do)."""
+        return 0.0
 
     # ---- attention ------------------------------------------------------------------------------------------
     def attention_efficiency(self, head_dim: Num, keys: Num, backward: bool = False, causal: bool = True,
