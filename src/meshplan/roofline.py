@@ -151,13 +151,14 @@ def overhead(op: OpCost, acc: Accelerator, eff: Efficiency | None = None) -> Num
         t0 = acc.attention_overhead
     else:
         t0 = acc.gemm_overhead if op.kind in ("gemm", "attention") else acc.kernel_overhead
-    if op.kind == "gemm" and eff is not None and acc.kernel_overhead:
-        t0 = t0 + acc.kernel_overhead * eff.split_k_reductions(op.m, op.n, op.k, acc.num_sms, op.groups)
-    if type(t0) is float and not t0 and not acc.kernel_overhead:  # the presets: nothing to add
+    if not t0 and not acc.kernel_overhead:  # nothing to add
         return 0.0
+    reduce: Num = 0.0  # the split-K reduction after each of the op's own kernels
+    if op.kind == "gemm" and eff is not None:
+        reduce = acc.kernel_overhead * eff.split_k_reductions(op.m, op.n, op.k, acc.num_sms, op.groups)
     kernels = maximum(op.kernels, op.launches)
     own = minimum(maximum(op.launches, 1.0), kernels)  # the op's own kernels; the rest element-wise
-    return (t0 * own + acc.kernel_overhead * (kernels - own)) * ((op.flops > 0) | (op.nbytes > 0))
+    return ((t0 + reduce) * own + acc.kernel_overhead * (kernels - own)) * ((op.flops > 0) | (op.nbytes > 0))
 
 
 def op_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Num:
