@@ -40,6 +40,8 @@ from meshplan.xp import Num
 
 SERVE_TILES: tuple[tuple[int, int], ...] = ((16, 128), (32, 128), (64, 128), *TILES)
 SPLIT_DEPTH = 128.0  # a split-K slice is at least this deep (two 64-deep k-blocks of a CUTLASS mainloop)
+# ServeEfficiency._choice's last question and answer (the objects themselves, so that their ids are not reused)
+_LAST: list[tuple | None] = [None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,7 +57,17 @@ class ServeEfficiency(Efficiency):
         return replace(self, memory=self.memory * self.kv_read)
 
     def _choice(self, m: Num, n: Num, k: Num, num_sms: int, groups: Num) -> tuple[np.ndarray, ...]:
-        """The best tile's (value, slice depth, split) for each GEMM (the module docstring)."""
+        """The best tile's (value, slice depth, split) for each GEMM (the module docstring). The last answer is kept:
+        roofline.op_time asks for the same op's twice (its rate, then its kernels' fixed time)."""
+        last = _LAST[0]
+        if (last is not None and last[0] is self and last[1] is m and last[2] is n and last[3] is k
+                and last[4] == num_sms and last[5] is groups):
+            return last[6]
+        out = self._tiles(m, n, k, num_sms, groups)
+        _LAST[0] = (self, m, n, k, num_sms, groups, out)
+        return out
+
+    def _tiles(self, m: Num, n: Num, k: Num, num_sms: int, groups: Num) -> tuple[np.ndarray, ...]:
         m, n, k, g = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k, groups))  # an empty GEMM: 0 FLOPs
         shape = np.broadcast(m, n, k, g).shape
         best, depth, chosen = np.zeros(shape), np.zeros(shape), np.ones(shape)
