@@ -77,22 +77,25 @@ def test_an_extra_kernel_costs_the_accelerators_kernel_overhead():
 
 def test_a_split_k_gemm_runs_a_reduction_kernel():
     """cuBLAS ran a ``splitKreduce_kernel`` after each split-K GEMM of the profiled steps (2 a layer at batch 1 on both
-    GPUs: 64 in 32 layers). ServeEfficiency picks split-K where a GEMM has fewer output tiles than SMs: a 4,096-wide
-    output at one row is 4096 / 128 = 32 tiles of 16 x 128 on 132 SMs, split ⌊132 / 32⌋ = 4 ways; QKV's 12,288 is 96
-    tiles, ⌊132 / 96⌋ = 1: no split; fc1's 22,016 is 172 tiles, more than the SMs. The reduction costs the accelerator's
-    kernel_overhead on top of the GEMM's gemm_overhead; training's tiles never split."""
+    GPUs: 64 in 32 layers). A GEMM whose output has fewer tiles than the GPU has SMs splits k (specs/gemm_shape.py):
+    a 4,096-wide output at one row is 4096 / 128 = 32 tiles of 16 x 128 on 132 SMs, split ⌊132 / 32⌋ = 4 ways; QKV's
+    12,288 is 96 tiles, ⌊132 / 96⌋ = 1: no split; fc1's 22,016 is 172 tiles, more than the SMs. The reduction costs
+    the accelerator's kernel_overhead on top of the GEMM's gemm_overhead. Training's kernels follow the same rule
+    with their 128-row tiles (32 of them here: split); a GEMM of many rows fills the SMs and does not split."""
     kernels = ROWS[(1, 256)]["compiled_kernels"]
     assert sum(k["count"] for k in kernels if "splitKreduce" in k["name"]) == 64
     assert SERVE_DEFAULT.split_k_reductions(1, 4096, 4096, 132) == 1.0
     assert SERVE_DEFAULT.split_k_reductions(1, 12288, 4096, 132) == 0.0
     assert SERVE_DEFAULT.split_k_reductions(1, 22016, 4096, 132) == 0.0
-    assert DEFAULT.split_k_reductions(1, 4096, 4096, 132) == 0.0
+    assert DEFAULT.split_k_reductions(1.0, 4096.0, 4096.0, 132) == 1.0
+    assert DEFAULT.split_k_reductions(8192.0, 4096.0, 4096.0, 132) == 0.0
     acc = H200.accelerator
     wo = gemm("wo", 1, 4096, 4096, 2, 2)
     base = max(compute_time(wo, acc, "bf16", SERVE_DEFAULT), memory_time(wo, acc, SERVE_DEFAULT))
     assert op_time(wo, acc, "bf16", SERVE_DEFAULT) == pytest.approx(base + 3.1e-6 + 2.4e-6)
-    assert op_time(wo, acc, "bf16", DEFAULT) - max(compute_time(wo, acc, "bf16", DEFAULT),
-                                                    memory_time(wo, acc, DEFAULT)) == pytest.approx(3.1e-6)
+    big = gemm("wo", 8192, 4096, 4096, 2, 2)
+    assert op_time(big, acc, "bf16", DEFAULT) - max(compute_time(big, acc, "bf16", DEFAULT),
+                                                     memory_time(big, acc, DEFAULT)) == pytest.approx(3.1e-6)
 
 
 def test_more_engine_kernels_never_shorten_a_step():

@@ -19,13 +19,21 @@ from meshplan.specs.stack import Stack
 
 
 def test_grouped_gemm_quantization_pads_each_group_and_shares_waves():
-    # 16 groups of a 100×128 output on 132 SMs with 128×128 tiles: each group pads to one 128-row tile,
-    # 16 tiles fill one wave of 132 → 16·100·128 / (132·128·128) of the SMs' work
+    # 16 groups of a 100×128 output on 132 SMs with 128×128 tiles: each group pads to one 128-row tile, and
+    # 16 tiles leave most of a wave idle, so the kernel splits k ⌊132 / 16⌋ = 8 ways (4096 / 128 = 32 allows it):
+    # 16·8 CTAs of 132 → 8 · 16·100·128 / (132·128·128) of the SMs' work (specs/gemm_shape.py)
     e = DEFAULT.with_(gemm=1.0, gemm_k0=0.0)
     grouped = e.gemm_efficiency(100.0, 128.0, 4096.0, 132, 16.0)
-    assert abs(grouped - 16 * 100 * 128 / (132 * 128 * 128)) < 1e-12
-    # one 1600-row GEMM: 13 tiles of 128 rows, the last one 64 rows full: 1600·128 / (132·128·128)
-    assert abs(e.gemm_efficiency(1600.0, 128.0, 4096.0, 132) - 1600 * 128 / (132 * 128 * 128)) < 1e-12
+    assert abs(grouped - 8 * 16 * 100 * 128 / (132 * 128 * 128)) < 1e-12
+    # one 1600-row GEMM: 13 tiles of 128 rows, the last one 64 rows full, split ⌊132 / 13⌋ = 10 ways
+    assert abs(e.gemm_efficiency(1600.0, 128.0, 4096.0, 132) - 10 * 1600 * 128 / (132 * 128 * 128)) < 1e-12
+    # at k = 256 a slice keeps at least 128 of it: 2 ways
+    assert abs(e.gemm_efficiency(1600.0, 128.0, 256.0, 132) - 2 * 1600 * 128 / (132 * 128 * 128)) < 1e-12
+    # 16 groups of 1600 rows: 208 tiles, more than the SMs: two waves of 132, no split
+    assert abs(e.gemm_efficiency(1600.0, 128.0, 4096.0, 132, 16.0)
+               - 16 * 1600 * 128 / (2 * 132 * 128 * 128)) < 1e-12
+    assert e.split_k_reductions(1600.0, 128.0, 4096.0, 132) == 1.0 == 1 - e.split_k_reductions(1600.0, 128.0,
+                                                                                               4096.0, 132, 16.0)
 
 
 def test_expert_gemms_are_grouped_per_local_expert():

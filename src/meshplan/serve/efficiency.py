@@ -8,12 +8,9 @@ mma.sync m16n8k16 on every NVIDIA GPU since Ampere, as Marlin's W4A16 kernel doe
 small-M kernels swap the operands so that the batch is wgmma's N, a multiple of 8: PTX ISA, "wgmma.mma_async" shapes
 m64nNk16) and split the reduction over several CTAs when the output has fewer tiles than the GPU has SMs (split-K,
 CUTLASS's stream-K, Osama et al. 2023, "Stream-K: Work-centric Parallel Decomposition for Dense Matrix-Matrix
-Multiplication on the GPU", §4). So for tiles t_m × t_n in ``SERVE_TILES``:
-    tiles = g·⌈m/t_m⌉·⌈n/t_n⌉;   split s = ⌊S / tiles⌋ when tiles < S (at most k / 128), else 1
-    occupancy = tiles·s / S for a single partial wave, tiles / (⌈tiles/S⌉·S) otherwise
-    efficiency = gemm · max_t [ g·m·n / (tiles·t_m·t_n) · occupancy ] · (k/s) / (k/s + k_0)
-which is the training model's ``gemm_efficiency`` for a GEMM of many tiles (the same tiles among the candidates, no
-split), so a prefill of thousands of rows is priced as a training forward pass is.
+Multiplication on the GPU", §4). specs/gemm_shape.py prices the tiles, waves and splits of training's GEMMs and
+inference's alike; inference's candidates add those small-row tiles (``SERVE_TILES``), and a GEMM of many tiles picks
+training's, so a prefill of thousands of rows is priced as a training forward pass is.
 
 ``memory``, the share of the HBM bandwidth a streaming kernel sustains (0.85, specs/efficiency.py), prices the
 weights a decode step streams. Two constants of inference kernels are fitted (benchmarks/fit_inference.py, on the fit
@@ -35,13 +32,11 @@ from functools import cached_property
 
 import numpy as np
 
-from meshplan.specs.efficiency import TILES, Efficiency
+from meshplan.specs.efficiency import Efficiency
+from meshplan.specs.gemm_shape import TILES, tile_choice
 from meshplan.xp import Num
 
 SERVE_TILES: tuple[tuple[int, int], ...] = ((16, 128), (32, 128), (64, 128), *TILES)
-SPLIT_DEPTH = 128.0  # a split-K slice is at least this deep (two 64-deep k-blocks of a CUTLASS mainloop)
-# ServeEfficiency._choice's last question and answer (the objects themselves, so that their ids are not reused)
-_LAST: list[tuple | None] = [None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,37 +51,8 @@ class ServeEfficiency(Efficiency):
         """The efficiency the decode attention kernels stream the KV cache at: ``memory`` × ``kv_read``."""
         return replace(self, memory=self.memory * self.kv_read)
 
-    def _choice(self, m: Num, n: Num, k: Num, num_sms: int, groups: Num) -> tuple[np.ndarray, ...]:
-        """The best tile's (value, slice depth, split) for each GEMM (the module docstring). The last answer is kept:
-        roofline.op_time asks for the same op's twice (its rate, then its kernels' fixed time)."""
-        last = _LAST[0]
-        if (last is not None and last[0] is self and last[1] is m and last[2] is n and last[3] is k
-                and last[4] == num_sms and last[5] is groups):
-            return last[6]
-        out = self._tiles(m, n, k, num_sms, groups)
-        _LAST[0] = (self, m, n, k, num_sms, groups, out)
-        return out
-
-    def _tiles(self, m: Num, n: Num, k: Num, num_sms: int, groups: Num) -> tuple[np.ndarray, ...]:
-        m, n, k, g = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k, groups))  # an empty GEMM: 0 FLOPs
-        shape = np.broadcast(m, n, k, g).shape
-        best, depth, chosen = np.zeros(shape), np.zeros(shape), np.ones(shape)
-        for tm, tn in SERVE_TILES:
-            tiles = g * np.ceil(m / tm) * np.ceil(n / tn)
-            single = tiles < num_sms
-            split = np.where(single, np.maximum(1.0, np.minimum(np.floor(num_sms / np.maximum(tiles, 1.0)),
-                                                                np.floor(k / SPLIT_DEPTH))), 1.0)
-            occupancy = np.where(single, tiles * split / num_sms,
-                                 tiles / (np.ceil(tiles / num_sms) * num_sms))
-            value = g * m * n / (tiles * tm * tn) * occupancy
-            slice_depth = k / split
-            better = value * slice_depth / (slice_depth + self.gemm_k0) > best * depth / (depth + self.gemm_k0)
-            best, depth = np.where(better, value, best), np.where(better, slice_depth, depth)
-            chosen = np.where(better, split, chosen)
-        return best, depth, chosen
-
     def gemm_efficiency(self, m: Num, n: Num, k: Num, num_sms: int = 132, groups: Num = 1.0) -> Num:
-        best, depth, _ = self._choice(m, n, k, num_sms, groups)
+        best, depth, _ = tile_choice(m, n, k, num_sms, groups, SERVE_TILES, self.gemm_k0)
         out = self.gemm * np.minimum(best, 1.0) * depth / (depth + self.gemm_k0)
         return float(out) if out.ndim == 0 else out
 
@@ -96,7 +62,8 @@ class ServeEfficiency(Efficiency):
         profiled on an H100 and an H200, data/measured/gpu/2026-11-26d-*-decode.json), else 0. The kernel's fixed
         time is priced (roofline.overhead), not its bytes: s·m·n fp32 partials, under 0.1 % of a decode GEMM's
         weights at m ≤ 32."""
-        out = (self._choice(m, n, k, num_sms, groups)[2] > 1.0).astype(float)
+        out = (tile_choice(m, n, k, num_sms, groups, SERVE_TILES, self.gemm_k0)[2] > 1.0).astype(float)
         return float(out) if out.ndim == 0 else out
+
 
 SERVE_DEFAULT = ServeEfficiency()

@@ -20,8 +20,9 @@ hold the boost clock within the power limit (AMD, "Understanding Peak, Max-Achie
 Training shapes then lose to tile and wave quantization (NVIDIA "Matrix Multiplication Background User's
 Guide", Deep Learning Performance docs, §"Tile quantization" and §"Wave quantization"): cuBLAS computes C
 in output tiles; a tile that sticks out of C does full work for partial output, and the tiles run in waves
-of S (one tile per SM at a time), so the last, partial wave idles SMs. The library picks, per shape, the tile
-that wastes least; for a tile t_m×t_n:
+of S (one tile per SM at a time), so the last, partial wave idles SMs; an output of fewer tiles than SMs is
+split over k instead (split-K, s slices of k / s). The library picks, per shape, the kernel that wastes least
+(specs/gemm_shape.py, written once for training and inference); for a tile t_m×t_n without a split:
     quantization(t) = m·n / (⌈⌈m/t_m⌉·⌈n/t_n⌉ / S⌉ · S · t_m · t_n)
     efficiency      = gemm · MAMF(precision) · f · max_t quantization(t) · k / (k + k_0)
 ``gemm`` (fitted: 0.87) is what a training step's GEMMs keep of the best-shape benchmark's rate beyond the tile,
@@ -129,19 +130,14 @@ The MAMF figures, and the rule for a GPU without one, are architectures.py's (``
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
 
 from meshplan.specs.architectures import async_mma, matmul_rule
-from meshplan.xp import Num, maximum, minimum
-
-# Output tiles cuBLAS / CUTLASS choose among for large bf16/fp8 GEMMs on A100, H100 and B200 (CUTLASS
-# profiler default configurations; the heuristic picks the least wasteful one per shape).
-TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
-
+from meshplan.specs.gemm_shape import TILES, scalar_choice, tile_choice
+from meshplan.xp import Num, minimum
 
 # a flash-attention query tile's fixed cost in keys of its loop (Efficiency.attention_l0 / attention_l0_fa2)
 ATTENTION_L0, ATTENTION_L0_FA2 = 543.0, 281.0
@@ -156,14 +152,14 @@ def exp_share(speedup: float) -> float:
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
     # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
-    gemm: float = 0.8745  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
-    attention: float = 0.5215  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
-    host_launch: float = 33.7e-6  # host seconds per kernel of the per-expert MoE path (mlp_moe.host_launched)
+    gemm: float = 0.8692  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
+    attention: float = 0.5243  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
+    host_launch: float = 40.33e-6  # host seconds per kernel of the per-expert MoE path (mlp_moe.host_launched)
     # ---- documented, not fitted -------------------------------------------------------------------------
     overlap_slowdown: float = 0.189  # compute slowdown while communication overlaps it (Lee et al. 2025: 18.9 %)
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
     gemm_k0: float = 64.0  # per-tile fixed cost, in units of reduction depth (one 64-deep k-block of CUTLASS)
-    unaligned_gemm: float = 0.375  # leading dims not 16-byte multiples: specs/alignment.py
+    unaligned_gemm: float = 0.380  # leading dims not 16-byte multiples: specs/alignment.py
     unaligned_gemm_async: float = 0.170  # the same with asynchronous MMA: an H200's (specs/alignment.py)
     unaligned_wide_gain: float = 0.326 / 0.170  # 4- and 8-byte leading dims over odd ones: the H200's
     attention_bwd: float = 0.8  # backward / forward kernel rate (FA2 Fig. 4-5, FA3 Fig. 5-6)
@@ -276,23 +272,25 @@ class Efficiency:
         return 1.0
 
     def gemm_efficiency(self, m: Num, n: Num, k: Num, num_sms: int = 132, groups: Num = 1.0) -> Num:
-        """Shape efficiency of an (m×k)·(k×n) GEMM on ``num_sms`` SMs: ``gemm`` × quantization × depth.
+        """Shape efficiency of an (m×k)·(k×n) GEMM on ``num_sms`` SMs: ``gemm`` × quantization × depth, the kernel
+        among ``TILES`` that wastes least, split over k where the output has fewer tiles than SMs (specs/gemm_shape.py).
         Multiply by ``mamf`` and ``clock`` for the fraction of the datasheet peak. ``groups`` such GEMMs run
         as one grouped GEMM: each pads its own tiles, and the tiles of all of them fill the waves together."""
         if (type(m) in _SCALAR and type(n) in _SCALAR and type(k) in _SCALAR
-                and type(groups) in _SCALAR):  # one plan: plain floats, fast
-            # scalars here (the type() test), which the memo hashes
-            return self.gemm * _quantization(m, n, num_sms, groups) * k / (k + self.gemm_k0)  # type: ignore[arg-type]
-        best: Num = 0.0
-        for tm, tn in TILES:
-            tiles = groups * _ceil(m / tm) * _ceil(n / tn)
-            waves = maximum(_ceil(tiles / num_sms), 1.0)
-            best = maximum(best, groups * m * n / (waves * num_sms * tm * tn))
-        return self.gemm * minimum(best, 1.0) * k / (k + self.gemm_k0)
+                and type(groups) in _SCALAR):  # one plan: plain floats, fast (the memo hashes them)
+            value, depth, _ = scalar_choice(m, n, k, num_sms, groups, TILES, self.gemm_k0)  # type: ignore[arg-type]
+            return self.gemm * min(value, 1.0) * depth / (depth + self.gemm_k0)
+        best, slices, _ = tile_choice(m, n, k, num_sms, groups, TILES, self.gemm_k0)
+        out = self.gemm * np.minimum(best, 1.0) * slices / (slices + self.gemm_k0)
+        return float(out) if out.ndim == 0 else out
 
     def split_k_reductions(self, m: Num, n: Num, k: Num, num_sms: int = 132, groups: Num = 1.0) -> Num:
-        """Reduction kernels the GEMM's kernel runs after it: none, training's tiles never split k (serve's do)."""
-        return 0.0
+        """1 where the GEMM's kernel splits k (its partial sums then reduced by a kernel of their own:
+        roofline.overhead prices its fixed time), else 0."""
+        if type(m) in _SCALAR and type(n) in _SCALAR and type(k) in _SCALAR and type(groups) in _SCALAR:
+            return float(scalar_choice(m, n, k, num_sms, groups, TILES, self.gemm_k0)[2] > 1.0)  # type: ignore[arg-type]
+        out = (tile_choice(m, n, k, num_sms, groups, TILES, self.gemm_k0)[2] > 1.0).astype(float)
+        return float(out) if out.ndim == 0 else out
 
     # ---- attention ------------------------------------------------------------------------------------------
     def attention_efficiency(self, head_dim: Num, keys: Num, backward: bool = False, causal: bool = True,
@@ -378,22 +376,6 @@ _SCALAR = (int, float)
 @lru_cache(maxsize=256)
 def _rule(architecture: str, peak: float, low: bool) -> float:
     return matmul_rule(architecture, peak, low)
-
-
-@lru_cache(maxsize=4096)
-def _quantization(m: float, n: float, num_sms: int, groups: float = 1.0) -> float:
-    """Scalar tile and wave quantization (see ``Efficiency.gemm_efficiency``), memoised: shapes repeat."""
-    best = 0.0
-    for tm, tn in TILES:
-        waves = max(math.ceil(groups * math.ceil(m / tm) * math.ceil(n / tn) / num_sms), 1)
-        best = max(best, groups * m * n / (waves * num_sms * tm * tn))
-    return min(best, 1.0)
-
-
-def _ceil(x: Num) -> Num:
-    """⌈x⌉ for floats or arrays (no Python branching on values; np.ceil is some 30 times faster on arrays than
-    the floor division -(-x // 1))."""
-    return np.ceil(x)
 
 
 DEFAULT = Efficiency()

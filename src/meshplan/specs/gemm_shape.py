@@ -1,0 +1,83 @@
+"""A GEMM's shape efficiency on the GPU's SMs: output tiles, waves and split-K, written once for training
+(specs/efficiency.py) and inference (serve/efficiency.py).
+
+cuBLAS and CUTLASS cover the m × n output of a GEMM with tiles t_m × t_n, one per CTA, and run the CTAs in waves of
+one per SM; a tile's rows and columns past the edge are wasted, and so are the SMs the last wave leaves idle
+(tile and wave quantization). When the output has fewer tiles than the GPU has SMs, the kernels split the reduction
+over several CTAs instead (split-K: CUTLASS's parallel split-K, cuBLAS's ``splitK`` kernels followed by a
+``splitKreduce_kernel``, profiled on an H100 and an H200, data/measured/gpu/2026-11-26d-*-decode.json; CUTLASS's
+stream-K, Osama et al. 2023, "Stream-K: Work-centric Parallel Decomposition for Dense Matrix-Matrix Multiplication on
+the GPU", §4), each slice at least ``SPLIT_DEPTH`` deep. For tiles t_m × t_n among the candidates:
+    tiles = g·⌈m/t_m⌉·⌈n/t_n⌉;   split s = ⌊S / tiles⌋ when tiles < S (at most k / 128), else 1
+    occupancy = tiles·s / S for a single partial wave, tiles / (⌈tiles/S⌉·S) otherwise
+    value = g·m·n / (tiles·t_m·t_n) · occupancy
+and the kernel chosen maximises value · (k/s) / (k/s + k_0), k_0 the per-tile fixed cost in units of reduction depth
+(``Efficiency.gemm_k0``). Training's candidates are ``TILES``; inference adds small-row tiles (serve/efficiency.py).
+Without a split the value is the wave quantization g·m·n / (⌈tiles/S⌉·S·t_m·t_n) of every tile count.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from meshplan.xp import Num
+
+# Output tiles cuBLAS / CUTLASS choose among for large bf16/fp8 GEMMs on A100, H100 and B200 (CUTLASS
+# profiler default configurations; the heuristic picks the least wasteful one per shape).
+TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
+SPLIT_DEPTH = 128.0  # a split-K slice is at least this deep (two 64-deep k-blocks of a CUTLASS mainloop)
+# tile_choice's last question and answer (the objects themselves, so that their ids are not reused)
+_LAST: list[tuple | None] = [None]
+
+
+def tile_choice(m: Num, n: Num, k: Num, num_sms: int, groups: Num, tiles: tuple[tuple[int, int], ...],
+                k0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The chosen kernel's (value, slice depth k / s, split s) for each GEMM (arrays; the module docstring). The last
+    answer is kept: roofline.op_time asks for the same op's twice (its rate, then its split-K reduction)."""
+    last = _LAST[0]
+    if (last is not None and last[0] is m and last[1] is n and last[2] is k and last[3] == num_sms
+            and last[4] is groups and last[5] is tiles and last[6] == k0):
+        return last[7]
+    out = _tile_choice(m, n, k, num_sms, groups, tiles, k0)
+    _LAST[0] = (m, n, k, num_sms, groups, tiles, k0, out)
+    return out
+
+
+def _tile_choice(m: Num, n: Num, k: Num, num_sms: int, groups: Num, tiles: tuple[tuple[int, int], ...],
+                 k0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    m, n, k, g = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k, groups))  # an empty GEMM: 0 FLOPs
+    shape = np.broadcast(m, n, k, g).shape
+    best, depth, chosen = np.full(shape, -1.0), np.ones(shape), np.ones(shape)  # any kernel beats none
+    for tm, tn in tiles:
+        count = g * np.ceil(m / tm) * np.ceil(n / tn)
+        single = count < num_sms
+        split = np.where(single, np.maximum(1.0, np.minimum(np.floor(num_sms / np.maximum(count, 1.0)),
+                                                            np.floor(k / SPLIT_DEPTH))), 1.0)
+        occupancy = np.where(single, count * split / num_sms, count / (np.ceil(count / num_sms) * num_sms))
+        value = g * m * n / (count * tm * tn) * occupancy
+        slice_depth = k / split
+        better = value * slice_depth / (slice_depth + k0) > best * depth / (depth + k0)
+        best, depth = np.where(better, value, best), np.where(better, slice_depth, depth)
+        chosen = np.where(better, split, chosen)
+    return best, depth, chosen
+
+
+@lru_cache(maxsize=8192)
+def scalar_choice(m: float, n: float, k: float, num_sms: int, groups: float, tiles: tuple[tuple[int, int], ...],
+                  k0: float) -> tuple[float, float, float]:
+    """``tile_choice`` for one GEMM of plain numbers, memoised: a plan's shapes repeat."""
+    m, n, k, g = max(m, 1.0), max(n, 1.0), max(k, 1.0), max(groups, 1.0)
+    best, depth, chosen = -1.0, 1.0, 1.0  # any kernel beats none
+    for tm, tn in tiles:
+        count = g * math.ceil(m / tm) * math.ceil(n / tn)
+        single = count < num_sms
+        split = float(max(1, min(math.floor(num_sms / max(count, 1.0)), math.floor(k / SPLIT_DEPTH)))) if single else 1.0
+        occupancy = count * split / num_sms if single else count / (math.ceil(count / num_sms) * num_sms)
+        value = g * m * n / (count * tm * tn) * occupancy
+        slice_depth = k / split
+        if value * slice_depth / (slice_depth + k0) > best * depth / (depth + k0):
+            best, depth, chosen = value, slice_depth, split
+    return best, depth, chosen
