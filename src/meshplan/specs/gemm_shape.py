@@ -74,7 +74,8 @@ def scalar_choice(m: float, n: float, k: float, num_sms: int, groups: float, til
     for tm, tn in tiles:
         count = g * math.ceil(m / tm) * math.ceil(n / tn)
         single = count < num_sms
-        split = float(max(1, min(math.floor(num_sms / max(count, 1.0)), math.floor(k / SPLIT_DEPTH)))) if single else 1.0
+        ways = min(math.floor(num_sms / max(count, 1.0)), math.floor(k / SPLIT_DEPTH))
+        split = float(max(1, ways)) if single else 1.0
         occupancy = count * split / num_sms if single else count / (math.ceil(count / num_sms) * num_sms)
         value = g * m * n / (count * tm * tn) * occupancy
         slice_depth = k / split
