@@ -149,13 +149,15 @@ def test_tensor_and_data_parallel_transformer_on_a_2d_mesh():
 
 def test_hsdp_is_one_fully_shard_over_a_2d_mesh(audit):
     """The audit's case: sharded on one dimension, replicated on the other. PyTorch refuses replicate() on a module
-    fully_shard manages; HSDP is one fully_shard over (replicate, shard). With the whole HBM the plan replicates on
-    both (its 249 MB per GPU fit, and its tier-0 gathers would cost NCCL's protocol latencies, protocols.py): 210 MB
-    per GPU (the headroom leaves them of the H100's 85.5 GB) makes it shard one dimension. (At 225 MB a plan that
-    keeps the embedding sharded and the attention's output projection row-parallel ties with it: the host's launches
-    set both steps.)"""
-    code = planned(f"{audit}:make_model", 4, (64, 512), mesh=(2, 2), headroom=1 - 210e6 / 85_520_809_984)
-    assert code.count("fully_shard(model") == 1 and "replicate(model" not in code
+    fully_shard manages; HSDP is one fully_shard over (replicate, shard). Priced on the GPU alone (host_dispatch 0:
+    the host's launches of this small model would tie plans that write different programs at its time). With the
+    whole HBM the plan replicates on both (2.051 ms; its 249 MB per GPU fit); 240 MB per GPU (the headroom leaves them
+    of the H100's 85.5 GB) makes it shard one dimension (2.062 ms), every parameter as the program writes it."""
+    result = plan_sharding(Request(model=f"{audit}:make_model", gpus=4, mesh=(2, 2), input_shapes=((64, 512),),
+                                   dtypes=("int64",), stages="off", headroom=1 - 240e6 / 85_520_809_984,
+                                   host_dispatch=0.0))
+    code = parallelize_code(result.intra)
+    assert code.count("fully_shard(model") == 1 and "replicate(model" not in code and "# not written" not in code
     execute(code, 4, f"{audit}:make_small", "tokens_audit")
 
 
