@@ -142,9 +142,8 @@ def overhead(op: OpCost, acc: Accelerator, eff: Efficiency | None = None) -> Num
     aten sequence (``op.kernels`` beyond those: a GEMM row's gradient accumulation, a flash backward's pre- and
     post-processing, a layout copy) are element-wise kernels at ``kernel_overhead``. Unfused attention's kernel pays
     t₀ of both kinds (its time is a sum of a GEMM's and a softmax's); a flash attention kernel of an accelerator with a
-    measured attention rate pays ``attention_overhead``; a GEMM whose kernel splits k (``eff.split_k_reductions``:
-    inference's small-row kernels) runs a reduction kernel after it, at ``kernel_overhead``; an op without work runs
-    none."""
+    measured attention rate pays ``attention_overhead``; a GEMM whose kernel splits k (``eff.split_k_reductions``,
+    specs/gemm_shape.py) runs a reduction kernel after it, at ``kernel_overhead``; an op without work runs none."""
     if op.variant == "unfused":
         t0 = acc.gemm_overhead + acc.kernel_overhead
     elif op.kind == "attention" and acc.attention_flops:  # measured with its own t₀ (the module docstring)
@@ -159,6 +158,16 @@ def overhead(op: OpCost, acc: Accelerator, eff: Efficiency | None = None) -> Num
     kernels = maximum(op.kernels, op.launches)
     own = minimum(maximum(op.launches, 1.0), kernels)  # the op's own kernels; the rest element-wise
     return ((t0 + reduce) * own + acc.kernel_overhead * (kernels - own)) * ((op.flops > 0) | (op.nbytes > 0))
+
+
+def kernel_count(op: OpCost, acc: Accelerator, eff: Efficiency) -> Num:
+    """The kernels ``overhead`` prices for the op: its own and the rest of its eager sequence, and a split-K GEMM's
+    reductions."""
+    kernels = maximum(op.kernels, op.launches) * ((op.flops > 0) | (op.nbytes > 0))
+    if op.kind != "gemm":
+        return kernels
+    own = minimum(maximum(op.launches, 1.0), kernels)
+    return kernels + own * eff.split_k_reductions(op.m, op.n, op.k, acc.num_sms, op.groups)
 
 
 def op_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Num:

@@ -29,12 +29,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cached_property
-
-import numpy as np
+from typing import ClassVar
 
 from meshplan.specs.efficiency import Efficiency
-from meshplan.specs.gemm_shape import TILES, tile_choice
-from meshplan.xp import Num
+from meshplan.specs.gemm_shape import TILES
 
 SERVE_TILES: tuple[tuple[int, int], ...] = ((16, 128), (32, 128), (64, 128), *TILES)
 
@@ -43,6 +41,7 @@ SERVE_TILES: tuple[tuple[int, int], ...] = ((16, 128), (32, 128), (64, 128), *TI
 class ServeEfficiency(Efficiency):
     """``Efficiency`` with inference's GEMM kernels and its two fitted constants (module docstring)."""
 
+    TILES: ClassVar[tuple[tuple[int, int], ...]] = SERVE_TILES  # small-row kernels among the candidates
     kv_read: float = 0.9978  # decode attention's share of the streaming rate (fitted)
     experts: float = 0.6477  # the MoE path's rate against dense GEMMs and uniform collectives (fitted)
 
@@ -50,20 +49,6 @@ class ServeEfficiency(Efficiency):
     def cache_reads(self) -> ServeEfficiency:
         """The efficiency the decode attention kernels stream the KV cache at: ``memory`` × ``kv_read``."""
         return replace(self, memory=self.memory * self.kv_read)
-
-    def gemm_efficiency(self, m: Num, n: Num, k: Num, num_sms: int = 132, groups: Num = 1.0) -> Num:
-        best, depth, _ = tile_choice(m, n, k, num_sms, groups, SERVE_TILES, self.gemm_k0)
-        out = self.gemm * np.minimum(best, 1.0) * depth / (depth + self.gemm_k0)
-        return float(out) if out.ndim == 0 else out
-
-    def split_k_reductions(self, m: Num, n: Num, k: Num, num_sms: int = 132, groups: Num = 1.0) -> Num:
-        """1 where the chosen kernel splits k (its CTAs' fp32 partial sums are then summed by a reduction kernel
-        of their own: cuBLAS's ``splitKreduce_kernel``, one after each split GEMM in the compiled decode steps
-        profiled on an H100 and an H200, data/measured/gpu/2026-11-26d-*-decode.json), else 0. The kernel's fixed
-        time is priced (roofline.overhead), not its bytes: s·m·n fp32 partials, under 0.1 % of a decode GEMM's
-        weights at m ≤ 32."""
-        out = (tile_choice(m, n, k, num_sms, groups, SERVE_TILES, self.gemm_k0)[2] > 1.0).astype(float)
-        return float(out) if out.ndim == 0 else out
 
 
 SERVE_DEFAULT = ServeEfficiency()

@@ -21,7 +21,7 @@ from meshplan.cost.decode import Shape, collective, gemm, sixteen_bit, stream
 from meshplan.cost.extras import serve_extra_ops, serve_head_extra_ops
 from meshplan.cost.records import ACT_BYTES, OpCost
 from meshplan.groups import send_stride
-from meshplan.roofline import op_time
+from meshplan.roofline import kernel_count, op_time
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.engine import Engine
 from meshplan.serve.moe import moe_ops
@@ -125,12 +125,8 @@ def layer_kernels(model: ModelSpec, sh: Shape, acc: Accelerator, eff: ServeEffic
     total: Num = 0.0
     for kind, ops in layer_ops(model, sh).items():
         for op in ops:
-            if op.kind == "collective":
-                continue
-            kernels = maximum(op.kernels, op.launches) * ((op.flops > 0) | (op.nbytes > 0))
-            if op.kind == "gemm":
-                kernels = kernels * (1.0 + eff.split_k_reductions(op.m, op.n, op.k, acc.num_sms, op.groups))
-            total = total + model.block_counts[kind] * kernels
+            if op.kind != "collective":
+                total = total + model.block_counts[kind] * kernel_count(op, acc, eff)
     return total / model.num_layers
 
 

@@ -132,6 +132,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import ClassVar
 
 import numpy as np
 
@@ -152,6 +153,7 @@ def exp_share(speedup: float) -> float:
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
     # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
+    TILES: ClassVar[tuple[tuple[int, int], ...]] = TILES  # the GEMM kernels' output tiles (specs/gemm_shape.py)
     gemm: float = 0.8692  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
     attention: float = 0.5243  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
     host_launch: float = 40.33e-6  # host seconds per kernel of the per-expert MoE path (mlp_moe.host_launched)
@@ -278,9 +280,9 @@ class Efficiency:
         as one grouped GEMM: each pads its own tiles, and the tiles of all of them fill the waves together."""
         if (type(m) in _SCALAR and type(n) in _SCALAR and type(k) in _SCALAR
                 and type(groups) in _SCALAR):  # one plan: plain floats, fast (the memo hashes them)
-            value, depth, _ = scalar_choice(m, n, k, num_sms, groups, TILES, self.gemm_k0)  # type: ignore[arg-type]
+            value, depth, _ = scalar_choice(m, n, k, num_sms, groups, self.TILES, self.gemm_k0)  # type: ignore[arg-type]
             return self.gemm * min(value, 1.0) * depth / (depth + self.gemm_k0)
-        best, slices, _ = tile_choice(m, n, k, num_sms, groups, TILES, self.gemm_k0)
+        best, slices, _ = tile_choice(m, n, k, num_sms, groups, self.TILES, self.gemm_k0)
         out = self.gemm * np.minimum(best, 1.0) * slices / (slices + self.gemm_k0)
         return float(out) if out.ndim == 0 else out
 
@@ -288,8 +290,8 @@ class Efficiency:
         """1 where the GEMM's kernel splits k (its partial sums then reduced by a kernel of their own:
         roofline.overhead prices its fixed time), else 0."""
         if type(m) in _SCALAR and type(n) in _SCALAR and type(k) in _SCALAR and type(groups) in _SCALAR:
-            return float(scalar_choice(m, n, k, num_sms, groups, TILES, self.gemm_k0)[2] > 1.0)  # type: ignore[arg-type]
-        out = (tile_choice(m, n, k, num_sms, groups, TILES, self.gemm_k0)[2] > 1.0).astype(float)
+            return float(scalar_choice(m, n, k, num_sms, groups, self.TILES, self.gemm_k0)[2] > 1.0)  # type: ignore[arg-type]
+        out = (tile_choice(m, n, k, num_sms, groups, self.TILES, self.gemm_k0)[2] > 1.0).astype(float)
         return float(out) if out.ndim == 0 else out
 
     # ---- attention ------------------------------------------------------------------------------------------
