@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,32 @@ def test_a_compiled_layer_costs_the_host_more_than_its_eager_twin_and_reads_both
     row = {"width": 1024, "layers": 6, "batch": 1, "seq": 1024}
     assert doc.predicted(row, stacks["compiled"][1], "NVIDIA H200") > doc.predicted(row, stacks["pytorch"][1],
                                                                                      "NVIDIA H200")
+
+
+def test_megatron_deepspeed_layer_costs_its_host_what_the_megatron_stacks_say() -> None:
+    """data/measured/2026-11-26-megatron-host-cpu.json (benchmarks/megatron_host_cpu.py): the three layers' forward
+    and backward on CPU tensors so small that each costs its host alone. Scaled by the plain layer's measured host
+    time per layer on a GPU (pytorch-fsdp's 25 µs × its 46 kernels = 1.15 ms), Megatron-Core's local layer reads
+    1.15 × 1.216 / 0.440 = 3.18 ms, the megatron-lm-2021 stack's 50 µs × 63 kernels = 3.15 ms measured on the H200;
+    Megatron-DeepSpeed's own layer reads 1.15 × 1.435 / 0.440 = 3.75 ms, more than the megatron-deepspeed preset's
+    50 µs × 57 kernels = 2.85 ms (its fused bias-GeLU and bias-dropout-add: 6 forward kernels fewer), which is the
+    low end, not an overestimate."""
+    from meshplan_validation.sources import MEGATRON_2021
+
+    doc = _doc()
+    measured = json.loads((ROOT / "data" / "measured" / "2026-11-26-megatron-host-cpu.json").read_text())["median"]
+    row = {"width": 1024, "layers": 6, "batch": 1, "seq": 1024}
+
+    def host_per_layer(stack) -> float:  # type: ignore[no-untyped-def]
+        return sum(doc.launches_per_layer(row, stack, "NVIDIA H200")) * stack.host_dispatch
+
+    plain = host_per_layer(doc.stacks()["pytorch"][1])
+    assert plain == pytest.approx(1.15e-3)
+    implied = {code: plain * measured[code]["ms_per_layer"] / measured["pytorch"]["ms_per_layer"]
+               for code in ("mcore", "mds")}
+    assert implied["mcore"] == pytest.approx(host_per_layer(doc.stacks()["megatron"][1]), rel=0.15)
+    assert host_per_layer(replace(MEGATRON_2021, fusion="eager")) == pytest.approx(3.15e-3)
+    mds = load_stack("megatron-deepspeed")
+    assert host_per_layer(mds) == pytest.approx(2.85e-3)
+    assert host_per_layer(mds) <= implied["mds"] <= 1.5 * host_per_layer(mds)
+    assert measured["mds"]["ms_per_layer"] >= 0.9 * measured["mcore"]["ms_per_layer"]
