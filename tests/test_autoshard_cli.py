@@ -68,7 +68,9 @@ def test_factory_plan_as_json(model_file, capsys):
 def test_the_planner_prices_the_plans_optimizer(model_file, capsys):
     """--optimizer as Plan.optimizer names it (memory.OPTIMIZER_STATE). Beside bf16 parameters plain SGD keeps the
     fp32 master copy only, 4 bytes a parameter = 2 x its bytes, where Adam keeps master and moments, 12 = 6 x; SGD's
-    step streams 2 + 8 + 2 = 12 bytes a parameter where Adam's streams 2 + 24 + 2 = 28, at every placement."""
+    step streams 2 + 8 + 2 = 12 bytes a parameter where Adam's streams 2 + 24 + 2 = 28, at every placement. Priced on
+    the GPU alone (--host-dispatch 0): this small model's host-bound step would make sharding Adam's state free (the
+    host-bound search of autoshard/solve.py), and the two plans would not place their parameters alike."""
     from meshplan.autoshard.memory import Accounting
     from meshplan.autoshard.planner import Request
     from meshplan.autoshard.planner import plan_sharding as plan
@@ -76,7 +78,7 @@ def test_the_planner_prices_the_plans_optimizer(model_file, capsys):
 
     def planned(name: str) -> dict:
         _, out = run(["plan", "--model", f"{model_file}:make", "--input-shape", "8x128x256", "--dtype", "bfloat16",
-                      "--system", "h100", "--gpus", "2", "--optimizer", name, "--json"], capsys)
+                      "--system", "h100", "--gpus", "2", "--optimizer", name, "--host-dispatch", "0", "--json"], capsys)
         return json.loads(out)
 
     adam, sgd = planned("adam"), planned("sgd")

@@ -45,3 +45,34 @@ def test_each_pass_takes_at_least_its_launches():
 def test_more_host_time_per_kernel_never_shortens_the_planners_step():
     steps = [_plan(h).step_time for h in (0.0, 25e-6, 0.5e-3, 2e-3)]
     assert steps == sorted(steps) and steps[-1] > steps[0]
+
+
+def test_a_host_bound_step_is_planned_for_its_host(tmp_path, monkeypatch):
+    """Where the host binds, a pass's GPU time up to the host's is free, so the planner weighs that pass less and
+    plans again (autoshard/solve.host_bound). The audit's transformer (test_autoshard_run.AUDIT) at width 64 on a
+    2 x 2 mesh: both passes host-bound (0.775 ms forward, 2.000 ms backward to launch at 25 us a kernel). Planned
+    for the GPU's time alone, its step is 0.775 + 2.000 + its gradient reductions and optimizer (2.925 ms); planned
+    for the host, it picks a plan whose communication lies in the passes, which wait on the host anyway (here its
+    gradient reductions go: 0.147 ms to none), and the step is within 1 % of the host's floor, 2.775 ms."""
+    from meshplan.autoshard import solve
+    from test_autoshard_run import AUDIT
+
+    path = tmp_path / "audit64.py"
+    path.write_text(AUDIT + "def make64(): return M(64)\n")
+
+    def planned():  # type: ignore[no-untyped-def]
+        return plan_sharding(Request(model=f"{path}:make64", gpus=4, mesh=(2, 2), input_shapes=((64, 512),),
+                                     dtypes=("int64",), stages="off")).intra
+
+    host_aware = planned()
+    monkeypatch.setattr(solve, "HOST_STEPS", 0)
+    gpu_only = planned()
+    for plan in (host_aware, gpu_only):
+        p = plan.price
+        assert p is not None and plan.fits
+        assert (p.host_fwd, p.host_bwd) == (pytest.approx(0.775e-3, abs=1e-6), pytest.approx(2.000e-3, abs=1e-6))
+        assert p.host_fwd > p.compute_fwd + p.comm_fwd and p.host_bwd > p.compute_bwd + p.comm_bwd
+        assert plan.step_time == pytest.approx(p.host_fwd + p.host_bwd + p.grad_sync + p.optimizer)
+    assert gpu_only.step_time == pytest.approx(2.925e-3, abs=0.01e-3)
+    floor = host_aware.price.host_fwd + host_aware.price.host_bwd
+    assert floor <= host_aware.step_time <= 1.01 * floor < gpu_only.step_time

@@ -11,7 +11,8 @@ the s are, so e is continuous here, and the program's LP relaxation is tight eno
 at the root. Node costs c_v are weighted by the node's count in the full model (blocks.py) and by the micro-batches
 per step; per-step costs (gradient reductions, the optimizer) once. Every cost is in seconds, so the objective is
 the step time of the plan with no overlap of communication and compute (as in Alpa's and autoparallel's
-objectives).
+objectives). ``passes`` weighs the forward and the backward pass's costs (1, 1 by default): solve.py's search for a
+host-bound step, which the weights' Lagrangian makes of max(GPU, host) per pass.
 """
 
 from __future__ import annotations
@@ -39,34 +40,42 @@ class Solution:
     constraints: int
 
 
-def node_costs(problem: Problem, micro_batches: int, penalty: dict[int, np.ndarray] | None = None
-               ) -> dict[int, np.ndarray]:
+PASSES = (1.0, 1.0)  # the forward and the backward pass's weights: the step's own time
+
+
+def node_costs(problem: Problem, micro_batches: int, penalty: dict[int, np.ndarray] | None = None,
+               passes: tuple[float, float] = PASSES) -> dict[int, np.ndarray]:
     """Each template node's weighted cost per strategy, with its self-edges (a node whose twins feed each other,
-    e.g. block i's residual into block i+1's: only the diagonal can be chosen)."""
+    e.g. block i's residual into block i+1's: only the diagonal can be chosen); ``passes`` weighs the forward and
+    the backward pass's seconds."""
     costs = {}
+    w = np.asarray(passes)
     for key, node in problem.nodes.items():
-        c = problem.weight[key] * micro_batches * (node.time.sum(axis=1) + node.comm.sum(axis=1))
+        per_pass = node.time.sum(axis=1) + node.comm.sum(axis=1) if passes == PASSES else (node.time + node.comm) @ w
+        c = problem.weight[key] * micro_batches * per_pass
         if key in problem.optimizer:
             c = c + problem.weight[key] * problem.optimizer[key]
         costs[key] = c
     for (u, v), edge in problem.edges.items():
         if u == v:
-            costs[u] = costs[u] + np.diag(micro_batches * (edge.fwd + edge.bwd) + edge.step)
+            moves = edge.fwd + edge.bwd if passes == PASSES else w[0] * edge.fwd + w[1] * edge.bwd
+            costs[u] = costs[u] + np.diag(micro_batches * moves + edge.step)
     for key, extra in (penalty or {}).items():
         costs[key] = costs[key] + extra
     return costs
 
 
 def pairwise(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int, np.ndarray], float]],
-             allowed: dict[int, set[int]] | None = None, penalty: dict[int, np.ndarray] | None = None) -> Pairwise:
+             allowed: dict[int, set[int]] | None = None, penalty: dict[int, np.ndarray] | None = None,
+             passes: tuple[float, float] = PASSES) -> Pairwise:
     """The program in pairwise form (reduce.py), ``allowed`` applied; a node's bytes in each memory row keep it
     from elimination and enter the dominance test."""
-    costs = node_costs(problem, micro_batches, penalty)
+    costs = node_costs(problem, micro_batches, penalty, passes)
     edges: dict[tuple[int, int], np.ndarray] = {}
     for (u, v), e in problem.edges.items():
         if u == v:
             continue
-        m = micro_batches * (e.fwd + e.bwd) + e.step
+        m = micro_batches * (e.fwd + e.bwd if passes == PASSES else passes[0] * e.fwd + passes[1] * e.bwd) + e.step
         pair, m = ((u, v), m) if u < v else ((v, u), m.T)
         edges[pair] = edges[pair] + m if pair in edges else m
     memory: dict[int, np.ndarray] = {}
@@ -83,17 +92,18 @@ def pairwise(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[
 
 def solve(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int, np.ndarray], float]],
           allowed: dict[int, set[int]] | None = None, time_limit: float = 60.0,
-          penalty: dict[int, np.ndarray] | None = None) -> Solution:
+          penalty: dict[int, np.ndarray] | None = None, passes: tuple[float, float] = PASSES) -> Solution:
     """The program above, reduced first (reduce.py); ``memory_rows``: (coefficients per node strategy, limit in
     bytes) per point; ``allowed``: the strategies a node may take (a plan fixed in part, e.g. Megatron-LM's);
-    ``penalty``: seconds added to node strategies (solve.py's Lagrangian price of memory)."""
+    ``penalty``: seconds added to node strategies (solve.py's Lagrangian price of memory); ``passes``: the forward
+    and the backward pass's weights (solve.py's host-bound search)."""
     try:
         from scipy import optimize
         from scipy.sparse import coo_matrix
     except ModuleNotFoundError:
         raise MissingDependency("scipy", "solve") from None
     started = time.perf_counter()
-    pw = reduce(pairwise(problem, micro_batches, memory_rows, allowed, penalty))
+    pw = reduce(pairwise(problem, micro_batches, memory_rows, allowed, penalty, passes))
     keys = sorted(pw.costs)
     offset, n = {}, 0
     for k in keys:

@@ -10,16 +10,21 @@ peak is the exact liveness of the sharded graph. A plan that cannot fit is a res
 The step: m micro-batches of forward and backward compute, each with its moves (activations and parameters),
 then once per step the gradient reductions and the optimizer, one after another (no overlap of communication with
 compute; docs/AUTOSHARD.md says where meshplan's estimate overlaps and what that changes). Each pass takes at least
-the host's time to launch its kernels (problem.host_seconds, step/host.py's max(GPU, host)); the integer program
-minimises the GPU's time, which the host's does not change between strategies but for the collectives' calls.
+the host's time to launch its kernels (problem.host_seconds, step/host.py's max(GPU, host)), which the strategies do
+not change (but for the collectives' calls, not counted). The integer program minimises the GPU's time; where a pass
+is host-bound its GPU time is free up to the host's, so the plan is then searched again with that pass weighed
+less (``host_bound``): the Lagrangian of max(G, H) = max over w in [0, 1] of w·G + (1 − w)·H, its weight bisected
+on whether the plan's GPU time exceeds the host's, and the fastest plan that fits kept.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from meshplan.autoshard.ilp import PASSES
 from meshplan.autoshard.ilp import solve as solve_ilp
 from meshplan.autoshard.memory import Accounting, DeviceMemory
 from meshplan.autoshard.problem import Problem, host_seconds
@@ -114,6 +119,8 @@ def start_points(problem: Problem) -> list[int]:
 
 
 LAGRANGE_STEPS = 5  # bisection steps on the price of memory (a log-scale bracket of 10^6 to within a factor 1.5)
+HOST_STEPS = 3  # bisection steps on a host-bound pass's weight (to 1/8)
+HOST_LAGRANGE_STEPS = 1  # and on the price of memory for each weight tried (its plan fits; a coarser price of memory)
 
 
 def plan(problem: Problem, memory_limit: float, micro_batches: int = 1, allowed: dict[int, set[int]] | None = None,
@@ -125,9 +132,21 @@ def plan(problem: Problem, memory_limit: float, micro_batches: int = 1, allowed:
     points, which keeps it a pairwise program whose LP relaxation is integral (ilp.py), and λ is bisected to the
     smallest price at which the plan's own liveness peak fits. The plan returned fits; it is optimal when λ = 0
     suffices and otherwise within the relaxation's duality gap. ``exact``: the memory constraints go into the
-    program itself (branch and bound; minutes on large graphs) with the cutting-plane loop of the module docstring."""
+    program itself (branch and bound; minutes on large graphs) with the cutting-plane loop of the module docstring.
+    Where a pass of that plan is host-bound, the passes are weighed and the plan fitted again (``host_bound``)."""
     accounting = accounting or Accounting(problem)
-    free = solve_ilp(problem, micro_batches, [], allowed=allowed, time_limit=time_limit)
+
+    def fitted(passes: tuple[float, float], steps: int = HOST_LAGRANGE_STEPS) -> Sharding:
+        return _fitted(problem, memory_limit, micro_batches, allowed, accounting, exact, time_limit, passes, steps)
+    return host_bound(fitted(PASSES, LAGRANGE_STEPS), fitted)
+
+
+def _fitted(problem: Problem, memory_limit: float, micro_batches: int, allowed: dict[int, set[int]] | None,
+            accounting: Accounting, exact: bool, time_limit: float, passes: tuple[float, float],
+            steps: int = LAGRANGE_STEPS) -> Sharding:
+    """``plan``'s fitting under memory with the passes weighed ``passes`` (ilp.py), the price of memory bisected
+    ``steps`` times."""
+    free = solve_ilp(problem, micro_batches, [], allowed=allowed, time_limit=time_limit, passes=passes)
     spent, rounds = free.seconds, 1
     if not free.choice:
         return _result(problem, free, micro_batches, memory_limit, spent, rounds)
@@ -136,12 +155,13 @@ def plan(problem: Problem, memory_limit: float, micro_batches: int = 1, allowed:
         return _result(problem, free, micro_batches, memory_limit, spent, rounds, memory)
     points = sorted(set(start_points(problem)) | {memory.index})
     if exact:
-        return _exact(problem, memory_limit, micro_batches, allowed, accounting, points, time_limit)
+        return _exact(problem, memory_limit, micro_batches, allowed, accounting, points, time_limit, passes)
     rows = {p: accounting.row(p) for p in points}
     scale = max(free.objective, 1e-12) / memory_limit  # seconds per byte: the step's time over the limit
     low, high, best, best_memory = scale * 1e-3, scale * 1e3, None, None
     for price_per_byte in (scale, high):  # a price of memory that fits, or none does (memory nearly alone counts)
-        sol = solve_ilp(problem, micro_batches, [], allowed=allowed, penalty=_penalty(rows, price_per_byte))
+        sol = solve_ilp(problem, micro_batches, [], allowed=allowed, penalty=_penalty(rows, price_per_byte),
+                        passes=passes)
         spent, rounds = spent + sol.seconds, rounds + 1
         mem = accounting.evaluate(sol.choice) if sol.choice else None
         if mem is not None and mem.peak <= memory_limit:
@@ -154,9 +174,9 @@ def plan(problem: Problem, memory_limit: float, micro_batches: int = 1, allowed:
         return Sharding(problem=problem, choice={}, micro_batches=micro_batches, status="infeasible", price=None,
                         memory=None, memory_limit=memory_limit, solver_seconds=spent, rounds=rounds,
                         variables=free.variables, constraints=free.constraints)
-    for _ in range(LAGRANGE_STEPS):  # the cheapest price that still fits, bisected on a log scale
+    for _ in range(steps):  # the cheapest price that still fits, bisected on a log scale
         mid = (low * high) ** 0.5
-        sol = solve_ilp(problem, micro_batches, [], allowed=allowed, penalty=_penalty(rows, mid))
+        sol = solve_ilp(problem, micro_batches, [], allowed=allowed, penalty=_penalty(rows, mid), passes=passes)
         spent, rounds = spent + sol.seconds, rounds + 1
         mem = accounting.evaluate(sol.choice)
         if mem.peak <= memory_limit:
@@ -166,6 +186,34 @@ def plan(problem: Problem, memory_limit: float, micro_batches: int = 1, allowed:
             if mem.index not in rows:
                 rows[mem.index] = accounting.row(mem.index)
     return _result(problem, best, micro_batches, memory_limit, spent, rounds, best_memory)
+
+
+def host_bound(found: Sharding, fitted: Callable[[tuple[float, float]], Sharding]) -> Sharding:
+    """``found``, or a faster plan that fits where a pass of it is host-bound (module docstring): ``fitted`` plans
+    again under the same memory limit with the passes weighed (ilp.py). Each host-bound pass's weight w is bisected
+    from 1: down while the plan's GPU time stays below the host's, up once it exceeds it (the sign of the
+    Lagrangian's subgradient, G − H); a pass that is not host-bound keeps 1. Every plan tried is priced at its own
+    step, so the plan returned is never slower than ``found``."""
+    if found.price is None or not found.fits:
+        return found
+    p = found.price
+    if p.host_fwd <= p.compute_fwd + p.comm_fwd and p.host_bwd <= p.compute_bwd + p.comm_bwd:
+        return found
+    best, spent, rounds = found, found.solver_seconds, found.rounds
+    lo, hi, w = [0.0, 0.0], [1.0, 1.0], [1.0, 1.0]
+    for _ in range(HOST_STEPS):
+        for i, (gpu, host) in enumerate(((p.compute_fwd + p.comm_fwd, p.host_fwd),
+                                         (p.compute_bwd + p.comm_bwd, p.host_bwd))):
+            lo[i], hi[i] = (lo[i], w[i]) if gpu < host else (w[i], hi[i])
+            w[i] = (lo[i] + hi[i]) / 2
+        tried = fitted((w[0], w[1]))
+        spent, rounds = spent + tried.solver_seconds, rounds + tried.rounds
+        if tried.price is None:
+            break
+        p = tried.price
+        if tried.fits and tried.step_time < best.step_time:
+            best = tried
+    return replace(best, solver_seconds=spent, rounds=rounds)
 
 
 def _penalty(rows: dict[int, dict[int, np.ndarray]], price_per_byte: float) -> dict[int, np.ndarray]:
@@ -185,12 +233,13 @@ def _result(problem: Problem, sol, micro_batches: int, memory_limit: float, spen
 
 
 def _exact(problem: Problem, memory_limit: float, micro_batches: int, allowed: dict[int, set[int]] | None,
-           accounting: Accounting, points: list[int], time_limit: float, rounds: int = 8) -> Sharding:
+           accounting: Accounting, points: list[int], time_limit: float, passes: tuple[float, float] = PASSES,
+           rounds: int = 8) -> Sharding:
     """Memory as constraints of the program, with cutting planes (module docstring)."""
     rows = [(accounting.row(p), memory_limit) for p in points]
     spent = 0.0
     for r in range(1, rounds + 1):
-        sol = solve_ilp(problem, micro_batches, rows, allowed=allowed, time_limit=time_limit)
+        sol = solve_ilp(problem, micro_batches, rows, allowed=allowed, time_limit=time_limit, passes=passes)
         spent += sol.seconds
         if not sol.choice:
             return _result(problem, sol, micro_batches, memory_limit, spent, r)
