@@ -231,6 +231,8 @@ solvers on LLaMA-8B and DeepSeek-V3) and 44-60 s for its whole search. docs/USAG
 - An op without a rule stays replicated; a split the rules do not know (convolution halos, ring attention) is not
   considered. The token-local sort and gather of a MoE dispatch are valid for routing that is per token.
 - Memory is priced, not constrained, by default: a plan within the Lagrangian duality gap of the optimum.
+- A host-bound step's plan is searched over three weights of each pass: never slower than the plan of the GPU's time
+  alone, not proven the fastest; a tighter memory budget can still find a faster plan.
 - Models are traced at their given shapes on fake tensors: data-dependent control flow cannot be traced (one line
   says so).
 """
