@@ -103,14 +103,15 @@ returned always fits; it is optimal when λ = 0 fits, else within the relaxation
 exact=True)` puts the constraints in the program instead (branch and bound, with cutting planes at each new peak):
 exact, and minutes on large graphs.
 
-**The host.** Each pass takes at least the host's time to launch its kernels (eager PyTorch's cost per kernel at
-the cluster's host speed), which no strategy changes. Where a pass of the plan is host-bound, its GPU time up to the
-host's is free, and a plan that minimises the GPU's time alone can be slower than one that moves communication into
-that pass. So the plan is made again with the passes weighed (the Lagrangian of max(GPU, host) = max over w in
-[0, 1] of w·GPU + (1 - w)·host): a host-bound pass's weight is bisected from 1, down while its GPU time stays below
-the host's and up once it exceeds it, three times, each plan fitted under memory again, and the fastest plan kept
-(`solve.host_bound`). A small transformer on a 2 x 2 mesh, host-bound in both passes, goes from 2.925 to 2.777 ms,
-within 1 % of the host's floor (tests/test_autoshard_host.py).
+**The host.** Each pass takes at least the host's time to issue it, at eager PyTorch's cost per kernel at the
+cluster's host speed: its kernels, which no strategy changes, and one call for each collective the plan puts in the
+pass. Where a pass of the plan is host-bound, its GPU time up to the host's is free while each collective costs the
+host, and a plan that minimises the GPU's time alone can be slower than one with fewer moves. So the plan is made
+again with the passes weighed (the Lagrangian of max(GPU, host) = max over w in [0, 1] of w·GPU + (1 - w)·host): a
+host-bound pass's weight is bisected from 1, down while its GPU time stays below the host's and up once it exceeds
+it, three times, each plan fitted under memory again, and the fastest plan kept (`solve.plan_for_host`). A small
+transformer on a 2 x 2 mesh, host-bound in both passes, goes from 3.600 ms (27 collectives in its passes) to
+2.813 ms (one), within 2 % of its kernels' floor (tests/test_autoshard_host.py).
 
 **Repeated layers** (blocks.py): the ops under `PREFIX.<i>` of a module list form blocks; identical blocks (same
 targets, phases, shapes, arguments) share their decisions, so the program keeps one block's variables with its
@@ -232,7 +233,8 @@ solvers on LLaMA-8B and DeepSeek-V3) and 44-60 s for its whole search. docs/USAG
   considered. The token-local sort and gather of a MoE dispatch are valid for routing that is per token.
 - Memory is priced, not constrained, by default: a plan within the Lagrangian duality gap of the optimum.
 - A host-bound step's plan is searched over three weights of each pass: never slower than the plan of the GPU's time
-  alone, not proven the fastest; a tighter memory budget can still find a faster plan.
+  alone, not proven the fastest; a tighter memory budget can still find a faster plan. The per-step gradient
+  reductions' host calls are not counted (they follow the passes).
 - Models are traced at their given shapes on fake tensors: data-dependent control flow cannot be traced (one line
   says so).
 """

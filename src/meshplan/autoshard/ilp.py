@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.autoshard.problem import Problem
+from meshplan.autoshard.problem import Edge, Problem
 from meshplan.autoshard.reduce import Pairwise, expand_choice, reduce, restrict
 from meshplan.errors import MissingDependency
 
@@ -49,20 +49,31 @@ def node_costs(problem: Problem, micro_batches: int, penalty: dict[int, np.ndarr
     e.g. block i's residual into block i+1's: only the diagonal can be chosen); ``passes`` weighs the forward and
     the backward pass's seconds."""
     costs = {}
-    w = np.asarray(passes)
+    w, host = np.asarray(passes), (1.0 - np.asarray(passes)) * problem.host_dispatch  # a pass's host time weighs 1 - w
     for key, node in problem.nodes.items():
         per_pass = node.time.sum(axis=1) + node.comm.sum(axis=1) if passes == PASSES else (node.time + node.comm) @ w
+        if passes != PASSES and node.calls is not None:
+            per_pass = per_pass + node.calls @ host  # the host's calls of the node's collectives
         c = problem.weight[key] * micro_batches * per_pass
         if key in problem.optimizer:
             c = c + problem.weight[key] * problem.optimizer[key]
         costs[key] = c
     for (u, v), edge in problem.edges.items():
         if u == v:
-            moves = edge.fwd + edge.bwd if passes == PASSES else w[0] * edge.fwd + w[1] * edge.bwd
+            moves = edge.fwd + edge.bwd if passes == PASSES else _weighed(edge, passes, problem.host_dispatch)
             costs[u] = costs[u] + np.diag(micro_batches * moves + edge.step)
     for key, extra in (penalty or {}).items():
         costs[key] = costs[key] + extra
     return costs
+
+
+def _weighed(edge: Edge, passes: tuple[float, float], host_dispatch: float) -> np.ndarray:
+    """An edge's moves per micro-batch with the passes weighed: w·GPU + (1 − w)·host per pass, the host's time its
+    collectives' calls (problem.host_seconds)."""
+    moves = passes[0] * edge.fwd + passes[1] * edge.bwd
+    if edge.calls is not None:
+        moves = moves + host_dispatch * ((1.0 - passes[0]) * edge.calls[0] + (1.0 - passes[1]) * edge.calls[1])
+    return moves
 
 
 def pairwise(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int, np.ndarray], float]],
@@ -75,7 +86,7 @@ def pairwise(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[
     for (u, v), e in problem.edges.items():
         if u == v:
             continue
-        m = micro_batches * (e.fwd + e.bwd if passes == PASSES else passes[0] * e.fwd + passes[1] * e.bwd) + e.step
+        m = micro_batches * (e.fwd + e.bwd if passes == PASSES else _weighed(e, passes, problem.host_dispatch)) + e.step
         pair, m = ((u, v), m) if u < v else ((v, u), m.T)
         edges[pair] = edges[pair] + m if pair in edges else m
     memory: dict[int, np.ndarray] = {}

@@ -51,6 +51,7 @@ class Edge:
     bwd: np.ndarray
     step: np.ndarray  # once per step (gradient reductions)
     uses: list[tuple[Slot, Slot, float, bool]] = field(default_factory=list)  # (produced, needed, weight, step)
+    calls: np.ndarray | None = None  # (2, |S_u|, |S_v|): the collectives of fwd and bwd, a host call each
 
 
 @dataclass(kw_only=True)
@@ -110,18 +111,31 @@ def build_problem(flow: Flow, blocks: Blocks, mesh: DeviceMesh, eff: Efficiency,
     return problem
 
 
-def host_seconds(problem: Problem, keys: Collection[int] | None = None) -> tuple[float, float]:
+def host_seconds(problem: Problem, keys: Collection[int] | None = None, choice: dict[int, int] | None = None,
+                 edges: Collection[tuple[int, int]] | None = None) -> tuple[float, float]:
     """Host seconds per micro-batch to launch the forward and the backward kernels of the nodes ``keys`` (all by
     default): the traced step is eager PyTorch, each aten op that does work launching the kernels its GPU
     implementation does (step/host.launches of trace/cost.op_cost, as the estimate counts them; a view none), each
     issued by the host at ``problem.host_dispatch`` (step/host.py's model: the host issues kernels asynchronously, so
-    a pass takes at least its launches' host time), weighted as its node (a tied block's ops once per block). The
-    collectives a strategy inserts add a call each, not counted (tens against the thousands of aten ops)."""
+    a pass takes at least its launches' host time), weighted as its node (a tied block's ops once per block). Under
+    a ``choice`` of strategies the collectives it inserts in the passes are host calls too, one each (step/host.launches
+    counts a collective as one launch): those of the nodes ``keys`` (Node.calls) and of the ``edges`` (all by
+    default: Edge.calls); the per-step gradient reductions are not in the passes."""
     fwd = bwd = 0.0
     for key, (f, b) in problem.launches.items():
         if keys is None or key in keys:
             fwd, bwd = fwd + problem.weight[key] * f, bwd + problem.weight[key] * b
-    return fwd * problem.host_dispatch, bwd * problem.host_dispatch
+    if choice is not None and problem.host_dispatch:
+        for key, node in problem.nodes.items():
+            if node.calls is not None and (keys is None or key in keys):
+                calls = problem.weight[key] * node.calls[choice[key]]
+                fwd, bwd = fwd + calls[0], bwd + calls[1]
+        for pair in problem.edges if edges is None else edges:
+            edge = problem.edges[pair]
+            if edge.calls is not None:
+                a, b = choice[pair[0]], choice[pair[1]]
+                fwd, bwd = fwd + edge.calls[0, a, b], bwd + edge.calls[1, a, b]
+    return float(fwd) * problem.host_dispatch, float(bwd) * problem.host_dispatch
 
 
 def _launches(flow: Flow, node: Node) -> tuple[float, float]:
@@ -168,7 +182,8 @@ def _edge(problem: Problem, u: int, v: int) -> Edge:
     key = (u, v)
     if key not in problem.edges:
         su, sv = problem.nodes[u].size, problem.nodes[v].size
-        problem.edges[key] = Edge(u=u, v=v, fwd=np.zeros((su, sv)), bwd=np.zeros((su, sv)), step=np.zeros((su, sv)))
+        problem.edges[key] = Edge(u=u, v=v, fwd=np.zeros((su, sv)), bwd=np.zeros((su, sv)), step=np.zeros((su, sv)),
+                                  calls=np.zeros((2, su, sv)))
     return problem.edges[key]
 
 
@@ -268,7 +283,7 @@ def _hub(problem: Problem, uses: list[tuple]) -> bool:
     problem.nodes[key] = Node(key=key, name=f"{problem.nodes[u].name} (shared move)", kind="hub", members=(),
                               combos=combos, outs=[{(key, 0): c} for c in combos], needs=[{} for _ in combos],
                               time=np.zeros((len(combos), 2)), comm=np.zeros((len(combos), 2)),
-                              created=[{} for _ in combos])
+                              created=[{} for _ in combos], calls=np.zeros((len(combos), 2)))
     per_producer = {problem.blocks.group_block(p): w for *_, w, p in uses}  # one move per block's tensor
     problem.weight[key] = 1.0
     _edge(problem, u, key).uses.append((produced, (key, 0), sum(per_producer.values()), False))
@@ -322,30 +337,39 @@ def _fill_costs(problem: Problem, resharder: Resharder) -> None:
             want = [o.get(needed) for o in (nv.outs if per_step or needed[0] >= HUB else nv.needs)]
             phase = 1 if per_step or served[0] >= n or ops[served[0]].phase != "fwd" else 0
             target = edge.step if per_step else (edge.bwd if phase else edge.fwd)
+            calls = edge.calls[phase] if edge.calls is not None and not per_step else None
             if nu.remake and not per_step:  # a result moved in the other pass is moved again (strategies._remade)
                 for a, remake in enumerate(nu.remake):
                     hit = remake.get(produced)
                     if hit is not None and hit[0] != phase:
                         target[a, :] += weight * hit[1]
-            target += weight * _move_matrix(have, want, info.nbytes, sizes, resharder)
+                        if calls is not None:
+                            calls[a, :] += weight * hit[2]
+            seconds, count = _move_matrix(have, want, info.nbytes, sizes, resharder)
+            target += weight * seconds
+            if calls is not None:
+                calls += weight * count
 
 
-def _move_matrix(have: list, want: list, nbytes: float, sizes: tuple[int, ...], resharder: Resharder) -> np.ndarray:
-    """Seconds of the move from each producer strategy's placement to each consumer strategy's, computed once per
-    distinct pair of placements (most strategies share a few) and spread by index (0 where either has none)."""
+def _move_matrix(have: list, want: list, nbytes: float, sizes: tuple[int, ...], resharder: Resharder
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds and collectives of the move from each producer strategy's placement to each consumer strategy's,
+    computed once per distinct pair of placements (most strategies share a few) and spread by index (0 where either
+    has none)."""
     rows, have_ids = _distinct(have)
     cols, want_ids = _distinct(want)
     key = (tuple(rows), tuple(cols), nbytes)
     small = resharder.tables.get(key)
     if small is None:
-        small = np.zeros((len(rows) + 1, len(cols) + 1))  # the last row and column: no placement
+        small = np.zeros((2, len(rows) + 1, len(cols) + 1))  # the last row and column: no placement
         for i, pa in enumerate(rows):
             local = nbytes / shards(pa, sizes)
             for j, pb in enumerate(cols):
                 if pa != pb:
-                    small[i, j] = resharder.seconds(pa, pb, local)
+                    small[:, i, j] = resharder.move(pa, pb, local)
         resharder.tables[key] = small
-    return small[np.ix_(have_ids, want_ids)]
+    grid = np.ix_(have_ids, want_ids)
+    return small[0][grid], small[1][grid]
 
 
 def _distinct(places: list) -> tuple[list, np.ndarray]:

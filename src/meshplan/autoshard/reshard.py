@@ -67,17 +67,22 @@ class Resharder:
 
     def __init__(self, mesh: DeviceMesh) -> None:
         self.mesh = mesh
-        self._cache: dict[tuple[Placements, Placements, float], float] = {}
+        self._cache: dict[tuple[Placements, Placements, float], tuple[float, int]] = {}
         self.tables: dict[tuple, np.ndarray] = {}  # problem._move_matrix's tables of distinct placements
 
     def seconds(self, src: Placements, dst: Placements, local_bytes: float) -> float:
         """Seconds to move a tensor of ``local_bytes`` per device held as ``src`` to ``dst`` (0 when no collective)."""
+        return self.move(src, dst, local_bytes)[0]
+
+    def move(self, src: Placements, dst: Placements, local_bytes: float) -> tuple[float, int]:
+        """(seconds, collectives) of the move: its collectives' time and how many calls the host makes for it."""
         if src == dst or all(s in (REPLICATE, d) for s, d in zip(src, dst, strict=True)):
-            return 0.0
+            return 0.0, 0
         key = (src, dst, local_bytes)
         hit = self._cache.get(key)
         if hit is None:
-            hit = sum(c.seconds for c in moves(src, dst, local_bytes, self.mesh))
+            found = moves(src, dst, local_bytes, self.mesh)
+            hit = (sum(c.seconds for c in found), len(found))
             self._cache[key] = hit
         return hit
 

@@ -10,11 +10,12 @@ peak is the exact liveness of the sharded graph. A plan that cannot fit is a res
 The step: m micro-batches of forward and backward compute, each with its moves (activations and parameters),
 then once per step the gradient reductions and the optimizer, one after another (no overlap of communication with
 compute; docs/AUTOSHARD.md says where meshplan's estimate overlaps and what that changes). Each pass takes at least
-the host's time to launch its kernels (problem.host_seconds, step/host.py's max(GPU, host)), which the strategies do
-not change (but for the collectives' calls, not counted). The integer program minimises the GPU's time; where a pass
-is host-bound its GPU time is free up to the host's, so the plan is then searched again with that pass weighed
-less (``host_bound``): the Lagrangian of max(G, H) = max over w in [0, 1] of w·G + (1 − w)·H, its weight bisected
-on whether the plan's GPU time exceeds the host's, and the fastest plan that fits kept.
+the host's time to issue it (problem.host_seconds, step/host.py's max(GPU, host)): its kernels, which no strategy
+changes, and a call for each collective the plan inserts. The integer program minimises the GPU's time; where a pass
+is host-bound its GPU time is free up to the host's and its collectives cost the host, so the plan is then searched
+again with the pass weighed (``plan_for_host``): the Lagrangian of max(G, H) = max over w in [0, 1] of
+w·G + (1 − w)·H, its weight bisected on whether the plan's GPU time exceeds the host's, and the fastest plan that
+fits kept.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def price(problem: Problem, choice: dict[int, int]) -> Price:
         mf += float(edge.fwd[a, b])
         mb += float(edge.bwd[a, b])
         grad += float(edge.step[a, b])
-    hf, hb = host_seconds(problem)
+    hf, hb = host_seconds(problem, choice=choice)
     return Price(compute_fwd=cf, compute_bwd=cb, comm_fwd=mf, comm_bwd=mb, grad_sync=grad, optimizer=opt,
                  host_fwd=hf, host_bwd=hb)
 
@@ -133,12 +134,12 @@ def plan(problem: Problem, memory_limit: float, micro_batches: int = 1, allowed:
     smallest price at which the plan's own liveness peak fits. The plan returned fits; it is optimal when λ = 0
     suffices and otherwise within the relaxation's duality gap. ``exact``: the memory constraints go into the
     program itself (branch and bound; minutes on large graphs) with the cutting-plane loop of the module docstring.
-    Where a pass of that plan is host-bound, the passes are weighed and the plan fitted again (``host_bound``)."""
+    Where a pass of that plan is host-bound, the passes are weighed and the plan fitted again (``plan_for_host``)."""
     accounting = accounting or Accounting(problem)
 
     def fitted(passes: tuple[float, float], steps: int = HOST_LAGRANGE_STEPS) -> Sharding:
         return _fitted(problem, memory_limit, micro_batches, allowed, accounting, exact, time_limit, passes, steps)
-    return host_bound(fitted(PASSES, LAGRANGE_STEPS), fitted)
+    return plan_for_host(fitted(PASSES, LAGRANGE_STEPS), fitted)
 
 
 def _fitted(problem: Problem, memory_limit: float, micro_batches: int, allowed: dict[int, set[int]] | None,
@@ -188,7 +189,7 @@ def _fitted(problem: Problem, memory_limit: float, micro_batches: int, allowed: 
     return _result(problem, best, micro_batches, memory_limit, spent, rounds, best_memory)
 
 
-def host_bound(found: Sharding, fitted: Callable[[tuple[float, float]], Sharding]) -> Sharding:
+def plan_for_host(found: Sharding, fitted: Callable[[tuple[float, float]], Sharding]) -> Sharding:
     """``found``, or a faster plan that fits where a pass of it is host-bound (module docstring): ``fitted`` plans
     again under the same memory limit with the passes weighed (ilp.py). Each host-bound pass's weight w is bisected
     from 1: down while the plan's GPU time stays below the host's, up once it exceeds it (the sign of the

@@ -104,14 +104,16 @@ def parts(sharding: Sharding, accounting: Accounting) -> StageParts:
         t[where][1] += w * (node.time[a, 1] + node.comm[a, 1])
         if key in problem.optimizer:
             sync[where] += w * float(problem.optimizer[key][a])
+    edges: dict[str, list[tuple[int, int]]] = {"block": [], "pre": [], "post": []}
     for (u, v), edge in problem.edges.items():
         a, b = choice[u], choice[v]
         where = next((side[k] for k in (u, v) if side.get(k) in ("pre", "post")), "block")
         t[where][0] += float(edge.fwd[a, b])
         t[where][1] += float(edge.bwd[a, b])
         sync[where] += float(edge.step[a, b])
-    for where in t:  # each side's passes take at least the host's launches (problem.host_seconds)
-        host = host_seconds(problem, {k for k in problem.nodes if (side[k] or "block") == where})
+        edges[where].append((u, v))
+    for where in t:  # each side's passes take at least the host's launches and calls (problem.host_seconds)
+        host = host_seconds(problem, {k for k in problem.nodes if (side[k] or "block") == where}, choice, edges[where])
         t[where] = [max(t[where][0], host[0]), max(t[where][1], host[1])]
     state, saved = _layer_bytes(problem, choice, accounting)
     peak = sharding.memory.peak if sharding.memory else 0.0

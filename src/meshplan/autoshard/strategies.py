@@ -48,7 +48,9 @@ class Node:
     time: np.ndarray  # (strategies, 2): forward and backward compute seconds per micro-batch
     comm: np.ndarray  # (strategies, 2): forward and backward seconds of moves inside the node and rule collectives
     created: list[dict[int, float]]  # per strategy: bytes per device of each storage the node creates
-    remake: list[dict[Slot, tuple[int, float]]] = field(default_factory=list)  # per strategy: moved results
+    # per strategy: moved results, (pass, seconds, collectives) of their moves
+    remake: list[dict[Slot, tuple[int, float, int]]] = field(default_factory=list)
+    calls: np.ndarray | None = None  # (strategies, 2): the collectives of ``comm``, a host call each (problem.py)
 
     @property
     def size(self) -> int:
@@ -84,13 +86,14 @@ def build_node(flow: Flow, key: int, members: tuple[int, ...], mesh: DeviceMesh,
         head_rule, kind = flow.rules[key], flow.roles[key]
         shapes_in, shapes_out = [t.shape for t in ops[key].inputs], [t.shape for t in ops[key].outputs]
     combos = assignments(head_rule, mesh.sizes, shapes_in, shapes_out) or [(None,) * len(mesh.sizes)]
+    calls = np.zeros((len(combos), 2))
     node = Node(key=key, name=node_name(flow, key), kind=kind, members=members, combos=combos, outs=[], needs=[],
-                time=np.zeros((len(combos), 2)), comm=np.zeros((len(combos), 2)), created=[])
+                time=np.zeros((len(combos), 2)), comm=np.zeros((len(combos), 2)), created=[], calls=calls)
     for s, combo in enumerate(combos):
         produced: dict[Slot, Placements] = {}
         needed: dict[Slot, Placements] = {}
         created: dict[int, float] = {}
-        remake: dict[Slot, tuple[int, float]] = {}
+        remake: dict[Slot, tuple[int, float, int]] = {}
         moved: set[tuple] = set()  # (tensor, pass, placement) already moved inside the node: read again, not moved
         if key >= n:
             src = flow.sources[key - n]
@@ -105,15 +108,17 @@ def build_node(flow: Flow, key: int, members: tuple[int, ...], mesh: DeviceMesh,
             for j, p in enumerate(p_in):
                 needed[(i, j)] = p
             phase = 0 if op.phase == "fwd" else 1
-            compute, extra = _op_seconds(op, flow.rules[i], c, p_in, p_out, mesh, eff)
+            compute, extra, extra_calls = _op_seconds(op, flow.rules[i], c, p_in, p_out, mesh, eff)
             node.time[s, phase] += compute
-            moves, made = _inner_moves(flow, i, p_in, produced, moved, mesh, resharder)
-            again = _remade(flow, i, phase, remake, moved)
+            (moves, inner_calls), (made, made_calls) = _inner_moves(flow, i, p_in, produced, moved, mesh, resharder)
+            again, again_calls = _remade(flow, i, phase, remake, moved)
             node.comm[s, phase] += extra + moves + again
+            calls[s, phase] += extra_calls + inner_calls + again_calls
             carried = made + sum(remake[src][1] for src in flow.producers[i] if src in remake)
+            carried_calls = made_calls + sum(remake[src][2] for src in flow.producers[i] if src in remake)
             if carried and op.kind == "view" or made:
                 for slot in range(len(op.outputs)):
-                    remake[(i, slot)] = (phase, carried)
+                    remake[(i, slot)] = (phase, carried, carried_calls)
             for t, p in zip(op.outputs, p_out, strict=True):
                 storage = flow.trace.storages[t.storage]
                 if storage.created == i:
@@ -125,17 +130,18 @@ def build_node(flow: Flow, key: int, members: tuple[int, ...], mesh: DeviceMesh,
     return node
 
 
-def _remade(flow: Flow, i: int, phase: int, remake: dict[Slot, tuple[int, float]], moved: set[tuple]) -> float:
+def _remade(flow: Flow, i: int, phase: int, remake: dict[Slot, tuple[int, float, int]], moved: set[tuple]
+            ) -> tuple[float, int]:
     """A result that was moved in one pass (a view of a split dimension gathered first) is a temporary of that
     pass: a reader in the other pass moves it again, once (Megatron-LM's sequence parallelism all-gathers a
-    linear's input again for the weight gradient rather than keep the gathered copy)."""
-    total = 0.0
+    linear's input again for the weight gradient rather than keep the gathered copy): (seconds, collectives)."""
+    total, calls = 0.0, 0
     for src in flow.producers[i]:
         hit = remake.get(src)
         if hit is not None and hit[0] != phase and ("again", src, phase) not in moved:
             moved.add(("again", src, phase))
-            total += hit[1]
-    return total
+            total, calls = total + hit[1], calls + hit[2]
+    return total, calls
 
 
 def _follower_combo(flow: Flow, i: int, produced: dict[Slot, Placements], mesh: DeviceMesh
@@ -159,32 +165,33 @@ def _follower_combo(flow: Flow, i: int, produced: dict[Slot, Placements], mesh: 
 
 
 def _inner_moves(flow: Flow, i: int, p_in: Sequence[Placements], produced: dict[Slot, Placements], moved: set[tuple],
-                 mesh: DeviceMesh, resharder: Resharder) -> tuple[float, float]:
-    """Moves to the placements op i needs of arguments its own node produced: (seconds charged, seconds of the moves
-    op i's arguments needed); a tensor moved to a placement in one pass is moved once, whoever reads it (Q, K and V
-    read one gathered input)."""
+                 mesh: DeviceMesh, resharder: Resharder) -> tuple[tuple[float, int], tuple[float, int]]:
+    """Moves to the placements op i needs of arguments its own node produced: (seconds, collectives) charged, and
+    of the moves op i's arguments needed; a tensor moved to a placement in one pass is moved once, whoever reads it
+    (Q, K and V read one gathered input)."""
     total = made = 0.0
+    calls = made_calls = 0
     op = flow.trace.ops[i]
     for j, src in enumerate(flow.producers[i]):
         have = produced.get(src)
         if have is None or have == p_in[j]:
             continue
         t = op.inputs[j]
-        seconds = resharder.seconds(have, p_in[j], _local_bytes(t, have, mesh.sizes))
-        made += seconds
+        seconds, count = resharder.move(have, p_in[j], _local_bytes(t, have, mesh.sizes))
+        made, made_calls = made + seconds, made_calls + count
         done = (t.storage, t.shape, t.stride, t.offset, op.phase == "fwd", p_in[j])
         if done not in moved:
             moved.add(done)
-            total += seconds
-    return total, made
+            total, calls = total + seconds, calls + count
+    return (total, calls), (made, made_calls)
 
 
 def _op_seconds(op: TracedOp, r: Rule, combo: tuple[str | None, ...], p_in: Sequence[Placements],
-                p_out: Sequence[Placements], mesh: DeviceMesh, eff: Efficiency) -> tuple[float, float]:
+                p_out: Sequence[Placements], mesh: DeviceMesh, eff: Efficiency) -> tuple[float, float, int]:
     """Roofline time of one op on the share each device computes (module docstring), and that of the rule's
-    extra collectives."""
+    extra collectives with their count."""
     if op.kind == "view":
-        return 0.0, 0.0
+        return 0.0, 0.0, 0
     sizes = mesh.sizes
     work = split_factor(combo, sizes)
     cost = op_cost(op)
@@ -199,12 +206,13 @@ def _op_seconds(op: TracedOp, r: Rule, combo: tuple[str | None, ...], p_in: Sequ
         m = m / work
     local = replace(cost, flops=cost.flops / work, nbytes=nbytes, m=m, n=n, k=k, align=align)
     seconds = float(op_time(local, mesh.cluster.accelerator, precision(op), eff))
-    extra = 0.0
+    extra, calls = 0.0, 0
     for label, kind, nbytes in r.extra:
         for dim, lab in enumerate(combo):
             if lab == label:
                 extra += mesh.collective(kind, nbytes / max(work // sizes[dim], 1), dim)
-    return seconds, extra
+                calls += 1
+    return seconds, extra, calls
 
 
 def _share(tensors: tuple[TensorInfo, ...], places: Sequence[Placements], sizes: tuple[int, ...]) -> float:
