@@ -27,7 +27,7 @@ import tomllib
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from meshplan.errors import SpecError
 from meshplan.fields import check_types, not_a_preset, unknown_field
 from meshplan.files import read_toml
 from meshplan.serve.plan import Workload
+
+if TYPE_CHECKING:
+    from meshplan.serve.precision import Quant
 
 PREFILL_MODES = ("chunked", "separate")
 MEMORY_BASES = ("total", "free")
@@ -87,6 +90,11 @@ class Engine:
     # for the accelerator's kernel_overhead more (roofline.overhead): the unfused rotary embedding and the cache
     # writes the op list folds into its ops. 0: the op list's count
     decode_layer_kernels: float = 0.0
+    # a weight-only quantised GEMM (int8 or int4 weights, 16-bit activations) streams its weight bytes at this share
+    # of the rate a 16-bit GEMM streams its own, its dequantisation in the kernel (``streamed_weight_bytes``); 1: as
+    # fast (a kernel that hides it: Marlin, TensorRT-LLM's weight-only GEMV)
+    int8_weight_stream: float = 1.0
+    int4_weight_stream: float = 1.0
     # the host prepares iteration n + 1 while the GPU runs iteration n (an overlap scheduler: TensorRT-LLM's PyTorch
     # backend, SGLang's), so an iteration takes max(GPU, host) seconds instead of their sum
     host_overlap: bool = False
@@ -166,6 +174,12 @@ class Engine:
         scale = python_host if self.host_in_python else 1.0
         graphed = (np.asarray(prompts) <= 0) & (np.asarray(decode) <= self.graph_max_batch)
         return np.where(graphed, 0.0, scale * self.eager_layer_overhead * layers)
+
+    def streamed_weight_bytes(self, quant: Quant) -> float:
+        """Bytes a GEMM's weights take to stream per element, as the iteration prices them: the scheme's own, over
+        the engine's streaming rate where its weights are int8 or int4 and its activations 16-bit (weight-only)."""
+        rate = {"int8": self.int8_weight_stream, "int4": self.int4_weight_stream}.get(quant.weights, 1.0)
+        return quant.weight_bytes / (rate if quant.activations in ("bf16", "fp16") else 1.0)
 
     def runtime_batch(self, capacity: float) -> float:
         """The most sequences the executor runs when its KV cache holds ``capacity`` (``batch_table``)."""

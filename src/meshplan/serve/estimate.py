@@ -99,7 +99,8 @@ def serve_estimate(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload
     result = metrics(setting)
     q = plan.quant
     lane = Shape(tp=plan.tp, dpa=plan.dpa, ep=plan.ep, decode=float(result.running) / (plan.pp * plan.dpa),
-                 context=workload.decode_context, prefill=0.0, prompts=0.0, prefix=0.0, w_bytes=q.weight_bytes,
+                 context=workload.decode_context, prefill=0.0, prompts=0.0, prefix=0.0,
+                 w_bytes=engine.streamed_weight_bytes(q),
                  a_bytes=q.act_bytes, kv_bytes=q.kv_bytes, absorb=engine.mla_absorb,
                  gather=engine.moe_comm == "all_gather",
                  per_query_head=engine.kv_per_query_head)

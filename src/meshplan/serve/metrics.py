@@ -105,8 +105,8 @@ class Setting:
     def shape(self, decode: Num, prefill: Num, prompts: Num, prefix: Num) -> Shape:
         c, q = self.cols, self.quant
         return Shape(tp=c["tp"], dpa=c["dpa"], ep=c["ep"], decode=decode, context=self.workload.decode_context,
-                     prefill=prefill, prompts=prompts, prefix=prefix, w_bytes=q.weight_bytes, a_bytes=q.act_bytes,
-                     kv_bytes=q.kv_bytes, absorb=self.engine.mla_absorb,
+                     prefill=prefill, prompts=prompts, prefix=prefix, w_bytes=self.engine.streamed_weight_bytes(q),
+                     a_bytes=q.act_bytes, kv_bytes=q.kv_bytes, absorb=self.engine.mla_absorb,
                      gather=self.engine.moe_comm == "all_gather", per_query_head=self.engine.kv_per_query_head)
 
     @property
