@@ -38,3 +38,21 @@ def test_flash_cross_entropy_reads_the_16_bit_logits():
     assert (fwd.nbytes, bwd.nbytes, fwd.saved) == (4 * logits, 4 * logits, 2 * logits + 4 * tokens)
     fused_fwd, fused_bwd = loss(Stack())
     assert (fused_fwd.nbytes, fused_bwd.nbytes, fused_fwd.saved) == (10 * logits, 6 * logits, 4 * logits)
+
+
+def test_llm_cs_fused_classifier_reads_the_logits_twice_and_writes_their_gradient():
+    """llm.c's fused_classifier_kernel5: the softmax's max and sum, then the gradient, from two reads of each bf16
+    row, the bf16 gradient written over the logits: 6 bytes per logit in one forward kernel, no loss op in the
+    backward pass (the vocabulary-parallel loss: 10 + 6), and no transient beside the logits. llm.c's runs are
+    priced under it (meshplan_validation/sources.py)."""
+    from meshplan.memory import loss_workspace
+    from meshplan_validation.sources import source_defaults
+
+    model = gpt()
+    logits = 2048 * 51200
+    (op,) = [o for o in head_ops(model, Plan(), Stack(cross_entropy="fused_grad")) if o.name == "head/loss"]
+    assert (op.phase, op.nbytes, op.saved) == ("fwd", 6 * logits, 2 * logits)
+    assert loss_workspace(model, Plan(), Stack(cross_entropy="fused_grad")) == 0.0
+    assert loss_workspace(model, Plan(), Stack()) == 2 * logits
+    assert source_defaults({"framework": "llm.c train_gpt2cu (CUDA/cuDNN, mpirun, 2024)"}).stack.cross_entropy == (
+        "fused_grad")

@@ -314,9 +314,11 @@ def loss_workspace(model: ModelSpec, plan: Plan, stack: Stack) -> Num:
     ``(torch.zeros_like(x) + torch.exp(x)) * grad_output`` (torch/distributed/tensor/parallel/loss.py,
     ``_nll_loss_and_log_softmax_backward``), so three fp32 tensors (the zeros, the exponential or the sum, the
     product) are alive with the saved output: 4 + 4 + 4 bytes.
-    ``"flash"`` (flash-attn's CrossEntropyLoss): the 16-bit gradient beside the saved 16-bit logits, 2 bytes."""
+    ``"flash"`` (flash-attn's CrossEntropyLoss): the 16-bit gradient beside the saved 16-bit logits, 2 bytes;
+    ``"fused_grad"`` (llm.c's fused classifier): the gradient overwrites the logits, none."""
     # numeric plan fields may be arrays (a PlanBatch): no branch on tp
-    per_logit = FP32 * (2 + (plan.tp > 1)) if stack.cross_entropy == "pytorch" else ACT_BYTES
+    per_logit = FP32 * (2 + (plan.tp > 1)) if stack.cross_entropy == "pytorch" else (
+        0.0 if stack.cross_entropy == "fused_grad" else ACT_BYTES)
     return token_rows(model, plan)[0] * head_vocab(model) / plan.tp * per_logit
 
 

@@ -268,12 +268,15 @@ SOURCES: tuple[SourceDefaults, ...] = (
 # scripts to a multiple of 8 (Dao-AILab/flash-attention training/configs/experiment/owt/gpt2s-flash.yaml and
 # pile/gpt3s-flash.yaml, which the other sizes' configs extend: model.config.pad_vocab_size_multiple 8). Otherwise the
 # generic profile below.
+# llm.c's loss is its fused classifier (llmc/fused_classifier.cuh: softmax, loss and the logits' gradient in one
+# kernel, cost/embed_head.loss_ops "fused_grad").
 SOURCES += tuple(
-    SourceDefaults(name, match, Stack(name=name, vocab_multiple=multiple), None, 1, 4, "none",
-                   f"{name}: as the generic profile (below), with the vocabulary padded to a multiple of {multiple}",
-                   interleaved=True)
-    for name, match, multiple in (("llm.c", r"llm\.c|\bllmc", 128),
-                                  ("FlashAttention training", r"flash[-_ ]?attention[-_ ]training", 8)))
+    SourceDefaults(name, match, Stack(name=name, vocab_multiple=multiple, cross_entropy=loss), None, 1, 4, "none",
+                   f"{name}: as the generic profile (below), with the vocabulary padded to a multiple of {multiple}"
+                   f"{extra}", interleaved=True)
+    for name, match, multiple, loss, extra in (
+        ("llm.c", r"llm\.c|\bllmc", 128, "fused_grad", ", its loss one fused classifier kernel"),
+        ("FlashAttention training", r"flash[-_ ]?attention[-_ ]training", 8, "fused", "")))
 GENERIC = SourceDefaults("generic", r"", Stack(), None, 1, 4, "none",
                          "no source profile matched: sequence parallelism with tp > 1, distributed optimizer, "
                          "fp32 gradients, no recompute, FlashAttention; a pipeline of unstated schedule interleaved "

@@ -105,7 +105,13 @@ def loss_ops(stack: Stack, logits: Num, tokens: Num) -> list[OpCost]:
     keeps an fp32 softmax (4 bytes per logit saved), backward reads it and writes the gradient. ``"flash"``:
     flash-attn's CrossEntropyLoss (csrc/xentropy, from apex's contrib xentropy kernel) reads the 16-bit logits
     twice (``cunn_SoftMaxXEntropyForward``: max and sum, then Σexp) and keeps them with one fp32 log-sum-exp per
-    token; its backward (``cunn_SoftMaxXEntropyBackward``) re-reads them and writes the 16-bit gradient."""
+    token; its backward (``cunn_SoftMaxXEntropyBackward``) re-reads them and writes the 16-bit gradient.
+    ``"fused_grad"``: llm.c's ``fused_classifier_kernel5`` (karpathy/llm.c llmc/fused_classifier.cuh) computes the
+    softmax, the loss and the gradient of the logits in one kernel: it reads each 16-bit row twice (the softmax's
+    max and sum, then the gradient) and writes the 16-bit gradient over the logits, 6 bytes a logit; nothing is left
+    for the backward pass but the head's GEMMs, which read that gradient."""
+    if stack.cross_entropy == "fused_grad":
+        return [OpCost("head/loss", "fwd", "memory", 8.0 * logits, logits * 3 * ACT_BYTES, logits * ACT_BYTES)]
     if stack.cross_entropy == "flash":
         return [OpCost("head/loss", "fwd", "memory", 6.0 * logits, logits * 2 * ACT_BYTES,
                        logits * ACT_BYTES + tokens * FP32),

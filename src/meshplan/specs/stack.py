@@ -27,7 +27,7 @@ from meshplan.files import read_toml
 from meshplan.specs.supports import Supports, supports_from_dict
 
 ATTENTION_KERNELS = ("fused", "fa2", "fp8")
-CROSS_ENTROPY = ("fused", "pytorch", "flash")
+CROSS_ENTROPY = ("fused", "pytorch", "flash", "fused_grad")
 FUSION = ("fused", "eager", "jit")
 EXPERT_GEMM = ("per_expert", "grouped")
 FP8_SCALING = ("delayed", "current")
@@ -63,7 +63,8 @@ class Stack:
         "the GPU's asynchronous MMA), fa2 (FlashAttention-2 class) or fp8 (cuDNN's FP8 attention; fp8 plans)")
     cross_entropy: str = _choice(
         "fused", CROSS_ENTROPY, "the loss: fused (Megatron's vocabulary-parallel), pytorch (F.cross_entropy in "
-        "eager autograd; its fp8 linears torchao's, keeping the 16-bit input) or flash (flash-attn's kernel)")
+        "eager autograd; its fp8 linears torchao's, keeping the 16-bit input), flash (flash-attn's kernel) or "
+        "fused_grad (softmax, loss and gradient in one kernel that overwrites the logits: llm.c's fused_classifier)")
     fusion: str = _choice("fused", FUSION, "element-wise kernels: fused (Megatron / Transformer Engine, or "
                                            "torch.compile), eager (one PyTorch kernel per aten op) or jit "
                                            "(Megatron-LM's module code of 2020-22, which Megatron-DeepSpeed runs: "
