@@ -56,3 +56,6 @@ def test_llm_cs_fused_classifier_reads_the_logits_twice_and_writes_their_gradien
     assert loss_workspace(model, Plan(), Stack()) == 2 * logits
     assert source_defaults({"framework": "llm.c train_gpt2cu (CUDA/cuDNN, mpirun, 2024)"}).stack.cross_entropy == (
         "fused_grad")
+    # the FlashAttention training scripts' loss: apex's xentropy kernel (CrossEntropyLossApex), flash-attn's
+    flash = {"framework": "FlashAttention training scripts (PyTorch Lightning, Hydra; flash-attn fused kernels)"}
+    assert source_defaults(flash).stack.cross_entropy == "flash"

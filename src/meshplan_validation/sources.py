@@ -269,14 +269,16 @@ SOURCES: tuple[SourceDefaults, ...] = (
 # pile/gpt3s-flash.yaml, which the other sizes' configs extend: model.config.pad_vocab_size_multiple 8). Otherwise the
 # generic profile below.
 # llm.c's loss is its fused classifier (llmc/fused_classifier.cuh: softmax, loss and the logits' gradient in one
-# kernel, cost/embed_head.loss_ops "fused_grad").
+# kernel, cost/embed_head.loss_ops "fused_grad"); the FlashAttention scripts' is apex's xentropy kernel
+# (configs/experiment/pile/base.yaml and owt/base.yaml: loss_fn src.losses.cross_entropy_apex.CrossEntropyLossApex,
+# inplace_backward; the kernel flash-attn's CrossEntropyLoss carries, loss_ops "flash").
 SOURCES += tuple(
     SourceDefaults(name, match, Stack(name=name, vocab_multiple=multiple, cross_entropy=loss), None, 1, 4, "none",
                    f"{name}: as the generic profile (below), with the vocabulary padded to a multiple of {multiple}"
                    f"{extra}", interleaved=True)
     for name, match, multiple, loss, extra in (
         ("llm.c", r"llm\.c|\bllmc", 128, "fused_grad", ", its loss one fused classifier kernel"),
-        ("FlashAttention training", r"flash[-_ ]?attention[-_ ]training", 8, "fused", "")))
+        ("FlashAttention training", r"flash[-_ ]?attention[-_ ]training", 8, "flash", ", its loss apex's xentropy")))
 GENERIC = SourceDefaults("generic", r"", Stack(), None, 1, 4, "none",
                          "no source profile matched: sequence parallelism with tp > 1, distributed optimizer, "
                          "fp32 gradients, no recompute, FlashAttention; a pipeline of unstated schedule interleaved "
