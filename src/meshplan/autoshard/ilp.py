@@ -52,7 +52,7 @@ def node_costs(problem: Problem, micro_batches: int, penalty: dict[int, np.ndarr
     w, host = np.asarray(passes), (1.0 - np.asarray(passes)) * problem.host_dispatch  # a pass's host time weighs 1 - w
     for key, node in problem.nodes.items():
         per_pass = node.time.sum(axis=1) + node.comm.sum(axis=1) if passes == PASSES else (node.time + node.comm) @ w
-        if passes != PASSES and node.calls is not None:
+        if passes != PASSES:
             per_pass = per_pass + node.calls @ host  # the host's calls of the node's collectives
         c = problem.weight[key] * micro_batches * per_pass
         if key in problem.optimizer:
@@ -70,10 +70,8 @@ def node_costs(problem: Problem, micro_batches: int, penalty: dict[int, np.ndarr
 def _weighed(edge: Edge, passes: tuple[float, float], host_dispatch: float) -> np.ndarray:
     """An edge's moves per micro-batch with the passes weighed: w·GPU + (1 − w)·host per pass, the host's time its
     collectives' calls (problem.host_seconds)."""
-    moves = passes[0] * edge.fwd + passes[1] * edge.bwd
-    if edge.calls is not None:
-        moves = moves + host_dispatch * ((1.0 - passes[0]) * edge.calls[0] + (1.0 - passes[1]) * edge.calls[1])
-    return moves
+    host = host_dispatch * ((1.0 - passes[0]) * edge.calls[0] + (1.0 - passes[1]) * edge.calls[1])
+    return passes[0] * edge.fwd + passes[1] * edge.bwd + host
 
 
 def pairwise(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int, np.ndarray], float]],

@@ -50,8 +50,8 @@ class Edge:
     fwd: np.ndarray
     bwd: np.ndarray
     step: np.ndarray  # once per step (gradient reductions)
+    calls: np.ndarray  # (2, |S_u|, |S_v|): the collectives of fwd and bwd, a host call each (``host_seconds``)
     uses: list[tuple[Slot, Slot, float, bool]] = field(default_factory=list)  # (produced, needed, weight, step)
-    calls: np.ndarray | None = None  # (2, |S_u|, |S_v|): the collectives of fwd and bwd, a host call each
 
 
 @dataclass(kw_only=True)
@@ -127,14 +127,12 @@ def host_seconds(problem: Problem, keys: Collection[int] | None = None, choice: 
             fwd, bwd = fwd + problem.weight[key] * f, bwd + problem.weight[key] * b
     if choice is not None and problem.host_dispatch:
         for key, node in problem.nodes.items():
-            if node.calls is not None and (keys is None or key in keys):
+            if keys is None or key in keys:
                 calls = problem.weight[key] * node.calls[choice[key]]
                 fwd, bwd = fwd + calls[0], bwd + calls[1]
         for pair in problem.edges if edges is None else edges:
-            edge = problem.edges[pair]
-            if edge.calls is not None:
-                a, b = choice[pair[0]], choice[pair[1]]
-                fwd, bwd = fwd + edge.calls[0, a, b], bwd + edge.calls[1, a, b]
+            a, b = choice[pair[0]], choice[pair[1]]
+            fwd, bwd = fwd + problem.edges[pair].calls[0, a, b], bwd + problem.edges[pair].calls[1, a, b]
     return float(fwd) * problem.host_dispatch, float(bwd) * problem.host_dispatch
 
 
@@ -337,18 +335,16 @@ def _fill_costs(problem: Problem, resharder: Resharder) -> None:
             want = [o.get(needed) for o in (nv.outs if per_step or needed[0] >= HUB else nv.needs)]
             phase = 1 if per_step or served[0] >= n or ops[served[0]].phase != "fwd" else 0
             target = edge.step if per_step else (edge.bwd if phase else edge.fwd)
-            calls = edge.calls[phase] if edge.calls is not None and not per_step else None
             if nu.remake and not per_step:  # a result moved in the other pass is moved again (strategies._remade)
                 for a, remake in enumerate(nu.remake):
                     hit = remake.get(produced)
                     if hit is not None and hit[0] != phase:
                         target[a, :] += weight * hit[1]
-                        if calls is not None:
-                            calls[a, :] += weight * hit[2]
+                        edge.calls[phase][a, :] += weight * hit[2]
             seconds, count = _move_matrix(have, want, info.nbytes, sizes, resharder)
             target += weight * seconds
-            if calls is not None:
-                calls += weight * count
+            if not per_step:  # a per-step reduction's calls are not in a pass (host_seconds)
+                edge.calls[phase] += weight * count
 
 
 def _move_matrix(have: list, want: list, nbytes: float, sizes: tuple[int, ...], resharder: Resharder

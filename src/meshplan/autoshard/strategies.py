@@ -47,10 +47,10 @@ class Node:
     needs: list[dict[Slot, Placements]]  # per strategy: placement each of its ops needs of each argument
     time: np.ndarray  # (strategies, 2): forward and backward compute seconds per micro-batch
     comm: np.ndarray  # (strategies, 2): forward and backward seconds of moves inside the node and rule collectives
+    calls: np.ndarray  # (strategies, 2): the collectives of ``comm``, a host call each (problem.host_seconds)
     created: list[dict[int, float]]  # per strategy: bytes per device of each storage the node creates
     # per strategy: moved results, (pass, seconds, collectives) of their moves
     remake: list[dict[Slot, tuple[int, float, int]]] = field(default_factory=list)
-    calls: np.ndarray | None = None  # (strategies, 2): the collectives of ``comm``, a host call each (problem.py)
 
     @property
     def size(self) -> int:
