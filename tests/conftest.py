@@ -28,6 +28,14 @@ def rates_only(system: str):
     return replace(load_system(system).accelerator, gemm_overhead=0.0, kernel_overhead=0.0)
 
 
+@pytest.fixture(autouse=True)
+def _terminal_width_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts without ``COLUMNS``, as in a pipe: the CLI then prints at its file width (150 columns,
+    report/text.terminal_console) whatever terminal runs the suite; pytest-xdist's workers inherit COLUMNS=80. A test
+    of a width sets its own."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 @pytest.fixture
 def small_gpt() -> ModelSpec:
     return gpt()

@@ -88,6 +88,9 @@ def test_under_no_skips_only_a_gpu_test_may_skip(tmp_path):
     assert run("test_skips.py", MESHPLAN_NO_SKIPS="1").splitlines()[-1].startswith(
         "1 failed, 1 skipped, 1 xfailed, 1 error in ")  # the skipif fails in setup: an error
     assert run("test_import.py", MESHPLAN_NO_SKIPS="1").splitlines()[-1].startswith("1 error in ")
+    # the suite runs over worker processes (pyproject.toml's addopts, pytest-xdist): the rule holds in them too
+    assert run("test_skips.py", "-n", "2", MESHPLAN_NO_SKIPS="1").splitlines()[-1].startswith(
+        "1 failed, 1 skipped, 1 xfailed, 1 error in ")
 
 
 def test_dev_extra_holds_what_the_tests_import_optionally():
