@@ -16,13 +16,14 @@ kernel before it is issued. Two bounds:
 - a synchronisation drains the queue (issue 46: "synchronisations (NCCL calls in stacks that wait, .item(), MoE token
   counts) drain the queue ... the step is the max of the host's and the GPU's timelines between syncs"): under
   ``stack.blocking_collectives`` (a host that waits for each exposed collective to finish, as ``.item()`` waits)
-  between syncs each segment takes max(host_s, GPU_s), and the pass Σ_s max(host_s, GPU_s), which is ≥ max(H, G)
+  between syncs each segment takes max(host_s, GPU_s) and then its closing collective c_s, which the host waits out
+  issuing nothing (the wait blocks it), and the pass Σ_s (max(host_s, GPU_s) + c_s), which is ≥ max(H, G)
   (Σ max ≥ max Σ). Collectives that hide behind compute (``stack.overlap_tp``, the context-parallel ring) are no
   syncs. A CUDA-graphed stack launches the collectives inside its graph: one launch per pass, no segments. The MoE
   tokens-per-expert sync is the per-expert GEMMs' (roofline.op_time, Efficiency.host_launch).
 The pass takes max(G, H), G the pass's GPU time after the overlap rules, and where the host waits for its collectives
-the larger of that and Σ_s max(h_s, g_s) (``host_idle``); each is non-increasing in every rate and non-decreasing in
-the host's cost, so the step stays monotone (step/passes.py's docstring).
+the larger of that and Σ_s (max(h_s, g_s) + c_s) (``host_idle``); each is non-increasing in every rate and
+non-decreasing in the host's cost, so the step stays monotone (step/passes.py's docstring).
 """
 
 from __future__ import annotations
@@ -144,8 +145,11 @@ def segment_time(ops: list[OpCost], times: list[Num], stack: Stack,
                  count_of: Callable[[OpCost], Num] = launches) -> dict[str, Num]:
     """Per pass ("f", "b") Σ over the segments between exposed collectives (``exposed``, over a group of more than
     one rank; each a sync where the host waits for them, ``stack.blocking_collectives``) of
-    max(host_s, GPU_s): host_s the segment's launches × ``stack.host_dispatch``, GPU_s its kernels' ``times`` and
-    its closing collective's (a collective that hides counts in neither). What follows the last sync is a segment."""
+    max(host_s, GPU_s) + c_s: host_s the segment's launches × ``stack.host_dispatch`` (the collective's call
+    among them), GPU_s its kernels' ``times``, c_s its closing collective's time, which runs after both (it starts
+    once issued and once the GPU is through the segment) while the host waits for it (a collective that hides counts
+    nowhere). What follows the last sync is a segment: max(host, GPU). A collective over one rank closes nothing: its
+    time is GPU time of the segment."""
     total: dict[str, Num] = {"f": 0.0, "b": 0.0}
     host: dict[str, Num] = {"f": 0.0, "b": 0.0}
     gpu: dict[str, Num] = {"f": 0.0, "b": 0.0}
@@ -154,11 +158,14 @@ def segment_time(ops: list[OpCost], times: list[Num], stack: Stack,
         host[ph] = host[ph] + count_of(op) * stack.host_dispatch
         if op.collective is not None and not exposed(op, stack):
             continue  # hidden behind compute: neither the segment's GPU time nor a sync
-        gpu[ph] = gpu[ph] + t
         if op.collective is not None:
             closes = np.asarray(op.collective.group) > 1
-            total[ph] = total[ph] + where(closes, maximum(host[ph], gpu[ph]), 0.0)
-            host[ph], gpu[ph] = where(closes, 0.0, host[ph]), where(closes, 0.0, gpu[ph])
+            # the collective starts once issued and once the GPU is through the segment's kernels; the host waits
+            # for it to finish, so it issues nothing while it runs: its time follows the max, it does not hide in it
+            total[ph] = total[ph] + where(closes, maximum(host[ph], gpu[ph]) + t, 0.0)
+            host[ph], gpu[ph] = where(closes, 0.0, host[ph]), where(closes, 0.0, gpu[ph] + t)
+        else:
+            gpu[ph] = gpu[ph] + t
     return {ph: total[ph] + maximum(host[ph], gpu[ph]) for ph in "fb"}
 
 
