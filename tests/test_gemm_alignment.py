@@ -43,6 +43,24 @@ def test_alignment_is_the_largest_power_of_two_dividing_every_size_up_to_32():
     assert list(alignment(768.0, sizes)) == [32.0, 1.0, 8.0, 1.0]
 
 
+def test_alignment_of_arrays_is_each_elements_own():
+    """The array path (lowest set bit of each whole size) against the definition, element by element: the largest
+    p in 1, 2, 4, 8, 16, 32 with size % p == 0, 1 for a fraction, an infinity or NaN; 0 divides by every p."""
+    rng = np.random.default_rng(7)
+    sizes = np.concatenate([rng.integers(0, 2**20, 400).astype(float), rng.integers(1, 4096, 100) / 2.0,
+                            rng.integers(1, 1000, 50) * 1024.0, [0.0, 1.0, 2.0**40, 2.0**63, np.inf, np.nan]])
+    other = rng.permutation(sizes)
+
+    def by_definition(x: float) -> float:
+        return max(p for p in (1.0, 2.0, 4.0, 8.0, 16.0, 32.0) if np.isfinite(x) and x % p == 0) if (
+            np.isfinite(x) and x == np.floor(x)) else 1.0
+
+    got = alignment(sizes, other, 768.0)
+    want = [min(by_definition(a), by_definition(b), 32.0) for a, b in zip(sizes, other, strict=True)]
+    assert list(got) == want
+    assert alignment(sizes[:5], 512).tolist() == [alignment(float(x), 512) for x in sizes[:5]]
+
+
 def test_a_gemm_record_carries_its_weights_dims_alignment_in_every_pass_never_the_token_count():
     """Row-major activations: the leading dimensions of every pass are the weight's k and n, not the m tokens
     (1,001 tokens here, odd, leave the GEMM aligned)."""

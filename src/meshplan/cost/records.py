@@ -25,11 +25,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from meshplan.comm import Collective
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan.xp import Num, minimum, where
+from meshplan.xp import Num, minimum
 
 ACT_BYTES = 2  # bf16 activations
 MASK_BYTES = 1  # dropout masks are stored as bytes
@@ -127,8 +129,11 @@ def alignment(*sizes: Num) -> Num:
         return float(best)
     out: Num = ALIGN_MAX
     for x in sizes:
-        own: Num = 1.0
-        for p in (2.0, 4.0, 8.0, 16.0, ALIGN_MAX):
-            own = where(x % p == 0, p, own)
-        out = minimum(out, own)
+        a = np.asarray(x, dtype=float)
+        whole = np.isfinite(a) & (a == np.floor(a))
+        small = whole & (np.abs(a) < 2.0**62)  # a float past 2^62 steps by 2^10: a multiple of 32
+        n = np.where(small, a, 1.0).astype(np.int64)
+        # an integer's largest power-of-two divisor is its lowest set bit (n & -n); 0 divides by every power
+        own = np.where((n == 0) | (whole & ~small), ALIGN_MAX, np.minimum(n & -n, int(ALIGN_MAX)))
+        out = minimum(out, np.where(whole, own.astype(float), 1.0))
     return out
