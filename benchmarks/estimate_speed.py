@@ -33,7 +33,9 @@ def per_call(fn, repeat: int = 2000) -> float:
     return (time.perf_counter() - start) / repeat
 
 
-def main() -> None:
+def measure() -> list[dict]:
+    """Seconds per call of each case's estimate(), estimate().ops and step_costs() (printed as they come)."""
+    rows = []
     print(f"{'case':<32} {'estimate()':>12} {'+ per-op table':>16} {'step_costs()':>14}")
     for model_name, system, gpus, plan in CASES:
         model, cluster = load_model(model_name), load_system(system).cluster(gpus)
@@ -42,6 +44,13 @@ def main() -> None:
         core = per_call(lambda m=model, c=cluster, p=plan: step_costs(m, c, p))
         print(f"{model_name + ' / ' + system + ' x' + str(gpus):<32} {full * 1e6:>9.0f} us {table * 1e6:>13.0f} us"
               f" {core * 1e6:>11.0f} us")
+        rows.append({"model": model_name, "system": system, "gpus": gpus, "estimate_s": full, "with_ops_s": table,
+                     "step_costs_s": core})
+    return rows
+
+
+def main() -> None:
+    measure()
     actions = 64 * 512 * 2
     seconds = per_call(lambda: simulate(build("1f1b", 64, 512), 1.0, 2.0, t_p2p=0.01), repeat=3)
     print(f"schedule simulator, 1F1B p=64 m=512: {seconds:.2f} s ({actions / seconds:,.0f} actions/s)")

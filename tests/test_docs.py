@@ -58,7 +58,7 @@ GENERATED = {"ACCURACY.md", "accuracy_summary.json", "accuracy.png", "INDEPENDEN
              "STRATEGIES.md", *QUICK, "img/report.png", "img/plan-space.png", "img/compare.png", "img/trust.png",
              "img/serve.png", "img/serve-space.png", "img/breakdown.png", "img/memory.png", "img/roofline.png",
              "img/timeline.png", "img/scaling.png", "img/param-hbm_bandwidth.png", "img/param-nic_bandwidth.png",
-             "MEASURED.md", "MEASURED_GPU.md", "SMALL_WORK_GPU.md", "DECODE_GPU.md"}
+             "MEASURED.md", "MEASURED_GPU.md", "SMALL_WORK_GPU.md", "DECODE_GPU.md", "SPEED.md"}
 
 
 def _first_difference(old: bytes, new: bytes) -> str:
@@ -214,6 +214,33 @@ def test_measured_gpu_document_is_what_the_committed_gpu_data_renders(tmp_path):
     (data,) = sorted((ROOT / "data" / "measured" / "gpu").glob("*-zoo.jsonl.gz"))[-1:]
     doc.main(["--data", str(data.relative_to(ROOT)), "--doc", str(tmp_path / "MEASURED_GPU.md")])
     _same(tmp_path / "MEASURED_GPU.md", "MEASURED_GPU.md", "python benchmarks/measured_gpu_doc.py")
+
+
+def test_speed_document_is_what_the_committed_measurement_renders(tmp_path):
+    """docs/SPEED.md from the newest data/measured/*-search-speed.json (benchmarks/search_speed.py --out)."""
+    doc = _script("speed_doc")
+    doc.main(["--doc", str(tmp_path / "SPEED.md")])
+    _same(tmp_path / "SPEED.md", "SPEED.md", "python benchmarks/speed_doc.py")
+
+
+def test_the_speed_measurements_counts_are_the_searchs_now():
+    """The timings are the measuring machine's, but what each search evaluated, found feasible and ranked first is
+    the search's own: each case is searched again as search_speed.py searched it (one process, about 8 s here)."""
+    import json
+
+    from meshplan.search import search
+    from meshplan.specs.model_load import load_model
+
+    doc, bench = _script("speed_doc"), _script("search_speed")
+    path = doc.newest()
+    for c in json.loads(path.read_text())["cases"]:
+        result = search(load_model(c["model"]), bench.case_cluster(c["system"], c["gpus"], c["nvlink_domain"]),
+                        bench.whole_space(c["global_batch"]), top_k=1, workers=1)
+        now = (result.evaluated, result.feasible, bench.best_plan(result))
+        assert now == (c["evaluated"], c["feasible"], c["best"]), (
+            f"{path.name} is stale for {c['model']} on {c['gpus']} {c['system']}: now {now}; measure again: python "
+            "benchmarks/search_speed.py --repeat 8 --out data/measured/DATE-search-speed.json && python "
+            "benchmarks/speed_doc.py")
 
 
 def test_autoshard_document_is_current(tmp_path):
