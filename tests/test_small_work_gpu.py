@@ -167,3 +167,35 @@ def test_megatron_deepspeed_layer_costs_its_host_what_the_megatron_stacks_say() 
     assert host_per_layer(mds) == pytest.approx(2.85e-3)
     assert host_per_layer(mds) <= implied["mds"] <= 1.5 * host_per_layer(mds)
     assert measured["mds"]["ms_per_layer"] >= 0.9 * measured["mcore"]["ms_per_layer"]
+
+
+def test_tensor_parallelism_adds_to_megatron_deepspeeds_host_its_collectives_alone() -> None:
+    """data/measured/2026-11-27-megatron-host-cpu-tp.json (benchmarks/megatron_host_cpu.py --tp 2): Megatron-DeepSpeed's
+    layer at tp 2 (two gloo ranks) makes 296.75 Python calls and 182.25 aten ops a layer against tp 1's 308.75 and
+    183.25: the same work but for 4 all-reduces (2 forward, 2 backward) and a few views and clones fewer. So its host
+    issues per layer at tp > 1 what it issues at tp 1 plus one call per collective, which is what step/host.launches
+    counts: meshplan's megatron-deepspeed layer at tp 2 without sequence parallelism (as measured) launches exactly
+    4 more than at tp 1."""
+    from meshplan.specs.efficiency import DEFAULT
+    from meshplan.specs.hardware import load_system
+    from meshplan.specs.plan import Plan
+    from meshplan.step.host import launches
+    from meshplan.step.units import timed_parts
+
+    measured = json.loads((ROOT / "data" / "measured" / "2026-11-27-megatron-host-cpu-tp.json").read_text())
+    one, two = measured["median"]["1"], measured["median"]["2"]
+    assert two["python_calls"] <= 1.05 * one["python_calls"] and two["aten_ops"] <= 1.05 * one["aten_ops"]
+    assert measured["ops_differing"]["c10d.allreduce_.default"] == {"1": 0.0, "2": 4.0}
+    assert all(v["2"] <= v["1"] for k, v in measured["ops_differing"].items() if not k.startswith("c10d."))
+
+    doc = _doc()
+    model = doc.model_of({"width": 1024, "layers": 6, "batch": 1, "seq": 1024})
+    stack = load_stack("megatron-deepspeed")
+
+    def per_layer(tp: int) -> float:
+        plan = Plan(tp=tp, micro_batch=1, global_batch=1, zero=0, recompute="none", sequence_parallel=False)
+        parts = timed_parts(model, load_system("h200").cluster(tp), plan, stack, DEFAULT)
+        ops = parts.ops[next(k for k in parts.ops if k not in ("embed", "head", "mtp", "p2p"))]
+        return sum(float(launches(op)) for op in ops)
+
+    assert per_layer(2) - per_layer(1) == 4
