@@ -30,8 +30,12 @@ from meshplan.specs.model_load import load_model
 from meshplan.specs.stack import Stack
 
 # peers' plans per second, measured on this kind of machine (the docstring): printed beside meshplan's
-PEERS = (("the seed-003 reference model (Subramanian et al. 2024, arXiv 2410.00273)", "150-200"),
-         ("Calculon, stock", "160"), ("Calculon, its logging silenced", "1,850"))
+PEERS = (("the seed-003 reference model (Subramanian et al. 2024, arXiv 2410.00273)", 150, 200),
+         ("Calculon, stock", 160, 160), ("Calculon, its logging silenced", 1850, 1850))
+
+
+def rate_text(low: float, high: float) -> str:
+    return f"{low:,.0f}" if low == high else f"{low:,.0f}-{high:,.0f}"
 CASES = [  # model, system, GPUs, global batch (sequences), NVLink domain override
     ("gpt3-175b", "a100", 1024, 1536, None),
     ("megatron-1t", "b200", 4096, 4096, 8),
@@ -143,7 +147,7 @@ def main() -> None:
         cases.append({"model": name, "system": system, "gpus": gpus, "global_batch": gbs, "nvlink_domain": domain,
                       "evaluated": result.evaluated, "feasible": result.feasible, "one_core_s": one,
                       "two_workers_s": two, "best": best_plan(result)})
-    print("peers, plans/s: " + "; ".join(f"{who} {rate}" for who, rate in PEERS))
+    print("peers, plans/s: " + "; ".join(f"{who} {rate_text(low, high)}" for who, low, high in PEERS))
     # Byte-compile meshplan first, as any install or first run does: with PYTHONDONTWRITEBYTECODE set (as on the
     # project's machines) an editable install would otherwise recompile its sources on every CLI start (~40 ms).
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(meshplan.__file__).parent)], check=True,
@@ -165,7 +169,7 @@ def main() -> None:
                     "python": platform.python_version(), "cases": cases,
                     "cli": {"args": args_cli, "median_s": runs[1], "min_s": runs[0]}, "framework": framework,
                     "contention": contention, "estimate": estimate_speed.measure(),
-                    "peers": [{"peer": who, "plans_per_s": rate} for who, rate in PEERS]}
+                    "peers": [{"peer": who, "low": low, "high": high} for who, low, high in PEERS]}
         args.out.write_text(json.dumps(measured, indent=1) + "\n")
         print(f"wrote {args.out}")
 

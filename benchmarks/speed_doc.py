@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,10 @@ def _case(c: dict[str, Any]) -> str:
     return f"{NAMES.get(c['model'], c['model'])} on {where}"
 
 
+def _rate(low: float, high: float) -> str:
+    return f"{low:,.0f}" if low == high else f"{low:,.0f}-{high:,.0f}"
+
+
 def render(path: Path) -> str:
     m = json.loads(path.read_text())
     rel = path.relative_to(ROOT).as_posix()
@@ -56,12 +59,12 @@ def render(path: Path) -> str:
         lines.append(f"| {_case(c)} | {c['evaluated']:,} | {c['feasible']:,} | {c['one_core_s']:.2f} s | "
                      f"{c['evaluated'] / c['one_core_s'] / 1e6:.1f} M | {c['two_workers_s']:.2f} s | "
                      f"`{c['best']}` |")
-    rates = [float(x.replace(",", "")) for p in m["peers"] for x in re.findall(r"\d[\d,]*", p["plans_per_s"])]
+    fastest = max(p["high"] for p in m["peers"])
     largest = max(c["evaluated"] for c in m["cases"])
     lines += ["", "For scale, the peers' plans per second on this kind of machine: "
-              + "; ".join(f"{p['peer']} {p['plans_per_s']}" for p in m["peers"])
-              + f". At the fastest of them ({max(rates):,.0f} plans/s) the largest space here ({largest:,} plans) "
-              f"would take {largest / max(rates) / 3600:.1f} hours."]
+              + "; ".join(f"{p['peer']} {_rate(p['low'], p['high'])}" for p in m["peers"])
+              + f". At the fastest of them ({fastest:,.0f} plans/s) the largest space here ({largest:,} plans) "
+              f"would take {largest / fastest / 3600:.1f} hours."]
     cli = m["cli"]
     lines += ["", f"The whole command `meshplan {' '.join(cli['args'])}`, start-up included: median "
               f"{cli['median_s']:.2f} s of three (min {cli['min_s']:.2f} s; target 1 s).", "",
