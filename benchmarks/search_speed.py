@@ -36,6 +36,8 @@ PEERS = (("the seed-003 reference model (Subramanian et al. 2024, arXiv 2410.002
 
 def rate_text(low: float, high: float) -> str:
     return f"{low:,.0f}" if low == high else f"{low:,.0f}-{high:,.0f}"
+
+
 CASES = [  # model, system, GPUs, global batch (sequences), NVLink domain override
     ("gpt3-175b", "a100", 1024, 1536, None),
     ("megatron-1t", "b200", 4096, 4096, 8),
