@@ -15,6 +15,12 @@ Megatron-LM's and Megatron-Core's optimizers need CUDA and apex to build; their 
 FusedAdam loop replicated, are in data/measured/2026-11-26-optimizer-host-ops.md with FSDP2's DTensor cost.
 
 Run: python benchmarks/optimizer_host_ops.py
+
+``--microbatch`` counts instead what DeepSpeed's BF16_Optimizer adds to each micro-batch's backward pass: after it
+(a post-backward hook in 0.19.8; runtime/bf16_optimizer.py update_hp_grads, unless bf16.immediate_grad_update) every
+bf16 gradient is cast to fp32 and added into the fp32 gradient, per parameter tensor and micro-batch: the engine's
+forward and backward against the same module's plain forward and backward, per tensor
+(data/measured/2026-11-27-bf16-microbatch-host-ops.md).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ KERNEL_FREE = ("view", "detach", "slice", "alias", "expand", "as_strided", "_loc
                "select", "unsqueeze", "squeeze", "_reshape_alias", "_record_function_enter_new",
                "_record_function_exit")
 SIZES = (50, 100)
+# DeepSpeed on its CPU accelerator over gloo, world size 1
+DS_ENV = {"DS_ACCELERATOR": "cpu", "MASTER_ADDR": "127.0.0.1", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
 
 
 def count(fn: Callable[[], object]) -> collections.Counter:
@@ -118,12 +126,60 @@ def deepspeed_counts(settings: list[Setting]) -> list[tuple[str, dict[str, float
     """For each (ZeRO stage, gradient accumulation dtype, bf16 weights or fp32) the optimizer DeepSpeed wraps the
     step in and its calls per parameter tensor, all in one process of their own (DeepSpeed picks its accelerator and
     process group at import, which takes seconds: one import for all of them)."""
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29541", "RANK": "0",
-           "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    env = {**os.environ, **DS_ENV, "MASTER_PORT": "29541"}
     args = [sys.executable, __file__, "--deepspeed",
             *(f"{stage},{accumulate or ''},{'bf16' if bf16 else 'fp32'}" for stage, accumulate, bf16 in settings)]
     out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, check=True).stdout
     return [(found["optimizer"], found["calls"]) for found in json.loads(out.strip().splitlines()[-1])]
+
+
+def _params_module(torch, n: int):  # noqa: ANN001, ANN202
+    """A module of ``n`` tiny parameters whose forward touches each."""
+    class Params(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ps = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(4)) for _ in range(n)])
+
+        def forward(self) -> torch.Tensor:
+            return sum((p * p).sum() for p in self.ps)
+    return Params()
+
+
+def microbatch_counts() -> dict[str, Any]:
+    """DeepSpeed BF16_Optimizer's calls per parameter tensor and micro-batch beyond the module's own (module
+    docstring), in a process of its own."""
+    env = {**os.environ, **DS_ENV, "MASTER_PORT": "29543"}
+    out = subprocess.run([sys.executable, __file__, "--deepspeed-microbatch"], env=env, capture_output=True,
+                         text=True, timeout=600, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _microbatch_child() -> None:
+    import deepspeed
+    import torch
+
+    deepspeed.init_distributed(dist_backend="gloo")
+    cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "steps_per_print": 10**9,
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
+           "zero_optimization": {"stage": 1, "overlap_comm": False, "contiguous_gradients": True},
+           "bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "fp32"}}
+    found: dict[str, Any] = {}
+
+    def engine(n: int) -> Step:
+        model, *_ = deepspeed.initialize(model=_params_module(torch, n), config=cfg)
+        found["optimizer"] = type(model.optimizer).__name__
+        return (lambda: None), (lambda: model.backward(model()))
+
+    def plain(n: int) -> Step:
+        model = _params_module(torch, n).to(torch.bfloat16)
+        return (lambda: None), (lambda: model().backward())
+
+    with_engine, alone = per_tensor(engine), per_tensor(plain)
+    found["engine"], found["plain"] = with_engine, alone
+    found["extra"] = {k: with_engine.get(k, 0.0) - alone.get(k, 0.0) for k in sorted(set(with_engine) | set(alone))
+                      if with_engine.get(k, 0.0) != alone.get(k, 0.0)}
+    print(json.dumps(found))
+    torch.distributed.destroy_process_group()
 
 
 def _deepspeed_child(settings: list[str]) -> None:
@@ -132,13 +188,8 @@ def _deepspeed_child(settings: list[str]) -> None:
 
     deepspeed.init_distributed(dist_backend="gloo")
 
-    class Params(torch.nn.Module):
-        def __init__(self, n: int) -> None:
-            super().__init__()
-            self.ps = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(4)) for _ in range(n)])
-
-        def forward(self) -> torch.Tensor:
-            return sum((p * p).sum() for p in self.ps)
+    def Params(n: int):  # noqa: ANN202, N802
+        return _params_module(torch, n)
 
     def counts(stage: int, grad_accum: str, dtype: str) -> dict[str, Any]:
         def make(n: int) -> Step:
@@ -163,6 +214,13 @@ def _deepspeed_child(settings: list[str]) -> None:
 
 
 def main() -> None:
+    if "--microbatch" in sys.argv[1:]:
+        found = microbatch_counts()
+        launching, free = split(found["extra"])
+        print(f"DeepSpeed {found['optimizer']} per micro-batch, per parameter tensor beyond the module's own: "
+              f"{json.dumps(found['extra'])}: {launching:.0f} launching, {free:.0f} other calls, "
+              f"{price(found['extra']) * 1e6:.1f} us (DGX H100 host)")
+        return
     rows = dict(torch_counts())
     settings: list[Setting] = [(2, None, True), (1, "fp32", True), (2, None, False)]
     for (stage, accumulate, bf16), (wrapper, calls) in zip(settings, deepspeed_counts(settings), strict=True):
@@ -177,5 +235,7 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--deepspeed":
         _deepspeed_child(sys.argv[2:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "--deepspeed-microbatch":
+        _microbatch_child()
     else:
         main()

@@ -48,3 +48,18 @@ def test_deepspeed_wrappers_price_the_calls_deepspeed_makes():
     assert deepspeed_wrapper(Plan(dp=8, zero=1, precision="bf16", grad_bytes=4), pipeline=False) == "bf16"
     assert load_stack("deepspeed").optimizer_wrapper == "deepspeed"
     assert load_stack("megatron-deepspeed").optimizer_wrapper == "deepspeed-pipeline"
+
+
+def test_deepspeeds_bf16_optimizer_accumulates_each_gradient_every_micro_batch():
+    """BF16_Optimizer (bf16 weights, fp32 gradient accumulation, ZeRO-1) adds to every micro-batch's backward, per
+    parameter tensor, the cast of its bf16 gradient to fp32 and the add into the fp32 gradient (runtime/
+    bf16_optimizer.py _update_hp_grad: _to_copy, add_, a view and two .data detaches): 2 x 14.5 + 3 x 0.6 = 30.8 us a
+    tensor a micro-batch on a DGX H100 host, beyond the module's own backward. cost/wrappers.py prices the wrapper's
+    per-step loops only; this per-micro-batch cost is measured here (data/measured/2026-11-27-bf16-microbatch-host-
+    ops.md), not priced yet."""
+    pytest.importorskip("deepspeed")
+    found = ops.microbatch_counts()
+    assert found["optimizer"] == "BF16_Optimizer"
+    assert found["extra"] == {"_to_copy": 1.0, "add_": 1.0, "detach": 2.0, "view": 1.0}
+    assert ops.split(found["extra"]) == (2, 3)
+    assert ops.price(found["extra"]) == pytest.approx(30.8e-6)
