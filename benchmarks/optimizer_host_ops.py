@@ -188,9 +188,6 @@ def _deepspeed_child(settings: list[str]) -> None:
 
     deepspeed.init_distributed(dist_backend="gloo")
 
-    def Params(n: int):  # noqa: ANN202, N802
-        return _params_module(torch, n)
-
     def counts(stage: int, grad_accum: str, dtype: str) -> dict[str, Any]:
         def make(n: int) -> Step:
             cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 1.0, "steps_per_print": 10**9,
@@ -199,7 +196,7 @@ def _deepspeed_child(settings: list[str]) -> None:
                    "bf16": {"enabled": dtype == "bf16"}}
             if grad_accum:
                 cfg["data_types"] = {"grad_accum_dtype": grad_accum}
-            engine, *_ = deepspeed.initialize(model=Params(n), config=cfg)
+            engine, *_ = deepspeed.initialize(model=_params_module(torch, n), config=cfg)
             return (lambda: engine.backward(engine())), engine.step
 
         return {"optimizer": type(make(2)[1].__self__.optimizer).__name__, "calls": per_tensor(make)}

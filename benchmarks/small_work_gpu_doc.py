@@ -72,10 +72,12 @@ def predicted(row: dict, stack: Stack, gpu: str) -> float:
     return e.step_time - e.breakdown.get("optimizer", 0.0)
 
 
-def launches_per_layer(row: dict, stack: Stack, gpu: str) -> tuple[float, float]:
-    """Kernels meshplan has the host issue per layer, forward and backward (step/host.py's count)."""
-    plan = Plan(micro_batch=row["batch"], global_batch=row["batch"], zero=0, recompute="none")
-    parts = timed_parts(model_of(row), load_system(SYSTEM[gpu]).cluster(1), plan, stack, DEFAULT)
+def launches_per_layer(row: dict, stack: Stack, gpu: str, tp: int = 1) -> tuple[float, float]:
+    """Kernels meshplan has the host issue per layer, forward and backward (step/host.py's count), at tensor
+    parallelism ``tp`` without sequence parallelism (as the measured layers ran)."""
+    plan = Plan(tp=tp, micro_batch=row["batch"], global_batch=row["batch"], zero=0, recompute="none",
+                sequence_parallel=False)
+    parts = timed_parts(model_of(row), load_system(SYSTEM[gpu]).cluster(tp), plan, stack, DEFAULT)
     ops = parts.ops[next(k for k in parts.ops if k not in ("embed", "head", "mtp", "p2p"))]
     fwd = sum(float(launches(op)) for op in ops if op.phase == "fwd")
     return fwd, sum(float(launches(op)) for op in ops) - fwd

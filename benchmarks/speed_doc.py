@@ -36,7 +36,8 @@ def _case(c: dict[str, Any]) -> str:
     return f"{NAMES.get(c['model'], c['model'])} on {where}"
 
 
-def _rate(low: float, high: float) -> str:
+def rate_text(low: float, high: float) -> str:
+    """A peer's plans per second, or their range."""
     return f"{low:,.0f}" if low == high else f"{low:,.0f}-{high:,.0f}"
 
 
@@ -62,7 +63,7 @@ def render(path: Path) -> str:
     fastest = max(p["high"] for p in m["peers"])
     largest = max(c["evaluated"] for c in m["cases"])
     lines += ["", "For scale, the peers' plans per second on this kind of machine: "
-              + "; ".join(f"{p['peer']} {_rate(p['low'], p['high'])}" for p in m["peers"])
+              + "; ".join(f"{p['peer']} {rate_text(p['low'], p['high'])}" for p in m["peers"])
               + f". At the fastest of them ({fastest:,.0f} plans/s) the largest space here ({largest:,} plans) "
               f"would take {largest / fastest / 3600:.1f} hours."]
     cli = m["cli"]

@@ -176,26 +176,12 @@ def test_tensor_parallelism_adds_to_megatron_deepspeeds_host_its_collectives_alo
     issues per layer at tp > 1 what it issues at tp 1 plus one call per collective, which is what step/host.launches
     counts: meshplan's megatron-deepspeed layer at tp 2 without sequence parallelism (as measured) launches exactly
     4 more than at tp 1."""
-    from meshplan.specs.efficiency import DEFAULT
-    from meshplan.specs.hardware import load_system
-    from meshplan.specs.plan import Plan
-    from meshplan.step.host import launches
-    from meshplan.step.units import timed_parts
-
     measured = json.loads((ROOT / "data" / "measured" / "2026-11-27-megatron-host-cpu-tp.json").read_text())
     one, two = measured["median"]["1"], measured["median"]["2"]
     assert two["python_calls"] <= 1.05 * one["python_calls"] and two["aten_ops"] <= 1.05 * one["aten_ops"]
     assert measured["ops_differing"]["c10d.allreduce_.default"] == {"1": 0.0, "2": 4.0}
     assert all(v["2"] <= v["1"] for k, v in measured["ops_differing"].items() if not k.startswith("c10d."))
 
-    doc = _doc()
-    model = doc.model_of({"width": 1024, "layers": 6, "batch": 1, "seq": 1024})
-    stack = load_stack("megatron-deepspeed")
-
-    def per_layer(tp: int) -> float:
-        plan = Plan(tp=tp, micro_batch=1, global_batch=1, zero=0, recompute="none", sequence_parallel=False)
-        parts = timed_parts(model, load_system("h200").cluster(tp), plan, stack, DEFAULT)
-        ops = parts.ops[next(k for k in parts.ops if k not in ("embed", "head", "mtp", "p2p"))]
-        return sum(float(launches(op)) for op in ops)
-
-    assert per_layer(2) - per_layer(1) == 4
+    doc, row, stack = _doc(), {"width": 1024, "layers": 6, "batch": 1, "seq": 1024}, load_stack("megatron-deepspeed")
+    at = {tp: sum(doc.launches_per_layer(row, stack, "NVIDIA H200", tp)) for tp in (1, 2)}
+    assert at[2] - at[1] == 4
