@@ -8,6 +8,7 @@
 #     OUT=/tmp/out bash benchmarks/gpu_session.sh megatron # stage 6 (megatron-core's wheel carried in .whl/)
 #     OUT=/tmp/out bash benchmarks/gpu_session.sh compiled # stage 7
 #     OUT=/tmp/out bash benchmarks/gpu_session.sh zoo      # stage 8
+#     OUT=/tmp/out bash benchmarks/gpu_session.sh mds      # stage 9 (.gpu/mds, .gpu/ds and .whl/ carried)
 #
 # 1. benchmarks/small_work_gpu.py: eager GPT training passes, host vs GPU time, kernel floors, dispatch fit;
 # 2. meshplan calibrate on the GPU (GEMM, memory, attention, dispatch; one GPU: no collectives), with the calibrated
@@ -22,6 +23,11 @@
 #    as torchtitan compiles it, with the plain-PyTorch rows again in the same call as the baseline.
 # 8. benchmarks/measured.py --device cuda alone: the zoo's check-step on the GPU, its records holding the step's
 #    Python glue measured on the GPU's own host (measure/glue.py).
+# 9. small_work_gpu.py --stack mds (rows, with DeepSpeed's BF16_Optimizer per-micro-batch work timed beside each,
+#    and phases at 1 and 8): the same GPT built by Megatron-DeepSpeed's own model code (small_work_mds.py; a checkout
+#    of microsoft/Megatron-DeepSpeed in .gpu/mds, DeepSpeed 0.19.8's pure-Python package in .gpu/ds, the wheels it
+#    needs and the GPU image lacks in .whl/), one smoke row first; then the plain-PyTorch rows, floors and dispatch fit
+#    in the same call as the baseline.
 # Each stage has its own time limit so that one that hangs leaves the others theirs; every output lands in OUT.
 set -u
 export PYTHONUNBUFFERED=1
@@ -58,6 +64,24 @@ if [ "${1:-}" = megatron ]; then
     timeout "${T_PHASES:-60}" python3 benchmarks/small_work_gpu.py --stack $stack --phases --batches 1,8 \
       --out "$OUT/$stack-phases.json" >> "$LOG" 2>&1
   done
+  echo "== done rc=$? $(date -u +%T)" >> "$LOG"
+  exit 0
+fi
+if [ "${1:-}" = mds ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >> "$LOG" 2>&1
+  export PYTHONPATH="$PYTHONPATH:$PWD/.gpu/mds:$PWD/.gpu/ds:/tmp/site"
+  export CUDA_DEVICE_MAX_CONNECTIONS=1  # as Megatron-DeepSpeed's example scripts set it (its validate_args asks)
+  echo "== mds smoke $(date -u +%T)" >> "$LOG"
+  timeout 120 python3 benchmarks/small_work_gpu.py --stack mds --widths 1024 --batches 2 --depths 2 --steps 2 \
+    --warmup 1 --out "$OUT/mds-smoke.json" >> "$LOG" 2>&1 || { echo "== smoke failed $(date -u +%T)" >> "$LOG"; exit 1; }
+  echo "== mds rows $(date -u +%T)" >> "$LOG"
+  timeout "${T_ROWS:-150}" python3 benchmarks/small_work_gpu.py --stack mds --out "$OUT/mds.json" >> "$LOG" 2>&1
+  echo "== mds phases rc=$? $(date -u +%T)" >> "$LOG"
+  timeout "${T_PHASES:-60}" python3 benchmarks/small_work_gpu.py --stack mds --phases --batches 1,8 \
+    --out "$OUT/mds-phases.json" >> "$LOG" 2>&1
+  echo "== pytorch rows rc=$? $(date -u +%T)" >> "$LOG"
+  unset CUDA_DEVICE_MAX_CONNECTIONS
+  timeout "${T_BASE:-120}" python3 benchmarks/small_work_gpu.py --stack pytorch --out "$OUT/pytorch.json" >> "$LOG" 2>&1
   echo "== done rc=$? $(date -u +%T)" >> "$LOG"
   exit 0
 fi

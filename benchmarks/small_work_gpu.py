@@ -46,7 +46,7 @@ HEAD_DIM = {1024: 64, 2048: 128}
 DEVICE = os.environ.get("SMALL_WORK_DEVICE", "cuda")  # cpu: a smoke test of this script on a machine without a GPU
 
 
-STACK = {"name": "pytorch"}  # --stack: "pytorch" (gpt below), "compiled" (it under torch.compile) or "megatron"
+STACK = {"name": "pytorch"}  # --stack: "pytorch" (gpt below), "compiled" (it under torch.compile), "megatron" or "mds"
 
 
 def build(torch, width: int, layers: int, seq: int = SEQ):
@@ -56,6 +56,11 @@ def build(torch, width: int, layers: int, seq: int = SEQ):
         from small_work_megatron import megatron_gpt
 
         return megatron_gpt(torch, width, layers, width // HEAD_DIM[width], seq, VOCAB, DEVICE)
+    if STACK["name"] == "mds":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from small_work_mds import mds_gpt
+
+        return mds_gpt(torch, width, layers, width // HEAD_DIM[width], seq, VOCAB, DEVICE)
     model = gpt(torch, width, layers, seq).to(DEVICE, torch.bfloat16)
     if STACK["name"] == "compiled":  # each block compiled as torchtitan's apply_compile does (torch.compile(block,
         for i, layer in enumerate(model.layers):  # fullgraph=True), Inductor's default mode: fused Triton kernels, each
@@ -150,11 +155,17 @@ def measure_config(torch, width: int, batch: int, layers: int, steps: int, warmu
     wall, host = _median_pass(torch, eager, steps, warmup)
     row = {"stack": STACK["name"], "width": width, "batch": batch, "layers": layers, "seq": seq, "eager_s": wall,
            "host_s": host, **_profiled(torch, eager)}
+    if STACK["name"] == "mds":  # the pass again with DeepSpeed's BF16_Optimizer's per-micro-batch work around it
+        from small_work_mds import ds_bf16_accumulate
+
+        backward = ds_bf16_accumulate(torch, model)
+        row["bf16_accumulate_s"], row["bf16_accumulate_host_s"] = _median_pass(
+            torch, lambda: backward(model(tokens, labels)), steps, warmup)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     row["adamw_s"], row["adamw_host_s"] = _median_pass(torch, opt.step, steps, warmup)
     row["params"] = sum(p.numel() for p in model.parameters())
-    if DEVICE != "cuda" or STACK["name"] == "compiled":
-        row["graphed_error"] = "no CUDA graphs on a CPU" if DEVICE != "cuda" else "compiled: not captured"
+    if DEVICE != "cuda" or STACK["name"] in ("compiled", "mds"):
+        row["graphed_error"] = "no CUDA graphs on a CPU" if DEVICE != "cuda" else f"{STACK['name']}: not captured"
         return row
     try:
         graphed = torch.cuda.make_graphed_callables(model, (tokens, labels))
@@ -268,9 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=_ints, default=BATCHES)
     parser.add_argument("--depths", type=_ints, default=DEPTHS)
     parser.add_argument("--seq", type=int, default=SEQ)
-    parser.add_argument("--stack", choices=("pytorch", "compiled", "megatron"), default="pytorch",
-                        help="the model's code: plain PyTorch, it under torch.compile (Inductor, default mode), or "
-                        "Megatron-Core's GPTModel (small_work_megatron.py)")
+    parser.add_argument("--stack", choices=("pytorch", "compiled", "megatron", "mds"), default="pytorch",
+                        help="the model's code: plain PyTorch, it under torch.compile (Inductor, default mode), "
+                        "Megatron-Core's GPTModel (small_work_megatron.py) or Megatron-DeepSpeed's (small_work_mds.py)")
     parser.add_argument("--phases", action="store_true", help="only the forward / backward split (batch 1, both "
                         "depths) and the host microbenchmarks")
     args = parser.parse_args(argv)
@@ -286,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
         print(json.dumps(data["phases"]), flush=True)
         return 0
-    if DEVICE == "cuda" and args.stack != "compiled":
+    if DEVICE == "cuda" and args.stack == "pytorch":
         data["floors"] = kernel_floors(torch)
         print(json.dumps(data["floors"]), flush=True)
         try:

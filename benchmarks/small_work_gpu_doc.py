@@ -51,6 +51,9 @@ def stacks() -> dict[str, tuple[str, Stack]]:
     return {"pytorch": ("`--framework pytorch-fsdp`, no FSDP on one GPU", eager),
             "compiled": ("`--framework torchtitan` as `estimate --from` reads a job TOML with [compile] enable "
                          "(configs/torchtitan.py), no FSDP on one GPU", compiled),
+            "mds": ("`--framework megatron-deepspeed` with `--fusion eager` (its TorchScript functions run op by op "
+                    "on PyTorch 2.2 and later, as the preset says; its masked-softmax kernel not built: the torch "
+                    "path)", replace(load_stack("megatron-deepspeed"), fusion="eager")),
             "megatron": ("validation's `megatron-lm-2021` stack (the one Megatron-LM 2020-22 and Megatron-DeepSpeed "
                          "runs are priced under: unfused attention), its element-wise kernels eager", megatron)}
 
@@ -255,7 +258,11 @@ def render() -> str:
                 "eager PyTorch's (specs/stack.py's TORCH_COMPILE_REGION_HOST)" if stack.compiled else "")
              for code, (text, stack) in stacks().items()]
     head += ["", "RUNS: " + "; ".join(sorted({f"{run} = {data['file']}" for run, _, data in found})) + "."]
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import mds_gpu_doc
+
     return "\n".join(head + ["", *passes_section(found), *layer_section(found), *host_section(found),
+                             *mds_gpu_doc.accumulate_section(), *mds_gpu_doc.profile_section(),
                              *floors_section(found), *breakdown_section()])
 
 

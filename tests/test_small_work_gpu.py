@@ -48,10 +48,12 @@ def _rows(code: str) -> list[list[dict]]:
 
 def test_plain_pytorch_layer_host_per_kernel_brackets_the_eager_presets() -> None:
     # run B (small-work.json): (8.490 - 3.567) ms / (305 - 121) kernels = 26.8 us at b = 1; run A: 29.6 us; run C
-    # (small-work-compiled.json's eager baseline): (7.036 - 2.838) ms / (305 - 121) = 22.8 us at b = 1
+    # (small-work-compiled.json's eager baseline): (7.036 - 2.838) ms / (305 - 121) = 22.8 us at b = 1; run D
+    # (small-work-mds.json's baseline, 2026-11-27, another machine): (11.888 - 3.586) ms / 184 = 45.1 us at b = 1,
+    # 28.3 us at b = 2 (lent machines' hosts differ; data/measured/gpu/README.md)
     found = [t for rows in _rows("pytorch") for t in _per_kernel(rows, 1024, (1, 2))]
-    assert len(found) == 5
-    assert min(found) == pytest.approx(22.8e-6, abs=0.1e-6) and max(found) == pytest.approx(29.6e-6, abs=0.1e-6)
+    assert len(found) == 7
+    assert min(found) == pytest.approx(22.8e-6, abs=0.1e-6) and max(found) == pytest.approx(45.1e-6, abs=0.1e-6)
     for name in ("pytorch-fsdp", "deepspeed", "torchtitan", "llm-foundry"):
         assert min(found) * 0.9 <= load_stack(name).host_dispatch <= max(found)
 

@@ -1,0 +1,160 @@
+"""The same GPT as benchmarks/small_work_gpu.py's, built by Megatron-DeepSpeed's own model code
+(``small_work_gpu.py --stack mds``): microsoft/Megatron-DeepSpeed f4157bea's GPTModel, its arguments parsed as its
+pretrain_gpt.py parses them (``--bf16``, learned positions, tied head, the defaults of its parser otherwise), so its
+ParallelTransformerLayer, FusedScaleMaskSoftmax, jit-scripted bias-GeLU and bias-dropout-add, and
+vocab_parallel_cross_entropy run as in the issue's held-out small-work runs. One rank: NCCL (gloo on a CPU),
+tp = pp = 1. Megatron-DeepSpeed is not on PyPI: run with a checkout and DeepSpeed 0.19.8 (pure Python) on
+PYTHONPATH, as benchmarks/megatron_host_cpu.py's docstring says.
+
+Three of its CUDA paths need compiled extensions that a lent machine does not hold and cannot build in its minutes:
+
+- apex's fused LayerNorm (``fused_layer_norm_cuda``, which megatron/model/__init__.py imports on CUDA): stood in by
+  an autograd Function of the same shape over torch's ``native_layer_norm`` and its backward (one kernel forward,
+  as apex's ``forward_affine``; torch's backward, as apex's ``backward_affine``, computes the input's and the
+  affine gradients in one call);
+- its masked-softmax CUDA kernel (megatron/fused_kernels, a JIT build): ``--no-masked-softmax-fusion``, its torch path;
+- apex's gradient-accumulation fusion: ``--no-gradient-accumulation-fusion``.
+
+And one of its Python paths fails at micro-batch > 1: f4157bea's ParallelAttention slices query, key and value out
+of the fused QKV output as strided views that CoreAttention's ``.view(sq, b * np, hn)`` rejects when b > 1 (its
+flash-attention paths, which take them, need the flash_attn package). Its older releases split them so that the view
+holds. There they are made contiguous: three copy kernels a layer's forward, at micro-batch > 1 only.
+
+``ds_bf16_accumulate`` adds what DeepSpeed 0.19.8's BF16_Optimizer does around each micro-batch's backward
+(runtime/engine.py ``_backward_prologue`` / ``_backward_epilogue``; runtime/bf16_optimizer.py ``clear_lp_grads``,
+``update_hp_grads``): the bf16 gradients zeroed by one ``torch._foreach_zero_``, then each cast to fp32 and added
+into its fp32 gradient, ``hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype).view(hp_grad.shape))``, in Python.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import types
+
+VERSION_NOTE = "Megatron-DeepSpeed f4157bea, apex LayerNorm stood in by torch's, masked-softmax fusion off"
+
+
+def _apex_stand_in(torch) -> None:
+    """apex's fused LayerNorm modules, over torch's native LayerNorm (module docstring)."""
+
+    class FusedLayerNormAffineFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, input, weight, bias, normalized_shape, eps, memory_efficient=False):
+            out, mean, rstd = torch.native_layer_norm(input, normalized_shape, weight, bias, eps)
+            ctx.save_for_backward(input, weight, bias, mean, rstd)
+            ctx.normalized_shape = normalized_shape
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            input, weight, bias, mean, rstd = ctx.saved_tensors
+            dx, dw, db = torch.ops.aten.native_layer_norm_backward(
+                grad.contiguous(), input, ctx.normalized_shape, mean, rstd, weight, bias, [True, True, True])
+            return dx, dw, db, None, None, None
+
+    names = ("apex", "apex.normalization", "apex.normalization.fused_layer_norm", "apex.multi_tensor_apply",
+             "apex.optimizers", "fused_layer_norm_cuda", "amp_C")
+    modules = {name: types.ModuleType(name) for name in names}
+    apex, norm = modules["apex"], modules["apex.normalization"]
+    apex.__path__ = []  # a package; its other submodules (apex.contrib) missing, as in an apex built without them
+    modules["apex.normalization.fused_layer_norm"].FusedLayerNormAffineFunction = FusedLayerNormAffineFunction
+    norm.fused_layer_norm, norm.MixedFusedRMSNorm = modules["apex.normalization.fused_layer_norm"], None
+    apex.normalization, apex.multi_tensor_apply = norm, modules["apex.multi_tensor_apply"]
+    modules["apex.multi_tensor_apply"].multi_tensor_applier = None  # imported by megatron/utils.py, not called here
+    modules["apex.optimizers"].FusedAdam, modules["apex.optimizers"].FusedSGD = torch.optim.Adam, torch.optim.SGD
+    sys.modules.update(modules)
+
+
+def mds_gpt(torch, width: int, layers: int, heads: int, seq: int, vocab: int, device: str):
+    """A module whose forward(tokens, labels) is the mean loss of Megatron-DeepSpeed's GPTModel (module docstring)."""
+    import torch.distributed as dist
+
+    os.environ.setdefault("DS_ACCELERATOR", "cuda" if device == "cuda" else "cpu")
+    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")  # its validate_args asks for it on CUDA, as its
+    # examples' scripts export it; it acts only if set before CUDA starts (gpu_session.sh exports it)
+    if device == "cuda":
+        _apex_stand_in(torch)
+    sys.argv = ["pretrain_gpt.py", "--num-layers", str(layers), "--hidden-size", str(width),
+                "--num-attention-heads", str(heads), "--seq-length", str(seq), "--max-position-embeddings", str(seq),
+                "--micro-batch-size", "1", "--global-batch-size", "1", "--hidden-dropout", "0",
+                "--attention-dropout", "0", "--bf16", "--no-gradient-accumulation-fusion",
+                "--no-masked-softmax-fusion", "--tensor-model-parallel-size", "1"]
+    if device != "cuda":
+        sys.argv.append("--use-cpu-initialization")
+    from megatron import global_vars
+    from megatron.arguments import core_transformer_config_from_args, parse_args, validate_args
+
+    os.environ["WORLD_SIZE"] = "1"
+    args = parse_args()
+    with contextlib.redirect_stdout(sys.stderr):
+        validate_args(args)
+    from megatron.core.enums import ModelType
+
+    args.padded_vocab_size, args.model_type = vocab, ModelType.encoder_or_decoder  # as the tokenizer, pretrain() set
+    global_vars.set_args(args)
+    if global_vars._GLOBAL_NUM_MICROBATCHES_CALCULATOR is None:  # set_global_variables' first step (the tokenizer's
+        global_vars._build_num_microbatches_calculator(args)  # and the writers' are not needed)
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29587")
+        dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=0, world_size=1)
+    import megatron.core.tensor_parallel.random as mr
+    from megatron.core import parallel_state
+
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(1, 1)
+    if device == "cuda":
+        mr.model_parallel_cuda_manual_seed(0)
+    else:
+        mr.CudaRNGStatesTracker.fork = lambda self, name=None: contextlib.nullcontext()
+    from megatron.model import GPTModel
+    from megatron.model.transformer import CoreAttention
+
+    if not hasattr(CoreAttention, "_strided_views_copied"):
+        core_forward = CoreAttention.forward
+
+        def forward(self, query, key, value, attention_mask):
+            if query.size(1) > 1:  # the micro-batch (module docstring)
+                query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
+            return core_forward(self, query, key, value, attention_mask)
+
+        CoreAttention.forward, CoreAttention._strided_views_copied = forward, True
+
+    config = core_transformer_config_from_args(args)
+    gpt = GPTModel(config, num_tokentypes=0, parallel_output=True, pre_process=True, post_process=True,
+                   return_moe_loss=False).to(device, torch.bfloat16)  # DeepSpeed's engine casts the module so
+    mask = torch.triu(torch.ones(1, 1, seq, seq, device=device), diagonal=1).bool()
+    positions = torch.arange(seq, device=device).unsqueeze(0)
+
+    class Loss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = gpt
+
+        def forward(self, tokens, labels):
+            out = self.model(tokens, positions, mask, labels=labels)
+            return (out[0] if isinstance(out, tuple) else out).float().mean()
+
+    return Loss()
+
+
+def ds_bf16_accumulate(torch, model):
+    """A function (loss) -> None that runs one micro-batch's backward as DeepSpeed 0.19.8's engine does around a
+    BF16_Optimizer (module docstring): zero the bf16 gradients, backward, accumulate each into its fp32 gradient."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    hp_grads = [torch.zeros(p.shape, dtype=torch.float32, device=p.device).view(-1) for p in params]
+
+    def backward(loss) -> None:
+        grads = [p.grad for p in params if p.grad is not None]
+        if grads:
+            torch._foreach_zero_(grads)
+        loss.backward()
+        with torch.no_grad():
+            for lp, hp_grad in zip(params, hp_grads, strict=True):
+                if lp.grad is not None:
+                    hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype).view(hp_grad.shape))
+
+    backward.hp_grads = hp_grads  # type: ignore[attr-defined]  # the fp32 gradients, for a test to read
+    return backward
