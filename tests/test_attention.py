@@ -40,6 +40,27 @@ def test_unfused_attention_moves_the_scores_kernel_by_kernel(dropout, fwd_bytes,
     assert bwd.nbytes == ACT_BYTES * (2 * qkv + 2 * out) + bwd_bytes * scores
 
 
+@pytest.mark.parametrize("fusion, seq, torch_path", [("eager", 2048, True), ("jit", 2048, False),
+                                                    ("jit", 4096, True), ("fused", 4096, False)])
+def test_eager_softmax_moves_fp32_scores(fusion, seq, torch_path):
+    """Megatron's softmax as eager ops in fp32 (under fusion "eager", or "jit" past the kernel's 2,048 keys), per
+    score: forward S written (2), cast to fp32 (2 + 4), masked_fill_ (4 + 4), softmax (4 + 4), cast back (4 + 2),
+    P read (2) = 32 bytes; backward dP written (2), P read (2), the cast's backward (2 + 4), softmax backward's two
+    kernels (12 + 12), masked_fill's clone and fill (8 + 8), the first cast's backward (4 + 2), dS read twice (4)
+    = 60; kept for the backward: fp32 softmax output and its bf16 cast, 6 bytes (the fused kernel: 8, 14 and 2).
+    No dropout (it adds 5 bytes each way and 3 kept either way)."""
+    model = replace(gpt(), seq_length=seq, max_position_embeddings=seq, dropout=False)
+    ops = dense_layer(model, Plan(), Stack(flash_attention=False, fusion=fusion))
+    fwd, bwd = [o for o in ops if o.kind == "attention"]
+    (kept,) = [o.saved for o in ops if o.name == "attn/scores"]
+    scores = 16 * seq * seq
+    qkv, out = 3 * seq * 1024, seq * 1024
+    per_fwd, per_bwd, per_kept = (32, 60, 6) if torch_path else (8, 14, 2)
+    assert fwd.nbytes == ACT_BYTES * (qkv + out) + per_fwd * scores
+    assert bwd.nbytes == ACT_BYTES * (2 * qkv + 2 * out) + per_bwd * scores
+    assert kept == per_kept * scores
+
+
 def test_varlen_attention_packs_and_unpacks_every_layer():
     """flash-attn's unpad_input / pad_input around the kernel, per q, k, v element (q + 2·kv = 3h for MHA) and
     output element (h): forward gathers (2 + 2) and zero-fills + index_puts the output (2 + 2 + 2); backward

@@ -21,6 +21,7 @@ import numpy as np
 
 from meshplan.cost.blocks import collective, elementwise, gemm, norm, projections, residual, tp_enter, tp_exit
 from meshplan.cost.dsa import indexer_ops, selected_keys
+from meshplan.cost.eager import torch_softmax
 from meshplan.cost.records import ACT_BYTES, FP32, MASK_BYTES, Dims, OpCost
 from meshplan.cost.shapes import kv_up_shape, qkv_shapes
 from meshplan.specs.model import ModelSpec
@@ -103,8 +104,11 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
                                  shape | {"window": model.sliding_window}, "attn/core/window")
         return ops
     scores = T * heads * s  # full square: the mask is applied, not skipped
-    kept = scores * (2 * a + MASK_BYTES if d.dropout else a)  # softmax out (+ mask + dropout out)
-    fwd_traffic, bwd_traffic = unfused_score_traffic(d.dropout)
+    torch_path = torch_softmax(model, d.stack)
+    # softmax out (+ mask + dropout out); the eager path keeps softmax's fp32 output and its bf16 cast for P·V
+    probs = a + FP32 if torch_path else a
+    kept = scores * (probs + a + MASK_BYTES if d.dropout else probs)
+    fwd_traffic, bwd_traffic = unfused_score_traffic(d.dropout, torch_path)
     # Q·Kᵀ reduces over d, P·V over s (equal FLOPs): the pair runs like one GEMM of depth 2ds/(d+s)
     shape = {"m": T * heads, "n": s, "k": 2.0 * d_qk * s / (d_qk + s), "variant": "unfused"}
     # kernels (Megatron's CoreAttention): forward Q·Kᵀ (baddbmm), the fused scale-mask-softmax, dropout, P·V (bmm);
@@ -149,15 +153,27 @@ def flash_records(flops: Num, fwd_bytes: Num, bwd_bytes: Num, saved: Num, shape:
             OpCost(name, "bwd_x", "attention", 2.5 * flops, bwd_bytes, **shape)]
 
 
-def unfused_score_traffic(dropout: bool) -> tuple[float, float]:
+def unfused_score_traffic(dropout: bool, torch_path: bool = False) -> tuple[float, float]:
     """Bytes per attention score that the unfused kernels move, forward and backward (Megatron-Core
     ``DotProductAttention``: baddbmm → fused scale-mask-softmax → attention dropout → bmm; each kernel reads its
     inputs from and writes its output to HBM in bf16). Forward: Q·Kᵀ writes S, the softmax reads S and writes
     P, P·V reads P: 4 elements. Backward: dO·Vᵀ writes dP, the softmax backward reads P and dP and writes dS,
     dQ = dS·K and dK = dSᵀ·Q read dS, dV = Pᵀ·dO reads P: 7 elements. Dropout adds, each way, a read and a
     write of the scores and the byte mask; at p = 0 PyTorch's dropout returns its input without a kernel
-    (aten/src/ATen/native/Dropout.cpp), so a model without dropout moves none of that."""
+    (aten/src/ATen/native/Dropout.cpp), so a model without dropout moves none of that.
+
+    ``torch_path``: the softmax as eager PyTorch ops in fp32 (cost/eager.torch_softmax), the kernels the H200 ran
+    for Megatron's module code (data/measured/gpu/2026-11-26-nvidia-h200-kernel-names.json, "megatron" passes), each
+    reading its input and writing its output in its own dtype. Forward: Q·Kᵀ writes S (2), the cast to fp32 (2 + 4),
+    masked_fill_ in place (4 + 4), softmax_warp_forward<float> (4 + 4), the cast back (4 + 2), P·V reads P (2):
+    32 bytes. Backward: dO·Vᵀ writes dP (2), Pᵀ·dO reads P (2), the cast's backward to fp32 (2 + 4), the softmax's
+    backward in two kernels (grad × output: 4 + 4 + 4; softmax_warp_backward: 4 + 4 + 4), masked_fill's backward a
+    clone and a masked_fill_ (4 + 4 each), the first cast's backward to bf16 (4 + 2), dQ and dK read dS (2 + 2):
+    60 bytes. Measured on the H200 (docs/SMALL_WORK_GPU.md, runs A and D): Megatron's layer at micro-batch 8 ran
+    its kernels for 5.0-6.0 ms against 2.4 ms priced with the fused kernel's 4 and 7 elements."""
     extra = 2 * ACT_BYTES + MASK_BYTES if dropout else 0.0
+    if torch_path:
+        return 32.0 + extra, 60.0 + extra
     return 4 * ACT_BYTES + extra, 7 * ACT_BYTES + extra
 
 

@@ -172,6 +172,17 @@ JIT_ONE_FORWARD = ("attn/residual", "mlp/residual")  # bias-dropout-add: one fus
 JIT_SOFTMAX_MAX_SEQ = 2048  # the longest key sequence Megatron-LM's fused softmax kernel takes (comment above)
 
 
+def torch_softmax(model: ModelSpec, stack: Stack) -> bool:
+    """Whether Megatron's unfused attention runs its softmax as eager PyTorch ops (FusedScaleMaskSoftmax's
+    forward_torch_softmax with softmax_in_fp32: a cast to fp32, masked_fill_, softmax, a cast back) instead of its
+    scale-mask-softmax kernel: the "gpt" rows' module code (a LayerNorm model, no flash kernel, not compiled) under
+    fusion "eager", and under "jit" past the kernel's JIT_SOFTMAX_MAX_SEQ keys, as ``eager_layer`` counts its
+    kernels (cost/attention.unfused_score_traffic prices its bytes)."""
+    if stack.flash_attention or stack.compiled or model.norm != "layernorm":
+        return False
+    return stack.fusion == "eager" or (stack.fusion == "jit" and model.seq_length > JIT_SOFTMAX_MAX_SEQ)
+
+
 def jit_rows(model: ModelSpec) -> dict[str, tuple[int, int, int, int]]:
     """The "gpt" rows of ``EAGER_KERNELS`` as Megatron-LM's fused module code launches them for ``model``
     (``JIT_DELTA``; the residuals' dropout rows at any dropout; the softmax unfused beyond JIT_SOFTMAX_MAX_SEQ)."""
