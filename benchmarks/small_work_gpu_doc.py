@@ -54,6 +54,9 @@ def stacks() -> dict[str, tuple[str, Stack]]:
             "mds": ("`--framework megatron-deepspeed` with `--fusion eager` (its TorchScript functions run op by op "
                     "on PyTorch 2.2 and later, as the preset says; its masked-softmax kernel not built: the torch "
                     "path)", replace(load_stack("megatron-deepspeed"), fusion="eager")),
+            "mds-fused": ("`--framework megatron-deepspeed` as the preset is (fusion jit: its scale-mask-softmax "
+                          "kernel built, as in the run; its TorchScript functions ran under PyTorch 2.11's NNC fuser)",
+                          load_stack("megatron-deepspeed")),
             "megatron": ("validation's `megatron-lm-2021` stack (the one Megatron-LM 2020-22 and Megatron-DeepSpeed "
                          "runs are priced under: unfused attention), its element-wise kernels eager", megatron)}
 

@@ -12,7 +12,10 @@ Three of its CUDA paths need compiled extensions that a lent machine does not ho
   an autograd Function of the same shape over torch's ``native_layer_norm`` and its backward (one kernel forward,
   as apex's ``forward_affine``; torch's backward, as apex's ``backward_affine``, computes the input's and the
   affine gradients in one call);
-- its masked-softmax CUDA kernel (megatron/fused_kernels, a JIT build): ``--no-masked-softmax-fusion``, its torch path;
+- its masked-softmax CUDA kernels (megatron/fused_kernels, a JIT build): ``--no-masked-softmax-fusion``, its torch
+  path; with MDS_FUSED_SOFTMAX=1 they are built instead (``build_fused_softmax``: its own sources and flags, for the
+  GPU's architecture alone, as megatron/fused_kernels/__init__.py's ``load`` would but for its sm_70 target, which
+  CUDA 13 dropped) and the softmax runs them, as in the held-out runs;
 - apex's gradient-accumulation fusion: ``--no-gradient-accumulation-fusion``.
 
 And one of its Python paths fails at micro-batch > 1: f4157bea's ParallelAttention slices query, key and value out
@@ -32,6 +35,7 @@ import contextlib
 import os
 import sys
 import types
+from pathlib import Path
 
 VERSION_NOTE = "Megatron-DeepSpeed f4157bea, apex LayerNorm stood in by torch's, masked-softmax fusion off"
 
@@ -67,6 +71,28 @@ def _apex_stand_in(torch) -> None:
     sys.modules.update(modules)
 
 
+def build_fused_softmax(torch) -> None:
+    """Megatron-DeepSpeed's scale-mask-softmax extensions (megatron/fused_kernels: the upper-triangular one its
+    causal GPT runs, and the masked one whose batch-per-block helper decides whether the kernel applies), compiled
+    with its flags for this GPU's architecture and imported under their own names."""
+    import importlib.util
+
+    from torch.utils import cpp_extension
+
+    src = Path(importlib.util.find_spec("megatron").submodule_search_locations[0]) / "fused_kernels"
+    major, minor = torch.cuda.get_device_capability()
+    flags = ["-O3", "-gencode", f"arch=compute_{major}{minor},code=sm_{major}{minor}", "--use_fast_math",
+             "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__", "--expt-relaxed-constexpr",
+             "--expt-extended-lambda"]
+    build = Path(os.environ.get("MDS_BUILD", "/tmp/mds-fused-kernels"))
+    build.mkdir(parents=True, exist_ok=True)
+    for name in ("scaled_upper_triang_masked_softmax", "scaled_masked_softmax"):
+        if f"{name}_cuda" not in sys.modules:
+            sys.modules[f"{name}_cuda"] = cpp_extension.load(
+                name=f"{name}_cuda", sources=[str(src / f"{name}.cpp"), str(src / f"{name}_cuda.cu")],
+                build_directory=str(build), extra_cflags=["-O3"], extra_cuda_cflags=flags)
+
+
 def mds_gpt(torch, width: int, layers: int, heads: int, seq: int, vocab: int, device: str):
     """A module whose forward(tokens, labels) is the mean loss of Megatron-DeepSpeed's GPTModel (module docstring)."""
     import torch.distributed as dist
@@ -80,7 +106,11 @@ def mds_gpt(torch, width: int, layers: int, heads: int, seq: int, vocab: int, de
                 "--num-attention-heads", str(heads), "--seq-length", str(seq), "--max-position-embeddings", str(seq),
                 "--micro-batch-size", "1", "--global-batch-size", "1", "--hidden-dropout", "0",
                 "--attention-dropout", "0", "--bf16", "--no-gradient-accumulation-fusion",
-                "--no-masked-softmax-fusion", "--tensor-model-parallel-size", "1"]
+                "--tensor-model-parallel-size", "1"]
+    if device == "cuda" and os.environ.get("MDS_FUSED_SOFTMAX") == "1":
+        build_fused_softmax(torch)
+    else:
+        sys.argv.append("--no-masked-softmax-fusion")
     if device != "cuda":
         sys.argv.append("--use-cpu-initialization")
     from megatron import global_vars

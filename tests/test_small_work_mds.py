@@ -58,3 +58,30 @@ def test_accumulation_per_layer_is_the_depths_difference() -> None:
     # (27.829 - 10.034) / 4 = 4.449 ms: 1.05 ms a layer of 12 tensors on that machine's host
     assert plain == pytest.approx(3.404e-3, abs=1e-6) and acc == pytest.approx(4.449e-3, abs=3e-6)
     assert 0.9e-3 < acc - plain < 1.2e-3
+
+
+def test_the_eager_softmax_bytes_explain_the_two_paths_measured_gpu_times() -> None:
+    """Megatron-DeepSpeed's layer at micro-batch 8 on the H200, its kernels' busy time per layer: with the torch
+    softmax path (run D) 5.951 ms at width 1024 and 9.321 at 2048; with its fused kernel built (run E) 2.785 and
+    6.281: ratios 2.14 and 1.48. meshplan's GPU time (the CUDA-graphed twin: no host) of the two paths, eager fusion
+    (cost/attention.unfused_score_traffic's 32 + 60 bytes a score) and jit (the kernel's 8 + 14): 4.680 / 2.326 =
+    2.01 and 7.047 / 4.668 = 1.51, each path 17-26 % under its measurement."""
+    import json
+    from dataclasses import replace
+
+    import small_work_gpu_doc as doc
+
+    def per_layer(name: str, code: str, width: int) -> tuple[float, float]:
+        rows = json.loads((doc.DATA / name).read_text())["stacks"][code]["rows"]
+        lo, hi = ({(r["width"], r["batch"]): r for r in rows if r["layers"] == d}[(width, 8)] for d in (2, 6))
+        graphed = replace(doc.stacks()[code][1], cuda_graphs=True)
+        priced = (doc.predicted(hi, graphed, "NVIDIA H200") - doc.predicted(lo, graphed, "NVIDIA H200")) / 4
+        return (hi["kernel_busy_s"] - lo["kernel_busy_s"]) / 4, priced
+
+    for width, ratio in ((1024, 2.14), (2048, 1.48)):
+        torch_path = per_layer("2026-11-27-nvidia-h200-small-work-mds.json", "mds", width)
+        fused = per_layer("2026-11-27b-nvidia-h200-small-work-mds-fused.json", "mds-fused", width)
+        assert torch_path[0] / fused[0] == pytest.approx(ratio, abs=0.01)
+        assert torch_path[1] / fused[1] == pytest.approx(ratio, rel=0.07)
+        for measured, priced in (torch_path, fused):
+            assert 0.7 < priced / measured < 0.85
