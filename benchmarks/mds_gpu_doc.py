@@ -33,9 +33,10 @@ def accumulate_section() -> list[str]:
     for (w, b), (plain, acc) in sorted(accumulate_per_layer(rows).items()):
         lines.append(f"| {w} | {b} | {plain * 1e3:.3f} | {acc * 1e3:.3f} | {(acc - plain) * 1e3:+.3f} |")
     return lines + ["", "meshplan does not price this work yet: it depends on the ZeRO stage (through the wrapper "
-                    "DeepSpeed picks, cost/wrappers.py), and the search prices a layer's records once for every stage, "
-                    "so it must enter beside the optimizer's per-stage host term (step/assemble.py), not as a layer "
-                    "record. data/measured/2026-11-27-bf16-microbatch-host-ops.md counts its calls on a CPU.", ""]
+                    "DeepSpeed picks, cost/wrappers.py), and the search prices a layer's records once for every stage "
+                    "of its grid, so a layer's units must be priced with and without it and picked per stage "
+                    "(search/keyed.py, step/assemble.py). data/measured/2026-11-27-bf16-microbatch-host-ops.md counts "
+                    "its calls on a CPU.", ""]
 
 
 def per_layer(run: dict, key: str) -> float:
