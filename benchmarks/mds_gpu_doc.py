@@ -14,12 +14,12 @@ PROFILE = DATA / "2026-11-27-nvidia-h200-host-profile.json"
 
 def accumulate_per_layer(rows: list[dict]) -> dict[tuple[int, int], tuple[float, float]]:
     """(width, batch) → (eager s per layer, the same pass with the BF16_Optimizer's per-micro-batch work, s per
-    layer): each the two depths' difference over the layers between."""
-    by = {(r["width"], r["batch"], r["layers"]): r for r in rows}
-    lo, hi = min(r["layers"] for r in rows), max(r["layers"] for r in rows)
-    return {(w, b): tuple((by[(w, b, hi)][k] - by[(w, b, lo)][k]) / (hi - lo)  # type: ignore[misc]
-                          for k in ("eager_s", "bf16_accumulate_s"))
-            for (w, b, d) in by if d == hi and (w, b, lo) in by}
+    layer): each the two depths' difference over the layers between (small_work_gpu_doc.per_layer)."""
+    import small_work_gpu_doc as doc
+
+    plain = doc.per_layer(rows, lambda r: r["eager_s"])
+    accumulated = doc.per_layer(rows, lambda r: r["bf16_accumulate_s"])
+    return {key: (plain[key], accumulated[key]) for key in plain}
 
 
 def accumulate_section() -> list[str]:

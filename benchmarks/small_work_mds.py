@@ -155,19 +155,10 @@ def mds_gpt(torch, width: int, layers: int, heads: int, seq: int, vocab: int, de
     config = core_transformer_config_from_args(args)
     gpt = GPTModel(config, num_tokentypes=0, parallel_output=True, pre_process=True, post_process=True,
                    return_moe_loss=False).to(device, torch.bfloat16)  # DeepSpeed's engine casts the module so
-    mask = torch.triu(torch.ones(1, 1, seq, seq, device=device), diagonal=1).bool()
-    positions = torch.arange(seq, device=device).unsqueeze(0)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from small_work_megatron import mean_loss  # no Megatron-Core import at its top: safe beside this megatron
 
-    class Loss(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = gpt
-
-        def forward(self, tokens, labels):
-            out = self.model(tokens, positions, mask, labels=labels)
-            return (out[0] if isinstance(out, tuple) else out).float().mean()
-
-    return Loss()
+    return mean_loss(torch, gpt, seq, device)
 
 
 def ds_bf16_accumulate(torch, model):

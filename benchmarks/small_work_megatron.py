@@ -58,7 +58,13 @@ def megatron_gpt(torch, width: int, layers: int, heads: int, seq: int, vocab: in
     gpt = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=vocab,
                    max_sequence_length=seq, position_embedding_type="learned_absolute",
                    share_embeddings_and_output_weights=True).to(device)
-    model = Float16Module(config, gpt)
+    return mean_loss(torch, Float16Module(config, gpt), seq, device)
+
+
+def mean_loss(torch, model, seq: int, device: str):
+    """A module whose forward(tokens, labels) is the mean of a Megatron GPT's per-token losses: ``model`` called with
+    learned positions and a causal mask, as Megatron's GPT forward takes them (its first output where it returns a
+    tuple: Megatron-DeepSpeed's MoE losses beside)."""
     mask = torch.triu(torch.ones(1, 1, seq, seq, device=device), diagonal=1).bool()
     positions = torch.arange(seq, device=device).unsqueeze(0)
 
@@ -68,6 +74,7 @@ def megatron_gpt(torch, width: int, layers: int, heads: int, seq: int, vocab: in
             self.model = model
 
         def forward(self, tokens, labels):
-            return self.model(tokens, positions, mask, labels=labels).float().mean()
+            out = self.model(tokens, positions, mask, labels=labels)
+            return (out[0] if isinstance(out, tuple) else out).float().mean()
 
     return Loss()
