@@ -30,6 +30,7 @@ from functools import cached_property
 from typing import Any, NamedTuple
 
 from meshplan.channels import dp_collectives, optimizer_time, zero_counts
+from meshplan.cost.accumulate import accumulates_fp32
 from meshplan.cost.flops import plan_flops_per_token, recompute_flops_per_token
 from meshplan.cost.params import kind_fractions, layers_on_first, layers_on_last, stage_params, trainable
 from meshplan.cost.tensors import tensors_on_rank
@@ -272,8 +273,9 @@ def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff:
         "p2p": m * plan.vpp * (plan.pp > 1)}
     rows = []
     acc = cluster.accelerator
-    for group, ops in parts.ops.items():
-        for op, t in zip(ops, parts.times[group], strict=True):
+    run = parts.accumulated() if accumulates_fp32(plan, stack) else parts  # BF16_Optimizer's (cost/accumulate.py)
+    for group, ops in run.ops.items():
+        for op, t in zip(ops, run.times[group], strict=True):
             if op.kind == "collective":
                 bound = "network"
             else:

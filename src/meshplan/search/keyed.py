@@ -201,7 +201,9 @@ class KeyUnits:
 def _stored(store: Units | None, slots: np.ndarray, part: Units) -> Units:
     """``store`` (the units of slots 0 … slots[0] - 1, or None) extended by ``part`` at ``slots`` (consecutive, at
     its end): a new array per field, with the constant fields (``ZERO``) kept as they are."""
-    def cat(x: Any, y: Any) -> Any:  # a field: PassTimes or Num
+    def cat(x: Any, y: Any) -> Any:  # a field: PassTimes, Num, or the accumulated twin (Units or None)
+        if y is None or isinstance(y, Units):  # one stack and settings per KeyUnits: a twin in every batch or none
+            return None if y is None else _stored(x, slots, y)
         if isinstance(y, PassTimes):
             return PassTimes(*(cat(None if x is None else getattr(x, f), getattr(y, f)) for f in PassTimes.__slots__))
         if y is ZERO and (x is None or x is ZERO):
@@ -228,14 +230,19 @@ def _panel_options(model: ModelSpec, layout: str, cols: dict[str, np.ndarray]) -
 
 
 def _lean(units: Units) -> Units:
-    """Units with each pass reduced to its forward, backward and total times (PassTimes.lean)."""
-    return Units(*(getattr(units, f).lean() if isinstance(getattr(units, f), PassTimes) else getattr(units, f)
-                   for f in Units.__slots__))
+    """Units with each pass reduced to its forward, backward and total times (PassTimes.lean), their accumulated
+    twin's too."""
+    def lean(v: Any) -> Any:  # a field: PassTimes, Num, or the accumulated twin (Units or None)
+        return v.lean() if isinstance(v, PassTimes) else _lean(v) if isinstance(v, Units) else v
+
+    return Units(*(lean(getattr(units, f)) for f in Units.__slots__))
 
 
 def _choose(mask: Num, a: Units, b: Units) -> Units:
     """Elementwise: ``a`` where ``mask``, else ``b`` (every field of the units)."""
-    def pick(x: Any, y: Any) -> Any:  # a field: PassTimes or Num
+    def pick(x: Any, y: Any) -> Any:  # a field: PassTimes, Num, or the accumulated twin (Units or None)
+        if x is None or isinstance(x, Units):
+            return None if x is None else _choose(mask, x, y)
         if isinstance(x, PassTimes):
             return PassTimes(*(where(mask, getattr(x, f), getattr(y, f)) for f in PassTimes.__slots__))
         return where(mask, x, y)
@@ -245,7 +252,9 @@ def _choose(mask: Num, a: Units, b: Units) -> Units:
 
 def _scatter(full: Units, rows: np.ndarray, part: Units, n: int) -> Units:
     """``full`` with the elements at ``rows`` replaced by ``part`` (every field of the units)."""
-    def put(x: Any, y: Any) -> Any:  # a field: PassTimes or Num
+    def put(x: Any, y: Any) -> Any:  # a field: PassTimes, Num, or the accumulated twin (Units or None)
+        if x is None or isinstance(x, Units):
+            return None if x is None else _scatter(x, rows, y, n)
         if isinstance(x, PassTimes):
             return PassTimes(*(put(getattr(x, f), getattr(y, f)) for f in PassTimes.__slots__))
         if x is y:  # the same constant (a folded-away component)

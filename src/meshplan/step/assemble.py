@@ -36,6 +36,7 @@ from meshplan.channels import (
     weight_fetch,
 )
 from meshplan.contention import any_shared, shared_collectives
+from meshplan.cost.accumulate import by_accumulation
 from meshplan.cost.params import StageParams, middle_or_first, middle_params, stage_params
 from meshplan.cost.tensors import rank_tensors
 from meshplan.memory import Memory, buffer_memory, model_states, resident_weights
@@ -141,26 +142,27 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     forward: dict = {}  # the forward passes do not change with the recompute mode: priced once without copies
     for r, rc in enumerate(grid.recompute):
         ranked = _with(plan, recompute=rc)
-        first, last, middle = two_chunk_times(ranked.schedule, *stage_times(model, ranked, stack, units[rc], loop),
-                                              units[rc].head)
-        if ranked.schedule == "dualpipe":  # its chunk pairs hide the EP all-to-alls (zero_bubble.ep_overlapped)
-            first, last, middle = (ep_overlapped(t, slowdown) for t in (first, last, middle))
-        if ranked.schedule in SPLIT_SCHEDULES:
-            bubble = split_bubble(str(ranked.schedule), ranked.pp, first, last, middle, m)
-        else:
-            bubble = flow_bubble(str(ranked.schedule), ranked.pp, ranked.vpp, first.total, last.total, middle.total)
-        each = (first.passes(), last.passes(), middle.passes())[:n]
-        passes = Passes(*(_rows(plan, [getattr(t, f) for t in each], shape, dtype) for f in Passes.__slots__))
-        pipelined = m * _rows(plan, [first.total, last.total, middle.total][:n], shape, dtype)
-        for a, oa in enumerate(grid.offload_activations):
-            copies = _copies(model, cluster, _with(ranked, offload_activations=oa), units[rc], shape, dtype, n)
-            channels: dict[int, tuple[Num, Num]] = {}
-            for zeros, fetch in _fetches(cluster, plan, params, grid.zero, stack, shape, dtype):
-                channels |= step_channels(passes, per_update, traffic, zeros, replace(copies, fetch=fetch),
-                                          slowdown, stack.overlap_dp, forward)
-            for z, zero in enumerate(grid.zero):
-                dp, moved = (updates * x for x in channels[zero])
-                for o, oo in enumerate(grid.offload_optimizer):
+        for accumulates, settings in by_accumulation(plan, stack, grid.zero, grid.offload_optimizer):
+            u = units[rc].under(accumulates)  # the passes of the settings whose wrapper accumulates so, or not
+            first, last, middle = two_chunk_times(ranked.schedule, *stage_times(model, ranked, stack, u, loop), u.head)
+            if ranked.schedule == "dualpipe":  # its chunk pairs hide the EP all-to-alls (zero_bubble.ep_overlapped)
+                first, last, middle = (ep_overlapped(t, slowdown) for t in (first, last, middle))
+            if ranked.schedule in SPLIT_SCHEDULES:
+                bubble = split_bubble(str(ranked.schedule), ranked.pp, first, last, middle, m)
+            else:
+                bubble = flow_bubble(str(ranked.schedule), ranked.pp, ranked.vpp, first.total, last.total, middle.total)
+            each = (first.passes(), last.passes(), middle.passes())[:n]
+            passes = Passes(*(_rows(plan, [getattr(t, f) for t in each], shape, dtype) for f in Passes.__slots__))
+            pipelined = m * _rows(plan, [first.total, last.total, middle.total][:n], shape, dtype)
+            zeros = tuple(dict.fromkeys(zero for _, zero, _, _ in settings))
+            for a, oa in enumerate(grid.offload_activations):
+                copies = _copies(model, cluster, _with(ranked, offload_activations=oa), u, shape, dtype, n)
+                channels: dict[int, tuple[Num, Num]] = {}
+                for stages, fetch in _fetches(cluster, plan, params, zeros, stack, shape, dtype):
+                    channels |= step_channels(passes, per_update, traffic, stages, replace(copies, fetch=fetch),
+                                              slowdown, stack.overlap_dp, forward)
+                for z, zero, o, oo in settings:
+                    dp, moved = (updates * x for x in channels[zero])
                     yield (r, z, o, a), EndSteps(pipelined, dp, moved, updates * opt[zero, oo], bubble, first, last,
                                                  middle)
 

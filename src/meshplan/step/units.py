@@ -6,11 +6,12 @@ summed by ``passes.pass_times``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from meshplan.cost.accumulate import accumulation_ops
 from meshplan.cost.embed_head import embedding_ops, head_ops, mtp_ops
 from meshplan.cost.layers import layer_kinds
 from meshplan.cost.params import kind_fractions
@@ -33,11 +34,22 @@ from meshplan.xp import Num
 @dataclass(frozen=True, slots=True)
 class Parts:
     """The ops of each group (a layer kind, "embed", "head", "mtp", "p2p") and their times, and the cluster's host CPU
-    time for PyTorch's Python-side work against an x86 DGX host (Cluster.python_host: step/host.on_host)."""
+    time for PyTorch's Python-side work against an x86 DGX host (Cluster.python_host: step/host.on_host); and what
+    DeepSpeed's BF16_Optimizer adds to the layers' and the ends' backward passes where some ZeRO setting of the plan
+    runs it (cost/accumulate.py), with its times."""
 
     ops: dict[str, list[OpCost]]
     times: dict[str, list[Num]]
     python_host: float = 1.0
+    accumulation: dict[str, list[OpCost]] = field(default_factory=dict)
+    accumulation_times: dict[str, list[Num]] = field(default_factory=dict)
+
+    def accumulated(self) -> Parts:
+        """These parts with the accumulation's records at the end of their groups."""
+        def add(mine: dict[str, list[Any]], theirs: dict[str, list[Any]]) -> dict[str, list[Any]]:
+            return {k: v + theirs.get(k, []) for k, v in mine.items()}
+
+        return Parts(add(self.ops, self.accumulation), add(self.times, self.accumulation_times), self.python_host)
 
 
 def _ops(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCost]]:
@@ -53,8 +65,9 @@ def timed_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, ef
                 compute: dict[str, list[Num | None]] | None = None) -> Parts:
     """Ops of each group and their times (``compute``: the non-collective ops' times, computed elsewhere)."""
     ops = _ops(model, plan, stack)
+    extra = accumulation_ops(model, plan, stack, tuple(model.block_counts))
     return Parts(ops, {k: time_ops(v, cluster, plan, eff, compute[k] if compute else None) for k, v in ops.items()},
-                 cluster.python_host)
+                 cluster.python_host, extra, {k: time_ops(v, cluster, plan, eff) for k, v in extra.items()})
 
 
 def compute_times(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency = DEFAULT
@@ -104,18 +117,24 @@ class Units:
     embed_saved: Num
     head_saved: Num
     p2p_paid: Num  # slowdown per second of a pipeline send hidden behind compute: overlap_pp's, else 1 (exposed)
+    # the same units with DeepSpeed's BF16_Optimizer accumulating every micro-batch (cost/accumulate.py), where some
+    # ZeRO setting of the plan runs it; the step picks per setting (``under``)
+    accumulated: Units | None = None
+
+    def under(self, accumulates: bool) -> Units:
+        """The units of a setting whose wrapper accumulates so (cost/accumulate.accumulates_fp32) or does not."""
+        return self.accumulated if accumulates and self.accumulated is not None else self
 
     def take(self, index: Any) -> Units:
         """Select elements (NumPy fancy indexing) of every array field."""
-        def pick(v: Num) -> Num:
+        def pick(v: Any) -> Any:  # a field: PassTimes, Num, or the accumulated twin (Units or None)
+            if isinstance(v, PassTimes):
+                return PassTimes(*(pick(getattr(v, f)) for f in PassTimes.__slots__))
+            if isinstance(v, Units):
+                return v.take(index)
             return v[index] if isinstance(v, np.ndarray) and v.shape else v
 
-        def pick_times(t: PassTimes) -> PassTimes:
-            return PassTimes(*(pick(getattr(t, f)) for f in PassTimes.__slots__))
-
-        fields: list[Any] = [pick_times(getattr(self, f)) if isinstance(getattr(self, f), PassTimes)
-                             else pick(getattr(self, f)) for f in Units.__slots__]  # PassTimes and Num, in order
-        return Units(*fields)
+        return Units(*(pick(getattr(self, f)) for f in Units.__slots__))
 
 
 def unit_costs(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = DEFAULT_STACK,
@@ -129,8 +148,18 @@ def units_for_recomputes(model: ModelSpec, plan: Plan, stack: Stack, parts: Part
     """The units of ``plan`` under each recompute mode: the ops and their times do not depend on it, only
     how they are summed (and which saved activations are kept), so the modes share one ``timed_parts`` and
     everything but the layer's recompute sum and saved bytes. The host pays the stack's costs at its own speed
-    (``on_host``)."""
-    stack = on_host(stack, parts.python_host)
+    (``on_host``). Where some setting runs BF16_Optimizer, each carries its accumulated twin (``Units.accumulated``)."""
+    hosted = on_host(stack, parts.python_host)
+    units = _units_for(model, plan, hosted, parts, recomputes, eff)
+    if not parts.accumulation:
+        return units
+    twins = _units_for(model, plan, hosted, parts.accumulated(), recomputes, eff)
+    return {rc: replace(u, accumulated=twins[rc]) for rc, u in units.items()}
+
+
+def _units_for(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recomputes: tuple[str, ...],
+               eff: Efficiency) -> dict[str, Units]:
+    """``units_for_recomputes`` of one set of parts, the stack on its host."""
     plain = _layer(model, plan, stack, parts, "none", eff)
     embed = pass_times(parts.ops["embed"], parts.times["embed"], plan, stack, "none", eff)
     p2p = pass_times(parts.ops["p2p"], parts.times["p2p"], plan, stack, "none", eff)
