@@ -9,6 +9,7 @@
 #     OUT=/tmp/out bash benchmarks/gpu_session.sh compiled # stage 7
 #     OUT=/tmp/out bash benchmarks/gpu_session.sh zoo      # stage 8
 #     OUT=/tmp/out bash benchmarks/gpu_session.sh mds      # stage 9 (.gpu/mds, .gpu/ds and .whl/ carried)
+#     OUT=/tmp/out bash benchmarks/gpu_session.sh deepspeed # stage 10 (.gpu/ds and .whl/ carried)
 #
 # 1. benchmarks/small_work_gpu.py: eager GPT training passes, host vs GPU time, kernel floors, dispatch fit;
 # 2. meshplan calibrate on the GPU (GEMM, memory, attention, dispatch; one GPU: no collectives), with the calibrated
@@ -28,6 +29,9 @@
 #    of microsoft/Megatron-DeepSpeed in .gpu/mds, DeepSpeed 0.19.8's pure-Python package in .gpu/ds, the wheels it
 #    needs and the GPU image lacks in .whl/), one smoke row first; then the plain-PyTorch rows, floors and dispatch fit
 #    in the same call as the baseline.
+# 10. benchmarks/deepspeed_engine_gpu.py: DeepSpeed 0.19.8's own engine (deepspeed.initialize) training the
+#    plain-PyTorch GPT under ZeRO settings that pick BF16_Optimizer or the ZeRO optimizer (DeepSpeed's pure-Python
+#    package in .gpu/ds, the wheels it needs in .whl/), one smoke row first.
 # Each stage has its own time limit so that one that hangs leaves the others theirs; every output lands in OUT.
 set -u
 export PYTHONUNBUFFERED=1
@@ -82,6 +86,18 @@ if [ "${1:-}" = mds ]; then
   echo "== pytorch rows rc=$? $(date -u +%T)" >> "$LOG"
   unset CUDA_DEVICE_MAX_CONNECTIONS
   timeout "${T_BASE:-120}" python3 benchmarks/small_work_gpu.py --stack pytorch --out "$OUT/pytorch.json" >> "$LOG" 2>&1
+  echo "== done rc=$? $(date -u +%T)" >> "$LOG"
+  exit 0
+fi
+if [ "${1:-}" = deepspeed ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >> "$LOG" 2>&1
+  export PYTHONPATH="$PYTHONPATH:$PWD/.gpu/ds:/tmp/site"
+  echo "== deepspeed smoke $(date -u +%T)" >> "$LOG"
+  timeout 150 python3 benchmarks/deepspeed_engine_gpu.py --settings bf16-optimizer --widths 1024 --depths 2 \
+    --batches 1 --steps 1 --warmup 1 --out "$OUT/deepspeed-smoke.json" >> "$LOG" 2>&1 \
+    || { echo "== smoke failed $(date -u +%T)" >> "$LOG"; exit 1; }
+  echo "== deepspeed rows $(date -u +%T)" >> "$LOG"
+  timeout "${T_ROWS:-270}" python3 benchmarks/deepspeed_engine_gpu.py --out "$OUT/deepspeed-engine.json" >> "$LOG" 2>&1
   echo "== done rc=$? $(date -u +%T)" >> "$LOG"
   exit 0
 fi

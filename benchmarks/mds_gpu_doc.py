@@ -22,21 +22,44 @@ def accumulate_per_layer(rows: list[dict]) -> dict[tuple[int, int], tuple[float,
     return {key: (plain[key], accumulated[key]) for key in plain}
 
 
+def priced_per_layer(rows: list[dict]) -> dict[tuple[int, int], tuple[float, float]]:
+    """(width, batch) → meshplan's (eager, with the BF16_Optimizer's accumulation) seconds per layer of the rows:
+    small_work_gpu_doc's "mds" stack (no wrapper), and the same under the preset's own wrapper (bf16 weights, the
+    pipeline engine at ZeRO 0: BF16_Optimizer, cost/accumulate.py)."""
+    from dataclasses import replace
+
+    import small_work_gpu_doc as doc
+
+    plain = doc.stacks()["mds"][1]
+    wrapped = replace(plain, optimizer_wrapper="deepspeed-pipeline")
+    priced = [r | {"eager_s": doc.predicted(r, plain, "NVIDIA H200"),
+                   "bf16_accumulate_s": doc.predicted(r, wrapped, "NVIDIA H200")} for r in rows]
+    return accumulate_per_layer(priced)
+
+
 def accumulate_section() -> list[str]:
     rows = json.loads(ROWS.read_text())["stacks"]["mds"]["rows"]
+    priced = priced_per_layer(rows)
+    measured = accumulate_per_layer(rows)
     lines = ["## DeepSpeed's BF16_Optimizer, per micro-batch (run D)", "",
              "Each Megatron-DeepSpeed row timed again with what DeepSpeed 0.19.8's engine does around a "
              "BF16_Optimizer's micro-batch (small_work_mds.py `ds_bf16_accumulate`: the bf16 gradients zeroed by one "
              "`_foreach_zero_`, then each cast to fp32 and added into its fp32 gradient in a Python loop). Per layer "
              "(12 parameter tensors, 24 launched kernels), the two depths' difference:", "",
-             "| width | batch | eager (ms) | with the accumulation (ms) | added (ms) |", "|---:|---:|---:|---:|---:|"]
-    for (w, b), (plain, acc) in sorted(accumulate_per_layer(rows).items()):
-        lines.append(f"| {w} | {b} | {plain * 1e3:.3f} | {acc * 1e3:.3f} | {(acc - plain) * 1e3:+.3f} |")
-    return lines + ["", "meshplan does not price this work yet: it depends on the ZeRO stage (through the wrapper "
-                    "DeepSpeed picks, cost/wrappers.py), and the search prices a layer's records once for every stage "
-                    "of its grid, so a layer's units must be priced with and without it and picked per stage "
-                    "(search/keyed.py, step/assemble.py). data/measured/2026-11-27-bf16-microbatch-host-ops.md counts "
-                    "its calls on a CPU.", ""]
+             "| width | batch | eager (ms) | with the accumulation (ms) | added (ms) | meshplan eager | meshplan with "
+             "it | meshplan added |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for (w, b), (plain, acc) in sorted(measured.items()):
+        p_plain, p_acc = priced[(w, b)]
+        lines.append(f"| {w} | {b} | {plain * 1e3:.3f} | {acc * 1e3:.3f} | {(acc - plain) * 1e3:+.3f} | "
+                     f"{p_plain * 1e3:.3f} | {p_acc * 1e3:.3f} | {(p_acc - p_plain) * 1e3:+.3f} |")
+    negative = sum(acc < plain for plain, acc in measured.values())
+    return lines + ["", "meshplan prices it as cost/accumulate.py says: two launches a tensor at the stack's host "
+                    "cost per launch, 20 bytes a parameter, in the backward pass of the layer (so that it hides where "
+                    "the GPU sets the pace), wherever the wrapper DeepSpeed picks for the plan's ZeRO stage is "
+                    "BF16_Optimizer (the search prices each key's units with and without it and picks per stage: "
+                    "step/units.Units.accumulated). The measured difference is of two medians of a noisy host "
+                    f"({negative} of the rows read negative); data/measured/2026-11-27-bf16-microbatch-host-ops.md "
+                    "counts its calls on a CPU.", ""]
 
 
 def per_layer(run: dict, key: str) -> float:

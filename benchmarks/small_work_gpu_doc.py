@@ -53,10 +53,13 @@ def stacks() -> dict[str, tuple[str, Stack]]:
                          "(configs/torchtitan.py), no FSDP on one GPU", compiled),
             "mds": ("`--framework megatron-deepspeed` with `--fusion eager` (its TorchScript functions run op by op "
                     "on PyTorch 2.2 and later, as the preset says; its masked-softmax kernel not built: the torch "
-                    "path)", replace(load_stack("megatron-deepspeed"), fusion="eager")),
+                    "path), no optimizer wrapper (the measured passes ran none: DeepSpeed's BF16_Optimizer is priced "
+                    "against its own timing below)",
+                    replace(load_stack("megatron-deepspeed"), fusion="eager", optimizer_wrapper="stated")),
             "mds-fused": ("`--framework megatron-deepspeed` as the preset is (fusion jit: its scale-mask-softmax "
-                          "kernel built, as in the run; its TorchScript functions ran under PyTorch 2.11's NNC fuser)",
-                          load_stack("megatron-deepspeed")),
+                          "kernel built, as in the run; its TorchScript functions ran under PyTorch 2.11's NNC "
+                          "fuser), no optimizer wrapper, as the measured passes ran",
+                          replace(load_stack("megatron-deepspeed"), optimizer_wrapper="stated")),
             "megatron": ("validation's `megatron-lm-2021` stack (the one Megatron-LM 2020-22 and Megatron-DeepSpeed "
                          "runs are priced under: unfused attention), its element-wise kernels eager", megatron)}
 
@@ -262,10 +265,12 @@ def render() -> str:
              for code, (text, stack) in stacks().items()]
     head += ["", "RUNS: " + "; ".join(sorted({f"{run} = {data['file']}" for run, _, data in found})) + "."]
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import deepspeed_engine_doc
     import mds_gpu_doc
 
     return "\n".join(head + ["", *passes_section(found), *layer_section(found), *host_section(found),
-                             *mds_gpu_doc.accumulate_section(), *mds_gpu_doc.profile_section(),
+                             *mds_gpu_doc.accumulate_section(), *deepspeed_engine_doc.section(),
+                             *mds_gpu_doc.profile_section(),
                              *floors_section(found), *breakdown_section()])
 
 

@@ -1,0 +1,164 @@
+"""docs/SMALL_WORK_GPU.md's section on DeepSpeed's own engine measured on a lent H200
+(benchmarks/deepspeed_engine_gpu.py, data/measured/gpu/2026-11-27c-nvidia-h200-deepspeed-engine.json): whole
+optimizer steps under the ZeRO settings whose optimizer wrappers differ, against meshplan's estimate of each.
+Rendered by benchmarks/small_work_gpu_doc.py from the committed file; nothing here needs a GPU."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import replace
+from functools import cache
+from pathlib import Path
+
+from meshplan.estimate import estimate
+from meshplan.specs.hardware import load_system
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack, load_stack
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "measured" / "gpu"
+FILE = DATA / "2026-11-27c-nvidia-h200-deepspeed-engine.json"
+# each setting's plan: its ZeRO stage and gradient bytes (deepspeed_engine_gpu.SETTINGS: "data_types.grad_accum_dtype")
+SETTINGS = {"bf16-optimizer": (1, 4), "zero1": (1, 2), "zero2": (2, 4), "torch": (0, 2)}
+
+
+@cache
+def stack_of(setting: str) -> Stack:
+    """The preset a user names for the run, with the attention kernel the run's SDPA took (as the plain-PyTorch rows
+    are priced: small_work_gpu_doc's "pytorch" stack)."""
+    import small_work_gpu_doc as doc
+
+    eager = doc.stacks()["pytorch"][1]
+    return eager if setting == "torch" else replace(load_stack("deepspeed"), attention_kernel=eager.attention_kernel)
+
+
+def priced(row: dict, gpu: str) -> float:
+    """meshplan's step of the row: one GPU, its ZeRO stage and gradient bytes, ``accum`` micro-batches."""
+    import small_work_gpu_doc as doc
+
+    zero, grad_bytes = SETTINGS[row["setting"]]
+    plan = Plan(micro_batch=row["micro_batch"], global_batch=row["micro_batch"] * row["accum"], zero=zero,
+                grad_bytes=grad_bytes, recompute="none")
+    model = doc.model_of(row | {"batch": row["micro_batch"]})
+    return estimate(model, load_system(doc.SYSTEM[gpu]).cluster(1), plan, stack_of(row["setting"])).step_time
+
+
+def per_layer(rows: list[dict], step: str) -> dict[tuple[str, int, int, int], float]:
+    """(setting, width, micro-batch, micro-batches a step) → seconds per layer per micro-batch: the two depths'
+    difference over the layers between and the micro-batches of a step (the optimizer step's share included)."""
+    by: dict[tuple[str, int, int, int], dict[int, float]] = {}
+    for r in rows:
+        by.setdefault((r["setting"], r["width"], r["micro_batch"], r["accum"]), {})[r["layers"]] = r[step]
+    return {key: (t[max(t)] - t[min(t)]) / (max(t) - min(t)) / key[3] for key, t in by.items() if len(t) > 1}
+
+
+def split(rows: list[dict], step: str) -> dict[str, tuple[float, float, float, float]]:
+    """setting → (per step, per micro-batch) seconds of a layer and of the rest (L = 0), from steps of 1 and 8
+    micro-batches at two depths: t(L, m) = S0 + S1·L + m·(M0 + M1·L), solved exactly."""
+    t = {(r["setting"], r["layers"], r["accum"]): r[step] for r in rows}
+    out = {}
+    for setting in dict.fromkeys(r["setting"] for r in rows):
+        (lo, hi), (m1, m8) = sorted({k[1] for k in t if k[0] == setting}), (1, 8)
+        layer = {m: (t[setting, hi, m] - t[setting, lo, m]) / (hi - lo) for m in (m1, m8)}
+        rest = {m: t[setting, lo, m] - lo * layer[m] for m in (m1, m8)}
+        per_mb = (layer[m8] - layer[m1]) / (m8 - m1), (rest[m8] - rest[m1]) / (m8 - m1)
+        out[setting] = (layer[m1] - per_mb[0], per_mb[0], rest[m1] - per_mb[1], per_mb[1])
+    return out
+
+
+def section() -> list[str]:
+    data = json.loads(FILE.read_text())
+    lines = ["## DeepSpeed's engine, by ZeRO setting (run F)", "",
+             "DeepSpeed 0.19.8's own engine (`deepspeed.initialize`, benchmarks/deepspeed_engine_gpu.py) training the "
+             "plain-PyTorch GPT on one H200, 4 micro-batches an optimizer step, whole steps timed (the median of 5), "
+             "under three configs whose optimizer wrappers differ, and the same loop in plain PyTorch (`torch`, the "
+             "second call only). meshplan prices each as `--framework deepspeed` (the plain loop as the `pytorch` rows "
+             "above), the attention kernel the run's SDPA took, with the setting's ZeRO stage and gradient bytes: "
+             + "; ".join(f"{s} ZeRO {z}, {g}-byte gradients" for s, (z, g) in SETTINGS.items()) + ". Each call ran "
+             "on a fresh machine (data/measured/gpu/README.md).", "",
+             "| call | setting | wrapper | width | layers | micro-batch | micro-batches a step | measured (ms) | "
+             "meshplan (ms) | error |", "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    errors: dict[str, list[float]] = {}
+    layers: list[str] = []
+    parts: list[str] = []
+    for call in data["calls"]:
+        rows = [r | {"priced_s": priced(r, call["gpu"])} for r in call["rows"]]
+        for r in rows:
+            err = r["priced_s"] / r["step_s"] - 1
+            errors.setdefault(r["setting"], []).append(abs(err))
+            lines.append(f"| {call['call']} | {r['setting']} | {r['wrapper']} | {r['width']} | {r['layers']} | "
+                         f"{r['micro_batch']} | {r['accum']} | {r['step_s'] * 1e3:.2f} | {r['priced_s'] * 1e3:.2f} | "
+                         f"{err * 100:+.1f} % |")
+        measured, mine = per_layer(rows, "step_s"), per_layer(rows, "priced_s")
+        layers += [f"| {call['call']} | {s} | {w} | {b} | {m} | {measured[s, w, b, m] * 1e3:.3f} | "
+                   f"{mine[s, w, b, m] * 1e3:.3f} |" for (s, w, b, m) in sorted(measured)]
+        if len({r["accum"] for r in rows}) > 1:
+            them, us = split(rows, "step_s"), split(rows, "priced_s")
+            parts += [f"| {s} | " + " | ".join(f"{a * 1e3:.2f} / {b * 1e3:.2f}" for a, b in zip(them[s], us[s],
+                                                                                            strict=True)) + " |"
+                      for s in them]
+    summary = "; ".join(f"{s} {statistics.median(e) * 100:.0f} % (max {max(e) * 100:.0f} %)"
+                        for s, e in errors.items())
+    return lines + ["", f"Median |error| by setting: {summary}.", "",
+                    "Per layer and micro-batch (the 6- and 2-layer steps' difference over 4 layers and the step's "
+                    "micro-batches; the optimizer step's share of a layer included):", "",
+                    "| call | setting | width | micro-batch | micro-batches a step | measured (ms) | meshplan (ms) |",
+                    "|---:|---|---:|---:|---:|---:|---:|", *layers, "",
+                    "What a step pays once and what each micro-batch pays, apart (the third call: width 1024, "
+                    "micro-batch 1, steps of 1 and 8 micro-batches at 2 and 6 layers, t(L, m) = S0 + S1·L + "
+                    "m·(M0 + M1·L) solved exactly; S1 holds a layer's optimizer step, M0 and S0 the embedding, the "
+                    "head, the loop and the engine's own calls). Each cell measured / meshplan, ms; one machine's "
+                    "medians of a host-bound loop, noisy to a few tenths of a millisecond a layer:", "",
+                    "| setting | per layer per step S1 | per layer per micro-batch M1 | the rest per step S0 | "
+                    "the rest per micro-batch M0 |", "|---|---:|---:|---:|---:|", *parts, "", *_reading(data), "",
+                    *_profiles(data)]
+
+
+def _reading(data: dict) -> list[str]:
+    """What the third call's split says of the ZeRO optimizer, its figures from the file."""
+    rows = [r | {"priced_s": priced(r, c["gpu"])} for c in data["calls"] if c["call"] == 3 for r in c["rows"]]
+    them, us = split(rows, "step_s"), split(rows, "priced_s")
+    m0 = [(them[s][3] - us[s][3]) * 1e3 for s in ("zero1", "zero2")]
+    m1 = (them["zero2"][1] - us["zero2"][1]) * 1e3
+    return [f"The ZeRO optimizer (stages 1 and 2) pays {min(m0):.1f}-{max(m0):.1f} ms a micro-batch outside the "
+            f"layers beyond what meshplan prices, and stage 2 {m1:.1f} ms more a layer a micro-batch, where the "
+            "plain loop and BF16_Optimizer (cost/accumulate.py) pay about what meshplan prices. Its per-parameter "
+            "gradient hooks are the likely cause (runtime/zero/stage_1_and_2.py `create_gradient_handling_hooks`: "
+            "every micro-batch's backward calls `process_gradients` per tensor; stage 2 copies each gradient into "
+            "its reduction bucket, and `allreduce_and_copy` synchronises the device under overlap_comm), not yet "
+            "counted or priced: a lead, nothing fitted to it."]
+
+
+LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC")
+SYNCS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize")
+
+
+def _profiles(data: dict) -> list[str]:
+    """The profiled step of each setting (the fourth call): the CUDA runtime's calls per micro-batch and the Python
+    function beyond the model's code with the most own time."""
+    rows = [r for c in data["calls"] for r in c["rows"] if "profile" in r]
+    if not rows:
+        return []
+    lines = ["One step of 8 micro-batches per setting profiled (the fourth call: width 1024, 2 layers, micro-batch 1; "
+             "torch.profiler's CUDA runtime calls per micro-batch, and cProfile's Python function of most own time "
+             "beyond the model's code, in the step):", "",
+             "| setting | step (ms) | kernel launches | device synchronisations | cudaMemcpyAsync | busiest "
+             "Python function beyond the model's code (own ms a step) |", "|---|---:|---:|---:|---:|---|"]
+    for r in rows:
+        runtime, m = r["profile"]["torch_profiler"]["cuda_runtime"], r["accum"]
+
+        def per(names: tuple[str, ...]) -> float:
+            return sum(runtime.get(n, {}).get("calls", 0) for n in names) / m  # noqa: B023 (used at once)
+
+        ours = [f for f in r["profile"]["python"] if f["function"].split(":")[0].endswith(".py")
+                and not f["function"].startswith(("small_work_gpu", "deepspeed_engine_gpu", "module.py"))]
+        top = max(ours, key=lambda f: f["own_us"], default=None)
+        busiest = f"`{top['function']}` ({top['own_us'] / 1e3:.1f})" if top else "-"
+        lines.append(f"| {r['setting']} | {r['step_s'] * 1e3:.1f} | {per(LAUNCHES):.0f} | {per(SYNCS):.2f} | "
+                     f"{per(('cudaMemcpyAsync',)):.1f} | {busiest} |")
+    return lines + ["", "DeepSpeed's engine synchronises the device twice a micro-batch: its throughput timer "
+                    "(utils/timer.py `ThroughputTimer.start` in the engine's forward, `stop` in its step) calls "
+                    "`synchronize()` whenever `timers.throughput.synchronized` is on, its default (utils/config.py), "
+                    "and the engine starts it whenever it was given no training data loader of its own. meshplan "
+                    "already prices each layer's passes as max(host, GPU) with no host running ahead across "
+                    "micro-batches, so it prices no more for them.", ""]
