@@ -16,11 +16,13 @@ FusedAdam loop replicated, are in data/measured/2026-11-26-optimizer-host-ops.md
 
 Run: python benchmarks/optimizer_host_ops.py
 
-``--microbatch`` counts instead what DeepSpeed's BF16_Optimizer adds to each micro-batch's backward pass: after it
-(a post-backward hook in 0.19.8; runtime/bf16_optimizer.py update_hp_grads, unless bf16.immediate_grad_update) every
-bf16 gradient is cast to fp32 and added into the fp32 gradient, per parameter tensor and micro-batch: the engine's
-forward and backward against the same module's plain forward and backward, per tensor
-(data/measured/2026-11-27-bf16-microbatch-host-ops.md).
+``--microbatch`` counts instead what DeepSpeed's wrappers add to each micro-batch's backward pass (one that is not
+the step's last), per parameter tensor: the engine's forward and backward against the same module's plain forward and
+backward. BF16_Optimizer (ZeRO 1, fp32 gradients): after the backward (a post-backward hook in 0.19.8;
+runtime/bf16_optimizer.py update_hp_grads, unless bf16.immediate_grad_update) every bf16 gradient is cast to fp32
+and added into the fp32 gradient (data/measured/2026-11-27-bf16-microbatch-host-ops.md); the ZeRO optimizer at
+stages 1 (bf16 gradients), 2 and 3 (bf16 or fp32): its gradient hooks (runtime/zero/stage_1_and_2.py, stage3.py)
+(data/measured/2026-11-27-zero-microbatch-host-ops.md).
 """
 
 from __future__ import annotations
@@ -145,24 +147,25 @@ def _params_module(torch, n: int):  # noqa: ANN001, ANN202
     return Params()
 
 
-def microbatch_counts() -> dict[str, Any]:
-    """DeepSpeed BF16_Optimizer's calls per parameter tensor and micro-batch beyond the module's own (module
-    docstring), in a process of its own."""
+def microbatch_counts(stage: int = 1, grad_accum: str = "fp32") -> dict[str, Any]:
+    """The calls per parameter tensor and micro-batch beyond the module's own (module docstring) of the wrapper
+    DeepSpeed runs for bf16 weights at ZeRO ``stage`` with gradients accumulated in ``grad_accum`` (stage 1, fp32:
+    BF16_Optimizer; stage 2: the ZeRO optimizer), in a process of its own."""
     env = {**os.environ, **DS_ENV, "MASTER_PORT": "29543"}
-    out = subprocess.run([sys.executable, __file__, "--deepspeed-microbatch"], env=env, capture_output=True,
-                         text=True, timeout=600, check=True).stdout
+    out = subprocess.run([sys.executable, __file__, "--deepspeed-microbatch", str(stage), grad_accum], env=env,
+                         capture_output=True, text=True, timeout=600, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _microbatch_child() -> None:
+def _microbatch_child(stage: int, grad_accum: str) -> None:
     import deepspeed
     import torch
 
     deepspeed.init_distributed(dist_backend="gloo")
     cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "steps_per_print": 10**9,
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
-           "zero_optimization": {"stage": 1, "overlap_comm": False, "contiguous_gradients": True},
-           "bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "fp32"}}
+           "zero_optimization": {"stage": stage, "overlap_comm": False, "contiguous_gradients": True},
+           "bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": grad_accum}}
     found: dict[str, Any] = {}
 
     def engine(n: int) -> Step:
@@ -212,11 +215,12 @@ def _deepspeed_child(settings: list[str]) -> None:
 
 def main() -> None:
     if "--microbatch" in sys.argv[1:]:
-        found = microbatch_counts()
-        launching, free = split(found["extra"])
-        print(f"DeepSpeed {found['optimizer']} per micro-batch, per parameter tensor beyond the module's own: "
-              f"{json.dumps(found['extra'])}: {launching:.0f} launching, {free:.0f} other calls, "
-              f"{price(found['extra']) * 1e6:.1f} us (DGX H100 host)")
+        for stage, grad_accum in ((1, "fp32"), (1, "bf16"), (2, "bf16"), (2, "fp32"), (3, "bf16"), (3, "fp32")):
+            found = microbatch_counts(stage, grad_accum)
+            launching, free = split(found["extra"])
+            print(f"DeepSpeed {found['optimizer']} (ZeRO-{stage}, {grad_accum} gradients) per micro-batch, per "
+                  f"parameter tensor beyond the module's own: {json.dumps(found['extra'])}: {launching:.0f} "
+                  f"launching, {free:.0f} other calls, {price(found['extra']) * 1e6:.1f} us (DGX H100 host)")
         return
     rows = dict(torch_counts())
     settings: list[Setting] = [(2, None, True), (1, "fp32", True), (2, None, False)]
@@ -233,6 +237,6 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--deepspeed":
         _deepspeed_child(sys.argv[2:])
     elif len(sys.argv) > 1 and sys.argv[1] == "--deepspeed-microbatch":
-        _microbatch_child()
+        _microbatch_child(int(sys.argv[2]), sys.argv[3])
     else:
         main()

@@ -55,11 +55,39 @@ def test_deepspeeds_bf16_optimizer_accumulates_each_gradient_every_micro_batch()
     parameter tensor, the cast of its bf16 gradient to fp32 and the add into the fp32 gradient (runtime/
     bf16_optimizer.py _update_hp_grad: _to_copy, add_, a view and two .data detaches): 2 x 14.5 + 3 x 0.6 = 30.8 us a
     tensor a micro-batch on a DGX H100 host, beyond the module's own backward. cost/wrappers.py prices the wrapper's
-    per-step loops only; this per-micro-batch cost is measured here (data/measured/2026-11-27-bf16-microbatch-host-
-    ops.md), not priced yet."""
+    per-step loops; this per-micro-batch cost, counted here (data/measured/2026-11-27-bf16-microbatch-host-ops.md),
+    is cost/wrapper_work.py's "bf16" work (2 kernels a tensor)."""
     pytest.importorskip("deepspeed")
     found = ops.microbatch_counts()
     assert found["optimizer"] == "BF16_Optimizer"
     assert found["extra"] == {"_to_copy": 1.0, "add_": 1.0, "detach": 2.0, "view": 1.0}
     assert ops.split(found["extra"]) == (2, 3)
     assert ops.price(found["extra"]) == pytest.approx(30.8e-6)
+
+
+def test_deepspeeds_zero_optimizer_works_on_every_micro_batch_at_stages_2_and_3():
+    """DeepSpeed's ZeRO optimizer per micro-batch (not the step's last), per parameter tensor beyond the module's own
+    backward: at stage 1 a view only (the gradients wait in autograd's buffers for the step's last micro-batch); at
+    stage 2 the gradient hook copies each gradient into the reduction bucket and out to its partition, 2 copy_
+    kernels, and a cast to fp32 first with fp32 accumulation (data/measured/2026-11-27-zero-microbatch-host-ops.md;
+    cost/wrapper_work.WORK prices 2 and 3 kernels a tensor): 2 x 14.5 + 11 x 0.6 = 35.6 us and 3 x 14.5 + 11 x 0.6 =
+    50.1 us a tensor on a DGX H100 host."""
+    pytest.importorskip("deepspeed")
+    from meshplan.cost.wrapper_work import WORK
+
+    one = ops.microbatch_counts(1, "bf16")
+    assert (one["optimizer"], one["extra"]) == ("DeepSpeedZeroOptimizer", {"view": 1.0})
+    two = ops.microbatch_counts(2, "bf16")
+    assert two["extra"] == {"copy_": 2.0, "detach": 3.0, "slice": 2.0, "view": 6.0}
+    assert ops.split(two["extra"]) == (WORK["zero2"][1], 11)
+    assert ops.price(two["extra"]) == pytest.approx(35.6e-6)
+    fp32 = ops.microbatch_counts(2, "fp32")
+    assert fp32["extra"] == {"_to_copy": 1.0, "copy_": 2.0, "detach": 2.0, "slice": 4.0, "view": 5.0}
+    assert ops.split(fp32["extra"]) == (WORK["zero2-fp32"][1], 11)
+    assert ops.price(fp32["extra"]) == pytest.approx(50.1e-6)
+    # stage 3: one copy into the bucket, and the cast first with fp32 accumulation
+    three = ops.microbatch_counts(3, "bf16")
+    assert (three["optimizer"], three["extra"]) == ("DeepSpeedZeroOptimizer_Stage3", {"copy_": 1.0, "detach": 1.0,
+                                                                                      "slice": 4.0, "view": 4.0})
+    assert ops.split(three["extra"]) == (WORK["zero3"][1], 9)
+    assert ops.split(ops.microbatch_counts(3, "fp32")["extra"]) == (WORK["zero3-fp32"][1], 9)

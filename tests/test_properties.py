@@ -176,7 +176,7 @@ def test_more_host_cost_never_shortens_a_step_and_cuda_graphs_never_slow_one(fac
         own = wrapped(eager, plan)  # the wrapper the plan runs (cost/wrappers.py), stated with more per tensor
         stated = eager.with_(optimizer_wrapper="stated", tensor_host=own.tensor_host, tensor_sharded=own.tensor_sharded)
         extra = stated.with_(tensor_host=own.tensor_host + 5e-6 * factor)
-        # against the same wrapper stated (a stated wrapper drops BF16_Optimizer's accumulation, cost/accumulate.py)
+        # against the same wrapper stated (a stated wrapper drops its per-micro-batch work, cost/wrapper_work.py)
         stated_base = estimate(model, cluster, plan, stated).step_time
         tensors = estimate(model, cluster, plan, extra).step_time
         # the training loop's host work: per micro-batch and rank at x2, per step at x100 (each on 250 triples)

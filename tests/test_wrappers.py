@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from meshplan.cost.accumulate import accumulates_fp32
+from meshplan.cost.wrapper_work import work_of
 from meshplan.cost.wrappers import (
     DEEPSPEED_BF16,
     DEEPSPEED_FP16,
@@ -54,7 +54,8 @@ def test_a_stated_stack_keeps_its_own_loops():
 ])
 def test_the_step_pays_the_wrapper_the_plan_runs(preset, zero, precision, per_tensor, tensors):
     """optimizer/host = tensors walked x the wrapper's cost x 1.55, and the step grows by as much as the optimizer
-    (and, under BF16_Optimizer, by its per-micro-batch fp32 accumulation besides: cost/accumulate.py)."""
+    (and, where the wrapper works on every micro-batch, BF16_Optimizer or ZeRO 2, by that besides:
+    cost/wrapper_work.py)."""
     model, cluster = load_model("gpt2"), load_system("a100").cluster(8)
     plan = Plan(dp=8, micro_batch=4, global_batch=32, recompute="none", zero=zero, precision=precision,
                 grad_bytes=4 if zero == 1 and precision == "bf16" else 2)
@@ -63,7 +64,7 @@ def test_the_step_pays_the_wrapper_the_plan_runs(preset, zero, precision, per_te
     row = {r.name: r for r in est.ops}["optimizer/host"]
     assert math.isclose(row.seconds, tensors * per_tensor * 1.55, rel_tol=1e-9)
     bare = estimate(model, cluster, plan, stack.with_(optimizer_wrapper="stated", tensor_host=0.0))
-    if accumulates_fp32(plan, stack):
+    if work_of(plan, stack):
         assert est.step_time - bare.step_time > row.seconds * (1 + 1e-6)
     else:
         assert math.isclose(est.step_time - bare.step_time, row.seconds, rel_tol=1e-6)

@@ -30,10 +30,10 @@ from functools import cached_property
 from typing import Any, NamedTuple
 
 from meshplan.channels import dp_collectives, optimizer_time, zero_counts
-from meshplan.cost.accumulate import accumulates_fp32
 from meshplan.cost.flops import plan_flops_per_token, recompute_flops_per_token
 from meshplan.cost.params import kind_fractions, layers_on_first, layers_on_last, stage_params, trainable
 from meshplan.cost.tensors import tensors_on_rank
+from meshplan.cost.wrapper_work import work_of
 from meshplan.groups import axis_tiers
 from meshplan.memory import WEIGHT_BYTES
 from meshplan.roofline import compute_time, memory_time, overhead, stream_bandwidth
@@ -229,7 +229,8 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = FRAM
     if not isinstance(stack, Stack):  # an Efficiency passed where the stack goes: estimate(..., eff=...)
         raise TypeError(f"stack must be a Stack, not {type(stack).__name__} (pass the efficiency as eff=)")
     validate(model, cluster, plan, stack)
-    parts = timed_parts(model, cluster, plan, stack, eff)
+    own = work_of(plan, stack)  # its wrapper's per-micro-batch work, alone: its ranks share its ZeRO setting
+    parts = timed_parts(model, cluster, plan, stack, eff, works=(own,) if own else ())
     if priced_apart(model, plan):  # ranks unlike beyond the ends: each priced apart (step/ranks.py)
         by_mode = units_for_recomputes(model, plan, stack, parts, (*stage_modes(plan), plan.recompute), eff)
         units, costs = by_mode[plan.recompute], assemble_ranks(model, cluster, plan, stack, by_mode, eff)
@@ -273,7 +274,7 @@ def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff:
         "p2p": m * plan.vpp * (plan.pp > 1)}
     rows = []
     acc = cluster.accelerator
-    run = parts.accumulated() if accumulates_fp32(plan, stack) else parts  # BF16_Optimizer's (cost/accumulate.py)
+    run = parts.with_work(work_of(plan, stack))  # its optimizer wrapper's per-micro-batch work (cost/wrapper_work.py)
     for group, ops in run.ops.items():
         for op, t in zip(ops, run.times[group], strict=True):
             if op.kind == "collective":

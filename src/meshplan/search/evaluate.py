@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from meshplan.cost.wrapper_work import by_work
 from meshplan.fields import usable_hbm
 from meshplan.search.batch import CATEGORICAL, PlanBatch
 from meshplan.search.best import Best, simplicities
@@ -71,13 +72,14 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
         return result
     pool = base.select(rows, sequence_parallel=sp, tensor_layout=layout)  # one row per size combination
     sized = replace(sized, columns=columns).select(rows)  # without the layout column
-    units = KeyUnits(model, cluster, pool, space.stack, space.recompute, eff)
+    works = tuple(w for w, _ in by_work(pool, space.stack, space.zero, space.offload_optimizer) if w)
+    units = KeyUnits(model, cluster, pool, space.stack, space.recompute, eff, works)
     by_algorithm = {"nccl": units}  # the layers' collectives priced per algorithm (Plan.collectives: comm.fastest_time)
 
     def keyed(algorithm: str) -> KeyUnits:
         if algorithm not in by_algorithm:
             by_algorithm[algorithm] = KeyUnits(model, cluster, pool.select(np.arange(len(pool)), collectives=algorithm),
-                                               space.stack, space.recompute, eff)
+                                               space.stack, space.recompute, eff, works)
         return by_algorithm[algorithm]
     if not space.gpipe and "gpipe" in space.stack.supports.schedules:  # a GPipe the framework has but loses
         gpipe = int(sized.count[(pool.vpp == 1) & (pool.pp > 1)].sum()) * space.grid_size

@@ -73,11 +73,12 @@ def _key_batch(batch: PlanBatch, first: np.ndarray) -> PlanBatch:
 
 
 def _units_of(model: ModelSpec, cluster: Cluster, keyed: PlanBatch, stack: Stack,
-              compute: dict[str, list[Num | None]], recomputes: tuple[str, ...], eff: Efficiency
-              ) -> tuple[dict[str, Units], dict[str, np.ndarray]]:
+              compute: dict[str, list[Num | None]], recomputes: tuple[str, ...], eff: Efficiency,
+              works: tuple[str, ...] = ()) -> tuple[dict[str, Units], dict[str, np.ndarray]]:
     """Units of every row of ``keyed`` for each recompute mode (lean: the forward, backward and total times of
     each pass are all the ranking needs), and each row's SUMMA panel count per mode. ``compute``: the rows'
-    compute-op times (``_rows_of``).
+    compute-op times (``_rows_of``); ``works``: the kinds of per-micro-batch wrapper work the grid's settings run
+    (cost/wrapper_work.py), a twin of the units each.
 
     The panel count changes only how much of a SUMMA layer's communication is exposed (cost/summa.py), nothing
     else in the step, so the best one per key is chosen here among ``panel_counts`` (exact: no other part of the
@@ -91,7 +92,7 @@ def _units_of(model: ModelSpec, cluster: Cluster, keyed: PlanBatch, stack: Stack
         rows = np.flatnonzero(count > j)
         nb = options[rows, j]
         some = replace(keyed.select(rows) if j else keyed, summa_panels=nb)
-        parts = timed_parts(model, cluster, some, stack, eff, _rows_of(compute, rows) if j else compute)
+        parts = timed_parts(model, cluster, some, stack, eff, _rows_of(compute, rows) if j else compute, works)
         for rc, full in units_for_recomputes(model, some, stack, parts, recomputes, eff).items():
             units = _lean(full)
             if not j:
@@ -131,13 +132,14 @@ class KeyUnits:
     integer; the codes seen so far are kept sorted, beside where each key's units are stored."""
 
     def __init__(self, model: ModelSpec, cluster: Cluster, pool: PlanBatch, stack: Stack, recomputes: tuple[str, ...],
-                 eff: Efficiency) -> None:
+                 eff: Efficiency, works: tuple[str, ...] = ()) -> None:
         self.model, self.cluster, self.stack, self.recomputes, self.eff = model, cluster, stack, recomputes, eff
+        self.works = works  # the grid's kinds of per-micro-batch wrapper work (cost/wrapper_work.py): a twin each
         shape_first, self.shape_of = distinct(np.stack([getattr(pool, k) for k in SHAPE_KEYS]))
         shaped = _key_batch(pool, shape_first)
         self.compute, self.n_shapes = compute_times(model, cluster, shaped, stack, eff), len(shape_first)
         self.shapes = _units_of(model, cluster, shaped, stack, _rows_of(self.compute, slice(None), self.n_shapes),
-                                recomputes, eff)[0]
+                                recomputes, eff)[0]  # without the twins: kernel times and saved bytes only
         self._panel_radix = model.hidden_size + 1  # panels: at most the hidden size (SUMMA's divide it; 1D's = tp)
         self._split_radix = 2**62 // (self.n_shapes * self._panel_radix)
         self._splits: dict[tuple[int, ...], int] = {}
@@ -186,7 +188,7 @@ class KeyUnits:
         """Price the keys of ``batch``'s ``rows`` (a plan each, codes ``key``), store them, return their slots."""
         compute = _rows_of(self.compute, shapes, self.n_shapes)
         units, panels = _units_of(self.model, self.cluster, _key_batch(batch, rows), self.stack, compute,
-                                  self.recomputes, self.eff)
+                                  self.recomputes, self.eff, self.works)
         slots = self.priced + np.arange(len(key))
         for rc in self.recomputes:
             self._units[rc] = _stored(self._units.get(rc), slots, units[rc])
@@ -201,9 +203,9 @@ class KeyUnits:
 def _stored(store: Units | None, slots: np.ndarray, part: Units) -> Units:
     """``store`` (the units of slots 0 … slots[0] - 1, or None) extended by ``part`` at ``slots`` (consecutive, at
     its end): a new array per field, with the constant fields (``ZERO``) kept as they are."""
-    def cat(x: Any, y: Any) -> Any:  # a field: PassTimes, Num, or the accumulated twin (Units or None)
-        if y is None or isinstance(y, Units):  # one stack and settings per KeyUnits: a twin in every batch or none
-            return None if y is None else _stored(x, slots, y)
+    def cat(x: Any, y: Any) -> Any:  # a field: PassTimes, Num, or the wrapped twins (work -> Units, or None)
+        if y is None or isinstance(y, dict):  # one stack and settings per KeyUnits: the same twins in every batch
+            return None if y is None else {w: _stored(None if x is None else x[w], slots, u) for w, u in y.items()}
         if isinstance(y, PassTimes):
             return PassTimes(*(cat(None if x is None else getattr(x, f), getattr(y, f)) for f in PassTimes.__slots__))
         if y is ZERO and (x is None or x is ZERO):
@@ -230,19 +232,21 @@ def _panel_options(model: ModelSpec, layout: str, cols: dict[str, np.ndarray]) -
 
 
 def _lean(units: Units) -> Units:
-    """Units with each pass reduced to its forward, backward and total times (PassTimes.lean), their accumulated
-    twin's too."""
-    def lean(v: Any) -> Any:  # a field: PassTimes, Num, or the accumulated twin (Units or None)
-        return v.lean() if isinstance(v, PassTimes) else _lean(v) if isinstance(v, Units) else v
+    """Units with each pass reduced to its forward, backward and total times (PassTimes.lean), their wrapped
+    twins' too."""
+    def lean(v: Any) -> Any:  # a field: PassTimes, Num, or the wrapped twins (work -> Units, or None)
+        if isinstance(v, dict):
+            return {w: _lean(u) for w, u in v.items()}
+        return v.lean() if isinstance(v, PassTimes) else v
 
     return Units(*(lean(getattr(units, f)) for f in Units.__slots__))
 
 
 def _choose(mask: Num, a: Units, b: Units) -> Units:
     """Elementwise: ``a`` where ``mask``, else ``b`` (every field of the units)."""
-    def pick(x: Any, y: Any) -> Any:  # a field: PassTimes, Num, or the accumulated twin (Units or None)
-        if x is None or isinstance(x, Units):
-            return None if x is None else _choose(mask, x, y)
+    def pick(x: Any, y: Any) -> Any:  # a field: PassTimes, Num, or the wrapped twins (work -> Units, or None)
+        if x is None or isinstance(x, dict):
+            return None if x is None else {w: _choose(mask, u, y[w]) for w, u in x.items()}
         if isinstance(x, PassTimes):
             return PassTimes(*(where(mask, getattr(x, f), getattr(y, f)) for f in PassTimes.__slots__))
         return where(mask, x, y)
@@ -252,9 +256,9 @@ def _choose(mask: Num, a: Units, b: Units) -> Units:
 
 def _scatter(full: Units, rows: np.ndarray, part: Units, n: int) -> Units:
     """``full`` with the elements at ``rows`` replaced by ``part`` (every field of the units)."""
-    def put(x: Any, y: Any) -> Any:  # a field: PassTimes, Num, or the accumulated twin (Units or None)
-        if x is None or isinstance(x, Units):
-            return None if x is None else _scatter(x, rows, y, n)
+    def put(x: Any, y: Any) -> Any:  # a field: PassTimes, Num, or the wrapped twins (work -> Units, or None)
+        if x is None or isinstance(x, dict):
+            return None if x is None else {w: _scatter(u, rows, y[w], n) for w, u in x.items()}
         if isinstance(x, PassTimes):
             return PassTimes(*(put(getattr(x, f), getattr(y, f)) for f in PassTimes.__slots__))
         if x is y:  # the same constant (a folded-away component)

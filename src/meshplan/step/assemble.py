@@ -36,9 +36,9 @@ from meshplan.channels import (
     weight_fetch,
 )
 from meshplan.contention import any_shared, shared_collectives
-from meshplan.cost.accumulate import by_accumulation
 from meshplan.cost.params import StageParams, middle_or_first, middle_params, stage_params
 from meshplan.cost.tensors import rank_tensors
+from meshplan.cost.wrapper_work import by_work
 from meshplan.memory import Memory, buffer_memory, model_states, resident_weights
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
@@ -142,8 +142,8 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     forward: dict = {}  # the forward passes do not change with the recompute mode: priced once without copies
     for r, rc in enumerate(grid.recompute):
         ranked = _with(plan, recompute=rc)
-        for accumulates, settings in by_accumulation(plan, stack, grid.zero, grid.offload_optimizer):
-            u = units[rc].under(accumulates)  # the passes of the settings whose wrapper accumulates so, or not
+        for work, settings in by_work(plan, stack, grid.zero, grid.offload_optimizer):
+            u = units[rc].under(work)  # the passes of the settings whose wrapper does this work every micro-batch
             first, last, middle = two_chunk_times(ranked.schedule, *stage_times(model, ranked, stack, u, loop), u.head)
             if ranked.schedule == "dualpipe":  # its chunk pairs hide the EP all-to-alls (zero_bubble.ep_overlapped)
                 first, last, middle = (ep_overlapped(t, slowdown) for t in (first, last, middle))

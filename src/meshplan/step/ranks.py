@@ -21,10 +21,10 @@ import numpy as np
 
 from meshplan.channels import Collectives, dp_collectives, offload, optimizer_time, step_channels
 from meshplan.contention import any_shared, shared_collectives
-from meshplan.cost.accumulate import accumulates_fp32
 from meshplan.cost.flops import recompute_flops_per_token
 from meshplan.cost.params import layers_on_first, layers_on_rank, layers_on_stage, middle_params, stage_params
 from meshplan.cost.tensors import tensors_on_rank
+from meshplan.cost.wrapper_work import work_of
 from meshplan.memory import (
     Memory,
     activation_bytes,
@@ -97,7 +97,7 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
                eff: Efficiency, rank: int) -> RankCost:
     """Rank ``rank`` of ``plan`` under its own settings (``rank_view``); ``units`` per recompute mode."""
     view = rank_view(plan, rank)
-    u, first, last = units[view.recompute].under(accumulates_fp32(view, stack)), rank == 0, rank == plan.pp - 1
+    u, first, last = units[view.recompute].under(work_of(view, stack)), rank == 0, rank == plan.pp - 1
     times = with_sends(view, stack, rank_body(view, u, layers_on_rank(model, plan, rank)), u)
     times = times.plus(u.embed) if first else times.plus(u.head) if last else times
     if stack.microbatch_host:  # the training loop's host work per micro-batch (step/stages.loop_times)

@@ -11,13 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.cost.accumulate import accumulation_ops
 from meshplan.cost.embed_head import embedding_ops, head_ops, mtp_ops
 from meshplan.cost.layers import layer_kinds
 from meshplan.cost.params import kind_fractions
 from meshplan.cost.pipeline import pipeline_p2p
 from meshplan.cost.recompute import freed_by
 from meshplan.cost.records import OpCost
+from meshplan.cost.wrapper_work import possible_work, work_ops
 from meshplan.memory import layer_input_bytes
 from meshplan.roofline import op_time
 from meshplan.specs.efficiency import DEFAULT, Efficiency
@@ -34,22 +34,26 @@ from meshplan.xp import Num
 @dataclass(frozen=True, slots=True)
 class Parts:
     """The ops of each group (a layer kind, "embed", "head", "mtp", "p2p") and their times, and the cluster's host CPU
-    time for PyTorch's Python-side work against an x86 DGX host (Cluster.python_host: step/host.on_host); and what
-    DeepSpeed's BF16_Optimizer adds to the layers' and the ends' backward passes where some ZeRO setting of the plan
-    runs it (cost/accumulate.py), with its times."""
+    time for PyTorch's Python-side work against an x86 DGX host (Cluster.python_host: step/host.on_host); and, per
+    kind of work a DeepSpeed optimizer wrapper does every micro-batch that some ZeRO setting of the plan runs
+    (cost/wrapper_work.py), what it adds to the layers' and the ends' backward passes, with its times."""
 
     ops: dict[str, list[OpCost]]
     times: dict[str, list[Num]]
     python_host: float = 1.0
-    accumulation: dict[str, list[OpCost]] = field(default_factory=dict)
-    accumulation_times: dict[str, list[Num]] = field(default_factory=dict)
+    wrapper_ops: dict[str, dict[str, list[OpCost]]] = field(default_factory=dict)
+    wrapper_times: dict[str, dict[str, list[Num]]] = field(default_factory=dict)
 
-    def accumulated(self) -> Parts:
-        """These parts with the accumulation's records at the end of their groups."""
+    def with_work(self, work: str) -> Parts:
+        """These parts with ``work``'s records at the end of their groups ("": as they are)."""
+        if not work:
+            return self
+
         def add(mine: dict[str, list[Any]], theirs: dict[str, list[Any]]) -> dict[str, list[Any]]:
             return {k: v + theirs.get(k, []) for k, v in mine.items()}
 
-        return Parts(add(self.ops, self.accumulation), add(self.times, self.accumulation_times), self.python_host)
+        return Parts(add(self.ops, self.wrapper_ops[work]), add(self.times, self.wrapper_times[work]),
+                     self.python_host)
 
 
 def _ops(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCost]]:
@@ -62,12 +66,16 @@ def _ops(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCost]]:
 
 
 def timed_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency,
-                compute: dict[str, list[Num | None]] | None = None) -> Parts:
-    """Ops of each group and their times (``compute``: the non-collective ops' times, computed elsewhere)."""
+                compute: dict[str, list[Num | None]] | None = None, works: tuple[str, ...] | None = None) -> Parts:
+    """Ops of each group and their times (``compute``: the non-collective ops' times, computed elsewhere), and the
+    records of each kind of wrapper work in ``works`` (default: every kind some setting of the plan runs,
+    cost/wrapper_work.possible_work)."""
     ops = _ops(model, plan, stack)
-    extra = accumulation_ops(model, plan, stack, tuple(model.block_counts))
+    wanted = possible_work(plan, stack) if works is None else works
+    extra = {w: v for w, v in work_ops(model, plan, stack, tuple(model.block_counts)).items() if w in wanted}
     return Parts(ops, {k: time_ops(v, cluster, plan, eff, compute[k] if compute else None) for k, v in ops.items()},
-                 cluster.python_host, extra, {k: time_ops(v, cluster, plan, eff) for k, v in extra.items()})
+                 cluster.python_host, extra,
+                 {w: {k: time_ops(v, cluster, plan, eff) for k, v in groups.items()} for w, groups in extra.items()})
 
 
 def compute_times(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency = DEFAULT
@@ -117,21 +125,22 @@ class Units:
     embed_saved: Num
     head_saved: Num
     p2p_paid: Num  # slowdown per second of a pipeline send hidden behind compute: overlap_pp's, else 1 (exposed)
-    # the same units with DeepSpeed's BF16_Optimizer accumulating every micro-batch (cost/accumulate.py), where some
-    # ZeRO setting of the plan runs it; the step picks per setting (``under``)
-    accumulated: Units | None = None
+    # the same units under each kind of work a DeepSpeed optimizer wrapper does every micro-batch that some ZeRO
+    # setting of the plan runs (cost/wrapper_work.py); the step picks per setting (``under``)
+    wrapped: dict[str, Units] | None = None
 
-    def under(self, accumulates: bool) -> Units:
-        """The units of a setting whose wrapper accumulates so (cost/accumulate.accumulates_fp32) or does not."""
-        return self.accumulated if accumulates and self.accumulated is not None else self
+    def under(self, work: str) -> Units:
+        """The units of a setting whose wrapper does ``work`` every micro-batch (cost/wrapper_work.work_of; "":
+        none)."""
+        return self.wrapped[work] if work and self.wrapped else self
 
     def take(self, index: Any) -> Units:
         """Select elements (NumPy fancy indexing) of every array field."""
-        def pick(v: Any) -> Any:  # a field: PassTimes, Num, or the accumulated twin (Units or None)
+        def pick(v: Any) -> Any:  # a field: PassTimes, Num, or the wrapped twins (work -> Units, or None)
             if isinstance(v, PassTimes):
                 return PassTimes(*(pick(getattr(v, f)) for f in PassTimes.__slots__))
-            if isinstance(v, Units):
-                return v.take(index)
+            if isinstance(v, dict):
+                return {w: u.take(index) for w, u in v.items()}
             return v[index] if isinstance(v, np.ndarray) and v.shape else v
 
         return Units(*(pick(getattr(self, f)) for f in Units.__slots__))
@@ -148,13 +157,13 @@ def units_for_recomputes(model: ModelSpec, plan: Plan, stack: Stack, parts: Part
     """The units of ``plan`` under each recompute mode: the ops and their times do not depend on it, only
     how they are summed (and which saved activations are kept), so the modes share one ``timed_parts`` and
     everything but the layer's recompute sum and saved bytes. The host pays the stack's costs at its own speed
-    (``on_host``). Where some setting runs BF16_Optimizer, each carries its accumulated twin (``Units.accumulated``)."""
+    (``on_host``). Each carries its twin under each kind of wrapper work of ``parts`` (``Units.wrapped``)."""
     hosted = on_host(stack, parts.python_host)
     units = _units_for(model, plan, hosted, parts, recomputes, eff)
-    if not parts.accumulation:
+    if not parts.wrapper_ops:
         return units
-    twins = _units_for(model, plan, hosted, parts.accumulated(), recomputes, eff)
-    return {rc: replace(u, accumulated=twins[rc]) for rc, u in units.items()}
+    twins = {w: _units_for(model, plan, hosted, parts.with_work(w), recomputes, eff) for w in parts.wrapper_ops}
+    return {rc: replace(u, wrapped={w: t[rc] for w, t in twins.items()}) for rc, u in units.items()}
 
 
 def _units_for(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recomputes: tuple[str, ...],

@@ -1,0 +1,124 @@
+"""What DeepSpeed's optimizer wrappers do to every micro-batch's gradients, beyond autograd's own accumulation (issue
+46: fixed costs per micro-batch). The wrapper is the one DeepSpeed's engine picks for the plan (cost/wrappers.py);
+each kind of work is per parameter tensor (kernels the host issues) and per parameter (bytes the GPU moves), on the
+tensors of this GPU's layers and ends, in their backward pass:
+
+- "bf16", DeepSpeed's BF16_Optimizer (bf16 weights under its pipeline engine, as Megatron-DeepSpeed runs them, or
+  with fp32 gradients at ZeRO 1 without optimizer offload): every micro-batch's backward is wrapped (DeepSpeed 0.19.8
+  runtime/engine.py ``_backward_prologue`` / ``_backward_epilogue``, runtime/pipe/engine.py
+  ``_exec_backward_pass``; runtime/bf16_optimizer.py ``clear_lp_grads``, ``update_hp_grads``, unless
+  ``bf16.immediate_grad_update``, default false): the bf16 gradients are zeroed by one ``torch._foreach_zero_``
+  before it, and after it a Python loop casts each to fp32 and adds it into its fp32 gradient,
+  ``hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype).view(hp_grad.shape))``. Per parameter: the zeroing writes 2
+  bytes, the cast reads 2 and writes 4, the add reads 4 + 4 and writes 4: 20 bytes; per tensor two kernels (the
+  foreach call's few launches for the whole model not counted). Counted on a CPU
+  (data/measured/2026-11-27-bf16-microbatch-host-ops.md) and measured on a lent H200 (docs/SMALL_WORK_GPU.md,
+  "DeepSpeed's BF16_Optimizer, per micro-batch": 0.45-1.4 ms a GPT layer of 12 tensors where the host sets the pace).
+- "zero2", "zero2-fp32", DeepSpeed's ZeRO optimizer at stage 2 (runtime/zero/stage_1_and_2.py): its gradient hook
+  (``create_gradient_handling_hooks``) reduces every micro-batch's gradients as they come, each copied into the
+  contiguous reduction bucket (``reduce_independent_p_g_buckets_and_remove_grads``: ``new_grad_tensor.copy_``) and
+  from the reduced bucket into its partition. Counted on a CPU (data/measured/2026-11-27-zero-microbatch-host-ops.md,
+  DeepSpeed 0.19.8 over gloo): per tensor and micro-batch beyond the module's own, 2 ``copy_`` kernels with bf16
+  gradients (the bucket in bf16: read 2 and write 2 bytes a parameter each, 8 bytes), 3 with fp32 gradient
+  accumulation (a cast to fp32, then the two copies in fp32: 2 + 4 + 2 x (4 + 4) = 22 bytes), and 11 calls that
+  launch nothing. Measured on a lent H200 (run F of docs/SMALL_WORK_GPU.md): a layer of 12 tensors took about 0.8
+  ms more a micro-batch at stage 2 than the plain loop, against 0.66 ms (3 launches x 12 at the deepspeed preset's
+  25 us) priced.
+- "zero3", "zero3-fp32", its stage-3 optimizer (runtime/zero/stage3.py): its gradient hook copies each gradient into
+  its reduction bucket every micro-batch (``reduce_ready_partitions_and_remove_grads``). Counted alike: 1 ``copy_``
+  kernel a tensor with bf16 gradients (4 bytes a parameter), 2 with fp32 accumulation (the cast, 2 + 4, and the
+  copy, 4 + 4: 14 bytes), and 9 calls that launch nothing, beyond the module's own; the count's module is one module
+  of many tensors, so ZeRO 3's per-module parameter hooks (fetch and release) are not in it, nor priced here.
+ZeRO 1 gradients accumulate in autograd's own buffers between steps (the hook reduces them at the step's last
+micro-batch only): nothing launches per micro-batch but the hook's Python, which is not priced.
+
+The records go with the backward pass of the layer and the ends whose gradients they touch, so that each pass's
+max(host, GPU) (step/passes.py, step/host.py) hides them where the GPU sets the pace. Which work a plan pays depends
+on its ZeRO stage and optimizer offload, which the search varies over one set of per-key units: the units carry
+a twin per kind of work some setting of theirs runs (step/units.Units.wrapped, built from ``work_ops``) and the step
+picks the one its setting runs (``work_of``, ``by_work``; step/assemble.compose, step/ranks.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from meshplan.cost.params import kind_params
+from meshplan.cost.records import OpCost
+from meshplan.cost.tensors import kind_tensors, norm_tensors
+from meshplan.cost.wrappers import deepspeed_wrapper
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
+from meshplan.xp import Num
+
+# work -> (bytes per parameter, kernels per parameter tensor), per micro-batch (module docstring)
+WORK = {"bf16": (20.0, 2.0), "zero2": (8.0, 2.0), "zero2-fp32": (22.0, 3.0), "zero3": (4.0, 1.0),
+        "zero3-fp32": (14.0, 2.0)}
+RECORD_NAMES = {"bf16": "bf16_accumulate", "zero2": "zero2_bucket", "zero2-fp32": "zero2_bucket",
+                "zero3": "zero3_bucket", "zero3-fp32": "zero3_bucket"}
+
+
+def work_of(plan: Plan, stack: Stack) -> str:
+    """The per-micro-batch work of the wrapper ``plan`` runs under its own ZeRO stage and offload (a ``WORK`` key),
+    or "": none beyond autograd's, a stated wrapper's (the stack's own), or under LoRA (the frozen weights have no
+    gradients; the adapters' are left out)."""
+    if stack.optimizer_wrapper == "stated" or plan.finetune == "lora":
+        return ""
+    wrapper = deepspeed_wrapper(plan, stack.optimizer_wrapper == "deepspeed-pipeline")
+    if wrapper == "bf16":
+        return "bf16"
+    if wrapper in ("zero", "zero-fp32") and plan.zero >= 2:
+        return f"zero{plan.zero}" + ("-fp32" if plan.grad_bytes == 4 else "")
+    return ""
+
+
+def possible_work(plan: Plan, stack: Stack) -> tuple[str, ...]:
+    """The kinds of work some ZeRO stage and optimizer offload setting of ``plan`` runs (the search's grids vary
+    both over one set of units): ``work_of`` over every setting, without building them (tests/test_wrapper_work.py
+    checks the two agree)."""
+    if stack.optimizer_wrapper == "stated" or plan.finetune == "lora":
+        return ()
+    bf16 = plan.precision not in ("fp16", "fp32", "tf32") and (
+        stack.optimizer_wrapper == "deepspeed-pipeline" or plan.grad_bytes == 4)
+    fp32 = "-fp32" if plan.grad_bytes == 4 else ""
+    return ("bf16",) * bf16 + (f"zero2{fp32}", f"zero3{fp32}")
+
+
+def by_work(plan: Plan, stack: Stack, zeros: tuple[int, ...], offloads: tuple[bool, ...]
+            ) -> list[tuple[str, list[tuple[int, int, int, bool]]]]:
+    """The (ZeRO stage, optimizer offload) settings of a grid, each as (index, stage, index, offload), grouped by
+    the work their wrapper does every micro-batch (``work_of``), which changes the backward passes."""
+    groups: dict[str, list[tuple[int, int, int, bool]]] = {}
+    for z, zero in enumerate(zeros):
+        for o, offload in enumerate(offloads):
+            setting = plan if (plan.zero, plan.offload_optimizer) == (zero, offload) else replace(
+                plan, zero=zero, offload_optimizer=offload)
+            groups.setdefault(work_of(setting, stack), []).append((z, zero, o, offload))
+    return list(groups.items())
+
+
+def _records(work: str, name: str, params: Num, tensors: Num) -> list[OpCost]:
+    """``work`` on ``params`` parameters in ``tensors`` tensors on this GPU, one micro-batch, in the backward pass."""
+    per_param, per_tensor = WORK[work]
+    return [OpCost(f"{name}/{RECORD_NAMES[work]}", "bwd_w", "memory", 0.0, per_param * params,
+                   kernels=per_tensor * tensors)]
+
+
+def work_ops(model: ModelSpec, plan: Plan, stack: Stack, kinds: tuple[str, ...]) -> dict[str, dict[str, list[OpCost]]]:
+    """Per kind of work some setting of the plan runs (``possible_work``): its records for one layer of each of
+    ``kinds`` (its parameters and tensors on this GPU, a MoE layer's local experts included), for the embedding (the
+    word table and a learned position table) and for the head (the final norm and an untied output layer), the ends
+    split over tp."""
+    out = {}
+    for work in possible_work(plan, stack):
+        ops = {}
+        for kind in kinds:
+            tensors = kind_tensors(model, plan, stack, kind)
+            ops[kind] = _records(work, "layer", kind_params(model, plan, kind).total, tensors.dense + tensors.expert)
+        ops["embed"] = _records(work, "embed", model.embedding_params() / plan.tp,
+                                1 + int(model.position_embedding == "learned"))
+        ops["head"] = _records(work, "head", model.head_params() / plan.tp,
+                               int(model.final_norm) * norm_tensors(model) + int(not model.tied_embeddings))
+        out[work] = ops
+    return out
