@@ -19,7 +19,8 @@ from meshplan.specs.stack import Stack, load_stack
 DATA = Path(__file__).resolve().parents[1] / "data" / "measured" / "gpu"
 FILE = DATA / "2026-11-27c-nvidia-h200-deepspeed-engine.json"
 # each setting's plan: its ZeRO stage and gradient bytes (deepspeed_engine_gpu.SETTINGS: "data_types.grad_accum_dtype")
-SETTINGS = {"bf16-optimizer": (1, 4), "zero1": (1, 2), "zero2": (2, 4), "torch": (0, 2)}
+SETTINGS = {"bf16-optimizer": (1, 4), "zero1": (1, 2), "zero2": (2, 4), "zero2-overlap": (2, 4), "zero3": (3, 4),
+            "torch": (0, 2)}
 
 
 @cache
@@ -70,9 +71,10 @@ def section() -> list[str]:
     data = json.loads(FILE.read_text())
     lines = ["## DeepSpeed's engine, by ZeRO setting (run F)", "",
              "DeepSpeed 0.19.8's own engine (`deepspeed.initialize`, benchmarks/deepspeed_engine_gpu.py) training the "
-             "plain-PyTorch GPT on one H200, 4 micro-batches an optimizer step, whole steps timed (the median of 5), "
-             "under three configs whose optimizer wrappers differ, and the same loop in plain PyTorch (`torch`, the "
-             "second call only). meshplan prices each as `--framework deepspeed` (the plain loop as the `pytorch` rows "
+             "plain-PyTorch GPT on one H200, whole steps timed (the median of 5), under DeepSpeed configs whose "
+             "optimizer wrappers or ZeRO stages differ, and the same loop in plain PyTorch (`torch`, from the second "
+             "call on), over five calls (deepspeed_engine_gpu.py's settings; the data file says what each ran). "
+             "meshplan prices each as `--framework deepspeed` (the plain loop as the `pytorch` rows "
              "above), the attention kernel the run's SDPA took, with the setting's ZeRO stage and gradient bytes: "
              + "; ".join(f"{s} ZeRO {z}, {g}-byte gradients" for s, (z, g) in SETTINGS.items()) + ". Each call ran "
              "on a fresh machine (data/measured/gpu/README.md).", "",
@@ -119,14 +121,38 @@ def _reading(data: dict) -> list[str]:
     rows = [r | {"priced_s": priced(r, c["gpu"])} for c in data["calls"] if c["call"] == 3 for r in c["rows"]]
     them, us = split(rows, "step_s"), split(rows, "priced_s")
     m0 = [(them[s][3] - us[s][3]) * 1e3 for s in ("zero1", "zero2")]
-    m1 = (them["zero2"][1] - us["zero2"][1]) * 1e3
-    return [f"The ZeRO optimizer (stages 1 and 2) pays {min(m0):.1f}-{max(m0):.1f} ms a micro-batch outside the "
-            f"layers beyond what meshplan prices, and stage 2 {m1:.1f} ms more a layer a micro-batch, where the "
-            "plain loop and BF16_Optimizer (cost/accumulate.py) pay about what meshplan prices. Its per-parameter "
-            "gradient hooks are the likely cause (runtime/zero/stage_1_and_2.py `create_gradient_handling_hooks`: "
-            "every micro-batch's backward calls `process_gradients` per tensor; stage 2 copies each gradient into "
-            "its reduction bucket, and `allreduce_and_copy` synchronises the device under overlap_comm), not yet "
-            "counted or priced: a lead, nothing fitted to it."]
+    m1 = [(them[s][1] - them["torch"][1]) * 1e3 for s in ("zero2", "bf16-optimizer")]
+    p1 = [(us[s][1] - us["torch"][1]) * 1e3 for s in ("zero2", "bf16-optimizer")]
+    return [f"Per layer and micro-batch, ZeRO 2 took {m1[0]:.1f} ms and BF16_Optimizer {m1[1]:.1f} ms more than the "
+            f"plain loop, against {p1[0]:.1f} and {p1[1]:.1f} ms priced: the work each wrapper does to every "
+            "micro-batch's gradients (cost/wrapper_work.py; ZeRO 2's gradient hook copies each gradient into its "
+            "reduction bucket and out to its partition, data/measured/2026-11-27-zero-microbatch-host-ops.md). "
+            f"The ZeRO optimizer (stages 1 and 2) also pays {min(m0):.1f}-{max(m0):.1f} ms a micro-batch outside the "
+            "layers beyond what meshplan prices, a cost the CPU counts do not show (at stage 1 nothing launches per "
+            "micro-batch beyond the hook's Python): a lead, nothing fitted to it.", "", *_fifth(data)]
+
+
+def _fifth(data: dict) -> list[str]:
+    """What the fifth call says of ZeRO 3 and of ZeRO 2 with overlap_comm, per layer and micro-batch beyond the plain
+    loop's, measured and priced (medians over its widths and micro-batches)."""
+    calls = [c for c in data["calls"] if c["call"] == 5]
+    if not calls:
+        return []
+    rows = [r | {"priced_s": priced(r, calls[0]["gpu"])} for r in calls[0]["rows"]]
+    them, us = per_layer(rows, "step_s"), per_layer(rows, "priced_s")
+
+    def beyond(table: dict, setting: str) -> float:
+        return statistics.median(t - table["torch", w, b, m] for (s, w, b, m), t in table.items() if s == setting) * 1e3
+
+    three, overlap = (beyond(them, s) for s in ("zero3", "zero2-overlap"))
+    p3, po = (beyond(us, s) for s in ("zero3", "zero2-overlap"))
+    return [f"The fifth call: per layer and micro-batch, ZeRO 3 took {three:.1f} ms more than the plain loop (median), "
+            f"against {p3:.1f} ms priced: its per-module parameter hooks (runtime/zero/parameter_offload.py, the "
+            "fetch before each module's forward and backward and the release after) are not priced, nor counted on "
+            "the CPU (data/measured/2026-11-27-zero-microbatch-host-ops.md counts one module's gradient side). ZeRO 2 "
+            f"with overlap_comm on took {overlap:.1f} ms more, against {po:.1f} ms priced: under overlap_comm its "
+            "bucket reduction synchronises the device (stage_1_and_2.py `allreduce_and_copy`, "
+            "`_allreduce_noncontiguous_bucket_preserving_fp32`). Both are leads."]
 
 
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC")

@@ -1,5 +1,5 @@
 """DeepSpeed's own engine training small GPTs on one GPU, under the ZeRO settings that make it pick different optimizer
-wrappers (issue 46: the fixed costs per micro-batch; cost/accumulate.py, cost/wrappers.py). Run where a GPU is lent,
+wrappers (issue 46: the fixed costs per micro-batch; cost/wrapper_work.py, cost/wrappers.py). Run where a GPU is lent,
 with DeepSpeed's pure-Python package importable (no ops built: the client optimizer is torch's fused AdamW); writes
 one dated JSON file that benchmarks/deepspeed_engine_doc.py compares with meshplan's estimates.
 
@@ -13,6 +13,8 @@ weights, wrapped by ``deepspeed.initialize`` with a DeepSpeed JSON config per se
                     gradients before each micro-batch's backward and adds each into its fp32 gradient after it
     zero1           ZeRO 1 with bf16 gradients: DeepSpeedZeroOptimizer, stage 1
     zero2           ZeRO 2 with fp32 gradient accumulation: DeepSpeedZeroOptimizer, stage 2
+    zero2-overlap   the same with ``overlap_comm`` on (Hugging Face's DeepSpeed config templates set it)
+    zero3           ZeRO 3 with fp32 gradient accumulation: DeepSpeedZeroOptimizer_Stage3
     torch           no DeepSpeed: the same loop in plain PyTorch (autograd accumulating the bf16 gradients, the norm
                     clipped and the fused AdamW stepped on the bf16 weights every ``--accum`` micro-batches), the
                     baseline the settings' own work is measured against
@@ -44,6 +46,9 @@ SETTINGS = {
     "bf16-optimizer": {"zero_optimization": {"stage": 1}, "data_types": {"grad_accum_dtype": "fp32"}},
     "zero1": {"zero_optimization": {"stage": 1}},
     "zero2": {"zero_optimization": {"stage": 2}, "data_types": {"grad_accum_dtype": "fp32"}},
+    "zero2-overlap": {"zero_optimization": {"stage": 2, "overlap_comm": True},
+                      "data_types": {"grad_accum_dtype": "fp32"}},
+    "zero3": {"zero_optimization": {"stage": 3}, "data_types": {"grad_accum_dtype": "fp32"}},
     "torch": {},
 }
 
@@ -121,7 +126,7 @@ def profiled(torch, engine, seq: int, micro: int, accum: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True)
-    p.add_argument("--settings", default=",".join(SETTINGS))
+    p.add_argument("--settings", default="bf16-optimizer,zero1,zero2,torch")
     p.add_argument("--widths", default="1024,2048")
     p.add_argument("--depths", default="2,6")
     p.add_argument("--batches", default="1,4")

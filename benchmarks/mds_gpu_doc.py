@@ -25,7 +25,7 @@ def accumulate_per_layer(rows: list[dict]) -> dict[tuple[int, int], tuple[float,
 def priced_per_layer(rows: list[dict]) -> dict[tuple[int, int], tuple[float, float]]:
     """(width, batch) → meshplan's (eager, with the BF16_Optimizer's accumulation) seconds per layer of the rows:
     small_work_gpu_doc's "mds" stack (no wrapper), and the same under the preset's own wrapper (bf16 weights, the
-    pipeline engine at ZeRO 0: BF16_Optimizer, cost/accumulate.py)."""
+    pipeline engine at ZeRO 0: BF16_Optimizer, cost/wrapper_work.py)."""
     from dataclasses import replace
 
     import small_work_gpu_doc as doc
@@ -53,11 +53,11 @@ def accumulate_section() -> list[str]:
         lines.append(f"| {w} | {b} | {plain * 1e3:.3f} | {acc * 1e3:.3f} | {(acc - plain) * 1e3:+.3f} | "
                      f"{p_plain * 1e3:.3f} | {p_acc * 1e3:.3f} | {(p_acc - p_plain) * 1e3:+.3f} |")
     negative = sum(acc < plain for plain, acc in measured.values())
-    return lines + ["", "meshplan prices it as cost/accumulate.py says: two launches a tensor at the stack's host "
+    return lines + ["", "meshplan prices it as cost/wrapper_work.py says: two launches a tensor at the stack's host "
                     "cost per launch, 20 bytes a parameter, in the backward pass of the layer (so that it hides where "
                     "the GPU sets the pace), wherever the wrapper DeepSpeed picks for the plan's ZeRO stage is "
                     "BF16_Optimizer (the search prices each key's units with and without it and picks per stage: "
-                    "step/units.Units.accumulated). The measured difference is of two medians of a noisy host "
+                    "step/units.Units.wrapped). The measured difference is of two medians of a noisy host "
                     f"({negative} of the rows read negative); data/measured/2026-11-27-bf16-microbatch-host-ops.md "
                     "counts its calls on a CPU.", ""]
 

@@ -1,7 +1,7 @@
 """DeepSpeed's own engine measured on a lent H200 (benchmarks/deepspeed_engine_gpu.py; the committed
 data/measured/gpu/2026-11-27c-nvidia-h200-deepspeed-engine.json) and how benchmarks/deepspeed_engine_doc.py reads it:
 the wrapper DeepSpeed's engine picked in each setting is the one cost/wrappers.py says it picks, the per-step and
-per-micro-batch split is exact arithmetic, and the plain loop beside it is priced within the regime's error."""
+per-micro-batch split is exact arithmetic, and the plain loop beside it is priced within the regime's targets."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import deepspeed_engine_doc as doc  # noqa: E402
 
 CALLS = json.loads(doc.FILE.read_text())["calls"]
-# DeepSpeed 0.19.8's class for each of cost/wrappers.py's names
-CLASSES = {"bf16": "BF16_Optimizer", "zero": "DeepSpeedZeroOptimizer"}
+# DeepSpeed 0.19.8's class for each of cost/wrappers.py's names (and ZeRO stage: stage 3 has a class of its own)
+CLASSES = {("bf16", 1): "BF16_Optimizer", ("zero", 1): "DeepSpeedZeroOptimizer", ("zero", 2): "DeepSpeedZeroOptimizer",
+           ("zero", 3): "DeepSpeedZeroOptimizer_Stage3"}
 
 
 def test_the_engine_picked_the_wrapper_cost_wrappers_says_it_picks():
@@ -32,7 +33,7 @@ def test_the_engine_picked_the_wrapper_cost_wrappers_says_it_picks():
                 continue
             zero, grad_bytes = doc.SETTINGS[row["setting"]]
             picked = deepspeed_wrapper(Plan(zero=zero, grad_bytes=grad_bytes, precision="bf16"), pipeline=False)
-            assert row["wrapper"] == CLASSES[picked], row
+            assert row["wrapper"] == CLASSES[picked, zero], row
             seen.add(picked)
     assert seen == {"bf16", "zero"}
 
@@ -55,5 +56,6 @@ def test_per_layer_divides_the_depths_difference_by_layers_and_micro_batches():
 def test_the_plain_loop_is_priced_within_the_small_work_regime():
     rows = [r for c in CALLS for r in c["rows"] if r["setting"] == "torch"]
     errors = [abs(doc.priced(r, "NVIDIA H200") / r["step_s"] - 1) for r in rows]
-    assert len(rows) == 8 + 4  # the second call's rows and the third's
-    assert statistics.median(errors) < 0.12 and max(errors) < 0.30
+    assert len(rows) == 8 + 4 + 1 + 8  # the second call's rows, the third's, the fourth's and the fifth's
+    # the issue's targets for the small-work regime: median at most 12 %, p90 at most 30 %
+    assert statistics.median(errors) <= 0.12 and sorted(errors)[int(0.9 * len(errors)) - 1] <= 0.30
