@@ -105,13 +105,14 @@ def _records(work: str, name: str, params: Num, tensors: Num) -> list[OpCost]:
                    kernels=per_tensor * tensors)]
 
 
-def work_ops(model: ModelSpec, plan: Plan, stack: Stack, kinds: tuple[str, ...]) -> dict[str, dict[str, list[OpCost]]]:
-    """Per kind of work some setting of the plan runs (``possible_work``): its records for one layer of each of
-    ``kinds`` (its parameters and tensors on this GPU, a MoE layer's local experts included), for the embedding (the
-    word table and a learned position table) and for the head (the final norm and an untied output layer), the ends
-    split over tp."""
+def work_ops(model: ModelSpec, plan: Plan, stack: Stack, kinds: tuple[str, ...], works: tuple[str, ...] | None = None
+             ) -> dict[str, dict[str, list[OpCost]]]:
+    """Per kind of work in ``works`` (default: every kind some setting of the plan runs, ``possible_work``): its
+    records for one layer of each of ``kinds`` (its parameters and tensors on this GPU, a MoE layer's local experts
+    included), for the embedding (the word table and a learned position table) and for the head (the final norm and
+    an untied output layer), the ends split over tp."""
     out = {}
-    for work in possible_work(plan, stack):
+    for work in possible_work(plan, stack) if works is None else works:
         ops = {}
         for kind in kinds:
             tensors = kind_tensors(model, plan, stack, kind)

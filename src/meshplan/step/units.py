@@ -17,7 +17,7 @@ from meshplan.cost.params import kind_fractions
 from meshplan.cost.pipeline import pipeline_p2p
 from meshplan.cost.recompute import freed_by
 from meshplan.cost.records import OpCost
-from meshplan.cost.wrapper_work import possible_work, work_ops
+from meshplan.cost.wrapper_work import work_ops
 from meshplan.memory import layer_input_bytes
 from meshplan.roofline import op_time
 from meshplan.specs.efficiency import DEFAULT, Efficiency
@@ -71,8 +71,7 @@ def timed_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, ef
     records of each kind of wrapper work in ``works`` (default: every kind some setting of the plan runs,
     cost/wrapper_work.possible_work)."""
     ops = _ops(model, plan, stack)
-    wanted = possible_work(plan, stack) if works is None else works
-    extra = {w: v for w, v in work_ops(model, plan, stack, tuple(model.block_counts)).items() if w in wanted}
+    extra = work_ops(model, plan, stack, tuple(model.block_counts), works)
     return Parts(ops, {k: time_ops(v, cluster, plan, eff, compute[k] if compute else None) for k, v in ops.items()},
                  cluster.python_host, extra,
                  {w: {k: time_ops(v, cluster, plan, eff) for k, v in groups.items()} for w, groups in extra.items()})
