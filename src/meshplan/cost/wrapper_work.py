@@ -21,9 +21,9 @@ tensors of this GPU's layers and ends, in their backward pass:
   DeepSpeed 0.19.8 over gloo): per tensor and micro-batch beyond the module's own, 2 ``copy_`` kernels with bf16
   gradients (the bucket in bf16: read 2 and write 2 bytes a parameter each, 8 bytes), 3 with fp32 gradient
   accumulation (a cast to fp32, then the two copies in fp32: 2 + 4 + 2 x (4 + 4) = 22 bytes), and 11 calls that
-  launch nothing. Measured on a lent H200 (run F of docs/SMALL_WORK_GPU.md): a layer of 12 tensors took about 0.8
-  ms more a micro-batch at stage 2 than the plain loop, against 0.66 ms (3 launches x 12 at the deepspeed preset's
-  25 us) priced.
+  launch nothing. Measured on a lent H200 (run F of docs/SMALL_WORK_GPU.md): a layer of 12 tensors took about
+  0.8 ms more a micro-batch at stage 2 than the plain loop, against 0.9 ms priced (3 launches x 12 at the deepspeed
+  preset's 25 us and the bytes, as each pass's max(host, GPU) takes them).
 - "zero3", "zero3-fp32", its stage-3 optimizer (runtime/zero/stage3.py): its gradient hook copies each gradient into
   its reduction bucket every micro-batch (``reduce_ready_partitions_and_remove_grads``). Counted alike: 1 ``copy_``
   kernel a tensor with bf16 gradients (4 bytes a parameter), 2 with fp32 accumulation (the cast, 2 + 4, and the
