@@ -1,7 +1,7 @@
 """What DeepSpeed's optimizer wrappers do to every micro-batch's gradients (cost/wrapper_work.py): BF16_Optimizer's
-fp32 accumulation and ZeRO 2's bucket copies; which plans pay each, their bytes and launches per layer and at the
-ends, what they do to a step, and that the search, which prices a key's units once for every ZeRO stage of its grid,
-ranks each setting as estimate() prices it."""
+fp32 accumulation and the ZeRO optimizer's bucket copies at stages 2 and 3; which plans pay each, their bytes and
+launches per layer and at the ends, what they do to a step, and that the search, which prices a key's units once for
+every ZeRO stage of its grid, ranks each setting as estimate() prices it."""
 
 from __future__ import annotations
 
