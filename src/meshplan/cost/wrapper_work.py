@@ -43,9 +43,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from meshplan.cost.params import kind_params
+from meshplan.cost.params import end_params, kind_params
 from meshplan.cost.records import OpCost
-from meshplan.cost.tensors import kind_tensors, norm_tensors
+from meshplan.cost.tensors import end_tensors, kind_tensors
 from meshplan.cost.wrappers import deepspeed_wrapper
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
@@ -75,14 +75,10 @@ def work_of(plan: Plan, stack: Stack) -> str:
 
 def possible_work(plan: Plan, stack: Stack) -> tuple[str, ...]:
     """The kinds of work some ZeRO stage and optimizer offload setting of ``plan`` runs (the search's grids vary
-    both over one set of units): ``work_of`` over every setting, without building them (tests/test_wrapper_work.py
-    checks the two agree)."""
-    if stack.optimizer_wrapper == "stated" or plan.finetune == "lora":
-        return ()
-    bf16 = plan.precision not in ("fp16", "fp32", "tf32") and (
-        stack.optimizer_wrapper == "deepspeed-pipeline" or plan.grad_bytes == 4)
-    fp32 = "-fp32" if plan.grad_bytes == 4 else ""
-    return ("bf16",) * bf16 + (f"zero2{fp32}", f"zero3{fp32}")
+    both over one set of units): ``work_of`` over every setting."""
+    found = {work_of(replace(plan, zero=zero, offload_optimizer=offload), stack)
+             for zero in range(4) for offload in (False, True)}
+    return tuple(sorted(found - {""}))
 
 
 def by_work(plan: Plan, stack: Stack, zeros: tuple[int, ...], offloads: tuple[bool, ...]
@@ -109,17 +105,20 @@ def work_ops(model: ModelSpec, plan: Plan, stack: Stack, kinds: tuple[str, ...],
              ) -> dict[str, dict[str, list[OpCost]]]:
     """Per kind of work in ``works`` (default: every kind some setting of the plan runs, ``possible_work``): its
     records for one layer of each of ``kinds`` (its parameters and tensors on this GPU, a MoE layer's local experts
-    included), for the embedding (the word table and a learned position table) and for the head (the final norm and
-    an untied output layer), the ends split over tp."""
+    included), for the embedding and for the head on their stages (cost/params.end_params, cost/tensors.end_tensors:
+    the word table and a learned position table; the final norm and an untied output layer, or a tied one's copy on
+    the last of several stages)."""
+    single = plan.pp == 1  # one stage holds both ends: the head's own, without the embedding's
+    embed, embed_tensors = end_params(model, plan.tp, 0, True), end_tensors(model, plan, True, 0)
+    head = end_params(model, plan.tp, single, False) - embed * single
+    head_tensors = end_tensors(model, plan, False, single) - embed_tensors * single
     out = {}
     for work in possible_work(plan, stack) if works is None else works:
         ops = {}
         for kind in kinds:
             tensors = kind_tensors(model, plan, stack, kind)
             ops[kind] = _records(work, "layer", kind_params(model, plan, kind).total, tensors.dense + tensors.expert)
-        ops["embed"] = _records(work, "embed", model.embedding_params() / plan.tp,
-                                1 + int(model.position_embedding == "learned"))
-        ops["head"] = _records(work, "head", model.head_params() / plan.tp,
-                               int(model.final_norm) * norm_tensors(model) + int(not model.tied_embeddings))
+        ops["embed"] = _records(work, "embed", embed, embed_tensors)
+        ops["head"] = _records(work, "head", head, head_tensors)
         out[work] = ops
     return out
