@@ -130,8 +130,12 @@ class Units:
 
     def under(self, work: str) -> Units:
         """The units of a setting whose wrapper does ``work`` every micro-batch (cost/wrapper_work.work_of; "":
-        none)."""
-        return self.wrapped[work] if work and self.wrapped else self
+        none). Units built without that work's twin fail here rather than price the setting without it."""
+        if not work:
+            return self
+        if self.wrapped is None or work not in self.wrapped:
+            raise KeyError(f"units without the twin of wrapper work {work!r} (timed_parts' works)")
+        return self.wrapped[work]
 
     def take(self, index: Any) -> Units:
         """Select elements (NumPy fancy indexing) of every array field."""
