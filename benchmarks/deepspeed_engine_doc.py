@@ -83,8 +83,9 @@ def section() -> list[str]:
     errors: dict[str, list[float]] = {}
     layers: list[str] = []
     parts: list[str] = []
+    by_call = {c["call"]: [r | {"priced_s": priced(r, c["gpu"])} for r in c["rows"]] for c in data["calls"]}
     for call in data["calls"]:
-        rows = [r | {"priced_s": priced(r, call["gpu"])} for r in call["rows"]]
+        rows = by_call[call["call"]]
         for r in rows:
             err = r["priced_s"] / r["step_s"] - 1
             errors.setdefault(r["setting"], []).append(abs(err))
@@ -112,14 +113,14 @@ def section() -> list[str]:
                     "head, the loop and the engine's own calls). Each cell measured / meshplan, ms; one machine's "
                     "medians of a host-bound loop, noisy to a few tenths of a millisecond a layer:", "",
                     "| setting | per layer per step S1 | per layer per micro-batch M1 | the rest per step S0 | "
-                    "the rest per micro-batch M0 |", "|---|---:|---:|---:|---:|", *parts, "", *_reading(data), "",
+                    "the rest per micro-batch M0 |", "|---|---:|---:|---:|---:|", *parts, "", *_reading(by_call), "",
                     *_profiles(data)]
 
 
-def _reading(data: dict) -> list[str]:
-    """What the third call's split says of the ZeRO optimizer, its figures from the file."""
-    rows = [r | {"priced_s": priced(r, c["gpu"])} for c in data["calls"] if c["call"] == 3 for r in c["rows"]]
-    them, us = split(rows, "step_s"), split(rows, "priced_s")
+def _reading(by_call: dict[int, list[dict]]) -> list[str]:
+    """What the third call's split says of the ZeRO optimizer, its figures from the file (``by_call``: each call's
+    rows with meshplan's step, ``priced_s``)."""
+    them, us = split(by_call[3], "step_s"), split(by_call[3], "priced_s")
     m0 = [(them[s][3] - us[s][3]) * 1e3 for s in ("zero1", "zero2")]
     m1 = [(them[s][1] - them["torch"][1]) * 1e3 for s in ("zero2", "bf16-optimizer")]
     p1 = [(us[s][1] - us["torch"][1]) * 1e3 for s in ("zero2", "bf16-optimizer")]
@@ -129,16 +130,15 @@ def _reading(data: dict) -> list[str]:
             "reduction bucket and out to its partition, data/measured/2026-11-27-zero-microbatch-host-ops.md). "
             f"The ZeRO optimizer (stages 1 and 2) also pays {min(m0):.1f}-{max(m0):.1f} ms a micro-batch outside the "
             "layers beyond what meshplan prices, a cost the CPU counts do not show (at stage 1 nothing launches per "
-            "micro-batch beyond the hook's Python): a lead, nothing fitted to it.", "", *_fifth(data)]
+            "micro-batch beyond the hook's Python): a lead, nothing fitted to it.", "", *_fifth(by_call)]
 
 
-def _fifth(data: dict) -> list[str]:
+def _fifth(by_call: dict[int, list[dict]]) -> list[str]:
     """What the fifth call says of ZeRO 3 and of ZeRO 2 with overlap_comm, per layer and micro-batch beyond the plain
     loop's, measured and priced (medians over its widths and micro-batches)."""
-    calls = [c for c in data["calls"] if c["call"] == 5]
-    if not calls:
+    if 5 not in by_call:
         return []
-    rows = [r | {"priced_s": priced(r, calls[0]["gpu"])} for r in calls[0]["rows"]]
+    rows = by_call[5]
     them, us = per_layer(rows, "step_s"), per_layer(rows, "priced_s")
 
     def beyond(table: dict, setting: str) -> float:
