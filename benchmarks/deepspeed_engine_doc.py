@@ -148,11 +148,16 @@ def _fifth(by_call: dict[int, list[dict]]) -> list[str]:
     p3, po = (beyond(us, s) for s in ("zero3", "zero2-overlap"))
     return [f"The fifth call: per layer and micro-batch, ZeRO 3 took {three:.1f} ms more than the plain loop (median), "
             f"against {p3:.1f} ms priced: its per-module parameter hooks (runtime/zero/parameter_offload.py, the "
-            "fetch before each module's forward and backward and the release after) are not priced, nor counted on "
-            "the CPU (data/measured/2026-11-27-zero-microbatch-host-ops.md counts one module's gradient side). ZeRO 2 "
-            f"with overlap_comm on took {overlap:.1f} ms more, against {po:.1f} ms priced: under overlap_comm its "
+            "fetch before each module's forward and backward and the release after), priced at what DeepSpeed's own "
+            "engine costs this project's CPU per module and per parameter tensor, scaled to the DGX host by the plain "
+            "layer (benchmarks/deepspeed_hooks_cpu.py, data/measured/2026-11-27-deepspeed-zero3-hooks-cpu.json; "
+            "cost/wrapper_work.py ZERO3_HOOKS), nothing fitted to this call. meshplan counts 9 modules a layer (its "
+            "6 parameter-holding modules and 3 containers: layer, attention, MLP, as transformers' layers have), this "
+            "GPT 7 (one container); the rest of the gap grows with the work, as if the hooks' events held the GPU "
+            f"back. ZeRO 2 with overlap_comm on took {overlap:.1f} ms more, against {po:.1f} ms priced: under "
+            "overlap_comm its "
             "bucket reduction synchronises the device (stage_1_and_2.py `allreduce_and_copy`, "
-            "`_allreduce_noncontiguous_bucket_preserving_fp32`). Both are leads."]
+            "`_allreduce_noncontiguous_bucket_preserving_fp32`): a lead."]
 
 
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC")

@@ -43,6 +43,22 @@ def test_a_host_bound_step_says_so_with_its_graphed_twin():
     assert "host-bound" in note.text() and "--cuda-graphs" in note.text()
 
 
+def test_zero3_hooks_are_named_and_stay_under_cuda_graphs():
+    """GPT-2 small (12 layers) under DeepSpeed ZeRO-3 at micro-batch 1 on one A100 host: the note names the module
+    hooks' host seconds (the */zero3_hooks rows: per layer 4 bias-free weights of 2 norms, the QKV and output
+    projections, fc1 and fc2 and 3 containers, 9 modules, and 12 tensors), and the graphed twin keeps them."""
+    from meshplan.cost.wrapper_work import ZERO3_HOOKS  # noqa: PLC0415
+
+    plan = Plan(dp=8, micro_batch=1, global_batch=8, zero=3, grad_bytes=2)
+    est = estimate(load_model("gpt2"), load_system("a100").cluster(8), plan, load_stack("deepspeed"))
+    note = host_note(est)
+    assert note is not None
+    layers = 12 * (9 * ZERO3_HOOKS["module"] + 12 * ZERO3_HOOKS["tensor"]) * 1.55  # A100's host: python_host 1.55
+    assert layers < note.module_hooks < layers * 1.2  # and the ends' (tables, final norm, the micro-batch's own)
+    assert "in ZeRO-3's module hooks" in note.text()
+    assert note.graphed_step is not None and note.graphed_step > layers
+
+
 def test_no_note_where_the_gpus_are_the_limit_and_no_twin_for_a_graphed_stack():
     big = estimate(load_model("llama3-70b"), load_system("h100").cluster(64),
                    Plan(dp=4, tp=8, pp=2, micro_batch=1, global_batch=128), load_stack("megatron-core"))

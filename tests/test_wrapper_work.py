@@ -5,14 +5,16 @@ every ZeRO stage of its grid, ranks each setting as estimate() prices it."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from conftest import gpt
 from meshplan.cost.params import kind_params
-from meshplan.cost.wrapper_work import by_work, possible_work, work_of, work_ops
+from meshplan.cost.wrapper_work import ZERO3_HOOKS, by_work, possible_work, work_of, work_ops
 from meshplan.estimate import estimate
 from meshplan.search import Space, search
 from meshplan.specs.efficiency import DEFAULT as DEFAULT_EFF
@@ -22,6 +24,7 @@ from meshplan.specs.stack import load_stack
 from meshplan.step.assemble import compose, own_settings
 from meshplan.step.units import timed_parts, units_for_recomputes
 
+ROOT = Path(__file__).resolve().parents[1]
 MDS = load_stack("megatron-deepspeed")
 DEEPSPEED = load_stack("deepspeed")
 
@@ -89,10 +92,62 @@ def test_a_zero2_layer_copies_its_gradients_into_the_buckets_every_micro_batch()
     (bf16,) = work_ops(gpt(), Plan(grad_bytes=2), DEEPSPEED, ("dense",))["zero2"]["dense"]
     assert (bf16.kernels, bf16.nbytes) == (2 * 12, 8 * params)
     # ZeRO 3: one copy (4 bytes), with fp32 accumulation a cast and the copy (2 + 4 + 4 + 4 = 14 bytes)
-    (three,) = work_ops(gpt(), Plan(grad_bytes=4), DEEPSPEED, ("dense",))["zero3-fp32"]["dense"]
+    three, *_ = work_ops(gpt(), Plan(grad_bytes=4), DEEPSPEED, ("dense",))["zero3-fp32"]["dense"]
     assert (three.name, three.kernels, three.nbytes) == ("layer/zero3_bucket", 2 * 12, 14 * params)
-    (three,) = work_ops(gpt(), Plan(grad_bytes=2), DEEPSPEED, ("dense",))["zero3"]["dense"]
+    three, *_ = work_ops(gpt(), Plan(grad_bytes=2), DEEPSPEED, ("dense",))["zero3"]["dense"]
     assert (three.kernels, three.nbytes) == (12, 4 * params)
+
+
+def test_zero3_hooks_every_module_and_tensor_on_the_host_alone():
+    """ZeRO 3's fetch and release around each module (ZERO3_HOOKS, seconds on the DGX host): the test GPT's layer
+    has 12 tensors and 6 parameter-holding modules (its two LayerNorms, the QKV and output projections, fc1 and fc2:
+    the tensors less their 6 biases) and 3 containers (the layer, its attention, its MLP): 9 x 480 us + 12 x 162 us
+    = 6.264 ms a micro-batch, half in the forward pass, half in the backward, no GPU time; on a host 1.55 times as
+    slow 1.55 x that. The embedding (word and position tables, the model itself: 3 modules, 2 tensors) carries the
+    micro-batch's own 2.27 ms; the tied head's final LayerNorm (1 module, 2 tensors)."""
+    _, fwd, bwd = work_ops(gpt(), Plan(grad_bytes=2), DEEPSPEED, ("dense",))["zero3"]["dense"]
+    layer = 9 * ZERO3_HOOKS["module"] + 12 * ZERO3_HOOKS["tensor"]
+    assert layer == pytest.approx(6.264e-3)
+    assert (fwd.name, fwd.phase, bwd.phase) == ("layer/zero3_hooks", "fwd", "bwd_x")
+    assert (fwd.host, bwd.host) == (pytest.approx(layer / 2), pytest.approx(layer / 2))
+    assert fwd.kernels == bwd.kernels == fwd.nbytes == fwd.flops == 0
+    slow = work_ops(gpt(), Plan(grad_bytes=2), DEEPSPEED, ("dense",), python_host=1.55)["zero3"]["dense"]
+    assert slow[1].host == pytest.approx(1.55 * layer / 2)
+    ends = work_ops(gpt(), Plan(grad_bytes=2), DEEPSPEED, ("dense",))["zero3"]
+    embed = 3 * ZERO3_HOOKS["module"] + 2 * ZERO3_HOOKS["tensor"] + ZERO3_HOOKS["microbatch"]
+    assert sum(op.host for op in ends["embed"]) == pytest.approx(embed)
+    assert sum(op.host for op in ends["head"]) == pytest.approx(ZERO3_HOOKS["module"] + 2 * ZERO3_HOOKS["tensor"])
+    # stage 2 hooks nothing per module
+    assert all(op.host == 0 for op in work_ops(gpt(), Plan(grad_bytes=2), DEEPSPEED, ("dense",))["zero2"]["dense"])
+
+
+def test_zero3_hook_constants_are_the_committed_measurement():
+    """ZERO3_HOOKS as benchmarks/deepspeed_hooks_cpu.py measured them (data/measured/...-zero3-hooks-cpu.json):
+    on this project's CPU, scaled by the plain layer's 1.15 ms on the DGX host over its CPU time; each per-child
+    slope lies on the line c_m + k·c_t of its kind's k tensors within the measurement's scatter."""
+    found = json.loads((ROOT / "data" / "measured" / "2026-11-27-deepspeed-zero3-hooks-cpu.json").read_text())
+    assert found["to_dgx_host"] == pytest.approx(25e-6 * 46 / found["plain_layer_s"])
+    for key, name in (("module", "module_s"), ("tensor", "tensor_s"), ("microbatch", "microbatch_s")):
+        assert ZERO3_HOOKS[key] == pytest.approx(found["dgx_host"][name], rel=5e-3)
+        assert found["dgx_host"][name] == pytest.approx(found[name] * found["to_dgx_host"])
+    for kind, tensors in (("free", 0), ("weight", 1), ("weight_bias", 2)):
+        slope = found["series"][kind]["per_child_s"]
+        assert slope == pytest.approx(found["module_s"] + tensors * found["tensor_s"], rel=0.15)
+
+
+def test_zero3_hooks_set_the_pace_of_a_small_step_and_hide_behind_a_large_one():
+    """On one H200, 6 layers of the test GPT at ZeRO 3: at micro-batch 1 the host sets the pace and the hooks add
+    at least their 6 x 6.3 ms (the ZeRO-2 twin has none); at micro-batch 64 the GPU does, and they hide."""
+    cluster = load_system("h200").cluster(1)
+    small = replace(gpt(layers=6), seq_length=1024, max_position_embeddings=1024)
+
+    def step(micro, zero):
+        plan = Plan(micro_batch=micro, global_batch=micro, zero=zero, grad_bytes=2)
+        return estimate(small, cluster, plan, DEEPSPEED).step_time
+
+    layer = 9 * ZERO3_HOOKS["module"] + 12 * ZERO3_HOOKS["tensor"]
+    assert step(1, 3) - step(1, 2) >= 6 * layer
+    assert step(64, 3) - step(64, 2) < 0.5 * 6 * layer
 
 
 def test_the_op_table_lists_the_work_the_plan_runs():

@@ -277,6 +277,9 @@ def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff:
     run = parts.with_work(work_of(plan, stack))  # its optimizer wrapper's per-micro-batch work (cost/wrapper_work.py)
     for group, ops in run.ops.items():
         for op, t in zip(ops, run.times[group], strict=True):
+            if op.host and not (op.flops or op.nbytes):  # Python on the host alone (ZeRO-3's hooks): its seconds
+                rows.append(OpRow(op.name, op.phase, "host", float(counts[group]), 0.0, 0.0, float(op.host), "host"))
+                continue
             if op.kind == "collective":
                 bound = "network"
             else:

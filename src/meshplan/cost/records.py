@@ -80,6 +80,10 @@ class OpCost:
     # and result (row-major activations: the weight's two dims, in every pass; never the token count), which sets
     # whether the library's 16-byte-aligned tensor-core kernels can run it (roofline.compute_time, specs/alignment.py)
     align: Num = 32.0
+    # seconds the host spends on the record beyond its launches, at the cluster's host speed: a framework's Python
+    # that launches no kernel (DeepSpeed ZeRO-3's module hooks, cost/wrapper_work.py); the host's timeline only
+    # (step/host.py), no GPU time
+    host: Num = 0.0
 
 
 @dataclass(frozen=True, slots=True)

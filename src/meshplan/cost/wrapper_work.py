@@ -28,15 +28,28 @@ tensors of this GPU's layers and ends, in their backward pass:
   its reduction bucket every micro-batch (``reduce_ready_partitions_and_remove_grads``). Counted alike: 1 ``copy_``
   kernel a tensor with bf16 gradients (4 bytes a parameter), 2 with fp32 accumulation (the cast, 2 + 4, and the
   copy, 4 + 4: 14 bytes), and 9 calls that launch nothing, beyond the module's own; the count's module is one module
-  of many tensors, so ZeRO 3's per-module parameter hooks (fetch and release) are not in it, nor priced here.
+  of many tensors, so ZeRO 3's per-module parameter hooks (fetch and release) are not in it: the next item's.
+- ZeRO 3's module hooks ("zero3", "zero3-fp32" alike; runtime/zero/parameter_offload.py, partitioned_param_
+  coordinator.py): before each module's forward and backward its parameters are fetched (all-gathered, traced,
+  prefetched), after them released, every micro-batch: Python per module and per parameter tensor, which launches
+  nothing a GPU counts (the gathers' collectives are channels.py's). Measured on this project's CPU in DeepSpeed
+  0.19.8's engine and scaled to the DGX host by the plain-PyTorch layer's own time (benchmarks/deepspeed_hooks_cpu.py,
+  data/measured/2026-11-27-deepspeed-zero3-hooks-cpu.json): ``ZERO3_HOOKS`` seconds per module, per tensor and per
+  micro-batch, half in each pass (``OpCost.host``, on the host's timeline only; full recompute runs the forward's
+  again, as its modules fetch again). The modules are the layer's tensors less their biases (a bias shares its
+  weight's module) and ``LAYER_CONTAINERS``; at the ends their tables, norm and head and the model itself. The lent
+  H200 measured the engine at ZeRO 3 (run F of docs/SMALL_WORK_GPU.md): 7.8-13 ms more a GPT layer (7 modules, 12
+  tensors) a micro-batch than the plain loop, against 7.5 ms priced (median); its steps' median |error| went from
+  74 % to 19 %.
 ZeRO 1 gradients accumulate in autograd's own buffers between steps (the hook reduces them at the step's last
 micro-batch only): nothing launches per micro-batch but the hook's Python, which is not priced.
 
-The records go with the backward pass of the layer and the ends whose gradients they touch, so that each pass's
-max(host, GPU) (step/passes.py, step/host.py) hides them where the GPU sets the pace. Which work a plan pays depends
-on its ZeRO stage and optimizer offload, which the search varies over one set of per-key units: the units carry
-a twin per kind of work some setting of theirs runs (step/units.Units.wrapped, built from ``work_ops``) and the step
-picks the one its setting runs (``work_of``, ``by_work``; step/assemble.compose, step/ranks.py).
+The records go with the backward pass of the layer and the ends whose gradients they touch (ZeRO 3's hooks with both
+passes of the modules they fetch), so that each pass's max(host, GPU) (step/passes.py, step/host.py) hides them where
+the GPU sets the pace. Which work a plan pays depends on its ZeRO stage and optimizer offload, which the search varies
+over one set of per-key units: the units carry a twin per kind of work some setting of theirs runs
+(step/units.Units.wrapped, built from ``work_ops``) and the step picks the one its setting runs (``work_of``,
+``by_work``; step/assemble.compose, step/ranks.py).
 """
 
 from __future__ import annotations
@@ -57,6 +70,13 @@ WORK = {"bf16": (20.0, 2.0), "zero2": (8.0, 2.0), "zero2-fp32": (22.0, 3.0), "ze
         "zero3-fp32": (14.0, 2.0)}
 RECORD_NAMES = {"bf16": "bf16_accumulate", "zero2": "zero2_bucket", "zero2-fp32": "zero2_bucket",
                 "zero3": "zero3_bucket", "zero3-fp32": "zero3_bucket"}
+# DeepSpeed 0.19.8 ZeRO-3's hooks every micro-batch, seconds on the DGX host (Cluster.python_host 1): per module, per
+# parameter tensor, and per micro-batch beyond its modules (module docstring; benchmarks/deepspeed_hooks_cpu.py)
+ZERO3_HOOKS = {"module": 480e-6, "tensor": 162e-6, "microbatch": 2.27e-3}
+# a layer's modules that hold no parameter of their own and that ZeRO-3 hooks as it does every module: the layer, its
+# attention and its MLP (transformers' decoder layers, Megatron's TransformerLayer); activation and dropout modules,
+# where a model makes them modules, are left out
+LAYER_CONTAINERS = 3
 
 
 def work_of(plan: Plan, stack: Stack) -> str:
@@ -94,31 +114,51 @@ def by_work(plan: Plan, stack: Stack, zeros: tuple[int, ...], offloads: tuple[bo
     return list(groups.items())
 
 
-def _records(work: str, name: str, params: Num, tensors: Num) -> list[OpCost]:
-    """``work`` on ``params`` parameters in ``tensors`` tensors on this GPU, one micro-batch, in the backward pass."""
+def _records(work: str, name: str, params: Num, tensors: Num, modules: Num = 0.0, python_host: float = 1.0,
+             extra: float = 0.0) -> list[OpCost]:
+    """``work`` on ``params`` parameters in ``tensors`` tensors on this GPU, one micro-batch, in the backward pass;
+    at ZeRO 3 also its hooks around ``modules`` modules (and ``extra`` seconds of the micro-batch's own), half in
+    each pass, at ``python_host`` times the DGX host's time."""
     per_param, per_tensor = WORK[work]
-    return [OpCost(f"{name}/{RECORD_NAMES[work]}", "bwd_w", "memory", 0.0, per_param * params,
-                   kernels=per_tensor * tensors)]
+    out = [OpCost(f"{name}/{RECORD_NAMES[work]}", "bwd_w", "memory", 0.0, per_param * params,
+                  kernels=per_tensor * tensors)]
+    if work.startswith("zero3"):
+        hooks = (ZERO3_HOOKS["module"] * modules + ZERO3_HOOKS["tensor"] * tensors + extra) * python_host
+        out += [OpCost(f"{name}/zero3_hooks", phase, "memory", kernels=0.0, host=hooks / 2)
+                for phase in ("fwd", "bwd_x")]
+    return out
 
 
-def work_ops(model: ModelSpec, plan: Plan, stack: Stack, kinds: tuple[str, ...], works: tuple[str, ...] | None = None
-             ) -> dict[str, dict[str, list[OpCost]]]:
+def _unbiased(model: ModelSpec) -> ModelSpec:
+    """``model`` without its biases: its tensors then count its parameter-holding modules (a bias shares its
+    weight's)."""
+    return replace(model, qkv_bias=False, linear_bias=False, out_bias=False, mlp_bias=False, norm_bias=False)
+
+
+def work_ops(model: ModelSpec, plan: Plan, stack: Stack, kinds: tuple[str, ...], works: tuple[str, ...] | None = None,
+             python_host: float = 1.0) -> dict[str, dict[str, list[OpCost]]]:
     """Per kind of work in ``works`` (default: every kind some setting of the plan runs, ``possible_work``): its
     records for one layer of each of ``kinds`` (its parameters and tensors on this GPU, a MoE layer's local experts
     included), for the embedding and for the head on their stages (cost/params.end_params, cost/tensors.end_tensors:
     the word table and a learned position table; the final norm and an untied output layer, or a tied one's copy on
-    the last of several stages)."""
+    the last of several stages). ZeRO 3's hooks (``ZERO3_HOOKS``) at ``python_host`` times the DGX host's time, the
+    micro-batch's own with the embedding."""
     single = plan.pp == 1  # one stage holds both ends: the head's own, without the embedding's
     embed, embed_tensors = end_params(model, plan.tp, 0, True), end_tensors(model, plan, True, 0)
     head = end_params(model, plan.tp, single, False) - embed * single
     head_tensors = end_tensors(model, plan, False, single) - embed_tensors * single
+    bare = _unbiased(model)
+    embed_modules = end_tensors(bare, plan, True, 0) + 1  # the model itself
+    head_modules = end_tensors(bare, plan, False, single) - end_tensors(bare, plan, True, 0) * single
     out = {}
     for work in possible_work(plan, stack) if works is None else works:
         ops = {}
         for kind in kinds:
-            tensors = kind_tensors(model, plan, stack, kind)
-            ops[kind] = _records(work, "layer", kind_params(model, plan, kind).total, tensors.dense + tensors.expert)
-        ops["embed"] = _records(work, "embed", embed, embed_tensors)
-        ops["head"] = _records(work, "head", head, head_tensors)
+            tensors, weights = kind_tensors(model, plan, stack, kind), kind_tensors(bare, plan, stack, kind)
+            ops[kind] = _records(work, "layer", kind_params(model, plan, kind).total, tensors.dense + tensors.expert,
+                                 weights.dense + weights.expert + LAYER_CONTAINERS, python_host)
+        ops["embed"] = _records(work, "embed", embed, embed_tensors, embed_modules, python_host,
+                                ZERO3_HOOKS["microbatch"])
+        ops["head"] = _records(work, "head", head, head_tensors, head_modules, python_host)
         out[work] = ops
     return out

@@ -30,10 +30,12 @@ class HostNote:
     graphed_step: float | None
     tensor_loops: float = 0.0  # of ``wait``: the optimizer step's per-parameter loops (step/host.step_host)
     training_loop: float = 0.0  # of ``wait``: the training loop's own, per micro-batch and per step (loop/ rows)
+    module_hooks: float = 0.0  # host seconds of DeepSpeed ZeRO-3's module hooks (the */zero3_hooks rows)
 
     def to_dict(self) -> dict[str, Any]:
         return {"host_wait_s": self.wait, "host_wait_share": self.share, "host_dispatch_s": self.per_kernel,
                 "optimizer_host_s": self.tensor_loops, "training_loop_host_s": self.training_loop,
+                "module_hooks_host_s": self.module_hooks,
                 "cuda_graphs_step_time_s": self.graphed_step}
 
     def text(self) -> str:
@@ -45,6 +47,9 @@ class HostNote:
         if self.training_loop:
             line += (f", {fmt_time(self.training_loop)} in the training loop's own work, which CUDA graphs of the "
                      "layers leave as it is (--ops: loop/)")
+        if self.module_hooks:
+            line += (f", {fmt_time(self.module_hooks)} of host time in ZeRO-3's module hooks, which CUDA graphs leave "
+                     "as they are (--ops: zero3_hooks)")
         if self.graphed_step is not None:
             line += (f"; with the layers captured as CUDA graphs (--cuda-graphs, where the framework can) this plan "
                      f"takes {fmt_time(self.graphed_step)}")
@@ -68,5 +73,6 @@ def host_note(est: Estimate) -> HostNote | None:
         graphed = estimate(est.model, est.cluster, est.plan, est.stack.with_(cuda_graphs=True)).step_time
     # the host pays the stack's cost per kernel at its own CPU's speed (Cluster.python_host, step/host.on_host)
     per_kernel = on_host(est.stack, est.cluster.python_host).host_dispatch
+    hooks = sum(r.seconds * r.count for r in est.ops if r.name.endswith("/zero3_hooks"))
     return HostNote(wait=wait, share=wait / est.step_time, per_kernel=per_kernel, graphed_step=graphed,
-                    tensor_loops=loops, training_loop=training_loop)
+                    tensor_loops=loops, training_loop=training_loop, module_hooks=float(hooks))

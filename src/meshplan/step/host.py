@@ -120,20 +120,26 @@ def host_times(ops: list[OpCost], plan: Plan, stack: Stack, recompute: str,
                count_of: Callable[[OpCost], Num] = launches) -> dict[str, Num]:
     """Host seconds to issue the forward ("f") and backward ("b") pass of a group of ops: kernels launched
     (``count_of``: ``launches``) × ``stack.host_dispatch``, the backward's including what recompute launches again;
-    a CUDA-graphed stack (``stack.cuda_graphs``) launches one graph per group and pass instead."""
+    a CUDA-graphed stack (``stack.cuda_graphs``) launches one graph per group and pass instead. Plus the records' own
+    host seconds (``OpCost.host``: a framework's Python that launches nothing, such as ZeRO-3's module hooks), which
+    full recompute runs again with the forward and a graph does not replace."""
     count: dict[str, Num] = {"f": 0.0, "b": 0.0}
+    hooks: dict[str, Num] = {"f": 0.0, "b": 0.0}  # what the records' Python costs beyond their launches (op.host)
     for op in ops:
         ph = "f" if op.phase == "fwd" else "b"
         count[ph] = count[ph] + count_of(op)
-    if recompute == "full":
+        if not (type(op.host) is float and op.host == 0.0):
+            hooks[ph] = hooks[ph] + op.host
+    if recompute == "full":  # the forward runs again, its modules' hooks with it
         count["b"] = count["b"] + count["f"]
+        hooks["b"] = hooks["b"] + hooks["f"]
     elif recompute == "selective":
         for op, again in zip(ops, rerun_by(ops, plan.recompute_modules), strict=True):
             if again:
                 count["b"] = count["b"] + count_of(op)
     if stack.cuda_graphs:
         count = {ph: minimum(c, 1.0) for ph, c in count.items()}
-    return {ph: c * stack.host_dispatch for ph, c in count.items()}
+    return {ph: c * stack.host_dispatch + hooks[ph] for ph, c in count.items()}
 
 
 def exposed(op: OpCost, stack: Stack) -> bool:
@@ -146,16 +152,16 @@ def segment_time(ops: list[OpCost], times: list[Num], stack: Stack,
     """Per pass ("f", "b") Σ over the segments between exposed collectives (``exposed``, over a group of more than
     one rank; each a sync where the host waits for them, ``stack.blocking_collectives``) of
     max(host_s, GPU_s) + c_s: host_s the segment's launches × ``stack.host_dispatch`` (the collective's call
-    among them), GPU_s its kernels' ``times``, c_s its closing collective's time, which runs after both (it starts
-    once issued and once the GPU is through the segment) while the host waits for it (a collective that hides counts
-    nowhere). What follows the last sync is a segment: max(host, GPU). A collective over one rank closes nothing: its
-    time is GPU time of the segment."""
+    among them) and its records' own host seconds (``OpCost.host``), GPU_s its kernels' ``times``, c_s its closing
+    collective's time, which runs after both (it starts once issued and once the GPU is through the segment) while
+    the host waits for it (a collective that hides counts nowhere). What follows the last sync is a segment:
+    max(host, GPU). A collective over one rank closes nothing: its time is GPU time of the segment."""
     total: dict[str, Num] = {"f": 0.0, "b": 0.0}
     host: dict[str, Num] = {"f": 0.0, "b": 0.0}
     gpu: dict[str, Num] = {"f": 0.0, "b": 0.0}
     for op, t in zip(ops, times, strict=True):
         ph = "f" if op.phase == "fwd" else "b"
-        host[ph] = host[ph] + count_of(op) * stack.host_dispatch
+        host[ph] = host[ph] + count_of(op) * stack.host_dispatch + op.host
         if op.collective is not None and not exposed(op, stack):
             continue  # hidden behind compute: neither the segment's GPU time nor a sync
         if op.collective is not None:

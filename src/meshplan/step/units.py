@@ -71,7 +71,7 @@ def timed_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, ef
     records of each kind of wrapper work in ``works`` (default: every kind some setting of the plan runs,
     cost/wrapper_work.possible_work)."""
     ops = _ops(model, plan, stack)
-    extra = work_ops(model, plan, stack, tuple(model.block_counts), works)
+    extra = work_ops(model, plan, stack, tuple(model.block_counts), works, cluster.python_host)
     return Parts(ops, {k: time_ops(v, cluster, plan, eff, compute[k] if compute else None) for k, v in ops.items()},
                  cluster.python_host, extra,
                  {w: {k: time_ops(v, cluster, plan, eff) for k, v in groups.items()} for w, groups in extra.items()})
