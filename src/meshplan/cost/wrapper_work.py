@@ -147,11 +147,12 @@ def work_ops(model: ModelSpec, plan: Plan, stack: Stack, kinds: tuple[str, ...],
     embed, embed_tensors = end_params(model, plan.tp, 0, True), end_tensors(model, plan, True, 0)
     head = end_params(model, plan.tp, single, False) - embed * single
     head_tensors = end_tensors(model, plan, False, single) - embed_tensors * single
-    bare = _unbiased(model)
+    works = possible_work(plan, stack) if works is None else works
+    bare = _unbiased(model) if any(w.startswith("zero3") for w in works) else model  # modules: ZeRO 3's hooks only
     embed_modules = end_tensors(bare, plan, True, 0) + 1  # the model itself
     head_modules = end_tensors(bare, plan, False, single) - end_tensors(bare, plan, True, 0) * single
     out = {}
-    for work in possible_work(plan, stack) if works is None else works:
+    for work in works:
         ops = {}
         for kind in kinds:
             tensors, weights = kind_tensors(model, plan, stack, kind), kind_tensors(bare, plan, stack, kind)
