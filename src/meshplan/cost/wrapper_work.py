@@ -39,7 +39,7 @@ tensors of this GPU's layers and ends, in their backward pass:
   again, as its modules fetch again). The modules are the layer's tensors less their biases (a bias shares its
   weight's module) and ``LAYER_CONTAINERS``; at the ends their tables, norm and head and the model itself. The lent
   H200 measured the engine at ZeRO 3 (run F of docs/SMALL_WORK_GPU.md): 7.8-13 ms more a GPT layer (7 modules, 12
-  tensors) a micro-batch than the plain loop, against 7.5 ms priced (median); its steps' median |error| went from
+  tensors) a micro-batch than the plain loop, against 7.8 ms priced (median); its steps' median |error| went from
   74 % to 19 %.
 ZeRO 1 gradients accumulate in autograd's own buffers between steps (the hook reduces them at the step's last
 micro-batch only): nothing launches per micro-batch but the hook's Python, which is not priced.
@@ -72,7 +72,7 @@ RECORD_NAMES = {"bf16": "bf16_accumulate", "zero2": "zero2_bucket", "zero2-fp32"
                 "zero3": "zero3_bucket", "zero3-fp32": "zero3_bucket"}
 # DeepSpeed 0.19.8 ZeRO-3's hooks every micro-batch, seconds on the DGX host (Cluster.python_host 1): per module, per
 # parameter tensor, and per micro-batch beyond its modules (module docstring; benchmarks/deepspeed_hooks_cpu.py)
-ZERO3_HOOKS = {"module": 480e-6, "tensor": 162e-6, "microbatch": 2.27e-3}
+ZERO3_HOOKS = {"module": 535e-6, "tensor": 151e-6, "microbatch": 0.791e-3}
 # a layer's modules that hold no parameter of their own and that ZeRO-3 hooks as it does every module: the layer, its
 # attention and its MLP (transformers' decoder layers, Megatron's TransformerLayer); activation and dropout modules,
 # where a model makes them modules, are left out
