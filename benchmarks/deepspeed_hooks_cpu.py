@@ -43,12 +43,18 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
+from meshplan.specs.stack import load_stack
+
 HERE = Path(__file__).resolve().parent
 SIZES = (8, 16, 32, 64)
 REPEATS = 3  # whole measurements, on the same engines; the constants are their medians
 KINDS = ("free", "weight", "weight_bias")  # a child without parameters, with one tensor, with two
 TENSORS = {"free": 0, "weight": 1, "weight_bias": 2}
-PLAIN_LAYER_GPU_HOST = 25e-6 * 46  # s: the plain GPT layer's host time per layer on the H200's host (module docstring)
+PLAIN_LAYER_KERNELS = 46  # the plain GPT layer's CUDA kernels, forward and backward (docs/SMALL_WORK_GPU.md)
+# s: that layer's host time on the H200's host, the preset's per-kernel cost it was measured as (module docstring)
+PLAIN_LAYER_GPU_HOST = load_stack("pytorch-fsdp").host_dispatch * PLAIN_LAYER_KERNELS
 DS_ENV = {"DS_ACCELERATOR": "cpu", "MASTER_ADDR": "127.0.0.1", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
           "MASTER_PORT": "29571"}
 
@@ -85,10 +91,8 @@ def _mean(fn, reps: int) -> float:  # noqa: ANN001
 
 def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """Least-squares slope and intercept."""
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
-    return slope, my - slope * mx
+    slope, intercept = np.polyfit(xs, ys, 1)
+    return float(slope), float(intercept)
 
 
 def _repeat(runs: dict, reps: int, rounds: int) -> dict:

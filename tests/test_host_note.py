@@ -45,8 +45,8 @@ def test_a_host_bound_step_says_so_with_its_graphed_twin():
 
 def test_zero3_hooks_are_named_and_stay_under_cuda_graphs():
     """GPT-2 small (12 layers) under DeepSpeed ZeRO-3 at micro-batch 1 on one A100 host: the note names the module
-    hooks' host seconds (the */zero3_hooks rows: per layer 4 bias-free weights of 2 norms, the QKV and output
-    projections, fc1 and fc2 and 3 containers, 9 modules, and 12 tensors), and the graphed twin keeps them."""
+    hooks' host seconds (the */zero3_hooks rows: per layer 9 modules, its 6 parameter-holding ones (2 norms, the
+    QKV and output projections, fc1 and fc2) and 3 containers, and 12 tensors), and the graphed twin keeps them."""
     from meshplan.cost.wrapper_work import ZERO3_HOOKS  # noqa: PLC0415
 
     plan = Plan(dp=8, micro_batch=1, global_batch=8, zero=3, grad_bytes=2)

@@ -172,8 +172,9 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, re
     traffic = _traffic(ops, times)
     fwd_comm = tp["f"] + cp["f"] + ep["f"] + pp["f"]
     idle: Num = ZERO
-    hooked = any(not (type(op.host) is float and op.host == 0.0) for op in ops)  # host seconds beyond launches
-    if (stack.host_dispatch or hooked) and any(op.collective is None for op in ops):  # the host as a resource
+    # the host as a resource (docstring): its launches, or its records' own host seconds (OpCost.host)
+    hosted = stack.host_dispatch or any(not (type(op.host) is float and op.host == 0.0) for op in ops)
+    if hosted and any(op.collective is None for op in ops):
         gpu_f = kernels["f"] + fwd_comm - sd * hidden["f"]
         gpu_b = kernels["b"] + redo + tp["b"] + cp["b"] + ep["b"] + pp["b"] - sd * hidden_b
         gpu = {"f": gpu_f, "b": gpu_b}
