@@ -1,12 +1,13 @@
 """A published record's parallel layout (map_layout.py, layouts.py): unstated expert tensor and expert parallelism
 as the stack implies, the schedule of a pipeline that states no virtual stages, and the recipes that count the
-embedding and the loss as pipeline layers (Plan.last_stage_layers)."""
+embedding and the loss as pipeline layers (Plan.first_stage_layers, Plan.last_stage_layers)."""
 
 from __future__ import annotations
 
 import pytest
 
 from meshplan_validation.case import map_run
+from meshplan_validation.layouts import layout_rank_layers, lighter_first
 from published_helpers import QWEN3_30B, QWEN3_235B, indep, record
 
 
@@ -70,6 +71,8 @@ def test_the_405b_recipe_counts_the_embedding_and_the_loss_as_pipeline_layers(na
     case = map_run(record(model=model, hardware={"gpu": "GB200", "num_gpus": 256, "gpus_per_node": 4},
                           parallel={"tp": 4, "pp": pp, "vp": vp, "global_batch_size": 1536}))
     assert case.plan.last_stage_layers == last
+    # the embedding's slot leaves the first rank as many: 7 against the middle ranks' ⌈(126 − 7 − 7)/14⌉ = 8
+    assert case.plan.first_stage_layers == last
     assert any("account_for_embedding" in note for note in case.assumptions) is bool(last)
 
 
@@ -85,3 +88,49 @@ def test_a_megatron_core_stack_that_cannot_split_the_layers_otherwise_counts_the
     assert last("nemo_2504_gb200_perf_summary", 8) == 15
     assert last("nemo_2504_gb200_perf_summary", 7) == 0
     assert last("torchtitan_x", 8, "torchtitan (FSDP2)") == 0  # not a Megatron-Core stack
+
+
+BLOOM_176B = {"name": "BLOOM-176B", "num_layers": 70, "hidden_size": 14336, "num_heads": 112, "num_kv_heads": 112,
+              "ffn_hidden_size": 57344, "vocab_size": 250680, "seq_length": 2048}
+
+
+@pytest.mark.parametrize(("pp", "first", "last"), [
+    (12, 5, 5),  # 70 + 2 blocks over 12 ranks: 6 each, the embeddings' slots leave the ends 5 (the README's table)
+    (8, 8, 8),  # 72 / 8 = 9 a rank: the ends hold 8 beside their embedding, the middle ranks ⌈(70 − 16)/6⌉ = 9
+    (5, 0, 0),  # 72 blocks do not split over 5 ranks: DeepSpeed's balanced partition is not modelled, an even split
+])
+def test_blooms_partition_weighs_the_tied_embeddings_as_blocks(pp, first, last):
+    """BLOOM ran --pp-partition-method 'type:transformer|embedding' (bigscience tr11-176B-ml README): at pp 12, rank 0
+    holds the embedding and 5 blocks, ranks 1-10 six blocks, rank 11 five blocks and the tied embedding."""
+    case = map_run(record(group="bloom", framework="Megatron-DeepSpeed (BLOOM)", model=BLOOM_176B, precision="bf16",
+                          hardware={"gpu": "A100 80GB", "num_gpus": 48 * pp, "gpus_per_node": 8},
+                          parallel={"tp": 4, "pp": pp, "dp": 12, "vp": None, "micro_batch_size": 2,
+                                    "global_batch_size": 2304}))
+    assert (case.plan.first_stage_layers, case.plan.last_stage_layers) == (first, last)
+    assert any("type:transformer|embedding" in note for note in case.assumptions) is bool(last)
+
+
+def test_a_layout_gives_its_first_rank_its_own_count_where_it_is_lighter():
+    """DeepSeek-V3's H100 layout 'Et|' + 'tt|' × 30 + 'mL' at pp 8, vp 4: rank 0 runs chunks 0, 8, 16, 24 (1 + 2 + 2 +
+    2 = 7 decoder layers), rank 7 chunks 7, 15, 23, 31 (2 + 2 + 2 + 0 = 6); the middle ranks hold 8. An even split of
+    the rest would give the first rank ⌈(61 − 6)/7⌉ = 8, so its 7 is kept."""
+    layout = "Et|" + "tt|" * 30 + "mL"
+    assert [layout_rank_layers(layout, 8, r) for r in range(8)] == [7, 8, 8, 8, 8, 8, 8, 6]
+    assert lighter_first(7, 6, 61, 8) == 7
+    assert lighter_first(8, 6, 61, 8) == 0  # no lighter than an even split: 0, the even split itself
+
+
+def test_a_record_that_names_deepspeeds_embedding_partition_gets_it():
+    """A record whose text names --pp-partition-method 'type:transformer|embedding' (BigScience's rebalanced runs of
+    February 2022) splits its L + 2 items the same way; without the name, an even split."""
+    def ends(notes: str) -> tuple[int, int]:
+        rec = record(group="bloom_prequel_x", framework="Megatron-DeepSpeed (bigscience fork)", precision="bf16",
+                     model=BLOOM_176B | {"name": "BLOOM-style GPT"}, notes=notes,
+                     hardware={"gpu": "A100 80GB", "num_gpus": 384, "gpus_per_node": 8},
+                     parallel={"tp": 4, "pp": 12, "dp": 8, "vp": None, "micro_batch_size": 2,
+                               "global_batch_size": 2048})
+        plan = map_run(rec).plan
+        return plan.first_stage_layers, plan.last_stage_layers
+
+    assert ends("Uses --pp-partition-method 'type:transformer|embedding' (70 + 2 = 72 = 6 x 12)") == (5, 5)
+    assert ends("") == (0, 0)

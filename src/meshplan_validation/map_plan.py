@@ -12,7 +12,7 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan_validation.layouts import last_stage_layers
+from meshplan_validation.layouts import end_stage_layers
 from meshplan_validation.map_kernels import attention_kernel, kernels, overlap_dp, recipe_settings, tensor_parallel
 from meshplan_validation.map_layout import batches, interleaving, parallel_sizes
 from meshplan_validation.map_training import (
@@ -63,7 +63,7 @@ def _layout(record: dict[str, Any], model: ModelSpec, n: int, src: SourceDefault
 
 def _training(record: dict[str, Any], model: ModelSpec, layout: dict[str, int], src: SourceDefaults,
               notes: list[str]) -> tuple[dict[str, Any], str]:
-    """The Plan's precision, ZeRO stage, recompute and last-stage layers (map_training.py, layouts.py), and the
+    """The Plan's precision, ZeRO stage, recompute and end-stage layers (map_training.py, layouts.py), and the
     stack's fp8 scaling."""
     p, pp = record.get("parallel") or {}, layout["pp"]
     precision = precision_of(record, notes)
@@ -72,10 +72,11 @@ def _training(record: dict[str, Any], model: ModelSpec, layout: dict[str, int], 
     notes.append(zero_note)
     mode, layers, modules, rc_note = recompute(record, p, model, pp, src)
     notes.append(rc_note)
-    last_layers, layout_note = last_stage_layers(record, model, pp, layout["vpp"])
+    first_layers, last_layers, layout_note = end_stage_layers(record, model, pp, layout["vpp"])
     notes += [layout_note] if layout_note else []
     return {"precision": precision, "zero": zero, "recompute": mode, "recompute_layers": layers,
-            "recompute_modules": modules, "last_stage_layers": last_layers}, scaling
+            "recompute_modules": modules, "first_stage_layers": first_layers,
+            "last_stage_layers": last_layers}, scaling
 
 
 def _stack_settings(record: dict[str, Any], model: ModelSpec, layout: dict[str, int], precision: str,
