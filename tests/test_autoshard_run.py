@@ -25,6 +25,7 @@ pytest.importorskip("scipy")
 
 from meshplan.autoshard.planner import Request, plan_sharding  # noqa: E402
 from meshplan.autoshard.program import parallelize_code  # noqa: E402
+from meshplan.calibrate.ranks import start_ranks  # noqa: E402
 
 MODELS = str(Path(__file__).with_name("shardrun_models.py"))
 AUDIT = '''
@@ -106,11 +107,8 @@ def _unpacked(grad, name: str, packed: dict[str, int], tp: int):
 
 
 def execute(code: str, world: int, small: str, kind: str) -> None:
-    import torch.multiprocessing as mp
-
     with tempfile.TemporaryDirectory(prefix="meshplan-run-") as tmp:
-        mp.start_processes(_rank, args=(world, os.path.join(tmp, "rendezvous"), code, small, kind), nprocs=world,
-                           join=True, start_method="fork")
+        start_ranks(_rank, (world, os.path.join(tmp, "rendezvous"), code, small, kind), world, "cpu")
 
 
 def planned(model: str, gpus: int, shape: tuple[int, ...], mesh=None, dtype: str = "int64", headroom: float = 0.0

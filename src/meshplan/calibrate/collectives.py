@@ -3,7 +3,8 @@ discovery) and the collectives of comm.py along each dimension of a mesh.
 
 One process per rank on this host (torch.multiprocessing), NCCL on GPUs (rank r on cuda:r) and gloo on CPU
 tensors otherwise; they meet through a file:// rendezvous in a temporary directory. On CPU the ranks are
-forked (a spawn would re-import PyTorch in every rank: seconds); with CUDA they are spawned, as CUDA requires.
+forked, from a single-threaded process, or else come from a fork server (a spawn would re-import PyTorch in every
+rank: seconds); with CUDA they are spawned, as CUDA requires (calibrate/ranks.py).
 
 Pairs: the circle method of round-robin tournaments pairs every two ranks once in world−1 rounds (world if it
 is odd) of disjoint pairs; a round's pairs run at once, as a training step's point-to-point traffic does. The
@@ -27,6 +28,7 @@ from typing import Any
 
 from meshplan.calibrate.bench import require_torch, synchronizer, time_call
 from meshplan.calibrate.discover import discover_mesh, pair_matrices
+from meshplan.calibrate.ranks import start_ranks
 from meshplan.calibrate.records import CollectiveSample, PairSample
 from meshplan.calibrate.settings import Settings
 from meshplan.errors import SpecError
@@ -51,16 +53,12 @@ def measure_distributed(*, world_size: int, settings: Settings, device: str = "c
     if world_size == 1:
         return DistMeasurement(backend="none", mesh=(1,), order=(0,), pairs=(), collectives=())
     torch = require_torch()
-    import torch.multiprocessing as mp
-
     if device == "cuda" and world_size > torch.cuda.device_count():
         raise SpecError(f"world-size={world_size} exceeds the {torch.cuda.device_count()} GPUs on this host")
-    fork = device == "cpu" and "fork" in mp.get_all_start_methods() and not torch.cuda.is_initialized()
     with tempfile.TemporaryDirectory(prefix="meshplan-calibrate-") as tmp:
         out = os.path.join(tmp, "result.pkl")
-        mp.start_processes(_rank_main, args=(world_size, os.path.join(tmp, "rendezvous"), out, device, settings,
-                                             mesh, gap),
-                           nprocs=world_size, join=True, start_method="fork" if fork else "spawn")
+        start_ranks(_rank_main, (world_size, os.path.join(tmp, "rendezvous"), out, device, settings, mesh, gap),
+                    world_size, device)
         with open(out, "rb") as f:
             return pickle.load(f)
 

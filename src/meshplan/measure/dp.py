@@ -30,6 +30,7 @@ from functools import partial
 from typing import Any
 
 from meshplan.calibrate.fit import LinkFit, fit_collective
+from meshplan.calibrate.ranks import start_ranks
 from meshplan.calibrate.records import CollectiveSample
 from meshplan.errors import SpecError
 from meshplan.measure.timing import median
@@ -101,16 +102,14 @@ def _log_distance(s: float, t: float) -> float:
 def check_data_parallel(ref: str, world: int, settings: Any, shapes: tuple = (), dtypes: tuple = ()) -> DPResult:
     """Spawn ``world`` ranks on this host (the module docstring) and return rank 0's result."""
     import torch
-    import torch.multiprocessing as mp
 
     if settings.device == "cuda" and world > torch.cuda.device_count():
         raise SpecError(f"world-size={world} is more than this host's {torch.cuda.device_count()} GPUs")
-    fork = settings.device == "cpu" and "fork" in mp.get_all_start_methods() and not torch.cuda.is_initialized()
     settings = replace(settings, clock="wall", profile_ops=False)
     with tempfile.TemporaryDirectory(prefix="meshplan-dp-") as tmp:
         out = os.path.join(tmp, "result.pkl")
-        mp.start_processes(_rank, args=(world, os.path.join(tmp, "rendezvous"), out, ref, settings, shapes, dtypes),
-                           nprocs=world, join=True, start_method="fork" if fork else "spawn")
+        start_ranks(_rank, (world, os.path.join(tmp, "rendezvous"), out, ref, settings, shapes, dtypes), world,
+                    settings.device)
         with open(out, "rb") as f:
             return pickle.load(f)
 
