@@ -151,3 +151,21 @@ def test_the_rule_agrees_with_deepspeeds_own_code_on_every_setting(monkeypatch):
                         if theirs != "refused":
                             assert deepspeed_wrapper(plan, pipeline) == theirs, (plan, pipeline)
     assert seen == {"zero", "zero-fp32", "bf16", "fp16", "none", "refused"}
+
+
+@pytest.mark.parametrize("zero, offload, extra", [
+    (1, False, 2),  # BF16_Optimizer: the model's bf16 .grad kept beside the fp32 buffer, 2 B a parameter unsharded
+    (1, True, 0),   # the optimizer on the CPU: the ZeRO optimizer, no fp32 buffer of its own
+    (2, False, 0),  # stage 2: the ZeRO optimizer
+])
+def test_bf16_optimizer_keeps_the_bf16_gradients_beside_its_fp32_buffer(zero, offload, extra):
+    """Llama-3-8B on 8 H100s, dp 8, fp32 gradients: under DeepSpeed at ZeRO 1 the gradients a GPU holds are the fp32
+    buffer's 4 B a parameter (counted as every stack's) plus the bf16 gradients autograd writes and BF16_Optimizer
+    zeroes instead of freeing, 2 B: 6 B; the same plan under a stack that states its wrapper holds 4 B."""
+    model, cluster = load_model("llama3-8b"), load_system("h100").cluster(8)
+    plan = Plan(dp=8, global_batch=8, zero=zero, grad_bytes=4, offload_optimizer=offload)
+    ds = estimate(model, cluster, plan, load_stack("deepspeed"))
+    plain = estimate(model, cluster, plan, Stack())
+    params = ds.memory["weights"] / 2  # bf16 weights, unsharded below ZeRO 3
+    assert ds.memory["grads"] - plain.memory["grads"] == pytest.approx(extra * params, rel=1e-9)
+    assert ds.memory["optimizer"] == pytest.approx(plain.memory["optimizer"], rel=1e-9)

@@ -36,6 +36,7 @@ from meshplan.cost.params import (
     trainable,
 )
 from meshplan.cost.records import ACT_BYTES, FP32, token_rows
+from meshplan.cost.wrapper_work import work_of
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import head_vocab
 from meshplan.specs.plan import ASYNC_SCHEDULES, Plan
@@ -137,10 +138,23 @@ def model_states(params: StageParams, plan: Plan, stack: Stack, last: bool = Fal
     weights = sharded(3, WEIGHT_BYTES)
     if plan.schedule in ASYNC_SCHEDULES:
         weights = weights + (weight_versions(plan, last) - 1) * sharded(3, WEIGHT_BYTES, train)
-    grads = sharded(2, plan.grad_bytes, train) * chunk_gradient_share(plan, stack)
+    grads = sharded(2, plan.grad_bytes, train) * chunk_gradient_share(plan, stack) + lp_gradients(train, plan, stack)
     optimizer = 0.0 if plan.offload_optimizer else sharded(1, OPTIMIZER_STATE[plan.optimizer].state, train)
     copies = 2 if plan.schedule == "dualpipe" else 1  # DualPipe: two stages per rank (zero_bubble.weight_copies)
     return weights * copies, grads * copies, optimizer * copies
+
+
+def lp_gradients(train: StageParams, plan: Plan, stack: Stack) -> Num:
+    """Bytes of 16-bit gradients a wrapper keeps beside the gradients ``model_states`` counts: DeepSpeed's
+    BF16_Optimizer (cost/wrappers.py, the "bf16" wrapper) accumulates each micro-batch's bf16 ``.grad`` into a flat
+    buffer of the plan's gradient bytes over every parameter (bf16_optimizer.py ``fp32_groups_gradients_flat``: the
+    ``plan.grad_bytes`` counted), and zeroes the bf16 gradients between micro-batches instead of freeing them
+    (``clear_lp_grads`` under the pipeline engine), so both live through the step: WEIGHT_BYTES more a trainable
+    parameter, unsharded. BigScience's README for BLOOM-176B: its fp32 buffer "consumes 4 bytes * params of
+    additional memory". Not for a stated wrapper nor under LoRA (work_of: no wrapper work)."""
+    if work_of(plan, stack) != "bf16":
+        return 0.0
+    return WEIGHT_BYTES * train.total
 
 
 # ZeRO-Infinity keeps the parameters of the layer running and of the one prefetched on the GPU (Rajbhandari et al. 2021,

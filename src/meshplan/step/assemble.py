@@ -301,28 +301,31 @@ def compose_memory(model: ModelSpec, plan: Plan, units: Mapping[str, Units], gri
 
     n = 3 if middle_may_bind(model, stack, plan) else 2
     ends = rank_params(model, plan)[:n]
-    # an offloaded optimizer state leaves the GPU for the host: the first rank's (memory.offloaded_optimizer)
-    kept: dict[int, list[tuple[Num, ...]]] = {
-        z: [model_states(end, _with(plan, zero=z, offload_optimizer=False), stack, last)
-            for end, last in zip(ends, (False, True, False)[:n], strict=True)] for z in zeros}
+    # each (ZeRO stage, optimizer offload): an offloaded optimizer state leaves the GPU for the host, the first rank's
+    # (memory.offloaded_optimizer, the states kept without offload), and the wrapper DeepSpeed picks, which sets the
+    # gradients a rank keeps (memory.lp_gradients), may differ with it
+    settings = [(z, oo) for z in zeros for oo in sorted({False, *oos})]
+    kept: dict[tuple[int, bool], list[tuple[Num, ...]]] = {
+        (z, oo): [model_states(end, _with(plan, zero=z, offload_optimizer=oo), stack, last)
+                  for end, last in zip(ends, (False, True, False)[:n], strict=True)] for z, oo in settings}
     if n == 3:  # no middle rank (p ≤ 2): the first's states in its row
-        kept = {z: [*k[:2], tuple(middle_or_first(plan, x, y) for x, y in zip(k[2], k[0], strict=True))]
-                for z, k in kept.items()}
+        kept = {key: [*k[:2], tuple(middle_or_first(plan, x, y) for x, y in zip(k[2], k[0], strict=True))]
+                for key, k in kept.items()}
     if plan.offload_weights:  # the weights' resident share on the GPU, the rest in host memory (memory.py; a middle
         resident = [resident_weights(model, plan, last) for last in (False, True, False)[:n]]  # rank: the first's
-        kept = {z: [(w * share, g, o) for (w, g, o), share in zip(kept[z], resident, strict=True)] for z in zeros}
-        host_weights = {z: kept[z][0][0] * (1 - resident[0]) / resident[0] for z in zeros}
-    states = [_array([[[arr(0.0 if i == 2 and oo else end[i]) for end in kept[z]] for oo in oos] for z in zeros])
-              for i in range(3)]
+        kept = {key: [(w * share, g, o) for (w, g, o), share in zip(k, resident, strict=True)]
+                for key, k in kept.items()}
+        host_weights = {z: kept[z, False][0][0] * (1 - resident[0]) / resident[0] for z in zeros}
+    states = [_array([[[arr(end[i]) for end in kept[z, oo]] for oo in oos] for z in zeros]) for i in range(3)]
     settled = {(rc, oa): _with(plan, recompute=rc, offload_activations=oa) for rc in rcs for oa in oas}
     acts = _array([[[arr(a) for a in activation_memory(model, settled[rc, oa], stack, units[rc], n == 3)]
                     for oa in oas]
                    for rc in rcs])
     weights, grads, optimizer = states
     buffers = _array([arr(buffer_memory(model, _with(plan, zero=z))) for z in zeros])
+    hosted = {z: host_weights[z] if plan.offload_weights else 0.0 for z in zeros}
     return MemoryGrid(weights, grads, optimizer, acts, buffers,
-                      _array([[arr((kept[z][0][2] if oo else 0.0) + (host_weights[z] if plan.offload_weights else 0.0))
-                                for oo in oos] for z in zeros]),
+                      _array([[arr((kept[z, False][0][2] if oo else 0.0) + hosted[z]) for oo in oos] for z in zeros]),
                       _array([[arr(offloaded_activations(model, settled[rc, oa], units[rc], n == 3)) for oa in oas]
                               for rc in rcs]))
 
