@@ -148,10 +148,11 @@ def lp_gradients(train: StageParams, plan: Plan, stack: Stack) -> Num:
     """Bytes of 16-bit gradients a wrapper keeps beside the gradients ``model_states`` counts: DeepSpeed's
     BF16_Optimizer (cost/wrappers.py, the "bf16" wrapper) accumulates each micro-batch's bf16 ``.grad`` into a flat
     buffer of the plan's gradient bytes over every parameter (bf16_optimizer.py ``fp32_groups_gradients_flat``: the
-    ``plan.grad_bytes`` counted), and zeroes the bf16 gradients between micro-batches instead of freeing them
-    (``clear_lp_grads`` under the pipeline engine), so both live through the step: WEIGHT_BYTES more a trainable
-    parameter, unsharded. BigScience's README for BLOOM-176B: its fp32 buffer "consumes 4 bytes * params of
-    additional memory". Not for a stated wrapper nor under LoRA (work_of: no wrapper work)."""
+    ``plan.grad_bytes`` counted), and zeroes the bf16 gradients before each micro-batch's backward instead of freeing
+    them (``backward_prologue``: ``clear_lp_grads``, set_to_none False; the pipeline engine calls it alike), so both
+    live through the step: WEIGHT_BYTES more a trainable parameter, unsharded. BigScience's README for BLOOM-176B:
+    its fp32 buffer "consumes 4 bytes * params of additional memory". Not for a stated wrapper nor under LoRA
+    (work_of: no wrapper work)."""
     if work_of(plan, stack) != "bf16":
         return 0.0
     return WEIGHT_BYTES * train.total
