@@ -149,8 +149,9 @@ def work_ops(model: ModelSpec, plan: Plan, stack: Stack, kinds: tuple[str, ...],
     head_tensors = end_tensors(model, plan, False, single) - embed_tensors * single
     works = possible_work(plan, stack) if works is None else works
     bare = _unbiased(model) if any(w.startswith("zero3") for w in works) else model  # modules: ZeRO 3's hooks only
-    embed_modules = end_tensors(bare, plan, True, 0) + 1  # the model itself
-    head_modules = end_tensors(bare, plan, False, single) - end_tensors(bare, plan, True, 0) * single
+    bare_embed = end_tensors(bare, plan, True, 0)
+    embed_modules = bare_embed + 1  # the model itself
+    head_modules = end_tensors(bare, plan, False, single) - bare_embed * single
     out = {}
     for work in works:
         ops = {}

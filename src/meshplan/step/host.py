@@ -128,7 +128,7 @@ def host_times(ops: list[OpCost], plan: Plan, stack: Stack, recompute: str,
     for op in ops:
         ph = "f" if op.phase == "fwd" else "b"
         count[ph] = count[ph] + count_of(op)
-        if not (type(op.host) is float and op.host == 0.0):
+        if hosted(op):
             hooks[ph] = hooks[ph] + op.host
     if recompute == "full":  # the forward runs again, its modules' hooks with it
         count["b"] = count["b"] + count["f"]
@@ -140,6 +140,11 @@ def host_times(ops: list[OpCost], plan: Plan, stack: Stack, recompute: str,
     if stack.cuda_graphs:
         count = {ph: minimum(c, 1.0) for ph, c in count.items()}
     return {ph: c * stack.host_dispatch + hooks[ph] for ph, c in count.items()}
+
+
+def hosted(op: OpCost) -> bool:
+    """Whether ``op`` carries host seconds of its own (``OpCost.host``: an array, or a float other than 0.0)."""
+    return not (type(op.host) is float and op.host == 0.0)
 
 
 def exposed(op: OpCost, stack: Stack) -> bool:

@@ -56,7 +56,7 @@ from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan.step.host import host_idle, most_launches
+from meshplan.step.host import host_idle, hosted, most_launches
 from meshplan.xp import Num, maximum, minimum
 
 ZERO = 0.0  # the one object PassTimes.total skips
@@ -173,8 +173,7 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, re
     fwd_comm = tp["f"] + cp["f"] + ep["f"] + pp["f"]
     idle: Num = ZERO
     # the host as a resource (docstring): its launches, or its records' own host seconds (OpCost.host)
-    hosted = stack.host_dispatch or any(not (type(op.host) is float and op.host == 0.0) for op in ops)
-    if hosted and any(op.collective is None for op in ops):
+    if (stack.host_dispatch or any(hosted(op) for op in ops)) and any(op.collective is None for op in ops):
         gpu_f = kernels["f"] + fwd_comm - sd * hidden["f"]
         gpu_b = kernels["b"] + redo + tp["b"] + cp["b"] + ep["b"] + pp["b"] - sd * hidden_b
         gpu = {"f": gpu_f, "b": gpu_b}
