@@ -12,6 +12,7 @@ import pytest
 from meshplan.comm import Collective
 from meshplan.cost.eager import EAGER, eager_kernels
 from meshplan.cost.records import OpCost
+from meshplan.errors import SpecError
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack, load_stack
 from meshplan.step.host import host_times, launches, on_host
@@ -133,6 +134,35 @@ def test_an_exposed_collective_drains_the_hosts_lead_where_the_host_waits_for_it
     assert graphed.host == 0.0 and graphed.total <= t.total
 
 
+def test_where_every_launch_blocks_the_host_and_the_gpu_take_turns():
+    # CUDA_LAUNCH_BLOCKING=1: each launch returns once its kernel has run, so the host issues the next kernel only
+    # after the GPU is through the last. The segmented forward: host 12 launches x 10 us = 120 us, GPU 215 us; they
+    # add up, 335 us, where the async host hides behind the GEMM (215 us)
+    blocked = Stack(host_dispatch=10 * US, blocking_launches=True, overlap_dp=False)
+    t = pass_times(SEGMENTED, SEG_TIMES, Plan(), blocked, "none")
+    assert t.host == pytest.approx(120 * US) and t.total == pytest.approx(335 * US)
+    free = pass_times(SEGMENTED, SEG_TIMES, Plan(), Stack(host_dispatch=10 * US), "none")
+    assert free.total == pytest.approx(215 * US)
+    # a graph is one blocking launch: 10 us then the GPU's 215 us
+    assert pass_times(SEGMENTED, SEG_TIMES, Plan(), blocked.with_(cuda_graphs=True), "none").total == pytest.approx(
+        225 * US)
+    # no stream runs beside another: a stack that claims an overlap with it is refused, naming the fields
+    with pytest.raises(SpecError, match="blocking_launches=true .* overlap_dp=true"):
+        Stack(blocking_launches=True)
+    with pytest.raises(SpecError, match="overlap_tp=true"):
+        Stack(blocking_launches=True, overlap_dp=False, overlap_tp=True)
+
+
+def test_bigscience_ran_bloom_with_blocking_launches_and_its_host_time_adds_up():
+    # validation maps BigScience's tr11 records (BLOOM) onto Megatron-DeepSpeed with CUDA_LAUNCH_BLOCKING=1, the tr11
+    # README's workaround; Megatron-DeepSpeed as others ran it keeps asynchronous launches
+    from meshplan_validation.sources import source_defaults
+    bloom = source_defaults({"group": "bloom", "framework": "Megatron-DeepSpeed (BF16_Optimizer = ZeRO-1-like)"})
+    assert bloom.stack.blocking_launches and bloom.stack.host_dispatch == 50e-6
+    neox = source_defaults({"group": "neox", "framework": "GPT-NeoX (Megatron-DeepSpeed)"})
+    assert not neox.stack.blocking_launches and neox.stack.name == "megatron-deepspeed"
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_segments_never_shorten_a_pass_and_more_host_never_helps(seed):
     rng = np.random.default_rng(seed)
@@ -160,3 +190,10 @@ def test_segments_never_shorten_a_pass_and_more_host_never_helps(seed):
     slower = [x * (1.5 if i == seed % 12 else 1.0) for i, x in enumerate(times)]
     assert pass_times(ops, slower, Plan(), stack, "none").total >= t.total - 1e-15
     assert pass_times(ops, times, Plan(), stack.with_(cuda_graphs=True), "none").total <= t.total + 1e-15
+    # launches that block never gain on asynchronous ones, and keep the properties above
+    blocked = stack.with_(blocking_launches=True, overlap_dp=False)
+    b = pass_times(ops, times, Plan(), blocked, "none").total
+    assert b >= t.total - 1e-15
+    assert pass_times(ops, times, Plan(), blocked.with_(host_dispatch=1.5 * host), "none").total >= b - 1e-15
+    assert pass_times(ops, slower, Plan(), blocked, "none").total >= b - 1e-15
+    assert pass_times(ops, times, Plan(), blocked.with_(cuda_graphs=True), "none").total <= b + 1e-15

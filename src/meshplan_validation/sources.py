@@ -166,6 +166,16 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "DeepSpeedExamples Megatron-LM v1 (2020): Megatron-LM's 2019 GPT-2 module code, unfused (no fused "
                    "softmax or bias-dropout-add), on DeepSpeed's engine in fp16 (fp16 gradients reduced after the "
                    "backward pass), no tensor parallelism unless stated", fp16_grads=True),
+    # BigScience's tr11 (BLOOM) runs on Jean Zay set CUDA_LAUNCH_BLOCKING=1 against a hang at 40+ nodes
+    # (bigscience-workshop/bigscience train/tr11-176B-ml/README.md "Important environment variables", and every
+    # tr11*.slurm; chronicles-prequel.md "dealing with JZ hanging on the large model", before its topology search)
+    SourceDefaults("Megatron-DeepSpeed (BigScience tr11)", r"^bloom|bigscience",
+                   load_stack("megatron-deepspeed").with_(name="megatron-deepspeed-tr11", blocking_launches=True),
+                   False, 1, 4, "full",
+                   "Megatron-DeepSpeed 2022 as BigScience ran BLOOM on Jean Zay: as Megatron-DeepSpeed (BLOOM) below, "
+                   "with CUDA_LAUNCH_BLOCKING=1 (the tr11 README's workaround for a hang at 40+ nodes, set in every "
+                   "tr11 slurm script): each kernel launch returns once the kernel has run, so the host's time adds "
+                   "to the GPU's"),
     SourceDefaults("Megatron-DeepSpeed (BLOOM)", r"bloom|gpt-?neox|megatron.{0,20}deepspeed|deepspeed.{0,20}megatron",
                    load_stack("megatron-deepspeed"), False, 1, 4, "full",
                    "Megatron-DeepSpeed 2022: no sequence parallelism, BF16_Optimizer (ZeRO-1) with fp32 "

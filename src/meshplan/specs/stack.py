@@ -148,6 +148,10 @@ class Stack:
                                               "(TORCH_NCCL_BLOCKING_WAIT, or a loop that reads a collective's result "
                                               "on the host): each drains the host's lead (step/host.py); false: "
                                               "PyTorch's NCCL calls return once enqueued and the lead carries on")
+    blocking_launches: bool = _flag(False, "every kernel launch returns only once its kernel has run "
+                                           "(CUDA_LAUNCH_BLOCKING=1): the host and the GPU take turns, and a pass "
+                                           "takes its host time plus its GPU time (step/host.py); no stream overlaps "
+                                           "another, so it needs every overlap_* false")
     # ---- overlap --------------------------------------------------------------------------------------------
     overlap_tp: bool = _flag(False, "TP collectives overlapped with the GEMMs (Megatron --tp-comm-overlap)")
     overlap_dp: bool = _flag(True, "the data-parallel collectives overlapped with the passes (overlap-grad-reduce)")
@@ -167,6 +171,11 @@ class Stack:
         if self.region_host and not self.compiled:  # a region's host time, with no region: never silently dropped
             raise SpecError(f"{where}region_host={self.region_host} s needs compiled = true (--compiled: each layer "
                             "a torch.compile region); 0 without")
+        overlaps = [f for f in ("overlap_tp", "overlap_dp", "overlap_ep", "overlap_pp") if getattr(self, f)]
+        if self.blocking_launches and overlaps:  # a blocked launch serialises the streams: no overlap to price
+            raise SpecError(f"{where}blocking_launches=true (CUDA_LAUNCH_BLOCKING=1) runs one kernel at a time, so "
+                            f"{', '.join(f'{f}=true' for f in overlaps)} cannot overlap: set them false with it ("
+                            + " ".join("--no-" + f.replace("_", "-") for f in overlaps) + ")")
         if self.optimizer_wrapper != "stated" and (self.tensor_host or self.tensor_sharded):  # never silently dropped
             raise SpecError(f"{where}tensor_host={self.tensor_host} s / tensor_sharded={self.tensor_sharded} state the "
                             f"optimizer wrapper's loops, which optimizer_wrapper={self.optimizer_wrapper} picks per "

@@ -21,6 +21,12 @@ kernel before it is issued. Two bounds:
   (Σ max ≥ max Σ). Collectives that hide behind compute (``stack.overlap_tp``, the context-parallel ring) are no
   syncs. A CUDA-graphed stack launches the collectives inside its graph: one launch per pass, no segments. The MoE
   tokens-per-expert sync is the per-expert GEMMs' (roofline.op_time, Efficiency.host_launch).
+- every launch a synchronisation (``stack.blocking_launches``: CUDA_LAUNCH_BLOCKING=1 "disables asynchronicity of
+  kernel launches", CUDA C++ Programming Guide, "Asynchronous Concurrent Execution"; NCCL's kernels are launches too):
+  the host issues the next kernel only after the GPU has run the last, so nothing of either hides and the pass takes
+  H + G (the GPU waits H).
+  BigScience trained BLOOM so (bigscience-workshop/bigscience train/tr11-176B-ml/README.md, "Important environment
+  variables": the workaround for a hang at 40+ nodes).
 The pass takes max(G, H), G the pass's GPU time after the overlap rules, and where the host waits for its collectives
 the larger of that and Σ_s (max(h_s, g_s) + c_s) (``host_idle``); each is non-increasing in every rate and
 non-decreasing in the host's cost, so the step stays monotone (step/passes.py's docstring).
@@ -189,11 +195,15 @@ def host_idle(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, rec
     the GPU waits max(0, H − G, S − G). Both max(G, H)
     and S are non-increasing in every rate (S sums raw op times, which only shrink; G is the overlap rules' GPU time,
     which does too), so the step stays monotone; S counts the exposed collectives only, so without host time
-    S ≤ G. ``region``: the ops are a layer, which a compiled stack (``stack.compiled``) runs as one torch.compile
-    region: H gains ``stack.region_host`` per pass (Dynamo's guards, AOTAutograd's wrapper: specs/stack.py)."""
+    S ≤ G. Where every launch blocks (``stack.blocking_launches``) the GPU waits all of H, and the pass takes G + H,
+    monotone alike. ``region``: the ops are a layer, which a compiled stack (``stack.compiled``) runs as one
+    torch.compile region: H gains ``stack.region_host`` per pass (Dynamo's guards, AOTAutograd's wrapper:
+    specs/stack.py)."""
     host = host_times(ops, plan, stack, recompute, count_of)
     if region and stack.compiled:
         host = {ph: h + stack.region_host for ph, h in host.items()}
+    if stack.blocking_launches:  # each launch waits for its kernel: the host's time and the GPU's add up
+        return host
     whole = {ph: maximum(0.0, host[ph] - gpu[ph]) for ph in "fb"}
     if stack.cuda_graphs or not stack.blocking_collectives:  # no sync inside the pass: the lead carries through
         return whole

@@ -25,7 +25,8 @@ slowdown per second hidden (efficiency.py); a pass's time stays non-decreasing i
   kernel before it is issued; each pass of each group of ops (a layer, the embedding, the head) takes max(GPU time,
   host time), and where the host waits for its collectives (``stack.blocking_collectives``) at least Σ over its
   segments between exposed collectives of max(host_s, GPU_s) plus the closing collective, which the waiting host
-  cannot overlap (``host.host_idle``), and a layer's host time never hides
+  cannot overlap (``host.host_idle``); where every launch blocks (``stack.blocking_launches``) the host's time and
+  the GPU's add up; and a layer's host time never hides
   behind the head's GPU time. The excess (``PassTimes.host``, the GPU idle) is booked as exposed time, like exposed
   communication: it is no window for the DP traffic to hide in, and the GPU time it is measured against leaves out the
   slowdown of hidden traffic, which stays charged (T' = T − σ·H of channels.py is then max(GPU time without slowdown,
