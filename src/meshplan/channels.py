@@ -11,7 +11,9 @@ A step of a pipeline rank runs m forward and m backward passes, one per micro-ba
   layer's saved activations go to the host beside the forward pass and come back beside the backward pass, over the
   host link (PCIe; NVLink-C2C on Grace), on copy engines, and only while the offloaded layers run (a share s of the
   pass: a layer's copy cannot hide behind the compute of layers that are not offloaded);
-- the optimizer step, after the last backward pass.
+- the optimizer step, after the last backward pass, and before it, where the first and the last pipeline stage both
+  hold the word embedding (a tied head, multi-token prediction), its gradient's all-reduce between them
+  (``embedding_sync``), exposed.
 
 The channels share the pass. Per pass, symbols:
     K   its kernels (the backward pass with its recompute)
@@ -126,6 +128,30 @@ def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: Stage
 
     return Collectives(coll("all_reduce", plan.grad_bytes), coll("all_gather", WEIGHT_BYTES),
                        coll("reduce_scatter", plan.grad_bytes))
+
+
+# schedules whose first and last stage sit on different ranks: ZB-V puts the head beside the embedding on the first
+# rank, and DualPipe's and Chimera's mirrored pipelines hold both ends on each end rank (zero_bubble_v.py)
+_ENDS_APART = ("gpipe", "1f1b", "interleaved", "pipedream", "pipedream-2bw", "zb-h1")
+
+
+def embedding_sync(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency) -> tuple[Num, Num, Num]:
+    """Seconds per weight update that the (first, last, middle) pipeline rank spends all-reducing the gradient of the
+    word embedding that the first and the last stage both hold: a tied LM head, or the multi-token-prediction layers'
+    copy (cost/params.end_params, mtp_params), V/t·h gradients of ``plan.grad_bytes`` over the two ranks p − 1 stages
+    apart, after the backward pass and before the optimizer, not overlapped. Megatron-LM
+    (megatron/core/distributed/finalize_model_grads.py ``_allreduce_word_embedding_grads``, over the embedding group,
+    after the data-parallel reduction; share_embeddings_and_output_weights or mtp_num_layers) and DeepSpeed's
+    pipeline engine (runtime/pipe/engine.py ``_exec_reduce_tied_grads``: allreduce_tied_weight_gradients) both do.
+    None without a pipeline, where the ends share a rank (``_ENDS_APART``) or where the embedding trains no gradient
+    (LoRA); a middle rank holds neither end."""
+    tied = (model.tied_embeddings or model.mtp_layers > 0) and plan.finetune != "lora"
+    if not tied:
+        return 0.0, 0.0, 0.0
+    nbytes = model.vocab_size * model.hidden_size / plan.tp * plan.grad_bytes
+    apart = (plan.pp > 1) * (plan.schedule in _ENDS_APART)
+    t = collective_time("all_reduce", nbytes, 2, plan.stride("pp") * maximum(plan.pp - 1, 1), cluster, eff) * apart
+    return t, t, 0.0
 
 
 def ps_push(cluster: Cluster, plan: Plan, nbytes: Num, eff: Efficiency) -> Num:

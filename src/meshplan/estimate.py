@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, NamedTuple
 
-from meshplan.channels import dp_collectives, optimizer_time, zero_counts
+from meshplan.channels import dp_collectives, embedding_sync, optimizer_time, zero_counts
 from meshplan.cost.flops import plan_flops_per_token, recompute_flops_per_token
 from meshplan.cost.params import kind_fractions, layers_on_first, layers_on_last, stage_params, trainable
 from meshplan.cost.tensors import tensors_on_rank
@@ -299,8 +299,9 @@ def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff:
 def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency, first: bool
                ) -> list[OpRow]:
     """Once-per-step ops of the busiest rank: the gradient reduction / parameter gather (before overlap), as often as
-    its ZeRO stage runs them (channels.zero_counts: ZeRO-2 and 3 traffic runs per micro-batch), the optimizer
-    step, and the host's per-parameter loops around it (step/host.step_host), where the stack prices them."""
+    its ZeRO stage runs them (channels.zero_counts: ZeRO-2 and 3 traffic runs per micro-batch), a tied embedding's
+    all-reduce between the pipeline's ends (channels.embedding_sync), the optimizer step, and the host's
+    per-parameter loops around it (step/host.step_host), where the stack prices them."""
     params = stage_params(model, plan, first)
     seconds = dp_collectives(model, cluster, plan, params, eff)._asdict()
     grad_bytes, weight_bytes = trainable(params, plan).total * plan.grad_bytes, params.total * WEIGHT_BYTES
@@ -309,6 +310,11 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff
     m, updates = cadence(plan)  # micro-batches per weight update, updates per step (PipeDream: 1, m)
     rows = [OpRow(named[kind][0], "step", "collective", float(count * updates), 0.0, float(named[kind][1]),
                   float(seconds[kind]), "network") for kind, count in zero_counts(plan.zero, m).items()]
+    tied = embedding_sync(model, cluster, plan, eff)[0]  # the same on both ends
+    if tied:
+        nbytes = model.vocab_size * model.hidden_size / plan.tp * plan.grad_bytes
+        rows.append(OpRow("pp/embedding_all_reduce", "step", "collective", float(updates), 0.0, float(nbytes),
+                          float(tied), "network"))
     opt = optimizer_time(cluster, plan, params, eff)
     moved = float(opt * stream_bandwidth(cluster.accelerator, eff))
     rows.append(OpRow(f"optimizer/{plan.optimizer}", "step", "memory", float(updates), 0.0, moved, float(opt),

@@ -34,7 +34,8 @@ DRIVERS: dict[str, tuple[tuple[str, ...], str]] = {
                                                   "host_dispatch per kernel; CUDA graphs: one launch per layer)"),
     "bubble": (("pp", "vpp", "micro-batches", "schedule"), "the pipeline's idle time, about (p − 1)/(v·m) of the "
                                                             "pipelined time"),
-    "dp": (("dp", "ZeRO", "in NVLink"), "the data-parallel gradient reduction left exposed"),
+    "dp": (("dp", "ZeRO", "in NVLink", "pp"), "the data-parallel gradient reduction left exposed (and a tied "
+                                                "embedding's, between the pipeline's first and last stage)"),
     "optimizer": (("ZeRO", "offload", "dp"), "the optimizer step over this GPU's share of the states"),
     "offload": (("offload",), "host copies left exposed"),
 }

@@ -30,6 +30,7 @@ from meshplan.channels import (
     Offload,
     Passes,
     dp_collectives,
+    embedding_sync,
     offload,
     optimizer_time,
     step_channels,
@@ -132,6 +133,7 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     params = StageParams(*(_rows(plan, [getattr(e, f) for e in ends], shape, np.float64)
                            for f in StageParams.__slots__))
     collectives = dp_collectives(model, cluster, plan, params, eff)  # the same for every ZeRO stage
+    tied = _rows(plan, embedding_sync(model, cluster, plan, eff)[:n], shape, np.float64)  # after the backward
     shared = Collectives(*shared_collectives(model, cluster, plan, params, eff, collectives))  # contention.py
     traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
     host = _step_hosts(model, cluster, plan, stack, grid, n, shape)
@@ -162,7 +164,7 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
                     channels |= step_channels(passes, per_update, traffic, stages, replace(copies, fetch=fetch),
                                               slowdown, stack.overlap_dp, forward)
                 for z, zero, o, oo in settings:
-                    dp, moved = (updates * x for x in channels[zero])
+                    dp, moved = updates * (channels[zero][0] + tied), updates * channels[zero][1]
                     yield (r, z, o, a), EndSteps(pipelined, dp, moved, updates * opt[zero, oo], bubble, first, last,
                                                  middle)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.channels import Collectives, dp_collectives, offload, optimizer_time, step_channels
+from meshplan.channels import Collectives, dp_collectives, embedding_sync, offload, optimizer_time, step_channels
 from meshplan.contention import any_shared, shared_collectives
 from meshplan.cost.flops import recompute_flops_per_token
 from meshplan.cost.params import layers_on_first, layers_on_rank, layers_on_stage, middle_params, stage_params
@@ -110,7 +110,8 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
     traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
     channels = step_channels(times.passes(), per_update, traffic, (plan.zero,), copies, eff.overlap_slowdown,
                              stack.overlap_dp)
-    dp, moved = (float(updates * x) for x in channels[plan.zero])
+    tied = embedding_sync(model, cluster, plan, eff)[0] * (first or last)  # the ends' embedding all-reduce
+    dp, moved = float(updates * (channels[plan.zero][0] + tied)), float(updates * channels[plan.zero][1])
     opt = float(updates * (optimizer_time(cluster, plan, params, eff) + optimizer_loops(
         tensors_on_rank(model, plan, stack, rank), plan, stack, cluster.python_host))
         + iteration_host(stack, cluster.python_host))
