@@ -16,11 +16,13 @@ class Block(torch.nn.Module):
 
 
 class HeavyHead(torch.nn.Module):
-    def __init__(self, h: int = 1024, layers: int = 8, vocab: int = 262144) -> None:
+    def __init__(self, h: int = 1024, layers: int = 8, vocab: int = 262144, tied: bool = False) -> None:
         super().__init__()
         self.embed = torch.nn.Embedding(vocab, h)
         self.layers = torch.nn.ModuleList(Block(h) for _ in range(layers))
         self.head = torch.nn.Linear(h, vocab, bias=False)
+        if tied:  # the head reads the embedding's weight (GPT-2's wte / lm_head)
+            self.head.weight = self.embed.weight
 
     def forward(self, ids):
         x = self.embed(ids)

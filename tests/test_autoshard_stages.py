@@ -5,6 +5,7 @@ planner's pipelines on a model with a heavy head, where unequal sub-meshes beat 
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -90,3 +91,42 @@ def test_planner_gives_the_heavy_head_a_bigger_sub_mesh():
     best, equal = heavy_head_plans()
     assert len(set(best.devices)) > 1 and best.devices[-1] == max(best.devices) and best.fits
     assert equal and all(best.step_time < p.step_time for p in equal.values())
+
+
+def test_a_tied_head_costs_its_stages_an_all_reduce_of_the_shared_gradient():
+    """The head tied to the embedding (tests/pipeline_models.py, tied=True): cut into stages, the first and the last
+    each hold the shared weight and all-reduce its gradient once per step, as channels.embedding_sync prices it for a
+    model-level plan; an untied twin reads no parameter from both ends."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from meshplan.autoshard.blocks import find_blocks
+    from meshplan.autoshard.dataflow import flow
+    from meshplan.autoshard.planner import stage_plans, sub_mesh_options
+    from meshplan.autoshard.stage_dp import Slicing
+    from meshplan.autoshard.stages import hop, price_slicing
+    from meshplan.comm import collective_time
+    from meshplan.trace import trace_module
+    from pipeline_models import HeavyHead
+
+    cluster = H100.cluster(8)
+    vocab, h = 32768, 256
+    found = {}
+    for tied in (False, True):
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            model = HeavyHead(h=h, layers=4, vocab=vocab, tied=tied)
+        trace = trace_module(model, [((2, 128), "int64")], param_dtype="bfloat16")
+        blocks = find_blocks(trace)
+        found[tied] = stage_plans(flow(trace, blocks.block_of), blocks, cluster, micro_batches=4)
+    part = found[True][4][0]
+    assert found[False][4][0].tied == 0.0
+    # the shared weight's gradient per device: at most its whole V·h bf16 bytes, at least a 4-way share of them
+    assert vocab * h * 2 / 4 <= part.tied <= vocab * h * 2
+    # two stages of 4 GPUs, 2 layers each: the step without the shared gradient's all-reduce, plus one all-reduce
+    # over the pair of ranks 4 apart (inside the node's NVLink), on both ends
+    option = next(o for o in sub_mesh_options(found[True]) if o.devices == 4)
+    slicing = Slicing(stages=((option, 2), (option, 2)), latency=0.0)
+    with_sync = price_slicing(slicing, found[True], 4, float("inf"), cluster)
+    bare = {k: (replace(p, tied=0.0), s) for k, (p, s) in found[True].items()}
+    without = price_slicing(slicing, bare, 4, float("inf"), cluster)
+    pair = float(collective_time("all_reduce", part.tied, 2, hop(cluster, 0, 4), cluster))
+    assert pair > 0 and with_sync.step_time - without.step_time == pytest.approx(pair)

@@ -8,7 +8,8 @@ after them (final norm, head, loss) add to the last: a slice of k layers on that
 boundary ops (``option``). stage_dp.slice_stages runs Alpa's DP over (layer counts x sub-mesh sizes); ``price_slicing``
 then prices the slicing it returns by meshplan's schedule simulator (schedule.simulate on the 1F1B table, per-stage
 forward and backward times, each stage-to-stage send a p2p of the boundary activation over the link between the two
-sub-meshes), plus the slowest stage's gradient reductions and optimizer step.
+sub-meshes), plus the slowest stage's gradient reductions and optimizer step, the first and last stage's with the
+all-reduce of the gradient of any parameter both read (a tied embedding and head: ``_tied_bytes``).
 
 Memory per stage: the layers' state (parameters, gradients, optimizer state) and their saved activations for each
 micro-batch 1F1B keeps in flight on it, plus what the whole model's plan holds besides its layers (the embedding's
@@ -43,6 +44,7 @@ class StageParts:
     layer_sync: float  # seconds per step per layer: gradient reductions and optimizer
     other_sync: float
     boundary: float  # bytes of the activation one stage sends the next, per micro-batch
+    tied: float = 0.0  # gradient bytes per device of the parameters both the first and the last stage read
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,7 +123,28 @@ def parts(sharding: Sharding, accounting: Accounting) -> StageParts:
                       pre=(t["pre"][0], t["pre"][1]), post=(t["post"][0], t["post"][1]), layer_state=state,
                       layer_saved=saved, other=max(peak - layers * (state + saved), 0.0),
                       layer_sync=sync["block"] / layers, other_sync=sync["pre"] + sync["post"],
-                      boundary=_boundary(problem))
+                      boundary=_boundary(problem), tied=_tied_bytes(problem, choice, accounting))
+
+
+def _tied_bytes(problem: Problem, choice: dict[int, int], accounting: Accounting) -> float:
+    """Gradient bytes per device of the parameters that forward ops before the layers and after them both read (a
+    head tied to the embedding): cut into stages, the first and the last each hold them and all-reduce their gradient
+    once per step (``price_slicing``; channels.embedding_sync for the model-level estimate)."""
+    trace = problem.flow.trace
+    read: dict[int, set[str]] = {}
+    for i, op in enumerate(trace.ops):
+        if op.phase != "fwd" or not problem.blocks.groups:
+            continue
+        where = _side(problem, i)
+        for t in op.inputs if where != "block" else ():
+            if trace.storages[t.storage].role == "param":
+                read.setdefault(t.storage, set()).add(where)
+    total = 0.0
+    for sid in (sid for sid, sides in read.items() if len(sides) == 2):
+        found = accounting.vectors.get(trace.grad_of.get(sid, sid)) or accounting.vectors.get(sid)
+        if found is not None and found[0] in choice:
+            total += float(found[1][choice[found[0]]])
+    return total
 
 
 def _layer_bytes(problem: Problem, choice: dict[int, int], accounting: Accounting) -> tuple[float, float]:
@@ -190,6 +213,11 @@ def price_slicing(slicing: Slicing, parts_of: dict[int, tuple[StageParts, Shardi
             stride = hop(cluster, offset, offset + o.devices)
             p2p.append(float(collective_time("p2p", part.boundary / o.devices, 2, stride, cluster)))
         offset += o.devices
+    tied = max(parts_of[slicing.stages[0][0].key][0].tied, parts_of[slicing.stages[-1][0].key][0].tied)
+    if p > 1 and tied:  # the ends' shared parameters: one all-reduce of their gradient between the two, exposed
+        ends = float(collective_time("all_reduce", tied, 2, hop(cluster, 0, offset - slicing.stages[-1][0].devices),
+                                     cluster))
+        sync[0], sync[-1] = sync[0] + ends, sync[-1] + ends
     timeline = simulate(build("1f1b", p, micro_batches), tuple(fwd), tuple(bwd), tuple(p2p))
     return Pipeline(stages=p, layers=slicing.layers, micro_batches=micro_batches, devices=slicing.devices,
                     step_time=timeline.step_time + max(sync), stage_fwd=tuple(fwd), stage_bwd=tuple(bwd),
