@@ -4,6 +4,7 @@ _do_optimizer_sanity_check, 0.19.8) and what its per-parameter loops add to a st
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -13,6 +14,7 @@ from meshplan.cost.wrappers import (
     DEEPSPEED_FP16,
     DEEPSPEED_ZERO,
     deepspeed_wrapper,
+    partitioned_zero,
     wrapped,
 )
 from meshplan.estimate import estimate
@@ -169,3 +171,26 @@ def test_bf16_optimizer_keeps_the_bf16_gradients_beside_its_fp32_buffer(zero, of
     params = ds.memory["weights"] / 2  # bf16 weights, unsharded below ZeRO 3
     assert ds.memory["grads"] - plain.memory["grads"] == pytest.approx(extra * params, rel=1e-9)
     assert ds.memory["optimizer"] == pytest.approx(plain.memory["optimizer"], rel=1e-9)
+
+
+def test_bf16_optimizer_partitions_its_states_without_zero_too():
+    """Megatron-DeepSpeed's pipeline engine runs BF16_Optimizer for bf16 weights at ZeRO 0 (engine.py
+    _do_optimizer_sanity_check: bf16 model and accumulation dtypes under pipeline parallelism), which partitions its
+    fp32 weights and Adam states over the data-parallel ranks and all-gathers its bf16 partitions after the step, as
+    ZeRO 1 does: Llama-3-8B on 16 H100s, dp 8, pp 2, 16-bit gradients. Its optimizer state is a GPU's 12 B a parameter
+    over 8, its step's DP traffic and update ZeRO 1's (reduce-scatter and all-gather, the update over its partition);
+    DeepSpeed's engine without the pipeline engine runs the unpartitioned FP16_Optimizer class in bf16 there. (ZeRO 1
+    with 16-bit gradients runs the ZeRO optimizer instead, without BF16_Optimizer's accumulation buffer.)"""
+    model, cluster = load_model("llama3-8b"), load_system("h100").cluster(16)
+    plan = Plan(dp=8, pp=2, global_batch=64, micro_batch=2, zero=0, grad_bytes=2)
+    mds = load_stack("megatron-deepspeed")
+    assert partitioned_zero(plan, mds) == 1 and partitioned_zero(plan, load_stack("deepspeed")) == 0
+    assert partitioned_zero(replace(plan, precision="fp16"), mds) == 0  # FP16_Optimizer: unpartitioned
+    zero0, zero1 = estimate(model, cluster, plan, mds), estimate(model, cluster, replace(plan, zero=1), mds)
+    unsharded = estimate(model, cluster, plan, load_stack("deepspeed").with_(overlap_dp=False))
+    assert zero0.memory["optimizer"] == pytest.approx(unsharded.memory["optimizer"] / 8, rel=1e-9)
+    assert zero0.memory["optimizer"] == pytest.approx(zero1.memory["optimizer"], rel=1e-12)
+    rows0, rows1 = ({r.name: r.seconds for r in e.ops if r.phase == "step"} for e in (zero0, zero1))
+    assert {"dp/grad_reduce_scatter", "dp/param_all_gather"} <= set(rows0) and "dp/grad_all_reduce" not in rows0
+    for name in ("dp/grad_reduce_scatter", "dp/param_all_gather", "optimizer/adam"):
+        assert rows0[name] == pytest.approx(rows1[name], rel=1e-12), name

@@ -25,7 +25,7 @@ forward passes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any, NamedTuple
 
@@ -34,6 +34,7 @@ from meshplan.cost.flops import plan_flops_per_token, recompute_flops_per_token
 from meshplan.cost.params import kind_fractions, layers_on_first, layers_on_last, stage_params, trainable
 from meshplan.cost.tensors import tensors_on_rank
 from meshplan.cost.wrapper_work import work_of
+from meshplan.cost.wrappers import partitioned_zero
 from meshplan.groups import axis_tiers
 from meshplan.memory import WEIGHT_BYTES
 from meshplan.roofline import compute_time, memory_time, overhead, stream_bandwidth
@@ -308,14 +309,15 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff
     named = {"all_reduce": ("dp/grad_all_reduce", grad_bytes), "scatter": ("dp/grad_reduce_scatter", grad_bytes),
              "gather": ("dp/param_all_gather", weight_bytes)}
     m, updates = cadence(plan)  # micro-batches per weight update, updates per step (PipeDream: 1, m)
+    zero = partitioned_zero(plan, stack)  # BF16_Optimizer's partitions without ZeRO (cost/wrappers.py)
     rows = [OpRow(named[kind][0], "step", "collective", float(count * updates), 0.0, float(named[kind][1]),
-                  float(seconds[kind]), "network") for kind, count in zero_counts(plan.zero, m).items()]
+                  float(seconds[kind]), "network") for kind, count in zero_counts(zero, m).items()]
     tied = embedding_sync(model, cluster, plan, eff)[0]  # the same on both ends
     if tied:
         nbytes = model.vocab_size * model.hidden_size / plan.tp * plan.grad_bytes
         rows.append(OpRow("pp/embedding_all_reduce", "step", "collective", float(updates), 0.0, float(nbytes),
                           float(tied), "network"))
-    opt = optimizer_time(cluster, plan, params, eff)
+    opt = optimizer_time(cluster, replace(plan, zero=zero), params, eff)
     moved = float(opt * stream_bandwidth(cluster.accelerator, eff))
     rows.append(OpRow(f"optimizer/{plan.optimizer}", "step", "memory", float(updates), 0.0, moved, float(opt),
                       "memory"))

@@ -37,6 +37,7 @@ from meshplan.cost.params import (
 )
 from meshplan.cost.records import ACT_BYTES, FP32, token_rows
 from meshplan.cost.wrapper_work import work_of
+from meshplan.cost.wrappers import partitioned_zero
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import head_vocab
 from meshplan.specs.plan import ASYNC_SCHEDULES, Plan
@@ -127,7 +128,7 @@ def model_states(params: StageParams, plan: Plan, stack: Stack, last: bool = Fal
     with the older versions of the trainable ones that an asynchronous schedule keeps (``weight_versions``)."""
     n_dense = plan.dp * plan.cp
     n_expert = plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp)
-    z = plan.zero
+    z = partitioned_zero(plan, stack)  # BF16_Optimizer partitions its states without ZeRO too (cost/wrappers.py)
 
     def sharded(stage: int, bytes_per_param: float, p: StageParams = params) -> Num:
         if z >= stage:

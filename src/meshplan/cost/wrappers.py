@@ -60,6 +60,17 @@ def deepspeed_wrapper(plan: Plan, pipeline: bool) -> str:
     return "bf16" if bf16 and pipeline else "fp16"
 
 
+def partitioned_zero(plan: Plan, stack: Stack) -> int:
+    """The ZeRO stage whose partitioning and data-parallel traffic ``plan``'s optimizer wrapper runs: the plan's own,
+    except without ZeRO under DeepSpeed's pipeline engine, whose BF16_Optimizer (``deepspeed_wrapper``) partitions its
+    fp32 weights and optimizer states over the data-parallel ranks and all-gathers its bf16 partitions after each step
+    whatever the stage (deepspeed 0.19.8 runtime/bf16_optimizer.py ``_setup_for_real_optimizer``, ``update_lp_params``):
+    ZeRO 1's. Its fp32 gradient buffer stays whole, as at stage 1 (memory.model_states)."""
+    if plan.zero == 0 and stack.optimizer_wrapper == "deepspeed-pipeline" and deepspeed_wrapper(plan, True) == "bf16":
+        return 1
+    return int(plan.zero)
+
+
 def wrapped(stack: Stack, plan: Plan) -> Stack:
     """``stack`` with the per-tensor host cost and sharding of the wrapper it runs for ``plan`` (one ZeRO stage and
     optimizer offload setting: the search's batches share them)."""

@@ -40,6 +40,7 @@ from meshplan.contention import any_shared, shared_collectives
 from meshplan.cost.params import StageParams, middle_or_first, middle_params, stage_params
 from meshplan.cost.tensors import rank_tensors
 from meshplan.cost.wrapper_work import by_work
+from meshplan.cost.wrappers import partitioned_zero
 from meshplan.memory import Memory, buffer_memory, model_states, resident_weights
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
@@ -88,9 +89,8 @@ def own_settings(plan: Plan) -> OwnSettings:
 @dataclass(frozen=True, slots=True)
 class EndSteps:
     """One setting's step: the first, the last and a middle pipeline rank side by side on a leading axis of 3
-    (``pipelined``, ``dp``, ``offload``, ``optimizer``: seconds per step; a middle rank's layers may carry more
-    parameters than the first's, DeepSeek-V3's dense first layers, so its data-parallel traffic and optimizer step
-    are its own), the bubble, and the per micro-batch passes of the first, the last and a middle rank by component."""
+    (``pipelined``, ``dp``, ``offload``, ``optimizer``: seconds per step; a middle rank's layers, DeepSeek-V3's dense
+    first layers, may carry more parameters than the first's), the bubble, and each rank's passes by component."""
 
     pipelined: Num  # m · t_rank: the rank's passes of its m micro-batches
     dp: Num  # what the data-parallel collectives add beside them (channels.step_channels), per step
@@ -138,8 +138,9 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
     host = _step_hosts(model, cluster, plan, stack, grid, n, shape)
     logging = iteration_host(stack, cluster.python_host) / updates  # once per step: opt is paid per update
-    opt = {(z, oo): optimizer_time(cluster, _with(plan, zero=z, offload_optimizer=oo), params, eff) + host[z, oo]
-           + logging for z, oo in host}
+    parted = {(z, oo): partitioned_zero(_with(plan, zero=z, offload_optimizer=oo), stack) for z, oo in host}
+    opt = {k: optimizer_time(cluster, _with(plan, zero=parted[k], offload_optimizer=k[1]), params, eff) + host[k]
+           + logging for k in host}
     loop = loop_host(stack, cluster.python_host)  # the training loop's, per micro-batch and rank
     forward: dict = {}  # the forward passes do not change with the recompute mode: priced once without copies
     for r, rc in enumerate(grid.recompute):
@@ -156,7 +157,7 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
             each = (first.passes(), last.passes(), middle.passes())[:n]
             passes = Passes(*(_rows(plan, [getattr(t, f) for t in each], shape, dtype) for f in Passes.__slots__))
             pipelined = m * _rows(plan, [first.total, last.total, middle.total][:n], shape, dtype)
-            zeros = tuple(dict.fromkeys(zero for _, zero, _, _ in settings))
+            zeros = tuple(dict.fromkeys(parted[zero, oo] for _, zero, _, oo in settings))
             for a, oa in enumerate(grid.offload_activations):
                 copies = _copies(model, cluster, _with(ranked, offload_activations=oa), u, shape, dtype, n)
                 channels: dict[int, tuple[Num, Num]] = {}
@@ -164,9 +165,9 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
                     channels |= step_channels(passes, per_update, traffic, stages, replace(copies, fetch=fetch),
                                               slowdown, stack.overlap_dp, forward)
                 for z, zero, o, oo in settings:
-                    dp, moved = updates * (channels[zero][0] + tied), updates * channels[zero][1]
-                    yield (r, z, o, a), EndSteps(pipelined, dp, moved, updates * opt[zero, oo], bubble, first, last,
-                                                 middle)
+                    dp, moved = (updates * x for x in channels[parted[zero, oo]])  # tied: the ends' embedding
+                    yield (r, z, o, a), EndSteps(pipelined, dp + updates * tied, moved, updates * opt[zero, oo], bubble,
+                                                 first, last, middle)
 
 
 def _step_hosts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, grid: Settings, n: int,
@@ -188,8 +189,7 @@ def _step_hosts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, gr
 
 def _copies(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, shape: tuple[int, ...], dtype: type, n: int
             ) -> Offload:
-    """The first, the last (and, n = 3, a middle) rank's activation-offload copies (channels.offload), side by
-    side."""
+    """The first, the last (and, n = 3, a middle) rank's activation-offload copies (channels.offload)."""
     if not plan.offload_activations:
         return Offload()
     each = [offload(model, cluster, plan, u.layer_saved, last) for last in (False, True)]

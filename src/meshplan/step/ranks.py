@@ -25,6 +25,7 @@ from meshplan.cost.flops import recompute_flops_per_token
 from meshplan.cost.params import layers_on_first, layers_on_rank, layers_on_stage, middle_params, stage_params
 from meshplan.cost.tensors import tensors_on_rank
 from meshplan.cost.wrapper_work import work_of
+from meshplan.cost.wrappers import partitioned_zero
 from meshplan.memory import (
     Memory,
     activation_bytes,
@@ -108,11 +109,12 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
     collectives = dp_collectives(model, cluster, plan, params, eff)
     shared = Collectives(*shared_collectives(model, cluster, plan, params, eff, collectives))  # contention.py
     traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
-    channels = step_channels(times.passes(), per_update, traffic, (plan.zero,), copies, eff.overlap_slowdown,
+    zero = partitioned_zero(plan, stack)  # BF16_Optimizer's partitions without ZeRO (cost/wrappers.py)
+    channels = step_channels(times.passes(), per_update, traffic, (zero,), copies, eff.overlap_slowdown,
                              stack.overlap_dp)
     tied = embedding_sync(model, cluster, plan, eff)[0] * (first or last)  # the ends' embedding all-reduce
-    dp, moved = float(updates * (channels[plan.zero][0] + tied)), float(updates * channels[plan.zero][1])
-    opt = float(updates * (optimizer_time(cluster, plan, params, eff) + optimizer_loops(
+    dp, moved = float(updates * (channels[zero][0] + tied)), float(updates * channels[zero][1])
+    opt = float(updates * (optimizer_time(cluster, replace(plan, zero=zero), params, eff) + optimizer_loops(
         tensors_on_rank(model, plan, stack, rank), plan, stack, cluster.python_host))
         + iteration_host(stack, cluster.python_host))
     weights, grads, optimizer = model_states(params, view, stack, last)
