@@ -145,13 +145,20 @@ def embedding_sync(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficien
     pipeline engine (runtime/pipe/engine.py ``_exec_reduce_tied_grads``: allreduce_tied_weight_gradients) both do.
     None without a pipeline, where the ends share a rank (``_ENDS_APART``) or where the embedding trains no gradient
     (LoRA); a middle rank holds neither end."""
-    tied = (model.tied_embeddings or model.mtp_layers > 0) and plan.finetune != "lora"
-    if not tied:
+    nbytes = tied_gradient_bytes(model, plan)
+    if type(nbytes) is float and nbytes == 0.0:  # nothing shared (a search batch's sizes give an array otherwise)
         return 0.0, 0.0, 0.0
-    nbytes = model.vocab_size * model.hidden_size / plan.tp * plan.grad_bytes
     apart = (plan.pp > 1) * (plan.schedule in _ENDS_APART)
     t = collective_time("all_reduce", nbytes, 2, plan.stride("pp") * maximum(plan.pp - 1, 1), cluster, eff) * apart
     return t, t, 0.0
+
+
+def tied_gradient_bytes(model: ModelSpec, plan: Plan) -> Num:
+    """Bytes of the shared word embedding's gradient on one GPU of an end stage (``embedding_sync``): V/t·h of the
+    plan's gradient bytes where the head is tied or multi-token prediction holds a copy, 0 otherwise or under LoRA."""
+    if not (model.tied_embeddings or model.mtp_layers > 0) or plan.finetune == "lora":
+        return 0.0
+    return model.vocab_size * model.hidden_size / plan.tp * plan.grad_bytes
 
 
 def ps_push(cluster: Cluster, plan: Plan, nbytes: Num, eff: Efficiency) -> Num:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any, NamedTuple
 
-from meshplan.channels import dp_collectives, embedding_sync, optimizer_time, zero_counts
+from meshplan.channels import dp_collectives, embedding_sync, optimizer_time, tied_gradient_bytes, zero_counts
 from meshplan.cost.flops import plan_flops_per_token, recompute_flops_per_token
 from meshplan.cost.params import kind_fractions, layers_on_first, layers_on_last, stage_params, trainable
 from meshplan.cost.tensors import tensors_on_rank
@@ -314,9 +314,8 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff
                   float(seconds[kind]), "network") for kind, count in zero_counts(zero, m).items()]
     tied = embedding_sync(model, cluster, plan, eff)[0]  # the same on both ends
     if tied:
-        nbytes = model.vocab_size * model.hidden_size / plan.tp * plan.grad_bytes
-        rows.append(OpRow("pp/embedding_all_reduce", "step", "collective", float(updates), 0.0, float(nbytes),
-                          float(tied), "network"))
+        rows.append(OpRow("pp/embedding_all_reduce", "step", "collective", float(updates), 0.0,
+                          float(tied_gradient_bytes(model, plan)), float(tied), "network"))
     opt = optimizer_time(cluster, replace(plan, zero=zero), params, eff)
     moved = float(opt * stream_bandwidth(cluster.accelerator, eff))
     rows.append(OpRow(f"optimizer/{plan.optimizer}", "step", "memory", float(updates), 0.0, moved, float(opt),

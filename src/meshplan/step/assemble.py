@@ -93,7 +93,7 @@ class EndSteps:
     first layers, may carry more parameters than the first's), the bubble, and each rank's passes by component."""
 
     pipelined: Num  # m · t_rank: the rank's passes of its m micro-batches
-    dp: Num  # what the data-parallel collectives add beside them (channels.step_channels), per step
+    dp: Num  # what the DP collectives add beside them (channels.step_channels) and the embedding_sync, per step
     offload: Num  # what the activation-offload copies add beyond that
     optimizer: Num
     bubble: Num
@@ -165,7 +165,7 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
                     channels |= step_channels(passes, per_update, traffic, stages, replace(copies, fetch=fetch),
                                               slowdown, stack.overlap_dp, forward)
                 for z, zero, o, oo in settings:
-                    dp, moved = (updates * x for x in channels[parted[zero, oo]])  # tied: the ends' embedding
+                    dp, moved = (updates * x for x in channels[parted[zero, oo]])  # + tied: embedding_sync
                     yield (r, z, o, a), EndSteps(pipelined, dp + updates * tied, moved, updates * opt[zero, oo], bubble,
                                                  first, last, middle)
 
