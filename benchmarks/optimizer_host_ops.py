@@ -185,6 +185,56 @@ def _microbatch_child(stage: int, grad_accum: str) -> None:
     torch.distributed.destroy_process_group()
 
 
+def pipeline_microbatch_counts() -> dict[str, Any]:
+    """The calls per parameter tensor and micro-batch beyond the module's own of the wrapper DeepSpeed's pipeline
+    engine runs for bf16 weights without ZeRO, with bf16 gradient accumulation (BF16_Optimizer, as Megatron-DeepSpeed's
+    bf16 runs at ZeRO 0 take it), in a process of its own: the pipeline engine runs micro-batches only inside
+    ``train_batch``, so a micro-batch is a step of two less a step of one."""
+    env = {**os.environ, **DS_ENV, "MASTER_PORT": "29545"}
+    out = subprocess.run([sys.executable, __file__, "--deepspeed-pipeline-microbatch"], env=env, capture_output=True,
+                         text=True, timeout=600, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _pipeline_child() -> None:
+    import deepspeed
+    import torch
+    from deepspeed.pipe import PipelineModule
+
+    deepspeed.init_distributed(dist_backend="gloo")
+    found: dict[str, Any] = {}
+
+    class Stage(torch.nn.Module):  # the params module as a pipeline stage: its input passes through
+        def __init__(self, n: int) -> None:
+            super().__init__()
+            self.inner = _params_module(torch, n)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.inner()
+
+    def engine(n: int, steps: int) -> Step:
+        cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": steps, "steps_per_print": 10**9,
+               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
+               "zero_optimization": {"stage": 0}, "bf16": {"enabled": True},
+               "data_types": {"grad_accum_dtype": "bf16"}}
+        module = PipelineModule(layers=[Stage(n)], num_stages=1, loss_fn=lambda out, _: out.sum())
+        model, *_ = deepspeed.initialize(model=module, config=cfg, model_parameters=list(module.parameters()))
+        found["optimizer"] = type(model.optimizer).__name__
+        batches = iter([(torch.zeros(1, dtype=torch.bfloat16), torch.zeros(1))] * 100)
+        return (lambda: None), (lambda: model.train_batch(batches))
+
+    def plain(n: int) -> Step:
+        model = _params_module(torch, n).to(torch.bfloat16)
+        return (lambda: None), (lambda: model().backward())
+
+    two, one, alone = per_tensor(lambda n: engine(n, 2)), per_tensor(lambda n: engine(n, 1)), per_tensor(plain)
+    micro = {k: two.get(k, 0.0) - one.get(k, 0.0) for k in set(two) | set(one)}
+    found["extra"] = {k: micro.get(k, 0.0) - alone.get(k, 0.0) for k in sorted(set(micro) | set(alone))
+                      if micro.get(k, 0.0) != alone.get(k, 0.0)}
+    print(json.dumps(found))
+    torch.distributed.destroy_process_group()
+
+
 def _deepspeed_child(settings: list[str]) -> None:
     import deepspeed
     import torch
@@ -221,6 +271,11 @@ def main() -> None:
             print(f"DeepSpeed {found['optimizer']} (ZeRO-{stage}, {grad_accum} gradients) per micro-batch, per "
                   f"parameter tensor beyond the module's own: {json.dumps(found['extra'])}: {launching:.0f} "
                   f"launching, {free:.0f} other calls, {price(found['extra']) * 1e6:.1f} us (DGX H100 host)")
+        found = pipeline_microbatch_counts()
+        launching, free = split(found["extra"])
+        print(f"DeepSpeed's pipeline engine, {found['optimizer']} (ZeRO-0, bf16 gradients) per micro-batch, per "
+              f"parameter tensor beyond the module's own: {json.dumps(found['extra'])}: {launching:.0f} launching, "
+              f"{free:.0f} other calls, {price(found['extra']) * 1e6:.1f} us (DGX H100 host)")
         return
     rows = dict(torch_counts())
     settings: list[Setting] = [(2, None, True), (1, "fp32", True), (2, None, False)]
@@ -238,5 +293,7 @@ if __name__ == "__main__":
         _deepspeed_child(sys.argv[2:])
     elif len(sys.argv) > 1 and sys.argv[1] == "--deepspeed-microbatch":
         _microbatch_child(int(sys.argv[2]), sys.argv[3])
+    elif len(sys.argv) > 1 and sys.argv[1] == "--deepspeed-pipeline-microbatch":
+        _pipeline_child()
     else:
         main()

@@ -65,6 +65,21 @@ def test_deepspeeds_bf16_optimizer_accumulates_each_gradient_every_micro_batch()
     assert ops.price(found["extra"]) == pytest.approx(30.8e-6)
 
 
+def test_deepspeeds_pipeline_engine_accumulates_bf16_gradients_with_one_kernel_a_tensor():
+    """Without ZeRO, in bf16 with bf16 gradient accumulation, DeepSpeed's pipeline engine runs BF16_Optimizer with a
+    bf16 gradient buffer: each micro-batch adds each bf16 gradient into it (add_, a view, two .data detaches; the cast
+    to the buffer's dtype is a no-op): 1 x 14.5 + 3 x 0.6 = 16.3 us a tensor a micro-batch on a DGX H100 host, one
+    kernel, cost/wrapper_work.py's "bf16-bf16" work (data/measured/2026-11-27-bf16-pipeline-microbatch-host-ops.md)."""
+    pytest.importorskip("deepspeed")
+    from meshplan.cost.wrapper_work import WORK
+
+    found = ops.pipeline_microbatch_counts()
+    assert found["optimizer"] == "BF16_Optimizer"
+    assert found["extra"] == {"add_": 1.0, "detach": 2.0, "view": 1.0}
+    assert ops.split(found["extra"]) == (WORK["bf16-bf16"][1], 3)
+    assert ops.price(found["extra"]) == pytest.approx(16.3e-6)
+
+
 def test_deepspeeds_zero_optimizer_works_on_every_micro_batch_at_stages_2_and_3():
     """DeepSpeed's ZeRO optimizer per micro-batch (not the step's last), per parameter tensor beyond the module's own
     backward: at stage 1 a view only (the gradients wait in autograd's buffers for the step's last micro-batch); at

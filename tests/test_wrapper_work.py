@@ -31,7 +31,8 @@ DEEPSPEED = load_stack("deepspeed")
 
 
 @pytest.mark.parametrize("stack, zero, precision, grad_bytes, offload, work", [
-    ("megatron-deepspeed", 0, "bf16", 2, False, "bf16"),  # its pipeline engine in bf16: BF16_Optimizer
+    ("megatron-deepspeed", 0, "bf16", 2, False, "bf16-bf16"),  # pipeline engine, bf16: BF16_Optimizer (bf16 buffer)
+    ("megatron-deepspeed", 0, "bf16", 4, False, "bf16"),  # (fp32 accumulation without ZeRO: refused, priced alike)
     ("megatron-deepspeed", 0, "fp16", 2, False, ""),  # FP16_Optimizer accumulates in autograd's fp16 grads
     ("deepspeed", 1, "bf16", 4, False, "bf16"),  # ZeRO-1 with fp32 gradients: BF16_Optimizer
     ("deepspeed", 1, "bf16", 4, True, ""),  # ... but with its optimizer offloaded the ZeRO optimizer, stage 1

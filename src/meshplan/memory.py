@@ -154,7 +154,7 @@ def lp_gradients(train: StageParams, plan: Plan, stack: Stack) -> Num:
     live through the step: WEIGHT_BYTES more a trainable parameter, unsharded. BigScience's README for BLOOM-176B:
     its fp32 buffer "consumes 4 bytes * params of additional memory". Not for a stated wrapper nor under LoRA
     (work_of: no wrapper work)."""
-    if work_of(plan, stack) != "bf16":
+    if not work_of(plan, stack).startswith("bf16"):
         return 0.0
     return WEIGHT_BYTES * train.total
 

@@ -14,6 +14,10 @@ tensors of this GPU's layers and ends, in their backward pass:
   foreach call's few launches for the whole model not counted). Counted on a CPU
   (data/measured/2026-11-27-bf16-microbatch-host-ops.md) and measured on a lent H200 (docs/SMALL_WORK_GPU.md,
   "DeepSpeed's BF16_Optimizer, per micro-batch": 0.45-1.4 ms a GPT layer of 12 tensors where the host sets the pace).
+  "bf16-bf16": the same wrapper with bf16 gradient accumulation, which only the pipeline engine runs without ZeRO
+  (runtime/engine.py ``_do_optimizer_sanity_check``): its gradient buffer is bf16, so the cast is a no-op that
+  launches nothing, and the add reads 2 + 2 and writes 2 bytes: with the zeroing 8 bytes a parameter, one kernel a
+  tensor (counted in the pipeline engine on a CPU: data/measured/2026-11-27-bf16-pipeline-microbatch-host-ops.md).
 - "zero2", "zero2-fp32", DeepSpeed's ZeRO optimizer at stage 2 (runtime/zero/stage_1_and_2.py): its gradient hook
   (``create_gradient_handling_hooks``) reduces every micro-batch's gradients as they come, each copied into the
   contiguous reduction bucket (``reduce_independent_p_g_buckets_and_remove_grads``: ``new_grad_tensor.copy_``) and
@@ -66,10 +70,10 @@ from meshplan.specs.stack import Stack
 from meshplan.xp import Num
 
 # work -> (bytes per parameter, kernels per parameter tensor), per micro-batch (module docstring)
-WORK = {"bf16": (20.0, 2.0), "zero2": (8.0, 2.0), "zero2-fp32": (22.0, 3.0), "zero3": (4.0, 1.0),
-        "zero3-fp32": (14.0, 2.0)}
-RECORD_NAMES = {"bf16": "bf16_accumulate", "zero2": "zero2_bucket", "zero2-fp32": "zero2_bucket",
-                "zero3": "zero3_bucket", "zero3-fp32": "zero3_bucket"}
+WORK = {"bf16": (20.0, 2.0), "bf16-bf16": (8.0, 1.0), "zero2": (8.0, 2.0), "zero2-fp32": (22.0, 3.0),
+        "zero3": (4.0, 1.0), "zero3-fp32": (14.0, 2.0)}
+RECORD_NAMES = {"bf16": "bf16_accumulate", "bf16-bf16": "bf16_accumulate", "zero2": "zero2_bucket",
+                "zero2-fp32": "zero2_bucket", "zero3": "zero3_bucket", "zero3-fp32": "zero3_bucket"}
 # DeepSpeed 0.19.8 ZeRO-3's hooks every micro-batch, seconds on the DGX host (Cluster.python_host 1): per module, per
 # parameter tensor, and per micro-batch beyond its modules (module docstring; benchmarks/deepspeed_hooks_cpu.py)
 ZERO3_HOOKS = {"module": 535e-6, "tensor": 151e-6, "microbatch": 0.791e-3}
@@ -86,8 +90,8 @@ def work_of(plan: Plan, stack: Stack) -> str:
     if stack.optimizer_wrapper == "stated" or plan.finetune == "lora":
         return ""
     wrapper = deepspeed_wrapper(plan, stack.optimizer_wrapper == "deepspeed-pipeline")
-    if wrapper == "bf16":
-        return "bf16"
+    if wrapper == "bf16":  # its gradient buffer in the plan's gradient dtype (fp32, or bf16 without ZeRO)
+        return "bf16" if plan.grad_bytes == 4 else "bf16-bf16"
     if wrapper in ("zero", "zero-fp32") and plan.zero >= 2:
         return f"zero{plan.zero}" + ("-fp32" if plan.grad_bytes == 4 else "")
     return ""
