@@ -197,3 +197,23 @@ def test_segments_never_shorten_a_pass_and_more_host_never_helps(seed):
     assert pass_times(ops, times, Plan(), blocked.with_(host_dispatch=1.5 * host), "none").total >= b - 1e-15
     assert pass_times(ops, slower, Plan(), blocked, "none").total >= b - 1e-15
     assert pass_times(ops, times, Plan(), blocked.with_(cuda_graphs=True), "none").total <= b + 1e-15
+
+
+def test_blocking_launches_beside_an_overlap_is_one_line_from_every_door(tmp_path, capsys):
+    """An option, a stack TOML and the Python API refuse it alike, in one line naming the flags (exit 2)."""
+    from meshplan.cli import main
+
+    run = ["estimate", "--model", "gpt2", "--system", "h100", "--gpus", "8"]
+
+    def one_line(args: list[str]) -> str:
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1
+        return err[0]
+
+    line = one_line([*run, "--framework", "megatron-core", "--blocking-launches"])
+    assert "stack megatron-core: blocking_launches=true" in line and "(--no-overlap-pp)" in line
+    toml = tmp_path / "stack.toml"
+    toml.write_text('name = "mine"\nblocking_launches = true\n')
+    assert "stack mine: blocking_launches=true" in one_line([*run, "--framework", str(toml)])
+    assert main([*run, "--framework", "megatron-deepspeed", "--blocking-launches"]) == 0  # no overlap: priced

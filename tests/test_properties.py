@@ -124,7 +124,8 @@ def test_the_draws_cover_every_axis_and_option():
     for name in ("fusion", "fsdp", "pipeline_runtime", "cross_entropy", "attention_kernel", "cp_comm", "projections",
                  "moe_permute", "moe_dispatcher"):
         assert len({getattr(s, name) for s in stacks}) > 1, name
-    for name in ("overlap_tp", "overlap_pp", "overlap_ep", "flash_attention", "varlen_attention", "qkv_concat"):
+    for name in ("overlap_tp", "overlap_pp", "overlap_ep", "flash_attention", "varlen_attention", "qkv_concat",
+                 "blocking_launches"):
         assert {getattr(s, name) for s in stacks} == {False, True}, name
     assert sum(not e.fits for e in (estimate(*t) for t in triples()[:100])) >= 5  # plans that do not fit
 
