@@ -3,8 +3,9 @@
 each kind of work is per parameter tensor (kernels the host issues) and per parameter (bytes the GPU moves), on the
 tensors of this GPU's layers and ends, in their backward pass:
 
-- "bf16", DeepSpeed's BF16_Optimizer (bf16 weights under its pipeline engine, as Megatron-DeepSpeed runs them, or
-  with fp32 gradients at ZeRO 1 without optimizer offload): every micro-batch's backward is wrapped (DeepSpeed 0.19.8
+- "bf16", DeepSpeed's BF16_Optimizer with fp32 gradients (bf16 weights at ZeRO 1 without optimizer offload, as
+  Megatron-DeepSpeed's bf16 runs take it; its pipeline engine runs it at ZeRO 0 too): every micro-batch's backward is
+  wrapped (DeepSpeed 0.19.8
   runtime/engine.py ``_backward_prologue`` / ``_backward_epilogue``, runtime/pipe/engine.py
   ``_exec_backward_pass``; runtime/bf16_optimizer.py ``clear_lp_grads``, ``update_hp_grads``, unless
   ``bf16.immediate_grad_update``, default false): the bf16 gradients are zeroed by one ``torch._foreach_zero_``
