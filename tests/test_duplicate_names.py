@@ -73,7 +73,7 @@ ALLOWED = {  # name: the modules (under meshplan) defining it
     "RECOMPUTE_MODULES": ("cost.recompute", "specs.plan"),
     "SCHEDULES": ("search.explore", "specs.plan"),
     "SEARCH_ONLY": ("cli.serve", "cli.shard"),
-    "Settings": ("calibrate.settings", "step.assemble"),
+    "Settings": ("calibrate.settings", "step.grid"),
     "activation_bytes": ("memory", "serve.memory"),
     "collective": ("cost.blocks", "cost.decode"),
     "estimate": ("cli.estimate", "estimate"),

@@ -275,7 +275,7 @@ def _apart_of(model, cluster, plan):
     ("llama3-8b", 64, Plan(dp=2, tp=8, pp=4, zero=2, global_batch=128, recompute="none"), "torchtitan"),
 ])
 def test_the_ranks_estimate_prices_are_every_rank(name, gpus, plan, stack):
-    # estimate prices the ends and, where it may bind (assemble.middle_may_bind), the middle rank 1: the same step and
+    # estimate prices the ends and, where it may bind (step/grid.middle_may_bind), the middle rank 1: the same step and
     # peak as every rank priced one by one
     model, cluster, preset = load_model(name), load_system("h100" if gpus < 1024 else "b200").cluster(gpus), load_stack(
         stack)

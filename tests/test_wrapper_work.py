@@ -22,7 +22,8 @@ from meshplan.specs.efficiency import DEFAULT as DEFAULT_EFF
 from meshplan.specs.hardware import load_system
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import load_stack
-from meshplan.step.assemble import compose, own_settings
+from meshplan.step.assemble import compose
+from meshplan.step.grid import own_settings
 from meshplan.step.units import timed_parts, units_for_recomputes
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,10 +11,10 @@ interleaved schedule, Narayanan et al. 2021 §2.2):
 The pieces, in data-flow order: step/passes.py (ops timed and summed per pass under the overlap rules, stated
 there), step/units.py (the per micro-batch units a step repeats), step/stages.py (the ranks and their sends),
 bubble.py (the bubble), channels.py (what runs beside the passes), step/memory.py and memory.py (bytes per rank),
-step/assemble.py (the step and its memory, composed once: ``compose`` and ``compose_memory``, for one plan under its
-own settings or a batch under the search's grid). The arithmetic accepts NumPy arrays in the numeric plan fields, so
-the search evaluates many plans with this same code (search/scoring.py); ``estimate`` adds the per-op table and the
-feasibility verdict for one plan.
+step/assemble.py and step/memory_grid.py (the step and its memory, composed once: ``compose`` and ``compose_memory``,
+over step/grid.py's settings and ranks, for one plan under its own settings or a batch under the search's grid). The
+arithmetic accepts NumPy arrays in the numeric plan fields, so the search evaluates many plans with this same code
+(search/scoring.py); ``estimate`` adds the per-op table and the feasibility verdict for one plan.
 
 MFU counts model FLOPs (cost/flops.py): 6·N per token for the matmul parameters N (embedding lookup excluded, LM
 head included) plus 6·s·A·(d_qk + d_v) per layer for attention, without causal savings (PaLM, Chowdhery et al.

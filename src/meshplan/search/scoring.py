@@ -1,9 +1,9 @@
 """Vectorised scoring: the step time and the memory of a batch of plans under every setting of the space's grid
 (recompute × ZeRO × optimizer offload × activation offload) at once, with NumPy.
 
-The step and the memory are ``estimate()``'s own composition (step.assemble.compose, compose_memory) under the whole
-grid, each part computed once for the settings it changes with, in float32 (ranking only: the search re-estimates
-its winners in float64).
+The step and the memory are ``estimate()``'s own composition (step.assemble.compose, step.memory_grid.compose_memory)
+under the whole grid, each part computed once for the settings it changes with, in float32 (ranking only: the search
+re-estimates its winners in float64).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from meshplan.search.space import Space
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.step.assemble import compose, compose_memory
+from meshplan.step.assemble import compose
+from meshplan.step.memory_grid import compose_memory
 from meshplan.step.units import Units
 
 
@@ -34,7 +35,7 @@ def grid_times(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict
 def grid_memory(model: ModelSpec, batch: PlanBatch, units: dict[str, Units], space: Space
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Peak HBM and host (offload) bytes of every settings combination, shape (recompute, zero, offload opt,
-    offload act, plan): estimate()'s memory (step.assemble.compose_memory) under the whole grid, in float32. Memory
+    offload act, plan): estimate()'s memory (step.memory_grid.compose_memory) under the whole grid, in float32. Memory
     does not depend on the placement, so the search calls this once per size combination, not per placement."""
     memory = compose_memory(model, batch, units, space, space.stack)
     return memory.peak(np.float32), memory.host(np.float32)

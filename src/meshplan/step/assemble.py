@@ -5,12 +5,12 @@ sharing a tier's bandwidth with the layers' traffic where both span it, contenti
 its optimizer step, and the bubble (bubble.flow_bubble); the step is the busiest of the first, the last and a middle
 pipeline rank plus the bubble (``EndSteps.total``, the one sum):
     t_step = max over the ranks of (m · t_rank + dp + offload + optimizer) + bubble
-Memory (``compose_memory``): each rank's model states, activations and buffers, the peak the largest of the three
-(``MemoryGrid.peak``), and what offload moves to the host. The middle rank is rank 1, which holds the most
-micro-batches in flight of the middle ones (p − 1 under 1F1B) and, the ranks alike in settings, the same passes and
-parameters as every other middle rank: a middle rank whose layers carry more parameters than the first's (DeepSeek-V3:
-the first rank's 3 dense layers) is the heaviest and the busiest (its data-parallel gradients). Ranks that differ
-further (per-rank settings, a lighter first stage) are priced one by one (step/ranks.py).
+Memory: step/memory_grid.py (``compose_memory``), over the same grid and ranks (step/grid.py). The middle rank is
+rank 1, which holds the most micro-batches in flight of the middle ones (p − 1 under 1F1B) and, the ranks alike in
+settings, the same passes and parameters as every other middle rank: a middle rank whose layers carry more
+parameters than the first's (DeepSeek-V3: the first rank's 3 dense layers) is the heaviest and the busiest (its
+data-parallel gradients). Ranks that differ further (per-rank settings, a lighter first stage) are priced one by one
+(step/ranks.py).
 ``estimate`` composes one plan under its own settings (``assemble``: a grid of one, with the time by component and
 the memory of the rank with the larger footprint, ``StepCosts``); the search composes batches of plans under the
 space's grid (search/scoring.py). Fields are floats for one plan or NumPy arrays for many.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, cast
+from typing import cast
 
 import numpy as np
 
@@ -37,53 +37,26 @@ from meshplan.channels import (
     weight_fetch,
 )
 from meshplan.contention import any_shared, shared_collectives
-from meshplan.cost.params import StageParams, middle_or_first, middle_params, stage_params
+from meshplan.cost.params import StageParams, middle_or_first
 from meshplan.cost.tensors import rank_tensors
 from meshplan.cost.wrapper_work import by_work
 from meshplan.cost.wrappers import partitioned_zero
-from meshplan.memory import Memory, buffer_memory, model_states, resident_weights
+from meshplan.memory import Memory, model_states
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import SPLIT_SCHEDULES, Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
+from meshplan.step.grid import Settings, middle_may_bind, own_settings, rank_params, with_settings
 from meshplan.step.host import iteration_host, loop_host, optimizer_loops, paid_per_step
-from meshplan.step.memory import activation_memory, offloaded_activations
+from meshplan.step.memory_grid import compose_memory
 from meshplan.step.passes import PassTimes
 from meshplan.step.stages import cadence, ep_overlapped, split_bubble, stage_times, two_chunk_times
 from meshplan.step.units import Parts, Units, unit_costs
 from meshplan.xp import Num
 
 MEMORY = ("weights", "grads", "optimizer", "activations", "buffers")
-
-
-class Settings(Protocol):
-    """The settings grid a step is composed under: search.Space's axes, or one plan's own (``own_settings``)."""
-
-    @property
-    def recompute(self) -> tuple[str, ...]: ...
-    @property
-    def zero(self) -> tuple[int, ...]: ...
-    @property
-    def offload_optimizer(self) -> tuple[bool, ...]: ...
-    @property
-    def offload_activations(self) -> tuple[bool, ...]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class OwnSettings:
-    """A grid of one setting: a plan's own."""
-
-    recompute: tuple[str, ...]
-    zero: tuple[int, ...]
-    offload_optimizer: tuple[bool, ...]
-    offload_activations: tuple[bool, ...]
-
-
-def own_settings(plan: Plan) -> OwnSettings:
-    """The grid of ``plan``'s own recompute mode, ZeRO stage and offloads: what ``assemble`` composes it under."""
-    return OwnSettings((plan.recompute,), (plan.zero,), (plan.offload_optimizer,), (plan.offload_activations,))
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,13 +111,13 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
     host = _step_hosts(model, cluster, plan, stack, grid, n, shape)
     logging = iteration_host(stack, cluster.python_host) / updates  # once per step: opt is paid per update
-    parted = {(z, oo): partitioned_zero(_with(plan, zero=z, offload_optimizer=oo), stack) for z, oo in host}
-    opt = {k: optimizer_time(cluster, _with(plan, zero=parted[k], offload_optimizer=k[1]), params, eff) + host[k]
-           + logging for k in host}
+    parted = {(z, oo): partitioned_zero(with_settings(plan, zero=z, offload_optimizer=oo), stack) for z, oo in host}
+    opt = {k: optimizer_time(cluster, with_settings(plan, zero=parted[k], offload_optimizer=k[1]), params, eff)
+           + host[k] + logging for k in host}
     loop = loop_host(stack, cluster.python_host)  # the training loop's, per micro-batch and rank
     forward: dict = {}  # the forward passes do not change with the recompute mode: priced once without copies
     for r, rc in enumerate(grid.recompute):
-        ranked = _with(plan, recompute=rc)
+        ranked = with_settings(plan, recompute=rc)
         for work, settings in by_work(plan, stack, grid.zero, grid.offload_optimizer):
             u = units[rc].under(work)  # the passes of the settings whose wrapper does this work every micro-batch
             first, last, middle = two_chunk_times(ranked.schedule, *stage_times(model, ranked, stack, u, loop), u.head)
@@ -159,7 +132,7 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
             pipelined = m * _rows(plan, [first.total, last.total, middle.total][:n], shape, dtype)
             zeros = tuple(dict.fromkeys(parted[zero, oo] for _, zero, _, oo in settings))
             for a, oa in enumerate(grid.offload_activations):
-                copies = _copies(model, cluster, _with(ranked, offload_activations=oa), u, shape, dtype, n)
+                copies = _copies(model, cluster, with_settings(ranked, offload_activations=oa), u, shape, dtype, n)
                 channels: dict[int, tuple[Num, Num]] = {}
                 for stages, fetch in _fetches(cluster, plan, params, zeros, stack, shape, dtype):
                     channels |= step_channels(passes, per_update, traffic, stages, replace(copies, fetch=fetch),
@@ -181,7 +154,7 @@ def _step_hosts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, gr
         return host
     tensors, both = rank_tensors(model, plan, stack)[:n], 1 + (plan.schedule == "dualpipe")
     for z, oo in settings:
-        setting = _with(plan, zero=z, offload_optimizer=oo)
+        setting = with_settings(plan, zero=z, offload_optimizer=oo)
         host[z, oo] = _rows(plan, [optimizer_loops(t, setting, stack, cluster.python_host, both) for t in tensors],
                             shape, np.float64)
     return host
@@ -208,13 +181,8 @@ def _fetches(cluster: Cluster, plan: Plan, params: StageParams, zeros: tuple[int
     for group in ((z for z in zeros if z < 3), (z for z in zeros if z == 3)):
         stages = tuple(group)
         if stages:
-            held = model_states(params, _with(plan, zero=stages[0]), stack)[0]  # the three ranks (stacked)
+            held = model_states(params, with_settings(plan, zero=stages[0]), stack)[0]  # the three ranks (stacked)
             yield stages, weight_fetch(cluster, np.asarray(held, dtype=dtype))
-
-
-def _with(plan: Plan, **settings: Any) -> Plan:
-    """``plan`` with these categorical settings (itself if it has them already)."""
-    return plan if all(getattr(plan, k) == v for k, v in settings.items()) else replace(plan, **settings)
 
 
 def _flag(x: Num) -> Num:
@@ -239,101 +207,6 @@ def _rows(plan: Plan, values: Sequence[Num], shape: tuple[int, ...], dtype: type
     if len(values) == 3:
         out[2] = middle_or_first(plan, values[2], values[0])
     return out
-
-
-def middle_may_bind(model: ModelSpec, stack: Stack, plan: Plan) -> bool:
-    """Whether a middle pipeline rank may be the busiest or the heaviest of a plan whose ranks are alike beyond the
-    ends (step/ranks.py prices the others): where its layers may carry more parameters than the first's (the first
-    rank's dense layers, ``first_k_dense_layers``, in a MoE model) or torch.distributed.pipelining keeps 4·m·v
-    boundaries on it against the first's 2·m·(2v − 1) (memory.pipeline_runtime_memory). Else a middle rank holds the
-    first's layers without the embedding, as many parameters less the embedding's and fewer micro-batches in flight
-    (memory.in_flight_chunks): never busier nor heavier, so the step prices the two ends only; as where no plan (of
-    a batch) has a middle rank (p ≤ 2)."""
-    return (model.first_k_dense_layers > 0 or stack.pipeline_runtime == "torch") and bool(np.any(plan.pp > 2))
-
-
-def rank_params(model: ModelSpec, plan: Plan) -> tuple[StageParams, ...]:
-    """The parameters of the first, the last and a middle pipeline rank (cost/params.py)."""
-    return stage_params(model, plan, True), stage_params(model, plan, False), middle_params(model, plan)
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryGrid:
-    """Bytes per GPU of a plan (or a batch) under every setting of a grid, each part for the settings it changes
-    with: model states per (ZeRO stage, optimizer offload, rank), activations per (recompute, activation offload,
-    rank), buffers per ZeRO stage, and what offload moves to the host; the ranks (first, last, the middle rank 1 with
-    the most micro-batches in flight of the middle ones) on an axis of 3. Held in float64; ``peak`` and ``host`` sum
-    them in the caller's dtype (the search's: float32)."""
-
-    weights: np.ndarray  # (Z, O, 3, ...)
-    grads: np.ndarray
-    optimizer: np.ndarray  # 0 where offloaded (memory.model_states)
-    activations: np.ndarray  # (R, A, 3, ...)
-    buffers: np.ndarray  # (Z, ...)
-    host_optimizer: np.ndarray  # (Z, O, ...): the first rank's offloaded optimizer state (ZeRO-Offload) and weights
-    host_activations: np.ndarray  # (R, A, ...): step.memory.offloaded_activations
-
-    def peak(self, dtype: type = np.float64) -> np.ndarray:
-        """Peak HBM bytes, shape (recompute, zero, offload opt, offload act, ...): the largest of the ranks'
-        weights + grads + optimizer + activations + buffers."""
-        states = (self.weights + self.grads + self.optimizer).astype(dtype, copy=False)
-        acts: np.ndarray = self.activations.astype(dtype, copy=False)
-        buffers: np.ndarray = self.buffers.astype(dtype, copy=False)
-        peak = states[None, :, :, None, 0] + acts[:, None, None, :, 0]  # the first rank
-        for rank in range(1, self.weights.shape[2]):  # or the last, or a middle one (middle_may_bind)
-            np.maximum(peak, states[None, :, :, None, rank] + acts[:, None, None, :, rank], out=peak)
-        peak += buffers[None, :, None, None]
-        return peak
-
-    def host(self, dtype: type = np.float64) -> np.ndarray:
-        """Host bytes offloaded per GPU, shaped as ``peak``."""
-        return (self.host_optimizer.astype(dtype, copy=False)[None, :, :, None]
-                + self.host_activations.astype(dtype, copy=False)[:, None, None])
-
-
-def compose_memory(model: ModelSpec, plan: Plan, units: Mapping[str, Units], grid: Settings, stack: Stack
-                   ) -> MemoryGrid:
-    """The memory of ``plan`` (one plan, or a batch) under every setting of ``grid`` (``MemoryGrid``): memory.py's
-    model states, buffers and offloaded optimizer state, step/memory.py's activations and offloaded activations."""
-    shape, rcs, zeros = np.shape(plan.dp), grid.recompute, grid.zero
-    oos, oas = grid.offload_optimizer, grid.offload_activations
-
-    def arr(x: Num) -> Num:  # each plan's value (one plan: the value itself, a float or a NumPy scalar)
-        return np.broadcast_to(np.asarray(x, dtype=np.float64), shape) if shape else x
-
-    n = 3 if middle_may_bind(model, stack, plan) else 2
-    ends = rank_params(model, plan)[:n]
-    # each (ZeRO stage, optimizer offload): an offloaded optimizer state leaves the GPU for the host, the first rank's
-    # (memory.offloaded_optimizer, the states kept without offload), and the wrapper DeepSpeed picks, which sets the
-    # gradients a rank keeps (memory.lp_gradients), may differ with it
-    settings = [(z, oo) for z in zeros for oo in sorted({False, *oos})]
-    kept: dict[tuple[int, bool], list[tuple[Num, ...]]] = {
-        (z, oo): [model_states(end, _with(plan, zero=z, offload_optimizer=oo), stack, last)
-                  for end, last in zip(ends, (False, True, False)[:n], strict=True)] for z, oo in settings}
-    if n == 3:  # no middle rank (p ≤ 2): the first's states in its row
-        kept = {key: [*k[:2], tuple(middle_or_first(plan, x, y) for x, y in zip(k[2], k[0], strict=True))]
-                for key, k in kept.items()}
-    if plan.offload_weights:  # the weights' resident share on the GPU, the rest in host memory (memory.py; a middle
-        resident = [resident_weights(model, plan, last) for last in (False, True, False)[:n]]  # rank: the first's
-        kept = {key: [(w * share, g, o) for (w, g, o), share in zip(k, resident, strict=True)]
-                for key, k in kept.items()}
-        host_weights = {z: kept[z, False][0][0] * (1 - resident[0]) / resident[0] for z in zeros}
-    states = [_array([[[arr(end[i]) for end in kept[z, oo]] for oo in oos] for z in zeros]) for i in range(3)]
-    settled = {(rc, oa): _with(plan, recompute=rc, offload_activations=oa) for rc in rcs for oa in oas}
-    acts = _array([[[arr(a) for a in activation_memory(model, settled[rc, oa], stack, units[rc], n == 3)]
-                    for oa in oas]
-                   for rc in rcs])
-    weights, grads, optimizer = states
-    buffers = _array([arr(buffer_memory(model, _with(plan, zero=z))) for z in zeros])
-    hosted = {z: host_weights[z] if plan.offload_weights else 0.0 for z in zeros}
-    return MemoryGrid(weights, grads, optimizer, acts, buffers,
-                      _array([[arr((kept[z, False][0][2] if oo else 0.0) + hosted[z]) for oo in oos] for z in zeros]),
-                      _array([[arr(offloaded_activations(model, settled[rc, oa], units[rc], n == 3)) for oa in oas]
-                              for rc in rcs]))
-
-
-def _array(nested: list) -> np.ndarray:
-    return np.array(nested, dtype=np.float64)
 
 
 @dataclass(frozen=True, slots=True)

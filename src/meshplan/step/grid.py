@@ -1,0 +1,66 @@
+"""The settings grid a step is composed under (recompute × ZeRO × optimizer offload × activation offload: search.Space's
+axes, or one plan's own) and the pipeline ranks it is priced on: the first, the last and, where it may bind, a middle
+rank (``middle_may_bind``), with their parameters (``rank_params``). step/assemble.py composes the time over them,
+step/memory_grid.py the memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import numpy as np
+
+from meshplan.cost.params import StageParams, middle_params, stage_params
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
+
+
+class Settings(Protocol):
+    """The settings grid a step is composed under: search.Space's axes, or one plan's own (``own_settings``)."""
+
+    @property
+    def recompute(self) -> tuple[str, ...]: ...
+    @property
+    def zero(self) -> tuple[int, ...]: ...
+    @property
+    def offload_optimizer(self) -> tuple[bool, ...]: ...
+    @property
+    def offload_activations(self) -> tuple[bool, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class OwnSettings:
+    """A grid of one setting: a plan's own."""
+
+    recompute: tuple[str, ...]
+    zero: tuple[int, ...]
+    offload_optimizer: tuple[bool, ...]
+    offload_activations: tuple[bool, ...]
+
+
+def own_settings(plan: Plan) -> OwnSettings:
+    """The grid of ``plan``'s own recompute mode, ZeRO stage and offloads: what ``assemble`` composes it under."""
+    return OwnSettings((plan.recompute,), (plan.zero,), (plan.offload_optimizer,), (plan.offload_activations,))
+
+
+def with_settings(plan: Plan, **settings: Any) -> Plan:
+    """``plan`` with these categorical settings (itself if it has them already)."""
+    return plan if all(getattr(plan, k) == v for k, v in settings.items()) else replace(plan, **settings)
+
+
+def middle_may_bind(model: ModelSpec, stack: Stack, plan: Plan) -> bool:
+    """Whether a middle pipeline rank may be the busiest or the heaviest of a plan whose ranks are alike beyond the
+    ends (step/ranks.py prices the others): where its layers may carry more parameters than the first's (the first
+    rank's dense layers, ``first_k_dense_layers``, in a MoE model) or torch.distributed.pipelining keeps 4·m·v
+    boundaries on it against the first's 2·m·(2v − 1) (memory.pipeline_runtime_memory). Else a middle rank holds the
+    first's layers without the embedding, as many parameters less the embedding's and fewer micro-batches in flight
+    (memory.in_flight_chunks): never busier nor heavier, so the step prices the two ends only; as where no plan (of
+    a batch) has a middle rank (p ≤ 2)."""
+    return (model.first_k_dense_layers > 0 or stack.pipeline_runtime == "torch") and bool(np.any(plan.pp > 2))
+
+
+def rank_params(model: ModelSpec, plan: Plan) -> tuple[StageParams, ...]:
+    """The parameters of the first, the last and a middle pipeline rank (cost/params.py)."""
+    return stage_params(model, plan, True), stage_params(model, plan, False), middle_params(model, plan)

@@ -1,0 +1,101 @@
+"""The memory of a plan (one plan, or a batch) under every setting of a grid (step/grid.py): each pipeline rank's
+model states, activations and buffers, the peak the largest of them (``MemoryGrid.peak``), and what offload moves to
+the host. ``estimate`` reads one plan's under its own settings (step/assemble.assemble); the search reads a batch's
+under the space's grid, in float32 (search/scoring.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from meshplan.cost.params import middle_or_first
+from meshplan.memory import buffer_memory, model_states, resident_weights
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
+from meshplan.step.grid import Settings, middle_may_bind, rank_params, with_settings
+from meshplan.step.memory import activation_memory, offloaded_activations
+from meshplan.step.units import Units
+from meshplan.xp import Num
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryGrid:
+    """Bytes per GPU of a plan (or a batch) under every setting of a grid, each part for the settings it changes
+    with: model states per (ZeRO stage, optimizer offload, rank), activations per (recompute, activation offload,
+    rank), buffers per ZeRO stage, and what offload moves to the host; the ranks (first, last, the middle rank 1 with
+    the most micro-batches in flight of the middle ones) on an axis of 3. Held in float64; ``peak`` and ``host`` sum
+    them in the caller's dtype (the search's: float32)."""
+
+    weights: np.ndarray  # (Z, O, 3, ...)
+    grads: np.ndarray
+    optimizer: np.ndarray  # 0 where offloaded (memory.model_states)
+    activations: np.ndarray  # (R, A, 3, ...)
+    buffers: np.ndarray  # (Z, ...)
+    host_optimizer: np.ndarray  # (Z, O, ...): the first rank's offloaded optimizer state (ZeRO-Offload) and weights
+    host_activations: np.ndarray  # (R, A, ...): step.memory.offloaded_activations
+
+    def peak(self, dtype: type = np.float64) -> np.ndarray:
+        """Peak HBM bytes, shape (recompute, zero, offload opt, offload act, ...): the largest of the ranks'
+        weights + grads + optimizer + activations + buffers."""
+        states = (self.weights + self.grads + self.optimizer).astype(dtype, copy=False)
+        acts: np.ndarray = self.activations.astype(dtype, copy=False)
+        buffers: np.ndarray = self.buffers.astype(dtype, copy=False)
+        peak = states[None, :, :, None, 0] + acts[:, None, None, :, 0]  # the first rank
+        for rank in range(1, self.weights.shape[2]):  # or the last, or a middle one (middle_may_bind)
+            np.maximum(peak, states[None, :, :, None, rank] + acts[:, None, None, :, rank], out=peak)
+        peak += buffers[None, :, None, None]
+        return peak
+
+    def host(self, dtype: type = np.float64) -> np.ndarray:
+        """Host bytes offloaded per GPU, shaped as ``peak``."""
+        return (self.host_optimizer.astype(dtype, copy=False)[None, :, :, None]
+                + self.host_activations.astype(dtype, copy=False)[:, None, None])
+
+
+def compose_memory(model: ModelSpec, plan: Plan, units: Mapping[str, Units], grid: Settings, stack: Stack
+                   ) -> MemoryGrid:
+    """The memory of ``plan`` (one plan, or a batch) under every setting of ``grid`` (``MemoryGrid``): memory.py's
+    model states, buffers and offloaded optimizer state, step/memory.py's activations and offloaded activations."""
+    shape, rcs, zeros = np.shape(plan.dp), grid.recompute, grid.zero
+    oos, oas = grid.offload_optimizer, grid.offload_activations
+
+    def arr(x: Num) -> Num:  # each plan's value (one plan: the value itself, a float or a NumPy scalar)
+        return np.broadcast_to(np.asarray(x, dtype=np.float64), shape) if shape else x
+
+    n = 3 if middle_may_bind(model, stack, plan) else 2
+    ends = rank_params(model, plan)[:n]
+    # each (ZeRO stage, optimizer offload): an offloaded optimizer state leaves the GPU for the host, the first rank's
+    # (memory.offloaded_optimizer, the states kept without offload), and the wrapper DeepSpeed picks, which sets the
+    # gradients a rank keeps (memory.lp_gradients), may differ with it
+    settings = [(z, oo) for z in zeros for oo in sorted({False, *oos})]
+    kept: dict[tuple[int, bool], list[tuple[Num, ...]]] = {
+        (z, oo): [model_states(end, with_settings(plan, zero=z, offload_optimizer=oo), stack, last)
+                  for end, last in zip(ends, (False, True, False)[:n], strict=True)] for z, oo in settings}
+    if n == 3:  # no middle rank (p ≤ 2): the first's states in its row
+        kept = {key: [*k[:2], tuple(middle_or_first(plan, x, y) for x, y in zip(k[2], k[0], strict=True))]
+                for key, k in kept.items()}
+    if plan.offload_weights:  # the weights' resident share on the GPU, the rest in host memory (memory.py; a middle
+        resident = [resident_weights(model, plan, last) for last in (False, True, False)[:n]]  # rank: the first's
+        kept = {key: [(w * share, g, o) for (w, g, o), share in zip(k, resident, strict=True)]
+                for key, k in kept.items()}
+        host_weights = {z: kept[z, False][0][0] * (1 - resident[0]) / resident[0] for z in zeros}
+    states = [_array([[[arr(end[i]) for end in kept[z, oo]] for oo in oos] for z in zeros]) for i in range(3)]
+    settled = {(rc, oa): with_settings(plan, recompute=rc, offload_activations=oa) for rc in rcs for oa in oas}
+    acts = _array([[[arr(a) for a in activation_memory(model, settled[rc, oa], stack, units[rc], n == 3)]
+                    for oa in oas]
+                   for rc in rcs])
+    weights, grads, optimizer = states
+    buffers = _array([arr(buffer_memory(model, with_settings(plan, zero=z))) for z in zeros])
+    hosted = {z: host_weights[z] if plan.offload_weights else 0.0 for z in zeros}
+    return MemoryGrid(weights, grads, optimizer, acts, buffers,
+                      _array([[arr((kept[z, False][0][2] if oo else 0.0) + hosted[z]) for oo in oos] for z in zeros]),
+                      _array([[arr(offloaded_activations(model, settled[rc, oa], units[rc], n == 3)) for oa in oas]
+                              for rc in rcs]))
+
+
+def _array(nested: list) -> np.ndarray:
+    return np.array(nested, dtype=np.float64)
