@@ -24,6 +24,7 @@ from meshplan.specs.stack import (
     CROSS_ENTROPY,
     MOE_DISPATCHER,
     MOE_PERMUTE,
+    OVERLAP_FLAGS,
     PROJECTIONS,
     Stack,
     load_stack,
@@ -160,12 +161,10 @@ def draw_stack(rng: random.Random, model: ModelSpec, precision: str) -> Stack:
     drawn = stack.with_(**{k: f() for k, f in draws.items() if rng.random() < 0.3})
     if stack.name in LOOP_HOST_PRESETS:  # chosen without the generator, so that the other draws stay as they were
         drawn = drawn.with_(microbatch_host=1.5e-3, iteration_host=1e-3)
-    if stack.name == "megatron-deepspeed" and not any(getattr(drawn, f) for f in OVERLAPS):  # alike: BigScience's
+    if stack.name == "megatron-deepspeed" and not any(getattr(drawn, f) for f in OVERLAP_FLAGS):  # alike: BigScience's
         drawn = drawn.with_(blocking_launches=True)  # CUDA_LAUNCH_BLOCKING=1, which needs every overlap off
     return drawn
 
-
-OVERLAPS = ("overlap_tp", "overlap_dp", "overlap_ep", "overlap_pp")
 
 
 # stacks drawn with the training loop's host work (step/stages.loop_times, step/host.iteration_host): 1.5 ms a

@@ -36,7 +36,7 @@ from meshplan.cost.params import (
     trainable,
 )
 from meshplan.cost.records import ACT_BYTES, FP32, token_rows
-from meshplan.cost.wrapper_work import work_of
+from meshplan.cost.wrapper_work import BF16_OPTIMIZER_WORK, work_of
 from meshplan.cost.wrappers import partitioned_zero
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import head_vocab
@@ -154,7 +154,7 @@ def lp_gradients(train: StageParams, plan: Plan, stack: Stack) -> Num:
     live through the step: WEIGHT_BYTES more a trainable parameter, unsharded. BigScience's README for BLOOM-176B:
     its fp32 buffer "consumes 4 bytes * params of additional memory". Not for a stated wrapper nor under LoRA
     (work_of: no wrapper work)."""
-    if not work_of(plan, stack).startswith("bf16"):
+    if work_of(plan, stack) not in BF16_OPTIMIZER_WORK:
         return 0.0
     return WEIGHT_BYTES * train.total
 

@@ -7,7 +7,7 @@ modules apply them when they map a record onto a Plan and a Stack.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from meshplan.cost.wrappers import DEEPSPEED_FP16
@@ -128,6 +128,14 @@ def pytorch_fsdp(name: str, match: str, fsdp: str, grad_bytes: int, who: str) ->
                           "inside a TP plan, no recompute unless stated", sdpa=True)
 
 
+MEGATRON_DEEPSPEED = SourceDefaults(
+    "Megatron-DeepSpeed (BLOOM)", r"bloom|gpt-?neox|megatron.{0,20}deepspeed|deepspeed.{0,20}megatron",
+    load_stack("megatron-deepspeed"), False, 1, 4, "full",
+    "Megatron-DeepSpeed 2022: no sequence parallelism, BF16_Optimizer (ZeRO-1) with fp32 gradient reduction after the "
+    "backward pass, no FlashAttention; EleutherAI's GPT-NeoX is the same construction (Megatron-LM model code on "
+    "DeepSpeed's pipeline engine and ZeRO-1)")
+
+
 SOURCES: tuple[SourceDefaults, ...] = (
     SourceDefaults("Megatron-LM 2020", r"megatron_readme_2020|megatron2020", MEGATRON_2021, False, 0, 2, "full",
                    "Megatron-LM 2020 (before pipeline parallelism): --batch-size is the per-GPU batch, no "
@@ -169,18 +177,13 @@ SOURCES: tuple[SourceDefaults, ...] = (
     # BigScience's tr11 (BLOOM) runs on Jean Zay set CUDA_LAUNCH_BLOCKING=1 against a hang at 40+ nodes
     # (bigscience-workshop/bigscience train/tr11-176B-ml/README.md "Important environment variables", and every
     # tr11*.slurm; chronicles-prequel.md "dealing with JZ hanging on the large model", before its topology search)
-    SourceDefaults("Megatron-DeepSpeed (BigScience tr11)", r"^bloom|bigscience",
-                   load_stack("megatron-deepspeed").with_(name="megatron-deepspeed-tr11", blocking_launches=True),
-                   False, 1, 4, "full",
-                   "Megatron-DeepSpeed 2022 as BigScience ran BLOOM on Jean Zay: as Megatron-DeepSpeed (BLOOM) below, "
-                   "with CUDA_LAUNCH_BLOCKING=1 (the tr11 README's workaround for a hang at 40+ nodes, set in every "
-                   "tr11 slurm script): each kernel launch returns once the kernel has run, so the host's time adds "
-                   "to the GPU's"),
-    SourceDefaults("Megatron-DeepSpeed (BLOOM)", r"bloom|gpt-?neox|megatron.{0,20}deepspeed|deepspeed.{0,20}megatron",
-                   load_stack("megatron-deepspeed"), False, 1, 4, "full",
-                   "Megatron-DeepSpeed 2022: no sequence parallelism, BF16_Optimizer (ZeRO-1) with fp32 "
-                   "gradient reduction after the backward pass, no FlashAttention; EleutherAI's GPT-NeoX is the same "
-                   "construction (Megatron-LM model code on DeepSpeed's pipeline engine and ZeRO-1)"),
+    replace(MEGATRON_DEEPSPEED, name="Megatron-DeepSpeed (BigScience tr11)", match=r"^bloom|bigscience",
+            stack=MEGATRON_DEEPSPEED.stack.with_(name="megatron-deepspeed-tr11", blocking_launches=True),
+            why="Megatron-DeepSpeed 2022 as BigScience ran BLOOM on Jean Zay: as Megatron-DeepSpeed (BLOOM) below, "
+                "with CUDA_LAUNCH_BLOCKING=1 (the tr11 README's workaround for a hang at 40+ nodes, set in every "
+                "tr11 slurm script): each kernel launch returns once the kernel has run, so the host's time adds "
+                "to the GPU's"),
+    MEGATRON_DEEPSPEED,
     # the framework text's hyphenated name: the group of its README's cost table also holds a DeepSpeed row
     SourceDefaults("Megatron-LLaMA", r"megatron-llama", Stack(name="megatron-llama", overlap_dp=False,
                                                                   vocab_multiple=MEGATRON_VOCAB,

@@ -132,8 +132,8 @@ def _tied_bytes(problem: Problem, choice: dict[int, int], accounting: Accounting
     once per step (``price_slicing``; channels.embedding_sync for the model-level estimate)."""
     trace = problem.flow.trace
     read: dict[int, set[str]] = {}
-    for i, op in enumerate(trace.ops):
-        if op.phase != "fwd" or not problem.blocks.groups:
+    for i, op in enumerate(trace.ops if problem.blocks.groups else ()):  # no layers: no ends to tell apart
+        if op.phase != "fwd":
             continue
         where = _side(problem, i)
         for t in op.inputs if where != "block" else ():

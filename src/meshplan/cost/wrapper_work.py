@@ -73,6 +73,7 @@ from meshplan.xp import Num
 # work -> (bytes per parameter, kernels per parameter tensor), per micro-batch (module docstring)
 WORK = {"bf16": (20.0, 2.0), "bf16-bf16": (8.0, 1.0), "zero2": (8.0, 2.0), "zero2-fp32": (22.0, 3.0),
         "zero3": (4.0, 1.0), "zero3-fp32": (14.0, 2.0)}
+BF16_OPTIMIZER_WORK = ("bf16", "bf16-bf16")  # BF16_Optimizer's, whose bf16 gradients live beside its buffer
 RECORD_NAMES = {"bf16": "bf16_accumulate", "bf16-bf16": "bf16_accumulate", "zero2": "zero2_bucket",
                 "zero2-fp32": "zero2_bucket", "zero3": "zero3_bucket", "zero3-fp32": "zero3_bucket"}
 # DeepSpeed 0.19.8 ZeRO-3's hooks every micro-batch, seconds on the DGX host (Cluster.python_host 1): per module, per

@@ -19,6 +19,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from meshplan.specs.stack import OVERLAP_FLAGS
 from meshplan.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -109,8 +110,7 @@ def band_note(est: Estimate) -> str:
 def assumptions(est: Estimate, headroom: float) -> list[tuple[str, str]]:
     """(assumption, where it lives) for this estimate."""
     p, s, acc, m = est.plan, est.stack, est.cluster.accelerator, est.model
-    overlaps = [f"{f}: {'yes' if getattr(s, f) else 'no'}" for f in ("overlap_tp", "overlap_dp", "overlap_ep",
-                                                                      "overlap_pp")]
+    overlaps = [f"{f}: {'yes' if getattr(s, f) else 'no'}" for f in OVERLAP_FLAGS]
     out = [(f"the {s.name} stack{f' {s.version}' if s.version else ''} runs the plan: its kernels and overlap "
             f"({', '.join(overlaps)})", f"presets/stacks/{s.name}.toml"),
            ("kernel times from meshplan's fitted efficiency curves, not measured on your GPUs (meshplan calibrate "

@@ -48,6 +48,10 @@ def _flag(default: bool, help: str) -> Any:
     return field(default=default, metadata={"help": help})
 
 
+# the flags by which a stack runs communication beside compute (Stack's overlap section)
+OVERLAP_FLAGS = ("overlap_tp", "overlap_dp", "overlap_ep", "overlap_pp")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Stack:
     """How a software stack runs a plan: its kernels, runtime and overlap (module docstring). Equal stacks are the
@@ -171,7 +175,7 @@ class Stack:
         if self.region_host and not self.compiled:  # a region's host time, with no region: never silently dropped
             raise SpecError(f"{where}region_host={self.region_host} s needs compiled = true (--compiled: each layer "
                             "a torch.compile region); 0 without")
-        overlaps = [f for f in ("overlap_tp", "overlap_dp", "overlap_ep", "overlap_pp") if getattr(self, f)]
+        overlaps = [f for f in OVERLAP_FLAGS if getattr(self, f)]
         if self.blocking_launches and overlaps:  # a blocked launch serialises the streams: no overlap to price
             raise SpecError(f"{where}blocking_launches=true (CUDA_LAUNCH_BLOCKING=1) runs one kernel at a time, so "
                             f"{', '.join(f'{f}=true' for f in overlaps)} cannot overlap: set them false with it ("
