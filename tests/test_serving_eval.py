@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from meshplan.cost.kv_cache import token_bytes
 from meshplan.serve.efficiency import SERVE_DEFAULT
 from meshplan.serve.metrics import instance
 from meshplan_validation.serving_eval import batch_of, predict, setting
@@ -83,3 +84,18 @@ def test_a_burst_that_outlives_its_mean_request_has_varied_lengths():
     ratio = 500 / m["requests_per_s"] / ((m["ttft_ms"] + 213 * m["itl_ms"]) / 1e3)
     assert ratio == pytest.approx(2.09, abs=0.01)
     assert not isinstance(case_of(RECORDS["trtllm014srv_llama3.1-8b_h100_tp1_467x256_qpsinf"]), str)
+
+
+def test_an_fp4_or_fp8_checkpoint_of_unstated_kv_cache_runs_an_fp8_kv_cache():
+    """TensorRT-LLM's v1.0 page states no KV-cache precision; its ModelOpt FP8 / FP4 checkpoints carry an FP8 one, which
+    the engine's "auto" takes (serving_map.quant_of cites both): 1 byte a KV element, not the 2 of bf16. Llama 3.3 70B
+    (80 layers, 8 KV heads of 128): 2 × 80 × 8 × 128 × 1 B = 163,840 B of KV a token, half the bf16 327,680. A stated
+    precision stands (the DeepSeek-R1 blog's B200 run: FP16 KV beside FP4 weights), and 16-bit weights keep theirs."""
+    rtx = case_of(RECORDS["trtllm10_llama3.3-70b_rtx_1gpu_tp1pp1_fp4_128x2048"])
+    assert (rtx.plan.quant.weights, rtx.plan.quant.kv_cache) == ("fp4", "fp8")
+    assert token_bytes(rtx.model, rtx.plan.quant.kv_bytes) == 2 * 80 * 8 * 128 * 1
+    stated = [r for r in RECORDS.values() if r["precision"].get("weights") == "fp4" and r["precision"].get("kv_cache")]
+    assert stated and all(case_of(r).plan.quant.kv_cache == r["precision"]["kv_cache"] for r in stated)
+    bf16 = next(r for r in RECORDS.values() if r["precision"].get("weights") == "bf16"
+                and not r["precision"].get("kv_cache"))
+    assert case_of(bf16).plan.quant.kv_cache == "bf16"

@@ -95,10 +95,18 @@ def model_of(record: dict[str, Any]) -> ModelSpec:
 
 
 def quant_of(record: dict[str, Any], model: ModelSpec) -> Quant:
+    """The record's precisions. A KV cache of unstated precision is FP8 beside FP8 or FP4 weights, else the weights'
+    16 bits: the FP8 / FP4 records run NVIDIA's ModelOpt checkpoints, which carry an FP8 KV cache
+    (hf_quant_config.json kv_cache_quant_algo), and TensorRT-LLM's KV dtype "auto" takes the checkpoint's ("Default:
+    auto (uses the data type specified in the model checkpoint)", NVIDIA/TensorRT-LLM docs/source/deployment-guide/
+    quick-start-recipe-for-llama3.3-70b-on-trtllm.md, whose recipe for these FP8 / FP4 checkpoints sets fp8);
+    trtllm-bench maps an FP8 or NVFP4 checkpoint without one to fp8 too (tensorrt_llm/bench/benchmark/utils/
+    general.py ``_KV_CACHE_MAP``). Read so, the v1.0 page's RTX PRO 6000 FP4 runs of dense models come within a few
+    percent, and its B200 / GB200 FP4 columns read fast (docs/ACCURACY_INFERENCE.md)."""
     p = record["precision"]
     w = p.get("weights") or "bf16"
     a = p.get("activations") or (w if w in ("fp8", "fp4") else "bf16")
-    kv = p.get("kv_cache") or ("fp8" if w == "fp8" else "bf16")
+    kv = p.get("kv_cache") or ("fp8" if w in ("fp8", "fp4") else "bf16")
     return Quant(weights=w, activations=a, kv_cache=kv)
 
 
