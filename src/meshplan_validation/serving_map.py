@@ -101,8 +101,9 @@ def quant_of(record: dict[str, Any], model: ModelSpec) -> Quant:
     auto (uses the data type specified in the model checkpoint)", NVIDIA/TensorRT-LLM docs/source/deployment-guide/
     quick-start-recipe-for-llama3.3-70b-on-trtllm.md, whose recipe for these FP8 / FP4 checkpoints sets fp8);
     trtllm-bench maps an FP8 or NVFP4 checkpoint without one to fp8 too (tensorrt_llm/bench/benchmark/utils/
-    general.py ``_KV_CACHE_MAP``). Read so, the v1.0 page's RTX PRO 6000 FP4 runs of dense models come within a few
-    percent, and its B200 / GB200 FP4 columns read fast (docs/ACCURACY_INFERENCE.md)."""
+    general.py ``_KV_CACHE_MAP``), and its engine build forces it ("If the quantization is NVFP4 or FP8, force the
+    KV cache dtype to FP8", tensorrt_llm/bench/build/build.py). Read so, the v1.0 page's RTX PRO 6000 FP4 runs of
+    dense models come within a few percent, and its B200 / GB200 FP4 columns read fast (docs/SERVING.md)."""
     p = record["precision"]
     w = p.get("weights") or "bf16"
     a = p.get("activations") or (w if w in ("fp8", "fp4") else "bf16")
