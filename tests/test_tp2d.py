@@ -146,3 +146,21 @@ def test_cli_estimate_layout_tp2d(capsys):
     line = fails(estimate_args("llama3-8b", "h100", "--layout", "tp2d", "--tp", "4", "--tp2", "16", "--gpus", "64"),
                  capsys)
     assert "tp2=16 does not divide num_kv_heads=8" in line
+
+
+def test_the_qkv_projection_is_as_wide_in_every_tensor_layout():
+    """The fused query-key-value projection's output is written once (shapes.qkv_shapes): with an attention output
+    gate, which the query projection emits (A·d more columns), H = 1024, A = 8 heads of 128, K = 2 KV heads:
+    8·128 (queries) + 8·128 (gate) + 2·128 (keys) + 2·128 (values) = 2,560 columns against 1,536 without the gate.
+    The 1D, SUMMA and tp2d layouts all price that GEMM 2,560 / 1,536 times as large (tp2d had left the gate out)."""
+    from dataclasses import replace
+
+    plain = replace(gpt(), hidden_size=1024, num_heads=8, num_kv_heads=2, head_dim=128)
+    gated = replace(plain, attn_output_gate=True)
+
+    def qkv_flops(model, plan):
+        return next(o.flops for o in dense_layer(model, plan, Stack()) if o.name == "attn/qkv" and o.phase == "fwd")
+
+    for plan in (Plan(tp=4), Plan(tp=2, tp2=2, tensor_layout="summa"), Plan(tp=2, tp2=2, tensor_layout="tp2d")):
+        ratio = qkv_flops(gated, plan) / qkv_flops(plain, plan)
+        assert ratio == pytest.approx((8 * 128 * 2 + 2 * 128 * 2) / (8 * 128 + 2 * 128 * 2)), plan.tensor_layout
