@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from meshplan.cost.shapes import kv_up_shape, qkv_shapes
 from meshplan.specs.mixer_params import attention_spec
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import edge_layer_params, head_vocab, kept_extra_params
@@ -229,15 +230,12 @@ def other_layer_params(model: ModelSpec, plan: Plan) -> Num:
 
 def qkv_linears(model: ModelSpec) -> list[tuple[int, int]]:
     """(k, n) of the query / key / value projections, as attention.attention_block builds them: one fused QKV linear, or
-    MLA's q_down / q_up (or a single q) and kv_down / kv_up (DeepSeek-V2 §2.1)."""
-    h = model.hidden_size
-    if not model.is_mla:
-        return [(h, model.q_dim + model.gate_dim + model.kv_dim + model.v_dim)]
-    heads = model.num_heads
-    q_out = heads * (model.qk_nope_head_dim + model.qk_rope_head_dim)
-    q = [(h, model.q_lora_rank), (model.q_lora_rank, q_out)] if model.q_lora_rank else [(h, q_out)]
-    return q + [(h, model.kv_lora_rank + model.qk_rope_head_dim),
-                (model.kv_lora_rank, heads * (model.qk_nope_head_dim + model.v_head_dim))]
+    MLA's q_down / q_up (or a single q) and kv_down / kv_up (DeepSeek-V2 §2.1): shapes.py's, unsplit."""
+    linears = [(int(k), int(n)) for _, k, n in qkv_shapes(model, 1)]
+    if model.is_mla:
+        k, n = kv_up_shape(model, 1)
+        linears.append((int(k), int(n)))
+    return linears
 
 
 def adapter_params(model: ModelSpec, plan: Plan) -> float:
