@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from meshplan.cost.records import Dims, OpCost
+from meshplan.cost.shapes import fc1_width, qkv_shapes
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
@@ -95,14 +96,14 @@ def eager_layer(model: ModelSpec, plan: Plan, d: Dims, moe: bool = False) -> lis
         ops += eager_op("attn/rope", "rope", T * (heads + kv_heads) * model.head_dim)
     if model.num_kv_heads < model.num_heads and not model.is_mla:
         ops += eager_op("attn/repeat_kv", "repeat_kv", 2 * T * heads * model.head_dim)
-    if model.qkv_bias:
-        ops += eager_op("attn/qkv_bias", "bias", T * (model.q_dim + 2 * model.kv_dim) / t)
+    if model.qkv_bias and not model.is_mla:  # the bias of the fused projection's whole output (shapes.qkv_shapes)
+        ops += eager_op("attn/qkv_bias", "bias", T * qkv_shapes(model, t)[0][2])
     if model.linear_bias:  # a row-parallel linear adds its bias after the reduction: on the Tsp rows a GPU keeps
         ops += eager_op("attn/out_bias", "bias", d.tokens_sp * h)
     if not moe:
         ops += eager_op("mlp/act", model.mlp, T * model.ffn_hidden_size / t)
         if model.linear_bias:
-            width_in = 2 * model.ffn_hidden_size if model.gated else model.ffn_hidden_size
+            width_in = fc1_width(model, model.ffn_hidden_size)
             # one reduction per bias vector: fc2's, and fc1's (gate and up apart when their linears are separate)
             biases = 1 + (2 if model.gated and d.stack.projections == "separate" else 1)
             ops += eager_op("mlp/bias", "bias", T * width_in / t + d.tokens_sp * h, biases)

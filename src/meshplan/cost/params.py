@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from meshplan.cost.shapes import kv_up_shape, qkv_shapes
+from meshplan.cost.shapes import fc1_width, kv_up_shape, qkv_shapes
 from meshplan.specs.mixer_params import attention_spec
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import edge_layer_params, head_vocab, kept_extra_params
@@ -246,7 +246,7 @@ def adapter_params(model: ModelSpec, plan: Plan) -> float:
     if plan.finetune != "lora":
         return 0.0
     h, f = model.hidden_size, model.ffn_hidden_size
-    fc1 = 2 * f if model.gated else f
+    fc1 = fc1_width(model, f)
     qkv = sum(k + n for k, n in qkv_linears(model))
     rest = (model.attn_out_dim + h) + (1 - moe_fraction(model)) * ((h + fc1) + (f + h))
     return plan.lora_rank * (qkv + rest * (plan.lora_targets == "all")) / (plan.tp * plan.tp2)

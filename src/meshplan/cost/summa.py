@@ -25,7 +25,7 @@ from meshplan.cost.attention import context_exchange, core_attention, kv_chunk, 
 from meshplan.cost.blocks import collective, elementwise, gathered_bytes, residual
 from meshplan.cost.casts import cast
 from meshplan.cost.records import ACT_BYTES, FP32, LOW_PRECISION_BYTES, Dims, OpCost, alignment
-from meshplan.cost.shapes import qkv_shapes
+from meshplan.cost.shapes import fc1_width, qkv_shapes
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.xp import Num
@@ -82,7 +82,7 @@ def summa_layer(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     ops += summa_linear("attn/out", rows, model.attn_out_dim, h, plan, d)
     ops += residual("attn/residual", model, d)
     ops += summa_norm("mlp/norm", model, plan, d)
-    width_in = (2 if model.gated else 1) * model.ffn_hidden_size
+    width_in = fc1_width(model, model.ffn_hidden_size)
     ops += summa_linear("mlp/fc1", rows, h, width_in, plan, d)
     act_in, act_out = rows * width_in / plan.tp, rows * model.ffn_hidden_size / plan.tp
     ops += elementwise("mlp/act", act_in, act_out, 8.0, saved=act_in * ACT_BYTES)

@@ -23,7 +23,7 @@ from dataclasses import replace
 from meshplan.cost.attention import context_exchange, core_attention
 from meshplan.cost.blocks import collective, elementwise, gemm, residual
 from meshplan.cost.records import ACT_BYTES, Dims, OpCost
-from meshplan.cost.shapes import qkv_shapes
+from meshplan.cost.shapes import fc1_width, qkv_shapes
 from meshplan.cost.summa import summa_norm
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
@@ -65,7 +65,7 @@ def tp2d_layer(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     ops += tp2d_linear("attn/out", rows, model.attn_out_dim, h, out_of, d)
     ops += residual("attn/residual", model, d)
     ops += summa_norm("mlp/norm", model, plan, d)
-    width_in = (2 if model.gated else 1) * model.ffn_hidden_size
+    width_in = fc1_width(model, model.ffn_hidden_size)
     ops += tp2d_linear("mlp/fc1", rows, h, width_in, into, d)
     act_in, act_out = rows * width_in / plan.tp2, rows * model.ffn_hidden_size / plan.tp2
     ops += elementwise("mlp/act", act_in, act_out, 8.0, saved=act_in * ACT_BYTES)
