@@ -246,7 +246,7 @@ def adapter_params(model: ModelSpec, plan: Plan) -> float:
     if plan.finetune != "lora":
         return 0.0
     h, f = model.hidden_size, model.ffn_hidden_size
-    fc1 = fc1_width(model, f)
+    fc1 = int(fc1_width(model, f))
     qkv = sum(k + n for k, n in qkv_linears(model))
     rest = (model.attn_out_dim + h) + (1 - moe_fraction(model)) * ((h + fc1) + (f + h))
     return plan.lora_rank * (qkv + rest * (plan.lora_targets == "all")) / (plan.tp * plan.tp2)
