@@ -38,8 +38,8 @@ def _flag(name: str) -> str:
               help="serving engine preset (vllm, vllm-v0, vllm-v0.5, trtllm, sglang, lmdeploy, generic) or .toml file")
 @click.option("--quant", "quants", default=None,
               help="schemes to try, comma-separated: bf16, fp8, int4, fp4 or weights/activations/kv like "
-                   "fp8/fp8/fp8, or all (16 bits, fp8, fp8 with fp8 KV, int4, fp4); default: the checkpoint's 16 "
-                   "bits (fp16 on GPUs without bf16), quantised only when asked")
+                   "fp8/fp8/fp8, or all (16 bits, fp8, fp8 with fp8 KV, int4, fp4 with fp8 KV); default: the "
+                   "checkpoint's 16 bits (fp16 on GPUs without bf16), quantised only when asked")
 @click.option("--tp", default=None, help="tensor-parallel sizes to try (comma-separated)")
 @click.option("--pp", default=None, help="pipeline stages to try")
 @click.option("--dpa", default=None, help="data-parallel attention groups to try (MoE)")
