@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from conftest import gpt
@@ -153,8 +155,6 @@ def test_the_qkv_projection_is_as_wide_in_every_tensor_layout():
     gate, which the query projection emits (A·d more columns), H = 1024, A = 8 heads of 128, K = 2 KV heads:
     8·128 (queries) + 8·128 (gate) + 2·128 (keys) + 2·128 (values) = 2,560 columns against 1,536 without the gate.
     The 1D, SUMMA and tp2d layouts all price that GEMM 2,560 / 1,536 times as large (tp2d had left the gate out)."""
-    from dataclasses import replace
-
     plain = replace(gpt(), hidden_size=1024, num_heads=8, num_kv_heads=2, head_dim=128)
     gated = replace(plain, attn_output_gate=True)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from meshplan.cost.records import Dims, OpCost
-from meshplan.cost.shapes import fc1_width, qkv_shapes
+from meshplan.cost.shapes import fc1_width, qkv_width
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
@@ -96,8 +96,8 @@ def eager_layer(model: ModelSpec, plan: Plan, d: Dims, moe: bool = False) -> lis
         ops += eager_op("attn/rope", "rope", T * (heads + kv_heads) * model.head_dim)
     if model.num_kv_heads < model.num_heads and not model.is_mla:
         ops += eager_op("attn/repeat_kv", "repeat_kv", 2 * T * heads * model.head_dim)
-    if model.qkv_bias and not model.is_mla:  # the bias of the fused projection's whole output (shapes.qkv_shapes)
-        ops += eager_op("attn/qkv_bias", "bias", T * qkv_shapes(model, t)[0][2])
+    if model.qkv_bias and not model.is_mla:  # the bias of the fused projection's whole output
+        ops += eager_op("attn/qkv_bias", "bias", T * qkv_width(model, t))
     if model.linear_bias:  # a row-parallel linear adds its bias after the reduction: on the Tsp rows a GPU keeps
         ops += eager_op("attn/out_bias", "bias", d.tokens_sp * h)
     if not moe:

@@ -24,15 +24,20 @@ def qkv_shapes(model: ModelSpec, tp: Num, kv_heads: Num | None = None) -> list[t
     when not K/t."""
     h = model.hidden_size
     if not model.is_mla:
-        qg = model.q_dim + model.gate_dim
         if kv_heads is None:
-            return [("attn/qkv", h, (qg + model.kv_dim + model.v_dim) / tp)]
+            return [("attn/qkv", h, qkv_width(model, tp))]
+        qg = model.q_dim + model.gate_dim
         return [("attn/qkv", h, qg / tp + kv_heads * (model.head_dim + (model.v_head_dim or model.head_dim)))]
     q_out = model.num_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim) / tp
     q: list[tuple[str, Num, Num]] = [("attn/q", h, q_out)]
     if model.q_lora_rank:
         q = [("attn/q_down", h, model.q_lora_rank), ("attn/q_up", model.q_lora_rank, q_out)]
     return q + [("attn/kv_down", h, model.kv_lora_rank + model.qk_rope_head_dim)]
+
+
+def qkv_width(model: ModelSpec, tp: Num = 1) -> Num:
+    """The fused QKV projection's output width on one GPU (standard attention): (A·d + gate + K·d + K·d_v) / t."""
+    return (model.q_dim + model.gate_dim + model.kv_dim + model.v_dim) / tp
 
 
 def kv_up_shape(model: ModelSpec, tp: Num) -> tuple[int, Num]:

@@ -25,7 +25,7 @@ from meshplan.cost.attention import context_exchange, core_attention, kv_chunk, 
 from meshplan.cost.blocks import collective, elementwise, gathered_bytes, residual
 from meshplan.cost.casts import cast
 from meshplan.cost.records import ACT_BYTES, FP32, LOW_PRECISION_BYTES, Dims, OpCost, alignment
-from meshplan.cost.shapes import fc1_width, qkv_shapes
+from meshplan.cost.shapes import fc1_width, qkv_width
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.xp import Num
@@ -74,8 +74,7 @@ def summa_layer(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     """One dense transformer layer in the summa layout."""
     h, rows = model.hidden_size, d.tokens
     ops = summa_norm("attn/norm", model, plan, d)
-    (_, _, qkv_width), = qkv_shapes(model, 1)  # the fused projection's whole width (shapes.py)
-    ops += summa_linear("attn/qkv", rows, h, qkv_width, plan, d)
+    ops += summa_linear("attn/qkv", rows, h, qkv_width(model), plan, d)
     ops += core_attention(model, plan, d)
     ops += kv_exchange("attn/tp2_kv", "tp2", plan.tp2, "allgather", kv_chunk(model, d))
     ops += context_exchange(model, plan, d)

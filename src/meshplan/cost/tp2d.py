@@ -23,7 +23,7 @@ from dataclasses import replace
 from meshplan.cost.attention import context_exchange, core_attention
 from meshplan.cost.blocks import collective, elementwise, gemm, residual
 from meshplan.cost.records import ACT_BYTES, Dims, OpCost
-from meshplan.cost.shapes import fc1_width, qkv_shapes
+from meshplan.cost.shapes import fc1_width, qkv_width
 from meshplan.cost.summa import summa_norm
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
@@ -58,8 +58,7 @@ def tp2d_layer(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     into, out_of = (("tp", plan.tp), ("tp2", plan.tp2)), (("tp2", plan.tp2), ("tp", plan.tp))
     heads = replace(d, tp=plan.tp2)  # attention sees its heads split over tp2 only
     ops = summa_norm("attn/norm", model, plan, d)
-    (_, _, qkv_width), = qkv_shapes(model, 1)  # the fused projection's whole width (shapes.py)
-    ops += tp2d_linear("attn/qkv", rows, h, qkv_width, into, d)
+    ops += tp2d_linear("attn/qkv", rows, h, qkv_width(model), into, d)
     ops += core_attention(model, plan, heads)
     ops += context_exchange(model, plan, heads)
     ops += tp2d_linear("attn/out", rows, model.attn_out_dim, h, out_of, d)
