@@ -9,7 +9,7 @@ import pytest
 
 from meshplan.cost.kv_cache import kv_heads_per_gpu, paged, sequence_bytes, token_bytes
 from meshplan.serve.engine import Engine, load_engine
-from meshplan.serve.memory import memory, weight_bytes
+from meshplan.serve.memory import activation_bytes, attention_width, memory, weight_bytes
 from meshplan.serve.precision import BYTES, Quant
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
@@ -113,3 +113,20 @@ def test_a_batch_that_does_not_fit_is_a_result():
     hbm = load_system("h100").accelerator.hbm_bytes
     mem = memory(llama, hbm, {"tp": 8, "pp": 1, "ep": 1, "dpa": 1, "batch": 4096}, Quant(), Engine(), 2048)
     assert not mem.fits and mem.kv_used == 4096 * mem.sequence
+
+
+def test_the_profiled_activations_take_the_attention_width_of_the_op_records():
+    # DeepSeek-V3 (MLA): q_up 128·(128 + 64) = 24,576, kv_up 128·(128 + 128) = 32,768, kv_down 512 + 64 = 576; the
+    # widest is kv_up's, where the old q_dim + 2·K·d counted 24,576 + 2·128·192 = 73,728
+    assert attention_width(load_model("deepseek-v3")) == 32_768
+    # Qwen3-Next's gated attention: 16 queries + 16 gates of 256, 2 KV heads of 256 for keys and values → 9,216
+    assert attention_width(load_model("qwen3-next-80b-a3b")) == 4096 + 4096 + 512 + 512
+
+
+def test_the_profiled_activations_are_the_widest_ops_rows_beside_the_stream_and_logits():
+    llama, engine = load_model("llama3-8b"), load_engine("vllm")
+    rows, h = engine.max_batched_tokens, 4096
+    # SwiGLU: fc1 2·14,336 wide beside the activation's 14,336 (43,008) is wider than QKV's 6,144
+    widest = 3 * 14_336
+    logits = engine.max_seqs * 128_256 * 4
+    assert activation_bytes(llama, 1, engine) == 2 * rows * h * 2 + rows * (h + widest) * 2 + logits

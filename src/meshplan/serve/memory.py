@@ -15,6 +15,8 @@ KV cache what the weights, the activations' profiled peak and the non-torch memo
 the KV cache u × what is free after them (TensorRT-LLM KvCacheConfig.free_gpu_memory_fraction = 0.9).
 Activations: the profiling pass runs ``max_batched_tokens`` rows, so the peak is the widest op's input and output
 at that many rows beside the residual stream (two 16-bit copies), plus the sampler's fp32 logits of max_seqs rows.
+The widths are the op records' (cost/shapes.py): the attention's input projections, fc1 beside the activation's
+output, the routed experts' top-k copies of the same.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 from meshplan.cost.kv_cache import kv_heads_per_gpu, sequence_bytes
 from meshplan.cost.params import end_params, layer_weights
 from meshplan.cost.records import ACT_BYTES
+from meshplan.cost.shapes import fc1_width, kv_up_shape, qkv_shapes
 from meshplan.serve.engine import Engine
 from meshplan.serve.plan import PlanColumns
 from meshplan.serve.precision import Quant
@@ -75,12 +78,20 @@ def weight_bytes(model: ModelSpec, tp: Num, pp: Num, ep: Num, quant: Quant) -> N
     return layers / pp + end_params(model, tp, np.asarray(pp) == 1, first=False) * ACT_BYTES
 
 
+def attention_width(model: ModelSpec) -> Num:
+    """The widest output of the attention block's input projections on one unsplit GPU, as training's and serving's
+    op records shape them (cost/shapes.py: the fused QKV projection; MLA's query and key-value up-projections)."""
+    widths = [n for _, _, n in qkv_shapes(model, 1)]
+    return max(widths + [kv_up_shape(model, 1)[1]] if model.is_mla else widths)
+
+
 def activation_bytes(model: ModelSpec, tp: Num, engine: Engine) -> Num:
     """Peak activations of one layer at the engine's max_batched_tokens rows (module docstring)."""
     rows, h, t = engine.max_batched_tokens, model.hidden_size, tp
-    widest = max(model.q_dim + model.gate_dim + 2 * model.kv_dim, (3 if model.gated else 2) * model.ffn_hidden_size)
+    widest = max(attention_width(model), fc1_width(model, model.ffn_hidden_size) + model.ffn_hidden_size)
     if model.is_moe:
-        widest = max(widest, model.moe_topk * (h + (3 if model.gated else 2) * model.moe_ffn_hidden_size))
+        ffn = model.moe_ffn_hidden_size
+        widest = max(widest, model.moe_topk * (h + fc1_width(model, ffn) + ffn))
     stream = 2 * rows * h * ACT_BYTES
     logits = engine.max_seqs * head_vocab(model) / t * 4
     return stream + rows * (h + widest / t) * ACT_BYTES + logits
