@@ -99,3 +99,17 @@ def test_an_fp4_or_fp8_checkpoint_of_unstated_kv_cache_runs_an_fp8_kv_cache():
     bf16 = next(r for r in RECORDS.values() if r["precision"].get("weights") == "bf16"
                 and not r["precision"].get("kv_cache"))
     assert case_of(bf16).plan.quant.kv_cache == "bf16"
+
+
+def test_vllm_and_sglang_keep_a_16_bit_kv_cache_beside_fp8_weights_unless_told():
+    """vLLM's and SGLang's ``--kv-cache-dtype auto`` is the model's dtype (serving_map.quant_of cites both), so AMD's
+    MI300X latency runs, whose command passes no --kv-cache-dtype, keep 2 bytes a KV element beside FP8 weights:
+    Llama 3.1 70B, 2 × 80 × 8 × 128 × 2 B = 327,680 B of KV a token, twice a TensorRT-LLM FP8 run's."""
+    amd = RECORDS["amd_mi300x_vllm_llama3.1-70b_tp8_latency_bs128_128x2048"]
+    assert amd["precision"]["weights"] == "fp8" and not amd["precision"].get("kv_cache")
+    case = case_of(amd)
+    assert (case.plan.quant.weights, case.plan.quant.kv_cache) == ("fp8", "bf16")
+    assert token_bytes(case.model, case.plan.quant.kv_bytes) == 2 * 80 * 8 * 128 * 2 == 327_680
+    sglang = [r for r in RECORDS.values() if r["engine"].startswith("SGLang")
+              and r["precision"].get("weights") == "fp8" and not r["precision"].get("kv_cache")]
+    assert sglang and all(case_of(r).plan.quant.kv_cache == "bf16" for r in sglang)

@@ -18,6 +18,7 @@ such record says so in its ``assumed`` readings (data/serving/README.md).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -94,9 +95,15 @@ def model_of(record: dict[str, Any]) -> ModelSpec:
     return ModelSpec(**fields)
 
 
+TRTLLM = re.compile(r"tensorrt[-_ ]?llm|trtllm", re.IGNORECASE)  # engine_versions.toml's pattern
+
+
 def quant_of(record: dict[str, Any], model: ModelSpec) -> Quant:
-    """The record's precisions. A KV cache of unstated precision is FP8 beside FP8 or FP4 weights, else the weights'
-    16 bits: the FP8 / FP4 records run NVIDIA's ModelOpt checkpoints, which carry an FP8 KV cache
+    """The record's precisions. A KV cache of unstated precision is the engine's default. vLLM's and SGLang's
+    ``kv_cache_dtype = "auto"`` is the model's dtype, whatever the checkpoint carries ("If 'auto', will use model data
+    type", vLLM CacheConfig.cache_dtype and --kv-cache-dtype; '"auto" will use model data type', SGLang's
+    --kv-cache-dtype, python/sglang/srt/server_args.py), so 16 bits there. TensorRT-LLM's is FP8 beside FP8 or FP4
+    weights: the FP8 / FP4 records run NVIDIA's ModelOpt checkpoints, which carry an FP8 KV cache
     (hf_quant_config.json kv_cache_quant_algo), and TensorRT-LLM's KV dtype "auto" takes the checkpoint's ("Default:
     auto (uses the data type specified in the model checkpoint)", NVIDIA/TensorRT-LLM docs/source/deployment-guide/
     quick-start-recipe-for-llama3.3-70b-on-trtllm.md, whose recipe for these FP8 / FP4 checkpoints sets fp8);
@@ -107,7 +114,8 @@ def quant_of(record: dict[str, Any], model: ModelSpec) -> Quant:
     p = record["precision"]
     w = p.get("weights") or "bf16"
     a = p.get("activations") or (w if w in ("fp8", "fp4") else "bf16")
-    kv = p.get("kv_cache") or ("fp8" if w in ("fp8", "fp4") else "bf16")
+    trtllm = bool(TRTLLM.search(record.get("engine") or ""))
+    kv = p.get("kv_cache") or ("fp8" if trtllm and w in ("fp8", "fp4") else "bf16")
     return Quant(weights=w, activations=a, kv_cache=kv)
 
 
