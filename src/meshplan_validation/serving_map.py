@@ -18,7 +18,6 @@ such record says so in its ``assumed`` readings (data/serving/README.md).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -95,9 +94,6 @@ def model_of(record: dict[str, Any]) -> ModelSpec:
     return ModelSpec(**fields)
 
 
-TRTLLM = re.compile(r"tensorrt[-_ ]?llm|trtllm", re.IGNORECASE)  # engine_versions.toml's pattern
-
-
 def quant_of(record: dict[str, Any], model: ModelSpec) -> Quant:
     """The record's precisions. A KV cache of unstated precision is the engine's default. vLLM's and SGLang's
     ``kv_cache_dtype = "auto"`` is the model's dtype, whatever the checkpoint carries ("If 'auto', will use model data
@@ -114,7 +110,7 @@ def quant_of(record: dict[str, Any], model: ModelSpec) -> Quant:
     p = record["precision"]
     w = p.get("weights") or "bf16"
     a = p.get("activations") or (w if w in ("fp8", "fp4") else "bf16")
-    trtllm = bool(TRTLLM.search(record.get("engine") or ""))
+    trtllm = (preset_for(record.get("engine") or "") or "").startswith("trtllm")  # engine_versions.toml's rows
     kv = p.get("kv_cache") or ("fp8" if trtllm and w in ("fp8", "fp4") else "bf16")
     return Quant(weights=w, activations=a, kv_cache=kv)
 
