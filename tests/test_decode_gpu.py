@@ -113,7 +113,8 @@ def test_the_presets_hold_the_measured_fixed_time_of_a_kernel():
     included (decode_gpu_doc.fixed_costs): an Inductor, PyTorch or split-K reduction kernel's 2.34-2.52 us, a GEMM
     kernel's 2.28-3.58 us beyond its bytes at the streaming rate, the attention kernel's 2.96-8.03 us. The presets
     hold the means, rounded to 0.1 us (decode_gpu_doc.preset_fixed_costs): kernel_overhead 2.4 us, gemm_overhead
-    3.1 us, on every built-in accelerator (hardware/h100.toml)."""
+    3.1 us, on every built-in accelerator but AMD's CDNA 3 / 4 parts, whose kernel_overhead is vLLM's kernels' on an
+    MI300X (3.9 us, benchmarks/mi300x_kernels.py; hardware/h100.toml)."""
     fixed = [x for path in (H100_DATA, DATA) for x in doc.fixed_costs(path).values()]
     assert len(fixed) == 4
     for x in fixed:
@@ -121,9 +122,11 @@ def test_the_presets_hold_the_measured_fixed_time_of_a_kernel():
         assert 0.4e-6 < x["gap"] < 0.8e-6
     mean = doc.preset_fixed_costs()
     assert mean == {"kernel_overhead": pytest.approx(2.4e-6), "gemm_overhead": pytest.approx(3.1e-6)}
+    amd = {"mi300x", "mi325x", "mi355x"}
     for name in system_names():
         acc = load_system(name).accelerator
-        assert (acc.kernel_overhead, acc.gemm_overhead) == pytest.approx((2.4e-6, 3.1e-6)), name
+        other = 3.9e-6 if name in amd else 2.4e-6
+        assert (acc.kernel_overhead, acc.gemm_overhead) == pytest.approx((other, 3.1e-6)), name
 
 
 def test_the_compiled_step_is_priced_within_six_percent():
