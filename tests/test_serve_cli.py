@@ -89,3 +89,20 @@ def test_serving_doc_commands_parse_and_its_example_runs():
     namespace: dict = {}
     exec(compile(example, str(SERVING), "exec"), namespace)
     assert namespace["est"].fits and namespace["best"].metrics.tpot <= 0.05
+
+
+def test_a_prefix_hit_prices_the_search_and_one_configuration_past_the_cached_pages(capsys):
+    """--prefix-hit without a load: 0.5 of each 512-token prompt in vLLM's 16-token pages is 256 cached tokens, in the
+    search's JSON and in one fixed configuration's; the prompts cost less, so TTFT falls and throughput rises."""
+    _, cold, _ = run(capsys, BASE + ["--json", "--top", "1"])
+    code, warm, err = run(capsys, BASE + ["--json", "--top", "1", "--prefix-hit", "0.5"])
+    cold, warm = json.loads(cold), json.loads(warm)
+    assert code == 0, err
+    assert cold["cached_len"] == 0 and warm["cached_len"] == 256
+    fixed = ["--tp", "1", "--pp", "1", "--dpa", "1", "--ep", "1", "--batch", "64", "--replicas", "8",
+             "--prefill-replicas", "0", "--json"]
+    _, one_cold, _ = run(capsys, BASE + fixed)
+    _, one_warm, _ = run(capsys, BASE + fixed + ["--prefix-hit", "0.5"])
+    one_cold, one_warm = json.loads(one_cold), json.loads(one_warm)
+    assert one_warm["cached_len"] == 256 and one_warm["ttft_s"] < one_cold["ttft_s"]
+    assert one_warm["output_tokens_per_s"] > one_cold["output_tokens_per_s"]

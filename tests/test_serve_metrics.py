@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from meshplan.errors import SpecError
 from meshplan.serve.engine import Engine, load_engine
-from meshplan.serve.estimate import serve_estimate
-from meshplan.serve.plan import ServePlan, Workload
+from meshplan.serve.estimate import plan_columns, serve_estimate
+from meshplan.serve.metrics import Setting
+from meshplan.serve.plan import ServePlan, Workload, cached_tokens
 from meshplan.serve.precision import Quant
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
@@ -206,3 +208,40 @@ def test_a_python_host_loop_runs_at_the_host_cpus_python_speed():
     gpu = on["gb200"].gpu_time(2048, 0.0, 0.0, 0.0)
     assert on["gb200"].time(2048) == pytest.approx(max(gpu, 2.75 * 2048 * 10.7e-6))
     assert on["gb200"].time(2048) > on["b200"].time(2048)  # the same Blackwell GPU behind a slower host
+
+
+def test_a_prefix_cache_hit_is_whole_pages_of_all_but_the_last_token():
+    """vLLM V1 counts a hit in whole KV pages of at most I − 1 tokens: a prompt seen before, 128 tokens in pages of
+    16, finds 112 (its last page is computed again); 2,048 finds 2,032; half of 2,048 finds 1,024; 100 tokens at a
+    99.9 % hit find min(99.9, 99) = 99 → 96."""
+    assert [cached_tokens(128, 1.0, 16), cached_tokens(2048, 1.0, 16), cached_tokens(2048, 0.5, 16),
+            cached_tokens(100, 0.999, 16), cached_tokens(2048, 0.0, 16)] == [112, 2032, 1024, 96, 0]
+    with pytest.raises(SpecError, match="cached_len=2,048 must be below input_len=2,048"):
+        Workload(input_len=2048, output_len=1, cached_len=2048)
+
+
+def test_a_static_batch_prefills_only_the_tokens_past_its_cached_prefix():
+    """B = 16 prompts of 2,048 tokens of which 2,032 are cached: the prefill computes 16 × 16 = 256 tokens, each
+    prompt's 16 attending to its 2,032 cached ones (Setting.time(0, 256, 16, 2032)); the decode steps are the same."""
+    plan, cached = ServePlan(batch=16), Workload(input_len=2048, output_len=64, static=True, cached_len=2032)
+    cold = est(plan, Workload(input_len=2048, output_len=64, static=True)).metrics
+    warm = est(plan, cached).metrics
+    setting = Setting(LLAMA8, H100.cluster(8), plan_columns(plan), plan.quant, Engine(), cached)
+    assert warm.ttft == pytest.approx(float(setting.time(0.0, 16 * 16, 16, 2032)))
+    assert warm.tpot == pytest.approx(cold.tpot) and warm.ttft < cold.ttft / 20
+    assert warm.e2e == pytest.approx(warm.ttft + 63 * warm.tpot)
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_more_of_the_prompt_in_the_cache_never_slows_a_request(static):
+    """Property: a larger cached prefix never lengthens TTFT, TPOT or e2e, nor lowers throughput (continuous
+    batching, chunked and whole-prompt engines, and a static batch)."""
+    for engine in (Engine(), load_engine("vllm-v0")):
+        last = None
+        for cached in (0, 256, 1024, 2032):
+            m = est(ServePlan(batch=32), Workload(input_len=2048, output_len=128, static=static, cached_len=cached),
+                    engine).metrics
+            if last is not None:
+                assert m.ttft <= last.ttft * (1 + 1e-9) and m.tpot <= last.tpot * (1 + 1e-9)
+                assert m.tokens_per_s >= last.tokens_per_s * (1 - 1e-9)
+            last = m

@@ -113,3 +113,17 @@ def test_vllm_and_sglang_keep_a_16_bit_kv_cache_beside_fp8_weights_unless_told()
     sglang = [r for r in RECORDS.values() if r["engine"].startswith("SGLang")
               and r["precision"].get("weights") == "fp8" and not r["precision"].get("kv_cache")]
     assert sglang and all(case_of(r).plan.quant.kv_cache == "bf16" for r in sglang)
+
+
+def test_amds_latency_runs_find_their_prompts_in_the_prefix_cache():
+    """benchmark_latency.py (v0.8.5's) runs the same dummy prompts in its warm-up and measured iterations, and vLLM
+    V1 caches prefixes by default (the records' prefix_hit 1.0): in 16-token pages a 128-token prompt finds 112 of
+    its tokens and a 2,048-token one 2,032, so each prefill computes its last 16."""
+    for run, cached in (("amd_mi300x_vllm_llama3.1-70b_tp8_latency_bs8_128x2048", 112),
+                        ("amd_mi300x_vllm_llama3.1-405b_tp8_latency_bs128_2048x2048", 2032)):
+        case = case_of(RECORDS[run])
+        assert RECORDS[run]["workload"]["prefix_hit"] == 1.0
+        assert (case.workload.cached_len, case.workload.fresh_len) == (cached, 16)
+    cases = [case_of(r) for r in RECORDS.values() if not r["workload"].get("prefix_hit")]
+    mapped = [c for c in cases if not isinstance(c, str)]
+    assert mapped and all(c.workload.cached_len == 0 for c in mapped)

@@ -219,6 +219,7 @@ RANGES: dict[str, Range] = {
     "prefill_replicas": Range(1, MAX_GPUS, "", "prefill instances: at most the cluster's GPUs", "co-located"),
     "input_len": Range(1, 2**27, "", "prompt tokens: 128M, 10x the longest context served (10M)"),
     "output_len": Range(1, 2**27, "", "generated tokens: as input_len"),
+    "cached_len": Range(0, 2**27 - 1, "", "prompt tokens found in the prefix cache: fewer than input_len", "none"),
     "block_size": Range(1, 2**20, "", "tokens per KV-cache page: 1 (SGLang) to 64 in use"),
     "memory_utilization": Range(0.01, 1, "", "a share of the GPU's memory (vLLM's default 0.9)"),
     "workspace": Range(0, 1e15, "B", "CUDA graphs, context and library workspaces: under a few GiB in practice"),

@@ -23,7 +23,7 @@ from typing import Any
 
 from meshplan.serve.engine import Engine, load_engine
 from meshplan.serve.engine_version import preset_for
-from meshplan.serve.plan import ServePlan, Workload
+from meshplan.serve.plan import ServePlan, Workload, cached_tokens
 from meshplan.serve.precision import Quant
 from meshplan.specs.hardware import Cluster, load_system
 from meshplan.specs.model import ModelSpec
@@ -203,11 +203,12 @@ def case_of(record: dict[str, Any]) -> ServingCase | str:
     quant = quant_of(record, model)
     mode = mode_of(record)
     output = w.get("output_len") or 1
-    workload = Workload(input_len=w["input_len"], output_len=output, static=mode == "static")
-    batch = w.get("batch_size") or 1
-    plan = plan_of(record, model, quant, batch)
     engine = engine_of(record)
     assert engine is not None  # skip_reason returned the record without one
+    cached = cached_tokens(w["input_len"], w.get("prefix_hit") or 0.0, engine.block_size)  # README: prefix_hit
+    workload = Workload(input_len=w["input_len"], output_len=output, static=mode == "static", cached_len=cached)
+    batch = w.get("batch_size") or 1
+    plan = plan_of(record, model, quant, batch)
     if mode == "decode" and w.get("batch_size"):  # SGLang states the batch per device
         plan = plan.with_(batch=w["batch_size"] * plan.dpa)
     return ServingCase(record, model, cluster_of(record), plan, workload, engine, mode)

@@ -64,9 +64,11 @@ def serve_cmd(model_ref: str, system_ref: str, gpus: int, as_json: bool, **optio
     """Find the best way to serve MODEL on GPUS accelerators of SYSTEM for requests of INPUT-LEN / OUTPUT-LEN tokens
     under the TTFT and TPOT targets."""
     from meshplan.serve.engine import load_engine
+    from meshplan.serve.plan import cached_tokens
 
     price, report_path = options.pop("price"), options.pop("report_path")
-    load = serve_load.take(options)
+    hit = serve_load.take_prefix_hit(options)
+    load = serve_load.take(options, hit)
     if price is not None and not 0 <= price <= MAX_PRICE:
         raise SpecError(f"price={price} must be a number from 0 to {MAX_PRICE:g} per GPU-hour")
     check_options(gpus=gpus, top=options["top_k"], input_len=options["input_len"], output_len=options["output_len"])
@@ -79,6 +81,7 @@ def serve_cmd(model_ref: str, system_ref: str, gpus: int, as_json: bool, **optio
     fixed = all(options[k] is not None for k in FIXED)
     _no_effect(model, options, fixed, report_path)
     engine = load_engine(options.pop("engine_ref"))
+    options["cached_len"] = cached_tokens(options["input_len"], hit, engine.block_size)
     if report_path:
         from meshplan.files import writable
 
@@ -169,6 +172,7 @@ def _space(engine, options: dict[str, Any], acc):
             check_options(**{k: v})
     ttft, tpot = options["slo"]
     return ServeSpace(input_len=options["input_len"], output_len=options["output_len"],
+                      cached_len=options["cached_len"],
                       quants=_quants(acc, options["quants"], False), batches=sizes["batch"] or BATCHES,
                       tp=sizes["tp"], pp=sizes["pp"], dpa=sizes["dpa"], disaggregate=options["disaggregate"],
                       ttft_slo=ttft, tpot_slo=tpot, engine=engine, rank_by=options["rank_by"],
@@ -238,7 +242,8 @@ def _one(model, cluster, engine, options, price, as_json, report_path=None) -> A
 
     plan = _fixed_plan(cluster, options)
     est = serve_estimate(model, cluster, plan, Workload(input_len=options["input_len"],
-                                                        output_len=options["output_len"]), engine)
+                                                        output_len=options["output_len"],
+                                                        cached_len=options["cached_len"]), engine)
     verdicts = targets(est.metrics.ttft, est.metrics.tpot, est.fits, *options["slo"])
     if as_json:
         met = all(v["met"] for v in verdicts) if verdicts else None

@@ -15,9 +15,10 @@ import click
 from meshplan.errors import SpecError
 
 LOAD = ("rate", "concurrency", "trace")
-WITH_LOAD = ("lengths", "requests", "percentile", "prefix_hit", "recommend", "seed", "burstiness", "speculative")
+WITH_LOAD = ("lengths", "requests", "percentile", "recommend", "seed", "burstiness", "speculative")
 LIMITS = {"rate": (1e-6, 1e6, "requests/s"), "concurrency": (1, 10**6, "clients"), "requests": (1, 10**7, "requests"),
-          "burstiness": (1e-3, 1e3, "(a gamma shape)"), "prefix_hit": (0.0, 0.99, "(a share of each prompt)")}
+          "burstiness": (1e-3, 1e3, "(a gamma shape)")}
+PREFIX_HIT = (0.0, 1.0)  # a share of each prompt (1: a prompt served before, all but its last page found)
 
 LOAD_OPTIONS = [
     click.option("--rate", type=float, default=None, help="simulate requests arriving at this many per second "
@@ -31,7 +32,8 @@ LOAD_OPTIONS = [
     click.option("--requests", type=int, default=None, help="requests simulated (default 1000, benchmark_serving's)"),
     click.option("--percentile", type=click.Choice(["50", "90", "99"]), default=None,
                  help="the percentile the latency targets hold at under a load (default 99)"),
-    click.option("--prefix-hit", type=float, default=None, help="share of each prompt found in the prefix cache"),
+    click.option("--prefix-hit", type=float, default=None, help="share of each prompt found in the prefix cache "
+                 "(whole KV pages, its last token always computed; 1: prompts served before), with or without a load"),
     click.option("--burstiness", type=float, default=None, help="the gamma shape of --rate's gaps (1: Poisson)"),
     click.option("--speculative", default=None, help="speculative decoding under the load: K:ALPHA[:DRAFT], K draft "
                  "tokens per step accepted at rate ALPHA, from MTP heads (default) or a draft model preset"),
@@ -41,9 +43,21 @@ LOAD_OPTIONS = [
 ]
 
 
-def take(options: dict[str, Any]) -> dict[str, Any] | None:
-    """The load options out of ``options``; None when no load is given (and none of its options either)."""
-    load = {k: options.pop(k) for k in (*LOAD, *WITH_LOAD)}
+def take_prefix_hit(options: dict[str, Any]) -> float:
+    """``--prefix-hit`` out of ``options`` (0 when not given), checked: it prices the prompts of every mode."""
+    hit = options.pop("prefix_hit")
+    if hit is None:
+        return 0.0
+    low, high = PREFIX_HIT
+    if not low <= hit <= high:
+        raise SpecError(f"prefix-hit={hit} must be from {low:g} to {high:g} (a share of each prompt)")
+    return float(hit)
+
+
+def take(options: dict[str, Any], prefix_hit: float = 0.0) -> dict[str, Any] | None:
+    """The load options out of ``options`` (``prefix_hit``: take_prefix_hit's); None when no load is given (and
+    none of its options either)."""
+    load = {k: options.pop(k) for k in (*LOAD, *WITH_LOAD)} | {"prefix_hit": prefix_hit}
     given = [k for k in LOAD if load[k] is not None]
     if not given:
         extra = [k for k in WITH_LOAD if load[k] is not None]
@@ -109,13 +123,15 @@ def run_fixed(model, cluster, plan, engine, load, options, price, as_json) -> No
 def run_search(model, cluster, space, load, options, how) -> None:
     """The configurations under the load, ranked, or the recommendation; ``how``: price, JSON, report path."""
     from meshplan.serve.load.under_load import rank, recommend
+    from meshplan.serve.plan import cached_tokens
 
     price, as_json, report_path = how
     reqs = requests_of(load, options["input_len"], options["output_len"])
     targets = targets_of(load, options["slo"], model)
     # the steady-state shortlist at the requests' mean lengths (a trace's, a distribution's)
-    space = replace(space, input_len=max(1, round(float(reqs.input_len.mean()))),
-                    output_len=max(1, round(float(reqs.output_len.mean()))))
+    mean_in = max(1, round(float(reqs.input_len.mean())))
+    space = replace(space, input_len=mean_in, output_len=max(1, round(float(reqs.output_len.mean()))),
+                    cached_len=cached_tokens(mean_in, load["prefix_hit"], space.engine.block_size))
     if load["recommend"]:
         if not targets.ttft and not targets.tpot:
             raise SpecError("--recommend: give a target to meet (--ttft-slo and / or --tpot-slo)")

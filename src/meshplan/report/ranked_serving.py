@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from meshplan.report.fold import Col, Listing
 from meshplan.report.ranked import Lead, Ranked, rejected_listing
+from meshplan.serve.plan import cached_note
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
@@ -106,7 +107,8 @@ def best_configurations(result: ServeSearchResult, price: float | None = None) -
     """The best configurations' table (``cells``; ep only for a mixture of experts), each header with its meaning."""
     s, slo = result.space, target_titles(result)
     title = (f"best serving configurations: {result.model.name} on {result.cluster.num_gpus} x "
-             f"{result.cluster.accelerator.name}, {s.input_len} in / {s.output_len} out, {s.engine.describe()}"
+             f"{result.cluster.accelerator.name}, {s.input_len} in{cached_note(s.cached_len)} / {s.output_len} out, "
+             f"{s.engine.describe()}"
              + (f", {', '.join(slo)}" if slo else ""))
     columns: dict[str, list[str]] = defaultdict(list)
     for e in result.plans:

@@ -32,7 +32,8 @@ def curves(result: ServeSearchResult, count: int = 4) -> tuple[list[Curve], list
     """Throughput against latency over the search's batches for the first ``count`` distinct shapes (the
     configuration with batch 1) among the best configurations, and each one's own batch."""
     seen, out, own = set(), [], []
-    workload = Workload(input_len=result.space.input_len, output_len=result.space.output_len)
+    workload = Workload(input_len=result.space.input_len, output_len=result.space.output_len,
+                        cached_len=result.space.cached_len)
     for e in result.plans:
         shape = e.plan.with_(batch=1)
         if shape in seen:

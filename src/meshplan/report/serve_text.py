@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from meshplan.report.fold import listing_tables
 from meshplan.report.ranked_serving import fastest_line, from_serving
+from meshplan.serve.plan import cached_note
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
@@ -49,7 +50,8 @@ def serving_estimate_tables(e: ServeEstimate, console: Console, price: float | N
 
     mem = e.memory
     title = (f"{e.model.name} on {e.plan.num_gpus} x {e.cluster.accelerator.name}: {e.plan.describe()}, "
-             f"{e.workload.input_len} in / {e.workload.output_len} out, {e.engine.describe()}")
+             f"{e.workload.input_len} in{cached_note(e.workload.cached_len)} / {e.workload.output_len} out, "
+             f"{e.engine.describe()}")
     summary = Table(title=title, show_header=False, title_justify="left")
     summary.add_column(style="bold")
     summary.add_column()

@@ -76,9 +76,11 @@ def engine_note(best_engine: Any) -> str:
 def serving_assumptions(result: ServeSearchResult, best: ServeEstimate | None) -> list[tuple[str, str]]:
     """(assumption, where it lives) for this search and its best configuration."""
     s, e, cluster = result.space, result.space.engine, result.cluster
+    cache = (f"{s.cached_len} of its prompt tokens found in the prefix cache" if s.cached_len
+             else "no prefix caching")
     out = [(f"continuous batching in steady state: every request {s.input_len} prompt and {s.output_len} output tokens "
-            "(means: no length distribution, no queueing before admission, no prefix caching, no speculative "
-            "decoding)", "serve/metrics.py"),
+            f"(means: no length distribution, no queueing before admission, {cache}, no speculative decoding)",
+            "serve/metrics.py"),
            (f"the {e.describe()} engine: KV pages of {e.block_size} tokens, {e.memory_utilization:.0%} of the "
             f"{e.memory_basis} HBM, {e.prefill} prefill of up to {e.max_batched_tokens:,} tokens per iteration, "
             f"max_seqs {e.max_seqs:,}, workspace {fmt_bytes(e.workspace)}", f"presets/engines/{e.name}.toml"),

@@ -68,6 +68,7 @@ class ServeEstimate:
                      "prefill_replicas": p.prefill_replicas, "weights": p.quant.weights,
                      "activations": p.quant.activations, "kv_cache": p.quant.kv_cache},
             "input_len": self.workload.input_len, "output_len": self.workload.output_len,
+            "cached_len": self.workload.cached_len,
             **self.timings(price),
             "memory": {"weights": float(mem.weights), "activations": float(mem.activations),
                        "workspace": float(mem.workspace), "kv_cache": float(mem.kv_used),

@@ -20,7 +20,9 @@ fixed concurrency; queueing before admission is not modelled). How they enter (e
 - disaggregated (DistServe, Zhong et al. 2024, §2.3 and §4; Splitwise, Patel et al. 2024, §4): prefill instances run
   the prompts (separate mode) and ship their KV cache to the decode instances, which only decode: TPOT = T(D) with
   no prefill in it; the system serves min(prefill capacity, decode capacity) requests/s; TTFT adds the KV transfer.
-Throughput = sequences in flight / TPOT (one token per sequence per token step).
+Throughput = sequences in flight / TPOT (one token per sequence per token step). A prompt whose first ``cached_len``
+tokens are in the prefix cache (plan.Workload, plan.cached_tokens) prefills only the rest, past that prefix, in every
+regime.
 """
 
 from __future__ import annotations
@@ -171,7 +173,10 @@ def metrics(s: Setting) -> Metrics[Num]:
 
 
 def _chunked(s: Setting) -> tuple[Num, Num, Num, Num]:
-    inp, out, budget_tokens = s.workload.input_len, s.workload.output_len, s.engine.max_batched_tokens
+    """Prompts of I − cached fresh tokens (Workload.fresh_len), each chunk past the cached prefix and the prompt's
+    earlier chunks."""
+    inp, out, budget_tokens = s.workload.fresh_len, s.workload.output_len, s.engine.max_batched_tokens
+    cached = s.workload.cached_len
     budget = maximum(budget_tokens - s.micro_batch, 1.0)
     running = minimum(s.micro_batch, budget * out / inp)  # admission-bound when the prompts need more than the budget
     need = running * inp / out  # prompt tokens per iteration
@@ -179,9 +184,9 @@ def _chunked(s: Setting) -> tuple[Num, Num, Num, Num]:
     share = minimum(chunk, inp)  # tokens of one prompt in a chunk
     carried = minimum(need / chunk, 1.0)  # the share of the iterations that carry a chunk
     decode = s.time(running)
-    tpot = _with_chunks(s, carried, decode, (running, chunk, chunk / share, (inp - share) / 2))
+    tpot = _with_chunks(s, carried, decode, (running, chunk, chunk / share, cached + (inp - share) / 2))
     first = minimum(inp, budget)
-    ttft = np.ceil(inp / budget) * s.time(running, first, 1.0, (inp - first) / 2) + tpot / 2
+    ttft = np.ceil(inp / budget) * s.time(running, first, 1.0, cached + (inp - first) / 2) + tpot / 2
     return ttft, tpot, running, decode
 
 
@@ -212,11 +217,12 @@ def _separate(s: Setting) -> tuple[Num, Num, Num, Num]:
 
 def _prefill_batch(s: Setting, waiting: Num | None = None) -> tuple[Num, Num]:
     """Prompts per prefill iteration and that iteration's time: as many as wait (a saturated prefill pool: the
-    batch; co-located in steady state: the B/O that arrive per decode step), at least one, at most ⌊budget / I⌋."""
-    inp = s.workload.input_len
+    batch; co-located in steady state: the B/O that arrive per decode step), at least one, at most ⌊budget / I⌋
+    (I: the fresh tokens, past each prompt's cached prefix)."""
+    inp = s.workload.fresh_len
     waiting = s.micro_batch if waiting is None else waiting
     m = maximum(minimum(np.floor(s.engine.max_batched_tokens / inp), waiting), 1.0)
-    return m, s.time(0.0, m * inp, m, 0.0)
+    return m, s.time(0.0, m * inp, m, s.workload.cached_len)
 
 
 def static_capacity(s: Setting) -> Num:
@@ -250,8 +256,8 @@ def _static(s: Setting) -> Instance:
     full = np.where(b > cap, np.floor(b / cap), 0.0)
     rest, first = b - full * cap, minimum(b, cap)
 
-    def prompts(n: Num) -> Num:
-        return s.time(0.0, n * inp, n, 0.0)
+    def prompts(n: Num) -> Num:  # n prompts' fresh tokens past their cached prefixes
+        return s.time(0.0, n * s.workload.fresh_len, n, s.workload.cached_len)
 
     decode, prefill = s.time(first), prompts(first)
     wave = where(full > 0, prefill + (out - 1) * decode, 0.0)  # a full wave: C sequences (first = C there)

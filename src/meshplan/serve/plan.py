@@ -85,19 +85,43 @@ class ServePlan:
         return replace(self, **changes)
 
 
+def cached_tokens(prompt: int, hit: float, block_size: int) -> int:
+    """Prompt tokens an engine finds in its prefix cache when a share ``hit`` of each prompt was seen before: whole
+    KV pages of at most prompt − 1 tokens (vLLM V1's KVCacheManager.get_computed_blocks: "max_cache_hit_length =
+    request.num_tokens - 1", hits counted in full blocks), so the prefill computes at least the last token."""
+    return int(min(hit * prompt, prompt - 1) // block_size * block_size)
+
+
+def cached_note(cached: int) -> str:
+    """ ", N cached" beside a prompt length in a title, or nothing."""
+    return f" ({cached:,} cached)" if cached else ""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Workload:
     """Requests of ``input_len`` prompt tokens and ``output_len`` generated tokens. ``static``: one batch served
     start to end (prefill together, then decode together; a latency table's fixed batch), instead of the steady
-    state of continuous batching."""
+    state of continuous batching. ``cached_len``: the prompt tokens each request finds in the engine's prefix cache
+    (a shared system prompt, an earlier turn, a benchmark that repeats its prompts), whose KV the prefill reads
+    instead of computing; at least the last prompt token is computed (vLLM V1's KVCacheManager caps a hit at
+    num_tokens − 1)."""
 
     input_len: int
     output_len: int
     static: bool = False
+    cached_len: int = 0
 
     def __post_init__(self) -> None:
         check_types(self, "workload: ")
         ranges.check_spec(self, "workload: ")
+        if self.cached_len >= self.input_len:
+            raise SpecError(f"workload: cached_len={self.cached_len:,} must be below input_len={self.input_len:,} "
+                            "(a prefill computes at least the prompt's last token)")
+
+    @property
+    def fresh_len(self) -> int:
+        """Prompt tokens a prefill computes: I − cached."""
+        return self.input_len - self.cached_len
 
     @property
     def decode_context(self) -> float:

@@ -68,6 +68,7 @@ class ServeSearchResult:
     def to_dict(self, price: float | None = None) -> dict[str, object]:
         return {"model": self.model.name, "system": self.cluster.name, "gpus": self.cluster.num_gpus,
                 "input_len": self.space.input_len, "output_len": self.space.output_len,
+                "cached_len": self.space.cached_len,
                 "engine": self.space.engine.name, "ttft_slo_s": self.space.ttft_slo or None,
                 "tpot_slo_s": self.space.tpot_slo or None, "evaluated": self.evaluated, "feasible": self.feasible,
                 "rejected": {"count": self.rejected_total, "reasons": dict(self.rejected),
@@ -131,7 +132,7 @@ def search(model: ModelSpec, cluster: Cluster, space: ServeSpace, top_k: int = 1
     keys = shapes(model, cluster, space)
     if not len(keys["tp"]):
         raise SpecError(no_instance(cluster, space))
-    workload = Workload(input_len=space.input_len, output_len=space.output_len)
+    workload = Workload(input_len=space.input_len, output_len=space.output_len, cached_len=space.cached_len)
     tally: dict[str, int] = {}
     examples: dict[str, str] = {}
     ranked: list[tuple[float, float, int, int, int, int]] = []  # (score, tiebreak, quant, key, replicas, prefill)

@@ -31,6 +31,7 @@ class ServeSpace:
 
     input_len: int
     output_len: int
+    cached_len: int = 0  # prompt tokens each request finds in the prefix cache (plan.Workload)
     quants: tuple[Quant, ...] = (Quant(),)  # the checkpoint's 16 bits (module docstring)
     batches: tuple[int, ...] = BATCHES
     max_tp: int = 64

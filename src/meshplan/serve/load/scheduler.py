@@ -19,7 +19,7 @@ from meshplan.serve.engine import Engine
 from meshplan.serve.estimate import plan_columns
 from meshplan.serve.load.speculation import Speculation
 from meshplan.serve.memory import memory, weight_bytes
-from meshplan.serve.plan import ServePlan, Workload
+from meshplan.serve.plan import ServePlan, Workload, cached_tokens
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 
@@ -41,15 +41,14 @@ class Scheduler:
     kv_received: bool = False  # a disaggregated decode instance: each prompt's KV cache arrives from a prefill one
 
     def __post_init__(self) -> None:
-        if not 0 <= self.prefix_hit < 1:
-            raise SpecError(f"prefix-hit={self.prefix_hit} must be from 0 to below 1 (a share of each prompt)")
+        if not 0 <= self.prefix_hit <= 1:
+            raise SpecError(f"prefix-hit={self.prefix_hit} must be from 0 to 1 (a share of each prompt)")
 
     def cached(self, prompt: int) -> int:
         """Prompt tokens found in the prefix cache: the hit share, in whole blocks, at least one token computed."""
         if self.kv_received:  # all but the last token's: that one runs as the first decode (disagg.py)
             return prompt - 1
-        hit = int(self.prefix_hit * prompt) // self.block_size * self.block_size
-        return min(hit, prompt - 1)
+        return cached_tokens(prompt, self.prefix_hit, self.block_size)
 
 
 def scheduler(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, prefix_hit: float = 0.0,
