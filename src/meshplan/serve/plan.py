@@ -93,7 +93,7 @@ def cached_tokens(prompt: int, hit: float, block_size: int) -> int:
 
 
 def cached_note(cached: int) -> str:
-    """ ", N cached" beside a prompt length in a title, or nothing."""
+    """" (N cached)" after a prompt length in a title, or nothing."""
     return f" ({cached:,} cached)" if cached else ""
 
 
@@ -104,7 +104,8 @@ class Workload:
     state of continuous batching. ``cached_len``: the prompt tokens each request finds in the engine's prefix cache
     (a shared system prompt, an earlier turn, a benchmark that repeats its prompts), whose KV the prefill reads
     instead of computing; at least the last prompt token is computed (vLLM V1's KVCacheManager caps a hit at
-    num_tokens − 1)."""
+    num_tokens − 1). Its pages are counted as each sequence's own (memory.py): a prefix that many requests share
+    holds them once in the engine, so the memory is conservative there."""
 
     input_len: int
     output_len: int
