@@ -177,15 +177,16 @@ def test_online_serving_rows_agree_with_themselves():
 
 
 def test_fixed_batch_latencies_grow_with_the_batch():
-    """vLLM latency on MI300X: end-to-end latency of one batch is monotone in the batch size at fixed lengths
-    (1 .. 128 sequences; 70B 128/2048: 17,236 ms at batch 1 to 46,484 ms at batch 128)."""
+    """vLLM latency on MI300X, three releases of AMD's page (0.6.6, 0.7.3, 0.10.0): end-to-end latency of one batch is
+    monotone in the batch size at fixed lengths (1 .. 128 sequences; 0.10.0's 70B 128/2048: 17,236 ms at batch 1 to
+    46,484 ms at batch 128)."""
     series = defaultdict(list)
     for rec in RECORDS:
-        if rec["group"] == "amd_mi300x_vllm_0.10.0_latency":
+        if rec["group"].startswith("amd_mi300x_vllm_") and rec["group"].endswith("_latency"):
             w = rec["workload"]
-            series[(rec["model"]["name"], w["input_len"], w["output_len"])].append(
+            series[(rec["group"], rec["model"]["name"], w["input_len"], w["output_len"])].append(
                 (w["batch_size"], rec["measured"]["e2e_latency_ms"]))
-    assert len(series) == 4
+    assert len(series) == 3 * 4 and all(len(points) == 8 for points in series.values())
     for points in series.values():
         latencies = [ms for _, ms in sorted(points)]
         assert latencies == sorted(set(latencies))  # strictly rising: 405B 2048/2048 48,362 < 49,121 < ...

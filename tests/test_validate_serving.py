@@ -36,7 +36,7 @@ def whole_file():
 
 
 def test_every_serving_record_is_evaluated_or_skipped_with_the_accuracy_docs_reason(whole_file):
-    """857 records: 843 evaluated (each record the benchmark prices); the 14 skipped are the exclusions of
+    """921 records: 907 evaluated (each record the benchmark prices); the 14 skipped are the exclusions of
     docs/ACCURACY_INFERENCE.md ("Runs not evaluated"), reason for reason: MI300X throughput unlabelled 8, QPS = INF
     bursts of varied lengths 4, MTP 2: 8 + 4 + 2 = 14. The 132 TensorRT-LLM 1.0 multi-GPU MoE runs, once skipped for
     their unstated EP size, are priced at the engine's default layout, and SGLang's two prefill runs at prompts
@@ -52,14 +52,14 @@ def test_every_serving_record_is_evaluated_or_skipped_with_the_accuracy_docs_rea
     assert not [k for k in skipped if "no meshplan hardware preset" in k]
     assert sum(skipped.values()) == 14 and not [k for k in skipped if "length not stated" in k]
     evaluated = sum(r.error is not None for r in runs)
-    assert evaluated == len({r.id for r in rows if r.error is not None}) == 857 - 14
+    assert evaluated == len({r.id for r in rows if r.error is not None}) == 921 - 14
     assert summaries(runs)["overall"]["evaluated"] == evaluated
     moe = [r for r in runs if r.group == "trtllm_perf_v1.0" and any("moe_ep_size = 1" in a for a in r.unstated)]
     assert len(moe) == 132 and all(r.error is not None for r in moe)
 
 
 def test_validate_evaluates_nine_in_ten_serving_records(whole_file):
-    """Issue 46: at least 90 % of the serving records evaluated (772 of 857); 843 are (98.4 %)."""
+    """Issue 46: at least 90 % of the serving records evaluated (829 of 921); 907 are (98.5 %)."""
     runs, _ = whole_file
     assert sum(r.error is not None for r in runs) >= 0.9 * len(RECORDS)
 
