@@ -72,6 +72,7 @@ SERVE_OPTIONS = {
     "--tpot-slo": ["20ms", "50ms"], "--engine": ["vllm", "trtllm", "sglang", "lmdeploy", "generic"],
     "--input-len": ["128", "2048"], "--output-len": ["16", "512"], "--price": ["2.5"], "--rank": ["latency"],
     "--seq": ["4096"], "--nvlink-domain": ["8"], "--top": ["1", "3"], "--gpus": ["8", "16"],
+    "--prefix-hit": ["0.5", "1", "1.2"],
 }
 SERVE_FLAGS = ["--no-disaggregate"]
 # every axis fixed (one configuration priced): a batch past any memory, pools past the GPUs, formats the GPU lacks
