@@ -166,7 +166,6 @@ def draw_stack(rng: random.Random, model: ModelSpec, precision: str) -> Stack:
     return drawn
 
 
-
 # stacks drawn with the training loop's host work (step/stages.loop_times, step/host.iteration_host): 1.5 ms a
 # micro-batch and 1 ms a step, about the Megatron-LM CI profile's
 LOOP_HOST_PRESETS = ("megatron-deepspeed", "megatron-core", "torchtitan")

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from meshplan.cost.kv_cache import kv_heads_per_gpu, sequence_bytes
-from meshplan.cost.params import end_params, layer_weights
+from meshplan.cost.params import end_params, layer_weights, qkv_linears
 from meshplan.cost.records import ACT_BYTES
-from meshplan.cost.shapes import fc1_width, kv_up_shape, qkv_shapes
+from meshplan.cost.shapes import fc1_width
 from meshplan.serve.engine import Engine
 from meshplan.serve.plan import PlanColumns
 from meshplan.serve.precision import Quant
@@ -80,9 +80,9 @@ def weight_bytes(model: ModelSpec, tp: Num, pp: Num, ep: Num, quant: Quant) -> N
 
 def attention_width(model: ModelSpec) -> Num:
     """The widest output of the attention block's input projections on one unsplit GPU, as training's and serving's
-    op records shape them (cost/shapes.py: the fused QKV projection; MLA's query and key-value up-projections)."""
-    widths = [n for _, _, n in qkv_shapes(model, 1)]
-    return max(widths + [kv_up_shape(model, 1)[1]] if model.is_mla else widths)
+    op records shape them (cost/params.qkv_linears over cost/shapes.py: the fused QKV projection; MLA's query and
+    key-value up-projections)."""
+    return max(n for _, n in qkv_linears(model))
 
 
 def activation_bytes(model: ModelSpec, tp: Num, engine: Engine) -> Num:
