@@ -227,6 +227,8 @@ RANGES: dict[str, Range] = {
     "max_seqs": Range(1, MAX_SIZE, "", "running sequences per instance: 256-2,048 in use"),
     "iteration_overhead": Range(0, 1, "s", "host time per iteration: tens of microseconds to milliseconds"),
     "sequence_overhead": Range(0, 0.01, "s", "host time per running sequence per iteration: microseconds"),
+    "hidden_sequence_overhead": Range(0, 0.01, "s", "host time per running sequence beside the GPU's step: "
+                                      "microseconds"),
     "graph_max_batch": Range(0, MAX_SIZE, "", "the largest captured decode batch: 128-512 in use, 0 for none"),
     "eager_layer_overhead": Range(0, 0.1, "s", "host time to issue one layer's kernels eagerly: ~0.1-1 ms"),
     "decode_layer_kernels": Range(0, 1000, "", "kernels one decode layer launches (a profile's count): ~8-60"),

@@ -63,14 +63,24 @@ def likely(best: ServeEstimate, entry: dict[str, Any] | None) -> str:
             f"{fmt_count(p / (1 + band))} and {high} if the model erred on it as on nine in ten of those runs.")
 
 
+def host_terms(engine: Any) -> str:
+    """The engine's host time per iteration in words: fixed, per sequence, per sequence beside the GPU's step."""
+    terms = [fmt_time(engine.iteration_overhead)] if engine.iteration_overhead else []
+    if engine.sequence_overhead:
+        terms.append(f"{fmt_time(engine.sequence_overhead)} a sequence")
+    if engine.hidden_sequence_overhead:
+        terms.append(f"{fmt_time(engine.hidden_sequence_overhead)} a sequence beside the GPU's step")
+    return " + ".join(terms) or "none"
+
+
 def engine_note(best_engine: Any) -> str:
     found = errors()["engines"].get(best_engine.name)
-    host = fmt_time(best_engine.iteration_overhead) if best_engine.iteration_overhead else "none"
+    host = host_terms(best_engine)
     if found:
         return (f"Published runs on the {best_engine.name} engine: {found['runs']:,}, median |error| "
                 f"{_pct(found['median'])}, p90 {_pct(found['p90'])}; its host time per iteration: {host}.")
     return (f"No published run on the {best_engine.name} engine was evaluated: its host time per iteration ({host}) is "
-            "not fitted to any measurement.")
+            "checked against none.")
 
 
 def serving_assumptions(result: ServeSearchResult, best: ServeEstimate | None) -> list[tuple[str, str]]:

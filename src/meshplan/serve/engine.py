@@ -6,11 +6,13 @@ memory for weights, activations and that cache, and batches continuously: every 
 sequences' next tokens together (iteration-level scheduling, Yu et al. 2022, "Orca", §4.2). Prompts enter either in
 chunks of at most ``max_batched_tokens`` tokens per iteration beside the decoding sequences ("chunked": Agrawal et
 al. 2024, "Taming Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serve", §4) or as iterations of their
-own that stall the decoding batch ("separate"). ``iteration_overhead`` is the host's time per iteration that the GPU
-waits on (scheduling, input preparation, sampling, detokenisation: the vLLM team measured GPU execution at 38 % of
-Llama 3 8B's serving time on an H100 before v0.6.0's multi-step scheduling, vLLM blog "vLLM v0.6.0: 2.7x Throughput
-Improvement and 5x Latency Reduction", 2024-09-05); sourced per version where a figure is published (vLLM V0),
-else the one constant fitted per engine (benchmarks/fit_inference.py, on the fit half of the published runs).
+own that stall the decoding batch ("separate"). ``iteration_overhead``, and ``sequence_overhead`` per running
+sequence, is the host's time per iteration that the GPU waits on (scheduling, input preparation, sampling,
+detokenisation: the vLLM team measured GPU execution at 38 % of Llama 3 8B's serving time on an H100 before v0.6.0's
+multi-step scheduling, vLLM blog "vLLM v0.6.0: 2.7x Throughput Improvement and 5x Latency Reduction", 2024-09-05);
+``hidden_sequence_overhead`` the host's work per sequence beside the GPU's step. Measured in the engine's own code
+where it could run here (vLLM V0: benchmarks/vllm_v0_host_cpu.py), else the one constant fitted per engine
+(benchmarks/fit_inference.py, on the fit half of the published runs).
 Decode iterations up to ``graph_max_batch`` sequences replay captured CUDA graphs; beyond, the host issues every
 kernel and the step lasts at least that (``eager_layer_overhead`` per layer). ``decode_layer_kernels`` is how many
 kernels a layer launches where a profile counted them (gpt-fast's compiled layer: 14.25 on an H200 and an H100,
@@ -78,7 +80,11 @@ class Engine:
     # first two as waves of the sequences that fit; serve_estimate refuses the third
     kv_overflow: str = "recompute"
     iteration_overhead: float = 0.0  # host seconds per iteration the GPU waits on (sourced or fitted per preset)
-    sequence_overhead: float = 0.0  # and per running sequence of the iteration (fitted)
+    sequence_overhead: float = 0.0  # and per running sequence of the iteration (sourced or fitted per preset)
+    # host seconds per running sequence that the engine spends while the GPU runs the iteration (vLLM V0's
+    # asynchronous output processing from v0.6.0: the last iteration's outputs detokenised beside the forward pass,
+    # PRs #7049 and #8050): hidden behind the GPU's step, the iteration lasts at least that long (metrics.Setting.time)
+    hidden_sequence_overhead: float = 0.0
     # decode iterations replayed as captured CUDA graphs up to this many sequences per micro-batch (vLLM's
     # cudagraph capture sizes, SGLang's cuda_graph_max_bs, TensorRT-LLM's CudaGraphConfig.max_batch_size); 0: none
     # captured. A larger decode batch, and every iteration with prompt tokens where the engine graphs decode only,
@@ -167,6 +173,12 @@ class Engine:
         the host loop is Python (``host_in_python``)."""
         scale = python_host if self.host_in_python else 1.0
         return scale * (self.iteration_overhead + self.sequence_overhead * sequences * pp)
+
+    def hidden_time(self, sequences: Any, pp: Any = 1, python_host: float = 1.0) -> Any:
+        """The host's seconds per iteration that run beside the GPU's step: hidden_sequence_overhead · sequences · pp,
+        at the host CPU's Python speed as ``host_time``."""
+        scale = python_host if self.host_in_python else 1.0
+        return scale * self.hidden_sequence_overhead * sequences * pp
 
     def eager_time(self, decode: Any, prompts: Any, layers: Any, python_host: float = 1.0) -> Any:
         """The host's seconds to issue one eager iteration's kernels over ``layers`` layers, 0 where the iteration is

@@ -111,6 +111,8 @@ def serve_estimate(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload
     if extra:  # the engine's kernels beyond the op list's (engine.py: decode_layer_kernels)
         parts["engine/kernels"], kinds["engine/kernels"] = extra, "memory"
     host = engine.host_time(float(result.running) / plan.dpa, 1, cluster.python_host)
+    beside = float(engine.hidden_time(float(result.running) / plan.dpa, 1, cluster.python_host))
+    host += max(beside - sum(parts.values()), 0.0)  # what the GPU's step does not hide of the work beside it
     if engine.host_overlap:  # only what the GPU's work does not hide
         host = max(host - sum(parts.values()), 0.0)
     if host:

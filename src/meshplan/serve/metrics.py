@@ -80,6 +80,8 @@ class Setting:
         layers = self.model.num_layers / self.cols["pp"]
         gpu = maximum(self.gpu_time(decode, prefill, prompts, prefix),
                       self.engine.eager_time(decode, prompts, layers, self.cluster.python_host))
+        if self.engine.hidden_sequence_overhead:  # the host's work beside the GPU's step (engine.py)
+            gpu = maximum(gpu, self.engine.hidden_time(decode + prompts, self.cols["pp"], self.cluster.python_host))
         if self.engine.host_overlap:  # the host's work hides behind the GPU's (engine.py)
             return maximum(gpu, host)
         return gpu + host
