@@ -40,12 +40,12 @@ each with torch 2.13 CPU and the wheel's pure-Python dependencies):
     pip download vllm==0.5.3.post1 --no-deps -d /tmp/w && python -m zipfile -e /tmp/w/vllm-*.whl /tmp/v053
     python benchmarks/vllm_v0_host_cpu.py --make-model /tmp/llama-shape
     python benchmarks/vllm_v0_host_cpu.py --vllm /tmp/v053 --model /tmp/llama-shape \\
-        --out data/measured/2026-11-27-vllm-v0-host-cpu.json
+        --out data/measured/2026-11-27-vllm-host-cpu.json
 
 (``--make-model`` writes a Llama-3-8B config.json and a 32,000-token byte-level BPE tokenizer trained on this
 Python's standard library: no model hub is reachable here, and the loop's cost does not depend on the words.)
-meshplan's engine presets take their host constants from the file (presets/engines/vllm-v0*.toml,
-tests/test_vllm_v0_host.py).
+meshplan's engine presets take their host constants from the file (presets/engines/vllm*.toml, tests/test_vllm_host.py);
+benchmarks/vllm_v1_host_cpu.py measures V1's engine core into the same file.
 """
 
 from __future__ import annotations
@@ -271,7 +271,14 @@ def main() -> None:
             print(json.dumps({k.replace("_s", "_ms"): round(v * 1e3, 4) if k != "n" else v
                               for k, v in rounds[n][-1].items()}), flush=True)
     rows = [{key: statistics.median(r[key] for r in rounds[n]) for key in rounds[n][0]} for n in SIZES]
-    module = min(before, module_call())
+    record(args.out, version, rows, min(before, module_call()))
+
+
+def record(out: Path | None, version: str, rows: list[dict[str, float]], module: float) -> None:
+    """Fit the rows, scale them to the reference host by ``module`` (one nn.Module call here) and add the version to
+    ``out`` (benchmarks/vllm_v1_host_cpu.py records V1's the same way)."""
+    import torch
+
     scale = MODULE_REFERENCE / module
     exposed, hidden = fit(rows, "exposed_s"), fit(rows, "callback_s")
     result = {"version": version, "rows": rows, "module_s": module, "to_reference_host": scale,
@@ -279,16 +286,15 @@ def main() -> None:
               "reference_host": {"iteration_overhead": scale * exposed[0], "sequence_overhead": scale * exposed[1],
                                  "hidden_sequence_overhead": scale * hidden[1]}}
     print(json.dumps(result["reference_host"]))
-    if args.out:
-        found = json.loads(args.out.read_text()) if args.out.exists() else {
-            "what": "vLLM V0's host seconds per decode iteration against running sequences, on this CPU, and "
-                    "scaled to the x86 host of Cluster.python_host = 1",
-            "made_by": "benchmarks/vllm_v0_host_cpu.py", "versions": {}}
-        found.update(date=datetime.date.today().isoformat(), host=platform.machine(), cpus=os.cpu_count(),
+    if out:
+        found = json.loads(out.read_text()) if out.exists() else {
+            "what": "vLLM's host seconds per decode iteration against running sequences, on this CPU, and scaled to "
+                    "the x86 host of Cluster.python_host = 1", "versions": {}}
+        found.update(made_by="benchmarks/vllm_v0_host_cpu.py (V0), benchmarks/vllm_v1_host_cpu.py (V1)",
+                     date=datetime.date.today().isoformat(), host=platform.machine(), cpus=os.cpu_count(),
                      python=platform.python_version(), torch=torch.__version__)
         found["versions"][version] = result
-        args.out.write_text(json.dumps(found, indent=1) + "\n")
-
+        out.write_text(json.dumps(found, indent=1) + "\n")
 
 if __name__ == "__main__":
     main()
