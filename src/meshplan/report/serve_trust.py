@@ -80,7 +80,7 @@ def engine_note(best_engine: Any) -> str:
         return (f"Published runs on the {best_engine.name} engine: {found['runs']:,}, median |error| "
                 f"{_pct(found['median'])}, p90 {_pct(found['p90'])}; its host time per iteration: {host}.")
     return (f"No published run on the {best_engine.name} engine was evaluated: its host time per iteration ({host}) is "
-            "checked against none.")
+            "checked against no published run.")
 
 
 def serving_assumptions(result: ServeSearchResult, best: ServeEstimate | None) -> list[tuple[str, str]]:
