@@ -84,6 +84,7 @@ def test_hidden_host_work_lengthens_a_step_only_beyond_the_gpus():
 def test_the_serving_report_names_each_host_term():
     from meshplan.report.serve_trust import host_terms
 
-    assert host_terms(load_engine("vllm-v0")) == "323 us + 58.2 us a sequence + 21.4 us a sequence beside the GPU's step"
+    beside = "21.4 us a sequence beside the GPU's step"
+    assert host_terms(load_engine("vllm-v0")) == f"323 us + 58.2 us a sequence + {beside}"
     assert host_terms(load_engine("vllm-v0.5")) == "712 us + 89.6 us a sequence"
     assert host_terms(Engine()) == "none"
