@@ -74,12 +74,16 @@ class DPResult:
 def comm_time(sizes: list[int], link: LinkFit, world: int) -> float:
     """Σ all-reduce seconds of ``sizes`` on one tier of ``world`` ranks with the fitted α and bus bandwidth."""
     from meshplan.comm import collective_time
+    from meshplan.ranges import RANGES
     from meshplan.specs.efficiency import DEFAULT
     from meshplan.specs.hardware import Accelerator, Cluster, Tier
 
+    # a fit below a link's physical floor (1 MB/s: gloo on a machine loaded by other work, seen once in CI at
+    # 0.9999 MB/s) is priced at the floor, which the specs below accept
+    bandwidth = max(link.bandwidth, RANGES["nvlink_bandwidth"].low)
     acc = Accelerator(name="host", peak_flops={"bf16": 1e12}, hbm_bytes=1e9, hbm_bandwidth=1e10,
-                      nvlink_bandwidth=link.bandwidth)
-    tier = Tier(name="nvlink", size=world, bandwidth=link.bandwidth / DEFAULT.link(0),
+                      nvlink_bandwidth=bandwidth)
+    tier = Tier(name="nvlink", size=world, bandwidth=bandwidth / DEFAULT.link(0),
                 latency=link.step_latency)
     # the fitted α, not NCCL's protocol constants (protocols.py: a calibrated tier 0)
     cluster = Cluster(name="local", accelerator=acc, num_gpus=world, tiers=(tier,), nccl_protocols=False)
