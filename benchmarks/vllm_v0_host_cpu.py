@@ -60,6 +60,7 @@ import statistics
 import sys
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -255,23 +256,35 @@ def main() -> None:
         return
     src = args.vllm.resolve()
     (src / "vllm" / "__init__.py").write_text('"""emptied for the host benchmark (benchmarks/vllm_v0_host_cpu.py)"""\n')
-    sys.path.insert(0, str(src))
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])  # vLLM's subprocesses
-    version = next(p.name.removesuffix(".dist-info").split("-")[1] for p in src.glob("vllm-*.dist-info"))
+    version = unpacked(src)
     os.environ.setdefault("VLLM_ATTENTION_BACKEND", "FLASH_ATTN")
+    before = module_call()
+    _bypass(version)
+    rows = sweep(lambda n: measure(version, args.model, n))
+    record(args.out, version, rows, min(before, module_call()))
+
+
+def unpacked(src: Path) -> str:
+    """Put the unpacked wheel ``src`` first on the import path, this process's and its subprocesses' (vLLM's model
+    registry inspects models in one), and return its version."""
+    sys.path.insert(0, str(src))
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])
+    return next(p.name.removesuffix(".dist-info").split("-")[1] for p in src.glob("vllm-*.dist-info"))
+
+
+def sweep(measure_one: Callable[[int], dict[str, float]]) -> list[dict[str, float]]:
+    """``measure_one`` at every size, ``ROUNDS`` times over (every size once a round: drift hits all alike), one
+    thread; each size's row is the median of its rounds."""
     import torch
 
     torch.set_num_threads(1)
-    before = module_call()
-    _bypass(version)
     rounds: dict[int, list[dict[str, float]]] = {n: [] for n in SIZES}
-    for _ in range(ROUNDS):  # every size once a round: drift hits all alike
+    for _ in range(ROUNDS):
         for n in SIZES:
-            rounds[n].append(measure(version, args.model, n))
+            rounds[n].append(measure_one(n))
             print(json.dumps({k.replace("_s", "_ms"): round(v * 1e3, 4) if k != "n" else v
                               for k, v in rounds[n][-1].items()}), flush=True)
-    rows = [{key: statistics.median(r[key] for r in rounds[n]) for key in rounds[n][0]} for n in SIZES]
-    record(args.out, version, rows, min(before, module_call()))
+    return [{key: statistics.median(r[key] for r in rounds[n]) for key in rounds[n][0]} for n in SIZES]
 
 
 def record(out: Path | None, version: str, rows: list[dict[str, float]], module: float) -> None:

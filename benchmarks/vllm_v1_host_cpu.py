@@ -24,7 +24,6 @@ Run in a virtual environment with torch 2.13 CPU and vLLM 0.10.0's pure-Python d
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -34,7 +33,7 @@ import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vllm_v0_host_cpu import PROMPT, ROUNDS, SIZES, STEPS, TINY, WARM, module_call, record  # noqa: E402
+from vllm_v0_host_cpu import PROMPT, STEPS, TINY, WARM, module_call, record, sweep, unpacked  # noqa: E402
 
 LAYERS, KV_HEADS, HEAD, HIDDEN, BLOCKS = 32, 8, 128, 4096, 4096  # Llama-3-8B's KV shape; pages for 256 sequences
 
@@ -188,23 +187,11 @@ def main() -> None:
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    src = args.vllm.resolve()
-    sys.path.insert(0, str(src))
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])
+    version = unpacked(args.vllm.resolve())
     os.environ.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_USE_V1="1")
-    version = next(p.name.removesuffix(".dist-info").split("-")[1] for p in src.glob("vllm-*.dist-info"))
-    import torch
-
-    torch.set_num_threads(1)
     before = module_call()
     _bypass()
-    rounds: dict[int, list[dict[str, float]]] = {n: [] for n in SIZES}
-    for _ in range(ROUNDS):
-        for n in SIZES:
-            rounds[n].append(measure(args.model, n))
-            print(json.dumps({"n": n, "step_ms": round(rounds[n][-1]["step_s"] * 1e3, 4)}), flush=True)
-    rows = [{key: statistics.median(r[key] for r in rounds[n]) for key in rounds[n][0]} for n in SIZES]
-    record(args.out, version, rows, min(before, module_call()))
+    record(args.out, version, sweep(lambda n: measure(args.model, n)), min(before, module_call()))
 
 
 if __name__ == "__main__":

@@ -171,20 +171,23 @@ class Engine:
         """The host's seconds per iteration for ``sequences`` running and prompted sequences per micro-batch over
         ``pp`` stages: iteration_overhead + sequence_overhead · sequences · pp, at the host CPU's Python speed when
         the host loop is Python (``host_in_python``)."""
-        scale = python_host if self.host_in_python else 1.0
-        return scale * (self.iteration_overhead + self.sequence_overhead * sequences * pp)
+        return self._python(python_host) * (self.iteration_overhead + self.sequence_overhead * sequences * pp)
 
     def hidden_time(self, sequences: Any, pp: Any = 1, python_host: float = 1.0) -> Any:
         """The host's seconds per iteration that run beside the GPU's step: hidden_sequence_overhead · sequences · pp,
         at the host CPU's Python speed as ``host_time``."""
-        scale = python_host if self.host_in_python else 1.0
-        return scale * self.hidden_sequence_overhead * sequences * pp
+        return self._python(python_host) * self.hidden_sequence_overhead * sequences * pp
+
+    def _python(self, python_host: float) -> float:
+        """The host CPU's time per reference second for this engine's host loop: its Python speed where the loop is
+        Python (``host_in_python``), else 1."""
+        return python_host if self.host_in_python else 1.0
 
     def eager_time(self, decode: Any, prompts: Any, layers: Any, python_host: float = 1.0) -> Any:
         """The host's seconds to issue one eager iteration's kernels over ``layers`` layers, 0 where the iteration is
         a captured decode graph (``graph_max_batch``): pure decode (no ``prompts``) of at most that many sequences.
         The kernels run asynchronously, so the GPU's step is at least this long (metrics.Setting.time)."""
-        scale = python_host if self.host_in_python else 1.0
+        scale = self._python(python_host)
         graphed = (np.asarray(prompts) <= 0) & (np.asarray(decode) <= self.graph_max_batch)
         return np.where(graphed, 0.0, scale * self.eager_layer_overhead * layers)
 
