@@ -9,12 +9,13 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).parents[1] / "src" / "meshplan_validation"
 # data-flow order: the records and what they say, the sources' and recipes' knowledge, the mapping onto meshplan,
-# the FLOP bases and the measured quantity, the case, its evaluation; the published serving runs (their mapping onto
-# meshplan's serving model, their evaluation, their results as runs); the summaries, the output, the command
+# the FLOP bases and the measured quantity, the case, its evaluation; the published serving runs (trtllm-bench's own
+# engine settings, their mapping onto meshplan's serving model, their evaluation, their results as runs); the
+# summaries, the output, the command
 LAYERS = ("skip", "patterns", "records", "record_fields", "sources", "recipes", "layouts", "map_model", "map_system",
           "map_layout", "map_training", "map_kernels", "map_plan", "flops", "measurement", "case", "selection",
-          "result", "evaluate", "serving_map", "serving_eval", "serving_runs", "summary", "render", "validate",
-          "command")
+          "result", "evaluate", "trtllm_bench", "serving_map", "serving_eval", "serving_runs", "summary", "render",
+          "validate", "command")
 
 
 def imported(path: Path) -> set[str]:

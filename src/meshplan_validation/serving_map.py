@@ -13,7 +13,8 @@ checkpoint's KV cache in FP8 (TensorRT-LLM's FP8 quantization sets it), an FP4 c
 DeepSeek-R1 blog runs its FP4 model with an FP16 KV cache unless it turns FP8 on, and prints the two apart), a 16-bit
 engine's in 16 bits. A multi-GPU MoE run of TensorRT-LLM's v1.0 page, which passes '--ep $ep_size' without printing
 the value, is priced at the engine's default layout (experts split over the TP GPUs, ep = 1, attention TP), and each
-such record says so in its ``assumed`` readings (data/serving/README.md).
+such record says so in its ``assumed`` readings (data/serving/README.md). A v1.0 run's max batch size and CUDA graphs
+are trtllm-bench's own choice (trtllm_bench.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from meshplan.serve.precision import Quant
 from meshplan.specs.hardware import Cluster, load_system
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model
+from meshplan_validation.trtllm_bench import bench_graphs
 
+TRTLLM_BENCH = "TensorRT-LLM (PyTorch backend"  # v1.0's trtllm-bench runs: its own CUDA graphs (trtllm_bench.py)
 TUNER_TABLE = ((144, 128), (336, 256), (672, 512), (832, 768), (1280, 1024), (1664, 1536))
 # what a source's runs changed from their engine's defaults, by the prefix of the record's engine string (the preset
 # itself is the version's: serve/engine_version.py, presets/engine_versions.toml)
@@ -37,7 +40,7 @@ ENGINES: tuple[tuple[str, dict[str, Any]], ...] = (
     # executor's runtime batch-size tuning on (tensorrt_llm/bench/dataclasses/configuration.py ExecutorSettingsConfig
     # dynamic_max_batch_size = True) with its default table (DynamicBatchConfig::kDefaultBatchSizeTable)
     ("TensorRT-LLM 0.17", {"memory_utilization": 0.95, "batch_table": TUNER_TABLE}),
-    ("TensorRT-LLM (PyTorch backend", {"memory_utilization": 0.95}),
+    (TRTLLM_BENCH, {"memory_utilization": 0.95}),
     # the Triton tensorrtllm_backend of 0.14: enable_chunked_context false unless set (its config.pbtxt template)
     ("TensorRT-LLM 0.14", {"prefill": "separate"}),
     # the large-EP blog's H100 runs overlap two micro-batches (its "Two-batch Overlap" section; the engine string says
@@ -211,7 +214,11 @@ def case_of(record: dict[str, Any]) -> ServingCase | str:
     plan = plan_of(record, model, quant, batch)
     if mode == "decode" and w.get("batch_size"):  # SGLang states the batch per device
         plan = plan.with_(batch=w["batch_size"] * plan.dpa)
-    return ServingCase(record, model, cluster_of(record), plan, workload, engine, mode)
+    cluster = cluster_of(record)
+    if (record.get("engine") or "").startswith(TRTLLM_BENCH):  # the CUDA graphs trtllm-bench captured for it
+        engine = engine.with_(**bench_graphs(model, quant, plan.tp, plan.pp, cluster.accelerator.hbm_bytes,
+                                             engine.memory_utilization, w["input_len"], output))
+    return ServingCase(record, model, cluster, plan, workload, engine, mode)
 
 
 def with_batch(case: ServingCase, batch: int) -> ServingCase:

@@ -47,10 +47,13 @@ class Shape:
     absorb: bool = True
     gather: bool = False  # MoE under data-parallel attention by all-gather / reduce-scatter (engine.moe_comm)
     per_query_head: bool = False  # decode attention reads a KV head once per query head (engine.kv_per_query_head)
+    # rows a captured decode graph runs beyond D (engine.graph_padding): dummy sequences that pass through every GEMM
+    # and per-token op and attend to no cache
+    padded: Num = 0.0
 
     @property
     def rows(self) -> Num:
-        return self.decode + self.prefill
+        return self.decode + self.prefill + self.padded
 
 
 _NO_GROUP = 1e-30  # the divisor when no expert is touched (m = 0 too): below any expected count of touched experts

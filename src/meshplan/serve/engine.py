@@ -13,8 +13,9 @@ multi-step scheduling, vLLM blog "vLLM v0.6.0: 2.7x Throughput Improvement and 5
 ``hidden_sequence_overhead`` the host's work per sequence beside the GPU's step. Measured in the engine's own code
 where it could run here (vLLM V0 and V1: benchmarks/vllm_v0_host_cpu.py, vllm_v1_host_cpu.py), else the one constant
 fitted per engine (benchmarks/fit_inference.py, on the fit half of the published runs).
-Decode iterations up to ``graph_max_batch`` sequences replay captured CUDA graphs; beyond, the host issues every
-kernel and the step lasts at least that (``eager_layer_overhead`` per layer). ``decode_layer_kernels`` is how many
+Decode iterations up to ``graph_max_batch`` sequences replay captured CUDA graphs, a batch between two captured sizes
+(``graph_sizes``) padded to the larger; beyond, the host issues every kernel and the step lasts at least that
+(``eager_layer_overhead`` per layer). ``decode_layer_kernels`` is how many
 kernels a layer launches where a profile counted them (gpt-fast's compiled layer: 14.25 on an H200 and an H100,
 docs/DECODE_GPU.md), each beyond the op list's at the accelerator's fixed time per kernel. ``kv_overflow`` is what
 the engine does with a static batch its KV cache cannot hold (metrics._static).
@@ -90,6 +91,10 @@ class Engine:
     # captured. A larger decode batch, and every iteration with prompt tokens where the engine graphs decode only,
     # runs eager: the host issues each kernel, ``eager_layer_overhead`` seconds of it per layer
     graph_max_batch: int = 0
+    # the captured sizes up to graph_max_batch (always captured itself) where the engine pads a decode batch to the
+    # next one (vLLM and SGLang: 1, 2, 4 and multiples of 8; TensorRT-LLM's padded graphs add powers of two above
+    # 128): the graph runs the padding as dummy sequences (``graph_padding``). Empty: every size captured as it is
+    graph_sizes: tuple[int, ...] = ()
     eager_layer_overhead: float = 0.0
     # kernels one decode layer launches in the engine's decode step, where a profile counted them; each beyond the
     # serving op list's own (iteration.layer_kernels: one kernel an op, and a reduction after each split-K GEMM) runs
@@ -148,6 +153,11 @@ class Engine:
             raise SpecError(f"{where}memory_basis={self.memory_basis!r} must be one of {', '.join(MEMORY_BASES)}")
         ranges.check_spec(self, where)
         self._check_table(where)
+        sizes = self.graph_sizes
+        if not (isinstance(sizes, tuple) and all(isinstance(v, int) and not isinstance(v, bool)
+                                                 and 0 < v <= ranges.MAX_SIZE for v in sizes)):
+            raise SpecError(f"{where}graph_sizes={sizes!r} must be captured batch sizes: integers from 1 to "
+                            f"{ranges.MAX_SIZE:,}")
 
     def _check_table(self, where: str) -> None:
         table = self.batch_table
@@ -191,6 +201,21 @@ class Engine:
         graphed = (np.asarray(prompts) <= 0) & (np.asarray(decode) <= self.graph_max_batch)
         return np.where(graphed, 0.0, scale * self.eager_layer_overhead * layers)
 
+    def graph_padding(self, decode: Any, prompts: Any) -> Any:
+        """Dummy rows a captured decode graph runs beside ``decode`` sequences: the smallest captured size at least D
+        (``graph_sizes``), less D; 0 for an eager iteration (prompts, or more than ``graph_max_batch``) and where every
+        size is captured. The engines pad so that one graph serves every batch up to its size (vLLM
+        ``_get_graph_batch_size`` / ``pad_for_cudagraph``, SGLang's ``cuda_graph_runner``, TensorRT-LLM's
+        ``CudaGraphConfig.enable_padding``)."""
+        if not self.graph_sizes or not self.graph_max_batch:
+            return 0.0
+        sizes = np.asarray(sorted({s for s in self.graph_sizes if s < self.graph_max_batch} | {self.graph_max_batch}),
+                           dtype=float)
+        d = np.asarray(decode, dtype=float)
+        at = np.minimum(np.searchsorted(sizes, d - 1e-9), len(sizes) - 1)
+        graphed = (np.asarray(prompts) <= 0) & (d > 0) & (d <= self.graph_max_batch)
+        return np.where(graphed, sizes[at] - d, 0.0)
+
     def streamed_weight_bytes(self, quant: Quant) -> float:
         """Bytes a GEMM's weights take to stream per element, as the iteration prices them: the scheme's own, over
         the engine's streaming rate where its weights are int8 or int4 and its activations 16-bit (weight-only)."""
@@ -223,6 +248,8 @@ def engine_from_dict(data: dict[str, Any], where: str) -> Engine:
     if not isinstance(data, dict):
         raise SpecError(f"{where} must be a table of Engine fields")
     data = {k: v for k, v in data.items() if k != "sources"}
+    if isinstance(data.get("graph_sizes"), list):
+        data["graph_sizes"] = tuple(data["graph_sizes"])
     if isinstance(data.get("batch_table"), list):
         data["batch_table"] = tuple(tuple(pair) if isinstance(pair, list) else pair for pair in data["batch_table"])
     known = {f.name for f in fields(Engine)}

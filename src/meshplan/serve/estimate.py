@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from meshplan.cost.decode import Shape
 from meshplan.serve import check
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.engine import DEFAULT as DEFAULT_ENGINE
@@ -99,12 +98,7 @@ def serve_estimate(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload
         return ServeEstimate(model, cluster, plan, workload, engine, _nothing(), mem, tuple(reasons))
     result = metrics(setting)
     q = plan.quant
-    lane = Shape(tp=plan.tp, dpa=plan.dpa, ep=plan.ep, decode=float(result.running) / (plan.pp * plan.dpa),
-                 context=workload.decode_context, prefill=0.0, prompts=0.0, prefix=0.0,
-                 w_bytes=engine.streamed_weight_bytes(q),
-                 a_bytes=q.act_bytes, kv_bytes=q.kv_bytes, absorb=engine.mla_absorb,
-                 gather=engine.moe_comm == "all_gather",
-                 per_query_head=engine.kv_per_query_head)
+    lane = setting.shape(float(result.running) / (plan.pp * plan.dpa), 0.0, 0.0, 0.0)
     parts = breakdown(model, cluster, lane, plan.pp, q, eff)
     kinds = op_kinds(model, lane, plan.pp)
     extra = float(extra_kernel_time(model, cluster, lane, engine, eff))

@@ -45,9 +45,10 @@ def layer_ops(model: ModelSpec, sh: Shape) -> dict[str, list[OpCost]]:
 def edge_ops(model: ModelSpec, sh: Shape, first: Num, last: Num) -> list[OpCost]:
     """The embedding lookup (vocabulary-parallel: an all-reduce across tp) on the first stage, and on the last the
     final norm, the LM head for the rows that sample (each decoding sequence and each prompt's last token: a 16-bit
-    GEMM, vLLM keeps lm_head unquantised), the gather of the vocabulary shards and the sampler's fp32 softmax."""
+    GEMM, vLLM keeps lm_head unquantised; a captured decode graph's padding rows too), the gather of the vocabulary
+    shards and the sampler's fp32 softmax."""
     h, v, t = model.hidden_size, head_vocab(model), sh.tp
-    sampled = sh.decode + sh.prompts
+    sampled = sh.decode + sh.prompts + sh.padded
     return [stream("embed/lookup", first * 2 * ACT_BYTES * sh.rows * h),
             collective("embed/tp", "all_reduce", first * sh.rows * h * ACT_BYTES, "tp", t),
             *serve_head_extra_ops(model, sh, sampled, last),
@@ -56,7 +57,7 @@ def edge_ops(model: ModelSpec, sh: Shape, first: Num, last: Num) -> list[OpCost]
             # (records.OpCost.align's default; specs/alignment.py)
             sixteen_bit(gemm("head/logits", sampled * last, h, v / t, ACT_BYTES, ACT_BYTES)),
             collective("head/gather", "all_gather", last * sampled * v * ACT_BYTES, "tp", t),
-            stream("head/sample", last * sampled * v * (ACT_BYTES + 2 * 4))]
+            stream("head/sample", last * (sh.decode + sh.prompts) * v * (ACT_BYTES + 2 * 4))]  # outside the graph
 
 
 def stage_ops(model: ModelSpec, sh: Shape, pp: Num) -> list[tuple[OpCost, Num]]:

@@ -150,6 +150,7 @@ def _trtllm(est: ServeEstimate, context: int, role: str, count: int) -> Pool:
     extra = ["enable_attention_dp: true"] if plan.dpa > 1 else []
     extra += ["kv_cache_config:", f"  dtype: {kv}"]
     extra += ["cuda_graph_config:", f"  max_batch_size: {engine.graph_max_batch}"] if engine.graph_max_batch else []
+    extra += ["  enable_padding: true"] if engine.graph_max_batch and engine.graph_sizes else []  # as priced
     extra += ["cache_transceiver_config:", "  backend: DEFAULT"] if role != "serve" else []
     argv += ["--extra_llm_api_options", f"extra-{role}.yaml"]
     return Pool(role, count, tuple(argv), plan.instance_gpus, "\n".join(extra) + "\n")

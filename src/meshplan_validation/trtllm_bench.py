@@ -1,0 +1,71 @@
+"""The CUDA graphs trtllm-bench captures for a run of TensorRT-LLM's PyTorch backend: a serving record of that engine
+states no max batch size, so trtllm-bench chose one by its heuristic and captured decode graphs up to it, padded.
+
+Read from NVIDIA/TensorRT-LLM (1.0, the perf-overview page's release):
+- ``tensorrt_llm/bench/benchmark/utils/general.py`` ``get_settings``: with no max batch size given, it takes
+  ``get_benchmark_engine_settings``' and sets ``cuda_graph_config = {"padding_enabled": True, "max_batch_size": it}``.
+- ``tensorrt_llm/bench/build/tuning.py`` ``calc_engine_setting``: KV bytes a token = 2 · attention layers ·
+  max(tp, K) · head size · (1 for an FP8 KV cache, else 2); the engine's size = the checkpoint's parameter count ·
+  (0.5 NVFP4, 1 FP8, else 2) bytes; requests = (memory of the tp · pp GPUs − engine) · the free-memory fraction /
+  (bytes a token · (ISL + OSL)); ``finetune_setting``: min(requests, 4096) / pp, rounded up to a multiple of 32
+  (at least 64) below 256, of 128 below 1,024, else of 256.
+- ``tensorrt_llm/bench/build/dataclasses.py`` ``ModelConfig.get_param_count``: the sum of the safetensors header's
+  element counts. An NVFP4 checkpoint stores two 4-bit weights a byte and an 8-bit scale per 16: a quantised linear's
+  n weights count n/2 + n/16 elements, so the heuristic's engine size is about half the weights' bytes.
+- ``tensorrt_llm/llmapi/llm_args.py`` ``CudaGraphConfig._generate_cuda_graph_batch_sizes`` with padding: 1, 2, 4,
+  8 … 128 in steps of 8, the powers of two from 256 below 2^floor(log2 max), and the max itself.
+
+A decode batch between two captured sizes runs the larger one (serve/engine.py ``graph_padding``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from meshplan.serve.memory import weight_bytes
+from meshplan.serve.precision import Quant
+from meshplan.specs.model import ModelSpec
+
+GIB = 2**30
+ENGINE_BYTES = {"fp4": 0.5, "fp8": 1.0}  # tuning.BYTES_PER_ELEM: NVFP4, FP8; anything else 2
+REQUEST_CAP = 4096  # finetune_setting: "Cap total batch size to avoid decoder buffer size becoming too large"
+
+
+def checkpoint_params(model: ModelSpec, quant: Quant) -> float:
+    """The safetensors element count of the checkpoint: 16-bit tensors one element a parameter, an FP8 linear one, an
+    NVFP4 linear 1/2 + 1/16 (its packed bytes and scales: Quant.weight_bytes elements of one byte)."""
+    sixteen = float(weight_bytes(model, 1, 1, 1, Quant()))  # 2 (L + O): every parameter in 16 bits
+    w = quant.weight_bytes
+    if w >= 2.0:
+        return sixteen / 2
+    linear = (sixteen - float(weight_bytes(model, 1, 1, 1, quant))) / (2.0 - w)  # L
+    return linear * w + (sixteen / 2 - linear)
+
+
+def max_batch_size(model: ModelSpec, quant: Quant, tp: int, pp: int, hbm_bytes: float, fraction: float,
+                   input_len: int, output_len: int) -> int:
+    """trtllm-bench's max batch size (module docstring): its KV-cache request estimate, rounded up."""
+    per_token = 2 * model.num_attention_layers * max(tp, model.num_kv_heads) * model.head_dim * (
+        1.0 if quant.kv_cache == "fp8" else 2.0) / GIB
+    engine = checkpoint_params(model, quant) * ENGINE_BYTES.get(quant.weights, 2.0) / GIB
+    cache = (hbm_bytes / GIB * tp * pp - engine) * fraction
+    raw = min(cache / (per_token * (input_len + output_len)), REQUEST_CAP) / pp
+    if raw < 256:
+        return max(64, 32 * math.ceil(raw / 32))
+    step = 128 if raw < 1024 else 256
+    return step * math.ceil(raw / step)
+
+
+def graph_sizes(max_bs: int) -> tuple[int, ...]:
+    """The decode batch sizes captured with padding up to ``max_bs`` (module docstring), ``max_bs`` last."""
+    sizes = [1, 2, 4] + [8 * i for i in range(1, 17)] + [2**i for i in range(8, math.floor(math.log2(max_bs)))]
+    return tuple(sorted({s for s in sizes if s < max_bs} | {max_bs}))
+
+
+def bench_graphs(model: ModelSpec, quant: Quant, tp: int, pp: int, hbm_bytes: float, fraction: float,
+                 input_len: int, output_len: int) -> dict[str, Any]:
+    """The engine fields trtllm-bench set for the run: its max batch size (per pipeline micro-batch, the heuristic
+    divides by pp) and the CUDA graphs up to it."""
+    top = max_batch_size(model, quant, tp, pp, hbm_bytes, fraction, input_len, output_len)
+    return {"max_seqs": top * pp, "graph_max_batch": top, "graph_sizes": graph_sizes(top)}
