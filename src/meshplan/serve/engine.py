@@ -214,7 +214,8 @@ class Engine:
         d = np.asarray(decode, dtype=float)
         at = np.minimum(np.searchsorted(sizes, d - 1e-9), len(sizes) - 1)
         graphed = (np.asarray(prompts) <= 0) & (d > 0) & (d <= self.graph_max_batch)
-        return np.where(graphed, sizes[at] - d, 0.0)
+        pad = np.where(graphed, sizes[at] - d, 0.0)
+        return float(pad) if pad.ndim == 0 else pad  # plain numbers stay plain (gemm_shape.scalar_choice memoises)
 
     def streamed_weight_bytes(self, quant: Quant) -> float:
         """Bytes a GEMM's weights take to stream per element, as the iteration prices them: the scheme's own, over
