@@ -1,7 +1,8 @@
 """The CUDA graphs trtllm-bench captures for a run of TensorRT-LLM's PyTorch backend: a serving record of that engine
 states no max batch size, so trtllm-bench chose one by its heuristic and captured decode graphs up to it, padded.
 
-Read from NVIDIA/TensorRT-LLM (1.0, the perf-overview page's release):
+Read from NVIDIA/TensorRT-LLM as the code index holds it around the 1.0 release of the perf-overview page (the exact
+1.0 commits are not in it; later releases changed the capture rule: ceil for floor, then steps of 64 above 128):
 - ``tensorrt_llm/bench/benchmark/utils/general.py`` ``get_settings``: with no max batch size given, it takes
   ``get_benchmark_engine_settings``' and sets ``cuda_graph_config = {"padding_enabled": True, "max_batch_size": it}``.
 - ``tensorrt_llm/bench/build/tuning.py`` ``calc_engine_setting``: KV bytes a token = 2 · attention layers ·
