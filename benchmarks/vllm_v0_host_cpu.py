@@ -213,11 +213,7 @@ def measure(version: str, model: Path, n: int) -> dict[str, float]:
         engine.step()
     for values in stats.values():
         values.clear()
-    steps = []
-    for _ in range(STEPS):
-        start = time.perf_counter()
-        engine.step()
-        steps.append(time.perf_counter() - start)
+    steps = timed_steps(engine.step)
     med = {key: statistics.median(values) for key, values in stats.items()}
     step = statistics.median(steps) - med["harness"]
     return {"n": n, "step_s": step, "callback_s": med["callback"], "exposed_s": step - med["callback"],
@@ -262,6 +258,16 @@ def main() -> None:
     _bypass(version)
     rows = sweep(lambda n: measure(version, args.model, n))
     record(args.out, version, rows, min(before, module_call()))
+
+
+def timed_steps(step: Callable[[], object]) -> list[float]:
+    """Seconds of each of STEPS calls of the engine's ``step``."""
+    steps = []
+    for _ in range(STEPS):
+        start = time.perf_counter()
+        step()
+        steps.append(time.perf_counter() - start)
+    return steps
 
 
 def unpacked(src: Path) -> str:

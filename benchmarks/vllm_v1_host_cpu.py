@@ -33,7 +33,7 @@ import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vllm_v0_host_cpu import PROMPT, STEPS, TINY, WARM, module_call, record, sweep, unpacked  # noqa: E402
+from vllm_v0_host_cpu import PROMPT, STEPS, TINY, WARM, module_call, record, sweep, timed_steps, unpacked  # noqa: E402
 
 LAYERS, KV_HEADS, HEAD, HIDDEN, BLOCKS = 32, 8, 128, 4096, 4096  # Llama-3-8B's KV shape; pages for 256 sequences
 
@@ -171,11 +171,7 @@ def measure(model: Path, n: int) -> dict[str, float]:
         core.step()  # the prefill iterations (chunked: 8,192 tokens an iteration)
     for _ in range(WARM):
         core.step()
-    steps = []
-    for _ in range(STEPS):
-        start = time.perf_counter()
-        core.step()
-        steps.append(time.perf_counter() - start)
+    steps = timed_steps(core.step)
     assert len(core.scheduler.running) == n  # every sequence decoded in every timed iteration
     step = statistics.median(steps)
     return {"n": n, "step_s": step, "callback_s": 0.0, "exposed_s": step}
