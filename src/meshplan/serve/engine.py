@@ -198,8 +198,11 @@ class Engine:
         a captured decode graph (``graph_max_batch``): pure decode (no ``prompts``) of at most that many sequences.
         The kernels run asynchronously, so the GPU's step is at least this long (metrics.Setting.time)."""
         scale = self._python(python_host)
-        graphed = (np.asarray(prompts) <= 0) & (np.asarray(decode) <= self.graph_max_batch)
-        return np.where(graphed, 0.0, scale * self.eager_layer_overhead * layers)
+        return np.where(self._graphed(decode, prompts), 0.0, scale * self.eager_layer_overhead * layers)
+
+    def _graphed(self, decode: Any, prompts: Any) -> Any:
+        """Whether the iteration replays a captured decode graph: pure decode of at most ``graph_max_batch``."""
+        return (np.asarray(prompts) <= 0) & (np.asarray(decode) <= self.graph_max_batch)
 
     def graph_padding(self, decode: Any, prompts: Any) -> Any:
         """Dummy rows a captured decode graph runs beside ``decode`` sequences: the smallest captured size at least D
@@ -213,8 +216,7 @@ class Engine:
                            dtype=float)
         d = np.asarray(decode, dtype=float)
         at = np.minimum(np.searchsorted(sizes, d - 1e-9), len(sizes) - 1)
-        graphed = (np.asarray(prompts) <= 0) & (d > 0) & (d <= self.graph_max_batch)
-        pad = np.where(graphed, sizes[at] - d, 0.0)
+        pad = np.where(self._graphed(d, prompts) & (d > 0), sizes[at] - d, 0.0)
         return float(pad) if pad.ndim == 0 else pad  # plain numbers stay plain (gemm_shape.scalar_choice memoises)
 
     def streamed_weight_bytes(self, quant: Quant) -> float:
