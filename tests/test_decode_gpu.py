@@ -78,10 +78,10 @@ def test_an_extra_kernel_costs_the_accelerators_kernel_overhead():
 def test_a_split_k_gemm_runs_a_reduction_kernel():
     """cuBLAS ran a ``splitKreduce_kernel`` after each split-K GEMM of the profiled steps (2 a layer at batch 1 on both
     GPUs: 64 in 32 layers). A GEMM whose output has fewer tiles than the GPU has SMs splits k (specs/gemm_shape.py):
-    a 4,096-wide output at one row is 4096 / 128 = 32 tiles of 16 x 128 on 132 SMs, split ⌊132 / 32⌋ = 4 ways; QKV's
-    12,288 is 96 tiles, ⌊132 / 96⌋ = 1: no split; fc1's 22,016 is 172 tiles, more than the SMs. The reduction costs
-    the accelerator's kernel_overhead on top of the GEMM's gemm_overhead. Training's kernels follow the same rule
-    with their 128-row tiles (32 of them here: split); a GEMM of many rows fills the SMs and does not split."""
+    a 4,096-wide output at one row is 4096 / 64 = 64 tiles of 16 x 64 on 132 SMs, split ⌊132 / 64⌋ = 2 ways; QKV's
+    12,288 is 192 tiles, more than the SMs: no split; so is fc1's 22,016. The reduction costs the accelerator's
+    kernel_overhead on top of the GEMM's gemm_overhead. Training's kernels follow the same rule with their 64- and
+    128-row tiles (32 of 64 x 128 here: split); a GEMM of many rows fills the SMs and does not split."""
     kernels = ROWS[(1, 256)]["compiled_kernels"]
     assert sum(k["count"] for k in kernels if "splitKreduce" in k["name"]) == 64
     assert SERVE_DEFAULT.split_k_reductions(1, 4096, 4096, 132) == 1.0
@@ -132,7 +132,8 @@ def test_the_presets_hold_the_measured_fixed_time_of_a_kernel():
 def test_the_compiled_step_is_priced_within_six_percent():
     """meshplan's compiled decode step (the gpt-fast preset, each kernel at the measured fixed time) is within 6 % of
     the measured one at every batch on both GPUs (in sample: the fixed times come from these profiles), and the
-    engine's kernels beyond the op list's are 3-6 % of it."""
+    engine's kernels beyond the op list's are 3-8 % of it (more at 32 rows, where cuBLAS still split two GEMMs and
+    meshplan's 64-wide tiles no longer do: their reductions are among the profile's kernels the op list lacks)."""
     for path, cluster in ((DATA, H200), (H100_DATA, doc.cluster_of(H100_DATA))):
         for (batch, cache), row in doc.rows(path).items():
             if "compiled_s" not in row:
@@ -141,7 +142,7 @@ def test_the_compiled_step_is_priced_within_six_percent():
             with_kernels = sum(parts.values())
             without = with_kernels - parts["engine/kernels"]
             assert abs(with_kernels / row["compiled_s"] - 1) < 0.06, (path.name, batch)
-            assert 0.03 < (with_kernels - without) / row["compiled_s"] < 0.06
+            assert 0.03 < (with_kernels - without) / row["compiled_s"] < 0.08
 
 
 def test_meshplans_weight_gemms_are_near_the_measured_ones():

@@ -45,8 +45,9 @@ def test_the_readme_python_search_answers_the_readme_command(capsys):
     # the fastest plan leads (issue 48): dp=16 tp=2 pp=8 cp=4 (the simplest of its band, dp=32 tp=4 pp=8, led
     # before at 4.2920 s); 4.1433 s before NCCL's protocols inside NVLink (protocols.py), 4.1729 s before each
     # kernel paid the fixed time measured on Hopper (hardware/h100.toml), 4.1835 s before the GEMM efficiency was
-    # fitted again with split-K (specs/gemm_shape.py)
-    assert first["step_time_s"] == best.step_time == pytest.approx(4.1974, rel=1e-4)
+    # fitted again with split-K (specs/gemm_shape.py), 4.1974 s before the 64-wide GEMM tiles and the fit again
+    # (docs/GEMM_GPU.md)
+    assert first["step_time_s"] == best.step_time == pytest.approx(4.2202, rel=1e-4)
     assert best.stack.name == DEFAULT_FRAMEWORK and best.plan.tensor_layout == "1d"
 
 

@@ -58,7 +58,8 @@ GENERATED = {"ACCURACY.md", "accuracy_summary.json", "accuracy.png", "INDEPENDEN
              "STRATEGIES.md", *QUICK, "img/report.png", "img/plan-space.png", "img/compare.png", "img/trust.png",
              "img/serve.png", "img/serve-space.png", "img/breakdown.png", "img/memory.png", "img/roofline.png",
              "img/timeline.png", "img/scaling.png", "img/param-hbm_bandwidth.png", "img/param-nic_bandwidth.png",
-             "MEASURED.md", "MEASURED_GPU.md", "SMALL_WORK_GPU.md", "DECODE_GPU.md", "SPEED.md"}
+             "MEASURED.md", "MEASURED_GPU.md", "SMALL_WORK_GPU.md", "DECODE_GPU.md", "GEMM_GPU.md",
+             "SPEED.md"}
 
 
 def _first_difference(old: bytes, new: bytes) -> str:
@@ -197,6 +198,14 @@ def test_decode_gpu_document_is_current(tmp_path):
     doc = _script("decode_gpu_doc")
     doc.main(["--doc", str(tmp_path / "DECODE_GPU.md")])
     _same(tmp_path / "DECODE_GPU.md", "DECODE_GPU.md", "python benchmarks/decode_gpu_doc.py")
+
+
+def test_gemm_gpu_document_is_current(tmp_path):
+    """docs/GEMM_GPU.md: single GEMMs measured on a lent GPU against meshplan's price for each, rendered again without
+    a GPU (the prices move with the physics: regenerate it then)."""
+    doc = _script("gemm_rows_doc")
+    doc.main(["--doc", str(tmp_path / "GEMM_GPU.md")])
+    _same(tmp_path / "GEMM_GPU.md", "GEMM_GPU.md", "python benchmarks/gemm_rows_doc.py")
 
 
 def test_small_work_gpu_document_is_current(tmp_path):

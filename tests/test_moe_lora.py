@@ -27,8 +27,9 @@ def test_grouped_gemm_quantization_pads_each_group_and_shares_waves():
     assert abs(grouped - 8 * 16 * 100 * 128 / (132 * 128 * 128)) < 1e-12
     # one 1600-row GEMM: 13 tiles of 128 rows, the last one 64 rows full, split ⌊132 / 13⌋ = 10 ways
     assert abs(e.gemm_efficiency(1600.0, 128.0, 4096.0, 132) - 10 * 1600 * 128 / (132 * 128 * 128)) < 1e-12
-    # at k = 256 a slice keeps at least 128 of it: 2 ways
-    assert abs(e.gemm_efficiency(1600.0, 128.0, 256.0, 132) - 2 * 1600 * 128 / (132 * 128 * 128)) < 1e-12
+    # at k = 256 a slice keeps at least 128 of it: 2 ways; then the 64-row tile wins: 1600 / 64 = 25 tiles, no row
+    # wasted, 2 · 25 CTAs of 132 (the 128-row tile's 13 tiles would fill 26)
+    assert abs(e.gemm_efficiency(1600.0, 128.0, 256.0, 132) - 2 * 25 / 132) < 1e-12
     # 16 groups of 1600 rows: 208 tiles, more than the SMs: two waves of 132, no split
     assert abs(e.gemm_efficiency(1600.0, 128.0, 4096.0, 132, 16.0)
                - 16 * 1600 * 128 / (2 * 132 * 128 * 128)) < 1e-12

@@ -171,13 +171,13 @@ def test_the_command_line_honours_columns(monkeypatch, capsys):
     assert "…" not in out and max(len(ln.rstrip()) for ln in lines) <= 80
     assert "legend: " in out
     # the legend says how the rows are ordered (the fastest first, then its band's plans, simplest first), and a line
-    # names the simplest of the band, which is not #1 here (#1 dp=16 tp=2 pp=8 cp=4, 4.20 s; #2 dp=32 tp=4 pp=8,
-    # 4.33 s: 3 axes and offloads against 4, 3.1 % slower, its output layer 128,256 / 4 padded to 251 x 128 columns)
+    # names the simplest of the band, which is not #1 here (#1 dp=16 tp=2 pp=8 cp=4, 4.22 s; #2 dp=32 tp=4 pp=8,
+    # 4.33 s: 3 axes and offloads against 4, 2.7 % slower, its output layer 128,256 / 4 padded to 251 x 128 columns)
     flat = " ".join(out.split())
     assert "#: rank: the fastest plan first, then the others within its ranking band, the simplest first" in flat
     assert "#: rank, fastest first" not in flat and "fastest plan found" not in flat
     assert "#2 is the simplest plan within #1's ranking band (3 of the parallel axes, offloads and recompute " \
-           "against 4), 3.1% slower" in flat
+           "against 4), 2.7% slower" in flat
     assert "16 --tp 2 --pp 8 --cp 4" in flat  # #1's re-run line (wrapped after --dp)
 
 

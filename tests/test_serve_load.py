@@ -92,12 +92,15 @@ def _percentiles(rate: float, kv_tokens: int | None = None):
 
 def test_higher_rate_never_lowers_latency_percentiles():
     """The same requests (one seed: the gaps scale as 1/rate) at 5, 10, 20, 40 and 80 requests/s: every percentile
-    of TTFT, TPOT and E2E is at least the lower rate's."""
+    of TTFT, TPOT and E2E is at least the lower rate's; the p99 TTFT at least 99 % of it. That p99 is the 15th longest
+    of 1,500, set at light load by where a long prompt lands in the iteration running when it arrives, which moves
+    with the gaps: one of 639 tokens waits 43.1 ms at 5 requests/s and 41.3 ms at 10 (a fraction of a step)."""
     results = [_percentiles(rate)[0] for rate in (5, 10, 20, 40, 80)]
     for low, high in zip(results, results[1:], strict=False):
         for name in ("ttft", "tpot", "e2e"):
             for p, value in getattr(low, name).items():
-                assert getattr(high, name)[p] >= value * (1 - 1e-9), (name, p)
+                slack = 0.01 if (name, p) == ("ttft", 99) else 1e-9
+                assert getattr(high, name)[p] >= value * (1 - slack), (name, p)
     assert results[-1].tpot[99] > results[0].tpot[99]  # it can fail: a loaded engine decodes slower
 
 

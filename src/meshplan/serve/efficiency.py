@@ -10,7 +10,11 @@ m64nNk16) and split the reduction over several CTAs when the output has fewer ti
 CUTLASS's stream-K, Osama et al. 2023, "Stream-K: Work-centric Parallel Decomposition for Dense Matrix-Matrix
 Multiplication on the GPU", §4). specs/gemm_shape.py prices the tiles, waves and splits of training's GEMMs and
 inference's alike; inference's candidates add those small-row tiles (``SERVE_TILES``), and a GEMM of many tiles picks
-training's, so a prefill of thousands of rows is priced as a training forward pass is.
+training's, so a prefill of thousands of rows is priced as a training forward pass is. The smallest covers 64 of the
+weight's output features: cuBLAS's small-row kernels on a lent H200 (nvjet_sm90_tst_64x8 … 64x48, the rows as wgmma's
+N) ran most decode GEMMs on tiles 64 features wide, so an 8,192 x 1,024 weight is 128 tiles, one wave, not split
+(data/measured/gpu/2026-11-27-nvidia-h200-gemm-rows.json, docs/GEMM_GPU.md: 864 decode GEMMs at 1-512 rows, p90
+|error| 16.0 → 13.7 %; fp8 22.2 → 13.9 %).
 
 ``memory``, the share of the HBM bandwidth a streaming kernel sustains (0.85, specs/efficiency.py), prices the
 weights a decode step streams. Two constants of inference kernels are fitted (benchmarks/fit_inference.py, on the fit
@@ -34,7 +38,7 @@ from typing import ClassVar
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.gemm_shape import TILES
 
-SERVE_TILES: tuple[tuple[int, int], ...] = ((16, 128), (32, 128), (64, 128), *TILES)
+SERVE_TILES: tuple[tuple[int, int], ...] = ((16, 64), (16, 128), (32, 128), (64, 128), *TILES)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -154,14 +154,14 @@ def exp_share(speedup: float) -> float:
 class Efficiency:
     # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
     TILES: ClassVar[tuple[tuple[int, int], ...]] = TILES  # the GEMM kernels' output tiles (specs/gemm_shape.py)
-    gemm: float = 0.8692  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
+    gemm: float = 0.8586  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
     attention: float = 0.5243  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
-    host_launch: float = 40.33e-6  # host seconds per kernel of the per-expert MoE path (mlp_moe.host_launched)
+    host_launch: float = 40.48e-6  # host seconds per kernel of the per-expert MoE path (mlp_moe.host_launched)
     # ---- documented, not fitted -------------------------------------------------------------------------
     overlap_slowdown: float = 0.189  # compute slowdown while communication overlaps it (Lee et al. 2025: 18.9 %)
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
     gemm_k0: float = 64.0  # per-tile fixed cost, in units of reduction depth (one 64-deep k-block of CUTLASS)
-    unaligned_gemm: float = 0.380  # leading dims not 16-byte multiples: specs/alignment.py
+    unaligned_gemm: float = 0.385  # leading dims not 16-byte multiples: specs/alignment.py
     unaligned_gemm_async: float = 0.170  # the same with asynchronous MMA: an H200's (specs/alignment.py)
     unaligned_wide_gain: float = 0.326 / 0.170  # 4- and 8-byte leading dims over odd ones: the H200's
     attention_bwd: float = 0.8  # backward / forward kernel rate (FA2 Fig. 4-5, FA3 Fig. 5-6)

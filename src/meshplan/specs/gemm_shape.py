@@ -25,9 +25,12 @@ import numpy as np
 
 from meshplan.xp import Num
 
-# Output tiles cuBLAS / CUTLASS choose among for large bf16/fp8 GEMMs on A100, H100 and B200 (CUTLASS
-# profiler default configurations; the heuristic picks the least wasteful one per shape).
-TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
+# Output tiles cuBLAS / CUTLASS choose among for bf16/fp8 GEMMs on A100, H100 and B200 (CUTLASS profiler default
+# configurations; the heuristic picks the least wasteful one per shape). The 64-wide ones are what cuBLAS ran for a
+# small model's GEMMs of few tiles (a 512 x 512 layer at 2,048 tokens: 128x64, one wave of 128 tiles, no split) on a
+# lent H200 (data/measured/gpu/2026-11-27-nvidia-h200-gemm-rows.json, docs/GEMM_GPU.md: with them the p90 |error|
+# of 108 training GEMMs falls from 41 to 16 %).
+TILES: tuple[tuple[int, int], ...] = ((128, 64), (64, 128), (128, 128), (128, 256), (256, 128))
 SPLIT_DEPTH = 128.0  # a split-K slice is at least this deep (two 64-deep k-blocks of a CUTLASS mainloop)
 # tile_choice's last question and answer (the objects themselves, so that their ids are not reused)
 _LAST: list[tuple | None] = [None]
