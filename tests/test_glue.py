@@ -55,8 +55,9 @@ def test_the_glue_is_the_python_between_ops():
     # last thread_time read overshoots by one read, the shared host's noise)
     assert burnt.op_calls == plain.op_calls == 4
     assert burnt.seconds - plain.seconds == pytest.approx(BURN, abs=0.3e-3)
-    # the step's other glue (two nn.Module calls, the burn's call, the test's closure) is tens of µs, not ms
-    assert 0.0 <= plain.seconds < 0.2e-3
+    # the step's other glue (two nn.Module calls, the burn's call, the test's closure) is tens of µs, not ms (up to
+    # 0.22 ms measured with both of a 2-core CI machine's cores busy with the suite's workers)
+    assert 0.0 <= plain.seconds < 0.5e-3
     # the mode's own cost per call is taken out: one to a few µs per call on this host
     assert 0.1e-6 < plain.op_overhead < 20e-6 and 0.1e-6 < plain.empty_overhead < 20e-6
 
