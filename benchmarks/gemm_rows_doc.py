@@ -102,8 +102,8 @@ def split_measured(row: dict) -> bool:
 
 
 def kernel_tile(row: dict) -> str:
-    """The measured GEMM kernel's tile (nvjet_sm90_tst_<weight rows>x<rows>_…: the operands swapped, the weight's
-    output features first) and ``+splitK`` where it split k."""
+    """The measured GEMM kernel's tile, nvjet_sm90_tst_<a>x<b>_… (for a decode GEMM a covers the weight's output
+    features and b the rows: cuBLAS swaps the operands), and " splitK" where it split k."""
     name = next(k["name"] for k in row["kernels"] if "nvjet" in k["name"] and "reduce" not in k["name"])
     return name.split("_")[3] + (" splitK" if split_measured(row) else "")
 
