@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from dataclasses import dataclass, fields
+from functools import cache
 from pathlib import Path
 from typing import ClassVar
 
@@ -30,10 +32,12 @@ from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Accelerator, load_system
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decode_gpu_doc import SYSTEM  # noqa: E402  (the same folder: the lent GPUs' names and their presets)
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "measured" / "gpu"
 DOC = ROOT / "docs" / "GEMM_GPU.md"
-SYSTEM = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100"}
 OLD_TRAINING = ((128, 128), (128, 256), (256, 128))  # specs/gemm_shape.TILES before 2026-11-27
 OLD_SERVING = ((16, 128), (32, 128), (64, 128), *OLD_TRAINING)  # serve/efficiency.SERVE_TILES before it
 SHOWN_ROWS = (1, 8, 16, 17, 32, 33, 48, 64, 128, 192, 256, 512)  # the decode table's row counts
@@ -72,7 +76,13 @@ def load(file: Path) -> dict:
 
 
 def accelerator(data: dict) -> Accelerator:
-    return load_system(SYSTEM[data["machine"]["gpu"]]).accelerator
+    return _preset(data["machine"]["gpu"])
+
+
+@cache
+def _preset(gpu: str) -> Accelerator:
+    """The preset of a lent GPU by its name, read once."""
+    return load_system(SYSTEM[gpu]).accelerator
 
 
 def op_of(row: dict, kind: str) -> OpCost:

@@ -38,7 +38,7 @@ from typing import ClassVar
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.gemm_shape import TILES
 
-SERVE_TILES: tuple[tuple[int, int], ...] = ((16, 64), (16, 128), (32, 128), (64, 128), *TILES)
+SERVE_TILES: tuple[tuple[int, int], ...] = ((16, 64), (16, 128), (32, 128), *TILES)  # TILES holds (64, 128)
 
 
 @dataclass(frozen=True, kw_only=True)
