@@ -269,7 +269,7 @@ def _static(s: Setting) -> Instance:
     if s.engine.kv_overflow == "recompute":
         admitted = minimum(b, cap * (inp + out) / inp)  # prompt pages only: I tokens each (same pool)
         lost = np.floor(admitted) - cap
-        whole = whole + where((full > 0) & (lost > 0), full * prompts(lost), 0.0)
+        whole = whole + where((full > 0) & (lost > 0), full * prompts(np.maximum(lost, 0.0)), 0.0)
     waiting = (cap * full * (full - 1) / 2 * wave + rest * full * wave + full * cap * prefill) / b
     ttft = where(fits, where(full > 0, waiting + where(rest > 0, rest * prompts(rest), 0.0) / b, prefill), np.inf)
     tpot = where(fits, decode, np.inf)
