@@ -8,8 +8,9 @@ A twin pair differs only in the system: its GPUs, which meshplan prices, and its
 against 2 x AMD EPYC 7742), which it prices through python_host. What the harness adds (per-micro-batch timer syncs,
 per-step logging) is host work of both, which the CI profile prices (Stack.microbatch_host, fitted on the same fit
 half, and Stack.iteration_host: meshplan_validation/sources.py). Whatever else the A100 runs' prices miss is folded into
-the fit too: on the fit half's 3 runs 1.56, on all 9 pairs 1.60, on the check half's 6 alone 1.62 (1.55, 1.59, 1.61
-with the GEMM tiles before 2026-11-27; 1.53, 1.58, 1.60 before the profile priced its loop's host work). So the DGX
+the fit too: on the fit half's 3 runs 1.57, on all 9 pairs 1.60, on the check half's 6 alone 1.62 (1.56, 1.60, 1.62
+before the roofline's ridge, 2026-11-28; 1.55, 1.59, 1.61 with the GEMM tiles before 2026-11-27; 1.53, 1.58, 1.60
+before the profile priced its loop's host work). So the DGX
 A100's python_host is the one under which each fit-half A100 run reads the error of its H100 twin (priced at
 python_host 1): the least-squares f of Σ_runs (e_A100(f) − e_H100)², by a scan of f in steps of 0.01 from 1 to 3 (the
 error only grows with f: more host time never shortens a step). The check half's twins are reported beside it; the

@@ -6,11 +6,15 @@ data file without a GPU:
 
 The data: data/measured/gpu/*-gemm-rows.json, made by benchmarks/gemm_rows_gpu.py (its docstring says what each set
 and timing is). meshplan prices each GEMM as one op on its preset of the GPU (roofline.op_time: the kernel's fixed
-time, max(compute, memory), a split-K reduction kernel where specs/gemm_shape.py splits k): a decode GEMM as the
+time, its math and traffic times combined (roofline.work_time), a split-K reduction kernel where specs/gemm_shape.py
+splits k): a decode GEMM as the
 serving iteration builds it (cost/decode.gemm: the weights, the input and the 16-bit output) under the serving
 model's kernels (serve/efficiency.py, ``SERVE_DEFAULT``), a training GEMM with its three operands in 16 bits under
-training's (specs/efficiency.py, ``DEFAULT``). Each table sets the shipped tile set beside the one before 2026-11-27
-(``BEFORE``: without the 64-wide tiles the measured kernels use), at the same constants.
+training's (specs/efficiency.py, ``DEFAULT``). Each table sets the shipped model beside the one before these files
+were used (``BEFORE``: without the 64-wide tiles the measured kernels use, and with the plain roofline, the larger of a
+GEMM's math and traffic times, where the shipped one takes their p-norm near the ridge point: roofline.work_time,
+whose exponent benchmarks/fit_ridge.py fits on the H200's decode GEMMs), at the same constants; a last table per GPU
+shows the ridge alone (``PLAIN``: today's tiles, the plain roofline).
 tests/test_docs.py renders it again and compares; tests/test_gemm_rows_gpu.py checks the arithmetic.
 """
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from dataclasses import dataclass, fields
@@ -27,7 +32,7 @@ from typing import ClassVar
 
 from meshplan.cost.decode import gemm
 from meshplan.cost.records import OpCost
-from meshplan.roofline import op_time
+from meshplan.roofline import compute_time, memory_time, op_time
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Accelerator, load_system
@@ -57,8 +62,11 @@ def _constants(eff: Efficiency) -> dict:
     return {f.name: getattr(eff, f.name) for f in fields(eff) if f.init}
 
 
-BEFORE = {"serve": _OldServe(**_constants(SERVE_DEFAULT)), "train": _OldTrain(**_constants(DEFAULT))}
+# before: the old tiles and the plain roofline (the larger of math and traffic: ridge = inf), at the same constants
+BEFORE = {"serve": _OldServe(**_constants(SERVE_DEFAULT) | {"ridge": math.inf}),
+          "train": _OldTrain(**_constants(DEFAULT) | {"ridge": math.inf})}
 NOW = {"serve": SERVE_DEFAULT, "train": DEFAULT}
+PLAIN = {name: eff.with_(ridge=math.inf) for name, eff in NOW.items()}  # today's tiles, the plain roofline
 
 
 def files() -> list[Path]:
@@ -179,11 +187,14 @@ HEADER = (
     "`benchmarks/gemm_rows_gpu.py` on lent GPUs; clocks not locked). Each time is the median over runs of 20 GEMMs "
     "replayed from one CUDA graph: the GPU's time, no host between kernels. Decode GEMMs read weights held in copies "
     "three times the L2 cache together, so each reads its weight from HBM. meshplan prices each as one op on its "
-    "preset of the GPU (`roofline.op_time`: the kernel's fixed time, max(compute, memory), and a split-K reduction "
-    "kernel where `specs/gemm_shape.py` splits k). *Before*: the tile set before 2026-11-27, at the same constants; "
+    "preset of the GPU (`roofline.op_time`: the kernel's fixed time, its math and traffic times combined, and a "
+    "split-K reduction kernel where `specs/gemm_shape.py` splits k). *Before*: the model before these files were used "
+    "(the tile set before 2026-11-27 and the plain roofline, the larger of a GEMM's math and traffic times), at the "
+    "same constants; "
     "*now*: the shipped one, which adds the 64-wide tiles the measured kernels use (cuBLAS's `nvjet_sm90_tst_64x8…` "
-    "kernels at one to 48 rows, `…_128x64…` in training). They were chosen from the H200's file; the H100's was "
-    "measured after, as a check.\n\n")
+    "kernels at one to 48 rows, `…_128x64…` in training) and takes the p-norm of math and traffic, which a kernel "
+    "near the ridge point needs (`roofline.work_time`, p = `Efficiency.ridge`, fitted on the H200's decode GEMMs by "
+    "`benchmarks/fit_ridge.py`). Both were chosen from the H200's file; the H100's was measured after, as a check.\n\n")
 
 
 def header(data: dict) -> str:
@@ -246,8 +257,44 @@ def drops_text(data: dict) -> str:
             "k (one reduction kernel fewer).\n\n")
 
 
+def _balance(row: dict, kind: str, acc: Accelerator) -> float:
+    """The smaller of a GEMM's math and traffic times over the larger (1 at the ridge point), as meshplan prices
+    them."""
+    op, eff = op_of(row, kind), NOW["train" if kind == "train" else "serve"]
+    compute = float(compute_time(op, acc, "fp8" if kind == "fp8" else "bf16", eff))
+    memory = float(memory_time(op, acc, eff))
+    return min(compute, memory) / max(compute, memory)
+
+
+def ridge_table(data: dict) -> str:
+    """Measured over priced time by how close a GEMM's math and traffic times are, under the plain roofline and under
+    the p-norm (today's tiles both)."""
+    acc = accelerator(data)
+    bands = ((0.0, 0.2), (0.2, 0.4), (0.4, 0.6), (0.6, 0.8), (0.8, 0.9), (0.9, 1.0))
+    lines = ["| set | smaller / larger time | GEMMs | measured / priced, plain roofline | with the ridge |",
+             "|---|---|---:|---:|---:|"]
+    for kind, label in (("decode", "decode, bf16"), ("fp8", "decode, fp8"), ("train", "training, bf16")):
+        rows = measured_rows(data, kind)
+        balance = [_balance(r, kind, acc) for r in rows]
+        for lo, hi in bands:
+            chosen = [r for r, b in zip(rows, balance, strict=True) if lo <= b < hi or (hi == 1.0 and b == 1.0)]
+            if not chosen:
+                continue
+            plain = statistics.median(r["s"] / predicted(r, kind, acc, PLAIN) for r in chosen)
+            ridge = statistics.median(r["s"] / predicted(r, kind, acc) for r in chosen)
+            lines.append(f"| {label} | {lo:.1f}-{hi:.1f} | {len(chosen)} | {plain:.3f} | {ridge:.3f} |")
+    eff = NOW["serve"]
+    return ("### The ridge\n\n"
+            "A GEMM whose math and HBM traffic take about as long reaches neither roof: its loads and its MMAs overlap "
+            "through a pipeline of a few stages, and every stall of one idles the other. Under the plain roofline the "
+            "measured time grows past the priced one as the two times approach each other (median measured / priced, "
+            f"by the smaller time over the larger); their p-norm (p = {eff.ridge:g}, "
+            f"2^(1/p) = {2 ** (1 / eff.ridge):.3f} at the ridge) takes most of it away.\n\n"
+            + "\n".join(lines) + "\n\n")
+
+
 def render(data: dict) -> str:
-    return (header(data) + summary_table(data)
+    return (header(data) + summary_table(data) + ridge_table(data)
             + "### Decode GEMMs, bf16\n\n" + decode_table(data, "decode")
             + "### Decode GEMMs, fp8\n\n" + decode_table(data, "fp8")
             + "### A linear layer's three GEMMs in training, bf16\n\n" + training_table(data)

@@ -20,6 +20,16 @@ def gpt(layers: int = 4, hidden: int = 1024, heads: int = 16, seq: int = 2048, v
                      **extra)
 
 
+def plain_roofline():
+    """The shipped efficiency with the plain roofline (an op takes the larger of its math and traffic times:
+    ``ridge`` = inf, roofline.work_time; the ridge is tested in test_fit_ridge.py), for tests of the rates alone."""
+    import math  # noqa: PLC0415
+
+    from meshplan.specs.efficiency import DEFAULT  # noqa: PLC0415
+
+    return DEFAULT.with_(ridge=math.inf)
+
+
 def rates_only(system: str):
     """A preset's accelerator without its per-kernel fixed time (``gemm_overhead``, ``kernel_overhead``:
     roofline.overhead, tested in test_calibrate_mesh.py and test_host_dispatch.py), for tests of the rates alone."""

@@ -99,7 +99,9 @@ def test_gemms_and_attention_are_priced_identically(llama):
     """Llama-3-8B as meshplan's module, Megatron's plan on 16 H100: per micro-batch the planner's GEMM decisions
     (forward and backward, each on the shard one GPU computes) cost what the estimate's GEMM records cost (fc1, fc2,
     qkv, out, logits: 282.8 ms) and its flash attention what the estimate's core attention costs (56.8 ms): both are
-    roofline.op_time on the same FLOPs, bytes and shapes. The element-wise rest is what differs (+4.7 %: 107.8 ms
+    roofline.op_time on the same FLOPs and shapes, and bytes that differ by the log-sum-exp the traced kernel writes
+    (0.5 MB of 84 MB a layer), which its traffic adds beside its math (the ridge's p-norm, roofline.work_time): 5e-7
+    of the time. The element-wise rest is what differs (+4.7 %: 107.8 ms
     traced against 103.0 ms of cost/eager.py's template, 3.5 % of it before the kernels' fixed 1.5 us each, of which
     the trace has more; the module docstring of _parts_agree)."""
     from meshplan.autoshard.ops import ATTENTION, GEMMS, packet
@@ -118,7 +120,7 @@ def test_gemms_and_attention_are_priced_identically(llama):
     assert by["gemm"] == pytest.approx(theirs["gemm"], rel=1e-3) and 0.28 < by["gemm"] < 0.29
     # the estimate's SDPA core under this eager stack launches the flash backward's 3 kernels (cost/eager.py
     # EAGER_KERNELS["llama"]), and so does the trace's one attention op (trace/launches.py: the same table)
-    assert theirs["attention"] == pytest.approx(by["attention"], rel=1e-9)
+    assert theirs["attention"] == pytest.approx(by["attention"], rel=1e-5)
     assert 0.056 < by["attention"] < 0.058
     eager = llama.estimated.breakdown["compute"] - theirs["gemm"] - theirs["attention"]
     assert 1.0 < by["rest"] / eager < 1.05

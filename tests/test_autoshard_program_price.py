@@ -31,8 +31,9 @@ def audit(tmp_path_factory) -> str:
 
 def test_the_hsdp_program_is_priced_as_written(audit):
     """The audit's transformer on a 2 x 2 mesh: the plan keeps some weights whole or split on another tensor dimension
-    where the program's fully_shard shards dimension 0. Pinned so, the best step is 2.054 ms where the plan's was
-    2.052 ms (+0.1 %; 2.440 against 2.438 ms before GEMMs of fewer tiles than SMs split k, specs/gemm_shape.py; 2.306
+    where the program's fully_shard shards dimension 0. Pinned so, the best step is 2.088 ms where the plan's was
+    2.086 ms (+0.1 %; 2.054 against 2.052 ms before the roofline's ridge, roofline.work_time: this small model's GEMMs
+    sit near it; 2.440 against 2.438 ms before GEMMs of fewer tiles than SMs split k, specs/gemm_shape.py; 2.306
     against 2.304 ms before each kernel paid the fixed time measured on Hopper; 2.32 against 2.22 ms before the
     collectives inside tier 0 paid NCCL's protocol latencies, protocols.py): a constraint never speeds the optimum, and
     the program's parameters are the written ones. Priced on the GPU alone (host_dispatch 0): the host's launches of
@@ -43,8 +44,8 @@ def test_the_hsdp_program_is_priced_as_written(audit):
     program = as_written(plan)
     assert program.changed and program.sharding.fits
     assert program.sharding.step_time >= plan.step_time * (1 - 1e-9)
-    assert program.sharding.step_time == pytest.approx(2.054e-3, rel=0.02)
-    assert plan.step_time == pytest.approx(2.052e-3, rel=0.02)
+    assert program.sharding.step_time == pytest.approx(2.088e-3, rel=0.02)
+    assert plan.step_time == pytest.approx(2.086e-3, rel=0.02)
     role = roles(params(plan), 2)
     for before, after in zip(params(plan), params(program.sharding), strict=True):
         assert after.placements == written(before.placements, before.styles, role), before.name
@@ -67,7 +68,7 @@ def test_the_report_shows_the_programs_step(audit):
             "--input-shape", "64x512", "--dtype", "int64", "--stages", "off", "--host-dispatch", "0"]
     text = CliRunner().invoke(cli, args)
     assert text.exit_code == 0, text.output
-    assert "as the program below writes it" in text.output and "the plan: 2.05" in text.output
+    assert "as the program below writes it" in text.output and "the plan: 2.09" in text.output
     data = json.loads(CliRunner().invoke(cli, [*args, "--json"]).stdout)
     assert data["program"]["step_time_s"] > data["program"]["plan_step_time_s"] == data["step_time_s"]
     assert data["program"]["parameters_written_otherwise"]

@@ -22,7 +22,7 @@ from meshplan.cli import main
 from meshplan.cost.layers import dense_layer
 from meshplan.errors import SpecError
 from meshplan.estimate import estimate
-from meshplan.roofline import memory_time, op_time
+from meshplan.roofline import memory_time, op_time, work_time
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system, system_names
 from meshplan.specs.plan import Plan
@@ -114,14 +114,21 @@ def test_presets_carry_no_measured_attention():
 
 # ---- pricing --------------------------------------------------------------------------------------------------
 def test_estimate_prices_flash_attention_at_the_measured_rate(tmp_path):
-    """gpt(): b = 1, A = 16, s = 2048, d = 64. Forward 2 · 16 · 2048² · 64 = 8.59e9 FLOP: 12 us + 8.59e9 / 400e12
-    = 12 + 21.47 = 33.47 us; backward 2.5 × the FLOPs at 0.8 × the rate (efficiency.attention_bwd): 12 + 67.11 us."""
+    """gpt(): b = 1, A = 16, s = 2048, d = 64. Forward 2 · 16 · 2048² · 64 = 8.59e9 FLOP: 8.59e9 / 400e12 = 21.47 us
+    of math beside 5.89 us of traffic (its 16.8 MB at the H100's streaming rate), whose p-norm (roofline.work_time,
+    p = 3.5) is 21.47 · (1 + (5.89 / 21.47)^3.5)^(1/3.5) = 21.54 us: 12 + 21.54 = 33.54 us; backward 2.5 × the FLOPs
+    at 0.8 × the rate (efficiency.attention_bwd): 12 + 67.11 us, its traffic beside it."""
     system = load_system(calibrated(tmp_path))
     est = estimate(gpt(), system.cluster(8), Plan(dp=8, global_batch=8))
     rows = {r.phase: r for r in est.ops if r.name == "attn/core"}
     flops = 2 * 16 * 2048**2 * 64
-    assert rows["fwd"].flops == flops and close(rows["fwd"].seconds, T0 + flops / RATE)  # 33.47 us
-    assert close(rows["bwd_x"].seconds, T0 + 2.5 * flops / (RATE * DEFAULT.attention_bwd))  # 79.11 us
+    acc = system.accelerator
+    ops = {o.phase: o for o in dense_layer(gpt(), Plan(dp=8, global_batch=8), Stack()) if o.name == "attn/core"}
+    fwd = work_time(flops / RATE, memory_time(ops["fwd"], acc, DEFAULT), DEFAULT)
+    assert fwd == pytest.approx(21.54e-6, abs=0.01e-6)
+    assert rows["fwd"].flops == flops and close(rows["fwd"].seconds, T0 + fwd)  # 33.54 us
+    bwd = work_time(2.5 * flops / (RATE * DEFAULT.attention_bwd), memory_time(ops["bwd_x"], acc, DEFAULT), DEFAULT)
+    assert close(rows["bwd_x"].seconds, T0 + bwd)  # 79.1 us
     # the same file without the two fields: every other op is timed as before, attention from the efficiency model
     text = "".join(line for line in Path(calibrated(tmp_path)).read_text().splitlines(True)
                    if not line.startswith("attention_"))
@@ -136,7 +143,9 @@ def test_fp8_kernels_and_unfused_attention():
     """FP8 attention at the 16-bit rate measured × cuDNN's FP8 speed-up; unfused attention is still its GEMMs."""
     acc = replace(load_system("h100").accelerator, attention_flops=RATE)
     fp8 = [o for o in dense_layer(gpt(), Plan(), Stack(attention_kernel="fp8")) if o.name == "attn/core"]
-    assert close(op_time(fp8[0], acc, "bf16", DEFAULT), fp8[0].flops / (RATE * DEFAULT.fp8_attention_fwd))
+    math_time = fp8[0].flops / (RATE * DEFAULT.fp8_attention_fwd)
+    traffic = memory_time(fp8[0], acc, DEFAULT)
+    assert close(op_time(fp8[0], acc, "bf16", DEFAULT), work_time(math_time, traffic, DEFAULT))
     unfused = [o for o in dense_layer(gpt(), Plan(), Stack(flash_attention=False)) if o.kind == "attention"]
     h100 = load_system("h100").accelerator
     assert all(op_time(o, acc, "bf16", DEFAULT) == op_time(o, h100, "bf16", DEFAULT) for o in unfused)
@@ -168,9 +177,12 @@ def test_trace_prices_sdpa_at_the_measured_rate():
     acc = replace(load_system("h100").accelerator, attention_flops=RATE, attention_overhead=T0)
     (timed,) = [t for t in time_traced_ops(tr, acc) if t.cost.kind == "attention"]
     flops = 2 * 4 * 2048**2 * 64  # 2,147,483,648: the causal half of flop_counter's count
-    # compute-bound: 5.37 us of math against q, k, v and the output, 4 · 1 MiB, streamed in under 1.5 us
-    assert memory_time(timed.cost, acc, DEFAULT) < 1.5e-6 < flops / RATE
-    assert timed.cost.flops == flops and close(timed.seconds, T0 + flops / RATE)  # 12 us + 5.37 us
+    # compute-bound: 5.37 us of math against q, k, v and the output, 4 · 1 MiB, streamed in under 1.5 us, which
+    # adds 0.01 us to it (roofline.work_time: 5.37 · (1 + (1.47 / 5.37)^3.5)^(1/3.5))
+    traffic = memory_time(timed.cost, acc, DEFAULT)
+    assert traffic < 1.5e-6 < flops / RATE
+    assert timed.cost.flops == flops and close(timed.seconds, T0 + work_time(flops / RATE, traffic, DEFAULT))
+    assert timed.seconds - T0 - flops / RATE < 0.02e-6  # 12 us + 5.37 us
 
 
 # ---- bad input ------------------------------------------------------------------------------------------------

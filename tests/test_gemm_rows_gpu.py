@@ -86,10 +86,11 @@ def test_a_training_gemm_of_few_tiles_runs_a_64_wide_one():
 
 
 def test_meshplan_prices_the_measured_gemms_near_their_times():
-    """Median and p90 |error| of every set, and the p90 lower with the 64-wide tiles than without in each (the
-    numbers docs/GEMM_GPU.md renders). Training's single GEMMs read 7 % slow on median: its GEMM efficiency is fitted
-    on whole published steps (specs/efficiency.py ``gemm``), not on GEMMs alone."""
-    bounds = {"decode": (0.05, 0.16), "fp8": (0.08, 0.16), "train": (0.09, 0.20)}
+    """Median and p90 |error| of every set, and the p90 lower with the 64-wide tiles and the ridge than without in each
+    (the numbers docs/GEMM_GPU.md renders; the ridge alone: tests/test_fit_ridge.py). Training's single GEMMs read 7 %
+    slow on median: its GEMM efficiency is fitted on whole published steps (specs/efficiency.py ``gemm``), not on GEMMs
+    alone."""
+    bounds = {"decode": (0.04, 0.11), "fp8": (0.06, 0.15), "train": (0.09, 0.20)}
     for kind, (median, p90) in bounds.items():
         now, before = doc.summary(DATA, kind), doc.summary(DATA, kind, doc.BEFORE)
         assert now["median"] <= median and now["p90"] <= p90, (kind, now)
@@ -118,14 +119,14 @@ def test_the_gpu_is_not_monotone_in_rows_either():
 
 
 def test_the_h100_measured_after_agrees():
-    """The same GEMMs on a lent H100, measured after the tiles were chosen from the H200's file: the p90 |error| of
-    every set is lower with them (decode 15 → 10 %, fp8 19 → 10 %, training 27 → 12 %), the split-K choice is cuBLAS's
-    more often, and the reduction kernel ran 1.5-3.2 us."""
+    """The same GEMMs on a lent H100, measured after the tiles and the ridge were chosen from the H200's file: the p90
+    |error| of every set is lower with them (decode 15 → 6 %, fp8 19 → 8 %, training 27 → 14 %), the split-K choice is
+    cuBLAS's more often, and the reduction kernel ran 1.5-3.2 us."""
     h100 = doc.load(doc.of_gpu("h100"))
     assert h100["machine"]["gpu"] == "NVIDIA H100 80GB HBM3" and doc.accelerator(h100).hbm_bandwidth == 3.35e12
-    for kind in ("decode", "fp8", "train"):
+    for kind, p90 in (("decode", 0.07), ("fp8", 0.09), ("train", 0.14)):
         now, before = doc.summary(h100, kind), doc.summary(h100, kind, doc.BEFORE)
-        assert now["median"] < 0.05 and now["p90"] < 0.12 < before["p90"], kind
+        assert now["median"] < 0.05 and now["p90"] < p90 < before["p90"], kind
         assert now["split_agree"] > before["split_agree"], kind
     times = doc.reduce_kernels(h100)
     assert min(times) > 1.4e-6 and max(times) < 3.5e-6

@@ -170,15 +170,22 @@ def test_the_command_line_honours_columns(monkeypatch, capsys):
     lines = [ln for ln in out.splitlines() if not ln.startswith("re-run it: ")]  # a command line, kept whole to copy
     assert "…" not in out and max(len(ln.rstrip()) for ln in lines) <= 80
     assert "legend: " in out
-    # the legend says how the rows are ordered (the fastest first, then its band's plans, simplest first), and a line
-    # names the simplest of the band, which is not #1 here (#1 dp=16 tp=2 pp=8 cp=4, 4.22 s; #2 dp=32 tp=4 pp=8,
-    # 4.33 s: 3 axes and offloads against 4, 2.7 % slower, its output layer 128,256 / 4 padded to 251 x 128 columns)
+    # the legend says how the rows are ordered (the fastest first, then its band's plans, simplest first); #1 here
+    # (dp=64 tp=4 pp=4 vpp=20, 4.23 s) is as simple as any plan of its band (3 of the parallel axes, offloads and
+    # recompute), so no line names a simpler one
     flat = " ".join(out.split())
     assert "#: rank: the fastest plan first, then the others within its ranking band, the simplest first" in flat
     assert "#: rank, fastest first" not in flat and "fastest plan found" not in flat
+    assert "is the simplest plan within" not in flat
+    assert "64 --tp 4 --pp 4 --vpp 20" in flat  # #1's re-run line (wrapped after --dp)
+    # on 1024 H200s a line names the simplest of the band, which is not #1 there (#1 4 of the axes, offloads and
+    # recompute; #2 3, 6.7 % slower), in the same width
+    assert main(["plan", "--model", "llama3-70b", "--system", "h200", "--gpus", "1024", "--global-batch", "512"]) == 0
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if not ln.startswith("re-run it: ")]
+    assert "…" not in out and max(len(ln.rstrip()) for ln in lines) <= 80
     assert "#2 is the simplest plan within #1's ranking band (3 of the parallel axes, offloads and recompute " \
-           "against 4), 2.7% slower" in flat
-    assert "16 --tp 2 --pp 8 --cp 4" in flat  # #1's re-run line (wrapped after --dp)
+           "against 4), 6.7% slower" in " ".join(out.split())
 
 
 def test_counts_move_to_the_next_unit_when_they_round_up_to_it():

@@ -68,13 +68,15 @@ def test_steady_state_limit_is_serve(engine, batch, inp, out):
 
 def test_prices_are_serves_iteration_times():
     """On the grid's points the price is Setting.time itself; between them within 2 % (linear interpolation of a
-    piecewise-linear roofline): 100 decodes of 1,100-token contexts beside a 700-token chunk."""
+    nearly piecewise-linear roofline: the plain one is linear in the context between the grid's contexts, the
+    ridge's p-norm, roofline.work_time, bends it by under 1e-6 here): 100 decodes of 1,100-token contexts beside a
+    700-token chunk."""
     e = load_engine("vllm")
     plan = ServePlan(batch=256)
     price = prices(MODEL, H100, plan, e, 4096)
     cols = {"tp": 1, "pp": 1, "dpa": 1, "ep": 1, "batch": 256, "replicas": 1, "prefill_replicas": 0}
     s = Setting(MODEL, H100, cols, plan.quant, e, Workload(input_len=1000, output_len=200))  # context 1,100
-    assert price(256, 0, 1100) == pytest.approx(s.time(256), rel=1e-9)  # 256 is a grid point, 1100 between
+    assert price(256, 0, 1100) == pytest.approx(s.time(256), rel=1e-6)  # 256 is a grid point, 1100 between
     assert price(100, 700, 1100) == pytest.approx(s.time(100, 700, 1.0, 0.0), rel=0.02)
     assert price(37, 0, 1100) == pytest.approx(s.time(37), rel=0.02)
 

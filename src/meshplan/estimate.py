@@ -37,7 +37,7 @@ from meshplan.cost.wrapper_work import work_of
 from meshplan.cost.wrappers import partitioned_zero
 from meshplan.groups import axis_tiers
 from meshplan.memory import WEIGHT_BYTES
-from meshplan.roofline import compute_time, memory_time, overhead, stream_bandwidth
+from meshplan.roofline import compute_time, memory_time, overhead, stream_bandwidth, work_time
 from meshplan.specs.bands import error_band, ranking_band
 from meshplan.specs.check import validate
 from meshplan.specs.efficiency import DEFAULT, Efficiency
@@ -285,7 +285,7 @@ def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff:
                 bound = "network"
             else:
                 compute, memory = compute_time(op, acc, plan.precision, eff), memory_time(op, acc, eff)
-                work, fixed = max(compute, memory), overhead(op, acc, eff)
+                work, fixed = work_time(compute, memory, eff), overhead(op, acc, eff)
                 bound = "host" if op.launches * eff.host_launch > work + fixed else (
                     "overhead" if fixed > work else "compute" if compute >= memory else "memory")
             rows.append(OpRow(op.name, op.phase, op.kind, float(counts[group]), float(op.flops),

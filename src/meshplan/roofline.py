@@ -1,15 +1,27 @@
 """Op time from its cost and the accelerator: the roofline (Williams, Waterman & Patterson 2009).
 
-A kernel streams its HBM traffic while its math units work, so its time is the larger of the two
+A kernel streams its HBM traffic while its math units work, so its time is at least the larger of the two
 (seed 000: time = max(compute time, memory-access time)), each derated by the efficiency model
 (efficiency.py). Tensor-core GEMMs run at the plan's precision (bf16, fp8 …); attention kernels at bf16;
 element-wise math on the CUDA cores (fp32 rate), which memory bandwidth dominates anyway.
+
+Near the ridge point, where the two times are close, a kernel reaches neither roof: its loads and its math overlap
+through a pipeline of a few stages (a GEMM's mainloop: TMA or cp.async loads of the next k-blocks beside the MMAs of
+this one), and when the two sides take about as long every stall of one idles the other, as two servers in tandem
+with a finite buffer between them run below the slower one's rate (Hillier & Boling 1967, "Finite queues in series
+with exponential or Erlang service times"; measured kernels below both roofs around the ridge: Ofenbeck et al. 2014,
+"Applying the Roofline Model", ISPASS). The two combine as their p-norm (``work_time``):
+    work = (compute^p + memory^p)^(1/p)      p = ``Efficiency.ridge``
+which is the larger of the two where one dominates (p → ∞ is the plain roofline) and 2^(1/p) times it where they
+are equal. p is measured, not fitted to training or serving runs: the least mean |log error| over the 945 single
+decode GEMMs (bf16 and fp8, 1-512 rows) timed on a lent H200 (benchmarks/fit_ridge.py), checked on the H100's
+(docs/GEMM_GPU.md). Increasing in each time, so more FLOP/s or bandwidth never lengthens an op.
 
 Seed 000 fits each side as latency + work / rate; ``calibrate`` fits t = t₀ + 2mnk / F for GEMMs and
 t = t₀ + bytes / BW for memory-bound kernels (calibrate/fit.py): Hockney's (r∞, n½) model of a pipelined unit,
 t = (n + n½) / r∞, whose t₀ = n½ / r∞ is its start-up overhead, the time it takes to fill and drain (Hockney &
 Jesshope, "Parallel Computers", 1981; fitted by least squares, as the RINF1 benchmark does). So an op costs
-t₀ + max(compute, memory) (``overhead``), with t₀ the accelerator's ``gemm_overhead`` for tensor-core kernels
+t₀ + work(compute, memory) (``overhead``), with t₀ the accelerator's ``gemm_overhead`` for tensor-core kernels
 (GEMMs, attention) and ``kernel_overhead`` for every other kernel. The overhead overlaps nothing: it is the
 kernel's own start and end, serial with its work and with the kernels before and after it in its stream (it hides
 behind communication only as the op's whole time does, step/passes.py). The presets hold what compiled decode steps
@@ -135,6 +147,20 @@ def memory_time(op: OpCost, acc: Accelerator, eff: Efficiency) -> Num:
     return slower * op.nbytes / stream_bandwidth(acc, eff)
 
 
+def work_time(compute: Num, memory: Num, eff: Efficiency) -> Num:
+    """One kernel's seconds of work from its math and its HBM traffic (the module docstring): their p-norm,
+    p = ``eff.ridge``; the larger of the two where one is zero."""
+    p = eff.ridge
+    if type(compute) is float and type(memory) is float:  # one plan's op: plain floats (the search's hot path)
+        if compute <= 0.0 or memory <= 0.0:
+            return max(compute, memory)
+        high, low = (compute, memory) if compute >= memory else (memory, compute)
+        return high * (1.0 + (low / high) ** p) ** (1.0 / p)
+    high, low = maximum(compute, memory), minimum(compute, memory)
+    ratio = where(high > 0, low / where(high > 0, high, 1.0), 0.0)
+    return high * (1.0 + ratio**p) ** (1.0 / p)
+
+
 def overhead(op: OpCost, acc: Accelerator, eff: Efficiency | None = None) -> Num:
     """The fixed seconds of the op's kernels (the module docstring): t₀ per kernel, ``gemm_overhead`` for a
     tensor-core kernel and ``kernel_overhead`` for the others. An op runs one kernel of its kind, or as many as the
@@ -171,14 +197,14 @@ def kernel_count(op: OpCost, acc: Accelerator, eff: Efficiency) -> Num:
 
 
 def op_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Num:
-    """Seconds for a compute op: the kernels' fixed ``overhead`` plus max(compute, memory) for one kernel that
-    streams while it computes; the sum for unfused attention, whose score GEMMs and softmax are separate kernels
-    (the scores round-trip through HBM between them). Kernels the host launches with the GPU waiting on it
-    (``op.launches``, the per-expert GEMMs of dropless MoE) take at least the host's time to issue them."""
+    """Seconds for a compute op: the kernels' fixed ``overhead`` plus ``work_time`` of its compute and memory times for
+    one kernel that streams while it computes; the sum for unfused attention, whose score GEMMs and softmax are
+    separate kernels (the scores round-trip through HBM between them). Kernels the host launches with the GPU waiting
+    on it (``op.launches``, the per-expert GEMMs of dropless MoE) take at least the host's time to issue them."""
     if op.variant == "unfused":
         time = compute_time(op, acc, precision, eff) + memory_time(op, acc, eff)
     else:
-        time = maximum(compute_time(op, acc, precision, eff), memory_time(op, acc, eff))
+        time = work_time(compute_time(op, acc, precision, eff), memory_time(op, acc, eff), eff)
     if acc.gemm_overhead or acc.kernel_overhead or acc.attention_overhead:  # 0: times untouched
         time = overhead(op, acc, eff) + time
     if op.variant == "unfused":

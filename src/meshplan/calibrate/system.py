@@ -20,7 +20,7 @@ derating the model will apply, so the model's sustained figure is the measured o
                                                    the fit's F beside its t₀, else the best measured, as GEMMs)
     attention_overhead = t₀ of that fit           (roofline.overhead: attention kernels)
 
-The fits' intercepts t₀ enter the roofline as t = t₀ + max(compute, memory) (roofline.py; Hockney's r∞ / n½
+The fits' intercepts t₀ enter the roofline as t = t₀ + work(compute, memory) (roofline.py; Hockney's r∞ / n½
 model, fit.py). A fit's t₀ is written only where the fit is good (R² ≥ GOOD_FIT) and t₀ > 0: the fits are
 non-negative least squares, so an intercept that noise in a fit of large kernels would pull below 0 is held at 0
 (the file says so) and the GEMMs then run at the best rate measured, which holds their overhead, as before t₀

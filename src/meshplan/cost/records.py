@@ -58,8 +58,8 @@ class OpCost:
     collective: Collective | None = None
     overlap: str = ""  # "" exposed; "tp", "cp", "summa": may hide behind compute (see step/passes.py)
     repeat: Num = 1.0  # a collective sent this many times (SUMMA panels), each of ``nbytes``
-    # attention kernel: "flash_causal" / "flash" (one fused kernel: time = max(compute, memory)) or "unfused"
-    # (batched score GEMMs and a separate softmax kernel: times add). m, n, k: queries·heads, keys, head dim.
+    # attention kernel: "flash_causal" / "flash" (one fused kernel: time = roofline.work_time(compute, memory)) or
+    # "unfused" (batched score GEMMs and a separate softmax kernel: times add). m, n, k: queries·heads, keys, head dim.
     # GEMMs: "bf16" for one kept in 16 bits under a low-precision plan. Casts: "block_scaled" for the
     # quantization to a block-scaled format (MXFP8, NVFP4), whose kernel is slower than its bytes (efficiency.py)
     variant: str = ""

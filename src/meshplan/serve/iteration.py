@@ -1,8 +1,9 @@
 """One iteration of an instance, timed: the ops of the layers on a pipeline stage, the embedding and the LM head
-(ops.py, moe.py), each op by the roofline (roofline.op_time: max of compute and memory time) and each collective by
-comm.collective_time (inside the NVLink domain NCCL's protocol model, protocols.py, and the tensor-parallel all-reduce
-with the engines' kernels, allreduce.py; α-β beyond it), one after another: decode's all-reduces are small and on the
-critical path, so their latency α counts in full (nothing overlaps them in a forward pass).
+(ops.py, moe.py), each op by the roofline (roofline.op_time: its compute and memory times, roofline.work_time) and
+each collective by comm.collective_time (inside the NVLink domain NCCL's protocol model, protocols.py, and the
+tensor-parallel all-reduce with the engines' kernels, allreduce.py; α-β beyond it), one after another: decode's
+all-reduces are small and on the critical path, so their latency α counts in full (nothing overlaps them in a forward
+pass).
 
 Pipeline parallelism (vLLM's and TensorRT-LLM's pipeline runtimes): the batch is split into p micro-batches that
 follow each other through the p stages, so each stage runs L/p layers on B/p sequences and a sequence's next token

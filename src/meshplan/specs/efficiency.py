@@ -82,7 +82,9 @@ special function units, not the tensor cores: Blackwell Ultra (B300, GB300) doub
 time (``attention_exp_fwd`` / ``_bwd`` and the FP8 kernel's ``attention_exp_fp8_fwd`` / ``_bwd``, from NVIDIA's paired
 GB200 / GB300 benchmark; x shrinks as the head dimension, and with it the matmul work per score, grows).
 
-Memory-bound kernels stream at ``memory`` × HBM peak (STREAM-like copies reach 85–93 % on A100/H100).
+Memory-bound kernels stream at ``memory`` × HBM peak (STREAM-like copies reach 85–93 % on A100/H100). Where a
+kernel's math and traffic take about as long (the roofline's ridge point) it reaches neither roof: roofline.py takes
+their p-norm, ``ridge`` = p measured on a lent H200's single decode GEMMs (benchmarks/fit_ridge.py).
 
 Collectives: NCCL bus bandwidth vs link peak, ``nvlink`` ≈ 0.80 (nccl-tests all_reduce_perf busbw of
 ~360–370 GB/s on an 8×H100 NVSwitch node without NVLS, of 450 GB/s per direction; ~230 GB/s of 300 on A100)
@@ -154,12 +156,15 @@ def exp_share(speedup: float) -> float:
 class Efficiency:
     # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
     TILES: ClassVar[tuple[tuple[int, int], ...]] = TILES  # the GEMM kernels' output tiles (specs/gemm_shape.py)
-    gemm: float = 0.8586  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
-    attention: float = 0.5243  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
-    host_launch: float = 40.48e-6  # host seconds per kernel of the per-expert MoE path (mlp_moe.host_launched)
+    gemm: float = 0.8597  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
+    attention: float = 0.5244  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
+    host_launch: float = 40.46e-6  # host seconds per kernel of the per-expert MoE path (mlp_moe.host_launched)
     # ---- documented, not fitted -------------------------------------------------------------------------
     overlap_slowdown: float = 0.189  # compute slowdown while communication overlaps it (Lee et al. 2025: 18.9 %)
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
+    # the exponent of the p-norm that combines a kernel's math and HBM times near the ridge point (roofline.work_time):
+    # measured on a lent H200's 945 single decode GEMMs (benchmarks/fit_ridge.py), checked on an H100's
+    ridge: float = 3.5
     gemm_k0: float = 64.0  # per-tile fixed cost, in units of reduction depth (one 64-deep k-block of CUTLASS)
     unaligned_gemm: float = 0.385  # leading dims not 16-byte multiples: specs/alignment.py
     unaligned_gemm_async: float = 0.170  # the same with asynchronous MMA: an H200's (specs/alignment.py)

@@ -54,7 +54,7 @@ class Accelerator:
     # the GPU architecture (architectures.ARCHITECTURES: volta, ampere, ada, hopper, blackwell, cdna2 …; "" unstated):
     # what a GPU without a measured MAMF or MMA kind gets them from (architectures.matmul_rule, async_mma)
     architecture: str = ""
-    # fixed seconds per kernel beside its work (roofline.op_time: t = t0 + max(compute, memory)), the intercepts
+    # fixed seconds per kernel beside its work (roofline.op_time: t = t0 + roofline.work_time), the intercepts
     # of calibrate's fits t = t0 + 2mnk / F (tensor-core kernels: GEMMs, attention) and t = t0 + bytes / BW (every
     # other kernel); 0 in the presets, whose efficiency model holds what they cost (efficiency.py)
     gemm_overhead: float = 0.0

@@ -1,7 +1,8 @@
 """Traced ops → meshplan OpCost records → time on an accelerator (roofline.py), no torch needed.
 
 Each aten op is one kernel (eager execution, nothing fused), timed alone on one GPU with roofline.op_time:
-max(compute, memory) per kernel, ops one after another (one CUDA stream: the sum is the step's compute time).
+its compute and memory times combined as the roofline does (their larger, or their p-norm near the ridge point:
+roofline.work_time) per kernel, ops one after another (one CUDA stream: the sum is the step's compute time).
 Simplifications, stated here:
 - GEMMs run at their operands' precision (bf16 / fp16; float32 at the fp32 rate, PyTorch's default
   ``torch.backends.cuda.matmul.allow_tf32 = False``; pass ``fp32_precision="tf32"`` for TF32).
