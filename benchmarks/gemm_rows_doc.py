@@ -4,17 +4,16 @@ data file without a GPU:
 
     python benchmarks/gemm_rows_doc.py            # writes docs/GEMM_GPU.md
 
-The data: data/measured/gpu/*-gemm-rows.json, made by benchmarks/gemm_rows_gpu.py (its docstring says what each set
-and timing is). meshplan prices each GEMM as one op on its preset of the GPU (roofline.op_time: the kernel's fixed
-time, its math and traffic times combined (roofline.work_time), a split-K reduction kernel where specs/gemm_shape.py
-splits k): a decode GEMM as the
-serving iteration builds it (cost/decode.gemm: the weights, the input and the 16-bit output) under the serving
-model's kernels (serve/efficiency.py, ``SERVE_DEFAULT``), a training GEMM with its three operands in 16 bits under
-training's (specs/efficiency.py, ``DEFAULT``). Each table sets the shipped model beside the one before these files
-were used (``BEFORE``: without the 64-wide tiles the measured kernels use, and with the plain roofline, the larger of a
-GEMM's math and traffic times, where the shipped one takes their p-norm near the ridge point: roofline.work_time,
-whose exponent benchmarks/fit_ridge.py fits on the H200's decode GEMMs), at the same constants; a last table per GPU
-shows the ridge alone (``PLAIN``: today's tiles, the plain roofline).
+The data: data/measured/gpu/*-gemm-rows.json, made by benchmarks/gemm_rows_gpu.py (its docstring says what each set and
+timing is). meshplan prices each GEMM as one op on its preset of the GPU (roofline.op_time: the kernel's fixed time,
+its math and traffic times combined (roofline.work_time), a split-K reduction kernel where specs/gemm_shape.py splits
+k): a decode GEMM as the serving iteration builds it (cost/decode.gemm: the weights, the input and the 16-bit output)
+under the serving model's kernels (serve/efficiency.py, ``SERVE_DEFAULT``), a training GEMM with its three operands in
+16 bits under training's (specs/efficiency.py, ``DEFAULT``). Each table sets the shipped model beside the one before
+these files were used (``BEFORE``: without the 64-wide tiles the measured kernels use, and with the plain roofline, the
+larger of a GEMM's math and traffic times, where the shipped one takes their p-norm near the ridge point:
+roofline.work_time, whose exponent benchmarks/fit_ridge.py fits on the H200's decode GEMMs), at the same constants; a
+last table per GPU shows the ridge alone (``PLAIN``: today's tiles, the plain roofline).
 tests/test_docs.py renders it again and compares; tests/test_gemm_rows_gpu.py checks the arithmetic.
 """
 
