@@ -154,8 +154,8 @@ def work_time(compute: Num, memory: Num, eff: Efficiency) -> Num:
     if type(compute) is float and type(memory) is float:  # one plan's op: plain floats (the search's hot path)
         if compute <= 0.0 or memory <= 0.0:
             return max(compute, memory)
-        high, low = (compute, memory) if compute >= memory else (memory, compute)
-        return high * (1.0 + (low / high) ** p) ** (1.0 / p)
+        larger, smaller = (compute, memory) if compute >= memory else (memory, compute)
+        return larger * (1.0 + (smaller / larger) ** p) ** (1.0 / p)
     high, low = maximum(compute, memory), minimum(compute, memory)
     ratio = where(high > 0, low / where(high > 0, high, 1.0), 0.0)
     return high * (1.0 + ratio**p) ** (1.0 / p)
