@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import sys
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -38,9 +39,15 @@ def effs(p: float) -> dict:
     return {name: eff.with_(ridge=p) for name, eff in rows.NOW.items()}
 
 
+@cache
+def _data(gpu: str) -> dict:
+    """A GPU's newest gemm-rows file, read once (the fit prices it at some 30 exponents)."""
+    return rows.load(rows.of_gpu(gpu))
+
+
 def log_errors(gpu: str, kind: str, p: float) -> np.ndarray:
     """log(predicted / measured) of every timed GEMM of one set on one GPU, at ``ridge`` = p."""
-    data = rows.load(rows.of_gpu(gpu))
+    data = _data(gpu)
     acc = rows.accelerator(data)
     chosen = effs(p)
     return np.array([math.log(rows.predicted(r, kind, acc, chosen) / r["s"]) for r in rows.measured_rows(data, kind)])
