@@ -13,7 +13,7 @@ from meshplan.serve import check
 from meshplan.serve.engine import load_engine
 from meshplan.serve.engine_version import parse_version, preset_for
 from meshplan.serve.estimate import plan_columns, serve_estimate
-from meshplan.serve.metrics import Setting, static_capacity
+from meshplan.serve.metrics import Setting, first_token_step, static_capacity
 from meshplan.serve.plan import ServePlan, Workload
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
@@ -122,7 +122,9 @@ def test_a_static_batch_beyond_the_kv_cache_runs_in_waves(name):
     s = _setting(engine, batch, LONG)
     got = serve_estimate(s.model, s.cluster, ServePlan(batch=batch), LONG, engine)
     assert got.fits  # it runs: waves, no memory refusal
-    wave = lambda n: float(s.time(0.0, n * 8192.0, float(n), 0.0) + 8191 * s.time(float(n)))  # noqa: E731
+    # a wave: its prompts to their first token (TurboMind's context step of 8,191 tokens each and the decode step that
+    # samples it, metrics.first_token_step; the others' prefill of 8,192), then 8,191 decode steps
+    wave = lambda n: float(first_token_step(s, float(n)) + 8191 * s.time(float(n)))  # noqa: E731
     whole = 2 * wave(cap) + wave(half)
     if engine.kv_overflow == "recompute":  # prompts admitted on their 8192-token pages: min(B, 2C), C of them lost
         assert whole < batch * 8192 / float(got.metrics.tokens_per_s)
@@ -131,7 +133,7 @@ def test_a_static_batch_beyond_the_kv_cache_runs_in_waves(name):
     as_if = batch * 8192 / (wave(batch))
     assert float(got.metrics.tokens_per_s) < as_if
     # the later waves wait: the mean request's TTFT is its wave's start (0, W, 2W) plus that wave's prefill
-    prefill = lambda n: float(s.time(0.0, n * 8192.0, float(n), 0.0))  # noqa: E731
+    prefill = lambda n: float(first_token_step(s, float(n)))  # noqa: E731
     ttft = (cap * wave(cap) + half * 2 * wave(cap) + 2 * cap * prefill(cap) + half * prefill(half)) / batch
     assert float(got.metrics.ttft) == pytest.approx(ttft, rel=1e-9)
     assert float(got.metrics.ttft) > 10 * prefill(cap)

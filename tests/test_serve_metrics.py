@@ -245,3 +245,32 @@ def test_more_of_the_prompt_in_the_cache_never_slows_a_request(static):
                 assert m.ttft <= last.ttft * (1 + 1e-9) and m.tpot <= last.tpot * (1 + 1e-9)
                 assert m.tokens_per_s >= last.tokens_per_s * (1 - 1e-9)
             last = m
+
+
+def test_an_engine_that_decodes_the_last_prompt_token_pays_a_decode_step_before_the_first_token():
+    """TurboMind v0.1 (Engine.last_prompt_token_decoded): a static batch of B = 8 prompts of 128 tokens runs a
+    context step of 8 × 127 tokens, then the decode step of the 8 sequences that samples their first token: TTFT =
+    T(0, 1016, 8) + T(8); then O − 1 = 63 more decode steps, so E2E = TTFT + 63 · T(8). A one-token prompt has no
+    context step: its TTFT is one decode step."""
+    assert load_engine("lmdeploy").last_prompt_token_decoded and not load_engine("trtllm").last_prompt_token_decoded
+    plan, engine = ServePlan(batch=8), Engine(last_prompt_token_decoded=True)
+    workload = Workload(input_len=128, output_len=64, static=True)
+    m = est(plan, workload, engine).metrics
+    setting = Setting(LLAMA8, H100.cluster(8), plan_columns(plan), plan.quant, engine, workload)
+    context, decode = float(setting.time(0.0, 8 * 127, 8)), float(setting.time(8))
+    assert m.ttft == pytest.approx(context + decode)
+    assert m.tpot == pytest.approx(decode) and m.e2e == pytest.approx(context + 64 * decode)
+    one = est(plan, Workload(input_len=1, output_len=64, static=True), engine).metrics
+    assert one.ttft == pytest.approx(one.tpot)  # no context step: the first decode step samples the first token
+    prefilled = est(plan, workload).metrics  # the prefill of all 128 tokens samples the first token
+    assert prefilled.ttft == pytest.approx(float(setting.time(0.0, 8 * 128, 8)))
+
+
+def test_decoding_the_last_prompt_token_waits_a_whole_decode_step_under_continuous_batching():
+    """Whole-prompt iterations (prefill = separate): the prompts' context step leaves out their last tokens, and their
+    first tokens come with the next whole decode step, not half of one on average."""
+    workload = Workload(input_len=2048, output_len=256)
+    plain = est(ServePlan(batch=64), workload, Engine(prefill="separate")).metrics
+    turbomind = est(ServePlan(batch=64), workload, Engine(prefill="separate", last_prompt_token_decoded=True)).metrics
+    assert turbomind.ttft > plain.ttft and turbomind.tpot <= plain.tpot
+    assert turbomind.decode_step == pytest.approx(plain.decode_step)

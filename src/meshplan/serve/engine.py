@@ -137,6 +137,10 @@ class Engine:
     # two-batch overlap: the batch as two micro-batches, one's MoE dispatch and combine overlapping the other's
     # computation (SGLang --enable-two-batch-overlap, DeepSeek's profile-data design; metrics.Setting.gpu_time)
     two_batch_overlap: bool = False
+    # the context step runs each prompt but its last token, which the next decode step runs with the batch and samples
+    # the first output token from (TurboMind v0.1: LlamaBatch::ContextDecode decodes ``missing - 1`` tokens, "-1 since
+    # we skip last token", and a one-token prompt has no context step); False: the prefill samples the first token
+    last_prompt_token_decoded: bool = False
 
     def __post_init__(self) -> None:
         where = f"engine {self.name}: " if isinstance(self.name, str) else ""

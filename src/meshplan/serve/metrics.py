@@ -16,7 +16,9 @@ fixed concurrency; queueing before admission is not modelled). How they enter (e
   run in iterations of their own, m = ⌊budget / I⌋ at a time, stalling the B decoding sequences: each of them
   waits through B/m such iterations during its O tokens: TPOT = T(D) + (B/m)·T_prefill(m)/O.
 - a static batch (``Workload.static``, FasterTransformer-style latency tables): B prompts prefilled together, then
-  O − 1 decode steps: E2E = T_prefill(B) + (O − 1)·T(B).
+  O − 1 decode steps: E2E = T_prefill(B) + (O − 1)·T(B). An engine whose context step leaves each prompt's last token
+  to the decode step (``Engine.last_prompt_token_decoded``, TurboMind v0.1) samples the first tokens there: TTFT =
+  T_context(B prompts of I − 1) + T(B), and O decode steps in all.
 - disaggregated (DistServe, Zhong et al. 2024, §2.3 and §4; Splitwise, Patel et al. 2024, §4): prefill instances run
   the prompts (separate mode) and ship their KV cache to the decode instances, which only decode: TPOT = T(D) with
   no prefill in it; the system serves min(prefill capacity, decode capacity) requests/s; TTFT adds the KV transfer.
@@ -145,7 +147,8 @@ def instance(s: Setting) -> Instance:
     if s.workload.static:
         return _static(s)
     ttft, tpot, running, decode = _chunked(s) if s.engine.prefill == "chunked" else _separate(s)
-    m, prefill = _prefill_batch(s)
+    m, _ = _prefill_batch(s)
+    prefill = first_token_step(s, m)  # a prefill instance runs its prompts to their first token
     full = s.time(s.micro_batch)
     return Instance(ttft=ttft, tpot=tpot, running=running * s.lanes, tokens_per_s=running * s.lanes / tpot,
                     decode_step=full, decode_tokens_per_s=s.micro_batch * s.lanes / full,
@@ -212,10 +215,12 @@ def _with_chunks(s: Setting, carried: Num, decode: Num, mixed_at: tuple[Num, Num
 
 
 def _separate(s: Setting) -> tuple[Num, Num, Num, Num]:
+    """Prompts in iterations of their own (module docstring). Where the engine decodes each prompt's last token with
+    the batch (``Engine.last_prompt_token_decoded``) the first token comes from the next whole decode step."""
     m, prefill = _prefill_batch(s, s.micro_batch / s.workload.output_len)
     decode = s.time(s.micro_batch)
     tpot = decode + s.micro_batch / m * prefill / s.workload.output_len
-    return prefill + decode / 2, tpot, s.micro_batch, decode
+    return prefill + (decode if s.engine.last_prompt_token_decoded else decode / 2), tpot, s.micro_batch, decode
 
 
 def _prefill_batch(s: Setting, waiting: Num | None = None) -> tuple[Num, Num]:
@@ -225,7 +230,22 @@ def _prefill_batch(s: Setting, waiting: Num | None = None) -> tuple[Num, Num]:
     inp = s.workload.fresh_len
     waiting = s.micro_batch if waiting is None else waiting
     m = maximum(minimum(np.floor(s.engine.max_batched_tokens / inp), waiting), 1.0)
-    return m, s.time(0.0, m * inp, m, s.workload.cached_len)
+    return m, context_step(s, m)
+
+
+def context_step(s: Setting, n: Num) -> Num:
+    """The iteration that prefills ``n`` prompts' fresh tokens past their cached prefixes; for an engine that decodes
+    each prompt's last token with the batch (``Engine.last_prompt_token_decoded``) all but that token, and nothing for
+    a one-token prompt (TurboMind v0.1 runs no context step for it)."""
+    fresh = s.workload.fresh_len - 1 if s.engine.last_prompt_token_decoded else s.workload.fresh_len
+    return s.time(0.0, n * fresh, n, s.workload.cached_len) if fresh > 0 else 0.0 * n
+
+
+def first_token_step(s: Setting, n: Num) -> Num:
+    """``n`` prompts to their first output token in a static batch: the context step, and where the engine decodes
+    each prompt's last token with the batch the decode step of the ``n`` sequences that samples it."""
+    context = context_step(s, n)
+    return context + s.time(n) if s.engine.last_prompt_token_decoded else context
 
 
 def static_capacity(s: Setting) -> Num:
@@ -259,8 +279,8 @@ def _static(s: Setting) -> Instance:
     full = np.where(b > cap, np.floor(b / cap), 0.0)
     rest, first = b - full * cap, minimum(b, cap)
 
-    def prompts(n: Num) -> Num:  # n prompts' fresh tokens past their cached prefixes
-        return s.time(0.0, n * s.workload.fresh_len, n, s.workload.cached_len)
+    def prompts(n: Num) -> Num:  # n prompts' fresh tokens past their cached prefixes, to their first token
+        return first_token_step(s, n)
 
     decode, prefill = s.time(first), prompts(first)
     wave = where(full > 0, prefill + (out - 1) * decode, 0.0)  # a full wave: C sequences (first = C there)
