@@ -21,7 +21,7 @@ LAYERS = [
     ("errors", "units", "xp", "fields", "files", "ranges"),
     ("specs",),
     ("configs",),
-    ("protocols", "comm", "groups", "allreduce"),
+    ("protocols", "comm", "groups", "allreduce", "dispatch"),
     ("cost",),
     ("memory", "roofline"),
     ("bubble", "channels", "contention", "schedule_replay", "schedule", "steady", "zero_bubble",

@@ -64,6 +64,10 @@ class Collective:
     nbytes: Num
     axis: str  # tp | cp | ep | etp | dp | edp | pp | tp_in | tp_out
     group: Num
+    # a MoE dispatch or combine (all_to_all) forwarded through each node, once per node a token hits, where the routed
+    # experts E > 0 (DeepEP's normal kernels: dispatch.py); ``copies``: each token's k copies in ``nbytes``
+    copies: int = 1
+    experts: Num = 0.0
 
 
 @overload

@@ -46,6 +46,8 @@ class Shape:
     kv_bytes: Num
     absorb: bool = True
     gather: bool = False  # MoE under data-parallel attention by all-gather / reduce-scatter (engine.moe_comm)
+    # MoE dispatch and combine of an iteration with prompt tokens forwarded through each node (engine.moe_comm deepep)
+    forwarded: bool = False
     per_query_head: bool = False  # decode attention reads a KV head once per query head (engine.kv_per_query_head)
     # rows a captured decode graph runs beyond D (engine.graph_padding): dummy sequences that pass through every GEMM
     # and per-token op and attend to no cache

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 PREFILL_MODES = ("chunked", "separate")
 MEMORY_BASES = ("total", "free")
 RESERVATIONS = ("on_demand", "full")
-MOE_COMM = ("all_to_all", "all_gather")
+MOE_COMM = ("all_to_all", "all_gather", "deepep")
 OVERFLOWS = ("recompute", "queue", "refuse")
 TUNER_GRANULARITY, TUNER_THRESHOLD = 512, 128  # the batch tuner's fallback (engine.batch_table)
 
@@ -114,8 +114,11 @@ class Engine:
     # host CPU's Python speed (Cluster.python_host: Grace 2.5-2.8x an x86 DGX host)
     host_in_python: bool = False
     # how MoE layers under data-parallel attention reach their experts: all-to-all dispatch and combine of each
-    # token's k copies (DeepEP, SGLang), or an all-gather of every token before the experts and a reduce-scatter of
-    # their sums after (TensorRT-LLM's default under attention DP)
+    # token's k copies ("all_to_all"), an all-gather of every token before the experts and a reduce-scatter of
+    # their sums after ("all_gather": TensorRT-LLM's default under attention DP), or DeepEP ("deepep": SGLang's
+    # --moe-a2a-backend deepep in its auto mode, the normal kernels for iterations with prompt tokens, which send a
+    # token once to each other node holding one of its experts and forward it over NVLink there, dispatch.py; the
+    # low-latency kernels for pure decode iterations, every copy over RDMA, as "all_to_all")
     moe_comm: str = "all_to_all"
     # the executor's runtime batch-size tuning (TensorRT-LLM DynamicBatchConfig.enable_batch_size_tuning, which
     # trtllm-bench turns on): (limit, batch) pairs, ascending; an instance whose KV cache holds C sequences of the

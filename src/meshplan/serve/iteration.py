@@ -21,6 +21,7 @@ from meshplan.comm import collective_time, split_group
 from meshplan.cost.decode import Shape, collective, gemm, sixteen_bit, stream
 from meshplan.cost.extras import serve_extra_ops, serve_head_extra_ops
 from meshplan.cost.records import ACT_BYTES, OpCost
+from meshplan.dispatch import dispatch_time
 from meshplan.groups import send_stride
 from meshplan.roofline import kernel_count, op_time
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
@@ -85,6 +86,8 @@ def op_seconds(op: OpCost, cluster: Cluster, quant: Quant, eff: ServeEfficiency,
         if c.kind == "all_reduce" and c.axis == "tp":  # NCCL's protocols at decode's sizes (meshplan/allreduce.py)
             parts = split_group(cluster, c.group, layouts[c.axis])
             return slower * tp_all_reduce(c.nbytes, c.group, parts, cluster, eff)
+        if c.kind == "all_to_all" and c.copies > 1:  # a MoE dispatch or combine, perhaps forwarded through nodes
+            return slower * dispatch_time(c.nbytes, c.copies, c.experts, c.group, layouts[c.axis], cluster, eff)
         return slower * collective_time(c.kind, c.nbytes, c.group, layouts[c.axis], cluster, eff)
     acc = compute_accelerator(cluster.accelerator, quant)
     if op.name == "attn/decode":

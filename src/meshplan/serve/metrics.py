@@ -113,7 +113,8 @@ class Setting:
         return Shape(tp=c["tp"], dpa=c["dpa"], ep=c["ep"], decode=decode, context=self.workload.decode_context,
                      prefill=prefill, prompts=prompts, prefix=prefix, w_bytes=self.engine.streamed_weight_bytes(q),
                      a_bytes=q.act_bytes, kv_bytes=q.kv_bytes, absorb=self.engine.mla_absorb,
-                     gather=self.engine.moe_comm == "all_gather", per_query_head=self.engine.kv_per_query_head,
+                     gather=self.engine.moe_comm == "all_gather", forwarded=self.engine.moe_comm == "deepep",
+                     per_query_head=self.engine.kv_per_query_head,
                      padded=self.engine.graph_padding(decode, prompts))
 
     @property

@@ -12,14 +12,18 @@ Routing is taken as uniform (balanced); real routers favour some experts and tou
 Placement (plan.py): expert-parallel, ep = t·dpa GPUs each holding E/ep whole experts and seeing all T = R·dpa
 tokens of the stage's attention groups, k/ep of them each; with dpa > 1 the tokens are dispatched to their experts'
 GPUs and combined back by all-to-alls over the ep group (each GPU sends its 1/t share of its group's tokens, k
-copies each: DeepEP's normal and low-latency kernels; the dispatch at the activations' precision, the combine in 16
-bits), then gathered across the t ranks of the group; with dpa = 1 every rank of the group already has every token,
+copies each: DeepEP's low-latency kernels, and its normal kernels inside a node; the dispatch at the activations'
+precision, the combine in 16 bits), then gathered across the t ranks of the group (an engine that runs DeepEP's
+normal kernels for its iterations with prompt tokens, ``moe_comm = "deepep"``, sends a token once to each other node
+it hits there and forwards it over NVLink: dispatch.py); with dpa = 1 every rank of the group already has every token,
 runs its experts on them and the partial sums meet in the tensor-parallel all-reduce (vLLM's expert parallelism
 with tensor-parallel attention). Tensor-parallel experts (ep = 1): every GPU holds 1/t of every expert (Fe/t wide)
 and runs all R·k routed rows through it; the all-reduce combines them.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from meshplan.cost.decode import Shape, activation, collective, gemm, norm, sixteen_bit, stream
 from meshplan.cost.records import ACT_BYTES, OpCost
@@ -67,7 +71,12 @@ def moe_comm(model: ModelSpec, sh: Shape) -> list[OpCost]:
         return [collective("moe/dispatch", "all_gather", every * sh.a_bytes, "ep", ep),
                 collective("moe/combine", "reduce_scatter", every * ACT_BYTES, "ep", ep),
                 collective("moe/tp", "all_reduce", R * h * ACT_BYTES, "tp", where(many, 1, t))]
-    return [collective("moe/dispatch", "all_to_all", sent * sh.a_bytes, "ep", ep),
-            collective("moe/combine", "all_to_all", sent * ACT_BYTES, "ep", ep),
+    exchange = [collective("moe/dispatch", "all_to_all", sent * sh.a_bytes, "ep", ep),
+                collective("moe/combine", "all_to_all", sent * ACT_BYTES, "ep", ep)]
+    if sh.forwarded:  # DeepEP: its normal kernels where the iteration carries prompt tokens (dispatch.py)
+        routed = where(sh.prefill > 0, model.num_experts, 0.0)
+        exchange = [replace(op, collective=replace(c, copies=int(k), experts=routed))
+                    for op in exchange if (c := op.collective) is not None]
+    return [*exchange,
             collective("moe/tp_gather", "all_gather", R * h * ACT_BYTES, "tp", where(many, t, 1)),
             collective("moe/tp", "all_reduce", R * h * ACT_BYTES, "tp", where(many, 1, t))]

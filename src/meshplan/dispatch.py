@@ -1,0 +1,77 @@
+"""Expert parallelism's token dispatch and combine with node-level forwarding: DeepEP's normal kernels.
+
+A plain all-to-all (comm.py) sends each of a token's k copies to its expert's GPU, so a token whose experts sit on
+other nodes crosses the network once per copy: k·(g − g_0)/g times on average over a group of g GPUs, g_0 of them
+in each node (tier 0, the scale-up domain). DeepEP's normal kernels send it once to each other node that holds one
+of its experts and fan it out over NVLink there (deepseek-ai/DeepEP README: "kernels optimized for
+asymmetric-domain bandwidth forwarding, such as forwarding data from NVLink domain to RDMA domain", for "training
+and inference prefilling"; DeepSeek-V3 technical report, arXiv 2412.19437 §3.2.2: tokens "are first transmitted via
+IB to the GPUs with the same in-node index on their target nodes ... instantaneously forwarded via NVLink to
+specific GPUs that host their target experts"); the combine sums a token's copies inside their node before sending
+that sum back. The low-latency kernels (decode) send every copy over RDMA, as the plain all-to-all prices them.
+
+Under uniform routing of k of E experts spread evenly over the g GPUs, a node holds m = E·g_0/g of them and a token
+misses it with probability C(E − m, k)/C(E, k) = Π_{j<k} (E − m − j)/(E − j) (the hypergeometric zero term). The
+traffic that leaves through tier i ≥ 1 is one token's bytes per node it hits among the (outer − inner)/g_0 nodes
+inside its tier-i block but outside its tier-(i−1) block, where the plain all-to-all sends n·(outer − inner)/g, n the
+bytes of all k copies; through tier 0 goes every copy that lands on another GPU of its node, the sender's node and
+the forwarding ones alike: n·(g_0 − 1)/g_0. The tiers run concurrently (the slowest sets the time), with the
+all-to-all's latency, Σ_i (g_i − 1)·α_i. Routing is taken as uniform, as serve/moe.py takes it: DeepSeek-V3's
+group-limited routing (a token's experts in 4 of 8 groups) hits fewer nodes still.
+
+Example: DeepSeek-V3 (E = 256, k = 8) over 32 H100s in 4 nodes: a token misses a given other node with probability
+Π_{j<8} (192 − j)/(256 − j) = 0.0964, so it crosses the network 3 × 0.904 = 2.71 times, not 8 × 24/32 = 6.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from meshplan.comm import Layout, collective_time, split_group
+from meshplan.specs.efficiency import DEFAULT, Efficiency
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.mesh import group_bandwidth
+from meshplan.xp import Num, maximum, where
+
+
+def node_miss(experts: Num, copies: int, per_node: Num) -> Num:
+    """Probability that a token's ``copies`` experts, drawn without replacement from ``experts``, all miss the
+    ``per_node`` experts of one node: Π_{j<k} (E − m − j)/(E − j), 0 where the node holds more than E − k of them."""
+    miss: Num = 1.0
+    for j in range(copies):
+        miss = miss * maximum(experts - per_node - j, 0.0) / (experts - j)
+    return miss
+
+
+def forwarded_time(nbytes: Num, copies: int, experts: Num, group: Num, layout: Layout, cluster: Cluster,
+                   eff: Efficiency = DEFAULT) -> Num:
+    """Seconds of a dispatch (or combine) whose tokens cross each tier beyond the node once per node they hit
+    (module docstring). ``nbytes``: the bytes of every copy one GPU sends, as the plain all-to-all's."""
+    parts = split_group(cluster, group, layout)
+    tiers = cluster.tiers
+    bandwidths = [group_bandwidth(t, g) * eff.link(i) for i, (t, g) in enumerate(zip(tiers, parts, strict=True))]
+    node = parts[0]
+    token = nbytes / copies
+    hit = 1.0 - node_miss(experts, copies, experts * node / group)
+    slowest: Num = nbytes * (node - 1) / node / bandwidths[0]
+    latency: Num = (node - 1) * tiers[0].latency
+    inner: Num = node
+    for g, b, tier in zip(parts[1:], bandwidths[1:], tiers[1:], strict=True):
+        outer = inner * g
+        slowest = maximum(slowest, token * (outer - inner) / node * hit / b)
+        latency = latency + (g - 1) * tier.latency
+        inner = outer
+    return latency + slowest
+
+
+def dispatch_time(nbytes: Num, copies: int, experts: Num, group: Num, layout: Layout, cluster: Cluster,
+                  eff: Efficiency = DEFAULT) -> Num:
+    """A MoE dispatch or combine of ``copies`` copies a token: forwarded through each node (``forwarded_time``)
+    where ``experts`` > 0 (DeepEP's normal kernels; E, the routed experts), else the plain all-to-all of every
+    copy (comm.collective_time)."""
+    plain = collective_time("all_to_all", nbytes, group, layout, cluster, eff)
+    forwarding = np.asarray(experts) > 0
+    if not forwarding.any():
+        return plain
+    safe = where(forwarding, experts, float(copies))  # a plan without forwarding: any E ≥ k keeps the product finite
+    return where(forwarding, forwarded_time(nbytes, copies, safe, group, layout, cluster, eff), plain)

@@ -1,0 +1,101 @@
+"""DeepEP's normal kernels (dispatch.py): a token crosses the network once per node it hits, not once per copy; the
+serving engines that run them (engine moe_comm "deepep") price their prompt iterations so and their decode steps as
+before."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from meshplan.comm import collective_time
+from meshplan.dispatch import dispatch_time, forwarded_time, node_miss
+from meshplan.serve.engine import load_engine
+from meshplan.serve.metrics import Setting
+from meshplan.serve.plan import Workload
+from meshplan.serve.precision import Quant
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+
+H100 = load_system("h100")
+TOKENS, K, E, HIDDEN = 8192, 8, 256, 7168  # DeepSeek-V3's routing (top-8 of 256) and width, fp8 dispatch
+SENT = TOKENS * K * HIDDEN  # bytes of every copy one GPU sends
+
+
+def test_a_token_misses_a_node_with_the_hypergeometric_zero_term():
+    """32 GPUs in 4 nodes hold 64 of the 256 experts each: a token's 8 experts all miss one node with probability
+    Π_{j<8} (192 − j)/(256 − j) = 0.0964; every expert on one node: never missed; one expert a node: (1 − 8/256)."""
+    assert node_miss(E, K, 64) == pytest.approx(np.prod([(192 - j) / (256 - j) for j in range(8)]))
+    assert node_miss(E, K, 64) == pytest.approx(0.0964, abs=1e-4)
+    assert node_miss(E, K, E) == 0.0
+    assert node_miss(E, K, 1) == pytest.approx(1 - 8 / 256)
+
+
+def test_forwarding_sends_a_token_once_to_each_node_it_hits():
+    """EP32 over 4 H100 nodes (NVLink 450 GB/s x 0.8, one 400 Gb/s NIC a GPU, 50 GB/s x 0.9). The plain all-to-all
+    sends 24/32 of its 470 MB of copies over the network: 352 MB / 45 GB/s = 7.83 ms. Forwarded, each of the 8,192
+    tokens (7,168 bytes) goes to 3 × (1 − 0.0964) = 2.71 other nodes: 159 MB / 45 GB/s = 3.54 ms, while NVLink fans
+    out 7/8 of the copies, 411 MB / 360 GB/s = 1.14 ms, beside it. Both pay 7 × 3 + 3 × 5 = 36 µs of latency."""
+    cluster = H100.cluster(32)
+    latency = 7 * 3e-6 + 3 * 5e-6
+    plain = collective_time("all_to_all", SENT, 32, 1, cluster)
+    assert plain == pytest.approx(SENT * 24 / 32 / 45e9 + latency)
+    network = TOKENS * HIDDEN * 3 * (1 - node_miss(E, K, 64)) / 45e9
+    assert network > SENT * 7 / 8 / 360e9  # the network, not NVLink, sets the time
+    assert forwarded_time(SENT, K, E, 32, 1, cluster) == pytest.approx(network + latency)
+    assert network + latency == pytest.approx(3.573e-3, rel=1e-3)
+
+
+def test_inside_one_node_forwarding_is_the_plain_all_to_all():
+    """EP8 on one node: no network, every copy over NVLink either way: 7/8 of 470 MB at 360 GB/s."""
+    cluster = H100.cluster(8)
+    assert forwarded_time(SENT, K, E, 8, 1, cluster) == pytest.approx(collective_time("all_to_all", SENT, 8, 1, cluster))
+
+
+@pytest.mark.parametrize("gpus", [16, 32, 64, 128])
+def test_forwarding_is_never_slower_than_every_copy_and_never_slowed_by_bandwidth(gpus):
+    """Property: forwarded ≤ plain on the presets' meshes; faster NICs or NVLink never lengthen it; experts = 0 is
+    the plain all-to-all (dispatch_time), also element by element over an array of plans."""
+    from dataclasses import replace
+
+    cluster = H100.cluster(gpus)
+    forwarded = forwarded_time(SENT, K, E, gpus, 1, cluster)
+    plain = collective_time("all_to_all", SENT, gpus, 1, cluster)
+    assert forwarded <= plain
+    for scale in (1.5, 4.0):
+        faster = replace(cluster, tiers=tuple(replace(t, bandwidth=t.bandwidth * scale) for t in cluster.tiers))
+        assert forwarded_time(SENT, K, E, gpus, 1, faster) <= forwarded
+    mixed = dispatch_time(SENT, K, np.array([E, 0.0]), gpus, 1, cluster)
+    assert mixed[0] == pytest.approx(forwarded) and mixed[1] == pytest.approx(plain)
+
+
+def _sglang_setting(moe_comm: str, gpus: int = 32) -> Setting:
+    model = load_model("deepseek-v3")
+    cols = {"tp": 1, "pp": 1, "dpa": gpus, "ep": gpus, "batch": 64.0 * gpus, "replicas": 1, "prefill_replicas": 0}
+    engine = load_engine("sglang").with_(moe_comm=moe_comm)
+    return Setting(model, H100.cluster(gpus), cols, Quant(weights="fp8", activations="fp8", kv_cache="bf16"), engine,
+                   Workload(input_len=2048, output_len=256))
+
+
+def test_deepep_forwards_the_prompt_iterations_and_leaves_the_decode_steps_alone():
+    """SGLang with DeepEP (moe_comm "deepep") over 32 H100s: an iteration of 8,192 prompt tokens a GPU runs the normal
+    kernels and is faster than with every copy sent over the network; a pure decode step runs the low-latency kernels,
+    priced as before; on one node (EP8) the two are the same."""
+    deepep, plain = _sglang_setting("deepep"), _sglang_setting("all_to_all")
+    assert float(deepep.time(0.0, 8192.0, 4.0, 0.0)) < float(plain.time(0.0, 8192.0, 4.0, 0.0))
+    assert float(deepep.time(64.0)) == pytest.approx(float(plain.time(64.0)))
+    one = _sglang_setting("deepep", 8), _sglang_setting("all_to_all", 8)
+    assert float(one[0].time(0.0, 8192.0, 4.0, 0.0)) == pytest.approx(float(one[1].time(0.0, 8192.0, 4.0, 0.0)))
+
+
+def test_the_large_ep_blog_runs_deepep():
+    """The SGLang large-EP blog's engine string maps to DeepEP with two-batch overlap (serving_map.ENGINES)."""
+    from meshplan_validation.serving_map import case_of
+
+    path = Path(__file__).resolve().parents[1] / "data" / "serving" / "published_serving.jsonl"
+    record = next(json.loads(line) for line in path.read_text().splitlines()
+                  if '"sglang_dsv3_prefill_h100_32gpu_ep32_2k"' in line)
+    engine = case_of(record).engine
+    assert engine.moe_comm == "deepep" and engine.two_batch_overlap
