@@ -45,8 +45,7 @@ ENGINES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("TensorRT-LLM 0.14", {"prefill": "separate"}),
     # the large-EP blog's H100 runs overlap two micro-batches (its "Two-batch Overlap" section; the engine string says
     # so); its GB200 sequel turns it off ("This allows two-batch overlap to be disabled"). They run DeepEP (the engine
-    # string says so; the blog's "--moe-a2a-backend deepep" and auto mode: normal kernels to prefill, low-latency ones
-    # to decode)
+    # string says so): its normal kernels where prompts are prefilled, its low-latency ones in the decode steps
     ("SGLang (May 2025)", {"two_batch_overlap": True, "moe_comm": "deepep"}),
 )
 SIXTEEN = ("bf16", "fp16")

@@ -116,8 +116,8 @@ class Engine:
     # how MoE layers under data-parallel attention reach their experts: all-to-all dispatch and combine of each
     # token's k copies ("all_to_all"), an all-gather of every token before the experts and a reduce-scatter of
     # their sums after ("all_gather": TensorRT-LLM's default under attention DP), or DeepEP ("deepep": SGLang's
-    # --moe-a2a-backend deepep in its auto mode, the normal kernels for iterations with prompt tokens, which send a
-    # token once to each other node holding one of its experts and forward it over NVLink there, dispatch.py; the
+    # DeepEP backend in its auto mode, DeepEP's normal kernels for iterations with prompt tokens, which send a token
+    # once to each other node holding one of its experts and forward it over NVLink there, dispatch.py; its
     # low-latency kernels for pure decode iterations, every copy over RDMA, as "all_to_all")
     moe_comm: str = "all_to_all"
     # the executor's runtime batch-size tuning (TensorRT-LLM DynamicBatchConfig.enable_batch_size_tuning, which
