@@ -148,8 +148,9 @@ def instance(s: Setting) -> Instance:
     if s.workload.static:
         return _static(s)
     ttft, tpot, running, decode = _chunked(s) if s.engine.prefill == "chunked" else _separate(s)
-    m, _ = _prefill_batch(s)
-    prefill = first_token_step(s, m)  # a prefill instance runs its prompts to their first token
+    m, prefill = _prefill_batch(s)
+    if s.engine.last_prompt_token_decoded:  # a prefill instance runs its prompts to their first token
+        prefill = prefill + s.time(m)
     full = s.time(s.micro_batch)
     return Instance(ttft=ttft, tpot=tpot, running=running * s.lanes, tokens_per_s=running * s.lanes / tpot,
                     decode_step=full, decode_tokens_per_s=s.micro_batch * s.lanes / full,
