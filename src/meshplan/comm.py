@@ -190,10 +190,15 @@ def _tier0(kind: str, nbytes: Num, group: Num, parts: list[Num], cluster: Cluste
     return where(big, minimum(ring, _alpha_beta(kind, nbytes, group, parts, cluster, eff)), ring)
 
 
+def tier_bandwidths(parts: Sequence[Num], cluster: Cluster, eff: Efficiency) -> list[Num]:
+    """The bus bandwidth per GPU of each tier for a group split over them as ``parts`` (``split_group``): the tier's
+    bandwidth for that many members (``group_bandwidth``) at NCCL's share of it (``Efficiency.link``)."""
+    return [group_bandwidth(t, g) * eff.link(i) for i, (t, g) in enumerate(zip(cluster.tiers, parts, strict=True))]
+
+
 def _alpha_beta(kind: str, nbytes: Num, group: Num, parts: list[Num], cluster: Cluster, eff: Efficiency) -> Num:
     """``split_time`` under the α-β model (the module docstring's formulas)."""
-    bandwidths = [group_bandwidth(t, g) * eff.link(i) for i, (t, g) in enumerate(zip(cluster.tiers, parts,
-                                                                                       strict=True))]
+    bandwidths = tier_bandwidths(parts, cluster, eff)
     latencies = [t.latency for t in cluster.tiers]
     if kind == "all_reduce":
         return _all_reduce(nbytes, parts, bandwidths, latencies) + base_latency(kind, parts)

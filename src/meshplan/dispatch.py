@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from meshplan.comm import Layout, collective_time, split_group
+from meshplan.comm import Layout, collective_time, split_group, tier_bandwidths
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
-from meshplan.specs.mesh import group_bandwidth
 from meshplan.xp import Num, maximum, where
 
 
@@ -49,7 +48,7 @@ def forwarded_time(nbytes: Num, copies: int, experts: Num, group: Num, layout: L
     (module docstring). ``nbytes``: the bytes of every copy one GPU sends, as the plain all-to-all's."""
     parts = split_group(cluster, group, layout)
     tiers = cluster.tiers
-    bandwidths = [group_bandwidth(t, g) * eff.link(i) for i, (t, g) in enumerate(zip(tiers, parts, strict=True))]
+    bandwidths = tier_bandwidths(parts, cluster, eff)
     node = parts[0]
     token = nbytes / copies
     hit = 1.0 - node_miss(experts, copies, experts * node / group)
@@ -69,8 +68,10 @@ def dispatch_time(nbytes: Num, copies: int, experts: Num, group: Num, layout: La
     """A MoE dispatch or combine of ``copies`` copies a token: forwarded through each node (``forwarded_time``)
     where ``experts`` > 0 (DeepEP's normal kernels; E, the routed experts), else the plain all-to-all of every
     copy (comm.collective_time)."""
-    plain = collective_time("all_to_all", nbytes, group, layout, cluster, eff)
     forwarding = np.asarray(experts) > 0
+    if forwarding.all():  # every plan forwards (one prompt iteration): no plain all-to-all to price
+        return forwarded_time(nbytes, copies, experts, group, layout, cluster, eff)
+    plain = collective_time("all_to_all", nbytes, group, layout, cluster, eff)
     if not forwarding.any():
         return plain
     safe = where(forwarding, experts, float(copies))  # a plan without forwarding: any E ≥ k keeps the product finite
