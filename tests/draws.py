@@ -120,8 +120,11 @@ def draw_plan(rng: random.Random, model: ModelSpec, n: int, precisions: tuple[st
     recompute = rng.choice(("none", "selective", "full"))
     modules = ("core_attn",)
     if recompute == "selective" and rng.random() < 0.3:
-        modules = tuple(rng.sample([m for m in RECOMPUTE_MODULES if m != "mla_up_proj" or model.is_mla],
-                                   rng.randint(1, 3)))
+        modules = tuple(rng.sample([m for m in RECOMPUTE_MODULES if m not in ("op_sac", "mla_up_proj") or (
+            m == "mla_up_proj" and model.is_mla)], rng.randint(1, 3)))
+        # torchtitan's per-op policy stands alone: it takes the draws of core_attn alone (the default the other 70 %
+        # keep), so the seeded sequence of draws is the one it was before op_sac
+        modules = ("op_sac",) if modules == ("core_attn",) else modules
     offload_act = rng.random() < 0.15
     return Plan(
         dp=dp, tp=tp, tp2=tp2, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, micro_batch=mbs, global_batch=dp * mbs * accum,

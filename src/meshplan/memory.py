@@ -285,12 +285,14 @@ def layer_input_bytes(model: ModelSpec, plan: Plan) -> Num:
 
 
 def activation_bytes(model: ModelSpec, plan: Plan, layer_saved: Num, layer_input: Num, last: bool = False,
-                     rank: int | None = None) -> Num:
+                     rank: int | None = None, working: Num = 0.0) -> Num:
     """Activations on the first pipeline rank (the last with ``last``, any one plan's ``rank`` where given: see the
     module docstring).
 
     ``layer_saved``: bytes one layer saves for one micro-batch; ``layer_input``: its input (kept by a
-    fully recomputed layer).
+    fully recomputed layer); ``working``: what one layer's recompute holds beyond ``layer_saved`` while the backward
+    pass reruns it under a selective policy over the whole layer (``Units.layer_working``), as full recompute holds
+    one layer's activations.
     """
     layers = _rank_layers(model, plan, last, rank)
     chunk_layers = layers / plan.vpp
@@ -301,9 +303,9 @@ def activation_bytes(model: ModelSpec, plan: Plan, layer_saved: Num, layer_input
         # one being copied: Megatron-Core cpu_offload.py's double-buffered group handler), one buffer when a single
         # layer's micro-batch is offloaded, none beyond what it would keep anyway when less. Full recompute's
         # one-layer working set (the recomputed layer's saved activations) stays on the GPU.
-        working = layer_saved if plan.recompute == "full" else 0.0
+        working = layer_saved if plan.recompute == "full" else working
         stored = activation_bytes(model, replace(plan, offload_activations=False), layer_saved, layer_input,
-                                  last, rank) - working
+                                  last, rank, working) - working
         per_layer = stored / maximum(chunks * chunk_layers, 1)  # ≥ 1 on a valid rank (0 on a middle of p ≤ 2)
         offloaded = chunks * offloaded_layers(model, plan, last, rank) / plan.vpp  # layer-micro-batches offloaded
         return stored - offloaded * per_layer + minimum(2.0, offloaded) * per_layer + working
@@ -311,7 +313,7 @@ def activation_bytes(model: ModelSpec, plan: Plan, layer_saved: Num, layer_input
         recomputed = layers if plan.recompute_layers == 0 else minimum(plan.recompute_layers, layers)
         per_chunk = (recomputed * layer_input + (layers - recomputed) * layer_saved) / plan.vpp
         return chunks * per_chunk + layer_saved
-    return chunks * chunk_layers * layer_saved
+    return chunks * chunk_layers * layer_saved + working
 
 
 def loss_workspace(model: ModelSpec, plan: Plan, stack: Stack) -> Num:

@@ -106,11 +106,13 @@ def recompute(record: dict[str, Any], p: dict[str, Any], model: ModelSpec, pp: i
     raw = "" if raw is None else str(raw).lower()
     text = RECOMPUTE_REMARKS.sub("", raw).strip()
     layers = -(-model.num_layers // pp)
-    if "(layer)" in text or "(op)" in text or (src.name == "torchtitan" and text == "selective"):
+    if "(layer)" in text:
         half = max(1, layers // 2)
-        kind = "op" if "(layer)" not in text else "layer"
-        return "full", half, core, (f"torchtitan selective AC ({kind}) as full recompute of every other layer "
-                                    f"({half} of {layers}); op-SAC recomputes every second matmul, about the same work")
+        return "full", half, core, (f"torchtitan selective AC (layer) as full recompute of every other layer "
+                                    f"({half} of {layers})")
+    if "(op)" in text or (src.name == "torchtitan" and text == "selective"):
+        return "selective", 0, ("op_sac",), ("torchtitan selective AC (op): per-op SAC, every second matmul and the "
+                                             "element-wise ops recomputed, the attention kernel's output kept")
     if text in NEGATIVE or NO_RECOMPUTE.search(text):
         return "none", 0, core, "no activation recompute (stated)"
     if "selective" in text:

@@ -54,13 +54,15 @@ _OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW"}  # Plan.optimizer -> [optimizer
 _SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
 _ROTATE = {"allgather": "allgather", "ring": "alltoall"}
 _REDUCE_DTYPE = {4: "float32", 2: "bfloat16"}  # Plan.grad_bytes -> mixed_precision_reduce
-# meshplan's selective recompute is Megatron-Core's core_attn (cost/recompute.py); torchtitan has no such option
-# (torchtitan/distributed/activation_checkpoint.py: "op" saves what _op_sac_save_list names, matmuls but every second
-# one and the attention outputs, and recomputes the rest; an integer N recomputes every N-th layer in full)
+# torchtitan's selective_ac_option "op" (per-op SAC: matmuls but every second one and the attention outputs saved,
+# the rest recomputed) is meshplan's recompute_modules op_sac (cost/recompute.py); an integer N recomputes every N-th
+# layer in full. Megatron-Core's core_attn, meshplan's default selective recompute, has no torchtitan option
 _SELECTIVE = ["recompute: meshplan priced 'selective' as Megatron-Core's core_attn recompute (the attention core's "
-              "softmax and dropout only); torchtitan has no such option: selective_ac_option = \"op\" (per-op SAC) "
-              "also recomputes every second matmul and the pointwise ops, so it stores less and recomputes more "
-              "than priced; 'full' or an integer N (every N-th layer in full) differ more"]
+              "softmax and dropout only); torchtitan has no such option: selective_ac_option = \"op\" (per-op SAC, "
+              "meshplan's recompute_modules op_sac) also recomputes every second matmul and the pointwise ops, so it "
+              "stores less and recomputes more than priced; 'full' or an integer N (every N-th layer in full) "
+              "differ more"]
+_OP_SAC = ("op_sac",)
 
 
 def _check(plan: Plan, model: ModelSpec) -> None:
@@ -76,7 +78,7 @@ def _check(plan: Plan, model: ModelSpec) -> None:
                 ("recompute_layers", plan.recompute_layers, "it recomputes every layer or none",
                  plan.recompute == "full" and plan.recompute_layers),
                 ("recompute_modules", ",".join(plan.recompute_modules), "its selective recompute is per-op SAC",
-                 plan.recompute == "selective" and plan.recompute_modules != ("core_attn",)),
+                 plan.recompute == "selective" and plan.recompute_modules not in (("core_attn",), _OP_SAC)),
                 ("grad_bytes", plan.grad_bytes, "it reduces in float32 or bfloat16",
                  plan.grad_bytes not in _REDUCE_DTYPE),
                 ("optimizer", plan.optimizer, "its build_optimizers takes Adam and AdamW",
@@ -131,7 +133,8 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     lines = [f"# torchtitan job config for {model.name} ({plan.num_gpus} GPUs), written by meshplan",
              f"# launch: {torchrun(plan, '-m torchtitan.train --job.config_file THIS_FILE.toml')}"]
     lines += [f"# {note}"] if note else []
-    lines += [f"# {line}" for line in about + (_SELECTIVE if plan.recompute == "selective" else [])]
+    caveat = plan.recompute == "selective" and plan.recompute_modules != _OP_SAC
+    lines += [f"# {line}" for line in about + (_SELECTIVE if caveat else [])]
     lines += _table("job", {"description": f"{model.name} {plan.describe()}"})
     lines += _table("model", table) + (_table("experimental", experimental) if experimental else [])
     lines += _table("float8", {"recipe_name": "tensorwise"}) if fp8 else []
@@ -188,8 +191,10 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
     local = _int(train, "local_batch_size", 8, "training")
     micro = _int(par, "pipeline_parallel_microbatch_size", 1, "parallelism") if pp > 1 else local
     global_batch = _int(train, "global_batch_size", -1, "training")
-    mode = Values(_section(data, "activation_checkpoint"), "torchtitan config: activation_checkpoint").text(
-        "mode", "selective")
+    ac = Values(_section(data, "activation_checkpoint"), "torchtitan config: activation_checkpoint")
+    mode = ac.text("mode", "selective")
+    op_sac = {"recompute_modules": _OP_SAC} if mode == "selective" and ac.text("selective_ac_option", "2") == "op" \
+        else {}
     converters = _section(data, "model").get("converters", [])
     if not isinstance(converters, list):
         raise SpecError(f"torchtitan config: model.converters = {converters!r} must be a list")
@@ -201,7 +206,7 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         precision="fp8" if "float8" in converters else "bf16",
         grad_bytes=2 if Values(train, "torchtitan config: training").choice(
             "mixed_precision_reduce", "float32", ("float32", "bfloat16")) == "bfloat16" else 4,
-        optimizer=_optimizer(_section(data, "optimizer"))), **extra_plan})
+        optimizer=_optimizer(_section(data, "optimizer")), **op_sac), **extra_plan})
     compiled = Values(_section(data, "compile"), "torchtitan config: compile").flag("enable", False)  # stack.py
     extra_stack = {"compiled": compiled, "region_host": TORCH_COMPILE_REGION_HOST if compiled else 0.0,
                    "fusion": "fused" if compiled else "eager",

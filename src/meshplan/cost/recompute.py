@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from meshplan.cost.records import OpCost
+from meshplan.cost.records import ACT_BYTES, FP32, OpCost
+from meshplan.xp import Num
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,12 +19,14 @@ class Recompute:
     the module's output under Megatron's output-discarding checkpoint (``CheckpointWithoutOutput``), which the next
     op would have kept. ``all_to_all``: the module's token dispatch and combine run again too (the forward's EP
     time). Names match an op of that name and its sub-records ("attn/q" matches "attn/q/cast", not "attn/q_up"); a
-    name ending in "/" matches every op below it."""
+    name ending in "/" matches every op below it. ``per_op``: a policy over the whole layer's ops instead of names
+    (``per_op_reruns``, ``per_op_kept``)."""
 
     reruns: tuple[str, ...]
     frees: tuple[str, ...]
     collectives: tuple[str, ...] = ()
     all_to_all: bool = False
+    per_op: bool = False
 
 
 # Megatron-Core megatron/core/transformer/transformer_config.py (recompute_modules) and transformer_layer.py, the
@@ -57,6 +60,12 @@ RECOMPUTE_MODULES: dict[str, Recompute] = {
     # attention core keeps are recomputed from the latents they keep (Megatron-Core qkv_up_proj_and_rope_apply; a
     # model without a query latent, q_lora_rank 0, runs its whole query projection there)
     "mla_up_proj": Recompute(("attn/q_up", "attn/kv_up", "attn/q"), ("attn/core",)),
+    # not Megatron-Core's: torchtitan's per-op selective activation checkpointing of each block (activation_checkpoint
+    # mode "selective", selective_ac_option "op"; pytorch/torchtitan torchtitan/parallelisms/parallelize_llama.py at
+    # ba2469780, the December 2024 benchmarks' commit: _save_list and _custom_policy). Its policy saves the outputs
+    # of aten.mm except every second one in the block's order, of the flash / efficient attention kernels and of
+    # the TP reduce-scatters, and recomputes every other op: per_op_reruns, per_op_kept
+    "op_sac": Recompute((), (), per_op=True),
 }
 
 
@@ -74,16 +83,64 @@ def _matches(name: str, patterns: tuple[tuple[str, ...], tuple[str, ...]]) -> bo
     return name in exact or name.startswith(prefixes)
 
 
+def per_op(modules: tuple[str, ...]) -> bool:
+    """Whether ``modules`` hold a per-op policy over the whole layer (``Recompute.per_op``)."""
+    return any(RECOMPUTE_MODULES[m].per_op for m in modules)
+
+
+def per_op_reruns(ops: list[OpCost]) -> list[bool]:
+    """Per op of one layer, in the order the block runs them: a forward kernel torchtitan's per-op SAC runs again.
+    Its policy counts the block's matmuls and saves the odd ones' outputs (the 1st, 3rd, ...: Llama's wq, wv, w1 and
+    w2), so the even ones (wk, wo, w3) run again; the attention kernel's output is saved; every other op (norms,
+    RoPE, the activation and gate, residual adds, casts) is not saved, and since the backward pass needs the
+    inputs of the matmuls it saved the outputs of, runs again. Simplification: the last residual add, which an early
+    stop of the recompute may skip, is counted."""
+    out: list[bool] = []
+    gemms = 0
+    for op in ops:
+        if op.phase != "fwd" or op.kind == "collective":
+            out.append(False)
+        elif op.kind == "gemm":
+            gemms += 1
+            out.append(gemms % 2 == 0)
+        else:
+            out.append(op.kind != "attention")
+    return out
+
+
+def per_op_kept(ops: list[OpCost]) -> Num:
+    """Bytes torchtitan's per-op SAC keeps of one layer besides the block's input: the 16-bit outputs (m·n, of each
+    group of a grouped GEMM) of the matmuls it saves (``per_op_reruns``' odd ones) and the attention kernel's output
+    (queries·heads × head dim) with its fp32 log-sum-exp per query and head."""
+    again = per_op_reruns(ops)
+    kept: Num = 0.0
+    for op, redo in zip(ops, again, strict=True):
+        if op.phase != "fwd":
+            continue
+        if op.kind == "gemm" and not redo:
+            kept = kept + op.m * op.n * op.groups * ACT_BYTES
+        elif op.kind == "attention":
+            kept = kept + op.m * (op.k * ACT_BYTES + FP32)
+    return kept
+
+
 def rerun_by(ops: list[OpCost], modules: tuple[str, ...]) -> list[bool]:
     """Per op: a forward kernel that the selective recompute of ``modules`` runs again in the backward pass."""
     patterns = _patterns(modules, "reruns")
-    return [op.phase == "fwd" and op.kind != "collective" and _matches(op.name, patterns) for op in ops]
+    named = [op.phase == "fwd" and op.kind != "collective" and _matches(op.name, patterns) for op in ops]
+    if not per_op(modules):
+        return named
+    return [a or b for a, b in zip(named, per_op_reruns(ops), strict=True)]
 
 
 def tp_rerun_by(ops: list[OpCost], modules: tuple[str, ...]) -> list[bool]:
-    """Per op: a forward tensor-parallel collective inside a module ``modules`` recompute, which runs again."""
+    """Per op: a forward tensor-parallel collective inside a module ``modules`` recompute, which runs again; under a
+    per-op policy every forward TP collective but the reduce-scatters, whose outputs torchtitan's SAC saves."""
     patterns = _patterns(modules, "collectives")
-    return [op.phase == "fwd" and op.kind == "collective" and _matches(op.name, patterns) for op in ops]
+    whole = per_op(modules)
+    return [op.phase == "fwd" and op.kind == "collective" and (
+        _matches(op.name, patterns) or (whole and op.collective is not None and op.collective.axis == "tp"
+                                        and op.collective.kind != "reduce_scatter")) for op in ops]
 
 
 def freed_by(ops: list[OpCost], modules: tuple[str, ...]) -> list[bool]:

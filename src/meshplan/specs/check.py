@@ -289,6 +289,8 @@ def recompute_modules_problem(modules: object) -> str:
         return f"has {unknown[0]!r}: the modules are {', '.join(RECOMPUTE_MODULES)}"
     if len(set(modules)) != len(modules):
         return "names a module twice"
+    if "op_sac" in modules and len(modules) > 1:
+        return "has op_sac with other modules: op_sac (torchtitan's per-op policy) covers the whole layer on its own"
     return ""
 
 

@@ -30,8 +30,9 @@ LAYOUTS = ("1d", "summa", "tp2d")
 RECOMPUTE = ("none", "selective", "full")
 # Megatron-Core's selective recompute modules (TransformerConfig.recompute_modules, recompute_granularity
 # "selective"; megatron/core/transformer/transformer_config.py), each priced by ops.RECOMPUTE_MODULES; its default
-# is core_attn, the attention core of Korthikanti et al. 2022
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts", "mla_up_proj")
+# is core_attn, the attention core of Korthikanti et al. 2022. op_sac is torchtitan's per-op selective checkpointing
+# of the whole layer (cost/recompute.py), on its own
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts", "mla_up_proj", "op_sac")
 # asynchronous pipelines: no flush, weights updated while older micro-batches are in flight (stale weights: training
 # semantics differ from synchronous SGD): PipeDream's 1F1B with weight stashing (Narayanan et al., SOSP 2019, §3.2-3.3)
 # and PipeDream-2BW's double-buffered weights (Narayanan et al., ICML 2021, §3.1); schedule.py, memory.py
@@ -113,7 +114,7 @@ class Plan:
     # with recompute="selective": the modules recomputed (RECOMPUTE_MODULES; Megatron-Core's recompute_modules)
     recompute_modules: tuple[str, ...] = field(default=("core_attn",), metadata=_opt(
         "with --recompute selective: the modules recomputed, comma-separated (Megatron-Core's recompute_modules: "
-        + ", ".join(RECOMPUTE_MODULES) + ")", choices=RECOMPUTE_MODULES))
+        + ", ".join(RECOMPUTE_MODULES[:-1]) + "; or op_sac, torchtitan's per-op policy)", choices=RECOMPUTE_MODULES))
     # per pipeline rank (issue 50 item 3, step/ranks.py): each rank's own recompute, "none", "selective", "full" or
     # a count N of its layers fully recomputed (Megatron's --recompute-method block --recompute-num-layers N, the rest
     # not recomputed); () every rank the plan's ``recompute``. Under 1F1B rank r holds p − r micro-batches in

@@ -36,12 +36,14 @@ def activation_memory(model: ModelSpec, plan: Plan, stack: Stack, u: Units, midd
     # ZB-V: the head on the first rank (its V); Chimera: both ends run an embedding and a head (zero_bubble_v.py)
     head_first = True if plan.schedule in ("zb-v", "chimera") else single
     head_last, embed_last = plan.schedule != "zb-v", True if plan.schedule == "chimera" else single
-    first = activation_bytes(model, plan, u.layer_saved, layer_input) + embed + (u.head_saved + loss) * head_first
-    last = activation_bytes(model, plan, u.layer_saved, layer_input, last=True) + (u.head_saved + loss) * head_last \
-        + embed * embed_last
+    work = u.layer_working
+    first = activation_bytes(model, plan, u.layer_saved, layer_input, working=work) + embed + (
+        u.head_saved + loss) * head_first
+    last = activation_bytes(model, plan, u.layer_saved, layer_input, last=True, working=work) + (
+        u.head_saved + loss) * head_last + embed * embed_last
     if not middle:
         return first + kept_first, last + kept_last
-    rank1 = activation_bytes(model, plan, u.layer_saved, layer_input, rank=1) + (
+    rank1 = activation_bytes(model, plan, u.layer_saved, layer_input, rank=1, working=work) + (
         kept_first * 2 * plan.vpp / (2 * plan.vpp - 1))
     return first + kept_first, last + kept_last, middle_or_first(plan, rank1, first + kept_first)
 

@@ -136,7 +136,8 @@ def _activations(model: ModelSpec, view: Plan, stack: Stack, u: Units, rank: int
     if rank in (0, view.pp - 1):
         return float(activation_memory(model, view, stack, u)[rank != 0])
     kept = pipeline_runtime_memory(model, view, stack)[0] * 2 * view.vpp / (2 * view.vpp - 1)
-    return float(activation_bytes(model, view, u.layer_saved, layer_input_bytes(model, view), rank=rank) + kept)
+    return float(activation_bytes(model, view, u.layer_saved, layer_input_bytes(model, view), rank=rank,
+                                  working=u.layer_working) + kept)
 
 
 def rank_bubble(plan: Plan, times: list[PassTimes]) -> float:

@@ -1,0 +1,104 @@
+"""torchtitan's per-op selective activation checkpointing (recompute_modules op_sac, cost/recompute.py): which forward
+kernels run again, what the layer keeps, and the torchtitan job TOML that says it (selective_ac_option "op")."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from meshplan.configs import emit, read
+from meshplan.cost.layers import dense_layer
+from meshplan.cost.recompute import per_op_reruns, rerun_by, tp_rerun_by
+from meshplan.estimate import estimate
+from meshplan.memory import layer_input_bytes
+from meshplan.specs.check import check
+from meshplan.specs.efficiency import DEFAULT
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import load_stack
+from meshplan.step.passes import pass_times, time_ops
+from meshplan.step.units import saved_bytes
+
+LLAMA = load_model("llama3-8b")  # d 4096, 8 KV heads of 128 (1024), FFN 14336, 32 heads
+TITAN = load_stack("torchtitan")  # separate wq / wk / wv and w1 / w3 linears, eager element-wise kernels
+OP_SAC = Plan(dp=8, micro_batch=1, global_batch=8, zero=3, recompute="selective", recompute_modules=("op_sac",))
+H100 = load_system("h100")
+
+
+def _forward(ops, flags):
+    return [op.name for op, f in zip(ops, flags, strict=True) if f]
+
+
+def test_every_second_matmul_and_the_element_wise_ops_run_again():
+    """The block's matmuls in order are wq, wk, wv, wo, w1 (gate), w3 (up), w2: the policy saves the 1st, 3rd, 5th
+    and 7th and recomputes wk, wo and w3; the attention kernel's output is saved; every element-wise op runs
+    again."""
+    ops = dense_layer(LLAMA, OP_SAC, TITAN)
+    again = per_op_reruns(ops)
+    gemms = [op.name for op in ops if op.phase == "fwd" and op.kind == "gemm"]
+    assert gemms == ["attn/qkv/q", "attn/qkv/k", "attn/qkv/v", "attn/out", "mlp/fc1/gate", "mlp/fc1/up", "mlp/fc2"]
+    assert [n for n in _forward(ops, again) if n in gemms] == ["attn/qkv/k", "attn/out", "mlp/fc1/up"]
+    assert "attn/core" not in _forward(ops, again)
+    memory = [op.name for op in ops if op.phase == "fwd" and op.kind == "memory"]
+    assert memory and set(memory) <= set(_forward(ops, again))  # norms, RoPE, SiLU·gate, residual adds
+    assert "attn/norm/eager" in memory and "attn/rope/eager" in memory
+    assert rerun_by(ops, ("op_sac",)) == again
+    assert not any(op.phase != "fwd" for op, f in zip(ops, again, strict=True) if f)
+
+
+def test_the_layer_keeps_its_input_the_saved_matmuls_outputs_and_the_attention_output():
+    """Per token: the block input 4096, wq 4096, wv 1024, w1 14336, w2 4096 (16-bit) and the attention output 4096
+    with 32 heads' fp32 log-sum-exp (32 × 4 bytes): (4096·4 + 1024 + 14336)·2 + 128 = 63,616 bytes, against
+    139,392 with no recompute (its records' saved 69,696 elements)."""
+    ops = dense_layer(LLAMA, OP_SAC, TITAN)
+    tokens = OP_SAC.micro_batch * LLAMA.seq_length
+    kept = saved_bytes(ops, "selective", ("op_sac",), layer_input_bytes(LLAMA, OP_SAC))
+    assert kept == tokens * ((4096 * 4 + 1024 + 14336) * 2 + 32 * 4) == tokens * 63616
+    assert saved_bytes(ops) == tokens * 69696 * 2
+    assert kept < saved_bytes(ops, "selective", ("core_attn",))
+
+
+def test_it_recomputes_less_than_the_forward_and_more_than_nothing():
+    """The recompute is the forward time of wk, wo, w3 and every element-wise kernel: less than full recompute's
+    whole forward, and exactly the sum of the rerun records' times."""
+    ops = dense_layer(LLAMA, OP_SAC, TITAN)
+    times = time_ops(ops, H100.cluster(8), OP_SAC, DEFAULT)
+    redo = pass_times(ops, times, OP_SAC, TITAN, "selective").recompute
+    full = pass_times(ops, times, replace(OP_SAC, recompute="full"), TITAN, "full").recompute
+    again = sum(t for t, f in zip(times, per_op_reruns(ops), strict=True) if f)
+    assert redo == pytest.approx(again)
+    assert 0 < redo < 0.75 * full
+
+
+def test_tensor_parallel_gathers_run_again_and_reduce_scatters_do_not():
+    """torchtitan's save list holds the TP reduce-scatter (its output is saved) but not the all-gather: with TP and
+    sequence parallelism the forward all-gathers of the block run again."""
+    plan = replace(OP_SAC, dp=4, tp=2, sequence_parallel=True)
+    ops = dense_layer(LLAMA, plan, TITAN)
+    again = [op for op, f in zip(ops, tp_rerun_by(ops, ("op_sac",)), strict=True) if f]
+    fwd_tp = [op for op in ops if op.phase == "fwd" and op.collective is not None and op.collective.axis == "tp"]
+    assert again and {op.collective.kind for op in again} == {"all_gather"}
+    assert {op.collective.kind for op in fwd_tp} == {"all_gather", "reduce_scatter"}
+
+
+def test_op_sac_stands_alone():
+    """op_sac is a policy over the whole layer: named with a Megatron-Core module it is refused, with the reason."""
+    assert check(LLAMA, H100.cluster(8), OP_SAC, TITAN) == []
+    reasons = check(LLAMA, H100.cluster(8), replace(OP_SAC, recompute_modules=("op_sac", "core_attn")), TITAN)
+    assert len(reasons) == 1 and "op_sac" in reasons[0] and "on its own" in reasons[0]
+
+
+def test_a_torchtitan_job_toml_round_trips_op_sac():
+    """meshplan writes op_sac as torchtitan's [activation_checkpoint] mode "selective", selective_ac_option "op"
+    (no caveat), and reads that back as op_sac; the estimate of what it read is the estimate of what it wrote."""
+    text = emit("torchtitan", LLAMA, OP_SAC, TITAN)
+    assert 'selective_ac_option = "op"' in text and "core_attn" not in text
+    plan, stack = read("torchtitan", LLAMA, 8, text)
+    assert plan.recompute == "selective" and plan.recompute_modules == ("op_sac",)
+    cluster = H100.cluster(8)
+    assert estimate(LLAMA, cluster, plan, stack).step_time == pytest.approx(
+        estimate(LLAMA, cluster, OP_SAC, TITAN).step_time, rel=1e-9)
+    layer = text.replace('selective_ac_option = "op"', 'selective_ac_option = "2"')
+    assert read("torchtitan", LLAMA, 8, layer)[0].recompute_modules == ("core_attn",)  # an integer is not op_sac
