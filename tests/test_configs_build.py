@@ -72,7 +72,8 @@ def _torchtitan_model(tmp_path, text: str):
 @pytest.mark.parametrize("name", [*MODELS, "qwen3-30b-a3b"])
 def test_torchtitan_builds_the_priced_model_from_the_emitted_toml(tmp_path, name):
     model = load_model(name)
-    text = emit("torchtitan", model, replace(PLAN[name], zero=3), load_stack("torchtitan"))
+    text = emit("torchtitan", model, replace(PLAN[name], zero=3, recompute_modules=("op_sac",)),
+                load_stack("torchtitan"))
     job, built = _torchtitan_model(tmp_path, text)
     params = sum(p.numel() for p in built.parameters())
     assert params == model.params() - _torchtitan_buffers_as_params(model), (name, params, model.params())
@@ -87,7 +88,8 @@ def test_torchtitan_flavour_of_a_model_it_does_not_register(tmp_path):
     """A dense Llama-like model of no registered flavour (llama3-8b with 40 layers and FFN 12,288): the llama3
     flavour meshplan writes builds it: 8,030,261,248 - 32 x 3 x 4096 x 14336 + 40 x 3 x 4096 x 12288 and the rest."""
     model = dataclasses.replace(load_model("llama3-8b"), name="llama3-8b-wide", num_layers=40, ffn_hidden_size=12288)
-    text = emit("torchtitan", model, Plan(dp=8, tp=8, global_batch=64, zero=3), load_stack("torchtitan"))
+    text = emit("torchtitan", model, Plan(dp=8, tp=8, global_batch=64, zero=3, recompute_modules=("op_sac",)),
+                load_stack("torchtitan"))
     assert 'name = "llama3"' in text and 'flavor = "meshplan-llama3-8b-wide"' in text
     _, built = _torchtitan_model(tmp_path, text)
     assert sum(p.numel() for p in built.parameters()) == model.params()

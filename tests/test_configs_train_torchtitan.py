@@ -65,7 +65,7 @@ def test_torchtitan_trains_a_tiny_model_from_the_emitted_config(tmp_path):
     pytest.importorskip("torchtitan")
     pytest.importorskip("tokenizers")
     _assets(tmp_path)
-    plan = Plan(dp=2, micro_batch=2, global_batch=8, zero=0, recompute="selective")
+    plan = Plan(dp=2, micro_batch=2, global_batch=8, zero=0, recompute="selective", recompute_modules=("op_sac",))
     text = emit("torchtitan", TINY, plan, load_stack("torchtitan"))
     (tmp_path / "job.toml").write_text(text)
     _flavour_module(text, tmp_path)

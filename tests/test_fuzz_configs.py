@@ -17,7 +17,7 @@ from meshplan.specs.plan import Plan
 from meshplan.specs.stack import load_stack
 
 MODEL = load_model("llama3-8b")
-PLAN = Plan(dp=8, tp=2, micro_batch=1, global_batch=64, zero=3, sequence_parallel=True)
+PLAN = Plan(dp=8, tp=2, micro_batch=1, global_batch=64, zero=3, sequence_parallel=True, recompute_modules=("op_sac",))
 TEXT = emit("torchtitan", MODEL, PLAN, load_stack("torchtitan"))
 # (section, key, what the emitted config says): torchtitan's JobConfig fields of type bool or Literal
 KEYS = [("compile", "enable", "false"), ("parallelism", "enable_async_tensor_parallel", "false"),

@@ -44,7 +44,8 @@ def test_a_region_host_time_without_a_compiled_region_is_refused(framework, tmp_
 def test_compiled_reads_alike_from_the_option_and_a_torchtitan_job(tmp_path, capsys):
     """--compiled on torchtitan's stack and [compile] enable = true in its job config: the same stack fields;
     --region-host beside --compiled overrides the measured 0.29 ms; --no-compiled drops it."""
-    model, plan = load_model("llama3-8b"), Plan(dp=8, micro_batch=1, global_batch=64, zero=3)
+    model, plan = load_model("llama3-8b"), Plan(dp=8, micro_batch=1, global_batch=64, zero=3,
+                                                  recompute_modules=("op_sac",))
     run = ["estimate", "--model", "llama3-8b", "--system", "h100", "--gpus", "8"]
     job = tmp_path / "job.toml"
     job.write_text(emit("torchtitan", model, plan, load_stack("torchtitan")).replace("enable = false", "enable = true"))

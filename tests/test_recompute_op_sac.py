@@ -3,21 +3,25 @@ kernels run again, what the layer keeps, and the torchtitan job TOML that says i
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
 
+from meshplan.cli import main
 from meshplan.configs import emit, read
 from meshplan.cost.layers import dense_layer
 from meshplan.cost.recompute import per_op_reruns, rerun_by, tp_rerun_by
+from meshplan.errors import SpecError
 from meshplan.estimate import estimate
 from meshplan.memory import layer_input_bytes
+from meshplan.search import Space, search
 from meshplan.specs.check import check
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
-from meshplan.specs.stack import load_stack
+from meshplan.specs.stack import frameworks_running, load_stack
 from meshplan.step.passes import pass_times, time_ops
 from meshplan.step.units import saved_bytes
 
@@ -100,5 +104,58 @@ def test_a_torchtitan_job_toml_round_trips_op_sac():
     cluster = H100.cluster(8)
     assert estimate(LLAMA, cluster, plan, stack).step_time == pytest.approx(
         estimate(LLAMA, cluster, OP_SAC, TITAN).step_time, rel=1e-9)
-    layer = text.replace('selective_ac_option = "op"', 'selective_ac_option = "2"')
-    assert read("torchtitan", LLAMA, 8, layer)[0].recompute_modules == ("core_attn",)  # an integer is not op_sac
+
+
+
+def test_torchtitan_writes_every_nth_layer_and_refuses_megatron_modules():
+    """An integer selective_ac_option N recomputes every N-th block of a rank in full: 16 of Llama 3 8B's 32 layers is
+    N = 2 and back; 12 of 32 is no N (refused), nor is Megatron-Core's core_attn (torchtitan has no such option)."""
+    half = replace(OP_SAC, recompute="full", recompute_layers=16, recompute_modules=("core_attn",))
+    text = emit("torchtitan", LLAMA, half, TITAN)
+    assert 'mode = "selective"' in text and 'selective_ac_option = "2"' in text
+    assert read("torchtitan", LLAMA, 8, text)[0] == half
+    every = text.replace('selective_ac_option = "2"', 'selective_ac_option = "1"')
+    assert read("torchtitan", LLAMA, 8, every)[0] == replace(half, recompute_layers=0)
+    none = text.replace('selective_ac_option = "2"', 'selective_ac_option = "64"')
+    assert read("torchtitan", LLAMA, 8, none)[0].recompute == "none"
+    with pytest.raises(SpecError, match="recompute_layers=12"):
+        emit("torchtitan", LLAMA, replace(half, recompute_layers=12), TITAN)
+    with pytest.raises(SpecError, match="recompute_modules=core_attn"):
+        emit("torchtitan", LLAMA, replace(OP_SAC, recompute_modules=("core_attn",)), TITAN)
+    with pytest.raises(SpecError, match="selective_ac_option = 'x'"):
+        read("torchtitan", LLAMA, 8, text.replace('selective_ac_option = "2"', 'selective_ac_option = "x"'))
+
+
+def test_each_framework_runs_its_own_selective_recompute():
+    """torchtitan runs op_sac and no Megatron-Core module; Megatron-Core runs its modules and not op_sac
+    (Supports.recompute_modules), so a plan with the other's selective recompute is not among what each runs."""
+    megatron = replace(OP_SAC, recompute_modules=("core_attn",))
+    assert "torchtitan" in frameworks_running(OP_SAC) and "torchtitan" not in frameworks_running(megatron)
+    assert TITAN.supports.problems(megatron) == ["recompute_modules=core_attn"]
+    core = load_stack("megatron-core").supports  # at ZeRO-1, which it runs (FSDP's ZeRO-3 it does not)
+    assert core.problems(replace(OP_SAC, zero=1)) == ["recompute_modules=op_sac"]
+    assert core.problems(replace(megatron, zero=1)) == []
+
+
+def test_a_torchtitan_search_prices_selective_as_op_sac_and_refuses_megatron_modules():
+    """The space's default selective recompute (core_attn) becomes torchtitan's op_sac; a Megatron-Core module asked
+    of torchtitan is refused with the reason; Megatron-Core keeps core_attn and refuses op_sac."""
+    assert Space(global_batch=16, stack=TITAN).recompute_modules == ("op_sac",)
+    assert Space(global_batch=16, stack=load_stack("megatron-core")).recompute_modules == ("core_attn",)
+    with pytest.raises(SpecError, match="framework torchtitan does not run mlp"):
+        Space(global_batch=16, stack=TITAN, recompute_modules=("mlp",))
+    with pytest.raises(SpecError, match="framework megatron-core does not run op_sac"):
+        Space(global_batch=16, stack=load_stack("megatron-core"), recompute_modules=("op_sac",))
+    result = search(LLAMA, H100.cluster(8), Space(global_batch=16, stack=TITAN, recompute=("selective",)), top_k=1)
+    assert result.plans[0].plan.recompute_modules == ("op_sac",)
+
+
+def test_estimate_with_torchtitan_prices_its_selective_recompute(capsys):
+    """`estimate --framework torchtitan --recompute selective` prices op_sac unless --recompute-modules says
+    otherwise (then what it says, priced as asked)."""
+    args = ["estimate", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--framework", "torchtitan",
+            "--recompute", "selective", "--json"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["plan"]["recompute_modules"] == ["op_sac"]
+    assert main([*args, "--recompute-modules", "core_attn"]) == 0
+    assert json.loads(capsys.readouterr().out)["plan"]["recompute_modules"] == ["core_attn"]

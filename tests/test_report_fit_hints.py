@@ -49,7 +49,11 @@ def test_hints_fit_first_and_match_a_fresh_estimate(too_big):
         again = estimate(too_big.model, too_big.cluster, h.est.plan, too_big.stack)
         assert (again.step_time, again.peak_memory) == (h.est.step_time, h.est.peak_memory)
     zero3 = next(h for h in fit_hints(too_big, limit=20) if h.changes == {"zero": 3})
-    assert not zero3.runs and "torchtitan" in zero3.frameworks  # Megatron-Core has no ZeRO-3; torchtitan's FSDP2 does
+    # Megatron-Core has no ZeRO-3; torchtitan's FSDP2 has, but its selective recompute is per-op SAC, not core_attn
+    assert not zero3.runs and "pytorch-fsdp" in zero3.frameworks and "torchtitan" not in zero3.frameworks
+    sac = estimate(too_big.model, too_big.cluster, too_big.plan.with_(recompute_modules=("op_sac",)), too_big.stack)
+    op_sac = next(h for h in fit_hints(sac, limit=20) if h.changes == {"zero": 3})
+    assert "torchtitan" in op_sac.frameworks
 
 
 def test_a_plan_that_fits_has_no_hints(too_big):

@@ -16,6 +16,7 @@ from meshplan.fields import usable_hbm
 from meshplan.report.fit_hints import fit_hints, print_hints
 from meshplan.report.host_note import host_note
 from meshplan.specs.refusals import refused
+from meshplan.specs.stack import stack_modules
 
 if TYPE_CHECKING:
     from meshplan.estimate import Estimate
@@ -45,11 +46,14 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
     else:
         stack = stack_of(framework, options)
         zero_given = options.get("plan_zero") is not None
+        modules_given = options.get("plan_recompute_modules") is not None
         plan = plan_of(options, model, cluster)
         if not zero_given and stack.fsdp != "none" and plan.zero == 1:
             # FSDP has no ZeRO-1: the default is its own, FULL_SHARD (torch FSDP's ShardingStrategy default,
             # torchtitan's fully_shard reshard_after_forward), i.e. ZeRO-3
             plan = dataclasses.replace(plan, zero=3)
+        if not modules_given and plan.recompute == "selective":  # the framework's own selective recompute
+            plan = dataclasses.replace(plan, recompute_modules=stack_modules(plan.recompute_modules, stack))
     if fp8_scaling_given and stack.fp8_scaling != "delayed" and plan.precision != "fp8":
         raise SpecError(f"fp8-scaling={stack.fp8_scaling} needs --precision fp8 (not {plan.precision})")
     est = run(model, cluster, plan, stack)

@@ -20,7 +20,14 @@ from meshplan.specs.check import recompute_modules_problem
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
-from meshplan.specs.stack import DEFAULT_FRAMEWORK, TORCH_COMPILE_REGION_HOST, Stack, load_stack, stack_names
+from meshplan.specs.stack import (
+    DEFAULT_FRAMEWORK,
+    TORCH_COMPILE_REGION_HOST,
+    Stack,
+    load_stack,
+    stack_modules,
+    stack_names,
+)
 
 PLAN_PREFIX, STACK_PREFIX = "plan_", "stack_"
 AXES = ("tp", "tp2", "pp", "cp", "dp")  # the axes whose product is the GPU count
@@ -207,13 +214,18 @@ def _derived(plan: Plan) -> dict[str, Any]:
             "offload_activations": plan.offload_layers > 0}
 
 
-def _plan_args(plan: Plan) -> list[str]:
-    """The options that reproduce ``plan``: those whose value is not the command line's default."""
+def _plan_args(plan: Plan, stack: Stack) -> list[str]:
+    """The options that reproduce ``plan`` under ``stack``: those whose value is not the command line's default
+    (``recompute_modules``: the framework's own selective recompute, check.stack_modules)."""
     args: list[str] = []
-    derived = _derived(plan)
+    own = stack_modules(("core_attn",), stack) if plan.recompute == "selective" else ("core_attn",)
+    derived = _derived(plan) | {"recompute_modules": own}
     for fld in plan_fields():
         value = getattr(plan, fld.name)
         if fld.name in derived and value == derived[fld.name]:
+            continue
+        if fld.name == "recompute_modules":  # not the framework's own: said, whatever the command line's default
+            args += [flag(fld), _shown(value)]
             continue
         if fld.name not in COMPUTED and value == cli_default(fld):
             continue
@@ -239,4 +251,4 @@ def _stack_args(stack: Stack) -> list[str]:
 
 def estimate_args(plan: Plan, stack: Stack) -> list[str]:
     """``plan`` and ``stack`` as ``estimate`` options: ``plan_of`` and ``stack_of`` give them back."""
-    return _plan_args(plan) + _stack_args(stack)
+    return _plan_args(plan, stack) + _stack_args(stack)

@@ -21,9 +21,10 @@ ParallelismConfig):
 
 Mapping: FSDP2 is ZeRO-3 when it reshards after forward and ZeRO-2 when it does not ("never"); plain replication
 (DDP) is ZeRO-0; torchtitan has no ZeRO-1. Its tensor parallelism always shards the norms' sequence (sequence
-parallel on with tp > 1). Selective recompute is per-op SAC, priced as Megatron's core_attn. Refused: ZeRO-1, HSDP
-(replicate and shard both > 1), fp16, mxfp8/fp4, delayed fp8 scaling, an uneven last stage, optimizer or activation
-offload, recompute of some layers or other modules, an optimizer other than Adam and AdamW.
+parallel on with tp > 1). Selective recompute is per-op SAC (``selective_ac_option = "op"``), meshplan's op_sac.
+Refused: ZeRO-1, HSDP (replicate and shard both > 1), fp16, mxfp8/fp4, delayed fp8 scaling, an uneven last stage,
+optimizer or activation offload, recompute of some layers, selective recompute of Megatron-Core's modules, an
+optimizer other than Adam and AdamW.
 """
 
 from __future__ import annotations
@@ -56,12 +57,7 @@ _ROTATE = {"allgather": "allgather", "ring": "alltoall"}
 _REDUCE_DTYPE = {4: "float32", 2: "bfloat16"}  # Plan.grad_bytes -> mixed_precision_reduce
 # torchtitan's selective_ac_option "op" (per-op SAC: matmuls but every second one and the attention outputs saved,
 # the rest recomputed) is meshplan's recompute_modules op_sac (cost/recompute.py); an integer N recomputes every N-th
-# layer in full. Megatron-Core's core_attn, meshplan's default selective recompute, has no torchtitan option
-_SELECTIVE = ["recompute: meshplan priced 'selective' as Megatron-Core's core_attn recompute (the attention core's "
-              "softmax and dropout only); torchtitan has no such option: selective_ac_option = \"op\" (per-op SAC, "
-              "meshplan's recompute_modules op_sac) also recomputes every second matmul and the pointwise ops, so it "
-              "stores less and recomputes more than priced; 'full' or an integer N (every N-th layer in full) "
-              "differ more"]
+# layer in full. Megatron-Core's modules (core_attn ...) have no torchtitan option: refused
 _OP_SAC = ("op_sac",)
 
 
@@ -75,10 +71,13 @@ def _check(plan: Plan, model: ModelSpec) -> None:
                 ("offload_activations", True, "no activation offload option", plan.offload_activations),
                 ("last_stage_layers", plan.last_stage_layers, "stages hold equal layers", plan.last_stage_layers),
                 ("first_stage_layers", plan.first_stage_layers, "stages hold equal layers", plan.first_stage_layers),
-                ("recompute_layers", plan.recompute_layers, "it recomputes every layer or none",
-                 plan.recompute == "full" and plan.recompute_layers),
-                ("recompute_modules", ",".join(plan.recompute_modules), "its selective recompute is per-op SAC",
-                 plan.recompute == "selective" and plan.recompute_modules not in (("core_attn",), _OP_SAC)),
+                ("recompute_layers", plan.recompute_layers, "it recomputes every N-th layer of a rank (selective_ac_"
+                 f"option N), and {plan.recompute_layers} layers are not every N-th of {model.num_layers // plan.pp}",
+                 plan.recompute == "full" and plan.recompute_layers
+                 and (model.num_layers // plan.pp) % plan.recompute_layers),
+                ("recompute_modules", ",".join(plan.recompute_modules),
+                 "its selective recompute is per-op SAC (recompute_modules op_sac)",
+                 plan.recompute == "selective" and plan.recompute_modules != _OP_SAC),
                 ("grad_bytes", plan.grad_bytes, "it reduces in float32 or bfloat16",
                  plan.grad_bytes not in _REDUCE_DTYPE),
                 ("optimizer", plan.optimizer, "its build_optimizers takes Adam and AdamW",
@@ -120,6 +119,9 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
         "expert_parallel_degree": plan.ep, "expert_tensor_parallel_degree": plan.etp,
         "enable_async_tensor_parallel": stack.overlap_tp}
     ac = {"mode": plan.recompute, "selective_ac_option": "op" if plan.recompute == "selective" else None}
+    if plan.recompute == "full" and plan.recompute_layers:  # every N-th of the rank's blocks (_apply_ac_to_transformer_
+        # block's ac_freq counts the blocks it wraps, across the rank's model parts)
+        ac = {"mode": "selective", "selective_ac_option": str(model.num_layers // plan.pp // plan.recompute_layers)}
     expressed = ("overlap_tp", "cp_comm") + (("fp8_scaling",) if fp8 else ())
     # [compile] enable: torch.compile's regions (a compiled stack) or its fused element-wise kernels (a fused one),
     # torchtitan's one way to either; what reading it implies of the other fields, the comment says otherwise
@@ -133,8 +135,7 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     lines = [f"# torchtitan job config for {model.name} ({plan.num_gpus} GPUs), written by meshplan",
              f"# launch: {torchrun(plan, '-m torchtitan.train --job.config_file THIS_FILE.toml')}"]
     lines += [f"# {note}"] if note else []
-    caveat = plan.recompute == "selective" and plan.recompute_modules != _OP_SAC
-    lines += [f"# {line}" for line in about + (_SELECTIVE if caveat else [])]
+    lines += [f"# {line}" for line in about]
     lines += _table("job", {"description": f"{model.name} {plan.describe()}"})
     lines += _table("model", table) + (_table("experimental", experimental) if experimental else [])
     lines += _table("float8", {"recipe_name": "tensorwise"}) if fp8 else []
@@ -192,21 +193,29 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
     micro = _int(par, "pipeline_parallel_microbatch_size", 1, "parallelism") if pp > 1 else local
     global_batch = _int(train, "global_batch_size", -1, "training")
     ac = Values(_section(data, "activation_checkpoint"), "torchtitan config: activation_checkpoint")
-    mode = ac.text("mode", "selective")
-    op_sac = {"recompute_modules": _OP_SAC} if mode == "selective" and ac.text("selective_ac_option", "2") == "op" \
-        else {}
+    mode, option = ac.choice("mode", "selective", ("none", "selective", "full")), ac.text("selective_ac_option", "2")
+    # torchtitan's selective recompute is op_sac (Supports.recompute_modules); an integer option N recomputes every
+    # N-th block of a rank in full
+    recompute: dict[str, Any] = {"recompute": mode} | ({"recompute_modules": _OP_SAC} if mode == "selective" else {})
+    if mode == "selective" and option != "op":
+        if not option.isdigit() or int(option) < 1:
+            raise SpecError(f"torchtitan config: activation_checkpoint.selective_ac_option = {option!r} must be "
+                            "\"op\" or a positive integer")
+        layers = model.num_layers // pp
+        count = layers // int(option)  # none when N exceeds the rank's blocks; all (recompute_layers 0) when N = 1
+        recompute = {"recompute": "full" if count else "none", "recompute_layers": 0 if count == layers else count}
     converters = _section(data, "model").get("converters", [])
     if not isinstance(converters, list):
         raise SpecError(f"torchtitan config: model.converters = {converters!r} must be a list")
     plan = Plan(**{**dict(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=_int(par, "expert_parallel_degree", 1, "parallelism"),
         etp=_int(par, "expert_tensor_parallel_degree", 1, "parallelism"), vpp=vpp, sequence_parallel=tp > 1,
-        micro_batch=micro, global_batch=global_batch if global_batch > 0 else local * dp, zero=zero, recompute=mode,
+        micro_batch=micro, global_batch=global_batch if global_batch > 0 else local * dp, zero=zero,
         schedule=schedules[schedule],
         precision="fp8" if "float8" in converters else "bf16",
         grad_bytes=2 if Values(train, "torchtitan config: training").choice(
             "mixed_precision_reduce", "float32", ("float32", "bfloat16")) == "bfloat16" else 4,
-        optimizer=_optimizer(_section(data, "optimizer")), **op_sac), **extra_plan})
+        optimizer=_optimizer(_section(data, "optimizer")), **recompute), **extra_plan})
     compiled = Values(_section(data, "compile"), "torchtitan config: compile").flag("enable", False)  # stack.py
     extra_stack = {"compiled": compiled, "region_host": TORCH_COMPILE_REGION_HOST if compiled else 0.0,
                    "fusion": "fused" if compiled else "eager",

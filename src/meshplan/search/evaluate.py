@@ -274,15 +274,17 @@ def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], f
             panels: list[np.ndarray] | None = None, layers: int = 0) -> Plan:
     """The plan at a flat index of the (recompute, zero, offload opt, offload act, row) grid; the space's partial
     recompute and offload counts under the settings they belong to, 0 (all) where they cover a stage of the
-    ``layers`` (check._check_counts: a count is at most a stage's layers; the step is the same)."""
+    ``layers`` (check._check_counts: a count is at most a stage's layers; the step is the same), and its recompute
+    modules under selective recompute, Plan's default elsewhere (they change nothing there)."""
     r, z, o, a, row = np.unravel_index(flat, shape)
     plan = batch.plan(int(row))
     per_stage = -(-layers // plan.pp)
     partial: dict[str, Any] = {"recompute_layers": plan.recompute_layers if grid[0][r] == "full" else 0,
                "offload_layers": plan.offload_layers if grid[3][a] else 0}
     partial = {k: 0 if v >= per_stage else v for k, v in partial.items()}
+    modules = plan.recompute_modules if grid[0][r] == "selective" else Plan().recompute_modules
     plan = replace(plan, recompute=grid[0][r], zero=grid[1][z], offload_optimizer=grid[2][o],
-                   offload_activations=grid[3][a], **partial)
+                   offload_activations=grid[3][a], recompute_modules=modules, **partial)
     return replace(plan, summa_panels=int(panels[r][row])) if panels is not None else plan
 
 

@@ -24,7 +24,7 @@ from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM
 from meshplan.ranges import check_options
 from meshplan.specs.check import fsdp_has_zero, recompute_modules_problem
 from meshplan.specs.plan import ASYNC_SCHEDULES, OPTIMIZERS, PINNABLE, SPLIT_SCHEDULES
-from meshplan.specs.stack import FRAMEWORK_STACK, Stack
+from meshplan.specs.stack import FRAMEWORK_STACK, Stack, stack_modules
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,6 +160,8 @@ class Space:
         if self.async_pipeline and not set(ASYNC_SCHEDULES) & set(can.schedules):
             raise SpecError(f"async_pipeline: framework {name} runs the schedules {', '.join(can.schedules)}, no "
                             f"asynchronous one ({', '.join(ASYNC_SCHEDULES)}): use --framework any")
+        if "selective" in self.recompute:
+            object.__setattr__(self, "recompute_modules", stack_modules(self.recompute_modules, self.stack))
         object.__setattr__(self, "gpipe", self.gpipe and "gpipe" in can.schedules)
         object.__setattr__(self, "all_placements", self.all_placements and can.any_placement)
         object.__setattr__(self, "uneven_stages", self.uneven_stages if can.uneven_stages else 0)

@@ -253,3 +253,16 @@ def frameworks_running(plan: Any, model: Any = None) -> list[str]:
     refusals refuses it); "any" and "generic" are not frameworks."""
     stacks = [load_stack(name) for name in stack_names() if name not in ("any", "generic")]
     return [s.name for s in stacks if s.supports.runs(plan, model, s)]
+
+
+def stack_modules(modules: tuple[str, ...], stack: Stack) -> tuple[str, ...]:
+    """``modules`` as the framework of ``stack`` runs selective recompute: the default (Megatron-Core's core_attn)
+    becomes its own where it has none (torchtitan: op_sac, its per-op policy); modules it does not run are refused."""
+    runs = stack.supports.recompute_modules
+    if modules == ("core_attn",) and "core_attn" not in runs:
+        return runs[:1]
+    missing = [m for m in modules if m not in runs]
+    if missing:
+        raise SpecError(f"recompute_modules={','.join(modules)}: framework {stack.name} does not run {missing[0]} "
+                        f"(its selective recompute: {', '.join(runs)}; --framework any prices every module)")
+    return modules

@@ -14,7 +14,7 @@ from typing import Any
 
 from meshplan.errors import SpecError
 from meshplan.fields import unknown_field
-from meshplan.specs.plan import OPTIMIZERS, SCHEDULES
+from meshplan.specs.plan import OPTIMIZERS, RECOMPUTE_MODULES, SCHEDULES
 from meshplan.specs.refusals import REFUSALS, refused
 
 LAYOUTS = ("1d", "summa", "tp2d")
@@ -33,6 +33,10 @@ class Supports:
     axes: tuple[str, ...] = field(default=AXES, metadata={"help": "parallel axes besides dp: tp, pp, cp, ep"})
     recompute: tuple[str, ...] = field(default=RECOMPUTE, metadata={"help": "activation recompute: none, selective "
                                                                              "(some modules), full (whole layers)"})
+    # Megatron-Core's recompute_modules, or torchtitan's per-op policy op_sac (cost/recompute.py); the first is what
+    # "selective" means to it where a plan names no modules (Space, estimate)
+    recompute_modules: tuple[str, ...] = field(default=RECOMPUTE_MODULES, metadata={
+        "help": "selective recompute modules it runs (Plan.recompute_modules), its own first"})
     optimizers: tuple[str, ...] = field(default=OPTIMIZERS, metadata={"help": "optimizers (Plan.optimizer) it runs"})
     sequence_parallel: bool = field(default=True, metadata={"help": "Megatron sequence parallelism with tp"})
     offload_optimizer: bool = field(default=True, metadata={"help": "optimizer state and step on the host"})
@@ -51,7 +55,8 @@ class Supports:
 
     def __post_init__(self) -> None:
         for name, allowed in (("layouts", LAYOUTS), ("schedules", SCHEDULES), ("zero", (0, 1, 2, 3)),
-                              ("axes", AXES), ("recompute", RECOMPUTE), ("optimizers", OPTIMIZERS)):
+                              ("axes", AXES), ("recompute", RECOMPUTE), ("optimizers", OPTIMIZERS),
+                              ("recompute_modules", RECOMPUTE_MODULES)):
             value = getattr(self, name)
             if not isinstance(value, tuple) or (not value and name != "axes") or any(v not in allowed for v in value):
                 raise SpecError(f"supports.{name}={value!r} must list some of {', '.join(map(str, allowed))}")
@@ -71,6 +76,8 @@ class Supports:
             out.append(f"schedule={plan.schedule}")
         out += [f"zero={plan.zero}"] if plan.zero not in self.zero else []
         out += [f"recompute={plan.recompute}"] if plan.recompute not in self.recompute else []
+        if plan.recompute == "selective" and any(m not in self.recompute_modules for m in plan.recompute_modules):
+            out.append(f"recompute_modules={','.join(plan.recompute_modules)}")
         out += [f"optimizer={plan.optimizer}"] if plan.optimizer not in self.optimizers else []
         for name in ("sequence_parallel", "offload_optimizer", "offload_activations"):
             if getattr(plan, name) and not getattr(self, name):
