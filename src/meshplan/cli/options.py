@@ -216,7 +216,7 @@ def _derived(plan: Plan) -> dict[str, Any]:
 
 def _plan_args(plan: Plan, stack: Stack) -> list[str]:
     """The options that reproduce ``plan`` under ``stack``: those whose value is not the command line's default
-    (``recompute_modules``: the framework's own selective recompute, check.stack_modules)."""
+    (``recompute_modules``: the framework's own selective recompute, specs/stack.stack_modules)."""
     args: list[str] = []
     own = stack_modules(("core_attn",), stack) if plan.recompute == "selective" else ("core_attn",)
     derived = _derived(plan) | {"recompute_modules": own}
