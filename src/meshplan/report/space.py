@@ -96,7 +96,7 @@ def frameworks(c: dict[str, np.ndarray], settings: tuple[np.ndarray, ...], model
         ok &= (s.sequence_parallel | ~c["sequence_parallel"]) & (s.offload_optimizer | ~opt)
         ok &= (s.offload_activations | ~act) & (s.uneven_stages | (c["last_stage_layers"] == 0))
         modules = space.recompute_modules if space is not None else ("core_attn",)  # the space's, else Plan's
-        if any(m not in s.recompute_modules for m in modules):  # its selective recompute is another
+        if not s.runs_modules(modules):  # its selective recompute is another
             ok &= recompute != "selective"
         if model is not None and space is not None:
             view = _Sampled(c, recompute, zero.astype(int), opt, act, space)

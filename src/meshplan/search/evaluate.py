@@ -270,6 +270,9 @@ def _explore_chunk(cluster: Cluster, space: Space, batch: PlanBatch, time: np.nd
     explored.record(sample_columns(flat[:, rows], status, mem, settings, batch, rows))
 
 
+_PLAIN_MODULES = Plan().recompute_modules  # a plan's recompute modules where it has no selective recompute
+
+
 def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], flat: int,
             panels: list[np.ndarray] | None = None, layers: int = 0) -> Plan:
     """The plan at a flat index of the (recompute, zero, offload opt, offload act, row) grid; the space's partial
@@ -282,7 +285,7 @@ def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], f
     partial: dict[str, Any] = {"recompute_layers": plan.recompute_layers if grid[0][r] == "full" else 0,
                "offload_layers": plan.offload_layers if grid[3][a] else 0}
     partial = {k: 0 if v >= per_stage else v for k, v in partial.items()}
-    modules = plan.recompute_modules if grid[0][r] == "selective" else Plan().recompute_modules
+    modules = plan.recompute_modules if grid[0][r] == "selective" else _PLAIN_MODULES
     plan = replace(plan, recompute=grid[0][r], zero=grid[1][z], offload_optimizer=grid[2][o],
                    offload_activations=grid[3][a], recompute_modules=modules, **partial)
     return replace(plan, summa_panels=int(panels[r][row])) if panels is not None else plan

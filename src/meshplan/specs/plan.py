@@ -114,7 +114,8 @@ class Plan:
     # with recompute="selective": the modules recomputed (RECOMPUTE_MODULES; Megatron-Core's recompute_modules)
     recompute_modules: tuple[str, ...] = field(default=("core_attn",), metadata=_opt(
         "with --recompute selective: the modules recomputed, comma-separated (Megatron-Core's recompute_modules: "
-        + ", ".join(RECOMPUTE_MODULES[:-1]) + "; or op_sac, torchtitan's per-op policy)", choices=RECOMPUTE_MODULES))
+        + ", ".join(m for m in RECOMPUTE_MODULES if m != "op_sac") + "; or op_sac, torchtitan's per-op policy)",
+        choices=RECOMPUTE_MODULES))
     # per pipeline rank (issue 50 item 3, step/ranks.py): each rank's own recompute, "none", "selective", "full" or
     # a count N of its layers fully recomputed (Megatron's --recompute-method block --recompute-num-layers N, the rest
     # not recomputed); () every rank the plan's ``recompute``. Under 1F1B rank r holds p − r micro-batches in

@@ -261,8 +261,8 @@ def stack_modules(modules: tuple[str, ...], stack: Stack) -> tuple[str, ...]:
     runs = stack.supports.recompute_modules
     if modules == ("core_attn",) and "core_attn" not in runs:
         return runs[:1]
-    missing = [m for m in modules if m not in runs]
-    if missing:
-        raise SpecError(f"recompute_modules={','.join(modules)}: framework {stack.name} does not run {missing[0]} "
+    if not stack.supports.runs_modules(modules):
+        missing = next(m for m in modules if m not in runs)
+        raise SpecError(f"recompute_modules={','.join(modules)}: framework {stack.name} does not run {missing} "
                         f"(its selective recompute: {', '.join(runs)}; --framework any prices every module)")
     return modules

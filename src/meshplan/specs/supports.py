@@ -76,7 +76,7 @@ class Supports:
             out.append(f"schedule={plan.schedule}")
         out += [f"zero={plan.zero}"] if plan.zero not in self.zero else []
         out += [f"recompute={plan.recompute}"] if plan.recompute not in self.recompute else []
-        if plan.recompute == "selective" and any(m not in self.recompute_modules for m in plan.recompute_modules):
+        if plan.recompute == "selective" and not self.runs_modules(plan.recompute_modules):
             out.append(f"recompute_modules={','.join(plan.recompute_modules)}")
         out += [f"optimizer={plan.optimizer}"] if plan.optimizer not in self.optimizers else []
         for name in ("sequence_parallel", "offload_optimizer", "offload_activations"):
@@ -98,6 +98,10 @@ class Supports:
             if getattr(plan, name, ()) and not self.stage_settings:
                 out.append(f"{name}={','.join(map(str, getattr(plan, name)))}")
         return out
+
+    def runs_modules(self, modules: tuple[str, ...]) -> bool:
+        """Whether its selective recompute runs every one of ``modules`` (Plan.recompute_modules)."""
+        return all(m in self.recompute_modules for m in modules)
 
     def runs(self, plan: Any, model: Any = None, stack: Any = None) -> bool:
         return not self.problems(plan, model, stack)
