@@ -10,12 +10,15 @@
   (vLLM's automatic prefix caching, verl's default ``enable_prefix_caching``): a share (n − 1)/n of each prompt is
   cached (serve/load/scheduler.py ``prefix_hit``).
 - Streaming (the ``async`` set-up: partial rollouts, the engine never drains): the engine's steady state of
-  continuous batching at its running limit (serve/metrics.py through ``serve_estimate``: output tokens/s at the
-  mean lengths), so the phase is the responses' tokens over that rate, with no tail.
+  continuous batching (serve/metrics.py through ``serve_estimate``: output tokens/s at the mean lengths), so the
+  phase is the responses' tokens over that rate, with no tail. Its running batch is its limit, or what the stream
+  can hold in flight: 1 + k iterations' responses with staleness k (AReaL's staleness bound η, Fu et al. 2025 §5.1:
+  a sample at most η versions old), whichever is less.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -90,8 +93,9 @@ def generation(model: ModelSpec, pool: Cluster, plan: ServePlan, engine: Engine,
 
 def streaming(model: ModelSpec, pool: Cluster, plan: ServePlan, engine: Engine, job: RLJob,
               lengths: np.ndarray) -> Rollout:
-    """The streaming rollout phase: the responses' tokens at the engine's steady rate (module docstring)."""
-    steady = steady_rate(model, pool, plan, engine, job)
+    """The streaming rollout phase: the responses' tokens at the engine's steady rate (module docstring), its batch
+    fed by as many iterations' prompts as the staleness lets run ahead (1 + k batches in flight at most)."""
+    steady = steady_rate(model, pool, plan, engine, job, 1.0 + job.staleness)
     tokens = int(lengths.sum())
     if not steady:
         return Rollout(float("inf"), tokens, int(lengths.max()), 0.0, 0.0, method="steady state",
@@ -100,10 +104,14 @@ def streaming(model: ModelSpec, pool: Cluster, plan: ServePlan, engine: Engine, 
                    steady_tokens_per_s=steady, method="steady state")
 
 
-def steady_rate(model: ModelSpec, pool: Cluster, plan: ServePlan, engine: Engine, job: RLJob) -> float:
+def steady_rate(model: ModelSpec, pool: Cluster, plan: ServePlan, engine: Engine, job: RLJob,
+                in_flight: float = 1.0) -> float:
     """Output tokens/s of ``plan``'s instances in the steady state of continuous batching at the mean response
-    (serve_estimate); 0 where the configuration does not fit."""
+    (serve_estimate), each running at most its limit or its share of ``in_flight`` batches' sequences (one for a
+    synchronous rollout; 1 + staleness for a stream, which may run that far ahead); 0 where it does not fit."""
     mean = max(1, round(job.mean_response))
+    share = math.ceil(in_flight * job.generated / plan.replicas)
+    plan = plan.with_(batch=max(1, min(plan.batch, share)))
     cached = int((job.samples_per_prompt - 1) / job.samples_per_prompt * job.input_len) // engine.block_size \
         * engine.block_size
     work = Workload(input_len=job.input_len, output_len=mean, cached_len=min(cached, job.input_len - 1))

@@ -216,7 +216,8 @@ def rl_search(model: ModelSpec, system: System, gpus: int, job: RLJob, space: RL
               top_k: int = 10) -> RLSearchResult:
     """Every set-up of ``space`` for ``job`` on ``gpus`` GPUs of ``system`` (module docstring)."""
     space = space or RLSpace()
-    start, tally, memo = time.perf_counter(), _Tally(), {}
+    start, tally = time.perf_counter(), _Tally()
+    memo: dict = {}
     found: list[RLEstimate] = []
     evaluated = 0
     if "colocated" in space.setups:

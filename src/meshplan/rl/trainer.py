@@ -76,7 +76,7 @@ def forward_pass(model: ModelSpec, pool: Cluster, plan: Plan, stack: Stack, job:
     seconds = (m - 1) * max(ranks) + through
     rows = token_rows(m_model, one)[0]
     working = rows * head_vocab(m_model) / one.tp * FP32 + WORKING_COPIES * float(layer_input_bytes(m_model, one))
-    return Forward(seconds=seconds, working=float(working) + rows * ACT_BYTES)
+    return Forward(seconds=seconds, working=float(working + rows * ACT_BYTES))
 
 
 def trainer_phases(model: ModelSpec, pool: Cluster, plan: Plan, stack: Stack, job: RLJob,
