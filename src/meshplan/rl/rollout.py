@@ -26,9 +26,10 @@ import numpy as np
 from meshplan.errors import SpecError
 from meshplan.rl.job import RLJob
 from meshplan.serve.engine import Engine
-from meshplan.serve.estimate import serve_estimate
+from meshplan.serve.estimate import plan_columns, serve_estimate
 from meshplan.serve.load.arrivals import Requests
 from meshplan.serve.load.run import load_run
+from meshplan.serve.memory import memory
 from meshplan.serve.plan import ServePlan, Workload
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -107,13 +108,16 @@ def streaming(model: ModelSpec, pool: Cluster, plan: ServePlan, engine: Engine, 
 def steady_rate(model: ModelSpec, pool: Cluster, plan: ServePlan, engine: Engine, job: RLJob,
                 in_flight: float = 1.0) -> float:
     """Output tokens/s of ``plan``'s instances in the steady state of continuous batching at the mean response
-    (serve_estimate), each running at most its limit or its share of ``in_flight`` batches' sequences (one for a
-    synchronous rollout; 1 + staleness for a stream, which may run that far ahead); 0 where it does not fit."""
+    (serve_estimate), each running at most its limit, what its KV cache holds at the mean context, or its share of
+    ``in_flight`` batches' sequences (one for a synchronous rollout; 1 + staleness for a stream, which may run that
+    far ahead); 0 where not even one sequence fits."""
     mean = max(1, round(job.mean_response))
-    share = math.ceil(in_flight * job.generated / plan.replicas)
-    plan = plan.with_(batch=max(1, min(plan.batch, share)))
     cached = int((job.samples_per_prompt - 1) / job.samples_per_prompt * job.input_len) // engine.block_size \
         * engine.block_size
     work = Workload(input_len=job.input_len, output_len=mean, cached_len=min(cached, job.input_len - 1))
+    share = math.ceil(in_flight * job.generated / plan.replicas)
+    held = memory(model, pool.accelerator.hbm_bytes, plan_columns(plan.with_(replicas=1, prefill_replicas=0)),
+                  plan.quant, engine, engine.resident(work)).max_sequences(plan.dpa)  # what its KV cache holds
+    plan = plan.with_(batch=max(1, min(plan.batch, share, int(held) // (plan.pp * plan.dpa) * plan.pp * plan.dpa)))
     est = serve_estimate(model, pool, replace(plan, prefill_replicas=0), work, engine)
     return float(est.metrics.tokens_per_s) if est.fits else 0.0

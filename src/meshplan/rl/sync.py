@@ -1,10 +1,12 @@
 """Weight synchronisation: the trainer's new weights into the rollout engine before it samples again, as a registry
 of methods (DESIGN.md example 16), priced on the collectives model (comm.py) and the roofline's streaming rate.
 
-Every method starts from the trainer's layout: each tensor's shards gathered whole over the trainer's
+Every method but ``reshard`` starts from the trainer's layout: each tensor's shards gathered whole over the trainer's
 model-parallel group (tensor- and pipeline-parallel ranks, the expert-parallel ones for the routed experts, the
 data-parallel ones too where the weights are sharded there: ZeRO-3 / FSDP), one all-gather per tensor (verl's
-``per_tensor_generator`` for Megatron, FSDP's ``summon_full_params``; Megatron's pipeline stages broadcast theirs).
+``per_tensor_generator`` for Megatron, FSDP's ``summon_full_params``; Megatron's pipeline stages broadcast theirs),
+the routed experts of a layer in one all-gather per weight (the generator gathers a layer's local experts over the
+expert-parallel group together).
 The tensors are the checkpoint's, one per Hugging Face name (q_proj, k_proj, v_proj, gate_proj, up_proj and down_proj
 apart, three per routed expert): the engine loads by those names (vLLM's ``load_weights``), then each engine GPU keeps
 its own shard of the engine's layout.
@@ -17,6 +19,11 @@ its own shard of the engine's layout.
   trainer's pipeline stages broadcasts its stage's tensors, one NCCL broadcast each, to every engine GPU over the
   tiers that join the pools (the chain broadcast of comm.py: a sender's NIC sets the rate), then the engine loads
   them as ``local`` does.
+- ``reshard`` (NeMo-RL's NCCL reshard refit, docs/design-docs/nccl-reshard-refit.md: the exact overlap of the
+  source and destination shards moved once by batched point-to-point, fanned out to the engine's replicas): no
+  gather; each engine GPU receives its own shard (W over the engine's tp·pp, the experts over its ep) and the
+  trainer's copies of each shard (its data-parallel ranks) share the sending to the engine's instances, both over
+  the tier that joins the pools (within an NVLink domain, NVLink; else the NICs), in buckets of ``RESHARD_BUCKET``.
 - ``storage`` (a reload: a checkpoint written by the trainer, read by every engine instance): the full weights over
   the storage fabric, at ``RLPlan.storage_bandwidth`` per node.
 
@@ -42,6 +49,7 @@ from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 
 LAUNCHES = 5  # per tensor: gather, cast, bucket copy (trainer); narrow and copy into the shard (engine)
+RESHARD_BUCKET = 4 * 2**30  # bytes per batched transfer: NeMo-RL's checkpoint-engine benchmark's 4096 MiB bucket
 HF_PER_EXPERT = 3  # gate_proj, up_proj, down_proj: Megatron's fc1 (gate and up fused) counts as two
 
 
@@ -57,6 +65,7 @@ SYNC_METHODS: dict[str, SyncMethod] = {m.name: m for m in (
                                  "buckets); NeMo-RL colocated refit"),
     SyncMethod("broadcast", "broadcast", "OpenRLHF _broadcast_to_vllm; NeMo-RL update_weights_from_collective; "
                                          "verl one_step_off_policy NCCL sync; slime update_weights_from_distributed"),
+    SyncMethod("reshard", "reshard", "NeMo-RL docs/design-docs/nccl-reshard-refit.md (XferDTensor, nccl m2n)"),
     SyncMethod("storage", "storage", "a checkpoint saved and loaded (the engine restarted on new weights)"),
 )}
 
@@ -83,12 +92,18 @@ def checkpoint_tensors(model: ModelSpec) -> int:
     return int(round(float(named.dense) + float(named.expert) * HF_PER_EXPERT / 2))
 
 
+def expert_share(model: ModelSpec, total: float) -> tuple[float, float]:
+    """(the dense bytes, the routed experts' bytes) of ``total`` 16-bit weight bytes."""
+    experts = float(model.num_moe_layers * model.num_experts * model.expert_params()) * 2 if model.is_moe else 0.0
+    return max(total - experts, 0.0), min(experts, total)
+
+
 def _gathered(model: ModelSpec, pool: Cluster, plan: Plan, sharded_dp: bool, total: float, tensors: int,
               eff: Efficiency) -> float:
     """Every tensor gathered whole over the ranks that hold its shards (module docstring), per tensor."""
-    experts = float(model.num_moe_layers * model.num_experts * model.expert_params()) * 2 if model.is_moe else 0.0
-    expert_tensors = model.num_moe_layers * model.num_experts * HF_PER_EXPERT if model.is_moe else 0
-    dense, dense_tensors = max(total - experts, 0.0), max(tensors - expert_tensors, 1)
+    dense, experts = expert_share(model, total)
+    dense_tensors = max(tensors - model.num_moe_layers * model.num_experts * HF_PER_EXPERT, 1)
+    expert_tensors = model.num_moe_layers * HF_PER_EXPERT if model.is_moe else 0  # a layer's experts in one call
     pp: tuple[tuple[int, int], ...] = ((plan.pp, plan.stride("pp")),)
     data = ((plan.dp, plan.stride("dp")), (plan.cp, plan.stride("cp"))) if sharded_dp else ()
     dense_layout: Layout = ((plan.tp, plan.stride("tp")), *data, *pp)
@@ -111,8 +126,10 @@ def sync_time(model: ModelSpec, cluster: Cluster, trainer: tuple[Cluster, Plan, 
     kind = SYNC_METHODS[method].transfer
     total = float(weight_bytes(model, 1, 1, 1, engine.quant))
     tensors = checkpoint_tensors(model)
-    gather = _gathered(model, pool, plan, plan.zero == 3 or stack.fsdp != "none", total, tensors, eff)
     shard = float(weight_bytes(model, engine.tp, engine.pp, engine.ep, engine.quant))
+    if kind == "reshard":
+        return _resharded(model, cluster, (plan, stack), engine, (total, shard, tensors), eff)
+    gather = _gathered(model, pool, plan, plan.zero == 3 or stack.fsdp != "none", total, tensors, eff)
     # the engine reads the tensors and writes its shard
     load = (total + shard) / stream_bandwidth(cluster.accelerator, eff)
     if kind == "local":
@@ -128,3 +145,23 @@ def sync_time(model: ModelSpec, cluster: Cluster, trainer: tuple[Cluster, Plan, 
         transfer = (total / writers + total * engine.replicas / readers) / storage_bandwidth + load
     host = tensors * LAUNCHES * stack.host_dispatch * cluster.python_host
     return SyncTime(gather=gather, transfer=transfer, host=host, weight_bytes=total, tensors=tensors)
+
+
+def _resharded(model: ModelSpec, cluster: Cluster, trainer: tuple[Plan, Stack], engine: ServePlan,
+               sizes: tuple[float, float, int], eff: Efficiency) -> SyncTime:
+    """The ``reshard`` method (module docstring): each engine GPU's shard in, each trainer GPU's share of the sends
+    out (its dense shard over tp·pp, its experts over ep·etp·pp, sent to every engine instance, the trainer's
+    data-parallel copies sharing the sending), in buckets, over the tier that joins the pools; the engine loads its
+    shard as the other methods do."""
+    plan, stack = trainer
+    total, shard, tensors = sizes
+    dense, experts = expert_share(model, total)
+    held = dense / (plan.tp * plan.pp) + experts / (plan.ep * (plan.etp or plan.tp) * plan.pp)
+    sent = held * engine.replicas * engine.dpa / max(plan.dp * plan.cp, 1)
+    moved = max(shard, sent)
+    span = cluster.nvlink_domain if cluster.num_gpus > cluster.nvlink_domain else 1
+    buckets = max(1, math.ceil(moved / RESHARD_BUCKET))
+    one = collective_time("p2p", moved / buckets, 2, span, cluster, eff)
+    load = 2 * shard / stream_bandwidth(cluster.accelerator, eff)  # the engine reads the bucket, writes its shard
+    host = tensors * LAUNCHES * stack.host_dispatch * cluster.python_host / max(engine.tp * engine.pp, 1)
+    return SyncTime(gather=0.0, transfer=buckets * float(one) + load, host=host, weight_bytes=total, tensors=tensors)

@@ -51,9 +51,14 @@ class TrainerPhases:
     working: dict[str, float]  # bytes per GPU of each forward pass's working set
 
 
+PAD = 128  # packed sequences padded to a multiple of this (NeMo-RL's make_sequence_length_divisible_by; Megatron's
+# context parallelism splits a sequence into 2·cp chunks, so 2·cp must divide it: 128 holds up to cp = 64)
+
+
 def trained_model(model: ModelSpec, job: RLJob) -> ModelSpec:
-    """The model at the trainer's sequence: prompt and mean response, packed (``RLJob.train_seq``)."""
-    return model.with_seq_length(job.train_seq)
+    """The model at the trainer's sequence: prompt and mean response, packed (``RLJob.train_seq``), padded to a
+    multiple of ``PAD``."""
+    return model.with_seq_length(-(-job.train_seq // PAD) * PAD)
 
 
 def update_step(model: ModelSpec, pool: Cluster, plan: Plan, stack: Stack, job: RLJob) -> Estimate:
