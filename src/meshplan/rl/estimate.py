@@ -133,12 +133,25 @@ def _weighted(phases: dict[str, float], bands: dict[str, float]) -> float:
     return sum(t * bands.get(p, 0.0) for p, t in phases.items()) / total if total else 0.0
 
 
+def pool_cluster(system: System, gpus: int) -> Cluster:
+    """A pool of ``gpus`` GPUs of ``system``: whole NVLink domains (or part of one) as the system builds it; a pool
+    that takes whole domains and part of another (10 GPUs of 8-GPU nodes) priced as its GPUs spread evenly over as
+    few domains as its size allows, d GPUs each, d the largest divisor of the pool's size that a domain holds (5 x 2
+    for 10 GPUs): its collectives cross domains no less than the real pool's (a stated, conservative
+    simplification)."""
+    domain = system.network.nvlink_domain or system.cluster(1).nvlink_domain
+    if gpus <= domain or gpus % domain == 0:
+        return system.cluster(gpus)
+    spread = max(d for d in range(1, domain + 1) if gpus % d == 0)
+    return system.cluster(gpus, nvlink_domain=spread)
+
+
 def pools(system: System, plan: RLPlan) -> tuple[Cluster, Cluster, Cluster]:
-    """(the job's GPUs, the training pool, the rollout pool) as meshes of ``system``."""
+    """(the job's GPUs, the training pool, the rollout pool) as meshes of ``system`` (``pool_cluster``)."""
     whole = system.cluster(plan.num_gpus)
     if plan.way.shared:
         return whole, whole, whole
-    return whole, system.cluster(plan.train_gpus), system.cluster(plan.rollout_gpus)
+    return whole, pool_cluster(system, plan.train_gpus), pool_cluster(system, plan.rollout_gpus)
 
 
 def engine_share(engine: Engine, plan: RLPlan, hbm: float, held: float) -> Engine:

@@ -14,8 +14,8 @@ its refills and preemptions), and the ranking is theirs.
   (``offloads``), the engine taking what each leaves of the GPU;
 - split and async: the rollout pool's sizes are those of ``rollout_gpus``, or, by default, the sizes nearest the
   balance point r* = G · R / (R + W), R and W the colocated best plan's rollout and trainer seconds (each side's
-  time scales about as the inverse of its GPUs: r* makes the pools finish together), at most ``splits`` of them.
-  A pool is a valid mesh: within one NVLink domain, or whole domains (the frameworks place pools by node).
+  time scales about as the inverse of its GPUs: r* makes the pools finish together), at most ``splits`` of them
+  (a pool that takes part of an NVLink domain is priced as estimate.pool_cluster says).
 
 What does not run is tallied by reason: the training and serving searches' rejections (their counts summed), and the
 pairings that do not fit (memory in a phase, no KV cache, a response longer than the KV cache).
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from meshplan.errors import SpecError
 from meshplan.fields import MEMORY_HEADROOM
-from meshplan.rl.estimate import RLEstimate, checked
+from meshplan.rl.estimate import RLEstimate, checked, pool_cluster
 from meshplan.rl.job import RLJob
 from meshplan.rl.plan import OFFLOADS, RLPlan
 from meshplan.rl.setups import SETUPS
@@ -55,7 +55,7 @@ class RLSpace:
     engine: Engine = DEFAULT_ENGINE
     offloads: tuple[str, ...] = tuple(OFFLOADS)
     rollout_gpus: tuple[int, ...] = ()  # split sizes to try; () around the balance point
-    splits: int = 2
+    splits: int = 3
     train_plans: int = 2
     engine_plans: int = 3
     simulated: int = 2  # plans of each set-up whose rollout is simulated after the screen
@@ -118,17 +118,13 @@ class _Tally:
 
 
 def pool_sizes(system: System, gpus: int) -> list[int]:
-    """Rollout pool sizes r (1 ≤ r < G) for which both pools are meshes of ``system``: inside one NVLink domain, or
-    whole domains each."""
-    domain = system.cluster(gpus).nvlink_domain
-    if gpus <= domain:
-        return list(range(1, gpus))
-    return [r for r in range(domain, gpus, domain)]
+    """Rollout pool sizes r, 1 ≤ r < G (estimate.pool_cluster prices a pool that takes part of an NVLink domain)."""
+    return list(range(1, gpus))
 
 
 def _trainers(model: ModelSpec, system: System, gpus: int, job: RLJob, space: RLSpace, tally: _Tally) -> list[Plan]:
     """The training search's fastest layouts for the mini-batch on ``gpus`` GPUs (module docstring)."""
-    pool = system.cluster(gpus)
+    pool = pool_cluster(system, gpus)
     train = Space(global_batch=job.mini_batch, stack=space.stack, headroom=space.headroom, layouts=("1d",),
                   all_placements=False, offload_activations=(False,),
                   precision=pool.accelerator.default_precision)
@@ -141,7 +137,7 @@ def _trainers(model: ModelSpec, system: System, gpus: int, job: RLJob, space: RL
 def _engines(model: ModelSpec, system: System, gpus: int, job: RLJob, space: RLSpace, tally: _Tally
              ) -> list[ServePlan]:
     """The serving search's highest-throughput co-located configurations on ``gpus`` GPUs (module docstring)."""
-    pool = system.cluster(gpus)
+    pool = pool_cluster(system, gpus)
     n = job.samples_per_prompt
     cached = int((n - 1) / n * job.input_len) // space.engine.block_size * space.engine.block_size
     serve = ServeSpace(input_len=job.input_len, output_len=max(1, round(job.mean_response)),
@@ -232,8 +228,7 @@ def rl_search(model: ModelSpec, system: System, gpus: int, job: RLJob, space: RL
         chosen = [r for r in space.rollout_gpus if r in sizes] or _balance(colocated, gpus, sizes, space.splits)
         for r in space.rollout_gpus:
             if r not in sizes:
-                tally.add("rollout pool: not whole NVLink domains", f"rollout_gpus={r} beside {gpus - r} training GPUs "
-                          f"of {system.name} (pool sizes: {', '.join(map(str, sizes)) or 'none'})")
+                tally.add("rollout pool: no GPU left to train", f"rollout_gpus={r} of {gpus}")
         for r in chosen:
             trainers = _trainers(model, system, gpus - r, job, space, tally)
             engines = _engines(model, system, r, job, space, tally)
