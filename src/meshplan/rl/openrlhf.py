@@ -18,6 +18,7 @@ from __future__ import annotations
 import shlex
 
 from meshplan.rl.estimate import RLEstimate
+from meshplan.rl.verl import nodes
 
 ESTIMATOR = {"ppo": "gae", "grpo": "group_norm", "dapo": "group_norm", "rloo": "rloo", "reinforce++": "reinforce"}
 REWARD_URL = "http://localhost:5000/get_reward"  # a rule-based reward served over HTTP (OpenRLHF's remote_rm_url)
@@ -32,6 +33,8 @@ def refusal(e: RLEstimate) -> str | None:
         return f"OpenRLHF's vLLM engines are tensor-parallel only (plan pp={g.pp} dpa={g.dpa})"
     if p.way.shared and p.offload not in ("none", "all"):
         return f"OpenRLHF's DeepSpeed sleep moves the model and the optimizer together (offload all), not {p.offload}"
+    if nodes(p.train_gpus, e.cluster.nvlink_domain) is None:
+        return f"OpenRLHF places the actor as nodes x GPUs per node: {p.train_gpus} GPUs fit no such grid"
     if not p.way.shared and e.job.staleness > 1:
         return f"OpenRLHF's asynchronous training runs one step ahead, not staleness={e.job.staleness}"
     if e.job.algo.dynamic_sampling and e.job.oversample > 1:
@@ -40,8 +43,8 @@ def refusal(e: RLEstimate) -> str | None:
 
 
 def _nodes(e: RLEstimate, gpus: int) -> tuple[int, int]:
-    domain = e.cluster.nvlink_domain
-    return max(1, gpus // domain), min(gpus, domain)
+    """The training pool as Ray's placement: nodes × GPUs per node (verl.nodes' grid)."""
+    return nodes(gpus, e.cluster.nvlink_domain) or (1, gpus)
 
 
 def openrlhf_args(e: RLEstimate, model_ref: str) -> list[str]:

@@ -47,6 +47,10 @@ def refusal(e: RLEstimate) -> str | None:
         return f"verl's Megatron runs 1D tensor parallelism and 1F1B (plan: {t.tensor_layout}, {t.schedule})"
     if e.plan.sync_method != e.plan.way.sync:
         return f"verl moves weights by its set-up's own transfer, not {e.plan.sync_method}"
+    for gpus in {e.plan.train_gpus, e.plan.rollout_gpus}:
+        if nodes(gpus, e.cluster.nvlink_domain) is None:
+            return (f"verl places a pool as nnodes x n_gpus_per_node: {gpus} GPUs on nodes of "
+                    f"{e.cluster.nvlink_domain} fit no such grid")
     return None
 
 
@@ -91,17 +95,20 @@ def _rollout(e: RLEstimate) -> list[str]:
     return out
 
 
+def nodes(gpus: int, domain: int) -> tuple[int, int] | None:
+    """A pool as verl's resource pools place it, nnodes × n_gpus_per_node on nodes of ``domain`` GPUs; None where no
+    such grid holds it."""
+    count = -(-gpus // domain)
+    return (count, gpus // count) if gpus % count == 0 else None
+
+
 def _pools(e: RLEstimate) -> list[str]:
     domain = e.cluster.nvlink_domain
     p = e.plan
-
-    def nodes(gpus: int) -> tuple[int, int]:
-        return (max(1, gpus // domain), min(gpus, domain))
-
-    tn, tg = nodes(p.train_gpus)
+    tn, tg = nodes(p.train_gpus, domain) or (1, p.train_gpus)
     out = [f"trainer.nnodes={tn}", f"trainer.n_gpus_per_node={tg}"]
     if not p.way.shared:
-        rn, rg = nodes(p.rollout_gpus)
+        rn, rg = nodes(p.rollout_gpus, domain) or (1, p.rollout_gpus)
         out += [f"rollout.nnodes={rn}", f"rollout.n_gpus_per_node={rg}"]
     if p.way.streaming:
         out += ["async_training.partial_rollout=True",
