@@ -66,3 +66,23 @@ def test_emit_writes_the_launch(capsys, tmp_path):
 def test_bad_input_is_one_line(capsys, extra, field):
     line = fails([*SMALL, *extra], capsys)
     assert field in line, line
+
+
+def test_a_storage_reload_is_priced_slower_than_a_local_copy(capsys):
+    """--sync storage: the checkpoint written and read at --storage-bandwidth per node (40 GB/s: 16 GB each way)."""
+    base = [*SMALL, "--setup", "colocated", "--offload", "all", "--json"]
+    _, local, _ = run(capsys, base)
+    _, stored, _ = run(capsys, [*base, "--sync", "storage", "--storage-bandwidth", "40 GB/s"])
+    a, b = json.loads(local)["best"]["colocated"], json.loads(stored)["best"]["colocated"]
+    assert b["plan"]["sync"] == "storage" and b["phases_s"]["sync"] > a["phases_s"]["sync"]
+    assert b["phases_s"]["sync"] >= 2 * 16e9 / 40e9  # written and read once each at least
+
+
+@pytest.mark.parametrize("extra, field", [
+    (["--sync", "carrier-pigeon"], "sync='carrier-pigeon' must be one of"),
+    (["--storage-bandwidth", "1 TB"], "storage-bandwidth='1 TB' must be in B/s"),
+    (["--storage-bandwidth", "1 B/s"], "storage-bandwidth=1 B/s is outside"),
+])
+def test_bad_transfer_options_are_one_line(capsys, extra, field):
+    line = fails([*SMALL, *extra], capsys)
+    assert field in line, line

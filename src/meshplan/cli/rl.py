@@ -50,6 +50,10 @@ EMITS = ("verl", "openrlhf")
 @click.option("--rollout-gpus", default=None, help="rollout pool sizes to try (split, async)")
 @click.option("--offload", "offloads", default=OFFLOADS, show_default=True,
               help="colocated trainer state held on the host during the rollout")
+@click.option("--sync", default="", help="the weight transfer: local, broadcast, reshard or storage (default: the "
+                                         "set-up's own: local colocated, broadcast between pools)")
+@click.option("--storage-bandwidth", default="40 GB/s", show_default=True,
+              help="per node, for --sync storage (the DGX SuperPOD storage fabric's read rate)")
 @click.option("--framework", default=None, help="trainer's stack preset (default megatron-core; with --emit openrlhf, "
                                                 "deepspeed)")
 @click.option("--engine", "engine_ref", default="vllm", show_default=True, help="rollout engine preset")
@@ -71,7 +75,8 @@ def rl_cmd(model_ref: str, system_ref: str, gpus: int, as_json: bool, **options:
     job = make_job(options, model)
     space = RLSpace(setups=_words(options["setups"], "setup"), offloads=_words(options["offloads"], "offload"),
                     rollout_gpus=tuple(split_ints(options["rollout_gpus"], "rollout-gpus") or ()),
-                    stack=_stack(options["framework"], emit_format), engine=_engine(options["engine_ref"]))
+                    stack=_stack(options["framework"], emit_format), engine=_engine(options["engine_ref"]),
+                    sync=options["sync"], storage_bandwidth=_rate(options["storage_bandwidth"]))
     result = rl_search(model, system, gpus, job, space, top_k=options["top_k"])
     from meshplan.report.rl_text import print_rl
 
@@ -125,6 +130,18 @@ def _inputs(model_ref: str, system_ref: str, nvlink_domain: int | None, gpus: in
         system = replace(system, network=replace(system.network, nvlink_domain=nvlink_domain))
     system.cluster(gpus)  # a GPU count the mesh cannot hold is one line here
     return model, system
+
+
+def _rate(text: str) -> float:
+    """``--storage-bandwidth``: bytes/s with its unit, in RANGES["storage_bandwidth"]."""
+    from meshplan.ranges import RANGES
+    from meshplan.units import parse_quantity
+
+    value = parse_quantity(text, "storage-bandwidth", "B/s")
+    r = RANGES["storage_bandwidth"]
+    if not r.low <= value <= r.high:
+        raise SpecError(f"storage-bandwidth={text} is outside {r.low:g} … {r.high:g} B/s")
+    return value
 
 
 def _words(text: str, field: str) -> tuple[str, ...]:

@@ -33,6 +33,7 @@ from meshplan.rl.estimate import RLEstimate, checked, pool_cluster
 from meshplan.rl.job import RLJob
 from meshplan.rl.plan import OFFLOADS, RLPlan
 from meshplan.rl.setups import SETUPS
+from meshplan.rl.sync import SYNC_METHODS
 from meshplan.rl.trainer import trained_model
 from meshplan.search import Space, search
 from meshplan.serve.engine import DEFAULT as DEFAULT_ENGINE
@@ -61,6 +62,8 @@ class RLSpace:
     simulated: int = 2  # plans of each set-up whose rollout is simulated after the screen
     headroom: float = MEMORY_HEADROOM
     sleep_level: int = 2
+    sync: str = ""  # the weight transfer of every pairing (rl/sync.py); "": each set-up's own
+    storage_bandwidth: float = 40e9  # per node, for the storage transfer (RLPlan.storage_bandwidth)
 
     def __post_init__(self) -> None:
         for name in self.setups:
@@ -71,6 +74,8 @@ class RLSpace:
                 raise SpecError(f"offload={name!r} must be one of {', '.join(OFFLOADS)}")
         if not self.setups or not self.offloads:
             raise SpecError("rl space: give at least one set-up and one offload choice")
+        if self.sync and self.sync not in SYNC_METHODS:
+            raise SpecError(f"sync={self.sync!r} must be one of {', '.join(SYNC_METHODS)}")
 
 
 @dataclass(frozen=True)
@@ -159,7 +164,8 @@ def _pairings(setup: str, gpus: int, trainers: list[Plan], engines: list[ServePl
         for e in engines:
             for offload in (space.offloads if shared else ("none",)):
                 yield RLPlan(setup=setup, trainer=t, engine=e, train_gpus=gpus - (0 if shared else rollout),
-                             rollout_gpus=gpus if shared else rollout, offload=offload, sleep_level=space.sleep_level)
+                             rollout_gpus=gpus if shared else rollout, offload=offload, sleep_level=space.sleep_level,
+                             sync=space.sync, storage_bandwidth=space.storage_bandwidth)
 
 
 def _evaluate(model, system, job, plans: Iterator[RLPlan], space: RLSpace, tally: _Tally, memo: dict,
