@@ -147,3 +147,21 @@ def test_the_launch_names_its_plan(colocated_moe):
     assert rank == 1 and text.startswith("# verl: colocated (16 GPUs)")
     assert "python3 -m verl.trainer.main_ppo --config-name ppo_megatron_trainer" in text
     assert os.linesep not in text.split("\n", 1)[0]
+
+
+def test_verl_takes_an_fsdp_ppo_launch(monkeypatch):
+    """An FSDP trainer (verl's fsdp2 strategy) with PPO's critic: the overrides compose (Hydra refuses an unknown key)
+    and the actor, reference and rollout validate; the critic's keys compose too (its validation would load the
+    model's files from the Hub)."""
+    from verl.utils.config import validate_config
+
+    job = RLJob(prompts=64, samples_per_prompt=4, input_len=256, output_len=256, mini_batches=2, algorithm="ppo")
+    plan = RLPlan(setup="colocated", trainer=Plan(dp=8, micro_batch=4, global_batch=128, zero=3),
+                  engine=ServePlan(tp=1, batch=256, replicas=8), train_gpus=8, rollout_gpus=8, offload="all")
+    e = rl_estimate(LLAMA, H100, job, plan, load_stack("pytorch-fsdp"))
+    assert verl_refusal(e) is None
+    cfg = compose_verl(*verl_launch(e, "meta-llama/Llama-3.1-8B"), monkeypatch)
+    validate_config(cfg, use_reference_policy=True, use_critic=False)
+    assert cfg.actor_rollout_ref.actor.strategy == cfg.critic.strategy == "fsdp2"
+    assert cfg.actor_rollout_ref.actor.fsdp_config.param_offload and cfg.critic.fsdp.param_offload
+    assert cfg.algorithm.adv_estimator == "gae"

@@ -58,8 +58,9 @@ def _trainer(e: RLEstimate, role: str) -> list[str]:
     """The trainer's layout under ``role`` (the actor, the reference: its weights loaded for its pass, the critic)."""
     t, offload = e.update.plan, ("all" if role.endswith(".ref") else e.plan.offload)
     if e.stack.fsdp != "none":
-        return [f"{role}.strategy=fsdp2", f"{role}.fsdp_config.param_offload={offload == 'all'}",
-                f"{role}.fsdp_config.optimizer_offload={offload != 'none' or t.offload_optimizer}",
+        engine = "fsdp" if role == "critic" else "fsdp_config"  # verl's critic keeps its FSDP engine under "fsdp"
+        return [f"{role}.strategy=fsdp2", f"{role}.{engine}.param_offload={offload == 'all'}",
+                f"{role}.{engine}.optimizer_offload={offload != 'none' or t.offload_optimizer}",
                 f"{role}.ulysses_sequence_parallel_size={t.cp}"]
     out = [f"{role}.megatron.tensor_model_parallel_size={t.tp}", f"{role}.megatron.pipeline_model_parallel_size={t.pp}",
            f"{role}.megatron.context_parallel_size={t.cp}", f"{role}.megatron.expert_model_parallel_size={t.ep}",
