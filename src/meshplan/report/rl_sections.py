@@ -92,14 +92,15 @@ def timeline_section(best: dict[str, RLEstimate]) -> Section:
 
 
 def memory_chart(best: dict[str, RLEstimate]) -> dict[str, Any]:
-    rows, bars = [], []
+    rows: list[dict[str, Any]] = []
+    bars: list[str] = []
     for name, e in best.items():
         for m in e.memory:
             bar = f"{name} · {PHASE_NAMES[m.phase]} · {POOL_NAMES[m.pool]}"
             bars.append(bar)
             rows += [{"bar": bar, "part": part, "GiB": size / GiB, "size": fmt_bytes(size)}
                      for part, size in m.parts.items() if size > 0]
-    parts = sorted({r["part"] for r in rows})
+    parts = sorted({str(r["part"]) for r in rows})
     hbm = next(iter(best.values())).cluster.accelerator.hbm_bytes / GiB
     y = {"field": "bar", "type": "nominal", "sort": bars, "title": None, "axis": {"labelLimit": 360}}
     return spec(height=max(80, 22 * len(bars)), title="Memory per GPU by phase and pool against HBM",
