@@ -240,8 +240,8 @@ RANGES: dict[str, Range] = {
     "prompts": Range(1, 2**24, "", "prompts per iteration: 32-8,192 in published runs (verl data.train_batch_size)"),
     "samples_per_prompt": Range(1, 4096, "", "rollouts per prompt: 1-64 in use (GRPO groups of 8-32)"),
     "mean_output": Range(1, 2**27, "", "mean response tokens: at most output_len", "every response output_len"),
-    "spread": Range(0, 10, "", "the length distribution's spread: a uniform range ratio below 1, a log-normal sigma "
-                    "0.3-2 (10 puts nearly every response at the cap)", "the kind's default"),
+    "length_spread": Range(0, 10, "", "the length distribution's spread: a uniform range ratio below 1, a log-normal "
+                           "sigma 0.3-2 (10 puts nearly every response at the cap)", "the kind's default"),
     "mini_batches": Range(1, 4096, "", "optimizer steps per epoch over a batch: 1-64 in use (train batch / "
                           "ppo_mini_batch_size)"),
     "epochs": Range(1, 64, "", "passes over a batch (PPO's epochs): 1-4 in use"),

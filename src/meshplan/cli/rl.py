@@ -112,7 +112,8 @@ def make_job(options: dict[str, Any], model) -> Any:
                         f"{model.name}'s context of {served:,}")
     return RLJob(prompts=options["prompts"], samples_per_prompt=options["samples_per_prompt"],
                  input_len=options["input_len"], output_len=options["output_len"], lengths=kind,
-                 mean_output=float(mean or 0.0), spread=float(options["length_spread"] or 0.0), lengths_file=path,
+                 mean_output=float(mean or 0.0), length_spread=float(options["length_spread"] or 0.0),
+                 lengths_file=path,
                  algorithm=options["algorithm"], mini_batches=options["mini_batches"], epochs=options["epochs"],
                  reference=options["reference"], critic=options["critic"], reward_model=reward,
                  rollout_logprobs=options["rollout_logprobs"], oversample=options["oversample"],

@@ -34,7 +34,7 @@ class RLJob:
     samples_per_prompt: int = 1
     lengths: str = "fixed"  # LENGTH_KINDS (lengths.py)
     mean_output: float = 0.0  # mean response tokens; 0: output_len (fixed lengths)
-    spread: float = 0.0  # the uniform range ratio or the log-normal's sigma; 0: the kind's default (lengths.py)
+    length_spread: float = 0.0  # the uniform range ratio or the log-normal's sigma; 0: the kind's default (lengths.py)
     lengths_file: str = ""  # empirical: a CSV / JSONL file of output_len values
     algorithm: str = "grpo"  # algorithms.ALGORITHMS
     mini_batches: int = 1

@@ -4,9 +4,9 @@ one job always gets the same lengths.
 - ``fixed``: every response ``output_len`` tokens (the systems papers' setting: generation to the limit, as
   HybridFlow and ReaL time it; no tail).
 - ``uniform``: uniform on [(1 − r)·mean, (1 + r)·mean] (vLLM's ``--random-range-ratio``, serve/load/lengths.py),
-  capped at ``output_len``; r = ``spread``, default 0.5.
+  capped at ``output_len``; r = ``length_spread``, default 0.5.
 - ``lognormal``: a log-normal capped at ``output_len`` (responses that reach the cap are truncated there, as RL
-  frameworks truncate at max_response_length), its σ = ``spread`` (default serve/load/lengths.SPREAD, 0.9, the
+  frameworks truncate at max_response_length), its σ = ``length_spread`` (default serve/load/lengths.SPREAD, 0.9, the
   assumption the load simulator makes for chat lengths: published RL runs state a mean and a cap, not a histogram)
   and its μ chosen so that the capped mean is ``mean_output``: E[min(X, c)] = e^(μ+σ²/2)·Φ((ln c − μ − σ²)/σ) +
   c·(1 − Φ((ln c − μ)/σ)), solved by bisection (monotone in μ). The long tail is what sets a synchronous rollout's
@@ -34,10 +34,10 @@ def response_lengths(job: RLJob) -> np.ndarray:
     if job.lengths == "fixed":
         return np.full(n, cap, dtype=np.int64)
     if job.lengths == "uniform":
-        ratio = job.spread or UNIFORM_RATIO
+        ratio = job.length_spread or UNIFORM_RATIO
         drawn = Lengths("uniform", 1, round(job.mean_response), min(ratio, 0.999)).sample(n, rng)[1]
     elif job.lengths == "lognormal":
-        sigma = job.spread or SPREAD
+        sigma = job.length_spread or SPREAD
         mu = capped_mu(job.mean_response, cap, sigma)
         drawn = np.rint(rng.lognormal(mu, sigma, n))
     else:
