@@ -57,6 +57,15 @@ class Prices:
         self.table = table.tolist()  # nested lists: faster to index from Python than an array
         # seconds a chunk's attention to its prompt's cached prefix adds, over (prompt tokens, prefix) on (p, c)
         self.prefixed = None if prefixed is None else prefixed.tolist()
+        self._knots: dict[float, list[float]] = {}
+
+    def knots(self, decode: float) -> tuple[list[float], list[float]]:
+        """A pure decode iteration's price at ``decode`` sequences as a function of the context: its values at the
+        context axis's points, linear between them and past the ends (what ``__call__`` reads), so that a run of
+        decode iterations sums in closed form (stretch.py)."""
+        if decode not in self._knots:
+            self._knots[decode] = [self(decode, 0.0, c) for c in self.c]
+        return self.c, self._knots[decode]
 
     def __call__(self, decode: float, prefill: float, context: float, prefix: float = 0.0) -> float:
         """The interpolated price (module docstring); past the grid's ends, the nearest points extrapolated."""
