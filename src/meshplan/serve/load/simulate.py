@@ -140,10 +140,9 @@ class _Instance(KVState):
             most = min(most, max(int((s.kv_tokens - self.used()) // (self.nd * s.step_tokens)), 1))
         until = self.arr[self.next] - self.now if not self.closed and self.next < len(self.arr) else math.inf
         held = self.decode_tokens()
-        count, elapsed, second, last = stretch(self.price.knots(self.nd), held / self.nd, s.step_tokens, max(most, 1),
-                                               max(until, 1e-15))
+        count, elapsed, first_dt, second, last = stretch(self.price.knots(self.nd), held / self.nd, s.step_tokens,
+                                                         max(most, 1), max(until, 1e-15))
         self.rows.append((self.now, elapsed, self.used() / s.kv_tokens, self.running, len(self.waiting)))
-        first_dt = self.price(self.nd, 0, held / self.nd)
         start = self.now
         self.now = start + first_dt
         self.decoded(first_dt)

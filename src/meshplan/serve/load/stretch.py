@@ -36,12 +36,12 @@ def _steps_until(p0: float, dp: float, limit: int, need: float) -> int:
 
 
 def stretch(knots: tuple[list[float], list[float]], context: float, growth: float, most: int,
-            until: float) -> tuple[int, float, float, float]:
+            until: float) -> tuple[int, float, float, float, float]:
     """Iterations from mean context ``context`` (each ``growth`` more) until their time reaches ``until`` seconds
-    or ``most`` of them have run: (iterations, seconds, the second's length, the last one's)."""
+    or ``most`` of them have run: (iterations, seconds, the first one's length, the second's, the last one's)."""
     axis, values = knots
     done, elapsed, ctx = 0, 0.0, context
-    first = last = 0.0
+    start = first = last = 0.0
     while True:
         i = _segment(axis, ctx)
         slope = (values[i + 1] - values[i]) / (axis[i + 1] - axis[i])
@@ -53,9 +53,11 @@ def stretch(knots: tuple[list[float], list[float]], context: float, growth: floa
         if elapsed + total >= until:
             room = _steps_until(p0, dp, room, until - elapsed)
             total = room * p0 + dp * room * (room - 1) / 2
+        if not done:
+            start = p0
         if done <= 1 < done + room:
             first = p0 + dp * (1 - done)
         last = p0 + dp * (room - 1)
         done, elapsed, ctx = done + room, elapsed + total, ctx + growth * room
         if done >= most or elapsed >= until:
-            return done, elapsed, first or last, last
+            return done, elapsed, start, first or last, last
