@@ -51,6 +51,7 @@ class _Instance(KVState):
         self.joined: list[float] = []  # when each sequence that joined the decodes since then got its last token
         self.pending_first: list[int] = []  # sequences whose first token the next decode samples (TurboMind)
         self.peak = 0.0
+        self.longest = 0.0  # the longest single iteration (the simulation's granularity: tests' slack)
         self.prefilled_last = False  # the last iteration carried prompts only (Policy.alternate)
 
     def step(self) -> bool:
@@ -102,6 +103,7 @@ class _Instance(KVState):
         # the chunks' mean prefix: the tokens of their prompts already cached (earlier chunks, prefix-cache hits)
         prefix = sum(take * entry[2] for entry, take in chunks) / tokens if tokens else 0.0
         dt = self.price(nd, tokens, held / self.nd if self.nd else 0.0, prefix)
+        self.longest = max(self.longest, dt)
         self.rows.append((self.now, dt, self.used() / self.s.kv_tokens, self.running, len(self.waiting)))
         self.now += dt
         self.peak = max(self.peak, (self.used() + nd * self.s.step_tokens + tokens) / self.s.kv_tokens)
@@ -143,6 +145,7 @@ class _Instance(KVState):
         count, elapsed, first_dt, second, last = stretch(self.price.knots(self.nd), held / self.nd, s.step_tokens,
                                                          max(most, 1), max(until, 1e-15))
         self.rows.append((self.now, elapsed, self.used() / s.kv_tokens, self.running, len(self.waiting)))
+        self.longest = max(self.longest, first_dt, last)
         start = self.now
         self.now = start + first_dt
         self.decoded(first_dt)
@@ -214,6 +217,7 @@ class Run:
     held_s: float | None = None  # request-seconds in the system, where no one timeline holds them (disagg.py)
     gaps: list[tuple[float, float, int, float]] = field(default_factory=list)
     kv_peak: float = 0.0
+    longest: float = 0.0  # the longest single iteration (s)
 
 
 def simulate_instance(reqs: Requests, sched: Scheduler, price: Prices | SpeculativePrices) -> Run:
@@ -223,4 +227,4 @@ def simulate_instance(reqs: Requests, sched: Scheduler, price: Prices | Speculat
         pass
     arrival, first, done = (np.asarray(v, dtype=float) for v in (sim.arr, sim.first, sim.done))
     return Run(arrival, first, done, reqs.input_len, reqs.output_len, sim.preemptions, sim.refused, sim.timeline,
-               gaps=sim.gaps, kv_peak=sim.peak)
+               gaps=sim.gaps, kv_peak=sim.peak, longest=sim.longest)
