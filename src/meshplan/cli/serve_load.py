@@ -28,9 +28,10 @@ LOAD_OPTIONS = [
     click.option("--concurrency", type=int, default=None, help="simulate this many clients, each sending its next "
                  "request when the last one finishes"),
     click.option("--trace", default=None, help="simulate a trace: CSV / JSONL of arrival_s, input_len, output_len"),
-    click.option("--lengths", default=None, help="request lengths under --rate / --concurrency: fixed (--input-len, "
-                 "--output-len; default), uniform[:ratio], sharegpt, alpaca, or a CSV / JSONL of input_len, "
-                 "output_len"),
+    click.option("--lengths", default=None, help="request lengths under --rate / --concurrency, as the benchmark "
+                 "tools draw them around --input-len / --output-len: fixed (default), uniform[:ratio] (vLLM's "
+                 "random), sglang-random[:ratio], synthetic:SD[:SD_OUT] (GenAI-Perf's), sharegpt (vLLM's filter), "
+                 "sharegpt-sglang, alpaca, or a CSV / JSONL of input_len, output_len"),
     click.option("--requests", type=int, default=None, help="requests simulated (default 1000, benchmark_serving's)"),
     click.option("--percentile", type=click.Choice(["50", "90", "95", "99"]), default=None,
                  help="the percentile the latency targets hold at under a load (default 99)"),

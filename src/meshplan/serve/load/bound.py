@@ -8,6 +8,10 @@ for carries at least its own work (the price is monotone in decodes, prompt toke
 the host's costs only add), so each request's TTFT and TPOT are at least these, and so is every percentile over
 the requests (a percentile of a vector that is larger term by term is larger). A shape whose idle percentile
 misses a target cannot meet it with any number of replicas; it is not simulated.
+
+Saturation: no iteration makes more than ``max_seqs`` tokens (E each with speculative decoding), and one of d
+decodes lasts at least price(d, 0, c) at the shortest context c a request decodes at, so an instance's output rate
+is at most max over d of d·E / price(d, 0, c) whatever the load (``saturation``).
 """
 
 from __future__ import annotations
@@ -44,6 +48,13 @@ def idle_latency(model: ModelSpec, cluster: Cluster, one: ServePlan, reqs: Reque
     step = {int(c): price(1, 0, float(c)) for c in np.unique(reqs.input_len + 1)}
     tpot = np.array([step[int(c)] for c in reqs.input_len + 1]) / sched.step_tokens
     return ttft, tpot[reqs.output_len > 1]
+
+
+def saturation(sched, price, context: float) -> float:
+    """The most output tokens/s an instance can make (module docstring): every decode count up to its max_seqs at
+    the shortest context."""
+    return max((d * sched.step_tokens / price(float(d), 0.0, context) for d in range(1, sched.max_seqs + 1)),
+               default=0.0)
 
 
 def idle_bound(model: ModelSpec, cluster: Cluster, one: ServePlan, reqs: Requests, engine: Engine, targets,
