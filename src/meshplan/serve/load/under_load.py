@@ -72,7 +72,8 @@ class Loaded:
         cost = price * p.num_gpus if price is not None else None
         tokens = self.result.output_tokens_per_s
         return {"plan": p.describe(), "tp": p.tp, "pp": p.pp, "dpa": p.dpa, "ep": p.ep, "batch": p.batch,
-                "replicas": p.replicas, "quant": p.quant.label, "kv_cache": p.quant.kv_cache, "gpus": p.num_gpus, "meets_targets": self.meets,
+                "replicas": p.replicas, "quant": p.quant.label, "kv_cache": p.quant.kv_cache, "gpus": p.num_gpus,
+                "meets_targets": self.meets,
                 "goodput_per_gpu": self.result.goodput / p.num_gpus, "dollars_per_hour": cost,
                 "cost_per_million_tokens": cost / 3600 / tokens * 1e6 if cost is not None and tokens else None,
                 **self.result.to_dict()}
