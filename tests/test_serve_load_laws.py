@@ -13,8 +13,8 @@ batch limits x length distributions x rates), not on chosen cases: each test say
   never preempts; one whose cache holds every request at once never preempts either. Between those, preempting the
   newest on demand is Bélády's anomaly's kind of policy (more room can mean more preemptions), so no monotone law
   is claimed there.
-- Little's law: the time-average of the requests in the system equals the completion rate times their mean time in
-  it, within 3 %.
+- Little's law: the time-average of the requests in the system (the simulator's own counts, per iteration, and the
+  part of an iteration a request arrived during) equals the completion rate times their mean time in it.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def test_low_rate_limit_is_serves_static_ttft_and_tpot(draws):
 
 
 def test_a_higher_rate_never_lowers_a_ttft_percentile(draws):
-    """400 draws, each the same requests at a rate r (0.1 to 4 times the instance's capacity) and at r·f (f from 1.1
+    """300 draws, each the same requests at a rate r (0.1 to 4 times the instance's capacity) and at r·f (f from 1.1
     to 2.5): where neither run preempts, every TTFT percentile (p50, p90, p95, p99) at r·f is at least r's less one
     iteration (the longest of the two runs: module docstring). Where the cache runs out the law is not the engines':
     vLLM puts a preempted request back at the head of the queue, ahead of new arrivals, and its recompute does not
@@ -120,7 +120,7 @@ def test_a_higher_rate_never_lowers_a_ttft_percentile(draws):
     36.4 s at 4.35 requests/s, 0.09 s at 10.1)."""
     rng = np.random.default_rng(810)
     broken, compared = [], 0
-    for _ in range(400):
+    for _ in range(300):
         key, (sched, price) = draws.instance(rng)
         reqs = draws.requests(rng)
         rate = draws.capacity(sched, price, reqs) * float(np.exp(rng.uniform(np.log(0.1), np.log(4))))
@@ -133,14 +133,14 @@ def test_a_higher_rate_never_lowers_a_ttft_percentile(draws):
         a, b = summarise([low]).ttft, summarise([high]).ttft
         broken += [(key, p, a[p], b[p], slack) for p in a if b[p] < a[p] - slack - 1e-12]
     assert not broken, broken[:3]
-    assert compared > 250  # most draws compared (not the chosen few)
+    assert compared > 180  # most draws compared (not the chosen few)
 
 
 def test_throughput_never_beyond_saturation(draws):
-    """300 draws at 0.3 to 8 times the capacity and all at once: output tokens/s at most the instance's saturation
+    """200 draws at 0.3 to 8 times the capacity and all at once: output tokens/s at most the instance's saturation
     (bound.saturation at the shortest context a request decodes at)."""
     rng = np.random.default_rng(811)
-    for _ in range(300):
+    for _ in range(200):
         key, (sched, price) = draws.instance(rng)
         reqs = draws.requests(rng)
         rate = draws.capacity(sched, price, reqs) * float(np.exp(rng.uniform(np.log(0.3), np.log(8))))
@@ -167,12 +167,14 @@ def test_reserving_schedulers_and_a_cache_that_holds_everyone_never_preempt(draw
 
 
 def test_littles_law(draws):
-    """300 draws from idle to overloaded: L = λW within 3 % (the time-average of the requests in the system, as the
-    simulation holds them per iteration, against the completion rate times the mean time in the system)."""
+    """300 draws from idle to overloaded: L = λW to 1e-6 (the time-average of the requests in the system, as the
+    simulation holds them per iteration plus the part of an iteration each arrived during, against the completion
+    rate times the mean time in the system: two bookkeepings of the same queue)."""
     rng = np.random.default_rng(813)
     for _ in range(300):
         key, (sched, price) = draws.instance(rng)
         reqs = draws.requests(rng)
         rate = draws.capacity(sched, price, reqs) * float(np.exp(rng.uniform(np.log(0.05), np.log(4))))
         result = summarise([simulate_instance(at_rate(reqs, rate), sched, price)])
-        assert result.in_system == pytest.approx(result.little, rel=0.03), key
+        assert result.refused == 0
+        assert result.in_system == pytest.approx(result.little, rel=1e-6), key

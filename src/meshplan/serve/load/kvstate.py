@@ -35,6 +35,9 @@ class KVState:
         self.it, self.now, self.next, self.preemptions, self.refused = 0, 0.0, 0, 0, 0
         self.closed = reqs.concurrency
         self.ratio = sched.policy.init_new_token_ratio  # SGLang's new_token_ratio
+        # request-seconds in the system before the iteration start at which each request is first counted (it arrived
+        # during the iteration before): what the timeline's per-iteration counts leave out
+        self.lag = 0.0
 
     def decode_tokens(self) -> float:
         """KV tokens the decoding sequences hold now."""
@@ -53,6 +56,7 @@ class KVState:
                 self.next += 1
             return
         while self.next < n and self.arr[self.next] <= self.now:
+            self.lag += self.now - self.arr[self.next]
             self.waiting.append(self.next)
             self.next += 1
 

@@ -218,6 +218,7 @@ class Run:
     gaps: list[tuple[float, float, int, float]] = field(default_factory=list)
     kv_peak: float = 0.0
     longest: float = 0.0  # the longest single iteration (s)
+    lag: float = 0.0  # request-seconds before each request's first iteration start (KVState.lag)
 
 
 def simulate_instance(reqs: Requests, sched: Scheduler, price: Prices | SpeculativePrices) -> Run:
@@ -227,4 +228,4 @@ def simulate_instance(reqs: Requests, sched: Scheduler, price: Prices | Speculat
         pass
     arrival, first, done = (np.asarray(v, dtype=float) for v in (sim.arr, sim.first, sim.done))
     return Run(arrival, first, done, reqs.input_len, reqs.output_len, sim.preemptions, sim.refused, sim.timeline,
-               gaps=sim.gaps, kv_peak=sim.peak, longest=sim.longest)
+               gaps=sim.gaps, kv_peak=sim.peak, longest=sim.longest, lag=sim.lag)

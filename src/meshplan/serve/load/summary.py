@@ -106,8 +106,8 @@ def summarise(runs: list[Run], ttft_slo: float = 0.0, tpot_slo: float = 0.0) -> 
         requests_per_s=float(rate), output_tokens_per_s=float(out[ok].sum() / span) if span else 0.0,
         goodput=float(good.sum() / span) if span else 0.0, completed=int(ok.sum()),
         preemptions=sum(r.preemptions for r in runs), refused=sum(r.refused for r in runs), duration_s=span,
-        in_system=sum(r.timeline.mean_in_system(span) if r.held_s is None else (r.held_s / span if span else 0.0)
-                      for r in runs),
+        in_system=sum((r.timeline.mean_in_system(span) + (r.lag / span if span else 0.0)) if r.held_s is None
+                      else (r.held_s / span if span else 0.0) for r in runs),
         little=float(rate * np.mean(e2e)) if len(e2e) else 0.0,
         kv_peak=max((r.kv_peak for r in runs), default=0.0),
         timeline=runs[0].timeline.sampled() if runs else {})
