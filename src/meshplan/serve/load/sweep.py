@@ -32,7 +32,8 @@ def load_sweep(model: ModelSpec, cluster: Cluster, plan: ServePlan, reqs: Reques
     """One row per level of LEVELS: the offered load (requests/s or clients), TTFT and TPOT at p50 and
     ``percentile`` (seconds), output tokens/s and preemptions; ``choices``: prefix hits, speculative decoding and
     the scheduler (run.Choices)."""
-    rows, cache = [], {}  # one instance's price grid for every level
+    rows: list[dict[str, Any]] = []
+    cache: dict = {}  # one instance's price grid for every level
     span = float(reqs.arrival[-1]) if len(reqs) > 1 else 0.0
     for factor in LEVELS:
         level = at_level(reqs, factor)

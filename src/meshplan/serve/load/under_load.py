@@ -93,7 +93,8 @@ def load_shapes(model: ModelSpec, cluster: Cluster, space: ServeSpace, count: in
     tokens = np.nan_to_num(c["tokens_per_s"])
     ok = (c["reason"] < 0) & (c["prefill_replicas"] == 0) & (tokens > 0)
     per_gpu = np.where(ok, tokens / np.maximum(c["gpus"], 1), -np.inf)
-    seen, out = set(), []
+    seen: set[tuple[int, ...]] = set()
+    out: list[tuple[ServePlan, float]] = []
     for i in np.argsort(-per_gpu, kind="stable"):
         if not ok[i] or len(out) == count:
             break
@@ -202,7 +203,8 @@ def recommend(model: ModelSpec, cluster: Cluster, space: ServeSpace, reqs: Reque
               count: int = 8) -> list[Loaded]:
     """Each shape's fewest-GPU deployment that meets the targets, co-located or split into pools (``fewest_split``
     for the first shapes), fewest GPUs first (ties by goodput per GPU within the band, then simplicity)."""
-    shapes, cache = load_shapes(model, cluster, space, count), {}
+    shapes = load_shapes(model, cluster, space, count)
+    cache: dict = {}
     pairs = [(s[0], fewest(model, cluster, s, reqs, space.engine, targets, cache)) for s in shapes]
     found = [f for _, f in pairs if f is not None] + _with_splits(model, cluster, space, reqs, targets, pairs, cache)
     return sorted(found, key=lambda x: (x.plan.num_gpus, -round(x.result.goodput / x.plan.num_gpus / _unit(found)),
@@ -213,7 +215,9 @@ def rank(model: ModelSpec, cluster: Cluster, space: ServeSpace, reqs: Requests, 
          count: int = 8) -> list[Loaded]:
     """Each shape at the fewest replicas meeting the targets (else the most the GPUs hold), those meeting them
     first, by goodput per GPU (ties within the band by simplicity)."""
-    out, pairs, cache = [], [], {}
+    out: list[Loaded] = []
+    pairs: list[tuple[ServePlan, Loaded | None]] = []
+    cache: dict = {}
     for s in load_shapes(model, cluster, space, count):
         found = fewest(model, cluster, s, reqs, space.engine, targets, cache)
         pairs.append((s[0], found))
