@@ -19,7 +19,7 @@ from meshplan.serve.engine import Engine
 from meshplan.serve.estimate import plan_columns
 from meshplan.serve.load.policy import Policy, policy_for
 from meshplan.serve.load.speculation import Speculation
-from meshplan.serve.memory import memory, weight_bytes
+from meshplan.serve.memory import memory, state_bytes, weight_bytes
 from meshplan.serve.plan import ServePlan, Workload, cached_tokens
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -70,8 +70,10 @@ def scheduler(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engin
     groups = plan.dpa
     lanes = plan.pp * plan.dpa
     rules = policy_for(engine, policy)
-    return Scheduler(max_seqs=min(plan.batch, engine.max_seqs * groups),
-                     budget=(rules.budget or engine.max_batched_tokens) * lanes, policy=rules,
+    seqs = min(plan.batch, engine.max_seqs * groups)
+    # a hybrid model's sequences hold their recurrent state beside their tokens' KV: the most that run take theirs
+    pool = max(pool - seqs / groups * float(state_bytes(model, plan.tp)) / plan.pp, 0.0)
+    return Scheduler(max_seqs=seqs, budget=(rules.budget or engine.max_batched_tokens) * lanes, policy=rules,
                      kv_tokens=int(pool / per_token) * groups, block_size=engine.block_size, lanes=lanes,
                      prefix_hit=prefix_hit, step_tokens=spec.per_step if spec else 1.0,
                      draft_tokens=spec.tokens if spec else 0, last_token_decoded=engine.last_prompt_token_decoded)
