@@ -13,9 +13,10 @@ steady-state prediction's (serving_eval.predict, which picks the batch that serv
 Then the load tests with percentiles (data/serving/load_tests.jsonl: SGLang v0.3.0 and vLLM v0.6.0 at 4 and 8
 ShareGPT requests/s, medians): the engine preset of each version (engine_version.preset_for), TP as printed, the batch
 capped by the engine's max_seqs and its KV cache, ShareGPT lengths from the published means (serve/load/lengths.py),
-Poisson arrivals, seeds 0-4; the simulated median E2E, TTFT and TPOT against the printed ones, and the median ITL
-against the simulated median TPOT for SGLang (vLLM's ran 10 scheduler steps at a time: its ITL is a burst's gap,
-not modelled).
+Poisson arrivals, seeds 0-4, each engine version's scheduler (presets/schedulers: SGLang's prefill-first batches and
+new-token ratio, vLLM V0's prefill-first steps); the simulated median E2E, TTFT and TPOT against the printed ones, and
+the simulated median ITL (every gap between two tokens, pooled) against SGLang's (vLLM's ran 10 scheduler steps at a
+time: its ITL is a burst's gap, not modelled).
 
 Run: python benchmarks/serve_load_published.py [--check]   (--check: the check split only)
 """
@@ -68,7 +69,7 @@ def simulated(record: dict) -> dict[str, float] | None:
         else:  # QPS = INF: every request at once
             reqs = Requests(np.zeros(n), np.full(n, inp), np.full(n, out))
         r = load_run(case.model, case.cluster, plan, reqs, case.engine)
-        runs.append({"ttft_ms": 1e3 * r.mean["ttft"], "itl_ms": 1e3 * r.mean["tpot"],
+        runs.append({"ttft_ms": 1e3 * r.mean["ttft"], "itl_ms": 1e3 * r.mean["itl"],
                      "requests_per_s": r.requests_per_s, "output_tokens_per_s": r.output_tokens_per_s})
     return {m: float(np.mean([x[m] for x in runs])) for m in METRICS}
 
@@ -112,7 +113,7 @@ def load_test(record: dict) -> dict[str, float]:
         r = load_run(model, cluster, plan, poisson(w["request_rate"], w["num_requests"], Lengths("sharegpt"), seed),
                      engine)
         runs.append({"e2e_latency_ms": 1e3 * r.e2e[50], "ttft_ms": 1e3 * r.ttft[50], "tpot_ms": 1e3 * r.tpot[50],
-                     "itl_ms": 1e3 * r.tpot[50] if record["engine"].startswith("SGLang") else float("nan")})
+                     "itl_ms": 1e3 * r.itl[50] if record["engine"].startswith("SGLang") else float("nan")})
     return {m: float(np.mean([x[m] for x in runs])) for m in MEDIANS}
 
 

@@ -27,7 +27,7 @@ from meshplan.roofline import kernel_count, op_time
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.engine import Engine
 from meshplan.serve.moe import moe_ops
-from meshplan.serve.ops import attention_ops, dense_ops
+from meshplan.serve.ops import attention_ops, dense_ops, hybrid_ops
 from meshplan.serve.precision import Quant, compute_accelerator, gemm_precision
 from meshplan.specs.hardware import Accelerator, Cluster
 from meshplan.specs.model import ModelSpec
@@ -36,8 +36,11 @@ from meshplan.xp import Num, maximum, where
 
 
 def layer_ops(model: ModelSpec, sh: Shape) -> dict[str, list[OpCost]]:
-    """The ops of one layer of each kind the model has (ModelSpec.block_counts: dense, moe), with the extras of
-    cost/extras.py."""
+    """The ops of one layer of each kind the model has (ModelSpec.block_counts: dense, moe; a hybrid model's
+    attention, mlp, mamba and moe blocks, one per layer), with the extras of cost/extras.py."""
+    if model.is_hybrid:  # one block per layer (ops.hybrid_ops); a MoE block without attention
+        blocks = hybrid_ops(model, sh) | ({"moe": moe_ops(model, sh)} if "moe" in model.block_counts else {})
+        return {kind: ops + serve_extra_ops(model, sh, kind) for kind, ops in blocks.items()}
     attention = attention_ops(model, sh)
     builders = {"dense": dense_ops, "moe": moe_ops}
     return {kind: attention + builders[kind](model, sh) + serve_extra_ops(model, sh, kind)
