@@ -96,7 +96,7 @@ def _map_run(record: dict[str, Any], hybrid: bool) -> Case:
     m = record.get("model") or {}
     _model_recorded(m)
     metric, value, basis = _reading("measured", pick_metric, record)
-    model, notes = _reading("model", map_model, m)
+    model, notes = _reading("model", map_model, m, str(record.get("notes") or ""))
     model = _with_mtp(record, model, notes)
     if compared_apart(model) and not hybrid:
         raise Skip(HYBRID_SKIP.format(name=m.get("name")))
