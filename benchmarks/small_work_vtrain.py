@@ -1,9 +1,9 @@
 """vTrain's released single-node runs in the small-work regime (issue 79): data/validation/vtrain_single_node_dev.jsonl,
 720 runs of four of the eight small GPTs vTrain measured (Megatron-DeepSpeed on one 8 x A100 node, tp 1-8, pp 1-4,
 micro-batch 1-8, full recompute), reported apart in docs/ACCURACY.md's "Small-work regime": |error| overall, by
-tensor-parallel size and by model (no constant is fitted on this set: every figure is out of source), and the sweeps of
-equal work (benchmarks/small_work_sweeps.py: per model, GPU count and global batch, the Spearman rank correlation and the
-regret of meshplan's pick). ``python benchmarks/small_work_vtrain.py`` prints the section.
+tensor-parallel size and by model (no constant is fitted on this set: every figure is out of source), and the sweeps
+of equal work (benchmarks/small_work_sweeps.py: per model, GPU count and global batch, the Spearman rank correlation and
+the regret of meshplan's pick). ``python benchmarks/small_work_vtrain.py`` prints the section.
 """
 
 from __future__ import annotations
