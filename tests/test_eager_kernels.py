@@ -184,3 +184,17 @@ def test_megatron_falls_back_to_the_torch_softmax_where_its_kernel_cannot_run() 
     # a stack without Megatron's fused module code is untouched
     assert per_pass(dense_layer(GPT, Plan(tp=8, micro_batch=1), EAGER_GPT)) == per_pass(
         dense_layer(GPT, Plan(tp=8, micro_batch=2), EAGER_GPT))
+
+
+def test_a_batch_of_plans_takes_each_plans_softmax_path() -> None:
+    # the search evaluates a PlanBatch: its plans at tp 8 / micro-batch 1 (the torch path) and the others (the
+    # kernel) each cost what the plan alone costs
+    from meshplan.search.batch import PlanBatch
+    from meshplan.specs.hardware import load_system
+    from meshplan.step.assemble import step_costs
+    megatron_ds, cluster = load_stack("megatron-deepspeed"), load_system("a100").cluster(8)
+    plans = [Plan(dp=8 // t, tp=t, micro_batch=b, global_batch=16, precision="fp16") for t, b in
+             ((8, 1), (8, 2), (4, 1), (2, 2))]
+    vec = step_costs(GPT, cluster, PlanBatch.of(plans), megatron_ds)
+    one = [step_costs(GPT, cluster, p, megatron_ds).step_time for p in plans]
+    assert np.asarray(vec.step_time) == pytest.approx(one, rel=1e-12)
