@@ -108,9 +108,8 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     # softmax out (+ mask + dropout out); the eager path keeps softmax's fp32 output and its bf16 cast for P·V
     probs = a + FP32 * torch_path
     kept = scores * (probs + a + MASK_BYTES if d.dropout else probs)
-    (fused_fwd, fused_bwd), (torch_fwd, torch_bwd) = (unfused_score_traffic(d.dropout, path) for path in (False, True))
-    fwd_traffic = fused_fwd + (torch_fwd - fused_fwd) * torch_path
-    bwd_traffic = fused_bwd + (torch_bwd - fused_bwd) * torch_path
+    fused_pass, torch_pass = unfused_score_traffic(d.dropout, False), unfused_score_traffic(d.dropout, True)
+    fwd_traffic, bwd_traffic = (f + (t - f) * torch_path for f, t in zip(fused_pass, torch_pass, strict=True))
     # Q·Kᵀ reduces over d, P·V over s (equal FLOPs): the pair runs like one GEMM of depth 2ds/(d+s)
     shape = {"m": T * heads, "n": s, "k": 2.0 * d_qk * s / (d_qk + s), "variant": "unfused"}
     # kernels (Megatron's CoreAttention): forward Q·Kᵀ (baddbmm), the fused scale-mask-softmax, dropout, P·V (bmm);
