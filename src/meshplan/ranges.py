@@ -201,6 +201,8 @@ RANGES: dict[str, Range] = {
                             "Megatron-LM's 128; 65,536 is past any vocabulary shard"),
     "host_dispatch": Range(0, 0.01, "s", "host seconds per launched kernel: 3 us raw cuLaunchKernel to ~100 us (a "
                            "te.Linear on Grace, TransformerEngine #2053); 10 ms is 100x that", "the host never limits"),
+    "collective_host": Range(0, 0.01, "s", "host seconds per collective call: ~15 us (an eager op's dispatch, "
+                             "specs/stack.py); 10 ms is 700x that", "a kernel's host_dispatch"),
     "region_host": Range(0, 0.1, "s", "host seconds per torch.compile region and pass: 0.29 ms measured (a GPT layer "
                          "on an H200 host, specs/stack.py); 100 ms is 300x that", "no compiled region"),
     "expert_tensors": Range(1, 16, "", "stacked expert tensors a layer: 2-3 in the frameworks that stack them",
