@@ -11,7 +11,7 @@ import pytest
 
 from meshplan.serve import check
 from meshplan.serve.engine import load_engine
-from meshplan.serve.engine_version import parse_version, preset_for
+from meshplan.serve.engine_version import parse_date, parse_version, preset_for
 from meshplan.serve.estimate import plan_columns, serve_estimate
 from meshplan.serve.metrics import Setting, first_token_step, static_capacity
 from meshplan.serve.plan import ServePlan, Workload
@@ -28,6 +28,13 @@ from meshplan_validation.serving_map import engine_of
     ("vLLM 0.8.0", "vllm"),
     ("vLLM v0.10 ROCm", "vllm"),
     ("vLLM 0.6.2 on ROCm 6.2", "vllm-v0"),
+    # no single version: the date's (the newest release out by the end of the period it names)
+    ("vLLM, Oct 2024", "vllm-v0"),
+    ("vLLM (September 2024)", "vllm-v0"),
+    ("vLLM, Aug. 2024", "vllm-v0.5"),
+    ("vLLM 2025-04", "vllm"),
+    ("vLLM (version not stated: 'pip install vllm', Sept 2024; the 0.5.x-0.6.1 API), V0 engine", "vllm-v0"),
+    ("vLLM ROCm, 2024-10-01", "vllm-v0"),
     ("vLLM V1", "vllm"),
     ("SGLang v0.4.1", "sglang"),
     ("TensorRT-LLM 0.14.0 (TensorRT engine) + Triton tensorrtllm_backend", "trtllm"),
@@ -45,6 +52,30 @@ def test_versions_parse_from_the_first_dotted_number():
     assert parse_version("vllm==0.6.3.post1") == (0, 6, 3)
     assert parse_version("vLLM v0.10 ROCm 6.4") == (0, 10)
     assert parse_version("vLLM V1") is None
+    # a wildcard or a range states no single version; a date is none either
+    assert parse_version("the 0.5.x-0.6.1 API") is None
+    assert parse_version("vLLM 0.5 to 0.6") is None
+    assert parse_version("vLLM 0.5.x, then vllm==0.6.3") == (0, 6, 3)
+    assert parse_version("vLLM, 2024-10-15") is None
+
+
+def test_a_date_reads_as_the_last_day_of_the_period_it_names():
+    assert parse_date("vLLM, Sept 2024") == "2024-09-30"
+    assert parse_date("vLLM (Feb. 2024)") == "2024-02-29"  # a leap year
+    assert parse_date("measured 2024-10") == "2024-10-31"
+    assert parse_date("2024-10-15 on MI300X") == "2024-10-15"
+    assert parse_date("vLLM 0.6.3") is None
+
+
+def test_a_record_date_picks_the_version_its_engine_string_does_not_state():
+    # the releases: vLLM 0.6.0 on 2024-09-05, 0.8.0 (V1 by default) on 2025-03-18 (engine_versions.toml, PyPI)
+    assert preset_for("vLLM", "2024-10") == "vllm-v0"  # October 2024: 0.6.3, V0, not the V1 of an unversioned string
+    assert preset_for("vLLM", "2024-08-31") == "vllm-v0.5"
+    assert preset_for("vLLM", "2025-03-18") == "vllm"
+    assert preset_for("vLLM") == "vllm"  # no version and no date: the unversioned row
+    assert preset_for("vLLM 0.5.4", "2025-06") == "vllm-v0.5"  # a stated version outranks any date
+    assert preset_for("vLLM (Oct 2024)", "2025-06") == "vllm-v0"  # the string's own date outranks the record's
+    assert engine_of({"engine": "vLLM (version not stated)", "date": "2024-10"}).name == "vllm-v0"
 
 
 def test_every_preset_of_the_table_loads():
