@@ -137,3 +137,22 @@ def test_the_gpu_idles_kernel_gap_between_the_kernels_of_a_step():
     one = setting("vllm-v0.6-rocm", "mi300x", tp=1)
     sh1 = one.shape(16.0, 0.0, 0.0, 0.0)
     assert gap_time(one.model, one.cluster, sh1, 1, engine) < gaps
+
+
+def test_the_released_half_of_llm_inference_bench_is_read_as_its_engines_ran():
+    """data/serving/llm_inference_bench_dev.jsonl (data/serving/README.md): 341 runs, split dev, each measuring total
+    tokens/s and the batch's latency; the H100 runs ("pip install vllm", September 2024) read as V0 0.6 by their date,
+    GH200's 0.5.3 as V0 0.5, MI300X's v0.6.1 ROCm build as its own preset; every run is priced."""
+    import json
+    from collections import Counter
+    from pathlib import Path
+
+    from meshplan_validation.serving_map import case_of
+
+    path = Path(__file__).resolve().parents[1] / "data" / "serving" / "llm_inference_bench_dev.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert len(records) == len({r["id"] for r in records}) == 341
+    assert {r["split"] for r in records} == {"dev"}
+    assert all(r["measured"]["total_tokens_per_s"] > 0 and r["measured"]["e2e_latency_ms"] > 0 for r in records)
+    presets = Counter((r["hardware"]["preset"], case_of(r).engine.name) for r in records)
+    assert presets == {("h100", "vllm-v0"): 81, ("gh200", "vllm-v0.5"): 20, ("mi300x", "vllm-v0.6-rocm"): 240}
