@@ -41,7 +41,7 @@ from meshplan.cost.decode import Shape
 from meshplan.cost.kv_cache import token_bytes
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.engine import Engine
-from meshplan.serve.iteration import EXPERT_PATH, extra_kernel_time, token_time
+from meshplan.serve.iteration import EXPERT_PATH, extra_kernel_time, gap_time, token_time
 from meshplan.serve.memory import memory
 from meshplan.serve.plan import PlanColumns, Workload
 from meshplan.serve.precision import Quant
@@ -79,13 +79,15 @@ class Setting:
 
     def time(self, decode: Num, prefill: Num = 0.0, prompts: Num = 0.0, prefix: Num = 0.0) -> Num:
         """Seconds per token step of a micro-batch with ``decode`` sequences and ``prefill`` prompt tokens."""
-        host = self.engine.host_time(decode + prompts, self.cols["pp"], self.cluster.python_host)
+        loop = self.engine.loop_speed(self.cluster)
+        host = self.engine.host_time(decode + prompts, self.cols["pp"], loop)
         # eager kernels: the GPU runs each as the host issues it, so the step lasts at least the issuing (engine.py)
         layers = self.model.num_layers / self.cols["pp"]
         gpu = maximum(self.gpu_time(decode, prefill, prompts, prefix),
                       self.engine.eager_time(decode, prompts, layers, self.cluster.python_host))
+        gpu = gpu + self.engine.iteration_latency  # the engine's GPU work after the forward pass (engine.py)
         if self.engine.hidden_sequence_overhead:  # the host's work beside the GPU's step (engine.py)
-            gpu = maximum(gpu, self.engine.hidden_time(decode + prompts, self.cols["pp"], self.cluster.python_host))
+            gpu = maximum(gpu, self.engine.hidden_time(decode + prompts, self.cols["pp"], loop))
         if self.engine.host_overlap:  # the host's work hides behind the GPU's (engine.py)
             return maximum(gpu, host)
         return gpu + host
@@ -97,6 +99,7 @@ class Setting:
         dispatch and combine, C the rest (each half reads the weights again)."""
         sh = self.shape(decode, prefill, prompts, prefix)
         extra = extra_kernel_time(self.model, self.cluster, sh, self.engine, self.eff)  # its own kernels (engine.py)
+        extra = extra + gap_time(self.model, self.cluster, sh, self.cols["pp"], self.engine, self.eff)  # their gaps
         if not self.engine.two_batch_overlap:
             return token_time(self.model, self.cluster, sh, self.cols["pp"], self.quant, 0.0, self.eff) + extra
         half = self.shape(decode / 2, prefill / 2, prompts / 2, prefix)
@@ -117,7 +120,8 @@ class Setting:
                      a_bytes=q.act_bytes, kv_bytes=q.kv_bytes, absorb=self.engine.mla_absorb,
                      gather=self.engine.moe_comm == "all_gather", forwarded=self.engine.moe_comm == "deepep",
                      per_query_head=self.engine.kv_per_query_head,
-                     padded=self.engine.graph_padding(decode, prompts))
+                     padded=self.engine.graph_padding(decode, prompts),
+                     skinny_rows=self.engine.skinny_gemm_rows, skinny_rate=self.engine.skinny_gemm_rate)
 
     @property
     def micro_batch(self) -> Num:
