@@ -26,7 +26,6 @@ import datetime
 import json
 import platform
 import subprocess
-import sys
 from pathlib import Path
 
 WIDTH, TOKENS, LAYERS, REPEATS = 64, 16, 4, 400
@@ -125,4 +124,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
