@@ -377,7 +377,7 @@ def write_json(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:
 def read_csv(path: str | Path) -> list[dict[str, Any]]:
     """Rows back from ``write_csv`` with numbers as numbers (no pandas needed)."""
     out = []
-    with Path(path).open(newline="") as f:
+    with Path(path).open(newline="", encoding="utf-8-sig") as f:
         for raw in csv.DictReader(f):
             out.append({k: _parse(v) for k, v in raw.items()})
     return out

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from meshplan.errors import SpecError
+from meshplan.ranges import check_value
 
 LOAD = ("rate", "concurrency", "trace")
 WITH_LOAD = ("lengths", "requests", "percentile", "recommend", "seed", "burstiness", "speculative")
@@ -70,6 +71,7 @@ def take(options: dict[str, Any], prefix_hit: float = 0.0) -> dict[str, Any] | N
         v = load[k]
         if v is not None and not low <= v <= high:
             raise SpecError(f"{k.replace('_', '-')}={v} must be from {low:g} to {high:g} {unit}")
+    check_value("seed", load["seed"], "--")  # before the search: NumPy refuses a negative seed (ranges.py)
     if load["trace"] is not None:
         clash = [k for k in ("lengths", "requests", "seed", "burstiness") if load[k] is not None]
         if clash:

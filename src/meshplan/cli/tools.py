@@ -59,6 +59,8 @@ def calibrate_cmd(world_size: int | None, mesh: str | None, quick: bool, device:
         writable(stack_out, "stack-out")
         preset_text(options["stack_base"])  # a bad base refused before measuring
     base = load_system(base_ref, "base") if base_ref else None
+    if options["threads"] is not None and not 1 <= options["threads"] <= 1024:  # before torch is imported
+        raise SpecError(f"threads={options['threads']} must be an integer from 1 to 1024")
     settings = replace(settings_for(resolve_device(device), quick), threads=options["threads"])
     if options["model_ref"]:
         settings = _shaped_like(str(options["model_ref"]), settings)
