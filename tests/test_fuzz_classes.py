@@ -180,3 +180,15 @@ def test_third_party_output_is_one_note(capfd):
         assert capfd.readouterr() == ("", "")  # meshplan's own error line stands alone
     finally:
         logger.removeHandler(stale)
+
+
+def test_presets_is_a_table_with_sizes(capsys):
+    """Issue 80: `presets` printed 72 names on one line; now one row each, with the sizes, in a pipe as well."""
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+    assert rows["llama3-70b"][1:4] == ["70.6", "B", "-"] and rows["deepseek-v3"][3:5] == ["37.6", "B"]
+    assert "h100" in rows and "megatron-core" in rows
+    assert main(["presets", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["models"]) >= 70 and {"models", "systems", "frameworks"} == set(data)
