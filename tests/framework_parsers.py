@@ -47,6 +47,8 @@ def bash_launch(script: Path, programs: tuple[str, ...], *extra: str, env: dict[
         (record / program).write_text(_RECORDER)
         (record / program).chmod(0o755)
     runs = record / "runs"
+    for old in record.glob("runs.*"):  # a run before this one
+        old.unlink()
     run_env = {**os.environ, "PATH": f"{record}:{os.environ['PATH']}", "MESHPLAN_RECORD": str(runs),
                "MASTER_ADDR": "127.0.0.1", **(env or {})}
     subprocess.run(["bash", str(script), *extra], env=run_env, check=True, cwd=script.parent, timeout=60)
@@ -74,6 +76,21 @@ def megatron_lm(cases: list[dict]) -> list[dict]:
     try:
         result = subprocess.run([sys.executable, str(HERE / "megatron_lm_check.py"), f.name], capture_output=True,
                                 text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(path)})
+    finally:
+        os.unlink(f.name)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def engine_parsers(commands: list[tuple[str, list[str]]]) -> list[dict]:
+    """vLLM's and SGLang's own parsers on each (engine, argv) (tests/engine_parsers_check.py)."""
+    path = parser_path("engines")
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(commands, f)
+    try:
+        result = subprocess.run([sys.executable, str(HERE / "engine_parsers_check.py"), f.name], capture_output=True,
+                                text=True, timeout=600,
+                                env={**os.environ, "PYTHONPATH": str(path), "VLLM_TARGET_DEVICE": "cpu"})
     finally:
         os.unlink(f.name)
     assert result.returncode == 0, result.stderr[-3000:]
