@@ -5,7 +5,8 @@ Run where the engine imports (vLLM 0.33.0 and SGLang 0.5.23 import on a CPU from
 their light pure-Python dependencies, which .ci/parsers.py unpacks into .venv/framework-parsers/engines; vLLM with
 VLLM_TARGET_DEVICE=cpu):
 
-    PYTHONPATH=.venv/framework-parsers/engines VLLM_TARGET_DEVICE=cpu .venv/bin/python tests/data/engine_args/generate.py
+    PYTHONPATH=.venv/framework-parsers/engines VLLM_TARGET_DEVICE=cpu \
+        .venv/bin/python tests/data/engine_args/generate.py
 """
 
 from __future__ import annotations
