@@ -36,7 +36,7 @@ if ! have_chromium; then
 fi
 [ -x .venv/bin/pip ] || python3 -m venv .venv
 # pip's own lines, less its "Requirement already satisfied" ones: what it downloads and installs, as it goes
-echo "install-extras: meshplan and the dev extra into .venv (first run: about 1.5 GB of wheels, 3.4 GB installed," \
+echo "install-extras: meshplan and the dev extra into .venv (first run: about 1 GB of wheels, 3.4 GB installed," \
      "5-15 minutes; later runs: seconds)" >&2
 .venv/bin/pip install --disable-pip-version-check -e '.[dev]' 2>&1 |
   { grep --line-buffered -E '^ *(Collecting|Downloading|Installing|Successfully|ERROR|error)' || true; }

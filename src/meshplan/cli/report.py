@@ -274,7 +274,10 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
     for name in names:
         points += param_points(model, refs, counts, gbs, param=name, factors=scale, nvlink=domains, space=space)
     writable_dir(output, "output")
-    rows = _search_or_keep(points, workers, ray_address, output)
+    from meshplan.cli.common import working
+
+    with working(f"sweep: searching {len(points)} points", animate=False):  # its workers are forked
+        rows = _search_or_keep(points, workers, ray_address, output)
     make_dir(output, "output")
     written = [write_csv(rows, output / "sweep.csv"), write_json(rows, output / "sweep.json")]
     try:
