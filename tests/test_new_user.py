@@ -9,8 +9,8 @@ import time
 import click
 import pytest
 
-from meshplan.cli import main
 from meshplan.cli import common as cli_common
+from meshplan.cli import main
 
 SERVE = ["serve", "--model", "llama3-8b", "--system", "h100", "--gpus", "16", "--input-len", "2048", "--output-len",
          "256", "--rate", "40", "--requests", "300", "--top", "6"]
