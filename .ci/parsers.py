@@ -6,6 +6,8 @@ wheels into .venv/framework-parsers/ for the tests that run them (tests/framewor
   ship ``megatron/training`` from 0.17.0 on (0.16.1's wheel and sdist hold ``megatron/core`` only) and need Python
   3.12, so the wheel is downloaded for 3.12 and its Python files unpacked here: they import and run on 3.11 (a
   subprocess puts them first on its path, so the dev extra's megatron-core 0.16.1 stays what the other tests use).
+- megatron-bridge: Megatron-Bridge 0.3.1's Python files (its ConfigContainer and the configs it holds), read by the
+  tests as source: its package imports Transformer Engine, a CUDA build, before anything else.
 - engines: vLLM 0.33.0's ``EngineArgs.add_cli_args`` and SGLang 0.5.23's ``ServerArgs.add_cli_args``, the Python
   files of their wheels (vLLM's CUDA build is 336 MB, most of it kernels the parser never loads) with the few
   pure-Python packages their argument modules import, installed without dependencies (their pins would replace the
@@ -25,6 +27,9 @@ import zipfile
 from pathlib import Path
 
 MEGATRON = "megatron-core==0.17.0"
+# Megatron-Bridge's ConfigContainer and the configs it holds: its package imports Transformer Engine (a CUDA build)
+# at once, so the tests read its dataclasses' fields from these files (tests/test_configs_megatron_bridge.py)
+BRIDGE = "megatron-bridge==0.3.1"
 ENGINES = ("vllm==0.33.0", "sglang==0.5.23")
 # what vllm/engine/arg_utils.py and sglang/srt/server_args.py import beyond the dev extra (found by importing them)
 ENGINE_DEPS = ("aiohappyeyeballs==2.7.1", "aiohttp==3.14.5", "aiosignal==1.4.0", "apache-tvm-ffi==0.1.15.post2",
@@ -34,7 +39,7 @@ ENGINE_DEPS = ("aiohappyeyeballs==2.7.1", "aiohttp==3.14.5", "aiosignal==1.4.0",
                "opentelemetry-semantic-conventions==0.66b2", "orjson==3.13.0", "partial-json-parser==0.2.1.1.post7",
                "prometheus-client==0.26.0", "propcache==0.5.4", "pybase64==1.5.1", "pyzmq==27.3.0", "sniffio==1.3.1",
                "starlette==1.10.0", "traitlets==5.16.1", "uvloop==0.23.0", "xgrammar==0.2.9", "yarl==1.25.1")
-STAMP = "\n".join((MEGATRON, *ENGINES, *ENGINE_DEPS)) + "\n"
+STAMP = "\n".join((MEGATRON, BRIDGE, *ENGINES, *ENGINE_DEPS)) + "\n"
 
 
 def _pip(*args: str) -> None:
@@ -59,6 +64,13 @@ def _megatron(target: Path, tmp: Path) -> None:
     (target / "megatron-lm" / "VERSION").write_text(MEGATRON + "\n")
 
 
+def _bridge(target: Path, tmp: Path) -> None:
+    _pip("download", "--no-deps", "--only-binary", ":all:", BRIDGE, "-d", str(tmp))
+    (wheel,) = tmp.glob("megatron_bridge-*.whl")
+    _unpack_python(wheel, target / "megatron-bridge", "megatron")
+    (target / "megatron-bridge" / "VERSION").write_text(BRIDGE + "\n")
+
+
 def _engines(target: Path, tmp: Path) -> None:
     _pip("download", "--no-deps", *ENGINES, "-d", str(tmp))
     for wheel in tmp.glob("*.whl"):
@@ -78,6 +90,8 @@ def main(target: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         print(f"install-extras: Megatron-LM's parser ({MEGATRON} wheel, 2 MB) into {target}", file=sys.stderr)
         _megatron(target, Path(tmp) / "megatron")
+        print(f"install-extras: Megatron-Bridge's config classes ({BRIDGE} wheel, 2 MB)", file=sys.stderr)
+        _bridge(target, Path(tmp) / "bridge")
         print(f"install-extras: vLLM's and SGLang's parsers ({', '.join(ENGINES)}: about 380 MB of wheels, "
               "their Python files kept)", file=sys.stderr)
         _engines(target, Path(tmp) / "engines")

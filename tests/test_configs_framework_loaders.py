@@ -15,8 +15,8 @@
 - Megatron-Bridge overrides: ``model.*`` keys set fields of its GPTModelProvider, a subclass of Megatron-Core's
   TransformerConfig (Megatron-Bridge src/megatron/bridge/models/gpt_provider.py), so they build a TransformerConfig
   with the model's shape; ``ddp.*`` and ``optimizer.*`` keys build Megatron-Core's DistributedDataParallelConfig and
-  OptimizerConfig. Megatron-Bridge itself needs Transformer Engine (a CUDA build), so ``train.*`` /
-  ``comm_overlap.*`` keys stay checked against its documented names (tests/test_configs.py).
+  OptimizerConfig. Megatron-Bridge itself needs Transformer Engine (a CUDA build), so every key is checked against
+  the fields its ConfigContainer's classes declare in its source (tests/test_configs_megatron_bridge.py).
 """
 
 from __future__ import annotations
