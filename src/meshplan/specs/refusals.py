@@ -115,9 +115,6 @@ REFUSALS: dict[str, Refusal] = {r.name: r for r in (
             _MLM, _ARGS, (817, 830), "Number of layers should be divisible by the pipeline-model-parallel size",
             lambda p, m, s: ((m.num_layers % p.pp) != 0) & (p.vpp == 1) & (_first(p) == 0)
             & (p.last_stage_layers == 0)),
-    Refusal("seq_not_divisible_by_2cp", "seq_length not divisible by 2 * cp", _MLM, _ARGS, (1103, 1106),
-            "seq-length should be a multiple of 2 * context-parallel-size",
-            lambda p, m, s: (p.cp > 1) & ((m.seq_length % (2 * p.cp)) != 0)),
     Refusal("tp_overlap_without_sp", "TP communication overlap without sequence parallelism", _MLM, _ARGS,
             (1201, 1202), "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism",
             lambda p, m, s: s.overlap_tp & (p.tp > 1) & _no(p.sequence_parallel)),
