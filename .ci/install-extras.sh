@@ -3,7 +3,8 @@
 # ruff, matplotlib, Jinja2, vl-convert-python, Playwright, Ray, pandas, CPU PyTorch, transformers, DeepSpeed, the
 # `rl` extra), verl and OpenRLHF without their dependencies (tests/test_rl_launch.py), and headless
 # Chromium (Debian's package, which Playwright drives: it downloads no browser) for the browser tests of the HTML
-# reports. Idempotent and quick when everything is already there. The README's test command runs it.
+# reports, and the frameworks' own argument parsers (.ci/parsers.py). Idempotent and quick when everything is already
+# there; each step says what it fetches. The README's test command runs it.
 #
 # What it needs: python3 with venv and network access to PyPI (the `dev` extra). Chromium comes from apt-get, which
 # needs root or password-less sudo; without them (or without apt-get, or offline) it says so and goes on: the browser
@@ -35,6 +36,14 @@ if ! have_chromium; then
   fi
 fi
 [ -x .venv/bin/pip ] || python3 -m venv .venv
-.venv/bin/pip install -q -e '.[dev]'
+# pip's own lines, less its "Requirement already satisfied" ones: what it downloads and installs, as it goes
+echo "install-extras: meshplan and the dev extra into .venv (first run: about 1 GB of wheels, 3.4 GB installed," \
+     "5-15 minutes; later runs: seconds)" >&2
+.venv/bin/pip install --disable-pip-version-check -e '.[dev]' 2>&1 |
+  { grep --line-buffered -E '^ *(Collecting|Downloading|Installing|Successfully|ERROR|error)' || true; }
+# the frameworks' own parsers that cannot share the dev extra's pins (Megatron-LM's megatron/training, vLLM, SGLang):
+# their wheels' Python files in .venv/framework-parsers for tests/framework_parsers.py (.ci/parsers.py)
+.venv/bin/python .ci/parsers.py .venv/framework-parsers
 # verl's and OpenRLHF's config code for tests/test_rl_launch.py, without their dependencies (pyproject.toml's rl extra)
-.venv/bin/pip install -q --no-deps verl==0.9.1 openrlhf==0.11.2
+.venv/bin/pip install -q --disable-pip-version-check --no-deps verl==0.9.1 openrlhf==0.11.2
+echo "install-extras: done" >&2

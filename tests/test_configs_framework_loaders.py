@@ -10,13 +10,13 @@
   gated_linear_unit with SiLU, ``--decoder-last-pipeline-num-layers`` → num_layers_in_last_pipeline_stage, the
   pipeline dtype from ``--bf16`` / ``--fp16``). Megatron-Core's ``TransformerConfig.__post_init__`` then checks the
   layout (heads and query groups divisible by tp, experts by ep, sequence parallelism, recompute, virtual stages …).
-  The arguments that are not TransformerConfig fields (batch sizes, the model's shape options) are checked against
-  arguments.py's names in tests/test_configs.py.
+  Megatron-LM's own parse_args, validate_args and core_transformer_config_from_args read the emitted scripts in
+  tests/test_configs_megatron_lm.py (core_v0.17.0); this test keeps the dev extra's Megatron-Core 0.16.1 beside it.
 - Megatron-Bridge overrides: ``model.*`` keys set fields of its GPTModelProvider, a subclass of Megatron-Core's
   TransformerConfig (Megatron-Bridge src/megatron/bridge/models/gpt_provider.py), so they build a TransformerConfig
   with the model's shape; ``ddp.*`` and ``optimizer.*`` keys build Megatron-Core's DistributedDataParallelConfig and
-  OptimizerConfig. Megatron-Bridge itself needs Transformer Engine (a CUDA build), so ``train.*`` /
-  ``comm_overlap.*`` keys stay checked against its documented names (tests/test_configs.py).
+  OptimizerConfig. Megatron-Bridge itself needs Transformer Engine (a CUDA build), so every key is checked against
+  the fields its ConfigContainer's classes declare in its source (tests/test_configs_megatron_bridge.py).
 """
 
 from __future__ import annotations
@@ -115,7 +115,9 @@ def _arguments(text: str) -> dict[str, object]:
         if name == "no_overlap_p2p_communication":
             args["overlap_p2p_comm"] = False
             continue
-        name = {"fp8_format": "fp8"}.get(name, name)
+        # validate_args: --num-virtual-stages-per-pipeline-rank becomes virtual_pipeline_model_parallel_size
+        name = {"fp8_format": "fp8", "num_virtual_stages_per_pipeline_rank": "virtual_pipeline_model_parallel_size"
+                }.get(name, name)
         typed = [int(v) if v.lstrip("-").isdigit() else v for v in values]
         args[name] = True if not typed else typed if name == "recompute_modules" else typed[0]
     return args

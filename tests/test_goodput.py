@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 
 import pytest
 
@@ -87,3 +88,43 @@ def test_bad_failure_options_are_one_line(capsys, extra, words):
     assert main(["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", *extra]) == 2
     err = capsys.readouterr().err
     assert words in err and len(err.strip().splitlines()) == 1
+
+
+def test_goodput_is_overflow_safe_for_any_mtbf():
+    """Issue 80 (fuzz class): 557 of 13,604 draws raised OverflowError in wall_factor (e^{R/M} with M ≪ R) and 20
+    returned inf unsaid. Over seeded draws across every allowed MTBF (1 to 10^9 GPU-hours), GPU count, checkpoint
+    bandwidth and restart time: no exception, the factor is ≥ 1 or inf (then ``stalls``, goodput 0, JSON null), it
+    agrees with Daly's closed form wherever that is finite, and a longer MTBF never lowers goodput."""
+    rng = random.Random(80)
+    stalled = 0
+    for _ in range(3000):
+        gpus = int(10 ** rng.uniform(0, 6))
+        hours = [10 ** rng.uniform(0, 9) for _ in range(2)]
+        bandwidth, restart = 10 ** rng.uniform(6, 15), 10 ** rng.uniform(-3, 6)
+        lo, hi = (goodput(MODEL, PLAN, gpus, Reliability(mtbf_gpu_hours=h, checkpoint_bandwidth=bandwidth,
+                                                        restart_s=restart)) for h in sorted(hours))
+        for g in (lo, hi):
+            assert g.factor >= 1 and g.stalls == math.isinf(g.factor) and 0 <= g.goodput <= 1
+            assert (g.as_dict()["factor"] is None) == g.stalls
+            try:
+                closed = g.job_mtbf_s * math.exp(g.restart_s / g.job_mtbf_s) * math.expm1(
+                    (g.interval_s + g.checkpoint_s) / g.job_mtbf_s) / g.interval_s
+            except OverflowError:
+                closed = math.inf
+            if math.isfinite(closed):
+                assert g.factor == pytest.approx(closed, rel=1e-9)
+        assert hi.goodput >= lo.goodput
+        stalled += lo.stalls
+    assert 0 < stalled < 3000  # both kinds were drawn
+
+
+def test_a_job_that_cannot_progress_says_so(capsys):
+    """The fuzz repro: 16,384 GPUs at one interruption per GPU-hour (one every 220 ms) against a 600 s restart."""
+    code = main(["plan", "--model", "llama3-70b", "--system", "h100", "--gpus", "16384", "--mtbf", "1", "--top",
+                     "1", "--tokens", "1T", "--price", "2"])
+    out = capsys.readouterr().out
+    assert code == 0 and "goodput 0: the job makes no progress (interrupted every 220 ms" in " ".join(out.split())
+    code = main(["plan", "--model", "llama3-70b", "--system", "h100", "--gpus", "16384", "--mtbf", "1", "--top",
+                     "1", "--tokens", "1T", "--json"])
+    data = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert code == 0 and data

@@ -18,7 +18,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = [
-    ("errors", "units", "xp", "fields", "files", "ranges"),
+    ("errors", "units", "xp", "fields", "files", "ranges", "interrupt", "captured"),
     ("specs",),
     ("configs",),
     ("protocols", "comm", "groups", "allreduce", "dispatch"),

@@ -218,7 +218,7 @@ def test_the_frameworks_take_the_emitted_optimizer(tmp_path, monkeypatch):
     plan = Plan(dp=8, zero=1, micro_batch=1, global_batch=64, optimizer="sgd-momentum", recompute="none")
     loaded = ds.DeepSpeedConfig(json.loads(emit("deepspeed", model, plan, load_stack("deepspeed"))),
                                 mpu=_DataParallel(8))
-    assert (loaded.optimizer_name, loaded.optimizer_params) == ("SGD", {"momentum": 0.9})
+    assert (loaded.optimizer_name, loaded.optimizer_params) == ("SGD", {"lr": 1e-3, "momentum": 0.9})
     assert loaded.zero_allow_untested_optimizer
     path = tmp_path / "job.toml"
     path.write_text(emit("torchtitan", model, Plan(dp=8, zero=3, micro_batch=1, global_batch=64, optimizer="adam",

@@ -1,18 +1,19 @@
-"""Serving launch configs (issue 47 item 5): ``meshplan serve --emit vllm|sglang|trtllm`` writes the engine's launch
-arguments for the configuration ranked first, and the engine's own parser reads back its sizes, batch, chunk, KV-cache
-dtype, memory share and CUDA-graph limit.
+"""Serving launch configs (issue 47 item 5, issue 80): ``meshplan serve --emit vllm|sglang|trtllm`` writes the engine's
+launch arguments for the configuration ranked first, one command per instance on its node's GPUs and port, and the
+router in front; the engine's own parser reads back its sizes, batch, chunk, KV-cache dtype, memory share and
+CUDA-graph limit.
 
-The parsers: vLLM 0.33.0's ``EngineArgs.add_cli_args`` and SGLang 0.5.23's ``ServerArgs.add_cli_args`` run where the
-engine imports (``test_the_engines_own_parsers_accept_the_launch``: collected only where they import); every run
-parses with the option lists those same parsers wrote (tests/data/engine_args/*.json, generate.py there), so that an
-argument the engine does not have, or a value outside its choices, fails here too. TensorRT-LLM does not install on
-a CPU: its ``trtllm-serve`` options are transcribed from its source at a commit (the check of its own parser is the
-one missing)."""
+The parsers: vLLM 0.33.0's ``vllm serve`` parser (``make_arg_parser``) and SGLang 0.5.23's
+``ServerArgs.add_cli_args``, from their PyPI wheels' Python files (.ci/parsers.py; tests/engine_parsers_check.py runs
+them in a subprocess); every run also parses with the option lists those same parsers wrote
+(tests/data/engine_args/*.json, generate.py there). TensorRT-LLM does not install from PyPI (a placeholder sdist): its
+``trtllm-serve``'s options are transcribed from its source at a commit (the check of its own parser is the one
+missing). The script runs under bash on each node with the engines replaced by recorders: the GPUs and ports each
+instance gets, and what the router is told."""
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import re
 import shlex
@@ -22,6 +23,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from framework_parsers import engine_parsers
 from meshplan.cli.main import cli
 from meshplan.errors import SpecError
 
@@ -60,10 +62,15 @@ def _launch(tmp_path: Path, fmt: str, case: str) -> tuple[str, list[list[str]]]:
     assert result.exit_code == 0, result.output
     assert f"wrote {fmt} launch of " in result.output
     text = path.read_text()
-    commands = [shlex.split(line.replace('"$MODEL"', "MODEL")) for line in text.splitlines()
-                if line.startswith(PREFIX[fmt][0])]
-    assert commands and all(tuple(c[:len(PREFIX[fmt])]) == PREFIX[fmt] for c in commands)
-    return text, [c[len(PREFIX[fmt]):] for c in commands]
+    commands = []
+    for line in text.splitlines():  # an instance: `  VAR=… ENGINE … &` (a router line runs another program)
+        words = shlex.split(line.replace('"$MODEL"', "MODEL"))
+        while words and "=" in words[0] and not words[0].startswith("-"):
+            words = words[1:]
+        if tuple(words[:len(PREFIX[fmt])]) == PREFIX[fmt] and words[len(PREFIX[fmt])] != "disaggregated":
+            commands.append(words[len(PREFIX[fmt]):-1] if words[-1] == "&" else words[len(PREFIX[fmt]):])
+    assert commands
+    return text, commands
 
 
 def _args(fmt: str, argv: list[str]) -> argparse.Namespace:
@@ -89,9 +96,9 @@ def test_the_launch_parses_with_the_engines_option_list(tmp_path, fmt, case):
             for key, value in extra.items():
                 assert key in keys and (not isinstance(value, dict) or set(value) <= set(keys[key]))
     if case == "disaggregated":
-        assert len(commands) == 2  # a prefill pool and a decode pool
+        assert len(commands) == 4  # two instances of the prefill pool, then two of the decode pool
         if fmt == "sglang":
-            assert [_args(fmt, c).disaggregation_mode for c in commands] == ["prefill", "decode"]
+            assert [_args(fmt, c).disaggregation_mode for c in commands] == ["prefill"] * 2 + ["decode"] * 2
         if fmt == "vllm":
             assert all(json.loads(_args(fmt, c).kv_transfer_config)["kv_connector"] == "NixlConnector"
                        for c in commands)
@@ -133,28 +140,56 @@ def test_a_launch_of_another_engines_pricing_is_refused():
     assert "priced with engine vllm; price it with --engine sglang" in str(result.exception)
 
 
-# vLLM's and SGLang's wheels pull CUDA builds of several GB, so no extra installs them (the dev extra holds what the
-# other tests import); installed from their wheels with --no-deps and their light dependencies (generate.py), they
-# import on a CPU and this test runs: it passed so with vLLM 0.33.0 and SGLang 0.5.23
-ENGINES = importlib.util.find_spec("vllm") is not None and importlib.util.find_spec("sglang") is not None
+def test_the_engines_own_parsers_accept_the_launch(tmp_path):
+    """vLLM 0.33.0's ``vllm serve`` parser and SGLang 0.5.23's ``ServerArgs.add_cli_args`` (their PyPI wheels'
+    Python files, .ci/parsers.py) read every command of every case, with the values meshplan wrote; an argument they
+    do not have fails here (the last command)."""
+    runs, expected = [], []
+    for fmt in ("vllm", "sglang"):
+        for case in sorted(SEARCHES):
+            for argv in _launch(tmp_path, fmt, case)[1]:
+                runs.append((fmt, argv))
+                expected.append(_args(fmt, argv))
+    runs.append(("vllm", ["MODEL", "--virtual-pipeline-size", "2"]))
+    verdicts = engine_parsers(runs)
+    assert not verdicts[-1]["ok"] and "unrecognized arguments" in verdicts[-1]["error"]
+    for (fmt, argv), verdict, listed in zip(runs, verdicts, expected, strict=False):
+        assert verdict["ok"], (fmt, argv, verdict)
+        got = verdict["args"]
+        if fmt == "vllm":
+            assert got["tensor_parallel_size"] == int(listed.tensor_parallel_size)
+            assert got["max_num_seqs"] == int(listed.max_num_seqs) and got["port"] == int(listed.port)
+        else:
+            assert got["tp_size"] == int(listed.tp_size) and got["port"] == int(listed.port)
+            assert got["mem_fraction_static"] == float(listed.mem_fraction_static)
 
 
-def _engines_own_parsers_accept_the_launch(tmp_path):
-    """Where vLLM and SGLang import (see tests/data/engine_args/generate.py), their own parsers read the launch."""
-    from sglang.srt.server_args import ServerArgs
-    from vllm.engine.arg_utils import EngineArgs
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+@pytest.mark.parametrize("fmt", ["vllm", "sglang", "trtllm"])
+def test_each_instance_has_its_gpus_its_port_and_a_router(tmp_path, fmt):
+    """The disaggregated case (2 prefill + 2 decode instances of tp=4 on 16 H100s), run with bash on each of its
+    two nodes, every engine and router replaced by a recorder: each node starts two instances on disjoint GPU sets
+    of 4 and distinct ports, and node 0 starts the router, which names every instance's address and port."""
+    from framework_parsers import bash_launch
 
-    for case in sorted(SEARCHES):
-        vllm = EngineArgs.add_cli_args(FlexibleArgumentParser())
-        for argv in _launch(tmp_path, "vllm", case)[1]:
-            args = vllm.parse_args(argv[1:])
-            assert args.tensor_parallel_size == int(_args("vllm", argv).tensor_parallel_size)
-        sglang = argparse.ArgumentParser()
-        ServerArgs.add_cli_args(sglang)
-        for argv in _launch(tmp_path, "sglang", case)[1]:
-            assert sglang.parse_args(argv).tp_size == int(_args("sglang", argv).tp_size)
-
-
-if ENGINES:  # collected only where the engines import (no skip: CI's no-skips rule); the fixtures above run everywhere
-    test_the_engines_own_parsers_accept_the_launch = _engines_own_parsers_accept_the_launch
+    path = tmp_path / f"{fmt}.sh"
+    result = CliRunner().invoke(cli, ["serve", *SEARCHES["disaggregated"], "--emit", fmt, "--emit-to", str(path)])
+    assert result.exit_code == 0, result.output
+    programs = {"vllm": ("vllm", "python"), "sglang": ("python",), "trtllm": ("trtllm-serve",)}[fmt]
+    addresses = {"NODE0_ADDR": "10.0.0.1", "NODE1_ADDR": "10.0.0.2"}
+    ports, routers = [], []
+    for node in (0, 1):
+        runs = bash_launch(path, programs, env={"MODEL": "/ckpt", "NODE": str(node), **addresses})
+        engines = [(argv, env) for argv, env in runs if "router" not in " ".join(argv[:3])
+                   and "toy_proxy_server" not in " ".join(argv[:2]) and "disaggregated" not in argv[:2]]
+        routers += [argv for argv, _ in runs if (argv, _) not in engines]
+        gpus = [env["CUDA_VISIBLE_DEVICES"] for _, env in engines]
+        assert sorted(gpus) == ["0,1,2,3", "4,5,6,7"], (node, gpus)
+        ports += [(addresses[f"NODE{node}_ADDR"], argv[argv.index("--port") + 1]) for argv, _ in engines]
+        if fmt == "vllm":
+            assert sorted(env["VLLM_NIXL_SIDE_CHANNEL_PORT"] for _, env in engines) == ["5600", "5601"]
+    assert len(set(ports)) == 4 and len(routers) == 1, (ports, routers)
+    router = " ".join(routers[0])
+    if fmt == "trtllm":
+        router = (tmp_path / "disagg.yaml").read_text()
+    for host, port in ports:
+        assert host in router and port in router, (host, port, router)

@@ -103,11 +103,12 @@ def check_output(path: str | Path, field: str) -> None:
 
 
 def read_text(path: str | Path, field: str) -> str:
-    """The file's text (UTF-8); ``field`` is the option that named it."""
+    """The file's text (UTF-8, a byte-order mark dropped, CRLF and CR line ends read as LF: what Windows editors and
+    Excel write); ``field`` is the option that named it."""
     check_input(path, field)
     target = Path(path)
     try:
-        return target.read_text(encoding="utf-8")
+        return target.read_text(encoding="utf-8-sig")  # text mode: universal newlines
     except FileNotFoundError:
         raise SpecError(f"{field}={str(path)!r}: no such file") from None
     except UnicodeDecodeError as exc:

@@ -24,6 +24,7 @@ the paper's "higher than 90 %" effective training time (tests/test_goodput.py sh
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 from meshplan.errors import SpecError
@@ -67,10 +68,17 @@ class Goodput:
     def goodput(self) -> float:
         return 1.0 / self.factor
 
-    def as_dict(self) -> dict[str, float]:
+    @property
+    def stalls(self) -> bool:
+        """Whether the job makes no progress: interrupted so often (against its restart and checkpoint times) that
+        its expected wall time per useful second overflows (wall_factor)."""
+        return math.isinf(self.factor)
+
+    def as_dict(self) -> dict[str, float | None]:
+        """The figures as JSON holds them: a stalled job's factor is null (JSON has no infinity)."""
         return {"job_mtbf_s": self.job_mtbf_s, "checkpoint_bytes": self.checkpoint_bytes,
                 "checkpoint_s": self.checkpoint_s, "restart_s": self.restart_s, "interval_s": self.interval_s,
-                "factor": self.factor, "goodput": self.goodput}
+                "factor": None if self.stalls else self.factor, "goodput": self.goodput}
 
 
 def checkpoint_bytes(model: ModelSpec, plan: Plan) -> float:
@@ -93,9 +101,18 @@ def optimum_interval(delta: float, mtbf: float) -> float:
     return math.sqrt(2 * delta * mtbf) * (1 + math.sqrt(x) / 3 + x / 9) - delta
 
 
+# the largest factor a float holds: beyond it a job expects to spend more than e^709 times its useful time
+_LOG_MAX = math.log(sys.float_info.max)
+
+
 def wall_factor(interval: float, delta: float, restart: float, mtbf: float) -> float:
-    """Daly 2006 eq. 13 per unit of useful work: M·e^{R/M}·(e^{(τ+δ)/M} − 1) / τ."""
-    return mtbf * math.exp(restart / mtbf) * math.expm1((interval + delta) / mtbf) / interval
+    """Daly 2006 eq. 13 per unit of useful work: M·e^{R/M}·(e^{(τ+δ)/M} − 1) / τ, summed in logarithms so that no
+    MTBF overflows it: ln M + R/M + ln(e^x − 1) − ln τ with x = (τ+δ)/M, ln(e^x − 1) = x + ln(1 − e^{−x}) for large
+    x. A job interrupted far more often than it can restart makes no progress: its factor is infinite (``stalls``)."""
+    x = (interval + delta) / mtbf
+    log_expm1 = math.log(math.expm1(x)) if x < 30 else x + math.log1p(-math.exp(-x))
+    log_factor = math.log(mtbf) + restart / mtbf + log_expm1 - math.log(interval)
+    return math.exp(log_factor) if log_factor < _LOG_MAX else math.inf
 
 
 def goodput(model: ModelSpec, plan: Plan, gpus: int, rel: Reliability) -> Goodput:

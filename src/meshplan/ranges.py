@@ -274,6 +274,8 @@ RANGES: dict[str, Range] = {
     "tokens": Range(1, 1e18, "", "a token budget: 10^18 is 50,000x Llama 3's 15T"),
     "price": Range(1e-6, 1e6, "", "dollars per GPU-hour: far above any rental price (a few dollars)", "free"),
     "factors": Range(1e-6, 1e6, "", "a million-fold is a what-if far past any roadmap; beyond it, overflow"),
+    "seed": Range(0, 2**64 - 1, "", "a random seed: NumPy's generators take a non-negative integer (issue 80: -1 was "
+                  "an internal error), the search's sample hash 64 bits"),
 }
 
 # Fields whose values are a few choices rather than a range: the values and what they are

@@ -36,6 +36,7 @@ from meshplan.errors import MissingDependency, SpecError
 from meshplan.files import write_text
 from meshplan.search import SearchResult, Space, check_space, search
 from meshplan.search.explore import Explore
+from meshplan.search.workers import ignore_interrupts
 from meshplan.specs.hardware import Network, System, load_system
 from meshplan.specs.model import ModelSpec
 
@@ -266,7 +267,7 @@ def _run_pool(points: Sequence[Point], workers: int, progress: bool | Callable[[
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     rows: list[dict[str, Any] | None] = [None] * len(points)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=ignore_interrupts) as pool:
         # Submitting starts the workers (forked on Linux) before the progress bar starts its thread.
         futures = {pool.submit(search_point, p): i for i, p in enumerate(points)}
         try:
@@ -376,7 +377,7 @@ def write_json(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:
 def read_csv(path: str | Path) -> list[dict[str, Any]]:
     """Rows back from ``write_csv`` with numbers as numbers (no pandas needed)."""
     out = []
-    with Path(path).open(newline="") as f:
+    with Path(path).open(newline="", encoding="utf-8-sig") as f:
         for raw in csv.DictReader(f):
             out.append({k: _parse(v) for k, v in raw.items()})
     return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from meshplan.captured import captured
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.specs.model import ModelSpec
 
@@ -105,14 +106,17 @@ def hf_model(config: dict[str, Any], layers: int = TRACED_LAYERS) -> Any:
         if isinstance(value, list) and len(value) > layers and key.startswith("layer"):
             config[key] = value[:layers]
     try:
-        cfg = transformers.AutoConfig.for_model(model_type, **(config | {"use_cache": False}))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise SpecError(f"model_type={model_type!r}: transformers cannot build it ({exc})") from None
-    cfg._attn_implementation = _register()
-    if getattr(cfg, "num_local_experts", 0) or getattr(cfg, "num_experts", 0):
-        cfg._experts_implementation = "grouped_mm"
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        model = transformers.AutoModelForCausalLM.from_config(cfg)
+        with captured("transformers"):  # its advice and warnings: one note, not pages (captured.py)
+            cfg = transformers.AutoConfig.for_model(model_type, **(config | {"use_cache": False}))
+            cfg._attn_implementation = _register()
+            if getattr(cfg, "num_local_experts", 0) or getattr(cfg, "num_experts", 0):
+                cfg._experts_implementation = "grouped_mm"
+            with FakeTensorMode(allow_non_fake_inputs=True):
+                model = transformers.AutoModelForCausalLM.from_config(cfg)
+    except (AssertionError, ValueError, KeyError, TypeError, RuntimeError, IndexError, ArithmeticError) as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:200]  # its own checks of the config, torch's of shapes
+        raise SpecError(f"model_type={model_type!r}: transformers cannot build it ({type(exc).__name__}: "
+                        f"{first})") from None
 
     module: Any = torch.nn.Module  # torch, imported when a model is built
 

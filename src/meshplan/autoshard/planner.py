@@ -96,6 +96,7 @@ def load(request: Request) -> tuple[Any, list, str, int | None]:
         from meshplan.autoshard.models import depth, hf_model, read_config
 
         config = read_config(ref)
+        load_model(ref)  # refused here, before torch builds it, what meshplan's own import refuses (one line)
         context = int(config.get("max_position_embeddings") or config.get("n_positions") or 2048)
         seq = request.seq or min(context, CONFIG_SEQ_LENGTH)  # a config.json's training length (model_load.py)
         return hf_model(config), _ids(request, seq), name or Path(ref).parent.name or Path(ref).stem, depth(config)

@@ -55,6 +55,7 @@ ROBUST = {"rounds": 2, "steps": 3}
 
 def main(ref: str, options: dict[str, Any]) -> None:
     """The command line's check-step: check the options, run, print tables or JSON."""
+    _check_counts(options)  # bad numbers are refused at once, before torch is imported (seconds to a minute)
     if importlib.util.find_spec("torch") is None:  # before any module that imports it
         raise MissingDependency("torch", "torch")
     from meshplan.measure.check import CheckSettings
@@ -100,9 +101,11 @@ def main(ref: str, options: dict[str, Any]) -> None:
     compare.render_check(result, terminal_console(), options["top"], learned)
 
 
-def _before_measuring(ref: str, options: dict[str, Any]) -> tuple[Any, str]:
-    """Every refusal before a step is timed or a rank forked: the counts, the profile to save, the profiles of
-    --learned, the device and the world size (with the factory found first)."""
+def _check_counts(options: dict[str, Any]) -> None:
+    """The numbers alone (no import of torch or of the measuring modules): counts, rounds and steps, warm-up steps,
+    threads, and the world size against calibrate's MAX_LOCAL_RANKS (this host's cores or GPUs: _check_ranks)."""
+    from meshplan.calibrate.settings import MAX_LOCAL_RANKS
+
     for name in ("top", "world_size"):
         if options[name] < 1:
             raise SpecError(f"{name.replace('_', '-')}={options[name]} must be a positive integer")
@@ -110,6 +113,18 @@ def _before_measuring(ref: str, options: dict[str, Any]) -> tuple[Any, str]:
         if not low <= options[name] <= 1000:
             raise SpecError(f"{name}={options[name]} must be an integer from {low} to 1000 (fewer cannot tell a loaded "
                             "machine's noise from the model's error)")
+    if not 0 <= options["warmup"] <= 1000:
+        raise SpecError(f"warmup={options['warmup']} must be an integer from 0 to 1000")
+    if options["world_size"] > MAX_LOCAL_RANKS:
+        raise SpecError(f"world-size={options['world_size']} is more than the {MAX_LOCAL_RANKS} local ranks one host "
+                        "runs (one process a rank on this host's cores or GPUs)")
+    if not 1 <= options["threads"] <= 1024:
+        raise SpecError(f"threads={options['threads']} must be an integer from 1 to 1024")
+
+
+def _before_measuring(ref: str, options: dict[str, Any]) -> tuple[Any, str]:
+    """Every refusal before a step is timed or a rank forked, after the counts (_check_counts): the profile to save,
+    the profiles of --learned, the device and the world size (with the factory found first)."""
     if options["save_profile"]:
         from meshplan.files import writable
 

@@ -160,14 +160,52 @@ class progress:
         return False
 
 
+NOTE_AFTER = 2.0  # seconds of work before a command without a terminal says what it is doing
+
+
+@contextlib.contextmanager
+def _plain_note(what: str, after: float) -> Iterator[None]:
+    """``meshplan: WHAT …`` on stderr after ``after`` seconds (0: at once), and the time taken at the end if it was
+    said."""
+    import threading
+    import time
+
+    start, said = time.monotonic(), threading.Event()
+
+    def say() -> None:
+        said.set()
+        print(f"meshplan: {what} …", file=sys.stderr, flush=True)
+
+    timer = threading.Timer(after, say) if after else None
+    if timer is None:
+        say()
+    else:
+        timer.daemon = True
+        timer.start()
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.cancel()
+        if said.is_set():
+            print(f"meshplan: {what}: {time.monotonic() - start:.1f} s", file=sys.stderr, flush=True)
+
+
 @contextlib.contextmanager
 def working(what: str, quiet: bool = False, animate: bool = True) -> Iterator[None]:
     """What a command does while it takes more than a moment (report, check-step, calibrate, the sharding planner):
-    a spinner, ``what`` and the time elapsed on stderr, gone when it ends; none when stderr is not a terminal or
-    ``quiet`` (--json). ``animate`` False: no refresh thread (the line is drawn once), for work that forks processes
-    (a thread holding a lock at fork time would leave it held in the child)."""
-    if quiet or not sys.stderr.isatty():
+    a spinner, ``what`` and the time elapsed on stderr, gone when it ends; none when ``quiet`` (--json). Where
+    stderr is not a terminal (a pipe, a log file, CI), plain lines instead: ``meshplan: WHAT …`` once the work has
+    taken ``NOTE_AFTER`` seconds, and how long it took when it ends (issue 80: serve under load, sweep and report
+    ran for minutes without a word). ``animate`` False: no refresh thread (the line is drawn once, at once where
+    stderr is no terminal), for work that forks processes (a thread holding a lock at fork time would leave it held
+    in the child)."""
+    if quiet:
         yield
+        return
+    if not sys.stderr.isatty():
+        with _plain_note(what, NOTE_AFTER if animate else 0.0):
+            yield
         return
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn

@@ -50,7 +50,7 @@ def write_best(results: list, fmt: str, path: str | None, deeper: Callable[[], l
     plans: the same ranking, further down); none of those either: #1's refusal."""
     leaders = [r.plans for r in results if r.plans]
     if not leaders:
-        raise SpecError(f"--emit {fmt}: no feasible plan to write")
+        raise SpecError(f"--emit {fmt}: no feasible plan to write: {_why_none(results)}")
     ranked = min(leaders, key=lambda plans: plans[0].step_time)
     found, refusal = _first_written(ranked, fmt)
     if found is None and deeper is not None:
@@ -69,6 +69,18 @@ def write_best(results: list, fmt: str, path: str | None, deeper: Callable[[], l
     else:
         write_text(path, text, "emit-to")
         click.echo(f"wrote {fmt} config of #{rank} ({est.plan.describe()}) to {path}", err=True)
+
+
+def _why_none(results: list) -> str:
+    """The search's leading rejection reasons (its rejected table's first rows), summed over the GPU counts."""
+    reasons: dict[str, int] = {}
+    for r in results:
+        for reason, count in getattr(r, "rejected", {}).items():
+            reasons[reason] = reasons.get(reason, 0) + count
+    if not reasons:
+        return "the search found none"
+    top = sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
+    return "every plan was rejected, most for " + "; ".join(f"{reason} ({count:,})" for reason, count in top)
 
 
 def _first_written(ranked: list, fmt: str) -> tuple[tuple[int, Any, str] | None, SpecError | None]:

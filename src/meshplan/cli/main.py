@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from meshplan import interrupt
 from meshplan.cli import check, report, tools
 from meshplan.cli.estimate import estimate
 from meshplan.cli.plan import plan_cmd
@@ -25,6 +26,7 @@ from meshplan.cli.rl import rl_cmd
 from meshplan.cli.serve import serve_cmd
 from meshplan.errors import MeshplanError
 from meshplan.fields import one_line
+from meshplan.interrupt import by_interrupt
 
 
 class _PipeClosed(Exception):
@@ -53,6 +55,7 @@ for entry in entry_points(group="meshplan.commands"):
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI; any bad input becomes one line on stderr and exit status 2."""
+    interrupted: list[int] = []
     try:
         with _ctrl_c() as interrupted:
             cli.main(args=argv, prog_name="meshplan", standalone_mode=False)
@@ -72,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         return _error(exc.format_message())
     except Exception as exc:  # noqa: BLE001  (a bug, not bad input: still one line, and how to see more)
+        if by_interrupt(exc) or interrupted:  # an import or C call that Ctrl-C broke: still an interrupt
+            click.echo("meshplan: aborted", err=True)
+            return 130
         if os.environ.get("MESHPLAN_DEBUG"):
             raise
         if _out_of_memory(exc):  # what the command asked of this host's or GPU's memory: too much, not a bug
@@ -96,8 +102,8 @@ def _out_of_memory(exc: BaseException) -> bool:
 def _ctrl_c() -> Iterator[list[int]]:
     """Ctrl-C raises KeyboardInterrupt as Python's own handler does, and is remembered: a run interrupted is never
     exit status 0 (issue 48: late in `plan --all -o` the interrupt was lost inside NumPy and the run exited 0)."""
-    seen: list[int] = []
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler or \
+    seen: list[int] = interrupt.SEEN if signal.getsignal(signal.SIGINT) is interrupt.handler else []
+    if signal.getsignal(signal.SIGINT) not in (signal.default_int_handler, interrupt.handler) or \
             threading.current_thread() is not threading.main_thread():
         yield seen  # someone else's handler (a test harness), or not the main thread: leave it
         return
@@ -136,5 +142,11 @@ def _closed_pipe() -> int:
 
 
 def run() -> None:
-    """Console-script wrapper: exit with main()'s status."""
-    sys.exit(main())
+    """Console-script wrapper: exit with main()'s status; a second Ctrl-C while main() answers the first is the same
+    one line and exit 130 (meshplan/interrupt.py covers the imports before it)."""
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        click.echo("meshplan: aborted", err=True)
+        code = 130
+    sys.exit(code)

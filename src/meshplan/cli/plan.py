@@ -20,6 +20,7 @@ from meshplan.cli.common import (
 )
 from meshplan.cli.emit import EMIT_DEPTH, EMIT_FRAMEWORK, FORMATS, check_emit, write_best
 from meshplan.cli.goodput_options import reliability_of, reliability_options
+from meshplan.cli.help import Sectioned, section
 from meshplan.cli.options import DEFAULT_FRAMEWORK, estimate_args, stack_of, stack_options
 from meshplan.cli.search_options import pop_search_options, search_options, search_space, space_settings
 from meshplan.errors import SpecError
@@ -28,19 +29,25 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.stack import Stack
 
 
-@click.command("plan")
+@click.command("plan", cls=Sectioned)
+@section("Model, system and GPUs")
 @apply(common_model)
 @click.option("--gpus", required=True, help="GPU count, or several separated by commas (strong scaling)")
 @click.option("--global-batch", type=int, default=None, help="sequences per step (default ≈ 4M tokens)")
 @click.option("--top", "top_k", type=int, default=10, show_default=True,
               help="plans to list (which plans lead does not depend on it)")
+@section("Search space: what the search may choose (each axis fixed or narrowed)")
 @search_options
+@section("Framework and software stack (each option overrides one field of the --framework preset)")
 @stack_options
+@section("Time and cost")
 @click.option("--tokens", default=None, help="token budget (e.g. 15T) to report days and cost")
 @click.option("--price", type=float, default=None, help="price per GPU-hour, for --tokens")
 @click.option("--rank", "rank_by", type=click.Choice(["time", "cost"]), default="time", show_default=True,
               help="across GPU counts: fastest, or cheapest for the token budget")
+@section("Failures and checkpoints (--mtbf)")
 @apply(reliability_options)
+@section("Output")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--emit", "emit_format", type=click.Choice(sorted(FORMATS)), default=None,
               help="write the plan ranked #1 as this framework's config (printed after the table)")
@@ -48,6 +55,7 @@ from meshplan.specs.stack import Stack
 @click.option("--all", "all_plans", is_flag=True,
               help="also write every feasible plan (not only --top) as CSV to --output, fastest first")
 @click.option("-o", "--output", default=None, help="with --all: the CSV file to write")
+@section("Sharding planner (--autoshard, or a MODULE:FACTORY model)")
 @apply(shard.options)
 @click.pass_context
 def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, framework: str, as_json: bool,

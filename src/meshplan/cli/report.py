@@ -12,6 +12,7 @@ from typing import Any, overload
 
 import click
 
+from meshplan.cli.common import working
 from meshplan.cli.options import stack_of, stack_options
 from meshplan.cli.search_options import pop_search_options, search_options, search_space, space_settings
 from meshplan.errors import MissingDependency, SpecError
@@ -260,9 +261,8 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
     if params is None and factors != FACTORS:
         raise SpecError(f"factors={factors} needs --param (the hardware parameter they scale)")
     kinds = [f.strip().lower() for f in formats.split(",")]
-    for kind in kinds:
-        if kind not in ("png", "svg"):
-            raise SpecError(f"format={kind!r} must be png or svg")
+    for kind in (k for k in kinds if k not in ("png", "svg")):
+        raise SpecError(f"format={kind!r} must be png or svg")
     if workers is not None and workers < 1:
         raise SpecError(f"workers={workers} must be a positive integer")
     check_options(workers=workers)
@@ -274,7 +274,8 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
     for name in names:
         points += param_points(model, refs, counts, gbs, param=name, factors=scale, nvlink=domains, space=space)
     writable_dir(output, "output")
-    rows = _search_or_keep(points, workers, ray_address, output)
+    with working(f"sweep: searching {len(points)} points", animate=False):  # its workers are forked
+        rows = _search_or_keep(points, workers, ray_address, output)
     make_dir(output, "output")
     written = [write_csv(rows, output / "sweep.csv"), write_json(rows, output / "sweep.json")]
     try:

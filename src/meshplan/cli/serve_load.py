@@ -13,7 +13,9 @@ from typing import Any
 
 import click
 
+from meshplan.cli.common import working
 from meshplan.errors import SpecError
+from meshplan.ranges import check_value
 
 LOAD = ("rate", "concurrency", "trace")
 WITH_LOAD = ("lengths", "requests", "percentile", "recommend", "seed", "burstiness", "speculative", "scheduler")
@@ -76,6 +78,7 @@ def take(options: dict[str, Any], prefix_hit: float = 0.0) -> dict[str, Any] | N
         v = load[k]
         if v is not None and not low <= v <= high:
             raise SpecError(f"{k.replace('_', '-')}={v} must be from {low:g} to {high:g} {unit}")
+    check_value("seed", load["seed"], "--")  # before the search: NumPy refuses a negative seed (ranges.py)
     if load["trace"] is not None:
         clash = [k for k in ("lengths", "requests", "seed", "burstiness") if load[k] is not None]
         if clash:
@@ -132,7 +135,8 @@ def run_fixed(model, cluster, plan, engine, load, options, price, as_json) -> No
                         "--prefill-replicas)")
     reqs = requests_of(load, options["input_len"], options["output_len"])
     targets = targets_of(load, options["slo"], model)
-    result = load_run_with(model, cluster, plan, reqs, engine, options["slo"], targets.choices)
+    with working(f"serve: simulating {len(reqs.arrival):,} requests on {plan.describe()}", quiet=as_json):
+        result = load_run_with(model, cluster, plan, reqs, engine, options["slo"], targets.choices)
     _print([Loaded(plan, result, targets.met(result, len(reqs)))], targets, price, as_json, "configuration")
 
 
@@ -148,16 +152,19 @@ def run_search(model, cluster, space, load, options, how) -> None:
     mean_in = max(1, round(float(reqs.input_len.mean())))
     space = replace(space, input_len=mean_in, output_len=max(1, round(float(reqs.output_len.mean()))),
                     cached_len=cached_tokens(mean_in, load["prefix_hit"], space.engine.block_size))
+    what = f"serve: simulating {len(reqs.arrival):,} requests on each configuration"
     if load["recommend"]:
         if not targets.ttft and not targets.tpot:
             raise SpecError("--recommend: give a target to meet (--ttft-slo and / or --tpot-slo)")
-        found = recommend(model, cluster, space, reqs, targets)
+        with working(what, quiet=as_json):
+            found = recommend(model, cluster, space, reqs, targets)
         if not found:
             raise SpecError(f"no deployment of up to {cluster.num_gpus} GPUs meets the targets at p"
                             f"{targets.percentile} under this load (raise --gpus or loosen the targets)")
         title = "recommended"
     else:
-        found, title = rank(model, cluster, space, reqs, targets), "ranked"
+        with working(what, quiet=as_json):
+            found, title = rank(model, cluster, space, reqs, targets), "ranked"
     _print(found[: options["top_k"]], targets, price, as_json, title)
     if report_path:
         _report(report_path, (model, cluster, space), found[0], reqs, targets, (price, options["top_k"], as_json))
@@ -189,18 +196,61 @@ def _print(rows, targets, price, as_json, title) -> None:
         click.echo(json.dumps({"percentile": p, "ttft_slo_s": targets.ttft or None, "tpot_slo_s": targets.tpot or None,
                                "speculative": spec, "plans": [r.to_dict(price) for r in rows]}))
         return
-    cost = "  $/M tok" if price is not None else ""
+    from meshplan.report.fold import listing_tables
+    from meshplan.report.text import terminal_console
+
     extra = (f", speculative decoding: {sp.tokens} draft tokens from {sp.label} at acceptance {sp.acceptance:g}, "
              f"{sp.per_step:.2f} tokens a step" if sp else "")
-    click.echo(f"{title} under the load (targets at p{p}{extra}):")
-    click.echo(f"{'plan':<36}{'GPUs':>5}{'TTFT p50':>10}{f'TTFT p{p}':>10}{'TPOT p50':>10}{f'TPOT p{p}':>10}"
-               f"{'tok/s':>9}{'goodput/s':>10}{'preempt':>8}  meets{cost}")
-    for r in rows:
-        x, d = r.result, r.to_dict(price)
-        money = f"  {d['cost_per_million_tokens']:.3f}" if price is not None and d["cost_per_million_tokens"] else ""
-        click.echo(f"{r.plan.describe():<36}{r.plan.num_gpus:>5}{_ms(x.ttft[50])}{_ms(x.ttft[p])}{_ms(x.tpot[50])}"
-                   f"{_ms(x.tpot[p])}{x.output_tokens_per_s:>9,.0f}{x.goodput:>10.2f}{x.preemptions:>8}  "
-                   f"{'yes' if r.meets else 'no'}{money}")
+    console = terminal_console()
+    for renderable in listing_tables(load_listing(rows, targets, price, title, extra), console.width):
+        console.print(renderable)
+
+
+_SIMPLER = ("simplicity: fewer GPUs, co-located before split pools, smaller model-parallel groups (tp·pp·dpa), "
+            "16-bit weights before quantised, a smaller batch")
+# how each table's rows are ordered (serve/load/under_load.py rank and recommend)
+_ORDER = {"ranked": "rank: the configurations that meet every target first, then by goodput per GPU (within 5 % of "
+                    f"each other by {_SIMPLER})",
+          "recommended": "rank: every row meets the targets; fewest GPUs first, then by goodput per GPU (within 5 % "
+                         f"by {_SIMPLER})",
+          "configuration": "the configuration asked for (every axis fixed)"}
+
+
+def load_listing(rows, targets, price, title, extra=""):
+    """The table of configurations under the load (the terminal's width, folded: report/fold.py) with its legend:
+    every column, the units, what 'meets' checks, and the ranking (serve/load/under_load.rank: the configurations
+    that meet every target first, then by goodput per GPU, within 5 % by simplicity)."""
+    from meshplan.report.fold import Col, Listing
+
+    p = targets.percentile
+    data = [(r, r.result, r.to_dict(price)) for r in rows]
+    limits = ", ".join(f"{name} p{p} ≤ {limit * 1e3:g} ms" for name, limit in (("TTFT", targets.ttft),
+                                                                               ("TPOT", targets.tpot)) if limit)
+    cols = [Col("plan", [r.plan.describe() for r, _, _ in data], "left", True,
+                "the configuration: tensor / pipeline parallel sizes, xN replicas (or NP+MD prefill and decode "
+                "pools), its batch limit, quantisation of weights / activations / KV cache"),
+            Col("GPUs", [f"{r.plan.num_gpus}" for r, _, _ in data], meaning="GPUs it uses"),
+            Col("TTFT p50", [_ms(x.ttft[50]).strip() for _, x, _ in data], meaning="time to first token, median"),
+            Col(f"TTFT p{p}", [_ms(x.ttft[p]).strip() for _, x, _ in data],
+                meaning=f"time to first token, {p}th percentile"),
+            Col("TPOT p50", [_ms(x.tpot[50]).strip() for _, x, _ in data],
+                meaning="time per output token after the first, median"),
+            Col(f"TPOT p{p}", [_ms(x.tpot[p]).strip() for _, x, _ in data],
+                meaning=f"time per output token after the first, {p}th percentile"),
+            Col("tok/s", [f"{x.output_tokens_per_s:,.0f}" for _, x, _ in data],
+                meaning="output tokens per second, all replicas"),
+            Col("goodput", [f"{x.goodput:.2f}" for _, x, _ in data],
+                meaning="requests per second that meet every target (DistServe's goodput)"),
+            Col("preempted", [f"{x.preemptions}" for _, x, _ in data],
+                meaning="requests the engine preempted for KV-cache room (recomputed or swapped back later)"),
+            Col("meets", ["yes" if r.meets else "no" for r, _, _ in data],
+                meaning=f"whether it meets the targets ({limits or 'none given'})")]
+    if price is not None:
+        cols.append(Col("$/M tok", [f"{d['cost_per_million_tokens']:.3f}" if d["cost_per_million_tokens"] else "-"
+                                    for _, _, d in data], meaning="dollars per million output tokens at --price"))
+    key = Col("#", [f"{i}" for i in range(1, len(data) + 1)], meaning=_ORDER[title])
+    return Listing(f"{title} under the load (targets at p{p}{extra})", key, tuple(cols),
+                   first=("GPUs", f"TTFT p{p}", f"TPOT p{p}", "goodput", "meets"), notes=(("ms", "milliseconds"),))
 
 
 def _ms(seconds: float) -> str:

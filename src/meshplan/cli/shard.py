@@ -3,6 +3,7 @@ or a preset (with ``--autoshard``), sharded op by op on the cluster's mesh (mesh
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from typing import Any
 
@@ -93,10 +94,11 @@ def run_planner(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, 
         raise SpecError("input-shape is for a MODULE:FACTORY model; a preset or config.json takes --global-batch and "
                         "--seq")
     mesh = _shape(opts["mesh_text"], "mesh") if opts["mesh_text"] else None
-    try:
-        import scipy  # noqa: F401
-    except ModuleNotFoundError:
-        raise MissingDependency("scipy", "solve") from None
+    needed = [("torch", "torch"), ("scipy", "solve")]
+    needed += [("transformers", "hf")] if model_ref.endswith(".json") else []
+    for module, extra in needed:
+        if importlib.util.find_spec(module) is None:  # before any work: the extra that brings it
+            raise MissingDependency(module, extra)
     from meshplan.autoshard.planner import Request, plan_sharding
 
     param_dtype = None if opts["param_dtype"] in ("none", "") else opts["param_dtype"]

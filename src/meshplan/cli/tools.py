@@ -59,6 +59,8 @@ def calibrate_cmd(world_size: int | None, mesh: str | None, quick: bool, device:
         writable(stack_out, "stack-out")
         preset_text(options["stack_base"])  # a bad base refused before measuring
     base = load_system(base_ref, "base") if base_ref else None
+    if options["threads"] is not None and not 1 <= options["threads"] <= 1024:  # before torch is imported
+        raise SpecError(f"threads={options['threads']} must be an integer from 1 to 1024")
     settings = replace(settings_for(resolve_device(device), quick), threads=options["threads"])
     if options["model_ref"]:
         settings = _shaped_like(str(options["model_ref"]), settings)
@@ -126,14 +128,48 @@ def trace_cmd(model_ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], 
 
 
 @click.command("presets")
-def presets() -> None:
-    """List the built-in model and system presets."""
-    from meshplan.specs.hardware import system_names
-    from meshplan.specs.model_load import preset_names
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def presets(as_json: bool) -> None:
+    """List the built-in model, system and framework presets, one a row with their sizes (plain columns: they read
+    in a pipe, grep and sort as well as on a terminal)."""
+    rows = _preset_rows()
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    for kind, table in rows.items():
+        heads = list(table[0])
+        cells = [[str(row[h]) for h in heads] for row in table]
+        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
+        click.echo(f"{kind} ({len(table)})")
+        for line in [heads, *cells]:
+            click.echo("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+        click.echo("")
 
-    click.echo("models:     " + " ".join(preset_names()))
-    click.echo("systems:    " + " ".join(system_names()))
-    click.echo("frameworks: " + " ".join(stack_names()))
+
+def _preset_rows() -> dict[str, list[dict[str, Any]]]:
+    """Each preset's row: a model's parameters (all, and active per token for a MoE), layers, width, experts and
+    sequence; a system's accelerator, HBM, dense bf16 peak and NVLink domain; a framework's source."""
+    from meshplan.specs.hardware import load_system, system_names
+    from meshplan.specs.model_load import load_model, preset_names
+    from meshplan.specs.stack import load_stack
+    from meshplan.units import fmt_bytes, fmt_count
+
+    models = []
+    for name in preset_names():
+        m = load_model(name)
+        models.append({"name": name, "params": fmt_count(m.params()),
+                       "active": fmt_count(m.params(active=True)) if m.is_moe else "-", "layers": m.num_layers,
+                       "hidden": m.hidden_size, "experts": f"{m.moe_topk}/{m.num_experts}" if m.is_moe else "-",
+                       "seq": m.seq_length})
+    systems = []
+    for name in system_names():
+        s = load_system(name)
+        acc = s.accelerator
+        systems.append({"name": name, "accelerator": acc.name, "HBM": fmt_bytes(acc.hbm_bytes),
+                        "bf16 TFLOP/s": f"{acc.peak_flops.get('bf16', 0) / 1e12:,.0f}",
+                        "NVLink domain": s.network.nvlink_domain or "-"})
+    stacks = [{"name": name, "source": load_stack(name).source[:90]} for name in stack_names()]
+    return {"models": models, "systems": systems, "frameworks": stacks}
 
 
 COMMANDS = [calibrate_cmd, trace_cmd, presets]

@@ -5,7 +5,7 @@ accumulation · data-parallel size), ``train_micro_batch_size_per_gpu``, ``gradi
 ``fp16`` {``enabled``}, ``data_types`` {``grad_accum_dtype``: "fp32" / "bf16" / "fp16"},
 ``activation_checkpointing`` (the deepspeed.checkpointing section: present when every layer is recomputed),
 ``tensor_parallel`` {``autotp_size``} (DeepSpeed AutoTP training, docs/_tutorials/autotp-training.md), and
-``optimizer`` {``type``, ``params``}: DeepSpeed's own "Adam" / "AdamW", or any torch.optim class by name
+``optimizer`` {``type``, ``params`` {``lr``, ...}}: DeepSpeed's own "Adam" / "AdamW", or any torch.optim class by name
 (deepspeed/runtime/engine.py ``_configure_basic_optimizer``: getattr(torch.optim, type)): "SGD" (``params``
 {``momentum``: 0.9} for sgd-momentum), "Adafactor"; those are not among ZeRO's tested optimizers
 (deepspeed/runtime/zero/utils.py ZERO_SUPPORTED_OPTIMIZERS), so with ZeRO they need ``zero_allow_untested_optimizer``.
@@ -48,6 +48,9 @@ _PRECISIONS = ("bf16", "fp16")  # the Plan.precision values it trains in
 _OPTIMIZER = {"adam": ("Adam", {}), "adamw": ("AdamW", {}), "sgd-momentum": ("SGD", {"momentum": 0.9}),
              "sgd": ("SGD", {}), "adafactor": ("Adafactor", {})}
 _ZERO_TESTED = ("Adam", "AdamW")
+# the learning rate written (the step time does not depend on it, and meshplan knows no schedule): torch.optim's
+# default for Adam, AdamW and SGD, which DeepSpeed's own "Adam" takes too; meshplan_notes says to set the run's own
+LEARNING_RATE = 1e-3
 
 
 def _check(plan: Plan) -> None:
@@ -84,7 +87,7 @@ def _config(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
         "bf16": {"enabled": plan.precision == "bf16"}, "fp16": {"enabled": plan.precision == "fp16"},
         "data_types": {"grad_accum_dtype": "fp32" if plan.grad_bytes == 4 else plan.precision}}
     kind, params = _OPTIMIZER[plan.optimizer]
-    cfg["optimizer"] = {"type": kind, **({"params": params} if params else {})}
+    cfg["optimizer"] = {"type": kind, "params": {"lr": LEARNING_RATE, **params}}
     if plan.zero and kind not in _ZERO_TESTED:
         cfg["zero_allow_untested_optimizer"] = True
     if plan.tp > 1:
@@ -112,6 +115,8 @@ def _notes(model: ModelSpec, plan: Plan) -> list[str]:
     if plan.tp > 1:
         out.append(f"tensor parallelism: build the model under deepspeed.tp_model_init(model, tp_size={plan.tp}, "
                    "dtype) before deepspeed.initialize (AutoTP training)")
+    out.append(f"optimizer.params.lr is {LEARNING_RATE:g} (torch.optim's default): set the run's own, and its "
+               "schedule (DeepSpeed's scheduler block), which meshplan does not price")
     out.append(f"launch: deepspeed --hostfile HOSTFILE --num_nodes {nodes} --num_gpus {local} "
                "TRAIN_SCRIPT.py --deepspeed --deepspeed_config THIS_FILE.json")
     return out

@@ -6,15 +6,20 @@ The model's arguments are configs/megatron_model.py's (every architecture flag, 
 change the model), then ``--tokenizer-type`` HuggingFaceTokenizer and ``--tokenizer-model`` a placeholder path.
 
 Option names, their kinds (store_true / store_false / valued) and defaults are Megatron-LM's
-megatron/training/arguments.py (NVIDIA/Megatron-LM, commit 307dcf3): ``--tensor-model-parallel-size``,
+megatron/training/arguments.py at tag core_v0.17.0 (the ``megatron/training`` that PyPI's megatron-core 0.17.0 wheel
+ships, whose own ``parse_args`` and ``validate_args`` read every script meshplan writes in
+tests/test_configs_megatron_lm.py; core_v0.16.1 has the same arguments): ``--tensor-model-parallel-size``,
 ``--pipeline-model-parallel-size``, ``--context-parallel-size``, ``--expert-model-parallel-size``,
-``--expert-tensor-parallel-size``, ``--virtual-pipeline-model-parallel-size``, ``--decoder-first-pipeline-num-layers``,
+``--expert-tensor-parallel-size``, ``--num-virtual-stages-per-pipeline-rank`` (the interleaved schedule's virtual
+stages; arguments.py:2657, validate_args turns it into virtual_pipeline_model_parallel_size: Megatron-LM has no
+``--virtual-pipeline-model-parallel-size`` argument), ``--decoder-first-pipeline-num-layers``,
 ``--decoder-last-pipeline-num-layers``,
 ``--sequence-parallel``, ``--micro-batch-size``, ``--global-batch-size``, ``--use-distributed-optimizer`` (ZeRO-1),
 ``--recompute-granularity {full,selective}``, ``--recompute-method {uniform,block}``, ``--recompute-num-layers``,
 ``--recompute-modules``, ``--bf16`` / ``--fp16``, ``--fp8-format {e4m3,hybrid}``,
 ``--fp8-recipe {tensorwise,delayed,mxfp8,blockwise}`` (default delayed), ``--grad-reduce-in-bf16``,
-``--optimizer-cpu-offload``, ``--optimizer {adam,sgd}``, ``--sgd-momentum`` (default 0.9),
+``--optimizer-cpu-offload`` (with ``--use-precision-aware-optimizer``, which validate_args requires of it:
+arguments.py:1488-1492), ``--optimizer {adam,sgd}``, ``--sgd-momentum`` (default 0.9),
 ``--use-precision-aware-optimizer`` with ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` (fp32, fp16, bf16, fp8),
 ``--overlap-grad-reduce``, ``--overlap-param-gather``, ``--tp-comm-overlap``,
 ``--no-overlap-p2p-communication`` (store_false: overlap is on by default), ``--cp-comm-type {p2p,all_gather,...}``
@@ -31,6 +36,12 @@ keeps fp32 main grads with bf16 otherwise). The optimizer: Megatron's adam (deco
 meshplan's adam and adamw price the same state, adamw rides in the meshplan comment) is the default and not written;
 adam-bf16 is the precision-aware optimizer with bf16 moments (Megatron-Core allows it with the distributed optimizer
 only: ZeRO-1); sgd-momentum is ``--optimizer sgd`` (momentum 0.9), sgd ``--optimizer sgd --sgd-momentum 0``.
+The optimizer offloaded to the CPU is Megatron's HybridDeviceOptimizer, which rides on the precision-aware optimizer:
+adam with the distributed optimizer only (specs/refusals.py ``optimizer_offload_needs_precision_aware``); its
+moments stay fp32 unless adam-bf16. ``export CUDA_DEVICE_MAX_CONNECTIONS=1`` precedes the array where tp or cp > 1
+(validate_args asserts it on GPUs before Blackwell, arguments.py:1214-1240, and it orders the TP / CP collectives
+ahead of the GEMMs they overlap on every GPU); ``--tp-comm-overlap`` is written where tp > 1 (validate_args turns
+sequence parallelism off at tp = 1 and then refuses the overlap: arguments.py:1192-1202).
 Left out (refused): ZeRO-2/3 (Megatron-FSDP), activation offload, fp4, 8-bit Adam and Adafactor (no argument).
 """
 
@@ -52,6 +63,7 @@ from meshplan.configs.common import (
 )
 from meshplan.configs.format import ConfigFormat
 from meshplan.configs.megatron_model import MEGATRON_ARGUMENT, architecture, arguments
+from meshplan.configs.megatron_rules import check as check_rules
 from meshplan.errors import SpecError
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
@@ -65,6 +77,8 @@ _EXPRESSED = ("overlap_dp", "overlap_tp", "overlap_pp", "fp8_scaling", "cp_comm"
 # Stack.cp_comm -> Megatron-Core's cp_comm_type (Megatron-Bridge takes the same values: configs/nemo.py)
 CP_COMM_TYPE = {"ring": "p2p", "allgather": "all_gather"}
 _ARRAY = "MEGATRON_ARGS=("  # the bash array the script holds the arguments in
+# the release whose arguments these are (its parse_args / validate_args read them: tests/test_configs_megatron_lm.py)
+RELEASE = "Megatron-LM core_v0.17.0 (megatron-core 0.17.0)"
 # the tokenizer: Hugging Face's, from a folder the user fills in (Megatron-LM --tokenizer-type HuggingFaceTokenizer)
 _TOKENIZER: list[tuple[str, Any]] = [("--tokenizer-type", "HuggingFaceTokenizer"),
                                      ("--tokenizer-model", "PATH/TO/HF_TOKENIZER")]
@@ -73,7 +87,7 @@ _FP8 = {"fp8": ("hybrid", None), "mxfp8": ("e4m3", "mxfp8")}
 _SCALING = {"delayed": "delayed", "current": "tensorwise"}
 
 
-def _plan_args(plan: Plan, model: ModelSpec) -> list[tuple[str, Any]]:
+def _plan_args(plan: Plan, model: ModelSpec, stack: Stack) -> list[tuple[str, Any]]:
     """The parallel layout's arguments (refusing what Megatron-LM cannot run)."""
     check_layout(plan, _NAME)
     if plan.zero > 1:
@@ -82,6 +96,9 @@ def _plan_args(plan: Plan, model: ModelSpec) -> list[tuple[str, Any]]:
         raise refuse(_NAME, "offload_activations", True, "pretrain_gpt.py has no activation offload argument")
     if plan.precision == "fp4":
         raise refuse(_NAME, "precision", plan.precision, "no fp4 recipe is written")
+    if model.num_layers % plan.pp and plan.vpp == 1 and not (plan.first_stage_layers or plan.last_stage_layers):
+        raise refuse(_NAME, "pp", plan.pp, f"it splits the {model.num_layers} layers evenly unless the first or last "
+                     "stage is given (validate_args: specs/refusals.py layers_not_divisible_by_pp)")
     megatron_schedule = "interleaved" if plan.vpp > 1 else "1f1b"
     if plan.schedule != megatron_schedule:
         raise refuse(_NAME, "schedule", plan.schedule, f"with vpp={plan.vpp} it runs {megatron_schedule}")
@@ -89,7 +106,7 @@ def _plan_args(plan: Plan, model: ModelSpec) -> list[tuple[str, Any]]:
         ("--tensor-model-parallel-size", plan.tp), ("--pipeline-model-parallel-size", plan.pp),
         ("--context-parallel-size", plan.cp), ("--expert-model-parallel-size", plan.ep),
         ("--expert-tensor-parallel-size", plan.etp),
-        ("--virtual-pipeline-model-parallel-size", plan.vpp if plan.vpp > 1 else None),
+        ("--num-virtual-stages-per-pipeline-rank", plan.vpp if plan.vpp > 1 else None),
         ("--decoder-first-pipeline-num-layers", plan.first_stage_layers or None),
         ("--decoder-last-pipeline-num-layers", plan.last_stage_layers or None),
         ("--sequence-parallel", plan.sequence_parallel),
@@ -100,6 +117,10 @@ def _plan_args(plan: Plan, model: ModelSpec) -> list[tuple[str, Any]]:
     if plan.recompute == "full":
         args += [("--recompute-method", "block" if plan.recompute_layers else "uniform"),
                  ("--recompute-num-layers", plan.recompute_layers or 1)]
+    if plan.recompute == "selective" and "moe_act" in plan.recompute_modules and stack.expert_gemm != "grouped":
+        raise refuse(_NAME, "recompute_modules", ",".join(plan.recompute_modules), "Megatron-Core recomputes moe_act "
+                     "with grouped expert GEMMs only (--moe-grouped-gemm: megatron-core 0.16.1 "
+                     "megatron/core/transformer/transformer_config.py:1213-1216)")
     if plan.recompute == "selective" or plan.recompute_modules != ("core_attn",):
         args.append(("--recompute-modules", " ".join(plan.recompute_modules)))
     args += [("--fp16", plan.precision == "fp16"), ("--bf16", plan.precision != "fp16"),
@@ -110,17 +131,23 @@ def _plan_args(plan: Plan, model: ModelSpec) -> list[tuple[str, Any]]:
 
 
 def _optimizer_args(plan: Plan) -> list[tuple[str, Any]]:
-    """The optimizer's arguments (module docstring): none for Adam, Megatron's default."""
+    """The optimizer's arguments (module docstring): none for Adam, Megatron's default; the precision-aware
+    optimizer for bf16 moments and under the CPU offload."""
     if plan.optimizer in ("adam-8bit", "adafactor"):
         raise refuse(_NAME, "optimizer", plan.optimizer, "its optimizers are adam (fp32, bf16 or fp16 moments) and sgd")
+    aware = plan.optimizer == "adam-bf16" or plan.offload_optimizer
+    if aware and plan.optimizer.startswith("sgd"):
+        raise refuse(_NAME, "offload_optimizer", True, "its CPU offload rides on the precision-aware optimizer, "
+                     "which runs adam only (megatron/core/optimizer/optimizer_config.py)")
+    if aware and plan.zero != 1:
+        what = "optimizer" if plan.optimizer == "adam-bf16" else "offload_optimizer"
+        raise refuse(_NAME, what, getattr(plan, what), "its precision-aware optimizer (bf16 moments, CPU offload) "
+                     f"needs the distributed optimizer (zero=1, got zero={plan.zero})")
     if plan.optimizer == "adam-bf16":
-        if plan.zero != 1:
-            raise refuse(_NAME, "optimizer", plan.optimizer, "its precision-aware optimizer needs the distributed "
-                         f"optimizer (zero=1, got zero={plan.zero})")
         return [("--use-precision-aware-optimizer", True), ("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
     if plan.optimizer.startswith("sgd"):
         return [("--optimizer", "sgd"), ("--sgd-momentum", 0 if plan.optimizer == "sgd" else None)]
-    return []
+    return [("--use-precision-aware-optimizer", True)] if aware else []
 
 
 def _stack_args(stack: Stack, plan: Plan) -> list[tuple[str, Any]]:
@@ -129,7 +156,8 @@ def _stack_args(stack: Stack, plan: Plan) -> list[tuple[str, Any]]:
         raise refuse(_NAME, "attention_kernel", "fp8", "its FP8 attention is Transformer Engine's, not an argument")
     args: list[tuple[str, Any]] = [
         ("--overlap-grad-reduce", stack.overlap_dp), ("--overlap-param-gather", stack.overlap_dp and plan.zero == 1),
-        ("--tp-comm-overlap", stack.overlap_tp), ("--no-overlap-p2p-communication", not stack.overlap_pp),
+        ("--tp-comm-overlap", stack.overlap_tp and plan.tp > 1),
+        ("--no-overlap-p2p-communication", not stack.overlap_pp),
         ("--cp-comm-type", CP_COMM_TYPE[stack.cp_comm]), ("--moe-grouped-gemm", stack.expert_gemm == "grouped"),
         ("--attention-backend", backend)]
     if plan.precision in _FP8:
@@ -146,18 +174,24 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     plan, fallback = per_rank_fallback(plan, _NAME)
     fields, notes = architecture(model, plan, stack)
     notes = [*notes, *fallback]
-    args = (arguments(fields, model.num_heads) + _TOKENIZER + _plan_args(plan, model) + _stack_args(stack, plan))
+    args = (arguments(fields, model.num_heads) + _TOKENIZER + _plan_args(plan, model, stack) + _stack_args(stack, plan))
     lines = [" ".join([name] + ([] if value is True else [shlex.quote(v) for v in str(value).split()]))
              for name, value in args if value is not None and value is not False]
-    expressed = _EXPRESSED + (("moe_dispatcher",) if model.is_moe else ())
+    expressed = tuple(f for f in _EXPRESSED if f != "overlap_tp" or plan.tp > 1) + \
+        (("moe_dispatcher",) if model.is_moe else ())
     note = comment(carried_stack_fields(stack, _PRESET, expressed),
                    {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})
     head = ["#!/usr/bin/env bash",
-            f"# Megatron-LM pretrain_gpt.py arguments for {model.name} ({plan.num_gpus} GPUs), written by meshplan.",
+            f"# Megatron-LM pretrain_gpt.py arguments for {model.name} ({plan.num_gpus} GPUs), written by meshplan",
+            f"# for {RELEASE} (its parse_args and validate_args take them).",
             "# Run it from Megatron-LM's folder on every node (MASTER_ADDR set); what it is given (--data-path ...)",
             f"# follows these arguments. {_TOKENIZER[1][1]} is a placeholder: the model's Hugging Face tokenizer."]
     head += [f"# {note}"] if note else []
     head += [f"# {line}" for line in notes]
+    if plan.tp > 1 or plan.cp > 1:  # validate_args asserts it before Blackwell (module docstring)
+        head += ["# tensor / context parallelism: one CUDA work queue, so that each collective runs before the GEMM",
+                 "# it feeds (Megatron-LM validate_args requires it on GPUs before Blackwell)",
+                 "export CUDA_DEVICE_MAX_CONNECTIONS=1"]
     launch = torchrun(plan, 'pretrain_gpt.py "${MEGATRON_ARGS[@]}" "$@"')
     return "\n".join(head + [_ARRAY, *(f"  {line}" for line in lines), ")", launch]) + "\n"
 
@@ -205,7 +239,8 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
     sizes = {k: _int(options, f"--{n}-size", 1) for k, n in (("tp", "tensor-model-parallel"),
                                                               ("pp", "pipeline-model-parallel"),
                                                               ("cp", "context-parallel"))}
-    vpp = _int(options, "--virtual-pipeline-model-parallel-size", 1)
+    check_rules(options, sizes)  # what Megatron-LM's argparse / validate_args refuses (configs/megatron_rules.py)
+    vpp = _int(options, "--num-virtual-stages-per-pipeline-rank", 1)
     if "--num-layers-per-virtual-pipeline-stage" in options:
         vpp = model.num_layers // (sizes["pp"] * _int(options, "--num-layers-per-virtual-pipeline-stage", 1))
     fields = dict(
@@ -236,7 +271,7 @@ _WRITTEN = frozenset(("--attention-backend", "--bf16", "--context-parallel-size"
     "--pipeline-model-parallel-size", "--position-embedding-type", "--recompute-granularity", "--recompute-method",
     "--recompute-modules", "--recompute-num-layers", "--seq-length", "--sequence-parallel", "--sgd-momentum",
     "--swiglu", "--tensor-model-parallel-size", "--tp-comm-overlap", "--untie-embeddings-and-output-weights",
-    "--use-distributed-optimizer", "--use-precision-aware-optimizer", "--virtual-pipeline-model-parallel-size"))
+    "--use-distributed-optimizer", "--use-precision-aware-optimizer", "--num-virtual-stages-per-pipeline-rank"))
 KNOWN = _WRITTEN | frozenset(MEGATRON_ARGUMENT.values()) | {"--group-query-attention", "--tokenizer-type",
                                                              "--tokenizer-model"}
 

@@ -12,8 +12,9 @@ The arguments: ``--num-layers``, ``--hidden-size``, ``--ffn-hidden-size``, ``--n
 ``--attention-dropout``, ``--untie-embeddings-and-output-weights``, ``--position-embedding-type``, ``--rotary-base``,
 ``--num-experts``, ``--moe-router-topk``, ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``,
 ``--moe-layer-freq``, ``--moe-token-dispatcher-type``, ``--moe-router-score-function``,
-``--moe-router-enable-expert-bias``, ``--multi-latent-attention``, ``--q-lora-rank``, ``--kv-lora-rank``,
-``--qk-head-dim``, ``--qk-pos-emb-head-dim``, ``--v-head-dim``, ``--mtp-num-layers``,
+``--moe-router-enable-expert-bias``, ``--moe-router-pre-softmax`` (top-1 routing: TransformerConfig refuses a softmax
+over the one chosen expert, transformer_config.py:1634-1641), ``--multi-latent-attention``, ``--q-lora-rank``,
+``--kv-lora-rank``, ``--qk-head-dim``, ``--qk-pos-emb-head-dim``, ``--v-head-dim``, ``--mtp-num-layers``,
 ``--make-vocab-size-divisible-by``, ``--group-query-attention``.
 
 With MLA, ``--qk-layernorm`` is the norm of the compressed q and kv (DeepSeek-V3's q_a_layernorm / kv_a_layernorm,
@@ -52,12 +53,13 @@ MEGATRON_ARGUMENT = {
          "moe_layer_freq": "--moe-layer-freq", "moe_token_dispatcher_type": "--moe-token-dispatcher-type",
          "moe_router_score_function": "--moe-router-score-function",
          "moe_router_enable_expert_bias": "--moe-router-enable-expert-bias",
+         "moe_router_pre_softmax": "--moe-router-pre-softmax",
          "multi_latent_attention": "--multi-latent-attention", "q_lora_rank": "--q-lora-rank",
          "kv_lora_rank": "--kv-lora-rank", "qk_head_dim": "--qk-head-dim",
          "qk_pos_emb_head_dim": "--qk-pos-emb-head-dim", "v_head_dim": "--v-head-dim",
          "mtp_num_layers": "--mtp-num-layers", "make_vocab_size_divisible_by": "--make-vocab-size-divisible-by"}
 _WHEN_TRUE = frozenset(("gated_linear_unit", "add_qkv_bias", "qk_layernorm", "moe_router_enable_expert_bias",
-                        "multi_latent_attention"))
+                        "multi_latent_attention", "moe_router_pre_softmax"))
 _WHEN_FALSE = frozenset(("add_bias_linear", "share_embeddings_and_output_weights"))
 _POSITIONS = {"rope": "rope", "learned": "learned_absolute", "none": "none"}
 # what meshplan's model may have that no argument above builds (ModelSpec field -> what it is)
@@ -79,6 +81,8 @@ def _moe(model: ModelSpec, stack: Stack) -> dict[str, Any]:
         fields["moe_layer_freq"] = [int(model.is_moe_layer(i)) for i in range(model.num_layers)]
     if model.router_bias and model.is_mla:  # DeepSeek-V3's router: sigmoid scores with a score-correction bias
         fields |= {"moe_router_score_function": "sigmoid", "moe_router_enable_expert_bias": True}
+    elif model.moe_topk == 1:  # a softmax over one chosen expert has no gradient: TransformerConfig asks for this
+        fields["moe_router_pre_softmax"] = True
     return fields
 
 

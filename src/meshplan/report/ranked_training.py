@@ -39,6 +39,8 @@ def training_cost(est: Estimate, tokens: float | None, price: float | None, rel:
     """Days to train on ``tokens`` tokens and the cost at ``price`` per GPU-hour; with ``rel`` (--mtbf), the goodput
     and the days with failures, checkpoints and restarts (goodput.py)."""
     found = expected(est, rel)
+    if found is not None and found.stalls:  # no progress: no finite time or cost (failures_text says why)
+        return {"goodput": 0.0}
     out: dict[str, float] = {} if found is None else {"goodput": found.goodput,
                                                        "expected_step_time_s": est.step_time * found.factor}
     if not tokens:
@@ -84,8 +86,11 @@ def failures_text(est: Estimate, rel: Reliability) -> str:
             f"{fmt_bytes(g.checkpoint_bytes)} takes {fmt_time(g.checkpoint_s)} at "
             f"{rel.checkpoint_bandwidth / 1e9:,.0f} GB/s, written every {fmt_time(g.interval_s)} of work (Daly 2006); "
             f"a restart takes {fmt_time(g.restart_s)} (an assumed {fmt_time(rel.restart_s)}, then reading the "
-            "checkpoint back); "
-            f"goodput {g.goodput:.1%}: a step takes {fmt_time(est.step_time * g.factor)} on average")
+            "checkpoint back); " + (
+                f"goodput 0: the job makes no progress (interrupted every {fmt_time(g.job_mtbf_s)}, far sooner than "
+                f"it restarts in {fmt_time(g.restart_s)}): fewer GPUs, a larger --mtbf or faster restarts"
+                if g.stalls else
+                f"goodput {g.goodput:.1%}: a step takes {fmt_time(est.step_time * g.factor)} on average"))
 
 
 def cost_columns(tokens: float | None, price: float | None, rel: Reliability | None = None) -> list[str]:
@@ -100,8 +105,8 @@ def metric_cells(est: Estimate, tokens: float | None, price: float | None, rel: 
            "memory": fmt_bytes(est.peak_memory)}
     cost = training_cost(est, tokens, price, rel)
     cells = [f"{cost['goodput']:.1%}"] if "goodput" in cost else []
-    cells += [f"{cost['days']:.1f}"] if tokens else []
-    cells = cells + [f"${cost['cost']:,.0f}"] if "cost" in cost else cells
+    cells += [f"{cost['days']:.1f}" if "days" in cost else "never"] if tokens else []
+    cells += [f"${cost['cost']:,.0f}" if "cost" in cost else "never"] if tokens and price is not None else []
     return out | dict(zip(cost_columns(tokens, price, rel), cells, strict=True))
 
 

@@ -113,7 +113,8 @@ class _Sampled:
 
     def __init__(self, c: dict[str, np.ndarray], recompute: np.ndarray, zero: np.ndarray, opt: np.ndarray,
                  act: np.ndarray, space: Any) -> None:
-        self.__dict__.update({k: c[k] for k in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "sequence_parallel")})
+        self.__dict__.update({k: c[k] for k in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "last_stage_layers",
+                                                "sequence_parallel")})
         self.recompute, self.zero, self.offload_optimizer, self.offload_activations = recompute, zero, opt, act
         self.optimizer, self.offload_layers = space.optimizer, space.offload_layers
         self.precision, self.grad_bytes = space.precision, space.grad_bytes

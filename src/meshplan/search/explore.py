@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from meshplan.ranges import check_value
 from meshplan.search.batch import PlanBatch
 from meshplan.specs.plan import Plan
 
@@ -41,6 +42,9 @@ class Explore:
     seed: int = 0
     # keep only the plans that fit (``meshplan plan --all``: with a sample larger than the space, every feasible plan)
     fits_only: bool = False
+
+    def __post_init__(self) -> None:
+        check_value("seed", self.seed, "explore: ")
 
 
 # every feasible plan of a space (``meshplan plan --all``): a sample larger than any space, the plans that fit

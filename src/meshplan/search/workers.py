@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -76,7 +77,7 @@ def run_jobs(jobs: list[Job], combos: list[Combo], args: tuple, workers: int,
         return results
     _SHARED.update(combos=combos, args=args)
     try:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
+        with multiprocessing.get_context("fork").Pool(workers, initializer=ignore_interrupts) as pool:
             for part in pool.imap_unordered(_evaluate_shared, jobs):
                 results.append(part)
                 if progress:
@@ -87,6 +88,12 @@ def run_jobs(jobs: list[Job], combos: list[Combo], args: tuple, workers: int,
 
 
 _SHARED: dict[str, Any] = {}  # the candidates, inherited by forked workers instead of pickled
+
+
+def ignore_interrupts() -> None:
+    """A worker's start: Ctrl-C reaches every process of the terminal's group, and the parent alone answers it (it
+    ends the pool); a worker that took it would print its own KeyboardInterrupt traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _evaluate(job: Job, combos: list[Combo], args: tuple) -> Part:

@@ -1,11 +1,12 @@
 """Serving launch configs: the engine's own launch arguments for a priced serving configuration (``meshplan serve
 --emit vllm|sglang|trtllm``).
 
-Each instance shape (ServePlan) becomes one command per pool, with the engine's argument names at a cited version,
-checked by tests/test_serve_launch.py with the engine's own parser (vLLM 0.33.0 ``EngineArgs.add_cli_args``, SGLang
-0.5.23 ``ServerArgs.add_cli_args``: run where they import, and always against the option lists they wrote into
-tests/data/engine_args/; TensorRT-LLM's ``trtllm-serve`` click options are listed there from its source, it does not
-install on a CPU):
+Each instance shape (ServePlan) becomes one command per instance of each pool, placed on its node's GPUs with its
+port, and a router in front (serve/launch_script.py), with the engine's argument names at a cited version, checked
+by tests/test_serve_launch.py with the engine's own parser (vLLM 0.33.0 ``vllm serve``'s ``make_arg_parser``, SGLang
+0.5.23 ``ServerArgs.add_cli_args``: their PyPI wheels' Python files, which .ci/parsers.py unpacks, and the option
+lists they wrote into tests/data/engine_args/; TensorRT-LLM's ``trtllm-serve`` click options are listed there from
+its source: PyPI holds only a 10 kB placeholder of tensorrt-llm, its wheels are on NVIDIA's index):
 
 - vLLM 0.33.0 (``vllm serve``, vllm/engine/arg_utils.py): ``--tensor-parallel-size``, ``--pipeline-parallel-size``,
   ``--data-parallel-size`` (attention groups of a MoE instance, its experts over tp·dp with
@@ -35,11 +36,11 @@ it (pre-quantized int4 / fp4 weights).
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass
 
 from meshplan.errors import SpecError
 from meshplan.serve.estimate import ServeEstimate
+from meshplan.serve.launch_script import PER_NODE, command_lines, node_count, place, router_lines
 
 LAUNCH_FORMATS = {"vllm": ("vllm",), "sglang": ("sglang",), "trtllm": ("trtllm", "trtllm-pytorch")}
 VERSIONS = {"vllm": "vLLM 0.33.0", "sglang": "SGLang 0.5.23", "trtllm": "TensorRT-LLM trtllm-serve (commit 00209af1)"}
@@ -157,25 +158,40 @@ def _trtllm(est: ServeEstimate, context: int, role: str, count: int) -> Pool:
 
 
 def launch_text(fmt: str, est: ServeEstimate, context: int) -> str:
-    """The launch script of ``est`` for ``fmt``: a header saying what was priced, then each pool's command (how many
-    copies, its role), TensorRT-LLM's YAML files as here-documents."""
+    """The launch script of ``est`` for ``fmt``: a header saying what was priced, TensorRT-LLM's YAML files as
+    here-documents, then each node's instances (its GPUs, its port) and the router (serve/launch_script.py)."""
     pools = launch_pools(fmt, est, context)
     plan, model = est.plan, est.model
+    placed = place(pools)
+    nodes = node_count(placed)
     lines = ["#!/bin/sh", f"# {VERSIONS[fmt]} launch of {model.name}: {plan.describe()}, written by meshplan serve",
-             f"# {plan.num_gpus} GPUs; quantisation {plan.quant.label} (weights/activations/KV cache)",
-             f"MODEL=${{MODEL:?set MODEL to the checkpoint of {model.name}}}"]
+             f"# {plan.num_gpus} GPUs on {nodes} node{'s' * (nodes > 1)} of {PER_NODE}; quantisation "
+             f"{plan.quant.label} (weights/activations/KV cache)",
+             f"MODEL=${{MODEL:?set MODEL to the checkpoint of {model.name}}}",
+             "NODE=${NODE:-0}  # run this script on every node, NODE its index" + (
+                 f" (0 to {nodes - 1}); NODE0_ADDR ... NODE{nodes - 1}_ADDR their addresses" if nodes > 1 else "")]
     if plan.quant.weights not in _FLAGGED[fmt]:
         lines.append(f"# weights in {plan.quant.weights}: {_CHECKPOINT}")
-    if plan.disaggregated:
-        lines.append({"vllm": "# route requests through vLLM's disaggregated-prefill proxy (examples/online_serving/"
-                               "disaggregated_serving), prefill pool first",
-                      "sglang": "# route requests with sglang_router (--pd-disaggregation --prefill URL --decode URL)",
-                      "trtllm": "# route requests with trtllm-serve disaggregated -c disagg.yaml (context = prefill "
-                                "pool, generation = decode pool)"}[fmt])
     for pool in pools:
-        lines.append(f"# {pool.role} pool: run this command {pool.count} time{'s' * (pool.count != 1)}, on "
-                     f"{pool.gpus} GPU{'s' * (pool.gpus != 1)} each (instances of {plan.instance_gpus})")
+        lines.append(f"# {pool.role} pool: {pool.count} instance{'s' * (pool.count != 1)} of {pool.gpus} "
+                     f"GPU{'s' * (pool.gpus != 1)} (priced instances of {plan.instance_gpus})")
         if pool.extra_yaml:
             lines += [f"cat > extra-{pool.role}.yaml <<'EOF'", pool.extra_yaml.rstrip("\n"), "EOF"]
-        lines.append(" ".join('"$MODEL"' if a == "$MODEL" else shlex.quote(a) for a in pool.argv))
-    return "\n".join(lines) + "\n"
+    files, router = router_lines(fmt, placed, plan.disaggregated)
+    lines += files
+    by_role = {pool.role: pool for pool in pools}
+    kv_moves = plan.disaggregated and fmt == "vllm"
+    for node in range(nodes):
+        here = [p for p in placed if p.node == node]
+        if not here and node:
+            continue
+        lines.append(f'if [ "$NODE" = {node} ]; then')
+        for k, p in enumerate(here):
+            lines += command_lines(fmt, by_role[p.role], p, nodes, _NIXL_BASE + k if kv_moves else None)
+        if node == 0:
+            lines += [f"  {line}" for line in router]
+        lines.append("fi")
+    return "\n".join([*lines, "wait"]) + "\n"
+
+
+_NIXL_BASE = 5600  # vLLM's NIXL side channel, one port per instance on a node (serve/launch_script.py)

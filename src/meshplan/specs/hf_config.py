@@ -126,6 +126,9 @@ def translate(config: dict[str, Any], name: str, where: str | None = None) -> di
     by default ``name``), not yet checked against the build."""
     where = where or name
     config, model_type, given = _resolve(config, where)
+    if config.get("head_dim") == 0 and not isinstance(config.get("head_dim"), bool):  # 0 is meshplan's "default"
+        raise SpecError(f"{where}: head_dim=0 builds attention heads of width 0 (transformers takes it as "
+                        "given); leave it out for hidden_size / num_attention_heads")
     if model_type in FAMILIES:
         return _named(_family(config, name, where, model_type), name, given, available())
     meta = _meta(config, where, model_type)
@@ -138,6 +141,10 @@ def from_hf_config(config: dict[str, Any], name: str = "hf-model", where: str | 
     hf_families.py or, with transformers, any decoder-only model it builds; checked against that build."""
     where = where or name
     config, model_type, given = _resolve(config, where)
+    if config.get("head_dim") == 0 and not isinstance(config.get("head_dim"), bool):  # 0 is meshplan's "default"
+        raise SpecError(f"{where}: head_dim=0 builds attention heads of width 0 (transformers takes it as "
+                        "given); leave it out for hidden_size / num_attention_heads")
+    _check_token_ids(config, where)
     if model_type in FAMILIES:
         fields_ = _rope_base(_family(config, name, where, model_type), config)
         spec = _spec(fields_, config, where)  # the family's values checked before anything is built
@@ -151,6 +158,16 @@ def from_hf_config(config: dict[str, Any], name: str = "hf-model", where: str | 
     if meta is not None:
         check_build(spec, meta, where, groups)
     return replace(spec, **_named({}, name, given, meta is not None))
+
+
+def _check_token_ids(config: dict[str, Any], where: str) -> None:
+    """The padding token's row must be one of the embedding's (torch's nn.Embedding asserts padding_idx <
+    num_embeddings when transformers builds it): refused here, before anything is built."""
+    pad, vocab = config.get("pad_token_id"), config.get("vocab_size")
+    if isinstance(pad, int) and not isinstance(pad, bool) and isinstance(vocab, int) and vocab > 0 \
+            and not -vocab <= pad < vocab:
+        raise SpecError(f"{where}: pad_token_id={pad} is outside the vocabulary (vocab_size={vocab}): the embedding "
+                        "has no such row to pad with")
 
 
 def _rope_base(fields_: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:

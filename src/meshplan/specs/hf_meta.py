@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from meshplan.captured import captured
+
 # config.json keys that describe how the weights are stored or where remote code lives, not the model's structure
 _NOT_STRUCTURE = ("quantization_config", "auto_map", "torch_dtype", "dtype", "transformers_version")
 SCORE_BIAS = "e_score_correction_bias"
@@ -96,7 +98,7 @@ def _build(text: str) -> MetaModel | str:
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # its advice on building a model is not the user's business here
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), captured("transformers"):  # what it prints: one note (captured.py)
             warnings.simplefilter("ignore")
             cfg = transformers.AutoConfig.for_model(model_type, **config)
             encoder_decoder = bool(getattr(cfg, "is_encoder_decoder", False))

@@ -24,6 +24,10 @@ from meshplan.specs.model import ModelSpec
 _MCORE = ("megatron-core", "0.16.1")
 _TITAN = ("torchtitan", "0.2.2")
 _DS = ("deepspeed", "0.19.8")
+# Megatron-LM's megatron/training at tag core_v0.17.0: PyPI's megatron-core 0.17.0 wheel ships it (.ci/parsers.py
+# unpacks it for tests/test_framework_refusals.py; the dev extra's megatron-core 0.16.1 has megatron/core only)
+_MLM = ("megatron-lm", "core_v0.17.0")
+_ARGS = "megatron/training/arguments.py"
 
 
 def _no(value: Any) -> Any:
@@ -60,6 +64,11 @@ def _offloaded_every_layer(p: Any, m: ModelSpec, s: Any) -> Any:
     return p.offload_activations & (p.pp == 1) & ((p.offload_layers == 0) | (p.offload_layers >= per_stage))
 
 
+def _first(p: Any) -> Any:
+    """The first stage's layers (0: even): the search's grids do not vary it, so their views have none."""
+    return getattr(p, "first_stage_layers", 0)
+
+
 _TC = "megatron/core/transformer/transformer_config.py"
 _PARALLELIZE = "torchtitan/models/llama3/infra/parallelize.py"
 
@@ -85,12 +94,33 @@ REFUSALS: dict[str, Refusal] = {r.name: r for r in (
             _MCORE, "megatron/core/optimizer/optimizer_config.py", (375, 381),
             "--use-precision-aware-optimizer only supported with distributed optimizer",
             lambda p, m, s: (p.optimizer == "adam-bf16") & (p.zero == 0)),
+    Refusal("uneven_stages_not_divisible_by_vpp", "an uneven first or last stage that vpp does not divide", _MCORE,
+            _TC, (1369, 1402), "must be divisible by virtual pipeline",
+            lambda p, m, s: (p.vpp > 1) & (((_first(p) % p.vpp) != 0) | ((p.last_stage_layers % p.vpp) != 0))),
     Refusal("cuda_graphs_with_offload", "CUDA graphs with activation offload", _MCORE, _TC, (1722, 1723),
             "CUDA graphs not supported with CPU offloading.",
             lambda p, m, s: s.cuda_graphs & p.offload_activations),
     Refusal("cuda_graphs_with_full_recompute", "CUDA graphs of layers with full recompute", _MCORE, _TC,
             (1780, 1784), "full recompute is only supported with full iteration CUDA graph.",
             lambda p, m, s: s.cuda_graphs & (p.recompute == "full")),
+    # ---- Megatron-LM core_v0.17.0 (pretrain_gpt.py's validate_args: megatron/training/arguments.py) -----------
+    # the CPU offload needs --use-precision-aware-optimizer, which runs adam with the distributed optimizer only
+    # (megatron-core 0.16.1 megatron/core/optimizer/optimizer_config.py:375-381)
+    Refusal("optimizer_offload_needs_precision_aware", "optimizer offload without the distributed optimizer's Adam",
+            _MLM, _ARGS, (1488, 1492),
+            "The optimizer cpu offload must be used in conjunction with `--use-precision-aware-optimizer`",
+            lambda p, m, s: p.offload_optimizer & ((p.zero == 0) | (p.optimizer == "sgd")
+                                                   | (p.optimizer == "sgd-momentum"))),
+    Refusal("layers_not_divisible_by_pp", "num_layers not divisible by pp without an uneven first or last stage",
+            _MLM, _ARGS, (817, 830), "Number of layers should be divisible by the pipeline-model-parallel size",
+            lambda p, m, s: ((m.num_layers % p.pp) != 0) & (p.vpp == 1) & (_first(p) == 0)
+            & (p.last_stage_layers == 0)),
+    Refusal("tp_overlap_without_sp", "TP communication overlap without sequence parallelism", _MLM, _ARGS,
+            (1201, 1202), "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism",
+            lambda p, m, s: s.overlap_tp & (p.tp > 1) & _no(p.sequence_parallel)),
+    Refusal("interleaved_needs_pp", "virtual pipeline stages with pp = 1 (pp = 2 without p2p overlap)", _MLM, _ARGS,
+            (832, 841), "When interleaved schedule is used",
+            lambda p, m, s: (p.vpp > 1) & (p.pp <= np.where(s.overlap_pp, 1, 2))),
     # ---- torchtitan 0.2.2 -----------------------------------------------------------------------------------
     Refusal("tp_without_sp", "tp > 1 without sequence parallelism (its TP plan shards the norms' sequence)",
             _TITAN, _PARALLELIZE, (219, 233), '"attention_norm": SequenceParallel(),',

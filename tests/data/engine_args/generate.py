@@ -1,15 +1,18 @@
 """Writes the engines' command-line options (tests/data/engine_args/<engine>-<version>.json) from their own argument
 parsers, for tests/test_serve_launch.py to parse meshplan's launch arguments with where the engine is not installed.
 
-Run where the engine imports (vLLM 0.33.0 and SGLang 0.5.23 import on a CPU from their PyPI wheels, installed with
---no-deps, plus their light pure-Python dependencies; vLLM with VLLM_TARGET_DEVICE=cpu):
+Run where the engine imports (vLLM 0.33.0 and SGLang 0.5.23 import on a CPU from their PyPI wheels' Python files and
+their light pure-Python dependencies, which .ci/parsers.py unpacks into .venv/framework-parsers/engines; vLLM with
+VLLM_TARGET_DEVICE=cpu):
 
-    VLLM_TARGET_DEVICE=cpu python tests/data/engine_args/generate.py
+    PYTHONPATH=.venv/framework-parsers/engines VLLM_TARGET_DEVICE=cpu \
+        .venv/bin/python tests/data/engine_args/generate.py
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.metadata
 import json
 from pathlib import Path
@@ -27,12 +30,12 @@ def _options(parser: argparse.ArgumentParser) -> list[dict]:
 
 
 def _vllm() -> tuple[str, str, argparse.ArgumentParser]:
-    from vllm.engine.arg_utils import EngineArgs
+    from vllm.entrypoints.common.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    parser = FlexibleArgumentParser()
-    EngineArgs.add_cli_args(parser)
-    return "vllm", "vllm.engine.arg_utils.EngineArgs.add_cli_args (vllm serve's engine arguments)", parser
+    parser = make_arg_parser(FlexibleArgumentParser())
+    return "vllm", ("vllm.entrypoints.common.cli_args.make_arg_parser (vllm serve's parser: the server's options "
+                    "and EngineArgs.add_cli_args)"), parser
 
 
 def _sglang() -> tuple[str, str, argparse.ArgumentParser]:
@@ -57,7 +60,10 @@ def _values(name: str) -> dict[str, list[str]]:
 if __name__ == "__main__":
     for build in (_vllm, _sglang):
         name, source, parser = build()
-        version = importlib.metadata.version(name)
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:  # the wheel's Python files alone (.ci/parsers.py)
+            version = importlib.import_module(name).__version__
         path = Path(__file__).parent / f"{name}-{version}.json"
         data = {"engine": name, "version": version, "source": f"{name} {version} (PyPI wheel) {source}",
                 "options": _options(parser), "values": _values(name)}

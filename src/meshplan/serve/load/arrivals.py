@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from meshplan.errors import SpecError
+from meshplan.ranges import check_value
 from meshplan.serve.load.lengths import Lengths, read_columns
 
 
@@ -51,6 +52,7 @@ def poisson(rate: float, count: int, lengths: Lengths, seed: int = 0, burstiness
     at once (benchmark_serving's ``--request-rate inf``, a burst)."""
     if not rate > 0:
         raise SpecError(f"rate={rate} must be above 0 requests/s")
+    check_value("seed", seed)
     rng = np.random.default_rng(seed)
     if rate == np.inf:
         inp, out = lengths.sample(count, rng)
@@ -64,6 +66,7 @@ def closed(concurrency: int, count: int, lengths: Lengths, seed: int = 0) -> Req
     """``count`` requests sent by ``concurrency`` clients (module docstring)."""
     if concurrency < 1:
         raise SpecError(f"concurrency={concurrency} must be at least 1")
+    check_value("seed", seed)
     inp, out = lengths.sample(count, np.random.default_rng(seed))
     return Requests(np.zeros(count), inp, out, concurrency)
 

@@ -1,0 +1,67 @@
+"""Run in a subprocess whose path starts with Megatron-LM's own code (tests/framework_parsers.py: megatron-core 0.17.0's
+wheel, ``megatron/training`` and ``megatron/core`` of tag core_v0.17.0): for each case of the JSON file given, what
+pretrain_gpt.py does with its command line before it builds a model (megatron/training/initialize.py
+``initialize_megatron``: ``parse_args``, then ``validate_args``; pretrain_gpt.py's ``model_provider`` then
+``core_transformer_config_from_args``, which builds Megatron-Core's TransformerConfig / MLATransformerConfig and
+runs its checks). Prints one JSON list: per case ``{"ok": true}`` or ``{"ok": false, "error": "..."}``.
+
+A case: ``argv`` (the arguments bash handed pretrain_gpt.py), ``env`` (the variables the script exported),
+``world_size`` (torchrun's WORLD_SIZE) and ``capability`` (the GPU's compute capability: the two device queries
+validate_args makes, ``torch.cuda.get_device_capability`` for grouped GEMM and ``get_device_properties().major``
+for CUDA_DEVICE_MAX_CONNECTIONS, answered as the target GPU would, since this machine has none). RoPE fusion is
+set off before the TransformerConfig is built: it is Transformer Engine's kernel, and TransformerConfig refuses it
+where TE is not installed (a CUDA build), whatever the arguments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+import types
+import warnings
+from pathlib import Path
+
+
+def _device(capability: list[int]) -> None:
+    import torch
+
+    major, minor = capability
+    torch.cuda.get_device_capability = lambda *args, **kwargs: (major, minor)
+    torch.cuda.get_device_properties = lambda *args, **kwargs: types.SimpleNamespace(major=major, minor=minor)
+
+
+def _run(case: dict) -> dict:
+    from megatron.training.arguments import core_transformer_config_from_args, parse_args, validate_args
+
+    _device(case["capability"])
+    for name in ("CUDA_DEVICE_MAX_CONNECTIONS", "NVTE_CPU_OFFLOAD_V1"):
+        os.environ.pop(name, None)
+    os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(case["world_size"]), **case["env"]})
+    sys.argv = ["pretrain_gpt.py", *case["argv"]]
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            args = parse_args()
+            validate_args(args, {})
+            args.apply_rope_fusion = False  # Transformer Engine's kernel: TransformerConfig checks that TE is there
+            config = core_transformer_config_from_args(args)
+    except SystemExit:  # argparse: its message on stderr
+        return {"ok": False, "error": " ".join(err.getvalue().strip().splitlines()[-1:])}
+    except Exception as exc:  # validate_args' assertions, TransformerConfig's checks
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    return {"ok": True, "config": type(config).__name__,
+            "sizes": [config.tensor_model_parallel_size, config.pipeline_model_parallel_size,
+                      config.context_parallel_size, config.expert_model_parallel_size,
+                      config.virtual_pipeline_model_parallel_size or 1],
+            "recompute": [config.recompute_granularity, config.recompute_method, config.recompute_num_layers],
+            "batch": [args.micro_batch_size, args.global_batch_size], "sequence_parallel": config.sequence_parallel,
+            "distributed_optimizer": args.use_distributed_optimizer, "offload": args.optimizer_cpu_offload,
+            "num_layers": config.num_layers, "experts": config.num_moe_experts}
+
+
+if __name__ == "__main__":
+    warnings.simplefilter("ignore")  # Megatron warns that Transformer Engine and Apex are missing
+    print(json.dumps([_run(case) for case in json.loads(Path(sys.argv[1]).read_text())]))
