@@ -35,6 +35,10 @@ from meshplan.specs.stack import Stack
 @click.option("--top", "top_k", type=int, default=10, show_default=True,
               help="plans to list (which plans lead does not depend on it)")
 @search_options
+@click.option("--per-stage/--no-per-stage", "per_stage", default=True, show_default=True,
+              help="refine the first pipelined plans with a layer count and a recompute (or offload) setting per "
+                   "pipeline rank where the framework runs them (the stage DP, search/stage_dp.py: Megatron-Core's "
+                   "--pipeline-model-parallel-layout)")
 @stack_options
 @click.option("--tokens", default=None, help="token budget (e.g. 15T) to report days and cost")
 @click.option("--price", type=float, default=None, help="price per GPU-hour, for --tokens")
@@ -110,7 +114,7 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
 def _settings(options: dict[str, Any], stack: Stack) -> dict[str, Any]:
     """The search's choices from the shared search options (search_options.py) and ``--top``."""
     check_options(top=options["top_k"])
-    return space_settings(pop_search_options(options), stack)
+    return space_settings(pop_search_options(options), stack) | {"stage_layers": options.pop("per_stage")}
 
 
 def _every_plan(all_plans: bool, output: str | None) -> tuple[Any, str | None]:

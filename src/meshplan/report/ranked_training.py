@@ -122,6 +122,19 @@ def _layout(p) -> str:
 SHORT = {"none": "-", "selective": "sel"}  # per-rank recompute entries in the recompute column
 
 
+def runs(values: tuple[int, ...]) -> str:
+    """Counts per pipeline rank, a run of k equal ones as N×k: 3,4,4,4,3 -> 3,4×3,3."""
+    out: list[str] = []
+    i = 0
+    while i < len(values):
+        j = i
+        while j < len(values) and values[j] == values[i]:
+            j += 1
+        out.append(f"{values[i]}×{j - i}" if j - i > 2 else ",".join([str(values[i])] * (j - i)))
+        i = j
+    return ",".join(out)
+
+
 def _plan_cells(result) -> dict[str, list[str]]:
     """The best plans' layout columns (before their figures), one cell per plan, in the wide table's order."""
     ests = result.plans
@@ -130,6 +143,7 @@ def _plan_cells(result) -> dict[str, list[str]]:
     asynchronous = any(e.plan.schedule in (*ASYNC_NOTES, *SPLIT_SCHEDULES) and e.plan.pp > 1 for e in ests)
     uneven = any(e.plan.last_stage_layers for e in ests)
     uneven_first = any(e.plan.first_stage_layers for e in ests)
+    per_rank = any(e.plan.stage_layers for e in ests)
     for est in ests:
         p = est.plan
         cells["dp·tp·pp·cp"].append(_layout(p))
@@ -140,11 +154,14 @@ def _plan_cells(result) -> dict[str, list[str]]:
             cells["first"].append(str(p.first_stage_layers or "-"))
         if uneven:
             cells["last"].append(str(p.last_stage_layers or "-"))
+        if per_rank:
+            cells["layers"].append(runs(p.stage_layers) or "-")
         if asynchronous:
             cells["schedule"].append(p.schedule if p.pp > 1 else "-")
         cells["mbs"].append(str(p.micro_batch))
         cells["zero"].append(str(p.zero))
-        cells["recompute"].append(",".join(SHORT.get(e, e) for e in p.stage_recompute) or p.recompute)
+        layers = f" {p.recompute_layers}" if p.recompute == "full" and p.recompute_layers else ""
+        cells["recompute"].append(",".join(SHORT.get(e, e) for e in p.stage_recompute) or p.recompute + layers)
         cells["sp"].append("on" if p.sequence_parallel else "-")
         act = "act " + ",".join(map(str, p.stage_offload)) if p.stage_offload else "act"
         cells["offload"].append("+".join(k for k, on in (("opt", p.offload_optimizer),

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from meshplan import ranges
 from meshplan.errors import PlanError
-from meshplan.specs.check_pipeline import check_first_stage, check_split, check_stage_settings
+from meshplan.specs.check_pipeline import check_first_stage, check_split, check_stage_layers, check_stage_settings
 from meshplan.specs.plan import (
     ASYNC_SCHEDULES,
     DENSE_AXES,
@@ -203,6 +203,7 @@ def _check_pipeline(model: ModelSpec, plan: Plan) -> list[str]:
     if stages > model.num_layers:
         reasons.append(f"pp*vpp = {stages} exceeds num_layers={model.num_layers}")
     reasons += _check_last_stage(model, plan) + check_first_stage(model, plan) + check_stage_settings(model, plan)
+    reasons += check_stage_layers(model, plan)
     if plan.schedule not in SCHEDULES:  # _check_choices says it
         return reasons
     if plan.schedule in ASYNC_SCHEDULES:

@@ -45,6 +45,9 @@ class Supports:
     parameter_server: bool = field(default=True, metadata={"help": "parameter-server data parallelism"})
     mst_collectives: bool = field(default=True, metadata={"help": "minimum-spanning-tree collectives (MPICH)"})
     uneven_stages: bool = field(default=True, metadata={"help": "a last pipeline stage with its own layer count"})
+    stage_layers: bool = field(default=True, metadata={"help": "any decoder layer count on each pipeline rank "
+                                                               "(Plan.stage_layers: Megatron-Core's "
+                                                               "pipeline_model_parallel_layout)"})
     stage_settings: bool = field(default=True, metadata={"help": "recompute and activation offload set per pipeline "
                                                                  "rank (Plan.stage_recompute, stage_offload)"})
     any_placement: bool = field(default=True, metadata={"help": "the axes in any order on the mesh (false: the "
@@ -94,6 +97,8 @@ class Supports:
             out += [r.what for r in refused(self.refuses, plan, model, stack)]
         if getattr(plan, "first_stage_layers", 0) and not self.uneven_stages:
             out.append(f"first_stage_layers={plan.first_stage_layers}")
+        if getattr(plan, "stage_layers", ()) and not self.stage_layers:
+            out.append(f"stage_layers={','.join(map(str, plan.stage_layers))}")
         for name in ("stage_recompute", "stage_offload"):
             if getattr(plan, name, ()) and not self.stage_settings:
                 out.append(f"{name}={','.join(map(str, getattr(plan, name)))}")
