@@ -19,6 +19,7 @@ from meshplan.estimate import estimate
 from meshplan.fields import usable_hbm
 from meshplan.search import Space, search
 from meshplan.search.stage_dp import (
+    Allowed,
     dp_kinds,
     least_threshold,
     partition,
@@ -165,7 +166,7 @@ def test_the_dp_beats_uniform_full_recompute_on_llama3_70b(stack):
     # 80 layers on 8 ranks of 4 H100s, 128 micro-batches: uniform full recompute 43.5 s; the first ranks hold up to
     # 8 micro-batches in flight, the last 1, so fewer layers on the first ranks and no recompute fit: 33.5 s
     best = estimate(L70, H100_32, UNIFORM, stack)
-    found = stage_dp(L70, [H100_32] * 8, best, stack, DEFAULT, KINDS, 0.12,
+    found = stage_dp(L70, [H100_32] * 8, best, best.plan, stack, DEFAULT, Allowed(KINDS, 0.12),
                      lambda q: estimate(L70, H100_32, q, stack))
     assert found.plan.stage_layers and sum(found.plan.stage_layers) == 80
     assert found.plan.stage_layers[0] < 10  # the first rank holds the most in flight
@@ -201,7 +202,7 @@ def test_property_the_dp_is_never_slower_than_the_uniform_plan(seed):
     model, cluster, best = _random_pipelined(rng)
     for stack in (ANY, CORE):
         base = estimate(model, cluster, best.plan, stack)
-        found = stage_dp(model, [cluster] * base.plan.pp, base, stack, DEFAULT, KINDS, 0.12,
+        found = stage_dp(model, [cluster] * base.plan.pp, base, base.plan, stack, DEFAULT, Allowed(KINDS, 0.12),
                          lambda q, s=stack: estimate(model, cluster, q, s))
         assert found.step_time <= base.step_time
         assert found.fits and found.peak_memory <= max(usable_hbm(cluster.accelerator.hbm_bytes, 0.12),

@@ -20,17 +20,20 @@ from meshplan.cli.common import (
 )
 from meshplan.cli.emit import EMIT_DEPTH, EMIT_FRAMEWORK, FORMATS, check_emit, write_best
 from meshplan.cli.goodput_options import reliability_of, reliability_options
+from meshplan.cli.mixed import check_mixed, run_mixed
 from meshplan.cli.options import DEFAULT_FRAMEWORK, estimate_args, stack_of, stack_options
 from meshplan.cli.search_options import pop_search_options, search_options, search_space, space_settings
 from meshplan.errors import SpecError
 from meshplan.ranges import check_options, step_tokens_problem
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.pools import is_pools
 from meshplan.specs.stack import Stack
 
 
 @click.command("plan")
 @apply(common_model)
-@click.option("--gpus", required=True, help="GPU count, or several separated by commas (strong scaling)")
+@click.option("--gpus", default=None, help="GPU count, or several separated by commas (strong scaling); with a mixed "
+              "cluster (--system h100:32,a100:32) the pools' sum, which it may leave out")
 @click.option("--global-batch", type=int, default=None, help="sequences per step (default ≈ 4M tokens)")
 @click.option("--top", "top_k", type=int, default=10, show_default=True,
               help="plans to list (which plans lead does not depend on it)")
@@ -74,6 +77,11 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
     for name in ("autoshard", "input_shapes", "dtypes", "param_dtype", "micro_batches", "mesh_text", "stages"):
         options.pop(name)
 
+    if is_pools(system_ref):
+        _mixed(model_ref, system_ref, gpus, framework, as_json, options)
+        return
+    if gpus is None:
+        raise SpecError("--gpus is required (a GPU count, or several separated by commas)")
     emit_format, emit_to = options.pop("emit_format"), options.pop("emit_to")
     check_emit(emit_format, emit_to, as_json)
     every, csv_path = _every_plan(options.pop("all_plans"), options.pop("output"))
@@ -109,6 +117,22 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
         path = write_plans_csv(results, csv_path)
         kept = sum(len(r.explored) for r in results if r.explored is not None)
         click.echo(f"wrote {path}: {kept:,} feasible plans", err=as_json)
+
+
+def _mixed(model_ref: str, system_ref: str, gpus: str | None, framework: str, as_json: bool,
+           options: dict[str, Any]) -> None:
+    """``--system preset:GPUs,…``: the search on a mixed cluster (cli/mixed.py)."""
+    from meshplan.cli.common import model_at
+    from meshplan.specs.pools import parse_pools
+
+    pools = parse_pools(system_ref)
+    check_mixed(gpus, pools.num_gpus, options)
+    if options["nvlink_domain"] is not None:
+        raise SpecError("--nvlink-domain is not taken with a mixed cluster: each pool keeps its system's")
+    stack = stack_of(framework, options)
+    settings = _settings(options, stack) | {"stack": stack}
+    model = model_at(model_ref, options["seq"])
+    run_mixed(model, system_ref, _global_batch(model, options["global_batch"]), settings, options["top_k"], as_json)
 
 
 def _settings(options: dict[str, Any], stack: Stack) -> dict[str, Any]:

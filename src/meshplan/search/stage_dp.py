@@ -24,6 +24,8 @@ slower than the uniform plan (tests/test_stage_dp.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -230,19 +232,48 @@ def proposals(model: ModelSpec, clusters: Sequence[Cluster], plan: Plan, stack: 
     return sorted(out, key=lambda x: x[0])
 
 
-def stage_dp(model: ModelSpec, clusters: Sequence[Cluster], best: Estimate, stack: Stack, eff: Efficiency,
-             kinds: tuple[str, ...], headroom: float, price: Callable[[Plan], Estimate]) -> Estimate:
-    """``best`` with the layers and settings per rank of the stage DP where that is faster and fits within
-    ``headroom`` (priced by ``price``: ``estimate()`` on one cluster), else ``best``."""
-    plan = best.plan
+class Priced(Protocol):
+    """What the DP reads of a priced plan: an Estimate, or a mixed cluster's (meshplan/mixed.py)."""
+
+    @property
+    def step_time(self) -> float: ...
+
+    @property
+    def fits(self) -> bool: ...
+
+    @property
+    def peak_memory(self) -> float: ...
+
+    @property
+    def stage_memory(self) -> tuple[float, ...]: ...
+
+
+P = TypeVar("P", bound=Priced)
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """What the DP may choose: the settings a rank may run (``dp_kinds``) and the share of HBM left free."""
+
+    kinds: tuple[str, ...]
+    headroom: float
+
+
+def stage_dp(model: ModelSpec, clusters: Sequence[Cluster], best: P, plan: Plan, stack: Stack, eff: Efficiency,
+             allowed: Allowed, price: Callable[[Plan], P]) -> P:
+    """``best`` (``plan`` priced) with the layers and settings per rank of the stage DP where that is faster and
+    fits within ``headroom`` on each rank's own cluster (priced by ``price``: ``estimate()`` on one cluster, or a
+    mixed cluster's pricing), else ``best``."""
     if not eligible(plan, stack):
         return best
+    headroom = allowed.headroom
     limit = min(usable_hbm(c.accelerator.hbm_bytes, headroom) for c in clusters)
     chosen, tried = best, 0
-    for _, candidate in proposals(model, clusters, plan, stack, eff, kinds, headroom):
+    for _, candidate in proposals(model, clusters, plan, stack, eff, allowed.kinds, headroom):
         if tried >= PROPOSALS or candidate == plan:
             break
-        if check(model, clusters[0], candidate, stack) or stack.supports.problems(candidate, model, stack):
+        if any(check(model, c, candidate, stack) for c in {id(c): c for c in clusters}.values()) or \
+                stack.supports.problems(candidate, model, stack):
             continue
         tried += 1
         est = price(candidate)
@@ -251,7 +282,7 @@ def stage_dp(model: ModelSpec, clusters: Sequence[Cluster], best: Estimate, stac
     return chosen
 
 
-def _within(est: Estimate, clusters: Sequence[Cluster], headroom: float, limit: float) -> bool:
+def _within(est: Priced, clusters: Sequence[Cluster], headroom: float, limit: float) -> bool:
     """Every rank within its own cluster's headroom (the estimate's per-rank memory where it has one)."""
     if est.stage_memory and len(est.stage_memory) == len(clusters):
         return all(m <= usable_hbm(c.accelerator.hbm_bytes, headroom) for m, c in zip(est.stage_memory, clusters,
@@ -270,7 +301,7 @@ def refine_ranked(model: ModelSpec, cluster: Cluster, plans: tuple[Estimate, ...
 
     stack = plans[0].stack
     piped = [e for e in plans if eligible(e.plan, stack)][:PIPELINES]
-    refined = [stage_dp(model, [cluster] * e.plan.pp, e, stack, eff, kinds, headroom,
+    refined = [stage_dp(model, [cluster] * e.plan.pp, e, e.plan, stack, eff, Allowed(kinds, headroom),
                         lambda q: estimate(model, cluster, q, stack, eff)) for e in piped]
     best = min(refined, key=lambda e: e.step_time, default=None)
     if best is None or best.step_time >= fastest.step_time:

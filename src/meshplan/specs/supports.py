@@ -48,6 +48,9 @@ class Supports:
     stage_layers: bool = field(default=True, metadata={"help": "any decoder layer count on each pipeline rank "
                                                                "(Plan.stage_layers: Megatron-Core's "
                                                                "pipeline_model_parallel_layout)"})
+    uneven_batch: bool = field(default=True, metadata={"help": "data-parallel replicas running different "
+                                                               "micro-batch counts a step (a mixed cluster's batch "
+                                                               "shares, meshplan/mixed.py)"})
     stage_settings: bool = field(default=True, metadata={"help": "recompute and activation offload set per pipeline "
                                                                  "rank (Plan.stage_recompute, stage_offload)"})
     any_placement: bool = field(default=True, metadata={"help": "the axes in any order on the mesh (false: the "
