@@ -54,6 +54,7 @@ RANGES: dict[str, Range] = {
                               "(NVLink 5); 10 PB/s is 10,000x NVLink 5"),
     "num_sms": Range(1, 1_000_000, "", "GPUs have 20-304 SMs / CUs; Cerebras WSE-3 has 900,000 cores"),
     "tdp_watts": Range(1, 100_000, "W", _POWER, "unknown"),
+    "idle_watts": Range(1, 100_000, "W", _POWER, "unknown"),
     "matmul_bf16": Range(1e-9, 1, "", "MAMF / dense peak: measured 0.51-0.87 (ml-engineering's table), at most 1 "
                          "by definition; a CPU calibrated against a GPU's peak reads ~1e-6", "looked up"),
     "matmul_fp8": Range(0.01, 1, "", "as matmul_bf16, for fp8 (and fp4) GEMMs", "looked up"),

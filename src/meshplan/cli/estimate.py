@@ -10,7 +10,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from meshplan.cli.common import apply, common_model, load_inputs
+from meshplan.cli.conditions import as_on, conditions_of, conditions_text, under
+from meshplan.cli.conditions import options as condition_options
 from meshplan.cli.options import DEFAULT_FRAMEWORK, plan_of, plan_options, stack_of, stack_options
+from meshplan.energy import step_energy
 from meshplan.errors import SpecError
 from meshplan.fields import usable_hbm
 from meshplan.report.fit_hints import fit_hints, print_hints
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
 @click.option("--from", "config", default=None, help="the plan and stack of a framework config (Megatron-LM "
               "arguments, torchtitan TOML, DeepSpeed JSON, Megatron-Bridge overrides); plan options are refused "
               "beside it, stack options override it")
+@apply(condition_options)
 @click.option("--ops", "show_ops", is_flag=True, help="print the per-op table")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config: str | None, show_ops: bool,
@@ -40,6 +44,8 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
 
     where = {"seq": options.pop("seq"), "nvlink_domain": options.pop("nvlink_domain")}
     model, cluster = load_inputs(model_ref, system_ref, where["seq"], where["nvlink_domain"], gpus)
+    stragglers, cap = conditions_of(options)
+    shown, cluster = under(cluster, None, cap), under(cluster, stragglers, cap)
     fp8_scaling_given = options.get("stack_fp8_scaling") is not None
     if config is not None:
         plan, stack = _from_config(config, model, gpus, framework, options)
@@ -56,8 +62,9 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
             plan = dataclasses.replace(plan, recompute_modules=stack_modules(plan.recompute_modules, stack))
     if fp8_scaling_given and stack.fp8_scaling != "delayed" and plan.precision != "fp8":
         raise SpecError(f"fp8-scaling={stack.fp8_scaling} needs --precision fp8 (not {plan.precision})")
-    est = run(model, cluster, plan, stack)
+    est = as_on(run(model, cluster, plan, stack), shown)
     hints = fit_hints(est)
+    conditions = conditions_text(stragglers, cap, shown)
     search = _search_command(model_ref, system_ref, where, est, framework)
     refusals = [f"{r.what} ({r.source})" for r in refused(stack.supports.refuses, plan, model, stack)]
     for text in [] if as_json else refusals:  # priced all the same: the search leaves such plans out
@@ -69,11 +76,16 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
         # plan's rule (fields.usable_hbm): "fits" is HBM alone, this one the headroom plan keeps free as well
         out["fits_headroom"] = bool(est.fits and est.peak_memory <= usable_hbm(est.cluster.accelerator.hbm_bytes))
         out |= {"refused_by_framework": refusals} if refusals else {}
+        energy = step_energy(est)
+        out |= {"energy": energy.as_dict()} if energy is not None else {}
+        out |= {"conditions": conditions} if conditions else {}
         click.echo(json.dumps(out, indent=None if show_ops else 2))
         return
     from meshplan.report.text import estimate_tables, terminal_console
 
     console = terminal_console()
+    if conditions:
+        console.print(conditions, highlight=False, markup=False)
     estimate_tables(est, console, ops=show_ops)
     if host is not None:
         console.print(host.text(), highlight=False, markup=False)

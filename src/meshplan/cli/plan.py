@@ -18,6 +18,8 @@ from meshplan.cli.common import (
     sequences,
     split_ints,
 )
+from meshplan.cli.conditions import conditions_of, conditions_text, result_on, under
+from meshplan.cli.conditions import options as condition_options
 from meshplan.cli.emit import EMIT_DEPTH, EMIT_FRAMEWORK, FORMATS, check_emit, write_best
 from meshplan.cli.goodput_options import reliability_of, reliability_options
 from meshplan.cli.mixed import check_mixed, run_mixed
@@ -48,6 +50,7 @@ from meshplan.specs.stack import Stack
 @click.option("--rank", "rank_by", type=click.Choice(["time", "cost"]), default="time", show_default=True,
               help="across GPU counts: fastest, or cheapest for the token budget")
 @apply(reliability_options)
+@apply(condition_options)
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--emit", "emit_format", type=click.Choice(sorted(FORMATS)), default=None,
               help="write the plan ranked #1 as this framework's config (printed after the table)")
@@ -67,15 +70,7 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
     if shard.wants_planner(model_ref, options):
         shard.run_planner(ctx, model_ref, system_ref, gpus, as_json, options)
         return
-    used = [o for o in ("input_shapes", "dtypes") if options[o]] + [
-        o for o in ("micro_batches", "mesh_text", "stages", "param_dtype")
-        if ctx.get_parameter_source(o) == click.core.ParameterSource.COMMANDLINE]
-    if used:
-        flag = next(p.opts[0] for p in ctx.command.params if p.name == used[0])
-        raise SpecError(f"{flag} is an option of the sharding planner: "
-                        "add --autoshard (or give a MODULE:FACTORY model)")
-    for name in ("autoshard", "input_shapes", "dtypes", "param_dtype", "micro_batches", "mesh_text", "stages"):
-        options.pop(name)
+    _no_planner_options(ctx, options)
 
     if is_pools(system_ref):
         _mixed(model_ref, system_ref, gpus, framework, as_json, options)
@@ -95,28 +90,71 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
     if emit_format:  # what the frameworks run: 1D tensor parallelism in their own rank order
         settings.update(layouts=("1d",), all_placements=False)
     budget = _budget(options)
+    stragglers, cap = conditions_of(options)
+    _check_recovery(budget["reliability"], stack, every)
     where = {"seq": options["seq"], "nvlink_domain": options["nvlink_domain"]}
     clusters = [load_inputs(model_ref, system_ref, gpus=n, **where) for n in counts]  # all, before any search
     gbs = _global_batch(clusters[0][0], options["global_batch"])
-    spaces = [(model, cluster, _space(settings, gbs, cluster.accelerator.default_precision, stack))
+    spaces = [(model, under(cluster, stragglers, cap), _space(settings, gbs, cluster.accelerator.default_precision,
+                                                              stack), under(cluster, None, cap))
               for model, cluster in clusters]
-    results = []
-    for model, cluster, space in spaces:
-        with progress(as_json) as update:
-            results.append(search(model, cluster, space, top_k=options["top_k"], progress=update, explore=every))
+    results = [_search(model, priced, space, options["top_k"], every, budget["reliability"], as_json, shown)
+               for model, priced, space, shown in spaces]
+    if stragglers is not None or cap is not None:
+        click.echo(conditions_text(stragglers, cap, results[0].cluster), err=as_json)
     rerun = ["meshplan", "estimate", "--model", model_ref, "--system", system_ref]
     rerun += [x for k, v in where.items() if v is not None for x in ("--" + k.replace("_", "-"), str(v))]
     print_search(results, as_json=as_json, **budget,
                  rerun=lambda est: [*rerun, "--gpus", str(est.plan.num_gpus), *estimate_args(est.plan, est.stack)])
     if emit_format:
         write_best(results, emit_format, emit_to,
-                   deeper=lambda: [search(m, c, s, top_k=max(EMIT_DEPTH, options["top_k"])) for m, c, s in spaces])
+                   deeper=lambda: [search(m, c, s, top_k=max(EMIT_DEPTH, options["top_k"])) for m, c, s, _ in spaces])
     if csv_path is not None:
         from meshplan.report.plans_csv import write_plans_csv
 
         path = write_plans_csv(results, csv_path)
         kept = sum(len(r.explored) for r in results if r.explored is not None)
         click.echo(f"wrote {path}: {kept:,} feasible plans", err=as_json)
+
+
+def _no_planner_options(ctx: click.Context, options: dict[str, Any]) -> None:
+    """The sharding planner's options are refused without it, then taken out of ``options``."""
+    used = [o for o in ("input_shapes", "dtypes") if options[o]] + [
+        o for o in ("micro_batches", "mesh_text", "stages", "param_dtype")
+        if ctx.get_parameter_source(o) == click.core.ParameterSource.COMMANDLINE]
+    if used:
+        flag = next(p.opts[0] for p in ctx.command.params if p.name == used[0])
+        raise SpecError(f"{flag} is an option of the sharding planner: "
+                        "add --autoshard (or give a MODULE:FACTORY model)")
+    for name in ("autoshard", "input_shapes", "dtypes", "param_dtype", "micro_batches", "mesh_text", "stages"):
+        options.pop(name)
+
+
+def _search(model: ModelSpec, cluster: Any, space: Any, top_k: int, every: Any, rel: Any, as_json: bool,
+            shown: Any) -> Any:
+    """One GPU count's search: by step time, or with failures (--mtbf) by expected time to train
+    (search/by_goodput.py); its plans read against ``shown`` (the GPUs without the stragglers' pace)."""
+    from meshplan.search import search
+    from meshplan.search.by_goodput import search_by_goodput
+
+    with progress(as_json) as update:
+        if rel is None:
+            result = search(model, cluster, space, top_k=top_k, progress=update, explore=every)
+        else:
+            result, exact = search_by_goodput(model, cluster, space, rel, top_k=top_k)
+            if not exact:
+                click.echo("ranked by expected time among the fastest plans kept (the bound did not close)",
+                           err=True)
+    return result_on(result, shown)
+
+
+def _check_recovery(rel: Any, stack: Stack, every: Any) -> None:
+    """``--recovery replica`` needs a framework with replica recovery; ``--all`` lists plans by step time."""
+    if rel is not None and every is not None:
+        raise SpecError("--all writes every plan by step time: leave out --mtbf (which ranks by expected time)")
+    if rel is not None and rel.recovery == "replica" and not stack.supports.replica_recovery:
+        raise SpecError(f"recovery=replica: framework {stack.name} restarts the whole job on a failure (no replica "
+                        "recovery: TorchFT's replica groups; --framework any prices it)")
 
 
 def _mixed(model_ref: str, system_ref: str, gpus: str | None, framework: str, as_json: bool,

@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from meshplan.goodput import Goodput, Reliability, goodput
+from meshplan.goodput import Goodput, Reliability, plan_goodput
 from meshplan.report import terms
 from meshplan.report.fold import Col, Listing
 from meshplan.report.ranked import Lead, Ranked, rejected_listing
@@ -73,12 +73,18 @@ def step_text(est: Estimate) -> str:
 
 def expected(est: Estimate, rel: Reliability | None) -> Goodput | None:
     """The plan's failure accounting under ``rel`` (goodput.py), None without one."""
-    return None if rel is None else goodput(est.model, est.plan, est.cluster.num_gpus, rel)
+    return None if rel is None else plan_goodput(est, rel)
 
 
 def failures_text(est: Estimate, rel: Reliability) -> str:
     """One paragraph on the plan's failure accounting (goodput.py), every assumption named."""
-    g = goodput(est.model, est.plan, est.cluster.num_gpus, rel)
+    g = plan_goodput(est, rel)
+    if g.recovery == "replica":
+        return (f"with failures (one interruption per {rel.mtbf_gpu_hours:,.0f} GPU-hours, --mtbf): on "
+                f"{est.cluster.num_gpus:,} GPUs one every {fmt_time(g.job_mtbf_s)}, each taking one of the "
+                f"{est.plan.dp} replicas out for its restart ({fmt_time(rel.restart_s)}, assumed) and its heal from a "
+                f"peer ({fmt_time(g.heal_s)}) while the others train on (TorchFT); goodput {g.goodput:.1%}: a step "
+                f"takes {fmt_time(est.step_time * g.factor)} on average")
     return (f"with failures (one interruption per {rel.mtbf_gpu_hours:,.0f} GPU-hours, --mtbf): on "
             f"{est.cluster.num_gpus:,} GPUs one every {fmt_time(g.job_mtbf_s)}; a checkpoint of "
             f"{fmt_bytes(g.checkpoint_bytes)} takes {fmt_time(g.checkpoint_s)} at "
@@ -185,6 +191,7 @@ def best_plans(result: SearchResult, tokens: float | None = None, price: float |
             cells[name].append(value)
     meanings = {"#": terms.RANK_SIMPLEST if simplest_leads(result) else terms.RANK_SIMPLE} \
         if prefers_simple(result) else {}
+    meanings = {"#": terms.RANK_GOODPUT} if rel is not None else meanings
     left = ("recompute", "offload", *tier_headers(result.cluster))
 
     def meaning(h: str) -> str:

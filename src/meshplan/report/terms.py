@@ -58,6 +58,8 @@ _SIMPLER = ("the simplest first (fewest of: tp, pp, cp, ep, a second tp grid axi
             "optimizer and activation offload, any recompute), then the lightest, then the fastest; the others after "
             "them, fastest first")
 RANK_SIMPLE = ("rank: the fastest plan first, then the others within its ranking band, " + _SIMPLER)
+RANK_GOODPUT = ("rank: by expected time with failures (--mtbf), the step over its goodput, least first "
+                "(search/by_goodput.py)")
 RANK_SIMPLEST = ("rank: the plans within the fastest plan's ranking band first, " + _SIMPLER)
 BEST_SIMPLE = "the plan ranked first at that count (the simplest within the fastest plan's ranking band)"
 SUMMA_CELL = ("4x2 as tp", "2D SUMMA tensor parallelism on a tp x tp2 grid of 4 x 2")

@@ -48,6 +48,13 @@ class Supports:
     stage_layers: bool = field(default=True, metadata={"help": "any decoder layer count on each pipeline rank "
                                                                "(Plan.stage_layers: Megatron-Core's "
                                                                "pipeline_model_parallel_layout)"})
+    sharded_checkpoint: bool = field(default=True, metadata={"help": "every rank writes its share of a checkpoint "
+                                                                     "(Megatron dist_checkpointing, torch DCP); "
+                                                                     "false: the first data-parallel replica writes "
+                                                                     "the weights (DeepSpeed)"})
+    replica_recovery: bool = field(default=True, metadata={"help": "a failed data-parallel replica heals from a "
+                                                                   "peer while the others train on (TorchFT: "
+                                                                   "goodput.py)"})
     uneven_batch: bool = field(default=True, metadata={"help": "data-parallel replicas running different "
                                                                "micro-batch counts a step (a mixed cluster's batch "
                                                                "shares, meshplan/mixed.py)"})
