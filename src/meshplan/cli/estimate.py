@@ -60,6 +60,7 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
             plan = dataclasses.replace(plan, zero=3)
         if not modules_given and plan.recompute == "selective":  # the framework's own selective recompute
             plan = dataclasses.replace(plan, recompute_modules=stack_modules(plan.recompute_modules, stack))
+        _runs(plan, stack, framework)
     if fp8_scaling_given and stack.fp8_scaling != "delayed" and plan.precision != "fp8":
         raise SpecError(f"fp8-scaling={stack.fp8_scaling} needs --precision fp8 (not {plan.precision})")
     est = as_on(run(model, cluster, plan, stack), shown)
@@ -67,6 +68,7 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
     conditions = conditions_text(stragglers, cap, shown)
     search = _search_command(model_ref, system_ref, where, est, framework)
     refusals = [f"{r.what} ({r.source})" for r in refused(stack.supports.refuses, plan, model, stack)]
+    unrun = [p for p in stack.supports.problems(plan) if config is None]  # the default framework's: JSON only
     for text in [] if as_json else refusals:  # priced all the same: the search leaves such plans out
         click.echo(f"note: {stack.name} refuses this plan: {text}", err=True)
     host = host_note(est)
@@ -75,7 +77,7 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
         out |= {"host_bound": host.to_dict()} if host else {}
         # plan's rule (fields.usable_hbm): "fits" is HBM alone, this one the headroom plan keeps free as well
         out["fits_headroom"] = bool(est.fits and est.peak_memory <= usable_hbm(est.cluster.accelerator.hbm_bytes))
-        out |= {"refused_by_framework": refusals} if refusals else {}
+        out |= {"refused_by_framework": refusals + unrun} if refusals or unrun else {}
         energy = step_energy(est)
         out |= {"energy": energy.as_dict()} if energy is not None else {}
         out |= {"conditions": conditions} if conditions else {}
@@ -91,6 +93,17 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
         console.print(host.text(), highlight=False, markup=False)
     if not est.fits:
         print_hints(est, hints, search, console)
+
+
+def _runs(plan: Any, stack: Any, framework: str) -> None:
+    """A plan the named framework cannot run (its Supports: a 2D tensor layout under Megatron-Core, a schedule it
+    lacks …) is refused when ``--framework`` names it; under the default framework it is priced (the JSON's
+    refused_by_framework lists what it does not run)."""
+    problems = stack.supports.problems(plan)
+    named = click.get_current_context().get_parameter_source("framework") == click.core.ParameterSource.COMMANDLINE
+    if problems and (named or framework != DEFAULT_FRAMEWORK):
+        raise SpecError(f"framework {stack.name} does not run {problems[0]} (specs/supports.py: its "
+                        f"{stack.supports.source or 'preset'}); --framework any prices every plan meshplan models")
 
 
 def _search_command(model_ref: str, system_ref: str, where: dict, est: Estimate, framework: str) -> str:

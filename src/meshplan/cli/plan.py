@@ -85,8 +85,11 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
         raise SpecError(f"gpus={gpus!r} must be positive integers")
     if emit_format and framework == DEFAULT_FRAMEWORK:  # search what the format's framework runs
         framework = EMIT_FRAMEWORK[emit_format]
+    gemm_given = options.get("stack_expert_gemm") is not None
     stack = stack_of(framework, options)
     settings = _settings(options, stack)
+    # grouped GEMMs searched beside per-expert ones where the framework has them (search/variants.py)
+    settings["expert_gemms"] = () if gemm_given else stack.supports.expert_gemms
     if emit_format:  # what the frameworks run: 1D tensor parallelism in their own rank order
         settings.update(layouts=("1d",), all_placements=False)
     budget = _budget(options)
@@ -134,12 +137,12 @@ def _search(model: ModelSpec, cluster: Any, space: Any, top_k: int, every: Any, 
             shown: Any) -> Any:
     """One GPU count's search: by step time, or with failures (--mtbf) by expected time to train
     (search/by_goodput.py); its plans read against ``shown`` (the GPUs without the stragglers' pace)."""
-    from meshplan.search import search
     from meshplan.search.by_goodput import search_by_goodput
+    from meshplan.search.variants import search_switches
 
     with progress(as_json) as update:
         if rel is None:
-            result = search(model, cluster, space, top_k=top_k, progress=update, explore=every)
+            result = search_switches(model, cluster, space, top_k=top_k, progress=update, explore=every)
         else:
             result, exact = search_by_goodput(model, cluster, space, rel, top_k=top_k)
             if not exact:

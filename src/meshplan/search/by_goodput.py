@@ -15,8 +15,9 @@ from dataclasses import replace
 
 from meshplan.estimate import Estimate
 from meshplan.goodput import Reliability, goodput, plan_goodput
-from meshplan.search.run import SearchResult, search
+from meshplan.search.run import SearchResult
 from meshplan.search.space import Space
+from meshplan.search.variants import search_switches
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -41,12 +42,12 @@ def least_factor(model: ModelSpec, plan: Plan, gpus: int, rel: Reliability) -> f
 
 
 def search_by_goodput(model: ModelSpec, cluster: Cluster, space: Space, rel: Reliability, top_k: int = 10,
-                      eff: Efficiency = DEFAULT, workers: int = 0) -> tuple[SearchResult, bool]:
+                      eff: Efficiency = DEFAULT) -> tuple[SearchResult, bool]:
     """(the search's plans ranked by expected time, whether that ranking is exact over the space: module docstring)."""
     by_time = replace(space, prefer_simple=False, simplest_leads=False)
     result, exact = None, False
     for depth in DEPTHS:
-        result = search(model, cluster, by_time, top_k=max(depth, top_k), eff=eff, workers=workers)
+        result = search_switches(model, cluster, by_time, top_k=max(depth, top_k), eff=eff)
         if not result.plans:
             return result, True
         best = min(expected_time(e, rel) for e in result.plans)

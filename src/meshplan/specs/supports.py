@@ -17,6 +17,8 @@ from meshplan.fields import unknown_field
 from meshplan.specs.plan import OPTIMIZERS, RECOMPUTE_MODULES, SCHEDULES
 from meshplan.specs.refusals import REFUSALS, refused
 
+EXPERT_GEMM = ("per_expert", "grouped")  # Stack.expert_gemm's choices (specs/stack.py)
+
 LAYOUTS = ("1d", "summa", "tp2d")
 AXES = ("tp", "pp", "cp", "ep")  # the axes a framework may lack (dp it always has)
 RECOMPUTE = ("none", "selective", "full")
@@ -48,6 +50,8 @@ class Supports:
     stage_layers: bool = field(default=True, metadata={"help": "any decoder layer count on each pipeline rank "
                                                                "(Plan.stage_layers: Megatron-Core's "
                                                                "pipeline_model_parallel_layout)"})
+    expert_gemms: tuple[str, ...] = field(default=("per_expert", "grouped"), metadata={
+        "help": "MoE expert GEMMs it runs (Stack.expert_gemm): per_expert, grouped (one kernel for the local experts)"})
     sharded_checkpoint: bool = field(default=True, metadata={"help": "every rank writes its share of a checkpoint "
                                                                      "(Megatron dist_checkpointing, torch DCP); "
                                                                      "false: the first data-parallel replica writes "
@@ -68,6 +72,7 @@ class Supports:
 
     def __post_init__(self) -> None:
         for name, allowed in (("layouts", LAYOUTS), ("schedules", SCHEDULES), ("zero", (0, 1, 2, 3)),
+                              ("expert_gemms", EXPERT_GEMM),
                               ("axes", AXES), ("recompute", RECOMPUTE), ("optimizers", OPTIMIZERS),
                               ("recompute_modules", RECOMPUTE_MODULES)):
             value = getattr(self, name)
