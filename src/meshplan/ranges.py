@@ -173,6 +173,8 @@ RANGES: dict[str, Range] = {
     "head_vocab_size": Range(1, 2**24, "", "as vocab_size (Moshi's head: 32,000 of the embedding's 32,001)",
                              "the embedding's vocabulary"),
     "attention_experts": Range(1, _WIDTH, "", "as num_experts (JetMoE: 8 attention experts)", "none"),
+    "per_layer_input": Range(1, _WIDTH, "", "a per-layer embedding's width (Gemma 4: 256)", "none"),
+    "per_layer_vocab": Range(1, 2**24, "", "as vocab_size (Gemma 4: 262,144)", "none"),
     "layer_norms": Range(1, 4, "", "1 (parallel attention + MLP), 2 (pre-norms), 4 (Gemma 2 / 3's post-norms too)",
                          "no norm weights (OLMo's non-parametric LayerNorm)"),
     # ---- Plan and the options that set it -----------------------------------------------------------------------

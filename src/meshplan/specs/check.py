@@ -64,6 +64,9 @@ def check(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack = 
     if model.index_topk and (plan.cp > 1 or plan.tensor_layout != "1d"):
         reasons.append(f"cp={plan.cp}, tensor_layout={plan.tensor_layout!r}: DeepSeek Sparse Attention (index_topk) "
                        "is costed with cp=1 and the 1d layout only")
+    if model.per_layer_input and (plan.pp > 1 or plan.tensor_layout != "1d"):
+        reasons.append(f"pp={plan.pp}, tensor_layout={plan.tensor_layout!r}: per-layer embeddings (per_layer_input) "
+                       "are costed on one pipeline stage in the 1d layout (their inputs would travel with the sends)")
     if model.diff_attention and plan.tensor_layout != "1d":
         reasons.append(f"tensor_layout={plan.tensor_layout!r}: differential attention is costed in the 1d layout only")
     reasons += _check_options(model, cluster, plan, stack)
