@@ -19,7 +19,7 @@ from meshplan.search.mixed import balanced_shares, mixed_search, pipelines
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
-from meshplan.specs.pools import Pool, Pools, is_pools, parse_pools
+from meshplan.specs.pools import GpuPool, Pools, is_pools, parse_pools
 from meshplan.specs.stack import load_stack
 
 L8 = load_model("llama3-8b")  # 32 layers
@@ -114,8 +114,8 @@ def test_property_a_faster_pool_or_link_never_slows_a_step(seed):
                        Plan(dp=n // 4, tp=4, pp=2, global_batch=128, recompute="full")])
     layers = rng.choice(((), (18, 14), (12, 20)))
     mixed = MixedPlan(plan=plan.with_(stage_layers=layers), kind="pipeline", order=(0, 1), counts=(1, 1))
-    base = Pools(pools=(Pool(system=fast, gpus=n), Pool(system=slow, gpus=n)))
-    upgraded = Pools(pools=(Pool(system=fast, gpus=n), Pool(system=fast, gpus=n)))
+    base = Pools(pools=(GpuPool(system=fast, gpus=n), GpuPool(system=slow, gpus=n)))
+    upgraded = Pools(pools=(GpuPool(system=fast, gpus=n), GpuPool(system=fast, gpus=n)))
     narrow = Pools(pools=base.pools, link_bandwidth=5e9)
     t = mixed_estimate(L8, base, mixed, CORE).step_time
     assert mixed_estimate(L8, upgraded, mixed, CORE).step_time <= t * (1 + 1e-12)

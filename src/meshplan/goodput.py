@@ -160,7 +160,7 @@ def replica_goodput(model: ModelSpec, plan: Plan, gpus: int, rel: Reliability, s
                    interval_s=0.0, factor=factor, recovery="replica", heal_s=heal)
 
 
-def replicated(plan: Plan) -> bool:
+def holds_copies(plan: Plan) -> bool:
     """Whether ``plan``'s data-parallel replicas each hold a whole copy of the model state (dp ≥ 2, zero 0)."""
     return plan.dp >= 2 and plan.zero == 0
 
@@ -170,7 +170,7 @@ def plan_goodput(est: Estimate, rel: Reliability) -> Goodput:
     (Supports.replica_recovery) and the plan's replicas hold whole copies; else restarted from checkpoints written as
     its framework writes them (Supports.sharded_checkpoint) through each rank's host link."""
     can, gpus = est.stack.supports, est.cluster.num_gpus
-    if rel.recovery == "replica" and can.replica_recovery and replicated(est.plan):
+    if rel.recovery == "replica" and can.replica_recovery and holds_copies(est.plan):
         link = est.cluster.tiers[min(1, len(est.cluster.tiers) - 1)].bandwidth
         return replica_goodput(est.model, est.plan, gpus, rel, est.step_time, link)
     share = writer_share(est.model, est.plan, gpus, can.sharded_checkpoint)

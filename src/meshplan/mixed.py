@@ -1,7 +1,7 @@
 """Plans on a mixed cluster (specs/pools.py) and their price (issue 84 item 1).
 
-Two layouts, each a registry record (``LAYOUTS``), place one plan shape (tp, cp, ep, micro-batch, ZeRO, recompute …,
-the same on every GPU, as Megatron-Core's single set of parallel groups requires) on the pools:
+Two layouts, each a registry record (``MIXED_LAYOUTS``), place one plan shape (tp, cp, ep, micro-batch, ZeRO,
+recompute …, the same on every GPU, as Megatron-Core's single set of parallel groups requires) on the pools:
 
 - ``pipeline``: the pipeline's stages on the pools in a chosen order, each pool holding a whole number of stages of
   dp·tp·cp GPUs; each rank priced on its own pool's GPUs and network (step.ranks.price_rank, the estimate's own
@@ -41,7 +41,7 @@ from meshplan.units import fmt_over
 
 
 @dataclass(frozen=True)
-class Layout:
+class PoolLayout:
     """One way to lay a plan on pools: what each pool holds and who runs it."""
 
     name: str
@@ -49,10 +49,10 @@ class Layout:
     runs_uneven: str  # who runs it with uneven layers / shares (research frameworks, their sources)
 
 
-LAYOUTS = {
-    "pipeline": Layout("pipeline", "stages", "Megatron-Core (--pipeline-model-parallel-layout); Metis (Um et al., ATC "
-                       "'24, on Alpa) and HexiScale (Yan et al., arXiv 2409.01143) search such splits"),
-    "data": Layout("data", "replicas", "Sailor (Strati et al., SOSP '25: its Megatron-DeepSpeed fork takes a "
+MIXED_LAYOUTS = {
+    "pipeline": PoolLayout("pipeline", "stages", "Megatron-Core (--pipeline-model-parallel-layout); Metis (Um et "
+                           "al., ATC '24, on Alpa) and HexiScale (Yan et al., arXiv 2409.01143) search such splits"),
+    "data": PoolLayout("data", "replicas", "Sailor (Strati et al., SOSP '25: its Megatron-DeepSpeed fork takes a "
                    "micro-batch count per GPU), Cephalo (Guo et al., ICS '25: FSDP with per-GPU batches), Whale "
                    "(Jia et al., ATC '22)"),
 }
@@ -60,8 +60,8 @@ LAYOUTS = {
 
 @dataclass(frozen=True, kw_only=True)
 class MixedPlan:
-    """``plan``'s shape on pools: ``kind`` (a LAYOUTS key), the pools in ``order`` (stage order for a pipeline) with
-    ``counts`` (stages or replicas each) and, for replicas, ``shares`` (micro-batches a step per replica each)."""
+    """``plan``'s shape on pools: ``kind`` (a MIXED_LAYOUTS key), the pools in ``order`` (stage order for a pipeline)
+    with ``counts`` (stages or replicas each) and, for replicas, ``shares`` (micro-batches a step per replica each)."""
 
     plan: Plan
     kind: str
@@ -152,7 +152,8 @@ def problems(model: ModelSpec, pools: Pools, mixed: MixedPlan, stack: Stack) -> 
     per = plan.dp * plan.tp * plan.tp2 * plan.cp if mixed.kind == "pipeline" else plan.tp * plan.tp2 * plan.pp * plan.cp
     total = plan.pp if mixed.kind == "pipeline" else plan.dp
     if [c * per for c in mixed.counts] != sizes or sum(mixed.counts) != total:
-        return [f"{mixed.kind} over pools: {', '.join(map(str, mixed.counts))} {LAYOUTS[mixed.kind].holds} of {per} "
+        holds = MIXED_LAYOUTS[mixed.kind].holds
+        return [f"{mixed.kind} over pools: {', '.join(map(str, mixed.counts))} {holds} of {per} "
                 f"GPUs do not fill the pools' {', '.join(map(str, sizes))}"]
     if mixed.kind == "data" and (len(mixed.shares) != len(sizes) or min(mixed.shares, default=0) < 1):
         return ["data over pools: one micro-batch share (1 or more) per pool"]
@@ -248,6 +249,6 @@ def runners(mixed: MixedPlan, stack: Stack, model: ModelSpec) -> tuple[list[str]
     from meshplan.specs.stack import frameworks_running
 
     if mixed.kind == "data" and mixed.uneven:  # none of the presets (Supports.uneven_batch)
-        return [], LAYOUTS["data"].runs_uneven
+        return [], MIXED_LAYOUTS["data"].runs_uneven
     found = frameworks_running(mixed.plan, model)
-    return found, "" if found else LAYOUTS[mixed.kind].runs_uneven
+    return found, "" if found else MIXED_LAYOUTS[mixed.kind].runs_uneven

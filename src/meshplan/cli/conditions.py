@@ -12,7 +12,7 @@ import click
 
 from meshplan.specs.hardware import Cluster
 
-options = [
+condition_options = [
     click.option("--stragglers", "stragglers", default=None,
                  help="per-GPU slowdown: P%:S (a share P of the GPUs S times slower, e.g. 1%:1.3) or lognormal:SIGMA; "
                       "the slowest of the job's GPUs sets the pace (FALCON, arXiv 2410.12588: fail-slows delayed the "

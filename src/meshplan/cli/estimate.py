@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from meshplan.cli.common import apply, common_model, load_inputs
-from meshplan.cli.conditions import as_on, conditions_of, conditions_text, under
-from meshplan.cli.conditions import options as condition_options
+from meshplan.cli.conditions import as_on, condition_options, conditions_of, conditions_text, under
 from meshplan.cli.options import DEFAULT_FRAMEWORK, plan_of, plan_options, stack_of, stack_options
 from meshplan.energy import step_energy
 from meshplan.errors import SpecError

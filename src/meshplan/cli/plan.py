@@ -18,8 +18,7 @@ from meshplan.cli.common import (
     sequences,
     split_ints,
 )
-from meshplan.cli.conditions import conditions_of, conditions_text, result_on, under
-from meshplan.cli.conditions import options as condition_options
+from meshplan.cli.conditions import condition_options, conditions_of, conditions_text, result_on, under
 from meshplan.cli.emit import EMIT_DEPTH, EMIT_FRAMEWORK, FORMATS, check_emit, write_best
 from meshplan.cli.goodput_options import reliability_of, reliability_options
 from meshplan.cli.mixed import check_mixed, run_mixed

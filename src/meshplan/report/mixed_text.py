@@ -7,14 +7,14 @@ import json
 from typing import Any
 
 from meshplan.mixed import MixedEstimate, runners
-from meshplan.report.ranked_training import runs
+from meshplan.report.ranked_training import run_lengths
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
 LEGEND = ("layout: pipeline (the pipeline's stages over the pools, in the order shown) or data (the data-parallel "
           "replicas over the pools); pools: each pool's stages or replicas (x micro-batches each a step); layers: "
           "decoder layers per pipeline rank (N×k: k ranks of N; the stage DP on each rank's own GPUs); step: predicted "
           "step time; MFU: model FLOPs over the summed peak of every GPU; memory: each pool's peak per GPU; run by: "
-          "the framework presets that run the plan, or where none does, who does (meshplan/mixed.py LAYOUTS)")
+          "the framework presets that run the plan, or where none does, who does (meshplan/mixed.py MIXED_LAYOUTS)")
 
 
 def _pools_cell(est: MixedEstimate) -> str:
@@ -27,7 +27,7 @@ def _pools_cell(est: MixedEstimate) -> str:
 def _row(rank: int, est: MixedEstimate) -> list[str]:
     p = est.mixed.plan
     found, others = runners(est.mixed, est.stack, est.model)
-    layers = runs(p.stage_layers) if p.stage_layers else "even"
+    layers = run_lengths(p.stage_layers) if p.stage_layers else "even"
     recompute = p.recompute + (f" {p.recompute_layers}" if p.recompute == "full" and p.recompute_layers else "")
     memory = ", ".join(fmt_bytes(m) for m in est.pool_memory)
     return [str(rank), est.mixed.kind, _pools_cell(est), f"{p.dp}·{p.tp}·{p.pp}·{p.cp}", str(p.vpp),
@@ -36,7 +36,7 @@ def _row(rank: int, est: MixedEstimate) -> list[str]:
             ", ".join(found) or f"none of the presets ({others})"]
 
 
-HEADERS = ["#", "layout", "pools", "dp·tp·pp·cp", "vpp", "layers", "mbs", "zero", "recompute", "step", "tokens/s",
+MIXED_HEADERS = ["#", "layout", "pools", "dp·tp·pp·cp", "vpp", "layers", "mbs", "zero", "recompute", "step", "tokens/s",
            "MFU", "memory", "run by"]
 
 
@@ -55,7 +55,7 @@ def print_mixed(result: Any, as_json: bool) -> None:
     pools = result.pools
     table = Table(title=f"best plans: {result.model.name} on {pools.name} ({pools.num_gpus} GPUs), global batch "
                   f"{result.space.global_batch:,}, {result.space.stack.name}", title_justify="left")
-    for h in HEADERS:
+    for h in MIXED_HEADERS:
         table.add_column(h, justify="left" if h in ("layout", "pools", "layers", "recompute", "run by") else "right")
     for i, est in enumerate(result.plans, 1):
         table.add_row(*_row(i, est))

@@ -128,7 +128,7 @@ def _layout(p) -> str:
 SHORT = {"none": "-", "selective": "sel"}  # per-rank recompute entries in the recompute column
 
 
-def runs(values: tuple[int, ...]) -> str:
+def run_lengths(values: tuple[int, ...]) -> str:
     """Counts per pipeline rank, a run of k equal ones as N×k: 3,4,4,4,3 -> 3,4×3,3."""
     out: list[str] = []
     i = 0
@@ -161,7 +161,7 @@ def _plan_cells(result) -> dict[str, list[str]]:
         if uneven:
             cells["last"].append(str(p.last_stage_layers or "-"))
         if per_rank:
-            cells["layers"].append(runs(p.stage_layers) or "-")
+            cells["layers"].append(run_lengths(p.stage_layers) or "-")
         if asynchronous:
             cells["schedule"].append(p.schedule if p.pp > 1 else "-")
         cells["mbs"].append(str(p.micro_batch))

@@ -3,8 +3,9 @@
 In two levels, as Metis prunes its space (Um et al., ATC '24, §5: device groups first, then each group's plan):
 
 1. Shapes: the plans the vectorised search ranks first on each pool's GPUs, at the whole cluster's size (its
-   ``SHAPES`` best, ranked by time): tp, cp, pp, micro-batch, ZeRO, recompute … that run well on that kind of GPU.
-2. Placements: each shape laid on the pools in both layouts where the pools' sizes allow (mixed.LAYOUTS): its
+   ``SHAPES_PER_POOL`` best, ranked by time): tp, cp, pp, micro-batch, ZeRO, recompute … that run well on that kind
+   of GPU.
+2. Placements: each shape laid on the pools in both layouts where the pools' sizes allow (mixed.MIXED_LAYOUTS): its
    pipeline's stages over the pools in every order, with the layers per rank (and the settings) of the stage DP run
    on every rank's own pool (search/stage_dp.py); its replicas over the pools, with equal micro-batch shares, and,
    where the framework runs them (Supports.uneven_batch), shares that balance the pools: each pool's step is
@@ -36,7 +37,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.pools import Pools
 
-SHAPES = 6  # the best plans of each pool's search laid on the pools
+SHAPES_PER_POOL = 6  # the best plans of each pool's search laid on the pools
 SHARES = 2  # balanced batch shares priced per shape
 
 
@@ -60,7 +61,7 @@ class MixedResult:
                 "plans": [e.to_dict() for e in self.plans]}
 
 
-def shapes(model: ModelSpec, pools: Pools, space: Space, eff: Efficiency) -> list[Plan]:
+def plan_shapes(model: ModelSpec, pools: Pools, space: Space, eff: Efficiency) -> list[Plan]:
     """Stage 1 (module docstring): each pool's best plans at the cluster's size, their per-rank fields cleared."""
     found: dict[Plan, None] = {}
     flat = replace(space, stage_layers=False, prefer_simple=False, simplest_leads=False)
@@ -69,7 +70,7 @@ def shapes(model: ModelSpec, pools: Pools, space: Space, eff: Efficiency) -> lis
             cluster = pool.system.cluster(pools.num_gpus)
         except SpecError:  # the cluster's size is not a multiple of this pool's NVLink domain
             continue
-        for est in search(model, cluster, flat, top_k=SHAPES, eff=eff, workers=1).plans:
+        for est in search(model, cluster, flat, top_k=SHAPES_PER_POOL, eff=eff, workers=1).plans:
             found.setdefault(est.plan.with_(stage_layers=(), first_stage_layers=0, last_stage_layers=0,
                                             stage_recompute=(), stage_offload=()), None)
     return list(found)
@@ -155,7 +156,7 @@ def mixed_search(model: ModelSpec, pools: Pools, space: Space, top_k: int = 10, 
                  ) -> MixedResult:
     """The search of the module docstring."""
     start = time.perf_counter()
-    tried = shapes(model, pools, space, eff)
+    tried = plan_shapes(model, pools, space, eff)
     kept: dict[tuple, MixedEstimate] = {}
     rejected: Counter[str] = Counter()
     evaluated = 0

@@ -39,11 +39,11 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import ASYNC_SCHEDULES, Plan
 from meshplan.specs.stack import Stack
 
-INF = float("inf")
+_INF = float("inf")
 THRESHOLDS = 8  # step thresholds T tried from the least feasible one up
 PROPOSALS = 3  # splits re-priced exactly
-Setting = tuple[str, int]  # ("none" | "selective" | "full" | "recompute" | "offload", N layers)
-Table = tuple[np.ndarray, np.ndarray, list[list[Setting]]]  # per rank and layer count: step, time, setting
+StageSetting = tuple[str, int]  # ("none" | "selective" | "full" | "recompute" | "offload", N layers)
+StageTable = tuple[np.ndarray, np.ndarray, list[list[StageSetting]]]  # per rank and layer count: step, time, setting
 
 
 def eligible(plan: Plan, stack: Stack) -> bool:
@@ -53,7 +53,7 @@ def eligible(plan: Plan, stack: Stack) -> bool:
 
 
 def _candidates(lines: dict, layers: np.ndarray, limit: float, kinds: tuple[str, ...], vpp: int
-                ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, list[Setting]]]:
+                ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, list[StageSetting]]]:
     """Every setting a rank may take at each layer count: (step, time, memory, setting per count)."""
     none, full, off = lines[("none", False)], lines[("full", False)], lines[("none", True)]
     out = [(ln.step.at(layers), ln.time.at(layers), ln.memory.at(layers), [(kind, 0)] * len(layers))
@@ -82,14 +82,14 @@ def mix(plain: RankLines, done: RankLines, layers: np.ndarray, n: np.ndarray
 
 
 def per_rank_table(lines: Sequence[dict], layers: int, limits: Sequence[float], kinds: tuple[str, ...],
-                   vpp: int) -> Table:
+                   vpp: int) -> StageTable:
     """Each rank's fastest fitting setting at each layer count 0 … L (steps ∞ where none fits or the count is not a
     positive multiple of vpp)."""
     counts = np.arange(layers + 1, dtype=float)
     allowed = (counts >= vpp) & (counts % vpp == 0)
-    steps, times, settings = np.full((len(lines), layers + 1), INF), np.full((len(lines), layers + 1), INF), []
+    steps, times, settings = np.full((len(lines), layers + 1), _INF), np.full((len(lines), layers + 1), _INF), []
     for r, mine in enumerate(lines):
-        chosen: list[Setting] = [("none", 0)] * (layers + 1)
+        chosen: list[StageSetting] = [("none", 0)] * (layers + 1)
         for s, t, mem, labels in _candidates(mine, counts, limits[r], kinds, vpp):
             better = allowed & (mem <= limits[r]) & (np.isfinite(mem)) & (s < steps[r])
             for i in np.flatnonzero(better):
@@ -100,12 +100,13 @@ def per_rank_table(lines: Sequence[dict], layers: int, limits: Sequence[float], 
     return steps, times, settings
 
 
-def uniform_table(lines: Sequence[dict], layers: int, limits: Sequence[float], setting: Setting, vpp: int) -> Table:
+def uniform_table(lines: Sequence[dict], layers: int, limits: Sequence[float], setting: StageSetting, vpp: int
+                  ) -> StageTable:
     """Every rank under one ``setting`` (N layers recomputed: min(N, l) on a rank of l), at each layer count."""
     counts = np.arange(layers + 1, dtype=float)
     allowed = (counts >= vpp) & (counts % vpp == 0)
     kind, n = setting
-    steps, times = np.full((len(lines), layers + 1), INF), np.full((len(lines), layers + 1), INF)
+    steps, times = np.full((len(lines), layers + 1), _INF), np.full((len(lines), layers + 1), _INF)
     for r, mine in enumerate(lines):
         if kind == "recompute":
             s, t, mem = mix(mine[("none", False)], mine[("full", False)], counts, np.minimum(n, counts))
@@ -113,7 +114,7 @@ def uniform_table(lines: Sequence[dict], layers: int, limits: Sequence[float], s
             ln: RankLines = mine[(kind, False)]
             s, t, mem = ln.step.at(counts), ln.time.at(counts), ln.memory.at(counts)
         ok = allowed & (mem <= limits[r])
-        steps[r], times[r] = np.where(ok, s, INF), np.where(ok, t, INF)
+        steps[r], times[r] = np.where(ok, s, _INF), np.where(ok, t, _INF)
     return steps, times, [[setting] * (layers + 1) for _ in lines]
 
 
@@ -129,7 +130,7 @@ def _reachable(ok: np.ndarray, layers: int) -> bool:
 def _least_time(times: np.ndarray, layers: int) -> list[int] | None:
     """The split of least Σ t_r (a min-plus convolution per rank over the counts it may hold, with back pointers),
     None where none exists."""
-    cost = np.full(2 * layers + 2, INF)  # the second half: the costs of negative counts (k − n < 0), ∞
+    cost = np.full(2 * layers + 2, _INF)  # the second half: the costs of negative counts (k − n < 0), ∞
     cost[0] = 0.0
     k = np.arange(layers + 1)[:, None]
     back = []
@@ -150,7 +151,7 @@ def _least_time(times: np.ndarray, layers: int) -> list[int] | None:
     return split[::-1]
 
 
-def least_threshold(table: Table, layers: int) -> tuple[np.ndarray, int]:
+def least_threshold(table: StageTable, layers: int) -> tuple[np.ndarray, int]:
     """The ranks' step values, sorted, and the index of the least T for which a split has every s_r ≤ T (bisection
     on reachability; the length of the values where none has): a lower bound of the split's t_step."""
     steps = table[0]
@@ -164,7 +165,7 @@ def least_threshold(table: Table, layers: int) -> tuple[np.ndarray, int]:
     return values, lo
 
 
-def partition(table: Table, layers: int, vpp: int, least: tuple[np.ndarray, int] | None = None
+def partition(table: StageTable, layers: int, vpp: int, least: tuple[np.ndarray, int] | None = None
               ) -> list[tuple[float, tuple[int, ...]]]:
     """The splits of least t_step (module docstring) under the lines, (t_step, counts), best first; ``least``:
     ``least_threshold``'s answer where known."""
@@ -172,7 +173,7 @@ def partition(table: Table, layers: int, vpp: int, least: tuple[np.ndarray, int]
     values, lo = least or least_threshold(table, layers)
     found: dict[tuple[int, ...], float] = {}
     for threshold in values[lo: lo + THRESHOLDS]:
-        split = _least_time(np.where(steps <= threshold, times, INF), layers)
+        split = _least_time(np.where(steps <= threshold, times, _INF), layers)
         if split is None:
             continue
         ranks = range(len(split))
@@ -182,7 +183,7 @@ def partition(table: Table, layers: int, vpp: int, least: tuple[np.ndarray, int]
     return sorted(((v, k) for k, v in found.items()))
 
 
-def with_split(plan: Plan, split: tuple[int, ...], settings: list[Setting], per_rank: bool) -> Plan:
+def with_split(plan: Plan, split: tuple[int, ...], settings: list[StageSetting], per_rank: bool) -> Plan:
     """``plan`` with ``split`` layers per rank and each rank's setting (per rank, or the one every rank shares)."""
     plan = plan.with_(stage_layers=split, first_stage_layers=0, last_stage_layers=0, stage_recompute=(),
                       stage_offload=(), recompute_layers=0, offload_activations=False, offload_layers=0)
@@ -196,10 +197,10 @@ def with_split(plan: Plan, split: tuple[int, ...], settings: list[Setting], per_
     return plan.with_(stage_recompute=recompute, stage_offload=offload if any(offload) else ())
 
 
-def uniform_settings(kinds: tuple[str, ...], most: int, vpp: int) -> list[Setting]:
+def uniform_settings(kinds: tuple[str, ...], most: int, vpp: int) -> list[StageSetting]:
     """The settings a framework with one setting for every rank may run: none, selective, full, and N layers
     recomputed on each rank for N below the most any rank may hold (vpp = 1)."""
-    out: list[Setting] = [(k, 0) for k in ("none", "selective", "full") if k in kinds]
+    out: list[StageSetting] = [(k, 0) for k in ("none", "selective", "full") if k in kinds]
     if "full" in kinds and vpp == 1:
         out += [("recompute", n) for n in range(1, most)]
     return out

@@ -29,7 +29,7 @@ MAX_POOLS = 4  # the pool orders a pipeline may take are tried (4! = 24)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Pool:
+class GpuPool:
     """``gpus`` GPUs of one system (its accelerator, NVLink domain and network)."""
 
     system: System
@@ -48,7 +48,7 @@ class Pool:
 class Pools:
     """The pools of a mixed cluster and the link between them (module docstring)."""
 
-    pools: tuple[Pool, ...]
+    pools: tuple[GpuPool, ...]
     link_bandwidth: float = 0.0  # bytes/s per GPU between pools; 0: the slower pool's scale-out bandwidth
     link_latency: float = 0.0  # seconds; 0: the larger of the pools' scale-out latencies
     source: str = field(default="", compare=False)
@@ -105,7 +105,7 @@ def parse_pools(ref: str) -> Pools:
         name, _, count = part.strip().partition(":")
         if not name or not count.strip().isdigit():
             raise SpecError(f"system={ref!r} must be preset:GPUs pairs separated by commas, e.g. h100:32,a100:32")
-        pools.append(Pool(system=load_system(name.strip()), gpus=int(count)))
+        pools.append(GpuPool(system=load_system(name.strip()), gpus=int(count)))
     return Pools(pools=tuple(pools))
 
 
@@ -120,7 +120,7 @@ def _from_toml(data: dict[str, Any], where: str) -> Pools:
         gpus = entry.get("gpus")
         if not isinstance(gpus, int) or isinstance(gpus, bool):
             raise SpecError(f"system={where!r}: pools[{i}].gpus={gpus!r} must be a whole number of GPUs")
-        pools.append(Pool(system=load_system(str(entry["system"])), gpus=gpus))
+        pools.append(GpuPool(system=load_system(str(entry["system"])), gpus=gpus))
     link = data.get("link", {})
     if not isinstance(link, dict) or set(link) - {"bandwidth", "latency", "source"}:
         raise SpecError(f"system={where!r}: [link] takes bandwidth (per GPU) and latency")
