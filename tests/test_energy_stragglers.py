@@ -41,7 +41,7 @@ def test_energy_is_the_duty_cycle_of_busy_and_idle_power():
 
 def test_idle_power_where_no_reading_is_stated_is_the_h100_share():
     h200 = load_system("h200").accelerator  # no idle reading in its preset
-    assert idle_watts(h200) == pytest.approx(IDLE_SHARE * 700) and IDLE_SHARE == pytest.approx(69 / 700)
+    assert idle_watts(h200) == pytest.approx(IDLE_SHARE * 700) and pytest.approx(69 / 700) == IDLE_SHARE
 
 
 def test_power_cap_parses_and_lowers_the_limit_and_the_clock():
