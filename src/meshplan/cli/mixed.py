@@ -9,7 +9,7 @@ from meshplan.cli.common import progress
 from meshplan.errors import SpecError
 
 # options of plan that a mixed search does not take (one GPU count, no budget ranking across counts, no config file)
-REFUSED = ("tokens", "price", "mtbf", "all_plans", "emit_format", "stragglers", "power_cap")
+REFUSED = ("tokens", "price", "mtbf", "all_plans", "emit_format", "stragglers", "power_cap", "background")
 
 
 def check_mixed(gpus: str | None, total: int, options: dict[str, Any]) -> None:

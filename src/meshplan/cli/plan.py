@@ -102,7 +102,7 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
               for model, cluster in clusters]
     results = [_search(model, priced, space, options["top_k"], every, budget["reliability"], as_json, shown)
                for model, priced, space, shown in spaces]
-    if stragglers is not None or cap is not None:
+    if stragglers is not None or cap:
         click.echo(conditions_text(stragglers, cap, results[0].cluster), err=as_json)
     rerun = ["meshplan", "estimate", "--model", model_ref, "--system", system_ref]
     rerun += [x for k, v in where.items() if v is not None for x in ("--" + k.replace("_", "-"), str(v))]
