@@ -119,6 +119,10 @@ def test_megatron_emits_the_layout_and_reads_it_back():
         estimate(L70, H100_32, plan, CORE).step_time, rel=1e-12)
     with pytest.raises(SpecError, match="torchtitan cannot express stage_layers"):
         emit("torchtitan", L70, plan, load_stack("torchtitan"))
+    # Megatron-Bridge's override of its TransformerConfig field, read back
+    bridge = emit("nemo", L70, plan, load_stack("megatron-bridge"))
+    assert "model.pipeline_model_parallel_layout=Et*8|t*9|t*10|t*11|t*11|t*11|t*11|t*9L" in bridge
+    assert read("nemo", L70, 32, text=bridge)[0].stage_layers == plan.stage_layers
 
 
 def test_priced_ranks_are_the_ends_and_the_runs_edges():
