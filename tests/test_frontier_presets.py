@@ -5,8 +5,9 @@ differ), and PyTorch's count of transformers' own model built on the meta device
 (skipped without torch + transformers; Grok-1 has no transformers architecture).
 
 Qwen3-Next-80B-A3B: 3 of its 4 layers are Gated DeltaNet linear attention ("G" blocks) and its attention layers
-gate their output (q_proj 2·A·d wide, attn_output_gate); Qwen 3.5 has the same layers (its config.json reads exactly
-through the generic reader, tests/test_hf_registry.py) but no preset yet.
+gate their output (q_proj 2·A·d wide, attn_output_gate); Qwen3.5-35B-A3B has the same layers at 40 layers, 256
+experts and a vocabulary of 248,320 (its config.json also reads exactly through the generic reader,
+tests/test_hf_registry.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 from meshplan.specs.model_load import load_model
 
 FRONTIER = ["grok-1", "kimi-k2", "llama4-scout", "llama4-maverick", "glm-4.5", "glm-4.5-air", "nemotron-h-8b",
-            "nemotron-h-56b", "qwen3-next-80b-a3b"]
+            "nemotron-h-56b", "qwen3-next-80b-a3b", "qwen3.5-35b-a3b"]
 NEMOTRON_H_56B = ("M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-"
                   "M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-")
 
@@ -70,6 +71,13 @@ HF_CONFIGS = {
                            "num_experts_per_tok": 10, "moe_intermediate_size": 512,
                            "shared_expert_intermediate_size": 512, "vocab_size": 151936,
                            "tie_word_embeddings": False},
+    # THUDM/slime scripts/models/qwen3.5-35B-A3B.sh's Megatron arguments as config.json keys
+    "qwen3.5-35b-a3b": {"model_type": "qwen3_5_moe_text", "hidden_size": 2048, "num_hidden_layers": 40,
+                        "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+                        "linear_num_key_heads": 16, "linear_key_head_dim": 128, "linear_num_value_heads": 32,
+                        "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "num_experts": 256,
+                        "num_experts_per_tok": 8, "moe_intermediate_size": 512,
+                        "shared_expert_intermediate_size": 512, "vocab_size": 248320, "tie_word_embeddings": False},
 }
 
 # (total, active per token) as ModelSpec.params() counts them; the meta-device build equals the total
@@ -83,6 +91,7 @@ COUNTS = {
     "nemotron-h-8b": (8_100_852_736, 8_100_852_736),
     "nemotron-h-56b": (56_324_350_464, 56_324_350_464),
     "qwen3-next-80b-a3b": (79_674_391_296, 3_874_929_408),
+    "qwen3.5-35b-a3b": (34_660_610_688, 3_454_988_928),
 }
 
 
@@ -120,6 +129,7 @@ def test_nemotron_h_blocks() -> None:
     assert load_model("nemotron-h-8b").block_counts == {"mamba": 24, "attention": 4, "mlp": 24}
     assert load_model("nemotron-h-56b").block_counts == {"mamba": 54, "attention": 10, "mlp": 54}
     assert load_model("qwen3-next-80b-a3b").block_counts == {"deltanet": 36, "attention": 12, "moe": 48}
+    assert load_model("qwen3.5-35b-a3b").block_counts == {"deltanet": 30, "attention": 10, "moe": 40}
 
 
 def _printed(count: float, printed: str, unit: float, truncated: bool = False) -> bool:
@@ -140,6 +150,8 @@ def test_published_counts() -> None:
     assert _printed(load_model("nemotron-h-56b").params(), "56", b)
     nxt = load_model("qwen3-next-80b-a3b")  # '80B total, 3B activated' (3.56B without the input embedding)
     assert _printed(nxt.params(), "80", b) and _printed(nxt.params(active=True) - 151936 * 2048, "3", b, truncated=True)
+    q35 = load_model("qwen3.5-35b-a3b")  # '35B-A3B': 34.66B, 3.45B active (2.95B without the input embedding)
+    assert _printed(q35.params(), "35", b) and _printed(q35.params(active=True), "3", b, truncated=True)
     air = load_model("glm-4.5-air")  # '106B total, 12B active', cut to whole billions (106.85B, 12.80B)
     assert _printed(air.params(), "106", b, truncated=True)
     assert _printed(air.params(active=True) - 151552 * 4096, "12", b, truncated=True)

@@ -22,7 +22,7 @@ FAMILIES = ("llama", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", 
 # short convolution (lfm3)
 MIXERS = ("deepseek_v32", "glm_moe_dsa", "kimi_linear", "bailing_hybrid", "minimax", "gemma4_unified",
           "gemma4_unified_text", "mimo_v2_flash", "jamba", "falcon_h1", "recurrent_gemma", "diffllama", "laguna",
-          "beam", "lfm3")
+          "beam", "lfm3", "gemma4", "gemma4_text")  # gemma4: per-layer embeddings (issue 84)
 # Encoders and encoder-decoders: refused, never read as decoders
 NOT_DECODERS = ("bert", "roberta", "xlm-roberta", "electra", "camembert", "bart", "whisper", "marian")
 
@@ -72,8 +72,9 @@ def test_encoders_are_refused_as_such(outcomes: dict[str, Outcome], model_type: 
 
 # Refused for what they add, named in the line (issue 51's small-gap list): cross-attention (TrOCR, Mllama's text
 # model), a router without its experts per token (DeepSeek-V2's default config: num_experts_per_tok null, so
-# transformers' torch.topk cannot run)
-REFUSED_FOR = {"trocr": "cross-attention", "mllama": "cross_attn", "deepseek_v2": "num_experts_per_tok"}
+# transformers' torch.topk cannot run), Gemma 3n's AltUp, LAuReL and shared keys and values (specs/hf_ple.py)
+REFUSED_FOR = {"trocr": "cross-attention", "mllama": "cross_attn", "deepseek_v2": "num_experts_per_tok",
+               "gemma3n_text": "altup_num_inputs=4 (AltUp's parallel residual streams); laurel_rank=64"}
 
 
 @pytest.mark.parametrize("model_type", sorted(REFUSED_FOR))

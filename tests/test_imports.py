@@ -27,7 +27,7 @@ LAYERS = [
     ("bubble", "channels", "contention", "schedule_replay", "schedule", "steady", "zero_bubble",
      "zero_bubble_v", "dualpipe", "chimera"),
     ("step",),
-    ("estimate", "goodput"),
+    ("estimate", "goodput", "mixed", "energy"),
     ("serve",),
     ("search", "sweep"),
     ("rl",),

@@ -19,6 +19,22 @@ per unit of useful time, at the best checkpoint interval, is what a plan's step 
 
 Llama 3 405B on 16,384 H100s at these figures: 5.7 TB a checkpoint, δ = 2.8 s, τ ≈ 4.2 min, goodput 92.6 %, against
 the paper's "higher than 90 %" effective training time (tests/test_goodput.py shows the arithmetic).
+
+What a plan changes (issue 84 item 3; ``plan_goodput``, which the search ranks by: search/by_goodput.py):
+
+- The write: every rank sends its share through its own host link (Cluster.host_bandwidth), so δ is also at least the
+  largest share over that link. Frameworks that shard the checkpoint over every rank (Megatron's dist_checkpointing
+  fully_parallel_save, torch.distributed.checkpoint's deduplicated plan: Supports.sharded_checkpoint) give each
+  1/N of it; DeepSpeed's save_checkpoint has the first data-parallel replica write the weights (mp_rank_*_model_states)
+  beside every rank's optimizer partition, so its writers hold weights / (tp·pp·cp) each.
+- Recovery by replicas (``Reliability.recovery = "replica"``; TorchFT's per-step fault tolerance, pytorch/torchft:
+  a failed replica group drops out of the step, the others train on, and it rejoins healing its state from a healthy
+  peer): no whole-job restart and no lost work beyond the failed replica's step. Failures still arrive at N/M_gpu; each
+  takes one replica of G = N/R GPUs out for the restart R_s plus its heal, its state (weights and optimizer, the plan's
+  bytes per replica) fetched over its GPUs' network links, and loses half a step of that replica on average. The share
+  of replica-time lost is λ·(R_s + heal + t_step/2)/R, so factor = 1 / (1 − that): a plan of more, smaller replicas
+  loses less. Replicas hold whole copies of the model state only without ZeRO sharding over data parallelism (zero=0);
+  a plan that shards it restarts as above.
 """
 
 from __future__ import annotations
@@ -28,6 +44,7 @@ import sys
 from dataclasses import dataclass
 
 from meshplan.errors import SpecError
+from meshplan.estimate import Estimate
 from meshplan.memory import OPTIMIZER_STATE, WEIGHT_BYTES
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
@@ -35,6 +52,7 @@ from meshplan.specs.plan import Plan
 LLAMA3_MTBF_GPU_HOURS = 16_384 * 54 * 24 / 419  # GPU-hours per unexpected interruption (module docstring)
 LLAMA3_STORAGE_BYTES_S = 2e12  # Tectonic's sustained throughput for Llama 3's checkpoints (module docstring)
 RESTART_S = 600.0  # an assumption, said wherever it is used: rescheduling, start-up, communicators
+RECOVERIES = ("restart", "replica")  # the whole job from its last checkpoint, or the failed replica alone (TorchFT)
 
 
 @dataclass(frozen=True)
@@ -44,8 +62,11 @@ class Reliability:
     mtbf_gpu_hours: float = LLAMA3_MTBF_GPU_HOURS
     checkpoint_bandwidth: float = LLAMA3_STORAGE_BYTES_S  # bytes/s, aggregate over the job's ranks
     restart_s: float = RESTART_S
+    recovery: str = "restart"  # RECOVERIES
 
     def __post_init__(self) -> None:
+        if self.recovery not in RECOVERIES:
+            raise SpecError(f"recovery={self.recovery!r} must be one of {', '.join(RECOVERIES)}")
         for name, low, high in (("mtbf_gpu_hours", 1.0, 1e9), ("checkpoint_bandwidth", 1e6, 1e15),
                                 ("restart_s", 0.0, 1e6)):
             value = getattr(self, name)
@@ -63,6 +84,8 @@ class Goodput:
     restart_s: float  # the restart and the checkpoint read back
     interval_s: float  # useful work between checkpoints (Daly's τ)
     factor: float  # expected wall time / useful time, ≥ 1
+    recovery: str = "restart"  # how the job recovers (RECOVERIES)
+    heal_s: float = 0.0  # under replica recovery: a replica's state fetched from a peer
 
     @property
     def goodput(self) -> float:
@@ -74,11 +97,12 @@ class Goodput:
         its expected wall time per useful second overflows (wall_factor)."""
         return math.isinf(self.factor)
 
-    def as_dict(self) -> dict[str, float | None]:
+    def as_dict(self) -> dict[str, float | str | None]:
         """The figures as JSON holds them: a stalled job's factor is null (JSON has no infinity)."""
         return {"job_mtbf_s": self.job_mtbf_s, "checkpoint_bytes": self.checkpoint_bytes,
                 "checkpoint_s": self.checkpoint_s, "restart_s": self.restart_s, "interval_s": self.interval_s,
-                "factor": None if self.stalls else self.factor, "goodput": self.goodput}
+                "factor": None if self.stalls else self.factor, "goodput": self.goodput, "recovery": self.recovery,
+                "heal_s": self.heal_s}
 
 
 def checkpoint_bytes(model: ModelSpec, plan: Plan) -> float:
@@ -115,12 +139,57 @@ def wall_factor(interval: float, delta: float, restart: float, mtbf: float) -> f
     return math.exp(log_factor) if log_factor < _LOG_MAX else math.inf
 
 
-def goodput(model: ModelSpec, plan: Plan, gpus: int, rel: Reliability) -> Goodput:
-    """The failure accounting of ``plan`` on ``gpus`` GPUs (module docstring)."""
+def writer_share(model: ModelSpec, plan: Plan, gpus: int, sharded: bool) -> float:
+    """The bytes of the checkpoint the busiest rank writes (module docstring): 1/N of it where the framework shards
+    it over every rank, else the first replica's weights over tp·tp2·pp·cp beside its optimizer partition."""
+    size = checkpoint_bytes(model, plan)
+    if sharded:
+        return size / gpus
+    weights = size * WEIGHT_BYTES / (WEIGHT_BYTES + OPTIMIZER_STATE[plan.optimizer].state)
+    model_parallel = plan.tp * plan.tp2 * plan.pp * plan.cp
+    return weights / model_parallel + (size - weights) / (gpus if plan.zero else model_parallel)
+
+
+def goodput(model: ModelSpec, plan: Plan, gpus: int, rel: Reliability, writer_bytes: float = 0.0,
+            host_bandwidth: float = 0.0) -> Goodput:
+    """The failure accounting of ``plan`` on ``gpus`` GPUs (module docstring); ``writer_bytes``: what the busiest rank
+    writes through its ``host_bandwidth`` (0: no per-rank limit)."""
     mtbf = rel.mtbf_gpu_hours * 3600 / gpus
     size = checkpoint_bytes(model, plan)
     delta = size / rel.checkpoint_bandwidth
+    if writer_bytes and host_bandwidth:
+        delta = max(delta, writer_bytes / host_bandwidth)
     restart = rel.restart_s + delta  # the checkpoint is read back at the bandwidth it was written at
     tau = optimum_interval(delta, mtbf)
     return Goodput(job_mtbf_s=mtbf, checkpoint_bytes=size, checkpoint_s=delta, restart_s=restart, interval_s=tau,
                    factor=wall_factor(tau, delta, restart, mtbf))
+
+
+def replica_goodput(model: ModelSpec, plan: Plan, gpus: int, rel: Reliability, step_time: float,
+                    link_bandwidth: float) -> Goodput:
+    """Recovery by replicas (module docstring): each failure costs one of the plan's dp replicas its restart, its heal
+    (its GPUs' share of a replica's state over ``link_bandwidth`` each) and half a step."""
+    mtbf = rel.mtbf_gpu_hours * 3600 / gpus
+    size = checkpoint_bytes(model, plan)
+    heal = size / (gpus // plan.dp) / link_bandwidth
+    lost = (rel.restart_s + heal + step_time / 2) / mtbf / plan.dp
+    factor = 1.0 / (1.0 - lost) if lost < 1 else math.inf
+    return Goodput(job_mtbf_s=mtbf, checkpoint_bytes=size, checkpoint_s=0.0, restart_s=rel.restart_s,
+                   interval_s=0.0, factor=factor, recovery="replica", heal_s=heal)
+
+
+def holds_copies(plan: Plan) -> bool:
+    """Whether ``plan``'s data-parallel replicas each hold a whole copy of the model state (dp ≥ 2, zero 0)."""
+    return plan.dp >= 2 and plan.zero == 0
+
+
+def plan_goodput(est: Estimate, rel: Reliability) -> Goodput:
+    """``est``'s plan under ``rel`` (module docstring): recovered by replicas where asked for, the framework runs it
+    (Supports.replica_recovery) and the plan's replicas hold whole copies; else restarted from checkpoints written as
+    its framework writes them (Supports.sharded_checkpoint) through each rank's host link."""
+    can, gpus = est.stack.supports, est.cluster.num_gpus
+    if rel.recovery == "replica" and can.replica_recovery and holds_copies(est.plan):
+        link = est.cluster.tiers[min(1, len(est.cluster.tiers) - 1)].bandwidth
+        return replica_goodput(est.model, est.plan, gpus, rel, est.step_time, link)
+    share = writer_share(est.model, est.plan, gpus, can.sharded_checkpoint)
+    return goodput(est.model, est.plan, gpus, rel, share, est.cluster.host_bandwidth)

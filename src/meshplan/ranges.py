@@ -54,6 +54,7 @@ RANGES: dict[str, Range] = {
                               "(NVLink 5); 10 PB/s is 10,000x NVLink 5"),
     "num_sms": Range(1, 1_000_000, "", "GPUs have 20-304 SMs / CUs; Cerebras WSE-3 has 900,000 cores"),
     "tdp_watts": Range(1, 100_000, "W", _POWER, "unknown"),
+    "idle_watts": Range(1, 100_000, "W", _POWER, "unknown"),
     "matmul_bf16": Range(1e-9, 1, "", "MAMF / dense peak: measured 0.51-0.87 (ml-engineering's table), at most 1 "
                          "by definition; a CPU calibrated against a GPU's peak reads ~1e-6", "looked up"),
     "matmul_fp8": Range(0.01, 1, "", "as matmul_bf16, for fp8 (and fp4) GEMMs", "looked up"),
@@ -176,6 +177,8 @@ RANGES: dict[str, Range] = {
     "head_vocab_size": Range(1, 2**24, "", "as vocab_size (Moshi's head: 32,000 of the embedding's 32,001)",
                              "the embedding's vocabulary"),
     "attention_experts": Range(1, _WIDTH, "", "as num_experts (JetMoE: 8 attention experts)", "none"),
+    "per_layer_input": Range(1, _WIDTH, "", "a per-layer embedding's width (Gemma 4: 256)", "none"),
+    "per_layer_vocab": Range(1, 2**24, "", "as vocab_size (Gemma 4: 262,144)", "none"),
     "layer_norms": Range(1, 4, "", "1 (parallel attention + MLP), 2 (pre-norms), 4 (Gemma 2 / 3's post-norms too)",
                          "no norm weights (OLMo's non-parametric LayerNorm)"),
     # ---- Plan and the options that set it -----------------------------------------------------------------------

@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from meshplan.cli.common import apply, common_model, load_inputs
+from meshplan.cli.conditions import as_on, condition_options, conditions_of, conditions_text, under
 from meshplan.cli.options import DEFAULT_FRAMEWORK, plan_of, plan_options, stack_of, stack_options
+from meshplan.energy import step_energy
 from meshplan.errors import SpecError
 from meshplan.fields import usable_hbm
 from meshplan.report.fit_hints import fit_hints, print_hints
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 @click.option("--from", "config", default=None, help="the plan and stack of a framework config (Megatron-LM "
               "arguments, torchtitan TOML, DeepSpeed JSON, Megatron-Bridge overrides); plan options are refused "
               "beside it, stack options override it")
+@apply(condition_options)
 @click.option("--ops", "show_ops", is_flag=True, help="print the per-op table")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config: str | None, show_ops: bool,
@@ -40,6 +43,8 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
 
     where = {"seq": options.pop("seq"), "nvlink_domain": options.pop("nvlink_domain")}
     model, cluster = load_inputs(model_ref, system_ref, where["seq"], where["nvlink_domain"], gpus)
+    stragglers, cap = conditions_of(options)
+    shown, cluster = under(cluster, None, cap), under(cluster, stragglers, cap)
     fp8_scaling_given = options.get("stack_fp8_scaling") is not None
     if config is not None:
         plan, stack = _from_config(config, model, gpus, framework, options)
@@ -54,12 +59,15 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
             plan = dataclasses.replace(plan, zero=3)
         if not modules_given and plan.recompute == "selective":  # the framework's own selective recompute
             plan = dataclasses.replace(plan, recompute_modules=stack_modules(plan.recompute_modules, stack))
+        _runs(plan, stack, framework)
     if fp8_scaling_given and stack.fp8_scaling != "delayed" and plan.precision != "fp8":
         raise SpecError(f"fp8-scaling={stack.fp8_scaling} needs --precision fp8 (not {plan.precision})")
-    est = run(model, cluster, plan, stack)
+    est = as_on(run(model, cluster, plan, stack), shown)
     hints = fit_hints(est)
+    conditions = conditions_text(stragglers, cap, shown)
     search = _search_command(model_ref, system_ref, where, est, framework)
     refusals = [f"{r.what} ({r.source})" for r in refused(stack.supports.refuses, plan, model, stack)]
+    unrun = [p for p in stack.supports.problems(plan) if config is None]  # the default framework's: JSON only
     for text in [] if as_json else refusals:  # priced all the same: the search leaves such plans out
         click.echo(f"note: {stack.name} refuses this plan: {text}", err=True)
     host = host_note(est)
@@ -68,17 +76,33 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
         out |= {"host_bound": host.to_dict()} if host else {}
         # plan's rule (fields.usable_hbm): "fits" is HBM alone, this one the headroom plan keeps free as well
         out["fits_headroom"] = bool(est.fits and est.peak_memory <= usable_hbm(est.cluster.accelerator.hbm_bytes))
-        out |= {"refused_by_framework": refusals} if refusals else {}
+        out |= {"refused_by_framework": refusals + unrun} if refusals or unrun else {}
+        energy = step_energy(est)
+        out |= {"energy": energy.as_dict()} if energy is not None else {}
+        out |= {"conditions": conditions} if conditions else {}
         click.echo(json.dumps(out, indent=None if show_ops else 2))
         return
     from meshplan.report.text import estimate_tables, terminal_console
 
     console = terminal_console()
+    if conditions:
+        console.print(conditions, highlight=False, markup=False)
     estimate_tables(est, console, ops=show_ops)
     if host is not None:
         console.print(host.text(), highlight=False, markup=False)
     if not est.fits:
         print_hints(est, hints, search, console)
+
+
+def _runs(plan: Any, stack: Any, framework: str) -> None:
+    """A plan the named framework cannot run (its Supports: a 2D tensor layout under Megatron-Core, a schedule it
+    lacks …) is refused when ``--framework`` names it; under the default framework it is priced (the JSON's
+    refused_by_framework lists what it does not run)."""
+    problems = stack.supports.problems(plan)
+    named = click.get_current_context().get_parameter_source("framework") == click.core.ParameterSource.COMMANDLINE
+    if problems and (named or framework != DEFAULT_FRAMEWORK):
+        raise SpecError(f"framework {stack.name} does not run {problems[0]} (specs/supports.py: its "
+                        f"{stack.supports.source or 'preset'}); --framework any prices every plan meshplan models")
 
 
 def _search_command(model_ref: str, system_ref: str, where: dict, est: Estimate, framework: str) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from meshplan.errors import SpecError
-from meshplan.goodput import LLAMA3_MTBF_GPU_HOURS, LLAMA3_STORAGE_BYTES_S, RESTART_S, Reliability
+from meshplan.goodput import LLAMA3_MTBF_GPU_HOURS, LLAMA3_STORAGE_BYTES_S, RECOVERIES, RESTART_S, Reliability
 
 reliability_options = [
     click.option("--mtbf", "mtbf", default=None,
@@ -21,15 +21,22 @@ reliability_options = [
     click.option("--restart-time", "restart_time", type=float, default=None,
                  help=f"with --mtbf: seconds to restart after an interruption, before reading the checkpoint back "
                       f"(default {RESTART_S:.0f}, an assumption)"),
+    click.option("--recovery", "recovery", type=click.Choice(RECOVERIES), default=None,
+                 help="with --mtbf: the whole job restarts from its last checkpoint (restart, the default), or only "
+                      "the failed data-parallel replica drops out and heals from a peer while the others train on "
+                      "(replica: TorchFT; plans without ZeRO sharding; --framework any); plan ranks by the expected "
+                      "time either way"),
 ]
 
 
 def reliability_of(options: dict[str, Any]) -> Reliability | None:
     """The Reliability the options ask for (they are taken out of ``options``), None without --mtbf."""
-    mtbf, bandwidth, restart = (options.pop(k) for k in ("mtbf", "checkpoint_bandwidth", "restart_time"))
+    mtbf, bandwidth, restart, recovery = (options.pop(k) for k in ("mtbf", "checkpoint_bandwidth", "restart_time",
+                                                                   "recovery"))
     if mtbf is None:
-        if bandwidth is not None or restart is not None:
-            given = "--checkpoint-bandwidth" if bandwidth is not None else "--restart-time"
+        if bandwidth is not None or restart is not None or recovery is not None:
+            given = "--checkpoint-bandwidth" if bandwidth is not None else (
+                "--restart-time" if restart is not None else "--recovery")
             raise SpecError(f"{given} prices failures: give --mtbf too (GPU-hours per interruption, or 'llama3')")
         return None
     if mtbf == "llama3":
@@ -43,4 +50,4 @@ def reliability_of(options: dict[str, Any]) -> Reliability | None:
         raise SpecError(f"checkpoint-bandwidth={bandwidth} must be GB/s from 0.001 to 1,000,000")
     return Reliability(mtbf_gpu_hours=hours,
                        checkpoint_bandwidth=LLAMA3_STORAGE_BYTES_S if bandwidth is None else bandwidth * 1e9,
-                       restart_s=RESTART_S if restart is None else restart)
+                       restart_s=RESTART_S if restart is None else restart, recovery=recovery or "restart")

@@ -146,14 +146,16 @@ def _checked(given: dict[str, Any]) -> dict[str, Any]:
         given["stage_recompute"] = tuple(e.strip() for e in given["stage_recompute"].split(","))
     if "stage_offload" in given:
         given["stage_offload"] = stage_offload(given["stage_offload"])
+    if "stage_layers" in given:
+        given["stage_layers"] = stage_offload(given["stage_layers"], "stage-layers", "20,20,20,20")
     return given
 
 
-def stage_offload(text: str) -> tuple[int, ...]:
-    """``--stage-offload`` as a layer count per pipeline rank."""
+def stage_offload(text: str, name: str = "stage-offload", example: str = "4,2,0,0") -> tuple[int, ...]:
+    """``--stage-offload`` (or ``--stage-layers``) as a layer count per pipeline rank."""
     counts = tuple(e.strip() for e in text.split(","))
-    if not all(c.isdigit() for c in counts):
-        raise SpecError(f"stage-offload={text} must list a non-negative layer count per pipeline rank, e.g. 4,2,0,0")
+    if not all(c.isdigit() and len(c) < 7 for c in counts):
+        raise SpecError(f"{name}={text} must list a non-negative layer count per pipeline rank, e.g. {example}")
     return tuple(int(c) for c in counts)
 
 
@@ -202,7 +204,7 @@ def _no_effect(given: dict[str, Any], values: dict[str, Any]) -> None:
 
 
 def _shown(value: Any) -> str:
-    return ",".join(value) if isinstance(value, tuple) else str(value)
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
 def _derived(plan: Plan) -> dict[str, Any]:

@@ -18,26 +18,34 @@ from meshplan.cli.common import (
     sequences,
     split_ints,
 )
+from meshplan.cli.conditions import condition_options, conditions_of, conditions_text, result_on, under
 from meshplan.cli.emit import EMIT_DEPTH, EMIT_FRAMEWORK, FORMATS, check_emit, write_best
 from meshplan.cli.goodput_options import reliability_of, reliability_options
 from meshplan.cli.help import Sectioned, section
+from meshplan.cli.mixed import check_mixed, run_mixed
 from meshplan.cli.options import DEFAULT_FRAMEWORK, estimate_args, stack_of, stack_options
 from meshplan.cli.search_options import pop_search_options, search_options, search_space, space_settings
 from meshplan.errors import SpecError
 from meshplan.ranges import check_options, step_tokens_problem
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.pools import is_pools
 from meshplan.specs.stack import Stack
 
 
 @click.command("plan", cls=Sectioned)
 @section("Model, system and GPUs")
 @apply(common_model)
-@click.option("--gpus", required=True, help="GPU count, or several separated by commas (strong scaling)")
+@click.option("--gpus", default=None, help="GPU count, or several separated by commas (strong scaling); with a mixed "
+              "cluster (--system h100:32,a100:32) the pools' sum, which it may leave out")
 @click.option("--global-batch", type=int, default=None, help="sequences per step (default ≈ 4M tokens)")
 @click.option("--top", "top_k", type=int, default=10, show_default=True,
               help="plans to list (which plans lead does not depend on it)")
 @section("Search space: what the search may choose (each axis fixed or narrowed)")
 @search_options
+@click.option("--per-stage/--no-per-stage", "per_stage", default=True, show_default=True,
+              help="refine the first pipelined plans with a layer count and a recompute (or offload) setting per "
+                   "pipeline rank where the framework runs them (the stage DP, search/stage_dp.py: Megatron-Core's "
+                   "--pipeline-model-parallel-layout)")
 @section("Framework and software stack (each option overrides one field of the --framework preset)")
 @stack_options
 @section("Time and cost")
@@ -47,6 +55,7 @@ from meshplan.specs.stack import Stack
               help="across GPU counts: fastest, or cheapest for the token budget")
 @section("Failures and checkpoints (--mtbf)")
 @apply(reliability_options)
+@apply(condition_options)
 @section("Output")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--emit", "emit_format", type=click.Choice(sorted(FORMATS)), default=None,
@@ -68,6 +77,58 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
     if shard.wants_planner(model_ref, options):
         shard.run_planner(ctx, model_ref, system_ref, gpus, as_json, options)
         return
+    _no_planner_options(ctx, options)
+
+    if is_pools(system_ref):
+        _mixed(model_ref, system_ref, gpus, framework, as_json, options)
+        return
+    if gpus is None:
+        raise SpecError("--gpus is required (a GPU count, or several separated by commas)")
+    emit_format, emit_to = options.pop("emit_format"), options.pop("emit_to")
+    check_emit(emit_format, emit_to, as_json)
+    every, csv_path = _every_plan(options.pop("all_plans"), options.pop("output"))
+    counts = split_ints(gpus, "gpus") or []
+    if not counts or min(counts) < 1:
+        raise SpecError(f"gpus={gpus!r} must be positive integers")
+    if emit_format and framework == DEFAULT_FRAMEWORK:  # search what the format's framework runs
+        framework = EMIT_FRAMEWORK[emit_format]
+    gemm_given = options.get("stack_expert_gemm") is not None
+    stack = stack_of(framework, options)
+    settings = _settings(options, stack)
+    # grouped GEMMs searched beside per-expert ones where the framework has them (search/variants.py)
+    settings["expert_gemms"] = () if gemm_given else stack.supports.expert_gemms
+    if emit_format:  # what the frameworks run: 1D tensor parallelism in their own rank order
+        settings.update(layouts=("1d",), all_placements=False)
+    budget = _budget(options)
+    stragglers, cap = conditions_of(options)
+    _check_recovery(budget["reliability"], stack, every)
+    where = {"seq": options["seq"], "nvlink_domain": options["nvlink_domain"]}
+    clusters = [load_inputs(model_ref, system_ref, gpus=n, **where) for n in counts]  # all, before any search
+    gbs = _global_batch(clusters[0][0], options["global_batch"])
+    spaces = [(model, under(cluster, stragglers, cap), _space(settings, gbs, cluster.accelerator.default_precision,
+                                                              stack), under(cluster, None, cap))
+              for model, cluster in clusters]
+    results = [_search(model, priced, space, options["top_k"], every, budget["reliability"], as_json, shown)
+               for model, priced, space, shown in spaces]
+    if stragglers is not None or cap:
+        click.echo(conditions_text(stragglers, cap, results[0].cluster), err=as_json)
+    rerun = ["meshplan", "estimate", "--model", model_ref, "--system", system_ref]
+    rerun += [x for k, v in where.items() if v is not None for x in ("--" + k.replace("_", "-"), str(v))]
+    print_search(results, as_json=as_json, **budget,
+                 rerun=lambda est: [*rerun, "--gpus", str(est.plan.num_gpus), *estimate_args(est.plan, est.stack)])
+    if emit_format:
+        write_best(results, emit_format, emit_to,
+                   deeper=lambda: [search(m, c, s, top_k=max(EMIT_DEPTH, options["top_k"])) for m, c, s, _ in spaces])
+    if csv_path is not None:
+        from meshplan.report.plans_csv import write_plans_csv
+
+        path = write_plans_csv(results, csv_path)
+        kept = sum(len(r.explored) for r in results if r.explored is not None)
+        click.echo(f"wrote {path}: {kept:,} feasible plans", err=as_json)
+
+
+def _no_planner_options(ctx: click.Context, options: dict[str, Any]) -> None:
+    """The sharding planner's options are refused without it, then taken out of ``options``."""
     used = [o for o in ("input_shapes", "dtypes") if options[o]] + [
         o for o in ("micro_batches", "mesh_text", "stages", "param_dtype")
         if ctx.get_parameter_source(o) == click.core.ParameterSource.COMMANDLINE]
@@ -78,47 +139,54 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
     for name in ("autoshard", "input_shapes", "dtypes", "param_dtype", "micro_batches", "mesh_text", "stages"):
         options.pop(name)
 
-    emit_format, emit_to = options.pop("emit_format"), options.pop("emit_to")
-    check_emit(emit_format, emit_to, as_json)
-    every, csv_path = _every_plan(options.pop("all_plans"), options.pop("output"))
-    counts = split_ints(gpus, "gpus") or []
-    if not counts or min(counts) < 1:
-        raise SpecError(f"gpus={gpus!r} must be positive integers")
-    if emit_format and framework == DEFAULT_FRAMEWORK:  # search what the format's framework runs
-        framework = EMIT_FRAMEWORK[emit_format]
-    stack = stack_of(framework, options)
-    settings = _settings(options, stack)
-    if emit_format:  # what the frameworks run: 1D tensor parallelism in their own rank order
-        settings.update(layouts=("1d",), all_placements=False)
-    budget = _budget(options)
-    where = {"seq": options["seq"], "nvlink_domain": options["nvlink_domain"]}
-    clusters = [load_inputs(model_ref, system_ref, gpus=n, **where) for n in counts]  # all, before any search
-    gbs = _global_batch(clusters[0][0], options["global_batch"])
-    spaces = [(model, cluster, _space(settings, gbs, cluster.accelerator.default_precision, stack))
-              for model, cluster in clusters]
-    results = []
-    for model, cluster, space in spaces:
-        with progress(as_json) as update:
-            results.append(search(model, cluster, space, top_k=options["top_k"], progress=update, explore=every))
-    rerun = ["meshplan", "estimate", "--model", model_ref, "--system", system_ref]
-    rerun += [x for k, v in where.items() if v is not None for x in ("--" + k.replace("_", "-"), str(v))]
-    print_search(results, as_json=as_json, **budget,
-                 rerun=lambda est: [*rerun, "--gpus", str(est.plan.num_gpus), *estimate_args(est.plan, est.stack)])
-    if emit_format:
-        write_best(results, emit_format, emit_to,
-                   deeper=lambda: [search(m, c, s, top_k=max(EMIT_DEPTH, options["top_k"])) for m, c, s in spaces])
-    if csv_path is not None:
-        from meshplan.report.plans_csv import write_plans_csv
 
-        path = write_plans_csv(results, csv_path)
-        kept = sum(len(r.explored) for r in results if r.explored is not None)
-        click.echo(f"wrote {path}: {kept:,} feasible plans", err=as_json)
+def _search(model: ModelSpec, cluster: Any, space: Any, top_k: int, every: Any, rel: Any, as_json: bool,
+            shown: Any) -> Any:
+    """One GPU count's search: by step time, or with failures (--mtbf) by expected time to train
+    (search/by_goodput.py); its plans read against ``shown`` (the GPUs without the stragglers' pace)."""
+    from meshplan.search.by_goodput import search_by_goodput
+    from meshplan.search.variants import search_switches
+
+    with progress(as_json) as update:
+        if rel is None:
+            result = search_switches(model, cluster, space, top_k=top_k, progress=update, explore=every)
+        else:
+            result, exact = search_by_goodput(model, cluster, space, rel, top_k=top_k)
+            if not exact:
+                click.echo("ranked by expected time among the fastest plans kept (the bound did not close)",
+                           err=True)
+    return result_on(result, shown)
+
+
+def _check_recovery(rel: Any, stack: Stack, every: Any) -> None:
+    """``--recovery replica`` needs a framework with replica recovery; ``--all`` lists plans by step time."""
+    if rel is not None and every is not None:
+        raise SpecError("--all writes every plan by step time: leave out --mtbf (which ranks by expected time)")
+    if rel is not None and rel.recovery == "replica" and not stack.supports.replica_recovery:
+        raise SpecError(f"recovery=replica: framework {stack.name} restarts the whole job on a failure (no replica "
+                        "recovery: TorchFT's replica groups; --framework any prices it)")
+
+
+def _mixed(model_ref: str, system_ref: str, gpus: str | None, framework: str, as_json: bool,
+           options: dict[str, Any]) -> None:
+    """``--system preset:GPUs,…``: the search on a mixed cluster (cli/mixed.py)."""
+    from meshplan.cli.common import model_at
+    from meshplan.specs.pools import parse_pools
+
+    pools = parse_pools(system_ref)
+    check_mixed(gpus, pools.num_gpus, options)
+    if options["nvlink_domain"] is not None:
+        raise SpecError("--nvlink-domain is not taken with a mixed cluster: each pool keeps its system's")
+    stack = stack_of(framework, options)
+    settings = _settings(options, stack) | {"stack": stack}
+    model = model_at(model_ref, options["seq"])
+    run_mixed(model, system_ref, _global_batch(model, options["global_batch"]), settings, options["top_k"], as_json)
 
 
 def _settings(options: dict[str, Any], stack: Stack) -> dict[str, Any]:
     """The search's choices from the shared search options (search_options.py) and ``--top``."""
     check_options(top=options["top_k"])
-    return space_settings(pop_search_options(options), stack)
+    return space_settings(pop_search_options(options), stack) | {"stage_layers": options.pop("per_stage")}
 
 
 def _every_plan(all_plans: bool, output: str | None) -> tuple[Any, str | None]:

@@ -58,6 +58,9 @@ def check_layout(plan: Plan, framework: str) -> None:
     """What no framework below runs: the 2D SUMMA layout, LoRA (left out here), a rank order other than the
     Megatron-LM / torchtitan one (tp innermost, then cp, dp, pp), per-rank recompute or offload (Megatron-LM's and
     Megatron-Bridge's emitters write ``per_rank_fallback`` first)."""
+    if plan.stage_layers:
+        raise refuse(framework, "stage_layers", ",".join(map(str, plan.stage_layers)), "it writes an even split of "
+                     "the layers (at most with a first and a last stage count)")
     for name in ("stage_recompute", "stage_offload"):
         if getattr(plan, name):
             raise refuse(framework, name, ",".join(map(str, getattr(plan, name))), "it runs one recompute and "

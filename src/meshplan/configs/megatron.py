@@ -62,6 +62,7 @@ from meshplan.configs.common import (
     torchrun,
 )
 from meshplan.configs.format import ConfigFormat
+from meshplan.configs.layout import layout_string, stage_layers_of
 from meshplan.configs.megatron_model import MEGATRON_ARGUMENT, architecture, arguments
 from meshplan.configs.megatron_rules import check as check_rules
 from meshplan.errors import SpecError
@@ -88,8 +89,9 @@ _SCALING = {"delayed": "delayed", "current": "tensorwise"}
 
 
 def _plan_args(plan: Plan, model: ModelSpec, stack: Stack) -> list[tuple[str, Any]]:
-    """The parallel layout's arguments (refusing what Megatron-LM cannot run)."""
-    check_layout(plan, _NAME)
+    """The parallel layout's arguments (refusing what Megatron-LM cannot run); layers per rank as Megatron-Core's
+    custom pipeline layout (configs/layout.py)."""
+    check_layout(plan.with_(stage_layers=()), _NAME)
     if plan.zero > 1:
         raise refuse(_NAME, "zero", plan.zero, "its distributed optimizer is ZeRO-1")
     if plan.offload_activations:
@@ -109,6 +111,8 @@ def _plan_args(plan: Plan, model: ModelSpec, stack: Stack) -> list[tuple[str, An
         ("--num-virtual-stages-per-pipeline-rank", plan.vpp if plan.vpp > 1 else None),
         ("--decoder-first-pipeline-num-layers", plan.first_stage_layers or None),
         ("--decoder-last-pipeline-num-layers", plan.last_stage_layers or None),
+        ("--pipeline-model-parallel-layout",
+         layout_string(plan.stage_layers, plan.vpp, model.mtp_layers) if plan.stage_layers else None),
         ("--sequence-parallel", plan.sequence_parallel),
         ("--micro-batch-size", plan.micro_batch), ("--global-batch-size", plan.global_batch),
         ("--use-distributed-optimizer", plan.zero == 1), ("--optimizer-cpu-offload", plan.offload_optimizer)]
@@ -243,12 +247,15 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
     vpp = _int(options, "--num-virtual-stages-per-pipeline-rank", 1)
     if "--num-layers-per-virtual-pipeline-stage" in options:
         vpp = model.num_layers // (sizes["pp"] * _int(options, "--num-layers-per-virtual-pipeline-stage", 1))
+    stage_layers: tuple[int, ...] = ()
+    if "--pipeline-model-parallel-layout" in options:  # the layout says the chunks per rank too
+        stage_layers, vpp = stage_layers_of(str(options["--pipeline-model-parallel-layout"]), sizes["pp"])
     fields = dict(
         dp=data_parallel(gpus, _NAME, **sizes), **sizes, ep=_int(options, "--expert-model-parallel-size", 1),
         etp=_int(options, "--expert-tensor-parallel-size", sizes["tp"]), vpp=vpp,
         schedule="interleaved" if vpp > 1 else "1f1b",
         last_stage_layers=_int(options, "--decoder-last-pipeline-num-layers", 0),
-        first_stage_layers=_int(options, "--decoder-first-pipeline-num-layers", 0),
+        first_stage_layers=_int(options, "--decoder-first-pipeline-num-layers", 0), stage_layers=stage_layers,
         sequence_parallel="--sequence-parallel" in options, micro_batch=_int(options, "--micro-batch-size", 1),
         global_batch=_int(options, "--global-batch-size", 0), zero=int("--use-distributed-optimizer" in options),
         offload_optimizer="--optimizer-cpu-offload" in options, **_recompute(options),
@@ -268,7 +275,8 @@ _WRITTEN = frozenset(("--attention-backend", "--bf16", "--context-parallel-size"
     "--moe-router-topk", "--moe-shared-expert-intermediate-size", "--no-overlap-p2p-communication", "--normalization",
     "--num-attention-heads", "--num-experts", "--num-layers", "--num-layers-per-virtual-pipeline-stage",
     "--num-query-groups", "--optimizer", "--optimizer-cpu-offload", "--overlap-grad-reduce", "--overlap-param-gather",
-    "--pipeline-model-parallel-size", "--position-embedding-type", "--recompute-granularity", "--recompute-method",
+    "--pipeline-model-parallel-layout", "--pipeline-model-parallel-size", "--position-embedding-type",
+    "--recompute-granularity", "--recompute-method",
     "--recompute-modules", "--recompute-num-layers", "--seq-length", "--sequence-parallel", "--sgd-momentum",
     "--swiglu", "--tensor-model-parallel-size", "--tp-comm-overlap", "--untie-embeddings-and-output-weights",
     "--use-distributed-optimizer", "--use-precision-aware-optimizer", "--num-virtual-stages-per-pipeline-rank"))

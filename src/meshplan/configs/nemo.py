@@ -53,6 +53,7 @@ from meshplan.configs.common import (
     torchrun,
 )
 from meshplan.configs.format import ConfigFormat
+from meshplan.configs.layout import layout_string, stage_layers_of
 from meshplan.configs.megatron import CP_COMM_TYPE
 from meshplan.configs.megatron_model import architecture
 from meshplan.errors import SpecError
@@ -72,7 +73,7 @@ _MIXED_PRECISION = {("bf16", "delayed"): "bf16_mixed", ("fp16", "delayed"): "fp1
 
 def _check(plan: Plan, stack: Stack) -> str:
     """The mixed_precision preset, after refusing what Megatron-Bridge cannot run."""
-    check_layout(plan, _NAME)
+    check_layout(plan.with_(stage_layers=()), _NAME)  # per-rank layers: its TransformerConfig's layout
     if plan.zero > 1:
         raise refuse(_NAME, "zero", plan.zero, "its distributed optimizer is ZeRO-1")
     schedule = "interleaved" if plan.vpp > 1 else "1f1b"
@@ -93,6 +94,8 @@ def _overrides(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
         "model.virtual_pipeline_model_parallel_size": plan.vpp if plan.vpp > 1 else None,
         "model.num_layers_in_first_pipeline_stage": plan.first_stage_layers or None,
         "model.num_layers_in_last_pipeline_stage": plan.last_stage_layers or None,
+        "model.pipeline_model_parallel_layout": layout_string(plan.stage_layers, plan.vpp, model.mtp_layers)
+        if plan.stage_layers else None,
         "model.sequence_parallel": plan.sequence_parallel, "model.seq_length": model.seq_length,
         "train.micro_batch_size": plan.micro_batch, "train.global_batch_size": plan.global_batch,
         "ddp.use_distributed_optimizer": plan.zero == 1, "optimizer.use_distributed_optimizer": plan.zero == 1,
@@ -210,6 +213,10 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
                                                                  ("pp", "pipeline_model_parallel"),
                                                                  ("cp", "context_parallel"))}
     vpp = _int(values, "model.virtual_pipeline_model_parallel_size", 1)
+    stage_layers: tuple[int, ...] = ()
+    if "model.pipeline_model_parallel_layout" in values:  # the layout says the chunks per rank too
+        stage_layers, vpp = stage_layers_of(str(values["model.pipeline_model_parallel_layout"]), sizes["pp"],
+                                            "model.pipeline_model_parallel_layout")
     precision, scaling = {v: k for k, v in _MIXED_PRECISION.items()}[known_value(
         _NAME, "mixed_precision", values.get("mixed_precision", "bf16_mixed"), tuple(_MIXED_PRECISION.values()))]
     granularity = values.get("model.recompute_granularity", "none")
@@ -219,7 +226,7 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         etp=_int(values, "model.expert_tensor_parallel_size", sizes["tp"]), vpp=vpp,
         schedule="interleaved" if vpp > 1 else "1f1b",
         last_stage_layers=_int(values, "model.num_layers_in_last_pipeline_stage", 0),
-        first_stage_layers=_int(values, "model.num_layers_in_first_pipeline_stage", 0),
+        first_stage_layers=_int(values, "model.num_layers_in_first_pipeline_stage", 0), stage_layers=stage_layers,
         sequence_parallel=_flag(values, "model.sequence_parallel"),
         micro_batch=_int(values, "train.micro_batch_size", 1), global_batch=_int(values, "train.global_batch_size", 0),
         zero=int(_flag(values, "ddp.use_distributed_optimizer")),

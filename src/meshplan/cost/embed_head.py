@@ -11,6 +11,7 @@ from meshplan.cost.eager import EAGER, eager_op
 from meshplan.cost.extras import head_extra_ops
 from meshplan.cost.fsdp import fsdp_grad_prep
 from meshplan.cost.lora import lora
+from meshplan.cost.ple import ple_embed_ops
 from meshplan.cost.records import ACT_BYTES, FP32, MASK_BYTES, Dims, OpCost, dims
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import head_vocab, vocab_shard
@@ -35,6 +36,7 @@ def embedding_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     elems = d.tokens * h
     mask = d.tokens_sp * h * MASK_BYTES if d.dropout else 0.0
     ops = lookup("embed/lookup", elems, d, mask) + vocab_parallel_reduce("embed/tp", elems, plan)
+    ops += ple_embed_ops(model, d)  # per-layer embeddings (cost/ple.py)
     ops += fsdp_grad_prep("embed", model.embedding_params() / plan.tp, plan, stack)
     return lora(ops, plan, d)
 

@@ -43,6 +43,7 @@ from meshplan.cost.blocks import collective, elementwise, gemm, norm
 from meshplan.cost.decode import Shape, forward, stream
 from meshplan.cost.decode import collective as serve_collective
 from meshplan.cost.decode import gemm as serve_gemm
+from meshplan.cost.ple import ple_layer_ops, serve_ple_layer_ops
 from meshplan.cost.records import ACT_BYTES, FP32, Dims, OpCost
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import moa_topk
@@ -93,6 +94,7 @@ def extra_ops(model: ModelSpec, plan: Plan, d: Dims, kind: str) -> list[OpCost]:
     """The extras of one layer of ``kind`` (ModelSpec.block_counts: dense, moe, or a hybrid's blocks)."""
     attention = kind in ("dense", "attention") or (kind == "moe" and not model.is_hybrid)
     ops = attention_extra_ops(model, plan, d) if attention else []
+    ops += ple_layer_ops(model, d) if attention or kind == "window" else []  # per-layer embeddings: cost/ple.py
     if kind in ("dense", "mlp"):
         ops += ffn_extra_ops(model, plan, d)
     if kind == "moe" and model.moe_post_norm:
@@ -152,4 +154,6 @@ def serve_extra_ops(model: ModelSpec, sh: Shape, kind: str) -> list[OpCost]:
         ops.append(forward(elementwise("moe/out_bias", rows * model.hidden_size, rows * model.hidden_size, 1.0)))
     if kind == "moe" and model.moe_post_norm:
         ops.append(forward(elementwise("moe/post_norm", rows * model.hidden_size, rows * model.hidden_size, 5.0)))
+    if kind in ("dense", "attention", "window") or (kind == "moe" and not model.is_hybrid):
+        ops += serve_ple_layer_ops(model, sh)
     return ops

@@ -21,7 +21,7 @@ from meshplan.cost.recompute import rerun_by
 from meshplan.cost.records import token_rows
 from meshplan.specs.mixer_params import attention_spec
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.model_extras import head_vocab
+from meshplan.specs.model_extras import head_vocab, ple_projection_params
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
@@ -31,7 +31,7 @@ from meshplan.xp import Num
 @lru_cache(maxsize=256)
 def matmul_params(model: ModelSpec) -> int:
     """Parameters that take part in a matmul per token (active experts only; the LM head even if tied)."""
-    lookup = model.embedding_params()
+    lookup = model.embedding_params() - ple_projection_params(model)  # the per-layer inputs' projection: a matmul
     head = model.vocab_size * model.hidden_size if model.tied_embeddings else 0
     return model.params(active=True) - lookup + head
 

@@ -76,6 +76,8 @@ def layers_on_stage(model: ModelSpec, plan: Plan) -> Num:
 
 
 def _layers_on_stage(model: ModelSpec, plan: Plan) -> Num:
+    if plan.stage_layers and plan.pp > 1:  # per-rank counts (one plan): the heaviest middle rank's, or of the two
+        return max(plan.stage_layers[1:-1] or plan.stage_layers)
     uneven, first = _uneven(plan), _uneven_first(plan)
     ranks = plan.pp - uneven - first
     ranks = ranks + (ranks == 0)
@@ -83,18 +85,26 @@ def _layers_on_stage(model: ModelSpec, plan: Plan) -> Num:
 
 
 def layers_on_first(model: ModelSpec, plan: Plan) -> Num:
-    """Layers on the first pipeline rank: ``plan.first_stage_layers``, or those of the middle ranks."""
+    """Layers on the first pipeline rank: ``plan.stage_layers``' first, ``plan.first_stage_layers``, or those of the
+    middle ranks."""
+    if plan.stage_layers and plan.pp > 1:
+        return plan.stage_layers[0]
     return where(_uneven_first(plan), plan.first_stage_layers, layers_on_stage(model, plan))
 
 
 def layers_on_last(model: ModelSpec, plan: Plan) -> Num:
-    """Layers on the last pipeline rank: ``plan.last_stage_layers``, or those of the others (``layers_on_stage``)."""
+    """Layers on the last pipeline rank: ``plan.stage_layers``' last, ``plan.last_stage_layers``, or those of the
+    others (``layers_on_stage``)."""
+    if plan.stage_layers and plan.pp > 1:
+        return plan.stage_layers[-1]
     return where(_uneven(plan), plan.last_stage_layers, layers_on_stage(model, plan))
 
 
 def layers_on_rank(model: ModelSpec, plan: Plan, rank: int) -> Num:
     """Layers on pipeline rank ``rank`` (r ≥ 1 the last's where it is the last, of each plan of a batch): the
-    first's, the last's or a middle rank's."""
+    first's, the last's or a middle rank's (``plan.stage_layers``: its own)."""
+    if plan.stage_layers and plan.pp > 1:
+        return plan.stage_layers[rank]
     if rank == 0:
         return layers_on_first(model, plan)
     return where(plan.pp - 1 == rank, layers_on_last(model, plan), layers_on_stage(model, plan))
@@ -259,10 +269,10 @@ def trainable(params: StageParams, plan: Plan) -> StageParams:
     return params
 
 
-def middle_params(model: ModelSpec, plan: Plan) -> StageParams:
-    """A middle pipeline rank (neither end) of one plan: its layers only (``layers_on_stage``), MoE ones at the
-    model-wide share past the dense first layers (on the first rank), LoRA adapters."""
-    layers = layers_on_stage(model, plan)
+def middle_params(model: ModelSpec, plan: Plan, rank: int | None = None) -> StageParams:
+    """A middle pipeline rank (neither end) of one plan: its layers only (``layers_on_stage``, or rank ``rank``'s
+    own), MoE ones at the model-wide share past the dense first layers (on the first rank), LoRA adapters."""
+    layers = layers_on_stage(model, plan) if rank is None else layers_on_rank(model, plan, rank)
     moe_layers = layers * moe_fraction(model) if model.is_hybrid else (
         minimum(layers / model.moe_layer_freq, model.num_moe_layers) if model.is_moe else 0)
     adapters = adapter_params(model, plan) * layers

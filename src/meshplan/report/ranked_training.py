@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from meshplan.goodput import Goodput, Reliability, goodput
+from meshplan.goodput import Goodput, Reliability, plan_goodput
 from meshplan.report import terms
 from meshplan.report.fold import Col, Listing
 from meshplan.report.ranked import Lead, Ranked, rejected_listing
@@ -75,12 +75,18 @@ def step_text(est: Estimate) -> str:
 
 def expected(est: Estimate, rel: Reliability | None) -> Goodput | None:
     """The plan's failure accounting under ``rel`` (goodput.py), None without one."""
-    return None if rel is None else goodput(est.model, est.plan, est.cluster.num_gpus, rel)
+    return None if rel is None else plan_goodput(est, rel)
 
 
 def failures_text(est: Estimate, rel: Reliability) -> str:
     """One paragraph on the plan's failure accounting (goodput.py), every assumption named."""
-    g = goodput(est.model, est.plan, est.cluster.num_gpus, rel)
+    g = plan_goodput(est, rel)
+    if g.recovery == "replica":
+        return (f"with failures (one interruption per {rel.mtbf_gpu_hours:,.0f} GPU-hours, --mtbf): on "
+                f"{est.cluster.num_gpus:,} GPUs one every {fmt_time(g.job_mtbf_s)}, each taking one of the "
+                f"{est.plan.dp} replicas out for its restart ({fmt_time(rel.restart_s)}, assumed) and its heal from a "
+                f"peer ({fmt_time(g.heal_s)}) while the others train on (TorchFT); goodput {g.goodput:.1%}: a step "
+                f"takes {fmt_time(est.step_time * g.factor)} on average")
     return (f"with failures (one interruption per {rel.mtbf_gpu_hours:,.0f} GPU-hours, --mtbf): on "
             f"{est.cluster.num_gpus:,} GPUs one every {fmt_time(g.job_mtbf_s)}; a checkpoint of "
             f"{fmt_bytes(g.checkpoint_bytes)} takes {fmt_time(g.checkpoint_s)} at "
@@ -127,6 +133,19 @@ def _layout(p) -> str:
 SHORT = {"none": "-", "selective": "sel"}  # per-rank recompute entries in the recompute column
 
 
+def run_lengths(values: tuple[int, ...]) -> str:
+    """Counts per pipeline rank, a run of k equal ones as N×k: 3,4,4,4,3 -> 3,4×3,3."""
+    out: list[str] = []
+    i = 0
+    while i < len(values):
+        j = i
+        while j < len(values) and values[j] == values[i]:
+            j += 1
+        out.append(f"{values[i]}×{j - i}" if j - i > 2 else ",".join([str(values[i])] * (j - i)))
+        i = j
+    return ",".join(out)
+
+
 def _plan_cells(result) -> dict[str, list[str]]:
     """The best plans' layout columns (before their figures), one cell per plan, in the wide table's order."""
     ests = result.plans
@@ -135,6 +154,7 @@ def _plan_cells(result) -> dict[str, list[str]]:
     asynchronous = any(e.plan.schedule in (*ASYNC_NOTES, *SPLIT_SCHEDULES) and e.plan.pp > 1 for e in ests)
     uneven = any(e.plan.last_stage_layers for e in ests)
     uneven_first = any(e.plan.first_stage_layers for e in ests)
+    per_rank = any(e.plan.stage_layers for e in ests)
     for est in ests:
         p = est.plan
         cells["dp·tp·pp·cp"].append(_layout(p))
@@ -145,11 +165,14 @@ def _plan_cells(result) -> dict[str, list[str]]:
             cells["first"].append(str(p.first_stage_layers or "-"))
         if uneven:
             cells["last"].append(str(p.last_stage_layers or "-"))
+        if per_rank:
+            cells["layers"].append(run_lengths(p.stage_layers) or "-")
         if asynchronous:
             cells["schedule"].append(p.schedule if p.pp > 1 else "-")
         cells["mbs"].append(str(p.micro_batch))
         cells["zero"].append(str(p.zero))
-        cells["recompute"].append(",".join(SHORT.get(e, e) for e in p.stage_recompute) or p.recompute)
+        layers = f" {p.recompute_layers}" if p.recompute == "full" and p.recompute_layers else ""
+        cells["recompute"].append(",".join(SHORT.get(e, e) for e in p.stage_recompute) or p.recompute + layers)
         cells["sp"].append("on" if p.sequence_parallel else "-")
         act = "act " + ",".join(map(str, p.stage_offload)) if p.stage_offload else "act"
         cells["offload"].append("+".join(k for k, on in (("opt", p.offload_optimizer),
@@ -173,6 +196,7 @@ def best_plans(result: SearchResult, tokens: float | None = None, price: float |
             cells[name].append(value)
     meanings = {"#": terms.RANK_SIMPLEST if simplest_leads(result) else terms.RANK_SIMPLE} \
         if prefers_simple(result) else {}
+    meanings = {"#": terms.RANK_GOODPUT} if rel is not None else meanings
     left = ("recompute", "offload", *tier_headers(result.cluster))
 
     def meaning(h: str) -> str:

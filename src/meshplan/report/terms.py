@@ -13,12 +13,15 @@ HEADERS = {
              "refined so: search/refine.py)",
     "last": "layers on the last pipeline stage, where the plan sets them apart (-: an even split; shown when a "
             "plan does)",
+    "layers": "decoder layers per pipeline rank, where a plan sets each rank's (N×k: k ranks of N; the stage DP, "
+              "search/stage_dp.py; Megatron-Core's --pipeline-model-parallel-layout)",
     "mbs": "sequences per micro-batch",
     "schedule": "pipeline schedule (shown when a plan is asynchronous: pipedream, pipedream-2bw train on stale "
                 "weights, searched only with --async-pipeline)",
     "zero": "ZeRO stage (1 shards the optimizer state over dp, 2 also gradients, 3 also weights)",
-    "recompute": "activations recomputed (selective: the attention core; full: whole layers); per pipeline rank "
-                 "where the ranks differ (sel, full, N: N layers full, -: none; search/stage_settings.py)",
+    "recompute": "activations recomputed (selective: the attention core; full: whole layers; full N: N layers of "
+                 "each rank); per pipeline rank where the ranks differ (sel, full, N: N layers full, -: none; "
+                 "search/stage_settings.py)",
     "sp": "sequence parallelism",
     "offload": "held in host memory (opt: optimizer state and step; act: activations; act 3,1,0: layers per "
                "pipeline rank)",
@@ -55,6 +58,8 @@ _SIMPLER = ("the simplest first (fewest of: tp, pp, cp, ep, a second tp grid axi
             "optimizer and activation offload, any recompute), then the lightest, then the fastest; the others after "
             "them, fastest first")
 RANK_SIMPLE = ("rank: the fastest plan first, then the others within its ranking band, " + _SIMPLER)
+RANK_GOODPUT = ("rank: by expected time with failures (--mtbf), the step over its goodput, least first "
+                "(search/by_goodput.py)")
 RANK_SIMPLEST = ("rank: the plans within the fastest plan's ranking band first, " + _SIMPLER)
 BEST_SIMPLE = "the plan ranked first at that count (the simplest within the fastest plan's ranking band)"
 SUMMA_CELL = ("4x2 as tp", "2D SUMMA tensor parallelism on a tp x tp2 grid of 4 x 2")

@@ -8,8 +8,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from meshplan.energy import step_energy
 from meshplan.fields import MEMORY_HEADROOM, usable_hbm
-from meshplan.goodput import Reliability, goodput
+from meshplan.goodput import Reliability, plan_goodput
 from meshplan.groups import axis_tiers
 from meshplan.report import terms
 from meshplan.report.fold import Col, folded_tables, headers, legend, listing_tables, refold, shell_command
@@ -96,6 +97,9 @@ def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
         fit = (f"fits HBM, but not the {MEMORY_HEADROOM:.0%} headroom `plan` keeps free for the model's memory "
                f"error: {fmt_over(est.peak_memory, usable_hbm(cap))}; plan rejects it")
     summary.add_row("peak memory", f"{fmt_bytes(est.peak_memory)} of {fmt_bytes(cap)} ({fit})")
+    energy = step_energy(est)
+    if energy is not None:
+        summary.add_row("energy", energy.text())
     console.print(summary)
 
     times = Table(title="step time breakdown", title_justify="left")
@@ -254,8 +258,11 @@ def search_json(results, tokens: float | None, price: float | None, rank_by: str
         for plan, est in zip(d["plans"], r.plans, strict=True):
             plan.update(training_cost(est, tokens, price, rel))
             if rel is not None:
-                plan["failures"] = goodput(est.model, est.plan, est.cluster.num_gpus, rel).as_dict()
+                plan["failures"] = plan_goodput(est, rel).as_dict()
             plan["frameworks"] = frameworks_running(est.plan, est.model)
+            energy = step_energy(est)
+            if energy is not None:
+                plan["energy"] = energy.as_dict()
             if rerun is not None:
                 plan["estimate_command"] = rerun(est)
         return d

@@ -40,6 +40,7 @@ from meshplan.search.placements import PLACEMENTS
 from meshplan.search.refine import refine_ends
 from meshplan.search.select import ranked
 from meshplan.search.space import Space
+from meshplan.search.stage_dp import dp_kinds, refine_ranked
 from meshplan.search.stage_settings import refine_stages
 from meshplan.search.workers import jobs, run_jobs, worker_count
 from meshplan.specs.efficiency import DEFAULT, Efficiency
@@ -118,6 +119,9 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
         staged = refine_stages(model, cluster, plans[0], space, eff)
         plans = (staged, *(p for p in plans[1:] if p.plan != staged.plan))
         fastest = min(fastest, staged, key=lambda e: e.step_time)
+    if plans and fastest is not None and space.stage_layers:  # layers and settings per rank (stage_dp.py)
+        kinds = dp_kinds(space.recompute, True in space.offload_activations)
+        plans, fastest = refine_ranked(model, cluster, plans, fastest, kinds, space.headroom, eff)
     return SearchResult(model=model, cluster=cluster, space=space, plans=plans, fastest=fastest,
                         evaluated=sum(r.evaluated for r in results), feasible=sum(r.feasible for r in results),
                         bounded=sum(r.bounded for r in results),

@@ -45,6 +45,13 @@ class Space:
     # below the even one (combos.stage_options; each adds a size row per pp > 1 combination: 1 costs the search about a
     # quarter more time, 2 about a half); 0, or a stack without uneven stages: even splits only
     uneven_stages: int = 1
+    # the stage DP (search/stage_dp.py): the first pipelined plans refined with a layer count and a setting per
+    # pipeline rank where the framework runs that (Supports.stage_layers); off by default (``meshplan plan`` turns it
+    # on: --per-stage), so that the search's ranking is that of the uniform plans
+    stage_layers: bool = False
+    # MoE expert GEMMs searched as a plan choice (Stack.expert_gemm: per_expert, grouped), those the framework runs
+    # (Supports.expert_gemms): each a search of its own, the fastest kept (search/variants.py); (): the stack's own
+    expert_gemms: tuple[str, ...] = ()
     gpipe: bool = False  # GPipe: the step time of 1F1B with at least its memory (dominated; see search.run)
     # the asynchronous schedules (pipedream, pipedream-2bw: stale weights, so never searched unless asked for), those
     # of them the stack's framework runs (only ``--framework any`` / generic: no framework preset runs them)
@@ -165,6 +172,8 @@ class Space:
         object.__setattr__(self, "gpipe", self.gpipe and "gpipe" in can.schedules)
         object.__setattr__(self, "all_placements", self.all_placements and can.any_placement)
         object.__setattr__(self, "uneven_stages", self.uneven_stages if can.uneven_stages else 0)
+        object.__setattr__(self, "stage_layers", self.stage_layers and can.stage_layers)
+        object.__setattr__(self, "expert_gemms", tuple(g for g in self.expert_gemms if g in can.expert_gemms))
         if "cp" not in can.axes:
             object.__setattr__(self, "cp_max", 1)
 

@@ -22,6 +22,7 @@ from meshplan.allreduce import tp_all_reduce
 from meshplan.comm import collective_time, split_group
 from meshplan.cost.decode import Shape, collective, gemm, sixteen_bit, stream
 from meshplan.cost.extras import serve_extra_ops, serve_head_extra_ops
+from meshplan.cost.ple import serve_ple_embed_ops
 from meshplan.cost.records import ACT_BYTES, OpCost
 from meshplan.dispatch import dispatch_time
 from meshplan.groups import send_stride
@@ -58,6 +59,7 @@ def edge_ops(model: ModelSpec, sh: Shape, first: Num, last: Num) -> list[OpCost]
     sampled = sh.decode + sh.prompts + sh.padded
     return [stream("embed/lookup", first * 2 * ACT_BYTES * sh.rows * h),
             collective("embed/tp", "all_reduce", first * sh.rows * h * ACT_BYTES, "tp", t),
+            *serve_ple_embed_ops(model, sh, first),  # per-layer embeddings (cost/ple.py)
             *serve_head_extra_ops(model, sh, sampled, last),
             stream("head/norm", model.final_norm * last * 4 * ACT_BYTES * sampled * h),
             # the engines pad the output layer (vLLM's ParallelLMHead to a multiple of 64): its GEMM is aligned

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from meshplan import ranges
 from meshplan.errors import PlanError
-from meshplan.specs.check_pipeline import check_first_stage, check_split, check_stage_settings
+from meshplan.specs.check_pipeline import check_first_stage, check_split, check_stage_layers, check_stage_settings
 from meshplan.specs.plan import (
     ASYNC_SCHEDULES,
     DENSE_AXES,
@@ -64,6 +64,9 @@ def check(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack = 
     if model.index_topk and (plan.cp > 1 or plan.tensor_layout != "1d"):
         reasons.append(f"cp={plan.cp}, tensor_layout={plan.tensor_layout!r}: DeepSeek Sparse Attention (index_topk) "
                        "is costed with cp=1 and the 1d layout only")
+    if model.per_layer_input and (plan.pp > 1 or plan.tensor_layout != "1d"):
+        reasons.append(f"pp={plan.pp}, tensor_layout={plan.tensor_layout!r}: per-layer embeddings (per_layer_input) "
+                       "are costed on one pipeline stage in the 1d layout (their inputs would travel with the sends)")
     if model.diff_attention and plan.tensor_layout != "1d":
         reasons.append(f"tensor_layout={plan.tensor_layout!r}: differential attention is costed in the 1d layout only")
     reasons += _check_options(model, cluster, plan, stack)
@@ -203,6 +206,7 @@ def _check_pipeline(model: ModelSpec, plan: Plan) -> list[str]:
     if stages > model.num_layers:
         reasons.append(f"pp*vpp = {stages} exceeds num_layers={model.num_layers}")
     reasons += _check_last_stage(model, plan) + check_first_stage(model, plan) + check_stage_settings(model, plan)
+    reasons += check_stage_layers(model, plan)
     if plan.schedule not in SCHEDULES:  # _check_choices says it
         return reasons
     if plan.schedule in ASYNC_SCHEDULES:

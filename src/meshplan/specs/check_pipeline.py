@@ -57,6 +57,37 @@ def check_first_stage(model: ModelSpec, plan: Plan) -> list[str]:
     return []
 
 
+def check_stage_layers(model: ModelSpec, plan: Plan) -> list[str]:
+    """Per-rank layer counts (Plan.stage_layers, Megatron-Core's pipeline_model_parallel_layout, which asserts that
+    its decoder layers sum to num_layers and that every (rank, chunk) has a place): one count per pipeline rank, each at
+    least one layer per model chunk and a multiple of vpp, summing to the layers, on a plan whose ranks can be priced
+    apart, and not beside the first / last stage counts (Megatron-Core refuses the layout with them:
+    TransformerConfig.__post_init__, 'pipeline_model_parallel_layout cannot be set with other pipeline layout
+    arguments')."""
+    layers = plan.stage_layers
+    if not layers:
+        return []
+    if not isinstance(layers, tuple) or any(not isinstance(n, int) or isinstance(n, bool) for n in layers):
+        return [f"stage_layers={layers!r} must list a layer count per pipeline rank"]
+    shown = ",".join(map(str, layers))
+    if plan.pp == 1 or len(layers) != plan.pp:
+        return [f"stage_layers={shown} needs one count per pipeline rank (pp={plan.pp} > 1)"]
+    reasons = []
+    if min(layers) < plan.vpp or any(n % plan.vpp for n in layers):
+        reasons.append(f"stage_layers={shown}: each rank needs a positive multiple of vpp={plan.vpp} layers (one or "
+                       "more per model chunk)")
+    if sum(layers) != model.num_layers:
+        reasons.append(f"stage_layers={shown} sums to {sum(layers)}, not num_layers={model.num_layers}")
+    if plan.first_stage_layers or plan.last_stage_layers:
+        reasons.append(f"stage_layers={shown} gives every rank its count: first_stage_layers and last_stage_layers "
+                       "must be 0 beside it")
+    if plan.schedule in ("zb-v", "chimera"):
+        reasons.append(f"schedule={plan.schedule} runs even stages: stage_layers must be left out")
+    elif problem := _apart_problem(plan):
+        reasons.append(f"stage_layers: {problem}")
+    return reasons
+
+
 def _apart_problem(plan: Plan) -> str:
     """Why the ranks of ``plan`` cannot be priced apart (step/ranks.py), "" if they can: DualPipe's ranks hold two
     stages each, the asynchronous schedules' weight versions and offloaded weights are priced for the end ranks only."""

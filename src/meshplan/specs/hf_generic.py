@@ -26,6 +26,7 @@ from meshplan.specs.hf_linear import linear_fields
 from meshplan.specs.hf_meta import MetaModel
 from meshplan.specs.hf_modules import LayerBlocks, read_layer
 from meshplan.specs.hf_outside import outside_fields, text_config
+from meshplan.specs.hf_ple import claim_ple_layers, refuse_unmodelled
 from meshplan.specs.hf_sizes import attention_fields, deltanet_fields, mamba_fields, moe_fields
 from meshplan.specs.hf_window import split_windowed, window_fields
 
@@ -51,10 +52,13 @@ def read_generic(meta: MetaModel, where: str) -> tuple[dict[str, Any], tuple[int
     model, cfg = meta.module, text_config(meta.config)
     if not meta.layers:
         raise SpecError(f"{where}: {type(model).__name__} has no list of decoder layers meshplan can read")
+    refuse_unmodelled(cfg, where)  # Gemma 3n's AltUp and LAuReL, shared keys and values (hf_ple.py)
     outside = outside_fields(meta, where)
     hidden = outside["hidden_size"]
     modules = list(model.get_submodule(meta.layer_path))
     layers = [read_layer(layer, hidden) for layer in modules]
+    if outside.get("per_layer_input"):
+        claim_ple_layers(modules, layers, hidden, outside["per_layer_input"])
     extras = claim_extras(modules, layers, hidden, cfg)
     split_windowed(layers, cfg)  # windowed layers of their own attention shape: "W" blocks (hf_window.py)
     for layer in layers:  # attention and Mamba-2 side by side (Falcon-H1): one "P" block where the first stood

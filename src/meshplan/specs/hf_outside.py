@@ -14,6 +14,7 @@ from typing import Any
 
 from meshplan.errors import SpecError
 from meshplan.specs.hf_meta import MetaModel
+from meshplan.specs.hf_ple import ple_fields
 
 DROPOUT = ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "hidden_dropout_prob",
            "attention_probs_dropout_prob", "dropout", "residual_dropout", "embedding_dropout", "ffn_dropout")
@@ -81,6 +82,8 @@ def outside_fields(meta: MetaModel, where: str) -> dict[str, Any]:
             fields.update(position_embedding="learned", max_position_embeddings=int(module.weight.shape[0]))
         else:
             others.append((own, name, type(module).__name__))
+    ple, others = ple_fields(model, others, hidden, len(list(model.get_submodule(meta.layer_path))))
+    fields |= ple  # per-layer embeddings (Gemma 4: hf_ple.py)
     if others:
         text_type = str(getattr(getattr(meta.config, "text_config", None), "model_type", "") or "")
         hint = (f"; its language model alone is the config.json of its text_config (model_type {text_type!r})"

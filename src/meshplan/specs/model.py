@@ -363,7 +363,7 @@ class ModelSpec(extras.ModelExtras):
         """Token embedding V·H plus learned positions (if any) and the embedding norm (if any)."""
         positions = self.max_position_embeddings if self.position_embedding == "learned" else 0
         norm = self.norm_params(self.hidden_size) if self.embedding_norm else 0
-        return (self.vocab_size + positions) * self.hidden_size + norm
+        return (self.vocab_size + positions) * self.hidden_size + norm + extras.ple_embedding_params(self)
 
     def head_params(self) -> int:
         """Final norm (unless ``final_norm`` is off) plus the LM head (V·H unless tied: model_extras.lm_head_params)."""

@@ -27,6 +27,14 @@ its work in cost/extras.py (training and serving). Sources, transformers 5.24's 
   output: the spec's q and o count k experts' (A·d each way); the other E_a − k experts' 2·H·K·d each, the router
   and the bias are these extras (the active count, per token, only the router and the bias).
 - ``moe_out_bias``: a bias H on a MoE block's output (JetMoeMoE.bias): H weights in each MoE layer.
+- ``per_layer_input`` d_p and ``per_layer_vocab`` V_p: per-layer embeddings (Gemma 4 and Gemma 3n, models/gemma4/
+  modeling_gemma4.py Gemma4TextModel): a second lookup table V_p × L·d_p (``embed_tokens_per_layer``, an embedding's
+  lookup, in embedding_params), a projection of the token embedding H → L·d_p (``per_layer_model_projection``) and an
+  RMSNorm over each layer's d_p (``per_layer_projection_norm``), summed and scaled into one d_p input per layer, all
+  three with the embedding (embedding_params: the first stage's; the projection counts as matmul parameters,
+  cost/flops.py); in every layer a gate H → d_p (``per_layer_input_gate``), the
+  activation, its product with the layer's input, a projection d_p → H (``per_layer_projection``) and an RMSNorm over
+  H (``post_per_layer_input_norm``) added to the residual: 2·H·d_p + a norm, kept whole on every tensor-parallel rank.
 """
 
 from __future__ import annotations
@@ -57,6 +65,8 @@ class ModelExtras:
     attention_experts: int = 0
     moe_out_bias: bool = False
     head_transform: bool = False
+    per_layer_input: int = 0
+    per_layer_vocab: int = 0
 
 
 def head_vocab(spec: _Spec) -> int:
@@ -97,6 +107,36 @@ def edge_layer_params(spec: _Spec, i: int, first: bool = True, last: bool = True
     return bias - (spec.norm_params(spec.hidden_size) if first and spec.first_norm_skipped and i == 0 else 0)
 
 
+def ple_layers(spec: _Spec) -> int:
+    """The decoder layers that take a per-layer input: every layer, or a hybrid's attention blocks (full "*" and
+    windowed "W": one each in a Gemma 4 layer)."""
+    if spec.is_hybrid:
+        return int(spec.layer_pattern.count("*") + spec.layer_pattern.count("W"))
+    return int(spec.num_layers)
+
+
+def ple_lookup_params(spec: _Spec) -> int:
+    """The per-layer embeddings' table V_p·L·d_p (module docstring), an embedding lookup."""
+    return spec.per_layer_vocab * ple_layers(spec) * spec.per_layer_input
+
+
+def ple_embedding_params(spec: _Spec) -> int:
+    """What the per-layer embeddings add beside the token embedding: the table, the projection and its norm."""
+    return ple_lookup_params(spec) + ple_projection_params(spec)
+
+
+def ple_projection_params(spec: _Spec) -> int:
+    """The token embedding's projection to every layer's input, H·L·d_p, and its norm over d_p."""
+    d = spec.per_layer_input
+    return spec.hidden_size * ple_layers(spec) * d + spec.norm_params(d) if d else 0
+
+
+def ple_layer_params(spec: _Spec) -> int:
+    """A layer's gate H → d_p, its projection d_p → H and the norm over H after it."""
+    d = spec.per_layer_input
+    return 2 * spec.hidden_size * d + spec.norm_params(spec.hidden_size) if d else 0
+
+
 def attention_extra_params(spec: _Spec, active: bool = False) -> int:
     """An attention block's extra weights: the sub-norm over A·d, a mixture of attention heads' idle experts
     2·(E_a − k)·H·K·d (not when ``active``), its router H·E_a and output bias H (the per-head output gate, its bias
@@ -105,7 +145,7 @@ def attention_extra_params(spec: _Spec, active: bool = False) -> int:
     if spec.attention_experts:
         idle = 0 if active else (spec.attention_experts - moa_topk(spec)) * 2 * spec.hidden_size * spec.kv_dim
         total += idle + spec.hidden_size * (spec.attention_experts + 1)
-    return total
+    return total + ple_layer_params(spec)
 
 
 def mlp_extra_params(spec: _Spec, ffn: int) -> int:
@@ -132,7 +172,8 @@ def kept_extra_params(spec: _Spec, kind: str) -> int:
     attention = kind in ("dense", "attention") or (kind == "moe" and not spec.is_hybrid)
     lambdas = 4 * spec.head_dim if spec.diff_attention and attention else 0
     moa = spec.hidden_size * (spec.attention_experts + 1) if spec.attention_experts and attention else 0
-    return moe + lambdas + moa + (spec.act_params if kind in ("dense", "mlp") else 0)
+    ple = ple_layer_params(spec) if attention or kind == "window" else 0
+    return moe + lambdas + moa + ple + (spec.act_params if kind in ("dense", "mlp") else 0)
 
 
 def extras_on(spec: _Spec) -> list[str]:
@@ -142,7 +183,8 @@ def extras_on(spec: _Spec) -> list[str]:
              ("head_vocab_size", "an LM head over another vocabulary than the embedding's"),
              ("last_out_bias", "an attention-output bias in the last layer only"),
              ("first_norm_skipped", "no pre-norm in the first layer"), ("head_transform", "a prediction head"),
-             ("attention_experts", "a mixture of attention heads"), ("moe_out_bias", "a MoE output bias")]
+             ("attention_experts", "a mixture of attention heads"), ("moe_out_bias", "a MoE output bias"),
+             ("per_layer_input", "per-layer embeddings (Gemma's per-layer inputs)")]
     return [f"{what} ({name})" for name, what in named if getattr(spec, name)] + (
         [] if spec.final_norm else ["no final norm (final_norm=false)"])
 
@@ -170,3 +212,7 @@ def check_extras(spec: _Spec) -> None:
         raise SpecError("moe_out_bias=true needs experts (num_experts > 0)")
     if spec.moe_post_norm and not spec.is_moe:
         raise SpecError("moe_post_norm=true needs experts (num_experts > 0)")
+    if (spec.per_layer_input > 0) != (spec.per_layer_vocab > 0) or (
+            spec.per_layer_input and spec.is_hybrid and set(spec.layer_pattern) - set("*W-")):
+        raise SpecError(f"per_layer_input={spec.per_layer_input} and per_layer_vocab={spec.per_layer_vocab}: per-layer "
+                        "embeddings need both, on attention layers (a hybrid's \"*\" and \"W\" blocks with MLPs)")

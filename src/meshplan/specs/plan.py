@@ -116,6 +116,14 @@ class Plan:
         "with --recompute selective: the modules recomputed, comma-separated (Megatron-Core's recompute_modules: "
         + ", ".join(m for m in RECOMPUTE_MODULES if m != "op_sac") + "; or op_sac, torchtitan's per-op policy)",
         choices=RECOMPUTE_MODULES))
+    # per pipeline rank: its decoder layers (Megatron-Core's pipeline_model_parallel_layout, core 0.16.1
+    # transformer/pipeline_parallel_layer_layout.py; torchtitan's module_fqns_per_model_part), any count per rank,
+    # summing to the layers (with vpp > 1 each a multiple of vpp, split evenly over the rank's chunks); () the even
+    # split with first_stage_layers / last_stage_layers. Ranks on GPUs of different speed (a mixed cluster,
+    # meshplan/mixed.py) or holding different micro-batches in flight balance with uneven counts (Metis, HexiScale)
+    stage_layers: tuple[int, ...] = field(default=(), metadata=_opt(
+        "per pipeline rank, comma-separated: its decoder layers (Megatron-Core's pipeline_model_parallel_layout)",
+        default_help="an even split"))
     # per pipeline rank (issue 50 item 3, step/ranks.py): each rank's own recompute, "none", "selective", "full" or
     # a count N of its layers fully recomputed (Megatron's --recompute-method block --recompute-num-layers N, the rest
     # not recomputed); () every rank the plan's ``recompute``. Under 1F1B rank r holds p − r micro-batches in
@@ -231,6 +239,8 @@ class Plan:
             parts.append(f"first-stage-layers={self.first_stage_layers}")
         if self.last_stage_layers:
             parts.append(f"last-stage-layers={self.last_stage_layers}")
+        if self.stage_layers:
+            parts.append("stage-layers=" + ",".join(map(str, self.stage_layers)))
         if self.etp != self.tp:
             parts.append(f"etp={self.etp}")
         recompute = self.recompute

@@ -24,12 +24,11 @@ from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.fields import check_types, not_a_preset, unknown_field
 from meshplan.files import read_toml
-from meshplan.specs.supports import Supports, supports_from_dict
+from meshplan.specs.supports import EXPERT_GEMM, Supports, supports_from_dict
 
 ATTENTION_KERNELS = ("fused", "fa2", "fp8")
 CROSS_ENTROPY = ("fused", "pytorch", "flash", "fused_grad")
 FUSION = ("fused", "eager", "jit")
-EXPERT_GEMM = ("per_expert", "grouped")
 FP8_SCALING = ("delayed", "current")
 FSDP = ("none", "fsdp1", "fsdp2")
 PIPELINE_RUNTIMES = ("megatron", "torch")

@@ -17,6 +17,8 @@ from meshplan.fields import unknown_field
 from meshplan.specs.plan import OPTIMIZERS, RECOMPUTE_MODULES, SCHEDULES
 from meshplan.specs.refusals import REFUSALS, refused
 
+EXPERT_GEMM = ("per_expert", "grouped")  # Stack.expert_gemm's choices (specs/stack.py)
+
 LAYOUTS = ("1d", "summa", "tp2d")
 AXES = ("tp", "pp", "cp", "ep")  # the axes a framework may lack (dp it always has)
 RECOMPUTE = ("none", "selective", "full")
@@ -45,6 +47,21 @@ class Supports:
     parameter_server: bool = field(default=True, metadata={"help": "parameter-server data parallelism"})
     mst_collectives: bool = field(default=True, metadata={"help": "minimum-spanning-tree collectives (MPICH)"})
     uneven_stages: bool = field(default=True, metadata={"help": "a last pipeline stage with its own layer count"})
+    stage_layers: bool = field(default=True, metadata={"help": "any decoder layer count on each pipeline rank "
+                                                               "(Plan.stage_layers: Megatron-Core's "
+                                                               "pipeline_model_parallel_layout)"})
+    expert_gemms: tuple[str, ...] = field(default=("per_expert", "grouped"), metadata={
+        "help": "MoE expert GEMMs it runs (Stack.expert_gemm): per_expert, grouped (one kernel for the local experts)"})
+    sharded_checkpoint: bool = field(default=True, metadata={"help": "every rank writes its share of a checkpoint "
+                                                                     "(Megatron dist_checkpointing, torch DCP); "
+                                                                     "false: the first data-parallel replica writes "
+                                                                     "the weights (DeepSpeed)"})
+    replica_recovery: bool = field(default=True, metadata={"help": "a failed data-parallel replica heals from a "
+                                                                   "peer while the others train on (TorchFT: "
+                                                                   "goodput.py)"})
+    uneven_batch: bool = field(default=True, metadata={"help": "data-parallel replicas running different "
+                                                               "micro-batch counts a step (a mixed cluster's batch "
+                                                               "shares, meshplan/mixed.py)"})
     stage_settings: bool = field(default=True, metadata={"help": "recompute and activation offload set per pipeline "
                                                                  "rank (Plan.stage_recompute, stage_offload)"})
     any_placement: bool = field(default=True, metadata={"help": "the axes in any order on the mesh (false: the "
@@ -55,6 +72,7 @@ class Supports:
 
     def __post_init__(self) -> None:
         for name, allowed in (("layouts", LAYOUTS), ("schedules", SCHEDULES), ("zero", (0, 1, 2, 3)),
+                              ("expert_gemms", EXPERT_GEMM),
                               ("axes", AXES), ("recompute", RECOMPUTE), ("optimizers", OPTIMIZERS),
                               ("recompute_modules", RECOMPUTE_MODULES)):
             value = getattr(self, name)
@@ -94,6 +112,8 @@ class Supports:
             out += [r.what for r in refused(self.refuses, plan, model, stack)]
         if getattr(plan, "first_stage_layers", 0) and not self.uneven_stages:
             out.append(f"first_stage_layers={plan.first_stage_layers}")
+        if getattr(plan, "stage_layers", ()) and not self.stage_layers:
+            out.append(f"stage_layers={','.join(map(str, plan.stage_layers))}")
         for name in ("stage_recompute", "stage_offload"):
             if getattr(plan, name, ()) and not self.stage_settings:
                 out.append(f"{name}={','.join(map(str, getattr(plan, name)))}")

@@ -72,7 +72,7 @@ def priced_apart(model: ModelSpec, plan: Plan) -> bool:
     layers than the first (the end ranks then no longer bound the step and the memory)."""
     if plan.pp == 1:
         return False
-    return bool(plan.stage_recompute or plan.stage_offload or
+    return bool(plan.stage_recompute or plan.stage_offload or plan.stage_layers or
                 (plan.pp > 2 and layers_on_first(model, plan) < layers_on_stage(model, plan)))
 
 
@@ -103,7 +103,7 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
     times = times.plus(u.embed) if first else times.plus(u.head) if last else times
     if stack.microbatch_host:  # the training loop's host work per micro-batch (step/stages.loop_times)
         times = times.plus(loop_times(loop_host(stack, cluster.python_host)))
-    params = stage_params(model, plan, first) if first or last else middle_params(model, plan)
+    params = stage_params(model, plan, first) if first or last else middle_params(model, plan, rank)
     per_update, updates = cadence(plan)
     copies = offload(model, cluster, view, u.layer_saved, last, rank)
     collectives = dp_collectives(model, cluster, plan, params, eff)

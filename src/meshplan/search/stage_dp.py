@@ -1,0 +1,317 @@
+"""The stage DP: how many layers each pipeline rank holds and what it recomputes or offloads (issue 84 item 2; Alpa's
+stage DP, Zheng et al. 2022 §5.2; Aceso and Mist search per-stage recompute, Metis and HexiScale uneven stages over
+GPUs of different speed).
+
+With every rank priced apart (step/ranks.py) the step of a pipeline is
+
+    t_step = max_r s_r + (Σ_r t_r − max_r t_r) / v,     s_r = m · t_r + dp_r + offload_r + optimizer_r,
+
+where rank r's step s_r, time per micro-batch t_r and memory depend on its own layer count l_r and setting σ_r alone
+(search/stage_lines.py prices them as lines in l_r). The problem — the min over (l_r, σ_r) of t_step subject to
+Σ l_r = L and each rank's memory within its limit — is solved as Alpa solves its stage DP: for a threshold T on the
+largest step, a DP over the ranks and the layers used so far finds the split of least Σ t_r whose every s_r ≤ T
+(a min-plus convolution per rank); T runs over the smallest feasible step values (the least found by bisection on
+a reachability DP), and the split of least t_step wins. Each rank's setting is its fastest that fits, where the
+framework sets one per rank (``Supports.stage_settings``: none, selective, full, N layers recomputed, N offloaded);
+where it runs one setting for every rank (Megatron-Core's TransformerConfig), the DP runs once per setting (none,
+selective, full, or N layers recomputed on each rank, Megatron's block method: min(N, l_r) on rank r).
+
+The lines only propose: the best few splits are priced by ``estimate()`` (or the mixed cluster's pricing) and the
+fastest that fits within the headroom is kept only where it beats the plan it refines, so the search's #1 is never
+slower than the uniform plan (tests/test_stage_dp.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+import numpy as np
+
+from meshplan.estimate import Estimate
+from meshplan.fields import usable_hbm
+from meshplan.search.stage_lines import RankLines, rank_lines
+from meshplan.specs.check import check
+from meshplan.specs.efficiency import Efficiency
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import ASYNC_SCHEDULES, Plan
+from meshplan.specs.stack import Stack
+
+_INF = float("inf")
+THRESHOLDS = 8  # step thresholds T tried from the least feasible one up
+PROPOSALS = 3  # splits re-priced exactly
+StageSetting = tuple[str, int]  # ("none" | "selective" | "full" | "recompute" | "offload", N layers)
+StageTable = tuple[np.ndarray, np.ndarray, list[list[StageSetting]]]  # per rank and layer count: step, time, setting
+
+
+def eligible(plan: Plan, stack: Stack) -> bool:
+    """A pipeline whose ranks can be priced apart and the framework sets a layer count per rank."""
+    return (plan.pp > 1 and stack.supports.stage_layers and plan.schedule not in ("dualpipe", "zb-v", "chimera")
+            and plan.schedule not in ASYNC_SCHEDULES and not plan.offload_weights)
+
+
+def _candidates(lines: dict, layers: np.ndarray, limit: float, kinds: tuple[str, ...], vpp: int
+                ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, list[StageSetting]]]:
+    """Every setting a rank may take at each layer count: (step, time, memory, setting per count)."""
+    none, full, off = lines[("none", False)], lines[("full", False)], lines[("none", True)]
+    out = [(ln.step.at(layers), ln.time.at(layers), ln.memory.at(layers), [(kind, 0)] * len(layers))
+           for kind, ln in (("none", none), ("selective", lines[("selective", False)]), ("full", full))
+           if kind in kinds]
+    for kind, done in (("recompute", full), ("offload", off)):
+        if kind not in kinds or vpp > 1:
+            continue
+        saved = none.memory.k - done.memory.k  # bytes a layer frees by it
+        if saved <= 0:
+            continue
+        n = np.clip(np.ceil((done.memory.c + none.memory.k * layers - limit) / saved), 1, None)
+        n = np.minimum(n, layers - (kind == "recompute"))
+        out.append((*mix(none, done, layers, n), [(kind, int(x)) for x in n]))
+    return out
+
+
+def mix(plain: RankLines, done: RankLines, layers: np.ndarray, n: np.ndarray
+        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step, time and memory of a rank of ``layers`` layers, ``n`` of them recomputed (offloaded: ``done``'s
+    slopes), the rest plain: the plain intercepts for the times, ``done``'s for the memory (full recompute's working
+    set, the offload's copy buffer)."""
+    rest = layers - n
+    return (plain.step.c + plain.step.k * rest + done.step.k * n, plain.time.c + plain.time.k * rest + done.time.k * n,
+            done.memory.c + plain.memory.k * rest + done.memory.k * n)
+
+
+def per_rank_table(lines: Sequence[dict], layers: int, limits: Sequence[float], kinds: tuple[str, ...],
+                   vpp: int) -> StageTable:
+    """Each rank's fastest fitting setting at each layer count 0 … L (steps ∞ where none fits or the count is not a
+    positive multiple of vpp)."""
+    counts = np.arange(layers + 1, dtype=float)
+    allowed = (counts >= vpp) & (counts % vpp == 0)
+    steps, times, settings = np.full((len(lines), layers + 1), _INF), np.full((len(lines), layers + 1), _INF), []
+    for r, mine in enumerate(lines):
+        chosen: list[StageSetting] = [("none", 0)] * (layers + 1)
+        for s, t, mem, labels in _candidates(mine, counts, limits[r], kinds, vpp):
+            better = allowed & (mem <= limits[r]) & (np.isfinite(mem)) & (s < steps[r])
+            for i in np.flatnonzero(better):
+                chosen[i] = labels[i]
+            steps[r] = np.where(better, s, steps[r])
+            times[r] = np.where(better, t, times[r])
+        settings.append(chosen)
+    return steps, times, settings
+
+
+def uniform_table(lines: Sequence[dict], layers: int, limits: Sequence[float], setting: StageSetting, vpp: int
+                  ) -> StageTable:
+    """Every rank under one ``setting`` (N layers recomputed: min(N, l) on a rank of l), at each layer count."""
+    counts = np.arange(layers + 1, dtype=float)
+    allowed = (counts >= vpp) & (counts % vpp == 0)
+    kind, n = setting
+    steps, times = np.full((len(lines), layers + 1), _INF), np.full((len(lines), layers + 1), _INF)
+    for r, mine in enumerate(lines):
+        if kind == "recompute":
+            s, t, mem = mix(mine[("none", False)], mine[("full", False)], counts, np.minimum(n, counts))
+        else:
+            ln: RankLines = mine[(kind, False)]
+            s, t, mem = ln.step.at(counts), ln.time.at(counts), ln.memory.at(counts)
+        ok = allowed & (mem <= limits[r])
+        steps[r], times[r] = np.where(ok, s, _INF), np.where(ok, t, _INF)
+    return steps, times, [[setting] * (layers + 1) for _ in lines]
+
+
+def _reachable(ok: np.ndarray, layers: int) -> bool:
+    """Whether the ranks' allowed counts (``ok``: ranks × counts) can sum to ``layers``."""
+    reach = np.zeros(layers + 1, dtype=bool)
+    reach[0] = True
+    for row in ok:
+        reach = np.convolve(reach, row).astype(bool)[: layers + 1] if row.any() else np.zeros_like(reach)
+    return bool(reach[layers])
+
+
+def _least_time(times: np.ndarray, layers: int) -> list[int] | None:
+    """The split of least Σ t_r (a min-plus convolution per rank over the counts it may hold, with back pointers),
+    None where none exists."""
+    cost = np.full(2 * layers + 2, _INF)  # the second half: the costs of negative counts (k − n < 0), ∞
+    cost[0] = 0.0
+    k = np.arange(layers + 1)[:, None]
+    back = []
+    for row in times:
+        counts = np.flatnonzero(np.isfinite(row))
+        if not counts.size:
+            return None
+        prev = cost[k - counts[None, :]] + row[counts][None, :]
+        best = prev.argmin(axis=1)
+        back.append(counts[best])
+        cost[: layers + 1] = prev[np.arange(layers + 1), best]
+    if not np.isfinite(cost[layers]):
+        return None
+    split, left = [], layers
+    for arg in reversed(back):
+        split.append(int(arg[left]))
+        left -= split[-1]
+    return split[::-1]
+
+
+def least_threshold(table: StageTable, layers: int) -> tuple[np.ndarray, int]:
+    """The ranks' step values, sorted, and the index of the least T for which a split has every s_r ≤ T (bisection
+    on reachability; the length of the values where none has): a lower bound of the split's t_step."""
+    steps = table[0]
+    values = np.unique(steps[np.isfinite(steps)])
+    if not values.size or not _reachable(np.isfinite(steps), layers):
+        return values, len(values)
+    lo, hi = 0, len(values) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if _reachable(steps <= values[mid], layers) else (mid + 1, hi)
+    return values, lo
+
+
+def partition(table: StageTable, layers: int, vpp: int, least: tuple[np.ndarray, int] | None = None
+              ) -> list[tuple[float, tuple[int, ...]]]:
+    """The splits of least t_step (module docstring) under the lines, (t_step, counts), best first; ``least``:
+    ``least_threshold``'s answer where known."""
+    steps, times, _ = table
+    values, lo = least or least_threshold(table, layers)
+    found: dict[tuple[int, ...], float] = {}
+    for threshold in values[lo: lo + THRESHOLDS]:
+        split = _least_time(np.where(steps <= threshold, times, _INF), layers)
+        if split is None:
+            continue
+        ranks = range(len(split))
+        s = max(steps[r, split[r]] for r in ranks)
+        t = [times[r, split[r]] for r in ranks]
+        found[tuple(split)] = float(s + (sum(t) - max(t)) / vpp)
+    return sorted(((v, k) for k, v in found.items()))
+
+
+def with_split(plan: Plan, split: tuple[int, ...], settings: list[StageSetting], per_rank: bool) -> Plan:
+    """``plan`` with ``split`` layers per rank and each rank's setting (per rank, or the one every rank shares)."""
+    plan = plan.with_(stage_layers=split, first_stage_layers=0, last_stage_layers=0, stage_recompute=(),
+                      stage_offload=(), recompute_layers=0, offload_activations=False, offload_layers=0)
+    if not per_rank:
+        kind, n = settings[0]
+        if kind == "recompute":
+            return plan.with_(recompute="full", recompute_layers=n)
+        return plan.with_(recompute=kind)
+    recompute = tuple({"recompute": str(n), "offload": "none"}.get(kind, kind) for kind, n in settings)
+    offload = tuple(n if kind == "offload" else 0 for kind, n in settings)
+    return plan.with_(stage_recompute=recompute, stage_offload=offload if any(offload) else ())
+
+
+def uniform_settings(kinds: tuple[str, ...], most: int, vpp: int) -> list[StageSetting]:
+    """The settings a framework with one setting for every rank may run: none, selective, full, and N layers
+    recomputed on each rank for N below the most any rank may hold (vpp = 1)."""
+    out: list[StageSetting] = [(k, 0) for k in ("none", "selective", "full") if k in kinds]
+    if "full" in kinds and vpp == 1:
+        out += [("recompute", n) for n in range(1, most)]
+    return out
+
+
+def proposals(model: ModelSpec, clusters: Sequence[Cluster], plan: Plan, stack: Stack, eff: Efficiency,
+              kinds: tuple[str, ...], headroom: float) -> list[tuple[float, Plan]]:
+    """The best splits and settings under the lines, (t_step, plan), best first."""
+    lines = rank_lines(model, clusters, plan, stack, eff)
+    limits = [usable_hbm(c.accelerator.hbm_bytes, headroom) for c in clusters]
+    layers, vpp = model.num_layers, plan.vpp
+    out: list[tuple[float, Plan]] = []
+    if stack.supports.stage_settings:
+        table = per_rank_table(lines, layers, limits, kinds, vpp)
+        for value, split in partition(table, layers, vpp)[:PROPOSALS]:
+            out.append((value, with_split(plan, split, [table[2][r][n] for r, n in enumerate(split)], True)))
+    else:  # one setting for every rank: each setting's least threshold bounds its t_step from below
+        bounded = []
+        most = min(layers - (plan.pp - 1) * vpp, 3 * -(-layers // plan.pp))  # a rank holds at most 3x the even
+        for setting in uniform_settings(kinds, most, vpp):
+            table = uniform_table(lines, layers, limits, setting, vpp)
+            values, lo = least = least_threshold(table, layers)
+            if lo < len(values):
+                bounded.append((float(values[lo]), setting, table, least))
+        for bound, setting, table, least in sorted(bounded, key=lambda x: x[0]):
+            if len(out) >= PROPOSALS and bound >= sorted(v for v, _ in out)[PROPOSALS - 1]:
+                break
+            out += [(value, with_split(plan, split, [setting], False))
+                    for value, split in partition(table, layers, vpp, least)[:PROPOSALS]]
+    return sorted(out, key=lambda x: x[0])
+
+
+class Priced(Protocol):
+    """What the DP reads of a priced plan: an Estimate, or a mixed cluster's (meshplan/mixed.py)."""
+
+    @property
+    def step_time(self) -> float: ...
+
+    @property
+    def fits(self) -> bool: ...
+
+    @property
+    def peak_memory(self) -> float: ...
+
+    @property
+    def stage_memory(self) -> tuple[float, ...]: ...
+
+
+P = TypeVar("P", bound=Priced)
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """What the DP may choose: the settings a rank may run (``dp_kinds``) and the share of HBM left free."""
+
+    kinds: tuple[str, ...]
+    headroom: float
+
+
+def stage_dp(model: ModelSpec, clusters: Sequence[Cluster], best: P, plan: Plan, stack: Stack, eff: Efficiency,
+             allowed: Allowed, price: Callable[[Plan], P]) -> P:
+    """``best`` (``plan`` priced) with the layers and settings per rank of the stage DP where that is faster and
+    fits within ``headroom`` on each rank's own cluster (priced by ``price``: ``estimate()`` on one cluster, or a
+    mixed cluster's pricing), else ``best``."""
+    if not eligible(plan, stack):
+        return best
+    headroom = allowed.headroom
+    limit = min(usable_hbm(c.accelerator.hbm_bytes, headroom) for c in clusters)
+    chosen, tried = best, 0
+    for _, candidate in proposals(model, clusters, plan, stack, eff, allowed.kinds, headroom):
+        if tried >= PROPOSALS or candidate == plan:
+            break
+        if any(check(model, c, candidate, stack) for c in {id(c): c for c in clusters}.values()) or \
+                stack.supports.problems(candidate, model, stack):
+            continue
+        tried += 1
+        est = price(candidate)
+        if est.fits and _within(est, clusters, headroom, limit) and est.step_time < chosen.step_time:
+            chosen = est
+    return chosen
+
+
+def _within(est: Priced, clusters: Sequence[Cluster], headroom: float, limit: float) -> bool:
+    """Every rank within its own cluster's headroom (the estimate's per-rank memory where it has one)."""
+    if est.stage_memory and len(est.stage_memory) == len(clusters):
+        return all(m <= usable_hbm(c.accelerator.hbm_bytes, headroom) for m, c in zip(est.stage_memory, clusters,
+                                                                                      strict=True))
+    return est.peak_memory <= limit
+
+
+PIPELINES = 3  # the search's first pipelined plans the DP refines
+
+
+def refine_ranked(model: ModelSpec, cluster: Cluster, plans: tuple[Estimate, ...], fastest: Estimate,
+                  kinds: tuple[str, ...], headroom: float, eff: Efficiency) -> tuple[tuple[Estimate, ...], Estimate]:
+    """The search's ranking with the stage DP's best refinement of its first ``PIPELINES`` pipelined plans leading
+    where it is faster than the fastest plan (search/run.py), else unchanged."""
+    from meshplan.estimate import estimate
+
+    stack = plans[0].stack
+    piped = [e for e in plans if eligible(e.plan, stack)][:PIPELINES]
+    refined = [stage_dp(model, [cluster] * e.plan.pp, e, e.plan, stack, eff, Allowed(kinds, headroom),
+                        lambda q: estimate(model, cluster, q, stack, eff)) for e in piped]
+    best = min(refined, key=lambda e: e.step_time, default=None)
+    if best is None or best.step_time >= fastest.step_time:
+        return plans, fastest
+    origin = piped[refined.index(best)].plan
+    return (best, *(e for e in plans if e.plan not in (origin, best.plan))), best
+
+
+def dp_kinds(recompute: tuple[str, ...], offload: bool) -> tuple[str, ...]:
+    """What a rank may run under a space's recompute modes and activation offload: those modes, N layers
+    recomputed where full recompute is one, N layers offloaded where offload is."""
+    return (*recompute, *(("recompute",) if "full" in recompute else ()), *(("offload",) if offload else ()))

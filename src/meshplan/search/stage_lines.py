@@ -1,0 +1,132 @@
+"""Each pipeline rank's step, time per micro-batch and memory as functions of the layers it holds, for the stage DP
+(search/stage_dp.py): priced by ``step.ranks.price_rank`` (the estimate's own per-rank pricing) at two layer counts
+under each of the settings a rank may run, and taken as straight lines through them.
+
+A rank of l layers under one setting runs l times a layer's passes beside its fixed work (the embedding on the first,
+the head on the last, its sends, its optimizer step), and holds l layers' weights and saved activations beside its
+fixed bytes; its data-parallel collectives carry its parameters. So its step s, its time per micro-batch t and its
+memory are each c + k·l, exactly but for a few kinks (NCCL's protocol thresholds, ZeRO-3's two-layer prefetch): the
+lines only *propose* splits; every proposal is re-priced by ``estimate()`` before it is kept (stage_dp.py). A rank
+with N of its layers fully recomputed (Megatron's block method) or offloaded mixes the lines: N layers at the
+recomputed (offloaded) slope, l − N at the plain one.
+
+Each rank is priced on its own cluster (``clusters``: one per rank), so the ranks of a pipeline laid over pools of
+different GPUs (meshplan/mixed.py) each take their pool's speed and memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from meshplan.cost.wrapper_work import work_of
+from meshplan.specs.efficiency import Efficiency
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
+from meshplan.step.ranks import RankCost, price_rank
+from meshplan.step.units import Units, timed_parts, units_for_recomputes
+
+# the settings whose lines are priced: (stage_recompute entry, offload every layer); "full" beside "none" gives the
+# lines of N layers recomputed, the offloaded one those of N layers offloaded
+BASES = (("none", False), ("selective", False), ("full", False), ("none", True))
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """c + k·l."""
+
+    c: float
+    k: float
+
+    def at(self, layers: Any) -> Any:
+        """At ``layers`` (a count, or an array of them)."""
+        return self.c + self.k * layers
+
+
+@dataclass(frozen=True, slots=True)
+class RankLines:
+    """One rank under one setting: its step beside the bubble, its time per micro-batch and its memory, per layer
+    count."""
+
+    step: Line
+    time: Line
+    memory: Line
+
+
+def _line(a: Any, b: Any, la: int, lb: int) -> Line:
+    k = float(b - a) / (lb - la)
+    return Line(float(a) - k * la, k)
+
+
+def sample_counts(layers: int, pp: int, vpp: int) -> tuple[int, int]:
+    """The two layer counts the lines pass through: about half and one and a half the even split, multiples of vpp
+    (far apart, so that a kink near either moves the slope little)."""
+    even = max(vpp, layers // pp)
+    low = max(vpp, (even // 2) // vpp * vpp)
+    high = max(low + vpp, -(-(3 * even) // (2 * vpp)) * vpp)
+    return low, high
+
+
+def units_on(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency) -> dict[str, Units]:
+    """The per-micro-batch units of ``plan`` on ``cluster`` under every recompute mode a rank may run."""
+    own = work_of(plan, stack)
+    parts = timed_parts(model, cluster, plan, stack, eff, works=(own,) if own else ())
+    return units_for_recomputes(model, plan, stack, parts, ("none", "selective", "full"), eff)
+
+
+def _priced(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, units: dict[str, Units], eff: Efficiency,
+            rank: int, layers: int, setting: tuple[str, bool]) -> RankCost:
+    """Rank ``rank`` holding ``layers`` layers under ``setting`` (every rank given it: price_rank reads its own)."""
+    entry, offloaded = setting
+    trial = plan.with_(stage_layers=(layers,) * plan.pp, first_stage_layers=0, last_stage_layers=0,
+                       stage_recompute=(entry,) * plan.pp, stage_offload=(layers * offloaded,) * plan.pp)
+    return price_rank(model, cluster, trial, stack, units, eff, rank)
+
+
+def priced_ranks(clusters: Sequence[Cluster]) -> list[int]:
+    """The ranks priced: the two ends and the first and last of each run of ranks on one cluster; a middle rank
+    between two priced ones on its cluster differs from them only by the micro-batches it holds in flight, which
+    fall by one a rank under 1F1B (memory.in_flight_chunks), so its lines are interpolated between theirs."""
+    out = {0, len(clusters) - 1}
+    for r in range(1, len(clusters)):
+        if clusters[r] is not clusters[r - 1]:
+            out |= {r - 1, r}
+    out |= {min(1, len(clusters) - 1), max(0, len(clusters) - 2)}  # the middle ranks' first and last
+    return sorted(out)
+
+
+def _between(a: RankLines, b: RankLines, w: float) -> RankLines:
+    def mixed(x: Line, y: Line) -> Line:
+        return Line(x.c + w * (y.c - x.c), x.k + w * (y.k - x.k))
+
+    return RankLines(mixed(a.step, b.step), mixed(a.time, b.time), mixed(a.memory, b.memory))
+
+
+def rank_lines(model: ModelSpec, clusters: Sequence[Cluster], plan: Plan, stack: Stack, eff: Efficiency,
+               settings: Sequence[tuple[str, bool]] = BASES) -> list[dict[tuple[str, bool], RankLines]]:
+    """Per rank of ``plan``, the lines of each of ``settings`` (module docstring), on its own cluster: priced at the
+    ranks of ``priced_ranks``, interpolated between them for the middle ranks of a run."""
+    la, lb = sample_counts(model.num_layers, plan.pp, plan.vpp)
+    base = plan.with_(recompute_layers=0, offload_activations=False, offload_layers=0)
+    units: dict[int, dict[str, Units]] = {}
+    known: dict[int, dict[tuple[str, bool], RankLines]] = {}
+    for r in priced_ranks(clusters):
+        cluster = clusters[r]
+        if id(cluster) not in units:
+            units[id(cluster)] = units_on(model, cluster, base, stack, eff)
+        known[r] = {}
+        for setting in settings:
+            a, b = (_priced(model, cluster, base, stack, units[id(cluster)], eff, r, n, setting) for n in (la, lb))
+            known[r][setting] = RankLines(_line(a.step, b.step, la, lb), _line(a.times.total, b.times.total, la, lb),
+                                          _line(a.memory.total, b.memory.total, la, lb))
+    out = []
+    for r in range(len(clusters)):
+        if r in known:
+            out.append(known[r])
+            continue
+        lo, hi = max(k for k in known if k < r), min(k for k in known if k > r)
+        out.append({s: _between(known[lo][s], known[hi][s], (r - lo) / (hi - lo)) for s in settings})
+    return out

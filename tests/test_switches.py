@@ -1,0 +1,85 @@
+"""Framework switches as plan choices (issue 84 item 4; search/variants.py): grouped GEMMs searched beside per-expert
+ones where the framework has them (Supports.expert_gemms), chosen for Qwen3-Next; and a plan the named framework cannot
+run (tp2d under Megatron-Core) refused by ``estimate``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from meshplan.cli import main
+from meshplan.estimate import estimate
+from meshplan.search import Space, search
+from meshplan.search.variants import search_switches
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import load_stack
+
+NEXT = load_model("qwen3-next-80b-a3b")  # 512 routed experts, 10 of them a token
+CORE = load_stack("megatron-core")
+
+
+def test_per_expert_gemms_price_every_expert_on_one_gpu_far_slower():
+    # tp 8, pp 4, ep 1 on 256 H100: all 512 experts on every GPU, a kernel each launched after the tokens-per-expert
+    # sync, against one grouped GEMM: the issue's 102.9 s against 4.0 s
+    cluster = load_system("h100").cluster(256)
+    plan = Plan(dp=8, tp=8, pp=4, global_batch=1024)
+    per = estimate(NEXT, cluster, plan, CORE)
+    grouped = estimate(NEXT, cluster, plan, CORE.with_(expert_gemm="grouped"))
+    assert per.step_time > 10 * grouped.step_time
+
+
+def test_the_frameworks_that_run_grouped_gemms():
+    assert load_stack("megatron-core").supports.expert_gemms == ("per_expert", "grouped")
+    assert load_stack("megatron-bridge").supports.expert_gemms == ("per_expert", "grouped")
+    assert load_stack("deepspeed").supports.expert_gemms == ("per_expert",)
+    space = Space(global_batch=64, expert_gemms=("per_expert", "grouped"), stack=load_stack("deepspeed"))
+    assert space.expert_gemms == ("per_expert",)
+
+
+def test_the_search_chooses_grouped_gemms_for_qwen3_next():
+    cluster = load_system("h100").cluster(64)
+    plain = search(NEXT, cluster, Space(global_batch=256), top_k=1, workers=1)
+    both = search_switches(NEXT, cluster, Space(global_batch=256, expert_gemms=("per_expert", "grouped")), top_k=1)
+    assert plain.plans[0].stack.expert_gemm == "per_expert"
+    assert both.plans[0].stack.expert_gemm == "grouped"
+    assert both.plans[0].step_time < 0.9 * plain.plans[0].step_time
+    assert both.evaluated == 2 * plain.evaluated  # one search per choice
+    # a dense model has no expert GEMMs to choose: the plain search
+    dense = load_model("llama3-8b")
+    one = search_switches(dense, cluster, Space(global_batch=64, expert_gemms=("per_expert", "grouped")), top_k=1)
+    assert one.evaluated == search(dense, cluster, Space(global_batch=64), top_k=1, workers=1).evaluated
+
+
+def _cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_plan_chooses_grouped_gemms_for_qwen3_next_from_the_command_line(capsys):
+    base = ["plan", "--model", "qwen3-next-80b-a3b", "--system", "h100", "--gpus", "64", "--global-batch", "256",
+            "--top", "2", "--json"]
+    code, out, _ = _cli(capsys, *base)
+    lead = json.loads(out)["plans"][0]
+    assert code == 0 and lead["stack"]["expert_gemm"] == "grouped"
+    code, out, _ = _cli(capsys, *base, "--expert-gemm", "per_expert")
+    pinned = json.loads(out)["plans"][0]
+    assert pinned["stack"]["expert_gemm"] == "per_expert" and pinned["step_time_s"] > lead["step_time_s"]
+
+
+@pytest.mark.parametrize("extra, problem", [
+    (("--tp", "2", "--tp2", "2", "--layout", "tp2d"), "tensor_layout=tp2d"),
+    (("--tp", "2", "--tp2", "2", "--layout", "summa"), "tensor_layout=summa"),
+    (("--pp", "2", "--schedule", "gpipe"), "schedule=gpipe"),
+])
+def test_estimate_refuses_what_the_named_framework_cannot_run(capsys, extra, problem):
+    base = ["estimate", "--model", "llama3-8b", "--system", "h100", "--gpus", "16", *extra]
+    code, _, err = _cli(capsys, *base, "--framework", "megatron-core")
+    assert code == 2 and f"framework megatron-core does not run {problem}" in err and "Traceback" not in err
+    code, out, err = _cli(capsys, *base, "--json")  # the default framework: priced, the JSON says what it lacks
+    assert code == 0 and problem in json.loads(out)["refused_by_framework"]
+    code, _, _ = _cli(capsys, *base, "--framework", "any")
+    assert code == 0
