@@ -59,6 +59,13 @@ def setting(case: ServingCase, batch: Any, eff: ServeEfficiency) -> Setting:
     return Setting(case.model, case.cluster, cols(case, batch), case.plan.quant, case.engine, case.workload, eff)
 
 
+def weights_of(case: ServingCase) -> float:
+    """The bytes of weights on one GPU of the run's instance (serve/memory.py)."""
+    p = case.plan
+    return float(memory(case.model, case.cluster.accelerator.hbm_bytes, cols(case, 1), p.quant, case.engine,
+                        case.engine.resident(case.workload)).weights)
+
+
 def largest_batch(case: ServingCase) -> float:
     """The sequences an instance keeps in flight when it has more requests than room (module docstring)."""
     w, p = case.record["workload"], case.plan
