@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything the tests need, so that none skips on a CPU machine: .venv with meshplan and its `dev` extra (pytest,
-# ruff, matplotlib, Jinja2, vl-convert-python, Playwright, Ray, pandas, CPU PyTorch, transformers, DeepSpeed) and headless
+# ruff, matplotlib, Jinja2, vl-convert-python, Playwright, Ray, pandas, CPU PyTorch, transformers, DeepSpeed, the
+# `rl` extra), verl and OpenRLHF without their dependencies (tests/test_rl_launch.py), and headless
 # Chromium (Debian's package, which Playwright drives: it downloads no browser) for the browser tests of the HTML
 # reports. Idempotent and quick when everything is already there. The README's test command runs it.
 #
@@ -35,3 +36,5 @@ if ! have_chromium; then
 fi
 [ -x .venv/bin/pip ] || python3 -m venv .venv
 .venv/bin/pip install -q -e '.[dev]'
+# verl's and OpenRLHF's config code for tests/test_rl_launch.py, without their dependencies (pyproject.toml's rl extra)
+.venv/bin/pip install -q --no-deps verl==0.9.1 openrlhf==0.11.2

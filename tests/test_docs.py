@@ -54,8 +54,7 @@ QUICK = {  # the subset of each sweep's points the quick check re-runs (every sy
 }
 POINT = ("system", "nvlink_domain", "gpus", "param", "factor")  # what tells a sweep's rows apart
 GENERATED = {"ACCURACY.md", "accuracy_summary.json", "accuracy.png", "out_of_source.json", "INDEPENDENT.md",
-             "independent_summary.json",
-             "ACCURACY_INFERENCE.md", "AUTOSHARD.md",
+             "independent_summary.json", "ACCURACY_INFERENCE.md", "ACCURACY_RL.md", "AUTOSHARD.md",
              "STRATEGIES.md", *QUICK, "img/report.png", "img/plan-space.png", "img/compare.png", "img/trust.png",
              "img/serve.png", "img/serve-space.png", "img/breakdown.png", "img/memory.png", "img/roofline.png",
              "img/timeline.png", "img/scaling.png", "img/param-hbm_bandwidth.png", "img/param-nic_bandwidth.png",
@@ -160,6 +159,12 @@ def test_the_packaged_serving_errors_are_current(inference_out):
     if (inference_out / packaged.name).read_bytes() != packaged.read_bytes():
         pytest.fail("src/meshplan/presets/serving_errors.json is stale: regenerate it with `python "
                     "benchmarks/accuracy_inference.py` and commit it", pytrace=False)
+
+
+def test_rl_accuracy_document_is_current(tmp_path):
+    """Every published RL run priced again (about a minute: each rollout simulated)."""
+    _script("accuracy_rl").main(["--out", str(tmp_path)])
+    _same(tmp_path / "ACCURACY_RL.md", "ACCURACY_RL.md", "python benchmarks/accuracy_rl.py")
 
 
 def test_serving_quotes_the_inference_accuracy():

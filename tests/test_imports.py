@@ -4,8 +4,8 @@ package (meshplan_research: the learned predictor, the model zoo, MLP-Mixer), wh
 
 Layers, in data-flow order (a module's layer is that of the first name under ``meshplan`` it lives in):
 base values → specs → collectives on the mesh → per-op cost → memory and op time → overlap channels and pipeline
-schedules → step → estimate → search and sweeps → trace and calibrate → sharding planner → measure (predict,
-then run a step) → report → command line → validation and research.
+schedules → step → estimate → search and sweeps → reinforcement learning (rl: both searches composed) → trace and
+calibrate → sharding planner → measure (predict, then run a step) → report → command line → validation and research.
 Imports inside functions and under ``TYPE_CHECKING`` count as imports.
 """
 
@@ -30,6 +30,7 @@ LAYERS = [
     ("estimate", "goodput"),
     ("serve",),
     ("search", "sweep"),
+    ("rl",),
     ("trace", "calibrate"),
     ("autoshard",),
     ("measure",),

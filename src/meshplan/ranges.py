@@ -236,6 +236,23 @@ RANGES: dict[str, Range] = {
     "int4_weight_stream": Range(0.05, 1, "", "a weight-only int4 GEMM's streaming rate over the 16-bit one's: 0.5-1"),
     "slo": Range(1e-6, 3600, "s", "a TTFT or TPOT target: a microsecond is below one kernel launch; no request is "
                  "served for an hour", "no target"),
+    # ---- reinforcement learning (rl/): RLJob, RLPlan ---------------------------------------------------------------
+    "prompts": Range(1, 2**24, "", "prompts per iteration: 32-8,192 in published runs (verl data.train_batch_size)"),
+    "samples_per_prompt": Range(1, 4096, "", "rollouts per prompt: 1-64 in use (GRPO groups of 8-32)"),
+    "mean_output": Range(1, 2**27, "", "mean response tokens: at most output_len", "every response output_len"),
+    "length_spread": Range(0, 10, "", "the length distribution's spread: a uniform range ratio below 1, a log-normal "
+                           "sigma 0.3-2 (10 puts nearly every response at the cap)", "the kind's default"),
+    "mini_batches": Range(1, 4096, "", "optimizer steps per epoch over a batch: 1-64 in use (train batch / "
+                          "ppo_mini_batch_size)"),
+    "epochs": Range(1, 64, "", "passes over a batch (PPO's epochs): 1-4 in use"),
+    "oversample": Range(1, 100, "", "rollout batches per trained batch (DAPO's dynamic sampling draws until the batch "
+                        "is full: 1-3 in its runs)"),
+    "staleness": Range(0, 1024, "", "steps the rollout runs ahead of the weights it uses: 0 (on-policy) to 8 in "
+                       "published runs", "on-policy"),
+    "forward_micro_batch": Range(1, MAX_SIZE, "", "sequences per log-prob micro-batch", "the trainer's micro-batch"),
+    "gpu_memory_utilization": Range(0.01, 1, "", "the rollout engine's share of a GPU (vLLM's "
+                                    "gpu_memory_utilization: verl's rollout default 0.5)", "chosen for the set-up"),
+    "storage_bandwidth": Range(1e6, 1e13, "B/s", "per node, to the shared file system: 1-50 GB/s in practice"),
     # ---- options only ---------------------------------------------------------------------------------------------
     "top": Range(1, 1000, "", "plans listed: each is re-estimated in full (about 2 s for 1,000)"),
     "headroom": Range(0, 0.9, "", "the share of HBM a plan leaves free: 0 fills it; past 0.9 no plan is worth ranking",

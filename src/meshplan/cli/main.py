@@ -21,6 +21,7 @@ import click
 from meshplan.cli import check, report, tools
 from meshplan.cli.estimate import estimate
 from meshplan.cli.plan import plan_cmd
+from meshplan.cli.rl import rl_cmd
 from meshplan.cli.serve import serve_cmd
 from meshplan.errors import MeshplanError
 from meshplan.fields import one_line
@@ -44,7 +45,7 @@ def cli() -> None:
     """meshplan: how fast will this model train on this hardware, will it fit, and which plan is best."""
 
 
-for command in [estimate, plan_cmd, serve_cmd, *tools.COMMANDS, check.check_step_cmd, *report.COMMANDS]:
+for command in [estimate, plan_cmd, serve_cmd, rl_cmd, *tools.COMMANDS, check.check_step_cmd, *report.COMMANDS]:
     cli.add_command(command)
 for entry in entry_points(group="meshplan.commands"):
     cli.add_command(entry.load(), entry.name)
