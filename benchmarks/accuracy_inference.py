@@ -2,14 +2,16 @@
 predicted metrics against the measured ones, the median and p90 |error| per source and per GPU generation, on the fit
 half, the check half and the held-back source (data/serving/README.md, "The split"). Prints the summary table.
 Writes src/meshplan/presets/serving_errors.json too: the figures per GPU architecture for the serving report
-(serving_errors.py).
+(serving_errors.py). Beside them, LLM-Inference-Bench's released half (data/serving/llm_inference_bench_dev.jsonl),
+out of source first (inference_bench_dev.py); it stays out of serving_errors.json, whose figures are the published
+runs'.
 
 Error is predicted / measured − 1 in the metric the source measured. A run's headline is its throughput (output, total
 or per-GPU tokens/s, requests/s; a prefill pool's input tokens/s), unless an offered request rate set it (then its
 latencies are what it tells). The constants fitted on the fit half (benchmarks/fit_inference.py) are read from
 meshplan/serve/efficiency.py and the engine presets, as every prediction reads them.
 
-Run: python benchmarks/accuracy_inference.py [path/to/published_serving.jsonl] [--out DIR]  (about 5 s)
+Run: python benchmarks/accuracy_inference.py [path/to/published_serving.jsonl] [--out DIR]  (about a minute)
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from meshplan_validation.serving_eval import LATENCY, ServingResult, results
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the module beside this script
 import serving_errors  # noqa: E402
+from inference_bench_dev import markdown_section as bench_section  # noqa: E402
 from out_of_source_doc import section  # noqa: E402
 from serve_load_published import markdown_section as load_section  # noqa: E402
 from small_work import serving_section  # noqa: E402
@@ -110,12 +113,22 @@ def constants_section() -> list[str]:
         e = load_engine(name)
         lines.append(f"- `iteration_overhead` of the {name} engine = {1e3 * e.iteration_overhead:.3g} ms "
                      f"(presets/engines/{name}.toml).")
+    v0, rocm = load_engine("vllm-v0"), load_engine("vllm-v0.6-rocm")
+    lines += ["", "Fitted by `python benchmarks/fit_llm_inference_bench.py` on LLM-Inference-Bench's released half "
+              "(not on the published runs above; each read out of source in the section on it):", "",
+              f"- `iteration_latency` of vLLM V0 = {1e3 * v0.iteration_latency:.3g} ms "
+              "(presets/engines/vllm-v0*.toml): the engine's time per iteration beyond its CPU-measured host loop, "
+              "on the H100 runs of Llama 2 7B at tp 1;",
+              f"- `skinny_gemm_rate` = {rocm.skinny_gemm_rate:.3g} and `kernel_gap` = {1e6 * rocm.kernel_gap:.3g} us "
+              "of vLLM's ROCm build of 2024 (presets/engines/vllm-v0.6-rocm.toml, vllm-v0.5-rocm.toml): its untuned "
+              "GEMMs' rate at decode's rows, the GPU's idle time per kernel, on the MI300X runs."]
     per_request = 1e6 * load_engine("trtllm-pytorch").sequence_overhead
     return lines + ["", f"Not fitted: TensorRT-LLM's PyTorch backend spends {per_request:.3g} us of "
                     "host time per request in flight per iteration on an x86 host (its 45.11 ms per iteration at 1,536 "
                     "requests per rank on GB200, TensorRT-LLM PR #10273, over Grace's 2.75x Python time), behind its "
-                    "overlap scheduler; vLLM's runs (the held-back MI300X source) and SGLang's keep a host time of 0: "
-                    "no fit run constrains it."]
+                    "overlap scheduler; vLLM's host loops are measured in their own code (benchmarks/"
+                    "vllm_v0_host_cpu.py, vllm_v1_host_cpu.py); SGLang's keeps a host time of 0: no fit run "
+                    "constrains it."]
 
 
 def skipped_section(res: list[ServingResult]) -> list[str]:
@@ -148,7 +161,8 @@ def document(res: list[ServingResult], path: Path, records: list[dict]) -> str:
              "the runs, their sources and the split); tests/test_docs.py checks that it is current. Error = "
              "predicted / measured − 1 in the metric the source measured. What the model is: docs/SERVING.md.", ""]
     return "\n".join(intro + section("serving") + ["## In sample: the published serving runs", ""]
-                     + headline_section(res) + latency_section(res) + load_section() + constants_section()
+                     + headline_section(res) + bench_section() + latency_section(res) + load_section()
+                     + constants_section()
                      + skipped_section(res) + every_run(res) + serving_section(records)) + "\n"
 
 
@@ -167,6 +181,8 @@ def main(argv: list[str] | None = None) -> None:
     (out / "ACCURACY_INFERENCE.md").write_text(text)
     serving_errors.write(res, records, PACKAGED if out == DOCS else out / PACKAGED.name)
     print("\n".join(headline_section(res)[:8]))
+    bench = bench_section()
+    print("\n".join(bench[bench.index("Out of source:"):][:5]))
     print("\n".join(latency_section(res)[5:]))
 
 

@@ -10,12 +10,11 @@ seeds 0-4 (one 500-request sample's mean gap strays by 1/sqrt(500) = 4.5 % from 
 Printed: per run, measured vs simulated, and per metric the median and p90 of |simulated / measured − 1|, beside the
 steady-state prediction's (serving_eval.predict, which picks the batch that serves the rate) for the same runs.
 
-Then the load tests with percentiles (data/serving/load_tests.jsonl: SGLang v0.3.0 and vLLM v0.6.0 at 4 and 8
-ShareGPT requests/s, medians): the engine preset of each version (engine_version.preset_for), TP as printed, the batch
-capped by the engine's max_seqs and its KV cache, ShareGPT lengths from the published means (serve/load/lengths.py),
-Poisson arrivals, seeds 0-4; the simulated median E2E, TTFT and TPOT against the printed ones, and the median ITL
-against the simulated median TPOT for SGLang (vLLM's ran 10 scheduler steps at a time: its ITL is a burst's gap,
-not modelled).
+Then the load tests that print percentiles (data/serving/load_tests.jsonl: SGLang v0.3.0 and vLLM v0.6.0 at 4 and 8
+ShareGPT requests/s; GPUStack's performance lab, vLLM 0.10-0.11, SGLang 0.5 and TensorRT-LLM 1.x on A100, H100 and
+H200 with every request at once or 4 clients), each statistic the source printed (mean, p50, p90, p95, p99 of TTFT,
+TPOT, ITL, E2E, and output tokens/s) against the simulation's: benchmarks/load_tests_percentiles.py says how each
+workload is rebuilt.
 
 Run: python benchmarks/serve_load_published.py [--check]   (--check: the check split only)
 """
@@ -28,20 +27,16 @@ from pathlib import Path
 
 import numpy as np
 
-from meshplan.serve.engine import load_engine
-from meshplan.serve.engine_version import preset_for
 from meshplan.serve.load.arrivals import Requests, poisson
 from meshplan.serve.load.lengths import Lengths
 from meshplan.serve.load.run import load_run
-from meshplan.serve.plan import ServePlan
-from meshplan.specs.hardware import load_system
-from meshplan.specs.model_load import load_model
 from meshplan_validation.serving_eval import largest_batch, predict
 from meshplan_validation.serving_map import case_of
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the module beside this script
+from load_tests_percentiles import Compared, compared, ordered, summary  # noqa: E402
+
 DATA = Path(__file__).resolve().parents[1] / "data" / "serving" / "published_serving.jsonl"
-LOAD_TESTS = DATA.with_name("load_tests.jsonl")
-MEDIANS = ("e2e_latency_ms", "ttft_ms", "tpot_ms", "itl_ms")
 GROUP = "trtllm_serving_v0.14"
 METRICS = ("ttft_ms", "itl_ms", "requests_per_s", "output_tokens_per_s")
 SEEDS = (0, 1, 2, 3, 4)
@@ -68,7 +63,7 @@ def simulated(record: dict) -> dict[str, float] | None:
         else:  # QPS = INF: every request at once
             reqs = Requests(np.zeros(n), np.full(n, inp), np.full(n, out))
         r = load_run(case.model, case.cluster, plan, reqs, case.engine)
-        runs.append({"ttft_ms": 1e3 * r.mean["ttft"], "itl_ms": 1e3 * r.mean["tpot"],
+        runs.append({"ttft_ms": 1e3 * r.mean["ttft"], "itl_ms": 1e3 * r.mean["itl"],
                      "requests_per_s": r.requests_per_s, "output_tokens_per_s": r.output_tokens_per_s})
     return {m: float(np.mean([x[m] for x in runs])) for m in METRICS}
 
@@ -100,40 +95,39 @@ def errors(rows: list[dict]) -> dict[str, dict[str, list[float]]]:
     return out
 
 
-def load_test(record: dict) -> dict[str, float]:
-    """A load test's medians (ms) from the simulation, the mean over SEEDS (module docstring)."""
-    engine = load_engine(preset_for(record["engine"]) or "generic")
-    model = load_model(record["model"]["preset"])
-    cluster = load_system(record["hardware"]["preset"]).cluster(record["hardware"]["num_gpus"])
-    plan = ServePlan(tp=record["parallel"]["tp"], batch=engine.max_seqs)
-    w = record["workload"]
-    runs = []
-    for seed in SEEDS:
-        r = load_run(model, cluster, plan, poisson(w["request_rate"], w["num_requests"], Lengths("sharegpt"), seed),
-                     engine)
-        runs.append({"e2e_latency_ms": 1e3 * r.e2e[50], "ttft_ms": 1e3 * r.ttft[50], "tpot_ms": 1e3 * r.tpot[50],
-                     "itl_ms": 1e3 * r.tpot[50] if record["engine"].startswith("SGLang") else float("nan")})
-    return {m: float(np.mean([x[m] for x in runs])) for m in MEDIANS}
+def load_tests() -> tuple[dict[tuple[str, str], np.ndarray], list[Compared]]:
+    """Each load test printed (printed / simulated per statistic), and per (metric, statistic) the |error| p50 / p90
+    and bias over them (load_tests_percentiles.py); returned per (metric, statistic), with the runs compared."""
+    rows = compared()
+    done = [c for c in rows if isinstance(c, Compared)]
+    print(f"\nload tests (data/serving/load_tests.jsonl): {len(done)} of {len(rows)} runs simulated; "
+          "each cell printed / simulated")
+    for c in rows:
+        if isinstance(c, str):
+            print(c)
+            continue
+        cells = "  ".join(f"{m.removesuffix('_ms')[:6]} {st} {c.printed[(m, st)]:.4g}/{c.simulated[(m, st)]:.4g}"
+                          for m, st in ordered(c.printed))
+        print(f"{c.id:<58}{cells}")
+    table = summary(done)
+    for key in ordered(table):
+        a = np.abs(table[key])
+        print(f"{key[0]:<22}{key[1]:<6}{len(a):>4} runs  |err| p50 {np.median(a):>7.1%}  p90 "
+              f"{np.percentile(a, 90):>7.1%}  bias {np.median(table[key]):>+7.1%}")
+    return table, done
 
 
-def load_tests() -> dict[str, list[float]]:
-    """Each load test printed, and per median the |error| p50 / p90 and bias over them (returned per median)."""
-    rows = [json.loads(line) for line in LOAD_TESTS.read_text().splitlines() if line.strip()]
-    errs: dict[str, list[float]] = {m: [] for m in MEDIANS}
-    print(f"\nload tests (medians, ms; measured / simulated): {len(rows)} runs")
-    for r in rows:
-        sim = load_test(r)
-        cells = ""
-        for m in MEDIANS:
-            if np.isfinite(sim[m]):
-                errs[m].append(sim[m] / r["measured"][m] - 1)
-                cells += f"{m.removesuffix('_ms')}{r['measured'][m]:>9.1f}{sim[m]:>8.1f}  "
-        print(f"{r['id'].removeprefix('sglang030_vs_vllm060_'):<34}{cells}")
-    for m in MEDIANS:
-        a = np.abs(errs[m])
-        print(f"median {m:<16}{len(a):>4} runs  |err| p50 {np.median(a):>6.1%}  p90 {np.percentile(a, 90):>6.1%}  "
-              f"bias {np.median(errs[m]):>+6.1%}")
-    return errs
+def by_source(rows: list[Compared]) -> list[str]:
+    """The medians (and output tokens/s) per source group and engine: one markdown row each."""
+    keys = (("ttft_ms", "p50"), ("tpot_ms", "p50"), ("itl_ms", "p50"), ("ttft_ms", "p99"), ("output_tokens_per_s",
+                                                                                          "mean"))
+    out = []
+    for group, engine in sorted({(c.group, c.engine.split()[0]) for c in rows}):
+        table = summary([c for c in rows if c.group == group and c.engine.split()[0] == engine])
+        cells = [(f"{len(table[k])}: {np.median(np.abs(table[k])) * 100:.0f} % ({np.median(table[k]) * 100:+.0f} %)"
+                  if k in table else "-") for k in keys]
+        out.append(f"| {group} | {engine} | " + " | ".join(cells) + " |")
+    return out
 
 
 def _cells(errors: list[float]) -> str:
@@ -161,10 +155,17 @@ def markdown_section() -> list[str]:
     for m in METRICS:
         steady_cells = _cells(table["steady"][m]).split(" | ", 1)[1]
         lines.append(f"| {m} | {_cells(table['simulated'][m])} | {steady_cells} |")
-    lines += ["", "SGLang v0.3.0 and vLLM v0.6.0 at 4 and 8 ShareGPT requests/s (data/serving/load_tests.jsonl; "
-              "medians of each request's latency: the percentile the source printed):", "",
-              r"| median of | runs | p50 \|error\| | p90 | bias |", "|---|---:|---:|---:|---:|"]
-    lines += [f"| {m} | {_cells(tests[m])} |" for m in MEDIANS]
+    tests, done = tests
+    groups = sorted({c.group for c in done})
+    lines += ["", f"The load tests that print percentiles (data/serving/load_tests.jsonl, {len(done)} runs from "
+              f"{len(groups)} source groups: {', '.join(groups)}; benchmarks/load_tests_percentiles.py says how each "
+              "workload is rebuilt). Each statistic the source printed, simulated against printed; nothing is "
+              "fitted on these runs:", "",
+              r"| metric | statistic | runs | p50 \|error\| | p90 | bias |", "|---|---|---:|---:|---:|---:|"]
+    lines += [f"| {m} | {st} | {_cells(list(tests[(m, st)]))} |" for m, st in ordered(tests)]
+    lines += ["", r"By source and engine (runs: median \|error\| (median signed error)):", "",
+              "| group | engine | TTFT p50 | TPOT p50 | ITL p50 | TTFT p99 | output tokens/s |",
+              "|---|---|---|---|---|---|---|", *by_source(done)]
     return lines + [""]
 
 

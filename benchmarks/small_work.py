@@ -143,7 +143,9 @@ def training_section(results: Sequence[RunResult], records: Sequence[dict[str, A
            *_training_rows(dev, by_id), "", "### Published runs on one node", "",
            *_training_rows(published, by_id)]
     sweep_lines, summary["sweeps"] = sweep_section([*dev_records, *records], [*dev, *published])
-    return [*out, *sweep_lines], summary
+    from small_work_vtrain import vtrain_section  # vTrain's released runs (issue 79), apart: no fit on them
+    vtrain_lines, summary["vtrain"] = vtrain_section()
+    return [*out, *sweep_lines, *vtrain_lines], summary
 
 
 # ---- serving --------------------------------------------------------------------------------------------------

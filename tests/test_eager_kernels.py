@@ -9,9 +9,10 @@ import importlib.util
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from meshplan.cost.eager import EAGER_KERNELS, eager_rows
+from meshplan.cost.eager import EAGER_KERNELS, eager_rows, fused_softmax_runs, softmax_batch_per_block
 from meshplan.cost.layers import dense_layer
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model
@@ -111,8 +112,12 @@ def test_megatron_lm_fused_module_code_launches_the_measured_layer_less_its_fusi
     # a tensor over the whole model, in bf16) against Megatron-LM's own (32 us, its distributed optimizer's shard)
     from meshplan_validation.sources import MEGATRON_2021
     assert (megatron_ds.optimizer_wrapper, MEGATRON_2021.tensor_host) == ("deepspeed-pipeline", 32e-6)
+    # and the host's cost per kernel and per collective call (the megatron-deepspeed preset's: its module code's
+    # Python calls a kernel, c10d's call per collective)
     assert megatron_ds == MEGATRON_2021.with_(tensor_host=0.0, tensor_sharded=False,
-                                              optimizer_wrapper="deepspeed-pipeline")
+                                              optimizer_wrapper="deepspeed-pipeline",
+                                              host_dispatch=megatron_ds.host_dispatch,
+                                              collective_host=megatron_ds.collective_host)
 
 
 def test_a_plain_pytorch_gpt_layer_launches_what_pytorch_counts() -> None:
@@ -149,3 +154,47 @@ def test_rows_that_differ_from_the_model_stay_as_costed() -> None:
     llama_rows = eager_rows(load_model("llama3-8b"), EAGER_GPT.with_(projections="fused"))
     assert "attn/qkv" not in llama_rows and "mlp/fc1" not in llama_rows and "mlp/act" in llama_rows
     assert "mlp/act" not in eager_rows(replace(GPT, mlp="swiglu", ffn_hidden_size=5504), EAGER_GPT)
+
+
+def test_megatrons_fused_softmax_needs_its_rows_per_block() -> None:
+    # get_batch_per_block (scaled_masked_softmax.h): 128 threads a block, a warp of min(p, 32) threads, 2 rows a warp
+    # up to 128 keys: 1,024 keys -> 128 / 32 x 1 = 4 rows; 128 keys -> 4 x 2 = 8; 16 keys -> 128 / 16 x 2 = 16
+    assert (softmax_batch_per_block(1024), softmax_batch_per_block(128), softmax_batch_per_block(16)) == (4, 8, 16)
+    # is_kernel_available: b x heads per rank a multiple of 4 and of the rows per block. GPT (16 heads, 1,024 keys)
+    # over tp 8 at micro-batch 1: 1 x 2 = 2 rows, the torch path; at micro-batch 2: 4, the kernel; tp 4: 4, the kernel
+    assert [fused_softmax_runs(GPT, b, tp) for b, tp in ((1, 8), (2, 8), (1, 4), (1, 1))] == [0, 1, 1, 1]
+    short = replace(GPT, seq_length=128, max_position_embeddings=128)  # 8 rows a block: 1 x 4 heads is not enough
+    assert (fused_softmax_runs(short, 1, 4), fused_softmax_runs(short, 2, 4)) == (0, 1)
+    # a batch of plans: one answer each
+    assert list(fused_softmax_runs(GPT, np.array([1, 2, 1]), np.array([8, 8, 4]))) == [0, 1, 1]
+
+
+def test_megatron_falls_back_to_the_torch_softmax_where_its_kernel_cannot_run() -> None:
+    # tp 8, micro-batch 1 (b x heads per rank = 2): forward_torch_softmax's kernels, as past 2,048 keys (+3 forward,
+    # +4 backward) and its fp32 bytes; micro-batch 2 runs the kernel
+    megatron_ds = load_stack("megatron-deepspeed")
+    kernel = per_pass(dense_layer(GPT, Plan(tp=8, micro_batch=2), megatron_ds))
+    torch_path = per_pass(dense_layer(GPT, Plan(tp=8, micro_batch=1), megatron_ds))
+    assert (torch_path["fwd"] - kernel["fwd"], torch_path["bwd"] - kernel["bwd"]) == (3.0, 4.0)
+    core = {op.phase: op.nbytes for op in dense_layer(GPT, Plan(tp=8, micro_batch=1), megatron_ds)
+            if op.name == "attn/core"}
+    fused = {op.phase: op.nbytes for op in dense_layer(GPT, Plan(tp=8, micro_batch=2), megatron_ds)
+             if op.name == "attn/core"}
+    assert core["fwd"] > fused["fwd"] / 2 and core["bwd_x"] > fused["bwd_x"] / 2  # per sequence: more bytes unfused
+    # a stack without Megatron's fused module code is untouched
+    assert per_pass(dense_layer(GPT, Plan(tp=8, micro_batch=1), EAGER_GPT)) == per_pass(
+        dense_layer(GPT, Plan(tp=8, micro_batch=2), EAGER_GPT))
+
+
+def test_a_batch_of_plans_takes_each_plans_softmax_path() -> None:
+    # the search evaluates a PlanBatch: its plans at tp 8 / micro-batch 1 (the torch path) and the others (the
+    # kernel) each cost what the plan alone costs
+    from meshplan.search.batch import PlanBatch
+    from meshplan.specs.hardware import load_system
+    from meshplan.step.assemble import step_costs
+    megatron_ds, cluster = load_stack("megatron-deepspeed"), load_system("a100").cluster(8)
+    plans = [Plan(dp=8 // t, tp=t, micro_batch=b, global_batch=16, precision="fp16") for t, b in
+             ((8, 1), (8, 2), (4, 1), (2, 2))]
+    vec = step_costs(GPT, cluster, PlanBatch.of(plans), megatron_ds)
+    one = [step_costs(GPT, cluster, p, megatron_ds).step_time for p in plans]
+    assert np.asarray(vec.step_time) == pytest.approx(one, rel=1e-12)

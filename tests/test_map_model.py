@@ -14,9 +14,40 @@ from meshplan_validation.skip import Skip
 LLAMA_70B = {"num_layers": 80, "hidden_size": 8192, "num_heads": 64, "num_kv_heads": 8, "ffn_hidden_size": 28672}
 
 
-def test_equal_sizes_take_the_preset_of_the_records_vocabulary_first():
+def test_equal_sizes_of_a_record_leaving_sizes_out_take_the_preset_of_the_records_vocabulary_first():
+    spec, notes = map_model({"name": "X", "vocab_size": 32000} | LLAMA_70B)
+    assert spec.name == "llama2-70b" and notes[0] == "model: preset llama2-70b (sizes match the record)"
+
+
+def test_a_record_stating_every_size_is_priced_as_written_the_preset_of_its_sizes_only_named():
+    """Issue 79, item 4: a record of every size that does not name the preset of those sizes is built from them; the
+    preset is named in the notes, none of its other fields taken (a Llama-like spec: F is not 4h)."""
     spec, notes = map_model({"name": "X", "vocab_size": 32000, "seq_length": 4096} | LLAMA_70B)
-    assert spec.name == "llama2-70b" and notes == ["model: preset llama2-70b (sizes match the record)"]
+    assert spec.name == "X" and (spec.num_layers, spec.num_kv_heads, spec.mlp) == (80, 8, "swiglu")
+    assert notes[0].startswith("model: built from the record's sizes (priced as written; sizes as preset llama2-70b, "
+                               "whose other fields are not taken)")
+
+
+def test_a_gpt_record_of_a_presets_sizes_takes_its_text_and_family_not_the_preset():
+    """24 x 2048 GPT of 16 heads has mpt-1b's sizes; MPT runs without dropout, Megatron's GPT with it: the record's
+    text (biases, learned positions) and the GPT convention (tied embeddings, dropout 0.1) set the rest."""
+    m = {"name": "GPT h2048 l24", "num_layers": 24, "hidden_size": 2048, "num_heads": 16, "num_kv_heads": 16,
+         "ffn_hidden_size": 8192, "vocab_size": 50257, "seq_length": 1024,
+         "arch_source": "fused QKV with bias, 4h MLP, LayerNorm, learned position embedding"}
+    spec, notes = map_model(m)
+    assert (spec.qkv_bias, spec.linear_bias, spec.position_embedding, spec.tied_embeddings, spec.dropout) == (
+        True, True, "learned", True, True)
+    assert notes[:2] == ["as the record states: qkv_bias True, linear_bias True, position_embedding learned",
+                         "the GPT convention: tied_embeddings True, dropout True"]
+    assert "sizes as preset mpt-1b" in notes[2]
+
+
+def test_what_a_record_states_overrides_its_family():
+    m = {"name": "GPT small", "num_layers": 2, "hidden_size": 64, "num_heads": 4, "num_kv_heads": 4,
+         "ffn_hidden_size": 256, "vocab_size": 100, "seq_length": 32, "arch_source": "rotary positions, no dropout"}
+    spec, _ = map_model(m, text="untied embeddings")
+    assert (spec.position_embedding, spec.dropout, spec.tied_embeddings, spec.linear_bias) == (
+        "rope", False, False, True)
 
 
 def test_equal_sizes_of_another_vocabulary_take_the_closest_name_and_keep_the_records_vocabulary():

@@ -11,7 +11,7 @@ import pytest
 
 from meshplan.serve import check
 from meshplan.serve.engine import load_engine
-from meshplan.serve.engine_version import parse_version, preset_for
+from meshplan.serve.engine_version import parse_date, parse_version, preset_for
 from meshplan.serve.estimate import plan_columns, serve_estimate
 from meshplan.serve.metrics import Setting, first_token_step, static_capacity
 from meshplan.serve.plan import ServePlan, Workload
@@ -28,6 +28,16 @@ from meshplan_validation.serving_map import engine_of
     ("vLLM 0.8.0", "vllm"),
     ("vLLM v0.10 ROCm", "vllm"),
     ("vLLM 0.6.2 on ROCm 6.2", "vllm-v0"),
+    ("vLLM v0.6.1 built for ROCm (git checkout v0.6.1, Dockerfile.rocm)", "vllm-v0.6-rocm"),
+    ("vLLM 0.5.4 ROCm", "vllm-v0.5-rocm"),
+    # no single version: the date's (the newest release out by the end of the period it names)
+    ("vLLM, Oct 2024", "vllm-v0"),
+    ("vLLM (September 2024)", "vllm-v0"),
+    ("vLLM, Aug. 2024", "vllm-v0.5"),
+    ("vLLM 2025-04", "vllm"),
+    ("vLLM (version not stated: 'pip install vllm', Sept 2024; the 0.5.x-0.6.1 API), V0 engine", "vllm-v0"),
+    ("vLLM ROCm, 2024-10-01", "vllm-v0"),
+    ("vLLM ROCm, 2024-09-20", "vllm-v0.6-rocm"),
     ("vLLM V1", "vllm"),
     ("SGLang v0.4.1", "sglang"),
     ("TensorRT-LLM 0.14.0 (TensorRT engine) + Triton tensorrtllm_backend", "trtllm"),
@@ -45,6 +55,30 @@ def test_versions_parse_from_the_first_dotted_number():
     assert parse_version("vllm==0.6.3.post1") == (0, 6, 3)
     assert parse_version("vLLM v0.10 ROCm 6.4") == (0, 10)
     assert parse_version("vLLM V1") is None
+    # a wildcard or a range states no single version; a date is none either
+    assert parse_version("the 0.5.x-0.6.1 API") is None
+    assert parse_version("vLLM 0.5 to 0.6") is None
+    assert parse_version("vLLM 0.5.x, then vllm==0.6.3") == (0, 6, 3)
+    assert parse_version("vLLM, 2024-10-15") is None
+
+
+def test_a_date_reads_as_the_last_day_of_the_period_it_names():
+    assert parse_date("vLLM, Sept 2024") == "2024-09-30"
+    assert parse_date("vLLM (Feb. 2024)") == "2024-02-29"  # a leap year
+    assert parse_date("measured 2024-10") == "2024-10-31"
+    assert parse_date("2024-10-15 on MI300X") == "2024-10-15"
+    assert parse_date("vLLM 0.6.3") is None
+
+
+def test_a_record_date_picks_the_version_its_engine_string_does_not_state():
+    # the releases: vLLM 0.6.0 on 2024-09-05, 0.8.0 (V1 by default) on 2025-03-18 (engine_versions.toml, PyPI)
+    assert preset_for("vLLM", "2024-10") == "vllm-v0"  # October 2024: 0.6.3, V0, not the V1 of an unversioned string
+    assert preset_for("vLLM", "2024-08-31") == "vllm-v0.5"
+    assert preset_for("vLLM", "2025-03-18") == "vllm"
+    assert preset_for("vLLM") == "vllm"  # no version and no date: the unversioned row
+    assert preset_for("vLLM 0.5.4", "2025-06") == "vllm-v0.5"  # a stated version outranks any date
+    assert preset_for("vLLM (Oct 2024)", "2025-06") == "vllm-v0"  # the string's own date outranks the record's
+    assert engine_of({"engine": "vLLM (version not stated)", "date": "2024-10"}).name == "vllm-v0"
 
 
 def test_every_preset_of_the_table_loads():
@@ -84,19 +118,21 @@ def _setting(engine, batch=1, workload=SHORT):
 def test_a_decode_batch_beyond_the_captured_graphs_pays_the_eager_host_floor():
     """vLLM V0 captures decode graphs up to 256 sequences; at 257, eager, the host issues 32 layers x 0.18 ms =
     5.76 ms of kernels, and the GPU's step lasts at least that, or the async output processor's 21.4 us a sequence
-    beside it; then the engine loop's exposed 0.323 ms + 58.2 us a sequence (presets/engines/vllm-v0.toml)."""
+    beside it; the iteration's GPU work after the forward pass, 1.115 ms (presets/engines/vllm-v0.toml:
+    iteration_latency), on top of the GPU's part; then the engine loop's exposed 0.323 ms + 58.2 us a sequence."""
     engine = load_engine("vllm-v0")
     assert engine.graph_max_batch == 256 and engine.eager_layer_overhead == pytest.approx(0.18e-3)
+    assert engine.iteration_latency == pytest.approx(1.115e-3)
     s = _setting(engine)
     graphed, eager = float(s.time(256.0)), float(s.time(257.0))
     gpu = float(s.gpu_time(257.0, 0.0, 0.0, 0.0))
-    assert eager == pytest.approx(max(gpu, 32 * 0.18e-3, 257 * 21.4e-6) + 0.323e-3 + 257 * 58.2e-6)
+    assert eager == pytest.approx(max(max(gpu, 32 * 0.18e-3) + 1.115e-3, 257 * 21.4e-6) + 0.323e-3 + 257 * 58.2e-6)
     gpu256 = float(s.gpu_time(256.0, 0.0, 0.0, 0.0))
-    assert graphed == pytest.approx(max(gpu256, 256 * 21.4e-6) + 0.323e-3 + 256 * 58.2e-6)
+    assert graphed == pytest.approx(max(gpu256 + 1.115e-3, 256 * 21.4e-6) + 0.323e-3 + 256 * 58.2e-6)
     # graphs off: the eager floor at every batch, never faster
     bare = _setting(engine.with_(graph_max_batch=0))
     assert float(bare.time(8.0)) >= float(s.time(8.0))
-    assert float(bare.time(8.0)) >= 32 * 0.18e-3 + 0.323e-3 + 8 * 58.2e-6
+    assert float(bare.time(8.0)) >= 32 * 0.18e-3 + 1.115e-3 + 0.323e-3 + 8 * 58.2e-6
     assert eager >= graphed
 
 

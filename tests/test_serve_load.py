@@ -265,3 +265,26 @@ def test_disaggregated_pools_keep_prompts_out_of_the_decodes():
     assert 0 < moved < split.ttft[50]  # 4,000 tokens x 128 KiB each over NVLink: about a millisecond
     with pytest.raises(SpecError, match="more GPUs than the cluster has"):
         load_run(MODEL, load_system("h100").cluster(1), split_plan, reqs, e)
+
+
+def test_the_benchmark_tools_samplers():
+    """SGLang's random dataset draws I from [⌊r·I⌋, I] (r = 0.5, I = 1,000: 500 to 1,000, mean 750); GenAI-Perf's
+    synthetic lengths are normals of the given spread rounded up (mean 1,000.5, spread 100, within 1 %); SGLang's
+    ShareGPT filter keeps prompts beyond 1,024 tokens that vLLM's drops; bad forms are one line naming the field."""
+    rng = np.random.default_rng(0)
+    inp, out = lengths.parse_lengths("sglang-random:0.5", 1000, 200).sample(20_000, rng)
+    assert inp.min() == 500 and inp.max() == 1000 and abs(inp.mean() - 750) < 5 and out.min() == 100
+    inp, out = lengths.parse_lengths("synthetic:100:20", 1000, 200).sample(20_000, rng)
+    assert inp.mean() == pytest.approx(1000.5, rel=0.01) and inp.std() == pytest.approx(100, rel=0.03)
+    assert out.std() == pytest.approx(20, rel=0.05)
+    inp, _ = lengths.parse_lengths("sharegpt-sglang", 1, 1).sample(20_000, rng)
+    assert inp.max() > 1024 and inp.min() >= 2
+    for bad in ("synthetic:-1", "synthetic:a", "sglang-random:2", "uniform:1"):
+        with pytest.raises(SpecError, match="lengths="):
+            lengths.parse_lengths(bad, 1000, 200)
+
+
+def test_a_burst_sends_every_request_at_once():
+    """--rate inf: benchmark_serving's ``--request-rate inf``, every arrival at 0."""
+    reqs = arrivals.poisson(np.inf, 50, lengths.Lengths("fixed", 100, 10))
+    assert len(reqs) == 50 and not reqs.arrival.any()

@@ -65,7 +65,8 @@ def test_recommend_gives_the_fewest_gpus(capsys):
     (["--prefix-hit", "-0.1"], "prefix-hit=-0.1 must be from 0 to 1"),
     (["--trace", "missing.csv"], "trace='missing.csv'"),
     (["--rate", "1", "--recommend"], "--recommend: give a target"),
-    (["--rate", "1", "--percentile", "95"], "percentile"),
+    (["--rate", "1", "--percentile", "75"], "percentile"),
+        (["--rate", "1", "--scheduler", "orca"], "scheduler="),
 ])
 def test_bad_load_input_is_one_line_and_exit_2(capsys, extra, field):
     code, out, err = run(capsys, BASE + ["--gpus", "1"] + extra)

@@ -3,9 +3,11 @@ more HBM bandwidth never slows a decode step or TPOT, more FLOP/s never slows a 
 tier never slows a step and more latency never speeds one up; every figure is finite and none negative. Over the
 whole estimate, every rate (FLOP/s, HBM and L2 bandwidth, each tier's bandwidth, the measured all-reduce kernel's
 bandwidth) scaled up never lowers the throughput nor raises TTFT or TPOT, and every latency (each tier's, the
-kernel's, the engine's host time per iteration, per sequence and per eager layer) scaled up never helps; every
-preset given host time: more of it never raises the throughput, and its overlapping twin (the host scheduling the
-next iteration during this one) is never slower than the twin that waits."""
+kernel's, the engine's host time per iteration, per sequence and per eager layer, its time per iteration no host
+speed sets, the GPU's idle time between kernels, the host's interpreter time) scaled up never helps, and a faster
+untuned GEMM (vLLM's ROCm build of 2024) never slows; every preset given host time: more of it never raises the
+throughput, and its overlapping twin (the host scheduling the next iteration during this one) is never slower than
+the twin that waits; more sequences in a decode step never make it shorter, on every engine preset."""
 
 from __future__ import annotations
 
@@ -133,8 +135,9 @@ def test_every_figure_is_finite_and_none_negative():
 
 
 RATES = ("flops", "hbm", "l2_cache", "kernel_bw", "tier0", "tier1", "tier2")  # a tier the cluster lacks is skipped
-HOST = ("iteration_overhead", "sequence_overhead", "hidden_sequence_overhead", "eager_layer_overhead")
-LATENCIES = ("lat0", "lat1", "lat2", "kernel_lat", *HOST)
+HOST = ("iteration_overhead", "sequence_overhead", "hidden_sequence_overhead", "eager_layer_overhead",
+        "iteration_latency", "kernel_gap")
+LATENCIES = ("lat0", "lat1", "lat2", "kernel_lat", "interpreter", *HOST)
 
 
 def estimate_metrics(model, cluster, plan, workload, engine) -> tuple[float, float, float]:
@@ -150,6 +153,15 @@ def varied(d, what: str, factor: float):
         if not getattr(engine, what):
             return None
         return model, cluster, plan, workload, replace(engine, **{what: getattr(engine, what) * factor})
+    if what == "skinny_gemm_rate":  # a rate of the engine's, at most the modelled one
+        if not engine.skinny_gemm_rows:
+            return None
+        return model, cluster, plan, workload, replace(engine, skinny_gemm_rate=min(engine.skinny_gemm_rate * factor,
+                                                                                      1.0))
+    if what == "interpreter":  # the host's time for interpreter-bound Python (Engine.host_interpreted)
+        if not engine.host_interpreted:
+            return None
+        return model, replace(cluster, interpreter_host=cluster.interpreter_speed * factor), plan, workload, engine
     if what[-1].isdigit() and int(what[-1]) >= len(cluster.tiers):
         return None
     acc = cluster.accelerator
@@ -167,10 +179,18 @@ def fitting_draws(count: int = 30) -> list:
            Workload(input_len=3072, output_len=256), lmdeploy),
           (load_model("llama3-8b"), load_system("a800").cluster(1), ServePlan(batch=32),
            Workload(input_len=2048, output_len=512), lmdeploy)]
-    return [d for d in draws() if serve_estimate(*d).fits][:count] + [d for d in l2 if serve_estimate(*d).fits]
+    # vLLM V0's ROCm builds of 2024 on MI300X (a KV head read once per query head, from HBM on its 8 dies; untuned
+    # GEMMs; the GPU idle between kernels) and V0 on GH200's Grace (an interpreter-bound host loop)
+    v0 = [(load_model("llama2-70b"), load_system("mi300x").cluster(2), ServePlan(tp=2, batch=64),
+           Workload(input_len=1024, output_len=1024, static=True), load_engine("vllm-v0.6-rocm")),
+          (load_model("llama3-8b"), load_system("mi300x").cluster(1), ServePlan(batch=200),
+           Workload(input_len=300, output_len=700), load_engine("vllm-v0.5-rocm")),
+          (load_model("llama2-7b"), load_system("gh200").cluster(1), ServePlan(batch=32),
+           Workload(input_len=512, output_len=512, static=True), load_engine("vllm-v0.5"))]
+    return [d for d in draws() if serve_estimate(*d).fits][:count] + [d for d in l2 + v0 if serve_estimate(*d).fits]
 
 
-@pytest.mark.parametrize("what", RATES)
+@pytest.mark.parametrize("what", (*RATES, "skinny_gemm_rate"))
 @pytest.mark.parametrize("factor", FACTORS)
 def test_more_of_any_rate_never_lowers_throughput_nor_raises_ttft_or_tpot(what, factor):
     for d in fitting_draws():
@@ -230,3 +250,16 @@ def test_more_host_time_never_raises_throughput_and_overlap_never_slows(graphs):
         overlapped = estimate_metrics(model, cluster, plan, workload, with_host(engine, 1.0, True, graphs))
         assert overlapped[0] >= serial[0] * (1 - RTOL), where
         assert overlapped[2] <= serial[2] * (1 + RTOL), where
+
+
+@pytest.mark.parametrize("engine", sorted(engine_names()))
+def test_more_sequences_never_shorten_a_decode_step(engine):
+    """On every engine preset, a decode step of more sequences is never shorter: across the captured graphs' padded
+    sizes, the eager batches beyond them and the rows up to which an untuned GEMM library runs its slow kernels
+    (vllm-v0*-rocm: 256), for a dense and a MoE model on an NVIDIA and an AMD GPU."""
+    for model, system, tp in (("llama2-70b", "mi300x", 2), ("llama3-8b", "h100", 1), ("mixtral-8x7b", "h100", 2)):
+        m, c = load_model(model), load_system(system).cluster(tp)
+        plan = ServePlan(tp=tp, batch=8)
+        s = Setting(m, c, plan_columns(plan), plan.quant, load_engine(engine), Workload(input_len=512, output_len=512))
+        times = [float(s.time(float(b))) for b in (1, 2, 3, 8, 9, 64, 200, 255, 256, 257, 300, 512, 513, 1024)]
+        assert all(b >= a * (1 - RTOL) for a, b in zip(times, times[1:], strict=False)), (engine, model, times)

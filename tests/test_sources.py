@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from meshplan.estimate import estimate
+from meshplan.specs.plan import Plan
 from meshplan_validation.case import map_run
 from meshplan_validation.evaluate import evaluate_case
 from meshplan_validation.sources import source_defaults
@@ -43,6 +44,9 @@ def test_bridge_record_maps_to_the_recipe_defaults():
     ("megatron_lm_ci_golden_2024_h100", "Megatron-LM legacy GPT model code (megatron/model, --transformer-impl local)",
      "Megatron-LM CI 2024"),
     ("dlperf_megatron_lm_2021", "OneFlow DLPerf's Megatron-LM", "Megatron-LM 2021"),
+    # vTrain's runs: Megatron-DeepSpeed's code without DeepSpeed's engine, before the Megatron-DeepSpeed profile
+    ("vtrain_a100_single", "Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed), as data/README.md states",
+     "vTrain (Megatron-DeepSpeed, Megatron's optimizer)"),
 ])
 def test_each_source_profile_is_reached(group, framework, profile):
     assert source_defaults({"group": group, "framework": framework}).name == profile
@@ -150,3 +154,17 @@ def test_hugging_face_stacks_are_eager_zero3_and_megatron_deepspeed_is_not():
     mds = map_run(record(group="other_paper", framework="Megatron-DeepSpeed", parallel={"zero_or_fsdp": None}))
     # Megatron-LM's module code with its own fused kernels, each launched from eager PyTorch (cost/eager.py "jit")
     assert mds.stack.fusion == "jit" and mds.plan.zero == 1 and mds.stack.name == "megatron-deepspeed"
+
+
+def test_vtrain_runs_price_megatrons_own_optimizer():
+    """vTrain's runs ran Megatron's Float16OptimizerWithFloat16Params (sources.VTRAIN): its counted 32 us a tensor over
+    every tensor, not DeepSpeed's per-plan wrapper, fp16 gradients and no ZeRO."""
+    from meshplan.cost.wrappers import wrapped
+    from meshplan_validation.sources import MEGATRON_DEEPSPEED, MEGATRON_LM_TENSOR
+    vtrain = source_defaults({"group": "vtrain_a100_single", "framework": "Megatron-DeepSpeed"})
+    assert (vtrain.zero, vtrain.grad_bytes, vtrain.stack.optimizer_wrapper) == (0, 2, "stated")
+    assert vtrain.stack.tensor_host == MEGATRON_LM_TENSOR == 32e-6
+    # the module code and its host costs are the preset's
+    for field in ("host_dispatch", "collective_host", "fusion", "flash_attention", "overlap_dp"):
+        assert getattr(vtrain.stack, field) == getattr(MEGATRON_DEEPSPEED.stack, field)
+    assert wrapped(vtrain.stack, Plan(tp=2, precision="fp16")).tensor_host == 32e-6

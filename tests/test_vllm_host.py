@@ -87,6 +87,7 @@ def test_the_serving_report_names_each_host_term():
     from meshplan.report.serve_trust import host_terms
 
     beside = "21.4 us a sequence beside the GPU's step"
-    assert host_terms(load_engine("vllm-v0")) == f"323 us + 58.2 us a sequence + {beside}"
-    assert host_terms(load_engine("vllm-v0.5")) == "712 us + 89.6 us a sequence"
+    after = "1.11 ms of GPU work after the forward pass"  # iteration_latency, 1.115 ms
+    assert host_terms(load_engine("vllm-v0")) == f"323 us + 58.2 us a sequence + {beside} + {after}"
+    assert host_terms(load_engine("vllm-v0.5")) == f"712 us + 89.6 us a sequence + {after}"
     assert host_terms(Engine()) == "none"

@@ -80,6 +80,8 @@ RANGES: dict[str, Range] = {
                                 "not measured"),
     "l2_bandwidth": Range(1e6, 1e17, "B/s", "L2 read bandwidth: 7.2 TB/s on A100 (5120 B/clk at 1.41 GHz); 100 PB/s "
                           "is past any on-chip cache", "unstated"),
+    "l2_dies": Range(1, 64, "", "dies with a private L2 a kernel's workgroups are dealt over: 1, MI300X 8 (XCDs); "
+                     "64 is past any package built"),
     "exp_rate": Range(0.1, 10, "", "exponential (MUFU.EX2) rate per SM clock relative to Hopper: 1, Blackwell "
                       "Ultra 2; a tenth or ten times that is past any GPU built"),
     # ---- Network / Tier / Cluster -----------------------------------------------------------------------------
@@ -95,6 +97,8 @@ RANGES: dict[str, Range] = {
                             "GB/s (GH200)"),
     "python_host": Range(0.1, 100, "", "host CPU time for PyTorch's Python-side work against an x86 DGX host: 1, "
                          "Grace 2.5-2.8 (TransformerEngine issue #2053); 100x is past any server CPU"),
+    "interpreter_host": Range(0.1, 100, "", "host CPU time for interpreter-bound Python against an x86 DGX host: 1, "
+                              "Grace 1 (its cores' scalar throughput); 100x is past any server CPU", "python_host"),
     "host_memory": Range(1e6, 1e15, "B", "host memory per GPU for offload: presets 64-256 GB; 1 PB is 4,000x"),
     "size": Range(1, MAX_GPUS, "", "Tier: GPUs per group of a mesh dimension, at most the cluster",
                   "the rest (a system file's outermost tier)"),
@@ -201,6 +205,8 @@ RANGES: dict[str, Range] = {
                             "Megatron-LM's 128; 65,536 is past any vocabulary shard"),
     "host_dispatch": Range(0, 0.01, "s", "host seconds per launched kernel: 3 us raw cuLaunchKernel to ~100 us (a "
                            "te.Linear on Grace, TransformerEngine #2053); 10 ms is 100x that", "the host never limits"),
+    "collective_host": Range(0, 0.01, "s", "host seconds per collective call: ~15 us (an eager op's dispatch, "
+                             "specs/stack.py); 10 ms is 700x that", "a kernel's host_dispatch"),
     "region_host": Range(0, 0.1, "s", "host seconds per torch.compile region and pass: 0.29 ms measured (a GPT layer "
                          "on an H200 host, specs/stack.py); 100 ms is 300x that", "no compiled region"),
     "expert_tensors": Range(1, 16, "", "stacked expert tensors a layer: 2-3 in the frameworks that stack them",
@@ -229,6 +235,11 @@ RANGES: dict[str, Range] = {
     "sequence_overhead": Range(0, 0.01, "s", "host time per running sequence per iteration: microseconds"),
     "hidden_sequence_overhead": Range(0, 0.01, "s", "host time per running sequence beside the GPU's step: "
                                       "microseconds"),
+    "iteration_latency": Range(0, 1, "s", "engine time per iteration no host CPU speed sets: about a millisecond"),
+    "skinny_gemm_rows": Range(0, MAX_SIZE, "", "rows up to which a GEMM runs untuned solutions: decode's, <= 256",
+                              "none"),
+    "skinny_gemm_rate": Range(0.001, 1, "", "an untuned GEMM's rate over the modelled one: 0.05-1; 1: as fast"),
+    "kernel_gap": Range(0, 0.01, "s", "GPU idle time between two kernels of an iteration: microseconds"),
     "graph_max_batch": Range(0, MAX_SIZE, "", "the largest captured decode batch: 128-512 in use, 0 for none"),
     "eager_layer_overhead": Range(0, 0.1, "s", "host time to issue one layer's kernels eagerly: ~0.1-1 ms"),
     "decode_layer_kernels": Range(0, 1000, "", "kernels one decode layer launches (a profile's count): ~8-60"),

@@ -96,7 +96,7 @@ def _map_run(record: dict[str, Any], hybrid: bool) -> Case:
     m = record.get("model") or {}
     _model_recorded(m)
     metric, value, basis = _reading("measured", pick_metric, record)
-    model, notes = _reading("model", map_model, m)
+    model, notes = _reading("model", map_model, m, _architecture_text(record))
     model = _with_mtp(record, model, notes)
     if compared_apart(model) and not hybrid:
         raise Skip(HYBRID_SKIP.format(name=m.get("name")))
@@ -114,6 +114,13 @@ def _map_run(record: dict[str, Any], hybrid: bool) -> Case:
     return Case(id=record["id"], group=str(record.get("group") or ""), model=model, cluster=cluster, plan=plan,
                 stack=stack, metric=metric, measured=value, assumptions=tuple(notes), basis=basis,
                 measured_memory=float(memory) * GiB if usable else None)
+
+
+def _architecture_text(record: dict[str, Any]) -> str:
+    """The sentences of a record's notes that describe its model's architecture (those naming it: "GPT architecture
+    per ... : fused QKV with bias, ..."), which map_model reads for the fields that are not sizes; the other notes
+    speak of the pricing, not of the model."""
+    return " ".join(s for s in str(record.get("notes") or "").split(". ") if "architecture" in s.lower())
 
 
 def _model_recorded(m: dict[str, Any]) -> None:

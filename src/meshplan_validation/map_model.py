@@ -1,6 +1,10 @@
 """A published record's model section (cleaned, records.clean_record) → ModelSpec, in four steps: the sizes of the
-preset the record names where it gives none; the preset whose sizes equal the record's (ties broken by vocabulary,
-then name); else a spec built from the record's own sizes, with those its family's convention fixes
+preset the record names where it gives none; a record that states every size (``states_sizes``) is priced as written
+(issue 79, item 4): the preset its name names where that preset's sizes are the record's (the record names that very
+model), else a spec of exactly its sizes whose other fields (biases, position embedding, tied embeddings, dropout)
+come from the record's own text or its family's convention (record_fields.arch_fields), a preset of equal sizes only
+named in the notes; a record that leaves sizes out takes the preset whose sizes equal those it gives (ties broken by
+vocabulary, then name), else a spec built from its own sizes, with those its family's convention fixes
 (record_fields.family_sizes); then the record's own vocabulary and sequence length. Each step says what it took
 from where in the notes.
 """
@@ -13,7 +17,14 @@ from typing import Any
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model, preset_names
 from meshplan_validation.patterns import NAME_SUFFIXES, NON_ALNUM
-from meshplan_validation.record_fields import convention, family_key, family_sizes, heads_from_head_dim, size_problems
+from meshplan_validation.record_fields import (
+    arch_fields,
+    convention,
+    family_key,
+    family_sizes,
+    heads_from_head_dim,
+    size_problems,
+)
 from meshplan_validation.skip import Skip
 
 # the record's fields that are ModelSpec attributes of the same name, the sizes a preset must equal
@@ -22,6 +33,8 @@ SIZE_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hi
 MOE_FIELDS = {"num_experts": "num_experts", "moe_topk": "moe_topk", "moe_ffn_hidden_size": "moe_ffn_hidden_size",
               "shared_expert_ffn": "shared_expert_ffn_size"}
 CORE_SIZES = ("num_layers", "hidden_size", "num_heads")  # without them a spec is built from a preset's or not at all
+# a record that states these (and a MoE record its MoE_FIELDS' experts and top-k) states every size a spec needs
+STATED_SIZES = (*CORE_SIZES, "num_kv_heads", "ffn_hidden_size", "vocab_size", "seq_length")
 _PRESETS: dict[str, ModelSpec] = {}
 
 
@@ -63,10 +76,11 @@ def preset_by_name(name: str) -> str | None:
         stripped = NAME_SUFFIXES.sub("", stripped)
 
 
-def map_model(m: dict[str, Any]) -> tuple[ModelSpec, list[str]]:
-    """The preset whose sizes equal the record's (ties broken by vocabulary, then name), with the record's
-    own sequence length and vocabulary; a record whose sizes match no preset is built from its own fields, with the
-    sizes its family's convention fixes where it leaves them out (record_fields.family_sizes)."""
+def map_model(m: dict[str, Any], text: str = "") -> tuple[ModelSpec, list[str]]:
+    """The record's model (module docstring): priced as written where it states every size (``states_sizes``),
+    else the preset whose sizes equal the record's (ties broken by vocabulary, then name), else built from its own
+    fields with the sizes its family's convention fixes; with the record's own sequence length and vocabulary.
+    ``text``: the record's notes, read with the model's ``arch_source`` for what it says of its architecture."""
     problems = size_problems(m)
     if problems:
         raise Skip("; ".join(problems))
@@ -74,8 +88,19 @@ def map_model(m: dict[str, Any]) -> tuple[ModelSpec, list[str]]:
     notes: list[str] = []
     m = _core_sizes(m, name, notes)
     match = _matching_preset(m, name)
-    spec = _from_preset(m, *match, notes) if match else _from_record(m, name, notes)
+    if states_sizes(m) and not (match and preset_by_name(str(name)) == match[0]):
+        named = f"; sizes as preset {match[0]}, whose other fields are not taken" if match else ""
+        spec = _from_record(m | {"notes": text}, name, notes, named)
+    else:
+        spec = _from_preset(m, *match, notes) if match else _from_record(m | {"notes": text}, name, notes)
     return _as_recorded(spec, m, notes), notes
+
+
+def states_sizes(m: dict[str, Any]) -> bool:
+    """Whether a record states every size of its model (``STATED_SIZES``; a MoE record its experts and top-k too):
+    it is priced with exactly those (issue 79, item 4)."""
+    moe = bool(m.get("num_experts"))
+    return all(m.get(k) is not None for k in STATED_SIZES) and (not moe or bool(m.get("moe_topk")))
 
 
 def _core_sizes(m: dict[str, Any], name: Any, notes: list[str]) -> dict[str, Any]:
@@ -123,11 +148,15 @@ def _from_preset(m: dict[str, Any], preset: str, spec: ModelSpec, notes: list[st
     return spec
 
 
-def _from_record(m: dict[str, Any], name: Any, notes: list[str]) -> ModelSpec:
-    """A spec of the record's own sizes (``model_from_record``), with the note of what it assumes."""
+def _from_record(m: dict[str, Any], name: Any, notes: list[str], named: str = "") -> ModelSpec:
+    """A spec of the record's own sizes (``model_from_record``), with the note of what it assumes: ``named`` says
+    which preset has its sizes (priced as written), else that none matches."""
     spec = model_from_record(m, notes)
-    notes.append(f"model: built from the record's sizes (no preset matches {name}); "
-                 f"{spec.mlp} MLP, {spec.norm}, untied, no biases assumed")
+    why = f"priced as written{named}" if named or states_sizes(m) else f"no preset matches {name}"
+    notes.append(f"model: built from the record's sizes ({why}); {spec.mlp} MLP, {spec.norm}, "
+                 f"{'tied' if spec.tied_embeddings else 'untied'}, {spec.position_embedding} positions, "
+                 f"{'biases' if spec.linear_bias or spec.qkv_bias else 'no biases'}, "
+                 f"{'dropout' if spec.dropout else 'no dropout'}")
     return spec
 
 
@@ -168,7 +197,7 @@ def model_from_record(m: dict[str, Any], notes: list[str]) -> ModelSpec:
         notes.append(f"seq_length {seq[0]} from {seq[1]} (not recorded)")
         seq = seq[0]
     _check_heads(m)
-    return _spec(m, f, seq)
+    return replace(_spec(m, f, seq), **arch_fields(m, notes))
 
 
 def _require_sizes(m: dict[str, Any], f: Any, seq: Any) -> None:

@@ -53,6 +53,21 @@ NAME_SUFFIXES = re.compile(r"[-_ ]?(instruct|chat|base|hf|it|v\d+(\.\d+)?)$", re
 # a name that says its model departs from its family's convention: gated MLP, grouped / multi-query attention, MoE
 DEPARTS = re.compile(r"swiglu|geglu|\bglu\b|gqa|mqa|grouped[-_ ]query|multi[-_ ]query|\bmoe\b|mixture|expert", re.I)
 
+# ---- architecture text: what a record's ``arch_source`` / ``notes`` say of the fields that are not sizes ----------
+# (ModelSpec field, value, pattern), first match per field wins (record_fields.stated_arch); a negation first
+ARCH_TEXT: tuple[tuple[str, object, re.Pattern[str]], ...] = (
+    ("qkv_bias", False, re.compile(r"\b(?:no|without)\s+(?:qkv\s+|linear\s+)?bias", re.I)),
+    ("qkv_bias", True, re.compile(r"(?:qkv|query[-_ ]key[-_ ]value)\b[^.;]{0,30}\bwith\s+(?:a\s+)?bias", re.I)),
+    ("linear_bias", False, re.compile(r"\b(?:no|without)\s+(?:linear\s+)?bias", re.I)),
+    ("linear_bias", True, re.compile(r"\bwith\s+(?:a\s+)?bias|\bbias(?:es)?\s+on\s+(?:every|all)", re.I)),
+    ("position_embedding", "learned", re.compile(r"learned\s+(?:absolute\s+)?position", re.I)),
+    ("position_embedding", "rope", re.compile(r"\brope\b|\brotary", re.I)),
+    ("tied_embeddings", False, re.compile(r"\buntied\b|\buntie[sd]?\b|\bnot\s+tied", re.I)),
+    ("tied_embeddings", True, re.compile(r"\btied\s+(?:input\s+|word\s+)?embedding", re.I)),
+    ("dropout", False, re.compile(r"\bno\s+dropout|dropout\s*(?:=|of|:)?\s*0(?:\.0*)?(?![.\d])", re.I)),
+    ("dropout", True, re.compile(r"dropout\s*(?:=|of|:)?\s*0?\.0*[1-9]", re.I)),
+)
+
 # ---- hardware text ------------------------------------------------------------------------------------------------
 # GPU name (as the source prints it) → system preset. Ordered: the first pattern that matches wins.
 GPU_SYSTEMS: tuple[tuple[str, str], ...] = (

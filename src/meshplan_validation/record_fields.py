@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meshplan.fields import MAX_LAYERS, MAX_SIZE
-from meshplan_validation.patterns import DEPARTS, NAME_SPLIT, NAME_WORDS, NON_ALNUM, REMARKS, SIZE_TOKEN
+from meshplan_validation.patterns import ARCH_TEXT, DEPARTS, NAME_SPLIT, NAME_WORDS, NON_ALNUM, REMARKS, SIZE_TOKEN
 from meshplan_validation.records import BATCH_TOKENS, positive_int, stated
 
 
@@ -32,6 +32,23 @@ class Convention:
     source: str
     vocab: int = 0
     seq: int = 0
+    # the fields that are not sizes which every model of the family has (ModelSpec field -> value; ``ARCH_FIELDS``),
+    # with their source in ``source``; a field left out: the builder's assumption (map_model.model_from_record)
+    arch: tuple[tuple[str, object], ...] = ()
+
+
+# The fields of a model that are not sizes and that a record built from its own sizes must still fix (issue 79, item
+# 4): biases, the position embedding, tied embeddings, dropout. Read from the record's text where it states them
+# (``stated_arch``), else from its family's convention (``Convention.arch``), else the builder's assumption, each
+# with a note that says which.
+ARCH_FIELDS = ("qkv_bias", "linear_bias", "position_embedding", "tied_embeddings", "dropout")
+# GPT-2 (Radford et al. 2019; openai-community/gpt2 config.json: Conv1D c_attn and c_proj with biases, wpe learned
+# positions, lm_head tied to wte, resid / attn / embd pdrop 0.1) and Megatron-LM's GPT, which GPT-3-style records
+# train (megatron/arguments.py: --hidden-dropout 0.1, --attention-dropout 0.1, learned absolute positions,
+# add_bias_linear, embeddings tied unless --untie-embeddings-and-output-weights; NVIDIA/Megatron-LM and
+# microsoft/Megatron-DeepSpeed f4157bea alike)
+GPT_ARCH = (("qkv_bias", True), ("linear_bias", True), ("position_embedding", "learned"), ("tied_embeddings", True),
+            ("dropout", True))
 
 
 # Most specific first: the first family whose pattern matches the name is the record's ("BLOOM-style GPT": BLOOM).
@@ -53,7 +70,8 @@ CONVENTIONS: tuple[Convention, ...] = (
     Convention("GPT", r"\bgpt(?![-_ ]?oss)", "4h", True,
                "Radford et al. 2019 (GPT-2) and Brown et al. 2020 (GPT-3), Table 2.1: d_ff = 4·d_model, multi-head "
                "attention; Megatron-LM arguments.py sets ffn_hidden_size = 4·hidden_size and num_query_groups = "
-               "num_attention_heads when not given"),
+               "num_attention_heads when not given; biases on every linear, learned positions, tied embeddings, "
+               "dropout 0.1 (GPT-2's config.json; Megatron-LM's argument defaults)", arch=GPT_ARCH),
     # "LLaMA 65B", "LLaMA-13B", not "Llama 2 70B", "Llama-3-8B", "Llama3.1-405B" (a version after the name)
     Convention("LLaMA (v1)", r"\bllama(?![-_ .]?\d+(?:\.\d+)?(?![bm\d.]))", "llama1", True,
                "Touvron et al. 2023 (LLaMA) and facebookresearch/llama v1 model.py: FeedForward "
@@ -69,6 +87,33 @@ def convention(m: dict[str, Any]) -> Convention | None:
         return None
     bare = REMARKS.sub(" ", name)
     return next((c for c in CONVENTIONS if re.search(c.pattern, bare, re.I)), None)
+
+
+def stated_arch(m: dict[str, Any]) -> dict[str, object]:
+    """The fields of ``ARCH_FIELDS`` that a record's own text states (its model's ``arch_source`` and its ``notes``,
+    patterns.ARCH_TEXT): the first statement of each field, a negation before an affirmation."""
+    text = " ".join(str(m.get(k) or "") for k in ("arch_source", "notes"))
+    out: dict[str, object] = {}
+    for field, value, pattern in ARCH_TEXT:
+        if field not in out and pattern.search(text):
+            out[field] = value
+    return out
+
+
+def arch_fields(m: dict[str, Any], notes: list[str]) -> dict[str, object]:
+    """The non-size fields of a model built from a record's sizes (``ARCH_FIELDS``): what its text states, else what
+    its family's convention fixes; a note says which came from where (fields neither fixes are the builder's)."""
+    stated = stated_arch(m)
+    fam = convention(m)
+    # the family fills what a record that describes its architecture leaves unstated; a record silent on all of it
+    # keeps the builder's assumptions (the Megatron-LM CI records, whose fitted loop and host constants were fitted so:
+    # meshplan_validation/sources.py, benchmarks/fit_host_speed.py)
+    family = {k: v for k, v in (fam.arch if fam and stated else ()) if k not in stated}
+    if stated:
+        notes.append("as the record states: " + ", ".join(f"{k} {v}" for k, v in stated.items()))
+    if family and fam is not None:
+        notes.append(f"the {fam.family} convention: " + ", ".join(f"{k} {v}" for k, v in family.items()))
+    return stated | family
 
 
 def llama1_ffn(h: int) -> int:

@@ -66,7 +66,7 @@ class ServingCase:
 def engine_of(record: dict[str, Any]) -> Engine | None:
     """The preset of the record's engine and version, with what its source changed; None for an engine without one."""
     text = record.get("engine") or ""
-    preset = preset_for(text)
+    preset = preset_for(text, record.get("date"))  # an engine string without a version: its record's date's
     if preset is None:
         return None
     changes = next((c for prefix, c in ENGINES if text.startswith(prefix)), {})
@@ -114,7 +114,7 @@ def quant_of(record: dict[str, Any], model: ModelSpec) -> Quant:
     p = record["precision"]
     w = p.get("weights") or "bf16"
     a = p.get("activations") or (w if w in ("fp8", "fp4") else "bf16")
-    trtllm = (preset_for(record.get("engine") or "") or "").startswith("trtllm")  # engine_versions.toml's rows
+    trtllm = (preset_for(record.get("engine") or "", record.get("date")) or "").startswith("trtllm")  # its rows
     kv = p.get("kv_cache") or ("fp8" if trtllm and w in ("fp8", "fp4") else "bf16")
     return Quant(weights=w, activations=a, kv_cache=kv)
 

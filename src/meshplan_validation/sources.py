@@ -137,7 +137,31 @@ MEGATRON_DEEPSPEED = SourceDefaults(
     "DeepSpeed's pipeline engine and ZeRO-1)")
 
 
+# vTrain's measured runs (Bang et al. 2024; VIA-Research/vTrain f8dda847): "collected using Megatron-DeepSpeed codebase"
+# (data/README.md), with no DeepSpeed JSON or --deepspeed anywhere in the repository, and everything it states is
+# Megatron's own training path, not DeepSpeed's engine: its configs price "PyTorch DDP's gradient bucketing"
+# (src/config.py use_gradient_bucket / ddp_bucket_size, src/predictor.py compute_bucket_assignment: DDP's 1 MB first
+# bucket), which only Megatron's --DDP-impl runs (DeepSpeed's engine reduces its own buckets); a "1f1b" schedule; and
+# its profiler times apex's FusedAdam bare (src/trainer.py, src/model/fused_adam.py: one multi_tensor_applier call per
+# layer group, no wrapper), apex built in its Dockerfile (2386a912). Without --deepspeed, Megatron-DeepSpeed's
+# megatron/training.py (4822c87e, September 2023) runs get_megatron_optimizer's Float16OptimizerWithFloat16Params
+# around apex FusedAdam (megatron/optimizer/__init__.py returns the bare optimizer only under args.deepspeed): the
+# wrapper of Megatron-LM's own code, priced as the megatron-lm-2021 stack's (MEGATRON_LM_TENSOR: its per-tensor copy
+# loop; the unscale, norm, update and copy-back are multi-tensor launches, cost/multi_tensor.py). fp16 without
+# --accumulate-allreduce-grads-in-fp32 (a store_true flag forced on for bf16 only, megatron/arguments.py): the
+# gradients stay fp16. No ZeRO (Megatron's own optimizer has no stage; --use-distributed-optimizer is unstated).
+VTRAIN = SourceDefaults(
+    "vTrain (Megatron-DeepSpeed, Megatron's optimizer)", r"^vtrain",
+    load_stack("megatron-deepspeed").with_(name="megatron-deepspeed-megatron-optimizer", optimizer_wrapper="stated",
+                                           tensor_host=MEGATRON_LM_TENSOR, tensor_sharded=True),
+    False, 0, 2, "full",
+    "vTrain's Megatron-DeepSpeed runs: Megatron's own training loop (no --deepspeed: vTrain models PyTorch DDP's "
+    "gradient buckets and apex FusedAdam, never DeepSpeed's engine), Float16OptimizerWithFloat16Params over apex "
+    "FusedAdam, fp16 gradients, no ZeRO; the module code and host costs of the megatron-deepspeed preset")
+
+
 SOURCES: tuple[SourceDefaults, ...] = (
+    VTRAIN,
     SourceDefaults("Megatron-LM 2020", r"megatron_readme_2020|megatron2020", MEGATRON_2021, False, 0, 2, "full",
                    "Megatron-LM 2020 (before pipeline parallelism): --batch-size is the per-GPU batch, no "
                    "gradient accumulation; no sequence parallelism or TP overlap; fp16 gradients all-reduced after "

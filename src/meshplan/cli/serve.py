@@ -35,7 +35,8 @@ def _flag(name: str) -> str:
 @click.option("--ttft-slo", default=None, help="time-to-first-token target with its unit, e.g. 500ms or 2s")
 @click.option("--tpot-slo", default=None, help="time-per-output-token target with its unit, e.g. 50ms")
 @click.option("--engine", "engine_ref", default="vllm", show_default=True,
-              help="serving engine preset (vllm, vllm-v0, vllm-v0.5, trtllm, sglang, lmdeploy, generic) or .toml file")
+              help="serving engine preset (vllm, vllm-v0, vllm-v0.5, vllm-v0.6-rocm, trtllm, sglang, lmdeploy, "
+                   "generic) or .toml file")
 @click.option("--quant", "quants", default=None,
               help="schemes to try, comma-separated: bf16, fp8, int4, fp4 or weights/activations/kv like "
                    "fp8/fp8/fp8, or all (16 bits, fp8, fp8 with fp8 KV, int4, fp4 with fp8 KV); default: the "

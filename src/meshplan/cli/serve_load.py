@@ -7,6 +7,7 @@ deployment of the fewest GPUs (the lowest cost with ``--price``) that meets them
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -15,28 +16,33 @@ import click
 from meshplan.errors import SpecError
 
 LOAD = ("rate", "concurrency", "trace")
-WITH_LOAD = ("lengths", "requests", "percentile", "recommend", "seed", "burstiness", "speculative")
-LIMITS = {"rate": (1e-6, 1e6, "requests/s"), "concurrency": (1, 10**6, "clients"), "requests": (1, 10**7, "requests"),
+WITH_LOAD = ("lengths", "requests", "percentile", "recommend", "seed", "burstiness", "speculative", "scheduler")
+LIMITS = {"rate": (1e-6, math.inf, "requests/s (inf: every request at once)"), "concurrency": (1, 10**6, "clients"),
+          "requests": (1, 10**7, "requests"),
           "burstiness": (1e-3, 1e3, "(a gamma shape)")}
 PREFIX_HIT = (0.0, 1.0)  # a share of each prompt (1: a prompt served before, all but its last page found)
 
 LOAD_OPTIONS = [
     click.option("--rate", type=float, default=None, help="simulate requests arriving at this many per second "
-                 "(Poisson; --burstiness for a gamma process)"),
+                 "(Poisson; --burstiness for a gamma process; inf: every request at once, a benchmark's burst)"),
     click.option("--concurrency", type=int, default=None, help="simulate this many clients, each sending its next "
                  "request when the last one finishes"),
     click.option("--trace", default=None, help="simulate a trace: CSV / JSONL of arrival_s, input_len, output_len"),
-    click.option("--lengths", default=None, help="request lengths under --rate / --concurrency: fixed (--input-len, "
-                 "--output-len; default), uniform[:ratio], sharegpt, alpaca, or a CSV / JSONL of input_len, "
-                 "output_len"),
+    click.option("--lengths", default=None, help="request lengths under --rate / --concurrency, as the benchmark "
+                 "tools draw them around --input-len / --output-len: fixed (default), uniform[:ratio] (vLLM's "
+                 "random), sglang-random[:ratio], synthetic:SD[:SD_OUT] (GenAI-Perf's), sharegpt (vLLM's filter), "
+                 "sharegpt-sglang, alpaca, or a CSV / JSONL of input_len, output_len"),
     click.option("--requests", type=int, default=None, help="requests simulated (default 1000, benchmark_serving's)"),
-    click.option("--percentile", type=click.Choice(["50", "90", "99"]), default=None,
+    click.option("--percentile", type=click.Choice(["50", "90", "95", "99"]), default=None,
                  help="the percentile the latency targets hold at under a load (default 99)"),
     click.option("--prefix-hit", type=float, default=None, help="share of each prompt found in the prefix cache "
                  "(whole KV pages, its last token always computed; 1: prompts served before), with or without a load"),
     click.option("--burstiness", type=float, default=None, help="the gamma shape of --rate's gaps (1: Poisson)"),
     click.option("--speculative", default=None, help="speculative decoding under the load: K:ALPHA[:DRAFT], K draft "
                  "tokens per step accepted at rate ALPHA, from MTP heads (default) or a draft model preset"),
+    click.option("--scheduler", default=None, help="the engine's scheduler under the load (default: the engine "
+                 "version's; presets in meshplan/presets/schedulers: vllm-v1, vllm-v0, vllm-v0-chunked, sglang, "
+                 "sglang-mixed, trtllm, trtllm-chunked, trtllm-max-utilization, turbomind, static-cache)"),
     click.option("--seed", type=int, default=None, help="the random seed of arrivals and lengths (default 0)"),
     click.option("--recommend", is_flag=True, default=None,
                  help="the fewest GPUs (the lowest cost with --price) meeting the targets under the load"),
@@ -103,12 +109,22 @@ def targets_of(load: dict[str, Any], slo: tuple[float, float], model):
 
     spec = parse_speculation(load["speculative"], model) if load["speculative"] else None
     return Targets(ttft=slo[0], tpot=slo[1], percentile=int(load["percentile"] or 99),
-                   prefix_hit=load["prefix_hit"] or 0.0, speculation=spec)
+                   prefix_hit=load["prefix_hit"] or 0.0, speculation=spec, scheduler=_scheduler(load["scheduler"]))
+
+
+def _scheduler(name: str | None) -> str | None:
+    """``--scheduler``, checked against the presets (one clear line naming them)."""
+    if name is not None:
+        from meshplan.serve.load.policy import policies
+
+        if name not in policies():
+            raise SpecError(f"scheduler={name!r} is not a scheduler preset (presets: {', '.join(sorted(policies()))})")
+    return name
 
 
 def run_fixed(model, cluster, plan, engine, load, options, price, as_json) -> None:
     """One configuration under the load."""
-    from meshplan.serve.load.run import load_run
+    from meshplan.serve.load.run import load_run_with
     from meshplan.serve.load.under_load import Loaded
 
     if load["recommend"]:
@@ -116,7 +132,7 @@ def run_fixed(model, cluster, plan, engine, load, options, price, as_json) -> No
                         "--prefill-replicas)")
     reqs = requests_of(load, options["input_len"], options["output_len"])
     targets = targets_of(load, options["slo"], model)
-    result = load_run(model, cluster, plan, reqs, engine, options["slo"], targets.prefix_hit, targets.speculation)
+    result = load_run_with(model, cluster, plan, reqs, engine, options["slo"], targets.choices)
     _print([Loaded(plan, result, targets.met(result, len(reqs)))], targets, price, as_json, "configuration")
 
 
@@ -157,8 +173,7 @@ def _report(path, where, best, reqs, targets, how) -> None:
     model, cluster, space = where
     price, top_k, as_json = how
     result = search(model, cluster, space, top_k=top_k, keep=True)
-    sweep = load_sweep(model, cluster, best.plan, reqs, space.engine, targets.percentile, targets.prefix_hit,
-                       targets.speculation)
+    sweep = load_sweep(model, cluster, best.plan, reqs, space.engine, targets.percentile, targets.choices)
     section = load_section(best.plan.describe(), sweep, best.result.timeline, (targets.ttft, targets.tpot),
                            bool(reqs.concurrency))
     write_serving(path, result, price, extra=[section])

@@ -21,7 +21,7 @@ import numpy as np
 
 from meshplan.cost.blocks import collective, elementwise, gemm, norm, projections, residual, tp_enter, tp_exit
 from meshplan.cost.dsa import indexer_ops, selected_keys
-from meshplan.cost.eager import torch_softmax
+from meshplan.cost.eager import softmax_unfused
 from meshplan.cost.records import ACT_BYTES, FP32, MASK_BYTES, Dims, OpCost
 from meshplan.cost.shapes import kv_up_shape, qkv_shapes
 from meshplan.specs.model import ModelSpec
@@ -104,11 +104,12 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
                                  shape | {"window": model.sliding_window}, "attn/core/window")
         return ops
     scores = T * heads * s  # full square: the mask is applied, not skipped
-    torch_path = torch_softmax(model, d.stack)
+    torch_path = softmax_unfused(model, d.stack, d.micro_batch, d.tp)  # 1: eager PyTorch's softmax, per plan
     # softmax out (+ mask + dropout out); the eager path keeps softmax's fp32 output and its bf16 cast for P·V
-    probs = a + FP32 if torch_path else a
+    probs = a + FP32 * torch_path
     kept = scores * (probs + a + MASK_BYTES if d.dropout else probs)
-    fwd_traffic, bwd_traffic = unfused_score_traffic(d.dropout, torch_path)
+    fused_pass, torch_pass = unfused_score_traffic(d.dropout, False), unfused_score_traffic(d.dropout, True)
+    fwd_traffic, bwd_traffic = (f + (t - f) * torch_path for f, t in zip(fused_pass, torch_pass, strict=True))
     # Q·Kᵀ reduces over d, P·V over s (equal FLOPs): the pair runs like one GEMM of depth 2ds/(d+s)
     shape = {"m": T * heads, "n": s, "k": 2.0 * d_qk * s / (d_qk + s), "variant": "unfused"}
     # kernels (Megatron's CoreAttention): forward Q·Kᵀ (baddbmm), the fused scale-mask-softmax, dropout, P·V (bmm);

@@ -52,6 +52,9 @@ class Shape:
     # rows a captured decode graph runs beyond D (engine.graph_padding): dummy sequences that pass through every GEMM
     # and per-token op and attend to no cache
     padded: Num = 0.0
+    # GEMMs of at most ``skinny_rows`` rows run at ``skinny_rate`` of the modelled rate (engine.skinny_gemm_rows)
+    skinny_rows: Num = 0.0
+    skinny_rate: Num = 1.0
 
     @property
     def rows(self) -> Num:

@@ -13,7 +13,7 @@ from meshplan.cost.shapes import fc1_width, qkv_width
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan.xp import Num
+from meshplan.xp import Num, floor_div, where
 
 # Bytes per element that each unfused aten kernel reads (r) and writes (w), bf16 = 2, fp32 = 4, in the order
 # eager autograd runs them. A fused stack (Megatron / Transformer Engine kernels, torch.compile) does the same
@@ -154,7 +154,8 @@ EAGER_KERNELS: dict[str, dict[str, tuple[int, int, int, int]]] = {
 # one kernel each way) for the fp32 casts, masked_fill_ and softmax (forward 4 -> 1; backward the casts' 2 and
 # masked_fill's and softmax's 2 -> 1: masked_fill's clone is a device copy, no kernel counted), where the kernel runs:
 # keys up to JIT_SOFTMAX_MAX_SEQ (fused_softmax.py's custom_kernel_constraint, 16 < sk <= 2048 at 453414dac8;
-# Megatron-DeepSpeed f4157bea allows 4096; both also need b·heads and sq divisible by 4, not checked here);
+# Megatron-DeepSpeed f4157bea allows 4096) and a micro-batch whose b·heads per rank the kernel's blocks divide
+# (``fused_softmax_runs``);
 # TorchScript's bias_gelu (fused_bias_gelu.py, under the legacy fuser that transformer.py selects, or nvFuser below
 # PyTorch 2.2: Megatron-DeepSpeed's initialize.py; newer PyTorch runs these functions unfused, fusion "eager" then) for
 # the bias add and GeLU (forward 2 -> 1; backward bias_gelu_back's one kernel and the bias's sum, as measured);
@@ -173,6 +174,46 @@ JIT_ONE_FORWARD = ("attn/residual", "mlp/residual")  # bias-dropout-add: one fus
 JIT_SOFTMAX_MAX_SEQ = 2048  # the longest key sequence Megatron-LM's fused softmax kernel takes (comment above)
 
 
+SOFTMAX_THREADS = 128  # threads per block of the scale-mask-softmax kernels (scaled_masked_softmax.h)
+WARP = 32
+
+
+def softmax_batch_per_block(keys: int) -> int:
+    """Rows of b·heads one block of Megatron's scale-mask-softmax kernel takes: get_batch_per_block of
+    megatron/fused_kernels/scaled_masked_softmax.h (microsoft/Megatron-DeepSpeed 4822c87e; NVIDIA/Megatron-LM alike):
+    the keys' next power of two p, a warp of min(p, 32) threads, 2 rows a warp for p <= 128 else 1, 128 threads a
+    block: 4 rows at 1,024 keys, 8 at 128."""
+    p = 1 << max(0, int(keys - 1).bit_length())
+    return (SOFTMAX_THREADS // min(p, WARP)) * (2 if p <= 128 else 1)
+
+
+def fused_softmax_runs(model: ModelSpec, micro_batch: Num, tp: Num) -> Num:
+    """1 where Megatron's FusedScaleMaskSoftmax runs its kernel for a micro-batch of ``micro_batch`` sequences over
+    ``tp`` ranks, 0 where it falls back to forward_torch_softmax: is_kernel_available of megatron/model/
+    fused_softmax.py (Megatron-DeepSpeed 4822c87e, as Megatron-LM 453414dac8) takes 16 < sk <= JIT_SOFTMAX_MAX_SEQ,
+    sq and sk multiples of 4, b·np a multiple of 4 (np the heads per rank) and, under a causal mask, of the kernel's
+    rows per block (``softmax_batch_per_block``; a padding mask needs sq a multiple of it). At 16 heads over tp 8
+    and micro-batch 1, b·np = 2: the torch path."""
+    s = model.seq_length
+    if not (16 < s <= JIT_SOFTMAX_MAX_SEQ and s % 4 == 0):
+        return 0
+    rows = softmax_batch_per_block(s)
+    batches = micro_batch * floor_div(model.num_heads, tp)
+    if model.causal:
+        return 1 * ((batches % 4 == 0) & (batches % rows == 0))
+    return 1 * ((batches % 4 == 0) & (s % rows == 0))
+
+
+def softmax_unfused(model: ModelSpec, stack: Stack, micro_batch: Num, tp: Num) -> Num:
+    """1 where Megatron's unfused attention runs its softmax as eager PyTorch ops (``torch_softmax``, or under "jit"
+    where its kernel does not take the micro-batch: ``fused_softmax_runs``), else 0."""
+    if torch_softmax(model, stack):
+        return 1
+    if stack.fusion != "jit" or stack.flash_attention or stack.compiled or model.norm != "layernorm":
+        return 0
+    return 1 - fused_softmax_runs(model, micro_batch, tp)
+
+
 def torch_softmax(model: ModelSpec, stack: Stack) -> bool:
     """Whether Megatron's unfused attention runs its softmax as eager PyTorch ops (FusedScaleMaskSoftmax's
     forward_torch_softmax with softmax_in_fp32: a cast to fp32, masked_fill_, softmax, a cast back) instead of its
@@ -184,12 +225,13 @@ def torch_softmax(model: ModelSpec, stack: Stack) -> bool:
     return stack.fusion == "eager" or (stack.fusion == "jit" and model.seq_length > JIT_SOFTMAX_MAX_SEQ)
 
 
-def jit_rows(model: ModelSpec) -> dict[str, tuple[int, int, int, int]]:
+def jit_rows(model: ModelSpec, fused: bool = True) -> dict[str, tuple[int, int, int, int]]:
     """The "gpt" rows of ``EAGER_KERNELS`` as Megatron-LM's fused module code launches them for ``model``
-    (``JIT_DELTA``; the residuals' dropout rows at any dropout; the softmax unfused beyond JIT_SOFTMAX_MAX_SEQ)."""
+    (``JIT_DELTA``; the residuals' dropout rows at any dropout; the softmax unfused beyond JIT_SOFTMAX_MAX_SEQ, or
+    where ``fused`` is false: a micro-batch its kernel does not take)."""
     rows = EAGER_KERNELS["gpt" if model.dropout else "gpt-no-dropout"]
     rows = {**rows, **{r: EAGER_KERNELS["gpt"][r] for r in JIT_ONE_FORWARD}}
-    fused_softmax = model.seq_length <= JIT_SOFTMAX_MAX_SEQ
+    fused_softmax = fused and model.seq_length <= JIT_SOFTMAX_MAX_SEQ
     out = {}
     for r, counts in rows.items():
         delta = JIT_DELTA.get(r, (0, 0, 0, 0)) if (r != "attn/core" or fused_softmax) else (0, 0, 0, 0)
@@ -211,7 +253,7 @@ _COUNTED_IN = {"attn/qkv_bias/eager": ("attn/qkv",), "attn/out_bias/eager": ("at
 _PHASES = ("fwd", "bwd_x", "bwd_w")
 
 
-def eager_rows(model: ModelSpec, stack: Stack) -> dict[str, tuple[int, int, int]]:
+def eager_rows(model: ModelSpec, stack: Stack, fused: bool = True) -> dict[str, tuple[int, int, int]]:
     """The rows of ``EAGER_KERNELS`` that count this model's records under an eager stack: the reference layer of its
     norm and code (RMSNorm: "llama", its SDPA core where the stack runs flash attention; LayerNorm: Megatron's module
     code where the attention is Megatron's unfused one, "gpt" or at dropout 0 "gpt-no-dropout", else plain PyTorch's
@@ -230,7 +272,8 @@ def eager_rows(model: ModelSpec, stack: Stack) -> dict[str, tuple[int, int, int]
     llama = style == "llama"
     megatron = not llama and not stack.flash_attention  # Megatron's unfused attention: its module code
     bias_dropout_add = model.dropout and model.linear_bias
-    rows = jit_rows(model) if jit else EAGER_KERNELS["llama" if llama else "gpt" if model.dropout else "gpt-no-dropout"]
+    reference = "llama" if llama else "gpt" if model.dropout else "gpt-no-dropout"
+    rows = jit_rows(model, fused) if jit else EAGER_KERNELS[reference]
     if not (llama or megatron):  # the flash kernel alone where a record of its own concatenates the q, k, v gradients
         alone = bias_dropout_add or stack.qkv_concat or stack.projections == "split"  # (cost/attention.qkv_concat)
         core = EAGER_KERNELS["llama" if alone else "sdpa"]["attn/core"]
@@ -277,12 +320,27 @@ def _group(name: str, rows: dict[str, tuple[int, int, int]]) -> str | None:
     return of[0] if of and all(r in rows for r in of) else None
 
 
-def eager_kernel_counts(ops: list[OpCost], model: ModelSpec, stack: Stack) -> list[OpCost]:
+def eager_kernel_counts(ops: list[OpCost], model: ModelSpec, stack: Stack, unfused: Num = 0) -> list[OpCost]:
     """An eager layer's records with the kernels PyTorch counts for them (``eager_rows``): per row and pass, the
     kernels of the row's records (``_group``) are made the row's count, the difference added to (or taken from) its
     first records in that pass; a pass the row has no record of counts with its input-gradient records. The record
-    counts of cost/ and the extra records of ``eager_layer`` stand, only their sum moves to what PyTorch launches."""
-    rows = eager_rows(model, stack)
+    counts of cost/ and the extra records of ``eager_layer`` stand, only their sum moves to what PyTorch launches.
+    ``unfused``: 1 where Megatron's fused softmax does not take the micro-batch (``softmax_unfused``), per plan."""
+    if getattr(unfused, "ndim", 0):  # a batch of plans: each its own softmax path
+        fused, torch = _counted(ops, model, stack, True), _counted(ops, model, stack, False)
+        return [f if f is t or _same(f.kernels, t.kernels) else
+                replace(f, kernels=where(unfused == 1, t.kernels, f.kernels))
+                for f, t in zip(fused, torch, strict=True)]
+    return _counted(ops, model, stack, not int(unfused))
+
+
+def _same(a: Num, b: Num) -> bool:
+    return type(a) in (int, float) and type(b) in (int, float) and a == b
+
+
+def _counted(ops: list[OpCost], model: ModelSpec, stack: Stack, fused: bool) -> list[OpCost]:
+    """``eager_kernel_counts`` for one softmax path."""
+    rows = eager_rows(model, stack, fused)
     if not rows:
         return ops
     groups = [_group(op.name, rows) for op in ops]

@@ -8,7 +8,7 @@ from meshplan.cost.attention import attention_block, qkv_concat, varlen_padding
 from meshplan.cost.blocks import norm
 from meshplan.cost.casts import low_precision_casts
 from meshplan.cost.deltanet import deltanet_block
-from meshplan.cost.eager import eager_kernel_counts, eager_layer
+from meshplan.cost.eager import eager_kernel_counts, eager_layer, softmax_unfused
 from meshplan.cost.extras import extra_ops
 from meshplan.cost.fsdp import layer_fsdp_grad
 from meshplan.cost.kda import kda_block
@@ -49,14 +49,16 @@ def dense_layer(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     if plan.tensor_layout == "tp2d":
         return low_precision_casts(tp2d_layer(model, plan, d) + stack_extras(model, plan, d, "dense"), plan, stack)
     ops = eager_kernel_counts(attention_block(model, plan, d) + mlp_block(model, plan, d)
-                              + eager_layer(model, plan, d), model, stack)
+                              + eager_layer(model, plan, d), model, stack,
+                              softmax_unfused(model, stack, plan.micro_batch, plan.tp))
     return low_precision_casts(lora(ops + stack_extras(model, plan, d, "dense"), plan, d), plan, stack)
 
 
 def moe_layer(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     d = dims(model, plan, stack)
     ops = eager_kernel_counts(attention_block(model, plan, d) + moe_block(model, plan, d)
-                              + eager_layer(model, plan, d, moe=True), model, stack)
+                              + eager_layer(model, plan, d, moe=True), model, stack,
+                              softmax_unfused(model, stack, plan.micro_batch, plan.tp))
     return low_precision_casts(lora(ops + stack_extras(model, plan, d, "moe"), plan, d), plan, stack)
 
 

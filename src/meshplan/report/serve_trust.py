@@ -64,12 +64,15 @@ def likely(best: ServeEstimate, entry: dict[str, Any] | None) -> str:
 
 
 def host_terms(engine: Any) -> str:
-    """The engine's host time per iteration in words: fixed, per sequence, per sequence beside the GPU's step."""
+    """The engine's host time per iteration in words: fixed, per sequence, per sequence beside the GPU's step, and the
+    iteration's GPU work after the forward pass (Engine.iteration_latency)."""
     terms = [fmt_time(engine.iteration_overhead)] if engine.iteration_overhead else []
     if engine.sequence_overhead:
         terms.append(f"{fmt_time(engine.sequence_overhead)} a sequence")
     if engine.hidden_sequence_overhead:
         terms.append(f"{fmt_time(engine.hidden_sequence_overhead)} a sequence beside the GPU's step")
+    if engine.iteration_latency:
+        terms.append(f"{fmt_time(engine.iteration_latency)} of GPU work after the forward pass")
     return " + ".join(terms) or "none"
 
 

@@ -27,13 +27,19 @@ TTFT = "TTFT above its target"
 TPOT = "TPOT above its target"
 
 
+HYBRID_SERVED = ("mamba", "attention", "mlp", "moe")  # a hybrid pattern's blocks serve/ops.py prices (Mamba-2)
+
+
 def servable(model: ModelSpec) -> None:
-    """Refuse what the serving model does not price: hybrid (Mamba) layers, latent MoE, and a model without causal
+    """Refuse what the serving model does not price: hybrid blocks other than Mamba-2, attention, MLP and MoE, latent
+    MoE, and a model without causal
     attention (an encoder: no tokens to decode; its prefill would be priced causal)."""
     if not model.causal:
         raise SpecError(f"model {model.name}: a non-causal (encoder) model has no tokens to decode (causal = false)")
-    if model.is_hybrid:
-        raise SpecError(f"model {model.name}: hybrid (Mamba) layers are not modelled for serving (layer_pattern)")
+    other = sorted(set(model.block_counts) - set(HYBRID_SERVED)) if model.is_hybrid else []
+    if other:
+        raise SpecError(f"model {model.name}: hybrid blocks of kind {', '.join(other)} are not modelled for serving "
+                        f"(layer_pattern; served: {', '.join(HYBRID_SERVED)})")
     if model.diff_attention:
         raise SpecError(f"model {model.name}: differential attention (diff_attention) is not modelled for serving")
     if model.index_topk:

@@ -42,6 +42,7 @@ from meshplan.serve.plan import Workload
 
 if TYPE_CHECKING:
     from meshplan.serve.precision import Quant
+    from meshplan.specs.hardware import Cluster
 
 PREFILL_MODES = ("chunked", "separate")
 MEMORY_BASES = ("total", "free")
@@ -82,6 +83,10 @@ class Engine:
     kv_overflow: str = "recompute"
     iteration_overhead: float = 0.0  # host seconds per iteration the GPU waits on (sourced or fitted per preset)
     sequence_overhead: float = 0.0  # and per running sequence of the iteration (sourced or fitted per preset)
+    # seconds per iteration of the engine's GPU work beside the forward pass, which a CPU measurement of the host loop
+    # leaves out and no host CPU's speed sets: the sampler's kernels and the copies to and from the GPU, each launched
+    # and waited on (metrics.Setting.gpu_time)
+    iteration_latency: float = 0.0
     # host seconds per running sequence that the engine spends while the GPU runs the iteration (vLLM V0's
     # asynchronous output processing from v0.6.0: the last iteration's outputs detokenised beside the forward pass,
     # PRs #7049 and #8050): hidden behind the GPU's step, the iteration lasts at least that long (metrics.Setting.time)
@@ -113,6 +118,17 @@ class Engine:
     # the host loop is Python (PyTorch eager: TensorRT-LLM's PyTorch backend, vLLM, SGLang): its time scales with the
     # host CPU's Python speed (Cluster.python_host: Grace 2.5-2.8x an x86 DGX host)
     host_in_python: bool = False
+    # the host loop is interpreter-bound Python (vLLM V0's scheduler, sequence objects and output processing): its time
+    # scales with the host CPU's interpreter speed (Cluster.interpreter_host: Grace as an x86 host) instead
+    host_interpreted: bool = False
+    # the engine build's GEMM library runs a GEMM of at most ``skinny_gemm_rows`` rows (decode's) at
+    # ``skinny_gemm_rate`` of the modelled rate (untuned solutions: vLLM's ROCm build of 2024, F.linear through
+    # rocBLAS / hipBLASLt without tuned GEMMs); 0 rows: every GEMM at the modelled rate
+    skinny_gemm_rows: int = 0
+    skinny_gemm_rate: float = 1.0
+    # seconds the GPU idles between two kernels of an iteration beyond the accelerator's fixed time per kernel (the
+    # runtime's dispatch of each node of a captured graph: vLLM's ROCm build of 2024 on ROCm 6.1); 0: none
+    kernel_gap: float = 0.0
     # how MoE layers under data-parallel attention reach their experts: all-to-all dispatch and combine of each
     # token's k copies ("all_to_all"), an all-gather of every token before the experts and a reduce-scatter of
     # their sums after ("all_gather": TensorRT-LLM's default under attention DP), or DeepEP ("deepep": SGLang's
@@ -194,6 +210,12 @@ class Engine:
         """The host's seconds per iteration that run beside the GPU's step: hidden_sequence_overhead · sequences · pp,
         at the host CPU's Python speed as ``host_time``."""
         return self._python(python_host) * self.hidden_sequence_overhead * sequences * pp
+
+    def loop_speed(self, cluster: Cluster) -> float:
+        """The host CPU's time per reference second for the engine's loop (``host_time``, ``hidden_time``): its
+        interpreter's (Cluster.interpreter_speed) where the loop is interpreter-bound (``host_interpreted``), else its
+        Python-side PyTorch work's (Cluster.python_host)."""
+        return cluster.interpreter_speed if self.host_interpreted else cluster.python_host
 
     def _python(self, python_host: float) -> float:
         """The host CPU's time per reference second for this engine's host loop: its Python speed where the loop is

@@ -11,7 +11,7 @@ from meshplan.serve import check
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.engine import DEFAULT as DEFAULT_ENGINE
 from meshplan.serve.engine import Engine
-from meshplan.serve.iteration import breakdown, extra_kernel_time, op_kinds
+from meshplan.serve.iteration import breakdown, extra_kernel_time, gap_time, op_kinds
 from meshplan.serve.memory import Memory, memory
 from meshplan.serve.metrics import Metrics, Setting, metrics, static_runs
 from meshplan.serve.plan import PlanColumns, ServePlan, Workload
@@ -116,8 +116,13 @@ def serve_estimate(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload
     extra = float(extra_kernel_time(model, cluster, lane, engine, eff))
     if extra:  # the engine's kernels beyond the op list's (engine.py: decode_layer_kernels)
         parts["engine/kernels"], kinds["engine/kernels"] = extra, "memory"
-    host = engine.host_time(float(result.running) / plan.dpa, 1, cluster.python_host)
-    beside = float(engine.hidden_time(float(result.running) / plan.dpa, 1, cluster.python_host))
+    gaps = float(gap_time(model, cluster, lane, plan.pp, engine, eff))
+    if gaps:  # the GPU idle between the step's kernels (engine.py: kernel_gap)
+        parts["engine/gaps"], kinds["engine/gaps"] = gaps, "memory"
+    if engine.iteration_latency:  # the engine's GPU work beside the forward pass (engine.py)
+        parts["engine/iteration"], kinds["engine/iteration"] = engine.iteration_latency, "memory"
+    host = engine.host_time(float(result.running) / plan.dpa, 1, engine.loop_speed(cluster))
+    beside = float(engine.hidden_time(float(result.running) / plan.dpa, 1, engine.loop_speed(cluster)))
     host += max(beside - sum(parts.values()), 0.0)  # what the GPU's step does not hide of the work beside it
     if engine.host_overlap:  # only what the GPU's work does not hide
         host = max(host - sum(parts.values()), 0.0)

@@ -15,6 +15,8 @@ kernels its layers launch beyond the op list's, where a profile counted them (``
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
+from functools import cache
 
 from meshplan.allreduce import tp_all_reduce
 from meshplan.comm import collective_time, split_group
@@ -27,17 +29,20 @@ from meshplan.roofline import kernel_count, op_time
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.engine import Engine
 from meshplan.serve.moe import moe_ops
-from meshplan.serve.ops import attention_ops, dense_ops
+from meshplan.serve.ops import attention_ops, dense_ops, hybrid_ops
 from meshplan.serve.precision import Quant, compute_accelerator, gemm_precision
 from meshplan.specs.hardware import Accelerator, Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import head_vocab
-from meshplan.xp import Num, maximum, where
+from meshplan.xp import Num, maximum, minimum, where
 
 
 def layer_ops(model: ModelSpec, sh: Shape) -> dict[str, list[OpCost]]:
-    """The ops of one layer of each kind the model has (ModelSpec.block_counts: dense, moe), with the extras of
-    cost/extras.py."""
+    """The ops of one layer of each kind the model has (ModelSpec.block_counts: dense, moe; a hybrid model's
+    attention, mlp, mamba and moe blocks, one per layer), with the extras of cost/extras.py."""
+    if model.is_hybrid:  # one block per layer (ops.hybrid_ops); a MoE block without attention
+        blocks = hybrid_ops(model, sh) | ({"moe": moe_ops(model, sh)} if "moe" in model.block_counts else {})
+        return {kind: ops + serve_extra_ops(model, sh, kind) for kind, ops in blocks.items()}
     attention = attention_ops(model, sh)
     builders = {"dense": dense_ops, "moe": moe_ops}
     return {kind: attention + builders[kind](model, sh) + serve_extra_ops(model, sh, kind)
@@ -76,6 +81,28 @@ def stage_ops(model: ModelSpec, sh: Shape, pp: Num) -> list[tuple[OpCost, Num]]:
 EXPERT_PATH = ("moe/experts", "moe/permute", "moe/dispatch", "moe/combine")  # ServeEfficiency.experts prices them
 
 
+def shaped_seconds(op: OpCost, cluster: Cluster, quant: Quant, eff: ServeEfficiency, layouts: dict[str, Num],
+                   sh: Shape) -> Num:
+    """``op_seconds``, a GEMM of at most R = ``sh.skinny_rows`` rows at ``sh.skinny_rate`` of the modelled rate (the
+    engine build's untuned GEMM library, engine.skinny_gemm_rows); a GEMM of more rows at least as long as its first
+    R rows at that rate, so that more rows never take less time. The MoE experts' grouped GEMMs are the engine's own
+    kernels (vLLM's Triton fused_moe, with tuned configurations per GPU), not the library's: their rate stays."""
+    time = op_seconds(op, cluster, quant, eff, layouts)
+    if op.kind != "gemm" or not sh.skinny_rows or op.name.startswith(EXPERT_PATH):
+        return time
+    slow_eff = slowed(eff, float(sh.skinny_rate))  # an engine constant: a plain number
+    slow = op_seconds(op, cluster, quant, slow_eff, layouts)
+    rows = sh.skinny_rows
+    first = replace(op, m=rows, flops=op.flops * rows / maximum(op.m, 1e-30))  # its first R rows (and all its bytes)
+    return where(op.m <= rows, slow, maximum(time, op_seconds(first, cluster, quant, slow_eff, layouts)))
+
+
+@cache
+def slowed(eff: ServeEfficiency, rate: float) -> ServeEfficiency:
+    """``eff`` with its GEMMs at ``rate`` of their modelled rate (one object per rate: roofline.rates memoises)."""
+    return replace(eff, gemm=eff.gemm * rate)
+
+
 def op_seconds(op: OpCost, cluster: Cluster, quant: Quant, eff: ServeEfficiency, layouts: dict[str, Num]) -> Num:
     """One op's time: a collective over its group as placed on the mesh, else the roofline at the scheme's GEMM
     precision."""
@@ -99,9 +126,15 @@ def cache_read_time(op: OpCost, acc: Accelerator, precision: str, eff: ServeEffi
     """Decode attention over the cache: the roofline at the cache-reading rate (``ServeEfficiency.cache_reads``);
     a kernel that reads each KV head once per query head (``op.repeat`` times, ops.decode_attention) takes at least
     those reads at the L2 cache's bandwidth (the repeats hit in L2, the first read comes from HBM), where the
-    accelerator states it (``Accelerator.l2_bandwidth``)."""
+    accelerator states it (``Accelerator.l2_bandwidth``). On a GPU of ``l2_dies`` dies with an L2 each, over which
+    the workgroups are dealt round-robin (MI300X: 8 XCDs, AMD CDNA 3 white paper; the query heads of a group are
+    consecutive workgroups), each of a KV head's first min(repeat, dies) reads misses its die's L2 and comes from
+    HBM."""
+    once = type(op.repeat) is float and op.repeat == 1.0
+    if acc.l2_dies > 1 and not once:
+        op = replace(op, nbytes=op.nbytes * minimum(op.repeat, acc.l2_dies))
     time = op_time(op, acc, precision, eff.cache_reads)
-    if acc.l2_bandwidth and not (type(op.repeat) is float and op.repeat == 1.0):
+    if acc.l2_bandwidth and not once:
         time = maximum(time, op.repeat * op.nbytes / (acc.l2_bandwidth * eff.memory))
     return time
 
@@ -119,7 +152,7 @@ def token_time(model: ModelSpec, cluster: Cluster, sh: Shape, pp: Num, quant: Qu
     stage: Num = 0.0
     for op, count in stage_ops(model, sh, pp):
         if not only or op.name.startswith(only):
-            stage = stage + count * op_seconds(op, cluster, quant, eff, place)
+            stage = stage + count * shaped_seconds(op, cluster, quant, eff, place, sh)
     return pp * stage + overhead
 
 
@@ -147,6 +180,25 @@ def extra_kernel_time(model: ModelSpec, cluster: Cluster, sh: Shape, engine: Eng
     return extra * acc.kernel_overhead * model.num_layers
 
 
+def gap_time(model: ModelSpec, cluster: Cluster, sh: Shape, pp: Num, engine: Engine,
+             eff: ServeEfficiency = SERVE_DEFAULT) -> Num:
+    """The GPU's idle seconds between the kernels of a token step (``Engine.kernel_gap`` each): every kernel the
+    bottleneck stage's ops launch (``OpCost.kernels``, or its host-launched ones; a split-K GEMM's reduction rides
+    with its GEMM, so the count does not jump with the rows where the tile choice splits) and each collective over
+    more than one GPU, p stages one after another."""
+    if not engine.kernel_gap:
+        return 0.0
+    kernels: Num = 0.0
+    for op, count in stage_ops(model, sh, pp):
+        if op.kind == "collective":
+            c = op.collective
+            assert c is not None  # a collective op carries its Collective (cost/records.py)
+            kernels = kernels + count * where(c.group > 1, 1.0, 0.0) * (op.nbytes > 0)
+        else:
+            kernels = kernels + count * maximum(op.kernels, op.launches) * ((op.flops > 0) | (op.nbytes > 0))
+    return engine.kernel_gap * pp * kernels
+
+
 def op_kinds(model: ModelSpec, sh: Shape, pp: int) -> dict[str, str]:
     """Each op name of ``breakdown`` and its kind (OpCost.kind: gemm, attention, memory, collective)."""
     return {op.name: op.kind for op, _ in stage_ops(model, sh, pp)}
@@ -158,5 +210,5 @@ def breakdown(model: ModelSpec, cluster: Cluster, sh: Shape, pp: int, quant: Qua
     place = layouts(sh.tp, sh.dpa, pp)
     out: dict[str, float] = defaultdict(float)
     for op, count in stage_ops(model, sh, pp):
-        out[op.name] += float(pp * count * op_seconds(op, cluster, quant, eff, place))
+        out[op.name] += float(pp * count * shaped_seconds(op, cluster, quant, eff, place, sh))
     return dict(out)

@@ -13,6 +13,8 @@ Budget (engine.py): with ``memory_basis = "total"`` the engine takes u·HBM (vLL
 use total_gpu_memory x gpu_memory_utilization", gpu_memory_utilization = 0.9 by default, EngineArgs) and gives the
 KV cache what the weights, the activations' profiled peak and the non-torch memory leave; with ``"free"`` it gives
 the KV cache u × what is free after them (TensorRT-LLM KvCacheConfig.free_gpu_memory_fraction = 0.9).
+A hybrid model's sequence also holds its Mamba layers' recurrent state, a fixed size whatever its context
+(``state_bytes``).
 Activations: the profiling pass runs ``max_batched_tokens`` rows, so the peak is the widest op's input and output
 at that many rows beside the residual stream (two 16-bit copies), plus the sampler's fp32 logits of max_seqs rows.
 The widths are the op records' (cost/shapes.py): the attention's input projections, fc1 beside the activation's
@@ -78,6 +80,16 @@ def weight_bytes(model: ModelSpec, tp: Num, pp: Num, ep: Num, quant: Quant) -> N
     return layers / pp + end_params(model, tp, np.asarray(pp) == 1, first=False) * ACT_BYTES
 
 
+def state_bytes(model: ModelSpec, tp: Num) -> Num:
+    """One sequence's recurrent state on one GPU of a hybrid model: per Mamba-2 layer the n_h·P·N SSM state and the
+    (k − 1)·conv-channel conv state, split t ways as the heads are, in 16 bits (vLLM's mamba_ssm_cache_dtype and
+    mamba_cache_dtype "auto": the model's dtype); fixed whatever the context, held from admission to the end."""
+    layers = model.block_counts.get("mamba", 0)
+    per_layer = model.mamba_heads * model.mamba_head_dim * model.mamba_state + \
+        (model.mamba_conv - 1) * model.mamba_conv_dim
+    return layers * per_layer * ACT_BYTES / np.asarray(tp, dtype=float)
+
+
 def attention_width(model: ModelSpec) -> Num:
     """The widest output of the attention block's input projections on one unsplit GPU, as training's and serving's
     op records shape them (cost/params.qkv_linears over cost/shapes.py: the fused QKV projection; MLA's query and
@@ -92,6 +104,8 @@ def activation_bytes(model: ModelSpec, tp: Num, engine: Engine) -> Num:
     if model.is_moe:
         ffn = model.moe_ffn_hidden_size
         widest = max(widest, model.moe_topk * (h + fc1_width(model, ffn) + ffn))
+    if model.block_counts.get("mamba"):  # in_proj's z, x·B·C and dt
+        widest = max(widest, model.mamba_inner + model.mamba_conv_dim + model.mamba_heads)
     stream = 2 * rows * h * ACT_BYTES
     logits = engine.max_seqs * head_vocab(model) / t * 4
     return stream + rows * (h + widest / t) * ACT_BYTES + logits
@@ -113,7 +127,7 @@ def memory(model: ModelSpec, hbm: float, plan_cols: PlanColumns, quant: Quant, e
     acts = activation_bytes(model, tp, engine)
     fixed = weights + acts + engine.workspace
     pool = kv_pool(hbm, fixed, engine)
-    one = sequence_bytes(model, context, quant.kv_bytes, tp, engine.block_size) / pp
+    one = (sequence_bytes(model, context, quant.kv_bytes, tp, engine.block_size) + state_bytes(model, tp)) / pp
     used = batch / dpa * one
     share = engine.memory_utilization * hbm if engine.memory_basis == "total" else hbm
     return Memory(weights=weights, activations=acts, workspace=engine.workspace + 0 * tp, kv_pool=pool, kv_used=used,

@@ -22,9 +22,11 @@ fixed concurrency; queueing before admission is not modelled). How they enter (e
 - disaggregated (DistServe, Zhong et al. 2024, §2.3 and §4; Splitwise, Patel et al. 2024, §4): prefill instances run
   the prompts (separate mode) and ship their KV cache to the decode instances, which only decode: TPOT = T(D) with
   no prefill in it; the system serves min(prefill capacity, decode capacity) requests/s; TTFT adds the KV transfer.
-Throughput = sequences in flight / TPOT (one token per sequence per token step). A prompt whose first ``cached_len``
-tokens are in the prefix cache (plan.Workload, plan.cached_tokens) prefills only the rest, past that prefix, in every
-regime.
+Throughput = sequences in flight / the mean token step (one token per sequence per step, every prompt paid); one
+request's TPOT and TTFT meet the prompts of the other B − 1 only (its own successor enters after it leaves), and a
+lone sequence (B = 1) finds the engine idle: no iteration in flight to wait for (``_others``). A prompt whose first
+``cached_len`` tokens are in the prefix cache (plan.Workload, plan.cached_tokens) prefills only the rest, past that
+prefix, in every regime.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from meshplan.cost.decode import Shape
 from meshplan.cost.kv_cache import token_bytes
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.engine import Engine
-from meshplan.serve.iteration import EXPERT_PATH, extra_kernel_time, token_time
+from meshplan.serve.iteration import EXPERT_PATH, extra_kernel_time, gap_time, token_time
 from meshplan.serve.memory import memory
 from meshplan.serve.plan import PlanColumns, Workload
 from meshplan.serve.precision import Quant
@@ -77,13 +79,15 @@ class Setting:
 
     def time(self, decode: Num, prefill: Num = 0.0, prompts: Num = 0.0, prefix: Num = 0.0) -> Num:
         """Seconds per token step of a micro-batch with ``decode`` sequences and ``prefill`` prompt tokens."""
-        host = self.engine.host_time(decode + prompts, self.cols["pp"], self.cluster.python_host)
+        loop = self.engine.loop_speed(self.cluster)
+        host = self.engine.host_time(decode + prompts, self.cols["pp"], loop)
         # eager kernels: the GPU runs each as the host issues it, so the step lasts at least the issuing (engine.py)
         layers = self.model.num_layers / self.cols["pp"]
         gpu = maximum(self.gpu_time(decode, prefill, prompts, prefix),
                       self.engine.eager_time(decode, prompts, layers, self.cluster.python_host))
+        gpu = gpu + self.engine.iteration_latency  # the engine's GPU work after the forward pass (engine.py)
         if self.engine.hidden_sequence_overhead:  # the host's work beside the GPU's step (engine.py)
-            gpu = maximum(gpu, self.engine.hidden_time(decode + prompts, self.cols["pp"], self.cluster.python_host))
+            gpu = maximum(gpu, self.engine.hidden_time(decode + prompts, self.cols["pp"], loop))
         if self.engine.host_overlap:  # the host's work hides behind the GPU's (engine.py)
             return maximum(gpu, host)
         return gpu + host
@@ -95,6 +99,7 @@ class Setting:
         dispatch and combine, C the rest (each half reads the weights again)."""
         sh = self.shape(decode, prefill, prompts, prefix)
         extra = extra_kernel_time(self.model, self.cluster, sh, self.engine, self.eff)  # its own kernels (engine.py)
+        extra = extra + gap_time(self.model, self.cluster, sh, self.cols["pp"], self.engine, self.eff)  # their gaps
         if not self.engine.two_batch_overlap:
             return token_time(self.model, self.cluster, sh, self.cols["pp"], self.quant, 0.0, self.eff) + extra
         half = self.shape(decode / 2, prefill / 2, prompts / 2, prefix)
@@ -115,7 +120,8 @@ class Setting:
                      a_bytes=q.act_bytes, kv_bytes=q.kv_bytes, absorb=self.engine.mla_absorb,
                      gather=self.engine.moe_comm == "all_gather", forwarded=self.engine.moe_comm == "deepep",
                      per_query_head=self.engine.kv_per_query_head,
-                     padded=self.engine.graph_padding(decode, prompts))
+                     padded=self.engine.graph_padding(decode, prompts),
+                     skinny_rows=self.engine.skinny_gemm_rows, skinny_rate=self.engine.skinny_gemm_rate)
 
     @property
     def micro_batch(self) -> Num:
@@ -147,12 +153,12 @@ def instance(s: Setting) -> Instance:
     """The regime's per-instance figures (module docstring), at replicas = 1."""
     if s.workload.static:
         return _static(s)
-    ttft, tpot, running, decode = _chunked(s) if s.engine.prefill == "chunked" else _separate(s)
+    ttft, tpot, running, decode, step = _chunked(s) if s.engine.prefill == "chunked" else _separate(s)
     m, prefill = _prefill_batch(s)
     if s.engine.last_prompt_token_decoded:  # a prefill instance runs its prompts to their first token
         prefill = prefill + s.time(m)
     full = s.time(s.micro_batch)
-    return Instance(ttft=ttft, tpot=tpot, running=running * s.lanes, tokens_per_s=running * s.lanes / tpot,
+    return Instance(ttft=ttft, tpot=tpot, running=running * s.lanes, tokens_per_s=running * s.lanes / step,
                     decode_step=full, decode_tokens_per_s=s.micro_batch * s.lanes / full,
                     prefill_requests_per_s=m * s.lanes / prefill, split_ttft=prefill + kv_transfer(s) + full / 2)
 
@@ -180,9 +186,20 @@ def metrics(s: Setting) -> Metrics[Num]:
     return deployment(instance(s), s.cols["replicas"], s.cols["prefill_replicas"], s.workload.output_len)
 
 
-def _chunked(s: Setting) -> tuple[Num, Num, Num, Num]:
+def _others(s: Setting) -> tuple[Num, Num]:
+    """What one request meets of the others in flight on its micro-batch lane (B sequences): the share of the lane's
+    prompts that are not its own successor's, (B − 1)/B (a request decodes beside the prompts of the B − 1 others'
+    successors; its own enters after it leaves), and whether an iteration is in flight when it arrives, min(B − 1,
+    1): a lone sequence (B = 1) finds the engine idle, so its TTFT is its prefill and its TPOT the decode step, the
+    request-level simulation's low-rate limit (serve/load/). The instance's throughput still pays every prompt."""
+    b = np.maximum(np.asarray(s.micro_batch, dtype=float), 1.0)
+    return 1 - 1 / b, np.minimum(b - 1, 1.0)
+
+
+def _chunked(s: Setting) -> tuple[Num, Num, Num, Num, Num]:
     """Prompts of I − cached fresh tokens (Workload.fresh_len), each chunk past the cached prefix and the prompt's
-    earlier chunks."""
+    earlier chunks: TTFT, one request's TPOT (beside the others' prompts, ``_others``), the decoding sequences, the
+    decode step and the instance's mean token step (beside every prompt: its throughput)."""
     inp, out, budget_tokens = s.workload.fresh_len, s.workload.output_len, s.engine.max_batched_tokens
     cached = s.workload.cached_len
     budget = maximum(budget_tokens - s.micro_batch, 1.0)
@@ -192,10 +209,13 @@ def _chunked(s: Setting) -> tuple[Num, Num, Num, Num]:
     share = minimum(chunk, inp)  # tokens of one prompt in a chunk
     carried = minimum(need / chunk, 1.0)  # the share of the iterations that carry a chunk
     decode = s.time(running)
-    tpot = _with_chunks(s, carried, decode, (running, chunk, chunk / share, cached + (inp - share) / 2))
+    mixed_at = (running, chunk, chunk / share, cached + (inp - share) / 2)
+    step = _with_chunks(s, carried, decode, mixed_at)
+    others, busy = _others(s)
+    tpot = _with_chunks(s, carried * others, decode, mixed_at)
     first = minimum(inp, budget)
-    ttft = np.ceil(inp / budget) * s.time(running, first, 1.0, cached + (inp - first) / 2) + tpot / 2
-    return ttft, tpot, running, decode
+    ttft = np.ceil(inp / budget) * s.time(running * others, first, 1.0, cached + (inp - first) / 2) + busy * tpot / 2
+    return ttft, tpot, running, decode, step
 
 
 def _with_chunks(s: Setting, carried: Num, decode: Num, mixed_at: tuple[Num, Num, Num, Num]) -> Num:
@@ -216,13 +236,16 @@ def _with_chunks(s: Setting, carried: Num, decode: Num, mixed_at: tuple[Num, Num
     return somewhere * (mixed - (1 - chunks / n) * shared) + (1 - somewhere) * decode
 
 
-def _separate(s: Setting) -> tuple[Num, Num, Num, Num]:
-    """Prompts in iterations of their own (module docstring). Where the engine decodes each prompt's last token with
-    the batch (``Engine.last_prompt_token_decoded``) the first token comes from the next whole decode step."""
+def _separate(s: Setting) -> tuple[Num, Num, Num, Num, Num]:
+    """Prompts in iterations of their own (module docstring): as ``_chunked``'s five. Where the engine decodes each
+    prompt's last token with the batch (``Engine.last_prompt_token_decoded``) the first token comes from the next
+    whole decode step."""
     m, prefill = _prefill_batch(s, s.micro_batch / s.workload.output_len)
     decode = s.time(s.micro_batch)
-    tpot = decode + s.micro_batch / m * prefill / s.workload.output_len
-    return prefill + (decode if s.engine.last_prompt_token_decoded else decode / 2), tpot, s.micro_batch, decode
+    stalls = s.micro_batch / m * prefill / s.workload.output_len
+    others, busy = _others(s)
+    wait = decode if s.engine.last_prompt_token_decoded else busy * decode / 2
+    return prefill + wait, decode + others * stalls, s.micro_batch, decode, decode + stalls
 
 
 def _prefill_batch(s: Setting, waiting: Num | None = None) -> tuple[Num, Num]:

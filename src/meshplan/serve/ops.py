@@ -24,7 +24,8 @@ from meshplan.cost.decode import (
     stream,
 )
 from meshplan.cost.kv_cache import kv_heads_per_gpu
-from meshplan.cost.records import ACT_BYTES, OpCost
+from meshplan.cost.mamba import activation_product
+from meshplan.cost.records import ACT_BYTES, FP32, OpCost
 from meshplan.cost.shapes import fc1_width, qkv_shapes
 from meshplan.specs.model import ModelSpec
 from meshplan.xp import Num
@@ -65,3 +66,43 @@ def mlp_ops(model: ModelSpec, sh: Shape, ffn: Num, prefix: str = "mlp") -> list[
 def dense_ops(model: ModelSpec, sh: Shape) -> list[OpCost]:
     ops = [norm("mlp/norm", model, sh), *mlp_ops(model, sh, model.ffn_hidden_size / sh.tp)]
     return ops + [collective("mlp/tp", "all_reduce", sh.rows * model.hidden_size * ACT_BYTES, "tp", sh.tp)]
+
+
+def mamba_ops(model: ModelSpec, sh: Shape) -> list[OpCost]:
+    """A Mamba-2 block (Dao & Gu 2024) in an iteration, its heads and groups split t ways as training splits them
+    (cost/mamba.mamba_block): pre-norm, in_proj (z, x·B·C, dt), the causal conv1d, the scan, the gated norm, out_proj
+    and the tensor-parallel all-reduce. The prompts' tokens run the chunked SSD scan's forward kernels (the same
+    records as training's, cost/mamba.activation_product, forward only: chunk states, C·Bᵀ, chunk scan, the states
+    through HBM); a decoding sequence's token instead reads and writes its recurrent state, the n_h·P·N SSM state
+    and the (k − 1)·conv-channel conv state, in the state cache's 16 bits (vLLM's mamba_ssm_cache_dtype "auto": the
+    model's dtype), about 6 FLOPs per state element (h = exp(Δ·A)·h + Δ·B·x, y = C·h) (vLLM's
+    selective_state_update kernel)."""
+    t, a, rows = sh.tp, ACT_BYTES, sh.rows
+    heads, groups, inner, conv = (model.mamba_heads / t, model.mamba_groups / t, model.mamba_inner / t,
+                                  model.mamba_conv_dim / t)
+    q, n, p, k = model.mamba_chunk, model.mamba_state, model.mamba_head_dim, model.mamba_conv
+    ops = [norm("mamba/norm", model, sh),
+           gemm("mamba/in_proj", rows, model.hidden_size, inner + conv + heads, sh.w_bytes, sh.a_bytes),
+           stream("mamba/conv1d", 2 * a * rows * conv + 2 * a * sh.decode * (k - 1) * conv,
+                  (2.0 * k + 4) * rows * conv)]
+    chunks, tokens = sh.prefill / q, sh.prefill
+    x, bc = tokens * heads * p * a, tokens * groups * n * a
+    cb = chunks * groups * q * q * FP32
+    ops += [activation_product("mamba/ssd_state", n, q, p, chunks * heads, bc + x)[0],
+            activation_product("mamba/ssd_cb", q, n, q, chunks * groups, 2 * bc + cb)[0],
+            activation_product("mamba/ssd_scan", q, q + n, p, chunks * heads, cb + bc + 2 * x)[0],
+            stream("mamba/ssd_states", 12.0 * chunks * heads * n * p)]
+    state = sh.decode * heads * p * n
+    reads = sh.decode * (2 * groups * n + 2 * heads * p) * a  # B, C, x in and y out per decoding token
+    ops.append(stream("mamba/state_update", 2 * a * state + reads, 6.0 * state))
+    ops += [stream("mamba/gated_norm", 3 * a * rows * inner, 8.0 * rows * inner),
+            gemm("mamba/out_proj", rows, inner, model.hidden_size, sh.w_bytes, sh.a_bytes),
+            collective("mamba/tp", "all_reduce", rows * model.hidden_size * ACT_BYTES, "tp", t)]
+    return ops
+
+
+def hybrid_ops(model: ModelSpec, sh: Shape) -> dict[str, list[OpCost]]:
+    """One block of each kind a hybrid model's ``layer_pattern`` has, each a layer of its own (model.py): attention
+    alone, a dense MLP alone (its own pre-norm), Mamba-2; MoE blocks are serve/moe.py's (the caller adds them)."""
+    builders = {"attention": attention_ops, "mlp": dense_ops, "mamba": mamba_ops}
+    return {kind: builders[kind](model, sh) for kind in model.block_counts if kind in builders}

@@ -71,6 +71,7 @@ class Accelerator:
     allreduce_bandwidth: float = 0.0
     allreduce_measured: float = 0.0
     l2_bandwidth: float = 0.0  # L2 cache read bandwidth, bytes/s (serve: re-read KV heads, iteration.py); 0 unstated
+    l2_dies: int = 1  # dies with an L2 of their own, workgroups dealt round-robin over them (MI300X: 8 XCDs)
     # a large device-to-device copy's sustained bandwidth / hbm_bandwidth as measured on this GPU (BabelStream Copy):
     # streaming kernels run that much slower than on the NVIDIA parts Efficiency.memory describes (roofline.py,
     # ``stream_bandwidth``); 0 → not measured, as those parts
@@ -131,6 +132,7 @@ class Cluster:
     host_bandwidth: float = 55e9  # bytes/s per GPU to host memory (PCIe Gen5 x16 ≈ 64 GB/s raw) for offload
     host_memory: float = 256e9  # bytes of host memory per GPU that offloading may use (DGX H100: 2 TB / 8)
     python_host: float = 1.0  # the host CPU's time for PyTorch's Python-side work, relative to a DGX's x86 host
+    interpreter_host: float = 0.0  # its time for interpreter-bound Python (serve engines' loops); 0: python_host
     # tier 0's NCCL collectives by NCCL's protocol constants; False: by tier 0's calibrated latency (protocols.py)
     nccl_protocols: bool = True
     source: str = field(default="", compare=False)
@@ -150,6 +152,10 @@ class Cluster:
     @property
     def nvlink_domain(self) -> int:
         return self.tiers[0].size
+
+    @property
+    def interpreter_speed(self) -> float:
+        return self.interpreter_host or self.python_host
 
     @property
     def mesh_shape(self) -> tuple[int, ...]:
@@ -178,6 +184,7 @@ class Network:
     host_bandwidth: float = 55e9
     host_memory: float = 256e9
     python_host: float = 1.0  # Cluster.python_host
+    interpreter_host: float = 0.0  # Cluster.interpreter_host
     nccl_protocols: bool = True  # Cluster.nccl_protocols (calibrate writes false with the tier-0 latency it fitted)
     nvlink_peers: int = 0  # the two-tier form's tier 0 without a switch: mesh.Tier.peers (0: NVSwitch)
     tiers: tuple[TierSpec, ...] = ()
@@ -261,7 +268,7 @@ def build_cluster(name: str, accelerator: Accelerator, net: Network, num_gpus: i
         return Cluster(name=name, accelerator=accelerator, num_gpus=num_gpus,
                        tiers=build_tiers(net.tiers, accelerator.nvlink_bandwidth, num_gpus),
                        host_bandwidth=net.host_bandwidth, host_memory=net.host_memory, python_host=net.python_host,
-                       nccl_protocols=net.nccl_protocols)
+                       interpreter_host=net.interpreter_host, nccl_protocols=net.nccl_protocols)
     domain = min(_given(net.nvlink_domain), num_gpus)
     if num_gpus % domain:
         raise SpecError(f"gpus={num_gpus} is not a multiple of the NVLink domain size {domain}")
@@ -273,7 +280,7 @@ def build_cluster(name: str, accelerator: Accelerator, net: Network, num_gpus: i
     )
     return Cluster(name=name, accelerator=accelerator, num_gpus=num_gpus, tiers=tiers,
                    host_bandwidth=net.host_bandwidth, host_memory=net.host_memory, python_host=net.python_host,
-                   nccl_protocols=net.nccl_protocols)
+                   interpreter_host=net.interpreter_host, nccl_protocols=net.nccl_protocols)
 
 
 # ---- loading ----------------------------------------------------------------------------------------------

@@ -114,6 +114,10 @@ class Stack:
                 "host, 33-37 us on Grace (TransformerEngine #2053); a pass takes at least its kernels x this "
                 "(step/passes.py); `meshplan calibrate --stack-out` measures it on this host; 0: the host never "
                 "limits"})
+    collective_host: float = field(default=0.0, metadata={
+        "help": "host CPU seconds per collective call (an NCCL all-reduce, all-gather ... issued from the model's "
+                "code: c10d's dispatch and the enqueue, without the Python module code around a kernel that "
+                "host_dispatch averages); 0: a collective costs the host what a kernel does (host_dispatch)"})
     compiled: bool = _flag(False, "each layer runs under torch.compile (Inductor's default mode: torchtitan's "
                                   "[compile] enable): its element-wise kernels fused (fusion fused) but about eager "
                                   "PyTorch's kernel count launched, each by the compiled region's wrapper "

@@ -60,6 +60,7 @@ def on_host(stack: Stack, python_host: float) -> Stack:
     # python_host may lie past them, as a slow host's cost may)
     scaled = copy.copy(stack)
     object.__setattr__(scaled, "host_dispatch", stack.host_dispatch * python_host)
+    object.__setattr__(scaled, "collective_host", stack.collective_host * python_host)
     object.__setattr__(scaled, "region_host", stack.region_host * python_host)
     object.__setattr__(scaled, "tensor_host", stack.tensor_host * python_host)
     object.__setattr__(scaled, "microbatch_host", stack.microbatch_host * python_host)
@@ -114,6 +115,16 @@ def launches(op: OpCost) -> Num:
     return maximum(op.kernels, op.launches) * ((op.flops > 0) | (op.nbytes > 0))
 
 
+def per_launch(op: OpCost, stack: Stack) -> float:
+    """Host seconds per launch of ``op``: a collective call at ``stack.collective_host`` where the stack states it (an
+    NCCL call from the model's code is c10d's dispatch and enqueue, without the Python module code around a kernel
+    that ``host_dispatch`` averages: Megatron-DeepSpeed's layer at tp 2 makes tp 1's Python calls and aten ops plus
+    its all-reduces, data/measured/2026-11-27-megatron-host-cpu-tp.json), else ``stack.host_dispatch``."""
+    if op.collective is not None and stack.collective_host:
+        return stack.collective_host
+    return stack.host_dispatch
+
+
 def most_launches(op: OpCost) -> float:
     """An upper bound of ``launches`` over the plans of a batch, as one number (the search's ops hold arrays)."""
     if op.collective is not None:
@@ -125,27 +136,31 @@ def most_launches(op: OpCost) -> float:
 def host_times(ops: list[OpCost], plan: Plan, stack: Stack, recompute: str,
                count_of: Callable[[OpCost], Num] = launches) -> dict[str, Num]:
     """Host seconds to issue the forward ("f") and backward ("b") pass of a group of ops: kernels launched
-    (``count_of``: ``launches``) × ``stack.host_dispatch``, the backward's including what recompute launches again;
+    (``count_of``: ``launches``) × their host seconds each (``per_launch``: ``stack.host_dispatch``, a collective
+    call ``stack.collective_host`` where stated), the backward's including what recompute launches again;
     a CUDA-graphed stack (``stack.cuda_graphs``) launches one graph per group and pass instead. Plus the records' own
     host seconds (``OpCost.host``: a framework's Python that launches nothing, such as ZeRO-3's module hooks), which
     full recompute runs again with the forward and a graph does not replace."""
     count: dict[str, Num] = {"f": 0.0, "b": 0.0}
+    cost: dict[str, Num] = {"f": 0.0, "b": 0.0}  # the launches' host seconds (``per_launch``)
     hooks: dict[str, Num] = {"f": 0.0, "b": 0.0}  # what the records' Python costs beyond their launches (op.host)
     for op in ops:
         ph = "f" if op.phase == "fwd" else "b"
-        count[ph] = count[ph] + count_of(op)
+        n = count_of(op)
+        count[ph], cost[ph] = count[ph] + n, cost[ph] + n * per_launch(op, stack)
         if hosted(op):
             hooks[ph] = hooks[ph] + op.host
     if recompute == "full":  # the forward runs again, its modules' hooks with it
-        count["b"] = count["b"] + count["f"]
+        count["b"], cost["b"] = count["b"] + count["f"], cost["b"] + cost["f"]
         hooks["b"] = hooks["b"] + hooks["f"]
     elif recompute == "selective":
         for op, again in zip(ops, rerun_by(ops, plan.recompute_modules), strict=True):
             if again:
-                count["b"] = count["b"] + count_of(op)
+                n = count_of(op)
+                count["b"], cost["b"] = count["b"] + n, cost["b"] + n * per_launch(op, stack)
     if stack.cuda_graphs:
-        count = {ph: minimum(c, 1.0) for ph, c in count.items()}
-    return {ph: c * stack.host_dispatch + hooks[ph] for ph, c in count.items()}
+        return {ph: minimum(c, 1.0) * stack.host_dispatch + hooks[ph] for ph, c in count.items()}
+    return {ph: cost[ph] + hooks[ph] for ph in cost}
 
 
 def hosted(op: OpCost) -> bool:
@@ -172,7 +187,7 @@ def segment_time(ops: list[OpCost], times: list[Num], stack: Stack,
     gpu: dict[str, Num] = {"f": 0.0, "b": 0.0}
     for op, t in zip(ops, times, strict=True):
         ph = "f" if op.phase == "fwd" else "b"
-        host[ph] = host[ph] + count_of(op) * stack.host_dispatch + op.host
+        host[ph] = host[ph] + count_of(op) * per_launch(op, stack) + op.host
         if op.collective is not None and not exposed(op, stack):
             continue  # hidden behind compute: neither the segment's GPU time nor a sync
         if op.collective is not None:

@@ -47,10 +47,14 @@ class Requests:
 
 
 def poisson(rate: float, count: int, lengths: Lengths, seed: int = 0, burstiness: float = 1.0) -> Requests:
-    """``count`` requests at ``rate`` per second on average (module docstring)."""
+    """``count`` requests at ``rate`` per second on average (module docstring); an infinite rate sends every request
+    at once (benchmark_serving's ``--request-rate inf``, a burst)."""
     if not rate > 0:
         raise SpecError(f"rate={rate} must be above 0 requests/s")
     rng = np.random.default_rng(seed)
+    if rate == np.inf:
+        inp, out = lengths.sample(count, rng)
+        return Requests(np.zeros(count), inp, out)
     gaps = rng.gamma(burstiness, 1.0 / (rate * burstiness), count)  # mean 1/rate, shape = burstiness
     inp, out = lengths.sample(count, rng)
     return Requests(np.cumsum(gaps) - gaps[0], inp, out)

@@ -58,7 +58,7 @@ def disaggregated(requests: Requests, plan: ServePlan, sched: Scheduler, price: 
     done = first.copy()
     rest = requests.output_len > 1
     ready = first + moved
-    decode_sched = replace(sched, kv_received=True)
+    decode_sched = replace(sched, kv_received=True, last_token_decoded=False)
     decoded: list[Run] = []
     order = np.flatnonzero(rest & np.isfinite(first))
     order = order[np.argsort(ready[order], kind="stable")]
@@ -76,4 +76,5 @@ def disaggregated(requests: Requests, plan: ServePlan, sched: Scheduler, price: 
     # from their own times (the one timeline kept is a decode instance's, for the occupancy curve)
     held = float(np.sum(done[finished] - requests.arrival[finished]))
     return [Run(requests.arrival, first, done, requests.input_len, requests.output_len,
-                sum(r.preemptions for r in decoded), int(np.sum(~finished)), timeline, held_s=held)]
+                sum(r.preemptions for r in decoded), int(np.sum(~finished)), timeline, held_s=held,
+                gaps=[g for r in decoded for g in r.gaps], kv_peak=max((r.kv_peak for r in decoded), default=0.0))]

@@ -1,9 +1,12 @@
 """``load_run(model, cluster, plan, requests, engine) -> LoadResult``: one serving configuration under a load: the
 requests shared round-robin among its replicas, each replica's instance simulated (simulate.py) on its scheduler
 (scheduler.py) and serve's iteration prices (prices.py), or through prefill and decode pools (disagg.py), the
-figures taken over all of them (summary.py)."""
+figures taken over all of them (summary.py). ``load_run_with`` takes the user's choices as one record and a cache of
+instances, so that a search pricing one instance shape at several replica counts builds its price grid once."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from meshplan.errors import SpecError
 from meshplan.serve import check
@@ -12,14 +15,64 @@ from meshplan.serve.engine import Engine
 from meshplan.serve.estimate import plan_columns
 from meshplan.serve.load.arrivals import Requests
 from meshplan.serve.load.disagg import disaggregated, transfer_times
-from meshplan.serve.load.prices import prices
-from meshplan.serve.load.scheduler import scheduler
+from meshplan.serve.load.prices import Prices, prices
+from meshplan.serve.load.scheduler import Scheduler, scheduler
 from meshplan.serve.load.simulate import simulate_instance
-from meshplan.serve.load.speculation import Speculation, speculative_prices
+from meshplan.serve.load.speculation import Speculation, SpeculativePrices, speculative_prices
 from meshplan.serve.load.summary import LoadResult, summarise
 from meshplan.serve.plan import ServePlan
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class Choices:
+    """What the user chose for every plan under the load: the prefix-cache hit share, speculative decoding (None:
+    none) and the scheduler preset (None: the engine's, policy.policy_for)."""
+
+    prefix_hit: float = 0.0
+    speculation: Speculation | None = None
+    scheduler: str | None = None
+
+
+DEFAULT_CHOICES = Choices()
+Instance = tuple[Scheduler, Prices | SpeculativePrices]
+
+
+def instance(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, longest: int,
+             choices: Choices = DEFAULT_CHOICES) -> Instance:
+    """One instance's scheduler and iteration prices (contexts up to ``longest`` tokens)."""
+    check.servable(model)
+    broken = check.first_problem(check.structural(model, cluster, plan_columns(plan), plan.quant, engine))
+    if broken:
+        raise SpecError(f"{plan.describe()}: {broken}")
+    spec = choices.speculation
+    sched = scheduler(model, cluster, plan, engine, choices.prefix_hit, spec, choices.scheduler)
+    if sched.kv_tokens <= 0:
+        raise SpecError(f"{check.MEMORY}: no KV cache is left for {plan.describe()}")
+    price = (prices(model, cluster, plan, engine, longest) if spec is None
+             else speculative_prices(model, cluster, plan, engine, longest, spec))
+    return sched, price
+
+
+def load_run_with(model: ModelSpec, cluster: Cluster, plan: ServePlan, requests: Requests, engine: Engine,
+                  slo: tuple[float, float], choices: Choices, cache: dict | None = None) -> LoadResult:
+    """``load_run`` with ``choices`` (module docstring); ``cache``: instances by shape, filled as they are built."""
+    if not len(requests):
+        raise SpecError("requests: no request to simulate")
+    longest = int((requests.input_len + requests.output_len).max())
+    key = (plan.with_(replicas=1, prefill_replicas=0), longest)
+    if cache is None or key not in cache:
+        built = instance(model, cluster, plan, engine, longest, choices)
+        if cache is None:
+            cache = {}
+        cache[key] = built
+    sched, price = cache[key]
+    if plan.disaggregated:
+        moved = transfer_times(model, cluster, plan, engine, requests.input_len)
+        return summarise(disaggregated(requests, plan, sched, price, moved), *slo)
+    runs = [simulate_instance(requests.share(k, plan.replicas), sched, price) for k in range(plan.replicas)]
+    return summarise([r for r in runs if len(r.arrival)], *slo)
 
 
 def load_run(model: ModelSpec, cluster: Cluster, plan: ServePlan, requests: Requests,
@@ -27,20 +80,4 @@ def load_run(model: ModelSpec, cluster: Cluster, plan: ServePlan, requests: Requ
              spec: Speculation | None = None) -> LoadResult:
     """The figures of ``plan`` serving ``requests`` (module docstring); ``slo``: the TTFT and TPOT targets of the
     goodput (0: none); ``spec``: speculative decoding (speculation.py)."""
-    check.servable(model)
-    if not len(requests):
-        raise SpecError("requests: no request to simulate")
-    broken = check.first_problem(check.structural(model, cluster, plan_columns(plan), plan.quant, engine))
-    if broken:
-        raise SpecError(f"{plan.describe()}: {broken}")
-    sched = scheduler(model, cluster, plan, engine, prefix_hit, spec)
-    if sched.kv_tokens <= 0:
-        raise SpecError(f"{check.MEMORY}: no KV cache is left for {plan.describe()}")
-    longest = int((requests.input_len + requests.output_len).max())
-    price = (prices(model, cluster, plan, engine, longest) if spec is None
-             else speculative_prices(model, cluster, plan, engine, longest, spec))
-    if plan.disaggregated:
-        moved = transfer_times(model, cluster, plan, engine, requests.input_len)
-        return summarise(disaggregated(requests, plan, sched, price, moved), *slo)
-    runs = [simulate_instance(requests.share(k, plan.replicas), sched, price) for k in range(plan.replicas)]
-    return summarise([r for r in runs if len(r.arrival)], *slo)
+    return load_run_with(model, cluster, plan, requests, engine, slo, Choices(prefix_hit, spec))

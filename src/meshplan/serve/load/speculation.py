@@ -82,6 +82,14 @@ class SpeculativePrices:
 
     def __init__(self, plain: Prices, verify: Prices, draft: Prices, tokens: int) -> None:
         self.plain, self.verify, self.draft, self.tokens = plain, verify, draft, tokens
+        self._knots: dict[float, list[float]] = {}
+
+    def knots(self, decode: float) -> tuple[list[float], list[float]]:
+        """As Prices.knots: the three grids share the context axis (one ``longest``), so their sum is linear
+        between its points too."""
+        if decode not in self._knots:
+            self._knots[decode] = [self(decode, 0.0, c) for c in self.plain.c]
+        return self.plain.c, self._knots[decode]
 
     def __call__(self, decode: float, prefill: float, context: float, prefix: float = 0.0) -> float:
         if not decode:

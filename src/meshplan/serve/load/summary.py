@@ -1,9 +1,11 @@
 """A simulated load's figures, as vLLM's benchmark_serving reports them (benchmarks/serve.py calculate_metrics):
-TTFT (arrival to first token), TPOT ((E2E − TTFT) / (O − 1), requests of more than one token), E2E latency, each at
-p50 / p90 / p99 and their mean; request and output-token throughput over the run (first arrival to last finish);
-goodput (DistServe, Zhong et al. 2024, §2.2: the requests per second that meet every latency target, benchmark_serving's
-``--goodput``); preemptions; the KV cache's occupancy over time (the first replica's); Little's law's two sides
-(mean requests in the system, and throughput × mean time in it)."""
+TTFT (arrival to first token), TPOT ((E2E − TTFT) / (O − 1), requests of more than one token), ITL (every gap
+between two tokens of a request, all requests' gaps pooled: simulate.py's gaps, each weighted by the sequences that
+waited it), E2E latency, each at p50 / p90 / p95 / p99 and their mean; request and output-token throughput over the
+run (first arrival to last finish); goodput (DistServe, Zhong et al. 2024, §2.2: the requests per second that meet
+every latency target, benchmark_serving's ``--goodput``); preemptions; the KV cache's highest occupancy and its
+occupancy over time (the first replica's); Little's law's two sides (mean requests in the system, and throughput ×
+mean time in it)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import numpy as np
 
 from meshplan.serve.load.simulate import Run
 
-PERCENTILES = (50, 90, 99)
+PERCENTILES = (50, 90, 95, 99)
+GAP_POINTS = 8  # points a run of decode iterations' gaps is spread over (they grow linearly with the context)
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,7 @@ class LoadResult:
     ttft: dict[int, float]
     tpot: dict[int, float]
     e2e: dict[int, float]
+    itl: dict[int, float]
     mean: dict[str, float]
     requests_per_s: float
     output_tokens_per_s: float
@@ -58,6 +62,24 @@ def _percentiles(values: np.ndarray) -> dict[int, float]:
     return {p: float(np.percentile(values, p)) for p in PERCENTILES}
 
 
+def _weighted(gaps: list[tuple[float, float, int, float]]) -> tuple[dict[int, float], float]:
+    """Percentiles and mean of the pooled inter-token gaps: ``count`` gaps evenly from first to last, each of
+    ``weight`` sequences (simulate.Run), a run of many spread over GAP_POINTS points."""
+    if not gaps:
+        return dict.fromkeys(PERCENTILES, float("nan")), float("nan")
+    g = np.asarray(gaps, dtype=float)
+    k = np.minimum(g[:, 2], GAP_POINTS)
+    at = np.repeat(np.arange(len(g)), k.astype(int))
+    step = np.arange(len(at)) - np.repeat(np.cumsum(k) - k, k.astype(int))  # 0 … k − 1 within each row
+    frac = np.where(k[at] > 1, step / np.maximum(k[at] - 1, 1), 0.0)
+    values = g[at, 0] + frac * (np.where(g[at, 2] > 1, g[at, 1], g[at, 0]) - g[at, 0])
+    weights = g[at, 3] * g[at, 2] / k[at]
+    order = np.argsort(values, kind="stable")
+    values, cum = values[order], np.cumsum(weights[order])
+    pick = {p: float(values[min(np.searchsorted(cum, p / 100 * cum[-1]), len(values) - 1)]) for p in PERCENTILES}
+    return pick, float(np.sum(values * weights[order]) / cum[-1])
+
+
 def summarise(runs: list[Run], ttft_slo: float = 0.0, tpot_slo: float = 0.0) -> LoadResult:
     """The figures of ``runs`` (one per replica) together; a target of 0 is none (goodput counts each request
     against the targets)."""
@@ -76,15 +98,16 @@ def summarise(runs: list[Run], ttft_slo: float = 0.0, tpot_slo: float = 0.0) -> 
     if tpot_slo:
         good &= np.where(out[ok] > 1, (done - first)[ok] / np.maximum(out[ok] - 1, 1), 0.0) <= tpot_slo
     rate = ok.sum() / span if span else 0.0
+    itl, itl_mean = _weighted([gap for r in runs for gap in r.gaps])
     return LoadResult(
-        ttft=_percentiles(ttft), tpot=_percentiles(tpot), e2e=_percentiles(e2e),
+        ttft=_percentiles(ttft), tpot=_percentiles(tpot), e2e=_percentiles(e2e), itl=itl,
         mean={k: float(np.mean(v)) if len(v) else float("nan") for k, v in (("ttft", ttft), ("tpot", tpot),
-                                                                              ("e2e", e2e))},
+                                                                              ("e2e", e2e))} | {"itl": itl_mean},
         requests_per_s=float(rate), output_tokens_per_s=float(out[ok].sum() / span) if span else 0.0,
         goodput=float(good.sum() / span) if span else 0.0, completed=int(ok.sum()),
         preemptions=sum(r.preemptions for r in runs), refused=sum(r.refused for r in runs), duration_s=span,
-        in_system=sum(r.timeline.mean_in_system(span) if r.held_s is None else (r.held_s / span if span else 0.0)
-                      for r in runs),
+        in_system=sum((r.timeline.mean_in_system(span) + (r.lag / span if span else 0.0)) if r.held_s is None
+                      else (r.held_s / span if span else 0.0) for r in runs),
         little=float(rate * np.mean(e2e)) if len(e2e) else 0.0,
-        kv_peak=max((float(np.max(r.timeline.columns()["kv_occupancy"], initial=0.0)) for r in runs), default=0.0),
+        kv_peak=max((r.kv_peak for r in runs), default=0.0),
         timeline=runs[0].timeline.sampled() if runs else {})

@@ -12,8 +12,7 @@ import numpy as np
 
 from meshplan.serve.engine import Engine
 from meshplan.serve.load.arrivals import Requests
-from meshplan.serve.load.run import load_run
-from meshplan.serve.load.speculation import Speculation
+from meshplan.serve.load.run import DEFAULT_CHOICES, Choices, load_run_with
 from meshplan.serve.plan import ServePlan
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -29,15 +28,16 @@ def at_level(reqs: Requests, factor: float) -> Requests:
 
 
 def load_sweep(model: ModelSpec, cluster: Cluster, plan: ServePlan, reqs: Requests, engine: Engine,
-               percentile: int = 99, prefix_hit: float = 0.0, spec: Speculation | None = None
-               ) -> list[dict[str, Any]]:
+               percentile: int = 99, choices: Choices = DEFAULT_CHOICES) -> list[dict[str, Any]]:
     """One row per level of LEVELS: the offered load (requests/s or clients), TTFT and TPOT at p50 and
-    ``percentile`` (seconds), output tokens/s and preemptions."""
-    rows = []
+    ``percentile`` (seconds), output tokens/s and preemptions; ``choices``: prefix hits, speculative decoding and
+    the scheduler (run.Choices)."""
+    rows: list[dict[str, Any]] = []
+    cache: dict = {}  # one instance's price grid for every level
     span = float(reqs.arrival[-1]) if len(reqs) > 1 else 0.0
     for factor in LEVELS:
         level = at_level(reqs, factor)
-        r = load_run(model, cluster, plan, level, engine, prefix_hit=prefix_hit, spec=spec)
+        r = load_run_with(model, cluster, plan, level, engine, (0.0, 0.0), choices, cache)
         offered = float(level.concurrency) if reqs.concurrency else (len(reqs) - 1) / max(span / factor, 1e-12)
         rows.append({"load": offered, "ttft_p50": r.ttft[50], "ttft_p": r.ttft[percentile], "tpot_p50": r.tpot[50],
                      "tpot_p": r.tpot[percentile], "tokens_per_s": r.output_tokens_per_s,

@@ -17,9 +17,12 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from meshplan.serve.engine import Engine
 from meshplan.serve.load.arrivals import Requests
-from meshplan.serve.load.run import load_run
+from meshplan.serve.load.bound import idle_bound
+from meshplan.serve.load.run import Choices, load_run_with
 from meshplan.serve.load.speculation import Speculation
 from meshplan.serve.load.summary import LoadResult
 from meshplan.serve.plan import ServePlan
@@ -34,14 +37,20 @@ SPLIT_SHAPES, SPLIT_TRIES = 3, 12  # shapes tried as prefill / decode pools, and
 
 @dataclass(frozen=True)
 class Targets:
-    """Latency targets (seconds, 0: none) at a percentile (50, 90 or 99), and what the user chose for every plan
-    under the load: the prefix-cache hit share and speculative decoding (None: none)."""
+    """Latency targets (seconds, 0: none) at a percentile (50, 90, 95 or 99), and what the user chose for every plan
+    under the load: the prefix-cache hit share, speculative decoding (None: none) and the scheduler preset (None: the
+    engine's)."""
 
     ttft: float = 0.0
     tpot: float = 0.0
     percentile: int = 99
     prefix_hit: float = 0.0
     speculation: Speculation | None = None
+    scheduler: str | None = None
+
+    @property
+    def choices(self) -> Choices:
+        return Choices(self.prefix_hit, self.speculation, self.scheduler)
 
     def met(self, r: LoadResult, count: int) -> bool:
         """Every request completed, and the percentile of each target's metric within it."""
@@ -63,7 +72,8 @@ class Loaded:
         cost = price * p.num_gpus if price is not None else None
         tokens = self.result.output_tokens_per_s
         return {"plan": p.describe(), "tp": p.tp, "pp": p.pp, "dpa": p.dpa, "ep": p.ep, "batch": p.batch,
-                "replicas": p.replicas, "quant": p.quant.label, "gpus": p.num_gpus, "meets_targets": self.meets,
+                "replicas": p.replicas, "quant": p.quant.label, "kv_cache": p.quant.kv_cache, "gpus": p.num_gpus,
+                "meets_targets": self.meets,
                 "goodput_per_gpu": self.result.goodput / p.num_gpus, "dollars_per_hour": cost,
                 "cost_per_million_tokens": cost / 3600 / tokens * 1e6 if cost is not None and tokens else None,
                 **self.result.to_dict()}
@@ -71,31 +81,54 @@ class Loaded:
 
 def load_shapes(model: ModelSpec, cluster: Cluster, space: ServeSpace, count: int) -> list[tuple[ServePlan, float]]:
     """The ``count`` best distinct co-located instance shapes of the steady-state search (replicas = 1), each with
-    one instance's steady output tokens/s; of shapes that differ in their batch limit alone, the best one's."""
-    steady = search(model, cluster, replace(space, disaggregate=False, ttft_slo=0.0, tpot_slo=0.0),
-                    top_k=4 * count)
-    seen, out = set(), []
-    for e in sorted(steady.plans, key=lambda e: -e.tokens_per_s_per_gpu):
-        one = e.plan.with_(replicas=1)
-        if one.with_(batch=1) not in seen:
-            seen.add(one.with_(batch=1))
-            out.append((one, float(e.metrics.instance_tokens_per_s)))
-    return out[:count]
+    one instance's steady output tokens/s, by tokens/s per GPU as the search's arrays priced them (its weighed
+    table: no configuration re-estimated one by one); of shapes that differ in their batch limit alone, the best
+    one's, and of a shape's replica counts the best per GPU."""
+    steady = search(model, cluster, replace(space, disaggregate=False, ttft_slo=0.0, tpot_slo=0.0), top_k=1,
+                    keep=True)
+    table = steady.weighed
+    if table is None or not len(table):
+        return []
+    c = table.columns
+    tokens = np.nan_to_num(c["tokens_per_s"])
+    ok = (c["reason"] < 0) & (c["prefill_replicas"] == 0) & (tokens > 0)
+    per_gpu = np.where(ok, tokens / np.maximum(c["gpus"], 1), -np.inf)
+    seen: set[tuple[int, ...]] = set()
+    out: list[tuple[ServePlan, float]] = []
+    for i in np.argsort(-per_gpu, kind="stable"):
+        if not ok[i] or len(out) == count:
+            break
+        key = (int(c["tp"][i]), int(c["pp"][i]), int(c["dpa"][i]), int(c["ep"][i]), int(c["quant"][i]))
+        if key in seen:
+            continue
+        seen.add(key)
+        one = ServePlan(tp=key[0], pp=key[1], dpa=key[2], ep=key[3], batch=int(c["batch"][i]),
+                        quant=table.quants[key[4]])
+        out.append((one, float(tokens[i] / c["replicas"][i])))
+    return out
 
 
-def _simulate(model, cluster, plan, reqs, engine, targets) -> Loaded:
-    result = load_run(model, cluster, plan, reqs, engine, (targets.ttft, targets.tpot), targets.prefix_hit,
-                      targets.speculation)
-    return Loaded(plan, result, targets.met(result, len(reqs)))
+def _simulate(model, cluster, plan, reqs, engine, targets, cache=None) -> Loaded:
+    """``plan`` under the load (a result kept in ``cache`` is not simulated again)."""
+    cache = {} if cache is None else cache
+    if ("run", plan) not in cache:
+        result = load_run_with(model, cluster, plan, reqs, engine, (targets.ttft, targets.tpot), targets.choices,
+                               cache)
+        cache[("run", plan)] = Loaded(plan, result, targets.met(result, len(reqs)))
+    return cache[("run", plan)]
 
 
 def fewest(model: ModelSpec, cluster: Cluster, shape: tuple[ServePlan, float], reqs: Requests, engine: Engine,
-           targets: Targets) -> Loaded | None:
+           targets: Targets, cache: dict | None = None) -> Loaded | None:
     """The fewest replicas of ``shape`` (instance plan, steady tokens/s) that meet ``targets`` on ``reqs``, within
-    the cluster's GPUs; None if even the most do not (module docstring)."""
+    the cluster's GPUs; None if even the most do not, or if one request alone on an idle instance already misses
+    them (bound.py: no replica count can help); ``cache``: instances and results already built (run.py)."""
     one, steady = shape
+    cache = {} if cache is None else cache
     most = cluster.num_gpus // one.instance_gpus
-    if reqs.concurrency:
+    if not idle_bound(model, cluster, one, reqs, engine, targets, cache):
+        return None
+    if reqs.concurrency or not float(reqs.arrival[-1]) > 0:  # a closed loop, or every request at once
         low = 1
     else:
         rate = len(reqs) / max(float(reqs.arrival[-1]), 1e-9)
@@ -108,7 +141,7 @@ def fewest(model: ModelSpec, cluster: Cluster, shape: tuple[ServePlan, float], r
 
     def at(n: int) -> Loaded:
         if n not in tried:
-            tried[n] = _simulate(model, cluster, one.with_(replicas=n), reqs, engine, targets)
+            tried[n] = _simulate(model, cluster, one.with_(replicas=n), reqs, engine, targets, cache)
         return tried[n]
 
     high = low
@@ -123,11 +156,14 @@ def fewest(model: ModelSpec, cluster: Cluster, shape: tuple[ServePlan, float], r
 
 
 def fewest_split(model: ModelSpec, cluster: Cluster, one: ServePlan, reqs: Requests, engine: Engine,
-                 targets: Targets, upto: int) -> Loaded | None:
+                 targets: Targets, upto: int, cache: dict | None = None) -> Loaded | None:
     """The fewest instances of shape ``one``, up to ``upto``, split into prefill and decode pools (disagg.py) that
     meet ``targets``: each count from 2 up, each split of it, at most SPLIT_TRIES simulations; of the splits that
     meet them at the least count, the one of the highest goodput."""
     if reqs.concurrency:  # a closed loop through two pools is not simulated (disagg.disaggregated)
+        return None
+    cache = {} if cache is None else cache
+    if not idle_bound(model, cluster, one, reqs, engine, targets, cache):
         return None
     tries = 0
     for n in range(2, min(upto, cluster.num_gpus // one.instance_gpus) + 1):
@@ -136,7 +172,7 @@ def fewest_split(model: ModelSpec, cluster: Cluster, one: ServePlan, reqs: Reque
             if tries == SPLIT_TRIES:
                 return None
             tries += 1
-            x = _simulate(model, cluster, one.with_(replicas=n - p, prefill_replicas=p), reqs, engine, targets)
+            x = _simulate(model, cluster, one.with_(replicas=n - p, prefill_replicas=p), reqs, engine, targets, cache)
             if x.meets:
                 met.append(x)
         if met:
@@ -144,7 +180,7 @@ def fewest_split(model: ModelSpec, cluster: Cluster, one: ServePlan, reqs: Reque
     return None
 
 
-def _with_splits(model, cluster, space, reqs, targets, shapes_found) -> list[Loaded]:
+def _with_splits(model, cluster, space, reqs, targets, shapes_found, cache) -> list[Loaded]:
     """For the first SPLIT_SHAPES shapes (when the space allows pools), the fewest split deployment with fewer
     instances than the co-located one found (or any, where none was)."""
     out: list[Loaded] = []
@@ -152,7 +188,7 @@ def _with_splits(model, cluster, space, reqs, targets, shapes_found) -> list[Loa
         return out
     for one, found in shapes_found[:SPLIT_SHAPES]:
         upto = found.plan.replicas - 1 if found is not None and found.meets else cluster.num_gpus
-        split = fewest_split(model, cluster, one, reqs, space.engine, targets, upto)
+        split = fewest_split(model, cluster, one, reqs, space.engine, targets, upto, cache)
         if split is not None:
             out.append(split)
     return out
@@ -168,8 +204,9 @@ def recommend(model: ModelSpec, cluster: Cluster, space: ServeSpace, reqs: Reque
     """Each shape's fewest-GPU deployment that meets the targets, co-located or split into pools (``fewest_split``
     for the first shapes), fewest GPUs first (ties by goodput per GPU within the band, then simplicity)."""
     shapes = load_shapes(model, cluster, space, count)
-    pairs = [(s[0], fewest(model, cluster, s, reqs, space.engine, targets)) for s in shapes]
-    found = [f for _, f in pairs if f is not None] + _with_splits(model, cluster, space, reqs, targets, pairs)
+    cache: dict = {}
+    pairs = [(s[0], fewest(model, cluster, s, reqs, space.engine, targets, cache)) for s in shapes]
+    found = [f for _, f in pairs if f is not None] + _with_splits(model, cluster, space, reqs, targets, pairs, cache)
     return sorted(found, key=lambda x: (x.plan.num_gpus, -round(x.result.goodput / x.plan.num_gpus / _unit(found)),
                                         _simplicity(x)))
 
@@ -178,13 +215,15 @@ def rank(model: ModelSpec, cluster: Cluster, space: ServeSpace, reqs: Requests, 
          count: int = 8) -> list[Loaded]:
     """Each shape at the fewest replicas meeting the targets (else the most the GPUs hold), those meeting them
     first, by goodput per GPU (ties within the band by simplicity)."""
-    out, pairs = [], []
+    out: list[Loaded] = []
+    pairs: list[tuple[ServePlan, Loaded | None]] = []
+    cache: dict = {}
     for s in load_shapes(model, cluster, space, count):
-        found = fewest(model, cluster, s, reqs, space.engine, targets)
+        found = fewest(model, cluster, s, reqs, space.engine, targets, cache)
         pairs.append((s[0], found))
         out.append(found or _simulate(model, cluster, s[0].with_(replicas=cluster.num_gpus // s[0].instance_gpus),
-                                      reqs, space.engine, targets))
-    out += _with_splits(model, cluster, space, reqs, targets, pairs)
+                                      reqs, space.engine, targets, cache))
+    out += _with_splits(model, cluster, space, reqs, targets, pairs, cache)
     unit = _unit(out)
     return sorted(out, key=lambda x: (not x.meets, -round(x.result.goodput / x.plan.num_gpus / unit),
                                       _simplicity(x)))

@@ -1,0 +1,69 @@
+"""An analytic bound that prunes the search under a load (under_load.py) before any simulation: a request can go no
+faster than alone on an idle instance, whatever the replica count.
+
+Alone, request r's first token comes after its prompt's prefill, ⌈P/budget⌉ iterations of at most the budget
+(TurboMind: and one decode step), and its later tokens after one decode step each at its own growing context, at
+least the step at its first context (the price grows with the context). Under the load every iteration it waits
+for carries at least its own work (the price is monotone in decodes, prompt tokens and context: the roofline's and
+the host's costs only add), so each request's TTFT and TPOT are at least these, and so is every percentile over
+the requests (a percentile of a vector that is larger term by term is larger). A shape whose idle percentile
+misses a target cannot meet it with any number of replicas; it is not simulated.
+
+Saturation: no iteration makes more than ``max_seqs`` tokens (E each with speculative decoding), and one of d
+decodes lasts at least price(d, 0, c) at the shortest context c a request decodes at, so an instance's output rate
+is at most max over d of d·E / price(d, 0, c) whatever the load (``saturation``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from meshplan.serve.engine import Engine
+from meshplan.serve.load.arrivals import Requests
+from meshplan.serve.load.run import instance
+from meshplan.serve.plan import ServePlan
+from meshplan.specs.hardware import Cluster
+from meshplan.specs.model import ModelSpec
+
+
+def idle_latency(model: ModelSpec, cluster: Cluster, one: ServePlan, reqs: Requests, engine: Engine, targets,
+                 cache: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's TTFT and TPOT alone on an idle instance of ``one`` (module docstring; at most one price per
+    distinct prompt or context)."""
+    longest = int((reqs.input_len + reqs.output_len).max())
+    key = (one.with_(replicas=1, prefill_replicas=0), longest)
+    if key not in cache:
+        cache[key] = instance(model, cluster, one, engine, longest, targets.choices)
+    sched, price = cache[key]
+    first: dict[int, float] = {}
+    for prompt in np.unique(reqs.input_len):
+        p = int(prompt) - (1 if sched.last_token_decoded else 0)
+        fresh = max(p - sched.cached(p), 0)
+        chunks = max(math.ceil(fresh / sched.budget), 1)
+        t = chunks * price(0, min(fresh, sched.budget), 0.0)
+        first[int(prompt)] = t + (price(1, 0, float(prompt)) if sched.last_token_decoded else 0.0)
+    ttft = np.array([first[int(p)] for p in reqs.input_len])
+    step = {int(c): price(1, 0, float(c)) for c in np.unique(reqs.input_len + 1)}
+    tpot = np.array([step[int(c)] for c in reqs.input_len + 1]) / sched.step_tokens
+    return ttft, tpot[reqs.output_len > 1]
+
+
+def saturation(sched, price, context: float) -> float:
+    """The most output tokens/s an instance can make (module docstring): every decode count up to its max_seqs at
+    the shortest context."""
+    return max((d * sched.step_tokens / price(float(d), 0.0, context) for d in range(1, sched.max_seqs + 1)),
+               default=0.0)
+
+
+def idle_bound(model: ModelSpec, cluster: Cluster, one: ServePlan, reqs: Requests, engine: Engine, targets,
+               cache: dict) -> bool:
+    """Whether ``targets`` can be met at their percentile by some replica count of ``one`` (module docstring)."""
+    if not targets.ttft and not targets.tpot:
+        return True
+    ttft, tpot = idle_latency(model, cluster, one, reqs, engine, targets, cache)
+    p = targets.percentile
+    if targets.ttft and len(ttft) and float(np.percentile(ttft, p)) > targets.ttft:
+        return False
+    return not (targets.tpot and len(tpot) and float(np.percentile(tpot, p)) > targets.tpot)

@@ -1,0 +1,197 @@
+"""One instance's requests and KV cache under its scheduler's rules (policy.py): arrivals, admission, the prompt
+chunks of an iteration, preemption and retraction. The iterations themselves are simulate.py's.
+
+Per request: 0 waiting (or not arrived), 1 prefilling, 2 decoding, 3 finished or refused. Decoding sequences are
+aggregates: one that started decoding at iteration k0 holding ``base`` tokens holds base + E·(k − k0) at iteration k,
+so their sum is Σbase + E·(n·k − Σk0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from meshplan.serve.load.arrivals import Requests
+from meshplan.serve.load.scheduler import Scheduler
+
+
+class KVState:
+    """The requests, the queue and the cache of one instance (module docstring)."""
+
+    def __init__(self, reqs: Requests, sched: Scheduler) -> None:
+        self.s = sched
+        self.arr = [float(v) for v in reqs.arrival]
+        self.inp, self.out = [int(v) for v in reqs.input_len], [int(v) for v in reqs.output_len]
+        n = len(self.inp)
+        self.first, self.done, self.last_token = [math.nan] * n, [math.nan] * n, [math.nan] * n
+        self.gen, self.k0, self.base, self.version = [0] * n, [0] * n, [0] * n, [0] * n
+        self.state = [0] * n
+        self.waiting: deque[int] = deque()
+        self.prefilling: list[list[int]] = []  # [request, tokens left to prefill, tokens held]
+        self.order: list[int] = []  # running requests in admission order (finished ones dropped lazily)
+        self.heap: list[tuple[int, int, int]] = []  # (last decode iteration, request, version)
+        self.nd = self.sum_base = self.sum_k0 = self.sum_inp = self.sum_out = 0
+        self.held_prefill = self.running = self.committed = 0
+        self.it, self.now, self.next, self.preemptions, self.refused = 0, 0.0, 0, 0, 0
+        self.closed = reqs.concurrency
+        self.ratio = sched.policy.init_new_token_ratio  # SGLang's new_token_ratio
+        # request-seconds in the system before the iteration start at which each request is first counted (it arrived
+        # during the iteration before): what the timeline's per-iteration counts leave out
+        self.lag = 0.0
+
+    def decode_tokens(self) -> float:
+        """KV tokens the decoding sequences hold now."""
+        return self.sum_base + self.s.step_tokens * (self.nd * self.it - self.sum_k0)
+
+    def used(self) -> float:
+        """KV tokens held now (module docstring), with half a page of rounding per running sequence."""
+        return self.decode_tokens() + self.held_prefill + self.running * self.s.block_size / 2
+
+    def arrive(self) -> None:
+        n = len(self.inp)
+        if self.closed:
+            while self.next < n and self.next < self.closed:
+                self.arr[self.next] = 0.0
+                self.waiting.append(self.next)
+                self.next += 1
+            return
+        while self.next < n and self.arr[self.next] <= self.now:
+            self.lag += self.now - self.arr[self.next]
+            self.waiting.append(self.next)
+            self.next += 1
+
+    def release(self, r: int) -> None:
+        """A finished or refused request; a closed loop's client sends its next one now."""
+        self.state[r] = 3
+        if self.closed and self.next < len(self.inp):
+            self.arr[self.next] = self.now
+            self.waiting.append(self.next)
+            self.next += 1
+
+    def start_decoding(self, r: int) -> None:
+        self.state[r], self.k0[r], self.base[r] = 2, self.it, self.inp[r] + self.gen[r]
+        self.nd += 1
+        self.sum_base += self.base[r]
+        self.sum_k0 += self.it
+        self.sum_inp += self.inp[r]
+        self.sum_out += self.out[r]
+
+    def leave_decoding(self, r: int) -> None:
+        self.sum_base -= self.base[r]
+        self.sum_k0 -= self.k0[r]
+        self.sum_inp -= self.inp[r]
+        self.sum_out -= self.out[r]
+        self.nd -= 1
+        self.version[r] += 1
+
+    def make_room(self) -> bool:
+        """Preempt (or retract) until the decodes' next tokens fit; whether any was."""
+        s = self.s
+        if s.policy.preempt == "none" or not self.nd or self.used() + self.nd * s.step_tokens <= s.kv_tokens:
+            return False
+        if s.policy.preempt == "retract":
+            self.retract()
+            return True
+        while self.nd and self.used() + self.nd * s.step_tokens > s.kv_tokens:
+            self.preempt_newest()
+        return True
+
+    def _back(self, r: int) -> None:
+        """Request ``r`` gives back its pages and waits, at the queue's head or tail (the policy's ``resume``)."""
+        if self.state[r] == 2:
+            self.gen[r] += int(self.s.step_tokens * (self.it - self.k0[r]))
+            self.last_token[r] = self.now
+            self.leave_decoding(r)
+        else:
+            entry = next(e for e in self.prefilling if e[0] == r)
+            self.held_prefill -= entry[2]
+            self.prefilling.remove(entry)
+        self.state[r], self.running = 0, self.running - 1
+        self.committed -= self.inp[r] + self.out[r]
+        if self.s.policy.resume == "head":
+            self.waiting.appendleft(r)
+        else:
+            self.waiting.append(r)
+        self.preemptions += 1
+
+    def preempt_newest(self) -> None:
+        """The newest running sequence gives back its pages (vLLM's ``self.running.pop()``)."""
+        while self.state[self.order[-1]] not in (1, 2):
+            self.order.pop()
+        self._back(self.order.pop())
+
+    def retract(self) -> None:
+        """SGLang's retract_decode: decoding requests by (output tokens, −prompt tokens), the last retracted first,
+        until the free tokens cover ``retract_decode_steps`` steps of the rest (at least one retracted, one kept);
+        the new-token ratio becomes (decoded + steps · kept) / their outputs, at most 1."""
+        s, p = self.s, self.s.policy
+        live = [r for r in self.order if self.state[r] == 2]
+        made = {r: self.gen[r] + int(s.step_tokens * (self.it - self.k0[r])) for r in live}
+        live.sort(key=lambda r: (made[r], -self.inp[r]), reverse=True)
+        while len(live) > 1:
+            self._back(live.pop())
+            if s.kv_tokens - self.used() >= p.retract_decode_steps * len(live) * s.step_tokens:
+                break
+        decoded = sum(made[r] for r in live)
+        self.ratio = min(1.0, (decoded + p.retract_decode_steps * len(live)) / max(sum(self.out[r] for r in live), 1))
+
+    def continued(self, budget: int) -> tuple[list, int]:
+        """The chunks of the prompts being prefilled, oldest first, in the budget and the free KV."""
+        chunks, tokens = [], 0
+        reserve = self.s.policy.admission == "reserve"
+        free = budget if reserve else self.s.kv_tokens - self.used() - self.nd * self.s.step_tokens
+        for entry in self.prefilling:
+            take = min(entry[1], budget - tokens, int(free))
+            if take <= 0:
+                break
+            chunks.append((entry, take))
+            tokens += take
+            free -= take
+        return chunks, tokens
+
+    def _fits(self, r: int, cached: int, take: int, fresh: int) -> bool:
+        """Whether request ``r`` may enter now with ``take`` of its ``fresh`` prompt tokens past ``cached`` ones."""
+        s, p = self.s, self.s.policy
+        if p.admission == "reserve":
+            return self.committed + self.inp[r] + self.out[r] + s.block_size <= s.kv_tokens
+        need = self.used() + self.nd * s.step_tokens + cached + take + s.block_size
+        if p.admission == "on_demand":
+            return need <= s.kv_tokens * (1 - p.watermark)
+        # SGLang's PrefillAdder: its prompt and output (clipped at clip_max_new_tokens) below the free tokens less the
+        # running requests' remaining outputs at the ratio, less the prompts and outputs of those being prefilled
+        made = self.sum_base - self.sum_inp + s.step_tokens * (self.nd * self.it - self.sum_k0)
+        owed = (self.sum_out - made) * self.ratio + sum(e[1] + self.out[e[0]] for e in self.prefilling)
+        return self.used() + owed + fresh + min(self.out[r], p.clip_max_new_tokens) < s.kv_tokens
+
+    def admit(self, tokens: int, budget: int, chunks: list) -> int:
+        """New requests first come first served while the budget, max_seqs and the cache allow, each with its first
+        chunk in ``chunks``; the iteration's prompt tokens after them."""
+        s, p = self.s, self.s.policy
+        limit = p.max_prefill_tokens or budget
+        while self.waiting and self.running < s.max_seqs and tokens < budget:
+            r = self.waiting[0]
+            prompt = self.inp[r] + self.gen[r]
+            cached = s.cached(prompt) if self.gen[r] == 0 else 0
+            if s.last_token_decoded and not self.gen[r]:
+                prompt -= 1  # the context step leaves the last prompt token to the next decode
+            fresh = prompt - cached
+            if self.inp[r] + self.out[r] + s.block_size > s.kv_tokens or (not p.chunked and fresh > s.budget):
+                self.waiting.popleft()
+                self.refused += 1
+                self.release(r)
+                continue
+            take = min(fresh, budget - tokens)
+            if (not p.chunked and take < fresh) or (tokens and tokens + take > limit):
+                break
+            if not self._fits(r, cached, take, fresh):
+                break
+            self.waiting.popleft()
+            self.state[r], self.running = 1, self.running + 1
+            self.committed += self.inp[r] + self.out[r]
+            self.order.append(r)
+            entry = [r, fresh, cached]
+            self.prefilling.append(entry)
+            self.held_prefill += cached
+            chunks.append((entry, take))
+            tokens += take
+        return tokens

@@ -1,0 +1,158 @@
+"""vLLM V0's mechanisms that LLM-Inference-Bench's released runs showed (issue 79, deliverable 3;
+data/serving/llm_inference_bench_dev.jsonl): the time per iteration a CPU measurement of the engine loop leaves out,
+Grace running that interpreter-bound loop as an x86 host does, and the kernels of vLLM's ROCm build of 2024: its
+hipified paged attention reading a KV head once per query head, each read from HBM on a GPU whose dies keep L2s of
+their own; its untuned GEMMs at decode's rows; the GPU's idle time between the kernels of a step. Each test shows
+its arithmetic; tests/test_serve_properties.py draws the monotonicity of each."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from meshplan.cost.decode import gemm
+from meshplan.roofline import op_time
+from meshplan.serve.efficiency import SERVE_DEFAULT
+from meshplan.serve.engine import load_engine
+from meshplan.serve.estimate import plan_columns, serve_estimate
+from meshplan.serve.iteration import cache_read_time, gap_time, layouts, op_seconds, shaped_seconds, stage_ops
+from meshplan.serve.metrics import Setting
+from meshplan.serve.plan import ServePlan, Workload
+from meshplan.serve.precision import Quant
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+
+FP16 = Quant(weights="fp16", activations="fp16", kv_cache="fp16")
+WORK = Workload(input_len=512, output_len=512, static=True)
+
+
+def setting(engine: str, system: str, model: str = "llama2-7b", tp: int = 1, batch: int = 16) -> Setting:
+    plan = ServePlan(tp=tp, batch=batch, quant=FP16)
+    return Setting(load_model(model), load_system(system).cluster(tp), plan_columns(plan), FP16, load_engine(engine),
+                   WORK)
+
+
+def test_a_v0_iteration_adds_its_latency_whatever_the_host():
+    """vLLM V0 0.6: 0.323 ms + 58.2 us a sequence of interpreter-bound host loop, at the host's interpreter speed, and
+    1.115 ms per iteration of GPU work beside the forward pass that no host speed sets (presets/engines/vllm-v0.toml).
+    On GH200 the loop runs at Grace's
+    interpreter speed, an x86 host's (hardware/gh200.toml interpreter_host = 1), not at the 2.46x of PyTorch's
+    dispatch there, which TensorRT-LLM's PyTorch backend's loop still pays (host_in_python, not interpreted)."""
+    v0 = load_engine("vllm-v0")
+    h100, gh200 = load_system("h100").cluster(1), load_system("gh200").cluster(1)
+    assert (v0.host_interpreted, v0.iteration_latency) == (True, pytest.approx(1.115e-3))
+    assert (gh200.python_host, gh200.interpreter_speed, h100.interpreter_speed) == (2.46, 1.0, 1.0)
+    for cluster in (h100, gh200):
+        assert v0.host_time(16, 1, v0.loop_speed(cluster)) == pytest.approx(0.323e-3 + 16 * 58.2e-6)
+    trt = load_engine("trtllm-pytorch")
+    assert trt.loop_speed(gh200) == 2.46 and not trt.host_interpreted
+    # an x86 host without an interpreter figure of its own: its Python figure (A100's 1.57)
+    a100 = load_system("a100").cluster(1)
+    assert v0.loop_speed(a100) == a100.python_host == 1.57
+    # in a step: the GH200 step's host part is the H100's, and the iteration's 1.115 ms comes on top of the forward
+    s_h, s_g = setting("vllm-v0", "h100"), setting("vllm-v0", "gh200")
+    assert float(s_g.time(16.0)) - float(s_g.gpu_time(16.0, 0.0, 0.0, 0.0)) == pytest.approx(
+        float(s_h.time(16.0)) - float(s_h.gpu_time(16.0, 0.0, 0.0, 0.0)))
+    bare = replace(s_h, engine=v0.with_(iteration_latency=0.0))
+    assert float(s_h.time(16.0)) == pytest.approx(float(bare.time(16.0)) + 1.115e-3)
+
+
+def test_the_hipified_paged_attention_reads_each_kv_head_once_per_query_head_from_hbm_on_mi300x():
+    """Llama 2 70B at tp 1: 64 query heads over 8 KV heads, 8 reads of each KV head by the ROCm build's kernel (one
+    thread block per query head). MI300X's 8 XCDs each keep their own L2 and get the workgroups round-robin, so all
+    min(8, 8) = 8 reads come from HBM: the attention costs what 8 times its bytes cost; on a one-die GPU (no L2 figure)
+    the repeats are free, as before."""
+    s = setting("vllm-v0.6-rocm", "mi300x", "llama2-70b")
+    sh = s.shape(16.0, 0.0, 0.0, 0.0)
+    assert sh.per_query_head
+    (op,) = [o for o, _ in stage_ops(s.model, sh, 1) if o.name == "attn/decode"]
+    assert op.repeat == 8.0
+    acc = s.cluster.accelerator
+    assert acc.l2_dies == 8 and not acc.l2_bandwidth
+    eight = op_time(replace(op, nbytes=8 * op.nbytes), acc, "fp16", SERVE_DEFAULT.cache_reads)
+    assert cache_read_time(op, acc, "fp16", SERVE_DEFAULT) == pytest.approx(eight)
+    one_die = replace(acc, l2_dies=1)
+    once = op_time(op, acc, "fp16", SERVE_DEFAULT.cache_reads)
+    assert cache_read_time(op, one_die, "fp16", SERVE_DEFAULT) == pytest.approx(once)
+    assert eight > 6 * once  # the bytes dominate: nearly 8x
+    # a group of 16 query heads on 8 dies: 8 reads from HBM, the other 8 from the dies' L2s (no L2 figure: free)
+    assert cache_read_time(replace(op, repeat=16.0), acc, "fp16", SERVE_DEFAULT) == pytest.approx(eight)
+
+
+def test_the_rocm_builds_untuned_gemms_run_decode_rows_at_their_share():
+    """vllm-v0.6-rocm: a GEMM of at most 256 rows at skinny_gemm_rate of the modelled rate (the modelled GEMM
+    efficiency times that share); a prefill's 4,096 rows at the modelled rate; 257 rows never faster than 256."""
+    engine = load_engine("vllm-v0.6-rocm")
+    s = setting("vllm-v0.6-rocm", "mi300x")
+    rate = engine.skinny_gemm_rate
+    assert engine.skinny_gemm_rows == 256 and 0 < rate < 0.2
+    place = layouts(1, 1, 1)
+    slow = replace(SERVE_DEFAULT, gemm=SERVE_DEFAULT.gemm * rate)
+    for rows in (1.0, 64.0, 256.0):
+        sh = s.shape(rows, 0.0, 0.0, 0.0)
+        op = gemm("mlp/down", rows, 11008, 4096, 2, 2)
+        assert shaped_seconds(op, s.cluster, FP16, SERVE_DEFAULT, place, sh) == pytest.approx(
+            op_seconds(op, s.cluster, FP16, slow, place))
+    # a prefill of 16,384 rows at the modelled rate: longer than its first 256 rows at the share
+    big = s.shape(0.0, 16384.0, 32.0, 0.0)
+    op = gemm("mlp/down", 16384, 11008, 4096, 2, 2)
+    assert shaped_seconds(op, s.cluster, FP16, SERVE_DEFAULT, place, big) == pytest.approx(
+        op_seconds(op, s.cluster, FP16, SERVE_DEFAULT, place))
+    # 4,096 rows: the modelled rate would take less than the first 256 rows at the share; that floor holds
+    op = gemm("mlp/down", 4096, 11008, 4096, 2, 2)
+    first = gemm("mlp/down", 256, 11008, 4096, 2, 2)
+    floor = op_seconds(replace(first, nbytes=op.nbytes), s.cluster, FP16, slow, place)
+    assert shaped_seconds(op, s.cluster, FP16, SERVE_DEFAULT, place, s.shape(0.0, 4096.0, 8.0, 0.0)) == pytest.approx(
+        max(op_seconds(op, s.cluster, FP16, SERVE_DEFAULT, place), floor))
+    at = {rows: shaped_seconds(gemm("mlp/down", rows, 11008, 4096, 2, 2), s.cluster, FP16, SERVE_DEFAULT, place,
+                               s.shape(rows, 0.0, 0.0, 0.0)) for rows in (255.0, 256.0, 257.0, 400.0)}
+    assert at[255.0] <= at[256.0] <= at[257.0] <= at[400.0]
+    # the CUDA build's preset prices the same GEMM at the modelled rate
+    cuda = setting("vllm-v0", "mi300x")
+    sh = cuda.shape(64.0, 0.0, 0.0, 0.0)
+    op = gemm("mlp/down", 64.0, 11008, 4096, 2, 2)
+    assert shaped_seconds(op, cuda.cluster, FP16, SERVE_DEFAULT, place, sh) == pytest.approx(
+        op_seconds(op, cuda.cluster, FP16, SERVE_DEFAULT, place))
+
+
+def test_the_gpu_idles_kernel_gap_between_the_kernels_of_a_step():
+    """vllm-v0.6-rocm on MI300X, Llama 2 7B at tp 2: kernel_gap seconds for every kernel the step's ops launch (32
+    layers of GEMMs, norms, rotary, cache write, attention, activation, two all-reduces, and the edges), added to the
+    GPU's step and shown as its own row of the breakdown."""
+    engine = load_engine("vllm-v0.6-rocm")
+    s = setting("vllm-v0.6-rocm", "mi300x", tp=2)
+    sh = s.shape(16.0, 0.0, 0.0, 0.0)
+    kernels = sum(count * (1.0 if op.kind == "collective" else max(op.kernels, op.launches))
+                  for op, count in stage_ops(s.model, sh, 1)
+                  if (op.flops > 0 or op.nbytes > 0) and (op.kind != "collective" or op.collective.group > 1))
+    assert 32 * 10 < kernels < 32 * 16
+    gaps = gap_time(s.model, s.cluster, sh, 1, engine)
+    assert gaps == pytest.approx(engine.kernel_gap * kernels)
+    bare = replace(s, engine=engine.with_(kernel_gap=0.0))
+    assert float(s.gpu_time(16.0, 0.0, 0.0, 0.0)) == pytest.approx(float(bare.gpu_time(16.0, 0.0, 0.0, 0.0)) + gaps)
+    est = serve_estimate(s.model, s.cluster, ServePlan(tp=2, batch=16, quant=FP16), WORK, engine)
+    assert est.breakdown["engine/gaps"] == pytest.approx(gaps)
+    # one GPU: no all-reduce, so no gap for it
+    one = setting("vllm-v0.6-rocm", "mi300x", tp=1)
+    sh1 = one.shape(16.0, 0.0, 0.0, 0.0)
+    assert gap_time(one.model, one.cluster, sh1, 1, engine) < gaps
+
+
+def test_the_released_half_of_llm_inference_bench_is_read_as_its_engines_ran():
+    """data/serving/llm_inference_bench_dev.jsonl (data/serving/README.md): 341 runs, split dev, each measuring total
+    tokens/s and the batch's latency; the H100 runs ("pip install vllm", September 2024) read as V0 0.6 by their date,
+    GH200's 0.5.3 as V0 0.5, MI300X's v0.6.1 ROCm build as its own preset; every run is priced."""
+    import json
+    from collections import Counter
+    from pathlib import Path
+
+    from meshplan_validation.serving_map import case_of
+
+    path = Path(__file__).resolve().parents[1] / "data" / "serving" / "llm_inference_bench_dev.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert len(records) == len({r["id"] for r in records}) == 341
+    assert {r["split"] for r in records} == {"dev"}
+    assert all(r["measured"]["total_tokens_per_s"] > 0 and r["measured"]["e2e_latency_ms"] > 0 for r in records)
+    presets = Counter((r["hardware"]["preset"], case_of(r).engine.name) for r in records)
+    assert presets == {("h100", "vllm-v0"): 81, ("gh200", "vllm-v0.5"): 20, ("mi300x", "vllm-v0.6-rocm"): 240}
