@@ -6,10 +6,10 @@ that each band covers its nominal share of the out-of-source errors of every reg
 sharp (its median at most 2.5 times the regime's median |error|).
 
 The levels go from the plan's whole regime to every run, dropping first what the errors depend on least: the scale
-(one NVLink domain or more), then the framework family, then the GPU, then the model kind; the work per kernel last,
-since small work is where meshplan reads worst. Serving drops the model kind first, then the GPU, then the engine;
-its batch last. A band rests on at least ``MIN_RUNS`` runs (peak memory: ``MIN_MEMORY_RUNS``, since only torchtitan's
-tables measured it).
+(one NVLink domain or more), the model's size, the stack within its family, then the family, then the GPU, then the
+model kind; the work per kernel last, since small work is where meshplan reads worst. Serving drops the model's size
+first, then its kind, the GPU, the engine; its batch last. A band rests on at least ``MIN_RUNS`` runs (peak memory:
+``MIN_MEMORY_RUNS``, since only torchtitan's tables measured it).
 
 Run: python benchmarks/error_bands.py [--out DIR] [--from FILE]   (reads docs/out_of_source.json; a second)
 """
@@ -32,15 +32,18 @@ OUT = ROOT / "src" / "meshplan" / "presets" / "error_bands.json"
 COVERAGE = 0.8  # every band's nominal share of the runs it comes from
 MIN_RUNS = 20
 MIN_MEMORY_RUNS = 8
-TRAINING_LEVELS = (TRAINING_AXES, ("gpu", "stack", "family", "kind", "work"), ("gpu", "family", "kind", "work"),
+TRAINING_LEVELS = (TRAINING_AXES, ("gpu", "stack", "family", "kind", "size", "work"),
+                   ("gpu", "stack", "family", "kind", "work"), ("gpu", "family", "kind", "work"),
                    ("gpu", "kind", "work"), ("family", "kind", "work"), ("kind", "work"), ("work",), ())
 MEMORY_LEVELS = (("gpu", "family", "kind"), ("family", "kind"), ("family",), ())
-SERVING_LEVELS = (SERVING_AXES, ("gpu", "engine", "work", "batch"), ("engine", "work", "batch"),
-                  ("gpu", "work", "batch"), ("work", "batch"), ("batch",), ())
+SERVING_LEVELS = (SERVING_AXES, ("gpu", "engine", "kind", "size", "gpus", "work", "batch"),
+                  ("gpu", "engine", "kind", "gpus", "work", "batch"), ("gpu", "engine", "kind", "work", "batch"),
+                  ("gpu", "engine", "work", "batch"), ("engine", "work", "batch"), ("gpu", "work", "batch"),
+                  ("work", "batch"), ("batch",), ())
 # the axes whose value, unmeasured, makes a plan unlike every measured run (specs/bands.py's note): the stack's own
 # name only refines its family's band
 TRAINING_TRUST = ("gpu", "family", "kind", "work")
-SERVING_TRUST = SERVING_AXES
+SERVING_TRUST = ("gpu", "engine", "kind", "work", "batch")
 
 
 def conformal(errors: list[float], q: float = COVERAGE) -> float:

@@ -25,7 +25,7 @@ from meshplan_validation.fitted import FITTED
 from meshplan_validation.provenance import record_source
 from meshplan_validation.records import read_runs
 from meshplan_validation.render import finite
-from meshplan_validation.serving_eval import weights_of
+from meshplan_validation.serving_eval import served_of
 from meshplan_validation.serving_map import case_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,7 +63,38 @@ def training_rows(constants: dict[str, Any]) -> list[dict[str, Any]]:
     fitted_on = {s for f in FITTED if f.domain == "training" for s in f.sources}
     constants["training"] = {"all sources": refit.without(None)} | {
         s: v for s, v in sorted(values.items()) if s in fitted_on}
+    constants["elsewhere"] = training_priors(runs)
     return rows
+
+
+def training_priors(runs: dict[str, list[Any]]) -> dict[str, Any]:
+    """Each training constant's effect on the runs of the sources it was not fitted on: their errors with it as
+    shipped and at its prior, over the runs whose prediction it moves (it earns its place out of source where the
+    shipped value reads them better)."""
+    out: dict[str, Any] = {}
+    for f in (f for f in FITTED if f.domain == "training" and f.name != "memory headroom"):
+        shipped, prior = [], []
+        for run in (r for file in runs.values() for r in file if r.case is not None and r.source not in f.sources):
+            p0, e0, _, skip = loso_training.error_of(run.case, DEFAULT)
+            p1, e1, _, skip1 = loso_training.error_of(*loso_training.at_prior(run.case, f.name))
+            if not (skip or skip1) and e0 is not None and e1 is not None and abs(p1 / p0 - 1) > 1e-9:
+                shipped.append(e0)
+                prior.append(e1)
+        out[f.name] = {"runs": len(shipped), "shipped": shipped, "prior": prior}
+    return out
+
+
+def serving_priors(files: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """serving's ``training_priors``: each serving constant at its prior on the runs of the other sources."""
+    out: dict[str, Any] = {}
+    for f in (f for f in FITTED if f.domain == "serving"):
+        records = [r for rs in files.values() for r in rs if record_source(r) not in f.sources]
+        base = loso_serving.priced(records)
+        moved = loso_serving.priced(records, loso_serving.prior_values(f.name))
+        pairs = [(a.error, b.error) for a, b in zip(base, moved, strict=True) if a.headline and a.error is not None
+                 and b.error is not None and a.predicted and b.predicted and abs(b.predicted / a.predicted - 1) > 1e-9]
+        out[f.name] = {"runs": len(pairs), "shipped": [a for a, _ in pairs], "prior": [b for _, b in pairs]}
+    return out
 
 
 def serving_rows(constants: dict[str, Any]) -> list[dict[str, Any]]:
@@ -76,10 +107,13 @@ def serving_rows(constants: dict[str, Any]) -> list[dict[str, Any]]:
             source = record_source(record)
             if source not in values:
                 values[source] = (loso_serving.refit_without(linear, source)
-                                  if source in loso_serving.fit_sources() else loso_serving.shipped())
+                                  if source in loso_serving.fit_sources() else loso_serving.shipped()
+                                  ) | loso_serving.single_without(source)
             rows += _serving_record(record, file, source, values[source])
+    fitted_on = loso_serving.fit_sources() | {s for f in FITTED if f.domain == "serving" for s in f.sources}
     constants["serving"] = {"all sources": linear.refit(None)} | {
-        s: v for s, v in sorted(values.items()) if s in loso_serving.fit_sources()}
+        s: v for s, v in sorted(values.items()) if s in fitted_on}
+    constants["elsewhere"] |= serving_priors(files)
     return rows
 
 
@@ -93,8 +127,8 @@ def _serving_record(record: dict[str, Any], file: str, source: str, values: dict
         if r.skipped or r.predicted is None or r.error is None:
             out.append(base | {"metric": r.metric, "skipped": r.skipped or "no prediction"})
             continue
-        regime = serving_regime(case.model, case.cluster, case.engine, case.mode, r.batch or 1.0,
-                                weights_of(case)) if not isinstance(case, str) else {}
+        regime = serving_regime(case.model, case.cluster, case.engine, served_of(case, r)) if not isinstance(
+            case, str) else {}
         out.append(base | {"metric": r.metric, "headline": r.headline, "split": r.split, "measured": r.measured,
                            "layout_stated": r.layout_stated,
                            "predicted": r.predicted, "error": r.error, "oos_predicted": o.predicted,

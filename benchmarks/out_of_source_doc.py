@@ -101,8 +101,10 @@ def registry(data: dict[str, Any], domain: str) -> list[str]:
     """The registry's constants of ``domain``: value, data, and what leaving each of its sources out does."""
     refitted = data["refitted"].get(domain, {})
     rows = rows_of(data, domain)
+    elsewhere = data["refitted"].get("elsewhere", {})
     lines = ["| constant | value | fitted on | refitted without each of its sources | its sources' runs: in sample "
-             "→ out of source (median / p90) |", "|---|---:|---|---|---|"]
+             "→ out of source (median / p90) | the other sources' runs it moves: as shipped → at its prior (median / "
+             "p90) |", "|---|---:|---|---|---|---|"]
     for f in (r for r in data["registry"] if r["domain"] == domain):
         values = [v[_field(f["name"])] for s, v in refitted.items() if s in f["sources"] and _field(f["name"]) in v]
         moved = f"{_num(min(values))} – {_num(max(values))}" if values else "not a prediction's input" if (
@@ -111,8 +113,11 @@ def registry(data: dict[str, Any], domain: str) -> list[str]:
         i, o = stats([r["error"] for r in theirs]), stats([r["oos_error"] for r in theirs])
         effect = (f"{pct(i['median'])} / {pct(i['p90'])} → {pct(o['median'])} / {pct(o['p90'])} ({o['runs']} runs)"
                   if theirs and f["name"] != "memory headroom" else "-")
+        other = elsewhere.get(f["name"], {})
+        earned = "-" if not other.get("runs") else (
+            f"{_pair(stats(other['shipped']))} → {_pair(stats(other['prior']))} ({other['runs']} runs)")
         lines.append(f"| {f['name']} ({f['where']}) | {_num(f['value'])} {f['unit']} | {f['data']}; sources: "
-                     f"{', '.join(f['sources'])} ({f['script']}) | {moved} | {effect} |")
+                     f"{', '.join(f['sources'])} ({f['script']}) | {moved} | {effect} | {earned} |")
     return lines
 
 
@@ -200,8 +205,10 @@ def section(kind: str) -> list[str]:
              *headline(data, kind), "", "By source:", "", *by_source(data, kind), "",
              f"### The {len(mine)} constants fitted on {kind} runs", "",
              "Each with the values it takes when each of its sources is left out, and what that does to the errors "
-             "of those sources' runs. A constant whose only source is left out falls to its prior (the value the "
-             "model takes with no data), which is its out-of-source effect on that source.", "",
+             "of those sources' runs (a constant whose only source is left out falls to its prior, the value the "
+             "model takes with no data); and, where it prices runs of sources it was not fitted on, those runs' "
+             "errors as shipped and at its prior: a constant earns its place out of source where the shipped value "
+             "reads them better.", "",
              *registry(data, kind), "", "### The error bands", "",
              "Every estimate quotes the band of its regime (`meshplan/specs/regime.py`: the GPU and its host, the "
              "stack or engine, the model kind, the scale, the work per kernel, for serving the batch), the conformal "

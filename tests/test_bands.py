@@ -45,7 +45,7 @@ def test_an_estimate_carries_the_band_of_the_finest_regime_with_enough_runs():
     regime = training_regime(model, cluster, plan, stack)
     # 2 · (1 · 8192 tokens) · 8192² / 8 / 989 TFLOP/s = 139 µs ≥ 50 µs: large work, on hopper, megatron, dense, 256 GPUs
     assert regime == {"gpu": "hopper", "stack": "megatron-core", "family": "megatron", "kind": "dense",
-                      "scale": "cluster", "work": "large"}
+                      "size": "medium", "scale": "cluster", "work": "large"}
     t = BANDS["training"]
     level = next(lv for lv in t["levels"] if t["entries"].get(key_of(regime, lv), {}).get("runs", 0) >= t["min_runs"])
     entry = t["entries"][key_of(regime, level)]
@@ -120,7 +120,7 @@ def test_out_of_source_each_regime_is_covered_at_its_nominal_share_and_sharply(t
     assert all(share >= nominal for _, _, share, _ in checked), [c for c in checked if c[2] < nominal]
     assert all(sharp <= 2.5 for *_, sharp in checked), [c for c in checked if c[3] > 2.5]
     if table == "training":
-        assert sum(n for _, n, _, _ in checked) >= 1000  # the regimes checked hold most of the runs
+        assert sum(n for _, n, _, _ in checked) >= 0.7 * len(rows)  # the regimes checked hold most of the runs
 
 
 def test_the_ranking_band_is_the_models_dense_band_at_tp_1():

@@ -54,6 +54,12 @@ def _engine(preset: str, name: str) -> Callable[[], float]:
     return value
 
 
+def _interpreter_host() -> float:
+    from meshplan.specs.hardware import load_system  # noqa: PLC0415
+
+    return float(load_system("gh200").cluster(1).interpreter_host)
+
+
 def _python_host() -> float:
     from meshplan.specs.hardware import load_system  # noqa: PLC0415
 
@@ -112,6 +118,21 @@ FITTED: tuple[Fitted, ...] = (
     Fitted("lmdeploy iteration_overhead", "src/meshplan/presets/engines/lmdeploy.toml iteration_overhead", "serving",
            _engine("lmdeploy", "iteration_overhead"), "the fit half's LMDeploy runs", frozenset({"lmdeploy"}),
            "benchmarks/fit_inference.py", 0.0, "s"),
+    Fitted("vLLM V0 iteration_latency", "src/meshplan/presets/engines/vllm-v0*.toml iteration_latency", "serving",
+           _engine("vllm-v0", "iteration_latency"), "the released half of Argonne's LLM-Inference-Bench, H100 Llama 2 "
+           "7B at tp 1 (every batch)", frozenset({"argonne_bench"}), "benchmarks/fit_llm_inference_bench.py", 0.0, "s"),
+    Fitted("vLLM ROCm skinny_gemm_rate", "src/meshplan/presets/engines/vllm-v0.6-rocm.toml skinny_gemm_rate (and "
+           "vllm-v0.5-rocm)", "serving", _engine("vllm-v0.6-rocm", "skinny_gemm_rate"),
+           "the released half of Argonne's LLM-Inference-Bench, MI300X runs (one model against the other)",
+           frozenset({"argonne_bench"}),
+           "benchmarks/fit_llm_inference_bench.py", 1.0),
+    Fitted("vLLM ROCm kernel_gap", "src/meshplan/presets/engines/vllm-v0.6-rocm.toml kernel_gap (and "
+           "vllm-v0.5-rocm)", "serving", _engine("vllm-v0.6-rocm", "kernel_gap"), "as skinny_gemm_rate, jointly",
+           frozenset({"argonne_bench"}), "benchmarks/fit_llm_inference_bench.py", 0.0, "s per kernel"),
+    Fitted("Grace interpreter_host", "src/meshplan/presets/hardware/gh200.toml interpreter_host (gb200, gb300)",
+           "serving", _interpreter_host, "chosen with the GH200 runs of Argonne's released half in view (Laukemann et "
+           "al. 2024: Grace runs interpreted Python at x86 speed)", frozenset({"argonne_bench"}),
+           "benchmarks/fit_llm_inference_bench.py", 0.0, "x the DGX x86 host (0: python_host)"),
     Fitted("trtllm-pytorch sequence_overhead", "src/meshplan/presets/engines/trtllm-pytorch.toml sequence_overhead",
            "serving", _engine("trtllm-pytorch", "sequence_overhead"),
            "the fit half's TensorRT-LLM PyTorch-backend runs (v1.0)", frozenset({"trtllm_perf"}),

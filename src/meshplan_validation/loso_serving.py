@@ -31,14 +31,28 @@ ENGINES = {"trtllm": ("iteration_overhead", "trtllm iteration_overhead", (0.0, 1
            "trtllm-pytorch": ("sequence_overhead", "trtllm-pytorch sequence_overhead", (0.0, 50e-6), 5e-6)}
 COORDS = EFFICIENCY + tuple(Coordinate(engine, bounds, log=False, step=step)
                             for engine, (_, _, bounds, step) in ENGINES.items())
+# constants fitted on one source only: without it they fall to their priors (fitted.py), otherwise they keep their
+# shipped values (no refit needed): (registry name, the engine presets that carry it, the field)
+SINGLE = (("vLLM V0 iteration_latency", ("vllm-v0.5", "vllm-v0", "vllm-v0.5-rocm", "vllm-v0.6-rocm"),
+           "iteration_latency"),
+          ("vLLM ROCm skinny_gemm_rate", ("vllm-v0.5-rocm", "vllm-v0.6-rocm"), "skinny_gemm_rate"),
+          ("vLLM ROCm kernel_gap", ("vllm-v0.5-rocm", "vllm-v0.6-rocm"), "kernel_gap"))
+GRACE = "Grace interpreter_host"  # a cluster field: the hosts at python_host >= 2 (specs/regime.py SLOW_HOST)
 
 
 def priced(records: list[dict[str, Any]], values: dict[str, float] | None = None) -> list[ServingResult]:
-    """serving_eval.results at ``values`` (the shipped constants where a name is absent)."""
+    """serving_eval.results at ``values`` (the shipped constants where a name is absent; a single-source constant of
+    ``SINGLE`` or ``GRACE`` by its registry name)."""
     values = values or {}
     eff = replace(SERVE_DEFAULT, **{c.name: values[c.name] for c in EFFICIENCY if c.name in values})
-    engines = {engine: {field: values[engine]} for engine, (field, *_) in ENGINES.items() if engine in values}
-    return results(records, eff, engines)
+    engines: dict[str, dict[str, float]] = {engine: {field: values[engine]} for engine, (field, *_) in
+                                            ENGINES.items() if engine in values}
+    for name, presets, field in SINGLE:
+        if name in values:
+            for preset in presets:
+                engines.setdefault(preset, {})[field] = values[name]
+    hosts = {"interpreter_host": values[GRACE]} if GRACE in values else None
+    return results(records, eff, engines, hosts)
 
 
 def shipped() -> dict[str, float]:
@@ -73,6 +87,19 @@ def fit_sources() -> frozenset[str]:
     """The sources any serving constant of the registry was fitted on."""
     return frozenset().union(*(by_name(n).sources for n in ("kv_read", "experts")),
                              *(by_name(name).sources for _, name, _, _ in ENGINES.values()))
+
+
+def prior_values(name: str) -> dict[str, float]:
+    """The ``priced`` values that put the registry's serving constant ``name`` at its prior."""
+    f = by_name(name)
+    engine = next((e for e, (_, n, _, _) in ENGINES.items() if n == name), None)
+    return {engine or name: f.prior}
+
+
+def single_without(source: str) -> dict[str, float]:
+    """The single-source constants at their priors where ``source`` is theirs (else nothing: shipped)."""
+    return {name: by_name(name).prior for name in (*(n for n, _, _ in SINGLE), GRACE)
+            if by_name(name).sources == {source}}
 
 
 def refit_without(linear: Linear, source: str) -> dict[str, float]:

@@ -126,6 +126,21 @@ def without_source(case: Case, source: str) -> Case:
     return replace(case, cluster=cluster, stack=stack)
 
 
+EFFICIENCY_NAMES = ("gemm", "attention", "host_launch")
+
+
+def at_prior(case: Case, name: str) -> tuple[Case, Efficiency]:
+    """``case`` and the efficiency it is priced with when the registry's constant ``name`` takes its prior."""
+    f = by_name(name)
+    if name in EFFICIENCY_NAMES:
+        return case, DEFAULT.with_(**{name: f.prior})
+    if name == "python_host (DGX A100)" and case.cluster.python_host == f.value():
+        return replace(case, cluster=replace(case.cluster, python_host=f.prior)), DEFAULT
+    if name == "Megatron-LM CI host per micro-batch" and case.stack.microbatch_host == f.value():
+        return replace(case, stack=case.stack.with_(microbatch_host=f.prior)), DEFAULT
+    return case, DEFAULT
+
+
 def error_of(case: Case, eff: Efficiency) -> tuple[float | None, float | None, float | None, str]:
     """(predicted metric, its error, the peak memory's error where measured, skip reason) of ``case`` at ``eff``."""
     try:

@@ -69,6 +69,8 @@ SOURCES: tuple[Source, ...] = (
     Source("gptfast", r"^gptfast_", "pytorch-labs/gpt-fast README benchmarks"),
     Source("sglang_vs_vllm_readme", r"^sglang030_vs_vllm060",
            "SGLang's benchmark/benchmark_vllm_060 README (load tests)"),
+    Source("gpustack_perf_lab", r"^gpustack_", "GPUStack performance lab pages (gpustack/gpustack "
+           "docs/performance-lab): vLLM / SGLang / TensorRT-LLM load tests"),
     Source("argonne_bench", r"^argonne_llm_inference_bench",
            "Argonne LLM-Inference-Bench (Chitty-Venkata et al. 2024)"),
 )

@@ -25,7 +25,7 @@ from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.specs.bands import Band, serving_band, serving_class
 from meshplan.specs.regime import serving_regime
 from meshplan_validation.result import RunResult
-from meshplan_validation.serving_eval import ServingResult, results, weights_of
+from meshplan_validation.serving_eval import ServingResult, results, served_of
 from meshplan_validation.serving_map import case_of
 
 BLOCKS = ("model", "hardware", "parallel", "precision", "workload", "measured")  # the schema's objects
@@ -96,5 +96,5 @@ def quoted_band(record: dict[str, Any], row: ServingResult) -> Band:
     """The band meshplan quotes for the run's metric on its configuration (specs/bands.py)."""
     case = case_of(record)
     assert not isinstance(case, str)  # priced above, so mapped
-    regime = serving_regime(case.model, case.cluster, case.engine, row.mode, row.batch or 1.0, weights_of(case))
+    regime = serving_regime(case.model, case.cluster, case.engine, served_of(case, row))
     return serving_band(serving_class(row.metric), regime)

@@ -41,7 +41,7 @@ from meshplan.serve.plan import Workload
 from meshplan.specs.bands import serving_band, serving_ranking_band
 from meshplan.specs.hardware import Cluster, System
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.regime import serving_regime
+from meshplan.specs.regime import Served, serving_regime
 from meshplan.specs.stack import FRAMEWORK_STACK, Stack
 from meshplan.units import fmt_bytes
 
@@ -205,7 +205,9 @@ def rl_estimate(model: ModelSpec, system: System, job: RLJob, plan: RLPlan, stac
     segments, total = iteration(plan.way, phases, job.staleness)
     mem = phase_memory(plan, done.update.memory, emem, done.working, set(phases))
     reasons = _reasons(done.update, roll, mem, hbm, emem, plan)
-    regime = serving_regime(model, roll_pool, running, "saturated", 2.0, float(emem.weights))
+    regime = serving_regime(model, roll_pool, running, Served(
+        mode="saturated", batch=2.0, weights=float(emem.weights), input_len=job.input_len,
+        output_len=int(job.mean_response), gpus=plan.engine.instance_gpus))
     bands = {p: serving_band("throughput", regime).half_width if p == "rollout" else done.update.error_band
              for p in phases}
     ranks = {p: serving_ranking_band(regime) if p == "rollout" else done.update.ranking_band for p in phases}

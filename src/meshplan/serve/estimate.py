@@ -18,7 +18,7 @@ from meshplan.serve.plan import PlanColumns, ServePlan, Workload
 from meshplan.specs.bands import SERVING_METRICS, Band, serving_band
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.regime import serving_regime
+from meshplan.specs.regime import Served, serving_regime
 from meshplan.units import fmt_bytes
 from meshplan.xp import Num
 
@@ -49,8 +49,9 @@ class ServeEstimate:
         """The bands of its throughput and latencies: the out-of-source errors of the measured serving runs of its
         regime (specs/bands.py), each with its note where no measured run is like it."""
         mode = "static" if self.workload.static else "saturated"
-        regime = serving_regime(self.model, self.cluster, self.engine, mode, float(self.plan.batch),
-                                float(self.memory.weights))
+        regime = serving_regime(self.model, self.cluster, self.engine, Served(
+            mode=mode, batch=float(self.plan.batch), weights=float(self.memory.weights),
+            input_len=self.workload.input_len, output_len=self.workload.output_len, gpus=self.plan.instance_gpus))
         return {m: serving_band(m, regime) for m in SERVING_METRICS}
 
     def cost_per_million(self, price: float | None) -> float | None:

@@ -34,7 +34,7 @@ from meshplan.serve.space import ServeSpace
 from meshplan.specs.bands import serving_latency_error, serving_ranking_band
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.regime import serving_regime
+from meshplan.specs.regime import Served, serving_regime
 
 KEYS = ("tp", "pp", "dpa", "ep", "batch")
 
@@ -171,7 +171,9 @@ def search_regime(model: ModelSpec, cluster: Cluster, space: ServeSpace) -> dict
     the weights spread over one node's GPUs (or the cluster's, if fewer)."""
     gpus = min(cluster.num_gpus, cluster.tiers[0].size if cluster.tiers else cluster.num_gpus)
     weights = weight_bytes(model, gpus, 1, 1, space.quants[0])
-    return serving_regime(model, cluster, space.engine, "saturated", 2.0, float(weights))
+    return serving_regime(model, cluster, space.engine, Served(mode="saturated", batch=2.0, weights=float(weights),
+                                                               input_len=space.input_len, output_len=space.output_len,
+                                                               gpus=gpus))
 
 
 def _score(model, cluster, space, quant, keys, deploy, workload, eff):
