@@ -118,7 +118,7 @@ FITTED: tuple[Fitted, ...] = (
     Fitted("lmdeploy iteration_overhead", "src/meshplan/presets/engines/lmdeploy.toml iteration_overhead", "serving",
            _engine("lmdeploy", "iteration_overhead"), "the fit half's LMDeploy runs", frozenset({"lmdeploy"}),
            "benchmarks/fit_inference.py", 0.0, "s"),
-    Fitted("vLLM V0 iteration_latency", "src/meshplan/presets/engines/vllm-v0*.toml iteration_latency", "serving",
+    Fitted("vLLM V0 iteration_latency", "src/meshplan/presets/engines/vllm-v0.toml iteration_latency (and vllm-v0.5, -rocm)", "serving",
            _engine("vllm-v0", "iteration_latency"), "the released half of Argonne's LLM-Inference-Bench, H100 Llama 2 "
            "7B at tp 1 (every batch)", frozenset({"argonne_bench"}), "benchmarks/fit_llm_inference_bench.py", 0.0, "s"),
     Fitted("vLLM ROCm skinny_gemm_rate", "src/meshplan/presets/engines/vllm-v0.6-rocm.toml skinny_gemm_rate (and "
