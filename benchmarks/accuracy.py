@@ -22,7 +22,7 @@ from meshplan_validation.summary import summaries
 from meshplan_validation.validate import run_validation
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the two modules beside this script
-import error_bands  # noqa: E402
+import out_of_source_doc  # noqa: E402
 import validation_runs  # noqa: E402
 from accuracy_analysis import UNITS, korthikanti, pct, pct2  # noqa: E402
 from accuracy_doc import write_doc  # noqa: E402
@@ -31,7 +31,6 @@ from small_work import training_section  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "validation" / "published_runs.jsonl"
 DOCS = ROOT / "docs"
-BANDS = ROOT / "src" / "meshplan" / "presets" / "error_bands.json"  # read by every Estimate (specs/bands.py)
 RUNS = ROOT / "src" / "meshplan" / "presets" / "validation_runs.json"  # read by the report's trust panel
 
 
@@ -111,9 +110,9 @@ def main() -> None:
                "korthikanti": {k: kor[k] for k in ("mean_abs_error", "max_abs_error")},
                "memory": {"median_abs_error": float(np.median(mem)) if mem else None,
                           "max_abs_error": float(max(mem)) if mem else None, "evaluated": len(mem)},
-               "fit_half": sum(1 for r in results if in_fit_set(r.id)), "small_work": small_summary}
+               "fit_half": sum(1 for r in results if in_fit_set(r.id)), "small_work": small_summary,
+               "out_of_source": out_of_source_doc.summary(out_of_source_doc.load()[0], "training")}
     (out / "accuracy_summary.json").write_text(json.dumps(finite(machine), indent=1) + "\n")
-    error_bands.write(results, records, BANDS if out == DOCS else out / BANDS.name)
     validation_runs.write(results, records, RUNS if out == DOCS else out / RUNS.name)
     ov = summary["overall"]
     print(f"evaluated {ov['evaluated']}, skipped {ov['skipped']}: median {pct2(ov['median_abs_error'])}, "

@@ -39,6 +39,7 @@ from meshplan_validation.result import RunResult
 from meshplan_validation.sources import GENERIC, SOURCES
 from meshplan_validation.summary import summaries
 from meshplan_validation.validate import run_validation
+from out_of_source_doc import section
 
 
 # ---- the document -------------------------------------------------------------------------------------------
@@ -211,7 +212,10 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
            "TFLOP/s and MFU converted with the source's own FLOP formula; see `meshplan_validation/flops.py`). "
            "For a time "
            "a positive error means meshplan predicts a slower step; for a throughput, a faster one.", "",
-           "## Summary", "", "| | target | reached | met |", "|---|---:|---:|:---:|",
+           *section("training"),
+           "## In sample: the published runs", "",
+           "The rest of this document prices the published runs with the shipped constants, as every estimate does.",
+           "", "| | target | reached | met |", "|---|---:|---:|:---:|",
            *target_rows(f"runs with complete configurations ({co['evaluated']} of {ov['evaluated']}: the targets' "
                         "scope)", co),
            *target_rows(f"all {ov['evaluated']} evaluated runs", ov),

@@ -32,6 +32,7 @@ from meshplan_validation.serving_eval import LATENCY, ServingResult, results
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the module beside this script
 import serving_errors  # noqa: E402
 from inference_bench_dev import markdown_section as bench_section  # noqa: E402
+from out_of_source_doc import section  # noqa: E402
 from serve_load_published import markdown_section as load_section  # noqa: E402
 from small_work import serving_section  # noqa: E402
 
@@ -159,7 +160,8 @@ def document(res: list[ServingResult], path: Path, records: list[dict]) -> str:
              f"`{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}` (data/serving/README.md describes "
              "the runs, their sources and the split); tests/test_docs.py checks that it is current. Error = "
              "predicted / measured − 1 in the metric the source measured. What the model is: docs/SERVING.md.", ""]
-    return "\n".join(intro + headline_section(res) + bench_section() + latency_section(res) + load_section()
+    return "\n".join(intro + section("serving") + ["## In sample: the published serving runs", ""]
+                     + headline_section(res) + bench_section() + latency_section(res) + load_section()
                      + constants_section()
                      + skipped_section(res) + every_run(res) + serving_section(records)) + "\n"
 

@@ -96,7 +96,7 @@ def test_estimate_prints_its_error_band(capsys):
     assert main(estimate("llama3-8b", "h100", "--json")) == 0
     band = json.loads(capsys.readouterr().out)["error_band"]
     assert main(estimate("llama3-8b", "h100")) == 0
-    assert f"±{band:.0%} (error band)" in capsys.readouterr().out
+    assert f"±{band:.0%} (error band: 80% of " in capsys.readouterr().out
 
 
 def test_report_compare_mine_without_from_says_so(capsys, tmp_path):

@@ -14,9 +14,9 @@ from meshplan.serve.engine import load_engine
 from meshplan.serve.estimate import serve_estimate
 from meshplan.serve.plan import ServePlan, Workload
 from meshplan.serve.precision import Quant, parse_quant
-from meshplan.serve.search import search, shapes
+from meshplan.serve.search import search, search_regime, shapes
 from meshplan.serve.space import ServeSpace
-from meshplan.specs.bands import serving_band
+from meshplan.specs.bands import serving_ranking_band
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 
@@ -36,13 +36,13 @@ def test_the_best_configurations_fit_meet_the_targets_and_rank_simplest_first_wi
     """The best leads; within its tie band (tokens/s ≥ X / (1 + b), X the best throughput, b the serving band of the
     GPU's architecture) the others follow, the simplest first, then the fewest GPUs, then the most tokens/s; the rest
     after, by tokens/s."""
-    _, cluster, space, result = searched
+    model, cluster, space, result = searched
     assert result.plans, result.rejected
     for e in result.plans:
         assert e.fits and e.metrics.tpot <= space.tpot_slo
         assert not space.ttft_slo or e.metrics.ttft <= space.ttft_slo
     band, best = result.band, result.fastest.metrics.tokens_per_s
-    assert band == serving_band(cluster.accelerator.architecture) > 0
+    assert band == serving_ranking_band(search_regime(model, cluster, space)) > 0
     assert best == max(e.metrics.tokens_per_s for e in result.plans) == result.plans[0].metrics.tokens_per_s
     inside = [e.metrics.tokens_per_s >= best / (1 + band) for e in result.plans]
     assert inside[0] and inside == sorted(inside, reverse=True)  # the band's configurations lead
@@ -143,7 +143,12 @@ def test_the_json_lists_the_plans_and_the_rejections(searched):
 def test_the_serving_tie_band_is_at_most_the_training_ranking_band():
     """A review found qwen3-30b-a3b on 8 B200s led by a configuration 17 % below the fastest: Blackwell's serving
     median (23 %, from runs priced slow as a whole) is an error every configuration shares, not one between two."""
-    from meshplan.specs.bands import ranking_band
+    from meshplan.serve.engine import load_engine
+    from meshplan.specs.bands import BANDS_FILE_TABLES
 
+    training = BANDS_FILE_TABLES()["training"]["entries"]
     for arch in ("hopper", "blackwell", "ampere", "unstated"):
-        assert 0 < serving_band(arch) <= ranking_band(arch)
+        regime = {"gpu": arch, "engine": load_engine("vllm").name, "kind": "dense", "work": "small",
+                  "batch": "saturated"}
+        cap = training.get(f"gpu={arch}, kind=dense, work=large") or training["kind=dense, work=large"]
+        assert 0 < serving_ranking_band(regime) <= cap["band"]

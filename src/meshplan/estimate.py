@@ -38,7 +38,7 @@ from meshplan.cost.wrappers import partitioned_zero
 from meshplan.groups import axis_tiers
 from meshplan.memory import WEIGHT_BYTES
 from meshplan.roofline import compute_time, memory_time, overhead, stream_bandwidth, work_time
-from meshplan.specs.bands import error_band, ranking_band
+from meshplan.specs.bands import Band, memory_band, ranking_band, training_band
 from meshplan.specs.check import validate
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
@@ -119,15 +119,25 @@ class Estimate:
         return _op_table(self.model, self.cluster, self.plan, self.stack, eff, parts, bool(costs.use_first))
 
     @property
+    def band(self) -> Band:
+        """This step time's band: how far the measured runs of its regime were from their out-of-source predictions
+        (specs/bands.py), with the line that says so where no measured run is like it."""
+        return training_band(self.model, self.cluster, self.plan, self.stack)
+
+    @property
     def error_band(self) -> float:
-        """The relative half-width of this step time's band: how far comparable published runs were from their
-        predictions (specs/bands.py)."""
-        return error_band(self.cluster.accelerator.architecture, self.model.is_moe)
+        """The relative half-width of this step time's band (``band``)."""
+        return self.band.half_width
+
+    @property
+    def memory_band(self) -> Band:
+        """The peak memory's band (specs/bands.py)."""
+        return memory_band(self.model, self.cluster, self.plan, self.stack)
 
     @property
     def ranking_band(self) -> float:
         """The band within which the search ranks plans of this model as equivalent (specs/bands.py)."""
-        return ranking_band(self.cluster.accelerator.architecture)
+        return ranking_band(self.model, self.cluster, self.stack)
 
     @property
     def fits(self) -> bool:
@@ -210,6 +220,7 @@ def _summary(e: Estimate) -> dict[str, Any]:
         "host_memory_bytes": e.host_memory,
         **({"stage_steps_s": list(e.stage_steps), "stage_memory_bytes": list(e.stage_memory)} if e.stage_steps else {}),
         "fits": e.fits, "reasons": list(e.reasons), "error_band": e.error_band,
+        "band": e.band.to_dict(), "memory_band": e.memory_band.to_dict(),
     }
 
 

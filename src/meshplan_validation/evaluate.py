@@ -8,6 +8,7 @@ error means meshplan predicts a slower step; for a throughput (tokens/s, TFLOP/s
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan_validation.case import Case
@@ -54,6 +55,14 @@ def evaluate_case(case: Case, eff: Efficiency = DEFAULT) -> RunResult:
         result.memory_measured = case.measured_memory
         result.memory_error = est.peak_memory / case.measured_memory - 1
     return result
+
+
+def with_band(result: RunResult, case: Case) -> RunResult:
+    """``result`` with the band meshplan quotes for the case's plan (specs/bands.py)."""
+    from meshplan.specs.bands import training_band  # noqa: PLC0415
+
+    b = training_band(case.model, case.cluster, case.plan, case.stack)
+    return replace(result, band=b.half_width, band_coverage=b.coverage, band_note=b.note)
 
 
 def evaluated(case: Case, eff: Efficiency) -> RunResult:

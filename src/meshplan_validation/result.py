@@ -35,6 +35,10 @@ class RunResult:
     serving_mode: str = ""
     batch: float | None = None
     other_metrics: tuple[tuple[str, float | None, float, float | None], ...] = ()
+    # the band meshplan quotes for this run's plan (specs/bands.py): relative half-width, its nominal share, its note
+    band: float | None = None
+    band_coverage: float | None = None
+    band_note: str = ""
 
     @property
     def complete(self) -> bool:
@@ -60,7 +64,8 @@ class RunResult:
                     "error": self.error, "step_time_s": self.step_time, "breakdown_s": self.breakdown,
                     "memory_predicted_bytes": self.memory_predicted, "memory_measured_bytes": self.memory_measured,
                     "memory_capacity_bytes": self.memory_capacity, "memory_error": self.memory_error,
-                    "fits": self.fits, "assumptions": list(self.assumptions)}
+                    "fits": self.fits, "band": self.band, "band_coverage": self.band_coverage,
+                    "band_note": self.band_note, "assumptions": list(self.assumptions)}
 
     def _serving_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"kind": "serving"}
@@ -68,5 +73,6 @@ class RunResult:
             return d | {"skipped": self.skipped}
         others = {m: {"predicted": p, "measured": v, "error": e} for m, p, v, e in self.other_metrics}
         return d | {"metric": self.metric, "predicted": self.predicted, "measured": self.measured, "error": self.error,
-                    "mode": self.serving_mode, "batch": self.batch, "other_metrics": others,
+                    "mode": self.serving_mode, "batch": self.batch, "other_metrics": others, "band": self.band,
+                    "band_coverage": self.band_coverage, "band_note": self.band_note,
                     "assumptions": list(self.assumptions)}

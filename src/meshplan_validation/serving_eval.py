@@ -20,6 +20,7 @@ import numpy as np
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.memory import memory
 from meshplan.serve.metrics import Setting, deployment, instance
+from meshplan.specs.regime import Served
 from meshplan_validation.serving_map import ServingCase, case_of
 
 THROUGHPUT = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "total_tokens_per_s", "requests_per_s",
@@ -57,6 +58,19 @@ def cols(case: ServingCase, batch: Any) -> dict[str, Any]:
 
 def setting(case: ServingCase, batch: Any, eff: ServeEfficiency) -> Setting:
     return Setting(case.model, case.cluster, cols(case, batch), case.plan.quant, case.engine, case.workload, eff)
+
+
+def weights_of(case: ServingCase) -> float:
+    """The bytes of weights on one GPU of the run's instance (serve/memory.py)."""
+    p = case.plan
+    return float(memory(case.model, case.cluster.accelerator.hbm_bytes, cols(case, 1), p.quant, case.engine,
+                        case.engine.resident(case.workload)).weights)
+
+
+def served_of(case: ServingCase, row: ServingResult) -> Served:
+    """What the serving regime of ``row``'s run reads of it (specs/regime.py)."""
+    return Served(mode=row.mode, batch=row.batch or 1.0, weights=weights_of(case), input_len=case.workload.input_len,
+                  output_len=case.workload.output_len, gpus=case.plan.instance_gpus)
 
 
 def largest_batch(case: ServingCase) -> float:
@@ -166,14 +180,18 @@ def _prefill(case: ServingCase, eff: ServeEfficiency) -> dict[str, float]:
 
 
 def results(records: list[dict[str, Any]], eff: ServeEfficiency = SERVE_DEFAULT,
-            engines: dict[str, dict[str, float]] | None = None) -> list[ServingResult]:
+            engines: dict[str, dict[str, float]] | None = None,
+            slow_hosts: dict[str, float] | None = None) -> list[ServingResult]:
     """Every measured metric of every record, predicted (or skipped with its reason); ``engines``: engine preset
-    name -> fields in place of the preset's (the fit's trial values)."""
+    name -> fields in place of the preset's (the fit's trial values); ``slow_hosts``: Cluster fields in place of a
+    slow host's (python_host >= 2: the Grace presets)."""
     out = []
     for r in records:
         case = case_of(r)
         if engines and not isinstance(case, str) and case.engine.name in engines:
             case = replace(case, engine=case.engine.with_(**engines[case.engine.name]))
+        if slow_hosts and not isinstance(case, str) and case.cluster.python_host >= 2:
+            case = replace(case, cluster=replace(case.cluster, **slow_hosts))
         measured = {k: float(v) for k, v in r["measured"].items() if k in THROUGHPUT + LATENCY
                     and isinstance(v, (int, float)) and not isinstance(v, bool)}
         base = {"id": r["id"], "group": r["group"], "generation": r["hardware"].get("generation") or "",

@@ -22,8 +22,11 @@ from typing import Any
 
 from meshplan.errors import MeshplanError
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
+from meshplan.specs.bands import Band, serving_band, serving_class
+from meshplan.specs.regime import serving_regime
 from meshplan_validation.result import RunResult
-from meshplan_validation.serving_eval import ServingResult, results
+from meshplan_validation.serving_eval import ServingResult, results, served_of
+from meshplan_validation.serving_map import case_of
 
 BLOCKS = ("model", "hardware", "parallel", "precision", "workload", "measured")  # the schema's objects
 SERVED_LATENCY = ("itl_ms", "tpot_ms", "e2e_latency_ms", "ttft_ms")
@@ -83,5 +86,15 @@ def serving_run(record: dict[str, Any], eff: ServeEfficiency = SERVE_DEFAULT) ->
     if main is None:
         return RunResult(**base, skipped="no measured metric meshplan predicts for this run")
     others = tuple((r.metric, r.predicted, r.measured, r.error) for r in rows if r is not main)
+    band = quoted_band(record, main)
     return RunResult(**base, metric=main.metric, predicted=main.predicted, measured=main.measured, error=main.error,
-                     assumptions=base["unstated"], serving_mode=main.mode, batch=main.batch, other_metrics=others)
+                     assumptions=base["unstated"], serving_mode=main.mode, batch=main.batch, other_metrics=others,
+                     band=band.half_width, band_coverage=band.coverage, band_note=band.note)
+
+
+def quoted_band(record: dict[str, Any], row: ServingResult) -> Band:
+    """The band meshplan quotes for the run's metric on its configuration (specs/bands.py)."""
+    case = case_of(record)
+    assert not isinstance(case, str)  # priced above, so mapped
+    regime = serving_regime(case.model, case.cluster, case.engine, served_of(case, row))
+    return serving_band(serving_class(row.metric), regime)

@@ -106,14 +106,15 @@ MEGATRON_CORE_TENSOR = load_stack("megatron-core").tensor_host
 DEEPSPEED_FP16_TENSOR = DEEPSPEED_FP16
 # Its kernels: the module code with its fusions on (fused softmax and LayerNorm, TorchScript bias-GeLU and bias-dropout-
 # add), counted as cost/eager.py's "jit" rows (58 a GPT layer with dropout), not one per fused record
-MEGATRON_2021 = Stack(name="megatron-lm-2021", flash_attention=False, overlap_dp=False, host_dispatch=MEGATRON_LM_HOST,
-                      fusion="jit", vocab_multiple=MEGATRON_VOCAB, tensor_host=MEGATRON_LM_TENSOR, tensor_sharded=True,
+MEGATRON_2021 = Stack(name="megatron-lm-2021", family="megatron", flash_attention=False, overlap_dp=False,
+                      host_dispatch=MEGATRON_LM_HOST, fusion="jit", vocab_multiple=MEGATRON_VOCAB,
+                      tensor_host=MEGATRON_LM_TENSOR, tensor_sharded=True,
                       source="Megatron-LM 2020-22 (Shoeybi et al. 2019; Narayanan et al. 2021; Korthikanti et al. "
                              "2022): fused-softmax attention, no overlap flags yet")
 # Megatron-Core 0.8 with the overlaps its README scaling runs state (--overlap-grad-reduce --overlap-param-gather
 # --tp-comm-overlap) and its default of pipeline sends overlapped under interleaving
-MEGATRON_CORE_2024 = Stack(name="megatron-core-0.8", overlap_tp=True, overlap_pp=True, host_dispatch=MEGATRON_HOST,
-                           vocab_multiple=MEGATRON_VOCAB,
+MEGATRON_CORE_2024 = Stack(name="megatron-core-0.8", family="megatron", overlap_tp=True, overlap_pp=True,
+                           host_dispatch=MEGATRON_HOST, vocab_multiple=MEGATRON_VOCAB,
                            tensor_host=MEGATRON_CORE_TENSOR, tensor_sharded=True,
                            source="Megatron-Core r0.8 README scaling runs")
 
@@ -209,7 +210,8 @@ SOURCES: tuple[SourceDefaults, ...] = (
                 "to the GPU's"),
     MEGATRON_DEEPSPEED,
     # the framework text's hyphenated name: the group of its README's cost table also holds a DeepSpeed row
-    SourceDefaults("Megatron-LLaMA", r"megatron-llama", Stack(name="megatron-llama", overlap_dp=False,
+    SourceDefaults("Megatron-LLaMA", r"megatron-llama", Stack(name="megatron-llama", family="megatron",
+                                                                  overlap_dp=False,
                                                                   vocab_multiple=MEGATRON_VOCAB,
                                                                   host_dispatch=MEGATRON_HOST,
                                                                   tensor_host=MEGATRON_CORE_TENSOR,
@@ -310,7 +312,8 @@ SOURCES: tuple[SourceDefaults, ...] = (
 # (configs/experiment/pile/base.yaml and owt/base.yaml: loss_fn src.losses.cross_entropy_apex.CrossEntropyLossApex,
 # inplace_backward; the kernel flash-attn's CrossEntropyLoss carries, loss_ops "flash").
 SOURCES += tuple(
-    SourceDefaults(name, match, Stack(name=name, vocab_multiple=multiple, cross_entropy=loss), None, 1, 4, "none",
+    SourceDefaults(name, match, Stack(name=name, family=name, vocab_multiple=multiple, cross_entropy=loss), None, 1, 4,
+                   "none",
                    f"{name}: as the generic profile (below), with the vocabulary padded to a multiple of {multiple}"
                    f"{extra}", interleaved=True)
     for name, match, multiple, loss, extra in (

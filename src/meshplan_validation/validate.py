@@ -20,7 +20,7 @@ from typing import Any
 from meshplan.errors import MeshplanError, PlanError, SpecError
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan_validation.case import map_run
-from meshplan_validation.evaluate import evaluated
+from meshplan_validation.evaluate import evaluated, with_band
 from meshplan_validation.record_fields import fill_from_siblings
 from meshplan_validation.records import clean_record, read_runs, unstated_settings
 from meshplan_validation.render import finite, render_text
@@ -66,7 +66,8 @@ def _evaluated_or_reason(record: dict[str, Any], cleaned: Sequence[dict[str, Any
                          ) -> RunResult | str:
     """The record's RunResult, or the reason it is skipped: a Skip's, invalid input, or what it could not read."""
     try:
-        return evaluated(map_run(fill_from_siblings(record, cleaned), hybrid), eff)
+        case = map_run(fill_from_siblings(record, cleaned), hybrid)
+        return with_band(evaluated(case, eff), case)
     except (Skip, PlanError) as exc:
         return str(exc) or type(exc).__name__
     except MeshplanError as exc:

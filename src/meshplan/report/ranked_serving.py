@@ -66,8 +66,8 @@ def rank_meaning(result: ServeSearchResult) -> str:
         return f"rank: {metric} first"
     lead = "the simplest of them first" if result.space.simplest_leads else \
         f"{metric} first, then the others of them, the simplest first"
-    return (f"rank: configurations within ±{result.band:.1%} of {metric} (the median |error| of published serving "
-            f"runs' throughput on this GPU generation) cannot be told apart: {lead} (fewest of tp, "
+    return (f"rank: configurations within ±{result.band:.1%} of {metric} (the band of the measured serving "
+            f"runs like it, out of source) cannot be told apart: {lead} (fewest of tp, "
             "pp, dpa, ep above 1, prefill / decode pools and a format other than the checkpoint's), then the fewest "
             f"GPUs; the others after, {metric} first")
 
@@ -75,11 +75,12 @@ def rank_meaning(result: ServeSearchResult) -> str:
 def ttft_note(result: ServeSearchResult) -> list[tuple[str, str]]:
     """Where a TTFT target filters the configurations: how far the serving model's TTFT was from published runs
     (presets/serving_errors.json, specs/bands.serving_latency_error)."""
+    from meshplan.serve.search import search_regime
     from meshplan.specs.bands import serving_latency_error
 
     if not result.space.ttft_slo:
         return []
-    found, where = serving_latency_error(result.cluster.accelerator.architecture, "ttft_ms")
+    found, where = serving_latency_error(search_regime(result.model, result.cluster, result.space), "ttft")
     if not found:
         return [("TTFT target", "no published time to first token was evaluated: the target filters on an "
                  "unmeasured figure")]
@@ -155,8 +156,8 @@ def from_serving(result: ServeSearchResult, price: float | None = None) -> Ranke
     s, slo, cluster = result.space, target_titles(result), result.cluster
     ranking = (f"Ranked by {'the lowest TPOT' if s.rank_by == 'latency' else 'output tokens/s of the deployment'}"
                f"{', under ' + ' and '.join(slo) if slo else ''}"
-               + (f"; within ±{result.band:.1%} of the best (the median |error| of published serving runs on this GPU "
-                  "generation) configurations cannot be told apart, and the simplest is listed first"
+               + (f"; within ±{result.band:.1%} of the best (the band of the measured serving runs like it, "
+                  "out of source) configurations cannot be told apart, and the simplest is listed first"
                   if result.band else "") + ". Hover a column's name for what it means.")
     footer = (f"meshplan {__version__}: analytic serving estimate (roofline per op, α-β collectives, continuous "
               f"batching in steady state); search took {result.seconds:.2f} s.")

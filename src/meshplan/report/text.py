@@ -83,7 +83,10 @@ def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
                     or "one GPU per group")
     summary.add_row("stack", est.stack.describe())
     band = band_text(est)  # the 80th-percentile |error| of published runs on this GPU generation and model kind
-    summary.add_row("step time", fmt_time(est.step_time) + (f"{band} (error band)" if band else ""))
+    summary.add_row("step time", fmt_time(est.step_time) + (f"{band} (error band: {est.band.coverage:.0%} of "
+                                                             f"{est.band.runs} measured runs like it)" if band else ""))
+    if band and est.band.note:
+        summary.add_row("", est.band.note)
     summary.add_row("tokens/s", f"{fmt_count(est.tokens_per_s)} ({fmt_count(est.tokens_per_s / est.cluster.num_gpus)}"
                     " per GPU)")
     summary.add_row("model TFLOP/s per GPU", f"{est.tflops_per_gpu:.1f}")

@@ -1,8 +1,9 @@
 """The trust panel: how far a plan's predicted step time may be from the real one, the published runs that say so, and
 what the estimate assumed.
 
-- The error band (``Estimate.error_band``, presets/error_bands.json): the 80th percentile of |predicted / measured − 1|
-  over the published runs of the plan's GPU generation and model class, and how many runs it rests on.
+- The error band (``Estimate.band``, presets/error_bands.json): the conformal 80 % quantile of the out-of-source
+  |predicted / measured − 1| of the measured runs of the plan's regime (specs/regime.py, specs/bands.py), and how many
+  runs of how many sources it rests on.
 - The nearest runs: presets/validation_runs.json, which benchmarks/accuracy.py writes from the validation layer
   (benchmarks/validation_runs.py) and tests/test_docs.py keeps current, so that the core reads the runs as packaged
   data and never imports meshplan_validation. Runs of the same GPU generation and model class come first, then by how
@@ -31,7 +32,7 @@ NEAREST = 5
 @lru_cache(maxsize=4)
 def packaged(name: str) -> Any:
     """A file of measured errors that the validation layer writes under presets/ and the trust notes of both
-    reports read as packaged data (validation_runs.json, error_bands.json, serving_errors.json)."""
+    reports read as packaged data (validation_runs.json, serving_errors.json)."""
     return json.loads((resources.files("meshplan") / "presets" / name).read_text())
 
 
@@ -39,10 +40,6 @@ def runs() -> list[dict[str, Any]]:
     """The evaluated published runs (presets/validation_runs.json), one dict each."""
     data = packaged("validation_runs.json")
     return [dict(zip(data["fields"], row, strict=True)) for row in data["runs"]]
-
-
-def bands() -> dict[str, Any]:
-    return packaged("error_bands.json")
 
 
 def _log2(a: float, b: float) -> float:
@@ -94,17 +91,13 @@ def _precision(name: str) -> str:
 
 
 def band_note(est: Estimate) -> str:
-    """Where the plan's band comes from: the group of runs and how many there are."""
-    arch = est.cluster.accelerator.architecture or "unstated"
-    kind = "MoE" if est.model.is_moe else "dense"
-    found = bands()["bands"].get(f"{arch}/{'moe' if est.model.is_moe else 'dense'}")
-    quantile = f"{bands()['quantile']:.0%}"
-    if found is None:
-        return (f"{arch} GPUs have no band of their own: the band of all {bands()['overall']['runs']} runs "
-                f"({quantile} of them within it)")
-    group = f"{arch} {kind} runs" if found["from"].endswith(("/dense", "/moe")) else f"{arch} runs (dense and MoE: " \
-        f"fewer than 8 {kind} ones)"
-    return f"{quantile} of the {found['runs']} published {group} were predicted within it"
+    """Where the plan's band comes from: the regime of measured runs, how many there are, what share of them the band
+    held out of source, and the line that says so where no measured run is like the plan (specs/bands.py)."""
+    b = est.band
+    where = b.basis or "every regime"
+    text = (f"{b.coverage:.0%} of the {b.runs} measured runs of {b.sources} source{'s' if b.sources != 1 else ''} "
+            f"like it ({where}) were predicted within it, each with the fitted constants refitted without its source")
+    return f"{text}; {b.note}" if b.note else text
 
 
 def assumptions(est: Estimate, headroom: float) -> list[tuple[str, str]]:

@@ -7,11 +7,11 @@ The engine's share of each GPU: what ``RLPlan.gpu_memory_utilization`` says; els
 (vLLM's gpu_memory_utilization 0.9), and colocated, the preset's share of what the trainer's resident state leaves
 (the same margin, taken of the rest: the emitted gpu_memory_utilization is that share of the whole GPU).
 
-The error band: each phase carries its own physics' band (specs/bands.py): the rollout serving's (``serving_band``:
-the median |error| of published serving throughput on the GPU's architecture), every other phase training's
-(``error_band`` of the architecture and the model's kind); the iteration's band is their mean weighted by the
-phases' seconds (a phase that takes more of the iteration weighs more), and ranking uses the same mean of the
-ranking bands (``ranking_band``, ``serving_band``).
+The error band: each phase carries its own physics' band (specs/bands.py): the rollout serving's throughput band of
+its regime (the engine on the rollout pool's GPUs, a saturated batch, the engine's share of the weights), every other
+phase the policy update's (``Estimate.error_band``: training's band of its regime); the iteration's band is their mean
+weighted by the phases' seconds (a phase that takes more of the iteration weighs more), and ranking uses the same mean
+of the ranking bands (``serving_ranking_band``, ``Estimate.ranking_band``).
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ from meshplan.serve.estimate import plan_columns
 from meshplan.serve.memory import Memory as EngineMemory
 from meshplan.serve.memory import memory
 from meshplan.serve.plan import Workload
-from meshplan.specs.bands import error_band, ranking_band, serving_band
+from meshplan.specs.bands import serving_band, serving_ranking_band
 from meshplan.specs.hardware import Cluster, System
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.regime import Served, serving_regime
 from meshplan.specs.stack import FRAMEWORK_STACK, Stack
 from meshplan.units import fmt_bytes
 
@@ -65,6 +66,7 @@ class RLEstimate:
     switches: Switches
     reasons: tuple[str, ...] = ()
     bands: dict[str, float] = field(default_factory=dict)  # phase -> its physics' error band
+    ranks: dict[str, float] = field(default_factory=dict)  # phase -> its physics' ranking band
 
     @property
     def fits(self) -> bool:
@@ -94,9 +96,7 @@ class RLEstimate:
 
     @property
     def ranking_band(self) -> float:
-        arch = self.cluster.accelerator.architecture
-        return _weighted(self.phases, {p: serving_band(arch) if p == "rollout" else ranking_band(arch)
-                                       for p in self.phases})
+        return _weighted(self.phases, self.ranks)
 
     def to_dict(self) -> dict[str, Any]:
         p = self.plan
@@ -205,12 +205,15 @@ def rl_estimate(model: ModelSpec, system: System, job: RLJob, plan: RLPlan, stac
     segments, total = iteration(plan.way, phases, job.staleness)
     mem = phase_memory(plan, done.update.memory, emem, done.working, set(phases))
     reasons = _reasons(done.update, roll, mem, hbm, emem, plan)
-    arch = whole.accelerator.architecture
-    train_band = error_band(arch, model.is_moe)
-    bands = {p: serving_band(arch) if p == "rollout" else train_band for p in phases}
+    regime = serving_regime(model, roll_pool, running, Served(
+        mode="saturated", batch=2.0, weights=float(emem.weights), input_len=job.input_len,
+        output_len=int(job.mean_response), gpus=plan.engine.instance_gpus))
+    bands = {p: serving_band("throughput", regime).half_width if p == "rollout" else done.update.error_band
+             for p in phases}
+    ranks = {p: serving_ranking_band(regime) if p == "rollout" else done.update.ranking_band for p in phases}
     return RLEstimate(model=model, cluster=whole, job=job, plan=plan, stack=stack, engine=running, phases=phases,
                       segments=segments, iteration_time=total, memory=mem, rollout=roll, update=done.update,
-                      sync=moved, switches=sw, reasons=reasons, bands=bands)
+                      sync=moved, switches=sw, reasons=reasons, bands=bands, ranks=ranks)
 
 
 def _reasons(update: Estimate, roll: Rollout, mem: tuple[PhaseMemory, ...], hbm: float, emem: EngineMemory,

@@ -103,7 +103,7 @@ def search_band(model: ModelSpec, cluster: Cluster, space: Space) -> float:
     """The error band within which the search ranks the plans after the fastest simplest first (``Space.prefer_simple``,
     search/select.py), else 0: the
     band of the estimates it ranks (``Estimate.ranking_band``, specs/bands.py)."""
-    return ranking_band(cluster.accelerator.architecture) if space.prefer_simple else 0.0
+    return ranking_band(model, cluster, space.stack) if space.prefer_simple else 0.0
 
 
 def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray, str]]:

@@ -15,8 +15,10 @@ from meshplan.serve.iteration import breakdown, extra_kernel_time, gap_time, op_
 from meshplan.serve.memory import Memory, memory
 from meshplan.serve.metrics import Metrics, Setting, metrics, static_runs
 from meshplan.serve.plan import PlanColumns, ServePlan, Workload
+from meshplan.specs.bands import SERVING_METRICS, Band, serving_band
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.regime import Served, serving_regime
 from meshplan.units import fmt_bytes
 from meshplan.xp import Num
 
@@ -41,6 +43,16 @@ class ServeEstimate:
     @property
     def tokens_per_s_per_gpu(self) -> float:
         return float(self.metrics.tokens_per_s) / self.plan.num_gpus
+
+    @property
+    def bands(self) -> dict[str, Band]:
+        """The bands of its throughput and latencies: the out-of-source errors of the measured serving runs of its
+        regime (specs/bands.py), each with its note where no measured run is like it."""
+        mode = "static" if self.workload.static else "saturated"
+        regime = serving_regime(self.model, self.cluster, self.engine, Served(
+            mode=mode, batch=float(self.plan.batch), weights=float(self.memory.weights),
+            input_len=self.workload.input_len, output_len=self.workload.output_len, gpus=self.plan.instance_gpus))
+        return {m: serving_band(m, regime) for m in SERVING_METRICS}
 
     def cost_per_million(self, price: float | None) -> float | None:
         """Dollars per million output tokens at ``price`` per GPU-hour."""
@@ -75,6 +87,7 @@ class ServeEstimate:
                        "max_sequences": float(mem.max_sequences(p.dpa))},
             "fits": self.fits, "reasons": list(self.reasons),
             "decode_step_breakdown_s": self.breakdown,
+            "bands": {m: b.to_dict() for m, b in self.bands.items()},
         }
 
 

@@ -26,14 +26,15 @@ from meshplan.errors import SpecError
 from meshplan.serve import check, weighed
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.estimate import ServeEstimate, serve_estimate
-from meshplan.serve.memory import memory
+from meshplan.serve.memory import memory, weight_bytes
 from meshplan.serve.metrics import Setting, deployment, instance
 from meshplan.serve.plan import ServePlan, Workload
 from meshplan.serve.precision import Quant
 from meshplan.serve.space import ServeSpace
-from meshplan.specs.bands import serving_band, serving_latency_error
+from meshplan.specs.bands import serving_latency_error, serving_ranking_band
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.regime import Served, serving_regime
 
 KEYS = ("tp", "pp", "dpa", "ep", "batch")
 
@@ -62,7 +63,7 @@ class ServeSearchResult:
         |error|, and on which GPUs), None without a target; {} where no published TTFT was evaluated."""
         if not self.space.ttft_slo:
             return None
-        found, where = serving_latency_error(self.cluster.accelerator.architecture, "ttft_ms")
+        found, where = serving_latency_error(search_regime(self.model, self.cluster, self.space), "ttft")
         return {k: found[k] for k in ("runs", "median", "p90")} | {"runs_on": where} if found else {}
 
     def to_dict(self, price: float | None = None) -> dict[str, object]:
@@ -154,7 +155,7 @@ def search(model: ModelSpec, cluster: Cluster, space: ServeSpace, top_k: int = 1
         ranked += [(score[i], tiebreak[i], qi, index[i], replicas[i], prefill[i]) for i in best]
         pool.append((qi, ok, score, tiebreak, index, replicas, prefill))
     ranked.sort(key=lambda r: (-r[0], r[1]))
-    band = serving_band(cluster.accelerator.architecture) if space.prefer_simple else 0.0
+    band = serving_ranking_band(search_regime(model, cluster, space)) if space.prefer_simple else 0.0
     rows = ranked[: 2 * top_k + 2] + _simple_rows(pool, keys, band, space, top_k)
     plans = [_estimate(model, cluster, space, keys, r, workload, eff) for r in dict.fromkeys(rows)]
     plans = _ordered([e for e in plans if e.fits and _meets(e, space)], space, band)
@@ -163,6 +164,16 @@ def search(model: ModelSpec, cluster: Cluster, space: ServeSpace, top_k: int = 1
                              evaluated=evaluated, feasible=evaluated - sum(tally.values()), rejected=tally,
                              examples=examples, seconds=time.perf_counter() - start,
                              weighed=weighed.join(kept, space.quants) if keep else None, band=band, fastest=fastest)
+
+
+def search_regime(model: ModelSpec, cluster: Cluster, space: ServeSpace) -> dict[str, str]:
+    """The regime of the search's configurations (specs/regime.py): its engine on its GPUs, a batch of sequences,
+    the weights spread over one node's GPUs (or the cluster's, if fewer)."""
+    gpus = min(cluster.num_gpus, cluster.tiers[0].size if cluster.tiers else cluster.num_gpus)
+    weights = weight_bytes(model, gpus, 1, 1, space.quants[0])
+    return serving_regime(model, cluster, space.engine, Served(mode="saturated", batch=2.0, weights=float(weights),
+                                                               input_len=space.input_len, output_len=space.output_len,
+                                                               gpus=gpus))
 
 
 def _score(model, cluster, space, quant, keys, deploy, workload, eff):

@@ -1,68 +1,169 @@
-"""How far a predicted step time may be from the measured one: the error band of comparable published runs.
+"""How far a prediction may be from the measured value: the band of out-of-source errors of the measured runs of its
+regime (issue 79; specs/regime.py says what a regime is).
 
-``presets/error_bands.json`` (written by benchmarks/accuracy.py from the runs of docs/ACCURACY.md) holds, per GPU
-architecture and model kind (dense / MoE), the 80th percentile of |predicted / measured − 1| and the runs behind it;
-an architecture it does not list takes the overall band. Two plans whose step times differ by less than the band
-cannot be told apart by this model (search/run.py ranks them as equivalent).
+``presets/error_bands.json`` (written by benchmarks/error_bands.py from docs/out_of_source.json) holds one table per
+quantity: training step time, peak memory, and serving throughput, time to first token, time per output token and
+end-to-end latency. A table has its axes, its levels (from the most specific regime to every run), its nominal
+coverage and, per regime of each level with runs, the band: the conformal quantile of the |errors| of the regime's
+runs, each priced with every fitted constant refitted without its source (the smallest |e| that at least
+⌈(n + 1)·q⌉ of the n runs do not exceed; Vovk et al. 2005, "Algorithmic Learning in a Random World", §2.3), the runs it
+rests on and how many sources they come from. A plan takes the band of the most specific level whose regime holds at
+least ``min_runs`` runs. Where the plan's own value of an axis has fewer than ``min_runs`` measured runs in the whole
+table (an AMD engine, a GPU with a new host, an engine version nobody measured), no measured run is like it: the band
+widens to the widest band of the regimes that differ from it only there, and says so in one line (``Band.note``).
+
+Two plans whose step times differ by less than the ranking band cannot be told apart by this model (search/run.py
+ranks them as equivalent): the dense band of the model's regime at tensor parallelism 1 and one sequence per
+micro-batch (``ranking_band``), one number for a whole search.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from typing import Any
+
+from meshplan.specs.regime import training_regime
+
+
+@dataclass(frozen=True)
+class Band:
+    """A quoted band: ± ``half_width`` (relative), holding for ``coverage`` of the runs it comes from out of source."""
+
+    half_width: float
+    coverage: float
+    runs: int  # the measured runs it rests on
+    sources: int  # the sources they come from
+    basis: str  # which regime: "gpu=hopper, stack=megatron, kind=dense, work=large"
+    note: str = ""  # one line where no measured run is like the plan
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"half_width": self.half_width, "coverage": self.coverage, "runs": self.runs, "sources": self.sources,
+                "basis": self.basis, "note": self.note}
+
+    def describe(self) -> str:
+        """``±12 % (80 % of 64 runs of 5 sources like it: gpu=hopper, ...)``, and the note where there is one."""
+        text = (f"±{self.half_width:.0%} ({self.coverage:.0%} of {self.runs} measured runs from {self.sources} "
+                f"source{'s' if self.sources != 1 else ''}, out of source: {self.basis or 'every regime'})")
+        return f"{text}; {self.note}" if self.note else text
 
 
 @lru_cache(maxsize=1)
-def _bands() -> dict:
-    return json.loads((resources.files("meshplan") / "presets" / "error_bands.json").read_text())
+def _tables() -> dict[str, Any]:
+    return dict(json.loads((resources.files("meshplan") / "presets" / "error_bands.json").read_text())["tables"])
 
 
-def ranking_band(architecture: str) -> float:
-    """The band within which the search cannot tell two plans of one model apart: the dense runs' band of the
-    architecture, for MoE models too. A MoE model's wider band (Hopper 41 % against 8.6 % dense) comes from what every
-    plan of it shares (the routing's balance, a release's dispatcher and host costs: docs/ACCURACY.md's MoE groups), an
-    error of the model's level, not of one plan against another; ranking by it made a plan 31 % slower than the
-    fastest 'equivalent' (Mixtral 8x7B on 64 H100)."""
-    return error_band(architecture, False)
+BANDS_FILE_TABLES = _tables  # the packaged tables, read once (tests, reports)
 
 
-def error_band(architecture: str, moe: bool) -> float:
-    """The relative half-width of the step-time band for a GPU architecture and a dense or MoE model."""
-    data = _bands()
-    found = data["bands"].get(f"{architecture or 'unstated'}/{'moe' if moe else 'dense'}")
-    return float((found or data["overall"])["band"])
+def key_of(regime: dict[str, str], axes: tuple[str, ...] | list[str]) -> str:
+    return ", ".join(f"{a}={regime[a]}" for a in axes)
 
 
-@lru_cache(maxsize=1)
-def _serving() -> dict:
-    """``presets/serving_errors.json``: the serving model's errors on the published serving runs, per GPU
-    architecture (written by benchmarks/accuracy_inference.py from docs/ACCURACY_INFERENCE.md's runs)."""
-    return json.loads((resources.files("meshplan") / "presets" / "serving_errors.json").read_text())
+def band(table: str, regime: dict[str, str]) -> Band:
+    """The band of ``table`` ("training", "memory", "serving/throughput" ...) for a plan of ``regime`` (module
+    docstring)."""
+    return lookup(_tables()[table], regime)
 
 
-def serving_band(architecture: str) -> float:
-    """The band within which the serving search cannot tell two configurations apart: the median |predicted /
-    measured − 1| of the throughput of the published serving runs on the architecture (half of them were predicted
-    closer than it), else of every run, at most ``ranking_band`` (the training search's, the dense runs' band of the
-    same GPUs)."""
-    data = _serving()
-    found = data["architectures"].get(architecture or "unstated") or {}
-    median = float((found if found.get("runs") else data["overall"])["median"])
-    # at most the training search's band on the same GPUs: a generation's serving median carries errors every
-    # configuration of a run shares (a GPU priced slow, an unstated layout: Blackwell's 23-37 %), which are no
-    # error of one configuration against another; uncapped, a configuration 17 % slower led on B200
-    return min(median, ranking_band(architecture))
+def lookup(t: dict[str, Any], regime: dict[str, str]) -> Band:
+    """The band a table of the bands file (``t``) quotes for ``regime``."""
+    entries, least = t["entries"], t["min_runs"]
+    unseen = [a for a in t["trust"] if t["seen"][a].get(regime.get(a, ""), 0) < least]
+    for level in t["levels"]:
+        if any(a in unseen for a in level):
+            continue
+        found = entries.get(key_of(regime, level))
+        if found and found["runs"] >= least:
+            break
+    else:  # pragma: no cover  (the file's last level is every run, with all of them)
+        level, found = [], entries[""]
+    if not unseen:
+        return Band(found["band"], t["coverage"], found["runs"], found["sources"], key_of(regime, level))
+    wide = _widest(t, regime, level, unseen, found)
+    what = ", ".join(f"{a} {regime.get(a, '?')}" for a in unseen)
+    basis = key_of(regime, level)
+    return Band(wide["band"], t["coverage"], wide["runs"], wide["sources"], basis,
+                note=f"no measured run like this ({what}): the widest band of the measured runs "
+                     f"{'with ' + basis if basis else 'of any regime'} is quoted")
 
 
-def serving_latency_error(architecture: str, metric: str) -> tuple[dict, str]:
-    """(runs, median and p90 of |error| of a latency ``metric`` such as "ttft_ms", where they come from) on the
-    published runs of the architecture that measured it, else on every run that did (the file's ``overall``);
-    ({}, "") when none did."""
-    data = _serving()
-    found = data["architectures"].get(architecture or "unstated") or {}
-    mine = (found.get("latency") or {}).get(metric) or {}
-    if mine.get("runs"):
-        return mine, f"{found['name']} GPUs"
-    every = (data["overall"].get("latency") or {}).get(metric) or {}
-    return (every, "every GPU generation") if every.get("runs") else ({}, "")
+def _widest(t: dict[str, Any], regime: dict[str, str], level: list[str], unseen: list[str],
+            found: dict[str, Any]) -> dict[str, Any]:
+    """The widest band among the regimes that share the plan's values on ``level`` and hold ``min_runs`` runs, at
+    the level that adds the unseen axes to it (or ``found`` where no level does)."""
+    wider = next((lv for lv in reversed(t["levels"]) if set(level) <= set(lv) and set(unseen) & set(lv)), None)
+    if wider is None:
+        return found
+    shared = {a: regime[a] for a in level}
+    siblings = [e for k, e in t["entries"].items() if e["runs"] >= t["min_runs"] and _level_of(k) == set(wider)
+                and all(f"{a}={v}" in k.split(", ") for a, v in shared.items())]
+    return max([found, *siblings], key=lambda e: e["band"])
+
+
+def _level_of(key: str) -> set[str]:
+    return {part.split("=", 1)[0] for part in key.split(", ")} if key else set()
+
+
+def training_band(model: Any, cluster: Any, plan: Any, stack: Any) -> Band:
+    """The step-time band of a training plan."""
+    return band("training", training_regime(model, cluster, plan, stack))
+
+
+def memory_band(model: Any, cluster: Any, plan: Any, stack: Any) -> Band:
+    """The peak-memory band of a training plan."""
+    return band("memory", training_regime(model, cluster, plan, stack))
+
+
+def ranking_band(model: Any, cluster: Any, stack: Any) -> float:
+    """The band within which the search cannot tell two plans of one model apart (module docstring). A MoE model
+    takes its regime's dense band: its wider band comes from what every plan of it shares (the routing's balance, a
+    release's dispatcher and host costs), an error of the model's level, not of one plan against another; ranking by
+    it made a plan 31 % slower than the fastest 'equivalent' (Mixtral 8x7B on 64 H100)."""
+    from meshplan.specs.plan import Plan  # noqa: PLC0415  (plan imports the spec modules)
+
+    regime = training_regime(model, cluster, Plan(), stack) | {"kind": "dense"}
+    return band("training", regime).half_width
+
+
+def serving_band(metric: str, regime: dict[str, str]) -> Band:
+    """The band of a serving metric ("throughput", "ttft", "tpot", "e2e") for a configuration of ``regime``."""
+    return band(f"serving/{metric}", regime)
+
+
+# the serving tables (benchmarks/error_bands.py) and the measured metrics each quotes
+SERVING_CLASSES = {"throughput": ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "total_tokens_per_s",
+                                  "requests_per_s", "input_tokens_per_s_per_gpu"),
+                   "ttft": ("ttft_ms",), "tpot": ("itl_ms", "tpot_ms"), "e2e": ("e2e_latency_ms",)}
+SERVING_METRICS = tuple(SERVING_CLASSES)
+
+
+def serving_class(metric: str) -> str:
+    """The serving table that quotes a measured ``metric`` ("itl_ms" -> "tpot")."""
+    return next(name for name, metrics in SERVING_CLASSES.items() if metric in metrics)
+
+
+def serving_ranking_band(regime: dict[str, str]) -> float:
+    """The band within which the serving search cannot tell two configurations apart: its throughput band, at most
+    the training search's on the same GPUs (the dense, large-work band of the GPU): a regime's serving band carries
+    errors every configuration of it shares (an engine's host loop, a GPU priced slow, a build's kernels), which are
+    no error of one configuration against another; uncapped, a configuration 17 % slower led on B200."""
+    training = _tables()["training"]
+    cap = next(training["entries"][k] for k in (f"gpu={regime['gpu']}, kind=dense, work=large", "kind=dense, "
+                                                "work=large") if training["entries"].get(k, {}).get("runs", 0)
+               >= training["min_runs"])
+    return min(serving_band("throughput", regime).half_width, cap["band"])
+
+
+def serving_latency_error(regime: dict[str, str], metric: str) -> tuple[dict[str, Any], str]:
+    """(runs, median and p90 of the out-of-source |error| of a latency ``metric`` ("ttft", "tpot", "e2e") of the
+    measured runs like ``regime``, which regime that is); ({}, "") where no run measured it."""
+    t = _tables().get(f"serving/{metric}")
+    if not t or not t["entries"]:
+        return {}, ""
+    b = band(f"serving/{metric}", regime)
+    found = t["entries"].get(b.basis) or t["entries"][""]
+    return {k: found[k] for k in ("runs", "median", "p90")}, b.basis or "every measured run"
+

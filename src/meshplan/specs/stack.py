@@ -59,6 +59,9 @@ class Stack:
     name: str = field(default="generic", compare=False)
     version: str = field(default="", compare=False)
     source: str = field(default="", compare=False)
+    # the family of frameworks it belongs to (megatron, deepspeed, pytorch ...): a label the error bands group
+    # measured runs by (specs/regime.py); empty: the stack's own name
+    family: str = field(default="", compare=False)
     # ---- kernels --------------------------------------------------------------------------------------------
     flash_attention: bool = _flag(True, "a fused (flash) attention kernel; false: the unfused softmax attention")
     attention_kernel: str = _choice(

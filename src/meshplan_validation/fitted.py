@@ -1,0 +1,145 @@
+"""Every constant of meshplan that was fitted on, or chosen from, measured validation runs (issue 79): where it lives,
+its value, the runs it was fitted on and the sources they come from (provenance.py), the script that fits it, and
+what it would be with no data at all (``prior``: the value a leave-one-source-out refit falls back to when the source
+it leaves out is the constant's only one).
+
+``FITTED`` is the registry. benchmarks/out_of_source.py refits each constant without each source in turn, predicts
+that source's runs with the refitted values, and writes those out-of-source errors (docs/out_of_source.json), the
+headline of docs/ACCURACY.md and docs/ACCURACY_INFERENCE.md; docs/ACCURACY.md lists this registry with each
+constant's leave-one-source-out effect. The README's count of fitted constants is ``len(FITTED)``
+(tests/test_fitted.py). A constant that is a measurement (a datasheet figure, a benchmark of ours or of a vendor's,
+read off a profile) is not here: only what was set so that predictions of validation runs come out right.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Fitted:
+    name: str
+    where: str  # the file (and field) that holds it
+    domain: str  # "training" or "serving": which runs it prices
+    value: Callable[[], float]  # the shipped value, read where it lives
+    data: str  # the runs it was fitted on or chosen from
+    sources: frozenset[str]  # the sources (provenance.source_of) of those runs
+    script: str  # what fits it
+    prior: float  # its value without any data: the physical default the model would take
+    unit: str = ""
+
+
+def _efficiency(name: str) -> Callable[[], float]:
+    def value() -> float:
+        from meshplan.specs.efficiency import DEFAULT  # noqa: PLC0415
+
+        return float(getattr(DEFAULT, name))
+    return value
+
+
+def _serving(name: str) -> Callable[[], float]:
+    def value() -> float:
+        from meshplan.serve.efficiency import SERVE_DEFAULT  # noqa: PLC0415
+
+        return float(getattr(SERVE_DEFAULT, name))
+    return value
+
+
+def _engine(preset: str, name: str) -> Callable[[], float]:
+    def value() -> float:
+        from meshplan.serve.engine import load_engine  # noqa: PLC0415
+
+        return float(getattr(load_engine(preset), name))
+    return value
+
+
+def _interpreter_host() -> float:
+    from meshplan.specs.hardware import load_system  # noqa: PLC0415
+
+    return float(load_system("gh200").cluster(1).interpreter_host)
+
+
+def _python_host() -> float:
+    from meshplan.specs.hardware import load_system  # noqa: PLC0415
+
+    return float(load_system("a100").cluster(8).python_host)
+
+
+def _ci_microbatch() -> float:
+    from meshplan_validation.sources import MEGATRON_LM_CI_MICROBATCH  # noqa: PLC0415
+
+    return float(MEGATRON_LM_CI_MICROBATCH)
+
+
+def _headroom() -> float:
+    from meshplan.fields import MEMORY_HEADROOM  # noqa: PLC0415
+
+    return float(MEMORY_HEADROOM)
+
+
+# the sources of the published training runs' fit half (data/validation/published_runs.jsonl; provenance.py)
+PUBLISHED = frozenset({"narayanan2021", "megatron_readme", "korthikanti2022", "megatron_core_readme",
+                       "megatron_bridge", "nemo", "mosaicml", "torchtitan", "megatron_lm_examples", "bloom", "opt"})
+PUBLISHED_MOE = frozenset({"megatron_bridge"})  # the fit half's MoE runs all come from its tables
+# the sources of the published serving runs' fit half (data/serving/published_serving.jsonl, split "fit")
+SERVING = frozenset({"trtllm_perf", "trtllm_blog_r1", "lmdeploy", "sglang_blogs"})
+
+FITTED: tuple[Fitted, ...] = (
+    Fitted("gemm", "src/meshplan/specs/efficiency.py Efficiency.gemm", "training", _efficiency("gemm"),
+           "the fit half (CRC-32 of the id even) of data/validation/published_runs.jsonl, dense runs, superseded "
+           "records left out, every source group weighted equally", PUBLISHED, "benchmarks/fit_efficiency.py", 1.0,
+           "x MAMF"),
+    Fitted("attention", "src/meshplan/specs/efficiency.py Efficiency.attention", "training",
+           _efficiency("attention"), "as gemm, jointly", PUBLISHED, "benchmarks/fit_efficiency.py", 0.75 / 0.803,
+           "x MAMF"),
+    Fitted("host_launch", "src/meshplan/specs/efficiency.py Efficiency.host_launch", "training",
+           _efficiency("host_launch"), "the fit half's MoE runs (per-expert GEMMs), gemm and attention held",
+           PUBLISHED_MOE, "benchmarks/fit_efficiency.py", 12e-6, "s per kernel"),
+    Fitted("python_host (DGX A100)", "src/meshplan/presets/hardware/a100.toml python_host (and a100-40gb.toml)",
+           "training", _python_host, "the fit half of Megatron-LM's CI twin runs (DGX A100 against DGX H100), "
+           "data/validation/small_work.jsonl", frozenset({"megatron_lm_ci"}), "benchmarks/fit_host_speed.py", 1.0,
+           "x the DGX H100 host"),
+    Fitted("Megatron-LM CI host per micro-batch", "src/meshplan_validation/sources.py MEGATRON_LM_CI_MICROBATCH",
+           "training", _ci_microbatch, "the fit half of Megatron-LM's CI runs (its six pipelined runs), jointly with "
+           "python_host", frozenset({"megatron_lm_ci"}), "tests/test_megatron_ci_loop.py", 0.0, "s"),
+    Fitted("memory headroom", "src/meshplan/fields.py MEMORY_HEADROOM", "training", _headroom,
+           "chosen: the largest |error| of the measured peak memories (torchtitan's 18 runs)",
+           frozenset({"torchtitan"}), "benchmarks/accuracy.py (reports the errors)", 0.0, "of HBM"),
+    Fitted("kv_read", "src/meshplan/serve/efficiency.py ServeEfficiency.kv_read", "serving", _serving("kv_read"),
+           "the fit half of data/serving/published_serving.jsonl (split fit), throughput and ITL, every source "
+           "group weighted equally", SERVING, "benchmarks/fit_inference.py", 1.0),
+    Fitted("experts", "src/meshplan/serve/efficiency.py ServeEfficiency.experts", "serving", _serving("experts"),
+           "as kv_read (held at this value since: fitted freely it runs to its bound)", SERVING,
+           "benchmarks/fit_inference.py", 1.0),
+    Fitted("trtllm iteration_overhead", "src/meshplan/presets/engines/trtllm.toml iteration_overhead", "serving",
+           _engine("trtllm", "iteration_overhead"), "the fit half's TensorRT-LLM (TensorRT engine) runs",
+           frozenset({"trtllm_perf", "trtllm_blog_r1"}), "benchmarks/fit_inference.py", 0.0, "s"),
+    Fitted("lmdeploy iteration_overhead", "src/meshplan/presets/engines/lmdeploy.toml iteration_overhead", "serving",
+           _engine("lmdeploy", "iteration_overhead"), "the fit half's LMDeploy runs", frozenset({"lmdeploy"}),
+           "benchmarks/fit_inference.py", 0.0, "s"),
+    Fitted("vLLM V0 iteration_latency",
+           "src/meshplan/presets/engines/vllm-v0.toml iteration_latency (and vllm-v0.5, -rocm)", "serving",
+           _engine("vllm-v0", "iteration_latency"), "the released half of Argonne's LLM-Inference-Bench, H100 Llama 2 "
+           "7B at tp 1 (every batch)", frozenset({"argonne_bench"}), "benchmarks/fit_llm_inference_bench.py", 0.0, "s"),
+    Fitted("vLLM ROCm skinny_gemm_rate", "src/meshplan/presets/engines/vllm-v0.6-rocm.toml skinny_gemm_rate (and "
+           "vllm-v0.5-rocm)", "serving", _engine("vllm-v0.6-rocm", "skinny_gemm_rate"),
+           "the released half of Argonne's LLM-Inference-Bench, MI300X runs (one model against the other)",
+           frozenset({"argonne_bench"}),
+           "benchmarks/fit_llm_inference_bench.py", 1.0),
+    Fitted("vLLM ROCm kernel_gap", "src/meshplan/presets/engines/vllm-v0.6-rocm.toml kernel_gap (and "
+           "vllm-v0.5-rocm)", "serving", _engine("vllm-v0.6-rocm", "kernel_gap"), "as skinny_gemm_rate, jointly",
+           frozenset({"argonne_bench"}), "benchmarks/fit_llm_inference_bench.py", 0.0, "s per kernel"),
+    Fitted("Grace interpreter_host", "src/meshplan/presets/hardware/gh200.toml interpreter_host (gb200, gb300)",
+           "serving", _interpreter_host, "chosen with the GH200 runs of Argonne's released half in view (Laukemann et "
+           "al. 2024: Grace runs interpreted Python at x86 speed)", frozenset({"argonne_bench"}),
+           "benchmarks/fit_llm_inference_bench.py", 0.0, "x the DGX x86 host (0: python_host)"),
+    Fitted("trtllm-pytorch sequence_overhead", "src/meshplan/presets/engines/trtllm-pytorch.toml sequence_overhead",
+           "serving", _engine("trtllm-pytorch", "sequence_overhead"),
+           "the fit half's TensorRT-LLM PyTorch-backend runs (v1.0)", frozenset({"trtllm_perf"}),
+           "benchmarks/fit_inference.py --per-sequence", 0.0, "s"),
+)
+
+
+def by_name(name: str) -> Fitted:
+    return next(f for f in FITTED if f.name == name)

@@ -1,0 +1,99 @@
+"""Refitting constants without one source, fast: each prediction of the fit runs as a linear function of the
+constants around their shipped values (one Gauss-Newton step, Nocedal & Wright 2006, §10.3), the robust objective of
+the shipped fit minimised over that linear model, the refitted values then priced exactly on the left-out source's
+runs (benchmarks/out_of_source.py; issue 79).
+
+``Linear``: per fit observation i its base log-prediction b_i, its measured log value y_i, its group g_i and its
+sensitivities J_ik = ∂ log prediction_i / ∂ x_k, x_k the constant's coordinate (its log for a rate or a share, the
+value itself for a host time that may be 0: ``Coordinate``). The objective is the shipped fits' (benchmarks/
+fit_efficiency.py, fit_inference.py): the mean over groups of each group's mean of min(|b + J·Δx − y|, cap), so
+every source group weighs the same. Each refit starts from the shipped values and is minimised by Powell's method
+within the constants' bounds (scipy.optimize.minimize).
+
+Why linear: the shipped fits evaluate every fit run hundreds of times (minutes each); a refit per source would take
+hours. The constants move a few percent when one source leaves (the registry's tables show by how much), over which
+each run's prediction is smooth in them (the max() pieces of the step's composition move little), and the left-out
+source is always priced exactly at the refitted values, so the linearisation can only make the fit a little less
+than optimal, never the reported error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Coordinate:
+    """How constant ``name`` is varied: in log (``log``: a positive rate or share) or as is (a time that may be 0),
+    within ``bounds``, by a finite difference of ``step`` in that coordinate."""
+
+    name: str
+    bounds: tuple[float, float]
+    log: bool = True
+    step: float = 0.03
+
+    def to_x(self, value: float) -> float:
+        return math.log(value) if self.log else value
+
+    def to_value(self, x: float) -> float:
+        return math.exp(x) if self.log else x
+
+    def stepped(self, value: float) -> float:
+        """The value one finite-difference step away (forwards, or backwards at the upper bound)."""
+        x = self.to_x(value) + self.step
+        if self.to_value(x) > self.bounds[1]:
+            x = self.to_x(value) - self.step
+        return self.to_value(x)
+
+
+@dataclass(frozen=True)
+class Linear:
+    """The fit runs' log-predictions as linear functions of the constants (module docstring)."""
+
+    coords: tuple[Coordinate, ...]
+    x0: np.ndarray  # the shipped values' coordinates
+    base: np.ndarray  # b_i
+    measured: np.ndarray  # y_i
+    groups: np.ndarray  # g_i (the objective's weighting)
+    sources: np.ndarray  # the source of each observation (what a refit leaves out)
+    jacobian: np.ndarray  # J_ik
+    cap: float
+
+    def objective(self, x: np.ndarray, keep: np.ndarray) -> float:
+        err = np.minimum(np.abs(self.base[keep] + self.jacobian[keep] @ (x - self.x0) - self.measured[keep]),
+                         self.cap)
+        groups = self.groups[keep]
+        return float(np.mean([err[groups == g].mean() for g in np.unique(groups)]))
+
+    def refit(self, without: str | None = None, free: Sequence[str] | None = None,
+              start: dict[str, float] | None = None) -> dict[str, float]:
+        """The constants (``free`` ones only; the rest at ``start`` or shipped) that minimise the objective over the
+        observations not from source ``without``."""
+        from scipy.optimize import minimize  # noqa: PLC0415  (the solve extra)
+
+        keep = self.sources != without if without is not None else np.ones(len(self.base), bool)
+        x = self.x0.copy()
+        for i, c in enumerate(self.coords):
+            if start and c.name in start:
+                x[i] = c.to_x(start[c.name])
+        names = [c.name for c in self.coords]
+        chosen = [names.index(n) for n in (free or names)]
+        if not keep.any():
+            return {c.name: c.to_value(x[i]) for i, c in enumerate(self.coords)}
+        bounds = [(self.coords[i].to_x(self.coords[i].bounds[0]) if not self.coords[i].log or
+                   self.coords[i].bounds[0] > 0 else -50.0, self.coords[i].to_x(self.coords[i].bounds[1]))
+                  for i in chosen]
+
+        def f(sub: np.ndarray) -> float:
+            full = x.copy()
+            full[chosen] = sub
+            return self.objective(full, keep)
+
+        best = minimize(f, np.clip(x[chosen], [b[0] for b in bounds], [b[1] for b in bounds]), method="Powell",
+                        bounds=bounds, options={"xtol": 1e-4, "ftol": 1e-7, "maxfev": 4000})
+        x[chosen] = best.x
+        return {c.name: c.to_value(x[i]) for i, c in enumerate(self.coords)}
