@@ -37,7 +37,8 @@ from meshplan.calibrate.collectives import mesh_groups, round_robin
 from meshplan.calibrate.fit import summarize_dims
 from meshplan.calibrate.records import DIST_KINDS
 from meshplan.cli import main
-from meshplan.comm import BASE_LATENCY_KINDS, SIMPLE_BASE, bus_factor, collective_time, latency_steps
+from meshplan.collectives.comm import BASE_LATENCY_KINDS, SIMPLE_BASE, bus_factor, latency_steps
+from meshplan.collectives.price import collective_time
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.estimate import estimate
 from meshplan.specs.efficiency import DEFAULT, Efficiency

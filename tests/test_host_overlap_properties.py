@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from draws import draw_triple
-from meshplan.comm import Collective
+from meshplan.collectives.comm import Collective
 from meshplan.cost.records import OpCost
 from meshplan.estimate import estimate
 from meshplan.specs.plan import Plan

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from meshplan.comm import Collective
+from meshplan.collectives.comm import Collective
 from meshplan.cost.eager import EAGER, eager_kernels
 from meshplan.cost.records import OpCost
 from meshplan.errors import SpecError

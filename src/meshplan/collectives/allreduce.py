@@ -30,8 +30,8 @@ from functools import reduce
 
 import numpy as np
 
-from meshplan.comm import split_time
-from meshplan.protocols import protocol_times, tier0_busbw, tier0_latency
+from meshplan.collectives.comm import split_time
+from meshplan.collectives.protocols import protocol_times, tier0_busbw, tier0_latency
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Accelerator, Cluster
 from meshplan.xp import Num, maximum, minimum, where
