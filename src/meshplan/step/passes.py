@@ -175,9 +175,10 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, re
         gpu_f = kernels["f"] + fwd_comm - sd * hidden["f"]
         gpu_b = kernels["b"] + redo + tp["b"] + cp["b"] + ep["b"] + pp["b"] - sd * hidden_b
         gpu = {"f": gpu_f, "b": gpu_b}
-        most = host_idle(ops, times, plan, stack, recompute, gpu, most_launches, region)  # a bound: idle nowhere,
+        host = stack.host  # the host's costs, their own record (specs/host_cost.py)
+        most = host_idle(ops, times, plan, host, recompute, gpu, most_launches, region)  # a bound: idle nowhere,
         if np.any(most["f"] > 0) or np.any(most["b"] > 0):  # skip
-            waits = host_idle(ops, times, plan, stack, recompute, gpu, region=region)
+            waits = host_idle(ops, times, plan, host, recompute, gpu, region=region)
             idle = waits["f"] + waits["b"]
             fwd_comm = fwd_comm + waits["f"]
     return PassTimes(fwd=kernels["f"], bwd=kernels["b"], recompute=redo, tp=tp["f"] + tp["b"],
