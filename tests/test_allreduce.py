@@ -9,8 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from meshplan.allreduce import custom_kernel, nvlink_all_reduce
-from meshplan.protocols import nccl_time, protocol_times
+from meshplan.collectives.allreduce import custom_kernel, nvlink_all_reduce
+from meshplan.collectives.protocols import nccl_time, protocol_times
 from meshplan.specs.hardware import load_system, system_names
 
 SIZES = np.geomspace(1e3, 1e9, 241)

@@ -13,7 +13,7 @@ from meshplan.autoshard.placement import PARTIAL, REPLICATE, describe, local_sha
 from meshplan.autoshard.reshard import Resharder, moves
 from meshplan.autoshard.rules import PASS, Rule, assignments, follow, place
 from meshplan.autoshard.views import reshape_labels
-from meshplan.comm import collective_time
+from meshplan.collectives.price import collective_time
 from meshplan.specs.hardware import load_system
 
 R, P = REPLICATE, PARTIAL

@@ -104,7 +104,7 @@ def test_a_tied_head_costs_its_stages_an_all_reduce_of_the_shared_gradient():
     from meshplan.autoshard.planner import stage_plans, sub_mesh_options
     from meshplan.autoshard.stage_dp import Slicing
     from meshplan.autoshard.stages import hop, price_slicing
-    from meshplan.comm import collective_time
+    from meshplan.collectives.price import collective_time
     from meshplan.trace import trace_module
     from pipeline_models import HeavyHead
 

@@ -9,9 +9,9 @@ import json
 import pytest
 
 from meshplan.cli import main
-from meshplan.comm import split_group
+from meshplan.collectives.comm import split_group
+from meshplan.collectives.groups import axis_layout, axis_tiers
 from meshplan.estimate import estimate
-from meshplan.groups import axis_layout, axis_tiers
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan

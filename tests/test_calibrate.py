@@ -2,8 +2,7 @@
 calibration round-trips through a hardware TOML into the model, and a real (tiny) run works on CPU with gloo.
 
 Synthetic numbers are H100-node-like: NVLink bus bandwidth 360 GB/s with α = 3 µs per step inside 8-GPU domains,
-45 GB/s with α = 5 µs between them (efficiency.py: nccl-tests busbw; presets: NCCL's tuning-model latencies).
-"""
+45 GB/s with α = 5 µs between them (efficiency.py: nccl-tests busbw; presets: NCCL's tuning-model latencies)."""
 
 from __future__ import annotations
 
@@ -37,7 +36,8 @@ from meshplan.calibrate.collectives import mesh_groups, round_robin
 from meshplan.calibrate.fit import summarize_dims
 from meshplan.calibrate.records import DIST_KINDS
 from meshplan.cli import main
-from meshplan.comm import BASE_LATENCY_KINDS, SIMPLE_BASE, bus_factor, collective_time, latency_steps
+from meshplan.collectives.comm import BASE_LATENCY_KINDS, SIMPLE_BASE, bus_factor, latency_steps
+from meshplan.collectives.price import collective_time
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.estimate import estimate
 from meshplan.specs.efficiency import DEFAULT, Efficiency
@@ -95,7 +95,7 @@ def test_collective_fits_recover_busbw_and_alpha_per_dimension():
 
 
 def test_fit_inverts_comm_py():
-    """Times from comm.collective_time on a calibrated cluster (tier 0 at its α, protocols.py): the fit returns it."""
+    """Times from price.collective_time on a calibrated cluster (tier 0 at its α, protocols.py): the fit returns it."""
     acc = load_system("h100").accelerator
     cluster = Cluster(name="t", accelerator=acc, num_gpus=16, nccl_protocols=False, tiers=(
         Tier(name="nvlink", size=8, bandwidth=NVLINK[0], latency=NVLINK[1]),

@@ -13,7 +13,7 @@ import pytest
 from conftest import gpt, rates_only
 from meshplan.calibrate import GemmSample, MemorySample, to_toml, write_system
 from meshplan.calibrate.records import DIST_KINDS
-from meshplan.comm import collective_time
+from meshplan.collectives.price import collective_time
 from meshplan.estimate import estimate
 from meshplan.search import Space, search
 from meshplan.specs.efficiency import DEFAULT

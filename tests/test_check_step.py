@@ -181,7 +181,7 @@ def test_data_parallel_step_over_two_gloo_ranks():
         if 1 / 10 <= ratio(r) <= 10:
             break
     assert r.world == 2 and r.backend == "gloo" and r.gradients == 4  # two Linear layers: weight and bias each
-    # the all-reduce term is meshplan.comm's on the fitted link, gradient by gradient
+    # the all-reduce term is meshplan.collectives.comm's on the fitted link, gradient by gradient
     sizes = [32 * 64 * 4, 32 * 4, 10 * 32 * 4, 10 * 4]  # fp32 bytes of (32×64, 32, 10×32, 10)
     assert r.comm_s == pytest.approx(comm_time(sizes, r.link, 2)) and r.link.latency >= 0
     assert r.predicted_s == pytest.approx(r.compute_s + r.comm_s)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from meshplan.comm import all_reduce_traffic, bus_factor, collective_time, ring_hops, split_group
+from meshplan.collectives.comm import all_reduce_traffic, bus_factor, ring_hops, split_group
+from meshplan.collectives.price import collective_time
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Accelerator, Cluster, Tier
 
@@ -114,7 +115,7 @@ def test_a_group_straddling_an_nvlink_domain_that_it_does_not_divide():
     """Tensor parallelism of 16 on two 72-GPU racks: the groups start at 0, 16, …, 64; ranks 64–79 sit 8 in
     each rack, so the worst group (which paces the step) is 8 on NVLink × 2 over the network: gcd(16, 72) = 8.
     A group that divides the rack stays inside it; a stride the rack cannot hold puts every member alone."""
-    from meshplan.comm import tier_members
+    from meshplan.collectives.comm import tier_members
 
     racks = cluster(72, 2, nv_bw=900e9, net_bw=50e9)
     assert split_group(racks, 16, 1) == [8, 2]
@@ -130,7 +131,7 @@ def test_a_group_of_two_strided_factors_multiplies_their_members():
     """The dp·cp gradient group with cp = 2 at stride 1 and dp = 4 at stride 8 (pp = 4 between them) on 8-GPU
     servers: per server 2 (cp) × 1 (dp stride 8 leaves the server) = 2 members, so [2, 4]; with the axes
     adjacent (dp at stride 2) it is the contiguous group of 8: [8, 1]."""
-    from meshplan.comm import block_members
+    from meshplan.collectives.comm import block_members
 
     servers = cluster(8, 8)
     assert split_group(servers, 8, ((2, 1), (4, 8))) == [2, 4]
@@ -143,7 +144,7 @@ def test_the_batched_split_equals_the_scalar_one():
     gives what it gives for each plan alone (math.gcd), fractional send strides included."""
     import numpy as np
 
-    from meshplan.comm import tier_members
+    from meshplan.collectives.comm import tier_members
 
     rng = np.random.default_rng(1)
     groups = rng.choice([1, 2, 3, 4, 6, 8, 16], 2000)

@@ -8,13 +8,14 @@ import random
 import pytest
 
 from meshplan.channels import Collectives, Offload, Passes, dp_collectives, step_channels
-from meshplan.contention import contended, layer_tiers, shared_collectives, tier_bandwidth_terms
+from meshplan.collectives.contention import contended, layer_tiers, tier_bandwidth_terms
 from meshplan.cost.params import stage_params
 from meshplan.estimate import estimate
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import build_cluster, load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
+from meshplan.step.shared_links import shared_collectives
 
 SD = 0.189
 

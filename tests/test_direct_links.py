@@ -10,10 +10,11 @@ from dataclasses import replace
 
 import pytest
 
-from meshplan.allreduce import tp_all_reduce
-from meshplan.comm import collective_time, split_group
+from meshplan.collectives.allreduce import tp_all_reduce
+from meshplan.collectives.comm import split_group
+from meshplan.collectives.price import collective_time
+from meshplan.collectives.protocols import nccl_time
 from meshplan.errors import SpecError
-from meshplan.protocols import nccl_time
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster, build_cluster, load_system, network_from_dict
 from meshplan.specs.mesh import Tier, group_bandwidth

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from meshplan.comm import collective_time
-from meshplan.dispatch import dispatch_time, forwarded_time, node_miss
+from meshplan.collectives.dispatch import dispatch_time, forwarded_time, node_miss
+from meshplan.collectives.price import collective_time
 from meshplan.serve.engine import load_engine
 from meshplan.serve.metrics import Setting
 from meshplan.serve.plan import Workload

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from meshplan.channels import embedding_sync
-from meshplan.comm import collective_time
+from meshplan.collectives.price import collective_time
 from meshplan.estimate import estimate
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system

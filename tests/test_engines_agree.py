@@ -26,7 +26,7 @@ from collections import defaultdict
 
 import pytest
 
-from meshplan.comm import bus_factor
+from meshplan.collectives.comm import bus_factor
 from meshplan.cost.decode import Shape
 from meshplan.cost.layers import layer_kinds
 from meshplan.cost.params import layer_weights, mtp_params, stage_params

@@ -172,7 +172,7 @@ def test_pipeline_sends_are_priced_on_the_slowest_link_of_the_stages_chain():
     """tp = 4, pp = 4 on two 8-GPU servers: stages 0–1 share server 0 and stages 2–3 server 1, so the 1 → 2 send
     crosses InfiniBand; the stage that sends over it paces the pipeline, so every send is priced there. With
     tp = 2 the four stages fit one server and every send stays on NVLink."""
-    from meshplan.comm import collective_time
+    from meshplan.collectives.price import collective_time
 
     model, c = gpt(layers=8), h100(16)
     msg = 2048 * 1024 * 2 / 4  # one micro-batch's activations (2048 tokens · 1024 · 2 bytes), 1/tp per rank
@@ -194,8 +194,8 @@ def test_expert_groups_step_over_a_pipeline_placed_inside_them():
     stage are one server (0..7): the all-to-all stays on NVLink. With pp innermost a stage's ranks are 0, 2, …,
     14, so its expert group spans both servers: 4 per server × 2 (groups.expert_layout), and the all-to-all
     crosses InfiniBand. Pricing both at stride etp = 1 (before) made the second as cheap as the first."""
-    from meshplan.comm import split_group
-    from meshplan.groups import axis_layout
+    from meshplan.collectives.comm import split_group
+    from meshplan.collectives.groups import axis_layout
 
     model, cluster = load_model("mixtral-8x7b").with_seq_length(4096), load_system("h100").cluster(16)
     outer = Plan(dp=8, pp=2, ep=8, global_batch=64, recompute="full", placement=("tp", "cp", "dp", "pp"))
@@ -211,8 +211,8 @@ def test_the_gradient_group_of_dp_and_cp_apart_in_the_placement():
     placed (cp, pp, dp) it is cp at stride 1 × dp at stride 4: ranks 0, 1, 4, 5, 8, 9, 12, 13, four per server.
     The gradient reduction then crosses servers; treating the group as contiguous at the inner stride priced
     both on NVLink."""
-    from meshplan.comm import split_group
-    from meshplan.groups import axis_layout
+    from meshplan.collectives.comm import split_group
+    from meshplan.collectives.groups import axis_layout
 
     model, cluster = load_model("llama3-8b").with_seq_length(8192), load_system("h100").cluster(16)
     adjacent = Plan(dp=4, cp=2, pp=2, global_batch=64, zero=0, placement=("tp", "cp", "dp", "pp"))

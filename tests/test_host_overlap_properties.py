@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from draws import draw_triple
-from meshplan.comm import Collective
+from meshplan.collectives.comm import Collective
 from meshplan.cost.records import OpCost
 from meshplan.estimate import estimate
 from meshplan.specs.plan import Plan
@@ -43,12 +43,12 @@ def test_a_collective_call_costs_the_host_its_own_seconds_where_the_stack_states
     ops = [OpCost("qkv", "fwd", "gemm", 1e6, 1e3), OpCost("act", "fwd", "memory", 0.0, 1e3),
            OpCost("tp", "fwd", "collective", nbytes=1e3, collective=Collective("all_reduce", 1e3, "tp", 4))]
     stated = Stack(host_dispatch=40 * US, collective_host=15 * US)
-    assert [per_launch(op, stated) for op in ops] == pytest.approx([40 * US, 40 * US, 15 * US])
-    assert host_times(ops, Plan(), stated, "none")["f"] == pytest.approx(95 * US)
-    assert host_times(ops, Plan(), Stack(host_dispatch=40 * US), "none")["f"] == pytest.approx(120 * US)
-    assert host_times(ops, Plan(), on_host(stated, 1.57), "none")["f"] == pytest.approx(149.15 * US)
+    assert [per_launch(op, stated.host) for op in ops] == pytest.approx([40 * US, 40 * US, 15 * US])
+    assert host_times(ops, Plan(), stated.host, "none")["f"] == pytest.approx(95 * US)
+    assert host_times(ops, Plan(), Stack(host_dispatch=40 * US).host, "none")["f"] == pytest.approx(120 * US)
+    assert host_times(ops, Plan(), on_host(stated, 1.57).host, "none")["f"] == pytest.approx(149.15 * US)
     # full recompute issues the forward's launches again, the collective's call among them: 95 + 95 = 190
-    assert host_times(ops, Plan(), stated, "full")["b"] == pytest.approx(95 * US)
+    assert host_times(ops, Plan(), stated.host, "full")["b"] == pytest.approx(95 * US)
 
 
 @pytest.mark.parametrize("factor", (3.0, 50.0))

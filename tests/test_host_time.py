@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from meshplan.comm import Collective
+from meshplan.collectives.comm import Collective
 from meshplan.cost.eager import EAGER, eager_kernels
 from meshplan.cost.records import OpCost
 from meshplan.errors import SpecError
@@ -36,7 +36,7 @@ def test_launches_count_kernels_and_collective_calls():
 
 def test_a_host_bound_pass_takes_the_hosts_time():
     stack = Stack(host_dispatch=10 * US)
-    assert host_times(OPS, Plan(), stack, "none") == pytest.approx({"f": 3 * 10 * US, "b": 12 * 10 * US})
+    assert host_times(OPS, Plan(), stack.host, "none") == pytest.approx({"f": 3 * 10 * US, "b": 12 * 10 * US})
     t = pass_times(OPS, TIMES, Plan(), stack, "none")
     # forward: GPU 1 + 2 us of kernels and 4 us of exposed all-reduce = 7 us < host 3 x 10 = 30 us: 23 us idle;
     # backward: GPU 3 us < host 12 x 10 = 120 us: 117 us idle. The idle time is its own component, the forward's
@@ -45,7 +45,7 @@ def test_a_host_bound_pass_takes_the_hosts_time():
     assert t.host == pytest.approx((23 + 117) * US) and t.total == pytest.approx(150 * US)
     assert t.passes().t_f == pytest.approx(30 * US) and t.passes().k_f == pytest.approx(3 * US)
     # full recompute launches the forward's 3 kernels again in the backward pass
-    assert host_times(OPS, Plan(), stack, "full")["b"] == pytest.approx(15 * 10 * US)
+    assert host_times(OPS, Plan(), stack.host, "full")["b"] == pytest.approx(15 * 10 * US)
 
 
 def test_without_host_cost_or_when_gpu_bound_nothing_moves():
@@ -58,7 +58,7 @@ def test_without_host_cost_or_when_gpu_bound_nothing_moves():
 
 def test_a_cuda_graphed_stack_launches_one_graph_per_pass():
     graphed = Stack(host_dispatch=10 * US, cuda_graphs=True)
-    assert host_times(OPS, Plan(), graphed, "none") == pytest.approx({"f": 10 * US, "b": 10 * US})
+    assert host_times(OPS, Plan(), graphed.host, "none") == pytest.approx({"f": 10 * US, "b": 10 * US})
     t = pass_times(OPS, TIMES, Plan(), graphed, "none")
     assert t.host == pytest.approx((10 - 7 + 10 - 3) * US) and t.total == pytest.approx(20 * US)
 
@@ -180,7 +180,7 @@ def test_segments_never_shorten_a_pass_and_more_host_never_helps(seed):
     # half the seeds with a host that waits for each exposed collective (segments), half with PyTorch's async calls
     stack = Stack(host_dispatch=host, blocking_collectives=bool(seed % 2))
     t = pass_times(ops, times, Plan(), stack, "none")
-    h = host_times(ops, Plan(), stack, "none")
+    h = host_times(ops, Plan(), stack.host, "none")
     # at least the single max over each pass (nothing hides here: the GPU time is every op's)
     gpu = {ph: sum(x for o, x in zip(ops, times, strict=True) if (o.phase == "fwd") == (ph == "f")) for ph in "fb"}
     assert t.total >= max(h["f"], gpu["f"]) + max(h["b"], gpu["b"]) - 1e-15

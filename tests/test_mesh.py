@@ -10,7 +10,8 @@ import pytest
 
 from bad_input_helpers import H100
 from meshplan.cli import main
-from meshplan.comm import SIMPLE_BASE, collective_time, ring_hops, split_group
+from meshplan.collectives.comm import SIMPLE_BASE, ring_hops, split_group
+from meshplan.collectives.price import collective_time
 from meshplan.errors import SpecError
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Accelerator, Cluster, Network, Tier, load_system

@@ -8,8 +8,8 @@ import random
 
 import numpy as np
 
-from meshplan.comm import split_group
-from meshplan.groups import expert_factors, send_stride
+from meshplan.collectives.comm import split_group
+from meshplan.collectives.groups import expert_factors, send_stride
 from meshplan.search.placements import PLACEMENTS, distinct_placements
 from meshplan.specs.hardware import Cluster, Tier, load_system
 from meshplan.specs.plan import DENSE_AXES

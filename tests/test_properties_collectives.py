@@ -16,8 +16,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from meshplan.comm import COLLECTIVES, ONE_HOST, bus_factor, collective_time, split_group, split_time
-from meshplan.protocols import NCCL_KINDS, nccl_time, protocol_times
+from meshplan.collectives.comm import COLLECTIVES, ONE_HOST, bus_factor, split_group, split_time
+from meshplan.collectives.price import collective_time
+from meshplan.collectives.protocols import NCCL_KINDS, nccl_time, protocol_times
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import Accelerator, Cluster, Tier
 

@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 
 from meshplan.calibrate import to_toml, write_system
-from meshplan.comm import collective_time
-from meshplan.protocols import nccl_steps, nccl_time, protocol_times
+from meshplan.collectives.price import collective_time
+from meshplan.collectives.protocols import nccl_steps, nccl_time, protocol_times
 from meshplan.specs.hardware import load_system
 from meshplan.units import KiB
 from test_calibrate import close, synthetic

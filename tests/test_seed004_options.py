@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from meshplan.channels import ps_push
-from meshplan.comm import fastest_time, mst_time, split_group, split_time
+from meshplan.collectives.comm import fastest_time, mst_time, split_group, split_time
 from meshplan.estimate import estimate
 from meshplan.search import Space, search
 from meshplan.specs.efficiency import Efficiency

@@ -138,8 +138,8 @@ def _inside(group: int, cluster) -> list[int]:
 def test_tp_all_reduce_is_nccls_fastest_ring_protocol():
     """NCCL tuning.cc on NVLink, 8 ranks, 14 steps: LL 3.6 + 14·0.47 = 10.18 µs + n·14/8 / (busbw/4); LL128 10 + 14·1.9
     = 36.6 µs + n·14/8 / (0.92 busbw); Simple 8.4 + 14·3.4 = 56 µs + n·14/8 / busbw; busbw = 450 GB/s · 0.8 = 360."""
-    from meshplan.allreduce import tp_all_reduce
-    from meshplan.protocols import nccl_time
+    from meshplan.collectives.allreduce import tp_all_reduce
+    from meshplan.collectives.protocols import nccl_time
     from meshplan.specs.efficiency import DEFAULT
 
     busbw = 360e9
@@ -163,8 +163,8 @@ def test_tp_all_reduce_on_a100_is_its_measured_kernel():
     2 MiB, the fastest: at 2 MiB the kernel takes 12.6 + 64.2 = 76.8 µs, LL128 21.4 + 14.25 = 35.65 µs, Simple
     (8.4 + 6 · 3.4 = 28.8) + 13.1 = 41.9 µs; at 8 MiB LL128 is 21.4 + 57.0 = 78.4 µs and Simple 28.8 + 52.4 = 81.2 µs,
     so LL128 with its excess gives 78.4 + 41.15 = 119.5 µs and Simple 81.2 + 34.9 = 116.1 µs: 116.1."""
-    from meshplan.allreduce import custom_kernel, tp_all_reduce
-    from meshplan.protocols import nccl_time, protocol_times
+    from meshplan.collectives.allreduce import custom_kernel, tp_all_reduce
+    from meshplan.collectives.protocols import nccl_time, protocol_times
     from meshplan.specs.efficiency import DEFAULT
 
     a100 = load_system("a100").cluster(8)
@@ -222,10 +222,10 @@ def test_training_prices_its_tp_all_reduce_with_the_same_model_without_the_engin
     (whose engines' kernel is measured: 12.6 us + 1.5 · n / 49 GB/s at 4 GPUs) its 1 MiB all-reduce is NCCL's
     fastest protocol, below the engines' measured 44.7 us; a group that leaves tier 0 (4 x 2 nodes) is comm.py's
     ring."""
-    from meshplan.allreduce import tp_all_reduce
-    from meshplan.comm import Collective, split_time
+    from meshplan.collectives.allreduce import tp_all_reduce
+    from meshplan.collectives.comm import Collective, split_time
+    from meshplan.collectives.protocols import nccl_time
     from meshplan.cost.records import OpCost
-    from meshplan.protocols import nccl_time
     from meshplan.specs.efficiency import DEFAULT
     from meshplan.specs.plan import Plan
     from meshplan.step.passes import time_ops

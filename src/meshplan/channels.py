@@ -55,11 +55,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from meshplan.comm import Layout, collective_time, fastest_time, split_group
-from meshplan.contention import contended
+from meshplan.collectives.comm import Layout
+from meshplan.collectives.contention import contended
+from meshplan.collectives.groups import axis_layout
+from meshplan.collectives.price import LIBRARIES, collective_time
 from meshplan.cost.params import StageParams, layers_on_first, layers_on_last, layers_on_rank, trainable
 from meshplan.cost.records import OpCost
-from meshplan.groups import axis_layout
 from meshplan.memory import OPTIMIZER_STATE, WEIGHT_BYTES, offloaded_layers
 from meshplan.roofline import memory_time
 from meshplan.specs.efficiency import Efficiency
@@ -115,10 +116,10 @@ def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: Stage
     if plan.dp_mode == "ps":
         return ps_collectives(cluster, plan, params.dense * (dense_group > 1) + params.expert * (expert_group > 1), eff)
 
+    library = LIBRARIES[plan.collectives]  # NCCL's, or MPICH's per-message choice with the minimum spanning tree
+
     def one(kind: str, nbytes: Num, group: Num, layout: Layout) -> Num:
-        if plan.collectives == "mst":  # MPICH's choice per message (comm.fastest_time)
-            return fastest_time(kind, nbytes, group, split_group(cluster, group, layout), cluster, eff)
-        return collective_time(kind, nbytes, group, layout, cluster, eff)
+        return collective_time(kind, nbytes, group, layout, cluster, eff, library)  # the one dispatcher (price.py)
 
     def coll(kind: str, per_param: int) -> Num:
         t = one(kind, params.dense * per_param, dense_group, layout_d)

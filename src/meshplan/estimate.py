@@ -30,12 +30,12 @@ from functools import cached_property
 from typing import Any, NamedTuple
 
 from meshplan.channels import dp_collectives, embedding_sync, optimizer_time, tied_gradient_bytes, zero_counts
+from meshplan.collectives.groups import axis_tiers
 from meshplan.cost.flops import plan_flops_per_token, recompute_flops_per_token
 from meshplan.cost.params import kind_fractions, layers_on_first, layers_on_last, stage_params, trainable
 from meshplan.cost.tensors import tensors_on_rank
 from meshplan.cost.wrapper_work import work_of
 from meshplan.cost.wrappers import partitioned_zero
-from meshplan.groups import axis_tiers
 from meshplan.memory import WEIGHT_BYTES
 from meshplan.roofline import compute_time, memory_time, overhead, stream_bandwidth, work_time
 from meshplan.specs.bands import Band, memory_band, ranking_band, training_band

@@ -40,7 +40,7 @@ kernels run at ``Efficiency.attention_bwd`` × F (FlashAttention-2 Fig. 5 vs Fig
 
 from __future__ import annotations
 
-from meshplan.comm import all_reduce_traffic
+from meshplan.collectives.comm import all_reduce_traffic
 from meshplan.cost.records import OpCost
 from meshplan.specs.alignment import ALIGNED_BYTES, unaligned_factor
 from meshplan.specs.architectures import async_mma

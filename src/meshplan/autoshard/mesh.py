@@ -7,7 +7,7 @@ tiers (nvlink 8, network 8) is the mesh (8, 8) whose dimension 1 has stride 1 an
 of tiers gives as many dimensions (tiers of one GPU are dropped); ``shape`` may refactor the GPUs into another mesh
 (e.g. 4 x 16 on 8 x 8), each dimension then a group of ``size`` ranks ``stride`` apart.
 
-A collective along dimension i is priced by ``comm.collective_time`` for that group and stride on the cluster, so
+A collective along dimension i is priced by ``price.collective_time`` for that group and stride on the cluster, so
 a dimension that spans tiers is priced hierarchically, and the α-β constants are the cluster's (datasheet or
 calibrated).
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from math import prod
 
-from meshplan.comm import collective_time
+from meshplan.collectives.price import collective_time
 from meshplan.errors import SpecError
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster

@@ -12,7 +12,7 @@ each collective's ``nbytes`` means):
     Shard(a) -> Partial        an all-gather, then as Replicate -> Partial
 
 This is the table of DTensor's ``redistribute`` (torch/distributed/tensor/_redistribute.py) and of Alpa's
-resharding costs (Zheng et al. 2022, §4.1, Table 2), each collective timed by ``comm.collective_time`` along that
+resharding costs (Zheng et al. 2022, §4.1, Table 2), each collective timed by ``price.collective_time`` along that
 mesh dimension. A move over several mesh dimensions runs one dimension at a time: first the gathers, reductions and
 all-to-alls from the innermost dimension outwards (so each works on the data the others still keep sharded), then
 the free slices. Memory of the temporary buffers is not counted.

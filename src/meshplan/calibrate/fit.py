@@ -49,7 +49,7 @@ from meshplan.calibrate.records import (
     GemmSample,
     MemorySample,
 )
-from meshplan.comm import BASE_LATENCY_KINDS, SIMPLE_BASE, bus_factor, latency_steps
+from meshplan.collectives.comm import BASE_LATENCY_KINDS, SIMPLE_BASE, bus_factor, latency_steps
 from meshplan.errors import SpecError
 
 

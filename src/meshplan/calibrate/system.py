@@ -50,7 +50,8 @@ from meshplan.units import fmt_bytes
 
 GOOD_FIT = 0.9  # R² below which a fit is noise: the best observed rate is written, and no intercept
 # tier 0 measured: its collectives at the fitted α per step, not NCCL's protocol constants (protocols.py)
-_PROTOCOLS = "nccl_protocols = false  # tier 0 measured: its collectives at the α fitted there (meshplan.protocols)"
+_PROTOCOLS = ("nccl_protocols = false  # tier 0 measured: its collectives at the α fitted there "
+              "(meshplan.collectives.protocols)")
 
 
 def to_toml(cal: Calibration, base: System | None = None, eff: Efficiency = DEFAULT, name: str | None = None) -> str:

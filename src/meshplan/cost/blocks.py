@@ -12,7 +12,7 @@ Sources:
 
 from __future__ import annotations
 
-from meshplan.comm import Collective
+from meshplan.collectives.comm import Collective
 from meshplan.cost.records import ACT_BYTES, LOW_PRECISION_BYTES, MASK_BYTES, Dims, OpCost, alignment
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan

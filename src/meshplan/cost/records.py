@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from meshplan.comm import Collective
+from meshplan.collectives.comm import Collective
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack

@@ -9,7 +9,7 @@ parallelism of torch.distributed without DDP's bucketing and overlap, so that ea
 prediction:
 
     step = compute (check-step's prediction of one rank's step, replayed on that rank)
-         + Σ_gradients all-reduce(n) on the calibrated mesh (meshplan.comm.collective_time: ring or tree,
+         + Σ_gradients all-reduce(n) on the calibrated mesh (meshplan.collectives.price.collective_time: ring or tree,
            whichever is faster, α per step and bus bandwidth fitted by calibrate.fit.fit_collective on the
            microbenchmark, one tier of N ranks)
 
@@ -73,7 +73,7 @@ class DPResult:
 
 def comm_time(sizes: list[int], link: LinkFit, world: int) -> float:
     """Σ all-reduce seconds of ``sizes`` on one tier of ``world`` ranks with the fitted α and bus bandwidth."""
-    from meshplan.comm import collective_time
+    from meshplan.collectives.price import collective_time
     from meshplan.ranges import RANGES
     from meshplan.specs.efficiency import DEFAULT
     from meshplan.specs.hardware import Accelerator, Cluster, Tier

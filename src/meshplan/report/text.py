@@ -8,10 +8,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from meshplan.collectives.groups import axis_tiers
 from meshplan.energy import step_energy
 from meshplan.fields import MEMORY_HEADROOM, usable_hbm
 from meshplan.goodput import Reliability, plan_goodput
-from meshplan.groups import axis_tiers
 from meshplan.report import terms
 from meshplan.report.fold import Col, folded_tables, headers, legend, listing_tables, refold, shell_command
 from meshplan.report.host_note import host_note

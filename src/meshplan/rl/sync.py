@@ -37,7 +37,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from meshplan.comm import Layout, collective_time
+from meshplan.collectives.comm import Layout
+from meshplan.collectives.price import collective_time
 from meshplan.cost.tensors import tensors_on_rank
 from meshplan.roofline import stream_bandwidth
 from meshplan.serve.memory import weight_bytes

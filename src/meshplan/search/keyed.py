@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.comm import Layout, block_members
-from meshplan.groups import expert_layout, send_stride
+from meshplan.collectives.comm import Layout, block_members
+from meshplan.collectives.groups import expert_layout, send_stride
 from meshplan.search.batch import CATEGORICAL, PlanBatch
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.comm import Layout, block_members
-from meshplan.groups import send_stride
+from meshplan.collectives.comm import Layout, block_members
+from meshplan.collectives.groups import send_stride
 from meshplan.search.keyed import distinct
 from meshplan.specs.plan import DENSE_AXES
 

@@ -1,6 +1,6 @@
 """One iteration of an instance, timed: the ops of the layers on a pipeline stage, the embedding and the LM head
 (ops.py, moe.py), each op by the roofline (roofline.op_time: its compute and memory times, roofline.work_time) and
-each collective by comm.collective_time (inside the NVLink domain NCCL's protocol model, protocols.py, and the
+each collective by the one dispatcher (collectives/price.py: inside the NVLink domain NCCL's protocol model, and the
 tensor-parallel all-reduce with the engines' kernels, allreduce.py; α-β beyond it), one after another: decode's
 all-reduces are small and on the critical path, so their latency α counts in full (nothing overlaps them in a forward
 pass).
@@ -18,14 +18,12 @@ from collections import defaultdict
 from dataclasses import replace
 from functools import cache
 
-from meshplan.allreduce import tp_all_reduce
-from meshplan.comm import collective_time, split_group
+from meshplan.collectives.groups import send_stride
+from meshplan.collectives.price import SERVING, collective_seconds
 from meshplan.cost.decode import Shape, collective, gemm, sixteen_bit, stream
 from meshplan.cost.extras import serve_extra_ops, serve_head_extra_ops
 from meshplan.cost.ple import serve_ple_embed_ops
 from meshplan.cost.records import ACT_BYTES, OpCost
-from meshplan.dispatch import dispatch_time
-from meshplan.groups import send_stride
 from meshplan.roofline import kernel_count, op_time
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.engine import Engine
@@ -112,12 +110,9 @@ def op_seconds(op: OpCost, cluster: Cluster, quant: Quant, eff: ServeEfficiency,
     if op.kind == "collective":
         c = op.collective
         assert c is not None  # a collective op carries its Collective (cost/records.py)
-        if c.kind == "all_reduce" and c.axis == "tp":  # NCCL's protocols at decode's sizes (meshplan/allreduce.py)
-            parts = split_group(cluster, c.group, layouts[c.axis])
-            return slower * tp_all_reduce(c.nbytes, c.group, parts, cluster, eff)
-        if c.kind == "all_to_all" and c.copies > 1:  # a MoE dispatch or combine, perhaps forwarded through nodes
-            return slower * dispatch_time(c.nbytes, c.copies, c.experts, c.group, layouts[c.axis], cluster, eff)
-        return slower * collective_time(c.kind, c.nbytes, c.group, layouts[c.axis], cluster, eff)
+        # the one dispatcher (collectives/price.py): NCCL's protocols at decode's sizes with the engines' own
+        # all-reduce kernels, a MoE dispatch or combine forwarded through nodes where it names its experts
+        return slower * collective_seconds(c, layouts[c.axis], cluster, eff, SERVING)
     acc = compute_accelerator(cluster.accelerator, quant)
     if op.name == "attn/decode":
         return cache_read_time(op, acc, gemm_precision(acc, quant) or acc.default_precision, eff)

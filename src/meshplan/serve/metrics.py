@@ -36,7 +36,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from meshplan.comm import collective_time
+from meshplan.collectives.price import collective_time
 from meshplan.cost.decode import Shape
 from meshplan.cost.kv_cache import token_bytes
 from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency

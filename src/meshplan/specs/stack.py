@@ -24,6 +24,7 @@ from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.fields import check_types, not_a_preset, unknown_field
 from meshplan.files import read_toml
+from meshplan.specs.host_cost import HostCost
 from meshplan.specs.supports import EXPERT_GEMM, Supports, supports_from_dict
 
 ATTENTION_KERNELS = ("fused", "fa2", "fp8")
@@ -190,6 +191,16 @@ class Stack:
             raise SpecError(f"{where}tensor_host={self.tensor_host} s / tensor_sharded={self.tensor_sharded} state the "
                             f"optimizer wrapper's loops, which optimizer_wrapper={self.optimizer_wrapper} picks per "
                             "plan (cost/wrappers.py): give optimizer_wrapper = stated with them, or leave them out")
+
+    @property
+    def host(self) -> HostCost:
+        """The host's cost of issuing work, the stack's own record of it (specs/host_cost.py): what step/host.py
+        composes a pass with."""
+        return HostCost(per_kernel=self.host_dispatch, per_collective=self.collective_host,
+                        per_region=self.region_host, compiled=self.compiled, cuda_graphs=self.cuda_graphs,
+                        blocking_collectives=self.blocking_collectives, blocking_launches=self.blocking_launches,
+                        hidden_tp=self.overlap_tp, source=" ".join(x for x in (self.name, self.version, self.source)
+                                                                    if x))
 
     def with_(self, **changes: Any) -> Stack:
         return replace(self, **changes)

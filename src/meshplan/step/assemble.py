@@ -36,7 +36,7 @@ from meshplan.channels import (
     step_channels,
     weight_fetch,
 )
-from meshplan.contention import any_shared, shared_collectives
+from meshplan.collectives.contention import any_shared
 from meshplan.cost.params import StageParams, middle_or_first
 from meshplan.cost.tensors import rank_tensors
 from meshplan.cost.wrapper_work import by_work
@@ -52,6 +52,7 @@ from meshplan.step.grid import Settings, middle_may_bind, own_settings, rank_par
 from meshplan.step.host import iteration_host, loop_host, optimizer_loops, paid_per_step
 from meshplan.step.memory_grid import compose_memory
 from meshplan.step.passes import PassTimes
+from meshplan.step.shared_links import shared_collectives
 from meshplan.step.stages import cadence, ep_overlapped, split_bubble, stage_times, two_chunk_times
 from meshplan.step.units import Parts, Units, unit_costs
 from meshplan.xp import Num

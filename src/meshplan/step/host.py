@@ -2,8 +2,9 @@
 waits on it. step/passes.py composes a pass's time with it; written once, so that any schedule of ops (training's
 passes, a serving step, the sharding planner's) can use it.
 
-The host issues each kernel and collective call asynchronously, ``stack.host_dispatch`` seconds each (``launches``;
-one graph per pass under ``stack.cuda_graphs``), at its own CPU's speed (``on_host``), and the GPU cannot run a
+The host's costs come as their own small record, ``HostCost`` (specs/host_cost.py: ``Stack.host``), not the whole
+stack. The host issues each kernel and collective call asynchronously, ``host.per_kernel`` seconds each (``launches``;
+one graph per pass under ``host.cuda_graphs``), at its own CPU's speed (``on_host``), and the GPU cannot run a
 kernel before it is issued. Two bounds:
 - without synchronisation the host's lead carries through the whole pass, and the pass takes max(host, GPU): the GPU
   waits max(0, H − G) (``host_times``). PyTorch's NCCL collectives are such calls: ProcessGroupNCCL enqueues the
@@ -15,13 +16,13 @@ kernel before it is issued. Two bounds:
   2-8 (Narayanan et al. 2021 Table 1) read 1-3 points slower had each all-reduce drained the host's lead.
 - a synchronisation drains the queue (issue 46: "synchronisations (NCCL calls in stacks that wait, .item(), MoE token
   counts) drain the queue ... the step is the max of the host's and the GPU's timelines between syncs"): under
-  ``stack.blocking_collectives`` (a host that waits for each exposed collective to finish, as ``.item()`` waits)
+  ``host.blocking_collectives`` (a host that waits for each exposed collective to finish, as ``.item()`` waits)
   between syncs each segment takes max(host_s, GPU_s) and then its closing collective c_s, which the host waits out
   issuing nothing (the wait blocks it), and the pass Σ_s (max(host_s, GPU_s) + c_s), which is ≥ max(H, G)
-  (Σ max ≥ max Σ). Collectives that hide behind compute (``stack.overlap_tp``, the context-parallel ring) are no
+  (Σ max ≥ max Σ). Collectives that hide behind compute (``host.hidden_tp``, the context-parallel ring) are no
   syncs. A CUDA-graphed stack launches the collectives inside its graph: one launch per pass, no segments. The MoE
   tokens-per-expert sync is the per-expert GEMMs' (roofline.op_time, Efficiency.host_launch).
-- every launch a synchronisation (``stack.blocking_launches``: CUDA_LAUNCH_BLOCKING=1 "disables asynchronicity of
+- every launch a synchronisation (``host.blocking_launches``: CUDA_LAUNCH_BLOCKING=1 "disables asynchronicity of
   kernel launches", CUDA C++ Programming Guide, "Asynchronous Concurrent Execution"; NCCL's kernels are launches too):
   the host issues the next kernel only after the GPU has run the last, so nothing of either hides and the pass takes
   H + G (the GPU waits H).
@@ -43,6 +44,7 @@ from meshplan.cost.recompute import rerun_by
 from meshplan.cost.records import OpCost
 from meshplan.cost.tensors import Tensors, stepped
 from meshplan.cost.wrappers import wrapped
+from meshplan.specs.host_cost import HostCost
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.xp import Num, maximum, minimum, where
@@ -115,14 +117,13 @@ def launches(op: OpCost) -> Num:
     return maximum(op.kernels, op.launches) * ((op.flops > 0) | (op.nbytes > 0))
 
 
-def per_launch(op: OpCost, stack: Stack) -> float:
-    """Host seconds per launch of ``op``: a collective call at ``stack.collective_host`` where the stack states it (an
-    NCCL call from the model's code is c10d's dispatch and enqueue, without the Python module code around a kernel
-    that ``host_dispatch`` averages: Megatron-DeepSpeed's layer at tp 2 makes tp 1's Python calls and aten ops plus
-    its all-reduces, data/measured/2026-11-27-megatron-host-cpu-tp.json), else ``stack.host_dispatch``."""
-    if op.collective is not None and stack.collective_host:
-        return stack.collective_host
-    return stack.host_dispatch
+def per_launch(op: OpCost, host: HostCost) -> float:
+    """Host seconds per launch of ``op`` (``HostCost.per_call``): a collective call at ``host.per_collective`` where
+    the stack states it (an NCCL call from the model's code is c10d's dispatch and enqueue, without the Python module
+    code around a kernel that the per-kernel cost averages: Megatron-DeepSpeed's layer at tp 2 makes tp 1's Python
+    calls and aten ops plus its all-reduces, data/measured/2026-11-27-megatron-host-cpu-tp.json), else
+    ``host.per_kernel``."""
+    return host.per_call(op.collective is not None)
 
 
 def most_launches(op: OpCost) -> float:
@@ -133,12 +134,12 @@ def most_launches(op: OpCost) -> float:
     return max(k if type(k) is float else float(np.max(k)), n if type(n) is float else float(np.max(n)))
 
 
-def host_times(ops: list[OpCost], plan: Plan, stack: Stack, recompute: str,
+def host_times(ops: list[OpCost], plan: Plan, host: HostCost, recompute: str,
                count_of: Callable[[OpCost], Num] = launches) -> dict[str, Num]:
     """Host seconds to issue the forward ("f") and backward ("b") pass of a group of ops: kernels launched
-    (``count_of``: ``launches``) × their host seconds each (``per_launch``: ``stack.host_dispatch``, a collective
-    call ``stack.collective_host`` where stated), the backward's including what recompute launches again;
-    a CUDA-graphed stack (``stack.cuda_graphs``) launches one graph per group and pass instead. Plus the records' own
+    (``count_of``: ``launches``) × their host seconds each (``per_launch``: ``host.per_kernel``, a collective
+    call ``host.per_collective`` where stated), the backward's including what recompute launches again;
+    a CUDA-graphed stack (``host.cuda_graphs``) launches one graph per group and pass instead. Plus the records' own
     host seconds (``OpCost.host``: a framework's Python that launches nothing, such as ZeRO-3's module hooks), which
     full recompute runs again with the forward and a graph does not replace."""
     count: dict[str, Num] = {"f": 0.0, "b": 0.0}
@@ -147,7 +148,7 @@ def host_times(ops: list[OpCost], plan: Plan, stack: Stack, recompute: str,
     for op in ops:
         ph = "f" if op.phase == "fwd" else "b"
         n = count_of(op)
-        count[ph], cost[ph] = count[ph] + n, cost[ph] + n * per_launch(op, stack)
+        count[ph], cost[ph] = count[ph] + n, cost[ph] + n * per_launch(op, host)
         if hosted(op):
             hooks[ph] = hooks[ph] + op.host
     if recompute == "full":  # the forward runs again, its modules' hooks with it
@@ -157,9 +158,9 @@ def host_times(ops: list[OpCost], plan: Plan, stack: Stack, recompute: str,
         for op, again in zip(ops, rerun_by(ops, plan.recompute_modules), strict=True):
             if again:
                 n = count_of(op)
-                count["b"], cost["b"] = count["b"] + n, cost["b"] + n * per_launch(op, stack)
-    if stack.cuda_graphs:
-        return {ph: minimum(c, 1.0) * stack.host_dispatch + hooks[ph] for ph, c in count.items()}
+                count["b"], cost["b"] = count["b"] + n, cost["b"] + n * per_launch(op, host)
+    if host.cuda_graphs:
+        return {ph: minimum(c, 1.0) * host.per_kernel + hooks[ph] for ph, c in count.items()}
     return {ph: cost[ph] + hooks[ph] for ph in cost}
 
 
@@ -168,40 +169,40 @@ def hosted(op: OpCost) -> bool:
     return not (type(op.host) is float and op.host == 0.0)
 
 
-def exposed(op: OpCost, stack: Stack) -> bool:
-    """A collective the stack does not hide behind compute."""
-    return op.collective is not None and (op.overlap == "" or (op.overlap == "tp" and not stack.overlap_tp))
+def exposed(op: OpCost, host: HostCost) -> bool:
+    """A collective the stack does not hide behind compute (``HostCost.hidden_tp``: its TP collectives hide)."""
+    return op.collective is not None and (op.overlap == "" or (op.overlap == "tp" and not host.hidden_tp))
 
 
-def segment_time(ops: list[OpCost], times: list[Num], stack: Stack,
+def segment_time(ops: list[OpCost], times: list[Num], host: HostCost,
                  count_of: Callable[[OpCost], Num] = launches) -> dict[str, Num]:
     """Per pass ("f", "b") Σ over the segments between exposed collectives (``exposed``, over a group of more than
-    one rank; each a sync where the host waits for them, ``stack.blocking_collectives``) of
-    max(host_s, GPU_s) + c_s: host_s the segment's launches × ``stack.host_dispatch`` (the collective's call
+    one rank; each a sync where the host waits for them, ``host.blocking_collectives``) of
+    max(host_s, GPU_s) + c_s: host_s the segment's launches × ``host.per_kernel`` (the collective's call
     among them) and its records' own host seconds (``OpCost.host``), GPU_s its kernels' ``times``, c_s its closing
     collective's time, which runs after both (it starts once issued and once the GPU is through the segment) while
     the host waits for it (a collective that hides counts nowhere). What follows the last sync is a segment:
     max(host, GPU). A collective over one rank closes nothing: its time is GPU time of the segment."""
     total: dict[str, Num] = {"f": 0.0, "b": 0.0}
-    host: dict[str, Num] = {"f": 0.0, "b": 0.0}
+    issued: dict[str, Num] = {"f": 0.0, "b": 0.0}  # the open segment's host seconds
     gpu: dict[str, Num] = {"f": 0.0, "b": 0.0}
     for op, t in zip(ops, times, strict=True):
         ph = "f" if op.phase == "fwd" else "b"
-        host[ph] = host[ph] + count_of(op) * per_launch(op, stack) + op.host
-        if op.collective is not None and not exposed(op, stack):
+        issued[ph] = issued[ph] + count_of(op) * per_launch(op, host) + op.host
+        if op.collective is not None and not exposed(op, host):
             continue  # hidden behind compute: neither the segment's GPU time nor a sync
         if op.collective is not None:
             closes = np.asarray(op.collective.group) > 1
             # the collective starts once issued and once the GPU is through the segment's kernels; the host waits
             # for it to finish, so it issues nothing while it runs: its time follows the max, it does not hide in it
-            total[ph] = total[ph] + where(closes, maximum(host[ph], gpu[ph]) + t, 0.0)
-            host[ph], gpu[ph] = where(closes, 0.0, host[ph]), where(closes, 0.0, gpu[ph] + t)
+            total[ph] = total[ph] + where(closes, maximum(issued[ph], gpu[ph]) + t, 0.0)
+            issued[ph], gpu[ph] = where(closes, 0.0, issued[ph]), where(closes, 0.0, gpu[ph] + t)
         else:
             gpu[ph] = gpu[ph] + t
-    return {ph: total[ph] + maximum(host[ph], gpu[ph]) for ph in "fb"}
+    return {ph: total[ph] + maximum(issued[ph], gpu[ph]) for ph in "fb"}
 
 
-def host_idle(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, recompute: str,
+def host_idle(ops: list[OpCost], times: list[Num], plan: Plan, host: HostCost, recompute: str,
               gpu: dict[str, Num], count_of: Callable[[OpCost], Num] = launches, region: bool = False
               ) -> dict[str, Num]:
     """Seconds the GPU waits on the host per pass ("f", "b"; module docstring), ``gpu`` the passes' GPU times G after
@@ -210,19 +211,19 @@ def host_idle(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, rec
     the GPU waits max(0, H − G, S − G). Both max(G, H)
     and S are non-increasing in every rate (S sums raw op times, which only shrink; G is the overlap rules' GPU time,
     which does too), so the step stays monotone; S counts the exposed collectives only, so without host time
-    S ≤ G. Where every launch blocks (``stack.blocking_launches``) the GPU waits all of H, and the pass takes G + H,
-    monotone alike. ``region``: the ops are a layer, which a compiled stack (``stack.compiled``) runs as one
-    torch.compile region: H gains ``stack.region_host`` per pass (Dynamo's guards, AOTAutograd's wrapper:
+    S ≤ G. Where every launch blocks (``host.blocking_launches``) the GPU waits all of H, and the pass takes G + H,
+    monotone alike. ``region``: the ops are a layer, which a compiled stack (``host.compiled``) runs as one
+    torch.compile region: H gains ``host.per_region`` per pass (Dynamo's guards, AOTAutograd's wrapper:
     specs/stack.py)."""
-    host = host_times(ops, plan, stack, recompute, count_of)
-    if region and stack.compiled:
-        host = {ph: h + stack.region_host for ph, h in host.items()}
-    if stack.blocking_launches:  # each launch waits for its kernel: the host's time and the GPU's add up
-        return host
-    whole = {ph: maximum(0.0, host[ph] - gpu[ph]) for ph in "fb"}
-    if stack.cuda_graphs or not stack.blocking_collectives:  # no sync inside the pass: the lead carries through
+    issued = host_times(ops, plan, host, recompute, count_of)
+    if region and host.compiled:
+        issued = {ph: h + host.per_region for ph, h in issued.items()}
+    if host.blocking_launches:  # each launch waits for its kernel: the host's time and the GPU's add up
+        return issued
+    whole = {ph: maximum(0.0, issued[ph] - gpu[ph]) for ph in "fb"}
+    if host.cuda_graphs or not host.blocking_collectives:  # no sync inside the pass: the lead carries through
         return whole
-    seg = segment_time(ops, times, stack, count_of)
+    seg = segment_time(ops, times, host, count_of)
     if recompute == "full":
         seg["b"] = seg["b"] + seg["f"]
     return {ph: maximum(whole[ph], seg[ph] - gpu[ph]) for ph in "fb"}

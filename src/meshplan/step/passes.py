@@ -1,6 +1,6 @@
 """Pass times of a group of ops (a layer of each kind, the embedding, the head, a pipeline send): each op timed
-(``time_ops``: collectives by comm.py, the rest by the roofline), its kernels summed per pass, the overlap rules
-applied and recompute added (``pass_times``), giving ``PassTimes`` by component.
+(``time_ops``: collectives by collectives/price.py, the rest by the roofline), its kernels summed per pass, the
+overlap rules applied and recompute added (``pass_times``), giving ``PassTimes`` by component.
 
 Overlap rules (stated once, here and in channels.py). A collective that hides behind compute slows it by the overlap
 slowdown per second hidden (efficiency.py); a pass's time stays non-decreasing in every op's time (channels.py):
@@ -46,12 +46,12 @@ from typing import cast
 
 import numpy as np
 
-from meshplan.allreduce import tp_all_reduce
 from meshplan.channels import Passes
-from meshplan.comm import fastest_time, split_group, split_time
+from meshplan.collectives.comm import split_group
+from meshplan.collectives.groups import axis_layout
+from meshplan.collectives.price import LIBRARIES, split_seconds
 from meshplan.cost.recompute import RECOMPUTE_MODULES, rerun_by, tp_rerun_by
 from meshplan.cost.records import OpCost
-from meshplan.groups import axis_layout
 from meshplan.roofline import op_time
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
@@ -65,10 +65,11 @@ ZERO = 0.0  # the one object PassTimes.total skips
 
 def time_ops(ops: list[OpCost], cluster: Cluster, plan: Plan, eff: Efficiency,
              compute: list[Num | None] | None = None) -> list[Num]:
-    """Seconds of each op: collectives by comm.py (the TP all-reduce by allreduce.py), the rest by the roofline (or
+    """Seconds of each op: collectives by the one dispatcher (collectives/price.py), the rest by the roofline (or
     taken from ``compute``, the same ops' times computed elsewhere: the search times compute ops once per shape, not
     per placement)."""
     times: list[Num] = []
+    library = LIBRARIES[plan.collectives]  # NCCL's, or MPICH's with the minimum spanning tree
     splits: dict[tuple[str, object], tuple[Num, list[Num]]] = {}
     for i, op in enumerate(ops):
         if op.kind == "collective":
@@ -78,11 +79,7 @@ def time_ops(ops: list[OpCost], cluster: Cluster, plan: Plan, eff: Efficiency,
             if key not in splits:  # the ops of a layer use a few groups: split each over the tiers once
                 # (the group is kept with its split so that its id is not reused by another array meanwhile)
                 splits[key] = (c.group, split_group(cluster, c.group, axis_layout(plan, c.axis)))
-            if c.kind == "all_reduce" and c.axis == "tp":  # the one TP all-reduce model (allreduce.py), NCCL's
-                one = tp_all_reduce(c.nbytes, c.group, splits[key][1], cluster, eff, custom=False)
-            else:
-                one = (fastest_time if plan.collectives == "mst" else split_time)(  # MST: comm.fastest_time
-                    c.kind, c.nbytes, c.group, splits[key][1], cluster, eff)
+            one = split_seconds(c, splits[key][1], cluster, eff, library)  # the one dispatcher (collectives/price.py)
             times.append(one * op.repeat if type(op.repeat) is not float or op.repeat != 1.0 else one)
         elif compute is not None:
             times.append(cast(Num, compute[i]))  # set for every op that is not a collective
@@ -178,9 +175,10 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, re
         gpu_f = kernels["f"] + fwd_comm - sd * hidden["f"]
         gpu_b = kernels["b"] + redo + tp["b"] + cp["b"] + ep["b"] + pp["b"] - sd * hidden_b
         gpu = {"f": gpu_f, "b": gpu_b}
-        most = host_idle(ops, times, plan, stack, recompute, gpu, most_launches, region)  # a bound: idle nowhere,
+        host = stack.host  # the host's costs, their own record (specs/host_cost.py)
+        most = host_idle(ops, times, plan, host, recompute, gpu, most_launches, region)  # a bound: idle nowhere,
         if np.any(most["f"] > 0) or np.any(most["b"] > 0):  # skip
-            waits = host_idle(ops, times, plan, stack, recompute, gpu, region=region)
+            waits = host_idle(ops, times, plan, host, recompute, gpu, region=region)
             idle = waits["f"] + waits["b"]
             fwd_comm = fwd_comm + waits["f"]
     return PassTimes(fwd=kernels["f"], bwd=kernels["b"], recompute=redo, tp=tp["f"] + tp["b"],

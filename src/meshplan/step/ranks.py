@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from meshplan.channels import Collectives, dp_collectives, embedding_sync, offload, optimizer_time, step_channels
-from meshplan.contention import any_shared, shared_collectives
+from meshplan.collectives.contention import any_shared
 from meshplan.cost.flops import recompute_flops_per_token
 from meshplan.cost.params import layers_on_first, layers_on_rank, layers_on_stage, middle_params, stage_params
 from meshplan.cost.tensors import tensors_on_rank
@@ -44,6 +44,7 @@ from meshplan.step.assemble import StepCosts
 from meshplan.step.host import iteration_host, loop_host, optimizer_loops
 from meshplan.step.memory import activation_memory
 from meshplan.step.passes import PassTimes
+from meshplan.step.shared_links import shared_collectives
 from meshplan.step.stages import cadence, loop_times, rank_body, with_sends
 from meshplan.step.units import Units
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from meshplan.comm import Layout, collective_time, split_group, tier_bandwidths
+from meshplan.collectives.comm import Layout, split_group, split_time, tier_bandwidths
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.xp import Num, maximum, where
@@ -46,7 +46,12 @@ def forwarded_time(nbytes: Num, copies: int, experts: Num, group: Num, layout: L
                    eff: Efficiency = DEFAULT) -> Num:
     """Seconds of a dispatch (or combine) whose tokens cross each tier beyond the node once per node they hit
     (module docstring). ``nbytes``: the bytes of every copy one GPU sends, as the plain all-to-all's."""
-    parts = split_group(cluster, group, layout)
+    return forwarded_split(nbytes, copies, experts, group, split_group(cluster, group, layout), cluster, eff)
+
+
+def forwarded_split(nbytes: Num, copies: int, experts: Num, group: Num, parts: list[Num], cluster: Cluster,
+                    eff: Efficiency = DEFAULT) -> Num:
+    """``forwarded_time`` of a group already split over the tiers (``parts``: comm.split_group)."""
     tiers = cluster.tiers
     bandwidths = tier_bandwidths(parts, cluster, eff)
     node = parts[0]
@@ -67,12 +72,18 @@ def dispatch_time(nbytes: Num, copies: int, experts: Num, group: Num, layout: La
                   eff: Efficiency = DEFAULT) -> Num:
     """A MoE dispatch or combine of ``copies`` copies a token: forwarded through each node (``forwarded_time``)
     where ``experts`` > 0 (DeepEP's normal kernels; E, the routed experts), else the plain all-to-all of every
-    copy (comm.collective_time)."""
+    copy (comm.split_time)."""
+    return dispatch_split(nbytes, copies, experts, group, split_group(cluster, group, layout), cluster, eff)
+
+
+def dispatch_split(nbytes: Num, copies: int, experts: Num, group: Num, parts: list[Num], cluster: Cluster,
+                   eff: Efficiency = DEFAULT) -> Num:
+    """``dispatch_time`` of a group already split over the tiers (``parts``: comm.split_group)."""
     forwarding = np.asarray(experts) > 0
     if forwarding.all():  # every plan forwards (one prompt iteration): no plain all-to-all to price
-        return forwarded_time(nbytes, copies, experts, group, layout, cluster, eff)
-    plain = collective_time("all_to_all", nbytes, group, layout, cluster, eff)
+        return forwarded_split(nbytes, copies, experts, group, parts, cluster, eff)
+    plain = split_time("all_to_all", nbytes, group, parts, cluster, eff)
     if not forwarding.any():
         return plain
     safe = where(forwarding, experts, float(copies))  # a plan without forwarding: any E ≥ k keeps the product finite
-    return where(forwarding, forwarded_time(nbytes, copies, safe, group, layout, cluster, eff), plain)
+    return where(forwarding, forwarded_split(nbytes, copies, safe, group, parts, cluster, eff), plain)

@@ -47,7 +47,7 @@ from typing import overload
 
 import numpy as np
 
-from meshplan.protocols import NCCL_KINDS, PROTOCOLS, tier0_time
+from meshplan.collectives.protocols import NCCL_KINDS, PROTOCOLS, tier0_time
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.mesh import group_bandwidth
@@ -154,17 +154,11 @@ def split_group(cluster: Cluster, group: Num, layout: Layout) -> list[Num]:
     return parts
 
 
-def collective_time(kind: str, nbytes: Num, group: Num, layout: Layout, cluster: Cluster,
-                    eff: Efficiency = DEFAULT) -> Num:
-    """Seconds for one collective over ``group`` ranks laid out as ``layout`` (``split_group``); zero for a
-    group of one."""
-    return split_time(kind, nbytes, group, split_group(cluster, group, layout), cluster, eff)
-
-
 def split_time(kind: str, nbytes: Num, group: Num, parts: list[Num], cluster: Cluster,
                eff: Efficiency = DEFAULT) -> Num:
-    """``collective_time`` of a group already split over the tiers (``parts``: the ops of a layer share a few
-    groups, so step.passes.time_ops splits each once)."""
+    """Seconds for one collective over ``group`` ranks split over the tiers as ``parts`` (``split_group``), under
+    NCCL's algorithms (the module docstring); zero for a group of one. Engines price collectives through the one
+    dispatcher, price.py, which picks this or another model."""
     if kind in NCCL_KINDS:  # inside tier 0 NCCL's protocols (protocols.py), beyond it the hierarchical α-β model
         inside = _beyond(parts) <= 1
         if isinstance(inside, np.ndarray) and inside.all() != inside.any():  # some plans' groups inside, some not

@@ -5,10 +5,12 @@ where their cost is measured; beyond tier 0 comm.py's hierarchical ring. Decode'
 tens of kilobytes to a few megabytes, where the low-latency protocols win: 10-40 µs against 20-45 µs for a plain α-β
 ring at 8 GPUs, twice per layer.
 
-Training and serving price their tensor-parallel all-reduces with this one model (``tp_all_reduce``). Training runs
-NCCL, never the engines' kernels below (``custom`` False), and then this is comm.split_time's all-reduce; serving
-engines run their kernels where the accelerator's cost is measured. On a calibrated tier 0
-(``Cluster.nccl_protocols`` false) the protocols are the line calibrate fitted there (protocols.py).
+Training runs NCCL, never the engines' kernels below, and its tensor-parallel all-reduce is comm.split_time's like any
+other all-reduce on the same ranks (price.py, the one dispatcher: an NVL72 group of more than 8 GPUs the faster of
+NCCL's ring protocols and the α-β tree, as the data-parallel channel and the sharding planner price it); serving
+engines run their kernels where the accelerator's cost is measured, and then price.py calls ``tp_all_reduce``. On a
+calibrated tier 0 (``Cluster.nccl_protocols`` false) the protocols are the line calibrate fitted there
+(protocols.py).
 
 Serving engines replace NCCL below a few megabytes on NVLink with their own one-shot / two-shot kernels (a launch, a
 flag barrier across the peers, their bytes read and written over NVLink: TensorRT-LLM's customAllReduceKernels.cu,
@@ -30,8 +32,8 @@ from functools import reduce
 
 import numpy as np
 
-from meshplan.comm import split_time
-from meshplan.protocols import protocol_times, tier0_busbw, tier0_latency
+from meshplan.collectives.comm import split_time
+from meshplan.collectives.protocols import protocol_times, tier0_busbw, tier0_latency
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Accelerator, Cluster
 from meshplan.xp import Num, maximum, minimum, where

@@ -3,7 +3,7 @@ the mesh's tiers (plan.py's placement; Megatron-Core's expert rank order for the
 
 from __future__ import annotations
 
-from meshplan.comm import Layout, block_members
+from meshplan.collectives.comm import Layout, block_members
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.plan import Plan
 from meshplan.xp import Num, floor_div, maximum, minimum

@@ -1,0 +1,103 @@
+"""The one dispatcher: which model prices a collective, chosen by the same rule for training (step/passes.py, the
+data-parallel channels), serving (serve/iteration.py, the KV transfer), the sharding planner (autoshard/) and the
+weight synchronisation of reinforcement learning (rl/sync.py).
+
+The rule, on the collective's record (comm.Collective) and the library that runs it (``Library``):
+1. a group of one: no time;
+2. the tensor-parallel all-reduce (axis ``tp``) of a library that runs the serving engines' own one- / two-shot
+   kernels (``Library.engine_kernels``) on an accelerator whose kernel cost is measured (``engine_kernel_measured``):
+   allreduce.tp_all_reduce, the slower of NCCL's protocols and the measured kernel inside tier 0, the hierarchical
+   ring beyond it; every other all-reduce, whatever its axis, is rule 4's, so a tensor-parallel all-reduce costs a
+   training plan what the same all-reduce costs its data-parallel channel and the sharding planner;
+3. a MoE dispatch or combine that names its copies and routed experts (``Collective.copies`` > 1, ``experts`` > 0):
+   forwarded through each node (dispatch.py, DeepEP's normal kernels); with ``experts`` 0 the plain all-to-all;
+4. every other collective by the library's algorithm (``ALGORITHMS``, Plan.collectives): NCCL's (comm.split_time:
+   its protocols inside tier 0, the α-β ring / double binary tree / chain beyond it) or MPICH's per-message choice
+   that adds the minimum spanning tree (comm.fastest_time; Thakur, Rabenseifner & Gropp 2005 §4).
+
+An engine states only its ``Library``; it never picks a formula itself, so the same collective costs the same wherever
+it is priced (tests/test_collectives_agree.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from meshplan.collectives.allreduce import tp_all_reduce
+from meshplan.collectives.comm import Collective, Layout, fastest_time, split_group, split_time
+from meshplan.collectives.dispatch import dispatch_split
+from meshplan.specs.efficiency import DEFAULT, Efficiency
+from meshplan.specs.hardware import Cluster
+from meshplan.xp import Num
+
+SplitTime = Callable[[str, Num, Num, list[Num], Cluster, Efficiency], Num]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Algorithm:
+    """A collective library's algorithm family (rule 4 of the module docstring): the function that prices a
+    collective split over the tiers, and its source."""
+
+    time: SplitTime
+    source: str
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    "nccl": Algorithm(time=split_time, source="NVIDIA/nccl src/graph/tuning.cc (protocols inside tier 0); Thakur et "
+                      "al. 2005, Chan et al. 2007 (ring, double binary tree, chain beyond it): comm.py"),
+    "mst": Algorithm(time=fastest_time, source="Thakur, Rabenseifner & Gropp 2005 §4 (MPICH: the faster of the "
+                     "bandwidth-optimal algorithm and the minimum spanning tree per message): comm.mst_time"),
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Library:
+    """What runs an engine's collectives: the algorithm family (``ALGORITHMS``: a training plan's
+    ``Plan.collectives``) and whether the engine's own tensor-parallel all-reduce kernels replace NCCL's where
+    their cost is measured (serving engines: vLLM's, SGLang's and TensorRT-LLM's custom all-reduce; allreduce.py)."""
+
+    algorithm: str = "nccl"
+    engine_kernels: bool = False
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"collective algorithm {self.algorithm!r} is not one of {', '.join(ALGORITHMS)}")
+
+
+LIBRARIES = {name: Library(algorithm=name) for name in ALGORITHMS}  # a training plan's, by Plan.collectives
+NCCL = LIBRARIES["nccl"]  # training's default, the sharding planner's and the weight synchronisation's
+SERVING = Library(engine_kernels=True)  # the serving engines: NCCL plus their own all-reduce kernels
+
+
+def engine_kernel_measured(cluster: Cluster) -> bool:
+    """Whether ``cluster``'s accelerator states its engines' all-reduce kernel cost (``allreduce_bandwidth``)."""
+    return cluster.accelerator.allreduce_bandwidth > 0
+
+
+def split_seconds(c: Collective, parts: list[Num], cluster: Cluster, eff: Efficiency = DEFAULT,
+                  library: Library = NCCL) -> Num:
+    """Seconds of one collective ``c`` over its group split over the tiers as ``parts`` (comm.split_group; the ops
+    of a layer share a few groups, so callers split each once), by the module docstring's rule."""
+    if c.kind == "all_reduce" and c.axis == "tp" and library.engine_kernels and engine_kernel_measured(cluster):
+        return tp_all_reduce(c.nbytes, c.group, parts, cluster, eff, custom=True)
+    if c.kind == "all_to_all" and c.copies > 1 and bool(np.any(np.asarray(c.experts) > 0)):
+        return dispatch_split(c.nbytes, c.copies, c.experts, c.group, parts, cluster, eff)
+    return ALGORITHMS[library.algorithm].time(c.kind, c.nbytes, c.group, parts, cluster, eff)
+
+
+def collective_seconds(c: Collective, layout: Layout, cluster: Cluster, eff: Efficiency = DEFAULT,
+                       library: Library = NCCL) -> Num:
+    """``split_seconds`` of a collective whose group sits on the ranks as ``layout`` (a stride, or strided factors:
+    groups.axis_layout)."""
+    return split_seconds(c, split_group(cluster, c.group, layout), cluster, eff, library)
+
+
+def collective_time(kind: str, nbytes: Num, group: Num, layout: Layout, cluster: Cluster, eff: Efficiency = DEFAULT,
+                    library: Library = NCCL) -> Num:
+    """Seconds for one ``kind`` of ``nbytes`` over ``group`` ranks laid out as ``layout`` (comm.split_group); zero
+    for a group of one: ``collective_seconds`` of a collective on no axis of the plan (the data-parallel, pipeline
+    and mesh-dimension collectives of callers that hold no op record)."""
+    return collective_seconds(Collective(kind, nbytes, "", group), layout, cluster, eff, library)

@@ -1,0 +1,32 @@
+"""The host's cost of issuing work, as one small record (issue 82, deliverable 3): what a pass's composition with the
+host (step/host.py: its segments between synchronisations) needs of a stack, and nothing else of it, so the
+per-kernel cost does not travel inside the whole ``Stack``.
+
+The unit is seconds of host CPU per kernel launched (``per_kernel``; a stack's 12-15 µs measured on an x86 DGX host,
+each preset beside its source), with the few other host costs a step pays in their own units (per collective call,
+per compiled region, per parameter tensor, per micro-batch, per step) and how the host meets the GPU (one graph per
+pass, a host that waits for each exposed collective, launches that block). ``source``: the stack and version whose
+measurement these are (the preset's ``name``, ``version`` and ``source``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HostCost:
+    """Host seconds per unit of work issued on an x86 DGX host, and how the host meets the GPU (module docstring)."""
+
+    per_kernel: float = 0.0  # each launched kernel (Stack.host_dispatch)
+    per_collective: float = 0.0  # each collective call where stated, else per_kernel (Stack.collective_host)
+    per_region: float = 0.0  # each torch.compile region and pass beyond its launches (Stack.region_host)
+    compiled: bool = False  # each layer is such a region (Stack.compiled)
+    cuda_graphs: bool = False  # one graph launch per pass instead of each kernel
+    blocking_collectives: bool = False  # the host waits out each exposed collective: a synchronisation
+    blocking_launches: bool = False  # every launch waits for its kernel: host and GPU take turns
+    hidden_tp: bool = False  # TP collectives hide behind the GEMMs (Stack.overlap_tp): they close no segment
+    source: str = ""
+
+    def per_call(self, collective: bool) -> float:
+        """Host seconds per launch: a collective call at ``per_collective`` where stated, else ``per_kernel``."""
+        return self.per_collective if collective and self.per_collective else self.per_kernel

@@ -1,0 +1,45 @@
+"""The host's cost of issuing work as its own small record (specs/host_cost.py, issue 82 deliverable 3): a stack's
+``host`` carries exactly its host fields, with the preset's name, version and source, and step/host.py composes a
+pass from that record alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshplan.cost.blocks import collective
+from meshplan.cost.records import OpCost
+from meshplan.specs.host_cost import HostCost
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack, load_stack
+from meshplan.step.host import host_idle, host_times, per_launch
+
+US = 1e-6
+
+
+def test_a_stack_s_host_record_carries_its_host_fields_and_source():
+    stack = load_stack("megatron-core")
+    host = stack.host
+    assert (host.per_kernel, host.per_collective, host.per_region) == (stack.host_dispatch, stack.collective_host,
+                                                                        stack.region_host)
+    assert (host.cuda_graphs, host.blocking_collectives, host.blocking_launches, host.hidden_tp) == (
+        stack.cuda_graphs, stack.blocking_collectives, stack.blocking_launches, stack.overlap_tp)
+    assert host.source.startswith("megatron-core") and len(host.source) > len("megatron-core")
+
+
+def test_a_collective_call_costs_its_stated_price_else_a_kernel_s():
+    assert HostCost(per_kernel=12 * US, per_collective=5 * US).per_call(collective=True) == 5 * US
+    assert HostCost(per_kernel=12 * US).per_call(collective=True) == 12 * US
+    assert HostCost(per_kernel=12 * US, per_collective=5 * US).per_call(collective=False) == 12 * US
+
+
+def test_a_pass_is_composed_from_the_record_alone():
+    """Three kernels and one exposed all-reduce over 2 ranks at 10 µs a launch: the host issues the pass in 4 × 10 =
+    40 µs; against 25 µs of GPU time the GPU waits 15 µs, whichever stack object the record came from."""
+    gemm = OpCost("g", "fwd", "gemm", flops=1e9, nbytes=1e6, kernels=3.0)
+    ar = collective("ar", "fwd", "all_reduce", 1e6, "tp", 2)
+    ops = [gemm, ar]
+    host = Stack(host_dispatch=10 * US).host
+    assert per_launch(ar, host) == 10 * US
+    assert host_times(ops, Plan(), host, "none")["f"] == pytest.approx(40 * US)
+    idle = host_idle(ops, [20 * US, 5 * US], Plan(), host, "none", {"f": 25 * US, "b": 0.0})
+    assert idle["f"] == pytest.approx(15 * US)
