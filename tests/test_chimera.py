@@ -8,13 +8,13 @@ import itertools
 import numpy as np
 import pytest
 
-from meshplan.chimera import build_chimera, chimera_route, chimera_slots, simulate_chimera
 from meshplan.memory import in_flight_chunks
-from meshplan.schedule import format_table
+from meshplan.pipeline.chimera import build_chimera, chimera_route, chimera_slots, simulate_chimera
+from meshplan.pipeline.schedule import format_table
+from meshplan.pipeline.zero_bubble_v import closed_bubble_v
 from meshplan.specs.plan import Plan
 from meshplan.step.passes import PassTimes
 from meshplan.step.stages import split_bubble
-from meshplan.zero_bubble_v import closed_bubble_v
 from split_table_helpers import assert_table_valid, assert_timeline_respects_dependencies
 
 GRID = [(d, n) for d in (2, 4, 6, 8) for n in (d, 2 * d, 3 * d)]

@@ -7,13 +7,13 @@ import random
 
 import pytest
 
-from meshplan.dualpipe import build_dualpipe, dualpipe_pairs, dualpipe_route, simulate_dualpipe
 from meshplan.memory import in_flight_chunks
-from meshplan.schedule import format_table
+from meshplan.pipeline.dualpipe import build_dualpipe, dualpipe_pairs, dualpipe_route, simulate_dualpipe
+from meshplan.pipeline.schedule import format_table
+from meshplan.pipeline.zero_bubble import closed_bubble, weight_copies
 from meshplan.specs.plan import Plan
 from meshplan.step.passes import PassTimes
 from meshplan.step.stages import split_bubble
-from meshplan.zero_bubble import closed_bubble, weight_copies
 from split_table_helpers import assert_table_valid, assert_timeline_respects_dependencies
 
 GRID = [(p, m) for p in (2, 4, 8, 16) for m in (2 * p, 2 * p + 2, 3 * p)]

@@ -9,12 +9,12 @@ from bad_input_helpers import estimate as estimate_args
 from bad_input_helpers import fails
 from meshplan.estimate import estimate
 from meshplan.memory import embedding_in_flight, in_flight_chunks
+from meshplan.pipeline.zero_bubble_v import build_zb_v, closed_bubble_v, simulate_routes, v_route
 from meshplan.specs.check import check
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack, load_stack
-from meshplan.zero_bubble_v import build_zb_v, closed_bubble_v, simulate_routes, v_route
 
 GRID = [(p, m) for p in (2, 3, 4, 5, 8) for m in (2 * p, 2 * p + 1, 3 * p)]
 

@@ -26,7 +26,7 @@ from meshplan.autoshard.problem import Problem, host_seconds
 from meshplan.autoshard.solve import Sharding
 from meshplan.autoshard.stage_dp import Option, Slicing
 from meshplan.comm import collective_time
-from meshplan.schedule import build, simulate
+from meshplan.pipeline.schedule import build, simulate
 from meshplan.specs.hardware import Cluster
 
 

@@ -225,7 +225,7 @@ def pipeline_run(est: Estimate) -> PipelineRun:
     estimate's pipelined part, compute + recompute + tp + cp + ep + pp + bubble (bubble.flow_bubble; the
     tests check it).
     """
-    from meshplan.schedule import build, simulate
+    from meshplan.pipeline.schedule import build, simulate
 
     plan, m = est.plan, est.plan.grad_accum
     schedule, vpp, t_f, t_b = pipeline_times(est)

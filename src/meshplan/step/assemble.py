@@ -24,7 +24,6 @@ from typing import cast
 
 import numpy as np
 
-from meshplan.bubble import flow_bubble
 from meshplan.channels import (
     Collectives,
     Offload,
@@ -42,6 +41,7 @@ from meshplan.cost.tensors import rank_tensors
 from meshplan.cost.wrapper_work import by_work
 from meshplan.cost.wrappers import partitioned_zero
 from meshplan.memory import Memory, model_states
+from meshplan.pipeline.bubble import flow_bubble
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec

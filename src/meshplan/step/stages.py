@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from meshplan.bubble import flow_bubble
 from meshplan.cost.params import any_uneven, layers_on_first, layers_on_last, layers_on_stage
+from meshplan.pipeline.bubble import flow_bubble
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack

@@ -62,8 +62,8 @@ from collections.abc import Sequence, Sized
 from dataclasses import dataclass
 from functools import lru_cache
 
-from meshplan.bubble import flow_bubble
-from meshplan.schedule_replay import replay_table
+from meshplan.pipeline.bubble import flow_bubble
+from meshplan.pipeline.replay import replay_table
 from meshplan.specs.plan import ASYNC_SCHEDULES, TABLED_SCHEDULES
 
 ACTION_KINDS = ("F", "B")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from meshplan.schedule import Action, Table, Times, build, simulate
+from meshplan.pipeline.schedule import Action, Table, Times, build, simulate
 from meshplan.specs.plan import ASYNC_SCHEDULES
 
 

@@ -39,8 +39,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from meshplan.schedule import Timeline
-from meshplan.zero_bubble import SplitAction, SplitTable, run_rows
+from meshplan.pipeline.schedule import Timeline
+from meshplan.pipeline.zero_bubble import SplitAction, SplitTable, run_rows
 
 Place = tuple[int, int]  # (rank, chunk)
 Route = Callable[[int], Sequence[Place]]  # micro-batch -> the places its forward visits
