@@ -53,6 +53,7 @@ from meshplan.configs.common import (
 from meshplan.configs.format import ConfigFormat
 from meshplan.configs.megatron_model import MEGATRON_ARGUMENT, architecture, arguments
 from meshplan.errors import SpecError
+from meshplan.pipeline.registry import default_schedule
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack, load_stack
@@ -82,7 +83,7 @@ def _plan_args(plan: Plan, model: ModelSpec) -> list[tuple[str, Any]]:
         raise refuse(_NAME, "offload_activations", True, "pretrain_gpt.py has no activation offload argument")
     if plan.precision == "fp4":
         raise refuse(_NAME, "precision", plan.precision, "no fp4 recipe is written")
-    megatron_schedule = "interleaved" if plan.vpp > 1 else "1f1b"
+    megatron_schedule = default_schedule(plan.vpp)
     if plan.schedule != megatron_schedule:
         raise refuse(_NAME, "schedule", plan.schedule, f"with vpp={plan.vpp} it runs {megatron_schedule}")
     args: list[tuple[str, Any]] = [
@@ -211,7 +212,7 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
     fields = dict(
         dp=data_parallel(gpus, _NAME, **sizes), **sizes, ep=_int(options, "--expert-model-parallel-size", 1),
         etp=_int(options, "--expert-tensor-parallel-size", sizes["tp"]), vpp=vpp,
-        schedule="interleaved" if vpp > 1 else "1f1b",
+        schedule=default_schedule(vpp),
         last_stage_layers=_int(options, "--decoder-last-pipeline-num-layers", 0),
         first_stage_layers=_int(options, "--decoder-first-pipeline-num-layers", 0),
         sequence_parallel="--sequence-parallel" in options, micro_batch=_int(options, "--micro-batch-size", 1),

@@ -63,8 +63,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from meshplan.pipeline.bubble import flow_bubble
+from meshplan.pipeline.names import ASYNC as ASYNC_SCHEDULES
+from meshplan.pipeline.names import TABLED as TABLED_SCHEDULES
 from meshplan.pipeline.replay import replay_table
-from meshplan.specs.plan import ASYNC_SCHEDULES, TABLED_SCHEDULES
 
 ACTION_KINDS = ("F", "B")
 
