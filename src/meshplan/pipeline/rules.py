@@ -184,9 +184,10 @@ def refuse_chimera(s: PlanShape) -> list[str]:
     runs them (its intermediate bubbles grow with m where T_B > T_F)."""
     if reasons := _even_stages(s) or _one_chunk(s):
         return reasons
-    if s.pp % 2 or (s.m is not None and s.m % s.pp):
-        return [f"schedule=chimera needs an even pp dividing the number of micro-batches (units of pp, half each way; "
-                f"pp={s.pp}, m = global_batch/(dp*micro_batch) = {s.m})"]
+    if s.pp % 2 or (s.m is not None and s.m != s.pp):
+        return [f"schedule=chimera needs an even pp equal to the number of micro-batches (one basic unit, half each "
+                f"way; pp={s.pp}, m = global_batch/(dp*micro_batch) = {s.m}): more micro-batches run Chimera's "
+                f"forward doubling / backward halving (Li & Hoefler 2021 §3.5), not modelled"]
     return []
 
 
@@ -217,4 +218,4 @@ def runs_dualpipe(pp: Num, vpp: Num, m: Num, even: Any) -> Num:
 
 
 def runs_chimera(pp: Num, vpp: Num, m: Num, even: Any) -> Num:
-    return (vpp == 1) & (pp > 1) & (pp % 2 == 0) & (m % pp == 0) & even
+    return (vpp == 1) & (pp > 1) & (pp % 2 == 0) & (m == pp) & even
