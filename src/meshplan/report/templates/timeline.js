@@ -1,6 +1,6 @@
 // The merged pipeline timelines the report leaves to the page (report/detail.py replay_inputs): a plan's timeline is
 // simulated when the comparison first shows it, in the same floating-point operations, in the same order, as
-// schedule.build, pipeline/replay.replay_table, schedule.simulate, plots.PipelineRun.idle and
+// schedule.build, schedule_replay.replay_table, schedule.simulate, plots.PipelineRun.idle and
 // detail.compact_timeline(merged=True), so that its rows are the numbers Python would have written
 // (tests/test_report_timeline_js.py checks them against Python's, plan by plan).
 (function () {
@@ -37,7 +37,7 @@
     return table;
   }
 
-  function replay(table, tf, tb, pp, m, vpp) {  // pipeline/replay.replay_table, no p2p time (plots.pipeline_run)
+  function replay(table, tf, tb, pp, m, vpp) {  // schedule_replay.replay_table, no p2p time (plots.pipeline_run)
     const stages = pp * vpp, n = stages * m, done = new Float64Array(2 * n).fill(NaN);
     const wait = new Int32Array(2 * n).fill(-1), next = new Array(pp).fill(0), free = new Array(pp).fill(0);
     const starts = table.map(function (row) { return new Float64Array(row.length); });
