@@ -11,12 +11,12 @@ from dataclasses import replace
 
 from meshplan.estimate import estimate
 from meshplan.memory import model_state_memory
-from meshplan.schedule import build, simulate
+from meshplan.pipeline.schedule import build, simulate
+from meshplan.pipeline.steady import steady_step
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan.steady import steady_step
 from meshplan.units import fmt_bytes, fmt_time
 
 P, M, F, B = 4, 8, 1.0, 2.0

@@ -4,9 +4,9 @@ started only after what it waits for ended (plus the hop across ranks)."""
 
 from __future__ import annotations
 
-from meshplan.schedule import Timeline
-from meshplan.zero_bubble import SplitTable
-from meshplan.zero_bubble_v import Route, route_dependency
+from meshplan.pipeline.schedule import Timeline
+from meshplan.pipeline.zero_bubble import SplitTable
+from meshplan.pipeline.zero_bubble_v import Route, route_dependency
 
 
 def assert_table_valid(table: SplitTable, route: Route, micro_batches: int, kinds: str) -> None:

@@ -13,12 +13,12 @@ from meshplan.cli import main
 from meshplan.errors import SpecError
 from meshplan.estimate import estimate
 from meshplan.memory import model_state_memory, weight_versions
-from meshplan.schedule import build, in_flight, simulate, step_time
+from meshplan.pipeline.schedule import build, in_flight, simulate, step_time
+from meshplan.pipeline.steady import steady_step, table_weight_versions
 from meshplan.search import Space, search
 from meshplan.specs.check import check
 from meshplan.specs.plan import ASYNC_SCHEDULES
 from meshplan.specs.stack import load_stack
-from meshplan.steady import steady_step, table_weight_versions
 
 F, B = 1.0, 2.0  # forward and backward of one micro-batch through one stage
 

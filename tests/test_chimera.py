@@ -8,16 +8,23 @@ import itertools
 import numpy as np
 import pytest
 
-from meshplan.chimera import build_chimera, chimera_route, chimera_slots, simulate_chimera
 from meshplan.memory import in_flight_chunks
-from meshplan.schedule import format_table
+from meshplan.pipeline.chimera import build_chimera, chimera_route, chimera_slots, simulate_chimera
+from meshplan.pipeline.forms import RankTimes
+from meshplan.pipeline.registry import schedule_of
+from meshplan.pipeline.schedule import format_table
+from meshplan.pipeline.zero_bubble_v import closed_bubble_v
 from meshplan.specs.plan import Plan
 from meshplan.step.passes import PassTimes
-from meshplan.step.stages import split_bubble
-from meshplan.zero_bubble_v import closed_bubble_v
 from split_table_helpers import assert_table_valid, assert_timeline_respects_dependencies
 
 GRID = [(d, n) for d in (2, 4, 6, 8) for n in (d, 2 * d, 3 * d)]
+
+
+def split_bubble(schedule: str, pp: int, first: PassTimes, last: PassTimes, middle: PassTimes, m: int = 0) -> float:
+    """What the estimate prices from the ranks' passes (step/stages.stage_bubble): the schedule record's form."""
+    ends = [(t.passes().t_f, t.passes().t_b, t.total) for t in (first, last, middle)]
+    return schedule_of(schedule).bubble(RankTimes.of_ends(pp, *ends), 1, m)
 
 
 def test_figure_3_table():
@@ -49,7 +56,7 @@ def test_merge_has_no_conflict_every_pass_once_and_dependencies_kept(d, n):
 def test_bubble_ratio_is_table_1_s_in_unit_slots(d, units):
     """Table 1: bubble ratio (D - 2)/(2N + D - 2) in the unit slots it counts (T_F = T_B = 1): every worker runs
     2N slots and idles D - 2; D = N = 4 (Figure 3): 2 of 10. It is closed_bubble_v's (p/2 - 1)·(T_F + T_B), what
-    the estimate prices (step/stages.split_bubble on equal ranks)."""
+    the estimate prices (step/stages.stage_bubble on equal ranks)."""
     n = units * d
     line = simulate_chimera(d, n, 1.0, 1.0)
     assert line.busy == (2.0 * n,) * d

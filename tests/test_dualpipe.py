@@ -7,16 +7,23 @@ import random
 
 import pytest
 
-from meshplan.dualpipe import build_dualpipe, dualpipe_pairs, dualpipe_route, simulate_dualpipe
 from meshplan.memory import in_flight_chunks
-from meshplan.schedule import format_table
+from meshplan.pipeline.dualpipe import build_dualpipe, dualpipe_pairs, dualpipe_route, simulate_dualpipe
+from meshplan.pipeline.forms import RankTimes
+from meshplan.pipeline.registry import schedule_of
+from meshplan.pipeline.schedule import format_table
+from meshplan.pipeline.zero_bubble import closed_bubble, weight_copies
 from meshplan.specs.plan import Plan
 from meshplan.step.passes import PassTimes
-from meshplan.step.stages import split_bubble
-from meshplan.zero_bubble import closed_bubble, weight_copies
 from split_table_helpers import assert_table_valid, assert_timeline_respects_dependencies
 
 GRID = [(p, m) for p in (2, 4, 8, 16) for m in (2 * p, 2 * p + 2, 3 * p)]
+
+
+def split_bubble(schedule: str, pp: int, first: PassTimes, last: PassTimes, middle: PassTimes, m: int = 0) -> float:
+    """What the estimate prices from the ranks' passes (step/stages.stage_bubble): the schedule record's form."""
+    ends = [(t.passes().t_f, t.passes().t_b, t.total) for t in (first, last, middle)]
+    return schedule_of(schedule).bubble(RankTimes.of_ends(pp, *ends), 1, m)
 
 
 def test_rank_rows_follow_the_library_s_eight_steps():
@@ -86,7 +93,7 @@ def test_memory_is_table_2_s(pp, m):
 
 @pytest.mark.parametrize("pp", [2, 4, 8, 16])
 def test_the_estimate_prices_table_2(pp):
-    """The estimate prices step/stages.split_bubble on the ranks' passes, T_B = T_W = half the backward: with
+    """The estimate prices step/stages.stage_bubble on the ranks' passes, T_B = T_W = half the backward: with
     forward 1 and backward 2 on every rank, Table 2's (p/2 - 1)·(1 + 1) (closed_bubble at 1, 1, 1), twice the
     library order's bubble at F = B = W = 1."""
     rank = PassTimes(fwd=1.0, bwd=2.0)

@@ -9,7 +9,7 @@ import pytest
 from conftest import gpt
 from meshplan.cost.flops import model_flops_per_token
 from meshplan.estimate import estimate
-from meshplan.schedule import build, simulate
+from meshplan.pipeline.schedule import build, simulate
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan

@@ -3,8 +3,9 @@ import each other (directly or round a cycle), and the core never imports the va
 package (meshplan_research: the learned predictor, the model zoo, MLP-Mixer), which sit beside each other above it.
 
 Layers, in data-flow order (a module's layer is that of the first name under ``meshplan`` it lives in):
-base values → specs → collectives on the mesh → per-op cost → memory and op time → overlap channels and pipeline
-schedules → step → estimate → search and sweeps → reinforcement learning (rl: both searches composed) → trace and
+base values → pipeline schedules (their tables, simulators and closed forms over per-rank times: pure arithmetic) →
+specs → collectives on the mesh → per-op cost → memory and op time → overlap channels → step → estimate → search and
+sweeps → reinforcement learning (rl: both searches composed) → trace and
 calibrate → sharding planner → measure (predict, then run a step) → report → command line → validation and research.
 Imports inside functions and under ``TYPE_CHECKING`` count as imports.
 """
@@ -19,13 +20,13 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = [
     ("errors", "units", "xp", "fields", "files", "ranges", "interrupt", "captured"),
+    ("pipeline",),
     ("specs",),
     ("configs",),
     ("collectives",),
     ("cost",),
     ("memory", "roofline"),
-    ("bubble", "channels", "schedule_replay", "schedule", "steady", "zero_bubble",
-     "zero_bubble_v", "dualpipe", "chimera"),
+    ("channels",),
     ("step",),
     ("estimate", "goodput", "mixed", "energy"),
     ("serve",),

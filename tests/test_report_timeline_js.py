@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from meshplan.schedule import build, simulate
+from meshplan.pipeline.schedule import build, simulate
 
 pytest.importorskip("jinja2")
 pytest.importorskip("playwright")

@@ -10,8 +10,8 @@ import itertools
 
 import pytest
 
-from meshplan.bubble import flow_bubble
-from meshplan.schedule import (
+from meshplan.pipeline.bubble import flow_bubble
+from meshplan.pipeline.schedule import (
     Action,
     bubble_fraction,
     bubble_time,

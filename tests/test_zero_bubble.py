@@ -11,14 +11,14 @@ from bad_input_helpers import estimate as estimate_args
 from bad_input_helpers import fails
 from meshplan.errors import SpecError
 from meshplan.estimate import estimate
-from meshplan.schedule import build, format_table, simulate
+from meshplan.pipeline.schedule import build, format_table, simulate
+from meshplan.pipeline.zero_bubble import build_zb_h1, closed_bubble, simulate_split
 from meshplan.search import Space, search
 from meshplan.specs.check import check
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import SPLIT_SCHEDULES, Plan
 from meshplan.specs.stack import Stack, load_stack
-from meshplan.zero_bubble import build_zb_h1, closed_bubble, simulate_split
 from spaces import EVERY_PLAN
 
 

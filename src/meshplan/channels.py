@@ -62,6 +62,7 @@ from meshplan.collectives.price import LIBRARIES, collective_time
 from meshplan.cost.params import StageParams, layers_on_first, layers_on_last, layers_on_rank, trainable
 from meshplan.cost.records import OpCost
 from meshplan.memory import OPTIMIZER_STATE, WEIGHT_BYTES, offloaded_layers
+from meshplan.pipeline.registry import schedule_of
 from meshplan.roofline import memory_time
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
@@ -131,9 +132,6 @@ def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: Stage
                        coll("reduce_scatter", plan.grad_bytes))
 
 
-# schedules whose first and last stage sit on different ranks: ZB-V puts the head beside the embedding on the first
-# rank, and DualPipe's and Chimera's mirrored pipelines hold both ends on each end rank (zero_bubble_v.py)
-_ENDS_APART = ("gpipe", "1f1b", "interleaved", "pipedream", "pipedream-2bw", "zb-h1")
 
 
 def embedding_sync(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency) -> tuple[Num, Num, Num]:
@@ -144,12 +142,12 @@ def embedding_sync(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficien
     (megatron/core/distributed/finalize_model_grads.py ``_allreduce_word_embedding_grads``, over the embedding group,
     after the data-parallel reduction; share_embeddings_and_output_weights or mtp_num_layers) and DeepSpeed's
     pipeline engine (runtime/pipe/engine.py ``_exec_reduce_tied_grads``: allreduce_tied_weight_gradients) both do.
-    None without a pipeline, where the ends share a rank (``_ENDS_APART``) or where the embedding trains no gradient
-    (LoRA); a middle rank holds neither end."""
+    None without a pipeline, where the ends share a rank (the schedule's record: ``ends_apart``) or where the
+    embedding trains no gradient (LoRA); a middle rank holds neither end."""
     nbytes = tied_gradient_bytes(model, plan)
     if type(nbytes) is float and nbytes == 0.0:  # nothing shared (a search batch's sizes give an array otherwise)
         return 0.0, 0.0, 0.0
-    apart = (plan.pp > 1) * (plan.schedule in _ENDS_APART)
+    apart = (plan.pp > 1) * schedule_of(plan.schedule).ends_apart
     t = collective_time("all_reduce", nbytes, 2, plan.stride("pp") * maximum(plan.pp - 1, 1), cluster, eff) * apart
     return t, t, 0.0
 

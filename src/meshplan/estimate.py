@@ -37,6 +37,7 @@ from meshplan.cost.tensors import tensors_on_rank
 from meshplan.cost.wrapper_work import work_of
 from meshplan.cost.wrappers import partitioned_zero
 from meshplan.memory import WEIGHT_BYTES
+from meshplan.pipeline.registry import schedule_of
 from meshplan.roofline import compute_time, memory_time, overhead, stream_bandwidth, work_time
 from meshplan.specs.bands import Band, memory_band, ranking_band, training_band
 from meshplan.specs.check import validate
@@ -334,7 +335,7 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff
     if paid_per_step(stack):
         rank = 0 if first else plan.pp - 1
         host = optimizer_loops(tensors_on_rank(model, plan, stack, rank), plan, stack, cluster.python_host,
-                               1 + (plan.schedule == "dualpipe"))  # as step/assemble.py composes it
+                               schedule_of(plan.schedule).weight_copies)  # as step/assemble.py composes it
         rows.append(OpRow("optimizer/host", "step", "host", float(updates), 0.0, 0.0, float(host), "host"))
     if stack.iteration_host:  # the training loop's per step, once (step/host.iteration_host)
         rows.append(OpRow("loop/step", "step", "host", 1.0, 0.0, 0.0, iteration_host(stack, cluster.python_host),

@@ -38,9 +38,11 @@ from meshplan.cost.params import (
 from meshplan.cost.records import ACT_BYTES, FP32, token_rows
 from meshplan.cost.wrapper_work import BF16_OPTIMIZER_WORK, work_of
 from meshplan.cost.wrappers import partitioned_zero
+from meshplan.pipeline.registry import schedule_of
+from meshplan.pipeline.rules import one_version
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import head_vocab
-from meshplan.specs.plan import ASYNC_SCHEDULES, Plan
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.xp import Num, maximum, minimum, where
 
@@ -137,11 +139,11 @@ def model_states(params: StageParams, plan: Plan, stack: Stack, last: bool = Fal
 
     train = trainable(params, plan)
     weights = sharded(3, WEIGHT_BYTES)
-    if plan.schedule in ASYNC_SCHEDULES:
+    if schedule_of(plan.schedule).weight_versions is not one_version:
         weights = weights + (weight_versions(plan, last) - 1) * sharded(3, WEIGHT_BYTES, train)
     grads = sharded(2, plan.grad_bytes, train) * chunk_gradient_share(plan, stack) + lp_gradients(train, plan, stack)
     optimizer = 0.0 if plan.offload_optimizer else sharded(1, OPTIMIZER_STATE[plan.optimizer].state, train)
-    copies = 2 if plan.schedule == "dualpipe" else 1  # DualPipe: two stages per rank (zero_bubble.weight_copies)
+    copies = schedule_of(plan.schedule).weight_copies  # DualPipe: two stages per rank (its record)
     return weights * copies, grads * copies, optimizer * copies
 
 
@@ -217,49 +219,29 @@ def weight_versions(plan: Plan, last: bool = False) -> Num:
     tables):
     PipeDream p - r, one per micro-batch in flight (Narayanan et al. 2019 §3.3, weight stashing); PipeDream-2BW
     min(2, p - r) (Narayanan et al. 2021 §3.1: double-buffered; the last rank's forward and backward of a micro-batch
-    are adjacent, so it needs one); a synchronous schedule 1."""
-    if plan.schedule not in ASYNC_SCHEDULES:
-        return 1
-    in_flight = 1 if last else plan.pp
-    return in_flight if plan.schedule == "pipedream" else minimum(2, in_flight)
+    are adjacent, so it needs one); a synchronous schedule 1: the record's rule (meshplan.pipeline.rules)."""
+    return schedule_of(plan.schedule).weight_versions(plan.pp, last)
 
 
 def in_flight_chunks(plan: Plan, last: bool = False, rank: int | None = None) -> Num:
     """Model chunks whose activations the first (or last, or ``rank``) pipeline rank holds at its peak.
 
     Megatron-LM warm-up forwards on rank r: p - r - 1 (1F1B), 2(p - r - 1) + (v - 1)·p (interleaved);
-    the peak is warm-up + 1. GPipe keeps all m.
+    the peak is warm-up + 1. GPipe keeps all m. Each schedule's rule is its record's (meshplan.pipeline.rules).
     """
-    m = plan.grad_accum
-    if plan.schedule == "gpipe":
-        return m
     if rank is None:
         rank = plan.pp - 1 if last else 0
-    if plan.schedule == "zb-h1":  # every rank holds up to p between F and W (zero_bubble.build_zb_h1), its W residues
-        return minimum(plan.pp, m)  # counted whole: rank 0's is 1F1B's, the last rank's an upper bound
-    if plan.schedule == "dualpipe":  # DeepSeek-V3 Table 2: PP + 1 micro-batches of activations, every rank of
-        return minimum(plan.pp + 1, m)  # dualpipe.build_dualpipe's table (F to W, m >= 2p)
-    if plan.schedule == "zb-v":  # 1F1B's p micro-batches of a whole stage: 2p half-stage chunks, F to W counted
-        return minimum(2 * plan.pp, 2 * m)  # whole (zero_bubble_v.build_zb_v's table, every rank)
-    if plan.schedule == "chimera":  # Li & Hoefler 2021 Table 1: between p/2 + 1 (the end ranks) and p (the middle
-        return minimum(plan.pp, m)  # ones) micro-batches (chimera.build_chimera's table): every rank taken at p
-    if plan.schedule in ASYNC_SCHEDULES:
-        return plan.pp - rank
-    if plan.schedule == "interleaved":
-        return minimum(plan.vpp * m, 2 * (plan.pp - rank - 1) + (plan.vpp - 1) * plan.pp + 1)
-    return minimum(plan.pp - rank, m)
+    return schedule_of(plan.schedule).in_flight(plan.pp, plan.vpp, plan.grad_accum, rank)
 
 
 def embedding_in_flight(plan: Plan) -> Num:
     """Micro-batches whose embedding activations the first pipeline rank holds at its peak: the embedding is in
     model chunk 0 only. Megatron-LM's interleaved schedule runs forwards in blocks of p micro-batches per chunk
     (chunk 0, 1, …, v-1, then chunk 0 again), so of the 2(p-1) + (v-1)·p + 1 forwards in flight at the first
-    backward, p + (p - 1) = 2p - 1 are chunk 0's; 1F1B and GPipe hold one chunk, all of their in-flight ones."""
-    if plan.schedule == "interleaved":
-        return minimum(plan.grad_accum, 2 * plan.pp - 1)
-    if plan.schedule == "zb-v":  # rank 0's 2p chunk-0 forwards before its first chunk-0 input gradient (build_zb_v)
-        return minimum(plan.grad_accum, 2 * plan.pp)
-    return in_flight_chunks(plan)
+    backward, p + (p - 1) = 2p - 1 are chunk 0's; ZB-V's rank 0 runs 2p chunk-0 forwards before its first chunk-0
+    input gradient; 1F1B and GPipe hold one chunk, all of their in-flight ones (the records' rules)."""
+    own = schedule_of(plan.schedule).embedding_in_flight
+    return in_flight_chunks(plan) if own is None else own(plan.pp, plan.grad_accum)
 
 
 def _rank_layers(model: ModelSpec, plan: Plan, last: bool, rank: int | None) -> Num:

@@ -26,7 +26,8 @@ from meshplan.autoshard.problem import Problem, host_seconds
 from meshplan.autoshard.solve import Sharding
 from meshplan.autoshard.stage_dp import Option, Slicing
 from meshplan.collectives.price import collective_time
-from meshplan.schedule import build, simulate
+from meshplan.pipeline.registry import one_chunk
+from meshplan.pipeline.schedule import build, simulate
 from meshplan.specs.hardware import Cluster
 
 
@@ -218,7 +219,7 @@ def price_slicing(slicing: Slicing, parts_of: dict[int, tuple[StageParts, Shardi
         ends = float(collective_time("all_reduce", tied, 2, hop(cluster, 0, offset - slicing.stages[-1][0].devices),
                                      cluster))
         sync[0], sync[-1] = sync[0] + ends, sync[-1] + ends
-    timeline = simulate(build("1f1b", p, micro_batches), tuple(fwd), tuple(bwd), tuple(p2p))
+    timeline = simulate(build(one_chunk(), p, micro_batches), tuple(fwd), tuple(bwd), tuple(p2p))
     return Pipeline(stages=p, layers=slicing.layers, micro_batches=micro_batches, devices=slicing.devices,
                     step_time=timeline.step_time + max(sync), stage_fwd=tuple(fwd), stage_bwd=tuple(bwd),
                     memory=tuple(memory), bubble=timeline.bubble_time, p2p=tuple(p2p), limit=limit,

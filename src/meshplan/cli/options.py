@@ -15,6 +15,7 @@ import click
 
 from meshplan.cli.common import default_global_batch, sequences
 from meshplan.errors import SpecError
+from meshplan.pipeline.registry import default_schedule
 from meshplan.ranges import RANGES, check_options
 from meshplan.specs.check import recompute_modules_problem
 from meshplan.specs.hardware import Cluster
@@ -212,7 +213,7 @@ def _derived(plan: Plan) -> dict[str, Any]:
     the fields it defaults from others; dp, the global batch and the precision depend on the cluster: stated."""
     return {"etp": plan.tp, "summa_panels": max(plan.tp, plan.tp2),
             "sequence_parallel": plan.tp > 1 and plan.tensor_layout == "1d",
-            "schedule": "interleaved" if plan.vpp > 1 else "1f1b", "finetune": "full",
+            "schedule": default_schedule(plan.vpp), "finetune": "full",
             "offload_activations": plan.offload_layers > 0}
 
 

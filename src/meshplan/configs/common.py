@@ -12,7 +12,8 @@ import dataclasses
 from typing import Any
 
 from meshplan.errors import SpecError
-from meshplan.specs.plan import ASYNC_SCHEDULES, DENSE_AXES, SPLIT_SCHEDULES, Plan
+from meshplan.pipeline.registry import schedule_of
+from meshplan.specs.plan import DENSE_AXES, Plan
 from meshplan.specs.stack import Stack, load_stack
 
 COMMENT = "meshplan:"
@@ -68,10 +69,10 @@ def check_layout(plan: Plan, framework: str) -> None:
     if plan.tensor_layout != "1d" or plan.tp2 > 1:
         raise refuse(framework, "tensor_layout", plan.tensor_layout, "2D tensor parallelism (tp2: SUMMA, tp2d) is not "
                      "run")
-    if plan.schedule in ASYNC_SCHEDULES and plan.pp > 1:
+    if not schedule_of(plan.schedule).flushes and plan.pp > 1:
         raise refuse(framework, "schedule", plan.schedule, "it runs synchronous pipelines only (no PipeDream weight "
                      "stashing or 2BW double buffering): allowed schedules 1f1b, interleaved, gpipe where it has it")
-    if plan.schedule in SPLIT_SCHEDULES and plan.pp > 1:  # zero_bubble.py: which frameworks run them
+    if schedule_of(plan.schedule).split and plan.pp > 1:  # zero_bubble.py: which frameworks run them
         raise refuse(framework, "schedule", plan.schedule, "no split-backward, V-shaped or bidirectional schedule is "
                      "written (torch's ScheduleZBVZeroBubble needs a V stage placement this emitter does not write; "
                      "Chimera runs in its authors' code only): allowed 1f1b, interleaved, gpipe")

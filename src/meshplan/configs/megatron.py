@@ -66,6 +66,7 @@ from meshplan.configs.layout import layout_string, stage_layers_of
 from meshplan.configs.megatron_model import MEGATRON_ARGUMENT, architecture, arguments
 from meshplan.configs.megatron_rules import check as check_rules
 from meshplan.errors import SpecError
+from meshplan.pipeline.registry import default_schedule
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack, load_stack
@@ -101,7 +102,7 @@ def _plan_args(plan: Plan, model: ModelSpec, stack: Stack) -> list[tuple[str, An
     if model.num_layers % plan.pp and plan.vpp == 1 and not (plan.first_stage_layers or plan.last_stage_layers):
         raise refuse(_NAME, "pp", plan.pp, f"it splits the {model.num_layers} layers evenly unless the first or last "
                      "stage is given (validate_args: specs/refusals.py layers_not_divisible_by_pp)")
-    megatron_schedule = "interleaved" if plan.vpp > 1 else "1f1b"
+    megatron_schedule = default_schedule(plan.vpp)
     if plan.schedule != megatron_schedule:
         raise refuse(_NAME, "schedule", plan.schedule, f"with vpp={plan.vpp} it runs {megatron_schedule}")
     args: list[tuple[str, Any]] = [
@@ -253,7 +254,7 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
     fields = dict(
         dp=data_parallel(gpus, _NAME, **sizes), **sizes, ep=_int(options, "--expert-model-parallel-size", 1),
         etp=_int(options, "--expert-tensor-parallel-size", sizes["tp"]), vpp=vpp,
-        schedule="interleaved" if vpp > 1 else "1f1b",
+        schedule=default_schedule(vpp),
         last_stage_layers=_int(options, "--decoder-last-pipeline-num-layers", 0),
         first_stage_layers=_int(options, "--decoder-first-pipeline-num-layers", 0), stage_layers=stage_layers,
         sequence_parallel="--sequence-parallel" in options, micro_batch=_int(options, "--micro-batch-size", 1),

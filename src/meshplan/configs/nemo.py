@@ -57,6 +57,7 @@ from meshplan.configs.layout import layout_string, stage_layers_of
 from meshplan.configs.megatron import CP_COMM_TYPE
 from meshplan.configs.megatron_model import architecture
 from meshplan.errors import SpecError
+from meshplan.pipeline.registry import default_schedule
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import padded_vocab
 from meshplan.specs.plan import Plan
@@ -76,7 +77,7 @@ def _check(plan: Plan, stack: Stack) -> str:
     check_layout(plan.with_(stage_layers=()), _NAME)  # per-rank layers: its TransformerConfig's layout
     if plan.zero > 1:
         raise refuse(_NAME, "zero", plan.zero, "its distributed optimizer is ZeRO-1")
-    schedule = "interleaved" if plan.vpp > 1 else "1f1b"
+    schedule = default_schedule(plan.vpp)
     if plan.schedule != schedule:
         raise refuse(_NAME, "schedule", plan.schedule, f"with vpp={plan.vpp} it runs {schedule}")
     scaling = stack.fp8_scaling if plan.precision == "fp8" else "delayed"
@@ -224,7 +225,7 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
     plan = Plan(**{**dict(
         dp=data_parallel(gpus, _NAME, **sizes), **sizes, ep=_int(values, "model.expert_model_parallel_size", 1),
         etp=_int(values, "model.expert_tensor_parallel_size", sizes["tp"]), vpp=vpp,
-        schedule="interleaved" if vpp > 1 else "1f1b",
+        schedule=default_schedule(vpp),
         last_stage_layers=_int(values, "model.num_layers_in_last_pipeline_stage", 0),
         first_stage_layers=_int(values, "model.num_layers_in_first_pipeline_stage", 0), stage_layers=stage_layers,
         sequence_parallel=_flag(values, "model.sequence_parallel"),

@@ -45,6 +45,7 @@ from meshplan.configs.format import ConfigFormat
 from meshplan.configs.torchtitan_models import PLACEHOLDER_ASSETS, custom, module_name, notes, registered
 from meshplan.configs.values import Values
 from meshplan.errors import SpecError
+from meshplan.pipeline.registry import TORCHTITAN_CLASSES, in_framework, schedule_of
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import TORCH_COMPILE_REGION_HOST, Stack, load_stack
@@ -56,7 +57,7 @@ _PRESET = "torchtitan"
 # configs in Python
 RELEASE = "torchtitan 0.2.2 (the last release that reads a job TOML)"
 _OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW"}  # Plan.optimizer -> [optimizer] name
-_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
+_SCHEDULES = {s: schedule_of(s).frameworks[TORCHTITAN_CLASSES] for s in in_framework(TORCHTITAN_CLASSES)}  # the records
 _ROTATE = {"allgather": "allgather", "ring": "alltoall"}
 _REDUCE_DTYPE = {4: "float32", 2: "bfloat16"}  # Plan.grad_bytes -> mixed_precision_reduce
 # torchtitan's selective_ac_option "op" (per-op SAC: matmuls but every second one and the attention outputs saved,

@@ -14,6 +14,7 @@ from functools import lru_cache
 import numpy as np
 
 from meshplan.cost.shapes import fc1_width, kv_up_shape, qkv_shapes
+from meshplan.pipeline.registry import one_chunk, schedule_of
 from meshplan.specs.mixer_params import attention_spec
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import edge_layer_params, head_vocab, kept_extra_params
@@ -289,14 +290,14 @@ def stage_params(model: ModelSpec, plan: Plan, first: bool) -> StageParams:
     moe_layers = moe_layers_on_stage(model, plan, first)
     other = other_layer_params(model, plan)
     moe_layer = kind_params(model, plan, "moe")
-    if plan.schedule == "chimera":  # each rank holds stage r of one replica and p − 1 − r of the other: the end
-        one, two = (stage_params(model, replace(plan, schedule="1f1b"), end) for end in (True, False))  # ranks both
+    if schedule_of(plan.schedule).mirrored:  # Chimera: each rank holds stage r of one replica and p − 1 − r of the
+        one, two = (stage_params(model, replace(plan, schedule=one_chunk()), end) for end in (True, False))  # other
         return StageParams(one.dense + two.dense, one.expert + two.expert, one.adapters + two.adapters)  # ends
     single = plan.pp == 1
     extra = end_params(model, plan.tp, single, first)
     mtp = mtp_params(model, plan)
     on_stage = single if first else 1  # the MTP layers sit on the last stage
-    if plan.schedule == "zb-v":  # the V: the first rank holds the first and the last chunk (zero_bubble_v.py)
+    if not schedule_of(plan.schedule).head_last:  # ZB-V's V: the first rank holds the first and the last chunk
         extra = end_params(model, plan.tp, 1, True) if first else 0.0
         on_stage = 1 if first else 0
     adapters = adapter_params(model, plan) * layers

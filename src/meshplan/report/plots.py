@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.files import write_bytes
+from meshplan.pipeline.registry import one_chunk, schedule_of
 from meshplan.report.split_runs import PipelineRun, split_run
 from meshplan.units import GiB, fmt_bytes, fmt_time
 
@@ -207,9 +208,9 @@ def pipeline_times(est: Estimate) -> tuple[str, int, tuple[float, ...], tuple[fl
     costs = kept.costs if kept is not None and kept.efficiency is DEFAULT else step_costs(
         est.model, est.cluster, plan, est.stack)
     vpp = plan.vpp if plan.pp > 1 else 1
-    schedule = str(plan.schedule) if plan.pp > 1 else "1f1b"
-    if schedule == "interleaved" and vpp == 1:
-        schedule = "1f1b"
+    schedule = str(plan.schedule) if plan.pp > 1 else one_chunk()
+    if not schedule_of(schedule).chunks and vpp == 1:  # interleaved on one chunk: 1F1B's table
+        schedule = one_chunk()
     (first, middle, last) = costs.ranks
     per_rank = [first] + [middle] * (plan.pp - 2) + [last] if plan.pp > 1 else [first]
     return (schedule, vpp, tuple(float(f) / vpp for f, _ in per_rank), tuple(float(b) / vpp for _, b in per_rank))
@@ -225,7 +226,7 @@ def pipeline_run(est: Estimate) -> PipelineRun:
     estimate's pipelined part, compute + recompute + tp + cp + ep + pp + bubble (bubble.flow_bubble; the
     tests check it).
     """
-    from meshplan.schedule import build, simulate
+    from meshplan.pipeline.schedule import build, simulate
 
     plan, m = est.plan, est.plan.grad_accum
     schedule, vpp, t_f, t_b = pipeline_times(est)
@@ -278,8 +279,7 @@ def timeline_figure(est: Estimate, run: PipelineRun | None = None, title: str | 
     order = sorted(range(len(labels)), key=lambda i: (labels[i].startswith("idle"), labels[i]))
     fig.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=8, loc="outside lower center",
                ncols=min(len(labels), 5), frameon=False)
-    name = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "interleaved 1F1B", "pipedream": "PipeDream, first step",
-            "pipedream-2bw": "PipeDream-2BW, first step"}[run.schedule]
+    name = schedule_of(run.schedule).title
     ax.set_title(title or f"pipeline timeline ({name}): pp={run.pp}"
                           + (f", vpp={run.vpp}" if run.vpp > 1 else "")
                           + f", {run.micro_batches} micro-batches; bubble {tl.idle_fraction:.1%} of "

@@ -11,26 +11,20 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from meshplan.goodput import Goodput, Reliability, plan_goodput
+from meshplan.pipeline.registry import schedule_of
 from meshplan.report import terms
 from meshplan.report.fold import Col, Listing
 from meshplan.report.ranked import Lead, Ranked, rejected_listing
 from meshplan.report.tiers import mesh_text, tier_axes, tier_blocks, tier_headers
-from meshplan.specs.plan import SPLIT_SCHEDULES
+from meshplan.specs.plan import ASYNC_SCHEDULES, SPLIT_SCHEDULES
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
     from meshplan.estimate import Estimate
     from meshplan.search.run import SearchResult
 
-# what an asynchronous pipeline schedule changes in training, printed beside any plan that uses one
-ASYNC_NOTES = {
-    "pipedream": "stale weights, not synchronous SGD: a weight update after every micro-batch (optimizer batch "
-                 "dp x micro_batch), each in-flight micro-batch's weights stashed, p - r versions on rank r "
-                 "(Narayanan et al. 2019); no framework preset runs it",
-    "pipedream-2bw": "stale weights, not synchronous SGD: one update per m micro-batches from gradients of the "
-                     "previous weight version, 2 versions per rank (Narayanan et al. 2021, 2BW); no framework preset "
-                     "runs it",
-}
+# what an asynchronous pipeline schedule changes in training, printed beside any plan that uses one (its record's)
+ASYNC_NOTES = {name: schedule_of(name).note for name in ASYNC_SCHEDULES}
 METRICS = ("step", "tokens/s", "MFU", "memory", "days", "cost")  # the columns a folded table keeps first
 
 

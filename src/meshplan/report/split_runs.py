@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from meshplan.schedule import Table, Timeline
+from meshplan.pipeline.schedule import Table, Timeline
+from meshplan.pipeline.timelines import split_timeline
 
 
 @dataclass(frozen=True)
@@ -43,27 +44,11 @@ class PipelineRun:
 
 def split_run(schedule: str, pp: int, m: int, t_f: Sequence[float], t_b: Sequence[float]) -> PipelineRun | None:
     """The simulated table of ``schedule`` (F, B and W actions; B and W half the backward each where split), or None
-    for a schedule of schedule.build (and for DualPipe with m < 2·pp, which DeepSeek's library refuses: ZB-H1's
-    table, named so)."""
+    for a schedule of schedule.build (pipeline/timelines.split_timeline)."""
     t_f, t_b = tuple(t_f), tuple(t_b)
-    f, b = sum(t_f) / len(t_f), sum(t_b) / len(t_b)
-    if schedule == "zb-v":  # its V of two chunks per rank
-        from meshplan.zero_bubble_v import build_zb_v, simulate_routes, v_route
-        table = build_zb_v(pp, m)
-        line = simulate_routes(table, v_route(pp), f, b / 2, b / 2)
-    elif schedule == "dualpipe" and pp % 2 == 0 and m % 2 == 0 and m >= 2 * pp:  # both directions, two chunks
-        from meshplan.dualpipe import build_dualpipe, simulate_dualpipe
-        table, line = build_dualpipe(pp, m), simulate_dualpipe(pp, m, f, b / 2, b / 2)
-    elif schedule == "chimera":  # both directions, two chunks, the backward whole
-        from meshplan.chimera import build_chimera, simulate_chimera
-        table, line = build_chimera(pp, m), simulate_chimera(pp, m, f, b)
-    elif schedule in ("zb-h1", "dualpipe"):  # one chunk per rank, at each rank's own times
-        from meshplan.zero_bubble import build_zb_h1, simulate_split
-        name = "zb-h1" if schedule == "zb-h1" else "zb-h1 (dualpipe's table needs m >= 2*pp)"
-        split, half = build_zb_h1(pp, m), tuple(x / 2 for x in t_b)
-        return PipelineRun(schedule=name, pp=pp, vpp=1, micro_batches=m, t_fwd=t_f, t_bwd=t_b,
-                           table=cast("Table", split), timeline=simulate_split(split, t_f, half, half))
-    else:
+    found = split_timeline(schedule, pp, m, t_f, t_b)
+    if found is None:
         return None
-    return PipelineRun(schedule=schedule, pp=pp, vpp=2, micro_batches=m, t_fwd=t_f, t_bwd=t_b,
+    name, vpp, table, line = found
+    return PipelineRun(schedule=name, pp=pp, vpp=vpp, micro_batches=m, t_fwd=t_f, t_bwd=t_b,
                        table=cast("Table", table), timeline=line)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from meshplan.pipeline.registry import interleaving
+
 HEADERS = {
     "#": "rank, fastest first (ties: less memory)",
     "dp·tp·pp·cp": "data-, tensor-, pipeline-, context-parallel sizes",
@@ -69,7 +71,7 @@ TP2D_PLAN = ("tp2d=4x2", "2D weight-stationary tensor parallelism (seed 001): h 
 REASONS = {
     "dominated: GPipe": "GPipe plans: 1F1B has their step time with less memory, so they are counted, not timed",
     "headroom": "the share of HBM every plan leaves free (--headroom)",
-    "interleaved": "the interleaved 1F1B pipeline schedule (vpp > 1)",
+    interleaving().name: f"the {interleaving().title} pipeline schedule (vpp > 1)",
 }
 
 

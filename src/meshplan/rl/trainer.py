@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from meshplan.cost.records import ACT_BYTES, token_rows
 from meshplan.estimate import Estimate, estimate
 from meshplan.memory import layer_input_bytes
+from meshplan.pipeline.registry import one_chunk
 from meshplan.rl.job import RLJob
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -71,7 +72,7 @@ def forward_pass(model: ModelSpec, pool: Cluster, plan: Plan, stack: Stack, job:
     (module docstring)."""
     m_model = trained_model(model, job)
     one = replace(plan, micro_batch=micro, global_batch=plan.dp * micro, recompute="none", stage_recompute=(),
-                  offload_activations=False, offload_layers=0, stage_offload=(), vpp=1, schedule="1f1b")
+                  offload_activations=False, offload_layers=0, stage_offload=(), vpp=1, schedule=one_chunk())
     est = estimate(m_model, pool, one, stack)
     assert est.detail is not None
     ranks = [float(f) for f, _ in est.detail.costs.ranks]  # first, middle, last

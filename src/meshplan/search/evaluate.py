@@ -18,6 +18,7 @@ import numpy as np
 
 from meshplan.cost.wrapper_work import by_work
 from meshplan.fields import usable_hbm
+from meshplan.pipeline.registry import gpipe, schedule_of
 from meshplan.search.batch import CATEGORICAL, PlanBatch
 from meshplan.search.best import Best, simplicities
 from meshplan.search.bound import BOUND_SLACK, lower_bound
@@ -34,7 +35,7 @@ from meshplan.specs.bands import ranking_band
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import ASYNC_SCHEDULES, SPLIT_SCHEDULES, Plan
+from meshplan.specs.plan import Plan
 from meshplan.step.units import Units
 from meshplan.units import fmt_over
 
@@ -81,20 +82,21 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
             by_algorithm[algorithm] = KeyUnits(model, cluster, pool.select(np.arange(len(pool)), collectives=algorithm),
                                                space.stack, space.recompute, eff, works)
         return by_algorithm[algorithm]
-    if not space.gpipe and "gpipe" in space.stack.supports.schedules:  # a GPipe the framework has but loses
-        gpipe = int(sized.count[(pool.vpp == 1) & (pool.pp > 1)].sum()) * space.grid_size
-        result.tally.add("dominated: GPipe (1F1B has its step time with less memory)", "any pp > 1 plan", gpipe)
+    if not space.gpipe and gpipe().name in space.stack.supports.schedules:  # a GPipe the framework has but loses
+        dropped = int(sized.count[(pool.vpp == 1) & (pool.pp > 1)].sum()) * space.grid_size
+        result.tally.add("dominated: GPipe (1F1B has its step time with less memory)", "any pp > 1 plan", dropped)
     bound = lower_bound(model, pool, units.shapes, units.shape_of)
     if space.async_schedules or space.split_schedules:  # no bubble, or less than 1F1B's: a bound without one
         free = lower_bound(model, pool, units.shapes, units.shape_of, bubble=False)
         short = (pool.vpp == 1) & (pool.pp > 1) & (pool.grad_accum < pool.pp)
-        if "pipedream-2bw" in space.async_schedules and short.any():
-            result.tally.add("pipedream-2bw needs m >= pp micro-batches", "any pp > 1 plan with fewer",
-                             int(sized.count[short].sum()) * space.grid_size)
+        for name in space.async_schedules:  # a schedule whose rows need m >= pp (PipeDream-2BW's)
+            if short.any() and not schedule_of(name).runs(2, 1, 1, True):
+                result.tally.add(f"{name} needs m >= pp micro-batches", "any pp > 1 plan with fewer",
+                                 int(sized.count[short].sum()) * space.grid_size)
     for group, schedule in _groups(pool, space):
         for extra in space.variants():  # options beyond the grid (Space.variants): one empty variant by default
             _score_group(model, cluster, space, eff, pool.select(group, schedule=schedule, **extra),
-                         sized.select(group), (free if schedule in ASYNC_SCHEDULES + SPLIT_SCHEDULES else bound)[group],
+                         sized.select(group), (free if schedule_of(schedule).family != "sync" else bound)[group],
                          units.shape_of[group], keyed(str(extra.get("collectives", "nccl"))), result)
     return result
 
@@ -108,31 +110,9 @@ def search_band(model: ModelSpec, cluster: Cluster, space: Space) -> float:
 
 def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray, str]]:
     """(rows, schedule) of the plans that share a pipeline schedule."""
-    flat = batch.vpp == 1
-    yield np.flatnonzero(flat), "1f1b"
-    if space.gpipe:
-        yield np.flatnonzero(flat & (batch.pp > 1)), "gpipe"
-    yield np.flatnonzero(~flat), "interleaved"
-    for schedule in space.async_schedules:  # a pipeline of one chunk per rank; 2BW with m >= p (check._check_async)
-        yield np.flatnonzero(flat & (batch.pp > 1) & ((batch.grad_accum >= batch.pp) | (schedule == "pipedream"))), \
-            schedule
-    for schedule in space.split_schedules:  # the shapes check_pipeline.check_split allows each
-        yield np.flatnonzero(_split_rows(batch, schedule)), schedule
-
-
-def _split_rows(batch: PlanBatch, schedule: str) -> np.ndarray:
-    """The rows a split-backward schedule runs: one chunk per rank (ZB-V: two), p > 1; DualPipe with p and m even,
-    m >= 2p; ZB-V m >= 2p on even stages; Chimera p even dividing m, on even stages (specs/check_pipeline.py)."""
-    m, pp = batch.grad_accum, batch.pp
     even = (batch.last_stage_layers == 0) & (batch.first_stage_layers == 0)
-    if schedule == "zb-v":
-        return (batch.vpp == 2) & (pp > 1) & (m >= 2 * pp) & even
-    rows = (batch.vpp == 1) & (pp > 1)
-    if schedule == "dualpipe":
-        return rows & (pp % 2 == 0) & (m % 2 == 0) & (m >= 2 * pp)
-    if schedule == "chimera":
-        return rows & (pp % 2 == 0) & (m % pp == 0) & even
-    return rows
+    for schedule in space.schedules:  # the rows each runs: its record's refusals over the batch (pipeline/rules.py)
+        yield np.flatnonzero(schedule_of(schedule).runs(batch.pp, batch.vpp, batch.grad_accum, even)), schedule
 
 
 def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, sized: Sized,

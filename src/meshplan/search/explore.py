@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from meshplan.pipeline.registry import SEARCH_ORDER
 from meshplan.ranges import check_value
 from meshplan.search.batch import PlanBatch
 from meshplan.specs.plan import Plan
 
 STATUS = ("fits", "memory exceeds HBM", "memory within the headroom", "offload exceeds host memory")
-SCHEDULES = ("1f1b", "interleaved", "gpipe", "pipedream", "pipedream-2bw", "zb-h1", "zb-v", "dualpipe", "chimera")
+SCHEDULES = SEARCH_ORDER  # the schedule column's codes (pipeline/registry.py)
 LAYOUTS = ("1d", "summa", "tp2d")
 SIZES = ("dp", "tp", "tp2", "pp", "cp", "ep", "etp", "vpp", "last_stage_layers", "micro_batch")
 _HASHED = ("dp", "tp", "tp2", "pp", "cp", "ep", "etp", "vpp", "last_stage_layers", "micro_batch", "global_batch")

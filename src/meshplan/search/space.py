@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from meshplan.errors import SpecError
 from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM
+from meshplan.pipeline.registry import gpipe, interleaving, searched
 from meshplan.ranges import check_options
 from meshplan.specs.check import fsdp_has_zero, recompute_modules_problem
 from meshplan.specs.plan import ASYNC_SCHEDULES, OPTIMIZERS, PINNABLE, SPLIT_SCHEDULES
@@ -169,7 +170,7 @@ class Space:
                             f"asynchronous one ({', '.join(ASYNC_SCHEDULES)}): use --framework any")
         if "selective" in self.recompute:
             object.__setattr__(self, "recompute_modules", stack_modules(self.recompute_modules, self.stack))
-        object.__setattr__(self, "gpipe", self.gpipe and "gpipe" in can.schedules)
+        object.__setattr__(self, "gpipe", self.gpipe and gpipe().name in can.schedules)
         object.__setattr__(self, "all_placements", self.all_placements and can.any_placement)
         object.__setattr__(self, "uneven_stages", self.uneven_stages if can.uneven_stages else 0)
         object.__setattr__(self, "stage_layers", self.stage_layers and can.stage_layers)
@@ -205,9 +206,14 @@ class Space:
         return tuple(s for s in SPLIT_SCHEDULES if s in can) if self.split_backward else ()
 
     @property
+    def schedules(self) -> tuple[str, ...]:
+        """The schedules searched, in the order the search scores them (pipeline/registry.searched)."""
+        return searched(self.gpipe, self.async_schedules, self.split_schedules)
+
+    @property
     def interleaving(self) -> bool:
         """Whether the framework runs the interleaved schedule (virtual pipeline stages)."""
-        return "interleaved" in self.stack.supports.schedules
+        return interleaving().name in self.stack.supports.schedules
 
     @property
     def settings(self) -> dict[str, object]:

@@ -28,13 +28,14 @@ from collections.abc import Mapping
 from meshplan.cost.params import layers_on_rank
 from meshplan.estimate import Estimate, estimate
 from meshplan.fields import usable_hbm
+from meshplan.pipeline.registry import schedule_of
 from meshplan.search.refine import end_splits
 from meshplan.search.space import Space
 from meshplan.specs.check import check
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import ASYNC_SCHEDULES, Plan
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.step.ranks import RankCost, price_rank, rank_bubble
 from meshplan.step.units import Units, units_for_recomputes
@@ -133,6 +134,6 @@ def _eligible(model: ModelSpec, cluster: Cluster, best: Estimate, stack: Stack) 
     """Whether per-rank settings can beat ``best``: a pipeline the stack sets per rank, on a schedule whose ranks
     are priced apart, that recomputes or offloads (a plan without either already runs every rank's fastest)."""
     plan = best.plan
-    return (plan.pp > 1 and best.fits and stack.supports.stage_settings and plan.schedule != "dualpipe"
-            and plan.schedule not in ASYNC_SCHEDULES and not plan.offload_weights
+    return (plan.pp > 1 and best.fits and stack.supports.stage_settings and schedule_of(plan.schedule).priced_apart
+            and not plan.offload_weights
             and (plan.recompute != "none" or plan.offload_activations))

@@ -11,15 +11,14 @@ from typing import TYPE_CHECKING
 
 from meshplan import ranges
 from meshplan.errors import PlanError
-from meshplan.specs.check_pipeline import check_first_stage, check_split, check_stage_layers, check_stage_settings
+from meshplan.pipeline.registry import schedule_of
+from meshplan.specs.check_pipeline import check_first_stage, check_stage_layers, check_stage_settings
 from meshplan.specs.plan import (
-    ASYNC_SCHEDULES,
     DENSE_AXES,
     FP8_ATTENTION_PRECISIONS,
     PRECISION,
     RECOMPUTE_MODULES,
     SCHEDULES,
-    SPLIT_SCHEDULES,
     Plan,
 )
 from meshplan.specs.stack import FRAMEWORK_STACK as DEFAULT_STACK  # estimate's default: the command line's
@@ -209,35 +208,10 @@ def _check_pipeline(model: ModelSpec, plan: Plan) -> list[str]:
     reasons += check_stage_layers(model, plan)
     if plan.schedule not in SCHEDULES:  # _check_choices says it
         return reasons
-    if plan.schedule in ASYNC_SCHEDULES:
-        return reasons + _check_async(plan, micro)
-    if plan.schedule in SPLIT_SCHEDULES:
-        return reasons + check_split(plan, micro)
-    if plan.vpp > 1 and plan.schedule != "interleaved":
-        reasons.append(f"vpp={plan.vpp} needs schedule='interleaved' (got {plan.schedule!r})")
-    elif plan.schedule == "interleaved":
-        if plan.vpp == 1 or plan.pp == 1:
-            reasons.append(f"schedule='interleaved' needs pp > 1 and vpp > 1 (pp={plan.pp}, vpp={plan.vpp})")
-        elif not plan.global_batch % micro and plan.grad_accum % plan.pp:
-            reasons.append(f"interleaved schedule: pp={plan.pp} does not divide the "
-                           f"{plan.grad_accum} micro-batches")
-    return reasons
-
-
-def _check_async(plan: Plan, micro: int) -> list[str]:
-    """An asynchronous schedule (PipeDream, PipeDream-2BW) needs a pipeline of one model chunk per rank, and 2BW at
-    least as many micro-batches per weight update as stages (m >= p: Narayanan et al. 2021 §3.1)."""
-    allowed = "allowed with it: pp > 1, vpp = 1"
-    if plan.pp == 1:
-        return [f"schedule={plan.schedule} needs pp > 1 (got pp=1): an asynchronous schedule pipelines stages; "
-                f"with pp=1 use schedule 1f1b"]
-    if plan.vpp > 1:
-        return [f"vpp={plan.vpp} with schedule={plan.schedule}: asynchronous schedules run one model chunk per rank "
-                f"({allowed}; vpp > 1 needs schedule interleaved)"]
-    if plan.schedule == "pipedream-2bw" and not plan.global_batch % micro and plan.grad_accum < plan.pp:
-        return [f"schedule=pipedream-2bw needs micro-batches per step m >= pp (m = global_batch/(dp*micro_batch) = "
-                f"{plan.grad_accum}, pp={plan.pp}): 2BW updates the weights every m >= pp micro-batches"]
-    return []
+    # the schedule's own refusals (meshplan.pipeline.rules), m where global_batch / (dp·micro_batch) is whole
+    m = None if plan.global_batch % micro else plan.grad_accum
+    return reasons + schedule_of(plan.schedule).refusals(plan.pp, plan.vpp, m, (plan.first_stage_layers,
+                                                                                 plan.last_stage_layers))
 
 
 def _check_last_stage(model: ModelSpec, plan: Plan) -> list[str]:

@@ -1,40 +1,11 @@
-"""Rules of pipeline layouts the check of a plan (specs/check.py) applies: the split-backward schedules' shapes and
-an uneven first stage's layer count."""
+"""Rules of pipeline layouts the check of a plan (specs/check.py) applies beyond each schedule's own refusals
+(meshplan.pipeline.rules, through its registry): an uneven first stage's layer count and the per-rank settings."""
 
 from __future__ import annotations
 
+from meshplan.pipeline.registry import schedule_of
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import ASYNC_SCHEDULES, RECOMPUTE, Plan
-
-
-def check_split(plan: Plan, micro: int) -> list[str]:
-    """A split-backward schedule (zero_bubble.py) runs one model chunk per rank on a pipeline; DualPipe's two
-    directions each feed half of the micro-batches into one end of the pipeline, so pp and m are even, and m >= 2·pp
-    as deepseek-ai/DualPipe's DualPipe.step asserts (DeepSeek-V3 §3.2.1, Figure 5: 8 ranks, 20 micro-batches, 10
-    each way). ZB-V runs two chunks per rank (vpp = 2)
-    and m >= 2p; Chimera units of p micro-batches, half down and half up (Li & Hoefler 2021 §3.1, §3.5), p even;
-    both on even stages (zero_bubble_v.py)."""
-    m = plan.grad_accum
-    if plan.schedule in ("zb-v", "chimera") and (plan.first_stage_layers or plan.last_stage_layers):
-        return [f"schedule={plan.schedule} runs even stages: first_stage_layers and last_stage_layers must be 0 "
-                f"(got {plan.first_stage_layers}, {plan.last_stage_layers})"]
-    if plan.schedule == "zb-v":  # two chunks per rank, the V (zero_bubble_v.py); its bubble form needs m >= 2p
-        if plan.pp == 1 or plan.vpp != 2:
-            return [f"schedule=zb-v needs pp > 1 and vpp = 2 (its two chunks per rank; pp={plan.pp}, vpp={plan.vpp})"]
-        if not plan.global_batch % micro and m < 2 * plan.pp:
-            return [f"schedule=zb-v needs m >= 2*pp micro-batches (pp={plan.pp}, m = global_batch/(dp*micro_batch) = "
-                    f"{m})"]
-        return []
-    if plan.pp == 1 or plan.vpp > 1:
-        return [f"schedule={plan.schedule} needs pp > 1 and vpp = 1 (pp={plan.pp}, vpp={plan.vpp})"]
-    if plan.schedule == "chimera" and (plan.pp % 2 or (not plan.global_batch % micro and m % plan.pp)):
-        return [f"schedule=chimera needs an even pp dividing the number of micro-batches (units of pp, half each way; "
-                f"pp={plan.pp}, m = global_batch/(dp*micro_batch) = {m})"]
-    # DualPipe: deepseek-ai/DualPipe's DualPipe.step asserts an even number of chunks, at least twice the ranks
-    if plan.schedule == "dualpipe" and (plan.pp % 2 or (not plan.global_batch % micro and (m % 2 or m < 2 * plan.pp))):
-        return [f"schedule=dualpipe needs an even pp and an even number of micro-batches m >= 2*pp (deepseek-ai/"
-                f"DualPipe's own check; pp={plan.pp}, m = global_batch/(dp*micro_batch) = {m})"]
-    return []
+from meshplan.specs.plan import RECOMPUTE, SCHEDULES, Plan
 
 
 def check_first_stage(model: ModelSpec, plan: Plan) -> list[str]:
@@ -91,7 +62,7 @@ def check_stage_layers(model: ModelSpec, plan: Plan) -> list[str]:
 def _apart_problem(plan: Plan) -> str:
     """Why the ranks of ``plan`` cannot be priced apart (step/ranks.py), "" if they can: DualPipe's ranks hold two
     stages each, the asynchronous schedules' weight versions and offloaded weights are priced for the end ranks only."""
-    if plan.schedule == "dualpipe" or plan.schedule in ASYNC_SCHEDULES:
+    if plan.schedule in SCHEDULES and not schedule_of(plan.schedule).priced_apart:
         return f"ranks priced apart need a synchronous schedule other than dualpipe (got {plan.schedule})"
     if plan.offload_weights:
         return "ranks priced apart need the weights on the GPU (offload_weights is priced for the end ranks only)"

@@ -25,6 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from meshplan.pipeline.names import ALL, ASYNC, SPLIT, TABLED
+from meshplan.pipeline.registry import default_schedule
+
 DENSE_AXES = ("tp", "tp2", "cp", "dp", "pp")
 LAYOUTS = ("1d", "summa", "tp2d")
 RECOMPUTE = ("none", "selective", "full")
@@ -33,19 +36,13 @@ RECOMPUTE = ("none", "selective", "full")
 # is core_attn, the attention core of Korthikanti et al. 2022. op_sac is torchtitan's per-op selective checkpointing
 # of the whole layer (cost/recompute.py), on its own
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts", "mla_up_proj", "op_sac")
-# asynchronous pipelines: no flush, weights updated while older micro-batches are in flight (stale weights: training
-# semantics differ from synchronous SGD): PipeDream's 1F1B with weight stashing (Narayanan et al., SOSP 2019, §3.2-3.3)
-# and PipeDream-2BW's double-buffered weights (Narayanan et al., ICML 2021, §3.1); schedule.py, memory.py
-ASYNC_SCHEDULES = ("pipedream", "pipedream-2bw")
-# split-backward schedules: the backward split into the input gradient (B) and the weight gradient (W), W passes
-# moved into the bubble: ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", arXiv 2401.10241, §3.1) and
-# DeepSeek-V3's bidirectional DualPipe (arXiv 2412.19437, §3.2.1); zero_bubble.py, memory.py; with the two-chunk
-# ones of zero_bubble_v.py: ZB-V (Qi et al. 2024 §6, V-shaped, 2 chunks per rank) and Chimera (Li & Hoefler 2021,
-# bidirectional pipelines of 2 model replicas, its backward whole): the pipelines no preset runs, searched only when
-# asked (search.Space.split_backward)
-SPLIT_SCHEDULES = ("zb-h1", "zb-v", "dualpipe", "chimera")
-TABLED_SCHEDULES = ("gpipe", "1f1b", "interleaved", *ASYNC_SCHEDULES)  # schedule.build's (zero_bubble.py the others)
-SCHEDULES = (*TABLED_SCHEDULES, *SPLIT_SCHEDULES)
+# the pipeline schedules by family (meshplan.pipeline: one record each in its registry, the families in names.py):
+# asynchronous (no flush: PipeDream, 2BW), split backward / bidirectional (searched only when asked:
+# search.Space.split_backward), schedule.build's tables (the synchronous ones and the asynchronous)
+ASYNC_SCHEDULES = ASYNC
+SPLIT_SCHEDULES = SPLIT
+TABLED_SCHEDULES = TABLED
+SCHEDULES = ALL
 PRECISION = ("bf16", "fp16", "fp8", "mxfp8", "fp4")
 FINETUNE = ("full", "lora")
 # how the data-parallel gradients meet: NCCL-style collectives over the dp group, or a parameter server (seed 004:
@@ -192,7 +189,7 @@ class Plan:
         if self.sequence_parallel is None:
             object.__setattr__(self, "sequence_parallel", self.tp > 1 and self.tensor_layout == "1d")
         if self.schedule is None:
-            object.__setattr__(self, "schedule", "interleaved" if self.vpp > 1 else "1f1b")
+            object.__setattr__(self, "schedule", default_schedule(self.vpp))
         if self.etp == 0:
             object.__setattr__(self, "etp", self.tp)
         if self.global_batch == 0:
@@ -256,7 +253,7 @@ class Plan:
             parts.append("stage-offload=" + ",".join(map(str, self.stage_offload)))
         if self.sequence_parallel:
             parts.append("sp")
-        if self.schedule != "1f1b" and self.pp > 1:
+        if self.schedule != default_schedule(1) and self.pp > 1:
             parts.append(str(self.schedule))  # set in __post_init__
         if self.optimizer != "adam":
             parts.append(f"optimizer={self.optimizer}")

@@ -24,7 +24,6 @@ from typing import cast
 
 import numpy as np
 
-from meshplan.bubble import flow_bubble
 from meshplan.channels import (
     Collectives,
     Offload,
@@ -42,10 +41,11 @@ from meshplan.cost.tensors import rank_tensors
 from meshplan.cost.wrapper_work import by_work
 from meshplan.cost.wrappers import partitioned_zero
 from meshplan.memory import Memory, model_states
+from meshplan.pipeline.registry import schedule_of
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import SPLIT_SCHEDULES, Plan
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
 from meshplan.step.grid import Settings, middle_may_bind, own_settings, rank_params, with_settings
@@ -53,7 +53,7 @@ from meshplan.step.host import iteration_host, loop_host, optimizer_loops, paid_
 from meshplan.step.memory_grid import compose_memory
 from meshplan.step.passes import PassTimes
 from meshplan.step.shared_links import shared_collectives
-from meshplan.step.stages import cadence, ep_overlapped, split_bubble, stage_times, two_chunk_times
+from meshplan.step.stages import cadence, ep_overlapped, stage_bubble, stage_times, two_chunk_times
 from meshplan.step.units import Parts, Units, unit_costs
 from meshplan.xp import Num
 
@@ -102,7 +102,8 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     per_update, updates = cadence(plan)  # PipeDream: an update (DP reduction, optimizer) per micro-batch
     n = 3 if middle_may_bind(model, stack, plan) else 2  # ranks priced: the ends, and a middle one where it may bind
     ends: tuple[StageParams, ...] = rank_params(model, plan)[:n]
-    if plan.schedule == "dualpipe":  # two stages per rank: both reduced across data parallelism and stepped
+    record = schedule_of(plan.schedule)
+    if record.weight_copies == 2:  # DualPipe, two stages per rank: both reduced across data parallelism and stepped
         ends = tuple(replace(e, dense=2 * e.dense, expert=2 * e.expert, adapters=2 * e.adapters) for e in ends)
     params = StageParams(*(_rows(plan, [getattr(e, f) for e in ends], shape, np.float64)
                            for f in StageParams.__slots__))
@@ -122,12 +123,9 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
         for work, settings in by_work(plan, stack, grid.zero, grid.offload_optimizer):
             u = units[rc].under(work)  # the passes of the settings whose wrapper does this work every micro-batch
             first, last, middle = two_chunk_times(ranked.schedule, *stage_times(model, ranked, stack, u, loop), u.head)
-            if ranked.schedule == "dualpipe":  # its chunk pairs hide the EP all-to-alls (zero_bubble.ep_overlapped)
+            if record.ep_overlapped:  # DualPipe's chunk pairs hide the EP all-to-alls (stages.ep_overlapped)
                 first, last, middle = (ep_overlapped(t, slowdown) for t in (first, last, middle))
-            if ranked.schedule in SPLIT_SCHEDULES:
-                bubble = split_bubble(str(ranked.schedule), ranked.pp, first, last, middle, m)
-            else:
-                bubble = flow_bubble(str(ranked.schedule), ranked.pp, ranked.vpp, first.total, last.total, middle.total)
+            bubble = stage_bubble(ranked, first, last, middle)
             each = (first.passes(), last.passes(), middle.passes())[:n]
             passes = Passes(*(_rows(plan, [getattr(t, f) for t in each], shape, dtype) for f in Passes.__slots__))
             pipelined = m * _rows(plan, [first.total, last.total, middle.total][:n], shape, dtype)
@@ -153,7 +151,7 @@ def _step_hosts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, gr
     host: dict[tuple[int, bool], Num] = dict.fromkeys(settings, 0.0)
     if not paid_per_step(stack):
         return host
-    tensors, both = rank_tensors(model, plan, stack)[:n], 1 + (plan.schedule == "dualpipe")
+    tensors, both = rank_tensors(model, plan, stack)[:n], schedule_of(plan.schedule).weight_copies
     for z, oo in settings:
         setting = with_settings(plan, zero=z, offload_optimizer=oo)
         host[z, oo] = _rows(plan, [optimizer_loops(t, setting, stack, cluster.python_host, both) for t in tensors],

@@ -16,6 +16,7 @@ from meshplan.memory import (
     offloaded_layers,
     pipeline_runtime_memory,
 )
+from meshplan.pipeline.registry import schedule_of
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
@@ -33,9 +34,10 @@ def activation_memory(model: ModelSpec, plan: Plan, stack: Stack, u: Units, midd
     loss = loss_workspace(model, plan, stack)
     embed = u.embed_saved * embedding_in_flight(plan)
     kept_first, kept_last = pipeline_runtime_memory(model, plan, stack)
-    # ZB-V: the head on the first rank (its V); Chimera: both ends run an embedding and a head (zero_bubble_v.py)
-    head_first = True if plan.schedule in ("zb-v", "chimera") else single
-    head_last, embed_last = plan.schedule != "zb-v", True if plan.schedule == "chimera" else single
+    # ZB-V: the head on the first rank (its V); Chimera: both ends run an embedding and a head (the records)
+    record = schedule_of(plan.schedule)
+    head_first = True if record.head_first else single
+    head_last, embed_last = record.head_last, True if record.embed_last else single
     work = u.layer_working
     first = activation_bytes(model, plan, u.layer_saved, layer_input, working=work) + embed + (
         u.head_saved + loss) * head_first

@@ -17,8 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-
 from meshplan.channels import Collectives, dp_collectives, embedding_sync, offload, optimizer_time, step_channels
 from meshplan.collectives.contention import any_shared
 from meshplan.cost.flops import recompute_flops_per_token
@@ -35,10 +33,12 @@ from meshplan.memory import (
     offloaded_layers,
     pipeline_runtime_memory,
 )
+from meshplan.pipeline.forms import RankTimes
+from meshplan.pipeline.registry import schedule_of
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import ASYNC_SCHEDULES, SPLIT_SCHEDULES, Plan
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.step.assemble import StepCosts
 from meshplan.step.host import iteration_host, loop_host, optimizer_loops
@@ -101,7 +101,10 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
     view = rank_view(plan, rank)
     u, first, last = units[view.recompute].under(work_of(view, stack)), rank == 0, rank == plan.pp - 1
     times = with_sends(view, stack, rank_body(view, u, layers_on_rank(model, plan, rank)), u)
-    times = times.plus(u.embed) if first else times.plus(u.head) if last else times
+    # the embedding's and the head's shares this rank runs, where its schedule's record places them (issue 82:
+    # ZB-V's head on the first rank, Chimera's ends half each, as the end ranks' path prices them)
+    for part, share in zip((u.embed, u.head), schedule_of(plan.schedule).end_shares(plan.pp, rank), strict=True):
+        times = times.plus(part if share == 1 else part.scaled(share)) if share else times
     if stack.microbatch_host:  # the training loop's host work per micro-batch (step/stages.loop_times)
         times = times.plus(loop_times(loop_host(stack, cluster.python_host)))
     params = stage_params(model, plan, first) if first or last else middle_params(model, plan, rank)
@@ -142,15 +145,12 @@ def _activations(model: ModelSpec, view: Plan, stack: Stack, u: Units, rank: int
 
 
 def rank_bubble(plan: Plan, times: list[PassTimes]) -> float:
-    """The flow-shop bubble over every rank (bubble.flow_bubble with each rank its own time): the other ranks once,
-    over v; over the forward passes under ZB-H1 (step/stages.split_bubble); none for the asynchronous schedules."""
-    if plan.schedule in ASYNC_SCHEDULES:
-        return 0.0
-    if plan.schedule in SPLIT_SCHEDULES:
-        each = np.array([float(t.passes().t_f) for t in times])
-        return float(each.sum() - each.max())
-    each = np.array([float(t.total) for t in times])
-    return float((each.sum() - each.max()) / plan.vpp)
+    """The bubble over every rank's own time: the schedule record's closed form (meshplan.pipeline.forms), the one
+    the end ranks' path prices over the first, the last and a middle rank (issue 82: Chimera's and ZB-V's forms
+    here too, not 1F1B's over the forwards)."""
+    passes = [t.passes() for t in times]
+    ranks = RankTimes.of_each([(float(p.t_f), float(p.t_b)) for p in passes], [float(t.total) for t in times])
+    return float(schedule_of(plan.schedule).bubble(ranks, plan.vpp, plan.grad_accum))
 
 
 def assemble_ranks(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, units: Mapping[str, Units],

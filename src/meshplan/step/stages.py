@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from meshplan.bubble import flow_bubble
 from meshplan.cost.params import any_uneven, layers_on_first, layers_on_last, layers_on_stage
+from meshplan.pipeline.forms import RankTimes
+from meshplan.pipeline.registry import schedule_of
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
@@ -54,7 +55,7 @@ def loop_times(loop: float) -> PassTimes:
     work hides it: booked as the GPU's wait on the host, on every rank, so a 1F1B pipeline pays it on each of the
     m + p − 1 micro-batch slots of its critical path (the bubble is the other ranks' times). Half of it in each
     pass (Megatron's timers and sends synchronise around the forward and the backward alike), which also leaves the
-    forward-backward asymmetry that the zero-bubble and Chimera bubbles price (step/stages.split_bubble) as it was.
+    forward-backward asymmetry that the zero-bubble and Chimera bubbles price (stage_bubble) as it was.
     Per micro-batch, not per model chunk: an interleaved schedule's v chunks are taken to share one (its CI runs
     have v = 1)."""
     return PassTimes(fwd_comm=loop / 2, host=loop)
@@ -96,48 +97,30 @@ def cadence(plan: Plan) -> tuple[Num, Num]:
     """(micro-batches per weight update, weight updates per step): (m, 1), but (1, m) under PipeDream, which updates
     after every backward (Narayanan et al. 2019 §3.3); PipeDream-2BW updates once per m ≥ p (2021 §3.1)."""
     m = plan.grad_accum
-    return (1, m) if plan.schedule == "pipedream" else (m, 1)
+    return (1, m) if schedule_of(plan.schedule).update_every_micro else (m, 1)
 
 
-def split_bubble(schedule: str, pp: Num, first: PassTimes, last: PassTimes, middle: PassTimes, m: Num = 0) -> Num:
-    """The bubble of a split-backward schedule from the ranks' passes (assemble.py): ``zero_bubble.closed_bubble`` with
-    T_B = T_W = half the backward, T_F the forward, as the flow shop of ``bubble.flow_bubble`` prices ranks of
-    unequal times: ZB-H1's (p − 1)·T_F is 1F1B's flow form over forward times; DualPipe's Table 2 form
-    (p/2 − 1)·(T_F + T_B) its (p/2 − 1)/(p − 1) share of that flow form over T_F + T_B. ZB-V (zero_bubble_v.py): its
-    table's (p − 1)·max(T_F − T_B, (T_B − T_F)/2), the paper's (p − 1)·(T_F + T_B − 2·T_W) where T_F ≥ T_B = T_W,
-    over each rank's value; Chimera (chimera.py): its
-    table's (p/2 − 1)·((T_F + T_B) + (2K − 1)·|T_B − T_F|) for K = m/p basic units, the first term 1F1B's flow form
-    over whole passes at its (p/2 − 1)/(p − 1) share, the second over the ranks' largest |T_B − T_F| (Table 1's
-    (p/2 − 1)·(T_F + T_B) where T_B = T_F; the concatenated units' intermediate bubbles otherwise, §3.5). The step
-    stays monotone: a rate that widens |T_B − T_F| by δ shortens the m passes by at least δ, and m = K·p exceeds
-    (p/2 − 1)(2K − 1)."""
-    passes = [t.passes() for t in (first, last, middle)]
-    if schedule == "zb-v":
-        gap = [maximum(p.t_f - p.t_b / 2, (p.t_b / 2 - p.t_f) / 2) for p in passes]
-        return flow_bubble("1f1b", pp, 1, *gap)
-    if schedule == "chimera":
-        whole = flow_bubble("1f1b", pp, 1, *(p.t_f + p.t_b for p in passes))
-        widest: Num = 0.0
-        for p in passes:
-            widest = maximum(widest, maximum(p.t_b - p.t_f, p.t_f - p.t_b))  # the ranks' largest |T_B − T_F|
-        units = maximum(2 * m / maximum(pp, 1) - 1, 0.0)
-        return maximum(pp / 2 - 1, 0.0) * (whole / maximum(pp - 1, 1) + units * widest)
-    if schedule == "dualpipe":  # Table 2's (p/2 − 1)·(T_F + T_B) with T_B = T_W = half the backward
-        pair = flow_bubble("1f1b", pp, 1, *(p.t_f + p.t_b / 2 for p in passes))
-        return pair * maximum(pp / 2 - 1, 0.0) / maximum(pp - 1, 1)
-    return flow_bubble("1f1b", pp, 1, *(p.t_f for p in passes))
+def stage_bubble(plan: Plan, first: PassTimes, last: PassTimes, middle: PassTimes) -> Num:
+    """The bubble of ``plan``'s schedule from the first, the last and a middle rank's passes (p − 2 middle ranks
+    alike; scalars or a search batch's arrays): its record's closed form over per-rank times
+    (meshplan.pipeline.forms: a flow shop over each rank's value, bubble.flow_bubble)."""
+    ends = [(t.passes(), t.total) for t in (first, last, middle)]
+    ranks = RankTimes.of_ends(plan.pp, *((p.t_f, p.t_b, total) for p, total in ends))
+    return schedule_of(plan.schedule).bubble(ranks, plan.vpp, plan.grad_accum)
 
 
 def two_chunk_times(schedule: object, first: PassTimes, last: PassTimes, middle: PassTimes, head: PassTimes
                     ) -> tuple[PassTimes, PassTimes, PassTimes]:
-    """The end ranks' passes per micro-batch under the two-chunk schedules (zero_bubble_v.py): ZB-V's V runs the LM head
-    on the first rank (the last rank turns the V: the middle ranks' layers); Chimera's end ranks each take half of the
-    micro-batches through the first stage and half through the last, (first + last)/2 on average. Else unchanged."""
-    if schedule == "zb-v":
-        return first.plus(head), middle, middle  # even stages (specs/check_pipeline.py): the last rank's layers
-    if schedule == "chimera":
+    """The end ranks' passes per micro-batch where the schedule's record places the stages otherwise than one a
+    rank in order: ZB-V's V runs the LM head on the first rank (the last rank turns the V: the middle ranks' layers);
+    Chimera's end ranks each take half of the micro-batches through the first stage and half through the last,
+    (first + last)/2 on average. Else unchanged."""
+    record = schedule_of(schedule)
+    if record.mirrored:
         both = first.plus(last).scaled(0.5)
         return both, both, middle
+    if not record.head_last:
+        return first.plus(head), middle, middle  # even stages (its refusals): the last rank's layers
     return first, last, middle
 
 

@@ -62,9 +62,10 @@ from collections.abc import Sequence, Sized
 from dataclasses import dataclass
 from functools import lru_cache
 
-from meshplan.bubble import flow_bubble
-from meshplan.schedule_replay import replay_table
-from meshplan.specs.plan import ASYNC_SCHEDULES, TABLED_SCHEDULES
+from meshplan.pipeline.bubble import flow_bubble
+from meshplan.pipeline.names import ASYNC as ASYNC_SCHEDULES
+from meshplan.pipeline.names import TABLED as TABLED_SCHEDULES
+from meshplan.pipeline.replay import replay_table
 
 ACTION_KINDS = ("F", "B")
 

@@ -39,9 +39,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from meshplan.schedule import Timeline
-from meshplan.zero_bubble import SplitAction, SplitTable
-from meshplan.zero_bubble_v import Route, simulate_routes
+from meshplan.pipeline.schedule import Timeline
+from meshplan.pipeline.zero_bubble import SplitAction, SplitTable
+from meshplan.pipeline.zero_bubble_v import Route, simulate_routes
 
 Pairs = Mapping[SplitAction, SplitAction]  # an overlapped pair's forward -> its backward (the F&B cell)
 

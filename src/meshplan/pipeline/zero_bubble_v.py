@@ -39,8 +39,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from meshplan.schedule import Timeline
-from meshplan.zero_bubble import SplitAction, SplitTable, run_rows
+from meshplan.pipeline.schedule import Timeline
+from meshplan.pipeline.zero_bubble import SplitAction, SplitTable, run_rows
 
 Place = tuple[int, int]  # (rank, chunk)
 Route = Callable[[int], Sequence[Place]]  # micro-batch -> the places its forward visits
@@ -95,16 +95,24 @@ def _zb_v_row(pp: int, r: int, n: int) -> list[tuple[str, int]]:
     return row
 
 
-def simulate_routes(table: SplitTable, route: Route, t_fwd: float, t_bwd: float, t_wgrad: float = 0.0,
+PlaceTimes = float | Sequence[Sequence[float]]  # one time for every place, or [rank][chunk]
+
+
+def simulate_routes(table: SplitTable, route: Route, t_fwd: PlaceTimes, t_bwd: PlaceTimes, t_wgrad: PlaceTimes = 0.0,
                     t_p2p: float = 0.0, pairs: Mapping[SplitAction, SplitAction] | None = None) -> Timeline:
     """Time a table of F, B (and W) actions whose micro-batches follow ``route``: F at a place after F at the place
     before it, B after B at the place after it (the last place's after its own F), W after B at the same place,
     each plus ``t_p2p`` across ranks; each rank runs its row in order. ``pairs``: a forward that runs overlapped
-    with a backward (DualPipe's F&B cell, dualpipe.py) waits for that backward's input too. Times are per chunk.
-    ``max_in_flight``: per rank, the most (micro-batch, chunk) pairs between F and the end of their backward (W, or
-    B without W)."""
+    with a backward (DualPipe's F&B cell, dualpipe.py) waits for that backward's input too. Times are per chunk: one
+    for every place, or ``[rank][chunk]`` (unequal ranks). ``max_in_flight``: per rank, the most (micro-batch,
+    chunk) pairs between F and the end of their backward (W, or B without W)."""
     split = any(a.kind == "W" for row in table for a in row)
-    dur = {"F": t_fwd, "B": t_bwd, "W": t_wgrad}
+    given = {"F": t_fwd, "B": t_bwd, "W": t_wgrad}
+
+    def time_of(a: SplitAction) -> float:
+        t = given[a.kind]
+        return float(t) if isinstance(t, int | float) else float(t[a.stage][a.chunk])
+
     partner = pairs or {}
 
     def waits(a: SplitAction, r: int) -> tuple[tuple[str, int, int, int], ...]:
@@ -112,10 +120,10 @@ def simulate_routes(table: SplitTable, route: Route, t_fwd: float, t_bwd: float,
         return route_dependency(a, route) + (() if mate is None else route_dependency(mate, route))
 
     starts, ends, free, stuck = run_rows(table, waits, lambda a, r: (a.kind, r, a.chunk, a.micro),
-                                         lambda a, r: dur[a.kind], t_p2p)
+                                         lambda a, r: time_of(a), t_p2p)
     if stuck:
         raise ValueError(f"schedule deadlocks: ranks stop at {', '.join(stuck)}")
-    busy = tuple(sum(dur[a.kind] for a in row) for row in table)
+    busy = tuple(sum(time_of(a) for a in row) for row in table)
     return Timeline(step_time=max(free), starts=tuple(map(tuple, starts)), ends=tuple(map(tuple, ends)), busy=busy,
                     max_in_flight=tuple(_live(row, "W" if split else "B") for row in table))
 

@@ -20,7 +20,7 @@ The asynchronous schedules never flush (steady.py): no bubble per step, their on
 
 from __future__ import annotations
 
-from meshplan.specs.plan import ASYNC_SCHEDULES
+from meshplan.pipeline.names import ASYNC as ASYNC_SCHEDULES
 from meshplan.xp import Num, maximum
 
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from meshplan.schedule import Timeline
+from meshplan.pipeline.schedule import Timeline
 
 SPLIT_KINDS = ("F", "B", "W")
 

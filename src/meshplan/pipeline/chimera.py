@@ -32,9 +32,9 @@ What the table shows (tests/test_chimera.py), times per stage; the estimate pric
 
 from __future__ import annotations
 
-from meshplan.schedule import Timeline
-from meshplan.zero_bubble import SplitAction, SplitTable
-from meshplan.zero_bubble_v import Route, simulate_routes
+from meshplan.pipeline.schedule import Timeline
+from meshplan.pipeline.zero_bubble import SplitAction, SplitTable
+from meshplan.pipeline.zero_bubble_v import Route, simulate_routes
 
 
 def chimera_route(pp: int) -> Route:

@@ -26,8 +26,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from meshplan.schedule import Action, Table, Times, build, simulate
-from meshplan.specs.plan import ASYNC_SCHEDULES
+from meshplan.pipeline.names import ASYNC as ASYNC_SCHEDULES
+from meshplan.pipeline.schedule import Action, Table, Times, build, simulate
 
 
 def steady_step(schedule: str, pp: int, micro_batches: int, t_fwd: Times, t_bwd: Times, t_p2p: Times = 0.0) -> float:

@@ -1,0 +1,103 @@
+"""The pipeline schedules' registry (meshplan.pipeline.registry, issue 82): one record per schedule, and no module of
+the core outside ``meshplan.pipeline`` writes a schedule's name (a string constant equal to one: compared, keyed,
+listed or passed); each caller asks the registry. Attribute names that happen to equal a schedule's (the search
+space's ``gpipe`` switch, set in its ``__post_init__``) are not schedule names. The per-rank path prices a plan as
+the end ranks' path does: the same plan with its default per-rank settings written out prices the same."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from meshplan.estimate import estimate
+from meshplan.pipeline.names import ALL, ASYNC, SPLIT, SYNC
+from meshplan.pipeline.registry import REGISTRY, SEARCH_ORDER, schedule_of
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import load_stack
+
+CORE = Path(__file__).resolve().parents[1] / "src" / "meshplan"
+ATTRIBUTE_CALLS = ("setattr", "__setattr__", "getattr")
+
+
+def _names_written(path: Path) -> list[str]:
+    """``file:line 'name'`` of each string constant in ``path`` equal to a schedule's name, but an attribute's name
+    given to setattr / getattr."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and len(node.args) >= 2:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in ATTRIBUTE_CALLS:
+                skip.add(id(node.args[1]))  # setattr(obj, "name", ...), object.__setattr__(self, "name", ...)
+    return [f"{path.name}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and node.value in ALL and id(node) not in skip]
+
+
+def test_no_schedule_name_is_written_outside_the_pipeline_package():
+    files = [p for p in sorted(CORE.rglob("*.py")) if "pipeline" not in p.relative_to(CORE).parts[:1]]
+    found = [hit for p in files for hit in _names_written(p)]
+    assert not found, "schedule names outside meshplan.pipeline (ask its registry):\n" + "\n".join(found)
+
+
+def test_the_check_sees_a_written_name(tmp_path):
+    # the check above is not vacuous: the registry itself writes every name, and a comparison in a module is seen,
+    # an attribute's name given to object.__setattr__ is not
+    assert {h.rsplit(" ", 1)[1].strip("'") for h in _names_written(CORE / "pipeline" / "registry.py")} == set(ALL)
+    probe = tmp_path / "probe.py"
+    probe.write_text('def f(plan):\n    object.__setattr__(plan, "gpipe", True)\n    return plan.schedule == "zb-v"\n')
+    assert [h.split(" ")[1] for h in _names_written(probe)] == ["'zb-v'"]
+
+
+def test_one_record_per_schedule_in_its_family():
+    assert tuple(REGISTRY) == ALL == (*SYNC, *ASYNC, *SPLIT)
+    assert sorted(SEARCH_ORDER) == sorted(ALL)
+    assert {s.name for s in REGISTRY.values() if not s.flushes} == set(ASYNC)
+    assert {s.name for s in REGISTRY.values() if s.split} == set(SPLIT)
+    assert [s.name for s in REGISTRY.values() if s.weight_copies == 2] == ["dualpipe"]  # DeepSeek-V3 Table 2: 2x
+    assert [s.name for s in REGISTRY.values() if s.mirrored] == ["chimera"]
+    assert [s.name for s in REGISTRY.values() if not s.head_last] == ["zb-v"]
+    with pytest.raises(KeyError, match="is none of"):
+        schedule_of("zb-h2")
+
+
+def test_refusals_say_why():
+    assert schedule_of("1f1b").refusals(4, 1, 8) == []
+    assert "needs schedule='interleaved'" in schedule_of("1f1b").refusals(4, 2, 8)[0]
+    assert "does not divide the 6 micro-batches" in schedule_of("interleaved").refusals(4, 2, 6)[0]
+    assert "m >= pp" in schedule_of("pipedream-2bw").refusals(4, 1, 2)[0]
+    assert "m >= 2*pp" in schedule_of("zb-v").refusals(4, 2, 6)[0]
+    assert "even stages" in schedule_of("zb-v").refusals(4, 2, 8, (3, 0))[0]
+    assert "DualPipe's own check" in schedule_of("dualpipe").refusals(4, 1, 6)[0]
+    assert schedule_of("dualpipe").refusals(4, 1, None) == []  # m unknown: the batch check says it
+
+
+def test_every_rank_runs_the_embedding_and_the_head_once_in_all():
+    for record in REGISTRY.values():
+        for pp in (2, 4, 8):
+            shares = [record.end_shares(pp, r) for r in range(pp)]
+            assert sum(e for e, _ in shares) == sum(h for _, h in shares) == 1.0, record.name
+
+
+MODEL = load_model("llama3-8b")
+CLUSTER = load_system("h100").cluster(64)
+ANY = load_stack("any")
+
+
+@pytest.mark.parametrize(("schedule", "vpp", "batch"), [("chimera", 1, 8), ("zb-v", 2, 32), ("zb-h1", 1, 32),
+                                                        ("1f1b", 1, 32), ("gpipe", 1, 32), ("interleaved", 2, 32)])
+@pytest.mark.parametrize("mode", ["selective", "full"])
+def test_the_same_plan_prices_the_same_with_its_default_settings_written_out(schedule, vpp, batch, mode):
+    """Issue 82: a plan with ``stage_recompute`` naming its own recompute on every rank goes down the per-rank path
+    (step/ranks.py); it must price the plan as the end ranks' path does. Before the fix a Chimera plan's per-rank
+    bubble was 1F1B's over the forwards (0.043 s against 0.262 s at m = 32) and ZB-V's head sat on the last rank."""
+    plan = Plan(dp=2, tp=8, pp=4, vpp=vpp, global_batch=batch, schedule=schedule, recompute=mode)
+    even = estimate(MODEL, CLUSTER, plan, ANY)
+    apart = estimate(MODEL, CLUSTER, plan.with_(stage_recompute=(mode,) * 4), ANY)
+    assert apart.step_time == pytest.approx(even.step_time, rel=1e-9)
+    assert apart.breakdown["bubble"] == pytest.approx(even.breakdown["bubble"], rel=1e-9)
+    assert apart.peak_memory == pytest.approx(even.peak_memory, rel=1e-9)
