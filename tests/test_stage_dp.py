@@ -238,8 +238,9 @@ def _cli(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def test_plan_leads_with_a_per_stage_plan_from_the_command_line(capsys):
-    # Llama 3.1 405B on 256 H100 without offload: uniform #1 (full recompute, first and last stages of 3) 54.5 s;
-    # with layers per rank 3,4x30,3 and 2 layers a rank recomputed: 49.1 s, emitted as Megatron-Core's layout
+    # Llama 3.1 405B on 256 H100 without offload: uniform #1 (tp 2, pp 32, cp 4, full recompute, first and last
+    # stages of 3) 54.5 s; the stage DP on the fastest pipelined plans finds tp 4, pp 16, cp 4 with layers 7,8x14,7
+    # and 4 layers a rank recomputed: 48.5 s, emitted as Megatron-Core's layout
     args = ["plan", "--model", "llama3.1-405b", "--system", "h100", "--gpus", "256", "--global-batch", "256",
             "--no-offload", "--top", "3"]
     on, off = (json.loads(_cli(capsys, *args, *extra, "--json")[1]) for extra in ((), ("--no-per-stage",)))
@@ -248,7 +249,8 @@ def test_plan_leads_with_a_per_stage_plan_from_the_command_line(capsys):
     assert not uniform["plan"]["stage_layers"]
     assert lead["step_time_s"] < 0.95 * uniform["step_time_s"]
     code, text, _ = _cli(capsys, *args, "--emit", "megatron")
-    assert code == 0 and "--pipeline-model-parallel-layout 'Et*3|" in text and "layers" in text and "×30" in text
+    first = lead["plan"]["stage_layers"][0]
+    assert code == 0 and f"--pipeline-model-parallel-layout 'Et*{first}|" in text and "layers" in text
 
 
 def test_estimate_takes_stage_layers_and_refuses_a_bad_one(capsys):

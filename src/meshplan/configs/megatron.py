@@ -99,7 +99,8 @@ def _plan_args(plan: Plan, model: ModelSpec, stack: Stack) -> list[tuple[str, An
         raise refuse(_NAME, "offload_activations", True, "pretrain_gpt.py has no activation offload argument")
     if plan.precision == "fp4":
         raise refuse(_NAME, "precision", plan.precision, "no fp4 recipe is written")
-    if model.num_layers % plan.pp and plan.vpp == 1 and not (plan.first_stage_layers or plan.last_stage_layers):
+    if model.num_layers % plan.pp and plan.vpp == 1 and not (plan.first_stage_layers or plan.last_stage_layers
+                                                             or plan.stage_layers):
         raise refuse(_NAME, "pp", plan.pp, f"it splits the {model.num_layers} layers evenly unless the first or last "
                      "stage is given (validate_args: specs/refusals.py layers_not_divisible_by_pp)")
     megatron_schedule = default_schedule(plan.vpp)

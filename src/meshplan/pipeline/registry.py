@@ -52,6 +52,8 @@ class Schedule:
     mirrored: bool = False  # rank r also runs stage p − 1 − r for half the micro-batches (Chimera)
     ep_overlapped: bool = False  # a forward and a backward chunk's EP all-to-alls hidden under each other (DualPipe)
     priced_apart: bool = True  # step/ranks.py can price its ranks apart (not: two stages a rank, weight versions)
+    # its stages split the layers evenly (ZB-V's V, Chimera's mirrored pipelines): no per-rank layer counts
+    even_stages: bool = False
     frameworks: Mapping[str, str] = field(default_factory=dict)  # framework -> its name for the schedule
     note: str = ""  # what the ranked table says of a plan under it
 
@@ -107,12 +109,13 @@ _RECORDS = (
              refuse=rules.refuse_zb_h1, runs=rules.runs_one_chunk),
     Schedule(name="zb-v", title="ZB-V", family="split", bubble=forms.zb_v, chunks=2, in_flight=rules.zb_v_in_flight,
              embedding_in_flight=rules.zb_v_embedding, head_first=True, head_last=False, refuse=rules.refuse_zb_v,
-             runs=rules.runs_zb_v),
+             runs=rules.runs_zb_v, even_stages=True),
     Schedule(name="dualpipe", title="DualPipe", family="split", bubble=forms.dualpipe,
              in_flight=rules.dualpipe_in_flight, weight_copies=2, ep_overlapped=True, priced_apart=False,
              refuse=rules.refuse_dualpipe, runs=rules.runs_dualpipe),
     Schedule(name="chimera", title="Chimera", family="split", bubble=forms.chimera, in_flight=rules.chimera_in_flight,
-             head_first=True, embed_last=True, mirrored=True, refuse=rules.refuse_chimera, runs=rules.runs_chimera),
+             head_first=True, embed_last=True, mirrored=True, refuse=rules.refuse_chimera, runs=rules.runs_chimera,
+             even_stages=True),
 )
 REGISTRY: dict[str, Schedule] = {s.name: s for s in _RECORDS}
 assert tuple(REGISTRY) == ALL and {s.family for s in _RECORDS} == {"sync", "async", "split"}

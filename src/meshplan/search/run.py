@@ -38,9 +38,9 @@ from meshplan.search.explore import Explore, Explored, PlanSpace, plan_space
 from meshplan.search.limits import check_space
 from meshplan.search.placements import PLACEMENTS
 from meshplan.search.refine import refine_ends
-from meshplan.search.select import ranked
+from meshplan.search.select import fastest_kept, ranked
 from meshplan.search.space import Space
-from meshplan.search.stage_dp import dp_kinds, refine_ranked
+from meshplan.search.stage_dp import PIPELINES, dp_kinds, refine_ranked
 from meshplan.search.stage_settings import refine_stages
 from meshplan.search.workers import jobs, run_jobs, worker_count
 from meshplan.specs.efficiency import DEFAULT, Efficiency
@@ -121,7 +121,8 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
         fastest = min(fastest, staged, key=lambda e: e.step_time)
     if plans and fastest is not None and space.stage_layers:  # layers and settings per rank (stage_dp.py)
         kinds = dp_kinds(space.recompute, True in space.offload_activations)
-        plans, fastest = refine_ranked(model, cluster, plans, fastest, kinds, space.headroom, eff)
+        pool = (*plans, *fastest_kept(model, cluster, space, eff, [part.best for part in results], 2 * PIPELINES))
+        plans, fastest = refine_ranked(model, cluster, plans, fastest, kinds, space.headroom, eff, pool)
     return SearchResult(model=model, cluster=cluster, space=space, plans=plans, fastest=fastest,
                         evaluated=sum(r.evaluated for r in results), feasible=sum(r.feasible for r in results),
                         bounded=sum(r.bounded for r in results),

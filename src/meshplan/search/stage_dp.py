@@ -31,12 +31,13 @@ import numpy as np
 
 from meshplan.estimate import Estimate
 from meshplan.fields import usable_hbm
+from meshplan.pipeline.registry import schedule_of
 from meshplan.search.stage_lines import RankLines, rank_lines
 from meshplan.specs.check import check
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import ASYNC_SCHEDULES, Plan
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 
 _INF = float("inf")
@@ -48,8 +49,9 @@ StageTable = tuple[np.ndarray, np.ndarray, list[list[StageSetting]]]  # per rank
 
 def eligible(plan: Plan, stack: Stack) -> bool:
     """A pipeline whose ranks can be priced apart and the framework sets a layer count per rank."""
-    return (plan.pp > 1 and stack.supports.stage_layers and plan.schedule not in ("dualpipe", "zb-v", "chimera")
-            and plan.schedule not in ASYNC_SCHEDULES and not plan.offload_weights)
+    schedule = schedule_of(plan.schedule)  # its end ranks apart and flushed: not DualPipe, ZB-V, Chimera, the async
+    return (plan.pp > 1 and stack.supports.stage_layers and schedule.ends_apart and schedule.flushes
+            and not plan.offload_weights)
 
 
 def _candidates(lines: dict, layers: np.ndarray, limit: float, kinds: tuple[str, ...], vpp: int
@@ -295,13 +297,17 @@ PIPELINES = 3  # the search's first pipelined plans the DP refines
 
 
 def refine_ranked(model: ModelSpec, cluster: Cluster, plans: tuple[Estimate, ...], fastest: Estimate,
-                  kinds: tuple[str, ...], headroom: float, eff: Efficiency) -> tuple[tuple[Estimate, ...], Estimate]:
-    """The search's ranking with the stage DP's best refinement of its first ``PIPELINES`` pipelined plans leading
-    where it is faster than the fastest plan (search/run.py), else unchanged."""
+                  kinds: tuple[str, ...], headroom: float, eff: Efficiency, pool: tuple[Estimate, ...] = ()
+                  ) -> tuple[tuple[Estimate, ...], Estimate]:
+    """The search's ranking with the stage DP's best refinement of the ``PIPELINES`` fastest pipelined plans of
+    ``plans`` and ``pool`` (the search's fastest kept plans) leading where it is faster than the fastest plan
+    (search/run.py), else unchanged: the fastest, not the first listed, since the listing puts the simpler plans of
+    the ranking band first, which says nothing of what the DP can gain."""
     from meshplan.estimate import estimate
 
     stack = plans[0].stack
-    piped = [e for e in plans if eligible(e.plan, stack)][:PIPELINES]
+    candidates = {e.plan: e for e in (*plans, *pool) if eligible(e.plan, stack)}
+    piped = sorted(candidates.values(), key=lambda e: e.step_time)[:PIPELINES]
     refined = [stage_dp(model, [cluster] * e.plan.pp, e, e.plan, stack, eff, Allowed(kinds, headroom),
                         lambda q: estimate(model, cluster, q, stack, eff)) for e in piped]
     best = min(refined, key=lambda e: e.step_time, default=None)

@@ -52,7 +52,7 @@ def check_stage_layers(model: ModelSpec, plan: Plan) -> list[str]:
     if plan.first_stage_layers or plan.last_stage_layers:
         reasons.append(f"stage_layers={shown} gives every rank its count: first_stage_layers and last_stage_layers "
                        "must be 0 beside it")
-    if plan.schedule in ("zb-v", "chimera"):
+    if schedule_of(plan.schedule).even_stages:
         reasons.append(f"schedule={plan.schedule} runs even stages: stage_layers must be left out")
     elif problem := _apart_problem(plan):
         reasons.append(f"stage_layers: {problem}")

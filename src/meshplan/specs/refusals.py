@@ -113,8 +113,9 @@ REFUSALS: dict[str, Refusal] = {r.name: r for r in (
                                                    | (p.optimizer == "sgd-momentum"))),
     Refusal("layers_not_divisible_by_pp", "num_layers not divisible by pp without an uneven first or last stage",
             _MLM, _ARGS, (817, 830), "Number of layers should be divisible by the pipeline-model-parallel size",
+            # a custom --pipeline-model-parallel-layout (Plan.stage_layers) takes the other branch (arguments.py:773)
             lambda p, m, s: ((m.num_layers % p.pp) != 0) & (p.vpp == 1) & (_first(p) == 0)
-            & (p.last_stage_layers == 0)),
+            & (p.last_stage_layers == 0) & (not getattr(p, "stage_layers", ()))),
     Refusal("tp_overlap_without_sp", "TP communication overlap without sequence parallelism", _MLM, _ARGS,
             (1201, 1202), "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism",
             lambda p, m, s: s.overlap_tp & (p.tp > 1) & _no(p.sequence_parallel)),
