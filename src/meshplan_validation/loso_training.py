@@ -5,8 +5,8 @@ What is refitted, for a run of source S (provenance.py):
 - ``gemm`` and ``attention`` where S is among their fit sources: refitted on the fit half's dense runs of the other
   sources, ``host_launch`` held; then ``host_launch`` on their MoE runs with those (benchmarks/fit_efficiency.py's
   two stages, its objective, linearised: refit.py);
-- ``python_host`` of the DGX A100 and Megatron-LM CI's host per micro-batch where S is Megatron-LM's CI, their one
-  source: without it they fall to their priors (1, as fast as the DGX H100 host; 0);
+- Megatron-LM CI's host per micro-batch where S is Megatron-LM's CI, its one source: without it, it falls to its
+  prior (0); the DGX A100's python_host is a measurement (presets/hardware/a100.toml), not refitted;
 - every other run keeps the shipped value of a constant not fitted on its source: its in-sample error is already
   out of that constant's source.
 The refitted values are then priced exactly on S's runs (meshplan_validation.evaluate).
@@ -114,16 +114,13 @@ class EfficiencyRefit:
 
 
 def without_source(case: Case, source: str) -> Case:
-    """``case`` with the registry's single-source host constants at their priors where ``source`` is theirs."""
+    """``case`` with the registry's single-source host constant at its prior where ``source`` is its."""
     if source != CI_SOURCE:
         return case
-    cluster = case.cluster
-    if cluster.python_host == by_name("python_host (DGX A100)").value():
-        cluster = replace(cluster, python_host=by_name("python_host (DGX A100)").prior)
     stack = case.stack
     if stack.microbatch_host == by_name("Megatron-LM CI host per micro-batch").value():
         stack = stack.with_(microbatch_host=by_name("Megatron-LM CI host per micro-batch").prior)
-    return replace(case, cluster=cluster, stack=stack)
+    return replace(case, stack=stack)
 
 
 EFFICIENCY_NAMES = ("gemm", "attention", "host_launch")
@@ -134,8 +131,6 @@ def at_prior(case: Case, name: str) -> tuple[Case, Efficiency]:
     f = by_name(name)
     if name in EFFICIENCY_NAMES:
         return case, DEFAULT.with_(**{name: f.prior})
-    if name == "python_host (DGX A100)" and case.cluster.python_host == f.value():
-        return replace(case, cluster=replace(case.cluster, python_host=f.prior)), DEFAULT
     if name == "Megatron-LM CI host per micro-batch" and case.stack.microbatch_host == f.value():
         return replace(case, stack=case.stack.with_(microbatch_host=f.prior)), DEFAULT
     return case, DEFAULT
