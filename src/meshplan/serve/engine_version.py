@@ -8,15 +8,16 @@ from __future__ import annotations
 import re
 import tomllib
 from functools import cache
-from importlib import resources
 from typing import Any
+
+from meshplan.files import PRESETS
 
 VERSION = re.compile(r"(?<![\w.])v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 @cache
 def version_table() -> tuple[dict[str, Any], ...]:
-    text = (resources.files("meshplan") / "presets" / "engine_versions.toml").read_text()
+    text = (PRESETS / "engine_versions.toml").read_text()
     return tuple(tomllib.loads(text)["row"])
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from importlib import resources
+
+from meshplan.files import PRESETS
 
 
 @lru_cache(maxsize=1)
 def _bands() -> dict:
-    return json.loads((resources.files("meshplan") / "presets" / "error_bands.json").read_text())
+    return json.loads((PRESETS / "error_bands.json").read_text())
 
 
 def ranking_band(architecture: str) -> float:
@@ -38,7 +39,7 @@ def error_band(architecture: str, moe: bool) -> float:
 def _serving() -> dict:
     """``presets/serving_errors.json``: the serving model's errors on the published serving runs, per GPU
     architecture (written by benchmarks/accuracy_inference.py from docs/ACCURACY_INFERENCE.md's runs)."""
-    return json.loads((resources.files("meshplan") / "presets" / "serving_errors.json").read_text())
+    return json.loads((PRESETS / "serving_errors.json").read_text())
 
 
 def serving_band(architecture: str) -> float:
