@@ -9,8 +9,9 @@ import itertools
 import numpy as np
 import pytest
 
-from meshplan.autoshard.ilp import _classes, unique_rows
+from meshplan.autoshard.ilp import _classes
 from meshplan.autoshard.reduce import Pairwise, _dominated, expand_choice, reduce
+from meshplan.xp import unique_rows
 
 DRAWS = 300
 

@@ -26,6 +26,7 @@ import numpy as np
 from meshplan.autoshard.problem import Edge, Problem
 from meshplan.autoshard.reduce import Pairwise, expand_choice, reduce, restrict
 from meshplan.errors import MissingDependency
+from meshplan.xp import unique_rows
 
 MIP_GAP = 1e-3  # branch and bound stops within 0.1 % of the optimum (far inside the model's own error)
 
@@ -152,19 +153,6 @@ def _classes(m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rows, row_of = unique_rows(m)
     cols, col_of = unique_rows(rows.T)
     return cols.T, row_of, col_of
-
-
-def unique_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(m, axis=0, return_inverse=True)`` for a 2-D float matrix: its distinct rows in lexicographic order
-    and each row's index among them; a lexicographic sort of the rows themselves instead of NumPy's sort of them
-    viewed as structured records, which costs ten times as much on the program's small matrices."""
-    order = np.lexsort(m.T[::-1])
-    ordered = m[order]
-    new = np.ones(len(order), dtype=bool)
-    new[1:] = np.any(ordered[1:] != ordered[:-1], axis=1)
-    inverse = np.empty(len(order), dtype=np.intp)
-    inverse[order] = np.cumsum(new) - 1
-    return ordered[new], inverse
 
 
 def _relaxation_first(optimize: Any, c: np.ndarray, integrality: np.ndarray, matrix: Any, lo: np.ndarray,

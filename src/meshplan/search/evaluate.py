@@ -35,7 +35,7 @@ from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import ASYNC_SCHEDULES, SPLIT_SCHEDULES, Plan
-from meshplan.step.units import Units
+from meshplan.step.units import Saved
 from meshplan.units import fmt_over
 
 CHUNK = 16384  # plans timed at once
@@ -148,7 +148,7 @@ def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficien
         _time_rows(model, cluster, space, eff, pool, sized, block, bound, shapes, units, fits, peak, result)
 
 
-def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: PlanBatch, saved: dict[str, Units],
+def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: PlanBatch, saved: dict[str, Saved],
          plans: np.ndarray, result: Part) -> tuple[np.ndarray, np.ndarray]:
     """Memory and feasibility of every setting of some size combinations (``sized``: one plan of each; memory
     does not depend on the placement), each standing for ``plans`` plans: counted as evaluated and feasible,

@@ -143,6 +143,13 @@ class Units:
             raise KeyError(f"units without the twin of wrapper work {work!r} (timed_parts' works)")
         return self.wrapped[work]
 
+    def saved(self, index: Any) -> Saved:
+        """The saved-activation fields at ``index`` (NumPy fancy indexing): all a step's memory reads of its units."""
+        def pick(v: Num) -> Num:
+            return v[index] if isinstance(v, np.ndarray) and v.shape else v
+
+        return Saved(pick(self.layer_saved), pick(self.embed_saved), pick(self.head_saved), pick(self.layer_working))
+
     def take(self, index: Any) -> Units:
         """Select elements (NumPy fancy indexing) of every array field."""
         def pick(v: Any) -> Any:  # a field: PassTimes, Num, or the wrapped twins (work -> Units, or None)
@@ -153,6 +160,17 @@ class Units:
             return v[index] if isinstance(v, np.ndarray) and v.shape else v
 
         return Units(*(pick(getattr(self, f)) for f in Units.__slots__))
+
+
+@dataclass(frozen=True, slots=True)
+class Saved:
+    """What a step's memory reads of its units (step/memory.py): the activation bytes each piece saves, and what a
+    per-op recompute holds beyond them (``Units`` has the same fields)."""
+
+    layer_saved: Num
+    embed_saved: Num
+    head_saved: Num
+    layer_working: Num = 0.0
 
 
 def unit_costs(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = DEFAULT_STACK,
