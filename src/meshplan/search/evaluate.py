@@ -286,9 +286,10 @@ def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], f
                "offload_layers": plan.offload_layers if grid[3][a] else 0}
     partial = {k: 0 if v >= per_stage else v for k, v in partial.items()}
     modules = plan.recompute_modules if grid[0][r] == "selective" else _PLAIN_MODULES
-    plan = replace(plan, recompute=grid[0][r], zero=grid[1][z], offload_optimizer=grid[2][o],
+    if panels is not None:
+        partial["summa_panels"] = int(panels[r][row])
+    return replace(plan, recompute=grid[0][r], zero=grid[1][z], offload_optimizer=grid[2][o],
                    offload_activations=grid[3][a], recompute_modules=modules, **partial)
-    return replace(plan, summa_panels=int(panels[r][row])) if panels is not None else plan
 
 
 def _tally_misses(tally: Tally, reason: str, used: np.ndarray, miss: np.ndarray,
