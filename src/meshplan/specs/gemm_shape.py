@@ -57,18 +57,21 @@ AT_ONCE = 1024
 
 def _tile_choice(m: Num, n: Num, k: Num, num_sms: int, groups: Num, tiles: tuple[tuple[int, int], ...],
                  k0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    m, n, k, g = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k, groups))  # an empty GEMM: 0 FLOPs
-    shape = np.broadcast(m, n, k, g).shape
+    mm, nn, kk, gg = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k, groups))  # empty: 0 FLOPs
+    shape = np.broadcast(mm, nn, kk, gg).shape
     if int(np.prod(shape)) <= AT_ONCE:  # the first of the best scores, as keeping only a strictly better one gives
         along = (len(tiles),) + (1,) * len(shape)
         tm, tn = (np.array([t[i] for t in tiles], dtype=float).reshape(along) for i in (0, 1))
-        value, depth, split = _candidate(m, n, k, g, tm, tn, num_sms)
+        value, depth, split = _candidate(mm, nn, kk, gg, tm, tn, num_sms)
         first = np.argmax(value * depth / (depth + k0), axis=0)[None]
-        return tuple(np.take_along_axis(np.broadcast_to(x, (len(tiles), *shape)), first, axis=0)[0]  # type: ignore
-                     for x in (value, depth, split))
+
+        def of_first(x: np.ndarray) -> np.ndarray:
+            return np.take_along_axis(np.broadcast_to(x, (len(tiles), *shape)), first, axis=0)[0]
+
+        return of_first(value), of_first(depth), of_first(split)
     best, depth, chosen = np.full(shape, -1.0), np.ones(shape), np.ones(shape)  # any kernel beats none
     for tm_, tn_ in tiles:
-        value, slice_depth, split = _candidate(m, n, k, g, tm_, tn_, num_sms)
+        value, slice_depth, split = _candidate(mm, nn, kk, gg, tm_, tn_, num_sms)
         better = value * slice_depth / (slice_depth + k0) > best * depth / (depth + k0)
         best, depth = np.where(better, value, best), np.where(better, slice_depth, depth)
         chosen = np.where(better, split, chosen)
