@@ -7,6 +7,7 @@ summed by ``passes.pass_times``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -59,7 +60,19 @@ class Parts:
 def _ops(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCost]]:
     """Ops of one layer of each kind (``kind_fractions``: "dense" and "moe", or a hybrid's blocks), of the
     embedding, the head, what a multi-token-prediction depth adds to its layer and head (``embed_head.mtp_ops``) and a
-    pipeline send."""
+    pipeline send. One plan's are kept (``_plan_ops``): they do not depend on the cluster, and a what-if prices the same
+    plan on many (the property tests, the sweeps of a parameter)."""
+    if type(plan) is Plan:
+        return {k: list(v) for k, v in _plan_ops(model, plan, stack).items()}
+    return _build_ops(model, plan, stack)
+
+
+@lru_cache(maxsize=1024)
+def _plan_ops(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, tuple[OpCost, ...]]:
+    return {k: tuple(v) for k, v in _build_ops(model, plan, stack).items()}
+
+
+def _build_ops(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCost]]:
     return layer_kinds(model, plan, stack) | {
         "embed": embedding_ops(model, plan, stack), "head": head_ops(model, plan, stack),
         "mtp": mtp_ops(model, plan, stack), "p2p": pipeline_p2p(model, plan, stack)}
