@@ -18,6 +18,7 @@ host-bound step, which the weights' Lagrangian makes of max(GPU, host) per pass.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,9 +163,14 @@ def _relaxation_first(optimize: Any, c: np.ndarray, integrality: np.ndarray, mat
     from scipy.optimize import Bounds, LinearConstraint
 
     eq = lo == hi
-    relaxed = optimize.linprog(c, A_eq=matrix[eq], b_eq=lo[eq], A_ub=matrix[~eq] if (~eq).any() else None,
-                               b_ub=hi[~eq] if (~eq).any() else None, bounds=(0, 1), method="highs",
-                               options={"presolve": False})  # after reduce.py's reductions it only costs time
+    # presolve off: after reduce.py's reductions it only costs time; one thread: scipy runs HiGHS' serial dual simplex,
+    # and HiGHS' pool of worker threads only waited (a third of the planner's wall time here, the same solutions).
+    # "threads" is HiGHS' own option, which scipy passes to it verbatim, saying so in a warning
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Unrecognized options detected", category=optimize.OptimizeWarning)
+        relaxed = optimize.linprog(c, A_eq=matrix[eq], b_eq=lo[eq], A_ub=matrix[~eq] if (~eq).any() else None,
+                                   b_ub=hi[~eq] if (~eq).any() else None, bounds=(0, 1), method="highs",
+                                   options={"presolve": False, "threads": 1})
     if relaxed.status == 0:
         nodes = relaxed.x[integrality == 1]
         if np.all(np.minimum(nodes, 1 - nodes) < 1e-7):
