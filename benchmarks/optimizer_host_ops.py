@@ -135,6 +135,18 @@ def deepspeed_counts(settings: list[Setting]) -> list[tuple[str, dict[str, float
     return [(found["optimizer"], found["calls"]) for found in json.loads(out.strip().splitlines()[-1])]
 
 
+def deepspeed_on_cpu() -> Any:
+    """DeepSpeed with its process group on this CPU (gloo), without its shared-memory all-reduce kernel: DeepSpeed
+    compiles that C++ op the first time a process group starts on a machine (70 s of CPU here; every fresh CI machine)
+    and uses it only for inference's all-reduce (deepspeed/comm/torch.py inference_all_reduce), which nothing counted
+    here runs. The ops' compatibility is one dict that DeepSpeed lets its callers edit (deepspeed/ops/__init__.py)."""
+    import deepspeed
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    deepspeed.init_distributed(dist_backend="gloo")
+    return deepspeed
+
+
 def _params_module(torch, n: int):  # noqa: ANN001, ANN202
     """A module of ``n`` tiny parameters whose forward touches each."""
     class Params(torch.nn.Module):
@@ -158,10 +170,9 @@ def microbatch_counts(stage: int = 1, grad_accum: str = "fp32") -> dict[str, Any
 
 
 def _microbatch_child(stage: int, grad_accum: str) -> None:
-    import deepspeed
     import torch
 
-    deepspeed.init_distributed(dist_backend="gloo")
+    deepspeed = deepspeed_on_cpu()
     cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "steps_per_print": 10**9,
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
            "zero_optimization": {"stage": stage, "overlap_comm": False, "contiguous_gradients": True},
@@ -197,11 +208,10 @@ def pipeline_microbatch_counts() -> dict[str, Any]:
 
 
 def _pipeline_child() -> None:
-    import deepspeed
     import torch
-    from deepspeed.pipe import PipelineModule
 
-    deepspeed.init_distributed(dist_backend="gloo")
+    deepspeed = deepspeed_on_cpu()
+    from deepspeed.pipe import PipelineModule
     found: dict[str, Any] = {}
 
     class Stage(torch.nn.Module):  # the params module as a pipeline stage: its input passes through
@@ -236,10 +246,9 @@ def _pipeline_child() -> None:
 
 
 def _deepspeed_child(settings: list[str]) -> None:
-    import deepspeed
     import torch
 
-    deepspeed.init_distributed(dist_backend="gloo")
+    deepspeed = deepspeed_on_cpu()
 
     def counts(stage: int, grad_accum: str, dtype: str) -> dict[str, Any]:
         def make(n: int) -> Step:

@@ -1,10 +1,12 @@
 """docs/SPEED.md: how fast the search and one estimate run, rendered from a committed measurement:
 
     python benchmarks/search_speed.py --repeat 8 --out data/measured/DATE-search-speed.json   # measure (minutes)
+    python benchmarks/speed_guard.py --rounds 5 --out data/measured/DATE-speed-guard.json     # the commands (minutes)
     python benchmarks/speed_doc.py                                                           # writes docs/SPEED.md
 
-The newest data/measured/*-search-speed.json is rendered. Its timings belong to the machine that measured them (the
-file names it); its counts (plans evaluated, feasible, the best plan) are the search's own, and
+The newest data/measured/*-search-speed.json is rendered, and the newest *-speed-guard.json: every command a user
+waits for, as a whole process, with its start-up (benchmarks/speed_guard.py). Its timings belong to the machine that
+measured them (the file names it); its counts (plans evaluated, feasible, the best plan) are the search's own, and
 tests/test_docs.py searches each case again and compares them, so a change that alters the search space or its
 answer makes the committed measurement stale until it is measured again.
 """
@@ -25,12 +27,36 @@ NAMES = {"gpt3-175b": "GPT-3 175B", "megatron-1t": "Megatron-1T", "llama3.1-405b
          "deepseek-v3": "DeepSeek-V3", "llama3-70b": "Llama-3-70B", "mixtral-8x7b": "Mixtral 8x7B"}
 
 
-def newest() -> Path:
-    """The newest committed measurement (file names start with their date)."""
-    files = sorted(DATA.glob("*-search-speed.json"))
+def newest(kind: str = "search-speed", script: str = "search_speed.py") -> Path:
+    """The newest committed measurement of a kind (file names start with their date)."""
+    files = sorted(DATA.glob(f"*-{kind}.json"))
     if not files:
-        raise SystemExit("speed_doc.py: no data/measured/*-search-speed.json: run benchmarks/search_speed.py --out")
+        raise SystemExit(f"speed_doc.py: no data/measured/*-{kind}.json: run benchmarks/{script} --out")
     return files[-1]
+
+
+def commands_section(path: Path) -> list[str]:
+    """The commands a user waits for (benchmarks/speed_guard.py's measurement): whole processes, their start-up."""
+    m = json.loads(path.read_text())
+    rel = path.relative_to(ROOT).as_posix()
+    lines = ["## Every answer, start-up included", "",
+             f"`benchmarks/speed_guard.py --rounds {m['rounds']}` on {m['date']} ({m['cores']} cores, {m['cpu']}, "
+             f"Python {m['python']}; {rel}): each command a fresh process, as a user waits for it, interleaved with a "
+             f"fixed reference workload ({m['reference_s']:.2f} s of CPU here). Seconds are medians of the wall "
+             "clock and of the CPU time the command's processes used; the ratio is the CPU time over the reference's, "
+             "which CI checks against its committed baseline (benchmarks/data/speed_guard_baseline.json: more than "
+             "20 % slower fails). Start-up: meshplan's modules the answer imports, and the CPU seconds their import "
+             "takes (tests/test_startup.py counts them against a limit). The targets hold for a quiet machine; this "
+             "one is shared by several processes, so the wall clock can exceed the CPU time.", "",
+             "| command | wall s | CPU s | target | | ratio | start-up modules | start-up s |",
+             "|---|---:|---:|---:|---|---:|---:|---:|"]
+    for c in m["commands"]:
+        lines.append(f"| {c['label']} | {c['wall_s']:.2f} | {c['cpu_s']:.2f} | {c['target_s']:g} s | "
+                     f"{'within' if c['wall_s'] <= c['target_s'] else 'over'} | {c['ratio']:.2f} | "
+                     f"{c['startup_modules']} | {c['startup_s']:.2f} |")
+    lines += ["", "The commands: " + "; ".join(f"{c['label']}: `meshplan {' '.join(c['args'])}`".replace("{tmp}/", "")
+                                              for c in m["commands"]) + "."]
+    return lines
 
 
 def _case(c: dict[str, Any]) -> str:
@@ -86,6 +112,9 @@ def render(path: Path) -> str:
         lines.append(f"| {NAMES.get(e['model'], e['model'])}, {e['gpus']:,} x {e['system']} | "
                      f"{e['estimate_s'] * 1e6:.0f} µs | {e['with_ops_s'] * 1e6:.0f} µs | "
                      f"{e['step_costs_s'] * 1e6:.0f} µs |")
+    guard = sorted(DATA.glob("*-speed-guard.json"))
+    if guard:
+        lines += ["", *commands_section(guard[-1])]
     return "\n".join(lines) + "\n"
 
 

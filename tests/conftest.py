@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import os
 
-import pytest
+# One thread per library in each test process, set before NumPy loads: pytest-xdist runs a process per core, and a
+# library's own pool in each (OpenMP: PyTorch, scikit-learn's trees; OpenBLAS) would oversubscribe the cores, its
+# threads spinning while they wait for one (a third of the CPU time of docs/MEASURED.md's check, for the same document).
+# A test that times a kernel sets its own threads (check-step, calibrate); an environment that sets these keeps them.
+for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
 
-from meshplan.specs.hardware import load_system
-from meshplan.specs.model import ModelSpec
+import pytest  # noqa: E402
+
+from meshplan.specs.hardware import load_system  # noqa: E402
+from meshplan.specs.model import ModelSpec  # noqa: E402
 
 
 def gpt(layers: int = 4, hidden: int = 1024, heads: int = 16, seq: int = 2048, vocab: int = 51200,

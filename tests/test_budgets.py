@@ -6,6 +6,7 @@ counted; *args and **kwargs one each)."""
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,6 +27,7 @@ def line_count(path: Path) -> int:
     return len(path.read_text(encoding="utf-8").splitlines())
 
 
+@cache  # both function budgets read every file of src/: parsed once
 def functions(path: Path) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
     """Every def in the file: module level, methods and nested functions."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))

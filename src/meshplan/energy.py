@@ -21,9 +21,12 @@ energy only: hosts, NICs, switches and cooling (a datacenter's PUE) come beside 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from meshplan.estimate import Estimate
 from meshplan.specs.power import idle_watts
+
+if TYPE_CHECKING:  # the serving report prints energy without importing the training step's assembly
+    from meshplan.estimate import Estimate
 
 BUSY = ("compute", "recompute", "optimizer")  # the breakdown's parts that run the GPU's kernels
 

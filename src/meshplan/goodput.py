@@ -42,12 +42,15 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from meshplan.errors import SpecError
-from meshplan.estimate import Estimate
 from meshplan.memory import OPTIMIZER_STATE, WEIGHT_BYTES
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
+
+if TYPE_CHECKING:  # the serving report imports goodput's terms without the training step's assembly
+    from meshplan.estimate import Estimate
 
 LLAMA3_MTBF_GPU_HOURS = 16_384 * 54 * 24 / 419  # GPU-hours per unexpected interruption (module docstring)
 LLAMA3_STORAGE_BYTES_S = 2e12  # Tectonic's sustained throughput for Llama 3's checkpoints (module docstring)

@@ -60,3 +60,16 @@ def floor_div(a: Num, b: Num) -> Num:
     if type(a) is int and type(b) is int:
         return a // b
     return np.floor_divide(a, b)
+
+
+def unique_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(m, axis=0, return_inverse=True)`` for a 2-D float matrix: its distinct rows in lexicographic order
+    and each row's index among them (``unique[inverse]`` is ``m``); a lexicographic sort of the rows themselves
+    instead of NumPy's sort of them viewed as structured records, which costs ten times as much."""
+    order = np.lexsort(m.T[::-1])
+    ordered = m[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = np.any(ordered[1:] != ordered[:-1], axis=1)
+    inverse = np.empty(len(order), dtype=np.intp)
+    inverse[order] = np.cumsum(new) - 1
+    return ordered[new], inverse

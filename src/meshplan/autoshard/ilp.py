@@ -18,6 +18,7 @@ host-bound step, which the weights' Lagrangian makes of max(GPU, host) per pass.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ import numpy as np
 from meshplan.autoshard.problem import Edge, Problem
 from meshplan.autoshard.reduce import Pairwise, expand_choice, reduce, restrict
 from meshplan.errors import MissingDependency
+from meshplan.xp import unique_rows
 
 MIP_GAP = 1e-3  # branch and bound stops within 0.1 % of the optimum (far inside the model's own error)
 
@@ -149,9 +151,9 @@ def _classes(m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     and each strategy's merged row (of u) and column (of v). Edge variables over the classes, each class's marginal
     equal to the sum of its strategies' variables, give the same objective on every integral choice and the same LP
     optimum (a class's variable splits among its strategies in proportion), with fewer variables."""
-    rows, row_of = np.unique(m, axis=0, return_inverse=True)
-    cols, col_of = np.unique(rows, axis=1, return_inverse=True)
-    return cols, np.ravel(row_of), np.ravel(col_of)
+    rows, row_of = unique_rows(m)
+    cols, col_of = unique_rows(rows.T)
+    return cols.T, row_of, col_of
 
 
 def _relaxation_first(optimize: Any, c: np.ndarray, integrality: np.ndarray, matrix: Any, lo: np.ndarray,
@@ -161,9 +163,14 @@ def _relaxation_first(optimize: Any, c: np.ndarray, integrality: np.ndarray, mat
     from scipy.optimize import Bounds, LinearConstraint
 
     eq = lo == hi
-    relaxed = optimize.linprog(c, A_eq=matrix[eq], b_eq=lo[eq], A_ub=matrix[~eq] if (~eq).any() else None,
-                               b_ub=hi[~eq] if (~eq).any() else None, bounds=(0, 1), method="highs",
-                               options={"presolve": False})  # after reduce.py's reductions it only costs time
+    # presolve off: after reduce.py's reductions it only costs time; one thread: scipy runs HiGHS' serial dual simplex,
+    # and HiGHS' pool of worker threads only waited (a third of the planner's wall time here, the same solutions).
+    # "threads" is HiGHS' own option, which scipy passes to it verbatim, saying so in a warning
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Unrecognized options detected", category=optimize.OptimizeWarning)
+        relaxed = optimize.linprog(c, A_eq=matrix[eq], b_eq=lo[eq], A_ub=matrix[~eq] if (~eq).any() else None,
+                                   b_ub=hi[~eq] if (~eq).any() else None, bounds=(0, 1), method="highs",
+                                   options={"presolve": False, "threads": 1})
     if relaxed.status == 0:
         nodes = relaxed.x[integrality == 1]
         if np.all(np.minimum(nodes, 1 - nodes) < 1e-7):

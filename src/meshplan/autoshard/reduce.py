@@ -63,43 +63,63 @@ def restrict(pw: Pairwise, key: int, keep: np.ndarray) -> None:
 
 
 def _dominated(pw: Pairwise, key: int, around: set[int]) -> np.ndarray:
-    """Indices kept after dropping dominated and duplicate strategies of ``key``."""
+    """Indices kept after dropping dominated and duplicate strategies of ``key``: in lexicographic order of their
+    profiles (cost, edge rows, bytes), each strategy that no strategy kept before it beats (costs no more, to within
+    1e-15, everywhere). Which strategy beats which is one array; only a strategy beaten by one before it in the order
+    can be dropped, and those are decided in order."""
     parts = [pw.costs[key][:, None]] + [pw.matrix(key, v) for v in sorted(around)]
     if key in pw.memory:
         parts.append(pw.memory[key])
     profile = np.concatenate(parts, axis=1)
     order = np.lexsort(profile.T[::-1])
-    kept: list[int] = []
-    for a in order:
-        if not kept or not np.any(np.all(profile[kept] <= profile[a] + 1e-15, axis=1)):
-            kept.append(int(a))
-    return np.array(sorted(kept))
+    rank = np.empty(len(order), dtype=int)
+    rank[order] = np.arange(len(order))
+    # earlier[i, a]: i comes before a in the order and costs no more than a everywhere
+    earlier = np.all(profile[:, None, :] <= profile[None, :, :] + 1e-15, axis=2) & (rank[:, None] < rank[None, :])
+    beaten = earlier.any(axis=0)
+    kept = ~beaten  # beaten by nothing before it: kept whatever else is
+    for a in order[beaten[order]]:
+        kept[a] = not kept[earlier[:, a]].any()
+    return np.flatnonzero(kept)
 
 
 def reduce(pw: Pairwise) -> Pairwise:
-    """Apply the reductions (module docstring) until none applies."""
-    changed = True
+    """Apply the reductions (module docstring) until none applies. Dominance is tested again only at the nodes whose
+    costs or edges changed since their last test (``dirty``): a node's strategies that survived it survive it again on
+    the same profile (each was beaten by none kept before it, and the same ones are kept before it)."""
+    changed, dirty = True, set(pw.costs)
     while changed:
         changed = False
         around = pw.neighbours()
         for key in list(pw.costs):
+            if key not in dirty:
+                continue
+            dirty.discard(key)
             keep = _dominated(pw, key, around[key])
             if len(keep) < len(pw.costs[key]):
                 restrict(pw, key, keep)
+                dirty |= around[key]  # their edges to this node lost rows
                 changed = True
-        around = pw.neighbours()
         for key in sorted(pw.costs, key=lambda k: len(around[k])):
             if key in pw.memory or key not in pw.costs or len(around[key]) > 2:
                 continue
-            _eliminate(pw, key, sorted(around[key]))
-            around = pw.neighbours()
+            dirty |= around[key]  # their costs or edges take this node's in
+            _eliminate(pw, key, sorted(around[key]), around)
             changed = True
     return pw
 
 
-def _eliminate(pw: Pairwise, v: int, near: list[int]) -> None:
+def _eliminate(pw: Pairwise, v: int, near: list[int], around: dict[int, set[int]]) -> None:
+    """Fold node ``v`` into its ``near`` neighbours (none, one or two: the module docstring); ``around`` (every
+    node's neighbours) is kept up to date."""
     c = pw.costs.pop(v)
     ids = pw.ids.pop(v)
+    del around[v]
+    for u in near:
+        around[u].discard(v)
+    if len(near) == 2:  # the series reduction joins the two
+        around[near[0]].add(near[1])
+        around[near[1]].add(near[0])
     if not near:
         pw.history.append((v, ids, int(np.argmin(c))))
         pw.constant += float(c.min())

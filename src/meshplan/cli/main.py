@@ -1,7 +1,8 @@
 """The command line: the ``meshplan`` group, its commands (one module each) and the one-line error policy.
 
 Commands of other packages join through the ``meshplan.commands`` entry point group (the validation layer's
-``validate``): the core never imports them. Any bad input becomes one line on stderr and exit status 2.
+``validate``): the core never imports them. Each command is imported when it is used (cli/lazy.py), so that a
+command loads only what it needs. Any bad input becomes one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -13,20 +14,49 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from importlib.metadata import entry_points
 from typing import Any
 
 import click
 
 from meshplan import interrupt
-from meshplan.cli import check, report, tools
-from meshplan.cli.estimate import estimate
-from meshplan.cli.plan import plan_cmd
-from meshplan.cli.rl import rl_cmd
-from meshplan.cli.serve import serve_cmd
+from meshplan.cli.lazy import Commands, Lazy
 from meshplan.errors import MeshplanError
 from meshplan.fields import one_line
 from meshplan.interrupt import by_interrupt
+
+# Every command of the core, imported when it runs (or its own --help is asked for): name, module, attribute and the
+# first paragraph of its help, which `meshplan --help` lists without importing the command (pip's commands_dict
+# keeps the same table; tests/test_startup.py checks each summary against its command's help).
+COMMANDS = [
+    Lazy("calibrate", "meshplan.cli.tools", "calibrate_cmd", "Time GEMMs, memory-bound kernels and collectives on "
+         "this host with PyTorch and fit meshplan's constants."),
+    Lazy("check-step", "meshplan.cli.check", "check_step_cmd", "Predict one training step of MODEL (MODULE:FACTORY; "
+         "or, with the research package meshplan_research, a zoo name: gpt2 llama mistral qwen-moe bert t5 vit "
+         "resnet50 convnext mlp-mixer) on this machine, run it for real and compare: step time, peak memory, per op "
+         "class and the largest discrepancies."),
+    Lazy("estimate", "meshplan.cli.estimate", "estimate", "Estimate one training step of MODEL on GPUS accelerators "
+         "of SYSTEM under one parallel plan."),
+    Lazy("plan", "meshplan.cli.plan", "plan_cmd", "Search every parallel plan of MODEL on GPUS accelerators of "
+         "SYSTEM and rank the feasible ones; with a MODULE:FACTORY model (or --autoshard), shard it op by op with "
+         "the sharding planner instead."),
+    Lazy("presets", "meshplan.cli.tools", "presets", "List the built-in model, system and framework presets, "
+         "one a row with their sizes (plain columns: they read in a pipe, grep and sort as well as on a terminal)."),
+    Lazy("report", "meshplan.cli.report", "report", "Search the plans of MODEL on GPUS accelerators of SYSTEM and "
+         "write one self-contained HTML report: best plans, the plan space (every plan scored, its Pareto front), "
+         "two plans compared, the trust panel, step-time and memory breakdowns, pipeline timeline, per-op roofline "
+         "and scaling curves."),
+    Lazy("rl", "meshplan.cli.rl", "rl_cmd", "Plan RL post-training (rollout, reference, reward, trainer, weight sync) "
+         "of MODEL on GPUS accelerators of SYSTEM: colocated, split and asynchronous set-ups, each side's layout "
+         "searched."),
+    Lazy("serve", "meshplan.cli.serve", "serve_cmd", "Find the best way to serve MODEL on GPUS accelerators of "
+         "SYSTEM for requests of INPUT-LEN / OUTPUT-LEN tokens under the TTFT and TPOT targets."),
+    Lazy("sweep", "meshplan.cli.report", "sweep", "Best-plan throughput of MODEL over GPU counts × systems × "
+         "NVLink sizes (strong scaling) or over a hardware parameter's scale factors; writes CSV / JSON (pandas "
+         "reads them) and PNG / SVG pictures."),
+    Lazy("trace", "meshplan.cli.tools", "trace_cmd", "Trace a PyTorch model (MODULE:FACTORY or file.py:FACTORY "
+         "returns an nn.Module) on fake tensors: per-op time on one GPU of SYSTEM, FLOPs and the liveness peak memory "
+         "of one forward + backward pass."),
+]
 
 
 class _PipeClosed(Exception):
@@ -34,23 +64,26 @@ class _PipeClosed(Exception):
 
 
 class _Group(click.Group):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: Commands = Commands(COMMANDS, plugins="meshplan.commands")
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except BrokenPipeError:
             raise _PipeClosed from None
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's listing, of each command as listed (a stand-in with its summary until it is imported)."""
+        with self.commands.listing():
+            super().format_commands(ctx, formatter)
+
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(package_name="meshplan")
 def cli() -> None:
     """meshplan: how fast will this model train on this hardware, will it fit, and which plan is best."""
-
-
-for command in [estimate, plan_cmd, serve_cmd, rl_cmd, *tools.COMMANDS, check.check_step_cmd, *report.COMMANDS]:
-    cli.add_command(command)
-for entry in entry_points(group="meshplan.commands"):
-    cli.add_command(entry.load(), entry.name)
 
 
 def main(argv: list[str] | None = None) -> int:

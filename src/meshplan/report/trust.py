@@ -17,9 +17,9 @@ import json
 import math
 from collections.abc import Sequence
 from functools import lru_cache
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from meshplan.files import PRESETS
 from meshplan.specs.stack import OVERLAP_FLAGS
 from meshplan.units import fmt_bytes
 
@@ -33,7 +33,7 @@ NEAREST = 5
 def packaged(name: str) -> Any:
     """A file of measured errors that the validation layer writes under presets/ and the trust notes of both
     reports read as packaged data (validation_runs.json, serving_errors.json)."""
-    return json.loads((resources.files("meshplan") / "presets" / name).read_text())
+    return json.loads((PRESETS / name).read_text())
 
 
 def runs() -> list[dict[str, Any]]:

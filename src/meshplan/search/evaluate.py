@@ -36,7 +36,7 @@ from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
-from meshplan.step.units import Units
+from meshplan.step.units import Saved
 from meshplan.units import fmt_over
 
 CHUNK = 16384  # plans timed at once
@@ -128,7 +128,7 @@ def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficien
         _time_rows(model, cluster, space, eff, pool, sized, block, bound, shapes, units, fits, peak, result)
 
 
-def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: PlanBatch, saved: dict[str, Units],
+def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: PlanBatch, saved: dict[str, Saved],
          plans: np.ndarray, result: Part) -> tuple[np.ndarray, np.ndarray]:
     """Memory and feasibility of every setting of some size combinations (``sized``: one plan of each; memory
     does not depend on the placement), each standing for ``plans`` plans: counted as evaluated and feasible,
@@ -266,9 +266,10 @@ def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], f
                "offload_layers": plan.offload_layers if grid[3][a] else 0}
     partial = {k: 0 if v >= per_stage else v for k, v in partial.items()}
     modules = plan.recompute_modules if grid[0][r] == "selective" else _PLAIN_MODULES
-    plan = replace(plan, recompute=grid[0][r], zero=grid[1][z], offload_optimizer=grid[2][o],
+    if panels is not None:
+        partial["summa_panels"] = int(panels[r][row])
+    return replace(plan, recompute=grid[0][r], zero=grid[1][z], offload_optimizer=grid[2][o],
                    offload_activations=grid[3][a], recompute_modules=modules, **partial)
-    return replace(plan, summa_panels=int(panels[r][row])) if panels is not None else plan
 
 
 def _tally_misses(tally: Tally, reason: str, used: np.ndarray, miss: np.ndarray,

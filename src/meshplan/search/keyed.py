@@ -23,7 +23,7 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.stack import Stack
 from meshplan.step.passes import ZERO, PassTimes
-from meshplan.step.units import Units, compute_times, timed_parts, units_for_recomputes
+from meshplan.step.units import Saved, Units, compute_times, timed_parts, units_for_recomputes
 from meshplan.xp import Num, where
 
 
@@ -149,9 +149,9 @@ class KeyUnits:
         self._units: dict[str, Units] = {}
         self._panels = {rc: np.zeros(0, dtype=np.int64) for rc in recomputes}
 
-    def saved(self, shapes: np.ndarray) -> dict[str, Units]:
-        """Units of ``shapes`` (indices into the pool's), good for their kernel times and saved activations only."""
-        return {rc: u.take(shapes) for rc, u in self.shapes.items()}
+    def saved(self, shapes: np.ndarray) -> dict[str, Saved]:
+        """The saved activations of ``shapes`` (indices into the pool's) per recompute mode: what memory reads."""
+        return {rc: u.saved(shapes) for rc, u in self.shapes.items()}
 
     def price(self, batch: PlanBatch, shapes: np.ndarray) -> tuple[dict[str, Units], dict[str, np.ndarray]]:
         """The full units and SUMMA panel counts of every plan of ``batch`` (``shapes``: each plan's shape, an

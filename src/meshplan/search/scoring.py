@@ -8,6 +8,8 @@ re-estimates its winners in float64).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from meshplan.search.batch import PlanBatch
@@ -17,7 +19,7 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.step.assemble import compose
 from meshplan.step.memory_grid import compose_memory
-from meshplan.step.units import Units
+from meshplan.step.units import Saved, Units
 
 
 def grid_times(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict[str, Units], space: Space,
@@ -32,7 +34,7 @@ def grid_times(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict
     return out
 
 
-def grid_memory(model: ModelSpec, batch: PlanBatch, units: dict[str, Units], space: Space
+def grid_memory(model: ModelSpec, batch: PlanBatch, units: Mapping[str, Units | Saved], space: Space
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Peak HBM and host (offload) bytes of every settings combination, shape (recompute, zero, offload opt,
     offload act, plan): estimate()'s memory (step.memory_grid.compose_memory) under the whole grid, in float32. Memory

@@ -3,7 +3,6 @@ process or by forked worker processes, which inherit the combinations instead of
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 from collections.abc import Callable
@@ -75,6 +74,8 @@ def run_jobs(jobs: list[Job], combos: list[Combo], args: tuple, workers: int,
             if progress:
                 progress(len(results), len(jobs))
         return results
+    import multiprocessing  # noqa: PLC0415  (its sockets and pickling: only a search that forks needs them)
+
     _SHARED.update(combos=combos, args=args)
     try:
         with multiprocessing.get_context("fork").Pool(workers, initializer=ignore_interrupts) as pool:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field, fields, replace
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +36,7 @@ import numpy as np
 from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.fields import check_types, not_a_preset, unknown_field
-from meshplan.files import read_toml
+from meshplan.files import PRESETS, read_toml
 from meshplan.serve.plan import Workload
 
 if TYPE_CHECKING:
@@ -272,7 +271,7 @@ DEFAULT = Engine()
 
 
 def engine_names() -> list[str]:
-    root = resources.files("meshplan") / "presets" / "engines"
+    root = PRESETS / "engines"
     return sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml"))
 
 
@@ -304,5 +303,5 @@ def load_engine(ref: str | Engine, field_name: str = "engine") -> Engine:
         return engine_from_dict(read_toml(path, field_name), f"{field_name}={str(path)!r}")
     if ref not in engine_names():
         raise not_a_preset(field_name, ref, engine_names(), "an engine preset or a .toml file")
-    text = (resources.files("meshplan") / "presets" / "engines" / f"{ref}.toml").read_text()
+    text = (PRESETS / "engines" / f"{ref}.toml").read_text()
     return engine_from_dict(tomllib.loads(text), f"preset {ref}")

@@ -15,8 +15,9 @@ import calendar
 import re
 import tomllib
 from functools import cache
-from importlib import resources
 from typing import Any
+
+from meshplan.files import PRESETS
 
 VERSION = re.compile(r"(?<![\w.])v?(\d+)\.(\d+)(?:\.(\d+))?")
 # a version that is a wildcard ("0.5.x") or one end of a range ("0.5-0.6.1", "0.5 to 0.6"): no single version
@@ -28,7 +29,7 @@ NAMED_DATE = re.compile(r"\b(" + "|".join(MONTHS) + r")[a-z]*\.?\s+(20\d\d)\b", 
 
 @cache
 def version_table() -> tuple[dict[str, Any], ...]:
-    text = (resources.files("meshplan") / "presets" / "engine_versions.toml").read_text()
+    text = (PRESETS / "engine_versions.toml").read_text()
     return tuple(tomllib.loads(text)["row"])
 
 

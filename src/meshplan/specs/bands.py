@@ -22,9 +22,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
+from meshplan.files import PRESETS
 from meshplan.specs.regime import training_regime
 
 
@@ -52,7 +52,7 @@ class Band:
 
 @lru_cache(maxsize=1)
 def _tables() -> dict[str, Any]:
-    return dict(json.loads((resources.files("meshplan") / "presets" / "error_bands.json").read_text())["tables"])
+    return dict(json.loads((PRESETS / "error_bands.json").read_text())["tables"])
 
 
 BANDS_FILE_TABLES = _tables  # the packaged tables, read once (tests, reports)

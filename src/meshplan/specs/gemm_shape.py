@@ -49,23 +49,45 @@ def tile_choice(m: Num, n: Num, k: Num, num_sms: int, groups: Num, tiles: tuple[
     return out
 
 
+# Up to this many GEMMs in one call, every candidate tile is tried at once (a leading axis of the tiles): a fifth of the
+# NumPy calls, which take the time of a call of a few hundred GEMMs; above it, one tile after the other, whose arrays
+# stay in the processor's cache. The same numbers either way (tests/test_gemm_shape.py)
+AT_ONCE = 1024
+
+
 def _tile_choice(m: Num, n: Num, k: Num, num_sms: int, groups: Num, tiles: tuple[tuple[int, int], ...],
                  k0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    m, n, k, g = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k, groups))  # an empty GEMM: 0 FLOPs
-    shape = np.broadcast(m, n, k, g).shape
+    mm, nn, kk, gg = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k, groups))  # empty: 0 FLOPs
+    shape = np.broadcast(mm, nn, kk, gg).shape
+    if int(np.prod(shape)) <= AT_ONCE:  # the first of the best scores, as keeping only a strictly better one gives
+        along = (len(tiles),) + (1,) * len(shape)
+        tm, tn = (np.array([t[i] for t in tiles], dtype=float).reshape(along) for i in (0, 1))
+        value, depth, split = _candidate(mm, nn, kk, gg, tm, tn, num_sms)
+        first = np.argmax(value * depth / (depth + k0), axis=0)[None]
+
+        def of_first(x: np.ndarray) -> np.ndarray:
+            return np.take_along_axis(np.broadcast_to(x, (len(tiles), *shape)), first, axis=0)[0]
+
+        return of_first(value), of_first(depth), of_first(split)
     best, depth, chosen = np.full(shape, -1.0), np.ones(shape), np.ones(shape)  # any kernel beats none
-    for tm, tn in tiles:
-        count = g * np.ceil(m / tm) * np.ceil(n / tn)
-        single = count < num_sms
-        split = np.where(single, np.maximum(1.0, np.minimum(np.floor(num_sms / np.maximum(count, 1.0)),
-                                                            np.floor(k / SPLIT_DEPTH))), 1.0)
-        occupancy = np.where(single, count * split / num_sms, count / (np.ceil(count / num_sms) * num_sms))
-        value = g * m * n / (count * tm * tn) * occupancy
-        slice_depth = k / split
+    for tm_, tn_ in tiles:
+        value, slice_depth, split = _candidate(mm, nn, kk, gg, tm_, tn_, num_sms)
         better = value * slice_depth / (slice_depth + k0) > best * depth / (depth + k0)
         best, depth = np.where(better, value, best), np.where(better, slice_depth, depth)
         chosen = np.where(better, split, chosen)
     return best, depth, chosen
+
+
+def _candidate(m: np.ndarray, n: np.ndarray, k: np.ndarray, g: np.ndarray, tm: Num, tn: Num, num_sms: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(value, slice depth, split) of GEMMs of at least one row, column and depth each on tiles tm × tn (the module
+    docstring)."""
+    count = g * np.ceil(m / tm) * np.ceil(n / tn)
+    single = count < num_sms
+    split = np.where(single, np.maximum(1.0, np.minimum(np.floor(num_sms / np.maximum(count, 1.0)),
+                                                        np.floor(k / SPLIT_DEPTH))), 1.0)
+    occupancy = np.where(single, count * split / num_sms, count / (np.ceil(count / num_sms) * num_sms))
+    return g * m * n / (count * tm * tn) * occupancy, k / split, split
 
 
 @lru_cache(maxsize=8192)

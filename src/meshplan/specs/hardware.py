@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
 from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.fields import MAX_GPUS, at_least_one, check_types, not_a_preset, require_fields, unknown_field
-from meshplan.files import parse_toml, read_text
+from meshplan.files import PRESETS, parse_toml, read_text
 from meshplan.specs.architectures import ARCHITECTURES
 from meshplan.specs.mesh import Tier, TierSpec, build_tiers, check_tiers
 from meshplan.units import parse_quantity
@@ -382,7 +381,7 @@ def system_from_dict(data: dict[str, Any], where: str) -> System:
 
 
 def system_names() -> list[str]:
-    root = resources.files("meshplan") / "presets" / "hardware"
+    root = PRESETS / "hardware"
     return sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml"))
 
 
@@ -393,7 +392,7 @@ def load_system(ref: str, field: str = "system") -> System:
     if path.suffix.lower() == ".toml":
         text, where = read_text(path, field), f"{field}={str(path)!r}"
     else:
-        preset = resources.files("meshplan") / "presets" / "hardware" / f"{ref}.toml"
+        preset = PRESETS / "hardware" / f"{ref}.toml"
         if ref not in system_names():
             raise not_a_preset(field, ref, system_names(), "a preset or a .toml file")
         text, where = preset.read_text(), f"preset {ref}"

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import fields, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from meshplan.errors import SpecError
 from meshplan.fields import not_a_preset, require_fields, unknown_field
-from meshplan.files import read_json, read_toml
-from meshplan.specs.hf_config import from_hf_config
+from meshplan.files import PRESETS, read_json, read_toml
 from meshplan.specs.hub_cache import cached_config, is_hub_id
 from meshplan.specs.model import ModelSpec
 
@@ -45,7 +43,7 @@ def model_from_dict(data: dict[str, Any], where: str = "model") -> ModelSpec:
 
 
 def preset_names() -> list[str]:
-    root = resources.files("meshplan") / "presets" / "models"
+    root = PRESETS / "models"
     return sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml"))
 
 
@@ -53,20 +51,27 @@ def load_model(ref: str) -> ModelSpec:
     """A preset name (``llama3-70b``), a ``.toml`` preset file or a Hugging Face ``config.json``."""
     if is_hub_id(ref):
         path = cached_config(ref)
-        return _at_training_length(from_hf_config(read_json(path, "model"), name=ref.split("/")[1],
-                                                  where=f"model={ref!r} ({path})"))
+        return _at_training_length(_from_config(read_json(path, "model"), name=ref.split("/")[1],
+                                                where=f"model={ref!r} ({path})"))
     path = Path(ref)
     if path.suffix.lower() == ".json":
         where = f"model={str(path)!r}"
-        spec = from_hf_config(read_json(path, "model"), name=path.parent.name or path.stem, where=where)
+        spec = _from_config(read_json(path, "model"), name=path.parent.name or path.stem, where=where)
         return _at_training_length(spec)
     if path.suffix.lower() == ".toml":
         return model_from_dict(read_toml(path, "model"), where=f"model={str(path)!r}")
-    root = resources.files("meshplan") / "presets" / "models"
+    root = PRESETS / "models"
     preset = root / f"{ref}.toml"
     if ref not in preset_names():
         raise not_a_preset("model", ref, preset_names(), "a preset, a .toml file or a config.json")
     return model_from_dict(tomllib.loads(preset.read_text()), where=f"preset {ref}")
+
+
+def _from_config(config: dict[str, Any], name: str, where: str) -> ModelSpec:
+    """specs/hf_config.from_hf_config, imported when a config.json is read (a dozen modules a preset never needs)."""
+    from meshplan.specs.hf_config import from_hf_config  # noqa: PLC0415
+
+    return from_hf_config(config, name=name, where=where)
 
 
 def _at_training_length(spec: ModelSpec) -> ModelSpec:

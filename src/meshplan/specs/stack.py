@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field, fields, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.fields import check_types, not_a_preset, unknown_field
-from meshplan.files import read_toml
+from meshplan.files import PRESETS, read_toml
 from meshplan.specs.host_cost import HostCost
 from meshplan.specs.supports import EXPERT_GEMM, Supports, supports_from_dict
 
@@ -232,7 +231,7 @@ BEHAVIOUR = tuple(f.name for f in fields(Stack) if f.compare)  # the fields the 
 
 
 def stack_names() -> list[str]:
-    root = resources.files("meshplan") / "presets" / "stacks"
+    root = PRESETS / "stacks"
     return sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml"))
 
 
@@ -258,7 +257,7 @@ def load_stack(ref: str | Stack, field_name: str = "framework") -> Stack:
         return stack_from_dict(read_toml(path, field_name), f"{field_name}={str(path)!r}")
     if ref not in stack_names():
         raise not_a_preset(field_name, ref, stack_names(), "a stack preset or a .toml file")
-    text = (resources.files("meshplan") / "presets" / "stacks" / f"{ref}.toml").read_text()
+    text = (PRESETS / "stacks" / f"{ref}.toml").read_text()
     return stack_from_dict(tomllib.loads(text), f"preset {ref}")
 
 

@@ -20,11 +20,11 @@ from meshplan.pipeline.registry import schedule_of
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan.step.units import Units
+from meshplan.step.units import Saved, Units
 from meshplan.xp import Num, maximum
 
 
-def activation_memory(model: ModelSpec, plan: Plan, stack: Stack, u: Units, middle: bool = False
+def activation_memory(model: ModelSpec, plan: Plan, stack: Stack, u: Units | Saved, middle: bool = False
                       ) -> tuple[Num, ...]:
     """Saved activations on the first, on the last and (``middle``) on the middle pipeline rank 1 (memory.py; the
     first's where p ≤ 2), with the loss's transient workspace on the rank that computes the loss and what the
@@ -50,7 +50,7 @@ def activation_memory(model: ModelSpec, plan: Plan, stack: Stack, u: Units, midd
     return first + kept_first, last + kept_last, middle_or_first(plan, rank1, first + kept_first)
 
 
-def offloaded_activations(model: ModelSpec, plan: Plan, u: Units, middle: bool = False) -> Num:
+def offloaded_activations(model: ModelSpec, plan: Plan, u: Units | Saved, middle: bool = False) -> Num:
     """Host bytes of offloaded activations: what the first (or, if more, the last or, with ``middle``, the middle
     rank 1) rank would otherwise hold for its in-flight micro-batches."""
     if not plan.offload_activations:

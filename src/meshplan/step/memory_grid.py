@@ -18,7 +18,7 @@ from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.step.grid import Settings, middle_may_bind, rank_params, with_settings
 from meshplan.step.memory import activation_memory, offloaded_activations
-from meshplan.step.units import Units
+from meshplan.step.units import Saved, Units
 from meshplan.xp import Num
 
 
@@ -56,8 +56,8 @@ class MemoryGrid:
                 + self.host_activations.astype(dtype, copy=False)[:, None, None])
 
 
-def compose_memory(model: ModelSpec, plan: Plan, units: Mapping[str, Units], grid: Settings, stack: Stack
-                   ) -> MemoryGrid:
+def compose_memory(model: ModelSpec, plan: Plan, units: Mapping[str, Units | Saved], grid: Settings,
+                   stack: Stack) -> MemoryGrid:
     """The memory of ``plan`` (one plan, or a batch) under every setting of ``grid`` (``MemoryGrid``): memory.py's
     model states, buffers and offloaded optimizer state, step/memory.py's activations and offloaded activations."""
     shape, rcs, zeros = np.shape(plan.dp), grid.recompute, grid.zero

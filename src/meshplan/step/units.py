@@ -7,6 +7,7 @@ summed by ``passes.pass_times``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -59,7 +60,19 @@ class Parts:
 def _ops(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCost]]:
     """Ops of one layer of each kind (``kind_fractions``: "dense" and "moe", or a hybrid's blocks), of the
     embedding, the head, what a multi-token-prediction depth adds to its layer and head (``embed_head.mtp_ops``) and a
-    pipeline send."""
+    pipeline send. One plan's are kept (``_plan_ops``): they do not depend on the cluster, and a what-if prices the same
+    plan on many (the property tests, the sweeps of a parameter)."""
+    if type(plan) is Plan:
+        return {k: list(v) for k, v in _plan_ops(model, plan, stack).items()}
+    return _build_ops(model, plan, stack)
+
+
+@lru_cache(maxsize=1024)
+def _plan_ops(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, tuple[OpCost, ...]]:
+    return {k: tuple(v) for k, v in _build_ops(model, plan, stack).items()}
+
+
+def _build_ops(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCost]]:
     return layer_kinds(model, plan, stack) | {
         "embed": embedding_ops(model, plan, stack), "head": head_ops(model, plan, stack),
         "mtp": mtp_ops(model, plan, stack), "p2p": pipeline_p2p(model, plan, stack)}
@@ -143,6 +156,13 @@ class Units:
             raise KeyError(f"units without the twin of wrapper work {work!r} (timed_parts' works)")
         return self.wrapped[work]
 
+    def saved(self, index: Any) -> Saved:
+        """The saved-activation fields at ``index`` (NumPy fancy indexing): all a step's memory reads of its units."""
+        def pick(v: Num) -> Num:
+            return v[index] if isinstance(v, np.ndarray) and v.shape else v
+
+        return Saved(pick(self.layer_saved), pick(self.embed_saved), pick(self.head_saved), pick(self.layer_working))
+
     def take(self, index: Any) -> Units:
         """Select elements (NumPy fancy indexing) of every array field."""
         def pick(v: Any) -> Any:  # a field: PassTimes, Num, or the wrapped twins (work -> Units, or None)
@@ -153,6 +173,17 @@ class Units:
             return v[index] if isinstance(v, np.ndarray) and v.shape else v
 
         return Units(*(pick(getattr(self, f)) for f in Units.__slots__))
+
+
+@dataclass(frozen=True, slots=True)
+class Saved:
+    """What a step's memory reads of its units (step/memory.py): the activation bytes each piece saves, and what a
+    per-op recompute holds beyond them (``Units`` has the same fields)."""
+
+    layer_saved: Num
+    embed_saved: Num
+    head_saved: Num
+    layer_working: Num = 0.0
 
 
 def unit_costs(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = DEFAULT_STACK,

@@ -1,0 +1,98 @@
+"""The sharding planner's exact reductions (autoshard/reduce.py) and the edge classes of its program (ilp._classes),
+on random pairwise programs small enough to solve by enumeration: the reduced program's optimum, its choice read back,
+is the original's; dominance keeps what the plain greedy rule keeps; the row classes are NumPy's own."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from meshplan.autoshard.ilp import _classes
+from meshplan.autoshard.reduce import Pairwise, _dominated, expand_choice, reduce
+from meshplan.xp import unique_rows
+
+DRAWS = 300
+
+
+def random_program(rng: np.random.Generator) -> Pairwise:
+    """4-6 nodes of 2-4 strategies, random edges; costs from a few values so that ties and duplicates occur."""
+    n = int(rng.integers(4, 7))
+    sizes = rng.integers(2, 5, n)
+    values = np.array([0.0, 0.5, 1.0, 2.0, 3.0])
+    costs = {k: rng.choice(values, int(sizes[k])) for k in range(n)}
+    edges = {(u, v): rng.choice(values, (int(sizes[u]), int(sizes[v])))
+             for u, v in itertools.combinations(range(n), 2) if rng.random() < 0.5}
+    memory = {k: rng.choice(values, (int(sizes[k]), 1)) for k in range(n) if rng.random() < 0.2}
+    return Pairwise(costs=costs, edges=edges, memory=memory, ids={k: np.arange(int(sizes[k])) for k in range(n)})
+
+
+def cost(pw: Pairwise, choice: dict[int, int]) -> float:
+    return (sum(float(c[choice[k]]) for k, c in pw.costs.items())
+            + sum(float(m[choice[u], choice[v]]) for (u, v), m in pw.edges.items()) + pw.constant)
+
+
+def optimum(pw: Pairwise) -> float:
+    keys = sorted(pw.costs)
+    return min(cost(pw, dict(zip(keys, pick, strict=True)))
+               for pick in itertools.product(*(range(len(pw.costs[k])) for k in keys)))
+
+
+def copy(pw: Pairwise) -> Pairwise:
+    return Pairwise(costs=dict(pw.costs), edges=dict(pw.edges), memory=dict(pw.memory), ids=dict(pw.ids))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_reduced_program_has_the_original_optimum(seed):
+    """Each of DRAWS programs: reduced, solved by enumeration and its choice read back (expand_choice), it costs the
+    original's optimum."""
+    rng = np.random.default_rng(seed)
+    for _ in range(DRAWS // 3):
+        original = random_program(rng)
+        reduced = reduce(copy(original))
+        keys = sorted(reduced.costs)
+        best = min(itertools.product(*(range(len(reduced.costs[k])) for k in keys)),
+                   key=lambda pick: cost(reduced, dict(zip(keys, pick, strict=True))), default=())
+        choice = expand_choice(reduced, dict(zip(keys, best, strict=True)))
+        assert cost(original, choice) == pytest.approx(optimum(original), abs=1e-12)
+
+
+def greedy(profile: np.ndarray) -> np.ndarray:
+    """Dominance as first written: in lexicographic order, keep each strategy no kept one beats."""
+    kept: list[int] = []
+    for a in np.lexsort(profile.T[::-1]):
+        if not kept or not np.any(np.all(profile[kept] <= profile[a] + 1e-15, axis=1)):
+            kept.append(int(a))
+    return np.array(sorted(kept))
+
+
+def test_dominance_keeps_what_the_greedy_rule_keeps():
+    """_dominated decides from one array which strategy beats which; it keeps exactly what the strategy-by-strategy
+    greedy rule keeps, ties and near-ties (1e-15) included."""
+    rng = np.random.default_rng(7)
+    for _ in range(DRAWS):
+        pw = random_program(rng)
+        for key in pw.costs:
+            around = pw.neighbours()[key]
+            parts = [pw.costs[key][:, None]] + [pw.matrix(key, v) for v in sorted(around)]
+            if key in pw.memory:
+                parts.append(pw.memory[key])
+            profile = np.concatenate(parts, axis=1)
+            if rng.random() < 0.3:  # nudge a value by less than the tolerance
+                profile[0, 0] += 1e-16
+                pw.costs[key] = profile[:, 0].copy()
+            assert np.array_equal(_dominated(pw, key, around), greedy(profile))
+
+
+def test_the_row_classes_are_numpys_unique_rows():
+    rng = np.random.default_rng(3)
+    for _ in range(DRAWS):
+        rows, cols = (int(x) for x in rng.integers(1, 30, 2))
+        pool = rng.choice([0.0, 1e-9, 0.5, 2.0, np.inf], (int(rng.integers(1, 6)), cols))
+        m = pool[rng.integers(0, len(pool), rows)] if rng.random() < 0.7 else rng.random((rows, cols))
+        unique, inverse = np.unique(m, axis=0, return_inverse=True)
+        got, got_inverse = unique_rows(m)
+        assert np.array_equal(got, unique) and np.array_equal(got_inverse, np.ravel(inverse))
+        classes, row_of, col_of = _classes(m)
+        assert np.array_equal(classes[row_of][:, col_of], m)  # every entry is its classes' entry

@@ -1,0 +1,57 @@
+"""benchmarks/speed_guard.py, CI's check of the speed margin (issue 83): its arithmetic on made-up timings (the ratio
+of each command to the reference runs around it, the verdict against the baseline), and that its baseline covers every
+command against today's reference workload. The timing itself runs in .ci/run, not here (a timed test fails on a
+loaded machine; a ratio to the reference does not)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("speed_guard", ROOT / "benchmarks" / "speed_guard.py")
+guard = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = guard  # its dataclasses look their module up there
+_spec.loader.exec_module(guard)
+
+
+def test_a_ratio_is_the_command_over_the_reference_runs_around_it(monkeypatch):
+    """Reference runs take 1, 2, 1, 2 … s (a machine slowing and recovering), a command twice the reference run
+    before it: each ratio is its time over the mean of its two neighbours, 2·r / ((r + r') / 2); the median over the
+    rounds is the verdict's."""
+    calls = {"n": 0}
+
+    def fake(cmd: list[str]) -> tuple[float, float]:
+        if cmd[:2] == [sys.executable, "-c"] and cmd[2] == guard.REFERENCE:
+            calls["n"] += 1
+            return (1.0 if calls["n"] % 2 else 2.0), 9.0
+        return 3.0, 4.0  # every command: 3 s of CPU, 4 s of wall clock
+
+    monkeypatch.setattr(guard, "timed", fake)
+    one = (guard.Command("a", ("--help",), 1.0),)
+    measured, reference = guard.measure(one, rounds=3, tmp="/tmp")
+    # the warm-up's reference is run 1 (1 s); each round then runs 2 s before the command, 1 s after: 3 / 1.5 = 2
+    assert measured[0].ratio == pytest.approx(2.0) and measured[0].cpu_s == 3.0 and measured[0].wall_s == 4.0
+    assert reference == pytest.approx(1.5)  # the median of 2, 1, 1, 2, 2, 1 … (six reference runs after the warm-up)
+
+
+def test_a_command_fails_only_when_its_ratio_grew_more_than_the_tolerance():
+    made = [guard.Measured("fast", 1.0, 1.0, 1.19, 1.0), guard.Measured("slow", 1.0, 1.0, 1.21, 1.0),
+            guard.Measured("new", 1.0, 1.0, 9.0, 1.0)]
+    lines = guard.verdicts(made, {"fast": 1.0, "slow": 1.0})  # 1.19 is within +20 %, 1.21 is not; "new" has none
+    assert len(lines) == 1 and lines[0].startswith("slow: 1.21 x the reference, baseline 1.00 (+21% > +20%)")
+
+
+def test_the_baseline_covers_every_command_against_todays_reference():
+    saved = json.loads(guard.BASELINE.read_text())
+    assert saved["reference"] == guard.reference_id(), "the reference workload changed: --baseline-update"
+    assert set(saved["ratios"]) == {c.label for c in guard.COMMANDS}
+    assert all(r > 0 for r in saved["ratios"].values())
+
+
+def test_ci_runs_the_guard():
+    assert "benchmarks/speed_guard.py" in (ROOT / ".ci" / "run").read_text()

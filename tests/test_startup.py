@@ -1,0 +1,95 @@
+"""Start-up is part of every answer (issue 83): the modules a command's process imports, counted, with a limit each
+(meshplan's own and everything else), and the heavy dependencies imported only by the commands that use them.
+
+Each command runs in a fresh interpreter (``main([...])`` as the console script calls it) that then prints the
+names in ``sys.modules``. A limit is the count measured when it was set plus about a tenth: a change that adds
+imports to a command's start-up fails here and names what it added, so that the import can be made lazy (inside the
+function that needs it) or the limit raised on purpose. `meshplan --help` lists every command without importing
+any (cli/lazy.py): its listing is compared with the one click makes from the real commands.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import click
+import pytest
+
+from meshplan.cli.main import COMMANDS, cli
+
+PROBE = ("import contextlib, io, json, sys\n"
+         "from meshplan.cli import main\n"
+         "with contextlib.redirect_stdout(io.StringIO()):\n"
+         "    code = main(json.loads(sys.argv[1]))\n"
+         "print(json.dumps([code, sorted(sys.modules)]))\n")
+
+QUICK = ["--model", "llama3-70b", "--system", "h100", "--gpus", "1024", "--global-batch", "512"]
+HEAVY = ("scipy", "torch", "jinja2", "matplotlib", "pandas", "ray", "sklearn", "transformers", "vl_convert")
+# command: (arguments, meshplan modules at most, other modules at most, packages it must not import); raised on purpose
+# when the collectives and pipeline schedules became packages of one module per variant and the bands, energy,
+# goodput and host-cost records joined the estimate (117 / 157 / 115 measured then)
+CASES = {
+    "help": (["--help"], 8, 190, (*HEAVY, "numpy", "rich")),
+    "plan": (["plan", *QUICK], 172, 300, (*HEAVY, "meshplan.serve", "meshplan.autoshard", "meshplan.specs.hf_config",
+                                           "meshplan.report.vega")),
+    "estimate": (["estimate", *QUICK, "--tp", "8", "--pp", "4"], 128, 300,
+                 (*HEAVY, "meshplan.serve", "meshplan.autoshard", "meshplan.search.run", "multiprocessing")),
+    "serve": (["serve", "--model", "llama3-8b", "--system", "h100", "--gpus", "1", "--input-len", "1000",
+               "--output-len", "200"], 126, 300,
+              (*HEAVY, "meshplan.search.run", "meshplan.autoshard", "meshplan.step.assemble", "multiprocessing")),
+}
+
+
+def imported(args: list[str]) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True, text=True, check=True)
+    code, modules = json.loads(done.stdout.strip().splitlines()[-1])
+    assert code == 0, done.stderr
+    return modules
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_commands_start_up_imports_what_it_needs(name):
+    args, own_limit, other_limit, absent = CASES[name]
+    modules = imported(args)
+    own = [m for m in modules if m.split(".")[0] == "meshplan"]
+    other = [m for m in modules if m.split(".")[0] != "meshplan"]
+    loaded = [a for a in absent if a in modules]
+    assert not loaded, f"`meshplan {' '.join(args)}` imports {loaded}, which it does not use"
+    assert len(own) <= own_limit, f"{name}: {len(own)} of meshplan's modules > {own_limit}: {own}"
+    assert len(other) <= other_limit, f"{name}: {len(other)} other modules > {other_limit}: {other}"
+
+
+def test_the_counts_are_of_real_imports():
+    """The probe sees what a command loads: the search's own modules for `plan`, none of them for `--help`."""
+    assert "meshplan.search.evaluate" in imported(["plan", *QUICK])
+    assert not [m for m in imported(["--help"]) if m.startswith(("meshplan.search", "meshplan.specs"))]
+
+
+def _listing(group: click.Group) -> str:
+    ctx = click.Context(group, info_name="meshplan")
+    formatter = ctx.make_formatter()
+    group.format_commands(ctx, formatter)
+    return formatter.getvalue()
+
+
+def test_the_listing_of_stand_ins_is_the_listing_of_the_commands():
+    """`meshplan --help` lists each command from its summary (COMMANDS) without importing it: the same text click
+    makes from the real commands, at every width, and each summary is its command's first paragraph of help."""
+    lazy = _listing(cli)
+    real = click.Group("meshplan", commands={name: cli.commands[name] for name in cli.commands})
+    assert lazy == _listing(real) and "plan " in lazy
+    for entry in COMMANDS:
+        command = entry.load()
+        assert command.name == entry.name
+        assert " ".join(entry.summary.split()) == " ".join((command.help or "").split("\n\n")[0].split())
+        for width in (30, 45, 60, 80, 120):
+            assert entry.stand_in().get_short_help_str(width) == command.get_short_help_str(width), entry.name
+
+
+def test_every_command_is_listed_once():
+    """The table and the commands agree: a command added to a module but not to COMMANDS would never run."""
+    names = [entry.name for entry in COMMANDS]
+    assert len(names) == len(set(names)) and {"plan", "serve", "estimate", "validate"} <= set(cli.commands)
+    assert "no-such-command" not in cli.commands and cli.commands.get("no-such-command") is None
