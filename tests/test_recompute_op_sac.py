@@ -151,11 +151,15 @@ def test_a_torchtitan_search_prices_selective_as_op_sac_and_refuses_megatron_mod
 
 
 def test_estimate_with_torchtitan_prices_its_selective_recompute(capsys):
-    """`estimate --framework torchtitan --recompute selective` prices op_sac unless --recompute-modules says
-    otherwise (then what it says, priced as asked)."""
+    """`estimate --framework torchtitan --recompute selective` prices op_sac; --recompute-modules core_attn, which
+    torchtitan does not run (Supports.recompute_modules), is refused naming where that is recorded (estimate refuses
+    what the framework named by --framework does not run), and priced as asked under --framework any."""
     args = ["estimate", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--framework", "torchtitan",
             "--recompute", "selective", "--json"]
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out)["plan"]["recompute_modules"] == ["op_sac"]
-    assert main([*args, "--recompute-modules", "core_attn"]) == 0
+    assert main([*args, "--recompute-modules", "core_attn"]) == 2
+    assert "framework torchtitan does not run recompute_modules=core_attn (specs/supports.py" in capsys.readouterr().err
+    anyone = [a if a != "torchtitan" else "any" for a in args]
+    assert main([*anyone, "--recompute-modules", "core_attn"]) == 0
     assert json.loads(capsys.readouterr().out)["plan"]["recompute_modules"] == ["core_attn"]

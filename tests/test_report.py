@@ -298,16 +298,16 @@ def test_report_command_with_your_config_and_the_plan_space(tmp_path, capsys):
     out = tmp_path / "r.html"
     args = ["report", "--model", "gpt2", "--system", "h100", "--gpus", "16", "--global-batch", "64", "--placements",
             "default", "--no-offload", "--workers", "1", "--scaling", "none", "-o", str(out)]
-    code = main([*args, "--from", str(config), "--compare", "mine,#1", "--sample", "500"])
+    code = main([*args, "--from", str(config), "--compare", "mine,#1", "--sample", "400"])
     assert code == 0, capsys.readouterr().err
     text = out.read_text()
-    assert "500 in the plan space" in capsys.readouterr().out
+    assert "400 in the plan space" in capsys.readouterr().out
     assert 'data-chart="space"' in text and "your config: dp=8 tp=2" in text
     data = json.loads(re.search(r'id="meshplan-data">(.*?)</script>', text, re.S).group(1))
     mine = next(p for p in data["plans"] if p["origin"] == "your config")
     best = next(p for p in data["plans"] if p["origin"].startswith("#1"))
     assert data["compare"]["pair"] == [mine["id"], best["id"]]
-    assert len(data["space"]["columns"]["time"]) == 500
+    assert len(data["space"]["columns"]["time"]) == 400
     for bad, message in ((["--compare", "mine,#1"], "compare='mine,#1': 'mine' is the plan of --from, which is not"),
                          (["--compare", "#1,#99"], "compare='#1,#99' must name two of"),
                          (["--sample", "-1"], "sample=-1 must be from 0")):

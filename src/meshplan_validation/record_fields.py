@@ -105,10 +105,10 @@ def arch_fields(m: dict[str, Any], notes: list[str]) -> dict[str, object]:
     its family's convention fixes; a note says which came from where (fields neither fixes are the builder's)."""
     stated = stated_arch(m)
     fam = convention(m)
-    # the family fills what a record that describes its architecture leaves unstated; a record silent on all of it
-    # keeps the builder's assumptions (the Megatron-LM CI records, whose fitted loop and host constants were fitted so:
-    # meshplan_validation/sources.py, benchmarks/fit_host_speed.py)
-    family = {k: v for k, v in (fam.arch if fam and stated else ()) if k not in stated}
+    # the family fills what the record leaves unstated, a record silent on all of it too: a GPT record that left out
+    # its FFN size would take its preset's biases, learned positions and tied embeddings (map_model._from_preset), so
+    # one that states it takes the same (tests/test_validate_records.py: what was derived is what was left out)
+    family = {k: v for k, v in (fam.arch if fam else ()) if k not in stated}
     if stated:
         notes.append("as the record states: " + ", ".join(f"{k} {v}" for k, v in stated.items()))
     if family and fam is not None:

@@ -80,6 +80,8 @@ def valid_combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list
             reason = (f"{layout}: fused projections only", f"projections={space.stack.projections}")
         if reason is None and pp > layers:
             reason = ("pp exceeds num_layers", f"pp={pp} > num_layers={layers}")
+        if reason is None and model.per_layer_input and pp > 1:  # check.py: their inputs would travel with the sends
+            reason = ("per-layer embeddings: pp=1 only", f"pp={pp} with {model.name}'s per-layer embeddings")
         if reason is None and gbs % dp:
             reason = ("dp does not divide global_batch", f"dp={dp} does not divide global_batch={gbs}")
         panels = panel_counts(model.hidden_size, tp, tp2) if layout == "summa" else [max(tp, tp2)]
@@ -190,6 +192,8 @@ def _layout_reason(model: ModelSpec, layout: str, tp2: int, cp: int) -> tuple[st
         return "DeepSeek Sparse Attention: cp=1, 1d only", f"cp={cp}, layout={layout}"
     if model.diff_attention and layout != "1d":
         return "differential attention: 1d only", f"layout={layout}"
+    if model.per_layer_input and layout != "1d":  # check.py: the per-layer embeddings are costed in the 1d layout
+        return "per-layer embeddings: 1d only", f"layout={layout}"
     if model.is_hybrid and any(c in model.layer_pattern for c in "MGSKLPRC") and cp > 1:
         return "cp of Mamba layers not modelled", f"cp={cp} with {model.name}'s Mamba blocks"
     if layout == "1d":
