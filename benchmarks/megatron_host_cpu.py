@@ -8,7 +8,7 @@ aten op is its dispatch and the Python around it: the CPU analogue of a host-bou
 clock per layer, the Python function calls (``sys.setprofile``) and the aten ops (a TorchDispatchMode) per layer.
 
 So the preset's claim that Megatron-DeepSpeed's layer costs its host what Megatron-Core's does is a measurement here,
-not an assumption: tests/test_megatron_host_cpu.py derives Megatron-DeepSpeed's host seconds per kernel from the
+not an assumption: tests/test_small_work_gpu.py derives Megatron-DeepSpeed's host seconds per kernel from the
 committed file (its layer's time over the plain layer's, times the plain layer's measured per-kernel cost, over the
 kernels each launches on a GPU) and holds the ``megatron-deepspeed`` preset to it.
 

@@ -8,7 +8,7 @@ counted); the state is memory.OPTIMIZER_STATE's, with an fp32 master copy beside
 as estimate counts it: Adam 12 bytes, 6 x a bf16 parameter's) and the parameter its own master at fp32 or wider
 (torch.optim: Adam 2 x; trace/liveness.optimizer_per_byte). Lifetimes are the trace's (liveness.lifetimes): the
 ideal allocator that frees each tensor after its last use. With every tensor replicated this is exactly
-``trace.liveness.peak_memory`` (tests/test_autoshard_memory.py).
+``trace.liveness.peak_memory`` (tests/test_autoshard_models.py).
 
 A model traced with fewer layers than it has (blocks.Group.layers > traced) adds, at every op, the persistent
 bytes (parameters, gradients, optimizer state) and the activations saved for the backward pass of the blocks it

@@ -15,7 +15,7 @@ through ``torch.ops``) out of each replayed op and charges it per launch, so tha
     with     = work + dispatch + host           (CPU)              max(work, dispatch + host) (GPU)
     without  = work
 
-A small model of many small ops (tests/test_host_bound.py: tiny Linear + LayerNorm layers at batch 1) is
+A small model of many small ops (tests/test_host_dispatch.py: tiny Linear + LayerNorm layers at batch 1) is
 host-bound: ``with`` is within the check-step tolerance of the measured step and ``without`` a fraction of it.
 """
 
