@@ -14,7 +14,7 @@ from meshplan.cli.common import apply, common_model, split_ints
 from meshplan.errors import SpecError
 from meshplan.ranges import check_options
 
-_ALGORITHMS = ("grpo", "ppo", "dapo", "rloo", "reinforce++")  # rl/algorithms.py's registry (its names)
+_ALGORITHMS = ("grpo", "ppo", "dapo", "rloo", "reinforce++")  # rl/algorithms.RL_ALGORITHMS's names
 _SETUPS = "colocated,split,async"
 _OFFLOADS = "none,optimizer,all"
 EMITS = ("verl", "openrlhf")
