@@ -88,9 +88,9 @@ def rl_cmd(model_ref: str, system_ref: str, gpus: int, as_json: bool, **options:
         if not as_json:
             click.echo(f"wrote {report_path}")
     if emit_format:
-        from meshplan.rl.launch import write_launch
+        from meshplan.rl.launch import write_rl_launch
 
-        write_launch(result, emit_format, emit_to, model_ref)
+        write_rl_launch(result, emit_format, emit_to, model_ref)
 
 
 def make_job(options: dict[str, Any], model) -> Any:
@@ -157,9 +157,9 @@ def _stack(name: str | None, emit_format: str | None):
     from meshplan.specs.stack import DEFAULT_FRAMEWORK, load_stack
 
     if name is None and emit_format:
-        from meshplan.rl.launch import FORMATS
+        from meshplan.rl.launch import RL_LAUNCH_FORMATS
 
-        name = FORMATS[emit_format].framework
+        name = RL_LAUNCH_FORMATS[emit_format].framework
     return load_stack(name or DEFAULT_FRAMEWORK)
 
 
