@@ -173,7 +173,7 @@ def _table_rows(data: dict[str, Any], table: str) -> list[dict[str, Any]]:
 
 def _held_out_bands(rows: list[dict[str, Any]], table: str, error_bands: Any) -> dict[int, float]:
     """Each row's band from a table built without its source's runs (the same levels and rules)."""
-    from meshplan.specs.bands import lookup  # noqa: PLC0415
+    from meshplan.specs.bands import table_band  # noqa: PLC0415
 
     spec = error_bands.spec_of(table)
     out: dict[int, float] = {}
@@ -184,7 +184,7 @@ def _held_out_bands(rows: list[dict[str, Any]], table: str, error_bands: Any) ->
         t = error_bands.table(others, *spec)
         for r in rows:
             if r["source"] == source:
-                out[id(r)] = lookup(t, r["regime"]).half_width
+                out[id(r)] = table_band(t, r["regime"]).half_width
     return out
 
 

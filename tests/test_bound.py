@@ -26,7 +26,7 @@ def test_the_lower_bound_loses_none_of_the_top_k(monkeypatch):
     the first can be skipped."""
     model, cluster = load_model("llama3-8b").with_seq_length(2048), load_system("h100").cluster(8)
     whole = search(model, cluster, SMALL, top_k=5)
-    monkeypatch.setattr(evaluate_module, "CHUNK", 32)
+    monkeypatch.setattr(evaluate_module, "PLAN_CHUNK", 32)
     chunked = search(model, cluster, SMALL, top_k=5)
     assert whole.bounded < chunked.bounded < chunked.evaluated
     assert [e.plan for e in chunked.plans] == [e.plan for e in whole.plans]

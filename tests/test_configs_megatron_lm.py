@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from framework_parsers import megatron_arguments, megatron_lm, parser_path
 from meshplan.cli.main import cli
 from meshplan.configs import emit, read
-from meshplan.configs.megatron_rules import RULES
+from meshplan.configs.megatron_rules import ARGUMENT_RULES
 from meshplan.errors import SpecError
 from meshplan.specs.model_load import load_model, preset_names
 from meshplan.specs.plan import Plan
@@ -194,7 +194,7 @@ def test_megatron_lm_refuses_what_meshplan_wrote_before(tmp_path):
 
 def test_each_reader_rule_quotes_megatron_lm_at_its_lines():
     lines = (parser_path("megatron-lm") / "megatron" / "training" / "arguments.py").read_text().splitlines()
-    for rule in RULES:
+    for rule in ARGUMENT_RULES:
         first, last = rule.lines
         assert rule.quote in "\n".join(lines[first - 1:last]), f"{rule.source} no longer says {rule.quote!r}"
     assert (parser_path("megatron-lm") / "VERSION").read_text().strip() == "megatron-core==0.17.0"
@@ -233,14 +233,14 @@ def test_each_reader_rule_is_one_validate_args_refuses(tmp_path):
     plan = Plan(dp=2, tp=2, pp=4, vpp=2, schedule="interleaved", sequence_parallel=True, micro_batch=1,
                 global_batch=64, zero=1, optimizer="adam-bf16")
     good = emit("megatron", model, plan, MCORE)
-    assert {r.name for r in RULES} == {example[0] for example in RULE_EXAMPLES}
+    assert {r.name for r in ARGUMENT_RULES} == {example[0] for example in RULE_EXAMPLES}
     cases = []
     for name, changes, _, gpus in RULE_EXAMPLES:
         text = good
         for old, new in changes:
             assert f"  {old}\n" in text, (name, old)
             text = text.replace(f"  {old}\n", f"  {new}\n", 1)
-        first = next(r for r in RULES if r.name == name).lines[0]
+        first = next(r for r in ARGUMENT_RULES if r.name == name).lines[0]
         with pytest.raises(SpecError, match=f"Megatron-LM refuses .*arguments.py:{first}-"):
             read("megatron", model, gpus, text=text)
         cases.append(_case(tmp_path, text, gpus, name))

@@ -18,11 +18,9 @@ import pytest
 from meshplan import Plan, load_model, load_system
 from meshplan.errors import SpecError
 from meshplan.rl import RLJob, RLPlan, rl_estimate
-from meshplan.rl.launch import launch_text
-from meshplan.rl.openrlhf import openrlhf_args
-from meshplan.rl.openrlhf import refusal as openrlhf_refusal
-from meshplan.rl.verl import refusal as verl_refusal
-from meshplan.rl.verl import verl_launch
+from meshplan.rl.launch import rl_launch_text
+from meshplan.rl.openrlhf import openrlhf_args, openrlhf_refusal
+from meshplan.rl.verl import verl_launch, verl_refusal
 from meshplan.serve.plan import ServePlan
 from meshplan.specs.stack import load_stack
 
@@ -139,11 +137,11 @@ def test_openrlhf_parses_the_launch(setup, monkeypatch):
 def test_openrlhf_refuses_pipelines(split_moe):
     assert "no pipeline or expert parallelism" in openrlhf_refusal(split_moe)
     with pytest.raises(SpecError, match="--emit openrlhf: OpenRLHF trains with DeepSpeed"):
-        launch_text((split_moe,), "openrlhf", "Qwen/Qwen3-30B-A3B")
+        rl_launch_text((split_moe,), "openrlhf", "Qwen/Qwen3-30B-A3B")
 
 
 def test_the_launch_names_its_plan(colocated_moe):
-    text, rank = launch_text((colocated_moe,), "verl", "Qwen/Qwen3-30B-A3B")
+    text, rank = rl_launch_text((colocated_moe,), "verl", "Qwen/Qwen3-30B-A3B")
     assert rank == 1 and text.startswith("# verl: colocated (16 GPUs)")
     assert "python3 -m verl.trainer.main_ppo --config-name ppo_megatron_trainer" in text
     assert os.linesep not in text.split("\n", 1)[0]

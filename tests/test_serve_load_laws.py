@@ -29,7 +29,7 @@ from meshplan.serve.estimate import serve_estimate
 from meshplan.serve.load import arrivals
 from meshplan.serve.load.bound import saturation
 from meshplan.serve.load.lengths import Lengths
-from meshplan.serve.load.run import Choices, instance
+from meshplan.serve.load.run import Choices, load_instance
 from meshplan.serve.load.simulate import simulate_instance
 from meshplan.serve.load.summary import summarise
 from meshplan.serve.plan import ServePlan, Workload
@@ -60,7 +60,7 @@ class Draws:
             model, cluster = load_model(system[0]), load_system(system[1]).cluster(system[2])
             e = load_engine(engine)
             plan = ServePlan(tp=system[2], batch=min(batch, e.max_seqs))
-            self.built[key] = instance(model, cluster, plan, e, LONGEST, Choices(scheduler=policy))
+            self.built[key] = load_instance(model, cluster, plan, e, LONGEST, Choices(scheduler=policy))
         return key, self.built[key]
 
     @staticmethod

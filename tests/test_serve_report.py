@@ -25,7 +25,7 @@ pytest.importorskip("vl_convert")
 
 from meshplan.report import serve_charts, serve_space, serve_trust  # noqa: E402
 from meshplan.report.page import asset  # noqa: E402
-from meshplan.report.ranked_serving import cells  # noqa: E402
+from meshplan.report.ranked_serving import serving_cells  # noqa: E402
 from meshplan.report.serve_html import render_serving  # noqa: E402
 from meshplan.report.vega import bundle  # noqa: E402
 
@@ -80,7 +80,7 @@ def test_one_self_contained_page_on_the_shared_skeleton(page):
 
 def test_the_table_is_the_terminals(result, page):
     for e in result.plans:
-        for value in cells(e, 2.5).values():
+        for value in serving_cells(e, 2.5).values():
             assert f">{value}<" in page, value
     assert 'title="time to first token"' in page  # each column explained in its header's tooltip
 

@@ -331,6 +331,3 @@ def _print_rows(rows, written: list) -> None:
         console.print(table)
     console.print("wrote " + ", ".join(str(p) for p in written), markup=False, highlight=False)
     sys.stdout.flush()
-
-
-COMMANDS = [report, sweep]

@@ -14,9 +14,9 @@ from meshplan.cli.common import apply, common_model, split_ints
 from meshplan.errors import SpecError
 from meshplan.ranges import check_options
 
-ALGORITHMS = ("grpo", "ppo", "dapo", "rloo", "reinforce++")  # rl/algorithms.py's registry (its names)
-SETUPS = "colocated,split,async"
-OFFLOADS = "none,optimizer,all"
+_ALGORITHMS = ("grpo", "ppo", "dapo", "rloo", "reinforce++")  # rl/algorithms.RL_ALGORITHMS's names
+_SETUPS = "colocated,split,async"
+_OFFLOADS = "none,optimizer,all"
 EMITS = ("verl", "openrlhf")
 
 
@@ -34,7 +34,7 @@ EMITS = ("verl", "openrlhf")
 @click.option("--lengths", default=None, help="fixed, uniform, lognormal (the default with --mean-output) or a CSV / "
                                               "JSONL file of output_len values")
 @click.option("--length-spread", type=float, default=None, help="uniform range ratio or log-normal sigma")
-@click.option("--algorithm", type=click.Choice(ALGORITHMS), default="grpo", show_default=True)
+@click.option("--algorithm", type=click.Choice(_ALGORITHMS), default="grpo", show_default=True)
 @click.option("--mini-batches", type=int, default=1, show_default=True, help="optimizer steps per epoch")
 @click.option("--epochs", type=int, default=1, show_default=True, help="passes over each batch (ppo_epochs)")
 @click.option("--reward-model", default=None, help="a model-based reward (preset, file or config.json); default: a "
@@ -46,9 +46,9 @@ EMITS = ("verl", "openrlhf")
               help="rollout batches per trained batch (DAPO's dynamic sampling)")
 @click.option("--staleness", type=int, default=1, show_default=True,
               help="steps the split / async rollout runs ahead (0: the pools take turns)")
-@click.option("--setup", "setups", default=SETUPS, show_default=True, help="set-ups to search")
+@click.option("--setup", "setups", default=_SETUPS, show_default=True, help="set-ups to search")
 @click.option("--rollout-gpus", default=None, help="rollout pool sizes to try (split, async)")
-@click.option("--offload", "offloads", default=OFFLOADS, show_default=True,
+@click.option("--offload", "offloads", default=_OFFLOADS, show_default=True,
               help="colocated trainer state held on the host during the rollout")
 @click.option("--sync", default="", help="the weight transfer: local, broadcast, reshard or storage (default: the "
                                          "set-up's own: local colocated, broadcast between pools)")
@@ -88,9 +88,9 @@ def rl_cmd(model_ref: str, system_ref: str, gpus: int, as_json: bool, **options:
         if not as_json:
             click.echo(f"wrote {report_path}")
     if emit_format:
-        from meshplan.rl.launch import write_launch
+        from meshplan.rl.launch import write_rl_launch
 
-        write_launch(result, emit_format, emit_to, model_ref)
+        write_rl_launch(result, emit_format, emit_to, model_ref)
 
 
 def make_job(options: dict[str, Any], model) -> Any:
@@ -157,9 +157,9 @@ def _stack(name: str | None, emit_format: str | None):
     from meshplan.specs.stack import DEFAULT_FRAMEWORK, load_stack
 
     if name is None and emit_format:
-        from meshplan.rl.launch import FORMATS
+        from meshplan.rl.launch import RL_LAUNCH_FORMATS
 
-        name = FORMATS[emit_format].framework
+        name = RL_LAUNCH_FORMATS[emit_format].framework
     return load_stack(name or DEFAULT_FRAMEWORK)
 
 
@@ -180,6 +180,3 @@ def _outputs(emit_format: str | None, emit_to: str | None, report_path: str | No
 
         writable(report_path, "report")
         require_report_extra()
-
-
-COMMANDS = [rl_cmd]

@@ -252,6 +252,3 @@ def _one(model, cluster, engine, options, price, as_json, report_path=None) -> A
     else:
         serving_estimate_tables(est, terminal_console(), price, verdicts)
     return est if est.fits else None
-
-
-COMMANDS = [serve_cmd]

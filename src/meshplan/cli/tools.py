@@ -170,6 +170,3 @@ def _preset_rows() -> dict[str, list[dict[str, Any]]]:
                         "NVLink domain": s.network.nvlink_domain or "-"})
     stacks = [{"name": name, "source": load_stack(name).source[:90]} for name in stack_names()]
     return {"models": models, "systems": systems, "frameworks": stacks}
-
-
-COMMANDS = [calibrate_cmd, trace_cmd, presets]

@@ -64,7 +64,7 @@ from meshplan.configs.common import (
 from meshplan.configs.format import ConfigFormat
 from meshplan.configs.layout import layout_string, stage_layers_of
 from meshplan.configs.megatron_model import MEGATRON_ARGUMENT, architecture, arguments
-from meshplan.configs.megatron_rules import check as check_rules
+from meshplan.configs.megatron_rules import check_rules
 from meshplan.errors import SpecError
 from meshplan.pipeline.registry import default_schedule
 from meshplan.specs.model import ModelSpec
@@ -80,7 +80,7 @@ _EXPRESSED = ("overlap_dp", "overlap_tp", "overlap_pp", "fp8_scaling", "cp_comm"
 CP_COMM_TYPE = {"ring": "p2p", "allgather": "all_gather"}
 _ARRAY = "MEGATRON_ARGS=("  # the bash array the script holds the arguments in
 # the release whose arguments these are (its parse_args / validate_args read them: tests/test_configs_megatron_lm.py)
-RELEASE = "Megatron-LM core_v0.17.0 (megatron-core 0.17.0)"
+_RELEASE = "Megatron-LM core_v0.17.0 (megatron-core 0.17.0)"
 # the tokenizer: Hugging Face's, from a folder the user fills in (Megatron-LM --tokenizer-type HuggingFaceTokenizer)
 _TOKENIZER: list[tuple[str, Any]] = [("--tokenizer-type", "HuggingFaceTokenizer"),
                                      ("--tokenizer-model", "PATH/TO/HF_TOKENIZER")]
@@ -189,7 +189,7 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
                    {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})
     head = ["#!/usr/bin/env bash",
             f"# Megatron-LM pretrain_gpt.py arguments for {model.name} ({plan.num_gpus} GPUs), written by meshplan",
-            f"# for {RELEASE} (its parse_args and validate_args take them).",
+            f"# for {_RELEASE} (its parse_args and validate_args take them).",
             "# Run it from Megatron-LM's folder on every node (MASTER_ADDR set); what it is given (--data-path ...)",
             f"# follows these arguments. {_TOKENIZER[1][1]} is a placeholder: the model's Hugging Face tokenizer."]
     head += [f"# {note}"] if note else []

@@ -41,7 +41,7 @@ def _number(options: dict[str, Any], name: str, default: int) -> int:
         return default  # the reader refuses it with its own line
 
 
-RULES: tuple[ArgumentRule, ...] = (
+ARGUMENT_RULES: tuple[ArgumentRule, ...] = (
     ArgumentRule("no_virtual_pipeline_argument",
                  lambda o, s: "--virtual-pipeline-model-parallel-size" in o,
                  "--virtual-pipeline-model-parallel-size is not an argument of pretrain_gpt.py (argparse stops at it: "
@@ -99,8 +99,8 @@ def _virtual(options: dict[str, Any]) -> bool:
         "--num-layers-per-virtual-pipeline-stage" in options
 
 
-def check(options: dict[str, Any], sizes: dict[str, int]) -> None:
+def check_rules(options: dict[str, Any], sizes: dict[str, int]) -> None:
     """The first rule that refuses ``options`` (with ``sizes``: tp, pp, cp as read), as one line; else nothing."""
-    for rule in RULES:
+    for rule in ARGUMENT_RULES:
         if rule.test(options, sizes):
             raise SpecError(f"megatron config: Megatron-LM refuses {rule.what} ({rule.source})")

@@ -55,7 +55,7 @@ _PRESET = "torchtitan"
 # the release that reads these files: torchtitan 0.2.2 (its ConfigManager loads them in
 # tests/test_configs_framework_loaders.py) is the last that reads a job TOML (--job.config_file); 0.3.0 builds its
 # configs in Python
-RELEASE = "torchtitan 0.2.2 (the last release that reads a job TOML)"
+_RELEASE = "torchtitan 0.2.2 (the last release that reads a job TOML)"
 _OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW"}  # Plan.optimizer -> [optimizer] name
 _SCHEDULES = {s: schedule_of(s).frameworks[TORCHTITAN_CLASSES] for s in in_framework(TORCHTITAN_CLASSES)}  # the records
 _ROTATE = {"allgather": "allgather", "ring": "alltoall"}
@@ -137,7 +137,7 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     carried |= {k: getattr(stack, k) for k, v in implied.items() if getattr(stack, k) != v}
     note = comment(carried, {"zero": plan.zero} if plan.dp == 1 else {})
     table, experimental, about = _model(model, fp8)
-    lines = [f"# torchtitan job config for {model.name} ({plan.num_gpus} GPUs), written by meshplan for {RELEASE}",
+    lines = [f"# torchtitan job config for {model.name} ({plan.num_gpus} GPUs), written by meshplan for {_RELEASE}",
              f"# launch: {torchrun(plan, '-m torchtitan.train --job.config_file THIS_FILE.toml')}"]
     lines += [f"# {note}"] if note else []
     lines += [f"# {line}" for line in about]

@@ -20,7 +20,7 @@ from meshplan.specs.stack import Stack
 from meshplan.xp import Num
 
 
-def lookup(name: str, elems: Num, d: Dims, mask: Num = 0.0) -> list[OpCost]:
+def lookup_ops(name: str, elems: Num, d: Dims, mask: Num = 0.0) -> list[OpCost]:
     """Gathering ``elems`` embedding values from the table (read and write 16 bits each; ``mask``: the dropout mask
     kept) and, backward, scatter-adding their gradients into the table's (read the 16-bit gradient, read and write
     the table's gradient)."""
@@ -35,7 +35,7 @@ def embedding_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     h = model.hidden_size
     elems = d.tokens * h
     mask = d.tokens_sp * h * MASK_BYTES if d.dropout else 0.0
-    ops = lookup("embed/lookup", elems, d, mask) + vocab_parallel_reduce("embed/tp", elems, plan)
+    ops = lookup_ops("embed/lookup", elems, d, mask) + vocab_parallel_reduce("embed/tp", elems, plan)
     ops += ple_embed_ops(model, d)  # per-layer embeddings (cost/ple.py)
     ops += fsdp_grad_prep("embed", model.embedding_params() / plan.tp, plan, stack)
     return lora(ops, plan, d)
@@ -94,7 +94,7 @@ def mtp_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     d = dims(model, plan, stack)
     h = model.hidden_size
     elems = d.tokens * h
-    ops = lookup("mtp/embed_lookup", elems, d) + vocab_parallel_reduce("mtp/embed_tp", elems, plan)
+    ops = lookup_ops("mtp/embed_lookup", elems, d) + vocab_parallel_reduce("mtp/embed_tp", elems, plan)
     ops += norm("mtp/enorm", model, d) + norm("mtp/hnorm", model, d)
     ops += tp_enter("mtp/eh_proj/tp_in", model, plan, d, width=2 * h)
     ops += gemm("mtp/eh_proj", d.tokens, 2 * h, h / d.tp, d)

@@ -10,7 +10,7 @@ gradient, weight, exp_avg, exp_avg_sq): csrc/multi_tensor_apply.cuh ``depth_to_m
 chunk, when the blocks are full, or at the last chunk; a tensor cut by a full launch carries over as the next launch's
 first tensor. PyTorch's own ``_foreach`` kernels (aten/src/ATen/native/cuda/MultiTensorApply.cuh, the foreach unscale
 of Megatron's fp16 optimizer) pack alike, with the same 65,536-element chunks and 320 blocks (110 / 64 / 48 / 36 / 30
-tensors at depth 1-5). ``launches`` replays that packing exactly.
+tensors at depth 1-5). ``multi_tensor_launches`` replays that packing exactly.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ MAX_BLOCKS = 320  # chunks per launch: depth_to_max_blocks
 MAX_TENSORS = {1: 110, 2: 64, 3: 48, 4: 36, 5: 30, 6: 24}  # tensors per launch by list depth: depth_to_max_tensors
 
 
-def launches(numels: Iterable[int], depth: int) -> int:
+def multi_tensor_launches(numels: Iterable[int], depth: int) -> int:
     """Kernel launches of one multi-tensor apply over tensors of ``numels`` elements walking ``depth`` lists together
     (module docstring): multi_tensor_apply.cuh's packing, replayed one tensor at a time (its whole chunks at once)."""
     if depth not in MAX_TENSORS:

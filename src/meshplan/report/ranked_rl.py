@@ -66,7 +66,7 @@ def pools_text(e: RLEstimate) -> str:
     return f"{p.train_gpus} shared" if p.way.shared else f"{p.rollout_gpus}R+{p.train_gpus}T"
 
 
-def cells(e: RLEstimate) -> dict[str, str]:
+def rl_cells(e: RLEstimate) -> dict[str, str]:
     """One plan's row of the best plans' table, by column (RL_HEADERS)."""
     return {"set-up": e.plan.setup, "GPUs": pools_text(e), "trainer": trainer_text(e), "engine": engine_text(e),
             "offload": e.plan.offload if e.plan.way.shared else "-",
@@ -76,14 +76,14 @@ def cells(e: RLEstimate) -> dict[str, str]:
             "memory": fmt_bytes(e.peak_memory)}
 
 
-def best_plans(result: RLSearchResult) -> Listing:
+def best_rl_plans(result: RLSearchResult) -> Listing:
     """The best plans' table, each header with its meaning."""
     job, acc = result.job, result.system.accelerator
     title = (f"best RL plans: {result.model.name} on {result.gpus} x {acc.name}, {job.describe()}, "
              f"{result.space.stack.name} + {result.space.engine.name}")
     columns: dict[str, list[str]] = defaultdict(list)
     for e in result.plans:
-        for k, v in cells(e).items():
+        for k, v in rl_cells(e).items():
             columns[k].append(v)
     key = Col("#", [f"{i}{'≈' if same and i > 1 else ''}" for i, same in enumerate(result.equivalent, 1)],
               meaning=RL_HEADERS["#"])
@@ -150,7 +150,7 @@ def from_rl(result: RLSearchResult) -> Ranked:
                      "memory_bytes": e.peak_memory} for e in result.plans)
     return Ranked(noun="RL plans", page_title=f"RL post-training of {result.model.name} on {result.gpus} × "
                                               f"{result.system.accelerator.name}",
-                  table=best_plans(result),
+                  table=best_rl_plans(result),
                   rejected=rejected_listing(result.rejected, result.examples, "layouts and pairings", "count",
                                             RL_HEADERS, (RL_UNITS,)),
                   rejected_total=sum(result.rejected.values()), evaluated=result.evaluated,

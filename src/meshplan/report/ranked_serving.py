@@ -39,7 +39,7 @@ SERVING_HEADERS = {
 SERVING_UNITS = ("units", "k M B = 10^3 10^6 10^9; KiB MiB GiB = 2^10 2^20 2^30 bytes; ms, us = milli-, microseconds")
 
 
-def cells(e: ServeEstimate, price: float | None) -> dict[str, str]:
+def serving_cells(e: ServeEstimate, price: float | None) -> dict[str, str]:
     """One configuration's row of the best configurations' table, by column (SERVING_HEADERS), as the terminal and the
     HTML report print it."""
     p, m = e.plan, e.metrics
@@ -105,7 +105,8 @@ def fastest_line(result: ServeSearchResult) -> str | None:
 
 
 def best_configurations(result: ServeSearchResult, price: float | None = None) -> Listing:
-    """The best configurations' table (``cells``; ep only for a mixture of experts), each header with its meaning."""
+    """The best configurations' table (``serving_cells``; ep only for a mixture of experts), each header with its
+    meaning."""
     s, slo = result.space, target_titles(result)
     title = (f"best serving configurations: {result.model.name} on {result.cluster.num_gpus} x "
              f"{result.cluster.accelerator.name}, {s.input_len} in{cached_note(s.cached_len)} / {s.output_len} out, "
@@ -113,7 +114,7 @@ def best_configurations(result: ServeSearchResult, price: float | None = None) -
              + (f", {', '.join(slo)}" if slo else ""))
     columns: dict[str, list[str]] = defaultdict(list)
     for e in result.plans:
-        for k, v in cells(e, price).items():
+        for k, v in serving_cells(e, price).items():
             columns[k].append(v)
     if not result.model.is_moe:
         columns.pop("ep", None)

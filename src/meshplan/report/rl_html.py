@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from meshplan.files import write_text
 from meshplan.report.html import page
 from meshplan.report.ranked_rl import from_rl
-from meshplan.report.rl_sections import memory_section, timeline_section
+from meshplan.report.rl_sections import rl_memory_section, rl_timeline_section
 from meshplan.report.sections import plans_section, rejected_section
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ def render_rl(result: RLSearchResult) -> str:
     ranked = from_rl(result)
     sections = [plans_section(ranked)]
     if result.best:
-        sections += [timeline_section(result.best), memory_section(result.best)]
+        sections += [rl_timeline_section(result.best), rl_memory_section(result.best)]
     sections.append(rejected_section(ranked))
     return page(ranked, sections, ())
 

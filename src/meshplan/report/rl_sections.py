@@ -29,7 +29,7 @@ def lane(name: str, e: RLEstimate, pool: str) -> str:
     return f"{name} {pools_text(e)} · {POOL_NAMES[pool]}"
 
 
-def timeline_rows(best: dict[str, RLEstimate]) -> tuple[list[dict[str, Any]], list[str], str]:
+def rl_timeline_rows(best: dict[str, RLEstimate]) -> tuple[list[dict[str, Any]], list[str], str]:
     """One row per phase segment of each set-up's best plan (times in the chart's unit), the lanes in order, the
     unit."""
     longest = max((e.iteration_time for e in best.values()), default=0.0)
@@ -48,8 +48,8 @@ def timeline_rows(best: dict[str, RLEstimate]) -> tuple[list[dict[str, Any]], li
     return rows, lanes, unit
 
 
-def timeline_chart(best: dict[str, RLEstimate]) -> dict[str, Any]:
-    rows, lanes, unit = timeline_rows(best)
+def rl_timeline_chart(best: dict[str, RLEstimate]) -> dict[str, Any]:
+    rows, lanes, unit = rl_timeline_rows(best)
     shown = [p for p in PHASE_ORDER if any(r["phase"] == p for r in rows)]
     y = {"field": "lane", "type": "nominal", "sort": lanes, "title": None, "axis": {"labelLimit": 320}}
     return spec(height=max(80, 34 * len(lanes)), title="One iteration of the best plan of each set-up, by GPU pool",
@@ -77,9 +77,9 @@ def tail_chart(e: RLEstimate) -> dict[str, Any] | None:
                           "tooltip": [{"field": "t", "format": ".1f", "title": "s"}, {"field": "running"}]})
 
 
-def timeline_section(best: dict[str, RLEstimate]) -> Section:
+def rl_timeline_section(best: dict[str, RLEstimate]) -> Section:
     synchronous = [e for e in best.values() if e.rollout.running]
-    charts = {"rl-timeline": timeline_chart(best)}
+    charts = {"rl-timeline": rl_timeline_chart(best)}
     tail = tail_chart(synchronous[0]) if synchronous else None
     if tail:
         charts["rl-tail"] = tail
@@ -91,7 +91,7 @@ def timeline_section(best: dict[str, RLEstimate]) -> Section:
                     "rows": phase_rows(best), "note": note, "tail": bool(tail)}, charts)
 
 
-def memory_chart(best: dict[str, RLEstimate]) -> dict[str, Any]:
+def rl_memory_chart(best: dict[str, RLEstimate]) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     bars: list[str] = []
     for name, e in best.items():
@@ -116,10 +116,10 @@ def memory_chart(best: dict[str, RLEstimate]) -> dict[str, Any]:
                         "encoding": {"x": {"field": "hbm", "type": "quantitative"}}}])
 
 
-def memory_section(best: dict[str, RLEstimate]) -> Section:
+def rl_memory_section(best: dict[str, RLEstimate]) -> Section:
     hbm = fmt_bytes(next(iter(best.values())).cluster.accelerator.hbm_bytes)
     note = (f"The dashed line is the GPU's {hbm}. Colocated, the engine sleeps while the trainer works (its weights "
             "and KV cache freed) and the trainer's offloaded state waits on the host while the engine generates.")
     return Section("rl-memory", "Memory", "sections/rl_memory.html.j2",
                    {"header": ["phase", *(f"{n} ({pools_text(e)})" for n, e in best.items())],
-                    "rows": memory_rows(best), "note": note}, {"rl-memory": memory_chart(best)})
+                    "rows": memory_rows(best), "note": note}, {"rl-memory": rl_memory_chart(best)})

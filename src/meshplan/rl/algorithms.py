@@ -29,7 +29,7 @@ from meshplan.errors import SpecError
 
 
 @dataclass(frozen=True)
-class Algorithm:
+class RLAlgorithm:
     """What one iteration of an algorithm runs beside the rollout and the policy update (module docstring)."""
 
     name: str
@@ -40,23 +40,23 @@ class Algorithm:
     source: str
 
 
-ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
-    Algorithm("ppo", critic=True, reference=True, group=False, dynamic_sampling=False,
+RL_ALGORITHMS: dict[str, RLAlgorithm] = {a.name: a for a in (
+    RLAlgorithm("ppo", critic=True, reference=True, group=False, dynamic_sampling=False,
               source="Schulman et al. 2017 §5; Ouyang et al. 2022 §3.5 eq. 2"),
-    Algorithm("grpo", critic=False, reference=True, group=True, dynamic_sampling=False,
+    RLAlgorithm("grpo", critic=False, reference=True, group=True, dynamic_sampling=False,
               source="Shao et al. 2024 (DeepSeekMath) §4.1 eq. 3"),
-    Algorithm("dapo", critic=False, reference=False, group=True, dynamic_sampling=True,
+    RLAlgorithm("dapo", critic=False, reference=False, group=True, dynamic_sampling=True,
               source="Yu et al. 2025 (DAPO) §2.3, §3.2, §3.4"),
-    Algorithm("rloo", critic=False, reference=True, group=True, dynamic_sampling=False,
+    RLAlgorithm("rloo", critic=False, reference=True, group=True, dynamic_sampling=False,
               source="Ahmadian et al. 2024 (Back to Basics) §3.3"),
-    Algorithm("reinforce++", critic=False, reference=True, group=False, dynamic_sampling=False,
+    RLAlgorithm("reinforce++", critic=False, reference=True, group=False, dynamic_sampling=False,
               source="Hu 2025 (REINFORCE++) §3"),
 )}
 
 
-def algorithm(name: str) -> Algorithm:
+def algorithm(name: str) -> RLAlgorithm:
     """The record of ``name``; an unknown one is one line naming the choices."""
-    found = ALGORITHMS.get(name)
+    found = RL_ALGORITHMS.get(name)
     if found is None:
-        raise SpecError(f"algorithm={name!r} must be one of {', '.join(ALGORITHMS)}")
+        raise SpecError(f"algorithm={name!r} must be one of {', '.join(RL_ALGORITHMS)}")
     return found

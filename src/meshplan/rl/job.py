@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.fields import check_types
-from meshplan.rl.algorithms import Algorithm, algorithm
+from meshplan.rl.algorithms import RLAlgorithm, algorithm
 from meshplan.specs.model import ModelSpec
 
-LENGTH_KINDS = ("fixed", "uniform", "lognormal", "empirical")
+_LENGTH_KINDS = ("fixed", "uniform", "lognormal", "empirical")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,11 +32,11 @@ class RLJob:
     input_len: int
     output_len: int  # the longest response (max_response_length)
     samples_per_prompt: int = 1
-    lengths: str = "fixed"  # LENGTH_KINDS (lengths.py)
+    lengths: str = "fixed"  # _LENGTH_KINDS (lengths.py)
     mean_output: float = 0.0  # mean response tokens; 0: output_len (fixed lengths)
     length_spread: float = 0.0  # the uniform range ratio or the log-normal's sigma; 0: the kind's default (lengths.py)
     lengths_file: str = ""  # empirical: a CSV / JSONL file of output_len values
-    algorithm: str = "grpo"  # algorithms.ALGORITHMS
+    algorithm: str = "grpo"  # algorithms.RL_ALGORITHMS
     mini_batches: int = 1
     epochs: int = 1
     reference: bool | None = None  # None: as the algorithm
@@ -51,8 +51,8 @@ class RLJob:
         check_types(self, "rl job: ")
         ranges.check_spec(self, "rl job: ")
         algo = algorithm(self.algorithm)
-        if self.lengths not in LENGTH_KINDS:
-            raise SpecError(f"rl job: lengths={self.lengths!r} must be one of {', '.join(LENGTH_KINDS)}")
+        if self.lengths not in _LENGTH_KINDS:
+            raise SpecError(f"rl job: lengths={self.lengths!r} must be one of {', '.join(_LENGTH_KINDS)}")
         if self.mean_output > self.output_len:
             raise SpecError(f"rl job: mean_output={self.mean_output:g} must be at most output_len={self.output_len:,} "
                             "(the longest response)")
@@ -70,7 +70,7 @@ class RLJob:
             raise SpecError("rl job: reward_model must be a ModelSpec (or None: a rule-based reward)")
 
     @property
-    def algo(self) -> Algorithm:
+    def algo(self) -> RLAlgorithm:
         return algorithm(self.algorithm)
 
     @property

@@ -22,15 +22,15 @@ class LaunchFormat:
     framework: str  # the trainer stack the format's framework runs (the search's, unless --framework says)
 
 
-FORMATS: dict[str, LaunchFormat] = {f.name: f for f in (
-    LaunchFormat("verl", verl.refusal, verl.verl_script, "megatron-core"),
-    LaunchFormat("openrlhf", openrlhf.refusal, openrlhf.openrlhf_script, "deepspeed"),
+RL_LAUNCH_FORMATS: dict[str, LaunchFormat] = {f.name: f for f in (
+    LaunchFormat("verl", verl.verl_refusal, verl.verl_script, "megatron-core"),
+    LaunchFormat("openrlhf", openrlhf.openrlhf_refusal, openrlhf.openrlhf_script, "deepspeed"),
 )}
 
 
-def launch_text(plans: tuple[RLEstimate, ...], fmt: str, model_ref: str) -> tuple[str, int]:
+def rl_launch_text(plans: tuple[RLEstimate, ...], fmt: str, model_ref: str) -> tuple[str, int]:
     """(the launch, the rank of the plan written) of the first of ``plans`` the format can express."""
-    form = FORMATS[fmt]
+    form = RL_LAUNCH_FORMATS[fmt]
     if not plans:
         raise SpecError(f"--emit {fmt}: no RL plan fits, nothing to write")
     for rank, e in enumerate(plans, 1):
@@ -39,10 +39,11 @@ def launch_text(plans: tuple[RLEstimate, ...], fmt: str, model_ref: str) -> tupl
     raise SpecError(f"--emit {fmt}: {form.refusal(plans[0])}")
 
 
-def write_launch(result, fmt: str, path: str | None, model_ref: str) -> None:
+def write_rl_launch(result, fmt: str, path: str | None, model_ref: str) -> None:
     """The launch of ``result``'s best expressible plan, to ``path`` or printed."""
-    text, rank = launch_text(result.plans, fmt, model_ref)
-    note = "" if rank == 1 else f"# #1 cannot run on {fmt} ({FORMATS[fmt].refusal(result.plans[0])}): #{rank} written\n"
+    text, rank = rl_launch_text(result.plans, fmt, model_ref)
+    why = RL_LAUNCH_FORMATS[fmt].refusal(result.plans[0])
+    note = "" if rank == 1 else f"# #1 cannot run on {fmt} ({why}): #{rank} written\n"
     if path:
         write_text(path, note + text, "emit-to")
         click.echo(f"wrote {path} (plan #{rank})", err=True)

@@ -20,11 +20,11 @@ import shlex
 from meshplan.rl.estimate import RLEstimate
 from meshplan.rl.verl import nodes
 
-ESTIMATOR = {"ppo": "gae", "grpo": "group_norm", "dapo": "group_norm", "rloo": "rloo", "reinforce++": "reinforce"}
+_ESTIMATOR = {"ppo": "gae", "grpo": "group_norm", "dapo": "group_norm", "rloo": "rloo", "reinforce++": "reinforce"}
 REWARD_URL = "http://localhost:5000/get_reward"  # a rule-based reward served over HTTP (OpenRLHF's remote_rm_url)
 
 
-def refusal(e: RLEstimate) -> str | None:
+def openrlhf_refusal(e: RLEstimate) -> str | None:
     """Why OpenRLHF cannot run ``e`` as planned, or None."""
     t, g, p = e.update.plan, e.plan.engine, e.plan
     if t.pp > 1 or t.ep > 1 or t.tensor_layout != "1d":
@@ -48,7 +48,7 @@ def _nodes(e: RLEstimate, gpus: int) -> tuple[int, int]:
 
 
 def openrlhf_args(e: RLEstimate, model_ref: str) -> list[str]:
-    """The command line of ``e`` (module docstring); ``refusal`` first."""
+    """The command line of ``e`` (module docstring); ``openrlhf_refusal`` first."""
     job, t, g, p = e.job, e.update.plan, e.plan.engine, e.plan
     tn, tg = _nodes(e, p.train_gpus)
     args = ["--actor.num_nodes", tn, "--actor.num_gpus_per_node", tg, "--ref.num_nodes", tn,
@@ -59,7 +59,7 @@ def openrlhf_args(e: RLEstimate, model_ref: str) -> list[str]:
             "--rollout.micro_batch_size", p.forward_micro_batch or t.micro_batch,
             "--train.micro_batch_size", t.micro_batch, "--train.batch_size", job.mini_batch,
             "--train.max_epochs", job.epochs, "--data.max_len", job.input_len + job.output_len,
-            "--rollout.max_new_tokens", job.output_len, "--algo.advantage.estimator", ESTIMATOR[job.algorithm],
+            "--rollout.max_new_tokens", job.output_len, "--algo.advantage.estimator", _ESTIMATOR[job.algorithm],
             "--actor.model_name_or_path", model_ref]
     if p.way.shared:
         args += ["--train.colocate_all", "--vllm.enable_sleep"] + (["--ds.enable_sleep"] if p.offload == "all" else [])

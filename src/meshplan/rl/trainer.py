@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from meshplan.cost.records import ACT_BYTES, token_rows
+from meshplan.cost.records import ACT_BYTES, FP32, token_rows
 from meshplan.estimate import Estimate, estimate
 from meshplan.memory import layer_input_bytes
 from meshplan.pipeline.registry import one_chunk
@@ -31,7 +31,6 @@ from meshplan.specs.model_extras import head_vocab
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 
-FP32 = 4  # log-probabilities are taken from fp32 logits (verl's logprobs_from_logits, NeMo-RL's upcast)
 WORKING_COPIES = 4  # a forward's live residual-stream-sized tensors of one layer: input, norm out, attention, MLP
 
 
@@ -81,6 +80,7 @@ def forward_pass(model: ModelSpec, pool: Cluster, plan: Plan, stack: Stack, job:
     m = math.ceil(job.sequences / (plan.dp * micro))
     seconds = (m - 1) * max(ranks) + through
     rows = token_rows(m_model, one)[0]
+    # log-probabilities are taken from fp32 logits (verl's logprobs_from_logits, NeMo-RL's upcast): FP32 bytes each
     working = rows * head_vocab(m_model) / one.tp * FP32 + WORKING_COPIES * float(layer_input_bytes(m_model, one))
     return Forward(seconds=seconds, working=float(working + rows * ACT_BYTES))
 

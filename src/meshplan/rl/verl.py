@@ -30,10 +30,10 @@ ENTRY = {"colocated": ("verl.trainer.main_ppo", "ppo_megatron_trainer", "ppo_tra
                    "one_step_off_ppo_trainer"),
          "async": ("verl.experimental.fully_async_policy.fully_async_main", "fully_async_ppo_megatron_trainer",
                    "fully_async_ppo_trainer")}
-ESTIMATOR = {"ppo": "gae", "grpo": "grpo", "dapo": "grpo", "rloo": "rloo", "reinforce++": "reinforce_plus_plus"}
+_ESTIMATOR = {"ppo": "gae", "grpo": "grpo", "dapo": "grpo", "rloo": "rloo", "reinforce++": "reinforce_plus_plus"}
 
 
-def refusal(e: RLEstimate) -> str | None:
+def verl_refusal(e: RLEstimate) -> str | None:
     """Why verl cannot run ``e`` as planned, or None."""
     t, job = e.update.plan, e.job
     fsdp = e.stack.fsdp != "none"
@@ -119,12 +119,12 @@ def _pools(e: RLEstimate) -> list[str]:
 
 
 def verl_launch(e: RLEstimate, model_ref: str) -> tuple[str, str, list[str]]:
-    """(the module to run, the config name, the overrides) of ``e`` (module docstring); ``refusal`` first."""
+    """(the module to run, the config name, the overrides) of ``e`` (module docstring); ``verl_refusal`` first."""
     job, t = e.job, e.update.plan
     entry, megatron, fsdp = ENTRY[e.plan.setup]
     config = fsdp if e.stack.fsdp != "none" else megatron
     a = "actor_rollout_ref.actor"
-    overrides = [f"algorithm.adv_estimator={ESTIMATOR[job.algorithm]}", f"data.train_batch_size={job.prompts}",
+    overrides = [f"algorithm.adv_estimator={_ESTIMATOR[job.algorithm]}", f"data.train_batch_size={job.prompts}",
                  f"data.max_prompt_length={job.input_len}", f"data.max_response_length={job.output_len}",
                  f"actor_rollout_ref.model.path={model_ref}",
                  f"{a}.ppo_mini_batch_size={job.prompts // job.mini_batches}",

@@ -4,7 +4,7 @@ bound (``bound``) can still reach the top k, offering the fast ones that fit to 
 evaluated and bounded, those that do not fit tallied with the plan nearest to fitting.
 
 Size combinations are scored in blocks of ``SIZE_BLOCK``, likely winners (lowest bound) first so that the threshold
-tightens early, and timed in chunks of about ``CHUNK`` plans, so memory stays bounded.
+tightens early, and timed in chunks of about ``PLAN_CHUNK`` plans, so memory stays bounded.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from meshplan.specs.plan import Plan
 from meshplan.step.units import Saved
 from meshplan.units import fmt_over
 
-CHUNK = 16384  # plans timed at once
+PLAN_CHUNK = 16384  # plans timed at once
 FIRST_CHUNK = 1024  # plans timed at once while the k-th best time is unknown (every key they use is priced)
 SIZE_BLOCK = 16384  # size combinations whose memory is computed at once (it bounds the arrays' size)
 
@@ -194,11 +194,11 @@ def _time_rows(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency
 
 
 def _pieces(plans: np.ndarray, best: Best) -> Iterator[np.ndarray]:
-    """Consecutive ranges of size combinations holding about ``CHUNK`` plans each (``plans``: each one's), smaller
+    """Consecutive ranges of size combinations holding about ``PLAN_CHUNK`` plans each (``plans``: each one's), smaller
     ones (``FIRST_CHUNK``) until the k-th best time is known; at least one combination each."""
     ends, start = np.cumsum(plans), 0
     while start < len(plans):
-        size = CHUNK if np.isfinite(best.threshold) else min(CHUNK, FIRST_CHUNK)
+        size = PLAN_CHUNK if np.isfinite(best.threshold) else min(PLAN_CHUNK, FIRST_CHUNK)
         done = int(ends[start - 1]) if start else 0
         stop = max(start + 1, int(np.searchsorted(ends, done + size, side="right")))
         yield np.arange(start, stop)

@@ -90,7 +90,7 @@ def shaped_seconds(op: OpCost, cluster: Cluster, quant: Quant, eff: ServeEfficie
     time = op_seconds(op, cluster, quant, eff, layouts)
     if op.kind != "gemm" or not sh.skinny_rows or op.name.startswith(EXPERT_PATH):
         return time
-    slow_eff = slowed(eff, float(sh.skinny_rate))  # an engine constant: a plain number
+    slow_eff = _slowed(eff, float(sh.skinny_rate))  # an engine constant: a plain number
     slow = op_seconds(op, cluster, quant, slow_eff, layouts)
     rows = sh.skinny_rows
     first = replace(op, m=rows, flops=op.flops * rows / maximum(op.m, 1e-30))  # its first R rows (and all its bytes)
@@ -98,7 +98,7 @@ def shaped_seconds(op: OpCost, cluster: Cluster, quant: Quant, eff: ServeEfficie
 
 
 @cache
-def slowed(eff: ServeEfficiency, rate: float) -> ServeEfficiency:
+def _slowed(eff: ServeEfficiency, rate: float) -> ServeEfficiency:
     """``eff`` with its GEMMs at ``rate`` of their modelled rate (one object per rate: roofline.rates memoises)."""
     return replace(eff, gemm=eff.gemm * rate)
 

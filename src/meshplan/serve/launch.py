@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from meshplan.errors import SpecError
 from meshplan.serve.estimate import ServeEstimate
-from meshplan.serve.launch_script import PER_NODE, command_lines, node_count, place, router_lines
+from meshplan.serve.launch_script import PER_NODE, command_lines, node_count, place_instances, router_lines
 
 LAUNCH_FORMATS = {"vllm": ("vllm",), "sglang": ("sglang",), "trtllm": ("trtllm", "trtllm-pytorch")}
 VERSIONS = {"vllm": "vLLM 0.33.0", "sglang": "SGLang 0.5.23", "trtllm": "TensorRT-LLM trtllm-serve (commit 00209af1)"}
@@ -162,7 +162,7 @@ def launch_text(fmt: str, est: ServeEstimate, context: int) -> str:
     here-documents, then each node's instances (its GPUs, its port) and the router (serve/launch_script.py)."""
     pools = launch_pools(fmt, est, context)
     plan, model = est.plan, est.model
-    placed = place(pools)
+    placed = place_instances(pools)
     nodes = node_count(placed)
     lines = ["#!/bin/sh", f"# {VERSIONS[fmt]} launch of {model.name}: {plan.describe()}, written by meshplan serve",
              f"# {plan.num_gpus} GPUs on {nodes} node{'s' * (nodes > 1)} of {PER_NODE}; quantisation "

@@ -47,7 +47,7 @@ class Placed:
     port: int
 
 
-def place(pools: list) -> list[Placed]:
+def place_instances(pools: list) -> list[Placed]:
     """Every instance of ``pools`` (serve/launch.Pool: role, count, gpus) on nodes of PER_NODE GPUs (module
     docstring)."""
     out: list[Placed] = []

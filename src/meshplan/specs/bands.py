@@ -65,10 +65,10 @@ def key_of(regime: dict[str, str], axes: tuple[str, ...] | list[str]) -> str:
 def band(table: str, regime: dict[str, str]) -> Band:
     """The band of ``table`` ("training", "memory", "serving/throughput" ...) for a plan of ``regime`` (module
     docstring)."""
-    return lookup(_tables()[table], regime)
+    return table_band(_tables()[table], regime)
 
 
-def lookup(t: dict[str, Any], regime: dict[str, str]) -> Band:
+def table_band(t: dict[str, Any], regime: dict[str, str]) -> Band:
     """The band a table of the bands file (``t``) quotes for ``regime``."""
     entries, least = t["entries"], t["min_runs"]
     unseen = [a for a in t["trust"] if t["seen"][a].get(regime.get(a, ""), 0) < least]

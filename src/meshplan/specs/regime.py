@@ -49,7 +49,7 @@ SMALL_BATCH = 16  # sequences: a larger static batch is its own serving regime
 PREFILL_HEAVY = 4  # prompt tokens per output token beyond which a serving workload is its prompts' compute
 SLOW_HOST = 2.0  # Cluster.python_host at and beyond which the host is a regime of its own
 
-SIZES = ((10e9, "small"), (100e9, "medium"))  # active parameters below which a model is of that size; else large
+_SIZES = ((10e9, "small"), (100e9, "medium"))  # active parameters below which a model is of that size; else large
 
 TRAINING_AXES = ("gpu", "stack", "family", "kind", "size", "scale", "work")
 SERVING_AXES = ("gpu", "engine", "kind", "size", "gpus", "mix", "work", "batch")
@@ -67,7 +67,7 @@ def model_kind(model: Any) -> str:
 
 def model_size(model: Any) -> str:
     active = model.params(active=True)
-    return next((name for limit, name in SIZES if active < limit), "large")
+    return next((name for limit, name in _SIZES if active < limit), "large")
 
 
 def gemm_seconds(model: Any, cluster: Any, plan: Any) -> float:

@@ -22,7 +22,7 @@ import numpy as np
 
 from meshplan.serve.engine import Engine
 from meshplan.serve.load.arrivals import Requests
-from meshplan.serve.load.run import instance
+from meshplan.serve.load.run import load_instance
 from meshplan.serve.plan import ServePlan
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -35,7 +35,7 @@ def idle_latency(model: ModelSpec, cluster: Cluster, one: ServePlan, reqs: Reque
     longest = int((reqs.input_len + reqs.output_len).max())
     key = (one.with_(replicas=1, prefill_replicas=0), longest)
     if key not in cache:
-        cache[key] = instance(model, cluster, one, engine, longest, targets.choices)
+        cache[key] = load_instance(model, cluster, one, engine, longest, targets.choices)
     sched, price = cache[key]
     first: dict[int, float] = {}
     for prompt in np.unique(reqs.input_len):

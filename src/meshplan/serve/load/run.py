@@ -36,11 +36,11 @@ class Choices:
 
 
 DEFAULT_CHOICES = Choices()
-Instance = tuple[Scheduler, Prices | SpeculativePrices]
+LoadInstance = tuple[Scheduler, Prices | SpeculativePrices]
 
 
-def instance(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, longest: int,
-             choices: Choices = DEFAULT_CHOICES) -> Instance:
+def load_instance(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, longest: int,
+             choices: Choices = DEFAULT_CHOICES) -> LoadInstance:
     """One instance's scheduler and iteration prices (contexts up to ``longest`` tokens)."""
     check.servable(model)
     broken = check.first_problem(check.structural(model, cluster, plan_columns(plan), plan.quant, engine))
@@ -63,7 +63,7 @@ def load_run_with(model: ModelSpec, cluster: Cluster, plan: ServePlan, requests:
     longest = int((requests.input_len + requests.output_len).max())
     key = (plan.with_(replicas=1, prefill_replicas=0), longest)
     if cache is None or key not in cache:
-        built = instance(model, cluster, plan, engine, longest, choices)
+        built = load_instance(model, cluster, plan, engine, longest, choices)
         if cache is None:
             cache = {}
         cache[key] = built
