@@ -43,7 +43,7 @@ from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan.sweep import sweep_space
+from meshplan.search.sweep import sweep_space
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

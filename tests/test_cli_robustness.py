@@ -111,7 +111,7 @@ def test_ctrl_c_swallowed_inside_c_code_still_exits_130(monkeypatch, capsys):
 def test_an_interrupted_sweep_keeps_what_finished(tmp_path, monkeypatch, capsys):
     """Ctrl-C at the third of four points (the user's interrupt, raised where it lands): the two points done are
     written to sweep.csv / sweep.json, the run exits 130."""
-    import meshplan.sweep as sweep
+    import meshplan.search.sweep as sweep
 
     real, calls = sweep.search_point, []
 

@@ -30,7 +30,7 @@ LAYERS = [
     ("step",),
     ("estimate", "goodput", "mixed", "energy"),
     ("serve",),
-    ("search", "sweep"),
+    ("search",),
     ("rl",),
     ("trace", "calibrate"),
     ("autoshard",),
@@ -172,3 +172,10 @@ def test_a_private_import_is_noticed(tmp_path, monkeypatch):
     planted.write_text("from meshplan.report.text import _hidden, public\n")
     monkeypatch.setitem(MODULES, "meshplan.planted", planted)
     assert private_imports("meshplan.planted") == ["meshplan.report.text._hidden"]
+
+
+def test_the_top_level_holds_few_modules():
+    """The top level of meshplan holds the entry points and the few modules every layer uses (issue 82: at most 15);
+    each concern with more than one module is a folder."""
+    top = sorted(p.stem for p in (SRC / "meshplan").glob("*.py") if p.stem != "__init__")
+    assert len(top) <= 15, top

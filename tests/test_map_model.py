@@ -79,7 +79,11 @@ def test_a_gpt_of_no_preset_is_built_with_its_familys_ffn_and_heads():
                              "vocab_size": 51200, "seq_length": 2048})
     assert (spec.ffn_hidden_size, spec.num_kv_heads, spec.mlp, spec.norm) == (10240, 20, "gelu", "layernorm")
     assert notes[0].startswith("ffn_hidden_size 10240 = 4·hidden_size, num_kv_heads = num_heads = 20")
-    assert notes[1].startswith("model: built from the record's sizes (no preset matches GPT-3 3B)")
+    # a record silent on its architecture takes its family's too (record_fields.GPT_ARCH: GPT-2's config)
+    assert notes[1] == ("the GPT convention: qkv_bias True, linear_bias True, position_embedding learned, "
+                        "tied_embeddings True, dropout True")
+    assert (spec.linear_bias, spec.position_embedding, spec.tied_embeddings) == (True, "learned", True)
+    assert notes[2].startswith("model: built from the record's sizes (no preset matches GPT-3 3B)")
 
 
 def test_heads_come_from_head_dim_where_the_record_gives_no_heads():

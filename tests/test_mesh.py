@@ -202,7 +202,7 @@ def test_link_efficiency_by_position_not_name():
 def test_sweeps_scale_every_tier_beyond_nvlink():
     """nic_bandwidth scales the pod and the aggregation tiers (50 → 100 GB/s; the aggregation's 1:7 stays:
     100 / 7 = 14.3 GB/s), nvlink_bandwidth the accelerator's NVLink (450 → 900 GB/s), nvlink_domain tier 0."""
-    from meshplan.sweep import PARAMS, scaled_system
+    from meshplan.search.sweep import PARAMS, scaled_system
 
     system = load_system("h100-meta-24k")
     assert PARAMS["nic_bandwidth"][1](system) == pytest.approx(50e9)

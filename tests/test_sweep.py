@@ -16,7 +16,7 @@ from conftest import gpt
 from meshplan.cli import main
 from meshplan.errors import MissingDependency, SpecError
 from meshplan.specs.hardware import load_system
-from meshplan.sweep import (
+from meshplan.search.sweep import (
     PARAMS,
     SWEEP_COLUMNS,
     param_points,

@@ -137,7 +137,7 @@ def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path,
     from meshplan.search.limits import check_space
     from meshplan.search.run import search
     from meshplan.specs.hardware import load_system
-    from meshplan.sweep import param_points
+    from meshplan.search.sweep import param_points
 
     seq, global_batch, nvlink_domain, scaling, sample, config, compare = (options[k] for k in (
         "seq", "global_batch", "nvlink_domain", "scaling", "sample", "config", "compare"))
@@ -185,7 +185,7 @@ def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path,
 def _scaling_rows(points: list, result, workers: int | None, ray_address: str | None) -> list[dict[str, Any]]:
     """The scaling curve's rows: the report's own search for its GPU count, the others searched (with their Pareto
     fronts, when the report draws the plan space)."""
-    from meshplan.sweep import result_row, search_points
+    from meshplan.search.sweep import result_row, search_points
 
     gpus = result.cluster.num_gpus
     others = [p for p in points if p.gpus != gpus]
@@ -231,7 +231,7 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
     """Best-plan throughput of MODEL over GPU counts × systems × NVLink sizes (strong scaling) or over a
     hardware parameter's scale factors; writes CSV / JSON (pandas reads them) and PNG / SVG pictures."""
     from meshplan.cli.common import model_at
-    from meshplan.sweep import PARAMS, param_points, write_csv, write_json
+    from meshplan.search.sweep import PARAMS, param_points, write_csv, write_json
 
     seq, global_batch, nvlink, params, factors, formats = (options[k] for k in (
         "seq", "global_batch", "nvlink", "params", "factors", "formats"))
@@ -291,7 +291,7 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
 
 def _search_or_keep(points: list, workers: int | None, ray_address: str | None, output: Path) -> list:
     """The sweep's rows; on Ctrl-C, the points that finished written to sweep.csv / sweep.json before it exits."""
-    from meshplan.sweep import Interrupted, search_points, write_csv, write_json
+    from meshplan.search.sweep import Interrupted, search_points, write_csv, write_json
 
     try:
         return search_points(points, workers=workers, ray_address=ray_address)

@@ -93,7 +93,7 @@ def param_figure(rows: Sequence[dict[str, Any]], param: str, title: str | None =
     """A hardware-parameter sweep from sweep rows: best-plan tokens/s per GPU vs the parameter's scale factor
     (vs the domain size itself for ``nvlink_domain``), one panel per GPU count, one curve per system ×
     NVLink domain, the unmodified hardware (factor 1) marked."""
-    from meshplan.sweep import PARAMS
+    from meshplan.search.sweep import PARAMS
 
     rows = [r for r in rows if r.get("param") == param]
     if not rows:
