@@ -39,11 +39,11 @@ from meshplan.cli import main as cli
 from meshplan.estimate import estimate
 from meshplan.report import plots
 from meshplan.search import search
+from meshplan.search.sweep import sweep_space
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan.search.sweep import sweep_space
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

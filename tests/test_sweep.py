@@ -15,7 +15,6 @@ import pytest
 from conftest import gpt
 from meshplan.cli import main
 from meshplan.errors import MissingDependency, SpecError
-from meshplan.specs.hardware import load_system
 from meshplan.search.sweep import (
     PARAMS,
     SWEEP_COLUMNS,
@@ -28,6 +27,7 @@ from meshplan.search.sweep import (
     write_csv,
     write_json,
 )
+from meshplan.specs.hardware import load_system
 
 GBS = 64  # sequences per step: 64 x 2048 tokens
 

@@ -136,8 +136,8 @@ def report(model_ref: str, system_ref: str, gpus: int, top_k: int, output: Path,
     from meshplan.search.explore import Explore
     from meshplan.search.limits import check_space
     from meshplan.search.run import search
-    from meshplan.specs.hardware import load_system
     from meshplan.search.sweep import param_points
+    from meshplan.specs.hardware import load_system
 
     seq, global_batch, nvlink_domain, scaling, sample, config, compare = (options[k] for k in (
         "seq", "global_batch", "nvlink_domain", "scaling", "sample", "config", "compare"))
