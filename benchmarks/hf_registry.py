@@ -1,4 +1,4 @@
-"""The Hugging Face registry sweep of issue 51 (meshplan/specs/hf_sweep.py): every causal-LM model_type of the
+"""The Hugging Face registry sweep of issue 51 (meshplan/specs/hf/sweep.py): every causal-LM model_type of the
 installed transformers, from its default config.json, read by meshplan and compared with the parameter count of
 the model transformers builds on the meta device. Prints one line per type and the tally (exact / refused /
 wrong); "wrong" must be 0.
@@ -13,7 +13,7 @@ import time
 
 import transformers
 
-from meshplan.specs.hf_sweep import registry_sweep, tally
+from meshplan.specs.hf.sweep import registry_sweep, tally
 
 
 def main(types: list[str]) -> None:

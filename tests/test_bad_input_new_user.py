@@ -18,7 +18,7 @@ BERT = {"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size
 
 
 def _transformers() -> bool:
-    from meshplan.specs.hf_meta import available
+    from meshplan.specs.hf.meta import available
     return available()
 
 

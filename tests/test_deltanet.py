@@ -65,7 +65,7 @@ def test_qwen3_next_config_reads_as_its_pattern():
     transformers = pytest.importorskip("transformers")
     import json
 
-    from meshplan.specs.hf_config import from_hf_config
+    from meshplan.specs.hf.config import from_hf_config
     cfg = transformers.AutoConfig.for_model("qwen3_next", num_hidden_layers=8)
     spec = from_hf_config(json.loads(cfg.to_json_string(use_diff=False)), "qwen3-next")
     # 3 linear-attention layers to 1 full-attention layer, each followed by a MoE block

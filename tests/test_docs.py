@@ -59,7 +59,7 @@ GENERATED = {"ACCURACY.md", "accuracy_summary.json", "accuracy.png", "out_of_sou
              "img/serve.png", "img/serve-space.png", "img/breakdown.png", "img/memory.png", "img/roofline.png",
              "img/timeline.png", "img/scaling.png", "img/param-hbm_bandwidth.png", "img/param-nic_bandwidth.png",
              "MEASURED.md", "MEASURED_GPU.md", "SMALL_WORK_GPU.md", "DECODE_GPU.md", "GEMM_GPU.md",
-             "SPEED.md"}
+             "SPEED.md", "ARCHITECTURE.md"}
 
 
 def _first_difference(old: bytes, new: bytes) -> str:
@@ -260,6 +260,27 @@ def test_the_speed_measurements_counts_are_the_searchs_now():
             f"{path.name} is stale for {c['model']} on {c['gpus']} {c['system']}: now {now}; measure again: python "
             "benchmarks/search_speed.py --repeat 8 --out data/measured/DATE-search-speed.json && python "
             "benchmarks/speed_doc.py")
+
+
+def test_architecture_document_is_current(tmp_path):
+    """docs/ARCHITECTURE.md from the import-order test's own LAYERS and import graph (tests/test_imports.py), its
+    hand-written section kept from the committed file."""
+    doc = _script("architecture_doc")
+    doc.main(["--doc", str(tmp_path / "ARCHITECTURE.md")])
+    _same(tmp_path / "ARCHITECTURE.md", "ARCHITECTURE.md", "python benchmarks/architecture_doc.py")
+
+
+def test_architecture_picture_keeps_only_the_shortest_edges():
+    """The graph's transitive reduction: 2 -> 0 goes (2 reaches 0 through 1), 3 -> 1 stays (its only way), and a
+    layer moved or a new import between layers shows in the document (its stack line lists every layer it imports)."""
+    doc = _script("architecture_doc")
+    assert doc.reduce({(2, 1), (1, 0), (2, 0), (3, 1)}) == {(2, 1), (1, 0), (3, 1)}
+    test = doc.import_test()
+    edges = doc.layer_edges(test)
+    assert (test.layer("meshplan.estimate"), test.layer("meshplan.specs.plan")) in edges
+    assert all(a > b for a, b in edges)  # imports go down the layers only: the test's own rule, seen by the script
+    text = (DOCS / "ARCHITECTURE.md").read_text()
+    assert doc.BEGIN in text and doc.END in text and "`specs/hf/`" in text
 
 
 def test_autoshard_document_is_current(tmp_path):

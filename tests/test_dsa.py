@@ -102,7 +102,7 @@ def test_deepseek_v32_preset():
     spec = load_model("deepseek-v3.2")
     assert spec.indexer_params() == 1536 * 64 * 128 + 7168 * 192 + 256 == 13_959_424
     assert spec.params() == 671_026_419_200 + 61 * 13_959_424 == 671_877_944_064
-    from meshplan.specs.hf_meta import available, build_meta
+    from meshplan.specs.hf.meta import available, build_meta
     if not available():
         pytest.skip("transformers not installed")
     meta = build_meta({"model_type": "deepseek_v32", "index_n_heads": 64, "index_head_dim": 128, "index_topk": 2048,

@@ -19,7 +19,7 @@ RAW = re.compile(r"\.write_(?:text|bytes)\(|\bopen\([^)]*['\"][wax]b?\+?['\"]")
 INTERNAL = {"report/vega.py": "Vega's bundle cached under the home folder; an OSError there is caught (bundle again)",
             "calibrate/collectives.py": "a forked rank's timings to a temporary file of the parent's",
             "measure/dp.py": "a forked rank's measurement to a temporary file of the parent's",
-            "specs/hf_sweep.py": "the benchmark's own folder of Hugging Face defaults (no command writes it)"}
+            "specs/hf/sweep.py": "the benchmark's own folder of Hugging Face defaults (no command writes it)"}
 
 
 def test_every_file_a_command_writes_goes_through_meshplan_files():

@@ -1,4 +1,4 @@
-"""The Hugging Face config.json import (hf_config.py, hf_families.py, hf_reader.py): each family read as its
+"""The Hugging Face config.json import (specs/hf/config.py, families.py, reader.py): each family read as its
 ``modeling_*.py`` builds it, errors that name the key, and PyTorch's count of the same model built on the meta
 device (``test_torch_*``, skipped without torch + transformers) equal to ``ModelSpec.params()``.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from meshplan.errors import SpecError
-from meshplan.specs.hf_config import from_hf_config, translate
+from meshplan.specs.hf.config import from_hf_config, translate
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import CONFIG_SEQ_LENGTH, load_model
 

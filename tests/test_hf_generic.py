@@ -1,4 +1,4 @@
-"""The meta-device check and the generic reader (hf_meta.py, hf_verify.py, hf_generic.py): small configs of the
+"""The meta-device check and the generic reader (specs/hf/meta.py, verify.py, generic.py): small configs of the
 families issue 48 found read as Llama (Gemma 2 +77.6 %, StarCoder2 +88.8 %, OLMo 2 −2,048 parameters) now read with
 their own structure, MoE and hybrid layouts keep their per-layer kinds, a reading that disagrees with the build is
 refused naming the layer and both counts, and without transformers only the hand-written families are read."""
@@ -18,9 +18,9 @@ from meshplan.errors import SpecError
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from meshplan.specs.hf_config import from_hf_config  # noqa: E402
-from meshplan.specs.hf_meta import build_meta  # noqa: E402
-from meshplan.specs.hf_verify import mismatch, shape_mismatch  # noqa: E402
+from meshplan.specs.hf.config import from_hf_config  # noqa: E402
+from meshplan.specs.hf.meta import build_meta  # noqa: E402
+from meshplan.specs.hf.verify import mismatch, shape_mismatch  # noqa: E402
 
 SMALL = {"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
          "intermediate_size": 96, "vocab_size": 128, "max_position_embeddings": 256}
@@ -144,7 +144,7 @@ def test_without_transformers_only_the_exact_families_are_read() -> None:
     code = f"""
 import sys, json
 sys.modules["transformers"] = None
-from meshplan.specs.hf_config import from_hf_config, EXACT
+from meshplan.specs.hf.config import from_hf_config, EXACT
 from meshplan.errors import SpecError
 print(from_hf_config(json.load(open({str(HF / "llama-3-8b" / "config.json")!r})), "l").params())
 try:

@@ -1,5 +1,5 @@
 """Issue 51: every causal-LM model_type transformers registers, from its default config.json, is read exactly or
-refused with one line saying what is not modelled; none is silently wrong (hf_sweep.py builds each on the meta
+refused with one line saying what is not modelled; none is silently wrong (specs/hf/sweep.py builds each on the meta
 device: no weights, milliseconds a model). Skipped without torch + transformers (the ``hf`` extra)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from meshplan.specs.hf_sweep import Outcome, registry_sweep, tally  # noqa: E402
+from meshplan.specs.hf.sweep import Outcome, registry_sweep, tally  # noqa: E402
 
 # The 2024-26 decoder families training users run, and the three issue 48 found read as Llama: each exact.
 FAMILIES = ("llama", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
@@ -72,7 +72,7 @@ def test_encoders_are_refused_as_such(outcomes: dict[str, Outcome], model_type: 
 
 # Refused for what they add, named in the line (issue 51's small-gap list): cross-attention (TrOCR, Mllama's text
 # model), a router without its experts per token (DeepSeek-V2's default config: num_experts_per_tok null, so
-# transformers' torch.topk cannot run), Gemma 3n's AltUp, LAuReL and shared keys and values (specs/hf_ple.py)
+# transformers' torch.topk cannot run), Gemma 3n's AltUp, LAuReL and shared keys and values (specs/hf/ple.py)
 REFUSED_FOR = {"trocr": "cross-attention", "mllama": "cross_attn", "deepseek_v2": "num_experts_per_tok",
                "gemma3n_text": "altup_num_inputs=4 (AltUp's parallel residual streams); laurel_rank=64"}
 

@@ -90,7 +90,7 @@ EXACT = ("apertus", "apertus1p5_text", "axk1", "beam", "bitnet", "ctrl", "diffll
 def test_registry_types_exact(model_type: str):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from meshplan.specs.hf_sweep import registry_sweep
+    from meshplan.specs.hf.sweep import registry_sweep
     (outcome,) = registry_sweep([model_type])
     assert outcome.kind == "exact", outcome
 
@@ -146,7 +146,7 @@ def test_prediction_head_and_first_layer_without_pre_norm():
 
 def test_sequential_mlp_is_read():
     torch = pytest.importorskip("torch")
-    from meshplan.specs.hf_modules import kind_of, read_layer
+    from meshplan.specs.hf.modules import kind_of, read_layer
     ffn = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))  # CTRL's ffn
     assert kind_of(ffn) == "mlp"
     layer = torch.nn.Module()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from meshplan.errors import SpecError
-from meshplan.specs.hf_config import from_hf_config
+from meshplan.specs.hf.config import from_hf_config
 from meshplan.specs.model_load import load_model, model_from_dict, preset_names
 
 HF = Path(__file__).parent / "data" / "hf"

@@ -1,4 +1,4 @@
-"""Gemma 4's per-layer embeddings (specs/model_extras.py per_layer_input, cost/ple.py, specs/hf_ple.py; issue 84
+"""Gemma 4's per-layer embeddings (specs/model_extras.py per_layer_input, cost/ple.py, specs/hf/ple.py; issue 84
 item 5): transformers' default Gemma 4 text config.json read exactly from the command line, the arithmetic of its
 parameters, its work in training and serving, and Gemma 3n's structures refused by name."""
 

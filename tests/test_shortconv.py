@@ -68,7 +68,7 @@ def test_refusals():
 def _read(model_type: str, **kw: object) -> ModelSpec:
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("torch")
-    from meshplan.specs.hf_config import from_hf_config
+    from meshplan.specs.hf.config import from_hf_config
     cfg = transformers.AutoConfig.for_model(model_type, hidden_size=256, intermediate_size=512, num_attention_heads=4,
                                             num_key_value_heads=2, vocab_size=1000, pad_token_id=0, bos_token_id=1,
                                             eos_token_id=2, **kw)
@@ -77,7 +77,7 @@ def _read(model_type: str, **kw: object) -> ModelSpec:
 
 def test_configs_read_as_their_patterns():
     # LFM2 with attention at layers 2 and 5 of 6 (its full_attn_idxs), kernel 3, one pre-norm a block; the reader
-    # checks the count against the meta-device build (hf_config.py), so it is exact
+    # checks the count against the meta-device build (specs/hf/config.py), so it is exact
     lfm2 = _read("lfm2", num_hidden_layers=6, full_attn_idxs=[2, 5])
     assert (lfm2.layer_pattern, lfm2.short_conv, lfm2.block_norms) == ("C-C-*-C-C-*-", 3, 1)
     # LFM3: layer i full attention at i % 4 = 2, sliding at i % 4 = 0 (i > 0), else conv; kernel 7; sandwich norms

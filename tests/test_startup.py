@@ -32,7 +32,7 @@ HEAVY = ("scipy", "torch", "jinja2", "matplotlib", "pandas", "ray", "sklearn", "
 # goodput and host-cost records joined the estimate (117 / 157 / 115 measured then)
 CASES = {
     "help": (["--help"], 8, 190, (*HEAVY, "numpy", "rich")),
-    "plan": (["plan", *QUICK], 172, 300, (*HEAVY, "meshplan.serve", "meshplan.autoshard", "meshplan.specs.hf_config",
+    "plan": (["plan", *QUICK], 172, 300, (*HEAVY, "meshplan.serve", "meshplan.autoshard", "meshplan.specs.hf",
                                            "meshplan.report.vega")),
     "estimate": (["estimate", *QUICK, "--tp", "8", "--pp", "4"], 128, 300,
                  (*HEAVY, "meshplan.serve", "meshplan.autoshard", "meshplan.search.run", "multiprocessing")),

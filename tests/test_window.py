@@ -14,7 +14,7 @@ from meshplan.errors import SpecError
 from meshplan.estimate import estimate
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
-from meshplan.specs.hf_config import translate
+from meshplan.specs.hf.config import translate
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__
     from meshplan.errors import MeshplanError, PlanError, SpecError
     from meshplan.specs.check import check
     from meshplan.specs.hardware import Accelerator, Cluster, System, Tier, load_system
-    from meshplan.specs.hf_config import from_hf_config
+    from meshplan.specs.hf.config import from_hf_config
     from meshplan.specs.model import ModelSpec
     from meshplan.specs.model_load import load_model
     from meshplan.specs.plan import Plan
@@ -37,7 +37,7 @@ _WHERE = {
     "System": "meshplan.specs.hardware",
     "Tier": "meshplan.specs.hardware",
     "check": "meshplan.specs.check",
-    "from_hf_config": "meshplan.specs.hf_config",
+    "from_hf_config": "meshplan.specs.hf.config",
     "load_model": "meshplan.specs.model_load",
     "load_system": "meshplan.specs.hardware",
 }

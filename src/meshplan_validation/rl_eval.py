@@ -17,7 +17,7 @@ from meshplan.rl.sync import sync_time
 from meshplan.serve.engine import load_engine
 from meshplan.serve.plan import ServePlan
 from meshplan.specs.hardware import load_system
-from meshplan.specs.hf_config import from_hf_config
+from meshplan.specs.hf.config import from_hf_config
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan

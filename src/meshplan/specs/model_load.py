@@ -1,5 +1,5 @@
 """Loading a ModelSpec: from a flat mapping of its fields (a TOML preset), a preset name (``llama3-70b``), a
-``.toml`` preset file, a Hugging Face ``config.json`` (read by hf_config.py) or a Hub id ``org/name`` whose
+``.toml`` preset file, a Hugging Face ``config.json`` (read by specs/hf/config.py) or a Hub id ``org/name`` whose
 config.json is in the local Hugging Face cache (hub_cache.py).
 
 A config.json names the longest context the checkpoint serves (``max_position_embeddings``, 131,072 for
@@ -68,8 +68,8 @@ def load_model(ref: str) -> ModelSpec:
 
 
 def _from_config(config: dict[str, Any], name: str, where: str) -> ModelSpec:
-    """specs/hf_config.from_hf_config, imported when a config.json is read (a dozen modules a preset never needs)."""
-    from meshplan.specs.hf_config import from_hf_config  # noqa: PLC0415
+    """specs/hf/config.from_hf_config, imported when a config.json is read (a dozen modules a preset never needs)."""
+    from meshplan.specs.hf.config import from_hf_config  # noqa: PLC0415
 
     return from_hf_config(config, name=name, where=where)
 

@@ -1,5 +1,5 @@
-"""DeepSeek Sparse Attention's lightning indexer, read off a meta-device MLA module (hf_modules.py) and turned into
-ModelSpec's ``index_*`` fields (hf_sizes.py): transformers' DeepseekV32Indexer (models/deepseek_v32/, and GLM-MoE-DSA's,
+"""DeepSeek Sparse Attention's lightning indexer, read off a meta-device MLA module (modules.py) and turned into
+ModelSpec's ``index_*`` fields (sizes.py): transformers' DeepseekV32Indexer (models/deepseek_v32/, and GLM-MoE-DSA's,
 AXK2's and dots3's copies) holds wq_b (q_lora_rank → n_i·d_i), wk (H → d_i), k_norm (a LayerNorm of d_i with bias) and
 weights_proj (H → n_i), all without linear biases; index_topk (the keys each query keeps) and the head count come
 from the config (``index_topk``, ``index_n_heads``).

@@ -1,5 +1,5 @@
 """Reading one Hugging Face ``config.json``: typed access to its keys, so that a missing required key or a value of
-the wrong JSON type is a one-line SpecError naming the file, the key and the value (hf_families.py reads through it)."""
+the wrong JSON type is a one-line SpecError naming the file, the key and the value (families.py reads through it)."""
 
 from __future__ import annotations
 

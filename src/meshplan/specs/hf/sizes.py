@@ -1,7 +1,7 @@
-"""ModelSpec fields from the block sizes hf_modules.py reads off a meta-device model (attention, MLA, MLP, MoE,
+"""ModelSpec fields from the block sizes modules.py reads off a meta-device model (attention, MLA, MLP, MoE,
 Mamba-2), with what the weight shapes do not say taken from the transformers config: the head count
 (``num_attention_heads``), the experts per token, MLA's ranks, Mamba-2's groups. A combination the spec cannot
-express raises SpecError naming it. See hf_generic.py for the whole reader.
+express raises SpecError naming it. See generic.py for the whole reader.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from meshplan.errors import SpecError
-from meshplan.specs.hf_indexer import indexer_fields
+from meshplan.specs.hf.indexer import indexer_fields
 
 TOPK = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts", "moe_k", "experts_per_token",
         "num_experts_per_token", "topk")
@@ -77,7 +77,7 @@ def attention_fields(cfg: Any, sizes: dict[str, Any], hidden: int, where: str) -
             raise SpecError(f"{where}: q/k norms of widths {att['q_norm']} / {att['k_norm']} are neither per head "
                             f"({head_dim}) nor whole")
         fields.update(qk_norm=True, qk_norm_full=whole and not per_head)
-    if att.get("experts"):  # a mixture of attention heads (hf_moa.py)
+    if att.get("experts"):  # a mixture of attention heads (moa.py)
         fields["attention_experts"] = att["experts"]
     if att.get("sinks"):
         if att["sinks"] != heads:

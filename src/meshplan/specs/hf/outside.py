@@ -1,11 +1,11 @@
-"""What surrounds the decoder layers of a meta-device model (hf_meta.py): the token embedding (V, H), a learned
+"""What surrounds the decoder layers of a meta-device model (meta.py): the token embedding (V, H), a learned
 position table, an embedding norm (a norm named for the embedding but registered after the layers, LFM2's
 ``embedding_norm``, is the final norm: Lfm2Model.forward applies it to the last layer's output), the final norm or none
 (GPT-1's post-norm blocks: ModelSpec.final_norm), the LM head (tied or not, with or without a bias); and the models
 that are not decoder-only language models, refused: encoders (a masked-LM model_type: BERT, RoBERTa, ELECTRA …),
 encoder-decoders (``is_encoder_decoder``: BART, Whisper, …) and anything else built beside the decoder (a vision
 tower, an audio encoder), named with its parameter count. Also the config-only fields: the sequence length, dropout
-and the position encoding. See hf_generic.py.
+and the position encoding. See generic.py.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from meshplan.errors import SpecError
-from meshplan.specs.hf_meta import MetaModel
-from meshplan.specs.hf_ple import ple_fields
+from meshplan.specs.hf.meta import MetaModel
+from meshplan.specs.hf.ple import ple_fields
 
 DROPOUT = ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "hidden_dropout_prob",
            "attention_probs_dropout_prob", "dropout", "residual_dropout", "embedding_dropout", "ffn_dropout")
@@ -83,7 +83,7 @@ def outside_fields(meta: MetaModel, where: str) -> dict[str, Any]:
         else:
             others.append((own, name, type(module).__name__))
     ple, others = ple_fields(model, others, hidden, len(list(model.get_submodule(meta.layer_path))))
-    fields |= ple  # per-layer embeddings (Gemma 4: hf_ple.py)
+    fields |= ple  # per-layer embeddings (Gemma 4: ple.py)
     if others:
         text_type = str(getattr(getattr(meta.config, "text_config", None), "model_type", "") or "")
         hint = (f"; its language model alone is the config.json of its text_config (model_type {text_type!r})"

@@ -1,5 +1,5 @@
-"""Linear-attention mixers read off a meta-device decoder layer (hf_modules.py) and turned into ModelSpec fields
-(hf_generic.py): Kimi Delta Attention ("K": transformers' KimiLinearDeltaAttention, low-rank forget and output gates;
+"""Linear-attention mixers read off a meta-device decoder layer (modules.py) and turned into ModelSpec fields
+(generic.py): Kimi Delta Attention ("K": transformers' KimiLinearDeltaAttention, low-rank forget and output gates;
 BailingHybridDeltaAttention, full-rank ones) and MiniMax's lightning attention ("L": MiniMaxLightningAttention). Each
 reader gives the sizes and the weights that differ from the mixer ModelSpec counts (mixer_params.py): those the
 reader refuses, naming them. Griffin's RG-LRU ("R": RecurrentGemmaRecurrentBlock) and LFM2's short convolution

@@ -1,7 +1,7 @@
-"""The generic Hugging Face reader: a ModelSpec from the modules of the model built on the meta device (hf_meta.py),
-for any decoder-only model_type without a hand-written family (hf_families.py).
+"""The generic Hugging Face reader: a ModelSpec from the modules of the model built on the meta device (meta.py),
+for any decoder-only model_type without a hand-written family (families.py).
 
-Each decoder layer is split into blocks (hf_modules.py). When every layer is attention (or MLA) + MLP / MoE with the
+Each decoder layer is split into blocks (modules.py). When every layer is attention (or MLA) + MLP / MoE with the
 same norms, the spec is a standard one (``layer_norms`` norms per layer; MoE layers after ``first_k_dense_layers``,
 every ``moe_layer_freq``-th); otherwise it is a hybrid (``layer_pattern``: one letter per block, "*" attention,
 "M" Mamba-2, "G" Gated DeltaNet, "-" MLP, "E" MoE, each block with one norm; "S", "K", "L", "W", "P", "R", "C": the
@@ -11,9 +11,9 @@ embedding, head_dim from q_proj and the head count, K from k_proj, F from the do
 tensors); what shapes do not say comes from the config (heads, top-k, MLA ranks, Mamba groups and state, Gated
 DeltaNet key heads, sliding windows, dropout, MTP depth).
 The small extra weights of some families (sub-norms, per-head gates, activation scalars …) become the fields of
-specs/model_extras.py (hf_extras.py). Any structure the spec cannot express raises SpecError naming it.
+specs/model_extras.py (extras.py). Any structure the spec cannot express raises SpecError naming it.
 ``read_generic`` returns the fields and, for a hybrid, how many blocks each Hugging Face layer became (for the
-per-layer check in hf_verify.py).
+per-layer check in verify.py).
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from __future__ import annotations
 from typing import Any
 
 from meshplan.errors import SpecError
-from meshplan.specs.hf_extras import claim_extras
-from meshplan.specs.hf_linear import linear_fields
-from meshplan.specs.hf_meta import MetaModel
-from meshplan.specs.hf_modules import LayerBlocks, read_layer
-from meshplan.specs.hf_outside import outside_fields, text_config
-from meshplan.specs.hf_ple import claim_ple_layers, refuse_unmodelled
-from meshplan.specs.hf_sizes import attention_fields, deltanet_fields, mamba_fields, moe_fields
-from meshplan.specs.hf_window import split_windowed, window_fields
+from meshplan.specs.hf.extras import claim_extras
+from meshplan.specs.hf.linear import linear_fields
+from meshplan.specs.hf.meta import MetaModel
+from meshplan.specs.hf.modules import LayerBlocks, read_layer
+from meshplan.specs.hf.outside import outside_fields, text_config
+from meshplan.specs.hf.ple import claim_ple_layers, refuse_unmodelled
+from meshplan.specs.hf.sizes import attention_fields, deltanet_fields, mamba_fields, moe_fields
+from meshplan.specs.hf.window import split_windowed, window_fields
 
 LETTERS = {"attention": "*", "mla": "*", "window": "W", "parallel": "P", "mamba": "M", "mamba1": "S", "deltanet": "G",
            "kda": "K", "lightning": "L", "rglru": "R", "shortconv": "C", "mlp": "-", "moe": "E"}
@@ -52,7 +52,7 @@ def read_generic(meta: MetaModel, where: str) -> tuple[dict[str, Any], tuple[int
     model, cfg = meta.module, text_config(meta.config)
     if not meta.layers:
         raise SpecError(f"{where}: {type(model).__name__} has no list of decoder layers meshplan can read")
-    refuse_unmodelled(cfg, where)  # Gemma 3n's AltUp and LAuReL, shared keys and values (hf_ple.py)
+    refuse_unmodelled(cfg, where)  # Gemma 3n's AltUp and LAuReL, shared keys and values (ple.py)
     outside = outside_fields(meta, where)
     hidden = outside["hidden_size"]
     modules = list(model.get_submodule(meta.layer_path))
@@ -60,7 +60,7 @@ def read_generic(meta: MetaModel, where: str) -> tuple[dict[str, Any], tuple[int
     if outside.get("per_layer_input"):
         claim_ple_layers(modules, layers, hidden, outside["per_layer_input"])
     extras = claim_extras(modules, layers, hidden, cfg)
-    split_windowed(layers, cfg)  # windowed layers of their own attention shape: "W" blocks (hf_window.py)
+    split_windowed(layers, cfg)  # windowed layers of their own attention shape: "W" blocks (window.py)
     for layer in layers:  # attention and Mamba-2 side by side (Falcon-H1): one "P" block where the first stood
         if {"attention", "mamba"} <= set(layer.blocks):
             layer.blocks = ["parallel" if b == "attention" else b for b in layer.blocks if b != "mamba"]
@@ -152,7 +152,7 @@ def _common(meta: MetaModel, layers: list[LayerBlocks], where: str) -> dict[str,
     fields.update(deltanet_fields(cfg, sizes["deltanet"], where))
     fields.update(linear_fields(cfg, sizes, fields, where))  # Kimi Delta Attention, lightning attention
     fields.update(window_fields(sizes, fields, where))  # windowed "W" blocks of their own shape
-    if sizes["mamba1"]:  # Mamba-1 (hf_modules._mamba1 checked its shapes)
+    if sizes["mamba1"]:  # Mamba-1 (modules._mamba1 checked its shapes)
         m1 = sizes["mamba1"]
         fields.update(ssm_inner=m1["inner"], mamba_state=m1["state"], ssm_dt_rank=m1["rank"], mamba_conv=m1["kernel"],
                       ssm_norms=m1["norms"])
@@ -178,7 +178,7 @@ def _norms(layers: list[LayerBlocks], where: str) -> dict[str, Any]:
     if not kinds:
         return {"norm": "rmsnorm", "layer_norms": 0}
     width, bias, rms = kinds.pop()
-    if width == 0:  # no learned weights (OLMo 1); the final norm must be weightless too (hf_outside.py)
+    if width == 0:  # no learned weights (OLMo 1); the final norm must be weightless too (outside.py)
         return {"norm": "rmsnorm" if rms else "layernorm", "norm_weights": False}
     if rms and not bias:
         return {"norm": "rmsnorm"}

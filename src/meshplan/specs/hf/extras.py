@@ -1,5 +1,5 @@
 """The small extra structures of model_extras.py, recognised among the weights of a meta-device layer that no block
-claims (hf_modules.read_layer's ``unclaimed``), for the generic reader (hf_generic.py). Each is named by where it sits
+claims (modules.read_layer's ``unclaimed``), for the generic reader (generic.py). Each is named by where it sits
 and its shape, as transformers 5.24's modeling files build it:
 
     act_params     ``<mlp>.act_fn.alpha_p`` / ``alpha_n``, one value each, of an XIELUActivation (Apertus)
@@ -10,17 +10,17 @@ and its shape, as transformers 5.24's modeling files build it:
     first_norm_skipped  layer 0 holding one norm fewer than every other layer (ModernBERT-decoder)
 
 (Laguna's per-head gate, Beam's gate bias and DiffLlama's λ vectors are read with the attention block itself,
-hf_modules.py: ModelSpec's attn_head_gate, gate_bias and diff_attention.)
+modules.py: ModelSpec's attn_head_gate, gate_bias and diff_attention.)
 
 What is recognised is taken out of ``unclaimed`` and becomes a ModelSpec field; the spec then counts the structure in
-every layer of its kind, and the meta-device check (hf_verify.py) refuses a model that has it in only some of them.
+every layer of its kind, and the meta-device check (verify.py) refuses a model that has it in only some of them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from meshplan.specs.hf_modules import LayerBlocks
+from meshplan.specs.hf.modules import LayerBlocks
 
 
 def claim_extras(modules: list[Any], layers: list[LayerBlocks], hidden: int, cfg: Any) -> dict[str, Any]:

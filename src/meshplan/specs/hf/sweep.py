@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from meshplan.errors import SpecError
-from meshplan.specs.hf_meta import build_meta, param_count
+from meshplan.specs.hf.meta import build_meta, param_count
 from meshplan.specs.model_load import load_model
 
 

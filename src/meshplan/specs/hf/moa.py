@@ -1,4 +1,4 @@
-"""JetMoE's two routed blocks, as the generic reader (hf_modules.py) reads them (transformers 5.24,
+"""JetMoE's two routed blocks, as the generic reader (modules.py) reads them (transformers 5.24,
 models/jetmoe/modeling_jetmoe.py):
 
 - the mixture of attention heads (JetMoeAttention: ``experts`` a JetMoeMoA of E_a experts, each an ``input_linear``
@@ -40,7 +40,7 @@ def _rest(module: Any, known: set[str]) -> list[str]:
 
 
 def read_moa(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
-    """Attention sizes (hf_modules._attention's) of a mixture of attention heads, and its unclaimed weights."""
+    """Attention sizes (modules._attention's) of a mixture of attention heads, and its unclaimed weights."""
     kids = _kids(module)
     experts, kv = kids["experts"], kids["kv_proj"].weight
     q = experts.input_linear.weight  # (E_a, K·d, H)
@@ -60,7 +60,7 @@ def read_moa(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
 
 
 def read_fused_moe(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
-    """MoE sizes (hf_modules._moe's) of JetMoeMoE, and its unclaimed weights."""
+    """MoE sizes (modules._moe's) of JetMoeMoE, and its unclaimed weights."""
     up, down = module.input_linear.weight, module.output_linear.weight  # (E, 2F or F, H), (E, H, F)
     experts, ffn = int(up.shape[0]), int(down.shape[2])
     shapes_ok = up.shape[2] == hidden and tuple(down.shape[:2]) == (experts, hidden) and tuple(

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from meshplan.errors import SpecError
-from meshplan.specs.hf_reader import ConfigReader
+from meshplan.specs.hf.reader import ConfigReader
 
 
 def llama(c: ConfigReader) -> dict[str, Any]:

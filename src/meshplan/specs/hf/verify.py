@@ -1,5 +1,5 @@
 """The check every config.json import passes when transformers is installed: the ModelSpec read from it against the
-model transformers builds from the same config on the meta device (hf_meta.py), layer by layer.
+model transformers builds from the same config on the meta device (meta.py), layer by layer.
 
 Each Hugging Face decoder layer's parameters must equal those ModelSpec gives its layer (``layer_params``; a hybrid
 reading that split a layer into blocks, the sum of its blocks), and the parameters outside the layers (embedding,
@@ -11,8 +11,8 @@ counts, the first layer of each kind must also have the widths the spec gives it
 from __future__ import annotations
 
 from meshplan.errors import SpecError
-from meshplan.specs.hf_meta import MetaModel
-from meshplan.specs.hf_modules import read_layer
+from meshplan.specs.hf.meta import MetaModel
+from meshplan.specs.hf.modules import read_layer
 from meshplan.specs.model import ModelSpec
 
 
@@ -39,7 +39,7 @@ def mismatch(spec: ModelSpec, meta: MetaModel, groups: tuple[int, ...] | None = 
 def shape_mismatch(spec: ModelSpec, meta: MetaModel) -> str | None:
     """The weight shapes behind equal counts: in the first layer of each kind (dense, MoE), the widths of q, k and v
     (A·d, K·d), the dense MLP's F, the experts' count E and width F_e as the built weights have them
-    (hf_modules.read_layer), so that two sizes swapped with the same product are not taken for the model."""
+    (modules.read_layer), so that two sizes swapped with the same product are not taken for the model."""
     embed = meta.module.get_input_embeddings().weight
     if tuple(embed.shape) != (spec.vocab_size, spec.hidden_size):
         return f"the embedding is {tuple(embed.shape)}, meshplan reads ({spec.vocab_size}, {spec.hidden_size})"

@@ -1,9 +1,9 @@
 """Translate a Hugging Face ``config.json`` into a ModelSpec, exactly or not at all.
 
-With transformers installed (the ``hf`` extra), the model is built from the config on the meta device (hf_meta.py)
-and read either by its hand-written family (hf_families.py, one per ``model_type``) or, for any other decoder-only
-``model_type``, from the built modules (hf_generic.py); the spec is then checked layer by layer against the built
-model (hf_verify.py) and refused with what differs when any count disagrees. Without transformers only the
+With transformers installed (the ``hf`` extra), the model is built from the config on the meta device (meta.py)
+and read either by its hand-written family (families.py, one per ``model_type``) or, for any other decoder-only
+``model_type``, from the built modules (generic.py); the spec is then checked layer by layer against the built
+model (verify.py) and refused with what differs when any count disagrees. Without transformers only the
 families in ``EXACT`` (the hand-written ones, each tested against transformers' own count) are read; any other
 ``model_type`` is refused, naming what to install. A missing key raises SpecError naming it. ``seq_length`` is the
 config's ``max_position_embeddings`` (``n_positions`` for GPT-2): the longest context the checkpoint supports, often
@@ -17,11 +17,11 @@ from typing import Any
 
 from meshplan import ranges
 from meshplan.errors import SpecError
-from meshplan.specs.hf_families import FAMILIES, WINDOWED, hf_key, sliding_window
-from meshplan.specs.hf_generic import read_generic
-from meshplan.specs.hf_meta import MetaModel, available, build_meta, transformers_registers
-from meshplan.specs.hf_reader import ConfigReader
-from meshplan.specs.hf_verify import check_build
+from meshplan.specs.hf.families import FAMILIES, WINDOWED, hf_key, sliding_window
+from meshplan.specs.hf.generic import read_generic
+from meshplan.specs.hf.meta import MetaModel, available, build_meta, transformers_registers
+from meshplan.specs.hf.reader import ConfigReader
+from meshplan.specs.hf.verify import check_build
 from meshplan.specs.model import ModelSpec
 
 # the model_types meshplan reads exactly from config.json alone (without transformers): the hand-written families
@@ -138,7 +138,7 @@ def translate(config: dict[str, Any], name: str, where: str | None = None) -> di
 
 def from_hf_config(config: dict[str, Any], name: str = "hf-model", where: str | None = None) -> ModelSpec:
     """Translate a Hugging Face ``config.json`` into a ModelSpec (the module docstring): a family of
-    hf_families.py or, with transformers, any decoder-only model it builds; checked against that build."""
+    families.py or, with transformers, any decoder-only model it builds; checked against that build."""
     where = where or name
     config, model_type, given = _resolve(config, where)
     if config.get("head_dim") == 0 and not isinstance(config.get("head_dim"), bool):  # 0 is meshplan's "default"

@@ -1,5 +1,5 @@
-"""Reading one decoder layer of a model built on the meta device (hf_meta.py): which blocks it holds and their
-sizes, from its modules' names and weight shapes, for the generic reader (hf_generic.py).
+"""Reading one decoder layer of a model built on the meta device (meta.py): which blocks it holds and their
+sizes, from its modules' names and weight shapes, for the generic reader (generic.py).
 
 A layer is split into blocks by the modules that hold them (the names used across transformers' ``modeling_*.py``):
 
@@ -9,8 +9,8 @@ A layer is split into blocks by the modules that hold them (the names used acros
                 q_proj twice o_proj's input, Qwen3-Next; a ``gate_proj`` H → A·d, AFMoE), a per-head gate
                 (Laguna's ``g_proj`` H → A), differential attention's λ vectors (DiffLlama ``lambda_q1`` …)
     MLA         ``kv_a_proj_with_mqa`` / ``kv_b_proj`` (DeepSeek-V2/V3 §2.1): sizes from the config; DeepSeek
-                Sparse Attention's ``indexer`` (hf_indexer.py), a per-head ``g_proj``, a RoPE-key norm
-    KDA, …      Kimi Delta Attention, lightning attention, RG-LRU, LFM2's short convolution (hf_linear.py)
+                Sparse Attention's ``indexer`` (indexer.py), a per-head ``g_proj``, a RoPE-key norm
+    KDA, …      Kimi Delta Attention, lightning attention, RG-LRU, LFM2's short convolution (linear.py)
     Mamba-2     a module with ``A_log`` (one per head), ``D``, ``dt_bias``, ``in_proj``, ``conv1d``, ``norm``,
                 ``out_proj`` (Dao & Gu 2024; models/mamba2/modeling_mamba2.py)
     GDN         Gated DeltaNet: ``A_log``, ``dt_bias``, ``in_proj_*`` projections, ``conv1d``, ``norm``,
@@ -29,9 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from meshplan.specs.hf_indexer import read_indexer
-from meshplan.specs.hf_linear import LINEAR_READERS, linear_kind
-from meshplan.specs.hf_moa import is_fused_moe, is_moa, read_fused_moe, read_moa
+from meshplan.specs.hf.indexer import read_indexer
+from meshplan.specs.hf.linear import LINEAR_READERS, linear_kind
+from meshplan.specs.hf.moa import is_fused_moe, is_moa, read_fused_moe, read_moa
 
 Q, K, V = ("q_proj", "query", "wq", "project_q", "Wq"), ("k_proj", "key", "wk", "project_k", "Wk"), \
     ("v_proj", "value", "wv", "project_v", "Wv")
@@ -77,7 +77,7 @@ def children(module: Any) -> dict[str, Any]:
 def kind_of(module: Any) -> str | None:
     """The block a module is, by its children and own parameters (the module docstring's table), else None."""
     kids, own = children(module), dict(module.named_parameters(recurse=False))
-    if (linear_kind_ := linear_kind(module)) is not None:  # Kimi Delta Attention, lightning attention (hf_linear.py)
+    if (linear_kind_ := linear_kind(module)) is not None:  # Kimi Delta Attention, lightning attention (linear.py)
         return linear_kind_
     if "A_log" in own:
         if own["A_log"].dim() == 2 and "x_proj" in kids:  # Mamba-1: A of shape (D_i, N)
@@ -85,7 +85,7 @@ def kind_of(module: Any) -> str | None:
         return "deltanet" if any(k.startswith("in_proj_") or k == "q_proj" for k in kids) else "mamba"
     if "kv_a_proj_with_mqa" in kids or "kv_b_proj" in kids:
         return "mla"
-    if is_moa(module):  # JetMoE's mixture of attention heads (hf_moa.py)
+    if is_moa(module):  # JetMoE's mixture of attention heads (moa.py)
         return "attention"
     if "experts" in kids or is_fused_moe(module):
         return "moe"
@@ -171,7 +171,7 @@ def _rest(module: Any, used: set[str]) -> list[str]:
 
 
 def _attention(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
-    """q, k, v and out widths and biases, q/k norm widths, sinks (a mixture of attention heads: hf_moa.py)."""
+    """q, k, v and out widths and biases, q/k norm widths, sinks (a mixture of attention heads: moa.py)."""
     if is_moa(module):
         return read_moa(module, hidden)
     used: set[str] = set()
@@ -238,7 +238,7 @@ def _mla(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
     if rope_norm is not None:
         sizes["rope_norm"], known = _width(rope_norm), known | {"k_rope_only_layernorm"}
     indexer = children(module).get("indexer")
-    if indexer is not None:  # DeepSeek Sparse Attention's lightning indexer (hf_indexer.py)
+    if indexer is not None:  # DeepSeek Sparse Attention's lightning indexer (indexer.py)
         sizes["indexer"], bad = read_indexer(indexer, hidden)
         return sizes, _rest(module, known | {"indexer"}) + [f"indexer.{b}" for b in bad]
     return sizes, _rest(module, known)
@@ -329,7 +329,7 @@ def _mamba1(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
 
 def _moe(module: Any, hidden: int) -> tuple[dict[str, Any], list[str]]:
     """Experts (count, width, gated, biased), router (bias or score-correction bias), shared experts and gate (JetMoE's
-    fused experts: hf_moa.py)."""
+    fused experts: moa.py)."""
     if is_fused_moe(module):
         return read_fused_moe(module, hidden)
     kids = children(module)

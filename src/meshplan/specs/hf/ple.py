@@ -1,5 +1,5 @@
 """Per-layer embeddings among the modules of a meta-device Gemma 4 / Gemma 3n model (specs/model_extras.py
-``per_layer_input``), for the generic reader (hf_generic.py, hf_outside.py), as transformers 5.24 builds them
+``per_layer_input``), for the generic reader (generic.py, outside.py), as transformers 5.24 builds them
 (models/gemma4/modeling_gemma4.py): beside the layers ``embed_tokens_per_layer`` (an embedding V_p × L·d),
 ``per_layer_model_projection`` (H → L·d) and ``per_layer_projection_norm`` (d wide); in each layer
 ``per_layer_input_gate`` (H → d), ``per_layer_projection`` (d → H) and ``post_per_layer_input_norm`` (H wide).
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from meshplan.errors import SpecError
-from meshplan.specs.hf_modules import LayerBlocks, children, linear
+from meshplan.specs.hf.modules import LayerBlocks, children, linear
 
 MODEL_PARTS = ("embed_tokens_per_layer", "per_layer_model_projection", "per_layer_projection_norm")
 LAYER_PARTS = ("per_layer_input_gate", "per_layer_projection")
@@ -39,7 +39,7 @@ def refuse_unmodelled(cfg: Any, where: str) -> None:
 def ple_fields(model: Any, others: list[tuple[int, str, str]], hidden: int, layers: int
                ) -> tuple[dict[str, Any], list[tuple[int, str, str]]]:
     """(the per-layer embedding's ModelSpec fields, the modules beside the layers left unclaimed) from
-    hf_outside.outside_fields' unclaimed ``others``."""
+    outside.outside_fields' unclaimed ``others``."""
     named = {name.split(".")[-1]: name for _, name, _ in others}
     if not set(MODEL_PARTS) <= set(named):
         return {}, others

@@ -1,6 +1,6 @@
 """Layers of two attention shapes: windowed layers whose attention differs from the full layers' (Gemma 4 unified:
 head width 256 beside 512; MiMo-V2-Flash: 8 KV heads and sinks beside 4 KV heads; dots3: no DSA indexer beside the
-indexed layers). The generic reader (hf_generic.py) reads such a model as a hybrid whose "sliding_attention" layers
+indexed layers). The generic reader (generic.py) reads such a model as a hybrid whose "sliding_attention" layers
 (the config's ``layer_types``) hold windowed "W" blocks and whose other layers hold full "*" blocks, each kind with
 its own shape (ModelSpec ``window_head_dim``, ``window_kv_heads``, ``window_sinks``;
 mixer_params.window_attention_spec).
