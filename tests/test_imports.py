@@ -4,8 +4,9 @@ package (meshplan_research: the learned predictor, the model zoo, MLP-Mixer), wh
 
 Layers, in data-flow order (a module's layer is that of the first name under ``meshplan`` it lives in):
 base values → pipeline schedules (their tables, simulators and closed forms over per-rank times: pure arithmetic) →
-specs → collectives on the mesh → per-op cost → memory and op time → overlap channels → step → estimate → search and
-sweeps → reinforcement learning (rl: both searches composed) → trace and
+specs → the frameworks' config formats (configs) → collectives on the mesh → per-op cost → memory and op time → overlap
+channels → step → estimate → serving (serve) → search and sweeps → reinforcement learning (rl: both searches
+composed) → trace and
 calibrate → sharding planner → measure (predict, then run a step) → report → command line → validation and research.
 Imports inside functions and under ``TYPE_CHECKING`` count as imports.
 """
