@@ -41,6 +41,7 @@ errors differ, and its band comes from the out-of-source errors of the measured 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 SMALL_WORK = 50e-6  # seconds: one micro-batch GEMM below this at the 16-bit peak is small work (module docstring)
@@ -65,7 +66,10 @@ def model_kind(model: Any) -> str:
     return "hybrid" if model.is_hybrid else "moe" if model.is_moe else "dense"
 
 
+@lru_cache(maxsize=256)
 def model_size(model: Any) -> str:
+    """The size class of a model by its active parameters (cached: a search quotes the band of every plan it lists,
+    and counting a 70B model's parameters layer by layer takes a millisecond)."""
     active = model.params(active=True)
     return next((name for limit, name in _SIZES if active < limit), "large")
 
