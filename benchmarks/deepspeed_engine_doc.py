@@ -26,22 +26,22 @@ SETTINGS = {"bf16-optimizer": (1, 4), "zero1": (1, 2), "zero2": (2, 4), "zero2-o
 @cache
 def stack_of(setting: str) -> Stack:
     """The preset a user names for the run, with the attention kernel the run's SDPA took (as the plain-PyTorch rows
-    are priced: small_work_gpu_doc's "pytorch" stack)."""
-    import small_work_gpu_doc as doc
+    are priced: small_work_gpu_pricing's "pytorch" stack)."""
+    import small_work_gpu_pricing as pricing
 
-    eager = doc.stacks()["pytorch"][1]
+    eager = pricing.stacks()["pytorch"][1]
     return eager if setting == "torch" else replace(load_stack("deepspeed"), attention_kernel=eager.attention_kernel)
 
 
 def priced(row: dict, gpu: str) -> float:
     """meshplan's step of the row: one GPU, its ZeRO stage and gradient bytes, ``accum`` micro-batches."""
-    import small_work_gpu_doc as doc
+    import small_work_gpu_pricing as pricing
 
     zero, grad_bytes = SETTINGS[row["setting"]]
     plan = Plan(micro_batch=row["micro_batch"], global_batch=row["micro_batch"] * row["accum"], zero=zero,
                 grad_bytes=grad_bytes, recompute="none")
-    model = doc.model_of(row | {"batch": row["micro_batch"]})
-    return estimate(model, load_system(doc.SYSTEM[gpu]).cluster(1), plan, stack_of(row["setting"])).step_time
+    model = pricing.model_of(row | {"batch": row["micro_batch"]})
+    return estimate(model, load_system(pricing.SYSTEM[gpu]).cluster(1), plan, stack_of(row["setting"])).step_time
 
 
 def per_layer(rows: list[dict], step: str) -> dict[tuple[str, int, int, int], float]:

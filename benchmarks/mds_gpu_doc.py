@@ -14,26 +14,26 @@ PROFILE = DATA / "2026-11-27-nvidia-h200-host-profile.json"
 
 def accumulate_per_layer(rows: list[dict]) -> dict[tuple[int, int], tuple[float, float]]:
     """(width, batch) → (eager s per layer, the same pass with the BF16_Optimizer's per-micro-batch work, s per
-    layer): each the two depths' difference over the layers between (small_work_gpu_doc.per_layer)."""
-    import small_work_gpu_doc as doc
+    layer): each the two depths' difference over the layers between (small_work_gpu_pricing.per_layer)."""
+    import small_work_gpu_pricing as pricing
 
-    plain = doc.per_layer(rows, lambda r: r["eager_s"])
-    accumulated = doc.per_layer(rows, lambda r: r["bf16_accumulate_s"])
+    plain = pricing.per_layer(rows, lambda r: r["eager_s"])
+    accumulated = pricing.per_layer(rows, lambda r: r["bf16_accumulate_s"])
     return {key: (plain[key], accumulated[key]) for key in plain}
 
 
 def priced_per_layer(rows: list[dict]) -> dict[tuple[int, int], tuple[float, float]]:
     """(width, batch) → meshplan's (eager, with the BF16_Optimizer's accumulation) seconds per layer of the rows:
-    small_work_gpu_doc's "mds" stack (no wrapper), and the same under the preset's own wrapper (bf16 weights, the
+    small_work_gpu_pricing's "mds" stack (no wrapper), and the same under the preset's own wrapper (bf16 weights, the
     pipeline engine at ZeRO 0: BF16_Optimizer, cost/wrapper_work.py)."""
     from dataclasses import replace
 
-    import small_work_gpu_doc as doc
+    import small_work_gpu_pricing as pricing
 
-    plain = doc.stacks()["mds"][1]
+    plain = pricing.stacks()["mds"][1]
     wrapped = replace(plain, optimizer_wrapper="deepspeed-pipeline")
-    priced = [r | {"eager_s": doc.predicted(r, plain, "NVIDIA H200"),
-                   "bf16_accumulate_s": doc.predicted(r, wrapped, "NVIDIA H200")} for r in rows]
+    priced = [r | {"eager_s": pricing.predicted(r, plain, "NVIDIA H200"),
+                   "bf16_accumulate_s": pricing.predicted(r, wrapped, "NVIDIA H200")} for r in rows]
     return accumulate_per_layer(priced)
 
 

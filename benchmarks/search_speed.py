@@ -29,12 +29,14 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model
 from meshplan.specs.stack import Stack
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed_doc import rate_text  # noqa: E402  (the renderer's wording of a peer's rate)
-
 # peers' plans per second, measured on this kind of machine (the docstring): printed beside meshplan's
 PEERS = (("the seed-003 reference model (Subramanian et al. 2024, arXiv 2410.00273)", 150, 200),
          ("Calculon, stock", 160, 160), ("Calculon, its logging silenced", 1850, 1850))
+
+
+def rate_text(low: float, high: float) -> str:
+    """A peer's plans per second, or their range."""
+    return f"{low:,.0f}" if low == high else f"{low:,.0f}-{high:,.0f}"
 
 
 CASES = [  # model, system, GPUs, global batch (sequences), NVLink domain override

@@ -15,7 +15,6 @@ judges them. benchmarks/accuracy.py and benchmarks/accuracy_inference.py call ``
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,54 +27,14 @@ from meshplan_validation.selection import in_fit_set
 from meshplan_validation.serving_eval import ServingResult
 from meshplan_validation.serving_eval import results as serving_results
 from meshplan_validation.validate import run_validation
+from small_work_common import STATS_HEAD, num, pct, stats, stats_row
 from small_work_sweeps import sweep_section
+from small_work_vtrain import vtrain_section  # vTrain's released runs (issue 79), apart: no fit on them
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = ROOT / "data" / "validation" / "small_work.jsonl"
 SERVING = ROOT / "data" / "serving" / "small_work.jsonl"
 ONE_NODE = 8  # GPUs: a published training run on at most this many GPUs belongs to the regime
-TIME_METRICS = ("iteration_time_s", "ttft_ms", "itl_ms", "tpot_ms", "e2e_latency_ms")
-
-
-def pct(x: float | None, signed: bool = False) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    return f"{100 * x:+.1f} %" if signed else f"{100 * x:.1f} %"
-
-
-def num(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
-
-
-def too_fast(metric: str, error: float) -> bool:
-    """The prediction is faster than the run: a shorter time, or a higher throughput."""
-    return error < 0 if metric in TIME_METRICS else error > 0
-
-
-def stats(rows: Sequence[tuple[str, float]]) -> dict[str, Any]:
-    """Runs, median / p90 / mean |error|, median signed error and the share predicted too fast, of (metric, error)
-    pairs."""
-    if not rows:
-        return {"runs": 0, "median_abs_error": None, "p90_abs_error": None, "mean_abs_error": None,
-                "median_signed_error": None, "too_fast_share": None}
-    e = np.array([err for _, err in rows], dtype=float)
-    a = np.abs(e)
-    fast = sum(too_fast(m, err) for m, err in rows)
-    return {"runs": int(a.size), "median_abs_error": float(np.median(a)), "p90_abs_error": float(np.percentile(a, 90)),
-            "mean_abs_error": float(a.mean()), "median_signed_error": float(np.median(e)),
-            "too_fast_share": fast / a.size}
-
-
-def stats_row(name: str, s: dict[str, Any]) -> str:
-    share = "-" if s["too_fast_share"] is None else f"{100 * s['too_fast_share']:.0f} %"
-    return (f"| {name} | {s['runs']} | {pct(s['median_abs_error'])} | {pct(s['p90_abs_error'])} | "
-            f"{pct(s['mean_abs_error'])} | {pct(s['median_signed_error'], True)} | {share} |")
-
-
-STATS_HEAD = ["| runs | evaluated | median \\|error\\| | p90 \\|error\\| | mean \\|error\\| | median signed "
-              "| too fast |", "|---|---:|---:|---:|---:|---:|---:|"]
 
 
 # ---- training -------------------------------------------------------------------------------------------------
@@ -143,7 +102,6 @@ def training_section(results: Sequence[RunResult], records: Sequence[dict[str, A
            *_training_rows(dev, by_id), "", "### Published runs on one node", "",
            *_training_rows(published, by_id)]
     sweep_lines, summary["sweeps"] = sweep_section([*dev_records, *records], [*dev, *published])
-    from small_work_vtrain import vtrain_section  # vTrain's released runs (issue 79), apart: no fit on them
     vtrain_lines, summary["vtrain"] = vtrain_section()
     return [*out, *sweep_lines, *vtrain_lines], summary
 

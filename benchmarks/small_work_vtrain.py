@@ -15,6 +15,7 @@ from typing import Any
 from meshplan_validation.records import read_runs
 from meshplan_validation.result import RunResult
 from meshplan_validation.validate import run_validation
+from small_work_common import STATS_HEAD, stats, stats_row
 from small_work_sweeps import pooled, sweep_metrics, sweeps
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +23,6 @@ VTRAIN = ROOT / "data" / "validation" / "vtrain_single_node_dev.jsonl"
 
 
 def _stats_of(rows: Sequence[RunResult]) -> dict[str, Any]:
-    from small_work import stats
     return stats([(r.metric, r.error) for r in rows if not r.skipped and r.error is not None])
 
 
@@ -43,7 +43,6 @@ def by(records: Sequence[dict[str, Any]], results: Sequence[RunResult], key: Any
 def vtrain_section(records: Sequence[dict[str, Any]] | None = None, results: Sequence[RunResult] | None = None
                    ) -> tuple[list[str], dict[str, Any]]:
     """The ACCURACY.md subsection and its summary entry."""
-    from small_work import STATS_HEAD, stats_row
     if records is None or results is None:
         records, results = vtrain_results()
     tp = by(records, results, lambda r: r["parallel"]["tp"])

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from meshplan.fields import MEMORY_HEADROOM
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from search_speed import rate_text  # noqa: E402  (the same folder: the measurement's wording of a peer's rate)
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "SPEED.md"
@@ -62,11 +66,6 @@ def commands_section(path: Path) -> list[str]:
 def _case(c: dict[str, Any]) -> str:
     where = f"{c['gpus']:,} x {c['system']}" + (f", NVLink {c['nvlink_domain']}" if c["nvlink_domain"] else "")
     return f"{NAMES.get(c['model'], c['model'])} on {where}"
-
-
-def rate_text(low: float, high: float) -> str:
-    """A peer's plans per second, or their range."""
-    return f"{low:,.0f}" if low == high else f"{low:,.0f}-{high:,.0f}"
 
 
 def render(path: Path) -> str:
