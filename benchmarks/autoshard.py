@@ -21,7 +21,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "tests"))
 
 from autoshard_doc import TEMPLATE  # noqa: E402
 from meshplan.units import fmt_bytes, fmt_time  # noqa: E402
@@ -80,7 +79,7 @@ def stages_table() -> str:
 
 
 def heavy_table() -> str:
-    """The heavy-head model (tests/pipeline_models.py) on 32 H100: the DP's pipeline against equal sub-meshes."""
+    """The heavy-head model (benchmarks/pipeline_models.py) on 32 H100: the DP's pipeline against equal sub-meshes."""
     from pipeline_models import heavy_head_plans
 
     best, equal = heavy_head_plans()

@@ -151,9 +151,9 @@ splits 64 ways):
 {stages}
 
 Where the stages are unequal because the model is: 8 small layers (h = 1024) and a 262,144-word head, whose GEMM is
-8 layers' worth (tests/pipeline_models.py), on 32 H100 in 8 micro-batches of 8 x 512 tokens. The layers stop getting
-faster past one node while the head's vocabulary keeps splitting, so the DP gives the head stage 16 GPUs behind two
-8-GPU stages, faster than the best pipeline of equal sub-meshes of any size (tests/test_autoshard_stages.py checks
+8 layers' worth (benchmarks/pipeline_models.py), on 32 H100 in 8 micro-batches of 8 x 512 tokens. The layers stop
+getting faster past one node while the head's vocabulary keeps splitting, so the DP gives the head stage 16 GPUs behind
+two 8-GPU stages, faster than the best pipeline of equal sub-meshes of any size (tests/test_autoshard_stages.py checks
 this, and the DP against a brute force over every covering):
 
 {heavy}

@@ -180,3 +180,111 @@ def test_the_top_level_holds_few_modules():
     each concern with more than one module is a folder."""
     top = sorted(p.stem for p in (SRC / "meshplan").glob("*.py") if p.stem != "__init__")
     assert len(top) <= 15, top
+
+
+# ---- benchmarks/ (issue 82): measurements and document generators, no circle ----------------------------------------
+# The scripts import each other by module name (benchmarks/ on sys.path), so an import of another script is one whose
+# first name is a script's file name.
+BENCHMARKS = SRC.parent / "benchmarks"
+SCRIPTS = {p.stem: p for p in sorted(BENCHMARKS.glob("*.py"))}
+TEST_NAMES = {"tests", *(p.stem for p in (SRC.parent / "tests").glob("*.py"))}  # test_x, conftest, helpers
+# Scripts that render a part of a generated document for the generator that imports them and write nothing
+# themselves (so no docs/ path is in their code): script → that generator.
+SECTIONS = {"accuracy_doc": "accuracy", "autoshard_doc": "autoshard", "measured_doc": "measured",
+            "deepspeed_engine_doc": "small_work_gpu_doc", "mds_gpu_doc": "small_work_gpu_doc"}
+# A measurement importing a document, each with its reason (kept only while the import is there).
+MEASUREMENT_EXCEPTIONS = {
+    ("fit_ridge", "gemm_rows_doc"): "fits Efficiency.ridge on the GEMMs priced exactly as docs/GEMM_GPU.md prices them "
+                                    "(gemm_rows_doc.predicted), so that the fit and the document cannot differ",
+    ("host_dispatch", "measured"): "measured.py both measures (data/measured/*.jsonl.gz) and renders docs/MEASURED.md; "
+                                   "host_dispatch takes only its data files' naming (machine_slug)",
+}
+
+
+def top_names(path: Path) -> set[str]:
+    """The first name of every absolute import in ``path``, anywhere in the file."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+BENCH_GRAPH = {s: {n for n in top_names(p) if n in SCRIPTS and n != s} for s, p in SCRIPTS.items()}
+
+
+def code_strings(path: Path) -> list[str]:
+    """The string constants of ``path`` that are not docstrings (what the code uses, not what it says)."""
+    tree = ast.parse(path.read_text())
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docs]
+
+
+def writes_docs(path: Path) -> bool:
+    """The script's code names a path under docs/ (``ROOT / "docs" / ...`` or ``"docs/..."``): a document generator."""
+    return any(s == "docs" or s.startswith("docs/") for s in code_strings(path))
+
+
+GENERATORS = {s for s, p in SCRIPTS.items() if writes_docs(p)}
+DOCUMENTS = GENERATORS | set(SECTIONS)
+MEASUREMENTS = set(SCRIPTS) - DOCUMENTS  # time, measure, fit or price something; write data/ or print
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of ``graph`` (its nodes, the first repeated at the end) found by depth-first search, or None."""
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for n in sorted(graph[m] & graph.keys()):
+            if state.get(n) == 1:
+                return path[path.index(n):] + [n]
+            if n not in state and (cycle := visit(n)):
+                return cycle
+        state[m] = 2
+        path.pop()
+        return None
+
+    return next((c for m in sorted(graph) if m not in state and (c := visit(m))), None)
+
+
+def test_the_benchmark_scripts_import_no_circle():
+    cycle = find_cycle(BENCH_GRAPH)
+    assert cycle is None, "benchmarks/ import cycle: " + " -> ".join(cycle or [])
+
+
+def test_a_circle_is_named():
+    """The search above finds a planted circle and names it in order."""
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_benchmark_script_imports_the_tests():
+    leaks = {s: sorted(top_names(p) & TEST_NAMES) for s, p in SCRIPTS.items() if top_names(p) & TEST_NAMES}
+    assert not leaks, f"benchmark scripts importing from tests/: {leaks}"
+
+
+def test_no_measurement_imports_a_document():
+    found = {(m, d) for m in MEASUREMENTS for d in BENCH_GRAPH[m] & DOCUMENTS}
+    assert found <= MEASUREMENT_EXCEPTIONS.keys(), f"measurements importing documents: {sorted(found)}"
+    stale = MEASUREMENT_EXCEPTIONS.keys() - found
+    assert not stale, f"exceptions no longer needed: {stale}"
+
+
+def test_the_classification_reads_the_scripts():
+    """Every section is imported by its generator and names no docs/ path itself; every ``*_doc`` script is a document;
+    the split holds both kinds in numbers (the generators of docs/ACCURACY.md and docs/SPEED.md among the documents,
+    the timed search and the GPU runs among the measurements)."""
+    for section, generator in SECTIONS.items():
+        assert generator in GENERATORS and section in BENCH_GRAPH[generator] and section not in GENERATORS, section
+    assert {s for s in SCRIPTS if s.endswith("_doc")} <= DOCUMENTS
+    assert {"accuracy", "speed_doc", "small_work_gpu_doc"} <= GENERATORS
+    assert {"search_speed", "small_work_gpu", "small_work", "small_work_common"} <= MEASUREMENTS
+    assert len(GENERATORS) >= 10 and len(MEASUREMENTS) >= 40
