@@ -138,10 +138,24 @@ def test_lines_pass_through_the_ranks_priced():
     from meshplan.search.stage_lines import _priced, units_on  # noqa: PLC2701 (the module's own pricing)
 
     units = units_on(L70, H100_32, UNIFORM, ANY, DEFAULT)
-    cost = _priced(L70, H100_32, UNIFORM, ANY, units, DEFAULT, 4, 10, ("none", False))
+    (cost,) = _priced(L70, H100_32, UNIFORM, ANY, units, DEFAULT, 4, 10, [("none", False)])
     line = lines[4][("none", False)]
     assert line.step.at(10) == pytest.approx(cost.step, rel=0.01)
     assert line.memory.at(10) == pytest.approx(cost.memory.total, rel=0.01)
+
+
+@pytest.mark.parametrize("rank", [0, 3, 7])
+def test_the_settings_of_a_rank_share_its_parameters_pricing_exactly(rank):
+    # the lines price a rank's parameters' share once for its four settings (step.ranks.rank_shared): each setting's
+    # price is the one price_rank makes on its own, to the bit
+    from meshplan.search.stage_lines import BASES, _priced, _trial, units_on  # noqa: PLC2701 (the module's own)
+    from meshplan.step.ranks import price_rank
+
+    units = units_on(L70, H100_32, UNIFORM, ANY, DEFAULT)
+    shared = _priced(L70, H100_32, UNIFORM, ANY, units, DEFAULT, rank, 10, BASES)
+    alone = [price_rank(L70, H100_32, _trial(UNIFORM, 10, s), ANY, units, DEFAULT, rank) for s in BASES]
+    assert shared == alone
+    assert len({c.step for c in alone}) > 1  # the settings do price differently
 
 
 def test_partition_is_the_least_step_split_under_the_lines():

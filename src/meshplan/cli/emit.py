@@ -10,7 +10,6 @@ from typing import Any
 
 import click
 
-from meshplan.configs import FORMATS, emit
 from meshplan.errors import SpecError
 from meshplan.files import check_output, write_text
 
@@ -23,6 +22,9 @@ EMIT_DEPTH = 200
 # the stack preset whose plans a format's framework runs: the search's framework when --framework is not given
 EMIT_FRAMEWORK = {"megatron": "megatron-core", "torchtitan": "torchtitan", "deepspeed": "deepspeed",
                   "nemo": "megatron-bridge"}
+# the formats --emit takes: configs.FORMATS's names, without importing the formats' modules at start-up (a plan that
+# emits nothing never needs them; tests/test_configs.py checks the two agree)
+FORMATS = tuple(EMIT_FRAMEWORK)
 
 
 def check_emit(fmt: str | None, path: str | None, as_json: bool) -> None:
@@ -85,6 +87,8 @@ def _why_none(results: list) -> str:
 
 def _first_written(ranked: list, fmt: str) -> tuple[tuple[int, Any, str] | None, SpecError | None]:
     """The first of ``ranked`` (Estimates) that ``fmt`` expresses, as (rank, estimate, text), and #1's refusal."""
+    from meshplan.configs import emit
+
     refusal: SpecError | None = None
     for rank, est in enumerate(ranked, 1):
         try:

@@ -157,7 +157,8 @@ def least_threshold(table: StageTable, layers: int) -> tuple[np.ndarray, int]:
     """The ranks' step values, sorted, and the index of the least T for which a split has every s_r ≤ T (bisection
     on reachability; the length of the values where none has): a lower bound of the split's t_step."""
     steps = table[0]
-    values = np.unique(steps[np.isfinite(steps)])
+    values = np.sort(steps[np.isfinite(steps)])  # np.unique's sort and mask, without the numpy.ma it imports
+    values = values[np.concatenate(([True], values[1:] != values[:-1]))] if values.size else values
     if not values.size or not _reachable(np.isfinite(steps), layers):
         return values, len(values)
     lo, hi = 0, len(values) - 1

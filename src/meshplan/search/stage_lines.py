@@ -26,7 +26,7 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan.step.ranks import RankCost, price_rank
+from meshplan.step.ranks import RankCost, price_rank, rank_shared
 from meshplan.step.units import Units, timed_parts, units_for_recomputes
 
 # the settings whose lines are priced: (stage_recompute entry, offload every layer); "full" beside "none" gives the
@@ -77,13 +77,20 @@ def units_on(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: 
     return units_for_recomputes(model, plan, stack, parts, ("none", "selective", "full"), eff)
 
 
-def _priced(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, units: dict[str, Units], eff: Efficiency,
-            rank: int, layers: int, setting: tuple[str, bool]) -> RankCost:
-    """Rank ``rank`` holding ``layers`` layers under ``setting`` (every rank given it: price_rank reads its own)."""
+def _trial(plan: Plan, layers: int, setting: tuple[str, bool]) -> Plan:
+    """``plan`` with ``layers`` layers on every rank under ``setting`` (every rank given it: price_rank reads its
+    own)."""
     entry, offloaded = setting
-    trial = plan.with_(stage_layers=(layers,) * plan.pp, first_stage_layers=0, last_stage_layers=0,
-                       stage_recompute=(entry,) * plan.pp, stage_offload=(layers * offloaded,) * plan.pp)
-    return price_rank(model, cluster, trial, stack, units, eff, rank)
+    return plan.with_(stage_layers=(layers,) * plan.pp, first_stage_layers=0, last_stage_layers=0,
+                      stage_recompute=(entry,) * plan.pp, stage_offload=(layers * offloaded,) * plan.pp)
+
+
+def _priced(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, units: dict[str, Units], eff: Efficiency,
+            rank: int, layers: int, settings: Sequence[tuple[str, bool]]) -> list[RankCost]:
+    """Rank ``rank`` holding ``layers`` layers under each of ``settings``: its parameters' share (its traffic, its
+    optimizer step, its buffers: ``step.ranks.rank_shared``) priced once for them all, since no setting moves it."""
+    shared = rank_shared(model, cluster, _trial(plan, layers, settings[0]), stack, eff, rank)
+    return [price_rank(model, cluster, _trial(plan, layers, s), stack, units, eff, rank, shared) for s in settings]
 
 
 def priced_ranks(clusters: Sequence[Cluster]) -> list[int]:
@@ -118,8 +125,8 @@ def rank_lines(model: ModelSpec, clusters: Sequence[Cluster], plan: Plan, stack:
         if id(cluster) not in units:
             units[id(cluster)] = units_on(model, cluster, base, stack, eff)
         known[r] = {}
-        for setting in settings:
-            a, b = (_priced(model, cluster, base, stack, units[id(cluster)], eff, r, n, setting) for n in (la, lb))
+        at_a, at_b = (_priced(model, cluster, base, stack, units[id(cluster)], eff, r, n, settings) for n in (la, lb))
+        for setting, a, b in zip(settings, at_a, at_b, strict=True):
             known[r][setting] = RankLines(_line(a.step, b.step, la, lb), _line(a.times.total, b.times.total, la, lb),
                                           _line(a.memory.total, b.memory.total, la, lb))
     out = []

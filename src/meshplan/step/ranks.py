@@ -20,7 +20,14 @@ from typing import Any
 from meshplan.channels import Collectives, dp_collectives, embedding_sync, offload, optimizer_time, step_channels
 from meshplan.collectives.contention import any_shared
 from meshplan.cost.flops import recompute_flops_per_token
-from meshplan.cost.params import layers_on_first, layers_on_rank, layers_on_stage, middle_params, stage_params
+from meshplan.cost.params import (
+    StageParams,
+    layers_on_first,
+    layers_on_rank,
+    layers_on_stage,
+    middle_params,
+    stage_params,
+)
 from meshplan.cost.tensors import tensors_on_rank
 from meshplan.cost.wrapper_work import work_of
 from meshplan.cost.wrappers import partitioned_zero
@@ -47,6 +54,7 @@ from meshplan.step.passes import PassTimes
 from meshplan.step.shared_links import shared_collectives
 from meshplan.step.stages import cadence, loop_times, rank_body, with_sends
 from meshplan.step.units import Units
+from meshplan.xp import Num
 
 
 def recompute_entry(entry: str) -> tuple[str, int]:
@@ -95,11 +103,44 @@ class RankCost:
     host: float  # bytes this rank offloads to host memory
 
 
+@dataclass(frozen=True, slots=True)
+class RankShared:
+    """What rank ``rank`` of a plan takes from its parameters and its groups alone, whatever its recompute and
+    offload (``Plan.stage_recompute``, ``Plan.stage_offload``): its parameters, its data-parallel traffic, its
+    embedding all-reduce, its optimizer step and its buffers; the stage DP's lines (search/stage_lines.py) price a
+    rank under four settings and share these."""
+
+    params: StageParams
+    traffic: Collectives | tuple[Collectives, Collectives]
+    zero: int
+    tied: Num
+    optimizer: Num  # per update: the optimizer's step and its host loops
+    iteration: Num  # per step: the training loop's host work
+    buffers: Num
+
+
+def rank_shared(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency, rank: int
+                ) -> RankShared:
+    """``RankShared`` of rank ``rank`` of ``plan``: nothing here reads the rank's own recompute or offload."""
+    first, last = rank == 0, rank == plan.pp - 1
+    params = stage_params(model, plan, first) if first or last else middle_params(model, plan, rank)
+    collectives = dp_collectives(model, cluster, plan, params, eff)
+    shared = Collectives(*shared_collectives(model, cluster, plan, params, eff, collectives))  # contention.py
+    traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
+    zero = partitioned_zero(plan, stack)  # BF16_Optimizer's partitions without ZeRO (cost/wrappers.py)
+    tied = embedding_sync(model, cluster, plan, eff)[0] * (first or last)  # the ends' embedding all-reduce
+    opt = optimizer_time(cluster, replace(plan, zero=zero), params, eff) + optimizer_loops(
+        tensors_on_rank(model, plan, stack, rank), plan, stack, cluster.python_host)
+    return RankShared(params, traffic, zero, tied, opt, iteration_host(stack, cluster.python_host),
+                      buffer_memory(model, plan))
+
+
 def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, units: Mapping[str, Units],
-               eff: Efficiency, rank: int) -> RankCost:
-    """Rank ``rank`` of ``plan`` under its own settings (``rank_view``); ``units`` per recompute mode."""
+               eff: Efficiency, rank: int, shared: RankShared | None = None) -> RankCost:
+    """Rank ``rank`` of ``plan`` under its own settings (``rank_view``); ``units`` per recompute mode; ``shared``:
+    ``rank_shared``'s answer for this rank of a plan differing at most in its ranks' settings, where known."""
     view = rank_view(plan, rank)
-    u, first, last = units[view.recompute].under(work_of(view, stack)), rank == 0, rank == plan.pp - 1
+    u, last = units[view.recompute].under(work_of(view, stack)), rank == plan.pp - 1
     times = with_sends(view, stack, rank_body(view, u, layers_on_rank(model, plan, rank)), u)
     # the embedding's and the head's shares this rank runs, where its schedule's record places them (issue 82:
     # ZB-V's head on the first rank, Chimera's ends half each, as the end ranks' path prices them)
@@ -107,22 +148,16 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
         times = times.plus(part if share == 1 else part.scaled(share)) if share else times
     if stack.microbatch_host:  # the training loop's host work per micro-batch (step/stages.loop_times)
         times = times.plus(loop_times(loop_host(stack, cluster.python_host)))
-    params = stage_params(model, plan, first) if first or last else middle_params(model, plan, rank)
+    fixed = shared or rank_shared(model, cluster, plan, stack, eff, rank)
+    params, zero = fixed.params, fixed.zero
     per_update, updates = cadence(plan)
     copies = offload(model, cluster, view, u.layer_saved, last, rank)
-    collectives = dp_collectives(model, cluster, plan, params, eff)
-    shared = Collectives(*shared_collectives(model, cluster, plan, params, eff, collectives))  # contention.py
-    traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
-    zero = partitioned_zero(plan, stack)  # BF16_Optimizer's partitions without ZeRO (cost/wrappers.py)
-    channels = step_channels(times.passes(), per_update, traffic, (zero,), copies, eff.overlap_slowdown,
+    channels = step_channels(times.passes(), per_update, fixed.traffic, (zero,), copies, eff.overlap_slowdown,
                              stack.overlap_dp)
-    tied = embedding_sync(model, cluster, plan, eff)[0] * (first or last)  # the ends' embedding all-reduce
-    dp, moved = float(updates * (channels[zero][0] + tied)), float(updates * channels[zero][1])
-    opt = float(updates * (optimizer_time(cluster, replace(plan, zero=zero), params, eff) + optimizer_loops(
-        tensors_on_rank(model, plan, stack, rank), plan, stack, cluster.python_host))
-        + iteration_host(stack, cluster.python_host))
+    dp, moved = float(updates * (channels[zero][0] + fixed.tied)), float(updates * channels[zero][1])
+    opt = float(updates * fixed.optimizer + fixed.iteration)
     weights, grads, optimizer = model_states(params, view, stack, last)
-    memory = Memory(weights, grads, optimizer, _activations(model, view, stack, u, rank), buffer_memory(model, plan))
+    memory = Memory(weights, grads, optimizer, _activations(model, view, stack, u, rank), fixed.buffers)
     host = model_states(params, replace(view, offload_optimizer=False), stack, last)[2] * plan.offload_optimizer
     if view.offload_activations:  # the offloaded layers' share of what the rank would otherwise keep
         kept = activation_bytes(model, replace(view, offload_activations=False), u.layer_saved,
