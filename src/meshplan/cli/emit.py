@@ -13,7 +13,7 @@ import click
 from meshplan.errors import SpecError
 from meshplan.files import check_output, write_text
 
-__all__ = ["EMIT_DEPTH", "EMIT_FRAMEWORK", "FORMATS", "check_emit", "write_best"]
+__all__ = ["EMIT_DEPTH", "EMIT_FORMATS", "EMIT_FRAMEWORK", "check_emit", "write_best"]
 
 # the plans a search keeps when none of those listed can be written in the format asked for (write_best's deeper
 # search): the next ones of the same ranking, down to this many
@@ -24,7 +24,7 @@ EMIT_FRAMEWORK = {"megatron": "megatron-core", "torchtitan": "torchtitan", "deep
                   "nemo": "megatron-bridge"}
 # the formats --emit takes: configs.FORMATS's names, without importing the formats' modules at start-up (a plan that
 # emits nothing never needs them; tests/test_configs.py checks the two agree)
-FORMATS = tuple(EMIT_FRAMEWORK)
+EMIT_FORMATS = tuple(EMIT_FRAMEWORK)
 
 
 def check_emit(fmt: str | None, path: str | None, as_json: bool) -> None:

@@ -19,7 +19,7 @@ from meshplan.cli.common import (
     split_ints,
 )
 from meshplan.cli.conditions import condition_options, conditions_of, conditions_text, result_on, under
-from meshplan.cli.emit import EMIT_DEPTH, EMIT_FRAMEWORK, FORMATS, check_emit, write_best
+from meshplan.cli.emit import EMIT_DEPTH, EMIT_FORMATS, EMIT_FRAMEWORK, check_emit, write_best
 from meshplan.cli.goodput_options import reliability_of, reliability_options
 from meshplan.cli.help import Sectioned, section
 from meshplan.cli.mixed import check_mixed, run_mixed
@@ -58,7 +58,7 @@ from meshplan.specs.stack import Stack
 @apply(condition_options)
 @section("Output")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-@click.option("--emit", "emit_format", type=click.Choice(sorted(FORMATS)), default=None,
+@click.option("--emit", "emit_format", type=click.Choice(sorted(EMIT_FORMATS)), default=None,
               help="write the plan ranked #1 as this framework's config (printed after the table)")
 @click.option("--emit-to", "emit_to", default=None, help="with --emit: the file to write it to")
 @click.option("--all", "all_plans", is_flag=True,
