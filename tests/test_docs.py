@@ -134,10 +134,17 @@ def test_accuracy_picture_plots_the_current_points(accuracy_out):
                   "python benchmarks/accuracy.py", "the runs' current predictions")
 
 
+@pytest.fixture(scope="module")
+def independent_out(tmp_path_factory):
+    """benchmarks/independent.py's documents written once to a folder (both tests below compare one each)."""
+    out = tmp_path_factory.mktemp("independent")
+    _script("independent").main(["--out", str(out)])
+    return out
+
+
 @pytest.mark.parametrize("name", ["INDEPENDENT.md", "independent_summary.json"])
-def test_independent_documents_are_current(tmp_path, name):
-    _script("independent").main(["--out", str(tmp_path)])
-    _same(tmp_path / name, name, "python benchmarks/independent.py")
+def test_independent_documents_are_current(independent_out, name):
+    _same(independent_out / name, name, "python benchmarks/independent.py")
 
 
 @pytest.fixture(scope="module")
