@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field, fields, replace
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -303,5 +304,12 @@ def load_engine(ref: str | Engine, field_name: str = "engine") -> Engine:
         return engine_from_dict(read_toml(path, field_name), f"{field_name}={str(path)!r}")
     if ref not in engine_names():
         raise not_a_preset(field_name, ref, engine_names(), "an engine preset or a .toml file")
-    text = (PRESETS / "engines" / f"{ref}.toml").read_text()
-    return engine_from_dict(tomllib.loads(text), f"preset {ref}")
+    return _preset_engine(ref)
+
+
+@cache
+def _preset_engine(name: str) -> Engine:
+    """An engine preset read once per process: the package's presets do not change under it, and Engine is frozen
+    (an evaluation of every published serving run asks for its engine's preset thousands of times)."""
+    text = (PRESETS / "engines" / f"{name}.toml").read_text()
+    return engine_from_dict(tomllib.loads(text), f"preset {name}")

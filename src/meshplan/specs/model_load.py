@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import fields, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +61,15 @@ def load_model(ref: str) -> ModelSpec:
         return _at_training_length(spec)
     if path.suffix.lower() == ".toml":
         return model_from_dict(read_toml(path, "model"), where=f"model={str(path)!r}")
-    root = PRESETS / "models"
-    preset = root / f"{ref}.toml"
     if ref not in preset_names():
         raise not_a_preset("model", ref, preset_names(), "a preset, a .toml file or a config.json")
-    return model_from_dict(tomllib.loads(preset.read_text()), where=f"preset {ref}")
+    return _preset_model(ref)
+
+
+@cache
+def _preset_model(name: str) -> ModelSpec:
+    """A model preset read once per process: the package's presets do not change under it, and ModelSpec is frozen."""
+    return model_from_dict(tomllib.loads((PRESETS / "models" / f"{name}.toml").read_text()), where=f"preset {name}")
 
 
 def _from_config(config: dict[str, Any], name: str, where: str) -> ModelSpec:
