@@ -25,6 +25,7 @@ import json
 import math
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -50,20 +51,25 @@ def objective(records: list[dict], values: dict[str, float]) -> float:
     return sum(sum(v) / len(v) for v in by_group.values()) / len(by_group)
 
 
-def golden(records: list[dict], values: dict[str, float], name: str, rounds: int = 10) -> dict[str, float]:
-    lo, hi = BOUNDS[name]
+def golden_rounds(f: Callable[[float], float], lo: float, hi: float, rounds: int) -> float:
+    """The point of [lo, hi] a golden-section search of ``rounds`` rounds ends on (f unimodal there); the fit scripts
+    of the serving constants share it (fit_llm_inference_bench.py)."""
     a, b = lo + (1 - GOLDEN) * (hi - lo), lo + GOLDEN * (hi - lo)
-    fa, fb = objective(records, values | {name: a}), objective(records, values | {name: b})
+    fa, fb = f(a), f(b)
     for _ in range(rounds):
         if fa <= fb:
             hi, b, fb = b, a, fa
             a = lo + (1 - GOLDEN) * (hi - lo)
-            fa = objective(records, values | {name: a})
+            fa = f(a)
         else:
             lo, a, fa = a, b, fb
             b = lo + GOLDEN * (hi - lo)
-            fb = objective(records, values | {name: b})
-    return values | {name: a if fa <= fb else b}
+            fb = f(b)
+    return a if fa <= fb else b
+
+
+def golden(records: list[dict], values: dict[str, float], name: str, rounds: int = 10) -> dict[str, float]:
+    return values | {name: golden_rounds(lambda x: objective(records, values | {name: x}), *BOUNDS[name], rounds)}
 
 
 def main(argv: list[str] | None = None) -> None:

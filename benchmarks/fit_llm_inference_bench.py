@@ -32,6 +32,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from fit_inference import golden_rounds
 from meshplan_validation.serving_eval import results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +47,6 @@ REFITS_ABOUT = ("benchmarks/fit_llm_inference_bench.py --write: each subset of "
                 "('fitted on': the runs it was fitted on instead); benchmarks/accuracy_inference.py prices the subset "
                 "with these, out of source")
 BOUNDS = {"iteration_latency": (0.0, 4e-3), "skinny_gemm_rate": (0.02, 0.3), "kernel_gap": (0.0, 40e-6)}
-GOLDEN = (math.sqrt(5) - 1) / 2
 Record = dict
 
 
@@ -69,19 +69,7 @@ def objective(records: list[Record], values: dict[str, float]) -> float:
 
 
 def golden(records: list[Record], values: dict[str, float], name: str, rounds: int = 8) -> dict[str, float]:
-    lo, hi = BOUNDS[name]
-    a, b = lo + (1 - GOLDEN) * (hi - lo), lo + GOLDEN * (hi - lo)
-    fa, fb = objective(records, values | {name: a}), objective(records, values | {name: b})
-    for _ in range(rounds):
-        if fa <= fb:
-            hi, b, fb = b, a, fa
-            a = lo + (1 - GOLDEN) * (hi - lo)
-            fa = objective(records, values | {name: a})
-        else:
-            lo, a, fa = a, b, fb
-            b = lo + GOLDEN * (hi - lo)
-            fb = objective(records, values | {name: b})
-    return values | {name: a if fa <= fb else b}
+    return values | {name: golden_rounds(lambda x: objective(records, values | {name: x}), *BOUNDS[name], rounds)}
 
 
 def fit(records: list[Record], start: dict[str, float], names: tuple[str, ...]) -> dict[str, float]:

@@ -125,24 +125,8 @@ def test_the_research_package_is_read():
 
 def test_no_import_cycles():
     """Depth-first search for a back edge among the modules (packages' __init__ re-exports included)."""
-    state: dict[str, int] = {}
-    path: list[str] = []
-
-    def visit(m: str) -> list[str] | None:
-        state[m] = 1
-        path.append(m)
-        for n in sorted(GRAPH[m] & GRAPH.keys()):
-            if state.get(n) == 1:
-                return path[path.index(n):] + [n]
-            if n not in state and (cycle := visit(n)):
-                return cycle
-        state[m] = 2
-        path.pop()
-        return None
-
-    for m in sorted(GRAPH):
-        if m not in state and (cycle := visit(m)):
-            pytest.fail("import cycle: " + " -> ".join(cycle))
+    cycle = find_cycle(GRAPH)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
 def test_the_layers_are_checked_on_something():
