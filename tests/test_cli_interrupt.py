@@ -64,3 +64,27 @@ def test_an_error_an_interrupt_caused_is_the_interrupt():
     except ImportError as exc:
         assert exc.__context__ is not None and by_interrupt(exc)  # `from None` hides it from a traceback only
     assert not by_interrupt(ValueError("x"))
+
+
+def test_an_interrupt_python_cannot_raise_is_not_printed(capsys, monkeypatch):
+    """CI's run at c0720fc: Ctrl-C landed in importlib's module-lock weakref callback, which Python cannot propagate,
+    and it printed "Exception ignored in ... Traceback ... KeyboardInterrupt" before the one line. The console
+    script's unraisable hook drops an interrupt (already recorded, answered by cli.main) and prints anything else."""
+    import weakref
+
+    from meshplan.interrupt import _quiet_unraisable
+
+    class Held:
+        pass
+
+    def dropped(exc: BaseException) -> str:  # a weakref callback that raises: Python's own unraisable case
+        held = Held()
+        ref = weakref.ref(held, lambda _: (_ for _ in ()).throw(exc))
+        del held
+        assert ref() is None
+        return capsys.readouterr().err
+
+    monkeypatch.setattr(sys, "unraisablehook", _quiet_unraisable)
+    assert dropped(KeyboardInterrupt()) == ""
+    err = dropped(ValueError("kept"))
+    assert "Exception ignored" in err and "ValueError: kept" in err

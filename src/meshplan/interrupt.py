@@ -47,7 +47,16 @@ def _quiet_interrupt(kind: type[BaseException], value: BaseException, tb: Traceb
     sys.__excepthook__(kind, value, tb)
 
 
+def _quiet_unraisable(unraisable: sys.UnraisableHookArgs) -> None:
+    """An interrupt raised where Python cannot propagate it (a weakref callback: importlib's module-lock ``cb`` when
+    Ctrl-C lands mid-import) is printed as "Exception ignored in ..." with a traceback. It is already in ``SEEN``, and
+    ``cli.main`` answers it with its one line and exit 130; anything else is printed as Python prints it."""
+    if not by_interrupt(unraisable.exc_value):
+        sys.__unraisablehook__(unraisable)
+
+
 if os.path.basename(sys.argv[0] if sys.argv else "") == "meshplan" and \
         signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     sys.excepthook = _quiet_interrupt
+    sys.unraisablehook = _quiet_unraisable
     signal.signal(signal.SIGINT, handler)
