@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field, fields, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -257,8 +258,13 @@ def load_stack(ref: str | Stack, field_name: str = "framework") -> Stack:
         return stack_from_dict(read_toml(path, field_name), f"{field_name}={str(path)!r}")
     if ref not in stack_names():
         raise not_a_preset(field_name, ref, stack_names(), "a stack preset or a .toml file")
-    text = (PRESETS / "stacks" / f"{ref}.toml").read_text()
-    return stack_from_dict(tomllib.loads(text), f"preset {ref}")
+    return _preset_stack(ref)
+
+
+@cache
+def _preset_stack(name: str) -> Stack:
+    """A stack preset read once per process: the package's presets do not change under it, and Stack is frozen."""
+    return stack_from_dict(tomllib.loads((PRESETS / "stacks" / f"{name}.toml").read_text()), f"preset {name}")
 
 
 FRAMEWORK_STACK = load_stack(DEFAULT_FRAMEWORK)  # the stack of DEFAULT_FRAMEWORK: estimate's and Space's default
@@ -267,7 +273,7 @@ FRAMEWORK_STACK = load_stack(DEFAULT_FRAMEWORK)  # the stack of DEFAULT_FRAMEWOR
 def frameworks_running(plan: Any, model: Any = None) -> list[str]:
     """The framework presets whose ``supports`` run ``plan`` (a Plan; with its ``model``, also none of the preset's
     refusals refuses it); "any" and "generic" are not frameworks."""
-    stacks = [load_stack(name) for name in stack_names() if name not in ("any", "generic")]
+    stacks = [_preset_stack(name) for name in stack_names() if name not in ("any", "generic")]
     return [s.name for s in stacks if s.supports.runs(plan, model, s)]
 
 
