@@ -389,8 +389,15 @@ class ModelSpec(extras.ModelExtras):
 
     def params(self, active: bool = False) -> int:
         """Total parameters (``active=True``: those used per token, i.e. top-k experts only)."""
-        layers = sum(self.layer_params(i, active) for i in range(self.num_layers))
-        return self.embedding_params() + layers + self.head_params()
+        return self._param_counts[active]
+
+    @cached_property
+    def _param_counts(self) -> tuple[int, int]:
+        """(total, active) parameters, summed over the layers once per spec (a frozen spec's counts do not change;
+        the search's rankings and checkpoint sizes ask for them hundreds of times)."""
+        ends = self.embedding_params() + self.head_params()
+        total, active = (ends + sum(self.layer_params(i, a) for i in range(self.num_layers)) for a in (False, True))
+        return total, active
 
     def with_seq_length(self, seq_length: int) -> ModelSpec:
         """The same model at another sequence length; a learned position table grows to cover it."""
