@@ -113,11 +113,13 @@ def test_megatron_lm_fused_module_code_launches_the_measured_layer_less_its_fusi
     from meshplan_validation.sources import MEGATRON_2021
     assert (megatron_ds.optimizer_wrapper, MEGATRON_2021.tensor_host) == ("deepspeed-pipeline", 32e-6)
     # and the host's cost per kernel and per collective call (the megatron-deepspeed preset's: its module code's
-    # Python calls a kernel, c10d's call per collective)
+    # Python calls a kernel, c10d's call per collective) and its loss, priced as the eager fp32 ops of Megatron-
+    # DeepSpeed's code (cost/embed_head.py VOCAB_PARALLEL_EAGER)
     assert megatron_ds == MEGATRON_2021.with_(tensor_host=0.0, tensor_sharded=False,
                                               optimizer_wrapper="deepspeed-pipeline",
                                               host_dispatch=megatron_ds.host_dispatch,
-                                              collective_host=megatron_ds.collective_host)
+                                              collective_host=megatron_ds.collective_host,
+                                              cross_entropy="vocab_parallel_eager")
 
 
 def test_a_plain_pytorch_gpt_layer_launches_what_pytorch_counts() -> None:

@@ -28,7 +28,7 @@ from meshplan.specs.host_cost import HostCost
 from meshplan.specs.supports import EXPERT_GEMM, Supports, supports_from_dict
 
 ATTENTION_KERNELS = ("fused", "fa2", "fp8")
-CROSS_ENTROPY = ("fused", "pytorch", "flash", "fused_grad")
+CROSS_ENTROPY = ("fused", "pytorch", "flash", "fused_grad", "vocab_parallel_eager")
 FUSION = ("fused", "eager", "jit")
 FP8_SCALING = ("delayed", "current")
 FSDP = ("none", "fsdp1", "fsdp2")
@@ -71,7 +71,8 @@ class Stack:
     cross_entropy: str = _choice(
         "fused", CROSS_ENTROPY, "the loss: fused (Megatron's vocabulary-parallel), pytorch (F.cross_entropy in "
         "eager autograd; its fp8 linears torchao's, keeping the 16-bit input), flash (flash-attn's kernel) or "
-        "fused_grad (softmax, loss and gradient in one kernel that overwrites the logits: llm.c's fused_classifier)")
+        "fused_grad (softmax, loss and gradient in one kernel that overwrites the logits: llm.c's fused_classifier) or "
+        "vocab_parallel_eager (Megatron's vocabulary-parallel loss as its eager fp32 ops over upcast logits)")
     fusion: str = _choice("fused", FUSION, "element-wise kernels: fused (Megatron / Transformer Engine, or "
                                            "torch.compile), eager (one PyTorch kernel per aten op) or jit "
                                            "(Megatron-LM's module code of 2020-22, which Megatron-DeepSpeed runs: "
