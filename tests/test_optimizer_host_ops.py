@@ -21,15 +21,16 @@ assert _SPEC is not None and _SPEC.loader is not None
 ops = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(ops)
 # each DeepSpeed count below runs in a process of its own (ops: DeepSpeed sets its accelerator and process group up
-# at import, seconds a process); the file's eight processes start together, each on a free port (ops.DS_ENV), and
-# each test reads the answers it checks (a child that fails fails the tests that read it)
+# at import, seconds a process); the file's eight processes run four at a time (half a GB of memory each), each on a
+# free port (ops.DS_ENV), and each test reads the answers it checks (a child that fails fails the tests that read it)
 MICROBATCH = ((1, "fp32"), (1, "bf16"), (2, "bf16"), (2, "fp32"), (3, "bf16"), (3, "fp32"))
+AT_ONCE = 4
 
 
 @pytest.fixture(scope="module")
 def deepspeed_found() -> dict:
     pytest.importorskip("deepspeed")
-    with ThreadPoolExecutor(max_workers=len(MICROBATCH) + 2) as pool:
+    with ThreadPoolExecutor(max_workers=AT_ONCE) as pool:
         return {"wrappers": pool.submit(ops.deepspeed_counts, [(2, None, True), (1, "fp32", True)]),
                 "pipeline": pool.submit(ops.pipeline_microbatch_counts),
                 **{setting: pool.submit(ops.microbatch_counts, *setting) for setting in MICROBATCH}}
