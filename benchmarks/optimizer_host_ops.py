@@ -41,8 +41,10 @@ KERNEL_FREE = ("view", "detach", "slice", "alias", "expand", "as_strided", "_loc
                "select", "unsqueeze", "squeeze", "_reshape_alias", "_record_function_enter_new",
                "_record_function_exit")
 SIZES = (50, 100)
-# DeepSpeed on its CPU accelerator over gloo, world size 1
-DS_ENV = {"DS_ACCELERATOR": "cpu", "MASTER_ADDR": "127.0.0.1", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+# DeepSpeed on its CPU accelerator over gloo, world size 1; MASTER_PORT 0: the rank's TCPStore binds a free port (no
+# other rank connects), so that children run side by side (tests/test_optimizer_host_ops.py) never share one
+DS_ENV = {"DS_ACCELERATOR": "cpu", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0", "RANK": "0", "WORLD_SIZE": "1",
+          "LOCAL_RANK": "0"}
 
 
 def count(fn: Callable[[], object]) -> collections.Counter:
@@ -128,7 +130,7 @@ def deepspeed_counts(settings: list[Setting]) -> list[tuple[str, dict[str, float
     """For each (ZeRO stage, gradient accumulation dtype, bf16 weights or fp32) the optimizer DeepSpeed wraps the
     step in and its calls per parameter tensor, all in one process of their own (DeepSpeed picks its accelerator and
     process group at import, which takes seconds: one import for all of them)."""
-    env = {**os.environ, **DS_ENV, "MASTER_PORT": "29541"}
+    env = {**os.environ, **DS_ENV}
     args = [sys.executable, __file__, "--deepspeed",
             *(f"{stage},{accumulate or ''},{'bf16' if bf16 else 'fp32'}" for stage, accumulate, bf16 in settings)]
     out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, check=True).stdout
@@ -163,7 +165,7 @@ def microbatch_counts(stage: int = 1, grad_accum: str = "fp32") -> dict[str, Any
     """The calls per parameter tensor and micro-batch beyond the module's own (module docstring) of the wrapper
     DeepSpeed runs for bf16 weights at ZeRO ``stage`` with gradients accumulated in ``grad_accum`` (stage 1, fp32:
     BF16_Optimizer; stage 2: the ZeRO optimizer), in a process of its own."""
-    env = {**os.environ, **DS_ENV, "MASTER_PORT": "29543"}
+    env = {**os.environ, **DS_ENV}
     out = subprocess.run([sys.executable, __file__, "--deepspeed-microbatch", str(stage), grad_accum], env=env,
                          capture_output=True, text=True, timeout=600, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -201,7 +203,7 @@ def pipeline_microbatch_counts() -> dict[str, Any]:
     engine runs for bf16 weights without ZeRO, with bf16 gradient accumulation (BF16_Optimizer, as Megatron-DeepSpeed's
     bf16 runs at ZeRO 0 take it), in a process of its own: the pipeline engine runs micro-batches only inside
     ``train_batch``, so a micro-batch is a step of two less a step of one."""
-    env = {**os.environ, **DS_ENV, "MASTER_PORT": "29545"}
+    env = {**os.environ, **DS_ENV}
     out = subprocess.run([sys.executable, __file__, "--deepspeed-pipeline-microbatch"], env=env, capture_output=True,
                          text=True, timeout=600, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
