@@ -1,5 +1,5 @@
 """The ridge of the roofline: a kernel whose math and HBM times are close reaches neither roof (roofline.work_time,
-their p-norm), with p measured on a lent H200's single decode GEMMs (benchmarks/fit_ridge.py) and checked on an
+their p-norm), with p measured on a lent H200's single decode GEMMs (benchmarks/measure/fit_ridge.py) and checked on an
 H100's (data/measured/gpu/*-gemm-rows.json)."""
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script(name: str):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    path = next(ROOT.glob(f"benchmarks/*/{name}.py"))
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
