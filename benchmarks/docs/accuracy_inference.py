@@ -127,7 +127,7 @@ def constants_section() -> list[str]:
     return lines + ["", f"Not fitted: TensorRT-LLM's PyTorch backend spends {per_request:.3g} us of "
                     "host time per request in flight per iteration on an x86 host (its 45.11 ms per iteration at 1,536 "
                     "requests per rank on GB200, TensorRT-LLM PR #10273, over Grace's 2.75x Python time), behind its "
-                    "overlap scheduler; vLLM's host loops are measured in their own code (benchmarks/"
+                    "overlap scheduler; vLLM's host loops are measured in their own code (benchmarks/measure/"
                     "vllm_v0_host_cpu.py, vllm_v1_host_cpu.py); SGLang's keeps a host time of 0: no fit run "
                     "constrains it."]
 
