@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fit_inference import golden_brackets
 from meshplan.specs.efficiency import DEFAULT, FITTED
 from meshplan.step.assemble import step_costs
 from meshplan_validation.case import map_run
@@ -105,21 +106,9 @@ def nelder_mead(f, x0: np.ndarray, step: float = 0.08, iters: int = 150) -> np.n
 
 
 def golden_section(f, lo: float, hi: float, tol: float = 1e-3) -> float:
-    """Minimum of a unimodal f on [lo, hi] (Kiefer 1953), to a relative width ``tol``."""
-    ratio = (math.sqrt(5) - 1) / 2
-    a, b = lo, hi
-    c, d = b - ratio * (b - a), a + ratio * (b - a)
-    fc, fd = f(c), f(d)
-    while b - a > tol * (abs(a) + abs(b)):
-        if fc < fd:
-            b, d, fd = d, c, fc
-            c = b - ratio * (b - a)
-            fc = f(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + ratio * (b - a)
-            fd = f(d)
-    return (a + b) / 2
+    """Minimum of a unimodal f on [lo, hi] to a relative width ``tol``: the middle of the first bracket that narrow of
+    the fit scripts' one golden-section search (fit_inference.golden_brackets)."""
+    return next((a + b) / 2 for a, b, _ in golden_brackets(f, lo, hi) if b - a <= tol * (abs(a) + abs(b)))
 
 
 def report(name: str, errs: np.ndarray) -> None:

@@ -21,11 +21,12 @@ Run: python benchmarks/measure/fit_inference.py [--hold experts]  (a few minutes
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import sys
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -51,12 +52,16 @@ def objective(records: list[dict], values: dict[str, float]) -> float:
     return sum(sum(v) / len(v) for v in by_group.values()) / len(by_group)
 
 
-def golden_rounds(f: Callable[[float], float], lo: float, hi: float, rounds: int) -> float:
-    """The point of [lo, hi] a golden-section search of ``rounds`` rounds ends on (f unimodal there); the fit scripts
-    of the serving constants share it (fit_llm_inference_bench.py)."""
+def golden_brackets(f: Callable[[float], float], lo: float, hi: float) -> Iterator[tuple[float, float, float]]:
+    """Golden-section search for the minimum of f on [lo, hi] (Kiefer 1953; f unimodal there): each bracket (lo, hi,
+    and its better interior point, the left on a tie), the first [lo, hi] itself, each next GOLDEN times as wide, one
+    evaluation of f apiece (two for the first). The one search of the fit scripts: this one's and
+    fit_llm_inference_bench.py's stop after a number of rounds (golden_rounds), fit_efficiency.py's and fit_ridge.py's
+    at a relative width (fit_efficiency.golden_section)."""
     a, b = lo + (1 - GOLDEN) * (hi - lo), lo + GOLDEN * (hi - lo)
     fa, fb = f(a), f(b)
-    for _ in range(rounds):
+    while True:
+        yield lo, hi, (a if fa <= fb else b)
         if fa <= fb:
             hi, b, fb = b, a, fa
             a = lo + (1 - GOLDEN) * (hi - lo)
@@ -65,7 +70,11 @@ def golden_rounds(f: Callable[[float], float], lo: float, hi: float, rounds: int
             lo, a, fa = a, b, fb
             b = lo + GOLDEN * (hi - lo)
             fb = f(b)
-    return a if fa <= fb else b
+
+
+def golden_rounds(f: Callable[[float], float], lo: float, hi: float, rounds: int) -> float:
+    """The point of [lo, hi] a golden-section search of ``rounds`` rounds ends on (f unimodal there)."""
+    return next(itertools.islice(golden_brackets(f, lo, hi), rounds, None))[2]
 
 
 def golden(records: list[dict], values: dict[str, float], name: str, rounds: int = 10) -> dict[str, float]:
