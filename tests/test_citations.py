@@ -2,8 +2,8 @@
 this repository (issue 82: two docstrings cited tests that did not exist). A path into another project's tree (vLLM's
 ``tests/v1/...``, cited as that project's) is named with its project on the same line and is left out. Likewise every
 ``benchmarks/...`` path that the sources, tests, scripts, CI, README, pyproject and hand-written or generated documents
-name (issue 82 split benchmarks/ into measure/ and docs/: a path left at the old place is found here); the dated
-records of data/measured/ and docs/HISTORY.md keep the paths of their day."""
+name (issue 82 split benchmarks/ into measure/ and docs/: a path left at the old place is found here); the session
+logs and notes of data/measured/ and docs/HISTORY.md keep the paths of their day."""
 
 from __future__ import annotations
 
