@@ -1,7 +1,7 @@
-"""The kernels of an eager layer (cost/eager.py ``EAGER_KERNELS``) are PyTorch's own count: benchmarks/eager_kernels.py
-counts the aten ops of the reference layers with a TorchDispatchMode (plus the GPU's extra kernels of the few aten ops
-that launch several, ``CUDA_EXTRA``), and this test recounts them on tiny layers and fails if the committed table
-drifts; an eager layer's records then launch those kernels, per pass."""
+"""The kernels of an eager layer (cost/eager.py ``EAGER_KERNELS``) are PyTorch's own count:
+benchmarks/measure/eager_kernels.py counts the aten ops of the reference layers with a TorchDispatchMode (plus the GPU's
+extra kernels of the few aten ops that launch several, ``CUDA_EXTRA``), and this test recounts them on tiny layers and
+fails if the committed table drifts; an eager layer's records then launch those kernels, per pass."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ EAGER_GPT = Stack(flash_attention=False, fusion="eager", host_dispatch=15e-6)
 
 def _bench():  # type: ignore[no-untyped-def]
     pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location("bench_eager_kernels", ROOT / "benchmarks" / "eager_kernels.py")
+    spec = importlib.util.spec_from_file_location("bench_eager_kernels", ROOT / "benchmarks/measure/eager_kernels.py")
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

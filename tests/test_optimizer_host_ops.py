@@ -1,6 +1,6 @@
 """The stack presets' host time per parameter tensor (Stack.tensor_host) against the calls the frameworks' own
-optimizers make per tensor, counted by benchmarks/optimizer_host_ops.py on CPU: torch.optim.AdamW's implementations,
-and DeepSpeed's ZeRO-2 optimizer and BF16_Optimizer run on DeepSpeed's CPU accelerator."""
+optimizers make per tensor, counted by benchmarks/measure/optimizer_host_ops.py on CPU: torch.optim.AdamW's
+implementations, and DeepSpeed's ZeRO-2 optimizer and BF16_Optimizer run on DeepSpeed's CPU accelerator."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from meshplan.specs.plan import Plan
 from meshplan.specs.stack import load_stack
 
 pytest.importorskip("torch")
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "optimizer_host_ops.py"
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "measure" / "optimizer_host_ops.py"
 _SPEC = importlib.util.spec_from_file_location("optimizer_host_ops", _PATH)
 assert _SPEC is not None and _SPEC.loader is not None
 ops = importlib.util.module_from_spec(_SPEC)

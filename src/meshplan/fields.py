@@ -26,7 +26,7 @@ MAX_LAYERS = 10_000
 # largest announced AI clusters are a few hundred thousand to a million GPUs); a larger count is a typo.
 MAX_GPUS = 2**20
 # Plans a search space may hold by default (Space.max_plans, --max-plans): about 40 s at the measured rate (README,
-# benchmarks/search_speed.py), so that a typo in a GPU or expert count is one line, not an hour.
+# benchmarks/measure/search_speed.py), so that a typo in a GPU or expert count is one line, not an hour.
 MAX_PLANS = 1_000_000_000
 # The share of HBM a plan leaves free by default on the command line: the model's largest |error| of peak memory
 # against the measured runs, 12.0 % (docs/ACCURACY.md, "Peak memory": torchtitan's eager Llama 3 8B on 128 H100s

@@ -3,8 +3,8 @@
 
 What is refitted, for a run of source S (provenance.py):
 - ``gemm`` and ``attention`` where S is among their fit sources: refitted on the fit half's dense runs of the other
-  sources, ``host_launch`` held; then ``host_launch`` on their MoE runs with those (benchmarks/fit_efficiency.py's
-  two stages, its objective, linearised: refit.py);
+  sources, ``host_launch`` held; then ``host_launch`` on their MoE runs with those
+  (benchmarks/measure/fit_efficiency.py's two stages, its objective, linearised: refit.py);
 - Megatron-LM CI's host per micro-batch where S is Megatron-LM's CI, its one source: without it, it falls to its
   prior (0); the DGX A100's python_host is a measurement (presets/hardware/a100.toml), not refitted;
 - every other run keeps the shipped value of a constant not fitted on its source: its in-sample error is already
@@ -35,7 +35,7 @@ from meshplan_validation.skip import Skip
 
 DENSE = (Coordinate("gemm", (0.3, 1.2)), Coordinate("attention", (0.15, 1.0)))
 HOST = Coordinate("host_launch", (1e-6, 200e-6))
-CAP = 0.5  # the shipped fit's clip of |log error| (benchmarks/fit_efficiency.py)
+CAP = 0.5  # the shipped fit's clip of |log error| (benchmarks/measure/fit_efficiency.py)
 CI_SOURCE = "megatron_lm_ci"
 
 

@@ -17,10 +17,10 @@ from meshplan.search.space import Space
 # Plans before the settings grid (size combinations at about 8 placements each): below this one process is faster
 # than forking two workers on a two-core machine. The work goes with the size combinations and unit keys (memory, the
 # bound, pricing), whatever the grid of ZeRO / recompute / offload settings each is scored under: a search narrowed to
-# one ZeRO stage without offload costs about what the full one does. benchmarks/search_speed.py --repeat 8 (medians,
-# one / two workers): the quick start's Llama-3-70B on 1024 H100 (~190k) 0.33 / 0.43 s; Llama-3.1-405B on 16,384
-# H100 (~257k) 0.65 / 0.59 s, Megatron-1T (~340k) 0.58 / 0.55 s, DeepSeek-V3 (~441k) 0.66 / 0.52 s; GPT-3 175B (~425k,
-# five in six of its plans SUMMA, whose jobs balance worse) is the exception at 0.42 / 0.51 s
+# one ZeRO stage without offload costs about what the full one does. benchmarks/measure/search_speed.py --repeat 8
+# (medians, one / two workers): the quick start's Llama-3-70B on 1024 H100 (~190k) 0.33 / 0.43 s; Llama-3.1-405B on
+# 16,384 H100 (~257k) 0.65 / 0.59 s, Megatron-1T (~340k) 0.58 / 0.55 s, DeepSeek-V3 (~441k) 0.66 / 0.52 s; GPT-3 175B
+# (~425k, five in six of its plans SUMMA, whose jobs balance worse) is the exception at 0.42 / 0.51 s
 PARALLEL_ABOVE = 220_000
 
 
