@@ -233,8 +233,14 @@ BEHAVIOUR = tuple(f.name for f in fields(Stack) if f.compare)  # the fields the 
 
 
 def stack_names() -> list[str]:
+    return list(_preset_names())
+
+
+@cache
+def _preset_names() -> tuple[str, ...]:
+    """The stack presets, listed once per process (the package's presets do not change under it)."""
     root = PRESETS / "stacks"
-    return sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml"))
+    return tuple(sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml")))
 
 
 def stack_from_dict(data: dict[str, Any], where: str) -> Stack:
@@ -257,15 +263,17 @@ def load_stack(ref: str | Stack, field_name: str = "framework") -> Stack:
     path = Path(ref)
     if path.suffix.lower() == ".toml":
         return stack_from_dict(read_toml(path, field_name), f"{field_name}={str(path)!r}")
-    if ref not in stack_names():
+    if ref not in _preset_names():
         raise not_a_preset(field_name, ref, stack_names(), "a stack preset or a .toml file")
     return _preset_stack(ref)
 
 
 @cache
 def _preset_stack(name: str) -> Stack:
-    """A stack preset read once per process: the package's presets do not change under it, and Stack is frozen."""
-    return stack_from_dict(tomllib.loads((PRESETS / "stacks" / f"{name}.toml").read_text()), f"preset {name}")
+    """A stack preset read once per process: the package's presets do not change under it, and Stack is frozen
+    (ranking a search's plans asks, per plan, which framework presets run it: hundreds of reads of the same files)."""
+    text = (PRESETS / "stacks" / f"{name}.toml").read_text()
+    return stack_from_dict(tomllib.loads(text), f"preset {name}")
 
 
 FRAMEWORK_STACK = load_stack(DEFAULT_FRAMEWORK)  # the stack of DEFAULT_FRAMEWORK: estimate's and Space's default
