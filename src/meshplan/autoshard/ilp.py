@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from meshplan.autoshard.highs import relax
 from meshplan.autoshard.problem import Edge, Problem
 from meshplan.autoshard.reduce import Pairwise, expand_choice, reduce, restrict
 from meshplan.errors import MissingDependency
@@ -162,6 +163,9 @@ def _relaxation_first(optimize: Any, c: np.ndarray, integrality: np.ndarray, mat
     unconstrained programs, and then it is the optimum; otherwise branch and bound (``milp``)."""
     from scipy.optimize import Bounds, LinearConstraint
 
+    relaxed = relax(c, matrix, lo, hi)  # linprog's own HiGHS run without its per-column wrapper (highs.py)
+    if relaxed is not None and np.all(np.minimum(nodes := relaxed.x[integrality == 1], 1 - nodes) < 1e-7):
+        return relaxed
     eq = lo == hi
     # presolve off: after reduce.py's reductions it only costs time; one thread: scipy runs HiGHS' serial dual simplex,
     # and HiGHS' pool of worker threads only waited (a third of the planner's wall time here, the same solutions).
