@@ -46,7 +46,7 @@ def relax(c: np.ndarray, matrix: Any, lo: np.ndarray, hi: np.ndarray) -> Relaxed
     from scipy.sparse import vstack
 
     eq = lo == hi
-    a = vstack((matrix[~eq], matrix[eq])).tocsc()  # linprog's stacking: A_ub above A_eq
+    a = vstack((matrix[~eq], matrix[eq])).tocsc() if not eq.all() else matrix.tocsc()  # linprog's: A_ub above A_eq
     lhs = np.concatenate((np.full(int((~eq).sum()), -h.kHighsInf), lo[eq]))
     rhs = np.concatenate((np.minimum(hi[~eq], h.kHighsInf), hi[eq]))
     highs = h._Highs()
