@@ -31,7 +31,7 @@ HEAVY = ("scipy", "torch", "jinja2", "matplotlib", "pandas", "ray", "sklearn", "
 # when the collectives and pipeline schedules became packages of one module per variant and the bands, energy,
 # goodput and host-cost records joined the estimate (117 / 157 / 115 measured then); lowered when `plan` stopped
 # importing the config formats (configs/, only --emit writes one) and NumPy's masked arrays (np.unique's import):
-# 117 / 145 / 103 measured then; lowered again when a hybrid block's mixers (cost/layers.MIXERS), the 2D layouts'
+# 117 / 145 / 103 measured then; lowered again when a hybrid block's mixers (cost/layers.MIXER_COSTS), the 2D layouts'
 # layer costs, the mixed-cluster and goodput searches and difflib were imported by their users only: 107 / 133 / 102
 # measured then (about 270 other modules each, 173 for --help), the limits a few modules above
 # what a dense model's plain search and estimate do not use (a hybrid's mixers, a 2D layout, --system pools, --mtbf,
@@ -106,12 +106,12 @@ def test_every_command_is_listed_once():
 
 
 def test_every_block_kind_has_its_mixer():
-    """cost/layers.MIXERS names each hybrid block's cost function by module (imported on first use, so that a dense
+    """cost/layers.MIXER_COSTS names each hybrid block's cost function by module (imported on first use, so that a dense
     model's start-up loads none): every kind a layer pattern can hold is there, and each name is a real function."""
-    from meshplan.cost.layers import MIXERS, mixer
+    from meshplan.cost.layers import MIXER_COSTS, mixer
     from meshplan.specs.model_checks import BLOCK_KINDS
 
-    assert set(BLOCK_KINDS.values()) <= set(MIXERS)
-    for kind in MIXERS:
+    assert set(BLOCK_KINDS.values()) <= set(MIXER_COSTS)
+    for kind in MIXER_COSTS:
         block = mixer(kind)
-        assert callable(block) and block.__name__ == MIXERS[kind][1], kind
+        assert callable(block) and block.__name__ == MIXER_COSTS[kind][1], kind

@@ -23,7 +23,7 @@ from meshplan.specs.stack import Stack
 
 # A hybrid block's mixer by kind (``ModelSpec.layer_pattern``): the module and function that cost it, imported the
 # first time a model has that kind (a dense or MoE model's start-up loads none of the recurrent mixers)
-MIXERS = {"mamba": ("mamba", "mamba_block"), "mamba1": ("mamba1", "mamba1_block"),
+MIXER_COSTS = {"mamba": ("mamba", "mamba_block"), "mamba1": ("mamba1", "mamba1_block"),
           "deltanet": ("deltanet", "deltanet_block"), "kda": ("kda", "kda_block"),
           "lightning": ("lightning", "lightning_block"), "attention": ("attention", "attention_block"),
           "window": ("attention", "attention_block"), "parallel": ("parallel", "parallel_block"),
@@ -32,8 +32,8 @@ MIXERS = {"mamba": ("mamba", "mamba_block"), "mamba1": ("mamba1", "mamba1_block"
 
 
 def mixer(kind: str) -> Callable[..., list[OpCost]]:
-    """The function that costs one ``kind`` block's mixer (``MIXERS``)."""
-    module, name = MIXERS[kind]
+    """The function that costs one ``kind`` block's mixer (``MIXER_COSTS``)."""
+    module, name = MIXER_COSTS[kind]
     block: Callable[..., list[OpCost]] = getattr(import_module(f"meshplan.cost.{module}"), name)
     return block
 
