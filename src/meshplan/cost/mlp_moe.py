@@ -179,7 +179,10 @@ EXPERT_KERNELS = {("fc1", "fwd"): 1.0, ("act", "fwd"): 1.0, ("fc2", "fwd"): 1.0,
 # a torch Linear's costs 37 us on the same Grace host (NVIDIA/TransformerEngine#2053): the module's Python (its
 # quantizers, workspace and autograd Function) beyond the one GEMM it launches, which the stacks' per-kernel cost (a
 # torch Linear's 13.5 us on an x86 DGX host, presets/stacks/megatron-bridge.toml) does not hold. Applied to the
-# backward's GEMMs alike (TE's _Linear.backward, the same module code; not measured apart). This is the mechanism the
+# backward's GEMMs alike (TE's _Linear.backward, the same module code; not measured apart), and only where the stack
+# runs Megatron-Core's modules (``stack.fusion = "fused"``): an eager stack's experts call torch's Linear, whose cost
+# its per-kernel figure already is (the eager activation's further kernels, mlp_moe.experts_eager, are not counted
+# as launched after the sync: a simplification). This is the mechanism the
 # fitted 40.5 us per GEMM launch (Efficiency.host_launch, fitted on the MoE runs until 2026-11-28) stood for:
 # 12 us x 100/37 = 32 us per GEMM, and the activation's three launches per expert it did not count.
 # Not scaled by the host CPU's Python speed (Cluster.python_host, which step/host.on_host applies to the pass's host
@@ -193,13 +196,14 @@ TE_LINEAR = 100.0 / 37.0
 def host_launched(ops: list[OpCost], stack: Stack, groups: Num) -> list[OpCost]:
     """Mark the per-expert path's kernels (``stack.expert_gemm = "per_expert"``, ``groups`` local experts) as
     launched by the host, ``EXPERT_KERNELS`` per expert and record, each at the stack's cost per kernel
-    (``HostCost.per_kernel``; a GEMM, issued through a Transformer Engine Linear, ``TE_LINEAR`` times it).
+    (``HostCost.per_kernel``; a GEMM issued through a Transformer Engine Linear, Megatron-Core's, ``TE_LINEAR`` times
+    it).
 
     Dropless MoE learns how many tokens each local expert got only on the device; Megatron-Core's token
     dispatcher copies the counts to the host (a device-to-host sync) before it can split the rows, and the experts
     then run one by one from Python. After the sync the CPU has no lead, so the GPU waits on these launches whenever
     an expert's kernels are shorter than the host's time to issue them (roofline.op_time's floor: launches ×
-    ``launch_host`` × the host's speed). With low precision each GEMM's quantization is one launch more per expert
+    ``launch_host``). With low precision each GEMM's quantization is one launch more per expert
     (``low_precision_casts`` gives those cast ops their own launches)."""
     if stack.expert_gemm != "per_expert":
         return ops
@@ -207,6 +211,6 @@ def host_launched(ops: list[OpCost], stack: Stack, groups: Num) -> list[OpCost]:
     out = []
     for op in ops:
         count = EXPERT_KERNELS.get((op.name.rsplit("/", 1)[-1], op.phase), 0.0)
-        module = TE_LINEAR if op.kind == "gemm" else 1.0
+        module = TE_LINEAR if op.kind == "gemm" and stack.fusion == "fused" else 1.0
         out.append(replace(op, launches=groups * count, launch_host=per_kernel * module) if count else op)
     return out
