@@ -93,7 +93,7 @@ def test_head_dimension_64_runs_at_the_measured_fraction_of_128(kernel, measured
 
 
 def test_a_query_tiles_fixed_cost_slows_shorter_sequences():
-    """cuDNN's query tiles pay L0 = 543 keys of fixed cost (benchmarks/attention_l0.py, NVIDIA's benchmark on a
+    """cuDNN's query tiles pay L0 = 543 keys of fixed cost (benchmarks/measure/attention_l0.py, NVIDIA's benchmark on a
     GB200). At 8k keys with the causal mask a tile needs 4096 keys on average, wastes 64 more in the diagonal blocks
     (computed whole) and keeps 4096 / (4096 + 64 + 543) = 4096 / 4703 = 0.871 of its long-sequence rate. Against 32k
     keys (16384 / 16991) that is 0.903; the benchmark measured 0.942 forward and 0.898 backward. Without the mask a
@@ -105,12 +105,12 @@ def test_a_query_tiles_fixed_cost_slows_shorter_sequences():
 
 
 def test_the_tile_fixed_costs_are_what_the_benchmark_fit_gives():
-    """benchmarks/attention_l0.py fits L0 to NVIDIA's cuDNN SDPA benchmark on a GB200; efficiency.py carries its
+    """benchmarks/measure/attention_l0.py fits L0 to NVIDIA's cuDNN SDPA benchmark on a GB200; efficiency.py carries its
     output, as for golden values: a change to either side fails here."""
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "attention_l0.py"
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "measure" / "attention_l0.py"
     spec = importlib.util.spec_from_file_location("attention_l0", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

@@ -1,4 +1,4 @@
-"""meshplan's flash-attention pricing against the kernels measured on an H200 (benchmarks/attention_gpu.py;
+"""meshplan's flash-attention pricing against the kernels measured on an H200 (benchmarks/measure/attention_gpu.py;
 data/measured/gpu/2026-11-26-nvidia-h200-attention.json: PyTorch 2.11 SDPA's cuDNN and FlashAttention-2 backends,
 forward and backward, head dimensions 64 and 128, 512-16,384 keys, with and without the causal mask, 16,384 tokens of
 width 2,048). No GPU here: the tests read the file."""

@@ -30,8 +30,8 @@ from meshplan.trace import trace_module  # noqa: E402
 from meshplan.trace.graph import Storage, Trace  # noqa: E402
 from meshplan.trace.liveness import optimizer_per_byte, peak_memory  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from vision_models import MODELS  # noqa: E402  (benchmarks/: docs/AUTOSHARD.md's models too)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "measure"))
+from vision_models import MODELS  # noqa: E402  (benchmarks/measure/: docs/AUTOSHARD.md's models too)
 
 CLUSTER = load_system("h100").cluster(4)  # one 4-GPU mesh dimension: small programs
 

@@ -15,7 +15,8 @@ from meshplan.autoshard.stage_dp import Option, fits_at, sizes, slice_stages
 from meshplan.specs.hardware import load_system
 
 H100 = load_system("h100")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # pipeline_models: docs/AUTOSHARD.md's too
+# benchmarks/measure/pipeline_models.py: docs/AUTOSHARD.md's models too
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "measure"))
 
 
 def _options(gpus: int, layer, post) -> list[Option]:
@@ -86,9 +87,9 @@ pytest.importorskip("scipy")
 
 
 def test_planner_gives_the_heavy_head_a_bigger_sub_mesh():
-    """32 H100, 8 micro-batches of 8 x 512 tokens, 8 small layers and a 262k-word head (benchmarks/pipeline_models.py):
-    Alpa's DP over the sub-mesh plans puts the head on the biggest sub-mesh, and schedule.simulate prices that
-    pipeline faster than the best pipeline of equal sub-meshes of every size."""
+    """32 H100, 8 micro-batches of 8 x 512 tokens, 8 small layers and a 262k-word head
+    (benchmarks/measure/pipeline_models.py): Alpa's DP over the sub-mesh plans puts the head on the biggest sub-mesh,
+    and schedule.simulate prices that pipeline faster than the best pipeline of equal sub-meshes of every size."""
     from pipeline_models import heavy_head_plans
 
     best, equal = heavy_head_plans()
@@ -97,9 +98,9 @@ def test_planner_gives_the_heavy_head_a_bigger_sub_mesh():
 
 
 def test_a_tied_head_costs_its_stages_an_all_reduce_of_the_shared_gradient():
-    """The head tied to the embedding (benchmarks/pipeline_models.py, tied=True): cut into stages, the first and the
-    last each hold the shared weight and all-reduce its gradient once per step, as channels.embedding_sync prices it for
-    a model-level plan; an untied twin reads no parameter from both ends."""
+    """The head tied to the embedding (benchmarks/measure/pipeline_models.py, tied=True): cut into stages, the first and
+    the last each hold the shared weight and all-reduce its gradient once per step, as channels.embedding_sync prices it
+    for a model-level plan; an untied twin reads no parameter from both ends."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from meshplan.autoshard.blocks import find_blocks

@@ -46,7 +46,7 @@ def test_a_validation_record_with_an_absurd_batch_is_not_a_bug(tmp_path, capsys)
     ('{"x": 1}\n', "{path}:1: a record must be an object with a non-empty string 'id'"),
 ])
 def test_benchmark_scripts_name_a_bad_runs_file_in_one_line(content, message, tmp_path, monkeypatch):
-    """benchmarks/accuracy.py and fit_efficiency.py read their runs file through records.runs_from_command_line:
+    """benchmarks/docs/accuracy.py and fit_efficiency.py read their runs file through records.runs_from_command_line:
     a missing or malformed file ends them with one line, not a traceback."""
     monkeypatch.chdir(tmp_path)  # a short name: past 80 characters a path is quoted by its ends (files._shown)
     path = Path("runs.jsonl")

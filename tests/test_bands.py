@@ -1,5 +1,5 @@
-"""Error bands that hold out of source (issue 79; specs/bands.py, specs/regime.py, benchmarks/error_bands.py): every
-estimate carries the band of the measured runs of its regime, each band covers at least its nominal share of those
+"""Error bands that hold out of source (issue 79; specs/bands.py, specs/regime.py, benchmarks/docs/error_bands.py):
+every estimate carries the band of the measured runs of its regime, each band covers at least its nominal share of those
 runs' out-of-source errors and is sharp, a plan no measured run is like says so, and plans within the fastest one's
 ranking band are equivalent, the simpler first (search/run.py simple_first)."""
 
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BANDS = json.loads((ROOT / "src/meshplan/presets/error_bands.json").read_text())["tables"]
 RUNS = [r for r in json.loads((ROOT / "docs" / "out_of_source.json").read_text())["runs"]
         if r.get("oos_error") is not None and r.get("regime")]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "docs"))
 from error_bands import SERVING_CLASSES, conformal  # noqa: E402
 
 

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -44,9 +45,11 @@ def _interrupted(args: list[str], delay: float) -> tuple[int, str]:
 def test_ctrl_c_at_any_point_is_one_line_and_exit_130(tmp_path):
     rng = random.Random(80)
     delays = [0.0, 0.01, *sorted(rng.uniform(0.02, 4.0) for _ in range(7))]
-    for i, delay in enumerate(delays):
-        code, err = _interrupted(["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "64", "--all", "-o",
-                                  str(tmp_path / f"all{i}")], delay)
+    with ThreadPoolExecutor(max_workers=len(delays)) as pool:  # the runs side by side: each waits for its own signal
+        runs = [pool.submit(_interrupted, ["plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "64", "--all",
+                                           "-o", str(tmp_path / f"all{i}")], delay) for i, delay in enumerate(delays)]
+    for delay, run in zip(delays, runs, strict=True):
+        code, err = run.result()
         assert "Traceback" not in err, (delay, err[-2000:])
         if code == 0:  # the run had finished before the signal came
             continue

@@ -1,6 +1,6 @@
-"""Decode steps measured on a lent H200 and H100 (data/measured/gpu/*-decode.json, benchmarks/decode_gpu.py) and what
-they gave meshplan: the engine kernels (Engine.decode_layer_kernels, serve/iteration.extra_kernel_time: the gpt-fast
-preset's count is the profile's, each kernel beyond the op list's costs the accelerator's kernel_overhead), the
+"""Decode steps measured on a lent H200 and H100 (data/measured/gpu/*-decode.json, benchmarks/measure/decode_gpu.py) and
+what they gave meshplan: the engine kernels (Engine.decode_layer_kernels, serve/iteration.extra_kernel_time: the
+gpt-fast preset's count is the profile's, each kernel beyond the op list's costs the accelerator's kernel_overhead), the
 compiled step they price, and each kernel's measured fixed time against the presets'."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _doc():
-    spec = importlib.util.spec_from_file_location("decode_gpu_doc", ROOT / "benchmarks" / "decode_gpu_doc.py")
+    spec = importlib.util.spec_from_file_location("decode_gpu_doc", ROOT / "benchmarks" / "docs" / "decode_gpu_doc.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -114,7 +114,7 @@ def test_the_presets_hold_the_measured_fixed_time_of_a_kernel():
     kernel's 2.28-3.58 us beyond its bytes at the streaming rate, the attention kernel's 2.96-8.03 us. The presets
     hold the means, rounded to 0.1 us (decode_gpu_doc.preset_fixed_costs): kernel_overhead 2.4 us, gemm_overhead
     3.1 us, on every built-in accelerator but AMD's CDNA 3 / 4 parts, whose kernel_overhead is vLLM's kernels' on an
-    MI300X (3.9 us, benchmarks/mi300x_kernels.py; hardware/h100.toml)."""
+    MI300X (3.9 us, benchmarks/measure/mi300x_kernels.py; hardware/h100.toml)."""
     fixed = [x for path in (H100_DATA, DATA) for x in doc.fixed_costs(path).values()]
     assert len(fixed) == 4
     for x in fixed:

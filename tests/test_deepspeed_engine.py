@@ -1,6 +1,6 @@
-"""DeepSpeed's own engine measured on a lent H200 (benchmarks/deepspeed_engine_gpu.py; the committed
-data/measured/gpu/2026-11-27c-nvidia-h200-deepspeed-engine.json) and how benchmarks/deepspeed_engine_doc.py reads it:
-the wrapper DeepSpeed's engine picked in each setting is the one cost/wrappers.py says it picks, the per-step and
+"""DeepSpeed's own engine measured on a lent H200 (benchmarks/measure/deepspeed_engine_gpu.py; the committed
+data/measured/gpu/2026-11-27c-nvidia-h200-deepspeed-engine.json) and how benchmarks/docs/deepspeed_engine_doc.py reads
+it: the wrapper DeepSpeed's engine picked in each setting is the one cost/wrappers.py says it picks, the per-step and
 per-micro-batch split is exact arithmetic, and the plain loop beside it is priced within the regime's targets."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from meshplan.cost.wrappers import deepspeed_wrapper
 from meshplan.specs.plan import Plan
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "benchmarks" / folder) for folder in ("docs", "measure")]
 import deepspeed_engine_doc as doc  # noqa: E402
 
 CALLS = json.loads(doc.FILE.read_text())["calls"]

@@ -14,7 +14,7 @@ and one factor of both parameters for the what-if sweep) and compares those rows
 row is an independent search, so a subset's rows are the full run's rows; a change that moved only the other rows
 would pass here.
 MESHPLAN_DOCS_FULL=1 re-runs every point. docs/REPORTS.md is written by hand; the figures it quotes from
-benchmarks/screenshots.py's output are checked here too (docs/USAGE.md and HISTORY.md, also written by hand, by
+benchmarks/docs/screenshots.py's output are checked here too (docs/USAGE.md and HISTORY.md, also written by hand, by
 tests/test_readme.py). Every file under docs/ is either checked here or listed as written by hand
 (test_every_document_is_covered).
 """
@@ -35,11 +35,11 @@ DOCS = ROOT / "docs"
 FULL = os.environ.get("MESHPLAN_DOCS_FULL") == "1"
 # USAGE.md and HISTORY.md: checked by tests/test_readme.py; SERVING.md's figures by test_serving_quotes_...
 HANDWRITTEN = {"REPORTS.md", "USAGE.md", "HISTORY.md", "SERVING.md", "MEASURE.md"}
-SCREENSHOTS = "python benchmarks/screenshots.py  (about a minute; writes docs/img/*.png and both CSVs)"
+SCREENSHOTS = "python benchmarks/docs/screenshots.py  (about a minute; writes docs/img/*.png and both CSVs)"
 
 
 def _script(name: str):
-    spec = importlib.util.spec_from_file_location(f"docs_{name}", ROOT / "benchmarks" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"docs_{name}", next(ROOT.glob(f"benchmarks/*/{name}.py")))
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # a dataclass of the script looks its module up there
     spec.loader.exec_module(module)
@@ -91,7 +91,7 @@ def _same_picture(recorded: str | None, name: str, command: str, drawn_from: str
                     f"{recorded}): regenerate it with `{command}` and commit it", pytrace=False)
 
 
-# ---- the documents of benchmarks/accuracy.py, independent.py and strategies.py ---------------------------------
+# ---- the documents of benchmarks/docs/accuracy.py, independent.py and strategies.py ---------------------------------
 @pytest.fixture(scope="module")
 def accuracy_out(tmp_path_factory):
     pytest.importorskip("matplotlib")
@@ -106,19 +106,19 @@ def accuracy_out(tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["ACCURACY.md", "accuracy_summary.json"])
 def test_accuracy_documents_are_current(accuracy_out, name):
-    _same(accuracy_out / name, name, "python benchmarks/accuracy.py")
+    _same(accuracy_out / name, name, "python benchmarks/docs/accuracy.py")
 
 
 def test_the_packaged_error_bands_are_current(tmp_path, monkeypatch):
     """src/meshplan/presets/error_bands.json, which every estimate reads its band from (specs/bands.py), is what
-    benchmarks/error_bands.py builds from the committed docs/out_of_source.json (whose own staleness
+    benchmarks/docs/error_bands.py builds from the committed docs/out_of_source.json (whose own staleness
     tests/test_out_of_source.py checks)."""
     error_bands = _script("error_bands")
     monkeypatch.setattr(sys, "argv", ["error_bands.py", "--out", str(tmp_path)])
     error_bands.main()
     if (tmp_path / error_bands.OUT.name).read_bytes() != error_bands.OUT.read_bytes():
         pytest.fail("src/meshplan/presets/error_bands.json is stale: regenerate it with `python "
-                    "benchmarks/error_bands.py` and commit it", pytrace=False)
+                    "benchmarks/docs/error_bands.py` and commit it", pytrace=False)
 
 
 def test_the_packaged_validation_runs_are_current(accuracy_out):
@@ -126,17 +126,17 @@ def test_the_packaged_validation_runs_are_current(accuracy_out):
     (report/trust.py)."""
     if (accuracy_out / accuracy.RUNS.name).read_bytes() != accuracy.RUNS.read_bytes():
         pytest.fail("src/meshplan/presets/validation_runs.json is stale: regenerate it with `python "
-                    "benchmarks/accuracy.py` and commit it", pytrace=False)
+                    "benchmarks/docs/accuracy.py` and commit it", pytrace=False)
 
 
 def test_accuracy_picture_plots_the_current_points(accuracy_out):
     _same_picture(shots.recorded_inputs(accuracy_out / "accuracy.png"), "accuracy.png",
-                  "python benchmarks/accuracy.py", "the runs' current predictions")
+                  "python benchmarks/docs/accuracy.py", "the runs' current predictions")
 
 
 @pytest.fixture(scope="module")
 def independent_out(tmp_path_factory):
-    """benchmarks/independent.py's documents written once to a folder (both tests below compare one each)."""
+    """benchmarks/docs/independent.py's documents written once to a folder (both tests below compare one each)."""
     out = tmp_path_factory.mktemp("independent")
     _script("independent").main(["--out", str(out)])
     return out
@@ -144,7 +144,7 @@ def independent_out(tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["INDEPENDENT.md", "independent_summary.json"])
 def test_independent_documents_are_current(independent_out, name):
-    _same(independent_out / name, name, "python benchmarks/independent.py")
+    _same(independent_out / name, name, "python benchmarks/docs/independent.py")
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +156,8 @@ def inference_out(tmp_path_factory):
 
 
 def test_inference_accuracy_document_is_current(inference_out):
-    _same(inference_out / "ACCURACY_INFERENCE.md", "ACCURACY_INFERENCE.md", "python benchmarks/accuracy_inference.py")
+    _same(inference_out / "ACCURACY_INFERENCE.md", "ACCURACY_INFERENCE.md", "python "
+                                                                            "benchmarks/docs/accuracy_inference.py")
 
 
 def test_the_packaged_serving_errors_are_current(inference_out):
@@ -165,13 +166,13 @@ def test_the_packaged_serving_errors_are_current(inference_out):
     packaged = ROOT / "src" / "meshplan" / "presets" / "serving_errors.json"
     if (inference_out / packaged.name).read_bytes() != packaged.read_bytes():
         pytest.fail("src/meshplan/presets/serving_errors.json is stale: regenerate it with `python "
-                    "benchmarks/accuracy_inference.py` and commit it", pytrace=False)
+                    "benchmarks/docs/accuracy_inference.py` and commit it", pytrace=False)
 
 
 def test_rl_accuracy_document_is_current(tmp_path):
     """Every published RL run priced again (about a minute: each rollout simulated)."""
     _script("accuracy_rl").main(["--out", str(tmp_path)])
-    _same(tmp_path / "ACCURACY_RL.md", "ACCURACY_RL.md", "python benchmarks/accuracy_rl.py")
+    _same(tmp_path / "ACCURACY_RL.md", "ACCURACY_RL.md", "python benchmarks/docs/accuracy_rl.py")
 
 
 def test_serving_quotes_the_inference_accuracy():
@@ -194,9 +195,9 @@ def re_rows(text: str, label: str) -> list[tuple[str, str, str]]:
 def test_strategies_document_is_current(tmp_path):
     """The 144 searches of the 1D / 2D comparison (about 5 s on 2 cores), the comparison with the paper included;
     run as a command, as its process pool may start its workers afresh (spawn) and import the script by name."""
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "strategies.py"), "--out", str(tmp_path)], check=True,
+    subprocess.run([sys.executable, str(ROOT / "benchmarks/docs/strategies.py"), "--out", str(tmp_path)], check=True,
                    capture_output=True)
-    _same(tmp_path / "STRATEGIES.md", "STRATEGIES.md", "python benchmarks/strategies.py")
+    _same(tmp_path / "STRATEGIES.md", "STRATEGIES.md", "python benchmarks/docs/strategies.py")
 
 
 def test_measured_document_is_what_the_committed_data_renders(tmp_path):
@@ -206,7 +207,8 @@ def test_measured_document_is_what_the_committed_data_renders(tmp_path):
     measured = _script("measured")
     (data,) = sorted((ROOT / "data" / "measured").glob("*.jsonl.gz"))[-1:]
     measured.main(["--render", str(data.relative_to(ROOT)), "--doc", str(tmp_path / "MEASURED.md")])
-    _same(tmp_path / "MEASURED.md", "MEASURED.md", f"python benchmarks/measured.py --render {data.relative_to(ROOT)}")
+    _same(tmp_path / "MEASURED.md", "MEASURED.md", f"python benchmarks/docs/measured.py --render "
+                                                   f"{data.relative_to(ROOT)}")
 
 
 def test_decode_gpu_document_is_current(tmp_path):
@@ -214,7 +216,7 @@ def test_decode_gpu_document_is_current(tmp_path):
     without a GPU (the estimate moves with the physics: regenerate it then)."""
     doc = _script("decode_gpu_doc")
     doc.main(["--doc", str(tmp_path / "DECODE_GPU.md")])
-    _same(tmp_path / "DECODE_GPU.md", "DECODE_GPU.md", "python benchmarks/decode_gpu_doc.py")
+    _same(tmp_path / "DECODE_GPU.md", "DECODE_GPU.md", "python benchmarks/docs/decode_gpu_doc.py")
 
 
 def test_gemm_gpu_document_is_current(tmp_path):
@@ -222,7 +224,7 @@ def test_gemm_gpu_document_is_current(tmp_path):
     a GPU (the prices move with the physics: regenerate it then)."""
     doc = _script("gemm_rows_doc")
     doc.main(["--doc", str(tmp_path / "GEMM_GPU.md")])
-    _same(tmp_path / "GEMM_GPU.md", "GEMM_GPU.md", "python benchmarks/gemm_rows_doc.py")
+    _same(tmp_path / "GEMM_GPU.md", "GEMM_GPU.md", "python benchmarks/docs/gemm_rows_doc.py")
 
 
 def test_small_work_gpu_document_is_current(tmp_path):
@@ -230,7 +232,7 @@ def test_small_work_gpu_document_is_current(tmp_path):
     a GPU (the estimate moves with the physics: regenerate it then)."""
     doc = _script("small_work_gpu_doc")
     doc.main(["--doc", str(tmp_path / "SMALL_WORK_GPU.md")])
-    _same(tmp_path / "SMALL_WORK_GPU.md", "SMALL_WORK_GPU.md", "python benchmarks/small_work_gpu_doc.py")
+    _same(tmp_path / "SMALL_WORK_GPU.md", "SMALL_WORK_GPU.md", "python benchmarks/docs/small_work_gpu_doc.py")
 
 
 def test_measured_gpu_document_is_what_the_committed_gpu_data_renders(tmp_path):
@@ -239,14 +241,14 @@ def test_measured_gpu_document_is_what_the_committed_gpu_data_renders(tmp_path):
     doc = _script("measured_gpu_doc")
     (data,) = sorted((ROOT / "data" / "measured" / "gpu").glob("*-zoo.jsonl.gz"))[-1:]
     doc.main(["--data", str(data.relative_to(ROOT)), "--doc", str(tmp_path / "MEASURED_GPU.md")])
-    _same(tmp_path / "MEASURED_GPU.md", "MEASURED_GPU.md", "python benchmarks/measured_gpu_doc.py")
+    _same(tmp_path / "MEASURED_GPU.md", "MEASURED_GPU.md", "python benchmarks/docs/measured_gpu_doc.py")
 
 
 def test_speed_document_is_what_the_committed_measurement_renders(tmp_path):
-    """docs/SPEED.md from the newest data/measured/*-search-speed.json (benchmarks/search_speed.py --out)."""
+    """docs/SPEED.md from the newest data/measured/*-search-speed.json (benchmarks/measure/search_speed.py --out)."""
     doc = _script("speed_doc")
     doc.main(["--doc", str(tmp_path / "SPEED.md")])
-    _same(tmp_path / "SPEED.md", "SPEED.md", "python benchmarks/speed_doc.py")
+    _same(tmp_path / "SPEED.md", "SPEED.md", "python benchmarks/docs/speed_doc.py")
 
 
 def test_the_speed_measurements_counts_are_the_searchs_now():
@@ -265,8 +267,8 @@ def test_the_speed_measurements_counts_are_the_searchs_now():
         now = (result.evaluated, result.feasible, bench.best_plan(result))
         assert now == (c["evaluated"], c["feasible"], c["best"]), (
             f"{path.name} is stale for {c['model']} on {c['gpus']} {c['system']}: now {now}; measure again: python "
-            "benchmarks/search_speed.py --repeat 8 --out data/measured/DATE-search-speed.json && python "
-            "benchmarks/speed_doc.py")
+            "benchmarks/measure/search_speed.py --repeat 8 --out data/measured/DATE-search-speed.json && python "
+            "benchmarks/docs/speed_doc.py")
 
 
 def test_architecture_document_is_current(tmp_path):
@@ -274,7 +276,7 @@ def test_architecture_document_is_current(tmp_path):
     hand-written section kept from the committed file."""
     doc = _script("architecture_doc")
     doc.main(["--doc", str(tmp_path / "ARCHITECTURE.md")])
-    _same(tmp_path / "ARCHITECTURE.md", "ARCHITECTURE.md", "python benchmarks/architecture_doc.py")
+    _same(tmp_path / "ARCHITECTURE.md", "ARCHITECTURE.md", "python benchmarks/docs/architecture_doc.py")
 
 
 def test_architecture_picture_keeps_only_the_shortest_edges():
@@ -293,9 +295,9 @@ def test_architecture_picture_keeps_only_the_shortest_edges():
 def test_autoshard_document_is_current(tmp_path):
     """The sharding planner's agreement with the estimate, the plans it finds, the non-transformers' plans and the
     program's size (about 20 s on 2 cores: traces on fake tensors and a few dozen integer programs)."""
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "autoshard.py"), "--out", str(tmp_path)], check=True,
+    subprocess.run([sys.executable, str(ROOT / "benchmarks/docs/autoshard.py"), "--out", str(tmp_path)], check=True,
                    capture_output=True)
-    _same(tmp_path / "AUTOSHARD.md", "AUTOSHARD.md", "python benchmarks/autoshard.py")
+    _same(tmp_path / "AUTOSHARD.md", "AUTOSHARD.md", "python benchmarks/docs/autoshard.py")
 
 
 # ---- the sweeps' CSVs and the pictures drawn from them ----------------------------------------------------------
@@ -335,7 +337,7 @@ def test_reports_quotes_the_nvlink_gain_of_the_committed_sweep():
     low, high = min(gaps), max(gaps)
     quoted = (f"{gaps[low][0]:.1f}–{gaps[low][1]:.1f} MFU points at {low} GPUs, "
               f"{gaps[high][0]:.1f}–{gaps[high][1]:.1f} at {high}")
-    assert quoted in _reports(), f"docs/REPORTS.md should quote '{quoted}' (as benchmarks/screenshots.py prints)"
+    assert quoted in _reports(), f"docs/REPORTS.md should quote '{quoted}' (as benchmarks/docs/screenshots.py prints)"
 
 
 # ---- the pictures of one search, one estimate and the report ----------------------------------------------------

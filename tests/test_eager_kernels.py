@@ -1,7 +1,7 @@
-"""The kernels of an eager layer (cost/eager.py ``EAGER_KERNELS``) are PyTorch's own count: benchmarks/eager_kernels.py
-counts the aten ops of the reference layers with a TorchDispatchMode (plus the GPU's extra kernels of the few aten ops
-that launch several, ``CUDA_EXTRA``), and this test recounts them on tiny layers and fails if the committed table
-drifts; an eager layer's records then launch those kernels, per pass."""
+"""The kernels of an eager layer (cost/eager.py ``EAGER_KERNELS``) are PyTorch's own count:
+benchmarks/measure/eager_kernels.py counts the aten ops of the reference layers with a TorchDispatchMode (plus the GPU's
+extra kernels of the few aten ops that launch several, ``CUDA_EXTRA``), and this test recounts them on tiny layers and
+fails if the committed table drifts; an eager layer's records then launch those kernels, per pass."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ EAGER_GPT = Stack(flash_attention=False, fusion="eager", host_dispatch=15e-6)
 
 def _bench():  # type: ignore[no-untyped-def]
     pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location("bench_eager_kernels", ROOT / "benchmarks" / "eager_kernels.py")
+    spec = importlib.util.spec_from_file_location("bench_eager_kernels", ROOT / "benchmarks/measure/eager_kernels.py")
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
@@ -113,11 +113,13 @@ def test_megatron_lm_fused_module_code_launches_the_measured_layer_less_its_fusi
     from meshplan_validation.sources import MEGATRON_2021
     assert (megatron_ds.optimizer_wrapper, MEGATRON_2021.tensor_host) == ("deepspeed-pipeline", 32e-6)
     # and the host's cost per kernel and per collective call (the megatron-deepspeed preset's: its module code's
-    # Python calls a kernel, c10d's call per collective)
+    # Python calls a kernel, c10d's call per collective) and its loss, priced as the eager fp32 ops of Megatron-
+    # DeepSpeed's code (cost/embed_head.py VOCAB_PARALLEL_EAGER)
     assert megatron_ds == MEGATRON_2021.with_(tensor_host=0.0, tensor_sharded=False,
                                               optimizer_wrapper="deepspeed-pipeline",
                                               host_dispatch=megatron_ds.host_dispatch,
-                                              collective_host=megatron_ds.collective_host)
+                                              collective_host=megatron_ds.collective_host,
+                                              cross_entropy="vocab_parallel_eager")
 
 
 def test_a_plain_pytorch_gpt_layer_launches_what_pytorch_counts() -> None:

@@ -59,3 +59,28 @@ def test_llm_cs_fused_classifier_reads_the_logits_twice_and_writes_their_gradien
     # the FlashAttention training scripts' loss: apex's xentropy kernel (CrossEntropyLossApex), flash-attn's
     flash = {"framework": "FlashAttention training scripts (PyTorch Lightning, Hydra; flash-attn fused kernels)"}
     assert source_defaults(flash).stack.cross_entropy == "flash"
+
+
+def test_megatron_deepspeed_runs_the_vocabulary_parallel_loss_as_eager_fp32_ops():
+    """Megatron-DeepSpeed (f4157bea) hands the loss ``output.float()`` and _VocabParallelCrossEntropy runs eager ops
+    over it. Forward: the upcast reads 2 and writes 4 bytes a logit, max reads 4, the out-of-place subtraction 4 + 4,
+    exp(out=) 4 + 4, sum 4, div_ 4 + 4: 38 bytes in 6 kernels; backward: mul_ 4 + 4 and the cast of the gradient back to
+    16 bits 4 + 2: 14 bytes in 2 kernels; the fp32 softmax kept (4 bytes), as the fused reading's. Per rank: the
+    vocabulary is split over tp, so the loss's bytes halve from tp 1 to tp 2."""
+    from meshplan.specs.stack import load_stack
+
+    model = gpt()
+    stack = load_stack("megatron-deepspeed")
+    assert stack.cross_entropy == "vocab_parallel_eager"
+
+    def loss(plan):
+        return [o for o in head_ops(model, plan, stack) if o.name == "head/loss"]
+
+    (fwd, bwd), logits = loss(Plan()), 2048 * 51200
+    assert (fwd.nbytes, fwd.kernels, fwd.saved) == (((2 + 4) + 4 + 8 + 8 + 4 + 8) * logits, 6, 4 * logits)
+    assert fwd.nbytes == 38 * logits
+    assert (bwd.nbytes, bwd.kernels) == ((4 + 4 + 4 + 2) * logits, 2)
+    fused_fwd, fused_bwd = [o for o in head_ops(model, Plan(), Stack()) if o.name == "head/loss"]
+    assert fwd.nbytes + bwd.nbytes - fused_fwd.nbytes - fused_bwd.nbytes == (52 - 16) * logits
+    half, _ = loss(Plan(tp=2))
+    assert half.nbytes == pytest.approx(fwd.nbytes / 2)

@@ -1,6 +1,6 @@
 """The DGX A100 host's python_host is a measurement, not a fit (issue 79): both DGX A100 presets carry the SPEC CPU2017
-SPECspeed2017_int ratio their comment cites, and benchmarks/fit_host_speed.py checks it against Megatron-LM's CI twin
-runs (data/validation/small_work.jsonl), where it moves every A100 run toward its H100 twin without reaching it."""
+SPECspeed2017_int ratio their comment cites, and benchmarks/measure/fit_host_speed.py checks it against Megatron-LM's CI
+twin runs (data/validation/small_work.jsonl), where it moves every A100 run toward its H100 twin without reaching it."""
 
 import re
 import sys
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "measure"))
 
 import fit_host_speed as bench  # noqa: E402
 from meshplan.specs.hardware import load_system  # noqa: E402

@@ -1,5 +1,5 @@
 """The ridge of the roofline: a kernel whose math and HBM times are close reaches neither roof (roofline.work_time,
-their p-norm), with p measured on a lent H200's single decode GEMMs (benchmarks/fit_ridge.py) and checked on an
+their p-norm), with p measured on a lent H200's single decode GEMMs (benchmarks/measure/fit_ridge.py) and checked on an
 H100's (data/measured/gpu/*-gemm-rows.json)."""
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script(name: str):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    path = next(ROOT.glob(f"benchmarks/*/{name}.py"))
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -90,3 +91,20 @@ def test_training_gemms_keep_their_spread_around_their_bias():
         logs = fit.log_errors(gpu, "train", DEFAULT.ridge)
         assert np.mean(np.abs(logs - np.median(logs))) <= spread, gpu
         assert np.median(logs) > 0.0, gpu  # slow on median: the bias that is gemm's, not the ridge's
+
+
+def test_the_fits_share_one_golden_section_search():
+    """fit_efficiency.golden_section (the training constants' fit and this one's) is fit_inference's golden-section
+    search (golden_brackets, the serving fits' golden_rounds) stopped at a relative width of 1e-3: on [1.5, 16] about
+    a minimum at 3.1 the bracket is 14.5 x 0.618^16 = 0.0066 wide after 16 rounds, over 1e-3 x (a + b) = 0.0062, and
+    0.0041 after 17, so it evaluates f 2 + 17 = 19 times, at golden_rounds' points in golden_rounds' order, and
+    answers the last bracket's middle, within half its width of 3.1."""
+    import fit_efficiency
+    import fit_inference
+
+    seen: list[float] = []
+    rounds_seen: list[float] = []
+    found = fit_efficiency.golden_section(lambda x: seen.append(x) or (x - 3.1) ** 2, 1.5, 16.0)
+    fit_inference.golden_rounds(lambda x: rounds_seen.append(x) or (x - 3.1) ** 2, 1.5, 16.0, 17)
+    assert len(seen) == 19 and seen == rounds_seen
+    assert abs(found - 3.1) < 0.0041 / 2

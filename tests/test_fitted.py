@@ -1,6 +1,6 @@
 """The registry of fitted constants (meshplan_validation/fitted.py): every constant set so that validation runs read
 right, where it lives, on which runs of which sources; the README's count is the registry's, and the
-leave-one-source-out file (docs/out_of_source.json, benchmarks/out_of_source.py) refits each of them."""
+leave-one-source-out file (docs/out_of_source.json, benchmarks/docs/out_of_source.py) refits each of them."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ def test_the_out_of_source_file_refits_the_registry_as_it_is():
     assert [(r["name"], r["value"]) for r in data["registry"]] == [(f.name, f.value()) for f in FITTED]
     training = data["refitted"]["training"]
     # the linearised refit on every source lands near the shipped fit (refit.py's one Gauss-Newton step; what is left
-    # is the drift of the physics since benchmarks/fit_efficiency.py last ran, which docs/ACCURACY.md's registry shows)
+    # is the drift of the physics since benchmarks/measure/fit_efficiency.py last ran, which docs/ACCURACY.md's registry
+    # shows)
     assert abs(training["all sources"]["gemm"] / by_name("gemm").value() - 1) < 0.02
     assert abs(training["all sources"]["attention"] / by_name("attention").value() - 1) < 0.02

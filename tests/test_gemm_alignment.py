@@ -1,7 +1,7 @@
 """GEMMs whose leading dimensions are not 16-byte multiples run at ``Efficiency.unaligned_gemm`` of the aligned rate
 (specs/alignment.py), and stacks that pad the vocabulary (``Stack.vocab_multiple``, Megatron-LM's 128 x tp)
 compute the padded, aligned output layer: the arithmetic of each, the constant's derivation from nanoGPT's padded
-vocabulary (benchmarks/unaligned_gemm.py), and a traced model's alignment read from its tensors' strides."""
+vocabulary (benchmarks/measure/unaligned_gemm.py), and a traced model's alignment read from its tensors' strides."""
 
 from __future__ import annotations
 
@@ -160,10 +160,10 @@ def test_gpt2_trains_faster_with_megatrons_padded_vocabulary_than_unpadded():
 
 
 def test_the_constant_is_what_nanogpts_padded_vocabulary_gives():
-    """benchmarks/unaligned_gemm.py: r = H / (H + 0.25 T) from meshplan's own aligned step of nanoGPT's bench.py (T)
-    and its output-layer GEMMs (H); the constant in efficiency.py is that value to three digits, and the output layer
-    then takes about 40 % of the unaligned step, as the commit (77e7e04c) says."""
-    path = Path(__file__).parents[1] / "benchmarks" / "unaligned_gemm.py"
+    """benchmarks/measure/unaligned_gemm.py: r = H / (H + 0.25 T) from meshplan's own aligned step of nanoGPT's bench.py
+    (T) and its output-layer GEMMs (H); the constant in efficiency.py is that value to three digits, and the output
+    layer then takes about 40 % of the unaligned step, as the commit (77e7e04c) says."""
+    path = Path(__file__).parents[1] / "benchmarks" / "measure" / "unaligned_gemm.py"
     spec = importlib.util.spec_from_file_location("unaligned_gemm", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -175,11 +175,11 @@ def test_the_constant_is_what_nanogpts_padded_vocabulary_gives():
 
 
 def test_the_asynchronous_mma_constants_are_the_h200_measurement():
-    """data/measured/gpu/2026-11-26-nvidia-h200-unaligned-gemm.json (benchmarks/unaligned_gemm.py ``h200``): the 10
-    odd shapes' rate ratios (5 shapes, 2 calls) lie within 0.15-0.19 and their median is unaligned_gemm_async; the 3
+    """data/measured/gpu/2026-11-26-nvidia-h200-unaligned-gemm.json (benchmarks/measure/unaligned_gemm.py ``h200``): the
+    10 odd shapes' rate ratios (5 shapes, 2 calls) lie within 0.15-0.19 and their median is unaligned_gemm_async; the 3
     of 4- and 8-byte dims lie within 0.30-0.35, their median over it unaligned_wide_gain. The H200 ran the 2-byte
     GEMMs with Turing-era align1 kernels (its profile's kernel names) and the aligned ones with Hopper's."""
-    path = Path(__file__).parents[1] / "benchmarks" / "unaligned_gemm.py"
+    path = Path(__file__).parents[1] / "benchmarks" / "measure" / "unaligned_gemm.py"
     spec = importlib.util.spec_from_file_location("unaligned_gemm", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -1,7 +1,7 @@
-"""Single GEMMs measured on a lent H200 (data/measured/gpu/*-gemm-rows.json, benchmarks/gemm_rows_gpu.py) and what
-they gave meshplan: 64-wide tiles among the kernels it chooses from (specs/gemm_shape.TILES for training,
+"""Single GEMMs measured on a lent H200 (data/measured/gpu/*-gemm-rows.json, benchmarks/measure/gemm_rows_gpu.py) and
+what they gave meshplan: 64-wide tiles among the kernels it chooses from (specs/gemm_shape.TILES for training,
 serve/efficiency.SERVE_TILES for decode), which is where cuBLAS's kernels put a GEMM's output features; and how near
-its price of each GEMM is (benchmarks/gemm_rows_doc.py, docs/GEMM_GPU.md)."""
+its price of each GEMM is (benchmarks/docs/gemm_rows_doc.py, docs/GEMM_GPU.md)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, next(ROOT.glob(f"benchmarks/*/{name}.py")))
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # the doc's dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -133,8 +133,8 @@ def test_the_h100_measured_after_agrees():
 
 
 def test_the_measuring_script_runs_on_a_cpu(tmp_path, monkeypatch):
-    """benchmarks/gemm_rows_gpu.py on this machine's CPU (narrow shapes, float32): a smoke test that it still runs
-    and writes what the doc reads, the kernels at the profiled rows included (none on a CPU)."""
+    """benchmarks/measure/gemm_rows_gpu.py on this machine's CPU (narrow shapes, float32): a smoke test that it still
+    runs and writes what the doc reads, the kernels at the profiled rows included (none on a CPU)."""
     pytest.importorskip("torch")
     script = _script("gemm_rows_gpu")
     monkeypatch.setattr(script.decode_gpu, "DEVICE", "cpu")

@@ -119,8 +119,8 @@ def test_real_dispatch_on_cpu_is_in_range():
 
 def many_small_ops(width: int = 16, layers: int = 8):
     """A model of many small ops: ``layers`` × (Linear, LayerNorm, ReLU, residual add) at batch 1: the one
-    benchmarks/host_dispatch.py measures (loaded from there, not written twice)."""
-    spec = importlib.util.spec_from_file_location("bench_host_dispatch", ROOT / "benchmarks" / "host_dispatch.py")
+    benchmarks/measure/host_dispatch.py measures (loaded from there, not written twice)."""
+    spec = importlib.util.spec_from_file_location("bench_host_dispatch", ROOT / "benchmarks/measure/host_dispatch.py")
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

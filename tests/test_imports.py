@@ -166,16 +166,15 @@ def test_the_top_level_holds_few_modules():
     assert len(top) <= 15, top
 
 
-# ---- benchmarks/ (issue 82): measurements and document generators, no circle ----------------------------------------
-# The scripts import each other by module name (benchmarks/ on sys.path), so an import of another script is one whose
-# first name is a script's file name.
+# ---- benchmarks/ (issue 82): measurements and document generators in two folders, no circle -----------------------
+# benchmarks/measure/ times, measures, fits or prices something and prints it or writes data/; benchmarks/docs/ writes
+# docs/*.md (a generator) or renders a part of one for the generator that imports it (a section). A script puts the
+# folders it imports from on sys.path and imports another script by its file name, so an import of another script is
+# one whose first name is a script's file name (unique across both folders).
 BENCHMARKS = SRC.parent / "benchmarks"
-SCRIPTS = {p.stem: p for p in sorted(BENCHMARKS.glob("*.py"))}
+FOLDERS = ("measure", "docs")
+SCRIPTS = {p.stem: p for folder in FOLDERS for p in sorted((BENCHMARKS / folder).glob("*.py"))}
 TEST_NAMES = {"tests", *(p.stem for p in (SRC.parent / "tests").glob("*.py"))}  # test_x, conftest, helpers
-# Scripts that render a part of a generated document for the generator that imports them and write nothing
-# themselves (so no docs/ path is in their code): script → that generator.
-SECTIONS = {"accuracy_doc": "accuracy", "autoshard_doc": "autoshard", "measured_doc": "measured",
-            "deepspeed_engine_doc": "small_work_gpu_doc", "mds_gpu_doc": "small_work_gpu_doc"}
 # A measurement importing a document, each with its reason (kept only while the import is there).
 MEASUREMENT_EXCEPTIONS = {
     ("fit_ridge", "gemm_rows_doc"): "fits Efficiency.ridge on the GEMMs priced exactly as docs/GEMM_GPU.md prices them "
@@ -200,11 +199,14 @@ BENCH_GRAPH = {s: {n for n in top_names(p) if n in SCRIPTS and n != s} for s, p 
 
 
 def code_strings(path: Path) -> list[str]:
-    """The string constants of ``path`` that are not docstrings (what the code uses, not what it says)."""
+    """The string constants of ``path`` that are not docstrings (what the code uses, not what it says) nor in a
+    statement that sets sys.path (which names the folders beside the script, benchmarks/docs/ among them)."""
     tree = ast.parse(path.read_text())
     docs = {id(n.body[0].value) for n in ast.walk(tree)
             if isinstance(n, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and n.body
             and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    docs |= {id(c) for n in ast.walk(tree) if isinstance(n, ast.Expr | ast.Assign)
+             and ast.unparse(n).startswith("sys.path") for c in ast.walk(n)}
     return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
             and id(n) not in docs]
 
@@ -214,9 +216,10 @@ def writes_docs(path: Path) -> bool:
     return any(s == "docs" or s.startswith("docs/") for s in code_strings(path))
 
 
-GENERATORS = {s for s, p in SCRIPTS.items() if writes_docs(p)}
-DOCUMENTS = GENERATORS | set(SECTIONS)
-MEASUREMENTS = set(SCRIPTS) - DOCUMENTS  # time, measure, fit or price something; write data/ or print
+MEASUREMENTS = {s for s, p in SCRIPTS.items() if p.parent.name == "measure"}
+DOCUMENTS = {s for s, p in SCRIPTS.items() if p.parent.name == "docs"}
+GENERATORS = {s for s in DOCUMENTS if writes_docs(SCRIPTS[s])}
+SECTIONS = DOCUMENTS - GENERATORS  # render a part of a document for the generator that imports them, write nothing
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -262,12 +265,22 @@ def test_no_measurement_imports_a_document():
     assert not stale, f"exceptions no longer needed: {stale}"
 
 
+def test_every_script_is_in_its_folder():
+    """No script is left loose in benchmarks/ nor in a third folder, no two share a file name (they import each other
+    by it); no measurement names a docs/ path in its code (a measurement writing a document belongs in docs/)."""
+    assert not list(BENCHMARKS.glob("*.py"))
+    assert {p.parent.name for p in BENCHMARKS.rglob("*.py")} == set(FOLDERS)
+    assert len(SCRIPTS) == len(list(BENCHMARKS.rglob("*.py")))
+    assert not {s for s in MEASUREMENTS if writes_docs(SCRIPTS[s])}
+
+
 def test_the_classification_reads_the_scripts():
-    """Every section is imported by its generator and names no docs/ path itself; every ``*_doc`` script is a document;
-    the split holds both kinds in numbers (the generators of docs/ACCURACY.md and docs/SPEED.md among the documents,
-    the timed search and the GPU runs among the measurements)."""
-    for section, generator in SECTIONS.items():
-        assert generator in GENERATORS and section in BENCH_GRAPH[generator] and section not in GENERATORS, section
+    """Every section of docs/ is imported by a generator and names no docs/ path itself; every ``*_doc`` script is a
+    document; the split holds both kinds in numbers (the generators of docs/ACCURACY.md and docs/SPEED.md among the
+    documents, the timed search and the GPU runs among the measurements)."""
+    for section in SECTIONS:
+        assert any(section in BENCH_GRAPH[g] for g in GENERATORS), f"{section}: imported by no generator"
+    assert {"accuracy_doc", "autoshard_doc", "measured_doc", "deepspeed_engine_doc", "mds_gpu_doc"} <= SECTIONS
     assert {s for s in SCRIPTS if s.endswith("_doc")} <= DOCUMENTS
     assert {"accuracy", "speed_doc", "small_work_gpu_doc"} <= GENERATORS
     assert {"search_speed", "small_work_gpu", "small_work", "small_work_common"} <= MEASUREMENTS

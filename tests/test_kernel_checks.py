@@ -1,8 +1,8 @@
-"""The kernel benchmarks benchmarks/kernel_checks.py compares with, none used to fit the constants: a layer's GEMMs
-in Transformer Engine's B300 profiling, the Mamba-2 SSD kernels' H100 rate and its carry to other GPUs per SM,
+"""The kernel benchmarks benchmarks/measure/kernel_checks.py compares with, none used to fit the constants: a layer's
+GEMMs in Transformer Engine's B300 profiling, the Mamba-2 SSD kernels' H100 rate and its carry to other GPUs per SM,
 the exponential shares carried to DeepSeek-V3's attention heads. Beside them one benchmark that does set a constant,
 the MI300X's per-kernel fixed time from vLLM's decode kernels, with that blog's FP8 GEMMs as its check
-(benchmarks/mi300x_kernels.py)."""
+(benchmarks/measure/mi300x_kernels.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_a_layers_gemms_take_what_transformer_engines_benchmark_measured_on_a_b3
     5B model (hidden 4096, FFN 16384 GeLU, 31 x 512 = 15,872 tokens) take 13.102 ms in BF16 and 6.812 ms in FP8.
     That is 2 x 15,872 x 4096 x 49,152 FLOP per pass, 3 passes: 1.92e13 FLOP, 1.46 PFLOP/s in BF16. The GEMM
     model (MAMF x the fitted ``gemm`` x tile, wave and depth factors) was fitted on training runs, not on this
-    benchmark, and lands within 5 % of it (benchmarks/kernel_checks.py, printed in docs/ACCURACY.md)."""
+    benchmark, and lands within 5 % of it (benchmarks/measure/kernel_checks.py, printed in docs/ACCURACY.md)."""
     script = _kernel_checks()
     gemms = [o for o in dense_layer(script.TE_5B, Plan(micro_batch=31, global_batch=31), Stack()) if o.kind == "gemm"]
     assert sum(float(o.flops) for o in gemms) == pytest.approx(3 * 2 * 15872 * 4096 * 49152)
@@ -81,7 +81,7 @@ def _kernel_checks():
 
 
 def _script(name: str):
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "measure" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     script = importlib.util.module_from_spec(spec)
     sys.modules[name] = script  # a dataclass looks its module up there
@@ -90,8 +90,8 @@ def _script(name: str):
 
 
 def test_the_exponential_shares_carry_to_deepseek_v3s_heads_within_5_percent():
-    """benchmarks/kernel_checks.py: DeepSeek-V3's attention (d_qk = 192) in the same paired benchmark, not used for
-    the constants: GB300 speedups 1.166 / 1.091 (bf16 forward / backward), 1.323 / 1.206 (FP8)."""
+    """benchmarks/measure/kernel_checks.py: DeepSeek-V3's attention (d_qk = 192) in the same paired benchmark, not used
+    for the constants: GB300 speedups 1.166 / 1.091 (bf16 forward / backward), 1.323 / 1.206 (FP8)."""
     script = _kernel_checks()
     rows = [c for c in script.checks() if c.source == script.CUDNN_BENCHMARK]
     assert [round(c.measured, 3) for c in rows] == [1.166, 1.091, 1.323, 1.206]
@@ -103,7 +103,7 @@ def test_the_mi300x_kernel_overhead_is_what_vllms_decode_kernels_leave_beyond_th
     """vLLM's fused add + RMS norm on [X, 16384] FP16 at one row takes 5.51 us for 8 × 16,384 = 131 kB, 0.03 us at
     the MI300X's streaming rate (0.803 × 5.3 TB/s × 0.85 / 0.958 = 3.78 TB/s): 5.48 us of fixed time; SwiGLU at 128
     rows 4.20 us for 128 × 49,152 B = 6.3 MB, 1.67 us: 2.54 us. The median of the 16 decode-sized rows (1-128) is
-    3.86 us, the preset's 3.9 (benchmarks/mi300x_kernels.py, the Hugging Face / AMD MI300 kernels blog)."""
+    3.86 us, the preset's 3.9 (benchmarks/measure/mi300x_kernels.py, the Hugging Face / AMD MI300 kernels blog)."""
     script = _script("mi300x_kernels")
     rest = script.fixed_remainders()
     assert len(rest) == 16 and rest[0] == pytest.approx(5.5145 - 131072 / 3.7756e12 * 1e6, rel=1e-3)

@@ -1,4 +1,4 @@
-"""docs/out_of_source.json (benchmarks/out_of_source.py) prices what the code prices now: a change that moves a
+"""docs/out_of_source.json (benchmarks/docs/out_of_source.py) prices what the code prices now: a change that moves a
 prediction makes it stale, as tests/test_docs.py makes the accuracy documents stale. Every fourth run of every file is
 priced again with the shipped constants and compared with the file's in-sample prediction; the refits the file holds
 rest on those predictions."""
@@ -15,8 +15,8 @@ from meshplan_validation import loso_serving, loso_training
 from meshplan_validation.records import read_runs
 
 ROOT = Path(__file__).resolve().parents[1]
-STALE = "docs/out_of_source.json is stale: regenerate it with `python benchmarks/out_of_source.py` (then " \
-        "`python benchmarks/error_bands.py`)"
+STALE = "docs/out_of_source.json is stale: regenerate it with `python benchmarks/docs/out_of_source.py` (then " \
+        "`python benchmarks/docs/error_bands.py`)"
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def committed():
 def _files(kind: str) -> dict[str, str]:
     import sys  # noqa: PLC0415
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "docs"))
     import out_of_source  # noqa: PLC0415
 
     return out_of_source.TRAINING if kind == "training" else out_of_source.SERVING

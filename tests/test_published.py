@@ -1,7 +1,8 @@
-"""The accuracy regression guard on the published runs: the figures benchmarks/accuracy.py and benchmarks/independent.py
-recorded in docs/accuracy_summary.json and docs/independent_summary.json, which a change must not make worse; every
-run evaluated or skipped with a reason, never raised (a seeded fuzz of the records); the JSON output's keys; and the
-summaries and doc tables built from the results (runs predicted not to fit, recompute HFU, the release floor)."""
+"""The accuracy regression guard on the published runs: the figures benchmarks/docs/accuracy.py and
+benchmarks/docs/independent.py recorded in docs/accuracy_summary.json and docs/independent_summary.json, which a change
+must not make worse; every run evaluated or skipped with a reason, never raised (a seeded fuzz of the records); the JSON
+output's keys; and the summaries and doc tables built from the results (runs predicted not to fit, recompute HFU, the
+release floor)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def test_accuracy_is_no_worse_than_recorded(validation):
 
 def test_accuracy_on_the_independent_runs_is_no_worse_than_recorded():
     """benchmarks/data/independent_runs.jsonl (other sources, other stacks; docs/INDEPENDENT.md): every run still
-    evaluated and the figures benchmarks/independent.py recorded no worse."""
+    evaluated and the figures benchmarks/docs/independent.py recorded no worse."""
     root = Path(__file__).parents[1]
     results = run_validation(read_runs(root / "benchmarks/data/independent_runs.jsonl"))
     now = summaries(results)["overall"]
@@ -151,9 +152,9 @@ def test_no_mutated_record_raises():
 
 
 def _accuracy_script():
-    """benchmarks/accuracy_analysis.py, the analyses of docs/ACCURACY.md."""
+    """benchmarks/measure/accuracy_analysis.py, the analyses of docs/ACCURACY.md."""
     import importlib.util
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "accuracy_analysis.py"
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "measure" / "accuracy_analysis.py"
     spec = importlib.util.spec_from_file_location("accuracy_analysis_script", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -39,7 +39,7 @@ def pct(value: float) -> str:
 
 def test_accuracy_figures_are_the_generated_summaries():
     """The in-sample figure of the published runs with complete configurations, from docs/accuracy_summary.json
-    (benchmarks/accuracy.py): regenerating it without updating the README fails."""
+    (benchmarks/docs/accuracy.py): regenerating it without updating the README fails."""
     complete = json.loads((DOCS / "accuracy_summary.json").read_text())["complete"]
     said = (f"{complete['evaluated']} runs, {100 * complete['median_abs_error']:.1f} / "
             f"{100 * complete['p90_abs_error']:.1f} % in sample")
@@ -47,10 +47,10 @@ def test_accuracy_figures_are_the_generated_summaries():
 
 
 def test_out_of_source_table_is_the_generated_one():
-    """The README's out-of-source rows, rebuilt from docs/out_of_source.json (benchmarks/out_of_source_doc.py)."""
+    """The README's out-of-source rows, rebuilt from docs/out_of_source.json (benchmarks/docs/out_of_source_doc.py)."""
     import sys  # noqa: PLC0415
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "docs"))
     import out_of_source_doc  # noqa: PLC0415
 
     for row in out_of_source_doc.readme_rows():
@@ -139,7 +139,7 @@ def test_every_command_shown_parses(path, monkeypatch):
 def test_every_option_named_in_prose_exists():
     """``--option`` anywhere in the README or docs/USAGE.md is an option of some command (or of a script shown)."""
     known = {o for c in cli.commands.values() for p in c.params for o in [*p.opts, *p.secondary_opts]}
-    known |= {"--help", "--repeat"}  # click's own; benchmarks/search_speed.py's
+    known |= {"--help", "--repeat"}  # click's own; benchmarks/measure/search_speed.py's
     for path in (README, DOCS / "USAGE.md"):
         named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", text(path)))
         assert named <= known, (path.name, named - known)

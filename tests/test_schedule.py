@@ -371,8 +371,8 @@ def test_interleaved_general_m_with_a_group():
 
 
 def test_simulator_runs_a_long_pipeline():
-    """64·512·2 = 65,536 actions (its speed: benchmarks/estimate_speed.py): at least the m·(f + b) of a rank plus
-    the (p − 1)·(f + b) of filling and draining, and the p2p hops on top."""
+    """64·512·2 = 65,536 actions (its speed: benchmarks/measure/estimate_speed.py): at least the m·(f + b) of a rank
+    plus the (p − 1)·(f + b) of filling and draining, and the p2p hops on top."""
     tl = simulate(build("1f1b", 64, 512), 1.0, 2.0, t_p2p=0.01)
     assert tl.step_time >= (512 + 63) * 3.0
 

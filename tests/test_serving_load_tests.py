@@ -1,6 +1,6 @@
 """data/serving/load_tests.jsonl: published load tests recorded as printed, each pinned to its source, with a workload
-the simulator can rebuild (benchmarks/load_tests_percentiles.py). The printed figures of one benchmark run must agree
-with each other as the tool computes them (vLLM benchmarks/serve.py: request throughput = completed / duration,
+the simulator can rebuild (benchmarks/measure/load_tests_percentiles.py). The printed figures of one benchmark run must
+agree with each other as the tool computes them (vLLM benchmarks/serve.py: request throughput = completed / duration,
 output throughput = generated tokens / duration), which catches a value copied into the wrong run."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def test_printed_figures_agree_with_each_other(record):
 
 
 def test_the_benchmark_rebuilds_what_the_tool_sent():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "measure"))
     from load_tests_percentiles import printed, requests
 
     burst = next(r for r in PRINTED if r["id"] == "gpustack_gpt-oss-20b_h100_vllm_random-4k-input")

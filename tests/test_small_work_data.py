@@ -1,8 +1,8 @@
 """The small-work dev set of issue 46 (data/validation/small_work.jsonl and data/serving/small_work.jsonl, described in
 the README beside each): every line parses as one record with the fields its schema requires, typed; each record
 is pinned to a commit of its source; ids are new; the fit / check split is the documented rule; and every record maps
-to a run meshplan prices (none skipped). The regime's report (benchmarks/small_work.py) picks the published runs on
-one node and at batch 1 without touching the accuracy summaries' run sets."""
+to a run meshplan prices (none skipped). The regime's report (benchmarks/measure/small_work.py) picks the published runs
+on one node and at batch 1 without touching the accuracy summaries' run sets."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ TRAINING_BLOCKS = {"model": ("name", "arch", "num_layers", "hidden_size", "num_h
                    "hardware": ("gpu", "num_gpus", "gpus_per_node", "interconnect"),
                    "parallel": ("tp", "pp", "dp", "micro_batch_size", "global_batch_size", "activation_recompute",
                                 "zero_or_fsdp")}
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "measure"))
 
 
 def _lines(path: Path) -> list[dict]:

@@ -2,7 +2,7 @@
 item 3): each is read again from the files here, without a GPU, and the presets must lie in what was measured.
 
 Per CUDA kernel of a training layer, host-bound (micro-batch 1-2 at width 1024, where the GPU is busy a fraction of
-the pass): the fixed cost a of a layer (benchmarks/small_work_gpu_doc.py's fit over the micro-batch of the depths'
+the pass): the fixed cost a of a layer (benchmarks/docs/small_work_gpu_doc.py's fit over the micro-batch of the depths'
 difference) over the kernels PyTorch's profiler counted in it.
 """
 
@@ -22,7 +22,7 @@ DATA = ROOT / "data" / "measured" / "gpu"
 
 
 def _doc():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("small_work_gpu_doc", ROOT / "benchmarks" / "small_work_gpu_doc.py")
+    spec = importlib.util.spec_from_file_location("small_work_gpu_doc", ROOT / "benchmarks/docs/small_work_gpu_doc.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -143,9 +143,9 @@ def test_a_compiled_layer_costs_the_host_more_than_its_eager_twin_and_reads_both
 
 
 def test_megatron_deepspeed_layer_costs_its_host_what_the_megatron_stacks_say() -> None:
-    """data/measured/2026-11-26-megatron-host-cpu.json (benchmarks/megatron_host_cpu.py): the three layers' forward
-    and backward on CPU tensors so small that each costs its host alone. Scaled by the plain layer's measured host
-    time per layer on a GPU (pytorch-fsdp's 25 µs × its 46 kernels = 1.15 ms), Megatron-Core's local layer reads
+    """data/measured/2026-11-26-megatron-host-cpu.json (benchmarks/measure/megatron_host_cpu.py): the three layers'
+    forward and backward on CPU tensors so small that each costs its host alone. Scaled by the plain layer's measured
+    host time per layer on a GPU (pytorch-fsdp's 25 µs × its 46 kernels = 1.15 ms), Megatron-Core's local layer reads
     1.15 × 1.216 / 0.440 = 3.18 ms, the megatron-lm-2021 stack's 50 µs × 63 kernels = 3.15 ms measured on the H200.
     The megatron-deepspeed preset's per-kernel cost is Megatron-Core's 50 µs scaled by the Python calls each issues
     per GPU kernel (issue 79): 308.75 / 57 over 444.75 / 63 = 5.42 / 7.06, so 38.4 µs, 38.4 × 57 = 2.19 ms a layer."""
@@ -172,12 +172,12 @@ def test_megatron_deepspeed_layer_costs_its_host_what_the_megatron_stacks_say() 
 
 
 def test_tensor_parallelism_adds_to_megatron_deepspeeds_host_its_collectives_alone() -> None:
-    """data/measured/2026-11-27-megatron-host-cpu-tp.json (benchmarks/megatron_host_cpu.py --tp 2): Megatron-DeepSpeed's
-    layer at tp 2 (two gloo ranks) makes 296.75 Python calls and 182.25 aten ops a layer against tp 1's 308.75 and
-    183.25: the same work but for 4 all-reduces (2 forward, 2 backward) and a few views and clones fewer. So its host
-    issues per layer at tp > 1 what it issues at tp 1 plus one call per collective, which is what step/host.launches
-    counts: meshplan's megatron-deepspeed layer at tp 2 without sequence parallelism (as measured) launches exactly
-    4 more than at tp 1."""
+    """data/measured/2026-11-27-megatron-host-cpu-tp.json (benchmarks/measure/megatron_host_cpu.py --tp 2):
+    Megatron-DeepSpeed's layer at tp 2 (two gloo ranks) makes 296.75 Python calls and 182.25 aten ops a layer against tp
+    1's 308.75 and 183.25: the same work but for 4 all-reduces (2 forward, 2 backward) and a few views and clones fewer.
+    So its host issues per layer at tp > 1 what it issues at tp 1 plus one call per collective, which is what
+    step/host.launches counts: meshplan's megatron-deepspeed layer at tp 2 without sequence parallelism (as measured)
+    launches exactly 4 more than at tp 1."""
     measured = json.loads((ROOT / "data" / "measured" / "2026-11-27-megatron-host-cpu-tp.json").read_text())
     one, two = measured["median"]["1"], measured["median"]["2"]
     assert two["python_calls"] <= 1.05 * one["python_calls"] and two["aten_ops"] <= 1.05 * one["aten_ops"]

@@ -1,5 +1,5 @@
-"""benchmarks/small_work_mds.py (Megatron-DeepSpeed's GPT on a lent GPU) and what benchmarks/mds_gpu_doc.py reads
-from its committed measurement: the parts that run without a GPU or a Megatron-DeepSpeed checkout."""
+"""benchmarks/measure/small_work_mds.py (Megatron-DeepSpeed's GPT on a lent GPU) and what benchmarks/docs/mds_gpu_doc.py
+reads from its committed measurement: the parts that run without a GPU or a Megatron-DeepSpeed checkout."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "benchmarks" / folder) for folder in ("docs", "measure")]
 import mds_gpu_doc  # noqa: E402
 import small_work_mds  # noqa: E402
 

@@ -1,11 +1,11 @@
-"""The sweep metrics of benchmarks/small_work_sweeps.py on hand-worked examples (issue 46's planner bars)."""
+"""The sweep metrics of benchmarks/measure/small_work_sweeps.py on hand-worked examples (issue 46's planner bars)."""
 
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "measure"))
 
 import small_work_sweeps as sw  # noqa: E402
 from meshplan_validation.result import RunResult  # noqa: E402

@@ -1,6 +1,6 @@
-"""benchmarks/speed_guard.py, CI's check of the speed margin (issue 83): its arithmetic on made-up timings (the ratio
-of each command to the reference runs around it, the verdict against the baseline), and that its baseline covers every
-command against today's reference workload. The timing itself runs in .ci/run, not here (a timed test fails on a
+"""benchmarks/measure/speed_guard.py, CI's check of the speed margin (issue 83): its arithmetic on made-up timings (the
+ratio of each command to the reference runs around it, the verdict against the baseline), and that its baseline covers
+every command against today's reference workload. The timing itself runs in .ci/run, not here (a timed test fails on a
 loaded machine; a ratio to the reference does not)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("speed_guard", ROOT / "benchmarks" / "speed_guard.py")
+_spec = importlib.util.spec_from_file_location("speed_guard", ROOT / "benchmarks" / "measure" / "speed_guard.py")
 guard = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = guard  # its dataclasses look their module up there
 _spec.loader.exec_module(guard)
@@ -54,4 +54,4 @@ def test_the_baseline_covers_every_command_against_todays_reference():
 
 
 def test_ci_runs_the_guard():
-    assert "benchmarks/speed_guard.py" in (ROOT / ".ci" / "run").read_text()
+    assert "benchmarks/measure/speed_guard.py" in (ROOT / ".ci" / "run").read_text()

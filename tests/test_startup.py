@@ -31,16 +31,24 @@ HEAVY = ("scipy", "torch", "jinja2", "matplotlib", "pandas", "ray", "sklearn", "
 # when the collectives and pipeline schedules became packages of one module per variant and the bands, energy,
 # goodput and host-cost records joined the estimate (117 / 157 / 115 measured then); lowered when `plan` stopped
 # importing the config formats (configs/, only --emit writes one) and NumPy's masked arrays (np.unique's import):
-# 117 / 145 / 103 measured then
+# 117 / 145 / 103 measured then; lowered again when a hybrid block's mixers (cost/layers.MIXERS), the 2D layouts'
+# layer costs, the mixed-cluster and goodput searches and difflib were imported by their users only: 107 / 133 / 102
+# measured then (about 270 other modules each, 173 for --help), the limits a few modules above
+# what a dense model's plain search and estimate do not use (a hybrid's mixers, a 2D layout, --system pools, --mtbf,
+# an error's suggestions)
+UNUSED_AT_START = ("meshplan.cost.mamba", "meshplan.cost.summa", "meshplan.cli.mixed", "meshplan.search.by_goodput",
+                   "difflib")
 CASES = {
-    "help": (["--help"], 8, 190, (*HEAVY, "numpy", "rich")),
-    "plan": (["plan", *QUICK], 160, 300, (*HEAVY, "meshplan.serve", "meshplan.autoshard", "meshplan.specs.hf",
-                                           "meshplan.report.vega", "meshplan.configs", "numpy.ma")),
-    "estimate": (["estimate", *QUICK, "--tp", "8", "--pp", "4"], 128, 300,
-                 (*HEAVY, "meshplan.serve", "meshplan.autoshard", "meshplan.search.run", "multiprocessing")),
+    "help": (["--help"], 8, 180, (*HEAVY, "numpy", "rich")),
+    "plan": (["plan", *QUICK], 138, 285, (*HEAVY, "meshplan.serve", "meshplan.autoshard", "meshplan.specs.hf",
+                                          "meshplan.report.vega", "meshplan.configs", "numpy.ma", *UNUSED_AT_START)),
+    "estimate": (["estimate", *QUICK, "--tp", "8", "--pp", "4"], 112, 285,
+                 (*HEAVY, "meshplan.serve", "meshplan.autoshard", "meshplan.search.run", "multiprocessing",
+                  *UNUSED_AT_START)),
     "serve": (["serve", "--model", "llama3-8b", "--system", "h100", "--gpus", "1", "--input-len", "1000",
-               "--output-len", "200"], 114, 300,
-              (*HEAVY, "meshplan.search.run", "meshplan.autoshard", "meshplan.step.assemble", "multiprocessing")),
+               "--output-len", "200"], 107, 285,
+              (*HEAVY, "meshplan.search.run", "meshplan.autoshard", "meshplan.step.assemble", "multiprocessing",
+               "meshplan.report.vega", "difflib")),
 }
 
 
@@ -95,3 +103,15 @@ def test_every_command_is_listed_once():
     names = [entry.name for entry in COMMANDS]
     assert len(names) == len(set(names)) and {"plan", "serve", "estimate", "validate"} <= set(cli.commands)
     assert "no-such-command" not in cli.commands and cli.commands.get("no-such-command") is None
+
+
+def test_every_block_kind_has_its_mixer():
+    """cost/layers.MIXERS names each hybrid block's cost function by module (imported on first use, so that a dense
+    model's start-up loads none): every kind a layer pattern can hold is there, and each name is a real function."""
+    from meshplan.cost.layers import MIXERS, mixer
+    from meshplan.specs.model_checks import BLOCK_KINDS
+
+    assert set(BLOCK_KINDS.values()) <= set(MIXERS)
+    for kind in MIXERS:
+        block = mixer(kind)
+        assert callable(block) and block.__name__ == MIXERS[kind][1], kind

@@ -1,8 +1,8 @@
 """The host's cost per layer by PyTorch release (issue 79, lead 1), from the committed CPU measurement
-(benchmarks/torch_release_host_cpu.py, data/measured/2026-11-28-torch-release-host-cpu.json): vTrain ran PyTorch 2.0.1,
-the megatron-deepspeed preset's per-kernel host cost was measured under PyTorch 2.11. On one CPU the same eager layer
-costs PyTorch 2.0.1's host what it costs 2.13's within the measurement's spread, so no per-release factor is owed and
-vTrain's profile keeps the preset's host cost unscaled."""
+(benchmarks/measure/torch_release_host_cpu.py, data/measured/2026-11-28-torch-release-host-cpu.json): vTrain ran PyTorch
+2.0.1, the megatron-deepspeed preset's per-kernel host cost was measured under PyTorch 2.11. On one CPU the same eager
+layer costs PyTorch 2.0.1's host what it costs 2.13's within the measurement's spread, so no per-release factor is owed
+and vTrain's profile keeps the preset's host cost unscaled."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""vLLM's host time per iteration: the engine presets hold what benchmarks/vllm_v0_host_cpu.py (V0) and
+"""vLLM's host time per iteration: the engine presets hold what benchmarks/measure/vllm_v0_host_cpu.py (V0) and
 vllm_v1_host_cpu.py (V1) measured in vLLM's own code (data/measured/2026-11-27-vllm-host-cpu.json), and serving prices
 it: exposed per sequence, and V0's async output processor's share beside the GPU's step."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from meshplan.search import Space, search
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
@@ -14,3 +16,40 @@ def test_two_workers_find_what_one_finds():
     two = search(model, cluster, space, top_k=5, workers=2)
     assert [e.plan for e in one.plans] == [e.plan for e in two.plans]
     assert (one.evaluated, one.feasible, one.rejected) == (two.evaluated, two.feasible, two.rejected)
+
+
+def _same(a, b) -> None:
+    """Two results alike in everything but the time they took (the refusals' examples and the plans' order too)."""
+    left, right = a.to_dict(), b.to_dict()
+    for d in (left, right):
+        d.pop("seconds"), d.pop("plans_per_second")
+    assert left == right
+
+
+def test_forked_parts_merge_in_the_jobs_order(monkeypatch):
+    """Forked workers finish in any order; their parts are merged in the jobs' order, so the first example of each
+    refusal is the one the same jobs give in one process (before, the example of a refusal found in several jobs
+    was whichever job finished first)."""
+    from meshplan.search import workers
+
+    model, cluster = load_model("llama3-70b"), load_system("h100").cluster(64)
+    space = Space(global_batch=64)  # offload on: Megatron-Core's refusals, found in several jobs
+    forked = search(model, cluster, space, top_k=3, workers=2)
+    evaluated = workers._evaluated
+    monkeypatch.setattr(workers, "_evaluated", lambda searches, tasks, _: evaluated(searches, tasks, 1))
+    here = search(model, cluster, space, top_k=3, workers=2)  # the two workers' four jobs, in this process
+    assert sum(1 for reason in forked.rejected if "refuses" in reason) >= 2
+    _same(forked, here)
+
+
+def test_searches_in_one_pool_find_what_each_finds_alone():
+    """run.searches (search/variants.py: the expert-GEMM choices) runs several searches' jobs in one pool; each
+    result is the one its search gives alone."""
+    from meshplan.search.run import searches
+
+    model, cluster = load_model("qwen3-30b-a3b"), load_system("h100").cluster(64)
+    base = Space(global_batch=64, offload_optimizer=(False,), offload_activations=(False,))
+    spaces = [replace(base, stack=base.stack.with_(expert_gemm=g)) for g in ("per_expert", "grouped")]
+    together = searches(model, cluster, spaces, top_k=3, workers=2)
+    for space, result in zip(spaces, together, strict=True):
+        _same(result, search(model, cluster, space, top_k=3, workers=2))

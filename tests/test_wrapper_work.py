@@ -125,7 +125,7 @@ def test_zero3_hooks_every_module_and_tensor_on_the_host_alone():
 
 
 def test_zero3_hook_constants_are_the_committed_measurement():
-    """ZERO3_HOOKS as benchmarks/deepspeed_hooks_cpu.py measured them (data/measured/...-zero3-hooks-cpu.json):
+    """ZERO3_HOOKS as benchmarks/measure/deepspeed_hooks_cpu.py measured them (data/measured/...-zero3-hooks-cpu.json):
     on this project's CPU, scaled by the plain layer's 1.15 ms on the DGX host over its CPU time, each the median of
     the measurement's repeats; in each repeat every kind's per-child slope lies on the line c_m + k·c_t of its k
     tensors within the measurement's scatter."""

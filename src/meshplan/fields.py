@@ -8,7 +8,6 @@ raises SpecError naming the field and the value: ``tied_embeddings='false' must 
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from dataclasses import MISSING, fields
@@ -27,7 +26,7 @@ MAX_LAYERS = 10_000
 # largest announced AI clusters are a few hundred thousand to a million GPUs); a larger count is a typo.
 MAX_GPUS = 2**20
 # Plans a search space may hold by default (Space.max_plans, --max-plans): about 40 s at the measured rate (README,
-# benchmarks/search_speed.py), so that a typo in a GPU or expert count is one line, not an hour.
+# benchmarks/measure/search_speed.py), so that a typo in a GPU or expert count is one line, not an hour.
 MAX_PLANS = 1_000_000_000
 # The share of HBM a plan leaves free by default on the command line: the model's largest |error| of peak memory
 # against the measured runs, 12.0 % (docs/ACCURACY.md, "Peak memory": torchtitan's eager Llama 3 8B on 128 H100s
@@ -133,6 +132,8 @@ def require_fields(data: dict[str, Any], cls: type, where: str, given: tuple[str
 def unknown_field(where: str, key: str, known: set[str], documented: str) -> SpecError:
     """The error for a key of a file's table that is not one of ``known``: the known fields when they are few, else
     the closest (difflib) and ``documented`` (where the full list is)."""
+    import difflib  # noqa: PLC0415  (only an error imports it: not every command's start-up)
+
     close = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
     if len(known) <= MAX_LISTED:
         return SpecError(f"{where}: unknown field {key!r} (known: {', '.join(sorted(known))})")
@@ -145,6 +146,8 @@ def not_a_preset(field: str, ref: str, names: list[str], forms: str) -> SpecErro
     few, else the closest (difflib) and where they are listed."""
     if len(names) <= MAX_LISTED:
         return SpecError(f"{field}={ref!r} is not {forms} (presets: {', '.join(names)})")
+    import difflib  # noqa: PLC0415
+
     close = difflib.get_close_matches(ref, names, n=3, cutoff=0.6)
     hint = f"did you mean {' or '.join(close)}? " if close else ""
     return SpecError(f"{field}={ref!r} is not {forms} ({hint}`meshplan presets` lists the {len(names)} presets)")

@@ -14,7 +14,7 @@ with exponential or Erlang service times"; measured kernels below both roofs aro
     work = (compute^p + memory^p)^(1/p)      p = ``Efficiency.ridge``
 which is the larger of the two where one dominates (p → ∞ is the plain roofline) and 2^(1/p) times it where they
 are equal. p is measured, not fitted to training or serving runs: the least mean |log error| over the 945 single
-decode GEMMs (bf16 and fp8, 1-512 rows) timed on a lent H200 (benchmarks/fit_ridge.py), checked on the H100's
+decode GEMMs (bf16 and fp8, 1-512 rows) timed on a lent H200 (benchmarks/measure/fit_ridge.py), checked on the H100's
 (docs/GEMM_GPU.md). Increasing in each time, so more FLOP/s or bandwidth never lengthens an op.
 
 Seed 000 fits each side as latency + work / rate; ``calibrate`` fits t = t₀ + 2mnk / F for GEMMs and

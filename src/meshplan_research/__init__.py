@@ -1,5 +1,5 @@
 """meshplan's research package: the learned residual predictor (learned.py, on the static op features of
-features.py), the model zoo check-step and benchmarks/measured.py run (zoo.py) and MLP-Mixer (mixer.py).
+features.py), the model zoo check-step and benchmarks/docs/measured.py run (zoo.py) and MLP-Mixer (mixer.py).
 
 It ships beside meshplan (the same pyproject) and imports the core, which never imports it (tests/test_imports.py):
 ``meshplan check-step`` finds the zoo and ``--learned`` through the ``meshplan.research`` entry points

@@ -196,7 +196,7 @@ def apply_learned(result: Any, profiles: str) -> dict[str, Any]:
     models = sorted({r["model"] for r in ops})
     if len(models) < 2:
         raise SpecError(f"profiles={profiles!r} holds {len(models)} other model(s): the learned residual needs two "
-                        "or more (benchmarks/measured.py profiles the zoo)")
+                        "or more (benchmarks/docs/measured.py profiles the zoo)")
     learner = train(ops, "replay")
     mine = list(op_records(result))
     kernels = learner.predict(mine)

@@ -1,4 +1,4 @@
-"""The model zoo check-step and benchmarks/measured.py run: ten architectures built from their own config
+"""The model zoo check-step and benchmarks/docs/measured.py run: ten architectures built from their own config
 classes (Hugging Face transformers) at a size a CPU trains a step of in well under a second, plus MLP-Mixer
 (mixer.py). Each model's forward returns its training loss (language models: next-token or masked-token
 cross-entropy against the inputs; encoder-decoder: the decoder's; image models: classification against random

@@ -3,7 +3,7 @@ its value, the runs it was fitted on and the sources they come from (provenance.
 what it would be with no data at all (``prior``: the value a leave-one-source-out refit falls back to when the source
 it leaves out is the constant's only one).
 
-``FITTED`` is the registry. benchmarks/out_of_source.py refits each constant without each source in turn, predicts
+``FITTED`` is the registry. benchmarks/docs/out_of_source.py refits each constant without each source in turn, predicts
 that source's runs with the refitted values, and writes those out-of-source errors (docs/out_of_source.json), the
 headline of docs/ACCURACY.md and docs/ACCURACY_INFERENCE.md; docs/ACCURACY.md lists this registry with each
 constant's leave-one-source-out effect. The README's count of fitted constants is ``len(FITTED)``
@@ -82,50 +82,51 @@ SERVING = frozenset({"trtllm_perf", "trtllm_blog_r1", "lmdeploy", "sglang_blogs"
 FITTED: tuple[Fitted, ...] = (
     Fitted("gemm", "src/meshplan/specs/efficiency.py Efficiency.gemm", "training", _efficiency("gemm"),
            "the fit half (CRC-32 of the id even) of data/validation/published_runs.jsonl, dense runs, superseded "
-           "records left out, every source group weighted equally", PUBLISHED, "benchmarks/fit_efficiency.py", 1.0,
-           "x MAMF"),
+           "records left out, every source group weighted equally", PUBLISHED, "benchmarks/measure/fit_efficiency.py",
+           1.0, "x MAMF"),
     Fitted("attention", "src/meshplan/specs/efficiency.py Efficiency.attention", "training",
-           _efficiency("attention"), "as gemm, jointly", PUBLISHED, "benchmarks/fit_efficiency.py", 0.75 / 0.803,
-           "x MAMF"),
+           _efficiency("attention"), "as gemm, jointly", PUBLISHED, "benchmarks/measure/fit_efficiency.py",
+           0.75 / 0.803, "x MAMF"),
     Fitted("Megatron-LM CI host per micro-batch", "src/meshplan_validation/sources.py MEGATRON_LM_CI_MICROBATCH",
            "training", _ci_microbatch, "the fit half of Megatron-LM's CI runs (its six pipelined runs), at the "
            "DGX A100's measured python_host",
            frozenset({"megatron_lm_ci"}), "tests/test_megatron_ci_loop.py", 0.0, "s"),
     Fitted("memory headroom", "src/meshplan/fields.py MEMORY_HEADROOM", "training", _headroom,
            "chosen: the largest |error| of the measured peak memories (torchtitan's 18 runs)",
-           frozenset({"torchtitan"}), "benchmarks/accuracy.py (reports the errors)", 0.0, "of HBM"),
+           frozenset({"torchtitan"}), "benchmarks/docs/accuracy.py (reports the errors)", 0.0, "of HBM"),
     Fitted("kv_read", "src/meshplan/serve/efficiency.py ServeEfficiency.kv_read", "serving", _serving("kv_read"),
            "the fit half of data/serving/published_serving.jsonl (split fit), throughput and ITL, every source "
-           "group weighted equally", SERVING, "benchmarks/fit_inference.py", 1.0),
+           "group weighted equally", SERVING, "benchmarks/measure/fit_inference.py", 1.0),
     Fitted("experts", "src/meshplan/serve/efficiency.py ServeEfficiency.experts", "serving", _serving("experts"),
            "as kv_read (held at this value since: fitted freely it runs to its bound)", SERVING,
-           "benchmarks/fit_inference.py", 1.0),
+           "benchmarks/measure/fit_inference.py", 1.0),
     Fitted("trtllm iteration_overhead", "src/meshplan/presets/engines/trtllm.toml iteration_overhead", "serving",
            _engine("trtllm", "iteration_overhead"), "the fit half's TensorRT-LLM (TensorRT engine) runs",
-           frozenset({"trtllm_perf", "trtllm_blog_r1"}), "benchmarks/fit_inference.py", 0.0, "s"),
+           frozenset({"trtllm_perf", "trtllm_blog_r1"}), "benchmarks/measure/fit_inference.py", 0.0, "s"),
     Fitted("lmdeploy iteration_overhead", "src/meshplan/presets/engines/lmdeploy.toml iteration_overhead", "serving",
            _engine("lmdeploy", "iteration_overhead"), "the fit half's LMDeploy runs", frozenset({"lmdeploy"}),
-           "benchmarks/fit_inference.py", 0.0, "s"),
+           "benchmarks/measure/fit_inference.py", 0.0, "s"),
     Fitted("vLLM V0 iteration_latency",
            "src/meshplan/presets/engines/vllm-v0.toml iteration_latency (and vllm-v0.5, -rocm)", "serving",
            _engine("vllm-v0", "iteration_latency"), "the released half of Argonne's LLM-Inference-Bench, H100 Llama 2 "
-           "7B at tp 1 (every batch)", frozenset({"argonne_bench"}), "benchmarks/fit_llm_inference_bench.py", 0.0, "s"),
+           "7B at tp 1 (every batch)", frozenset({"argonne_bench"}), "benchmarks/measure/fit_llm_inference_bench.py",
+           0.0, "s"),
     Fitted("vLLM ROCm skinny_gemm_rate", "src/meshplan/presets/engines/vllm-v0.6-rocm.toml skinny_gemm_rate (and "
            "vllm-v0.5-rocm)", "serving", _engine("vllm-v0.6-rocm", "skinny_gemm_rate"),
            "the released half of Argonne's LLM-Inference-Bench, MI300X runs (one model against the other)",
            frozenset({"argonne_bench"}),
-           "benchmarks/fit_llm_inference_bench.py", 1.0),
+           "benchmarks/measure/fit_llm_inference_bench.py", 1.0),
     Fitted("vLLM ROCm kernel_gap", "src/meshplan/presets/engines/vllm-v0.6-rocm.toml kernel_gap (and "
            "vllm-v0.5-rocm)", "serving", _engine("vllm-v0.6-rocm", "kernel_gap"), "as skinny_gemm_rate, jointly",
-           frozenset({"argonne_bench"}), "benchmarks/fit_llm_inference_bench.py", 0.0, "s per kernel"),
+           frozenset({"argonne_bench"}), "benchmarks/measure/fit_llm_inference_bench.py", 0.0, "s per kernel"),
     Fitted("Grace interpreter_host", "src/meshplan/presets/hardware/gh200.toml interpreter_host (gb200, gb300)",
            "serving", _interpreter_host, "chosen with the GH200 runs of Argonne's released half in view (Laukemann et "
            "al. 2024: Grace runs interpreted Python at x86 speed)", frozenset({"argonne_bench"}),
-           "benchmarks/fit_llm_inference_bench.py", 0.0, "x the DGX x86 host (0: python_host)"),
+           "benchmarks/measure/fit_llm_inference_bench.py", 0.0, "x the DGX x86 host (0: python_host)"),
     Fitted("trtllm-pytorch sequence_overhead", "src/meshplan/presets/engines/trtllm-pytorch.toml sequence_overhead",
            "serving", _engine("trtllm-pytorch", "sequence_overhead"),
            "the fit half's TensorRT-LLM PyTorch-backend runs (v1.0)", frozenset({"trtllm_perf"}),
-           "benchmarks/fit_inference.py --per-sequence", 0.0, "s"),
+           "benchmarks/measure/fit_inference.py --per-sequence", 0.0, "s"),
 )
 
 

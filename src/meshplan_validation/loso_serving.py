@@ -1,7 +1,7 @@
 """Leave-one-source-out errors of the serving runs (issue 79): each run priced with the serving constants of the
 registry (fitted.py) refitted without the run's source, beside its in-sample error.
 
-The shipped fit (benchmarks/fit_inference.py) fits, on the fit half of data/serving/published_serving.jsonl, the
+The shipped fit (benchmarks/measure/fit_inference.py) fits, on the fit half of data/serving/published_serving.jsonl, the
 decode attention's share of the streaming rate (``kv_read``), the MoE path's rate (``experts``) and the host time per
 iteration of TensorRT-LLM's and LMDeploy's engines (and, per sequence, of TensorRT-LLM's PyTorch backend), minimising
 the mean over source groups of the mean min(|log(predicted / measured)|, 0.7) of each run's throughput and, where

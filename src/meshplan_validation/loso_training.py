@@ -3,8 +3,8 @@
 
 What is refitted, for a run of source S (provenance.py):
 - ``gemm`` and ``attention`` where S is among their fit sources: refitted on the fit half's dense runs of the other
-  sources (benchmarks/fit_efficiency.py's fit, its objective, linearised: refit.py); the MoE runs fit nothing (their
-  per-expert path's host time is the stacks' measured cost per kernel: cost/mlp_moe.host_launched);
+  sources (benchmarks/measure/fit_efficiency.py's fit, its objective, linearised: refit.py); the MoE runs fit nothing
+  (their per-expert path's host time is the stacks' measured cost per kernel: cost/mlp_moe.host_launched);
 - Megatron-LM CI's host per micro-batch where S is Megatron-LM's CI, its one source: without it, it falls to its
   prior (0); the DGX A100's python_host is a measurement (presets/hardware/a100.toml), not refitted;
 - every other run keeps the shipped value of a constant not fitted on its source: its in-sample error is already
@@ -34,7 +34,7 @@ from meshplan_validation.selection import in_fit_set
 from meshplan_validation.skip import Skip
 
 DENSE = (Coordinate("gemm", (0.3, 1.2)), Coordinate("attention", (0.15, 1.0)))
-CAP = 0.5  # the shipped fit's clip of |log error| (benchmarks/fit_efficiency.py)
+CAP = 0.5  # the shipped fit's clip of |log error| (benchmarks/measure/fit_efficiency.py)
 CI_SOURCE = "megatron_lm_ci"
 
 

@@ -1,11 +1,11 @@
 """Refitting constants without one source, fast: each prediction of the fit runs as a linear function of the
 constants around their shipped values (one Gauss-Newton step, Nocedal & Wright 2006, §10.3), the robust objective of
 the shipped fit minimised over that linear model, the refitted values then priced exactly on the left-out source's
-runs (benchmarks/out_of_source.py; issue 79).
+runs (benchmarks/docs/out_of_source.py; issue 79).
 
 ``Linear``: per fit observation i its base log-prediction b_i, its measured log value y_i, its group g_i and its
 sensitivities J_ik = ∂ log prediction_i / ∂ x_k, x_k the constant's coordinate (its log for a rate or a share, the
-value itself for a host time that may be 0: ``Coordinate``). The objective is the shipped fits' (benchmarks/
+value itself for a host time that may be 0: ``Coordinate``). The objective is the shipped fits' (benchmarks/measure/
 fit_efficiency.py, fit_inference.py): the mean over groups of each group's mean of min(|b + J·Δx − y|, cap), so
 every source group weighs the same. Each refit starts from the shipped values and is minimised by Powell's method
 within the constants' bounds (scipy.optimize.minimize).

@@ -23,7 +23,7 @@ def select(records: Iterable[dict[str, Any]], group: str | None = None, exclude_
     """(record, skip reason or "") for the records of ``group`` (all when None). A superseded record (older
     numbers of a configuration that a newer record of the same source also gives) is still a measured run of
     the software of its day, so it is evaluated unless ``exclude_superseded``; the constants are fitted on the
-    newer records only (benchmarks/fit_efficiency.py)."""
+    newer records only (benchmarks/measure/fit_efficiency.py)."""
     chosen = []
     for r in records:
         if group is not None and r.get("group") != group:

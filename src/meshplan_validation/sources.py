@@ -88,9 +88,9 @@ MEGATRON_LM_TENSOR = 32e-6
 MEGATRON_LM_CI_TENSOR = 76e-6
 # The CI's training loop around the model (the recipe's --timing-log-level 2 --log-interval 1
 # --log-timers-to-tensorboard; data/measured/2026-11-26-megatron-ci-loop.md): per step its logging, replayed on this
-# host with tensorboard's own writer (benchmarks/megatron_ci_loop.py: 33 scalars and two log lines, 0.96 ms); per
-# micro-batch and pipeline rank the timers' torch.cuda.synchronize at every start and stop (megatron/timers.py; ~15 a
-# micro-batch on a pipelined rank), the sends' synchronise after batch_isend_irecv, the batch's fetch, broadcast and
+# host with tensorboard's own writer (benchmarks/measure/megatron_ci_loop.py: 33 scalars and two log lines, 0.96 ms);
+# per micro-batch and pipeline rank the timers' torch.cuda.synchronize at every start and stop (megatron/timers.py; ~15
+# a micro-batch on a pipelined rank), the sends' synchronise after batch_isend_irecv, the batch's fetch, broadcast and
 # attention-mask copy and the loss's NaN check and all-reduce: GPU work to time, so fitted, the one constant, by least
 # squares on the fit half of the CI records (its six pipelined runs; tests/test_megatron_ci_loop.py re-fits it), at the
 # DGX A100's measured python_host (1.34, presets/hardware/a100.toml), with the GPT convention's biases, dropout and

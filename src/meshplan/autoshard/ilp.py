@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from meshplan.autoshard.highs import relax
 from meshplan.autoshard.problem import Edge, Problem
-from meshplan.autoshard.reduce import Pairwise, expand_choice, reduce, restrict
+from meshplan.autoshard.reduce import MEMO, Pairwise, digest, expand_choice, reduce, restrict
 from meshplan.errors import MissingDependency
 from meshplan.xp import unique_rows
 
@@ -151,9 +152,17 @@ def _classes(m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     and each strategy's merged row (of u) and column (of v). Edge variables over the classes, each class's marginal
     equal to the sum of its strategies' variables, give the same objective on every integral choice and the same LP
     optimum (a class's variable splits among its strategies in proportion), with fewer variables."""
-    rows, row_of = unique_rows(m)
-    cols, col_of = unique_rows(rows.T)
-    return cols.T, row_of, col_of
+    known = _CLASSES.get(tag := digest(m))
+    if known is None:
+        rows, row_of = unique_rows(m)
+        cols, col_of = unique_rows(rows.T)
+        known = _CLASSES[tag] = (cols.T, row_of, col_of)
+        if len(_CLASSES) > MEMO:
+            _CLASSES.clear()
+    return known
+
+
+_CLASSES: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # edge matrix digest -> its classes
 
 
 def _relaxation_first(optimize: Any, c: np.ndarray, integrality: np.ndarray, matrix: Any, lo: np.ndarray,
@@ -162,6 +171,9 @@ def _relaxation_first(optimize: Any, c: np.ndarray, integrality: np.ndarray, mat
     unconstrained programs, and then it is the optimum; otherwise branch and bound (``milp``)."""
     from scipy.optimize import Bounds, LinearConstraint
 
+    relaxed = relax(c, matrix, lo, hi)  # linprog's own HiGHS run without its per-column wrapper (highs.py)
+    if relaxed is not None and np.all(np.minimum(nodes := relaxed.x[integrality == 1], 1 - nodes) < 1e-7):
+        return relaxed
     eq = lo == hi
     # presolve off: after reduce.py's reductions it only costs time; one thread: scipy runs HiGHS' serial dual simplex,
     # and HiGHS' pool of worker threads only waited (a third of the planner's wall time here, the same solutions).

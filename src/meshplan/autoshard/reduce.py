@@ -17,6 +17,7 @@ eliminated node's (chosen by its neighbours) would not.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,6 +50,18 @@ class Pairwise:
         self.edges[key] = self.edges[key] + m if key in self.edges else m
 
 
+MEMO = 8192  # profiles remembered: the planner's Lagrangian rounds solve programs that differ at a few nodes only
+_KEPT: dict[bytes, np.ndarray] = {}
+
+
+def digest(m: np.ndarray) -> bytes:
+    """A 160-bit BLAKE2 digest of a matrix's shape, dtype and bytes: equal for equal matrices, and for different ones
+    with probability 2^-160 a pair (the key of ``_KEPT`` and of ilp.py's edge classes)."""
+    h = hashlib.blake2b(np.asarray(m.shape, dtype=np.int64).tobytes() + m.dtype.str.encode(), digest_size=20)
+    h.update(np.ascontiguousarray(m).tobytes())
+    return h.digest()
+
+
 def restrict(pw: Pairwise, key: int, keep: np.ndarray) -> None:
     """Keep only the strategies ``keep`` (reduced indices) of node ``key``."""
     pw.costs[key] = pw.costs[key][keep]
@@ -71,6 +84,16 @@ def _dominated(pw: Pairwise, key: int, around: set[int]) -> np.ndarray:
     if key in pw.memory:
         parts.append(pw.memory[key])
     profile = np.concatenate(parts, axis=1)
+    known = _KEPT.get(tag := digest(profile))
+    if known is None:
+        known = _KEPT[tag] = _kept(profile)
+        if len(_KEPT) > MEMO:
+            _KEPT.clear()
+    return known
+
+
+def _kept(profile: np.ndarray) -> np.ndarray:
+    """``_dominated``'s test on one profile (a row per strategy)."""
     order = np.lexsort(profile.T[::-1])
     rank = np.empty(len(order), dtype=int)
     rank[order] = np.arange(len(order))

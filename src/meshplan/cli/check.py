@@ -162,7 +162,7 @@ def _profiles(given: str) -> str:
     found = next((p for p in (given, beside) if os.path.exists(p)), None)  # os.path: False for a name too long
     if found is None:
         raise SpecError(f"profiles={given!r} does not exist: --learned needs the zoo's profiles (a .jsonl file or a "
-                        "folder of them; python benchmarks/measured.py writes data/measured/ in a checkout)")
+                        "folder of them; python benchmarks/docs/measured.py writes data/measured/ in a checkout)")
     if not os.path.isdir(found):
         check_input(found, "profiles")
     if not read_profiles(found):

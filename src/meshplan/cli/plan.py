@@ -22,7 +22,6 @@ from meshplan.cli.conditions import condition_options, conditions_of, conditions
 from meshplan.cli.emit import EMIT_DEPTH, EMIT_FORMATS, EMIT_FRAMEWORK, check_emit, write_best
 from meshplan.cli.goodput_options import reliability_of, reliability_options
 from meshplan.cli.help import Sectioned, section
-from meshplan.cli.mixed import check_mixed, run_mixed
 from meshplan.cli.options import DEFAULT_FRAMEWORK, estimate_args, stack_of, stack_options
 from meshplan.cli.search_options import pop_search_options, search_options, search_space, space_settings
 from meshplan.errors import SpecError
@@ -144,13 +143,14 @@ def _search(model: ModelSpec, cluster: Any, space: Any, top_k: int, every: Any, 
             shown: Any) -> Any:
     """One GPU count's search: by step time, or with failures (--mtbf) by expected time to train
     (search/by_goodput.py); its plans read against ``shown`` (the GPUs without the stragglers' pace)."""
-    from meshplan.search.by_goodput import search_by_goodput
     from meshplan.search.variants import search_switches
 
     with progress(as_json) as update:
         if rel is None:
             result = search_switches(model, cluster, space, top_k=top_k, progress=update, explore=every)
         else:
+            from meshplan.search.by_goodput import search_by_goodput
+
             result, exact = search_by_goodput(model, cluster, space, rel, top_k=top_k)
             if not exact:
                 click.echo("ranked by expected time among the fastest plans kept (the bound did not close)",
@@ -171,6 +171,7 @@ def _mixed(model_ref: str, system_ref: str, gpus: str | None, framework: str, as
            options: dict[str, Any]) -> None:
     """``--system preset:GPUs,…``: the search on a mixed cluster (cli/mixed.py)."""
     from meshplan.cli.common import model_at
+    from meshplan.cli.mixed import check_mixed, run_mixed
     from meshplan.specs.pools import parse_pools
 
     pools = parse_pools(system_ref)

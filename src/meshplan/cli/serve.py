@@ -13,7 +13,6 @@ from meshplan.cli.common import MAX_PRICE, apply, common_model, load_inputs, spl
 from meshplan.errors import SpecError
 from meshplan.fields import MAX_SIZE
 from meshplan.ranges import RANGES, check_options
-from meshplan.report.vega import require_report_extra
 
 FIXED = ("tp", "pp", "dpa", "ep", "batch", "replicas", "prefill_replicas")
 SEARCH_ONLY = ("top_k", "rank_by", "disaggregate")  # options of the search: no effect with every axis fixed
@@ -85,6 +84,7 @@ def serve_cmd(model_ref: str, system_ref: str, gpus: int, as_json: bool, **optio
     options["cached_len"] = cached_tokens(options["input_len"], hit, engine.block_size)
     if report_path:
         from meshplan.files import writable
+        from meshplan.report.vega import require_report_extra
 
         writable(report_path, "report")
         require_report_extra()

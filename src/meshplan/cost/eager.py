@@ -111,10 +111,10 @@ def eager_layer(model: ModelSpec, plan: Plan, d: Dims, moe: bool = False) -> lis
 
 
 # Kernels (forward, input gradient, weight gradient, gradient accumulation) that each record of an eager layer
-# launches on a GPU, counted by benchmarks/eager_kernels.py with PyTorch 2.13's TorchDispatchMode over reference layers
-# in bf16 (tests/test_eager_kernels.py recounts them): one per aten op that reaches the dispatcher, less views and
-# allocations, plus the kernels beyond the first of the few aten ops that launch several on a GPU (its CUDA_EXTRA, from
-# the kernel names torch.profiler recorded on an H200, data/measured/gpu/2026-11-26-nvidia-h200-kernel-names.json):
+# launches on a GPU, counted by benchmarks/measure/eager_kernels.py with PyTorch 2.13's TorchDispatchMode over reference
+# layers in bf16 (tests/test_eager_kernels.py recounts them): one per aten op that reaches the dispatcher, less views
+# and allocations, plus the kernels beyond the first of the few aten ops that launch several on a GPU (its CUDA_EXTRA,
+# from the kernel names torch.profiler recorded on an H200, data/measured/gpu/2026-11-26-nvidia-h200-kernel-names.json):
 # LayerNorm's backward 2 (the input gradient; GammaBetaBackward, the weight and bias gradients' reduction), softmax's
 # backward 2 (SoftMax.cu's grad * output, then the softmax kernel), SDPA's flash backward 3 (dot(o, do), the main
 # kernel, the fp32 dq's cast). The layers: "gpt", Megatron-Core 0.16.1's GPT layer with the local spec, fusions off

@@ -101,6 +101,18 @@ def mtp_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     return ops + tp_exit("mtp/eh_proj/tp_out", model, plan, d)
 
 
+# Megatron's vocabulary-parallel cross-entropy as Megatron-DeepSpeed runs it (microsoft/Megatron-DeepSpeed @ f4157bea,
+# megatron/model/gpt_model.py post_language_model_processing: cross_entropy(output.float(), labels) unless
+# --fp16-lm-cross-entropy; megatron/core/tensor_parallel/cross_entropy.py _VocabParallelCrossEntropy): each line one
+# eager kernel over every logit of the rank, its HBM bytes per logit read + written (16-bit in, fp32 after the cast).
+# Forward: the .float() upcast 2 + 4, torch.max 4, the out-of-place subtraction of the max 4 + 4, torch.exp(out=) 4 + 4,
+# .sum 4, exp_logits.div_ 4 + 4 = 38 bytes in 6 kernels; backward: grad_input.mul_ 4 + 4 and autograd's cast of the
+# fp32 gradient back to the 16-bit logits' dtype (the .float()'s backward) 4 + 2 = 14 bytes in 2 kernels. The kernels
+# over one value per token (the target mask, the gathered target logit, log, the in-place target update) are neglected.
+VOCAB_PARALLEL_EAGER = {"fwd": (2 + 4) + 4 + (4 + 4) + (4 + 4) + 4 + (4 + 4), "bwd_x": (4 + 4) + (4 + 2)}
+VOCAB_PARALLEL_KERNELS = {"fwd": 6.0, "bwd_x": 2.0}
+
+
 def loss_ops(stack: Stack, logits: Num, tokens: Num) -> list[OpCost]:
     """The cross-entropy over this GPU's logits, forward and backward. Megatron's vocabulary-parallel loss (and the
     fused part of PyTorch's, whose extra eager kernels ``EAGER["cross_entropy"]`` adds): reads the 16-bit logits,
@@ -111,7 +123,13 @@ def loss_ops(stack: Stack, logits: Num, tokens: Num) -> list[OpCost]:
     ``"fused_grad"``: llm.c's ``fused_classifier_kernel5`` (karpathy/llm.c llmc/fused_classifier.cuh) computes the
     softmax, the loss and the gradient of the logits in one kernel: it reads each 16-bit row twice (the softmax's
     max and sum, then the gradient) and writes the 16-bit gradient over the logits, 6 bytes a logit; nothing is left
-    for the backward pass but the head's GEMMs, which read that gradient."""
+    for the backward pass but the head's GEMMs, which read that gradient. ``"vocab_parallel_eager"``: the same loss as
+    the eager fp32 ops it is written in (``VOCAB_PARALLEL_EAGER``)."""
+    if stack.cross_entropy == "vocab_parallel_eager":
+        return [OpCost("head/loss", "fwd", "memory", 6.0 * logits, logits * VOCAB_PARALLEL_EAGER["fwd"],
+                       logits * FP32, kernels=VOCAB_PARALLEL_KERNELS["fwd"]),
+                OpCost("head/loss", "bwd_x", "memory", 2.0 * logits, logits * VOCAB_PARALLEL_EAGER["bwd_x"],
+                       kernels=VOCAB_PARALLEL_KERNELS["bwd_x"])]
     if stack.cross_entropy == "fused_grad":
         return [OpCost("head/loss", "fwd", "memory", 8.0 * logits, logits * 3 * ACT_BYTES, logits * ACT_BYTES)]
     if stack.cross_entropy == "flash":

@@ -4,29 +4,38 @@ blocks (attention.py, mlp_moe.py, mamba.py; summa.py and tp2d.py for the 2D layo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from importlib import import_module
+
 from meshplan.cost.attention import attention_block, qkv_concat, varlen_padding
 from meshplan.cost.blocks import norm
 from meshplan.cost.casts import low_precision_casts
-from meshplan.cost.deltanet import deltanet_block
 from meshplan.cost.eager import eager_kernel_counts, eager_layer, softmax_unfused
 from meshplan.cost.extras import extra_ops
 from meshplan.cost.fsdp import layer_fsdp_grad
-from meshplan.cost.kda import kda_block
-from meshplan.cost.lightning import lightning_block
 from meshplan.cost.lora import lora
-from meshplan.cost.mamba import mamba_block
-from meshplan.cost.mamba1 import mamba1_block
 from meshplan.cost.mlp_moe import mlp_block, moe_block
-from meshplan.cost.parallel import parallel_block
 from meshplan.cost.records import Dims, OpCost, dims
-from meshplan.cost.rglru import rglru_block
-from meshplan.cost.shortconv import shortconv_block
-from meshplan.cost.summa import summa_layer
-from meshplan.cost.tp2d import tp2d_layer
 from meshplan.specs.mixer_params import attention_spec
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
+
+# A hybrid block's mixer by kind (``ModelSpec.layer_pattern``): the module and function that cost it, imported the
+# first time a model has that kind (a dense or MoE model's start-up loads none of the recurrent mixers)
+MIXERS = {"mamba": ("mamba", "mamba_block"), "mamba1": ("mamba1", "mamba1_block"),
+          "deltanet": ("deltanet", "deltanet_block"), "kda": ("kda", "kda_block"),
+          "lightning": ("lightning", "lightning_block"), "attention": ("attention", "attention_block"),
+          "window": ("attention", "attention_block"), "parallel": ("parallel", "parallel_block"),
+          "rglru": ("rglru", "rglru_block"), "shortconv": ("shortconv", "shortconv_block"),
+          "mlp": ("mlp_moe", "mlp_block"), "moe": ("mlp_moe", "moe_block")}
+
+
+def mixer(kind: str) -> Callable[..., list[OpCost]]:
+    """The function that costs one ``kind`` block's mixer (``MIXERS``)."""
+    module, name = MIXERS[kind]
+    block: Callable[..., list[OpCost]] = getattr(import_module(f"meshplan.cost.{module}"), name)
+    return block
 
 
 def stack_extras(model: ModelSpec, plan: Plan, d: Dims, kind: str) -> list[OpCost]:
@@ -44,9 +53,13 @@ def stack_extras(model: ModelSpec, plan: Plan, d: Dims, kind: str) -> list[OpCos
 def dense_layer(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     """One transformer layer with a dense MLP, one micro-batch, one GPU."""
     d = dims(model, plan, stack)
-    if plan.tensor_layout == "summa":
+    if plan.tensor_layout == "summa":  # the 2D layouts' ops, imported by their plans only (few stacks run them)
+        from meshplan.cost.summa import summa_layer  # noqa: PLC0415
+
         return lora(summa_layer(model, plan, d) + stack_extras(model, plan, d, "dense"), plan, d)
     if plan.tensor_layout == "tp2d":
+        from meshplan.cost.tp2d import tp2d_layer  # noqa: PLC0415
+
         return low_precision_casts(tp2d_layer(model, plan, d) + stack_extras(model, plan, d, "dense"), plan, stack)
     ops = eager_kernel_counts(attention_block(model, plan, d) + mlp_block(model, plan, d)
                               + eager_layer(model, plan, d), model, stack,
@@ -66,10 +79,7 @@ def hybrid_block(model: ModelSpec, plan: Plan, stack: Stack, kind: str) -> list[
     """One block of a hybrid model (``ModelSpec.layer_pattern``), one micro-batch, one GPU: its pre-norm, mixer
     and residual. Fused kernels only (check.check refuses eager, SUMMA and LoRA plans for a hybrid)."""
     d = dims(model, plan, stack)
-    block = {"mamba": mamba_block, "mamba1": mamba1_block, "deltanet": deltanet_block, "kda": kda_block,
-             "lightning": lightning_block, "attention": attention_block, "window": attention_block,
-             "parallel": parallel_block, "rglru": rglru_block, "shortconv": shortconv_block, "mlp": mlp_block,
-             "moe": moe_block}[kind]
+    block = mixer(kind)
     spec = attention_spec(model, kind)  # a "W" block's or, beside them, a "*" block's own attention
     post = norm(f"{kind}/post_norm", model, d) if model.block_norms == 2 else []  # Gemma 4's post-norms
     return low_precision_casts(block(spec, plan, d) + post + stack_extras(spec, plan, d, kind), plan, stack)

@@ -38,14 +38,14 @@ tensors of this GPU's layers and ends, in their backward pass:
   coordinator.py): before each module's forward and backward its parameters are fetched (all-gathered, traced,
   prefetched), after them released, every micro-batch: Python per module and per parameter tensor, which launches
   nothing a GPU counts (the gathers' collectives are channels.py's). Measured on this project's CPU in DeepSpeed
-  0.19.8's engine and scaled to the DGX host by the plain-PyTorch layer's own time (benchmarks/deepspeed_hooks_cpu.py,
-  data/measured/2026-11-27-deepspeed-zero3-hooks-cpu.json): ``ZERO3_HOOKS`` seconds per module, per tensor and per
-  micro-batch, half in each pass (``OpCost.host``, on the host's timeline only; full recompute runs the forward's
-  again, as its modules fetch again). The modules are the layer's tensors less their biases (a bias shares its
-  weight's module) and ``LAYER_CONTAINERS``; at the ends their tables, norm and head and the model itself. The lent
-  H200 measured the engine at ZeRO 3 (run F of docs/SMALL_WORK_GPU.md): 7.8-13 ms more a GPT layer (7 modules, 12
-  tensors) a micro-batch than the plain loop, against 7.8 ms priced (median); its steps' median |error| went from
-  74 % to 19 %.
+  0.19.8's engine and scaled to the DGX host by the plain-PyTorch layer's own time
+  (benchmarks/measure/deepspeed_hooks_cpu.py, data/measured/2026-11-27-deepspeed-zero3-hooks-cpu.json): ``ZERO3_HOOKS``
+  seconds per module, per tensor and per micro-batch, half in each pass (``OpCost.host``, on the host's timeline only;
+  full recompute runs the forward's again, as its modules fetch again). The modules are the layer's tensors less their
+  biases (a bias shares its weight's module) and ``LAYER_CONTAINERS``; at the ends their tables, norm and head and the
+  model itself. The lent H200 measured the engine at ZeRO 3 (run F of docs/SMALL_WORK_GPU.md): 7.8-13 ms more a GPT
+  layer (7 modules, 12 tensors) a micro-batch than the plain loop, against 7.8 ms priced (median); its steps' median
+  |error| went from 74 % to 19 %.
 ZeRO 1 gradients accumulate in autograd's own buffers between steps (the hook reduces them at the step's last
 micro-batch only): nothing launches per micro-batch but the hook's Python, which is not priced.
 
@@ -77,7 +77,7 @@ BF16_OPTIMIZER_WORK = ("bf16", "bf16-bf16")  # BF16_Optimizer's, whose bf16 grad
 RECORD_NAMES = {"bf16": "bf16_accumulate", "bf16-bf16": "bf16_accumulate", "zero2": "zero2_bucket",
                 "zero2-fp32": "zero2_bucket", "zero3": "zero3_bucket", "zero3-fp32": "zero3_bucket"}
 # DeepSpeed 0.19.8 ZeRO-3's hooks every micro-batch, seconds on the DGX host (Cluster.python_host 1): per module, per
-# parameter tensor, and per micro-batch beyond its modules (module docstring; benchmarks/deepspeed_hooks_cpu.py)
+# parameter tensor, and per micro-batch beyond its modules (module docstring; benchmarks/measure/deepspeed_hooks_cpu.py)
 ZERO3_HOOKS = {"module": 535e-6, "tensor": 151e-6, "microbatch": 0.791e-3}
 # a layer's modules that hold no parameter of their own and that ZeRO-3 hooks as it does every module: the layer, its
 # attention and its MLP (transformers' decoder layers, Megatron's TransformerLayer); activation and dropout modules,

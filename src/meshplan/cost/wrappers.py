@@ -16,7 +16,7 @@ step/host.step_host). ``Stack.optimizer_wrapper``:
   fp32_grads_without_zero), priced here as the 16-bit wrapper of their weights.
 
 The per-tensor costs are the dispatcher calls each wrapper makes per tensor, counted in DeepSpeed's own code on CPU
-(data/measured/2026-11-26-optimizer-host-ops.md §4; benchmarks/optimizer_host_ops.py re-counts the first two), a
+(data/measured/2026-11-26-optimizer-host-ops.md §4; benchmarks/measure/optimizer_host_ops.py re-counts the first two), a
 kernel-launching call at 14.5 us and a view at 0.6 us on a DGX H100 host (the middle of dgxc-benchmarking's
 11.3-17.7 us per eager op), plus ~1 us per Python pass:
 - ZeRO optimizer: 15 launching calls a tensor of its partition (the inf / nan check of runtime/utils.py: amax, amin,
@@ -28,8 +28,9 @@ kernel-launching call at 14.5 us and a view at 0.6 us on a DGX H100 host (the mi
 - FP16_Optimizer: 14 launching calls (the inf / nan check, the cast, the copy back) + 6 views: 14 x 14.5 + 6 x 0.6 =
   206.6 us over every tensor; its per-tensor overflow read (has_overflow_serial, one device sync a tensor) not priced;
 - the ZeRO-1/2 optimizer with fp32 weights: 2 launching calls (the norm's cast and vector_norm) + 7 views = 33.2 us,
-  counted alike (benchmarks/optimizer_host_ops.py). meshplan's plans run 16-bit or narrower (specs/plan.py): the fp32
-  branches complete DeepSpeed's rule (tests/test_wrappers.py runs it on every setting) but no estimate reaches them.
+  counted alike (benchmarks/measure/optimizer_host_ops.py). meshplan's plans run 16-bit or narrower (specs/plan.py): the
+  fp32 branches complete DeepSpeed's rule (tests/test_wrappers.py runs it on every setting) but no estimate reaches
+  them.
 """
 
 from __future__ import annotations

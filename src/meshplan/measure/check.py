@@ -10,8 +10,8 @@
 
 glibc's malloc (the CPU allocator under PyTorch) returns freed memory to the system whenever the free space at
 the top of its heap passes a threshold, and maps allocations above another one afresh; a training step frees most
-of its activations at its end, so the next step page-faults them in again (benchmarks/conditions.py: 2,016 faults
-per step of GPT-2 at 4x128, 92.1 ms against 87.2 ms with freed memory kept; the count varies from run to run).
+of its activations at its end, so the next step page-faults them in again (benchmarks/measure/conditions.py: 2,016
+faults per step of GPT-2 at 4x128, 92.1 ms against 87.2 ms with freed memory kept; the count varies from run to run).
 ``allocator="keep"`` (the default) sets both thresholds out of reach (mallopt M_TRIM_THRESHOLD, M_MMAP_THRESHOLD;
 glibc manual, "Malloc Tunable Parameters") so that freed memory is reused, as PyTorch's CUDA caching allocator
 does on a GPU and as jemalloc or TCMalloc do, which PyTorch's performance tuning guide recommends for CPUs

@@ -12,7 +12,7 @@ torch.compile's design notes: time a long chain of tiny ops):
     dispatch   = t(N ``torch.ops.aten.mul.Tensor`` calls) / N         what replay pays per call
 
 Measured on this project's CPU host (one thread): python_op 1.9 µs, autograd 0.6 µs, engine 3.0 − 1.0 µs,
-module 0.6 µs (benchmarks/measured.py prints each run's figures).
+module 0.6 µs (benchmarks/docs/measured.py prints each run's figures).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Per-op profiles as JSON lines: what check-step predicted and measured, op by op, for the learned model
-(learned.py) and the zoo's document (benchmarks/measured.py). No torch here.
+(learned.py) and the zoo's document (benchmarks/docs/measured.py). No torch here.
 
 One file per run of the zoo (``data/measured/<date>-<machine>.jsonl.gz``, gzip: ten models make 10,000 lines);
 each line is a record:
@@ -105,7 +105,8 @@ def read_profiles(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     files = sorted([*path.glob("*.jsonl"), *path.glob("*.jsonl.gz")]) if path.is_dir() else [path]
     if not files or not all(f.is_file() for f in files):
-        raise SpecError(f"profiles={str(path)!r}: no .jsonl(.gz) profile there (benchmarks/measured.py writes them)")
+        raise SpecError(f"profiles={str(path)!r}: no .jsonl(.gz) profile there (benchmarks/docs/measured.py writes "
+                        f"them)")
     records = []
     for f in files:
         check_input(f, "profiles")

@@ -12,7 +12,7 @@ Conditions as in the training step, for the data and for the instructions:
   code and branch history partly evicted (oneDNN's JIT-compiled convolutions most). Replay takes the signatures
   in step order in windows of ``window`` neighbours and calls them round-robin, ``passes`` times, timing each
   call alone (the clock's own cost subtracted); the median counts.
-benchmarks/conditions.py compares these choices with the ops timed inside the step (profile.py); on this
+benchmarks/measure/conditions.py compares these choices with the ops timed inside the step (profile.py); on this
 project's 2-core CPU host (2026-11-25, one thread, load 2.9) replayed / in-step time came to 0.92 for GPT-2 and
 0.66 for ConvNeXt with each signature in a loop of its own (data at its reuse distance), 1.20 and 1.07 with every
 op once in step order (data and instructions as cold as they get), 1.04 and 0.78 in windows of 4, 1.17 and 0.90

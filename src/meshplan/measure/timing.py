@@ -3,7 +3,7 @@
 - Threads: ``torch.set_num_threads(threads)`` for the whole run (calibration, replay and the step alike). On a
   shared host, one thread per process is the robust choice: an OpenMP parallel region waits at its barrier for
   every thread, so one thread descheduled by another process stalls the op, by however long the neighbours
-  keep the core (benchmarks/conditions.py times one op on one thread and on all cores).
+  keep the core (benchmarks/measure/conditions.py times one op on one thread and on all cores).
 - Clock: ``"cpu"`` is this process's CPU time (``time.process_time``, CLOCK_PROCESS_CPUTIME_ID): with one
   thread on a CPU device it is the wall time the work would take on an idle core, and time spent descheduled
   while other processes run is not counted. ``"wall"`` is ``time.perf_counter`` after a device synchronisation

@@ -1,10 +1,10 @@
 """The serving report's trust note: how far the serving model was from published serving runs on the GPU generation
 it plans for, what that means for the best configuration's throughput, and what the estimate assumed.
 
-The figures are presets/serving_errors.json, which benchmarks/accuracy_inference.py writes beside
-docs/ACCURACY_INFERENCE.md (benchmarks/serving_errors.py) and tests/test_docs.py keeps current: the core reads them as
-packaged data and never imports meshplan_validation. Errors are predicted / measured − 1 of each run's throughput;
-a run's architecture is that of the system preset meshplan prices it on.
+The figures are presets/serving_errors.json, which benchmarks/docs/accuracy_inference.py writes beside
+docs/ACCURACY_INFERENCE.md (benchmarks/measure/serving_errors.py) and tests/test_docs.py keeps current: the core reads
+them as packaged data and never imports meshplan_validation. Errors are predicted / measured − 1 of each run's
+throughput; a run's architecture is that of the system preset meshplan prices it on.
 """
 
 from __future__ import annotations

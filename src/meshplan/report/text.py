@@ -53,6 +53,8 @@ def terminal_console() -> Console:
             """Tables wider than the terminal folded (fold.refold) instead of squeezed into "…" and split numbers."""
             from rich.table import Table
 
+            if self.color_system is None:  # no styles written (a pipe, a file): its highlighting would be dropped
+                kwargs.setdefault("highlight", False)
             super().print(*(x for o in objects for x in (refold(o, self.width) if isinstance(o, Table) else [o])),
                           **kwargs)
 

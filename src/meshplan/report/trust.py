@@ -4,10 +4,10 @@ what the estimate assumed.
 - The error band (``Estimate.band``, presets/error_bands.json): the conformal 80 % quantile of the out-of-source
   |predicted / measured − 1| of the measured runs of the plan's regime (specs/regime.py, specs/bands.py), and how many
   runs of how many sources it rests on.
-- The nearest runs: presets/validation_runs.json, which benchmarks/accuracy.py writes from the validation layer
-  (benchmarks/validation_runs.py) and tests/test_docs.py keeps current, so that the core reads the runs as packaged
-  data and never imports meshplan_validation. Runs of the same GPU generation and model class come first, then by how
-  far their parallel shape is (``distance``).
+- The nearest runs: presets/validation_runs.json, which benchmarks/docs/accuracy.py writes from the validation layer
+  (benchmarks/measure/validation_runs.py) and tests/test_docs.py keeps current, so that the core reads the runs as
+  packaged data and never imports meshplan_validation. Runs of the same GPU generation and model class come first, then
+  by how far their parallel shape is (``distance``).
 - The assumptions: what the estimate takes as given for this plan (``assumptions``), each with where it lives.
 """
 

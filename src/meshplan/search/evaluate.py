@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.cost.wrapper_work import by_work
+from meshplan.cost.wrapper_work import by_work, work_of
 from meshplan.fields import usable_hbm
 from meshplan.pipeline.registry import gpipe, schedule_of
 from meshplan.search.batch import CATEGORICAL, PlanBatch
@@ -25,7 +25,7 @@ from meshplan.search.bound import BOUND_SLACK, lower_bound
 from meshplan.search.candidates import Sized, expand, size_rows
 from meshplan.search.combos import Combo
 from meshplan.search.explore import Explored, sample_columns
-from meshplan.search.keyed import KeyUnits
+from meshplan.search.keyed import KeyUnits, Panels
 from meshplan.search.placements import PLACEMENTS
 from meshplan.search.refused import grid_refusals
 from meshplan.search.scoring import grid_memory, grid_times
@@ -36,6 +36,7 @@ from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
 from meshplan.step.units import Saved
 from meshplan.units import fmt_over
 
@@ -224,7 +225,8 @@ def _time_chunk(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficienc
         grid = [np.array(g) for g in space.grid]
         simple = simplicities(batch, row, grid[0][r] != "none", grid[2][o], grid[3][a])
     result.best.offer(time.reshape(-1)[ok], peak[setting, sizes[row]],
-                      lambda i: _decode(batch, space.grid, time.shape, int(ok[i]), nb, model.num_layers), simple)
+                      lambda i: _decode(batch, space.grid, time.shape, int(ok[i]), nb, model.num_layers,
+                                              space.stack), simple)
     if result.explored is not None:
         assert sampled is not None  # given whenever the search explores
         _explore_chunk(cluster, space, batch, time, fits[:, sizes], peak[:, sizes], sampled[sizes], nb,
@@ -232,13 +234,13 @@ def _time_chunk(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficienc
 
 
 def _explore_chunk(cluster: Cluster, space: Space, batch: PlanBatch, time: np.ndarray, fits: np.ndarray,
-                   peak: np.ndarray, sampled: np.ndarray, panels: list[np.ndarray], explored: Explored,
+                   peak: np.ndarray, sampled: np.ndarray, panels: list[Panels], explored: Explored,
                    layers: int) -> None:
     """Offer the plans of a timed chunk that fit to the Pareto front, and record every setting of its sampled plans
     with the reason each does not fit (``fits``, ``peak``: settings × plans)."""
     flat: np.ndarray = time.reshape(fits.shape)
     explored.offer(flat.reshape(-1), fits.reshape(-1), peak.reshape(-1),
-                   lambda i: _decode(batch, space.grid, time.shape, i, panels, layers))
+                   lambda i: _decode(batch, space.grid, time.shape, i, panels, layers, space.stack))
     rows = np.flatnonzero(sampled)
     if not len(rows):
         return
@@ -254,7 +256,7 @@ _PLAIN_MODULES = Plan().recompute_modules  # a plan's recompute modules where it
 
 
 def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], flat: int,
-            panels: list[np.ndarray] | None = None, layers: int = 0) -> Plan:
+            panels: list[Panels] | None = None, layers: int = 0, stack: Stack | None = None) -> Plan:
     """The plan at a flat index of the (recompute, zero, offload opt, offload act, row) grid; the space's partial
     recompute and offload counts under the settings they belong to, 0 (all) where they cover a stage of the
     ``layers`` (check._check_counts: a count is at most a stage's layers; the step is the same), and its recompute
@@ -266,10 +268,12 @@ def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], f
                "offload_layers": plan.offload_layers if grid[3][a] else 0}
     partial = {k: 0 if v >= per_stage else v for k, v in partial.items()}
     modules = plan.recompute_modules if grid[0][r] == "selective" else _PLAIN_MODULES
-    if panels is not None:
-        partial["summa_panels"] = int(panels[r][row])
-    return replace(plan, recompute=grid[0][r], zero=grid[1][z], offload_optimizer=grid[2][o],
+    plan = replace(plan, recompute=grid[0][r], zero=grid[1][z], offload_optimizer=grid[2][o],
                    offload_activations=grid[3][a], recompute_modules=modules, **partial)
+    if panels is None:
+        return plan
+    assert stack is not None  # the panel count of a setting depends on its wrapper's work (keyed._units_of)
+    return replace(plan, summa_panels=int(panels[r][work_of(plan, stack)][row]))
 
 
 def _tally_misses(tally: Tally, reason: str, used: np.ndarray, miss: np.ndarray,

@@ -9,6 +9,7 @@ shape up front; the collectives, most of a key's cost to compute, when a plan fi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any
@@ -36,6 +37,7 @@ def panel_counts(hidden: int, tp: int, tp2: int) -> list[int]:
     return options or ([start] if h % start == 0 else [])
 
 
+Panels = dict[str, np.ndarray]  # a SUMMA panel count per row, per kind of wrapper work ("": none; Units.under)
 _UNIT_KEYS = ("tp", "tp2", "cp", "micro_batch", "ep", "etp", "summa_panels")
 SHAPE_KEYS = ("tp", "tp2", "cp", "micro_batch", "ep", "etp")  # what the op shapes depend on
 # settings the search's grid varies itself (each part of the step is computed per value); every other categorical
@@ -74,20 +76,23 @@ def _key_batch(batch: PlanBatch, first: np.ndarray) -> PlanBatch:
 
 def _units_of(model: ModelSpec, cluster: Cluster, keyed: PlanBatch, stack: Stack,
               compute: dict[str, list[Num | None]], recomputes: tuple[str, ...], eff: Efficiency,
-              works: tuple[str, ...] = ()) -> tuple[dict[str, Units], dict[str, np.ndarray]]:
+              works: tuple[str, ...] = ()) -> tuple[dict[str, Units], dict[str, Panels]]:
     """Units of every row of ``keyed`` for each recompute mode (lean: the forward, backward and total times of
-    each pass are all the ranking needs), and each row's SUMMA panel count per mode. ``compute``: the rows'
-    compute-op times (``_rows_of``); ``works``: the kinds of per-micro-batch wrapper work the grid's settings run
-    (cost/wrapper_work.py), a twin of the units each.
+    each pass are all the ranking needs), and each row's SUMMA panel count per mode and per kind of wrapper work.
+    ``compute``: the rows' compute-op times (``_rows_of``); ``works``: the kinds of per-micro-batch wrapper work the
+    grid's settings run (cost/wrapper_work.py), a twin of the units each.
 
-    The panel count changes only how much of a SUMMA layer's communication is exposed (cost/summa.py), nothing
-    else in the step, so the best one per key is chosen here among ``panel_counts`` (exact: no other part of the
-    step time or memory depends on it)."""
+    The panel count changes only how much of a SUMMA layer's communication is exposed and how many calls the host
+    issues for it (cost/summa.py), nothing else in the step, so the best one per key is chosen here among
+    ``panel_counts`` (exact: no other part of the step time or memory depends on it), for each twin on its own: a
+    wrapper's per-micro-batch work adds host time to the passes (a ZeRO 2 gradient hook per parameter), and with the
+    host the binding resource more panels can cost more than they hide (a DeepSpeed ZeRO 2 plan at nb 4 read 4.5 %
+    slower than at nb 2 while the plain twin preferred nb 4: tests/test_properties.py's top-plan property)."""
     cols = {k: getattr(keyed, k) for k in ("tp", "tp2", "summa_panels")}
     options = _panel_options(model, keyed.tensor_layout, cols)
     count = (options > 0).sum(axis=1)
     best: dict[str, Units] = {}
-    best_nb: dict[str, np.ndarray] = {}
+    best_nb: dict[str, Panels] = {}
     for j in range(int(count.max())):  # the j-th panel option of every key that has one
         rows = np.flatnonzero(count > j)
         nb = options[rows, j]
@@ -96,14 +101,24 @@ def _units_of(model: ModelSpec, cluster: Cluster, keyed: PlanBatch, stack: Stack
         for rc, full in units_for_recomputes(model, some, stack, parts, recomputes, eff).items():
             units = _lean(full)
             if not j:
-                best[rc], best_nb[rc] = units, nb
+                best[rc], best_nb[rc] = units, {w: nb for w in ("", *(units.wrapped or {}))}
                 continue
             old = best[rc].take(rows)
-            better = units.layer.total < old.layer.total
-            best[rc] = _scatter(best[rc], rows, _choose(better, units, old), len(count))
-            best_nb[rc] = best_nb[rc].copy()
-            best_nb[rc][rows] = np.where(better, nb, best_nb[rc][rows])
+            better = {w: units.under(w).layer.total < old.under(w).layer.total for w in best_nb[rc]}
+            best[rc] = _scatter(best[rc], rows, _choose_twins(better, units, old), len(count))
+            for w, b in better.items():
+                best_nb[rc][w] = best_nb[rc][w].copy()
+                best_nb[rc][w][rows] = np.where(b, nb, best_nb[rc][w][rows])
     return best, best_nb
+
+
+def _choose_twins(better: Mapping[str, Any], a: Units, b: Units) -> Units:
+    """Elementwise ``a`` where ``better``, else ``b``: the plain units by ``better[""]``, each wrapped twin by its own
+    mask (``_units_of``: each twin's panel count is chosen on its own)."""
+    plain = _choose(better[""], replace(a, wrapped=None), replace(b, wrapped=None))
+    if a.wrapped is None or b.wrapped is None:
+        return plain
+    return replace(plain, wrapped={w: _choose(better[w], u, b.wrapped[w]) for w, u in a.wrapped.items()})
 
 
 def _rows_of(compute: dict[str, list[Num | None]], index: np.ndarray | slice, n: int | None = None
@@ -147,13 +162,14 @@ class KeyUnits:
         self._slot = np.zeros(0, dtype=np.int64)  # where each code's units are stored
         self.priced = 0  # keys whose units are stored
         self._units: dict[str, Units] = {}
-        self._panels = {rc: np.zeros(0, dtype=np.int64) for rc in recomputes}
+        self._panels: dict[str, Panels] = {rc: {w: np.zeros(0, dtype=np.int64) for w in ("", *works)}
+                                           for rc in recomputes}
 
     def saved(self, shapes: np.ndarray) -> dict[str, Saved]:
         """The saved activations of ``shapes`` (indices into the pool's) per recompute mode: what memory reads."""
         return {rc: u.saved(shapes) for rc, u in self.shapes.items()}
 
-    def price(self, batch: PlanBatch, shapes: np.ndarray) -> tuple[dict[str, Units], dict[str, np.ndarray]]:
+    def price(self, batch: PlanBatch, shapes: np.ndarray) -> tuple[dict[str, Units], dict[str, Panels]]:
         """The full units and SUMMA panel counts of every plan of ``batch`` (``shapes``: each plan's shape, an
         index into the pool's) per recompute mode, computing those of keys not met before."""
         codes = split_codes(self.model, self.cluster, batch)
@@ -168,7 +184,8 @@ class KeyUnits:
         if new.any():
             slot[new] = self._add(key[new], batch, first[new], shapes[first[new]])
         rows = slot[inverse]
-        return {rc: u.take(rows) for rc, u in self._units.items()}, {rc: nb[rows] for rc, nb in self._panels.items()}
+        return ({rc: u.take(rows) for rc, u in self._units.items()},
+                {rc: {w: nb[rows] for w, nb in by_work.items()} for rc, by_work in self._panels.items()})
 
     def _split_id(self, split: tuple[int, ...]) -> int:
         if split not in self._splits:
@@ -192,7 +209,7 @@ class KeyUnits:
         slots = self.priced + np.arange(len(key))
         for rc in self.recomputes:
             self._units[rc] = _stored(self._units.get(rc), slots, units[rc])
-            self._panels[rc] = np.concatenate([self._panels[rc], panels[rc]])
+            self._panels[rc] = {w: np.concatenate([nb, panels[rc][w]]) for w, nb in self._panels[rc].items()}
         self.priced += len(key)
         order = np.argsort(np.concatenate([self._codes, key]), kind="stable")
         self._codes = np.concatenate([self._codes, key])[order]

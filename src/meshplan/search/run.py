@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 from meshplan.estimate import Estimate
 from meshplan.search.best import simplicity
-from meshplan.search.combos import valid_combos
+from meshplan.search.combos import Combo, valid_combos
+from meshplan.search.evaluate import Part
 from meshplan.search.explore import Explore, Explored, PlanSpace, plan_space
 from meshplan.search.limits import check_space
 from meshplan.search.placements import PLACEMENTS
@@ -42,12 +43,13 @@ from meshplan.search.select import fastest_kept, ranked
 from meshplan.search.space import Space
 from meshplan.search.stage_dp import PIPELINES, dp_kinds, refine_ranked
 from meshplan.search.stage_settings import refine_stages
-from meshplan.search.workers import jobs, run_jobs, worker_count
+from meshplan.search.tally import Tally
+from meshplan.search.workers import Job, jobs, run_searches, worker_count
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 
-__all__ = ["SearchResult", "search", "simplicity"]
+__all__ = ["SearchResult", "search", "searches", "simplicity"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,36 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
     number evaluated, and the rejected ones tallied by reason. ``progress(done, total)`` counts finished
     jobs. ``workers``: processes to use (0: up to 2 when the space is large; 1: this process only). ``explore``:
     also keep a sample of the plans and the Pareto front of time and memory (``SearchResult.explored``)."""
+    return searches(model, cluster, [space], top_k, eff, progress, workers, explore)[0]
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """One search before its jobs run: its valid size combinations, the build rejections, its shares and the
+    processes it would fork."""
+
+    space: Space
+    combos: list[Combo]
+    tally: Tally
+    shares: list[Job]
+    workers: int
+    start_from: Explored | None
+    start: float
+
+
+def searches(model: ModelSpec, cluster: Cluster, spaces: list[Space], top_k: int = 10, eff: Efficiency = DEFAULT,
+             progress: Callable[[int, int], None] | None = None, workers: int = 0,
+             explore: Explore | None = None) -> list[SearchResult]:
+    """``search`` over each of ``spaces`` (search/variants.py: a stack switch each), their jobs in one pool of
+    processes: each result is the one ``search`` gives it alone (its shares are its own: ``workers.jobs``)."""
+    prepared = [_prepare(model, cluster, space, workers, explore) for space in spaces]
+    parts = run_searches([(p.shares, p.combos, (model, cluster, p.space, top_k, eff, p.start_from))
+                          for p in prepared], max(p.workers for p in prepared), progress)
+    return [_finish(model, cluster, p, results, top_k, eff, explore) for p, results in zip(prepared, parts,
+                                                                                           strict=True)]
+
+
+def _prepare(model: ModelSpec, cluster: Cluster, space: Space, workers: int, explore: Explore | None) -> _Prepared:
     start = time.perf_counter()
     combos, tally = valid_combos(model, cluster, space)
     check_space(model, cluster, space, combos)
@@ -107,7 +139,13 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
     if explore is not None:  # the share of size combinations to sample: about explore.sample plans of the space
         unplaced = sum(c.unplaced for c in combos)
         start_from = Explored(min(1.0, explore.sample / unplaced) if unplaced else 0.0, explore.seed, explore.fits_only)
-    results = run_jobs(shares, combos, (model, cluster, space, top_k, eff, start_from), workers, progress)
+    return _Prepared(space, combos, tally, shares, workers, start_from, start)
+
+
+def _finish(model: ModelSpec, cluster: Cluster, prepared: _Prepared, results: list[Part], top_k: int,
+            eff: Efficiency, explore: Explore | None) -> SearchResult:
+    """The search's result from its jobs' parts: the kept plans ranked, the first refined."""
+    space, tally = prepared.space, prepared.tally
     for part in results:
         tally.merge(part.tally)
     plans, fastest = ranked(model, cluster, space, eff, [part.best for part in results], top_k)
@@ -129,4 +167,4 @@ def search(model: ModelSpec, cluster: Cluster, space: Space, top_k: int = 10, ef
                         rejected=dict(tally.counts), examples=dict(tally.examples),
                         explored=None if explore is None else plan_space(
                             [r.explored for r in results if r.explored is not None], explore, space.grid, PLACEMENTS),
-                        seconds=time.perf_counter() - start)
+                        seconds=time.perf_counter() - prepared.start)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,10 +17,10 @@ from meshplan.search.space import Space
 # Plans before the settings grid (size combinations at about 8 placements each): below this one process is faster
 # than forking two workers on a two-core machine. The work goes with the size combinations and unit keys (memory, the
 # bound, pricing), whatever the grid of ZeRO / recompute / offload settings each is scored under: a search narrowed to
-# one ZeRO stage without offload costs about what the full one does. benchmarks/search_speed.py --repeat 8 (medians,
-# one / two workers): the quick start's Llama-3-70B on 1024 H100 (~190k) 0.33 / 0.43 s; Llama-3.1-405B on 16,384
-# H100 (~257k) 0.65 / 0.59 s, Megatron-1T (~340k) 0.58 / 0.55 s, DeepSeek-V3 (~441k) 0.66 / 0.52 s; GPT-3 175B (~425k,
-# five in six of its plans SUMMA, whose jobs balance worse) is the exception at 0.42 / 0.51 s
+# one ZeRO stage without offload costs about what the full one does. benchmarks/measure/search_speed.py --repeat 8
+# (medians, one / two workers): the quick start's Llama-3-70B on 1024 H100 (~190k) 0.33 / 0.43 s; Llama-3.1-405B on
+# 16,384 H100 (~257k) 0.65 / 0.59 s, Megatron-1T (~340k) 0.58 / 0.55 s, DeepSeek-V3 (~441k) 0.66 / 0.52 s; GPT-3 175B
+# (~425k, five in six of its plans SUMMA, whose jobs balance worse) is the exception at 0.42 / 0.51 s
 PARALLEL_ABOVE = 220_000
 
 
@@ -62,30 +62,40 @@ def jobs(combos: list[Combo], space: Space, parts: int) -> list[Job]:
     return sorted(out, key=lambda j: -j.weight)
 
 
-def run_jobs(jobs: list[Job], combos: list[Combo], args: tuple, workers: int,
-             progress: Callable[[int, int], None] | None = None) -> list[Part]:
-    """Evaluate every job (``args``: evaluate's arguments after the combinations: model, cluster, space, top_k,
-    eff, and an ``Explored`` each job starts afresh from, or None) in this process (``workers`` = 1) or in a pool of
-    forked ones; ``progress(done, total)`` counts finished jobs."""
-    results: list[Part] = []
+def run_searches(searches: list[tuple[list[Job], list[Combo], tuple]], workers: int,
+                 progress: Callable[[int, int], None] | None = None) -> list[list[Part]]:
+    """Evaluate every job of one or more searches (each: its jobs, combinations and evaluate's arguments after the
+    combinations: model, cluster, space, top_k, eff, and an ``Explored`` each job starts afresh from, or None) in
+    this process (``workers`` = 1) or in one pool of forked ones (search/variants.py's expert-GEMM searches share
+    it: a pool each would fork twice); ``progress(done, total)`` counts finished jobs. Each search's parts come in
+    its jobs' order, whichever process finished first, so that what a search keeps (the first example of a
+    refusal, the order of equal plans) does not depend on the processes' timing."""
+    tasks = sorted(((s, j) for s, (shares, _, _) in enumerate(searches) for j in range(len(shares))),
+                   key=lambda t: -searches[t[0]][0][t[1]].weight)  # the heaviest first, over every search
+    parts: list[list[Part | None]] = [[None] * len(shares) for shares, _, _ in searches]
+    for done, ((s, j), part) in enumerate(_evaluated(searches, tasks, workers), start=1):
+        parts[s][j] = part
+        if progress:
+            progress(done, len(tasks))
+    return [[p for p in ps if p is not None] for ps in parts]
+
+
+def _evaluated(searches: list[tuple[list[Job], list[Combo], tuple]], tasks: list[tuple[int, int]],
+               workers: int) -> Iterator[tuple[tuple[int, int], Part]]:
+    """Each task's (search, job) and part, in this process or, as they finish, in a pool of forked ones."""
     if workers == 1:
-        for job in jobs:
-            results.append(_evaluate(job, combos, args))
-            if progress:
-                progress(len(results), len(jobs))
-        return results
+        for s, j in tasks:
+            shares, combos, args = searches[s]
+            yield (s, j), _evaluate(shares[j], combos, args)
+        return
     import multiprocessing  # noqa: PLC0415  (its sockets and pickling: only a search that forks needs them)
 
-    _SHARED.update(combos=combos, args=args)
+    _SHARED.update(searches=searches)
     try:
         with multiprocessing.get_context("fork").Pool(workers, initializer=ignore_interrupts) as pool:
-            for part in pool.imap_unordered(_evaluate_shared, jobs):
-                results.append(part)
-                if progress:
-                    progress(len(results), len(jobs))
+            yield from pool.imap_unordered(_evaluate_shared, tasks)
     finally:
         _SHARED.clear()
-    return results
 
 
 _SHARED: dict[str, Any] = {}  # the candidates, inherited by forked workers instead of pickled
@@ -103,5 +113,6 @@ def _evaluate(job: Job, combos: list[Combo], args: tuple) -> Part:
     return evaluate(job.mode, [combos[i] for i in job.combos], model, cluster, space, top_k, eff, fresh)
 
 
-def _evaluate_shared(job: Job) -> Part:
-    return _evaluate(job, _SHARED["combos"], _SHARED["args"])
+def _evaluate_shared(task: tuple[int, int]) -> tuple[tuple[int, int], Part]:
+    shares, combos, args = _SHARED["searches"][task[0]]
+    return task, _evaluate(shares[task[1]], combos, args)

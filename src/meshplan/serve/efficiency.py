@@ -17,8 +17,8 @@ N) ran most decode GEMMs on tiles 64 features wide, so an 8,192 x 1,024 weight i
 |error| 16.0 → 13.7 %; fp8 22.2 → 13.9 %).
 
 ``memory``, the share of the HBM bandwidth a streaming kernel sustains (0.85, specs/efficiency.py), prices the
-weights a decode step streams. Two constants of inference kernels are fitted (benchmarks/fit_inference.py, on the fit
-half of the published serving runs, data/serving/README.md), as the training model fits its GEMM and attention
+weights a decode step streams. Two constants of inference kernels are fitted (benchmarks/measure/fit_inference.py, on
+the fit half of the published serving runs, data/serving/README.md), as the training model fits its GEMM and attention
 efficiencies:
 - ``kv_read``: the share of that streaming rate the decode attention kernels reach reading the paged KV cache
   (scattered blocks of 16-64 tokens, GQA groups, fp8 dequantisation: FlashInfer's and TensorRT-LLM's XQA decode

@@ -11,8 +11,8 @@ sequence, is the host's time per iteration that the GPU waits on (scheduling, in
 detokenisation: the vLLM team measured GPU execution at 38 % of Llama 3 8B's serving time on an H100 before v0.6.0's
 multi-step scheduling, vLLM blog "vLLM v0.6.0: 2.7x Throughput Improvement and 5x Latency Reduction", 2024-09-05);
 ``hidden_sequence_overhead`` the host's work per sequence beside the GPU's step. Measured in the engine's own code
-where it could run here (vLLM V0 and V1: benchmarks/vllm_v0_host_cpu.py, vllm_v1_host_cpu.py), else the one constant
-fitted per engine (benchmarks/fit_inference.py, on the fit half of the published runs).
+where it could run here (vLLM V0 and V1: benchmarks/measure/vllm_v0_host_cpu.py, vllm_v1_host_cpu.py), else the one
+constant fitted per engine (benchmarks/measure/fit_inference.py, on the fit half of the published runs).
 Decode iterations up to ``graph_max_batch`` sequences replay captured CUDA graphs, a batch between two captured sizes
 (``graph_sizes``) padded to the larger; beyond, the host issues every kernel and the step lasts at least that
 (``eager_layer_overhead`` per layer). ``decode_layer_kernels`` is how many

@@ -8,13 +8,14 @@ tensors' strides, a traced convolution its channels). An unaligned FP8 GEMM runs
 fp8 dims divisible by 16; torchtitan's quantization/utils.py keeps such linears in bf16). Derived, not fitted: padding
 GPT-2's vocabulary 50257 -> 50304 made nanoGPT "about 25% faster" (karpathy/nanoGPT 77e7e04c, bench.py, A100,
 torch.compile), and only the output layer's GEMMs changed, so their rate r solves H/r - H = 0.25 T on meshplan's aligned
-step T and head GEMMs H: 0.385 (benchmarks/unaligned_gemm.py; an A100's, applied on every GPU without asynchronous MMA).
-Measured on an H200 (benchmarks/unaligned_gemm_gpu.py, data/measured/gpu/2026-11-26-nvidia-h200-unaligned-gemm.json: the
-three passes of 5 shapes, vocabularies 50,257 and 32,001 and a width of 2,047, twice): cuBLAS runs an odd leading
-dimension with Turing-era align1 kernels (sm75 mma.sync) at ``unaligned_gemm_async`` = 0.170 of the aligned rate (median
-of the passes' time-weighted ratios, 0.160-0.184), and a leading dimension of 4 or 8 bytes (50,258, 50,260) at 0.326, so
-``unaligned_wide_gain`` = 1.92 × the 2-byte rate, applied on every GPU (at most the aligned rate). The A100's nanoGPT
-figure is an odd dimension's. Megatron pads the vocabulary: ``Stack.vocab_multiple``.
+step T and head GEMMs H: 0.385 (benchmarks/measure/unaligned_gemm.py; an A100's, applied on every GPU without
+asynchronous MMA). Measured on an H200 (benchmarks/measure/unaligned_gemm_gpu.py,
+data/measured/gpu/2026-11-26-nvidia-h200-unaligned-gemm.json: the three passes of 5 shapes, vocabularies 50,257 and
+32,001 and a width of 2,047, twice): cuBLAS runs an odd leading dimension with Turing-era align1 kernels (sm75 mma.sync)
+at ``unaligned_gemm_async`` = 0.170 of the aligned rate (median of the passes' time-weighted ratios, 0.160-0.184), and a
+leading dimension of 4 or 8 bytes (50,258, 50,260) at 0.326, so ``unaligned_wide_gain`` = 1.92 × the 2-byte rate,
+applied on every GPU (at most the aligned rate). The A100's nanoGPT figure is an odd dimension's. Megatron pads the
+vocabulary: ``Stack.vocab_multiple``.
 
 The constants are ``Efficiency`` fields (specs/efficiency.py); ``OpCost.align`` (cost/records.py) is the elements that
 divide every leading dimension of a GEMM's operands.

@@ -1,8 +1,8 @@
 """How far a prediction may be from the measured value: the band of out-of-source errors of the measured runs of its
 regime (issue 79; specs/regime.py says what a regime is).
 
-``presets/error_bands.json`` (written by benchmarks/error_bands.py from docs/out_of_source.json) holds one table per
-quantity: training step time, peak memory, and serving throughput, time to first token, time per output token and
+``presets/error_bands.json`` (written by benchmarks/docs/error_bands.py from docs/out_of_source.json) holds one table
+per quantity: training step time, peak memory, and serving throughput, time to first token, time per output token and
 end-to-end latency. A table has its axes, its levels (from the most specific regime to every run), its nominal
 coverage and, per regime of each level with runs, the band: the conformal quantile of the |errors| of the regime's
 runs, each priced with every fitted constant refitted without its source (the smallest |e| that at least
@@ -133,7 +133,7 @@ def serving_band(metric: str, regime: dict[str, str]) -> Band:
     return band(f"serving/{metric}", regime)
 
 
-# the serving tables (benchmarks/error_bands.py) and the measured metrics each quotes
+# the serving tables (benchmarks/docs/error_bands.py) and the measured metrics each quotes
 SERVING_CLASSES = {"throughput": ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "total_tokens_per_s",
                                   "requests_per_s", "input_tokens_per_s_per_gpu"),
                    "ttft": ("ttft_ms",), "tpot": ("itl_ms", "tpot_ms"), "e2e": ("e2e_latency_ms",)}

@@ -3,9 +3,9 @@
 This is the one place where such factors live. Every factor is a function of the op's shape and the hardware,
 built from a handful of constants; each constant says where it comes from. Two of them (``gemm`` and
 ``attention``, on the dense runs) were fitted once, on the fixed half of the published runs that
-``meshplan_validation.selection.in_fit_set`` selects (CRC-32 of the run id even), by ``benchmarks/fit_efficiency.py``
-with every source group weighted equally; the other half is the out-of-sample check (docs/ACCURACY.md). The rest
-are published measurements. Nothing is tuned per run, per source or per GPU.
+``meshplan_validation.selection.in_fit_set`` selects (CRC-32 of the run id even), by
+``benchmarks/measure/fit_efficiency.py`` with every source group weighted equally; the other half is the out-of-sample
+check (docs/ACCURACY.md). The rest are published measurements. Nothing is tuned per run, per source or per GPU.
 
 Symbols: m×k·k×n a GEMM's shape, S the SM count, f the sustained clock as a fraction of the datasheet clock,
 d the attention head dimension, s the key length, B_attn the attention kernel's block size.
@@ -58,20 +58,20 @@ write O and the log-sum-exp) worth L_0 keys per kernel call (cp calls when ring 
 So the kernel keeps a/(a + e + L_0) of its long-sequence rate; ``attention_l0`` = 543 (cuDNN / FA3 class) and
 ``attention_l0_fa2`` = 281 are least-squares fits of that form to NVIDIA's cuDNN SDPA training benchmark on
 a GB200 (cudnn-frontend benchmark/sdpa_benchmark_training, cuDNN 9.17 and PyTorch's FlashAttention-2, Llama-3.1-405B
-heads, 4k-32k keys; benchmarks/attention_l0.py), applied on every GPU as d_0 is. The backward pass (five GEMMs, dS
-computed in fp32) runs at ``attention_bwd`` × the forward rate (FA2 Fig. 5 vs Fig. 4, FA3 Fig. 6 vs Fig. 5: ≈ 0.8).
+heads, 4k-32k keys; benchmarks/measure/attention_l0.py), applied on every GPU as d_0 is. The backward pass (five GEMMs,
+dS computed in fp32) runs at ``attention_bwd`` × the forward rate (FA2 Fig. 5 vs Fig. 4, FA3 Fig. 6 vs Fig. 5: ≈ 0.8).
 The attention kernel's matmuls run on the same tensor cores under the same clock and power limits as the GEMMs, so its
 rate is a fraction of the GPU's best-shape 16-bit GEMM rate (MAMF × sustained clock, as for GEMMs), not of the
 datasheet peak: ``attention`` (fitted: 0.52 of that rate at d = 128, forward, long sequences, i.e. 0.42 of the H100's
 and, with ``attention_on_sync``, 0.41 of the A100's) sits below the kernels' own benchmarks (FA3: 0.6–0.75 of peak;
 FA2 on A100: 0.5–0.7) because in a training step the kernel also pays for the QKV layout transposes and the softmax
 statistics around it (on an H200 the kernels alone run 1.62-1.89x the rate meshplan charges, within 17 % of each
-other over head dimensions 64-128, 512-16k keys and the mask: tests/test_attention_gpu.py, benchmarks/attention_gpu.py;
-PyTorch's SDPA picks cuDNN there from 2.11, whose bundled cuDNN passes sdp_utils.cpp's 9.15 gate for Hopper and
-Blackwell). A stack that runs FlashAttention-2-class kernels on Hopper or Blackwell
-(``Stack.attention_kernel = "fa2"``) gets ``fa2_on_async`` = 0.50 of that at long sequences (PyTorch SDPA's FA2 backend
-vs cuDNN on an H100, pytorch/pytorch#142132, measured at 4608 keys, where the two families' tile costs make it 0.52).
-On Ampere (synchronous MMA only) every family runs FlashAttention-2-class kernels, with FA2's d_0 and L_0, at
+other over head dimensions 64-128, 512-16k keys and the mask: tests/test_attention_gpu.py,
+benchmarks/measure/attention_gpu.py; PyTorch's SDPA picks cuDNN there from 2.11, whose bundled cuDNN passes
+sdp_utils.cpp's 9.15 gate for Hopper and Blackwell). A stack that runs FlashAttention-2-class kernels on Hopper or
+Blackwell (``Stack.attention_kernel = "fa2"``) gets ``fa2_on_async`` = 0.50 of that at long sequences (PyTorch SDPA's
+FA2 backend vs cuDNN on an H100, pytorch/pytorch#142132, measured at 4608 keys, where the two families' tile costs make
+it 0.52). On Ampere (synchronous MMA only) every family runs FlashAttention-2-class kernels, with FA2's d_0 and L_0, at
 ``attention_on_sync`` = 0.90 of the share of MAMF that FlashAttention-3 reaches on Hopper (each paper's best forward:
 FA2 73 % of A100 peak against its 86.9 % MAMF, FA3 75 % of H100 peak against 80.3 %). cuDNN's FP8 attention
 (``"fp8"``) runs its forward 1.22 and its backward 1.05 times as fast as the bf16 kernel (``fp8_attention_fwd`` /
@@ -83,7 +83,7 @@ GB200 / GB300 benchmark; x shrinks as the head dimension, and with it the matmul
 
 Memory-bound kernels stream at ``memory`` × HBM peak (STREAM-like copies reach 85–93 % on A100/H100). Where a
 kernel's math and traffic take about as long (the roofline's ridge point) it reaches neither roof: roofline.py takes
-their p-norm, ``ridge`` = p measured on a lent H200's single decode GEMMs (benchmarks/fit_ridge.py).
+their p-norm, ``ridge`` = p measured on a lent H200's single decode GEMMs (benchmarks/measure/fit_ridge.py).
 
 Collectives: NCCL bus bandwidth vs link peak, ``nvlink`` ≈ 0.80 (nccl-tests all_reduce_perf busbw of
 ~360–370 GB/s on an 8×H100 NVSwitch node without NVLS, of 450 GB/s per direction; ~230 GB/s of 300 on A100)
@@ -140,7 +140,7 @@ def exp_share(speedup: float) -> float:
 
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
-    # ---- fitted (benchmarks/fit_efficiency.py, on the fit half of the published runs) ----------------------
+    # ---- fitted (benchmarks/measure/fit_efficiency.py, on the fit half of the published runs) ----------------------
     TILES: ClassVar[tuple[tuple[int, int], ...]] = TILES  # the GEMM kernels' output tiles (specs/gemm_shape.py)
     gemm: float = 0.8597  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
     attention: float = 0.5244  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
@@ -148,7 +148,7 @@ class Efficiency:
     overlap_slowdown: float = 0.189  # compute slowdown while communication overlaps it (Lee et al. 2025: 18.9 %)
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
     # the exponent of the p-norm that combines a kernel's math and HBM times near the ridge point (roofline.work_time):
-    # measured on a lent H200's 945 single decode GEMMs (benchmarks/fit_ridge.py), checked on an H100's
+    # measured on a lent H200's 945 single decode GEMMs (benchmarks/measure/fit_ridge.py), checked on an H100's
     ridge: float = 3.5
     gemm_k0: float = 64.0  # per-tile fixed cost, in units of reduction depth (one 64-deep k-block of CUTLASS)
     unaligned_gemm: float = 0.385  # leading dims not 16-byte multiples: specs/alignment.py
@@ -159,8 +159,9 @@ class Efficiency:
     attention_d0: float = 128 * (1 - 497 / 648) / (2 * 497 / 648 - 1)  # FlashAttention-3 / cuDNN class: 55.9
     attention_d0_fa2: float = 128 * (1 - 324 / 370) / (2 * 324 / 370 - 1)  # FlashAttention-2 class: 21.2
     attention_block: float = 128.0  # FlashAttention query/key block (FA2 and FA3 use 128 for d <= 128)
-    # a query tile's fixed cost (prologue, epilogue) in keys of its loop, per kernel family: benchmarks/attention_l0.py
-    # fits it to NVIDIA's cuDNN SDPA training benchmark on a GB200 (cuDNN 9.17 and PyTorch's FlashAttention-2, 4k-32k)
+    # a query tile's fixed cost (prologue, epilogue) in keys of its loop, per kernel family:
+    # benchmarks/measure/attention_l0.py fits it to NVIDIA's cuDNN SDPA training benchmark on a GB200 (cuDNN 9.17 and
+    # PyTorch's FlashAttention-2, 4k-32k)
     attention_l0: float = ATTENTION_L0  # cuDNN / FlashAttention-3 class (rms residual 1.3 %)
     attention_l0_fa2: float = ATTENTION_L0_FA2  # FlashAttention-2 class (rms residual 0.4 %)
     # A FlashAttention-2-class kernel (``Stack.attention_kernel = "fa2"``: synchronous mma.sync tiles) on a GPU with
@@ -197,8 +198,9 @@ class Efficiency:
     # per exponential instead of two); the FP8 kernel, whose faster matmuls leave the exponentials more of its time,
     # forward 2526/1781, 2893/2012, 3074/2112, 3134/2135 (1.445: x = 0.62), backward 1395/1178, 1777/1446, 2037/1633,
     # 2121/1670 (1.232: x = 0.38). Not fitted to training runs; checked on DeepSeek-V3's heads (d_qk = 192) by
-    # benchmarks/kernel_checks.py. These shares are those of cuDNN 9.26's kernels on a GB200: another cuDNN release
-    # (or FlashAttention-4) balances matmuls and exponentials differently, and no second pair of measurements was found.
+    # benchmarks/measure/kernel_checks.py. These shares are those of cuDNN 9.26's kernels on a GB200: another cuDNN
+    # release (or FlashAttention-4) balances matmuls and exponentials differently, and no second pair of measurements
+    # was found.
     attention_exp_fwd: float = exp_share((1813 / 1407 * 1991 / 1646 * 2065 / 1728 * 2105 / 1569) ** 0.25)
     attention_exp_bwd: float = exp_share((1254 / 1172 * 1448 / 1344 * 1516 / 1327 * 1416 / 1202) ** 0.25)
     attention_exp_fp8_fwd: float = exp_share((2526 / 1781 * 2893 / 2012 * 3074 / 2112 * 3134 / 2135) ** 0.25)
@@ -212,10 +214,11 @@ class Efficiency:
     # goes with the SM count, not the bandwidth: this is bytes per second per SM, 1.28 TB/s over the H100's 132 SMs.
     # The same rate gives the benchmark's 4,096- and 16,384-token rows within 5 %, and a pure Mamba-2 model's
     # measured GPU-to-GPU throughput ratios (state-spaces/mamba#904: H200 / A100 2.33, GB200 / H200 1.51) within
-    # 3.1 and 10.4 %, where a bandwidth-bound rate is 13.7 and 31.2 % off (benchmarks/kernel_checks.py). Measured
-    # on an H100 only; capped at the streaming rate where a GPU has many SMs for its bandwidth (roofline.memory_time).
-    # The four forward kernels' fixed time (the H100's gemm_overhead for the three chunk products, its kernel_overhead
-    # for the state pass: roofline.overhead) is taken out of the measured 0.649 ms first (1.8 % of it).
+    # 3.1 and 10.4 %, where a bandwidth-bound rate is 13.7 and 31.2 % off (benchmarks/measure/kernel_checks.py).
+    # Measured on an H100 only; capped at the streaming rate where a GPU has many SMs for its bandwidth
+    # (roofline.memory_time). The four forward kernels' fixed time (the H100's gemm_overhead for the three chunk
+    # products, its kernel_overhead for the state pass: roofline.overhead) is taken out of the measured 0.649 ms first
+    # (1.8 % of it).
     ssd: float = 830.5e6 / (8192 / 1.262327e7 - (3 * 3.1e-6 + 2.4e-6)) / 132
     nvlink: float = 0.8  # NCCL bus bandwidth / NVLink peak (nccl-tests)
     network: float = 0.9  # NCCL bus bandwidth / NIC peak (nccl-tests over InfiniBand NDR/HDR)
@@ -336,7 +339,7 @@ class Efficiency:
         the kernel's time (``attention_exp_*``) at d = 128, moved to head dimension d as if the non-exponential
         time per score grew with d while the exponentials per score do not: x_d = 128·x / (128·x + (1 - x)·d), d the
         query-key head dimension (d_qk; for MLA's d_qk = 192, d_v = 128 this matched NVIDIA's measured GB300 speed-ups
-        better than the mean of d_qk and d_v, benchmarks/kernel_checks.py). 1 for
+        better than the mean of d_qk and d_v, benchmarks/measure/kernel_checks.py). 1 for
         FlashAttention-2-class kernels, which do not wait on them (PyTorch's FlashAttention-2 backend runs at the
         same rate on a GB300 as on a GB200: 411 against 414 TFLOP/s at 8k keys, 440 against 438 at 32k, cudnn-frontend
         artifacts/sdpa_bf16_benchmark_results_NVIDIA_GB300.csv and ``_GB200.csv``)."""
@@ -371,4 +374,4 @@ def _rule(architecture: str, peak: float, low: bool) -> float:
 
 
 DEFAULT = Efficiency()
-FITTED = ("gemm", "attention")  # the constants benchmarks/fit_efficiency.py fits; the rest are measured
+FITTED = ("gemm", "attention")  # the constants benchmarks/measure/fit_efficiency.py fits; the rest are measured

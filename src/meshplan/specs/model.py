@@ -271,9 +271,7 @@ class ModelSpec(extras.ModelExtras):
     # ---- parameters -----------------------------------------------------------------------------------
     def norm_params(self, width: int) -> int:
         """LayerNorm has a weight and a bias; RMSNorm only a weight."""
-        if not self.norm_weights:
-            return 0
-        return width * (1 + self.norm_bias if self.norm == "layernorm" else 1)
+        return width * (1 + self.norm_bias if self.norm == "layernorm" else 1) if self.norm_weights else 0
 
     def attention_params(self, active: bool = False) -> int:
         """Parameters of one attention block (projections, biases, q/k norms), without the pre-norm."""
@@ -388,9 +386,10 @@ class ModelSpec(extras.ModelExtras):
         return (1 if self.mtp_shared else self.mtp_layers) * self.mtp_layer_params() if self.mtp_layers else 0
 
     def params(self, active: bool = False) -> int:
-        """Total parameters (``active=True``: those used per token, i.e. top-k experts only)."""
-        layers = sum(self.layer_params(i, active) for i in range(self.num_layers))
-        return self.embedding_params() + layers + self.head_params()
+        """Total parameters (``active=True``: top-k experts only), summed once per spec (model_extras.param_counts)."""
+        return self._param_counts[active]
+
+    _param_counts = cached_property(extras.param_counts)
 
     def with_seq_length(self, seq_length: int) -> ModelSpec:
         """The same model at another sequence length; a learned position table grows to cover it."""

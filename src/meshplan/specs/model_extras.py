@@ -107,6 +107,14 @@ def edge_layer_params(spec: _Spec, i: int, first: bool = True, last: bool = True
     return bias - (spec.norm_params(spec.hidden_size) if first and spec.first_norm_skipped and i == 0 else 0)
 
 
+def param_counts(spec: _Spec) -> tuple[int, int]:
+    """(total, active) parameters: the embedding, the head and every layer (``active``: the top-k experts only);
+    ModelSpec.params caches them per spec (a frozen spec's counts do not change; the search asks hundreds of times)."""
+    ends = spec.embedding_params() + spec.head_params()
+    total, active = (ends + sum(spec.layer_params(i, a) for i in range(spec.num_layers)) for a in (False, True))
+    return total, active
+
+
 def ple_layers(spec: _Spec) -> int:
     """The decoder layers that take a per-layer input: every layer, or a hybrid's attention blocks (full "*" and
     windowed "W": one each in a Gemma 4 layer)."""

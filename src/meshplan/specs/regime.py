@@ -5,7 +5,7 @@ the runs of one regime: a GEMM of a few microseconds leaves the step to the host
 fixed cost, where a GEMM of milliseconds leaves it to the tensor cores; an engine of 2024 and one of 2026 run the same
 batch with different host loops. So a plan's regime is read off the plan itself, on the axes along which the measured
 errors differ, and its band comes from the out-of-source errors of the measured runs of its regime
-(benchmarks/error_bands.py):
+(benchmarks/docs/error_bands.py):
 
 - ``gpu``: the GPU architecture (``Accelerator.architecture``: volta, ampere, hopper, blackwell, cdna3 ...), with
   ``/slow-host`` where the host CPU takes at least twice a DGX x86 host's time for PyTorch's Python-side work

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field, fields, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from meshplan.specs.host_cost import HostCost
 from meshplan.specs.supports import EXPERT_GEMM, Supports, supports_from_dict
 
 ATTENTION_KERNELS = ("fused", "fa2", "fp8")
-CROSS_ENTROPY = ("fused", "pytorch", "flash", "fused_grad")
+CROSS_ENTROPY = ("fused", "pytorch", "flash", "fused_grad", "vocab_parallel_eager")
 FUSION = ("fused", "eager", "jit")
 FP8_SCALING = ("delayed", "current")
 FSDP = ("none", "fsdp1", "fsdp2")
@@ -70,7 +71,8 @@ class Stack:
     cross_entropy: str = _choice(
         "fused", CROSS_ENTROPY, "the loss: fused (Megatron's vocabulary-parallel), pytorch (F.cross_entropy in "
         "eager autograd; its fp8 linears torchao's, keeping the 16-bit input), flash (flash-attn's kernel) or "
-        "fused_grad (softmax, loss and gradient in one kernel that overwrites the logits: llm.c's fused_classifier)")
+        "fused_grad (softmax, loss and gradient in one kernel that overwrites the logits: llm.c's fused_classifier) or "
+        "vocab_parallel_eager (Megatron's vocabulary-parallel loss as its eager fp32 ops over upcast logits)")
     fusion: str = _choice("fused", FUSION, "element-wise kernels: fused (Megatron / Transformer Engine, or "
                                            "torch.compile), eager (one PyTorch kernel per aten op) or jit "
                                            "(Megatron-LM's module code of 2020-22, which Megatron-DeepSpeed runs: "
@@ -231,8 +233,14 @@ BEHAVIOUR = tuple(f.name for f in fields(Stack) if f.compare)  # the fields the 
 
 
 def stack_names() -> list[str]:
+    return list(_preset_names())
+
+
+@cache
+def _preset_names() -> tuple[str, ...]:
+    """The stack presets, listed once per process (the package's presets do not change under it)."""
     root = PRESETS / "stacks"
-    return sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml"))
+    return tuple(sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml")))
 
 
 def stack_from_dict(data: dict[str, Any], where: str) -> Stack:
@@ -255,10 +263,17 @@ def load_stack(ref: str | Stack, field_name: str = "framework") -> Stack:
     path = Path(ref)
     if path.suffix.lower() == ".toml":
         return stack_from_dict(read_toml(path, field_name), f"{field_name}={str(path)!r}")
-    if ref not in stack_names():
+    if ref not in _preset_names():
         raise not_a_preset(field_name, ref, stack_names(), "a stack preset or a .toml file")
-    text = (PRESETS / "stacks" / f"{ref}.toml").read_text()
-    return stack_from_dict(tomllib.loads(text), f"preset {ref}")
+    return _preset_stack(ref)
+
+
+@cache
+def _preset_stack(name: str) -> Stack:
+    """A stack preset read once per process: the package's presets do not change under it, and Stack is frozen
+    (ranking a search's plans asks, per plan, which framework presets run it: hundreds of reads of the same files)."""
+    text = (PRESETS / "stacks" / f"{name}.toml").read_text()
+    return stack_from_dict(tomllib.loads(text), f"preset {name}")
 
 
 FRAMEWORK_STACK = load_stack(DEFAULT_FRAMEWORK)  # the stack of DEFAULT_FRAMEWORK: estimate's and Space's default
@@ -267,7 +282,7 @@ FRAMEWORK_STACK = load_stack(DEFAULT_FRAMEWORK)  # the stack of DEFAULT_FRAMEWOR
 def frameworks_running(plan: Any, model: Any = None) -> list[str]:
     """The framework presets whose ``supports`` run ``plan`` (a Plan; with its ``model``, also none of the preset's
     refusals refuses it); "any" and "generic" are not frameworks."""
-    stacks = [load_stack(name) for name in stack_names() if name not in ("any", "generic")]
+    stacks = [_preset_stack(name) for name in stack_names() if name not in ("any", "generic")]
     return [s.name for s in stacks if s.supports.runs(plan, model, s)]
 
 

@@ -4,7 +4,7 @@ config.json a user would bring), read by meshplan (``load_model``) and compared 
 model transformers builds from it on the meta device. Each type is "exact" (the counts agree), "refused" (a
 SpecError saying what is not modelled) or "wrong" (a count that disagrees, the failure the check exists to stop);
 a type transformers itself cannot build from its default config is left out. tests/test_hf_registry.py asserts
-on it; benchmarks/hf_registry.py prints the tally.
+on it; benchmarks/measure/hf_registry.py prints the tally.
 """
 
 from __future__ import annotations

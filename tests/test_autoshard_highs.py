@@ -1,0 +1,116 @@
+"""The sharding planner's LP relaxation through HiGHS' own bindings (autoshard/highs.py) gives what
+``scipy.optimize.linprog`` gave before it: the same vertex and objective on random programs of ilp.py's form, and the
+same plans (objective, every node's strategy, price) of traced Llama-style graphs, memory priced in several rounds."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from meshplan import load_model
+from meshplan.specs.efficiency import DEFAULT
+from meshplan.specs.hardware import load_system
+
+torch = pytest.importorskip("torch")
+scipy_optimize = pytest.importorskip("scipy.optimize")
+from scipy.sparse import csr_matrix  # noqa: E402
+
+from meshplan.autoshard import highs, ilp  # noqa: E402
+from meshplan.autoshard.blocks import find_blocks  # noqa: E402
+from meshplan.autoshard.dataflow import flow  # noqa: E402
+from meshplan.autoshard.mesh import device_mesh  # noqa: E402
+from meshplan.autoshard.problem import build_problem  # noqa: E402
+from meshplan.autoshard.solve import plan  # noqa: E402
+from meshplan.autoshard.torch_models import build_preset  # noqa: E402
+from meshplan.trace import trace_module  # noqa: E402
+
+
+def _linprog(c, matrix, lo, hi):
+    eq = lo == hi
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Unrecognized options detected")
+        return scipy_optimize.linprog(c, A_eq=matrix[eq], b_eq=lo[eq], A_ub=matrix[~eq] if (~eq).any() else None,
+                                      b_ub=hi[~eq] if (~eq).any() else None, bounds=(0, 1), method="highs",
+                                      options={"presolve": False, "threads": 1})
+
+
+def _pairwise_lp(rng: np.random.Generator, memory: bool):
+    """ilp.py's program of a random pairwise problem: one strategy per node, edge marginals, and (``memory``) one
+    memory row whose limit the cheapest plan exceeds."""
+    sizes = rng.integers(2, 6, 5)
+    off = np.concatenate(([0], np.cumsum(sizes)))
+    pairs = [p for p in itertools.combinations(range(5), 2) if rng.random() < 0.6]
+    rows, lo, hi, cols, c = [], [], [], int(off[-1]), list(rng.choice([0.0, 1.0, 2.0, 3.5], int(off[-1])))
+    for k in range(5):
+        rows.append({j: 1.0 for j in range(off[k], off[k + 1])})
+        lo.append(1.0)
+        hi.append(1.0)
+    for u, v in pairs:
+        start, su, sv = cols, int(sizes[u]), int(sizes[v])
+        c += list(rng.choice([0.0, 0.5, 2.0], su * sv))
+        cols += su * sv
+        for a in range(su):
+            rows.append({**{start + a * sv + b: 1.0 for b in range(sv)}, off[u] + a: -1.0})
+        for b in range(sv):
+            rows.append({**{start + a * sv + b: 1.0 for a in range(su)}, off[v] + b: -1.0})
+        lo += [0.0] * (su + sv)
+        hi += [0.0] * (su + sv)
+    if memory:
+        rows.append({j: float(rng.integers(1, 4)) for j in range(off[-1])})
+        lo.append(-np.inf)
+        hi.append(7.0)
+    dense = np.zeros((len(rows), cols))
+    for r, entries in enumerate(rows):
+        for j, v in entries.items():
+            dense[r, j] = v
+    return np.array(c), csr_matrix(dense), np.array(lo), np.array(hi)
+
+
+@pytest.mark.parametrize("memory", [False, True])
+def test_the_relaxation_is_linprogs_vertex(memory):
+    """200 random programs: HiGHS through its bindings returns linprog's x and objective bit for bit (the same
+    model, options and iterations), or None where linprog reports another status than optimal."""
+    rng = np.random.default_rng(7 + memory)
+    for _ in range(100):
+        c, matrix, lo, hi = _pairwise_lp(rng, memory)
+        mine, theirs = highs.relax(c, matrix, lo, hi), _linprog(c, matrix, lo, hi)
+        if theirs.status != 0:
+            assert mine is None
+            continue
+        assert mine is not None
+        assert np.array_equal(mine.x, theirs.x)
+        assert mine.fun == theirs.fun
+
+
+TINY = replace(load_model("llama3-8b"), name="tiny", num_layers=4, hidden_size=64, num_heads=4, num_kv_heads=2,
+               head_dim=16, ffn_hidden_size=128, vocab_size=256, seq_length=32)
+
+
+@pytest.fixture(scope="module")
+def traced():
+    return trace_module(build_preset(TINY, 2), [((16, 32), "int64")], param_dtype="bfloat16")
+
+
+@pytest.mark.parametrize("gpus", [16, 64])
+def test_plans_are_those_linprog_found(traced, gpus, monkeypatch):
+    """A 2-layer trace of a 4-layer Llama on 16 and 64 H100s, under a memory limit that the unconstrained plan
+    exceeds (the Lagrangian's rounds and their LPs): the plan, its objective and price are linprog's."""
+    blocks = find_blocks(traced, layers=4)
+    problem = build_problem(flow(traced, blocks.block_of), blocks, device_mesh(load_system("h100").cluster(gpus)),
+                            DEFAULT)
+    free = plan(problem, 1e15)
+    limit = 0.6 * free.memory.peak
+    fast = plan(problem, limit)
+    objectives = [ilp.solve(problem, 1, []).objective]
+    monkeypatch.setattr(highs, "_bindings", lambda: None)  # linprog answers every relaxation
+    slow = plan(problem, limit)
+    objectives.append(ilp.solve(problem, 1, []).objective)
+    assert fast.rounds > 1 and fast.rounds == slow.rounds
+    assert fast.choice == slow.choice
+    assert fast.price == slow.price
+    assert fast.memory.peak == slow.memory.peak and np.array_equal(fast.memory.timeline, slow.memory.timeline)
+    assert objectives[0] == objectives[1]
